@@ -1,0 +1,1 @@
+"""circuitstat circuits layer."""

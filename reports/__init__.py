@@ -1,0 +1,1 @@
+"""circuitstat reports layer."""
