@@ -1,0 +1,364 @@
+"""A run directory: manifest.json, an exclusive lock, and resumable stages with spec fingerprints."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import socket
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from reports.atomic import TMP_SUFFIX, atomic_write_bytes, cleanup_temp_files
+from reports.lock import DirLock, RunLockedError
+from reports.provenance import hash_file, hash_json, provenance as make_provenance, seed_record, to_jsonable, utc_now
+from reports.tables import TableLike, read_provenance, read_table, to_arrow, write_table
+
+MANIFEST = "manifest.json"
+LOCK = ".lock"
+FORMAT = "circuitstat.run/1"
+
+__all__ = ["RunDir", "RunDirError", "RunLockedError", "StageSpecChangedError", "StageOutputError"]
+
+
+class RunDirError(RuntimeError):
+    """A run directory cannot be used as asked (not a run dir, corrupt manifest, seed mismatch, ...)."""
+
+
+class StageSpecChangedError(RunDirError):
+    """A finished stage is being re-run with different parameters or upstream stages."""
+
+
+class StageOutputError(RunDirError):
+    """A stage did not produce exactly the outputs it declared."""
+
+
+def _short(v: Any, n: int = 60) -> str:
+    s = json.dumps(v, sort_keys=True)
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def _diff(old: Any, new: Any) -> str:
+    """Return a short description of which top-level keys differ between two JSON values."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = sorted(k for k in set(old) | set(new) if old.get(k, "<absent>") != new.get(k, "<absent>"))
+        parts = [f"{k}: {_short(old.get(k, '<absent>'))} -> {_short(new.get(k, '<absent>'))}" for k in keys[:5]]
+        return "; ".join(parts) + (f"; and {len(keys) - 5} more" if len(keys) > 5 else "")
+    return f"{_short(old)} -> {_short(new)}"
+
+
+class RunDir:
+    """A directory holding one run: manifest.json, Parquet outputs, and a lock while open.
+
+    Nothing is written until the run is opened (``with RunDir(...) as run:`` or open()): that
+    takes the lock, removes temp files left by a killed run, and creates/updates the manifest.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        spec: Any = None,
+        command: str | list[str] | None = None,
+        seed: int | np.random.SeedSequence | None = None,
+        provenance: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.spec = to_jsonable(spec)
+        self.command = command
+        self._seed_arg = seed
+        self._extra_provenance = dict(provenance or {})
+        self._lock = DirLock(self.path / LOCK)
+        self._manifest: dict[str, Any] | None = self.read_manifest(self.path) if (self.path / MANIFEST).exists() else None
+        self._current_stage: dict[str, Any] | None = None
+        self._current_outputs: list[str] = []
+
+    # ----- manifest -------------------------------------------------------------------------
+    @staticmethod
+    def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
+        """Return the manifest dict of the run directory at `path`."""
+        mpath = Path(path) / MANIFEST
+        try:
+            manifest = json.loads(mpath.read_text())
+        except FileNotFoundError:
+            raise RunDirError(f"{path} is not a run directory: it has no {MANIFEST}") from None
+        except ValueError as e:
+            raise RunDirError(f"{mpath} is not valid JSON ({e}); restore it or start a new run directory") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            raise RunDirError(f"{mpath} is not a circuitstat run manifest (format {FORMAT!r} expected)")
+        return manifest
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """Return a copy of the current manifest ({} before the run is first opened)."""
+        return copy.deepcopy(self._manifest or {})
+
+    def _write_manifest(self) -> None:
+        assert self._manifest is not None
+        self._manifest["updated_utc"] = utc_now()
+        atomic_write_bytes(self.path / MANIFEST, (json.dumps(self._manifest, indent=2) + "\n").encode())
+
+    @property
+    def run_id(self) -> str | None:
+        """Return the run id (None before the run is first opened)."""
+        return (self._manifest or {}).get("run_id")
+
+    @property
+    def seed(self) -> np.random.SeedSequence:
+        """Return the run's root SeedSequence (recorded in the manifest, so a resume reuses it)."""
+        if self._manifest is None:
+            raise RunDirError("open the run first (with RunDir(...) as run:) to fix its seed")
+        s = self._manifest["seed"]
+        return np.random.SeedSequence(s["entropy"], spawn_key=tuple(s["spawn_key"]))
+
+    def stage_seed(self, name: str) -> np.random.SeedSequence:
+        """Return a SeedSequence for stage `name`, derived from the root seed and the name only.
+
+        It does not depend on which stages ran before, so a resumed run draws the same numbers.
+        """
+        root = self.seed
+        key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")
+        return np.random.SeedSequence(root.entropy, spawn_key=(*root.spawn_key, key))
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """Return the run-level provenance recorded at the latest open."""
+        return copy.deepcopy((self._manifest or {}).get("provenance", {}))
+
+    # ----- open / close ---------------------------------------------------------------------
+    def open(self) -> RunDir:
+        """Take the lock, clean up after killed runs, create or update the manifest; return self."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._lock.acquire()
+        try:
+            self._open_locked()
+        except BaseException:
+            self._lock.release()
+            raise
+        return self
+
+    def _open_locked(self) -> None:
+        cleanup_temp_files(self.path)
+        if (self.path / MANIFEST).exists():
+            manifest = self.read_manifest(self.path)
+        else:
+            # Refuse to turn an unrelated non-empty directory into a run (we would mix files).
+            foreign = [p.name for p in self.path.iterdir() if p.name != LOCK and not p.name.endswith(TMP_SUFFIX)]
+            if foreign:
+                raise RunDirError(
+                    f"{self.path} is not empty and has no {MANIFEST} (found {sorted(foreign)[:5]}); "
+                    "use a new or empty output directory"
+                )
+            manifest = {
+                "format": FORMAT,
+                "run_id": uuid.uuid4().hex,
+                "created_utc": utc_now(),
+                "command": None,
+                "spec": None,
+                "spec_sha256": None,
+                "seed": seed_record(self._seed_arg),
+                "stages": {},
+                "history": [],
+            }
+        if self._seed_arg is not None:
+            want = seed_record(self._seed_arg)
+            have = manifest["seed"]
+            if (want["entropy"], want["spawn_key"]) != (have["entropy"], list(have["spawn_key"])):
+                raise RunDirError(
+                    f"{self.path} was started with seed entropy {have['entropy']} but this run asks for "
+                    f"{want['entropy']}; resume with the same seed (or none) or use a new output directory"
+                )
+        spec_hash = hash_json(self.spec)
+        manifest["command"] = self.command
+        manifest["spec"] = self.spec
+        manifest["spec_sha256"] = spec_hash
+        manifest["provenance"] = make_provenance(**self._extra_provenance)
+        manifest["history"].append(
+            {"opened_utc": utc_now(), "pid": os.getpid(), "host": socket.gethostname(), "command": to_jsonable(self.command), "spec_sha256": spec_hash}
+        )
+        self._manifest = manifest
+        self._write_manifest()
+
+    def close(self) -> None:
+        """Release the lock (the manifest is already up to date after every stage)."""
+        self._lock.release()
+
+    def __enter__(self) -> RunDir:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _require_open(self) -> None:
+        if not self._lock.held:
+            raise RunDirError(f"{self.path} is not open for writing; use `with RunDir(path, ...) as run:`")
+
+    # ----- outputs ----------------------------------------------------------------------------
+    def output_path(self, name: str) -> Path:
+        """Return the path of output `name` ('scores' -> DIR/scores.parquet; names with a suffix are kept)."""
+        rel = PurePosixPath(name)
+        if not name or rel.is_absolute() or ".." in rel.parts or name in (MANIFEST, LOCK):
+            raise ValueError(f"bad output name {name!r}: use a relative name inside the run directory such as 'scores'")
+        if not rel.suffix:
+            rel = rel.with_suffix(".parquet")
+        return self.path / rel
+
+    def write_table(self, name: str, table: TableLike, provenance: Mapping[str, Any] | None = None) -> Path:
+        """Write output `name` atomically with run (and current stage) provenance merged in; return its path.
+
+        Precedence of provenance keys: `provenance` arg > the table's own metadata > stage > run.
+        """
+        self._require_open()
+        if self._current_stage is not None and name not in self._current_outputs:
+            raise StageOutputError(
+                f"stage {self._current_stage['name']!r} wrote {name!r}, which is not among its outputs "
+                f"{self._current_outputs}; declare it in outputs=[...]"
+            )
+        t = to_arrow(table)
+        prov: dict[str, Any] = self.provenance
+        prov["run"] = {"id": self.run_id, "dir": self.path.name, "spec_sha256": self._manifest["spec_sha256"]}
+        if self._current_stage is not None:
+            prov["stage"] = copy.deepcopy(self._current_stage)
+            prov["seed"] = seed_record(self.stage_seed(self._current_stage["name"]))
+        else:
+            prov["seed"] = seed_record(self.seed)
+        prov.update(read_provenance(t))
+        prov.update(to_jsonable(dict(provenance or {})))
+        return write_table(t, self.output_path(name), prov)
+
+    def table(self, name: str) -> pa.Table:
+        """Return output table `name` read from the run directory."""
+        return read_table(self.output_path(name))
+
+    # ----- stages -----------------------------------------------------------------------------
+    def status(self, name: str) -> str | None:
+        """Return the recorded status of stage `name` ('running', 'done', 'failed') or None."""
+        return (self._manifest or {}).get("stages", {}).get(name, {}).get("status")
+
+    def is_done(self, name: str) -> bool:
+        """Return True if stage `name` finished and all its recorded outputs are present."""
+        rec = (self._manifest or {}).get("stages", {}).get(name)
+        if not rec or rec.get("status") != "done":
+            return False
+        return all((self.path / o["path"]).exists() for o in rec.get("outputs", {}).values())
+
+    def fingerprint(self, params: Any = None, outputs: Iterable[str] = (), depends_on: Iterable[str] = ()) -> str:
+        """Return the fingerprint of a stage: hash of its params, outputs and its dependencies' fingerprints.
+
+        Chaining the upstream fingerprints means a changed upstream spec also changes every stage
+        that depends on it, so stale downstream results are never mixed with new upstream ones.
+        """
+        deps = {}
+        for d in depends_on:
+            if not self.is_done(d):
+                raise RunDirError(f"stage depends on {d!r}, which has not finished; run stage {d!r} first")
+            deps[d] = self._manifest["stages"][d]["fingerprint"]
+        return hash_json({"params": params, "outputs": sorted(outputs), "depends_on": deps})
+
+    def stage(
+        self,
+        name: str,
+        fn: Callable[[], Mapping[str, TableLike] | None],
+        outputs: Iterable[str] = (),
+        *,
+        params: Any = None,
+        depends_on: Iterable[str] = (),
+        force: bool = False,
+    ) -> dict[str, Path]:
+        """Run stage `name` unless it already finished with the same fingerprint; return {output: path}.
+
+        `fn()` either returns {output: table} (written here, atomically) or writes its outputs itself
+        via run.write_table. The stage is marked done only after every declared output exists. If a
+        finished stage's params/outputs/dependencies changed, raise StageSpecChangedError, or
+        recompute when force=True.
+        """
+        self._require_open()
+        if not name or "/" in name:
+            raise ValueError(f"bad stage name {name!r}")
+        outputs = list(dict.fromkeys(outputs))
+        depends_on = list(depends_on)
+        paths = {o: self.output_path(o) for o in outputs}
+        params_json = to_jsonable(params)
+        fp = self.fingerprint(params_json, outputs, depends_on)
+        stages = self._manifest["stages"]
+        old = stages.get(name)
+
+        if old is not None and old.get("status") == "done":
+            if old["fingerprint"] == fp:
+                if self.is_done(name):
+                    return paths
+                warnings.warn(f"stage {name!r} was done but some outputs are missing; recomputing it", stacklevel=2)
+            elif not force:
+                why = []
+                if old.get("params") != params_json:
+                    why.append(f"params changed ({_diff(old.get('params'), params_json)})")
+                if sorted(old.get("outputs", {})) != sorted(outputs):
+                    why.append(f"outputs changed ({sorted(old.get('outputs', {}))} -> {sorted(outputs)})")
+                if old.get("depends_on_fingerprints") != {d: stages[d]["fingerprint"] for d in depends_on}:
+                    why.append(f"upstream stages {depends_on} changed or differ")
+                raise StageSpecChangedError(
+                    f"stage {name!r} in {self.path} already finished with a different spec: "
+                    f"{'; '.join(why) or 'fingerprint differs'}. Its results would be mixed with the new "
+                    "spec's. Pass force=True to recompute it (stages depending on it then need force too), "
+                    "or use a new output directory"
+                )
+
+        # Outputs left from an earlier attempt or spec must not survive into this result.
+        for p in paths.values():
+            p.unlink(missing_ok=True)
+        rec: dict[str, Any] = {
+            "status": "running",
+            "fingerprint": fp,
+            "params": params_json,
+            "depends_on_fingerprints": {d: stages[d]["fingerprint"] for d in depends_on},
+            "outputs": {},
+            "started_utc": utc_now(),
+            "attempts": (old or {}).get("attempts", 0) + 1,
+            "seed": seed_record(self.stage_seed(name)),
+        }
+        stages[name] = rec
+        self._write_manifest()
+
+        t0 = time.perf_counter()
+        self._current_stage = {"name": name, "fingerprint": fp, "params": params_json}
+        self._current_outputs = outputs
+        try:
+            result = fn()
+            if result is not None:
+                if not isinstance(result, Mapping):
+                    raise TypeError(f"stage {name!r}: fn must return None or a mapping {{output: table}}, not {type(result).__name__}")
+                unknown = sorted(set(result) - set(outputs))
+                if unknown:
+                    raise StageOutputError(f"stage {name!r} returned undeclared outputs {unknown}; add them to outputs=[...]")
+                for oname, tab in result.items():
+                    self.write_table(oname, tab)
+            missing = [o for o, p in paths.items() if not p.exists()]
+            if missing:
+                raise StageOutputError(
+                    f"stage {name!r} declared outputs {missing} but did not write them; return them from fn or call run.write_table"
+                )
+        except BaseException as e:
+            rec.update(status="failed", error=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0)
+            self._write_manifest()
+            raise
+        finally:
+            self._current_stage, self._current_outputs = None, []
+
+        rec["outputs"] = {
+            o: {"path": p.relative_to(self.path).as_posix(), "bytes": p.stat().st_size, "sha256": hash_file(p)}
+            for o, p in paths.items()
+        }
+        rec.update(status="done", finished_utc=utc_now(), seconds=time.perf_counter() - t0)
+        self._write_manifest()  # the commit point: only now is the stage done
+        return paths
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r}, run_id={self.run_id!r})"
