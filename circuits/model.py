@@ -1,0 +1,514 @@
+"""CircuitModel: one functional transformer forward pass that exposes every sender and receiver.
+
+Weights of every supported family are held in one uniform per-layer form (per-head W_Q, W_K,
+W_V [H, D, d_head], W_O [H, d_head, D], biases, norms, MLP), so attribution code is written once.
+Grouped-query attention is ungrouped at conversion: each query head gets its own copy of its
+group's K/V weights, so every head has its own k and v receiver (as MIB does).
+
+The forward pass keeps the residual stream equal to the sum of all sender outputs plus constant
+biases, which is what makes edge interventions exact: a receiver's input is the stream plus the
+deltas of the edges patched into it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .errors import InputError
+from .graph import ComponentGraph
+from .interventions import Intervention
+
+NORMS = ("layernorm", "rmsnorm", "none")
+POSITIONALS = ("learned", "rotary", "none")
+MLPS = ("standard", "gated", "none")
+ACTIVATIONS = {
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_fast": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu": F.gelu,
+    "relu": F.relu,
+    "silu": F.silu,
+    "swish": F.silu,
+}
+
+
+@dataclass
+class ModelConfig:
+    """Architecture of a CircuitModel; every supported family maps onto these fields."""
+
+    n_layers: int
+    n_heads: int
+    d_model: int
+    d_head: int
+    d_mlp: int
+    vocab_size: int
+    n_ctx: int = 1024
+    n_kv_heads: int | None = None
+    norm: str = "layernorm"
+    norm_eps: float = 1e-5
+    positional: str = "learned"
+    rotary_dim: int | None = None
+    rotary_base: float = 10000.0
+    mlp: str = "standard"
+    act: str = "gelu_new"
+    parallel: bool = False
+    tied_embeddings: bool = False
+    arch: str = "circuitstat"
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (
+            ("norm", self.norm, NORMS),
+            ("positional", self.positional, POSITIONALS),
+            ("mlp", self.mlp, MLPS),
+            ("act", self.act, tuple(ACTIVATIONS)),
+        ):
+            if value not in allowed:
+                raise InputError(f"model config {name}={value!r} is not supported; use one of {', '.join(allowed)}")
+        for name in ("n_layers", "n_heads", "d_model", "d_head", "vocab_size", "n_ctx"):
+            if int(getattr(self, name)) <= 0:
+                raise InputError(f"model config {name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.mlp != "none" and self.d_mlp <= 0:
+            raise InputError("model config d_mlp must be positive when the model has MLPs (or set mlp='none')")
+        if self.positional == "rotary":
+            if self.rotary_dim is None:
+                self.rotary_dim = self.d_head
+            if self.rotary_dim % 2 or not 0 < self.rotary_dim <= self.d_head:
+                raise InputError(f"rotary_dim must be even and in (0, d_head={self.d_head}], got {self.rotary_dim}")
+
+    @property
+    def has_mlp(self) -> bool:
+        """Whether layers have an MLP."""
+        return self.mlp != "none"
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ModelConfig":
+        """A config from a dict, rejecting unknown keys."""
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise InputError(f"unknown model config keys {sorted(unknown)}; known keys: {sorted(known)}")
+        return cls(**data)
+
+
+class Block(nn.Module):
+    """One transformer layer's weights in the uniform form."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        H, D, E = cfg.n_heads, cfg.d_model, cfg.d_head
+        p = lambda *shape: nn.Parameter(torch.zeros(*shape))  # noqa: E731
+        self.ln1_w, self.ln1_b = nn.Parameter(torch.ones(D)), p(D)
+        self.W_Q, self.W_K, self.W_V = p(H, D, E), p(H, D, E), p(H, D, E)
+        self.b_Q, self.b_K, self.b_V = p(H, E), p(H, E), p(H, E)
+        self.W_O, self.b_O = p(H, E, D), p(D)
+        if cfg.has_mlp:
+            F_ = cfg.d_mlp
+            self.ln2_w, self.ln2_b = nn.Parameter(torch.ones(D)), p(D)
+            self.W_in, self.b_in = p(D, F_), p(F_)
+            if cfg.mlp == "gated":
+                self.W_gate = p(D, F_)
+            self.W_out, self.b_out = p(F_, D), p(D)
+
+
+@dataclass
+class RunState:
+    """Where a suffix run starts: the residual stream entering ``layer`` and the senders so far."""
+
+    layer: int
+    resid: torch.Tensor
+    blocks: list[torch.Tensor] | None = None
+
+
+@dataclass
+class RunOutput:
+    """Everything a forward pass was asked to keep."""
+
+    logits: torch.Tensor | None
+    blocks: list[torch.Tensor] | None = None
+    resid_pre: list[torch.Tensor] = field(default_factory=list)
+    resid_mid: list[torch.Tensor] = field(default_factory=list)
+    patterns: list[torch.Tensor] = field(default_factory=list)
+    grad_inputs: list[torch.Tensor] = field(default_factory=list)
+    final_resid: torch.Tensor | None = None
+
+    @property
+    def senders(self) -> torch.Tensor:
+        """All sender outputs stacked, [B, U, P, D]."""
+        if self.blocks is None:
+            raise RuntimeError("sender outputs were not kept; run with keep_senders=True")
+        return torch.cat(self.blocks, dim=1)
+
+
+def _norm(kind: str, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float) -> torch.Tensor:
+    """Apply the configured normalisation in float32 and cast back."""
+    if kind == "none":
+        return x
+    dtype = x.dtype
+    h = x.float()
+    if kind == "layernorm":
+        h = F.layer_norm(h, h.shape[-1:], None, None, eps)
+        return (h.to(dtype) * w + b) if dtype != torch.float32 else h * w + b
+    # RMSNorm as in Llama/Qwen2: normalise in float32, cast, then scale.
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return w * h.to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class CircuitModel(nn.Module):
+    """A transformer in the uniform form, with interventions, suffix runs and receiver gradients."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.graph = ComponentGraph(cfg.n_layers, cfg.n_heads, cfg.has_mlp, cfg.parallel)
+        D, V = cfg.d_model, cfg.vocab_size
+        self.W_E = nn.Parameter(torch.zeros(V, D))
+        if cfg.positional == "learned":
+            self.W_pos = nn.Parameter(torch.zeros(cfg.n_ctx, D))
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.lnf_w, self.lnf_b = nn.Parameter(torch.ones(D)), nn.Parameter(torch.zeros(D))
+        if not cfg.tied_embeddings:
+            self.W_U = nn.Parameter(torch.zeros(D, V))
+        self.b_U = nn.Parameter(torch.zeros(V))
+        if cfg.positional == "rotary":
+            dim = cfg.rotary_dim
+            inv = 1.0 / (cfg.rotary_base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+            self.register_buffer("inv_freq", inv, persistent=False)
+        self.tokenizer: Any = None
+        self.source: str = "memory"
+        self.meta: dict = {}
+
+    # ---- construction ----------------------------------------------------------------------
+    def init_weights(self, seed: int) -> "CircuitModel":
+        """Deterministic GPT-2-style initialisation from ``seed``; returns self."""
+        gen = torch.Generator().manual_seed(int(seed))
+        std = 0.02
+        out_std = std / math.sqrt(2 * self.cfg.n_layers)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                leaf = name.rsplit(".", 1)[-1]
+                if leaf.startswith(("ln", "lnf")) and leaf.endswith("_w"):
+                    p.fill_(1.0)
+                elif leaf.startswith("b_") or leaf.endswith("_b"):
+                    p.zero_()
+                else:
+                    s = out_std if leaf in ("W_O", "W_out") else std
+                    p.copy_(torch.randn(p.shape, generator=gen) * s)
+        return self
+
+    @property
+    def unembed(self) -> torch.Tensor:
+        """The unembedding matrix [D, V]."""
+        return self.W_E.T if self.cfg.tied_embeddings else self.W_U
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the weights."""
+        return self.W_E.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Dtype of the weights."""
+        return self.W_E.dtype
+
+    def weight_hash(self) -> str:
+        """sha256 over every weight's name, dtype, shape and bytes (sorted by name)."""
+        h = hashlib.sha256()
+        for name, t in sorted(self.state_dict().items()):
+            t = t.detach().cpu().contiguous()
+            h.update(name.encode())
+            h.update(str(t.dtype).encode())
+            h.update(str(tuple(t.shape)).encode())
+            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        return h.hexdigest()
+
+    def identity(self) -> dict:
+        """Provenance of the model: source, architecture, sizes and weight hash."""
+        return {
+            "source": self.source,
+            "arch": self.cfg.arch,
+            "n_layers": self.cfg.n_layers,
+            "n_heads": self.cfg.n_heads,
+            "d_model": self.cfg.d_model,
+            "n_edges": self.graph.n_edges,
+            "dtype": str(self.dtype).replace("torch.", ""),
+            "weight_hash": self.weight_hash(),
+        }
+
+    def save(self, directory: str | Path, meta: dict | None = None) -> Path:
+        """Write config.json and model.safetensors (and the tokenizer if any); returns the dir."""
+        from safetensors.torch import save_file
+
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
+        tmp = out / "model.safetensors.tmp"
+        save_file(state, str(tmp))
+        tmp.replace(out / "model.safetensors")
+        doc = {
+            "format": "circuitstat",
+            "version": 1,
+            "config": asdict(self.cfg),
+            "weight_hash": self.weight_hash(),
+            "meta": {**self.meta, **(meta or {})},
+        }
+        tmpj = out / "config.json.tmp"
+        tmpj.write_text(json.dumps(doc, indent=2, sort_keys=True, default=str))
+        tmpj.replace(out / "config.json")
+        if self.tokenizer is not None and hasattr(self.tokenizer, "save"):
+            self.tokenizer.save(out)
+        return out
+
+    # ---- forward ---------------------------------------------------------------------------
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [B, P, V] of a plain forward pass."""
+        return self.run(input_ids, attention_mask).logits
+
+    def embed(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The ``input`` sender's output: token (+ learned position) embeddings [B, P, D]."""
+        x = self.W_E[input_ids]
+        if self.cfg.positional == "learned":
+            if int(positions.max()) >= self.cfg.n_ctx:
+                raise InputError(
+                    f"sequence of length {int(positions.max()) + 1} exceeds the model's context "
+                    f"n_ctx={self.cfg.n_ctx}; use shorter prompts"
+                )
+            x = x + self.W_pos[positions]
+        return x
+
+    @staticmethod
+    def positions(attention_mask: torch.Tensor) -> torch.Tensor:
+        """Position ids from an attention mask: counting real tokens, so left padding works too."""
+        return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+    def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = positions.float()[..., None] * self.inv_freq  # [B, P, dim/2]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos()[:, None], emb.sin()[:, None]  # [B, 1, P, dim]
+
+    def _apply_rotary(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        rd = self.cfg.rotary_dim
+        rot, rest = x[..., :rd], x[..., rd:]
+        rot = (rot.float() * cos + _rotate_half(rot.float()) * sin).to(x.dtype)
+        return torch.cat((rot, rest), dim=-1) if rest.shape[-1] else rot
+
+    def run(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        intervention: Intervention | None = None,
+        state: RunState | None = None,
+        keep_senders: bool = False,
+        keep_resid: bool = False,
+        keep_patterns: bool = False,
+        receiver_grads: bool = False,
+        compute_logits: bool = True,
+    ) -> RunOutput:
+        """Run the model, optionally from a saved state, with interventions; return what was asked.
+
+        ``receiver_grads=True`` adds zero tensors to every receiver input and returns them in
+        ``grad_inputs`` (per layer ``[B, 3, H, P, D]`` for q/k/v and ``[B, P, D]`` for the MLP,
+        then ``[B, P, D]`` for logits), so one ``torch.autograd.grad`` gives every receiver's
+        gradient.
+        """
+        cfg, graph = self.cfg, self.graph
+        B, P = input_ids.shape
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        attention_mask = attention_mask.to(input_ids.device)
+        iv = intervention
+        if iv is not None:
+            iv.validate(graph.n_edges, graph.n_senders)
+        edge_mask = None if iv is None else iv.edge_mask
+        sender_mask = None if iv is None else iv.sender_mask
+        cf = None if iv is None else iv.counterfactual
+        if edge_mask is not None and edge_mask.dim() == 1:
+            edge_mask = edge_mask[None].expand(B, -1)
+        if sender_mask is not None and sender_mask.dim() == 1:
+            sender_mask = sender_mask[None].expand(B, -1)
+        need_blocks = keep_senders or edge_mask is not None
+        per_head = need_blocks or sender_mask is not None
+        out = RunOutput(logits=None, blocks=[] if need_blocks else None)
+
+        positions = self.positions(attention_mask)
+        idx = torch.arange(P, device=input_ids.device)
+        causal = idx[None, :] <= idx[:, None]
+        allowed = causal[None, None] & attention_mask.bool()[:, None, None, :]
+        allowed = allowed | torch.eye(P, dtype=torch.bool, device=input_ids.device)  # pad rows stay finite
+        rot = self._rotary(positions) if cfg.positional == "rotary" else None
+
+        if state is None:
+            start = 0
+            z_in = self.embed(input_ids, positions)
+            if sender_mask is not None:
+                z_in = self._patch_senders(z_in[:, None], sender_mask, cf, 0)[:, 0]
+            resid = z_in
+            if need_blocks:
+                out.blocks.append(z_in[:, None])
+        else:
+            start, resid = state.layer, state.resid
+            if need_blocks:
+                if state.blocks is None and edge_mask is not None:
+                    raise ValueError("an edge intervention on a suffix run needs the state's sender blocks")
+                out.blocks.extend(state.blocks or [])
+
+        rd = iv.receiver if iv is not None else None
+        rd_layer = int(graph.receiver_layer[rd]) if rd is not None else None
+        if rd is not None and rd_layer < start:
+            raise ValueError("a receiver intervention upstream of the run's start layer has no effect")
+
+        for layer in range(start, cfg.n_layers):
+            blk = self.blocks[layer]
+            if keep_resid:
+                out.resid_pre.append(resid)
+            # -- attention receivers
+            u_att = graph.upstream_of_attention(layer)
+            dense = None
+            if edge_mask is not None:
+                dense = self._edge_delta(edge_mask, cf, out.blocks, layer, u_att, attention=True)
+            if receiver_grads:
+                g = torch.zeros(B, 3, cfg.n_heads, P, cfg.d_model, dtype=resid.dtype, device=resid.device,
+                                requires_grad=True)
+                out.grad_inputs.append(g)
+                dense = g if dense is None else dense + g
+            sparse = None
+            if rd is not None and rd_layer == layer and rd != graph.mlp_receiver_safe(layer):
+                local = rd - layer * graph.receivers_per_layer
+                sparse = (local // cfg.n_heads, local % cfg.n_heads, iv.receiver_delta)
+            z, attn_out, pattern = self._attention(blk, resid, dense, sparse, allowed, rot, per_head)
+            if keep_patterns:
+                out.patterns.append(pattern)
+            if per_head:
+                if sender_mask is not None:
+                    z = self._patch_senders(z, sender_mask, cf, graph.head_sender(layer, 0))
+                attn_out = z.sum(1) + blk.b_O
+                if need_blocks:
+                    out.blocks.append(z)
+            mid = resid + attn_out
+            if keep_resid:
+                out.resid_mid.append(mid)
+            if not cfg.has_mlp:
+                resid = mid
+                continue
+            # -- MLP receiver
+            mlp_in = resid if cfg.parallel else mid
+            u_mlp = graph.upstream_of_mlp(layer)
+            if edge_mask is not None:
+                d = self._edge_delta(edge_mask, cf, out.blocks, layer, u_mlp, attention=False)
+                if d is not None:
+                    mlp_in = mlp_in + d
+            if receiver_grads:
+                g = torch.zeros(B, P, cfg.d_model, dtype=resid.dtype, device=resid.device, requires_grad=True)
+                out.grad_inputs.append(g)
+                mlp_in = mlp_in + g
+            if rd is not None and rd == graph.mlp_receiver_safe(layer):
+                mlp_in = mlp_in + iv.receiver_delta
+            z_mlp = self._mlp(blk, mlp_in)
+            if sender_mask is not None:
+                z_mlp = self._patch_senders(z_mlp[:, None], sender_mask, cf, graph.mlp_sender(layer))[:, 0]
+            if need_blocks:
+                out.blocks.append(z_mlp[:, None])
+            resid = mid + z_mlp
+
+        # -- logits receiver
+        final = resid
+        if edge_mask is not None:
+            d = self._edge_delta(edge_mask, cf, out.blocks, cfg.n_layers, graph.n_senders, attention=False)
+            if d is not None:
+                final = final + d
+        if receiver_grads:
+            g = torch.zeros(B, P, cfg.d_model, dtype=resid.dtype, device=resid.device, requires_grad=True)
+            out.grad_inputs.append(g)
+            final = final + g
+        if rd is not None and rd == graph.logits_receiver:
+            final = final + iv.receiver_delta
+        out.final_resid = final
+        if compute_logits:
+            out.logits = _norm(cfg.norm, final, self.lnf_w, self.lnf_b, cfg.norm_eps) @ self.unembed + self.b_U
+        return out
+
+    # ---- pieces ----------------------------------------------------------------------------
+    def _edge_delta(self, mask, cf, blocks, layer, n_up, attention: bool):
+        """Sum over patched upstream edges of (counterfactual − current) for one layer's receivers."""
+        graph, cfg = self.graph, self.cfg
+        if attention:
+            r0 = graph.attention_receiver(layer, "q", 0)
+            off = int(graph.edge_offset[r0])
+            m = mask[:, off : off + 3 * cfg.n_heads * n_up]
+        else:
+            r0 = graph.mlp_receiver(layer) if layer < cfg.n_layers else graph.logits_receiver
+            off = int(graph.edge_offset[r0])
+            m = mask[:, off : off + n_up]
+        if not bool(m.any()):
+            return None
+        cur = torch.cat(blocks, dim=1)[:, :n_up]
+        diff = cf[:, :n_up].to(cur.dtype) - cur  # broadcasts over mean/zero counterfactuals
+        m = m.to(cur.dtype)
+        if attention:
+            m = m.reshape(m.shape[0], 3, cfg.n_heads, n_up)
+            return torch.einsum("bupd,bkhu->bkhpd", diff, m)
+        return torch.einsum("bupd,bu->bpd", diff, m)
+
+    @staticmethod
+    def _patch_senders(z, mask, cf, first):
+        """Replace the masked senders in block ``z`` [B, n, P, D] (senders first..first+n) by cf."""
+        n = z.shape[1]
+        m = mask[:, first : first + n].to(z.dtype)
+        if not bool(m.any()):
+            return z
+        c = cf[:, first : first + n].to(z.dtype)
+        return z + m[:, :, None, None] * (c - z)
+
+    def _attention(self, blk, resid, dense, sparse, allowed, rot, per_head):
+        """Head outputs [B, H, P, D] (or None), the attention output [B, P, D] and the pattern."""
+        cfg = self.cfg
+        norm = lambda x: _norm(cfg.norm, x, blk.ln1_w, blk.ln1_b, cfg.norm_eps)  # noqa: E731
+        base = norm(resid) if dense is None else None
+        per_kind = []
+        for k, (W, b) in enumerate(((blk.W_Q, blk.b_Q), (blk.W_K, blk.b_K), (blk.W_V, blk.b_V))):
+            if dense is None:
+                t = torch.einsum("bpd,hde->bhpe", base, W)
+            else:
+                t = torch.einsum("bhpd,hde->bhpe", norm(resid[:, None] + dense[:, k]), W)
+            t = t + b[None, :, None, :]
+            if sparse is not None and sparse[0] == k:
+                h = sparse[1]
+                x = resid + sparse[2] if dense is None else resid + dense[:, k, h] + sparse[2]
+                one = norm(x) @ W[h] + b[h]
+                t = torch.cat((t[:, :h], one[:, None], t[:, h + 1 :]), dim=1)
+            per_kind.append(t)
+        q, k_, v = per_kind
+        if rot is not None:
+            q, k_ = self._apply_rotary(q, *rot), self._apply_rotary(k_, *rot)
+        scores = (q @ k_.transpose(-1, -2)).float() / math.sqrt(cfg.d_head)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        pattern = scores.softmax(-1)
+        zc = pattern.to(v.dtype) @ v  # [B, H, P, E]
+        if per_head:
+            return torch.einsum("bhpe,hed->bhpd", zc, blk.W_O), None, pattern
+        return None, torch.einsum("bhpe,hed->bpd", zc, blk.W_O) + blk.b_O, pattern
+
+    def _mlp(self, blk, x):
+        """The MLP's output (a sender) for receiver input x."""
+        cfg = self.cfg
+        h = _norm(cfg.norm, x, blk.ln2_w, blk.ln2_b, cfg.norm_eps)
+        act = ACTIVATIONS[cfg.act]
+        if cfg.mlp == "gated":
+            pre = act(h @ blk.W_gate) * (h @ blk.W_in + blk.b_in)
+        else:
+            pre = act(h @ blk.W_in + blk.b_in)
+        return pre @ blk.W_out + blk.b_out
