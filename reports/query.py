@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    import duckdb
 
 
 def _quote_ident(name: str) -> str:
@@ -42,6 +45,8 @@ def connect(run_dirs: Iterable[str | os.PathLike[str]], run_column: str = "run")
     Each view has an extra column `run_column` naming the run directory a row came from.
     Tables with the same name but different columns are unioned by column name (missing -> NULL).
     """
+    import duckdb  # imported on use: most callers of reports never query
+
     con = duckdb.connect(":memory:")
     for name, files in list_tables(run_dirs).items():
         selects = []
@@ -63,6 +68,8 @@ def query(sql: str, run_dirs: Iterable[str | os.PathLike[str]], run_column: str 
 
     Unknown table names raise a ValueError listing the tables available.
     """
+    import duckdb
+
     run_dirs = list(run_dirs)
     con = connect(run_dirs, run_column)
     try:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -19,14 +19,19 @@ from reports.provenance import provenance as _base_provenance, to_jsonable
 PROVENANCE_KEY = b"circuitstat.provenance"
 SCORES_COLUMN = "scores"
 
-TableLike = pa.Table | pd.DataFrame | Mapping[str, Any]
+if TYPE_CHECKING:
+    import pandas as pd
+
+TableLike = Union[pa.Table, "pd.DataFrame", Mapping[str, Any]]
 
 
 def to_arrow(table: TableLike) -> pa.Table:
     """Return `table` (Arrow table, pandas DataFrame or dict of columns) as a pyarrow Table."""
     if isinstance(table, pa.Table):
         return table
-    if isinstance(table, pd.DataFrame):
+    # pandas is not imported here (it costs ~0.4 s); a DataFrame can exist only if it already was.
+    pd = sys.modules.get("pandas")
+    if pd is not None and isinstance(table, pd.DataFrame):
         # A default RangeIndex carries no information; a named/real index is kept as a column.
         return pa.Table.from_pandas(table, preserve_index=None)
     if isinstance(table, Mapping):
@@ -36,7 +41,7 @@ def to_arrow(table: TableLike) -> pa.Table:
                     f"column {name!r} has shape {col.shape}; columns must be 1-D. "
                     "Store a per-example matrix with matrix_to_table(matrix, index_columns=...)"
                 )
-        return pa.table(dict(table))
+        return pa.Table.from_pydict(dict(table))
     raise TypeError(f"write_table needs a pyarrow Table, pandas DataFrame or dict of columns, not {type(table).__name__}")
 
 
@@ -136,9 +141,10 @@ def matrix_to_table(
         if len(arr) != n:
             raise ValueError(f"index column {name!r} has {len(arr)} values but the matrix has {n} rows (examples)")
         cols[name] = arr
-    flat = pa.array(m.reshape(-1), type=pa.float32())
+    # Wrap the float32 buffer directly: zero-copy, and pa.array would import pandas (~0.4 s).
+    flat = pa.Array.from_buffers(pa.float32(), n * e, [None, pa.py_buffer(m)])
     cols[column] = pa.FixedSizeListArray.from_arrays(flat, type=pa.list_(pa.float32(), e))
-    return pa.table(cols)
+    return pa.Table.from_pydict(cols)
 
 
 def table_to_matrix(table: pa.Table, column: str = SCORES_COLUMN) -> np.ndarray:
