@@ -284,6 +284,21 @@ def test_stage_outputs_must_match_declaration(tmp_path):
             run.stage("v", lambda: None, [], depends_on=["s"])
 
 
+def test_outputs_left_by_a_failed_attempt_do_not_count(tmp_path):
+    def writes_then_fails():
+        run.write_table("a", {"x": [1]})
+        raise RuntimeError("boom")
+
+    with RunDir(tmp_path) as run:
+        with pytest.raises(RuntimeError, match="boom"):
+            run.stage("s", writes_then_fails, ["a"])
+        assert (tmp_path / "a.parquet").exists()
+        # A retry that writes nothing must not be marked done on the stale file.
+        with pytest.raises(StageOutputError, match="did not write"):
+            run.stage("s", lambda: None, ["a"])
+        assert not run.is_done("s")
+
+
 def test_missing_output_of_done_stage_is_recomputed(tmp_path):
     calls = Counter()
 
