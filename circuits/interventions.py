@@ -11,6 +11,8 @@ over it), so many different interventions run in one forward.
   interpolate.
 * ``sender_mask`` [B, U] (or [U]): the sender's output is replaced by its counterfactual value
   everywhere downstream (node patching).
+* ``sender_value`` (u, value [B, P, D]): sender u's output is replaced by ``value`` (one
+  sender for all rows; exact node effects batch examples this way).
 * ``receiver_delta`` (r, delta [B, P, D]): ``delta`` is added to receiver r's input.  Exact
   per-edge effects use it: patching edge u -> v is adding ``z_u(cf) - z_u(clean)`` to v's input.
 
@@ -37,6 +39,8 @@ class Intervention:
     sender_mask: torch.Tensor | None = None
     receiver: int | None = None
     receiver_delta: torch.Tensor | None = None
+    sender: int | None = None
+    sender_value: torch.Tensor | None = None
 
     @classmethod
     def edges(cls, mask: torch.Tensor, counterfactual: torch.Tensor) -> "Intervention":
@@ -53,6 +57,11 @@ class Intervention:
         """Add ``delta`` [B, P, D] to receiver ``receiver``'s input."""
         return cls(receiver=receiver, receiver_delta=delta)
 
+    @classmethod
+    def at_sender(cls, sender: int, value: torch.Tensor) -> "Intervention":
+        """Replace sender ``sender``'s output by ``value`` [B, P, D] everywhere downstream."""
+        return cls(sender=sender, sender_value=value)
+
     def validate(self, n_edges: int, n_senders: int) -> None:
         """Raise InputError when shapes do not fit a graph with these sizes."""
         if (self.edge_mask is not None or self.sender_mask is not None) and self.counterfactual is None:
@@ -67,3 +76,5 @@ class Intervention:
             )
         if (self.receiver is None) != (self.receiver_delta is None):
             raise InputError("a receiver intervention needs both the receiver index and the delta")
+        if (self.sender is None) != (self.sender_value is None):
+            raise InputError("a sender intervention needs both the sender index and the value")

@@ -317,13 +317,15 @@ class CircuitModel(nn.Module):
         keep_patterns: bool = False,
         receiver_grads: bool = False,
         compute_logits: bool = True,
+        logits_at: torch.Tensor | None = None,
     ) -> RunOutput:
         """Run the model, optionally from a saved state, with interventions; return what was asked.
 
         ``receiver_grads=True`` adds zero tensors to every receiver input and returns them in
         ``grad_inputs`` (per layer ``[B, 3, H, P, D]`` for q/k/v and ``[B, P, D]`` for the MLP,
         then ``[B, P, D]`` for logits), so one ``torch.autograd.grad`` gives every receiver's
-        gradient.
+        gradient.  ``logits_at`` [B] computes logits only at one position per row ([B, V]),
+        which is all a metric read at the last real token needs.
         """
         cfg, graph = self.cfg, self.graph
         B, P = input_ids.shape
@@ -341,7 +343,8 @@ class CircuitModel(nn.Module):
         if sender_mask is not None and sender_mask.dim() == 1:
             sender_mask = sender_mask[None].expand(B, -1)
         need_blocks = keep_senders or edge_mask is not None
-        per_head = need_blocks or sender_mask is not None
+        sv = None if iv is None else iv.sender
+        per_head = need_blocks or sender_mask is not None or sv is not None
         out = RunOutput(logits=None, blocks=[] if need_blocks else None)
 
         positions = self.positions(attention_mask)
@@ -356,6 +359,8 @@ class CircuitModel(nn.Module):
             z_in = self.embed(input_ids, positions)
             if sender_mask is not None:
                 z_in = self._patch_senders(z_in[:, None], sender_mask, cf, 0)[:, 0]
+            if sv == 0:
+                z_in = iv.sender_value.to(z_in.dtype)
             resid = z_in
             if need_blocks:
                 out.blocks.append(z_in[:, None])
@@ -395,6 +400,10 @@ class CircuitModel(nn.Module):
             if per_head:
                 if sender_mask is not None:
                     z = self._patch_senders(z, sender_mask, cf, graph.head_sender(layer, 0))
+                first = graph.head_sender(layer, 0)
+                if sv is not None and first <= sv < first + cfg.n_heads:
+                    h = sv - first
+                    z = torch.cat((z[:, :h], iv.sender_value[:, None].to(z.dtype), z[:, h + 1 :]), dim=1)
                 attn_out = z.sum(1) + blk.b_O
                 if need_blocks:
                     out.blocks.append(z)
@@ -420,6 +429,8 @@ class CircuitModel(nn.Module):
             z_mlp = self._mlp(blk, mlp_in)
             if sender_mask is not None:
                 z_mlp = self._patch_senders(z_mlp[:, None], sender_mask, cf, graph.mlp_sender(layer))[:, 0]
+            if sv is not None and sv == graph.mlp_sender(layer):
+                z_mlp = iv.sender_value.to(z_mlp.dtype)
             if need_blocks:
                 out.blocks.append(z_mlp[:, None])
             resid = mid + z_mlp
@@ -438,7 +449,8 @@ class CircuitModel(nn.Module):
             final = final + iv.receiver_delta
         out.final_resid = final
         if compute_logits:
-            out.logits = _norm(cfg.norm, final, self.lnf_w, self.lnf_b, cfg.norm_eps) @ self.unembed + self.b_U
+            x = final if logits_at is None else final[torch.arange(B, device=final.device), logits_at]
+            out.logits = _norm(cfg.norm, x, self.lnf_w, self.lnf_b, cfg.norm_eps) @ self.unembed + self.b_U
         return out
 
     # ---- pieces ----------------------------------------------------------------------------

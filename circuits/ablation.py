@@ -1,0 +1,128 @@
+"""Counterfactual sender outputs for each ablation: what a patched edge or node carries instead.
+
+* ``counterfactual``: the paired corrupted input's sender outputs (activation patching).
+* ``zero``: zeros.
+* ``mean``: each sender's mean output over a named reference dataset, averaged over examples and
+  real token positions, per sender (EAP-IG's non-positional mean also averages across nodes; we
+  do not).
+* ``mean-positional``: the same, per position (reference prompts must be at least as long).
+* ``resample``: the clean run of another example, drawn once per dataset from the run's seed
+  (a derangement, so no example is its own counterfactual and results do not depend on batching).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from .errors import InputError
+from .model import CircuitModel
+
+ABLATIONS = ("counterfactual", "mean", "mean-positional", "zero", "resample")
+
+
+class PairData(Protocol):
+    """What attribution needs of a task: paired token ids, masks and a metric at the last token."""
+
+    clean: torch.Tensor  # [N, P]
+    corrupted: torch.Tensor  # [N, P]
+    attention_mask: torch.Tensor  # [N, P]
+
+    def metric_last(self, last_logits: torch.Tensor, index: torch.Tensor,
+                    clean_last: torch.Tensor | None) -> torch.Tensor: ...
+
+
+def last_index(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position of each row's last real token (right padding)."""
+    return attention_mask.long().sum(-1) - 1
+
+
+def derangement(n: int, seed: int) -> np.ndarray:
+    """A permutation of range(n) with no fixed point, drawn from ``seed``."""
+    if n < 2:
+        raise InputError("resample ablation needs at least 2 examples")
+    rng = np.random.default_rng(seed)
+    while True:
+        perm = rng.permutation(n)
+        if not np.any(perm == np.arange(n)):
+            return perm
+
+
+class Ablation:
+    """Builds the counterfactual sender outputs [B | 1, U, P | 1, D] for batches of a dataset."""
+
+    def __init__(self, kind: str, model: CircuitModel, data: PairData, *, reference: PairData | None = None,
+                 seed: int = 0, batch_size: int = 32) -> None:
+        if kind not in ABLATIONS:
+            raise InputError(f"unknown ablation {kind!r}; use one of {', '.join(ABLATIONS)}")
+        self.kind, self.model, self.data = kind, model, data
+        self.means = None
+        self.perm = None
+        if kind in ("mean", "mean-positional"):
+            self.means = sender_means(model, reference if reference is not None else data,
+                                      positional=kind == "mean-positional", batch_size=batch_size)
+        if kind == "resample":
+            self.perm = torch.as_tensor(derangement(data.clean.shape[0], seed))
+
+    def describe(self) -> dict:
+        """Parameters that determine the counterfactual, for provenance."""
+        return {"ablation": self.kind, "resample_perm_head": None if self.perm is None else self.perm[:8].tolist()}
+
+    @torch.no_grad()
+    def senders(self, index: torch.Tensor) -> torch.Tensor:
+        """Counterfactual sender outputs for the examples ``index`` of the dataset."""
+        m, d = self.model, self.data
+        dev = m.device
+        if self.kind == "counterfactual":
+            return m.run(d.corrupted[index].to(dev), d.attention_mask[index].to(dev), keep_senders=True,
+                         compute_logits=False).senders
+        if self.kind == "resample":
+            other = self.perm[index]
+            mask = d.attention_mask[index]
+            if not torch.equal(d.attention_mask[other], mask):
+                # lengths differ: positions beyond the other prompt would read padding
+                if (d.attention_mask[other].sum(-1) < mask.sum(-1)).any():
+                    raise InputError("resample ablation needs prompts of equal length; use a task with fixed lengths")
+            return m.run(d.clean[other].to(dev), d.attention_mask[other].to(dev), keep_senders=True,
+                         compute_logits=False).senders
+        if self.kind == "zero":
+            g = m.graph
+            return torch.zeros(1, g.n_senders, 1, m.cfg.d_model, dtype=m.dtype, device=dev)
+        P = d.clean.shape[1]
+        means = self.means
+        if means.shape[2] != 1:
+            if means.shape[2] < P:
+                raise InputError(f"mean-positional reference prompts have {means.shape[2]} positions, the task needs {P}")
+            means = means[:, :, :P]
+        return means.to(dev)
+
+
+@torch.no_grad()
+def sender_means(model: CircuitModel, reference: PairData, positional: bool, batch_size: int = 32) -> torch.Tensor:
+    """Mean output of every sender over the reference's clean prompts: [1, U, 1 or P, D] float32.
+
+    Sums in float32 over real tokens only and divides once by the total count.
+    """
+    N, P = reference.clean.shape
+    if N == 0:
+        raise InputError("the reference dataset for mean ablation is empty")
+    total = None
+    count = torch.zeros(P if positional else 1, dtype=torch.float64)
+    for start in range(0, N, batch_size):
+        sl = slice(start, start + batch_size)
+        mask = reference.attention_mask[sl].to(model.device)
+        z = model.run(reference.clean[sl].to(model.device), mask, keep_senders=True, compute_logits=False).senders
+        w = mask.to(torch.float32)[:, None, :, None]
+        s = (z.float() * w).sum(0, keepdim=True)  # [1, U, P, D]
+        if not positional:
+            s = s.sum(2, keepdim=True)
+            count += float(mask.sum())
+        else:
+            count += mask.sum(0).double().cpu()
+        total = s if total is None else total + s
+    if positional and (count == 0).any():
+        raise InputError("mean-positional: some positions have no real token in the reference dataset")
+    denom = count.to(total.device, torch.float32)
+    return (total / denom[None, None, :, None]).to(model.dtype)
