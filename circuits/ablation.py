@@ -24,14 +24,14 @@ ABLATIONS = ("counterfactual", "mean", "mean-positional", "zero", "resample")
 
 
 class PairData(Protocol):
-    """What attribution needs of a task: paired token ids, masks and a metric at the last token."""
+    """What attribution needs of a task (circuits.tasks.Task): paired ids, masks, a per-example metric."""
 
     clean: torch.Tensor  # [N, P]
     corrupted: torch.Tensor  # [N, P]
     attention_mask: torch.Tensor  # [N, P]
 
-    def metric_last(self, last_logits: torch.Tensor, index: torch.Tensor,
-                    clean_last: torch.Tensor | None) -> torch.Tensor: ...
+    def score(self, logits: torch.Tensor, indices: torch.Tensor | None = None,
+              clean_logits: torch.Tensor | None = None) -> torch.Tensor: ...
 
 
 def last_index(attention_mask: torch.Tensor) -> torch.Tensor:

@@ -73,7 +73,7 @@ class _Batch:
         with torch.no_grad():
             self.run = model.run(self.clean, self.mask, keep_senders=True, keep_resid=keep_resid, logits_at=self.last)
         self.clean_last = self.run.logits
-        self.m0 = data.metric_last(self.clean_last, index, self.clean_last).float()
+        self.m0 = data.score(self.clean_last, indices=index, clean_logits=self.clean_last).float()
         _check_metric(self.m0, index, "clean run")
 
 
@@ -81,7 +81,7 @@ def _grad_run(model, data, batch: _Batch, ids, intervention=None):
     """Receiver gradients of the summed metric for one (possibly intervened) run."""
     with torch.enable_grad():
         out = model.run(ids, batch.mask, intervention=intervention, receiver_grads=True, logits_at=batch.last)
-        metric = data.metric_last(out.logits, batch.index, batch.clean_last)
+        metric = data.score(out.logits, indices=batch.index, clean_logits=batch.clean_last)
         _check_metric(metric.detach(), batch.index, "gradient run")
         return torch.autograd.grad(metric.sum(), out.grad_inputs)
 
@@ -154,7 +154,7 @@ def _exact_edges(model, data, batch, cf, max_rows: int) -> torch.Tensor:
             n, u = chunk // U, chunk % U
             res = model.run(batch.clean[n], batch.mask[n], state=RunState(layer, start[n]),
                             intervention=Intervention.at_receiver(r, delta[n, u]), logits_at=batch.last[n])
-            m = data.metric_last(res.logits, batch.index[n.cpu()], batch.clean_last[n]).float()
+            m = data.score(res.logits, indices=batch.index[n.cpu()], clean_logits=batch.clean_last[n]).float()
             out[n, int(g.edge_offset[r]) + u] = m - batch.m0[n]
     return out
 
@@ -171,7 +171,7 @@ def _exact_nodes(model, data, batch, cf) -> torch.Tensor:
         state = None if layer < 0 else RunState(layer, batch.run.resid_pre[layer])
         res = model.run(batch.clean, batch.mask, state=state, intervention=Intervention.at_sender(u, cf[:, u]),
                         logits_at=batch.last)
-        out[:, u] = data.metric_last(res.logits, batch.index, batch.clean_last).float() - batch.m0
+        out[:, u] = data.score(res.logits, indices=batch.index, clean_logits=batch.clean_last).float() - batch.m0
     return out
 
 
@@ -181,13 +181,13 @@ def attribute(
     method: str = "eap",
     *,
     level: str = "edge",
-    ablation: str = "counterfactual",
+    ablation: "str | Ablation" = "counterfactual",
     reference: PairData | None = None,
     batch_size: int = 16,
     ig_steps: int = 5,
     max_rows: int = 256,
     seed: int = 0,
-    metric_name: str = "metric",
+    metric_name: str | None = None,
     progress: bool = True,
 ) -> ScoreMatrix:
     """Per-example scores [N, E] (or [N, nodes]) of ``method`` on ``data``."""
@@ -203,7 +203,9 @@ def attribute(
     if ig_steps < 1:
         raise InputError("ig_steps must be at least 1")
     t0 = time.perf_counter()
-    abl = Ablation(ablation, model, data, reference=reference, seed=seed, batch_size=batch_size)
+    # An Ablation object (anything with .kind and .senders(index)) gives custom counterfactuals.
+    abl = ablation if not isinstance(ablation, str) else Ablation(
+        ablation, model, data, reference=reference, seed=seed, batch_size=batch_size)
     cols = model.graph.n_edges if level == "edge" else model.graph.n_senders
     scores = np.empty((N, cols), dtype=np.float32)
     starts = range(0, N, batch_size)
@@ -214,7 +216,7 @@ def attribute(
         if method == "exact":
             s = _exact_edges(model, data, batch, cf, max_rows) if level == "edge" else _exact_nodes(model, data, batch, cf)
         else:
-            s = _eap(model, data, batch, cf, method, ig_steps, ablation == "counterfactual")
+            s = _eap(model, data, batch, cf, method, ig_steps, abl.kind == "counterfactual")
             if level == "node":
                 s = edges_to_nodes(model, s)
         scores[start : start + len(index)] = s.detach().float().cpu().numpy()
@@ -222,6 +224,7 @@ def attribute(
     if method.startswith("eap-ig"):
         params["ig_steps"] = ig_steps
     return ScoreMatrix(
-        scores=scores, graph=model.graph, level=level, method=method, ablation=ablation, metric=metric_name,
+        scores=scores, graph=model.graph, level=level, method=method, ablation=abl.kind,
+        metric=metric_name or getattr(data, "metric_name", "metric"),
         params=params, provenance={"model": model.identity(), "seconds": time.perf_counter() - t0},
     )
