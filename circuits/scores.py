@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,16 +63,24 @@ class ScoreMatrix:
         return {"n_layers": g.n_layers, "n_heads": g.n_heads, "has_mlp": g.has_mlp, "parallel": g.parallel}
 
     # ---- persistence -----------------------------------------------------------------------
+    def tables(self, provenance: dict | None = None, name: str = "scores") -> dict:
+        """{name: per-example table, "edges" or "nodes": index table}, provenance in their metadata."""
+        from reports.tables import matrix_to_table, to_arrow, with_provenance
+
+        prov = {**self.provenance, **(provenance or {}), "scores": self.describe(), "graph": self.graph_config()}
+        table = matrix_to_table(self.scores, {"example": self.example_ids})
+        index = to_arrow(self.index_columns())
+        return {name: with_provenance(table, prov),
+                ("edges" if self.level == "edge" else "nodes"): with_provenance(index, prov)}
+
     def write(self, directory: str | Path, provenance: dict | None = None) -> Path:
         """Write scores.parquet and edges.parquet (or nodes.parquet) into ``directory``."""
-        from reports.tables import matrix_to_table, write_table
+        from reports.tables import write_table
 
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
-        prov = {**self.provenance, **(provenance or {}), "scores": self.describe(), "graph": self.graph_config()}
-        table = matrix_to_table(self.scores, {"example": self.example_ids})
-        write_table(table, out / "scores.parquet", prov)
-        write_table(self.index_columns(), out / ("edges.parquet" if self.level == "edge" else "nodes.parquet"), prov)
+        for name, table in self.tables(provenance).items():
+            write_table(table, out / f"{name}.parquet")
         return out
 
     def index_columns(self) -> dict:
@@ -85,11 +92,11 @@ class ScoreMatrix:
                 "kind": ["input" if s == "input" else ("mlp" if s.startswith("m") else "head") for s in g.senders]}
 
     @classmethod
-    def read(cls, directory: str | Path) -> "ScoreMatrix":
-        """A ScoreMatrix from a directory written by ``write``."""
+    def read(cls, directory: str | Path, name: str = "scores") -> "ScoreMatrix":
+        """A ScoreMatrix from a directory written by ``write`` (or a run's ``scores_<method>``)."""
         from reports.tables import read_provenance, read_table, table_to_matrix
 
-        path = Path(directory) / "scores.parquet"
+        path = Path(directory) / f"{name}.parquet"
         if not path.exists():
             raise FileNotFoundError(f"{path} not found; run `circuitstat attribute ... --out {directory}` first")
         table = read_table(path)
@@ -108,7 +115,3 @@ class ScoreMatrix:
         return (f"ScoreMatrix(method={self.method!r}, level={self.level!r}, N={self.n_examples}, "
                 f"columns={len(self.names)}, metric={self.metric!r}, ablation={self.ablation!r})")
 
-
-def provenance_json(obj: dict) -> str:
-    """Canonical JSON of a provenance dict (sorted keys)."""
-    return json.dumps(obj, sort_keys=True, default=str)

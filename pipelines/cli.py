@@ -75,16 +75,77 @@ def model_command(
         raise typer.Exit(1)
 
 
+DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+          "float16": "float16", "fp16": "float16"}
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    if name not in DTYPES:
+        fail(f"unknown dtype {name!r}; use float32, bfloat16 or float16")
+    return getattr(torch, DTYPES[name])
+
+
+@app.command("attribute")
+def attribute_command(
+    model: str = typer.Option(..., "--model", help="model directory, cached hub id, or random:ARCH?..."),
+    task: str = typer.Option("induction", "--task", help="induction, ioi, greater-than, or a .jsonl/.csv/.parquet file"),
+    method: str = typer.Option("eap", "--method", help="exact, eap, eap-ig-inputs, eap-ig-activations, clean-corrupted"),
+    level: str = typer.Option("edge", "--level", help="edge or node"),
+    ablation: str = typer.Option("counterfactual", "--ablation",
+                                 help="counterfactual, mean, mean-positional, zero, resample"),
+    metric: str | None = typer.Option(None, "--metric", help="logit_diff, prob_diff, kl, kl_mean, cross_entropy"),
+    n: int = typer.Option(64, "--n", help="number of examples"),
+    batch_size: int = typer.Option(16, "--batch-size"),
+    ig_steps: int = typer.Option(5, "--ig-steps", help="integration steps for EAP-IG"),
+    seed: int = typer.Option(0, "--seed"),
+    device: str = typer.Option("cpu", "--device"),
+    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16 (scores accumulate in float32)"),
+    out: Path = typer.Option(..., "--out", help="run directory to write"),
+    force: bool = typer.Option(False, "--force", help="recompute even if the directory holds a different spec"),
+) -> None:
+    """Per-example attribution scores: writes scores.parquet, edges.parquet and manifest.json."""
+    from circuits import load_model
+    from circuits.attribution import attribute
+    from pipelines.build import build_task
+    from reports.rundir import RunDir
+
+    m = load_model(model, device=device, dtype=_torch_dtype(dtype))
+    t = build_task(m, task, n=n, seed=seed, metric=metric)
+    spec = {"model": model, "task": task, "method": method, "level": level, "ablation": ablation,
+            "metric": t.metric_name, "n": n, "batch_size": batch_size, "ig_steps": ig_steps, "seed": seed,
+            "dtype": DTYPES[dtype]}
+    params = {**spec, "weight_hash": m.weight_hash(), "task_hash": t.content_hash}
+    index = "edges" if level == "edge" else "nodes"
+    with RunDir(out, spec=spec, command=sys.argv, seed=seed,
+                provenance={"model": m.identity(), "task": t.describe()}) as run:
+        def compute():
+            sm = attribute(m, t, method, level=level, ablation=ablation, batch_size=batch_size,
+                           ig_steps=ig_steps, seed=seed)
+            return sm.tables({"task": t.describe()})
+
+        run.stage("scores", compute, ["scores", index], params=params, force=force)
+    from circuits.scores import ScoreMatrix
+
+    sm = ScoreMatrix.read(out)
+    mean = sm.mean()
+    sd = sm.scores.std(0, ddof=1) if sm.n_examples > 1 else mean * 0
+    top = abs(mean).argsort()[::-1][:10]
+    typer.echo(f"{method} scores for {len(sm.names)} {level}s on {sm.n_examples} examples -> {out}")
+    typer.echo(f"{'rank':>4}  {'mean':>10}  {'sd':>9}  name")
+    for r, i in enumerate(top, 1):
+        typer.echo(f"{r:>4}  {mean[i]:>10.4f}  {sd[i]:>9.4f}  {sm.names[i]}")
+
+
 def main() -> None:
     """Entry point: run the app, turning bad-input errors into one line and exit code 2."""
-    from circuits.errors import InputError
+    from reports.lock import RunLockedError
+    from reports.rundir import RunDirError
 
     try:
-        app()
-    except InputError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        sys.exit(2)
-    except (FileNotFoundError, ValueError) as exc:
+        app()  # usage errors exit 2 inside; our own errors propagate to here
+    except (ValueError, FileNotFoundError, RunDirError, RunLockedError) as exc:  # InputError is a ValueError
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
 

@@ -1,0 +1,25 @@
+"""Building a task for a model: the one place that turns (model, task name, options) into a Task."""
+
+from __future__ import annotations
+
+from circuits.errors import InputError
+from circuits.model import CircuitModel
+from circuits.tasks import Task, make_task
+
+
+def build_task(model: CircuitModel, name: str, *, n: int = 64, seed: int = 0, metric: str | None = None,
+               **options) -> Task:
+    """The task ``name`` tokenized for ``model`` and validated against its vocabulary and context."""
+    tok = model.tokenizer
+    kwargs = dict(options)
+    if metric is not None:
+        kwargs["metric"] = metric
+    if tok is None:
+        if name not in ("induction",):
+            raise InputError(
+                f"task {name!r} needs a tokenizer and the model {model.source} has none; "
+                "use the induction task (works on any vocabulary) or a model directory with a tokenizer"
+            )
+        kwargs.setdefault("vocab_size", model.cfg.vocab_size)
+    task = make_task(name, tokenizer=tok, n=n, seed=seed, **kwargs)
+    return task.validate(model)
