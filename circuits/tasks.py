@@ -255,10 +255,10 @@ class Task:
     # -- identity ----------------------------------------------------------------------------
     @property
     def content_hash(self) -> str:
-        """sha256 over the ids, mask, answers, groups, candidate sets and metric (name + kwargs)."""
+        """sha256 over the ids, mask, answers, groups, candidate sets and metric (name + kwargs);
+        the task's name is not part of it."""
         if self._hash is None:
-            h = hashlib.sha256(b"circuitstat-task-v1")
-            h.update(self.name.encode())
+            h = hashlib.sha256(b"circuitstat-task-v1")  # content only: the name is not hashed
             for t in (self.clean, self.corrupted, self.attention_mask, self.answer, self.wrong_answer,
                       self.group, self.candidates, self.good, self.bad):
                 if t is None:
