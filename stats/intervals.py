@@ -278,7 +278,7 @@ def bootstrap_edges(S: np.ndarray, plan: ResamplingPlan | None = None, *,
         cluster_info = (order, starts, sizes)
 
     def reduce(r: np.ndarray, sc: np.ndarray, sl: slice) -> dict[str, Any]:
-        theta = sc.mean(axis=0)
+        theta = sc.mean(axis=1)  # sc is [c, N]
         out: dict[str, Any] = {"theta": theta, "se": r.std(axis=1, ddof=1),
                                "boot_mean": r.mean(axis=1), "p": _boot_pvalue(r, alternative)}
         if keep_distribution:
@@ -287,13 +287,13 @@ def bootstrap_edges(S: np.ndarray, plan: ResamplingPlan | None = None, *,
         if "bca" in todo:
             out["frac"] = _frac_below(r, theta)
             if cluster_info is None:
-                accel = mean_acceleration(sc, axis=0)
+                accel = mean_acceleration(sc, axis=1)
             else:
                 # leave-one-cluster-out means: templates are the independent units
                 order, starts, sizes = cluster_info
-                gsum = np.add.reduceat(sc[order], starts, axis=0)
-                jack = (sc.sum(axis=0) - gsum) / (n_obs - sizes)[:, None]
-                accel = acceleration_from_jackknife(jack.T)
+                gsum = np.add.reduceat(sc[:, order], starts, axis=1)  # [c, G]
+                jack = (sc.sum(axis=1)[:, None] - gsum) / (n_obs - sizes)[None, :]
+                accel = acceleration_from_jackknife(jack)
             out["accel"] = accel
         r.sort(axis=1)
         out["ci"] = _intervals_sorted(r, theta, out.get("frac"), accel, todo, alpha, alternative)

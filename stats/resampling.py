@@ -323,9 +323,11 @@ def map_edge_chunks(S: np.ndarray, plan: ResamplingPlan,
                     fn: Callable[[np.ndarray, np.ndarray, slice], Any], *,
                     chunk_size: int | None = None, n_jobs: int = 1,
                     max_bytes: int = DEFAULT_MAX_BYTES, backend: str = "threading") -> Iterator[Any]:
-    """Yield fn(resampled [c, B] float64, scores [N, c] float64, edge slice) per chunk, in order.
+    """Yield fn(resampled [c, B], scores [c, N], edge slice) per chunk, in order (float64).
 
-    `resampled[j, b]` is the mean of edge j in resample b, i.e. row j of (counts @ S / totals).T.
+    `resampled[j, b]` is the mean of edge j in resample b, i.e. row j of (counts @ S / totals).T;
+    `scores` is the chunk of S transposed and contiguous, so reductions over examples run along
+    its last axis and give bit-identical results whatever the chunk size.
     Workers (joblib, threads by default: numpy releases the GIL in BLAS and sort) only change
     where a chunk runs; outputs come back in chunk order.
     """
@@ -339,8 +341,10 @@ def map_edge_chunks(S: np.ndarray, plan: ResamplingPlan,
     totals = plan.totals
 
     def work(sl: slice) -> Any:
-        sc = np.asarray(S[:, sl], dtype=np.float64)  # float64 for this chunk only
-        r = sc.T @ wt
+        # float64 for this chunk only; [c, N] contiguous: per-edge sums over examples then use
+        # the same (pairwise) summation order for every chunk size, so results are chunk-free
+        sc = np.ascontiguousarray(np.asarray(S[:, sl], dtype=np.float64).T)
+        r = sc @ wt
         r /= totals  # divide (not multiply by 1/N) so the bootstrap equals sum/N like np.mean
         return fn(r, sc, sl)
 
