@@ -1,0 +1,229 @@
+"""Circuit stability: brute-force oracles for every per-k quantity, ties, bounds, invariance."""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+from scipy import stats
+from scipy.spatial.distance import pdist
+
+from stats.resampling import ResamplingPlan, resampled_means
+from stats.stability import (chance_jaccard, circuit_stability, nogueira_stability,
+                             rank_biased_overlap, selection_error_bounds, topk_indices)
+
+KS = [3, 10, 40]
+
+
+@pytest.fixture(scope="module")
+def setup():
+    rng = np.random.default_rng(0)
+    N, E = 40, 120
+    effect = np.r_[np.linspace(1.5, 0.2, 30), np.zeros(E - 30)] * np.where(np.arange(E) % 3, 1, -1)
+    S = (rng.standard_normal((N, E)) + effect).astype(np.float32)
+    S[:, 60:75] = 0.0  # exactly tied edges
+    plan = ResamplingPlan.bootstrap(N, 60, seed=5)
+    R = resampled_means(S, plan)  # [E, B]
+    res = circuit_stability(S, plan, KS, ranking="absolute", n_rank_resamples=12)
+    return S, plan, R, res
+
+
+def _sets(R, k, ranking):
+    return np.stack([topk_indices(R[:, b], k, ranking) for b in range(R.shape[1])])
+
+
+def _indicator(tops, E):
+    Z = np.zeros((tops.shape[0], E), dtype=bool)
+    np.put_along_axis(Z, tops, True, axis=1)
+    return Z
+
+
+def test_chance_jaccard_exact_and_monte_carlo():
+    E, k = 6, 3  # exact: average over all pairs of 3-subsets
+    subs = [set(c) for c in itertools.combinations(range(E), k)]
+    exact = np.mean([len(a & b) / len(a | b) for a in subs for b in subs])
+    assert chance_jaccard(E, k) == pytest.approx(exact, rel=1e-12)
+    rng = np.random.default_rng(1)
+    E, k, n = 80, 12, 20000
+    a = np.argsort(rng.random((n, E)), axis=1)[:, :k]
+    b = np.argsort(rng.random((n, E)), axis=1)[:, :k]
+    inter = (_indicator(a, E) & _indicator(b, E)).sum(1)
+    j = inter / (2 * k - inter)
+    assert abs(j.mean() - chance_jaccard(E, k)) < 4 * j.std() / np.sqrt(n)
+
+
+def test_inclusion_frequency_and_pairwise_jaccard_brute_force(setup):
+    S, plan, R, res = setup
+    E, B = S.shape[1], plan.n_resamples
+    for i, k in enumerate(KS):
+        Z = _indicator(_sets(R, k, "absolute"), E)
+        np.testing.assert_array_equal(res.inclusion_counts[i], Z.sum(0))
+        J = 1 - pdist(Z, "jaccard")
+        assert res.per_k["jaccard_mean"][i] == pytest.approx(J.mean(), rel=1e-12)
+        assert res.per_k["jaccard_sd"][i] == pytest.approx(J.std(ddof=1), rel=1e-9)
+        # U-statistic jackknife by brute force: drop each resample, recompute the mean
+        loo = np.array([(1 - pdist(np.delete(Z, r, 0), "jaccard")).mean() for r in range(B)])
+        se = np.sqrt((B - 1) / B * np.sum((loo - loo.mean()) ** 2))
+        assert res.per_k["jaccard_se"][i] == pytest.approx(se, rel=1e-9)
+        ch = chance_jaccard(E, k)
+        assert res.per_k["jaccard_corrected"][i] == pytest.approx((J.mean() - ch) / (1 - ch))
+        f = Z.mean(0)
+        cons = f >= 0.5
+        cj = (Z & cons).sum(1) / (Z | cons).sum(1)
+        assert res.per_k["consensus_size"][i] == cons.sum()
+        assert res.per_k["consensus_jaccard_mean"][i] == pytest.approx(cj.mean())
+        np.testing.assert_array_equal(res.consensus(k), np.flatnonzero(cons))
+
+
+def _phi_brute(Z):
+    M, d = Z.shape
+    s2 = np.array([np.var(Z[:, f].astype(float), ddof=1) for f in range(d)])
+    kbar = Z.sum(1).mean()
+    return 1 - s2.mean() / (kbar / d * (1 - kbar / d))
+
+
+def _phi_var_reference(Z):
+    # Nogueira, Sechidis & Brown (2018), the variance of their Phi estimate, as in their code
+    M, d = Z.shape
+    hatPF = Z.mean(0)
+    kbar = hatPF.sum()
+    k = Z.sum(1)
+    denom = kbar / d * (1 - kbar / d)
+    stab = 1 - M / (M - 1) * np.mean(hatPF * (1 - hatPF)) / denom
+    phi = np.zeros(M)
+    for i in range(M):
+        phi[i] = (1 / denom) * (np.mean(Z[i] * hatPF) - k[i] * kbar / d**2
+                                + stab / 2 * (2 * k[i] * kbar / d**2 - k[i] / d - kbar / d + 1))
+    return 4 / M**2 * np.sum((phi - phi.mean()) ** 2)
+
+
+def test_phi_against_brute_force_formula_and_kuncheva(setup):
+    S, plan, R, res = setup
+    E = S.shape[1]
+    for i, k in enumerate(KS):
+        Z = _indicator(_sets(R, k, "absolute"), E)
+        assert res.phi[i] == pytest.approx(_phi_brute(Z), rel=1e-10)
+        # with a constant set size Phi equals the mean pairwise Kuncheva index
+        inter = (Z[:, None, :] & Z[None, :, :]).sum(-1)[np.triu_indices(len(Z), 1)]
+        assert res.phi[i] == pytest.approx(np.mean((inter * E - k * k) / (k * (E - k))), rel=1e-9)
+        assert res.per_k["phi_variance"][i] == pytest.approx(_phi_var_reference(Z), rel=1e-9)
+        z = stats.norm.ppf(0.975)
+        sd = np.sqrt(res.per_k["phi_variance"][i])
+        assert res.per_k["phi_ci_low"][i] == pytest.approx(res.phi[i] - z * sd)
+    # variable set sizes through the general function
+    rng = np.random.default_rng(3)
+    Z = rng.random((25, 30)) < np.linspace(0.9, 0.05, 30)
+    phi, var, lo, hi = nogueira_stability(Z)
+    assert phi == pytest.approx(_phi_brute(Z), rel=1e-10)
+    assert var == pytest.approx(_phi_var_reference(Z), rel=1e-10)
+
+
+def _rbo_brute(a, b, p):
+    k = len(a)
+    s = sum(len(set(a[:d]) & set(b[:d])) / d * p**d for d in range(1, k + 1))
+    return len(set(a) & set(b)) / k * p**k + (1 - p) / p * s
+
+
+def test_rbo_against_definition(setup):
+    rng = np.random.default_rng(2)
+    for _ in range(5):
+        a, b = rng.permutation(40)[:15], rng.permutation(40)[:15]
+        assert rank_biased_overlap(a, b, 0.9) == pytest.approx(_rbo_brute(list(a), list(b), 0.9))
+    assert rank_biased_overlap(a, a, 0.95) == pytest.approx(1.0)
+    S, plan, R, res = setup
+    tops = _sets(R, 10, "absolute")[:12]
+    vals = [_rbo_brute(list(tops[i]), list(tops[j]), 0.9)
+            for i, j in itertools.combinations(range(12), 2)]
+    got = circuit_stability(S, plan, [10], ranking="absolute", n_rank_resamples=12, rbo_p=0.9)
+    assert got.per_k["rbo_mean"][0] == pytest.approx(np.mean(vals))
+
+
+def test_rank_correlations_match_scipy(setup):
+    S, plan, R, res = setup
+    key = np.abs(R[:, :12]).T
+    rho = [stats.spearmanr(key[i], key[j]).statistic
+           for i, j in itertools.combinations(range(12), 2)]
+    np.testing.assert_allclose(res.spearman, rho, rtol=1e-10)
+    tau = [stats.kendalltau(key[2 * i], key[2 * i + 1]).statistic for i in range(6)]
+    np.testing.assert_allclose(res.kendall, tau, rtol=1e-12)
+    assert res.to_table("rank_correlation").num_rows == 66
+
+
+def test_ties_broken_by_index_and_counted():
+    N, E = 10, 30
+    S = np.zeros((N, E))
+    S[:, :5] = 3.0
+    S[:, 25] = 1.0  # the ties at 0 span 24 edges below it
+    plan = ResamplingPlan.bootstrap(N, 8, seed=0)
+    for chunk in (1, 4, 7, 30):
+        res = circuit_stability(S, plan, [3, 5, 6, 8], ranking="signed", chunk_size=chunk,
+                                n_rank_resamples=0)
+        assert res.per_k["cutoff_ties_excluded_mean"].tolist() == [2, 0, 0, 22]
+        assert res.per_k["resamples_with_cutoff_ties"].tolist() == [8, 0, 0, 8]
+        # k=3 keeps the three smallest indices among the five tied leaders
+        np.testing.assert_array_equal(res.consensus(3), [0, 1, 2])
+        np.testing.assert_array_equal(res.consensus(8), [0, 1, 2, 3, 4, 5, 6, 25])
+        assert res.per_k["jaccard_mean"][0] == 1.0
+
+
+@pytest.mark.parametrize("ranking", ["signed", "absolute"])
+def test_chunk_size_and_jobs_invariance(setup, ranking):
+    S, plan, R, _ = setup
+    ref = circuit_stability(S, plan, KS, ranking=ranking, n_rank_resamples=6)
+    for chunk, jobs in [(1, 1), (17, 2), (50, 1)]:
+        got = circuit_stability(S, plan, KS, ranking=ranking, n_rank_resamples=6,
+                                chunk_size=chunk, n_jobs=jobs)
+        np.testing.assert_array_equal(got.inclusion_counts, ref.inclusion_counts)
+        for c, v in ref.per_k.items():
+            np.testing.assert_array_equal(got.per_k[c], v)
+        np.testing.assert_array_equal(got.spearman, ref.spearman)
+
+
+def test_signed_and_absolute_differ_and_are_recorded(setup):
+    S, plan, R, res = setup
+    signed = circuit_stability(S, plan, KS, ranking="signed", n_rank_resamples=4)
+    assert not np.array_equal(signed.inclusion_counts, res.inclusion_counts)
+    meta = json.loads(signed.to_table().schema.metadata[b"circuitstat.params"])
+    assert meta["ranking"] == "signed"
+    with pytest.raises(TypeError):
+        circuit_stability(S, plan, KS)  # ranking has no default: the choice must be explicit
+    with pytest.raises(ValueError, match="signed"):
+        circuit_stability(S, plan, KS, ranking="abs")
+
+
+def test_selection_bounds_only_on_half_subsamples(setup):
+    S, plan, R, res = setup
+    with pytest.raises(ValueError, match="ResamplingPlan.subsample"):
+        res.selection_bounds()
+    with pytest.raises(ValueError, match="half-size"):
+        circuit_stability(S, plan, KS, ranking="absolute", selection_thresholds=[0.7])
+    cp = ResamplingPlan.complementary_pairs(S.shape[0], 25, seed=1)
+    out = circuit_stability(S, cp, KS, ranking="absolute", selection_thresholds=[0.6, 0.9])
+    tab = out.to_table("selection").to_pandas()
+    E = S.shape[1]
+    row = tab[(tab.k == 10) & (tab.threshold == 0.9)].iloc[0]
+    assert row.pfer_mb == pytest.approx(100 / (0.8 * E))
+    # Shah & Samworth unimodal constant for tau > 3/4 (as in R package stabs' um_const)
+    b = 25
+    assert row.pfer_cpss_unimodal == pytest.approx(100 / E / ((1 + 1 / b) / (4 * (1 - 0.9 + 1 / (2 * b)))))
+    f = out.inclusion_frequency(10)
+    assert row.n_selected == int(np.sum(f >= 0.9))
+    sub = ResamplingPlan.subsample(S.shape[0], 30, seed=2)
+    assert "selection" in circuit_stability(S, sub, [5], ranking="signed").table_names()
+
+
+def test_selection_bound_validity_range():
+    out = selection_error_bounds([40], 100, [0.55, 0.7], n_pairs=50)
+    # tau=0.55 is below 1/2 + min(theta^2, 1/(2B) + 3 theta^2 / 4) for theta=0.4: no bound
+    assert np.isnan(out["pfer_cpss_unimodal"][0]) and np.isfinite(out["pfer_cpss_unimodal"][1])
+    with pytest.raises(ValueError):
+        selection_error_bounds([5], 100, [0.5])
+
+
+def test_tables_and_summary(setup):
+    *_, res = setup
+    t = res.to_table()
+    assert t.num_rows == len(KS) and "phi_ci_high" in t.column_names
+    inc = res.to_table("inclusion")
+    assert inc.num_rows == int(np.count_nonzero(res.inclusion_counts))
+    assert "k=10" in res.summary()
