@@ -171,7 +171,7 @@ def variance_components(Y: np.ndarray, factors: Sequence[str], *, max_order: int
     # Var(MS_j) = 2 E[MS_j]^2 / df_j; unbiased plug-in uses MS_j^2 / (df_j + 2)
     var = (C**2) @ (2 * ms**2 / (dfs[:, None] + 2))
     se = np.sqrt(var)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         nu = comps**2 / ((C**2) @ (ms**2 / dfs[:, None]))
         lo = nu * comps / stats.chi2.ppf(0.5 + confidence_level / 2, nu)
         hi = nu * comps / stats.chi2.ppf(0.5 - confidence_level / 2, nu)
