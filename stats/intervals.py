@@ -265,7 +265,7 @@ def bootstrap_edges(S: np.ndarray, plan: ResamplingPlan | None = None, *,
     todo = _check_methods(method, methods)
     alpha = _tail_levels(confidence_level, alternative)
     b = plan.n_resamples
-    if keep_distribution and 8 * n_edges * b > max_bytes * 16:
+    if keep_distribution and 8 * n_edges * b > max(max_bytes, 4 * 2**30):
         raise MemoryError(
             f"keeping the [E={n_edges}, B={b}] bootstrap distribution needs "
             f"{8 * n_edges * b / 2**30:.2f} GiB; pass fewer edges (S[:, subset]) or raise max_bytes"

@@ -228,9 +228,15 @@ def _chunk_topk(keyT: np.ndarray, start: int, K: int, sentinel: int) -> _TopK:
         gt = keyT > t[:, None]
         eq = keyT == t[:, None]
         need = K - gt.sum(axis=1)
-        # among edges tied at the boundary keep the smallest indices (columns are index-ordered)
-        keep = gt | (eq & (np.cumsum(eq, axis=1) <= need[:, None]))
-        dropped = eq.sum(axis=1) - need
+        n_eq = eq.sum(axis=1)
+        keep = gt | eq
+        tied = np.flatnonzero(n_eq > need)
+        if tied.size:
+            # among edges tied at the boundary keep the smallest indices (columns are
+            # index-ordered); only rows with surplus ties need the running count
+            e = eq[tied]
+            keep[tied] = gt[tied] | (e & (np.cumsum(e, axis=1) <= need[tied, None]))
+        dropped = n_eq - need
         rows, cc = np.nonzero(keep)
         vals = keyT[rows, cc].reshape(b, K)
         idx = cols[cc].reshape(b, K)
@@ -486,7 +492,9 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
     # rank agreement of full score vectors (k-free)
     if n_full >= 2:
         ranks = stats.rankdata(full, axis=1)
-        corr = np.corrcoef(ranks)
+        ranks -= ranks.mean(axis=1, keepdims=True)
+        ranks /= np.linalg.norm(ranks, axis=1, keepdims=True)
+        corr = ranks @ ranks.T  # Pearson correlation of ranks = Spearman (average ranks for ties)
         pa_, pb_ = np.triu_indices(n_full, k=1)
         spearman = corr[pa_, pb_]
         rank_pairs = np.stack([pa_, pb_], axis=1)

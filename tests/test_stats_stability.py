@@ -5,6 +5,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 from scipy.spatial.distance import pdist
 
@@ -227,3 +229,25 @@ def test_tables_and_summary(setup):
     inc = res.to_table("inclusion")
     assert inc.num_rows == int(np.count_nonzero(res.inclusion_counts))
     assert "k=10" in res.summary()
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**16), n_edges=st.integers(5, 40), chunk=st.integers(1, 45),
+       ranking=st.sampled_from(["signed", "absolute"]))
+def test_streaming_topk_equals_brute_force_on_tie_heavy_data(seed, n_edges, chunk, ranking):
+    rng = np.random.default_rng(seed)
+    N = 6
+    S = rng.integers(-2, 3, (N, n_edges)).astype(np.float64)  # few distinct values: many ties
+    plan = ResamplingPlan.bootstrap(N, 7, seed=seed)
+    ks = sorted({1, max(1, n_edges // 3), n_edges - 1})
+    res = circuit_stability(S, plan, ks, ranking=ranking, chunk_size=chunk, n_rank_resamples=0)
+    R = resampled_means(S, plan)
+    key = R if ranking == "signed" else np.abs(R)
+    for i, k in enumerate(ks):
+        tops = _sets(R, k, ranking)
+        np.testing.assert_array_equal(res.inclusion_counts[i], _indicator(tops, n_edges).sum(0))
+        excluded = [np.sum(key[:, b] == key[tops[b, -1], b]) - np.sum(key[tops[b], b]
+                                                                      == key[tops[b, -1], b])
+                    for b in range(7)]
+        assert res.per_k["cutoff_ties_excluded_mean"][i] == pytest.approx(np.mean(excluded))
+        assert res.per_k["cutoff_ties_excluded_max"][i] == max(excluded)
