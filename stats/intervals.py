@@ -259,7 +259,8 @@ def bootstrap_edges(S: np.ndarray, plan: ResamplingPlan | None = None, *,
     S = check_score_matrix(S)
     n_obs, n_edges = S.shape
     plan = _plan_for(n_obs, plan, n_resamples, seed)
-    check_score_matrix(S, plan)
+    if plan.n_obs != n_obs:
+        check_score_matrix(S, plan)  # raises with the fix named
     if n_obs < 2:
         raise ValueError("the bootstrap needs at least 2 examples (N >= 2)")
     todo = _check_methods(method, methods)
@@ -300,7 +301,7 @@ def bootstrap_edges(S: np.ndarray, plan: ResamplingPlan | None = None, *,
         return out
 
     parts = list(map_edge_chunks(S, plan, reduce, chunk_size=chunk_size, n_jobs=n_jobs,
-                                 max_bytes=max_bytes))
+                                 max_bytes=max_bytes, check=False))
 
     def cat(key: str) -> np.ndarray:
         return np.concatenate([p[key] for p in parts])

@@ -322,7 +322,8 @@ def _resolve_jobs(n_jobs: int) -> int:
 def map_edge_chunks(S: np.ndarray, plan: ResamplingPlan,
                     fn: Callable[[np.ndarray, np.ndarray, slice], Any], *,
                     chunk_size: int | None = None, n_jobs: int = 1,
-                    max_bytes: int = DEFAULT_MAX_BYTES, backend: str = "threading") -> Iterator[Any]:
+                    max_bytes: int = DEFAULT_MAX_BYTES, backend: str = "threading",
+                    check: bool = True) -> Iterator[Any]:
     """Yield fn(resampled [c, B], scores [c, N], edge slice) per chunk, in order (float64).
 
     `resampled[j, b]` is the mean of edge j in resample b, i.e. row j of (counts @ S / totals).T;
@@ -331,7 +332,8 @@ def map_edge_chunks(S: np.ndarray, plan: ResamplingPlan,
     Workers (joblib, threads by default: numpy releases the GIL in BLAS and sort) only change
     where a chunk runs; outputs come back in chunk order.
     """
-    S = check_score_matrix(S, plan)
+    if check:  # callers that already validated S pass check=False to skip a full pass
+        S = check_score_matrix(S, plan)
     n_obs, n_edges = S.shape
     jobs = _resolve_jobs(n_jobs)
     if chunk_size is None:

@@ -275,7 +275,7 @@ def _topk_pass(S: np.ndarray, plan: ResamplingPlan, K: int, ranking: str, n_full
     state: _TopK | None = None
     fulls = []
     for part, full in map_edge_chunks(S, plan, reduce, chunk_size=chunk_size, n_jobs=n_jobs,
-                                      max_bytes=max_bytes):
+                                      max_bytes=max_bytes, check=False):
         state = part if state is None else _merge_topk(state, part, sentinel)
         fulls.append(full)
     return state, np.concatenate(fulls, axis=1)
@@ -405,7 +405,8 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
         plan = ResamplingPlan.bootstrap(n_obs, n_resamples, seed)
     elif seed is not None:
         raise ValueError("pass either a plan or a seed, not both: the plan already fixes the draw")
-    check_score_matrix(S, plan)
+    if plan.n_obs != n_obs:
+        check_score_matrix(S, plan)  # raises with the fix named
     if selection_thresholds is not None and not plan.is_half_subsample:
         raise ValueError(
             "stability-selection error bounds need half-size subsamples, but the plan is "

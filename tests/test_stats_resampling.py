@@ -119,3 +119,14 @@ def test_bad_input_is_refused_with_a_named_fix():
         bootstrap_edges(np.ones((10, 3)), ResamplingPlan.bootstrap(10, 5, seed=0), seed=1)
     with pytest.raises(TypeError, match="SeedSequence"):
         ResamplingPlan.bootstrap(10, 5, seed=np.random.default_rng(0))
+
+
+def test_stats_does_not_import_torch_or_circuits():
+    import subprocess
+    import sys
+
+    code = ("import sys, stats; import stats.similarity, stats.variance; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'circuits')]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
