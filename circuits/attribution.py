@@ -71,7 +71,8 @@ class _Batch:
         self.mask = data.attention_mask[index].to(dev)
         self.last = last_index(self.mask)
         with torch.no_grad():
-            self.run = model.run(self.clean, self.mask, keep_senders=True, keep_resid=keep_resid, logits_at=self.last)
+            self.run = model.run(self.clean, self.mask, keep_senders=True, keep_resid=keep_resid, keep_qkv=keep_resid,
+                                 logits_at=self.last)
         self.clean_last = self.run.logits
         self.m0 = data.score(self.clean_last, indices=index, clean_logits=self.clean_last).float()
         _check_metric(self.m0, index, "clean run")
@@ -146,15 +147,12 @@ def _exact_edges(model, data, batch, cf, max_rows: int) -> torch.Tensor:
     delta = (cf - batch.run.senders).expand(B, -1, -1, -1)
     out = torch.empty(B, g.n_edges, device=delta.device)
     for r in range(g.n_receivers):
-        layer = int(g.receiver_layer[r])
         U = int(g.n_upstream[r])
-        start = batch.run.resid_pre[layer] if layer < model.cfg.n_layers else batch.run.final_resid
         rows = torch.arange(B * U, device=delta.device)
         for chunk in rows.split(max_rows):
             n, u = chunk // U, chunk % U
-            res = model.run(batch.clean[n], batch.mask[n], state=RunState(layer, start[n]),
-                            intervention=Intervention.at_receiver(r, delta[n, u]), logits_at=batch.last[n])
-            m = data.score(res.logits, indices=batch.index[n.cpu()], clean_logits=batch.clean_last[n]).float()
+            logits = model.patched_receiver_logits(batch.run, batch.clean, batch.mask, r, n, delta[n, u], batch.last[n])
+            m = data.score(logits, indices=batch.index[n.cpu()], clean_logits=batch.clean_last[n]).float()
             out[n, int(g.edge_offset[r]) + u] = m - batch.m0[n]
     return out
 

@@ -152,4 +152,5 @@ def from_hf(hf_model, dtype: torch.dtype | None = None, device: str | torch.devi
         missing, unexpected = model.load_state_dict(state, strict=False)
         if unexpected or missing:
             raise RuntimeError(f"conversion of {kind} left missing={missing} unexpected={unexpected}")
-    return model.to(device=device, dtype=target).eval()
+    # Analysis needs gradients of activations, never of weights.
+    return model.to(device=device, dtype=target).eval().requires_grad_(False)

@@ -121,7 +121,7 @@ def _load_own(path: Path, device, dtype) -> CircuitModel:
     model = CircuitModel(cfg)
     model.load_state_dict(load_file(str(path / "model.safetensors")), strict=True)
     model.meta = doc.get("meta", {})
-    return model.to(device=device, dtype=dtype or torch.float32).eval()
+    return model.to(device=device, dtype=dtype or torch.float32).eval().requires_grad_(False)
 
 
 def _attach_tokenizer(model: CircuitModel, source: str) -> None:

@@ -138,6 +138,7 @@ class RunOutput:
     resid_mid: list[torch.Tensor] = field(default_factory=list)
     patterns: list[torch.Tensor] = field(default_factory=list)
     grad_inputs: list[torch.Tensor] = field(default_factory=list)
+    qkv: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=list)
     final_resid: torch.Tensor | None = None
 
     @property
@@ -318,6 +319,7 @@ class CircuitModel(nn.Module):
         receiver_grads: bool = False,
         compute_logits: bool = True,
         logits_at: torch.Tensor | None = None,
+        keep_qkv: bool = False,
     ) -> RunOutput:
         """Run the model, optionally from a saved state, with interventions; return what was asked.
 
@@ -346,12 +348,13 @@ class CircuitModel(nn.Module):
         sv = None if iv is None else iv.sender
         per_head = need_blocks or sender_mask is not None or sv is not None
         out = RunOutput(logits=None, blocks=[] if need_blocks else None)
+        # With nothing kept and no intervention, the last layer only matters at the read-out
+        # positions: queries, mixing and the MLP run there alone.
+        fast_last = (logits_at is not None and iv is None and not (per_head or receiver_grads or keep_resid
+                     or keep_patterns or keep_qkv))
 
         positions = self.positions(attention_mask)
-        idx = torch.arange(P, device=input_ids.device)
-        causal = idx[None, :] <= idx[:, None]
-        allowed = causal[None, None] & attention_mask.bool()[:, None, None, :]
-        allowed = allowed | torch.eye(P, dtype=torch.bool, device=input_ids.device)  # pad rows stay finite
+        allowed = self._allowed(attention_mask)
         rot = self._rotary(positions) if cfg.positional == "rotary" else None
 
         if state is None:
@@ -394,7 +397,11 @@ class CircuitModel(nn.Module):
             if rd is not None and rd_layer == layer and rd != graph.mlp_receiver_safe(layer):
                 local = rd - layer * graph.receivers_per_layer
                 sparse = (local // cfg.n_heads, local % cfg.n_heads, iv.receiver_delta)
-            z, attn_out, pattern = self._attention(blk, resid, dense, sparse, allowed, rot, per_head)
+            q_at = logits_at if fast_last and layer == cfg.n_layers - 1 else None
+            z, attn_out, pattern = self._attention(blk, resid, dense, sparse, allowed, rot, per_head, q_at=q_at,
+                                                   keep=out.qkv if keep_qkv else None)
+            if q_at is not None:  # from here on only the read-out position of each row
+                resid = resid[torch.arange(B, device=resid.device), q_at][:, None]
             if keep_patterns:
                 out.patterns.append(pattern)
             if per_head:
@@ -449,9 +456,86 @@ class CircuitModel(nn.Module):
             final = final + iv.receiver_delta
         out.final_resid = final
         if compute_logits:
-            x = final if logits_at is None else final[torch.arange(B, device=final.device), logits_at]
-            out.logits = _norm(cfg.norm, x, self.lnf_w, self.lnf_b, cfg.norm_eps) @ self.unembed + self.b_U
+            if final.shape[1] == 1 and fast_last:
+                x = final[:, 0]
+            else:
+                x = final if logits_at is None else final[torch.arange(B, device=final.device), logits_at]
+            out.logits = self._unembed(x)
         return out
+
+    # ---- one receiver patched, recomputing only what changes ---------------------------------
+    def patched_receiver_logits(self, clean: RunOutput, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                                receiver: int, rows: torch.Tensor, delta: torch.Tensor,
+                                last: torch.Tensor) -> torch.Tensor:
+        """Logits [R, V] at ``last`` when ``delta`` [R, P, D] is added to ``receiver``'s input.
+
+        Row i is example ``rows[i]`` of the clean run ``clean`` (kept with keep_senders,
+        keep_resid and keep_qkv).  Layers before the receiver are reused; in the receiver's
+        layer only the patched head (or the MLP) is recomputed; the last layer is computed at the
+        read-out position only.  Equal to a full run with Intervention.at_receiver (tested).
+        """
+        cfg, g = self.cfg, self.graph
+        L, H = cfg.n_layers, cfg.n_heads
+        layer = int(g.receiver_layer[receiver])
+        R = rows.shape[0]
+        ar = torch.arange(R, device=delta.device)
+        if layer == L:
+            return self._unembed(clean.final_resid[rows, last] + delta[ar, last])
+        blk = self.blocks[layer]
+        mask = attention_mask[rows]
+        resid_pre = clean.resid_pre[layer][rows]
+        mid = clean.resid_mid[layer][rows]
+        last_layer = layer == L - 1
+        per_layer = 2 if cfg.has_mlp else 1
+        head_block = 1 + layer * per_layer
+        local = receiver - layer * g.receivers_per_layer
+        if local < 3 * H:
+            kind, h = divmod(local, H)
+            q, k, v = (t[rows, h] for t in clean.qkv[layer])  # [R, P, E]
+            W, b = ((blk.W_Q, blk.b_Q), (blk.W_K, blk.b_K), (blk.W_V, blk.b_V))[kind]
+            new = _norm(cfg.norm, resid_pre + delta, blk.ln1_w, blk.ln1_b, cfg.norm_eps) @ W[h] + b[h]
+            if cfg.positional == "rotary" and kind < 2:
+                cos, sin = self._rotary(self.positions(mask))
+                new = self._apply_rotary(new, cos[:, 0], sin[:, 0])
+            q, k, v = [new if i == kind else t for i, t in enumerate((q, k, v))]
+            allowed = self._allowed(mask)  # [R, 1, P, P]
+            if last_layer:
+                q, allowed = q[ar, last][:, None], allowed[ar, :, last][:, :, None]
+            _, zc = self._attend(q[:, None], k[:, None], v[:, None], allowed)
+            out_h = zc[:, 0] @ blk.W_O[h]  # [R, Pq, D]
+            z_clean = clean.blocks[head_block][rows, h]
+            if last_layer:
+                mid, z_clean = mid[ar, last][:, None], z_clean[ar, last][:, None]
+            mid = mid + out_h - z_clean
+            if not cfg.has_mlp:
+                resid = mid
+            elif cfg.parallel:  # the MLP read the layer input, which did not change
+                mlp_clean = clean.blocks[head_block + 1][rows, 0]
+                resid = mid + (mlp_clean[ar, last][:, None] if last_layer else mlp_clean)
+            else:
+                resid = mid + self._mlp(blk, mid)
+        else:
+            base = resid_pre if cfg.parallel else mid
+            if last_layer:
+                resid = mid[ar, last][:, None] + self._mlp(blk, (base + delta)[ar, last][:, None])
+            else:
+                resid = mid + self._mlp(blk, base + delta)
+        if last_layer:
+            return self._unembed(resid[:, 0])
+        return self.run(input_ids[rows], mask, state=RunState(layer + 1, resid), logits_at=last).logits
+
+    def _unembed(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits from final residual vectors [..., D]."""
+        cfg = self.cfg
+        return _norm(cfg.norm, x, self.lnf_w, self.lnf_b, cfg.norm_eps) @ self.unembed + self.b_U
+
+    @staticmethod
+    def _allowed(attention_mask: torch.Tensor) -> torch.Tensor:
+        """[B, 1, P, P] causal attention over real keys; each position may see itself (no NaN rows)."""
+        P = attention_mask.shape[1]
+        idx = torch.arange(P, device=attention_mask.device)
+        allowed = (idx[None, :] <= idx[:, None])[None, None] & attention_mask.bool()[:, None, None, :]
+        return allowed | torch.eye(P, dtype=torch.bool, device=attention_mask.device)
 
     # ---- pieces ----------------------------------------------------------------------------
     def _edge_delta(self, mask, cf, blocks, layer, n_up, attention: bool):
@@ -485,34 +569,73 @@ class CircuitModel(nn.Module):
         c = cf[:, first : first + n].to(z.dtype)
         return z + m[:, :, None, None] * (c - z)
 
-    def _attention(self, blk, resid, dense, sparse, allowed, rot, per_head):
-        """Head outputs [B, H, P, D] (or None), the attention output [B, P, D] and the pattern."""
+    def _attention(self, blk, resid, dense, sparse, allowed, rot, per_head, q_at=None, keep=None):
+        """Head outputs [B, H, P, D] (or None), the attention output [B, P, D] and the pattern.
+
+        ``q_at`` [B]: compute queries (and everything after) only at that position per row,
+        returning [B, 1, ...] tensors; keys and values still span every position.
+        """
         cfg = self.cfg
         norm = lambda x: _norm(cfg.norm, x, blk.ln1_w, blk.ln1_b, cfg.norm_eps)  # noqa: E731
-        base = norm(resid) if dense is None else None
-        per_kind = []
-        for k, (W, b) in enumerate(((blk.W_Q, blk.b_Q), (blk.W_K, blk.b_K), (blk.W_V, blk.b_V))):
-            if dense is None:
-                t = torch.einsum("bpd,hde->bhpe", base, W)
-            else:
-                t = torch.einsum("bhpd,hde->bhpe", norm(resid[:, None] + dense[:, k]), W)
-            t = t + b[None, :, None, :]
-            if sparse is not None and sparse[0] == k:
-                h = sparse[1]
-                x = resid + sparse[2] if dense is None else resid + dense[:, k, h] + sparse[2]
-                one = norm(x) @ W[h] + b[h]
-                t = torch.cat((t[:, :h], one[:, None], t[:, h + 1 :]), dim=1)
-            per_kind.append(t)
-        q, k_, v = per_kind
+        if dense is None:
+            q, k_, v = self._project_shared(blk, norm(resid))
+        else:
+            q, k_, v = (torch.matmul(norm(resid[:, None] + dense[:, i]), W) + b[None, :, None, :]
+                        for i, (W, b) in enumerate(((blk.W_Q, blk.b_Q), (blk.W_K, blk.b_K), (blk.W_V, blk.b_V))))
+        if sparse is not None:
+            kind, h, delta = sparse
+            W, b = ((blk.W_Q, blk.b_Q), (blk.W_K, blk.b_K), (blk.W_V, blk.b_V))[kind]
+            x = resid + delta if dense is None else resid + dense[:, kind, h] + delta
+            one = (norm(x) @ W[h] + b[h])[:, None]
+            parts = [q, k_, v]
+            t = parts[kind]
+            parts[kind] = torch.cat((t[:, :h], one, t[:, h + 1 :]), dim=1)
+            q, k_, v = parts
         if rot is not None:
             q, k_ = self._apply_rotary(q, *rot), self._apply_rotary(k_, *rot)
-        scores = (q @ k_.transpose(-1, -2)).float() / math.sqrt(cfg.d_head)
+        if keep is not None:
+            keep.append((q, k_, v))
+        if q_at is not None:
+            ar = torch.arange(q.shape[0], device=q.device)
+            q = q[ar, :, q_at][:, :, None]  # [B, H, 1, E]
+            allowed = allowed[ar, :, q_at][:, :, None]
+        pattern, zc = self._attend(q, k_, v, allowed)
+        if per_head:
+            return torch.matmul(zc, blk.W_O), None, pattern
+        B, H, Pq, E = zc.shape
+        return None, zc.transpose(1, 2).reshape(B, Pq, H * E) @ blk.W_O.reshape(H * E, -1) + blk.b_O, pattern
+
+    def _attend(self, q, k, v, allowed):
+        """Attention pattern (float32) and the heads' mixed values [B, H, Pq, E]."""
+        scores = (q @ k.transpose(-1, -2)).float() / math.sqrt(self.cfg.d_head)
         scores = scores.masked_fill(~allowed, float("-inf"))
         pattern = scores.softmax(-1)
-        zc = pattern.to(v.dtype) @ v  # [B, H, P, E]
-        if per_head:
-            return torch.einsum("bhpe,hed->bhpd", zc, blk.W_O), None, pattern
-        return None, torch.einsum("bhpe,hed->bpd", zc, blk.W_O) + blk.b_O, pattern
+        return pattern, pattern.to(v.dtype) @ v
+
+    def _project_shared(self, blk, x):
+        """q, k, v [B, H, P, E] for one shared normalised input, as one fused matmul."""
+        H, E = self.cfg.n_heads, self.cfg.d_head
+        W, b = self._fused_qkv(blk)
+        B, P, _ = x.shape
+        qkv = (x @ W + b).view(B, P, 3, H, E).permute(2, 0, 3, 1, 4)
+        return qkv[0], qkv[1], qkv[2]
+
+    @staticmethod
+    def _fused_qkv(blk):
+        """[D, 3 H E] weights and bias; cached while the weights are frozen and unchanged."""
+        params = (blk.W_Q, blk.W_K, blk.W_V, blk.b_Q, blk.b_K, blk.b_V)
+        if any(p.requires_grad for p in params) and torch.is_grad_enabled():
+            W = torch.stack((blk.W_Q, blk.W_K, blk.W_V)).permute(2, 0, 1, 3).flatten(1)
+            return W, torch.stack((blk.b_Q, blk.b_K, blk.b_V)).flatten()
+        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
+        cached = getattr(blk, "_fused_cache", None)
+        if cached is None or cached[0] != key:
+            with torch.no_grad():
+                W = torch.stack((blk.W_Q, blk.W_K, blk.W_V)).permute(2, 0, 1, 3).flatten(1).contiguous()
+                b = torch.stack((blk.b_Q, blk.b_K, blk.b_V)).flatten().contiguous()
+            cached = (key, W, b)
+            object.__setattr__(blk, "_fused_cache", cached)
+        return cached[1], cached[2]
 
     def _mlp(self, blk, x):
         """The MLP's output (a sender) for receiver input x."""

@@ -220,3 +220,31 @@ def test_init_is_deterministic_and_seed_dependent():
 def test_bad_sources_give_clear_errors(source, fragment):
     with pytest.raises(InputError, match=fragment):
         load_model(source)
+
+
+def test_patched_receiver_logits_equal_full_intervened_run(pair):
+    name, _, m = pair
+    g = m.graph
+    ids, mask = _batch(0)
+    corrupt, _ = _batch(1)
+    last = mask.sum(-1) - 1
+    with torch.no_grad():
+        clean = m.run(ids, mask, keep_senders=True, keep_resid=True, keep_qkv=True)
+        cf = _senders(m, corrupt, mask).senders
+        rows = torch.tensor([2, 0, 1, 2])
+        for r in range(g.n_receivers):
+            u = torch.tensor([0, 1, 2, 0]) % int(g.n_upstream[r])
+            delta = cf[rows, u] - clean.senders[rows, u]
+            fast = m.patched_receiver_logits(clean, ids, mask, r, rows, delta, last[rows])
+            full = m.run(ids[rows], mask[rows], intervention=Intervention.at_receiver(r, delta), logits_at=last[rows]).logits
+            assert (fast - full).abs().max() <= 1e-5, (name, g.receivers[r])
+
+
+def test_last_layer_shortcut_equals_full_logits(pair):
+    _, _, m = pair
+    ids, mask = _batch(0)
+    last = mask.sum(-1) - 1
+    with torch.no_grad():
+        full = m(ids, mask)[torch.arange(3), last]
+        short = m.run(ids, mask, logits_at=last).logits
+    assert (full - short).abs().max() <= 1e-5

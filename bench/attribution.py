@@ -1,0 +1,122 @@
+"""Attribution benchmarks: ratios against references measured in the same run (not a test).
+
+1. EAP over all edges of a GPT-2-small-sized random model, batch 8 x 16 tokens, as a multiple of
+   one clean forward on the same batch (floor about 3: two forwards and one backward).
+2. Exact per-example edge effects on a 2-layer model: batched suffix recomputation against the
+   definition, one full forward per edge with only that edge patched.
+3. Peak resident memory of EAP for N = 1000 examples against one batch's worth plus the score matrix.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import time
+
+import torch
+
+torch.set_num_threads(2)
+
+
+def _best(fn, repeat=3):
+    fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def bench_eap() -> dict:
+    from circuits import load_hf
+    from circuits.attribution import attribute
+    from circuits.convert import from_hf
+    from circuits.tasks import make_task
+
+    hf = load_hf("random:gpt2?n_layer=12&n_head=12&n_embd=768&vocab_size=50257&seed=0")
+    model = from_hf(hf)
+    task = make_task("induction", vocab_size=50257, n=8, seed=0, seq_len=7)  # 1 + 7 + 6 = 14 tokens
+    ids = torch.randint(0, 50257, (8, 16))
+    task = task.__class__(name="bench", clean=ids, corrupted=torch.randint(0, 50257, (8, 16)),
+                          attention_mask=torch.ones(8, 16, dtype=torch.long), answer=ids[:, 0], wrong_answer=ids[:, 1])
+    with torch.no_grad():
+        t_ours = _best(lambda: model(ids))
+        t_hf = _best(lambda: hf(ids).logits)
+    t_eap = _best(lambda: attribute(model, task, "eap", batch_size=8, progress=False), repeat=2)
+    return {"edges": model.graph.n_edges, "clean_forward_s": t_ours, "hf_forward_s": t_hf, "eap_s": t_eap,
+            "eap_over_forward": t_eap / t_ours, "eap_over_hf_forward": t_eap / t_hf}
+
+
+def bench_exact() -> dict:
+    from circuits import Intervention, load_model
+    from circuits.ablation import last_index
+    from circuits.attribution import attribute
+    from circuits.tasks import make_task
+
+    model = load_model("random:gpt2?n_layer=2&n_head=8&n_embd=128&vocab_size=512&n_positions=64&seed=0")
+    task = make_task("induction", vocab_size=512, n=16, seed=0, seq_len=10)
+    g = model.graph
+    t = time.perf_counter()
+    ours = attribute(model, task, "exact", batch_size=16, progress=False).scores
+    t_ours = time.perf_counter() - t
+
+    idx = torch.arange(task.clean.shape[0])
+    last = last_index(task.attention_mask)
+    t = time.perf_counter()
+    with torch.no_grad():
+        cf = model.run(task.corrupted, task.attention_mask, keep_senders=True).senders
+        base = model.run(task.clean, task.attention_mask, logits_at=last).logits
+        m0 = task.score(base, indices=idx, clean_logits=base)
+        ref = torch.zeros_like(torch.as_tensor(ours))
+        for e in range(g.n_edges):
+            mask = torch.zeros(g.n_edges)
+            mask[e] = 1
+            lo = model.run(task.clean, task.attention_mask, intervention=Intervention.edges(mask, cf), logits_at=last).logits
+            ref[:, e] = task.score(lo, indices=idx, clean_logits=base) - m0
+    t_ref = time.perf_counter() - t
+    return {"edges": g.n_edges, "examples": 16, "exact_s": t_ours, "loop_s": t_ref, "speedup": t_ref / t_ours,
+            "max_abs_diff": float((ref - torch.as_tensor(ours)).abs().max())}
+
+
+def _memory_child(n: int) -> None:
+    from circuits import load_model
+    from circuits.attribution import attribute
+    from circuits.tasks import make_task
+
+    model = load_model("random:gpt2?n_layer=4&n_head=8&n_embd=256&vocab_size=2048&n_positions=64&seed=0")
+    task = make_task("induction", vocab_size=2048, n=n, seed=0, seq_len=10)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    sm = attribute(model, task, "eap", batch_size=16, progress=False)
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"n": n, "edges": sm.scores.shape[1], "score_matrix_mb": sm.scores.nbytes / 2**20,
+                      "peak_growth_mb": (after - before) / 1024}))
+
+
+def bench_memory() -> dict:
+    rows = {}
+    for n in (16, 1000):
+        out = subprocess.run([sys.executable, __file__, "--memory-child", str(n)], capture_output=True, text=True, check=True)
+        rows[n] = json.loads(out.stdout.strip().splitlines()[-1])
+    return {"batch_only_growth_mb": rows[16]["peak_growth_mb"], "n1000_growth_mb": rows[1000]["peak_growth_mb"],
+            "score_matrix_mb": rows[1000]["score_matrix_mb"],
+            "excess_mb": rows[1000]["peak_growth_mb"] - rows[16]["peak_growth_mb"] - rows[1000]["score_matrix_mb"]}
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--memory-child":
+        _memory_child(int(sys.argv[2]))
+        sys.exit(0)
+    e = bench_eap()
+    print(f"EAP, GPT-2-small shape ({e['edges']} edges), batch 8x16: {e['eap_s']:.3f} s = "
+          f"{e['eap_over_forward']:.2f} x one clean CircuitModel forward ({e['clean_forward_s']:.3f} s), "
+          f"{e['eap_over_hf_forward']:.2f} x one HF forward ({e['hf_forward_s']:.3f} s)   [floor ~3, aim <= 5]")
+    x = bench_exact()
+    print(f"exact, 2-layer model ({x['edges']} edges, {x['examples']} examples): {x['exact_s']:.2f} s vs "
+          f"{x['loop_s']:.2f} s for one full forward per edge = {x['speedup']:.1f}x faster "
+          f"(max |diff| {x['max_abs_diff']:.1e})   [aim >= 10x]")
+    mem = bench_memory()
+    print(f"EAP memory, N=1000: peak growth {mem['n1000_growth_mb']:.0f} MB vs {mem['batch_only_growth_mb']:.0f} MB "
+          f"for one batch + {mem['score_matrix_mb']:.0f} MB score matrix (excess {mem['excess_mb']:.0f} MB)")
