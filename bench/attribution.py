@@ -17,7 +17,7 @@ import time
 
 import torch
 
-torch.set_num_threads(2)
+torch.set_num_threads(int(__import__("os").environ.get("BENCH_THREADS", "2")))
 
 
 def _best(fn, repeat=3):

@@ -61,27 +61,58 @@ def edges_to_nodes(model: CircuitModel, edge_scores: torch.Tensor) -> torch.Tens
 
 
 class _Batch:
-    """One batch of examples moved to the model's device, with its clean run."""
+    """One batch of examples moved to the model's device; its clean run is computed on first use."""
 
     def __init__(self, model: CircuitModel, data: PairData, index: torch.Tensor, keep_resid: bool) -> None:
         dev = model.device
+        self.model, self.data, self.keep_resid = model, data, keep_resid
         self.index = index
         self.clean = data.clean[index].to(dev)
         self.corrupted = data.corrupted[index].to(dev)
         self.mask = data.attention_mask[index].to(dev)
         self.last = last_index(self.mask)
-        with torch.no_grad():
-            self.run = model.run(self.clean, self.mask, keep_senders=True, keep_resid=keep_resid, keep_qkv=keep_resid,
-                                 logits_at=self.last)
-        self.clean_last = self.run.logits
-        self.m0 = data.score(self.clean_last, indices=index, clean_logits=self.clean_last).float()
-        _check_metric(self.m0, index, "clean run")
+        self._run = None
+
+    @property
+    def run(self):
+        """The clean run (senders, logits at the last token; residuals and q/k/v for exact)."""
+        if self._run is None:
+            with torch.no_grad():
+                self.set_clean(self.model.run(self.clean, self.mask, keep_senders=True, keep_resid=self.keep_resid,
+                                              keep_qkv=self.keep_resid, logits_at=self.last))
+        return self._run
+
+    def set_clean(self, out) -> None:
+        """Adopt ``out`` (a clean run, possibly with gradients) as this batch's clean run."""
+        self._run = out
+        self._clean_last = out.logits.detach()
+        self._m0 = self.data.score(self._clean_last, indices=self.index, clean_logits=self._clean_last).float()
+        _check_metric(self._m0, self.index, "clean run")
+
+    @property
+    def clean_last(self) -> torch.Tensor:
+        """Clean logits at each example's last real token [B, V]."""
+        self.run  # noqa: B018 - computes the clean run if needed
+        return self._clean_last
+
+    @property
+    def m0(self) -> torch.Tensor:
+        """The metric on the clean run [B]."""
+        self.run  # noqa: B018 - computes the clean run if needed
+        return self._m0
 
 
-def _grad_run(model, data, batch: _Batch, ids, intervention=None):
-    """Receiver gradients of the summed metric for one (possibly intervened) run."""
+def _grad_run(model, data, batch: _Batch, ids, intervention=None, clean: bool = False):
+    """Receiver gradients of the summed metric for one (possibly intervened) run.
+
+    ``clean=True`` marks the unpatched clean run: it also becomes the batch's clean run, which
+    saves EAP a separate forward.
+    """
     with torch.enable_grad():
-        out = model.run(ids, batch.mask, intervention=intervention, receiver_grads=True, logits_at=batch.last)
+        out = model.run(ids, batch.mask, intervention=intervention, receiver_grads=True, logits_at=batch.last,
+                        keep_senders=clean)
+        if clean:
+            batch.set_clean(out)
         metric = data.score(out.logits, indices=batch.index, clean_logits=batch.clean_last)
         _check_metric(metric.detach(), batch.index, "gradient run")
         return torch.autograd.grad(metric.sum(), out.grad_inputs)
@@ -90,18 +121,18 @@ def _grad_run(model, data, batch: _Batch, ids, intervention=None):
 def _eap(model, data, batch, cf, method: str, steps: int, cf_is_corrupted: bool) -> torch.Tensor:
     """[B, E] scores of a gradient method for one batch."""
     g = model.graph
-    delta = cf - batch.run.senders
     if method == "eap":
-        grads = _grad_run(model, data, batch, batch.clean)
-        return edge_scores_from_grads(model, delta, grads)
+        grads = _grad_run(model, data, batch, batch.clean, clean=True)
+        return edge_scores_from_grads(model, cf - batch.run.senders.detach(), grads)
     if method == "clean-corrupted":
-        a = _grad_run(model, data, batch, batch.clean)
+        a = _grad_run(model, data, batch, batch.clean, clean=True)
         if cf_is_corrupted:  # the corrupted input is itself the fully patched point
             b = _grad_run(model, data, batch, batch.corrupted)
         else:  # the fully ablated point: every edge carries the counterfactual
             b = _grad_run(model, data, batch, batch.clean, Intervention.edges(torch.ones(g.n_edges, device=cf.device), cf))
         grads = [(x + y) / 2 for x, y in zip(a, b)]
-        return edge_scores_from_grads(model, delta, grads)
+        return edge_scores_from_grads(model, cf - batch.run.senders.detach(), grads)
+    delta = cf - batch.run.senders
     if method == "eap-ig-inputs":
         # Integrated gradients along input embeddings from counterfactual (k=0) towards clean,
         # k = 0..m-1 as in the EAP-IG library's get_scores_eap_ig.
