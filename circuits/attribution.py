@@ -218,8 +218,13 @@ def attribute(
     seed: int = 0,
     metric_name: str | None = None,
     progress: bool = True,
+    rows: "np.ndarray | None" = None,
 ) -> ScoreMatrix:
-    """Per-example scores [N, E] (or [N, nodes]) of ``method`` on ``data``."""
+    """Per-example scores [N, E] (or [N, nodes]) of ``method`` on ``data``.
+
+    ``rows`` restricts the work to those examples (ablations still see the whole dataset, so a
+    row's scores do not depend on which other rows are computed with it).
+    """
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
     if level not in LEVELS:
@@ -236,10 +241,11 @@ def attribute(
     abl = ablation if not isinstance(ablation, str) else Ablation(
         ablation, model, data, reference=reference, seed=seed, batch_size=batch_size)
     cols = model.graph.n_edges if level == "edge" else model.graph.n_senders
-    scores = np.empty((N, cols), dtype=np.float32)
-    starts = range(0, N, batch_size)
+    todo = np.arange(N) if rows is None else np.asarray(rows, dtype=np.int64)
+    scores = np.empty((len(todo), cols), dtype=np.float32)
+    starts = range(0, len(todo), batch_size)
     for start in tqdm(starts, desc=f"{method} ({level})", disable=not progress, leave=False):
-        index = torch.arange(start, min(start + batch_size, N))
+        index = torch.as_tensor(todo[start : start + batch_size])
         batch = _Batch(model, data, index, keep_resid=method == "exact")
         cf = abl.senders(index)
         if method == "exact":
@@ -253,7 +259,7 @@ def attribute(
     if method.startswith("eap-ig"):
         params["ig_steps"] = ig_steps
     return ScoreMatrix(
-        scores=scores, graph=model.graph, level=level, method=method, ablation=abl.kind,
+        scores=scores, graph=model.graph, level=level, method=method, ablation=abl.kind, example_ids=todo,
         metric=metric_name or getattr(data, "metric_name", "metric"),
         params=params, provenance={"model": model.identity(), "seconds": time.perf_counter() - t0},
     )

@@ -138,6 +138,82 @@ def attribute_command(
         typer.echo(f"{r:>4}  {mean[i]:>10.4f}  {sd[i]:>9.4f}  {sm.names[i]}")
 
 
+@app.command("audit")
+def audit_command(
+    spec: Path = typer.Argument(..., help="audit spec (YAML)"),
+    out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
+    n_jobs: int | None = typer.Option(None, "--n-jobs", help="parallel workers (default: the spec's n_jobs)"),
+    scheduler: str | None = typer.Option(None, "--scheduler", help="Dask scheduler ADDRESS, or 'local'"),
+    force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
+    report: bool = typer.Option(True, "--report/--no-report", help="write report.html at the end"),
+) -> None:
+    """Run a stability audit: attribution, CIs, stability vs k, faithfulness, approximation, heads."""
+    from pipelines.audit import run_audit
+    from pipelines.spec import load_spec
+
+    parsed = load_spec(spec)  # validated before anything is created
+    run_audit(parsed, out, n_jobs=n_jobs, scheduler=scheduler, force=force)
+    typer.echo(f"audit written to {out}")
+    if report:
+        from reports.html import render_report
+
+        typer.echo(f"report: {render_report(out)}")
+
+
+@app.command("report")
+def report_command(
+    run: Path = typer.Argument(..., help="run directory"),
+    out: Path | None = typer.Option(None, "--out", help="output file or directory (default RUN/report.html)"),
+) -> None:
+    """Write one self-contained report.html for a run directory."""
+    from reports.html import render_report
+
+    typer.echo(str(render_report(run, out)))
+
+
+@app.command("circuit")
+def circuit_command(
+    run: Path = typer.Argument(..., help="run directory with scores (from attribute or audit)"),
+    k: int = typer.Option(..., "--k", help="number of edges"),
+    absolute: bool = typer.Option(False, "--absolute/--signed", help="rank by |score| or by signed score"),
+    method: str | None = typer.Option(None, "--method", help="which method's scores in an audit run"),
+    rule: str = typer.Option("top-k", "--rule", help="top-k or greedy"),
+    prune: bool = typer.Option(True, "--prune/--no-prune", help="drop nodes with no path input -> logits"),
+    json_out: Path | None = typer.Option(None, "--json", help="export to EAP-IG / MIB JSON"),
+) -> None:
+    """Print (and export) the circuit of the top-k edges of a run's mean scores."""
+    from circuits.circuit import Circuit
+    from circuits.scores import ScoreMatrix
+
+    name = "scores" if method is None else f"scores_{method}"
+    if method is None and not (run / "scores.parquet").exists():
+        found = sorted(p.stem[len("scores_"):] for p in run.glob("scores_*.parquet"))
+        if not found:
+            fail(f"{run} has no scores; run `circuitstat attribute` or `circuitstat audit` first")
+        name = f"scores_{found[0]}"
+    sm = ScoreMatrix.read(run, name)
+    if rule not in ("top-k", "greedy"):
+        fail(f"unknown rule {rule!r}; use top-k or greedy")
+    make = Circuit.top_k if rule == "top-k" else Circuit.greedy
+    circuit = make(sm, k, absolute=absolute)
+    if prune:
+        circuit = circuit.prune()
+    typer.echo(circuit.summary())
+    if json_out is not None:
+        circuit.to_json(json_out)
+        typer.echo(f"written {json_out}")
+
+
+def _register() -> None:
+    """Commands whose functions live beside the pipelines they drive."""
+    from pipelines import training
+
+    app.command("train")(training.train_command)
+
+
+_register()
+
+
 def main() -> None:
     """Entry point: run the app, turning bad-input errors into one line and exit code 2."""
     from reports.lock import RunLockedError

@@ -1,0 +1,268 @@
+"""The stability audit: attribution → resampling → stability → faithfulness → approximation → heads.
+
+Each step is a resumable stage of a run directory (reports.rundir.RunDir): a killed run resumes
+with the same command and recomputes only unfinished stages; every stage's randomness comes
+from the run's root seed and the stage name, so resumed, parallel and serial runs write
+identical tables.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .spec import AuditSpec
+
+
+def _chunks(n: int, batch_size: int, n_jobs: int) -> list[np.ndarray]:
+    """Example rows split into whole batches, a few chunks per worker."""
+    n_batches = -(-n // batch_size)
+    per = max(1, -(-n_batches // max(1, 4 * n_jobs)))
+    step = per * batch_size
+    return [np.arange(s, min(s + step, n)) for s in range(0, n, step)]
+
+
+def _attribute_rows(rows, model, task, method, spec: AuditSpec):
+    from circuits.attribution import attribute
+
+    return attribute(model, task, method, level=spec.level, ablation=spec.ablation, batch_size=spec.batch_size,
+                     ig_steps=spec.ig_steps, seed=spec.seed, rows=rows, progress=False).scores
+
+
+def attribution_scores(model, task, method: str, spec: AuditSpec, n_jobs: int):
+    """ScoreMatrix of ``method`` on every example, computed in fixed chunks (any n_jobs gives the same)."""
+    from circuits.scores import ScoreMatrix
+
+    from .parallel import run_chunks
+
+    n = task.clean.shape[0]
+    t0 = time.perf_counter()
+    parts = run_chunks(_attribute_rows, _chunks(n, spec.batch_size, n_jobs), n_jobs, model, task, method, spec)
+    params = {"batch_size": spec.batch_size, "seed": spec.seed, "max_rows": 256}
+    if method.startswith("eap-ig"):
+        params["ig_steps"] = spec.ig_steps
+    return ScoreMatrix(np.concatenate(parts), model.graph, spec.level, method, spec.ablation, task.metric_name,
+                       params=params, provenance={"model": model.identity(), "seconds": time.perf_counter() - t0})
+
+
+def resampling_plan(spec: AuditSpec, n: int, groups, seed, *, for_intervals: bool):
+    """The run's resampling plan: bootstrap over examples or clusters, or half-size subsamples."""
+    from circuits.errors import InputError
+    from stats import ResamplingPlan
+
+    b = spec.bootstrap
+    if b.scheme == "clusters":
+        if groups is None:
+            raise InputError("bootstrap scheme 'clusters' needs a task with groups (templates); "
+                             "use scheme 'examples' or a task with a group column")
+        return ResamplingPlan.cluster(np.asarray(groups), b.n_resamples, seed)
+    if b.scheme == "half-splits" and not for_intervals:
+        return ResamplingPlan.subsample(n, b.n_resamples, seed)
+    return ResamplingPlan.bootstrap(n, b.n_resamples, seed)
+
+
+def edge_stats_table(S: np.ndarray, names: list[str], method: str, plan, spec: AuditSpec, n_jobs: int) -> dict:
+    """Per-edge mean, bootstrap SE and CI, t-test p and BH q for one method."""
+    from stats import bootstrap_edges, t_test_edges
+
+    boot = bootstrap_edges(S, plan, method=spec.bootstrap.ci_method, confidence_level=spec.bootstrap.confidence_level,
+                           n_jobs=n_jobs)
+    test = t_test_edges(S, correction="bh")
+    E = S.shape[1]
+    return {"method": [method] * E, "edge": np.arange(E, dtype=np.int64), "name": names,
+            "estimate": np.asarray(boot.estimate, dtype=np.float64),
+            "se": np.asarray(boot.standard_error, dtype=np.float64),
+            "ci_low": np.asarray(boot.confidence_interval.low, dtype=np.float64),
+            "ci_high": np.asarray(boot.confidence_interval.high, dtype=np.float64),
+            "p": np.asarray(test.pvalue, dtype=np.float64), "q": np.asarray(test.pvalue_adjusted, dtype=np.float64),
+            "n": np.full(E, S.shape[0], dtype=np.int64)}
+
+
+STABILITY_COLUMNS = ("jaccard_mean", "jaccard_sd", "jaccard_ci_low", "jaccard_ci_high", "jaccard_chance",
+                     "jaccard_corrected", "phi", "phi_ci_low", "phi_ci_high", "consensus_size",
+                     "consensus_jaccard_mean", "rbo_mean")
+
+
+def stability_tables(S: np.ndarray, names: list[str], method: str, plan, ks: list[int], spec: AuditSpec,
+                     n_jobs: int) -> tuple[dict, dict]:
+    """(stability_vs_k, inclusion) columns for one method."""
+    from stats import circuit_stability
+
+    res = circuit_stability(S, plan, ks, ranking=spec.ranking, n_jobs=n_jobs, edge_names=names)
+    per = res.per_k
+    stab = {"method": [method] * len(res.ks), "k": res.ks.astype(np.int64)}
+    for c in STABILITY_COLUMNS:
+        v = np.asarray(per[c])
+        stab[c] = v.astype(np.int64) if c == "consensus_size" else v.astype(np.float64)
+    stab["spearman_mean"] = np.full(len(res.ks), float(np.nanmean(res.spearman)) if res.spearman.size else np.nan)
+    ki, ei = np.nonzero(res.inclusion_counts)
+    inc = {"method": [method] * len(ki), "k": res.ks[ki].astype(np.int64), "edge": ei.astype(np.int64),
+           "name": [names[e] for e in ei], "frequency": res.inclusion_counts[ki, ei] / res.n_resamples}
+    return stab, inc
+
+
+def faithfulness_table(model, task, S: np.ndarray, method: str, ks: list[int], plan, spec: AuditSpec) -> dict:
+    """Faithfulness of the top-k circuit of the mean scores at each k, with a bootstrap CI of the ratio of means."""
+    from circuits.faithfulness import faithfulness_curve
+
+    mean = S.astype(np.float64).sum(0) / S.shape[0]
+    res = faithfulness_curve(model, task, mean.astype(np.float32), absolute=spec.ranking == "absolute", ks=ks,
+                             fractions=None, prune=False, ablation=spec.ablation, seed=spec.seed,
+                             batch_size=spec.batch_size, progress=False)
+    W = plan.counts.astype(np.float64)  # [B, N] resample weights
+    tot = W.sum(1, keepdims=True)
+    mc = (W @ res.m_circuit.astype(np.float64)) / tot  # [B, C]
+    mM = (W @ res.m_clean.astype(np.float64))[:, None] / tot
+    m0 = (W @ res.m_empty.astype(np.float64))[:, None] / tot
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = (mc - m0) / (mM - m0)
+    alpha = 1 - spec.bootstrap.confidence_level
+    lo, hi = np.nanquantile(ratios, [alpha / 2, 1 - alpha / 2], axis=0)
+    C = len(res.ratio_of_means)
+    return {"method": [method] * C, "k": np.asarray(res.k, dtype=np.int64),
+            "edge_fraction": np.asarray(res.fraction, dtype=np.float64),
+            "f_ratio": np.asarray(res.ratio_of_means, dtype=np.float64),
+            "f_mean": np.asarray(res.mean_per_example, dtype=np.float64),
+            "f_ci_low": lo.astype(np.float64), "f_ci_high": hi.astype(np.float64),
+            "cpr": np.full(C, float(res.cpr)), "cmd": np.full(C, float(res.cmd)),
+            "n_undefined": np.full(C, res.n_undefined, dtype=np.int64)}
+
+
+def approximation_tables(exact: np.ndarray, approx: np.ndarray, names: list[str], method: str, k: int,
+                         ranking: str) -> tuple[dict, dict]:
+    """Per-edge approximation error of ``method`` against exact, and a summary row."""
+    from scipy import stats as sps
+
+    N = exact.shape[0]
+    s, a = exact.astype(np.float64), approx.astype(np.float64)
+    err = a - s
+    sm, am = s.mean(0), a.mean(0)
+    sc, ac = s - sm, a - am
+    sxx, sxy, syy = (sc * sc).sum(0), (sc * ac).sum(0), (ac * ac).sum(0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slope = np.where(sxx > 0, sxy / sxx, np.nan)
+        r2 = np.where((sxx > 0) & (syy > 0), sxy**2 / (sxx * syy), np.nan)
+    per_edge = {"method": [method] * len(names), "edge": np.arange(len(names), dtype=np.int64), "name": names,
+                "exact_mean": sm, "approx_mean": am, "bias": err.mean(0),
+                "error_sd": err.std(0, ddof=1) if N > 1 else np.full(len(names), np.nan),
+                "slope": slope, "intercept": am - slope * sm, "r2": r2}
+    key = (np.abs if ranking == "absolute" else (lambda x: x))
+    top_s = set(np.argsort(-key(sm), kind="stable")[:k].tolist())
+    top_a = set(np.argsort(-key(am), kind="stable")[:k].tolist())
+    flat_s, flat_a = s.ravel(), a.ravel()
+    fit = sps.linregress(flat_s, flat_a) if np.ptp(flat_s) > 0 else None
+    summary = {"method": [method], "spearman": [float(sps.spearmanr(sm, am).statistic)],
+               "kendall": [float(sps.kendalltau(sm, am).statistic)],
+               "slope": [float(fit.slope) if fit else np.nan], "r2": [float(fit.rvalue**2) if fit else np.nan],
+               "bias_mean": [float(err.mean())], "top_k_overlap": [len(top_s & top_a) / k], "k": [int(k)]}
+    return per_edge, summary
+
+
+def _concat(parts: list[dict]) -> dict:
+    out: dict = {}
+    for p in parts:
+        for key, v in p.items():
+            out.setdefault(key, []).append(np.asarray(v) if not isinstance(v, list) else np.asarray(v, dtype=object))
+    return {k: (np.concatenate(v).tolist() if v[0].dtype == object else np.concatenate(v)) for k, v in out.items()}
+
+
+def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, scheduler: str | None = None,
+              force: bool = False) -> Path:
+    """Run (or resume) the audit described by ``spec`` into run directory ``out``; returns ``out``."""
+    from circuits import load_model
+    from circuits.scores import ScoreMatrix
+    from reports.rundir import RunDir
+    from reports.tables import table_to_matrix
+
+    from .build import build_task
+    from .parallel import backend
+
+    import torch
+
+    out = Path(out)
+    n_jobs = n_jobs or spec.n_jobs
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    model = load_model(spec.sources[0], device=spec.device, dtype=getattr(torch, spec.dtype))
+    task = build_task(model, spec.task.name, n=spec.task.n, seed=spec.task.seed, metric=spec.task.metric,
+                      **spec.task.options)
+    ks = [k for k in spec.k]
+    n_cols = model.graph.n_edges if spec.level == "edge" else model.graph.n_senders
+    if ks[-1] >= n_cols:
+        from circuits.errors import InputError
+
+        raise InputError(f"k={ks[-1]} is not below the number of {spec.level}s ({n_cols}); use smaller k")
+    base = {"weight_hash": model.weight_hash(), "task_hash": task.content_hash}
+    spec_doc = spec.model_dump()
+    with backend(n_jobs, scheduler) as workers, RunDir(out, spec=spec_doc, command=sys.argv, seed=spec.seed,
+                                                        provenance={"model": model.identity(),
+                                                                    "task": task.describe()}) as run:
+        index_name = "edges" if spec.level == "edge" else "nodes"
+        sm0 = ScoreMatrix(np.zeros((1, n_cols), np.float32), model.graph, spec.level, "none", spec.ablation, "none")
+        run.stage("index", lambda: {index_name: sm0.tables()[index_name]}, [index_name], params=base, force=force)
+        names = sm0.names
+        attr_keys = ("level", "ablation", "batch_size", "ig_steps", "seed")
+        for method in spec.methods:
+            params = {**base, "method": method, "task": spec.task.model_dump(),
+                      **{k: spec_doc[k] for k in attr_keys}}
+            run.stage(f"scores_{method}",
+                      lambda method=method: {f"scores_{method}": attribution_scores(
+                          model, task, method, spec, workers).tables({"task": task.describe()})["scores"]},
+                      [f"scores_{method}"], params=params, force=force)
+        scores = {m: np.asarray(table_to_matrix(run.table(f"scores_{m}"))) for m in spec.methods}
+        deps = [f"scores_{m}" for m in spec.methods]
+        N = task.clean.shape[0]
+        groups = None if task.group is None else task.group.numpy()
+        rs = {"bootstrap": spec.bootstrap.model_dump(), "k": ks, "ranking": spec.ranking}
+
+        def stats_stage():
+            plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=True)
+            return {"edge_stats": _concat([edge_stats_table(scores[m], names, m, plan, spec, workers)
+                                           for m in spec.methods])}
+
+        run.stage("edge_stats", stats_stage, ["edge_stats"], params=rs, depends_on=deps, force=force)
+
+        def stability_stage():
+            plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=False)
+            parts = [stability_tables(scores[m], names, m, plan, ks, spec, workers) for m in spec.methods]
+            return {"stability_vs_k": _concat([p[0] for p in parts]), "inclusion": _concat([p[1] for p in parts])}
+
+        run.stage("stability", stability_stage, ["stability_vs_k", "inclusion"], params=rs, depends_on=deps,
+                  force=force)
+
+        if spec.faithfulness:
+            def faith_stage():
+                plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=True)
+                return {"faithfulness_vs_k": _concat([faithfulness_table(model, task, scores[m], m, ks, plan, spec)
+                                                      for m in spec.methods])}
+
+            run.stage("faithfulness", faith_stage, ["faithfulness_vs_k"], params=rs, depends_on=deps, force=force)
+
+        others = [m for m in spec.methods if m != "exact"]
+        if "exact" in spec.methods and others:
+            def approx_stage():
+                parts = [approximation_tables(scores["exact"], scores[m], names, m, ks[min(1, len(ks) - 1)],
+                                              spec.ranking) for m in others]
+                return {"approximation": _concat([p[0] for p in parts]),
+                        "approximation_summary": _concat([p[1] for p in parts])}
+
+            run.stage("approximation", approx_stage, ["approximation", "approximation_summary"],
+                      params={"k": ks, "ranking": spec.ranking}, depends_on=deps, force=force)
+
+        if len(spec.sources) > 1:
+            _heads_stage(run, spec, base, force)
+    return out
+
+
+def _heads_stage(run, spec: AuditSpec, base: dict, force: bool) -> None:
+    """Head stability across the spec's models (the heads estimator of pipelines.heads)."""
+    from . import heads as heads_mod
+
+    params = {"models": spec.sources, **spec.heads.model_dump(), "seed": spec.seed}
+
+    def compute():
+        return heads_mod.audit_tables(spec.sources, seed=spec.seed, **spec.heads.model_dump())
+
+    run.stage("heads", compute, ["heads", "layers", "residual"], params=params, force=force)

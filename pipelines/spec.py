@@ -1,0 +1,146 @@
+"""Audit specs: the one spec loader (YAML validated with pydantic; unknown keys are errors).
+
+A minimal spec::
+
+    model: random:gpt2?n_layer=2&n_head=4&n_embd=64&vocab_size=512
+    task: {name: induction, n: 64}
+    methods: [exact, eap]
+
+Every other key has a documented default; ``models`` (several seeds of one architecture) adds
+head stability across them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from circuits.errors import InputError
+
+METHOD = Literal["exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted"]
+ABLATION = Literal["counterfactual", "mean", "mean-positional", "zero", "resample"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TaskSpec(_Strict):
+    """Which task, how many examples, which metric."""
+
+    name: str = "induction"
+    n: int = Field(64, ge=2, le=1_000_000)
+    seed: int = Field(0, ge=0)
+    metric: Literal["logit_diff", "prob_diff", "kl", "kl_mean", "cross_entropy"] | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class BootstrapSpec(_Strict):
+    """Resampling over examples: bootstrap, cluster bootstrap over task groups, or half-splits."""
+
+    n_resamples: int = Field(1000, ge=10, le=100_000)
+    scheme: Literal["examples", "clusters", "half-splits"] = "examples"
+    confidence_level: float = Field(0.95, gt=0.5, lt=1.0)
+    ci_method: Literal["percentile", "basic", "bca"] = "bca"
+
+
+class HeadsSpec(_Strict):
+    """Head stability across the spec's models (needs two or more)."""
+
+    match: Literal["max", "hungarian"] = "max"
+    pairs: Literal["anchor", "all"] = "anchor"
+    drop_bos: bool = False
+    n_probe: int = Field(100, ge=4, le=10_000)
+    n_boot: int = Field(200, ge=10, le=10_000)
+
+
+class AuditSpec(_Strict):
+    """Everything one audit runs; see the module docstring."""
+
+    model: str | None = None
+    models: list[str] | None = None
+    task: TaskSpec = TaskSpec()
+    methods: list[METHOD] = Field(default_factory=lambda: ["exact", "eap"], min_length=1)
+    level: Literal["edge", "node"] = "edge"
+    ablation: ABLATION = "counterfactual"
+    batch_size: int = Field(16, ge=1, le=4096)
+    ig_steps: int = Field(5, ge=1, le=1000)
+    bootstrap: BootstrapSpec = BootstrapSpec()
+    k: list[int] = Field(default_factory=lambda: [5, 10, 20, 50], min_length=1)
+    ranking: Literal["absolute", "signed"] = "absolute"
+    faithfulness: bool = True
+    heads: HeadsSpec = HeadsSpec()
+    seed: int = Field(0, ge=0)
+    n_jobs: int = Field(1, ge=1, le=256)
+    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+
+    @field_validator("k")
+    @classmethod
+    def _k_positive(cls, v: list[int]) -> list[int]:
+        if any(k < 1 for k in v):
+            raise ValueError("every k must be a positive integer")
+        return sorted(set(v))
+
+    @field_validator("methods")
+    @classmethod
+    def _unique(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("methods are listed more than once")
+        return v
+
+    @model_validator(mode="after")
+    def _one_model_source(self) -> "AuditSpec":
+        if (self.model is None) == (self.models is None):
+            raise ValueError("give exactly one of 'model' (one source) or 'models' (a list of seeds of one model)")
+        if self.models is not None and len(self.models) == 0:
+            raise ValueError("'models' is empty; list at least one model")
+        return self
+
+    @property
+    def sources(self) -> list[str]:
+        """Model sources; attribution runs on the first, head stability across all."""
+        return list(self.models) if self.models is not None else [self.model]
+
+
+def _format_error(exc: ValidationError, source: str) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        if err["type"] == "literal_error":
+            msg = f"{msg.replace('Input should be', 'must be')}"
+        parts.append(f"{where}: {msg}")
+    more = f" (and {len(exc.errors()) - 5} more)" if len(exc.errors()) > 5 else ""
+    return f"invalid spec {source}: " + "; ".join(parts) + more
+
+
+def parse_spec(data: Any, source: str = "<spec>") -> AuditSpec:
+    """An AuditSpec from parsed YAML, or InputError naming each bad key and the allowed values."""
+    if not isinstance(data, dict):
+        raise InputError(f"invalid spec {source}: the top level must be a mapping of keys (model, task, methods, ...)")
+    try:
+        return AuditSpec.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(_format_error(exc, source)) from None
+
+
+def load_yaml(path: str | Path) -> Any:
+    """Parsed YAML of a file, or InputError saying why it could not be read."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{path} not found; pass the path of a YAML file")
+    try:
+        return yaml.safe_load(p.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+
+
+def load_spec(path: str | Path) -> AuditSpec:
+    """The validated audit spec in a YAML file."""
+    return parse_spec(load_yaml(path), str(path))
