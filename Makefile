@@ -3,12 +3,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo bench clean
+.PHONY: install test demo bench browser clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
+# torch is pinned through constraints.txt (the CPU build on this machine); pyproject takes a range.
 $(STAMP): $(BIN)/python pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q -c constraints.txt torch==2.13.0
 	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
@@ -16,7 +17,13 @@ $(STAMP): $(BIN)/python pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-test: $(STAMP)
+# The HTML report test renders in headless Chromium (Debian's package; needs root or sudo).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest tests
 
 demo: $(STAMP)
@@ -25,6 +32,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/attribution.py
 	$(BIN)/python bench/bootstrap.py
+	$(BIN)/python bench/training.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

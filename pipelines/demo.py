@@ -1,0 +1,73 @@
+"""The main job (`make demo`): default zoo → audit with exact and EAP → head stability → HTML report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+DEMO_RECIPE = "attn-only-2l"
+
+
+def demo_spec(models: list[str], n_jobs: int, quick: bool = False):
+    """The demo's audit spec on the zoo's attention-only models (induction task)."""
+    from pipelines.spec import parse_spec
+
+    return parse_spec({
+        "models": models,
+        "task": {"name": "induction", "n": 24 if quick else 64, "seed": 0, "options": {"seq_len": 10}},
+        "methods": ["exact", "eap"],
+        "batch_size": 16,
+        "bootstrap": {"n_resamples": 200 if quick else 1000},
+        "k": [5, 10, 20, 50],
+        "ranking": "absolute",
+        "heads": {"n_probe": 20 if quick else 100, "n_boot": 50 if quick else 200},
+        "seed": 0,
+        "n_jobs": n_jobs,
+    }, "<demo>")
+
+
+def print_summary(run: Path, echo=typer.echo) -> None:
+    """Top edges with CIs, mean Jaccard at a few k, and the most and least stable heads."""
+    import pyarrow.parquet as pq
+
+    stats = pq.read_table(run / "edge_stats.parquet").to_pandas()
+    exact = stats[stats.method == "exact"].reindex(columns=["name", "estimate", "ci_low", "ci_high", "q"])
+    top = exact.reindex(exact.estimate.abs().sort_values(ascending=False).index).head(8)
+    echo("\nTop edges by exact effect (mean over examples, 95% BCa CI, BH q):")
+    for _, r in top.iterrows():
+        echo(f"  {r['name']:<24} {r.estimate:+.3f}  [{r.ci_low:+.3f}, {r.ci_high:+.3f}]  q={r.q:.2g}")
+    stab = pq.read_table(run / "stability_vs_k.parquet").to_pandas()
+    echo("\nCircuit stability under bootstrap resampling (mean pairwise Jaccard, chance in brackets):")
+    for method, g in stab.groupby("method", sort=False):
+        cells = "  ".join(f"k={int(r.k)}: {r.jaccard_mean:.2f} ({r.jaccard_chance:.2f})" for _, r in g.iterrows())
+        echo(f"  {method:<6} {cells}")
+    heads_path = run / "heads.parquet"
+    if heads_path.exists():
+        heads = pq.read_table(heads_path).to_pandas().sort_values("stability")
+        echo("\nHead stability across seeds (best same-layer match, 95% CI; shuffled null in brackets):")
+        for label, rows in (("least stable", heads.head(3)), ("most stable", heads.tail(3)[::-1])):
+            for _, r in rows.iterrows():
+                echo(f"  {label:<12} a{int(r.layer)}.h{int(r.head)}  {r.stability:.2f} "
+                     f"[{r.ci_low:.2f}, {r.ci_high:.2f}]  (null {r.null_mean:.2f})")
+
+
+def demo_command(
+    out: Path = typer.Option(Path("runs/demo"), "--out", help="run directory"),
+    n_jobs: int = typer.Option(2, "--n-jobs", help="parallel workers"),
+    quick: bool = typer.Option(False, "--quick", help="fewer examples and resamples"),
+) -> None:
+    """Train or reuse the default zoo, audit its induction circuit across seeds, write the report."""
+    from pipelines.audit import run_audit
+    from pipelines.zoo import default_zoo
+    from reports.html import render_report
+
+    typer.echo("circuitstat demo: the default zoo (2-layer models, 5 seeds each) → induction-circuit audit "
+               "with exact patching and EAP → head stability across seeds → HTML report")
+    paths = default_zoo(n_jobs=n_jobs)
+    models = [str(p) for p in paths if DEMO_RECIPE in str(p)]
+    spec = demo_spec(models, n_jobs, quick)
+    run_audit(spec, out)
+    report = render_report(out)
+    print_summary(out)
+    typer.echo(f"\nreport: {report.resolve()}")
