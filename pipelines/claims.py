@@ -1,0 +1,1044 @@
+"""Claims checks: published findings stated as testable bounds, checked against an audit's run.
+
+A claims file (YAML)::
+
+    run: runs/zoo              # optional: a finished audit's run directory (relative to this file)
+    spec: audit-zoo.yaml       # optional: the audit spec; used to run the audit when the run is missing
+    claims:
+      - kind: circuit_stability
+        name: stable-top-20
+        description: mean pairwise Jaccard of the top-20 circuit under resampling is at least 0.8
+        method: exact
+        k: 20
+        statistic: jaccard_mean
+        min: 0.8
+
+Claim kinds (every one takes an optional ``name`` and ``description``; bounds are ``min`` and/or
+``max``, both inclusive):
+
+* ``edge_in_circuit``: ``edge``, ``method``, ``k``, ``min_inclusion`` — the edge's inclusion
+  frequency in the top-k circuit over resamples (0 when it never entered it).
+* ``circuit_stability``: ``method``, ``k``, ``statistic`` (jaccard_mean, jaccard_ci_low,
+  jaccard_corrected, phi, phi_ci_low, consensus_jaccard_mean), bounds.
+* ``faithfulness``: ``method``, ``k``, ``statistic`` (f_ratio, f_mean, f_ci_low, f_ci_high; or
+  cpr, cmd, which need no ``k``), bounds.
+* ``edge_effect``: ``edge``, ``method``, ``sign`` (positive, negative, nonzero), ``max_q``
+  (Benjamini-Hochberg q-value of the edge's effect).
+* ``head_stability``: ``layer`` and ``head`` (or ``head: "1.5"``), ``statistic`` (stability,
+  ci_low, ci_high, distinctness), bounds; optional ``match``/``pairs`` when the run has several.
+* ``layer_stability``: ``layer``, ``statistic`` (stability, ci_low, ci_high), bounds.
+* ``approximation``: ``method`` (an approximation of exact), ``statistic`` (spearman, kendall,
+  r2, slope, top_k_overlap, bias_mean), bounds; optional ``k`` (the top-k of top_k_overlap).
+
+:func:`check` evaluates every claim against the run (running the audit via
+:func:`pipelines.audit.run_audit` when the run is missing or lacks what the claims need and a spec
+is given) and returns a :class:`CheckReport`: per claim a status (pass, fail, error), the observed
+value(s), the bound and a reason. Exit codes of ``circuitstat check``: 0 all hold, 1 any fails,
+2 an error (bad file, no run, a claim the run cannot answer: the reason names what the audit must
+include).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import math
+import os
+import re
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import typer
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from circuits.errors import InputError
+
+__all__ = [
+    "CLAIM_KINDS",
+    "CheckReport",
+    "Claim",
+    "ClaimResult",
+    "ClaimsFile",
+    "check",
+    "check_command",
+    "evaluate_claims",
+    "format_results",
+    "junit_xml",
+    "load_claims",
+    "parse_claims",
+    "read_yaml_strict",
+    "write_junit",
+]
+
+METHOD = Literal["exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted"]
+APPROX_METHOD = Literal["eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted"]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+
+
+# ----------------------------------------------------------------------------------------------
+# The claims file
+# ----------------------------------------------------------------------------------------------
+class _Strict(BaseModel):
+    # strict: no silent coercion (true -> 1, "0.8" -> 0.8); ints are still accepted for floats.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class _ClaimBase(_Strict):
+    name: str | None = Field(None, min_length=1, max_length=200)
+    description: str | None = None
+
+    def label(self, index: int) -> str:
+        return self.name or f"#{index + 1} {self.kind} {self._auto_label()}".strip()
+
+    def _auto_label(self) -> str:  # pragma: no cover - overridden
+        return ""
+
+
+class _Bounded(_ClaimBase):
+    min: Finite | None = None
+    max: Finite | None = None
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.min is None and self.max is None:
+            raise ValueError("give a bound: 'min' and/or 'max'")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"'min' ({self.min}) is greater than 'max' ({self.max})")
+        return self
+
+
+def _normalise_edge(v: str) -> str:
+    return re.sub(r"\s+", "", v.replace("→", "->"))
+
+
+class EdgeInCircuit(_ClaimBase):
+    """The edge is in the top-k circuit with inclusion frequency >= min_inclusion."""
+
+    kind: Literal["edge_in_circuit"]
+    edge: str = Field(min_length=1)
+    method: METHOD
+    k: int = Field(ge=1)
+    min_inclusion: Unit
+
+    @field_validator("edge")
+    @classmethod
+    def _edge(cls, v: str) -> str:
+        return _normalise_edge(v)
+
+    def _auto_label(self) -> str:
+        return f"{self.edge} {self.method} k={self.k}"
+
+
+class CircuitStability(_Bounded):
+    """A stability statistic of the top-k circuit under resampling."""
+
+    kind: Literal["circuit_stability"]
+    method: METHOD
+    k: int = Field(ge=1)
+    statistic: Literal["jaccard_mean", "jaccard_ci_low", "jaccard_corrected", "phi", "phi_ci_low",
+                       "consensus_jaccard_mean"]
+
+    def _auto_label(self) -> str:
+        return f"{self.statistic} {self.method} k={self.k}"
+
+
+class Faithfulness(_Bounded):
+    """Faithfulness of the top-k circuit (f_*), or the area-under-curve scores cpr/cmd."""
+
+    kind: Literal["faithfulness"]
+    method: METHOD
+    k: int | None = Field(None, ge=1)
+    statistic: Literal["f_ratio", "f_mean", "f_ci_low", "f_ci_high", "cpr", "cmd"]
+
+    @model_validator(mode="after")
+    def _needs_k(self):
+        if self.statistic.startswith("f_") and self.k is None:
+            raise ValueError(f"statistic {self.statistic!r} is per circuit size: give 'k'")
+        if not self.statistic.startswith("f_") and self.k is not None:
+            raise ValueError(f"statistic {self.statistic!r} integrates over every k; remove 'k'")
+        return self
+
+    def _auto_label(self) -> str:
+        return f"{self.statistic} {self.method}" + (f" k={self.k}" if self.k is not None else "")
+
+
+class EdgeEffect(_ClaimBase):
+    """The edge's mean effect has the given sign and is significant after BH (q <= max_q)."""
+
+    kind: Literal["edge_effect"]
+    edge: str = Field(min_length=1)
+    method: METHOD
+    sign: Literal["positive", "negative", "nonzero"]
+    max_q: float = Field(gt=0.0, le=1.0, allow_inf_nan=False)
+
+    @field_validator("edge")
+    @classmethod
+    def _edge(cls, v: str) -> str:
+        return _normalise_edge(v)
+
+    def _auto_label(self) -> str:
+        return f"{self.edge} {self.method} {self.sign}"
+
+
+_HEAD_RE = re.compile(r"^\s*(?:a?(\d+)\s*\.\s*h?(\d+))\s*$")
+
+
+class HeadStability(_Bounded):
+    """Stability of one attention head across independently trained seeds."""
+
+    kind: Literal["head_stability"]
+    layer: int | None = Field(None, ge=0)
+    head: int | str
+    statistic: Literal["stability", "ci_low", "ci_high", "distinctness"]
+    match: Literal["max", "hungarian"] | None = None
+    pairs: Literal["anchor", "all"] | None = None
+
+    @field_validator("head", mode="before")
+    @classmethod
+    def _no_float_head(cls, v: Any) -> Any:
+        if isinstance(v, float):
+            raise ValueError(
+                f"head {v!r} is a number; write layer 1 head 5 as head: \"1.5\" (quoted) or as layer: 1 and head: 5"
+            )
+        if isinstance(v, bool):
+            raise ValueError("head must be an integer or a \"layer.head\" string such as \"1.5\"")
+        return v
+
+    @model_validator(mode="after")
+    def _resolve_head(self):
+        if isinstance(self.head, str):
+            m = _HEAD_RE.match(self.head)
+            if not m:
+                raise ValueError(f"head {self.head!r} is not 'LAYER.HEAD' (such as \"1.5\" or \"a1.h5\")")
+            layer, head = int(m.group(1)), int(m.group(2))
+            if self.layer is not None and self.layer != layer:
+                raise ValueError(f"head {self.head!r} is in layer {layer} but 'layer' is {self.layer}")
+            object.__setattr__(self, "layer", layer)
+            object.__setattr__(self, "head", head)
+        else:
+            if self.head < 0:
+                raise ValueError("head must be >= 0")
+            if self.layer is None:
+                raise ValueError(f"give 'layer' with head {self.head}, or write head: \"LAYER.{self.head}\"")
+        return self
+
+    def _auto_label(self) -> str:
+        return f"{self.layer}.{self.head} {self.statistic}"
+
+
+class LayerStability(_Bounded):
+    """Mean stability of a layer's heads across seeds."""
+
+    kind: Literal["layer_stability"]
+    layer: int = Field(ge=0)
+    statistic: Literal["stability", "ci_low", "ci_high"]
+
+    def _auto_label(self) -> str:
+        return f"layer {self.layer} {self.statistic}"
+
+
+class Approximation(_Bounded):
+    """Agreement of an approximate method's scores with exact activation patching."""
+
+    kind: Literal["approximation"]
+    method: APPROX_METHOD
+    statistic: Literal["spearman", "kendall", "r2", "slope", "top_k_overlap", "bias_mean"]
+    k: int | None = Field(None, ge=1)
+
+    def _auto_label(self) -> str:
+        return f"{self.method} {self.statistic}" + (f" k={self.k}" if self.k is not None else "")
+
+
+Claim = Annotated[
+    Union[EdgeInCircuit, CircuitStability, Faithfulness, EdgeEffect, HeadStability, LayerStability, Approximation],
+    Field(discriminator="kind"),
+]
+_KIND_MODELS: dict[str, type[_ClaimBase]] = {
+    m.model_fields["kind"].annotation.__args__[0]: m  # type: ignore[union-attr]
+    for m in (EdgeInCircuit, CircuitStability, Faithfulness, EdgeEffect, HeadStability, LayerStability, Approximation)
+}
+CLAIM_KINDS: tuple[str, ...] = tuple(_KIND_MODELS)
+
+
+class ClaimsFile(_Strict):
+    """A claims file: where the run is (or the spec to make it) and the claims."""
+
+    run: str | None = Field(None, min_length=1)
+    spec: str | None = Field(None, min_length=1)
+    claims: list[Claim] = Field(min_length=1)
+    _source: str | None = PrivateAttr(None)  # the file it came from (set by parse_claims)
+
+    @property
+    def source(self) -> str | None:
+        return self._source
+
+    @property
+    def base(self) -> Path:
+        """The directory relative paths in the file are relative to."""
+        return Path(self.source).parent if self.source else Path(".")
+
+    def run_path(self) -> Path | None:
+        return None if self.run is None else self.base / Path(self.run).expanduser()
+
+    def spec_path(self) -> Path | None:
+        return None if self.spec is None else self.base / Path(self.spec).expanduser()
+
+
+# ----------------------------------------------------------------------------------------------
+# Loading: YAML that rejects duplicate keys and self-referential aliases; clear errors
+# ----------------------------------------------------------------------------------------------
+class _NoDuplicatesLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml: fast, caps nesting depth
+    """Safe YAML loading that rejects duplicate keys (PyYAML silently keeps the last one)."""
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    seen: dict[Any, Any] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            dup = key in seen
+        except TypeError:  # unhashable key: let the base constructor report it
+            break
+        if dup:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
+            )
+        seen[key] = None
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_NoDuplicatesLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _check_acyclic(data: Any, source: str) -> None:
+    """Reject YAML aliases that make a structure contain itself (it would loop forever later)."""
+    stack: set[int] = set()
+
+    def walk(x: Any, depth: int) -> None:
+        if depth > 200:
+            raise InputError(f"{source} is nested more than 200 levels deep; this is not a claims/spec file")
+        if isinstance(x, (dict, list)):
+            if id(x) in stack:
+                raise InputError(f"{source} has a YAML alias (*name) that refers to itself; write the value out")
+            stack.add(id(x))
+            for v in (x.values() if isinstance(x, dict) else x):
+                walk(v, depth + 1)
+            stack.discard(id(x))
+
+    walk(data, 0)
+
+
+def read_yaml_strict(path: str | os.PathLike[str]) -> Any:
+    """Parsed YAML of a file, or InputError: unreadable, invalid, duplicate keys, self-referential."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{path} not found{' (it is a directory)' if p.is_dir() else ''}; pass the path of a YAML file")
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path} is not UTF-8 text (byte {e.start}); save it as UTF-8 YAML") from None
+    except OSError as e:
+        raise InputError(f"{path} cannot be read: {e.strerror or e}") from None
+    try:
+        data = yaml.load(text, Loader=_NoDuplicatesLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        first = " ".join(str(e).split()).replace(' in "<unicode string>",', " at")
+        raise InputError(f"{path} is not valid YAML: {first[:300]}") from None
+    except RecursionError:
+        raise InputError(f"{path} is nested too deeply to be a claims/spec file") from None
+    except (ValueError, TypeError, OverflowError) as e:  # e.g. a date such as 2024-13-01
+        raise InputError(f"{path} is not valid YAML: a value cannot be read ({e}); quote it as a string") from None
+    _check_acyclic(data, str(path))
+    return data
+
+
+def _loc(loc: tuple) -> tuple[str, str | None]:
+    """(readable location, claim kind in it) of a pydantic error location."""
+    out, kind = "", None
+    parts = list(loc)
+    i = 0
+    while i < len(parts):
+        p = parts[i]
+        if isinstance(p, int):
+            out += f"[{p}]"
+            # the discriminated union adds the tag after the index: claims[0].circuit_stability.min
+            if i + 1 < len(parts) and parts[i + 1] in _KIND_MODELS:
+                kind = parts[i + 1]
+                i += 1
+        else:
+            out += ("." if out else "") + str(p)
+        i += 1
+    return out or "(top level)", kind
+
+
+def _format_validation(exc: ValidationError, source: str, data: Any) -> str:
+    parts = []
+    errors = exc.errors(include_url=False)
+    for err in errors[:6]:
+        where, kind = _loc(tuple(err["loc"]))
+        t, msg = err["type"], err["msg"]
+        if t == "extra_forbidden":
+            fields = list(_KIND_MODELS[kind].model_fields if kind else ClaimsFile.model_fields)
+            fields.sort(key=lambda f: f != "kind")
+            msg = f"unknown key; allowed keys: {', '.join(fields)}"
+        elif t == "missing":
+            msg = "required key is missing"
+        elif t == "invalid_key":
+            where, msg = f"key {_short(err['loc'][-1])}", "keys must be strings (names such as 'claims')"
+        elif t == "too_short" and where == "claims":
+            msg = "list at least one claim"
+        elif t == "union_tag_not_found":
+            msg = f"every claim needs a 'kind'; kinds: {', '.join(CLAIM_KINDS)}"
+        elif t == "union_tag_invalid":
+            msg = f"unknown kind {err['input'].get('kind')!r}; kinds: {', '.join(CLAIM_KINDS)}" if isinstance(err.get("input"), dict) else msg
+        elif t in ("model_attributes_type", "model_type", "dict_type") and where.startswith("claims["):
+            msg = "each claim must be a mapping of keys (kind, method, ...), not " + type(err.get("input")).__name__
+        elif t == "literal_error":
+            msg = msg.replace("Input should be", "must be")
+            if kind == "approximation" and where.endswith(".method"):
+                msg += " (approximation compares an approximate method against exact)"
+        elif t == "value_error":
+            msg = msg.removeprefix("Value error, ")
+        elif t in ("int_type", "float_type", "string_type", "bool_type", "list_type"):
+            msg = f"{msg.replace('Input should be', 'must be')} (got {type(err.get('input')).__name__} {_short(err.get('input'))})"
+        m = re.match(r"claims\[(\d+)\]", where)
+        if m and isinstance(data, dict) and isinstance(data.get("claims"), list):
+            i = int(m.group(1))
+            c = data["claims"][i] if i < len(data["claims"]) else None
+            if isinstance(c, dict) and isinstance(c.get("name"), str):
+                where += f" ({c['name'][:60]!r})"
+        parts.append(f"{where}: {msg}")
+    more = f" (and {len(errors) - 6} more)" if len(errors) > 6 else ""
+    return f"invalid claims file {source}: " + "; ".join(parts) + more
+
+
+def _short(v: Any, n: int = 40) -> str:
+    s = repr(v)
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def parse_claims(data: Any, source: str = "<claims>") -> ClaimsFile:
+    """A ClaimsFile from parsed YAML, or InputError naming each bad key and the allowed values."""
+    if not isinstance(data, dict):
+        what = "empty" if data is None else f"a {type(data).__name__}"
+        raise InputError(
+            f"invalid claims file {source}: the top level is {what}; it must be a mapping with "
+            "'claims:' (a list of claims) and optionally 'run:' and 'spec:'"
+        )
+    try:
+        cf = ClaimsFile.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(_format_validation(exc, source, data)) from None
+    except RecursionError:
+        raise InputError(f"invalid claims file {source}: nested too deeply") from None
+    cf._source = source
+    return cf
+
+
+def load_claims(path: str | os.PathLike[str]) -> ClaimsFile:
+    """The validated claims file at `path` (InputError on any problem, naming the key and the fix)."""
+    return parse_claims(read_yaml_strict(path), str(path))
+
+
+def _load_spec(path: Path):
+    """The audit spec at `path` through the strict YAML reader, then pipelines.spec.parse_spec."""
+    from pipelines.spec import parse_spec
+
+    return parse_spec(read_yaml_strict(path), str(path))
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading the run
+# ----------------------------------------------------------------------------------------------
+_TABLE_HINT = {
+    "edges": "the edge list comes from the attribution stage",
+    "edge_stats": "edge estimates, CIs and q-values come from the audit's resampling stage",
+    "inclusion": "inclusion frequencies come from the audit's circuit-stability stage",
+    "stability_vs_k": "circuit stability comes from the audit's circuit-stability stage",
+    "faithfulness_vs_k": "set 'faithfulness: true' in the spec",
+    "approximation_summary": "approximation error needs 'exact' and the approximate method in the spec's methods",
+    "heads": "head stability needs several seeds: list two or more models under 'models:' in the spec",
+    "layers": "layer stability needs several seeds: list two or more models under 'models:' in the spec",
+}
+
+
+class _ClaimError(Exception):
+    """A claim cannot be evaluated; `missing` when running (or re-running) the audit could fix it."""
+
+    def __init__(self, reason: str, missing: bool = False, observed: dict | None = None):
+        super().__init__(reason)
+        self.reason, self.missing, self.observed = reason, missing, observed or {}
+
+
+class _Run:
+    """Lazy, cached access to a run directory's tables."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._tables: dict[str, Any] = {}
+        self.manifest: dict | None = None
+        self.unfinished: list[str] = []
+        mpath = path / "manifest.json"
+        if mpath.exists():
+            from reports.rundir import RunDir
+
+            self.manifest = RunDir.read_manifest(path)  # RunDirError on a corrupt manifest
+            stages = self.manifest.get("stages", {})
+            self.unfinished = sorted(n for n, s in stages.items() if isinstance(s, dict) and s.get("status") != "done")
+
+    def table(self, name: str, columns: list[str], /):
+        if name not in self._tables:
+            p = self.path / f"{name}.parquet"
+            if not p.is_file():
+                note = ""
+                if self.unfinished:
+                    note = f" (the run is incomplete: stage(s) {', '.join(self.unfinished)} did not finish; resume the audit)"
+                raise _ClaimError(f"the run {self.path} has no {name}.parquet; {_TABLE_HINT.get(name, 'run the audit')}{note}",
+                                  missing=True)
+            try:
+                from reports.tables import read_table
+
+                self._tables[name] = read_table(p)
+            except Exception as e:  # corrupt file: pyarrow raises its own error types
+                raise _ClaimError(f"{p} cannot be read ({type(e).__name__}: {str(e)[:200]}); re-run the audit into a new directory",
+                                  missing=True) from None
+        t = self._tables[name]
+        lacking = [c for c in columns if c not in t.column_names]
+        if lacking:
+            raise _ClaimError(f"{name}.parquet in {self.path} has no column(s) {lacking} (columns: {t.column_names}); "
+                              "it was written by another version: re-run the audit", missing=True)
+        return t
+
+    def rows(self, name: str, columns: list[str], /, **eq: Any) -> list[dict]:
+        import pyarrow.compute as pc
+
+        t = self.table(name, columns + list(eq))
+        mask = None
+        for col, val in eq.items():
+            m = pc.equal(t[col], val)
+            mask = m if mask is None else pc.and_(mask, m)
+        if mask is not None:
+            t = t.filter(mask)
+        return t.select(columns + list(eq)).to_pylist()
+
+    def distinct(self, name: str, column: str, /, **eq: Any) -> list:
+        vals = {r[column] for r in self.rows(name, [column], **eq)}
+        return sorted(v for v in vals if v is not None)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _cmp_text(value: float, bound: float, op: str) -> str:
+    a, b = _fmt(value), _fmt(bound)
+    if a == b:
+        a = f"{value:.10g}"
+    return f"{a} {op} {b}"
+
+
+def _need(run: _Run, table: str, column: str, value: Any, fix: str, **eq: Any) -> None:
+    """Raise the 'add it to the spec' error if `value` is not among `column`'s values (given eq)."""
+    have = run.distinct(table, column, **eq)
+    if value not in have:
+        where = f" for {', '.join(f'{v}' for v in eq.values())}" if eq else ""
+        if column == "k":
+            msg = f"k={value} is not in the run's k grid {have}{where}; add it to the spec's k"
+        elif column == "method":
+            msg = f"method {value!r} is not in the run's {table} (methods: {have}); {fix}"
+        else:
+            msg = f"{column}={value!r} is not in the run's {table} (values: {have}){where}; {fix}"
+        raise _ClaimError(msg, missing=True)
+
+
+def _edge_known(run: _Run, edge: str) -> None:
+    """Raise a clear error if `edge` is not an edge name of the run's graph."""
+    names: list[str] = []
+    for table in ("edges", "edge_stats"):
+        try:
+            names = run.distinct(table, "name")
+            break
+        except _ClaimError:
+            continue
+    if not names:
+        return  # cannot tell; the claim's own table decides
+    if edge not in names:
+        close = difflib.get_close_matches(edge, names, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; edges are named like {names[0]!r}"
+        raise _ClaimError(f"edge {edge!r} is not an edge of the run's model{hint}")
+
+
+def _scalar(run: _Run, table: str, stat: str, what: str, **eq: Any) -> float:
+    rows = run.rows(table, [stat], **eq)
+    vals = [r[stat] for r in rows]
+    if not vals:
+        raise _ClaimError(f"no row for {what} in {table}.parquet; re-run the audit", missing=True)
+    distinct = {("nan" if isinstance(v, float) and math.isnan(v) else v) for v in vals}
+    if len(distinct) > 1:
+        raise _ClaimError(f"{table}.parquet has {len(vals)} different values of {stat} for {what}; "
+                          "narrow the claim (e.g. give k, match or pairs)")
+    v = vals[0]
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        raise _ClaimError(f"{stat} for {what} is undefined (NaN) in the run; it cannot be checked "
+                          "(too few resamples or a degenerate statistic)", observed={stat: v})
+    return float(v)
+
+
+def _bounded(value: float, claim: _Bounded, label: str) -> tuple[bool, str]:
+    if claim.min is not None and value < claim.min:
+        return False, f"{label} is {_cmp_text(value, claim.min, '<')}"
+    if claim.max is not None and value > claim.max:
+        return False, f"{label} is {_cmp_text(value, claim.max, '>')}"
+    parts = []
+    if claim.min is not None:
+        parts.append(_cmp_text(value, claim.min, ">="))
+    if claim.max is not None:
+        parts.append(f"<= {_fmt(claim.max)}" if parts else _cmp_text(value, claim.max, "<="))
+    return True, f"{label} is {' and '.join(parts)}"
+
+
+def _bound_text(claim: Any) -> str:
+    if isinstance(claim, EdgeInCircuit):
+        return f"inclusion >= {_fmt(claim.min_inclusion)}"
+    if isinstance(claim, EdgeEffect):
+        s = {"positive": "estimate > 0", "negative": "estimate < 0", "nonzero": "estimate != 0"}[claim.sign]
+        return f"{s}, q <= {_fmt(claim.max_q)}"
+    stat = getattr(claim, "statistic", "")
+    parts = []
+    if claim.min is not None:
+        parts.append(f">= {_fmt(claim.min)}")
+    if claim.max is not None:
+        parts.append(f"<= {_fmt(claim.max)}")
+    return f"{stat} " + " and ".join(parts)
+
+
+_FIX_METHOD = "add it to the spec's methods"
+
+
+def _eval_edge_in_circuit(c: EdgeInCircuit, run: _Run) -> tuple[bool, dict, str]:
+    _need(run, "inclusion", "method", c.method, _FIX_METHOD)
+    _need(run, "inclusion", "k", c.k, "", method=c.method)
+    _edge_known(run, c.edge)
+    rows = run.rows("inclusion", ["frequency"], method=c.method, k=c.k, name=c.edge)
+    freq = float(rows[0]["frequency"]) if rows else 0.0  # no row: never in the top-k circuit
+    if math.isnan(freq):
+        raise _ClaimError(f"inclusion of {c.edge} at k={c.k} for {c.method} is NaN in the run")
+    label = f"inclusion of {c.edge} in the top-{c.k} circuit for {c.method}"
+    if not rows:
+        label += " (never selected)"
+    ok = freq >= c.min_inclusion
+    return ok, {"inclusion": freq}, f"{label} is {_cmp_text(freq, c.min_inclusion, '>=' if ok else '<')}"
+
+
+def _eval_circuit_stability(c: CircuitStability, run: _Run) -> tuple[bool, dict, str]:
+    _need(run, "stability_vs_k", "method", c.method, _FIX_METHOD)
+    _need(run, "stability_vs_k", "k", c.k, "", method=c.method)
+    v = _scalar(run, "stability_vs_k", c.statistic, f"{c.method} k={c.k}", method=c.method, k=c.k)
+    ok, reason = _bounded(v, c, f"{c.statistic} at k={c.k} for {c.method}")
+    return ok, {c.statistic: v}, reason
+
+
+def _eval_faithfulness(c: Faithfulness, run: _Run) -> tuple[bool, dict, str]:
+    _need(run, "faithfulness_vs_k", "method", c.method, _FIX_METHOD)
+    eq: dict[str, Any] = {"method": c.method}
+    if c.k is not None:
+        _need(run, "faithfulness_vs_k", "k", c.k, "", method=c.method)
+        eq["k"] = c.k
+    v = _scalar(run, "faithfulness_vs_k", c.statistic, " ".join(f"{a}={b}" for a, b in eq.items()), **eq)
+    where = f" at k={c.k}" if c.k is not None else ""
+    ok, reason = _bounded(v, c, f"{c.statistic}{where} for {c.method}")
+    return ok, {c.statistic: v}, reason
+
+
+def _eval_edge_effect(c: EdgeEffect, run: _Run) -> tuple[bool, dict, str]:
+    _need(run, "edge_stats", "method", c.method, _FIX_METHOD)
+    _edge_known(run, c.edge)
+    rows = run.rows("edge_stats", ["estimate", "ci_low", "ci_high", "q"], method=c.method, name=c.edge)
+    if not rows:
+        raise _ClaimError(f"edge {c.edge!r} has no row in edge_stats.parquet for {c.method}; re-run the audit", missing=True)
+    r = rows[0]
+    est, q = r["estimate"], r["q"]
+    obs = {"estimate": est, "q": q, "ci_low": r["ci_low"], "ci_high": r["ci_high"]}
+    if est is None or q is None or math.isnan(est) or math.isnan(q):
+        raise _ClaimError(f"the estimate or q-value of {c.edge} for {c.method} is undefined (NaN) in the run", observed=obs)
+    sign_ok = {"positive": est > 0, "negative": est < 0, "nonzero": est != 0}[c.sign]
+    label = f"{c.edge} ({c.method}): estimate {_fmt(est)} [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]"
+    if not sign_ok:
+        return False, obs, f"{label} is not {c.sign}"
+    if q > c.max_q:
+        return False, obs, f"{label}, q = {_cmp_text(q, c.max_q, '>')}: not significant after BH"
+    return True, obs, f"{label} is {c.sign}, q = {_cmp_text(q, c.max_q, '<=')}"
+
+
+def _eval_head_stability(c: HeadStability, run: _Run) -> tuple[bool, dict, str]:
+    cols = [c.statistic]
+    if not run.rows("heads", cols, layer=c.layer, head=c.head):
+        layers = run.distinct("heads", "layer")
+        heads = run.distinct("heads", "head")
+        raise _ClaimError(f"head {c.layer}.{c.head} is not in the run's heads table "
+                          f"(layers {layers}, heads {heads}); check the claim's layer and head")
+    eq: dict[str, Any] = {"layer": c.layer, "head": c.head}
+    for key in ("match", "pairs"):
+        val = getattr(c, key)
+        if val is not None:
+            _need(run, "heads", key, val, f"set heads.{key}: {val} in the spec")
+            eq[key] = val
+    v = _scalar(run, "heads", c.statistic, f"head {c.layer}.{c.head}", **eq)
+    ok, reason = _bounded(v, c, f"{c.statistic} of head {c.layer}.{c.head}")
+    return ok, {c.statistic: v}, reason
+
+
+def _eval_layer_stability(c: LayerStability, run: _Run) -> tuple[bool, dict, str]:
+    if not run.rows("layers", [c.statistic], layer=c.layer):
+        raise _ClaimError(f"layer {c.layer} is not in the run's layers table (layers {run.distinct('layers', 'layer')}); "
+                          "check the claim's layer")
+    v = _scalar(run, "layers", c.statistic, f"layer {c.layer}", layer=c.layer)
+    ok, reason = _bounded(v, c, f"{c.statistic} of layer {c.layer}")
+    return ok, {c.statistic: v}, reason
+
+
+def _eval_approximation(c: Approximation, run: _Run) -> tuple[bool, dict, str]:
+    _need(run, "approximation_summary", "method", c.method, "add it and 'exact' to the spec's methods")
+    eq: dict[str, Any] = {"method": c.method}
+    if c.k is not None:
+        _need(run, "approximation_summary", "k", c.k, "", method=c.method)
+        eq["k"] = c.k
+    try:
+        v = _scalar(run, "approximation_summary", c.statistic, f"{c.method}", **eq)
+    except _ClaimError as e:
+        if "different values" in e.reason:
+            ks = run.distinct("approximation_summary", "k", method=c.method)
+            raise _ClaimError(f"{c.statistic} of {c.method} differs by k; give 'k' (one of {ks})") from None
+        raise
+    where = f" (top-{c.k})" if c.k is not None else ""
+    ok, reason = _bounded(v, c, f"{c.statistic}{where} of {c.method} against exact")
+    return ok, {c.statistic: v}, reason
+
+
+_EVAL = {
+    "edge_in_circuit": _eval_edge_in_circuit,
+    "circuit_stability": _eval_circuit_stability,
+    "faithfulness": _eval_faithfulness,
+    "edge_effect": _eval_edge_effect,
+    "head_stability": _eval_head_stability,
+    "layer_stability": _eval_layer_stability,
+    "approximation": _eval_approximation,
+}
+
+
+@dataclass
+class ClaimResult:
+    """The outcome of one claim."""
+
+    index: int
+    claim: Any
+    name: str
+    status: Literal["pass", "fail", "error"]
+    observed: dict[str, Any]
+    bound: str
+    reason: str
+    missing: bool = False  # an error that running the audit (with a suitable spec) could fix
+    seconds: float = 0.0
+
+    @property
+    def observed_text(self) -> str:
+        if not self.observed:
+            return "-"
+        if len(self.observed) == 1:
+            return _fmt(next(iter(self.observed.values())))
+        return ", ".join(f"{k}={_fmt(v)}" for k, v in self.observed.items())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.claim.kind, "status": self.status, "observed": self.observed,
+                "bound": self.bound, "reason": self.reason,
+                "description": getattr(self.claim, "description", None)}
+
+
+def evaluate_claims(claims: ClaimsFile | list, run_dir: str | os.PathLike[str]) -> list[ClaimResult]:
+    """Evaluate every claim against the run directory `run_dir`; never raises for a single claim.
+
+    Raises InputError only when `run_dir` is not a readable run directory.
+    """
+    from reports.rundir import RunDirError
+
+    items = claims.claims if isinstance(claims, ClaimsFile) else list(claims)
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise InputError(f"run directory {path} does not exist")
+    try:
+        run = _Run(path)
+    except RunDirError as e:
+        raise InputError(str(e)) from None
+    if run.manifest is None and not any(path.glob("*.parquet")):
+        raise InputError(f"{path} is not a run directory (no manifest.json and no Parquet tables)")
+    results = []
+    for i, c in enumerate(items):
+        t0 = time.perf_counter()
+        try:
+            ok, obs, reason = _EVAL[c.kind](c, run)
+            status, missing = ("pass" if ok else "fail"), False
+        except _ClaimError as e:
+            status, obs, reason, missing = "error", e.observed, e.reason, e.missing
+        except Exception as e:  # a table of unexpected shape or type: report it on this claim only
+            status, obs, missing = "error", {}, False
+            reason = f"cannot be evaluated on this run ({type(e).__name__}: {' '.join(str(e).split())[:200]})"
+        results.append(ClaimResult(i, c, c.label(i), status, obs, _bound_text(c), reason, missing,
+                                   time.perf_counter() - t0))
+    return results
+
+
+# ----------------------------------------------------------------------------------------------
+# What the audit must include (checked against a spec before running it)
+# ----------------------------------------------------------------------------------------------
+def spec_problem(claim: Any, spec: Any) -> str | None:
+    """Why running the audit of `spec` cannot answer `claim` (None when it can)."""
+    methods = list(spec.methods)
+    kind = claim.kind
+    method = getattr(claim, "method", None)
+    if method is not None and method not in methods:
+        extra = " and 'exact'" if kind == "approximation" and "exact" not in methods else ""
+        return f"method {method!r} is not in the spec's methods {methods}; add it{extra}"
+    if kind == "approximation" and "exact" not in methods:
+        return f"approximation is measured against 'exact', which is not in the spec's methods {methods}; add it"
+    k = getattr(claim, "k", None)
+    if k is not None and kind != "approximation" and k not in spec.k:
+        return f"k={k} is not in the spec's k {list(spec.k)}; add it to the spec's k"
+    if kind == "faithfulness" and not spec.faithfulness:
+        return "the spec has 'faithfulness: false'; set it to true"
+    if kind in ("head_stability", "layer_stability") and len(spec.sources) < 2:
+        return "head stability needs several seeds; list two or more models under 'models:' in the spec"
+    if kind == "head_stability":
+        for key in ("match", "pairs"):
+            want = getattr(claim, key)
+            if want is not None and getattr(spec.heads, key) != want:
+                return f"the claim asks for {key}={want!r} but the spec has heads.{key}: {getattr(spec.heads, key)}"
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# The check: claims file -> (maybe audit) -> results
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class CheckReport:
+    """Results of a check, where they came from and the exit code they imply."""
+
+    results: list[ClaimResult]
+    run_dir: Path
+    source: str
+    ran_audit: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {s: sum(r.status == s for r in self.results) for s in ("pass", "fail", "error")}
+
+    @property
+    def exit_code(self) -> int:
+        c = self.counts
+        return 2 if c["error"] else (1 if c["fail"] else 0)
+
+
+def _cache_dir() -> Path:
+    # Same location as pipelines.training.cache_dir (not imported: that module imports torch).
+    return Path(os.environ.get("CIRCUITSTAT_CACHE") or Path.home() / ".cache" / "circuitstat").expanduser()
+
+
+def default_run_dir(spec: Any, spec_path: Path) -> Path:
+    """Where check puts the audit of `spec` when no run directory is given (content-addressed)."""
+    doc = json.dumps(spec.model_dump(mode="json"), sort_keys=True)
+    key = hashlib.sha256(doc.encode()).hexdigest()[:16]
+    return _cache_dir() / "runs" / f"{spec_path.stem}-{key}"
+
+
+def _is_complete(run_dir: Path) -> bool:
+    if not (run_dir / "manifest.json").is_file():
+        return False
+    try:
+        return not _Run(run_dir).unfinished
+    except Exception:
+        return False
+
+
+def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[str] | None = None,
+          *, echo=None) -> CheckReport:
+    """Load the claims (InputError if malformed), find or make the run, evaluate every claim.
+
+    `run` overrides the file's ``run:``. The audit (pipelines.audit.run_audit) runs only when a spec
+    is given and the run is missing, unfinished or lacks what a claim needs, and only after the spec
+    was checked to contain everything the claims need.
+    """
+    cf = claims if isinstance(claims, ClaimsFile) else load_claims(claims)
+    source = cf.source or "<claims>"
+    say = echo or (lambda msg: None)
+    spec_path = cf.spec_path()
+    spec = None
+    if spec_path is not None:
+        try:
+            spec = _load_spec(spec_path)
+        except InputError as e:
+            raise InputError(f"{e} (the spec named by 'spec:' in {source})") from None
+    run_dir = Path(run) if run is not None else cf.run_path()
+    if run_dir is None:
+        if spec is None:
+            raise InputError(f"no run to check: pass --run DIR (a finished audit's run directory), "
+                             f"or set 'run:' or 'spec:' in {source}")
+        run_dir = default_run_dir(spec, spec_path)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise InputError(f"run directory {run_dir} is a file; pass the run directory")
+
+    report = CheckReport([], run_dir, source)
+    have_run = run_dir.is_dir() and ((run_dir / "manifest.json").exists() or any(run_dir.glob("*.parquet")))
+    if have_run:
+        report.results = evaluate_claims(cf, run_dir)
+        needs_audit = any(r.missing for r in report.results) or not _is_complete(run_dir)
+        if not needs_audit or spec is None:
+            if spec is None and any(r.missing for r in report.results):
+                report.notes.append(f"give 'spec:' in {source} to let check run the audit these claims need")
+            return report
+    elif spec is None:
+        raise InputError(f"run directory {run_dir} {'has no run' if run_dir.is_dir() else 'does not exist'}; "
+                         f"pass --run DIR of a finished audit, or give 'spec:' in {source} so check can run the audit")
+
+    # Run (or resume) the audit, but only if it can answer every claim.
+    problems = [(i, spec_problem(c, spec)) for i, c in enumerate(cf.claims)]
+    problems = [(i, p) for i, p in problems if p]
+    if problems:
+        results = report.results or [
+            ClaimResult(i, c, c.label(i), "pass", {}, _bound_text(c), "", False) for i, c in enumerate(cf.claims)
+        ]
+        bad = dict(problems)
+        out = []
+        for r in results:
+            if r.index in bad:
+                out.append(ClaimResult(r.index, r.claim, r.name, "error", r.observed, r.bound,
+                                       f"the audit of {spec_path} cannot answer this claim: {bad[r.index]}", True))
+            elif not report.results or r.missing:
+                out.append(ClaimResult(r.index, r.claim, r.name, "error", r.observed, r.bound,
+                                       (r.reason + "; " if r.reason else "") + "not evaluated: the audit was not run "
+                                       "because the spec cannot answer other claims", True))
+            else:
+                out.append(r)
+        report.results = out
+        return report
+
+    from pipelines.audit import run_audit  # heavy (torch); only when an audit is needed
+
+    say(f"running the audit of {spec_path} into {run_dir} ...")
+    run_audit(spec, run_dir)
+    report.ran_audit = True
+    report.results = evaluate_claims(cf, run_dir)
+    return report
+
+
+# ----------------------------------------------------------------------------------------------
+# Output: a table and JUnit XML
+# ----------------------------------------------------------------------------------------------
+_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_text(s: Any) -> str:
+    return _XML_BAD.sub("\ufffd", str(s))
+
+
+def _one_line(s: str) -> str:
+    return " ".join(str(s).split())
+
+
+def format_results(results: list[ClaimResult], width: int = 48) -> str:
+    """The results as an aligned text table: claim, status, observed, bound, reason."""
+    head = ("claim", "status", "observed", "bound", "reason")
+    rows = []
+    for r in results:
+        name = _one_line(r.name)
+        if len(name) > width:
+            name = name[: width - 3] + "..."
+        rows.append((name, r.status.upper() if r.status != "pass" else "pass", _one_line(r.observed_text),
+                     _one_line(r.bound), _one_line(r.reason)))
+    widths = [max(len(x[i]) for x in [head, *rows]) for i in range(4)]
+    lines = []
+    for row in [head, *rows]:
+        lines.append("  ".join(row[i].ljust(widths[i]) for i in range(4)) + "  " + row[4])
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def junit_xml(results: list[ClaimResult], suite: str = "circuitstat check", seconds: float | None = None) -> bytes:
+    """JUnit XML: one testcase per claim, with a <failure> or <error> element when it does not hold."""
+    counts = {s: sum(r.status == s for r in results) for s in ("pass", "fail", "error")}
+    total = seconds if seconds is not None else sum(r.seconds for r in results)
+    attrs = {"name": _xml_text(suite), "tests": str(len(results)), "failures": str(counts["fail"]),
+             "errors": str(counts["error"]), "skipped": "0", "time": f"{total:.3f}"}
+    root = ET.Element("testsuites", attrs)
+    ts = ET.SubElement(root, "testsuite", {**attrs, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    for r in results:
+        tc = ET.SubElement(ts, "testcase", {"classname": f"circuitstat.claims.{r.claim.kind}",
+                                            "name": _xml_text(r.name), "time": f"{r.seconds:.3f}"})
+        details = f"bound: {r.bound}\nobserved: {r.observed_text}\nreason: {r.reason}"
+        desc = getattr(r.claim, "description", None)
+        if desc:
+            details = f"claim: {desc}\n" + details
+        if r.status == "fail":
+            ET.SubElement(tc, "failure", {"message": _xml_text(r.reason), "type": "ClaimFailed"}).text = _xml_text(details)
+        elif r.status == "error":
+            ET.SubElement(tc, "error", {"message": _xml_text(r.reason), "type": "ClaimError"}).text = _xml_text(details)
+        ET.SubElement(tc, "system-out").text = _xml_text(details)
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+def write_junit(results: list[ClaimResult], path: str | os.PathLike[str], suite: str = "circuitstat check") -> Path:
+    """Write JUnit XML for `results` to `path` atomically and return the path."""
+    from reports.atomic import atomic_write_bytes
+
+    return atomic_write_bytes(path, junit_xml(results, suite))
+
+
+# ----------------------------------------------------------------------------------------------
+# The command
+# ----------------------------------------------------------------------------------------------
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def check_command(
+    claims: Path = typer.Argument(..., help="claims file (YAML): published findings stated as bounds"),
+    run: Path | None = typer.Option(None, "--run", help="run directory of a finished audit (overrides 'run:' in the file)"),
+    junit: Path | None = typer.Option(None, "--junit", help="write JUnit XML (one testcase per claim) to this file"),
+) -> None:
+    """Check published claims against an audit run: exit 0 all hold, 1 any fails, 2 error."""
+    from reports.lock import RunLockedError
+    from reports.rundir import RunDirError
+
+    try:
+        if junit is not None and junit.is_dir():
+            raise InputError(f"--junit {junit} is a directory; give a file path such as claims.xml")
+        report = check(claims, run, echo=lambda m: typer.echo(m, err=True))
+    except (InputError, RunDirError, RunLockedError) as e:
+        _fail(str(e))
+    except (ValueError, OSError) as e:  # a non-InputError from a lower layer: still one line, exit 2
+        _fail(f"{type(e).__name__}: {e}")
+    typer.echo(f"claims {report.source} against run {report.run_dir}"
+               + (" (audit run now)" if report.ran_audit else ""))
+    typer.echo(format_results(report.results))
+    c = report.counts
+    typer.echo(f"{len(report.results)} claims: {c['pass']} hold, {c['fail']} fail, {c['error']} cannot be evaluated")
+    for note in report.notes:
+        typer.echo(f"note: {note}")
+    if junit is not None:
+        try:
+            write_junit(report.results, junit, suite=f"circuitstat check {Path(report.source).name}")
+        except OSError as e:
+            _fail(f"cannot write --junit {junit}: {e.strerror or e}")
+        typer.echo(f"JUnit XML -> {junit}")
+    raise typer.Exit(report.exit_code)

@@ -1,0 +1,398 @@
+"""Claims checks against synthetic run directories, the JUnit output, and the query command."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import typer
+import yaml
+from typer.testing import CliRunner
+
+from circuits.errors import InputError
+from pipelines.claims import (
+    CLAIM_KINDS,
+    check,
+    check_command,
+    evaluate_claims,
+    junit_xml,
+    load_claims,
+    parse_claims,
+    read_yaml_strict,
+)
+from pipelines.query_command import query_command
+from reports.rundir import RunDir
+from reports.tables import write_table
+
+REPO = Path(__file__).resolve().parents[1]
+EDGES = ["input->a0.h0<q>", "input->a1.h5<k>", "a0.h3->a1.h5<k>", "a0.h1->a1.h2<v>", "a1.h5->logits", "a0.h3->logits"]
+
+
+def _tables(methods=("exact", "eap"), ks=(5, 10, 20), heads=True, faithfulness=True, approximation=True):
+    n = len(EDGES)
+    t = {
+        "edges": {"index": list(range(n)), "name": EDGES, "sender": [e.split("->")[0] for e in EDGES],
+                  "receiver": [e.split("->")[1] for e in EDGES], "sender_layer": [0] * n, "receiver_layer": [1] * n,
+                  "kind": ["q", "k", "k", "v", "logits", "logits"]},
+    }
+    es = {c: [] for c in ["method", "edge", "name", "estimate", "se", "ci_low", "ci_high", "p", "q", "n"]}
+    inc = {c: [] for c in ["method", "k", "edge", "name", "frequency"]}
+    st = {c: [] for c in ["method", "k", "jaccard_mean", "jaccard_sd", "jaccard_ci_low", "jaccard_ci_high", "jaccard_chance",
+                          "jaccard_corrected", "phi", "phi_ci_low", "phi_ci_high", "consensus_size", "consensus_jaccard_mean"]}
+    fa = {c: [] for c in ["method", "k", "edge_fraction", "f_ratio", "f_mean", "f_ci_low", "f_ci_high", "cpr", "cmd"]}
+    ap = {c: [] for c in ["method", "spearman", "kendall", "slope", "r2", "bias_mean", "top_k_overlap", "k"]}
+    for m in methods:
+        for i, e in enumerate(EDGES):
+            est = [2.0, -0.5, 1.5, 0.01, 0.8, -0.02][i]
+            es["method"].append(m), es["edge"].append(i), es["name"].append(e), es["estimate"].append(est)
+            es["se"].append(0.1), es["ci_low"].append(est - 0.2), es["ci_high"].append(est + 0.2)
+            es["p"].append(0.001 if abs(est) > 0.1 else 0.6), es["q"].append(0.004 if abs(est) > 0.1 else 0.7)
+            es["n"].append(32)
+        for k in ks:
+            for i, e in enumerate(EDGES):
+                if i == 3:  # a0.h1->a1.h2<v> never selected: no row
+                    continue
+                inc["method"].append(m), inc["k"].append(k), inc["edge"].append(i), inc["name"].append(e)
+                inc["frequency"].append(0.95 if i == 2 else 0.5)
+            jm = {5: 0.7, 10: 0.8, 20: 0.85}.get(k, 0.9)
+            for c, v in [("jaccard_mean", jm), ("jaccard_sd", 0.05), ("jaccard_ci_low", jm - 0.05), ("jaccard_ci_high", jm + 0.05),
+                         ("jaccard_chance", 0.1), ("jaccard_corrected", (jm - 0.1) / 0.9), ("phi", jm - 0.02),
+                         ("phi_ci_low", jm - 0.1), ("phi_ci_high", jm + 0.03), ("consensus_jaccard_mean", jm + 0.01)]:
+                st[c].append(v)
+            st["method"].append(m), st["k"].append(k), st["consensus_size"].append(k)
+            fa["method"].append(m), fa["k"].append(k), fa["edge_fraction"].append(k / 100)
+            for c, v in [("f_ratio", 0.9), ("f_mean", 0.85), ("f_ci_low", 0.75), ("f_ci_high", 0.95), ("cpr", 0.6), ("cmd", 0.3)]:
+                fa[c].append(v)
+        if approximation and m != "exact" and "exact" in methods:
+            for k in ks:
+                ap["method"].append(m), ap["k"].append(k)
+                for c, v in [("spearman", 0.9), ("kendall", 0.75), ("slope", 0.95), ("r2", 0.8), ("bias_mean", 0.01),
+                             ("top_k_overlap", 0.5 + k / 100)]:
+                    ap[c].append(v)
+    t.update(edge_stats=es, inclusion=inc, stability_vs_k=st)
+    if faithfulness:
+        t["faithfulness_vs_k"] = fa
+    if approximation and ap["method"]:
+        t["approximation_summary"] = ap
+    if heads:
+        hs = {c: [] for c in ["layer", "head", "stability", "ci_low", "ci_high", "null_mean", "distinctness", "importance", "match", "pairs"]}
+        for layer in range(2):
+            for h in range(8):
+                s = 0.95 if (layer, h) == (1, 5) else 0.4
+                for c, v in [("layer", layer), ("head", h), ("stability", s), ("ci_low", s - 0.05), ("ci_high", s + 0.03),
+                             ("null_mean", 0.2), ("distinctness", 0.3), ("importance", 1.1), ("match", "max"), ("pairs", "anchor")]:
+                    hs[c].append(v)
+        t["heads"] = hs
+        t["layers"] = {"layer": [0, 1], "stability": [0.4, 0.47], "ci_low": [0.35, 0.42], "ci_high": [0.45, 0.52],
+                       "null_mean": [0.2, 0.2]}
+    return t
+
+
+def make_run(path: Path, manifest: bool = True, **kw) -> Path:
+    """A synthetic run directory with the audit's tables (with a manifest through RunDir, or bare)."""
+    tables = _tables(**kw)
+    if manifest:
+        with RunDir(path, spec={"synthetic": True}, seed=0) as run:
+            for name, t in tables.items():
+                run.write_table(name, t)
+    else:
+        path.mkdir(parents=True, exist_ok=True)
+        for name, t in tables.items():
+            write_table(t, path / f"{name}.parquet")
+    return path
+
+
+PASSING = {
+    "claims": [
+        {"kind": "edge_in_circuit", "name": "induction-k-composition", "edge": "a0.h3 -> a1.h5<k>", "method": "exact",
+         "k": 20, "min_inclusion": 0.9, "description": "a0.h3 -> a1.h5<k> is in the top-20 circuit in >= 90% of resamples"},
+        {"kind": "circuit_stability", "method": "exact", "k": 20, "statistic": "jaccard_mean", "min": 0.8},
+        {"kind": "circuit_stability", "method": "eap", "k": 10, "statistic": "phi_ci_low", "min": 0.6, "max": 1.0},
+        {"kind": "faithfulness", "method": "exact", "k": 20, "statistic": "f_ci_low", "min": 0.7},
+        {"kind": "faithfulness", "method": "eap", "statistic": "cmd", "max": 0.5},
+        {"kind": "edge_effect", "edge": "a0.h3->a1.h5<k>", "method": "exact", "sign": "positive", "max_q": 0.05},
+        {"kind": "edge_effect", "edge": "input->a1.h5<k>", "method": "eap", "sign": "negative", "max_q": 0.05},
+        {"kind": "head_stability", "head": "1.5", "statistic": "stability", "min": 0.8},
+        {"kind": "head_stability", "layer": 1, "head": 5, "statistic": "ci_low", "min": 0.85, "match": "max"},
+        {"kind": "layer_stability", "layer": 1, "statistic": "stability", "max": 0.6},
+        {"kind": "approximation", "method": "eap", "statistic": "spearman", "min": 0.8},
+        {"kind": "approximation", "method": "eap", "statistic": "top_k_overlap", "k": 20, "min": 0.6},
+    ]
+}
+
+
+def _app():
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command("check")(check_command)
+    app.command("query")(query_command)
+    return app
+
+
+APP = _app()
+
+
+def _write(path: Path, doc) -> Path:
+    path.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+    return path
+
+
+def _invoke(*args):
+    r = CliRunner().invoke(APP, [str(a) for a in args])
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    assert "Traceback" not in r.output
+    return r
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("runs") / "zoo")
+
+
+def test_every_claim_kind_passes_exit_0_and_junit(run_dir, tmp_path):
+    assert {c["kind"] for c in PASSING["claims"]} == set(CLAIM_KINDS)
+    claims = _write(tmp_path / "claims.yaml", PASSING)
+    junit = tmp_path / "out" / "claims.xml"
+    r = _invoke("check", claims, "--run", run_dir, "--junit", junit)
+    assert r.exit_code == 0, r.output
+    assert "12 claims: 12 hold, 0 fail, 0 cannot be evaluated" in r.output
+    assert "induction-k-composition" in r.output and "0.95" in r.output
+    root = ET.parse(junit).getroot()
+    assert root.tag == "testsuites" and root.get("tests") == "12" and root.get("failures") == "0" and root.get("errors") == "0"
+    assert len(root.findall("./testsuite/testcase")) == 12
+    assert not root.findall(".//failure") and not root.findall(".//error")
+
+
+def test_false_claim_exits_1_with_readable_reason(run_dir, tmp_path):
+    doc = {"run": str(run_dir), "claims": PASSING["claims"][:2] + [
+        {"kind": "circuit_stability", "name": "published-jaccard", "method": "exact", "k": 5, "statistic": "jaccard_mean", "min": 0.8},
+        {"kind": "edge_effect", "edge": "a0.h1->a1.h2<v>", "method": "exact", "sign": "positive", "max_q": 0.05},
+        {"kind": "edge_in_circuit", "edge": "a0.h1->a1.h2<v>", "method": "eap", "k": 10, "min_inclusion": 0.5},
+    ]}
+    junit = tmp_path / "j.xml"
+    r = _invoke("check", _write(tmp_path / "c.yaml", doc), "--junit", junit)
+    assert r.exit_code == 1, r.output
+    assert "jaccard_mean at k=5 for exact is 0.7 < 0.8" in r.output
+    assert "not significant after BH" in r.output
+    assert "(never selected) is 0 < 0.5" in r.output
+    assert "FAIL" in r.output and "5 claims: 2 hold, 3 fail, 0 cannot be evaluated" in r.output
+    root = ET.parse(junit).getroot()
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("5", "3", "0")
+    fails = root.findall(".//testcase/failure")
+    assert len(fails) == 3 and "0.7 < 0.8" in fails[0].get("message")
+    assert root.find(".//testcase[@name='published-jaccard']/failure") is not None
+
+
+def test_missing_k_exits_2_naming_the_fix(run_dir, tmp_path):
+    doc = {"claims": [PASSING["claims"][1],
+                      {"kind": "circuit_stability", "method": "exact", "k": 50, "statistic": "jaccard_mean", "min": 0.8}]}
+    junit = tmp_path / "j.xml"
+    r = _invoke("check", _write(tmp_path / "c.yaml", doc), "--run", run_dir, "--junit", junit)
+    assert r.exit_code == 2, r.output
+    assert "k=50 is not in the run's k grid [5, 10, 20]" in r.output and "add it to the spec's k" in r.output
+    root = ET.parse(junit).getroot()
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("2", "0", "1")
+
+
+@pytest.mark.parametrize("claim, needle", [
+    ({"kind": "circuit_stability", "method": "eap-ig-inputs", "k": 5, "statistic": "phi", "min": 0.5},
+     "method 'eap-ig-inputs' is not in the run's stability_vs_k (methods: ['eap', 'exact']); add it to the spec's methods"),
+    ({"kind": "edge_in_circuit", "edge": "a0.h3->a1.h5<q>", "method": "exact", "k": 5, "min_inclusion": 0.5},
+     "did you mean a0.h3->a1.h5<k>"),
+    ({"kind": "head_stability", "head": "3.1", "statistic": "stability", "min": 0.5}, "head 3.1 is not in the run's heads table"),
+    ({"kind": "approximation", "method": "eap", "statistic": "top_k_overlap", "min": 0.5}, "differs by k; give 'k' (one of [5, 10, 20])"),
+])
+def test_claims_the_run_cannot_answer_are_errors(run_dir, claim, needle):
+    (res,) = evaluate_claims(parse_claims({"claims": [claim]}), run_dir)
+    assert res.status == "error" and needle in res.reason, res.reason
+
+
+def test_missing_tables_name_what_the_audit_must_include(tmp_path):
+    run = make_run(tmp_path / "r", manifest=False, heads=False, faithfulness=False, methods=("eap",))
+    cf = parse_claims({"claims": [
+        {"kind": "head_stability", "head": "1.5", "statistic": "stability", "min": 0.8},
+        {"kind": "faithfulness", "method": "eap", "k": 5, "statistic": "f_ratio", "min": 0.8},
+        {"kind": "approximation", "method": "eap", "statistic": "r2", "min": 0.5},
+        {"kind": "circuit_stability", "method": "eap", "k": 5, "statistic": "jaccard_mean", "min": 0.5},
+    ]})
+    res = evaluate_claims(cf, run)
+    assert [r.status for r in res] == ["error", "error", "error", "pass"]
+    assert "list two or more models under 'models:'" in res[0].reason
+    assert "set 'faithfulness: true' in the spec" in res[1].reason
+    assert "needs 'exact' and the approximate method" in res[2].reason
+    assert all(r.missing for r in res[:3])
+
+
+def test_nan_statistic_is_an_error_not_a_pass(tmp_path):
+    t = _tables()
+    t["stability_vs_k"]["phi"] = [float("nan")] * len(t["stability_vs_k"]["phi"])
+    (tmp_path / "r").mkdir()
+    for name, tab in t.items():
+        write_table(tab, tmp_path / "r" / f"{name}.parquet")
+    (res,) = evaluate_claims(parse_claims({"claims": [
+        {"kind": "circuit_stability", "method": "exact", "k": 5, "statistic": "phi", "min": 0.0}]}), tmp_path / "r")
+    assert res.status == "error" and "NaN" in res.reason
+
+
+def test_run_relative_to_claims_file_and_no_run_is_exit_2(run_dir, tmp_path):
+    d = tmp_path / "sub"
+    d.mkdir()
+    make_run(d / "myrun")
+    r = _invoke("check", _write(d / "c.yaml", {"run": "myrun", "claims": PASSING["claims"][:3]}))
+    assert r.exit_code == 0, r.output
+    r = _invoke("check", _write(tmp_path / "c.yaml", {"claims": PASSING["claims"][:1]}))
+    assert r.exit_code == 2 and "no run to check: pass --run DIR" in r.output
+    r = _invoke("check", _write(tmp_path / "c.yaml", {"run": "nope", "claims": PASSING["claims"][:1]}))
+    assert r.exit_code == 2 and "does not exist" in r.output and "give 'spec:'" in r.output
+    assert not (tmp_path / "nope").exists()
+
+
+SPEC = {"model": "random:gpt2?n_layer=2&n_head=4&n_embd=64&vocab_size=512&n_positions=64",
+        "task": {"name": "induction", "n": 32}, "methods": ["exact", "eap"], "k": [5, 10, 20]}
+
+
+@pytest.fixture
+def fake_audit(monkeypatch):
+    """Install a stand-in pipelines.audit whose run_audit writes a synthetic run."""
+    calls = []
+
+    def run_audit(spec, out, *, n_jobs=None, scheduler=None):
+        calls.append((spec, Path(out)))
+        make_run(Path(out), heads=False)
+        return Path(out)
+
+    monkeypatch.setitem(sys.modules, "pipelines.audit", types.SimpleNamespace(run_audit=run_audit))
+    return calls
+
+
+def test_runs_the_audit_when_the_run_is_missing(tmp_path, fake_audit):
+    _write(tmp_path / "audit.yaml", SPEC)
+    doc = {"spec": "audit.yaml", "run": "runs/zoo", "claims": PASSING["claims"][:4]}
+    r = _invoke("check", _write(tmp_path / "c.yaml", doc))
+    assert r.exit_code == 0, r.output
+    assert len(fake_audit) == 1 and fake_audit[0][1] == tmp_path / "runs" / "zoo" and fake_audit[0][0].k == [5, 10, 20]
+    # The second check finds the finished run and runs nothing.
+    r = _invoke("check", tmp_path / "c.yaml")
+    assert r.exit_code == 0 and len(fake_audit) == 1
+
+
+def test_default_run_dir_is_content_addressed_in_the_cache(tmp_path, fake_audit, monkeypatch):
+    monkeypatch.setenv("CIRCUITSTAT_CACHE", str(tmp_path / "cache"))
+    _write(tmp_path / "audit.yaml", SPEC)
+    rep = check(_write(tmp_path / "c.yaml", {"spec": "audit.yaml", "claims": PASSING["claims"][1:2]}))
+    assert rep.exit_code == 0 and rep.ran_audit
+    assert rep.run_dir.parent == tmp_path / "cache" / "runs" and rep.run_dir.name.startswith("audit-")
+
+
+def test_spec_that_cannot_answer_a_claim_fails_before_the_audit(tmp_path, fake_audit):
+    _write(tmp_path / "audit.yaml", {**SPEC, "k": [5, 10]})
+    doc = {"spec": "audit.yaml", "run": "runs/zoo", "claims": PASSING["claims"][1:2] + PASSING["claims"][7:8]}
+    r = _invoke("check", _write(tmp_path / "c.yaml", doc))
+    assert r.exit_code == 2, r.output
+    assert "k=20 is not in the spec's k [5, 10]; add it to the spec's k" in r.output
+    assert "list two or more models under 'models:' in the spec" in r.output
+    assert fake_audit == [] and not (tmp_path / "runs").exists()
+    # A malformed spec is a one-line error, exit 2, nothing created.
+    (tmp_path / "audit.yaml").write_text("model: x\nmethods: [exact, magic]\n")
+    r = _invoke("check", tmp_path / "c.yaml")
+    assert r.exit_code == 2 and "methods.1: must be" in r.output and "the spec named by 'spec:'" in r.output
+    assert fake_audit == [] and not (tmp_path / "runs").exists()
+
+
+def test_incomplete_run_is_resumed_when_a_spec_is_given(tmp_path, fake_audit):
+    _write(tmp_path / "audit.yaml", SPEC)
+    run = make_run(tmp_path / "r", faithfulness=False, heads=False)
+    doc = {"spec": "audit.yaml", "run": "r", "claims": PASSING["claims"][3:4]}
+    r = _invoke("check", _write(tmp_path / "c.yaml", doc))
+    assert r.exit_code == 0, r.output
+    assert len(fake_audit) == 1 and fake_audit[0][1] == run
+    # A stage left 'running' by a killed audit also makes check resume the run.
+    m = json.loads((run / "manifest.json").read_text())
+    m["stages"]["approximation"] = {"status": "running"}
+    (run / "manifest.json").write_text(json.dumps(m))
+    r = _invoke("check", tmp_path / "c.yaml")
+    assert r.exit_code == 0 and len(fake_audit) == 2
+    # Without a spec, the same claims are checked against what is there.
+    r = _invoke("check", _write(tmp_path / "c2.yaml", {"run": "r", "claims": doc["claims"]}))
+    assert r.exit_code == 0 and len(fake_audit) == 2
+
+
+def test_file_level_errors_name_the_key(tmp_path):
+    cases = [
+        ("claims: [{kind: circuit_stability, method: exact, k: 20, statistic: jacard, min: 0.8}]",
+         "claims[0].statistic: must be 'jaccard_mean'"),
+        ("claims: [{kind: circuit_stabilty}]", "unknown kind 'circuit_stabilty'; kinds: edge_in_circuit"),
+        ("claims: [{kind: faithfulness, method: exact, k: 20, statistic: f_ratio, min: 0.8, minimum: 1}]",
+         "claims[0].minimum: unknown key; allowed keys: kind, name"),
+        ("claims: [{kind: circuit_stability, method: exact, k: true, statistic: phi, min: 0.8}]", "claims[0].k: must be a valid integer"),
+        ("claims: [{kind: head_stability, head: 1.5, statistic: stability, min: 0.8}]", 'head: "1.5" (quoted)'),
+        ("claims: [{kind: edge_effect, edge: x, method: eap, sign: up, max_q: 0.05}]", "sign: must be 'positive', 'negative' or 'nonzero'"),
+        ("claims: [{kind: edge_in_circuit, edge: x, method: eap, k: 5, min_inclusion: 1.5}]", "min_inclusion: Input should be less than or equal to 1"),
+        ("claims: [{kind: layer_stability, layer: 0, statistic: stability}]", "give a bound: 'min' and/or 'max'"),
+        ("claims: []", "list at least one claim"),
+        ("- a\n- b", "the top level is a list"),
+        ("", "the top level is empty"),
+        ("claims: [a\n", "is not valid YAML"),
+        ("claims: []\nclaims: []\n", "found duplicate key 'claims'"),
+        ("run: 2024-13-01\nclaims: []", "quote it as a string"),
+        ("claims: &a [*a]", "refers to itself"),
+        ("[" * 5000, "maximum nesting depth"),
+    ]
+    for text, needle in cases:
+        p = tmp_path / "c.yaml"
+        p.write_text(text)
+        with pytest.raises(InputError) as e:
+            load_claims(p)
+        assert needle in str(e.value), (text, str(e.value))
+        r = _invoke("check", p, "--run", tmp_path, "--junit", tmp_path / "j.xml")
+        assert r.exit_code == 2 and r.output.startswith("error: ") and len(r.output.strip().splitlines()) == 1, r.output
+        assert not (tmp_path / "j.xml").exists()
+    (tmp_path / "bin.yaml").write_bytes(b"\xff\xfe\x00claims")
+    with pytest.raises(InputError, match="not UTF-8"):
+        read_yaml_strict(tmp_path / "bin.yaml")
+    with pytest.raises(InputError, match="not found"):
+        load_claims(tmp_path / "missing.yaml")
+
+
+def test_junit_is_well_formed_with_hostile_text(run_dir):
+    cf = parse_claims({"claims": [{"kind": "circuit_stability", "name": "<&\"'\x01\x1b]0;x\x07>", "method": "exact",
+                                   "k": 5, "statistic": "jaccard_mean", "min": 0.9, "description": "]]> <![CDATA["}]})
+    res = evaluate_claims(cf, run_dir)
+    root = ET.fromstring(junit_xml(res))
+    assert root.get("failures") == "1" and root.find(".//failure").get("message").startswith("jaccard_mean")
+
+
+def test_example_claims_file_is_valid_and_fits_its_spec():
+    from pipelines.claims import spec_problem
+    from pipelines.spec import load_spec
+
+    cf = load_claims(REPO / "examples" / "claims-zoo.yaml")
+    spec = load_spec(cf.spec_path())
+    assert spec.methods == ["exact", "eap"] and spec.k == [5, 10, 20] and spec.task.n == 32
+    assert [spec_problem(c, spec) for c in cf.claims] == [None] * len(cf.claims)
+
+
+# ---- query ---------------------------------------------------------------------------------
+def test_query_command_formats_and_errors(run_dir, tmp_path):
+    other = make_run(tmp_path / "other", methods=("exact",))
+    sql = "SELECT method, k, jaccard_mean FROM stability_vs_k WHERE k = 20 ORDER BY run, method"
+    r = _invoke("query", sql, run_dir, other)
+    assert r.exit_code == 0, r.output
+    lines = r.output.strip().splitlines()
+    assert lines[0].split() == ["method", "k", "jaccard_mean"] and len(lines) == 2 + 3
+    r = _invoke("query", sql, run_dir, "--format", "csv")
+    assert r.exit_code == 0 and r.output.splitlines()[0] == '"method","k","jaccard_mean"'
+    r = _invoke("query", "SELECT name, q FROM edge_stats WHERE method = 'exact' ORDER BY edge LIMIT 2", run_dir, "--format", "json")
+    assert r.exit_code == 0 and json.loads(r.output) == [{"name": EDGES[0], "q": 0.004}, {"name": EDGES[1], "q": 0.004}]
+    for args, needle in [
+        (("SELECT * FROM nope", run_dir), "Tables available"),
+        (("SELECT nope FROM edges", run_dir), "nope"),
+        (("SELEC 1", run_dir), "syntax error"),
+        (("SELECT 1", tmp_path / "missing"), "does not exist"),
+        (("SELECT 1", run_dir, "--format", "xml"), "--format must be table, csv or json"),
+    ]:
+        r = _invoke("query", *args)
+        assert r.exit_code == 2 and r.output.startswith("error: ") and needle in r.output, (args, r.output)
