@@ -1,0 +1,77 @@
+"""Training wrapper overhead: steps/s of pipelines.training.train_model vs a plain PyTorch loop.
+
+Same model (the default zoo's attention-only shape), same data, same optimizer, one thread, both
+with deterministic algorithms on. The wrapper adds: the LR schedule, gradient clipping,
+validation every eval_every steps, checkpoints every checkpoint_every steps, the Parquet log and
+the progress bar. The plain loop does the forward, loss, backward and optimizer step only.
+
+    python bench/training.py [--steps 200] [--recipe attn-only-2l|mlp-2l]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from circuits.model import CircuitModel
+from pipelines.training import _Batches, prepare_data, train_model
+from pipelines.zoo import ZOO_RECIPES
+
+
+def plain_loop(recipe, data, steps: int, seed: int = 0) -> float:
+    torch.set_num_threads(recipe.threads)
+    torch.use_deterministic_algorithms(True)
+    model = CircuitModel(recipe.model_config(data.vocab_size)).init_weights(seed).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=recipe.betas,
+                            weight_decay=recipe.weight_decay, foreach=False)
+    batches = _Batches(np.load(data.train_tokens, mmap_mode="r"), recipe.n_ctx + 1, recipe.batch_size, seed)
+    t0 = time.perf_counter()
+    for step in range(steps):
+        b = batches.batch(step)
+        logits = model(b[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), b[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--recipe", default="attn-only-2l", choices=sorted(ZOO_RECIPES))
+    ap.add_argument("--repeats", type=int, default=2)
+    args = ap.parse_args()
+    # the wrapper's usual cadence: validation and a checkpoint every 100 steps
+    recipe = ZOO_RECIPES[args.recipe].replace(steps=args.steps, eval_every=100, checkpoint_every=100)
+    data = prepare_data(recipe)
+    plain_loop(recipe, data, 5)  # warm-up
+    plain, wrapped = [], []
+    for _ in range(args.repeats):
+        plain.append(plain_loop(recipe, data, args.steps))
+        tmp = Path(tempfile.mkdtemp(prefix="cs-bench-"))
+        try:
+            t0 = time.perf_counter()
+            train_model(recipe, 0, tmp / "m", data=data, progress=False)
+            wrapped.append(time.perf_counter() - t0)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    p, w = min(plain), min(wrapped)
+    cfg = recipe.model_config(data.vocab_size)
+    print(f"model        {args.recipe}: {cfg.n_layers} layers, {cfg.n_heads} heads, d_model {cfg.d_model}, "
+          f"vocab {cfg.vocab_size}, batch {recipe.batch_size}x{recipe.n_ctx}, threads {recipe.threads}")
+    print(f"plain loop   {args.steps / p:7.2f} steps/s  ({p:.2f}s for {args.steps} steps)")
+    print(f"train_model  {args.steps / w:7.2f} steps/s  ({w:.2f}s incl. {args.steps // recipe.eval_every} "
+          f"validations, checkpoints, log, save)")
+    print(f"ratio        {p / w:.3f}  (wrapper steps/s / plain steps/s; 1.0 = no overhead)")
+
+
+if __name__ == "__main__":
+    main()

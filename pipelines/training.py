@@ -1,0 +1,714 @@
+"""Multi-seed training of small GPT-style CircuitModels on a real corpus, deterministically.
+
+One model per seed; the seed sets both the initialisation and the data order. Runs are bitwise
+reproducible on the same machine and library versions (torch deterministic algorithms, a fixed
+number of threads per model, no dropout, data order a pure function of (seed, step)), and a run
+killed at any point resumes from its last checkpoint to exactly the weights an uninterrupted run
+ends with (the checkpoint holds weights, optimizer state, RNG states and the step).
+
+Layout of a model directory (loads with ``circuits.load_model(DIR)``)::
+
+    DIR/config.json            model config + meta (seed, recipe, optimizer, corpus/tokenizer hashes, ...)
+    DIR/model.safetensors      weights (config.json carries their sha256 as weight_hash)
+    DIR/tokenizer.json ...     the tokenizer
+    DIR/train_log.parquet      step, train loss, validation loss, lr, tokens, elapsed seconds
+    DIR/checkpoint.pt          only while training (removed when done unless keep_checkpoint)
+
+Public entry points: :class:`TrainRecipe`, :func:`train_model`, :func:`train_models`,
+:func:`parse_seeds` and the CLI function :func:`train_command`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import io
+import json
+import math
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from circuits.errors import InputError
+
+__all__ = [
+    "TrainRecipe",
+    "DataSpec",
+    "train_model",
+    "train_models",
+    "prepare_data",
+    "parse_seeds",
+    "cache_dir",
+    "train_command",
+    "model_dir_name",
+    "is_complete",
+]
+
+CHECKPOINT = "checkpoint.pt"
+LOG_TABLE = "train_log.parquet"
+FORMAT_VERSION = 1
+
+
+def cache_dir() -> Path:
+    """``$CIRCUITSTAT_CACHE`` or ``~/.cache/circuitstat``."""
+    return Path(os.environ.get("CIRCUITSTAT_CACHE") or Path.home() / ".cache" / "circuitstat").expanduser()
+
+
+@dataclass(frozen=True)
+class TrainRecipe:
+    """Everything that determines a trained model apart from its seed."""
+
+    n_layers: int = 2
+    n_heads: int = 4
+    d_model: int = 128
+    d_head: int | None = None  # default d_model // n_heads
+    d_mlp: int | None = None  # default 4 * d_model
+    attn_only: bool = False
+    n_ctx: int = 128
+    norm: str = "layernorm"
+    positional: str = "learned"
+    act: str = "gelu_new"
+    tokenizer: str = "bpe"  # "bpe" (trained on the corpus' train split), "gpt2", or a path
+    vocab_size: int = 4096  # for tokenizer="bpe"
+    corpus: str = "stdlib"  # "stdlib", a text folder/file or a Parquet file
+    optimizer: str = "adamw"
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.99)
+    warmup_steps: int = 50
+    min_lr_ratio: float = 0.1
+    grad_clip: float = 1.0
+    batch_size: int = 16
+    steps: int = 1000
+    eval_every: int = 100
+    eval_batches: int = 8
+    checkpoint_every: int = 100
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in ("adam", "adamw"):
+            raise InputError(f"optimizer must be 'adam' or 'adamw', got {self.optimizer!r}")
+        for name in ("n_layers", "n_heads", "d_model", "n_ctx", "batch_size", "steps", "threads",
+                     "eval_every", "checkpoint_every", "eval_batches"):
+            if int(getattr(self, name)) < 1:
+                raise InputError(f"training recipe: {name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.d_head is None and self.d_model % self.n_heads:
+            raise InputError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; pass d_head")
+        if self.weight_decay < 0 or self.lr <= 0:
+            raise InputError("training recipe: lr must be positive and weight_decay non-negative")
+        object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["betas"] = list(self.betas)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainRecipe":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise InputError(f"unknown training recipe keys {sorted(unknown)}; known: {sorted(known)}")
+        d = dict(d)
+        if "betas" in d:
+            d["betas"] = tuple(d["betas"])
+        return cls(**d)
+
+    def replace(self, **kw) -> "TrainRecipe":
+        return dataclasses.replace(self, **kw)
+
+    @property
+    def content_hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+    def model_config(self, vocab_size: int):
+        from circuits.model import ModelConfig
+
+        d_head = self.d_head or self.d_model // self.n_heads
+        mlp = "none" if self.attn_only else "standard"
+        d_mlp = 0 if self.attn_only else (self.d_mlp or 4 * self.d_model)
+        return ModelConfig(
+            n_layers=self.n_layers, n_heads=self.n_heads, d_model=self.d_model, d_head=d_head, d_mlp=d_mlp,
+            vocab_size=int(vocab_size), n_ctx=self.n_ctx, norm=self.norm, positional=self.positional,
+            mlp=mlp, act=self.act, parallel=False, arch="circuitstat",
+        )
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """Prepared, cached training data shared by all seeds (paths, so it crosses process boundaries)."""
+
+    tokenizer_dir: str
+    train_tokens: str
+    val_tokens: str
+    corpus_name: str
+    corpus_hash: str
+    tokenizer_hash: str
+    vocab_size: int
+    n_train_tokens: int
+
+    @property
+    def content_hash(self) -> str:
+        return hashlib.sha256(f"{self.corpus_hash}|{self.tokenizer_hash}".encode()).hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------
+
+
+def _save_npy_atomic(path: Path, arr: np.ndarray) -> None:
+    from reports.atomic import atomic_write
+
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(arr))
+    with atomic_write(path) as f:
+        f.write(buf.getvalue())
+
+
+def prepare_data(recipe: TrainRecipe, corpus=None, cache: str | os.PathLike | None = None) -> DataSpec:
+    """Build (or reuse from the cache) the tokenizer and the train/validation token streams."""
+    from circuits.corpus import load_corpus
+    from circuits.tokenizers import load_tokenizer, train_bpe
+
+    cache = Path(cache) if cache is not None else cache_dir()
+    corpus = load_corpus(corpus if corpus is not None else recipe.corpus)
+    chash = corpus.content_hash
+    if recipe.tokenizer == "bpe":
+        key = hashlib.sha256(f"bpe|{recipe.vocab_size}|{chash}".encode()).hexdigest()[:20]
+        tdir = cache / "tokenizers" / f"bpe{recipe.vocab_size}-{key}"
+        tok = load_tokenizer(tdir) if (tdir / "tokenizer.json").exists() else None
+        if tok is None:
+            tok = train_bpe(corpus.texts("train"), vocab_size=recipe.vocab_size,
+                            name=f"bpe{recipe.vocab_size}-{corpus.name}")
+            tok.save(tdir)
+    else:
+        tok = load_tokenizer(recipe.tokenizer)
+        if tok is None:
+            raise InputError(f"no tokenizer found at {recipe.tokenizer!r}")
+        key = hashlib.sha256(tok.content_hash.encode()).hexdigest()[:20]
+        tdir = cache / "tokenizers" / f"tok-{key}"
+        if not (tdir / "tokenizer.json").exists():
+            tok.save(tdir)
+    tok_cache = cache / "tokens"
+    paths = {}
+    n_train = 0
+    for split in ("train", "validation"):
+        key = hashlib.sha256(f"{chash}|{tok.content_hash}|{split}".encode()).hexdigest()[:24]
+        p = tok_cache / f"{split}-{key}.npy"
+        if not p.exists():
+            arr = corpus.tokens(tok, split)
+            if tok.vocab_size > np.iinfo(np.int32).max:  # pragma: no cover
+                raise InputError("vocabulary too large")
+            _save_npy_atomic(p, arr.astype(np.int32))
+        if split == "train":
+            n_train = int(np.load(p, mmap_mode="r").shape[0])
+        paths[split] = str(p)
+    return DataSpec(
+        tokenizer_dir=str(tdir), train_tokens=paths["train"], val_tokens=paths["validation"],
+        corpus_name=corpus.name, corpus_hash=chash, tokenizer_hash=tok.content_hash,
+        vocab_size=int(tok.vocab_size), n_train_tokens=n_train,
+    )
+
+
+class _Batches:
+    """Deterministic batches: the order of training sequences is a pure function of (seed, step)."""
+
+    def __init__(self, tokens: np.ndarray, seq_len: int, batch_size: int, seed: int):
+        self.seqs = _chunk(tokens, seq_len)
+        self.n = self.seqs.shape[0]
+        if self.n < batch_size:
+            raise InputError(
+                f"the training split has {self.n} sequences of {seq_len} tokens, fewer than one batch of "
+                f"{batch_size}; use a larger corpus or a smaller n_ctx/batch size"
+            )
+        self.batch_size = batch_size
+        self.seed = int(seed)
+        self._perm_epoch = -1
+        self._perm: np.ndarray | None = None
+
+    def _perm_for(self, epoch: int) -> np.ndarray:
+        if epoch != self._perm_epoch:
+            rng = np.random.default_rng(np.random.SeedSequence([self.seed, 0xDA7A, epoch]))
+            self._perm = rng.permutation(self.n)
+            self._perm_epoch = epoch
+        return self._perm
+
+    def indices(self, step: int) -> np.ndarray:
+        start = step * self.batch_size
+        out = np.empty(self.batch_size, dtype=np.int64)
+        for j in range(self.batch_size):
+            i = start + j
+            out[j] = self._perm_for(i // self.n)[i % self.n]
+        return out
+
+    def batch(self, step: int):
+        import torch
+
+        return torch.from_numpy(np.asarray(self.seqs[np.sort(self.indices(step))], dtype=np.int64))
+
+
+def _chunk(tokens: np.ndarray, seq_len: int) -> np.ndarray:
+    n = len(tokens) // seq_len
+    return np.asarray(tokens[: n * seq_len]).reshape(n, seq_len)
+
+
+# --------------------------------------------------------------------------------------------
+# Training one model
+# --------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _deterministic(threads: int, device: str) -> Iterator[None]:
+    import torch
+
+    if str(device).startswith("cuda"):
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    prev_det = torch.are_deterministic_algorithms_enabled()
+    prev_warn = torch.is_deterministic_algorithms_warn_only_enabled()
+    prev_threads = torch.get_num_threads()
+    _set_deterministic(True)
+    torch.set_num_threads(int(threads))
+    try:
+        yield
+    finally:
+        _set_deterministic(prev_det, prev_warn)
+        torch.set_num_threads(prev_threads)
+
+
+def _set_deterministic(mode: bool, warn_only: bool = False) -> None:
+    """``torch.use_deterministic_algorithms`` without its import of torch._inductor (seconds per
+    process in torch 2.13); the inductor flag is set too when inductor is already loaded."""
+    import sys
+
+    import torch
+
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if setter is None or "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+    else:
+        setter(mode, warn_only=warn_only)
+
+
+def _lr_at(recipe: TrainRecipe, step: int) -> float:
+    if step < recipe.warmup_steps:
+        return recipe.lr * (step + 1) / recipe.warmup_steps
+    span = max(1, recipe.steps - recipe.warmup_steps)
+    frac = min(1.0, (step - recipe.warmup_steps) / span)
+    cos = 0.5 * (1 + math.cos(math.pi * frac))
+    return recipe.lr * (recipe.min_lr_ratio + (1 - recipe.min_lr_ratio) * cos)
+
+
+def _make_optimizer(recipe: TrainRecipe, model):
+    import torch
+
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        leaf = name.rsplit(".", 1)[-1]
+        (no_decay if leaf.startswith("b_") or leaf.startswith(("ln", "lnf")) else decay).append(p)
+    groups = [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if recipe.optimizer == "adamw":
+        return torch.optim.AdamW(groups, lr=recipe.lr, betas=recipe.betas, foreach=False)
+    # Adam with L2 regularisation (weight decay added to the gradient), as torch.optim.Adam does
+    return torch.optim.Adam(groups, lr=recipe.lr, betas=recipe.betas, foreach=False)
+
+
+def _fast_path_ok(cfg) -> bool:
+    return (not cfg.parallel and cfg.positional in ("learned", "rotary", "none")
+            and (cfg.n_kv_heads in (None, cfg.n_heads)))
+
+
+def train_logits(model, ids):
+    """Logits [B, P, V] of a full causal sequence without padding, for training.
+
+    The same function as ``model(ids)`` (checked to float rounding in tests) but with fused
+    scaled-dot-product attention, about 1.5x faster on CPU for the zoo's models; falls back to
+    ``model(ids)`` for configurations it does not cover.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from circuits.model import _norm
+
+    cfg = model.cfg
+    if not _fast_path_ok(cfg):
+        return model(ids)
+    B, P = ids.shape
+    x = model.W_E[ids]
+    if cfg.positional == "learned":
+        x = x + model.W_pos[:P]
+    rot = model._rotary(torch.arange(P, device=ids.device).expand(B, P)) if cfg.positional == "rotary" else None
+    H, E = cfg.n_heads, cfg.d_head
+    for blk in model.blocks:
+        h = _norm(cfg.norm, x, blk.ln1_w, blk.ln1_b, cfg.norm_eps)
+        W = torch.stack((blk.W_Q, blk.W_K, blk.W_V)).permute(2, 0, 1, 3).reshape(cfg.d_model, 3 * H * E)
+        b = torch.stack((blk.b_Q, blk.b_K, blk.b_V)).reshape(3 * H * E)
+        q, k, v = (h @ W + b).view(B, P, 3, H, E).permute(2, 0, 3, 1, 4)
+        if rot is not None:
+            q, k = model._apply_rotary(q, *rot), model._apply_rotary(k, *rot)
+        z = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [B, H, P, E]
+        x = x + z.transpose(1, 2).reshape(B, P, H * E) @ blk.W_O.reshape(H * E, cfg.d_model) + blk.b_O
+        if cfg.has_mlp:
+            x = x + model._mlp(blk, x)
+    return _norm(cfg.norm, x, model.lnf_w, model.lnf_b, cfg.norm_eps) @ model.unembed + model.b_U
+
+
+def _loss(model, batch):
+    import torch.nn.functional as F
+
+    logits = train_logits(model, batch[:, :-1])
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch[:, 1:].reshape(-1))
+
+
+def _eval_loss(model, val: np.ndarray, recipe: TrainRecipe, device) -> float:
+    import torch
+
+    seqs = _chunk(val, recipe.n_ctx + 1)
+    n = min(len(seqs), recipe.eval_batches * recipe.batch_size)
+    if n == 0:
+        return float("nan")
+    total, count = 0.0, 0
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for s in range(0, n, recipe.batch_size):
+            b = torch.from_numpy(np.asarray(seqs[s:min(n, s + recipe.batch_size)], dtype=np.int64)).to(device)
+            total += float(_loss(model, b)) * b.shape[0]
+            count += b.shape[0]
+    model.train(was_training)
+    return total / count
+
+
+def _rng_state() -> dict:
+    import torch
+
+    st = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        st["cuda"] = torch.cuda.get_rng_state_all()
+    return st
+
+
+def _set_rng_state(st: dict) -> None:
+    import torch
+
+    torch.set_rng_state(st["torch"])
+    np.random.set_state(st["numpy"])
+    random.setstate(st["python"])
+    if "cuda" in st and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(st["cuda"])
+
+
+def _save_checkpoint(path: Path, payload: dict) -> None:
+    import torch
+
+    from reports.atomic import atomic_write
+
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    with atomic_write(path) as f:
+        f.write(buf.getvalue())
+
+
+def _write_log(out: Path, rows: list[dict], provenance: dict) -> None:
+    import pyarrow as pa
+
+    cols = ["step", "train_loss", "val_loss", "lr", "tokens", "elapsed_s"]
+    table = pa.table({c: [r[c] for r in rows] for c in cols},
+                     schema=pa.schema([("step", pa.int64()), ("train_loss", pa.float64()), ("val_loss", pa.float64()),
+                                       ("lr", pa.float64()), ("tokens", pa.int64()), ("elapsed_s", pa.float64())]))
+    try:
+        from reports.tables import write_table
+    except ImportError:  # pragma: no cover - reports layer is part of the package
+        import pyarrow.parquet as pq
+
+        tmp = out / f".{LOG_TABLE}.tmp"
+        pq.write_table(table, tmp)
+        os.replace(tmp, out / LOG_TABLE)
+        return
+    write_table(table, out / LOG_TABLE, provenance=provenance)
+
+
+def model_dir_name(seed: int) -> str:
+    return f"seed-{int(seed)}"
+
+
+def is_complete(directory: str | os.PathLike, recipe: TrainRecipe | None = None, seed: int | None = None,
+                data_hash: str | None = None) -> bool:
+    """Whether ``directory`` holds a finished model (of this recipe/seed/data, when given)."""
+    cfg = Path(directory) / "config.json"
+    if not cfg.exists() or not (Path(directory) / "model.safetensors").exists():
+        return False
+    try:
+        meta = json.loads(cfg.read_text()).get("meta", {})
+    except (ValueError, OSError):
+        return False
+    t = meta.get("training", {})
+    if not t.get("complete"):
+        return False
+    if recipe is not None and t.get("recipe_hash") != recipe.content_hash:
+        return False
+    if seed is not None and t.get("seed") != int(seed):
+        return False
+    if data_hash is not None and t.get("data_hash") != data_hash:
+        return False
+    return True
+
+
+def train_model(
+    recipe: TrainRecipe,
+    seed: int,
+    out_dir: str | os.PathLike,
+    data: DataSpec | None = None,
+    device: str = "cpu",
+    progress: bool = True,
+    keep_checkpoint: bool = False,
+    stop_after: int | None = None,
+    cache: str | os.PathLike | None = None,
+) -> Path:
+    """Train one model into ``out_dir`` (resuming from its checkpoint if one is there).
+
+    ``stop_after`` stops (after checkpointing) once that many steps are done, as a kill would; a
+    later call resumes. A finished model of the same recipe, seed and data is returned untouched.
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    from circuits.model import CircuitModel
+    from circuits.tokenizers import load_tokenizer
+
+    out = Path(out_dir)
+    data = data or prepare_data(recipe, cache=cache)
+    if is_complete(out, recipe, seed, data.content_hash):
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    tok = load_tokenizer(data.tokenizer_dir)
+    train_tokens = np.load(data.train_tokens, mmap_mode="r")
+    val_tokens = np.asarray(np.load(data.val_tokens, mmap_mode="r"))
+    t_start = time.time()
+
+    with _deterministic(recipe.threads, device):
+        model = CircuitModel(recipe.model_config(data.vocab_size))
+        model.init_weights(int(seed))
+        model.to(device).train()
+        opt = _make_optimizer(recipe, model)
+        batches = _Batches(train_tokens, recipe.n_ctx + 1, recipe.batch_size, seed)
+        step, log, elapsed0, run_loss, run_n = 0, [], 0.0, 0.0, 0
+        ck = out / CHECKPOINT
+        if ck.exists():
+            state = torch.load(ck, map_location=device, weights_only=False)
+            same = (state.get("recipe_hash") == recipe.content_hash and state.get("seed") == int(seed)
+                    and state.get("data_hash") == data.content_hash)
+            if same:
+                model.load_state_dict(state["model"])
+                opt.load_state_dict(state["optimizer"])
+                _set_rng_state(state["rng"])
+                step, log, elapsed0 = int(state["step"]), list(state["log"]), float(state["elapsed_s"])
+                run_loss, run_n = float(state["run_loss"]), int(state["run_n"])
+        prov = {
+            "model": {"name": out.name, "seed": int(seed)},
+            "data": {"corpus": data.corpus_name, "corpus_hash": data.corpus_hash,
+                     "tokenizer_hash": data.tokenizer_hash},
+            "params": recipe.to_dict(), "seed": int(seed), "method": "train",
+        }
+        bar = tqdm(total=recipe.steps, initial=step, desc=f"train seed {seed}", disable=not progress,
+                   mininterval=1.0, leave=False, dynamic_ncols=True)
+
+        def checkpoint() -> None:
+            _save_checkpoint(ck, {
+                "model": model.state_dict(), "optimizer": opt.state_dict(), "rng": _rng_state(),
+                "step": step, "log": log, "elapsed_s": elapsed0 + time.time() - t_start,
+                "run_loss": run_loss, "run_n": run_n, "recipe_hash": recipe.content_hash, "seed": int(seed),
+                "data_hash": data.content_hash, "format_version": FORMAT_VERSION,
+            })
+
+        while step < recipe.steps:
+            lr = _lr_at(recipe, step)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            batch = batches.batch(step).to(device)
+            loss = _loss(model, batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if recipe.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip, foreach=False)
+            opt.step()
+            step += 1
+            lv = float(loss.detach())
+            if not math.isfinite(lv):
+                raise RuntimeError(f"training diverged at step {step} (loss {lv}); lower lr (now {recipe.lr})")
+            run_loss += lv
+            run_n += 1
+            bar.update(1)
+            if step % recipe.eval_every == 0 or step == recipe.steps:
+                val = _eval_loss(model, val_tokens, recipe, device)
+                log.append({"step": step, "train_loss": run_loss / max(run_n, 1), "val_loss": val, "lr": lr,
+                            "tokens": step * recipe.batch_size * recipe.n_ctx,
+                            "elapsed_s": elapsed0 + time.time() - t_start})
+                run_loss, run_n = 0.0, 0
+                bar.set_postfix(val_loss=f"{val:.3f}")
+                _write_log(out, log, prov)
+            if step % recipe.checkpoint_every == 0 and step < recipe.steps:
+                checkpoint()
+            if stop_after is not None and step >= stop_after and step < recipe.steps:
+                checkpoint()
+                bar.close()
+                return out
+        bar.close()
+
+        model.eval()
+        model.tokenizer = tok
+        train_seconds = elapsed0 + time.time() - t_start
+        meta = {
+            "training": {
+                "complete": True, "seed": int(seed), "recipe": recipe.to_dict(), "recipe_hash": recipe.content_hash,
+                "data_hash": data.content_hash, "corpus": data.corpus_name, "corpus_hash": data.corpus_hash,
+                "tokenizer_hash": data.tokenizer_hash, "steps": recipe.steps,
+                "tokens": recipe.steps * recipe.batch_size * recipe.n_ctx,
+                "optimizer": {"name": recipe.optimizer, "lr": recipe.lr, "weight_decay": recipe.weight_decay,
+                              "betas": list(recipe.betas), "warmup_steps": recipe.warmup_steps,
+                              "schedule": "linear warmup, cosine decay", "min_lr_ratio": recipe.min_lr_ratio,
+                              "grad_clip": recipe.grad_clip},
+                "final_val_loss": log[-1]["val_loss"] if log else None,
+                "train_seconds": round(train_seconds, 3), "threads": recipe.threads, "device": str(device),
+                "torch": torch.__version__, "deterministic": True,
+                "forward": "sdpa" if _fast_path_ok(model.cfg) else "circuitmodel",
+            }
+        }
+        model.save(out, meta=meta)
+        if not keep_checkpoint and ck.exists():
+            ck.unlink()
+    return out
+
+
+def _train_worker(recipe_dict: dict, seed: int, out: str, data: DataSpec, device: str, progress: bool) -> str:
+    return str(train_model(TrainRecipe.from_dict(recipe_dict), seed, out, data=data, device=device, progress=progress))
+
+
+def train_models(
+    recipe: TrainRecipe,
+    seeds: Sequence[int],
+    out_dir: str | os.PathLike,
+    n_jobs: int = 1,
+    corpus=None,
+    device: str = "cpu",
+    progress: bool = True,
+    cache: str | os.PathLike | None = None,
+) -> list[Path]:
+    """Train one model per seed into ``out_dir/seed-{s}``, seeds in parallel with joblib.
+
+    Each worker uses ``recipe.threads`` threads, so results do not depend on ``n_jobs``.
+    Finished models are kept; interrupted ones resume from their checkpoints.
+    """
+    from joblib import Parallel, delayed
+
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise InputError("no seeds given; pass e.g. --seeds 0-4")
+    if len(set(seeds)) != len(seeds):
+        raise InputError(f"duplicate seeds in {seeds}")
+    out = Path(out_dir)
+    data = prepare_data(recipe, corpus=corpus, cache=cache)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "recipe.json").write_text(json.dumps({"recipe": recipe.to_dict(), "seeds": seeds,
+                                                 "data": asdict(data)}, indent=2))
+    todo = [s for s in seeds if not is_complete(out / model_dir_name(s), recipe, s, data.content_hash)]
+    if todo:
+        n_jobs = max(1, min(int(n_jobs), len(todo)))
+        if n_jobs == 1:
+            for s in todo:
+                train_model(recipe, s, out / model_dir_name(s), data=data, device=device, progress=progress)
+        else:
+            Parallel(n_jobs=n_jobs, backend="loky")(
+                delayed(_train_worker)(recipe.to_dict(), s, str(out / model_dir_name(s)), data, device, progress)
+                for s in todo
+            )
+    return [out / model_dir_name(s) for s in seeds]
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------
+
+
+def parse_seeds(spec: str | int | Sequence[int]) -> list[int]:
+    """``"0-4"`` -> [0..4]; ``"0,2,7"``; ``"3"``; combinations like ``"0-2,10"``."""
+    if isinstance(spec, int):
+        return [spec]
+    if not isinstance(spec, str):
+        return [int(s) for s in spec]
+    out: list[int] = []
+    try:
+        for part in spec.replace(" ", "").split(","):
+            if not part:
+                continue
+            if "-" in part[1:]:
+                a, b = part.split("-", 1) if not part.startswith("-") else (part, "")
+                lo, hi = int(a), int(b)
+                if hi < lo:
+                    raise ValueError
+                out += list(range(lo, hi + 1))
+            else:
+                out.append(int(part))
+    except ValueError:
+        raise InputError(f"malformed seeds {spec!r}; use e.g. '0-4', '0,2,5' or '3'") from None
+    if not out:
+        raise InputError(f"no seeds in {spec!r}; use e.g. '0-4'")
+    if len(set(out)) != len(out):
+        raise InputError(f"duplicate seeds in {spec!r}")
+    return out
+
+
+try:  # typer is a declared dependency; keep this module importable without it
+    import typer as _typer
+
+    _Opt = _typer.Option
+except ImportError:  # pragma: no cover
+    def _Opt(default, *a, **k):  # type: ignore
+        return default
+
+
+def train_command(
+    layers: int = _Opt(2, "--layers", help="transformer layers"),
+    heads: int = _Opt(4, "--heads", help="attention heads per layer"),
+    d_model: int = _Opt(128, "--d-model", help="residual stream width"),
+    attn_only: bool = _Opt(False, "--attn-only", help="attention-only model (no MLP layers)"),
+    no_mlp: bool = _Opt(False, "--no-mlp", help="same as --attn-only"),
+    optimizer: str = _Opt("adamw", "--optimizer", help="adam or adamw"),
+    weight_decay: float = _Opt(0.01, "--weight-decay", help="weight decay (decoupled for adamw, L2 for adam)"),
+    steps: int = _Opt(1000, "--steps", help="optimizer steps"),
+    seeds: str = _Opt("0-4", "--seeds", help="seeds, e.g. 0-4 or 0,2,5; one model per seed"),
+    out: Path = _Opt(..., "--out", help="output folder; models go to OUT/seed-S"),
+    lr: float = _Opt(1e-3, "--lr", help="peak learning rate"),
+    batch_size: int = _Opt(16, "--batch-size", help="sequences per step"),
+    n_ctx: int = _Opt(128, "--n-ctx", help="sequence length (context)"),
+    norm: str = _Opt("layernorm", "--norm", help="layernorm, rmsnorm or none"),
+    positional: str = _Opt("learned", "--positional", help="learned or rotary"),
+    vocab_size: int = _Opt(4096, "--vocab-size", help="size of the BPE trained on the corpus"),
+    tokenizer: str = _Opt("bpe", "--tokenizer", help="bpe (trained on the corpus), gpt2, or a tokenizer path"),
+    corpus: str = _Opt("stdlib", "--corpus", help="stdlib, a folder of text files, or a Parquet file (column text)"),
+    checkpoint_every: int = _Opt(100, "--checkpoint-every", help="steps between checkpoints"),
+    eval_every: int = _Opt(100, "--eval-every", help="steps between validation-loss evaluations"),
+    threads: int = _Opt(1, "--threads", help="torch threads per model (fixed for reproducibility)"),
+    n_jobs: int = _Opt(1, "--n-jobs", help="models trained in parallel"),
+    device: str = _Opt("cpu", "--device", help="cpu or cuda"),
+) -> list[Path]:
+    """Train one small GPT-style model per seed on a corpus (deterministic, resumable)."""
+    recipe = TrainRecipe(
+        n_layers=layers, n_heads=heads, d_model=d_model, attn_only=attn_only or no_mlp, n_ctx=n_ctx, norm=norm,
+        positional=positional, tokenizer=tokenizer, vocab_size=vocab_size, corpus=corpus, optimizer=optimizer,
+        lr=lr, weight_decay=weight_decay, batch_size=batch_size, steps=steps, eval_every=eval_every,
+        checkpoint_every=checkpoint_every, threads=threads,
+    )
+    paths = train_models(recipe, parse_seeds(seeds), out, n_jobs=n_jobs, device=device)
+    for p in paths:
+        meta = json.loads((p / "config.json").read_text())
+        t = meta["meta"]["training"]
+        print(f"{p}  val_loss {t['final_val_loss']:.4f}  weights {meta['weight_hash'][:16]}  "
+              f"{t['train_seconds']:.0f}s")
+    return paths

@@ -1,0 +1,194 @@
+"""The default model zoo: small models trained on the standard-library corpus, cached by content.
+
+``default_zoo()`` returns the directories of 10 models: 5 seeds of a 2-layer attention-only model
+and 5 seeds of a 2-layer model with MLPs. They are trained once (about 10 minutes on 2 CPU cores)
+and cached under ``$CIRCUITSTAT_CACHE/zoo/<key>`` (default ``~/.cache/circuitstat``), where the key
+hashes the recipes, the seeds and the corpus' content hash, so a new Python version (a different
+standard library) or a changed recipe trains a new zoo and an unchanged one is reused.
+
+:func:`induction_metrics` measures what the zoo is for: on repeated random tokens, the loss on the
+second repeat against the first, and every head's induction score (the attention from each token
+of the second repeat to the token after its earlier occurrence) and previous-token score.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from pipelines.training import TrainRecipe, cache_dir, prepare_data, train_models
+
+__all__ = [
+    "ZOO_RECIPES",
+    "ZOO_SEEDS",
+    "zoo_key",
+    "zoo_dir",
+    "default_zoo",
+    "induction_metrics",
+    "zoo_report",
+]
+
+_BASE = TrainRecipe(
+    n_layers=2, n_heads=4, d_model=128, n_ctx=128, vocab_size=2048, tokenizer="bpe", corpus="stdlib",
+    optimizer="adamw", lr=2e-3, weight_decay=0.01, warmup_steps=50, batch_size=16, steps=600,
+    eval_every=100, eval_batches=8, checkpoint_every=100, threads=1,
+)
+ZOO_RECIPES: dict[str, TrainRecipe] = {
+    "attn-only-2l": _BASE.replace(attn_only=True),
+    "mlp-2l": _BASE.replace(attn_only=False, d_mlp=512),
+}
+ZOO_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
+
+
+def zoo_key(recipes: dict[str, TrainRecipe] | None = None, seeds: Sequence[int] = ZOO_SEEDS,
+            corpus_hash: str | None = None) -> str:
+    """Content key of a zoo: recipes + seeds + corpus hash."""
+    from circuits.corpus import load_corpus
+
+    recipes = recipes or ZOO_RECIPES
+    if corpus_hash is None:
+        corpora = {r.corpus for r in recipes.values()}
+        corpus_hash = "|".join(load_corpus(c).content_hash for c in sorted(corpora))
+    doc = {"recipes": {k: r.to_dict() for k, r in sorted(recipes.items())}, "seeds": [int(s) for s in seeds],
+           "corpus": corpus_hash, "version": 1}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def zoo_dir(key: str | None = None, cache: str | os.PathLike | None = None) -> Path:
+    return (Path(cache) if cache else cache_dir()) / "zoo" / (key or zoo_key())
+
+
+def default_zoo(n_jobs: int = 2, cache: str | os.PathLike | None = None, progress: bool = True,
+                recipes: dict[str, TrainRecipe] | None = None, seeds: Sequence[int] = ZOO_SEEDS,
+                device: str = "cpu") -> list[Path]:
+    """Directories of the default zoo's models (training them the first time; cached after).
+
+    Order: for each recipe (``attn-only-2l``, then ``mlp-2l``), seeds 0..4. Each loads with
+    ``circuits.load_model``. An interrupted build resumes where it stopped.
+    """
+    from joblib import Parallel, delayed
+
+    recipes = recipes or ZOO_RECIPES
+    key = zoo_key(recipes, seeds)
+    root = zoo_dir(key, cache)
+    root.mkdir(parents=True, exist_ok=True)
+    done = root / "zoo.json"
+    paths = [root / name / f"seed-{s}" for name in recipes for s in seeds]
+    if done.exists() and all((p / "model.safetensors").exists() for p in paths):
+        return paths
+    t0 = time.time()
+    data = {name: prepare_data(r, cache=cache) for name, r in recipes.items()}
+    # One joblib pool over all (recipe, seed) jobs, so 2 workers stay busy across recipes.
+    from pipelines.training import _train_worker, is_complete
+
+    jobs = [(name, s) for name in recipes for s in seeds
+            if not is_complete(root / name / f"seed-{s}", recipes[name], s, data[name].content_hash)]
+    if jobs:
+        Parallel(n_jobs=max(1, min(n_jobs, len(jobs))), backend="loky")(
+            delayed(_train_worker)(recipes[name].to_dict(), s, str(root / name / f"seed-{s}"), data[name],
+                                   device, progress)
+            for name, s in jobs
+        )
+    for name, r in recipes.items():  # writes recipe.json per recipe (models are complete: no training)
+        train_models(r, seeds, root / name, n_jobs=1, progress=False, cache=cache)
+    doc = {"key": key, "recipes": {k: r.to_dict() for k, r in recipes.items()}, "seeds": list(seeds),
+           "build_seconds": round(time.time() - t0, 1), "n_jobs": n_jobs,
+           "models": [str(p.relative_to(root)) for p in paths]}
+    if done.exists():
+        doc["build_seconds"] = json.loads(done.read_text()).get("build_seconds", doc["build_seconds"])
+    done.write_text(json.dumps(doc, indent=2))
+    return paths
+
+
+def induction_metrics(model, n: int = 64, seq_len: int = 50, seed: int = 0, batch_size: int = 32) -> dict:
+    """Induction behaviour on ``[BOS] A A`` with A = ``seq_len`` distinct random tokens.
+
+    Returns ``loss_first`` / ``loss_second`` (mean next-token loss predicting tokens 2..L of the
+    first / second repeat), ``induction_scores`` ``[layers, heads]`` (mean attention from each
+    second-repeat token to the token after its earlier occurrence) and ``prev_token_scores``
+    (attention to the previous token, over the same positions).
+    """
+    import torch
+
+    from circuits.tasks import induction_task
+
+    tok = getattr(model, "tokenizer", None)
+    task = induction_task(tok, n=n, seed=seed, seq_len=seq_len,
+                          vocab_size=None if tok is not None else model.cfg.vocab_size)
+    # the task's clean prompt is [BOS] A A[:-1]; append A[-1] to get the full second repeat
+    ids = torch.cat([task.clean, task.answer[:, None]], dim=1)
+    off = int(task.meta["first_repeat"][0])  # 1 with BOS
+    L = seq_len
+    cfg = model.cfg
+    ind = torch.zeros(cfg.n_layers, cfg.n_heads, dtype=torch.float64)
+    prev = torch.zeros_like(ind)
+    l1, l2 = 0.0, 0.0
+    model_dev = model.device
+    with torch.no_grad():
+        for s in range(0, n, batch_size):
+            b = ids[s:s + batch_size].to(model_dev)
+            out = model.run(b, keep_patterns=True)
+            logp = torch.log_softmax(out.logits.float(), -1)
+            nll = -logp[:, :-1].gather(-1, b[:, 1:, None]).squeeze(-1)  # [B, P-1]: predicting token t+1
+            # first repeat: predict A[1..L-1] (targets at positions off+1..off+L-1)
+            l1 += float(nll[:, off:off + L - 1].sum())
+            l2 += float(nll[:, off + L:off + 2 * L - 1].sum())
+            q = torch.arange(off + L + 1, off + 2 * L, device=model_dev)  # second-repeat tokens A[1..L-1]
+            for layer, pat in enumerate(out.patterns):
+                pat = pat.double()
+                ind[layer] += pat[:, :, q, q - L + 1].sum((0, 2)).cpu()
+                prev[layer] += pat[:, :, q, q - 1].sum((0, 2)).cpu()
+    count = n * (L - 1)
+    ind, prev = ind / count, prev / count
+    return {
+        "loss_first": l1 / count,
+        "loss_second": l2 / count,
+        "induction_scores": ind.numpy(),
+        "prev_token_scores": prev.numpy(),
+        "max_induction_layer1": float(ind[1].max()) if cfg.n_layers > 1 else float("nan"),
+        "n": n,
+        "seq_len": seq_len,
+    }
+
+
+def zoo_report(paths: Sequence[str | os.PathLike], n: int = 64, seq_len: int = 50, seed: int = 0):
+    """One row per model: repeat losses, best layer-1 induction head, validation loss, train time."""
+    import pandas as pd
+
+    from circuits import load_model
+
+    rows = []
+    for p in paths:
+        m = load_model(p)
+        r = induction_metrics(m, n=n, seq_len=seq_len, seed=seed)
+        t = m.meta.get("training", {})
+        ind = r["induction_scores"]
+        best = np.unravel_index(np.argmax(ind[-1]), ind[-1].shape)
+        rows.append({
+            "model": str(Path(p).parent.name) + "/" + Path(p).name,
+            "seed": t.get("seed"),
+            "val_loss": t.get("final_val_loss"),
+            "train_seconds": t.get("train_seconds"),
+            "loss_first_repeat": r["loss_first"],
+            "loss_second_repeat": r["loss_second"],
+            "best_layer1_head": f"a{len(ind) - 1}.h{int(best[0])}",
+            "layer1_induction_score": float(ind[-1].max()),
+            "layer0_prev_token_score": float(r["prev_token_scores"][0].max()),
+        })
+    return pd.DataFrame(rows)
+
+
+if __name__ == "__main__":  # python -m pipelines.zoo : build (or reuse) the zoo and print its report
+    t0 = time.time()
+    ps = default_zoo()
+    print(f"zoo ready in {time.time() - t0:.0f}s at {ps[0].parent.parent}")
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(zoo_report(ps).to_string(index=False, float_format=lambda x: f"{x:.3f}"))

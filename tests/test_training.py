@@ -1,0 +1,199 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from circuits import load_model
+from circuits.corpus import Corpus
+from circuits.errors import InputError
+from circuits.model import CircuitModel, ModelConfig
+from pipelines.training import (
+    CHECKPOINT,
+    LOG_TABLE,
+    TrainRecipe,
+    is_complete,
+    parse_seeds,
+    prepare_data,
+    train_logits,
+    train_model,
+    train_models,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _corpus():
+    items = [(f"m{i}.py", f"def f{i}(x):\n    return x + {i} * y_{i % 7}\n" * (1 + i % 5)) for i in range(300)]
+    return Corpus.from_texts(items, name="tiny")
+
+
+TINY = TrainRecipe(n_layers=1, n_heads=2, d_model=32, n_ctx=16, vocab_size=300, batch_size=4, steps=12,
+                   eval_every=4, eval_batches=2, checkpoint_every=4, warmup_steps=2)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return prepare_data(TINY, corpus=_corpus(), cache=tmp_path_factory.mktemp("cache"))
+
+
+def _hash(d):
+    return load_model(d).weight_hash()
+
+
+def test_bitwise_reproducible_and_seeds_differ(tmp_path, data):
+    a = train_model(TINY, 0, tmp_path / "a", data=data, progress=False)
+    b = train_model(TINY, 0, tmp_path / "b", data=data, progress=False)
+    c = train_model(TINY, 1, tmp_path / "c", data=data, progress=False)
+    assert _hash(a) == _hash(b) != _hash(c)
+    m = load_model(a)
+    doc = json.loads((a / "config.json").read_text())
+    assert doc["weight_hash"] == m.weight_hash()
+    t = m.meta["training"]
+    assert t["seed"] == 0 and t["complete"] and t["optimizer"]["name"] == "adamw"
+    assert t["recipe"]["d_model"] == 32 and t["corpus_hash"] == data.corpus_hash
+    assert m.tokenizer is not None and m.tokenizer.content_hash == data.tokenizer_hash
+    assert m.cfg.n_layers == 1 and m.cfg.has_mlp and not m.training
+    assert not (a / CHECKPOINT).exists()
+    assert is_complete(a, TINY, 0, data.content_hash) and not is_complete(a, TINY, 1)
+    log = pq.read_table(a / LOG_TABLE)
+    assert log.column("step").to_pylist() == [4, 8, 12]
+    assert all(v > 0 for v in log.column("val_loss").to_pylist())
+    assert b"circuitstat.provenance" in log.schema.metadata
+    # a finished model is not retrained
+    mtime = (a / "model.safetensors").stat().st_mtime_ns
+    train_model(TINY, 0, a, data=data, progress=False)
+    assert (a / "model.safetensors").stat().st_mtime_ns == mtime
+
+
+def test_resume_matches_uninterrupted(tmp_path, data):
+    full = train_model(TINY, 3, tmp_path / "full", data=data, progress=False)
+    part = train_model(TINY, 3, tmp_path / "part", data=data, progress=False, stop_after=6)
+    assert (part / CHECKPOINT).exists() and not (part / "model.safetensors").exists()
+    train_model(TINY, 3, part, data=data, progress=False)
+    assert _hash(part) == _hash(full)
+    assert pq.read_table(part / LOG_TABLE).column("val_loss").to_pylist() == \
+        pq.read_table(full / LOG_TABLE).column("val_loss").to_pylist()
+
+
+def test_kill_and_resume(tmp_path, data):
+    """SIGKILL a training process after its first checkpoint; the resumed run ends bitwise equal."""
+    recipe = TINY.replace(steps=200, checkpoint_every=10, eval_every=100)
+    ref = train_model(recipe, 5, tmp_path / "ref", data=data, progress=False)
+    out = tmp_path / "killed"
+    code = (
+        "import json, sys; from pipelines.training import TrainRecipe, DataSpec, train_model; "
+        f"r = TrainRecipe.from_dict(json.loads({json.dumps(json.dumps(recipe.to_dict()))})); "
+        f"d = DataSpec(**json.loads({json.dumps(json.dumps(data.__dict__))})); "
+        f"train_model(r, 5, {str(out)!r}, data=d, progress=False)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
+    deadline = time.time() + 60
+    while not (out / CHECKPOINT).exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    killed = proc.poll() is None
+    if killed:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    if killed:
+        assert not (out / "model.safetensors").exists()
+        step = torch.load(out / CHECKPOINT, weights_only=False)["step"]
+        assert 0 < step < recipe.steps
+    train_model(recipe, 5, out, data=data, progress=False)
+    assert _hash(out) == _hash(ref)
+
+
+def test_train_models_parallel_equals_sequential(tmp_path, data):
+    recipe = TINY.replace(optimizer="adam", weight_decay=0.1, steps=6)
+    par = train_models(recipe, [0, 1], tmp_path / "par", n_jobs=2, corpus=_corpus(),
+                       cache=Path(data.tokenizer_dir).parents[1], progress=False)
+    seq = [train_model(recipe, s, tmp_path / "seq" / f"s{s}", data=data, progress=False) for s in (0, 1)]
+    assert [p.name for p in par] == ["seed-0", "seed-1"]
+    assert [_hash(p) for p in par] == [_hash(p) for p in seq]
+    assert load_model(par[0]).meta["training"]["optimizer"]["name"] == "adam"
+    assert _hash(train_model(TINY.replace(steps=6), 0, tmp_path / "w", data=data, progress=False)) != _hash(seq[0])
+
+
+def test_attention_only(tmp_path, data):
+    d = train_model(TINY.replace(attn_only=True, steps=4), 0, tmp_path / "ao", data=data, progress=False)
+    m = load_model(d)
+    assert not m.cfg.has_mlp
+    ids = torch.tensor([m.tokenizer.encode("def f(x):")])
+    assert m(ids).shape == (1, ids.shape[1], m.cfg.vocab_size)
+
+
+def test_parse_seeds_and_recipe_errors():
+    assert parse_seeds("0-4") == [0, 1, 2, 3, 4]
+    assert parse_seeds("0-2,10") == [0, 1, 2, 10]
+    assert parse_seeds("7") == [7]
+    for bad in ("a-b", "4-1", "", "1,1"):
+        with pytest.raises(InputError):
+            parse_seeds(bad)
+    with pytest.raises(InputError, match="optimizer"):
+        TrainRecipe(optimizer="sgd")
+    with pytest.raises(InputError, match="divisible"):
+        TrainRecipe(d_model=30, n_heads=4)
+    with pytest.raises(InputError, match="unknown training recipe keys"):
+        TrainRecipe.from_dict({"layers": 2})
+    assert TrainRecipe.from_dict(TINY.to_dict()) == TINY
+
+
+def test_train_command_cli(tmp_path, monkeypatch):
+    import typer
+    from typer.testing import CliRunner
+
+    from pipelines.training import train_command
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(200):
+        (docs / f"{i}.txt").write_text(f"line {i} of the text; the value is {i * 7}\n" * 20)
+    monkeypatch.setenv("CIRCUITSTAT_CACHE", str(tmp_path / "cache"))
+    app = typer.Typer()
+    app.command()(train_command)
+    res = CliRunner().invoke(app, [
+        "--layers", "1", "--heads", "2", "--d-model", "16", "--attn-only", "--optimizer", "adamw",
+        "--weight-decay", "0.0", "--steps", "3", "--seeds", "0-1", "--out", str(tmp_path / "zoo"),
+        "--n-ctx", "16", "--vocab-size", "280", "--corpus", str(docs), "--batch-size", "2",
+    ])
+    assert res.exit_code == 0, res.output
+    for s in (0, 1):
+        m = load_model(tmp_path / "zoo" / f"seed-{s}")
+        assert not m.cfg.has_mlp and m.cfg.d_model == 16 and m.meta["training"]["seed"] == s
+
+
+@pytest.mark.parametrize("positional", ["learned", "rotary"])
+@pytest.mark.parametrize("mlp", ["none", "standard"])
+@pytest.mark.parametrize("norm", ["layernorm", "none"])
+def test_train_logits_equal_model_logits(positional, mlp, norm):
+    cfg = ModelConfig(n_layers=2, n_heads=4, d_model=32, d_head=8, d_mlp=0 if mlp == "none" else 64,
+                      vocab_size=50, n_ctx=24, mlp=mlp, positional=positional, norm=norm)
+    m = CircuitModel(cfg).init_weights(1)
+    ids = torch.randint(0, 50, (3, 24), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(train_logits(m, ids), m(ids), atol=1e-5, rtol=1e-5)
+
+
+def test_zoo_cache_and_induction_metrics(tmp_path):
+    from pipelines.zoo import default_zoo, induction_metrics, zoo_key
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(200):
+        (docs / f"{i}.txt").write_text(f"item_{i} = compute(item_{i}, {i})\n" * 10)
+    recipes = {"t": TINY.replace(corpus=str(docs), steps=3, attn_only=True, n_layers=2)}
+    paths = default_zoo(n_jobs=1, cache=tmp_path / "cache", recipes=recipes, seeds=(0, 1), progress=False)
+    assert [p.name for p in paths] == ["seed-0", "seed-1"] and paths[0].parent.name == "t"
+    mtime = (paths[0] / "model.safetensors").stat().st_mtime_ns
+    again = default_zoo(n_jobs=1, cache=tmp_path / "cache", recipes=recipes, seeds=(0, 1), progress=False)
+    assert again == paths and (paths[0] / "model.safetensors").stat().st_mtime_ns == mtime
+    assert zoo_key(recipes, (0, 1)) != zoo_key({"t": recipes["t"].replace(steps=4)}, (0, 1))
+    r = induction_metrics(load_model(paths[0]), n=4, seq_len=6)
+    assert r["induction_scores"].shape == (2, 2) and r["prev_token_scores"].shape == (2, 2)
+    assert 0 <= r["induction_scores"].min() and r["induction_scores"].max() <= 1
+    assert r["loss_first"] > 0 and r["loss_second"] > 0
