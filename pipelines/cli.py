@@ -206,9 +206,12 @@ def circuit_command(
 
 def _register() -> None:
     """Commands whose functions live beside the pipelines they drive."""
-    from pipelines import training
+    from pipelines import claims, demo, query_command, training
 
     app.command("train")(training.train_command)
+    app.command("demo")(demo.demo_command)
+    app.command("check")(claims.check_command)
+    app.command("query")(query_command.query_command)
 
 
 _register()

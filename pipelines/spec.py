@@ -15,17 +15,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from circuits.errors import InputError
+
+from .yamlio import read_yaml_strict
 
 METHOD = Literal["exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted"]
 ABLATION = Literal["counterfactual", "mean", "mean-positional", "zero", "resample"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: no silent coercion (true -> 1, "3" -> 3); ints are still accepted for floats.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class TaskSpec(_Strict):
@@ -131,14 +133,8 @@ def parse_spec(data: Any, source: str = "<spec>") -> AuditSpec:
 
 
 def load_yaml(path: str | Path) -> Any:
-    """Parsed YAML of a file, or InputError saying why it could not be read."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{path} not found; pass the path of a YAML file")
-    try:
-        return yaml.safe_load(p.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    """Parsed YAML of a file, or InputError saying why it could not be read (see pipelines.yamlio)."""
+    return read_yaml_strict(path)
 
 
 def load_spec(path: str | Path) -> AuditSpec:

@@ -255,9 +255,8 @@ def test_malformed_spec_named_by_claims_never_runs_or_creates_the_audit(base_dir
     assert not (d / "runs").exists()  # the recorder writes nothing; nothing else may either
 
 
-# ---- spec-loader findings (pipelines/spec.py): documented, to be fixed there -----------------
-# Each case is a malformed or ambiguous spec that load_spec does not turn into a clear
-# InputError. pipelines.claims reads specs through read_yaml_strict, which handles all of them.
+# ---- malformed or ambiguous specs that a lax loader accepted or crashed on --------------------
+# Each must be a clear InputError from load_spec (strict YAML via pipelines.yamlio, strict pydantic).
 SPEC_LOADER_GAPS = {
     "invalid date raises ValueError": "model: m\nseed: 2024-13-01\n",
     "deep nesting raises RecursionError": "model: m\ntask: {options: " + "[" * 1100 + "}\n",
@@ -268,7 +267,6 @@ SPEC_LOADER_GAPS = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="pipelines/spec.py: load_yaml/parse_spec gaps, see the case names")
 @pytest.mark.parametrize("case", sorted(SPEC_LOADER_GAPS))
 def test_spec_loader_gaps(tmp_path, case):
     p = tmp_path / "spec.yaml"
@@ -281,8 +279,6 @@ def test_spec_loader_gaps(tmp_path, case):
 def test_claims_read_specs_strictly(tmp_path, case):
     p = tmp_path / "spec.yaml"
     p.write_text(SPEC_LOADER_GAPS[case])
-    if "coerced" in case:
-        pytest.skip("type coercion is parse_spec's (pydantic lax mode); reported, not worked around")
     with pytest.raises(InputError):
         _load_spec(p)
 
@@ -324,11 +320,7 @@ def test_audit_command_on_malformed_specs_exits_2_and_creates_nothing(base_dir, 
     assert not (d / "out").exists()  # the recorder writes nothing: validation created nothing
 
 
-def test_check_through_the_real_cli_when_wired(tmp_path, run_dir):
-    from pipelines import cli
-
-    if "check" not in {c.name for c in cli.app.registered_commands}:
-        pytest.skip("'check' is not wired into pipelines.cli yet")
+def test_check_through_the_real_cli(tmp_path, run_dir):
     (tmp_path / "c.yaml").write_text("claims: [{kind: circuit_stability, method: exact, k: 5, statistic: phi, min: 2.0, maximum: 1}]")
     code, out = _main(["check", tmp_path / "c.yaml", "--run", run_dir])
     assert code == 2 and out.startswith("error: invalid claims file") and "maximum: unknown key" in out
