@@ -1,0 +1,1066 @@
+"""Variance study: where the uncertainty of a circuit comes from.
+
+After Méloux, Portet and Peyrard (ICML 2026, "Mechanistic Interpretability as Statistical
+Estimation: A Variance Analysis"). One spec names a model (or several training seeds of it), a
+task and the factors to vary; ``run_variance_study`` writes a resumable run directory with:
+
+* ``intrinsic``: per-input variation of exact scores per edge: mean, SD, coefficient of variation,
+  sign consistency, SNR (|mean| / SD), excess kurtosis and the share of the sum of squared
+  deviations carried by the top 5 % of inputs, with its 99th percentile for Gaussian scores of the
+  same N (``heavy_tailed`` = above it: a 1 %-level test of tail concentration).
+* ``edge_stats`` / ``stability_vs_k`` / ``inclusion``: the audit's per-edge CIs and bootstrap
+  circuit stability for every estimator (the *dataset sampling* factor, resampling examples).
+* ``approximation`` / ``approximation_summary``: per-input error of each estimator against exact
+  (bias, error SD, slope, R², rank agreement), as the audit writes them.
+* ``variance_components``: per edge, the crossed random-effects decomposition
+  examples × counterfactual draw × estimator (× training seed) from ``stats.variance_components``,
+  with Satterthwaite CIs; ``variance_shares``: the shares pooled over the top edges with a
+  parametric-bootstrap interval (see :func:`pooled_shares`).
+* ``variance_stability``: for every factor and level, the Jaccard of that level's top-k circuit to
+  the reference circuit (exact scores, mean aggregation, the full dataset, the task's own
+  counterfactual, the first seed) as a function of k, with a paired bootstrap interval.
+* ``faithfulness_vs_k`` / ``selection``: faithfulness of each estimator's circuits on a grid of k and
+  the smallest k reaching the target faithfulness (selection at fixed faithfulness).
+* ``variance_summary``: per factor, how much it moves the circuit at ``summary_k`` (mean Jaccard to
+  the reference over the factor's levels), its interval and whether the 0.8 bar is met;
+  ``summary``: the headline numbers with intervals and verdicts.
+
+Factors
+-------
+* **dataset sampling**: bootstrap resamples of the examples (B >= 100) and ``dataset.n_fresh``
+  fresh draws of the task (task seed + 1, + 2, ...: new random tokens or template fillings).
+* **counterfactual choice**: ``counterfactual.n_draws`` corrupted inputs per clean input. Draw 0 is
+  the task's own; for induction the others re-draw the corrupted tokens of the same clean prompts
+  (``redraw``); for other tasks each clean prompt takes the corrupted prompt of another example of
+  the same length and group (``shuffle``). The metric (answer vs the task's wrong answer) is held
+  fixed, so only the patched-in activations change. Each draw is a copy of the task with its
+  corrupted prompts replaced (``with_counterfactual``). With independent draws per example the
+  counterfactual *main* effect (draw index) is near zero by design: the variance from the choice
+  of counterfactual shows up in the examples:counterfactual interaction.
+* **estimator**: exact patching, EAP, EAP-IG (inputs / activations, on a grid of steps),
+  clean-corrupted.
+* **aggregation**: mean (the reference), median, trimmed mean, mean |s| of the exact scores.
+* **selection**: the k grid (the x axis of every stability table) and selection at fixed
+  faithfulness.
+* **training seed**: when the spec lists several ``models``. Edges are compared by name: heads are
+  not matched across seeds (head stability across seeds is the heads audit's job), so this factor
+  includes relabelling of equivalent heads.
+
+Jaccard and intervals: a factor's Jaccard to the reference is the *mean* over bootstrap resamples
+of the examples (and over the factor's levels) of J(level's top-k circuit, reference top-k
+circuit), both circuits estimated on the same resample (paired; fresh draws are resampled
+independently): the expected Jaccard when each circuit is estimated from N examples, which is
+what the 0.8 mean-Jaccard bar is about. The interval is the percentile interval of that mean
+Jaccard over resamples; the full-data Jaccard is reported beside it (``jaccard_full_data``).
+Top-k sets are non-smooth functions of the data, so the full-data value can fall outside the
+bootstrap range when edges are nearly tied at the cut-off; the mean over resamples does not. For
+the bootstrap factor itself the value is the mean Jaccard of resample circuits to the full-data
+circuit and the interval their 2.5–97.5 % spread.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Literal, Optional, Protocol
+
+import numpy as np
+import typer
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from circuits.errors import InputError
+
+from .spec import METHOD, BootstrapSpec, TaskSpec, _format_error, _Strict, load_yaml
+
+__all__ = [
+    "AGGREGATIONS", "with_counterfactual", "VarianceSpec", "ModelScorer", "counterfactual_corruptions",
+    "intrinsic_table", "load_variance_spec", "parse_variance_spec", "pooled_shares", "resolve_source",
+    "run_variance_study",
+    "study_variance_command",
+]
+
+AGGREGATIONS = ("mean", "median", "trimmed_mean", "mean_abs")
+MIN_DF_DEPENDENCE = 10  # fewest df from which the cross-edge dependence of a term is estimated
+
+
+# ----- spec ---------------------------------------------------------------------------------
+class EstimatorsSpec(_Strict):
+    """Estimators compared with exact patching (the reference, always first)."""
+
+    methods: list[METHOD] = Field(default_factory=lambda: ["exact", "eap", "eap-ig-inputs", "clean-corrupted"],
+                                  min_length=2)
+    ig_steps: list[int] = Field(default_factory=lambda: [5], min_length=1)
+
+    @field_validator("methods")
+    @classmethod
+    def _exact_first(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("methods are listed more than once")
+        if "exact" not in v:
+            raise ValueError("methods must include 'exact' (the reference the others are compared with)")
+        return ["exact"] + [m for m in v if m != "exact"]
+
+    @field_validator("ig_steps")
+    @classmethod
+    def _steps(cls, v: list[int]) -> list[int]:
+        if any(s < 1 for s in v):
+            raise ValueError("every ig_steps value must be a positive integer")
+        return sorted(set(v))
+
+
+class CounterfactualSpec(_Strict):
+    """Several corrupted inputs per clean input."""
+
+    n_draws: int = Field(3, ge=1, le=64)
+    scheme: Literal["auto", "redraw", "shuffle"] = "auto"
+
+
+class DatasetSpec(_Strict):
+    """Fresh draws of the whole dataset (task seeds seed+1 .. seed+n_fresh)."""
+
+    n_fresh: int = Field(2, ge=0, le=64)
+
+
+class SelectionSpec(_Strict):
+    """Selection at fixed faithfulness: the smallest k whose circuit reaches ``target``."""
+
+    enabled: bool = True
+    target: float = Field(0.8, gt=0.0, le=1.0)
+    ks: list[int] | None = None
+
+    @field_validator("ks")
+    @classmethod
+    def _ks(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (not v or any(k < 1 for k in v)):
+            raise ValueError("selection.ks must be a non-empty list of positive integers")
+        return None if v is None else sorted(set(v))
+
+
+class VarianceSpec(_Strict):
+    """Everything one variance study runs; see the module docstring."""
+
+    model: str | None = None
+    models: list[str] | None = None
+    task: TaskSpec = TaskSpec()
+    level: Literal["edge", "node"] = "edge"
+    estimators: EstimatorsSpec = EstimatorsSpec()
+    counterfactual: CounterfactualSpec = CounterfactualSpec()
+    dataset: DatasetSpec = DatasetSpec()
+    aggregations: list[Literal["mean", "median", "trimmed_mean", "mean_abs"]] = Field(
+        default_factory=lambda: list(AGGREGATIONS), min_length=1)
+    trim: float = Field(0.1, ge=0.0, lt=0.5)
+    bootstrap: BootstrapSpec = BootstrapSpec(n_resamples=200, ci_method="percentile")
+    k: list[int] = Field(default_factory=lambda: [5, 10, 20], min_length=1)
+    summary_k: int | None = None
+    ranking: Literal["absolute", "signed"] = "absolute"
+    selection: SelectionSpec = SelectionSpec()
+    n_top: int = Field(50, ge=2, le=100_000)
+    bar: float = Field(0.8, gt=0.0, le=1.0)
+    batch_size: int = Field(16, ge=1, le=4096)
+    seed: int = Field(0, ge=0)
+    n_jobs: int = Field(1, ge=1, le=256)
+    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+
+    @field_validator("k")
+    @classmethod
+    def _k_positive(cls, v: list[int]) -> list[int]:
+        if any(k < 1 for k in v):
+            raise ValueError("every k must be a positive integer")
+        return sorted(set(v))
+
+    @field_validator("aggregations")
+    @classmethod
+    def _mean_first(cls, v: list[str]) -> list[str]:
+        return ["mean"] + [a for a in dict.fromkeys(v) if a != "mean"]
+
+    @model_validator(mode="after")
+    def _check(self) -> "VarianceSpec":
+        if (self.model is None) == (self.models is None):
+            raise ValueError("give exactly one of 'model' (one source) or 'models' (several seeds of one model)")
+        if self.models is not None and len(self.models) == 0:
+            raise ValueError("'models' is empty; list at least one model")
+        if self.bootstrap.n_resamples < 100:
+            raise ValueError("bootstrap.n_resamples must be at least 100 for the variance study")
+        if self.bootstrap.scheme == "half-splits":
+            raise ValueError("bootstrap.scheme 'half-splits' does not apply here; use 'examples' or 'clusters'")
+        if self.summary_k is not None and self.summary_k not in self.k:
+            raise ValueError(f"summary_k={self.summary_k} must be one of k {self.k}")
+        return self
+
+    @property
+    def sources(self) -> list[str]:
+        """Model sources (training seeds); the first is the reference."""
+        return list(self.models) if self.models is not None else [self.model]
+
+    @property
+    def k_summary(self) -> int:
+        """The k at which the summary states each factor's Jaccard (default: the middle of k)."""
+        return self.summary_k if self.summary_k is not None else self.k[(len(self.k) - 1) // 2]
+
+    def estimator_levels(self) -> list[tuple[str, str, int]]:
+        """(label, method, ig_steps) of every estimator level, exact first."""
+        out = []
+        for m in self.estimators.methods:
+            if m.startswith("eap-ig"):
+                out += [(f"{m}@{s}", m, s) for s in self.estimators.ig_steps]
+            else:
+                out.append((m, m, 1))
+        return out
+
+
+def parse_variance_spec(data: Any, source: str = "<spec>") -> VarianceSpec:
+    """A VarianceSpec from parsed YAML, or InputError naming each bad key."""
+    if not isinstance(data, dict):
+        raise InputError(f"invalid spec {source}: the top level must be a mapping of keys (model, task, estimators, ...)")
+    try:
+        return VarianceSpec.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(_format_error(exc, source)) from None
+
+
+def load_variance_spec(path: str | Path) -> VarianceSpec:
+    """The validated variance-study spec in a YAML file."""
+    return parse_variance_spec(load_yaml(path), str(path))
+
+
+def _view(spec: VarianceSpec, **over) -> SimpleNamespace:
+    """The fields pipelines.audit's helpers read from an audit spec."""
+    base = dict(level=spec.level, ablation="counterfactual", batch_size=spec.batch_size, ig_steps=1,
+                seed=spec.seed, bootstrap=spec.bootstrap, ranking=spec.ranking)
+    base.update(over)
+    return SimpleNamespace(**base)
+
+
+# ----- counterfactual draws -------------------------------------------------------------------
+def with_counterfactual(task, corrupted):
+    """A copy of ``task`` whose corrupted prompts are ``corrupted`` [N, P]; everything else (clean
+    prompts, answers, the metric's wrong answer) is unchanged.
+
+    The copy goes through attribution with the ordinary 'counterfactual' ablation, so every
+    estimator sees this draw as *the* corrupted input: clean-corrupted takes its second gradient
+    on the corrupted run itself. (An ablation object would give the same exact and EAP scores, but
+    clean-corrupted would then take that gradient at the all-edges-patched point, where only the
+    logits receiver has a nonzero gradient.)
+    """
+    import dataclasses
+
+    import torch
+
+    ids = torch.as_tensor(np.asarray(corrupted), dtype=torch.long)
+    if ids.shape != task.clean.shape:
+        raise InputError(f"counterfactual draw has shape {tuple(ids.shape)}, the task {tuple(task.clean.shape)}")
+    return dataclasses.replace(task, corrupted=ids, corrupted_prompts=None,
+                               meta={**task.meta, "counterfactual_draw": True})
+
+
+def _redraw(task, rng: np.random.Generator, pool: np.ndarray):
+    """Induction: new random tokens in the corrupted span of every prompt, clean prompts unchanged."""
+    meta = task.meta
+    s0, s1 = (int(x) for x in meta["first_repeat"])
+    span = np.arange(s0, s1) if meta.get("corrupt", "all") == "all" else np.array([s1 - 1])
+    clean = task.clean.numpy()
+    new = task.corrupted.numpy().copy()
+    for n in range(clean.shape[0]):
+        cand = np.setdiff1d(pool, clean[n, s0:s1])  # as the task: corrupted tokens avoid A
+        if cand.size < span.size:
+            raise InputError(f"induction: {cand.size} tokens are too few to redraw {span.size} corrupted positions; "
+                             "use counterfactual.scheme 'shuffle' or a larger vocabulary")
+        new[n, span] = rng.choice(cand, size=span.size, replace=False)
+    return new
+
+
+def _shuffle(task, rng: np.random.Generator):
+    """Each clean prompt takes the corrupted prompt of another example with its length (and group)."""
+    from circuits.ablation import derangement
+
+    lengths = task.attention_mask.sum(-1).numpy()
+    groups = np.zeros_like(lengths) if task.group is None else task.group.numpy()
+    new = task.corrupted.numpy().copy()
+    src = task.corrupted.numpy()
+    keys = np.stack([lengths, groups], 1)
+    for key in np.unique(keys, axis=0):
+        rows = np.flatnonzero((keys == key).all(1))
+        if rows.size < 2:
+            raise InputError(f"counterfactual shuffle: example {int(rows[0])} has no other example of its length "
+                             f"{int(key[0])}{'' if task.group is None else ' and group'}; use more examples, "
+                             "counterfactual.n_draws 1, or a task with equal-length prompts")
+        perm = derangement(rows.size, int(rng.integers(2**31)))
+        new[rows] = src[rows[perm]]
+    return new
+
+
+def counterfactual_corruptions(task, n_draws: int, scheme: str, seed, pool) -> list:
+    """Corrupted-id arrays [N, P] for draws 0..n_draws-1 (draw 0 is the task's own corrupted prompts).
+
+    ``pool``: the token ids a redraw may use (the induction task's candidates: the vocabulary
+    without special tokens, or its ``token_ids``). Draw c's randomness is child c of ``seed``.
+    """
+    from stats import spawn_seeds
+
+    pool = np.unique(np.asarray(pool, dtype=np.int64))
+
+    if scheme == "auto":
+        scheme = "redraw" if task.name == "induction" and "first_repeat" in task.meta else "shuffle"
+    if scheme == "redraw" and not (task.name == "induction" and "first_repeat" in task.meta):
+        raise InputError(f"counterfactual.scheme 'redraw' needs the induction task (got {task.name!r}); use 'shuffle'")
+    out = [task.corrupted.numpy()]
+    for ss in spawn_seeds(seed, n_draws)[1:]:
+        rng = np.random.default_rng(ss)
+        out.append(_redraw(task, rng, pool) if scheme == "redraw" else _shuffle(task, rng))
+    return out
+
+
+# ----- score sources ----------------------------------------------------------------------------
+def resolve_source(source: str) -> str:
+    """``zoo:RECIPE/seed-S`` -> that model's directory in the default zoo's cache; other sources unchanged."""
+    if not str(source).startswith("zoo:"):
+        return source
+    from .zoo import ZOO_RECIPES, zoo_dir
+
+    rel = str(source)[len("zoo:"):].strip("/")
+    path = zoo_dir() / rel
+    if rel.split("/")[0] not in ZOO_RECIPES or not (path / "model.safetensors").exists():
+        raise InputError(f"{source}: no such model in the default zoo at {path}; sources look like "
+                         f"zoo:{next(iter(ZOO_RECIPES))}/seed-0 (recipes: {', '.join(ZOO_RECIPES)}); build the zoo "
+                         "first with `python -m pipelines.zoo` (about 10 minutes on 2 cores, cached)")
+    return str(path)
+
+
+@dataclass(frozen=True)
+class Key:
+    """One score matrix of the study: model seed, dataset draw, counterfactual draw, estimator level."""
+
+    seed: int
+    dataset: int
+    draw: int
+    estimator: str
+
+    @property
+    def name(self) -> str:
+        return f"scores_s{self.seed}_d{self.dataset}_c{self.draw}_{self.estimator.replace('@', '-')}"
+
+
+class Scorer(Protocol):
+    """Where score matrices come from (ModelScorer; tests plug in generators with planted effects)."""
+
+    names: list[str]
+    index_table: Any
+
+    def n_obs(self, dataset: int) -> int: ...
+    def groups(self, dataset: int) -> np.ndarray | None: ...
+    def params(self, key: Key) -> dict: ...
+    def score_table(self, key: Key, n_jobs: int) -> Any: ...
+
+
+def _task_options(model, options: dict) -> dict:
+    """Task options with ``token_ids: frequent[:MIN_COUNT]`` resolved to the tokens the model saw at
+    least MIN_COUNT (default 1000) times in training (pipelines.zoo.frequent_tokens): a trained
+    model's rare tokens have untrained embeddings, which make induction prompts off-distribution."""
+    opts = dict(options)
+    spec_ids = opts.get("token_ids")
+    if isinstance(spec_ids, str):
+        name, _, count = spec_ids.partition(":")
+        if name != "frequent" or (count and not count.isdigit()):
+            raise InputError(f"task.options.token_ids: {spec_ids!r} is not a list of ids or 'frequent[:MIN_COUNT]'")
+        from . import zoo
+
+        ids = zoo.frequent_tokens(model, int(count or 1000)) if hasattr(zoo, "frequent_tokens") else None
+        if ids is None or len(ids) < 2:
+            raise InputError(f"task.options.token_ids: 'frequent' needs a model trained by circuitstat (its "
+                             f"token_counts.npy); {model.source} has none: list the ids instead")
+        opts["token_ids"] = [int(i) for i in ids]
+    return opts
+
+
+class ModelScorer:
+    """Score matrices from the spec's models and task (attribution in fixed chunks, any n_jobs)."""
+
+    has_model = True
+
+    def __init__(self, spec: VarianceSpec, seed_of) -> None:
+        import torch
+
+        from circuits import load_model
+        from circuits.scores import ScoreMatrix
+
+        from .build import build_task
+
+        self.spec, self._seed_of = spec, seed_of
+        self._dtype = getattr(torch, spec.dtype)
+        self._models: dict[int, Any] = {0: load_model(resolve_source(spec.sources[0]), device=spec.device,
+                                                      dtype=self._dtype)}
+        m0 = self.model(0)
+        t = spec.task
+        self._opts = _task_options(m0, t.options)
+        self._build = lambda j: build_task(m0, t.name, n=t.n, seed=t.seed + j, metric=t.metric, **self._opts)
+        self._tasks: dict[int, Any] = {0: self._build(0)}
+        self._draws: list | None = None
+        n_cols = m0.graph.n_edges if spec.level == "edge" else m0.graph.n_senders
+        sm0 = ScoreMatrix(np.zeros((1, n_cols), np.float32), m0.graph, spec.level, "none", "counterfactual", "none")
+        self.names = sm0.names
+        self.index_table = sm0.tables()["edges" if spec.level == "edge" else "nodes"]
+        self.provenance = {"model": m0.identity(), "task": self.task(0).describe()}
+
+    def model(self, s: int):
+        if s not in self._models:
+            from circuits import load_model
+
+            m = load_model(resolve_source(self.spec.sources[s]), device=self.spec.device, dtype=self._dtype)
+            if m.graph.edge_names != self._models[0].graph.edge_names:
+                raise InputError(f"model {self.spec.sources[s]} has a different component graph from "
+                                 f"{self.spec.sources[0]}; the seeds of a study must share one architecture")
+            self.task(0).validate(m)
+            self._models[s] = m
+        return self._models[s]
+
+    def task(self, j: int):
+        if j not in self._tasks:
+            self._tasks[j] = self._build(j)
+        return self._tasks[j]
+
+    def n_obs(self, dataset: int) -> int:
+        return int(self.task(dataset).clean.shape[0])
+
+    def groups(self, dataset: int):
+        t = self.task(dataset)
+        return None if t.group is None else t.group.numpy()
+
+    def draws(self) -> list:
+        if self._draws is None:
+            m, t = self.model(0), self.task(0)
+            tok, opts = m.tokenizer, self._opts
+            if "token_ids" in opts:  # the induction task's own candidates
+                pool = np.asarray(opts["token_ids"], dtype=np.int64)
+            else:  # as induction_task: the vocabulary without special tokens
+                special = [] if tok is None else [i for i in (tok.bos_id, tok.eos_id, getattr(tok, "pad_id", None))
+                                                   if i is not None]
+                vocab = int(opts.get("vocab_size") or (tok.vocab_size if tok is not None else m.cfg.vocab_size))
+                pool = np.setdiff1d(np.arange(vocab), np.asarray(special, dtype=np.int64))
+            self._draws = counterfactual_corruptions(t, self.spec.counterfactual.n_draws, self.spec.counterfactual.scheme,
+                                                     self._seed_of("counterfactual"), pool)
+        return self._draws
+
+    def params(self, key: Key) -> dict:
+        import hashlib
+
+        spec = self.spec
+        label, method, steps = next(x for x in spec.estimator_levels() if x[0] == key.estimator)
+        p = {"model": spec.sources[key.seed], "weight_hash": self.model(key.seed).weight_hash(),
+             "task": spec.task.model_dump(), "task_hash": self.task(key.dataset).content_hash, "dataset": key.dataset,
+             "method": method, "ig_steps": steps, "level": spec.level, "batch_size": spec.batch_size,
+             "seed": spec.seed, "draw": key.draw}
+        if key.draw:
+            p["counterfactual"] = {"scheme": spec.counterfactual.scheme,
+                                   "ids_sha256": hashlib.sha256(np.ascontiguousarray(self.draws()[key.draw]).tobytes()).hexdigest()}
+        return p
+
+    def score_table(self, key: Key, n_jobs: int):
+        from .audit import attribution_scores
+
+        spec = self.spec
+        label, method, steps = next(x for x in spec.estimator_levels() if x[0] == key.estimator)
+        model, task = self.model(key.seed), self.task(key.dataset)
+        if key.draw:
+            task = with_counterfactual(task, self.draws()[key.draw])
+        sm = attribution_scores(model, task, method, _view(spec, ig_steps=steps), n_jobs)
+        sm.method = label
+        return sm.tables({"task": task.describe(), "study": {"seed": key.seed, "dataset": key.dataset,
+                                                             "draw": key.draw, "estimator": label}})["scores"]
+
+
+# ----- statistics on score matrices -----------------------------------------------------------
+def _aggregate(S: np.ndarray, how: str, trim: float, counts: np.ndarray | None = None) -> np.ndarray:
+    """Aggregated scores [E] (counts None) or one row per resample [B, E] (counts [B, N] multiplicities)."""
+    from scipy import stats as sps
+
+    S = np.asarray(S, dtype=np.float64)
+    if how in ("mean", "mean_abs"):
+        X = np.abs(S) if how == "mean_abs" else S
+        if counts is None:
+            return X.sum(0) / X.shape[0]
+        W = np.asarray(counts, dtype=np.float64)
+        return (W @ X) / W.sum(1, keepdims=True)
+    fn = (lambda x: np.median(x, axis=0)) if how == "median" else (lambda x: sps.trim_mean(x, trim, axis=0))
+    if counts is None:
+        return fn(S)
+    idx = np.arange(S.shape[0])
+    return np.stack([fn(S[np.repeat(idx, c)]) for c in np.asarray(counts)])
+
+
+def _tops(V: np.ndarray, K: int, ranking: str) -> np.ndarray:
+    """[B, K] top-K edge lists (rank order, ties by edge index) of each row of V [B, E] (or [E])."""
+    from stats import topk_indices
+
+    V = np.atleast_2d(V)
+    return np.stack([topk_indices(v, K, ranking) for v in V])
+
+
+def _jaccard(A: np.ndarray, R: np.ndarray, pairs: list[tuple[int, int]], n_cols: int) -> np.ndarray:
+    """Jaccard of top-ka of A and top-kb of R per row, for each (ka, kb) in pairs: [B, len(pairs)].
+
+    A, R: [B or 1, >= k] ranked lists; a single row broadcasts.
+    """
+    B = max(A.shape[0], R.shape[0])
+    A = np.broadcast_to(A, (B, A.shape[1]))
+    R = np.broadcast_to(R, (B, R.shape[1]))
+    rows = np.arange(B)[:, None]
+    big = max(A.shape[1], R.shape[1]) + 1
+    pa = np.full((B, n_cols), big, dtype=np.int64)
+    pr = np.full((B, n_cols), big, dtype=np.int64)
+    pa[rows, A] = np.arange(A.shape[1])
+    pr[rows, R] = np.arange(R.shape[1])
+    out = np.empty((B, len(pairs)))
+    for i, (ka, kb) in enumerate(pairs):
+        inter = ((pa < ka) & (pr < kb)).sum(1)
+        out[:, i] = inter / (ka + kb - inter)
+    return out
+
+
+def _top_share(S: np.ndarray) -> np.ndarray:
+    """Share of Σ_n (s_n − s̄)² carried by the ceil(5 %) inputs with the largest deviations, per column."""
+    N = S.shape[0]
+    dev2 = (S - S.mean(0)) ** 2
+    m = max(1, int(np.ceil(0.05 * N)))
+    top = -np.partition(-dev2, m - 1, axis=0)[:m] if m < N else dev2
+    tot = dev2.sum(0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(tot > 0, top.sum(0) / tot, np.nan)
+
+
+def gaussian_top_share_q99(n: int, reps: int = 4000) -> float:
+    """99th percentile of the top-5 % share for n Gaussian inputs (Monte Carlo, fixed seed)."""
+    z = np.random.default_rng(20260).standard_normal((n, reps))
+    return float(np.quantile(_top_share(z), 0.99))
+
+
+def intrinsic_table(S: np.ndarray, names: list[str]) -> dict:
+    """Per-edge variation of per-input scores S [N, E]: mean, SD, CV, sign consistency, SNR, tails."""
+    from scipy import stats as sps
+
+    S = np.asarray(S, dtype=np.float64)
+    N, E = S.shape
+    mean = S.sum(0) / N
+    dev = S - mean
+    sd = np.sqrt((dev**2).sum(0) / (N - 1)) if N > 1 else np.full(E, np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cv = np.where(mean != 0, sd / np.abs(mean), np.nan)
+        snr = np.where(sd > 0, np.abs(mean) / sd, np.where(mean != 0, np.inf, np.nan))
+        kurt = sps.kurtosis(S, axis=0, fisher=True, bias=False) if N >= 4 else np.full(E, np.nan)
+    top5 = _top_share(S)
+    q99 = gaussian_top_share_q99(N) if N >= 3 else np.nan
+    sign = np.sign(mean)
+    consistency = np.where(sign != 0, (np.sign(S) == sign).sum(0) / N, np.nan)
+    return {"edge": np.arange(E, dtype=np.int64), "name": list(names), "mean": mean, "sd": sd, "cv": cv,
+            "sign_consistency": consistency, "snr": snr, "excess_kurtosis": np.asarray(kurt, dtype=np.float64),
+            "top5_share": top5, "top5_share_gaussian_q99": np.full(E, q99),
+            "heavy_tailed": np.asarray(top5 > q99, dtype=bool),
+            "n": np.full(E, N, dtype=np.int64)}
+
+
+def _intrinsic_boot(S: np.ndarray, counts: np.ndarray) -> dict[str, np.ndarray]:
+    """Per resample [B]: median over the given edges of CV, sign consistency and SNR."""
+    S = np.asarray(S, dtype=np.float64)
+    W = np.asarray(counts, dtype=np.float64)
+    n = W.sum(1, keepdims=True)
+    m1 = W @ S / n
+    m2 = W @ S**2 / n
+    sd = np.sqrt(np.maximum(m2 - m1**2, 0) * n / np.maximum(n - 1, 1))
+    pos, neg = W @ (S > 0) / n, W @ (S < 0) / n
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cv = np.where(m1 != 0, sd / np.abs(m1), np.nan)
+        snr = np.where(sd > 0, np.abs(m1) / sd, np.nan)
+    cons = np.where(m1 > 0, pos, np.where(m1 < 0, neg, np.nan))
+    return {"cv": np.nanmedian(cv, 1), "sign_consistency": np.nanmedian(cons, 1), "snr": np.nanmedian(snr, 1)}
+
+
+def _wishart_df(ms: np.ndarray, cross: np.ndarray, df: float) -> float:
+    """Effective df of Σ_e MS_e when the edges' mean squares are correlated.
+
+    The term's projected data are df i.i.d. rows with covariance Σ across edges, so Σ_e MS_e is
+    tr(G)/df with G ~ Wishart(df, Σ), approximately c·χ²_ν with ν = df·tr(Σ)²/tr(Σ²): between df
+    (edges move together) and df·E (independent edges). tr(Σ²) and tr(Σ)² are the unbiased
+    moment solutions from ||G||_F² and tr(G)². Below MIN_DF_DEPENDENCE degrees of freedom that
+    ratio is too noisy (it overstates ν and the interval undercovers), so ν = df there: the
+    conservative choice.
+    """
+    E = ms.size
+    if df < MIN_DF_DEPENDENCE or E < 2:  # too few levels to estimate how the edges co-vary: assume together
+        return float(df)
+    a = df**2 * (np.sum(ms**2) + 2 * np.sum(cross**2))  # ||G||_F^2
+    b = (df * np.sum(ms)) ** 2  # tr(G)^2
+    t2 = (df * a - b) / (df * (df + 2) * (df - 1))
+    t1 = (b - 2 * df * t2) / df**2
+    if not (t2 > 0 and t1 > 0):
+        return float(df)
+    return float(np.clip(df * t1 / t2, df, df * E))
+
+
+def pooled_shares(Y: np.ndarray, factors: list[str], *, confidence_level: float = 0.95, n_boot: int = 2000,
+                  seed=None) -> dict:
+    """Variance shares pooled over the edges of Y [..factor levels.., E], with intervals.
+
+    Pooled component = Σ_e σ̂²_e (the ANOVA solution on the summed mean squares); share =
+    component / Σ components. Interval: generalized confidence interval (Weerahandi 1993; Burdick &
+    Graybill): each term's pooled expected mean square is replaced by its generalized pivotal
+    quantity MS·ν/χ²_ν, independently across terms (orthogonal in a balanced design), and the
+    shares are recomputed from them; ν is the Wishart effective df of :func:`_wishart_df`
+    (cross-edge mean squares by polarisation, MS(e + e') = MS(e) + MS(e') + 2·cross(e, e')), so
+    edges that move together widen the interval.
+    """
+    from stats import variance_components
+
+    Y = np.asarray(Y, dtype=np.float64)
+    E = Y.shape[-1]
+    vc = variance_components(Y, factors)
+    names = vc.names
+    ms = np.stack([np.asarray(vc.mean_squares[n], dtype=np.float64) for n in names])  # [T, E]
+    df = np.array([vc.df[n] for n in names], dtype=np.float64)
+    ia, ib = np.triu_indices(E, 1)
+    cross = np.zeros((len(names), ia.size))
+    for s in range(0, ia.size, 4096):
+        a, b = ia[s:s + 4096], ib[s:s + 4096]
+        pv = variance_components(Y[..., a] + Y[..., b], factors)
+        mp = np.stack([np.asarray(pv.mean_squares[n], dtype=np.float64) for n in names])
+        cross[:, s:s + a.size] = (mp - ms[:, a] - ms[:, b]) / 2
+    nu = np.array([_wishart_df(ms[t], cross[t], df[t]) for t in range(len(names))])
+    C = np.linalg.inv(vc.ems)
+    pooled = ms.sum(1)
+    comps = C @ pooled
+    total = comps.sum()
+    rng = np.random.default_rng(seed)
+    X = nu / rng.chisquare(nu, size=(n_boot, nu.size))  # generalized pivotal quantities MS·ν/χ²_ν
+    cb = (pooled * X) @ C.T  # [n_boot, T]
+    sb = cb / cb.sum(1, keepdims=True)
+    alpha = 1 - confidence_level
+    lo, hi = np.quantile(sb, [alpha / 2, 1 - alpha / 2], axis=0)
+    vlo, vhi = np.quantile(cb, [alpha / 2, 1 - alpha / 2], axis=0)
+    return {"source": list(names), "variance": comps / E, "variance_ci_low": vlo / E, "variance_ci_high": vhi / E,
+            "share": comps / total, "ci_low": lo, "ci_high": hi, "df": df.astype(np.int64),
+            "effective_df": nu, "n_edges": np.full(len(names), E, dtype=np.int64)}
+
+
+# ----- the study --------------------------------------------------------------------------------
+def _interval(x: np.ndarray, level: float) -> tuple[float, float]:
+    x = np.asarray(x, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return np.nan, np.nan
+    a = 1 - level
+    lo, hi = np.quantile(x, [a / 2, 1 - a / 2])
+    return float(lo), float(hi)
+
+
+def _verdict(lo: float, hi: float, bar: float) -> str:
+    if not np.isfinite(lo):
+        return ""
+    return "met" if lo >= bar else ("not met" if hi < bar else "inconclusive")
+
+
+def run_variance_study(spec: VarianceSpec, out: str | Path, n_jobs: int | None = None, force: bool = False, *,
+                       scorer: Scorer | None = None) -> Path:
+    """Run (or resume) the variance study described by ``spec`` into run directory ``out``; returns ``out``.
+
+    ``scorer`` replaces the models as the source of score matrices (a Scorer; used to validate the
+    study on scores with planted variance components); the selection stage then needs
+    ``scorer.model(0)`` / ``scorer.task(0)`` or is skipped.
+    """
+    import torch
+
+    from reports.rundir import RunDir
+
+    out = Path(out)
+    n_jobs = n_jobs or spec.n_jobs
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    spec_doc = spec.model_dump()
+    box: dict = {}
+    sc = scorer if scorer is not None else ModelScorer(spec, lambda name: box["run"].stage_seed(name))
+    with RunDir(out, spec=spec_doc, command=sys.argv, seed=spec.seed,
+                provenance=getattr(sc, "provenance", {"scores": "user scorer"})) as run:
+        box["run"] = run
+        _Study(spec, run, sc, n_jobs, force).execute()
+    return out
+
+
+class _Study:
+    """The stages of one study over a RunDir (see the module docstring for the tables)."""
+
+    def __init__(self, spec: VarianceSpec, run, scorer, n_jobs: int, force: bool) -> None:
+        self.spec, self.run, self.sc, self.n_jobs, self.force = spec, run, scorer, n_jobs, force
+        self.names = list(scorer.names)
+        self.E = len(self.names)
+        self.levels = [lab for lab, _, _ in spec.estimator_levels()]
+        self.S_models = len(spec.sources)
+        self.C = spec.counterfactual.n_draws
+        if spec.k[-1] >= self.E:
+            raise InputError(f"k={spec.k[-1]} is not below the number of {spec.level}s ({self.E}); use smaller k")
+        self.ks = list(spec.k)
+        self.K = self.ks[-1]
+        self.cl = spec.bootstrap.confidence_level
+        self._cache: dict[str, np.ndarray] = {}
+
+    # -- scores --
+    def keys(self) -> list[Key]:
+        ks = [Key(s, 0, c, lab) for s in range(self.S_models) for c in range(self.C) for lab in self.levels]
+        return ks + [Key(0, j, 0, "exact") for j in range(1, self.spec.dataset.n_fresh + 1)]
+
+    def S(self, key: Key) -> np.ndarray:
+        from reports.tables import table_to_matrix
+
+        if key.name not in self._cache:
+            self._cache[key.name] = np.asarray(table_to_matrix(self.run.table(key.name)), dtype=np.float32)
+        return self._cache[key.name]
+
+    def plan(self, dataset: int):
+        from .audit import resampling_plan
+
+        return resampling_plan(_view(self.spec), self.sc.n_obs(dataset), self.sc.groups(dataset),
+                               self.run.stage_seed(f"resampling_d{dataset}"), for_intervals=True)
+
+    def stage(self, name, fn, outputs, params, deps):
+        return self.run.stage(name, fn, outputs, params=params, depends_on=deps, force=self.force)
+
+    def execute(self) -> None:
+        spec, run = self.spec, self.run
+        index = "edges" if spec.level == "edge" else "nodes"
+        run.stage("index", lambda: {index: self.sc.index_table}, [index],
+                  params={"names_sha": _names_hash(self.names)}, force=self.force)
+        keys = self.keys()
+        for key in keys:
+            self.stage(key.name, lambda key=key: {key.name: self.sc.score_table(key, self.n_jobs)}, [key.name],
+                       self.sc.params(key), ["index"])
+        self.deps = ["index"] + [k.name for k in keys]
+        self.ref = Key(0, 0, 0, "exact")
+        self.plan0 = self.plan(0)
+        rs = {"bootstrap": spec.bootstrap.model_dump(), "k": self.ks, "ranking": spec.ranking, "trim": spec.trim,
+              "aggregations": spec.aggregations, "n_top": spec.n_top, "summary_k": spec.k_summary, "bar": spec.bar}
+        self.rs = rs
+        self.stage("intrinsic", self.intrinsic_stage, ["intrinsic", "edge_stats"], rs, self.deps)
+        self.stage("stability", self.stability_stage, ["stability_vs_k", "inclusion"], rs, self.deps)
+        self.stage("approximation", self.approximation_stage, ["approximation", "approximation_summary"], rs,
+                   self.deps)
+        self.stage("variance", self.variance_stage, ["variance_components", "variance_anova", "variance_shares"], rs,
+                   self.deps)
+        self.stage("factors", self.factor_stage, ["variance_stability"], rs, self.deps)
+        sel = spec.selection.enabled and spec.level == "edge" and getattr(self.sc, "has_model", False)
+        if sel:
+            self.stage("selection", self.selection_stage, ["faithfulness_vs_k", "selection"],
+                       {**rs, "selection": spec.selection.model_dump()}, self.deps)
+        summary_deps = ["intrinsic", "approximation", "variance", "factors"] + (["selection"] if sel else [])
+        self.stage("summary", lambda: self.summary_stage(sel), ["variance_summary", "summary"],
+                   {**rs, "selection": sel}, summary_deps)
+
+    # -- intrinsic variation, per-edge CIs --
+    def top_edges(self, n: int) -> np.ndarray:
+        mean = _aggregate(self.S(self.ref), "mean", self.spec.trim)
+        return _tops(mean, min(n, self.E), self.spec.ranking)[0]
+
+    def intrinsic_stage(self) -> dict:
+        from .audit import _concat, edge_stats_table
+
+        S = self.S(self.ref)
+        stats_parts = [edge_stats_table(self.S(Key(0, 0, 0, lab)), self.names, lab, self.plan0, _view(self.spec),
+                                        self.n_jobs) for lab in self.levels]
+        tab = intrinsic_table(S, self.names)
+        tab["rank"] = np.empty(self.E, dtype=np.int64)
+        tab["rank"][self.top_edges(self.E)] = np.arange(1, self.E + 1)
+        return {"intrinsic": tab, "edge_stats": _concat(stats_parts)}
+
+    # -- dataset sampling: bootstrap stability of each estimator's circuits --
+    def stability_stage(self) -> dict:
+        from .audit import _concat, stability_tables
+
+        parts = [stability_tables(self.S(Key(0, 0, 0, lab)), self.names, lab, self.plan0, self.ks, _view(self.spec),
+                                  self.n_jobs) for lab in self.levels]
+        return {"stability_vs_k": _concat([p[0] for p in parts]), "inclusion": _concat([p[1] for p in parts])}
+
+    # -- estimator: approximation error against exact --
+    def approximation_stage(self) -> dict:
+        from .audit import _concat, approximation_tables
+
+        ex = self.S(self.ref)
+        parts = [approximation_tables(ex, self.S(Key(0, 0, 0, lab)), self.names, lab, self.spec.k_summary,
+                                      self.spec.ranking) for lab in self.levels[1:]]
+        return {"approximation": _concat([p[0] for p in parts]),
+                "approximation_summary": _concat([p[1] for p in parts])}
+
+    # -- variance components of the crossed design --
+    def design(self, edges: np.ndarray | slice = slice(None)) -> tuple[np.ndarray, list[str]]:
+        """Y [N, (C), (M), (seeds), E'] and the factor names (factors with one level are dropped)."""
+        S_, C, M = self.S_models, self.C, len(self.levels)
+        N = self.sc.n_obs(0)
+        first = self.S(self.ref)[:, edges]
+        Y = np.empty((N, C, M, S_, first.shape[1]), dtype=np.float64)
+        for s in range(S_):
+            for c in range(C):
+                for m, lab in enumerate(self.levels):
+                    Y[:, c, m, s] = self.S(Key(s, 0, c, lab))[:, edges]
+        factors = ["examples", "counterfactual", "estimator", "seed"]
+        keep = [0] + [a for a in (1, 2, 3) if Y.shape[a] > 1]
+        Y = Y.reshape(tuple(Y.shape[a] for a in keep) + (Y.shape[-1],)) if len(keep) < 4 else Y
+        return Y, [factors[a] for a in keep]
+
+    def variance_stage(self) -> dict:
+        from stats import variance_components
+
+        Y0, factors = self.design(slice(0, 1))
+        if len(factors) < 2:
+            raise InputError("the variance design needs a second factor besides examples: use counterfactual.n_draws "
+                             ">= 2, two or more estimators, or several models")
+        cells = int(np.prod(Y0.shape[:-1]))
+        step = max(1, int(2**27 // (8 * cells)))
+        comp_parts, anova_parts = [], []
+        for s in range(0, self.E, step):
+            sl = slice(s, min(self.E, s + step))
+            Y, _ = self.design(sl)
+            vc = variance_components(Y, factors, confidence_level=self.cl, edge_names=self.names[sl])
+            tabs = vc._tables()
+            main, anova = tabs["main"], tabs["anova"]
+            comp_parts.append({"edge": main["edge"] + s, "name": list(main["edge_name"]), "source": list(main["component"]),
+                               "variance": main["variance"], "share": main["share"], "se": main["standard_error"],
+                               "ci_low": main["ci_low"], "ci_high": main["ci_high"],
+                               "negative_estimate": np.asarray(main["negative_estimate"], dtype=bool)})
+            anova_parts.append({"edge": anova["edge"] + s, "term": list(anova["term"]), "df": anova["df"],
+                                "mean_square": anova["mean_square"]})
+        from .audit import _concat
+
+        top = self.top_edges(self.spec.n_top)
+        Yt, _ = self.design(top)
+        shares = pooled_shares(Yt, factors, confidence_level=self.cl, seed=self.run.stage_seed("variance_shares"))
+        shares["factors"] = [" x ".join(factors)] * len(shares["source"])
+        return {"variance_components": _concat(comp_parts), "variance_anova": _concat(anova_parts),
+                "variance_shares": shares}
+
+    # -- per-factor Jaccard to the reference circuit --
+    def _level_jaccard(self, S_level, how: str, plan, ref_tops_boot, ref_top_full, pairs, paired=True):
+        """(full [len(pairs)], boot [B, len(pairs)]) of one level against the reference."""
+        K = max(max(a for a, _ in pairs), 1)
+        full = _jaccard(_tops(_aggregate(S_level, how, self.spec.trim), K, self.spec.ranking), ref_top_full,
+                        pairs, self.E)[0]
+        boot_tops = _tops(_aggregate(S_level, how, self.spec.trim, plan.counts), K, self.spec.ranking)
+        boot = _jaccard(boot_tops, ref_tops_boot, pairs, self.E)
+        return full, boot
+
+    def factor_levels(self) -> list[tuple[str, str, Any]]:
+        """(factor, level, (key, aggregation, dataset)) for every compared level."""
+        sp = self.spec
+        out = []
+        for j in range(1, sp.dataset.n_fresh + 1):
+            out.append(("dataset: fresh draws", f"draw {j}", (Key(0, j, 0, "exact"), "mean", j)))
+        for c in range(1, self.C):
+            out.append(("counterfactual", f"draw {c}", (Key(0, 0, c, "exact"), "mean", 0)))
+        for lab in self.levels[1:]:
+            out.append(("estimator", lab, (Key(0, 0, 0, lab), "mean", 0)))
+        for how in sp.aggregations[1:]:
+            out.append(("aggregation", how, (self.ref, how, 0)))
+        for s in range(1, self.S_models):
+            out.append(("seed", f"seed {s}", (Key(s, 0, 0, "exact"), "mean", 0)))
+        return out
+
+    def factor_stage(self) -> dict:
+        from stats import chance_jaccard
+
+        sp = self.spec
+        ranking, trim = sp.ranking, sp.trim
+        pairs = [(k, k) for k in self.ks]
+        S0 = self.S(self.ref)
+        ref_full = _tops(_aggregate(S0, "mean", trim), self.K, ranking)
+        ref_boot = _tops(_aggregate(S0, "mean", trim, self.plan0.counts), self.K, ranking)
+        chance = np.asarray(chance_jaccard(self.E, self.ks), dtype=np.float64)
+        rows: dict[str, list] = {c: [] for c in ("factor", "level", "k", "jaccard_mean", "ci_low", "ci_high",
+                                                 "jaccard_full_data", "chance", "n_resamples", "interval")}
+
+        def add(factor, level, full, boot, interval="paired bootstrap"):
+            for i, k in enumerate(self.ks):
+                lo, hi = _interval(boot[:, i], self.cl)
+                for c, v in zip(rows, (factor, level, int(k), float(np.nanmean(boot[:, i])), lo, hi, float(full[i]),
+                                       float(chance[i]), int(boot.shape[0]), interval)):
+                    rows[c].append(v)
+
+        boot_j = _jaccard(ref_boot, ref_full, pairs, self.E)  # resample circuits vs the full-data circuit
+        add("dataset: bootstrap", "resamples", np.full(len(self.ks), np.nan), boot_j,
+            "spread over resamples (vs the full-data circuit)")
+        by_factor: dict[str, list] = {}
+        for factor, level, (key, how, j) in self.factor_levels():
+            if j == 0:
+                full, boot = self._level_jaccard(self.S(key), how, self.plan0, ref_boot, ref_full, pairs)
+            else:  # an independent dataset: its own resamples
+                full, boot = self._level_jaccard(self.S(key), how, self.plan(j), ref_boot, ref_full, pairs)
+            add(factor, level, full, boot)
+            by_factor.setdefault(factor, []).append((full, boot))
+        for factor, lv in by_factor.items():
+            if len(lv) > 1:
+                add(factor, "all levels (mean)", np.mean([f for f, _ in lv], 0), np.mean([b for _, b in lv], 0))
+        return {"variance_stability": {k: (np.asarray(v, dtype=np.int64) if k in ("k", "n_resamples") else v)
+                                       for k, v in rows.items()}}
+
+    # -- selection at fixed faithfulness --
+    def selection_ks(self) -> list[int]:
+        sp = self.spec
+        if sp.selection.ks is not None:
+            ks = [k for k in sp.selection.ks if k <= self.E]
+        else:
+            ks = np.unique(np.round(np.geomspace(1, self.E, 16)).astype(int)).tolist()
+        return sorted(set(ks) | set(self.ks) | {self.E})
+
+    def selection_stage(self) -> dict:
+        from .audit import _concat, faithfulness_table
+
+        sp = self.spec
+        model, task = self.sc.model(0), self.sc.task(0)
+        ks = self.selection_ks()
+        parts, sel = [], {c: [] for c in ("method", "target", "k_star", "k_low", "k_high", "f_at_k_star", "reached")}
+        for lab in self.levels:
+            t = faithfulness_table(model, task, self.S(Key(0, 0, 0, lab)), lab, ks, self.plan0, _view(sp))
+            parts.append(t)
+            k_arr, f, lo, hi = (np.asarray(t[c]) for c in ("k", "f_ratio", "f_ci_low", "f_ci_high"))
+            first = lambda ok: int(k_arr[np.argmax(ok)]) if ok.any() else -1  # noqa: E731
+            ks_, kl, kh = first(f >= sp.selection.target), first(hi >= sp.selection.target), first(lo >= sp.selection.target)
+            for c, v in zip(sel, (lab, sp.selection.target, ks_, kl, kh,
+                                  float(f[np.argmax(f >= sp.selection.target)]) if ks_ > 0 else np.nan, ks_ > 0)):
+                sel[c].append(v)
+        sel = {c: (np.asarray(v, dtype=np.int64) if c.startswith("k_") else v) for c, v in sel.items()}
+        return {"faithfulness_vs_k": _concat(parts), "selection": sel}
+
+    # -- summary --
+    def summary_stage(self, sel: bool) -> dict:
+        sp, run = self.spec, self.run
+        k = sp.k_summary
+        vs = run.table("variance_stability").to_pydict()
+        rows: dict[str, list] = {c: [] for c in ("factor", "level", "jaccard_to_reference", "ci_low", "ci_high",
+                                                 "meets_0_8", "k", "jaccard_full_data", "n_levels", "interval")}
+        summ: dict[str, list] = {c: [] for c in ("item", "value", "ci_low", "ci_high", "verdict")}
+
+        def item(name, v, lo=np.nan, hi=np.nan, verdict=""):
+            for c, x in zip(summ, (name, float(v), float(lo), float(hi), verdict)):
+                summ[c].append(x)
+
+        def vrow(factor, level, j, lo, hi, kk, jfull, n, interval):
+            for c, x in zip(rows, (factor, level, float(j), float(lo), float(hi), bool(j >= sp.bar), int(kk),
+                                   float(jfull), int(n), interval)):
+                rows[c].append(x)
+
+        fac = np.asarray(vs["factor"], dtype=object)
+        lev = np.asarray(vs["level"], dtype=object)
+        kk = np.asarray(vs["k"])
+        counts: dict[str, int] = {}
+        for f in fac[kk == k]:
+            counts[f] = counts.get(f, 0) + 1
+        N = self.sc.n_obs(0)
+        item("examples (N)", N)
+        item(f"bootstrap resamples (B), {sp.bootstrap.scheme}", self.plan0.n_resamples)
+        for f in dict.fromkeys(fac.tolist()):
+            sel_rows = np.flatnonzero((fac == f) & (kk == k))
+            n_lv = self.plan0.n_resamples if f == "dataset: bootstrap" else counts[f] - (1 if counts[f] > 1 else 0)
+            agg = [i for i in sel_rows if lev[i] in ("all levels (mean)", "resamples")] or list(sel_rows)
+            i = agg[0]
+            j, lo, hi, jf = vs["jaccard_mean"][i], vs["ci_low"][i], vs["ci_high"][i], vs["jaccard_full_data"][i]
+            vrow(f, str(lev[i]), j, lo, hi, k, jf, n_lv, vs["interval"][i])
+            item(f"Jaccard to reference at k={k}: {f}", j, lo, hi, _verdict(lo, hi, sp.bar))
+            if len(sel_rows) > 1:
+                for i in sel_rows:
+                    if i == agg[0]:
+                        continue
+                    vrow(f"{f}: {lev[i]}", str(lev[i]), vs["jaccard_mean"][i], vs["ci_low"][i], vs["ci_high"][i], k,
+                         vs["jaccard_full_data"][i], 1, vs["interval"][i])
+        if sel:
+            self._selection_rows(vrow, item)
+        # intrinsic variation over the top edges
+        top = self.top_edges(max(k, 1))
+        S0 = self.S(self.ref)
+        full = _intrinsic_boot(S0[:, top], np.ones((1, S0.shape[0]), dtype=np.int64))
+        boot = _intrinsic_boot(S0[:, top], self.plan0.counts)
+        for name, label in (("cv", "median coefficient of variation"), ("sign_consistency", "median sign consistency"),
+                            ("snr", "median SNR |mean|/SD")):
+            item(f"intrinsic: {label}, top-{k} edges", full[name][0], *_interval(boot[name], self.cl))
+        it = run.table("intrinsic").to_pydict()
+        heavy = np.asarray(it["heavy_tailed"], dtype=bool)[top]
+        item(f"intrinsic: heavy-tailed edges among top-{k} (share)", heavy.mean())
+        # variance shares pooled over the top edges
+        sh = run.table("variance_shares").to_pydict()
+        for s, v, lo, hi, n in zip(sh["source"], sh["share"], sh["ci_low"], sh["ci_high"], sh["n_edges"]):
+            item(f"variance share over top-{n} edges: {s}", v, lo, hi)
+        ap = run.table("approximation_summary").to_pydict()
+        for m, rho, r2, ov in zip(ap["method"], ap["spearman"], ap["r2"], ap["top_k_overlap"]):
+            item(f"approximation {m}: Spearman of mean scores vs exact", rho)
+            item(f"approximation {m}: per-input R² vs exact", r2)
+            item(f"approximation {m}: top-{k} overlap with exact", ov)
+        return {"variance_summary": {c: (np.asarray(v, dtype=np.int64) if c in ("k", "n_levels") else v)
+                                     for c, v in rows.items()},
+                "summary": summ}
+
+    def _selection_rows(self, vrow, item) -> None:
+        sp, run = self.spec, self.run
+        sel = run.table("selection").to_pydict()
+        ks = dict(zip(sel["method"], sel["k_star"]))
+        for m, kst, lo, hi in zip(sel["method"], sel["k_star"], sel["k_low"], sel["k_high"]):
+            reached = kst > 0
+            item(f"selection: smallest k with faithfulness >= {sp.selection.target:g} ({m})",
+                 kst if reached else np.nan, lo if lo > 0 else np.nan, hi if hi > 0 else np.nan,
+                 "" if reached else "not reached")
+        k_ref = ks.get("exact", -1)
+        if k_ref <= 0:
+            return
+        S0 = self.S(self.ref)
+        others = [(m, kk) for m, kk in ks.items() if m != "exact" and kk > 0]
+        if not others:
+            return
+        Kmax = max([k_ref] + [kk for _, kk in others])
+        ref_full = _tops(_aggregate(S0, "mean", sp.trim), Kmax, sp.ranking)
+        ref_boot = _tops(_aggregate(S0, "mean", sp.trim, self.plan0.counts), Kmax, sp.ranking)
+        fulls, boots = [], []
+        for m, kk in others:
+            full, boot = self._level_jaccard(self.S(Key(0, 0, 0, m)), "mean", self.plan0, ref_boot, ref_full,
+                                             [(kk, k_ref)])
+            fulls.append(full[0])
+            boots.append(boot[:, 0])
+            lo, hi = _interval(boot[:, 0], self.cl)
+            vrow(f"selection at f >= {sp.selection.target:g}: {m}", m, np.nanmean(boot[:, 0]), lo, hi, k_ref, full[0],
+                 1, f"paired bootstrap; k={kk} vs exact k={k_ref}")
+        b = np.mean(boots, 0)
+        lo, hi = _interval(b, self.cl)
+        j = float(np.nanmean(b))
+        vrow(f"selection at f >= {sp.selection.target:g}", "all estimators (mean)", j, lo, hi, k_ref,
+             float(np.mean(fulls)), len(others), "paired bootstrap")
+        item(f"Jaccard to reference: selection at faithfulness >= {sp.selection.target:g} (estimators)", j, lo, hi,
+             _verdict(lo, hi, sp.bar))
+
+
+def _names_hash(names: list[str]) -> str:
+    import hashlib
+
+    return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
+
+
+# ----- command line -----------------------------------------------------------------------------
+def study_variance_command(
+    spec: Path = typer.Argument(..., help="variance-study spec (YAML)"),
+    out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
+    n_jobs: Optional[int] = typer.Option(None, "--n-jobs", help="parallel workers (default: the spec's n_jobs)"),
+    force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
+    report: bool = typer.Option(True, "--report/--no-report", help="write report.html at the end"),
+) -> None:
+    """Variance study: where the uncertainty of a circuit comes from (examples, counterfactuals, estimators, seeds)."""
+    parsed = load_variance_spec(spec)  # validated before anything is created
+    run_variance_study(parsed, out, n_jobs=n_jobs, force=force)
+    typer.echo(f"variance study written to {out}")
+    for line in summary_lines(Path(out)):
+        typer.echo(line)
+    if report:
+        from reports.html import render_report
+
+        typer.echo(f"report: {render_report(out)}")
+
+
+def summary_lines(out: Path) -> list[str]:
+    """The per-factor Jaccard table of a finished study, as text lines."""
+    from reports.tables import read_table
+
+    s = read_table(Path(out) / "variance_summary.parquet").to_pydict()
+    k = s["k"][0] if s["k"] else "?"
+    lines = [f"{'factor (Jaccard to the reference circuit, k=' + str(k) + ')':<46} {'Jaccard':>8}  {'interval':<17} 0.8 bar"]
+    for f, j, lo, hi, ok in zip(s["factor"], s["jaccard_to_reference"], s["ci_low"], s["ci_high"], s["meets_0_8"]):
+        lines.append(f"{f[:46]:<46} {j:>8.3f}  [{lo:.3f}, {hi:.3f}]  {'met' if ok else 'not met'}")
+    return lines
