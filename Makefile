@@ -24,7 +24,7 @@ browser:
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 test: $(STAMP) browser
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest -q tests
 
 demo: $(STAMP)
 	$(BIN)/circuitstat demo
