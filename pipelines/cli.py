@@ -204,10 +204,15 @@ def circuit_command(
         typer.echo(f"written {json_out}")
 
 
+study_app = typer.Typer(no_args_is_help=True, help="Studies: where uncertainty comes from, head stability.")
+app.add_typer(study_app, name="study")
+
+
 def _register() -> None:
     """Commands whose functions live beside the pipelines they drive."""
-    from pipelines import claims, demo, query_command, training
+    from pipelines import claims, demo, query_command, training, variance_study
 
+    study_app.command("variance")(variance_study.study_variance_command)
     app.command("train")(training.train_command)
     app.command("demo")(demo.demo_command)
     app.command("check")(claims.check_command)
