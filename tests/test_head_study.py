@@ -1,0 +1,84 @@
+"""The head-stability study: claim verdicts from intervals, and the quick study end to end."""
+
+import json
+import math
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from circuits.corpus import Corpus
+from pipelines.head_study import StudyPlan, claims_summary, condition_name, quick_plan, run_head_study
+
+SUMMARY_COLUMNS = ["item", "value", "ci_low", "ci_high", "verdict"]
+
+
+def _corpus():
+    items = [(f"m{i}.py", "\n".join(f"def f{i}_{j}(x, y):\n    return x * {j} + y_{i % 7} - {i + j}" for j in range(12)))
+             for i in range(200)]
+    return Corpus.from_texts(items, name="tiny-study")
+
+
+def _plan():
+    q = quick_plan()
+    return StudyPlan(base=q.base, depths=(1, 3), seeds=(0, 1, 2), n_probe=10, probe_len=10, n_boot=20,
+                     n_boot_cka=8, n_null=4, n_perm=49, name="test")
+
+
+def test_claim_verdicts_follow_the_intervals():
+    plan = StudyPlan(base=quick_plan().base, depths=(2, 4, 8), seeds=(0, 1))
+    rng = np.random.default_rng(0)
+    R = 400
+    reps, points, corr = {}, {}, {}
+    for d in plan.depths:
+        for opt, wd in plan.optimizers:
+            n = condition_name(d, opt, wd)
+            shift = 0.05 if opt == "adamw" else 0.0  # AdamW clearly more stable
+            mean = 0.6 + shift + rng.normal(0, 0.005, R)
+            gap = 0.2 + rng.normal(0, 0.01, R)  # the same gap at every depth: claim 2 inconclusive
+            emm = -0.1 + rng.normal(0, 0.01, R)  # middle layers MORE stable: claim 1 contradicted
+            reps[n] = {"mean": mean, "gap": gap, "ends_minus_middle": emm,
+                       "resid:linear:post": mean + 0.2 + rng.normal(0, 0.01, R)}
+            points[n] = {"mean": 0.6 + shift, "gap": 0.2, "ends_minus_middle": -0.1, "resid:linear:post": 0.8 + shift}
+            corr[n] = {"r": -0.6, "n_eff": 60}
+    t = claims_summary(plan, reps, points, corr)
+    verdict = dict(zip(t["item"], t["verdict"]))
+    final = {k[:2]: v for k, v in verdict.items() if "[" not in k}
+    assert final == {"1.": "contradicted", "2.": "inconclusive", "3.": "supported", "4.": "supported",
+                     "5.": "supported"}
+    assert all(v in ("supported", "contradicted", "inconclusive", "") for v in t["verdict"])
+    i = list(t["item"]).index("4. AdamW raises stability (AdamW minus Adam, mean over depths)")
+    assert t["value"][i] == pytest.approx(0.05) and 0.04 < t["ci_low"][i] < 0.05 < t["ci_high"][i] < 0.06
+
+
+def test_quick_study_end_to_end(tmp_path):
+    corpus, cache, out = _corpus(), tmp_path / "cache", tmp_path / "study"
+    plan = _plan()
+    res = run_head_study(out, plan=plan, n_jobs=1, cache=cache, corpus=corpus)
+    summary = pq.read_table(out / "summary.parquet")
+    assert summary.column_names == SUMMARY_COLUMNS
+    s = summary.to_pydict()
+    claims = {i[:2] for i in s["item"]}
+    assert {"1.", "2.", "3.", "4.", "5."} <= claims
+    assert set(s["verdict"]) <= {"supported", "contradicted", "inconclusive", ""}
+    for v, lo, hi, vd in zip(s["value"], s["ci_low"], s["ci_high"], s["verdict"]):
+        if vd in ("supported", "contradicted") and math.isfinite(lo):
+            assert lo <= hi
+    for name in ("heads", "layers", "residual", "conditions", "study_layers", "models"):
+        assert (out / f"{name}.parquet").exists()
+    for n, _ in plan.conditions():
+        layers = pq.read_table(out / n / "layers.parquet")
+        assert layers.column_names == ["layer", "stability", "ci_low", "ci_high", "null_mean"]
+        assert layers.num_rows == int(n.split("-")[0][1:])
+    models = pq.read_table(out / "models.parquet").to_pydict()
+    assert len(models["path"]) == len(plan.conditions()) * len(plan.seeds)
+    assert len(set(models["weight_hash"])) == len(models["weight_hash"])  # every seed/condition differs
+    man = json.loads((out / "manifest.json").read_text())
+    assert all(st["status"] == "done" for st in man["stages"].values())
+    # a rerun trains nothing and recomputes nothing
+    mtimes = {p: (p / "model.safetensors").stat().st_mtime_ns for p in map(__import__("pathlib").Path, models["path"])}
+    before = (out / "summary.parquet").stat().st_mtime_ns
+    run_head_study(out, plan=plan, n_jobs=1, cache=cache, corpus=corpus)
+    assert (out / "summary.parquet").stat().st_mtime_ns == before
+    assert all((p / "model.safetensors").stat().st_mtime_ns == t for p, t in mtimes.items())
+    assert res["tables"]["summary"].num_rows == summary.num_rows
