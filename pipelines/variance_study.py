@@ -727,8 +727,10 @@ class _Study:
         index = "edges" if spec.level == "edge" else "nodes"
         run.stage("index", lambda: {index: self.sc.index_table}, [index],
                   params={"names_sha": _names_hash(self.names)}, force=self.force)
+        from tqdm.auto import tqdm
+
         keys = self.keys()
-        for key in keys:
+        for key in tqdm(keys, desc="variance study: score matrices", leave=False):
             self.stage(key.name, lambda key=key: {key.name: self.sc.score_table(key, self.n_jobs)}, [key.name],
                        self.sc.params(key), ["index"])
         self.deps = ["index"] + [k.name for k in keys]
@@ -1017,12 +1019,12 @@ class _Study:
             fulls.append(full[0])
             boots.append(boot[:, 0])
             lo, hi = _interval(boot[:, 0], self.cl)
-            vrow(f"selection at f >= {sp.selection.target:g}: {m}", m, np.nanmean(boot[:, 0]), lo, hi, k_ref, full[0],
+            vrow(f"selection: {m}", m, np.nanmean(boot[:, 0]), lo, hi, k_ref, full[0],
                  1, f"paired bootstrap; k={kk} vs exact k={k_ref}")
         b = np.mean(boots, 0)
         lo, hi = _interval(b, self.cl)
         j = float(np.nanmean(b))
-        vrow(f"selection at f >= {sp.selection.target:g}", "all estimators (mean)", j, lo, hi, k_ref,
+        vrow(f"selection (f >= {sp.selection.target:g})", "all estimators (mean)", j, lo, hi, k_ref,
              float(np.mean(fulls)), len(others), "paired bootstrap")
         item(f"Jaccard to reference: selection at faithfulness >= {sp.selection.target:g} (estimators)", j, lo, hi,
              _verdict(lo, hi, sp.bar))

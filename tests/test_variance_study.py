@@ -331,3 +331,31 @@ def test_tables_do_not_depend_on_the_number_of_workers(tiny_run, tmp_path):
     assert np.array_equal(a, b)
     for name in ("variance_shares", "variance_stability", "variance_summary", "selection", "summary"):
         assert _table(out, name).equals(_table(out2, name)), name  # NaN equals NaN here
+
+
+def test_example_specs_parse():
+    from pathlib import Path
+
+    from pipelines.variance_study import load_variance_spec
+
+    root = Path(__file__).resolve().parent.parent / "examples"
+    for name in ("variance-random.yaml", "variance-zoo.yaml"):
+        spec = load_variance_spec(root / name)
+        assert spec.estimator_levels()[0][0] == "exact" and spec.bootstrap.n_resamples >= 100
+
+
+def test_command_runs_under_typer(tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from pipelines.variance_study import study_variance_command
+
+    app = typer.Typer()
+    app.command("variance")(study_variance_command)
+    app.command("other")(lambda: None)  # a group, as `circuitstat study variance`
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("model: planted\nestimators: {methods: [exact, eap]}\nbootstrap: {n_resamples: 50}\n")
+    res = CliRunner().invoke(app, ["variance", str(spec), "--out", str(tmp_path / "run")])
+    assert res.exit_code != 0 and "at least 100" in str(res.exception)
+    res = CliRunner().invoke(app, ["variance", "--help"])
+    assert res.exit_code == 0 and "--out" in res.output and "--n-jobs" in res.output
