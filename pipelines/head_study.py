@@ -155,7 +155,7 @@ def _replicate_table(res) -> dict:
         rows["replicate"] += list(range(arr.size))
         rows["value"] += arr.tolist()
 
-    for k in ("mean", "gap", "argmin", "argmin_rel", "ends_minus_middle"):
+    for k in ("mean", "gap", "gap_excess", "argmin", "argmin_rel", "ends_minus_middle"):
         if k in rep:
             put(k, rep[k])
     for k, v in rep.items():
@@ -240,6 +240,12 @@ def claims_summary(plan: StudyPlan, reps: dict[str, dict[str, np.ndarray]], poin
     pooled_vals = [(points[a]["gap"] - points[b]["gap"], reps[a]["gap"] - reps[b]["gap"]) for a, b in gap_pairs]
     add(f"2. the gap grows with depth (gap L{dmax} minus L{dmin}, mean over optimizers)",
         np.mean([v[0] for v in pooled_vals]), np.mean([v[1] for v in pooled_vals], axis=0), +1)
+    # robustness: a max - min over more layers grows with L by itself; the excess gap removes that
+    if all("gap_excess" in reps[n] and "gap_excess" in points[n] for p in gap_pairs for n in p):
+        ex = [(points[a]["gap_excess"] - points[b]["gap_excess"], reps[a]["gap_excess"] - reps[b]["gap_excess"])
+              for a, b in gap_pairs]
+        add(f"2b. robustness: excess gap over layer-shuffled heads, L{dmax} minus L{dmin}, mean over optimizers",
+            np.mean([v[0] for v in ex]), np.mean([v[1] for v in ex], axis=0), +1)
     # (3) less stable deep heads are more important: negative correlation, Fisher-z pooled
     deep_conds = [n for n, r in conds.items() if r.n_layers >= 4] or list(conds)
     zs, ws = [], []
@@ -313,6 +319,14 @@ def _points_from_tables(layers, residual) -> dict[str, float]:
     rd = residual.to_pydict()
     o.residual = {k: np.asarray(v) for k, v in rd.items()}
     return _points(o)
+
+
+def _summary_value(summary, item: str) -> float:
+    d = summary.to_pydict()
+    for i, v in zip(d["item"], d["value"]):
+        if i == item:
+            return float(v)
+    return math.nan
 
 
 def _deep_corr(correlation) -> dict[str, float]:
@@ -408,6 +422,8 @@ def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2,
                 reps[name] = _reps(run.table(f"{name}/replicates"))
                 layers = run.table(f"{name}/layers")
                 points[name] = _points_from_tables(layers, run.table(f"{name}/residual"))
+                points[name]["gap_excess"] = _summary_value(run.table(f"{name}/summary"),
+                                                            "excess gap (gap minus its shuffled-layers expectation)")
                 corr[name] = _deep_corr(run.table(f"{name}/correlation"))
                 ld = layers.to_pydict()
                 for i in range(len(ld["layer"])):

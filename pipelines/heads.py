@@ -1007,6 +1007,21 @@ class HeadStability:
             return out
 
         der0, derr = derived(ls0), derived(lsr)
+        # the gap a layer structure-free model would show: the anchor's head stabilities shuffled
+        # across layers (a max - min over more layers grows with L even without any layer effect)
+        shuf = np.random.default_rng(spawn_seeds(s_perm, L + 2)[L + 1])
+        n_shuf = 50
+        perms = np.argsort(shuf.random((n_shuf, L * H)), axis=1)
+
+        def shuffled_gap(hs):  # [..., L, H] -> [...]
+            flat = hs.reshape(hs.shape[:-2] + (L * H,))
+            lm = _nanmean(flat[..., perms].reshape(hs.shape[:-2] + (n_shuf, L, H)), axis=-1)
+            with _quiet():
+                return np.nanmean(np.nanmax(lm, axis=-1) - np.nanmin(lm, axis=-1), axis=-1)
+
+        der0["gap_shuffled"], derr["gap_shuffled"] = shuffled_gap(hs0), shuffled_gap(hsr)
+        der0["gap_excess"] = der0["gap"] - der0["gap_shuffled"]
+        derr["gap_excess"] = derr["gap"] - derr["gap_shuffled"]
         summary_rows = []
 
         def add(item, value, reps=None, verdict=""):
@@ -1017,6 +1032,8 @@ class HeadStability:
         add("mean head stability", der0["mean"], derr["mean"])
         add("mean null", float(np.nanmean(null_layer)) if np.isfinite(null_layer).any() else np.nan)
         add("gap (max - min layer stability)", der0["gap"], derr["gap"])
+        add("gap expected with heads shuffled across layers", der0["gap_shuffled"], derr["gap_shuffled"])
+        add("excess gap (gap minus its shuffled-layers expectation)", der0["gap_excess"], derr["gap_excess"])
         add("least stable layer", der0["argmin"], derr["argmin"])
         add("least stable layer (relative position)", der0["argmin_rel"], derr["argmin_rel"])
         if L >= 3:
