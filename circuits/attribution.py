@@ -118,7 +118,7 @@ def _grad_run(model, data, batch: _Batch, ids, intervention=None, clean: bool = 
         return torch.autograd.grad(metric.sum(), out.grad_inputs)
 
 
-def _eap(model, data, batch, cf, method: str, steps: int, cf_is_corrupted: bool) -> torch.Tensor:
+def _eap(model, data, batch, cf, method: str, steps: int) -> torch.Tensor:
     """[B, E] scores of a gradient method for one batch."""
     g = model.graph
     if method == "eap":
@@ -126,10 +126,7 @@ def _eap(model, data, batch, cf, method: str, steps: int, cf_is_corrupted: bool)
         return edge_scores_from_grads(model, cf - batch.run.senders.detach(), grads)
     if method == "clean-corrupted":
         a = _grad_run(model, data, batch, batch.clean, clean=True)
-        if cf_is_corrupted:  # the corrupted input is itself the fully patched point
-            b = _grad_run(model, data, batch, batch.corrupted)
-        else:  # the fully ablated point: every edge carries the counterfactual
-            b = _grad_run(model, data, batch, batch.clean, Intervention.edges(torch.ones(g.n_edges, device=cf.device), cf))
+        b = _grad_run(model, data, batch, batch.corrupted)
         grads = [(x + y) / 2 for x, y in zip(a, b)]
         return edge_scores_from_grads(model, cf - batch.run.senders.detach(), grads)
     delta = cf - batch.run.senders
@@ -236,6 +233,12 @@ def attribute(
         raise InputError(f"clean {tuple(data.clean.shape)} and corrupted {tuple(data.corrupted.shape)} ids differ in shape")
     if ig_steps < 1:
         raise InputError("ig_steps must be at least 1")
+    kind = ablation if isinstance(ablation, str) else getattr(ablation, "kind", "custom")
+    if method == "clean-corrupted" and kind != "counterfactual":
+        # With mean/zero/resample values there is no corrupted *input* to take a gradient at, and at
+        # the all-edges-patched point every receiver is cut off from its downstream path.
+        raise InputError("clean-corrupted needs ablation 'counterfactual' (gradients at the clean and the "
+                         f"corrupted input), got {kind!r}; use eap or eap-ig-inputs with this ablation")
     t0 = time.perf_counter()
     # An Ablation object (anything with .kind and .senders(index)) gives custom counterfactuals.
     abl = ablation if not isinstance(ablation, str) else Ablation(
@@ -251,7 +254,7 @@ def attribute(
         if method == "exact":
             s = _exact_edges(model, data, batch, cf, max_rows) if level == "edge" else _exact_nodes(model, data, batch, cf)
         else:
-            s = _eap(model, data, batch, cf, method, ig_steps, abl.kind == "counterfactual")
+            s = _eap(model, data, batch, cf, method, ig_steps)
             if level == "node":
                 s = edges_to_nodes(model, s)
         scores[start : start + len(index)] = s.detach().float().cpu().numpy()

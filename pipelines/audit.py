@@ -177,7 +177,7 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
     from reports.rundir import RunDir
     from reports.tables import table_to_matrix
 
-    from .build import build_task
+    from .build import build_task, resolve_source
     from .parallel import backend
 
     import torch
@@ -185,7 +185,8 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
     out = Path(out)
     n_jobs = n_jobs or spec.n_jobs
     torch.use_deterministic_algorithms(True, warn_only=True)
-    model = load_model(spec.sources[0], device=spec.device, dtype=getattr(torch, spec.dtype))
+    sources = [resolve_source(s) for s in spec.sources]
+    model = load_model(sources[0], device=spec.device, dtype=getattr(torch, spec.dtype))
     task = build_task(model, spec.task.name, n=spec.task.n, seed=spec.task.seed, metric=spec.task.metric,
                       **spec.task.options)
     ks = [k for k in spec.k]
@@ -251,18 +252,18 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
             run.stage("approximation", approx_stage, ["approximation", "approximation_summary"],
                       params={"k": ks, "ranking": spec.ranking}, depends_on=deps, force=force)
 
-        if len(spec.sources) > 1:
-            _heads_stage(run, spec, base, force)
+        if len(sources) > 1:
+            _heads_stage(run, spec, sources, force)
     return out
 
 
-def _heads_stage(run, spec: AuditSpec, base: dict, force: bool) -> None:
+def _heads_stage(run, spec: AuditSpec, sources: list[str], force: bool) -> None:
     """Head stability across the spec's models (the heads estimator of pipelines.heads)."""
     from . import heads as heads_mod
 
     params = {"models": spec.sources, **spec.heads.model_dump(), "seed": spec.seed}
 
     def compute():
-        return heads_mod.audit_tables(spec.sources, seed=spec.seed, **spec.heads.model_dump())
+        return heads_mod.audit_tables(sources, seed=spec.seed, **spec.heads.model_dump())
 
     run.stage("heads", compute, ["heads", "layers", "residual"], params=params, force=force)

@@ -72,6 +72,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from circuits.errors import InputError
 
+from .build import resolve_source
 from .spec import METHOD, BootstrapSpec, TaskSpec, _format_error, _Strict, load_yaml
 
 __all__ = [
@@ -314,21 +315,6 @@ def counterfactual_corruptions(task, n_draws: int, scheme: str, seed, pool) -> l
 
 
 # ----- score sources ----------------------------------------------------------------------------
-def resolve_source(source: str) -> str:
-    """``zoo:RECIPE/seed-S`` -> that model's directory in the default zoo's cache; other sources unchanged."""
-    if not str(source).startswith("zoo:"):
-        return source
-    from .zoo import ZOO_RECIPES, zoo_dir
-
-    rel = str(source)[len("zoo:"):].strip("/")
-    path = zoo_dir() / rel
-    if rel.split("/")[0] not in ZOO_RECIPES or not (path / "model.safetensors").exists():
-        raise InputError(f"{source}: no such model in the default zoo at {path}; sources look like "
-                         f"zoo:{next(iter(ZOO_RECIPES))}/seed-0 (recipes: {', '.join(ZOO_RECIPES)}); build the zoo "
-                         "first with `python -m pipelines.zoo` (about 10 minutes on 2 cores, cached)")
-    return str(path)
-
-
 @dataclass(frozen=True)
 class Key:
     """One score matrix of the study: model seed, dataset draw, counterfactual draw, estimator level."""

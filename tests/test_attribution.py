@@ -188,3 +188,10 @@ def test_nan_metric_is_reported_with_rows(gpt2):
 
     with pytest.raises(InputError, match=r"examples \[1\]"):
         attribute(gpt2, Bad(), "eap", progress=False)
+
+
+def test_clean_corrupted_refuses_non_counterfactual_ablations(gpt2):
+    from circuits.errors import InputError
+
+    with pytest.raises(InputError, match="needs ablation 'counterfactual'"):
+        attribute(gpt2, _task(n=2), "clean-corrupted", ablation="mean", progress=False)
