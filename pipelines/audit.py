@@ -253,17 +253,27 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
                       params={"k": ks, "ranking": spec.ranking}, depends_on=deps, force=force)
 
         if len(sources) > 1:
-            _heads_stage(run, spec, sources, force)
+            _heads_stage(run, spec, sources, task, force)
     return out
 
 
-def _heads_stage(run, spec: AuditSpec, sources: list[str], force: bool) -> None:
+def _heads_stage(run, spec: AuditSpec, sources: list[str], task, force: bool) -> None:
     """Head stability across the spec's models (the heads estimator of pipelines.heads)."""
     from . import heads as heads_mod
 
     params = {"models": spec.sources, **spec.heads.model_dump(), "seed": spec.seed}
+    outputs = ["heads", "layers", "residual", "head_details", "correlation", "summary"]
 
     def compute():
-        return heads_mod.audit_tables(sources, seed=spec.seed, **spec.heads.model_dump())
+        h = spec.heads
+        est = heads_mod.HeadStability(match=h.match, pairs=h.pairs, drop_bos=h.drop_bos, n_probe=h.n_probe,
+                                      n_boot=h.n_boot, random_state=spec.seed)
+        models = [heads_mod.load_source(s, device=spec.device) for s in sources]
+        # Without a tokenizer there are no corpus snippets: the task's clean prompts are the probe set.
+        full = task.attention_mask.bool().all(1).numpy()
+        probe = None if models[0].tokenizer is not None else heads_mod.ProbeSet.from_ids(
+            task.clean.numpy()[full][: h.n_probe], source=f"task:{task.name}")
+        tables = est.fit(models, probe).tables()
+        return {name: tables[name] for name in outputs}
 
-    run.stage("heads", compute, ["heads", "layers", "residual"], params=params, force=force)
+    run.stage("heads", compute, outputs, params=params, force=force)

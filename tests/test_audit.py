@@ -126,3 +126,17 @@ def test_tables_identical_for_n_jobs_and_dask(reference, tmp_path):
     _same(ref, _tables(tmp_path / "two"))
     run_audit(parse_spec(SPEC), tmp_path / "dask", n_jobs=2, scheduler="local")
     _same(ref, _tables(tmp_path / "dask"))
+
+
+def test_audit_over_seeds_adds_head_stability(tmp_path):
+    from circuits.model import CircuitModel, ModelConfig
+
+    cfg = ModelConfig(n_layers=2, n_heads=2, d_model=32, d_head=16, d_mlp=0, mlp="none", vocab_size=64, n_ctx=64)
+    dirs = [str(CircuitModel(cfg).init_weights(s).save(tmp_path / f"seed-{s}")) for s in (0, 1, 2)]
+    spec = parse_spec({"models": dirs, "task": {"name": "induction", "n": 8, "options": {"seq_len": 5}},
+                       "methods": ["eap"], "bootstrap": {"n_resamples": 20}, "k": [3], "faithfulness": False,
+                       "heads": {"n_probe": 6, "n_boot": 10}})
+    out = run_audit(spec, tmp_path / "run")
+    heads = pq.read_table(out / "heads.parquet").to_pandas()
+    assert len(heads) == 4 and heads["stability"].between(-1, 1).all()
+    assert (heads["ci_low"] <= heads["stability"] + 1e-12).all()
