@@ -709,10 +709,14 @@ class HeadStability:
             raise _input_error(f"probe length {length} exceeds the models' context n_ctx={n_ctx}")
         corpus = self.corpus
         if corpus is None and self.probe_file is None:
-            names = {m.meta.get("training", {}).get("corpus") for m in models}
-            corpus = "stdlib" if names <= {None, "stdlib"} else None
-            if corpus is None:
-                raise _input_error("the models were trained on a corpus other than stdlib; pass corpus= (or a probe file)")
+            from circuits.corpus import load_corpus
+
+            hashes = {getattr(m, "meta", {}).get("training", {}).get("corpus_hash") for m in models} - {None}
+            corpus = load_corpus("stdlib")
+            if hashes and hashes != {corpus.content_hash}:
+                raise _input_error("the models were trained on a corpus other than this Python's standard library; "
+                                   "pass the corpus (--corpus) so the probe snippets come from its held-out split, "
+                                   "or a probe file")
         return build_probe(tok, n=self.n_probe, length=length, bos=self.bos, file=self.probe_file, corpus=corpus,
                            seed=self.probe_seed)
 
