@@ -12,6 +12,7 @@ Layout of a model directory (loads with ``circuits.load_model(DIR)``)::
     DIR/model.safetensors      weights (config.json carries their sha256 as weight_hash)
     DIR/tokenizer.json ...     the tokenizer
     DIR/train_log.parquet      step, train loss, validation loss, lr, tokens, elapsed seconds
+    DIR/token_counts.npy       how often each token id occurs in the training split
     DIR/checkpoint.pt          only while training (removed when done unless keep_checkpoint)
 
 Public entry points: :class:`TrainRecipe`, :func:`train_model`, :func:`train_models`,
@@ -84,6 +85,8 @@ class TrainRecipe:
     warmup_steps: int = 50
     min_lr_ratio: float = 0.1
     grad_clip: float = 1.0
+    repeat_fraction: float = 0.0  # share of training sequences in which a span is copied later (see _repeat_spans)
+    init_std: float | None = None  # None: CircuitModel.init_weights (GPT-2, std 0.02); else weight matrices rescaled to this std
     batch_size: int = 16
     steps: int = 1000
     eval_every: int = 100
@@ -100,6 +103,10 @@ class TrainRecipe:
                 raise InputError(f"training recipe: {name} must be a positive integer, got {getattr(self, name)!r}")
         if self.d_head is None and self.d_model % self.n_heads:
             raise InputError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; pass d_head")
+        if not 0.0 <= self.repeat_fraction <= 1.0:
+            raise InputError(f"repeat_fraction must be in [0, 1], got {self.repeat_fraction}")
+        if self.init_std is not None and not self.init_std > 0:
+            raise InputError(f"init_std must be positive, got {self.init_std}")
         if self.weight_decay < 0 or self.lr <= 0:
             raise InputError("training recipe: lr must be positive and weight_decay non-negative")
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
@@ -152,6 +159,7 @@ class DataSpec:
     tokenizer_hash: str
     vocab_size: int
     n_train_tokens: int
+    token_counts: str = ""  # .npy of per-token-id counts in the train split
 
     @property
     def content_hash(self) -> str:
@@ -208,12 +216,17 @@ def prepare_data(recipe: TrainRecipe, corpus=None, cache: str | os.PathLike | No
                 raise InputError("vocabulary too large")
             _save_npy_atomic(p, arr.astype(np.int32))
         if split == "train":
-            n_train = int(np.load(p, mmap_mode="r").shape[0])
+            arr = np.load(p, mmap_mode="r")
+            n_train = int(arr.shape[0])
+            cp = p.with_name(p.stem + "-counts.npy")
+            if not cp.exists():
+                _save_npy_atomic(cp, np.bincount(np.asarray(arr), minlength=tok.vocab_size).astype(np.int64))
+            paths["counts"] = str(cp)
         paths[split] = str(p)
     return DataSpec(
         tokenizer_dir=str(tdir), train_tokens=paths["train"], val_tokens=paths["validation"],
         corpus_name=corpus.name, corpus_hash=chash, tokenizer_hash=tok.content_hash,
-        vocab_size=int(tok.vocab_size), n_train_tokens=n_train,
+        vocab_size=int(tok.vocab_size), n_train_tokens=n_train, token_counts=paths["counts"],
     )
 
 
@@ -248,10 +261,32 @@ class _Batches:
             out[j] = self._perm_for(i // self.n)[i % self.n]
         return out
 
-    def batch(self, step: int):
+    def batch(self, step: int, repeat_fraction: float = 0.0):
         import torch
 
-        return torch.from_numpy(np.asarray(self.seqs[np.sort(self.indices(step))], dtype=np.int64))
+        x = np.array(self.seqs[np.sort(self.indices(step))], dtype=np.int64)
+        if repeat_fraction > 0:
+            _repeat_spans(x, repeat_fraction, np.random.default_rng(np.random.SeedSequence([self.seed, 0xC0B1, step])))
+        return torch.from_numpy(x)
+
+
+def _repeat_spans(x: np.ndarray, fraction: float, rng: np.random.Generator) -> None:
+    """In place: in each row with probability ``fraction``, copy a span of L tokens (L uniform in
+    [P/8, P/2]) to a later, non-overlapping place in the same row.
+
+    Text repeats itself (names, idioms, whole lines of code), and a model that can look up what
+    followed an earlier occurrence predicts it better; copying corpus spans makes such repeats
+    frequent, so induction heads form within a small CPU budget. The copied text is corpus text:
+    no token or sequence outside the corpus is introduced.
+    """
+    n, p = x.shape
+    for i in range(n):
+        if rng.random() >= fraction:
+            continue
+        length = int(rng.integers(max(1, p // 8), p // 2 + 1))
+        src = int(rng.integers(0, p - 2 * length + 1))
+        dst = int(rng.integers(src + length, p - length + 1))
+        x[i, dst:dst + length] = x[i, src:src + length]
 
 
 def _chunk(tokens: np.ndarray, seq_len: int) -> np.ndarray:
@@ -294,6 +329,29 @@ def _set_deterministic(mode: bool, warn_only: bool = False) -> None:
         torch.use_deterministic_algorithms(mode, warn_only=warn_only)
     else:
         setter(mode, warn_only=warn_only)
+
+
+GPT2_INIT_STD = 0.02
+
+
+def _init(model, seed: int, init_std: float | None) -> None:
+    """``model.init_weights(seed)`` (GPT-2 style, std 0.02 and 0.02/sqrt(2 n_layers) for output
+    projections); with ``init_std`` every weight matrix is then scaled by init_std / 0.02.
+
+    GPT-2's 0.02 suits d_model ~ 768; for a 64-wide model the attention scores start so close to
+    uniform that attention heads take thousands of steps to specialise. 1/sqrt(d_model) (0.125
+    at 64) keeps the same shape of initialisation at a width-appropriate scale.
+    """
+    import torch
+
+    model.init_weights(seed)
+    if init_std is None:
+        return
+    factor = float(init_std) / GPT2_INIT_STD
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.rsplit(".", 1)[-1].startswith("W_"):
+                p.mul_(factor)
 
 
 def _lr_at(recipe: TrainRecipe, step: int) -> float:
@@ -491,14 +549,15 @@ def train_model(
     train_tokens = np.load(data.train_tokens, mmap_mode="r")
     val_tokens = np.asarray(np.load(data.val_tokens, mmap_mode="r"))
     t_start = time.time()
+    c_start = time.process_time()
 
     with _deterministic(recipe.threads, device):
         model = CircuitModel(recipe.model_config(data.vocab_size))
-        model.init_weights(int(seed))
+        _init(model, int(seed), recipe.init_std)
         model.to(device).train()
         opt = _make_optimizer(recipe, model)
         batches = _Batches(train_tokens, recipe.n_ctx + 1, recipe.batch_size, seed)
-        step, log, elapsed0, run_loss, run_n = 0, [], 0.0, 0.0, 0
+        step, log, elapsed0, run_loss, run_n, cpu0 = 0, [], 0.0, 0.0, 0, 0.0
         ck = out / CHECKPOINT
         if ck.exists():
             state = torch.load(ck, map_location=device, weights_only=False)
@@ -510,6 +569,7 @@ def train_model(
                 _set_rng_state(state["rng"])
                 step, log, elapsed0 = int(state["step"]), list(state["log"]), float(state["elapsed_s"])
                 run_loss, run_n = float(state["run_loss"]), int(state["run_n"])
+                cpu0 = float(state.get("cpu_s", 0.0))
         prov = {
             "model": {"name": out.name, "seed": int(seed)},
             "data": {"corpus": data.corpus_name, "corpus_hash": data.corpus_hash,
@@ -524,6 +584,7 @@ def train_model(
                 "model": model.state_dict(), "optimizer": opt.state_dict(), "rng": _rng_state(),
                 "step": step, "log": log, "elapsed_s": elapsed0 + time.time() - t_start,
                 "run_loss": run_loss, "run_n": run_n, "recipe_hash": recipe.content_hash, "seed": int(seed),
+                "cpu_s": cpu0 + time.process_time() - c_start,
                 "data_hash": data.content_hash, "format_version": FORMAT_VERSION,
             })
 
@@ -531,7 +592,7 @@ def train_model(
             lr = _lr_at(recipe, step)
             for g in opt.param_groups:
                 g["lr"] = lr
-            batch = batches.batch(step).to(device)
+            batch = batches.batch(step, recipe.repeat_fraction).to(device)
             loss = _loss(model, batch)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -575,12 +636,17 @@ def train_model(
                               "schedule": "linear warmup, cosine decay", "min_lr_ratio": recipe.min_lr_ratio,
                               "grad_clip": recipe.grad_clip},
                 "final_val_loss": log[-1]["val_loss"] if log else None,
-                "train_seconds": round(train_seconds, 3), "threads": recipe.threads, "device": str(device),
+                "train_seconds": round(train_seconds, 3),
+                "cpu_seconds": round(cpu0 + time.process_time() - c_start, 3),
+                "threads": recipe.threads, "device": str(device),
                 "torch": torch.__version__, "deterministic": True,
                 "forward": "sdpa" if _fast_path_ok(model.cfg) else "circuitmodel",
             }
         }
         model.save(out, meta=meta)
+        if data.token_counts and Path(data.token_counts).exists():
+            # which tokens the model saw how often (e.g. to draw induction tokens it was trained on)
+            _save_npy_atomic(out / "token_counts.npy", np.load(data.token_counts))
         if not keep_checkpoint and ck.exists():
             ck.unlink()
     return out

@@ -61,6 +61,8 @@ def test_bitwise_reproducible_and_seeds_differ(tmp_path, data):
     assert m.tokenizer is not None and m.tokenizer.content_hash == data.tokenizer_hash
     assert m.cfg.n_layers == 1 and m.cfg.has_mlp and not m.training
     assert not (a / CHECKPOINT).exists()
+    counts = __import__("numpy").load(a / "token_counts.npy")
+    assert counts.shape == (m.cfg.vocab_size,) and counts.sum() == data.n_train_tokens
     assert is_complete(a, TINY, 0, data.content_hash) and not is_complete(a, TINY, 1)
     log = pq.read_table(a / LOG_TABLE)
     assert log.column("step").to_pylist() == [4, 8, 12]
@@ -84,7 +86,7 @@ def test_resume_matches_uninterrupted(tmp_path, data):
 
 def test_kill_and_resume(tmp_path, data):
     """SIGKILL a training process after its first checkpoint; the resumed run ends bitwise equal."""
-    recipe = TINY.replace(steps=200, checkpoint_every=10, eval_every=100)
+    recipe = TINY.replace(steps=200, checkpoint_every=10, eval_every=100, repeat_fraction=0.5)
     ref = train_model(recipe, 5, tmp_path / "ref", data=data, progress=False)
     out = tmp_path / "killed"
     code = (
@@ -197,3 +199,35 @@ def test_zoo_cache_and_induction_metrics(tmp_path):
     assert r["induction_scores"].shape == (2, 2) and r["prev_token_scores"].shape == (2, 2)
     assert 0 <= r["induction_scores"].min() and r["induction_scores"].max() <= 1
     assert r["loss_first"] > 0 and r["loss_second"] > 0
+
+
+def test_repeat_spans_copy_corpus_text():
+    import numpy as np
+
+    from pipelines.training import _repeat_spans
+
+    x = np.arange(4 * 64).reshape(4, 64)
+    y = x.copy()
+    _repeat_spans(y, 1.0, np.random.default_rng(0))
+    for row, orig in zip(y, x):
+        changed = np.flatnonzero(row != orig)
+        assert 8 <= len(changed) <= 32  # one span of P/8..P/2 tokens, copied from earlier in the row
+        src = row[changed[0]] - orig[0]
+        assert src < changed[0] and np.array_equal(row[changed], orig[src:src + len(changed)])
+    z = x.copy()
+    _repeat_spans(z, 0.0, np.random.default_rng(0))
+    assert np.array_equal(z, x)
+
+
+def test_init_std_rescales_weight_matrices():
+    from pipelines.training import _init
+
+    cfg = TINY.model_config(300)
+    a, b = CircuitModel(cfg), CircuitModel(cfg)
+    _init(a, 0, None)
+    _init(b, 0, 0.1)
+    for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
+        factor = 5.0 if name.rsplit(".", 1)[-1].startswith("W_") else 1.0
+        torch.testing.assert_close(pb, pa * factor)
+    with pytest.raises(InputError, match="init_std"):
+        TrainRecipe(init_std=0.0)
