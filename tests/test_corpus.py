@@ -80,6 +80,7 @@ def test_probe_snippets_deterministic(stdlib):
     b = stdlib.probe_snippets(20)
     assert a == b and len(set(a)) == 20
     assert a != stdlib.probe_snippets(20, seed=1)
+    assert stdlib.probe_snippets(30)[:20] == a  # prefix-stable: more snippets extend the list
     probe_text = "\n".join(stdlib.texts("probe"))
     assert all(s in probe_text for s in a)
     train_text = set(stdlib.texts("train"))
