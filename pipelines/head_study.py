@@ -30,7 +30,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -366,8 +366,6 @@ def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2,
     headline = condition_name(max(plan.depths), *plan.optimizers[-1])
     with RunDir(out, spec=spec, command=command, seed=plan.random_state,
                 provenance={"study": plan.name, "corpus": {"name": corpus_obj.name, "sha256": corpus_obj.content_hash}}) as run:
-        from circuits import load_model
-
         def models_table():
             rows = {k: [] for k in ("condition", "n_layers", "optimizer", "weight_decay", "seed", "path", "weight_hash",
                                     "val_loss", "train_seconds")}

@@ -828,8 +828,6 @@ class HeadStability:
             num = np.einsum("...t,...tlh->...lh", w, M[..., anchor_rows, :, :])
             return num / w.sum(-1)[..., None, None]
 
-        pair_w = np.array([[1.0 if a != b else 0.0 for b in range(K)] for a in range(K)])
-
         def layer_stab(M, ct, ca):  # -> [..., L]
             if not all_pairs:
                 return _nanmean(head_stab(M, ct), axis=-1)

@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from circuits.model import CircuitModel, ModelConfig
-from pipelines.heads import (HeadStability, ProbeSet, build_probe, fisher_interval, head_importance,
-                             permutation_correlation)
+from pipelines.heads import HeadStability, ProbeSet, build_probe, fisher_interval, permutation_correlation
 
 CFG = ModelConfig(n_layers=2, n_heads=4, d_model=32, d_head=8, d_mlp=64, vocab_size=97, n_ctx=32)
 HEADS_COLUMNS = ["layer", "head", "stability", "ci_low", "ci_high", "null_mean", "distinctness", "importance",
