@@ -50,10 +50,9 @@ def test_logits_equal_hf(pair):
         assert (hf(ids).logits - m(ids)).abs().max() <= 1e-4
 
 
-def test_gqa_heads_are_ungrouped(pair):
-    name, hf, m = pair
-    if "gqa" not in name:
-        pytest.skip("only grouped-query models share K/V weights")
+@pytest.mark.parametrize("name", ["llama-gqa", "qwen2-gqa"])
+def test_gqa_heads_are_ungrouped(name):
+    m = from_hf(load_hf(SMALL[name]))
     group = m.cfg.n_heads // m.cfg.n_kv_heads
     W = m.blocks[0].W_K
     assert torch.equal(W[0], W[group - 1]) and (group == m.cfg.n_heads or not torch.equal(W[0], W[group]))
