@@ -366,8 +366,11 @@ def bootstrap_statistic(data: np.ndarray, statistic: Callable[..., Any],
     accel = None
     if "bca" in todo:
         if plan.kind == "cluster":
-            raise NotImplementedError("BCa for a general statistic under the cluster bootstrap is "
-                                      "not implemented; use method='percentile'")
+            # The jackknife acceleration would have to leave out whole clusters of a general
+            # statistic; only the mean has that (bootstrap_edges). Refuse rather than mis-state.
+            raise ValueError("BCa for a general statistic under the cluster bootstrap is not available "
+                             "(its acceleration needs a leave-one-cluster-out jackknife); use "
+                             "method='percentile' or 'basic', or bootstrap_edges for the mean")
         accel = acceleration_from_jackknife(
             jackknife_statistic(data, statistic, axis=axis, vectorized=vec, batch=batch))
     ivs = intervals_from_distribution(theta_b, theta_hat, method=method, methods=todo,
