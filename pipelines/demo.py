@@ -48,8 +48,8 @@ def print_summary(run: Path, echo=typer.echo) -> None:
         echo("\nHead stability across seeds (best same-layer match, 95% CI; shuffled null in brackets):")
         for label, rows in (("least stable", heads.head(3)), ("most stable", heads.tail(3)[::-1])):
             for _, r in rows.iterrows():
-                echo(f"  {label:<12} a{int(r.layer)}.h{int(r.head)}  {r.stability:.2f} "
-                     f"[{r.ci_low:.2f}, {r.ci_high:.2f}]  (null {r.null_mean:.2f})")
+                echo(f"  {label:<12} a{int(r['layer'])}.h{int(r['head'])}  {r['stability']:.2f} "
+                     f"[{r['ci_low']:.2f}, {r['ci_high']:.2f}]  (null {r['null_mean']:.2f})")
 
 
 def demo_command(

@@ -140,3 +140,12 @@ def test_audit_over_seeds_adds_head_stability(tmp_path):
     heads = pq.read_table(out / "heads.parquet").to_pandas()
     assert len(heads) == 4 and heads["stability"].between(-1, 1).all()
     assert (heads["ci_low"] <= heads["stability"] + 1e-12).all()
+    # the demo's printed summary reads these tables
+    from pipelines.demo import print_summary
+
+    lines: list[str] = []
+    print_summary(out, echo=lines.append)
+    text = "\n".join(lines)
+    best = heads.sort_values("stability").iloc[-1]
+    assert f"a{int(best['layer'])}.h{int(best['head'])}  {best['stability']:.2f}" in text
+    assert "eap" in text and "k=3" in text
