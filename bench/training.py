@@ -21,21 +21,26 @@ import torch
 import torch.nn.functional as F
 
 from circuits.model import CircuitModel
-from pipelines.training import _Batches, prepare_data, train_model
+from pipelines.training import _Batches, _init, prepare_data, train_logits, train_model
 from pipelines.zoo import ZOO_RECIPES
 
 
-def plain_loop(recipe, data, steps: int, seed: int = 0) -> float:
+def plain_loop(recipe, data, steps: int, seed: int = 0, fused: bool = True) -> float:
+    """Forward, loss, backward, AdamW step; nothing else. ``fused``: the same SDPA forward the
+    wrapper uses (``train_logits``), else CircuitModel's own forward (``model(ids)``)."""
     torch.set_num_threads(recipe.threads)
     torch.use_deterministic_algorithms(True)
-    model = CircuitModel(recipe.model_config(data.vocab_size)).init_weights(seed).train()
+    model = CircuitModel(recipe.model_config(data.vocab_size))
+    _init(model, seed, recipe.init_std)
+    model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=recipe.betas,
                             weight_decay=recipe.weight_decay, foreach=False)
     batches = _Batches(np.load(data.train_tokens, mmap_mode="r"), recipe.n_ctx + 1, recipe.batch_size, seed)
+    fwd = (lambda ids: train_logits(model, ids)) if fused else model
     t0 = time.perf_counter()
     for step in range(steps):
-        b = batches.batch(step)
-        logits = model(b[:, :-1])
+        b = batches.batch(step, recipe.repeat_fraction)
+        logits = fwd(b[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), b[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -53,9 +58,10 @@ def main() -> None:
     recipe = ZOO_RECIPES[args.recipe].replace(steps=args.steps, eval_every=100, checkpoint_every=100)
     data = prepare_data(recipe)
     plain_loop(recipe, data, 5)  # warm-up
-    plain, wrapped = [], []
+    plain, unfused, wrapped = [], [], []
     for _ in range(args.repeats):
         plain.append(plain_loop(recipe, data, args.steps))
+        unfused.append(plain_loop(recipe, data, args.steps, fused=False))
         tmp = Path(tempfile.mkdtemp(prefix="cs-bench-"))
         try:
             t0 = time.perf_counter()
@@ -63,14 +69,16 @@ def main() -> None:
             wrapped.append(time.perf_counter() - t0)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    p, w = min(plain), min(wrapped)
+    p, u, w = min(plain), min(unfused), min(wrapped)
     cfg = recipe.model_config(data.vocab_size)
     print(f"model        {args.recipe}: {cfg.n_layers} layers, {cfg.n_heads} heads, d_model {cfg.d_model}, "
           f"vocab {cfg.vocab_size}, batch {recipe.batch_size}x{recipe.n_ctx}, threads {recipe.threads}")
-    print(f"plain loop   {args.steps / p:7.2f} steps/s  ({p:.2f}s for {args.steps} steps)")
-    print(f"train_model  {args.steps / w:7.2f} steps/s  ({w:.2f}s incl. {args.steps // recipe.eval_every} "
-          f"validations, checkpoints, log, save)")
-    print(f"ratio        {p / w:.3f}  (wrapper steps/s / plain steps/s; 1.0 = no overhead)")
+    print(f"plain loop, model(ids)      {args.steps / u:7.2f} steps/s  ({u:.2f}s for {args.steps} steps)")
+    print(f"plain loop, train_logits    {args.steps / p:7.2f} steps/s  ({p:.2f}s)")
+    print(f"train_model                 {args.steps / w:7.2f} steps/s  ({w:.2f}s incl. "
+          f"{args.steps // recipe.eval_every} validations, checkpoints, log, save)")
+    print(f"ratio wrapper / plain loop (same forward)    {p / w:.3f}  (1.0 = no overhead)")
+    print(f"ratio wrapper / plain loop with model(ids)   {u / w:.3f}  (>1: the fused training forward pays)")
 
 
 if __name__ == "__main__":
