@@ -82,3 +82,27 @@ def test_quick_study_end_to_end(tmp_path):
     assert (out / "summary.parquet").stat().st_mtime_ns == before
     assert all((p / "model.safetensors").stat().st_mtime_ns == t for p, t in mtimes.items())
     assert res["tables"]["summary"].num_rows == summary.num_rows
+
+
+def test_cached_models_survive_new_recipe_fields(tmp_path):
+    from pipelines.head_study import compatible_model
+    from pipelines.training import prepare_data, train_model
+
+    corpus, plan = _corpus(), _plan()
+    name, recipe = plan.conditions()[0]
+    data = prepare_data(recipe, corpus=corpus, cache=tmp_path)
+    d = train_model(recipe, 0, tmp_path / "m", data=data, progress=False)
+    assert compatible_model(d, recipe, 0, data.content_hash)
+    assert not compatible_model(d, recipe, 1, data.content_hash)
+    cfg = d / "config.json"
+    doc = json.loads(cfg.read_text())
+    t = doc["meta"]["training"]
+    # as if trained before TrainRecipe had the field grad_clip (now at its default): still valid
+    t["recipe_hash"] = "older"
+    del t["recipe"]["grad_clip"]
+    cfg.write_text(json.dumps(doc))
+    assert compatible_model(d, recipe, 0, data.content_hash)
+    assert not compatible_model(d, recipe.replace(grad_clip=0.5), 0, data.content_hash)
+    t["recipe"]["lr"] = 1.0  # a stored field that differs: not this recipe's model
+    cfg.write_text(json.dumps(doc))
+    assert not compatible_model(d, recipe, 0, data.content_hash)
