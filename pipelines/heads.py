@@ -1026,8 +1026,11 @@ class HeadStability:
         derr["gap_excess"] = derr["gap"] - derr["gap_shuffled"]
         summary_rows = []
 
-        def add(item, value, reps=None, verdict=""):
+        def add(item, value, reps=None, verdict="", discrete=False):
             lo, hi = (_quantiles(reps, cl) if reps is not None else (np.nan, np.nan))
+            if discrete and reps is not None and np.isfinite(reps).any():  # a layer index: no interpolation
+                a = (1 - cl) / 2
+                lo, hi = np.quantile(reps[np.isfinite(reps)], [a, 1 - a], method="inverted_cdf")
             summary_rows.append({"item": item, "value": float(value), "ci_low": float(lo), "ci_high": float(hi),
                                  "verdict": verdict})
 
@@ -1036,8 +1039,8 @@ class HeadStability:
         add("gap (max - min layer stability)", der0["gap"], derr["gap"])
         add("gap expected with heads shuffled across layers", der0["gap_shuffled"], derr["gap_shuffled"])
         add("excess gap (gap minus its shuffled-layers expectation)", der0["gap_excess"], derr["gap_excess"])
-        add("least stable layer", der0["argmin"], derr["argmin"])
-        add("least stable layer (relative position)", der0["argmin_rel"], derr["argmin_rel"])
+        add("least stable layer", der0["argmin"], derr["argmin"], discrete=True)
+        add("least stable layer (relative position)", der0["argmin_rel"], derr["argmin_rel"], discrete=True)
         if L >= 3:
             add("ends minus middle layer stability", der0["ends_minus_middle"], derr["ends_minus_middle"])
             add("share of replicates with the least stable layer in the middle", float(derr["middle_min"].mean()))
