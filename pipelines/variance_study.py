@@ -341,26 +341,6 @@ class Scorer(Protocol):
     def score_table(self, key: Key, n_jobs: int) -> Any: ...
 
 
-def _task_options(model, options: dict) -> dict:
-    """Task options with ``token_ids: frequent[:MIN_COUNT]`` resolved to the tokens the model saw at
-    least MIN_COUNT (default 1000) times in training (pipelines.zoo.frequent_tokens): a trained
-    model's rare tokens have untrained embeddings, which make induction prompts off-distribution."""
-    opts = dict(options)
-    spec_ids = opts.get("token_ids")
-    if isinstance(spec_ids, str):
-        name, _, count = spec_ids.partition(":")
-        if name != "frequent" or (count and not count.isdigit()):
-            raise InputError(f"task.options.token_ids: {spec_ids!r} is not a list of ids or 'frequent[:MIN_COUNT]'")
-        from . import zoo
-
-        ids = zoo.frequent_tokens(model, int(count or 1000)) if hasattr(zoo, "frequent_tokens") else None
-        if ids is None or len(ids) < 2:
-            raise InputError(f"task.options.token_ids: 'frequent' needs a model trained by circuitstat (its "
-                             f"token_counts.npy); {model.source} has none: list the ids instead")
-        opts["token_ids"] = [int(i) for i in ids]
-    return opts
-
-
 class ModelScorer:
     """Score matrices from the spec's models and task (attribution in fixed chunks, any n_jobs)."""
 
@@ -380,7 +360,7 @@ class ModelScorer:
                                                       dtype=self._dtype)}
         m0 = self.model(0)
         t = spec.task
-        self._opts = _task_options(m0, t.options)
+        self._opts = dict(t.options)
         self._build = lambda j: build_task(m0, t.name, n=t.n, seed=t.seed + j, metric=t.metric, **self._opts)
         self._tasks: dict[int, Any] = {0: self._build(0)}
         self._draws: list | None = None

@@ -365,14 +365,18 @@ def test_junit_is_well_formed_with_hostile_text(run_dir):
     assert root.get("failures") == "1" and root.find(".//failure").get("message").startswith("jaccard_mean")
 
 
-def test_example_claims_file_is_valid_and_fits_its_spec():
+def test_example_files_are_the_demo_spec_and_the_claims_fit_it():
     from pipelines.claims import spec_problem
+    from pipelines.demo import demo_spec
     from pipelines.spec import load_spec
 
     cf = load_claims(REPO / "examples" / "claims-zoo.yaml")
     spec = load_spec(cf.spec_path())
-    assert spec.methods == ["exact", "eap"] and spec.k == [5, 10, 20] and spec.task.n == 32
+    # `circuitstat check examples/claims-zoo.yaml --run runs/demo` checks the run `make demo` wrote
+    assert spec.model_dump() == demo_spec().model_dump()
     assert [spec_problem(c, spec) for c in cf.claims] == [None] * len(cf.claims)
+    kinds = {c.kind for c in cf.claims}
+    assert {"edge_in_circuit", "circuit_stability", "faithfulness", "approximation", "head_stability"} <= kinds
 
 
 # ---- query ---------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from pipelines.spec import AuditSpec, load_spec, parse_spec
 REPO = Path(__file__).resolve().parents[1]
 SPEC = yaml.safe_load((REPO / "examples" / "audit-zoo.yaml").read_text())
 SPEC["models"] = ["random:a", "random:b"]  # exercise the multi-model branch of the mutations too
-del SPEC["model"]
+SPEC.pop("model", None)
 SPEC["heads"] = {"match": "hungarian", "pairs": "all", "drop_bos": True, "n_probe": 8, "n_boot": 20}
 
 APP = typer.Typer(add_completion=False, pretty_exceptions_enable=False)

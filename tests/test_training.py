@@ -182,7 +182,7 @@ def test_train_logits_equal_model_logits(positional, mlp, norm):
 
 
 def test_zoo_cache_and_induction_metrics(tmp_path):
-    from pipelines.zoo import default_zoo, induction_metrics, zoo_key
+    from pipelines.zoo import default_zoo, induction_metrics, recipe_key
 
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -190,11 +190,12 @@ def test_zoo_cache_and_induction_metrics(tmp_path):
         (docs / f"{i}.txt").write_text(f"item_{i} = compute(item_{i}, {i})\n" * 10)
     recipes = {"t": TINY.replace(corpus=str(docs), steps=3, attn_only=True, n_layers=2)}
     paths = default_zoo(n_jobs=1, cache=tmp_path / "cache", recipes=recipes, seeds=(0, 1), progress=False)
-    assert [p.name for p in paths] == ["seed-0", "seed-1"] and paths[0].parent.name == "t"
+    assert [p.name for p in paths] == ["seed-0", "seed-1"] and paths[0].parent.name.startswith("t-")
     mtime = (paths[0] / "model.safetensors").stat().st_mtime_ns
     again = default_zoo(n_jobs=1, cache=tmp_path / "cache", recipes=recipes, seeds=(0, 1), progress=False)
     assert again == paths and (paths[0] / "model.safetensors").stat().st_mtime_ns == mtime
-    assert zoo_key(recipes, (0, 1)) != zoo_key({"t": recipes["t"].replace(steps=4)}, (0, 1))
+    assert recipe_key(recipes["t"]) != recipe_key(recipes["t"].replace(steps=4))
+    assert recipe_key(recipes["t"]) != recipe_key(recipes["t"], corpus_hash="other")
     r = induction_metrics(load_model(paths[0]), n=4, seq_len=6)
     assert r["induction_scores"].shape == (2, 2) and r["prev_token_scores"].shape == (2, 2)
     assert 0 <= r["induction_scores"].min() and r["induction_scores"].max() <= 1
@@ -231,3 +232,53 @@ def test_init_std_rescales_weight_matrices():
         torch.testing.assert_close(pb, pa * factor)
     with pytest.raises(InputError, match="init_std"):
         TrainRecipe(init_std=0.0)
+
+
+def test_zoo_sources_resolve_to_the_recipe_cache(tmp_path, monkeypatch):
+    from circuits.errors import InputError
+    from pipelines.build import resolve_source
+    from pipelines.zoo import ZOO_RECIPES, recipe_dir
+
+    monkeypatch.setenv("CIRCUITSTAT_CACHE", str(tmp_path))
+    assert resolve_source("random:gpt2") == "random:gpt2"
+    with pytest.raises(InputError, match="recipes: attn-only-2l, mlp-2l"):
+        resolve_source("zoo:nope/seed-0")
+    with pytest.raises(InputError, match="not a zoo model"):
+        resolve_source("zoo:attn-only-2l")
+    with pytest.raises(InputError, match="python -m pipelines.zoo"):
+        resolve_source("zoo:attn-only-2l/seed-0")
+    d = recipe_dir("attn-only-2l")
+    assert d.parent == tmp_path / "zoo" and d.name.startswith("attn-only-2l-")
+    assert recipe_dir("mlp-2l") != d and recipe_dir("attn-only-2l", ZOO_RECIPES["attn-only-2l"].replace(steps=1)) != d
+    (d / "seed-3").mkdir(parents=True)
+    (d / "seed-3" / "model.safetensors").write_bytes(b"")
+    assert resolve_source("zoo:attn-only-2l/seed-3") == str(d / "seed-3")
+
+
+def test_induction_task_draws_tokens_the_model_was_trained_on(tmp_path, data):
+    import numpy as np
+
+    from circuits.errors import InputError
+    from pipelines.build import build_task
+    from pipelines.zoo import frequent_tokens
+
+    m = load_model(train_model(TINY, 0, tmp_path / "m", data=data, progress=False))
+    counts = np.load(tmp_path / "m" / "token_counts.npy").astype(np.int64)
+    counts[[m.tokenizer.bos_id, m.tokenizer.eos_id]] = -1
+    order = np.argsort(-counts, kind="stable")
+    thr = int(counts[order[11]])  # a bar that 12 or more tokens pass in this small corpus
+    seen = set(np.flatnonzero(counts >= thr).tolist())
+    assert set(frequent_tokens(m, thr).tolist()) == seen and 12 <= len(seen) < 100
+    used = lambda t: set(t.clean[:, 1:].unique().tolist()) | set(t.corrupted[:, 1:].unique().tolist())
+    assert used(build_task(m, "induction", n=16, seq_len=3, token_ids=f"frequent:{thr}")) <= seen
+    # default: the tokens seen >= 1000 times, or (fewer here) the 2 seq_len most frequent ones
+    assert used(build_task(m, "induction", n=32, seq_len=3)) == set(order[:6].tolist())
+    assert used(build_task(m, "induction", n=32, seq_len=3, corrupt="answer")) == set(order[:4].tolist())
+    assert used(build_task(m, "induction", n=8, seq_len=2, token_ids=[40, 41, 42, 43])) <= {40, 41, 42, 43}
+    with pytest.raises(InputError, match="not a list of ids or 'frequent"):
+        build_task(m, "induction", n=4, seq_len=2, token_ids="rare")
+    rnd = load_model("random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&n_positions=32")
+    with pytest.raises(InputError, match="needs a model trained by circuitstat"):
+        build_task(rnd, "induction", n=4, seq_len=2, token_ids="frequent")
+    # any other model: the whole vocabulary
+    assert len(used(build_task(rnd, "induction", n=64, seq_len=8))) > 40
