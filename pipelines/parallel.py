@@ -19,7 +19,14 @@ def backend(n_jobs: int = 1, scheduler: str | None = None) -> Iterator[int]:
         yield n_jobs
         return
     import joblib
-    from distributed import Client
+
+    try:
+        from distributed import Client
+    except ImportError as e:
+        from circuits.errors import InputError
+
+        raise InputError("--scheduler needs Dask distributed, which is not installed: "
+                         "pip install 'circuitstat[dask]' (or dask[distributed])") from e
 
     client = Client(scheduler) if scheduler != "local" else Client(n_workers=max(1, n_jobs), threads_per_worker=1,
                                                                      processes=True, dashboard_address=None)

@@ -149,3 +149,15 @@ def test_audit_over_seeds_adds_head_stability(tmp_path):
     best = heads.sort_values("stability").iloc[-1]
     assert f"a{int(best['layer'])}.h{int(best['head'])}  {best['stability']:.2f}" in text
     assert "eap" in text and "k=3" in text
+
+
+def test_scheduler_without_dask_is_a_clear_error(monkeypatch):
+    import sys
+
+    from circuits.errors import InputError
+    from pipelines.parallel import backend
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed
+    with pytest.raises(InputError, match=r"pip install 'circuitstat\[dask\]'"):
+        with backend(2, "local"):
+            pass
