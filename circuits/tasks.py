@@ -490,6 +490,7 @@ def induction_task(
         ans.append(a[-1])
         wrong.append(a2[-1])
     meta = {"seq_len": seq_len, "corrupt": corrupt, "seed": seed, "pool_size": int(len(pool)),
+            "token_pool": pool.tolist(),
             "prepend_bos": bool(bos), "first_repeat": [len(bos), len(bos) + seq_len]}
     return task_from_token_lists("induction", clean, corr, ans, wrong, pad_id=0, metric=metric,
                                  metric_kwargs=metric_kwargs, meta=meta)

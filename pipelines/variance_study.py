@@ -398,8 +398,8 @@ class ModelScorer:
         if self._draws is None:
             m, t = self.model(0), self.task(0)
             tok, opts = m.tokenizer, self._opts
-            if "token_ids" in opts:  # the induction task's own candidates
-                pool = np.asarray(opts["token_ids"], dtype=np.int64)
+            if "token_pool" in t.meta:  # the induction task's own candidates
+                pool = np.asarray(t.meta["token_pool"], dtype=np.int64)
             else:  # as induction_task: the vocabulary without special tokens
                 special = [] if tok is None else [i for i in (tok.bos_id, tok.eos_id, getattr(tok, "pad_id", None))
                                                    if i is not None]
