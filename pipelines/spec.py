@@ -13,9 +13,9 @@ head stability across them.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from circuits.errors import InputError
 
@@ -28,6 +28,26 @@ ABLATION = Literal["counterfactual", "mean", "mean-positional", "zero", "resampl
 class _Strict(BaseModel):
     # strict: no silent coercion (true -> 1, "3" -> 3); ints are still accepted for floats.
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+def _k_grid(v: list[int]) -> list[int]:
+    if any(k < 1 for k in v):
+        raise ValueError("every k must be a positive integer")
+    return sorted(set(v))
+
+
+KGrid = Annotated[list[int], AfterValidator(_k_grid)]
+"""Circuit sizes: positive, deduplicated and sorted."""
+
+
+class _RunOptions(_Strict):
+    """How a spec runs, shared by every spec: batch size, seed, workers, device, dtype."""
+
+    batch_size: int = Field(16, ge=1, le=4096)
+    seed: int = Field(0, ge=0)
+    n_jobs: int = Field(1, ge=1, le=256)
+    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
 
 
 class TaskSpec(_Strict):
@@ -59,7 +79,7 @@ class HeadsSpec(_Strict):
     n_boot: int = Field(200, ge=10, le=10_000)
 
 
-class AuditSpec(_Strict):
+class AuditSpec(_RunOptions):
     """Everything one audit runs; see the module docstring."""
 
     model: str | None = None
@@ -68,24 +88,12 @@ class AuditSpec(_Strict):
     methods: list[METHOD] = Field(default_factory=lambda: ["exact", "eap"], min_length=1)
     level: Literal["edge", "node"] = "edge"
     ablation: ABLATION = "counterfactual"
-    batch_size: int = Field(16, ge=1, le=4096)
     ig_steps: int = Field(5, ge=1, le=1000)
     bootstrap: BootstrapSpec = BootstrapSpec()
-    k: list[int] = Field(default_factory=lambda: [5, 10, 20, 50], min_length=1)
+    k: KGrid = Field(default_factory=lambda: [5, 10, 20, 50], min_length=1)
     ranking: Literal["absolute", "signed"] = "absolute"
     faithfulness: bool = True
     heads: HeadsSpec = HeadsSpec()
-    seed: int = Field(0, ge=0)
-    n_jobs: int = Field(1, ge=1, le=256)
-    device: str = "cpu"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-
-    @field_validator("k")
-    @classmethod
-    def _k_positive(cls, v: list[int]) -> list[int]:
-        if any(k < 1 for k in v):
-            raise ValueError("every k must be a positive integer")
-        return sorted(set(v))
 
     @field_validator("methods")
     @classmethod

@@ -73,7 +73,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from circuits.errors import InputError
 
 from .build import resolve_source
-from .spec import METHOD, BootstrapSpec, TaskSpec, _format_error, _Strict, load_yaml
+from .spec import METHOD, BootstrapSpec, KGrid, TaskSpec, _format_error, _RunOptions, _Strict, load_yaml
 
 __all__ = [
     "AGGREGATIONS", "with_counterfactual", "VarianceSpec", "ModelScorer", "counterfactual_corruptions",
@@ -139,7 +139,7 @@ class SelectionSpec(_Strict):
         return None if v is None else sorted(set(v))
 
 
-class VarianceSpec(_Strict):
+class VarianceSpec(_RunOptions):
     """Everything one variance study runs; see the module docstring."""
 
     model: str | None = None
@@ -153,24 +153,12 @@ class VarianceSpec(_Strict):
         default_factory=lambda: list(AGGREGATIONS), min_length=1)
     trim: float = Field(0.1, ge=0.0, lt=0.5)
     bootstrap: BootstrapSpec = BootstrapSpec(n_resamples=200, ci_method="percentile")
-    k: list[int] = Field(default_factory=lambda: [5, 10, 20], min_length=1)
+    k: KGrid = Field(default_factory=lambda: [5, 10, 20], min_length=1)
     summary_k: int | None = None
     ranking: Literal["absolute", "signed"] = "absolute"
     selection: SelectionSpec = SelectionSpec()
     n_top: int = Field(50, ge=2, le=100_000)
     bar: float = Field(0.8, gt=0.0, le=1.0)
-    batch_size: int = Field(16, ge=1, le=4096)
-    seed: int = Field(0, ge=0)
-    n_jobs: int = Field(1, ge=1, le=256)
-    device: str = "cpu"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-
-    @field_validator("k")
-    @classmethod
-    def _k_positive(cls, v: list[int]) -> list[int]:
-        if any(k < 1 for k in v):
-            raise ValueError("every k must be a positive integer")
-        return sorted(set(v))
 
     @field_validator("aggregations")
     @classmethod
