@@ -40,16 +40,20 @@ def edge_scores_from_grads(model: CircuitModel, delta: torch.Tensor, grads: list
     """Σ_pos Δz_u · g_v for every edge (u, v): [B, E] float32, in the graph's edge order."""
     g, cfg = model.graph, model.cfg
     delta = delta.float()
+    B, U, P, D = delta.shape
+    flat = delta.reshape(B, U, P * D)  # senders' Δz with positions and features as one axis
     cols = []
     it = iter(grads)
+
+    def contract(u: int, grad: torch.Tensor) -> torch.Tensor:
+        # [B, R, P*D] x [B, P*D, u] as one batched matmul (einsum's layout choice copied both operands)
+        return torch.bmm(grad.float().reshape(B, -1, P * D), flat[:, :u].transpose(1, 2)).reshape(B, -1)
+
     for layer in range(cfg.n_layers):
-        u = g.upstream_of_attention(layer)
-        gq = next(it).float()  # [B, 3, H, P, D]
-        cols.append(torch.einsum("bupd,bkhpd->bkhu", delta[:, :u], gq).reshape(delta.shape[0], -1))
+        cols.append(contract(g.upstream_of_attention(layer), next(it)))  # [B, 3, H, P, D] -> [B, 3 H u]
         if cfg.has_mlp:
-            u = g.upstream_of_mlp(layer)
-            cols.append(torch.einsum("bupd,bpd->bu", delta[:, :u], next(it).float()))
-    cols.append(torch.einsum("bupd,bpd->bu", delta, next(it).float()))
+            cols.append(contract(g.upstream_of_mlp(layer), next(it)))
+    cols.append(contract(U, next(it)))
     return torch.cat(cols, dim=1)
 
 
