@@ -554,10 +554,13 @@ class CircuitModel(nn.Module):
         cur = torch.cat(blocks, dim=1)[:, :n_up]
         diff = cf[:, :n_up].to(cur.dtype) - cur  # broadcasts over mean/zero counterfactuals
         m = m.to(cur.dtype)
+        B, _, P, D = diff.shape
+        flat = diff.reshape(B, n_up, P * D)
+        # one batched matmul [B, R, u] x [B, u, P*D] (an einsum here copied both operands)
         if attention:
-            m = m.reshape(m.shape[0], 3, cfg.n_heads, n_up)
-            return torch.einsum("bupd,bkhu->bkhpd", diff, m)
-        return torch.einsum("bupd,bu->bpd", diff, m)
+            return torch.bmm(m.reshape(m.shape[0], 3 * cfg.n_heads, n_up).expand(B, -1, -1), flat).reshape(
+                B, 3, cfg.n_heads, P, D)
+        return torch.bmm(m[:, None, :].expand(B, -1, -1), flat).reshape(B, P, D)
 
     @staticmethod
     def _patch_senders(z, mask, cf, first):
