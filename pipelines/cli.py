@@ -38,7 +38,9 @@ def model_command(
 
     from circuits import load_hf, load_model
     from circuits.convert import from_hf
+    from pipelines.build import resolve_source
 
+    source = resolve_source(source)
     path = Path(source)
     own = path.is_dir() and (path / "config.json").exists() and '"circuitstat"' in (path / "config.json").read_text()
     if own:
@@ -108,10 +110,10 @@ def attribute_command(
     """Per-example attribution scores: writes scores.parquet, edges.parquet and manifest.json."""
     from circuits import load_model
     from circuits.attribution import attribute
-    from pipelines.build import build_task
+    from pipelines.build import build_task, resolve_source
     from reports.rundir import RunDir
 
-    m = load_model(model, device=device, dtype=_torch_dtype(dtype))
+    m = load_model(resolve_source(model), device=device, dtype=_torch_dtype(dtype))
     t = build_task(m, task, n=n, seed=seed, metric=metric)
     spec = {"model": model, "task": task, "method": method, "level": level, "ablation": ablation,
             "metric": t.metric_name, "n": n, "batch_size": batch_size, "ig_steps": ig_steps, "seed": seed,

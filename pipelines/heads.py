@@ -218,7 +218,9 @@ def load_source(source: str | os.PathLike, device: str = "cpu"):
     """
     from circuits import load_model
 
-    src = str(source)
+    from .build import resolve_source
+
+    src = resolve_source(str(source))
     if "@" in src and not Path(src).expanduser().exists() and not src.startswith("random:"):
         import torch
         import transformers

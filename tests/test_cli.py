@@ -25,7 +25,8 @@ def test_model_command_checks_logits_against_hf():
 
 
 @pytest.mark.parametrize("source, words", [
-    ("random:t5?d_model=8", "gpt2, gpt_neox, llama, qwen2"), ("random:gpt2?n_layer", "key=value"), ("/does/not/exist", "not found")])
+    ("random:t5?d_model=8", "gpt2, gpt_neox, llama, qwen2"), ("random:gpt2?n_layer", "key=value"), ("/does/not/exist", "not found"),
+    ("zoo:nope/seed-0", "recipes: attn-only-2l, mlp-2l")])
 def test_bad_model_sources_exit_2_with_one_line(source, words):
     p = cli("model", source)
     assert p.returncode == 2
