@@ -141,6 +141,20 @@ def _read_prompt_file(path: Path) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
+def _first_token_rows(tokenizer, texts, body: int, n: int) -> tuple[list[list[int]], int]:
+    """The first ``body`` tokens of the first ``n`` texts that have that many, and how many
+    shorter texts were skipped on the way."""
+    rows, dropped = [], 0
+    for t in texts:
+        ids = tokenizer.encode(t)
+        if len(ids) < body:
+            dropped += 1
+            continue
+        rows.append(ids[:body])
+        if len(rows) == n:
+            break
+    return rows, dropped
+
 def build_probe(tokenizer, *, n: int = 100, length: int = 64, bos: bool = True, file: str | os.PathLike | None = None,
                 corpus: Any = None, seed: int = 0) -> ProbeSet:
     """``n`` prompts of exactly ``length`` tokens (BOS included when ``bos``).
@@ -168,15 +182,7 @@ def build_probe(tokenizer, *, n: int = 100, length: int = 64, bos: bool = True, 
     if file is not None:
         texts = _read_prompt_file(Path(file))
         source = f"file:{Path(file).name}"
-        rows, dropped = [], 0
-        for t in texts:
-            ids = tokenizer.encode(t)
-            if len(ids) < body:
-                dropped += 1
-                continue
-            rows.append(ids[:body])
-            if len(rows) == n:
-                break
+        rows, dropped = _first_token_rows(tokenizer, texts, body, n)
         if len(rows) < min(n, 2):
             raise _input_error(f"probe file {file}: only {len(rows)} prompts have >= {body} tokens; "
                                "lower the probe length or add longer prompts")
@@ -186,18 +192,10 @@ def build_probe(tokenizer, *, n: int = 100, length: int = 64, bos: bool = True, 
         corp = load_corpus(corpus if corpus is not None else "stdlib")
         source = f"corpus:{corp.name}:{corp.content_hash[:16]}:probe-split:seed{seed}"
         n_chars = max(200, 8 * body)
-        rows, dropped, pool = [], 0, 2 * n
+        pool = 2 * n
         while True:
             texts = corp.probe_snippets(n=pool, n_chars=n_chars, seed=seed)  # a prefix-stable draw
-            rows, dropped = [], 0
-            for t in texts:
-                ids = tokenizer.encode(t)
-                if len(ids) < body:
-                    dropped += 1
-                    continue
-                rows.append(ids[:body])
-                if len(rows) == n:
-                    break
+            rows, dropped = _first_token_rows(tokenizer, texts, body, n)
             if len(rows) == n:
                 break
             if pool >= 16 * n:
