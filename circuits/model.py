@@ -558,9 +558,8 @@ class CircuitModel(nn.Module):
         flat = diff.reshape(B, n_up, P * D)
         # one batched matmul [B, R, u] x [B, u, P*D] (an einsum here copied both operands)
         if attention:
-            return torch.bmm(m.reshape(m.shape[0], 3 * cfg.n_heads, n_up).expand(B, -1, -1), flat).reshape(
-                B, 3, cfg.n_heads, P, D)
-        return torch.bmm(m[:, None, :].expand(B, -1, -1), flat).reshape(B, P, D)
+            return torch.bmm(m.reshape(B, 3 * cfg.n_heads, n_up), flat).reshape(B, 3, cfg.n_heads, P, D)
+        return torch.bmm(m[:, None, :], flat).reshape(B, P, D)
 
     @staticmethod
     def _patch_senders(z, mask, cf, first):

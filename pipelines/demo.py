@@ -64,10 +64,10 @@ def demo_command(
 ) -> None:
     """Train or reuse the zoo's attention-only models, audit their induction circuit, write the report."""
     from pipelines.audit import run_audit
-    from pipelines.zoo import ZOO_RECIPES, default_zoo
+    from pipelines.zoo import ZOO_RECIPES, ZOO_SEEDS, default_zoo
     from reports.html import render_report
 
-    typer.echo(f"circuitstat demo: the zoo's {DEMO_RECIPE} model (5 seeds; trained once, about 6 minutes on 2 "
+    typer.echo(f"circuitstat demo: the zoo's {DEMO_RECIPE} model ({len(ZOO_SEEDS)} seeds; trained once, about 6 minutes on 2 "
                "cores, then cached) → induction-circuit audit with exact patching and EAP → head stability "
                "across seeds → HTML report")
     default_zoo(n_jobs=n_jobs, recipes={DEMO_RECIPE: ZOO_RECIPES[DEMO_RECIPE]})  # only what the demo audits

@@ -86,25 +86,6 @@ def _non_default(recipe: TrainRecipe) -> dict:
     return {k: v for k, v in d.items() if base.get(k, object()) != v}
 
 
-def compatible_model(directory: str | os.PathLike, recipe: TrainRecipe, seed: int, data_hash: str) -> bool:
-    """A finished model of this recipe, seed and data, also when it was trained before TrainRecipe
-    gained fields: every stored recipe field must equal the current one, and every field the
-    stored recipe lacks must be at its default (which reproduces the older behaviour)."""
-    cfg = Path(directory) / "config.json"
-    if not cfg.exists() or not (Path(directory) / "model.safetensors").exists():
-        return False
-    try:
-        t = json.loads(cfg.read_text()).get("meta", {}).get("training", {})
-    except (ValueError, OSError):
-        return False
-    if not t.get("complete") or t.get("seed") != int(seed) or t.get("data_hash") != data_hash:
-        return False
-    if t.get("recipe_hash") == recipe.content_hash:
-        return True
-    stored, now, base = t.get("recipe") or {}, recipe.to_dict(), TrainRecipe().to_dict()
-    return all(now.get(k) == v for k, v in stored.items()) and all(now[k] == base[k] for k in now if k not in stored)
-
-
 def condition_name(depth: int, optimizer: str, weight_decay: float) -> str:
     return f"L{depth}-{optimizer}" + (f"-wd{weight_decay:g}" if weight_decay else "")
 
@@ -134,13 +115,13 @@ def train_grid(plan: StudyPlan, n_jobs: int = 2, cache: str | os.PathLike | None
     """Model directories per condition (trained the first time, one joblib pool over every job)."""
     from joblib import Parallel, delayed
 
-    from pipelines.training import _train_worker, prepare_data
+    from pipelines.training import _train_worker, is_complete, prepare_data
 
     root = (Path(cache) if cache else cache_dir()) / "head-study" / plan.key
     conds = plan.conditions()
     data = prepare_data(conds[0][1], corpus=corpus, cache=cache)  # tokenizer/data do not depend on depth/optimizer
     jobs = [(name, r, s) for name, r in conds for s in plan.seeds
-            if not compatible_model(root / name / f"seed-{s}", r, s, data.content_hash)]
+            if not is_complete(root / name / f"seed-{s}", r, s, data.content_hash)]
     jobs.sort(key=lambda j: -j[1].n_layers)  # longest first: the pool stays busy to the end
     if jobs:
         Parallel(n_jobs=max(1, min(int(n_jobs), len(jobs))), backend="loky")(
@@ -152,7 +133,7 @@ def train_grid(plan: StudyPlan, n_jobs: int = 2, cache: str | os.PathLike | None
         (d / "recipe.json").write_text(json.dumps({"recipe": r.to_dict(), "seeds": list(plan.seeds),
                                                    "data_hash": data.content_hash}, indent=2))
         out[name] = [d / f"seed-{s}" for s in plan.seeds]
-        missing = [p for p, s in zip(out[name], plan.seeds) if not compatible_model(p, r, s, data.content_hash)]
+        missing = [p for p, s in zip(out[name], plan.seeds) if not is_complete(p, r, s, data.content_hash)]
         if missing:
             raise RuntimeError(f"training did not finish for {missing}")
     return out

@@ -498,7 +498,12 @@ def model_dir_name(seed: int) -> str:
 
 def is_complete(directory: str | os.PathLike, recipe: TrainRecipe | None = None, seed: int | None = None,
                 data_hash: str | None = None) -> bool:
-    """Whether ``directory`` holds a finished model (of this recipe/seed/data, when given)."""
+    """Whether ``directory`` holds a finished model (of this recipe/seed/data, when given).
+
+    A model trained before TrainRecipe gained fields still counts as this recipe's when every
+    field it stored equals the recipe's and every field it lacks is at its default (the default
+    reproduces the older behaviour), so caches survive new recipe options.
+    """
     cfg = Path(directory) / "config.json"
     if not cfg.exists() or not (Path(directory) / "model.safetensors").exists():
         return False
@@ -510,7 +515,10 @@ def is_complete(directory: str | os.PathLike, recipe: TrainRecipe | None = None,
     if not t.get("complete"):
         return False
     if recipe is not None and t.get("recipe_hash") != recipe.content_hash:
-        return False
+        stored, now, base = t.get("recipe") or {}, recipe.to_dict(), TrainRecipe().to_dict()
+        if not (stored and all(now.get(k) == v for k, v in stored.items())
+                and all(now[k] == base[k] for k in now if k not in stored)):
+            return False
     if seed is not None and t.get("seed") != int(seed):
         return False
     if data_hash is not None and t.get("data_hash") != data_hash:

@@ -85,15 +85,14 @@ def test_quick_study_end_to_end(tmp_path):
 
 
 def test_cached_models_survive_new_recipe_fields(tmp_path):
-    from pipelines.head_study import compatible_model
-    from pipelines.training import prepare_data, train_model
+    from pipelines.training import is_complete, prepare_data, train_model
 
     corpus, plan = _corpus(), _plan()
     name, recipe = plan.conditions()[0]
     data = prepare_data(recipe, corpus=corpus, cache=tmp_path)
     d = train_model(recipe, 0, tmp_path / "m", data=data, progress=False)
-    assert compatible_model(d, recipe, 0, data.content_hash)
-    assert not compatible_model(d, recipe, 1, data.content_hash)
+    assert is_complete(d, recipe, 0, data.content_hash)
+    assert not is_complete(d, recipe, 1, data.content_hash)
     cfg = d / "config.json"
     doc = json.loads(cfg.read_text())
     t = doc["meta"]["training"]
@@ -101,8 +100,8 @@ def test_cached_models_survive_new_recipe_fields(tmp_path):
     t["recipe_hash"] = "older"
     del t["recipe"]["grad_clip"]
     cfg.write_text(json.dumps(doc))
-    assert compatible_model(d, recipe, 0, data.content_hash)
-    assert not compatible_model(d, recipe.replace(grad_clip=0.5), 0, data.content_hash)
+    assert is_complete(d, recipe, 0, data.content_hash)
+    assert not is_complete(d, recipe.replace(grad_clip=0.5), 0, data.content_hash)
     t["recipe"]["lr"] = 1.0  # a stored field that differs: not this recipe's model
     cfg.write_text(json.dumps(doc))
-    assert not compatible_model(d, recipe, 0, data.content_hash)
+    assert not is_complete(d, recipe, 0, data.content_hash)
