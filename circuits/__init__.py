@@ -1,12 +1,32 @@
-"""circuitstat circuits layer: models, the component graph, tasks, attribution, circuits."""
+"""circuitstat circuits layer: models, the component graph, tasks, attribution, circuits.
+
+Names load lazily (PEP 562) so that ``from circuits.errors import InputError`` — used by the
+torch-free commands ``check``, ``query``, ``report`` — does not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from .errors import InputError, UnsupportedArchitectureError
-from .graph import ComponentGraph
-from .interventions import Intervention
-from .loading import load_hf, load_model
-from .model import CircuitModel, ModelConfig, RunOutput, RunState
+
+_LAZY = {
+    "ComponentGraph": ".graph", "Intervention": ".interventions", "load_hf": ".loading",
+    "load_model": ".loading", "CircuitModel": ".model", "ModelConfig": ".model", "RunOutput": ".model",
+    "RunState": ".model",
+}
 
 __all__ = [
     "CircuitModel", "ComponentGraph", "InputError", "Intervention", "ModelConfig", "RunOutput", "RunState",
     "UnsupportedArchitectureError", "load_hf", "load_model",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The lazily imported public name ``name`` (its module is imported on first use)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'circuits' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value
