@@ -1,0 +1,23 @@
+"""Loader for the real heavy-tailed score population kept as a test fixture."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+ZOO_FIXTURE = Path(__file__).parent / "fixtures" / "zoo-induction-exact.parquet"
+
+
+def load_zoo_fixture(path: Path = ZOO_FIXTURE) -> tuple[np.ndarray, list[str]]:
+    """Return (scores [1024, E] float64, edge names) of the zoo induction fixture.
+
+    Exact per-example edge scores of the zoo's attention-only seed-0 model on 1024 induction
+    prompts, one float32 column per edge (see fixtures/make_zoo_induction_exact.py).
+    """
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    names = list(table.column_names)
+    scores = np.column_stack([table[c].to_numpy() for c in names]).astype(np.float64)
+    return scores, names
