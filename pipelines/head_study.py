@@ -153,7 +153,7 @@ def _estimator(plan: StudyPlan, corpus) -> Any:
 
 
 def _fit_condition(plan: StudyPlan, paths: Sequence[str], corpus) -> Any:
-    return _estimator(plan, corpus).fit([str(p) for p in paths])
+    return _estimator(plan, corpus).fit([str(p) for p in paths]).result_
 
 
 def _replicate_table(res) -> dict:

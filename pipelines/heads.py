@@ -1,11 +1,14 @@
-"""Cross-seed stability of attention heads and of the residual stream (Bali et al. 2026), with CIs.
+"""Cross-seed stability of attention heads and of the residual stream (Bali et al. 2026): orchestration.
 
 Given K refits of one architecture (models that differ only by their training seed or recipe),
-:class:`HeadStability` measures how reproducible each attention head is:
+:class:`HeadStability` (a scikit-learn style estimator: parameters in ``__init__``,
+``fit(models)`` returns the estimator with the result in ``result_``) measures how reproducible
+each attention head is. This module loads models, builds the probe set, reads the models out
+(``circuits.readouts``) and assembles tables; every statistic is computed in
+``stats.head_stability`` and ``stats.similarity``:
 
 * a head's representation on a probe prompt is the lower triangle (with diagonal) of its
-  attention pattern; the similarity of two heads is the cosine per prompt averaged over prompts
-  (``stats.similarity``);
+  attention pattern; the similarity of two heads is the cosine per prompt averaged over prompts;
 * a head's **stability** is the mean, over the other refits, of its best match among the heads
   of the same layer of that refit (``match='max'``, the paper's choice) or of its one-to-one
   Hungarian partner (``match='hungarian'``). ``pairs='anchor'`` (the paper) compares one anchor
@@ -14,26 +17,31 @@ Given K refits of one architecture (models that differ only by their training se
 * **layer stability** is the mean over a layer's heads, the **gap** is max − min over layers;
   **distinctness** = 1 − mean similarity to the other heads of its own layer; the **cross-layer
   best match** searches every layer of the other refit;
-* **importance**: the rise in perplexity (next-token loss on the probe set) when the head's
-  output is zero-ablated; its correlation with stability per layer (Fisher-z CI with n = H
-  heads per layer, or pooled over refits; a permutation p-value);
+* **importance**: the rise in perplexity when the head's output is zero-ablated, and its
+  correlation with stability per layer (Fisher-z CI, permutation p-value);
 * the **residual stream**: linear, RBF (median bandwidth) and debiased CKA between refits at an
   explicit hook (``pre``: the input of a layer; ``post``: after its attention), per layer.
 
-Every number has a bootstrap CI: one replicate resamples prompts (with replacement) and refits
-(the anchor's comparison refits, or all refits for pairs='all'), jointly by default
-(``ci_over='both'``; ``'prompts'`` or ``'refits'`` for one source only). A null is shown beside
-stability: prompts of the other refit shuffled (``null='prompts'``, content-matched structure
-removed) or independently initialised, untrained models of the same architecture
-(``null='untrained'``).
+Intervals, each labelled with its estimand (``ESTIMANDS``, also in the tables' metadata):
+
+* ``refit_ci_low/high`` (heads, layers, residual, and the summary rows that say so): stability
+  over the distribution of training seeds. Every refit is an anchor in turn (layers: jackknife
+  over refits of the all-pairs mean, t on K − 1 df; heads: t interval over the anchor's
+  comparison refits, anchor fixed); ``n_refits`` says how many refits it rests on (>= 3 needed).
+  Chosen by simulated coverage (tests/stats/test_head_stability_coverage.py).
+* ``excess`` = stability − null, with ``excess_ci_low/high`` over refits in the same way: a
+  claim about stability is a claim about excess over the null.
+* ``ci_low/ci_high``: the bootstrap of the paper's setting (prompts with replacement and the
+  anchor's comparison refits, ``ci_over``); the anchor is fixed, so it is not an interval for
+  the seed distribution. CKA's prompt resampling is half-sampling without replacement
+  (duplicated rows bias CKA upwards).
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
+import inspect
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,31 +49,43 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from stats.head_stability import (CKA_KINDS, all_pairs_layer_stability, anchor_head_stability,
+                                  cka_half_sample_replicates, comparison_t_interval, fisher_interval,
+                                  layer_statistics, leave_one_refit_out, matched_similarity, ordered_pair_mean,
+                                  pair_matrix, percentile_interval, permutation_correlation, perplexity_rise,
+                                  prompt_resampled_similarity, refit_bootstrap_counts, refit_jackknife,
+                                  shuffled_layer_gap)
 from stats.resampling import ResamplingPlan, as_seed_sequence, seed_record, spawn_seeds
-from stats.results import Result
-from stats.similarity import (debiased_cka, head_matching, linear_cka, match_heads, per_prompt_cosine,
-                              rbf_cka)
+from stats.results import ConfidenceInterval, Result
+from stats.similarity import head_matching, match_heads, per_prompt_cosine
 
 __all__ = [
     "ProbeSet",
     "build_probe",
-    "attention_patterns",
-    "residual_rows",
-    "head_importance",
     "fisher_interval",
     "permutation_correlation",
     "HeadStability",
     "HeadStabilityResult",
     "load_source",
     "heads_command",
+    "ESTIMANDS",
 ]
 
 MATCHES = ("max", "hungarian")
 PAIRS = ("anchor", "all")
 NULLS = ("prompts", "untrained", "none")
 HOOKS = ("pre", "post")
-CKA_KINDS = {"linear": linear_cka, "rbf": rbf_cka, "debiased": debiased_cka}
 CI_OVER = ("both", "prompts", "refits")
+
+ESTIMANDS = {
+    "refit_ci": "stability over the distribution of training seeds; layers, residual and summary: every refit an "
+                "anchor in turn, jackknife over refits of the all-pairs mean (t, K-1 df); heads: the anchor's head "
+                "against a new training seed, t interval over the anchor's K-1 comparison refits",
+    "excess_ci": "stability minus its null, same refit-level interval as refit_ci",
+    "ci": "bootstrap of prompts (with replacement) and of the anchor's comparison refits, anchor fixed: Monte Carlo "
+          "uncertainty of the paper's setting, not an interval for the seed distribution; CKA: half-samples of "
+          "prompts without replacement",
+}
 
 
 def _input_error(msg: str) -> Exception:
@@ -209,254 +229,12 @@ def build_probe(tokenizer, *, n: int = 100, length: int = 64, bos: bool = True, 
 
 
 def load_source(source: str | os.PathLike, device: str = "cpu"):
-    """A CircuitModel from a directory, a cached hub id, ``random:...``, or ``hub/id@revision``.
-
-    A revision (branch, tag or commit, e.g. a training checkpoint) must be in the local Hugging
-    Face cache; nothing is downloaded.
-    """
-    from circuits import load_model
+    """Return a CircuitModel from any model source (``circuits.loading.load_model``; ``zoo:`` resolved first)."""
+    from circuits.loading import load_model
 
     from .build import resolve_source
 
-    src = resolve_source(str(source))
-    if "@" in src and not Path(src).expanduser().exists() and not src.startswith("random:"):
-        import torch
-        import transformers
-
-        from circuits.convert import from_hf
-        from circuits.tokenizers import HFTokenizer
-
-        repo, rev = src.rsplit("@", 1)
-        try:
-            hf = transformers.AutoModelForCausalLM.from_pretrained(
-                repo, revision=rev, local_files_only=True, dtype=torch.float32, attn_implementation="eager").eval()
-        except OSError:
-            raise _input_error(f"{src!r}: revision {rev!r} of {repo!r} is not in the local Hugging Face cache; "
-                               "download it on a machine with network access first") from None
-        model = from_hf(hf, device=device)
-        model.source = src
-        try:
-            model.tokenizer = HFTokenizer.from_pretrained(repo, revision=rev)
-        except (OSError, ValueError):
-            model.tokenizer = None
-        return model
-    return load_model(src, device=device)
-
-
-# =============================================================================================
-# Model read-outs
-# =============================================================================================
-def _batches(n: int, batch_size: int):
-    for s in range(0, n, batch_size):
-        yield slice(s, min(n, s + batch_size))
-
-
-def attention_patterns(model, ids: np.ndarray, batch_size: int = 50) -> np.ndarray:
-    """Attention probabilities ``[L, H, N, T, T]`` (float32) of every head on every prompt."""
-    import torch
-
-    out = []
-    with torch.no_grad():
-        for sl in _batches(ids.shape[0], batch_size):
-            x = torch.tensor(ids[sl], device=model.device)
-            r = model.run(x, keep_patterns=True, compute_logits=False)
-            out.append(np.stack([p.float().cpu().numpy() for p in r.patterns]))  # [L, B, H, T, T]
-    return np.concatenate(out, axis=1).transpose(0, 2, 1, 3, 4).astype(np.float32, copy=False)
-
-
-def cka_positions(length: int, n_tokens: int) -> np.ndarray:
-    """Token positions used as CKA rows: ``n_tokens`` evenly spaced, never the first token."""
-    n_tokens = max(1, min(int(n_tokens), length - 1))
-    return np.unique(np.linspace(1, length - 1, n_tokens).round().astype(np.int64))
-
-
-def residual_rows(model, ids: np.ndarray, positions: np.ndarray, hooks: Sequence[str] = HOOKS,
-                  batch_size: int = 50) -> dict[str, np.ndarray]:
-    """Residual stream ``{hook: [L, N * len(positions), D]}`` (float64), rows prompt-major.
-
-    ``pre``: the input of layer l (before attention); ``post``: after layer l's attention.
-    """
-    import torch
-
-    acc: dict[str, list] = {h: [] for h in hooks}
-    with torch.no_grad():
-        for sl in _batches(ids.shape[0], batch_size):
-            x = torch.tensor(ids[sl], device=model.device)
-            r = model.run(x, keep_resid=True, compute_logits=False)
-            for h in hooks:
-                src = r.resid_pre if h == "pre" else r.resid_mid
-                acc[h].append(np.stack([t[:, positions].double().cpu().numpy() for t in src]))  # [L, B, r, D]
-    out = {}
-    for h in hooks:
-        a = np.concatenate(acc[h], axis=1)
-        out[h] = a.reshape(a.shape[0], -1, a.shape[-1])
-    return out
-
-
-def _prompt_losses(model, x, intervention=None):
-    import torch
-    import torch.nn.functional as F
-
-    logits = model.run(x, intervention=intervention).logits
-    if logits.dtype != torch.float64:
-        logits = logits.float()
-    nll = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1), reduction="none")
-    return nll.view(x.shape[0], -1).mean(1).double().cpu().numpy()
-
-
-def head_importance(model, ids: np.ndarray, batch_size: int = 50) -> tuple[np.ndarray, np.ndarray]:
-    """Per-prompt mean next-token loss: clean ``[N]`` and with each head zero-ablated ``[L, H, N]``.
-
-    Zero ablation replaces the head's output (its pattern-weighted values times W_O) by zeros in
-    the residual stream; the layer's output bias b_O is kept. Importance = exp(mean ablated loss)
-    − exp(mean clean loss), the rise in perplexity.
-    """
-    import torch
-
-    from circuits.interventions import Intervention
-
-    cfg, g = model.cfg, model.graph
-    N = ids.shape[0]
-    clean = np.zeros(N)
-    abl = np.zeros((cfg.n_layers, cfg.n_heads, N))
-    zeros = torch.zeros(1, g.n_senders, 1, cfg.d_model, dtype=model.dtype, device=model.device)
-    with torch.no_grad():
-        for sl in _batches(N, batch_size):
-            x = torch.tensor(ids[sl], device=model.device)
-            clean[sl] = _prompt_losses(model, x)
-            for layer in range(cfg.n_layers):
-                for h in range(cfg.n_heads):
-                    mask = torch.zeros(g.n_senders, dtype=torch.bool, device=model.device)
-                    mask[g.head_sender(layer, h)] = True
-                    abl[layer, h, sl] = _prompt_losses(model, x, Intervention.nodes(mask, zeros))
-    return clean, abl
-
-
-# =============================================================================================
-# Correlation helpers
-# =============================================================================================
-def fisher_interval(r: float, n_eff: float, confidence_level: float = 0.95) -> tuple[float, float]:
-    """Fisher-z interval of a correlation from ``n_eff`` pairs (se = 1/sqrt(n_eff − 3)); (−1, 1) if n_eff <= 3."""
-    from scipy.stats import norm
-
-    if not np.isfinite(r):
-        return (math.nan, math.nan)
-    if n_eff <= 3:
-        return (-1.0, 1.0)
-    z = math.atanh(float(np.clip(r, -1 + 1e-12, 1 - 1e-12)))
-    q = norm.ppf(0.5 + confidence_level / 2) / math.sqrt(n_eff - 3)
-    return (math.tanh(z - q), math.tanh(z + q))
-
-
-def _ranks(x: np.ndarray) -> np.ndarray:
-    from scipy.stats import rankdata
-
-    return rankdata(x)
-
-
-def _centered_r(x: np.ndarray, y: np.ndarray, groups: np.ndarray) -> float:
-    """Pearson r after centring x and y within each group (a within-group correlation)."""
-    xc, yc = x.astype(float).copy(), y.astype(float).copy()
-    for gid in np.unique(groups):
-        m = groups == gid
-        xc[m] -= xc[m].mean()
-        yc[m] -= yc[m].mean()
-    den = math.sqrt(float(xc @ xc) * float(yc @ yc))
-    return float(xc @ yc) / den if den > 0 else math.nan
-
-
-def permutation_correlation(x: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None, *,
-                            method: str = "pearson", n_permutations: int = 9999, seed: Any = 0,
-                            confidence_level: float = 0.95) -> dict:
-    """Correlation of x and y within groups, Fisher-z CI and a two-sided permutation p-value.
-
-    With one group this is the ordinary correlation (n_eff = n); with G groups (e.g. refits),
-    x and y are centred within each group first and n_eff = n − (G − 1). The permutation null
-    shuffles y within each group; with one group of at most 8 elements every permutation is
-    enumerated (exact p-value).
-    """
-    x = np.asarray(x, dtype=float)
-    y = np.asarray(y, dtype=float)
-    groups = np.zeros(x.size, dtype=np.int64) if groups is None else np.asarray(groups)
-    ok = np.isfinite(x) & np.isfinite(y)
-    x, y, groups = x[ok], y[ok], groups[ok]
-    if method == "spearman":
-        x, y = _ranks(x), _ranks(y)
-    elif method != "pearson":
-        raise _input_error(f"unknown correlation {method!r}; use pearson or spearman")
-    n = x.size
-    uniq = np.unique(groups)
-    n_eff = n - (len(uniq) - 1)
-    r = _centered_r(x, y, groups) if n >= 3 else math.nan
-    lo, hi = fisher_interval(r, n_eff, confidence_level)
-    if not np.isfinite(r):
-        return {"r": r, "ci_low": lo, "ci_high": hi, "pvalue": math.nan, "n": int(n), "n_eff": int(n_eff),
-                "permutations": 0, "exact": False}
-    idx = [np.flatnonzero(groups == gid) for gid in uniq]
-    tol = 1e-12 * max(1.0, abs(r))
-    # centring within groups commutes with permuting within groups: permute the centred values
-    xc, yc = x.copy(), y.copy()
-    for ix in idx:
-        xc[ix] -= xc[ix].mean()
-        yc[ix] -= yc[ix].mean()
-    den = math.sqrt(float(xc @ xc) * float(yc @ yc))
-    if len(idx) == 1 and n <= 8:
-        perms = np.array(list(itertools.permutations(range(n))))
-        null = yc[perms] @ xc / den
-        p = float(np.mean(np.abs(null) >= abs(r) - tol))
-        return {"r": r, "ci_low": lo, "ci_high": hi, "pvalue": p, "n": int(n), "n_eff": int(n_eff),
-                "permutations": len(perms), "exact": True}
-    rng = np.random.default_rng(as_seed_sequence(seed))
-    count = 0
-    for start in range(0, n_permutations, 1000):
-        b = min(1000, n_permutations - start)
-        order = np.tile(np.arange(n), (b, 1))
-        for ix in idx:
-            order[:, ix] = ix[np.argsort(rng.random((b, ix.size)), axis=1)]
-        count += int(np.sum(np.abs(yc[order] @ xc / den) >= abs(r) - tol))
-    return {"r": r, "ci_low": lo, "ci_high": hi, "pvalue": (1 + count) / (1 + n_permutations), "n": int(n),
-            "n_eff": int(n_eff), "permutations": n_permutations, "exact": False}
-
-
-# =============================================================================================
-# Matching helpers
-# =============================================================================================
-def _matched_scores(sim: np.ndarray, method: str) -> np.ndarray:
-    """Matched similarity of every source head: ``sim [..., H1, H2] -> [..., H1]``."""
-    if method == "max":
-        s = np.where(np.isnan(sim), -np.inf, sim).max(axis=-1)
-        return np.where(np.isneginf(s), np.nan, s)
-    flat = sim.reshape(-1, *sim.shape[-2:])
-    out = np.stack([match_heads(m, "hungarian")[1] for m in flat])
-    return out.reshape(sim.shape[:-1])
-
-
-def _weighted_mean_prompts(W: np.ndarray, cos: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """Prompt-weighted mean of per-prompt cosines: W [R, P], cos/valid [P, ...] -> [R, ...]."""
-    shp = cos.shape[1:]
-    num = W @ cos.reshape(cos.shape[0], -1)
-    den = W @ valid.reshape(valid.shape[0], -1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (num / den).reshape((W.shape[0],) + shp)
-
-
-def _quantiles(x: np.ndarray, confidence_level: float) -> tuple[np.ndarray, np.ndarray]:
-    a = (1 - confidence_level) / 2
-    with np.errstate(invalid="ignore"), _quiet():
-        lo, hi = np.nanquantile(x, [a, 1 - a], axis=0)
-    return lo, hi
-
-
-class _quiet:
-    def __enter__(self):
-        import warnings
-
-        self._w = warnings.catch_warnings()
-        self._w.__enter__()
-        warnings.simplefilter("ignore", RuntimeWarning)
-
-    def __exit__(self, *a):
-        self._w.__exit__(*a)
+    return load_model(resolve_source(str(source)), device=device)
 
 
 def _blas_threads(n: int):
@@ -469,37 +247,138 @@ def _blas_threads(n: int):
     return threadpool_limits(limits=n, user_api="blas")
 
 
-def _nanmean(x, axis=None):
-    with _quiet():
-        return np.nanmean(x, axis=axis)
+# =============================================================================================
+# Read-outs and pair similarities
+# =============================================================================================
+@dataclass
+class _PairSimilarities:
+    """Per-prompt cosines of every ordered pair of refits, and their prompt-resampled means."""
+
+    pairs: list[tuple[int, int]]  # ordered pairs (a, b), a != b
+    cosines: np.ndarray  # [P, n_pairs, L, H, H]
+    point: np.ndarray  # [n_pairs, L, H, H] mean over prompts
+    replicates: np.ndarray  # [R, n_pairs, L, H, H]
+    anchor_cross: dict[int, np.ndarray]  # b -> [P, L*H, L*H] anchor against refit b, every layer
+    anchor_self: np.ndarray  # [P, L, H, H] anchor against itself
+
+    def index(self, a: int, b: int) -> int:
+        """Return the position of the ordered pair (a, b)."""
+        return self.pairs.index((a, b))
 
 
-def _cka_pairs(kind: str, Xs: dict, pairs: list, row_idx: list | None) -> tuple[np.ndarray, np.ndarray | None]:
-    """CKA of each (a, b) pair on all rows, and per bootstrap replicate of rows (``row_idx``).
+def _per_layer_cosine(first: np.ndarray, second: np.ndarray, drop_bos: bool) -> np.ndarray:
+    """Return per-prompt cosines of same-layer heads ``[P, L, H, H]`` of two pattern arrays ``[L, H, P, T, T]``."""
+    return np.stack([per_prompt_cosine(first[layer], second[layer], drop_bos=drop_bos)
+                     for layer in range(first.shape[0])], axis=1)
 
-    Linear CKA is recomputed on the resampled rows. RBF and debiased CKA index precomputed Gram
-    matrices (the RBF bandwidth stays the full-sample median heuristic) and centre each model's
-    resampled Gram once per replicate.
-    """
-    from stats.similarity import _center_gram, _cka_from_centered, _rbf_gram, _u_center_gram
 
-    fn = CKA_KINDS[kind]
-    v0 = np.array([fn(Xs[a], Xs[b]) for a, b in pairs])
-    if row_idx is None:
-        return v0, None
-    vr = np.zeros((len(row_idx), len(pairs)))
-    if kind == "linear":
-        for r, ix in enumerate(row_idx):
-            vr[r] = [fn(Xs[a][ix], Xs[b][ix]) for a, b in pairs]
-        return v0, vr
-    if kind == "rbf":
-        grams, center = {m: _rbf_gram(np.asarray(X, dtype=np.float64), 1.0) for m, X in Xs.items()}, _center_gram
+def _pair_similarities(patterns: list[np.ndarray], anchor: int, drop_bos: bool, prompt_plan: ResamplingPlan | None,
+                       n_resamples: int) -> _PairSimilarities:
+    """Return the cosines of every ordered pair of refits and their (resampled) means over prompts."""
+    n_layers, n_heads, n_prompts, length = patterns[0].shape[:4]
+    flat = [p.reshape(n_layers * n_heads, n_prompts, length, length) for p in patterns]
+    blocks: dict[tuple[int, int], np.ndarray] = {}
+    anchor_cross = {}
+    for b in range(len(patterns)):
+        if b == anchor:
+            continue
+        full = per_prompt_cosine(flat[anchor], flat[b], drop_bos=drop_bos)  # [P, LH, LH]
+        anchor_cross[b] = full
+        by_layer = full.reshape(n_prompts, n_layers, n_heads, n_layers, n_heads)
+        blocks[(anchor, b)] = np.stack([by_layer[:, layer, :, layer, :] for layer in range(n_layers)], axis=1)
+        blocks[(b, anchor)] = blocks[(anchor, b)].transpose(0, 1, 3, 2)
+    others = [k for k in range(len(patterns)) if k != anchor]
+    for a, b in zip(*np.triu_indices(len(others), 1)):
+        a, b = others[a], others[b]
+        blocks[(a, b)] = _per_layer_cosine(patterns[a], patterns[b], drop_bos)
+        blocks[(b, a)] = blocks[(a, b)].transpose(0, 1, 3, 2)
+    pairs = sorted(blocks)
+    cosines = np.stack([blocks[p] for p in pairs], axis=1)
+    point = prompt_resampled_similarity(cosines, None)[0]
+    if prompt_plan is None:
+        replicates = np.broadcast_to(point, (n_resamples,) + point.shape)
     else:
-        grams, center = {m: X @ X.T for m, X in Xs.items()}, _u_center_gram
-    for r, ix in enumerate(row_idx):
-        cg = {m: center(G[np.ix_(ix, ix)]) for m, G in grams.items()}
-        vr[r] = [_cka_from_centered(cg[a], cg[b]) for a, b in pairs]
-    return v0, vr
+        replicates = prompt_resampled_similarity(cosines, prompt_plan)
+    anchor_self = _per_layer_cosine(patterns[anchor], patterns[anchor], drop_bos)
+    return _PairSimilarities(pairs, cosines, point, replicates, anchor_cross, anchor_self)
+
+
+def _quiet_nanmean(values: np.ndarray, axis: Any = None) -> np.ndarray:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(values, axis=axis)
+
+
+# =============================================================================================
+# Nulls
+# =============================================================================================
+def _prompt_shuffle_null(patterns: list[np.ndarray], pairs: list[tuple[int, int]], match: str, drop_bos: bool,
+                         n_null: int, seed: np.random.SeedSequence, n_jobs: int) -> np.ndarray:
+    """Return the null matched score ``[n_pairs, L, H]`` of every ordered pair: prompts of refit b shuffled."""
+    n_layers = patterns[0].shape[0]
+    seeds = spawn_seeds(seed, len(pairs) * n_layers)
+    return np.stack([np.stack([
+        head_matching(patterns[a][layer], patterns[b][layer], method=match, drop_bos=drop_bos, n_permutations=n_null,
+                      n_bootstrap=0, seed=seeds[i * n_layers + layer], n_jobs=n_jobs).null_head_mean
+        for layer in range(n_layers)]) for i, (a, b) in enumerate(pairs)])
+
+
+def _untrained_null(models: list, patterns: list[np.ndarray], ids: np.ndarray, match: str, drop_bos: bool,
+                    n_models: int, seed: np.random.SeedSequence, batch_size: int) -> tuple[np.ndarray, list[int]]:
+    """Return each refit's matched score against untrained models ``[K, L, H]`` and their seeds."""
+    from circuits.model import CircuitModel
+    from circuits.readouts import attention_patterns
+
+    seeds = [int(s.generate_state(1)[0]) for s in spawn_seeds(seed, n_models)]
+    per_refit: list[list[np.ndarray]] = [[] for _ in models]
+    for untrained_seed in seeds:
+        model = CircuitModel(models[0].cfg).init_weights(untrained_seed).to(models[0].device).eval()
+        untrained = attention_patterns(model, ids, batch_size)
+        for a, refit_patterns in enumerate(patterns):
+            similarity = prompt_resampled_similarity(_per_layer_cosine(refit_patterns, untrained, drop_bos), None)[0]
+            per_refit[a].append(matched_similarity(similarity, match))
+    return np.stack([np.mean(scores, axis=0) for scores in per_refit]), seeds
+
+
+# =============================================================================================
+# Refit-level intervals (every refit an anchor)
+# =============================================================================================
+@dataclass
+class _RefitLevel:
+    """Refit-level estimates, leave-one-refit-out values and t intervals of the layer-level numbers."""
+
+    n_refits: int
+    estimates: dict[str, np.ndarray]  # name -> estimate ([L] for layers, scalar for summaries)
+    leave_one_out: dict[str, np.ndarray]  # name -> [K, ...]
+    intervals: dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def _refit_level(matched_pairs: np.ndarray, excess_pairs: np.ndarray | None, confidence_level: float) -> _RefitLevel:
+    """Return the all-anchors layer stability, excess and their summaries with jackknife-over-refits intervals.
+
+    ``matched_pairs`` and ``excess_pairs`` are ``[K, K, L, H]`` (NaN diagonal).
+    """
+    n_refits = matched_pairs.shape[0]
+    sources = {"layer": _quiet_nanmean(matched_pairs, axis=-1)}
+    if excess_pairs is not None:
+        sources["excess"] = _quiet_nanmean(excess_pairs, axis=-1)
+    estimates, leave_one_out = {}, {}
+    for name, pair_values in sources.items():
+        estimates[name] = ordered_pair_mean(pair_values)
+        leave_one_out[name] = leave_one_refit_out(pair_values)
+    for key, value in layer_statistics(estimates["layer"]).items():
+        estimates[key] = value
+        leave_one_out[key] = layer_statistics(leave_one_out["layer"])[key]
+    if excess_pairs is not None:
+        estimates["excess_mean"] = _quiet_nanmean(estimates["excess"])
+        leave_one_out["excess_mean"] = _quiet_nanmean(leave_one_out["excess"], axis=-1)
+    intervals = {}
+    for name in estimates:
+        low, high, _ = refit_jackknife(estimates[name], leave_one_out[name], confidence_level)
+        intervals[name] = (low, high)
+    return _RefitLevel(n_refits, estimates, leave_one_out, intervals)
 
 
 # =============================================================================================
@@ -510,12 +389,16 @@ class HeadStabilityResult(Result):
     """Head/layer stability, importance, residual CKA and their intervals; ``.tables()`` for Parquet.
 
     Tables: ``heads`` (layer, head, stability, ci_low, ci_high, null_mean, distinctness,
-    importance, match, pairs), ``layers`` (layer, stability, ci_low, ci_high, null_mean),
-    ``residual`` (layer, hook, kind, cka, ci_low, ci_high), ``head_details`` (the other CIs and
-    the cross-layer match), ``correlation`` (stability vs importance), ``summary`` (item, value,
-    ci_low, ci_high, verdict) and ``refits``. ``replicates`` keeps the bootstrap replicates of
-    the layer-level numbers (same resampling scheme for every result with the same
-    ``n_boot``), so independent results can be compared replicate by replicate.
+    importance, match, pairs, then excess, refit_ci_low, refit_ci_high, excess_ci_low,
+    excess_ci_high, n_refits), ``layers`` (layer, stability, ci_low, ci_high, null_mean, then
+    stability_all_anchors, refit_ci_low, refit_ci_high, excess, excess_ci_low, excess_ci_high,
+    n_refits), ``residual`` (layer, hook, kind, cka, ci_low, ci_high, then cka_all_pairs,
+    refit_ci_low, refit_ci_high, n_refits), ``head_details``, ``correlation``, ``summary`` (item,
+    value, ci_low, ci_high, verdict) and ``refits``. Every interval's estimand is in
+    ``params['estimands']`` (see :data:`ESTIMANDS`). ``replicates`` keeps the bootstrap
+    replicates of the layer-level numbers (same resampling scheme for every result with the same
+    ``n_boot``); ``refit_replicates`` the leave-one-refit-out values (``jackknife:<name>``) and
+    estimates (``estimate:<name>``), so results on the same seeds can be compared refit by refit.
     """
 
     n_layers: int
@@ -529,60 +412,71 @@ class HeadStabilityResult(Result):
     refits: dict
     replicates: dict
     params: dict = field(default_factory=dict)
+    refit_replicates: dict = field(default_factory=dict)
     main_table = "heads"
 
-    # --- convenience -------------------------------------------------------------------------
     @property
     def head_stability(self) -> np.ndarray:
-        """[L, H] stability of the anchor's heads."""
+        """Return the [L, H] stability of the anchor's heads."""
         return np.asarray(self.heads["stability"]).reshape(self.n_layers, self.n_heads)
 
     @property
     def layer_stability(self) -> np.ndarray:
+        """Return the [L] layer stability (the ``stability`` column of ``layers``)."""
         return np.asarray(self.layers["stability"])
 
     @property
     def gap(self) -> float:
+        """Return max − min layer stability."""
         s = self.layer_stability
         return float(np.nanmax(s) - np.nanmin(s))
 
     @property
     def least_stable_layer(self) -> int:
+        """Return the index of the least stable layer."""
         return int(np.nanargmin(self.layer_stability))
 
     def item(self, name: str) -> dict:
-        """The summary row called ``name``."""
+        """Return the summary row called ``name``."""
         for row in self.summary_rows:
             if row["item"] == name:
                 return row
         raise KeyError(f"no summary item {name!r}; have {[r['item'] for r in self.summary_rows]}")
 
+    def conf_int(self, table: str = "layers", kind: str = "refit") -> ConfidenceInterval:
+        """Return the (low, high) arrays of one table's intervals: kind 'refit', 'excess' or 'bootstrap'."""
+        prefix = {"refit": "refit_ci", "excess": "excess_ci", "bootstrap": "ci"}.get(kind)
+        columns = self._tables().get(table, {})
+        if prefix is None or f"{prefix}_low" not in columns:
+            raise KeyError(f"table {table!r} has no {kind!r} interval; use heads, layers or residual with "
+                           "refit, excess or bootstrap")
+        return ConfidenceInterval(np.asarray(columns[f"{prefix}_low"]), np.asarray(columns[f"{prefix}_high"]))
+
     def _tables(self) -> dict[str, dict[str, Any]]:
-        summ = {k: np.array([r[k] for r in self.summary_rows], dtype=object if k in ("item", "verdict") else float)
-                for k in ("item", "value", "ci_low", "ci_high", "verdict")}
-        summ["item"] = np.array([str(v) for v in summ["item"]])
-        summ["verdict"] = np.array([str(v) for v in summ["verdict"]])
+        summary = {k: np.array([r[k] for r in self.summary_rows], dtype=float)
+                   for k in ("value", "ci_low", "ci_high")}
+        summary = {"item": np.array([str(r["item"]) for r in self.summary_rows]), **summary,
+                   "verdict": np.array([str(r["verdict"]) for r in self.summary_rows])}
         return {"heads": self.heads, "layers": self.layers, "residual": self.residual,
-                "head_details": self.head_details, "correlation": self.correlation, "summary": summ,
+                "head_details": self.head_details, "correlation": self.correlation, "summary": summary,
                 "refits": self.refits}
 
     def _summary_items(self) -> list[tuple[str, Any]]:
         items = [("refits", len(self.refits["refit"])), ("layers x heads", f"{self.n_layers} x {self.n_heads}"),
                  ("match / pairs", f"{self.params.get('match')} / {self.params.get('pairs')}")]
         for r in self.summary_rows:
-            lo, hi = r["ci_low"], r["ci_high"]
-            ci = f" [{lo:.3g}, {hi:.3g}]" if np.isfinite(lo) else ""
+            ci = f" [{r['ci_low']:.3g}, {r['ci_high']:.3g}]" if np.isfinite(r["ci_low"]) else ""
             items.append((r["item"], f"{r['value']:.4g}{ci}"))
         return items
 
-    # --- writing -----------------------------------------------------------------------------
     def provenance(self) -> dict:
+        """Return the models, probe, seed, method and parameters recorded with every table."""
         return {"models": self.params.get("models", []), "probe": self.params.get("probe", {}),
                 "seed": self.params.get("random_state"), "method": "head_stability",
                 "params": {k: v for k, v in self.params.items() if k not in ("models", "probe")}}
 
     def write(self, run_dir, *, spec: Any = None, command: Any = None, force: bool = False) -> dict[str, Path]:
-        """Write every table as ``<run_dir>/<table>.parquet`` with provenance and a manifest.
+        """Write every table as ``<run_dir>/<table>.parquet`` with provenance and a manifest; return paths.
 
         ``run_dir``: a path (opened as a :class:`reports.rundir.RunDir`) or an open RunDir (its
         tables are written directly, e.g. inside a stage of a larger run).
@@ -605,40 +499,70 @@ class HeadStabilityResult(Result):
 # =============================================================================================
 # Estimator
 # =============================================================================================
+@dataclass
+class _Context:
+    """What every stage of one fit shares: models, probe, sizes, seeds and resampling draws."""
+
+    models: list
+    probe: ProbeSet
+    anchor: int
+    n_layers: int
+    n_heads: int
+    seeds: dict[str, np.random.SeedSequence]
+    root: np.random.SeedSequence
+    n_resamples: int
+    confidence_level: float
+    prompt_plan: ResamplingPlan | None
+    target_counts: np.ndarray  # [R, K] the anchor's comparison refits drawn
+    refit_counts: np.ndarray  # [R, K] all refits drawn
+    patterns: list[np.ndarray] = field(default_factory=list)
+
+    @property
+    def n_refits(self) -> int:
+        return len(self.models)
+
+    @property
+    def targets(self) -> list[int]:
+        return [b for b in range(self.n_refits) if b != self.anchor]
+
+
 class HeadStability:
     """Cross-seed head stability estimator (scikit-learn style: parameters here, ``fit(models)``).
 
     Parameters
     ----------
     match : 'max' (the paper) or 'hungarian' (one-to-one).
-    pairs : 'anchor' (the paper: one anchor refit against each other) or 'all'.
+    pairs : 'anchor' (the paper: one anchor refit against each other) or 'all' (every refit an
+        anchor in turn for the layer-level numbers). The refit-level intervals always use every
+        refit as an anchor.
     anchor : index of the anchor refit.
     drop_bos : drop the first (BOS) column of every pattern before the cosine.
     null : 'prompts' (prompts of the other refit shuffled), 'untrained' (matching against
         independently initialised untrained models of the same architecture) or 'none'.
     n_null : permutations (prompts null) or untrained models (untrained null; default K − 1).
-    n_boot : bootstrap replicates; ``ci_over``: 'both' (prompts and refits jointly), 'prompts'
-        or 'refits'. ``confidence_level`` of every interval.
+    n_boot : bootstrap replicates of the paper's interval; ``n_boot_cka`` half-samples for CKA
+        (default ``n_boot``); ``ci_over``: 'both' (prompts and refits jointly), 'prompts' or
+        'refits'. ``confidence_level`` of every interval.
     importance : compute zero-ablation importance of every head.
-    corr_refits : correlate stability with importance over the anchor's heads only ('anchor': n = H
-        per layer) or over the heads of every refit, each refit's stability measured against the
-        others and both variables centred within refit ('all', the default: n = K·H − (K − 1)).
-    residual : compute residual-stream CKA at ``hooks`` ('pre', 'post') with ``cka`` kinds on
-        ``cka_tokens`` positions per prompt (rows sampled by prompt in the bootstrap).
-    corr : 'pearson' or 'spearman' for stability vs importance; ``n_perm`` random permutations.
-    n_probe, probe_len, bos, probe_file, corpus, probe_seed : the default probe set
-        (see :func:`build_probe`); ``fit(models, probe=...)`` overrides it.
-    random_state : int seed of every random draw (bootstrap, null, permutations).
+    residual, hooks, cka, cka_tokens : residual-stream CKA at ``hooks`` ('pre', 'post') with
+        ``cka`` kinds on ``cka_tokens`` positions per prompt.
+    corr_refits : correlate stability with importance over the anchor's heads only ('anchor') or
+        over the heads of every refit, centred within refit ('all').
+    corr : 'pearson' or 'spearman'; ``n_perm`` random permutations.
+    n_probe, probe_len, bos, probe_file, corpus, probe_seed : the default probe set (see
+        :func:`build_probe`); ``fit(models, probe=...)`` overrides it.
+    batch_size : prompts per forward pass. random_state : seed of every random draw.
+    n_jobs : BLAS / torch threads inside fit.
     """
 
     def __init__(self, match: str = "max", pairs: str = "anchor", anchor: int = 0, drop_bos: bool = False,
                  null: str = "prompts", n_null: int | None = None, n_boot: int = 200, n_boot_cka: int | None = None,
-                 ci_over: str = "both",
-                 confidence_level: float = 0.95, importance: bool = True, residual: bool = True,
-                 hooks: Sequence[str] = ("pre", "post"), corr_refits: str = "all", cka: Sequence[str] = ("linear", "rbf", "debiased"),
-                 cka_tokens: int = 4, corr: str = "pearson", n_perm: int = 9999, n_probe: int = 100,
-                 probe_len: int | None = None, bos: bool = True, probe_file: str | None = None, corpus: Any = None,
-                 probe_seed: int = 0, batch_size: int = 50, random_state: int | None = 0, n_jobs: int = 1) -> None:
+                 ci_over: str = "both", confidence_level: float = 0.95, importance: bool = True,
+                 residual: bool = True, hooks: Sequence[str] = ("pre", "post"), corr_refits: str = "all",
+                 cka: Sequence[str] = ("linear", "rbf", "debiased"), cka_tokens: int = 4, corr: str = "pearson",
+                 n_perm: int = 9999, n_probe: int = 100, probe_len: int | None = None, bos: bool = True,
+                 probe_file: str | None = None, corpus: Any = None, probe_seed: int = 0, batch_size: int = 50,
+                 random_state: int | None = 0, n_jobs: int = 1) -> None:
         self.match = match
         self.pairs = pairs
         self.anchor = anchor
@@ -667,16 +591,35 @@ class HeadStability:
         self.random_state = random_state
         self.n_jobs = n_jobs
 
-    def get_params(self) -> dict:
-        return {k: getattr(self, k) for k in (
-            "match", "pairs", "anchor", "drop_bos", "null", "n_null", "n_boot", "n_boot_cka", "ci_over", "confidence_level",
-            "importance", "corr_refits", "residual", "hooks", "cka", "cka_tokens", "corr", "n_perm", "n_probe", "probe_len", "bos",
-            "probe_file", "probe_seed", "batch_size", "random_state", "n_jobs")}
+    # -- scikit-learn conventions ----------------------------------------------------------
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        """Return the parameter names, read from the signature of ``__init__``."""
+        return [p.name for p in inspect.signature(cls.__init__).parameters.values()
+                if p.name != "self" and p.kind == p.POSITIONAL_OR_KEYWORD]
+
+    def get_params(self, deep: bool = False) -> dict:
+        """Return every ``__init__`` parameter by name (``deep`` is accepted for scikit-learn)."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params: Any) -> "HeadStability":
+        """Set parameters by name; return the estimator."""
+        unknown = sorted(set(params) - set(self._param_names()))
+        if unknown:
+            raise _input_error(f"unknown HeadStability parameter(s) {unknown}; use {', '.join(self._param_names())}")
+        for name, value in params.items():
+            setattr(self, name, tuple(value) if name in ("hooks", "cka") else value)
+        return self
+
+    def tables(self) -> dict:
+        """Return the fitted result's tables (``result_.tables()``), for callers of the former fit API."""
+        return self.result_.tables()
 
     def _validate(self) -> None:
         for name, val, allowed in (("match", self.match, MATCHES), ("pairs", self.pairs, PAIRS),
                                    ("corr_refits", self.corr_refits, ("anchor", "all")),
-                                   ("null", self.null, NULLS), ("ci_over", self.ci_over, CI_OVER)):
+                                   ("null", self.null, NULLS), ("ci_over", self.ci_over, CI_OVER),
+                                   ("corr", self.corr, ("pearson", "spearman"))):
             if val not in allowed:
                 raise _input_error(f"{name}={val!r} is not supported; use one of {', '.join(allowed)}")
         for h in self.hooks:
@@ -720,9 +663,37 @@ class HeadStability:
         return build_probe(tok, n=self.n_probe, length=length, bos=self.bos, file=self.probe_file, corpus=corpus,
                            seed=self.probe_seed)
 
+    def _context(self, models, probe) -> _Context:
+        """Return the shared state of a fit after checking the models and the probe set."""
+        models = self._load(models)
+        if len(models) < 2:
+            raise _input_error(f"head stability needs at least 2 refits, got {len(models)}")
+        cfg0 = models[0].cfg
+        for m in models[1:]:
+            if (m.cfg.n_layers, m.cfg.n_heads) != (cfg0.n_layers, cfg0.n_heads):
+                raise _input_error("all refits must share one architecture (layers and heads per layer); got "
+                                   f"{cfg0.n_layers}x{cfg0.n_heads} and {m.cfg.n_layers}x{m.cfg.n_heads}")
+        if not 0 <= self.anchor < len(models):
+            raise _input_error(f"anchor={self.anchor} is not a refit index (0..{len(models) - 1})")
+        if cfg0.n_heads < 2:
+            raise _input_error("head matching needs at least 2 heads per layer")
+        probe_set = self._probe(models, probe)
+        if probe_set.ids.max() >= min(m.cfg.vocab_size for m in models):
+            raise _input_error("probe token ids exceed the models' vocabulary")
+        root = as_seed_sequence(self.random_state)
+        seeds = dict(zip(("prompts", "refits", "null", "perm", "untrained", "cka"), spawn_seeds(root, 6)))
+        n_resamples = int(self.n_boot)
+        prompt_plan = (ResamplingPlan.bootstrap(probe_set.n, n_resamples, seeds["prompts"])
+                       if self.ci_over in ("both", "prompts") else None)
+        target_counts, refit_counts = refit_bootstrap_counts(
+            np.random.default_rng(seeds["refits"]), len(models), int(self.anchor), n_resamples,
+            self.ci_over in ("both", "refits"))
+        return _Context(models, probe_set, int(self.anchor), cfg0.n_layers, cfg0.n_heads, seeds, root, n_resamples,
+                        float(self.confidence_level), prompt_plan, target_counts, refit_counts)
+
     # -- fit ----------------------------------------------------------------------------------
-    def fit(self, models: Sequence[Any], probe: ProbeSet | np.ndarray | None = None) -> HeadStabilityResult:
-        """Estimate stability over ``models`` (CircuitModels or directories / sources).
+    def fit(self, models: Sequence[Any], probe: ProbeSet | np.ndarray | None = None) -> "HeadStability":
+        """Estimate stability over ``models`` (CircuitModels or sources); return self with ``result_``.
 
         BLAS and torch run with ``n_jobs`` threads inside fit (restored after): the matrices
         here are small, and oversubscribed threads on a busy machine cost 10-50x.
@@ -730,393 +701,392 @@ class HeadStability:
         import torch
 
         self._validate()
-        prev = torch.get_num_threads()
+        previous = torch.get_num_threads()
         torch.set_num_threads(max(1, int(self.n_jobs)))
         try:
             with _blas_threads(max(1, int(self.n_jobs))):
-                return self._fit(models, probe)
+                self.result_ = self._fit(models, probe)
         finally:
-            torch.set_num_threads(prev)
+            torch.set_num_threads(previous)
+        return self
 
     def _fit(self, models, probe) -> HeadStabilityResult:
-        models = self._load(models)
-        K = len(models)
-        if K < 2:
-            raise _input_error(f"head stability needs at least 2 refits, got {K}")
-        cfg0 = models[0].cfg
-        for m in models[1:]:
-            if (m.cfg.n_layers, m.cfg.n_heads) != (cfg0.n_layers, cfg0.n_heads):
-                raise _input_error("all refits must share one architecture (layers and heads per layer); got "
-                                   f"{cfg0.n_layers}x{cfg0.n_heads} and {m.cfg.n_layers}x{m.cfg.n_heads}")
-        if not 0 <= self.anchor < K:
-            raise _input_error(f"anchor={self.anchor} is not a refit index (0..{K - 1})")
-        L, H = cfg0.n_layers, cfg0.n_heads
-        if H < 2:
-            raise _input_error("head matching needs at least 2 heads per layer")
-        pr = self._probe(models, probe)
-        ids = pr.ids
-        if ids.max() >= min(m.cfg.vocab_size for m in models):
-            raise _input_error("probe token ids exceed the models' vocabulary")
-        P, T = ids.shape
-        A = int(self.anchor)
-        root = as_seed_sequence(self.random_state)
-        s_prompts, s_refits, s_null, s_perm, s_untrained = spawn_seeds(root, 5)
-        R, cl = int(self.n_boot), float(self.confidence_level)
-        all_pairs = self.pairs == "all"
-        corr_all = self.importance and self.corr_refits == "all"
-        every = all_pairs or corr_all  # cosines of every ordered pair of refits are needed
+        from circuits.readouts import attention_patterns
 
-        # ---- read-outs ---------------------------------------------------------------------
-        pats = [attention_patterns(m, ids, self.batch_size) for m in models]  # [L, H, P, T, T]
+        ctx = self._context(models, probe)
+        ctx.patterns = [attention_patterns(m, ctx.probe.ids, self.batch_size) for m in ctx.models]
+        sims = _pair_similarities(ctx.patterns, ctx.anchor, self.drop_bos, ctx.prompt_plan, ctx.n_resamples)
+        stability = self._stability(ctx, sims)
+        null = self._nulls(ctx, sims)
+        matched_pairs = pair_matrix(stability["matched"], sims.pairs, ctx.n_refits)  # [K, K, L, H]
+        excess_pairs = None if null["pairs"] is None else matched_pairs - null["pairs"]
+        refit_level = _refit_level(matched_pairs, excess_pairs, ctx.confidence_level)
+        shape = self._distinctness_and_cross_layer(ctx, sims)
+        importance = self._importance(ctx, matched_pairs)
+        residual = self._residual(ctx)
+        derived = self._derived(ctx, stability)
+        summary = self._summary_rows(ctx, derived, null, refit_level, shape, importance, residual)
+        replicates = {"layer": stability["layer_reps"], **derived[1], "head": stability["head_reps"],
+                      **{f"resid:{k}": _quiet_nanmean(v, axis=1) for k, v in residual["replicates"].items()}}
+        tables = self._tables(ctx, stability, null, refit_level, matched_pairs, excess_pairs, shape, importance,
+                              residual)
+        return HeadStabilityResult(ctx.n_layers, ctx.n_heads, *tables, summary, self._refits_table(ctx), replicates,
+                                   self._result_params(ctx, null), self._refit_replicates(refit_level, residual))
 
-        # ---- per-prompt cosines --------------------------------------------------------------
-        targets = [b for b in range(K) if b != A]
-        cross: dict[int, np.ndarray] = {}
-        block: dict[tuple[int, int], np.ndarray] = {}  # (a, b) -> [P, L, H, H]
-        for b in targets:
-            full = per_prompt_cosine(pats[A].reshape(L * H, P, T, T), pats[b].reshape(L * H, P, T, T),
-                                     drop_bos=self.drop_bos)  # [P, LH, LH]
-            cross[b] = full
-            f5 = full.reshape(P, L, H, L, H)
-            blk = np.stack([f5[:, l, :, l, :] for l in range(L)], axis=1)  # [P, L, H, H]
-            block[(A, b)] = blk
-            if every:
-                block[(b, A)] = blk.transpose(0, 1, 3, 2)
-        if every:
-            for a, b in itertools.combinations(targets, 2):
-                blk = np.stack([per_prompt_cosine(pats[a][l], pats[b][l], drop_bos=self.drop_bos) for l in range(L)],
-                               axis=1)
-                block[(a, b)] = blk
-                block[(b, a)] = blk.transpose(0, 1, 3, 2)
-        self_blk = np.stack([per_prompt_cosine(pats[A][l], pats[A][l], drop_bos=self.drop_bos) for l in range(L)],
-                            axis=1)  # [P, L, H, H]
-        pair_list = sorted(block)
-        pidx = {p: i for i, p in enumerate(pair_list)}
-        C = np.stack([block[p] for p in pair_list], axis=1)  # [P, npairs, L, H, H]
-        V = (~np.isnan(C)).astype(np.float64)
-        C = np.nan_to_num(C, nan=0.0)
-
-        # ---- resampling weights --------------------------------------------------------------
-        use_p = self.ci_over in ("both", "prompts")
-        use_r = self.ci_over in ("both", "refits")
-        Wp = ResamplingPlan.bootstrap(P, R, s_prompts).counts.astype(np.float64) if use_p else np.ones((R, P))
-        ones_p = np.ones((1, P))
-        rr = np.random.default_rng(s_refits)
-        if use_r:
-            draw_t = rr.choice(np.asarray(targets), size=(R, len(targets)), replace=True)
-            draw_a = rr.integers(0, K, size=(R, K))
+    # -- stages -------------------------------------------------------------------------------
+    def _stability(self, ctx: _Context, sims: _PairSimilarities) -> dict[str, Any]:
+        """Return matched scores and the anchor's head / layer stability with bootstrap replicates."""
+        matched = matched_similarity(sims.point, self.match)  # [n_pairs, L, H]
+        matched_reps = matched_similarity(sims.replicates, self.match)  # [R, n_pairs, L, H]
+        anchor_rows = np.array([sims.index(ctx.anchor, b) for b in ctx.targets])
+        point_counts = np.zeros(ctx.n_refits)
+        point_counts[ctx.targets] = 1.0
+        heads = anchor_head_stability(matched, point_counts, anchor_rows, ctx.targets)
+        head_reps = anchor_head_stability(matched_reps, ctx.target_counts, anchor_rows, ctx.targets)
+        if self.pairs == "all":
+            layers = all_pairs_layer_stability(matched, np.ones(ctx.n_refits), sims.pairs)
+            layer_reps = all_pairs_layer_stability(matched_reps, ctx.refit_counts, sims.pairs)
         else:
-            draw_t = np.tile(np.asarray(targets), (R, 1))
-            draw_a = np.tile(np.arange(K), (R, 1))
-        Ct = np.stack([np.bincount(d, minlength=K) for d in draw_t]).astype(np.float64)  # [R, K] target counts
-        Ca = np.stack([np.bincount(d, minlength=K) for d in draw_a]).astype(np.float64)  # [R, K] refit counts
-        ct0 = np.zeros(K)
-        ct0[targets] = 1.0
-        ca0 = np.ones(K)
+            layers, layer_reps = _quiet_nanmean(heads, axis=-1), _quiet_nanmean(head_reps, axis=-1)
+        match_index = {b: np.stack([match_heads(sims.point[sims.index(ctx.anchor, b), layer], self.match)[0]
+                                    for layer in range(ctx.n_layers)]) for b in ctx.targets}
+        # the same head stability with one source of uncertainty only (for the detail table)
+        only_prompts = anchor_head_stability(matched_reps, np.broadcast_to(point_counts, ctx.target_counts.shape),
+                                             anchor_rows, ctx.targets)
+        only_refits = anchor_head_stability(np.broadcast_to(matched, matched_reps.shape), ctx.target_counts,
+                                            anchor_rows, ctx.targets)
+        return {"matched": matched, "heads": heads, "head_reps": head_reps, "layers": layers,
+                "layer_reps": layer_reps, "match_index": match_index, "only_prompts": only_prompts,
+                "only_refits": only_refits}
 
-        # ---- matched scores: point and replicates --------------------------------------------
-        sims0 = _weighted_mean_prompts(ones_p, C, V)[0]  # [npairs, L, H, H]
-        M0 = _matched_scores(sims0, self.match)  # [npairs, L, H]
-        Mr = _matched_scores(_weighted_mean_prompts(Wp, C, V), self.match)  # [R, npairs, L, H]
-        match_idx = {p: np.stack([match_heads(sims0[pidx[p], l], self.match)[0] for l in range(L)])
-                     for p in pair_list if p[0] == A}
-
-        anchor_rows = np.array([pidx[(A, b)] for b in targets])
-
-        def head_stab(M, ct):  # M [..., npairs, L, H], ct [..., K] -> [..., L, H]
-            w = ct[..., targets]  # [..., nt]
-            num = np.einsum("...t,...tlh->...lh", w, M[..., anchor_rows, :, :])
-            return num / w.sum(-1)[..., None, None]
-
-        def layer_stab(M, ct, ca):  # -> [..., L]
-            if not all_pairs:
-                return _nanmean(head_stab(M, ct), axis=-1)
-            pa = np.array([p[0] for p in pair_list])
-            pb = np.array([p[1] for p in pair_list])
-            w = ca[..., pa] * ca[..., pb]  # [..., npairs]
-            mh = _nanmean(M, axis=-1)  # [..., npairs, L]
-            with np.errstate(invalid="ignore", divide="ignore"):
-                return np.einsum("...p,...pl->...l", w, mh) / w.sum(-1)[..., None]
-
-        hs0 = head_stab(M0, ct0)  # [L, H]
-        hsr = head_stab(Mr, Ct)  # [R, L, H]
-        ls0 = layer_stab(M0, ct0, ca0)  # [L]
-        lsr = layer_stab(Mr, Ct, Ca)  # [R, L]
-
-        # per-source head stability (point) for the correlation with importance
-        sources = list(range(K)) if all_pairs else [A]  # anchors of the layer-level numbers and the null
-        corr_sources = list(range(K)) if (all_pairs or corr_all) else [A]
-        src_stab = {}
-        for a in corr_sources:
-            rows = [pidx[(a, b)] for b in range(K) if b != a]
-            src_stab[a] = M0[rows].mean(0)  # [L, H]
-
-        # ---- distinctness (anchor) -------------------------------------------------------------
-        Vs = (~np.isnan(self_blk)).astype(np.float64)
-        Cs = np.nan_to_num(self_blk, nan=0.0)
-        off = ~np.eye(H, dtype=bool)
-
-        def distinct(S):  # [..., L, H, H] -> [..., L, H]
-            return 1.0 - np.where(off, S, 0.0).sum(-1) / (H - 1)
-
-        d0 = distinct(_weighted_mean_prompts(ones_p, Cs, Vs)[0])
-        dr = distinct(_weighted_mean_prompts(Wp, Cs, Vs))
-
-        # ---- cross-layer best match (anchor heads) ------------------------------------------------
-        layer_of = np.repeat(np.arange(L), H)
-        best_sim0, best_layer0 = [], []
-        best_sim_r = np.zeros((R, L * H))
-        for b in targets:
-            Vb = (~np.isnan(cross[b])).astype(np.float64)
-            Cb = np.nan_to_num(cross[b], nan=0.0)
-            s0 = _weighted_mean_prompts(ones_p, Cb, Vb)[0]  # [LH, LH]
-            s0m = np.where(np.isnan(s0), -np.inf, s0)
-            best_sim0.append(s0m.max(-1))
-            best_layer0.append(layer_of[s0m.argmax(-1)])
-            sr = _weighted_mean_prompts(Wp, Cb, Vb)
-            best_sim_r += Ct[:, [b]] * np.where(np.isnan(sr), -np.inf, sr).max(-1)
-        best_sim0 = np.mean(best_sim0, axis=0)
-        best_sim_r /= Ct[:, targets].sum(1, keepdims=True)
-        best_layer0 = np.stack(best_layer0)  # [nt, LH]
-        same_share = (best_layer0 == layer_of[None]).mean(0)
-        modal_layer = np.array([np.bincount(best_layer0[:, i], minlength=L).argmax() for i in range(L * H)])
-
-        # ---- null --------------------------------------------------------------------------
-        null_head = np.full((L, H), np.nan)
-        null_layer = np.full(L, np.nan)
-        null_desc = self.null
+    def _nulls(self, ctx: _Context, sims: _PairSimilarities) -> dict[str, Any]:
+        """Return the null matched scores: per ordered pair ``[K, K, L, H]``, the anchor's heads and layers."""
+        nan_heads = np.full((ctx.n_layers, ctx.n_heads), np.nan)
+        out = {"pairs": None, "head": nan_heads, "layer": np.full(ctx.n_layers, np.nan), "description": self.null}
+        sources = list(range(ctx.n_refits)) if self.pairs == "all" else [ctx.anchor]
         if self.null == "prompts":
             n_null = 50 if self.n_null is None else int(self.n_null)
-            src_pairs = [(a, b) for a in sources for b in range(K) if b != a]
-            seeds = spawn_seeds(s_null, len(src_pairs) * L)
-            nh = {}
-            for i, (a, b) in enumerate(src_pairs):
-                nh[(a, b)] = np.stack([
-                    head_matching(pats[a][l], pats[b][l], method=self.match, drop_bos=self.drop_bos,
-                                  n_permutations=n_null, n_bootstrap=0, seed=seeds[i * L + l],
-                                  n_jobs=self.n_jobs).null_head_mean for l in range(L)])
-            null_head = np.mean([nh[(A, b)] for b in targets], axis=0)
-            null_layer = np.mean([_nanmean(nh[p], axis=-1) for p in src_pairs], axis=0)
-            null_desc = f"prompts of the other refit shuffled ({n_null} permutations)"
+            # the anchor's pairs first: their seeds do not depend on how many other pairs follow
+            order = ([(ctx.anchor, b) for b in ctx.targets]
+                     + [p for p in sims.pairs if p[0] != ctx.anchor])
+            null = _prompt_shuffle_null(ctx.patterns, order, self.match, self.drop_bos, n_null, ctx.seeds["null"],
+                                        self.n_jobs)
+            out["pairs"] = pair_matrix(null, order, ctx.n_refits)
+            out["description"] = f"prompts of the other refit shuffled ({n_null} permutations)"
         elif self.null == "untrained":
-            from circuits.model import CircuitModel
+            n_models = max(2, ctx.n_refits - 1) if self.n_null is None else int(self.n_null)
+            per_refit, seeds = _untrained_null(ctx.models, ctx.patterns, ctx.probe.ids, self.match, self.drop_bos,
+                                               n_models, ctx.seeds["untrained"], self.batch_size)
+            # a refit's null does not depend on the other refit of the pair
+            out["pairs"] = np.broadcast_to(per_refit[:, None], (ctx.n_refits,) + per_refit.shape).copy()
+            out["pairs"][np.arange(ctx.n_refits), np.arange(ctx.n_refits)] = np.nan
+            out["description"] = f"independently initialised untrained models ({n_models}, seeds {seeds})"
+        if out["pairs"] is not None:
+            out["head"] = np.mean([out["pairs"][ctx.anchor, b] for b in ctx.targets], axis=0)
+            out["layer"] = np.mean([_quiet_nanmean(out["pairs"][a, b], axis=-1)
+                                    for a in sources for b in range(ctx.n_refits) if b != a], axis=0)
+        return out
 
-            n_u = max(2, K - 1) if self.n_null is None else int(self.n_null)
-            useeds = [int(s.generate_state(1)[0]) for s in spawn_seeds(s_untrained, n_u)]
-            per_src: dict[int, list] = {a: [] for a in sources}
-            for us in useeds:
-                um = CircuitModel(cfg0).init_weights(us).to(models[0].device).eval()
-                up = attention_patterns(um, ids, self.batch_size)
-                for a in sources:
-                    sims = np.stack([np.nanmean(per_prompt_cosine(pats[a][l], up[l], drop_bos=self.drop_bos), axis=0)
-                                     for l in range(L)])
-                    per_src[a].append(_matched_scores(sims, self.match))
-                del up, um
-            null_head = np.mean(per_src[A], axis=0)
-            null_layer = np.mean([_nanmean(np.mean(per_src[a], axis=0), axis=-1) for a in sources], axis=0)
-            null_desc = f"independently initialised untrained models ({n_u}, seeds {useeds})"
+    def _distinctness_and_cross_layer(self, ctx: _Context, sims: _PairSimilarities) -> dict[str, np.ndarray]:
+        """Return the anchor's distinctness and cross-layer best match, point and bootstrap replicates."""
+        off_diagonal = ~np.eye(ctx.n_heads, dtype=bool)
 
-        # ---- importance ------------------------------------------------------------------------
-        imp0 = np.full((L, H), np.nan)
-        imp_lo = np.full((L, H), np.nan)
-        imp_hi = np.full((L, H), np.nan)
-        corr_rows: dict[str, list] = {k: [] for k in ("scope", "layer", "r", "ci_low", "ci_high", "pvalue", "n",
-                                                      "n_eff", "refits", "method")}
-        importance_by_src = {}
-        if self.importance:
-            for a in corr_sources:
-                clean, abl = head_importance(models[a], ids, self.batch_size)
-                importance_by_src[a] = np.exp(abl.mean(-1)) - math.exp(clean.mean())
-                if a == A:
-                    tot = Wp.sum(1)
-                    cr = (Wp @ clean) / tot  # [R]
-                    ar = np.einsum("rp,lhp->rlh", Wp, abl) / tot[:, None, None]
-                    imp_r = np.exp(ar) - np.exp(cr)[:, None, None]
-                    imp0 = importance_by_src[A]
-                    imp_lo, imp_hi = _quantiles(imp_r, cl)
-            pseeds = spawn_seeds(s_perm, L + 1)
-            deep = list(range(L // 2, L)) if L > 1 else [0]
-            scopes = [("layer", [l], pseeds[l]) for l in range(L)] + [("deep", deep, pseeds[L])]
-            for scope, lays, ps in scopes:
-                xs, ys, gs = [], [], []
-                for gi, (a, l) in enumerate(itertools.product(corr_sources, lays)):
-                    xs.append(src_stab[a][l])
-                    ys.append(importance_by_src[a][l])
-                    gs.append(np.full(H, gi))
-                res = permutation_correlation(np.concatenate(xs), np.concatenate(ys), np.concatenate(gs),
-                                              method=self.corr, n_permutations=self.n_perm, seed=ps,
-                                              confidence_level=cl)
-                corr_rows["scope"].append(scope)
-                corr_rows["layer"].append(lays[0] if scope == "layer" else -1)
-                for k in ("r", "ci_low", "ci_high", "pvalue", "n", "n_eff"):
-                    corr_rows[k].append(res[k])
-                corr_rows["refits"].append(len(corr_sources))
-                corr_rows["method"].append(self.corr)
+        def distinctness(similarity):  # [..., L, H, H] -> [..., L, H]
+            return 1.0 - np.where(off_diagonal, similarity, 0.0).sum(-1) / (ctx.n_heads - 1)
 
-        # ---- residual stream -------------------------------------------------------------------
-        res_rows: dict[str, list] = {k: [] for k in ("layer", "hook", "kind", "cka", "ci_low", "ci_high")}
-        resid_rep: dict[str, np.ndarray] = {}
-        if self.residual and self.hooks and self.cka:
-            pos = cka_positions(T, self.cka_tokens)
-            r_per = pos.size
-            res = [residual_rows(m, ids, pos, self.hooks, self.batch_size) for m in models]
-            rpairs = [(A, b) for b in targets] if not all_pairs else list(itertools.combinations(range(K), 2))
-            Rc = R if self.n_boot_cka is None else max(1, min(R, int(self.n_boot_cka)))  # first Rc replicates
-            prompt_idx = [np.repeat(np.arange(P), Wp[r].astype(np.int64)) for r in range(Rc)]
-            row_idx = [(pi[:, None] * r_per + np.arange(r_per)).ravel() for pi in prompt_idx]
-            if all_pairs:
-                wts = np.stack([Ca[:Rc, a] * Ca[:Rc, b] for a, b in rpairs], axis=1)  # [Rc, npairs]
-            else:
-                wts = np.stack([Ct[:Rc, b] for _, b in rpairs], axis=1)
-            w0 = np.ones(len(rpairs))
-            for hook in self.hooks:
-                for kind in self.cka:
-                    vals0 = np.zeros((L, len(rpairs)))
-                    valsr = np.zeros((Rc, L, len(rpairs)))
-                    for l in range(L):
-                        Xs = {m: res[m][hook][l] for m in {i for p in rpairs for i in p}}
-                        v0, vr = _cka_pairs(kind, Xs, rpairs, row_idx if use_p else None)
-                        vals0[l], valsr[:, l] = v0, (vr if use_p else v0[None])
-                    c0 = vals0 @ w0 / w0.sum()
-                    with np.errstate(invalid="ignore", divide="ignore"):
-                        cr = np.einsum("rlj,rj->rl", valsr, wts) / wts.sum(1)[:, None]
-                    lo, hi = _quantiles(cr, cl)
-                    resid_rep[f"{kind}:{hook}"] = cr
-                    for l in range(L):
-                        res_rows["layer"].append(l)
-                        res_rows["hook"].append(hook)
-                        res_rows["kind"].append(kind)
-                        res_rows["cka"].append(c0[l])
-                        res_rows["ci_low"].append(lo[l])
-                        res_rows["ci_high"].append(hi[l])
-            del res
+        self_point = prompt_resampled_similarity(sims.anchor_self, None)[0]
+        self_reps = (prompt_resampled_similarity(sims.anchor_self, ctx.prompt_plan) if ctx.prompt_plan is not None
+                     else np.broadcast_to(self_point, (ctx.n_resamples,) + self_point.shape))
+        layer_of = np.repeat(np.arange(ctx.n_layers), ctx.n_heads)
+        best_point, best_layer = [], []
+        best_reps = np.zeros((ctx.n_resamples, ctx.n_layers * ctx.n_heads))
+        for b in ctx.targets:
+            point = prompt_resampled_similarity(sims.anchor_cross[b], None)[0]  # [LH, LH]
+            best_point.append(matched_similarity(point, "max"))
+            best_layer.append(layer_of[np.where(np.isnan(point), -np.inf, point).argmax(-1)])
+            reps = (prompt_resampled_similarity(sims.anchor_cross[b], ctx.prompt_plan) if ctx.prompt_plan is not None
+                    else point[None])
+            best_reps += ctx.target_counts[:, [b]] * matched_similarity(reps, "max")
+        best_reps /= ctx.target_counts[:, ctx.targets].sum(1, keepdims=True)
+        best_layer = np.stack(best_layer)  # [n_targets, LH]
+        modal = np.array([np.bincount(best_layer[:, i], minlength=ctx.n_layers).argmax()
+                          for i in range(best_layer.shape[1])])
+        return {"distinctness": distinctness(self_point), "distinctness_reps": distinctness(self_reps),
+                "cross_layer": np.mean(best_point, axis=0), "cross_layer_reps": best_reps,
+                "same_layer_share": (best_layer == layer_of[None]).mean(0), "modal_layer": modal}
 
-        # ---- layer-level derived numbers ----------------------------------------------------------
-        def derived(ls):  # [..., L] -> dict of [...]
-            with _quiet():
-                return _derived(ls)
+    def _importance(self, ctx: _Context, matched_pairs: np.ndarray) -> dict[str, Any]:
+        """Return the anchor's importance with bootstrap interval and the stability-importance correlations."""
+        from circuits.readouts import head_importance
 
-        def _derived(ls):
-            out = {"mean": _nanmean(ls, axis=-1),
-                   "gap": np.nanmax(ls, axis=-1) - np.nanmin(ls, axis=-1),
-                   "argmin": np.nanargmin(np.where(np.isnan(ls), np.inf, ls), axis=-1).astype(float)}
-            out["argmin_rel"] = out["argmin"] / (L - 1) if L > 1 else out["argmin"] * np.nan
-            if L >= 3:
-                ends = (ls[..., 0] + ls[..., -1]) / 2
-                mid = _nanmean(ls[..., 1:-1], axis=-1)
-                out["ends_minus_middle"] = ends - mid
-                out["middle_min"] = ((out["argmin"] > 0) & (out["argmin"] < L - 1)).astype(float)
+        nan_heads = np.full((ctx.n_layers, ctx.n_heads), np.nan)
+        out: dict[str, Any] = {"value": nan_heads, "low": nan_heads, "high": nan_heads, "rows": []}
+        if not self.importance:
             return out
+        every = self.pairs == "all" or self.corr_refits == "all"
+        sources = list(range(ctx.n_refits)) if every else [ctx.anchor]
+        by_source = {}
+        for a in sources:
+            clean, ablated = head_importance(ctx.models[a], ctx.probe.ids, self.batch_size)
+            by_source[a] = perplexity_rise(clean, ablated)
+            if a == ctx.anchor:
+                plan = ctx.prompt_plan or ResamplingPlan.from_counts(np.ones((ctx.n_resamples, ctx.probe.n), np.int64))
+                out["low"], out["high"] = percentile_interval(perplexity_rise(clean, ablated, plan),
+                                                              ctx.confidence_level)
+        out["value"] = by_source[ctx.anchor]
+        stability_by_source = {a: _quiet_nanmean(matched_pairs[a], axis=0) for a in sources}  # [L, H]
+        seeds = spawn_seeds(ctx.seeds["perm"], ctx.n_layers + 1)
+        deep = list(range(ctx.n_layers // 2, ctx.n_layers)) if ctx.n_layers > 1 else [0]
+        scopes = [("layer", [layer], seeds[layer]) for layer in range(ctx.n_layers)] + [("deep", deep, seeds[-1])]
+        for scope, layers, seed in scopes:
+            cells = [(a, layer) for a in sources for layer in layers]
+            stability = np.concatenate([stability_by_source[a][layer] for a, layer in cells])
+            importance = np.concatenate([by_source[a][layer] for a, layer in cells])
+            groups = np.repeat(np.arange(len(cells)), ctx.n_heads)
+            res = permutation_correlation(stability, importance, groups, method=self.corr, n_permutations=self.n_perm,
+                                          seed=seed, confidence_level=ctx.confidence_level)
+            out["rows"].append({"scope": scope, "layer": layers[0] if scope == "layer" else -1,
+                                **{k: res[k] for k in ("r", "ci_low", "ci_high", "pvalue", "n", "n_eff")},
+                                "refits": len(sources), "method": self.corr})
+        return out
 
-        der0, derr = derived(ls0), derived(lsr)
-        # the gap a layer structure-free model would show: the anchor's head stabilities shuffled
+    def _residual(self, ctx: _Context) -> dict[str, Any]:
+        """Return residual-stream CKA per layer, hook and kind: point, half-sample replicates, refit-level."""
+        from circuits.readouts import cka_positions, residual_rows
+
+        out: dict[str, Any] = {"rows": [], "replicates": {}, "refit": {}}
+        if not (self.residual and self.hooks and self.cka):
+            return out
+        positions = cka_positions(ctx.probe.length, self.cka_tokens)
+        rows = [residual_rows(m, ctx.probe.ids, positions, self.hooks, self.batch_size) for m in ctx.models]
+        point_pairs = ([(a, b) for a, b in zip(*np.triu_indices(ctx.n_refits, 1))] if self.pairs == "all"
+                       else [(ctx.anchor, b) for b in ctx.targets])
+        every_pair = [(int(a), int(b)) for a, b in zip(*np.triu_indices(ctx.n_refits, 1))]
+        n_half = ctx.n_resamples if self.n_boot_cka is None else max(1, min(ctx.n_resamples, int(self.n_boot_cka)))
+        plan = (ResamplingPlan.subsample(ctx.probe.n, n_half, ctx.seeds["cka"])
+                if self.ci_over in ("both", "prompts") and ctx.probe.n >= 4 else None)
+        # refits drawn by the bootstrap weight each pair's CKA (the first n_half replicates' draws)
+        if self.pairs == "all":
+            pair_weights = np.stack([ctx.refit_counts[:n_half, a] * ctx.refit_counts[:n_half, b] for a, b in point_pairs], 1)
+        else:
+            pair_weights = np.stack([ctx.target_counts[:n_half, b] for _, b in point_pairs], axis=1)
+        for hook in self.hooks:
+            for kind in self.cka:
+                point = np.zeros((ctx.n_layers, len(point_pairs)))
+                reps = np.zeros((n_half, ctx.n_layers, len(point_pairs)))
+                every = np.full((ctx.n_refits, ctx.n_refits, ctx.n_layers), np.nan)
+                for layer in range(ctx.n_layers):
+                    reprs = {m: rows[m][hook][layer] for m in range(ctx.n_refits)}
+                    point[layer], layer_reps = cka_half_sample_replicates(reprs, point_pairs, kind, positions.size,
+                                                                          plan)
+                    reps[:, layer] = point[layer] if layer_reps is None else layer_reps
+                    values, _ = cka_half_sample_replicates(reprs, every_pair, kind, positions.size, None)
+                    for (a, b), value in zip(every_pair, values):
+                        every[a, b, layer] = every[b, a, layer] = value
+                out["replicates"][f"{kind}:{hook}"] = np.einsum("rlj,rj->rl", reps, pair_weights) / pair_weights.sum(1)[:, None]
+                estimate = ordered_pair_mean(every)
+                leave_one_out = leave_one_refit_out(every)
+                low, high, _ = refit_jackknife(estimate, leave_one_out, ctx.confidence_level)
+                mean_low, mean_high, _ = refit_jackknife(estimate.mean(), leave_one_out.mean(-1), ctx.confidence_level)
+                out["refit"][f"{kind}:{hook}"] = {"estimate": estimate, "leave_one_out": leave_one_out,
+                                                  "mean_interval": (mean_low, mean_high)}
+                low_b, high_b = percentile_interval(out["replicates"][f"{kind}:{hook}"], ctx.confidence_level)
+                for layer in range(ctx.n_layers):
+                    out["rows"].append({"layer": layer, "hook": hook, "kind": kind, "cka": point[layer].mean(),
+                                        "ci_low": low_b[layer], "ci_high": high_b[layer],
+                                        "cka_all_pairs": estimate[layer], "refit_ci_low": low[layer],
+                                        "refit_ci_high": high[layer], "n_refits": ctx.n_refits})
+        return out
+
+    @staticmethod
+    def _derived(ctx: _Context, stability: dict) -> tuple[dict, dict]:
+        """Return the layer summaries (mean, gap, shuffled gap, ...) at the point and per bootstrap replicate."""
+        layer_point, layer_reps = layer_statistics(stability["layers"]), layer_statistics(stability["layer_reps"])
+        # the gap a layer-structure-free model would show: the anchor's head stabilities shuffled
         # across layers (a max - min over more layers grows with L even without any layer effect)
-        shuf = np.random.default_rng(spawn_seeds(s_perm, L + 2)[L + 1])
-        n_shuf = 50
-        perms = np.argsort(shuf.random((n_shuf, L * H)), axis=1)
+        permutations = np.argsort(np.random.default_rng(spawn_seeds(ctx.seeds["perm"], ctx.n_layers + 2)[-1])
+                                  .random((50, ctx.n_layers * ctx.n_heads)), axis=1)
+        for derived, heads in ((layer_point, stability["heads"]), (layer_reps, stability["head_reps"])):
+            derived["gap_shuffled"] = shuffled_layer_gap(heads, permutations)
+            derived["gap_excess"] = derived["gap"] - derived["gap_shuffled"]
+        return layer_point, layer_reps
 
-        def shuffled_gap(hs):  # [..., L, H] -> [...]
-            flat = hs.reshape(hs.shape[:-2] + (L * H,))
-            lm = _nanmean(flat[..., perms].reshape(hs.shape[:-2] + (n_shuf, L, H)), axis=-1)
-            with _quiet():
-                return np.nanmean(np.nanmax(lm, axis=-1) - np.nanmin(lm, axis=-1), axis=-1)
+    def _summary_rows(self, ctx: _Context, derived: tuple[dict, dict], null: dict, refit_level: _RefitLevel,
+                      shape: dict, importance: dict, residual: dict) -> list[dict]:
+        """Return the rows of the ``summary`` table (item, value, ci_low, ci_high, verdict)."""
+        rows: list[dict] = []
+        level = ctx.confidence_level
 
-        der0["gap_shuffled"], derr["gap_shuffled"] = shuffled_gap(hs0), shuffled_gap(hsr)
-        der0["gap_excess"] = der0["gap"] - der0["gap_shuffled"]
-        derr["gap_excess"] = derr["gap"] - derr["gap_shuffled"]
-        summary_rows = []
+        def add(item, value, low=np.nan, high=np.nan):
+            rows.append({"item": item, "value": float(value), "ci_low": float(low), "ci_high": float(high),
+                         "verdict": ""})
 
-        def add(item, value, reps=None, verdict="", discrete=False):
-            lo, hi = (_quantiles(reps, cl) if reps is not None else (np.nan, np.nan))
-            if discrete and reps is not None and np.isfinite(reps).any():  # a layer index: no interpolation
-                a = (1 - cl) / 2
-                lo, hi = np.quantile(reps[np.isfinite(reps)], [a, 1 - a], method="inverted_cdf")
-            summary_rows.append({"item": item, "value": float(value), "ci_low": float(lo), "ci_high": float(hi),
-                                 "verdict": verdict})
+        def add_bootstrap(item, value, replicates, discrete=False):
+            low, high = percentile_interval(replicates, level)
+            finite = replicates[np.isfinite(replicates)]
+            if discrete and finite.size:  # a layer index: no interpolation between layers
+                alpha = (1 - level) / 2
+                low, high = np.quantile(finite, [alpha, 1 - alpha], method="inverted_cdf")
+            add(item, value, low, high)
 
-        add("mean head stability", der0["mean"], derr["mean"])
-        add("mean null", float(np.nanmean(null_layer)) if np.isfinite(null_layer).any() else np.nan)
-        add("gap (max - min layer stability)", der0["gap"], derr["gap"])
-        add("gap expected with heads shuffled across layers", der0["gap_shuffled"], derr["gap_shuffled"])
-        add("excess gap (gap minus its shuffled-layers expectation)", der0["gap_excess"], derr["gap_excess"])
-        add("least stable layer", der0["argmin"], derr["argmin"], discrete=True)
-        add("least stable layer (relative position)", der0["argmin_rel"], derr["argmin_rel"], discrete=True)
-        if L >= 3:
-            add("ends minus middle layer stability", der0["ends_minus_middle"], derr["ends_minus_middle"])
-            add("share of replicates with the least stable layer in the middle", float(derr["middle_min"].mean()))
-        add("mean distinctness", float(np.nanmean(d0)), _nanmean(dr.reshape(R, -1), axis=1))
-        add("mean cross-layer best match", float(np.nanmean(best_sim0)), _nanmean(best_sim_r, axis=1))
-        add("share of heads whose cross-layer best match is in their own layer", float(same_share.mean()))
-        for key, cr in resid_rep.items():
+        layer_point, layer_reps = derived
+        add_bootstrap("mean head stability", layer_point["mean"], layer_reps["mean"])
+        add("mean null", _quiet_nanmean(null["layer"]) if np.isfinite(null["layer"]).any() else np.nan)
+        add_bootstrap("gap (max - min layer stability)", layer_point["gap"], layer_reps["gap"])
+        add_bootstrap("gap expected with heads shuffled across layers", layer_point["gap_shuffled"],
+                      layer_reps["gap_shuffled"])
+        add_bootstrap("excess gap (gap minus its shuffled-layers expectation)", layer_point["gap_excess"],
+                      layer_reps["gap_excess"])
+        add_bootstrap("least stable layer", layer_point["argmin"], layer_reps["argmin"], discrete=True)
+        add_bootstrap("least stable layer (relative position)", layer_point["argmin_rel"], layer_reps["argmin_rel"],
+                      discrete=True)
+        if ctx.n_layers >= 3:
+            add_bootstrap("ends minus middle layer stability", layer_point["ends_minus_middle"],
+                          layer_reps["ends_minus_middle"])
+            add("share of replicates with the least stable layer in the middle", layer_reps["middle_min"].mean())
+        add_bootstrap("mean distinctness", _quiet_nanmean(shape["distinctness"]),
+                      _quiet_nanmean(shape["distinctness_reps"].reshape(ctx.n_resamples, -1), axis=1))
+        add_bootstrap("mean cross-layer best match", _quiet_nanmean(shape["cross_layer"]),
+                      _quiet_nanmean(shape["cross_layer_reps"], axis=1))
+        add("share of heads whose cross-layer best match is in their own layer", shape["same_layer_share"].mean())
+        for key, reps in residual["replicates"].items():
             kind, hook = key.split(":")
-            mean0 = float(np.mean([c for c, k_, h_ in zip(res_rows["cka"], res_rows["kind"], res_rows["hook"])
-                                   if k_ == kind and h_ == hook]))
-            add(f"mean residual {kind} CKA ({hook})", mean0, _nanmean(cr, axis=1))
-            add(f"mean residual {kind} CKA ({hook}) minus mean head stability",
-                mean0 - float(der0["mean"]), _nanmean(cr, axis=1) - derr["mean"][:cr.shape[0]])
-        if corr_rows["scope"]:
-            j = corr_rows["scope"].index("deep")
-            summary_rows.append({"item": "correlation of stability and importance (deep layers)",
-                                 "value": float(corr_rows["r"][j]), "ci_low": float(corr_rows["ci_low"][j]),
-                                 "ci_high": float(corr_rows["ci_high"][j]), "verdict": ""})
+            mean = np.mean([r["cka"] for r in residual["rows"] if (r["kind"], r["hook"]) == (kind, hook)])
+            add_bootstrap(f"mean residual {kind} CKA ({hook})", mean, _quiet_nanmean(reps, axis=1))
+        rows.extend(self._refit_summary_rows(ctx, refit_level, residual))
+        for row in importance["rows"]:
+            if row["scope"] == "deep":
+                add("correlation of stability and importance (deep layers)", row["r"], row["ci_low"], row["ci_high"])
+        return rows
 
-        # ---- tables ------------------------------------------------------------------------------
-        hlo, hhi = _quantiles(hsr, cl)
-        llo, lhi = _quantiles(lsr, cl)
-        dlo, dhi = _quantiles(dr, cl)
-        blo, bhi = _quantiles(best_sim_r, cl)
-        # the same stability with one source of uncertainty only (for the detail table)
-        hs_p = head_stab(Mr, np.broadcast_to(ct0, Ct.shape))
-        hs_r = head_stab(np.broadcast_to(M0, Mr.shape), Ct)
-        plo, phi = _quantiles(hs_p, cl)
-        rlo, rhi = _quantiles(hs_r, cl)
-        LL, HH = np.meshgrid(np.arange(L), np.arange(H), indexing="ij")
-        match_txt = []
-        for l in range(L):
-            for h in range(H):
-                match_txt.append(" ".join(f"r{b}:h{int(match_idx[(A, b)][l, h])}" for b in targets))
-        pairs_txt = "anchor" if not all_pairs else "all"
-        heads = {"layer": LL.ravel().astype(np.int64), "head": HH.ravel().astype(np.int64),
-                 "stability": hs0.ravel(), "ci_low": hlo.ravel(), "ci_high": hhi.ravel(),
-                 "null_mean": null_head.ravel(), "distinctness": d0.ravel(), "importance": imp0.ravel(),
-                 "match": np.array(match_txt), "pairs": np.array([pairs_txt] * (L * H))}
-        layers = {"layer": np.arange(L, dtype=np.int64), "stability": ls0, "ci_low": llo, "ci_high": lhi,
-                  "null_mean": null_layer}
-        residual = {"layer": np.asarray(res_rows["layer"], dtype=np.int64),
-                    "hook": np.asarray(res_rows["hook"], dtype=str), "kind": np.asarray(res_rows["kind"], dtype=str),
-                    "cka": np.asarray(res_rows["cka"], dtype=float), "ci_low": np.asarray(res_rows["ci_low"], dtype=float),
-                    "ci_high": np.asarray(res_rows["ci_high"], dtype=float)}
-        details = {"layer": LL.ravel().astype(np.int64), "head": HH.ravel().astype(np.int64),
-                   "stability_ci_low_prompts": plo.ravel(), "stability_ci_high_prompts": phi.ravel(),
-                   "stability_ci_low_refits": rlo.ravel(), "stability_ci_high_refits": rhi.ravel(),
-                   "distinctness_ci_low": dlo.ravel(), "distinctness_ci_high": dhi.ravel(),
-                   "importance_ci_low": imp_lo.ravel(), "importance_ci_high": imp_hi.ravel(),
-                   "cross_layer_similarity": best_sim0, "cross_layer_ci_low": blo, "cross_layer_ci_high": bhi,
-                   "cross_layer_best_layer": modal_layer.astype(np.int64), "cross_layer_same_layer_share": same_share}
-        correlation = {"scope": np.asarray(corr_rows["scope"], dtype=str),
-                       "layer": np.asarray(corr_rows["layer"], dtype=np.int64),
-                       **{k: np.asarray(corr_rows[k], dtype=float) for k in ("r", "ci_low", "ci_high", "pvalue")},
-                       **{k: np.asarray(corr_rows[k], dtype=np.int64) for k in ("n", "n_eff", "refits")},
-                       "method": np.asarray(corr_rows["method"], dtype=str)}
-        ident = []
-        for i, m in enumerate(models):
-            t = getattr(m, "meta", {}).get("training", {})
-            ident.append({"refit": i, "source": str(getattr(m, "source", "memory")), "weight_hash": m.weight_hash(),
-                          "seed": t.get("seed"), "role": "anchor" if i == A else "refit"})
-        refits = {"refit": np.arange(K, dtype=np.int64), "source": np.array([d["source"] for d in ident]),
-                  "weight_hash": np.array([d["weight_hash"] for d in ident]),
-                  "seed": np.array([-1 if d["seed"] is None else int(d["seed"]) for d in ident], dtype=np.int64),
-                  "role": np.array([d["role"] for d in ident])}
-        params = {**self.get_params(), "estimator": "HeadStability", "null_description": null_desc,
-                  "models": ident, "probe": pr.describe(), "n_refits": K, "n_layers": L, "n_heads": H,
-                  "seed_record": seed_record(root),
-                  "similarity": "cosine of lower-triangle (with diagonal) attention patterns per prompt, mean over prompts",
-                  "importance_definition": "exp(mean next-token loss, head zero-ablated) - exp(mean clean loss) on the probe set",
-                  "bootstrap": f"{R} replicates; resampled: {self.ci_over}; percentile intervals"}
-        replicates = {"layer": lsr, **{k: v for k, v in derr.items()}, "head": hsr,
-                      **{f"resid:{k}": _nanmean(v, axis=1) for k, v in resid_rep.items()}}
-        return HeadStabilityResult(L, H, heads, layers, residual, details, correlation, summary_rows, refits,
-                                   replicates, params)
+    @staticmethod
+    def _refit_summary_rows(ctx: _Context, refit_level: _RefitLevel, residual: dict) -> list[dict]:
+        """Return summary rows whose interval is over training seeds (every refit an anchor, jackknife)."""
+        tag = f"(every refit an anchor; jackknife over {ctx.n_refits} refits)"
+        rows = []
+        for name, item in (("mean", "mean head stability"), ("excess_mean", "mean excess stability over the null"),
+                           ("gap", "gap (max - min layer stability)"),
+                           ("ends_minus_middle", "ends minus middle layer stability")):
+            if name in refit_level.estimates:
+                low, high = refit_level.intervals[name]
+                rows.append({"item": f"{item} {tag}", "value": float(refit_level.estimates[name]),
+                             "ci_low": float(low), "ci_high": float(high), "verdict": ""})
+        for key, refit in residual["refit"].items():
+            kind, hook = key.split(":")
+            difference = refit["estimate"].mean() - refit_level.estimates["mean"]
+            leave_one_out = refit["leave_one_out"].mean(-1) - refit_level.leave_one_out["mean"]
+            low, high, _ = refit_jackknife(difference, leave_one_out, ctx.confidence_level)
+            mean_low, mean_high = refit["mean_interval"]
+            rows.append({"item": f"mean residual {kind} CKA ({hook}) {tag}", "value": float(refit["estimate"].mean()),
+                         "ci_low": float(mean_low), "ci_high": float(mean_high), "verdict": ""})
+            rows.append({"item": f"mean residual {kind} CKA ({hook}) minus mean head stability {tag}",
+                         "value": float(difference), "ci_low": float(low), "ci_high": float(high), "verdict": ""})
+        return rows
+
+    def _tables(self, ctx: _Context, stability: dict, null: dict, refit_level: _RefitLevel, matched_pairs: np.ndarray,
+                excess_pairs: np.ndarray | None, shape: dict, importance: dict, residual: dict) -> tuple[dict, ...]:
+        """Return the heads, layers, residual, head_details and correlation tables (column dicts)."""
+        n_layers, n_heads, level = ctx.n_layers, ctx.n_heads, ctx.confidence_level
+        layer_index, head_index = (a.ravel().astype(np.int64) for a in
+                                   np.meshgrid(np.arange(n_layers), np.arange(n_heads), indexing="ij"))
+        comparisons = matched_pairs[ctx.anchor, ctx.targets]  # [K-1, L, H]
+        _, refit_low, refit_high = comparison_t_interval(comparisons, level)
+        nan_heads = np.full((n_layers, n_heads), np.nan)
+        excess_low = excess_high = nan_heads
+        if excess_pairs is not None:
+            _, excess_low, excess_high = comparison_t_interval(excess_pairs[ctx.anchor, ctx.targets], level)
+        boot_low, boot_high = percentile_interval(stability["head_reps"], level)
+        match_text = [" ".join(f"r{b}:h{int(stability['match_index'][b][layer, head])}" for b in ctx.targets)
+                      for layer, head in zip(layer_index, head_index)]
+        heads = {"layer": layer_index, "head": head_index, "stability": stability["heads"].ravel(),
+                 "ci_low": boot_low.ravel(), "ci_high": boot_high.ravel(), "null_mean": null["head"].ravel(),
+                 "distinctness": shape["distinctness"].ravel(), "importance": importance["value"].ravel(),
+                 "match": np.array(match_text), "pairs": np.array([self.pairs] * (n_layers * n_heads)),
+                 "excess": (stability["heads"] - null["head"]).ravel(), "refit_ci_low": refit_low.ravel(),
+                 "refit_ci_high": refit_high.ravel(), "excess_ci_low": np.asarray(excess_low).ravel(),
+                 "excess_ci_high": np.asarray(excess_high).ravel(),
+                 "n_refits": np.full(n_layers * n_heads, ctx.n_refits, dtype=np.int64)}
+        layer_low, layer_high = percentile_interval(stability["layer_reps"], level)
+        nan_layers = np.full(n_layers, np.nan)
+        excess = refit_level.estimates.get("excess", nan_layers)
+        excess_ci = refit_level.intervals.get("excess", (nan_layers, nan_layers))
+        layers = {"layer": np.arange(n_layers, dtype=np.int64), "stability": stability["layers"], "ci_low": layer_low,
+                  "ci_high": layer_high, "null_mean": null["layer"],
+                  "stability_all_anchors": refit_level.estimates["layer"],
+                  "refit_ci_low": refit_level.intervals["layer"][0], "refit_ci_high": refit_level.intervals["layer"][1],
+                  "excess": excess, "excess_ci_low": excess_ci[0], "excess_ci_high": excess_ci[1],
+                  "n_refits": np.full(n_layers, ctx.n_refits, dtype=np.int64)}
+        residual_table = self._residual_table(residual["rows"])
+        details = self._details_table(ctx, stability, shape, importance, layer_index, head_index)
+        correlation = {"scope": np.array([r["scope"] for r in importance["rows"]], dtype=str),
+                       "layer": np.array([r["layer"] for r in importance["rows"]], dtype=np.int64),
+                       **{k: np.array([r[k] for r in importance["rows"]], dtype=float)
+                          for k in ("r", "ci_low", "ci_high", "pvalue")},
+                       **{k: np.array([r[k] for r in importance["rows"]], dtype=np.int64)
+                          for k in ("n", "n_eff", "refits")},
+                       "method": np.array([r["method"] for r in importance["rows"]], dtype=str)}
+        return heads, layers, residual_table, details, correlation
+
+    @staticmethod
+    def _residual_table(rows: list[dict]) -> dict:
+        """Return the residual table's columns from its rows (typed even when empty)."""
+        types = {"layer": np.int64, "hook": str, "kind": str, "cka": float, "ci_low": float, "ci_high": float,
+                 "cka_all_pairs": float, "refit_ci_low": float, "refit_ci_high": float, "n_refits": np.int64}
+        return {k: np.array([r[k] for r in rows], dtype=t) for k, t in types.items()}
+
+    @staticmethod
+    def _details_table(ctx: _Context, stability: dict, shape: dict, importance: dict, layer_index: np.ndarray,
+                       head_index: np.ndarray) -> dict:
+        """Return the head_details table: one-source intervals, distinctness, importance and cross-layer match."""
+        level = ctx.confidence_level
+        prompts_low, prompts_high = percentile_interval(stability["only_prompts"], level)
+        refits_low, refits_high = percentile_interval(stability["only_refits"], level)
+        distinct_low, distinct_high = percentile_interval(shape["distinctness_reps"], level)
+        cross_low, cross_high = percentile_interval(shape["cross_layer_reps"], level)
+        return {"layer": layer_index, "head": head_index,
+                "stability_ci_low_prompts": prompts_low.ravel(), "stability_ci_high_prompts": prompts_high.ravel(),
+                "stability_ci_low_refits": refits_low.ravel(), "stability_ci_high_refits": refits_high.ravel(),
+                "distinctness_ci_low": distinct_low.ravel(), "distinctness_ci_high": distinct_high.ravel(),
+                "importance_ci_low": np.asarray(importance["low"]).ravel(),
+                "importance_ci_high": np.asarray(importance["high"]).ravel(),
+                "cross_layer_similarity": shape["cross_layer"], "cross_layer_ci_low": cross_low,
+                "cross_layer_ci_high": cross_high, "cross_layer_best_layer": shape["modal_layer"].astype(np.int64),
+                "cross_layer_same_layer_share": shape["same_layer_share"]}
+
+    @staticmethod
+    def _refits_table(ctx: _Context) -> dict:
+        """Return the refits table: source, weight hash, training seed and role of every refit."""
+        seeds = [getattr(m, "meta", {}).get("training", {}).get("seed") for m in ctx.models]
+        return {"refit": np.arange(ctx.n_refits, dtype=np.int64),
+                "source": np.array([str(getattr(m, "source", "memory")) for m in ctx.models]),
+                "weight_hash": np.array([m.weight_hash() for m in ctx.models]),
+                "seed": np.array([-1 if s is None else int(s) for s in seeds], dtype=np.int64),
+                "role": np.array(["anchor" if i == ctx.anchor else "refit" for i in range(ctx.n_refits)])}
+
+    def _result_params(self, ctx: _Context, null: dict) -> dict:
+        """Return the parameters, estimands and provenance recorded with every table."""
+        models = [{"refit": i, "source": str(getattr(m, "source", "memory")), "weight_hash": m.weight_hash(),
+                   "seed": getattr(m, "meta", {}).get("training", {}).get("seed"),
+                   "role": "anchor" if i == ctx.anchor else "refit"} for i, m in enumerate(ctx.models)]
+        return {**self.get_params(), "estimator": "HeadStability", "null_description": null["description"],
+                "models": models, "probe": ctx.probe.describe(), "n_refits": ctx.n_refits, "n_layers": ctx.n_layers,
+                "n_heads": ctx.n_heads, "seed_record": seed_record(ctx.root), "estimands": ESTIMANDS,
+                "similarity": "cosine of lower-triangle (with diagonal) attention patterns per prompt, mean over prompts",
+                "importance_definition": "exp(mean next-token loss, head zero-ablated) - exp(mean clean loss) on the probe set",
+                "bootstrap": f"{ctx.n_resamples} replicates; resampled: {self.ci_over}; percentile intervals"}
+
+    @staticmethod
+    def _refit_replicates(refit_level: _RefitLevel, residual: dict) -> dict:
+        """Return leave-one-refit-out values and estimates of the refit-level statistics, by name."""
+        out = {}
+        for name in ("mean", "excess_mean", "gap", "ends_minus_middle"):
+            if name in refit_level.estimates:
+                out[f"estimate:{name}"] = np.atleast_1d(refit_level.estimates[name])
+                out[f"jackknife:{name}"] = refit_level.leave_one_out[name]
+        for key, refit in residual["refit"].items():
+            out[f"estimate:resid:{key}"] = np.atleast_1d(refit["estimate"].mean())
+            out[f"jackknife:resid:{key}"] = refit["leave_one_out"].mean(-1)
+        return out
 
 
 # =============================================================================================
@@ -1126,12 +1096,9 @@ try:  # typer is a declared dependency; keep the module importable without it
     import typer as _typer
 
     _Opt = _typer.Option
-    _Arg = _typer.Argument
 except ImportError:  # pragma: no cover
     def _Opt(default, *a, **k):  # type: ignore
         return default
-
-    _Arg = _Opt  # type: ignore
 
 
 def heads_command(
@@ -1156,7 +1123,7 @@ def heads_command(
     out: Path = _Opt(..., "--out", help="run directory: heads/layers/residual.parquet and more, manifest.json"),
     force: bool = _Opt(False, "--force", help="recompute if the directory holds a different spec"),
 ) -> HeadStabilityResult:
-    """Cross-seed stability of attention heads and of the residual stream, with bootstrap CIs."""
+    """Cross-seed stability of attention heads and of the residual stream, with refit-level and bootstrap CIs."""
     import sys
 
     models = [p for m in models for p in str(m).split(",") if p]
@@ -1167,8 +1134,8 @@ def heads_command(
                         ci_over=ci_over, n_probe=n_probe, probe_len=probe_len, bos=bos,
                         probe_file=str(probe_file) if probe_file else None, corpus=corpus,
                         hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), random_state=seed)
-    res = est.fit(loaded)
-    spec = {"models": list(models), "corpus": corpus, **est.get_params()}
+    res = est.fit(loaded).result_
+    spec = {"models": list(models), **est.get_params()}
     res.write(out, spec=spec, command=sys.argv, force=force)
     print(res.summary())
     print(f"-> {out}")

@@ -13,10 +13,14 @@ from circuits.model import CircuitModel, ModelConfig
 from pipelines.heads import HeadStability, ProbeSet, build_probe, fisher_interval, permutation_correlation
 
 CFG = ModelConfig(n_layers=2, n_heads=4, d_model=32, d_head=8, d_mlp=64, vocab_size=97, n_ctx=32)
+# the original columns first (readers depend on them), then the refit-level and excess columns
 HEADS_COLUMNS = ["layer", "head", "stability", "ci_low", "ci_high", "null_mean", "distinctness", "importance",
-                 "match", "pairs"]
-LAYERS_COLUMNS = ["layer", "stability", "ci_low", "ci_high", "null_mean"]
-RESIDUAL_COLUMNS = ["layer", "hook", "kind", "cka", "ci_low", "ci_high"]
+                 "match", "pairs", "excess", "refit_ci_low", "refit_ci_high", "excess_ci_low", "excess_ci_high",
+                 "n_refits"]
+LAYERS_COLUMNS = ["layer", "stability", "ci_low", "ci_high", "null_mean", "stability_all_anchors", "refit_ci_low",
+                  "refit_ci_high", "excess", "excess_ci_low", "excess_ci_high", "n_refits"]
+RESIDUAL_COLUMNS = ["layer", "hook", "kind", "cka", "ci_low", "ci_high", "cka_all_pairs", "refit_ci_low",
+                    "refit_ci_high", "n_refits"]
 
 
 def sharp_model(seed, qk_scale=12.0, cfg=CFG):
@@ -52,7 +56,7 @@ def test_known_head_permutation_gives_stability_one_and_hungarian_recovers_it(id
     perms = [[rng.permutation(CFG.n_heads) for _ in range(CFG.n_layers)] for _ in range(2)]
     models = [base] + [permuted(base, p) for p in perms]
     res = HeadStability(match="hungarian", n_boot=40, n_null=10, cka=("linear",), hooks=("post",),
-                        importance=False, random_state=0).fit(models, probe=ids)
+                        importance=False, random_state=0).fit(models, probe=ids).result_
     heads = res.to_pandas("heads")
     assert list(heads.columns) == HEADS_COLUMNS
     np.testing.assert_allclose(heads["stability"], 1.0, atol=1e-6)
@@ -75,7 +79,7 @@ def test_known_head_permutation_gives_stability_one_and_hungarian_recovers_it(id
 def test_max_matching_also_gives_one_under_permutation(ids):
     base = sharp_model(3)
     models = [base, permuted(base, [[1, 2, 3, 0], [3, 2, 1, 0]])]
-    res = HeadStability(match="max", n_boot=10, null="none", residual=False, importance=False).fit(models, probe=ids)
+    res = HeadStability(match="max", n_boot=10, null="none", residual=False, importance=False).fit(models, probe=ids).result_
     np.testing.assert_allclose(res.head_stability, 1.0, atol=1e-6)
     assert res.heads["match"][0] == "r1:h3"  # old head 0 of layer 0 is new head 3
 
@@ -85,13 +89,13 @@ def test_untrained_independent_models_sit_at_the_null(ids):
     models = [CircuitModel(CFG).init_weights(s).eval().requires_grad_(False) for s in range(4)]
     for null in ("prompts", "untrained"):
         res = HeadStability(n_boot=20, null=null, n_null=10, residual=False, importance=False,
-                            random_state=0).fit(models, probe=ids)
+                            random_state=0).fit(models, probe=ids).result_
         layers = res.to_pandas("layers")
         assert list(layers.columns) == LAYERS_COLUMNS
         assert (layers["stability"] - layers["null_mean"]).abs().max() < 1e-3
     # sharp, content-dependent random heads: independent refits match no better than shuffled prompts
     models = [sharp_model(s) for s in range(4)]
-    res = HeadStability(n_boot=40, n_null=20, residual=False, importance=False, random_state=0).fit(models, probe=ids)
+    res = HeadStability(n_boot=40, n_null=20, residual=False, importance=False, random_state=0).fit(models, probe=ids).result_
     layers = res.to_pandas("layers")
     assert (layers["stability"] < 0.8).all()  # far from the permuted-copy case (1.0)
     assert (layers["stability"] - layers["null_mean"]).abs().max() < 0.02
@@ -136,7 +140,7 @@ def test_paper_metric_matches_an_independent_loop_implementation(drop_bos):
                           for h in range(CFG.n_heads)] for l in range(CFG.n_layers)])
     want = _paper_metric(pats, drop_bos)
     res = HeadStability(match="max", pairs="anchor", drop_bos=drop_bos, n_boot=5, null="none", residual=False,
-                        importance=False).fit(models, probe=ids)
+                        importance=False).fit(models, probe=ids).result_
     np.testing.assert_allclose(res.head_stability, want, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(res.layer_stability, want.mean(1), rtol=1e-9)
     assert res.gap == pytest.approx(want.mean(1).max() - want.mean(1).min(), abs=1e-9)
@@ -153,7 +157,7 @@ def test_paper_metric_matches_an_independent_loop_implementation(drop_bos):
 def test_importance_equals_direct_zero_ablation(ids):
     m = sharp_model(7, qk_scale=4.0).double()  # float64 so both sides agree to 1e-9
     res = HeadStability(n_boot=20, null="none", residual=False, corr_refits="anchor",
-                        random_state=0).fit([m, sharp_model(8, qk_scale=4.0).double()], probe=ids)
+                        random_state=0).fit([m, sharp_model(8, qk_scale=4.0).double()], probe=ids).result_
     x = torch.tensor(ids)
 
     def ppl(model):
@@ -208,7 +212,7 @@ def test_all_pairs_ci_sources_and_write(tmp_path, ids):
     models = [sharp_model(s, qk_scale=6.0) for s in (20, 21, 22)]
     est = HeadStability(pairs="all", match="hungarian", n_boot=30, n_null=5, cka=("linear", "rbf", "debiased"),
                         random_state=3)
-    res = est.fit(models, probe=ProbeSet.from_ids(ids, bos=False))
+    res = est.fit(models, probe=ProbeSet.from_ids(ids, bos=False)).result_
     assert set(res.heads["pairs"]) == {"all"}
     d = res.head_details
     s = res.heads["stability"]
@@ -220,7 +224,7 @@ def test_all_pairs_ci_sources_and_write(tmp_path, ids):
     assert set(r["hook"]) == {"pre", "post"} and set(r["kind"]) == {"linear", "rbf", "debiased"}
     assert len(r) == CFG.n_layers * 2 * 3 and (r["ci_low"] <= r["ci_high"]).all()
     # same seed -> same numbers; another seed -> other intervals
-    again = est.fit(models, probe=ids)
+    again = est.fit(models, probe=ids).result_
     np.testing.assert_array_equal(again.heads["ci_low"], res.heads["ci_low"])
     paths = res.write(tmp_path / "run")
     for name, cols in (("heads", HEADS_COLUMNS), ("layers", LAYERS_COLUMNS), ("residual", RESIDUAL_COLUMNS)):
