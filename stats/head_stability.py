@@ -48,6 +48,7 @@ __all__ = [
     "comparison_t_interval",
     "layer_statistics",
     "shuffled_layer_gap",
+    "cka_half_samples",
     "cka_half_sample_replicates",
     "fisher_interval",
     "permutation_correlation",
@@ -282,6 +283,28 @@ def _row_index(prompts: np.ndarray, rows_per_prompt: int) -> np.ndarray:
     return (prompts[:, None] * rows_per_prompt + np.arange(rows_per_prompt)).ravel()
 
 
+def cka_half_samples(representations: dict[Any, np.ndarray], pairs: list[tuple[Any, Any]], kind: str,
+                     rows_per_prompt: int, plan: ResamplingPlan) -> np.ndarray:
+    """Return the CKA of every pair on the unique rows of each resample's prompts, ``[B, n_pairs]``.
+
+    Rows are prompt-major (``rows_per_prompt`` rows per prompt). Each resample keeps the prompts
+    it draws at least once, each once: no duplicated rows. RBF keeps the full-sample median
+    bandwidth.
+    """
+    if kind == "rbf":
+        grams = {m: _rbf_gram(np.asarray(x, dtype=np.float64), 1.0) for m, x in representations.items()}
+    else:
+        grams = {m: np.asarray(x, dtype=np.float64) @ np.asarray(x, dtype=np.float64).T
+                 for m, x in representations.items()}
+    center = _u_center_gram if kind == "debiased" else _center_gram
+    out = np.zeros((plan.n_resamples, len(pairs)))
+    for b in range(plan.n_resamples):
+        rows = _row_index(np.flatnonzero(plan.counts[b]), rows_per_prompt)
+        centred = {m: center(gram[np.ix_(rows, rows)]) for m, gram in grams.items()}
+        out[b] = [_cka_from_centered(centred[a], centred[c]) for a, c in pairs]
+    return out
+
+
 def cka_half_sample_replicates(representations: dict[Any, np.ndarray], pairs: list[tuple[Any, Any]], kind: str,
                                rows_per_prompt: int, plan: ResamplingPlan | None
                                ) -> tuple[np.ndarray, np.ndarray | None]:
@@ -289,34 +312,19 @@ def cka_half_sample_replicates(representations: dict[Any, np.ndarray], pairs: li
 
     A bootstrap with duplicated rows biases CKA upwards (a duplicated row agrees with itself in
     both representations). Instead ``plan`` (``ResamplingPlan.subsample``: half of the prompts,
-    without replacement) picks whole prompts; the CKA of each half-sample is recomputed on its
-    unique rows. For a mean, the variance of a half-sample estimate without replacement,
-    σ²(1/m − 1/n) with m = n/2, equals the full-sample variance σ²/n, so the replicates need no
-    rescaling; they are centred on the full-sample estimate (θ̂ + θ_b − mean θ_b) to remove the
-    extra small-sample bias of the half size. Returns ``(estimate, replicates [B, n_pairs])``.
-    RBF half-samples keep the full-sample median bandwidth.
+    without replacement) picks whole prompts (:func:`cka_half_samples`). For a mean, the variance
+    of a half-sample estimate without replacement, σ²(1/m − 1/n) with m = n/2, equals the
+    full-sample variance σ²/n, so the replicates need no rescaling; they are centred on the
+    full-sample estimate (θ̂ + θ_b − mean θ_b) to remove the extra small-sample bias of the half
+    size (linear and RBF CKA). Returns ``(estimate, replicates [B, n_pairs] or None)``.
     """
     if kind not in CKA_KINDS:
         raise ValueError(f"unknown CKA kind {kind!r}; use {', '.join(CKA_KINDS)}")
     estimate = np.array([CKA_KINDS[kind](representations[a], representations[b]) for a, b in pairs])
     if plan is None:
         return estimate, None
-    if kind == "rbf":
-        grams = {m: _rbf_gram(np.asarray(x, dtype=np.float64), 1.0) for m, x in representations.items()}
-        center = _center_gram
-    elif kind == "debiased":
-        grams = {m: x @ x.T for m, x in representations.items()}
-        center = _u_center_gram
-    else:
-        grams = {m: x @ x.T for m, x in representations.items()}
-        center = _center_gram
-    replicates = np.zeros((plan.n_resamples, len(pairs)))
-    for b in range(plan.n_resamples):
-        rows = _row_index(np.flatnonzero(plan.counts[b]), rows_per_prompt)
-        centred = {m: center(gram[np.ix_(rows, rows)]) for m, gram in grams.items()}
-        replicates[b] = [_cka_from_centered(centred[a], centred[c]) for a, c in pairs]
-    replicates = estimate + replicates - _nanmean(replicates, axis=0)
-    return estimate, replicates
+    replicates = cka_half_samples(representations, pairs, kind, rows_per_prompt, plan)
+    return estimate, estimate + replicates - _nanmean(replicates, axis=0)
 
 
 # --- correlations ------------------------------------------------------------------------------
