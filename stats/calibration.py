@@ -22,11 +22,24 @@ import numpy as np
 from .resampling import as_seed_sequence, seed_record
 from .results import Result
 
-__all__ = ["IntervalKind", "CalibrationResult", "coverage_study"]
+__all__ = ["IntervalKind", "CalibrationResult", "coverage_study", "shared_per_dataset"]
 
 Intervals = dict[str, np.ndarray]
 """What an interval procedure returns for one dataset: ``low``, ``high`` ([m] each) and
 optionally ``reliable`` ([m] bool)."""
+
+
+def shared_per_dataset(fn: Callable[[np.ndarray, Any], Any]) -> Callable[[np.ndarray, Any], Any]:
+    """``fn`` computed once per dataset: several kinds reading one computation (e.g. every interval
+    method of one set of bootstrap resamples) share it; the first kind's seed is the one used."""
+    last: dict[str, Any] = {}
+
+    def wrapped(X: np.ndarray, seed: Any) -> Any:
+        if last.get("X") is not X:
+            last["X"], last["value"] = X, fn(X, seed)
+        return last["value"]
+
+    return wrapped
 
 
 @dataclass

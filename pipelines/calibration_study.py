@@ -1,0 +1,170 @@
+"""Calibration study: do the audit's intervals cover on *this* model and task, at *this* N?
+
+``circuitstat study calibration SPEC --out DIR`` computes per-example scores on a large population
+of prompts (synthetic tasks make thousands cheap), then draws many datasets of each size N in the
+spec's grid from that population and recomputes every interval the audit reports from each one
+(stats.calibration). It writes empirical coverage, width and the rejection rate on null edges per
+interval type and N: the answer to "is N = 64 enough for my circuit?".
+
+A spec::
+
+    model: zoo:attn-only-2l/seed-0
+    task: {name: induction, n: 1024, options: {seq_len: 10}}   # n: the population size
+    method: exact
+    sizes: [32, 64, 128]
+    n_datasets: 200
+
+Null edges: real edges rarely have a mean of exactly zero, so each edge also enters as a null
+copy centred to population mean zero (same shape, same tails); the rejection rate on those
+copies is the false-positive rate of "the interval excludes 0".
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import typer
+from pydantic import Field, ValidationError
+
+from circuits.errors import InputError
+
+from .spec import METHOD, ABLATION, KGrid, TaskSpec, _format_error, _RunOptions, load_yaml
+
+__all__ = ["CalibrationSpec", "load_calibration_spec", "run_calibration_study", "study_calibration_command"]
+
+EDGE_ESTIMAND = "mean effect over the task's prompt distribution"
+
+
+class CalibrationSpec(_RunOptions):
+    """What a calibration study runs; see the module docstring."""
+
+    model: str
+    task: TaskSpec = TaskSpec(n=1024)
+    method: METHOD = "exact"
+    ablation: ABLATION = "counterfactual"
+    ig_steps: int = Field(5, ge=1, le=1000)
+    sizes: KGrid = Field(default_factory=lambda: [32, 64, 128], min_length=1)
+    n_datasets: int = Field(200, ge=20, le=100_000)
+    n_resamples: int = Field(500, ge=50, le=100_000)
+    confidence_level: float = Field(0.95, gt=0.5, lt=1.0)
+    intervals: list[Literal["edge"]] = Field(default_factory=lambda: ["edge"], min_length=1)
+
+    @property
+    def level(self) -> str:
+        """Attribution level: the calibration study works on edges."""
+        return "edge"
+
+
+def parse_calibration_spec(data: Any, source: str = "<spec>") -> CalibrationSpec:
+    """A validated CalibrationSpec from parsed YAML, or InputError naming each bad key."""
+    if not isinstance(data, dict):
+        raise InputError(f"invalid calibration spec {source}: the top level must be a mapping (model, task, ...)")
+    try:
+        spec = CalibrationSpec.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(_format_error(exc, source).replace("invalid spec", "invalid calibration spec")) from None
+    if spec.sizes[-1] > spec.task.n:
+        raise InputError(f"invalid calibration spec {source}: sizes go up to {spec.sizes[-1]} but the population "
+                         f"(task.n) has {spec.task.n} prompts; make task.n at least 8x the largest size")
+    return spec
+
+
+def load_calibration_spec(path: str | Path) -> CalibrationSpec:
+    """The validated calibration spec in a YAML file."""
+    return parse_calibration_spec(load_yaml(path), str(path))
+
+
+def edge_interval_kinds(population: np.ndarray, spec: CalibrationSpec) -> list:
+    """IntervalKinds for every per-edge interval method, over the edges and their null copies."""
+    from stats.calibration import IntervalKind, shared_per_dataset
+    from stats.intervals import DEFAULT_METHOD, METHODS, bootstrap_edges
+
+    n_edges = population.shape[1] // 2
+    truth = population.mean(0)
+    truth[n_edges:] = 0.0
+    null = np.r_[np.zeros(n_edges, bool), np.ones(n_edges, bool)]
+
+    @shared_per_dataset
+    def all_methods(X: np.ndarray, seed) -> Any:
+        return bootstrap_edges(X, n_resamples=spec.n_resamples, seed=seed, method=DEFAULT_METHOD,
+                               methods=list(METHODS), confidence_level=spec.confidence_level)
+
+    def kind(method: str):
+        def compute(X: np.ndarray, seed) -> dict[str, np.ndarray]:
+            res = all_methods(X, seed)
+            lo, hi = res.conf_int(method).T
+            out = {"low": lo, "high": hi}
+            if getattr(res, "reliable", None) is not None:
+                out["reliable"] = np.asarray(res.reliable, bool)
+            return out
+
+        return IntervalKind(f"edge/{method}", EDGE_ESTIMAND, compute, truth=lambda n: truth, null=null)
+
+    return [kind(m) for m in METHODS]
+
+
+def with_null_copies(scores: np.ndarray) -> np.ndarray:
+    """[P, 2E]: the population's edges, then each edge centred to population mean exactly zero."""
+    scores = np.asarray(scores, dtype=np.float64)
+    return np.concatenate([scores, scores - scores.mean(0)], axis=1)
+
+
+def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int | None = None,
+                          force: bool = False) -> Path:
+    """Run (or resume) the calibration study of ``spec`` into run directory ``out``; returns ``out``."""
+    import torch
+
+    from circuits import load_model
+    from reports.rundir import RunDir
+    from reports.tables import table_to_matrix
+    from stats.calibration import coverage_study
+
+    from .audit import attribution_scores
+    from .build import build_task, resolve_source
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    model = load_model(resolve_source(spec.model), device=spec.device, dtype=getattr(torch, spec.dtype))
+    task = build_task(model, spec.task.name, n=spec.task.n, seed=spec.task.seed, metric=spec.task.metric,
+                      **spec.task.options)
+    doc = spec.model_dump()
+    with RunDir(out, spec=doc, command=sys.argv, seed=spec.seed,
+                provenance={"model": model.identity(), "task": task.describe()}) as run:
+        base = {"weight_hash": model.weight_hash(), "task_hash": task.content_hash,
+                **{k: doc[k] for k in ("method", "ablation", "ig_steps", "batch_size", "seed")}}
+        name = f"scores_{spec.method}"
+        run.stage(name, lambda: {name: attribution_scores(model, task, spec.method, spec, n_jobs or spec.n_jobs)
+                                 .tables({"task": task.describe()})["scores"]}, [name], params=base, force=force)
+        population = with_null_copies(np.asarray(table_to_matrix(run.table(name))))
+
+        def calibrate() -> dict:
+            kinds = edge_interval_kinds(population, spec)
+            res = coverage_study(population, spec.sizes, kinds, n_datasets=spec.n_datasets,
+                                 seed=run.stage_seed("calibration"), confidence_level=spec.confidence_level)
+            return res.tables()
+
+        keys = ("sizes", "n_datasets", "n_resamples", "confidence_level", "intervals")
+        run.stage("calibration", calibrate, ["coverage", "coverage_per_unit"],
+                  params={k: doc[k] for k in keys}, depends_on=[name], force=force)
+    return Path(out)
+
+
+def study_calibration_command(
+    spec: Path = typer.Argument(..., help="calibration spec (YAML): model, task (n = population size), sizes"),
+    out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
+    n_jobs: int | None = typer.Option(None, "--n-jobs", help="parallel workers for the attribution"),
+    force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
+) -> None:
+    """Empirical coverage of the audit's intervals on your model and task, per dataset size N."""
+    from reports.tables import read_table
+
+    parsed = load_calibration_spec(spec)
+    run_calibration_study(parsed, out, n_jobs=n_jobs, force=force)
+    table = read_table(Path(out) / "coverage.parquet").to_pylist()
+    typer.echo(f"{'interval':<22} {'N':>5} {'coverage':>9} {'±MC':>6} {'null rej.':>9} {'mean width':>11}")
+    for r in table:
+        typer.echo(f"{r['kind']:<22} {r['n']:>5} {r['coverage']:>9.3f} {r['coverage_mc_se']:>6.3f} "
+                   f"{r['null_rejection_rate']:>9.3f} {r['mean_width']:>11.4g}")
+    typer.echo(f"nominal {parsed.confidence_level}; tables in {out}")
