@@ -58,7 +58,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from circuits.errors import InputError
 
-from .yamlio import read_yaml_strict
+from .yamlio import read_yaml_strict, redacted_validation_message, resolve_inside
 
 __all__ = [
     "CLAIM_KINDS",
@@ -285,11 +285,18 @@ class ClaimsFile(_Strict):
         """The directory relative paths in the file are relative to."""
         return Path(self.source).parent if self.source else Path(".")
 
-    def run_path(self) -> Path | None:
-        return None if self.run is None else self.base / Path(self.run).expanduser()
+    def run_path(self, allow_outside: bool = False) -> Path | None:
+        """``run:`` relative to this file, confined to its directory tree unless `allow_outside`."""
+        return None if self.run is None else self._inside(self.run, "run", allow_outside)
 
-    def spec_path(self) -> Path | None:
-        return None if self.spec is None else self.base / Path(self.spec).expanduser()
+    def spec_path(self, allow_outside: bool = False) -> Path | None:
+        """``spec:`` relative to this file, confined to its directory tree unless `allow_outside`."""
+        return None if self.spec is None else self._inside(self.spec, "spec", allow_outside)
+
+    def _inside(self, value: str, key: str, allow_outside: bool) -> Path:
+        # A claims file may come from someone else (a CI job checks published findings): it must
+        # not make check read or write outside the tree it was placed in (see resolve_inside).
+        return resolve_inside(self.source or Path(".") / "<claims>", value, key=key, allow_outside=allow_outside)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -309,7 +316,10 @@ def _loc(loc: tuple) -> tuple[str, str | None]:
                 kind = parts[i + 1]
                 i += 1
         else:
-            out += ("." if out else "") + str(p)
+            # a key from the file: quoted when it has spaces or control characters, so the
+            # message stays one line and cannot carry terminal escapes
+            text = str(p)
+            out += ("." if out else "") + (text if text.isprintable() and text.split() == [text] else _short(text))
         i += 1
     return out or "(top level)", kind
 
@@ -383,11 +393,30 @@ def load_claims(path: str | os.PathLike[str]) -> ClaimsFile:
     return parse_claims(read_yaml_strict(path), str(path))
 
 
-def _load_spec(path: Path):
-    """The audit spec at `path` through the strict YAML reader, then pipelines.spec.parse_spec."""
-    from pipelines.spec import parse_spec
+def _load_spec(path: Path, *, redact: bool = True):
+    """The audit spec at `path` through the strict YAML reader, validated as pipelines.spec does.
 
-    return parse_spec(read_yaml_strict(path), str(path))
+    With `redact` (the spec was named by a claims file, which may come from someone else) errors
+    never quote the spec's text, keys or values: ``spec: /etc/shadow`` must not print the shadow
+    file. See pipelines.yamlio for the rule.
+    """
+    from pydantic import ValidationError
+
+    from pipelines.spec import AuditSpec, parse_spec
+
+    data = read_yaml_strict(path, quote=not redact)
+    if not redact:
+        return parse_spec(data, str(path))
+    if not isinstance(data, dict):
+        what = "empty" if data is None else f"a {type(data).__name__}"
+        raise InputError(f"invalid spec {path}: the top level is {what}; it must be a mapping of keys "
+                         "(model, task, methods, ...)")
+    try:
+        return AuditSpec.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(redacted_validation_message(exc, data, AuditSpec, f"invalid spec {path}")) from None
+    except RecursionError:
+        raise InputError(f"invalid spec {path}: nested too deeply") from None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -807,24 +836,26 @@ def _is_complete(run_dir: Path) -> bool:
 
 
 def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[str] | None = None,
-          *, echo=None) -> CheckReport:
+          *, echo=None, allow_outside: bool = False) -> CheckReport:
     """Load the claims (InputError if malformed), find or make the run, evaluate every claim.
 
     `run` overrides the file's ``run:``. The audit (pipelines.audit.run_audit) runs only when a spec
     is given and the run is missing, unfinished or lacks what a claim needs, and only after the spec
-    was checked to contain everything the claims need.
+    was checked to contain everything the claims need. The file's ``run:`` and ``spec:`` must stay
+    inside its directory tree unless `allow_outside` (``--allow-outside``).
     """
     cf = claims if isinstance(claims, ClaimsFile) else load_claims(claims)
     source = cf.source or "<claims>"
     say = echo or (lambda msg: None)
-    spec_path = cf.spec_path()
+    spec_path = cf.spec_path(allow_outside)
+    file_run = cf.run_path(allow_outside)  # checked even when --run overrides it: a bad file is bad
     spec = None
     if spec_path is not None:
         try:
             spec = _load_spec(spec_path)
         except InputError as e:
             raise InputError(f"{e} (the spec named by 'spec:' in {source})") from None
-    run_dir = Path(run) if run is not None else cf.run_path()
+    run_dir = Path(run) if run is not None else file_run
     if run_dir is None:
         if spec is None:
             raise InputError(f"no run to check: pass --run DIR (a finished audit's run directory), "
@@ -951,6 +982,9 @@ def check_command(
     claims: Path = typer.Argument(..., help="claims file (YAML): published findings stated as bounds"),
     run: Path | None = typer.Option(None, "--run", help="run directory of a finished audit (overrides 'run:' in the file)"),
     junit: Path | None = typer.Option(None, "--junit", help="write JUnit XML (one testcase per claim) to this file"),
+    allow_outside: bool = typer.Option(False, "--allow-outside",
+                                       help="let the file's 'run:' and 'spec:' name paths outside its directory "
+                                            "(absolute, '..', symbolic links); only for claims files you trust"),
 ) -> None:
     """Check published claims against an audit run: exit 0 all hold, 1 any fails, 2 error."""
     from reports.lock import RunLockedError
@@ -959,7 +993,7 @@ def check_command(
     try:
         if junit is not None and junit.is_dir():
             raise InputError(f"--junit {junit} is a directory; give a file path such as claims.xml")
-        report = check(claims, run, echo=lambda m: typer.echo(m, err=True))
+        report = check(claims, run, echo=lambda m: typer.echo(m, err=True), allow_outside=allow_outside)
     except (InputError, RunDirError, RunLockedError) as e:
         _fail(str(e))
     except (ValueError, OSError) as e:  # a non-InputError from a lower layer: still one line, exit 2

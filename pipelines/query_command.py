@@ -62,7 +62,7 @@ def _jsonable(v: Any) -> Any:
 
 
 def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {' '.join(message.split())}", err=True)  # one line, whatever DuckDB's layout
     raise typer.Exit(2)
 
 
@@ -71,7 +71,7 @@ def query_command(
     runs: list[Path] = typer.Argument(None, help="run directories (default: the current directory)"),
     format: str = typer.Option("table", "--format", "-f", help="table, csv or json"),
 ) -> None:
-    """Run SQL (DuckDB) over the Parquet tables of one or many run directories."""
+    """Run one SELECT (DuckDB) over the Parquet tables of one or many run directories; reads nothing else."""
     import duckdb
 
     from reports.query import query

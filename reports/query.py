@@ -42,13 +42,15 @@ def list_tables(run_dirs: Iterable[str | os.PathLike[str]]) -> dict[str, list[tu
 def connect(run_dirs: Iterable[str | os.PathLike[str]], run_column: str = "run") -> duckdb.DuckDBPyConnection:
     """Return an in-memory DuckDB connection with one view per table name, unioned over `run_dirs`.
 
-    Each view has an extra column `run_column` naming the run directory a row came from.
+    Each view has an extra column `run_column` naming the run directory a row came from. Once the
+    views exist the connection is locked down: it reads those Parquet files and nothing else.
     Tables with the same name but different columns are unioned by column name (missing -> NULL).
     """
     import duckdb  # imported on use: most callers of reports never query
 
     con = duckdb.connect(":memory:")
-    for name, files in list_tables(run_dirs).items():
+    tables = list_tables(run_dirs)
+    for name, files in tables.items():
         selects = []
         for run, path in files:
             if run_column in pq.read_schema(path).names:
@@ -57,20 +59,47 @@ def connect(run_dirs: Iterable[str | os.PathLike[str]], run_column: str = "run")
                     f"pass run_column='...' (e.g. 'run_dir') to name the added column differently"
                 )
             selects.append(
-                f"SELECT *, {_quote_str(run)} AS {_quote_ident(run_column)} FROM read_parquet({_quote_str(str(path))})"
+                f"SELECT *, {_quote_str(run)} AS {_quote_ident(run_column)} "
+                f"FROM read_parquet({_quote_str(str(path.absolute()))})"
             )
         con.execute(f"CREATE VIEW {_quote_ident(name)} AS " + " UNION ALL BY NAME ".join(selects))
+    _lock_down(con, [path.absolute() for files in tables.values() for _, path in files])
     return con
+
+
+def _lock_down(con: duckdb.DuckDBPyConnection, readable: list[Path]) -> None:
+    """Confine `con` to reading the `readable` files: no other file, extension, attach or setting.
+
+    External access off stops COPY ... TO, read_text/read_csv of other files, INSTALL/LOAD and
+    ATTACH of files; the views still read the run's own tables through allowed_paths; the locked
+    configuration stops SQL from turning any of it back on.
+    """
+    con.execute(f"SET allowed_paths = [{', '.join(_quote_str(str(p)) for p in readable)}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
+def check_read_only(sql: str) -> None:
+    """Raise ValueError unless `sql` is one SELECT statement (allowed_paths would let COPY overwrite a table)."""
+    import duckdb
+
+    kinds = [st.type for st in duckdb.extract_statements(sql)]
+    if len(kinds) != 1 or kinds[0] != duckdb.StatementType.SELECT:
+        what = "no statement" if not kinds else ", ".join(k.name for k in kinds)
+        raise ValueError(f"query runs one SELECT statement over the run's tables and writes nothing (got {what}); "
+                         "give a query such as SELECT ... FROM edge_stats")
 
 
 def query(sql: str, run_dirs: Iterable[str | os.PathLike[str]], run_column: str = "run") -> pa.Table:
     """Return the result of `sql` as a pyarrow Table, with every table of `run_dirs` available as a view.
 
-    Unknown table names raise a ValueError listing the tables available.
+    Only one SELECT statement runs, on a connection that can read nothing but those tables (see
+    connect). Unknown table names raise a ValueError listing the tables available.
     """
     import duckdb
 
     run_dirs = list(run_dirs)
+    check_read_only(sql)
     con = connect(run_dirs, run_column)
     try:
         return con.sql(sql).to_arrow_table()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -59,7 +60,13 @@ class RunDir:
     """A directory holding one run: manifest.json, Parquet outputs, and a lock while open.
 
     Nothing is written until the run is opened (``with RunDir(...) as run:`` or open()): that
-    takes the lock, removes temp files left by a killed run, and creates/updates the manifest.
+    checks everything it can without writing (the path is a writable directory or can be made
+    one, the manifest is readable, the seed matches, no foreign files), then takes the lock. The
+    updated manifest is written (and temp files of a killed run removed) only when the run first
+    writes something: a stage that has to run, a table, or a clean close. So a run refused on
+    opening or by a finished stage's changed spec (StageSpecChangedError) leaves the directory
+    exactly as it was: every file's bytes and times, the directory's modification time (the lock
+    file's coming and going is undone) and no directory it had to create.
     """
 
     def __init__(
@@ -80,6 +87,9 @@ class RunDir:
         self._manifest: dict[str, Any] | None = self.read_manifest(self.path) if (self.path / MANIFEST).exists() else None
         self._current_stage: dict[str, Any] | None = None
         self._current_outputs: list[str] = []
+        self._pending = False  # the manifest of this opening is not on disk yet
+        self._created: list[Path] = []  # directories open() made, outermost first
+        self._dir_times: tuple[int, int] | None = None  # (atime, mtime) ns of an existing directory
 
     # ----- manifest -------------------------------------------------------------------------
     @staticmethod
@@ -103,6 +113,9 @@ class RunDir:
 
     def _write_manifest(self) -> None:
         assert self._manifest is not None
+        if self._pending:  # the first write of this opening: now the run really changes the directory
+            self._pending = False
+            cleanup_temp_files(self.path)
         self._manifest["updated_utc"] = utc_now()
         atomic_write_bytes(self.path / MANIFEST, (json.dumps(self._manifest, indent=2) + "\n").encode())
 
@@ -135,18 +148,49 @@ class RunDir:
 
     # ----- open / close ---------------------------------------------------------------------
     def open(self) -> RunDir:
-        """Take the lock, clean up after killed runs, create or update the manifest; return self."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._lock.acquire()
+        """Check, take the lock and prepare the manifest (written on the first write); return self."""
+        self._preflight()
+        self._created = self._make_dirs()
         try:
-            self._open_locked()
+            self._lock.acquire()
+        except BaseException:
+            self._undo_untouched()
+            raise
+        try:
+            self._manifest = self._prepared_manifest()  # again under the lock: another run may have written
         except BaseException:
             self._lock.release()
+            self._undo_untouched()
             raise
+        self._pending = True
         return self
 
-    def _open_locked(self) -> None:
-        cleanup_temp_files(self.path)
+    def _preflight(self) -> None:
+        """Raise RunDirError for everything that would refuse this run, writing nothing."""
+        p = self.path
+        if p.exists() and not p.is_dir():
+            raise RunDirError(f"{p} is a file, not a directory; give a new or empty directory for the run (--out)")
+        existing = next(a for a in [p, *p.parents] if a.exists())
+        if not existing.is_dir():
+            raise RunDirError(f"{existing} is a file, so {p} cannot be created; give another output directory")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            what = "run directory" if existing == p else "directory"
+            raise RunDirError(f"{what} {existing} is not writable; give an output directory you can write to")
+        if p.is_dir():
+            self._dir_times = (p.stat().st_atime_ns, p.stat().st_mtime_ns)
+            self._prepared_manifest()
+
+    def _make_dirs(self) -> list[Path]:
+        """Create the run directory and missing parents; return those created, outermost first."""
+        missing = [a for a in [self.path, *self.path.parents] if not a.exists()][::-1]
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RunDirError(f"cannot create {self.path}: {e.strerror or e}; give another output directory") from None
+        return missing
+
+    def _prepared_manifest(self) -> dict[str, Any]:
+        """The manifest this opening will write (validated against the one on disk); writes nothing."""
         if (self.path / MANIFEST).exists():
             manifest = self.read_manifest(self.path)
         else:
@@ -184,18 +228,43 @@ class RunDir:
         manifest["history"].append(
             {"opened_utc": utc_now(), "pid": os.getpid(), "host": socket.gethostname(), "command": to_jsonable(self.command), "spec_sha256": spec_hash}
         )
-        self._manifest = manifest
-        self._write_manifest()
+        return manifest
 
-    def close(self) -> None:
-        """Release the lock (the manifest is already up to date after every stage)."""
-        self._lock.release()
+    def _undo_untouched(self) -> None:
+        """After a refusal that wrote nothing: remove the directories open() made, restore the times."""
+        for d in reversed(self._created):
+            try:
+                d.rmdir()
+            except OSError:  # not empty: something else lives there now
+                break
+        self._created = []
+        if self._dir_times is not None and self.path.is_dir():
+            with contextlib.suppress(OSError):
+                os.utime(self.path, ns=self._dir_times)
+
+    def close(self, *, commit: bool = True) -> None:
+        """Release the lock; with `commit`, first write the manifest if this opening wrote nothing yet.
+
+        ``commit=False`` (a with-block left by an exception) leaves a run that wrote nothing
+        exactly as it was.
+        """
+        if not self._lock.held:
+            return
+        untouched = self._pending and not commit
+        try:
+            if self._pending and commit:
+                self._write_manifest()
+        finally:
+            self._lock.release()
+            if untouched:
+                self._undo_untouched()
+            self._pending = False
 
     def __enter__(self) -> RunDir:
         return self.open()
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.close(commit=exc_type is None)
 
     def _require_open(self) -> None:
         if not self._lock.held:
@@ -222,6 +291,8 @@ class RunDir:
                 f"stage {self._current_stage['name']!r} wrote {name!r}, which is not among its outputs "
                 f"{self._current_outputs}; declare it in outputs=[...]"
             )
+        if self._pending:
+            self._write_manifest()  # the run's manifest exists before any of its tables
         t = to_arrow(table)
         prov: dict[str, Any] = self.provenance
         prov["run"] = {"id": self.run_id, "dir": self.path.name, "spec_sha256": self._manifest["spec_sha256"]}
@@ -311,6 +382,8 @@ class RunDir:
                     "or use a new output directory"
                 )
 
+        if self._pending:
+            self._write_manifest()  # the stage runs: the first change to the directory
         # Outputs left from an earlier attempt or spec must not survive into this result.
         for p in paths.values():
             p.unlink(missing_ok=True)
