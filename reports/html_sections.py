@@ -853,3 +853,42 @@ def summary_section(T: Tables) -> str:
                     f'<td class="n">{esc(fmt(hi[i]))}</td><td class="{cls}">{esc(vd)}</td></tr>')
     return ('<table class="summary"><thead><tr><th>item</th><th class="n">value</th><th class="n">CI low</th><th class="n">CI high</th>'
             f'<th>verdict</th></tr></thead><tbody>{"".join(body)}</tbody></table>')
+
+
+# ----- calibration study --------------------------------------------------------------------------
+CAL_COLS = [("interval", "text"), ("N", "int"), ("coverage", "num"), ("± MC", "num"), ("worst unit", "num"),
+            ("null rejection", "num"), ("reliable: coverage", "num"), ("reliable share", "num"), ("mean width", "num")]
+CAL_SRC = ("coverage", "coverage_mc_se", "worst_unit_coverage", "null_rejection_rate", "coverage_reliable",
+           "share_reliable", "mean_width")
+
+
+def calibration_part(T: Tables) -> str:
+    """Coverage vs N per interval kind (from `circuitstat study calibration`), with the nominal level."""
+    t = T.need("coverage", ["kind", "n", "coverage", "coverage_mc_se"])
+    kinds = list(dict.fromkeys(strs(t, "kind")))
+    col = colours(kinds)
+    ks, ns = np.array(strs(t, "kind")), num(t, "n")
+    nominal = float(num(t, "confidence_level")[0]) if "confidence_level" in t.column_names else 0.95
+    xd, xlog = x_domain_k(ns)
+    lo_y = max(0.0, min(0.5, float(np.nanmin(num(t, "coverage"))) - 0.05))
+    p = Plot(600, 360, xd, (lo_y, 1.0), xlog=xlog, label="coverage vs N")
+    rows = []
+    for kind in kinds:
+        s = sub(t, ks == kind)
+        o = np.argsort(num(s, "n"), kind="stable")
+        n, c, se = num(s, "n")[o], num(s, "coverage")[o], num(s, "coverage_mc_se")[o]
+        p.band(n, c - 2 * se, c + 2 * se, col[kind])
+        p.line(n, c, col[kind], title=kind)
+        p.points(n, c, col[kind], r=2.8, titles=[f"{kind} N={fmt(a)}: coverage {fmt(b)} ± {fmt(2 * e)}"
+                                                for a, b, e in zip(n, c, se)])
+        p.legend(kind, col[kind])
+        rows += [[kind, a, *(num(s, k)[o][i] for k in CAL_SRC)] for i, a in enumerate(n)]
+    p.hline(nominal, "#b00", dash="6,4")
+    p.legend(f"nominal {nominal:g}", "#b00", "dash")
+    p.axes("dataset size N (prompts)" + (", log scale" if xlog else ""), "empirical coverage", xticks=k_ticks(ns, p))
+    tbl = html_table(CAL_COLS, rows[:MAX_ROWS], shown_note=shown(min(len(rows), MAX_ROWS), len(rows), "rows", "first rows"))
+    estimands = "; ".join(f"{k}: {e}" for k, e in dict(zip(strs(t, "kind"), strs(t, "estimand"))).items())
+    cap = (f"Empirical coverage of each interval over datasets of N prompts drawn from the population (band: ±2 Monte "
+           f"Carlo SE); dashed red: the nominal {nominal:g}. Null rejection: how often the interval excludes 0 on null "
+           f"copies of the edges (nominal {1 - nominal:.2g}). Estimands — {estimands}.")
+    return figure(p.svg(), cap, tbl)

@@ -108,7 +108,7 @@ def _one_size(population: np.ndarray, n: int, n_datasets: int, kinds: Sequence[I
     return [{key: np.asarray(v) for key, v in a.items()} for a in acc]
 
 
-def _summarise(kind: IntervalKind, n: int, a: dict[str, np.ndarray]) -> dict[str, Any]:
+def _summarise(kind: IntervalKind, n: int, a: dict[str, np.ndarray], level: float) -> dict[str, Any]:
     """One coverage row for ``kind`` at size ``n`` from its per-dataset arrays."""
     hit, rel = a["hit"], a["reliable"]
     cov = float(hit.mean())
@@ -121,7 +121,8 @@ def _summarise(kind: IntervalKind, n: int, a: dict[str, np.ndarray]) -> dict[str
             "coverage_mc_se": float(np.sqrt(cov * (1 - cov) / max(n_cells, 1))),
             "worst_unit_coverage": float(hit.mean(0).min()),
             "mean_width": float(np.nanmean(a["width"])), "median_width": float(np.nanmedian(a["width"])),
-            "null_rejection_rate": fpr, "coverage_reliable": cov_rel, "share_reliable": float(rel.mean())}
+            "null_rejection_rate": fpr, "coverage_reliable": cov_rel, "share_reliable": float(rel.mean()),
+            "confidence_level": float(level)}
 
 
 def coverage_study(population: np.ndarray, sizes: Sequence[int], kinds: Sequence[IntervalKind], *,
@@ -143,7 +144,7 @@ def coverage_study(population: np.ndarray, sizes: Sequence[int], kinds: Sequence
         if int(n) < 2:
             raise ValueError(f"dataset size {n} is below 2; every interval needs at least 2 examples")
         for kind, a in zip(kinds, _one_size(population, int(n), n_datasets, kinds, ss)):
-            rows.append(_summarise(kind, int(n), a))
+            rows.append(_summarise(kind, int(n), a, confidence_level))
             for unit, c in enumerate(a["hit"].mean(0)):
                 per_unit.append({"kind": kind.name, "n": int(n), "unit": unit, "coverage": float(c)})
     params = {"estimator": "coverage_study", "sizes": [int(n) for n in sizes], "n_datasets": int(n_datasets),
