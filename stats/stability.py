@@ -22,9 +22,11 @@ import numpy as np
 from scipy import sparse, stats
 from scipy.special import ndtri
 
-from .resampling import (DEFAULT_MAX_BYTES, ResamplingPlan, check_score_matrix,
-                         map_edge_chunks)
+from .resampling import (DEFAULT_MAX_BYTES, ResamplingPlan, as_seed_sequence,
+                         check_score_matrix, map_edge_chunks, seed_record, spawn_seeds)
 from .results import Result
+from .topk import (RANKINGS, TopKState, chunk_topk, merge_topk, ranking_key, row_seeds,
+                   select_topk, tie_priorities, topk)
 
 __all__ = [
     "StabilityResult",
@@ -37,23 +39,18 @@ __all__ = [
     "selection_error_bounds",
 ]
 
-RANKINGS = ("signed", "absolute")
-
-
 # --- small, reusable pieces ----------------------------------------------------------------
 def _key(values: np.ndarray, ranking: str) -> np.ndarray:
-    """Return the ranking key: the score itself ('signed') or its magnitude ('absolute')."""
-    if ranking not in RANKINGS:
-        raise ValueError(f"ranking must be 'signed' or 'absolute' (an explicit choice: it changes "
-                         f"circuits), got {ranking!r}")
-    return values if ranking == "signed" else np.abs(values)
+    """Return the ranking key (kept for callers; stats.topk.ranking_key is the one definition)."""
+    return ranking_key(values, ranking)
 
 
-def topk_indices(scores: np.ndarray, k: int, ranking: str) -> np.ndarray:
-    """Return the k edges with the largest key, ties broken by smaller edge index, in rank order."""
-    key = _key(np.asarray(scores, dtype=np.float64), ranking)
-    order = np.lexsort((np.arange(key.size), -key))
-    return order[:k]
+def topk_indices(scores: np.ndarray, k: int, ranking: str, *, seed: Any = 0) -> np.ndarray:
+    """Return the k edges with the largest key in rank order, ties at random (stats.topk.topk).
+
+    Pass the run's seed: the default 0 is reproducible but reuses one tie order for every call.
+    """
+    return topk(scores, k, ranking=ranking, seed=seed).indices
 
 
 def chance_jaccard(n_edges: int, k: int | Sequence[int]) -> np.ndarray:
@@ -203,80 +200,24 @@ def selection_error_bounds(k: int | np.ndarray, n_edges: int, thresholds: Sequen
 
 
 # --- streaming top-K over edge chunks ------------------------------------------------------
-@dataclass
-class _TopK:
-    """Per resample: K best (value, edge) pairs in rank order, and ties dropped at the boundary."""
-
-    vals: np.ndarray  # [B, K] float64, descending
-    idx: np.ndarray  # [B, K] int64, ascending within equal values; padding = sentinel
-    boundary: np.ndarray  # [B] value at rank K
-    dropped: np.ndarray  # [B] edges equal to `boundary` that are not in the list
-
-
-def _chunk_topk(keyT: np.ndarray, start: int, K: int, sentinel: int) -> _TopK:
-    """Return the top-K state of one chunk (keyT [B, c], edges start..start+c-1)."""
-    b, c = keyT.shape
-    cols = np.arange(start, start + c, dtype=np.int64)
-    if c <= K:
-        vals = np.full((b, K), -np.inf)
-        idx = np.full((b, K), sentinel, dtype=np.int64)
-        vals[:, :c] = keyT
-        idx[:, :c] = cols
-        dropped = np.zeros(b, dtype=np.int64)
-    else:
-        t = np.partition(keyT, c - K, axis=1)[:, c - K]  # K-th largest value per resample
-        gt = keyT > t[:, None]
-        eq = keyT == t[:, None]
-        need = K - gt.sum(axis=1)
-        n_eq = eq.sum(axis=1)
-        keep = gt | eq
-        tied = np.flatnonzero(n_eq > need)
-        if tied.size:
-            # among edges tied at the boundary keep the smallest indices (columns are
-            # index-ordered); only rows with surplus ties need the running count
-            e = eq[tied]
-            keep[tied] = gt[tied] | (e & (np.cumsum(e, axis=1) <= need[tied, None]))
-        dropped = n_eq - need
-        rows, cc = np.nonzero(keep)
-        vals = keyT[rows, cc].reshape(b, K)
-        idx = cols[cc].reshape(b, K)
-    order = np.argsort(-vals, axis=1, kind="stable")  # stable: equal values stay index-ordered
-    vals = np.take_along_axis(vals, order, axis=1)
-    idx = np.take_along_axis(idx, order, axis=1)
-    return _TopK(vals, idx, vals[:, -1].copy(), dropped)
-
-
-def _merge_topk(a: _TopK, c: _TopK, sentinel: int) -> _TopK:
-    """Return the top-K state of the union of two states (order-independent, exact tie counts)."""
-    K = a.vals.shape[1]
-    vals = np.concatenate([a.vals, c.vals], axis=1)
-    idx = np.concatenate([a.idx, c.idx], axis=1)
-    order = np.lexsort((idx, -vals), axis=1)
-    vals = np.take_along_axis(vals, order, axis=1)
-    idx = np.take_along_axis(idx, order, axis=1)
-    v = vals[:, K - 1]
-    rest = ((vals[:, K:] == v[:, None]) & (idx[:, K:] < sentinel)).sum(axis=1)
-    dropped = rest + np.where(a.boundary == v, a.dropped, 0) + np.where(c.boundary == v,
-                                                                        c.dropped, 0)
-    return _TopK(vals[:, :K].copy(), idx[:, :K].copy(), v.copy(), dropped)
-
-
 def _topk_pass(S: np.ndarray, plan: ResamplingPlan, K: int, ranking: str, n_full: int,
-               chunk_size: int | None, n_jobs: int, max_bytes: int) -> tuple[_TopK, np.ndarray]:
+               seeds: np.ndarray, chunk_size: int | None, n_jobs: int,
+               max_bytes: int) -> tuple[TopKState, np.ndarray]:
     """Return the merged top-K state over all edges and full key vectors [n_full, E]."""
     n_edges = S.shape[1]
     sentinel = n_edges  # larger than every real edge index
 
-    def reduce(r: np.ndarray, sc: np.ndarray, sl: slice) -> tuple[_TopK, np.ndarray]:
-        key = _key(r, ranking)
+    def reduce(r: np.ndarray, sc: np.ndarray, sl: slice) -> tuple[TopKState, np.ndarray]:
+        key = ranking_key(r, ranking)
         full = key[:, :n_full].T.copy()
-        return _chunk_topk(np.ascontiguousarray(key.T), sl.start, K, sentinel), full
+        pri = tie_priorities(seeds, np.arange(sl.start, sl.stop))  # depends on edge, not chunk
+        return chunk_topk(np.ascontiguousarray(key.T), pri, sl.start, K, sentinel), full
 
-    state: _TopK | None = None
+    state: TopKState | None = None
     fulls = []
     for part, full in map_edge_chunks(S, plan, reduce, chunk_size=chunk_size, n_jobs=n_jobs,
                                       max_bytes=max_bytes, check=False):
-        state = part if state is None else _merge_topk(state, part, sentinel)
+        state = part if state is None else merge_topk(state, part, sentinel)
         fulls.append(full)
     return state, np.concatenate(fulls, axis=1)
 
@@ -300,6 +241,8 @@ class StabilityResult(Result):
     kendall_pairs: np.ndarray
     n_pairs_cpss: int | None = None
     edge_names: Sequence[str] | None = None
+    #: uint64 tie-breaking seeds (stats.topk.tie_priorities): one per resample, then the data's
+    tie_seeds: np.ndarray | None = None
     params: dict = field(default_factory=dict)
 
     # convenient scipy-like attributes
@@ -381,6 +324,13 @@ class StabilityResult(Result):
         return items
 
 
+def _run_seed(plan: ResamplingPlan, seed: Any) -> np.random.SeedSequence:
+    """Return the run's root SeedSequence: the plan's recorded seed, else `seed` (None: fresh)."""
+    if plan.seed is not None and plan.seed.get("entropy") is not None:
+        return np.random.SeedSequence(plan.seed["entropy"], spawn_key=tuple(plan.seed["spawn_key"]))
+    return as_seed_sequence(seed)
+
+
 # --- estimator -----------------------------------------------------------------------------
 def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
                       ks: Sequence[int] = (10, 20, 50, 100, 200, 500, 1000), *, ranking: str,
@@ -403,8 +353,9 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
     n_obs, n_edges = S.shape
     if plan is None:
         plan = ResamplingPlan.bootstrap(n_obs, n_resamples, seed)
-    elif seed is not None:
+    elif seed is not None and plan.seed is not None:
         raise ValueError("pass either a plan or a seed, not both: the plan already fixes the draw")
+    root = _run_seed(plan, seed)
     if plan.n_obs != n_obs:
         check_score_matrix(S, plan)  # raises with the fix named
     if selection_thresholds is not None and not plan.is_half_subsample:
@@ -422,10 +373,14 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
         raise ValueError("stability needs at least 2 resamples")
     K = int(ks_arr[-1])
     n_full = min(B, max(0, int(n_rank_resamples)))
-    state, full = _topk_pass(S, plan, K, ranking, n_full, chunk_size, n_jobs, max_bytes)
+    tie_rng = np.random.default_rng(spawn_seeds(root, 2)[0])
+    seeds = row_seeds(tie_rng, B + 1)  # one tie-breaking stream per resample, one for the data
+    state, full = _topk_pass(S, plan, K, ranking, n_full, seeds[:B], chunk_size, n_jobs,
+                             max_bytes)
 
     theta = np.asarray(S, dtype=np.float64).mean(axis=0)
-    full_top = topk_indices(theta, K, ranking)
+    full_top = select_topk(ranking_key(theta, ranking)[None, :],
+                           tie_priorities(seeds[B:], np.arange(n_edges)), K)[0][0]
     z = ndtri(0.5 + confidence_level / 2)
     m_pair = min(B, int(n_pair_resamples))
     real = state.idx < n_edges
@@ -435,7 +390,8 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
         "consensus_jaccard_mean", "consensus_jaccard_sd", "consensus_jaccard_q05",
         "consensus_jaccard_median", "consensus_jaccard_q95", "full_data_jaccard_mean",
         "phi", "phi_variance", "phi_ci_low", "phi_ci_high", "rbo_mean", "rbo_sd", "rbo_p",
-        "resamples_with_cutoff_ties", "cutoff_ties_excluded_mean", "cutoff_ties_excluded_max")}
+        "resamples_with_cutoff_ties", "cutoff_ties_mean", "cutoff_ties_excluded_mean",
+        "cutoff_ties_excluded_max")}
     counts = np.zeros((ks_arr.size, n_edges), dtype=np.int32)
     # RBO pairs: all pairs among the kept resamples (cheap: only the ranked lists are needed)
     n_rbo = max(n_full, min(B, 2))
@@ -448,7 +404,9 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
         vk = state.vals[:, k - 1]
         outside = ((state.vals[:, k:] == vk[:, None]) & real[:, k:]).sum(axis=1)
         outside = outside + np.where(state.boundary == vk, state.dropped, 0)
+        inside = (state.vals[:, :k] == vk[:, None]).sum(axis=1)
         cols["resamples_with_cutoff_ties"].append(int(np.sum(outside > 0)))
+        cols["cutoff_ties_mean"].append(float(np.mean(inside + outside)))
         cols["cutoff_ties_excluded_mean"].append(float(outside.mean()))
         cols["cutoff_ties_excluded_max"].append(int(outside.max()))
         mean, sd, se, npairs = _jaccard_moments(top[:m_pair], int(k), n_edges, max_bytes)
@@ -511,11 +469,14 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
               "plan": plan.describe(), "consensus_threshold": consensus_threshold,
               "n_pair_resamples": m_pair, "n_rank_resamples": n_full,
               "rbo_p": rbo_p if rbo_p is not None else "1 - 1/k",
-              "confidence_level": confidence_level, "tie_breaking": "smaller edge index first",
+              "confidence_level": confidence_level,
+              "tie_breaking": "random (stats.topk priorities from the run seed)",
+              "tie_seed": seed_record(root),
               "selection_thresholds": list(selection_thresholds) if selection_thresholds else None,
               "n_obs": n_obs, "n_edges": n_edges}
     return StabilityResult(ks=ks_arr, ranking=ranking, n_edges=n_edges, n_resamples=B,
                            plan_kind=plan.kind, per_k=per_k, inclusion_counts=counts,
                            consensus_threshold=consensus_threshold, spearman=spearman,
                            kendall=kendall, rank_pairs=rank_pairs, kendall_pairs=kendall_pairs,
-                           n_pairs_cpss=plan.n_pairs, edge_names=edge_names, params=params)
+                           n_pairs_cpss=plan.n_pairs, edge_names=edge_names, tie_seeds=seeds,
+                           params=params)

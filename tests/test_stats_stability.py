@@ -13,6 +13,7 @@ from scipy.spatial.distance import pdist
 from stats.resampling import ResamplingPlan, resampled_means
 from stats.stability import (chance_jaccard, circuit_stability, nogueira_stability,
                              rank_biased_overlap, selection_error_bounds, topk_indices)
+from stats.topk import row_seeds, tie_priorities, topk
 
 KS = [3, 10, 40]
 
@@ -151,21 +152,114 @@ def test_rank_correlations_match_scipy(setup):
     assert res.to_table("rank_correlation").num_rows == 66
 
 
-def test_ties_broken_by_index_and_counted():
+def test_ties_broken_at_random_and_counted():
+    # was test_ties_broken_by_index_and_counted: ties are now broken at random from the run's
+    # seed (issue 13 item 6); the counts are unchanged and the choice is chunk-size free
     N, E = 10, 30
     S = np.zeros((N, E))
     S[:, :5] = 3.0
     S[:, 25] = 1.0  # the ties at 0 span 24 edges below it
     plan = ResamplingPlan.bootstrap(N, 8, seed=0)
+    ref = None
     for chunk in (1, 4, 7, 30):
         res = circuit_stability(S, plan, [3, 5, 6, 8], ranking="signed", chunk_size=chunk,
                                 n_rank_resamples=0)
         assert res.per_k["cutoff_ties_excluded_mean"].tolist() == [2, 0, 0, 22]
+        assert res.per_k["cutoff_ties_mean"].tolist() == [5, 5, 1, 24]
         assert res.per_k["resamples_with_cutoff_ties"].tolist() == [8, 0, 0, 8]
-        # k=3 keeps the three smallest indices among the five tied leaders
-        np.testing.assert_array_equal(res.consensus(3), [0, 1, 2])
-        np.testing.assert_array_equal(res.consensus(8), [0, 1, 2, 3, 4, 5, 6, 25])
-        assert res.per_k["jaccard_mean"][0] == 1.0
+        # k=3 keeps 3 of the five tied leaders in every resample, which 3 decided by the seed
+        assert res.inclusion_counts[0, :5].sum() == 3 * 8 and res.inclusion_counts[0, 5:].sum() == 0
+        np.testing.assert_array_equal(res.inclusion_counts[1, :5], 8)
+        np.testing.assert_array_equal(res.inclusion_counts[3, [0, 1, 2, 3, 4, 25]], 8)
+        if ref is None:
+            ref = res.inclusion_counts
+        np.testing.assert_array_equal(res.inclusion_counts, ref)
+    assert len(set(map(tuple, np.sort(_stream_sets(S, plan, 3, "signed", res), axis=1)))) > 1
+    assert res.per_k["jaccard_mean"][0] < 1.0  # index tie-breaking gave exactly 1.0 here
+
+
+def _jaccard_random_fill(E, n_fixed, k):
+    """E[J] of two top-k sets that share n_fixed edges and fill k - n_fixed slots at random."""
+    free, slots = E - n_fixed, k - n_fixed
+    x = np.arange(0, slots + 1)
+    pmf = stats.hypergeom.pmf(x, free, slots, slots)
+    return float(np.sum(pmf * (n_fixed + x) / (2 * k - n_fixed - x)))
+
+
+def test_ties_regression_ten_nonzero_edges_at_k20():
+    # 10 non-zero edges and 71 exactly-zero ones: top-20 must fill 10 slots at random, so two
+    # resamples agree on the 10 plus a hypergeometric share of the rest (index ties gave J = 1)
+    N, E, k = 30, 81, 20
+    rng = np.random.default_rng(4)
+    S = np.zeros((N, E))
+    S[:, :10] = rng.uniform(1, 2, (N, 10))
+    res = circuit_stability(S, None, [k], ranking="absolute", n_resamples=400, seed=9,
+                            n_rank_resamples=0)
+    expect = _jaccard_random_fill(E, 10, k)
+    mc = res.per_k["jaccard_se"][0]
+    assert abs(res.per_k["jaccard_mean"][0] - expect) < 4 * mc + 0.01
+    assert expect < 0.6
+    # Phi for random fill: E|A & B| = 10 + 10 * 10 / 71 in Kuncheva's index (E-free form)
+    inter = 10 + 10 * 10 / (E - 10)
+    assert res.phi[0] == pytest.approx((inter * E - k * k) / (k * (E - k)), abs=0.02)
+    assert res.per_k["cutoff_ties_mean"][0] == E - 10
+    assert res.per_k["cutoff_ties_excluded_mean"][0] == E - 20
+
+
+def _stream_sets(S, plan, k, ranking, res):
+    """Brute-force oracle: per resample, a full sort by (key desc, the result's tie priority)."""
+    R = resampled_means(S, plan)
+    key = R if ranking == "signed" else np.abs(R)
+    seeds = np.asarray(res.tie_seeds[:plan.n_resamples], dtype=np.uint64)
+    pri = tie_priorities(seeds, np.arange(S.shape[1]))
+    return np.stack([np.lexsort((pri[b], -key[:, b]))[:k] for b in range(plan.n_resamples)])
+
+
+def test_topk_equals_brute_force_sort_with_its_priorities():
+    rng = np.random.default_rng(7)
+    X = rng.integers(-3, 4, (50, 40)).astype(float)  # few distinct values: ties everywhere
+    for ranking in ("signed", "absolute"):
+        for k in (1, 7, 20, 40):
+            got = topk(X, k, ranking=ranking, seed=11)
+            pri = tie_priorities(row_seeds(11, 50), np.arange(40))
+            key = X if ranking == "signed" else np.abs(X)
+            for r in range(50):
+                order = sorted(range(40), key=lambda e: (-key[r, e], pri[r, e]))
+                np.testing.assert_array_equal(got.indices[r], order[:k])
+                t = key[r, order[k - 1]]
+                assert got.threshold[r] == t
+                assert got.n_tied_at_cutoff[r] == np.sum(key[r] == t)
+                assert got.n_tied_excluded[r] == np.sum(key[r] == t) - np.sum(key[r, order[:k]] == t)
+    one = topk(X[0], 5, ranking="signed", seed=11)
+    np.testing.assert_array_equal(one.indices, topk(X[:1], 5, ranking="signed", seed=11).indices[0])
+    with pytest.raises(ValueError, match="k must lie"):
+        topk(X, 41, ranking="signed", seed=0)
+    with pytest.raises(ValueError, match="NaN"):
+        topk(np.array([1.0, np.nan]), 1, ranking="signed", seed=0)
+
+
+def test_topk_ties_chosen_uniformly():
+    # 2 of 5 tied edges (spread over the index range) are kept per row: each tied edge must be
+    # kept with probability 2/5 (chi-square), and each of the 10 pairs with probability 1/10
+    rows, E = 20000, 50
+    x = np.zeros((rows, E))
+    x[:, [3, 11]] = 5.0
+    tied = np.array([0, 17, 18, 33, 49])
+    x[:, tied] = 1.0
+    x[:, [5, 6]] = -2.0
+    res = topk(x, 4, ranking="signed", seed=2024)
+    picked = res.indices[:, 2:]
+    assert np.isin(picked, tied).all()
+    counts = np.array([(picked == e).sum() for e in tied])
+    assert stats.chisquare(counts).pvalue > 1e-3
+    pairs = np.sort(picked, axis=1) @ np.array([100, 1])
+    _, pc = np.unique(pairs, return_counts=True)
+    assert pc.size == 10 and stats.chisquare(pc).pvalue > 1e-3
+    assert (res.n_tied_at_cutoff == 5).all() and (res.n_tied_excluded == 3).all()
+    # different seeds give different choices; the same seed gives the same
+    again = topk(x[:100], 4, ranking="signed", seed=2024).indices
+    np.testing.assert_array_equal(again, topk(x[:100], 4, ranking="signed", seed=2024).indices)
+    assert not np.array_equal(again, topk(x[:100], 4, ranking="signed", seed=2025).indices)
 
 
 @pytest.mark.parametrize("ranking", ["signed", "absolute"])
@@ -244,7 +338,7 @@ def test_streaming_topk_equals_brute_force_on_tie_heavy_data(seed, n_edges, chun
     R = resampled_means(S, plan)
     key = R if ranking == "signed" else np.abs(R)
     for i, k in enumerate(ks):
-        tops = _sets(R, k, ranking)
+        tops = _stream_sets(S, plan, k, ranking, res)
         np.testing.assert_array_equal(res.inclusion_counts[i], _indicator(tops, n_edges).sum(0))
         excluded = [np.sum(key[:, b] == key[tops[b, -1], b]) - np.sum(key[tops[b], b]
                                                                       == key[tops[b, -1], b])
