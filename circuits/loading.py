@@ -1,11 +1,27 @@
 """Model sources: local HF directories, the local HF cache, ``random:ARCH?...`` specs, own models.
 
-Nothing here touches the network: hub ids resolve only from the local cache.
+Model directories come from elsewhere, so loading one never runs code from it and never crashes
+with a traceback on a bad file:
+
+* ``trust_remote_code=False`` everywhere; a config (or tokenizer config) with ``auto_map`` (custom
+  Python) is refused outright.
+* Weights load from safetensors. Pickled weights (``pytorch_model.bin``, ``*.pt``, ...) are refused
+  unless ``allow_pickle=True`` (the CLI's ``--allow-pickle``), and even then load with
+  ``weights_only=True``.
+* config.json is parsed and type-checked here first; the parameter count it implies is checked
+  against :mod:`circuits.limits` (lifted by ``allow_large=True``, the CLI's ``--allow-large``)
+  before anything is allocated; safetensors headers are checked and their shapes compared with
+  the config's before any weight is read. Every failure is one :class:`InputError` line that names
+  the file and the fix and never quotes the file.
+
+Nothing here touches the network: hub ids (``org/name`` or ``org/name@revision``) resolve only from
+the local Hugging Face cache.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from urllib.parse import parse_qsl
 
@@ -13,6 +29,7 @@ import torch
 
 from .convert import SUPPORTED, from_hf
 from .errors import InputError, UnsupportedArchitectureError
+from .limits import check_bytes
 from .model import CircuitModel, ModelConfig
 
 # HF defaults for these families describe multi-billion-parameter models; random: specs start
@@ -26,6 +43,103 @@ _SMALL = {
                   intermediate_size=688, vocab_size=32000, max_position_embeddings=2048),
     "gpt2": {},
 }
+
+# Per family: (layers, heads, width, vocabulary, positions, MLP width) config keys.
+_SHAPE_KEYS = {
+    "gpt2": ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "n_inner"),
+    "gpt_neox": ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size",
+                 "max_position_embeddings", "intermediate_size"),
+    "llama": ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size",
+              "max_position_embeddings", "intermediate_size"),
+    "qwen2": ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size",
+              "max_position_embeddings", "intermediate_size"),
+}
+_EPS_KEYS = ("layer_norm_epsilon", "layer_norm_eps", "rms_norm_eps")
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+MAX_CONFIG_BYTES = 4 * 2**20  # a config.json is a few KiB; larger ones are not read
+BYTES_PER_PARAM = 4 * 2  # float32, held twice while loading (the HF model and its converted copy)
+
+
+# ----------------------------------------------------------------------------------------------
+# Config validation and size estimates (before anything is allocated)
+# ----------------------------------------------------------------------------------------------
+
+
+def _positive_int(value, key: str, where: str, optional: bool = False) -> int | None:
+    """``value`` as an int after checking that it is a positive integer (not a bool or float)."""
+    if optional and value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        kind = type(value).__name__
+        shown = repr(value) if isinstance(value, (int, float)) else f"a {kind}"
+        raise InputError(f"{where}: {key} must be a positive integer, got {shown}; fix {key}")
+    return value
+
+
+def check_hf_config(model_type: str, values: dict, where: str, *, allow_large: bool = False) -> int:
+    """The parameter count of an HF config of ``model_type`` after checking its shape keys.
+
+    ``values`` holds the family's defaults updated with the user's keys. Raises InputError for
+    non-integer, non-positive or inconsistent sizes, and when the model would need more memory
+    than :func:`circuits.limits.check_bytes` allows.
+    """
+    if model_type not in _SHAPE_KEYS:
+        raise UnsupportedArchitectureError(
+            f"{where}: architecture {model_type!r} is not supported; supported: {', '.join(SUPPORTED)}")
+    k_layers, k_heads, k_width, k_vocab, k_pos, k_mlp = _SHAPE_KEYS[model_type]
+    L, H, D, V, P = (_positive_int(values.get(k), k, where) for k in (k_layers, k_heads, k_width, k_vocab, k_pos))
+    F = _positive_int(values.get(k_mlp), k_mlp, where, optional=model_type == "gpt2") or 4 * D
+    E = _positive_int(values.get("head_dim"), "head_dim", where, optional=True)
+    if E is None:
+        if D % H:
+            raise InputError(f"{where}: {k_width}={D} is not divisible by {k_heads}={H}; "
+                             "choose sizes where it is")
+        E = D // H
+    if model_type in ("llama", "qwen2"):
+        Hkv = _positive_int(values.get("num_key_value_heads") or H, "num_key_value_heads", where)
+        if H % Hkv:
+            raise InputError(f"{where}: num_attention_heads={H} is not a multiple of num_key_value_heads={Hkv}")
+    for key in _EPS_KEYS:
+        eps = values.get(key)
+        if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float))
+                                or not math.isfinite(eps) or eps < 0):
+            raise InputError(f"{where}: {key} must be a non-negative number; fix {key}")
+    n = circuit_parameters(L, H, D, E, F, V, P)
+    check_bytes(n * BYTES_PER_PARAM, f"{where} ({n:,} parameters)", allow_large=allow_large)
+    return n
+
+
+def circuit_parameters(n_layers: int, n_heads: int, d_model: int, d_head: int, d_mlp: int, vocab: int,
+                       n_ctx: int) -> int:
+    """Parameters of a model of these sizes in the uniform form (K/V ungrouped, a gated MLP's 3
+    matrices, embedding and unembedding separate): an upper bound for every supported family."""
+    attn = 4 * n_heads * d_model * d_head + 3 * n_heads * d_head + d_model
+    mlp = 3 * d_model * d_mlp + d_mlp + d_model
+    return n_layers * (attn + mlp + 4 * d_model) + 2 * vocab * d_model + n_ctx * d_model + vocab + 2 * d_model
+
+
+def _check_own_config(data: dict, where: str, allow_large: bool) -> ModelConfig:
+    """A circuitstat ModelConfig from ``data`` after type and size checks."""
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: 'config' must be a JSON object; the directory is not a circuitstat model")
+    ints = ("n_layers", "n_heads", "d_model", "d_head", "vocab_size", "n_ctx")
+    L, H, D, E, V, P = (_positive_int(data.get(k), k, where) for k in ints)
+    d_mlp = data.get("d_mlp", 0)
+    if isinstance(d_mlp, bool) or not isinstance(d_mlp, int) or d_mlp < 0:
+        raise InputError(f"{where}: d_mlp must be a non-negative integer; fix d_mlp")
+    n = circuit_parameters(L, H, D, E, d_mlp, V, P)
+    check_bytes(n * 4, f"{where} ({n:,} parameters)", allow_large=allow_large)
+    try:
+        return ModelConfig.from_dict(data)
+    except InputError:
+        raise
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: a model config value has the wrong type; fix config.json") from None
+
+
+# ----------------------------------------------------------------------------------------------
+# random: specs
+# ----------------------------------------------------------------------------------------------
 
 
 def _parse_value(text: str):
@@ -58,103 +172,304 @@ def parse_random_spec(source: str) -> tuple[str, dict, int]:
                 raise InputError(f"malformed random: spec {source!r}: expected key=value pairs joined by '&', got {item!r}")
         values = {k: _parse_value(v) for k, v in parse_qsl(query, keep_blank_values=True)}
     seed = values.pop("seed", 0)
-    if not isinstance(seed, int):
+    if not isinstance(seed, int) or isinstance(seed, bool):
         raise InputError(f"seed in {source!r} must be an integer, got {seed!r}")
     return arch, values, seed
 
 
-def random_hf_model(source: str):
+def random_hf_model(source: str, *, allow_large: bool = False):
     """A Hugging Face model with random weights built from a ``random:`` spec, in eval mode."""
     import transformers
 
     arch, values, seed = parse_random_spec(source)
     config_cls = transformers.AutoConfig.for_model(arch).__class__
+    defaults = config_cls()
     base = dict(_SMALL[arch])
     base.update(values)
-    valid = set(config_cls().to_dict())
-    unknown = [k for k in values if k not in valid and not hasattr(config_cls(), k)]
+    valid = set(defaults.to_dict())
+    unknown = [k for k in values if k not in valid and not hasattr(defaults, k)]
     if unknown:
         raise InputError(
             f"unknown config keys {unknown} for {arch} in {source!r}; see transformers.{config_cls.__name__}"
         )
-    vocab = base.get("vocab_size", getattr(config_cls(), "vocab_size", None))
+    check_hf_config(arch, {**defaults.to_dict(), **base}, source, allow_large=allow_large)
+    vocab = base.get("vocab_size", getattr(defaults, "vocab_size", None))
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
         # Special ids from the family's default vocabulary may not exist in a smaller one.
-        default = getattr(config_cls(), key, None)
+        default = getattr(defaults, key, None)
         if key not in values and isinstance(default, int) and vocab is not None and default >= vocab:
             base[key] = vocab - 1
-    config = config_cls(**base)
-    config._attn_implementation = "eager"
-    torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    try:
+        config = config_cls(**base)
+        config._attn_implementation = "eager"
+        torch.manual_seed(seed)
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager",
+                                                              trust_remote_code=False)
+    except (TypeError, ValueError, AttributeError, KeyError) as e:
+        # transformers' own check of a config value (an unknown activation, a bad rope setting)
+        raise InputError(f"invalid config value in {source!r} ({type(e).__name__}); fix the spec") from None
     return model.eval()
 
 
-def load_hf(source: str):
-    """The Hugging Face model behind a source (random spec, local dir or cached hub id), eval mode."""
+# ----------------------------------------------------------------------------------------------
+# Model directories and the local hub cache
+# ----------------------------------------------------------------------------------------------
+
+
+def read_json_object(path: Path, what: str) -> dict:
+    """The JSON object in ``path``; InputError (never quoting the file) when it is not one."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise InputError(f"{path}: {what} is {size:,} bytes, too large for a config; check the file")
+        doc = json.loads(path.read_bytes())
+    except InputError:
+        raise
+    except (ValueError, UnicodeDecodeError):
+        raise InputError(f"{path}: {what} is not valid JSON; replace it with the model's config") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot read {what} ({e.strerror or type(e).__name__})") from None
+    if not isinstance(doc, dict):
+        raise InputError(f"{path}: {what} must hold a JSON object; replace it with the model's config")
+    return doc
+
+
+def _refuse_remote_code(path: Path) -> None:
+    """InputError when the directory's config or tokenizer config asks for custom Python code."""
+    for name in ("config.json", "tokenizer_config.json"):
+        f = path / name
+        if f.is_file() and "auto_map" in read_json_object(f, name):
+            raise InputError(
+                f"{f}: auto_map asks to run Python code shipped with the model, which circuitstat never does; "
+                "use a model of a supported architecture without custom code")
+
+
+def _safetensors_files(path: Path) -> list[Path]:
+    """The directory's safetensors weight files (one file, or the shards of an index)."""
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = read_json_object(index, "model.safetensors.index.json").get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise InputError(f"{index}: weight_map must map parameter names to shard file names")
+        shards = sorted(set(weight_map.values()))
+        for s in shards:
+            if Path(s).name != s or s in ("", ".", ".."):
+                raise InputError(f"{index}: shard names must be plain file names inside {path}")
+        missing = [s for s in shards if not (path / s).is_file()]
+        if missing:
+            raise InputError(f"{path}: {len(missing)} weight shard(s) listed in the index are missing; "
+                             "download the complete model")
+        return [path / s for s in shards]
+    single = path / "model.safetensors"
+    return [single] if single.is_file() else []
+
+
+def _pickle_files(path: Path) -> list[Path]:
+    return sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(PICKLE_SUFFIXES))
+
+
+def safetensors_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape from safetensors headers (no weight is read); InputError if corrupt."""
+    from safetensors import safe_open
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for f in files:
+        try:
+            with safe_open(str(f), framework="pt") as h:
+                for k in h.keys():
+                    shapes[k] = tuple(h.get_slice(k).get_shape())
+        except Exception:  # noqa: BLE001 - safetensors raises its own error types for every corruption
+            raise InputError(f"{f}: not a valid safetensors file (truncated or corrupt); "
+                             "download the weights again") from None
+    return shapes
+
+
+def _check_weight_shapes(config, shapes: dict[str, tuple[int, ...]], where: Path) -> None:
+    """InputError when a stored tensor's shape differs from what the config builds."""
     import transformers
 
-    if source.startswith("random:"):
-        return random_hf_model(source)
-    path = Path(source).expanduser()
-    kwargs = dict(dtype=torch.float32, attn_implementation="eager")
-    if path.is_dir():
-        if not (path / "config.json").exists():
-            raise InputError(f"{source} has no config.json; point to a Hugging Face model directory")
-        return transformers.AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, **kwargs).eval()
-    if "/" in source and not path.exists() and not source.startswith((".", "/", "~")):
-        try:
-            return transformers.AutoModelForCausalLM.from_pretrained(source, local_files_only=True, **kwargs).eval()
-        except OSError:
+    with torch.device("meta"):
+        skeleton = transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+    expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+    prefix = getattr(skeleton, "base_model_prefix", "")
+    for name, shape in shapes.items():
+        target = name if name in expected else f"{prefix}.{name}"
+        if target in expected and expected[target] != shape:
+            raise InputError(f"{where}: weight {target} has shape {list(shape)} but config.json implies "
+                             f"{list(expected[target])}; the config and the weights do not belong together")
+
+
+def _validate_hf_dir(path: Path, *, allow_pickle: bool, allow_large: bool) -> tuple[dict, list[Path]]:
+    """(config dict, safetensors files) of a HF model directory, after every check that needs no weights."""
+    cfg_file = path / "config.json"
+    if not cfg_file.is_file():
+        raise InputError(f"{path} has no config.json; point to a Hugging Face model directory")
+    doc = read_json_object(cfg_file, "config.json")
+    _refuse_remote_code(path)
+    model_type = doc.get("model_type")
+    if not isinstance(model_type, str):
+        raise InputError(f"{cfg_file}: model_type is missing or not a string; this is not a model config")
+    if model_type not in SUPPORTED:
+        raise UnsupportedArchitectureError(
+            f"{cfg_file}: architecture {model_type!r} is not supported; supported: {', '.join(SUPPORTED)}")
+    import transformers
+
+    defaults = transformers.AutoConfig.for_model(model_type).to_dict()
+    check_hf_config(model_type, {**defaults, **doc}, str(cfg_file), allow_large=allow_large)
+    files = _safetensors_files(path)
+    if not files:
+        pickles = _pickle_files(path)
+        if not pickles:
+            raise InputError(f"{path}: no weights (model.safetensors) found; download the complete model")
+        if not allow_pickle:
             raise InputError(
-                f"{source!r} is not a local directory and is not in the local Hugging Face cache; "
-                "download it on a machine with network access and pass its directory"
-            ) from None
-    raise InputError(f"model source {source!r} not found: pass a model directory, a cached hub id or random:ARCH?...")
+                f"{path}: weights only in pickle format ({pickles[0].name}), which can run code when loaded; "
+                "convert them to safetensors, or pass --allow-pickle if you trust the source")
+    return doc, files
 
 
-def _load_own(path: Path, device, dtype) -> CircuitModel:
+def _hf_from_dir(path: Path, *, allow_pickle: bool, allow_large: bool):
+    """The HF model in directory ``path``, validated before and after loading (eval mode)."""
+    import transformers
+
+    _, files = _validate_hf_dir(path, allow_pickle=allow_pickle, allow_large=allow_large)
+    try:
+        config = transformers.AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
+    except (OSError, TypeError, ValueError, KeyError, AttributeError) as e:
+        raise InputError(f"{path / 'config.json'}: transformers refused the config ({type(e).__name__}); "
+                         "fix config.json") from None
+    if files:
+        _check_weight_shapes(config, safetensors_shapes(files), path)
+    try:
+        hf, info = transformers.AutoModelForCausalLM.from_pretrained(
+            str(path), config=config, local_files_only=True, trust_remote_code=False, weights_only=True,
+            use_safetensors=True if files else False, dtype=torch.float32, attn_implementation="eager",
+            output_loading_info=True)
+    except Exception as e:  # noqa: BLE001 - any failure to read user weights is a bad input
+        raise InputError(f"{path}: the weights could not be loaded ({type(e).__name__}); check that they are "
+                         "complete and match config.json") from None
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        raise InputError(f"{path}: {len(missing)} weight(s) missing from the checkpoint (first: {missing[0]}); "
+                         "download the complete model")
+    if info.get("mismatched_keys"):
+        raise InputError(f"{path}: weights do not match config.json; the config and the weights do not belong together")
+    return hf.eval()
+
+
+def split_revision(source: str) -> tuple[str, str | None]:
+    """(hub id, revision or None) from ``org/name`` or ``org/name@revision``."""
+    repo, at, rev = source.rpartition("@")
+    if not at:
+        return source, None
+    if not repo or not rev:
+        raise InputError(f"{source!r}: expected org/name@revision")
+    return repo, rev
+
+
+def _looks_like_hub_id(source: str) -> bool:
+    return "/" in source and not source.startswith((".", "/", "~")) and not Path(source).expanduser().exists()
+
+
+def hub_snapshot(source: str) -> Path:
+    """The local cache directory of hub id ``org/name[@revision]``; never downloads."""
+    from huggingface_hub import snapshot_download
+
+    repo, rev = split_revision(source)
+    try:
+        return Path(snapshot_download(repo, revision=rev, local_files_only=True))
+    except Exception:  # noqa: BLE001 - not cached, bad id or bad revision: all mean "not available offline"
+        what = f"revision {rev!r} of {repo!r}" if rev else repr(repo)
+        raise InputError(f"{what} is not in the local Hugging Face cache and nothing is downloaded at run time; "
+                         "download it on a machine with network access and pass its directory") from None
+
+
+def resolve_model_dir(source: str) -> Path | None:
+    """The local directory a non-random source names (a directory or a cached hub id), or None."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return path
+    if _looks_like_hub_id(source):
+        return hub_snapshot(source)
+    return None
+
+
+def load_hf(source: str, *, allow_pickle: bool = False, allow_large: bool = False):
+    """The Hugging Face model behind a source (random spec, local dir, or cached ``org/name[@rev]``), eval mode."""
+    source = str(source)
+    if source.startswith("random:"):
+        return random_hf_model(source, allow_large=allow_large)
+    path = resolve_model_dir(source)
+    if path is None:
+        raise InputError(f"model source {source!r} not found: pass a model directory, a cached hub id "
+                         "or random:ARCH?...")
+    return _hf_from_dir(path, allow_pickle=allow_pickle, allow_large=allow_large)
+
+
+# ----------------------------------------------------------------------------------------------
+# circuitstat's own models and the one entry point
+# ----------------------------------------------------------------------------------------------
+
+
+def _load_own(path: Path, doc: dict, device, dtype, allow_large: bool) -> CircuitModel:
+    """A circuitstat model directory (config.json with format 'circuitstat' + model.safetensors)."""
     from safetensors.torch import load_file
 
-    doc = json.loads((path / "config.json").read_text())
-    cfg = ModelConfig.from_dict(doc["config"])
+    cfg = _check_own_config(doc.get("config"), str(path / "config.json"), allow_large)
     model = CircuitModel(cfg)
-    model.load_state_dict(load_file(str(path / "model.safetensors")), strict=True)
-    model.meta = doc.get("meta", {})
+    weights = path / "model.safetensors"
+    if not weights.is_file():
+        raise InputError(f"{path}: no model.safetensors; the model directory is incomplete")
+    shapes = safetensors_shapes([weights])
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    if shapes != expected:
+        bad = sorted(set(shapes) ^ set(expected)) or sorted(k for k in shapes if shapes[k] != expected[k])
+        raise InputError(f"{weights}: the weights do not match config.json (first difference: {bad[0]}); "
+                         "the config and the weights do not belong together")
+    model.load_state_dict(load_file(str(weights)), strict=True)
+    meta = doc.get("meta", {})
+    model.meta = meta if isinstance(meta, dict) else {}
     return model.to(device=device, dtype=dtype or torch.float32).eval().requires_grad_(False)
 
 
 def _attach_tokenizer(model: CircuitModel, source: str) -> None:
-    try:
-        from .tokenizers import load_tokenizer
-    except ImportError:  # tokenizers module not present in a stripped install
-        return
+    from .tokenizers import load_tokenizer
+
     try:
         model.tokenizer = load_tokenizer(source)
     except (InputError, OSError, ValueError):
         model.tokenizer = None
 
 
-def load_model(source: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> CircuitModel:
-    """A CircuitModel from a model directory, a cached hub id, a circuitstat model or ``random:ARCH?...``."""
+def load_model(source: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None, *,
+               allow_pickle: bool = False, allow_large: bool = False) -> CircuitModel:
+    """A CircuitModel from a model directory, a cached hub id (``org/name[@revision]``), a circuitstat
+    model or ``random:ARCH?...``.
+
+    ``allow_pickle`` permits pickled weights (loaded with ``weights_only=True``); ``allow_large``
+    lifts the memory limit of :mod:`circuits.limits`.
+    """
     source = str(source)
-    path = Path(source).expanduser()
-    if path.is_dir() and (path / "config.json").exists():
-        doc = json.loads((path / "config.json").read_text())
-        if doc.get("format") == "circuitstat":
-            model = _load_own(path, device, dtype)
-            model.source = str(path.resolve())
-            _attach_tokenizer(model, str(path))
-            return model
     if source.startswith("random:"):
-        hf = load_hf(source)
+        hf = load_hf(source, allow_large=allow_large)
         model = from_hf(hf, dtype=dtype or torch.float32, device=device)
         model.source = source
         if model.cfg.vocab_size == 50257:
             _attach_tokenizer(model, "gpt2")
         return model
-    hf = load_hf(source)
+    path = resolve_model_dir(source)
+    if path is None:
+        raise InputError(f"model source {source!r} not found: pass a model directory, a cached hub id "
+                         "or random:ARCH?...")
+    if (path / "config.json").is_file():
+        doc = read_json_object(path / "config.json", "config.json")
+        if doc.get("format") == "circuitstat":
+            model = _load_own(path, doc, device, dtype, allow_large)
+            model.source = str(path.resolve())
+            _attach_tokenizer(model, str(path))
+            return model
+    hf = _hf_from_dir(path, allow_pickle=allow_pickle, allow_large=allow_large)
     model = from_hf(hf, dtype=dtype, device=device)
     model.source = source
-    _attach_tokenizer(model, source)
+    _attach_tokenizer(model, str(path))
     return model

@@ -267,7 +267,8 @@ class HFTokenizer(_Base):
     def from_pretrained(cls, path: str | os.PathLike, **kw) -> "HFTokenizer":
         from transformers import AutoTokenizer
 
-        kw.setdefault("local_files_only", True)
+        # Never run code shipped with a tokenizer, never download.
+        kw.update(local_files_only=True, trust_remote_code=False)
         return cls(AutoTokenizer.from_pretrained(str(path), **kw), name=str(path))
 
     @property
@@ -443,6 +444,20 @@ def _from_meta(d: Path) -> FastTokenizer:
     )
 
 
+def _refuse_custom_code(d: Path) -> None:
+    """TokenizerError when the directory's tokenizer config asks for Python code shipped with it."""
+    cfg = d / "tokenizer_config.json"
+    if not cfg.is_file():
+        return
+    try:
+        doc = json.loads(cfg.read_bytes())
+    except (ValueError, OSError):
+        return  # unreadable: AutoTokenizer fails on it and the raw-file fallbacks below apply
+    if isinstance(doc, dict) and "auto_map" in doc:
+        raise TokenizerError(f"{cfg}: auto_map asks to run Python code shipped with the tokenizer, which "
+                             "circuitstat never does; use a tokenizer.json without custom code")
+
+
 def load_tokenizer(path_or_name) -> "FastTokenizer | HFTokenizer | None":
     """Return a tokenizer for a model directory, a ``tokenizer.json`` file, or a name.
 
@@ -478,6 +493,7 @@ def load_tokenizer(path_or_name) -> "FastTokenizer | HFTokenizer | None":
     hf_files = ["tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json"]
     if not any((p / f).exists() for f in hf_files):
         return None
+    _refuse_custom_code(p)
     err: Exception | None = None
     try:
         return HFTokenizer.from_pretrained(p)
@@ -498,4 +514,6 @@ def load_tokenizer(path_or_name) -> "FastTokenizer | HFTokenizer | None":
         )
         return _bpe_from_vocab_merges(vocab, _read_merges(p / "merges.txt"),
                                       GPT2_EOT if GPT2_EOT in vocab else None, name=str(p))
-    raise TokenizerError(f"could not load the tokenizer in {p}: {err}") from err
+    # the error's type only: messages of parsers can quote the file
+    raise TokenizerError(f"could not load the tokenizer in {p} ({type(err).__name__}); "
+                         "check its tokenizer files") from None

@@ -13,7 +13,8 @@ Layout of a model directory (loads with ``circuits.load_model(DIR)``)::
     DIR/tokenizer.json ...     the tokenizer
     DIR/train_log.parquet      step, train loss, validation loss, lr, tokens, elapsed seconds
     DIR/token_counts.npy       how often each token id occurs in the training split
-    DIR/checkpoint.pt          only while training (removed when done unless keep_checkpoint)
+    DIR/checkpoint.safetensors only while training (removed when done unless keep_checkpoint);
+                               tensors + a JSON header, never a pickle (see "Checkpoints" below)
 
 Public entry points: :class:`TrainRecipe`, :func:`train_model`, :func:`train_models`,
 :func:`parse_seeds` and the CLI function :func:`train_command`.
@@ -51,9 +52,10 @@ __all__ = [
     "is_complete",
 ]
 
-CHECKPOINT = "checkpoint.pt"
+CHECKPOINT = "checkpoint.safetensors"
+LEGACY_CHECKPOINT = "checkpoint.pt"  # pickle format of older versions: never loaded
 LOG_TABLE = "train_log.parquet"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 def cache_dir() -> Path:
@@ -107,9 +109,26 @@ class TrainRecipe:
             raise InputError(f"repeat_fraction must be in [0, 1], got {self.repeat_fraction}")
         if self.init_std is not None and not self.init_std > 0:
             raise InputError(f"init_std must be positive, got {self.init_std}")
-        if self.weight_decay < 0 or self.lr <= 0:
-            raise InputError("training recipe: lr must be positive and weight_decay non-negative")
+        if not (math.isfinite(self.lr) and math.isfinite(self.weight_decay)) or self.weight_decay < 0 or self.lr <= 0:
+            raise InputError("training recipe: lr must be a positive finite number and weight_decay a "
+                             "non-negative one")
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
+
+    def validate(self, vocab_size: int | None = None, *, allow_large: bool = False) -> None:
+        """None; raises InputError when the model config is invalid (norm, positional, activation) or
+        training would need more memory than :mod:`circuits.limits` allows (``allow_large`` lifts it).
+
+        ``vocab_size``: the prepared tokenizer's; before the data exists, the recipe's (a BPE's size).
+        """
+        from circuits.limits import check_bytes
+        from circuits.loading import circuit_parameters
+
+        vocab = int(vocab_size or self.vocab_size)
+        cfg = self.model_config(vocab)  # ModelConfig checks norm, positional, act
+        n = circuit_parameters(cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_head, cfg.d_mlp, vocab, cfg.n_ctx)
+        # fp32 weights, gradients and two Adam moments, plus the logits of one batch (the largest activation)
+        need = 16 * n + 3 * 4 * self.batch_size * self.n_ctx * (vocab + cfg.n_layers * cfg.n_heads * self.n_ctx)
+        check_bytes(need, f"training a {n:,}-parameter model", allow_large=allow_large)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -216,7 +235,7 @@ def prepare_data(recipe: TrainRecipe, corpus=None, cache: str | os.PathLike | No
                 raise InputError("vocabulary too large")
             _save_npy_atomic(p, arr.astype(np.int32))
         if split == "train":
-            arr = np.load(p, mmap_mode="r")
+            arr = np.load(p, mmap_mode="r", allow_pickle=False)
             n_train = int(arr.shape[0])
             cp = p.with_name(p.stem + "-counts.npy")
             if not cp.exists():
@@ -287,6 +306,19 @@ def _repeat_spans(x: np.ndarray, fraction: float, rng: np.random.Generator) -> N
         src = int(rng.integers(0, p - 2 * length + 1))
         dst = int(rng.integers(src + length, p - length + 1))
         x[i, dst:dst + length] = x[i, src:src + length]
+
+
+def _load_tokens(path: str, vocab_size: int) -> np.ndarray:
+    """A cached token stream (memory-mapped) after checking it holds token ids of this vocabulary:
+    the cache is shared, and a planted file must not crash training or index out of range."""
+    try:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError):
+        raise InputError(f"{path}: not a token file written by circuitstat (corrupt); delete it to rebuild") from None
+    if arr.ndim != 1 or arr.dtype.kind not in "iu" or (arr.size and not 0 <= int(arr.min()) <= int(arr.max()) < vocab_size):
+        raise InputError(f"{path}: holds values that are not token ids of a {vocab_size}-token vocabulary; "
+                         "delete it to rebuild")
+    return arr
 
 
 def _chunk(tokens: np.ndarray, seq_len: int) -> np.ndarray:
@@ -443,34 +475,184 @@ def _eval_loss(model, val: np.ndarray, recipe: TrainRecipe, device) -> float:
     return total / count
 
 
-def _rng_state() -> dict:
+# --------------------------------------------------------------------------------------------
+# Checkpoints: safetensors tensors + a JSON header, never a pickle
+# --------------------------------------------------------------------------------------------
+#
+# A checkpoint lies in an output directory or the shared cache, where anyone may have put a
+# file, so reading one must never run code. It is one safetensors file (written atomically):
+# tensors ``model/NAME``, ``optim/PARAM/KEY``, ``rng/...`` and ``step``, and in the header's metadata one
+# JSON document (format, version, recipe_hash, seed, data_hash, step, log, counters, optimizer
+# param groups, the numpy and Python RNG states). The JSON is checked against the recipe before
+# any tensor is read. A checkpoint of another recipe, seed or data is ignored with a warning and
+# training starts again from step 0 (the same as a finished model of another recipe in that
+# directory: it is retrained); a file that is not a circuitstat checkpoint is refused (InputError)
+# rather than overwritten. A legacy pickle ``checkpoint.pt`` is never opened.
+
+CHECKPOINT_FORMAT = "circuitstat-train-checkpoint"
+_META_KEY = "circuitstat"
+
+
+def _rng_state() -> tuple[dict, dict]:
+    """(tensors, JSON) of the torch, numpy and Python RNG states."""
     import torch
 
-    st = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    tensors = {"rng/torch": torch.get_rng_state(), "rng/numpy": torch.from_numpy(keys.astype(np.int64))}
     if torch.cuda.is_available():
-        st["cuda"] = torch.cuda.get_rng_state_all()
-    return st
+        for i, st in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"rng/cuda/{i}"] = st
+    doc = {"numpy": [name, int(pos), int(has_gauss), float(cached)],
+           "python": [version, list(internal), gauss_next]}
+    return tensors, doc
 
 
-def _set_rng_state(st: dict) -> None:
+def _set_rng_state(tensors: dict, doc: dict) -> None:
     import torch
 
-    torch.set_rng_state(st["torch"])
-    np.random.set_state(st["numpy"])
-    random.setstate(st["python"])
-    if "cuda" in st and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(st["cuda"])
+    torch.set_rng_state(tensors["rng/torch"].cpu())
+    name, pos, has_gauss, cached = doc["numpy"]
+    np.random.set_state((name, tensors["rng/numpy"].numpy().astype(np.uint32), pos, has_gauss, cached))
+    version, internal, gauss_next = doc["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    cuda = [tensors[k].cpu() for k in sorted(k for k in tensors if k.startswith("rng/cuda/"))]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda)
 
 
-def _save_checkpoint(path: Path, payload: dict) -> None:
+def _save_checkpoint(path: Path, model, opt, info: dict) -> None:
+    """Write model, optimizer and RNG state plus ``info`` (JSON-able) atomically to ``path``."""
     import torch
+    from safetensors.torch import save
 
     from reports.atomic import atomic_write
 
-    buf = io.BytesIO()
-    torch.save(payload, buf)
+    tensors = {f"model/{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    osd = opt.state_dict()
+    scalars: dict = {}
+    for pid, st in osd["state"].items():
+        for key, v in st.items():
+            if isinstance(v, torch.Tensor):
+                tensors[f"optim/{pid}/{key}"] = v.detach().cpu().contiguous()
+            else:
+                scalars.setdefault(str(pid), {})[key] = v
+    rng_tensors, rng_doc = _rng_state()
+    tensors.update(rng_tensors)
+    # the step also as a tensor: torch.load(CHECKPOINT)["step"] works too (torch reads safetensors)
+    tensors["step"] = torch.tensor(int(info["step"]), dtype=torch.int64)
+    doc = {**info, "format": CHECKPOINT_FORMAT, "format_version": FORMAT_VERSION, "rng": rng_doc,
+           "optimizer": {"param_groups": osd["param_groups"], "scalars": scalars}}
+    data = save(tensors, metadata={_META_KEY: json.dumps(doc)})
     with atomic_write(path) as f:
-        f.write(buf.getvalue())
+        f.write(data)
+
+
+def read_checkpoint_info(path: str | os.PathLike) -> dict:
+    """The JSON part of a training checkpoint (step, log, hashes, ...); reads no tensor.
+
+    Raises InputError when ``path`` is not a circuitstat training checkpoint.
+    """
+    from safetensors import safe_open
+
+    path = Path(path)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+        doc = json.loads(meta[_META_KEY])
+        ok = isinstance(doc, dict) and doc.get("format") == CHECKPOINT_FORMAT
+    except Exception:  # noqa: BLE001 - every kind of corrupt or foreign file is the same bad input
+        ok = False
+    if not ok:
+        raise InputError(f"{path} is not a circuitstat training checkpoint (corrupt or foreign file); "
+                         "delete it to train from step 0, or choose another --out")
+    if doc.get("format_version") != FORMAT_VERSION:
+        raise InputError(f"{path}: checkpoint format version {doc.get('format_version')!r} is not "
+                         f"{FORMAT_VERSION}; delete it to train from step 0")
+    return doc
+
+
+def _restore_checkpoint(path: Path, doc: dict, model, opt, recipe: "TrainRecipe", device) -> dict:
+    """Load a checked checkpoint into ``model``, ``opt`` and the RNGs; returns its counters
+    (step, log, elapsed_s, run_loss, run_n, cpu_s). InputError when anything in it does not fit."""
+    try:
+        return _restore(path, doc, model, opt, recipe, device)
+    except InputError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, RuntimeError):
+        raise InputError(f"{path}: the checkpoint does not fit this recipe's model and optimizer (edited or "
+                         "corrupt); delete it to train from step 0") from None
+
+
+def _fits(shapes: dict[str, tuple[int, ...]], model, opt) -> bool:
+    """Whether a checkpoint's tensor shapes are exactly the model's plus Adam(W) state of its parameters."""
+    model_shapes = {f"model/{k}": tuple(v.shape) for k, v in model.state_dict().items()}
+    if {k: v for k, v in shapes.items() if k.startswith("model/")} != model_shapes:
+        return False
+    params = [tuple(p.shape) for g in opt.param_groups for p in g["params"]]
+    state_shape = {"step": lambda s: (), "exp_avg": lambda s: s, "exp_avg_sq": lambda s: s}
+    for k, shape in shapes.items():
+        if k.startswith(("model/", "rng/")) or (k == "step" and shape == ()):
+            continue
+        parts = k.split("/")
+        if (len(parts) != 3 or parts[0] != "optim" or not parts[1].isdigit() or int(parts[1]) >= len(params)
+                or parts[2] not in state_shape or state_shape[parts[2]](params[int(parts[1])]) != shape):
+            return False
+    return True
+
+
+def _restore(path: Path, doc: dict, model, opt, recipe: "TrainRecipe", device) -> dict:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        if not _fits(shapes, model, opt):
+            raise InputError(f"{path}: the checkpoint's tensors do not fit the recipe's model; delete it to "
+                             "train from step 0")
+        tensors = {k: f.get_tensor(k) for k in shapes}
+    counters = {"step": int(doc["step"]), "log": list(doc["log"]), "elapsed_s": float(doc["elapsed_s"]),
+                "run_loss": float(doc["run_loss"]), "run_n": int(doc["run_n"]), "cpu_s": float(doc.get("cpu_s", 0.0))}
+    if (not 0 < counters["step"] < recipe.steps or int(tensors["step"]) != counters["step"]
+            or not all(isinstance(r, dict) for r in counters["log"])):
+        raise ValueError("step or log out of range")
+    model.load_state_dict({k[len("model/"):]: v.to(device) for k, v in tensors.items() if k.startswith("model/")})
+    state: dict = {}
+    for k, v in tensors.items():
+        if k.startswith("optim/"):
+            _, pid, key = k.split("/", 2)
+            state.setdefault(int(pid), {})[key] = v.to(device)
+    opt_doc = doc["optimizer"]
+    fresh_groups = opt.state_dict()["param_groups"]
+    if len(opt_doc["param_groups"]) != len(fresh_groups):
+        raise ValueError("parameter groups differ")
+    # JSON turned tuples (betas) into lists: give every value the fresh group's type back
+    groups = [{k: tuple(v) if isinstance(fresh.get(k), tuple) else v for k, v in saved.items()}
+              for saved, fresh in zip(opt_doc["param_groups"], fresh_groups)]
+    opt.load_state_dict({"state": state, "param_groups": groups})
+    _set_rng_state({k: v for k, v in tensors.items() if k.startswith("rng/")}, doc["rng"])
+    return counters
+
+
+def _resume_state(ck: Path, recipe: "TrainRecipe", seed: int, data_hash: str) -> dict | None:
+    """The checkpoint's JSON when it is this run's (recipe, seed, data), else None (with a warning).
+
+    Raises InputError for a file that is not a circuitstat checkpoint. A legacy pickle checkpoint
+    next to it is never opened (unpickling can run code): it is reported and ignored.
+    """
+    import warnings
+
+    legacy = ck.with_name(LEGACY_CHECKPOINT)
+    if legacy.exists():
+        warnings.warn(f"{legacy}: a pickle checkpoint is never loaded (unpickling can run code); "
+                      "ignored, delete it", stacklevel=3)
+    if not ck.exists():
+        return None
+    doc = read_checkpoint_info(ck)
+    if (doc.get("recipe_hash"), doc.get("seed"), doc.get("data_hash")) != (recipe.content_hash, int(seed), data_hash):
+        warnings.warn(f"{ck}: checkpoint of another recipe, seed or data; training starts from step 0 and "
+                      "replaces it", stacklevel=3)
+        return None
+    return doc
 
 
 def _write_log(out: Path, rows: list[dict], provenance: dict) -> None:
@@ -536,6 +718,7 @@ def train_model(
     keep_checkpoint: bool = False,
     stop_after: int | None = None,
     cache: str | os.PathLike | None = None,
+    allow_large: bool = False,
 ) -> Path:
     """Train one model into ``out_dir`` (resuming from its checkpoint if one is there).
 
@@ -548,14 +731,16 @@ def train_model(
     from circuits.model import CircuitModel
     from circuits.tokenizers import load_tokenizer
 
-    out = Path(out_dir)
+    out = check_out_dir(out_dir)
+    recipe.validate(allow_large=allow_large)
     data = data or prepare_data(recipe, cache=cache)
     if is_complete(out, recipe, seed, data.content_hash):
         return out
+    recipe.validate(data.vocab_size, allow_large=allow_large)
     out.mkdir(parents=True, exist_ok=True)
     tok = load_tokenizer(data.tokenizer_dir)
-    train_tokens = np.load(data.train_tokens, mmap_mode="r")
-    val_tokens = np.asarray(np.load(data.val_tokens, mmap_mode="r"))
+    train_tokens = _load_tokens(data.train_tokens, data.vocab_size)
+    val_tokens = np.asarray(_load_tokens(data.val_tokens, data.vocab_size))
     t_start = time.time()
     c_start = time.process_time()
 
@@ -567,17 +752,11 @@ def train_model(
         batches = _Batches(train_tokens, recipe.n_ctx + 1, recipe.batch_size, seed)
         step, log, elapsed0, run_loss, run_n, cpu0 = 0, [], 0.0, 0.0, 0, 0.0
         ck = out / CHECKPOINT
-        if ck.exists():
-            state = torch.load(ck, map_location=device, weights_only=False)
-            same = (state.get("recipe_hash") == recipe.content_hash and state.get("seed") == int(seed)
-                    and state.get("data_hash") == data.content_hash)
-            if same:
-                model.load_state_dict(state["model"])
-                opt.load_state_dict(state["optimizer"])
-                _set_rng_state(state["rng"])
-                step, log, elapsed0 = int(state["step"]), list(state["log"]), float(state["elapsed_s"])
-                run_loss, run_n = float(state["run_loss"]), int(state["run_n"])
-                cpu0 = float(state.get("cpu_s", 0.0))
+        resume = _resume_state(ck, recipe, seed, data.content_hash)
+        if resume is not None:
+            c = _restore_checkpoint(ck, resume, model, opt, recipe, device)
+            step, log, elapsed0, run_loss, run_n, cpu0 = (c[k] for k in ("step", "log", "elapsed_s", "run_loss",
+                                                                         "run_n", "cpu_s"))
         prov = {
             "model": {"name": out.name, "seed": int(seed)},
             "data": {"corpus": data.corpus_name, "corpus_hash": data.corpus_hash,
@@ -588,12 +767,10 @@ def train_model(
                    mininterval=1.0, leave=False, dynamic_ncols=True)
 
         def checkpoint() -> None:
-            _save_checkpoint(ck, {
-                "model": model.state_dict(), "optimizer": opt.state_dict(), "rng": _rng_state(),
+            _save_checkpoint(ck, model, opt, {
                 "step": step, "log": log, "elapsed_s": elapsed0 + time.time() - t_start,
                 "run_loss": run_loss, "run_n": run_n, "recipe_hash": recipe.content_hash, "seed": int(seed),
-                "cpu_s": cpu0 + time.process_time() - c_start,
-                "data_hash": data.content_hash, "format_version": FORMAT_VERSION,
+                "cpu_s": cpu0 + time.process_time() - c_start, "data_hash": data.content_hash,
             })
 
         while step < recipe.steps:
@@ -610,7 +787,7 @@ def train_model(
             step += 1
             lv = float(loss.detach())
             if not math.isfinite(lv):
-                raise RuntimeError(f"training diverged at step {step} (loss {lv}); lower lr (now {recipe.lr})")
+                raise InputError(f"training diverged at step {step} (loss {lv}); lower --lr (now {recipe.lr:g})")
             run_loss += lv
             run_n += 1
             bar.update(1)
@@ -654,14 +831,16 @@ def train_model(
         model.save(out, meta=meta)
         if data.token_counts and Path(data.token_counts).exists():
             # which tokens the model saw how often (e.g. to draw induction tokens it was trained on)
-            _save_npy_atomic(out / "token_counts.npy", np.load(data.token_counts))
+            _save_npy_atomic(out / "token_counts.npy", np.load(data.token_counts, allow_pickle=False))
         if not keep_checkpoint and ck.exists():
             ck.unlink()
     return out
 
 
-def _train_worker(recipe_dict: dict, seed: int, out: str, data: DataSpec, device: str, progress: bool) -> str:
-    return str(train_model(TrainRecipe.from_dict(recipe_dict), seed, out, data=data, device=device, progress=progress))
+def _train_worker(recipe_dict: dict, seed: int, out: str, data: DataSpec, device: str, progress: bool,
+                  allow_large: bool = False) -> str:
+    return str(train_model(TrainRecipe.from_dict(recipe_dict), seed, out, data=data, device=device, progress=progress,
+                           allow_large=allow_large))
 
 
 def train_models(
@@ -673,11 +852,13 @@ def train_models(
     device: str = "cpu",
     progress: bool = True,
     cache: str | os.PathLike | None = None,
+    allow_large: bool = False,
 ) -> list[Path]:
     """Train one model per seed into ``out_dir/seed-{s}``, seeds in parallel with joblib.
 
     Each worker uses ``recipe.threads`` threads, so results do not depend on ``n_jobs``.
-    Finished models are kept; interrupted ones resume from their checkpoints.
+    Finished models are kept; interrupted ones resume from their checkpoints. The recipe and the
+    output folder are checked before anything is written (``allow_large`` lifts the memory limit).
     """
     from joblib import Parallel, delayed
 
@@ -686,8 +867,10 @@ def train_models(
         raise InputError("no seeds given; pass e.g. --seeds 0-4")
     if len(set(seeds)) != len(seeds):
         raise InputError(f"duplicate seeds in {seeds}")
-    out = Path(out_dir)
+    out = check_out_dir(out_dir)
+    recipe.validate(allow_large=allow_large)  # before the (slow) data preparation
     data = prepare_data(recipe, corpus=corpus, cache=cache)
+    recipe.validate(data.vocab_size, allow_large=allow_large)
     out.mkdir(parents=True, exist_ok=True)
     (out / "recipe.json").write_text(json.dumps({"recipe": recipe.to_dict(), "seeds": seeds,
                                                  "data": asdict(data)}, indent=2))
@@ -696,10 +879,12 @@ def train_models(
         n_jobs = max(1, min(int(n_jobs), len(todo)))
         if n_jobs == 1:
             for s in todo:
-                train_model(recipe, s, out / model_dir_name(s), data=data, device=device, progress=progress)
+                train_model(recipe, s, out / model_dir_name(s), data=data, device=device, progress=progress,
+                            allow_large=allow_large)
         else:
             Parallel(n_jobs=n_jobs, backend="loky")(
-                delayed(_train_worker)(recipe.to_dict(), s, str(out / model_dir_name(s)), data, device, progress)
+                delayed(_train_worker)(recipe.to_dict(), s, str(out / model_dir_name(s)), data, device, progress,
+                                       allow_large)
                 for s in todo
             )
     return [out / model_dir_name(s) for s in seeds]
@@ -710,13 +895,22 @@ def train_models(
 # --------------------------------------------------------------------------------------------
 
 
-def parse_seeds(spec: str | int | Sequence[int]) -> list[int]:
-    """``"0-4"`` -> [0..4]; ``"0,2,7"``; ``"3"``; combinations like ``"0-2,10"``."""
+MAX_SEEDS = 1000
+"""Most seeds one ``train`` may ask for unless ``--allow-large`` lifts the limit."""
+
+
+def parse_seeds(spec: str | int | Sequence[int], *, allow_large: bool = False) -> list[int]:
+    """``"0-4"`` -> [0..4]; ``"0,2,7"``; ``"3"``; combinations like ``"0-2,10"``.
+
+    The count is checked against :data:`MAX_SEEDS` before any list is built (``allow_large`` lifts it).
+    """
+    from circuits.limits import check_count
+
     if isinstance(spec, int):
         return [spec]
     if not isinstance(spec, str):
         return [int(s) for s in spec]
-    out: list[int] = []
+    ranges: list[tuple[int, int]] = []
     try:
         for part in spec.replace(" ", "").split(","):
             if not part:
@@ -726,16 +920,30 @@ def parse_seeds(spec: str | int | Sequence[int]) -> list[int]:
                 lo, hi = int(a), int(b)
                 if hi < lo:
                     raise ValueError
-                out += list(range(lo, hi + 1))
+                ranges.append((lo, hi))
             else:
-                out.append(int(part))
+                ranges.append((int(part), int(part)))
     except ValueError:
         raise InputError(f"malformed seeds {spec!r}; use e.g. '0-4', '0,2,5' or '3'") from None
+    check_count(sum(hi - lo + 1 for lo, hi in ranges), MAX_SEEDS, f"the number of seeds in {spec!r}",
+                allow_large=allow_large)
+    out = [s for lo, hi in ranges for s in range(lo, hi + 1)]
     if not out:
         raise InputError(f"no seeds in {spec!r}; use e.g. '0-4'")
     if len(set(out)) != len(out):
         raise InputError(f"duplicate seeds in {spec!r}")
     return out
+
+
+def check_out_dir(out: str | os.PathLike) -> Path:
+    """``out`` as a Path; InputError when it (or a parent) exists and is not a directory."""
+    p = Path(out).expanduser()
+    for q in (p, *p.parents):
+        if q.exists():
+            if not q.is_dir():
+                raise InputError(f"--out {out}: {q} exists and is not a directory; choose another --out")
+            break
+    return p
 
 
 try:  # typer is a declared dependency; keep this module importable without it
@@ -771,15 +979,26 @@ def train_command(
     threads: int = _Opt(1, "--threads", help="torch threads per model (fixed for reproducibility)"),
     n_jobs: int = _Opt(1, "--n-jobs", help="models trained in parallel"),
     device: str = _Opt("cpu", "--device", help="cpu or cuda"),
+    allow_large: bool = _Opt(False, "--allow-large", help=f"lift the limits on model memory and on the number "
+                             f"of seeds ({MAX_SEEDS})"),
 ) -> list[Path]:
     """Train one small GPT-style model per seed on a corpus (deterministic, resumable)."""
+    from pipelines.build import check_device, max_jobs
+
+    # every option is checked before anything is written
+    out = check_out_dir(out)
+    device = check_device(device)
+    if not 1 <= n_jobs <= max_jobs():
+        raise InputError(f"--n-jobs must be between 1 and this machine's {max_jobs()} CPUs, got {n_jobs}")
+    seed_list = parse_seeds(seeds, allow_large=allow_large)
     recipe = TrainRecipe(
         n_layers=layers, n_heads=heads, d_model=d_model, attn_only=attn_only or no_mlp, n_ctx=n_ctx, norm=norm,
         positional=positional, tokenizer=tokenizer, vocab_size=vocab_size, corpus=corpus, optimizer=optimizer,
         lr=lr, weight_decay=weight_decay, batch_size=batch_size, steps=steps, eval_every=eval_every,
         checkpoint_every=checkpoint_every, threads=threads,
     )
-    paths = train_models(recipe, parse_seeds(seeds), out, n_jobs=n_jobs, device=device)
+    recipe.validate(allow_large=allow_large)
+    paths = train_models(recipe, seed_list, out, n_jobs=n_jobs, device=device, allow_large=allow_large)
     for p in paths:
         meta = json.loads((p / "config.json").read_text())
         t = meta["meta"]["training"]

@@ -126,7 +126,7 @@ def frequent_tokens(model, min_count: int = 1000, at_least: int = 0) -> np.ndarr
     p = Path(str(src)) / "token_counts.npy" if src else None
     if p is None or not p.exists():
         return None
-    counts = np.load(p).astype(np.int64)
+    counts = np.load(p, allow_pickle=False).astype(np.int64)
     tok = getattr(model, "tokenizer", None)
     for i in (getattr(tok, "bos_id", None), getattr(tok, "eos_id", None)):
         if i is not None and i < len(counts):
