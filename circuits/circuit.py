@@ -513,9 +513,7 @@ class Circuit:
                "circuitstat": {"format_version": EAPIG_FORMAT_VERSION, "rule": self.rule, "params": _jsonable(self.params),
                                "edge_scores": self.scores is not None, "node_scores": self.node_scores is not None}}
         if path is not None:
-            from reports.atomic import atomic_write_bytes
-
-            atomic_write_bytes(Path(path), json.dumps(doc).encode())
+            _write_json_file(path, json.dumps(doc).encode())
         return doc
 
     @classmethod
@@ -658,3 +656,19 @@ def _default(o: Any) -> Any:
     if isinstance(o, np.ndarray):
         return o.tolist()
     return repr(o)
+
+
+def _write_json_file(path: str | os.PathLike, data: bytes) -> Path:
+    """Write `data` atomically to the file `path`; InputError (one line) when that cannot be a file."""
+    from reports.atomic import atomic_write_bytes
+
+    p = Path(path)
+    if p.is_dir() or str(path).endswith(("/", os.sep)):
+        raise InputError(f"{path} is a directory; give a file path for the circuit's JSON, such as {p / 'circuit.json'}")
+    parent = next(a for a in p.parents if a.exists())
+    if not parent.is_dir():
+        raise InputError(f"{parent} is a file, so {path} cannot be written; give another path for the JSON")
+    try:
+        return atomic_write_bytes(p, data)
+    except OSError as e:
+        raise InputError(f"cannot write {path}: {e.strerror or e}; give a path in a directory you can write to") from None

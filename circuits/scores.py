@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import InputError
 from .graph import ComponentGraph
 
 
@@ -93,25 +94,74 @@ class ScoreMatrix:
 
     @classmethod
     def read(cls, directory: str | Path, name: str = "scores") -> "ScoreMatrix":
-        """A ScoreMatrix from a directory written by ``write`` (or a run's ``scores_<method>``)."""
+        """A ScoreMatrix from a directory written by ``write`` (or a run's ``scores_<method>``).
+
+        A file that is not such a table (another Parquet file, a truncated one, forged provenance)
+        is an InputError naming what is missing; nothing in it is trusted to size allocations.
+        """
         from reports.tables import read_provenance, read_table, table_to_matrix
 
         path = Path(directory) / f"{name}.parquet"
         if not path.exists():
             raise FileNotFoundError(f"{path} not found; run `circuitstat attribute ... --out {directory}` first")
-        table = read_table(path)
-        prov = read_provenance(path)
-        g = ComponentGraph(**prov["graph"])
-        desc = prov["scores"]
+        fix = "write it with `circuitstat attribute` or ScoreMatrix.write"
+        try:
+            table = read_table(path)
+            prov = read_provenance(table)
+        except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError; bad JSON too
+            raise InputError(f"{path} is not a readable Parquet table ({type(e).__name__}); {fix}") from None
+        for column in ("example", "scores"):
+            if column not in table.column_names:
+                raise InputError(f"{path} is not a circuitstat scores table (missing column {column!r}); {fix}")
+        try:
+            matrix = table_to_matrix(table)
+        except (TypeError, ValueError, KeyError) as e:
+            raise InputError(f"{path} is not a circuitstat scores table ({_one_line(e)}); {fix}") from None
+        g, desc = _graph_from_provenance(prov, matrix.shape[1], path, fix), prov["scores"]
         params = {k[len("param."):]: v for k, v in desc.items() if k.startswith("param.")}
-        return cls(
-            scores=table_to_matrix(table), graph=g, level=desc["level"], method=desc["method"],
-            ablation=desc["ablation"], metric=desc["metric"],
-            example_ids=np.asarray(table.column("example").to_numpy()), params=params,
-            provenance={k: v for k, v in prov.items() if k not in ("scores", "graph")},
-        )
+        try:
+            return cls(
+                scores=matrix, graph=g, level=desc["level"], method=str(desc["method"]),
+                ablation=str(desc["ablation"]), metric=str(desc["metric"]),
+                example_ids=np.asarray(table.column("example").to_numpy()), params=params,
+                provenance={k: v for k, v in prov.items() if k not in ("scores", "graph")},
+            )
+        except (KeyError, ValueError, TypeError) as e:
+            raise InputError(f"{path} is not a circuitstat scores table ({_one_line(e)}); {fix}") from None
 
     def __repr__(self) -> str:
         return (f"ScoreMatrix(method={self.method!r}, level={self.level!r}, N={self.n_examples}, "
                 f"columns={len(self.names)}, metric={self.metric!r}, ablation={self.ablation!r})")
 
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())[:200]
+
+
+def _graph_from_provenance(prov: dict, n_columns: int, path: Path, fix: str) -> ComponentGraph:
+    """The ComponentGraph recorded with a scores table, checked before it is built.
+
+    The shape comes from a file: it must be small positive integers whose sender count fits the
+    matrix already read (every sender has at least one edge), so a forged shape cannot make the
+    graph's name lists allocate more than the file itself holds.
+    """
+    graph, desc = prov.get("graph"), prov.get("scores")
+    if not isinstance(graph, dict) or not isinstance(desc, dict):
+        raise InputError(f"{path} is not a circuitstat scores table (missing provenance 'graph'/'scores'); {fix}")
+    for key in ("level", "method", "ablation", "metric"):
+        if key not in desc:
+            raise InputError(f"{path} is not a circuitstat scores table (missing provenance scores.{key}); {fix}")
+    if desc["level"] not in ("edge", "node"):
+        raise InputError(f"{path} is not a circuitstat scores table (level is not 'edge' or 'node'); {fix}")
+    shape = {k: graph.get(k) for k in ("n_layers", "n_heads")}
+    if any(type(v) is not int or v < 1 for v in shape.values()) or set(graph) - {"n_layers", "n_heads", "has_mlp", "parallel"}:
+        raise InputError(f"{path} is not a circuitstat scores table (its graph shape is not positive integers); {fix}")
+    has_mlp, parallel = graph.get("has_mlp", True), graph.get("parallel", False)
+    if type(has_mlp) is not bool or type(parallel) is not bool:
+        raise InputError(f"{path} is not a circuitstat scores table (its graph flags are not booleans); {fix}")
+    n_senders = 1 + shape["n_layers"] * (shape["n_heads"] + int(has_mlp))
+    if n_senders > n_columns:
+        raise InputError(f"{path} is not a circuitstat scores table (its graph has more components than the "
+                         f"matrix has columns, {n_columns}); {fix}")
+    return ComponentGraph(shape["n_layers"], shape["n_heads"], has_mlp=has_mlp, parallel=parallel)

@@ -197,12 +197,13 @@ def _part(fn: Callable[[], str]) -> str:
 def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> Path:
     """Write the self-contained HTML report of run directory `run_dir` and return its path.
 
-    `out` (a file, or a directory to hold report.html) defaults to ``run_dir/report.html``. Every table is optional (its section then shows a
+    `out` (a file, or a directory to hold report.html: see report_path) defaults to ``run_dir/report.html``. Every table is optional (its section then shows a
     note); a directory with neither manifest.json nor any report table is an error.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory {run_dir} does not exist; pass the --out directory of an audit run")
+    path = report_path(run_dir, out)  # checked before the tables are read
     T = Tables(run_dir)
     has_manifest = (run_dir / MANIFEST).exists()
     if not has_manifest and not any(T.path(t).exists() for t in TABLES):
@@ -255,11 +256,37 @@ def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] |
         "Numbers are rounded to three significant digits in the tables; hover a mark for its values, click a column header to sort.</footer>"
         f"<script>{JS}</script></body></html>\n"
     )
-    path = Path(out) if out is not None else run_dir / REPORT_NAME
-    if path.is_dir():
+    try:
+        atomic_write_bytes(path, page.encode("utf-8"))
+    except OSError as e:
+        raise _input_error(f"cannot write {path}: {e.strerror or e}; give an --out you can write to") from None
+    return path
+
+
+def _input_error(message: str) -> Exception:
+    # imported only on this error path: rendering a report never imports circuits (or torch)
+    from circuits.errors import InputError
+
+    return InputError(message)
+
+
+def report_path(run_dir: Path, out: str | os.PathLike[str] | None) -> Path:
+    """Where the report of `run_dir` goes: `out` as a file, or report.html inside `out` as a directory.
+
+    `out` is a directory when it is one, ends with a slash, or has no suffix (``--out reports/run1``
+    makes reports/run1/report.html); a name with a suffix (``--out run1.html``) is the file. A path
+    through an existing file is an InputError.
+    """
+    if out is None:
+        return run_dir / REPORT_NAME
+    path = Path(out)
+    if path.is_dir() or str(out).endswith(("/", os.sep)) or (not path.exists() and not path.suffix):
         path = path / REPORT_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, page.encode("utf-8"))
+    if path.is_dir():
+        raise _input_error(f"--out {path} is a directory; give a file such as {path / REPORT_NAME} or a new directory")
+    blocking = next(a for a in path.parents if a.exists())
+    if not blocking.is_dir():
+        raise _input_error(f"--out {out}: {blocking} is a file, not a directory; give another --out")
     return path
 
 
