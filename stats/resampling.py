@@ -248,6 +248,32 @@ class ResamplingPlan:
         return cls(np.asarray(counts), kind, None)
 
 
+def nested_bootstrap(n_obs: int, n_outer: int, n_inner: int,
+                     seed: int | np.random.SeedSequence | None = None
+                     ) -> tuple[ResamplingPlan, ResamplingPlan]:
+    """Return (outer, inner) plans of a double bootstrap; inner row o*n_inner+i resamples outer o.
+
+    The outer plan is ResamplingPlan.bootstrap(n_obs, n_outer, child 0 of seed); inner resample i
+    of outer resample o draws n_obs examples with replacement from outer o's examples (child 1),
+    so its counts compose the two draws and the chunked engine gives every inner mean as W.S/N.
+    """
+    _check_sizes(n_obs, n_outer)
+    _check_sizes(n_obs, n_inner)
+    ss = as_seed_sequence(seed)
+    c_outer, c_inner = spawn_seeds(ss, 2)
+    outer = ResamplingPlan.bootstrap(n_obs, n_outer, c_outer)
+    rng = np.random.default_rng(c_inner)
+    # example indices of every outer resample, rows sorted (np.repeat per row, vectorised)
+    members = np.nonzero(outer.counts)[1]
+    idx = np.repeat(members, outer.counts[outer.counts > 0]).reshape(n_outer, n_obs)
+    pos = rng.integers(0, n_obs, (n_outer, n_inner, n_obs))
+    drawn = np.take_along_axis(idx[:, None, :], pos, axis=2).reshape(n_outer * n_inner, n_obs)
+    inner = ResamplingPlan(_counts_from_indices(drawn, n_obs), "bootstrap",
+                           {**seed_record(c_inner), "nested_in": seed_record(c_outer),
+                            "n_inner": int(n_inner)})
+    return outer, inner
+
+
 def _check_sizes(n_obs: int, n_resamples: int) -> None:
     """Raise ValueError for empty data or no resamples."""
     if int(n_obs) < 1:

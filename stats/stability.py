@@ -15,6 +15,7 @@ Whether circuits are chosen by signed score or by |score| is an explicit, record
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -22,11 +23,15 @@ import numpy as np
 from scipy import sparse, stats
 from scipy.special import ndtri
 
+from circuits.errors import InputError
+
 from .resampling import (DEFAULT_MAX_BYTES, ResamplingPlan, as_seed_sequence,
-                         check_score_matrix, map_edge_chunks, seed_record, spawn_seeds)
-from .results import Result
-from .topk import (RANKINGS, TopKState, chunk_topk, merge_topk, ranking_key, row_seeds,
-                   select_topk, tie_priorities, topk)
+                         check_score_matrix, seed_record, spawn_seeds)
+from .results import ConfidenceInterval, Result
+from .stability_data import (ESTIMANDS, DataLevelEstimates, check_data_level,
+                             data_level_stability)
+from .topk import (RANKINGS, ranking_key, row_seeds, select_topk, streaming_topk,
+                   tie_priorities, topk)
 
 __all__ = [
     "StabilityResult",
@@ -199,29 +204,6 @@ def selection_error_bounds(k: int | np.ndarray, n_edges: int, thresholds: Sequen
     return out
 
 
-# --- streaming top-K over edge chunks ------------------------------------------------------
-def _topk_pass(S: np.ndarray, plan: ResamplingPlan, K: int, ranking: str, n_full: int,
-               seeds: np.ndarray, chunk_size: int | None, n_jobs: int,
-               max_bytes: int) -> tuple[TopKState, np.ndarray]:
-    """Return the merged top-K state over all edges and full key vectors [n_full, E]."""
-    n_edges = S.shape[1]
-    sentinel = n_edges  # larger than every real edge index
-
-    def reduce(r: np.ndarray, sc: np.ndarray, sl: slice) -> tuple[TopKState, np.ndarray]:
-        key = ranking_key(r, ranking)
-        full = key[:, :n_full].T.copy()
-        pri = tie_priorities(seeds, np.arange(sl.start, sl.stop))  # depends on edge, not chunk
-        return chunk_topk(np.ascontiguousarray(key.T), pri, sl.start, K, sentinel), full
-
-    state: TopKState | None = None
-    fulls = []
-    for part, full in map_edge_chunks(S, plan, reduce, chunk_size=chunk_size, n_jobs=n_jobs,
-                                      max_bytes=max_bytes, check=False):
-        state = part if state is None else merge_topk(state, part, sentinel)
-        fulls.append(full)
-    return state, np.concatenate(fulls, axis=1)
-
-
 # --- result --------------------------------------------------------------------------------
 @dataclass(repr=False)
 class StabilityResult(Result):
@@ -285,6 +267,23 @@ class StabilityResult(Result):
                                        for t in th] for i in range(self.ks.size)]).ravel()
         return out
 
+    def conf_int(self, estimand: str = "jaccard_data") -> ConfidenceInterval:
+        """Return (low, high) per k of an interval: jaccard_data, jaccard_pop, phi_data (data
+        level) or jaccard / phi (Monte Carlo error of the resampling statistic only)."""
+        prefix = {"jaccard": "jaccard", "phi": "phi", "jaccard_data": "jaccard_data",
+                  "jaccard_pop": "jaccard_pop", "phi_data": "phi_data"}.get(estimand)
+        if prefix is None:
+            raise KeyError(f"unknown estimand {estimand!r}; use jaccard_data, jaccard_pop, "
+                           "phi_data, jaccard or phi")
+        return ConfidenceInterval(self.per_k[f"{prefix}_ci_low"], self.per_k[f"{prefix}_ci_high"])
+
+    def to_table(self, name: str | None = None):
+        """Return one result table; its schema metadata names the estimand of each interval."""
+        table = super().to_table(name)
+        meta = dict(table.schema.metadata or {})
+        meta[b"circuitstat.estimands"] = json.dumps(ESTIMANDS, sort_keys=True).encode()
+        return table.replace_schema_metadata(meta)
+
     def _tables(self) -> dict[str, dict[str, Any]]:
         tables: dict[str, dict[str, Any]] = {"main": {"k": self.ks, **self.per_k}}
         ki, ei = np.nonzero(self.inclusion_counts)
@@ -321,7 +320,45 @@ class StabilityResult(Result):
                                     f"{self.per_k['jaccard_corrected'][i]:.3f}) "
                                     f"Phi={self.per_k['phi'][i]:.3f} "
                                     f"|consensus|={self.per_k['consensus_size'][i]}"))
+            if np.isfinite(self.per_k["jaccard_data_ci_low"][i]):
+                items.append((f"  k={k} data level", (
+                    f"J(D1,D2) {self.per_k['jaccard_data'][i]:.3f} "
+                    f"[{self.per_k['jaccard_data_ci_low'][i]:.3f}, "
+                    f"{self.per_k['jaccard_data_ci_high'][i]:.3f}]  J(D,pop) "
+                    f"[{self.per_k['jaccard_pop_ci_low'][i]:.3f}, "
+                    f"{self.per_k['jaccard_pop_ci_high'][i]:.3f}]  Phi "
+                    f"[{self.per_k['phi_data_ci_low'][i]:.3f}, "
+                    f"{self.per_k['phi_data_ci_high'][i]:.3f}]")))
+        note = self.params.get("data_level") or {}
+        if not note.get("computed", True):
+            items.append(("data-level intervals", f"not computed: {note.get('reason')}"))
         return items
+
+
+def _add_data_level(per_k: dict[str, np.ndarray], S: np.ndarray, ks: np.ndarray, ranking: str,
+                    plan: ResamplingPlan, seed: np.random.SeedSequence, wanted: bool | None,
+                    n_outer: int, n_inner: int, method: str, confidence_level: float,
+                    chunk_size: int | None, n_jobs: int, max_bytes: int) -> dict:
+    """Add the data-level columns to per_k in place; return what was done (for params)."""
+    names = [f"{e}{p}" for e in ("jaccard_data", "jaccard_pop", "phi_data")
+             for p in ("", "_se", "_bias", "_ci_low", "_ci_high")]
+    why = "not requested (data_level=False)" if wanted is False else check_data_level(
+        S.shape[0], plan.kind, n_outer, n_inner)
+    if why is not None:
+        if wanted:
+            raise InputError(why)
+        for c in names:
+            per_k[c] = np.full(ks.size, np.nan)
+        return {"computed": False, "reason": why}
+    est = DataLevelEstimates(per_k["jaccard_mean"], per_k["jaccard_se"],
+                             per_k["full_data_jaccard_mean"], per_k["full_data_jaccard_se"],
+                             per_k["phi"], np.sqrt(per_k["phi_variance"]))
+    per_k.update(data_level_stability(S, ks, est, ranking=ranking, seed=seed, n_outer=n_outer,
+                                      n_inner=n_inner, confidence_level=confidence_level,
+                                      method=method, chunk_size=chunk_size, n_jobs=n_jobs,
+                                      max_bytes=max_bytes))
+    return {"computed": True, "method": method, "n_outer": int(n_outer),
+            "n_inner": int(n_inner), "seed": seed_record(seed)}
 
 
 def _run_seed(plan: ResamplingPlan, seed: Any) -> np.random.SeedSequence:
@@ -340,13 +377,20 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
                       n_kendall_pairs: int | None = None, rbo_p: float | None = None,
                       confidence_level: float = 0.95, chunk_size: int | None = None,
                       n_jobs: int = 1, max_bytes: int = DEFAULT_MAX_BYTES,
-                      edge_names: Sequence[str] | None = None) -> StabilityResult:
+                      edge_names: Sequence[str] | None = None, data_level: bool | None = None,
+                      n_outer: int = 100, n_inner: int = 20,
+                      data_level_method: str = "bias_bounded") -> StabilityResult:
     """Return the stability of top-k circuits of S [N, E] across resamples, for every k in ks.
 
     ranking: 'signed' (largest scores) or 'absolute' (largest |scores|), required.
     n_pair_resamples: pairwise Jaccard uses the first that many resamples (B^2 pairs).
     n_rank_resamples: Spearman over all pairs and Kendall over disjoint pairs of that many full
     score vectors. rbo_p: RBO persistence; None uses p = 1 - 1/k (expected depth k).
+    data_level: add intervals for the data-level estimands (stats.stability_data: Jaccard and
+    Phi between circuits of independent size-N datasets, Jaccard to the population's circuit)
+    from a double bootstrap of n_outer x n_inner resamples. None: where possible (bootstrap
+    plan, N >= stability_data.MIN_OBS), else NaN columns with the reason in params; True:
+    refuse with InputError where not possible; False: skip.
     """
     _key(np.zeros(1), ranking)
     S = check_score_matrix(S)
@@ -375,8 +419,8 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
     n_full = min(B, max(0, int(n_rank_resamples)))
     tie_rng = np.random.default_rng(spawn_seeds(root, 2)[0])
     seeds = row_seeds(tie_rng, B + 1)  # one tie-breaking stream per resample, one for the data
-    state, full = _topk_pass(S, plan, K, ranking, n_full, seeds[:B], chunk_size, n_jobs,
-                             max_bytes)
+    state, full = streaming_topk(S, plan, K, ranking, seeds[:B], n_full=n_full,
+                                 chunk_size=chunk_size, n_jobs=n_jobs, max_bytes=max_bytes)
 
     theta = np.asarray(S, dtype=np.float64).mean(axis=0)
     full_top = select_topk(ranking_key(theta, ranking)[None, :],
@@ -389,6 +433,7 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
         "jaccard_pairs", "jaccard_chance", "jaccard_corrected", "consensus_size",
         "consensus_jaccard_mean", "consensus_jaccard_sd", "consensus_jaccard_q05",
         "consensus_jaccard_median", "consensus_jaccard_q95", "full_data_jaccard_mean",
+        "full_data_jaccard_se",
         "phi", "phi_variance", "phi_ci_low", "phi_ci_high", "rbo_mean", "rbo_sd", "rbo_p",
         "resamples_with_cutoff_ties", "cutoff_ties_mean", "cutoff_ties_excluded_mean",
         "cutoff_ties_excluded_max")}
@@ -433,7 +478,9 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
         in_full = np.zeros(n_edges, dtype=bool)
         in_full[full_top[:k]] = True
         fi = in_full[top].sum(axis=1)
-        cols["full_data_jaccard_mean"].append(float(np.mean(fi / (2 * k - fi))))
+        fj = fi / (2 * k - fi)
+        cols["full_data_jaccard_mean"].append(float(np.mean(fj)))
+        cols["full_data_jaccard_se"].append(float(np.std(fj, ddof=1) / np.sqrt(B)))
         Z = sparse.csr_matrix((np.ones(B * k), (np.repeat(np.arange(B), k), top.ravel())),
                               shape=(B, n_edges))
         phi, var, lo, hi = nogueira_stability(Z, confidence_level)
@@ -447,6 +494,9 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
         cols["rbo_sd"].append(float(np.std(rbo, ddof=1)) if rbo.size > 1 else np.nan)
         cols["rbo_p"].append(p)
     per_k = {c: np.asarray(v) for c, v in cols.items()}
+    data_note = _add_data_level(per_k, S, ks_arr, ranking, plan, spawn_seeds(root, 2)[1],
+                                data_level, n_outer, n_inner, data_level_method,
+                                confidence_level, chunk_size, n_jobs, max_bytes)
 
     # rank agreement of full score vectors (k-free)
     if n_full >= 2:
@@ -473,6 +523,7 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
               "tie_breaking": "random (stats.topk priorities from the run seed)",
               "tie_seed": seed_record(root),
               "selection_thresholds": list(selection_thresholds) if selection_thresholds else None,
+              "data_level": data_note, "estimands": ESTIMANDS,
               "n_obs": n_obs, "n_edges": n_edges}
     return StabilityResult(ks=ks_arr, ranking=ranking, n_edges=n_edges, n_resamples=B,
                            plan_kind=plan.kind, per_k=per_k, inclusion_counts=counts,

@@ -13,6 +13,9 @@ from scipy.spatial.distance import pdist
 from stats.resampling import ResamplingPlan, resampled_means
 from stats.stability import (chance_jaccard, circuit_stability, nogueira_stability,
                              rank_biased_overlap, selection_error_bounds, topk_indices)
+from circuits.errors import InputError
+from stats.resampling import nested_bootstrap
+from stats.stability_data import _outer_statistics
 from stats.topk import row_seeds, tie_priorities, topk
 
 KS = [3, 10, 40]
@@ -345,3 +348,76 @@ def test_streaming_topk_equals_brute_force_on_tie_heavy_data(seed, n_edges, chun
                     for b in range(7)]
         assert res.per_k["cutoff_ties_excluded_mean"][i] == pytest.approx(np.mean(excluded))
         assert res.per_k["cutoff_ties_excluded_max"][i] == max(excluded)
+
+
+# --- data-level intervals (stats.stability_data) -------------------------------------------
+def test_nested_bootstrap_draws_inner_from_outer():
+    outer, inner = nested_bootstrap(30, 4, 500, seed=3)
+    assert inner.n_resamples == 4 * 500 and (inner.totals == 30).all()
+    for o in range(4):
+        block = inner.counts[o * 500:(o + 1) * 500]
+        assert ((block > 0) <= (outer.counts[o] > 0)).all()  # only the outer's examples
+        # an inner draw picks each of the outer's N slots with probability 1/N
+        np.testing.assert_allclose(block.mean(0), outer.counts[o], atol=0.35)
+    again = nested_bootstrap(30, 4, 500, seed=3)[1]
+    np.testing.assert_array_equal(again.counts, inner.counts)
+
+
+def test_outer_statistics_against_pdist_and_kuncheva():
+    rng = np.random.default_rng(5)
+    n_outer, n_inner, E, k = 3, 12, 25, 6
+    idx = np.stack([rng.permutation(E)[:k] for _ in range(n_outer * (n_inner + 1))])
+    got = _outer_statistics(idx, n_outer, n_inner, k, E)
+    for o in range(n_outer):
+        inner = idx[n_outer + o * n_inner:n_outer + (o + 1) * n_inner]
+        Z = _indicator(inner, E)
+        J = 1 - pdist(Z, "jaccard")
+        assert got[o, 0] == pytest.approx(J.mean())
+        loo = np.array([(1 - pdist(np.delete(Z, r, 0), "jaccard")).mean() for r in range(n_inner)])
+        assert got[o, 1] == pytest.approx(np.sqrt((n_inner - 1) / n_inner
+                                                  * np.sum((loo - loo.mean()) ** 2)))
+        assert got[o, 4] == pytest.approx(_phi_brute(Z))  # Phi = mean Kuncheva, equal sizes
+        zo = _indicator(idx[o:o + 1], E)[0]
+        jo = (Z & zo).sum(1) / (Z | zo).sum(1)
+        assert got[o, 2] == pytest.approx(jo.mean())
+        assert got[o, 3] == pytest.approx(jo.std(ddof=1) / np.sqrt(n_inner))
+
+
+def test_data_level_columns_intervals_and_estimands(setup):
+    S, plan, R, res = setup
+    pk = res.per_k
+    np.testing.assert_array_equal(pk["jaccard_data"], pk["jaccard_mean"])  # same plug-in
+    for name in ("jaccard_data", "jaccard_pop", "phi_data"):
+        lo, hi = res.conf_int(name)
+        est, bias, se = pk[name], pk[f"{name}_bias"], pk[f"{name}_se"]
+        z = stats.norm.ppf(0.975)
+        lb = -1.0 if name == "phi_data" else 0.0
+        # bias-bounded: both the plug-in and the bias-corrected value, each +- z se
+        np.testing.assert_allclose(lo, np.clip(np.minimum(est, est - bias) - z * se, lb, 1))
+        np.testing.assert_allclose(hi, np.clip(np.maximum(est, est - bias) + z * se, lb, 1))
+        assert (se > 0).all() and (lo <= hi).all()
+    # data-level intervals are wider than the Monte Carlo ones they replace as the claimable bound
+    assert (np.subtract(*res.conf_int("jaccard_data")[::-1])
+            > np.subtract(*res.conf_int("jaccard")[::-1])).all()
+    meta = json.loads(res.to_table().schema.metadata[b"circuitstat.estimands"])
+    assert "Monte Carlo" in meta["jaccard_ci"] and "independent datasets" in meta["jaccard_data_ci"]
+    assert "data level" in res.summary()
+
+
+def test_data_level_refusals_and_skips():
+    rng = np.random.default_rng(0)
+    S = rng.standard_normal((12, 30))
+    few = circuit_stability(S, None, [5], ranking="signed", n_resamples=50, seed=1)
+    assert np.isnan(few.per_k["jaccard_data_ci_low"]).all()
+    assert not few.params["data_level"]["computed"] and "at least 20" in few.summary()
+    with pytest.raises(InputError, match="at least 20 examples"):
+        circuit_stability(S, None, [5], ranking="signed", n_resamples=50, seed=1, data_level=True)
+    S = rng.standard_normal((40, 30))
+    with pytest.raises(InputError, match="at least 50 outer"):
+        circuit_stability(S, None, [5], ranking="signed", n_resamples=50, seed=1, n_outer=10)
+    with pytest.raises(InputError, match="at least 10 inner"):
+        circuit_stability(S, None, [5], ranking="signed", n_resamples=50, seed=1, n_inner=3)
+    sub = ResamplingPlan.subsample(40, 30, seed=2)
+    with pytest.raises(InputError, match="ordinary bootstrap"):
+        circuit_stability(S, sub, [5], ranking="signed", data_level=True)
+    assert np.isnan(circuit_stability(S, sub, [5], ranking="signed").per_k["phi_data"]).all()
