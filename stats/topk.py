@@ -20,9 +20,11 @@ import numpy as np
 
 from circuits.errors import InputError
 
+from .resampling import DEFAULT_MAX_BYTES, ResamplingPlan, map_edge_chunks
+
 __all__ = ["RANKINGS", "TopK", "ranking_key", "row_seeds", "tie_priorities", "topk",
            "select_topk", "topk_mask", "TopKState", "chunk_topk",
-           "merge_topk"]
+           "merge_topk", "streaming_topk"]
 
 RANKINGS = ("signed", "absolute")
 
@@ -182,3 +184,30 @@ def merge_topk(a: TopKState, c: TopKState, sentinel: int) -> TopKState:
     dropped = rest + np.where(a.boundary == v, a.dropped, 0) + np.where(c.boundary == v,
                                                                         c.dropped, 0)
     return TopKState(vals[:, :K].copy(), pri[:, :K].copy(), idx[:, :K].copy(), v.copy(), dropped)
+
+
+def streaming_topk(S: np.ndarray, plan: ResamplingPlan, K: int, ranking: str, seeds: np.ndarray,
+                   *, n_full: int = 0, chunk_size: int | None = None, n_jobs: int = 1,
+                   max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[TopKState, np.ndarray]:
+    """Return the top-K state of every resample of S [N, E] and its first n_full key vectors.
+
+    One chunked pass of the resampling engine (resampled means W.S/N per edge chunk); `seeds`
+    holds one uint64 tie-breaking seed per resample (row_seeds). Never holds a [B, E] array
+    beyond the n_full kept key vectors [n_full, E].
+    """
+    n_edges = S.shape[1]
+    sentinel = n_edges  # larger than every real edge index
+
+    def reduce(r: np.ndarray, sc: np.ndarray, sl: slice) -> tuple[TopKState, np.ndarray]:
+        key = ranking_key(r, ranking)
+        full = key[:, :n_full].T.copy()
+        pri = tie_priorities(seeds, np.arange(sl.start, sl.stop))  # depends on edge, not chunk
+        return chunk_topk(np.ascontiguousarray(key.T), pri, sl.start, K, sentinel), full
+
+    state: TopKState | None = None
+    fulls = []
+    for part, full in map_edge_chunks(S, plan, reduce, chunk_size=chunk_size, n_jobs=n_jobs,
+                                      max_bytes=max_bytes, check=False):
+        state = part if state is None else merge_topk(state, part, sentinel)
+        fulls.append(full)
+    return state, np.concatenate(fulls, axis=1)
