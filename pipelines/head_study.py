@@ -3,8 +3,8 @@
 A grid of {2, 4, 8} layers × {Adam, AdamW with weight decay 0.1} × 5 seeds of small GPT-style
 models is trained on the standard-library corpus with :mod:`pipelines.training` (cached: a rerun
 trains nothing), :class:`pipelines.heads.HeadStability` is fitted per condition with the paper's
-metric (max matching, anchor refit), and ``summary.parquet`` tests each claim from bootstrap
-intervals, never from point estimates:
+metric (max matching, anchor refit), and ``summary.parquet`` tests each claim from intervals
+and p-values, never from point estimates:
 
 1. the least stable layers are in the middle: mean stability of the first and last layer minus
    that of the middle layers > 0 (conditions with >= 3 layers);
@@ -13,13 +13,23 @@ intervals, never from point estimates:
    heads of the second half of the layers < 0 (pooled Fisher z over conditions with >= 4 layers);
 4. AdamW raises stability: mean head stability, AdamW − Adam > 0;
 5. the residual stream is more stable than the heads: mean linear CKA (after attention) − mean
-   head stability > 0.
+   head stability > 0;
+6. (added) the heads are more stable than their null: mean head stability minus its
+   shuffled-prompt null > 0; 4b. AdamW raises that excess.
 
-Verdict per row: "supported" when the interval lies on the claimed side of 0, "contradicted"
-when it lies on the other side, "inconclusive" otherwise. Bootstrap replicates are paired across
-conditions: replicate r of every condition draws the same probe prompts and the same seeds (a
-seed fixes the initialisation, for a given depth, and the data order), so differences between
-conditions are bootstrapped replicate by replicate.
+Intervals: where the fitted conditions carry refit-level values (they do when fitted here), the
+claims about mean, gap, ends-minus-middle, residual-minus-heads and excess use the jackknife
+over training seeds (every refit an anchor; t on K − 1 df), paired by seed across conditions
+(a seed fixes the initialisation, for a given depth, and the data order): the estimand is the
+seed distribution, and with 5 seeds these intervals are wide. The excess gap (2b) has only
+the bootstrap of the paper's setting (prompts and the anchor's comparison refits, anchor
+fixed), paired by replicate across conditions. The ``interval`` column names which.
+
+Verdicts: one family. Every directional row gets a two-sided p-value (t from the jackknife,
+z from the bootstrap standard error, Fisher z for correlations); Holm's step-down adjustment
+runs over all of them (``pvalue_holm``; ``multiplicity`` states the rule); "supported" when
+the adjusted p-value is <= 0.05 with the value on the claimed side, "contradicted" when on the
+other side, "inconclusive" otherwise. ``ci_low/ci_high`` are unadjusted 95% intervals.
 """
 
 from __future__ import annotations
@@ -37,10 +47,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from pipelines.training import TrainRecipe, cache_dir
+from stats.head_stability import (bootstrap_z_summary, fisher_interval, fisher_pvalue, holm_verdicts,
+                                  jackknife_summary, pooled_fisher_z, t_pvalue, z_pvalue)
 
 __all__ = ["StudyPlan", "full_plan", "quick_plan", "run_head_study", "study_heads_command", "claims_summary"]
 
-SUMMARY_COLUMNS = ("item", "value", "ci_low", "ci_high", "verdict")
+SUMMARY_COLUMNS = ("item", "value", "ci_low", "ci_high", "verdict", "pvalue", "pvalue_holm", "interval", "multiplicity")
 
 
 @dataclass(frozen=True)
@@ -157,6 +169,7 @@ def _fit_condition(plan: StudyPlan, paths: Sequence[str], corpus) -> Any:
 
 
 def _replicate_table(res) -> dict:
+    """Return the replicates table: bootstrap replicates, and per left-out refit the jackknife values."""
     rep = res.replicates
     rows = {"statistic": [], "replicate": [], "value": []}
 
@@ -174,6 +187,8 @@ def _replicate_table(res) -> dict:
             put(k, v)
     for layer in range(rep["layer"].shape[1]):
         put(f"layer{layer}", rep["layer"][:, layer])
+    for k, v in res.refit_replicates.items():  # estimate:<name> (one row), jackknife:<name> (one per refit)
+        put(k, v)
     return {"statistic": np.array(rows["statistic"]), "replicate": np.array(rows["replicate"], dtype=np.int64),
             "value": np.array(rows["value"])}
 
@@ -186,123 +201,195 @@ def _reps(table) -> dict[str, np.ndarray]:
     return {k: np.array([v for _, v in sorted(x)]) for k, x in out.items()}
 
 
-def _verdict(lo: float, hi: float, direction: int) -> str:
-    """'supported' if the interval is on the claimed side of 0 (direction +1: above, −1: below)."""
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        return "inconclusive"
-    if direction > 0:
-        return "supported" if lo > 0 else ("contradicted" if hi < 0 else "inconclusive")
-    return "supported" if hi < 0 else ("contradicted" if lo > 0 else "inconclusive")
+def _refit_stats(reps: dict[str, np.ndarray]) -> dict[str, tuple[float, np.ndarray]]:
+    """Return {statistic: (estimate, leave-one-refit-out values)} from a condition's replicates."""
+    return {k[len("jackknife:"):]: (float(reps["estimate:" + k[len("jackknife:"):]][0]), v)
+            for k, v in reps.items() if k.startswith("jackknife:") and "estimate:" + k[len("jackknife:"):] in reps}
 
 
-def _ci(x: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    x = np.asarray(x, dtype=float)
-    x = x[np.isfinite(x)]
-    if not x.size:
-        return (math.nan, math.nan)
-    a = (1 - level) / 2
-    lo, hi = np.quantile(x, [a, 1 - a])
-    return float(lo), float(hi)
+BOOTSTRAP_INTERVAL = "bootstrap percentile (prompts and the anchor's comparison refits; anchor fixed)"
+JACKKNIFE_INTERVAL = "jackknife over training seeds, every refit an anchor (t, K-1 df; paired by seed across conditions)"
+FISHER_INTERVAL = "Fisher z"
+
+
+class _ClaimRows:
+    """Rows of the study's summary; p-values are adjusted together (Holm) at the end."""
+
+    def __init__(self, confidence_level: float = 0.95):
+        self.rows: list[dict] = []
+        self.level = confidence_level
+
+    def add(self, item, value, low, high, pvalue, direction, interval):
+        self.rows.append({"item": item, "value": float(value), "ci_low": float(low), "ci_high": float(high),
+                          "pvalue": float(pvalue) if direction else math.nan, "direction": direction,
+                          "interval": interval})
+
+    def bootstrap(self, item, value, replicates, direction=0):
+        """A row whose interval is the bootstrap percentile and whose p-value is z with the bootstrap SE."""
+        low, high, se = bootstrap_z_summary(replicates, self.level)
+        self.add(item, value, low, high, float(z_pvalue(np.asarray(value), np.asarray(se))), direction,
+                 BOOTSTRAP_INTERVAL)
+
+    def jackknife(self, item, estimate, leave_one_out, direction=0):
+        """A row whose interval and p-value are the jackknife over refits (t on K − 1 df)."""
+        low, high, se = jackknife_summary(estimate, leave_one_out, self.level)
+        self.add(item, estimate, low, high, t_pvalue(estimate, se, len(leave_one_out) - 1), direction,
+                 JACKKNIFE_INTERVAL)
+
+    def table(self, alpha: float = 0.05) -> dict[str, np.ndarray]:
+        """Return the summary columns with Holm-adjusted p-values and verdicts over every directional row."""
+        values = np.array([r["value"] for r in self.rows], dtype=float)
+        directions = np.array([r["direction"] or 0 for r in self.rows])
+        verdicts, adjusted = holm_verdicts(values, np.array([r["pvalue"] for r in self.rows]), directions, alpha)
+        family = f"Holm over the {int((directions != 0).sum())} directional rows of this table, family-wise alpha {alpha:g}"
+        return {"item": np.array([r["item"] for r in self.rows]), "value": values,
+                "ci_low": np.array([r["ci_low"] for r in self.rows], dtype=float),
+                "ci_high": np.array([r["ci_high"] for r in self.rows], dtype=float), "verdict": verdicts,
+                "pvalue": np.array([r["pvalue"] for r in self.rows], dtype=float), "pvalue_holm": adjusted,
+                "interval": np.array([r["interval"] for r in self.rows]),
+                "multiplicity": np.array([family if d else "" for d in directions])}
+
+
+def _paired_mean(items: list[tuple[float, np.ndarray]]) -> tuple[float, np.ndarray]:
+    """Return the mean of (estimate, replicates) pairs, replicates paired and cut to the shortest."""
+    m = min(len(v[1]) for v in items)
+    return float(np.mean([v[0] for v in items])), np.mean([v[1][:m] for v in items], axis=0)
+
+
+def _difference(a: tuple[float, np.ndarray], b: tuple[float, np.ndarray]) -> tuple[float, np.ndarray]:
+    """Return (estimate, replicates) of a − b, replicates paired and cut to the shorter."""
+    m = min(len(a[1]), len(b[1]))
+    return a[0] - b[0], a[1][:m] - b[1][:m]
+
+
+class _Statistics:
+    """Where a claim's statistic comes from: the jackknife over seeds when the study has it, else the bootstrap."""
+
+    def __init__(self, reps: dict, points: dict, refit: dict | None):
+        self.reps, self.points, self.refit = reps, points, refit
+        self.over_seeds: dict[str, bool] = {}
+
+    def use(self, stat: str, conds: list[str]) -> "_Statistics":
+        """Decide once per claim: the jackknife when every condition in ``conds`` has refit-level ``stat``."""
+        self.over_seeds[stat] = bool(conds) and self.refit is not None and all(stat in self.refit[n] for n in conds)
+        return self
+
+    def get(self, cond: str, stat: str) -> tuple[float, np.ndarray]:
+        """Return (estimate, replicates): leave-one-seed-out values, or bootstrap replicates."""
+        if self.over_seeds.get(stat, False):
+            return self.refit[cond][stat]
+        return self.points[cond][stat], self.reps[cond][stat]
+
+    def add(self, rows: "_ClaimRows", stat: str, item: str, value_reps: tuple[float, np.ndarray], direction: int = 0):
+        """Add a row with the interval that matches where ``stat`` came from."""
+        (rows.jackknife if self.over_seeds.get(stat, False) else rows.bootstrap)(item, *value_reps, direction)
 
 
 def claims_summary(plan: StudyPlan, reps: dict[str, dict[str, np.ndarray]], points: dict[str, dict[str, float]],
-                   corr: dict[str, dict[str, float]]) -> dict[str, np.ndarray]:
-    """The summary table testing the five claims.
+                   corr: dict[str, dict[str, float]], refit: dict[str, dict[str, tuple]] | None = None
+                   ) -> dict[str, np.ndarray]:
+    """The summary table testing the claims, verdicts Holm-adjusted over all directional rows.
 
     ``reps[cond][statistic]``: bootstrap replicates (paired across conditions); ``points[cond]``:
-    point estimates of the same statistics; ``corr[cond]``: the deep-layer correlation (r, n_eff).
+    point estimates of the same statistics; ``corr[cond]``: the deep-layer correlation (r, n_eff);
+    ``refit[cond][statistic]``: (estimate, leave-one-refit-out values), refits in seed order. With
+    ``refit``, claims about mean, gap, ends-minus-middle, residual and excess use the jackknife
+    over seeds (the seed distribution, every refit an anchor), paired by seed across conditions;
+    without it, the bootstrap replicates. The ``interval`` column says which.
     """
-    rows: list[tuple] = []
+    rows = _ClaimRows()
+    source = _Statistics(reps, points, refit)
     conds = {name: r for name, r in plan.conditions()}
+    _claim_layers(rows, source, plan, conds)
+    _claim_correlation(rows, conds, corr)
+    _claim_optimizer(rows, source, plan)
+    _claim_residual_and_null(rows, source, conds)
+    return rows.table()
 
-    def add(item, value, reps_arr, direction=None, lohi=None):
-        lo, hi = lohi if lohi is not None else _ci(reps_arr)
-        rows.append((item, float(value), lo, hi, _verdict(lo, hi, direction) if direction else ""))
 
-    def pooled(item, names, stat_fn, direction):
-        if not names:
-            rows.append((item, math.nan, math.nan, math.nan, "inconclusive"))
-            return
-        vals = [stat_fn(n) for n in names]
-        v0 = float(np.mean([v[0] for v in vals]))
-        m = min(len(v[1]) for v in vals)
-        rr = np.mean([v[1][:m] for v in vals], axis=0)
-        add(item, v0, rr, direction)
-
-    opt_names = [o for o, _ in plan.optimizers]
-    # (1) middle layers least stable
+def _claim_layers(rows: _ClaimRows, source: _Statistics, plan: StudyPlan, conds: dict) -> None:
+    """Claims 1 (middle layers least stable) and 2 (the gap grows with depth)."""
     deep_enough = [n for n, r in conds.items() if r.n_layers >= 3]
+    source.use("ends_minus_middle", deep_enough).use("gap", list(conds)).use("gap_excess", [])
     for n in deep_enough:
-        add(f"1. ends minus middle layer stability [{n}]", points[n]["ends_minus_middle"], reps[n]["ends_minus_middle"], +1)
-    pooled("1. least stable layers are in the middle (ends minus middle, mean over conditions)", deep_enough,
-           lambda n: (points[n]["ends_minus_middle"], reps[n]["ends_minus_middle"]), +1)
-    # (2) gap grows with depth
+        source.add(rows, "ends_minus_middle", f"1. ends minus middle layer stability [{n}]",
+                   source.get(n, "ends_minus_middle"), +1)
+    item = "1. least stable layers are in the middle (ends minus middle, mean over conditions)"
+    if deep_enough:
+        source.add(rows, "ends_minus_middle", item,
+                   _paired_mean([source.get(n, "ends_minus_middle") for n in deep_enough]), +1)
+    else:
+        rows.add(item, math.nan, math.nan, math.nan, math.nan, +1, BOOTSTRAP_INTERVAL)
     dmin, dmax = min(plan.depths), max(plan.depths)
     gap_pairs = []
     for opt, wd in plan.optimizers:
         a, b = condition_name(dmax, opt, wd), condition_name(dmin, opt, wd)
         for d in plan.depths:
             n = condition_name(d, opt, wd)
-            add(f"2. gap [{n}]", points[n]["gap"], reps[n]["gap"])
-        m = min(len(reps[a]["gap"]), len(reps[b]["gap"]))
-        add(f"2. gap L{dmax} minus gap L{dmin} [{opt}]", points[a]["gap"] - points[b]["gap"],
-            reps[a]["gap"][:m] - reps[b]["gap"][:m], +1)
+            source.add(rows, "gap", f"2. gap [{n}]", source.get(n, "gap"))
+        source.add(rows, "gap", f"2. gap L{dmax} minus gap L{dmin} [{opt}]",
+                   _difference(source.get(a, "gap"), source.get(b, "gap")), +1)
         gap_pairs.append((a, b))
-    pooled_vals = [(points[a]["gap"] - points[b]["gap"], reps[a]["gap"] - reps[b]["gap"]) for a, b in gap_pairs]
-    add(f"2. the gap grows with depth (gap L{dmax} minus L{dmin}, mean over optimizers)",
-        np.mean([v[0] for v in pooled_vals]), np.mean([v[1] for v in pooled_vals], axis=0), +1)
+    source.add(rows, "gap", f"2. the gap grows with depth (gap L{dmax} minus L{dmin}, mean over optimizers)",
+               _paired_mean([_difference(source.get(a, "gap"), source.get(b, "gap")) for a, b in gap_pairs]), +1)
     # robustness: a max - min over more layers grows with L by itself; the excess gap removes that
-    if all("gap_excess" in reps[n] and "gap_excess" in points[n] for p in gap_pairs for n in p):
-        ex = [(points[a]["gap_excess"] - points[b]["gap_excess"], reps[a]["gap_excess"] - reps[b]["gap_excess"])
-              for a, b in gap_pairs]
-        add(f"2b. robustness: excess gap over layer-shuffled heads, L{dmax} minus L{dmin}, mean over optimizers",
-            np.mean([v[0] for v in ex]), np.mean([v[1] for v in ex], axis=0), +1)
-    # (3) less stable deep heads are more important: negative correlation, Fisher-z pooled
+    if all("gap_excess" in source.reps[n] and "gap_excess" in source.points[n] for p in gap_pairs for n in p):
+        source.add(rows, "gap_excess",
+                   f"2b. robustness: excess gap over layer-shuffled heads, L{dmax} minus L{dmin}, mean over optimizers",
+                   _paired_mean([_difference(source.get(a, "gap_excess"), source.get(b, "gap_excess"))
+                                 for a, b in gap_pairs]), +1)
+
+
+def _claim_correlation(rows: _ClaimRows, conds: dict, corr: dict) -> None:
+    """Claim 3: less stable deep heads are more important (negative correlation, Fisher z pooled)."""
     deep_conds = [n for n, r in conds.items() if r.n_layers >= 4] or list(conds)
-    zs, ws = [], []
-    from pipelines.heads import fisher_interval
-
     for n in deep_conds:
-        c = corr[n]
-        lo, hi = fisher_interval(c["r"], c["n_eff"])
-        rows.append((f"3. correlation of stability and importance, deep layers [{n}]", float(c["r"]), lo, hi,
-                     _verdict(lo, hi, -1)))
-        if np.isfinite(c["r"]) and c["n_eff"] > 3:
-            zs.append(math.atanh(float(np.clip(c["r"], -1 + 1e-12, 1 - 1e-12))))
-            ws.append(c["n_eff"] - 3)
-    if zs:
-        from scipy.stats import norm
+        r, n_eff = corr[n]["r"], corr[n]["n_eff"]
+        low, high = fisher_interval(r, n_eff)
+        rows.add(f"3. correlation of stability and importance, deep layers [{n}]", r, low, high,
+                 fisher_pvalue(r, n_eff), -1, FISHER_INTERVAL)
+    r, low, high, pvalue = pooled_fisher_z(np.array([corr[n]["r"] for n in deep_conds]),
+                                           np.array([corr[n]["n_eff"] for n in deep_conds]))
+    rows.add("3. less stable deep heads are more important (pooled Fisher z over conditions)", r, low, high, pvalue,
+             -1, FISHER_INTERVAL)
 
-        zbar = float(np.dot(zs, ws) / np.sum(ws))
-        q = norm.ppf(0.975) / math.sqrt(np.sum(ws))
-        lo, hi = math.tanh(zbar - q), math.tanh(zbar + q)
-        rows.append(("3. less stable deep heads are more important (pooled Fisher z over conditions)",
-                     math.tanh(zbar), lo, hi, _verdict(lo, hi, -1)))
-    else:
-        rows.append(("3. less stable deep heads are more important (pooled Fisher z over conditions)",
-                     math.nan, math.nan, math.nan, "inconclusive"))
-    # (4) AdamW raises stability
+
+def _claim_optimizer(rows: _ClaimRows, source: _Statistics, plan: StudyPlan) -> None:
+    """Claim 4: AdamW raises stability (and, over seeds, its excess over the null)."""
+    if not {"adam", "adamw"} <= {o for o, _ in plan.optimizers}:
+        return
+    source.use("mean", list(source.points)).use("excess_mean", list(source.points))
+    wd = dict(plan.optimizers)
+    pairs = [(d, condition_name(d, "adamw", wd["adamw"]), condition_name(d, "adam", wd["adam"])) for d in plan.depths]
     diffs = []
-    if "adam" in opt_names and "adamw" in opt_names:
-        wd = dict(plan.optimizers)
-        for d in plan.depths:
-            a, b = condition_name(d, "adamw", wd["adamw"]), condition_name(d, "adam", wd["adam"])
-            add(f"4. mean stability AdamW minus Adam [L{d}]", points[a]["mean"] - points[b]["mean"],
-                reps[a]["mean"] - reps[b]["mean"], +1)
-            diffs.append((points[a]["mean"] - points[b]["mean"], reps[a]["mean"] - reps[b]["mean"]))
-        add("4. AdamW raises stability (AdamW minus Adam, mean over depths)", np.mean([v[0] for v in diffs]),
-            np.mean([v[1] for v in diffs], axis=0), +1)
-    # (5) residual stream more stable than heads
+    for d, a, b in pairs:
+        diffs.append(_difference(source.get(a, "mean"), source.get(b, "mean")))
+        source.add(rows, "mean", f"4. mean stability AdamW minus Adam [L{d}]", diffs[-1], +1)
+    source.add(rows, "mean", "4. AdamW raises stability (AdamW minus Adam, mean over depths)", _paired_mean(diffs), +1)
+    if source.over_seeds["excess_mean"]:
+        source.add(rows, "excess_mean",
+                   "4b. AdamW raises excess stability over the null (AdamW minus Adam, mean over depths)",
+                   _paired_mean([_difference(source.get(a, "excess_mean"), source.get(b, "excess_mean"))
+                                 for _, a, b in pairs]), +1)
+
+
+def _claim_residual_and_null(rows: _ClaimRows, source: _Statistics, conds: dict) -> None:
+    """Claims 5 (residual stream more stable than the heads) and 6 (heads more stable than their null)."""
     key = "resid:linear:post"
+    source.use(key, list(conds)).use("mean", list(conds)).use("excess_mean", list(conds))
+    if source.over_seeds[key] != source.over_seeds["mean"]:  # a difference needs both from one source
+        source.over_seeds[key] = source.over_seeds["mean"] = False
+    residual = {n: _difference(source.get(n, key), source.get(n, "mean")) for n in conds}
     for n in conds:
-        m = len(reps[n][key])
-        add(f"5. residual linear CKA (post) minus head stability [{n}]", points[n][key] - points[n]["mean"],
-            reps[n][key] - reps[n]["mean"][:m], +1)
-    pooled("5. the residual stream is more stable than the heads (mean over conditions)", list(conds),
-           lambda n: (points[n][key] - points[n]["mean"], reps[n][key] - reps[n]["mean"][:len(reps[n][key])]), +1)
-    return {"item": np.array([r[0] for r in rows]), "value": np.array([r[1] for r in rows], dtype=float),
-            "ci_low": np.array([r[2] for r in rows], dtype=float), "ci_high": np.array([r[3] for r in rows], dtype=float),
-            "verdict": np.array([r[4] for r in rows])}
+        source.add(rows, key, f"5. residual linear CKA (post) minus head stability [{n}]", residual[n], +1)
+    source.add(rows, key, "5. the residual stream is more stable than the heads (mean over conditions)",
+               _paired_mean(list(residual.values())), +1)
+    if source.over_seeds["excess_mean"]:
+        for n in conds:
+            source.add(rows, "excess_mean", f"6. mean head stability minus its shuffled-prompt null [{n}]",
+                       source.get(n, "excess_mean"), +1)
+        source.add(rows, "excess_mean", "6. heads are more stable than their null (excess, mean over conditions)",
+                   _paired_mean([source.get(n, "excess_mean") for n in conds]), +1)
 
 
 def _points(res) -> dict[str, float]:
@@ -346,6 +433,65 @@ def _deep_corr(correlation) -> dict[str, float]:
         if s == "deep":
             return {"r": float(d["r"][i]), "n_eff": float(d["n_eff"][i])}
     return {"r": math.nan, "n_eff": 0.0}
+
+
+CONDITION_COLUMNS = ("condition", "n_layers", "optimizer", "weight_decay", "mean_stability", "mean_ci_low",
+                     "mean_ci_high", "null_mean", "gap", "gap_ci_low", "gap_ci_high", "least_stable_layer",
+                     "residual_linear_post", "val_loss", "excess_mean", "excess_ci_low", "excess_ci_high",
+                     "n_refits")
+STUDY_LAYER_COLUMNS = ("condition", "n_layers", "optimizer", "layer", "stability", "ci_low", "ci_high", "null_mean",
+                       "stability_all_anchors", "refit_ci_low", "refit_ci_high", "excess", "excess_ci_low",
+                       "excess_ci_high", "n_refits")
+
+
+def _condition_row(name: str, recipe: TrainRecipe, point: dict, reps: dict, refit: dict, layers: dict,
+                   val_loss: list) -> dict:
+    """Return one row of the conditions table (bootstrap intervals of the anchor's numbers, refit-level excess)."""
+    low, high, _ = bootstrap_z_summary(reps["mean"])
+    gap_low, gap_high, _ = bootstrap_z_summary(reps["gap"])
+    excess, excess_low, excess_high, n_refits = math.nan, math.nan, math.nan, 0
+    if "excess_mean" in refit:
+        excess, loo = refit["excess_mean"]
+        excess_low, excess_high, _ = jackknife_summary(excess, loo)
+        n_refits = len(loo)
+    return {"condition": name, "n_layers": recipe.n_layers, "optimizer": recipe.optimizer,
+            "weight_decay": recipe.weight_decay, "mean_stability": point["mean"], "mean_ci_low": low,
+            "mean_ci_high": high, "null_mean": float(np.nanmean(layers["null_mean"])), "gap": point["gap"],
+            "gap_ci_low": gap_low, "gap_ci_high": gap_high, "least_stable_layer": int(point["argmin"]),
+            "residual_linear_post": point.get("resid:linear:post", math.nan),
+            "val_loss": float(np.mean(val_loss)) if val_loss else math.nan, "excess_mean": excess,
+            "excess_ci_low": excess_low, "excess_ci_high": excess_high, "n_refits": n_refits}
+
+
+def _study_summary(run, plan: StudyPlan, headline: str) -> dict:
+    """Return the study's summary, conditions and study_layers tables and the headline condition's tables."""
+    reps, points, corr, refit = {}, {}, {}, {}
+    cond_rows: dict[str, list] = {k: [] for k in CONDITION_COLUMNS}
+    lay_rows: dict[str, list] = {k: [] for k in STUDY_LAYER_COLUMNS}
+    models = run.table("models").to_pydict()
+    for name, recipe in plan.conditions():
+        reps[name] = _reps(run.table(f"{name}/replicates"))
+        refit[name] = _refit_stats(reps[name])
+        layers = run.table(f"{name}/layers")
+        points[name] = _points_from_tables(layers, run.table(f"{name}/residual"))
+        points[name]["gap_excess"] = _summary_value(run.table(f"{name}/summary"),
+                                                    "excess gap (gap minus its shuffled-layers expectation)")
+        corr[name] = _deep_corr(run.table(f"{name}/correlation"))
+        ld = layers.to_pydict()
+        for i in range(len(ld["layer"])):
+            row = {"condition": name, "n_layers": recipe.n_layers, "optimizer": recipe.optimizer,
+                   **{k: ld[k][i] if k in ld else math.nan for k in STUDY_LAYER_COLUMNS[3:]}}
+            for k in STUDY_LAYER_COLUMNS:
+                lay_rows[k].append(row[k])
+        val_loss = [v for c, v in zip(models["condition"], models["val_loss"]) if c == name]
+        row = _condition_row(name, recipe, points[name], reps[name], refit[name], ld, val_loss)
+        for k in CONDITION_COLUMNS:
+            cond_rows[k].append(row[k])
+    lay_rows["n_refits"] = [0 if isinstance(v, float) and math.isnan(v) else int(v) for v in lay_rows["n_refits"]]
+    complete = all("mean" in refit[n] and "resid:linear:post" in refit[n] for n in refit)
+    summ = claims_summary(plan, reps, points, corr, refit if complete else None)
+    top = {t: run.table(f"{headline}/{t}") for t in ("heads", "layers", "residual")}
+    return {"summary": summ, "conditions": cond_rows, "study_layers": lay_rows, **top}
 
 
 def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2, plan: StudyPlan | None = None,
@@ -420,41 +566,7 @@ def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2,
         timings["analysis_s"] = round(time.time() - t1, 1)
 
         def summary():
-            reps, points, corr = {}, {}, {}
-            cond_rows = {k: [] for k in ("condition", "n_layers", "optimizer", "weight_decay", "mean_stability",
-                                         "mean_ci_low", "mean_ci_high", "null_mean", "gap", "gap_ci_low", "gap_ci_high",
-                                         "least_stable_layer", "residual_linear_post", "val_loss")}
-            lay_rows = {k: [] for k in ("condition", "n_layers", "optimizer", "layer", "stability", "ci_low", "ci_high",
-                                        "null_mean")}
-            mt = run.table("models").to_pydict()
-            for name, r in plan.conditions():
-                reps[name] = _reps(run.table(f"{name}/replicates"))
-                layers = run.table(f"{name}/layers")
-                points[name] = _points_from_tables(layers, run.table(f"{name}/residual"))
-                points[name]["gap_excess"] = _summary_value(run.table(f"{name}/summary"),
-                                                            "excess gap (gap minus its shuffled-layers expectation)")
-                corr[name] = _deep_corr(run.table(f"{name}/correlation"))
-                ld = layers.to_pydict()
-                for i in range(len(ld["layer"])):
-                    lay_rows["condition"].append(name)
-                    lay_rows["n_layers"].append(r.n_layers)
-                    lay_rows["optimizer"].append(r.optimizer)
-                    for k in ("layer", "stability", "ci_low", "ci_high", "null_mean"):
-                        lay_rows[k].append(ld[k][i])
-                p = points[name]
-                lo, hi = _ci(reps[name]["mean"])
-                glo, ghi = _ci(reps[name]["gap"])
-                vl = [v for c, v in zip(mt["condition"], mt["val_loss"]) if c == name]
-                for k, v in (("condition", name), ("n_layers", r.n_layers), ("optimizer", r.optimizer),
-                             ("weight_decay", r.weight_decay), ("mean_stability", p["mean"]), ("mean_ci_low", lo),
-                             ("mean_ci_high", hi), ("null_mean", float(np.nanmean(ld["null_mean"]))), ("gap", p["gap"]),
-                             ("gap_ci_low", glo), ("gap_ci_high", ghi), ("least_stable_layer", int(p["argmin"])),
-                             ("residual_linear_post", p.get("resid:linear:post", math.nan)),
-                             ("val_loss", float(np.mean(vl)) if vl else math.nan)):
-                    cond_rows[k].append(v)
-            summ = claims_summary(plan, reps, points, corr)
-            top = {t: run.table(f"{headline}/{t}") for t in ("heads", "layers", "residual")}
-            return {"summary": summ, "conditions": cond_rows, "study_layers": lay_rows, **top}
+            return _study_summary(run, plan, headline)
 
         run.stage("summary", summary, ["summary", "conditions", "study_layers", "heads", "layers", "residual"],
                   params={"plan": plan.to_dict()}, depends_on=["models"] + [f"analysis-{n}" for n in names], force=force)

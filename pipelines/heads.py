@@ -883,7 +883,9 @@ class HeadStability:
                     values, _ = cka_half_sample_replicates(reprs, every_pair, kind, positions.size, None)
                     for (a, b), value in zip(every_pair, values):
                         every[a, b, layer] = every[b, a, layer] = value
-                out["replicates"][f"{kind}:{hook}"] = np.einsum("rlj,rj->rl", reps, pair_weights) / pair_weights.sum(1)[:, None]
+                with np.errstate(invalid="ignore", divide="ignore"):  # a draw of one refit only has no pair: NaN
+                    out["replicates"][f"{kind}:{hook}"] = (np.einsum("rlj,rj->rl", reps, pair_weights)
+                                                           / pair_weights.sum(1)[:, None])
                 estimate = ordered_pair_mean(every)
                 leave_one_out = leave_one_refit_out(every)
                 low, high, _ = refit_jackknife(estimate, leave_one_out, ctx.confidence_level)

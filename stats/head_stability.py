@@ -53,6 +53,12 @@ __all__ = [
     "fisher_interval",
     "permutation_correlation",
     "holm_adjust",
+    "holm_verdicts",
+    "bootstrap_z_summary",
+    "jackknife_summary",
+    "pooled_fisher_z",
+    "fisher_pvalue",
+    "t_pvalue",
     "z_pvalue",
     "perplexity_rise",
     "CKA_KINDS",
@@ -445,3 +451,82 @@ def perplexity_rise(clean_loss: np.ndarray, ablated_loss: np.ndarray, plan: Resa
     rise = np.exp(means[1:]) - np.exp(means[0])
     out = rise.T.reshape(-1, n_layers, n_heads)
     return out[0] if plan is None else out
+
+
+# --- verdicts of a study ------------------------------------------------------------------------
+def bootstrap_z_summary(replicates: np.ndarray, confidence_level: float = 0.95) -> tuple[float, float, float]:
+    """Return (low, high, standard error) of a percentile interval from finite bootstrap replicates."""
+    replicates = np.asarray(replicates, dtype=np.float64)
+    replicates = replicates[np.isfinite(replicates)]
+    if replicates.size < 2:
+        return (math.nan, math.nan, math.nan)
+    low, high = percentile_interval(replicates, confidence_level)
+    return float(low), float(high), float(replicates.std(ddof=1))
+
+
+def jackknife_summary(estimate: float, leave_one_out: np.ndarray, confidence_level: float = 0.95
+                      ) -> tuple[float, float, float]:
+    """Return (low, high, standard error) of the jackknife-over-refits t interval of a scalar statistic."""
+    low, high, standard_error = refit_jackknife(np.asarray(estimate, dtype=np.float64),
+                                                np.asarray(leave_one_out, dtype=np.float64), confidence_level)
+    return float(low), float(high), float(standard_error)
+
+
+def pooled_fisher_z(correlations: np.ndarray, n_effective: np.ndarray, confidence_level: float = 0.95
+                    ) -> tuple[float, float, float, float]:
+    """Return (r, low, high, two-sided p) of correlations pooled in Fisher z with weights n_eff − 3.
+
+    Correlations with n_eff <= 3 or NaN are left out; with none left every value is NaN.
+    """
+    r = np.asarray(correlations, dtype=np.float64)
+    n = np.asarray(n_effective, dtype=np.float64)
+    keep = np.isfinite(r) & (n > 3)
+    if not keep.any():
+        return (math.nan, math.nan, math.nan, math.nan)
+    z = np.arctanh(np.clip(r[keep], -1 + 1e-12, 1 - 1e-12))
+    weights = n[keep] - 3
+    z_mean = float(z @ weights / weights.sum())
+    standard_error = 1 / math.sqrt(weights.sum())
+    q = sps.norm.ppf(0.5 + confidence_level / 2) * standard_error
+    pvalue = float(2 * sps.norm.sf(abs(z_mean) / standard_error))
+    return math.tanh(z_mean), math.tanh(z_mean - q), math.tanh(z_mean + q), pvalue
+
+
+def fisher_pvalue(r: float, n_eff: float) -> float:
+    """Return the two-sided p-value of r = 0 from Fisher's z with n_eff pairs (NaN if n_eff <= 3)."""
+    if not np.isfinite(r) or n_eff <= 3:
+        return math.nan
+    z = math.atanh(float(np.clip(r, -1 + 1e-12, 1 - 1e-12))) * math.sqrt(n_eff - 3)
+    return float(2 * sps.norm.sf(abs(z)))
+
+
+def holm_verdicts(values: np.ndarray, pvalues: np.ndarray, directions: np.ndarray, alpha: float = 0.05
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Return (verdicts, Holm-adjusted p-values) of directional claims tested as one family.
+
+    Rows with direction 0 are not claims: verdict "" and no adjusted p-value. A claim is
+    "supported" when its Holm-adjusted p-value is <= alpha and its value lies on the claimed
+    side (direction +1: above 0, −1: below 0), "contradicted" when significant on the other
+    side, "inconclusive" otherwise (including a NaN p-value).
+    """
+    values = np.asarray(values, dtype=np.float64)
+    directions = np.asarray(directions)
+    claims = directions != 0
+    adjusted = np.full(values.shape, np.nan)
+    adjusted[claims] = holm_adjust(np.asarray(pvalues, dtype=np.float64)[claims])
+    verdicts = np.full(values.shape, "", dtype=object)
+    for i in np.flatnonzero(claims):
+        if not (adjusted[i] <= alpha):
+            verdicts[i] = "inconclusive"
+        elif np.sign(values[i]) == directions[i]:
+            verdicts[i] = "supported"
+        else:
+            verdicts[i] = "contradicted"
+    return verdicts.astype(str), adjusted
+
+
+def t_pvalue(estimate: float, standard_error: float, df: int) -> float:
+    """Return the two-sided p-value of estimate / standard_error against t with ``df`` degrees of freedom."""
+    if not (np.isfinite(estimate) and np.isfinite(standard_error) and standard_error > 0 and df >= 1):
+        return math.nan
+    return float(2 * sps.t.sf(abs(estimate) / standard_error, df))

@@ -10,7 +10,9 @@ import pytest
 from circuits.corpus import Corpus
 from pipelines.head_study import StudyPlan, claims_summary, condition_name, quick_plan, run_head_study
 
-SUMMARY_COLUMNS = ["item", "value", "ci_low", "ci_high", "verdict"]
+SUMMARY_COLUMNS = ["item", "value", "ci_low", "ci_high", "verdict", "pvalue", "pvalue_holm", "interval", "multiplicity"]
+LAYERS_COLUMNS = ["layer", "stability", "ci_low", "ci_high", "null_mean", "stability_all_anchors", "refit_ci_low",
+                  "refit_ci_high", "excess", "excess_ci_low", "excess_ci_high", "n_refits"]
 
 
 def _corpus():
@@ -68,7 +70,7 @@ def test_quick_study_end_to_end(tmp_path):
         assert (out / f"{name}.parquet").exists()
     for n, _ in plan.conditions():
         layers = pq.read_table(out / n / "layers.parquet")
-        assert layers.column_names == ["layer", "stability", "ci_low", "ci_high", "null_mean"]
+        assert layers.column_names == LAYERS_COLUMNS
         assert layers.num_rows == int(n.split("-")[0][1:])
     models = pq.read_table(out / "models.parquet").to_pydict()
     assert len(models["path"]) == len(plan.conditions()) * len(plan.seeds)
@@ -105,3 +107,43 @@ def test_cached_models_survive_new_recipe_fields(tmp_path):
     t["recipe"]["lr"] = 1.0  # a stored field that differs: not this recipe's model
     cfg.write_text(json.dumps(doc))
     assert not is_complete(d, recipe, 0, data.content_hash)
+
+
+def test_claims_over_seeds_use_the_jackknife_and_holm_over_every_directional_row():
+    from scipy import stats as sps
+    from statsmodels.stats.multitest import multipletests
+
+    plan = StudyPlan(base=quick_plan().base, depths=(2, 4), seeds=(0, 1, 2, 3, 4))
+    rng = np.random.default_rng(1)
+    R, K = 200, len(plan.seeds)
+    reps, points, corr, refit = {}, {}, {}, {}
+    for d in plan.depths:
+        for opt, wd in plan.optimizers:
+            n = condition_name(d, opt, wd)
+            reps[n] = {k: rng.normal(0.5, 0.01, R) for k in ("mean", "gap", "ends_minus_middle", "resid:linear:post")}
+            points[n] = {k: 0.5 for k in reps[n]}
+            corr[n] = {"r": -0.55, "n_eff": 20}  # p = 0.011 alone: not after adjusting for ~20 rows
+            # leave-one-seed-out values: excess over the null clearly positive, residual minus heads unclear
+            refit[n] = {"mean": (0.6, 0.6 + rng.normal(0, 0.01, K)),
+                        "excess_mean": (0.2, 0.2 + rng.normal(0, 0.01, K)),
+                        "resid:linear:post": (0.61, 0.61 + rng.normal(0, 0.02, K)),
+                        "gap": (0.1, 0.1 + rng.normal(0, 0.01, K))}
+    t = claims_summary(plan, reps, points, corr, refit)
+    rows = {i: k for k, i in enumerate(t["item"])}
+    pooled6 = rows["6. heads are more stable than their null (excess, mean over conditions)"]
+    assert t["interval"][pooled6].startswith("jackknife over training seeds") and t["verdict"][pooled6] == "supported"
+    # the jackknife interval of a per-condition excess: t on K - 1 df around the estimate
+    i = rows["6. mean head stability minus its shuffled-prompt null [L2-adam]"]
+    loo = refit["L2-adam"]["excess_mean"][1]
+    se = np.sqrt((K - 1) / K * ((loo - loo.mean()) ** 2).sum())
+    assert t["ci_high"][i] - 0.2 == pytest.approx(sps.t.ppf(0.975, K - 1) * se)
+    # Holm over every directional row, as statsmodels computes it
+    directional = t["multiplicity"] != ""
+    assert directional.sum() > 10 and set(t["verdict"][~directional]) == {""}
+    np.testing.assert_allclose(t["pvalue_holm"][directional],
+                               multipletests(t["pvalue"][directional], method="holm")[1])
+    assert f"Holm over the {directional.sum()} directional rows" in t["multiplicity"][pooled6]
+    # a row significant alone but not after the adjustment is inconclusive
+    for p, ph, v in zip(t["pvalue"][directional], t["pvalue_holm"][directional], t["verdict"][directional]):
+        assert (v == "inconclusive") == (not ph <= 0.05)
+    assert any(p <= 0.05 < ph for p, ph in zip(t["pvalue"][directional], t["pvalue_holm"][directional]))

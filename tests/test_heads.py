@@ -301,3 +301,34 @@ def test_heads_command_is_typer_compatible(tmp_path):
     assert pq.read_table(out / "heads.parquet").column_names == HEADS_COLUMNS
     man = json.loads((out / "manifest.json").read_text())
     assert man["provenance"]["probe"]["n"] == 8 and man["spec"]["match"] == "hungarian"
+
+
+def test_estimator_contract_and_refit_level_columns(ids):
+    import inspect
+
+    from stats.results import Result
+
+    est = HeadStability(n_boot=10, n_null=4, residual=False, importance=False, corpus="stdlib")
+    names = [p for p in inspect.signature(HeadStability.__init__).parameters if p != "self"]
+    params = est.get_params()
+    assert list(params) == names and params["corpus"] == "stdlib"
+    assert HeadStability(**params).get_params() == params  # a clone from get_params is the same estimator
+    assert est.set_params(match="hungarian") is est and est.match == "hungarian"
+    models = [sharp_model(s, qk_scale=6.0) for s in (30, 31, 32, 33)]
+    assert est.fit(models, probe=ids) is est and isinstance(est.result_, Result)
+    res = est.result_
+    layers, heads = res.to_pandas("layers"), res.to_pandas("heads")
+    assert (layers["n_refits"] == 4).all() and (heads["n_refits"] == 4).all()
+    # the refit interval brackets the all-anchors estimate; excess is stability minus the null
+    assert ((layers["refit_ci_low"] < layers["stability_all_anchors"])
+            & (layers["stability_all_anchors"] < layers["refit_ci_high"])).all()
+    np.testing.assert_allclose(heads["excess"], heads["stability"] - heads["null_mean"])
+    assert ((heads["refit_ci_low"] <= heads["stability"]) & (heads["stability"] <= heads["refit_ci_high"])).all()
+    low, high = res.conf_int("layers", "excess")
+    np.testing.assert_array_equal(low, layers["excess_ci_low"]) and np.testing.assert_array_equal(high, layers["excess_ci_high"])
+    assert "every refit an anchor" in res.params["estimands"]["refit_ci"]
+    item = res.item("mean excess stability over the null (every refit an anchor; jackknife over 4 refits)")
+    assert item["ci_low"] < item["value"] < item["ci_high"]
+    # two refits: no refit-level interval (the jackknife leaves no pair), said by NaN and n_refits = 2
+    two = HeadStability(n_boot=5, null="none", residual=False, importance=False).fit(models[:2], probe=ids).result_
+    assert two.to_pandas("layers")["refit_ci_low"].isna().all() and (two.to_pandas("layers")["n_refits"] == 2).all()
