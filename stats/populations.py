@@ -55,7 +55,7 @@ def spiky_population(n_pop: int, n_edges: int, *, seed: int | np.random.SeedSequ
     A share `spike_share` of edges are spiky: each example is its edge's small effect plus
     unit-scale noise, and with probability p_e (log-uniform in `spike_prob`) a spike of
     lognormal size (median 15, sigma 0.8) whose sign is + with an edge-specific probability in
-    [0.5, 1]; their excess kurtosis is roughly 1/p_e, i.e. 20 to 300. The other edges have a
+    [0.5, 1] (exactly 1/2 on null edges); their excess kurtosis is roughly 1/p_e, i.e. 20 to 300. The other edges have a
     skewed continuous body: effect + scale * sign * (Gamma(shape k_e) - k_e) with k_e in
     [0.3, 4] (excess kurtosis 6/k_e: 1.5 to 20). A share `null_share` of edges (of both kinds,
     at random positions) is centred to population mean exactly zero, keeping their skew.
@@ -71,7 +71,9 @@ def spiky_population(n_pop: int, n_edges: int, *, seed: int | np.random.SeedSequ
     ks = np.flatnonzero(spiky)
     lo, hi = np.log(spike_prob[0]), np.log(spike_prob[1])
     p = np.exp(rng.uniform(lo, hi, ks.size))
-    plus = rng.uniform(0.5, 1.0, ks.size)
+    # null spiky edges get symmetric spikes (sign + or - with probability 1/2): a real null edge
+    # is not a rare one-sided spike offset exactly by a small shift of every other example
+    plus = np.where(null[ks], 0.5, rng.uniform(0.5, 1.0, ks.size))
     hit = rng.random((n_pop, ks.size)) < p
     size = np.exp(rng.normal(np.log(15.0), 0.8, (n_pop, ks.size)))
     sign = np.where(rng.random((n_pop, ks.size)) < plus, 1.0, -1.0)

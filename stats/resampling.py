@@ -34,6 +34,8 @@ __all__ = [
     "resampled_means",
     "resample_statistic",
     "PoissonBootstrapAccumulator",
+    "plan_weights",
+    "studentized_resamples",
 ]
 
 #: default working-memory budget for one pass over edge chunks (all workers together)
@@ -491,3 +493,34 @@ class PoissonBootstrapAccumulator:
         """Return the equivalent ResamplingPlan for the rows seen so far."""
         return ResamplingPlan(poisson_weights(self.seed, self.n_resamples, 0, self.n_seen),
                               "poisson", seed_record(self.seed))
+
+
+# --- studentized (bootstrap-t) resamples ---------------------------------------------------
+def plan_weights(plan: ResamplingPlan) -> np.ndarray:
+    """Return the plan's counts as a contiguous float64 [N, B] matrix (the engine's layout)."""
+    return np.ascontiguousarray(plan.counts.T, dtype=np.float64)
+
+
+def studentized_resamples(sc: np.ndarray, theta: np.ndarray, weights: np.ndarray,
+                          totals: np.ndarray) -> np.ndarray:
+    """Return bootstrap-t statistics t*[j, b] = (mean* - mean) / se* for scores sc [c, N].
+
+    se* is the resample's own standard error, sqrt(plug-in variance / (T_b - 1)) with T_b the
+    resample's total weight (N for the bootstrap), i.e. np.std(resample, ddof=1) / sqrt(T_b).
+    Two matrix products per chunk: centred sums W·U and squared sums W·U² (U = x - mean, so
+    there is no cancellation when the mean is large against the spread). A resample with
+    se* = 0 (all drawn values equal) gets t* = 0 if its mean equals the sample mean, else ±inf.
+    `weights` is plan_weights(plan) [N, B]; `totals` is plan.totals [B].
+    """
+    u = np.asarray(sc, dtype=np.float64) - np.asarray(theta, dtype=np.float64)[:, None]
+    d = (u @ weights) / totals
+    m2 = ((u * u) @ weights) / totals
+    # plug-in variance of each resample; rounding can leave -1e-17 where it is exactly 0
+    var = np.maximum(m2 - d * d, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        se = np.sqrt(var / np.maximum(totals - 1.0, 0.0))
+        t = d / se
+    zero = ~(se > 0)
+    dz = d[zero]
+    t[zero] = np.where(dz == 0, 0.0, np.copysign(np.inf, dz))
+    return t

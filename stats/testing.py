@@ -1,4 +1,10 @@
-"""Per-edge p-values (one-sample t, bootstrap-SE z, resampling) and FDR control (BH, BY).
+"""Per-edge p-values (one-sample t, bootstrap-SE z, interval inversion, resampling) and FDR
+control (BH, BY).
+
+`interval_test_edges` turns a per-edge interval result (stats.intervals.bootstrap_edges) into
+tests whose p-value inverts that same interval, so the interval excludes 0 exactly when
+p < 1 - confidence_level; the FDR adjustment is applied to those p-values (the multiplicity
+rule: reject where the adjusted p-value <= alpha).
 
 Adjustments are vectorised own code (sort once, running minimum from the largest p-value),
 checked against statsmodels' multipletests. NaN p-values (e.g. an edge whose scores are all
@@ -23,6 +29,7 @@ __all__ = [
     "by_adjust",
     "adjust_pvalues",
     "resampling_pvalue",
+    "interval_test_edges",
 ]
 
 ALTERNATIVES = ("two-sided", "less", "greater")
@@ -183,3 +190,26 @@ def z_test_edges(estimate: np.ndarray, standard_error: np.ndarray, null: float =
                           edge_names, {"estimator": "z_test_edges", "null": null,
                                        "alternative": alternative, "correction": correction,
                                        "alpha": alpha})
+
+
+def interval_test_edges(result: Any, *, correction: str = "bh", alpha: float = 0.05
+                        ) -> EdgeTestResult:
+    """Return per-edge tests of mean = 0 that invert `result`'s primary interval, FDR-adjusted.
+
+    `result` is a stats.intervals.BootstrapResult; its `pvalue` is the smallest
+    1 - confidence level at which its interval excludes 0, so without adjustment the test and
+    the interval agree about zero by construction. The statistic column is mean / bootstrap
+    SE, a summary only: the p-value does not use it.
+    """
+    p = np.asarray(result.pvalue, dtype=np.float64)
+    est = np.asarray(result.estimate, dtype=np.float64)
+    se = np.asarray(result.standard_error, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        stat = est / se
+    reject, adj = adjust_pvalues(p, correction, alpha)
+    return EdgeTestResult(est, se, stat, p, adj, reject, f"inverted {result.method} interval",
+                          correction, alpha, None, result.edge_names,
+                          {"estimator": "interval_test_edges", "interval": result.method,
+                           "alternative": result.alternative, "correction": correction,
+                           "alpha": alpha, "n_obs": result.n_obs,
+                           "estimand": result.params.get("estimand")})

@@ -110,10 +110,12 @@ def test_degenerate_and_constant_edges():
     assert res.pvalue[0] == 1.0
 
 
-def test_bootstrap_pvalue_never_below_one_over_b_plus_one():
+@pytest.mark.parametrize("method", ["percentile", "basic", "bca", "studentized",
+                                    "studentized_symmetric"])
+def test_bootstrap_pvalue_never_below_one_over_b_plus_one(method):
     S = np.random.default_rng(0).normal(10, 1, (30, 4))
-    res = bootstrap_edges(S, n_resamples=99, seed=1)
-    np.testing.assert_allclose(res.pvalue, 2 / 100)  # two-sided: 2 * (0 + 1) / (B + 1)
+    res = bootstrap_edges(S, n_resamples=99, seed=1, method=method)
+    np.testing.assert_allclose(res.pvalue, 1 / 100)  # every resample on one side of 0
 
 
 def test_cluster_bca_uses_leave_one_cluster_out(skewed):
@@ -139,7 +141,10 @@ def test_result_object_convention(skewed):
     t = res.to_table()
     assert t.num_rows == 7
     assert {"estimate", "standard_error", "ci_low", "ci_high", "ci_low_percentile",
-            "bca_z0", "pvalue_bootstrap", "edge_name"} <= set(t.column_names)
+            "pvalue_percentile", "pvalue", "qvalue", "tail_share", "interval_reliable",
+            "edge_name"} <= set(t.column_names)
     assert b"circuitstat.params" in t.schema.metadata
+    assert b"mean effect over the task's prompt distribution" in t.schema.metadata[b"circuitstat.params"]
+    assert res.method == "studentized_symmetric"
     np.testing.assert_array_equal(res.conf_int()[:, 0], res.confidence_interval.low)
     assert "resamples (B)" in res.summary()
