@@ -136,6 +136,41 @@ def test_holm_equals_statsmodels():
     np.testing.assert_allclose(got[[0, 2, 3]], multipletests(p[[0, 2, 3]], method="holm")[1])
 
 
+def test_pooled_fisher_z_equals_the_weighted_z_formula():
+    from stats.head_stability import fisher_pvalue, pooled_fisher_z
+
+    r, n = np.array([-0.3, -0.5, 0.1, np.nan]), np.array([40, 20, 3, 30])  # n_eff 3 and NaN are left out
+    z = (np.arctanh(-0.3) * 37 + np.arctanh(-0.5) * 17) / 54
+    got = pooled_fisher_z(r, n)
+    assert got[0] == pytest.approx(math.tanh(z))
+    assert got[1:3] == pytest.approx((math.tanh(z - 1.959963984540054 / math.sqrt(54)),
+                                      math.tanh(z + 1.959963984540054 / math.sqrt(54))))
+    assert got[3] == pytest.approx(2 * sps.norm.sf(abs(z) * math.sqrt(54)))
+    assert fisher_pvalue(-0.3, 40) == pytest.approx(2 * sps.norm.sf(np.arctanh(0.3) * math.sqrt(37)))
+    assert all(math.isnan(v) for v in pooled_fisher_z(np.array([0.2]), np.array([3])))
+
+
+def test_holm_verdicts_follow_sign_and_adjusted_pvalue():
+    from stats.head_stability import holm_verdicts
+
+    values = np.array([0.5, -0.5, 0.5, 0.2, 0.1])
+    pvalues = np.array([0.001, 0.02, 0.03, 0.5, np.nan])  # Holm: 0.003, 0.04, 0.04
+    directions = np.array([+1, +1, +1, 0, -1])
+    verdicts, adjusted = holm_verdicts(values, pvalues, directions)
+    assert list(verdicts) == ["supported", "contradicted", "supported", "", "inconclusive"]
+    assert list(holm_verdicts(values, pvalues * 1.5, directions)[0][:3]) == ["supported", "inconclusive", "inconclusive"]
+    np.testing.assert_allclose(adjusted[:3], holm_adjust(pvalues[:3]))  # the family: rows with a direction
+    assert np.isnan(adjusted[3])
+
+
+def test_stats_module_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, stats.head_stability; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=str(__import__("pathlib").Path(__file__).parents[2]))
+
+
 def test_z_pvalue_equals_scipy_normal():
     assert z_pvalue(np.array(0.3), np.array(0.1)) == pytest.approx(2 * sps.norm.sf(3.0))
     assert np.isnan(z_pvalue(np.array(0.3), np.array(0.0)))
