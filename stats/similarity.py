@@ -16,7 +16,8 @@ from typing import Any, Callable
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from .resampling import ResamplingPlan, _resolve_jobs, as_seed_sequence, seed_record, spawn_seeds
+from .resampling import (ResamplingPlan, _resolve_jobs, as_seed_sequence, resampled_means, seed_record,
+                         spawn_seeds)
 from .results import ConfidenceInterval, Result
 from .testing import resampling_pvalue
 
@@ -365,11 +366,10 @@ def head_matching(A: np.ndarray, B: np.ndarray, *, method: str = "hungarian",
     # bootstrap over prompts: resampled similarity = weighted sum of per-prompt cosines
     if n_bootstrap > 0:
         plan = ResamplingPlan.bootstrap(n_prompts, n_bootstrap, boot_seed)
-        w = plan.counts.astype(np.float64)
-        num = np.tensordot(w, cos, axes=(1, 0))
-        den = np.tensordot(w, valid, axes=(1, 0))
-        with np.errstate(invalid="ignore"):
-            sims = num / den
+        # the engine's resampled means of the cosines and of the valid-cosine indicator
+        with np.errstate(invalid="ignore", divide="ignore"):
+            sims = (resampled_means(cos.reshape(n_prompts, -1), plan)
+                    / resampled_means(valid.reshape(n_prompts, -1), plan)).T.reshape((n_bootstrap,) + sim.shape)
         boot = np.stack([match_heads(s, method)[1] for s in sims])  # [B, H1]
         h_lo, h_hi = np.nanquantile(boot, [alpha, 1 - alpha], axis=0)
         m_lo, m_hi = np.quantile(np.nanmean(boot, axis=1), [alpha, 1 - alpha])
