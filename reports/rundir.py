@@ -89,7 +89,7 @@ class RunDir:
         self._current_outputs: list[str] = []
         self._pending = False  # the manifest of this opening is not on disk yet
         self._created: list[Path] = []  # directories open() made, outermost first
-        self._dir_times: tuple[int, int] | None = None  # (atime, mtime) ns of an existing directory
+        self._dir_times: tuple[Path, int, int] | None = None  # (directory, atime ns, mtime ns) before open
 
     # ----- manifest -------------------------------------------------------------------------
     @staticmethod
@@ -154,6 +154,8 @@ class RunDir:
         try:
             self._lock.acquire()
         except BaseException:
+            if not self._created:  # another run holds the directory: its times are its own
+                self._dir_times = None
             self._undo_untouched()
             raise
         try:
@@ -176,8 +178,9 @@ class RunDir:
         if not os.access(existing, os.W_OK | os.X_OK):
             what = "run directory" if existing == p else "directory"
             raise RunDirError(f"{what} {existing} is not writable; give an output directory you can write to")
+        # the directory that creating the lock (or the run directory) changes: restored on a refusal
+        self._dir_times = (existing, existing.stat().st_atime_ns, existing.stat().st_mtime_ns)
         if p.is_dir():
-            self._dir_times = (p.stat().st_atime_ns, p.stat().st_mtime_ns)
             self._prepared_manifest()
 
     def _make_dirs(self) -> list[Path]:
@@ -238,9 +241,9 @@ class RunDir:
             except OSError:  # not empty: something else lives there now
                 break
         self._created = []
-        if self._dir_times is not None and self.path.is_dir():
+        if self._dir_times is not None:
             with contextlib.suppress(OSError):
-                os.utime(self.path, ns=self._dir_times)
+                os.utime(self._dir_times[0], ns=self._dir_times[1:])
 
     def close(self, *, commit: bool = True) -> None:
         """Release the lock; with `commit`, first write the manifest if this opening wrote nothing yet.
