@@ -55,9 +55,9 @@ def spiky_population(n_pop: int, n_edges: int, *, seed: int | np.random.SeedSequ
     A share `spike_share` of edges are spiky: each example is its edge's small effect plus
     unit-scale noise, and with probability p_e (log-uniform in `spike_prob`) a spike of
     lognormal size (median 15, sigma 0.8) whose sign is + with an edge-specific probability in
-    [0.5, 1] (exactly 1/2 on null edges); their excess kurtosis is roughly 1/p_e, i.e. 20 to 300. The other edges have a
-    skewed continuous body: effect + scale * sign * (Gamma(shape k_e) - k_e) with k_e in
-    [0.3, 4] (excess kurtosis 6/k_e: 1.5 to 20). A share `null_share` of edges (of both kinds,
+    [0.5, 1] (exactly 1/2 on null edges); their excess kurtosis is roughly 1/p_e, i.e. 20 to
+    300. The other edges have a skewed continuous body: effect + scale * sign * (Gamma(k_e) -
+    k_e) / sqrt(k_e) with k_e in [0.3, 4] (excess kurtosis 6/k_e: 1.5 to 20). A share `null_share` of edges (of both kinds,
     at random positions) is centred to population mean exactly zero, keeping their skew.
     With return_null=True returns (population, null_mask).
     """
