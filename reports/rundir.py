@@ -337,6 +337,47 @@ class RunDir:
             deps[d] = self._manifest["stages"][d]["fingerprint"]
         return hash_json({"params": params, "outputs": sorted(outputs), "depends_on": deps})
 
+    def _changed(self, name: str, old: Mapping[str, Any], params_json: Any, outputs: list[str],
+                 dep_fps: Mapping[str, str]) -> StageSpecChangedError:
+        """The refusal of re-running finished stage `name` with a different spec, saying what changed."""
+        why = []
+        if old.get("params") != params_json:
+            why.append(f"params changed ({_diff(old.get('params'), params_json)})")
+        if sorted(old.get("outputs", {})) != sorted(outputs):
+            why.append(f"outputs changed ({sorted(old.get('outputs', {}))} -> {sorted(outputs)})")
+        if old.get("depends_on_fingerprints") != dict(dep_fps):
+            why.append(f"upstream stages {list(dep_fps)} changed or differ")
+        return StageSpecChangedError(
+            f"stage {name!r} in {self.path} already finished with a different spec: "
+            f"{'; '.join(why) or 'fingerprint differs'}. Its results would be mixed with the new "
+            "spec's. Pass force=True to recompute it (stages depending on it then need force too), "
+            "or use a new output directory"
+        )
+
+    def check_plan(self, stages: Iterable[tuple[str, Any, Iterable[str], Iterable[str]]], *, force: bool = False) -> None:
+        """Raise StageSpecChangedError if running `stages` in order would refuse any of them; writes nothing.
+
+        `stages` are (name, params, outputs, depends_on) as later given to stage(). Calling this
+        right after opening makes a resume all or nothing: without it a new stage (a method added
+        to the spec) could run and write before a later finished stage refuses the changed spec.
+        """
+        self._require_open()
+        recorded = self._manifest["stages"]
+        planned: dict[str, str] = {}
+        for name, params, outputs, depends_on in stages:
+            outputs = list(dict.fromkeys(outputs))
+            params_json = to_jsonable(params)
+            dep_fps = {}
+            for d in depends_on:
+                if d not in planned and recorded.get(d, {}).get("status") != "done":
+                    raise RunDirError(f"stage {name!r} depends on {d!r}, which is neither finished nor planned before it")
+                dep_fps[d] = planned.get(d) or recorded[d]["fingerprint"]
+            fp = hash_json({"params": params_json, "outputs": sorted(outputs), "depends_on": dep_fps})
+            old = recorded.get(name)
+            if old is not None and old.get("status") == "done" and old["fingerprint"] != fp and not force:
+                raise self._changed(name, old, params_json, outputs, dep_fps)
+            planned[name] = fp
+
     def stage(
         self,
         name: str,
@@ -371,19 +412,8 @@ class RunDir:
                     return paths
                 warnings.warn(f"stage {name!r} was done but some outputs are missing; recomputing it", stacklevel=2)
             elif not force:
-                why = []
-                if old.get("params") != params_json:
-                    why.append(f"params changed ({_diff(old.get('params'), params_json)})")
-                if sorted(old.get("outputs", {})) != sorted(outputs):
-                    why.append(f"outputs changed ({sorted(old.get('outputs', {}))} -> {sorted(outputs)})")
-                if old.get("depends_on_fingerprints") != {d: stages[d]["fingerprint"] for d in depends_on}:
-                    why.append(f"upstream stages {depends_on} changed or differ")
-                raise StageSpecChangedError(
-                    f"stage {name!r} in {self.path} already finished with a different spec: "
-                    f"{'; '.join(why) or 'fingerprint differs'}. Its results would be mixed with the new "
-                    "spec's. Pass force=True to recompute it (stages depending on it then need force too), "
-                    "or use a new output directory"
-                )
+                raise self._changed(name, old, params_json, outputs,
+                                    {d: stages[d]["fingerprint"] for d in depends_on})
 
         if self._pending:
             self._write_manifest()  # the stage runs: the first change to the directory

@@ -428,3 +428,23 @@ def test_report_out_as_a_directory_or_a_file(tmp_path):
     code, out = invoke("report", run, "--out", tmp_path / "plain" / "sub")
     assert_one_line_error(code, out, "is a file, not a directory")
     assert snapshot(tmp_path) == before
+
+
+def test_check_plan_makes_a_resume_all_or_nothing(tmp_path):
+    """A spec that adds a stage (a new method) and changes a later finished one: without the plan
+    the new stage would run and write before the refusal; with it nothing is written."""
+    run = make_run(tmp_path / "r")
+    before = snapshot(tmp_path)
+    plan = [("index", {"model": SPEC["model"]}, ["edges"], []),
+            ("scores_eap", {"method": "eap"}, ["scores_eap"], ["index"]),
+            ("stability", None, ["stability_vs_k"], ["index", "scores_eap"])]  # now depends on the new stage
+    with pytest.raises(StageSpecChangedError, match="stage 'stability'.*upstream stages"):
+        with RunDir(run, spec={**SPEC, "methods": ["exact", "eap"]}) as rd:
+            rd.check_plan(plan)
+            rd.stage("scores_eap", lambda: {"scores_eap": {"x": [1]}}, ["scores_eap"], params={"method": "eap"},
+                     depends_on=["index"])
+    assert snapshot(tmp_path) == before
+    # the unchanged plan passes, and its fingerprints are the ones stage() records
+    with RunDir(run, spec=SPEC) as rd:
+        rd.check_plan(plan[:1] + [("stability", None, ["stability_vs_k"], ["index"])])
+        assert rd.stage("stability", lambda: None, ["stability_vs_k"], depends_on=["index"])  # done: not rerun
