@@ -49,12 +49,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stats.head_stability import (CKA_KINDS, all_pairs_layer_stability, anchor_head_stability,
-                                  cka_half_sample_replicates, comparison_t_interval, fisher_interval,
-                                  layer_statistics, leave_one_refit_out, matched_similarity, ordered_pair_mean,
-                                  pair_matrix, percentile_interval, permutation_correlation, perplexity_rise,
+from stats.head_stability import (CKA_KINDS, RefitLevel, all_pairs_layer_stability, anchor_head_stability,
+                                  cka_half_sample_replicates, comparison_t_interval, cross_layer_best_match,
+                                  fisher_interval, head_distinctness_from_similarity, layer_statistics,
+                                  leave_one_refit_out, matched_similarity, ordered_pair_mean, pair_matrix,
+                                  percentile_interval, permutation_correlation, perplexity_rise,
                                   prompt_resampled_similarity, refit_bootstrap_counts, refit_jackknife,
-                                  shuffled_layer_gap)
+                                  refit_level_summaries, refit_pair_weights, shuffled_layer_gap,
+                                  weighted_pair_mean)
 from stats.resampling import ResamplingPlan, as_seed_sequence, seed_record, spawn_seeds
 from stats.results import ConfidenceInterval, Result
 from stats.similarity import head_matching, match_heads, per_prompt_cosine
@@ -340,45 +342,6 @@ def _untrained_null(models: list, patterns: list[np.ndarray], ids: np.ndarray, m
             similarity = prompt_resampled_similarity(_per_layer_cosine(refit_patterns, untrained, drop_bos), None)[0]
             per_refit[a].append(matched_similarity(similarity, match))
     return np.stack([np.mean(scores, axis=0) for scores in per_refit]), seeds
-
-
-# =============================================================================================
-# Refit-level intervals (every refit an anchor)
-# =============================================================================================
-@dataclass
-class _RefitLevel:
-    """Refit-level estimates, leave-one-refit-out values and t intervals of the layer-level numbers."""
-
-    n_refits: int
-    estimates: dict[str, np.ndarray]  # name -> estimate ([L] for layers, scalar for summaries)
-    leave_one_out: dict[str, np.ndarray]  # name -> [K, ...]
-    intervals: dict[str, tuple[np.ndarray, np.ndarray]]
-
-
-def _refit_level(matched_pairs: np.ndarray, excess_pairs: np.ndarray | None, confidence_level: float) -> _RefitLevel:
-    """Return the all-anchors layer stability, excess and their summaries with jackknife-over-refits intervals.
-
-    ``matched_pairs`` and ``excess_pairs`` are ``[K, K, L, H]`` (NaN diagonal).
-    """
-    n_refits = matched_pairs.shape[0]
-    sources = {"layer": _quiet_nanmean(matched_pairs, axis=-1)}
-    if excess_pairs is not None:
-        sources["excess"] = _quiet_nanmean(excess_pairs, axis=-1)
-    estimates, leave_one_out = {}, {}
-    for name, pair_values in sources.items():
-        estimates[name] = ordered_pair_mean(pair_values)
-        leave_one_out[name] = leave_one_refit_out(pair_values)
-    for key, value in layer_statistics(estimates["layer"]).items():
-        estimates[key] = value
-        leave_one_out[key] = layer_statistics(leave_one_out["layer"])[key]
-    if excess_pairs is not None:
-        estimates["excess_mean"] = _quiet_nanmean(estimates["excess"])
-        leave_one_out["excess_mean"] = _quiet_nanmean(leave_one_out["excess"], axis=-1)
-    intervals = {}
-    for name in estimates:
-        low, high, _ = refit_jackknife(estimates[name], leave_one_out[name], confidence_level)
-        intervals[name] = (low, high)
-    return _RefitLevel(n_refits, estimates, leave_one_out, intervals)
 
 
 # =============================================================================================
@@ -720,7 +683,7 @@ class HeadStability:
         null = self._nulls(ctx, sims)
         matched_pairs = pair_matrix(stability["matched"], sims.pairs, ctx.n_refits)  # [K, K, L, H]
         excess_pairs = None if null["pairs"] is None else matched_pairs - null["pairs"]
-        refit_level = _refit_level(matched_pairs, excess_pairs, ctx.confidence_level)
+        refit_level = refit_level_summaries(matched_pairs, excess_pairs, ctx.confidence_level)
         shape = self._distinctness_and_cross_layer(ctx, sims)
         importance = self._importance(ctx, matched_pairs)
         residual = self._residual(ctx)
@@ -789,31 +752,15 @@ class HeadStability:
 
     def _distinctness_and_cross_layer(self, ctx: _Context, sims: _PairSimilarities) -> dict[str, np.ndarray]:
         """Return the anchor's distinctness and cross-layer best match, point and bootstrap replicates."""
-        off_diagonal = ~np.eye(ctx.n_heads, dtype=bool)
-
-        def distinctness(similarity):  # [..., L, H, H] -> [..., L, H]
-            return 1.0 - np.where(off_diagonal, similarity, 0.0).sum(-1) / (ctx.n_heads - 1)
-
         self_point = prompt_resampled_similarity(sims.anchor_self, None)[0]
         self_reps = (prompt_resampled_similarity(sims.anchor_self, ctx.prompt_plan) if ctx.prompt_plan is not None
                      else np.broadcast_to(self_point, (ctx.n_resamples,) + self_point.shape))
-        layer_of = np.repeat(np.arange(ctx.n_layers), ctx.n_heads)
-        best_point, best_layer = [], []
-        best_reps = np.zeros((ctx.n_resamples, ctx.n_layers * ctx.n_heads))
-        for b in ctx.targets:
-            point = prompt_resampled_similarity(sims.anchor_cross[b], None)[0]  # [LH, LH]
-            best_point.append(matched_similarity(point, "max"))
-            best_layer.append(layer_of[np.where(np.isnan(point), -np.inf, point).argmax(-1)])
-            reps = (prompt_resampled_similarity(sims.anchor_cross[b], ctx.prompt_plan) if ctx.prompt_plan is not None
-                    else point[None])
-            best_reps += ctx.target_counts[:, [b]] * matched_similarity(reps, "max")
-        best_reps /= ctx.target_counts[:, ctx.targets].sum(1, keepdims=True)
-        best_layer = np.stack(best_layer)  # [n_targets, LH]
-        modal = np.array([np.bincount(best_layer[:, i], minlength=ctx.n_layers).argmax()
-                          for i in range(best_layer.shape[1])])
-        return {"distinctness": distinctness(self_point), "distinctness_reps": distinctness(self_reps),
-                "cross_layer": np.mean(best_point, axis=0), "cross_layer_reps": best_reps,
-                "same_layer_share": (best_layer == layer_of[None]).mean(0), "modal_layer": modal}
+        point = {b: prompt_resampled_similarity(sims.anchor_cross[b], None)[0] for b in ctx.targets}
+        reps = {b: (prompt_resampled_similarity(sims.anchor_cross[b], ctx.prompt_plan) if ctx.prompt_plan is not None
+                    else point[b][None]) for b in ctx.targets}
+        return {"distinctness": head_distinctness_from_similarity(self_point),
+                "distinctness_reps": head_distinctness_from_similarity(self_reps),
+                **cross_layer_best_match(point, reps, ctx.target_counts, ctx.n_layers, ctx.n_heads)}
 
     def _importance(self, ctx: _Context, matched_pairs: np.ndarray) -> dict[str, Any]:
         """Return the anchor's importance with bootstrap interval and the stability-importance correlations."""
@@ -866,10 +813,8 @@ class HeadStability:
         plan = (ResamplingPlan.subsample(ctx.probe.n, n_half, ctx.seeds["cka"])
                 if self.ci_over in ("both", "prompts") and ctx.probe.n >= 4 else None)
         # refits drawn by the bootstrap weight each pair's CKA (the first n_half replicates' draws)
-        if self.pairs == "all":
-            pair_weights = np.stack([ctx.refit_counts[:n_half, a] * ctx.refit_counts[:n_half, b] for a, b in point_pairs], 1)
-        else:
-            pair_weights = np.stack([ctx.target_counts[:n_half, b] for _, b in point_pairs], axis=1)
+        pair_weights = refit_pair_weights(ctx.refit_counts[:n_half] if self.pairs == "all" else ctx.target_counts[:n_half],
+                                          point_pairs, both_sides=self.pairs == "all")
         for hook in self.hooks:
             for kind in self.cka:
                 point = np.zeros((ctx.n_layers, len(point_pairs)))
@@ -883,9 +828,7 @@ class HeadStability:
                     values, _ = cka_half_sample_replicates(reprs, every_pair, kind, positions.size, None)
                     for (a, b), value in zip(every_pair, values):
                         every[a, b, layer] = every[b, a, layer] = value
-                with np.errstate(invalid="ignore", divide="ignore"):  # a draw of one refit only has no pair: NaN
-                    out["replicates"][f"{kind}:{hook}"] = (np.einsum("rlj,rj->rl", reps, pair_weights)
-                                                           / pair_weights.sum(1)[:, None])
+                out["replicates"][f"{kind}:{hook}"] = weighted_pair_mean(reps, pair_weights)
                 estimate = ordered_pair_mean(every)
                 leave_one_out = leave_one_refit_out(every)
                 low, high, _ = refit_jackknife(estimate, leave_one_out, ctx.confidence_level)
@@ -913,7 +856,7 @@ class HeadStability:
             derived["gap_excess"] = derived["gap"] - derived["gap_shuffled"]
         return layer_point, layer_reps
 
-    def _summary_rows(self, ctx: _Context, derived: tuple[dict, dict], null: dict, refit_level: _RefitLevel,
+    def _summary_rows(self, ctx: _Context, derived: tuple[dict, dict], null: dict, refit_level: RefitLevel,
                       shape: dict, importance: dict, residual: dict) -> list[dict]:
         """Return the rows of the ``summary`` table (item, value, ci_low, ci_high, verdict)."""
         rows: list[dict] = []
@@ -962,7 +905,7 @@ class HeadStability:
         return rows
 
     @staticmethod
-    def _refit_summary_rows(ctx: _Context, refit_level: _RefitLevel, residual: dict) -> list[dict]:
+    def _refit_summary_rows(ctx: _Context, refit_level: RefitLevel, residual: dict) -> list[dict]:
         """Return summary rows whose interval is over training seeds (every refit an anchor, jackknife)."""
         tag = f"(every refit an anchor; jackknife over {ctx.n_refits} refits)"
         rows = []
@@ -985,7 +928,7 @@ class HeadStability:
                          "value": float(difference), "ci_low": float(low), "ci_high": float(high), "verdict": ""})
         return rows
 
-    def _tables(self, ctx: _Context, stability: dict, null: dict, refit_level: _RefitLevel, matched_pairs: np.ndarray,
+    def _tables(self, ctx: _Context, stability: dict, null: dict, refit_level: RefitLevel, matched_pairs: np.ndarray,
                 excess_pairs: np.ndarray | None, shape: dict, importance: dict, residual: dict) -> tuple[dict, ...]:
         """Return the heads, layers, residual, head_details and correlation tables (column dicts)."""
         n_layers, n_heads, level = ctx.n_layers, ctx.n_heads, ctx.confidence_level
@@ -1078,7 +1021,7 @@ class HeadStability:
                 "bootstrap": f"{ctx.n_resamples} replicates; resampled: {self.ci_over}; percentile intervals"}
 
     @staticmethod
-    def _refit_replicates(refit_level: _RefitLevel, residual: dict) -> dict:
+    def _refit_replicates(refit_level: RefitLevel, residual: dict) -> dict:
         """Return leave-one-refit-out values and estimates of the refit-level statistics, by name."""
         out = {}
         for name in ("mean", "excess_mean", "gap", "ends_minus_middle"):

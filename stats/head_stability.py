@@ -23,6 +23,7 @@ adjustment, bootstrap-SE z p-values, and excess over a null.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 import math
 from typing import Any, Callable
 
@@ -47,6 +48,12 @@ __all__ = [
     "refit_jackknife",
     "comparison_t_interval",
     "layer_statistics",
+    "RefitLevel",
+    "refit_level_summaries",
+    "refit_pair_weights",
+    "weighted_pair_mean",
+    "head_distinctness_from_similarity",
+    "cross_layer_best_match",
     "shuffled_layer_gap",
     "cka_half_samples",
     "cka_half_sample_replicates",
@@ -237,6 +244,89 @@ def comparison_t_interval(comparisons: np.ndarray, confidence_level: float
     standard_error = comparisons.std(axis=0, ddof=1) / math.sqrt(n_comparisons)
     half_width = sps.t.ppf(0.5 + confidence_level / 2, n_comparisons - 1) * standard_error
     return mean, mean - half_width, mean + half_width
+
+
+@dataclass
+class RefitLevel:
+    """Refit-level estimates, leave-one-refit-out values and t intervals of the layer-level numbers."""
+
+    n_refits: int
+    estimates: dict[str, np.ndarray]  # name -> estimate ([L] for layers, scalar for summaries)
+    leave_one_out: dict[str, np.ndarray]  # name -> [K, ...]
+    intervals: dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def refit_level_summaries(matched_pairs: np.ndarray, excess_pairs: np.ndarray | None, confidence_level: float) -> RefitLevel:
+    """Return the all-anchors layer stability, excess and their summaries with jackknife-over-refits intervals.
+
+    Keys of ``estimates`` / ``leave_one_out`` / ``intervals``: ``layer`` and ``excess`` ([L]),
+    the :func:`layer_statistics` of the layer stabilities, and ``excess_mean``.
+
+    ``matched_pairs`` and ``excess_pairs`` are ``[K, K, L, H]`` (NaN diagonal).
+    """
+    n_refits = matched_pairs.shape[0]
+    sources = {"layer": _nanmean(matched_pairs, axis=-1)}
+    if excess_pairs is not None:
+        sources["excess"] = _nanmean(excess_pairs, axis=-1)
+    estimates, leave_one_out = {}, {}
+    for name, pair_values in sources.items():
+        estimates[name] = ordered_pair_mean(pair_values)
+        leave_one_out[name] = leave_one_refit_out(pair_values)
+    for key, value in layer_statistics(estimates["layer"]).items():
+        estimates[key] = value
+        leave_one_out[key] = layer_statistics(leave_one_out["layer"])[key]
+    if excess_pairs is not None:
+        estimates["excess_mean"] = _nanmean(estimates["excess"])
+        leave_one_out["excess_mean"] = _nanmean(leave_one_out["excess"], axis=-1)
+    intervals = {}
+    for name in estimates:
+        low, high, _ = refit_jackknife(estimates[name], leave_one_out[name], confidence_level)
+        intervals[name] = (low, high)
+    return RefitLevel(n_refits, estimates, leave_one_out, intervals)
+
+
+def refit_pair_weights(counts: np.ndarray, pairs: list[tuple[int, int]], both_sides: bool) -> np.ndarray:
+    """Return bootstrap weights of refit pairs ``[R, n_pairs]``: c_a * c_b (both_sides) or c_b (anchor fixed)."""
+    if both_sides:
+        return np.stack([counts[:, a] * counts[:, b] for a, b in pairs], axis=1)
+    return np.stack([counts[:, b] for _, b in pairs], axis=1)
+
+
+def weighted_pair_mean(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Return the weighted mean over pairs: values ``[R, L, n_pairs]``, weights ``[R, n_pairs]`` -> ``[R, L]``.
+
+    A replicate whose weights are all zero (one refit drawn every time: no pair) is NaN.
+    """
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.einsum("rlj,rj->rl", values, weights) / weights.sum(1)[:, None]
+
+
+def head_distinctness_from_similarity(similarity: np.ndarray) -> np.ndarray:
+    """Return 1 − mean similarity to the other heads of the layer: ``[..., H, H] -> [..., H]``."""
+    n_heads = similarity.shape[-1]
+    off_diagonal = ~np.eye(n_heads, dtype=bool)
+    return 1.0 - np.where(off_diagonal, similarity, 0.0).sum(-1) / (n_heads - 1)
+
+
+def cross_layer_best_match(point: dict[int, np.ndarray], replicates: dict[int, np.ndarray], target_counts: np.ndarray,
+                           n_layers: int, n_heads: int) -> dict[str, np.ndarray]:
+    """Return the anchor heads' best match in any layer of the comparison refits.
+
+    ``point[b]`` is the anchor-vs-refit-b similarity ``[L*H, L*H]``, ``replicates[b]`` its
+    bootstrap replicates ``[R, L*H, L*H]`` (or ``[1, ...]`` when prompts are not resampled),
+    ``target_counts [R, K]`` the bootstrap draws of comparison refits. Keys: ``cross_layer``
+    (mean best similarity), ``cross_layer_reps``, ``same_layer_share`` (share of refits whose
+    best match is in the head's own layer) and ``modal_layer``.
+    """
+    layer_of = np.repeat(np.arange(n_layers), n_heads)
+    targets = sorted(point)
+    best_point = [matched_similarity(point[b], "max") for b in targets]
+    best_layer = np.stack([layer_of[np.where(np.isnan(point[b]), -np.inf, point[b]).argmax(-1)] for b in targets])
+    best_reps = sum(target_counts[:, [b]] * matched_similarity(replicates[b], "max") for b in targets)
+    best_reps = best_reps / target_counts[:, targets].sum(1, keepdims=True)
+    modal = np.array([np.bincount(best_layer[:, i], minlength=n_layers).argmax() for i in range(best_layer.shape[1])])
+    return {"cross_layer": np.mean(best_point, axis=0), "cross_layer_reps": best_reps,
+            "same_layer_share": (best_layer == layer_of[None]).mean(0), "modal_layer": modal}
 
 
 # --- layer-level derived numbers ---------------------------------------------------------------

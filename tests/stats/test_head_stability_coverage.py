@@ -275,3 +275,41 @@ def test_refit_intervals_cover_the_seed_distribution(n_refits, seed_sd):
     assert 0.90 <= cov["head"] <= 0.995, cov
     if seed_sd > 0:  # the simulation can tell a bad interval: the anchor-only bootstrap undercovers
         assert cov["anchor bootstrap"] < 0.8, cov
+
+
+def test_refit_level_summaries_jackknife_every_derived_number_from_the_same_left_out_refit():
+    from stats.head_stability import refit_level_summaries
+
+    rng = np.random.default_rng(8)
+    K, L, H = 5, 3, 2
+    matched = rng.random((K, K, L, H))
+    null = rng.random((K, K, L, H)) * 0.5
+    got = refit_level_summaries(matched, matched - null, 0.95)
+    layer = matched.mean(-1)
+    np.testing.assert_allclose(got.estimates["layer"], ordered_pair_mean(layer))
+    for i in range(K):  # the gap without refit i is the gap of the layer stabilities without refit i
+        kept = [k for k in range(K) if k != i]
+        sub = ordered_pair_mean(layer[np.ix_(kept, kept)])
+        assert got.leave_one_out["gap"][i] == pytest.approx(sub.max() - sub.min())
+        excess = ordered_pair_mean((matched - null).mean(-1)[np.ix_(kept, kept)]).mean()
+        assert got.leave_one_out["excess_mean"][i] == pytest.approx(excess)
+    low, high = got.intervals["excess_mean"]
+    assert low < got.estimates["excess_mean"] < high and got.n_refits == K
+
+
+def test_cross_layer_best_match_equals_a_loop():
+    from stats.head_stability import cross_layer_best_match
+
+    rng = np.random.default_rng(9)
+    L, H, R = 2, 3, 4
+    point = {1: rng.random((L * H, L * H)), 2: rng.random((L * H, L * H))}
+    reps = {b: rng.random((R, L * H, L * H)) for b in point}
+    counts = np.array([[0, 2, 0], [0, 1, 1], [0, 0, 2], [0, 1, 1]], dtype=float)
+    got = cross_layer_best_match(point, reps, counts, L, H)
+    np.testing.assert_allclose(got["cross_layer"], (point[1].max(-1) + point[2].max(-1)) / 2)
+    for r in range(R):
+        want = (counts[r, 1] * reps[1][r].max(-1) + counts[r, 2] * reps[2][r].max(-1)) / 2
+        np.testing.assert_allclose(got["cross_layer_reps"][r], want)
+    for head in range(L * H):
+        layers = [point[b][head].argmax() // H for b in (1, 2)]
+        assert got["same_layer_share"][head] == pytest.approx(np.mean([lay == head // H for lay in layers]))
