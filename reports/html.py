@@ -275,7 +275,7 @@ def report_path(run_dir: Path, out: str | os.PathLike[str] | None) -> Path:
 
     `out` is a directory when it is one, ends with a slash, or has no suffix (``--out reports/run1``
     makes reports/run1/report.html); a name with a suffix (``--out run1.html``) is the file. A path
-    through an existing file is an InputError.
+    through an existing file, or an existing file that is not .html, is an InputError.
     """
     if out is None:
         return run_dir / REPORT_NAME
@@ -284,6 +284,9 @@ def report_path(run_dir: Path, out: str | os.PathLike[str] | None) -> Path:
         path = path / REPORT_NAME
     if path.is_dir():
         raise _input_error(f"--out {path} is a directory; give a file such as {path / REPORT_NAME} or a new directory")
+    if path.exists() and path.suffix.lower() not in (".html", ".htm"):
+        # replacing a report is normal; replacing some other file of the user's is not
+        raise _input_error(f"--out {path} exists and is not an .html file; give a new path or an .html file to replace")
     blocking = next(a for a in path.parents if a.exists())
     if not blocking.is_dir():
         raise _input_error(f"--out {out}: {blocking} is a file, not a directory; give another --out")

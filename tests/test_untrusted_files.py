@@ -427,7 +427,11 @@ def test_report_out_as_a_directory_or_a_file(tmp_path):
     before = snapshot(tmp_path)
     code, out = invoke("report", run, "--out", tmp_path / "plain" / "sub")
     assert_one_line_error(code, out, "is a file, not a directory")
+    code, out = invoke("report", run, "--out", tmp_path / "plain")  # a file of the user's, not a report
+    assert_one_line_error(code, out, "is not an .html file")
     assert snapshot(tmp_path) == before
+    code, out = invoke("report", run, "--out", tmp_path / "named.html")  # replacing a report is fine
+    assert code == 0, out
 
 
 def test_check_plan_makes_a_resume_all_or_nothing(tmp_path):
