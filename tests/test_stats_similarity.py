@@ -137,3 +137,16 @@ def test_similarity_null_is_seeded_and_job_independent(reps):
     indep = similarity_test(X, rng.standard_normal((60, 4)), "debiased_cka", n_permutations=200,
                             seed=4)
     assert indep.pvalue > 0.01 and abs(indep.null_mean) < 0.05
+
+
+def test_head_matching_bootstrap_equals_matching_on_each_resample_of_prompts():
+    from stats.resampling import ResamplingPlan, spawn_seeds
+
+    rng = np.random.default_rng(7)
+    A, B = _patterns(rng, 3, 9, 5), _patterns(rng, 3, 9, 5)
+    res = head_matching(A, B, method="hungarian", n_permutations=0, n_bootstrap=40, seed=3)
+    plan = ResamplingPlan.bootstrap(9, 40, spawn_seeds(np.random.SeedSequence(3), 2)[0])
+    cos = per_prompt_cosine(A, B)  # [P, H, H]
+    scores = np.stack([match_heads(cos[plan.indices(b)].mean(0), "hungarian")[1] for b in range(40)])
+    np.testing.assert_allclose(res.head_interval.low, np.quantile(scores, 0.025, axis=0), rtol=1e-12)
+    np.testing.assert_allclose(res.confidence_interval.high, np.quantile(scores.mean(1), 0.975), rtol=1e-12)
