@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .ablation import Ablation, PairData, last_index
+from .ablation import ABLATIONS, Ablation, PairData, last_index
 from .errors import InputError
 from .interventions import Intervention
 from .model import CircuitModel, RunState
@@ -27,6 +27,31 @@ from .scores import ScoreMatrix
 
 METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted")
 LEVELS = ("edge", "node")
+
+
+def _positive_int(what: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InputError(f"{what} must be a positive integer, got {value!r}")
+
+
+def check_options(method: str, level: str = "edge", ablation: "str | Ablation" = "counterfactual", *,
+                  batch_size: int = 16, ig_steps: int = 5) -> None:
+    """None; InputError naming the first attribution option that is unknown, out of range or
+    incompatible with another (checked before any work or any file is written)."""
+    if method not in METHODS:
+        raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+    if level not in LEVELS:
+        raise InputError(f"unknown level {level!r}; use edge or node")
+    if isinstance(ablation, str) and ablation not in ABLATIONS:
+        raise InputError(f"unknown ablation {ablation!r}; use one of {', '.join(ABLATIONS)}")
+    _positive_int("batch_size", batch_size)
+    _positive_int("ig_steps", ig_steps)
+    kind = ablation if isinstance(ablation, str) else getattr(ablation, "kind", "custom")
+    if method == "clean-corrupted" and kind != "counterfactual":
+        # With mean/zero/resample values there is no corrupted *input* to take a gradient at, and at
+        # the all-edges-patched point every receiver is cut off from its downstream path.
+        raise InputError("clean-corrupted needs ablation 'counterfactual' (gradients at the clean and the "
+                         f"corrupted input), got {kind!r}; use eap or eap-ig-inputs with this ablation")
 
 
 def _check_metric(values: torch.Tensor, index: torch.Tensor, what: str) -> None:
@@ -226,23 +251,13 @@ def attribute(
     ``rows`` restricts the work to those examples (ablations still see the whole dataset, so a
     row's scores do not depend on which other rows are computed with it).
     """
-    if method not in METHODS:
-        raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
-    if level not in LEVELS:
-        raise InputError(f"unknown level {level!r}; use edge or node")
+    check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
     N = int(data.clean.shape[0])
     if N == 0:
         raise InputError("the dataset is empty; give at least one example")
     if data.corrupted.shape != data.clean.shape:
         raise InputError(f"clean {tuple(data.clean.shape)} and corrupted {tuple(data.corrupted.shape)} ids differ in shape")
-    if ig_steps < 1:
-        raise InputError("ig_steps must be at least 1")
-    kind = ablation if isinstance(ablation, str) else getattr(ablation, "kind", "custom")
-    if method == "clean-corrupted" and kind != "counterfactual":
-        # With mean/zero/resample values there is no corrupted *input* to take a gradient at, and at
-        # the all-edges-patched point every receiver is cut off from its downstream path.
-        raise InputError("clean-corrupted needs ablation 'counterfactual' (gradients at the clean and the "
-                         f"corrupted input), got {kind!r}; use eap or eap-ig-inputs with this ablation")
+    _positive_int("max_rows", max_rows)
     t0 = time.perf_counter()
     # An Ablation object (anything with .kind and .senders(index)) gives custom counterfactuals.
     abl = ablation if not isinstance(ablation, str) else Ablation(

@@ -255,7 +255,7 @@ def faithfulness(
 
 @torch.no_grad()
 def _evaluate(model, data, masks, labels, objs, *, ablation, reference, seed, batch_size, max_rows, rtol, atol,
-              progress, k=None, log_x=False, extra=None) -> FaithfulnessResult:
+              progress, k=None, log_x=False, extra=None, sizes=None, n_total=None) -> FaithfulnessResult:
     g = model.graph
     N = int(data.clean.shape[0])
     if N == 0:
@@ -300,8 +300,10 @@ def _evaluate(model, data, masks, labels, objs, *, ablation, reference, seed, ba
               "model": model.identity() if hasattr(model, "identity") else None,
               "circuits": [c.describe() for c in objs] if objs else None,
               "seconds": time.perf_counter() - t0, **(extra or {})}
-    res = FaithfulnessResult(m_circuit=m_circuit, m_clean=m_clean, m_empty=m_empty, n_edges=masks.sum(1),
-                             n_graph_edges=g.n_edges, labels=labels, params=params, k=k, circuits=objs, log_x=log_x)
+    res = FaithfulnessResult(m_circuit=m_circuit, m_clean=m_clean, m_empty=m_empty,
+                             n_edges=masks.sum(1) if sizes is None else sizes,
+                             n_graph_edges=g.n_edges if n_total is None else n_total, labels=labels, params=params,
+                             k=k, circuits=objs, log_x=log_x)
     if res.n_undefined:
         warnings.warn(f"faithfulness is undefined for {res.n_undefined} of {N} examples: the ablation leaves their "
                       f"metric unchanged (|m(M) - m(∅)| <= atol + rtol·scale); they are NaN in per_example and "
@@ -330,8 +332,14 @@ def faithfulness_curve(
     rtol: float = 1e-4,
     atol: float = 1e-6,
     progress: bool = True,
+    level: str = "edge",
 ) -> FaithfulnessResult:
     """Faithfulness over a grid of circuit sizes from one score vector, with MIB's CPR and CMD.
+
+    ``level="node"``: ``scores`` are per sender (node scores [U] or a node ScoreMatrix) and each
+    circuit is the top-k nodes: every out-edge of a node outside it carries the counterfactual,
+    i.e. the node is ablated everywhere (``rule`` and ``prune`` do not apply; sizes and the x
+    axis count nodes).
 
     ``scores``: a ScoreMatrix (its mean is ranked) or a vector [E].  The grid is ``ks`` (edge
     counts) or ``fractions`` of all edges (k = ⌊fraction · E⌋, MIB's default grid).  ``rule`` is
@@ -340,6 +348,12 @@ def faithfulness_curve(
     """
     from .scores import ScoreMatrix
 
+    if level == "node":
+        return _node_curve(model, data, scores, absolute=absolute, fractions=fractions, ks=ks, log_x=log_x,
+                           ablation=ablation, reference=reference, seed=seed, batch_size=batch_size,
+                           max_rows=max_rows, rtol=rtol, atol=atol, progress=progress)
+    if level != "edge":
+        raise InputError(f"unknown level {level!r}; use edge or node")
     if rule not in ("top_k", "greedy"):
         raise InputError(f"unknown rule {rule!r}; use 'top_k' or 'greedy'")
     graph = scores.graph if isinstance(scores, ScoreMatrix) else model.graph
@@ -369,3 +383,39 @@ def faithfulness_curve(
     return _evaluate(model, data, masks, labels, objs, ablation=ablation, reference=reference, seed=seed,
                      batch_size=batch_size, max_rows=max_rows, rtol=rtol, atol=atol, progress=progress,
                      k=np.asarray(ks), log_x=log_x, extra=extra)
+
+
+def _node_curve(model: CircuitModel, data: PairData, scores: Any, *, absolute: bool,
+                fractions: Sequence[float] | None, ks: Sequence[int] | None, log_x: bool,
+                **evaluate) -> FaithfulnessResult:
+    """Faithfulness of top-k node circuits (see :func:`faithfulness_curve`, ``level="node"``)."""
+    from .scores import ScoreMatrix
+
+    g = model.graph
+    U = g.n_senders
+    vec = scores.mean() if isinstance(scores, ScoreMatrix) else np.asarray(scores, dtype=np.float64)
+    if vec.shape != (U,):
+        raise InputError(f"node scores must have one value per sender ({U}), got shape {vec.shape}")
+    used_fractions = None
+    if ks is None:
+        if not fractions:
+            raise InputError("give ks (node counts) or fractions of all nodes")
+        fr = np.asarray(fractions, dtype=np.float64)
+        if np.any((fr < 0) | (fr > 1)):
+            raise InputError("fractions must lie in [0, 1]")
+        ks, used_fractions = [int(f * U) for f in fr], fr.tolist()
+    ks = [int(k) for k in ks]
+    if sorted(ks) != ks or (ks and (ks[0] < 0 or ks[-1] > U)):
+        raise InputError(f"node circuit sizes must be non-decreasing within 0..{U}, got {ks}")
+    key = np.abs(vec) if absolute else vec
+    order = np.argsort(-key, kind="stable")
+    live = np.zeros((len(ks), U), dtype=bool)
+    for i, k in enumerate(ks):
+        live[i, order[:k]] = True
+    masks = live[:, np.asarray(g.edge_sender)]  # an edge is live iff its sender is in the circuit
+    extra = {"curve": {"level": "node", "rule": "top_k", "absolute": bool(absolute), "prune": False, "ks": ks,
+                       "log_x": log_x, "fractions": used_fractions, "x": "nodes in the circuit / all nodes",
+                       "integration": "trapezoid on the grid (MIB)"},
+             "nodes": [[g.senders[u] for u in np.flatnonzero(row)] for row in live]}
+    return _evaluate(model, data, masks, [f"k={k}" for k in ks], None, k=np.asarray(ks), log_x=log_x, extra=extra,
+                     sizes=np.asarray(ks, dtype=np.int64), n_total=U, **evaluate)

@@ -216,7 +216,25 @@ def get_metric(metric: "str | Callable | Metric", **kwargs) -> Metric:
         raise MetricError(f"unknown metric {metric!r}; choose one of {sorted(METRICS)} or pass a callable")
     if key == "kl" and "reduction" in kwargs and kwargs["reduction"] == "mean":
         key, kwargs = "kl_mean", {k: v for k, v in kwargs.items() if k != "reduction"}
+    _check_kwargs(key, kwargs)
     return Metric(key, METRICS[key], dict(kwargs), needs_clean=key in NEEDS_CLEAN)
+
+
+def metric_options(name: str) -> list[str]:
+    """The keyword options the built-in metric ``name`` accepts (beyond logits, batch, clean_logits, indices)."""
+    import inspect
+
+    params = list(inspect.signature(METRICS[name]).parameters)
+    return params[4:]
+
+
+def _check_kwargs(name: str, kwargs: dict) -> None:
+    """MetricError naming options a built-in metric does not take (they would fail at its first call)."""
+    allowed = metric_options(name)
+    unknown = sorted(set(kwargs) - set(allowed))
+    if unknown:
+        takes = f"it takes {', '.join(allowed)}" if allowed else "it takes no options"
+        raise MetricError(f"metric {name!r}: unknown option(s) {', '.join(map(repr, unknown))}; {takes}")
 
 
 def _user(fn: Callable) -> Callable:

@@ -55,6 +55,34 @@ class TaskValidationError(InputError):
     """A task's data is unusable; the message names the rows and the fix."""
 
 
+def check_int(what: str, value: Any, minimum: int | None = None) -> int:
+    """``value`` as an int; TaskValidationError when it is not an integer (a bool, a decimal number
+    or a quoted number is refused, never coerced) or is below ``minimum``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TaskValidationError(f"{what} must be an integer, got a {type(value).__name__}; "
+                                  "write it as a whole number without quotes or decimals")
+    if minimum is not None and value < minimum:
+        raise TaskValidationError(f"{what} must be at least {minimum}, got {int(value)}")
+    return int(value)
+
+
+def check_token_ids(what: str, values: Any) -> list[int]:
+    """``values`` (a list of integer token ids) as ints; TaskValidationError naming the first entry
+    that is not a non-negative integer (decimals are refused, not truncated)."""
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        raise TaskValidationError(f"{what} must be a list of integer token ids, got a {type(values).__name__}")
+    out = []
+    for i, v in enumerate(values):
+        out.append(check_int(f"{what}[{i}]", v.item() if isinstance(v, np.generic) else v, minimum=0))
+    return out
+
+
+def _check_bool(what: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TaskValidationError(f"{what} must be true or false, got a {type(value).__name__}")
+    return bool(value)
+
+
 def _rows_str(rows: Sequence[int]) -> str:
     rows = list(rows)
     s = ", ".join(str(r) for r in rows[:_MAX_ROWS_SHOWN])
@@ -94,6 +122,7 @@ class Task:
         self._check_structure()
         self._hash: str | None = None
         self._metric_obj: Metric | None = None
+        self.metric_fn  # noqa: B018 - an unknown metric or metric option fails here, before any model runs
 
     # -- validation --------------------------------------------------------------------------
     def _check_structure(self) -> None:
@@ -346,8 +375,13 @@ def task_from_token_lists(
 def _single_token_ids(tokenizer, values: Sequence, column: str, task_name: str) -> list[int]:
     """Token ids of answer strings (each must be exactly one token) or integer ids as given."""
     ids, bad = [], []
+    not_ids = [i for i, v in enumerate(values) if isinstance(v, (bool, np.bool_, float, np.floating))]
+    if not_ids:
+        raise TaskValidationError(
+            f"task {task_name!r}: {column} in rows {_rows_str(not_ids)} is true/false or a decimal number; "
+            "give each answer as a string (one token, e.g. \" Mary\") or as an integer token id")
     for i, v in enumerate(values):
-        if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        if isinstance(v, (int, np.integer)):
             ids.append(int(v))
             continue
         toks = tokenizer.encode(str(v))
@@ -441,7 +475,7 @@ def induction_task(
     prepend_bos: bool = True,
     bos_id: int | None = None,
     metric: str | Callable = "logit_diff",
-    **metric_kwargs,
+    metric_kwargs: dict | None = None,
 ) -> Task:
     """Repeated random tokens: ``[BOS] A A[:-1]`` -> answer ``A[-1]`` (A: ``seq_len`` distinct tokens).
 
@@ -453,10 +487,13 @@ def induction_task(
     """
     if corrupt not in ("all", "answer"):
         raise TaskValidationError(f"induction: corrupt must be 'all' or 'answer', got {corrupt!r}")
-    if n < 1:
-        raise TaskValidationError(f"induction: n must be at least 1, got {n}")
-    if seq_len < 2:
-        raise TaskValidationError(f"induction: seq_len must be at least 2, got {seq_len}")
+    n = check_int("induction: n", n, minimum=1)
+    seq_len = check_int("induction: seq_len", seq_len, minimum=2)
+    prepend_bos = _check_bool("induction: prepend_bos", prepend_bos)
+    if vocab_size is not None:
+        vocab_size = check_int("induction: vocab_size", vocab_size, minimum=2)
+    if bos_id is not None:
+        bos_id = check_int("induction: bos_id", bos_id, minimum=0)
     special: set[int] = set()
     if tokenizer is not None:
         vocab_size = vocab_size or tokenizer.vocab_size
@@ -464,7 +501,7 @@ def induction_task(
         if bos_id is None:
             bos_id = tokenizer.bos_id
     if token_ids is not None:
-        pool = np.unique(np.asarray(list(token_ids), dtype=np.int64))
+        pool = np.unique(np.asarray(check_token_ids("induction: token_ids", token_ids), dtype=np.int64))
     elif vocab_size is not None:
         pool = np.setdiff1d(np.arange(int(vocab_size), dtype=np.int64), np.asarray(sorted(special), dtype=np.int64))
     else:
@@ -493,7 +530,7 @@ def induction_task(
             "token_pool": pool.tolist(),
             "prepend_bos": bool(bos), "first_repeat": [len(bos), len(bos) + seq_len]}
     return task_from_token_lists("induction", clean, corr, ans, wrong, pad_id=0, metric=metric,
-                                 metric_kwargs=metric_kwargs, meta=meta)
+                                 metric_kwargs=dict(metric_kwargs or {}), meta=meta)
 
 
 # Wang et al. (2022) style templates; [A] = indirect object (answer), [B] = subject (wrong answer).
@@ -553,7 +590,7 @@ def ioi_task(
     corrupt: str = "abc",
     prepend_bos: bool = True,
     metric: str | Callable = "logit_diff",
-    **metric_kwargs,
+    metric_kwargs: dict | None = None,
 ) -> Task:
     """Indirect-object identification (Wang et al. 2022): "When Mary and John went to the store,
     John gave a drink to" -> " Mary" (answer = indirect object, wrong answer = subject).
@@ -601,7 +638,7 @@ def ioi_task(
         wrong.append(b)
         grp.append(ti)
     task = task_from_texts("ioi", tokenizer, clean, corr, ans, wrong, group=grp, prepend_bos=prepend_bos,
-                           metric=metric, metric_kwargs=metric_kwargs,
+                           metric=metric, metric_kwargs=dict(metric_kwargs or {}),
                            meta={"seed": seed, "corrupt": corrupt, "n_names": len(single),
                                  "templates": templates})
     return task
@@ -621,7 +658,7 @@ def greater_than_task(
     corrupt_yy: str = "01",
     prepend_bos: bool = True,
     metric: str | Callable = "prob_diff",
-    **metric_kwargs,
+    metric_kwargs: dict | None = None,
 ) -> Task:
     """Greater-than (Hanna et al. 2023): "The war lasted from 1732 to 17" -> a year above 32.
 
@@ -666,7 +703,7 @@ def greater_than_task(
     thr = torch.as_tensor(yys).unsqueeze(1)
     return task_from_texts(
         "greater-than", tokenizer, clean, corr, ans, wrong, group=grp, prepend_bos=prepend_bos,
-        metric=metric, metric_kwargs=metric_kwargs,
+        metric=metric, metric_kwargs=dict(metric_kwargs or {}),
         candidates=torch.as_tensor(year_ids), good=ks > thr, bad=ks <= thr,
         meta={"seed": seed, "template": template, "corrupt_yy": corrupt_yy, "years": yys},
     )
@@ -727,7 +764,7 @@ def file_task(
     prepend_bos: bool = True,
     metric: str | Callable = "logit_diff",
     name: str | None = None,
-    **metric_kwargs,
+    metric_kwargs: dict | None = None,
 ) -> Task:
     """A user task from JSONL, CSV or Parquet with columns ``clean, corrupted, answer, wrong_answer``
     (and optional ``group``). Answers are strings (each one token, e.g. " Mary") or integer ids.
@@ -765,7 +802,7 @@ def file_task(
     return task_from_texts(
         task_name, tokenizer, col("clean"), col("corrupted"), col("answer"), col("wrong_answer"),
         group=col("group") if "group" in df.columns else None, prepend_bos=prepend_bos,
-        metric=metric, metric_kwargs=metric_kwargs, meta={"source": str(p)},
+        metric=metric, metric_kwargs=dict(metric_kwargs or {}), meta={"source": str(p)},
     )
 
 
@@ -785,16 +822,18 @@ def register_task(name: str, *aliases: str):
     return deco
 
 
-register_task("induction")(lambda tokenizer=None, n=100, seed=0, **kw: induction_task(tokenizer, n=n, seed=seed, **kw))
-register_task("ioi")(lambda tokenizer=None, n=100, seed=0, **kw: ioi_task(tokenizer, n=n, seed=seed, **kw))
-register_task("greater-than", "greater_than", "gt")(
-    lambda tokenizer=None, n=100, seed=0, **kw: greater_than_task(tokenizer, n=n, seed=seed, **kw))
+register_task("induction")(induction_task)
+register_task("ioi")(ioi_task)
+register_task("greater-than", "greater_than", "gt")(greater_than_task)
 
 
-def _file_builder(tokenizer=None, n=None, seed=0, path=None, **kw):
+def _file_builder(tokenizer=None, n=None, seed=0, path=None, prepend_bos: bool = True,
+                  metric: "str | Callable" = "logit_diff", name: str | None = None,
+                  metric_kwargs: dict | None = None) -> Task:
     if path is None:
         raise TaskValidationError("the file task needs path=... (a .jsonl, .csv or .parquet file)")
-    return file_task(path, tokenizer, n=n, seed=seed, **kw)
+    return file_task(path, tokenizer, n=n, seed=seed, prepend_bos=prepend_bos, metric=metric, name=name,
+                     metric_kwargs=metric_kwargs)
 
 
 register_task("file")(_file_builder)
@@ -810,13 +849,37 @@ def make_task(name: str, tokenizer=None, n: int | None = None, seed: int = 0, **
     if tokenizer is not None and isinstance(tokenizer, (str, os.PathLike)):
         tokenizer = load_tokenizer(tokenizer)
     key = str(name)
+    if n is not None:
+        n = check_int(f"task {key!r}: n", n, minimum=1)
+    seed = check_int(f"task {key!r}: seed", seed, minimum=0)
     if key.lower().endswith(_FILE_SUFFIXES) and key not in TASKS:
+        _check_options(file_task, kw, key, exclude=("path",))
         return file_task(key, tokenizer, n=n, seed=seed, **kw)
     builder = TASKS.get(key) or TASKS.get(key.lower().replace("_", "-")) or TASKS.get(key.lower())
     if builder is None:
         raise TaskValidationError(
             f"unknown task {name!r}; choose one of {sorted(set(TASKS))} or give a .jsonl/.csv/.parquet file"
         )
+    _check_options(builder, kw, key)
     if n is None and key != "file":
         n = 100
     return builder(tokenizer=tokenizer, n=n, seed=seed, **kw)
+
+
+def task_options(builder: Callable, exclude: Sequence[str] = ()) -> list[str] | None:
+    """The option names a task builder accepts besides tokenizer, n, seed and ``exclude`` (None: any, ``**kw``)."""
+    import inspect
+
+    params = inspect.signature(builder).parameters
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return None
+    return sorted(k for k in params if k not in {"tokenizer", "n", "seed", *exclude})
+
+
+def _check_options(builder: Callable, kw: dict, name: str, exclude: Sequence[str] = ()) -> None:
+    """TaskValidationError naming options ``builder`` does not take (never swallowed as metric options)."""
+    allowed = task_options(builder, exclude)
+    unknown = [] if allowed is None else sorted(set(kw) - set(allowed))
+    if unknown:
+        raise TaskValidationError(f"task {name!r}: unknown option(s) {', '.join(map(repr, unknown))}; "
+                                  f"the options are {', '.join(allowed)}")

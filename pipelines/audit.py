@@ -104,14 +104,19 @@ def stability_tables(S: np.ndarray, names: list[str], method: str, plan, ks: lis
     return stab, inc
 
 
+AREA_NEEDS_TWO_K = "CPR and CMD are areas under the faithfulness curve and need at least two k"
+
+
 def faithfulness_table(model, task, S: np.ndarray, method: str, ks: list[int], plan, spec: AuditSpec) -> dict:
-    """Faithfulness of the top-k circuit of the mean scores at each k, with a bootstrap CI of the ratio of means."""
+    """Faithfulness of the top-k circuit (edges, or nodes at level node) of the mean scores at each
+    k, with a bootstrap CI of the ratio of means; CPR/CMD are NaN, with the reason in
+    ``area_note``, when the grid has one k."""
     from circuits.faithfulness import faithfulness_curve
 
     mean = S.astype(np.float64).sum(0) / S.shape[0]
     res = faithfulness_curve(model, task, mean.astype(np.float32), absolute=spec.ranking == "absolute", ks=ks,
                              fractions=None, prune=False, ablation=spec.ablation, seed=spec.seed,
-                             batch_size=spec.batch_size, progress=False)
+                             batch_size=spec.batch_size, progress=False, level=getattr(spec, "level", "edge"))
     W = plan.counts.astype(np.float64)  # [B, N] resample weights
     tot = W.sum(1, keepdims=True)
     mc = (W @ res.m_circuit.astype(np.float64)) / tot  # [B, C]
@@ -127,7 +132,9 @@ def faithfulness_table(model, task, S: np.ndarray, method: str, ks: list[int], p
             "f_ratio": np.asarray(res.ratio_of_means, dtype=np.float64),
             "f_mean": np.asarray(res.mean_per_example, dtype=np.float64),
             "f_ci_low": lo.astype(np.float64), "f_ci_high": hi.astype(np.float64),
-            "cpr": np.full(C, float(res.cpr)), "cmd": np.full(C, float(res.cmd)),
+            "cpr": np.full(C, np.nan if res.cpr is None else float(res.cpr)),
+            "cmd": np.full(C, np.nan if res.cmd is None else float(res.cmd)),
+            "area_note": [AREA_NEEDS_TWO_K if res.cpr is None else ""] * C,
             "n_undefined": np.full(C, res.n_undefined, dtype=np.int64)}
 
 
@@ -170,31 +177,27 @@ def _concat(parts: list[dict]) -> dict:
 
 
 def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, scheduler: str | None = None,
-              force: bool = False) -> Path:
-    """Run (or resume) the audit described by ``spec`` into run directory ``out``; returns ``out``."""
-    from circuits import load_model
+              force: bool = False, allow_pickle: bool = False, allow_large: bool = False) -> Path:
+    """Run (or resume) the audit described by ``spec`` into run directory ``out``; returns ``out``.
+
+    Everything a user can get wrong (devices, workers, sizes, k, resampling scheme, task options,
+    an unreachable scheduler) is checked before the run directory is created.
+    """
     from circuits.scores import ScoreMatrix
     from reports.rundir import RunDir
     from reports.tables import table_to_matrix
 
-    from .build import build_task, resolve_source
+    from .build import check_n_jobs
     from .parallel import backend
 
     import torch
 
     out = Path(out)
-    n_jobs = n_jobs or spec.n_jobs
+    n_jobs = check_n_jobs(spec.n_jobs if n_jobs is None else n_jobs, "--n-jobs" if n_jobs is not None else "n_jobs")
     torch.use_deterministic_algorithms(True, warn_only=True)
-    sources = [resolve_source(s) for s in spec.sources]
-    model = load_model(sources[0], device=spec.device, dtype=getattr(torch, spec.dtype))
-    task = build_task(model, spec.task.name, n=spec.task.n, seed=spec.task.seed, metric=spec.task.metric,
-                      **spec.task.options)
-    ks = [k for k in spec.k]
+    sources, model, task = prepare_audit(spec, allow_pickle=allow_pickle, allow_large=allow_large)
+    ks = list(spec.k)
     n_cols = model.graph.n_edges if spec.level == "edge" else model.graph.n_senders
-    if ks[-1] >= n_cols:
-        from circuits.errors import InputError
-
-        raise InputError(f"k={ks[-1]} is not below the number of {spec.level}s ({n_cols}); use smaller k")
     base = {"weight_hash": model.weight_hash(), "task_hash": task.content_hash}
     spec_doc = spec.model_dump()
     with backend(n_jobs, scheduler) as workers, RunDir(out, spec=spec_doc, command=sys.argv, seed=spec.seed,
@@ -202,13 +205,14 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
                                                                     "task": task.describe()}) as run:
         index_name = "edges" if spec.level == "edge" else "nodes"
         sm0 = ScoreMatrix(np.zeros((1, n_cols), np.float32), model.graph, spec.level, "none", spec.ablation, "none")
-        run.stage("index", lambda: {index_name: sm0.tables()[index_name]}, [index_name], params=base, force=force)
+        run_stage(run, "index", lambda: {index_name: sm0.tables()[index_name]}, [index_name], params=base,
+                  force=force)
         names = sm0.names
         attr_keys = ("level", "ablation", "batch_size", "ig_steps", "seed")
         for method in spec.methods:
             params = {**base, "method": method, "task": spec.task.model_dump(),
                       **{k: spec_doc[k] for k in attr_keys}}
-            run.stage(f"scores_{method}",
+            run_stage(run, f"scores_{method}",
                       lambda method=method: {f"scores_{method}": attribution_scores(
                           model, task, method, spec, workers).tables({"task": task.describe()})["scores"]},
                       [f"scores_{method}"], params=params, force=force)
@@ -223,14 +227,14 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
             return {"edge_stats": _concat([edge_stats_table(scores[m], names, m, plan, spec, workers)
                                            for m in spec.methods])}
 
-        run.stage("edge_stats", stats_stage, ["edge_stats"], params=rs, depends_on=deps, force=force)
+        run_stage(run, "edge_stats", stats_stage, ["edge_stats"], params=rs, depends_on=deps, force=force)
 
         def stability_stage():
             plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=False)
             parts = [stability_tables(scores[m], names, m, plan, ks, spec, workers) for m in spec.methods]
             return {"stability_vs_k": _concat([p[0] for p in parts]), "inclusion": _concat([p[1] for p in parts])}
 
-        run.stage("stability", stability_stage, ["stability_vs_k", "inclusion"], params=rs, depends_on=deps,
+        run_stage(run, "stability", stability_stage, ["stability_vs_k", "inclusion"], params=rs, depends_on=deps,
                   force=force)
 
         if spec.faithfulness:
@@ -239,7 +243,8 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
                 return {"faithfulness_vs_k": _concat([faithfulness_table(model, task, scores[m], m, ks, plan, spec)
                                                       for m in spec.methods])}
 
-            run.stage("faithfulness", faith_stage, ["faithfulness_vs_k"], params=rs, depends_on=deps, force=force)
+            run_stage(run, "faithfulness", faith_stage, ["faithfulness_vs_k"], params=rs, depends_on=deps,
+                      force=force)
 
         others = [m for m in spec.methods if m != "exact"]
         if "exact" in spec.methods and others:
@@ -249,12 +254,70 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
                 return {"approximation": _concat([p[0] for p in parts]),
                         "approximation_summary": _concat([p[1] for p in parts])}
 
-            run.stage("approximation", approx_stage, ["approximation", "approximation_summary"],
+            run_stage(run, "approximation", approx_stage, ["approximation", "approximation_summary"],
                       params={"k": ks, "ranking": spec.ranking}, depends_on=deps, force=force)
 
         if len(sources) > 1:
             _heads_stage(run, spec, sources, task, force)
     return out
+
+
+def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: bool = False):
+    """(sources, model, task) of ``spec``, after every check that needs no run directory:
+    device, sizes (lifted by ``allow_large``), task options, attribution options, k and the
+    resampling scheme. InputError on the first problem."""
+    from circuits import load_model
+    from circuits.attribution import check_options
+    from circuits.errors import InputError
+
+    from .build import build_task, check_device, check_work, n_columns, resolve_source, task_positions
+
+    import torch
+
+    for method in spec.methods:
+        check_options(method, spec.level, spec.ablation, batch_size=spec.batch_size, ig_steps=spec.ig_steps)
+    device = check_device(spec.device)
+    sources = [resolve_source(s) for s in spec.sources]
+    model = load_model(sources[0], device=device, dtype=getattr(torch, spec.dtype), allow_pickle=allow_pickle,
+                       allow_large=allow_large)
+    check_work(model, spec.task.n, level=spec.level, n_matrices=len(spec.methods),
+               positions=task_positions(spec.task.name, spec.task.options),
+               n_resamples=spec.bootstrap.n_resamples, allow_large=allow_large)
+    task = build_task(model, spec.task.name, n=spec.task.n, seed=spec.task.seed, metric=spec.task.metric,
+                      **spec.task.options)
+    n_cols = n_columns(model, spec.level)
+    if spec.k[-1] >= n_cols:
+        raise InputError(f"k={spec.k[-1]} is not below the number of {spec.level}s ({n_cols}); use smaller k")
+    check_scheme(spec.bootstrap.scheme, task.group, task.name)
+    return sources, model, task
+
+
+def check_scheme(scheme: str, groups, task_name: str) -> None:
+    """None; InputError when the resampling ``scheme`` cannot apply (clusters need the task's groups)."""
+    from circuits.errors import InputError
+
+    if scheme == "clusters" and groups is None:
+        raise InputError(f"bootstrap scheme 'clusters' needs a task with groups (templates); task {task_name!r} "
+                         "has none: use scheme 'examples' or a task with a group column")
+
+
+def run_stage(run, name: str, fn, outputs, **kw) -> None:
+    """``run.stage(name, fn, outputs, **kw)`` with ``fn`` pinned to one torch and one BLAS thread,
+    and a line on stderr saying how long the stage took (or that it was already done)."""
+    from .parallel import single_threaded
+
+    ran = []
+    t0 = time.perf_counter()
+
+    def pinned():
+        ran.append(True)
+        print(f"stage {name}: running", file=sys.stderr, flush=True)
+        with single_threaded():
+            return fn()
+
+    run.stage(name, pinned, outputs, **kw)
+    what = f"done in {time.perf_counter() - t0:.1f} s" if ran else "already done (resumed)"
+    print(f"stage {name}: {what}", file=sys.stderr, flush=True)
 
 
 def _heads_stage(run, spec: AuditSpec, sources: list[str], task, force: bool) -> None:
@@ -276,4 +339,4 @@ def _heads_stage(run, spec: AuditSpec, sources: list[str], task, force: bool) ->
         tables = est.fit(models, probe).tables()
         return {name: tables[name] for name in outputs}
 
-    run.stage("heads", compute, outputs, params=params, force=force)
+    run_stage(run, "heads", compute, outputs, params=params, force=force)

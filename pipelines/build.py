@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 from circuits.errors import InputError
+from circuits.limits import check_bytes, check_count
 from circuits.model import CircuitModel
-from circuits.tasks import Task, make_task
+from circuits.tasks import Task, check_int, check_token_ids, make_task
+
+MAX_EXAMPLES = 1_000_000
+"""Most examples one task may have unless ``--allow-large`` lifts the limit (as TaskSpec's bound)."""
 
 
 def build_task(model: CircuitModel, name: str, *, n: int = 64, seed: int = 0, metric: str | None = None,
@@ -19,8 +25,10 @@ def build_task(model: CircuitModel, name: str, *, n: int = 64, seed: int = 0, me
     """
     tok = model.tokenizer
     kwargs = dict(options)
+    if metric is not None:  # unset: the task's own default (logit_diff; prob_diff for greater-than)
+        kwargs["metric"] = metric
     if name == "induction":
-        seq_len = int(kwargs.get("seq_len", 20))
+        seq_len = check_int("task.options.seq_len", kwargs.get("seq_len", 20), minimum=2)
         need = 2 * seq_len if kwargs.get("corrupt", "all") == "all" else seq_len + 1  # as induction_task
         kwargs["token_ids"] = _induction_pool(model, kwargs.get("token_ids"), need)
     if tok is None:
@@ -58,7 +66,7 @@ def _induction_pool(model: CircuitModel, token_ids, need: int) -> list[int] | No
     from .zoo import frequent_tokens
 
     if token_ids is not None and not isinstance(token_ids, str):
-        return [int(i) for i in token_ids]
+        return check_token_ids("task.options.token_ids", token_ids)
     if token_ids is None:
         pool = frequent_tokens(model, at_least=need)
         return None if pool is None else [int(i) for i in pool]
@@ -70,3 +78,63 @@ def _induction_pool(model: CircuitModel, token_ids, need: int) -> list[int] | No
         raise InputError(f"task.options.token_ids: 'frequent' needs a model trained by circuitstat (its "
                          f"token_counts.npy); {model.source} has none: list the ids instead")
     return [int(i) for i in ids]
+
+
+def check_device(device: str) -> str:
+    """``device`` normalised (``cpu``, ``cuda``, ``cuda:N``, ``mps``); InputError when it is unknown or absent here."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise InputError(f"unknown device {device!r}; use cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError(f"device {device!r}: CUDA is not available on this machine; use --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise InputError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s); "
+                             "use cuda:0 .. cuda:N-1")
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise InputError(f"device {device!r}: MPS is not available on this machine; use --device cpu")
+    elif dev.type != "cpu":
+        raise InputError(f"device {device!r} is not supported; use cpu, cuda, cuda:N or mps")
+    return str(dev)
+
+
+def max_jobs() -> int:
+    """The most parallel workers a run may ask for: this machine's CPU count."""
+    return max(1, os.cpu_count() or 1)
+
+
+def check_n_jobs(n_jobs: int, where: str = "--n-jobs") -> int:
+    """``n_jobs`` when it lies in [1, this machine's CPU count]; InputError otherwise (never clipped)."""
+    n_jobs = check_int(where, n_jobs)
+    if not 1 <= n_jobs <= max_jobs():
+        raise InputError(f"{where} is {n_jobs}; use 1 to {max_jobs()} (this machine's CPU count)")
+    return n_jobs
+
+
+def n_columns(model: CircuitModel, level: str) -> int:
+    """Score columns of ``model`` at ``level``: its edges, or its senders (nodes)."""
+    return model.graph.n_edges if level == "edge" else model.graph.n_senders
+
+
+def check_work(model: CircuitModel, n: int, *, level: str, n_matrices: int = 1, positions: int | None = None,
+               n_resamples: int = 0, allow_large: bool = False) -> None:
+    """None; InputError (lifted by ``--allow-large``) when ``n`` examples would need more than the
+    limits allow: their prompts, ``n_matrices`` float32 score matrices [n, columns] and the
+    resampling weights [n_resamples, n] (int32 counts and a float64 copy)."""
+    check_count(n, MAX_EXAMPLES, "the number of examples", allow_large=allow_large)
+    cols = n_columns(model, level)
+    P = positions if positions is not None else min(int(model.cfg.n_ctx), 64)
+    nbytes = n * P * 8 * 3 + n_matrices * n * cols * 4 + n_resamples * n * 12
+    check_bytes(nbytes, f"{n:,} examples x {cols:,} {level}s ({n_matrices} score matrices, "
+                        f"{n_resamples:,} resamples)", allow_large=allow_large)
+
+
+def task_positions(name: str, options: dict) -> int | None:
+    """Prompt length of a built-in task before it is built (induction: BOS + 2 seq_len - 1), or None."""
+    if name != "induction":
+        return None
+    return 2 * check_int("task.options.seq_len", options.get("seq_len", 20), minimum=2)

@@ -1,17 +1,130 @@
 """The ``circuitstat`` command line.
 
-Exit codes: 0 success, 1 a check or claim failed, 2 bad input (one-line error naming the fix).
+Exit codes (one policy for every command):
+
+* 0  success;
+* 1  a check or claim failed (the run itself worked);
+* 2  bad input: a one-line ``error: ...`` on stderr naming the problem and the fix, and nothing
+     written (every option, spec and source is validated before a run directory is created);
+* 3  an internal error, i.e. a bug in circuitstat: the traceback and a line saying so;
+* 130 interrupted (Ctrl-C); rerunning the same command resumes from the finished stages.
 """
 
 from __future__ import annotations
 
+import enum
+import json
 import sys
+import traceback
+import typing
 from pathlib import Path
 
 import typer
+from typer.core import TyperGroup
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Statistical circuit discovery and stability audits of transformer language models.")
+from pipelines.spec import ABLATION, LEVEL, METHOD, METRIC
+
+EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def _choices(name: str, literal) -> type[enum.Enum]:
+    """A str Enum of a spec Literal's values, so ``--help`` lists them and typer refuses others."""
+    values = typing.get_args(literal)
+    return enum.Enum(name, {v: v for v in values}, type=str)
+
+
+Method = _choices("Method", METHOD)
+Level = _choices("Level", LEVEL)
+Ablation = _choices("Ablation", ABLATION)
+MetricName = _choices("MetricName", METRIC)
+DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+          "float16": "float16", "fp16": "float16"}
+DType = enum.Enum("DType", {k: k for k in DTYPES}, type=str)
+
+
+def user_error_message(exc: BaseException) -> str | None:
+    """The one-line message of a user-caused failure (bad input, paths, locks, an unreachable
+    scheduler), or None when ``exc`` is an internal error (a bug)."""
+    from pydantic import ValidationError
+
+    from circuits.errors import InputError
+
+    if isinstance(exc, InputError):
+        return str(exc)
+    if isinstance(exc, ValidationError):
+        errs = exc.errors()
+        return "invalid value: " + "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}" for e in errs[:5])
+    if isinstance(exc, OSError):
+        # FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, a full or
+        # read-only disk, a refused connection: the user's paths or environment, not a bug
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        what = exc.strerror or str(exc) or type(exc).__name__
+        return f"{where}{what}; check the path, its permissions and the free space"
+    if _is_run_error(exc):
+        return str(exc)
+    if isinstance(exc, (UnicodeDecodeError, json.JSONDecodeError)) or _is_arrow_error(exc):
+        # a user's file that is not what it claims to be (text, JSON, Parquet); contents not echoed
+        return f"a file could not be read ({type(exc).__name__}); check that it is the kind of file the option expects"
+    return None
+
+
+def _is_arrow_error(exc: BaseException) -> bool:
+    """True for pyarrow's errors reading a file (a Parquet of the wrong schema, a truncated one)."""
+    pa = sys.modules.get("pyarrow")
+    return pa is not None and isinstance(exc, pa.lib.ArrowException)
+
+
+def _is_run_error(exc: BaseException) -> bool:
+    """True for the run directory's refusals (a different spec, a lock held by another run)."""
+    from reports.lock import RunLockedError
+    from reports.rundir import RunDirError
+
+    return isinstance(exc, (RunDirError, RunLockedError))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class _Boundary(TyperGroup):
+    """The CLI's one error boundary: every command runs inside it, whether started by ``main()``
+    or by a test's CliRunner, and leaves with one of the documented exit codes."""
+
+    def invoke(self, ctx: typer.Context):
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, SystemExit):
+            raise
+        except typer.TyperException as exc:  # a bad option value (typer's usage errors): one line
+            _die(_usage_message(exc), EXIT_INPUT)
+        except (KeyboardInterrupt, typer.Abort):
+            _die("interrupted; rerun the same command to resume", EXIT_INTERRUPTED)
+        except Exception as exc:  # noqa: BLE001 - this is the boundary
+            message = user_error_message(exc)
+            if message is not None:
+                _die(message, EXIT_INPUT)
+            traceback.print_exc(file=sys.stderr)
+            _die(f"internal error (a bug in circuitstat, not in your input): {type(exc).__name__}: {exc}; "
+                 "please report it with the traceback above", EXIT_INTERNAL)
+
+
+def _usage_message(exc: Exception) -> str:
+    """One line for a usage error: click's message and where to read the command's help."""
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    ctx = getattr(exc, "ctx", None)
+    return f"{message} (see `{ctx.command_path} --help`)" if ctx is not None else message
+
+
+def _die(message: str, code: int) -> typing.NoReturn:
+    typer.echo(f"error: {_one_line(message)}", err=True)
+    raise typer.Exit(code)
+
+
+app = typer.Typer(cls=_Boundary, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Statistical circuit discovery and stability audits of transformer language models. "
+                       "Exit codes: 0 ok, 1 a check or claim failed, 2 bad input (one-line error), "
+                       "3 internal error (a bug), 130 interrupted.")
 
 
 @app.callback()
@@ -19,19 +132,32 @@ def _root() -> None:
     """Statistical circuit discovery and stability audits of transformer language models."""
 
 
-def fail(message: str, code: int = 2) -> None:
+def fail(message: str, code: int = EXIT_INPUT) -> None:
     """Print a one-line error and exit with ``code``."""
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
+    _die(message, code)
+
+
+ALLOW_PICKLE_HELP = "allow pickled weights (.bin/.pt): loading them can run code; only for sources you trust"
+ALLOW_LARGE_HELP = "lift the limits on memory and work (sizes from files are refused above them)"
+
+
+def _check_out(out: Path) -> None:
+    """InputError when ``out`` exists and is not a directory (checked before anything is loaded)."""
+    from circuits.errors import InputError
+
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file, not a directory; give a new or existing run directory")
 
 
 @app.command("model")
 def model_command(
     source: str = typer.Argument(..., help="model directory, cached hub id, or random:ARCH?key=value&..."),
-    n_inputs: int = typer.Option(4, "--n-inputs", help="random inputs for the logits check"),
-    length: int = typer.Option(16, "--length", help="tokens per random input"),
-    seed: int = typer.Option(0, "--seed"),
-    tolerance: float = typer.Option(1e-4, "--tolerance", help="max |logit difference| allowed"),
+    n_inputs: int = typer.Option(4, "--n-inputs", min=1, max=4096, help="random inputs for the logits check"),
+    length: int = typer.Option(16, "--length", min=1, help="tokens per random input (capped at the context)"),
+    seed: int = typer.Option(0, "--seed", min=0),
+    tolerance: float = typer.Option(1e-4, "--tolerance", min=0.0, help="max |logit difference| allowed"),
+    allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
+    allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
     """Describe a model and check CircuitModel logits against the Hugging Face model."""
     import torch
@@ -44,9 +170,9 @@ def model_command(
     path = Path(source)
     own = path.is_dir() and (path / "config.json").exists() and '"circuitstat"' in (path / "config.json").read_text()
     if own:
-        model, hf = load_model(source), None
+        model, hf = load_model(source, allow_pickle=allow_pickle, allow_large=allow_large), None
     else:
-        hf = load_hf(source)
+        hf = load_hf(source, allow_pickle=allow_pickle, allow_large=allow_large)
         model = from_hf(hf)
         model.source = source
     cfg, g = model.cfg, model.graph
@@ -77,15 +203,9 @@ def model_command(
         raise typer.Exit(1)
 
 
-DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-          "float16": "float16", "fp16": "float16"}
-
-
 def _torch_dtype(name: str):
     import torch
 
-    if name not in DTYPES:
-        fail(f"unknown dtype {name!r}; use float32, bfloat16 or float16")
     return getattr(torch, DTYPES[name])
 
 
@@ -93,27 +213,38 @@ def _torch_dtype(name: str):
 def attribute_command(
     model: str = typer.Option(..., "--model", help="model directory, cached hub id, or random:ARCH?..."),
     task: str = typer.Option("induction", "--task", help="induction, ioi, greater-than, or a .jsonl/.csv/.parquet file"),
-    method: str = typer.Option("eap", "--method", help="exact, eap, eap-ig-inputs, eap-ig-activations, clean-corrupted"),
-    level: str = typer.Option("edge", "--level", help="edge or node"),
-    ablation: str = typer.Option("counterfactual", "--ablation",
-                                 help="counterfactual, mean, mean-positional, zero, resample"),
-    metric: str | None = typer.Option(None, "--metric", help="logit_diff, prob_diff, kl, kl_mean, cross_entropy"),
-    n: int = typer.Option(64, "--n", help="number of examples"),
-    batch_size: int = typer.Option(16, "--batch-size"),
-    ig_steps: int = typer.Option(5, "--ig-steps", help="integration steps for EAP-IG"),
-    seed: int = typer.Option(0, "--seed"),
-    device: str = typer.Option("cpu", "--device"),
-    dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16 (scores accumulate in float32)"),
+    method: Method = typer.Option("eap", "--method", help="attribution method"),
+    level: Level = typer.Option("edge", "--level", help="score edges or nodes (senders)"),
+    ablation: Ablation = typer.Option("counterfactual", "--ablation", help="what a patched component carries"),
+    metric: MetricName | None = typer.Option(None, "--metric",
+                                             help="task metric (default: the task's own, logit_diff for most)"),
+    n: int = typer.Option(64, "--n", min=1, help="number of examples"),
+    batch_size: int = typer.Option(16, "--batch-size", min=1, max=4096,
+                                   help="examples per forward; does not change the scores"),
+    ig_steps: int = typer.Option(5, "--ig-steps", min=1, max=1000, help="integration steps for EAP-IG"),
+    seed: int = typer.Option(0, "--seed", min=0),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or mps"),
+    dtype: DType = typer.Option("float32", "--dtype", help="model weights' dtype (scores accumulate in float32)"),
     out: Path = typer.Option(..., "--out", help="run directory to write"),
     force: bool = typer.Option(False, "--force", help="recompute even if the directory holds a different spec"),
+    allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
+    allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
     """Per-example attribution scores: writes scores.parquet, edges.parquet and manifest.json."""
     from circuits import load_model
-    from circuits.attribution import attribute
-    from pipelines.build import build_task, resolve_source
+    from circuits.attribution import attribute, check_options
+    from pipelines.build import build_task, check_device, check_work, resolve_source, task_positions
     from reports.rundir import RunDir
 
-    m = load_model(resolve_source(model), device=device, dtype=_torch_dtype(dtype))
+    method, level, ablation, dtype = method.value, level.value, ablation.value, dtype.value
+    metric = None if metric is None else metric.value
+    # everything is validated before the run directory exists
+    _check_out(out)
+    check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
+    dev = check_device(device)
+    m = load_model(resolve_source(model), device=dev, dtype=_torch_dtype(dtype), allow_pickle=allow_pickle,
+                   allow_large=allow_large)
+    check_work(m, n, level=level, positions=task_positions(task, {}), allow_large=allow_large)
     t = build_task(m, task, n=n, seed=seed, metric=metric)
     spec = {"model": model, "task": task, "method": method, "level": level, "ablation": ablation,
             "metric": t.metric_name, "n": n, "batch_size": batch_size, "ig_steps": ig_steps, "seed": seed,
@@ -134,7 +265,7 @@ def attribute_command(
     mean = sm.mean()
     sd = sm.scores.std(0, ddof=1) if sm.n_examples > 1 else mean * 0
     top = abs(mean).argsort()[::-1][:10]
-    typer.echo(f"{method} scores for {len(sm.names)} {level}s on {sm.n_examples} examples -> {out}")
+    typer.echo(f"{method} scores ({sm.metric}) for {len(sm.names)} {level}s on {sm.n_examples} examples -> {out}")
     typer.echo(f"{'rank':>4}  {'mean':>10}  {'sd':>9}  name")
     for r, i in enumerate(top, 1):
         typer.echo(f"{r:>4}  {mean[i]:>10.4f}  {sd[i]:>9.4f}  {sm.names[i]}")
@@ -144,17 +275,22 @@ def attribute_command(
 def audit_command(
     spec: Path = typer.Argument(..., help="audit spec (YAML)"),
     out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
-    n_jobs: int | None = typer.Option(None, "--n-jobs", help="parallel workers (default: the spec's n_jobs)"),
+    n_jobs: int | None = typer.Option(None, "--n-jobs", min=1,
+                                      help="parallel workers, 1 to this machine's CPU count (default: the spec's)"),
     scheduler: str | None = typer.Option(None, "--scheduler", help="Dask scheduler ADDRESS, or 'local'"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
     report: bool = typer.Option(True, "--report/--no-report", help="write report.html at the end"),
+    allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
+    allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
     """Run a stability audit: attribution, CIs, stability vs k, faithfulness, approximation, heads."""
     from pipelines.audit import run_audit
     from pipelines.spec import load_spec
 
+    _check_out(out)
     parsed = load_spec(spec)  # validated before anything is created
-    run_audit(parsed, out, n_jobs=n_jobs, scheduler=scheduler, force=force)
+    run_audit(parsed, out, n_jobs=n_jobs, scheduler=scheduler, force=force, allow_pickle=allow_pickle,
+              allow_large=allow_large)
     typer.echo(f"audit written to {out}")
     if report:
         from reports.html import render_report
@@ -176,7 +312,7 @@ def report_command(
 @app.command("circuit")
 def circuit_command(
     run: Path = typer.Argument(..., help="run directory with scores (from attribute or audit)"),
-    k: int = typer.Option(..., "--k", help="number of edges"),
+    k: int = typer.Option(..., "--k", min=1, help="number of edges"),
     absolute: bool = typer.Option(False, "--absolute/--signed", help="rank by |score| or by signed score"),
     method: str | None = typer.Option(None, "--method", help="which method's scores in an audit run"),
     rule: str = typer.Option("top-k", "--rule", help="top-k or greedy"),
@@ -206,7 +342,7 @@ def circuit_command(
         typer.echo(f"written {json_out}")
 
 
-study_app = typer.Typer(no_args_is_help=True, help="Studies: where uncertainty comes from, head stability.")
+study_app = typer.Typer(cls=_Boundary, no_args_is_help=True, help="Studies: where uncertainty comes from, head stability.")
 app.add_typer(study_app, name="study")
 
 
@@ -227,15 +363,19 @@ _register()
 
 
 def main() -> None:
-    """Entry point: run the app, turning bad-input errors into one line and exit code 2."""
-    from reports.lock import RunLockedError
-    from reports.rundir import RunDirError
-
+    """Entry point: run the app; exits with the documented codes (see the module docstring)."""
+    command = typer.main.get_command(app)
     try:
-        app()  # usage errors exit 2 inside; our own errors propagate to here
-    except (ValueError, FileNotFoundError, RunDirError, RunLockedError) as exc:  # InputError is a ValueError
-        typer.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        code = command.main(prog_name="circuitstat", standalone_mode=False)
+    except typer.Exit as exc:
+        code = exc.exit_code
+    except typer.TyperException as exc:  # before any command runs: an unknown command or top-level option
+        typer.echo(f"error: {_one_line(_usage_message(exc))}", err=True)
+        code = EXIT_INPUT
+    except (KeyboardInterrupt, typer.Abort):
+        typer.echo("error: interrupted; rerun the same command to resume", err=True)
+        code = EXIT_INTERRUPTED
+    sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 
 if __name__ == "__main__":

@@ -59,11 +59,15 @@ def print_summary(run: Path, echo=typer.echo) -> None:
 
 def demo_command(
     out: Path = typer.Option(Path("runs/demo"), "--out", help="run directory"),
-    n_jobs: int = typer.Option(2, "--n-jobs", help="parallel workers"),
+    n_jobs: int | None = typer.Option(None, "--n-jobs", min=1,
+                                      help="parallel workers, 1 to this machine's CPU count (default: up to 2)"),
     quick: bool = typer.Option(False, "--quick", help="fewer examples and resamples"),
 ) -> None:
     """Train or reuse the zoo's attention-only models, audit their induction circuit, write the report."""
     from pipelines.audit import run_audit
+    from pipelines.build import check_n_jobs, max_jobs
+
+    n_jobs = check_n_jobs(min(2, max_jobs()) if n_jobs is None else n_jobs)
     from pipelines.zoo import ZOO_RECIPES, ZOO_SEEDS, default_zoo
     from reports.html import render_report
 

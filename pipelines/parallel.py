@@ -28,8 +28,7 @@ def backend(n_jobs: int = 1, scheduler: str | None = None) -> Iterator[int]:
         raise InputError("--scheduler needs Dask distributed, which is not installed: "
                          "pip install 'circuitstat[dask]' (or dask[distributed])") from e
 
-    client = Client(scheduler) if scheduler != "local" else Client(n_workers=max(1, n_jobs), threads_per_worker=1,
-                                                                     processes=True, dashboard_address=None)
+    client = _connect(Client, scheduler, n_jobs)
     try:
         with joblib.parallel_config(backend="dask"):
             yield max(1, len(client.scheduler_info().get("workers", {})) or n_jobs)
@@ -37,20 +36,56 @@ def backend(n_jobs: int = 1, scheduler: str | None = None) -> Iterator[int]:
         client.close()
 
 
-def _single_threaded(fn: Callable, *args: Any) -> Any:
-    """fn(*args) with one torch thread, restored afterwards.
+def _connect(Client, scheduler: str, n_jobs: int):
+    """A Dask client for ``scheduler`` ('local' starts n_jobs single-threaded workers); InputError
+    when the address is malformed or nothing answers there."""
+    from circuits.errors import InputError
 
-    Every chunk runs single-threaded wherever it runs (here, a joblib worker or a Dask worker),
-    so floating-point reductions, and hence the tables, are the same for any n_jobs.
+    if scheduler == "local":
+        return Client(n_workers=max(1, n_jobs), threads_per_worker=1, processes=True, dashboard_address=None)
+    try:
+        return Client(scheduler, timeout=CONNECT_TIMEOUT_S)
+    except (OSError, ValueError, TypeError) as e:  # timeouts are OSErrors; a malformed address a ValueError
+        raise InputError(f"cannot reach the Dask scheduler at {scheduler!r} ({type(e).__name__}); check the "
+                         "address (tcp://HOST:PORT) and that the scheduler runs, or use --scheduler local") from None
+
+
+CONNECT_TIMEOUT_S = 10
+"""Seconds to wait for a Dask scheduler before the run is refused."""
+
+
+@contextlib.contextmanager
+def single_threaded() -> Iterator[None]:
+    """Context with one torch thread and one BLAS/OpenMP thread (threadpoolctl), restored afterwards.
+
+    Every stage and chunk runs single-threaded wherever it runs (here, a joblib worker or a Dask
+    worker): floating-point reductions, and hence the tables, are the same for any n_jobs, and
+    workers on a busy machine do not oversubscribe its cores.
     """
     import torch
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return fn(*args)
+        with _blas_one_thread():
+            yield
     finally:
         torch.set_num_threads(before)
+
+
+def _blas_one_thread():
+    """threadpoolctl's one-thread limit on BLAS/OpenMP pools (numpy, scipy); a no-op without it."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # an optional dependency (scikit-learn brings it); torch is pinned regardless
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1)
+
+
+def _single_threaded(fn: Callable, *args: Any) -> Any:
+    """fn(*args) inside :func:`single_threaded`."""
+    with single_threaded():
+        return fn(*args)
 
 
 def run_chunks(fn: Callable, chunks: Sequence[Any], n_jobs: int = 1, *args: Any) -> list:

@@ -12,6 +12,7 @@ head stability across them.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -23,6 +24,12 @@ from .yamlio import read_yaml_strict
 
 METHOD = Literal["exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted"]
 ABLATION = Literal["counterfactual", "mean", "mean-positional", "zero", "resample"]
+LEVEL = Literal["edge", "node"]
+METRIC = Literal["logit_diff", "prob_diff", "kl", "kl_mean", "cross_entropy"]
+DTYPE = Literal["float32", "bfloat16", "float16"]
+DEVICE_PATTERN = re.compile(r"cpu|cuda(:\d+)?|mps")
+RESERVED_TASK_OPTIONS = ("n", "seed", "metric", "tokenizer")
+"""Task settings with their own spec key (task.n, task.seed, task.metric): never in task.options."""
 
 
 class _Strict(BaseModel):
@@ -47,7 +54,15 @@ class _RunOptions(_Strict):
     seed: int = Field(0, ge=0)
     n_jobs: int = Field(1, ge=1, le=256)
     device: str = "cpu"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: DTYPE = "float32"
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        # availability (CUDA on this machine) is checked when the run starts, before anything is written
+        if not DEVICE_PATTERN.fullmatch(v):
+            raise ValueError("must be cpu, cuda, cuda:N or mps")
+        return v
 
 
 class TaskSpec(_Strict):
@@ -56,8 +71,16 @@ class TaskSpec(_Strict):
     name: str = "induction"
     n: int = Field(64, ge=2, le=1_000_000)
     seed: int = Field(0, ge=0)
-    metric: Literal["logit_diff", "prob_diff", "kl", "kl_mean", "cross_entropy"] | None = None
+    metric: METRIC | None = None
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("options")
+    @classmethod
+    def _no_reserved(cls, v: dict[str, Any]) -> dict[str, Any]:
+        clash = [k for k in RESERVED_TASK_OPTIONS if k in v]
+        if clash:
+            raise ValueError(f"{', '.join(clash)} cannot be an option; set task.{clash[0]} instead")
+        return v
 
 
 class BootstrapSpec(_Strict):
@@ -86,7 +109,7 @@ class AuditSpec(_RunOptions):
     models: list[str] | None = None
     task: TaskSpec = TaskSpec()
     methods: list[METHOD] = Field(default_factory=lambda: ["exact", "eap"], min_length=1)
-    level: Literal["edge", "node"] = "edge"
+    level: LEVEL = "edge"
     ablation: ABLATION = "counterfactual"
     ig_steps: int = Field(5, ge=1, le=1000)
     bootstrap: BootstrapSpec = BootstrapSpec()

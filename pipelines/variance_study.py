@@ -625,17 +625,37 @@ def run_variance_study(spec: VarianceSpec, out: str | Path, n_jobs: int | None =
 
     from reports.rundir import RunDir
 
+    from .build import check_device, check_n_jobs
+
     out = Path(out)
-    n_jobs = n_jobs or spec.n_jobs
+    n_jobs = check_n_jobs(spec.n_jobs if n_jobs is None else n_jobs, "--n-jobs" if n_jobs is not None else "n_jobs")
     torch.use_deterministic_algorithms(True, warn_only=True)
     spec_doc = spec.model_dump()
     box: dict = {}
+    if scorer is None:
+        check_device(spec.device)
     sc = scorer if scorer is not None else ModelScorer(spec, lambda name: box["run"].stage_seed(name))
+    check_study(spec, sc)  # before the run directory exists
     with RunDir(out, spec=spec_doc, command=sys.argv, seed=spec.seed,
                 provenance=getattr(sc, "provenance", {"scores": "user scorer"})) as run:
         box["run"] = run
         _Study(spec, run, sc, n_jobs, force).execute()
     return out
+
+
+def check_study(spec: VarianceSpec, scorer) -> None:
+    """None; InputError when k is not below the number of columns, when the clusters scheme meets a
+    task without groups, or when the study's score matrices would exceed the memory limit."""
+    from circuits.limits import check_bytes
+
+    from .audit import check_scheme
+
+    E = len(scorer.names)
+    if spec.k[-1] >= E:
+        raise InputError(f"k={spec.k[-1]} is not below the number of {spec.level}s ({E}); use smaller k")
+    check_scheme(spec.bootstrap.scheme, scorer.groups(0), spec.task.name)
+    n_matrices = len(spec.sources) * spec.counterfactual.n_draws * len(spec.estimator_levels()) + spec.dataset.n_fresh
+    check_bytes(n_matrices * scorer.n_obs(0) * E * 4.0, f"the study's {n_matrices} score matrices")
 
 
 class _Study:
@@ -648,8 +668,6 @@ class _Study:
         self.levels = [lab for lab, _, _ in spec.estimator_levels()]
         self.S_models = len(spec.sources)
         self.C = spec.counterfactual.n_draws
-        if spec.k[-1] >= self.E:
-            raise InputError(f"k={spec.k[-1]} is not below the number of {spec.level}s ({self.E}); use smaller k")
         self.ks = list(spec.k)
         self.K = self.ks[-1]
         self.cl = spec.bootstrap.confidence_level
@@ -674,13 +692,15 @@ class _Study:
                                self.run.stage_seed(f"resampling_d{dataset}"), for_intervals=True)
 
     def stage(self, name, fn, outputs, params, deps):
-        return self.run.stage(name, fn, outputs, params=params, depends_on=deps, force=self.force)
+        from .audit import run_stage
+
+        return run_stage(self.run, name, fn, outputs, params=params, depends_on=deps, force=self.force)
 
     def execute(self) -> None:
-        spec, run = self.spec, self.run
+        spec = self.spec
         index = "edges" if spec.level == "edge" else "nodes"
-        run.stage("index", lambda: {index: self.sc.index_table}, [index],
-                  params={"names_sha": _names_hash(self.names)}, force=self.force)
+        self.stage("index", lambda: {index: self.sc.index_table}, [index], {"names_sha": _names_hash(self.names)},
+                   [])
         from tqdm.auto import tqdm
 
         keys = self.keys()
@@ -994,7 +1014,8 @@ def _names_hash(names: list[str]) -> str:
 def study_variance_command(
     spec: Path = typer.Argument(..., help="variance-study spec (YAML)"),
     out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
-    n_jobs: Optional[int] = typer.Option(None, "--n-jobs", help="parallel workers (default: the spec's n_jobs)"),
+    n_jobs: Optional[int] = typer.Option(None, "--n-jobs", min=1,
+                                         help="parallel workers, 1 to this machine's CPU count (default: the spec's)"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
     report: bool = typer.Option(True, "--report/--no-report", help="write report.html at the end"),
 ) -> None:
