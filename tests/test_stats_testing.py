@@ -66,3 +66,18 @@ def test_resampling_pvalue_floor():
     assert resampling_pvalue(null, -100.0, "greater") == pytest.approx(1.0)
     p = resampling_pvalue(np.stack([null, null + 5]), np.array([0.0, 0.0]), "less")
     assert p.shape == (2,) and p[1] == pytest.approx(1 / 1000)
+
+
+@pytest.mark.parametrize("alternative", ["two-sided", "less", "greater"])
+def test_interval_test_of_the_t_interval_is_the_t_test(alternative):
+    from stats.intervals import bootstrap_edges
+    from stats.testing import interval_test_edges
+
+    rng = np.random.default_rng(4)
+    S = rng.standard_t(3, (30, 50)) + np.linspace(-0.8, 0.8, 50)
+    boot = bootstrap_edges(S, n_resamples=50, seed=0, method="t", alternative=alternative)
+    got = interval_test_edges(boot, correction="by", alpha=0.1)
+    ref = t_test_edges(S, alternative=alternative, correction="by", alpha=0.1)
+    np.testing.assert_allclose(got.pvalue, ref.pvalue, rtol=1e-10, atol=1e-300)
+    np.testing.assert_array_equal(got.reject, ref.reject)
+    assert 0 < got.reject.sum() < 50

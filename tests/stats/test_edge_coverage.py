@@ -212,3 +212,35 @@ def test_spiky_population_null_rate_and_known_shortfall_n64():
     bca = _covered(res, pop.mean(0), d, e, "bca")
     assert cov[:, ~null].mean() >= bca[:, ~null].mean() + 0.03
 
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_studentized_results_do_not_depend_on_chunks_or_workers(small, n_jobs):
+    plan = ResamplingPlan.bootstrap(small.shape[0], 300, seed=6)
+    ms = ["studentized", "t", "percentile"]
+    ref = bootstrap_edges(small, plan, methods=ms)
+    for chunk in (1, 2):
+        got = bootstrap_edges(small, plan, methods=ms, chunk_size=chunk, n_jobs=n_jobs)
+        # BLAS may sum a 1-row product in another order than a 5-row one: equal to rounding
+        for m in ref.intervals:
+            np.testing.assert_allclose(got.intervals[m].low, ref.intervals[m].low, rtol=1e-12)
+            np.testing.assert_allclose(got.intervals[m].high, ref.intervals[m].high, rtol=1e-12)
+            np.testing.assert_allclose(got.pvalues[m], ref.pvalues[m], rtol=1e-9)
+        np.testing.assert_array_equal(got.tail_share, ref.tail_share)
+
+
+def test_poisson_weights_studentize_with_each_resamples_own_size(small):
+    plan = ResamplingPlan.poisson(small.shape[0], 200, seed=2)
+    res = bootstrap_edges(small, plan, method="studentized", confidence_level=0.8)
+    n, theta = small.shape[0], small.mean(0)
+    w = plan.counts.astype(np.float64)
+    tstar = []
+    for b in range(plan.n_resamples):  # weighted mean and ddof=1 SE over the T_b drawn rows
+        r = np.repeat(small, plan.counts[b], axis=0)
+        tstar.append((r.mean(0) - theta) / (r.std(0, ddof=1) / np.sqrt(w[b].sum())))
+    tstar = np.array(tstar)
+    se = small.std(0, ddof=1) / np.sqrt(n)
+    np.testing.assert_allclose(res.confidence_interval.low,
+                               theta - np.quantile(tstar, 0.9, axis=0) * se, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(res.confidence_interval.high,
+                               theta - np.quantile(tstar, 0.1, axis=0) * se, rtol=0, atol=1e-10)
