@@ -127,6 +127,18 @@ def _check_own_config(data: dict, where: str, allow_large: bool) -> ModelConfig:
     d_mlp = data.get("d_mlp", 0)
     if isinstance(d_mlp, bool) or not isinstance(d_mlp, int) or d_mlp < 0:
         raise InputError(f"{where}: d_mlp must be a non-negative integer; fix d_mlp")
+    for key in ("n_kv_heads", "rotary_dim"):
+        _positive_int(data.get(key), key, where, optional=True)
+    for key in ("norm_eps", "rotary_base"):
+        v = data.get(key, 1.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise InputError(f"{where}: {key} must be a non-negative number; fix {key}")
+    for key in ("parallel", "tied_embeddings"):
+        if not isinstance(data.get(key, False), bool):
+            raise InputError(f"{where}: {key} must be true or false; fix {key}")
+    for key in ("norm", "positional", "mlp", "act", "arch"):
+        if not isinstance(data.get(key, ""), str):
+            raise InputError(f"{where}: {key} must be a string; fix {key}")
     n = circuit_parameters(L, H, D, E, d_mlp, V, P)
     check_bytes(n * 4, f"{where} ({n:,} parameters)", allow_large=allow_large)
     try:
@@ -205,10 +217,30 @@ def random_hf_model(source: str, *, allow_large: bool = False):
         torch.manual_seed(seed)
         model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager",
                                                               trust_remote_code=False)
-    except (TypeError, ValueError, AttributeError, KeyError) as e:
+    except _CONFIG_ERRORS as e:
         # transformers' own check of a config value (an unknown activation, a bad rope setting)
-        raise InputError(f"invalid config value in {source!r} ({type(e).__name__}); fix the spec") from None
+        raise InputError(f"invalid config value{_field(e, valid)} in {source!r}; fix the spec") from None
     return model.eval()
+
+
+def _config_errors() -> tuple[type[BaseException], ...]:
+    """Exception types transformers raises for a bad config value (its configs are strict dataclasses)."""
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:  # pragma: no cover - older huggingface_hub
+        return (TypeError, ValueError, AttributeError, KeyError, IndexError)
+    return (TypeError, ValueError, AttributeError, KeyError, IndexError, StrictDataclassError)
+
+
+_CONFIG_ERRORS = _config_errors()
+
+
+def _field(exc: BaseException, known) -> str:
+    """`` for key K`` when ``exc`` names a known config key K (never text from a file), else ''."""
+    import re
+
+    m = re.search(r"field '([A-Za-z0-9_]+)'", str(exc))
+    return f" for key {m.group(1)}" if m and m.group(1) in known else ""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -288,8 +320,12 @@ def _check_weight_shapes(config, shapes: dict[str, tuple[int, ...]], where: Path
     """InputError when a stored tensor's shape differs from what the config builds."""
     import transformers
 
-    with torch.device("meta"):
-        skeleton = transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+    try:
+        with torch.device("meta"):  # shapes only: nothing is allocated
+            skeleton = transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+    except _CONFIG_ERRORS as e:
+        raise InputError(f"{where / 'config.json'}: transformers cannot build a model from it ({type(e).__name__}); "
+                         "fix config.json") from None
     expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
     prefix = getattr(skeleton, "base_model_prefix", "")
     for name, shape in shapes.items():
@@ -332,12 +368,12 @@ def _hf_from_dir(path: Path, *, allow_pickle: bool, allow_large: bool):
     """The HF model in directory ``path``, validated before and after loading (eval mode)."""
     import transformers
 
-    _, files = _validate_hf_dir(path, allow_pickle=allow_pickle, allow_large=allow_large)
+    doc, files = _validate_hf_dir(path, allow_pickle=allow_pickle, allow_large=allow_large)
     try:
         config = transformers.AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
-    except (OSError, TypeError, ValueError, KeyError, AttributeError) as e:
-        raise InputError(f"{path / 'config.json'}: transformers refused the config ({type(e).__name__}); "
-                         "fix config.json") from None
+    except (OSError, *_CONFIG_ERRORS) as e:
+        known = transformers.AutoConfig.for_model(doc["model_type"]).to_dict()
+        raise InputError(f"{path / 'config.json'}: invalid config value{_field(e, known)}; fix config.json") from None
     if files:
         _check_weight_shapes(config, safetensors_shapes(files), path)
     try:

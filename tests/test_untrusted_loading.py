@@ -49,8 +49,21 @@ class _WritesMarker:
 
 
 def _plant_pickle(path: Path, marker: Path) -> None:
+    """A torch checkpoint (pickle inside torch's zip format) that writes ``marker`` when loaded."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pickle.dumps({"model": _WritesMarker(marker), "step": 1, "note": SECRET}))
+    torch.save({"model": _WritesMarker(marker), "step": 1, "note": SECRET}, path)
+
+
+def test_planted_pickle_runs_code_when_unpickled(tmp_path):
+    """The adversary of these tests is real: loading its file the old way runs its code."""
+    marker = tmp_path / "MARKER"
+    _plant_pickle(tmp_path / "checkpoint.pt", marker)
+    torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    assert marker.read_text() == "code ran"
+    marker.unlink()
+    (tmp_path / "raw.pkl").write_bytes(pickle.dumps(_WritesMarker(marker)))
+    pickle.loads((tmp_path / "raw.pkl").read_bytes())
+    assert marker.exists()
 
 
 def _one_line(exc) -> str:
