@@ -236,28 +236,50 @@ def _spiky(P, E, seed):
 
 @pytest.mark.slow
 def test_selection_aware_interval_covers_the_selected_circuits_population_faithfulness():
+    # Estimand: f_pop(C(D)), the population faithfulness of the top-k circuit selected from the
+    # dataset's N prompts; exactly computable in the additive model. The method was chosen on the
+    # zoo fixture and another spiky generator; this population was not used to choose it.
+    # Measured on it (800 datasets): 0.91 / 0.90 at N = 40 and 0.91 / 0.93 at N = 64 (k = 4 / 8), so
+    # the lower bound is the 0.90 target less ~2.5 Monte Carlo SEs of 1000 datasets.
     pop = _spiky(3000, 40, seed=2024)
     mu = pop.mean(0)
-    ks, reps = [4, 8], 300
+    ks, reps, n = [4, 8], 1000, 64
     rng = np.random.default_rng(1)
-    hit = {"selected": np.zeros((2, len(ks))), "fixed": np.zeros((2, len(ks)))}
-    for i, n in enumerate((40, 96)):
-        for _ in range(reps):
-            X = pop[rng.integers(0, len(pop), n)]
-            ev = _additive(X, rng.normal(0, 1, n))
-            res = selection_aware_faithfulness(X, ev, ks, ranking="signed", seed=int(rng.integers(2**32)))
-            order = topk_indices(X.mean(0), max(ks), "signed")
-            truth = np.array([mu[order[:k]].sum() / mu.sum() for k in ks])  # f_pop of the selected circuit
-            lo, hi = res.conf_int().T
-            hit["selected"][i] += (lo <= truth) & (truth <= hi)
-            masks = np.zeros((len(ks), X.shape[1]), dtype=bool)
-            for j, k in enumerate(ks):
-                masks[j, order[:k]] = True
-            fx = fixed_circuit_interval(*ev(masks, np.arange(n)), ResamplingPlan.bootstrap(n, 400, int(rng.integers(2**32))),
-                                        method="percentile")
-            lo, hi = fx.conf_int().T
-            hit["fixed"][i] += (lo <= truth) & (truth <= hi)
+    hit = {"selected": np.zeros(len(ks)), "fixed": np.zeros(len(ks))}
+    for _ in range(reps):
+        X = pop[rng.integers(0, len(pop), n)]
+        ev = _additive(X, rng.normal(0, 1, n))
+        res = selection_aware_faithfulness(X, ev, ks, ranking="signed", seed=int(rng.integers(2**32)))
+        order = topk_indices(X.mean(0), max(ks), "signed")
+        truth = np.array([mu[order[:k]].sum() / mu.sum() for k in ks])
+        lo, hi = res.conf_int().T
+        hit["selected"] += (lo <= truth) & (truth <= hi)
+        masks = np.zeros((len(ks), X.shape[1]), dtype=bool)
+        for j, k in enumerate(ks):
+            masks[j, order[:k]] = True
+        fx = fixed_circuit_interval(*ev(masks, np.arange(n)), ResamplingPlan.bootstrap(n, 200, int(rng.integers(2**32))),
+                                    method="percentile")
+        lo, hi = fx.conf_int().T
+        hit["fixed"] += (lo <= truth) & (truth <= hi)
     cover = hit["selected"] / reps
-    assert ((cover >= 0.90) & (cover <= 0.995)).all(), cover
-    # the fixed-circuit interval, read as this estimand, misses it more often
-    assert (hit["fixed"] < hit["selected"]).all(), (hit["fixed"] / reps, cover)
+    assert ((cover >= 0.875) & (cover <= 0.995)).all(), cover
+    # the fixed-circuit interval, read as this estimand, misses it clearly more often
+    assert (hit["fixed"] / reps < cover - 0.03).all(), (hit["fixed"] / reps, cover)
+
+
+def test_grouped_crossfit_keeps_every_template_on_one_side_of_each_split():
+    rng = np.random.default_rng(8)
+    groups = np.repeat(np.arange(12), rng.integers(2, 7, 12))
+    n = groups.size
+    X = rng.normal(np.linspace(1, 0, 10), 1.0, (n, 10))
+    seen = []
+
+    def evaluate(masks, rows):
+        seen.append(rows)
+        return _additive(X, np.zeros(n))(masks, rows)
+
+    selection_aware_faithfulness(X, evaluate, [3], ranking="signed", n_folds=3, n_repeats=2, seed=0, groups=groups)
+    assert seen and all(np.isin(groups, groups[r]).sum() == r.size for r in seen)  # whole groups only
+    with pytest.raises(InputError, match="at least 4 examples"):
+        selection_aware_faithfulness(X, evaluate, [3], ranking="signed", n_folds=3, seed=0,
+                                     groups=np.r_[np.zeros(n - 2, int), 1, 2])
