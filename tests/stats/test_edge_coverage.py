@@ -171,29 +171,30 @@ def _report(name, cov, rel, fpr=None):
 
 
 @pytest.mark.slow
-def test_default_interval_covers_on_spike_free_heavy_tails_n64():
+@pytest.mark.parametrize("n,n_datasets", [(64, 400), (128, 200)])
+def test_default_interval_covers_on_spike_free_heavy_tails(n, n_datasets):
     pop, null = smooth_tail_population(4096, 60, seed=12, return_null=True)
-    res, d, e = _simulate(pop, 64, 400, seed=64)
+    res, d, e = _simulate(pop, n, n_datasets, seed=n)
     cov = _covered(res, pop.mean(0), d, e)
     rel = res.reliable.reshape(d, e)
     fpr = 1 - cov[:, null].mean()
-    _report("smooth-tail N=64", cov[:, ~null], rel[:, ~null], fpr)
+    _report(f"smooth-tail N={n}", cov[:, ~null], rel[:, ~null], fpr)
     assert 0.93 <= cov[:, ~null][rel[:, ~null]].mean() <= 0.985
     assert 0.01 <= fpr <= 0.07
 
 
 @pytest.mark.slow
-def test_default_interval_covers_on_real_zoo_scores_n64(zoo):
-    res, d, e = _simulate(zoo, 64, 300, seed=640)
+@pytest.mark.parametrize("n,n_datasets", [(64, 300), (128, 150)])
+def test_default_interval_covers_on_real_zoo_scores(zoo, n, n_datasets):
+    res, d, e = _simulate(zoo, n, n_datasets, seed=10 * n)
     cov = _covered(res, zoo.mean(0), d, e)
     rel = res.reliable.reshape(d, e)
-    _report("zoo N=64", cov, rel)
+    _report(f"zoo N={n}", cov, rel)
     assert 0.93 <= cov[rel].mean() <= 0.985
-    # the same scores centred: every edge is null, with the zoo's own tails and skew
-    null = zoo - zoo.mean(0)
-    res0, d, e = _simulate(null, 64, 300, seed=641)
-    fpr = 1 - _covered(res0, 0.0, d, e).mean()
-    assert 0.01 <= fpr <= 0.07
+    # Centring every edge (zoo - zoo.mean(0)) makes all edges null with the zoo's own tails and
+    # skew; the intervals are location-equivariant, so on the same draws the null edges' rate
+    # of excluding 0 is exactly this non-coverage.
+    assert 0.01 <= 1 - cov.mean() <= 0.07
 
 
 @pytest.mark.slow
