@@ -15,7 +15,7 @@ from stats.stability import (chance_jaccard, circuit_stability, nogueira_stabili
                              rank_biased_overlap, selection_error_bounds, topk_indices)
 from circuits.errors import InputError
 from stats.resampling import nested_bootstrap
-from stats.stability_data import _outer_statistics
+from stats.stability_data import _outer_statistics, _split_statistics, split_counts
 from stats.topk import row_seeds, tie_priorities, topk
 
 KS = [3, 10, 40]
@@ -232,7 +232,8 @@ def test_topk_equals_brute_force_sort_with_its_priorities():
                 t = key[r, order[k - 1]]
                 assert got.threshold[r] == t
                 assert got.n_tied_at_cutoff[r] == np.sum(key[r] == t)
-                assert got.n_tied_excluded[r] == np.sum(key[r] == t) - np.sum(key[r, order[:k]] == t)
+                kept = np.sum(key[r, order[:k]] == t)
+                assert got.n_tied_excluded[r] == np.sum(key[r] == t) - kept
     one = topk(X[0], 5, ranking="signed", seed=11)
     np.testing.assert_array_equal(one.indices, topk(X[:1], 5, ranking="signed", seed=11).indices[0])
     with pytest.raises(ValueError, match="k must lie"):
@@ -268,10 +269,11 @@ def test_topk_ties_chosen_uniformly():
 @pytest.mark.parametrize("ranking", ["signed", "absolute"])
 def test_chunk_size_and_jobs_invariance(setup, ranking):
     S, plan, R, _ = setup
-    ref = circuit_stability(S, plan, KS, ranking=ranking, n_rank_resamples=6)
+    small = dict(n_outer=50, n_inner=10)  # data-level columns are compared too
+    ref = circuit_stability(S, plan, KS, ranking=ranking, n_rank_resamples=6, **small)
     for chunk, jobs in [(1, 1), (17, 2), (50, 1)]:
         got = circuit_stability(S, plan, KS, ranking=ranking, n_rank_resamples=6,
-                                chunk_size=chunk, n_jobs=jobs)
+                                chunk_size=chunk, n_jobs=jobs, **small)
         np.testing.assert_array_equal(got.inclusion_counts, ref.inclusion_counts)
         for c, v in ref.per_k.items():
             np.testing.assert_array_equal(got.per_k[c], v)
@@ -392,8 +394,15 @@ def test_data_level_columns_intervals_and_estimands(setup):
         est, bias, se = pk[name], pk[f"{name}_bias"], pk[f"{name}_se"]
         z = stats.norm.ppf(0.975)
         lb = -1.0 if name == "phi_data" else 0.0
-        # bias-bounded: both the plug-in and the bias-corrected value, each +- z se
-        np.testing.assert_allclose(lo, np.clip(np.minimum(est, est - bias) - z * se, lb, 1))
+        # bracketed: the plug-in, the bias-corrected value and (where there is one) the
+        # split-half extrapolation, each +- z se
+        low_end = np.minimum(est, est - bias)
+        if name != "jaccard_pop":
+            low_end = np.minimum(low_end, pk[f"{name}_split"])
+        low = np.clip(low_end - z * se, lb, 1)
+        if name == "jaccard_pop":  # bounded below by the data-level interval too
+            low = np.minimum(low, pk["jaccard_data_ci_low"])
+        np.testing.assert_allclose(lo, low)
         np.testing.assert_allclose(hi, np.clip(np.maximum(est, est - bias) + z * se, lb, 1))
         assert (se > 0).all() and (lo <= hi).all()
     # data-level intervals are wider than the Monte Carlo ones they replace as the claimable bound
@@ -409,8 +418,8 @@ def test_data_level_refusals_and_skips():
     S = rng.standard_normal((12, 30))
     few = circuit_stability(S, None, [5], ranking="signed", n_resamples=50, seed=1)
     assert np.isnan(few.per_k["jaccard_data_ci_low"]).all()
-    assert not few.params["data_level"]["computed"] and "at least 20" in few.summary()
-    with pytest.raises(InputError, match="at least 20 examples"):
+    assert not few.params["data_level"]["computed"] and "at least 32" in few.summary()
+    with pytest.raises(InputError, match="at least 32 examples"):
         circuit_stability(S, None, [5], ranking="signed", n_resamples=50, seed=1, data_level=True)
     S = rng.standard_normal((40, 30))
     with pytest.raises(InputError, match="at least 50 outer"):
@@ -421,3 +430,23 @@ def test_data_level_refusals_and_skips():
     with pytest.raises(InputError, match="ordinary bootstrap"):
         circuit_stability(S, sub, [5], ranking="signed", data_level=True)
     assert np.isnan(circuit_stability(S, sub, [5], ranking="signed").per_k["phi_data"]).all()
+
+
+def test_split_counts_and_split_statistics_against_brute_force():
+    counts = split_counts(22, 5, seed=1).reshape(5, 6, 22)
+    assert (counts.sum(2) == [11, 11, 5, 5, 5, 5]).all()
+    assert (counts[:, 0] + counts[:, 1] <= 1).all()  # disjoint halves
+    assert (counts[:, 2:].sum(1) <= 1).all()  # disjoint quarters
+    rng = np.random.default_rng(8)
+    n_splits, E, k = 4, 20, 5
+    idx = np.stack([rng.permutation(E)[:k] for _ in range(n_splits * 6)])
+    jh, ph, jq, pq = _split_statistics(idx, n_splits, k, E)
+    sets = [set(r) for r in idx.reshape(n_splits, 6, k).reshape(-1, k).tolist()]
+    sets = [sets[6 * s:6 * s + 6] for s in range(n_splits)]
+    jac = lambda a, b: len(a & b) / len(a | b)  # noqa: E731
+    kun = lambda a, b: (len(a & b) * E - k * k) / (k * (E - k))  # noqa: E731
+    pairs = [(a, b) for a in range(2, 6) for b in range(a + 1, 6)]
+    assert jh == pytest.approx(np.mean([jac(s[0], s[1]) for s in sets]))
+    assert ph == pytest.approx(np.mean([kun(s[0], s[1]) for s in sets]))
+    assert jq == pytest.approx(np.mean([jac(s[a], s[b]) for s in sets for a, b in pairs]))
+    assert pq == pytest.approx(np.mean([kun(s[a], s[b]) for s in sets for a, b in pairs]))

@@ -19,7 +19,8 @@ N, K, E, N_DATASETS = 64, 10, 60, 150
 
 
 def _truth(pop, n, k, n_pairs, seed):
-    """Monte Carlo E[Jaccard] of the top-k of two independent size-n datasets, and to the population."""
+    """Monte Carlo E[Jaccard] of the top-k of two independent size-n datasets, and to the
+    population's top-k."""
     rng = np.random.default_rng(seed)
     m1 = pop[rng.integers(0, pop.shape[0], (n_pairs, n))].mean(axis=1)
     m2 = pop[rng.integers(0, pop.shape[0], (n_pairs, n))].mean(axis=1)
@@ -39,8 +40,8 @@ def test_data_level_jaccard_interval_covers_on_an_unseen_population():
     rows = draw_datasets(pop, N, N_DATASETS, seed=7)
     est, lo, hi, mc_lo, mc_hi = (np.empty(N_DATASETS) for _ in range(5))
     for i, r_i in enumerate(rows):
-        r = circuit_stability(pop[r_i], None, [K], ranking="absolute", n_resamples=200, seed=100 + i,
-                              n_rank_resamples=0, n_outer=60, n_inner=15)
+        r = circuit_stability(pop[r_i], None, [K], ranking="absolute", n_resamples=200,
+                              seed=100 + i, n_rank_resamples=0, n_outer=60, n_inner=15)
         est[i] = r.per_k["jaccard_data"][0]
         lo[i], hi[i] = (v[0] for v in r.conf_int("jaccard_data"))
         mc_lo[i], mc_hi[i] = (v[0] for v in r.conf_int("jaccard"))
