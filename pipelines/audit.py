@@ -40,7 +40,8 @@ def attribution_scores(model, task, method: str, spec: AuditSpec, n_jobs: int):
 
     n = task.clean.shape[0]
     t0 = time.perf_counter()
-    parts = run_chunks(_attribute_rows, _chunks(n, spec.batch_size, n_jobs), n_jobs, model, task, method, spec)
+    parts = run_chunks(_attribute_rows, _chunks(n, spec.batch_size, n_jobs), n_jobs, model, task, method, spec,
+                       desc=f"{method} scores")
     params = {"batch_size": spec.batch_size, "seed": spec.seed, "max_rows": 256}
     if method.startswith("eap-ig"):
         params["ig_steps"] = spec.ig_steps
@@ -116,7 +117,8 @@ def faithfulness_table(model, task, S: np.ndarray, method: str, ks: list[int], p
     mean = S.astype(np.float64).sum(0) / S.shape[0]
     res = faithfulness_curve(model, task, mean.astype(np.float32), absolute=spec.ranking == "absolute", ks=ks,
                              fractions=None, prune=False, ablation=spec.ablation, seed=spec.seed,
-                             batch_size=spec.batch_size, progress=False, level=getattr(spec, "level", "edge"))
+                             batch_size=spec.batch_size, progress=sys.stderr.isatty(),
+                             level=getattr(spec, "level", "edge"))
     W = plan.counts.astype(np.float64)  # [B, N] resample weights
     tot = W.sum(1, keepdims=True)
     mc = (W @ res.m_circuit.astype(np.float64)) / tot  # [B, C]

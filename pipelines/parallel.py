@@ -88,12 +88,16 @@ def _single_threaded(fn: Callable, *args: Any) -> Any:
         return fn(*args)
 
 
-def run_chunks(fn: Callable, chunks: Sequence[Any], n_jobs: int = 1, *args: Any) -> list:
-    """[fn(chunk, *args) for chunk in chunks], in order, in parallel when n_jobs > 1 or under Dask."""
+def run_chunks(fn: Callable, chunks: Sequence[Any], n_jobs: int = 1, *args: Any, desc: str | None = None) -> list:
+    """[fn(chunk, *args) for chunk in chunks], in order, in parallel when n_jobs > 1 or under Dask
+    (serially with a progress bar named ``desc`` on a terminal)."""
     import joblib
 
     if n_jobs == 1 and not _dask_active():
-        return [_single_threaded(fn, c, *args) for c in chunks]
+        from tqdm.auto import tqdm
+
+        bar = tqdm(chunks, desc=desc, leave=False, disable=True if desc is None else None)  # None: on a tty only
+        return [_single_threaded(fn, c, *args) for c in bar]
     return joblib.Parallel(n_jobs=n_jobs)(joblib.delayed(_single_threaded)(fn, c, *args) for c in chunks)
 
 

@@ -244,3 +244,32 @@ def test_entry_point_exit_2_is_one_line(tmp_path):
     assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr and not out.exists()
     p = subprocess.run([sys.executable, "-m", "pipelines.cli", "no-such-command"], capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.startswith("error: ") and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_every_stage_runs_on_one_thread_and_says_how_long(tmp_path, capsys):
+    """Stages (the faithfulness stage included) run with one torch and one BLAS thread, restored after."""
+    import torch
+    from threadpoolctl import threadpool_info
+
+    from pipelines.audit import run_stage
+    from reports.rundir import RunDir
+
+    seen = {}
+
+    def stage():
+        seen["torch"] = torch.get_num_threads()
+        seen["blas"] = {p["num_threads"] for p in threadpool_info()}
+        return {"t": {"x": [1]}}
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with RunDir(tmp_path / "run", spec={}, command=[], seed=0) as run:
+            run_stage(run, "faithfulness", stage, ["t"])
+            run_stage(run, "faithfulness", stage, ["t"])  # finished: not run again
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert seen["torch"] == 1 and seen["blas"] <= {1}
+    err = capsys.readouterr().err
+    assert "stage faithfulness: done in" in err and "stage faithfulness: already done (resumed)" in err
