@@ -47,10 +47,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from pipelines.training import TrainRecipe, cache_dir
+from stats.results import ConfidenceInterval, Result
 from stats.head_stability import (bootstrap_z_summary, fisher_interval, fisher_pvalue, holm_verdicts,
                                   jackknife_summary, pooled_fisher_z, t_pvalue, z_pvalue)
 
-__all__ = ["StudyPlan", "full_plan", "quick_plan", "run_head_study", "study_heads_command", "claims_summary"]
+__all__ = ["StudyPlan", "HeadStudyResult", "full_plan", "quick_plan", "run_head_study", "study_heads_command",
+           "claims_summary"]
 
 SUMMARY_COLUMNS = ("item", "value", "ci_low", "ci_high", "verdict", "pvalue", "pvalue_holm", "interval", "multiplicity")
 
@@ -494,12 +496,58 @@ def _study_summary(run, plan: StudyPlan, headline: str) -> dict:
     return {"summary": summ, "conditions": cond_rows, "study_layers": lay_rows, **top}
 
 
+@dataclass(repr=False)
+class HeadStudyResult(Result):
+    """The head study's run directory as a result: tables read lazily from its Parquet files."""
+
+    run_dir: Path
+    timings: dict
+    plan: StudyPlan
+    params: dict
+    main_table = "summary"
+    TABLES = ("summary", "conditions", "study_layers", "models", "heads", "layers", "residual")
+
+    def table_names(self) -> list[str]:
+        """Return the study's top-level tables (per-condition tables live under ``<condition>/``)."""
+        return list(self.TABLES)
+
+    def to_table(self, name: str | None = None):
+        """Return one table of the run directory (default: the claims summary), read from disk."""
+        from reports.tables import read_table
+
+        name = self.main_table if name is None else name
+        path = self.run_dir / f"{name}.parquet"
+        if not path.exists():
+            raise KeyError(f"the study has no table {name!r}; it has {', '.join(self.TABLES)} and <condition>/<table>")
+        return read_table(path)
+
+    def conf_int(self) -> ConfidenceInterval:
+        """Return the (unadjusted 95%) intervals of the summary rows; Holm-adjusted p-values are in the table."""
+        t = self.to_table("summary")
+        return ConfidenceInterval(t.column("ci_low").to_numpy(), t.column("ci_high").to_numpy())
+
+    def _summary_items(self) -> list[tuple[str, Any]]:
+        t = self.to_table("summary").to_pydict()
+        return [("run directory", str(self.run_dir))] + [
+            (item, f"{value:.4g} [{low:.4g}, {high:.4g}] {verdict}".rstrip())
+            for item, value, low, high, verdict in zip(t["item"], t["value"], t["ci_low"], t["ci_high"], t["verdict"])
+            if verdict]
+
+    def write(self, run_dir: Any = None) -> dict[str, Path]:
+        """Return the paths of the tables: the study writes its run directory as it runs (``run_dir`` must be it)."""
+        if run_dir is not None and Path(run_dir).resolve() != self.run_dir.resolve():
+            raise ValueError(f"the study's tables are in {self.run_dir}; rerun the study with --out {run_dir} "
+                             "to write them elsewhere")
+        return {name: self.run_dir / f"{name}.parquet" for name in self.TABLES}
+
+
 def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2, plan: StudyPlan | None = None,
                    cache: str | os.PathLike | None = None, corpus=None, device: str = "cpu", force: bool = False,
-                   progress: bool = False, command: Any = None) -> dict[str, Any]:
-    """Train (cached), analyse every condition, write the study's run directory; return its tables.
+                   progress: bool = False, command: Any = None) -> HeadStudyResult:
+    """Train (cached), analyse every condition, write the study's run directory; return a :class:`HeadStudyResult`.
 
-    Writes ``summary.parquet`` (item, value, ci_low, ci_high, verdict), ``conditions.parquet``,
+    Writes ``summary.parquet`` (item, value, ci_low, ci_high, verdict, pvalue, pvalue_holm,
+    interval, multiplicity), ``conditions.parquet``,
     ``models.parquet``, ``study_layers.parquet``, per condition ``<cond>/heads|layers|residual|
     correlation|summary|replicates.parquet``, and the deepest AdamW condition's tables again at
     the top level (heads, layers, residual) for the HTML report.
@@ -571,9 +619,9 @@ def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2,
         run.stage("summary", summary, ["summary", "conditions", "study_layers", "heads", "layers", "residual"],
                   params={"plan": plan.to_dict()}, depends_on=["models"] + [f"analysis-{n}" for n in names], force=force)
         timings["total_s"] = round(time.time() - t0, 1)
-        tables = {k: run.table(k) for k in ("summary", "conditions", "study_layers", "models")}
     (Path(out) / "timings.json").write_text(json.dumps(timings, indent=2))
-    return {"tables": tables, "timings": timings, "plan": plan}
+    return HeadStudyResult(Path(out), timings, plan, {"study": "heads", "plan": plan.to_dict(),
+                                                      "corpus_hash": corpus_obj.content_hash})
 
 
 # =============================================================================================
@@ -594,12 +642,12 @@ def study_heads_command(
     n_jobs: int = _Opt(2, "--n-jobs", help="parallel training / analysis processes"),
     device: str = _Opt("cpu", "--device", help="training device"),
     force: bool = _Opt(False, "--force", help="recompute analyses that already finished with a different spec"),
-) -> dict:
+) -> HeadStudyResult:
     """Train a grid of models (cached) and test the head-stability claims of Bali et al. (2026) with CIs."""
     res = run_head_study(out, quick=quick, n_jobs=n_jobs, device=device, force=force, command=sys.argv)
-    t = res["tables"]["summary"].to_pydict()
+    t = res.to_table("summary").to_pydict()
     w = max(len(i) for i in t["item"])
     for i, v, lo, hi, vd in zip(t["item"], t["value"], t["ci_low"], t["ci_high"], t["verdict"]):
         print(f"{i:<{w}}  {v:8.4f}  [{lo:8.4f}, {hi:8.4f}]  {vd}")
-    print(f"-> {out}  ({res['timings']})")
+    print(f"-> {out}  ({res.timings})")
     return res

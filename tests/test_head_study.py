@@ -83,7 +83,10 @@ def test_quick_study_end_to_end(tmp_path):
     run_head_study(out, plan=plan, n_jobs=1, cache=cache, corpus=corpus)
     assert (out / "summary.parquet").stat().st_mtime_ns == before
     assert all((p / "model.safetensors").stat().st_mtime_ns == t for p, t in mtimes.items())
-    assert res["tables"]["summary"].num_rows == summary.num_rows
+    assert res.to_table("summary").num_rows == summary.num_rows
+    assert res.to_table().column("item").equals(summary.column("item"))  # lazily read, the main table
+    np.testing.assert_array_equal(res.conf_int().low, s["ci_low"])
+    assert "run directory" in res.summary() and res.write(out)["conditions"] == out / "conditions.parquet"
 
 
 def test_cached_models_survive_new_recipe_fields(tmp_path):
