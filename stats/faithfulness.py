@@ -297,11 +297,10 @@ class _EvaluationCache:
         self.m_empty = np.full(n_obs, np.nan)
         self.values: dict[bytes, np.ndarray] = {}  # mask bytes -> m(C) per example, NaN = unknown
         self.circuit_rows = 0  # (example, circuit) pairs run through evaluate
-        self.calls = 0
 
     def add(self, masks: np.ndarray, rows: np.ndarray, mc: np.ndarray, mM: np.ndarray, m0: np.ndarray) -> None:
         """Store metric values of `masks` [C, E] on `rows` computed elsewhere (e.g. the fixed-circuit path)."""
-        mc, mM, m0 = _as_arrays(mc, mM, m0) if len(rows) > 1 else (np.atleast_2d(mc), mM, m0)
+        mc, mM, m0 = _as_arrays(mc, mM, m0)
         if mc.shape != (len(rows), masks.shape[0]):
             raise InputError(f"known metrics are {mc.shape} but {len(rows)} rows × {masks.shape[0]} circuits were given")
         self.m_clean[rows], self.m_empty[rows] = mM, m0
@@ -323,8 +322,7 @@ class _EvaluationCache:
                                  f"and {todo.shape[0]} circuits; it must return ([rows, C], [rows], [rows])")
             if not (np.isfinite(mc).all() and np.isfinite(mM).all() and np.isfinite(m0).all()):
                 raise InputError("evaluate returned NaN/inf metric values; fix the metric first")
-            self.calls += 1
-            self.circuit_rows += len(rows) * len(need)
+            self.circuit_rows += len(rows) * todo.shape[0]
             self.m_clean[rows], self.m_empty[rows] = mM, m0
             for j, key in zip(need, (keys[j] for j in need)):
                 self.values.setdefault(key, np.full(self.n_obs, np.nan))[rows] = mc[:, need.index(j)]

@@ -62,7 +62,7 @@ def test_fixed_interval_equals_a_loop_over_resamples_and_honours_bca():
     # BCa is honoured: on skewed data it moves away from the percentile interval
     assert not np.allclose(res.conf_int("bca"), res.conf_int("percentile"))
     table = res.to_table()
-    assert set(["k", "ci_low", "ci_high", "ci_low_percentile", "estimand"]) - {"k"} <= set(table.column_names)
+    assert {"ci_low", "ci_high", "ci_low_percentile", "ci_high_percentile", "estimand"} <= set(table.column_names)
     assert table.column("interval_method").to_pylist() == ["bca", "bca"]
 
 
@@ -263,8 +263,9 @@ def test_selection_aware_interval_covers_the_selected_circuits_population_faithf
         hit["fixed"] += (lo <= truth) & (truth <= hi)
     cover = hit["selected"] / reps
     assert ((cover >= 0.875) & (cover <= 0.995)).all(), cover
-    # the fixed-circuit interval, read as this estimand, misses it clearly more often
-    assert (hit["fixed"] / reps < cover - 0.03).all(), (hit["fixed"] / reps, cover)
+    # the fixed-circuit interval, read as this estimand, misses it more often (measured 0.868 / 0.901
+    # against 0.913 / 0.947)
+    assert (hit["fixed"] / reps < cover - 0.02).all(), (hit["fixed"] / reps, cover)
 
 
 def test_grouped_crossfit_keeps_every_template_on_one_side_of_each_split():
