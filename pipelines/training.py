@@ -871,6 +871,9 @@ def train_models(
     recipe.validate(allow_large=allow_large)  # before the (slow) data preparation
     data = prepare_data(recipe, corpus=corpus, cache=cache)
     recipe.validate(data.vocab_size, allow_large=allow_large)
+    for s in seeds:  # a foreign file under a checkpoint's name is refused before anything is written
+        if (out / model_dir_name(s) / CHECKPOINT).exists():
+            read_checkpoint_info(out / model_dir_name(s) / CHECKPOINT)
     out.mkdir(parents=True, exist_ok=True)
     (out / "recipe.json").write_text(json.dumps({"recipe": recipe.to_dict(), "seeds": seeds,
                                                  "data": asdict(data)}, indent=2))

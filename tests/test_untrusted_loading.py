@@ -379,6 +379,17 @@ def test_pickle_under_the_checkpoint_name_is_refused(tmp_path, data):
     assert not marker.exists() and not (out / "model.safetensors").exists()
 
 
+def test_refused_checkpoint_in_train_models_writes_nothing(tmp_path, data):
+    marker = tmp_path / "MARKER"
+    out = tmp_path / "runs"
+    _plant_pickle(out / "seed-1" / CHECKPOINT, marker)
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    with pytest.raises(InputError, match="seed-1"):
+        training.train_models(TINY, [0, 1], out, corpus=_corpus(), cache=Path(data.tokenizer_dir).parents[1],
+                              progress=False)
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before and not marker.exists()
+
+
 def test_planted_pickles_in_the_zoo_cache_never_run(tmp_path, data):
     from pipelines.zoo import default_zoo, recipe_dir
 
