@@ -315,7 +315,9 @@ def _load_tokens(path: str, vocab_size: int) -> np.ndarray:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError):
         raise InputError(f"{path}: not a token file written by circuitstat (corrupt); delete it to rebuild") from None
-    if arr.ndim != 1 or arr.dtype.kind not in "iu" or (arr.size and not 0 <= int(arr.min()) <= int(arr.max()) < vocab_size):
+    in_range = arr.ndim == 1 and arr.dtype.kind in "iu" and (
+        arr.size == 0 or 0 <= int(arr.min()) <= int(arr.max()) < vocab_size)
+    if not in_range:
         raise InputError(f"{path}: holds values that are not token ids of a {vocab_size}-token vocabulary; "
                          "delete it to rebuild")
     return arr
