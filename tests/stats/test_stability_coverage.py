@@ -46,8 +46,12 @@ def test_data_level_jaccard_interval_covers_on_an_unseen_population():
         lo[i], hi[i] = (v[0] for v in r.conf_int("jaccard_data"))
         mc_lo[i], mc_hi[i] = (v[0] for v in r.conf_int("jaccard"))
     cover = np.mean((lo <= truth) & (truth <= hi))
+    print(f"coverage {cover:.3f}, width {np.mean(hi - lo):.3f} = "
+          f"{np.mean(hi - lo) / est.std(ddof=1):.2f} SD, truth {truth:.3f}")
     assert 0.90 <= cover <= 0.995, cover
-    # not uselessly wide: a correct normal interval is 3.92 SD of the estimate across datasets
-    assert np.mean(hi - lo) < 6 * est.std(ddof=1)
+    # not uselessly wide: a correct normal interval is 3.92 SD of the estimate across datasets;
+    # the bracket adds |bias| on both sides and the split estimate below (measured here: 6.1 SD;
+    # the bound was 6 SD before the bracket was made symmetric in the bias, see stability_data)
+    assert np.mean(hi - lo) < 7 * est.std(ddof=1)
     # the Monte Carlo interval is not a data-level interval: it must miss most of the time
     assert np.mean((mc_lo <= truth) & (truth <= mc_hi)) < 0.5
