@@ -1,14 +1,21 @@
 """Circuit stability under resampling, reported as functions of the circuit size k.
 
-One chunked pass over the edges (stats.resampling) keeps, per resample, the K = max(k) best
-edges by (score descending, edge index ascending): ties at a cut-off are broken by edge index,
-deterministically, and the ties that fall outside each top-k set are counted across chunks.
+One chunked pass over the edges (stats.topk.streaming_topk) keeps, per resample, the K = max(k)
+best edges by (key descending, random tie priority): ties at a cut-off are broken at random from
+the run's seed (stats.topk), the same whatever the chunk size, and the ties at each cut-off are
+counted (cutoff_ties_mean: edges sharing the k-th key; cutoff_ties_excluded_*: those left out).
 From those lists, per k: inclusion frequency per edge, mean pairwise Jaccard (SD and a U-statistic
-jackknife CI), its exact hypergeometric chance value and the chance-corrected value, the
-consensus circuit {f_e >= 0.5} and each resample's Jaccard to it, Nogueira et al. (2018)
-stability Phi with their asymptotic CI, and rank-biased overlap. Spearman and Kendall use full
+jackknife interval: Monte Carlo error of the resampling statistic, not a data-level interval),
+its exact hypergeometric chance value and the chance-corrected value, the consensus circuit
+{f_e >= 0.5} and each resample's Jaccard to it, Nogueira et al. (2018) stability Phi with their
+asymptotic (again Monte Carlo) interval, and rank-biased overlap. Spearman and Kendall use full
 score vectors of a few resamples. Stability-selection error bounds (Meinshausen & Buhlmann 2010,
 Shah & Samworth 2013) are given only for half-size subsamples, where they hold.
+
+Data-level estimands with intervals that cover them (stats.stability_data, double bootstrap):
+jaccard_data* (expected Jaccard between the top-k circuits of two independent datasets of N
+prompts), jaccard_pop* (between a dataset's circuit and the population's) and phi_data*. The
+estimand of every interval is named in the tables' schema metadata (circuitstat.estimands).
 
 Whether circuits are chosen by signed score or by |score| is an explicit, recorded argument.
 """
