@@ -36,7 +36,14 @@ wide, which is the honest answer (coverage measured in
 tests/stats/test_stability_coverage.py and the commit log). For J to the population there is
 no split analogue (the population's circuit is never seen): its lower end is the smaller of its
 own bias-bounded one and the data-level Jaccard's, since J(sample, population) was never below
-J(sample, sample) by more than 0.002 in the populations measured. Methods "bias_bounded" ([min(T, T - bias), max(T, T - bias)] +- z se),
+J(sample, sample) by more than 0.002 in the populations measured. Measured coverage of the 95% jaccard_data interval (100-120 datasets per cell; zoo fixture,
+spiky_population(2000, 100, seed=1), smooth_tail_population(2000, 100, seed=5); N = 32/64/128,
+k = 5/10/20): 0.89-1.00 in 26 of 27 cells, often conservative (0.99-1.00; widths 4-12 SD of
+the estimate), and 0.65 at smooth-tail N = 128, k = 5, where a real gap in the population
+scores sits at the cut-off and the plug-in is biased down by 0.10 while the bootstrap estimates
+-0.03. phi_data: 0.75-1.00 (below 0.90 at spiky k = 20, N <= 64, and smooth N = 128, k = 5).
+jaccard_pop: 0.76-1.00. The old Monte Carlo interval covered J_N in 0.00-0.36.
+Methods "bias_bounded" ([min(T, T - bias), max(T, T - bias)] +- z se),
 "plugin" (T +- z se) and "bias_corrected" (T - bias +- z se) are kept for comparison. Jaccard bounds are clipped to [0, 1], Phi bounds to
 [-1, 1] (the ranges of the statistics).
 """
