@@ -239,8 +239,12 @@ def faithfulness(
     rtol: float = 1e-4,
     atol: float = 1e-6,
     progress: bool = True,
+    rows: "np.ndarray | None" = None,
 ) -> FaithfulnessResult:
     """Per-example faithfulness of one or more circuits (edges outside a circuit carry the counterfactual).
+
+    ``rows``: evaluate only these examples (in this order; the ablation is still built on all of
+    ``data``, so mean and resample ablations do not depend on which rows are evaluated).
 
     ``circuits``: a Circuit, a list of them, or boolean edge masks [E] / [C, E] (True = live).
     ``ablation``: an ablation name or an Ablation object (reuse one to compute means once).
@@ -250,14 +254,17 @@ def faithfulness(
     """
     masks, labels, objs = _as_masks(circuits, model.graph)
     return _evaluate(model, data, masks, labels, objs, ablation=ablation, reference=reference, seed=seed,
-                     batch_size=batch_size, max_rows=max_rows, rtol=rtol, atol=atol, progress=progress)
+                     batch_size=batch_size, max_rows=max_rows, rtol=rtol, atol=atol, progress=progress, rows=rows)
 
 
 @torch.no_grad()
 def _evaluate(model, data, masks, labels, objs, *, ablation, reference, seed, batch_size, max_rows, rtol, atol,
-              progress, k=None, log_x=False, extra=None, sizes=None, n_total=None) -> FaithfulnessResult:
+              progress, k=None, log_x=False, extra=None, sizes=None, n_total=None, rows=None) -> FaithfulnessResult:
     g = model.graph
-    N = int(data.clean.shape[0])
+    todo = np.arange(int(data.clean.shape[0])) if rows is None else np.asarray(rows, dtype=np.int64)
+    if todo.size and (todo.min() < 0 or todo.max() >= data.clean.shape[0]):
+        raise InputError(f"rows must index the {data.clean.shape[0]} examples")
+    N = int(todo.size)
     if N == 0:
         raise InputError("the dataset is empty; give at least one example")
     if data.corrupted.shape != data.clean.shape:
@@ -275,7 +282,7 @@ def _evaluate(model, data, masks, labels, objs, *, ablation, reference, seed, ba
     m_clean = np.empty(N, dtype=np.float32)
     m_empty = np.empty(N, dtype=np.float32)
     for start in tqdm(range(0, N, batch_size), desc="faithfulness", disable=not progress, leave=False):
-        index = torch.arange(start, min(start + batch_size, N))
+        index = torch.as_tensor(todo[start:start + batch_size])
         B = len(index)
         ids = data.clean[index].to(dev)
         am = data.attention_mask[index].to(dev)

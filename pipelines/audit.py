@@ -66,25 +66,33 @@ def resampling_plan(spec: AuditSpec, n: int, groups, seed, *, for_intervals: boo
 
 
 def edge_stats_table(S: np.ndarray, names: list[str], method: str, plan, spec: AuditSpec, n_jobs: int) -> dict:
-    """Per-edge mean, bootstrap SE and CI, t-test p and BH q for one method."""
-    from stats import bootstrap_edges, t_test_edges
+    """Per-edge mean, bootstrap SE and CI, the p-value that inverts that CI, BH q, and the reliability flag."""
+    from stats import bootstrap_edges
 
     boot = bootstrap_edges(S, plan, method=spec.bootstrap.ci_method, confidence_level=spec.bootstrap.confidence_level,
                            n_jobs=n_jobs)
-    test = t_test_edges(S, correction="bh")
     E = S.shape[1]
     return {"method": [method] * E, "edge": np.arange(E, dtype=np.int64), "name": names,
             "estimate": np.asarray(boot.estimate, dtype=np.float64),
             "se": np.asarray(boot.standard_error, dtype=np.float64),
             "ci_low": np.asarray(boot.confidence_interval.low, dtype=np.float64),
             "ci_high": np.asarray(boot.confidence_interval.high, dtype=np.float64),
-            "p": np.asarray(test.pvalue, dtype=np.float64), "q": np.asarray(test.pvalue_adjusted, dtype=np.float64),
-            "n": np.full(E, S.shape[0], dtype=np.int64)}
+            "p": np.asarray(boot.pvalue, dtype=np.float64), "q": np.asarray(boot.qvalue, dtype=np.float64),
+            "n": np.full(E, S.shape[0], dtype=np.int64),
+            "ci_method": [boot.method] * E, "estimand": [boot.estimand] * E,
+            "tail_share": np.asarray(boot.tail_share, dtype=np.float64),
+            "interval_reliable": np.asarray(boot.reliable, dtype=bool)}
 
 
 STABILITY_COLUMNS = ("jaccard_mean", "jaccard_sd", "jaccard_ci_low", "jaccard_ci_high", "jaccard_chance",
                      "jaccard_corrected", "phi", "phi_ci_low", "phi_ci_high", "consensus_size",
-                     "consensus_jaccard_mean", "rbo_mean")
+                     "consensus_jaccard_mean", "rbo_mean",
+                     # data-level estimands (stats.stability_data): jaccard_ci_* / phi_ci_* above are Monte Carlo
+                     # spread over resamples of this dataset; these cover the expected Jaccard / Phi between
+                     # circuits of two independent datasets of size N, and the Jaccard to the population circuit
+                     "jaccard_data", "jaccard_data_se", "jaccard_data_ci_low", "jaccard_data_ci_high",
+                     "jaccard_pop", "jaccard_pop_ci_low", "jaccard_pop_ci_high",
+                     "phi_data", "phi_data_ci_low", "phi_data_ci_high", "cutoff_ties_mean")
 
 
 def stability_tables(S: np.ndarray, names: list[str], method: str, plan, ks: list[int], spec: AuditSpec,
@@ -108,36 +116,79 @@ def stability_tables(S: np.ndarray, names: list[str], method: str, plan, ks: lis
 AREA_NEEDS_TWO_K = "CPR and CMD are areas under the faithfulness curve and need at least two k"
 
 
-def faithfulness_table(model, task, S: np.ndarray, method: str, ks: list[int], plan, spec: AuditSpec) -> dict:
-    """Faithfulness of the top-k circuit (edges, or nodes at level node) of the mean scores at each
-    k, with a bootstrap CI of the ratio of means; CPR/CMD are NaN, with the reason in
-    ``area_note``, when the grid has one k."""
-    from circuits.faithfulness import faithfulness_curve
+FIXED_CI_METHODS = ("percentile", "basic", "bca")
 
+
+def faithfulness_table(model, task, S: np.ndarray, method: str, ks: list[int], plan, spec: AuditSpec,
+                       seed=None) -> dict:
+    """Faithfulness of the top-k circuit of the mean scores at each k, with two labelled intervals:
+    the bootstrap interval of this fixed circuit (selection not included) and the cross-fitted one of
+    the circuit selected from N prompts (selection included; edge level). CPR/CMD are NaN, with the
+    reason in ``area_note``, when the grid has one k."""
+    from circuits.faithfulness import faithfulness_curve
+    from stats.faithfulness import fixed_circuit_interval
+
+    level = getattr(spec, "level", "edge")
     mean = S.astype(np.float64).sum(0) / S.shape[0]
     res = faithfulness_curve(model, task, mean.astype(np.float32), absolute=spec.ranking == "absolute", ks=ks,
                              fractions=None, prune=False, ablation=spec.ablation, seed=spec.seed,
-                             batch_size=spec.batch_size, progress=sys.stderr.isatty(),
-                             level=getattr(spec, "level", "edge"))
-    W = plan.counts.astype(np.float64)  # [B, N] resample weights
-    tot = W.sum(1, keepdims=True)
-    mc = (W @ res.m_circuit.astype(np.float64)) / tot  # [B, C]
-    mM = (W @ res.m_clean.astype(np.float64))[:, None] / tot
-    m0 = (W @ res.m_empty.astype(np.float64))[:, None] / tot
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = (mc - m0) / (mM - m0)
-    alpha = 1 - spec.bootstrap.confidence_level
-    lo, hi = np.nanquantile(ratios, [alpha / 2, 1 - alpha / 2], axis=0)
+                             batch_size=spec.batch_size, progress=sys.stderr.isatty(), level=level)
+    ci_method = spec.bootstrap.ci_method if spec.bootstrap.ci_method in FIXED_CI_METHODS else "bca"
+    fixed = fixed_circuit_interval(res.m_circuit, res.m_clean, res.m_empty, plan, method=ci_method,
+                                   confidence_level=spec.bootstrap.confidence_level, k=ks)
     C = len(res.ratio_of_means)
-    return {"method": [method] * C, "k": np.asarray(res.k, dtype=np.int64),
-            "edge_fraction": np.asarray(res.fraction, dtype=np.float64),
-            "f_ratio": np.asarray(res.ratio_of_means, dtype=np.float64),
-            "f_mean": np.asarray(res.mean_per_example, dtype=np.float64),
-            "f_ci_low": lo.astype(np.float64), "f_ci_high": hi.astype(np.float64),
-            "cpr": np.full(C, np.nan if res.cpr is None else float(res.cpr)),
-            "cmd": np.full(C, np.nan if res.cmd is None else float(res.cmd)),
-            "area_note": [AREA_NEEDS_TWO_K if res.cpr is None else ""] * C,
-            "n_undefined": np.full(C, res.n_undefined, dtype=np.int64)}
+    out = {"method": [method] * C, "k": np.asarray(res.k, dtype=np.int64),
+           "edge_fraction": np.asarray(res.fraction, dtype=np.float64),
+           "f_ratio": np.asarray(res.ratio_of_means, dtype=np.float64),
+           "f_mean": np.asarray(res.mean_per_example, dtype=np.float64),
+           "f_ci_low": np.asarray(fixed.confidence_interval.low, dtype=np.float64),
+           "f_ci_high": np.asarray(fixed.confidence_interval.high, dtype=np.float64),
+           "f_se": np.asarray(fixed.standard_error, dtype=np.float64),
+           "f_ci_method": [fixed.method] * C, "f_ci_estimand": [fixed.estimand] * C,
+           "cpr": np.full(C, np.nan if res.cpr is None else float(res.cpr)),
+           "cmd": np.full(C, np.nan if res.cmd is None else float(res.cmd)),
+           "area_note": [AREA_NEEDS_TWO_K if res.cpr is None else ""] * C,
+           "n_undefined": np.full(C, res.n_undefined, dtype=np.int64)}
+    out.update(_selected_columns(model, task, S, ks, spec, res, spec.seed if seed is None else seed, C))
+    return out
+
+
+def _selected_columns(model, task, S: np.ndarray, ks: list[int], spec: AuditSpec, res, seed, C: int) -> dict:
+    """The selection-aware faithfulness columns (stats.faithfulness, repeated cross-fitting), or NaN with why."""
+    import warnings
+
+    from circuits.faithfulness import faithfulness
+    from stats.faithfulness import ESTIMAND_SELECTED, MIN_PER_FOLD, selection_aware_faithfulness
+
+    N = S.shape[0]
+    nan = {"f_selected": np.full(C, np.nan), "f_selected_se": np.full(C, np.nan),
+           "f_selected_ci_low": np.full(C, np.nan), "f_selected_ci_high": np.full(C, np.nan),
+           "f_selected_method": ["corrected-t"] * C, "f_selected_estimand": [ESTIMAND_SELECTED] * C,
+           "fold_circuit_jaccard": np.full(C, np.nan)}
+    n_folds = min(5, N // MIN_PER_FOLD)
+    why = ("node-level circuits are not cross-fitted" if getattr(spec, "level", "edge") != "edge" else
+           f"cross-fitting needs N >= {2 * MIN_PER_FOLD} prompts" if n_folds < 2 else "")
+    if why:
+        return {**nan, "f_selected_note": [why] * C}
+
+    def evaluate(masks: np.ndarray, rows: np.ndarray):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the curve already warned about undefined examples
+            r = faithfulness(model, task, masks, ablation=spec.ablation, rows=rows, seed=spec.seed,
+                             batch_size=spec.batch_size, progress=False)
+        return r.m_circuit, r.m_clean, r.m_empty
+
+    known = (np.stack([c.edges for c in res.circuits]), res.m_circuit, res.m_clean, res.m_empty)
+    sel = selection_aware_faithfulness(S, evaluate, ks, ranking=spec.ranking, n_folds=n_folds, n_repeats=2,
+                                       seed=seed, confidence_level=spec.bootstrap.confidence_level, known=known,
+                                       groups=None if task.group is None else task.group.numpy())
+    return {"f_selected": np.asarray(sel.estimate, np.float64),
+            "f_selected_se": np.asarray(sel.standard_error, np.float64),
+            "f_selected_ci_low": np.asarray(sel.confidence_interval.low, np.float64),
+            "f_selected_ci_high": np.asarray(sel.confidence_interval.high, np.float64),
+            "f_selected_method": [sel.method] * C, "f_selected_estimand": [sel.estimand] * C,
+            "fold_circuit_jaccard": np.asarray(sel.extra.get("fold_circuit_jaccard", np.full(C, np.nan)), np.float64),
+            "f_selected_note": [f"{n_folds}-fold cross-fitting, 2 repeats"] * C}
 
 
 def approximation_tables(exact: np.ndarray, approx: np.ndarray, names: list[str], method: str, k: int,
@@ -242,7 +293,8 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
         if spec.faithfulness:
             def faith_stage():
                 plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=True)
-                return {"faithfulness_vs_k": _concat([faithfulness_table(model, task, scores[m], m, ks, plan, spec)
+                return {"faithfulness_vs_k": _concat([faithfulness_table(model, task, scores[m], m, ks, plan, spec,
+                                                                         seed=run.stage_seed("faithfulness"))
                                                       for m in spec.methods])}
 
             run_stage(run, "faithfulness", faith_stage, ["faithfulness_vs_k"], params=rs, depends_on=deps,

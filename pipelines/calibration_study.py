@@ -163,8 +163,8 @@ def study_calibration_command(
     parsed = load_calibration_spec(spec)
     run_calibration_study(parsed, out, n_jobs=n_jobs, force=force)
     table = read_table(Path(out) / "coverage.parquet").to_pylist()
-    typer.echo(f"{'interval':<22} {'N':>5} {'coverage':>9} {'±MC':>6} {'null rej.':>9} {'mean width':>11}")
+    typer.echo(f"{'interval':<28} {'N':>5} {'coverage':>9} {'±MC':>6} {'null rej.':>9} {'mean width':>11} {'infinite':>8}")
     for r in table:
-        typer.echo(f"{r['kind']:<22} {r['n']:>5} {r['coverage']:>9.3f} {r['coverage_mc_se']:>6.3f} "
-                   f"{r['null_rejection_rate']:>9.3f} {r['mean_width']:>11.4g}")
+        typer.echo(f"{r['kind']:<28} {r['n']:>5} {r['coverage']:>9.3f} {r['coverage_mc_se']:>6.3f} "
+                   f"{r['null_rejection_rate']:>9.3f} {r['mean_width']:>11.4g} {r['share_infinite']:>8.3f}")
     typer.echo(f"nominal {parsed.confidence_level}; tables in {out}")

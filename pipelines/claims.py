@@ -18,15 +18,18 @@ Claim kinds (every one takes an optional ``name`` and ``description``; bounds ar
 
 * ``edge_in_circuit``: ``edge``, ``method``, ``k``, ``min_inclusion`` — the edge's inclusion
   frequency in the top-k circuit over resamples (0 when it never entered it).
-* ``circuit_stability``: ``method``, ``k``, ``statistic`` (jaccard_mean, jaccard_ci_low,
-  jaccard_corrected, phi, phi_ci_low, consensus_jaccard_mean), bounds.
+* ``circuit_stability``: ``method``, ``k``, ``statistic`` (jaccard_mean, jaccard_corrected, phi,
+  consensus_jaccard_mean, or the data-level jaccard_data[_ci_low/_ci_high], jaccard_pop_ci_low,
+  phi_data[_ci_low]), bounds. The Monte Carlo jaccard_ci_low / phi_ci_low are no longer claimable.
 * ``faithfulness``: ``method``, ``k``, ``statistic`` (f_ratio, f_mean, f_ci_low, f_ci_high; or
   cpr, cmd, which need no ``k``), bounds.
 * ``edge_effect``: ``edge``, ``method``, ``sign`` (positive, negative, nonzero), ``max_q``
   (Benjamini-Hochberg q-value of the edge's effect).
 * ``head_stability``: ``layer`` and ``head`` (or ``head: "1.5"``), ``statistic`` (stability,
-  ci_low, ci_high, distinctness), bounds; optional ``match``/``pairs`` when the run has several.
-* ``layer_stability``: ``layer``, ``statistic`` (stability, ci_low, ci_high), bounds.
+  ci_low, ci_high, distinctness, excess[_ci_low/_ci_high] over the null, refit_ci_low/high), bounds;
+  optional ``match``/``pairs`` when the run has several.
+* ``layer_stability``: ``layer``, ``statistic`` (stability, ci_low, ci_high, stability_all_anchors,
+  excess[_ci_low/_ci_high], refit_ci_low/high), bounds.
 * ``approximation``: ``method`` (an approximation of exact), ``statistic`` (spearman, kendall,
   r2, slope, top_k_overlap, bias_mean), bounds; optional ``k`` (the top-k of top_k_overlap).
 
@@ -143,8 +146,11 @@ class CircuitStability(_Bounded):
     kind: Literal["circuit_stability"]
     method: METHOD
     k: int = Field(ge=1)
-    statistic: Literal["jaccard_mean", "jaccard_ci_low", "jaccard_corrected", "phi", "phi_ci_low",
-                       "consensus_jaccard_mean"]
+    # *_ci_low of the Monte Carlo spread over resamples are not claimable: a claim about stability is about
+    # data, so bounds come from the data-level intervals (expected Jaccard / Phi of two size-N datasets).
+    statistic: Literal["jaccard_mean", "jaccard_corrected", "phi", "consensus_jaccard_mean", "jaccard_data",
+                       "jaccard_data_ci_low", "jaccard_data_ci_high", "jaccard_pop_ci_low", "phi_data",
+                       "phi_data_ci_low"]
 
     def _auto_label(self) -> str:
         return f"{self.statistic} {self.method} k={self.k}"
@@ -197,7 +203,9 @@ class HeadStability(_Bounded):
     kind: Literal["head_stability"]
     layer: int | None = Field(None, ge=0)
     head: int | str
-    statistic: Literal["stability", "ci_low", "ci_high", "distinctness"]
+    # excess*: stability above its shuffled-prompt null; refit_*: every refit an anchor (seed-level interval)
+    statistic: Literal["stability", "ci_low", "ci_high", "distinctness", "excess", "excess_ci_low",
+                       "excess_ci_high", "refit_ci_low", "refit_ci_high"]
     match: Literal["max", "hungarian"] | None = None
     pairs: Literal["anchor", "all"] | None = None
 
@@ -239,7 +247,8 @@ class LayerStability(_Bounded):
 
     kind: Literal["layer_stability"]
     layer: int = Field(ge=0)
-    statistic: Literal["stability", "ci_low", "ci_high"]
+    statistic: Literal["stability", "ci_low", "ci_high", "stability_all_anchors", "excess", "excess_ci_low",
+                       "excess_ci_high", "refit_ci_low", "refit_ci_high"]
 
     def _auto_label(self) -> str:
         return f"layer {self.layer} {self.statistic}"

@@ -348,10 +348,11 @@ app.add_typer(study_app, name="study")
 
 def _register() -> None:
     """Commands whose functions live beside the pipelines they drive."""
-    from pipelines import claims, demo, head_study, heads, query_command, training, variance_study
+    from pipelines import calibration_study, claims, demo, head_study, heads, query_command, training, variance_study
 
     study_app.command("variance")(variance_study.study_variance_command)
     study_app.command("heads")(head_study.study_heads_command)
+    study_app.command("calibration")(calibration_study.study_calibration_command)
     app.command("heads")(heads.heads_command)
     app.command("train")(training.train_command)
     app.command("demo")(demo.demo_command)

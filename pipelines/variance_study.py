@@ -889,7 +889,7 @@ class _Study:
         ks = self.selection_ks()
         parts, sel = [], {c: [] for c in ("method", "target", "k_star", "k_low", "k_high", "f_at_k_star", "reached")}
         for lab in self.levels:
-            t = faithfulness_table(model, task, self.S(Key(0, 0, 0, lab)), lab, ks, self.plan0, _view(sp))
+            t = faithfulness_table(model, task, self.S(Key(0, 0, 0, lab)), lab, ks, self.plan0, _view(sp), seed=sp.seed)
             parts.append(t)
             k_arr, f, lo, hi = (np.asarray(t[c]) for c in ("k", "f_ratio", "f_ci_low", "f_ci_high"))
             first = lambda ok: int(k_arr[np.argmax(ok)]) if ok.any() else -1  # noqa: E731

@@ -22,6 +22,7 @@ from reports.html_sections import (
     Missing,
     Tables,
     approximation_section,
+    calibration_part,
     faithfulness_section,
     forest_section,
     graph_section,
@@ -47,6 +48,7 @@ REPORT_NAME = "report.html"
 TABLES = (
     "edges", "edge_stats", "inclusion", "stability_vs_k", "faithfulness_vs_k", "approximation",
     "approximation_summary", "heads", "layers", "residual", "variance_components", "variance_summary", "summary",
+    "coverage",
 )
 # (id, heading): the headings a reader (and the browser test) finds on every report.
 SECTIONS = (
@@ -58,6 +60,7 @@ SECTIONS = (
     ("faithfulness", "Faithfulness vs circuit size"),
     ("heads", "Head and layer stability across seeds"),
     ("variance", "Variance study: where the uncertainty comes from"),
+    ("calibration", "Calibration: interval coverage vs N"),
 )
 
 CSS = """
@@ -239,6 +242,7 @@ def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] |
         "faithfulness": lambda: _part(lambda: faithfulness_section(T, methods)),
         "heads": lambda: "".join(_part(f) for f in (lambda: heads_part(T), lambda: layers_part(T), lambda: residual_part(T))),
         "variance": lambda: "".join(_part(f) for f in (lambda: variance_part(T), lambda: variance_summary_part(T))),
+        "calibration": lambda: _part(lambda: calibration_part(T)),
     }
     body = []
     for sid, heading in SECTIONS:

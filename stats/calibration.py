@@ -85,7 +85,7 @@ class CalibrationResult(Result):
             fpr = "" if np.isnan(r["null_rejection_rate"]) else f", null rejection {r['null_rejection_rate']:.3f}"
             items.append((f"{r['kind']} N={r['n']}",
                           f"coverage {r['coverage']:.3f} ± {r['coverage_mc_se']:.3f}{reliable}{fpr}, "
-                          f"mean width {r['mean_width']:.4g}"))
+                          f"mean finite width {r['mean_width']:.4g}"))
         return items
 
 
@@ -111,6 +111,7 @@ def _one_size(population: np.ndarray, n: int, n_datasets: int, kinds: Sequence[I
 def _summarise(kind: IntervalKind, n: int, a: dict[str, np.ndarray], level: float) -> dict[str, Any]:
     """One coverage row for ``kind`` at size ``n`` from its per-dataset arrays."""
     hit, rel = a["hit"], a["reliable"]
+    finite = a["width"][np.isfinite(a["width"])]
     cov = float(hit.mean())
     n_cells = hit.size
     null = kind.null
@@ -120,7 +121,9 @@ def _summarise(kind: IntervalKind, n: int, a: dict[str, np.ndarray], level: floa
             "n_units": int(hit.shape[1]), "coverage": cov,
             "coverage_mc_se": float(np.sqrt(cov * (1 - cov) / max(n_cells, 1))),
             "worst_unit_coverage": float(hit.mean(0).min()),
-            "mean_width": float(np.nanmean(a["width"])), "median_width": float(np.nanmedian(a["width"])),
+            # an infinite interval (e.g. bootstrap-t on a near-constant edge) covers trivially: count it apart
+            "mean_width": float(np.mean(finite)) if finite.size else np.inf,
+            "median_width": float(np.nanmedian(a["width"])), "share_infinite": float(np.mean(~np.isfinite(a["width"]))),
             "null_rejection_rate": fpr, "coverage_reliable": cov_rel, "share_reliable": float(rel.mean()),
             "confidence_level": float(level)}
 

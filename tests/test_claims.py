@@ -42,7 +42,9 @@ def _tables(methods=("exact", "eap"), ks=(5, 10, 20), heads=True, faithfulness=T
     es = {c: [] for c in ["method", "edge", "name", "estimate", "se", "ci_low", "ci_high", "p", "q", "n"]}
     inc = {c: [] for c in ["method", "k", "edge", "name", "frequency"]}
     st = {c: [] for c in ["method", "k", "jaccard_mean", "jaccard_sd", "jaccard_ci_low", "jaccard_ci_high", "jaccard_chance",
-                          "jaccard_corrected", "phi", "phi_ci_low", "phi_ci_high", "consensus_size", "consensus_jaccard_mean"]}
+                          "jaccard_corrected", "phi", "phi_ci_low", "phi_ci_high", "consensus_size", "consensus_jaccard_mean",
+                          "jaccard_data", "jaccard_data_ci_low", "jaccard_data_ci_high", "jaccard_pop_ci_low",
+                          "phi_data", "phi_data_ci_low"]}
     fa = {c: [] for c in ["method", "k", "edge_fraction", "f_ratio", "f_mean", "f_ci_low", "f_ci_high", "cpr", "cmd"]}
     ap = {c: [] for c in ["method", "spearman", "kendall", "slope", "r2", "bias_mean", "top_k_overlap", "k"]}
     for m in methods:
@@ -61,7 +63,9 @@ def _tables(methods=("exact", "eap"), ks=(5, 10, 20), heads=True, faithfulness=T
             jm = {5: 0.7, 10: 0.8, 20: 0.85}.get(k, 0.9)
             for c, v in [("jaccard_mean", jm), ("jaccard_sd", 0.05), ("jaccard_ci_low", jm - 0.05), ("jaccard_ci_high", jm + 0.05),
                          ("jaccard_chance", 0.1), ("jaccard_corrected", (jm - 0.1) / 0.9), ("phi", jm - 0.02),
-                         ("phi_ci_low", jm - 0.1), ("phi_ci_high", jm + 0.03), ("consensus_jaccard_mean", jm + 0.01)]:
+                         ("phi_ci_low", jm - 0.1), ("phi_ci_high", jm + 0.03), ("consensus_jaccard_mean", jm + 0.01),
+                         ("jaccard_data", jm), ("jaccard_data_ci_low", jm - 0.2), ("jaccard_data_ci_high", jm + 0.1),
+                         ("jaccard_pop_ci_low", jm - 0.25), ("phi_data", jm - 0.02), ("phi_data_ci_low", jm - 0.15)]:
                 st[c].append(v)
             st["method"].append(m), st["k"].append(k), st["consensus_size"].append(k)
             fa["method"].append(m), fa["k"].append(k), fa["edge_fraction"].append(k / 100)
@@ -111,7 +115,7 @@ PASSING = {
         {"kind": "edge_in_circuit", "name": "induction-k-composition", "edge": "a0.h3 -> a1.h5<k>", "method": "exact",
          "k": 20, "min_inclusion": 0.9, "description": "a0.h3 -> a1.h5<k> is in the top-20 circuit in >= 90% of resamples"},
         {"kind": "circuit_stability", "method": "exact", "k": 20, "statistic": "jaccard_mean", "min": 0.8},
-        {"kind": "circuit_stability", "method": "eap", "k": 10, "statistic": "phi_ci_low", "min": 0.6, "max": 1.0},
+        {"kind": "circuit_stability", "method": "eap", "k": 10, "statistic": "phi_data_ci_low", "min": 0.6, "max": 1.0},
         {"kind": "faithfulness", "method": "exact", "k": 20, "statistic": "f_ci_low", "min": 0.7},
         {"kind": "faithfulness", "method": "eap", "statistic": "cmd", "max": 0.5},
         {"kind": "edge_effect", "edge": "a0.h3->a1.h5<k>", "method": "exact", "sign": "positive", "max_q": 0.05},
