@@ -21,7 +21,8 @@ Claim kinds (every one takes an optional ``name`` and ``description``; bounds ar
 * ``circuit_stability``: ``method``, ``k``, ``statistic`` (jaccard_mean, jaccard_corrected, phi,
   consensus_jaccard_mean, or the data-level jaccard_data[_ci_low/_ci_high], jaccard_pop_ci_low,
   phi_data[_ci_low]), bounds. The Monte Carlo jaccard_ci_low / phi_ci_low are no longer claimable.
-* ``faithfulness``: ``method``, ``k``, ``statistic`` (f_ratio, f_mean, f_ci_low, f_ci_high; or
+* ``faithfulness``: ``method``, ``k``, ``statistic`` (f_ratio, f_mean, f_ci_low, f_ci_high of the
+  fixed circuit; f_selected[_ci_low/_ci_high] with selection included (cross-fitted); or
   cpr, cmd, which need no ``k``), bounds.
 * ``edge_effect``: ``edge``, ``method``, ``sign`` (positive, negative, nonzero), ``max_q``
   (Benjamini-Hochberg q-value of the edge's effect).
@@ -162,7 +163,9 @@ class Faithfulness(_Bounded):
     kind: Literal["faithfulness"]
     method: METHOD
     k: int | None = Field(None, ge=1)
-    statistic: Literal["f_ratio", "f_mean", "f_ci_low", "f_ci_high", "cpr", "cmd"]
+    # f_ci_*: this fixed circuit (selection not included); f_selected*: the circuit selected from N prompts
+    statistic: Literal["f_ratio", "f_mean", "f_ci_low", "f_ci_high", "f_selected", "f_selected_ci_low",
+                       "f_selected_ci_high", "cpr", "cmd"]
 
     @model_validator(mode="after")
     def _needs_k(self):
