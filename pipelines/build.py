@@ -3,11 +3,28 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
 from circuits.errors import InputError
 from circuits.limits import check_bytes, check_count
-from circuits.model import CircuitModel
-from circuits.tasks import Task, check_int, check_token_ids, make_task
+
+if TYPE_CHECKING:  # torch loads only when a model is built: `check`, `query`, `report`, `--help` stay fast
+    from circuits.model import CircuitModel
+    from circuits.tasks import Task
+
+
+def check_int(where: str, value: Any, **kw: Any) -> int:
+    """``value`` as an int, or InputError naming ``where`` (circuits.tasks.check_int, imported lazily)."""
+    from circuits.tasks import check_int as check
+
+    return check(where, value, **kw)
+
+
+def check_token_ids(where: str, value: Any) -> list[int]:
+    """``value`` as a list of token ids, or InputError (circuits.tasks.check_token_ids, imported lazily)."""
+    from circuits.tasks import check_token_ids as check
+
+    return check(where, value)
 
 MAX_EXAMPLES = 1_000_000
 """Most examples one task may have unless ``--allow-large`` lifts the limit (as TaskSpec's bound)."""
@@ -38,6 +55,8 @@ def build_task(model: CircuitModel, name: str, *, n: int = 64, seed: int = 0, me
                 "use the induction task (works on any vocabulary) or a model directory with a tokenizer"
             )
         kwargs.setdefault("vocab_size", model.cfg.vocab_size)
+    from circuits.tasks import make_task
+
     task = make_task(name, tokenizer=tok, n=n, seed=seed, **kwargs)
     return task.validate(model)
 

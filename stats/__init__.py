@@ -2,31 +2,42 @@
 
 Works on arrays and tables only (numpy/scipy/pandas/pyarrow); every estimator returns a
 `stats.results.Result` with its estimate, uncertainty and `.to_table()`.
+
+Names load lazily (PEP 562): importing one module (e.g. ``stats.results``) does not pull in scipy
+through the others, so commands that only read tables start fast.
 """
 
-from .intervals import (BootstrapResult, bootstrap_edges, bootstrap_statistic,
-                        intervals_from_distribution)
-from .resampling import (PoissonBootstrapAccumulator, ResamplingPlan, map_edge_chunks,
-                         resample_statistic, resampled_means, spawn_seeds)
-from .results import ConfidenceInterval, Result
-from .similarity import (HeadMatchResult, SimilarityResult, attention_similarity, debiased_cka,
-                         head_distinctness, head_matching, linear_cka, match_heads,
-                         procrustes_distance, rbf_cka, similarity_test)
-from .stability import (StabilityResult, chance_jaccard, circuit_stability, nogueira_stability,
-                        rank_biased_overlap, selection_error_bounds, topk_indices)
-from .testing import (EdgeTestResult, adjust_pvalues, bh_adjust, by_adjust, resampling_pvalue,
-                      t_test_edges, z_test_edges)
-from .variance import ICCResult, VarianceComponentsResult, icc, variance_components
+from __future__ import annotations
 
-__all__ = [
-    "BootstrapResult", "ConfidenceInterval", "EdgeTestResult", "HeadMatchResult", "ICCResult",
-    "PoissonBootstrapAccumulator", "ResamplingPlan", "Result", "SimilarityResult",
-    "StabilityResult", "VarianceComponentsResult", "adjust_pvalues", "attention_similarity",
-    "bh_adjust", "bootstrap_edges", "bootstrap_statistic", "by_adjust", "chance_jaccard",
-    "circuit_stability", "debiased_cka", "head_distinctness", "head_matching", "icc",
-    "intervals_from_distribution", "linear_cka", "map_edge_chunks", "match_heads",
-    "nogueira_stability", "procrustes_distance", "rank_biased_overlap", "rbf_cka",
-    "resample_statistic", "resampled_means", "resampling_pvalue", "selection_error_bounds",
-    "similarity_test", "spawn_seeds", "t_test_edges", "topk_indices", "variance_components",
-    "z_test_edges",
-]
+import importlib
+from typing import Any
+
+_MODULES = {
+    ".intervals": ["BootstrapResult", "bootstrap_edges", "bootstrap_statistic", "intervals_from_distribution"],
+    ".resampling": ["PoissonBootstrapAccumulator", "ResamplingPlan", "map_edge_chunks", "nested_bootstrap",
+                    "resample_statistic", "resampled_means", "spawn_seeds"],
+    ".results": ["ConfidenceInterval", "Result"],
+    ".similarity": ["HeadMatchResult", "SimilarityResult", "attention_similarity", "debiased_cka",
+                    "head_distinctness", "head_matching", "linear_cka", "match_heads", "procrustes_distance",
+                    "rbf_cka", "similarity_test"],
+    ".stability": ["StabilityResult", "chance_jaccard", "circuit_stability", "nogueira_stability",
+                   "rank_biased_overlap", "selection_error_bounds", "topk_indices"],
+    ".testing": ["EdgeTestResult", "adjust_pvalues", "bh_adjust", "by_adjust", "interval_test_edges",
+                 "resampling_pvalue", "t_test_edges", "z_test_edges"],
+    ".topk": ["TopK", "topk"],
+    ".faithfulness": ["FaithfulnessInterval", "fixed_circuit_interval", "selection_aware_faithfulness"],
+    ".calibration": ["CalibrationResult", "IntervalKind", "coverage_study"],
+    ".variance": ["ICCResult", "VarianceComponentsResult", "icc", "variance_components"],
+}
+_LAZY = {name: module for module, names in _MODULES.items() for name in names}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    """The lazily imported public name ``name`` (its module is imported on first use)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'stats' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value
