@@ -72,9 +72,11 @@ def parse_calibration_spec(data: Any, source: str = "<spec>") -> CalibrationSpec
     return spec
 
 
-def load_calibration_spec(path: str | Path) -> CalibrationSpec:
-    """The validated calibration spec in a YAML file."""
-    return parse_calibration_spec(load_yaml(path), str(path))
+def load_calibration_spec(path: str | Path, *, allow_outside: bool = False) -> CalibrationSpec:
+    """The validated calibration spec in a YAML file, local paths resolved relative to it."""
+    from .spec import confine_paths
+
+    return confine_paths(parse_calibration_spec(load_yaml(path), str(path)), path, allow_outside=allow_outside)
 
 
 def edge_interval_kinds(population: np.ndarray, spec: CalibrationSpec) -> list:
@@ -156,11 +158,13 @@ def study_calibration_command(
     out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
     n_jobs: int | None = typer.Option(None, "--n-jobs", help="parallel workers for the attribution"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
+    allow_outside: bool = typer.Option(False, "--allow-outside",
+                                       help="let paths in the spec leave its directory (absolute, .., ~)"),
 ) -> None:
     """Empirical coverage of the audit's intervals on your model and task, per dataset size N."""
     from reports.tables import read_table
 
-    parsed = load_calibration_spec(spec)
+    parsed = load_calibration_spec(spec, allow_outside=allow_outside)
     run_calibration_study(parsed, out, n_jobs=n_jobs, force=force)
     table = read_table(Path(out) / "coverage.parquet").to_pylist()
     typer.echo(f"{'interval':<28} {'N':>5} {'coverage':>9} {'±MC':>6} {'null rej.':>9} {'mean width':>11} {'infinite':>8}")

@@ -405,7 +405,7 @@ def load_claims(path: str | os.PathLike[str]) -> ClaimsFile:
     return parse_claims(read_yaml_strict(path), str(path))
 
 
-def _load_spec(path: Path, *, redact: bool = True):
+def _load_spec(path: Path, *, redact: bool = True, allow_outside: bool = False):
     """The audit spec at `path` through the strict YAML reader, validated as pipelines.spec does.
 
     With `redact` (the spec was named by a claims file, which may come from someone else) errors
@@ -416,19 +416,22 @@ def _load_spec(path: Path, *, redact: bool = True):
 
     from pipelines.spec import AuditSpec, parse_spec
 
+    from pipelines.spec import confine_paths
+
     data = read_yaml_strict(path, quote=not redact)
     if not redact:
-        return parse_spec(data, str(path))
+        return confine_paths(parse_spec(data, str(path)), path, allow_outside=allow_outside)
     if not isinstance(data, dict):
         what = "empty" if data is None else f"a {type(data).__name__}"
         raise InputError(f"invalid spec {path}: the top level is {what}; it must be a mapping of keys "
                          "(model, task, methods, ...)")
     try:
-        return AuditSpec.model_validate(data)
+        spec = AuditSpec.model_validate(data)
     except ValidationError as exc:
         raise InputError(redacted_validation_message(exc, data, AuditSpec, f"invalid spec {path}")) from None
     except RecursionError:
         raise InputError(f"invalid spec {path}: nested too deeply") from None
+    return confine_paths(spec, path, allow_outside=allow_outside)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -864,7 +867,7 @@ def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[st
     spec = None
     if spec_path is not None:
         try:
-            spec = _load_spec(spec_path)
+            spec = _load_spec(spec_path, allow_outside=allow_outside)
         except InputError as e:
             raise InputError(f"{e} (the spec named by 'spec:' in {source})") from None
     run_dir = Path(run) if run is not None else file_run

@@ -282,13 +282,15 @@ def audit_command(
     report: bool = typer.Option(True, "--report/--no-report", help="write report.html at the end"),
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
+    allow_outside: bool = typer.Option(False, "--allow-outside",
+                                       help="let paths in the spec leave its directory (absolute, .., ~)"),
 ) -> None:
     """Run a stability audit: attribution, CIs, stability vs k, faithfulness, approximation, heads."""
     from pipelines.audit import run_audit
     from pipelines.spec import load_spec
 
     _check_out(out)
-    parsed = load_spec(spec)  # validated before anything is created
+    parsed = load_spec(spec, allow_outside=allow_outside)  # validated before anything is created
     run_audit(parsed, out, n_jobs=n_jobs, scheduler=scheduler, force=force, allow_pickle=allow_pickle,
               allow_large=allow_large)
     typer.echo(f"audit written to {out}")

@@ -13,6 +13,7 @@ head stability across them.
 from __future__ import annotations
 
 import re
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -135,6 +136,16 @@ class AuditSpec(_RunOptions):
             raise ValueError("'models' is empty; list at least one model")
         return self
 
+    @model_validator(mode="after")
+    def _enough_resamples(self) -> "AuditSpec":
+        # the faithfulness interval needs one resample beyond each quantile (stats.faithfulness.min_resamples)
+        need = math.ceil(2 / (1 - self.bootstrap.confidence_level) - 1e-9)
+        if self.faithfulness and self.bootstrap.n_resamples < need:
+            raise ValueError(f"bootstrap.n_resamples={self.bootstrap.n_resamples} is too few for a "
+                             f"{self.bootstrap.confidence_level:.0%} faithfulness interval: use at least {need} "
+                             "(or faithfulness: false)")
+        return self
+
     @property
     def sources(self) -> list[str]:
         """Model sources; attribution runs on the first, head stability across all."""
@@ -170,6 +181,38 @@ def load_yaml(path: str | Path) -> Any:
     return read_yaml_strict(path)
 
 
-def load_spec(path: str | Path) -> AuditSpec:
-    """The validated audit spec in a YAML file."""
-    return parse_spec(load_yaml(path), str(path))
+def load_spec(path: str | Path, *, allow_outside: bool = False) -> AuditSpec:
+    """The validated audit spec in a YAML file, its local paths resolved relative to it (confine_paths)."""
+    return confine_paths(parse_spec(load_yaml(path), str(path)), path, allow_outside=allow_outside)
+
+
+def _local_path(spec_file: str | Path, value: str, key: str, allow_outside: bool) -> str:
+    """``value`` resolved against the spec's directory when it is a local path (see confine_paths)."""
+    from .yamlio import resolve_inside
+
+    if value.startswith(("random:", "zoo:")):
+        return value
+    raw = Path(value)
+    named_as_path = raw.is_absolute() or value.startswith(("~", ".")) or ".." in raw.parts
+    if named_as_path or (Path(spec_file).parent / raw).exists():
+        return str(resolve_inside(spec_file, value, key=key, allow_outside=allow_outside))
+    return value  # a hub id (read from the local Hugging Face cache) or a built-in task name
+
+
+def confine_paths(spec: Any, spec_file: str | Path, *, allow_outside: bool = False) -> Any:
+    """``spec`` with its model and task-file paths resolved relative to ``spec_file``.
+
+    Paths in a file written by someone else may not leave that file's directory tree (absolute
+    paths, ``~``, ``..`` or symbolic links out are refused) unless the command line passes
+    ``--allow-outside``. ``random:``/``zoo:`` sources and cached hub ids are not paths.
+    """
+    update: dict[str, Any] = {}
+    if getattr(spec, "model", None) is not None:
+        update["model"] = _local_path(spec_file, spec.model, "model", allow_outside)
+    if getattr(spec, "models", None) is not None:
+        update["models"] = [_local_path(spec_file, m, "models", allow_outside) for m in spec.models]
+    task = getattr(spec, "task", None)
+    if task is not None and str(task.name).lower().endswith((".jsonl", ".csv", ".parquet", ".json")):
+        update["task"] = task.model_copy(update={"name": _local_path(spec_file, task.name, "task.name",
+                                                                     allow_outside)})
+    return spec.model_copy(update=update) if update else spec

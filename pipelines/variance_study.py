@@ -210,9 +210,11 @@ def parse_variance_spec(data: Any, source: str = "<spec>") -> VarianceSpec:
         raise InputError(_format_error(exc, source)) from None
 
 
-def load_variance_spec(path: str | Path) -> VarianceSpec:
-    """The validated variance-study spec in a YAML file."""
-    return parse_variance_spec(load_yaml(path), str(path))
+def load_variance_spec(path: str | Path, *, allow_outside: bool = False) -> VarianceSpec:
+    """The validated variance-study spec in a YAML file, local paths resolved relative to it."""
+    from .spec import confine_paths
+
+    return confine_paths(parse_variance_spec(load_yaml(path), str(path)), path, allow_outside=allow_outside)
 
 
 def _view(spec: VarianceSpec, **over) -> SimpleNamespace:
@@ -1018,9 +1020,11 @@ def study_variance_command(
                                          help="parallel workers, 1 to this machine's CPU count (default: the spec's)"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
     report: bool = typer.Option(True, "--report/--no-report", help="write report.html at the end"),
+    allow_outside: bool = typer.Option(False, "--allow-outside",
+                                       help="let paths in the spec leave its directory (absolute, .., ~)"),
 ) -> None:
     """Variance study: where the uncertainty of a circuit comes from (examples, counterfactuals, estimators, seeds)."""
-    parsed = load_variance_spec(spec)  # validated before anything is created
+    parsed = load_variance_spec(spec, allow_outside=allow_outside)  # validated before anything is created
     run_variance_study(parsed, out, n_jobs=n_jobs, force=force)
     typer.echo(f"variance study written to {out}")
     for line in summary_lines(Path(out)):

@@ -134,7 +134,7 @@ def test_task_options_and_metric_reach_the_task():
 
 # ---- the audit spec's fields -------------------------------------------------------------------
 SPEC = {"model": TINY, "task": {"name": "induction", "n": 6, "options": {"seq_len": 4}}, "methods": ["eap"],
-        "batch_size": 3, "bootstrap": {"n_resamples": 20}, "k": [2, 4], "faithfulness": True}
+        "batch_size": 3, "bootstrap": {"n_resamples": 40}, "k": [2, 4], "faithfulness": True}
 
 
 def _audit(tmp: Path, name: str, spec: dict) -> dict:

@@ -19,7 +19,7 @@ from pipelines.cli import app
 
 TINY = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&n_positions=64&seed=1"
 SPEC = {"model": TINY, "task": {"name": "induction", "n": 6, "options": {"seq_len": 4}}, "methods": ["eap"],
-        "batch_size": 3, "bootstrap": {"n_resamples": 20}, "k": [2, 4]}
+        "batch_size": 3, "bootstrap": {"n_resamples": 40}, "k": [2, 4]}
 
 runner = CliRunner()
 
@@ -273,3 +273,14 @@ def test_every_stage_runs_on_one_thread_and_says_how_long(tmp_path, capsys):
     assert seen["torch"] == 1 and seen["blas"] <= {1}
     err = capsys.readouterr().err
     assert "stage faithfulness: done in" in err and "stage faithfulness: already done (resumed)" in err
+
+
+def test_too_few_resamples_for_the_faithfulness_interval_names_the_minimum() -> None:
+    from circuits.errors import InputError
+    from pipelines.spec import parse_spec
+
+    doc = {"model": "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64", "bootstrap": {"n_resamples": 39}}
+    with pytest.raises(InputError, match="at least 40"):
+        parse_spec(doc)
+    assert parse_spec({**doc, "faithfulness": False}).bootstrap.n_resamples == 39
+    assert parse_spec({**doc, "bootstrap": {"n_resamples": 40}}).bootstrap.n_resamples == 40
