@@ -178,17 +178,25 @@ def _selected_columns(model, task, S: np.ndarray, ks: list[int], spec: AuditSpec
                              batch_size=spec.batch_size, progress=False)
         return r.m_circuit, r.m_clean, r.m_empty
 
+    # the full circuit (k = all edges) involves no selection: its columns stay NaN with the reason
+    use = np.asarray([1 <= k < S.shape[1] for k in ks])
+    if not use.any():
+        return {**nan, "f_selected_note": ["k covers every edge: no selection to account for"] * C}
     known = (np.stack([c.edges for c in res.circuits]), res.m_circuit, res.m_clean, res.m_empty)
-    sel = selection_aware_faithfulness(S, evaluate, ks, ranking=spec.ranking, n_folds=n_folds, n_repeats=2,
-                                       seed=seed, confidence_level=spec.bootstrap.confidence_level, known=known,
+    sel = selection_aware_faithfulness(S, evaluate, [k for k, u in zip(ks, use) if u], ranking=spec.ranking,
+                                       n_folds=n_folds, n_repeats=2, seed=seed,
+                                       confidence_level=spec.bootstrap.confidence_level, known=known,
                                        groups=None if task.group is None else task.group.numpy())
-    return {"f_selected": np.asarray(sel.estimate, np.float64),
-            "f_selected_se": np.asarray(sel.standard_error, np.float64),
-            "f_selected_ci_low": np.asarray(sel.confidence_interval.low, np.float64),
-            "f_selected_ci_high": np.asarray(sel.confidence_interval.high, np.float64),
-            "f_selected_method": [sel.method] * C, "f_selected_estimand": [sel.estimand] * C,
-            "fold_circuit_jaccard": np.asarray(sel.extra.get("fold_circuit_jaccard", np.full(C, np.nan)), np.float64),
-            "f_selected_note": [f"{n_folds}-fold cross-fitting, 2 repeats"] * C}
+    out = {**nan, "f_selected_method": [sel.method] * C,
+           "f_selected_note": [f"{n_folds}-fold cross-fitting, 2 repeats" if u else "k covers every edge: no "
+                               "selection to account for" for u in use]}
+    for col, values in (("f_selected", sel.estimate), ("f_selected_se", sel.standard_error),
+                        ("f_selected_ci_low", sel.confidence_interval.low),
+                        ("f_selected_ci_high", sel.confidence_interval.high),
+                        ("fold_circuit_jaccard", sel.extra.get("fold_circuit_jaccard", np.full(use.sum(), np.nan)))):
+        out[col] = out[col].copy()
+        out[col][use] = np.asarray(values, np.float64)
+    return out
 
 
 def approximation_tables(exact: np.ndarray, approx: np.ndarray, names: list[str], method: str, k: int,
@@ -312,7 +320,7 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
                       params={"k": ks, "ranking": spec.ranking}, depends_on=deps, force=force)
 
         if len(sources) > 1:
-            _heads_stage(run, spec, sources, task, force)
+            _heads_stage(run, spec, sources, task, force, allow_pickle=allow_pickle, allow_large=allow_large)
     return out
 
 
@@ -374,7 +382,8 @@ def run_stage(run, name: str, fn, outputs, **kw) -> None:
     print(f"stage {name}: {what}", file=sys.stderr, flush=True)
 
 
-def _heads_stage(run, spec: AuditSpec, sources: list[str], task, force: bool) -> None:
+def _heads_stage(run, spec: AuditSpec, sources: list[str], task, force: bool, *, allow_pickle: bool = False,
+                 allow_large: bool = False) -> None:
     """Head stability across the spec's models (the heads estimator of pipelines.heads)."""
     from . import heads as heads_mod
 
@@ -385,7 +394,8 @@ def _heads_stage(run, spec: AuditSpec, sources: list[str], task, force: bool) ->
         h = spec.heads
         est = heads_mod.HeadStability(match=h.match, pairs=h.pairs, drop_bos=h.drop_bos, n_probe=h.n_probe,
                                       n_boot=h.n_boot, random_state=spec.seed)
-        models = [heads_mod.load_source(s, device=spec.device) for s in sources]
+        models = [heads_mod.load_source(s, device=spec.device, allow_pickle=allow_pickle, allow_large=allow_large)
+                  for s in sources]
         # Without a tokenizer there are no corpus snippets: the task's clean prompts are the probe set.
         full = task.attention_mask.bool().all(1).numpy()
         probe = None if models[0].tokenizer is not None else heads_mod.ProbeSet.from_ids(

@@ -37,10 +37,11 @@ def print_summary(run: Path, echo=typer.echo) -> None:
     import pyarrow.parquet as pq
 
     stats = pq.read_table(run / "edge_stats.parquet").to_pandas()
-    exact = stats[stats.method == "exact"]
+    shown = "exact" if (stats.method == "exact").any() else str(stats.method.iloc[0])
+    exact = stats[stats.method == shown]
     top = exact.reindex(exact.estimate.abs().sort_values(ascending=False).index).head(8)
-    ci = exact.ci_method.iloc[0] if "ci_method" in exact else "bootstrap"
-    echo(f"\nTop edges by exact effect (mean effect over the prompt distribution, 95% {ci} CI, BH q that inverts "
+    ci = exact.ci_method.iloc[0] if "ci_method" in exact and len(exact) else "bootstrap"
+    echo(f"\nTop edges by {shown} effect (mean effect over the prompt distribution, 95% {ci} CI, BH q that inverts "
          "it; '!' = a few prompts carry the estimate):")
     for _, r in top.iterrows():
         flag = " " if r.get("interval_reliable", True) else "!"

@@ -230,13 +230,14 @@ def build_probe(tokenizer, *, n: int = 100, length: int = 64, bos: bool = True, 
     return ProbeSet(arr, bos, source, dropped, thash)
 
 
-def load_source(source: str | os.PathLike, device: str = "cpu"):
+def load_source(source: str | os.PathLike, device: str = "cpu", *, allow_pickle: bool = False,
+                allow_large: bool = False):
     """Return a CircuitModel from any model source (``circuits.loading.load_model``; ``zoo:`` resolved first)."""
     from circuits.loading import load_model
 
     from .build import resolve_source
 
-    return load_model(resolve_source(str(source)), device=device)
+    return load_model(resolve_source(str(source)), device=device, allow_pickle=allow_pickle, allow_large=allow_large)
 
 
 def _blas_threads(n: int):
@@ -1067,6 +1068,8 @@ def heads_command(
     device: str = _Opt("cpu", "--device"),
     out: Path = _Opt(..., "--out", help="run directory: heads/layers/residual.parquet and more, manifest.json"),
     force: bool = _Opt(False, "--force", help="recompute if the directory holds a different spec"),
+    allow_pickle: bool = _Opt(False, "--allow-pickle", help="load pickled weights (*.bin, *.pt) with weights_only=True"),
+    allow_large: bool = _Opt(False, "--allow-large", help="lift the memory limit on model sizes"),
 ) -> HeadStabilityResult:
     """Cross-seed stability of attention heads and of the residual stream, with refit-level and bootstrap CIs."""
     import sys
@@ -1074,7 +1077,7 @@ def heads_command(
     models = [p for m in models for p in str(m).split(",") if p]
     if len(models) < 2:
         raise _input_error("pass at least 2 models (--models DIR --models DIR ..., or --models DIR,DIR,...)")
-    loaded = [load_source(m, device=device) for m in models]
+    loaded = [load_source(m, device=device, allow_pickle=allow_pickle, allow_large=allow_large) for m in models]
     est = HeadStability(match=match, pairs=pairs, anchor=anchor, drop_bos=drop_bos, null=null, n_boot=n_boot,
                         ci_over=ci_over, n_probe=n_probe, probe_len=probe_len, bos=bos,
                         probe_file=str(probe_file) if probe_file else None, corpus=corpus,

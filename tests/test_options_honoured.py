@@ -175,7 +175,7 @@ def _differs(a, b, column: str) -> bool:
     ("ablation", "zero", "scores_eap", "scores"),
     ("methods", ["eap-ig-inputs"], "scores_eap-ig-inputs", "scores"),
     ("seed", 1, "edge_stats", "ci_low"),
-    ("bootstrap.n_resamples", 40, "edge_stats", "ci_low"),
+    ("bootstrap.n_resamples", 60, "edge_stats", "ci_low"),
     ("bootstrap.confidence_level", 0.8, "edge_stats", "ci_low"),
     ("bootstrap.ci_method", "percentile", "edge_stats", "ci_low"),
     ("k", [1, 3], "stability_vs_k", "k"),
