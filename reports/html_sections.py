@@ -887,7 +887,11 @@ def calibration_part(T: Tables) -> str:
     p.legend(f"nominal {nominal:g}", "#b00", "dash")
     p.axes("dataset size N (prompts)" + (", log scale" if xlog else ""), "empirical coverage", xticks=k_ticks(ns, p))
     tbl = html_table(CAL_COLS, rows[:MAX_ROWS], shown_note=shown(min(len(rows), MAX_ROWS), len(rows), "rows", "first rows"))
-    estimands = "; ".join(f"{k}: {e}" for k, e in dict(zip(strs(t, "kind"), strs(t, "estimand"))).items())
+    by_estimand: dict[str, list[str]] = {}
+    for kind, est in dict(zip(strs(t, "kind"), strs(t, "estimand"))).items():
+        by_estimand.setdefault(est, []).append(kind)
+    estimands = "; ".join(f"{', '.join(kinds) if len(by_estimand) > 1 else 'every interval'}: {est}"
+                          for est, kinds in by_estimand.items())
     cap = (f"Empirical coverage of each interval over datasets of N prompts drawn from the population (band: ±2 Monte "
            f"Carlo SE); dashed red: the nominal {nominal:g}. Null rejection: how often the interval excludes 0 on null "
            f"copies of the edges (nominal {1 - nominal:.2g}). Estimands — {estimands}.")
