@@ -22,13 +22,13 @@ import torch
 import torch.nn.functional as F
 
 from circuits.model import CircuitModel
-from pipelines.training import _Batches, _init, prepare_data, train_logits, train_model
+from pipelines.training import _Batches, _init, prepare_data, train_model
 from pipelines.zoo import ZOO_RECIPES
 
 
 def plain_loop(recipe, data, steps: int, seed: int = 0, fused: bool = True) -> float:
     """Forward, loss, backward, AdamW step; nothing else. ``fused``: the same SDPA forward the
-    wrapper uses (``train_logits``), else CircuitModel's own forward (``model(ids)``)."""
+    wrapper uses (``CircuitModel.fused_logits``), else CircuitModel's own forward (``model(ids)``)."""
     torch.set_num_threads(recipe.threads)
     torch.use_deterministic_algorithms(True)
     model = CircuitModel(recipe.model_config(data.vocab_size))
@@ -37,7 +37,7 @@ def plain_loop(recipe, data, steps: int, seed: int = 0, fused: bool = True) -> f
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=recipe.betas,
                             weight_decay=recipe.weight_decay, foreach=False)
     batches = _Batches(np.load(data.train_tokens, mmap_mode="r"), recipe.n_ctx + 1, recipe.batch_size, seed)
-    fwd = (lambda ids: train_logits(model, ids)) if fused else model
+    fwd = model.fused_logits if fused else model
     t0 = time.perf_counter()
     for step in range(steps):
         b = batches.batch(step, recipe.repeat_fraction)
@@ -81,7 +81,7 @@ def main() -> None:
           f"vocab {cfg.vocab_size}, batch {recipe.batch_size}x{recipe.n_ctx}, threads {recipe.threads}; "
           f"{args.steps} steps, median of {args.repeats} repeats")
     print(f"plain loop, model(ids)      {args.steps / u:7.2f} steps/s  ({u:.2f}s)")
-    print(f"plain loop, train_logits    {args.steps / p:7.2f} steps/s  ({p:.2f}s)")
+    print(f"plain loop, fused_logits    {args.steps / p:7.2f} steps/s  ({p:.2f}s)")
     print(f"train_model                 {args.steps / w:7.2f} steps/s  ({w:.2f}s incl. "
           f"{args.steps // recipe.eval_every} validation, {(args.steps - 1) // recipe.checkpoint_every} "
           "checkpoint, log, save)")

@@ -21,7 +21,6 @@ from pipelines.training import (
     is_complete,
     parse_seeds,
     prepare_data,
-    train_logits,
     train_model,
     train_models,
 )
@@ -173,12 +172,12 @@ def test_train_command_cli(tmp_path, monkeypatch):
 @pytest.mark.parametrize("positional", ["learned", "rotary"])
 @pytest.mark.parametrize("mlp", ["none", "standard"])
 @pytest.mark.parametrize("norm", ["layernorm", "none"])
-def test_train_logits_equal_model_logits(positional, mlp, norm):
+def test_fused_logits_equal_model_logits(positional, mlp, norm):
     cfg = ModelConfig(n_layers=2, n_heads=4, d_model=32, d_head=8, d_mlp=0 if mlp == "none" else 64,
                       vocab_size=50, n_ctx=24, mlp=mlp, positional=positional, norm=norm)
     m = CircuitModel(cfg).init_weights(1)
     ids = torch.randint(0, 50, (3, 24), generator=torch.Generator().manual_seed(0))
-    torch.testing.assert_close(train_logits(m, ids), m(ids), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(m.fused_logits(ids), m(ids), atol=1e-5, rtol=1e-5)
 
 
 def test_zoo_cache_and_induction_metrics(tmp_path):

@@ -257,16 +257,20 @@ def test_unknown_keys_are_given_by_position_and_schema_paths_kept(tmp_path):
 
 
 def test_system_file_as_spec_with_allow_outside_prints_none_of_it(tmp_path):
-    system = next((p for p in (Path("/etc/passwd"), Path("/etc/group"), Path("/etc/hosts")) if p.is_file()), None)
-    if system is None:
-        pytest.skip("no readable system file")
-    claims = write_yaml(tmp_path / "claims.yaml", {"spec": str(system), "run": "r", "claims": [STABILITY]})
+    # a password-file stand-in outside the claims file's tree (the real /etc/passwd varies by machine)
+    system = tmp_path / "etc" / "passwd"
+    system.parent.mkdir()
+    system.write_text("root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
+                      "backupuser:x:34:34:backup:/var/backups:/usr/sbin/nologin\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    claims = write_yaml(work / "claims.yaml", {"spec": str(system), "run": "r", "claims": [STABILITY]})
     code, out = invoke("check", claims, "--allow-outside")
     assert_one_line_error(code, out, str(system))
     words = {w for line in system.read_text().splitlines() for w in line.replace(":", " ").split() if len(w) > 3}
     message = out.replace(str(system), "").replace(str(tmp_path), "")
     assert not [w for w in words if w in message], message
-    assert not (tmp_path / "r").exists()
+    assert not (work / "r").exists()
 
 
 # ---- 4. YAML alias bombs ---------------------------------------------------------------------------
