@@ -364,17 +364,7 @@ def faithfulness_curve(
     if rule not in ("top_k", "greedy"):
         raise InputError(f"unknown rule {rule!r}; use 'top_k' or 'greedy'")
     graph = scores.graph if isinstance(scores, ScoreMatrix) else model.graph
-    E = graph.n_edges
-    used_fractions = None
-    if ks is None:
-        if not fractions:
-            raise InputError("give ks (edge counts) or fractions of all edges")
-        fr = np.asarray(fractions, dtype=np.float64)
-        if np.any((fr < 0) | (fr > 1)):
-            raise InputError("fractions must lie in [0, 1]")
-        ks = [int(f * E) for f in fr]  # MIB: int(pct * n_edges)
-        used_fractions = fr.tolist()
-    ks = [int(k) for k in ks]
+    ks, used_fractions = _size_grid(ks, fractions, graph.n_edges, "edge")
     if sorted(ks) != ks:
         raise InputError(f"circuit sizes must be non-decreasing, got {ks}")
     build = Circuit.top_k if rule == "top_k" else Circuit.greedy
@@ -392,6 +382,19 @@ def faithfulness_curve(
                      k=np.asarray(ks), log_x=log_x, extra=extra)
 
 
+def _size_grid(ks: Sequence[int] | None, fractions: Sequence[float] | None, n: int,
+               what: str) -> tuple[list[int], list[float] | None]:
+    """(circuit sizes, the fractions they came from or None): ``ks`` as ints, or int(f * n) per fraction (MIB)."""
+    if ks is not None:
+        return [int(k) for k in ks], None
+    if not fractions:
+        raise InputError(f"give ks ({what} counts) or fractions of all {what}s")
+    fr = np.asarray(fractions, dtype=np.float64)
+    if np.any((fr < 0) | (fr > 1)):
+        raise InputError("fractions must lie in [0, 1]")
+    return [int(f * n) for f in fr], fr.tolist()
+
+
 def _node_curve(model: CircuitModel, data: PairData, scores: Any, *, absolute: bool,
                 fractions: Sequence[float] | None, ks: Sequence[int] | None, log_x: bool,
                 **evaluate) -> FaithfulnessResult:
@@ -403,15 +406,7 @@ def _node_curve(model: CircuitModel, data: PairData, scores: Any, *, absolute: b
     vec = scores.mean() if isinstance(scores, ScoreMatrix) else np.asarray(scores, dtype=np.float64)
     if vec.shape != (U,):
         raise InputError(f"node scores must have one value per sender ({U}), got shape {vec.shape}")
-    used_fractions = None
-    if ks is None:
-        if not fractions:
-            raise InputError("give ks (node counts) or fractions of all nodes")
-        fr = np.asarray(fractions, dtype=np.float64)
-        if np.any((fr < 0) | (fr > 1)):
-            raise InputError("fractions must lie in [0, 1]")
-        ks, used_fractions = [int(f * U) for f in fr], fr.tolist()
-    ks = [int(k) for k in ks]
+    ks, used_fractions = _size_grid(ks, fractions, U, "node")
     if sorted(ks) != ks or (ks and (ks[0] < 0 or ks[-1] > U)):
         raise InputError(f"node circuit sizes must be non-decreasing within 0..{U}, got {ks}")
     key = np.abs(vec) if absolute else vec
