@@ -217,9 +217,10 @@ def approximation_tables(exact: np.ndarray, approx: np.ndarray, names: list[str]
                 "exact_mean": sm, "approx_mean": am, "bias": err.mean(0),
                 "error_sd": err.std(0, ddof=1) if N > 1 else np.full(len(names), np.nan),
                 "slope": slope, "intercept": am - slope * sm, "r2": r2}
-    key = (np.abs if ranking == "absolute" else (lambda x: x))
-    top_s = set(np.argsort(-key(sm), kind="stable")[:k].tolist())
-    top_a = set(np.argsort(-key(am), kind="stable")[:k].tolist())
+    from stats.topk import topk
+
+    top_s = set(topk(sm, k, ranking=ranking, seed=0).indices.tolist())  # the one top-k (random ties, fixed seed)
+    top_a = set(topk(am, k, ranking=ranking, seed=0).indices.tolist())
     flat_s, flat_a = s.ravel(), a.ravel()
     fit = sps.linregress(flat_s, flat_a) if np.ptp(flat_s) > 0 else None
     summary = {"method": [method], "spearman": [float(sps.spearmanr(sm, am).statistic)],

@@ -52,11 +52,6 @@ __all__ = [
 ]
 
 # --- small, reusable pieces ----------------------------------------------------------------
-def _key(values: np.ndarray, ranking: str) -> np.ndarray:
-    """Return the ranking key (kept for callers; stats.topk.ranking_key is the one definition)."""
-    return ranking_key(values, ranking)
-
-
 def topk_indices(scores: np.ndarray, k: int, ranking: str, *, seed: Any = 0) -> np.ndarray:
     """Return the k edges with the largest key in rank order, ties at random (stats.topk.topk).
 
@@ -400,7 +395,7 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
     plan, N >= stability_data.MIN_OBS), else NaN columns with the reason in params; True:
     refuse with InputError where not possible; False: skip.
     """
-    _key(np.zeros(1), ranking)
+    ranking_key(np.zeros(1), ranking)  # raises for an unknown ranking
     S = check_score_matrix(S)
     n_obs, n_edges = S.shape
     if plan is None:
