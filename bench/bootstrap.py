@@ -17,8 +17,10 @@ import resource
 import sys
 import time
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 from scipy import stats
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -61,6 +63,8 @@ def main() -> None:
     assert np.array_equal(res.confidence_interval.low, res2.confidence_interval.low)
     t_bca, _ = _time(lambda: bootstrap_edges(S, n_resamples=B, seed=seed, method="bca"))
     rows.append(("circuitstat BCa, n_jobs=1", t_bca, E))
+    t_def, _ = _time(lambda: bootstrap_edges(S, n_resamples=B, seed=seed))
+    rows.append(("circuitstat default (symmetric studentized), n_jobs=1", t_def, E))
 
     sub = E if args.full_scipy else min(args.scipy_edges, E)
     S_sub = S[:, :sub].astype(np.float64)  # float64 so scipy's means match to rounding
@@ -91,10 +95,26 @@ def main() -> None:
     print(f"\nspeed-up vs scipy (n_jobs=1): {t_sp_all / t_eng:6.1f}x   (n_jobs=2): "
           f"{t_sp_all / t_eng2:6.1f}x")
     print(f"max |CI difference| vs scipy on {sub} edges, same resamples: {diff:.2e}")
+    print(f"default interval / BCa time: {t_def / t_bca:.2f}")
+    data_level_cost(seed)
     print(f"\nmemory at E={Em:,}, N={N}, B={B}: time {t_mem:.2f} s, tracemalloc peak "
           f"{peak / 2**20:.0f} MiB (score matrix {Sm.nbytes / 2**20:.0f} MiB not counted; a "
           f"[B, E] float64 array would be {8 * B * Em / 2**20:.0f} MiB); process max RSS, whole script incl. scipy run "
           f"{rss:.0f} MiB")
+
+
+def data_level_cost(seed: int) -> None:
+    """Print the stability stage's time with and without data-level intervals on the demo's shape."""
+    from stats.stability import circuit_stability
+
+    fixture = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "zoo-induction-exact.parquet"
+    S = np.column_stack([c.to_numpy() for c in pq.read_table(fixture).columns])[:64].astype(np.float32)
+    run = lambda level: circuit_stability(S, None, [5, 10, 20, 50], ranking="absolute",  # noqa: E731
+                                          n_resamples=1000, seed=seed, data_level=level)
+    t_off, _ = _time(lambda: run(False), repeat=3)
+    t_on, _ = _time(lambda: run(True), repeat=3)
+    print(f"\ncircuit stability on the demo's shape (N=64 zoo prompts, E=81, B=1000, k=5/10/20/50): "
+          f"{t_off:.2f} s without, {t_on:.2f} s with data-level intervals = {t_on / t_off:.2f}x   [budget <= 3x]")
 
 
 if __name__ == "__main__":
