@@ -57,7 +57,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import typer
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from circuits.errors import InputError

@@ -37,7 +37,7 @@ from .resampling import (DEFAULT_MAX_BYTES, ResamplingPlan, as_seed_sequence,
 from .results import ConfidenceInterval, Result
 from .stability_data import (ESTIMANDS, DataLevelEstimates, check_data_level,
                              data_level_stability)
-from .topk import (RANKINGS, ranking_key, row_seeds, select_topk, streaming_topk,
+from .topk import (ranking_key, row_seeds, select_topk, streaming_topk,
                    tie_priorities, topk)
 
 __all__ = [
@@ -372,64 +372,12 @@ def _run_seed(plan: ResamplingPlan, seed: Any) -> np.random.SeedSequence:
 
 
 # --- estimator -----------------------------------------------------------------------------
-def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
-                      ks: Sequence[int] = (10, 20, 50, 100, 200, 500, 1000), *, ranking: str,
-                      n_resamples: int = 200, seed: Any = None, consensus_threshold: float = 0.5,
-                      selection_thresholds: Sequence[float] | None = None,
-                      n_pair_resamples: int = 1000, n_rank_resamples: int = 30,
-                      n_kendall_pairs: int | None = None, rbo_p: float | None = None,
-                      confidence_level: float = 0.95, chunk_size: int | None = None,
-                      n_jobs: int = 1, max_bytes: int = DEFAULT_MAX_BYTES,
-                      edge_names: Sequence[str] | None = None, data_level: bool | None = None,
-                      n_outer: int = 100, n_inner: int = 20,
-                      data_level_method: str = "bracketed") -> StabilityResult:
-    """Return the stability of top-k circuits of S [N, E] across resamples, for every k in ks.
-
-    ranking: 'signed' (largest scores) or 'absolute' (largest |scores|), required.
-    n_pair_resamples: pairwise Jaccard uses the first that many resamples (B^2 pairs).
-    n_rank_resamples: Spearman over all pairs and Kendall over disjoint pairs of that many full
-    score vectors. rbo_p: RBO persistence; None uses p = 1 - 1/k (expected depth k).
-    data_level: add intervals for the data-level estimands (stats.stability_data: Jaccard and
-    Phi between circuits of independent size-N datasets, Jaccard to the population's circuit)
-    from a double bootstrap of n_outer x n_inner resamples. None: where possible (bootstrap
-    plan, N >= stability_data.MIN_OBS), else NaN columns with the reason in params; True:
-    refuse with InputError where not possible; False: skip.
-    """
-    ranking_key(np.zeros(1), ranking)  # raises for an unknown ranking
-    S = check_score_matrix(S)
-    n_obs, n_edges = S.shape
-    if plan is None:
-        plan = ResamplingPlan.bootstrap(n_obs, n_resamples, seed)
-    elif seed is not None and plan.seed is not None:
-        raise ValueError("pass either a plan or a seed, not both: the plan already fixes the draw")
-    root = _run_seed(plan, seed)
-    if plan.n_obs != n_obs:
-        check_score_matrix(S, plan)  # raises with the fix named
-    if selection_thresholds is not None and not plan.is_half_subsample:
-        raise ValueError(
-            "stability-selection error bounds need half-size subsamples, but the plan is "
-            f"{plan.kind!r}; use plan=ResamplingPlan.subsample(N, B, seed) or "
-            "ResamplingPlan.complementary_pairs(N, n_pairs, seed), or drop selection_thresholds")
-    ks_arr = np.unique(np.asarray(ks, dtype=np.int64))
-    if ks_arr.size == 0 or ks_arr[0] < 1 or ks_arr[-1] >= n_edges:
-        raise ValueError(f"every k must lie in [1, E-1] = [1, {n_edges - 1}], got {ks_arr.tolist()}")
-    if not 0 < consensus_threshold <= 1:
-        raise ValueError("consensus_threshold must lie in (0, 1]")
-    B = plan.n_resamples
-    if B < 2:
-        raise ValueError("stability needs at least 2 resamples")
-    K = int(ks_arr[-1])
-    n_full = min(B, max(0, int(n_rank_resamples)))
-    tie_rng = np.random.default_rng(spawn_seeds(root, 2)[0])
-    seeds = row_seeds(tie_rng, B + 1)  # one tie-breaking stream per resample, one for the data
-    state, full = streaming_topk(S, plan, K, ranking, seeds[:B], n_full=n_full,
-                                 chunk_size=chunk_size, n_jobs=n_jobs, max_bytes=max_bytes)
-
-    theta = np.asarray(S, dtype=np.float64).mean(axis=0)
-    full_top = select_topk(ranking_key(theta, ranking)[None, :],
-                           tie_priorities(seeds[B:], np.arange(n_edges)), K)[0][0]
+def _per_k_columns(state, ks_arr: np.ndarray, n_edges: int, full_top: np.ndarray, *, m_pair: int, n_full: int,
+                   consensus_threshold: float, confidence_level: float, rbo_p: float | None,
+                   max_bytes: int) -> tuple[dict[str, list], np.ndarray]:
+    """(per-k columns, inclusion counts [len(ks), E]) from the resamples' streamed top-K lists."""
     z = ndtri(0.5 + confidence_level / 2)
-    m_pair = min(B, int(n_pair_resamples))
+    B = state.idx.shape[0]
     real = state.idx < n_edges
     cols: dict[str, list] = {c: [] for c in (
         "jaccard_mean", "jaccard_sd", "jaccard_se", "jaccard_ci_low", "jaccard_ci_high",
@@ -496,12 +444,11 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
         cols["rbo_mean"].append(float(np.mean(rbo)))
         cols["rbo_sd"].append(float(np.std(rbo, ddof=1)) if rbo.size > 1 else np.nan)
         cols["rbo_p"].append(p)
-    per_k = {c: np.asarray(v) for c, v in cols.items()}
-    data_note = _add_data_level(per_k, S, ks_arr, ranking, plan, spawn_seeds(root, 2)[1],
-                                data_level, n_outer, n_inner, data_level_method,
-                                confidence_level, chunk_size, n_jobs, max_bytes)
+    return cols, counts
 
-    # rank agreement of full score vectors (k-free)
+
+def _rank_agreement(full: np.ndarray, n_full: int, n_kendall_pairs: int | None):
+    """(Spearman over all pairs, Kendall over disjoint pairs, their index pairs) of full score vectors."""
     if n_full >= 2:
         ranks = stats.rankdata(full, axis=1)
         ranks -= ranks.mean(axis=1, keepdims=True)
@@ -514,9 +461,77 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
         kendall_pairs = np.stack([np.arange(n_kp) * 2, np.arange(n_kp) * 2 + 1], axis=1)
         kendall = np.array([stats.kendalltau(full[a], full[b]).statistic
                             for a, b in kendall_pairs])
-    else:
-        spearman = kendall = np.zeros(0)
-        rank_pairs = kendall_pairs = np.zeros((0, 2), dtype=np.int64)
+        return spearman, kendall, rank_pairs, kendall_pairs
+    empty = np.zeros((0, 2), dtype=np.int64)
+    return np.zeros(0), np.zeros(0), empty, empty
+
+
+def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
+                      ks: Sequence[int] = (10, 20, 50, 100, 200, 500, 1000), *, ranking: str,
+                      n_resamples: int = 200, seed: Any = None, consensus_threshold: float = 0.5,
+                      selection_thresholds: Sequence[float] | None = None,
+                      n_pair_resamples: int = 1000, n_rank_resamples: int = 30,
+                      n_kendall_pairs: int | None = None, rbo_p: float | None = None,
+                      confidence_level: float = 0.95, chunk_size: int | None = None,
+                      n_jobs: int = 1, max_bytes: int = DEFAULT_MAX_BYTES,
+                      edge_names: Sequence[str] | None = None, data_level: bool | None = None,
+                      n_outer: int = 100, n_inner: int = 20,
+                      data_level_method: str = "bracketed") -> StabilityResult:
+    """Return the stability of top-k circuits of S [N, E] across resamples, for every k in ks.
+
+    ranking: 'signed' (largest scores) or 'absolute' (largest |scores|), required.
+    n_pair_resamples: pairwise Jaccard uses the first that many resamples (B^2 pairs).
+    n_rank_resamples: Spearman over all pairs and Kendall over disjoint pairs of that many full
+    score vectors. rbo_p: RBO persistence; None uses p = 1 - 1/k (expected depth k).
+    data_level: add intervals for the data-level estimands (stats.stability_data: Jaccard and
+    Phi between circuits of independent size-N datasets, Jaccard to the population's circuit)
+    from a double bootstrap of n_outer x n_inner resamples. None: where possible (bootstrap
+    plan, N >= stability_data.MIN_OBS), else NaN columns with the reason in params; True:
+    refuse with InputError where not possible; False: skip.
+    """
+    ranking_key(np.zeros(1), ranking)  # raises for an unknown ranking
+    S = check_score_matrix(S)
+    n_obs, n_edges = S.shape
+    if plan is None:
+        plan = ResamplingPlan.bootstrap(n_obs, n_resamples, seed)
+    elif seed is not None and plan.seed is not None:
+        raise ValueError("pass either a plan or a seed, not both: the plan already fixes the draw")
+    root = _run_seed(plan, seed)
+    if plan.n_obs != n_obs:
+        check_score_matrix(S, plan)  # raises with the fix named
+    if selection_thresholds is not None and not plan.is_half_subsample:
+        raise ValueError(
+            "stability-selection error bounds need half-size subsamples, but the plan is "
+            f"{plan.kind!r}; use plan=ResamplingPlan.subsample(N, B, seed) or "
+            "ResamplingPlan.complementary_pairs(N, n_pairs, seed), or drop selection_thresholds")
+    ks_arr = np.unique(np.asarray(ks, dtype=np.int64))
+    if ks_arr.size == 0 or ks_arr[0] < 1 or ks_arr[-1] >= n_edges:
+        raise ValueError(f"every k must lie in [1, E-1] = [1, {n_edges - 1}], got {ks_arr.tolist()}")
+    if not 0 < consensus_threshold <= 1:
+        raise ValueError("consensus_threshold must lie in (0, 1]")
+    B = plan.n_resamples
+    if B < 2:
+        raise ValueError("stability needs at least 2 resamples")
+    K = int(ks_arr[-1])
+    n_full = min(B, max(0, int(n_rank_resamples)))
+    tie_rng = np.random.default_rng(spawn_seeds(root, 2)[0])
+    seeds = row_seeds(tie_rng, B + 1)  # one tie-breaking stream per resample, one for the data
+    state, full = streaming_topk(S, plan, K, ranking, seeds[:B], n_full=n_full,
+                                 chunk_size=chunk_size, n_jobs=n_jobs, max_bytes=max_bytes)
+
+    theta = np.asarray(S, dtype=np.float64).mean(axis=0)
+    full_top = select_topk(ranking_key(theta, ranking)[None, :],
+                           tie_priorities(seeds[B:], np.arange(n_edges)), K)[0][0]
+    m_pair = min(B, int(n_pair_resamples))
+    cols, counts = _per_k_columns(state, ks_arr, n_edges, full_top, m_pair=m_pair, n_full=n_full,
+                                  consensus_threshold=consensus_threshold, confidence_level=confidence_level,
+                                  rbo_p=rbo_p, max_bytes=max_bytes)
+    per_k = {c: np.asarray(v) for c, v in cols.items()}
+    data_note = _add_data_level(per_k, S, ks_arr, ranking, plan, spawn_seeds(root, 2)[1],
+                                data_level, n_outer, n_inner, data_level_method,
+                                confidence_level, chunk_size, n_jobs, max_bytes)
+
+    spearman, kendall, rank_pairs, kendall_pairs = _rank_agreement(full, n_full, n_kendall_pairs)
 
     params = {"estimator": "circuit_stability", "ranking": ranking, "ks": ks_arr,
               "plan": plan.describe(), "consensus_threshold": consensus_threshold,

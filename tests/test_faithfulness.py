@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import numpy as np
 import pytest
@@ -105,7 +104,7 @@ def test_full_graph_is_one_and_empty_circuit_is_zero(model, task, ablation):
 def test_single_edge_circuit_matches_direct_intervention(name, ablation, task):
     model = _load(name)
     g = model.graph
-    for edge in ("input->logits", f"a0.h1->a1.h2<v>", "a1.h3->logits"):
+    for edge in ("input->logits", "a0.h1->a1.h2<v>", "a1.h3->logits"):
         c = Circuit.from_edges(g, [edge])
         res = faithfulness(model, task, c, ablation=ablation, progress=False)
         keep = torch.zeros(g.n_edges)

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from circuits.errors import InputError
 from pipelines.claims import _load_spec, check_command, load_claims
-from pipelines.spec import AuditSpec, load_spec, parse_spec
+from pipelines.spec import AuditSpec, load_spec
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = yaml.safe_load((REPO / "examples" / "audit-zoo.yaml").read_text())
