@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from reports.schema import columns
+
 from .spec import AuditSpec
 
 
@@ -84,15 +86,9 @@ def edge_stats_table(S: np.ndarray, names: list[str], method: str, plan, spec: A
             "interval_reliable": np.asarray(boot.reliable, dtype=bool)}
 
 
-STABILITY_COLUMNS = ("jaccard_mean", "jaccard_sd", "jaccard_ci_low", "jaccard_ci_high", "jaccard_chance",
-                     "jaccard_corrected", "phi", "phi_ci_low", "phi_ci_high", "consensus_size",
-                     "consensus_jaccard_mean", "rbo_mean",
-                     # data-level estimands (stats.stability_data): jaccard_ci_* / phi_ci_* above are Monte Carlo
-                     # spread over resamples of this dataset; these cover the expected Jaccard / Phi between
-                     # circuits of two independent datasets of size N, and the Jaccard to the population circuit
-                     "jaccard_data", "jaccard_data_se", "jaccard_data_ci_low", "jaccard_data_ci_high",
-                     "jaccard_pop", "jaccard_pop_ci_low", "jaccard_pop_ci_high",
-                     "phi_data", "phi_data_ci_low", "phi_data_ci_high", "cutoff_ties_mean")
+# the per-k columns of circuit_stability that the stability_vs_k table carries (reports/schema.py says what
+# each covers: jaccard_ci_* / phi_ci_* are Monte Carlo spread, jaccard_data* / jaccard_pop* / phi_data* data-level)
+STABILITY_COLUMNS = tuple(c for c in columns("stability_vs_k") if c not in ("method", "k", "spearman_mean"))
 
 
 def stability_tables(S: np.ndarray, names: list[str], method: str, plan, ks: list[int], spec: AuditSpec,

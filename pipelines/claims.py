@@ -14,13 +14,14 @@ A claims file (YAML)::
         min: 0.8
 
 Claim kinds (every one takes an optional ``name`` and ``description``; bounds are ``min`` and/or
-``max``, both inclusive):
+``max``, both inclusive). The statistics a kind accepts are the columns its table marks claimable
+in reports/schema.py, the one schema of run tables:
 
 * ``edge_in_circuit``: ``edge``, ``method``, ``k``, ``min_inclusion`` — the edge's inclusion
   frequency in the top-k circuit over resamples (0 when it never entered it).
 * ``circuit_stability``: ``method``, ``k``, ``statistic`` (jaccard_mean, jaccard_corrected, phi,
-  consensus_jaccard_mean, or the data-level jaccard_data[_ci_low/_ci_high], jaccard_pop_ci_low,
-  phi_data[_ci_low]), bounds. The Monte Carlo jaccard_ci_low / phi_ci_low are no longer claimable.
+  consensus_jaccard_mean, or the data-level jaccard_data[_ci_low/_ci_high], jaccard_pop[_ci_low/_ci_high],
+  phi_data[_ci_low/_ci_high]), bounds. The Monte Carlo jaccard_ci_low / phi_ci_low are not claimable.
 * ``faithfulness``: ``method``, ``k``, ``statistic`` (f_ratio, f_mean, f_ci_low, f_ci_high of the
   fixed circuit; f_selected[_ci_low/_ci_high] with selection included (cross-fitted); or
   cpr, cmd, which need no ``k``), bounds.
@@ -54,13 +55,16 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args
 
 import typer
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from circuits.errors import InputError
 
+from reports.schema import claimable
+
+from .spec import METHOD
 from .yamlio import read_yaml_strict, redacted_validation_message, resolve_inside
 
 __all__ = [
@@ -80,8 +84,7 @@ __all__ = [
     "write_junit",
 ]
 
-METHOD = Literal["exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted"]
-APPROX_METHOD = Literal["eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted"]
+APPROX_METHOD = Literal[tuple(m for m in get_args(METHOD) if m != "exact")]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 
@@ -148,9 +151,7 @@ class CircuitStability(_Bounded):
     k: int = Field(ge=1)
     # *_ci_low of the Monte Carlo spread over resamples are not claimable: a claim about stability is about
     # data, so bounds come from the data-level intervals (expected Jaccard / Phi of two size-N datasets).
-    statistic: Literal["jaccard_mean", "jaccard_corrected", "phi", "consensus_jaccard_mean", "jaccard_data",
-                       "jaccard_data_ci_low", "jaccard_data_ci_high", "jaccard_pop_ci_low", "phi_data",
-                       "phi_data_ci_low"]
+    statistic: Literal[claimable("stability_vs_k")]
 
     def _auto_label(self) -> str:
         return f"{self.statistic} {self.method} k={self.k}"
@@ -163,8 +164,7 @@ class Faithfulness(_Bounded):
     method: METHOD
     k: int | None = Field(None, ge=1)
     # f_ci_*: this fixed circuit (selection not included); f_selected*: the circuit selected from N prompts
-    statistic: Literal["f_ratio", "f_mean", "f_ci_low", "f_ci_high", "f_selected", "f_selected_ci_low",
-                       "f_selected_ci_high", "cpr", "cmd"]
+    statistic: Literal[claimable("faithfulness_vs_k")]
 
     @model_validator(mode="after")
     def _needs_k(self):
@@ -206,8 +206,7 @@ class HeadStability(_Bounded):
     layer: int | None = Field(None, ge=0)
     head: int | str
     # excess*: stability above its shuffled-prompt null; refit_*: every refit an anchor (seed-level interval)
-    statistic: Literal["stability", "ci_low", "ci_high", "distinctness", "excess", "excess_ci_low",
-                       "excess_ci_high", "refit_ci_low", "refit_ci_high"]
+    statistic: Literal[claimable("heads")]
     match: Literal["max", "hungarian"] | None = None
     pairs: Literal["anchor", "all"] | None = None
 
@@ -249,8 +248,7 @@ class LayerStability(_Bounded):
 
     kind: Literal["layer_stability"]
     layer: int = Field(ge=0)
-    statistic: Literal["stability", "ci_low", "ci_high", "stability_all_anchors", "excess", "excess_ci_low",
-                       "excess_ci_high", "refit_ci_low", "refit_ci_high"]
+    statistic: Literal[claimable("layers")]
 
     def _auto_label(self) -> str:
         return f"layer {self.layer} {self.statistic}"
@@ -261,7 +259,7 @@ class Approximation(_Bounded):
 
     kind: Literal["approximation"]
     method: APPROX_METHOD
-    statistic: Literal["spearman", "kendall", "r2", "slope", "top_k_overlap", "bias_mean"]
+    statistic: Literal[claimable("approximation_summary")]
     k: int | None = Field(None, ge=1)
 
     def _auto_label(self) -> str:

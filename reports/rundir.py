@@ -22,6 +22,7 @@ from reports.atomic import TMP_SUFFIX, atomic_write_bytes, cleanup_temp_files
 from reports.lock import DirLock, RunLockedError
 from reports.provenance import hash_file, hash_json, provenance as make_provenance, seed_record, to_jsonable, utc_now
 from reports.tables import TableLike, read_provenance, read_table, to_arrow, write_table
+from reports.schema import schema_for
 
 MANIFEST = "manifest.json"
 LOCK = ".lock"
@@ -297,6 +298,9 @@ class RunDir:
         if self._pending:
             self._write_manifest()  # the run's manifest exists before any of its tables
         t = to_arrow(table)
+        registered = schema_for(PurePosixPath(name).name)
+        if registered is not None:  # the one schema (reports/schema.py): a drifted writer fails here
+            t = registered.validate(t)
         prov: dict[str, Any] = self.provenance
         prov["run"] = {"id": self.run_id, "dir": self.path.name, "spec_sha256": self._manifest["spec_sha256"]}
         if self._current_stage is not None:

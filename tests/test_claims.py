@@ -26,6 +26,7 @@ from pipelines.claims import (
 )
 from pipelines.query_command import query_command
 from reports.rundir import RunDir
+from reports.schema import fill
 from reports.tables import write_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,8 +98,11 @@ def _tables(methods=("exact", "eap"), ks=(5, 10, 20), heads=True, faithfulness=T
 
 
 def make_run(path: Path, manifest: bool = True, **kw) -> Path:
-    """A synthetic run directory with the audit's tables (with a manifest through RunDir, or bare)."""
-    tables = _tables(**kw)
+    """A synthetic run directory with the audit's tables (with a manifest through RunDir, or bare).
+
+    Columns the fixture does not set are filled from reports/schema.py, so the fixture cannot drift
+    from what the audit writes (a column the schema does not know raises)."""
+    tables = {name: fill(name, t, len(next(iter(t.values())))) for name, t in _tables(**kw).items()}
     if manifest:
         with RunDir(path, spec={"synthetic": True}, seed=0) as run:
             for name, t in tables.items():

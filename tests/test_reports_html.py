@@ -16,6 +16,7 @@ import pytest
 from reports.html import SECTIONS, render_report
 from reports.html_svg import Scale, fmt, fmt_p
 from reports.rundir import RunDir
+from reports.schema import fill, schema_for
 from reports.tables import write_table
 
 EVIL = '<script>alert("pwned")</script>&\'"'
@@ -51,6 +52,13 @@ def graph_edges(n_layers: int, n_heads: int) -> dict[str, list]:
     return cols
 
 
+def _write_filled(table: dict, path: Path) -> None:
+    """Write a fixture table, completing registered tables to their schema (reports/schema.py), so
+    the fixture carries every column the audit writes and cannot drift from it."""
+    n = len(next(iter(table.values())))
+    write_table(fill(path.stem, table, n) if schema_for(path.stem) else table, path)
+
+
 def make_run(root: Path, n_layers: int = 2, n_heads: int = 4, methods=("exact", "eap"), evil: bool = True, seed: int = 0,
              variance_edges: int = 30) -> Path:
     rng = np.random.default_rng(seed)
@@ -67,7 +75,7 @@ def make_run(root: Path, n_layers: int = 2, n_heads: int = 4, methods=("exact", 
     if evil:
         names[second] = EVIL
     edges["name"] = names
-    write_table(edges, run / "edges.parquet")
+    _write_filled(edges, run / "edges.parquet")
 
     stats = {k: [] for k in ("method", "edge", "name", "estimate", "se", "ci_low", "ci_high", "p", "q", "n")}
     for j, m in enumerate(methods):
@@ -84,7 +92,7 @@ def make_run(root: Path, n_layers: int = 2, n_heads: int = 4, methods=("exact", 
         for k, v in (("estimate", est), ("se", se), ("ci_low", lo), ("ci_high", hi), ("p", p), ("q", q)):
             stats[k] += v.tolist()
         stats["n"] += [64] * E
-    write_table(stats, run / "edge_stats.parquet")
+    _write_filled(stats, run / "edge_stats.parquet")
 
     ks = [5, 10, 20, 50, 100]
     order = np.argsort(-np.abs(effect))
@@ -115,9 +123,9 @@ def make_run(root: Path, n_layers: int = 2, n_heads: int = 4, methods=("exact", 
             for c, v in (("edge_fraction", k / E), ("f_ratio", f + 0.01), ("f_mean", f), ("f_ci_low", f - 0.08), ("f_ci_high", f + 0.07),
                          ("cpr", 0.71 - 0.1 * j), ("cmd", 0.29 + 0.1 * j)):
                 faith[c].append(v)
-    write_table(inc, run / "inclusion.parquet")
-    write_table(stab, run / "stability_vs_k.parquet")
-    write_table(faith, run / "faithfulness_vs_k.parquet")
+    _write_filled(inc, run / "inclusion.parquet")
+    _write_filled(stab, run / "stability_vs_k.parquet")
+    _write_filled(faith, run / "faithfulness_vs_k.parquet")
 
     approx = {k: [] for k in ("method", "edge", "name", "exact_mean", "approx_mean", "bias", "error_sd", "slope", "intercept", "r2")}
     summ = {k: [] for k in ("method", "spearman", "kendall", "slope", "r2", "bias_mean", "top_k_overlap", "k")}
@@ -137,8 +145,8 @@ def make_run(root: Path, n_layers: int = 2, n_heads: int = 4, methods=("exact", 
                      ("top_k_overlap", 0.85), ("k", 20)):
             summ[c].append(v)
     if approx["method"]:
-        write_table(approx, run / "approximation.parquet")
-        write_table(summ, run / "approximation_summary.parquet")
+        _write_filled(approx, run / "approximation.parquet")
+        _write_filled(summ, run / "approximation_summary.parquet")
 
     heads = {k: [] for k in ("layer", "head", "stability", "ci_low", "ci_high", "null_mean", "distinctness", "importance", "match", "pairs")}
     for layer in range(n_layers):
@@ -151,8 +159,8 @@ def make_run(root: Path, n_layers: int = 2, n_heads: int = 4, methods=("exact", 
                 heads[c].append(v)
             heads["match"].append("max")
             heads["pairs"].append("anchor")
-    write_table(heads, run / "heads.parquet")
-    write_table({"layer": list(range(n_layers)), "stability": [0.61, 0.84][:n_layers] + [0.7] * max(0, n_layers - 2),
+    _write_filled(heads, run / "heads.parquet")
+    _write_filled({"layer": list(range(n_layers)), "stability": [0.61, 0.84][:n_layers] + [0.7] * max(0, n_layers - 2),
                  "ci_low": [0.5] * n_layers, "ci_high": [0.9] * n_layers, "null_mean": [0.32] * n_layers}, run / "layers.parquet")
     res = {k: [] for k in ("layer", "hook", "kind", "cka", "ci_low", "ci_high")}
     for layer in range(n_layers):
@@ -160,7 +168,7 @@ def make_run(root: Path, n_layers: int = 2, n_heads: int = 4, methods=("exact", 
             v = 0.9 - 0.1 * layer - (0.05 if kind == "debiased" else 0)
             for c, x in (("layer", layer), ("hook", "pre-attention"), ("kind", kind), ("cka", v), ("ci_low", v - 0.05), ("ci_high", v + 0.04)):
                 res[c].append(x)
-    write_table(res, run / "residual.parquet")
+    _write_filled(res, run / "residual.parquet")
 
     sources = ["example", "counterfactual", "estimator", "seed", "residual"]
     vc = {k: [] for k in ("edge", "name", "source", "variance", "share")}
@@ -171,12 +179,12 @@ def make_run(root: Path, n_layers: int = 2, n_heads: int = 4, methods=("exact", 
     vc["source"] = sources * sel.size
     vc["variance"] = (sh * 0.5).ravel()
     vc["share"] = sh.ravel()
-    write_table(vc, run / "variance_components.parquet")
-    write_table({"factor": ["dataset", "counterfactual", "estimator", "aggregation", "seed"],
+    _write_filled(vc, run / "variance_components.parquet")
+    _write_filled({"factor": ["dataset", "counterfactual", "estimator", "aggregation", "seed"],
                  "jaccard_to_reference": [0.91, 0.72, 0.55, 0.88, 0.643], "ci_low": [0.85, 0.6, 0.41, 0.8, 0.5432],
                  "ci_high": [0.95, 0.8, 0.66, 0.93, 0.75], "meets_0_8": [True, False, False, True, False], "k": [20] * 5},
                 run / "variance_summary.parquet")
-    write_table({"item": ["mean Jaccard at k=20", "faithfulness lower CI"], "value": [0.872, 0.7], "ci_low": [0.83, 0.65],
+    _write_filled({"item": ["mean Jaccard at k=20", "faithfulness lower CI"], "value": [0.872, 0.7], "ci_low": [0.83, 0.65],
                  "ci_high": [0.9, 0.75], "verdict": ["pass", "fail"]}, run / "summary.parquet")
     return run
 

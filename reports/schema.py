@@ -1,0 +1,256 @@
+"""The one schema of every run table: names, Arrow types and meanings of tables and their columns.
+
+Writers (``RunDir.write_table``) validate a table against its schema before writing it, so a
+misspelt or missing column is a bug caught where it is made, not a blank part of a report. Readers
+(claims, the HTML report, the demo summary, the query command's documentation, test fixtures)
+take table and column names from here; the claimable statistics of each claim kind are the
+columns marked ``claimable``. Interval columns say what they cover in ``doc`` (DESIGN.md: every
+interval names its estimand).
+
+Tables not registered here (a study's own tables) are written unvalidated; registering one is
+adding a ``_table(...)`` below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import pyarrow as pa
+
+__all__ = ["Column", "TableSchema", "SchemaError", "TABLES", "schema_for", "claimable", "columns", "fill"]
+
+S, I, F, B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
+
+
+class SchemaError(ValueError):
+    """A table written to a run directory does not match its registered schema (a bug in the writer)."""
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: its name, Arrow type, meaning and whether a claim may bound it."""
+
+    name: str
+    type: pa.DataType
+    doc: str
+    claimable: bool = False
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    """One run table: its name, meaning and columns (in order)."""
+
+    name: str
+    doc: str
+    columns: tuple[Column, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Return the column names in order."""
+        return tuple(c.name for c in self.columns)
+
+    def arrow(self) -> pa.Schema:
+        """Return the pyarrow schema."""
+        return pa.schema([pa.field(c.name, c.type) for c in self.columns])
+
+    def column(self, name: str) -> Column:
+        """Return column ``name``; KeyError naming the table's columns if it has none such."""
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(f"{self.name} has no column {name!r}; its columns: {', '.join(self.names)}")
+
+    def validate(self, table: pa.Table) -> pa.Table:
+        """Return ``table`` with its columns in schema order and types; SchemaError on any mismatch."""
+        got = list(table.column_names)
+        missing = [n for n in self.names if n not in got]
+        extra = [n for n in got if n not in self.names]
+        if missing or extra:
+            raise SchemaError(f"table {self.name!r} does not match reports/schema.py: missing {missing}, "
+                              f"unregistered {extra}; fix the writer or register the column")
+        cols = []
+        for c in self.columns:
+            col = table.column(c.name)
+            if col.type != c.type and not _castable(col.type, c.type):
+                raise SchemaError(f"column {self.name}.{c.name} is {col.type}, registered as {c.type}")
+            cols.append(col if col.type == c.type else col.cast(c.type))
+        return pa.Table.from_arrays(cols, schema=self.arrow().with_metadata(table.schema.metadata))
+
+
+def _castable(got: pa.DataType, want: pa.DataType) -> bool:
+    # all-null columns (an empty list of rows) and integers in float columns are the only casts
+    # allowed: anything else (a float k, a string estimate) is a writer bug worth failing on.
+    if pa.types.is_null(got):
+        return True
+    return pa.types.is_integer(got) and pa.types.is_floating(want)
+
+
+def _table(name: str, doc: str, *cols: tuple) -> TableSchema:
+    return TableSchema(name, doc, tuple(Column(*c) for c in cols))
+
+
+def _ci(prefix: str, of: str, covers: str, claimable: bool = True) -> tuple[tuple, tuple]:
+    return ((f"{prefix}_low", F, f"lower end of the interval for {of} (covers: {covers})", claimable),
+            (f"{prefix}_high", F, f"upper end of the interval for {of} (covers: {covers})", claimable))
+
+
+EDGE_ESTIMAND = "the mean effect over the task's prompt distribution"
+MC_JACCARD = "Monte Carlo spread of resample circuits of this dataset, not a data-level interval"
+DATA_JACCARD = "the expected Jaccard between the top-k circuits of two independent size-N datasets"
+POP_JACCARD = "the Jaccard between this dataset's top-k circuit and the population's"
+DATA_PHI = "the expected Phi between the top-k circuits of two independent size-N datasets"
+FIXED_F = "faithfulness of this fixed circuit on the prompt distribution (selection not included)"
+SELECTED_F = "faithfulness on the prompt distribution of the top-k circuit selected from N prompts"
+REFIT = "stability over the distribution of training seeds (every refit an anchor)"
+
+_METHOD = ("method", S, "attribution method (exact, eap, eap-ig-inputs, eap-ig-activations, clean-corrupted)")
+_K = ("k", I, "circuit size: number of edges (or nodes) kept")
+
+TABLES: dict[str, TableSchema] = {t.name: t for t in (
+    _table("edges", "the edge index of the graph: one row per edge, in score-column order",
+           ("index", I, "position of the edge in every score vector"), ("name", S, "EAP-IG style edge name"),
+           ("sender", S, "sending node"), ("receiver", S, "receiving node (with <q>/<k>/<v> input)"),
+           ("sender_layer", I, "layer of the sender (-1 for the input)"),
+           ("receiver_layer", I, "layer of the receiver (n_layers for the logits)"),
+           ("kind", S, "receiver input kind: q, k, v, mlp or logits")),
+    _table("edge_stats", "per-edge mean effect with its interval, p- and q-value, one row per method and edge",
+           _METHOD, ("edge", I, "edge index"), ("name", S, "edge name"),
+           ("estimate", F, "mean per-example effect"), ("se", F, "bootstrap standard error of the mean"),
+           *_ci("ci", "the edge's mean effect", EDGE_ESTIMAND),
+           ("p", F, "two-sided p-value of zero effect, inverting the reported interval"),
+           ("q", F, "Benjamini-Hochberg q-value over edges", True), ("n", I, "number of prompts"),
+           ("ci_method", S, "interval method"), ("estimand", S, "what the interval covers"),
+           ("tail_share", F, "share of sum |x - median| carried by the ceil(sqrt N) most extreme prompts"),
+           ("interval_reliable", B, "false when tail_share > 0.6: a few prompts carry the estimate")),
+    _table("stability_vs_k", "circuit stability under resampling, one row per method and k",
+           _METHOD, _K,
+           ("jaccard_mean", F, "mean pairwise Jaccard of resample circuits (Meloux et al.)", True),
+           ("jaccard_sd", F, "SD of the pairwise Jaccards"),
+           *_ci("jaccard_ci", "jaccard_mean", MC_JACCARD, claimable=False),
+           ("jaccard_chance", F, "expected Jaccard of two random k-subsets"),
+           ("jaccard_corrected", F, "(jaccard_mean - chance) / (1 - chance)", True),
+           ("phi", F, "mean pairwise Phi of inclusion indicators", True),
+           *_ci("phi_ci", "phi", MC_JACCARD, claimable=False),
+           ("consensus_size", I, "edges in at least the consensus threshold of resample circuits"),
+           ("consensus_jaccard_mean", F, "mean Jaccard of resample circuits to the consensus circuit", True),
+           ("rbo_mean", F, "mean rank-biased overlap of resample rankings"),
+           ("jaccard_data", F, f"estimate of {DATA_JACCARD}", True),
+           ("jaccard_data_se", F, "standard error of jaccard_data"),
+           *_ci("jaccard_data_ci", "jaccard_data", DATA_JACCARD),
+           ("jaccard_pop", F, f"estimate of {POP_JACCARD}", True),
+           *_ci("jaccard_pop_ci", "jaccard_pop", POP_JACCARD),
+           ("phi_data", F, f"estimate of {DATA_PHI}", True),
+           *_ci("phi_data_ci", "phi_data", DATA_PHI),
+           ("cutoff_ties_mean", F, "mean number of edges tied at the top-k cut-off (ties broken at random)"),
+           ("spearman_mean", F, "mean Spearman correlation of full resample score vectors (k-free)")),
+    _table("inclusion", "how often each edge enters the top-k circuit over resamples (edges never selected: no row)",
+           _METHOD, _K, ("edge", I, "edge index"), ("name", S, "edge name"),
+           ("frequency", F, "share of resamples whose top-k circuit contains the edge")),
+    _table("faithfulness_vs_k", "faithfulness of the top-k circuit of the mean scores, one row per method and k",
+           _METHOD, _K, ("edge_fraction", F, "k / number of edges"),
+           ("f_ratio", F, "ratio of means (m_circuit - m_empty) / (m_clean - m_empty)", True),
+           ("f_mean", F, "mean per-example faithfulness", True),
+           ("f_ci_low", F, f"lower end of the interval of f_ratio (covers: {FIXED_F})", True),
+           ("f_ci_high", F, f"upper end of the interval of f_ratio (covers: {FIXED_F})", True),
+           ("f_se", F, "bootstrap standard error of f_ratio"),
+           ("f_ci_method", S, "interval method of f_ci"), ("f_ci_estimand", S, "what f_ci covers"),
+           ("cpr", F, "circuit performance ratio: area under the faithfulness curve", True),
+           ("cmd", F, "circuit-model distance: area between the curve and 1", True),
+           ("area_note", S, "why cpr/cmd are NaN, if they are"),
+           ("n_undefined", I, "examples whose per-example faithfulness is undefined (clean = empty)"),
+           ("f_selected", F, "cross-fitted faithfulness of circuits selected on other folds", True),
+           ("f_selected_se", F, "standard error of f_selected (corrected for fold overlap)"),
+           *_ci("f_selected_ci", "f_selected", SELECTED_F),
+           ("f_selected_method", S, "interval method of f_selected"),
+           ("f_selected_estimand", S, "what f_selected_ci covers"),
+           ("fold_circuit_jaccard", F, "mean Jaccard between the circuits selected on different folds"),
+           ("f_selected_note", S, "how f_selected was computed, or why it is NaN")),
+    _table("approximation", "per-edge error of an approximate method against exact patching",
+           _METHOD, ("edge", I, "edge index"), ("name", S, "edge name"),
+           ("exact_mean", F, "mean exact effect"), ("approx_mean", F, "mean approximate score"),
+           ("bias", F, "mean of approx - exact"), ("error_sd", F, "SD over prompts of approx - exact"),
+           ("slope", F, "per-example regression slope of approx on exact"),
+           ("intercept", F, "per-example regression intercept"), ("r2", F, "per-example R^2")),
+    _table("approximation_summary", "agreement of an approximate method with exact, one row per method",
+           _METHOD, ("spearman", F, "Spearman of mean scores against exact", True),
+           ("kendall", F, "Kendall tau of mean scores against exact", True),
+           ("slope", F, "pooled per-example regression slope", True), ("r2", F, "pooled per-example R^2", True),
+           ("bias_mean", F, "mean error over prompts and edges", True),
+           ("top_k_overlap", F, "share of exact's top-k circuit in the method's top-k", True),
+           ("k", I, "k of top_k_overlap")),
+    _table("heads", "cross-seed stability of each head (matched to the other refits), one row per head",
+           ("layer", I, "layer"), ("head", I, "head"),
+           ("stability", F, "mean best-match similarity to the other refits", True),
+           *_ci("ci", "stability", "resampling of prompts and refits with one anchor refit"),
+           ("null_mean", F, "stability under the shuffled-prompt null"),
+           ("distinctness", F, "1 - max similarity to the other heads of the same layer", True),
+           ("importance", F, "head importance (ablation effect on the loss)"),
+           ("match", S, "matching rule"), ("pairs", S, "which refit pairs are compared"),
+           ("excess", F, "stability - null_mean", True),
+           *_ci("refit_ci", "stability", REFIT), *_ci("excess_ci", "excess", REFIT),
+           ("n_refits", I, "number of refits the refit interval rests on")),
+    _table("layers", "cross-seed stability of each layer (mean over its heads)",
+           ("layer", I, "layer"), ("stability", F, "mean head stability of the layer (anchor refit)", True),
+           *_ci("ci", "stability", "resampling of prompts and refits with one anchor refit"),
+           ("null_mean", F, "stability under the shuffled-prompt null"),
+           ("stability_all_anchors", F, "layer stability averaged over every refit as anchor", True),
+           *_ci("refit_ci", "stability_all_anchors", REFIT), ("excess", F, "stability - null_mean", True),
+           *_ci("excess_ci", "excess", REFIT), ("n_refits", I, "number of refits the interval rests on")),
+    _table("residual", "cross-seed similarity of the residual stream (CKA) per layer and kind",
+           ("layer", I, "layer"), ("hook", S, "residual hook"), ("kind", S, "linear or debiased CKA"),
+           ("cka", F, "mean CKA to the anchor refit"),
+           *_ci("ci", "cka", "resampling half-samples of prompts, without duplicated rows", claimable=False),
+           ("cka_all_pairs", F, "mean CKA over all refit pairs"),
+           *_ci("refit_ci", "cka_all_pairs", REFIT, claimable=False),
+           ("n_refits", I, "number of refits")),
+    _table("head_details", "per-head intervals by source and cross-layer similarity",
+           ("layer", I, "layer"), ("head", I, "head"),
+           ("stability_ci_low_prompts", F, "lower end, prompts resampled only"),
+           ("stability_ci_high_prompts", F, "upper end, prompts resampled only"),
+           ("stability_ci_low_refits", F, "lower end, refits resampled only"),
+           ("stability_ci_high_refits", F, "upper end, refits resampled only"),
+           *_ci("distinctness_ci", "distinctness", "resampling of prompts and refits", claimable=False),
+           *_ci("importance_ci", "importance", "resampling of prompts", claimable=False),
+           ("cross_layer_similarity", F, "best match to a head of another layer"),
+           *_ci("cross_layer_ci", "cross_layer_similarity", "resampling of prompts and refits", claimable=False),
+           ("cross_layer_best_layer", I, "layer of the best cross-layer match"),
+           ("cross_layer_same_layer_share", F, "share of refits whose best match is in the same layer")),
+    _table("correlation", "correlation of head stability with importance, pooled and per layer",
+           ("scope", S, "pooled or layer"), ("layer", I, "layer (-1 pooled)"), ("r", F, "correlation"),
+           *_ci("ci", "r", "Fisher-z interval with the effective number of heads", claimable=False),
+           ("pvalue", F, "permutation p-value"), ("n", I, "number of heads"),
+           ("n_eff", I, "effective number of independent heads"), ("refits", I, "number of refits"),
+           ("method", S, "correlation method")),
+    _table("summary", "one-screen summary: one row per reported item",
+           ("item", S, "what is reported"), ("value", F, "estimate"),
+           *_ci("ci", "value", "stated in the item", claimable=False),
+           ("verdict", S, "met / not met / inconclusive against the item's bar, or empty")),
+)}
+
+SCORES_PREFIX = "scores_"
+
+
+def schema_for(name: str) -> TableSchema | None:
+    """Return the registered schema of run table ``name`` (None for unregistered and per-method score tables)."""
+    return TABLES.get(name)
+
+
+def columns(name: str) -> tuple[str, ...]:
+    """Return the column names of registered table ``name``; KeyError for an unregistered one."""
+    return TABLES[name].names
+
+
+def claimable(name: str) -> tuple[str, ...]:
+    """Return the columns of table ``name`` a claim may bound, in schema order."""
+    return tuple(c.name for c in TABLES[name].columns if c.claimable)
+
+
+def fill(name: str, rows: Mapping[str, Any], n: int) -> dict[str, list]:
+    """Return ``rows`` completed to the full schema of table ``name`` (NaN, -1, '' or False fill
+    the absent columns); KeyError for a column the schema does not know. For test fixtures."""
+    schema = TABLES[name]
+    for key in rows:
+        schema.column(key)
+    blank = {F: float("nan"), I: -1, S: "", B: False}
+    return {c.name: list(rows[c.name]) if c.name in rows else [blank[c.type]] * n for c in schema.columns}
