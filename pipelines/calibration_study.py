@@ -13,6 +13,19 @@ A spec::
     method: exact
     sizes: [32, 64, 128]
     n_datasets: 200
+    intervals: [edge, stability]   # which interval families to recompute per dataset
+    ks: [5, 10, 20]                # circuit sizes of the stability intervals (each below the edge count)
+
+Interval families (``intervals``):
+
+* ``edge``: every per-edge interval method (stats.intervals.METHODS) against the population mean
+  effect, on the edges and their null copies (below);
+* ``stability``: the audit's data-level circuit-stability intervals (circuit_stability with
+  data_level=True: jaccard_data, jaccard_pop, phi_data) at each k of ``ks``, against their
+  population values at each N, computed by Monte Carlo over ``n_truth_pairs`` pairs of size-N
+  datasets (stats.calibration_kinds); and the resampling-spread interval of the mean Jaccard
+  (jaccard_ci_*), labelled as Monte Carlo error, against the same J_N to show it does not cover it.
+  Circuits are chosen by ``ranking`` (as the audit's spec) from the real edges only.
 
 Null edges: real edges rarely have a mean of exactly zero, so each edge also enters as a null
 copy centred to population mean zero (same shape, same tails); the rejection rate on those
@@ -33,7 +46,8 @@ from circuits.errors import InputError
 
 from .spec import METHOD, ABLATION, KGrid, TaskSpec, _format_error, _RunOptions, load_yaml
 
-__all__ = ["CalibrationSpec", "load_calibration_spec", "run_calibration_study", "study_calibration_command"]
+__all__ = ["CalibrationSpec", "load_calibration_spec", "run_calibration_study", "study_calibration_command",
+           "summary_lines"]
 
 EDGE_ESTIMAND = "mean effect over the task's prompt distribution"
 
@@ -50,7 +64,10 @@ class CalibrationSpec(_RunOptions):
     n_datasets: int = Field(200, ge=20, le=100_000)
     n_resamples: int = Field(500, ge=50, le=100_000)
     confidence_level: float = Field(0.95, gt=0.5, lt=1.0)
-    intervals: list[Literal["edge"]] = Field(default_factory=lambda: ["edge"], min_length=1)
+    intervals: list[Literal["edge", "stability"]] = Field(default_factory=lambda: ["edge"], min_length=1)
+    ks: KGrid = Field(default_factory=lambda: [5, 10, 20], min_length=1)
+    ranking: Literal["absolute", "signed"] = "absolute"
+    n_truth_pairs: int = Field(4000, ge=200, le=1_000_000)
 
     @property
     def level(self) -> str:
@@ -69,6 +86,12 @@ def parse_calibration_spec(data: Any, source: str = "<spec>") -> CalibrationSpec
     if spec.sizes[-1] > spec.task.n:
         raise InputError(f"invalid calibration spec {source}: sizes go up to {spec.sizes[-1]} but the population "
                          f"(task.n) has {spec.task.n} prompts; make task.n at least 8x the largest size")
+    if "stability" in spec.intervals:
+        from stats.stability_data import MIN_OBS
+
+        if spec.sizes[0] < MIN_OBS:
+            raise InputError(f"invalid calibration spec {source}: the stability intervals need datasets of at least "
+                             f"{MIN_OBS} prompts, but sizes start at {spec.sizes[0]}; drop the smaller sizes")
     return spec
 
 
@@ -108,6 +131,29 @@ def edge_interval_kinds(population: np.ndarray, spec: CalibrationSpec) -> list:
     return [kind(m) for m in METHODS]
 
 
+def stability_kinds(population: np.ndarray, spec: CalibrationSpec, seed) -> list:
+    """IntervalKinds of the data-level circuit-stability intervals (stats.calibration_kinds), on the real edges."""
+    from stats.calibration_kinds import stability_interval_kinds
+
+    return stability_interval_kinds(population, spec.ks, ranking=spec.ranking, n_resamples=spec.n_resamples,
+                                    confidence_level=spec.confidence_level, n_truth_pairs=spec.n_truth_pairs,
+                                    seed=seed, columns=slice(0, population.shape[1] // 2))
+
+
+def interval_kinds(population: np.ndarray, spec: CalibrationSpec, truth_seed) -> list:
+    """The IntervalKinds of every family in ``spec.intervals`` (each once, in the spec's order)."""
+    build = {"edge": lambda: edge_interval_kinds(population, spec),
+             "stability": lambda: stability_kinds(population, spec, truth_seed)}
+    return [k for family in dict.fromkeys(spec.intervals) for k in build[family]()]
+
+
+def check_ks(spec: CalibrationSpec, n_edges: int) -> None:
+    """InputError (before any attribution runs) when a stability k is not below the model's edge count."""
+    if "stability" in spec.intervals and spec.ks[-1] >= n_edges:
+        raise InputError(f"invalid calibration spec: ks go up to {spec.ks[-1]} but the model has {n_edges} edges; "
+                         f"every k must be below {n_edges}")
+
+
 def with_null_copies(scores: np.ndarray) -> np.ndarray:
     """[P, 2E]: the population's edges, then each edge centred to population mean exactly zero."""
     scores = np.asarray(scores, dtype=np.float64)
@@ -129,6 +175,7 @@ def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int
 
     torch.use_deterministic_algorithms(True, warn_only=True)
     model = load_model(resolve_source(spec.model), device=spec.device, dtype=getattr(torch, spec.dtype))
+    check_ks(spec, model.graph.n_edges)
     task = build_task(model, spec.task.name, n=spec.task.n, seed=spec.task.seed, metric=spec.task.metric,
                       **spec.task.options)
     doc = spec.model_dump()
@@ -142,12 +189,13 @@ def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int
         population = with_null_copies(np.asarray(table_to_matrix(run.table(name))))
 
         def calibrate() -> dict:
-            kinds = edge_interval_kinds(population, spec)
+            kinds = interval_kinds(population, spec, run.stage_seed("calibration-truth"))
             res = coverage_study(population, spec.sizes, kinds, n_datasets=spec.n_datasets,
                                  seed=run.stage_seed("calibration"), confidence_level=spec.confidence_level)
             return res.tables()
 
-        keys = ("sizes", "n_datasets", "n_resamples", "confidence_level", "intervals")
+        keys = ("sizes", "n_datasets", "n_resamples", "confidence_level", "intervals", "ks", "ranking",
+                "n_truth_pairs")
         run.stage("calibration", calibrate, ["coverage", "coverage_per_unit"],
                   params={k: doc[k] for k in keys}, depends_on=[name], force=force)
     return Path(out)
@@ -167,8 +215,25 @@ def study_calibration_command(
     parsed = load_calibration_spec(spec, allow_outside=allow_outside)
     run_calibration_study(parsed, out, n_jobs=n_jobs, force=force)
     table = read_table(Path(out) / "coverage.parquet").to_pylist()
-    typer.echo(f"{'interval':<28} {'N':>5} {'coverage':>9} {'±MC':>6} {'null rej.':>9} {'mean width':>11} {'infinite':>8}")
-    for r in table:
-        typer.echo(f"{r['kind']:<28} {r['n']:>5} {r['coverage']:>9.3f} {r['coverage_mc_se']:>6.3f} "
-                   f"{r['null_rejection_rate']:>9.3f} {r['mean_width']:>11.4g} {r['share_infinite']:>8.3f}")
-    typer.echo(f"nominal {parsed.confidence_level}; tables in {out}")
+    for line in summary_lines(table, parsed.confidence_level, out):
+        typer.echo(line)
+
+
+def summary_lines(rows: list[dict], confidence_level: float, out: Path | str) -> list[str]:
+    """The one-screen summary: one line per interval kind and N, then what each family covers."""
+
+    def opt(v: float) -> str:
+        return f"{v:>9.3f}" if np.isfinite(v) else f"{'—':>9}"  # no null units (e.g. stability kinds)
+
+    lines = [f"{'interval':<28} {'N':>5} {'coverage':>9} {'±MC':>6} {'worst':>6} {'null rej.':>9} "
+             f"{'mean width':>11} {'infinite':>8}"]
+    for r in rows:
+        lines.append(f"{r['kind']:<28} {r['n']:>5} {r['coverage']:>9.3f} {r['coverage_mc_se']:>6.3f} "
+                     f"{r['worst_unit_coverage']:>6.3f} {opt(r['null_rejection_rate'])} {r['mean_width']:>11.4g} "
+                     f"{r['share_infinite']:>8.3f}")
+    covers: dict[str, str] = {}
+    for r in rows:  # the edge methods share one estimand: one line for all of them
+        covers.setdefault("edge/*" if r["kind"].startswith("edge/") else r["kind"], r["estimand"])
+    lines += ["what each interval is checked against:"] + [f"  {kind}: {est}" for kind, est in covers.items()]
+    lines.append(f"nominal {confidence_level}; worst: the lowest coverage of one unit (edge or k); tables in {out}")
+    return lines

@@ -50,7 +50,8 @@ class IntervalKind:
     ``{"low": [m], "high": [m]}`` (plus ``"reliable": [m] bool`` if it flags units);
     ``truth(N)`` returns the [m] population values it should cover at dataset size N (many
     estimands, e.g. the expected Jaccard of two size-N circuits, depend on N); ``null`` marks units
-    whose population value is ``null_value`` (their rejection rate is a false-positive rate).
+    whose population value is ``null_value`` (their rejection rate is a false-positive rate);
+    ``unit_labels`` name the units in the per-unit table (e.g. "k=10"; default: their index).
     """
 
     name: str
@@ -59,6 +60,7 @@ class IntervalKind:
     truth: Callable[[int], np.ndarray]
     null: np.ndarray | None = None
     null_value: float = 0.0
+    unit_labels: Sequence[str] | None = None
 
 
 @dataclass(repr=False)
@@ -108,10 +110,15 @@ def _one_size(population: np.ndarray, n: int, n_datasets: int, kinds: Sequence[I
     return [{key: np.asarray(v) for key, v in a.items()} for a in acc]
 
 
+def _finite_mean(width: np.ndarray) -> float:
+    """Mean of the finite widths (an infinite interval covers trivially; it is counted apart), inf if none."""
+    finite = width[np.isfinite(width)]
+    return float(np.mean(finite)) if finite.size else np.inf
+
+
 def _summarise(kind: IntervalKind, n: int, a: dict[str, np.ndarray], level: float) -> dict[str, Any]:
     """One coverage row for ``kind`` at size ``n`` from its per-dataset arrays."""
     hit, rel = a["hit"], a["reliable"]
-    finite = a["width"][np.isfinite(a["width"])]
     cov = float(hit.mean())
     n_cells = hit.size
     null = kind.null
@@ -122,7 +129,7 @@ def _summarise(kind: IntervalKind, n: int, a: dict[str, np.ndarray], level: floa
             "coverage_mc_se": float(np.sqrt(cov * (1 - cov) / max(n_cells, 1))),
             "worst_unit_coverage": float(hit.mean(0).min()),
             # an infinite interval (e.g. bootstrap-t on a near-constant edge) covers trivially: count it apart
-            "mean_width": float(np.mean(finite)) if finite.size else np.inf,
+            "mean_width": _finite_mean(a["width"]),
             "median_width": float(np.nanmedian(a["width"])), "share_infinite": float(np.mean(~np.isfinite(a["width"]))),
             "null_rejection_rate": fpr, "coverage_reliable": cov_rel, "share_reliable": float(rel.mean()),
             "confidence_level": float(level)}
@@ -148,8 +155,11 @@ def coverage_study(population: np.ndarray, sizes: Sequence[int], kinds: Sequence
             raise ValueError(f"dataset size {n} is below 2; every interval needs at least 2 examples")
         for kind, a in zip(kinds, _one_size(population, int(n), n_datasets, kinds, ss)):
             rows.append(_summarise(kind, int(n), a, confidence_level))
+            labels = kind.unit_labels
             for unit, c in enumerate(a["hit"].mean(0)):
-                per_unit.append({"kind": kind.name, "n": int(n), "unit": unit, "coverage": float(c)})
+                per_unit.append({"kind": kind.name, "n": int(n), "unit": unit,
+                                 "unit_label": str(unit) if labels is None else str(labels[unit]),
+                                 "coverage": float(c), "mean_width": _finite_mean(a["width"][:, unit])})
     params = {"estimator": "coverage_study", "sizes": [int(n) for n in sizes], "n_datasets": int(n_datasets),
               "population_rows": int(population.shape[0]), "confidence_level": confidence_level,
               "kinds": [k.name for k in kinds], "seed": seed_record(root)}

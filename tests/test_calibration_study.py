@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow.parquet as pq
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -45,3 +47,43 @@ def test_calibration_spec_refuses_sizes_above_population(tmp_path) -> None:
     out = tmp_path / "run"
     r = CliRunner().invoke(app, ["study", "calibration", _spec(tmp_path, sizes=[16, 500]), "--out", str(out)])
     assert r.exit_code == 2 and "task.n" in r.output and not out.exists()
+
+
+STABILITY_KINDS = {f"stability/{name}" for name in ("jaccard_data", "jaccard_pop", "phi_data", "jaccard_mc")}
+
+
+def test_calibration_study_with_stability_kinds(tmp_path) -> None:
+    out = tmp_path / "run"
+    spec = _spec(tmp_path, sizes=[32], intervals=["edge", "stability"], ks=[3, 6], n_truth_pairs=400)
+    r = CliRunner().invoke(app, ["study", "calibration", spec, "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = {x["kind"]: x for x in pq.read_table(out / "coverage.parquet").to_pylist()}
+    assert set(rows) == {f"edge/{m}" for m in METHODS} | STABILITY_KINDS
+    for kind in STABILITY_KINDS:
+        x = rows[kind]
+        assert x["n_units"] == 2 and x["n_datasets"] == 20 and 0.0 <= x["coverage"] <= 1.0
+        assert np.isnan(x["null_rejection_rate"])  # no null units: not a false-positive rate
+        assert 0.0 < x["mean_width"] <= 2.0  # Jaccard in [0, 1], Phi in [-1, 1]
+        assert kind in r.output  # the one-screen summary lists the kind
+    assert "E[Jaccard(top-k of D1, top-k of D2)]" in rows["stability/jaccard_data"]["estimand"]
+    assert "NOT an interval" in rows["stability/jaccard_mc"]["estimand"]
+    # Monte Carlo error of one dataset's statistic is far narrower than a data-level interval
+    assert rows["stability/jaccard_mc"]["mean_width"] < rows["stability/jaccard_data"]["mean_width"]
+    per_unit = pq.read_table(out / "coverage_per_unit.parquet").to_pylist()
+    labels = {(x["kind"], x["unit_label"]) for x in per_unit if x["kind"].startswith("stability/")}
+    assert labels == {(k, f"k={v}") for k in STABILITY_KINDS for v in (3, 6)}
+    html = CliRunner().invoke(app, ["report", str(out)])
+    assert html.exit_code == 0, html.output
+    assert "stability/jaccard_data" in (out / "report.html").read_text()
+
+
+@pytest.mark.parametrize("over, message", [
+    ({"intervals": ["edge", "stability"], "sizes": [16, 32]}, "at least 32 prompts"),
+    ({"intervals": ["stability"], "sizes": [32], "ks": [3, 500]}, "every k must be below"),
+    ({"intervals": ["edge", "bogus"]}, "intervals"),
+])
+def test_calibration_spec_refuses_bad_stability_settings(tmp_path, over, message) -> None:
+    out = tmp_path / "run"
+    r = CliRunner().invoke(app, ["study", "calibration", _spec(tmp_path, **over), "--out", str(out)])
+    assert r.exit_code == 2 and message in r.output, r.output
+    assert not out.exists()

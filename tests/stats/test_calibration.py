@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from scipy import stats as sps
 
+from circuits.errors import InputError
 from stats.calibration import IntervalKind, coverage_study
+from stats.calibration_kinds import stability_interval_kinds, stability_truth
 
 
 def _t_interval(X: np.ndarray, seed) -> dict:
@@ -70,3 +74,59 @@ def test_bad_settings_are_refused() -> None:
         coverage_study(pop, [10], [kind], n_datasets=5)
     with pytest.raises(ValueError, match="below 2"):
         coverage_study(pop, [1], [kind], n_datasets=20)
+
+
+# --- stability kinds: the Monte Carlo truth against exact enumeration -------------------------
+def _exact_stability(pop: np.ndarray, n: int, k: int, ranking: str) -> tuple[float, float, float]:
+    """Exact E[J(D1, D2)], E[J(D, pop)] and E[Kuncheva(D1, D2)] by enumerating every ordered dataset
+    of n rows and every tie-breaking order of the edges (each equally likely)."""
+    P, E = pop.shape
+    orders = list(itertools.permutations(range(E)))
+    key_of = abs if ranking == "absolute" else float
+
+    def set_law(mean: np.ndarray) -> dict[frozenset, float]:
+        law: dict[frozenset, float] = {}
+        for order in orders:  # order[e] = e's tie priority: among equal keys, lower priority first
+            ranked = sorted(range(E), key=lambda e: (-key_of(mean[e]), order[e]))
+            key = frozenset(ranked[:k])
+            law[key] = law.get(key, 0.0) + 1.0 / len(orders)
+        return law
+
+    data_law: dict[frozenset, float] = {}
+    datasets = list(itertools.product(range(P), repeat=n))
+    for rows in datasets:
+        for s, p in set_law(pop[list(rows)].mean(0)).items():
+            data_law[s] = data_law.get(s, 0.0) + p / len(datasets)
+    pop_law = set_law(pop.mean(0))
+
+    def expect(law_a, law_b, f) -> float:
+        return sum(pa * pb * f(len(a & b)) for a, pa in law_a.items() for b, pb in law_b.items())
+
+    jac = lambda i: i / (2 * k - i)  # noqa: E731
+    kun = lambda i: (i * E - k * k) / (k * (E - k))  # noqa: E731
+    return expect(data_law, data_law, jac), expect(data_law, pop_law, jac), expect(data_law, data_law, kun)
+
+
+@pytest.mark.parametrize("ranking", ["absolute", "signed"])
+def test_stability_truth_matches_exact_enumeration(ranking: str) -> None:
+    # small integers: dataset means tie exactly (two all-zero edges, and |2| = |-2| across rows),
+    # so the random tie-breaking of the truth is checked too
+    pop = np.array([[3.0, -2.0, 0.0, 0.0, 1.0], [0.0, 2.0, 0.0, 0.0, -1.0], [1.0, 1.0, 0.0, 0.0, 2.0]])
+    truth = stability_truth(pop, 3, [1, 2, 3], ranking=ranking, n_pairs=40000, seed=5)
+    for i, k in enumerate(truth.ks):
+        want = _exact_stability(pop, 3, int(k), ranking)
+        for name, value in zip(("jaccard_data", "jaccard_pop", "phi_data"), want):
+            got, se = getattr(truth, name)[i], getattr(truth, f"{name}_mc_se")[i]
+            assert abs(got - value) <= 4 * se + 1e-12, (ranking, k, name, got, value, se)
+    assert truth.n_pairs == 40000 and np.all(truth.jaccard_data_mc_se < 0.01)
+
+
+def test_stability_truth_does_not_depend_on_chunking_and_refuses_bad_ks() -> None:
+    pop = np.random.default_rng(0).standard_t(3, (200, 12))
+    a = stability_truth(pop, 16, [2, 4], ranking="absolute", n_pairs=300, seed=1, chunk=300)
+    b = stability_truth(pop, 16, [4, 2, 4], ranking="absolute", n_pairs=300, seed=1, chunk=300)
+    assert np.array_equal(a.jaccard_data, b.jaccard_data) and a.ks.tolist() == [2, 4]
+    with pytest.raises(InputError, match="below the 12 edges"):
+        stability_truth(pop, 16, [2, 12], ranking="absolute", n_pairs=300)
+    with pytest.raises(InputError, match=r"\[1, 11\]"):
+        stability_interval_kinds(pop, [0, 3], ranking="absolute", n_resamples=100)
