@@ -14,15 +14,20 @@ task and the factors to vary; ``run_variance_study`` writes a resumable run dire
   (bias, error SD, slope, R², rank agreement), as the audit writes them.
 * ``variance_components``: per edge, the crossed random-effects decomposition
   examples × counterfactual draw × estimator (× training seed) from ``stats.variance_components``,
-  with Satterthwaite CIs; ``variance_shares``: the shares pooled over the top edges with a
-  parametric-bootstrap interval (see :func:`pooled_shares`).
+  with Satterthwaite CIs; ``variance_shares``: the shares pooled over the top edges
+  (``stats.variance.pooled_shares``): a basic bootstrap over prompts for the terms with examples
+  (robust to heavy-tailed effects), a normal-theory pivot for the terms without them
+  (``interval_reliable`` False: they rest on the few levels of their factors).
 * ``variance_stability``: for every factor and level, the Jaccard of that level's top-k circuit to
   the reference circuit (exact scores, mean aggregation, the full dataset, the task's own
-  counterfactual, the first seed) as a function of k, with a paired bootstrap interval.
+  counterfactual, the first seed) as a function of k, with a data-level interval whose estimand
+  is written in the ``estimand`` column (see below), and the old resampling spread of one dataset
+  (``spread_low`` / ``spread_high``, labelled; never used for a verdict).
 * ``faithfulness_vs_k`` / ``selection``: faithfulness of each estimator's circuits on a grid of k and
   the smallest k reaching the target faithfulness (selection at fixed faithfulness).
-* ``variance_summary``: per factor, how much it moves the circuit at ``summary_k`` (mean Jaccard to
-  the reference over the factor's levels), its interval and whether the 0.8 bar is met;
+* ``variance_summary``: per factor, how much it moves the circuit at ``summary_k``, its interval,
+  the spec's ``bar`` (a column) and the verdict drawn from the interval (``met`` when the interval
+  lies above the bar, ``not met`` below, ``inconclusive`` across; ``meets_bar`` = met);
   ``summary``: the headline numbers with intervals and verdicts.
 
 Factors
@@ -46,16 +51,22 @@ Factors
   not matched across seeds (head stability across seeds is the heads audit's job), so this factor
   includes relabelling of equivalent heads.
 
-Jaccard and intervals: a factor's Jaccard to the reference is the *mean* over bootstrap resamples
-of the examples (and over the factor's levels) of J(level's top-k circuit, reference top-k
-circuit), both circuits estimated on the same resample (paired; fresh draws are resampled
-independently): the expected Jaccard when each circuit is estimated from N examples, which is
-what the 0.8 mean-Jaccard bar is about. The interval is the percentile interval of that mean
-Jaccard over resamples; the full-data Jaccard is reported beside it (``jaccard_full_data``).
-Top-k sets are non-smooth functions of the data, so the full-data value can fall outside the
-bootstrap range when edges are nearly tied at the cut-off; the mean over resamples does not. For
-the bootstrap factor itself the value is the mean Jaccard of resample circuits to the full-data
-circuit and the interval their 2.5–97.5 % spread.
+Jaccard and intervals (computed in ``stats.factor_stability`` and ``stats.stability_data``):
+
+* paired factors (counterfactual draw, estimator, aggregation, seed, selection): the same prompts
+  scored two ways. Estimand: E over datasets of N prompts of J(level's top-k, reference's top-k),
+  the level held fixed (for seeds: these trained models, not the distribution of seeds). Value:
+  its bootstrap plug-in (mean over resamples); interval: double bootstrap + split extrapolation,
+  bracketed (``stats.factor_stability.paired_jaccard``). ``jaccard_full_data`` is the full-data
+  Jaccard (one draw of the quantity averaged).
+* dataset, fresh draws: independent datasets. Estimand: E[J(top-k of D1, top-k of D2)] for two
+  independent datasets of N prompts; interval: the data-level interval of the reference's
+  ``stability_vs_k`` (``jaccard_data_ci``); the value of a draw is its observed Jaccard.
+* dataset, bootstrap: E[J(top-k of a dataset of N prompts, top-k of the population)]
+  (``jaccard_pop_ci``).
+
+Below 32 examples (or with the clusters scheme) the values are computed but the intervals are
+NaN with the reason in ``interval``; verdicts are then empty.
 """
 
 from __future__ import annotations
@@ -77,13 +88,14 @@ from .spec import METHOD, BootstrapSpec, KGrid, TaskSpec, _format_error, _RunOpt
 
 __all__ = [
     "AGGREGATIONS", "with_counterfactual", "VarianceSpec", "ModelScorer", "counterfactual_corruptions",
-    "intrinsic_table", "load_variance_spec", "parse_variance_spec", "pooled_shares", "resolve_source",
+    "load_variance_spec", "parse_variance_spec", "resolve_source",
     "run_variance_study",
     "study_variance_command",
 ]
 
-AGGREGATIONS = ("mean", "median", "trimmed_mean", "mean_abs")
-MIN_DF_DEPENDENCE = 10  # fewest df from which the cross-edge dependence of a term is estimated
+AGGREGATIONS = ("mean", "median", "trimmed_mean", "mean_abs")  # as stats.factor_stability.AGGREGATIONS
+#: how the summary's verdicts combine intervals
+MULTIPLICITY = "none: each verdict reads its own interval at the stated confidence level"
 
 
 # ----- spec ---------------------------------------------------------------------------------
@@ -427,194 +439,7 @@ class ModelScorer:
                                                              "draw": key.draw, "estimator": label}})["scores"]
 
 
-# ----- statistics on score matrices -----------------------------------------------------------
-def _aggregate(S: np.ndarray, how: str, trim: float, counts: np.ndarray | None = None) -> np.ndarray:
-    """Aggregated scores [E] (counts None) or one row per resample [B, E] (counts [B, N] multiplicities)."""
-    from scipy import stats as sps
-
-    S = np.asarray(S, dtype=np.float64)
-    if how in ("mean", "mean_abs"):
-        X = np.abs(S) if how == "mean_abs" else S
-        if counts is None:
-            return X.sum(0) / X.shape[0]
-        W = np.asarray(counts, dtype=np.float64)
-        return (W @ X) / W.sum(1, keepdims=True)
-    fn = (lambda x: np.median(x, axis=0)) if how == "median" else (lambda x: sps.trim_mean(x, trim, axis=0))
-    if counts is None:
-        return fn(S)
-    idx = np.arange(S.shape[0])
-    return np.stack([fn(S[np.repeat(idx, c)]) for c in np.asarray(counts)])
-
-
-def _tops(V: np.ndarray, K: int, ranking: str) -> np.ndarray:
-    """[B, K] top-K edge lists (rank order, ties by edge index) of each row of V [B, E] (or [E])."""
-    from stats import topk_indices
-
-    V = np.atleast_2d(V)
-    return np.stack([topk_indices(v, K, ranking) for v in V])
-
-
-def _jaccard(A: np.ndarray, R: np.ndarray, pairs: list[tuple[int, int]], n_cols: int) -> np.ndarray:
-    """Jaccard of top-ka of A and top-kb of R per row, for each (ka, kb) in pairs: [B, len(pairs)].
-
-    A, R: [B or 1, >= k] ranked lists; a single row broadcasts.
-    """
-    B = max(A.shape[0], R.shape[0])
-    A = np.broadcast_to(A, (B, A.shape[1]))
-    R = np.broadcast_to(R, (B, R.shape[1]))
-    rows = np.arange(B)[:, None]
-    big = max(A.shape[1], R.shape[1]) + 1
-    pa = np.full((B, n_cols), big, dtype=np.int64)
-    pr = np.full((B, n_cols), big, dtype=np.int64)
-    pa[rows, A] = np.arange(A.shape[1])
-    pr[rows, R] = np.arange(R.shape[1])
-    out = np.empty((B, len(pairs)))
-    for i, (ka, kb) in enumerate(pairs):
-        inter = ((pa < ka) & (pr < kb)).sum(1)
-        out[:, i] = inter / (ka + kb - inter)
-    return out
-
-
-def _top_share(S: np.ndarray) -> np.ndarray:
-    """Share of Σ_n (s_n − s̄)² carried by the ceil(5 %) inputs with the largest deviations, per column."""
-    N = S.shape[0]
-    dev2 = (S - S.mean(0)) ** 2
-    m = max(1, int(np.ceil(0.05 * N)))
-    top = -np.partition(-dev2, m - 1, axis=0)[:m] if m < N else dev2
-    tot = dev2.sum(0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(tot > 0, top.sum(0) / tot, np.nan)
-
-
-def gaussian_top_share_q99(n: int, reps: int = 4000) -> float:
-    """99th percentile of the top-5 % share for n Gaussian inputs (Monte Carlo, fixed seed)."""
-    z = np.random.default_rng(20260).standard_normal((n, reps))
-    return float(np.quantile(_top_share(z), 0.99))
-
-
-def intrinsic_table(S: np.ndarray, names: list[str]) -> dict:
-    """Per-edge variation of per-input scores S [N, E]: mean, SD, CV, sign consistency, SNR, tails."""
-    from scipy import stats as sps
-
-    S = np.asarray(S, dtype=np.float64)
-    N, E = S.shape
-    mean = S.sum(0) / N
-    dev = S - mean
-    sd = np.sqrt((dev**2).sum(0) / (N - 1)) if N > 1 else np.full(E, np.nan)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cv = np.where(mean != 0, sd / np.abs(mean), np.nan)
-        snr = np.where(sd > 0, np.abs(mean) / sd, np.where(mean != 0, np.inf, np.nan))
-        kurt = sps.kurtosis(S, axis=0, fisher=True, bias=False) if N >= 4 else np.full(E, np.nan)
-    top5 = _top_share(S)
-    q99 = gaussian_top_share_q99(N) if N >= 3 else np.nan
-    sign = np.sign(mean)
-    consistency = np.where(sign != 0, (np.sign(S) == sign).sum(0) / N, np.nan)
-    return {"edge": np.arange(E, dtype=np.int64), "name": list(names), "mean": mean, "sd": sd, "cv": cv,
-            "sign_consistency": consistency, "snr": snr, "excess_kurtosis": np.asarray(kurt, dtype=np.float64),
-            "top5_share": top5, "top5_share_gaussian_q99": np.full(E, q99),
-            "heavy_tailed": np.asarray(top5 > q99, dtype=bool),
-            "n": np.full(E, N, dtype=np.int64)}
-
-
-def _intrinsic_boot(S: np.ndarray, counts: np.ndarray) -> dict[str, np.ndarray]:
-    """Per resample [B]: median over the given edges of CV, sign consistency and SNR."""
-    S = np.asarray(S, dtype=np.float64)
-    W = np.asarray(counts, dtype=np.float64)
-    n = W.sum(1, keepdims=True)
-    m1 = W @ S / n
-    m2 = W @ S**2 / n
-    sd = np.sqrt(np.maximum(m2 - m1**2, 0) * n / np.maximum(n - 1, 1))
-    pos, neg = W @ (S > 0) / n, W @ (S < 0) / n
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cv = np.where(m1 != 0, sd / np.abs(m1), np.nan)
-        snr = np.where(sd > 0, np.abs(m1) / sd, np.nan)
-    cons = np.where(m1 > 0, pos, np.where(m1 < 0, neg, np.nan))
-    return {"cv": np.nanmedian(cv, 1), "sign_consistency": np.nanmedian(cons, 1), "snr": np.nanmedian(snr, 1)}
-
-
-def _wishart_df(ms: np.ndarray, cross: np.ndarray, df: float) -> float:
-    """Effective df of Σ_e MS_e when the edges' mean squares are correlated.
-
-    The term's projected data are df i.i.d. rows with covariance Σ across edges, so Σ_e MS_e is
-    tr(G)/df with G ~ Wishart(df, Σ), approximately c·χ²_ν with ν = df·tr(Σ)²/tr(Σ²): between df
-    (edges move together) and df·E (independent edges). tr(Σ²) and tr(Σ)² are the unbiased
-    moment solutions from ||G||_F² and tr(G)². Below MIN_DF_DEPENDENCE degrees of freedom that
-    ratio is too noisy (it overstates ν and the interval undercovers), so ν = df there: the
-    conservative choice.
-    """
-    E = ms.size
-    if df < MIN_DF_DEPENDENCE or E < 2:  # too few levels to estimate how the edges co-vary: assume together
-        return float(df)
-    a = df**2 * (np.sum(ms**2) + 2 * np.sum(cross**2))  # ||G||_F^2
-    b = (df * np.sum(ms)) ** 2  # tr(G)^2
-    t2 = (df * a - b) / (df * (df + 2) * (df - 1))
-    t1 = (b - 2 * df * t2) / df**2
-    if not (t2 > 0 and t1 > 0):
-        return float(df)
-    return float(np.clip(df * t1 / t2, df, df * E))
-
-
-def pooled_shares(Y: np.ndarray, factors: list[str], *, confidence_level: float = 0.95, n_boot: int = 2000,
-                  seed=None) -> dict:
-    """Variance shares pooled over the edges of Y [..factor levels.., E], with intervals.
-
-    Pooled component = Σ_e σ̂²_e (the ANOVA solution on the summed mean squares); share =
-    component / Σ components. Interval: generalized confidence interval (Weerahandi 1993; Burdick &
-    Graybill): each term's pooled expected mean square is replaced by its generalized pivotal
-    quantity MS·ν/χ²_ν, independently across terms (orthogonal in a balanced design), and the
-    shares are recomputed from them; ν is the Wishart effective df of :func:`_wishart_df`
-    (cross-edge mean squares by polarisation, MS(e + e') = MS(e) + MS(e') + 2·cross(e, e')), so
-    edges that move together widen the interval.
-    """
-    from stats import variance_components
-
-    Y = np.asarray(Y, dtype=np.float64)
-    E = Y.shape[-1]
-    vc = variance_components(Y, factors)
-    names = vc.names
-    ms = np.stack([np.asarray(vc.mean_squares[n], dtype=np.float64) for n in names])  # [T, E]
-    df = np.array([vc.df[n] for n in names], dtype=np.float64)
-    ia, ib = np.triu_indices(E, 1)
-    cross = np.zeros((len(names), ia.size))
-    for s in range(0, ia.size, 4096):
-        a, b = ia[s:s + 4096], ib[s:s + 4096]
-        pv = variance_components(Y[..., a] + Y[..., b], factors)
-        mp = np.stack([np.asarray(pv.mean_squares[n], dtype=np.float64) for n in names])
-        cross[:, s:s + a.size] = (mp - ms[:, a] - ms[:, b]) / 2
-    nu = np.array([_wishart_df(ms[t], cross[t], df[t]) for t in range(len(names))])
-    C = np.linalg.inv(vc.ems)
-    pooled = ms.sum(1)
-    comps = C @ pooled
-    total = comps.sum()
-    rng = np.random.default_rng(seed)
-    X = nu / rng.chisquare(nu, size=(n_boot, nu.size))  # generalized pivotal quantities MS·ν/χ²_ν
-    cb = (pooled * X) @ C.T  # [n_boot, T]
-    sb = cb / cb.sum(1, keepdims=True)
-    alpha = 1 - confidence_level
-    lo, hi = np.quantile(sb, [alpha / 2, 1 - alpha / 2], axis=0)
-    vlo, vhi = np.quantile(cb, [alpha / 2, 1 - alpha / 2], axis=0)
-    return {"source": list(names), "variance": comps / E, "variance_ci_low": vlo / E, "variance_ci_high": vhi / E,
-            "share": comps / total, "ci_low": lo, "ci_high": hi, "df": df.astype(np.int64),
-            "effective_df": nu, "n_edges": np.full(len(names), E, dtype=np.int64)}
-
-
 # ----- the study --------------------------------------------------------------------------------
-def _interval(x: np.ndarray, level: float) -> tuple[float, float]:
-    x = np.asarray(x, dtype=np.float64)
-    x = x[np.isfinite(x)]
-    if x.size == 0:
-        return np.nan, np.nan
-    a = 1 - level
-    lo, hi = np.quantile(x, [a / 2, 1 - a / 2])
-    return float(lo), float(hi)
-
-
-def _verdict(lo: float, hi: float, bar: float) -> str:
-    if not np.isfinite(lo):
-        return ""
-    return "met" if lo >= bar else ("not met" if hi < bar else "inconclusive")
-
-
 def run_variance_study(spec: VarianceSpec, out: str | Path, n_jobs: int | None = None, force: bool = False, *,
                        scorer: Scorer | None = None) -> Path:
     """Run (or resume) the variance study described by ``spec`` into run directory ``out``; returns ``out``.
@@ -713,7 +538,8 @@ class _Study:
         self.ref = Key(0, 0, 0, "exact")
         self.plan0 = self.plan(0)
         rs = {"bootstrap": spec.bootstrap.model_dump(), "k": self.ks, "ranking": spec.ranking, "trim": spec.trim,
-              "aggregations": spec.aggregations, "n_top": spec.n_top, "summary_k": spec.k_summary, "bar": spec.bar}
+              "aggregations": spec.aggregations, "n_top": spec.n_top, "summary_k": spec.k_summary, "bar": spec.bar,
+              "intervals": "data-level v2"}  # interval methods: a change recomputes the statistics stages
         self.rs = rs
         self.stage("intrinsic", self.intrinsic_stage, ["intrinsic", "edge_stats"], rs, self.deps)
         self.stage("stability", self.stability_stage, ["stability_vs_k", "inclusion"], rs, self.deps)
@@ -721,7 +547,7 @@ class _Study:
                    self.deps)
         self.stage("variance", self.variance_stage, ["variance_components", "variance_anova", "variance_shares"], rs,
                    self.deps)
-        self.stage("factors", self.factor_stage, ["variance_stability"], rs, self.deps)
+        self.stage("factors", self.factor_stage, ["variance_stability"], rs, self.deps + ["stability"])
         sel = spec.selection.enabled and spec.level == "edge" and getattr(self.sc, "has_model", False)
         if sel:
             self.stage("selection", self.selection_stage, ["faithfulness_vs_k", "selection"],
@@ -732,8 +558,11 @@ class _Study:
 
     # -- intrinsic variation, per-edge CIs --
     def top_edges(self, n: int) -> np.ndarray:
-        mean = _aggregate(self.S(self.ref), "mean", self.spec.trim)
-        return _tops(mean, min(n, self.E), self.spec.ranking)[0]
+        from stats.factor_stability import aggregate
+        from stats.topk import topk
+
+        mean = aggregate(self.S(self.ref), "mean", self.spec.trim)
+        return topk(mean, min(n, self.E), ranking=self.spec.ranking, seed=self.run.stage_seed("top_edges")).indices
 
     def intrinsic_stage(self) -> dict:
         from .audit import _concat, edge_stats_table
@@ -741,6 +570,8 @@ class _Study:
         S = self.S(self.ref)
         stats_parts = [edge_stats_table(self.S(Key(0, 0, 0, lab)), self.names, lab, self.plan0, _view(self.spec),
                                         self.n_jobs) for lab in self.levels]
+        from stats.intrinsic import intrinsic_table
+
         tab = intrinsic_table(S, self.names)
         tab["rank"] = np.empty(self.E, dtype=np.int64)
         tab["rank"][self.top_edges(self.E)] = np.arange(1, self.E + 1)
@@ -806,21 +637,14 @@ class _Study:
 
         top = self.top_edges(self.spec.n_top)
         Yt, _ = self.design(top)
+        from stats.variance import pooled_shares
+
         shares = pooled_shares(Yt, factors, confidence_level=self.cl, seed=self.run.stage_seed("variance_shares"))
         shares["factors"] = [" x ".join(factors)] * len(shares["source"])
         return {"variance_components": _concat(comp_parts), "variance_anova": _concat(anova_parts),
                 "variance_shares": shares}
 
     # -- per-factor Jaccard to the reference circuit --
-    def _level_jaccard(self, S_level, how: str, plan, ref_tops_boot, ref_top_full, pairs, paired=True):
-        """(full [len(pairs)], boot [B, len(pairs)]) of one level against the reference."""
-        K = max(max(a for a, _ in pairs), 1)
-        full = _jaccard(_tops(_aggregate(S_level, how, self.spec.trim), K, self.spec.ranking), ref_top_full,
-                        pairs, self.E)[0]
-        boot_tops = _tops(_aggregate(S_level, how, self.spec.trim, plan.counts), K, self.spec.ranking)
-        boot = _jaccard(boot_tops, ref_tops_boot, pairs, self.E)
-        return full, boot
-
     def factor_levels(self) -> list[tuple[str, str, Any]]:
         """(factor, level, (key, aggregation, dataset)) for every compared level."""
         sp = self.spec
@@ -837,42 +661,86 @@ class _Study:
             out.append(("seed", f"seed {s}", (Key(s, 0, 0, "exact"), "mean", 0)))
         return out
 
+    def _paired(self, levels: list, pairs: list, name: str, with_mean: bool):
+        """stats.factor_stability.paired_jaccard on the reference dataset, or None with the reason."""
+        from stats.factor_stability import paired_jaccard
+        from stats.stability_data import MIN_OBS
+
+        why = None
+        if self.sc.n_obs(0) < MIN_OBS:
+            why = f"no interval: a data-level interval needs at least {MIN_OBS} examples"
+        elif self.plan0.kind != "bootstrap":
+            why = f"no interval: the data-level interval needs the examples bootstrap, not {self.plan0.kind!r}"
+        res = paired_jaccard(self.S(self.ref), levels, pairs, self.plan0.counts, ranking=self.spec.ranking,
+                             trim=self.spec.trim, seed=self.run.stage_seed(name), confidence_level=self.cl,
+                             with_mean=with_mean, intervals=why is None)
+        return res, why or "paired double bootstrap + split extrapolation, bracketed (data level)"
+
     def factor_stage(self) -> dict:
         from stats import chance_jaccard
+        from stats.factor_stability import PAIRED_ESTIMAND, SPREAD_LABEL, aggregate, circuit_jaccard
+        from stats.stability_data import ESTIMANDS
 
         sp = self.spec
-        ranking, trim = sp.ranking, sp.trim
         pairs = [(k, k) for k in self.ks]
-        S0 = self.S(self.ref)
-        ref_full = _tops(_aggregate(S0, "mean", trim), self.K, ranking)
-        ref_boot = _tops(_aggregate(S0, "mean", trim, self.plan0.counts), self.K, ranking)
+        nk = len(self.ks)
+        nan = np.full(nk, np.nan)
         chance = np.asarray(chance_jaccard(self.E, self.ks), dtype=np.float64)
-        rows: dict[str, list] = {c: [] for c in ("factor", "level", "k", "jaccard_mean", "ci_low", "ci_high",
-                                                 "jaccard_full_data", "chance", "n_resamples", "interval")}
+        cols = ("factor", "level", "k", "jaccard_mean", "ci_low", "ci_high", "estimand", "interval", "se", "bias",
+                "split", "jaccard_full_data", "spread_low", "spread_high", "cutoff_ties", "chance", "n_resamples")
+        rows: dict[str, list] = {c: [] for c in cols}
 
-        def add(factor, level, full, boot, interval="paired bootstrap"):
+        def add(factor, level, j, lo, hi, estimand, interval, full, se=nan, bias=nan, split=nan, s_lo=nan,
+                s_hi=nan, ties=None):
+            ties = np.full(nk, -1) if ties is None else ties
             for i, k in enumerate(self.ks):
-                lo, hi = _interval(boot[:, i], self.cl)
-                for c, v in zip(rows, (factor, level, int(k), float(np.nanmean(boot[:, i])), lo, hi, float(full[i]),
-                                       float(chance[i]), int(boot.shape[0]), interval)):
+                for c, v in zip(cols, (factor, level, int(k), float(j[i]), float(lo[i]), float(hi[i]), estimand,
+                                       interval, float(se[i]), float(bias[i]), float(split[i]), float(full[i]),
+                                       float(s_lo[i]), float(s_hi[i]), int(ties[i]), float(chance[i]),
+                                       int(self.plan0.n_resamples))):
                     rows[c].append(v)
 
-        boot_j = _jaccard(ref_boot, ref_full, pairs, self.E)  # resample circuits vs the full-data circuit
-        add("dataset: bootstrap", "resamples", np.full(len(self.ks), np.nan), boot_j,
-            "spread over resamples (vs the full-data circuit)")
+        # independent datasets: the data-level intervals of stats.stability_data on the reference matrix
+        st = self.run.table("stability_vs_k").to_pydict()
+        ex = [i for i, m in enumerate(st["method"]) if m == "exact"]
+        col = {c: np.asarray(st[c], dtype=np.float64)[ex] for c in ("jaccard_data", "jaccard_data_ci_low",
+                                                                    "jaccard_data_ci_high", "jaccard_pop",
+                                                                    "jaccard_pop_ci_low", "jaccard_pop_ci_high")}
+        how_dl = "double bootstrap (stats.stability_data)" if np.isfinite(col["jaccard_pop_ci_low"]).any() else \
+            "not computed (see stability_vs_k: data-level intervals need N >= 32 and the examples bootstrap)"
+        add("dataset: bootstrap", "resamples", col["jaccard_pop"], col["jaccard_pop_ci_low"],
+            col["jaccard_pop_ci_high"], ESTIMANDS["jaccard_pop_ci"], how_dl, nan)
+        V0 = aggregate(self.S(self.ref), "mean", sp.trim)
         by_factor: dict[str, list] = {}
-        for factor, level, (key, how, j) in self.factor_levels():
-            if j == 0:
-                full, boot = self._level_jaccard(self.S(key), how, self.plan0, ref_boot, ref_full, pairs)
-            else:  # an independent dataset: its own resamples
-                full, boot = self._level_jaccard(self.S(key), how, self.plan(j), ref_boot, ref_full, pairs)
-            add(factor, level, full, boot)
-            by_factor.setdefault(factor, []).append((full, boot))
+        for factor, level, spec_ in self.factor_levels():
+            by_factor.setdefault(factor, []).append((level, spec_))
+        fresh = by_factor.pop("dataset: fresh draws", [])
+        fulls = []
+        for level, (key, how, j) in fresh:
+            full = circuit_jaccard(aggregate(self.S(key), how, sp.trim), V0, pairs, ranking=sp.ranking,
+                                   seed=self.run.stage_seed(f"fresh_draw_{j}"))
+            fulls.append(full)
+            add("dataset: fresh draws", level, full, col["jaccard_data_ci_low"], col["jaccard_data_ci_high"],
+                ESTIMANDS["jaccard_data_ci"], f"{how_dl}; the value is this draw's Jaccard to the reference", full)
+        if len(fulls) > 1:
+            add("dataset: fresh draws", "all levels (mean)", col["jaccard_data"], col["jaccard_data_ci_low"],
+                col["jaccard_data_ci_high"], ESTIMANDS["jaccard_data_ci"],
+                f"{how_dl}; value: its plug-in, full data: mean over the {len(fulls)} draws", np.mean(fulls, 0))
+        # paired factors: the same prompts scored two ways
         for factor, lv in by_factor.items():
-            if len(lv) > 1:
-                add(factor, "all levels (mean)", np.mean([f for f, _ in lv], 0), np.mean([b for _, b in lv], 0))
-        return {"variance_stability": {k: (np.asarray(v, dtype=np.int64) if k in ("k", "n_resamples") else v)
-                                       for k, v in rows.items()}}
+            levels = [(self.S(key), how) for _, (key, how, _) in lv]
+            res, how_iv = self._paired(levels, pairs, f"factor_{factor}", with_mean=len(lv) > 1)
+            estimand = PAIRED_ESTIMAND + ("; for seeds: these trained models, not the distribution of training "
+                                          "seeds" if factor == "seed" else "")
+            names = [lvl for lvl, _ in lv] + (["all levels (mean)"] if len(lv) > 1 else [])
+            for i, level in enumerate(names):
+                add(factor, level, res.estimate[i], res.ci_low[i], res.ci_high[i], estimand, how_iv,
+                    res.full_data[i], res.se[i], res.bias[i], res.split[i], res.spread_low[i], res.spread_high[i],
+                    res.cutoff_ties[i])
+        out = {c: (np.asarray(v, dtype=np.int64) if c in ("k", "n_resamples", "cutoff_ties") else v)
+               for c, v in rows.items()}
+        out["spread_label"] = [SPREAD_LABEL] * len(rows["k"])
+        return {"variance_stability": out}
 
     # -- selection at fixed faithfulness --
     def selection_ks(self) -> list[int]:
@@ -904,59 +772,48 @@ class _Study:
 
     # -- summary --
     def summary_stage(self, sel: bool) -> dict:
+        from stats.factor_stability import bar_verdict
+
         sp, run = self.spec, self.run
         k = sp.k_summary
         vs = run.table("variance_stability").to_pydict()
-        rows: dict[str, list] = {c: [] for c in ("factor", "level", "jaccard_to_reference", "ci_low", "ci_high",
-                                                 "meets_0_8", "k", "jaccard_full_data", "n_levels", "interval")}
+        cols = ("factor", "level", "jaccard_to_reference", "ci_low", "ci_high", "bar", "meets_bar", "verdict", "k",
+                "jaccard_full_data", "n_levels", "estimand", "interval", "multiplicity")
+        rows: dict[str, list] = {c: [] for c in cols}
         summ: dict[str, list] = {c: [] for c in ("item", "value", "ci_low", "ci_high", "verdict")}
 
-        def item(name, v, lo=np.nan, hi=np.nan, verdict=""):
+        def item(name, v, lo=np.nan, hi=np.nan, verdict=""):  # estimands: variance_summary / variance_shares
             for c, x in zip(summ, (name, float(v), float(lo), float(hi), verdict)):
                 summ[c].append(x)
 
-        def vrow(factor, level, j, lo, hi, kk, jfull, n, interval):
-            for c, x in zip(rows, (factor, level, float(j), float(lo), float(hi), bool(j >= sp.bar), int(kk),
-                                   float(jfull), int(n), interval)):
+        def vrow(factor, level, j, lo, hi, kk, jfull, n, estimand, interval) -> str:
+            verdict = bar_verdict(lo, hi, sp.bar)
+            for c, x in zip(rows, (factor, level, float(j), float(lo), float(hi), float(sp.bar), verdict == "met",
+                                   verdict, int(kk), float(jfull), int(n), estimand, interval, MULTIPLICITY)):
                 rows[c].append(x)
+            return verdict
 
         fac = np.asarray(vs["factor"], dtype=object)
         lev = np.asarray(vs["level"], dtype=object)
         kk = np.asarray(vs["k"])
-        counts: dict[str, int] = {}
-        for f in fac[kk == k]:
-            counts[f] = counts.get(f, 0) + 1
-        N = self.sc.n_obs(0)
-        item("examples (N)", N)
+        item("examples (N)", self.sc.n_obs(0))
         item(f"bootstrap resamples (B), {sp.bootstrap.scheme}", self.plan0.n_resamples)
         for f in dict.fromkeys(fac.tolist()):
             sel_rows = np.flatnonzero((fac == f) & (kk == k))
-            n_lv = self.plan0.n_resamples if f == "dataset: bootstrap" else counts[f] - (1 if counts[f] > 1 else 0)
+            n_lv = self.plan0.n_resamples if f == "dataset: bootstrap" else len(sel_rows) - (len(sel_rows) > 1)
             agg = [i for i in sel_rows if lev[i] in ("all levels (mean)", "resamples")] or list(sel_rows)
             i = agg[0]
-            j, lo, hi, jf = vs["jaccard_mean"][i], vs["ci_low"][i], vs["ci_high"][i], vs["jaccard_full_data"][i]
-            vrow(f, str(lev[i]), j, lo, hi, k, jf, n_lv, vs["interval"][i])
-            item(f"Jaccard to reference at k={k}: {f}", j, lo, hi, _verdict(lo, hi, sp.bar))
-            if len(sel_rows) > 1:
-                for i in sel_rows:
-                    if i == agg[0]:
-                        continue
+            j, lo, hi = vs["jaccard_mean"][i], vs["ci_low"][i], vs["ci_high"][i]
+            verdict = vrow(f, str(lev[i]), j, lo, hi, k, vs["jaccard_full_data"][i], n_lv, vs["estimand"][i],
+                           vs["interval"][i])
+            item(f"Jaccard to reference at k={k}: {f}", j, lo, hi, verdict)
+            for i in sel_rows:
+                if i != agg[0]:
                     vrow(f"{f}: {lev[i]}", str(lev[i]), vs["jaccard_mean"][i], vs["ci_low"][i], vs["ci_high"][i], k,
-                         vs["jaccard_full_data"][i], 1, vs["interval"][i])
+                         vs["jaccard_full_data"][i], 1, vs["estimand"][i], vs["interval"][i])
         if sel:
             self._selection_rows(vrow, item)
-        # intrinsic variation over the top edges
-        top = self.top_edges(max(k, 1))
-        S0 = self.S(self.ref)
-        full = _intrinsic_boot(S0[:, top], np.ones((1, S0.shape[0]), dtype=np.int64))
-        boot = _intrinsic_boot(S0[:, top], self.plan0.counts)
-        for name, label in (("cv", "median coefficient of variation"), ("sign_consistency", "median sign consistency"),
-                            ("snr", "median SNR |mean|/SD")):
-            item(f"intrinsic: {label}, top-{k} edges", full[name][0], *_interval(boot[name], self.cl))
-        it = run.table("intrinsic").to_pydict()
-        heavy = np.asarray(it["heavy_tailed"], dtype=bool)[top]
-        item(f"intrinsic: heavy-tailed edges among top-{k} (share)", heavy.mean())
-        # variance shares pooled over the top edges
+        self._intrinsic_items(item, k)
         sh = run.table("variance_shares").to_pydict()
         for s, v, lo, hi, n in zip(sh["source"], sh["share"], sh["ci_low"], sh["ci_high"], sh["n_edges"]):
             item(f"variance share over top-{n} edges: {s}", v, lo, hi)
@@ -969,7 +826,28 @@ class _Study:
                                      for c, v in rows.items()},
                 "summary": summ}
 
+    def _intrinsic_items(self, item, k: int) -> None:
+        """Summary items: median CV, sign consistency and SNR over the top-k edges, heavy-tailed share."""
+        from stats.intervals import intervals_from_distribution
+        from stats.intrinsic import intrinsic_medians
+
+        top = self.top_edges(max(k, 1))
+        S0 = self.S(self.ref)
+        full = intrinsic_medians(S0[:, top], np.ones((1, S0.shape[0]), dtype=np.int64))
+        boot = intrinsic_medians(S0[:, top], self.plan0.counts)
+        for name, label in (("cv", "median coefficient of variation"), ("sign_consistency", "median sign consistency"),
+                            ("snr", "median SNR |mean|/SD")):
+            ci = intervals_from_distribution(boot[name], full[name][0], method="percentile",
+                                             confidence_level=self.cl)["percentile"]
+            item(f"intrinsic: {label}, top-{k} edges (percentile bootstrap, edges fixed)", full[name][0], ci.low,
+                 ci.high)
+        it = self.run.table("intrinsic").to_pydict()
+        heavy = np.asarray(it["heavy_tailed"], dtype=bool)[top]
+        item(f"intrinsic: heavy-tailed edges among top-{k} (share)", heavy.mean())
+
     def _selection_rows(self, vrow, item) -> None:
+        from stats.factor_stability import PAIRED_ESTIMAND, bar_verdict
+
         sp, run = self.spec, self.run
         sel = run.table("selection").to_pydict()
         ks = dict(zip(sel["method"], sel["k_star"]))
@@ -979,31 +857,21 @@ class _Study:
                  kst if reached else np.nan, lo if lo > 0 else np.nan, hi if hi > 0 else np.nan,
                  "" if reached else "not reached")
         k_ref = ks.get("exact", -1)
-        if k_ref <= 0:
-            return
-        S0 = self.S(self.ref)
         others = [(m, kk) for m, kk in ks.items() if m != "exact" and kk > 0]
-        if not others:
+        if k_ref <= 0 or not others:
             return
-        Kmax = max([k_ref] + [kk for _, kk in others])
-        ref_full = _tops(_aggregate(S0, "mean", sp.trim), Kmax, sp.ranking)
-        ref_boot = _tops(_aggregate(S0, "mean", sp.trim, self.plan0.counts), Kmax, sp.ranking)
-        fulls, boots = [], []
-        for m, kk in others:
-            full, boot = self._level_jaccard(self.S(Key(0, 0, 0, m)), "mean", self.plan0, ref_boot, ref_full,
-                                             [(kk, k_ref)])
-            fulls.append(full[0])
-            boots.append(boot[:, 0])
-            lo, hi = _interval(boot[:, 0], self.cl)
-            vrow(f"selection: {m}", m, np.nanmean(boot[:, 0]), lo, hi, k_ref, full[0],
-                 1, f"paired bootstrap; k={kk} vs exact k={k_ref}")
-        b = np.mean(boots, 0)
-        lo, hi = _interval(b, self.cl)
-        j = float(np.nanmean(b))
-        vrow(f"selection (f >= {sp.selection.target:g})", "all estimators (mean)", j, lo, hi, k_ref,
-             float(np.mean(fulls)), len(others), "paired bootstrap")
-        item(f"Jaccard to reference: selection at faithfulness >= {sp.selection.target:g} (estimators)", j, lo, hi,
-             _verdict(lo, hi, sp.bar))
+        levels = [(self.S(Key(0, 0, 0, m)), "mean") for m, _ in others]
+        res, how = self._paired(levels, [[(kk, k_ref)] for _, kk in others], "factor_selection",
+                                with_mean=len(others) > 1)
+        for i, (m, kk) in enumerate(others):
+            vrow(f"selection: {m}", m, res.estimate[i, 0], res.ci_low[i, 0], res.ci_high[i, 0], k_ref,
+                 res.full_data[i, 0], 1, PAIRED_ESTIMAND, f"{how}; k={kk} vs exact k={k_ref}")
+        if len(others) > 1:
+            j, lo, hi = res.estimate[-1, 0], res.ci_low[-1, 0], res.ci_high[-1, 0]
+            vrow(f"selection (f >= {sp.selection.target:g})", "all estimators (mean)", j, lo, hi, k_ref,
+                 res.full_data[-1, 0], len(others), PAIRED_ESTIMAND, how)
+            item(f"Jaccard to reference: selection at faithfulness >= {sp.selection.target:g} (estimators)", j, lo,
+                 hi, bar_verdict(lo, hi, sp.bar))
 
 
 def _names_hash(names: list[str]) -> str:
@@ -1036,12 +904,13 @@ def study_variance_command(
 
 
 def summary_lines(out: Path) -> list[str]:
-    """The per-factor Jaccard table of a finished study, as text lines."""
+    """The per-factor Jaccard table of a finished study, as text lines (verdicts against the recorded bar)."""
     from reports.tables import read_table
 
     s = read_table(Path(out) / "variance_summary.parquet").to_pydict()
     k = s["k"][0] if s["k"] else "?"
-    lines = [f"{'factor (Jaccard to the reference circuit, k=' + str(k) + ')':<46} {'Jaccard':>8}  {'interval':<17} 0.8 bar"]
-    for f, j, lo, hi, ok in zip(s["factor"], s["jaccard_to_reference"], s["ci_low"], s["ci_high"], s["meets_0_8"]):
-        lines.append(f"{f[:46]:<46} {j:>8.3f}  [{lo:.3f}, {hi:.3f}]  {'met' if ok else 'not met'}")
+    bar = f"{s['bar'][0]:g} bar" if s.get("bar") else "bar"
+    lines = [f"{'factor (Jaccard to the reference circuit, k=' + str(k) + ')':<46} {'Jaccard':>8}  {'interval':<17} {bar}"]
+    for f, j, lo, hi, v in zip(s["factor"], s["jaccard_to_reference"], s["ci_low"], s["ci_high"], s["verdict"]):
+        lines.append(f"{f[:46]:<46} {j:>8.3f}  [{lo:.3f}, {hi:.3f}]  {v or 'no interval'}")
     return lines

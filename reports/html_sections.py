@@ -36,7 +36,7 @@ from reports.html_svg import (
 )
 from reports.tables import read_table
 
-BAR = 0.8  # the mean-Jaccard bar of a stable circuit
+BAR = 0.8  # the mean-Jaccard bar of the stability section (the variance section reads its bar from its table)
 CONSENSUS = 0.5  # inclusion frequency of a consensus edge
 TOP_FOREST = 20
 TOP_TABLE = 40
@@ -823,19 +823,30 @@ def variance_summary_part(T: Tables) -> str:
     t = T.need("variance_summary", ["factor", "jaccard_to_reference"])
     f = strs(t, "factor")
     j, lo, hi = num(t, "jaccard_to_reference"), num(t, "ci_low"), num(t, "ci_high")
-    meets = num(t, "meets_0_8")
     k = num(t, "k")
     n = len(f)
+    new = "bar" in t.column_names  # the bar is recorded in the table and verdicts read the interval
+    # runs written before that carry meets_0_8 (the point estimate against 0.8)
+    bar = (float(num(t, "bar")[0]) if n else BAR) if new else BAR
+    meets = num(t, "meets_bar" if new else "meets_0_8")
     p = Plot(560, 70 + 22 * n, (0, 1), (-0.6, n - 0.4), margin=(14, 16, 42, 150), label="Jaccard to the reference circuit by factor")
-    p.vline(BAR, "#b00", dash="6,4")
+    p.vline(bar, "#b00", dash="6,4")
     for i in range(n):
         y = n - 1 - i
         p.hbar(y, lo[i], hi[i], PALETTE[0])
         p.points([j[i]], [y], PALETTE[0], r=3.5, titles=[f"{f[i]}: {fmt(j[i])} [{fmt(lo[i])}, {fmt(hi[i])}] at k = {fmt(k[i])}"])
     p.axes("Jaccard to the reference circuit", "", yticks=[n - 1 - i for i in range(n)], ytick_labels=[s if len(s) <= 22 else s[:21] + "…" for s in f], xticks=[0, 0.2, 0.4, 0.6, 0.8, 1.0])
+    cols = [("factor", "text"), ("Jaccard", "num"), ("CI low", "num"), ("CI high", "num"), (f"meets {bar:g}", "bool"), ("k", "int")]
     rows = [[f[i], j[i], lo[i], hi[i], None if math.isnan(meets[i]) else bool(meets[i]), k[i]] for i in range(n)]
-    tbl = html_table([("factor", "text"), ("Jaccard", "num"), ("CI low", "num"), ("CI high", "num"), (f"meets {BAR}", "bool"), ("k", "int")], rows[:MAX_ROWS])
-    cap = f"How much each factor moves the circuit: Jaccard of the circuit under the factor to the reference circuit, with CI; dashed: the {BAR} bar."
+    if new:
+        cols += [("verdict", "text"), ("interval covers", "text")]
+        rows = [r + [v, e] for r, v, e in zip(rows, strs(t, "verdict"), strs(t, "estimand"))]
+    tbl = html_table(cols, rows[:MAX_ROWS])
+    cap = ((f"How much each factor moves the circuit: Jaccard of the circuit under the factor to the reference circuit, with its interval "
+           f"(each covers the estimand in its row: paired levels, the expected Jaccard over datasets of N prompts with the level fixed; "
+           f"fresh draws, the expected Jaccard between independent datasets); dashed: the {bar:g} bar (from the table). ")
+           + ("Verdict: met when the interval lies above the bar, not met below it, inconclusive across it." if new else
+              "Older run: meets compares the point estimate with the bar."))
     return "<h3>Per-factor circuit stability</h3>" + figure(p.svg(), cap, tbl)
 
 

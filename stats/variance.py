@@ -22,7 +22,8 @@ from scipy import stats
 
 from .results import ConfidenceInterval, Result
 
-__all__ = ["VarianceComponentsResult", "variance_components", "ICCResult", "icc"]
+__all__ = ["VarianceComponentsResult", "variance_components", "ICCResult", "icc", "pooled_shares",
+           "SHARES_ESTIMAND"]
 
 
 def _as_design(Y: np.ndarray, n_factors: int) -> np.ndarray:
@@ -304,3 +305,156 @@ def icc(Y: np.ndarray, *, confidence_level: float = 0.95,
                      confidence_interval={t: ConfidenceInterval(sq(lo), sq(hi))
                                           for t, (lo, hi) in cis.items()},
                      n_targets=n, n_raters=k, edge_names=edge_names, params=params)
+
+
+# --- variance shares pooled over edges, with intervals robust to heavy-tailed examples ---------
+#: fewest df from which the cross-edge dependence of a term is estimated (below: assume together)
+MIN_DF_DEPENDENCE = 10
+SHARES_ESTIMAND = ("share of each source in the variance of the scores, summed over these edges, in the "
+                   "population of prompts (and of the other factors' levels, as random effects)")
+
+
+def _wishart_df(ms: np.ndarray, cross: np.ndarray, df: float) -> float:
+    """Return the effective df of sum_e MS_e when the edges' mean squares are correlated.
+
+    The term's projected data are df i.i.d. rows with covariance Sigma across edges, so sum_e MS_e
+    is tr(G)/df with G ~ Wishart(df, Sigma), approximately c * chi2_nu with nu = df tr(Sigma)^2 /
+    tr(Sigma^2): between df (edges move together) and df * E (independent edges); tr(Sigma^2) and
+    tr(Sigma)^2 are the unbiased moment solutions from ||G||_F^2 and tr(G)^2. Below
+    MIN_DF_DEPENDENCE df that ratio is too noisy (it overstates nu), so nu = df there.
+    """
+    E = ms.size
+    if df < MIN_DF_DEPENDENCE or E < 2:
+        return float(df)
+    a = df**2 * (np.sum(ms**2) + 2 * np.sum(cross**2))  # ||G||_F^2
+    b = (df * np.sum(ms)) ** 2  # tr(G)^2
+    t2 = (df * a - b) / (df * (df + 2) * (df - 1))
+    t1 = (b - 2 * df * t2) / df**2
+    if not (t2 > 0 and t1 > 0):
+        return float(df)
+    return float(np.clip(df * t1 / t2, df, df * E))
+
+
+def _pooled_mean_squares(Y: np.ndarray, terms: list[tuple[int, ...]], df: np.ndarray) -> np.ndarray:
+    """Return the mean squares [terms + residual, E] of design Y [..factors.., E]."""
+    ss, ss_res = _effects_ss(Y, terms)
+    return np.stack([ss[t] for t in terms] + [ss_res]) / df[:, None]
+
+
+def _effective_df(Y: np.ndarray, factors: list[str], names: list[str], ms: np.ndarray,
+                  df: np.ndarray) -> np.ndarray:
+    """Return each term's Wishart effective df (cross-edge mean squares by polarisation)."""
+    E = Y.shape[-1]
+    ia, ib = np.triu_indices(E, 1)
+    cross = np.zeros((len(names), ia.size))
+    for s in range(0, ia.size, 4096):
+        a, b = ia[s:s + 4096], ib[s:s + 4096]
+        pv = variance_components(Y[..., a] + Y[..., b], factors)
+        mp = np.stack([np.asarray(pv.mean_squares[n], dtype=np.float64) for n in names])
+        cross[:, s:s + a.size] = (mp - ms[:, a] - ms[:, b]) / 2  # MS(e+e') = MS(e) + MS(e') + 2 cross
+    return np.array([_wishart_df(ms[t], cross[t], df[t]) for t in range(len(names))])
+
+
+def _effect_sq(X: np.ndarray, n_axes: int) -> dict[tuple[int, ...], np.ndarray]:
+    """Return {U: [batch]} sums of squares of the orthogonal U-effect of X [batch, *levels, E], broadcast
+    over all cells and edges, for every subset U of the n_axes level axes (the empty U: the grand mean)."""
+    axes = tuple(range(1, n_axes + 1))
+    eff: dict[tuple[int, ...], np.ndarray] = {}
+    out = {}
+    for r in range(n_axes + 1):
+        for U in combinations(range(n_axes), r):
+            other = tuple(a for a in axes if a - 1 not in U)
+            e = X.mean(axis=other, keepdims=True) if other else X
+            for V, ev in eff.items():
+                if set(V) < set(U):
+                    e = e - ev
+            eff[U] = e
+            reps = int(np.prod([X.shape[a] for a in other])) if other else 1
+            out[U] = reps * (e**2).reshape(e.shape[0], -1).sum(1)
+    return out
+
+
+def _bootstrap_pooled_ms(Y: np.ndarray, terms: list[tuple[int, ...]], df: np.ndarray, n_boot: int,
+                         rng: np.random.Generator) -> np.ndarray:
+    """Return [n_boot, terms + 1]: pooled mean squares of designs whose examples (axis 0) are resampled.
+
+    With U a set of the other factors and P_U its effect projection, the examples x U sum of
+    squares is sum_n |P_U Y_n|^2 - N |P_U m|^2 (m: the mean over examples) and U's own is
+    N |P_U m|^2, so a resample needs only its counts times the per-example sums and the
+    resampled mean m: no resampled design is built.
+    """
+    N, k = Y.shape[0], Y.ndim - 2
+    per_example = _effect_sq(Y, k)  # {U: [N]}
+    W = np.zeros((n_boot, N))
+    np.add.at(W, (np.repeat(np.arange(n_boot), N), rng.integers(0, N, n_boot * N)), 1.0)
+    m = (W @ Y.reshape(N, -1) / N).reshape((n_boot,) + Y.shape[1:])
+    of_mean = _effect_sq(m, k)  # {U: [n_boot]}
+    out = np.empty((n_boot, len(terms) + 1))
+    full = tuple(range(k))
+    for j, t in enumerate(terms + [(0,) + tuple(a + 1 for a in full)]):  # the residual: examples x all
+        U = tuple(a - 1 for a in t if a != 0)
+        ss = W @ per_example[U] - N * of_mean[U] if 0 in t else N * of_mean[U]
+        out[:, j] = ss / df[j]
+    return out
+
+
+def pooled_shares(Y: np.ndarray, factors: Sequence[str], *, confidence_level: float = 0.95,
+                  n_boot: int = 1000, seed: Any = None, method: str = "basic") -> dict[str, Any]:
+    """Return variance shares pooled over the edges of Y [..factor levels.., E] with intervals.
+
+    factors[0] must be the examples (prompts): the random factor crossed with every other.
+    Pooled component = sum_e sigma^2_e (the ANOVA solution on the summed mean squares); share =
+    component / sum of components. Interval: ``method`` ("basic", the default, or "percentile")
+    over n_boot draws in which every term
+    that involves the examples takes its pooled mean square from a bootstrap over the examples
+    (rows of Y, with every other factor's cells kept together: robust to heavy-tailed effects and
+    to edges that move together), and every term without the examples keeps its mean square
+    times an independent generalized pivot nu / chi2_nu (Weerahandi 1993; nu = the Wishart
+    effective df across edges): resampling prompts says nothing about how a handful of
+    counterfactual draws, estimators or seeds were chosen. Those rows rest on the number of
+    levels of their factors and on normal theory: ``interval_reliable`` is False for them.
+    Measured coverage of 95% intervals (300 simulated designs, 64 examples x 3 counterfactual draws
+    x 4 estimators, 20 edges, every effect Student-t(3), all factors' levels redrawn): basic
+    0.93-0.97 on the terms with examples, 0.91-0.96 on the others; percentile 0.88 on the
+    examples share (why basic is the default). tests/stats/test_variance_intervals.py.
+    """
+    if method not in ("basic", "percentile"):
+        raise ValueError(f"method must be 'basic' or 'percentile', got {method!r}")
+    factors = list(factors)
+    Y = _as_design(Y, len(factors))
+    if not 0 < confidence_level < 1:
+        raise ValueError(f"confidence_level must lie in (0, 1), got {confidence_level}")
+    if int(n_boot) < 200:
+        raise ValueError(f"n_boot = {n_boot} is too few for a 95% percentile interval; use at least 200")
+    vc = variance_components(Y, factors)
+    names = vc.names
+    nf = len(factors)
+    terms = [t for r in range(1, nf) for t in combinations(range(nf), r)]
+    df = np.array([vc.df[n] for n in names], dtype=np.float64)
+    ms = _pooled_mean_squares(Y, terms, df)
+    C = np.linalg.inv(vc.ems)
+    pooled = ms.sum(1)
+    comps = C @ pooled
+    E = Y.shape[-1]
+    with_examples = np.array([0 in t for t in terms] + [True])  # the residual is examples x all
+    nu = _effective_df(Y, factors, names, ms, df)
+    rng = np.random.default_rng(seed)
+    draws = _bootstrap_pooled_ms(Y, terms, df, int(n_boot), rng)
+    pivot = nu / rng.chisquare(nu, size=(int(n_boot), nu.size))
+    draws = np.where(with_examples, draws, pooled * pivot)
+    cb = draws @ C.T  # [n_boot, T]
+    sb = cb / cb.sum(1, keepdims=True)
+    from .intervals import intervals_from_distribution
+
+    shares = comps / comps.sum()
+    lo, hi = intervals_from_distribution(sb.T, shares, method=method, confidence_level=confidence_level)[method]
+    vlo, vhi = intervals_from_distribution(cb.T, comps, method=method, confidence_level=confidence_level)[method]
+    levels = Y.shape[:-1]
+    notes = [f"{method} bootstrap over examples" if w else
+             "normal-theory pivot: rests on " + ", ".join(f"{levels[i]} levels of {factors[i]}" for i in t)
+             for w, t in zip(with_examples, terms + [(0,)])]
+    return {"source": list(names), "variance": comps / E, "variance_ci_low": vlo / E, "variance_ci_high": vhi / E,
+            "share": shares, "ci_low": lo, "ci_high": hi, "df": df.astype(np.int64),
+            "effective_df": nu, "n_edges": np.full(len(names), E, dtype=np.int64),
+            "interval_reliable": with_examples.copy(), "interval": notes,
+            "estimand": [SHARES_ESTIMAND] * len(names), "n_boot": np.full(len(names), int(n_boot), dtype=np.int64)}

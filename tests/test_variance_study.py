@@ -10,10 +10,12 @@ import pytest
 import torch
 
 from circuits.errors import InputError
-from pipelines.variance_study import (Key, counterfactual_corruptions, intrinsic_table,
-                                      parse_variance_spec, pooled_shares, run_variance_study, summary_lines,
-                                      with_counterfactual)
+from pipelines.variance_study import (Key, counterfactual_corruptions, parse_variance_spec, run_variance_study,
+                                      summary_lines, with_counterfactual)
+from reports.schema import fill
 from reports.tables import matrix_to_table
+from stats.intrinsic import intrinsic_table
+from stats.variance import pooled_shares
 
 FACTORS = ["examples", "counterfactual", "estimator"]
 # planted variance of each term, per edge (counterfactual:estimator is planted at zero)
@@ -52,7 +54,7 @@ class PlantedScorer:
             self.Y[d] = (mu + eff((n, 1, 1), "examples") + b + g + eff((n, n_draws, 1), "examples:counterfactual")
                          + eff((n, 1, M), "examples:estimator") + eff((n, n_draws, M), "residual")).astype(np.float32)
         self.names = [f"e{i}" for i in range(n_edges)]
-        self.index_table = {"index": np.arange(n_edges), "name": self.names}
+        self.index_table = fill("edges", {"index": np.arange(n_edges), "name": self.names}, n_edges)
 
     def n_obs(self, dataset: int) -> int:
         return self.n
@@ -111,7 +113,7 @@ def test_planted_study_writes_the_report_tables(planted_run):
     out, _ = planted_run
     vs = pq.read_table(out / "variance_summary.parquet")
     want = {"factor": "string", "jaccard_to_reference": "double", "ci_low": "double", "ci_high": "double",
-            "meets_0_8": "bool", "k": "int64"}
+            "bar": "double", "meets_bar": "bool", "verdict": "string", "estimand": "string", "k": "int64"}
     for col, typ in want.items():
         assert str(vs.schema.field(col).type) == typ, col
     vc = pq.read_table(out / "variance_components.parquet")
@@ -124,6 +126,11 @@ def test_planted_study_writes_the_report_tables(planted_run):
     for f in ("dataset: bootstrap", "dataset: fresh draws", "counterfactual", "estimator", "aggregation"):
         assert f in t.index
         assert t.loc[f, "ci_low"] <= t.loc[f, "ci_high"]
+        assert t.loc[f, "estimand"].startswith("E")  # every interval names what it covers
+    # the bar is a recorded value and the verdict reads the interval, not the point estimate
+    assert (t["bar"] == 0.8).all()
+    want_verdict = np.where(t["ci_low"] >= 0.8, "met", np.where(t["ci_high"] < 0.8, "not met", "inconclusive"))
+    assert (t["verdict"] == want_verdict).all() and (t["meets_bar"] == (t["verdict"] == "met")).all()
     # mu spans 4 → 0 over 60 edges with per-input SD ~1.7: the top 10 are clearly resolved at N = 40
     assert t.loc["dataset: bootstrap", "jaccard_to_reference"] > 0.5
     stab = _table(out, "variance_stability")
