@@ -343,8 +343,8 @@ def _add_data_level(per_k: dict[str, np.ndarray], S: np.ndarray, ks: np.ndarray,
                     chunk_size: int | None, n_jobs: int, max_bytes: int) -> dict:
     """Add the data-level columns to per_k in place; return what was done (for params)."""
     names = [f"{e}{p}" for e in ("jaccard_data", "jaccard_pop", "phi_data")
-             for p in ("", "_se", "_bias", "_ci_low", "_ci_high", "_split")
-             if not (e == "jaccard_pop" and p == "_split")]
+             for p in ("", "_se", "_bias", "_ci_low", "_ci_high", "_split", "_2n")
+             if not (e == "jaccard_pop" and p in ("_split", "_2n"))]
     why = "not requested (data_level=False)" if wanted is False else check_data_level(
         S.shape[0], plan.kind, n_outer, n_inner)
     if why is not None:
@@ -476,7 +476,7 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
                       n_jobs: int = 1, max_bytes: int = DEFAULT_MAX_BYTES,
                       edge_names: Sequence[str] | None = None, data_level: bool | None = None,
                       n_outer: int = 100, n_inner: int = 20,
-                      data_level_method: str = "bracketed") -> StabilityResult:
+                      data_level_method: str = "bracketed_2n") -> StabilityResult:
     """Return the stability of top-k circuits of S [N, E] across resamples, for every k in ks.
 
     ranking: 'signed' (largest scores) or 'absolute' (largest |scores|), required.

@@ -64,7 +64,8 @@ from .topk import row_seeds, streaming_topk
 
 __all__ = ["MIN_OBS", "MIN_OUTER", "MIN_INNER", "METHODS", "ESTIMANDS",
            "DataLevelEstimates",
-           "check_data_level", "data_level_stability"]
+           "check_data_level", "data_level_stability", "double_size_counts",
+           "pop_upper_from_data"]
 
 #: fewest examples for a data-level interval (coverage was measured from N = 32 up)
 MIN_OBS = 32
@@ -72,7 +73,7 @@ MIN_OBS = 32
 MIN_OUTER = 50
 #: fewest inner resamples per outer: pairwise Jaccard needs pairs, the jackknife needs >= 3
 MIN_INNER = 10
-METHODS = ("bracketed", "bias_bounded", "plugin", "bias_corrected")
+METHODS = ("bracketed_2n", "bracketed", "bias_bounded", "plugin", "bias_corrected")
 #: random splits of the data for the split-half extrapolation
 N_SPLITS = 30
 
@@ -169,11 +170,12 @@ def _outer_statistics(idx: np.ndarray, n_outer: int, n_inner: int, k: int,
 
 def _interval(est: np.ndarray, mc: np.ndarray, star: np.ndarray, star_mc: np.ndarray,
               split: np.ndarray | None, z: float, method: str,
-              lo_bound: float) -> dict[str, np.ndarray]:
+              lo_bound: float, double: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Return se, bias, low, high per k from outer statistics star [len(ks), n_outer].
 
     split: the split-half extrapolation per k (a second estimate, biased the other way), or
-    None where the estimand has none.
+    None where the estimand has none. double: the plug-in from resamples of size 2N (the upper
+    end of method bracketed_2n), or None.
     """
     raw = star.var(axis=1, ddof=1)
     # the outer spread includes each T*_o's own Monte Carlo error; remove it, but never more
@@ -185,8 +187,10 @@ def _interval(est: np.ndarray, mc: np.ndarray, star: np.ndarray, star_mc: np.nda
     lo, hi = {"plugin": (est, est), "bias_corrected": (corrected, corrected),
               "bias_bounded": (np.minimum(est, corrected), np.maximum(est, corrected))}.get(
         method, (est - np.abs(bias), est + np.abs(bias)))  # bracketed: the bias's sign is open
-    if method == "bracketed" and split is not None:
+    if method in ("bracketed", "bracketed_2n") and split is not None:
         lo = np.minimum(lo, split)
+    if method == "bracketed_2n" and double is not None:
+        hi = np.maximum(hi, double)
     out = {"se": se, "bias": bias, "ci_low": np.clip(lo - z * se, lo_bound, 1.0),
            "ci_high": np.clip(hi + z * se, lo_bound, 1.0)}
     if split is not None:
@@ -224,16 +228,45 @@ def _split_statistics(idx: np.ndarray, n_splits: int, k: int, n_edges: int) -> t
             float(np.mean(iq / (2 * k - iq))), float(np.mean((iq * n_edges - k * k) / kun)))
 
 
+def double_size_counts(n_obs: int, n_resamples: int, seed: Any) -> np.ndarray:
+    """Return [n_resamples, N] counts of bootstrap resamples of size 2N drawn from N examples."""
+    rng = np.random.default_rng(as_seed_sequence(seed))
+    idx = rng.integers(0, n_obs, (int(n_resamples), 2 * int(n_obs)))
+    flat = (idx + (np.arange(idx.shape[0], dtype=np.int64) * n_obs)[:, None]).ravel()
+    return np.bincount(flat, minlength=idx.shape[0] * n_obs).reshape(-1, n_obs).astype(np.int32)
+
+
+def _double_statistics(idx: np.ndarray, k: int, n_edges: int) -> tuple[float, float]:
+    """Return the mean pairwise (Jaccard, Kuncheva index) of the size-2N resamples' top-k."""
+    inter = _intersections(idx[:, :k])
+    jac, _ = _u_mean_and_mc(inter / (2 * k - inter))
+    kun, _ = _u_mean_and_mc((inter * n_edges - k * k) / (k * (n_edges - k)))
+    return jac, kun
+
+
+def pop_upper_from_data(jaccard_data_high: np.ndarray) -> np.ndarray:
+    """Return the bound on J(sample, population) implied by an upper bound on J(D1, D2).
+
+    With pi_e the probability that edge e is in a size-N dataset's top-k and P the population's
+    top-k, E|D1 & D2| = sum_e pi_e^2 >= (sum_{e in P} pi_e)^2 / k = E|D & P|^2 / k (Cauchy-
+    Schwarz), so the expected overlap share with the population is at most the square root of
+    the data-level one; Jaccard J and overlap share r = |A & B| / k map by r = 2J / (1 + J).
+    (The map is applied to expectations: exact for the overlap, approximate for E[Jaccard].)
+    """
+    r = np.sqrt(np.clip(2 * jaccard_data_high / (1 + jaccard_data_high), 0.0, 1.0))
+    return r / (2 - r)
+
+
 def data_level_stability(S: np.ndarray, ks: Sequence[int], estimates: DataLevelEstimates, *,
                          ranking: str, seed: Any, n_outer: int = 100, n_inner: int = 20,
-                         confidence_level: float = 0.95, method: str = "bracketed",
+                         confidence_level: float = 0.95, method: str = "bracketed_2n",
                          chunk_size: int | None = None, n_jobs: int = 1,
                          max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, np.ndarray]:
     """Return per-k data-level estimates and intervals (jaccard_data*, jaccard_pop*, phi_data*).
 
     S [N, E] is the score matrix, `estimates` the plug-in statistics of circuit_stability's
-    resamples for the same ks; seed (SeedSequence/int) fixes the nested resamples, the splits
-    and the ties.
+    resamples for the same ks; seed (SeedSequence/int) fixes the nested resamples, the splits,
+    the size-2N resamples and the ties.
     """
     _check_counts(n_outer, n_inner, confidence_level, method)
     n_obs, n_edges = S.shape
@@ -241,37 +274,52 @@ def data_level_stability(S: np.ndarray, ks: Sequence[int], estimates: DataLevelE
     if why:
         raise InputError(why)
     ks_arr = np.asarray(ks, dtype=np.int64)
-    c_nest, _, c_ties, c_split = spawn_seeds(as_seed_sequence(seed), 4)
+    # a fifth child for the size-2N resamples: the first four are those of the other methods
+    c_nest, _, c_ties, c_split, c_double = spawn_seeds(as_seed_sequence(seed), 5)
     outer, inner = nested_bootstrap(n_obs, n_outer, n_inner, c_nest)
     n_nested = n_outer * (n_inner + 1)
-    # one pass of the engine over every row: outer, inner, then the halves and quarters
-    plan = ResamplingPlan.from_counts(np.vstack([outer.counts, inner.counts,
-                                                 split_counts(n_obs, N_SPLITS, c_split)]))
+    n_split_rows = 6 * N_SPLITS
+    n_double = 2 * int(n_outer) if method == "bracketed_2n" else 0
+    # one pass of the engine over every row: outer, inner, the halves and quarters, size 2N
+    blocks = [outer.counts, inner.counts, split_counts(n_obs, N_SPLITS, c_split)]
+    if n_double:
+        blocks.append(double_size_counts(n_obs, n_double, c_double))
+    plan = ResamplingPlan.from_counts(np.vstack(blocks))
     seeds = row_seeds(np.random.default_rng(c_ties), plan.n_resamples)
     state, _ = streaming_topk(S, plan, int(ks_arr.max()), ranking, seeds, chunk_size=chunk_size,
                               n_jobs=n_jobs, max_bytes=max_bytes)
     star = np.stack([_outer_statistics(state.idx[:n_nested], n_outer, n_inner, int(k), n_edges)
                      for k in ks_arr])  # [len(ks), n_outer, 6]
-    halves = np.array([_split_statistics(state.idx[n_nested:], N_SPLITS, int(k), n_edges)
+    split_idx = state.idx[n_nested:n_nested + n_split_rows]
+    halves = np.array([_split_statistics(split_idx, N_SPLITS, int(k), n_edges)
                        for k in ks_arr])  # [len(ks), 4]: J, Phi at N/2; J, Phi at N/4
     # linear in 1/m from the unbiased values at m = N/2 and N/4 to m = N
     split_j = halves[:, 0] + (halves[:, 0] - halves[:, 2]) / 2
     split_phi = halves[:, 1] + (halves[:, 1] - halves[:, 3]) / 2
+    double = (np.array([_double_statistics(state.idx[n_nested + n_split_rows:], int(k), n_edges)
+                        for k in ks_arr]) if n_double else None)  # [len(ks), 2]: J, Phi
     z = float(ndtri(0.5 + confidence_level / 2))
     cols: dict[str, np.ndarray] = {}
-    for name, est, mc, j, split, lo_bound in (
-            ("jaccard_data", estimates.jaccard, estimates.jaccard_mc, 0, split_j, 0.0),
-            ("jaccard_pop", estimates.jaccard_pop, estimates.jaccard_pop_mc, 2, None, 0.0),
-            ("phi_data", estimates.phi, estimates.phi_mc, 4, split_phi, -1.0)):
+    for name, est, mc, j, split, lo_bound, dbl in (
+            ("jaccard_data", estimates.jaccard, estimates.jaccard_mc, 0, split_j, 0.0, 0),
+            ("jaccard_pop", estimates.jaccard_pop, estimates.jaccard_pop_mc, 2, None, 0.0, None),
+            ("phi_data", estimates.phi, estimates.phi_mc, 4, split_phi, -1.0, 1)):
+        d = double[:, dbl] if double is not None and dbl is not None else None
         iv = _interval(np.asarray(est, dtype=np.float64), np.asarray(mc, dtype=np.float64),
-                       star[:, :, j], star[:, :, j + 1], split, z, method, lo_bound)
+                       star[:, :, j], star[:, :, j + 1], split, z, method, lo_bound, d)
         cols[name] = np.asarray(est, dtype=np.float64)
         for part, v in iv.items():
             cols[f"{name}_{part}"] = v
-    if method == "bracketed":
+        if dbl is not None:
+            cols[f"{name}_2n"] = d if d is not None else np.full(ks_arr.size, np.nan)
+    if method in ("bracketed", "bracketed_2n"):
         # the population's circuit is never seen, so J to it has no split analogue; its lower
         # end is bounded by the data-level one: J(sample, population) >= J(sample, sample)
         # held in every population measured (to 0.002 where the population has near-ties)
         cols["jaccard_pop_ci_low"] = np.minimum(cols["jaccard_pop_ci_low"],
                                                 cols["jaccard_data_ci_low"])
+    if method == "bracketed_2n":
+        # and its upper end by the data-level one through the overlap bound (pop_upper_from_data)
+        cols["jaccard_pop_ci_high"] = np.maximum(
+            cols["jaccard_pop_ci_high"], pop_upper_from_data(cols["jaccard_data_ci_high"]))
     return cols

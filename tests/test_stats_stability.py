@@ -15,7 +15,8 @@ from stats.stability import (chance_jaccard, circuit_stability, nogueira_stabili
                              rank_biased_overlap, selection_error_bounds, topk_indices)
 from circuits.errors import InputError
 from stats.resampling import nested_bootstrap
-from stats.stability_data import _outer_statistics, _split_statistics, split_counts
+from stats.stability_data import (_double_statistics, _outer_statistics, _split_statistics,
+                                  double_size_counts, pop_upper_from_data, split_counts)
 from stats.topk import row_seeds, tie_priorities, topk
 
 KS = [3, 10, 40]
@@ -388,22 +389,29 @@ def test_outer_statistics_against_pdist_and_kuncheva():
 def test_data_level_columns_intervals_and_estimands(setup):
     S, plan, R, res = setup
     pk = res.per_k
+    assert res.params["data_level"]["method"] == "bracketed_2n"  # the default
     np.testing.assert_array_equal(pk["jaccard_data"], pk["jaccard_mean"])  # same plug-in
+    z = stats.norm.ppf(0.975)
     for name in ("jaccard_data", "jaccard_pop", "phi_data"):
         lo, hi = res.conf_int(name)
         est, bias, se = pk[name], pk[f"{name}_bias"], pk[f"{name}_se"]
-        z = stats.norm.ppf(0.975)
         lb = -1.0 if name == "phi_data" else 0.0
-        # bracketed: the plug-in shifted by the estimated bias either way and (where there is
-        # one) the split-half extrapolation, each +- z se
-        low_end = est - np.abs(bias)
+        # bracketed_2n: low end the plug-in shifted down by |bias| or (where there is one) the
+        # split-half extrapolation; high end the plug-in shifted up by |bias| or the plug-in of
+        # size-2N resamples; each +- z se
+        low_end, high_end = est - np.abs(bias), est + np.abs(bias)
         if name != "jaccard_pop":
             low_end = np.minimum(low_end, pk[f"{name}_split"])
+            high_end = np.maximum(high_end, pk[f"{name}_2n"])
+            # more data per resample, so the 2N circuits agree more than the N ones
+            assert (pk[f"{name}_2n"] >= est - 0.05).all()
         low = np.clip(low_end - z * se, lb, 1)
-        if name == "jaccard_pop":  # bounded below by the data-level interval too
+        high = np.clip(high_end + z * se, lb, 1)
+        if name == "jaccard_pop":  # bounded by the data-level interval on both sides too
             low = np.minimum(low, pk["jaccard_data_ci_low"])
+            high = np.maximum(high, pop_upper_from_data(pk["jaccard_data_ci_high"]))
         np.testing.assert_allclose(lo, low)
-        np.testing.assert_allclose(hi, np.clip(est + np.abs(bias) + z * se, lb, 1))
+        np.testing.assert_allclose(hi, high)
         assert (se > 0).all() and (lo <= hi).all()
     # data-level intervals are wider than the Monte Carlo ones they replace as the claimable bound
     assert (np.subtract(*res.conf_int("jaccard_data")[::-1])
@@ -450,3 +458,50 @@ def test_split_counts_and_split_statistics_against_brute_force():
     assert ph == pytest.approx(np.mean([kun(s[0], s[1]) for s in sets]))
     assert jq == pytest.approx(np.mean([jac(s[a], s[b]) for s in sets for a, b in pairs]))
     assert pq == pytest.approx(np.mean([kun(s[a], s[b]) for s in sets for a, b in pairs]))
+
+
+def test_bracketed_method_unchanged_by_the_2n_rows(setup):
+    """The former method keeps its intervals: [min(T - |b|, split), T + |b|] +- z se."""
+    S, plan, R, _ = setup
+    res = circuit_stability(S, plan, KS, ranking="absolute", n_rank_resamples=0,
+                            data_level_method="bracketed")
+    pk, z = res.per_k, stats.norm.ppf(0.975)
+    est, bias, se = pk["jaccard_data"], pk["jaccard_data_bias"], pk["jaccard_data_se"]
+    np.testing.assert_allclose(res.conf_int("jaccard_data")[1],
+                               np.clip(est + np.abs(bias) + z * se, 0, 1))
+    assert np.isnan(pk["jaccard_data_2n"]).all()
+
+
+def test_double_size_counts_and_statistics_against_brute_force():
+    counts = double_size_counts(15, 7, seed=3)
+    assert counts.shape == (7, 15) and (counts.sum(1) == 30).all() and (counts >= 0).all()
+    rng = np.random.default_rng(4)
+    E, k = 25, 6
+    idx = np.stack([rng.permutation(E)[:k] for _ in range(9)])
+    sets = [set(r) for r in idx.tolist()]
+    pairs = list(itertools.combinations(range(9), 2))
+    jac, kun = _double_statistics(idx, k, E)
+    assert jac == pytest.approx(np.mean([len(sets[a] & sets[b]) / len(sets[a] | sets[b])
+                                         for a, b in pairs]))
+    assert kun == pytest.approx(np.mean([(len(sets[a] & sets[b]) * E - k * k) / (k * (E - k))
+                                         for a, b in pairs]))
+
+
+def test_pop_upper_bound_holds_for_exact_inclusion_probabilities():
+    """Oracle: exact E|D1 & D2| and E|D & P| for top-k sets drawn from a known distribution."""
+    rng = np.random.default_rng(11)
+    E, k = 12, 4
+    subsets = np.array(list(itertools.combinations(range(E), k)))
+    for _ in range(50):
+        w = rng.dirichlet(np.full(len(subsets), rng.uniform(0.05, 2.0)))  # law of a top-k
+        Z = np.zeros((len(subsets), E))
+        Z[np.repeat(np.arange(len(subsets)), k), subsets.ravel()] = 1
+        pi = w @ Z  # inclusion probabilities
+        pop = rng.permutation(E)[:k]
+        r_data = np.sum(pi**2) / k  # expected overlap share of two independent draws
+        r_pop = pi[pop].sum() / k
+        j_data = r_data / (2 - r_data)  # Jaccard at that overlap share
+        bound = pop_upper_from_data(np.array([j_data]))[0]
+        assert r_pop / (2 - r_pop) <= bound + 1e-12
+    assert pop_upper_from_data(np.array([1.0, 0.0]))[0] == pytest.approx(1.0)
+    assert pop_upper_from_data(np.array([0.0]))[0] == 0.0
