@@ -14,7 +14,7 @@ A spec::
     sizes: [32, 64, 128]
     n_datasets: 200
     intervals: [edge, stability]   # which interval families to recompute per dataset
-    ks: [5, 10, 20]                # circuit sizes of the stability intervals (each below the edge count)
+    ks: [5, 10, 20]                # circuit sizes of the stability and faithfulness intervals (below the edge count)
 
 Interval families (``intervals``):
 
@@ -26,6 +26,14 @@ Interval families (``intervals``):
   datasets (stats.calibration_kinds); and the resampling-spread interval of the mean Jaccard
   (jaccard_ci_*), labelled as Monte Carlo error, against the same J_N to show it does not cover it.
   Circuits are chosen by ``ranking`` (as the audit's spec) from the real edges only.
+* ``faithfulness``: the audit's two faithfulness intervals at each k of ``ks`` (the fixed-circuit
+  BCa bootstrap and the selection-aware cross-fitted one) against f_pop(C(D)), the faithfulness
+  over the whole population of the top-k circuit selected from each dataset. Every distinct
+  selected circuit is run on every population prompt once (cached per prompt), so this family
+  costs model forwards: on the zoo about 150 distinct circuits x 1024 prompts plus the
+  cross-fitting folds. Only per-example ablations (counterfactual, zero): with mean or resample
+  ablation a prompt's metric depends on the reference set, which differs between a dataset and
+  the population.
 
 Null edges: real edges rarely have a mean of exactly zero, so each edge also enters as a null
 copy centred to population mean zero (same shape, same tails); the rejection rate on those
@@ -50,6 +58,8 @@ __all__ = ["CalibrationSpec", "load_calibration_spec", "run_calibration_study", 
            "summary_lines"]
 
 EDGE_ESTIMAND = "mean effect over the task's prompt distribution"
+#: ablations under which a prompt's metric does not depend on the other prompts evaluated
+PER_EXAMPLE_ABLATIONS = ("counterfactual", "zero")
 
 
 class CalibrationSpec(_RunOptions):
@@ -64,7 +74,7 @@ class CalibrationSpec(_RunOptions):
     n_datasets: int = Field(200, ge=20, le=100_000)
     n_resamples: int = Field(500, ge=50, le=100_000)
     confidence_level: float = Field(0.95, gt=0.5, lt=1.0)
-    intervals: list[Literal["edge", "stability"]] = Field(default_factory=lambda: ["edge"], min_length=1)
+    intervals: list[Literal["edge", "stability", "faithfulness"]] = Field(default_factory=lambda: ["edge"], min_length=1)
     ks: KGrid = Field(default_factory=lambda: [5, 10, 20], min_length=1)
     ranking: Literal["absolute", "signed"] = "absolute"
     n_truth_pairs: int = Field(4000, ge=200, le=1_000_000)
@@ -92,6 +102,18 @@ def parse_calibration_spec(data: Any, source: str = "<spec>") -> CalibrationSpec
         if spec.sizes[0] < MIN_OBS:
             raise InputError(f"invalid calibration spec {source}: the stability intervals need datasets of at least "
                              f"{MIN_OBS} prompts, but sizes start at {spec.sizes[0]}; drop the smaller sizes")
+    if "faithfulness" in spec.intervals:
+        from stats.faithfulness import MIN_PER_FOLD
+
+        if spec.ablation not in PER_EXAMPLE_ABLATIONS:
+            raise InputError(f"invalid calibration spec {source}: the faithfulness intervals need a per-example "
+                             f"ablation ({' or '.join(PER_EXAMPLE_ABLATIONS)}), got {spec.ablation!r}; a mean or "
+                             "resample ablation depends on the reference prompts, which differ between a dataset "
+                             "and the population")
+        if spec.sizes[0] < 2 * MIN_PER_FOLD:
+            raise InputError(f"invalid calibration spec {source}: the selection-aware faithfulness interval needs "
+                             f"datasets of at least {2 * MIN_PER_FOLD} prompts (two cross-fitting folds of "
+                             f"{MIN_PER_FOLD}), but sizes start at {spec.sizes[0]}; drop the smaller sizes")
     return spec
 
 
@@ -140,16 +162,40 @@ def stability_kinds(population: np.ndarray, spec: CalibrationSpec, seed) -> list
                                     seed=seed, columns=slice(0, population.shape[1] // 2))
 
 
-def interval_kinds(population: np.ndarray, spec: CalibrationSpec, truth_seed) -> list:
+def faithfulness_kinds(population: np.ndarray, spec: CalibrationSpec, model, task) -> list:
+    """IntervalKinds of the audit's two faithfulness intervals, each circuit run once per population prompt."""
+    import warnings
+
+    from circuits.ablation import Ablation
+    from circuits.faithfulness import faithfulness
+    from stats.calibration_kinds import PopulationEvaluations, faithfulness_interval_kinds
+
+    ablation = Ablation(spec.ablation, model, task, seed=spec.seed, batch_size=spec.batch_size)
+
+    def evaluate(masks: np.ndarray, rows: np.ndarray):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # undefined examples: f is NaN, and the row says so
+            r = faithfulness(model, task, masks, ablation=ablation, rows=rows, seed=spec.seed,
+                             batch_size=spec.batch_size, progress=False)
+        return r.m_circuit, r.m_clean, r.m_empty
+
+    n_edges = population.shape[1] // 2
+    evaluations = PopulationEvaluations(evaluate, population.shape[0], n_edges)
+    return faithfulness_interval_kinds(evaluations, spec.ks, ranking=spec.ranking, n_resamples=spec.n_resamples,
+                                       confidence_level=spec.confidence_level, columns=slice(0, n_edges))
+
+
+def interval_kinds(population: np.ndarray, spec: CalibrationSpec, truth_seed, model=None, task=None) -> list:
     """The IntervalKinds of every family in ``spec.intervals`` (each once, in the spec's order)."""
     build = {"edge": lambda: edge_interval_kinds(population, spec),
-             "stability": lambda: stability_kinds(population, spec, truth_seed)}
+             "stability": lambda: stability_kinds(population, spec, truth_seed),
+             "faithfulness": lambda: faithfulness_kinds(population, spec, model, task)}
     return [k for family in dict.fromkeys(spec.intervals) for k in build[family]()]
 
 
 def check_ks(spec: CalibrationSpec, n_edges: int) -> None:
-    """InputError (before any attribution runs) when a stability k is not below the model's edge count."""
-    if "stability" in spec.intervals and spec.ks[-1] >= n_edges:
+    """InputError (before any attribution runs) when a circuit size k is not below the model's edge count."""
+    if {"stability", "faithfulness"} & set(spec.intervals) and spec.ks[-1] >= n_edges:
         raise InputError(f"invalid calibration spec: ks go up to {spec.ks[-1]} but the model has {n_edges} edges; "
                          f"every k must be below {n_edges}")
 
@@ -189,7 +235,7 @@ def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int
         population = with_null_copies(np.asarray(table_to_matrix(run.table(name))))
 
         def calibrate() -> dict:
-            kinds = interval_kinds(population, spec, run.stage_seed("calibration-truth"))
+            kinds = interval_kinds(population, spec, run.stage_seed("calibration-truth"), model, task)
             res = coverage_study(population, spec.sizes, kinds, n_datasets=spec.n_datasets,
                                  seed=run.stage_seed("calibration"), confidence_level=spec.confidence_level)
             return res.tables()

@@ -26,17 +26,18 @@ __all__ = ["IntervalKind", "CalibrationResult", "coverage_study", "shared_per_da
 
 Intervals = dict[str, np.ndarray]
 """What an interval procedure returns for one dataset: ``low``, ``high`` ([m] each) and
-optionally ``reliable`` ([m] bool)."""
+optionally ``reliable`` ([m] bool) and ``truth`` ([m], a dataset-dependent estimand)."""
 
 
-def shared_per_dataset(fn: Callable[[np.ndarray, Any], Any]) -> Callable[[np.ndarray, Any], Any]:
+def shared_per_dataset(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` computed once per dataset: several kinds reading one computation (e.g. every interval
-    method of one set of bootstrap resamples) share it; the first kind's seed is the one used."""
+    method of one set of bootstrap resamples) share it; the first kind's seed is the one used.
+    Extra arguments (the dataset's population rows) are passed through."""
     last: dict[str, Any] = {}
 
-    def wrapped(X: np.ndarray, seed: Any) -> Any:
+    def wrapped(X: np.ndarray, seed: Any, *rest: Any) -> Any:
         if last.get("X") is not X:
-            last["X"], last["value"] = X, fn(X, seed)
+            last["X"], last["value"] = X, fn(X, seed, *rest)
         return last["value"]
 
     return wrapped
@@ -46,21 +47,25 @@ def shared_per_dataset(fn: Callable[[np.ndarray, Any], Any]) -> Callable[[np.nda
 class IntervalKind:
     """One interval procedure to calibrate: how to compute it and what it should cover.
 
-    ``compute(X, seed)`` gets one dataset X [N, E] and a SeedSequence and returns
-    ``{"low": [m], "high": [m]}`` (plus ``"reliable": [m] bool`` if it flags units);
-    ``truth(N)`` returns the [m] population values it should cover at dataset size N (many
-    estimands, e.g. the expected Jaccard of two size-N circuits, depend on N); ``null`` marks units
+    ``compute(X, seed)`` gets one dataset X [N, E] and a SeedSequence (and, with ``with_rows``,
+    also ``rows`` [N]: the population rows X was drawn from) and returns ``{"low": [m], "high":
+    [m]}`` (plus ``"reliable": [m] bool`` if it flags units, and ``"truth": [m]`` where the
+    estimand depends on the dataset, e.g. the population faithfulness of the circuit selected
+    from it); ``truth(N)`` returns the [m] population values it should cover at dataset size N
+    (many estimands, e.g. the expected Jaccard of two size-N circuits, depend on N; None when
+    compute returns the truth); ``null`` marks units
     whose population value is ``null_value`` (their rejection rate is a false-positive rate);
     ``unit_labels`` name the units in the per-unit table (e.g. "k=10"; default: their index).
     """
 
     name: str
     estimand: str
-    compute: Callable[[np.ndarray, np.random.SeedSequence], Intervals]
-    truth: Callable[[int], np.ndarray]
+    compute: Callable[..., Intervals]
+    truth: Callable[[int], np.ndarray] | None = None
     null: np.ndarray | None = None
     null_value: float = 0.0
     unit_labels: Sequence[str] | None = None
+    with_rows: bool = False
 
 
 @dataclass(repr=False)
@@ -95,13 +100,16 @@ def _one_size(population: np.ndarray, n: int, n_datasets: int, kinds: Sequence[I
               seed: np.random.SeedSequence) -> list[dict[str, np.ndarray]]:
     """Per kind: hit [D, m], width [D, m], reject [D, m], reliable [D, m] over D datasets of size n."""
     acc = [{"hit": [], "width": [], "reject": [], "reliable": []} for _ in kinds]
-    truths = [np.asarray(k.truth(n), dtype=np.float64) for k in kinds]
+    truths = [None if k.truth is None else np.asarray(k.truth(n), dtype=np.float64) for k in kinds]
     for ss in seed.spawn(n_datasets):
         draw_seed, *kind_seeds = ss.spawn(1 + len(kinds))
         rows = np.random.default_rng(draw_seed).integers(0, population.shape[0], n)
         X = population[rows]
-        for a, kind, truth, ks in zip(acc, kinds, truths, kind_seeds):
-            out = kind.compute(X, ks)
+        for a, kind, fixed_truth, ks in zip(acc, kinds, truths, kind_seeds):
+            out = kind.compute(X, ks, rows) if kind.with_rows else kind.compute(X, ks)
+            truth = np.asarray(out["truth"], np.float64) if "truth" in out else fixed_truth
+            if truth is None:
+                raise ValueError(f"interval kind {kind.name!r} gives neither truth(N) nor a per-dataset 'truth'")
             lo, hi = np.asarray(out["low"], np.float64), np.asarray(out["high"], np.float64)
             a["hit"].append((lo <= truth) & (truth <= hi))
             a["width"].append(hi - lo)

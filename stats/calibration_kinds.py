@@ -1,4 +1,4 @@
-"""Interval kinds beyond per-edge effects for the calibration study: circuit stability.
+"""Interval kinds beyond per-edge effects for the calibration study: circuit stability, faithfulness.
 
 The data-level circuit-stability intervals that circuit_stability(..., data_level=True) reports
 (stats.stability_data) claim to cover quantities of the *prompt distribution* at dataset size N:
@@ -19,12 +19,21 @@ population's circuit, as circuit_stability does.
 stats.calibration.coverage_study: the three data-level intervals, and the resampling-spread
 interval of the mean pairwise Jaccard (jaccard_ci_*), which is Monte Carlo error of one dataset's
 statistic and is checked against the data-level estimand only to show that it does not cover it.
+
+Faithfulness (`faithfulness_interval_kinds`) is checked against f_pop(C(D)): the ratio-of-means
+faithfulness over every population prompt of the top-k circuit C(D) selected from the dataset D,
+so its truth differs per dataset. It needs the model, which comes in as a callable;
+`PopulationEvaluations` runs each distinct circuit once per population prompt (on the zoo, 200
+datasets of each of three sizes select about 150 distinct circuits at k = 5, 10, 20). One caveat of
+the design: datasets are drawn with replacement, so a prompt can appear twice in one dataset and
+land in both a selection fold and an evaluation fold of the cross-fitting (about N^2 / 2P pairs:
+8 at N = 128 of P = 1024), a slight optimism that real datasets without repeats do not have.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -34,8 +43,8 @@ from .calibration import IntervalKind, shared_per_dataset
 from .resampling import as_seed_sequence
 from .topk import topk
 
-__all__ = ["StabilityTruth", "stability_truth", "stability_interval_kinds", "check_stability_ks",
-           "STABILITY_ESTIMANDS"]
+__all__ = ["StabilityTruth", "stability_truth", "stability_interval_kinds", "check_circuit_sizes",
+           "STABILITY_ESTIMANDS", "FAITHFULNESS_ESTIMANDS", "PopulationEvaluations", "faithfulness_interval_kinds"]
 
 #: what each stability kind's interval is checked against (the estimand it claims, or for
 #: jaccard_mc the data-level estimand it is often mistaken for)
@@ -68,11 +77,11 @@ class StabilityTruth:
     n_pairs: int
 
 
-def check_stability_ks(ks: Sequence[int], n_edges: int) -> list[int]:
+def check_circuit_sizes(ks: Sequence[int], n_edges: int) -> list[int]:
     """Return ks sorted and deduplicated, or raise InputError unless each lies in [1, n_edges - 1]."""
     out = sorted({int(k) for k in ks})
     if not out or out[0] < 1 or out[-1] >= n_edges:
-        raise InputError(f"stability ks must lie in [1, {n_edges - 1}] (below the {n_edges} edges), got {out}; "
+        raise InputError(f"ks must lie in [1, {n_edges - 1}] (below the {n_edges} edges), got {out}; "
                          "lower the largest k")
     return out
 
@@ -104,7 +113,7 @@ def stability_truth(population: np.ndarray, n: int, ks: Sequence[int], *, rankin
     if pop.ndim != 2 or pop.shape[0] < 2:
         raise ValueError(f"the population must be a [P, E] matrix with P >= 2 rows, got shape {pop.shape}")
     n_edges = pop.shape[1]
-    ks_arr = np.asarray(check_stability_ks(ks, n_edges), dtype=np.int64)
+    ks_arr = np.asarray(check_circuit_sizes(ks, n_edges), dtype=np.int64)
     if int(n_pairs) < 2:
         raise ValueError(f"n_pairs must be at least 2, got {n_pairs}")
     rng = np.random.default_rng(as_seed_sequence(seed))
@@ -147,7 +156,7 @@ def stability_interval_kinds(population: np.ndarray, ks: Sequence[int], *, ranki
 
     cols = slice(None) if columns is None else columns
     pop = np.asarray(population, dtype=np.float64)[:, cols]
-    ks_list = check_stability_ks(ks, pop.shape[1])
+    ks_list = check_circuit_sizes(ks, pop.shape[1])
     root = as_seed_sequence(seed)
     truths: dict[int, StabilityTruth] = {}
 
@@ -172,3 +181,109 @@ def stability_interval_kinds(population: np.ndarray, ks: Sequence[int], *, ranki
                             unit_labels=[f"k={k}" for k in ks_list])
 
     return [kind(name) for name in STABILITY_ESTIMANDS]
+
+
+# --- faithfulness ---------------------------------------------------------------------------------
+#: what the faithfulness kinds' intervals are checked against: f_pop(C(D)), the ratio-of-means
+#: faithfulness over the whole population of the top-k circuit C(D) selected from the dataset
+FAITHFULNESS_ESTIMANDS = {
+    "selected": "faithfulness on the prompt distribution of the top-k circuit selected from N prompts "
+                "(selection included; repeated cross-fitting, corrected t)",
+    "fixed": "the same f_pop(C(D)); this interval holds the selected circuit fixed (bootstrap, selection not "
+             "included)",
+}
+
+PopulationEvaluate = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+"""``evaluate(masks [C, E] bool, rows [n] population indices) -> (m_circuit [n, C], m_clean [n],
+m_empty [n])``: the model's metric with only the circuit's edges live, clean and empty."""
+
+
+class PopulationEvaluations:
+    """Metric values m(C) per (circuit, population prompt), each run through ``evaluate`` once.
+
+    Valid where a prompt's metric does not depend on which other prompts are evaluated with it
+    (per-example ablations: counterfactual, zero); the calibration study refuses other ablations.
+    """
+
+    def __init__(self, evaluate: PopulationEvaluate, n_pop: int, n_edges: int) -> None:
+        self.evaluate, self.n_pop, self.n_edges = evaluate, int(n_pop), int(n_edges)
+        everything = np.arange(self.n_pop)
+        # m_clean and m_empty of every prompt once: the empty circuit is the cheapest to ask for
+        _, m_clean, m_empty = evaluate(np.zeros((1, self.n_edges), dtype=bool), everything)
+        self.m_clean = np.asarray(m_clean, dtype=np.float64)
+        self.m_empty = np.asarray(m_empty, dtype=np.float64)
+        self.values: dict[bytes, np.ndarray] = {}  # mask bytes -> m(C) per population prompt, NaN = not yet
+        self.circuit_rows = 0  # (prompt, circuit) pairs run through evaluate
+
+    def get(self, masks: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Return (m(C) [len(rows), C], m_clean, m_empty) for boolean masks [C, E] on population ``rows``."""
+        masks, rows = np.atleast_2d(np.asarray(masks, dtype=bool)), np.asarray(rows, dtype=np.int64)
+        keys = [m.tobytes() for m in masks]
+        for key, mask in zip(keys, masks):
+            self.values.setdefault(key, np.full(self.n_pop, np.nan))
+        need = list({key: j for j, key in enumerate(keys) if np.isnan(self.values[key][rows]).any()}.values())
+        if need:
+            # one call for every circuit still missing some of these rows, on the union of what is missing
+            todo = np.unique(np.concatenate([rows[np.isnan(self.values[keys[j]][rows])] for j in need]))
+            mc = np.asarray(self.evaluate(masks[need].copy(), todo.copy())[0], dtype=np.float64)
+            if mc.shape != (todo.size, len(need)) or not np.isfinite(mc).all():
+                raise InputError(f"evaluate returned {mc.shape} values (NaN/inf or wrong shape) for {todo.size} "
+                                 f"prompts x {len(need)} circuits; fix the metric first")
+            self.circuit_rows += mc.size
+            for col, j in enumerate(need):
+                self.values[keys[j]][todo] = mc[:, col]
+        return (np.stack([self.values[key][rows] for key in keys], axis=1), self.m_clean[rows],
+                self.m_empty[rows])
+
+    def population_faithfulness(self, masks: np.ndarray, *, rtol: float = 1e-4, atol: float = 1e-6) -> np.ndarray:
+        """Return f_pop(C) [C]: ratio-of-means faithfulness of each circuit over every population prompt."""
+        from .faithfulness import ratio_of_means
+
+        mc, mM, m0 = self.get(masks, np.arange(self.n_pop))
+        return ratio_of_means(mc, mM, m0, rtol=rtol, atol=atol)
+
+
+def faithfulness_interval_kinds(evaluations: PopulationEvaluations, ks: Sequence[int], *, ranking: str,
+                                n_resamples: int, confidence_level: float = 0.95,
+                                fixed_method: str = "bca", columns: slice | None = None) -> list[IntervalKind]:
+    """IntervalKinds faithfulness/{selected, fixed}, one unit per k, truth f_pop(C(D)) per dataset.
+
+    Per dataset D (its population rows come with it): C(D) = top-k of D's mean scores (columns
+    ``columns`` of the population, ties at random from the dataset's seed); the fixed-circuit
+    interval (``fixed_method``, n_resamples bootstrap resamples) of C(D) on D's prompts; the
+    selection-aware interval (stats.faithfulness.selection_aware_faithfulness: min(5, N // 4) folds,
+    2 repeats, as the audit runs it); and the truth f_pop(C(D)) from every population prompt.
+    """
+    from .faithfulness import (MIN_PER_FOLD, fixed_circuit_interval, selection_aware_faithfulness)
+    from .resampling import ResamplingPlan, spawn_seeds
+
+    cols = slice(None) if columns is None else columns
+    ks_list = check_circuit_sizes(ks, evaluations.n_edges)
+
+    @shared_per_dataset
+    def both(X: np.ndarray, ds_seed: Any, rows: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
+        S = np.asarray(X[:, cols], dtype=np.float64)
+        n = S.shape[0]
+        tie_seed, plan_seed, sel_seed = spawn_seeds(as_seed_sequence(ds_seed), 3)
+        order = topk(S.sum(0) / n, max(ks_list), ranking=ranking, seed=np.random.default_rng(tie_seed)).indices
+        masks = np.zeros((len(ks_list), S.shape[1]), dtype=bool)
+        for i, k in enumerate(ks_list):  # nested circuits: the top-k is the first k of the top-K
+            masks[i, order[:k]] = True
+        mc, mM, m0 = evaluations.get(masks, rows)
+        fixed = fixed_circuit_interval(mc, mM, m0, ResamplingPlan.bootstrap(n, n_resamples, plan_seed),
+                                       method=fixed_method, confidence_level=confidence_level)
+        sel = selection_aware_faithfulness(
+            S, lambda m, r: evaluations.get(m, rows[r]), ks_list, ranking=ranking,
+            n_folds=min(5, n // MIN_PER_FOLD), n_repeats=2, seed=sel_seed, confidence_level=confidence_level,
+            known=(masks, mc, mM, m0))
+        truth = evaluations.population_faithfulness(masks)
+        return {name: {"low": np.asarray(r.confidence_interval.low, np.float64),
+                       "high": np.asarray(r.confidence_interval.high, np.float64), "truth": truth}
+                for name, r in (("selected", sel), ("fixed", fixed))}
+
+    def kind(name: str) -> IntervalKind:
+        return IntervalKind(f"faithfulness/{name}", FAITHFULNESS_ESTIMANDS[name],
+                            lambda X, s, rows: both(X, s, rows)[name], with_rows=True,
+                            unit_labels=[f"k={k}" for k in ks_list])
+
+    return [kind(name) for name in FAITHFULNESS_ESTIMANDS]

@@ -50,15 +50,20 @@ def test_calibration_spec_refuses_sizes_above_population(tmp_path) -> None:
 
 
 STABILITY_KINDS = {f"stability/{name}" for name in ("jaccard_data", "jaccard_pop", "phi_data", "jaccard_mc")}
+FAITHFULNESS_KINDS = {"faithfulness/selected", "faithfulness/fixed"}
 
 
-def test_calibration_study_with_stability_kinds(tmp_path) -> None:
+def test_calibration_study_with_stability_and_faithfulness_kinds(tmp_path) -> None:
     out = tmp_path / "run"
-    spec = _spec(tmp_path, sizes=[32], intervals=["edge", "stability"], ks=[3, 6], n_truth_pairs=400)
+    spec = _spec(tmp_path, sizes=[32], intervals=["edge", "stability", "faithfulness"], ks=[3, 6],
+                 n_truth_pairs=400)
     r = CliRunner().invoke(app, ["study", "calibration", spec, "--out", str(out)])
     assert r.exit_code == 0, r.output
     rows = {x["kind"]: x for x in pq.read_table(out / "coverage.parquet").to_pylist()}
-    assert set(rows) == {f"edge/{m}" for m in METHODS} | STABILITY_KINDS
+    assert set(rows) == {f"edge/{m}" for m in METHODS} | STABILITY_KINDS | FAITHFULNESS_KINDS
+    for kind in FAITHFULNESS_KINDS:
+        assert rows[kind]["n_units"] == 2 and 0.0 <= rows[kind]["coverage"] <= 1.0 and kind in r.output
+        assert "selected from N prompts" in rows[kind]["estimand"] or "f_pop(C(D))" in rows[kind]["estimand"]
     for kind in STABILITY_KINDS:
         x = rows[kind]
         assert x["n_units"] == 2 and x["n_datasets"] == 20 and 0.0 <= x["coverage"] <= 1.0
@@ -81,6 +86,8 @@ def test_calibration_study_with_stability_kinds(tmp_path) -> None:
     ({"intervals": ["edge", "stability"], "sizes": [16, 32]}, "at least 32 prompts"),
     ({"intervals": ["stability"], "sizes": [32], "ks": [3, 500]}, "every k must be below"),
     ({"intervals": ["edge", "bogus"]}, "intervals"),
+    ({"intervals": ["faithfulness"], "sizes": [32], "ablation": "mean"}, "per-example ablation"),
+    ({"intervals": ["faithfulness"], "sizes": [4, 32]}, "at least 8 prompts"),
 ])
 def test_calibration_spec_refuses_bad_stability_settings(tmp_path, over, message) -> None:
     out = tmp_path / "run"

@@ -10,7 +10,8 @@ from scipy import stats as sps
 
 from circuits.errors import InputError
 from stats.calibration import IntervalKind, coverage_study
-from stats.calibration_kinds import stability_interval_kinds, stability_truth
+from stats.calibration_kinds import (PopulationEvaluations, faithfulness_interval_kinds, stability_interval_kinds,
+                                    stability_truth)
 
 
 def _t_interval(X: np.ndarray, seed) -> dict:
@@ -130,3 +131,43 @@ def test_stability_truth_does_not_depend_on_chunking_and_refuses_bad_ks() -> Non
         stability_truth(pop, 16, [2, 12], ranking="absolute", n_pairs=300)
     with pytest.raises(InputError, match=r"\[1, 11\]"):
         stability_interval_kinds(pop, [0, 3], ranking="absolute", n_resamples=100)
+
+
+# --- faithfulness kinds: an additive model, where f_pop(C) is exact --------------------------------
+def _additive(pop: np.ndarray, base: np.ndarray, calls: list):
+    """evaluate() of an additive model: m(C)(n) = m0(n) + sum of C's scores of prompt n; records calls."""
+
+    def evaluate(masks: np.ndarray, rows: np.ndarray):
+        calls.append((masks.shape[0], rows.size))
+        m0 = base[rows]
+        return m0[:, None] + pop[rows] @ masks.T.astype(float), m0 + pop[rows].sum(1), m0
+
+    return evaluate
+
+
+def test_faithfulness_kinds_truth_is_population_faithfulness_of_the_selected_circuit() -> None:
+    rng = np.random.default_rng(4)
+    pop = rng.gamma(0.5, 1.0, (400, 15)) * rng.choice([-1.0, 1.0, 2.0], 15)
+    base = rng.normal(0, 1, 400)
+    calls: list = []
+    ev = PopulationEvaluations(_additive(pop, base, calls), 400, 15)
+    kinds = faithfulness_interval_kinds(ev, [3, 6], ranking="absolute", n_resamples=100)
+    assert [k.name for k in kinds] == ["faithfulness/selected", "faithfulness/fixed"]
+    rows = rng.integers(0, 400, 40)
+    X = pop[rows]
+    out = {k.name: k.compute(X, np.random.SeedSequence(1), rows) for k in kinds}
+    # oracle: the top-k of the dataset's mean |scores| (continuous: no ties), its exact population faithfulness
+    order = np.argsort(-np.abs(X.mean(0)))
+    want = [pop.mean(0)[order[:k]].sum() / pop.mean(0).sum() for k in (3, 6)]
+    for name in out:
+        np.testing.assert_allclose(out[name]["truth"], want, rtol=1e-12)
+        assert np.all(out[name]["low"] < out[name]["high"])
+    # the fixed-circuit interval is centred near the in-sample faithfulness of the selected circuit
+    in_sample = [X.mean(0)[order[:k]].sum() / X.mean(0).sum() for k in (3, 6)]
+    assert np.all((out["faithfulness/fixed"]["low"] <= in_sample) & (in_sample <= out["faithfulness/fixed"]["high"]))
+    # each (circuit, prompt) pair runs through evaluate at most once, however often it is asked for
+    before = ev.circuit_rows
+    again = ev.get(np.vstack([np.arange(15) < 3, np.arange(15) < 3]), rows)[0]
+    assert ev.circuit_rows - before <= np.unique(rows).size and np.array_equal(again[:, 0], again[:, 1])
+    ev.get(np.arange(15)[None] < 3, rows)
+    assert sum(c * r for c, r in calls[1:]) == ev.circuit_rows <= len(ev.values) * 400
