@@ -539,7 +539,7 @@ class _Study:
         self.plan0 = self.plan(0)
         rs = {"bootstrap": spec.bootstrap.model_dump(), "k": self.ks, "ranking": spec.ranking, "trim": spec.trim,
               "aggregations": spec.aggregations, "n_top": spec.n_top, "summary_k": spec.k_summary, "bar": spec.bar,
-              "intervals": "data-level v2"}  # interval methods: a change recomputes the statistics stages
+              "intervals": "data-level v3"}  # interval methods: a change recomputes the statistics stages
         self.rs = rs
         self.stage("intrinsic", self.intrinsic_stage, ["intrinsic", "edge_stats"], rs, self.deps)
         self.stage("stability", self.stability_stage, ["stability_vs_k", "inclusion"], rs, self.deps)
@@ -678,7 +678,7 @@ class _Study:
 
     def factor_stage(self) -> dict:
         from stats import chance_jaccard
-        from stats.factor_stability import PAIRED_ESTIMAND, SPREAD_LABEL, aggregate, circuit_jaccard
+        from stats.factor_stability import PAIRED_ESTIMAND, SPREAD_LABEL, fresh_draw_jaccards
         from stats.stability_data import ESTIMANDS
 
         sp = self.spec
@@ -710,22 +710,20 @@ class _Study:
             "not computed (see stability_vs_k: data-level intervals need N >= 32 and the examples bootstrap)"
         add("dataset: bootstrap", "resamples", col["jaccard_pop"], col["jaccard_pop_ci_low"],
             col["jaccard_pop_ci_high"], ESTIMANDS["jaccard_pop_ci"], how_dl, nan)
-        V0 = aggregate(self.S(self.ref), "mean", sp.trim)
         by_factor: dict[str, list] = {}
         for factor, level, spec_ in self.factor_levels():
             by_factor.setdefault(factor, []).append((level, spec_))
         fresh = by_factor.pop("dataset: fresh draws", [])
-        fulls = []
-        for level, (key, how, j) in fresh:
-            full = circuit_jaccard(aggregate(self.S(key), how, sp.trim), V0, pairs, ranking=sp.ranking,
-                                   seed=self.run.stage_seed(f"fresh_draw_{j}"))
-            fulls.append(full)
+        fulls, mean_full = fresh_draw_jaccards(self.S(self.ref), [(self.S(key), how) for _, (key, how, _) in fresh],
+                                               pairs, ranking=sp.ranking, trim=sp.trim,
+                                               seed=self.run.stage_seed("fresh_draws"))
+        for (level, _), full in zip(fresh, fulls):
             add("dataset: fresh draws", level, full, col["jaccard_data_ci_low"], col["jaccard_data_ci_high"],
                 ESTIMANDS["jaccard_data_ci"], f"{how_dl}; the value is this draw's Jaccard to the reference", full)
-        if len(fulls) > 1:
+        if len(fresh) > 1:
             add("dataset: fresh draws", "all levels (mean)", col["jaccard_data"], col["jaccard_data_ci_low"],
                 col["jaccard_data_ci_high"], ESTIMANDS["jaccard_data_ci"],
-                f"{how_dl}; value: its plug-in, full data: mean over the {len(fulls)} draws", np.mean(fulls, 0))
+                f"{how_dl}; value: its plug-in, full data: mean over the {len(fresh)} draws", mean_full)
         # paired factors: the same prompts scored two ways
         for factor, lv in by_factor.items():
             levels = [(self.S(key), how) for _, (key, how, _) in lv]
@@ -865,11 +863,13 @@ class _Study:
                                 with_mean=len(others) > 1)
         for i, (m, kk) in enumerate(others):
             vrow(f"selection: {m}", m, res.estimate[i, 0], res.ci_low[i, 0], res.ci_high[i, 0], k_ref,
-                 res.full_data[i, 0], 1, PAIRED_ESTIMAND, f"{how}; k={kk} vs exact k={k_ref}")
+                 res.full_data[i, 0], 1, PAIRED_ESTIMAND,
+                 f"{how}; k={kk} vs exact k={k_ref}, both held at the selected sizes (not re-selected per resample)")
         if len(others) > 1:
             j, lo, hi = res.estimate[-1, 0], res.ci_low[-1, 0], res.ci_high[-1, 0]
             vrow(f"selection (f >= {sp.selection.target:g})", "all estimators (mean)", j, lo, hi, k_ref,
-                 res.full_data[-1, 0], len(others), PAIRED_ESTIMAND, how)
+                 res.full_data[-1, 0], len(others), PAIRED_ESTIMAND,
+                 f"{how}; each estimator at its selected k, exact at k={k_ref} (sizes not re-selected per resample)")
             item(f"Jaccard to reference: selection at faithfulness >= {sp.selection.target:g} (estimators)", j, lo,
                  hi, bar_verdict(lo, hi, sp.bar))
 

@@ -816,7 +816,23 @@ def variance_part(T: Tables) -> str:
     rows = [[nm[r], V[r], *S[r].tolist()] for r in top]
     tbl = html_table(cols, rows, shown_note=shown(n, edge_ids.size, "edges", by))
     cap = f"Share of each edge's score variance by source (crossed random-effects design), for the {n} edges with the {by}."
-    return "<h3>Variance components</h3>" + figure(p.svg(), cap, tbl)
+    return "<h3>Variance components</h3>" + figure(p.svg(), cap, tbl) + _pooled_shares_table(T)
+
+
+def _pooled_shares_table(T: Tables) -> str:
+    """The pooled variance shares with their intervals and reliability flags ('' for older runs)."""
+    t = T.get("variance_shares")
+    if t is None or "interval_reliable" not in t.column_names:
+        return ""
+    share, lo, hi = num(t, "share"), num(t, "ci_low"), num(t, "ci_high")
+    ok = num(t, "interval_reliable")
+    rows = [[s, share[i], lo[i], hi[i], bool(ok[i]), how] for i, (s, how) in enumerate(zip(strs(t, "source"), strs(t, "interval")))]
+    cols = [("source", "text"), ("share", "num"), ("CI low", "num"), ("CI high", "num"), ("interval reliable", "bool"), ("interval", "text")]
+    n_edges = int(num(t, "n_edges")[0]) if t.num_rows else 0
+    cap = (f"Variance shares pooled over the top {n_edges} edges. Estimand: {strs(t, 'estimand')[0] if t.num_rows else ''}. "
+           "Rows with the examples: bootstrap over prompts (robust to heavy-tailed effects); rows without them rest on the few "
+           "levels of their factors (normal-theory pivot) and are flagged not reliable.")
+    return f"<p>{esc(cap)}</p>" + html_table(cols, rows[:MAX_ROWS])
 
 
 def variance_summary_part(T: Tables) -> str:

@@ -58,7 +58,7 @@ from .stability_data import MIN_INNER, MIN_OBS, MIN_OUTER, N_SPLITS, split_count
 from .topk import ranking_key, row_seeds, select_topk, tie_priorities
 
 __all__ = ["AGGREGATIONS", "PAIRED_ESTIMAND", "SPREAD_LABEL", "aggregate", "ranked_tops",
-           "jaccard_pairs", "circuit_jaccard", "bar_verdict", "PairedJaccard", "paired_jaccard"]
+           "jaccard_pairs", "circuit_jaccard", "fresh_draw_jaccards", "bar_verdict", "PairedJaccard", "paired_jaccard"]
 
 AGGREGATIONS = ("mean", "median", "trimmed_mean", "mean_abs")
 PAIRED_ESTIMAND = ("E over datasets of N prompts of Jaccard(top-k of the level's scores, top-k of the "
@@ -131,6 +131,20 @@ def circuit_jaccard(Va: np.ndarray, Vb: np.ndarray, pairs: Sequence[tuple[int, i
     ta, _ = ranked_tops(Va, K, ranking, seeds[:1])
     tb, _ = ranked_tops(Vb, K, ranking, seeds[1:])
     return jaccard_pairs(ta, tb, pairs, np.shape(Va)[-1])[0]
+
+
+def fresh_draw_jaccards(S_ref: np.ndarray, draws: Sequence[tuple[np.ndarray, str]], pairs: Sequence[tuple[int, int]],
+                        *, ranking: str, trim: float, seed: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Return ([draws, P] Jaccard of each independent dataset's full-data circuit to the reference's, [P] their mean).
+
+    Each value is one draw of J(top-k of D1, top-k of D2) for independent datasets: its interval
+    is the data-level one of stats.stability_data (jaccard_data_ci), not computed here.
+    """
+    V0 = aggregate(S_ref, "mean", trim)
+    seeds = spawn_seeds(as_seed_sequence(seed), max(len(draws), 1))
+    J = np.array([circuit_jaccard(aggregate(S, how, trim), V0, pairs, ranking=ranking, seed=sd)
+                  for (S, how), sd in zip(draws, seeds)]).reshape(len(draws), len(pairs))
+    return J, J.mean(axis=0) if len(draws) else np.full(len(pairs), np.nan)
 
 
 def bar_verdict(low: float, high: float, bar: float) -> str:

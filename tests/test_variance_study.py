@@ -301,6 +301,12 @@ def test_random_gpt2_end_to_end(tiny_run):
     assert summary["item"].str.startswith("Jaccard to reference").sum() >= 5
     lines = summary_lines(out)
     assert lines[1].startswith("dataset: bootstrap")
+    # N = 12 is below the data-level minimum: values stay computed, intervals are NaN with the reason, no verdicts
+    vs = _table(out, "variance_stability")
+    paired = vs[vs["factor"].isin(["counterfactual", "estimator", "aggregation"])]
+    assert paired["jaccard_mean"].notna().all() and paired["ci_low"].isna().all()
+    assert paired["interval"].str.contains("at least 32").all()
+    assert (_table(out, "variance_summary")["verdict"] == "").all()
     # resuming recomputes nothing
     before = {k: v["attempts"] for k, v in manifest["stages"].items()}
     run_variance_study(spec, out)
@@ -315,6 +321,8 @@ def test_html_report_has_the_variance_section(tiny_run):
     html = render_report(out).read_text()
     assert "Variance components" in html and "Per-factor circuit stability" in html
     assert "counterfactual" in html and "examples:counterfactual" in html
+    # the bar comes from the table, the verdict column and each interval's estimand are shown
+    assert "meets 0.8" in html and "interval covers" in html and "Variance shares pooled over the top" in html
 
 
 def test_spec_errors_name_the_key():
@@ -366,3 +374,19 @@ def test_command_runs_under_typer(tmp_path):
     assert res.exit_code != 0 and "at least 100" in str(res.exception)
     res = CliRunner().invoke(app, ["variance", "--help"])
     assert res.exit_code == 0 and "--out" in res.output and "--n-jobs" in res.output
+
+
+def test_the_bar_is_read_from_the_spec_into_tables_lines_and_report(tmp_path):
+    from reports.html import render_report
+
+    spec = _spec(bar=0.6, estimators={"methods": ["exact", "eap"]}, counterfactual={"n_draws": 2},
+                 dataset={"n_fresh": 0}, aggregations=["mean"], k=[5, 10])
+    scorer = PlantedScorer(40, 2, ["exact", "eap"], 30, 0, seed=3)
+    out = run_variance_study(spec, tmp_path / "run", scorer=scorer)
+    vs = _table(out, "variance_summary")
+    assert (vs["bar"] == 0.6).all()
+    want = np.where(vs["ci_low"] >= 0.6, "met", np.where(vs["ci_high"] < 0.6, "not met", "inconclusive"))
+    assert (vs["verdict"] == want).all()
+    assert "0.6 bar" in summary_lines(out)[0]
+    html = render_report(out).read_text()
+    assert "meets 0.6" in html and "the 0.6 bar" in html

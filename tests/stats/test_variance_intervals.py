@@ -11,7 +11,8 @@ import pytest
 from scipy.special import ndtri
 
 from circuits.errors import InputError
-from stats.factor_stability import aggregate, bar_verdict, circuit_jaccard, jaccard_pairs, paired_jaccard, ranked_tops
+from stats.factor_stability import (aggregate, bar_verdict, circuit_jaccard, fresh_draw_jaccards, jaccard_pairs,
+                                    paired_jaccard, ranked_tops)
 from stats.populations import draw_datasets, smooth_tail_population, spiky_population
 from stats.resampling import ResamplingPlan
 from stats.topk import row_seeds
@@ -69,6 +70,18 @@ def test_identical_scores_give_jaccard_one_and_ties_are_not_shared():
     assert max(js) < 1.0 and abs(np.mean(js) - (10 + 100 / 90) / (40 - 10 - 100 / 90)) < 0.02
     _, n_tied = ranked_tops(v, 20, "absolute", row_seeds(0, 1))
     assert n_tied[0] == 90
+
+
+def test_fresh_draw_jaccards_brute_force():
+    rng = np.random.default_rng(4)
+    S0 = rng.standard_normal((30, 20)) + np.linspace(2, 0, 20)
+    draws = [rng.standard_normal((25, 20)) + np.linspace(2, 0, 20) for _ in range(3)]  # any N: independent data
+    J, mean = fresh_draw_jaccards(S0, [(d, "mean") for d in draws], [(4, 4), (8, 8)], ranking="absolute",
+                                  trim=0.1, seed=0)
+    for i, d in enumerate(draws):
+        for p, k in enumerate((4, 8)):
+            assert J[i, p] == _set_jaccard(_top_set(d.mean(0), k), _top_set(S0.mean(0), k))
+    assert np.allclose(mean, J.mean(0))
 
 
 def test_jaccard_pairs_of_different_sizes_brute_force():
