@@ -57,14 +57,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args
 
-import typer
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from circuits.errors import InputError
 
 from reports.schema import claimable
 
-from .spec import METHOD
+from .spec import METHOD, _Strict  # the one spec base: strict, frozen, no unknown keys
 from .yamlio import read_yaml_strict, redacted_validation_message, resolve_inside
 
 __all__ = [
@@ -74,7 +73,6 @@ __all__ = [
     "ClaimResult",
     "ClaimsFile",
     "check",
-    "check_command",
     "evaluate_claims",
     "format_results",
     "junit_xml",
@@ -92,11 +90,6 @@ Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 # ----------------------------------------------------------------------------------------------
 # The claims file
 # ----------------------------------------------------------------------------------------------
-class _Strict(BaseModel):
-    # strict: no silent coercion (true -> 1, "0.8" -> 0.8); ints are still accepted for floats.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
 class _ClaimBase(_Strict):
     name: str | None = Field(None, min_length=1, max_length=200)
     description: str | None = None
@@ -985,42 +978,5 @@ def write_junit(results: list[ClaimResult], path: str | os.PathLike[str], suite:
 # ----------------------------------------------------------------------------------------------
 # The command
 # ----------------------------------------------------------------------------------------------
-def _fail(message: str, code: int = 2) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
 
 
-def check_command(
-    claims: Path = typer.Argument(..., help="claims file (YAML): published findings stated as bounds"),
-    run: Path | None = typer.Option(None, "--run", help="run directory of a finished audit (overrides 'run:' in the file)"),
-    junit: Path | None = typer.Option(None, "--junit", help="write JUnit XML (one testcase per claim) to this file"),
-    allow_outside: bool = typer.Option(False, "--allow-outside",
-                                       help="let the file's 'run:' and 'spec:' name paths outside its directory "
-                                            "(absolute, '..', symbolic links); only for claims files you trust"),
-) -> None:
-    """Check published claims against an audit run: exit 0 all hold, 1 any fails, 2 error."""
-    from reports.lock import RunLockedError
-    from reports.rundir import RunDirError
-
-    try:
-        if junit is not None and junit.is_dir():
-            raise InputError(f"--junit {junit} is a directory; give a file path such as claims.xml")
-        report = check(claims, run, echo=lambda m: typer.echo(m, err=True), allow_outside=allow_outside)
-    except (InputError, RunDirError, RunLockedError) as e:
-        _fail(str(e))
-    except (ValueError, OSError) as e:  # a non-InputError from a lower layer: still one line, exit 2
-        _fail(f"{type(e).__name__}: {e}")
-    typer.echo(f"claims {report.source} against run {report.run_dir}"
-               + (" (audit run now)" if report.ran_audit else ""))
-    typer.echo(format_results(report.results))
-    c = report.counts
-    typer.echo(f"{len(report.results)} claims: {c['pass']} hold, {c['fail']} fail, {c['error']} cannot be evaluated")
-    for note in report.notes:
-        typer.echo(f"note: {note}")
-    if junit is not None:
-        try:
-            write_junit(report.results, junit, suite=f"circuitstat check {Path(report.source).name}")
-        except OSError as e:
-            _fail(f"cannot write --junit {junit}: {e.strerror or e}")
-        typer.echo(f"JUnit XML -> {junit}")
-    raise typer.Exit(report.exit_code)

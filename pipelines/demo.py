@@ -65,25 +65,3 @@ def print_summary(run: Path, echo=typer.echo) -> None:
                      f"(null {r['null_mean']:.2f})")
 
 
-def demo_command(
-    out: Path = typer.Option(Path("runs/demo"), "--out", help="run directory"),
-    n_jobs: int | None = typer.Option(None, "--n-jobs", min=1,
-                                      help="parallel workers, 1 to this machine's CPU count (default: up to 2)"),
-    quick: bool = typer.Option(False, "--quick", help="fewer examples and resamples"),
-) -> None:
-    """Train or reuse the zoo's attention-only models, audit their induction circuit, write the report."""
-    from pipelines.audit import run_audit
-    from pipelines.build import check_n_jobs, max_jobs
-
-    n_jobs = check_n_jobs(min(2, max_jobs()) if n_jobs is None else n_jobs)
-    from pipelines.zoo import ZOO_RECIPES, ZOO_SEEDS, default_zoo
-    from reports.html import render_report
-
-    typer.echo(f"circuitstat demo: the zoo's {DEMO_RECIPE} model ({len(ZOO_SEEDS)} seeds; trained once, about 6 minutes on 2 "
-               "cores, then cached) → induction-circuit audit with exact patching and EAP → head stability "
-               "across seeds → HTML report")
-    default_zoo(n_jobs=n_jobs, recipes={DEMO_RECIPE: ZOO_RECIPES[DEMO_RECIPE]})  # only what the demo audits
-    run_audit(demo_spec(n_jobs, quick), out)
-    report = render_report(out)
-    print_summary(out)
-    typer.echo(f"\nreport: {report.resolve()}")

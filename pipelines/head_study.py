@@ -38,20 +38,23 @@ import hashlib
 import json
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Annotated, Any, Literal, Sequence
 
 import numpy as np
 
+from pydantic import Field
+
+from circuits.errors import InputError
+from pipelines.spec import _Strict
 from pipelines.training import TrainRecipe, cache_dir
 from stats.results import ConfidenceInterval, Result
 from stats.head_stability import (bootstrap_z_summary, fisher_interval, fisher_pvalue, holm_verdicts,
                                   jackknife_summary, pooled_fisher_z, t_pvalue, z_pvalue)
 
-__all__ = ["StudyPlan", "HeadStudyResult", "full_plan", "quick_plan", "run_head_study", "study_heads_command",
+__all__ = ["StudyPlan", "HeadStudyResult", "full_plan", "quick_plan", "run_head_study",
            "claims_summary"]
 
 SUMMARY_COLUMNS = ("item", "value", "ci_low", "ci_high", "verdict", "pvalue", "pvalue_holm", "interval", "multiplicity")
@@ -119,6 +122,76 @@ def quick_plan() -> StudyPlan:
                        batch_size=4, steps=12, eval_every=12, eval_batches=1, checkpoint_every=12, threads=1)
     return StudyPlan(base=base, depths=(1, 2, 4), seeds=(0, 1, 2), n_probe=12, probe_len=12, n_boot=30,
                      n_boot_cka=10, n_null=5, n_perm=99, name="quick")
+
+
+class _OptimizerSpec(_Strict):
+    name: Literal["adam", "adamw"]
+    weight_decay: float = Field(0.0, ge=0.0, le=10.0)
+
+
+class HeadStudySpec(_Strict):
+    """A head-study plan in YAML (``circuitstat study heads PLAN --out DIR``); absent keys keep the value of
+    the built-in plan named by ``start``::
+
+        start: full                      # or quick
+        depths: [2, 4]
+        optimizers: [{name: adam}, {name: adamw, weight_decay: 0.1}]
+        seeds: [0, 1, 2, 3, 4, 5, 6, 7]  # more refits give narrower refit-level intervals
+        recipe: {steps: 600, d_model: 64}  # overrides of the base training recipe (pipelines.training.TrainRecipe)
+        n_resamples: 200                 # bootstrap resamples of the head analyses
+    """
+
+    start: Literal["full", "quick"] = "full"
+    name: str | None = Field(None, min_length=1, max_length=80, pattern=r"^[A-Za-z0-9_.-]+$")
+    depths: list[Annotated[int, Field(ge=1, le=48)]] | None = Field(None, min_length=1, max_length=12)
+    optimizers: list[_OptimizerSpec] | None = Field(None, min_length=1, max_length=6)
+    seeds: list[Annotated[int, Field(ge=0)]] | None = Field(None, min_length=3, max_length=1000)
+    recipe: dict[str, int | float | str | bool] = Field(default_factory=dict, max_length=64)
+    n_probe: int | None = Field(None, ge=4, le=100_000)
+    probe_len: int | None = Field(None, ge=4, le=100_000)
+    n_resamples: int | None = Field(None, ge=10, le=100_000)
+    n_resamples_cka: int | None = Field(None, ge=10, le=100_000)
+    n_null: int | None = Field(None, ge=2, le=100_000)
+    n_perm: int | None = Field(None, ge=99, le=1_000_000)
+    seed: int | None = Field(None, ge=0)
+
+    def to_plan(self, source: str = "<plan>") -> StudyPlan:
+        """Return the StudyPlan; InputError for duplicate seeds or a recipe key or value TrainRecipe refuses."""
+        import dataclasses
+
+        start = full_plan() if self.start == "full" else quick_plan()
+        if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
+            raise InputError(f"{source}: duplicate seeds; list each seed once")
+        fields = {f.name: f for f in dataclasses.fields(TrainRecipe)}
+        for key, value in self.recipe.items():
+            if key not in fields or key == "betas":
+                raise InputError(f"{source}: recipe.{key} is not a training-recipe setting; known: "
+                                 f"{', '.join(sorted(k for k in fields if k != 'betas'))}")
+            default = getattr(start.base, key)
+            if default is not None and not isinstance(value, type(default)) and not (
+                    isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool)):
+                raise InputError(f"{source}: recipe.{key} must be of type {type(default).__name__}")
+        base = start.base.replace(**self.recipe)
+        base.validate()
+        over = {"depths": self.depths and tuple(self.depths), "seeds": self.seeds and tuple(self.seeds),
+                "optimizers": self.optimizers and tuple((o.name, float(o.weight_decay)) for o in self.optimizers),
+                "n_probe": self.n_probe, "probe_len": self.probe_len, "n_boot": self.n_resamples,
+                "n_boot_cka": self.n_resamples_cka, "n_null": self.n_null, "n_perm": self.n_perm,
+                "random_state": self.seed, "name": self.name or f"{self.start}+plan"}
+        return dataclasses.replace(start, base=base, **{k: v for k, v in over.items() if v is not None})
+
+
+def load_head_study_plan(path: str | os.PathLike) -> StudyPlan:
+    """Return the StudyPlan of a head-study YAML file (bounded, strict YAML); InputError naming what is wrong."""
+    from pydantic import ValidationError
+
+    from pipelines.spec import _format_error, load_yaml
+
+    try:
+        spec = HeadStudySpec.model_validate(load_yaml(path))
+    except ValidationError as e:
+        raise InputError(_format_error(e, str(path))) from None
+    return spec.to_plan(str(path))
 
 
 # =============================================================================================
@@ -622,32 +695,3 @@ def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2,
     (Path(out) / "timings.json").write_text(json.dumps(timings, indent=2))
     return HeadStudyResult(Path(out), timings, plan, {"study": "heads", "plan": plan.to_dict(),
                                                       "corpus_hash": corpus_obj.content_hash})
-
-
-# =============================================================================================
-# CLI
-# =============================================================================================
-try:
-    import typer as _typer
-
-    _Opt = _typer.Option
-except ImportError:  # pragma: no cover
-    def _Opt(default, *a, **k):  # type: ignore
-        return default
-
-
-def study_heads_command(
-    out: Path = _Opt(..., "--out", help="run directory of the study"),
-    quick: bool = _Opt(False, "--quick", help="a tiny version (1/2/4 layers, 3 seeds, a few steps) for smoke tests"),
-    n_jobs: int = _Opt(2, "--n-jobs", help="parallel training / analysis processes"),
-    device: str = _Opt("cpu", "--device", help="training device"),
-    force: bool = _Opt(False, "--force", help="recompute analyses that already finished with a different spec"),
-) -> HeadStudyResult:
-    """Train a grid of models (cached) and test the head-stability claims of Bali et al. (2026) with CIs."""
-    res = run_head_study(out, quick=quick, n_jobs=n_jobs, device=device, force=force, command=sys.argv)
-    t = res.to_table("summary").to_pydict()
-    w = max(len(i) for i in t["item"])
-    for i, v, lo, hi, vd in zip(t["item"], t["value"], t["ci_low"], t["ci_high"], t["verdict"]):
-        print(f"{i:<{w}}  {v:8.4f}  [{lo:8.4f}, {hi:8.4f}]  {vd}")
-    print(f"-> {out}  ({res.timings})")
-    return res

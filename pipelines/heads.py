@@ -69,7 +69,6 @@ __all__ = [
     "HeadStability",
     "HeadStabilityResult",
     "load_source",
-    "heads_command",
     "ESTIMANDS",
 ]
 
@@ -1033,58 +1032,3 @@ class HeadStability:
             out[f"estimate:resid:{key}"] = np.atleast_1d(refit["estimate"].mean())
             out[f"jackknife:resid:{key}"] = refit["leave_one_out"].mean(-1)
         return out
-
-
-# =============================================================================================
-# CLI
-# =============================================================================================
-try:  # typer is a declared dependency; keep the module importable without it
-    import typer as _typer
-
-    _Opt = _typer.Option
-except ImportError:  # pragma: no cover
-    def _Opt(default, *a, **k):  # type: ignore
-        return default
-
-
-def heads_command(
-    models: list[str] = _Opt(..., "--models", help="model directory, cached hub id or hub/id@revision; repeat the "
-                             "option (or separate by commas) for each refit, the first is the anchor"),
-    match: str = _Opt("max", "--match", help="max (the paper) or hungarian (one-to-one)"),
-    pairs: str = _Opt("anchor", "--pairs", help="anchor (the paper: refit 0 against each other) or all"),
-    anchor: int = _Opt(0, "--anchor", help="index of the anchor refit"),
-    drop_bos: bool = _Opt(False, "--drop-bos", help="drop the BOS column of every pattern"),
-    null: str = _Opt("prompts", "--null", help="prompts (shuffled prompts), untrained (random-init models) or none"),
-    n_probe: int = _Opt(100, "--n-probe", help="probe prompts (held-out corpus snippets)"),
-    probe_len: int | None = _Opt(None, "--probe-len", help="tokens per probe prompt, BOS included (default 64, or n_ctx if smaller)"),
-    probe_file: Path | None = _Opt(None, "--probe-file", help=".txt (one prompt per line) or .jsonl (field text)"),
-    bos: bool = _Opt(True, "--bos/--no-bos", help="prepend the BOS token to every probe prompt"),
-    corpus: str | None = _Opt(None, "--corpus", help="corpus of the probe snippets (its held-out probe split); "
-                              "default: the models' training corpus if it is stdlib"),
-    hooks: str = _Opt("pre,post", "--hooks", help="residual hooks: pre (before attention), post (after attention)"),
-    n_boot: int = _Opt(200, "--n-boot", help="bootstrap replicates"),
-    ci_over: str = _Opt("both", "--ci-over", help="both, prompts or refits"),
-    seed: int = _Opt(0, "--seed"),
-    device: str = _Opt("cpu", "--device"),
-    out: Path = _Opt(..., "--out", help="run directory: heads/layers/residual.parquet and more, manifest.json"),
-    force: bool = _Opt(False, "--force", help="recompute if the directory holds a different spec"),
-    allow_pickle: bool = _Opt(False, "--allow-pickle", help="load pickled weights (*.bin, *.pt) with weights_only=True"),
-    allow_large: bool = _Opt(False, "--allow-large", help="lift the memory limit on model sizes"),
-) -> HeadStabilityResult:
-    """Cross-seed stability of attention heads and of the residual stream, with refit-level and bootstrap CIs."""
-    import sys
-
-    models = [p for m in models for p in str(m).split(",") if p]
-    if len(models) < 2:
-        raise _input_error("pass at least 2 models (--models DIR --models DIR ..., or --models DIR,DIR,...)")
-    loaded = [load_source(m, device=device, allow_pickle=allow_pickle, allow_large=allow_large) for m in models]
-    est = HeadStability(match=match, pairs=pairs, anchor=anchor, drop_bos=drop_bos, null=null, n_boot=n_boot,
-                        ci_over=ci_over, n_probe=n_probe, probe_len=probe_len, bos=bos,
-                        probe_file=str(probe_file) if probe_file else None, corpus=corpus,
-                        hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), random_state=seed)
-    res = est.fit(loaded).result_
-    spec = {"models": list(models), **est.get_params()}
-    res.write(out, spec=spec, command=sys.argv, force=force)
-    print(res.summary())
-    print(f"-> {out}")
-    return res

@@ -17,7 +17,7 @@ Layout of a model directory (loads with ``circuits.load_model(DIR)``)::
                                tensors + a JSON header, never a pickle (see "Checkpoints" below)
 
 Public entry points: :class:`TrainRecipe`, :func:`train_model`, :func:`train_models`,
-:func:`parse_seeds` and the CLI function :func:`train_command`.
+:func:`parse_seeds` and :func:`check_out_dir` check the options of the ``train`` command (pipelines/cli/studies.py).
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ __all__ = [
     "prepare_data",
     "parse_seeds",
     "cache_dir",
-    "train_command",
     "model_dir_name",
     "is_complete",
 ]
@@ -856,7 +855,7 @@ def train_models(
 
 
 # --------------------------------------------------------------------------------------------
-# CLI
+# Checks of the train command's options (the command is in pipelines/cli)
 # --------------------------------------------------------------------------------------------
 
 
@@ -909,64 +908,3 @@ def check_out_dir(out: str | os.PathLike) -> Path:
                 raise InputError(f"--out {out}: {q} exists and is not a directory; choose another --out")
             break
     return p
-
-
-try:  # typer is a declared dependency; keep this module importable without it
-    import typer as _typer
-
-    _Opt = _typer.Option
-except ImportError:  # pragma: no cover
-    def _Opt(default, *a, **k):  # type: ignore
-        return default
-
-
-def train_command(
-    layers: int = _Opt(2, "--layers", help="transformer layers"),
-    heads: int = _Opt(4, "--heads", help="attention heads per layer"),
-    d_model: int = _Opt(128, "--d-model", help="residual stream width"),
-    attn_only: bool = _Opt(False, "--attn-only", help="attention-only model (no MLP layers)"),
-    no_mlp: bool = _Opt(False, "--no-mlp", help="same as --attn-only"),
-    optimizer: str = _Opt("adamw", "--optimizer", help="adam or adamw"),
-    weight_decay: float = _Opt(0.01, "--weight-decay", help="weight decay (decoupled for adamw, L2 for adam)"),
-    steps: int = _Opt(1000, "--steps", help="optimizer steps"),
-    seeds: str = _Opt("0-4", "--seeds", help="seeds, e.g. 0-4 or 0,2,5; one model per seed"),
-    out: Path = _Opt(..., "--out", help="output folder; models go to OUT/seed-S"),
-    lr: float = _Opt(1e-3, "--lr", help="peak learning rate"),
-    batch_size: int = _Opt(16, "--batch-size", help="sequences per step"),
-    n_ctx: int = _Opt(128, "--n-ctx", help="sequence length (context)"),
-    norm: str = _Opt("layernorm", "--norm", help="layernorm, rmsnorm or none"),
-    positional: str = _Opt("learned", "--positional", help="learned or rotary"),
-    vocab_size: int = _Opt(4096, "--vocab-size", help="size of the BPE trained on the corpus"),
-    tokenizer: str = _Opt("bpe", "--tokenizer", help="bpe (trained on the corpus), gpt2, or a tokenizer path"),
-    corpus: str = _Opt("stdlib", "--corpus", help="stdlib, a folder of text files, or a Parquet file (column text)"),
-    checkpoint_every: int = _Opt(100, "--checkpoint-every", help="steps between checkpoints"),
-    eval_every: int = _Opt(100, "--eval-every", help="steps between validation-loss evaluations"),
-    threads: int = _Opt(1, "--threads", help="torch threads per model (fixed for reproducibility)"),
-    n_jobs: int = _Opt(1, "--n-jobs", help="models trained in parallel"),
-    device: str = _Opt("cpu", "--device", help="cpu or cuda"),
-    allow_large: bool = _Opt(False, "--allow-large", help=f"lift the limits on model memory and on the number "
-                             f"of seeds ({MAX_SEEDS})"),
-) -> list[Path]:
-    """Train one small GPT-style model per seed on a corpus (deterministic, resumable)."""
-    from pipelines.build import check_device, max_jobs
-
-    # every option is checked before anything is written
-    out = check_out_dir(out)
-    device = check_device(device)
-    if not 1 <= n_jobs <= max_jobs():
-        raise InputError(f"--n-jobs must be between 1 and this machine's {max_jobs()} CPUs, got {n_jobs}")
-    seed_list = parse_seeds(seeds, allow_large=allow_large)
-    recipe = TrainRecipe(
-        n_layers=layers, n_heads=heads, d_model=d_model, attn_only=attn_only or no_mlp, n_ctx=n_ctx, norm=norm,
-        positional=positional, tokenizer=tokenizer, vocab_size=vocab_size, corpus=corpus, optimizer=optimizer,
-        lr=lr, weight_decay=weight_decay, batch_size=batch_size, steps=steps, eval_every=eval_every,
-        checkpoint_every=checkpoint_every, threads=threads,
-    )
-    recipe.validate(allow_large=allow_large)
-    paths = train_models(recipe, seed_list, out, n_jobs=n_jobs, device=device, allow_large=allow_large)
-    for p in paths:
-        meta = json.loads((p / "config.json").read_text())
-        t = meta["meta"]["training"]
-        print(f"{p}  val_loss {t['final_val_loss']:.4f}  weights {meta['weight_hash'][:16]}  "
-              f"{t['train_seconds']:.0f}s")
-    return paths

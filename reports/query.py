@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -111,3 +112,51 @@ def query(sql: str, run_dirs: Iterable[str | os.PathLike[str]], run_column: str 
         ) from None
     finally:
         con.close()
+
+
+# ----- presenting a result (the query command prints these) -----
+FORMATS = ("table", "csv", "json")
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, (list, tuple)):
+        inner = ", ".join(_cell(x) for x in v[:6])
+        return f"[{inner}{', ...' if len(v) > 6 else ''}]"
+    s = str(v)
+    return s if len(s) <= 60 else s[:57] + "..."
+
+
+def format_table(table) -> str:
+    """A pyarrow Table as aligned text (numbers right-aligned), header first."""
+    import pyarrow as pa
+
+    names = table.column_names
+    cols = [table.column(i).to_pylist() for i in range(len(names))]
+    cells = [[_cell(v) for v in c] for c in cols]
+    numeric = [pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_decimal(f.type)
+               for f in table.schema]
+    widths = [max([len(n)] + [len(x) for x in c]) for n, c in zip(names, cells)]
+    lines = ["  ".join(n.rjust(w) if num else n.ljust(w) for n, w, num in zip(names, widths, numeric)).rstrip()]
+    for r in range(table.num_rows):
+        lines.append("  ".join(c[r].rjust(w) if num else c[r].ljust(w)
+                               for c, w, num in zip(cells, widths, numeric)).rstrip())
+    return "\n".join(lines)
+
+
+def json_rows(v: Any) -> Any:
+    """Return query result rows (or one value) as plain JSON: non-finite floats become null, bytes hex."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: json_rows(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [json_rows(x) for x in v]
+    if isinstance(v, (bytes, bytearray)):
+        return v.hex()
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    return str(v)  # dates, decimals, ...

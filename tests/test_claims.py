@@ -9,7 +9,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-import typer
 import yaml
 from typer.testing import CliRunner
 
@@ -17,14 +16,13 @@ from circuits.errors import InputError
 from pipelines.claims import (
     CLAIM_KINDS,
     check,
-    check_command,
     evaluate_claims,
     junit_xml,
     load_claims,
     parse_claims,
     read_yaml_strict,
 )
-from pipelines.query_command import query_command
+from pipelines.cli import app as APP
 from reports.rundir import RunDir
 from reports.schema import fill
 from reports.tables import write_table
@@ -133,14 +131,6 @@ PASSING = {
 }
 
 
-def _app():
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    app.command("check")(check_command)
-    app.command("query")(query_command)
-    return app
-
-
-APP = _app()
 
 
 def _write(path: Path, doc) -> Path:
@@ -404,7 +394,7 @@ def test_query_command_formats_and_errors(run_dir, tmp_path):
         (("SELECT nope FROM edges", run_dir), "nope"),
         (("SELEC 1", run_dir), "syntax error"),
         (("SELECT 1", tmp_path / "missing"), "does not exist"),
-        (("SELECT 1", run_dir, "--format", "xml"), "--format must be table, csv or json"),
+        (("SELECT 1", run_dir, "--format", "xml"), "'xml' is not one of 'table', 'csv', 'json'"),
     ]:
         r = _invoke("query", *args)
         assert r.exit_code == 2 and r.output.startswith("error: ") and needle in r.output, (args, r.output)

@@ -150,3 +150,64 @@ def test_claims_over_seeds_use_the_jackknife_and_holm_over_every_directional_row
     for p, ph, v in zip(t["pvalue"][directional], t["pvalue_holm"][directional], t["verdict"][directional]):
         assert (v == "inconclusive") == (not ph <= 0.05)
     assert any(p <= 0.05 < ph for p, ph in zip(t["pvalue"][directional], t["pvalue_holm"][directional]))
+
+
+# ---- the YAML plan of `study heads PLAN` ------------------------------------------------------
+def _write_plan(tmp_path, text: str):
+    p = tmp_path / "plan.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_a_yaml_plan_overrides_the_built_in_one(tmp_path):
+    from pipelines.head_study import full_plan, load_head_study_plan
+
+    plan = load_head_study_plan(_write_plan(tmp_path, """
+start: full
+depths: [2, 4]
+optimizers: [{name: adam}, {name: adamw, weight_decay: 0.1}]
+seeds: [0, 1, 2, 3, 4, 5, 6, 7]
+recipe: {steps: 600, lr: 0.001}
+n_resamples: 300
+"""))
+    full = full_plan()
+    assert plan.depths == (2, 4) and plan.seeds == tuple(range(8)) and plan.n_boot == 300
+    assert plan.optimizers == (("adam", 0.0), ("adamw", 0.1))
+    assert plan.base.steps == 600 and plan.base.lr == 0.001
+    assert plan.base.replace(steps=full.base.steps, lr=full.base.lr) == full.base  # nothing else changed
+    assert (plan.n_probe, plan.n_null, plan.n_perm) == (full.n_probe, full.n_null, full.n_perm)
+    assert [n for n, _ in plan.conditions()] == ["L2-adam", "L2-adamw-wd0.1", "L4-adam", "L4-adamw-wd0.1"]
+    # the cache key follows the recipes and seeds, so a changed plan never reuses other models
+    assert plan.key != full.key
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("depth: [2]\n", "unknown key"),
+    ("seeds: [0, 1, 1]\n", "duplicate seeds"),
+    ("seeds: [0, 1]\n", "seeds"),
+    ("recipe: {stepz: 10}\n", "recipe.stepz is not a training-recipe setting"),
+    ("recipe: {steps: '10'}\n", "recipe.steps must be of type int"),
+    ("recipe: {norm: bogus}\n", "norm"),
+    ("optimizers: [{name: sgd}]\n", "optimizers"),
+    ("n_resamples: 3\n", "n_resamples"),
+    ("- 1\n- 2\n", "top level"),
+])
+def test_a_bad_plan_is_refused_with_exit_2_before_anything_is_written(tmp_path, text, fragment):
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["study", "heads", str(_write_plan(tmp_path, text)), "--out", str(out)])
+    assert r.exit_code == 2 and r.output.startswith("error: ") and fragment in r.output, r.output
+    assert not out.exists()
+
+
+def test_a_plan_and_quick_together_are_refused(tmp_path):
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    r = CliRunner().invoke(app, ["study", "heads", str(_write_plan(tmp_path, "start: quick\n")), "--quick",
+                                 "--out", str(tmp_path / "out")])
+    assert r.exit_code == 2 and "not both" in r.output

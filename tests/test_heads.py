@@ -279,7 +279,7 @@ def test_heads_command_is_typer_compatible(tmp_path):
 
     from circuits.corpus import Corpus
     from circuits.tokenizers import train_bpe
-    from pipelines.heads import heads_command
+    from pipelines.cli.studies import heads_command
 
     items = [(f"d{i}.py", "\n".join(f"item_{i}_{j} = load({j}) * scale_{j % 3}" for j in range(40))) for i in range(40)]
     corpus = Corpus.from_texts(items, name="cli")

@@ -13,7 +13,7 @@ def _make_run(path, n_edges, est, extra_col=False):
     if extra_col:
         edges["q"] = [0.01] * n_edges
     with RunDir(path, seed=0) as run:
-        run.stage("edges", lambda: {"edges": edges}, ["edges"])
+        run.stage("effects", lambda: {"effects": edges}, ["effects"])  # not a registered table: any columns
         run.stage("scores", lambda: {"scores": matrix_to_table(np.full((4, n_edges), est, np.float32))}, ["scores"])
 
 
@@ -23,20 +23,20 @@ def test_query_unions_runs_with_run_column(tmp_path):
     _make_run(b, 2, 10.0, extra_col=True)
     (a / ".scores.parquet.123.deadbeef.circuitstat-tmp").write_bytes(b"partial")  # in-flight write: ignored
 
-    t = query("SELECT run, count(*) AS n, sum(estimate) AS s FROM edges GROUP BY run ORDER BY run", [a, b])
+    t = query("SELECT run, count(*) AS n, sum(estimate) AS s FROM effects GROUP BY run ORDER BY run", [a, b])
     assert t.to_pydict() == {"run": [str(a), str(b)], "n": [3, 2], "s": [6.0, 21.0]}
     # Columns missing in one run come back as NULL (union by name).
-    q = query("SELECT run, q FROM edges ORDER BY run, edge", [a, b]).to_pydict()
+    q = query("SELECT run, q FROM effects ORDER BY run, edge", [a, b]).to_pydict()
     assert q["q"] == [None, None, None, 0.01, 0.01]
     # Per-example matrices are queryable and come back as matrices.
     s = query(f"SELECT scores FROM scores WHERE run = '{b}'", [a, b])
     assert np.array_equal(table_to_matrix(s), np.full((4, 2), 10.0, np.float32))
-    assert sorted(list_tables([a, b])) == ["edges", "scores"]
+    assert sorted(list_tables([a, b])) == ["effects", "scores"]
 
 
 def test_unknown_table_lists_available(tmp_path):
     _make_run(tmp_path / "a", 2, 0.0)
-    with pytest.raises(ValueError, match=r"(?s)edge_stats.*Tables available.*edges, scores"):
+    with pytest.raises(ValueError, match=r"(?s)edge_stats.*Tables available.*effects, scores"):
         query("SELECT * FROM edge_stats", [tmp_path / "a"])
 
 

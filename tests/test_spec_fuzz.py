@@ -10,14 +10,14 @@ import types
 from pathlib import Path
 
 import pytest
-import typer
 import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from circuits.errors import InputError
-from pipelines.claims import _load_spec, check_command, load_claims
+from pipelines.claims import _load_spec, load_claims
+from pipelines.cli import app as APP  # the real CLI, with its one error boundary
 from pipelines.spec import AuditSpec, load_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,9 +26,6 @@ SPEC["models"] = ["random:a", "random:b"]  # exercise the multi-model branch of 
 SPEC.pop("model", None)
 SPEC["heads"] = {"match": "hungarian", "pairs": "all", "drop_bos": True, "n_probe": 8, "n_boot": 20}
 
-APP = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-APP.command("check")(check_command)
-APP.command("noop")(lambda: None)  # two commands, so 'check' is a subcommand as in the real CLI
 
 FUZZ = settings(max_examples=200, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

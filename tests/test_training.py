@@ -149,7 +149,7 @@ def test_train_command_cli(tmp_path, monkeypatch):
     import typer
     from typer.testing import CliRunner
 
-    from pipelines.training import train_command
+    from pipelines.cli.studies import train_command
 
     docs = tmp_path / "docs"
     docs.mkdir()

@@ -31,6 +31,7 @@ from pipelines.spec import load_spec
 from pipelines.yamlio import MAX_EXPANDED_NODES, read_yaml_strict
 from reports.query import connect
 from reports.rundir import RunDir, RunDirError, StageSpecChangedError
+from reports.schema import fill
 from reports.tables import read_table
 
 SPEC = {"model": "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&n_positions=16",
@@ -77,14 +78,14 @@ def write_yaml(path: Path, doc) -> Path:
 
 
 def stability_table(jaccard: float = 0.9) -> dict:
-    return {"method": ["exact"], "k": [5], "jaccard_mean": [jaccard]}
+    return fill("stability_vs_k", {"method": ["exact"], "k": [5], "jaccard_mean": [jaccard]}, 1)
 
 
 def make_run(path: Path, spec: dict | None = None) -> Path:
     """A finished run: an index stage with the spec's model as params, and a stability table."""
     spec = spec or SPEC
     with RunDir(path, spec=spec, seed=0) as run:
-        run.stage("index", lambda: {"edges": {"index": [0], "name": ["input->logits"]}}, ["edges"],
+        run.stage("index", lambda: {"edges": fill("edges", {"index": [0], "name": ["input->logits"]}, 1)}, ["edges"],
                   params={"model": spec["model"]})
         run.stage("stability", lambda: {"stability_vs_k": stability_table()}, ["stability_vs_k"],
                   depends_on=["index"])
@@ -100,11 +101,11 @@ def audit_like(monkeypatch):
     def run_audit(spec, out, **kw):
         calls.append(Path(out))
         with RunDir(out, spec=spec.model_dump(), seed=spec.seed) as run:
-            run.stage("index", lambda: {"edges": {"index": [0], "name": ["input->logits"]}}, ["edges"],
+            run.stage("index", lambda: {"edges": fill("edges", {"index": [0], "name": ["input->logits"]}, 1)}, ["edges"],
                       params={"model": spec.model})
             run.stage("stability", lambda: {"stability_vs_k": stability_table()}, ["stability_vs_k"],
                       depends_on=["index"])
-            run.stage("faithfulness", lambda: {"faithfulness_vs_k": {"method": ["exact"], "k": [5], "f_ratio": [0.9]}},
+            run.stage("faithfulness", lambda: {"faithfulness_vs_k": fill("faithfulness_vs_k", {"method": ["exact"], "k": [5], "f_ratio": [0.9]}, 1)},
                       ["faithfulness_vs_k"], depends_on=["index"])
         return Path(out)
 
@@ -178,7 +179,7 @@ def test_refusals_on_open_and_by_a_stage_write_nothing(tmp_path):
     before = snapshot(tmp_path)
     with pytest.raises(StageSpecChangedError):
         with RunDir(run, spec={"other": True}) as rd:
-            rd.stage("index", lambda: {"edges": {"index": [1]}}, ["edges"], params={"model": "other"})
+            rd.stage("index", lambda: {"edges": fill("edges", {"index": [1]}, 1)}, ["edges"], params={"model": "other"})
     assert snapshot(tmp_path) == before
     with pytest.raises(RunDirError, match="same seed"):
         RunDir(run, spec={"other": True}, seed=1).open()

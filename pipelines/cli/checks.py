@@ -1,0 +1,99 @@
+"""Commands that read finished runs: ``check`` (claims against a run) and ``query`` (SQL over its tables).
+
+Neither imports torch: they start in well under a second (README, "Start-up").
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from pathlib import Path
+
+import typer
+
+from circuits.errors import InputError
+
+from . import app
+
+
+class Format(str, enum.Enum):
+    """Output formats of ``query``."""
+
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+@app.command("check")
+def check_command(
+    claims: Path = typer.Argument(..., help="claims file (YAML): published findings stated as bounds"),
+    run: Path | None = typer.Option(None, "--run", help="run directory of a finished audit (overrides 'run:' in the file)"),
+    junit: Path | None = typer.Option(None, "--junit", help="write JUnit XML (one testcase per claim) to this file"),
+    allow_outside: bool = typer.Option(False, "--allow-outside",
+                                       help="let the file's 'run:' and 'spec:' name paths outside its directory "
+                                            "(absolute, '..', symbolic links); only for claims files you trust"),
+) -> None:
+    """Check published claims against an audit run: exit 0 all hold, 1 any fails, 2 error."""
+    from pipelines.claims import check, format_results, write_junit
+
+    if junit is not None and junit.is_dir():
+        raise InputError(f"--junit {junit} is a directory; give a file path such as claims.xml")
+    try:
+        report = check(claims, run, echo=lambda m: typer.echo(m, err=True), allow_outside=allow_outside)
+    except ValueError as e:  # a lower layer's refusal that is not an InputError is still the input's fault here
+        if isinstance(e, InputError):
+            raise
+        raise InputError(f"{type(e).__name__}: {e}") from None
+    typer.echo(f"claims {report.source} against run {report.run_dir}"
+               + (" (audit run now)" if report.ran_audit else ""))
+    typer.echo(format_results(report.results))
+    c = report.counts
+    typer.echo(f"{len(report.results)} claims: {c['pass']} hold, {c['fail']} fail, {c['error']} cannot be evaluated")
+    for note in report.notes:
+        typer.echo(f"note: {note}")
+    if junit is not None:
+        try:
+            write_junit(report.results, junit, suite=f"circuitstat check {Path(report.source).name}")
+        except OSError as e:
+            raise InputError(f"cannot write --junit {junit}: {e.strerror or e}") from None
+        typer.echo(f"JUnit XML -> {junit}")
+    raise typer.Exit(report.exit_code)
+
+
+@app.command("query")
+def query_command(
+    sql: str = typer.Argument(..., help="SQL over the run's tables, e.g. \"SELECT * FROM stability_vs_k\""),
+    runs: list[Path] = typer.Argument(None, help="run directories (default: the current directory)"),
+    format: Format = typer.Option(Format.table, "--format", "-f", help="output format"),
+) -> None:
+    """Run one SELECT (DuckDB) over the Parquet tables of one or many run directories; reads nothing else.
+
+    Every ``*.parquet`` table of the run directories is a view by its name (``edges``,
+    ``edge_stats``, ``stability_vs_k``, ...), unioned over the runs, with a ``run`` column.
+    """
+    import duckdb
+
+    from reports.query import format_table, json_rows, query
+
+    dirs = list(runs) if runs else [Path(".")]
+    try:
+        result = query(sql, dirs)
+    except ValueError as e:  # unknown table (lists the available ones), missing run dir, column clash
+        raise InputError(str(e)) from None
+    except AttributeError:  # DuckDB returns no relation for statements such as CREATE or SET
+        raise InputError("the SQL returns no rows; give a query such as SELECT ... FROM edge_stats") from None
+    except duckdb.Error as e:
+        raise InputError(f"{type(e).__name__}: {str(e).strip()}") from None
+    if format is Format.csv:
+        import io
+
+        import pyarrow.csv as pcsv
+
+        sink = io.BytesIO()
+        pcsv.write_csv(result, sink)
+        typer.echo(sink.getvalue().decode(), nl=False)
+    elif format is Format.json:
+        typer.echo(json.dumps(json_rows(result.to_pylist()), indent=1, allow_nan=False))
+    else:
+        typer.echo(format_table(result))
+        typer.echo(f"({result.num_rows} row{'s' if result.num_rows != 1 else ''})")

@@ -1,0 +1,271 @@
+"""Commands that train and study: ``train``, ``heads``, ``demo`` and the ``study`` group
+(``study heads``, ``study variance``, ``study calibration``)."""
+
+from __future__ import annotations
+
+import enum
+import sys
+from pathlib import Path
+
+import typer
+
+from circuits.errors import InputError
+
+from . import ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, app, check_out, study_app
+
+MAX_SEEDS_HELP = "1000"  # pipelines.training.MAX_SEEDS, written out so that --help does not import training
+
+
+class Match(str, enum.Enum):
+    """How heads of two refits are matched."""
+
+    max = "max"
+    hungarian = "hungarian"
+
+
+class Pairs(str, enum.Enum):
+    """Which refit pairs are compared."""
+
+    anchor = "anchor"
+    all = "all"
+
+
+class Null(str, enum.Enum):
+    """The null distribution of head stability."""
+
+    prompts = "prompts"
+    untrained = "untrained"
+    none = "none"
+
+
+class CIOver(str, enum.Enum):
+    """What the head bootstrap resamples."""
+
+    both = "both"
+    prompts = "prompts"
+    refits = "refits"
+
+
+class Optimizer(str, enum.Enum):
+    """Training optimizers."""
+
+    adam = "adam"
+    adamw = "adamw"
+
+
+class Norm(str, enum.Enum):
+    """Normalisation layers."""
+
+    layernorm = "layernorm"
+    rmsnorm = "rmsnorm"
+    none = "none"
+
+
+class Positional(str, enum.Enum):
+    """Position encodings."""
+
+    learned = "learned"
+    rotary = "rotary"
+
+
+@app.command("heads")
+def heads_command(
+    models: list[str] = typer.Option(..., "--models", help="model directory, cached hub id or hub/id@revision; "
+                                     "repeat the option (or separate by commas) for each refit, the first is the anchor"),
+    match: Match = typer.Option(Match.max, "--match", help="max (the paper) or hungarian (one-to-one)"),
+    pairs: Pairs = typer.Option(Pairs.anchor, "--pairs", help="anchor (the paper: refit 0 against each other) or all"),
+    anchor: int = typer.Option(0, "--anchor", min=0, help="index of the anchor refit"),
+    drop_bos: bool = typer.Option(False, "--drop-bos", help="drop the BOS column of every pattern"),
+    null: Null = typer.Option(Null.prompts, "--null", help="shuffled prompts, random-init models, or none"),
+    n_probe: int = typer.Option(100, "--n-probe", min=2, help="probe prompts (held-out corpus snippets)"),
+    probe_len: int | None = typer.Option(None, "--probe-len", min=2,
+                                         help="tokens per probe prompt, BOS included (default 64, or n_ctx if smaller)"),
+    probe_file: Path | None = typer.Option(None, "--probe-file", help=".txt (one prompt per line) or .jsonl (field text)"),
+    bos: bool = typer.Option(True, "--bos/--no-bos", help="prepend the BOS token to every probe prompt"),
+    corpus: str | None = typer.Option(None, "--corpus", help="corpus of the probe snippets (its held-out probe split); "
+                                      "default: the models' training corpus if it is stdlib"),
+    hooks: str = typer.Option("pre,post", "--hooks", help="residual hooks: pre (before attention), post (after attention)"),
+    n_resamples: int = typer.Option(200, "--n-resamples", "--n-boot", min=2, help="bootstrap resamples"),
+    ci_over: CIOver = typer.Option(CIOver.both, "--ci-over", help="what the bootstrap resamples"),
+    seed: int = typer.Option(0, "--seed", min=0),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or mps"),
+    out: Path = typer.Option(..., "--out", help="run directory: heads/layers/residual.parquet and more, manifest.json"),
+    force: bool = typer.Option(False, "--force", help="recompute if the directory holds a different spec"),
+    allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
+    allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
+) -> None:
+    """Cross-seed stability of attention heads and of the residual stream, with refit-level and bootstrap CIs."""
+    from pipelines.build import check_device
+    from pipelines.heads import HeadStability, load_source
+
+    models = [p for m in models for p in str(m).split(",") if p]
+    if len(models) < 2:
+        raise InputError("pass at least 2 models (--models DIR --models DIR ..., or --models DIR,DIR,...)")
+    check_out(out)
+    device = check_device(device)
+    loaded = [load_source(m, device=device, allow_pickle=allow_pickle, allow_large=allow_large) for m in models]
+    est = HeadStability(match=match.value, pairs=pairs.value, anchor=anchor, drop_bos=drop_bos, null=null.value,
+                        n_boot=n_resamples, ci_over=ci_over.value, n_probe=n_probe, probe_len=probe_len, bos=bos,
+                        probe_file=str(probe_file) if probe_file else None, corpus=corpus,
+                        hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), random_state=seed)
+    res = est.fit(loaded).result_
+    res.write(out, spec={"models": list(models), **est.get_params()}, command=sys.argv, force=force)
+    typer.echo(res.summary())
+    typer.echo(f"-> {out}")
+
+
+@app.command("train")
+def train_command(
+    layers: int = typer.Option(2, "--layers", min=1, help="transformer layers"),
+    heads: int = typer.Option(4, "--heads", min=1, help="attention heads per layer"),
+    d_model: int = typer.Option(128, "--d-model", min=1, help="residual stream width"),
+    attn_only: bool = typer.Option(False, "--attn-only", "--no-mlp", help="attention-only model (no MLP layers)"),
+    optimizer: Optimizer = typer.Option(Optimizer.adamw, "--optimizer", help="optimizer"),
+    weight_decay: float = typer.Option(0.01, "--weight-decay", min=0.0,
+                                       help="weight decay (decoupled for adamw, L2 for adam)"),
+    steps: int = typer.Option(1000, "--steps", min=1, help="optimizer steps"),
+    seeds: str = typer.Option("0-4", "--seeds", help=f"seeds, e.g. 0-4 or 0,2,5; one model per seed (at most "
+                              f"{MAX_SEEDS_HELP} without --allow-large)"),
+    out: Path = typer.Option(..., "--out", help="output folder; models go to OUT/seed-S"),
+    lr: float = typer.Option(1e-3, "--lr", min=0.0, help="peak learning rate"),
+    batch_size: int = typer.Option(16, "--batch-size", min=1, help="sequences per step"),
+    n_ctx: int = typer.Option(128, "--n-ctx", min=2, help="sequence length (context)"),
+    norm: Norm = typer.Option(Norm.layernorm, "--norm", help="normalisation"),
+    positional: Positional = typer.Option(Positional.learned, "--positional", help="position encoding"),
+    vocab_size: int = typer.Option(4096, "--vocab-size", min=2, help="size of the BPE trained on the corpus"),
+    tokenizer: str = typer.Option("bpe", "--tokenizer", help="bpe (trained on the corpus), gpt2, or a tokenizer path"),
+    corpus: str = typer.Option("stdlib", "--corpus", help="stdlib, a folder of text files, or a Parquet file (column text)"),
+    checkpoint_every: int = typer.Option(100, "--checkpoint-every", min=1, help="steps between checkpoints"),
+    eval_every: int = typer.Option(100, "--eval-every", min=1, help="steps between validation-loss evaluations"),
+    threads: int = typer.Option(1, "--threads", min=1, help="torch threads per model (fixed for reproducibility)"),
+    n_jobs: int = typer.Option(1, "--n-jobs", min=1, help="models trained in parallel (1 to the CPU count)"),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
+    allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP + " and on the number of seeds"),
+) -> None:
+    """Train one small GPT-style model per seed on a corpus (deterministic, resumable)."""
+    import json
+
+    from pipelines.build import check_device, check_n_jobs
+    from pipelines.training import TrainRecipe, check_out_dir, parse_seeds, train_models
+
+    # every option is checked before anything is written
+    out = check_out_dir(out)
+    device = check_device(device)
+    n_jobs = check_n_jobs(n_jobs)
+    seed_list = parse_seeds(seeds, allow_large=allow_large)
+    recipe = TrainRecipe(
+        n_layers=layers, n_heads=heads, d_model=d_model, attn_only=attn_only, n_ctx=n_ctx, norm=norm.value,
+        positional=positional.value, tokenizer=tokenizer, vocab_size=vocab_size, corpus=corpus,
+        optimizer=optimizer.value, lr=lr, weight_decay=weight_decay, batch_size=batch_size, steps=steps,
+        eval_every=eval_every, checkpoint_every=checkpoint_every, threads=threads,
+    )
+    recipe.validate(allow_large=allow_large)
+    for p in train_models(recipe, seed_list, out, n_jobs=n_jobs, device=device, allow_large=allow_large):
+        meta = json.loads((p / "config.json").read_text())
+        t = meta["meta"]["training"]
+        typer.echo(f"{p}  val_loss {t['final_val_loss']:.4f}  weights {meta['weight_hash'][:16]}  "
+                   f"{t['train_seconds']:.0f}s")
+
+
+@app.command("demo")
+def demo_command(
+    out: Path = typer.Option(Path("runs/demo"), "--out", help="run directory"),
+    n_jobs: int | None = typer.Option(None, "--n-jobs", min=1,
+                                      help="parallel workers, 1 to this machine's CPU count (default: up to 2)"),
+    quick: bool = typer.Option(False, "--quick", help="fewer examples and resamples"),
+) -> None:
+    """Train or reuse the zoo's attention-only models, audit their induction circuit, write the report."""
+    from pipelines.audit import run_audit
+    from pipelines.build import check_n_jobs, max_jobs
+    from pipelines.demo import DEMO_RECIPE, demo_spec, print_summary
+    from pipelines.zoo import ZOO_RECIPES, ZOO_SEEDS, default_zoo
+    from reports.html import render_report
+
+    check_out(out)
+    n_jobs = check_n_jobs(min(2, max_jobs()) if n_jobs is None else n_jobs)
+    typer.echo(f"circuitstat demo: the zoo's {DEMO_RECIPE} model ({len(ZOO_SEEDS)} seeds; trained once, about 6 "
+               "minutes on 2 cores, then cached) → induction-circuit audit with exact patching and EAP → head "
+               "stability across seeds → HTML report")
+    default_zoo(n_jobs=n_jobs, recipes={DEMO_RECIPE: ZOO_RECIPES[DEMO_RECIPE]})  # only what the demo audits
+    run_audit(demo_spec(n_jobs, quick), out)
+    report = render_report(out)
+    print_summary(out)
+    typer.echo(f"\nreport: {report.resolve()}")
+
+
+@study_app.command("heads")
+def study_heads_command(
+    plan: Path | None = typer.Argument(None, help="study plan (YAML; see pipelines.head_study.HeadStudySpec); "
+                                       "default: the README's full study"),
+    out: Path = typer.Option(..., "--out", help="run directory of the study"),
+    quick: bool = typer.Option(False, "--quick", help="a tiny version (1/2/4 layers, 3 seeds, a few steps) for smoke tests"),
+    n_jobs: int = typer.Option(2, "--n-jobs", min=1, help="parallel training / analysis processes"),
+    device: str = typer.Option("cpu", "--device", help="training device"),
+    force: bool = typer.Option(False, "--force", help="recompute analyses that already finished with a different spec"),
+) -> None:
+    """Train a grid of models (cached) and test the head-stability claims of Bali et al. (2026) with CIs."""
+    from pipelines.build import check_device, check_n_jobs
+    from pipelines.head_study import load_head_study_plan, run_head_study
+
+    if plan is not None and quick:
+        raise InputError("give a plan file or --quick, not both (--quick is the built-in tiny plan)")
+    check_out(out)
+    n_jobs, device = check_n_jobs(n_jobs), check_device(device)
+    study_plan = load_head_study_plan(plan) if plan is not None else None
+    res = run_head_study(out, quick=quick, plan=study_plan, n_jobs=n_jobs, device=device, force=force,
+                         command=sys.argv)
+    t = res.to_table("summary").to_pydict()
+    w = max(len(i) for i in t["item"])
+    for i, v, lo, hi, vd in zip(t["item"], t["value"], t["ci_low"], t["ci_high"], t["verdict"]):
+        typer.echo(f"{i:<{w}}  {v:8.4f}  [{lo:8.4f}, {hi:8.4f}]  {vd}")
+    typer.echo(f"-> {out}  ({res.timings})")
+
+
+@study_app.command("variance")
+def study_variance_command(
+    spec: Path = typer.Argument(..., help="variance-study spec (YAML)"),
+    out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
+    n_jobs: int | None = typer.Option(None, "--n-jobs", min=1,
+                                      help="parallel workers, 1 to this machine's CPU count (default: the spec's)"),
+    force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
+    report: bool = typer.Option(True, "--report/--no-report", help="write report.html at the end"),
+    allow_outside: bool = typer.Option(False, "--allow-outside",
+                                       help="let paths in the spec leave its directory (absolute, .., ~)"),
+) -> None:
+    """Variance study: where the uncertainty of a circuit comes from (examples, counterfactuals, estimators, seeds)."""
+    from pipelines.variance_study import load_variance_spec, run_variance_study, summary_lines
+
+    check_out(out)
+    parsed = load_variance_spec(spec, allow_outside=allow_outside)  # validated before anything is created
+    run_variance_study(parsed, out, n_jobs=n_jobs, force=force)
+    typer.echo(f"variance study written to {out}")
+    for line in summary_lines(Path(out)):
+        typer.echo(line)
+    if report:
+        from reports.html import render_report
+
+        typer.echo(f"report: {render_report(out)}")
+
+
+@study_app.command("calibration")
+def study_calibration_command(
+    spec: Path = typer.Argument(..., help="calibration spec (YAML): model, task (n = population size), sizes"),
+    out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
+    n_jobs: int | None = typer.Option(None, "--n-jobs", min=1, help="parallel workers for the attribution"),
+    force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
+    allow_outside: bool = typer.Option(False, "--allow-outside",
+                                       help="let paths in the spec leave its directory (absolute, .., ~)"),
+) -> None:
+    """Empirical coverage of the audit's intervals on your model and task, per dataset size N."""
+    from pipelines.calibration_study import load_calibration_spec, run_calibration_study
+    from reports.tables import read_table
+
+    check_out(out)
+    parsed = load_calibration_spec(spec, allow_outside=allow_outside)
+    run_calibration_study(parsed, out, n_jobs=n_jobs, force=force)
+    table = read_table(Path(out) / "coverage.parquet").to_pylist()
+    typer.echo(f"{'interval':<28} {'N':>5} {'coverage':>9} {'±MC':>6} {'null rej.':>9} {'mean width':>11} {'infinite':>8}")
+    for r in table:
+        typer.echo(f"{r['kind']:<28} {r['n']:>5} {r['coverage']:>9.3f} {r['coverage_mc_se']:>6.3f} "
+                   f"{r['null_rejection_rate']:>9.3f} {r['mean_width']:>11.4g} {r['share_infinite']:>8.3f}")
+    typer.echo(f"nominal {parsed.confidence_level}; tables in {out}")
