@@ -487,7 +487,8 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
     Phi between circuits of independent size-N datasets, Jaccard to the population's circuit)
     from a double bootstrap of n_outer x n_inner resamples. None: where possible (bootstrap
     plan, N >= stability_data.MIN_OBS), else NaN columns with the reason in params; True:
-    refuse with InputError where not possible; False: skip.
+    refuse with InputError where not possible; False: skip. data_level_method: one of
+    stability_data.METHODS; the default "bracketed_2n" adds 2 * n_outer resamples of size 2N.
     """
     ranking_key(np.zeros(1), ranking)  # raises for an unknown ranking
     S = check_score_matrix(S)
