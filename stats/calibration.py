@@ -98,8 +98,8 @@ class CalibrationResult(Result):
 
 def _one_size(population: np.ndarray, n: int, n_datasets: int, kinds: Sequence[IntervalKind],
               seed: np.random.SeedSequence) -> list[dict[str, np.ndarray]]:
-    """Per kind: hit [D, m], width [D, m], reject [D, m], reliable [D, m] over D datasets of size n."""
-    acc = [{"hit": [], "width": [], "reject": [], "reliable": []} for _ in kinds]
+    """Per kind: hit, width, reject, reliable and truth, each [D, m] over D datasets of size n."""
+    acc = [{"hit": [], "width": [], "reject": [], "reliable": [], "truth": []} for _ in kinds]
     truths = [None if k.truth is None else np.asarray(k.truth(n), dtype=np.float64) for k in kinds]
     for ss in seed.spawn(n_datasets):
         draw_seed, *kind_seeds = ss.spawn(1 + len(kinds))
@@ -111,6 +111,7 @@ def _one_size(population: np.ndarray, n: int, n_datasets: int, kinds: Sequence[I
             if truth is None:
                 raise ValueError(f"interval kind {kind.name!r} gives neither truth(N) nor a per-dataset 'truth'")
             lo, hi = np.asarray(out["low"], np.float64), np.asarray(out["high"], np.float64)
+            a["truth"].append(truth)
             a["hit"].append((lo <= truth) & (truth <= hi))
             a["width"].append(hi - lo)
             a["reject"].append((lo > kind.null_value) | (hi < kind.null_value))
@@ -167,7 +168,9 @@ def coverage_study(population: np.ndarray, sizes: Sequence[int], kinds: Sequence
             for unit, c in enumerate(a["hit"].mean(0)):
                 per_unit.append({"kind": kind.name, "n": int(n), "unit": unit,
                                  "unit_label": str(unit) if labels is None else str(labels[unit]),
-                                 "coverage": float(c), "mean_width": _finite_mean(a["width"][:, unit])})
+                                 "coverage": float(c), "mean_width": _finite_mean(a["width"][:, unit]),
+                                 # the estimand (its mean over datasets where it depends on the dataset)
+                                 "truth": float(np.mean(a["truth"][:, unit]))})
     params = {"estimator": "coverage_study", "sizes": [int(n) for n in sizes], "n_datasets": int(n_datasets),
               "population_rows": int(population.shape[0]), "confidence_level": confidence_level,
               "kinds": [k.name for k in kinds], "seed": seed_record(root)}

@@ -77,6 +77,10 @@ def test_calibration_study_with_stability_and_faithfulness_kinds(tmp_path) -> No
     per_unit = pq.read_table(out / "coverage_per_unit.parquet").to_pylist()
     labels = {(x["kind"], x["unit_label"]) for x in per_unit if x["kind"].startswith("stability/")}
     assert labels == {(k, f"k={v}") for k in STABILITY_KINDS for v in (3, 6)}
+    truth = {(x["kind"], x["unit_label"]): x["truth"] for x in per_unit}
+    for k in ("k=3", "k=6"):  # the Monte Carlo interval is checked against the data-level J_N
+        assert truth[("stability/jaccard_mc", k)] == truth[("stability/jaccard_data", k)]
+        assert 0.0 <= truth[("stability/jaccard_data", k)] <= 1.0
     html = CliRunner().invoke(app, ["report", str(out)])
     assert html.exit_code == 0, html.output
     assert "stability/jaccard_data" in (out / "report.html").read_text()

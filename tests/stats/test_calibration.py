@@ -65,6 +65,8 @@ def test_reliable_flag_and_tables_and_reproducibility() -> None:
     assert [r["share_reliable"] for r in a.rows] == [0.5, 0.5]
     assert set(a.table_names()) == {"coverage", "coverage_per_unit"}
     assert a.to_table("coverage_per_unit").num_rows == 2 * 6
+    np.testing.assert_allclose([u["truth"] for u in a.per_unit if u["n"] == 10], pop.mean(0))
+    assert [u["unit_label"] for u in a.per_unit[:6]] == [str(i) for i in range(6)]
     assert "coverage" in a.summary()
 
 
