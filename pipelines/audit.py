@@ -35,7 +35,10 @@ def _attribute_rows(rows, model, task, method, spec: AuditSpec):
 
 
 def attribution_scores(model, task, method: str, spec: AuditSpec, n_jobs: int):
-    """ScoreMatrix of ``method`` on every example, computed in fixed chunks (any n_jobs gives the same)."""
+    """ScoreMatrix of ``method`` on every example, computed in fixed chunks (any n_jobs gives the same).
+
+    ``spec``: the AuditSpec, or any object with its level, ablation, batch_size, ig_steps and seed
+    (the ``attribute`` command passes its options so)."""
     from circuits.scores import ScoreMatrix
 
     from .parallel import run_chunks

@@ -114,6 +114,17 @@ def test_batch_size_does_not_change_the_scores(base, method):
     assert np.allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_n_jobs_does_not_change_the_scores(base):
+    """--n-jobs splits whole batches across workers: the scores are bit-identical to one worker's."""
+    S0, tmp = base
+    S, manifest = _scores(tmp, "jobs2", **{"--n": "8", "--n-jobs": "2"})
+    S1, _ = _scores(tmp, "jobs1", **{"--n": "8", "--n-jobs": "1"})
+    assert S.shape == (8, S0.shape[1]) and np.array_equal(S, S1)
+    assert "n_jobs" not in manifest["spec"]  # it changes how, not what: resuming with another n_jobs is allowed
+    res = runner.invoke(app, ["attribute", "--model", TINY, "--out", str(tmp / "jobs0"), "--n-jobs", "0"])
+    assert res.exit_code == 2 and not (tmp / "jobs0").exists()
+
+
 def test_task_options_and_metric_reach_the_task():
     from circuits import load_model
     from pipelines.build import build_task

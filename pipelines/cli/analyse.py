@@ -93,6 +93,8 @@ def attribute_command(
                                    help="examples per forward; does not change the scores"),
     ig_steps: int = typer.Option(5, "--ig-steps", min=1, max=1000, help="integration steps for EAP-IG"),
     seed: int = typer.Option(0, "--seed", min=0),
+    n_jobs: int = typer.Option(1, "--n-jobs", min=1,
+                               help="parallel workers, 1 to this machine's CPU count; does not change the scores"),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or mps"),
     dtype: DType = typer.Option("float32", "--dtype", help="model weights' dtype (scores accumulate in float32)"),
     out: Path = typer.Option(..., "--out", help="run directory to write"),
@@ -101,9 +103,12 @@ def attribute_command(
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
     """Per-example attribution scores: writes scores.parquet, edges.parquet and manifest.json."""
+    from types import SimpleNamespace
+
     from circuits import load_model
-    from circuits.attribution import attribute, check_options
-    from pipelines.build import build_task, check_device, check_work, resolve_source, task_positions
+    from circuits.attribution import check_options
+    from pipelines.audit import attribution_scores
+    from pipelines.build import build_task, check_device, check_n_jobs, check_work, resolve_source, task_positions
     from reports.rundir import RunDir
 
     method, level, ablation, dtype = method.value, level.value, ablation.value, dtype.value
@@ -111,6 +116,7 @@ def attribute_command(
     # everything is validated before the run directory exists
     check_out(out)
     check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
+    n_jobs = check_n_jobs(n_jobs, "--n-jobs")
     dev = check_device(device)
     m = load_model(resolve_source(model), device=dev, dtype=_torch_dtype(dtype), allow_pickle=allow_pickle,
                    allow_large=allow_large)
@@ -123,10 +129,9 @@ def attribute_command(
     index = "edges" if level == "edge" else "nodes"
     with RunDir(out, spec=spec, command=sys.argv, seed=seed,
                 provenance={"model": m.identity(), "task": t.describe()}) as run:
-        def compute():
-            sm = attribute(m, t, method, level=level, ablation=ablation, batch_size=batch_size,
-                           ig_steps=ig_steps, seed=seed)
-            return sm.tables({"task": t.describe()})
+        def compute():  # the audit's chunked scoring: whole batches per worker, so n_jobs never changes a score
+            opts = SimpleNamespace(level=level, ablation=ablation, batch_size=batch_size, ig_steps=ig_steps, seed=seed)
+            return attribution_scores(m, t, method, opts, n_jobs).tables({"task": t.describe()})
 
         run.stage("scores", compute, ["scores", index], params=params, force=force)
     from circuits.scores import ScoreMatrix
