@@ -115,7 +115,8 @@ def _one_size(population: np.ndarray, n: int, n_datasets: int, kinds: Sequence[I
             a["hit"].append((lo <= truth) & (truth <= hi))
             a["width"].append(hi - lo)
             a["reject"].append((lo > kind.null_value) | (hi < kind.null_value))
-            a["reliable"].append(np.asarray(out.get("reliable", np.ones_like(lo, bool)), bool))
+            if "reliable" in out:  # kinds that never flag units get no reliable coverage (NaN), not a copy
+                a["reliable"].append(np.asarray(out["reliable"], bool))
     return [{key: np.asarray(v) for key, v in a.items()} for a in acc]
 
 
@@ -132,7 +133,8 @@ def _summarise(kind: IntervalKind, n: int, a: dict[str, np.ndarray], level: floa
     n_cells = hit.size
     null = kind.null
     fpr = float(a["reject"][:, null].mean()) if null is not None and null.any() else np.nan
-    cov_rel = float(hit[rel].mean()) if rel.any() else np.nan
+    flags = rel.size > 0
+    cov_rel = float(hit[rel].mean()) if flags and rel.any() else np.nan
     return {"kind": kind.name, "estimand": kind.estimand, "n": int(n), "n_datasets": int(hit.shape[0]),
             "n_units": int(hit.shape[1]), "coverage": cov,
             "coverage_mc_se": float(np.sqrt(cov * (1 - cov) / max(n_cells, 1))),
@@ -140,7 +142,7 @@ def _summarise(kind: IntervalKind, n: int, a: dict[str, np.ndarray], level: floa
             # an infinite interval (e.g. bootstrap-t on a near-constant edge) covers trivially: count it apart
             "mean_width": _finite_mean(a["width"]),
             "median_width": float(np.nanmedian(a["width"])), "share_infinite": float(np.mean(~np.isfinite(a["width"]))),
-            "null_rejection_rate": fpr, "coverage_reliable": cov_rel, "share_reliable": float(rel.mean()),
+            "null_rejection_rate": fpr, "coverage_reliable": cov_rel, "share_reliable": float(rel.mean()) if flags else np.nan,
             "confidence_level": float(level)}
 
 

@@ -71,6 +71,7 @@ def test_calibration_study_with_stability_and_faithfulness_kinds(tmp_path) -> No
         assert 0.0 < x["mean_width"] <= 2.0  # Jaccard in [0, 1], Phi in [-1, 1]
         assert kind in r.output  # the one-screen summary lists the kind
     assert "E[Jaccard(top-k of D1, top-k of D2)]" in rows["stability/jaccard_data"]["estimand"]
+    assert np.isnan(rows["stability/jaccard_data"]["share_reliable"]) and rows["edge/t"]["share_reliable"] > 0
     assert "NOT an interval" in rows["stability/jaccard_mc"]["estimand"]
     # Monte Carlo error of one dataset's statistic is far narrower than a data-level interval
     assert rows["stability/jaccard_mc"]["mean_width"] < rows["stability/jaccard_data"]["mean_width"]

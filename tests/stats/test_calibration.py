@@ -34,6 +34,7 @@ def test_t_interval_on_normal_population_covers_at_nominal() -> None:
     # analytic: 0.95 (normal data, t interval); 2400 cells -> MC SE ~0.0045
     assert 0.93 <= row["coverage"] <= 0.97
     assert 0.03 <= row["null_rejection_rate"] <= 0.07
+    assert np.isnan(row["coverage_reliable"]) and np.isnan(row["share_reliable"])  # the t interval flags nothing
     expected_width = 2 * sps.t.ppf(0.975, 29) * 1.0 / np.sqrt(30) * np.sqrt(29 / 30) * 1.0
     assert row["mean_width"] == pytest.approx(expected_width, rel=0.05)
 
