@@ -174,3 +174,26 @@ def test_faithfulness_kinds_truth_is_population_faithfulness_of_the_selected_cir
     assert ev.circuit_rows - before <= np.unique(rows).size and np.array_equal(again[:, 0], again[:, 1])
     ev.get(np.arange(15)[None] < 3, rows)
     assert sum(c * r for c, r in calls[1:]) == ev.circuit_rows <= len(ev.values) * 400
+
+
+def test_stability_kinds_read_the_right_interval_and_truth() -> None:
+    from stats.populations import smooth_tail_population
+    from stats.stability import circuit_stability
+
+    pop = smooth_tail_population(400, 12, seed=3)
+    kinds = {k.name: k for k in stability_interval_kinds(np.hstack([pop, pop - pop.mean(0)]), [2, 4],
+                                                         ranking="absolute", n_resamples=100, n_truth_pairs=3000,
+                                                         seed=1, columns=slice(0, 12))}
+    X = np.hstack([pop, pop - pop.mean(0)])[np.random.default_rng(0).integers(0, 400, 40)]
+    seed = np.random.SeedSequence(9)
+    ref = circuit_stability(X[:, :12], None, [2, 4], ranking="absolute", n_resamples=100, seed=seed,
+                            n_rank_resamples=0, data_level=True)
+    other = stability_truth(pop, 40, [2, 4], ranking="absolute", n_pairs=3000, seed=77)  # independent draw
+    for name, interval, truth in (("jaccard_data", "jaccard_data", "jaccard_data"),
+                                  ("jaccard_pop", "jaccard_pop", "jaccard_pop"),
+                                  ("phi_data", "phi_data", "phi_data"), ("jaccard_mc", "jaccard", "jaccard_data")):
+        out = kinds[f"stability/{name}"].compute(X, seed)
+        np.testing.assert_array_equal(out["low"], ref.conf_int(interval).low)
+        np.testing.assert_array_equal(out["high"], ref.conf_int(interval).high)
+        se = np.hypot(getattr(other, f"{truth}_mc_se"), getattr(other, f"{truth}_mc_se"))
+        assert np.all(np.abs(kinds[f"stability/{name}"].truth(40) - getattr(other, truth)) <= 5 * se + 1e-12)
