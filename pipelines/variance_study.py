@@ -14,7 +14,7 @@ task and the factors to vary; ``run_variance_study`` writes a resumable run dire
   (bias, error SD, slope, R², rank agreement), as the audit writes them.
 * ``variance_components``: per edge, the crossed random-effects decomposition
   examples × counterfactual draw × estimator (× training seed) from ``stats.variance_components``,
-  with Satterthwaite CIs; ``variance_shares``: the shares pooled over the top edges
+  with Satterthwaite CIs (normal theory, labelled so in ``interval``); ``variance_shares``: the shares pooled over the top edges
   (``stats.variance.pooled_shares``): a basic bootstrap over prompts for the terms with examples
   (robust to heavy-tailed effects), a normal-theory pivot for the terms without them
   (``interval_reliable`` False: they rest on the few levels of their factors).
@@ -94,6 +94,9 @@ __all__ = [
 ]
 
 AGGREGATIONS = ("mean", "median", "trimmed_mean", "mean_abs")  # as stats.factor_stability.AGGREGATIONS
+#: what the per-edge component intervals of variance_components are (the pooled shares are robust)
+PER_EDGE_COMPONENT_INTERVAL = ("Satterthwaite chi-square interval of this edge's component (normal theory: "
+                               "not robust to heavy-tailed scores; see variance_shares for robust pooled intervals)")
 #: how the summary's verdicts combine intervals
 MULTIPLICITY = "none: each verdict reads its own interval at the stated confidence level"
 
@@ -539,7 +542,7 @@ class _Study:
         self.plan0 = self.plan(0)
         rs = {"bootstrap": spec.bootstrap.model_dump(), "k": self.ks, "ranking": spec.ranking, "trim": spec.trim,
               "aggregations": spec.aggregations, "n_top": spec.n_top, "summary_k": spec.k_summary, "bar": spec.bar,
-              "intervals": "data-level v3"}  # interval methods: a change recomputes the statistics stages
+              "intervals": "data-level v4"}  # interval methods: a change recomputes the statistics stages
         self.rs = rs
         self.stage("intrinsic", self.intrinsic_stage, ["intrinsic", "edge_stats"], rs, self.deps)
         self.stage("stability", self.stability_stage, ["stability_vs_k", "inclusion"], rs, self.deps)
@@ -630,7 +633,8 @@ class _Study:
             comp_parts.append({"edge": main["edge"] + s, "name": list(main["edge_name"]), "source": list(main["component"]),
                                "variance": main["variance"], "share": main["share"], "se": main["standard_error"],
                                "ci_low": main["ci_low"], "ci_high": main["ci_high"],
-                               "negative_estimate": np.asarray(main["negative_estimate"], dtype=bool)})
+                               "negative_estimate": np.asarray(main["negative_estimate"], dtype=bool),
+                               "interval": [PER_EDGE_COMPONENT_INTERVAL] * len(main["edge"])})
             anova_parts.append({"edge": anova["edge"] + s, "term": list(anova["term"]), "df": anova["df"],
                                 "mean_square": anova["mean_square"]})
         from .audit import _concat

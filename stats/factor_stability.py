@@ -266,6 +266,8 @@ def paired_jaccard(S_ref: np.ndarray, levels: Sequence[tuple[np.ndarray, str]],
     N = S_ref.shape[0]
     c_nest, c_split, c_ties = spawn_seeds(as_seed_sequence(seed), 3)
     main = np.asarray(main_counts)
+    if main.ndim != 2 or main.shape[1] != N or main.shape[0] < 2:
+        raise InputError(f"main_counts must be [B >= 2, N = {N}] resample counts, got shape {main.shape}")
     blocks = [np.ones((1, N), dtype=np.int32), main]
     if intervals:
         blocks += [nested_bootstrap(N, n_outer, n_inner, c_nest)[1].counts, split_counts(N, N_SPLITS, c_split)]

@@ -104,6 +104,7 @@ def test_planted_variance_shares_are_recovered_within_their_intervals(planted_ru
     assert np.isclose(shares["share"].sum(), 1.0)
     # per-edge components (stats.variance_components) centre on the planted values
     comp = _table(out, "variance_components")
+    assert comp["interval"].str.contains("normal theory").all()  # per-edge intervals say what they rest on
     med = comp.groupby("source")["variance"].median()
     for source in ("examples", "examples:counterfactual", "examples:estimator", "residual"):
         assert abs(med[source] - PLANTED[source]) < 0.25 * PLANTED[source], (source, med[source])
