@@ -14,7 +14,8 @@ task and the factors to vary; ``run_variance_study`` writes a resumable run dire
   (bias, error SD, slope, R², rank agreement), as the audit writes them.
 * ``variance_components``: per edge, the crossed random-effects decomposition
   examples × counterfactual draw × estimator (× training seed) from ``stats.variance_components``,
-  with Satterthwaite CIs (normal theory, labelled so in ``interval``); ``variance_shares``: the shares pooled over the top edges
+  with Satterthwaite CIs (normal theory, labelled so in ``interval``); ``variance_shares``: the
+  shares pooled over the top edges
   (``stats.variance.pooled_shares``): a basic bootstrap over prompts for the terms with examples
   (robust to heavy-tailed effects), a normal-theory pivot for the terms without them
   (``interval_reliable`` False: they rest on the few levels of their factors).

@@ -418,8 +418,10 @@ def pooled_shares(Y: np.ndarray, factors: Sequence[str], *, confidence_level: fl
     x 4 estimators, 20 edges, every effect Student-t(3), all factors' levels redrawn): basic
     0.93-0.97 on the terms with examples (percentile: 0.88 on the examples share, why basic is
     the default); the pivot rows 0.98-1.00 (conservative; basic there: 0.91-0.96 but with lower
-    ends far below zero). With only 2-3 levels of a factor that is luck, not a guarantee: the
-    rows say so (``interval_reliable``). tests/stats/test_variance_intervals.py.
+    ends far below zero). With 2 levels of one factor (64 x 3 x 2): rows with examples 0.89-0.92,
+    pivot rows 1.00 only because their intervals span ~0.6-1.1 of the share scale (no
+    information); 64 x 4 x 3: 0.925-0.96 and 0.995. With 2-3 levels of a factor the pivot rows
+    are wide by necessity and rest on normal theory: the rows say so (``interval_reliable``). tests/stats/test_variance_intervals.py.
     """
     if method not in ("basic", "percentile"):
         raise ValueError(f"method must be 'basic' or 'percentile', got {method!r}")
