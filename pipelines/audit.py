@@ -200,33 +200,12 @@ def _selected_columns(model, task, S: np.ndarray, ks: list[int], spec: AuditSpec
 
 def approximation_tables(exact: np.ndarray, approx: np.ndarray, names: list[str], method: str, k: int,
                          ranking: str) -> tuple[dict, dict]:
-    """Per-edge approximation error of ``method`` against exact, and a summary row."""
-    from scipy import stats as sps
+    """(approximation, approximation_summary) columns of ``method`` against exact (stats.approximation)."""
+    from stats.approximation import approximation_agreement
 
-    N = exact.shape[0]
-    s, a = exact.astype(np.float64), approx.astype(np.float64)
-    err = a - s
-    sm, am = s.mean(0), a.mean(0)
-    sc, ac = s - sm, a - am
-    sxx, sxy, syy = (sc * sc).sum(0), (sc * ac).sum(0), (ac * ac).sum(0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        slope = np.where(sxx > 0, sxy / sxx, np.nan)
-        r2 = np.where((sxx > 0) & (syy > 0), sxy**2 / (sxx * syy), np.nan)
-    per_edge = {"method": [method] * len(names), "edge": np.arange(len(names), dtype=np.int64), "name": names,
-                "exact_mean": sm, "approx_mean": am, "bias": err.mean(0),
-                "error_sd": err.std(0, ddof=1) if N > 1 else np.full(len(names), np.nan),
-                "slope": slope, "intercept": am - slope * sm, "r2": r2}
-    from stats.topk import topk
-
-    top_s = set(topk(sm, k, ranking=ranking, seed=0).indices.tolist())  # the one top-k (random ties, fixed seed)
-    top_a = set(topk(am, k, ranking=ranking, seed=0).indices.tolist())
-    flat_s, flat_a = s.ravel(), a.ravel()
-    fit = sps.linregress(flat_s, flat_a) if np.ptp(flat_s) > 0 else None
-    summary = {"method": [method], "spearman": [float(sps.spearmanr(sm, am).statistic)],
-               "kendall": [float(sps.kendalltau(sm, am).statistic)],
-               "slope": [float(fit.slope) if fit else np.nan], "r2": [float(fit.rvalue**2) if fit else np.nan],
-               "bias_mean": [float(err.mean())], "top_k_overlap": [len(top_s & top_a) / k], "k": [int(k)]}
-    return per_edge, summary
+    res = approximation_agreement(exact, approx, k, ranking=ranking, seed=0, edge_names=names)
+    per, summ = res.to_table("per_edge").to_pydict(), res.to_table("summary").to_pydict()
+    return {"method": [method] * len(names), **per}, {"method": [method], **summ}
 
 
 def _concat(parts: list[dict]) -> dict:
