@@ -113,11 +113,11 @@ def data_level_cost(seed: int) -> None:
     run = lambda level, method=METHODS[0]: circuit_stability(  # noqa: E731
         S, None, [5, 10, 20, 50], ranking="absolute", n_resamples=1000, seed=seed,
         data_level=level, data_level_method=method)
-    t_off, _ = _time(lambda: run(False), repeat=3)
+    t_off, _ = _time(lambda: run(False), repeat=5)
     print(f"\ncircuit stability on the demo's shape (N=64 zoo prompts, E=81, B=1000, k=5/10/20/50): "
           f"{t_off:.2f} s without data-level intervals")
     for method in (METHODS[0], "bracketed"):  # the default, and the former default
-        t_on, _ = _time(lambda: run(True, method), repeat=3)
+        t_on, _ = _time(lambda: run(True, method), repeat=5)
         print(f"  with data-level intervals, method {method:<13} {t_on:.2f} s = "
               f"{t_on / t_off:.2f}x   [budget <= 3x]")
 

@@ -1,15 +1,16 @@
 """Coverage of the data-level circuit-stability intervals (stats.stability_data).
 
-The default method (bracketed_2n: split-half extrapolation and plug-in - |bias| below, plug-in of
-size-2N resamples and plug-in + |bias| above, each -+ z se) was chosen on the zoo score fixture
-and a spiky synthetic population; it is checked here on populations used for neither (smooth
-heavy tails, stats.populations.smooth_tail_population), where the estimand is computed by Monte
-Carlo over many pairs of datasets drawn from the population. Two cells: N = 64, k = 10, and
-N = 128, k = 5, where a real score gap sits at the cut-off, the plug-in is biased down by ~0.09
-and the former method ("bracketed", upper end plug-in + |bias|) covered 0.70 (measured on these
-datasets; 0.65-0.79 in other runs). Coverage is bounded from both sides and the width against
-the estimator's own spread across datasets, so neither an anti-conservative interval (the old
-Monte Carlo "CI" covered ~0.2) nor a uselessly wide one passes.
+The default method (bracketed_2n: the halves' value, the split-half extrapolation and plug-in -
+|bias| below, the plug-in of size-2N resamples and plug-in + |bias| above, each -+ z se) is
+checked on smooth heavy-tailed populations (stats.populations.smooth_tail_population), where
+the estimand is computed by Monte Carlo over many pairs of datasets drawn from the population.
+Two cells: N = 64, k = 10, and N = 128, k = 5, where a real score gap sits at the cut-off, the
+plug-in is biased down by ~0.09 and the former method ("bracketed", upper end plug-in + |bias|)
+covers 0.73 on these datasets (0.70 in the grid of stats/stability_data). Not a blind check:
+that cell was used to diagnose the failure; the grid there covers six populations, two of them
+unseen. Coverage is bounded from both sides and the width against the estimator's own spread
+across datasets, so neither an anti-conservative interval (the old Monte Carlo "CI" covered
+~0.2) nor a uselessly wide one passes.
 """
 
 import numpy as np
@@ -59,9 +60,9 @@ def test_data_level_jaccard_interval_covers_on_an_unseen_population(n_edges, pop
     assert 0.90 <= cover <= 0.995, cover
     assert 0.90 <= cover_pop, cover_pop
     # not uselessly wide: a correct normal interval is 3.92 SD of the estimate across datasets;
-    # the bracket adds the bias either way, the split extrapolation below and the size-2N
-    # plug-in above (measured here: 5.1 SD at N = 128, k = 5; 7.4 at N = 64, k = 10), so the
-    # bound is twice the normal width
-    assert width_sd < 2 * 3.92, width_sd
+    # the bracket adds the bias either way, the halves' value and split extrapolation below and
+    # the size-2N plug-in above (measured here: 5.6 SD at N = 128, k = 5; 8.4 at N = 64,
+    # k = 10), so the bound is 2.5 times the normal width
+    assert width_sd < 2.5 * 3.92, width_sd
     # the Monte Carlo interval is not a data-level interval: it must miss most of the time
     assert np.mean((mc_lo <= truth) & (truth <= mc_hi)) < 0.5
