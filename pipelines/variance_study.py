@@ -76,10 +76,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Literal, Optional, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
-import typer
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from circuits.errors import InputError
@@ -91,7 +90,6 @@ __all__ = [
     "AGGREGATIONS", "with_counterfactual", "VarianceSpec", "ModelScorer", "counterfactual_corruptions",
     "load_variance_spec", "parse_variance_spec", "resolve_source",
     "run_variance_study",
-    "study_variance_command",
 ]
 
 AGGREGATIONS = ("mean", "median", "trimmed_mean", "mean_abs")  # as stats.factor_stability.AGGREGATIONS
@@ -886,26 +884,6 @@ def _names_hash(names: list[str]) -> str:
 
 
 # ----- command line -----------------------------------------------------------------------------
-def study_variance_command(
-    spec: Path = typer.Argument(..., help="variance-study spec (YAML)"),
-    out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
-    n_jobs: Optional[int] = typer.Option(None, "--n-jobs", min=1,
-                                         help="parallel workers, 1 to this machine's CPU count (default: the spec's)"),
-    force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
-    report: bool = typer.Option(True, "--report/--no-report", help="write report.html at the end"),
-    allow_outside: bool = typer.Option(False, "--allow-outside",
-                                       help="let paths in the spec leave its directory (absolute, .., ~)"),
-) -> None:
-    """Variance study: where the uncertainty of a circuit comes from (examples, counterfactuals, estimators, seeds)."""
-    parsed = load_variance_spec(spec, allow_outside=allow_outside)  # validated before anything is created
-    run_variance_study(parsed, out, n_jobs=n_jobs, force=force)
-    typer.echo(f"variance study written to {out}")
-    for line in summary_lines(Path(out)):
-        typer.echo(line)
-    if report:
-        from reports.html import render_report
-
-        typer.echo(f"report: {render_report(out)}")
 
 
 def summary_lines(out: Path) -> list[str]:

@@ -56,3 +56,12 @@ def test_malformed_spec_exits_2_and_creates_nothing(tmp_path):
     p = cli("audit", str(spec), "--out", str(out))
     assert p.returncode == 2 and "methods.1" in p.stderr and "bogus_key" in p.stderr
     assert not out.exists()
+
+
+def test_the_cli_starts_without_torch_scipy_or_transformers():
+    """--help, check, query and report must start fast: importing the CLI loads none of the heavy libraries
+    (bench/startup.py measures the time; a test never bounds wall-clock)."""
+    code = ("import sys, pipelines.cli; from pipelines.cli import checks; "
+            "print(sorted(m for m in ('torch', 'scipy', 'transformers', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]", out

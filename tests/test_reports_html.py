@@ -182,7 +182,9 @@ def make_run(root: Path, n_layers: int = 2, n_heads: int = 4, methods=("exact", 
     _write_filled(vc, run / "variance_components.parquet")
     _write_filled({"factor": ["dataset", "counterfactual", "estimator", "aggregation", "seed"],
                  "jaccard_to_reference": [0.91, 0.72, 0.55, 0.88, 0.643], "ci_low": [0.85, 0.6, 0.41, 0.8, 0.5432],
-                 "ci_high": [0.95, 0.8, 0.66, 0.93, 0.75], "meets_0_8": [True, False, False, True, False], "k": [20] * 5},
+                 "ci_high": [0.95, 0.8, 0.66, 0.93, 0.75], "bar": [0.8] * 5,
+                 "meets_bar": [True, False, False, True, False],
+                 "verdict": ["met", "inconclusive", "not met", "met", "inconclusive"], "k": [20] * 5},
                 run / "variance_summary.parquet")
     _write_filled({"item": ["mean Jaccard at k=20", "faithfulness lower CI"], "value": [0.872, 0.7], "ci_low": [0.83, 0.65],
                  "ci_high": [0.9, 0.75], "verdict": ["pass", "fail"]}, run / "summary.parquet")
@@ -344,7 +346,7 @@ def test_each_section_shows_its_numbers(rendered):
     for s in ("example", "counterfactual", "estimator", "seed", "residual"):
         assert f">{s}<" in var
     frows = table_rows(page, "variance")
-    assert ["seed", "0.643", "0.543", "0.750", "no", "20"] in frows
+    assert ["seed", "0.643", "0.543", "0.750", "no", "20", "inconclusive"] in [r[:7] for r in frows]
     assert "showing 20 of 30 edges" in var
 
 
@@ -370,7 +372,8 @@ def test_hostile_method_and_label_names_are_escaped(tmp_path):
     run = make_run(tmp_path, methods=("exact", bad), evil=False)
     write_table({"layer": [0, 0], "hook": [bad, "post"], "kind": ["linear", bad], "cka": [0.5, 0.6], "ci_low": [0.4, 0.5],
                  "ci_high": [0.6, 0.7]}, run / "residual.parquet")
-    write_table({"factor": [bad], "jaccard_to_reference": [0.5], "ci_low": [0.4], "ci_high": [0.6], "meets_0_8": [False], "k": [5]},
+    write_table({"factor": [bad], "jaccard_to_reference": [0.5], "ci_low": [0.4], "ci_high": [0.6], "bar": [0.8], "meets_bar": [False],
+                 "verdict": [bad], "estimand": [bad], "k": [5]},
                 run / "variance_summary.parquet")
     page = render_report(run).read_text()
     assert bad not in page

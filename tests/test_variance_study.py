@@ -360,20 +360,18 @@ def test_example_specs_parse():
         assert spec.estimator_levels()[0][0] == "exact" and spec.bootstrap.n_resamples >= 100
 
 
-def test_command_runs_under_typer(tmp_path):
-    import typer
+def test_command_runs_under_the_cli(tmp_path):
+    """`circuitstat study variance`: a bad spec is one line and exit 2, before anything is written."""
     from typer.testing import CliRunner
 
-    from pipelines.variance_study import study_variance_command
+    from pipelines.cli import app
 
-    app = typer.Typer()
-    app.command("variance")(study_variance_command)
-    app.command("other")(lambda: None)  # a group, as `circuitstat study variance`
     spec = tmp_path / "spec.yaml"
     spec.write_text("model: planted\nestimators: {methods: [exact, eap]}\nbootstrap: {n_resamples: 50}\n")
-    res = CliRunner().invoke(app, ["variance", str(spec), "--out", str(tmp_path / "run")])
-    assert res.exit_code != 0 and "at least 100" in str(res.exception)
-    res = CliRunner().invoke(app, ["variance", "--help"])
+    res = CliRunner().invoke(app, ["study", "variance", str(spec), "--out", str(tmp_path / "run")])
+    assert res.exit_code == 2 and res.output.startswith("error: ") and "at least 100" in res.output, res.output
+    assert not (tmp_path / "run").exists()
+    res = CliRunner().invoke(app, ["study", "variance", "--help"])
     assert res.exit_code == 0 and "--out" in res.output and "--n-jobs" in res.output
 
 
