@@ -74,7 +74,8 @@ class CalibrationSpec(_RunOptions):
     n_datasets: int = Field(200, ge=20, le=100_000)
     n_resamples: int = Field(500, ge=50, le=100_000)
     confidence_level: float = Field(0.95, gt=0.5, lt=1.0)
-    intervals: list[Literal["edge", "stability", "faithfulness"]] = Field(default_factory=lambda: ["edge"], min_length=1)
+    intervals: list[Literal["edge", "stability", "faithfulness"]] = Field(default_factory=lambda: ["edge"],
+                                                                          min_length=1)
     ks: KGrid = Field(default_factory=lambda: [5, 10, 20], min_length=1)
     ranking: Literal["absolute", "signed"] = "absolute"
     n_truth_pairs: int = Field(4000, ge=200, le=1_000_000)

@@ -142,7 +142,8 @@ def _summarise(kind: IntervalKind, n: int, a: dict[str, np.ndarray], level: floa
             # an infinite interval (e.g. bootstrap-t on a near-constant edge) covers trivially: count it apart
             "mean_width": _finite_mean(a["width"]),
             "median_width": float(np.nanmedian(a["width"])), "share_infinite": float(np.mean(~np.isfinite(a["width"]))),
-            "null_rejection_rate": fpr, "coverage_reliable": cov_rel, "share_reliable": float(rel.mean()) if flags else np.nan,
+            "null_rejection_rate": fpr, "coverage_reliable": cov_rel,
+            "share_reliable": float(rel.mean()) if flags else np.nan,
             "confidence_level": float(level)}
 
 
