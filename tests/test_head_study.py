@@ -203,6 +203,15 @@ def test_a_bad_plan_is_refused_with_exit_2_before_anything_is_written(tmp_path, 
     assert not out.exists()
 
 
+def test_the_example_plan_loads():
+    from pathlib import Path
+
+    from pipelines.head_study import load_head_study_plan
+
+    plan = load_head_study_plan(Path(__file__).resolve().parents[1] / "examples" / "head-study-seeds.yaml")
+    assert plan.depths == (2, 4) and len(plan.seeds) == 10 and len(plan.conditions()) == 4
+
+
 def test_a_plan_and_quick_together_are_refused(tmp_path):
     from typer.testing import CliRunner
 
