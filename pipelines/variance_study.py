@@ -350,7 +350,7 @@ class ModelScorer:
 
     has_model = True
 
-    def __init__(self, spec: VarianceSpec, seed_of) -> None:
+    def __init__(self, spec: VarianceSpec, seed_of, *, allow_pickle: bool = False, allow_large: bool = False) -> None:
         import torch
 
         from circuits import load_model
@@ -359,9 +359,9 @@ class ModelScorer:
         from .build import build_task
 
         self.spec, self._seed_of = spec, seed_of
-        self._dtype = getattr(torch, spec.dtype)
-        self._models: dict[int, Any] = {0: load_model(resolve_source(spec.sources[0]), device=spec.device,
-                                                      dtype=self._dtype)}
+        self._load = dict(device=spec.device, dtype=getattr(torch, spec.dtype), allow_pickle=allow_pickle,
+                          allow_large=allow_large)
+        self._models: dict[int, Any] = {0: load_model(resolve_source(spec.sources[0]), **self._load)}
         m0 = self.model(0)
         t = spec.task
         self._opts = dict(t.options)
@@ -378,7 +378,7 @@ class ModelScorer:
         if s not in self._models:
             from circuits import load_model
 
-            m = load_model(resolve_source(self.spec.sources[s]), device=self.spec.device, dtype=self._dtype)
+            m = load_model(resolve_source(self.spec.sources[s]), **self._load)
             if m.graph.edge_names != self._models[0].graph.edge_names:
                 raise InputError(f"model {self.spec.sources[s]} has a different component graph from "
                                  f"{self.spec.sources[0]}; the seeds of a study must share one architecture")
@@ -443,12 +443,13 @@ class ModelScorer:
 
 # ----- the study --------------------------------------------------------------------------------
 def run_variance_study(spec: VarianceSpec, out: str | Path, n_jobs: int | None = None, force: bool = False, *,
-                       scorer: Scorer | None = None) -> Path:
+                       scorer: Scorer | None = None, allow_pickle: bool = False, allow_large: bool = False) -> Path:
     """Run (or resume) the variance study described by ``spec`` into run directory ``out``; returns ``out``.
 
     ``scorer`` replaces the models as the source of score matrices (a Scorer; used to validate the
     study on scores with planted variance components); the selection stage then needs
-    ``scorer.model(0)`` / ``scorer.task(0)`` or is skipped.
+    ``scorer.model(0)`` / ``scorer.task(0)`` or is skipped. ``allow_pickle`` / ``allow_large``: as
+    for ``load_model`` (pickled weights; models above the memory limit).
     """
     import torch
 
@@ -463,7 +464,8 @@ def run_variance_study(spec: VarianceSpec, out: str | Path, n_jobs: int | None =
     box: dict = {}
     if scorer is None:
         check_device(spec.device)
-    sc = scorer if scorer is not None else ModelScorer(spec, lambda name: box["run"].stage_seed(name))
+    sc = scorer if scorer is not None else ModelScorer(spec, lambda name: box["run"].stage_seed(name),
+                                                       allow_pickle=allow_pickle, allow_large=allow_large)
     check_study(spec, sc)  # before the run directory exists
     with RunDir(out, spec=spec_doc, command=sys.argv, seed=spec.seed,
                 provenance=getattr(sc, "provenance", {"scores": "user scorer"})) as run:

@@ -554,3 +554,25 @@ def test_seed_limit_and_allow_large():
         parse_seeds("0-1000")
     assert parse_seeds("0-999") == list(range(1000))
     assert len(parse_seeds("0-1000", allow_large=True)) == 1001
+
+
+def test_study_variance_refuses_pickled_weights_unless_allowed(good_dir, tmp_path):
+    """`study variance` loads its models like every other command: pickles need --allow-pickle."""
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    d = _pickled_dir(good_dir, tmp_path)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"model: {d.name}\ntask: {{name: induction, n: 40, options: {{seq_len: 4}}}}\n"
+                    "estimators: {methods: [exact, eap]}\nbootstrap: {n_resamples: 100}\nk: [3]\n"
+                    "dataset: {n_fresh: 0}\ncounterfactual: {n_draws: 1}\n")
+    out = tmp_path / "run"
+    r = CliRunner().invoke(app, ["study", "variance", str(spec), "--out", str(out), "--no-report"])
+    assert r.exit_code == 2 and "--allow-pickle" in r.output, r.output
+    assert not out.exists()
+    # allowed, the model loads and the study goes on to its own checks (here: k above the edge count, exit 2)
+    spec.write_text(spec.read_text().replace("k: [3]", "k: [99999]"))
+    r = CliRunner().invoke(app, ["study", "variance", str(spec), "--out", str(out), "--no-report", "--allow-pickle"])
+    assert r.exit_code == 2 and "k=99999 is not below" in r.output and "--allow-pickle" not in r.output, r.output
+    assert not out.exists()

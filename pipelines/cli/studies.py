@@ -231,13 +231,15 @@ def study_variance_command(
     report: bool = typer.Option(True, "--report/--no-report", help="write report.html at the end"),
     allow_outside: bool = typer.Option(False, "--allow-outside",
                                        help="let paths in the spec leave its directory (absolute, .., ~)"),
+    allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
+    allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
     """Variance study: where the uncertainty of a circuit comes from (examples, counterfactuals, estimators, seeds)."""
     from pipelines.variance_study import load_variance_spec, run_variance_study, summary_lines
 
     check_out(out)
     parsed = load_variance_spec(spec, allow_outside=allow_outside)  # validated before anything is created
-    run_variance_study(parsed, out, n_jobs=n_jobs, force=force)
+    run_variance_study(parsed, out, n_jobs=n_jobs, force=force, allow_pickle=allow_pickle, allow_large=allow_large)
     typer.echo(f"variance study written to {out}")
     for line in summary_lines(Path(out)):
         typer.echo(line)
