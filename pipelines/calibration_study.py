@@ -47,15 +47,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import typer
 from pydantic import Field, ValidationError
 
 from circuits.errors import InputError
 
 from .spec import METHOD, ABLATION, KGrid, TaskSpec, _format_error, _RunOptions, load_yaml
 
-__all__ = ["CalibrationSpec", "load_calibration_spec", "run_calibration_study", "study_calibration_command",
-           "summary_lines"]
+__all__ = ["CalibrationSpec", "load_calibration_spec", "run_calibration_study", "summary_lines"]
 
 EDGE_ESTIMAND = "mean effect over the task's prompt distribution"
 #: ablations under which a prompt's metric does not depend on the other prompts evaluated
@@ -246,24 +244,6 @@ def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int
         run.stage("calibration", calibrate, ["coverage", "coverage_per_unit"],
                   params={k: doc[k] for k in keys}, depends_on=[name], force=force)
     return Path(out)
-
-
-def study_calibration_command(
-    spec: Path = typer.Argument(..., help="calibration spec (YAML): model, task (n = population size), sizes"),
-    out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
-    n_jobs: int | None = typer.Option(None, "--n-jobs", help="parallel workers for the attribution"),
-    force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
-    allow_outside: bool = typer.Option(False, "--allow-outside",
-                                       help="let paths in the spec leave its directory (absolute, .., ~)"),
-) -> None:
-    """Empirical coverage of the audit's intervals on your model and task, per dataset size N."""
-    from reports.tables import read_table
-
-    parsed = load_calibration_spec(spec, allow_outside=allow_outside)
-    run_calibration_study(parsed, out, n_jobs=n_jobs, force=force)
-    table = read_table(Path(out) / "coverage.parquet").to_pylist()
-    for line in summary_lines(table, parsed.confidence_level, out):
-        typer.echo(line)
 
 
 def summary_lines(rows: list[dict], confidence_level: float, out: Path | str) -> list[str]:

@@ -8,6 +8,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from pipelines.calibration_study import summary_lines
 from pipelines.cli import app
 from stats.intervals import METHODS
 
@@ -75,6 +76,12 @@ def test_calibration_study_with_stability_and_faithfulness_kinds(tmp_path) -> No
     assert "NOT an interval" in rows["stability/jaccard_mc"]["estimand"]
     # Monte Carlo error of one dataset's statistic is far narrower than a data-level interval
     assert rows["stability/jaccard_mc"]["mean_width"] < rows["stability/jaccard_data"]["mean_width"]
+    lines = summary_lines(list(rows.values()), 0.95, out)  # the one-screen summary
+    for kind, x in rows.items():
+        line = next(ln for ln in lines if ln.startswith(kind + " "))
+        assert ("—" in line) == kind.startswith(("stability/", "faithfulness/"))  # no null units there
+        assert f"  {kind}: {x['estimand']}" in lines or kind.startswith("edge/")
+    assert f"  edge/*: {rows['edge/t']['estimand']}" in lines
     per_unit = pq.read_table(out / "coverage_per_unit.parquet").to_pylist()
     labels = {(x["kind"], x["unit_label"]) for x in per_unit if x["kind"].startswith("stability/")}
     assert labels == {(k, f"k={v}") for k in STABILITY_KINDS for v in (3, 6)}
