@@ -53,8 +53,8 @@ class IntervalKind:
     estimand depends on the dataset, e.g. the population faithfulness of the circuit selected
     from it); ``truth(N)`` returns the [m] population values it should cover at dataset size N
     (many estimands, e.g. the expected Jaccard of two size-N circuits, depend on N; None when
-    compute returns the truth); ``null`` marks units
-    whose population value is ``null_value`` (their rejection rate is a false-positive rate);
+    compute returns the truth); ``null`` marks units whose population value is ``null_value``
+    (their rejection rate is a false-positive rate);
     ``unit_labels`` name the units in the per-unit table (e.g. "k=10"; default: their index).
     """
 
@@ -133,7 +133,7 @@ def _summarise(kind: IntervalKind, n: int, a: dict[str, np.ndarray], level: floa
     n_cells = hit.size
     null = kind.null
     fpr = float(a["reject"][:, null].mean()) if null is not None and null.any() else np.nan
-    flags = rel.size > 0
+    flags = rel.shape == hit.shape  # the kind flagged units in every dataset
     cov_rel = float(hit[rel].mean()) if flags and rel.any() else np.nan
     return {"kind": kind.name, "estimand": kind.estimand, "n": int(n), "n_datasets": int(hit.shape[0]),
             "n_units": int(hit.shape[1]), "coverage": cov,
