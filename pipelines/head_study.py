@@ -39,7 +39,7 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Sequence
 
@@ -50,7 +50,7 @@ from pydantic import Field
 from circuits.errors import InputError
 from pipelines.spec import _Strict
 from pipelines.training import TrainRecipe, cache_dir
-from stats.results import ConfidenceInterval, Result
+from reports.run_tables import RunTables
 from stats.head_stability import (bootstrap_z_summary, fisher_interval, fisher_pvalue, holm_verdicts,
                                   jackknife_summary, pooled_fisher_z, t_pvalue, z_pvalue)
 
@@ -570,48 +570,16 @@ def _study_summary(run, plan: StudyPlan, headline: str) -> dict:
 
 
 @dataclass(repr=False)
-class HeadStudyResult(Result):
-    """The head study's run directory as a result: tables read lazily from its Parquet files."""
+class HeadStudyResult(RunTables):
+    """The head study's run directory as a result: tables read lazily; per-condition tables live under
+    ``<condition>/``. ``conf_int()`` gives the summary rows' unadjusted 95% intervals (Holm-adjusted
+    verdicts are in the table)."""
 
-    run_dir: Path
-    timings: dict
-    plan: StudyPlan
-    params: dict
-    main_table = "summary"
-    TABLES = ("summary", "conditions", "study_layers", "models", "heads", "layers", "residual")
+    timings: dict = field(default_factory=dict)
+    plan: StudyPlan | None = None
 
-    def table_names(self) -> list[str]:
-        """Return the study's top-level tables (per-condition tables live under ``<condition>/``)."""
-        return list(self.TABLES)
 
-    def to_table(self, name: str | None = None):
-        """Return one table of the run directory (default: the claims summary), read from disk."""
-        from reports.tables import read_table
-
-        name = self.main_table if name is None else name
-        path = self.run_dir / f"{name}.parquet"
-        if not path.exists():
-            raise KeyError(f"the study has no table {name!r}; it has {', '.join(self.TABLES)} and <condition>/<table>")
-        return read_table(path)
-
-    def conf_int(self) -> ConfidenceInterval:
-        """Return the (unadjusted 95%) intervals of the summary rows; Holm-adjusted p-values are in the table."""
-        t = self.to_table("summary")
-        return ConfidenceInterval(t.column("ci_low").to_numpy(), t.column("ci_high").to_numpy())
-
-    def _summary_items(self) -> list[tuple[str, Any]]:
-        t = self.to_table("summary").to_pydict()
-        return [("run directory", str(self.run_dir))] + [
-            (item, f"{value:.4g} [{low:.4g}, {high:.4g}] {verdict}".rstrip())
-            for item, value, low, high, verdict in zip(t["item"], t["value"], t["ci_low"], t["ci_high"], t["verdict"])
-            if verdict]
-
-    def write(self, run_dir: Any = None) -> dict[str, Path]:
-        """Return the paths of the tables: the study writes its run directory as it runs (``run_dir`` must be it)."""
-        if run_dir is not None and Path(run_dir).resolve() != self.run_dir.resolve():
-            raise ValueError(f"the study's tables are in {self.run_dir}; rerun the study with --out {run_dir} "
-                             "to write them elsewhere")
-        return {name: self.run_dir / f"{name}.parquet" for name in self.TABLES}
+HEAD_STUDY_TABLES = ("summary", "conditions", "study_layers", "models", "heads", "layers", "residual")
 
 
 def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2, plan: StudyPlan | None = None,
@@ -693,5 +661,6 @@ def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2,
                   params={"plan": plan.to_dict()}, depends_on=["models"] + [f"analysis-{n}" for n in names], force=force)
         timings["total_s"] = round(time.time() - t0, 1)
     (Path(out) / "timings.json").write_text(json.dumps(timings, indent=2))
-    return HeadStudyResult(Path(out), timings, plan, {"study": "heads", "plan": plan.to_dict(),
-                                                      "corpus_hash": corpus_obj.content_hash})
+    return HeadStudyResult(Path(out), HEAD_STUDY_TABLES, "summary",
+                           {"study": "heads", "plan": plan.to_dict(), "corpus_hash": corpus_obj.content_hash},
+                           timings=timings, plan=plan)

@@ -443,8 +443,10 @@ class ModelScorer:
 
 # ----- the study --------------------------------------------------------------------------------
 def run_variance_study(spec: VarianceSpec, out: str | Path, n_jobs: int | None = None, force: bool = False, *,
-                       scorer: Scorer | None = None, allow_pickle: bool = False, allow_large: bool = False) -> Path:
-    """Run (or resume) the variance study described by ``spec`` into run directory ``out``; returns ``out``.
+                       scorer: Scorer | None = None, allow_pickle: bool = False,
+                       allow_large: bool = False) -> "RunTables":
+    """Run (or resume) the variance study of ``spec`` into run directory ``out``; return its tables as a
+    result (reports.run_tables.RunTables, read lazily; main table ``variance_summary``).
 
     ``scorer`` replaces the models as the source of score matrices (a Scorer; used to validate the
     study on scores with planted variance components); the selection stage then needs
@@ -471,7 +473,10 @@ def run_variance_study(spec: VarianceSpec, out: str | Path, n_jobs: int | None =
                 provenance=getattr(sc, "provenance", {"scores": "user scorer"})) as run:
         box["run"] = run
         _Study(spec, run, sc, n_jobs, force).execute()
-    return out
+    from reports.run_tables import RunTables
+
+    names = tuple(sorted(p.stem for p in out.glob("*.parquet") if not p.stem.startswith("scores_")))
+    return RunTables(out, names, "variance_summary", {"study": "variance", "spec": spec_doc})
 
 
 def check_study(spec: VarianceSpec, scorer) -> None:

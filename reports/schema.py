@@ -35,6 +35,7 @@ class Column:
     type: pa.DataType
     doc: str
     claimable: bool = False
+    optional: bool = False  # written by some runs only (e.g. the head study's summary adds p-values)
 
 
 @dataclass(frozen=True)
@@ -64,18 +65,21 @@ class TableSchema:
     def validate(self, table: pa.Table) -> pa.Table:
         """Return ``table`` with its columns in schema order and types; SchemaError on any mismatch."""
         got = list(table.column_names)
-        missing = [n for n in self.names if n not in got]
+        missing = [c.name for c in self.columns if c.name not in got and not c.optional]
         extra = [n for n in got if n not in self.names]
         if missing or extra:
             raise SchemaError(f"table {self.name!r} does not match reports/schema.py: missing {missing}, "
                               f"unregistered {extra}; fix the writer or register the column")
-        cols = []
+        cols, fields = [], []
         for c in self.columns:
+            if c.name not in got:
+                continue
             col = table.column(c.name)
             if col.type != c.type and not _castable(col.type, c.type):
                 raise SchemaError(f"column {self.name}.{c.name} is {col.type}, registered as {c.type}")
             cols.append(col if col.type == c.type else col.cast(c.type))
-        return pa.Table.from_arrays(cols, schema=self.arrow().with_metadata(table.schema.metadata))
+            fields.append(pa.field(c.name, c.type))
+        return pa.Table.from_arrays(cols, schema=pa.schema(fields, metadata=table.schema.metadata))
 
 
 def _castable(got: pa.DataType, want: pa.DataType) -> bool:
@@ -281,7 +285,11 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
     _table("summary", "one-screen summary: one row per reported item",
            ("item", S, "what is reported"), ("value", F, "estimate"),
            *_ci("ci", "value", "stated in the item", claimable=False),
-           ("verdict", S, "met / not met / inconclusive against the item's bar, or empty")),
+           ("verdict", S, "met / not met / inconclusive against the item's bar, or empty"),
+           ("pvalue", F, "p-value of the item's directional claim (head study)", False, True),
+           ("pvalue_holm", F, "Holm-adjusted p-value over the study's verdicts (head study)", False, True),
+           ("interval", S, "how the interval was computed (head study)", False, True),
+           ("multiplicity", S, "the multiple-comparison rule of the verdicts (head study)", False, True)),
 )}
 
 SCORES_PREFIX = "scores_"

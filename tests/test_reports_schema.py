@@ -144,3 +144,14 @@ def test_an_audit_writes_exactly_the_registered_columns(tmp_path: Path) -> None:
         schema = schema_for(name)
         if schema is not None:
             assert pq.read_schema(tmp_path / "run" / f"{name}.parquet").names == list(schema.names), name
+
+
+def test_optional_columns_may_be_absent_but_not_misspelt(tmp_path: Path) -> None:
+    base = fill("summary", {"item": ["x"], "value": [1.0]}, 1)
+    minimal = {k: base[k] for k in ("item", "value", "ci_low", "ci_high", "verdict")}
+    with RunDir(tmp_path / "r", spec={}, seed=0) as run:
+        run.write_table("summary", minimal)  # the audit's summary: no p-values
+        run.write_table("a/summary", {**minimal, "pvalue_holm": [0.01]})  # the head study's adds them
+        assert run.table("a/summary").column_names == ["item", "value", "ci_low", "ci_high", "verdict", "pvalue_holm"]
+        with pytest.raises(SchemaError, match="p_value_holm"):
+            run.write_table("b/summary", {**minimal, "p_value_holm": [0.01]})

@@ -84,7 +84,7 @@ def planted_run(tmp_path_factory):
     spec = _spec()
     labels = [lab for lab, _, _ in spec.estimator_levels()]
     scorer = PlantedScorer(40, 6, labels, 60, 2, seed=7)
-    out = run_variance_study(spec, tmp_path_factory.mktemp("planted") / "run", scorer=scorer)
+    out = run_variance_study(spec, tmp_path_factory.mktemp("planted") / "run", scorer=scorer).run_dir
     return out, scorer
 
 
@@ -246,7 +246,8 @@ def test_linear_model_estimators_agree_and_effects_match_their_closed_form(tmp_p
         "estimators": {"methods": ["exact", "eap", "clean-corrupted"]}, "counterfactual": {"n_draws": 2},
         "dataset": {"n_fresh": 0}, "bootstrap": {"n_resamples": 100}, "k": [2, 4], "n_top": 8,
         "aggregations": ["mean", "median"], "selection": {"enabled": False}, "batch_size": 16})
-    out = run_variance_study(spec, tmp_path / "run")
+    res = run_variance_study(spec, tmp_path / "run")
+    out = res.run_dir
     ap = _table(out, "approximation_summary").set_index("method")
     assert np.allclose(ap["slope"], 1.0, atol=1e-3) and np.allclose(ap["r2"], 1.0, atol=1e-4)
     shares = _table(out, "variance_shares").set_index("source")
@@ -254,6 +255,11 @@ def test_linear_model_estimators_agree_and_effects_match_their_closed_form(tmp_p
         assert abs(shares.loc[src, "share"]) < 1e-4, src
     vs = _table(out, "variance_summary").set_index("factor")
     assert vs.loc["estimator", "jaccard_to_reference"] == 1.0
+    # the study's result reads its tables lazily, the variance summary by default, with their intervals
+    assert res.to_table().to_pandas().equals(pq.read_table(out / "variance_summary.parquet").to_pandas())
+    assert "variance_shares" in res.table_names() and not any(n.startswith("scores_") for n in res.table_names())
+    np.testing.assert_array_equal(res.conf_int().low, vs["ci_low"].to_numpy())
+    assert str(out) in res.summary()
     # closed form for a0.h0 -> logits
     from pipelines.build import build_task
     from reports.tables import table_to_matrix
@@ -339,7 +345,7 @@ def test_spec_errors_name_the_key():
 
 def test_tables_do_not_depend_on_the_number_of_workers(tiny_run, tmp_path):
     spec, out = tiny_run
-    out2 = run_variance_study(spec, tmp_path / "run2", n_jobs=2)
+    out2 = run_variance_study(spec, tmp_path / "run2", n_jobs=2).run_dir
     from reports.tables import table_to_matrix
 
     name = "scores_s0_d0_c1_clean-corrupted"
@@ -381,7 +387,7 @@ def test_the_bar_is_read_from_the_spec_into_tables_lines_and_report(tmp_path):
     spec = _spec(bar=0.6, estimators={"methods": ["exact", "eap"]}, counterfactual={"n_draws": 2},
                  dataset={"n_fresh": 0}, aggregations=["mean"], k=[5, 10])
     scorer = PlantedScorer(40, 2, ["exact", "eap"], 30, 0, seed=3)
-    out = run_variance_study(spec, tmp_path / "run", scorer=scorer)
+    out = run_variance_study(spec, tmp_path / "run", scorer=scorer).run_dir
     vs = _table(out, "variance_summary")
     assert (vs["bar"] == 0.6).all()
     want = np.where(vs["ci_low"] >= 0.6, "met", np.where(vs["ci_high"] < 0.6, "not met", "inconclusive"))
