@@ -44,12 +44,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import Field, ValidationError
 
 from circuits.errors import InputError
+
+if TYPE_CHECKING:  # the result type; imported when the study returns
+    from reports.run_tables import RunTables
 
 from .spec import METHOD, ABLATION, KGrid, TaskSpec, _format_error, _RunOptions, load_yaml
 
@@ -206,8 +209,9 @@ def with_null_copies(scores: np.ndarray) -> np.ndarray:
 
 
 def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int | None = None,
-                          force: bool = False) -> Path:
-    """Run (or resume) the calibration study of ``spec`` into run directory ``out``; returns ``out``."""
+                          force: bool = False, allow_pickle: bool = False, allow_large: bool = False) -> RunTables:
+    """Run (or resume) the calibration study of ``spec`` into run directory ``out``; return its tables as a
+    result read lazily (main table ``coverage``). ``allow_pickle`` / ``allow_large``: as for load_model."""
     import torch
 
     from circuits import load_model
@@ -219,7 +223,8 @@ def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int
     from .build import build_task, resolve_source
 
     torch.use_deterministic_algorithms(True, warn_only=True)
-    model = load_model(resolve_source(spec.model), device=spec.device, dtype=getattr(torch, spec.dtype))
+    model = load_model(resolve_source(spec.model), device=spec.device, dtype=getattr(torch, spec.dtype),
+                       allow_pickle=allow_pickle, allow_large=allow_large)
     check_ks(spec, model.graph.n_edges)
     task = build_task(model, spec.task.name, n=spec.task.n, seed=spec.task.seed, metric=spec.task.metric,
                       **spec.task.options)
@@ -243,7 +248,9 @@ def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int
                 "n_truth_pairs")
         run.stage("calibration", calibrate, ["coverage", "coverage_per_unit"],
                   params={k: doc[k] for k in keys}, depends_on=[name], force=force)
-    return Path(out)
+    from reports.run_tables import RunTables
+
+    return RunTables(Path(out), ("coverage", "coverage_per_unit"), "coverage", {"study": "calibration", "spec": doc})
 
 
 def summary_lines(rows: list[dict], confidence_level: float, out: Path | str) -> list[str]:

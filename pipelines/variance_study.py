@@ -76,12 +76,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from circuits.errors import InputError
+
+if TYPE_CHECKING:  # the result type; imported when the study returns
+    from reports.run_tables import RunTables
 
 from .build import resolve_source
 from .spec import METHOD, BootstrapSpec, KGrid, TaskSpec, _format_error, _RunOptions, _Strict, load_yaml
@@ -444,7 +447,7 @@ class ModelScorer:
 # ----- the study --------------------------------------------------------------------------------
 def run_variance_study(spec: VarianceSpec, out: str | Path, n_jobs: int | None = None, force: bool = False, *,
                        scorer: Scorer | None = None, allow_pickle: bool = False,
-                       allow_large: bool = False) -> "RunTables":
+                       allow_large: bool = False) -> RunTables:
     """Run (or resume) the variance study of ``spec`` into run directory ``out``; return its tables as a
     result (reports.run_tables.RunTables, read lazily; main table ``variance_summary``).
 

@@ -257,17 +257,15 @@ def study_calibration_command(
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
     allow_outside: bool = typer.Option(False, "--allow-outside",
                                        help="let paths in the spec leave its directory (absolute, .., ~)"),
+    allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
+    allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
     """Empirical coverage of the audit's intervals on your model and task, per dataset size N."""
-    from pipelines.calibration_study import load_calibration_spec, run_calibration_study
-    from reports.tables import read_table
+    from pipelines.calibration_study import load_calibration_spec, run_calibration_study, summary_lines
 
     check_out(out)
     parsed = load_calibration_spec(spec, allow_outside=allow_outside)
-    run_calibration_study(parsed, out, n_jobs=n_jobs, force=force)
-    table = read_table(Path(out) / "coverage.parquet").to_pylist()
-    typer.echo(f"{'interval':<28} {'N':>5} {'coverage':>9} {'±MC':>6} {'null rej.':>9} {'mean width':>11} {'infinite':>8}")
-    for r in table:
-        typer.echo(f"{r['kind']:<28} {r['n']:>5} {r['coverage']:>9.3f} {r['coverage_mc_se']:>6.3f} "
-                   f"{r['null_rejection_rate']:>9.3f} {r['mean_width']:>11.4g} {r['share_infinite']:>8.3f}")
-    typer.echo(f"nominal {parsed.confidence_level}; tables in {out}")
+    res = run_calibration_study(parsed, out, n_jobs=n_jobs, force=force, allow_pickle=allow_pickle,
+                                allow_large=allow_large)
+    for line in summary_lines(res.to_table("coverage").to_pylist(), parsed.confidence_level, out):
+        typer.echo(line)
