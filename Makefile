@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: install test demo bench browser clean
+.PHONY: install test test-fast demo bench browser clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -32,6 +32,11 @@ browser:
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -q tests
 
+# For development: everything but the slow-marked coverage simulations and end-to-end runs
+# (`make test` runs them all; CI runs `make test`). One folder per package: tests/circuits, stats, ...
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" tests
+
 demo: $(RUN_STAMP)
 	$(BIN)/circuitstat demo
 
@@ -39,6 +44,7 @@ bench: $(RUN_STAMP)
 	$(BIN)/python bench/attribution.py
 	$(BIN)/python bench/bootstrap.py
 	$(BIN)/python bench/training.py
+	$(BIN)/python bench/startup.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,7 +1,21 @@
-"""Test-wide settings."""
+"""Test-wide settings, and the shared run builder as a fixture (tests/builders.py)."""
 
+import sys
+from pathlib import Path
+
+import pytest
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/builders.py, tests/fixture_populations.py
 
 # Tiny models run faster on one thread than on two competing ones; results are compared within
 # a test, never across thread counts.
 torch.set_num_threads(1)
+
+
+@pytest.fixture
+def audit_run(tmp_path):
+    """A synthetic audit run directory (every registered table, filled from reports/schema.py)."""
+    from builders import make_run
+
+    return make_run(tmp_path / "audit-run")

@@ -13,7 +13,7 @@ import pytest
 from reports.rundir import RunDir
 from reports.schema import TABLES, SchemaError, claimable, columns, fill, schema_for
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _full(name: str, n: int = 2) -> dict:
@@ -155,3 +155,13 @@ def test_optional_columns_may_be_absent_but_not_misspelt(tmp_path: Path) -> None
         assert run.table("a/summary").column_names == ["item", "value", "ci_low", "ci_high", "verdict", "pvalue_holm"]
         with pytest.raises(SchemaError, match="p_value_holm"):
             run.write_table("b/summary", {**minimal, "p_value_holm": [0.01]})
+
+
+def test_the_shared_run_builder_writes_schema_tables(audit_run: Path) -> None:
+    """tests/builders.py (the claims and HTML fixtures' run builder) writes what the audit writes."""
+    import pyarrow.parquet as pq
+
+    written = {p.stem: pq.read_schema(p).names for p in audit_run.glob("*.parquet")}
+    assert {"edges", "edge_stats", "stability_vs_k", "faithfulness_vs_k", "heads"} <= set(written)
+    for name, cols in written.items():
+        assert cols == list(columns(name)), name

@@ -10,7 +10,7 @@ import pytest
 
 from reports.provenance import hash_array, hash_bytes, hash_file, hash_json, provenance, seed_record, to_jsonable
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_provenance_has_versions_time_and_caller_fields():

@@ -503,7 +503,7 @@ def test_rendering_needs_no_torch_circuits_or_stats(rendered, tmp_path):
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'circuits', 'stats', 'pipelines', 'matplotlib')); "
         "assert not bad, bad"
     )
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     r = subprocess.run([sys.executable, "-c", code, str(run), str(tmp_path / "r.html")], capture_output=True, text=True, cwd=root, timeout=60)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "r.html").read_text() == (run / "report.html").read_text()  # deterministic

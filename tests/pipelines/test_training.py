@@ -25,7 +25,7 @@ from pipelines.training import (
     train_models,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _corpus():

@@ -22,7 +22,7 @@ from reports.atomic import TMP_SUFFIX, cleanup_temp_files
 from reports.provenance import provenance
 from reports.tables import matrix_to_table, read_provenance, read_table, table_to_matrix, write_matrix, write_table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def bits(a: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ from reports.lock import DirLock, RunLockedError, StaleLockWarning
 from reports.rundir import RunDir, RunDirError, StageOutputError, StageSpecChangedError
 from reports.tables import matrix_to_table, read_provenance, read_table, table_to_matrix
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FORK = mp.get_context("fork")  # children inherit the test's imports; fast
 
 

@@ -360,7 +360,7 @@ def test_example_specs_parse():
 
     from pipelines.variance_study import load_variance_spec
 
-    root = Path(__file__).resolve().parent.parent / "examples"
+    root = Path(__file__).resolve().parents[2] / "examples"
     for name in ("variance-random.yaml", "variance-zoo.yaml"):
         spec = load_variance_spec(root / name)
         assert spec.estimator_levels()[0][0] == "exact" and spec.bootstrap.n_resamples >= 100

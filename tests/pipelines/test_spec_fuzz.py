@@ -20,7 +20,7 @@ from pipelines.claims import _load_spec, load_claims
 from pipelines.cli import app as APP  # the real CLI, with its one error boundary
 from pipelines.spec import AuditSpec, load_spec
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SPEC = yaml.safe_load((REPO / "examples" / "audit-zoo.yaml").read_text())
 SPEC["models"] = ["random:a", "random:b"]  # exercise the multi-model branch of the mutations too
 SPEC.pop("model", None)
@@ -164,7 +164,7 @@ def test_malformed_spec_files_never_raise_anything_but_input_error(base_dir, dat
 
 # ---- claims ------------------------------------------------------------------------------------
 def _helpers():
-    """tests/test_claims.py (synthetic run directories), however pytest put tests/ on the path."""
+    """tests/pipelines/test_claims.py (its claims), however pytest put the test folders on the path."""
     try:
         from tests import test_claims
     except ImportError:
@@ -174,7 +174,9 @@ def _helpers():
 
 @pytest.fixture(scope="module")
 def run_dir(base_dir):
-    return _helpers().make_run(base_dir / "run")
+    from builders import make_run
+
+    return make_run(base_dir / "run")
 
 
 @pytest.fixture(scope="module")

@@ -208,7 +208,7 @@ def test_the_example_plan_loads():
 
     from pipelines.head_study import load_head_study_plan
 
-    plan = load_head_study_plan(Path(__file__).resolve().parents[1] / "examples" / "head-study-seeds.yaml")
+    plan = load_head_study_plan(Path(__file__).resolve().parents[2] / "examples" / "head-study-seeds.yaml")
     assert plan.depths == (2, 4) and len(plan.seeds) == 10 and len(plan.conditions()) == 4
 
 

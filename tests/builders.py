@@ -1,0 +1,98 @@
+"""Run builders shared by the tests: synthetic run directories with the audit's tables.
+
+Columns a builder does not set are filled from reports/schema.py, so a builder cannot drift from
+what the audit writes (a column the schema does not know raises). Importable from any test
+(tests/conftest.py puts this folder on the path) and as the ``audit_run`` fixture.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reports.rundir import RunDir
+from reports.schema import fill
+from reports.tables import write_table
+
+EDGES = ["input->a0.h0<q>", "input->a1.h5<k>", "a0.h3->a1.h5<k>", "a0.h1->a1.h2<v>", "a1.h5->logits", "a0.h3->logits"]
+
+
+def audit_tables(methods=("exact", "eap"), ks=(5, 10, 20), heads=True, faithfulness=True, approximation=True):
+    """Return {table name: columns} of a small audit with known values (six edges, the given methods and k)."""
+    n = len(EDGES)
+    t = {
+        "edges": {"index": list(range(n)), "name": EDGES, "sender": [e.split("->")[0] for e in EDGES],
+                  "receiver": [e.split("->")[1] for e in EDGES], "sender_layer": [0] * n, "receiver_layer": [1] * n,
+                  "kind": ["q", "k", "k", "v", "logits", "logits"]},
+    }
+    es = {c: [] for c in ["method", "edge", "name", "estimate", "se", "ci_low", "ci_high", "p", "q", "n"]}
+    inc = {c: [] for c in ["method", "k", "edge", "name", "frequency"]}
+    st = {c: [] for c in ["method", "k", "jaccard_mean", "jaccard_sd", "jaccard_ci_low", "jaccard_ci_high", "jaccard_chance",
+                          "jaccard_corrected", "phi", "phi_ci_low", "phi_ci_high", "consensus_size", "consensus_jaccard_mean",
+                          "jaccard_data", "jaccard_data_ci_low", "jaccard_data_ci_high", "jaccard_pop_ci_low",
+                          "phi_data", "phi_data_ci_low"]}
+    fa = {c: [] for c in ["method", "k", "edge_fraction", "f_ratio", "f_mean", "f_ci_low", "f_ci_high", "cpr", "cmd"]}
+    ap = {c: [] for c in ["method", "spearman", "kendall", "slope", "r2", "bias_mean", "top_k_overlap", "k"]}
+    for m in methods:
+        for i, e in enumerate(EDGES):
+            est = [2.0, -0.5, 1.5, 0.01, 0.8, -0.02][i]
+            es["method"].append(m), es["edge"].append(i), es["name"].append(e), es["estimate"].append(est)
+            es["se"].append(0.1), es["ci_low"].append(est - 0.2), es["ci_high"].append(est + 0.2)
+            es["p"].append(0.001 if abs(est) > 0.1 else 0.6), es["q"].append(0.004 if abs(est) > 0.1 else 0.7)
+            es["n"].append(32)
+        for k in ks:
+            for i, e in enumerate(EDGES):
+                if i == 3:  # a0.h1->a1.h2<v> never selected: no row
+                    continue
+                inc["method"].append(m), inc["k"].append(k), inc["edge"].append(i), inc["name"].append(e)
+                inc["frequency"].append(0.95 if i == 2 else 0.5)
+            jm = {5: 0.7, 10: 0.8, 20: 0.85}.get(k, 0.9)
+            for c, v in [("jaccard_mean", jm), ("jaccard_sd", 0.05), ("jaccard_ci_low", jm - 0.05), ("jaccard_ci_high", jm + 0.05),
+                         ("jaccard_chance", 0.1), ("jaccard_corrected", (jm - 0.1) / 0.9), ("phi", jm - 0.02),
+                         ("phi_ci_low", jm - 0.1), ("phi_ci_high", jm + 0.03), ("consensus_jaccard_mean", jm + 0.01),
+                         ("jaccard_data", jm), ("jaccard_data_ci_low", jm - 0.2), ("jaccard_data_ci_high", jm + 0.1),
+                         ("jaccard_pop_ci_low", jm - 0.25), ("phi_data", jm - 0.02), ("phi_data_ci_low", jm - 0.15)]:
+                st[c].append(v)
+            st["method"].append(m), st["k"].append(k), st["consensus_size"].append(k)
+            fa["method"].append(m), fa["k"].append(k), fa["edge_fraction"].append(k / 100)
+            for c, v in [("f_ratio", 0.9), ("f_mean", 0.85), ("f_ci_low", 0.75), ("f_ci_high", 0.95), ("cpr", 0.6), ("cmd", 0.3)]:
+                fa[c].append(v)
+        if approximation and m != "exact" and "exact" in methods:
+            for k in ks:
+                ap["method"].append(m), ap["k"].append(k)
+                for c, v in [("spearman", 0.9), ("kendall", 0.75), ("slope", 0.95), ("r2", 0.8), ("bias_mean", 0.01),
+                             ("top_k_overlap", 0.5 + k / 100)]:
+                    ap[c].append(v)
+    t.update(edge_stats=es, inclusion=inc, stability_vs_k=st)
+    if faithfulness:
+        t["faithfulness_vs_k"] = fa
+    if approximation and ap["method"]:
+        t["approximation_summary"] = ap
+    if heads:
+        hs = {c: [] for c in ["layer", "head", "stability", "ci_low", "ci_high", "null_mean", "distinctness", "importance", "match", "pairs"]}
+        for layer in range(2):
+            for h in range(8):
+                s = 0.95 if (layer, h) == (1, 5) else 0.4
+                for c, v in [("layer", layer), ("head", h), ("stability", s), ("ci_low", s - 0.05), ("ci_high", s + 0.03),
+                             ("null_mean", 0.2), ("distinctness", 0.3), ("importance", 1.1), ("match", "max"), ("pairs", "anchor")]:
+                    hs[c].append(v)
+        t["heads"] = hs
+        t["layers"] = {"layer": [0, 1], "stability": [0.4, 0.47], "ci_low": [0.35, 0.42], "ci_high": [0.45, 0.52],
+                       "null_mean": [0.2, 0.2]}
+    return t
+
+
+def make_run(path: Path, manifest: bool = True, **kw) -> Path:
+    """A synthetic run directory with the audit's tables (with a manifest through RunDir, or bare).
+
+    Columns the fixture does not set are filled from reports/schema.py, so the fixture cannot drift
+    from what the audit writes (a column the schema does not know raises)."""
+    tables = {name: fill(name, t, len(next(iter(t.values())))) for name, t in audit_tables(**kw).items()}
+    if manifest:
+        with RunDir(path, spec={"synthetic": True}, seed=0) as run:
+            for name, t in tables.items():
+                run.write_table(name, t)
+    else:
+        path.mkdir(parents=True, exist_ok=True)
+        for name, t in tables.items():
+            write_table(t, path / f"{name}.parquet")
+    return path
