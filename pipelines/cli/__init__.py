@@ -27,10 +27,14 @@ from pipelines.spec import ABLATION, LEVEL, METHOD, METRIC
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
-def _choices(name: str, literal) -> type[enum.Enum]:
-    """A str Enum of a spec Literal's values, so ``--help`` lists them and typer refuses others."""
-    values = typing.get_args(literal)
+def choices(name: str, *values: str) -> type[enum.Enum]:
+    """A str Enum of ``values`` for a typer option, so ``--help`` lists them and typer refuses others."""
     return enum.Enum(name, {v: v for v in values}, type=str)
+
+
+def _choices(name: str, literal) -> type[enum.Enum]:
+    """The str Enum of a spec Literal's values (one list: the spec's)."""
+    return choices(name, *typing.get_args(literal))
 
 
 Method = _choices("Method", METHOD)

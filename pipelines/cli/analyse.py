@@ -3,21 +3,17 @@
 
 from __future__ import annotations
 
-import enum
 import sys
 from pathlib import Path
 
 import typer
 
 from . import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, DTYPES, Ablation, DType, Level, Method, MetricName, app,
-               check_out, fail)
+               check_out, choices, fail)
 
 
-class Rule(str, enum.Enum):
-    """How ``circuit`` selects edges."""
+Rule = choices("Rule", "top-k", "greedy")  # how `circuit` selects edges
 
-    top_k = "top-k"
-    greedy = "greedy"
 
 @app.command("model")
 def model_command(
@@ -192,7 +188,7 @@ def circuit_command(
     k: int = typer.Option(..., "--k", min=1, help="number of edges"),
     absolute: bool = typer.Option(False, "--absolute/--signed", help="rank by |score| or by signed score"),
     method: Method | None = typer.Option(None, "--method", help="which method's scores in an audit run"),
-    rule: Rule = typer.Option(Rule.top_k, "--rule", help="top-k edges, or greedy growth from the logits"),
+    rule: Rule = typer.Option(Rule("top-k"), "--rule", help="top-k edges, or greedy growth from the logits"),
     prune: bool = typer.Option(True, "--prune/--no-prune", help="drop nodes with no path input -> logits"),
     json_out: Path | None = typer.Option(None, "--json", help="export to EAP-IG / MIB JSON"),
 ) -> None:
@@ -207,7 +203,7 @@ def circuit_command(
             fail(f"{run} has no scores; run `circuitstat attribute` or `circuitstat audit` first")
         name = f"scores_{found[0]}"
     sm = ScoreMatrix.read(run, name)
-    make = Circuit.top_k if rule is Rule.top_k else Circuit.greedy
+    make = Circuit.top_k if rule.value == "top-k" else Circuit.greedy
     circuit = make(sm, k, absolute=absolute)
     if prune:
         circuit = circuit.prune()

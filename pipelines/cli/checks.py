@@ -5,7 +5,6 @@ Neither imports torch: they start in well under a second (README, "Start-up").
 
 from __future__ import annotations
 
-import enum
 import json
 from pathlib import Path
 
@@ -13,15 +12,10 @@ import typer
 
 from circuits.errors import InputError
 
-from . import app
+from . import app, choices
 
 
-class Format(str, enum.Enum):
-    """Output formats of ``query``."""
-
-    table = "table"
-    csv = "csv"
-    json = "json"
+Format = choices("Format", "table", "csv", "json")  # output formats of `query`
 
 
 @app.command("check")
@@ -64,7 +58,7 @@ def check_command(
 def query_command(
     sql: str = typer.Argument(..., help="SQL over the run's tables, e.g. \"SELECT * FROM stability_vs_k\""),
     runs: list[Path] = typer.Argument(None, help="run directories (default: the current directory)"),
-    format: Format = typer.Option(Format.table, "--format", "-f", help="output format"),
+    format: Format = typer.Option(Format("table"), "--format", "-f", help="output format"),
 ) -> None:
     """Run one SELECT (DuckDB) over the Parquet tables of one or many run directories; reads nothing else.
 
@@ -84,7 +78,7 @@ def query_command(
         raise InputError("the SQL returns no rows; give a query such as SELECT ... FROM edge_stats") from None
     except duckdb.Error as e:
         raise InputError(f"{type(e).__name__}: {str(e).strip()}") from None
-    if format is Format.csv:
+    if format.value == "csv":
         import io
 
         import pyarrow.csv as pcsv
@@ -92,7 +86,7 @@ def query_command(
         sink = io.BytesIO()
         pcsv.write_csv(result, sink)
         typer.echo(sink.getvalue().decode(), nl=False)
-    elif format is Format.json:
+    elif format.value == "json":
         typer.echo(json.dumps(json_rows(result.to_pylist()), indent=1, allow_nan=False))
     else:
         typer.echo(format_table(result))

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import enum
 import sys
 from pathlib import Path
 
@@ -11,72 +10,29 @@ import typer
 
 from circuits.errors import InputError
 
-from . import ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, app, check_out, study_app
+from . import ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, app, check_out, choices, study_app
 
 MAX_SEEDS_HELP = "1000"  # pipelines.training.MAX_SEEDS, written out so that --help does not import training
 
 
-class Match(str, enum.Enum):
-    """How heads of two refits are matched."""
-
-    max = "max"
-    hungarian = "hungarian"
-
-
-class Pairs(str, enum.Enum):
-    """Which refit pairs are compared."""
-
-    anchor = "anchor"
-    all = "all"
-
-
-class Null(str, enum.Enum):
-    """The null distribution of head stability."""
-
-    prompts = "prompts"
-    untrained = "untrained"
-    none = "none"
-
-
-class CIOver(str, enum.Enum):
-    """What the head bootstrap resamples."""
-
-    both = "both"
-    prompts = "prompts"
-    refits = "refits"
-
-
-class Optimizer(str, enum.Enum):
-    """Training optimizers."""
-
-    adam = "adam"
-    adamw = "adamw"
-
-
-class Norm(str, enum.Enum):
-    """Normalisation layers."""
-
-    layernorm = "layernorm"
-    rmsnorm = "rmsnorm"
-    none = "none"
-
-
-class Positional(str, enum.Enum):
-    """Position encodings."""
-
-    learned = "learned"
-    rotary = "rotary"
+Match = choices("Match", "max", "hungarian")  # how heads of two refits are matched
+Pairs = choices("Pairs", "anchor", "all")  # which refit pairs are compared
+Null = choices("Null", "prompts", "untrained", "none")  # the null distribution of head stability
+CIOver = choices("CIOver", "both", "prompts", "refits")  # what the head bootstrap resamples
+Optimizer = choices("Optimizer", "adam", "adamw")
+Norm = choices("Norm", "layernorm", "rmsnorm", "none")
+Positional = choices("Positional", "learned", "rotary")
 
 
 @app.command("heads")
 def heads_command(
     models: list[str] = typer.Option(..., "--models", help="model directory, cached hub id or hub/id@revision; "
                                      "repeat the option (or separate by commas) for each refit, the first is the anchor"),
-    match: Match = typer.Option(Match.max, "--match", help="max (the paper) or hungarian (one-to-one)"),
-    pairs: Pairs = typer.Option(Pairs.anchor, "--pairs", help="anchor (the paper: refit 0 against each other) or all"),
+    match: Match = typer.Option(Match("max"), "--match", help="max (the paper) or hungarian (one-to-one)"),
+    pairs: Pairs = typer.Option(Pairs("anchor"), "--pairs", help="anchor (the paper: refit 0 against each other) or all"),
     anchor: int = typer.Option(0, "--anchor", min=0, help="index of the anchor refit"),
     drop_bos: bool = typer.Option(False, "--drop-bos", help="drop the BOS column of every pattern"),
-    null: Null = typer.Option(Null.prompts, "--null", help="shuffled prompts, random-init models, or none"),
+    null: Null = typer.Option(Null("prompts"), "--null", help="shuffled prompts, random-init models, or none"),
     n_probe: int = typer.Option(100, "--n-probe", min=2, help="probe prompts (held-out corpus snippets)"),
     probe_len: int | None = typer.Option(None, "--probe-len", min=2,
                                          help="tokens per probe prompt, BOS included (default 64, or n_ctx if smaller)"),
@@ -86,7 +42,7 @@ def heads_command(
                                       "default: the models' training corpus if it is stdlib"),
     hooks: str = typer.Option("pre,post", "--hooks", help="residual hooks: pre (before attention), post (after attention)"),
     n_resamples: int = typer.Option(200, "--n-resamples", "--n-boot", min=2, help="bootstrap resamples"),
-    ci_over: CIOver = typer.Option(CIOver.both, "--ci-over", help="what the bootstrap resamples"),
+    ci_over: CIOver = typer.Option(CIOver("both"), "--ci-over", help="what the bootstrap resamples"),
     seed: int = typer.Option(0, "--seed", min=0),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or mps"),
     out: Path = typer.Option(..., "--out", help="run directory: heads/layers/residual.parquet and more, manifest.json"),
@@ -120,7 +76,7 @@ def train_command(
     heads: int = typer.Option(4, "--heads", min=1, help="attention heads per layer"),
     d_model: int = typer.Option(128, "--d-model", min=1, help="residual stream width"),
     attn_only: bool = typer.Option(False, "--attn-only", "--no-mlp", help="attention-only model (no MLP layers)"),
-    optimizer: Optimizer = typer.Option(Optimizer.adamw, "--optimizer", help="optimizer"),
+    optimizer: Optimizer = typer.Option(Optimizer("adamw"), "--optimizer", help="optimizer"),
     weight_decay: float = typer.Option(0.01, "--weight-decay", min=0.0,
                                        help="weight decay (decoupled for adamw, L2 for adam)"),
     steps: int = typer.Option(1000, "--steps", min=1, help="optimizer steps"),
@@ -130,8 +86,8 @@ def train_command(
     lr: float = typer.Option(1e-3, "--lr", min=0.0, help="peak learning rate"),
     batch_size: int = typer.Option(16, "--batch-size", min=1, help="sequences per step"),
     n_ctx: int = typer.Option(128, "--n-ctx", min=2, help="sequence length (context)"),
-    norm: Norm = typer.Option(Norm.layernorm, "--norm", help="normalisation"),
-    positional: Positional = typer.Option(Positional.learned, "--positional", help="position encoding"),
+    norm: Norm = typer.Option(Norm("layernorm"), "--norm", help="normalisation"),
+    positional: Positional = typer.Option(Positional("learned"), "--positional", help="position encoding"),
     vocab_size: int = typer.Option(4096, "--vocab-size", min=2, help="size of the BPE trained on the corpus"),
     tokenizer: str = typer.Option("bpe", "--tokenizer", help="bpe (trained on the corpus), gpt2, or a tokenizer path"),
     corpus: str = typer.Option("stdlib", "--corpus", help="stdlib, a folder of text files, or a Parquet file (column text)"),
