@@ -47,14 +47,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from circuits.errors import InputError
 
 if TYPE_CHECKING:  # the result type; imported when the study returns
     from reports.run_tables import RunTables
 
-from .spec import METHOD, ABLATION, KGrid, TaskSpec, _format_error, _RunOptions, load_yaml
+from .spec import METHOD, ABLATION, KGrid, TaskSpec, _RunOptions, load_yaml, validate_spec
 
 __all__ = ["CalibrationSpec", "load_calibration_spec", "run_calibration_study", "summary_lines"]
 
@@ -89,12 +89,7 @@ class CalibrationSpec(_RunOptions):
 
 def parse_calibration_spec(data: Any, source: str = "<spec>") -> CalibrationSpec:
     """A validated CalibrationSpec from parsed YAML, or InputError naming each bad key."""
-    if not isinstance(data, dict):
-        raise InputError(f"invalid calibration spec {source}: the top level must be a mapping (model, task, ...)")
-    try:
-        spec = CalibrationSpec.model_validate(data)
-    except ValidationError as exc:
-        raise InputError(_format_error(exc, source).replace("invalid spec", "invalid calibration spec")) from None
+    spec = validate_spec(CalibrationSpec, data, source, kind="calibration spec")
     if spec.sizes[-1] > spec.task.n:
         raise InputError(f"invalid calibration spec {source}: sizes go up to {spec.sizes[-1]} but the population "
                          f"(task.n) has {spec.task.n} prompts; make task.n at least 8x the largest size")

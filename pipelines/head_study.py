@@ -183,15 +183,10 @@ class HeadStudySpec(_Strict):
 
 def load_head_study_plan(path: str | os.PathLike) -> StudyPlan:
     """Return the StudyPlan of a head-study YAML file (bounded, strict YAML); InputError naming what is wrong."""
-    from pydantic import ValidationError
+    from pipelines.spec import load_yaml, validate_spec
 
-    from pipelines.spec import _format_error, load_yaml
-
-    try:
-        spec = HeadStudySpec.model_validate(load_yaml(path))
-    except ValidationError as e:
-        raise InputError(_format_error(e, str(path))) from None
-    return spec.to_plan(str(path))
+    return validate_spec(HeadStudySpec, load_yaml(path), str(path), kind="head-study plan",
+                         keys="start, depths, optimizers, seeds, recipe, ...").to_plan(str(path))
 
 
 # =============================================================================================

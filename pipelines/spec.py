@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -36,6 +36,9 @@ RESERVED_TASK_OPTIONS = ("n", "seed", "metric", "tokenizer")
 class _Strict(BaseModel):
     # strict: no silent coercion (true -> 1, "3" -> 3); ints are still accepted for floats.
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+_M = TypeVar("_M", bound=BaseModel)
 
 
 def _k_grid(v: list[int]) -> list[int]:
@@ -166,14 +169,20 @@ def _format_error(exc: ValidationError, source: str) -> str:
     return f"invalid spec {source}: " + "; ".join(parts) + more
 
 
+def validate_spec(model: type[_M], data: Any, source: str, *, kind: str = "spec", keys: str = "model, task, ...") -> _M:
+    """``model`` (a spec class) validated from parsed YAML, or InputError naming each bad key and the
+    allowed values: the one way every spec, plan and claims-named spec is read."""
+    if not isinstance(data, dict):
+        raise InputError(f"invalid {kind} {source}: the top level must be a mapping of keys ({keys})")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(_format_error(exc, source).replace("invalid spec", f"invalid {kind}", 1)) from None
+
+
 def parse_spec(data: Any, source: str = "<spec>") -> AuditSpec:
     """An AuditSpec from parsed YAML, or InputError naming each bad key and the allowed values."""
-    if not isinstance(data, dict):
-        raise InputError(f"invalid spec {source}: the top level must be a mapping of keys (model, task, methods, ...)")
-    try:
-        return AuditSpec.model_validate(data)
-    except ValidationError as exc:
-        raise InputError(_format_error(exc, source)) from None
+    return validate_spec(AuditSpec, data, source, keys="model, task, methods, ...")
 
 
 def load_yaml(path: str | Path) -> Any:

@@ -79,7 +79,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from circuits.errors import InputError
 
@@ -87,7 +87,7 @@ if TYPE_CHECKING:  # the result type; imported when the study returns
     from reports.run_tables import RunTables
 
 from .build import resolve_source
-from .spec import METHOD, BootstrapSpec, KGrid, TaskSpec, _format_error, _RunOptions, _Strict, load_yaml
+from .spec import METHOD, BootstrapSpec, KGrid, TaskSpec, _RunOptions, _Strict, load_yaml, validate_spec
 
 __all__ = [
     "AGGREGATIONS", "with_counterfactual", "VarianceSpec", "ModelScorer", "counterfactual_corruptions",
@@ -219,12 +219,7 @@ class VarianceSpec(_RunOptions):
 
 def parse_variance_spec(data: Any, source: str = "<spec>") -> VarianceSpec:
     """A VarianceSpec from parsed YAML, or InputError naming each bad key."""
-    if not isinstance(data, dict):
-        raise InputError(f"invalid spec {source}: the top level must be a mapping of keys (model, task, estimators, ...)")
-    try:
-        return VarianceSpec.model_validate(data)
-    except ValidationError as exc:
-        raise InputError(_format_error(exc, source)) from None
+    return validate_spec(VarianceSpec, data, source, keys="model, task, estimators, ...")
 
 
 def load_variance_spec(path: str | Path, *, allow_outside: bool = False) -> VarianceSpec:
