@@ -889,11 +889,17 @@ CAL_SRC = ("coverage", "coverage_mc_se", "worst_unit_coverage", "null_rejection_
            "share_reliable", "mean_width")
 
 
+CAL_FAMILY_STYLE = {"edge": ("line", None), "stability": ("dash", "5,3"), "faithfulness": ("dot", "1.5,2.5")}
+
+
 def calibration_part(T: Tables) -> str:
     """Coverage vs N per interval kind (from `circuitstat study calibration`), with the nominal level."""
     t = T.need("coverage", ["kind", "n", "coverage", "coverage_mc_se"])
     kinds = list(dict.fromkeys(strs(t, "kind")))
-    col = colours(kinds)
+    # colour by method within a family, line style by family: 12 kinds stay distinguishable with 8 colours
+    col = {k: c for fam in dict.fromkeys(k.split("/")[0] for k in kinds)
+           for k, c in colours([k for k in kinds if k.split("/")[0] == fam]).items()}
+    style = {k: CAL_FAMILY_STYLE.get(k.split("/")[0], ("line", None)) for k in kinds}
     ks, ns = np.array(strs(t, "kind")), num(t, "n")
     nominal = float(num(t, "confidence_level")[0]) if "confidence_level" in t.column_names else 0.95
     xd, xlog = x_domain_k(ns)
@@ -905,10 +911,10 @@ def calibration_part(T: Tables) -> str:
         o = np.argsort(num(s, "n"), kind="stable")
         n, c, se = num(s, "n")[o], num(s, "coverage")[o], num(s, "coverage_mc_se")[o]
         p.band(n, c - 2 * se, c + 2 * se, col[kind])
-        p.line(n, c, col[kind], title=kind)
+        p.line(n, c, col[kind], title=kind, dash=style[kind][1])
         p.points(n, c, col[kind], r=2.8, titles=[f"{kind} N={fmt(a)}: coverage {fmt(b)} ± {fmt(2 * e)}"
                                                 for a, b, e in zip(n, c, se)])
-        p.legend(kind, col[kind])
+        p.legend(kind, col[kind], style[kind][0])
         rows += [[kind, a, *(num(s, k)[o][i] for k in CAL_SRC)] for i, a in enumerate(n)]
     p.hline(nominal, "#b00", dash="6,4")
     p.legend(f"nominal {nominal:g}", "#b00", "dash")
@@ -920,6 +926,7 @@ def calibration_part(T: Tables) -> str:
     estimands = "; ".join(f"{', '.join(kinds) if len(by_estimand) > 1 else 'every interval'}: {est}"
                           for est, kinds in by_estimand.items())
     cap = (f"Empirical coverage of each interval over datasets of N prompts drawn from the population (band: ±2 Monte "
-           f"Carlo SE); dashed red: the nominal {nominal:g}. Null rejection: how often the interval excludes 0 on null "
-           f"copies of the edges (nominal {1 - nominal:.2g}). Estimands — {estimands}.")
+           f"Carlo SE); dashed red: the nominal {nominal:g}; solid lines: per-edge intervals, dashed: circuit stability, "
+           f"dotted: faithfulness. Null rejection (edge kinds only; — where a kind has no null units): how often the "
+           f"interval excludes 0 on null copies of the edges (nominal {1 - nominal:.2g}). Estimands — {estimands}.")
     return figure(p.svg(), cap, tbl)

@@ -91,7 +91,10 @@ def test_calibration_study_with_stability_and_faithfulness_kinds(tmp_path) -> No
         assert 0.0 <= truth[("stability/jaccard_data", k)] <= 1.0
     html = CliRunner().invoke(app, ["report", str(out)])
     assert html.exit_code == 0, html.output
-    assert "stability/jaccard_data" in (out / "report.html").read_text()
+    page = (out / "report.html").read_text()
+    assert "stability/jaccard_data" in page
+    # families are told apart by line style (8 colours, up to 12 kinds): stability dashed, faithfulness dotted
+    assert 'stroke-dasharray="5,3"' in page and 'stroke-dasharray="1.5,2.5"' in page
 
 
 @pytest.mark.parametrize("over, message", [
