@@ -867,12 +867,7 @@ class HeadStability:
                          "verdict": ""})
 
         def add_bootstrap(item, value, replicates, discrete=False):
-            low, high = percentile_interval(replicates, level)
-            finite = replicates[np.isfinite(replicates)]
-            if discrete and finite.size:  # a layer index: no interpolation between layers
-                alpha = (1 - level) / 2
-                low, high = np.quantile(finite, [alpha, 1 - alpha], method="inverted_cdf")
-            add(item, value, low, high)
+            add(item, value, *percentile_interval(replicates, level, discrete=discrete))
 
         layer_point, layer_reps = derived
         add_bootstrap("mean head stability", layer_point["mean"], layer_reps["mean"])

@@ -131,12 +131,17 @@ def prompt_resampled_similarity(cosines: np.ndarray, plan: ResamplingPlan | None
     return means.T.reshape((plan.n_resamples,) + shape)
 
 
-def percentile_interval(replicates: np.ndarray, confidence_level: float) -> tuple[np.ndarray, np.ndarray]:
-    """Return the (low, high) percentile interval over the first axis, ignoring NaN replicates."""
+def percentile_interval(replicates: np.ndarray, confidence_level: float, *,
+                        discrete: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Return the (low, high) percentile interval over the first axis, ignoring NaN replicates.
+
+    discrete: the replicates take a few values (a layer index): the ends are replicate values
+    (inverted-CDF quantiles), never an interpolation between two layers."""
     alpha = (1 - confidence_level) / 2
     ctx = _quiet()
     try:
-        low, high = np.nanquantile(np.asarray(replicates, dtype=np.float64), [alpha, 1 - alpha], axis=0)
+        low, high = np.nanquantile(np.asarray(replicates, dtype=np.float64), [alpha, 1 - alpha], axis=0,
+                                   method="inverted_cdf" if discrete else "linear")
     finally:
         ctx.__exit__(None, None, None)
     return low, high

@@ -339,3 +339,16 @@ def test_debiased_cka_half_sample_interval_covers_the_population_cka():
         low, high = percentile_interval(reps[:, 0], 0.95)
         hits += low <= truth <= high
     assert 0.90 <= hits / n_sims <= 0.99, hits / n_sims
+
+
+def test_percentile_interval_of_a_layer_index_is_a_layer():
+    """A discrete statistic (the least stable layer) gets replicate values as ends, never 1.5."""
+    from stats.head_stability import percentile_interval
+
+    reps = np.array([1.0] * 30 + [2.0] * 60 + [np.nan] * 5 + [3.0] * 10)
+    lo, hi = percentile_interval(reps, 0.95, discrete=True)
+    assert (lo, hi) == (1.0, 3.0)
+    finite = reps[np.isfinite(reps)]
+    assert (lo, hi) == tuple(np.quantile(finite, [0.025, 0.975], method="inverted_cdf"))
+    lo_c, hi_c = percentile_interval(np.array([1.0, 2.0]), 0.5)  # continuous: interpolated
+    assert 1.0 < lo_c < hi_c < 2.0
