@@ -93,46 +93,57 @@ def attribute_command(
                                help="parallel workers, 1 to this machine's CPU count; does not change the scores"),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or mps"),
     dtype: DType = typer.Option("float32", "--dtype", help="model weights' dtype (scores accumulate in float32)"),
-    out: Path = typer.Option(..., "--out", help="run directory to write"),
-    force: bool = typer.Option(False, "--force", help="recompute even if the directory holds a different spec"),
+    out: Path | None = typer.Option(None, "--out", help="run directory to write (not needed with --plan)"),
+    force: bool = typer.Option(False, "--force",
+                               help="recompute even if the directory holds a different spec or other checkpoints"),
+    checkpoint_every: int | None = typer.Option(
+        None, "--checkpoint-every", min=1,
+        help="examples per checkpoint (rounded up to whole batches; default one batch)"),
+    resume: bool = typer.Option(True, "--resume/--no-resume",
+                                help="reuse the finished chunks of an interrupted run in --out (--no-resume refuses "
+                                     "to; --force discards them)"),
+    max_memory: str | None = typer.Option(
+        None, "--max-memory", help="memory budget such as 2GiB: batch size and exact's rows are chosen to fit it"),
+    plan: bool = typer.Option(False, "--plan",
+                              help="print each method's edges, passes, FLOPs, memory and estimated time; run nothing"),
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
-    """Per-example attribution scores: writes scores.parquet, edges.parquet and manifest.json."""
-    from types import SimpleNamespace
+    """Per-example attribution scores: writes scores.parquet, edges.parquet and manifest.json.
 
+    The examples are computed in chunks, each saved in OUT/checkpoints as soon as it is finished:
+    a killed run continues where it stopped when the same command is run again."""
     from circuits import load_model
     from circuits.attribution import check_options
-    from pipelines.audit import attribution_scores
+    from circuits.errors import InputError
+    from circuits.plan import parse_bytes
     from pipelines.build import build_task, check_device, check_n_jobs, check_work, resolve_source, task_positions
-    from reports.rundir import RunDir
 
     method, level, ablation, dtype = method.value, level.value, ablation.value, dtype.value
     metric = None if metric is None else metric.value
     # everything is validated before the run directory exists
-    check_out(out)
+    if out is None and not plan:
+        raise InputError("--out is required: give the run directory to write (or pass --plan to only plan the run)")
+    if out is not None:
+        check_out(out)
     check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
+    budget = None if max_memory is None else parse_bytes(max_memory)
     n_jobs = check_n_jobs(n_jobs, "--n-jobs")
     dev = check_device(device)
     m = load_model(resolve_source(model), device=dev, dtype=_torch_dtype(dtype), allow_pickle=allow_pickle,
                    allow_large=allow_large)
     check_work(m, n, level=level, positions=task_positions(task, {}), allow_large=allow_large)
     t = build_task(m, task, n=n, seed=seed, metric=metric)
-    spec = {"model": model, "task": task, "method": method, "level": level, "ablation": ablation,
-            "metric": t.metric_name, "n": n, "batch_size": batch_size, "ig_steps": ig_steps, "seed": seed,
-            "dtype": DTYPES[dtype]}
-    params = {**spec, "weight_hash": m.weight_hash(), "task_hash": t.content_hash}
-    index = "edges" if level == "edge" else "nodes"
-    with RunDir(out, spec=spec, command=sys.argv, seed=seed,
-                provenance={"model": m.identity(), "task": t.describe()}) as run:
-        def compute():  # the audit's chunked scoring: whole batches per worker, so n_jobs never changes a score
-            opts = SimpleNamespace(level=level, ablation=ablation, batch_size=batch_size, ig_steps=ig_steps, seed=seed)
-            return attribution_scores(m, t, method, opts, n_jobs).tables({"task": t.describe()})
+    if plan:
+        from pipelines.plan import plan_lines
 
-        run.stage("scores", compute, ["scores", index], params=params, force=force)
-    from circuits.scores import ScoreMatrix
-
-    sm = ScoreMatrix.read(out)
+        for line in plan_lines(m, t, level=level, batch_size=batch_size, ig_steps=ig_steps, budget=budget,
+                               n_jobs=n_jobs):
+            typer.echo(line)
+        return
+    sm = _attribute_run(m, t, out, model_arg=model, task_arg=task, method=method, level=level, ablation=ablation, n=n,
+                        batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
+                        budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force)
     mean = sm.mean()
     sd = sm.scores.std(0, ddof=1) if sm.n_examples > 1 else mean * 0
     top = abs(mean).argsort()[::-1][:10]
@@ -140,6 +151,71 @@ def attribute_command(
     typer.echo(f"{'rank':>4}  {'mean':>10}  {'sd':>9}  name")
     for r, i in enumerate(top, 1):
         typer.echo(f"{r:>4}  {mean[i]:>10.4f}  {sd[i]:>9.4f}  {sm.names[i]}")
+
+
+def _engine_sizes(m, t, method: str, level: str, batch_size: int, budget: int | None) -> tuple[int, int]:
+    """(batch_size, max_rows) for the engine: as asked (rows 256), or the largest that fit ``budget``."""
+    if budget is None:
+        return batch_size, 256
+    from circuits.plan import fit_memory
+
+    widest = batch_size * int(m.graph.n_upstream.max())  # more rows than one receiver has are never used
+    return fit_memory(m.cfg, method, budget, positions=int(t.clean.shape[1]), level=level, batch_size=batch_size,
+                      max_rows=widest, itemsize=m.dtype.itemsize)
+
+
+def _scores_done(out: Path) -> bool:
+    """True when ``out`` records a finished scores stage (its checkpoints are then redundant)."""
+    from reports.rundir import MANIFEST, RunDir
+
+    if not (out / MANIFEST).is_file():
+        return False
+    return RunDir.read_manifest(out).get("stages", {}).get("scores", {}).get("status") == "done"
+
+
+def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: str, level: str, ablation: str, n: int,
+                   batch_size: int, ig_steps: int, seed: int, n_jobs: int, dtype: str, budget: int | None,
+                   checkpoint_every: int | None, resume: bool, force: bool):
+    """The ScoreMatrix of one checkpointed attribution run written into ``out`` (resumed where it stopped)."""
+    from circuits.ablation import Ablation as Counterfactuals
+    from circuits.scores import ScoreMatrix
+    from pipelines.checkpoint import AttributionJob, CheckpointStore, chunk_bounds, run_checkpointed
+    from reports.rundir import RunDir
+
+    batch_size, max_rows = _engine_sizes(m, t, method, level, batch_size, budget)
+    spec = {"model": model_arg, "task": task_arg, "method": method, "level": level, "ablation": ablation,
+            "metric": t.metric_name, "n": n, "batch_size": batch_size, "ig_steps": ig_steps, "seed": seed,
+            "dtype": DTYPES[dtype], "max_rows": max_rows}
+    options = {"batch_size": batch_size, "max_rows": max_rows, "ig_steps": ig_steps, "dtype": DTYPES[dtype],
+               "device": m.device.type}
+    job = AttributionJob(m.weight_hash(), t.content_hash, t.metric_name, method, level, ablation, n,
+                         len(m.graph.edge_names) if level == "edge" else m.graph.n_senders, seed, options)
+    store = CheckpointStore(out, job, chunk_bounds(n, batch_size, checkpoint_every))
+    reuse = [] if _scores_done(out) else store.check(resume=resume, force=force)  # refused before anything is written
+    params = {**spec, "weight_hash": job.weight_hash, "task_hash": job.task_hash}
+    index = "edges" if level == "edge" else "nodes"
+    with RunDir(out, spec=spec, command=sys.argv, seed=seed,
+                provenance={"model": m.identity(), "task": t.describe()}) as run:
+        def compute():
+            import time
+
+            t0 = time.perf_counter()
+            # one counterfactual builder for every chunk: mean ablations average the whole dataset once
+            abl = Counterfactuals(ablation, m, t, seed=seed, batch_size=batch_size)
+            kw = {"level": level, "ablation": abl, "batch_size": batch_size, "ig_steps": ig_steps, "seed": seed,
+                  "max_rows": max_rows}
+            scores = run_checkpointed(store, m, t, method, kw, reuse=reuse, n_jobs=n_jobs)
+            eparams = {"batch_size": batch_size, "seed": seed, "max_rows": max_rows}
+            if method.startswith("eap-ig"):
+                eparams["ig_steps"] = ig_steps
+            sm = ScoreMatrix(scores, m.graph, level, method, ablation, t.metric_name, params=eparams,
+                             provenance={"model": m.identity(), "seconds": time.perf_counter() - t0,
+                                         "resumed_chunks": len(reuse)})
+            return sm.tables({"task": t.describe()})
+
+        run.stage("scores", compute, ["scores", index], params=params, force=force)
+    store.remove()  # the committed table holds every row now
+    return ScoreMatrix.read(out)
 
 
 @app.command("audit")

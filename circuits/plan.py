@@ -1,0 +1,243 @@
+"""What an attribution run will cost, from the model's shape alone: passes, FLOPs and peak memory.
+
+Counts follow ``circuits.attribution`` (per batch of B examples padded to P positions):
+
+* every method first runs the counterfactual forward (the ablation's sender outputs);
+* ``eap``: one clean forward with receiver gradients and one backward, then the edge contraction
+  Σ_pos Δz_u · ∂m/∂in_v (2·P·D multiply-adds per edge and example);
+* ``clean-corrupted``: gradient runs at the clean and the corrupted input, one contraction;
+* ``eap-ig-inputs``: the clean forward (sender outputs) and ``steps`` gradient runs;
+* ``eap-ig-activations``: the clean forward and ``steps`` gradient runs per sender group (the
+  input, each layer's heads, each MLP), one contraction per group;
+* ``exact``: the clean forward keeping every residual, then one *suffix* forward per
+  (example, upstream sender) row of every receiver, from the receiver's layer on, in chunks of at
+  most ``max_rows`` rows; the last layer and the unembedding run at the read-out position only.
+  At node level: one run per sender from the sender's layer on.
+
+FLOPs count matrix multiplications (2 per multiply-add); elementwise work is left out. The backward
+of a run whose weights are frozen costs one matmul per linear map and two per attention product.
+Memory counts the tensors the implementation holds at its peak (weights, the batch's kept runs,
+the rows of one suffix chunk or the autograd graph of one gradient run); it is an estimate, used to
+choose batch sizes under ``--max-memory``, not a measurement. ``layer_passes`` counts layer
+computations (each a fixed number of kernel launches): the per-call overhead that dominates small
+models, which the time estimate prices separately from FLOPs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from .errors import InputError
+from .graph import ComponentGraph
+from .model import ModelConfig
+
+METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted")
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
+          "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
+
+
+def parse_bytes(text: str) -> int:
+    """Bytes in a size such as ``'2GiB'``, ``'512MB'``, ``'1.5g'`` or ``'1000000'``; InputError otherwise."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([a-zA-Z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _UNITS:
+        raise InputError(f"memory size {text!r} is not a size; write it like 2GiB, 512MiB, 8GB or a number of bytes")
+    value = float(m.group(1)) * _UNITS[unit]
+    if not math.isfinite(value) or value < 1:
+        raise InputError(f"memory size {text!r} must be at least one byte")
+    return int(value)
+
+
+def graph_of(cfg: ModelConfig) -> ComponentGraph:
+    """The component graph of a model with config ``cfg``."""
+    return ComponentGraph(cfg.n_layers, cfg.n_heads, has_mlp=cfg.has_mlp, parallel=cfg.parallel)
+
+
+# ---- FLOPs of the pieces (per example) -----------------------------------------------------------
+def _mlp_flops(cfg: ModelConfig, q: int) -> int:
+    """The MLP at ``q`` positions."""
+    if not cfg.has_mlp:
+        return 0
+    return 2 * q * cfg.d_model * cfg.d_mlp * (3 if cfg.mlp == "gated" else 2)
+
+
+def _attention_flops(cfg: ModelConfig, P: int, q: int, heads: int) -> tuple[int, int]:
+    """(linear, attention-product) FLOPs of ``heads`` heads with ``q`` query positions over ``P`` keys."""
+    D, dh = cfg.d_model, cfg.d_head
+    linear = 2 * heads * dh * D * (q + 2 * P + q)  # W_Q at q, W_K and W_V at P, W_O at q
+    products = 2 * 2 * heads * q * P * dh  # scores and mixing
+    return linear, products
+
+
+def layer_flops(cfg: ModelConfig, P: int, q: int | None = None) -> tuple[int, int]:
+    """(linear, attention-product) FLOPs of one layer for one example; queries and MLP at ``q`` positions."""
+    q = P if q is None else q
+    linear, products = _attention_flops(cfg, P, q, cfg.n_heads)
+    return linear + _mlp_flops(cfg, q), products
+
+
+def unembed_flops(cfg: ModelConfig) -> int:
+    """The unembedding at one read-out position."""
+    return 2 * cfg.d_model * cfg.vocab_size
+
+
+def forward_flops(cfg: ModelConfig, P: int, *, fast_last: bool = False) -> int:
+    """One forward of one example; ``fast_last``: the last layer at the read-out position only."""
+    total = unembed_flops(cfg)
+    for layer in range(cfg.n_layers):
+        total += sum(layer_flops(cfg, P, 1 if fast_last and layer == cfg.n_layers - 1 else None))
+    return total
+
+
+def backward_flops(cfg: ModelConfig, P: int) -> int:
+    """The backward (activation gradients only; weights are frozen) of a full forward."""
+    linear, products = layer_flops(cfg, P)
+    return cfg.n_layers * (linear + 2 * products) + unembed_flops(cfg)
+
+
+def suffix_flops(cfg: ModelConfig, graph: ComponentGraph, receiver: int, P: int) -> int:
+    """One exact-patching row of ``receiver``: its patched part, the later layers and the unembedding."""
+    L = cfg.n_layers
+    layer = int(graph.receiver_layer[receiver])
+    if layer == L:
+        return unembed_flops(cfg)
+    last = layer == L - 1
+    q = 1 if last else P
+    if receiver != graph.mlp_receiver_safe(layer):  # one head's q, k or v recomputed, then its output
+        D, dh = cfg.d_model, cfg.d_head
+        own = 2 * P * D * dh + 2 * 2 * q * P * dh + 2 * q * dh * D
+        own += 0 if cfg.parallel else _mlp_flops(cfg, q)
+    else:
+        own = _mlp_flops(cfg, q)
+    later = sum(sum(layer_flops(cfg, P, 1 if k == L - 1 else None)) for k in range(layer + 1, L))
+    return own + later + unembed_flops(cfg)
+
+
+def contraction_flops(graph: ComponentGraph, cfg: ModelConfig, P: int) -> int:
+    """Σ_pos Δz_u · g_v for every edge of one example."""
+    return 2 * P * cfg.d_model * graph.n_edges
+
+
+def sender_groups(cfg: ModelConfig) -> int:
+    """Sender groups EAP-IG-activations integrates separately: the input, each layer's heads, each MLP."""
+    return 1 + cfg.n_layers * (2 if cfg.has_mlp else 1)
+
+
+# ---- memory (bytes) ------------------------------------------------------------------------------
+def weight_bytes(cfg: ModelConfig, itemsize: int = 4) -> int:
+    """The model's weights (per-head K/V copies after ungrouping included)."""
+    D, H, dh, L = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.n_layers
+    per_layer = 4 * H * dh * D + (cfg.d_mlp * D * (3 if cfg.mlp == "gated" else 2) if cfg.has_mlp else 0)
+    embed = cfg.vocab_size * D * (1 if cfg.tied_embeddings else 2)
+    pos = cfg.n_ctx * D if cfg.positional == "learned" else 0
+    return itemsize * (L * per_layer + embed + pos)
+
+
+def exact_example_bytes(cfg: ModelConfig, graph: ComponentGraph, P: int, itemsize: int = 4) -> int:
+    """One example's kept clean run for exact patching: sender outputs, counterfactual and Δz,
+    residuals before and after attention, per-head q/k/v."""
+    D, L, U = cfg.d_model, cfg.n_layers, graph.n_senders
+    return itemsize * P * ((3 * U + 2 * L + 1) * D + 3 * L * cfg.n_heads * cfg.d_head)
+
+
+def exact_row_bytes(cfg: ModelConfig, P: int, itemsize: int = 4) -> int:
+    """One suffix-forward row at its peak: gathered residuals and Δz, one layer's activations, logits."""
+    D, H, dh = cfg.d_model, cfg.n_heads, cfg.d_head
+    mlp = 3 * P * cfg.d_mlp if cfg.has_mlp else 0
+    return itemsize * (8 * P * D + 4 * H * P * dh + 2 * H * P * P + mlp) + 4 * cfg.vocab_size
+
+
+def gradient_example_bytes(cfg: ModelConfig, graph: ComponentGraph, P: int, method: str, itemsize: int = 4) -> int:
+    """One example of a gradient method at its peak: the autograd graph of one run with per-head
+    receiver inputs, the receiver gradients (and their running sum for IG), sender outputs and Δz."""
+    D, H, dh, L, U = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.n_layers, graph.n_senders
+    mlp = 2 * P * cfg.d_mlp if cfg.has_mlp else 0
+    saved = L * (12 * H * P * D + 3 * H * P * dh + 2 * H * P * P + H * P * D + 4 * P * D + mlp)
+    grads = (L * (3 * H + 1) + 1) * P * D * (1 if method == "eap" else 2)
+    return itemsize * (saved + grads + 3 * U * P * D) + 4 * graph.n_edges
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The cost of one method on N examples (see the module docstring for what is counted)."""
+
+    method: str
+    columns: int  # edges (or nodes at node level)
+    forwards: int  # full forwards, counterfactual and clean
+    backwards: int
+    suffix_rows: int  # exact patching: (example, sender) rows of suffix forwards
+    flops: float
+    layer_passes: int  # layer computations, forward and backward (per-call overhead)
+    memory_peak: int  # bytes
+    batch_size: int
+    max_rows: int
+
+
+def _gradient_runs(cfg: ModelConfig, method: str, steps: int) -> tuple[int, int]:
+    """(plain forwards, gradient runs) per example of a gradient method."""
+    return {"eap": (1, 1), "clean-corrupted": (1, 2), "eap-ig-inputs": (2, steps),
+            "eap-ig-activations": (2, steps * sender_groups(cfg))}[method]
+
+
+def method_cost(cfg: ModelConfig, method: str, *, n: int, positions: int, level: str = "edge",
+                batch_size: int = 16, ig_steps: int = 5, max_rows: int = 256, itemsize: int = 4) -> Cost:
+    """The Cost of ``method`` at ``level`` on ``n`` examples of ``positions`` tokens."""
+    if method not in METHODS:
+        raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+    g, P, L = graph_of(cfg), positions, cfg.n_layers
+    cols = g.n_edges if level == "edge" else g.n_senders
+    batches = [min(batch_size, n - s) for s in range(0, n, batch_size)]
+    B = max(batches)
+    fwd = forward_flops(cfg, P)
+    if method != "exact":
+        plain, runs = _gradient_runs(cfg, method, ig_steps)
+        contractions = sender_groups(cfg) if method == "eap-ig-activations" else 1
+        flops = n * (plain * fwd + runs * (fwd + backward_flops(cfg, P)) + contractions * contraction_flops(g, cfg, P))
+        memory = weight_bytes(cfg, itemsize) + B * gradient_example_bytes(cfg, g, P, method, itemsize)
+        return Cost(method, cols, n * (plain + runs), n * runs, 0, float(flops),
+                    len(batches) * (plain * L + 2 * runs * L), memory, batch_size, max_rows)
+    flops, rows, passes = 2 * n * fwd, 0, 2 * L * len(batches)
+    if level == "edge":
+        for r in range(g.n_receivers):
+            U, layer = int(g.n_upstream[r]), int(g.receiver_layer[r])
+            rows += n * U
+            flops += n * U * suffix_flops(cfg, g, r, P)
+            passes += sum(math.ceil(b * U / max_rows) for b in batches) * (L - layer + 1)
+        row_peak = min(max_rows, B * int(g.n_upstream.max()))
+    else:
+        for u in range(g.n_senders):
+            start = max(0, int(g.sender_layer[u]))
+            rows += n
+            flops += n * (sum(sum(layer_flops(cfg, P)) for _ in range(start, L)) + unembed_flops(cfg))
+            passes += len(batches) * (L - start + 1)
+        row_peak = B
+    memory = (weight_bytes(cfg, itemsize) + B * exact_example_bytes(cfg, g, P, itemsize)
+              + row_peak * exact_row_bytes(cfg, P, itemsize))
+    return Cost(method, cols, 2 * n, 0, rows, float(flops), passes, memory, batch_size, max_rows)
+
+
+def fit_memory(cfg: ModelConfig, method: str, budget: int, *, positions: int, level: str = "edge",
+               batch_size: int = 16, max_rows: int = 256, itemsize: int = 4) -> tuple[int, int]:
+    """(batch_size, max_rows) no larger than asked whose estimated peak fits ``budget`` bytes;
+    InputError naming the minimum budget when not even one example (and one row) fits."""
+    g, P = graph_of(cfg), positions
+    fixed = weight_bytes(cfg, itemsize)
+    if method == "exact":
+        per_example = exact_example_bytes(cfg, g, P, itemsize)
+        per_row = exact_row_bytes(cfg, P, itemsize)
+    else:
+        per_example, per_row = gradient_example_bytes(cfg, g, P, method, itemsize), 0
+    minimum = fixed + per_example + per_row
+    if budget < minimum:
+        from .limits import format_bytes
+
+        raise InputError(f"--max-memory {format_bytes(budget)} is below the {format_bytes(minimum)} that {method} needs "
+                         f"for one example of {P} tokens on this model; give at least {format_bytes(minimum)}")
+    if method != "exact":
+        return min(batch_size, (budget - fixed) // per_example), max_rows
+    # exact: the batch's kept runs first, then as many suffix rows as the rest allows (at least one)
+    batch = min(batch_size, (budget - fixed - per_row) // per_example)
+    rows = min(max_rows, (budget - fixed - batch * per_example) // per_row)
+    return int(batch), int(rows)
