@@ -647,15 +647,9 @@ def _unknown_message(kind: str, unknown: Sequence[str], valid: Sequence[str], gr
 
 def _jsonable(obj: Any) -> Any:
     """Parameters as plain JSON types (so equality survives a JSON round trip)."""
-    return json.loads(json.dumps(obj, default=_default))
+    from reports.provenance import to_jsonable  # the one JSON conversion (torch-free writer layer)
 
-
-def _default(o: Any) -> Any:
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    return repr(o)
+    return to_jsonable(obj)
 
 
 def _write_json_file(path: str | os.PathLike, data: bytes) -> Path:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Iterable, Protocol, Sequence, runtime_checkable
@@ -135,16 +134,10 @@ class _Base:
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write `text` (UTF-8) to `path` atomically through the one atomic writer."""
+    from reports.atomic import atomic_write_bytes
+
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 class FastTokenizer(_Base):

@@ -623,15 +623,8 @@ def _write_log(out: Path, rows: list[dict], provenance: dict) -> None:
     table = pa.table({c: [r[c] for r in rows] for c in cols},
                      schema=pa.schema([("step", pa.int64()), ("train_loss", pa.float64()), ("val_loss", pa.float64()),
                                        ("lr", pa.float64()), ("tokens", pa.int64()), ("elapsed_s", pa.float64())]))
-    try:
-        from reports.tables import write_table
-    except ImportError:  # pragma: no cover - reports layer is part of the package
-        import pyarrow.parquet as pq
+    from reports.tables import write_table
 
-        tmp = out / f".{LOG_TABLE}.tmp"
-        pq.write_table(table, tmp)
-        os.replace(tmp, out / LOG_TABLE)
-        return
     write_table(table, out / LOG_TABLE, provenance=provenance)
 
 

@@ -30,6 +30,7 @@ from typing import Any, Callable
 import numpy as np
 from scipy import stats as sps
 
+from .intervals import percentile_interval  # the one home of percentile intervals; re-exported
 from .resampling import ResamplingPlan, as_seed_sequence, resampled_means
 from .similarity import (_center_gram, _cka_from_centered, _rbf_gram, _u_center_gram, debiased_cka,
                          linear_cka, match_heads, rbf_cka)
@@ -129,22 +130,6 @@ def prompt_resampled_similarity(cosines: np.ndarray, plan: ResamplingPlan | None
     with np.errstate(invalid="ignore", divide="ignore"):
         means = resampled_means(filled, plan) / resampled_means(valid, plan)  # [E, B]
     return means.T.reshape((plan.n_resamples,) + shape)
-
-
-def percentile_interval(replicates: np.ndarray, confidence_level: float, *,
-                        discrete: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Return the (low, high) percentile interval over the first axis, ignoring NaN replicates.
-
-    discrete: the replicates take a few values (a layer index): the ends are replicate values
-    (inverted-CDF quantiles), never an interpolation between two layers."""
-    alpha = (1 - confidence_level) / 2
-    ctx = _quiet()
-    try:
-        low, high = np.nanquantile(np.asarray(replicates, dtype=np.float64), [alpha, 1 - alpha], axis=0,
-                                   method="inverted_cdf" if discrete else "linear")
-    finally:
-        ctx.__exit__(None, None, None)
-    return low, high
 
 
 # --- the paper's bootstrap (anchor fixed) -------------------------------------------------------

@@ -35,6 +35,7 @@ from .resampling import (DEFAULT_MAX_BYTES, ResamplingPlan, _is_vectorized, _res
 from .results import ConfidenceInterval, Result
 
 __all__ = [
+    "percentile_interval",
     "BootstrapResult",
     "bootstrap_edges",
     "bootstrap_statistic",
@@ -604,6 +605,24 @@ def intervals_from_distribution(theta_b: np.ndarray, theta_hat: np.ndarray, *,
     out = _intervals_sorted(xs, th, frac, accel, todo, alpha, alternative)
     return {m: ConfidenceInterval(lo.reshape(shape)[()], hi.reshape(shape)[()])
             for m, (lo, hi) in out.items()}
+
+
+def percentile_interval(replicates: np.ndarray, confidence_level: float, *,
+                        discrete: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Return the (low, high) percentile interval over the first axis, ignoring NaN replicates.
+
+    The one percentile interval for replicate sets in which some replicates are undefined (a
+    refit pair without matched heads): `intervals_from_distribution` serves complete bootstrap
+    distributions and every other method. discrete: the replicates take a few values (a layer
+    index): the ends are replicate values (inverted-CDF quantiles), never an interpolation."""
+    import warnings
+
+    alpha = (1 - confidence_level) / 2
+    with warnings.catch_warnings():  # all-NaN columns give NaN ends, kept and documented
+        warnings.simplefilter("ignore", RuntimeWarning)
+        low, high = np.nanquantile(np.asarray(replicates, dtype=np.float64), [alpha, 1 - alpha], axis=0,
+                                   method="inverted_cdf" if discrete else "linear")
+    return low, high
 
 
 def bootstrap_statistic(data: np.ndarray, statistic: Callable[..., Any],

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections import namedtuple
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["ConfidenceInterval", "Result", "to_jsonable"]
+# the one JSON conversion (reports is the layer every part writes through; no torch)
+from reports.provenance import to_jsonable
+
+__all__ = ["ConfidenceInterval", "Result"]
 
 # Same field names as scipy.stats' ConfidenceInterval, so code written for scipy results works.
 ConfidenceInterval = namedtuple("ConfidenceInterval", ["low", "high"])
@@ -24,23 +26,6 @@ ConfidenceInterval = namedtuple("ConfidenceInterval", ["low", "high"])
 PARAMS_KEY = b"circuitstat.params"
 RESULT_KEY = b"circuitstat.result"
 TABLE_KEY = b"circuitstat.table"
-
-
-def to_jsonable(value: Any) -> Any:
-    """Return `value` converted to plain JSON types (numpy scalars/arrays to Python)."""
-    if isinstance(value, Mapping):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return to_jsonable(value.tolist())
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, float) and not np.isfinite(value):
-        return str(value)  # JSON has no NaN/inf; keep them readable
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return repr(value)
 
 
 def _column(values: Any) -> pa.Array:
@@ -87,7 +72,7 @@ class Result:
         meta = {
             RESULT_KEY: type(self).__name__.encode(),
             TABLE_KEY: name.encode(),
-            PARAMS_KEY: json.dumps(to_jsonable(self.params), sort_keys=True).encode(),
+            PARAMS_KEY: json.dumps(to_jsonable(self.params), sort_keys=True, allow_nan=False).encode(),
         }
         return table.replace_schema_metadata(meta)
 
@@ -111,19 +96,13 @@ class Result:
         """Write every table as `<directory>/<ResultName>.<table>.parquet` atomically; return paths."""
         import pyarrow.parquet as pq
 
-        os.makedirs(directory, exist_ok=True)
+        from reports.atomic import atomic_write
+
         paths = {}
         for name, table in self.tables().items():
             path = os.path.join(directory, f"{type(self).__name__}.{name}.parquet")
-            # temp file in the same directory, then rename: a killed run never leaves half a file
-            fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-            os.close(fd)
-            try:
-                pq.write_table(table, tmp)
-                os.replace(tmp, path)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+            with atomic_write(path) as f:  # a killed run never leaves half a file
+                pq.write_table(table, f)
             paths[name] = path
         return paths
 
