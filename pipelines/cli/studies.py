@@ -45,13 +45,14 @@ def heads_command(
     ci_over: CIOver = typer.Option(CIOver("both"), "--ci-over", help="what the bootstrap resamples"),
     seed: int = typer.Option(0, "--seed", min=0),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or mps"),
+    n_jobs: int = typer.Option(1, "--n-jobs", min=1, help="BLAS / torch threads inside the fit (1 to the CPU count)"),
     out: Path = typer.Option(..., "--out", help="run directory: heads/layers/residual.parquet and more, manifest.json"),
     force: bool = typer.Option(False, "--force", help="recompute if the directory holds a different spec"),
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
     """Cross-seed stability of attention heads and of the residual stream, with refit-level and bootstrap CIs."""
-    from pipelines.build import check_device
+    from pipelines.build import check_device, check_n_jobs
     from pipelines.heads import HeadStability, load_source
 
     models = [p for m in models for p in str(m).split(",") if p]
@@ -59,13 +60,17 @@ def heads_command(
         raise InputError("pass at least 2 models (--models DIR --models DIR ..., or --models DIR,DIR,...)")
     check_out(out)
     device = check_device(device)
+    n_jobs = check_n_jobs(n_jobs, "--n-jobs")
     loaded = [load_source(m, device=device, allow_pickle=allow_pickle, allow_large=allow_large) for m in models]
     est = HeadStability(match=match.value, pairs=pairs.value, anchor=anchor, drop_bos=drop_bos, null=null.value,
                         n_boot=n_resamples, ci_over=ci_over.value, n_probe=n_probe, probe_len=probe_len, bos=bos,
                         probe_file=str(probe_file) if probe_file else None, corpus=corpus,
-                        hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), random_state=seed)
+                        hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), random_state=seed,
+                        n_jobs=n_jobs)
     res = est.fit(loaded).result_
-    res.write(out, spec={"models": list(models), **est.get_params()}, command=sys.argv, force=force)
+    # threads change no result: the spec (which a rerun must match) leaves them out
+    spec = {k: v for k, v in est.get_params().items() if k != "n_jobs"}
+    res.write(out, spec={"models": list(models), **spec}, command=sys.argv, force=force)
     typer.echo(res.summary())
     typer.echo(f"-> {out}")
 

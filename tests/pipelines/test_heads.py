@@ -301,6 +301,20 @@ def test_heads_command_is_typer_compatible(tmp_path):
     assert pq.read_table(out / "heads.parquet").column_names == HEADS_COLUMNS
     man = json.loads((out / "manifest.json").read_text())
     assert man["provenance"]["probe"]["n"] == 8 and man["spec"]["match"] == "hungarian"
+    # --n-jobs sets threads: the same tables, and a rerun with other threads resumes the same spec
+    args = ["--models", ",".join(dirs), "--probe-file", str(probe), "--n-probe", "8", "--n-boot", "10",
+            "--match", "hungarian"]
+    r = CliRunner().invoke(app, args + ["--out", str(tmp_path / "run2"), "--n-jobs", "2"])
+    assert r.exit_code == 0, r.output
+    for name in ("heads", "layers", "residual"):
+        a, b = (pq.read_table(d / f"{name}.parquet").to_pandas() for d in (out, tmp_path / "run2"))
+        np.testing.assert_allclose(a.select_dtypes("number").to_numpy(), b.select_dtypes("number").to_numpy(),
+                                   rtol=1e-9, atol=1e-12, equal_nan=True)
+    assert "n_jobs" not in man["spec"]
+    r = CliRunner().invoke(app, args + ["--out", str(tmp_path / "run3"), "--n-jobs", "100000"])
+    # this bare app has no error boundary (the real CLI's turns InputError into exit 2)
+    assert isinstance(r.exception, ValueError) and "CPU count" in str(r.exception)
+    assert not (tmp_path / "run3").exists()
 
 
 def test_estimator_contract_and_refit_level_columns(ids):
