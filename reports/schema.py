@@ -309,6 +309,62 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("multiplicity", S, "the multiple-comparison rule of the verdicts (head study)", False, True)),
 )}
 
+# Token contribution weights and attention sinks (pipelines.contributions; issue 16)
+DROP = "the mean metric drop over the task's prompt distribution when the measure's top-k tokens are ablated"
+DROP_DIFF = "the mean paired difference of drops between the two measures over the prompt distribution"
+SINK_RATE = "the head's sink rate (share of query positions above the threshold) over the prompt distribution"
+SINK_FIT = "the stated coefficient of head output norm on head sink rate across heads; prompts resampled, heads fixed"
+_MEASURE_WEIGHT = "importance of the token at the read-out position by the {} measure (circuits.contributions)"
+TABLES.update({t.name: t for t in (
+    _table("token_weights", "per-token importance at each prompt's read-out position, one row per prompt and token",
+           ("prompt", I, "prompt index in the task"), ("position", I, "token position"), ("token", I, "token id"),
+           ("is_readout", B, "the token where the metric is read"), ("candidate", B, "whether the token may be ablated"),
+           *((m, F, _MEASURE_WEIGHT.format(m), False, True)
+             for m in ("attention", "value_norm", "contribution", "grad_input"))),
+    _table("token_drops", "per-prompt metric drop when the top-k tokens of a measure are ablated",
+           ("prompt", I, "prompt index in the task"),
+           ("measure", S, "importance measure, or random (mean over the random orders)"), _K,
+           ("drop", F, "metric(clean) - metric(top-k tokens ablated)"),
+           ("n_ablated", I, "tokens ablated (k, or all candidates when a prompt has fewer)")),
+    _table("token_importance", "token-importance faithfulness: mean metric drop per measure and k",
+           ("measure", S, "importance measure (random: the null)"), _K, ("n", I, "number of prompts"),
+           ("mean_drop", F, "mean metric drop over prompts", True),
+           ("standard_error", F, "bootstrap standard error of mean_drop"),
+           *_ci("ci", "mean_drop", DROP), ("pvalue", F, "two-sided p-value of zero drop, inverting the interval"),
+           ("tail_share", F, "share of sum |x - median| carried by the ceil(sqrt N) most extreme prompts"),
+           ("interval_reliable", B, "false when tail_share > 0.6: a few prompts carry the estimate"),
+           ("interval", S, "interval method"), ("estimand", S, "what the interval covers")),
+    _table("token_importance_diffs", "paired differences of mean drops between measures, one row per pair and k",
+           ("measure_a", S, "first measure"), ("measure_b", S, "second measure"), _K,
+           ("difference", F, "mean over prompts of drop_a - drop_b", True),
+           ("standard_error", F, "bootstrap standard error of the difference"),
+           *_ci("ci", "difference", DROP_DIFF), ("pvalue", F, "two-sided p-value of zero difference, inverting the interval"),
+           ("pvalue_holm", F, "Holm-adjusted p-value over every pair and k"),
+           ("verdict", S, "'a > b', 'a < b' or inconclusive (Holm, family-wise alpha)"),
+           ("interval_reliable", B, "false when a few prompts carry the difference"),
+           ("multiplicity", S, "the multiple-comparison rule of the verdicts"), ("estimand", S, "what the interval covers")),
+    _table("sink_prompts", "per prompt and head: sink share, mean output norm and confidence gap",
+           ("prompt", I, "prompt index"), ("layer", I, "layer"), ("head", I, "head"),
+           ("sink_share", F, "share of query positions attending to the sink token above the threshold"),
+           ("output_norm", F, "mean norm of the head's output over the same positions"),
+           ("confidence_gap", F, "mean sink attention at low- minus high-confidence positions")),
+    _table("sink_heads", "attention sinks: per-head sink rate, output norm and confidence gap with intervals",
+           ("layer", I, "layer"), ("head", I, "head"), ("node", S, "head node name a{L}.h{H}"),
+           ("sink_rate", F, "mean over prompts of the share of positions attending to the sink above the threshold",
+            True),
+           *_ci("ci", "sink_rate", SINK_RATE), ("output_norm", F, "mean head output norm", True),
+           *_ci("norm_ci", "output_norm", "the head's mean output norm over the prompt distribution"),
+           ("confidence_gap", F, "mean sink attention at low- minus high-confidence positions"),
+           *_ci("gap_ci", "confidence_gap", "the head's confidence gap over the prompt distribution", claimable=False),
+           ("threshold", F, "sink threshold on the attention weight"), ("n", I, "number of prompts"),
+           ("interval_reliable", B, "false when a few prompts carry the sink rate")),
+    _table("sink_fit", "relation of head output norm to head sink rate across heads (quadratic and Spearman)",
+           ("term", S, "intercept, slope, curvature (quadratic least squares) or spearman"),
+           ("estimate", F, "the coefficient or rho", True), *_ci("ci", "estimate", SINK_FIT),
+           ("interval", S, "interval method"), ("verdict", S, "convex/concave or increasing/decreasing or inconclusive"),
+           ("estimand", S, "what the interval covers"), ("multiplicity", S, "the multiple-comparison rule of the verdicts")),
+)})
+
 SCORES_PREFIX = "scores_"
 
 

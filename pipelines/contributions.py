@@ -1,0 +1,335 @@
+"""Token contribution weights and attention sinks as an estimator (issue 16): orchestration only.
+
+:class:`TokenContributions` (scikit-learn style: parameters in ``__init__``; ``fit(model)``
+returns the estimator with ``result_``) runs two stages:
+
+1. **read-outs** (torch, ``circuits.contributions``): on the task's clean prompts, each measure's
+   token importance at the read-out position (attention, value_norm, contribution, grad_input),
+   the metric drop when the top-k tokens of each measure (and of ``n_random`` random orders, the
+   null ``random``: their mean drop per prompt) are ablated, and per prompt and head the sink
+   share, the mean output norm and the confidence gap. Per-prompt tables: ``token_weights``,
+   ``token_drops``, ``sink_prompts``.
+2. **statistics** (numpy, ``stats.token_importance`` and ``stats.sinks``) from those tables alone:
+   ``token_importance``, ``token_importance_diffs``, ``sink_heads``, ``sink_fit`` and ``summary``.
+
+``run(model, out)`` writes both stages to a run directory (reports.rundir.RunDir): a killed run
+resumes from the stage it finished, and a changed spec is refused unless ``force``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from circuits.errors import InputError
+from stats.resampling import ResamplingPlan, as_seed_sequence, seed_record, spawn_seeds
+from stats.results import Result
+from stats.sinks import DEFAULT_THRESHOLD, SinkResult, confidence_gap, position_means, sink_relation, sink_shares
+from stats.token_importance import TokenImportanceResult, token_importance_faithfulness
+
+__all__ = ["TokenContributions", "ContributionsResult", "READOUT_TABLES", "STAT_TABLES", "MEASURES", "RANDOM"]
+
+#: the importance measures (circuits.contributions.MEASURES, written out so this module loads without torch)
+MEASURES = ("attention", "value_norm", "contribution", "grad_input")
+RANDOM = "random"
+READOUT_TABLES = ("token_weights", "token_drops", "sink_prompts")
+STAT_TABLES = ("token_importance", "token_importance_diffs", "sink_heads", "sink_fit", "summary")
+
+
+# =============================================================================================
+# Per-prompt read-outs <-> tables
+# =============================================================================================
+@dataclass
+class Readouts:
+    """Per-prompt arrays of stage 1: token importance [N, M, P], drops [N, M + 1, K], sink arrays [N, U]."""
+
+    measures: tuple[str, ...]
+    ks: tuple[int, ...]
+    importance: np.ndarray
+    tokens: np.ndarray
+    mask: np.ndarray
+    candidates: np.ndarray
+    readout: np.ndarray
+    drops: np.ndarray
+    n_ablated: np.ndarray
+    head_names: list[str]
+    sink_share: np.ndarray
+    output_norm: np.ndarray
+    gap: np.ndarray
+
+    def tables(self) -> dict[str, dict[str, Any]]:
+        """Return the per-prompt tables ``token_weights``, ``token_drops``, ``sink_prompts`` as columns."""
+        N, M, P = self.importance.shape
+        n_idx, p_idx = np.nonzero(self.mask)  # real tokens up to each read-out, prompt-major
+        weights: dict[str, Any] = {"prompt": n_idx.astype(np.int64), "position": p_idx.astype(np.int64),
+                                   "token": self.tokens[n_idx, p_idx].astype(np.int64),
+                                   "is_readout": p_idx == self.readout[n_idx],
+                                   "candidate": self.candidates[n_idx, p_idx]}
+        for mi, m in enumerate(self.measures):
+            weights[m] = self.importance[n_idx, mi, p_idx]
+        names = (*self.measures, RANDOM)
+        K = len(self.ks)
+        drops = {"prompt": np.repeat(np.arange(N, dtype=np.int64), len(names) * K),
+                 "measure": np.tile(np.repeat(np.array(names, dtype=str), K), N),
+                 "k": np.tile(np.array(self.ks, dtype=np.int64), N * len(names)),
+                 "drop": self.drops.reshape(-1),
+                 "n_ablated": np.repeat(self.n_ablated, len(names), axis=0).reshape(-1).astype(np.int64)}
+        U = len(self.head_names)
+        layer = np.array([int(h.split(".")[0][1:]) for h in self.head_names], dtype=np.int64)
+        head = np.array([int(h.split(".h")[1]) for h in self.head_names], dtype=np.int64)
+        sinks = {"prompt": np.repeat(np.arange(N, dtype=np.int64), U), "layer": np.tile(layer, N),
+                 "head": np.tile(head, N), "sink_share": self.sink_share.reshape(-1),
+                 "output_norm": self.output_norm.reshape(-1), "confidence_gap": self.gap.reshape(-1)}
+        return {"token_weights": weights, "token_drops": drops, "sink_prompts": sinks}
+
+
+def _drops_from_table(drops, measures: Sequence[str], ks: Sequence[int]) -> np.ndarray:
+    """Return [N, M, K] drops from a ``token_drops`` table (pyarrow), in the given measure and k order."""
+    d = drops.to_pydict()
+    N = max(d["prompt"]) + 1
+    out = np.full((N, len(measures), len(ks)), np.nan)
+    mi = {m: i for i, m in enumerate(measures)}
+    ki = {k: i for i, k in enumerate(ks)}
+    for n, m, k, v in zip(d["prompt"], d["measure"], d["k"], d["drop"]):
+        if m in mi and k in ki:
+            out[n, mi[m], ki[k]] = v
+    return out
+
+
+def _sinks_from_table(sinks) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """Return head names and [N, U] share, norm and gap from a ``sink_prompts`` table."""
+    d = {k: np.asarray(v) for k, v in sinks.to_pydict().items()}
+    heads = sorted(set(zip(d["layer"].tolist(), d["head"].tolist())))
+    names = [f"a{layer}.h{head}" for layer, head in heads]
+    col = {h: i for i, h in enumerate(heads)}
+    N = int(d["prompt"].max()) + 1
+    arrays = [np.full((N, len(heads)), np.nan) for _ in range(3)]
+    cols = [col[(int(a), int(b))] for a, b in zip(d["layer"], d["head"])]
+    for arr, key in zip(arrays, ("sink_share", "output_norm", "confidence_gap")):
+        arr[d["prompt"], cols] = d[key]
+    return names, *arrays
+
+
+# =============================================================================================
+# Result
+# =============================================================================================
+@dataclass(repr=False)
+class ContributionsResult(Result):
+    """Token-importance faithfulness and attention sinks; ``tables()`` gives every stat table and ``summary``."""
+
+    importance: TokenImportanceResult
+    sinks: SinkResult
+    params: dict = field(default_factory=dict)
+    main_table = "token_importance"
+
+    def summary_rows(self) -> list[dict[str, Any]]:
+        """Return the one-screen rows: each measure against the others at every k, and the sink relation."""
+        rows = []
+        if self.importance.differences is not None:
+            diffs = self.importance.to_pandas("token_importance_diffs")
+            for r in diffs.itertuples():
+                rows.append({"item": f"drop {r.measure_a} - {r.measure_b} at k={r.k}", "value": r.difference,
+                             "ci_low": r.ci_low, "ci_high": r.ci_high, "verdict": r.verdict, "pvalue": r.pvalue,
+                             "pvalue_holm": r.pvalue_holm, "interval": self.importance.drops.method,
+                             "multiplicity": r.multiplicity})
+        for term in ("curvature", "spearman"):
+            f = self.sinks.fit[term]
+            rows.append({"item": f"sink rate vs output norm: {term}", "value": f["estimate"], "ci_low": f["ci_low"],
+                         "ci_high": f["ci_high"], "verdict": f["verdict"], "pvalue": np.nan, "pvalue_holm": np.nan,
+                         "interval": f["interval"], "multiplicity": f["multiplicity"]})
+        return rows
+
+    def _tables(self) -> dict[str, dict[str, Any]]:
+        rows = self.summary_rows()
+        summary = {k: np.array([r[k] for r in rows], dtype=np.float64)
+                   for k in ("value", "ci_low", "ci_high", "pvalue", "pvalue_holm")}
+        for k in ("item", "verdict", "interval", "multiplicity"):
+            summary[k] = np.array([str(r[k]) for r in rows], dtype=str)
+        order = ("item", "value", "ci_low", "ci_high", "verdict", "pvalue", "pvalue_holm", "interval", "multiplicity")
+        return {**self.importance._tables(), **self.sinks._tables(), "summary": {k: summary[k] for k in order}}
+
+    def _summary_items(self) -> list[tuple[str, Any]]:
+        return self.importance._summary_items() + self.sinks._summary_items()[1:]
+
+
+# =============================================================================================
+# Estimator
+# =============================================================================================
+class TokenContributions:
+    """Token-importance faithfulness of contribution weights against attention, and attention sinks.
+
+    Parameters
+    ----------
+    task, n, task_seed, metric, task_options : the task (``pipelines.build.build_task``).
+    ks : numbers of top tokens ablated. measures : importance measures compared (plus ``random``).
+    n_random : random orders per prompt averaged into the ``random`` null.
+    ablation : 'zero' (token embedding set to 0, position kept) or 'mean' (mean token embedding).
+    exclude_first, exclude_readout : never ablate the first token / the read-out token.
+    sink : 'first' (the first token) or 'detected' (per prompt, the most attended key).
+    sink_threshold : attention to the sink above which a position counts as sinking.
+    n_resamples, confidence_level, alpha : intervals over prompts and the Holm family-wise level.
+    batch_size : prompts per forward. random_state : root seed of every random draw.
+    """
+
+    def __init__(self, task: str = "induction", n: int = 64, task_seed: int = 0, metric: str | None = None,
+                 task_options: dict | None = None, ks: Sequence[int] = (1, 2, 3, 5), measures: Sequence[str] = MEASURES,
+                 n_random: int = 5, ablation: str = "zero", exclude_first: bool = False, exclude_readout: bool = False,
+                 sink: str = "first", sink_threshold: float = DEFAULT_THRESHOLD, n_resamples: int = 2000,
+                 confidence_level: float = 0.95, alpha: float = 0.05, batch_size: int = 32,
+                 random_state: int | None = 0) -> None:
+        self.task = task
+        self.n = n
+        self.task_seed = task_seed
+        self.metric = metric
+        self.task_options = task_options
+        self.ks = tuple(ks)
+        self.measures = tuple(measures)
+        self.n_random = n_random
+        self.ablation = ablation
+        self.exclude_first = exclude_first
+        self.exclude_readout = exclude_readout
+        self.sink = sink
+        self.sink_threshold = sink_threshold
+        self.n_resamples = n_resamples
+        self.confidence_level = confidence_level
+        self.alpha = alpha
+        self.batch_size = batch_size
+        self.random_state = random_state
+
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        return [p.name for p in inspect.signature(cls.__init__).parameters.values() if p.name != "self"]
+
+    def get_params(self, deep: bool = False) -> dict:
+        """Return every ``__init__`` parameter by name."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def validate(self) -> None:
+        """None; InputError naming the first bad parameter (checked before any model work)."""
+        bad = [m for m in self.measures if m not in MEASURES]
+        if bad or not self.measures or len(set(self.measures)) != len(self.measures):
+            raise InputError(f"measures {list(self.measures)} must be distinct names from {', '.join(MEASURES)}")
+        if not self.ks or any(isinstance(k, bool) or int(k) != k or k < 1 for k in self.ks) or \
+                len(set(self.ks)) != len(self.ks):
+            raise InputError(f"ks {list(self.ks)} must be distinct positive integers, e.g. 1,2,3,5")
+        for name, value, allowed in (("ablation", self.ablation, ("zero", "mean")),
+                                     ("sink", self.sink, ("first", "detected"))):
+            if value not in allowed:
+                raise InputError(f"{name}={value!r} is not supported; use one of {', '.join(allowed)}")
+        if int(self.n_random) < 1:
+            raise InputError("n_random must be at least 1 (the random-token null)")
+        if not 0.0 <= float(self.sink_threshold) < 1.0:
+            raise InputError(f"sink_threshold is an attention weight in [0, 1), got {self.sink_threshold}")
+        if not 0 < self.confidence_level < 1 or not 0 < self.alpha < 1:
+            raise InputError("confidence_level and alpha must lie in (0, 1)")
+        if int(self.n) < 2:
+            raise InputError("n must be at least 2 prompts")
+
+    def _seeds(self) -> dict[str, np.random.SeedSequence]:
+        root = as_seed_sequence(self.random_state)
+        return dict(zip(("random_tokens", "bootstrap"), spawn_seeds(root, 2)))
+
+    def build_task(self, model):
+        """Return the task for ``model`` (built from ``task``, ``n``, ``task_seed``, ``metric``, ``task_options``)."""
+        from pipelines.build import build_task
+
+        return build_task(model, self.task, n=int(self.n), seed=int(self.task_seed), metric=self.metric,
+                          **(self.task_options or {}))
+
+    # -- stage 1 -------------------------------------------------------------------------------
+    def readouts(self, model, task=None) -> Readouts:
+        """Return the per-prompt read-outs of ``model`` on the task (torch work, no statistics)."""
+        import torch
+
+        from circuits.contributions import (ablation_drops, candidate_mask, random_ranks, rank_tokens,
+                                            sink_readouts, token_weights)
+
+        self.validate()
+        task = self.build_task(model) if task is None else task
+        model.eval()
+        w = token_weights(model, task, ablation=self.ablation, batch_size=self.batch_size)
+        cand = candidate_mask(w, self.exclude_first, self.exclude_readout)
+        importance = np.stack([w.importance(m) for m in self.measures], axis=1)  # [N, M, P]
+        orders = np.stack([rank_tokens(importance[:, i], cand) for i in range(len(self.measures))])
+        rng = np.random.default_rng(self._seeds()["random_tokens"])
+        rand = random_ranks(cand, int(self.n_random), rng)
+        drops = ablation_drops(model, task, np.concatenate([orders, rand]), self.ks, cand,
+                               ablation=self.ablation, batch_size=max(self.batch_size, 64))
+        M = len(self.measures)
+        drops = np.concatenate([drops[:, :M], drops[:, M:].mean(axis=1, keepdims=True)], axis=1)
+        n_ablated = np.minimum(np.array(self.ks)[None, :], cand.sum(1)[:, None])
+        sr = sink_readouts(model, task.clean, task.attention_mask, sink=self.sink, batch_size=self.batch_size)
+        N, L, H, P = sr.sink_attention.shape
+        att = sr.sink_attention.reshape(N, L * H, P)
+        share = sink_shares(att, sr.positions, self.sink_threshold)
+        norm = position_means(sr.output_norm.reshape(N, L * H, P), sr.positions)
+        gap = confidence_gap(att, sr.confidence, sr.positions)
+        names = [f"a{layer}.h{head}" for layer in range(L) for head in range(H)]
+        return Readouts(self.measures, self.ks, importance, task.clean.numpy(), w.mask, cand, w.readout, drops,
+                        n_ablated, names, share, norm, gap)
+
+    # -- stage 2 -------------------------------------------------------------------------------
+    def analyse(self, tables: dict) -> ContributionsResult:
+        """Return the statistics from the per-prompt tables (``Readouts.tables()`` or read back from a run)."""
+        import pyarrow as pa
+
+        self.validate()
+        t = {k: v if isinstance(v, pa.Table) else pa.table(v) for k, v in tables.items()}
+        names = (*self.measures, RANDOM)
+        drops = _drops_from_table(t["token_drops"], names, self.ks)
+        seeds = self._seeds()
+        N = drops.shape[0]
+        plan = ResamplingPlan.bootstrap(N, int(self.n_resamples), seeds["bootstrap"])
+        pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+        imp = token_importance_faithfulness(drops, names, self.ks, pairs=pairs, plan=plan,
+                                            confidence_level=self.confidence_level, alpha=self.alpha)
+        head_names, share, norm, gap = _sinks_from_table(t["sink_prompts"])
+        if share.shape[0] != N:
+            raise InputError(f"the run's sink table has {share.shape[0]} prompts, its drops table {N}; rerun with --force")
+        sinks = sink_relation(share, norm, head_names, gap=gap, threshold=self.sink_threshold, plan=plan,
+                              confidence_level=self.confidence_level)
+        params = {"estimator": "TokenContributions", **{k: v for k, v in self.get_params().items()},
+                  "seed": seed_record(as_seed_sequence(self.random_state)), "plan": plan.describe()}
+        return ContributionsResult(imp, sinks, params)
+
+    def fit(self, model, task=None) -> "TokenContributions":
+        """Read ``model`` out on the task and estimate everything; return self with ``result_`` and ``readouts_``."""
+        self.readouts_ = self.readouts(model, task)
+        self.result_ = self.analyse(self.readouts_.tables())
+        return self
+
+    def run(self, model, out: str | os.PathLike, *, task=None, command: Any = None, force: bool = False
+            ) -> ContributionsResult:
+        """Write both stages to run directory ``out`` (resumable) and return the result."""
+        from reports.rundir import RunDir
+
+        self.validate()
+        task = self.build_task(model) if task is None else task
+        spec = {"model": str(getattr(model, "source", "memory")), **self.get_params()}
+        base = {"weight_hash": model.weight_hash(), "task_hash": task.content_hash}
+        stage1 = {**base, **{k: v for k, v in self.get_params().items()
+                             if k not in ("n_resamples", "confidence_level", "alpha")}}
+        seed = self.random_state if isinstance(self.random_state, int) else None
+        with RunDir(out, spec=spec, command=command if command is not None else sys.argv, seed=seed,
+                    provenance={"model": model.identity(), "task": task.describe()}) as run:
+            run.stage("token_readouts", lambda: self.readouts(model, task).tables(), list(READOUT_TABLES),
+                      params=stage1, force=force)
+            tables = {name: run.table(name) for name in READOUT_TABLES}
+            result = self.analyse(tables)
+            run.stage("token_stats", result.tables, list(STAT_TABLES), params={**base, **self.get_params()},
+                      depends_on=["token_readouts"], force=force)
+        return result
+
+
+def run_dir_tables(out: str | os.PathLike) -> dict[str, Any]:
+    """Return every table of a finished contributions run by name (pyarrow)."""
+    from reports.rundir import RunDir
+
+    path = Path(out)
+    return {name: RunDir(path).table(name) for name in (*READOUT_TABLES, *STAT_TABLES)}

@@ -1,0 +1,113 @@
+"""The contributions estimator end to end: tables through the schema, resuming, a planted sink head."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from circuits.errors import InputError
+from circuits.model import CircuitModel, ModelConfig
+from circuits.tasks import task_from_token_lists
+from pipelines.contributions import READOUT_TABLES, STAT_TABLES, TokenContributions
+from reports.rundir import StageSpecChangedError
+from reports.schema import schema_for
+
+
+def _model(seed=0):
+    cfg = ModelConfig(n_layers=2, n_heads=2, d_model=16, d_head=8, d_mlp=32, vocab_size=40, n_ctx=32, act="relu")
+    m = CircuitModel(cfg).init_weights(seed)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.mul_(8.0) if p.ndim > 1 else None  # sharper patterns than GPT-2's 0.02 init
+    return m.eval()
+
+
+EST = dict(n=12, task_options={"seq_len": 5}, ks=(1, 2), n_random=3, n_resamples=999, random_state=3)
+
+
+def test_run_writes_schema_tables_and_resumes(tmp_path, monkeypatch):
+    m = _model()
+    est = TokenContributions(**EST)
+    res = est.run(m, tmp_path / "run", command=["test"])
+    for name in (*READOUT_TABLES, *STAT_TABLES):
+        table = pq.read_table(tmp_path / "run" / f"{name}.parquet")
+        assert schema_for(name).validate(table).num_rows == table.num_rows > 0
+    imp = pq.read_table(tmp_path / "run" / "token_importance.parquet").to_pandas()
+    drops = pq.read_table(tmp_path / "run" / "token_drops.parquet").to_pandas()
+    for row in imp.itertuples():  # the stat table is the mean of the per-prompt table it was read from
+        sel = drops[(drops.measure == row.measure) & (drops.k == row.k)]
+        assert len(sel) == 12 and row.mean_drop == pytest.approx(sel["drop"].mean())
+    assert set(imp.measure) == {"attention", "value_norm", "contribution", "grad_input", "random"}
+    assert res.importance.drops.n_obs == 12
+
+    # a rerun finds both stages done and computes nothing
+    def boom(*a, **k):
+        raise AssertionError("read-outs recomputed")
+
+    monkeypatch.setattr(TokenContributions, "readouts", boom)
+    again = TokenContributions(**EST).run(m, tmp_path / "run", command=["test"])
+    np.testing.assert_allclose(again.importance.drops.estimate, res.importance.drops.estimate)
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["stages"]["token_readouts"]["attempts"] == 1
+    # a different spec on the same directory is refused (nothing recomputed silently)
+    with pytest.raises(StageSpecChangedError):
+        TokenContributions(**{**EST, "ks": (1, 3)}).run(m, tmp_path / "run", command=["test"])
+
+
+def test_statistics_stage_reads_only_the_per_prompt_tables():
+    m = _model(seed=1)
+    est = TokenContributions(**EST).fit(m)
+    again = TokenContributions(**EST).analyse(est.readouts_.tables())
+    np.testing.assert_array_equal(again.importance.differences.estimate, est.result_.importance.differences.estimate)
+    # the random null is the mean over the random orders, and k never exceeds a prompt's candidates
+    assert est.readouts_.drops.shape == (12, 5, 2)
+    assert (est.readouts_.n_ablated <= est.readouts_.candidates.sum(1)[:, None]).all()
+
+
+def test_a_planted_sink_head_is_reported():
+    """Head a0.h0 attends to the first token (whose value vector is zero) from every position."""
+    cfg = ModelConfig(n_layers=1, n_heads=2, d_model=8, d_head=4, d_mlp=0, vocab_size=12, n_ctx=16, norm="none",
+                      positional="none", mlp="none")
+    m = CircuitModel(cfg).init_weights(0)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        m.W_E.copy_(torch.randn(m.W_E.shape, generator=g))
+        m.W_U.copy_(torch.randn(m.W_U.shape, generator=g))
+        blk = m.blocks[0]
+        for p in (blk.W_Q, blk.W_K, blk.W_V, blk.W_O):
+            p.copy_(torch.randn(p.shape, generator=g))
+        m.W_E[:, 0] = 1.0
+        m.W_E[0] = 0.0
+        blk.W_Q[0].zero_()
+        blk.b_Q[0, 0] = 30.0
+        blk.W_K[0].zero_()
+        blk.W_K[0, 0, 0] = -1.0
+    rng = np.random.default_rng(0)
+    rows = [[0, *rng.choice(np.arange(1, 12), 7, replace=False).tolist()] for _ in range(10)]
+    task = task_from_token_lists("sink", rows, rows, [1] * 10, [2] * 10)
+    est = TokenContributions(ks=(1,), n_random=2, n_resamples=999).fit(m, task=task)
+    heads = est.result_.to_pandas("sink_heads").set_index("node")
+    assert heads.loc["a0.h0", "sink_rate"] == pytest.approx(1.0)
+    assert heads.loc["a0.h0", "output_norm"] < 1e-3 < heads.loc["a0.h1", "output_norm"]
+    assert heads.loc["a0.h1", "sink_rate"] < 1.0
+    # attention ranks the sink first; contribution never does (its value vector is zero)
+    w = est.readouts_.tables()["token_weights"]
+    first = w["position"] == 0
+    assert (w["contribution"][first] == pytest.approx(0.0, abs=1e-6))
+    assert (w["attention"][first] > 0.45).all()
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"measures": ("attention", "saliency")}, "measures"),
+    ({"ks": (0, 1)}, "ks"),
+    ({"ablation": "blank"}, "ablation"),
+    ({"sink_threshold": 1.0}, "sink_threshold"),
+    ({"n_random": 0}, "n_random"),
+])
+def test_bad_parameters_are_refused_before_any_work(params, match):
+    with pytest.raises(InputError, match=match):
+        TokenContributions(**params).fit(object())
