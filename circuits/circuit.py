@@ -649,7 +649,7 @@ def _jsonable(obj: Any) -> Any:
     """Parameters as plain JSON types (so equality survives a JSON round trip)."""
     from reports.provenance import to_jsonable  # the one JSON conversion (torch-free writer layer)
 
-    return to_jsonable(obj)
+    return to_jsonable(obj, repr)
 
 
 def _write_json_file(path: str | os.PathLike, data: bytes) -> Path:

@@ -195,20 +195,13 @@ def load_head_study_plan(path: str | os.PathLike) -> StudyPlan:
 def train_grid(plan: StudyPlan, n_jobs: int = 2, cache: str | os.PathLike | None = None, corpus=None,
                device: str = "cpu", progress: bool = False) -> dict[str, list[Path]]:
     """Model directories per condition (trained the first time, one joblib pool over every job)."""
-    from joblib import Parallel, delayed
-
-    from pipelines.training import _train_worker, is_complete, prepare_data
+    from pipelines.training import TrainJob, is_complete, prepare_data, run_train_jobs
 
     root = (Path(cache) if cache else cache_dir()) / "head-study" / plan.key
     conds = plan.conditions()
     data = prepare_data(conds[0][1], corpus=corpus, cache=cache)  # tokenizer/data do not depend on depth/optimizer
-    jobs = [(name, r, s) for name, r in conds for s in plan.seeds
-            if not is_complete(root / name / f"seed-{s}", r, s, data.content_hash)]
-    jobs.sort(key=lambda j: -j[1].n_layers)  # longest first: the pool stays busy to the end
-    if jobs:
-        Parallel(n_jobs=max(1, min(int(n_jobs), len(jobs))), backend="loky")(
-            delayed(_train_worker)(r.to_dict(), s, str(root / name / f"seed-{s}"), data, device, progress)
-            for name, r, s in jobs)
+    run_train_jobs([TrainJob(r, s, root / name / f"seed-{s}", data) for name, r in conds for s in plan.seeds],
+                   n_jobs, device=device, progress=progress)
     out = {}
     for name, r in conds:
         d = root / name

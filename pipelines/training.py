@@ -797,6 +797,45 @@ def _train_worker(recipe_dict: dict, seed: int, out: str, data: DataSpec, device
                            allow_large=allow_large))
 
 
+@dataclass(frozen=True)
+class TrainJob:
+    """One model to train: recipe, seed, output directory and its prepared data."""
+
+    recipe: TrainRecipe
+    seed: int
+    out: Path
+    data: DataSpec
+
+    def cost(self) -> float:
+        """Relative training cost for scheduling: steps x depth x (1 + MLP share, measured on CPU)."""
+        r = self.recipe
+        return r.steps * r.n_layers * (1.0 if r.attn_only else 1.25)
+
+
+def run_train_jobs(jobs: Sequence[TrainJob], n_jobs: int = 1, device: str = "cpu", progress: bool = False,
+                   allow_large: bool = False) -> list[Path]:
+    """Train the jobs not yet complete (one joblib pool, longest first); return every job's directory.
+
+    The one training job runner (zoo, head study, ``train``): each worker uses its recipe's
+    threads, so the models do not depend on ``n_jobs``; finished models are kept and
+    interrupted ones resume from their checkpoints.
+    """
+    todo = [j for j in jobs if not is_complete(j.out, j.recipe, j.seed, j.data.content_hash)]
+    todo.sort(key=lambda j: -j.cost())  # longest first: the workers finish together
+    n_jobs = max(1, min(int(n_jobs), len(todo)))
+    if todo and n_jobs == 1:
+        for j in todo:
+            train_model(j.recipe, j.seed, j.out, data=j.data, device=device, progress=progress,
+                        allow_large=allow_large)
+    elif todo:
+        from joblib import Parallel, delayed
+
+        Parallel(n_jobs=n_jobs, backend="loky")(
+            delayed(_train_worker)(j.recipe.to_dict(), j.seed, str(j.out), j.data, device, progress, allow_large)
+            for j in todo)
+    return [Path(j.out) for j in jobs]
+
+
 def train_models(
     recipe: TrainRecipe,
     seeds: Sequence[int],
@@ -814,8 +853,6 @@ def train_models(
     Finished models are kept; interrupted ones resume from their checkpoints. The recipe and the
     output folder are checked before anything is written (``allow_large`` lifts the memory limit).
     """
-    from joblib import Parallel, delayed
-
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise InputError("no seeds given; pass e.g. --seeds 0-4")
@@ -831,20 +868,8 @@ def train_models(
     out.mkdir(parents=True, exist_ok=True)
     (out / "recipe.json").write_text(json.dumps({"recipe": recipe.to_dict(), "seeds": seeds,
                                                  "data": asdict(data)}, indent=2))
-    todo = [s for s in seeds if not is_complete(out / model_dir_name(s), recipe, s, data.content_hash)]
-    if todo:
-        n_jobs = max(1, min(int(n_jobs), len(todo)))
-        if n_jobs == 1:
-            for s in todo:
-                train_model(recipe, s, out / model_dir_name(s), data=data, device=device, progress=progress,
-                            allow_large=allow_large)
-        else:
-            Parallel(n_jobs=n_jobs, backend="loky")(
-                delayed(_train_worker)(recipe.to_dict(), s, str(out / model_dir_name(s)), data, device, progress,
-                                       allow_large)
-                for s in todo
-            )
-    return [out / model_dir_name(s) for s in seeds]
+    jobs = [TrainJob(recipe, s, out / model_dir_name(s), data) for s in seeds]
+    return run_train_jobs(jobs, n_jobs, device=device, progress=progress, allow_large=allow_large)
 
 
 # --------------------------------------------------------------------------------------------

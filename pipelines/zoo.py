@@ -88,9 +88,7 @@ def default_zoo(n_jobs: int = 2, cache: str | os.PathLike | None = None, progres
     is cached on its own (``recipe_dir``), so asking for one recipe trains only that one. Each
     model loads with ``circuits.load_model``. An interrupted build resumes where it stopped.
     """
-    from joblib import Parallel, delayed
-
-    from pipelines.training import _train_worker, is_complete
+    from pipelines.training import TrainJob, run_train_jobs
 
     recipes = recipes or ZOO_RECIPES
     roots = {name: recipe_dir(name, r, cache) for name, r in recipes.items()}
@@ -99,16 +97,9 @@ def default_zoo(n_jobs: int = 2, cache: str | os.PathLike | None = None, progres
         return paths
     t0 = time.time()
     data = {name: prepare_data(r, cache=cache) for name, r in recipes.items()}
-    # One joblib pool over all (recipe, seed) jobs, so 2 workers stay busy across recipes.
-    jobs = [(name, s) for name in recipes for s in seeds
-            if not is_complete(roots[name] / f"seed-{s}", recipes[name], s, data[name].content_hash)]
-    jobs.sort(key=lambda j: -_cost(recipes[j[0]]))  # longest first: the 2 workers finish together
-    if jobs:
-        Parallel(n_jobs=max(1, min(n_jobs, len(jobs))), backend="loky")(
-            delayed(_train_worker)(recipes[name].to_dict(), s, str(roots[name] / f"seed-{s}"), data[name],
-                                   device, progress)
-            for name, s in jobs
-        )
+    # One pool over all (recipe, seed) jobs, so the workers stay busy across recipes.
+    run_train_jobs([TrainJob(recipes[name], s, roots[name] / f"seed-{s}", data[name]) for name in recipes
+                    for s in seeds], n_jobs, device=device, progress=progress)
     seconds = round(time.time() - t0, 1)
     for name, r in recipes.items():  # writes recipe.json per recipe (models are complete: no training)
         train_models(r, seeds, roots[name], n_jobs=1, progress=False, cache=cache)
@@ -135,11 +126,6 @@ def frequent_tokens(model, min_count: int = 1000, at_least: int = 0) -> np.ndarr
     if len(ids) < at_least:
         ids = np.sort(np.argsort(-counts, kind="stable")[:at_least])
     return ids.astype(np.int64)
-
-
-def _cost(r: TrainRecipe) -> float:
-    """Relative training cost (for scheduling): steps x (1 + MLP share, measured on CPU)."""
-    return r.steps * (1.0 if r.attn_only else 1.25)
 
 
 def induction_metrics(model, n: int = 64, seq_len: int | None = None, seed: int = 0, batch_size: int = 32,

@@ -14,7 +14,7 @@ import platform
 import sys
 from collections.abc import Mapping
 from pathlib import PurePath
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -57,11 +57,13 @@ def seed_record(seed: int | np.random.SeedSequence | None) -> dict[str, Any]:
     return {"entropy": ss.entropy, "spawn_key": list(ss.spawn_key), "pool_size": ss.pool_size}
 
 
-def to_jsonable(obj: Any) -> Any:
+def to_jsonable(obj: Any, fallback: Callable[[Any], Any] | None = None) -> Any:
     """Return `obj` converted to plain JSON types (numpy scalars/arrays, paths, dataclasses, ...).
 
     Non-finite floats become the strings 'nan', 'inf', '-inf' because strict JSON has no such
-    values and provenance must be readable by any JSON parser (DuckDB, browsers, jq).
+    values and provenance must be readable by any JSON parser (DuckDB, browsers, jq). Other
+    objects raise TypeError, or become ``fallback(obj)`` when a fallback is given (result
+    parameters record an object they cannot serialise by its repr).
     """
     if obj is None or isinstance(obj, (bool, str)):
         return obj
@@ -73,9 +75,9 @@ def to_jsonable(obj: Any) -> Any:
         x = float(obj)
         return x if math.isfinite(x) else ("nan" if math.isnan(x) else ("inf" if x > 0 else "-inf"))
     if isinstance(obj, np.ndarray):
-        return to_jsonable(obj.tolist())
+        return to_jsonable(obj.tolist(), fallback)
     if isinstance(obj, np.generic):
-        return to_jsonable(obj.item())
+        return to_jsonable(obj.item(), fallback)
     if isinstance(obj, np.random.SeedSequence):
         return seed_record(obj)
     if isinstance(obj, (PurePath, os.PathLike)):
@@ -85,21 +87,23 @@ def to_jsonable(obj: Any) -> Any:
     if isinstance(obj, _dt.timedelta):
         return obj.total_seconds()
     if isinstance(obj, enum.Enum):
-        return to_jsonable(obj.value)
+        return to_jsonable(obj.value, fallback)
     if isinstance(obj, (bytes, bytearray, memoryview)):
         return bytes(obj).hex()
     if isinstance(obj, np.dtype):
         return obj.str
     if isinstance(obj, Mapping):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
+        return {str(k): to_jsonable(v, fallback) for k, v in obj.items()}
     if isinstance(obj, (set, frozenset)):
-        return sorted((to_jsonable(v) for v in obj), key=lambda v: json.dumps(v, sort_keys=True))
+        return sorted((to_jsonable(v, fallback) for v in obj), key=lambda v: json.dumps(v, sort_keys=True))
     if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
+        return [to_jsonable(v, fallback) for v in obj]
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return to_jsonable(dataclasses.asdict(obj))
+        return to_jsonable(dataclasses.asdict(obj), fallback)
     if hasattr(obj, "model_dump"):  # pydantic v2 models (audit specs)
-        return to_jsonable(obj.model_dump(mode="json"))
+        return to_jsonable(obj.model_dump(mode="json"), fallback)
+    if fallback is not None:
+        return to_jsonable(fallback(obj))
     raise TypeError(
         f"cannot record {type(obj).__name__} in provenance: convert it to a dict/list/str/number "
         "first (or record a hash of it with hash_bytes/hash_array/hash_json)"

@@ -72,7 +72,7 @@ class Result:
         meta = {
             RESULT_KEY: type(self).__name__.encode(),
             TABLE_KEY: name.encode(),
-            PARAMS_KEY: json.dumps(to_jsonable(self.params), sort_keys=True, allow_nan=False).encode(),
+            PARAMS_KEY: json.dumps(to_jsonable(self.params, repr), sort_keys=True, allow_nan=False).encode(),
         }
         return table.replace_schema_metadata(meta)
 

@@ -35,6 +35,16 @@ def test_to_jsonable_numpy_paths_nonfinite():
         to_jsonable(object())
 
 
+def test_to_jsonable_fallback_reaches_nested_objects_only():
+    class Thing:
+        def __repr__(self) -> str:
+            return "Thing()"
+
+    out = to_jsonable({"k": [Thing(), 2.5, float("inf")], "t": (Thing(),)}, repr)
+    assert out == {"k": ["Thing()", 2.5, "inf"], "t": ["Thing()"]}
+    assert json.loads(json.dumps(out)) == out  # strict JSON: the result round-trips
+
+
 def test_seed_record_reproduces_sequence():
     ss = np.random.SeedSequence().spawn(3)[2]
     rec = json.loads(json.dumps(seed_record(ss)))
