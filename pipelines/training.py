@@ -662,6 +662,38 @@ def is_complete(directory: str | os.PathLike, recipe: TrainRecipe | None = None,
     return True
 
 
+def _finish(model, out: Path, recipe: TrainRecipe, seed: int, data: DataSpec, log: list[dict], device: str,
+            keep_checkpoint: bool, *, train_seconds: float, cpu_seconds: float) -> None:
+    """Save the trained model with its training record (and token counts); drop the checkpoint."""
+    import torch
+
+    meta = {
+        "training": {
+            "complete": True, "seed": seed, "recipe": recipe.to_dict(), "recipe_hash": recipe.content_hash,
+            "data_hash": data.content_hash, "corpus": data.corpus_name, "corpus_hash": data.corpus_hash,
+            "tokenizer_hash": data.tokenizer_hash, "steps": recipe.steps,
+            "tokens": recipe.steps * recipe.batch_size * recipe.n_ctx,
+            "optimizer": {"name": recipe.optimizer, "lr": recipe.lr, "weight_decay": recipe.weight_decay,
+                          "betas": list(recipe.betas), "warmup_steps": recipe.warmup_steps,
+                          "schedule": "linear warmup, cosine decay", "min_lr_ratio": recipe.min_lr_ratio,
+                          "grad_clip": recipe.grad_clip},
+            "final_val_loss": log[-1]["val_loss"] if log else None,
+            "train_seconds": round(train_seconds, 3),
+            "cpu_seconds": round(cpu_seconds, 3),
+            "threads": recipe.threads, "device": str(device),
+            "torch": torch.__version__, "deterministic": True,
+            "forward": "sdpa" if model.has_fused_forward else "circuitmodel",
+        }
+    }
+    model.save(out, meta=meta)
+    if data.token_counts and Path(data.token_counts).exists():
+        # which tokens the model saw how often (e.g. to draw induction tokens it was trained on)
+        _save_npy_atomic(out / "token_counts.npy", np.load(data.token_counts, allow_pickle=False))
+    ck = out / CHECKPOINT
+    if not keep_checkpoint and ck.exists():
+        ck.unlink()
+
+
 def train_model(
     recipe: TrainRecipe,
     seed: int,
@@ -763,31 +795,8 @@ def train_model(
 
         model.eval()
         model.tokenizer = tok
-        train_seconds = elapsed0 + time.time() - t_start
-        meta = {
-            "training": {
-                "complete": True, "seed": int(seed), "recipe": recipe.to_dict(), "recipe_hash": recipe.content_hash,
-                "data_hash": data.content_hash, "corpus": data.corpus_name, "corpus_hash": data.corpus_hash,
-                "tokenizer_hash": data.tokenizer_hash, "steps": recipe.steps,
-                "tokens": recipe.steps * recipe.batch_size * recipe.n_ctx,
-                "optimizer": {"name": recipe.optimizer, "lr": recipe.lr, "weight_decay": recipe.weight_decay,
-                              "betas": list(recipe.betas), "warmup_steps": recipe.warmup_steps,
-                              "schedule": "linear warmup, cosine decay", "min_lr_ratio": recipe.min_lr_ratio,
-                              "grad_clip": recipe.grad_clip},
-                "final_val_loss": log[-1]["val_loss"] if log else None,
-                "train_seconds": round(train_seconds, 3),
-                "cpu_seconds": round(cpu0 + time.process_time() - c_start, 3),
-                "threads": recipe.threads, "device": str(device),
-                "torch": torch.__version__, "deterministic": True,
-                "forward": "sdpa" if model.has_fused_forward else "circuitmodel",
-            }
-        }
-        model.save(out, meta=meta)
-        if data.token_counts and Path(data.token_counts).exists():
-            # which tokens the model saw how often (e.g. to draw induction tokens it was trained on)
-            _save_npy_atomic(out / "token_counts.npy", np.load(data.token_counts, allow_pickle=False))
-        if not keep_checkpoint and ck.exists():
-            ck.unlink()
+        _finish(model, out, recipe, int(seed), data, log, device, keep_checkpoint,
+                train_seconds=elapsed0 + time.time() - t_start, cpu_seconds=cpu0 + time.process_time() - c_start)
     return out
 
 
