@@ -172,6 +172,7 @@ app.add_typer(study_app, name="study")
 # the commands register themselves on `app` / `study_app` when their modules are imported; each
 # imports what it runs inside its body, so `circuitstat --help`, `check` and `query` never load torch
 from . import analyse, checks, studies  # noqa: E402,F401
+from . import tokens  # noqa: E402,F401
 
 
 def main() -> None:

@@ -111,3 +111,30 @@ def test_a_planted_sink_head_is_reported():
 def test_bad_parameters_are_refused_before_any_work(params, match):
     with pytest.raises(InputError, match=match):
         TokenContributions(**params).fit(object())
+
+
+def _cli(*args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", "from pipelines.cli import main; main()", *args],
+                          capture_output=True, text=True)
+
+
+TINY = "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=1"
+
+
+def test_tokens_command_writes_the_run_and_refuses_bad_options(tmp_path):
+    out = tmp_path / "run"
+    p = _cli("tokens", "--model", TINY, "--n", "8", "--k", "1,2", "--n-random", "2", "--n-resamples", "999",
+             "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    assert "sink rate" in p.stdout and "contribution - attention" not in p.stdout  # pairs keep the given order
+    for name in (*READOUT_TABLES, *STAT_TABLES):
+        assert (out / f"{name}.parquet").exists(), name
+    diffs = pq.read_table(out / "token_importance_diffs.parquet").to_pandas()
+    assert len(diffs) == 10 * 2  # 5 measures (with random) -> 10 pairs, at 2 ks
+    for args, words in ((("--k", "1,x"), "--k takes"), (("--measures", "attention,saliency"), "measures")):
+        p = _cli("tokens", "--model", TINY, "--n", "8", *args, "--out", str(tmp_path / "bad"))
+        assert p.returncode == 2 and words in p.stderr and len(p.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "bad").exists()

@@ -1,0 +1,75 @@
+"""The ``tokens`` command: token contribution weights against attention, and attention sinks (issue 16)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from . import ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, MetricName, app, check_out, choices
+
+TokenAblation = choices("TokenAblation", "zero", "mean")  # what an ablated token's embedding becomes
+SinkToken = choices("SinkToken", "first", "detected")  # which key is the sink
+
+
+def _ints(text: str, where: str) -> tuple[int, ...]:
+    """``text`` such as ``1,2,3`` as a tuple of ints; InputError naming ``where`` otherwise."""
+    from circuits.errors import InputError
+
+    try:
+        return tuple(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise InputError(f"{where} takes comma-separated integers such as 1,2,3,5") from None
+
+
+@app.command("tokens")
+def tokens_command(
+    model: str = typer.Option(..., "--model", help="model directory, zoo:RECIPE/seed-S, cached hub id or random:ARCH?..."),
+    task: str = typer.Option("induction", "--task", help="induction, ioi, greater-than, or a .jsonl/.csv/.parquet file"),
+    metric: MetricName | None = typer.Option(None, "--metric", help="task metric (default: the task's own)"),
+    n: int = typer.Option(64, "--n", min=2, help="number of prompts"),
+    ks: str = typer.Option("1,2,3,5", "--k", help="numbers of top tokens ablated, comma-separated"),
+    measures: str = typer.Option("attention,value_norm,contribution,grad_input", "--measures",
+                                 help="importance measures compared (random is always added as the null)"),
+    n_random: int = typer.Option(5, "--n-random", min=1, help="random token orders per prompt (the null)"),
+    ablation: TokenAblation = typer.Option(TokenAblation("zero"), "--ablation",
+                                           help="zero: token embedding set to 0 (position kept); mean: mean embedding"),
+    exclude_first: bool = typer.Option(False, "--exclude-first", help="never ablate the first token"),
+    exclude_readout: bool = typer.Option(False, "--exclude-readout", help="never ablate the read-out token"),
+    sink: SinkToken = typer.Option(SinkToken("first"), "--sink", help="sink token: first, or detected per prompt"),
+    sink_threshold: float = typer.Option(0.3, "--sink-threshold", min=0.0, max=0.999,
+                                         help="attention to the sink above which a position counts as sinking"),
+    n_resamples: int = typer.Option(2000, "--n-resamples", min=40, help="bootstrap resamples over prompts"),
+    batch_size: int = typer.Option(32, "--batch-size", min=1, max=4096, help="prompts per forward"),
+    seed: int = typer.Option(0, "--seed", min=0, help="seed of the task, the random orders and the bootstrap"),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or mps"),
+    out: Path = typer.Option(..., "--out", help="run directory: token_importance, sink_heads, ... .parquet, manifest.json"),
+    force: bool = typer.Option(False, "--force", help="recompute if the directory holds a different spec"),
+    allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
+    allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
+) -> None:
+    """Do contribution weights find the tokens that matter better than attention? And which heads are sinks?
+
+    Ablates the top-k tokens by each measure and reports mean metric drops and paired differences
+    with intervals over prompts (Holm verdicts), and per-head sink rates, output norms and their
+    relation across heads. A killed run resumes from the stage it finished.
+    """
+    from pipelines.contributions import TokenContributions  # numpy and scipy only: bad options fail fast
+
+    est = TokenContributions(task=task, n=n, task_seed=seed, metric=None if metric is None else metric.value,
+                             ks=_ints(ks, "--k"), measures=tuple(m.strip() for m in measures.split(",") if m.strip()),
+                             n_random=n_random, ablation=ablation.value, exclude_first=exclude_first,
+                             exclude_readout=exclude_readout, sink=sink.value, sink_threshold=sink_threshold,
+                             n_resamples=n_resamples, batch_size=batch_size, random_state=seed)
+    est.validate()  # every option is checked before the model loads or anything is written
+    check_out(out)
+    from circuits import load_model
+    from pipelines.build import check_device, check_work, resolve_source, task_positions
+
+    dev = check_device(device)
+    m = load_model(resolve_source(model), device=dev, allow_pickle=allow_pickle, allow_large=allow_large)
+    check_work(m, n, level="node", positions=task_positions(task, {}), allow_large=allow_large)
+    res = est.run(m, out, command=sys.argv, force=force)
+    typer.echo(res.summary())
+    typer.echo(f"-> {out}")
