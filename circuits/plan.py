@@ -2,7 +2,7 @@
 
 Counts follow ``circuits.attribution`` (per batch of B examples padded to P positions):
 
-* every method first runs the counterfactual forward (the ablation's sender outputs);
+* every method first runs the counterfactual forward (the ablation's sender outputs, no logits);
 * ``eap``: one clean forward with receiver gradients and one backward, then the edge contraction
   Σ_pos Δz_u · ∂m/∂in_v (2·P·D multiply-adds per edge and example);
 * ``clean-corrupted``: gradient runs at the clean and the corrupted input, one contraction;
@@ -46,7 +46,7 @@ def parse_bytes(text: str) -> int:
         raise InputError(f"memory size {text!r} is not a size; write it like 2GiB, 512MiB, 8GB or a number of bytes")
     value = float(m.group(1)) * _UNITS[unit]
     if not math.isfinite(value) or value < 1:
-        raise InputError(f"memory size {text!r} must be at least one byte")
+        raise InputError(f"memory size {text!r} must be at least one byte; write it like 2GiB, 512MiB or 8GB")
     return int(value)
 
 
@@ -127,12 +127,13 @@ def sender_groups(cfg: ModelConfig) -> int:
 
 # ---- memory (bytes) ------------------------------------------------------------------------------
 def weight_bytes(cfg: ModelConfig, itemsize: int = 4) -> int:
-    """The model's weights (per-head K/V copies after ungrouping included)."""
-    D, H, dh, L = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.n_layers
-    per_layer = 4 * H * dh * D + (cfg.d_mlp * D * (3 if cfg.mlp == "gated" else 2) if cfg.has_mlp else 0)
-    embed = cfg.vocab_size * D * (1 if cfg.tied_embeddings else 2)
+    """The model's weights as CircuitModel holds them (per-head K/V copies after ungrouping, separate
+    embedding and unembedding, biases and norms)."""
+    D, H, dh, L, V = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.n_layers, cfg.vocab_size
+    mlp = (cfg.d_mlp * D * (3 if cfg.mlp == "gated" else 2) + cfg.d_mlp + D) if cfg.has_mlp else 0
+    per_layer = 4 * H * dh * D + 3 * H * dh + D + 4 * D + mlp  # W_QKVO, b_QKV, b_O, two norms, MLP
     pos = cfg.n_ctx * D if cfg.positional == "learned" else 0
-    return itemsize * (L * per_layer + embed + pos)
+    return itemsize * (L * per_layer + 2 * V * D + V + 2 * D + pos)
 
 
 def exact_example_bytes(cfg: ModelConfig, graph: ComponentGraph, P: int, itemsize: int = 4) -> int:
@@ -191,14 +192,16 @@ def method_cost(cfg: ModelConfig, method: str, *, n: int, positions: int, level:
     batches = [min(batch_size, n - s) for s in range(0, n, batch_size)]
     B = max(batches)
     fwd = forward_flops(cfg, P)
+    counterfactual = fwd - unembed_flops(cfg)  # the ablation's forward keeps sender outputs, needs no logits
     if method != "exact":
         plain, runs = _gradient_runs(cfg, method, ig_steps)
         contractions = sender_groups(cfg) if method == "eap-ig-activations" else 1
-        flops = n * (plain * fwd + runs * (fwd + backward_flops(cfg, P)) + contractions * contraction_flops(g, cfg, P))
+        flops = n * (counterfactual + (plain - 1) * fwd + runs * (fwd + backward_flops(cfg, P))
+                     + contractions * contraction_flops(g, cfg, P))
         memory = weight_bytes(cfg, itemsize) + B * gradient_example_bytes(cfg, g, P, method, itemsize)
         return Cost(method, cols, n * (plain + runs), n * runs, 0, float(flops),
                     len(batches) * (plain * L + 2 * runs * L), memory, batch_size, max_rows)
-    flops, rows, passes = 2 * n * fwd, 0, 2 * L * len(batches)
+    flops, rows, passes = n * (counterfactual + fwd), 0, 2 * L * len(batches)
     if level == "edge":
         for r in range(g.n_receivers):
             U, layer = int(g.n_upstream[r]), int(g.receiver_layer[r])

@@ -1,32 +1,47 @@
 """``circuitstat attribute --plan``: each method's cost on this model, task and machine, before running it.
 
-The counts come from circuits.plan (shape arithmetic). The time is priced by a short calibration on
-the actual model and a batch of the actual task: a full batch forward (dominated by FLOPs) and a
-one-token forward (dominated by per-layer overhead) give seconds per FLOP and seconds per layer
-pass, and each method's estimate is ``flops x s/FLOP + layer_passes x s/pass``. Both are timed
-single-threaded, as the attribute command computes (so scores never depend on the thread count).
+The counts come from circuits.plan (shape arithmetic). The time comes from a short calibration on
+the actual model and a batch of the actual task, timing the passes the methods are made of:
+
+* a forward keeping the sender outputs (the counterfactual and clean runs of every method);
+* a gradient run (forward with per-head receiver inputs, then the backward), plain and with a
+  sender intervention (EAP-IG's interpolated runs);
+* a suffix run from every layer on a full batch of rows and on one row (exact patching: per call
+  overhead and per row cost of a suffix starting at each layer);
+* seconds per FLOP from the batch forward, which prices the edge contraction;
+* on models where it is quick (predicted under 2 s), exact patching of one example, whose excess
+  over the suffix runs is exact's per-receiver-call overhead (gathers, the patched layer, Python).
+
+Each method's estimate is its count of each pass times the pass's time (per example where the
+work scales with rows). Everything is timed single-threaded, as the attribute command computes, and
+each timing is the fastest of a few repeats (the least disturbed on a shared machine).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
-from circuits.plan import METHODS, Cost, fit_memory, forward_flops, method_cost
+from circuits.plan import METHODS, Cost, contraction_flops, fit_memory, forward_flops, method_cost, sender_groups
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """Seconds per FLOP and per layer pass on this machine, from timed forwards of the model."""
+    """Timed passes of the model on a batch of ``batch_size`` examples (seconds, one thread)."""
 
-    seconds_per_flop: float
-    seconds_per_pass: float
-    batch_forward_s: float  # one forward of the calibration batch
     batch_size: int
+    forward_s: float  # forward keeping the sender outputs
+    gradient_s: float  # forward with receiver inputs + backward
+    ig_gradient_s: float  # the same with a sender intervention
+    seconds_per_flop: float
+    suffix_s: tuple[tuple[float, float], ...]  # per start layer (0..L-1): (seconds per call, seconds per row)
+    patch_call_s: float = 0.0  # exact's extra cost per receiver call (gathers, patched layer), from a probe
 
-    def seconds(self, cost: Cost) -> float:
-        """The estimated single-worker time of ``cost``."""
-        return cost.flops * self.seconds_per_flop + cost.layer_passes * self.seconds_per_pass
+    def suffix_call(self, layer: int, rows: int) -> float:
+        """One suffix run of ``rows`` rows from ``layer`` on (the logits receiver: priced as the last layer)."""
+        call, row = self.suffix_s[min(layer, len(self.suffix_s) - 1)]
+        return self.patch_call_s + call + row * rows
 
 
 def _best_time(fn, repeats: int) -> float:
@@ -40,28 +55,98 @@ def _best_time(fn, repeats: int) -> float:
     return best
 
 
-def calibrate(model, data, batch_size: int, *, repeats: int = 5) -> Calibration:
-    """A Calibration from timed forwards of ``model`` on the first ``batch_size`` examples of ``data``."""
+def calibrate(model, data, batch_size: int, *, repeats: int = 3, probe_s: float = 2.0) -> Calibration:
+    """A Calibration from timed passes of ``model`` on the first ``batch_size`` examples of ``data``
+    (and exact patching of one example when that is predicted to take under ``probe_s`` seconds)."""
     import torch
 
     from circuits.ablation import last_index
+    from circuits.interventions import Intervention
+    from circuits.model import RunState
 
     from .parallel import single_threaded
 
-    cfg, dev = model.cfg, model.device
+    cfg, g, dev = model.cfg, model.graph, model.device
     B = min(batch_size, int(data.clean.shape[0]))
     ids, mask = data.clean[:B].to(dev), data.attention_mask[:B].to(dev)
     last = last_index(mask)
-    one, one_mask = ids[:1, :1], mask[:1, :1]
-    zero = torch.zeros(1, dtype=torch.long, device=dev)
-    with torch.no_grad(), single_threaded():
-        big = _best_time(lambda: model.run(ids, mask, logits_at=last), repeats)
-        small = _best_time(lambda: model.run(one, one_mask, logits_at=zero), repeats)
-    f_big = B * forward_flops(cfg, int(ids.shape[1]), fast_last=True)
-    f_small = forward_flops(cfg, 1, fast_last=True)
-    per_flop = max(big - small, 0.0) / max(f_big - f_small, 1)
-    per_pass = max(small - per_flop * f_small, 0.0) / cfg.n_layers
-    return Calibration(per_flop, per_pass, big, B)
+
+    def gradient(intervention=None):
+        with torch.enable_grad():
+            out = model.run(ids, mask, intervention=intervention, receiver_grads=True, logits_at=last,
+                            keep_senders=intervention is None)
+            torch.autograd.grad(out.logits[:, 0].sum(), out.grad_inputs, allow_unused=True)
+
+    with single_threaded():
+        with torch.no_grad():
+            forward = _best_time(lambda: model.run(ids, mask, keep_senders=True, compute_logits=False), repeats)
+            plain = _best_time(lambda: model.run(ids, mask, logits_at=last), repeats)
+            clean = model.run(ids, mask, keep_resid=True, logits_at=last)
+            cf = model.run(data.corrupted[:B].to(dev), mask, keep_senders=True, compute_logits=False).senders
+            suffix = []
+            for layer in range(cfg.n_layers):
+                resid = clean.resid_pre[layer]
+                full = _best_time(lambda: model.run(ids, mask, state=RunState(layer, resid), logits_at=last), repeats)
+                one = _best_time(lambda: model.run(ids[:1], mask[:1], state=RunState(layer, resid[:1]),
+                                                   logits_at=last[:1]), repeats)
+                row = max(full - one, 0.0) / max(B - 1, 1)
+                suffix.append((max(one - row, 0.0), row))
+        grad = _best_time(gradient, repeats)
+        sm = torch.zeros(g.n_senders, device=dev)
+        sm[0] = 0.5
+        ig = _best_time(lambda: gradient(Intervention.nodes(sm, cf)), repeats)
+    per_flop = plain / (B * forward_flops(cfg, int(ids.shape[1]), fast_last=True))
+    cal = Calibration(B, forward, grad, ig, per_flop, tuple(suffix))
+    return _probe_exact(cal, model, data, probe_s)
+
+
+def _probe_exact(cal: Calibration, model, data, probe_s: float) -> Calibration:
+    """``cal`` with exact's per-call overhead measured by exact patching of one example, when the
+    suffix timings predict that it takes under ``probe_s`` seconds (on large models the rows dominate)."""
+    import dataclasses
+
+    from circuits.attribution import attribute
+
+    from .parallel import single_threaded
+
+    g = model.graph
+    calls = [(int(g.receiver_layer[r]), int(g.n_upstream[r])) for r in range(g.n_receivers)]
+    predicted = 2 * cal.forward_s / cal.batch_size + sum(cal.suffix_call(layer, rows) for layer, rows in calls)
+    if predicted > probe_s:
+        return cal
+    with single_threaded():
+        measured = _best_time(lambda: attribute(model, data, "exact", rows=[0], batch_size=1, progress=False), 1)
+    return dataclasses.replace(cal, patch_call_s=max(measured - predicted, 0.0) / len(calls))
+
+
+def estimate_seconds(cal: Calibration, model, cost: Cost, *, n: int, positions: int, level: str = "edge",
+                     ig_steps: int = 5) -> float:
+    """The single-worker time of ``cost`` on ``n`` examples, priced by ``cal``'s timed passes."""
+    cfg, g = model.cfg, model.graph
+    per_example = 1.0 / cal.batch_size  # a pass timed on a batch, per example it holds
+    contraction = contraction_flops(g, cfg, positions) * cal.seconds_per_flop
+    method = cost.method
+    if method == "eap":
+        return n * (per_example * (cal.forward_s + cal.gradient_s) + contraction)
+    if method == "clean-corrupted":
+        return n * (per_example * (cal.forward_s + 2 * cal.gradient_s) + contraction)
+    if method == "eap-ig-inputs":
+        return n * (per_example * (2 * cal.forward_s + ig_steps * cal.ig_gradient_s) + contraction)
+    if method == "eap-ig-activations":
+        groups = sender_groups(cfg)
+        return n * (per_example * (2 * cal.forward_s + groups * ig_steps * cal.ig_gradient_s) + groups * contraction)
+    batches = [min(cost.batch_size, n - s) for s in range(0, n, cost.batch_size)]
+    total = 2 * n * per_example * cal.forward_s
+    for b in batches:
+        if level == "edge":
+            for r in range(g.n_receivers):
+                rows, layer = b * int(g.n_upstream[r]), int(g.receiver_layer[r])
+                calls = math.ceil(rows / cost.max_rows)
+                total += sum(cal.suffix_call(layer, min(cost.max_rows, rows - k * cost.max_rows))
+                             for k in range(calls))
+        else:
+            total += sum(cal.suffix_call(max(0, int(g.sender_layer[u])), b) for u in range(g.n_senders))
+    return total
 
 
 def plan_costs(model, data, *, level: str = "edge", batch_size: int = 16, ig_steps: int = 5,
@@ -101,14 +186,13 @@ def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_ste
     unit = "edges" if level == "edge" else "nodes"
     lines = [f"plan: {n} examples x {P} positions, {costs[0].columns:,} {unit}, ig steps {ig_steps}, "
              f"{n_jobs} worker{'s' if n_jobs > 1 else ''}",
-             f"calibration: one forward of {cal.batch_size} examples takes {cal.batch_forward_s * 1e3:.3g} ms "
-             f"({cal.seconds_per_flop * 1e12:.3g} ms per TFLOP, {cal.seconds_per_pass * 1e6:.3g} us per layer pass; "
-             "one thread per worker)",
+             f"calibration on {cal.batch_size} examples, one thread: forward {cal.forward_s * 1e3:.3g} ms, "
+             f"gradient run {cal.gradient_s * 1e3:.3g} ms, suffix row from layer 0 {cal.suffix_s[0][1] * 1e3:.3g} ms",
              f"{'method':<19} {unit:>8} {'forwards':>9} {'backwards':>9} {'suffix rows':>12} {'FLOPs':>9} "
              f"{'memory':>10} {'batch':>5} {'est. time':>10}"]
     for c in costs:
         chunks = -(-n // c.batch_size)
-        est = cal.seconds(c) / min(n_jobs, chunks)
+        est = estimate_seconds(cal, model, c, n=n, positions=P, level=level, ig_steps=ig_steps) / min(n_jobs, chunks)
         lines.append(f"{c.method:<19} {c.columns:>8,} {c.forwards:>9,} {c.backwards:>9,} {c.suffix_rows:>12,} "
                      f"{c.flops:>9.3g} {format_bytes(c.memory_peak):>10} {c.batch_size:>5} {_duration(est):>10}")
     lines.append("forwards: full forwards (counterfactual, clean, gradient runs); suffix rows: exact patching's "
