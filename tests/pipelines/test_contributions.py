@@ -17,8 +17,8 @@ from reports.rundir import StageSpecChangedError
 from reports.schema import schema_for
 
 
-def _model(seed=0):
-    cfg = ModelConfig(n_layers=2, n_heads=2, d_model=16, d_head=8, d_mlp=32, vocab_size=40, n_ctx=32, act="relu")
+def _model(seed=0, n_ctx=32):
+    cfg = ModelConfig(n_layers=2, n_heads=2, d_model=16, d_head=8, d_mlp=32, vocab_size=50, n_ctx=n_ctx, act="relu")
     m = CircuitModel(cfg).init_weights(seed)
     with torch.no_grad():
         for p in m.parameters():
@@ -121,12 +121,10 @@ def _cli(*args: str):
                           capture_output=True, text=True)
 
 
-TINY = "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=1"
-
-
 def test_tokens_command_writes_the_run_and_refuses_bad_options(tmp_path):
     out = tmp_path / "run"
-    p = _cli("tokens", "--model", TINY, "--n", "8", "--k", "1,2", "--n-random", "2", "--n-resamples", "999",
+    model_dir = str(_model(n_ctx=64).save(tmp_path / "model"))  # a circuitstat model: no transformers import
+    p = _cli("tokens", "--model", model_dir, "--n", "8", "--k", "1,2", "--n-random", "2", "--n-resamples", "999",
              "--out", str(out))
     assert p.returncode == 0, p.stderr
     assert "sink rate" in p.stdout and "contribution - attention" not in p.stdout  # pairs keep the given order
@@ -135,6 +133,6 @@ def test_tokens_command_writes_the_run_and_refuses_bad_options(tmp_path):
     diffs = pq.read_table(out / "token_importance_diffs.parquet").to_pandas()
     assert len(diffs) == 10 * 2  # 5 measures (with random) -> 10 pairs, at 2 ks
     for args, words in ((("--k", "1,x"), "--k takes"), (("--measures", "attention,saliency"), "measures")):
-        p = _cli("tokens", "--model", TINY, "--n", "8", *args, "--out", str(tmp_path / "bad"))
+        p = _cli("tokens", "--model", model_dir, "--n", "8", *args, "--out", str(tmp_path / "bad"))
         assert p.returncode == 2 and words in p.stderr and len(p.stderr.strip().splitlines()) == 1
         assert not (tmp_path / "bad").exists()
