@@ -307,20 +307,17 @@ def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: b
     """(sources, model, task) of ``spec``, after every check that needs no run directory:
     device, sizes (lifted by ``allow_large``), task options, attribution options, k and the
     resampling scheme. InputError on the first problem."""
-    from circuits import load_model
     from circuits.attribution import check_options
     from circuits.errors import InputError
 
-    from .build import build_task, check_device, check_work, n_columns, resolve_source, task_positions
-
-    import torch
+    from .build import build_task, check_device, check_work, load_source, n_columns, resolve_source, task_positions
 
     for method in spec.methods:
         check_options(method, spec.level, spec.ablation, batch_size=spec.batch_size, ig_steps=spec.ig_steps)
     device = check_device(spec.device)
     sources = [resolve_source(s) for s in spec.sources]
-    model = load_model(sources[0], device=device, dtype=getattr(torch, spec.dtype), allow_pickle=allow_pickle,
-                       allow_large=allow_large)
+    model = load_source(sources[0], device=device, dtype=spec.dtype, allow_pickle=allow_pickle,
+                        allow_large=allow_large)
     check_work(model, spec.task.n, level=spec.level, n_matrices=len(spec.methods),
                positions=task_positions(spec.task.name, spec.task.options),
                n_resamples=spec.bootstrap.n_resamples, allow_large=allow_large)
@@ -365,6 +362,7 @@ def _heads_stage(run, spec: AuditSpec, sources: list[str], task, force: bool, *,
                  allow_large: bool = False) -> None:
     """Head stability across the spec's models (the heads estimator of pipelines.heads)."""
     from . import heads as heads_mod
+    from .build import load_source
 
     params = {"models": spec.sources, **spec.heads.model_dump(), "seed": spec.seed}
     outputs = ["heads", "layers", "residual", "head_details", "correlation", "summary"]
@@ -373,7 +371,7 @@ def _heads_stage(run, spec: AuditSpec, sources: list[str], task, force: bool, *,
         h = spec.heads
         est = heads_mod.HeadStability(match=h.match, pairs=h.pairs, drop_bos=h.drop_bos, n_probe=h.n_probe,
                                       n_boot=h.n_boot, random_state=spec.seed)
-        models = [heads_mod.load_source(s, device=spec.device, allow_pickle=allow_pickle, allow_large=allow_large)
+        models = [load_source(s, device=spec.device, allow_pickle=allow_pickle, allow_large=allow_large)
                   for s in sources]
         # Without a tokenizer there are no corpus snippets: the task's clean prompts are the probe set.
         full = task.attention_mask.bool().all(1).numpy()

@@ -10,6 +10,7 @@ from circuits.limits import check_bytes, check_count
 
 if TYPE_CHECKING:  # torch loads only when a model is built: `check`, `query`, `report`, `--help` stay fast
     from circuits.model import CircuitModel
+    import torch
     from circuits.tasks import Task
 
 
@@ -77,6 +78,20 @@ def resolve_source(source: str) -> str:
                          "`python -m pipelines.zoo` (about 12 minutes on 2 cores, cached) or `make demo` "
                          f"(trains {next(iter(ZOO_RECIPES))} only)")
     return str(path)
+
+
+def load_source(source: "str | os.PathLike", device: str = "cpu", dtype: "str | torch.dtype | None" = None, *,
+                allow_pickle: bool = False, allow_large: bool = False) -> "CircuitModel":
+    """Return a CircuitModel from any source a command accepts: a model directory, a cached hub id
+    ``org/name[@revision]``, ``random:ARCH?...`` or ``zoo:RECIPE/seed-S`` (the one way to load one)."""
+    from circuits.loading import load_model
+
+    if isinstance(dtype, str):
+        import torch
+
+        dtype = getattr(torch, dtype)
+    return load_model(resolve_source(str(source)), device=device, dtype=dtype, allow_pickle=allow_pickle,
+                      allow_large=allow_large)
 
 
 def _induction_pool(model: CircuitModel, token_ids, need: int) -> list[int] | None:

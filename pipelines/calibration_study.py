@@ -209,17 +209,16 @@ def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int
     result read lazily (main table ``coverage``). ``allow_pickle`` / ``allow_large``: as for load_model."""
     import torch
 
-    from circuits import load_model
     from reports.rundir import RunDir
     from reports.tables import table_to_matrix
     from stats.calibration import coverage_study
 
     from .audit import attribution_scores
-    from .build import build_task, resolve_source
+    from .build import build_task, load_source
 
     torch.use_deterministic_algorithms(True, warn_only=True)
-    model = load_model(resolve_source(spec.model), device=spec.device, dtype=getattr(torch, spec.dtype),
-                       allow_pickle=allow_pickle, allow_large=allow_large)
+    model = load_source(spec.model, device=spec.device, dtype=spec.dtype, allow_pickle=allow_pickle,
+                        allow_large=allow_large)
     check_ks(spec, model.graph.n_edges)
     task = build_task(model, spec.task.name, n=spec.task.n, seed=spec.task.seed, metric=spec.task.metric,
                       **spec.task.options)

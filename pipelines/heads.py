@@ -59,6 +59,8 @@ from stats.head_stability import (CKA_KINDS, RefitLevel, all_pairs_layer_stabili
                                   weighted_pair_mean)
 from stats.resampling import ResamplingPlan, as_seed_sequence, seed_record, spawn_seeds
 from stats.results import ConfidenceInterval, Result
+
+from .build import load_source
 from stats.similarity import head_matching, match_heads, per_prompt_cosine
 
 __all__ = [
@@ -68,7 +70,6 @@ __all__ = [
     "permutation_correlation",
     "HeadStability",
     "HeadStabilityResult",
-    "load_source",
     "ESTIMANDS",
 ]
 
@@ -227,16 +228,6 @@ def build_probe(tokenizer, *, n: int = 100, length: int = 64, bos: bool = True, 
     if bos:
         arr = np.concatenate([np.full((arr.shape[0], 1), bos_id, dtype=np.int64), arr], axis=1)
     return ProbeSet(arr, bos, source, dropped, thash)
-
-
-def load_source(source: str | os.PathLike, device: str = "cpu", *, allow_pickle: bool = False,
-                allow_large: bool = False):
-    """Return a CircuitModel from any model source (``circuits.loading.load_model``; ``zoo:`` resolved first)."""
-    from circuits.loading import load_model
-
-    from .build import resolve_source
-
-    return load_model(resolve_source(str(source)), device=device, allow_pickle=allow_pickle, allow_large=allow_large)
 
 
 def _blas_threads(n: int):

@@ -86,7 +86,7 @@ from circuits.errors import InputError
 if TYPE_CHECKING:  # the result type; imported when the study returns
     from reports.run_tables import RunTables
 
-from .build import resolve_source
+from .build import load_source, resolve_source
 from .spec import METHOD, BootstrapSpec, KGrid, TaskSpec, _RunOptions, _Strict, load_yaml, validate_spec
 
 __all__ = [
@@ -349,17 +349,13 @@ class ModelScorer:
     has_model = True
 
     def __init__(self, spec: VarianceSpec, seed_of, *, allow_pickle: bool = False, allow_large: bool = False) -> None:
-        import torch
-
-        from circuits import load_model
         from circuits.scores import ScoreMatrix
 
         from .build import build_task
 
         self.spec, self._seed_of = spec, seed_of
-        self._load = dict(device=spec.device, dtype=getattr(torch, spec.dtype), allow_pickle=allow_pickle,
-                          allow_large=allow_large)
-        self._models: dict[int, Any] = {0: load_model(resolve_source(spec.sources[0]), **self._load)}
+        self._load = dict(device=spec.device, dtype=spec.dtype, allow_pickle=allow_pickle, allow_large=allow_large)
+        self._models: dict[int, Any] = {0: load_source(spec.sources[0], **self._load)}
         m0 = self.model(0)
         t = spec.task
         self._opts = dict(t.options)
@@ -374,9 +370,7 @@ class ModelScorer:
 
     def model(self, s: int):
         if s not in self._models:
-            from circuits import load_model
-
-            m = load_model(resolve_source(self.spec.sources[s]), **self._load)
+            m = load_source(self.spec.sources[s], **self._load)
             if m.graph.edge_names != self._models[0].graph.edge_names:
                 raise InputError(f"model {self.spec.sources[s]} has a different component graph from "
                                  f"{self.spec.sources[0]}; the seeds of a study must share one architecture")

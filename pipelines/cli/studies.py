@@ -52,8 +52,8 @@ def heads_command(
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
     """Cross-seed stability of attention heads and of the residual stream, with refit-level and bootstrap CIs."""
-    from pipelines.build import check_device, check_n_jobs
-    from pipelines.heads import HeadStability, load_source
+    from pipelines.build import check_device, check_n_jobs, load_source
+    from pipelines.heads import HeadStability
 
     models = [p for m in models for p in str(m).split(",") if p]
     if len(models) < 2:
