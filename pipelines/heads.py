@@ -49,19 +49,19 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from stats.head_pairs import (PairSimilarities, null_means, pair_similarities, prompt_shuffle_null, quiet_nanmean,
+                               residual_cka, untrained_null_scores)
 from stats.head_stability import (CKA_KINDS, RefitLevel, all_pairs_layer_stability, anchor_head_stability,
-                                  cka_half_sample_replicates, comparison_t_interval, cross_layer_best_match,
-                                  fisher_interval, head_distinctness_from_similarity, layer_statistics,
-                                  leave_one_refit_out, matched_similarity, ordered_pair_mean, pair_matrix,
-                                  percentile_interval, permutation_correlation, perplexity_rise,
+                                  comparison_t_interval, cross_layer_best_match, fisher_interval,
+                                  head_distinctness_from_similarity, layer_statistics, matched_similarity,
+                                  pair_matrix, percentile_interval, permutation_correlation, perplexity_rise,
                                   prompt_resampled_similarity, refit_bootstrap_counts, refit_jackknife,
-                                  refit_level_summaries, refit_pair_weights, shuffled_layer_gap,
-                                  weighted_pair_mean)
+                                  refit_level_summaries, refit_pair_weights, shuffled_layer_gap)
 from stats.resampling import ResamplingPlan, as_seed_sequence, seed_record, spawn_seeds
 from stats.results import ConfidenceInterval, Result
+from stats.similarity import match_heads
 
 from .build import load_source
-from stats.similarity import head_matching, match_heads, per_prompt_cosine
 
 __all__ = [
     "ProbeSet",
@@ -243,81 +243,6 @@ def _blas_threads(n: int):
 # =============================================================================================
 # Read-outs and pair similarities
 # =============================================================================================
-@dataclass
-class _PairSimilarities:
-    """Per-prompt cosines of every ordered pair of refits, and their prompt-resampled means."""
-
-    pairs: list[tuple[int, int]]  # ordered pairs (a, b), a != b
-    cosines: np.ndarray  # [P, n_pairs, L, H, H]
-    point: np.ndarray  # [n_pairs, L, H, H] mean over prompts
-    replicates: np.ndarray  # [R, n_pairs, L, H, H]
-    anchor_cross: dict[int, np.ndarray]  # b -> [P, L*H, L*H] anchor against refit b, every layer
-    anchor_self: np.ndarray  # [P, L, H, H] anchor against itself
-
-    def index(self, a: int, b: int) -> int:
-        """Return the position of the ordered pair (a, b)."""
-        return self.pairs.index((a, b))
-
-
-def _per_layer_cosine(first: np.ndarray, second: np.ndarray, drop_bos: bool) -> np.ndarray:
-    """Return per-prompt cosines of same-layer heads ``[P, L, H, H]`` of two pattern arrays ``[L, H, P, T, T]``."""
-    return np.stack([per_prompt_cosine(first[layer], second[layer], drop_bos=drop_bos)
-                     for layer in range(first.shape[0])], axis=1)
-
-
-def _pair_similarities(patterns: list[np.ndarray], anchor: int, drop_bos: bool, prompt_plan: ResamplingPlan | None,
-                       n_resamples: int) -> _PairSimilarities:
-    """Return the cosines of every ordered pair of refits and their (resampled) means over prompts."""
-    n_layers, n_heads, n_prompts, length = patterns[0].shape[:4]
-    flat = [p.reshape(n_layers * n_heads, n_prompts, length, length) for p in patterns]
-    blocks: dict[tuple[int, int], np.ndarray] = {}
-    anchor_cross = {}
-    for b in range(len(patterns)):
-        if b == anchor:
-            continue
-        full = per_prompt_cosine(flat[anchor], flat[b], drop_bos=drop_bos)  # [P, LH, LH]
-        anchor_cross[b] = full
-        by_layer = full.reshape(n_prompts, n_layers, n_heads, n_layers, n_heads)
-        blocks[(anchor, b)] = np.stack([by_layer[:, layer, :, layer, :] for layer in range(n_layers)], axis=1)
-        blocks[(b, anchor)] = blocks[(anchor, b)].transpose(0, 1, 3, 2)
-    others = [k for k in range(len(patterns)) if k != anchor]
-    for a, b in zip(*np.triu_indices(len(others), 1)):
-        a, b = others[a], others[b]
-        blocks[(a, b)] = _per_layer_cosine(patterns[a], patterns[b], drop_bos)
-        blocks[(b, a)] = blocks[(a, b)].transpose(0, 1, 3, 2)
-    pairs = sorted(blocks)
-    cosines = np.stack([blocks[p] for p in pairs], axis=1)
-    point = prompt_resampled_similarity(cosines, None)[0]
-    if prompt_plan is None:
-        replicates = np.broadcast_to(point, (n_resamples,) + point.shape)
-    else:
-        replicates = prompt_resampled_similarity(cosines, prompt_plan)
-    anchor_self = _per_layer_cosine(patterns[anchor], patterns[anchor], drop_bos)
-    return _PairSimilarities(pairs, cosines, point, replicates, anchor_cross, anchor_self)
-
-
-def _quiet_nanmean(values: np.ndarray, axis: Any = None) -> np.ndarray:
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmean(values, axis=axis)
-
-
-# =============================================================================================
-# Nulls
-# =============================================================================================
-def _prompt_shuffle_null(patterns: list[np.ndarray], pairs: list[tuple[int, int]], match: str, drop_bos: bool,
-                         n_null: int, seed: np.random.SeedSequence, n_jobs: int) -> np.ndarray:
-    """Return the null matched score ``[n_pairs, L, H]`` of every ordered pair: prompts of refit b shuffled."""
-    n_layers = patterns[0].shape[0]
-    seeds = spawn_seeds(seed, len(pairs) * n_layers)
-    return np.stack([np.stack([
-        head_matching(patterns[a][layer], patterns[b][layer], method=match, drop_bos=drop_bos, n_permutations=n_null,
-                      n_bootstrap=0, seed=seeds[i * n_layers + layer], n_jobs=n_jobs).null_head_mean
-        for layer in range(n_layers)]) for i, (a, b) in enumerate(pairs)])
-
-
 def _untrained_null(models: list, patterns: list[np.ndarray], ids: np.ndarray, match: str, drop_bos: bool,
                     n_models: int, seed: np.random.SeedSequence, batch_size: int) -> tuple[np.ndarray, list[int]]:
     """Return each refit's matched score against untrained models ``[K, L, H]`` and their seeds."""
@@ -325,14 +250,9 @@ def _untrained_null(models: list, patterns: list[np.ndarray], ids: np.ndarray, m
     from circuits.readouts import attention_patterns
 
     seeds = [int(s.generate_state(1)[0]) for s in spawn_seeds(seed, n_models)]
-    per_refit: list[list[np.ndarray]] = [[] for _ in models]
-    for untrained_seed in seeds:
-        model = CircuitModel(models[0].cfg).init_weights(untrained_seed).to(models[0].device).eval()
-        untrained = attention_patterns(model, ids, batch_size)
-        for a, refit_patterns in enumerate(patterns):
-            similarity = prompt_resampled_similarity(_per_layer_cosine(refit_patterns, untrained, drop_bos), None)[0]
-            per_refit[a].append(matched_similarity(similarity, match))
-    return np.stack([np.mean(scores, axis=0) for scores in per_refit]), seeds
+    untrained = [attention_patterns(CircuitModel(models[0].cfg).init_weights(s).to(models[0].device).eval(), ids,
+                                    batch_size) for s in seeds]
+    return untrained_null_scores(patterns, untrained, match, drop_bos), seeds
 
 
 # =============================================================================================
@@ -669,7 +589,7 @@ class HeadStability:
 
         ctx = self._context(models, probe)
         ctx.patterns = [attention_patterns(m, ctx.probe.ids, self.batch_size) for m in ctx.models]
-        sims = _pair_similarities(ctx.patterns, ctx.anchor, self.drop_bos, ctx.prompt_plan, ctx.n_resamples)
+        sims = pair_similarities(ctx.patterns, ctx.anchor, self.drop_bos, ctx.prompt_plan, ctx.n_resamples)
         stability = self._stability(ctx, sims)
         null = self._nulls(ctx, sims)
         matched_pairs = pair_matrix(stability["matched"], sims.pairs, ctx.n_refits)  # [K, K, L, H]
@@ -681,14 +601,14 @@ class HeadStability:
         derived = self._derived(ctx, stability)
         summary = self._summary_rows(ctx, derived, null, refit_level, shape, importance, residual)
         replicates = {"layer": stability["layer_reps"], **derived[1], "head": stability["head_reps"],
-                      **{f"resid:{k}": _quiet_nanmean(v, axis=1) for k, v in residual["replicates"].items()}}
+                      **{f"resid:{k}": quiet_nanmean(v, axis=1) for k, v in residual["replicates"].items()}}
         tables = self._tables(ctx, stability, null, refit_level, matched_pairs, excess_pairs, shape, importance,
                               residual)
         return HeadStabilityResult(ctx.n_layers, ctx.n_heads, *tables, summary, self._refits_table(ctx), replicates,
                                    self._result_params(ctx, null), self._refit_replicates(refit_level, residual))
 
     # -- stages -------------------------------------------------------------------------------
-    def _stability(self, ctx: _Context, sims: _PairSimilarities) -> dict[str, Any]:
+    def _stability(self, ctx: _Context, sims: PairSimilarities) -> dict[str, Any]:
         """Return matched scores and the anchor's head / layer stability with bootstrap replicates."""
         matched = matched_similarity(sims.point, self.match)  # [n_pairs, L, H]
         matched_reps = matched_similarity(sims.replicates, self.match)  # [R, n_pairs, L, H]
@@ -701,7 +621,7 @@ class HeadStability:
             layers = all_pairs_layer_stability(matched, np.ones(ctx.n_refits), sims.pairs)
             layer_reps = all_pairs_layer_stability(matched_reps, ctx.refit_counts, sims.pairs)
         else:
-            layers, layer_reps = _quiet_nanmean(heads, axis=-1), _quiet_nanmean(head_reps, axis=-1)
+            layers, layer_reps = quiet_nanmean(heads, axis=-1), quiet_nanmean(head_reps, axis=-1)
         match_index = {b: np.stack([match_heads(sims.point[sims.index(ctx.anchor, b), layer], self.match)[0]
                                     for layer in range(ctx.n_layers)]) for b in ctx.targets}
         # the same head stability with one source of uncertainty only (for the detail table)
@@ -713,7 +633,7 @@ class HeadStability:
                 "layer_reps": layer_reps, "match_index": match_index, "only_prompts": only_prompts,
                 "only_refits": only_refits}
 
-    def _nulls(self, ctx: _Context, sims: _PairSimilarities) -> dict[str, Any]:
+    def _nulls(self, ctx: _Context, sims: PairSimilarities) -> dict[str, Any]:
         """Return the null matched scores: per ordered pair ``[K, K, L, H]``, the anchor's heads and layers."""
         nan_heads = np.full((ctx.n_layers, ctx.n_heads), np.nan)
         out = {"pairs": None, "head": nan_heads, "layer": np.full(ctx.n_layers, np.nan), "description": self.null}
@@ -723,7 +643,7 @@ class HeadStability:
             # the anchor's pairs first: their seeds do not depend on how many other pairs follow
             order = ([(ctx.anchor, b) for b in ctx.targets]
                      + [p for p in sims.pairs if p[0] != ctx.anchor])
-            null = _prompt_shuffle_null(ctx.patterns, order, self.match, self.drop_bos, n_null, ctx.seeds["null"],
+            null = prompt_shuffle_null(ctx.patterns, order, self.match, self.drop_bos, n_null, ctx.seeds["null"],
                                         self.n_jobs)
             out["pairs"] = pair_matrix(null, order, ctx.n_refits)
             out["description"] = f"prompts of the other refit shuffled ({n_null} permutations)"
@@ -736,12 +656,10 @@ class HeadStability:
             out["pairs"][np.arange(ctx.n_refits), np.arange(ctx.n_refits)] = np.nan
             out["description"] = f"independently initialised untrained models ({n_models}, seeds {seeds})"
         if out["pairs"] is not None:
-            out["head"] = np.mean([out["pairs"][ctx.anchor, b] for b in ctx.targets], axis=0)
-            out["layer"] = np.mean([_quiet_nanmean(out["pairs"][a, b], axis=-1)
-                                    for a in sources for b in range(ctx.n_refits) if b != a], axis=0)
+            out["head"], out["layer"] = null_means(out["pairs"], ctx.anchor, ctx.targets, sources)
         return out
 
-    def _distinctness_and_cross_layer(self, ctx: _Context, sims: _PairSimilarities) -> dict[str, np.ndarray]:
+    def _distinctness_and_cross_layer(self, ctx: _Context, sims: PairSimilarities) -> dict[str, np.ndarray]:
         """Return the anchor's distinctness and cross-layer best match, point and bootstrap replicates."""
         self_point = prompt_resampled_similarity(sims.anchor_self, None)[0]
         self_reps = (prompt_resampled_similarity(sims.anchor_self, ctx.prompt_plan) if ctx.prompt_plan is not None
@@ -772,7 +690,7 @@ class HeadStability:
                 out["low"], out["high"] = percentile_interval(perplexity_rise(clean, ablated, plan),
                                                               ctx.confidence_level)
         out["value"] = by_source[ctx.anchor]
-        stability_by_source = {a: _quiet_nanmean(matched_pairs[a], axis=0) for a in sources}  # [L, H]
+        stability_by_source = {a: quiet_nanmean(matched_pairs[a], axis=0) for a in sources}  # [L, H]
         seeds = spawn_seeds(ctx.seeds["perm"], ctx.n_layers + 1)
         deep = list(range(ctx.n_layers // 2, ctx.n_layers)) if ctx.n_layers > 1 else [0]
         scopes = [("layer", [layer], seeds[layer]) for layer in range(ctx.n_layers)] + [("deep", deep, seeds[-1])]
@@ -799,7 +717,6 @@ class HeadStability:
         rows = [residual_rows(m, ctx.probe.ids, positions, self.hooks, self.batch_size) for m in ctx.models]
         point_pairs = ([(a, b) for a, b in zip(*np.triu_indices(ctx.n_refits, 1))] if self.pairs == "all"
                        else [(ctx.anchor, b) for b in ctx.targets])
-        every_pair = [(int(a), int(b)) for a, b in zip(*np.triu_indices(ctx.n_refits, 1))]
         n_half = ctx.n_resamples if self.n_boot_cka is None else max(1, min(ctx.n_resamples, int(self.n_boot_cka)))
         plan = (ResamplingPlan.subsample(ctx.probe.n, n_half, ctx.seeds["cka"])
                 if self.ci_over in ("both", "prompts") and ctx.probe.n >= 4 else None)
@@ -807,31 +724,17 @@ class HeadStability:
         pair_weights = refit_pair_weights(ctx.refit_counts[:n_half] if self.pairs == "all" else ctx.target_counts[:n_half],
                                           point_pairs, both_sides=self.pairs == "all")
         for hook in self.hooks:
+            by_layer = [{m: rows[m][hook][layer] for m in range(ctx.n_refits)} for layer in range(ctx.n_layers)]
             for kind in self.cka:
-                point = np.zeros((ctx.n_layers, len(point_pairs)))
-                reps = np.zeros((n_half, ctx.n_layers, len(point_pairs)))
-                every = np.full((ctx.n_refits, ctx.n_refits, ctx.n_layers), np.nan)
+                r = residual_cka(by_layer, point_pairs, kind, positions.size, plan, n_half, pair_weights,
+                                 ctx.confidence_level)
+                out["replicates"][f"{kind}:{hook}"] = r["replicates"]
+                out["refit"][f"{kind}:{hook}"] = {k: r[k] for k in ("estimate", "leave_one_out", "mean_interval")}
                 for layer in range(ctx.n_layers):
-                    reprs = {m: rows[m][hook][layer] for m in range(ctx.n_refits)}
-                    point[layer], layer_reps = cka_half_sample_replicates(reprs, point_pairs, kind, positions.size,
-                                                                          plan)
-                    reps[:, layer] = point[layer] if layer_reps is None else layer_reps
-                    values, _ = cka_half_sample_replicates(reprs, every_pair, kind, positions.size, None)
-                    for (a, b), value in zip(every_pair, values):
-                        every[a, b, layer] = every[b, a, layer] = value
-                out["replicates"][f"{kind}:{hook}"] = weighted_pair_mean(reps, pair_weights)
-                estimate = ordered_pair_mean(every)
-                leave_one_out = leave_one_refit_out(every)
-                low, high, _ = refit_jackknife(estimate, leave_one_out, ctx.confidence_level)
-                mean_low, mean_high, _ = refit_jackknife(estimate.mean(), leave_one_out.mean(-1), ctx.confidence_level)
-                out["refit"][f"{kind}:{hook}"] = {"estimate": estimate, "leave_one_out": leave_one_out,
-                                                  "mean_interval": (mean_low, mean_high)}
-                low_b, high_b = percentile_interval(out["replicates"][f"{kind}:{hook}"], ctx.confidence_level)
-                for layer in range(ctx.n_layers):
-                    out["rows"].append({"layer": layer, "hook": hook, "kind": kind, "cka": point[layer].mean(),
-                                        "ci_low": low_b[layer], "ci_high": high_b[layer],
-                                        "cka_all_pairs": estimate[layer], "refit_ci_low": low[layer],
-                                        "refit_ci_high": high[layer], "n_refits": ctx.n_refits})
+                    out["rows"].append({"layer": layer, "hook": hook, "kind": kind, "cka": r["point"][layer].mean(),
+                                        "ci_low": r["boot_low"][layer], "ci_high": r["boot_high"][layer],
+                                        "cka_all_pairs": r["estimate"][layer], "refit_ci_low": r["low"][layer],
+                                        "refit_ci_high": r["high"][layer], "n_refits": ctx.n_refits})
         return out
 
     @staticmethod
@@ -862,7 +765,7 @@ class HeadStability:
 
         layer_point, layer_reps = derived
         add_bootstrap("mean head stability", layer_point["mean"], layer_reps["mean"])
-        add("mean null", _quiet_nanmean(null["layer"]) if np.isfinite(null["layer"]).any() else np.nan)
+        add("mean null", quiet_nanmean(null["layer"]) if np.isfinite(null["layer"]).any() else np.nan)
         add_bootstrap("gap (max - min layer stability)", layer_point["gap"], layer_reps["gap"])
         add_bootstrap("gap expected with heads shuffled across layers", layer_point["gap_shuffled"],
                       layer_reps["gap_shuffled"])
@@ -875,15 +778,15 @@ class HeadStability:
             add_bootstrap("ends minus middle layer stability", layer_point["ends_minus_middle"],
                           layer_reps["ends_minus_middle"])
             add("share of replicates with the least stable layer in the middle", layer_reps["middle_min"].mean())
-        add_bootstrap("mean distinctness", _quiet_nanmean(shape["distinctness"]),
-                      _quiet_nanmean(shape["distinctness_reps"].reshape(ctx.n_resamples, -1), axis=1))
-        add_bootstrap("mean cross-layer best match", _quiet_nanmean(shape["cross_layer"]),
-                      _quiet_nanmean(shape["cross_layer_reps"], axis=1))
+        add_bootstrap("mean distinctness", quiet_nanmean(shape["distinctness"]),
+                      quiet_nanmean(shape["distinctness_reps"].reshape(ctx.n_resamples, -1), axis=1))
+        add_bootstrap("mean cross-layer best match", quiet_nanmean(shape["cross_layer"]),
+                      quiet_nanmean(shape["cross_layer_reps"], axis=1))
         add("share of heads whose cross-layer best match is in their own layer", shape["same_layer_share"].mean())
         for key, reps in residual["replicates"].items():
             kind, hook = key.split(":")
             mean = np.mean([r["cka"] for r in residual["rows"] if (r["kind"], r["hook"]) == (kind, hook)])
-            add_bootstrap(f"mean residual {kind} CKA ({hook})", mean, _quiet_nanmean(reps, axis=1))
+            add_bootstrap(f"mean residual {kind} CKA ({hook})", mean, quiet_nanmean(reps, axis=1))
         rows.extend(self._refit_summary_rows(ctx, refit_level, residual))
         for row in importance["rows"]:
             if row["scope"] == "deep":
