@@ -58,7 +58,6 @@ from .spec import METHOD, ABLATION, KGrid, TaskSpec, _RunOptions, load_yaml, val
 
 __all__ = ["CalibrationSpec", "load_calibration_spec", "run_calibration_study", "summary_lines"]
 
-EDGE_ESTIMAND = "mean effect over the task's prompt distribution"
 #: ablations under which a prompt's metric does not depend on the other prompts evaluated
 PER_EXAMPLE_ABLATIONS = ("counterfactual", "zero")
 
@@ -123,31 +122,9 @@ def load_calibration_spec(path: str | Path, *, allow_outside: bool = False) -> C
 
 def edge_interval_kinds(population: np.ndarray, spec: CalibrationSpec) -> list:
     """IntervalKinds for every per-edge interval method, over the edges and their null copies."""
-    from stats.calibration import IntervalKind, shared_per_dataset
-    from stats.intervals import DEFAULT_METHOD, METHODS, bootstrap_edges
+    from stats.calibration_kinds import edge_interval_kinds as kinds
 
-    n_edges = population.shape[1] // 2
-    truth = population.mean(0)
-    truth[n_edges:] = 0.0
-    null = np.r_[np.zeros(n_edges, bool), np.ones(n_edges, bool)]
-
-    @shared_per_dataset
-    def all_methods(X: np.ndarray, seed) -> Any:
-        return bootstrap_edges(X, n_resamples=spec.n_resamples, seed=seed, method=DEFAULT_METHOD,
-                               methods=list(METHODS), confidence_level=spec.confidence_level)
-
-    def kind(method: str):
-        def compute(X: np.ndarray, seed) -> dict[str, np.ndarray]:
-            res = all_methods(X, seed)
-            lo, hi = res.conf_int(method).T
-            out = {"low": lo, "high": hi}
-            if getattr(res, "reliable", None) is not None:
-                out["reliable"] = np.asarray(res.reliable, bool)
-            return out
-
-        return IntervalKind(f"edge/{method}", EDGE_ESTIMAND, compute, truth=lambda n: truth, null=null)
-
-    return [kind(m) for m in METHODS]
+    return kinds(population, n_resamples=spec.n_resamples, confidence_level=spec.confidence_level)
 
 
 def stability_kinds(population: np.ndarray, spec: CalibrationSpec, seed) -> list:
@@ -197,12 +174,6 @@ def check_ks(spec: CalibrationSpec, n_edges: int) -> None:
                          f"every k must be below {n_edges}")
 
 
-def with_null_copies(scores: np.ndarray) -> np.ndarray:
-    """[P, 2E]: the population's edges, then each edge centred to population mean exactly zero."""
-    scores = np.asarray(scores, dtype=np.float64)
-    return np.concatenate([scores, scores - scores.mean(0)], axis=1)
-
-
 def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int | None = None,
                           force: bool = False, allow_pickle: bool = False, allow_large: bool = False) -> RunTables:
     """Run (or resume) the calibration study of ``spec`` into run directory ``out``; return its tables as a
@@ -212,6 +183,7 @@ def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int
     from reports.rundir import RunDir
     from reports.tables import table_to_matrix
     from stats.calibration import coverage_study
+    from stats.calibration_kinds import with_null_copies
 
     from .audit import attribution_scores
     from .build import build_task, load_source

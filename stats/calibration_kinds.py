@@ -43,8 +43,46 @@ from .calibration import IntervalKind, shared_per_dataset
 from .resampling import as_seed_sequence
 from .topk import topk
 
-__all__ = ["StabilityTruth", "stability_truth", "stability_interval_kinds", "check_circuit_sizes",
+__all__ = ["with_null_copies", "edge_interval_kinds", "StabilityTruth", "stability_truth", "stability_interval_kinds", "check_circuit_sizes",
            "STABILITY_ESTIMANDS", "FAITHFULNESS_ESTIMANDS", "PopulationEvaluations", "faithfulness_interval_kinds"]
+
+def with_null_copies(scores: np.ndarray) -> np.ndarray:
+    """Return [P, 2E]: the population's edges, then each edge centred to population mean exactly zero."""
+    scores = np.asarray(scores, dtype=np.float64)
+    return np.concatenate([scores, scores - scores.mean(0)], axis=1)
+
+
+def edge_interval_kinds(population: np.ndarray, *, n_resamples: int, confidence_level: float) -> list[IntervalKind]:
+    """Return an IntervalKind per per-edge interval method over a population with null copies.
+
+    ``population`` is [P, 2E] (`with_null_copies`): the truth of edge e is its population mean,
+    that of its null copy exactly 0. One bootstrap_edges call per dataset serves every method.
+    """
+    from .intervals import DEFAULT_METHOD, ESTIMAND, METHODS, bootstrap_edges
+
+    n_edges = population.shape[1] // 2
+    truth = population.mean(0)
+    truth[n_edges:] = 0.0
+    null = np.r_[np.zeros(n_edges, bool), np.ones(n_edges, bool)]
+
+    @shared_per_dataset
+    def all_methods(X: np.ndarray, seed) -> Any:
+        return bootstrap_edges(X, n_resamples=n_resamples, seed=seed, method=DEFAULT_METHOD,
+                               methods=list(METHODS), confidence_level=confidence_level)
+
+    def kind(method: str) -> IntervalKind:
+        def compute(X: np.ndarray, seed) -> dict[str, np.ndarray]:
+            res = all_methods(X, seed)
+            lo, hi = res.conf_int(method).T
+            out = {"low": lo, "high": hi}
+            if getattr(res, "reliable", None) is not None:
+                out["reliable"] = np.asarray(res.reliable, bool)
+            return out
+
+        return IntervalKind(f"edge/{method}", ESTIMAND, compute, truth=lambda n: truth, null=null)
+
+    return [kind(m) for m in METHODS]
+
 
 #: what each stability kind's interval is checked against (the estimand it claims, or for
 #: jaccard_mc the data-level estimand it is often mistaken for)
