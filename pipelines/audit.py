@@ -105,7 +105,7 @@ def stability_tables(S: np.ndarray, names: list[str], method: str, plan, ks: lis
     for c in STABILITY_COLUMNS:
         v = np.asarray(per[c])
         stab[c] = v.astype(np.int64) if c == "consensus_size" else v.astype(np.float64)
-    stab["spearman_mean"] = np.full(len(res.ks), float(np.nanmean(res.spearman)) if res.spearman.size else np.nan)
+    stab["spearman_mean"] = np.full(len(res.ks), res.spearman_mean)
     ki, ei = np.nonzero(res.inclusion_counts)
     inc = {"method": [method] * len(ki), "k": res.ks[ki].astype(np.int64), "edge": ei.astype(np.int64),
            "name": [names[e] for e in ei], "frequency": res.inclusion_counts[ki, ei] / res.n_resamples}

@@ -308,12 +308,16 @@ class StabilityResult(Result):
                 self.params.get("selection_thresholds") or (0.6, 0.7, 0.8, 0.9))
         return tables
 
+    @property
+    def spearman_mean(self) -> float:
+        """Return the mean Spearman correlation over pairs of resampled full score vectors (NaN if none)."""
+        return float(np.nanmean(self.spearman)) if self.spearman.size else np.nan
+
     def _summary_items(self) -> list[tuple[str, Any]]:
         items: list[tuple[str, Any]] = [
             ("ranking", self.ranking), ("edges", self.n_edges), ("resamples", self.n_resamples),
             ("plan", self.plan_kind),
-            ("spearman (mean over pairs)", float(np.nanmean(self.spearman))
-             if self.spearman.size else np.nan),
+            ("spearman (mean over pairs)", self.spearman_mean),
             ("kendall (mean over pairs)", float(np.nanmean(self.kendall))
              if self.kendall.size else np.nan)]
         for i, k in enumerate(self.ks):
