@@ -21,3 +21,19 @@ def load_zoo_fixture(path: Path = ZOO_FIXTURE) -> tuple[np.ndarray, list[str]]:
     names = list(table.column_names)
     scores = np.column_stack([table[c].to_numpy() for c in names]).astype(np.float64)
     return scores, names
+
+
+ZOO_EAP_FIXTURE = Path(__file__).parent / "fixtures" / "zoo-induction-eap.parquet"
+
+
+def load_zoo_pair() -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Return (exact [1024, E], EAP [1024, E], edge names): the same model, prompts and edge order.
+
+    A real paired population for the variance study's estimator factor: row i of both matrices
+    is prompt i (see fixtures/make_zoo_induction_eap.py, which checks the prompts agree).
+    """
+    exact, names = load_zoo_fixture()
+    eap, eap_names = load_zoo_fixture(ZOO_EAP_FIXTURE)
+    if eap_names != names:
+        raise AssertionError("the EAP fixture's edges are not the exact fixture's")
+    return exact, eap, names
