@@ -38,7 +38,7 @@ from .resampling import ResamplingPlan, resampled_means
 from .results import Result
 
 __all__ = ["sink_shares", "position_means", "quadratic_fit", "confidence_gap", "SinkResult", "sink_relation",
-           "DEFAULT_THRESHOLD", "ESTIMANDS"]
+           "sink_stability", "DEFAULT_THRESHOLD", "ESTIMANDS", "ESTIMAND_SINK_STABILITY"]
 
 #: attention to the sink token above which a query position counts as sinking (Gu et al. 2024 use 0.3)
 DEFAULT_THRESHOLD = 0.3
@@ -249,3 +249,52 @@ def sink_relation(share: np.ndarray, norm: np.ndarray, head_names: Sequence[str]
               "confidence_level": confidence_level, "n_prompts": N, "n_heads": U, "estimands": ESTIMANDS,
               "multiplicity": rule, "rho_replicates_undefined": int(rho_b.size - finite.size)}
     return SinkResult(list(head_names), float(threshold), rate_res, norm_res, gap_res, fit, params)
+
+
+# --- stability of sinks across training seeds ------------------------------------------------------------
+ESTIMAND_SINK_STABILITY = ("mean over the distribution of training seeds (t interval over the K seeds, K-1 df); heads "
+                           "are matched within a layer by rank of sink rate (the one-to-one matching on this scalar)")
+
+
+def _seed_t_interval(values: np.ndarray, confidence_level: float) -> tuple[float, float, float]:
+    """Return (mean, low, high) of a t interval over seeds (NaN ends with fewer than 3 seeds or NaN values)."""
+    v = np.asarray(values, dtype=np.float64)
+    mean = float(v.mean())
+    if v.size < 3 or not np.isfinite(v).all():
+        return mean, np.nan, np.nan
+    half = sps.t.ppf(0.5 + confidence_level / 2, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size)
+    return mean, mean - half, mean + half
+
+
+def sink_stability(rates: np.ndarray, spearman: np.ndarray, curvature: np.ndarray, *, sink_bar: float = 0.3,
+                   confidence_level: float = 0.95) -> dict[str, np.ndarray]:
+    """Return the ``sink_stability`` table: are the sink heads and the sink-norm relation the same across seeds?
+
+    ``rates`` [K seeds, L, H] head sink rates; ``spearman`` and ``curvature`` [K] each seed's
+    relation. Rows per layer: the sink rate of the layer's r-th strongest sink head (heads matched
+    across seeds by rank) and the number of heads with rate >= ``sink_bar``; model rows (layer -1):
+    Spearman's rho and the share of seeds with positive curvature. Each with a t interval over seeds.
+    """
+    rates = np.asarray(rates, dtype=np.float64)
+    if rates.ndim != 3 or rates.shape[0] < 2:
+        raise _input_error(f"rates must be [seeds >= 2, layers, heads], got shape {rates.shape}")
+    K, L, H = rates.shape
+    ranked = -np.sort(-rates, axis=2)  # [K, L, H], strongest sink first
+    rows: dict[str, list] = {c: [] for c in ("layer", "item", "value", "ci_low", "ci_high", "sd", "min", "max",
+                                             "n_refits", "estimand")}
+
+    def add(layer: int, item: str, values: np.ndarray) -> None:
+        mean, lo, hi = _seed_t_interval(values, confidence_level)
+        v = np.asarray(values, dtype=np.float64)
+        for col, val in zip(rows, (layer, item, mean, lo, hi, float(v.std(ddof=1)) if v.size > 1 else np.nan,
+                                   float(np.nanmin(v)), float(np.nanmax(v)), K, ESTIMAND_SINK_STABILITY)):
+            rows[col].append(val)
+
+    for layer in range(L):
+        for r in range(H):
+            add(layer, f"rank {r + 1} sink rate", ranked[:, layer, r])
+        add(layer, f"heads with sink rate >= {sink_bar:g}", (rates[:, layer] >= sink_bar).sum(-1))
+    add(-1, "spearman(sink rate, output norm)", np.asarray(spearman, dtype=np.float64))
+    add(-1, "share of seeds with convex fit (curvature > 0)", (np.asarray(curvature) > 0).astype(np.float64))
+    types = {"layer": np.int64, "item": str, "n_refits": np.int64, "estimand": str}
+    return {c: np.array(v, dtype=types.get(c, np.float64)) for c, v in rows.items()}

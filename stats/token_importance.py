@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -33,7 +33,8 @@ from .intervals import BootstrapResult, bootstrap_edges
 from .resampling import ResamplingPlan
 from .results import Result
 
-__all__ = ["TokenImportanceResult", "token_importance_faithfulness", "ESTIMAND_DROP", "ESTIMAND_DIFFERENCE"]
+__all__ = ["TokenImportanceResult", "token_importance_faithfulness", "TokenStabilityResult", "token_stability",
+           "ESTIMAND_DROP", "ESTIMAND_DIFFERENCE", "ESTIMAND_TOKEN_STABILITY"]
 
 ESTIMAND_DROP = "mean metric drop over the task's prompt distribution when the top-k tokens of the measure are ablated"
 ESTIMAND_DIFFERENCE = "mean paired difference of those drops between two measures over the prompt distribution"
@@ -190,3 +191,92 @@ def token_importance_faithfulness(drops: np.ndarray, measures: Sequence[str], ks
               "estimands": {"drop": ESTIMAND_DROP, "difference": ESTIMAND_DIFFERENCE},
               "multiplicity": "Holm over every pair x k"}
     return TokenImportanceResult(measures, ks, drop_res, diff_res, pairs, adjusted, verdicts, alpha, params)
+
+
+# --- stability of the important tokens across training seeds ---------------------------------------
+ESTIMAND_TOKEN_STABILITY = ("expected Jaccard between the top-k token sets of two independently trained seeds on a prompt "
+                            "of the task's distribution; every seed an anchor, jackknife over seeds (t, K-1 df); the "
+                            "prompts are fixed")
+
+
+def _topk_jaccard(orders_a: np.ndarray, orders_b: np.ndarray, take: np.ndarray, n_positions: int) -> np.ndarray:
+    """Return per prompt the Jaccard of the first ``take[n]`` positions of two orders [N, P]."""
+    ranks = np.arange(n_positions)[None, :] < take[:, None]
+    sel_a = np.zeros(orders_a.shape, bool)
+    sel_b = np.zeros(orders_b.shape, bool)
+    np.put_along_axis(sel_a, orders_a, ranks, axis=1)
+    np.put_along_axis(sel_b, orders_b, ranks, axis=1)
+    inter = (sel_a & sel_b).sum(1)
+    return inter / (sel_a | sel_b).sum(1)
+
+
+@dataclass(repr=False)
+class TokenStabilityResult(Result):
+    """Top-k token agreement across seeds per measure and k, against chance; table ``token_stability``."""
+
+    rows: dict[str, np.ndarray]
+    params: dict = field(default_factory=dict)
+    main_table = "token_stability"
+
+    def _tables(self) -> dict[str, dict[str, Any]]:
+        return {"token_stability": self.rows}
+
+    def _summary_items(self) -> list[tuple[str, Any]]:
+        r = self.rows
+        return [(f"top-{k} {m} Jaccard", f"{j:.3g} [{lo:.3g}, {hi:.3g}] (chance {c:.3g})")
+                for m, k, j, lo, hi, c in zip(r["measure"], r["k"], r["jaccard"], r["ci_low"], r["ci_high"],
+                                              r["chance"])]
+
+
+def token_stability(orders: Mapping[str, np.ndarray], candidates: np.ndarray, ks: Sequence[int], *,
+                    confidence_level: float = 0.95) -> TokenStabilityResult:
+    """Return per measure and k the mean top-k token Jaccard between seeds, its excess over chance, and intervals.
+
+    ``orders`` maps a measure to ``[K seeds, N, P]`` token orders (largest importance first) of the
+    same prompts; ``candidates`` [N, P] the tokens that may be chosen (shared by every seed).
+    Chance: the expected Jaccard of two random k-subsets of a prompt's candidates (hypergeometric).
+    Intervals: jackknife over seeds of the ordered-pair mean (stats.head_stability), >= 3 seeds.
+    """
+    from circuits.errors import InputError
+
+    from .head_stability import leave_one_refit_out, ordered_pair_mean, refit_jackknife
+    from .stability import chance_jaccard
+
+    cand = np.asarray(candidates, dtype=bool)
+    n_cand = cand.sum(1)
+    rows: dict[str, list] = {c: [] for c in ("measure", "k", "jaccard", "ci_low", "ci_high", "chance", "excess",
+                                             "excess_ci_low", "excess_ci_high", "n_refits", "n_prompts", "estimand")}
+    for measure, o in orders.items():
+        o = np.asarray(o)
+        if o.ndim != 3 or o.shape[1:] != cand.shape:
+            raise InputError(f"orders of {measure!r} must be [seeds, {cand.shape[0]}, {cand.shape[1]}], got {o.shape}")
+        S = o.shape[0]
+        if S < 2:
+            raise InputError("token stability across seeds needs at least 2 seeds")
+        for k in ks:
+            take = np.minimum(int(k), n_cand)
+            chance = np.array([chance_jaccard(int(c), int(t)) for c, t in zip(n_cand, take)])
+            pair = np.full((S, S, 2), np.nan)  # [.., 0] Jaccard, [.., 1] excess over chance
+            for a in range(S):
+                for b in range(a + 1, S):
+                    j = _topk_jaccard(o[a], o[b], take, cand.shape[1])
+                    pair[a, b] = pair[b, a] = (j.mean(), (j - chance).mean())
+            est, loo = ordered_pair_mean(pair), leave_one_refit_out(pair)
+            lo, hi, _ = refit_jackknife(est, loo, confidence_level)
+            rows["measure"].append(measure)
+            rows["k"].append(int(k))
+            rows["jaccard"].append(est[0])
+            rows["ci_low"].append(lo[0])
+            rows["ci_high"].append(hi[0])
+            rows["chance"].append(float(chance.mean()))
+            rows["excess"].append(est[1])
+            rows["excess_ci_low"].append(lo[1])
+            rows["excess_ci_high"].append(hi[1])
+            rows["n_refits"].append(S)
+            rows["n_prompts"].append(cand.shape[0])
+            rows["estimand"].append(ESTIMAND_TOKEN_STABILITY)
+    types = {"measure": str, "estimand": str, "k": np.int64, "n_refits": np.int64, "n_prompts": np.int64}
+    table = {c: np.array(v, dtype=types.get(c, np.float64)) for c, v in rows.items()}
+    params = {"estimator": "token_stability", "ks": [int(k) for k in ks], "measures": list(orders),
+              "confidence_level": confidence_level, "estimand": ESTIMAND_TOKEN_STABILITY}
+    return TokenStabilityResult(table, params)

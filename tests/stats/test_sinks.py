@@ -95,3 +95,23 @@ def test_input_errors():
     bad[0, 0] = np.nan
     with pytest.raises(InputError, match="NaN"):
         sink_relation(share, bad, NAMES, seed=0)
+
+
+def test_sink_stability_matches_heads_by_rank_and_uses_a_seed_t_interval():
+    from stats.sinks import sink_stability
+
+    rng = np.random.default_rng(1)
+    K, L, H = 5, 2, 4
+    rates = rng.uniform(0.0, 0.1, (K, L, H))
+    sink_rate = 0.6 + rng.normal(0, 0.03, K)
+    rates[np.arange(K), 1, rng.integers(0, H, K)] = sink_rate  # the sink is a different head index per seed
+    t = sink_stability(rates, spearman=np.array([0.2, 0.5, 0.1, 0.3, -0.4]), curvature=np.array([-1, -2, 3, -1, -5]))
+    rows = {(int(layer), item): i for i, (layer, item) in enumerate(zip(t["layer"], t["item"]))}
+    i = rows[(1, "rank 1 sink rate")]
+    lo, hi = sps.t.interval(0.95, K - 1, loc=sink_rate.mean(), scale=sps.sem(sink_rate))
+    assert t["value"][i] == pytest.approx(sink_rate.mean())
+    assert (t["ci_low"][i], t["ci_high"][i]) == pytest.approx((lo, hi))
+    j = rows[(1, "heads with sink rate >= 0.3")]
+    assert t["value"][j] == 1.0 and t["sd"][j] == 0.0
+    assert t["value"][rows[(0, "heads with sink rate >= 0.3")]] == 0.0
+    assert t["value"][rows[(-1, "share of seeds with convex fit (curvature > 0)")]] == pytest.approx(0.2)

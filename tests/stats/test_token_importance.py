@@ -91,3 +91,27 @@ def test_paired_difference_interval_covers_the_population_difference():
         hits += row["ci_low"] <= truth <= row["ci_high"]
     coverage = hits / reps
     assert 0.90 <= coverage <= 0.99, coverage
+
+
+def test_token_stability_identical_random_and_brute_force():
+    from stats.stability import chance_jaccard
+    from stats.token_importance import token_stability
+
+    rng = np.random.default_rng(0)
+    N, P, S = 30, 12, 4
+    cand = np.ones((N, P), bool)
+    cand[:, -2:] = False  # 10 candidates per prompt
+    base = np.argsort(np.where(cand, rng.random((N, P)), 2.0), axis=1)
+    rand = np.stack([np.argsort(np.where(cand, rng.random((N, P)), 2.0), axis=1) for _ in range(S)])
+    r = token_stability({"same": np.stack([base] * S), "random": rand}, cand, (1, 3)).to_pandas().set_index(["measure", "k"])
+    assert r.loc[("same", 3), "jaccard"] == 1.0 and r.loc[("same", 3), "ci_low"] == 1.0
+    assert r.loc[("random", 3), "chance"] == pytest.approx(chance_jaccard(10, 3))
+    assert r.loc[("random", 3), "excess_ci_low"] < 0 < r.loc[("random", 3), "excess_ci_high"]
+    # one seed pair by brute force: sets of the first k positions
+    pairs = [len(set(rand[0, n, :3]) & set(rand[1, n, :3])) / len(set(rand[0, n, :3]) | set(rand[1, n, :3]))
+             for n in range(N)]
+    from stats.token_importance import _topk_jaccard
+
+    np.testing.assert_allclose(_topk_jaccard(rand[0], rand[1], np.full(N, 3), P), pairs)
+    with pytest.raises(InputError, match="at least 2 seeds"):
+        token_stability({"x": base[None]}, cand, (1,))
