@@ -14,6 +14,9 @@ returns the estimator with ``result_``) runs two stages:
 
 ``run(model, out)`` writes both stages to a run directory (reports.rundir.RunDir): a killed run
 resumes from the stage it finished, and a changed spec is refused unless ``force``.
+``cross_seed(models, out)`` runs refits of one recipe into ``out/model-<i>/`` and compares them:
+``token_stability`` (do the seeds pick the same top-k tokens? against hypergeometric chance) and
+``sink_stability`` (rank-matched sink rates per layer, number of sink heads, the relation per seed).
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ import inspect
 import os
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -33,7 +35,8 @@ from stats.results import Result
 from stats.sinks import DEFAULT_THRESHOLD, SinkResult, confidence_gap, position_means, sink_relation, sink_shares
 from stats.token_importance import TokenImportanceResult, token_importance_faithfulness
 
-__all__ = ["TokenContributions", "ContributionsResult", "READOUT_TABLES", "STAT_TABLES", "MEASURES", "RANDOM"]
+__all__ = ["TokenContributions", "ContributionsResult", "CrossSeedResult", "READOUT_TABLES", "STAT_TABLES", "MEASURES",
+           "RANDOM"]
 
 #: the importance measures (circuits.contributions.MEASURES, written out so this module loads without torch)
 MEASURES = ("attention", "value_norm", "contribution", "grad_input")
@@ -304,6 +307,25 @@ class TokenContributions:
         self.result_ = self.analyse(self.readouts_.tables())
         return self
 
+    def _spec(self, sources: list[str]) -> dict:
+        return {"models": sources, **self.get_params()}
+
+    def _stages(self, run, model, task, *, prefix: str = "", stage_prefix: str = "", force: bool = False
+                ) -> tuple[ContributionsResult, dict]:
+        """Run (or resume) the read-out and statistics stages of one model in ``run``; return the result and read-out tables."""
+        base = {"weight_hash": model.weight_hash(), "task_hash": task.content_hash}
+        stage1 = {**base, **{k: v for k, v in self.get_params().items()
+                             if k not in ("n_resamples", "confidence_level", "alpha")}}
+        readouts = f"{stage_prefix}token_readouts"
+        run.stage(readouts, lambda: {prefix + k: v for k, v in self.readouts(model, task).tables().items()},
+                  [prefix + t for t in READOUT_TABLES], params=stage1, force=force)
+        tables = {name: run.table(prefix + name) for name in READOUT_TABLES}
+        result = self.analyse(tables)
+        run.stage(f"{stage_prefix}token_stats", lambda: {prefix + k: v for k, v in result.tables().items()},
+                  [prefix + t for t in STAT_TABLES], params={**base, **self.get_params()}, depends_on=[readouts],
+                  force=force)
+        return result, tables
+
     def run(self, model, out: str | os.PathLike, *, task=None, command: Any = None, force: bool = False
             ) -> ContributionsResult:
         """Write both stages to run directory ``out`` (resumable) and return the result."""
@@ -311,25 +333,93 @@ class TokenContributions:
 
         self.validate()
         task = self.build_task(model) if task is None else task
-        spec = {"model": str(getattr(model, "source", "memory")), **self.get_params()}
-        base = {"weight_hash": model.weight_hash(), "task_hash": task.content_hash}
-        stage1 = {**base, **{k: v for k, v in self.get_params().items()
-                             if k not in ("n_resamples", "confidence_level", "alpha")}}
         seed = self.random_state if isinstance(self.random_state, int) else None
-        with RunDir(out, spec=spec, command=command if command is not None else sys.argv, seed=seed,
+        with RunDir(out, spec=self._spec([str(getattr(model, "source", "memory"))]),
+                    command=command if command is not None else sys.argv, seed=seed,
                     provenance={"model": model.identity(), "task": task.describe()}) as run:
-            run.stage("token_readouts", lambda: self.readouts(model, task).tables(), list(READOUT_TABLES),
-                      params=stage1, force=force)
-            tables = {name: run.table(name) for name in READOUT_TABLES}
-            result = self.analyse(tables)
-            run.stage("token_stats", result.tables, list(STAT_TABLES), params={**base, **self.get_params()},
-                      depends_on=["token_readouts"], force=force)
+            result, _ = self._stages(run, model, task, force=force)
         return result
 
+    def cross_seed(self, models: Sequence[Any], out: str | os.PathLike, *, command: Any = None, force: bool = False
+                   ) -> "CrossSeedResult":
+        """Run every model (refits of one architecture) into ``out/model-<i>/`` and compare them across seeds.
 
-def run_dir_tables(out: str | os.PathLike) -> dict[str, Any]:
-    """Return every table of a finished contributions run by name (pyarrow)."""
-    from reports.rundir import RunDir
+        Writes ``token_stability`` (top-k token agreement between seeds per measure, against chance)
+        and ``sink_stability`` (rank-matched sink rates per layer, number of sink heads, the sink-norm
+        relation per seed) at the top of ``out``; every stage resumes.
+        """
+        from reports.rundir import RunDir
+        from stats.sinks import sink_stability
+        from stats.token_importance import token_stability
 
-    path = Path(out)
-    return {name: RunDir(path).table(name) for name in (*READOUT_TABLES, *STAT_TABLES)}
+        self.validate()
+        if len(models) < 2:
+            raise InputError(f"cross-seed stability needs at least 2 models, got {len(models)}")
+        shapes = {(m.cfg.n_layers, m.cfg.n_heads) for m in models}
+        if len(shapes) > 1:
+            raise InputError(f"the models differ in layers x heads {sorted(shapes)}; cross-seed needs refits of one "
+                             "architecture")
+        tasks = [self.build_task(m) for m in models]
+        if any(t.content_hash != tasks[0].content_hash for t in tasks[1:]):
+            raise InputError("the models tokenize the task differently; cross-seed stability needs one shared "
+                             "tokenizer (refits of one recipe)")
+        seed = self.random_state if isinstance(self.random_state, int) else None
+        sources = [str(getattr(m, "source", "memory")) for m in models]
+        with RunDir(out, spec=self._spec(sources), command=command if command is not None else sys.argv, seed=seed,
+                    provenance={"models": [m.identity() for m in models], "task": tasks[0].describe()}) as run:
+            per_model = [self._stages(run, m, t, prefix=f"model-{i}/", stage_prefix=f"model{i}_", force=force)
+                         for i, (m, t) in enumerate(zip(models, tasks))]
+            results = [r for r, _ in per_model]
+            orders, cand = _orders_from_tables([tables["token_weights"] for _, tables in per_model], self.measures)
+            tokens = token_stability(orders, cand, self.ks, confidence_level=self.confidence_level)
+            L, H = models[0].cfg.n_layers, models[0].cfg.n_heads
+            rates = np.stack([np.asarray(r.sinks.sink_rate.estimate).reshape(L, H) for r in results])
+            sinks = sink_stability(rates, np.array([r.sinks.fit["spearman"]["estimate"] for r in results]),
+                                   np.array([r.sinks.fit["curvature"]["estimate"] for r in results]),
+                                   sink_bar=self.sink_threshold, confidence_level=self.confidence_level)
+            study = CrossSeedResult(results, tokens, sinks, {"models": sources, **self.get_params()})
+            run.stage("cross_seed", study.tables, ["token_stability", "sink_stability"],
+                      params={"weights": [m.weight_hash() for m in models], **self.get_params()},
+                      depends_on=[f"model{i}_token_stats" for i in range(len(models))], force=force)
+        return study
+
+
+def _orders_from_tables(weights: Sequence[Any], measures: Sequence[str]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Return {measure: [K, N, P] token orders} and the shared [N, P] candidates from each model's token_weights."""
+    from circuits.contributions import rank_tokens
+
+    cols = [{k: np.asarray(v) for k, v in w.to_pydict().items()} for w in weights]
+    N, P = int(cols[0]["prompt"].max()) + 1, int(cols[0]["position"].max()) + 1
+    cand = np.zeros((N, P), bool)
+    cand[cols[0]["prompt"], cols[0]["position"]] = cols[0]["candidate"]
+    orders: dict[str, list] = {m: [] for m in measures}
+    for c in cols:
+        if not (np.array_equal(c["token"], cols[0]["token"]) and np.array_equal(c["candidate"], cols[0]["candidate"])):
+            raise InputError("the models' read-outs are on different tokens; cross-seed needs one shared task")
+        for m in measures:
+            score = np.full((N, P), np.nan)
+            score[c["prompt"], c["position"]] = c[m]
+            orders[m].append(rank_tokens(score, cand))
+    return {m: np.stack(v) for m, v in orders.items()}, cand
+
+
+@dataclass(repr=False)
+class CrossSeedResult(Result):
+    """Per-model results and their comparison across seeds; tables ``token_stability`` and ``sink_stability``."""
+
+    results: list
+    tokens: Any
+    sinks: dict
+    params: dict = field(default_factory=dict)
+    main_table = "token_stability"
+
+    def _tables(self) -> dict[str, dict[str, Any]]:
+        return {"token_stability": self.tokens.rows, "sink_stability": self.sinks}
+
+    def _summary_items(self) -> list[tuple[str, Any]]:
+        items = [("models", len(self.results))] + self.tokens._summary_items()
+        s = self.sinks
+        for layer, item, v, lo, hi in zip(s["layer"], s["item"], s["value"], s["ci_low"], s["ci_high"]):
+            where = "model" if layer < 0 else f"layer {layer}"
+            items.append((f"{where}: {item}", f"{v:.3g} [{lo:.3g}, {hi:.3g}]"))
+        return items

@@ -314,6 +314,8 @@ DROP = "the mean metric drop over the task's prompt distribution when the measur
 DROP_DIFF = "the mean paired difference of drops between the two measures over the prompt distribution"
 SINK_RATE = "the head's sink rate (share of query positions above the threshold) over the prompt distribution"
 SINK_FIT = "the stated coefficient of head output norm on head sink rate across heads; prompts resampled, heads fixed"
+TOKEN_SEEDS = "the expected top-k token Jaccard between two training seeds (jackknife over seeds; prompts fixed)"
+SINK_SEEDS = "the mean over the distribution of training seeds (t interval over seeds)"
 _MEASURE_WEIGHT = "importance of the token at the read-out position by the {} measure (circuits.contributions)"
 TABLES.update({t.name: t for t in (
     _table("token_weights", "per-token importance at each prompt's read-out position, one row per prompt and token",
@@ -363,6 +365,18 @@ TABLES.update({t.name: t for t in (
            ("estimate", F, "the coefficient or rho", True), *_ci("ci", "estimate", SINK_FIT),
            ("interval", S, "interval method"), ("verdict", S, "convex/concave or increasing/decreasing or inconclusive"),
            ("estimand", S, "what the interval covers"), ("multiplicity", S, "the multiple-comparison rule of the verdicts")),
+    _table("token_stability", "do independently trained seeds pick the same top-k tokens? one row per measure and k",
+           ("measure", S, "importance measure"), _K,
+           ("jaccard", F, "mean over seed pairs and prompts of the top-k token Jaccard", True),
+           *_ci("ci", "jaccard", TOKEN_SEEDS), ("chance", F, "expected Jaccard of two random k-subsets of the candidates"),
+           ("excess", F, "jaccard minus chance", True), *_ci("excess_ci", "excess", TOKEN_SEEDS),
+           ("n_refits", I, "number of seeds"), ("n_prompts", I, "number of prompts"),
+           ("estimand", S, "what the interval covers")),
+    _table("sink_stability", "are the sink heads and the sink-norm relation the same across seeds? one row per item",
+           ("layer", I, "layer (-1: the whole model)"), ("item", S, "what is compared across seeds"),
+           ("value", F, "mean over seeds", True), *_ci("ci", "value", SINK_SEEDS),
+           ("sd", F, "standard deviation over seeds"), ("min", F, "smallest seed value"), ("max", F, "largest seed value"),
+           ("n_refits", I, "number of seeds"), ("estimand", S, "what the interval covers")),
 )})
 
 SCORES_PREFIX = "scores_"

@@ -136,3 +136,25 @@ def test_tokens_command_writes_the_run_and_refuses_bad_options(tmp_path):
         p = _cli("tokens", "--model", model_dir, "--n", "8", *args, "--out", str(tmp_path / "bad"))
         assert p.returncode == 2 and words in p.stderr and len(p.stderr.strip().splitlines()) == 1
         assert not (tmp_path / "bad").exists()
+
+
+def test_cross_seed_writes_each_model_and_the_comparison(tmp_path):
+    models = [_model(seed=s) for s in (0, 1, 2)]
+    est = TokenContributions(**EST)
+    study = est.cross_seed(models, tmp_path / "study", command=["test"])
+    for i in range(3):
+        for name in (*READOUT_TABLES, *STAT_TABLES):
+            assert (tmp_path / "study" / f"model-{i}" / f"{name}.parquet").exists()
+    tokens = pq.read_table(tmp_path / "study" / "token_stability.parquet").to_pandas()
+    sinks = pq.read_table(tmp_path / "study" / "sink_stability.parquet").to_pandas()
+    assert len(tokens) == 4 * 2 and (tokens.n_refits == 3).all()
+    assert ((tokens.jaccard >= 0) & (tokens.jaccard <= 1)).all()
+    assert set(sinks.layer) == {-1, 0, 1}
+    rates = np.stack([np.asarray(r.sinks.sink_rate.estimate).reshape(2, 2) for r in study.results])
+    top = sinks[(sinks.layer == 1) & (sinks["item"] == "rank 1 sink rate")]["value"].iloc[0]
+    assert top == pytest.approx(rates[:, 1].max(-1).mean())
+    # the same model three times: every seed picks the same tokens
+    same = TokenContributions(**EST).cross_seed([models[0]] * 3, tmp_path / "same", command=["test"])
+    assert (same.to_pandas("token_stability").jaccard == 1.0).all()
+    with pytest.raises(InputError, match="at least 2 models"):
+        est.cross_seed(models[:1], tmp_path / "one")
