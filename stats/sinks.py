@@ -273,7 +273,8 @@ def sink_stability(rates: np.ndarray, spearman: np.ndarray, curvature: np.ndarra
     ``rates`` [K seeds, L, H] head sink rates; ``spearman`` and ``curvature`` [K] each seed's
     relation. Rows per layer: the sink rate of the layer's r-th strongest sink head (heads matched
     across seeds by rank) and the number of heads with rate >= ``sink_bar``; model rows (layer -1):
-    Spearman's rho and the share of seeds with positive curvature. Each with a t interval over seeds.
+    Spearman's rho and the share of seeds with positive curvature. Each with a t interval over seeds
+    (the share: Clopper-Pearson).
     """
     rates = np.asarray(rates, dtype=np.float64)
     if rates.ndim != 3 or rates.shape[0] < 2:
@@ -295,6 +296,11 @@ def sink_stability(rates: np.ndarray, spearman: np.ndarray, curvature: np.ndarra
             add(layer, f"rank {r + 1} sink rate", ranked[:, layer, r])
         add(layer, f"heads with sink rate >= {sink_bar:g}", (rates[:, layer] >= sink_bar).sum(-1))
     add(-1, "spearman(sink rate, output norm)", np.asarray(spearman, dtype=np.float64))
-    add(-1, "share of seeds with convex fit (curvature > 0)", (np.asarray(curvature) > 0).astype(np.float64))
+    convex = np.asarray(curvature) > 0
+    add(-1, "share of seeds with convex fit (curvature > 0)", convex.astype(np.float64))
+    # a share of K binary outcomes: the exact (Clopper-Pearson) interval, not a t interval
+    ci = sps.binomtest(int(convex.sum()), K).proportion_ci(confidence_level, method="exact")
+    rows["ci_low"][-1], rows["ci_high"][-1] = float(ci.low), float(ci.high)
+    rows["estimand"][-1] = "share of training seeds whose fit is convex (Clopper-Pearson interval over the K seeds)"
     types = {"layer": np.int64, "item": str, "n_refits": np.int64, "estimand": str}
     return {c: np.array(v, dtype=types.get(c, np.float64)) for c, v in rows.items()}

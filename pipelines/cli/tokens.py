@@ -25,7 +25,9 @@ def _ints(text: str, where: str) -> tuple[int, ...]:
 
 @app.command("tokens")
 def tokens_command(
-    model: str = typer.Option(..., "--model", help="model directory, zoo:RECIPE/seed-S, cached hub id or random:ARCH?..."),
+    models: list[str] = typer.Option(..., "--model", help="model directory, zoo:RECIPE/seed-S, cached hub id or "
+                                     "random:ARCH?...; repeat (or separate by commas) for refits of one recipe: each "
+                                     "is run into OUT/model-<i>/ and they are compared across seeds"),
     task: str = typer.Option("induction", "--task", help="induction, ioi, greater-than, or a .jsonl/.csv/.parquet file"),
     metric: MetricName | None = typer.Option(None, "--metric", help="task metric (default: the task's own)"),
     n: int = typer.Option(64, "--n", min=2, help="number of prompts"),
@@ -53,7 +55,8 @@ def tokens_command(
 
     Ablates the top-k tokens by each measure and reports mean metric drops and paired differences
     with intervals over prompts (Holm verdicts), and per-head sink rates, output norms and their
-    relation across heads. A killed run resumes from the stage it finished.
+    relation across heads. With several --model refits, also whether the seeds agree on the important
+    tokens and on the sink heads. A killed run resumes from the stage it finished.
     """
     from pipelines.contributions import TokenContributions  # numpy and scipy only: bad options fail fast
 
@@ -68,8 +71,14 @@ def tokens_command(
     from pipelines.build import check_device, check_work, resolve_source, task_positions
 
     dev = check_device(device)
-    m = load_model(resolve_source(model), device=dev, allow_pickle=allow_pickle, allow_large=allow_large)
-    check_work(m, n, level="node", positions=task_positions(task, {}), allow_large=allow_large)
-    res = est.run(m, out, command=sys.argv, force=force)
+    sources = [p for m in models for p in str(m).split(",") if p]
+    loaded = [load_model(resolve_source(s), device=dev, allow_pickle=allow_pickle, allow_large=allow_large)
+              for s in sources]
+    for m in loaded:
+        check_work(m, n, level="node", positions=task_positions(task, {}), allow_large=allow_large)
+    if len(loaded) == 1:
+        res = est.run(loaded[0], out, command=sys.argv, force=force)
+    else:
+        res = est.cross_seed(loaded, out, command=sys.argv, force=force)
     typer.echo(res.summary())
     typer.echo(f"-> {out}")

@@ -124,13 +124,17 @@ def _cli(*args: str):
 def test_tokens_command_writes_the_run_and_refuses_bad_options(tmp_path):
     out = tmp_path / "run"
     model_dir = str(_model(n_ctx=64).save(tmp_path / "model"))  # a circuitstat model: no transformers import
-    p = _cli("tokens", "--model", model_dir, "--n", "8", "--k", "1,2", "--n-random", "2", "--n-resamples", "999",
-             "--out", str(out))
+    p = _cli("tokens", "--model", f"{model_dir},{model_dir}", "--model", model_dir, "--n", "8", "--k", "1,2",
+             "--n-random", "2", "--n-resamples", "999", "--out", str(out))
     assert p.returncode == 0, p.stderr
-    assert "sink rate" in p.stdout and "contribution - attention" not in p.stdout  # pairs keep the given order
-    for name in (*READOUT_TABLES, *STAT_TABLES):
-        assert (out / f"{name}.parquet").exists(), name
-    diffs = pq.read_table(out / "token_importance_diffs.parquet").to_pandas()
+    assert "top-1 contribution Jaccard" in p.stdout and "layer 1: rank 1 sink rate" in p.stdout
+    for i in range(3):  # three refits (here one model three times), each a full run
+        for name in (*READOUT_TABLES, *STAT_TABLES):
+            assert (out / f"model-{i}" / f"{name}.parquet").exists(), name
+    assert (pq.read_table(out / "token_stability.parquet").to_pandas().jaccard == 1.0).all()
+    diffs = pq.read_table(out / "model-0" / "token_importance_diffs.parquet").to_pandas()
+    pairs = set(zip(diffs.measure_a, diffs.measure_b))
+    assert ("attention", "contribution") in pairs and ("contribution", "attention") not in pairs  # given order
     assert len(diffs) == 10 * 2  # 5 measures (with random) -> 10 pairs, at 2 ks
     for args, words in ((("--k", "1,x"), "--k takes"), (("--measures", "attention,saliency"), "measures")):
         p = _cli("tokens", "--model", model_dir, "--n", "8", *args, "--out", str(tmp_path / "bad"))

@@ -114,4 +114,7 @@ def test_sink_stability_matches_heads_by_rank_and_uses_a_seed_t_interval():
     j = rows[(1, "heads with sink rate >= 0.3")]
     assert t["value"][j] == 1.0 and t["sd"][j] == 0.0
     assert t["value"][rows[(0, "heads with sink rate >= 0.3")]] == 0.0
-    assert t["value"][rows[(-1, "share of seeds with convex fit (curvature > 0)")]] == pytest.approx(0.2)
+    k = rows[(-1, "share of seeds with convex fit (curvature > 0)")]
+    assert t["value"][k] == pytest.approx(0.2)
+    # Clopper-Pearson by its definition: beta quantiles of 1 success in 5
+    assert t["ci_low"][k] == pytest.approx(sps.beta.ppf(0.025, 1, 5)) and t["ci_high"][k] == pytest.approx(sps.beta.ppf(0.975, 2, 4))
