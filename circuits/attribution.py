@@ -196,21 +196,88 @@ def _eap(model, data, batch, cf, method: str, steps: int) -> torch.Tensor:
     raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
 
 
+def _reach(model: CircuitModel, batch: "_Batch", delta: torch.Tensor) -> dict[str, np.ndarray]:
+    """Where each sender's Δz can change the read-out, per example (one host transfer per batch).
+
+    ``any`` [B, U]: Δz is nonzero at some position the read-out attends to (in the last layer)
+    or can reach through later layers: the real tokens up to it (causal; padding keys are masked).
+    ``read`` [B, U]: Δz is nonzero at the read-out position itself, all that the last layer's q
+    and MLP inputs and the logits read.  ``first`` [B, U]: first position where ``any`` holds;
+    positions before it stay clean in every layer of the patched run.
+    """
+    B = delta.shape[0]
+    ar = torch.arange(B, device=delta.device)
+    sees = model._allowed(batch.mask)[ar, 0, batch.last][:, : delta.shape[2]]  # [B, P]
+    nonzero = (delta != 0).any(-1)  # [B, U, P]
+    reach = nonzero & sees[:, None]
+    out = {"any": reach.any(-1), "read": nonzero[ar, :, batch.last], "first": reach.to(torch.uint8).argmax(-1)}
+    return {k: v.cpu().numpy() for k, v in out.items()}
+
+
+def _layer_rows(model: CircuitModel, layer: int, reach: dict[str, np.ndarray], last: np.ndarray):
+    """Row groups (receiver, local receivers or None, examples, senders, window starts) of one layer.
+
+    One group holds all of a layer's q/k/v receivers (local index kind * H + head per row); the
+    MLP (or logits) receiver is another.  Rows whose Δz cannot reach the read-out through their
+    receiver are left out: their effect is exactly zero.
+    """
+    g, cfg = model.graph, model.cfg
+    H = cfg.n_heads
+    final = layer == cfg.n_layers
+    read_start = np.broadcast_to(last[:, None], reach["first"].shape)
+
+    def live(U: int, read_only: bool):
+        n, u = np.nonzero(reach["read" if read_only else "any"][:, :U])
+        return n, u, (read_start if read_only else reach["first"])[n, u]
+
+    groups = []
+    if not final:
+        U = g.upstream_of_attention(layer)
+        parts = []
+        for local in range(3 * H):
+            # the last layer's queries matter at the read-out position only
+            n, u, st = live(U, layer == cfg.n_layers - 1 and local < H)
+            parts.append((np.full(len(n), local), n, u, st))
+        loc, n, u, st = (np.concatenate(p) for p in zip(*parts))
+        groups.append((layer * g.receivers_per_layer + loc, loc, n, u, st))
+    if final or cfg.has_mlp:
+        U = g.n_senders if final else g.upstream_of_mlp(layer)
+        n, u, st = live(U, final or layer == cfg.n_layers - 1)
+        receiver = g.logits_receiver if final else g.mlp_receiver(layer)
+        groups.append((np.full(len(n), receiver), None, n, u, st))
+    return groups
+
+
 @torch.no_grad()
 def _exact_edges(model, data, batch, cf, max_rows: int) -> torch.Tensor:
-    """[B, E] exact per-example edge effects by batched suffix recomputation."""
-    g = model.graph
-    B = batch.clean.shape[0]
-    delta = (cf - batch.run.senders).expand(B, -1, -1, -1)
-    out = torch.empty(B, g.n_edges, device=delta.device)
-    for r in range(g.n_receivers):
-        U = int(g.n_upstream[r])
-        rows = torch.arange(B * U, device=delta.device)
-        for chunk in rows.split(max_rows):
-            n, u = chunk // U, chunk % U
-            logits = model.patched_receiver_logits(batch.run, batch.clean, batch.mask, r, n, delta[n, u], batch.last[n])
-            m = data.score(logits, indices=batch.index[n.cpu()], clean_logits=batch.clean_last[n]).float()
-            out[n, int(g.edge_offset[r]) + u] = m - batch.m0[n]
+    """[B, E] exact per-example edge effects by batched suffix recomputation.
+
+    All receivers of one layer share each suffix forward (rows = receiver x example x sender,
+    ``max_rows`` at a time); an edge whose Δz is zero wherever its receiver can affect the
+    read-out is not computed and scores exactly 0.0.
+    """
+    g, cfg = model.graph, model.cfg
+    dev = batch.clean.device
+    last = batch.last
+    window_end = int(last.max()) + 1  # later positions never reach any read-out
+    delta = (cf - batch.run.senders)[:, :, :window_end]
+    delta = delta.expand(batch.clean.shape[0], -1, window_end, -1)
+    reach = _reach(model, batch, delta)
+    last_np = last.cpu().numpy()
+    out = torch.zeros(batch.clean.shape[0], g.n_edges, device=dev)
+    for layer in range(cfg.n_layers + 1):
+        for receiver, local, n_np, u_np, start_np in _layer_rows(model, layer, reach, last_np):
+            cols_np = g.edge_offset[receiver] + u_np
+            order = np.argsort(-start_np, kind="stable")  # similar starts together: tight common start
+            for chunk in np.array_split(order, -(-len(order) // max_rows)) if len(order) else []:
+                start = int(start_np[chunk].min())
+                n = torch.as_tensor(n_np[chunk], device=dev)
+                u = torch.as_tensor(u_np[chunk], device=dev)
+                loc = None if local is None else torch.as_tensor(local[chunk], device=dev)
+                logits = model.patched_layer_logits(batch.run, batch.mask, layer, loc, n, delta[n, u, start:],
+                                                    last[n], start=start)
+                m = data.score(logits, indices=batch.index[n_np[chunk]], clean_logits=batch.clean_last[n]).float()
+                out[n, torch.as_tensor(cols_np[chunk], device=dev)] = m - batch.m0[n]
     return out
 
 

@@ -149,6 +149,18 @@ class RunOutput:
         return torch.cat(self.blocks, dim=1)
 
 
+@dataclass
+class _Window:
+    """Rows and positions a patched suffix recomputes (see CircuitModel.patched_layer_logits)."""
+
+    rows: torch.Tensor  # [R] example of the clean run each row patches
+    start: int  # first recomputed position; earlier ones keep their clean values
+    end: int  # one past the last position any read-out needs
+    at: torch.Tensor  # [R] read-out position inside the window
+    allowed: torch.Tensor  # [R, 1, T, end] attention of window queries over all keys
+    rot: tuple[torch.Tensor, torch.Tensor] | None  # rotary cos/sin [R, 1, T, dim] at window positions
+
+
 def _norm(kind: str, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float) -> torch.Tensor:
     """Apply the configured normalisation in float32 and cast back."""
     if kind == "none":
@@ -499,66 +511,122 @@ class CircuitModel(nn.Module):
             out.logits = self._unembed(x)
         return out
 
-    # ---- one receiver patched, recomputing only what changes ---------------------------------
+    # ---- receivers patched, recomputing only what changes -----------------------------------
     def patched_receiver_logits(self, clean: RunOutput, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                                 receiver: int, rows: torch.Tensor, delta: torch.Tensor,
                                 last: torch.Tensor) -> torch.Tensor:
         """Logits [R, V] at ``last`` when ``delta`` [R, P, D] is added to ``receiver``'s input.
 
         Row i is example ``rows[i]`` of the clean run ``clean`` (kept with keep_senders,
-        keep_resid and keep_qkv).  Layers before the receiver are reused; in the receiver's
-        layer only the patched head (or the MLP) is recomputed; the last layer is computed at the
-        read-out position only.  Equal to a full run with Intervention.at_receiver (tested).
+        keep_resid and keep_qkv); ``input_ids`` is unused (kept for callers).  One receiver's
+        case of :meth:`patched_layer_logits`, equal to a full run with Intervention.at_receiver.
         """
-        cfg, g = self.cfg, self.graph
-        L, H = cfg.n_layers, cfg.n_heads
+        g = self.graph
         layer = int(g.receiver_layer[receiver])
-        R = rows.shape[0]
+        local = None
+        if layer < self.cfg.n_layers and receiver != g.mlp_receiver_safe(layer):
+            local = torch.full((rows.shape[0],), receiver - layer * g.receivers_per_layer, device=rows.device)
+        return self.patched_layer_logits(clean, attention_mask, layer, local, rows, delta, last)
+
+    def patched_layer_logits(self, clean: RunOutput, attention_mask: torch.Tensor, layer: int,
+                             local: torch.Tensor | None, rows: torch.Tensor, delta: torch.Tensor,
+                             last: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Logits [R, V] at ``last`` [R] when row i adds ``delta[i]`` to one receiver of ``layer``.
+
+        ``local[i]`` = kind * H + head picks the q (kind 0), k (1) or v (2) input of a head of
+        ``layer``; ``local=None`` means the layer's MLP input (or logits when layer = n_layers).
+        Row i is example ``rows[i]`` of ``clean`` (a run kept with keep_senders, keep_resid and
+        keep_qkv).  ``delta`` [R, T, D] covers positions start .. start+T-1: the caller
+        guarantees the delta is zero before ``start`` and that every read-out lies in that
+        window, so (attention being causal) every position before ``start`` keeps its clean
+        value in every layer: its keys and values are reused from ``clean``, and only the T
+        window positions are recomputed, in the last layer only at the read-out.  Rows may mix
+        receivers of one layer, so all of a layer's receivers share one batched suffix.
+        """
+        cfg = self.cfg
+        R, T, _ = delta.shape
+        end = start + T
         ar = torch.arange(R, device=delta.device)
-        if layer == L:
-            return self._unembed(clean.final_resid[rows, last] + delta[ar, last])
-        blk = self.blocks[layer]
-        mask = attention_mask[rows]
-        resid_pre = clean.resid_pre[layer][rows]
-        mid = clean.resid_mid[layer][rows]
-        last_layer = layer == L - 1
-        per_layer = 2 if cfg.has_mlp else 1
-        head_block = 1 + layer * per_layer
-        local = receiver - layer * g.receivers_per_layer
-        if local < 3 * H:
-            kind, h = divmod(local, H)
-            q, k, v = (t[rows, h] for t in clean.qkv[layer])  # [R, P, E]
-            W, b = ((blk.W_Q, blk.b_Q), (blk.W_K, blk.b_K), (blk.W_V, blk.b_V))[kind]
-            new = _norm(cfg.norm, resid_pre + delta, blk.ln1_w, blk.ln1_b, cfg.norm_eps) @ W[h] + b[h]
-            if cfg.positional == "rotary" and kind < 2:
-                cos, sin = self._rotary(self.positions(mask))
-                new = self._apply_rotary(new, cos[:, 0], sin[:, 0])
-            q, k, v = [new if i == kind else t for i, t in enumerate((q, k, v))]
-            allowed = self._allowed(mask)  # [R, 1, P, P]
-            if last_layer:
-                q, allowed = q[ar, last][:, None], allowed[ar, :, last][:, :, None]
-            _, zc = self._attend(q[:, None], k[:, None], v[:, None], allowed)
-            out_h = zc[:, 0] @ blk.W_O[h]  # [R, Pq, D]
-            z_clean = clean.blocks[head_block][rows, h]
-            if last_layer:
-                mid, z_clean = mid[ar, last][:, None], z_clean[ar, last][:, None]
-            mid = mid + out_h - z_clean
-            if not cfg.has_mlp:
-                resid = mid
-            elif cfg.parallel:  # the MLP read the layer input, which did not change
-                mlp_clean = clean.blocks[head_block + 1][rows, 0]
-                resid = mid + (mlp_clean[ar, last][:, None] if last_layer else mlp_clean)
-            else:
-                resid = mid + self._mlp(blk, mid)
-        else:
-            base = resid_pre if cfg.parallel else mid
-            if last_layer:
-                resid = mid[ar, last][:, None] + self._mlp(blk, (base + delta)[ar, last][:, None])
-            else:
-                resid = mid + self._mlp(blk, base + delta)
+        at = last - start  # read-out position inside the window
+        if layer == cfg.n_layers:
+            return self._unembed(clean.final_resid[rows, last] + delta[ar, at])
+        mask = attention_mask[rows, :end]
+        allowed = self._allowed(mask)[:, :, start:]  # [R, 1, T, end]: window queries over all keys
+        rot = None
+        if cfg.positional == "rotary":
+            cos, sin = self._rotary(self.positions(mask)[:, start:])
+            rot = (cos, sin)
+        window = _Window(rows, start, end, at, allowed, rot)
+        resid = self._patched_layer(clean, layer, local, delta, window)
+        for later in range(layer + 1, cfg.n_layers):
+            resid = self._suffix_layer(clean, later, resid, window)
+        return self._unembed(resid)
+
+    def _patched_layer(self, clean: RunOutput, layer: int, local: torch.Tensor | None, delta: torch.Tensor,
+                       w: "_Window") -> torch.Tensor:
+        """The residual leaving ``layer`` [R, T, D] (the last layer: [R, D] at the read-out)."""
+        cfg, blk = self.cfg, self.blocks[layer]
+        last_layer = layer == cfg.n_layers - 1
+        rows, s, e = w.rows, w.start, w.end
+        ar = torch.arange(rows.shape[0], device=delta.device)
+        pre = clean.resid_pre[layer][rows, s:e]
+        mid = clean.resid_mid[layer][rows, s:e]
+        at_read = (lambda t: t[ar, w.at]) if last_layer else (lambda t: t)  # noqa: E731
+        if local is None:  # the MLP input
+            base = pre if cfg.parallel else mid
+            return at_read(mid) + self._mlp(blk, at_read(base) + at_read(delta))
+        H = cfg.n_heads
+        kind, h = local // H, local % H
+        W = torch.stack((blk.W_Q, blk.W_K, blk.W_V)).flatten(0, 1)[local]  # [R, D, E]: each row's own head
+        b = torch.stack((blk.b_Q, blk.b_K, blk.b_V)).flatten(0, 1)[local]
+        new = torch.baddbmm(b[:, None], _norm(cfg.norm, pre + delta, blk.ln1_w, blk.ln1_b, cfg.norm_eps), W)
+        if w.rot is not None:
+            turned = self._apply_rotary(new, w.rot[0][:, 0], w.rot[1][:, 0])
+            new = torch.where((kind < 2)[:, None, None], turned, new)
+        q, k, v = (t[rows, h, :e] for t in clean.qkv[layer])  # [R, e, E]
+
+        def patched(t: torch.Tensor, i: int) -> torch.Tensor:  # window positions replaced where kind == i
+            tail = torch.where((kind == i)[:, None, None], new, t[:, s:])
+            return torch.cat((t[:, :s], tail), dim=1) if s else tail
+
+        q, k, v = patched(q, 0)[:, s:], patched(k, 1), patched(v, 2)
+        allowed = w.allowed
         if last_layer:
-            return self._unembed(resid[:, 0])
-        return self.run(input_ids[rows], mask, state=RunState(layer + 1, resid), logits_at=last).logits
+            q, allowed = q[ar, w.at][:, None], allowed[ar, :, w.at][:, :, None]
+        _, zc = self._attend(q[:, None], k[:, None], v[:, None], allowed)
+        out_h = torch.bmm(zc[:, 0], blk.W_O[h])  # [R, Tq, D]
+        head_block = 1 + layer * (2 if cfg.has_mlp else 1)  # clean.blocks: input, then per layer heads (, MLP)
+        z_clean = at_read(clean.blocks[head_block][rows, h, s:e])
+        mid = at_read(mid) + out_h.squeeze(1) - z_clean if last_layer else mid + out_h - z_clean
+        if not cfg.has_mlp:
+            return mid
+        if cfg.parallel:  # the MLP read the layer input, which did not change
+            return mid + at_read(clean.blocks[head_block + 1][rows, 0, s:e])
+        return mid + self._mlp(blk, mid)
+
+    def _suffix_layer(self, clean: RunOutput, layer: int, resid: torch.Tensor, w: "_Window") -> torch.Tensor:
+        """One unpatched layer on window residuals [R, T, D], reusing clean keys/values before it."""
+        cfg, blk = self.cfg, self.blocks[layer]
+        R = resid.shape[0]
+        norm = _norm(cfg.norm, resid, blk.ln1_w, blk.ln1_b, cfg.norm_eps)
+        q, k, v = self._project_shared(blk, norm)  # [R, H, T, E]
+        if w.rot is not None:
+            q, k = self._apply_rotary(q, *w.rot), self._apply_rotary(k, *w.rot)
+        if w.start:
+            ck, cv = clean.qkv[layer][1], clean.qkv[layer][2]
+            k = torch.cat((ck[w.rows, :, : w.start], k), dim=2)
+            v = torch.cat((cv[w.rows, :, : w.start], v), dim=2)
+        allowed = w.allowed
+        if layer == cfg.n_layers - 1:  # from here on only the read-out position
+            ar = torch.arange(R, device=resid.device)
+            q, allowed, resid = q[ar, :, w.at][:, :, None], allowed[ar, :, w.at][:, :, None], resid[ar, w.at][:, None]
+        _, zc = self._attend(q, k, v, allowed)
+        Tq, H, E = zc.shape[2], cfg.n_heads, cfg.d_head
+        attn = torch.addmm(blk.b_O, zc.transpose(1, 2).reshape(R * Tq, H * E), blk.W_O.reshape(H * E, -1))
+        mid = resid + attn.view(R, Tq, -1)
+        if cfg.has_mlp:
+            mid = mid + self._mlp(blk, resid if cfg.parallel else mid)
+        return mid[:, 0] if layer == cfg.n_layers - 1 else mid
 
     def _unembed(self, x: torch.Tensor) -> torch.Tensor:
         """Logits from final residual vectors [..., D]."""
