@@ -734,7 +734,8 @@ class HeadStability:
                     out["rows"].append({"layer": layer, "hook": hook, "kind": kind, "cka": r["point"][layer].mean(),
                                         "ci_low": r["boot_low"][layer], "ci_high": r["boot_high"][layer],
                                         "cka_all_pairs": r["estimate"][layer], "refit_ci_low": r["low"][layer],
-                                        "refit_ci_high": r["high"][layer], "n_refits": ctx.n_refits})
+                                        "refit_ci_high": r["high"][layer], "n_refits": ctx.n_refits,
+                                        "interval_reliable": r["interval_reliable"]})
         return out
 
     @staticmethod
@@ -865,7 +866,8 @@ class HeadStability:
     def _residual_table(rows: list[dict]) -> dict:
         """Return the residual table's columns from its rows (typed even when empty)."""
         types = {"layer": np.int64, "hook": str, "kind": str, "cka": float, "ci_low": float, "ci_high": float,
-                 "cka_all_pairs": float, "refit_ci_low": float, "refit_ci_high": float, "n_refits": np.int64}
+                 "cka_all_pairs": float, "refit_ci_low": float, "refit_ci_high": float, "n_refits": np.int64,
+                 "interval_reliable": bool}
         return {k: np.array([r[k] for r in rows], dtype=t) for k, t in types.items()}
 
     @staticmethod

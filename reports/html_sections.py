@@ -757,13 +757,20 @@ def residual_part(T: Tables) -> str:
         p.line(x, y, c, dash=dash, title=f"{kd} CKA at {hk}")
         p.points(x, y, c, r=2.6, titles=[f"layer {int(u)} {kd} CKA at {hk}: {fmt(w)} [{fmt(q)}, {fmt(z)}]" for u, w, q, z in zip(x, y, a, b)])
         p.legend(f"{kd} @ {hk}" if hk else kd, c, "line" if dash is None else "dash")
-        rows += [[int(x[i]), hk, kd, y[i], a[i], b[i]] for i in range(len(x))]
+        # runs written before the column existed: the flag follows from the kind
+        flag = np.array(strs(t, "interval_reliable"))[mask][o]
+        trusted = [{"True": "yes", "False": "no (biased kind)"}.get(
+            v, "yes" if kd == "debiased" else "no (biased kind)") for v in flag]
+        rows += [[int(x[i]), hk, kd, y[i], a[i], b[i], trusted[i]] for i in range(len(x))]
     xt = sorted(set(L.tolist()))
     xt = xt if len(xt) <= 24 else xt[:: max(1, len(xt) // 12)]
     p.axes("layer", "CKA across seeds", xticks=xt, xtick_labels=[str(int(x)) for x in xt])
-    tbl = html_table([("layer", "int"), ("hook", "text"), ("kind", "text"), ("CKA", "num"), ("CI low", "num"), ("CI high", "num")], rows[:MAX_ROWS],
+    tbl = html_table([("layer", "int"), ("hook", "text"), ("kind", "text"), ("CKA", "num"), ("CI low", "num"), ("CI high", "num"),
+                      ("interval trusted", "text")], rows[:MAX_ROWS],
                      shown_note=shown(min(len(rows), MAX_ROWS), len(rows), "rows", "first rows"))
-    return "<h3>Residual stream</h3>" + figure(p.svg(), "Residual-stream CKA between seeds per layer, with CI bands (colour: CKA kind; dashed: second hook).", tbl)
+    return "<h3>Residual stream</h3>" + figure(p.svg(), "Residual-stream CKA between seeds per layer, with CI bands (colour: CKA kind; dashed: second hook). "
+                  "Only the debiased kind's intervals cover the population CKA; linear and RBF CKA are biased in "
+                  "finite samples (interval trusted: no).", tbl)
 
 
 # ----- (7) variance components ------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .head_stability import (cka_half_sample_replicates, leave_one_refit_out, matched_similarity,
+from .head_stability import (CKA_INTERVAL_RELIABLE, cka_half_sample_replicates, leave_one_refit_out, matched_similarity,
                              ordered_pair_mean, percentile_interval, prompt_resampled_similarity,
                              refit_jackknife, weighted_pair_mean)
 from .resampling import ResamplingPlan, spawn_seeds
@@ -129,7 +129,8 @@ def residual_cka(reprs_by_layer: list[dict[int, np.ndarray]], point_pairs: list[
     ``point`` [L, n_pairs], ``replicates`` [n_half, L] (pair-weighted), ``estimate`` and
     ``leave_one_out`` (mean over every ordered pair, with one refit left out), ``low``/``high``
     (refit jackknife per layer), ``mean_interval`` (jackknife of the mean over layers) and
-    ``boot_low``/``boot_high`` (percentile interval of the half-sample replicates).
+    ``boot_low``/``boot_high`` (percentile interval of the half-sample replicates) and
+    ``interval_reliable`` (False for the biased kinds, linear and RBF: CKA_INTERVAL_RELIABLE).
     """
     n_layers, n_refits = len(reprs_by_layer), len(reprs_by_layer[0])
     every_pair = [(int(a), int(b)) for a, b in zip(*np.triu_indices(n_refits, 1))]
@@ -150,4 +151,4 @@ def residual_cka(reprs_by_layer: list[dict[int, np.ndarray]], point_pairs: list[
     boot_low, boot_high = percentile_interval(replicates, confidence_level)
     return {"point": point, "replicates": replicates, "estimate": estimate, "leave_one_out": leave_one_out,
             "low": low, "high": high, "mean_interval": (mean_low, mean_high), "boot_low": boot_low,
-            "boot_high": boot_high}
+            "boot_high": boot_high, "interval_reliable": CKA_INTERVAL_RELIABLE[kind]}

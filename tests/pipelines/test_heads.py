@@ -20,7 +20,7 @@ HEADS_COLUMNS = ["layer", "head", "stability", "ci_low", "ci_high", "null_mean",
 LAYERS_COLUMNS = ["layer", "stability", "ci_low", "ci_high", "null_mean", "stability_all_anchors", "refit_ci_low",
                   "refit_ci_high", "excess", "excess_ci_low", "excess_ci_high", "n_refits"]
 RESIDUAL_COLUMNS = ["layer", "hook", "kind", "cka", "ci_low", "ci_high", "cka_all_pairs", "refit_ci_low",
-                    "refit_ci_high", "n_refits"]
+                    "refit_ci_high", "n_refits", "interval_reliable"]
 
 
 def sharp_model(seed, qk_scale=12.0, cfg=CFG):
@@ -222,6 +222,8 @@ def test_all_pairs_ci_sources_and_write(tmp_path, ids):
     r = res.to_pandas("residual")
     assert list(r.columns) == RESIDUAL_COLUMNS
     assert set(r["hook"]) == {"pre", "post"} and set(r["kind"]) == {"linear", "rbf", "debiased"}
+    # only the debiased kind's intervals are trusted to cover the population CKA
+    assert (r["interval_reliable"] == (r["kind"] == "debiased")).all()
     assert len(r) == CFG.n_layers * 2 * 3 and (r["ci_low"] <= r["ci_high"]).all()
     # same seed -> same numbers; another seed -> other intervals
     again = est.fit(models, probe=ids).result_

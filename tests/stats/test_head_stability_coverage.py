@@ -316,29 +316,33 @@ def test_cross_layer_best_match_equals_a_loop():
 
 
 @pytest.mark.slow
-def test_debiased_cka_half_sample_interval_covers_the_population_cka():
+@pytest.mark.parametrize("latent,dim,noise,n", [(3, 6, 1.5, 100), (5, 32, 2.0, 80)])
+def test_debiased_cka_half_sample_interval_covers_the_population_cka(latent, dim, noise, n):
     """Prompts drawn from a population with a shared latent: the half-sample interval of debiased
-    CKA covers the population CKA (linear CKA's finite-sample bias makes its interval undercover
-    at N = 50-100: 0.84-0.88 measured; claims should read the debiased kind)."""
-    from stats.head_stability import percentile_interval
+    CKA covers the population CKA; linear CKA's interval sits on a biased estimate and misses it
+    badly in 32 dimensions, which is why its rows carry interval_reliable = False."""
+    from stats.head_stability import CKA_INTERVAL_RELIABLE, percentile_interval
 
-    rng = np.random.default_rng(0)
-    latent, dim = 3, 6
+    rng = np.random.default_rng(latent * 7 + dim)
     load_x, load_y = rng.normal(size=(latent, dim)), rng.normal(size=(latent, dim))
 
-    def draw(n):
-        z = rng.normal(size=(n, latent))
-        return z @ load_x + 1.5 * rng.normal(size=(n, dim)), z @ load_y + 1.5 * rng.normal(size=(n, dim))
+    def draw(m):
+        z = rng.normal(size=(m, latent))
+        return z @ load_x + noise * rng.normal(size=(m, dim)), z @ load_y + noise * rng.normal(size=(m, dim))
 
     truth = linear_cka(*draw(200_000))  # all CKA kinds agree in the limit
-    hits, n_sims = 0, 200
+    hits, n_sims = {"debiased": 0, "linear": 0}, 200
     for s in range(n_sims):
-        x, y = draw(100)
-        _, reps = cka_half_sample_replicates({0: x, 1: y}, [(0, 1)], "debiased", 1,
-                                             ResamplingPlan.subsample(100, 100, seed=s))
-        low, high = percentile_interval(reps[:, 0], 0.95)
-        hits += low <= truth <= high
-    assert 0.90 <= hits / n_sims <= 0.99, hits / n_sims
+        x, y = draw(n)
+        for kind in hits:
+            _, reps = cka_half_sample_replicates({0: x, 1: y}, [(0, 1)], kind, 1,
+                                                 ResamplingPlan.subsample(n, 100, seed=s))
+            low, high = percentile_interval(reps[:, 0], 0.95)
+            hits[kind] += low <= truth <= high
+    assert 0.90 <= hits["debiased"] / n_sims <= 0.99, hits
+    if dim == 32:  # measured 0.575: the flag is needed
+        assert hits["linear"] / n_sims < 0.8, hits
+    assert CKA_INTERVAL_RELIABLE == {"linear": False, "rbf": False, "debiased": True}
 
 
 def test_percentile_interval_of_a_layer_index_is_a_layer():
