@@ -14,7 +14,8 @@ the norm r[n, u, i] of the head's output; ``positions`` marks the query position
 * **Relation across heads**: the least-squares quadratic norm = b0 + b1 s + b2 s^2 over the heads'
   (sink rate, output norm) means. The paper (Cunningham & Muca Cirone 2026) reports a convex
   relation; the curvature b2 gets a BCa interval from the bootstrap over prompts (heads fixed;
-  acceleration from the leave-one-prompt-out jackknife). Spearman's rho of the same head means is
+  acceleration from the leave-one-prompt-out jackknife; simulated coverage 0.947 at 95%, 300 datasets
+  of N = 48 prompts, 8 heads: tests/stats/test_sinks.py). Spearman's rho of the same head means is
   the nonparametric check (interval: percentile bootstrap over prompts). Verdicts: "convex" when
   the curvature interval lies above 0, "concave" below, else "inconclusive"; "increasing" /
   "decreasing" / "inconclusive" from rho's interval. Two verdicts, each from its own marginal

@@ -118,3 +118,21 @@ def test_sink_stability_matches_heads_by_rank_and_uses_a_seed_t_interval():
     assert t["value"][k] == pytest.approx(0.2)
     # Clopper-Pearson by its definition: beta quantiles of 1 success in 5
     assert t["ci_low"][k] == pytest.approx(sps.beta.ppf(0.025, 1, 5)) and t["ci_high"][k] == pytest.approx(sps.beta.ppf(0.975, 2, 4))
+
+
+@pytest.mark.slow
+def test_curvature_interval_covers_the_population_curvature():
+    """300 datasets of N = 48 prompts from a finite population of 8 heads (skewed norms, heteroscedastic shares)."""
+    rng = np.random.default_rng(7)
+    n_pop, n, reps, U = 20000, 48, 300, 8
+    level = np.array([0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.6, 0.8])
+    share = np.clip(level[None] + rng.normal(0, 0.08, (n_pop, U)) * (level[None] + 0.05) * 3, 0, 1)
+    norm = 8 - 6 * share + 9 * share**2 + rng.gamma(2, 0.8, (n_pop, U)) - 1.6
+    truth = quadratic_fit(share.mean(0), norm.mean(0))[2]  # the estimand: heads fixed, prompts from the population
+    names = [f"a0.h{h}" for h in range(U)]
+    hits = 0
+    for rep in range(reps):
+        idx = rng.integers(0, n_pop, n)
+        fit = sink_relation(share[idx], norm[idx], names, n_resamples=999, seed=rep).fit["curvature"]
+        hits += fit["ci_low"] <= truth <= fit["ci_high"]
+    assert 0.90 <= hits / reps <= 0.99, hits / reps
