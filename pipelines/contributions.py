@@ -174,6 +174,9 @@ class TokenContributions:
     n_random : random orders per prompt averaged into the ``random`` null.
     ablation : 'zero' (token embedding set to 0, position kept) or 'mean' (mean token embedding).
     exclude_first, exclude_readout : never ablate the first token / the read-out token.
+    pairs : the paired differences tested, as ``"a:b"`` (drop_a − drop_b), e.g.
+        ``("contribution:attention", "contribution:random")``; default every pair of measures and
+        ``random``. The Holm family is exactly these pairs at every k, so fewer pairs, more power.
     sink : 'first' (the first token) or 'detected' (per prompt, the most attended key).
     sink_threshold : attention to the sink above which a position counts as sinking.
     n_resamples, confidence_level, alpha : intervals over prompts and the Holm family-wise level.
@@ -183,7 +186,8 @@ class TokenContributions:
     def __init__(self, task: str = "induction", n: int = 64, task_seed: int = 0, metric: str | None = None,
                  task_options: dict | None = None, ks: Sequence[int] = (1, 2, 3, 5), measures: Sequence[str] = MEASURES,
                  n_random: int = 5, ablation: str = "zero", exclude_first: bool = False, exclude_readout: bool = False,
-                 sink: str = "first", sink_threshold: float = DEFAULT_THRESHOLD, n_resamples: int = 2000,
+                 pairs: Sequence[str] | None = None, sink: str = "first", sink_threshold: float = DEFAULT_THRESHOLD,
+                 n_resamples: int = 2000,
                  confidence_level: float = 0.95, alpha: float = 0.05, batch_size: int = 32,
                  random_state: int | None = 0) -> None:
         self.task = task
@@ -197,6 +201,7 @@ class TokenContributions:
         self.ablation = ablation
         self.exclude_first = exclude_first
         self.exclude_readout = exclude_readout
+        self.pairs = None if pairs is None else tuple(pairs)
         self.sink = sink
         self.sink_threshold = sink_threshold
         self.n_resamples = n_resamples
@@ -233,6 +238,22 @@ class TokenContributions:
             raise InputError("confidence_level and alpha must lie in (0, 1)")
         if int(self.n) < 2:
             raise InputError("n must be at least 2 prompts")
+        self._pairs()
+
+    def _pairs(self) -> list[tuple[str, str]]:
+        """Return the tested (a, b) pairs; InputError for a malformed or unknown one."""
+        names = (*self.measures, RANDOM)
+        if self.pairs is None:
+            return [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+        out = []
+        for p in self.pairs:
+            a, sep, b = str(p).partition(":")
+            if not sep or a not in names or b not in names or a == b:
+                raise InputError(f"pair {p!r} must be 'a:b' with two different names from {', '.join(names)}")
+            out.append((a, b))
+        if not out or len(set(out)) != len(out):
+            raise InputError("pairs must be a non-empty list without repeats, e.g. contribution:attention")
+        return out
 
     def _seeds(self) -> dict[str, np.random.SeedSequence]:
         root = as_seed_sequence(self.random_state)
@@ -289,8 +310,7 @@ class TokenContributions:
         seeds = self._seeds()
         N = drops.shape[0]
         plan = ResamplingPlan.bootstrap(N, int(self.n_resamples), seeds["bootstrap"])
-        pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
-        imp = token_importance_faithfulness(drops, names, self.ks, pairs=pairs, plan=plan,
+        imp = token_importance_faithfulness(drops, names, self.ks, pairs=self._pairs(), plan=plan,
                                             confidence_level=self.confidence_level, alpha=self.alpha)
         head_names, share, norm, gap = _sinks_from_table(t["sink_prompts"])
         if share.shape[0] != N:

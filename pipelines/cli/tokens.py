@@ -34,6 +34,8 @@ def tokens_command(
     ks: str = typer.Option("1,2,3,5", "--k", help="numbers of top tokens ablated, comma-separated"),
     measures: str = typer.Option("attention,value_norm,contribution,grad_input", "--measures",
                                  help="importance measures compared (random is always added as the null)"),
+    pairs: str | None = typer.Option(None, "--pairs", help="differences tested, e.g. contribution:attention,"
+                                     "contribution:random (default: every pair; Holm over exactly these x every k)"),
     n_random: int = typer.Option(5, "--n-random", min=1, help="random token orders per prompt (the null)"),
     ablation: TokenAblation = typer.Option(TokenAblation("zero"), "--ablation",
                                            help="zero: token embedding set to 0 (position kept); mean: mean embedding"),
@@ -62,6 +64,7 @@ def tokens_command(
 
     est = TokenContributions(task=task, n=n, task_seed=seed, metric=None if metric is None else metric.value,
                              ks=_ints(ks, "--k"), measures=tuple(m.strip() for m in measures.split(",") if m.strip()),
+                             pairs=None if pairs is None else tuple(p.strip() for p in pairs.split(",") if p.strip()),
                              n_random=n_random, ablation=ablation.value, exclude_first=exclude_first,
                              exclude_readout=exclude_readout, sink=sink.value, sink_threshold=sink_threshold,
                              n_resamples=n_resamples, batch_size=batch_size, random_state=seed)

@@ -107,6 +107,8 @@ def test_a_planted_sink_head_is_reported():
     ({"ablation": "blank"}, "ablation"),
     ({"sink_threshold": 1.0}, "sink_threshold"),
     ({"n_random": 0}, "n_random"),
+    ({"pairs": ("contribution-attention",)}, "pair"),
+    ({"pairs": ("contribution:saliency",)}, "pair"),
 ])
 def test_bad_parameters_are_refused_before_any_work(params, match):
     with pytest.raises(InputError, match=match):
@@ -162,3 +164,13 @@ def test_cross_seed_writes_each_model_and_the_comparison(tmp_path):
     assert (same.to_pandas("token_stability").jaccard == 1.0).all()
     with pytest.raises(InputError, match="at least 2 models"):
         est.cross_seed(models[:1], tmp_path / "one")
+
+
+def test_chosen_pairs_are_the_holm_family():
+    est = TokenContributions(**{**EST, "pairs": ("contribution:attention", "contribution:random")}).fit(_model(seed=2))
+    diffs = est.result_.to_pandas("token_importance_diffs")
+    assert list(zip(diffs.measure_a, diffs.measure_b)) == [("contribution", "attention")] * 2 + [("contribution", "random")] * 2
+    from stats.head_stability import holm_adjust
+
+    np.testing.assert_allclose(diffs.pvalue_holm, holm_adjust(diffs.pvalue.to_numpy()))
+    assert "4 paired differences" in diffs.multiplicity.iloc[0]
