@@ -8,6 +8,17 @@
 * ``mean-positional``: the same, per position (reference prompts must be at least as long).
 * ``resample``: the clean run of another example, drawn once per dataset from the run's seed
   (a derangement, so no example is its own counterfactual and results do not depend on batching).
+
+What the ``input`` sender is (``input_node``):
+
+* ``"embeddings"`` (default): token plus learned position embeddings, the whole residual stream
+  entering layer 0.  Zero/mean ablation of the input replaces both.
+* ``"tokens"``: the token embedding only, the convention of the EAP-IG library and the MIB
+  benchmark; the position embedding is a constant that no ablation touches, so zero ablation
+  leaves each position's embedding and mean ablation averages token embeddings only.
+
+The two agree for ``counterfactual`` and ``resample`` (the other prompt sits at the same
+positions) and for models without learned position embeddings (rotary, none).
 """
 
 from __future__ import annotations
@@ -21,6 +32,15 @@ from .errors import InputError
 from .model import CircuitModel
 
 ABLATIONS = ("counterfactual", "mean", "mean-positional", "zero", "resample")
+INPUT_NODES = ("embeddings", "tokens")
+
+
+def check_input_node(input_node: str) -> str:
+    """``input_node`` itself; InputError unless it is one of INPUT_NODES."""
+    if input_node not in INPUT_NODES:
+        raise InputError(f"unknown input_node {input_node!r}; use 'embeddings' (token + position, the default) "
+                         "or 'tokens' (token embedding only, as EAP-IG/MIB)")
+    return input_node
 
 
 class PairData(Protocol):
@@ -54,25 +74,42 @@ class Ablation:
     """Builds the counterfactual sender outputs [B | 1, U, P | 1, D] for batches of a dataset."""
 
     def __init__(self, kind: str, model: CircuitModel, data: PairData, *, reference: PairData | None = None,
-                 seed: int = 0, batch_size: int = 32) -> None:
+                 seed: int = 0, batch_size: int = 32, input_node: str = "embeddings") -> None:
         if kind not in ABLATIONS:
             raise InputError(f"unknown ablation {kind!r}; use one of {', '.join(ABLATIONS)}")
         self.kind, self.model, self.data = kind, model, data
+        self.input_node = check_input_node(input_node)
+        # only zero and mean values are built without a prompt at the example's own positions
+        self._keep_positions = input_node == "tokens" and kind in ("zero", "mean", "mean-positional") \
+            and model.cfg.positional == "learned"
         self.means = None
         self.perm = None
         if kind in ("mean", "mean-positional"):
             self.means = sender_means(model, reference if reference is not None else data,
-                                      positional=kind == "mean-positional", batch_size=batch_size)
+                                      positional=kind == "mean-positional", batch_size=batch_size,
+                                      input_node=self.input_node)
         if kind == "resample":
             self.perm = torch.as_tensor(derangement(data.clean.shape[0], seed))
 
     def describe(self) -> dict:
         """Parameters that determine the counterfactual, for provenance."""
-        return {"ablation": self.kind, "resample_perm_head": None if self.perm is None else self.perm[:8].tolist()}
+        return {"ablation": self.kind, "input_node": self.input_node, "resample_perm_head": None if self.perm is None else self.perm[:8].tolist()}
 
     @torch.no_grad()
     def senders(self, index: torch.Tensor) -> torch.Tensor:
         """Counterfactual sender outputs for the examples ``index`` of the dataset."""
+        cf = self._values(index)
+        if not self._keep_positions:
+            return cf
+        # input_node="tokens": the input's value is the ablated token part plus its own position embedding
+        mask = self.data.attention_mask[index]
+        B, P = mask.shape
+        cf = cf.expand(B, -1, P, -1).clone()
+        cf[:, 0] += self.model.position_embedding(mask).to(cf.dtype)
+        return cf
+
+    def _values(self, index: torch.Tensor) -> torch.Tensor:
+        """Counterfactual sender outputs before the input-node convention is applied."""
         m, d = self.model, self.data
         dev = m.device
         if self.kind == "counterfactual":
@@ -100,11 +137,14 @@ class Ablation:
 
 
 @torch.no_grad()
-def sender_means(model: CircuitModel, reference: PairData, positional: bool, batch_size: int = 32) -> torch.Tensor:
+def sender_means(model: CircuitModel, reference: PairData, positional: bool, batch_size: int = 32,
+                 input_node: str = "embeddings") -> torch.Tensor:
     """Mean output of every sender over the reference's clean prompts: [1, U, 1 or P, D] float32.
 
-    Sums in float32 over real tokens only and divides once by the total count.
+    Sums in float32 over real tokens only and divides once by the total count; with
+    ``input_node="tokens"`` the input's mean is that of its token embeddings only.
     """
+    check_input_node(input_node)
     N, P = reference.clean.shape
     if N == 0:
         raise InputError("the reference dataset for mean ablation is empty")
@@ -114,6 +154,8 @@ def sender_means(model: CircuitModel, reference: PairData, positional: bool, bat
         sl = slice(start, start + batch_size)
         mask = reference.attention_mask[sl].to(model.device)
         z = model.run(reference.clean[sl].to(model.device), mask, keep_senders=True, compute_logits=False).senders
+        if input_node == "tokens":
+            z[:, 0] -= model.position_embedding(mask)
         w = mask.to(torch.float32)[:, None, :, None]
         s = (z.float() * w).sum(0, keepdim=True)  # [1, U, P, D]
         if not positional:

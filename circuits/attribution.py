@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .ablation import ABLATIONS, Ablation, PairData, last_index
+from .ablation import ABLATIONS, Ablation, PairData, check_input_node, last_index
 from .errors import InputError
 from .interventions import Intervention
 from .model import CircuitModel, RunState
@@ -312,11 +312,15 @@ def attribute(
     metric_name: str | None = None,
     progress: bool = True,
     rows: "np.ndarray | None" = None,
+    input_node: str | None = None,
 ) -> ScoreMatrix:
     """Per-example scores [N, E] (or [N, nodes]) of ``method`` on ``data``.
 
     ``rows`` restricts the work to those examples (ablations still see the whole dataset, so a
-    row's scores do not depend on which other rows are computed with it).
+    row's scores do not depend on which other rows are computed with it).  ``input_node`` says
+    what the ``input`` sender is when it is zero- or mean-ablated: ``"embeddings"`` (the
+    default: token + position embeddings) or ``"tokens"`` (token embedding only, as EAP-IG and
+    MIB); see circuits.ablation.  An Ablation object passed as ``ablation`` carries its own.
     """
     check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
     N = int(data.clean.shape[0])
@@ -327,8 +331,16 @@ def attribute(
     _positive_int("max_rows", max_rows)
     t0 = time.perf_counter()
     # An Ablation object (anything with .kind and .senders(index)) gives custom counterfactuals.
+    if input_node is not None:
+        check_input_node(input_node)
+    if not isinstance(ablation, str):
+        own = getattr(ablation, "input_node", "embeddings")
+        if input_node is not None and input_node != own:
+            raise InputError(f"input_node={input_node!r} differs from the given ablation's {own!r}; "
+                             "set it on the Ablation object only")
     abl = ablation if not isinstance(ablation, str) else Ablation(
-        ablation, model, data, reference=reference, seed=seed, batch_size=batch_size)
+        ablation, model, data, reference=reference, seed=seed, batch_size=batch_size,
+        input_node=input_node or "embeddings")
     cols = model.graph.n_edges if level == "edge" else model.graph.n_senders
     todo = np.arange(N) if rows is None else np.asarray(rows, dtype=np.int64)
     scores = np.empty((len(todo), cols), dtype=np.float32)
@@ -344,7 +356,8 @@ def attribute(
             if level == "node":
                 s = edges_to_nodes(model, s)
         scores[start : start + len(index)] = s.detach().float().cpu().numpy()
-    params = {"batch_size": batch_size, "seed": seed, "max_rows": max_rows}
+    params = {"batch_size": batch_size, "seed": seed, "max_rows": max_rows,
+              "input_node": getattr(abl, "input_node", "embeddings")}
     if method.startswith("eap-ig"):
         params["ig_steps"] = ig_steps
     return ScoreMatrix(

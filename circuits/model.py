@@ -302,6 +302,13 @@ class CircuitModel(nn.Module):
             x = x + self.W_pos[positions]
         return x
 
+    def position_embedding(self, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The learned position part of the ``input`` sender [B, P, D] (zeros without one)."""
+        B, P = attention_mask.shape
+        if self.cfg.positional != "learned":
+            return torch.zeros(B, P, self.cfg.d_model, dtype=self.dtype, device=self.device)
+        return self.W_pos[self.positions(attention_mask.to(self.device))]
+
     @staticmethod
     def positions(attention_mask: torch.Tensor) -> torch.Tensor:
         """Position ids from an attention mask: counting real tokens, so left padding works too."""
