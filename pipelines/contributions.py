@@ -269,8 +269,6 @@ class TokenContributions:
     # -- stage 1 -------------------------------------------------------------------------------
     def readouts(self, model, task=None) -> Readouts:
         """Return the per-prompt read-outs of ``model`` on the task (torch work, no statistics)."""
-        import torch
-
         from circuits.contributions import (ablation_drops, candidate_mask, random_ranks, rank_tokens,
                                             sink_readouts, token_weights)
 
@@ -314,7 +312,8 @@ class TokenContributions:
                                             confidence_level=self.confidence_level, alpha=self.alpha)
         head_names, share, norm, gap = _sinks_from_table(t["sink_prompts"])
         if share.shape[0] != N:
-            raise InputError(f"the run's sink table has {share.shape[0]} prompts, its drops table {N}; rerun with --force")
+            raise InputError(f"the run's sink table has {share.shape[0]} prompts, its drops table {N}; "
+                             "rerun with --force")
         sinks = sink_relation(share, norm, head_names, gap=gap, threshold=self.sink_threshold, plan=plan,
                               confidence_level=self.confidence_level)
         params = {"estimator": "TokenContributions", **{k: v for k, v in self.get_params().items()},
@@ -332,7 +331,7 @@ class TokenContributions:
 
     def _stages(self, run, model, task, *, prefix: str = "", stage_prefix: str = "", force: bool = False
                 ) -> tuple[ContributionsResult, dict]:
-        """Run (or resume) the read-out and statistics stages of one model in ``run``; return the result and read-out tables."""
+        """Return (result, read-out tables) after running or resuming one model's two stages in ``run``."""
         base = {"weight_hash": model.weight_hash(), "task_hash": task.content_hash}
         stage1 = {**base, **{k: v for k, v in self.get_params().items()
                              if k not in ("n_resamples", "confidence_level", "alpha")}}

@@ -139,7 +139,10 @@ def _verdict(low: float, high: float, above: str, below: str) -> str:
 
 @dataclass(repr=False)
 class SinkResult(Result):
-    """Per-head sink rates, output norms, confidence gaps and the fitted relation; tables ``sink_heads``, ``sink_fit``."""
+    """Per-head sink rates, output norms, confidence gaps and the fitted relation.
+
+    Tables ``sink_heads`` and ``sink_fit``.
+    """
 
     head_names: list[str]
     threshold: float
@@ -203,7 +206,8 @@ def sink_relation(share: np.ndarray, norm: np.ndarray, head_names: Sequence[str]
     share = np.asarray(share, dtype=np.float64)
     norm = np.asarray(norm, dtype=np.float64)
     if share.ndim != 2 or share.shape != norm.shape or share.shape[1] != len(head_names):
-        raise _input_error(f"share and norm must both be [N, {len(head_names)} heads], got {share.shape} and {norm.shape}")
+        raise _input_error(f"share and norm must both be [N, {len(head_names)} heads], got {share.shape} and "
+                           f"{norm.shape}")
     N, U = share.shape
     if N < 2:
         raise _input_error("sink intervals need at least 2 prompts")

@@ -194,9 +194,9 @@ def token_importance_faithfulness(drops: np.ndarray, measures: Sequence[str], ks
 
 
 # --- stability of the important tokens across training seeds ---------------------------------------
-ESTIMAND_TOKEN_STABILITY = ("expected Jaccard between the top-k token sets of two independently trained seeds on a prompt "
-                            "of the task's distribution; every seed an anchor, jackknife over seeds (t, K-1 df); the "
-                            "prompts are fixed")
+ESTIMAND_TOKEN_STABILITY = ("expected Jaccard between the top-k token sets of two independently trained seeds on a "
+                            "prompt of the task's distribution; every seed an anchor, jackknife over seeds (t, K-1 "
+                            "df); the prompts are fixed")
 
 
 def _topk_jaccard(orders_a: np.ndarray, orders_b: np.ndarray, take: np.ndarray, n_positions: int) -> np.ndarray:

@@ -28,7 +28,8 @@ def tokens_command(
     models: list[str] = typer.Option(..., "--model", help="model directory, zoo:RECIPE/seed-S, cached hub id or "
                                      "random:ARCH?...; repeat (or separate by commas) for refits of one recipe: each "
                                      "is run into OUT/model-<i>/ and they are compared across seeds"),
-    task: str = typer.Option("induction", "--task", help="induction, ioi, greater-than, or a .jsonl/.csv/.parquet file"),
+    task: str = typer.Option("induction", "--task",
+                             help="induction, ioi, greater-than, or a .jsonl/.csv/.parquet file"),
     metric: MetricName | None = typer.Option(None, "--metric", help="task metric (default: the task's own)"),
     n: int = typer.Option(64, "--n", min=2, help="number of prompts"),
     ks: str = typer.Option("1,2,3,5", "--k", help="numbers of top tokens ablated, comma-separated"),
@@ -48,7 +49,8 @@ def tokens_command(
     batch_size: int = typer.Option(32, "--batch-size", min=1, max=4096, help="prompts per forward"),
     seed: int = typer.Option(0, "--seed", min=0, help="seed of the task, the random orders and the bootstrap"),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or mps"),
-    out: Path = typer.Option(..., "--out", help="run directory: token_importance, sink_heads, ... .parquet, manifest.json"),
+    out: Path = typer.Option(..., "--out",
+                             help="run directory: token_importance, sink_heads, ... .parquet, manifest.json"),
     force: bool = typer.Option(False, "--force", help="recompute if the directory holds a different spec"),
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),

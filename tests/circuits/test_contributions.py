@@ -68,11 +68,8 @@ def test_contribution_weights_equal_a_hand_computation():
 
 def test_readout_rows_match_the_full_matrices_and_layer_level_by_hand():
     m = _bare(n_layers=2, mlp="standard", norm="layernorm", positional="learned", seed=3)
-    ids = torch.tensor([[1, 4, 2, 7, 3, 9, 5], [2, 2, 8, 1, 6, 3, 0]])
-    mask = torch.ones_like(ids)
-    mask[1, 5:] = 0  # right padding: the read-out is the last real token
-    task = task_from_token_lists("t", [[1, 4, 2, 7, 3, 9, 5], [2, 2, 8, 1, 6]], [[1, 4, 2, 7, 3, 9, 5], [2, 2, 8, 1, 6]],
-                                 [3, 4], [5, 6])
+    rows = [[1, 4, 2, 7, 3, 9, 5], [2, 2, 8, 1, 6]]  # right padding: the read-out is the last real token
+    task = task_from_token_lists("t", rows, rows, [3, 4], [5, 6])
     w = token_weights(m, task)
     full = head_weight_matrices(m, task.clean, task.attention_mask)
     for n, last in enumerate((6, 4)):

@@ -169,7 +169,8 @@ def test_cross_seed_writes_each_model_and_the_comparison(tmp_path):
 def test_chosen_pairs_are_the_holm_family():
     est = TokenContributions(**{**EST, "pairs": ("contribution:attention", "contribution:random")}).fit(_model(seed=2))
     diffs = est.result_.to_pandas("token_importance_diffs")
-    assert list(zip(diffs.measure_a, diffs.measure_b)) == [("contribution", "attention")] * 2 + [("contribution", "random")] * 2
+    expect = [("contribution", "attention")] * 2 + [("contribution", "random")] * 2
+    assert list(zip(diffs.measure_a, diffs.measure_b)) == expect
     from stats.head_stability import holm_adjust
 
     np.testing.assert_allclose(diffs.pvalue_holm, holm_adjust(diffs.pvalue.to_numpy()))

@@ -103,7 +103,8 @@ def test_token_stability_identical_random_and_brute_force():
     cand[:, -2:] = False  # 10 candidates per prompt
     base = np.argsort(np.where(cand, rng.random((N, P)), 2.0), axis=1)
     rand = np.stack([np.argsort(np.where(cand, rng.random((N, P)), 2.0), axis=1) for _ in range(S)])
-    r = token_stability({"same": np.stack([base] * S), "random": rand}, cand, (1, 3)).to_pandas().set_index(["measure", "k"])
+    r = token_stability({"same": np.stack([base] * S), "random": rand}, cand, (1, 3))
+    r = r.to_pandas().set_index(["measure", "k"])
     assert r.loc[("same", 3), "jaccard"] == 1.0 and r.loc[("same", 3), "ci_low"] == 1.0
     assert r.loc[("random", 3), "chance"] == pytest.approx(chance_jaccard(10, 3))
     assert r.loc[("random", 3), "excess_ci_low"] < 0 < r.loc[("random", 3), "excess_ci_high"]
