@@ -207,3 +207,19 @@ def test_planted_sink_readouts():
     assert (r2.sink_attention[0, 0, 0, 2:] > 0.99).all()
     with pytest.raises(InputError, match="sink token rule"):
         sink_readouts(m2, ids2, sink="last")
+
+
+def test_mean_ablation_replaces_the_token_embedding_by_the_mean_row():
+    from circuits.contributions import ablated_inputs
+
+    m = _bare(positional="learned")
+    ids = torch.tensor([[1, 4, 2]])
+    mask = torch.ones_like(ids)
+    which = torch.tensor([[False, True, False]])
+    x = ablated_inputs(m, ids, mask, which, "mean")
+    expect = m.W_E[ids] + m.W_pos[:3][None]
+    expect[0, 1] = m.W_E.mean(0) + m.W_pos[1]
+    torch.testing.assert_close(x, expect)
+    torch.testing.assert_close(ablated_inputs(m, ids, mask, which, "zero")[0, 1], m.W_pos[1])
+    with pytest.raises(InputError, match="unknown token ablation"):
+        ablated_inputs(m, ids, mask, which, "blank")
