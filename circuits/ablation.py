@@ -89,7 +89,7 @@ class Ablation:
                                       positional=kind == "mean-positional", batch_size=batch_size,
                                       input_node=self.input_node)
         if kind == "resample":
-            self.perm = torch.as_tensor(derangement(data.clean.shape[0], seed))
+            self.perm = torch.as_tensor(derangement(data.clean.shape[0], seed), device="cpu")  # indexes the dataset
 
     def describe(self) -> dict:
         """Parameters that determine the counterfactual, for provenance."""
@@ -149,7 +149,8 @@ def sender_means(model: CircuitModel, reference: PairData, positional: bool, bat
     if N == 0:
         raise InputError("the reference dataset for mean ablation is empty")
     total = None
-    count = torch.zeros(P if positional else 1, dtype=torch.float64)
+    # token counts stay on the model's device (no host sync per batch)
+    count = torch.zeros(P if positional else 1, dtype=torch.int64, device=model.device)
     for start in range(0, N, batch_size):
         sl = slice(start, start + batch_size)
         mask = reference.attention_mask[sl].to(model.device)
@@ -160,11 +161,11 @@ def sender_means(model: CircuitModel, reference: PairData, positional: bool, bat
         s = (z.float() * w).sum(0, keepdim=True)  # [1, U, P, D]
         if not positional:
             s = s.sum(2, keepdim=True)
-            count += float(mask.sum())
+            count += mask.sum()
         else:
-            count += mask.sum(0).double().cpu()
+            count += mask.sum(0)
         total = s if total is None else total + s
-    if positional and (count == 0).any():
+    if positional and bool((count == 0).any()):  # one check after all batches
         raise InputError("mean-positional: some positions have no real token in the reference dataset")
-    denom = count.to(total.device, torch.float32)
+    denom = count.to(torch.float32)
     return (total / denom[None, None, :, None]).to(model.dtype)

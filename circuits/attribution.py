@@ -114,7 +114,7 @@ class _Batch:
     def set_clean(self, out) -> None:
         """Adopt ``out`` (a clean run, possibly with gradients) as this batch's clean run."""
         self._run = out
-        self._clean_last = out.logits.detach()
+        self._clean_last = out.logits.detach().float()  # metrics in float32 whatever the model's dtype
         self._m0 = self.data.score(self._clean_last, indices=self.index, clean_logits=self._clean_last).float()
         _check_metric(self._m0, self.index, "clean run")
 
@@ -142,7 +142,7 @@ def _grad_run(model, data, batch: _Batch, ids, intervention=None, clean: bool = 
                         keep_senders=clean)
         if clean:
             batch.set_clean(out)
-        metric = data.score(out.logits, indices=batch.index, clean_logits=batch.clean_last)
+        metric = data.score(out.logits.float(), indices=batch.index, clean_logits=batch.clean_last)
         _check_metric(metric.detach(), batch.index, "gradient run")
         return torch.autograd.grad(metric.sum(), out.grad_inputs)
 
@@ -276,7 +276,8 @@ def _exact_edges(model, data, batch, cf, max_rows: int) -> torch.Tensor:
                 loc = None if local is None else torch.as_tensor(local[chunk], device=dev)
                 logits = model.patched_layer_logits(batch.run, batch.mask, layer, loc, n, delta[n, u, start:],
                                                     last[n], start=start)
-                m = data.score(logits, indices=batch.index[n_np[chunk]], clean_logits=batch.clean_last[n]).float()
+                m = data.score(logits.float(), indices=batch.index[n_np[chunk]],
+                               clean_logits=batch.clean_last[n]).float()
                 out[n, torch.as_tensor(cols_np[chunk], device=dev)] = m - batch.m0[n]
     return out
 
@@ -293,8 +294,19 @@ def _exact_nodes(model, data, batch, cf) -> torch.Tensor:
         state = None if layer < 0 else RunState(layer, batch.run.resid_pre[layer])
         res = model.run(batch.clean, batch.mask, state=state, intervention=Intervention.at_sender(u, cf[:, u]),
                         logits_at=batch.last)
-        out[:, u] = data.score(res.logits, indices=batch.index, clean_logits=batch.clean_last).float() - batch.m0
+        out[:, u] = data.score(res.logits.float(), indices=batch.index, clean_logits=batch.clean_last).float() - batch.m0
     return out
+
+
+def _in_dtype(model: CircuitModel, dtype: torch.dtype | None) -> CircuitModel:
+    """``model`` itself, or a copy cast to floating-point ``dtype``."""
+    if dtype is None or dtype == model.dtype:
+        return model
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise InputError(f"dtype must be a floating-point torch dtype such as torch.bfloat16, got {dtype!r}")
+    import copy
+
+    return copy.deepcopy(model).to(dtype)
 
 
 def attribute(
@@ -313,6 +325,7 @@ def attribute(
     progress: bool = True,
     rows: "np.ndarray | None" = None,
     input_node: str | None = None,
+    dtype: torch.dtype | None = None,
 ) -> ScoreMatrix:
     """Per-example scores [N, E] (or [N, nodes]) of ``method`` on ``data``.
 
@@ -321,6 +334,8 @@ def attribute(
     what the ``input`` sender is when it is zero- or mean-ablated: ``"embeddings"`` (the
     default: token + position embeddings) or ``"tokens"`` (token embedding only, as EAP-IG and
     MIB); see circuits.ablation.  An Ablation object passed as ``ablation`` carries its own.
+    ``dtype`` (e.g. torch.bfloat16) runs the model in that dtype (a cast copy, unless it already
+    is); norms, softmax, metrics and every score sum stay in float32.
     """
     check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
     N = int(data.clean.shape[0])
@@ -329,6 +344,7 @@ def attribute(
     if data.corrupted.shape != data.clean.shape:
         raise InputError(f"clean {tuple(data.clean.shape)} and corrupted {tuple(data.corrupted.shape)} ids differ in shape")
     _positive_int("max_rows", max_rows)
+    model = _in_dtype(model, dtype)
     t0 = time.perf_counter()
     # An Ablation object (anything with .kind and .senders(index)) gives custom counterfactuals.
     if input_node is not None:
@@ -346,9 +362,9 @@ def attribute(
     scores = np.empty((len(todo), cols), dtype=np.float32)
     starts = range(0, len(todo), batch_size)
     for start in tqdm(starts, desc=f"{method} ({level})", disable=not progress, leave=False):
-        index = torch.as_tensor(todo[start : start + batch_size])
+        index = torch.as_tensor(todo[start : start + batch_size], device="cpu")  # indexes the (CPU) dataset
         batch = _Batch(model, data, index, keep_resid=method == "exact")
-        cf = abl.senders(index)
+        cf = abl.senders(index).to(device=model.device, dtype=model.dtype)
         if method == "exact":
             s = _exact_edges(model, data, batch, cf, max_rows) if level == "edge" else _exact_nodes(model, data, batch, cf)
         else:

@@ -294,7 +294,8 @@ class CircuitModel(nn.Module):
         """The ``input`` sender's output: token (+ learned position) embeddings [B, P, D]."""
         x = self.W_E[input_ids]
         if self.cfg.positional == "learned":
-            if int(positions.max()) >= self.cfg.n_ctx:
+            # positions never exceed P - 1: only longer inputs need the (host-synchronising) check
+            if positions.shape[-1] > self.cfg.n_ctx and int(positions.max()) >= self.cfg.n_ctx:
                 raise InputError(
                     f"sequence of length {int(positions.max()) + 1} exceeds the model's context "
                     f"n_ctx={self.cfg.n_ctx}; use shorter prompts"
@@ -399,6 +400,9 @@ class CircuitModel(nn.Module):
             edge_mask = edge_mask[None].expand(B, -1)
         if sender_mask is not None and sender_mask.dim() == 1:
             sender_mask = sender_mask[None].expand(B, -1)
+        # which edges/senders any row patches: one host transfer per run, not one per layer
+        edge_live = None if edge_mask is None else edge_mask.ne(0).any(0).cpu().numpy()
+        sender_live = None if sender_mask is None else sender_mask.ne(0).any(0).cpu().numpy()
         need_blocks = keep_senders or edge_mask is not None
         sv = None if iv is None else iv.sender
         per_head = need_blocks or sender_mask is not None or sv is not None
@@ -416,7 +420,7 @@ class CircuitModel(nn.Module):
             start = 0
             z_in = self.embed(input_ids, positions)
             if sender_mask is not None:
-                z_in = self._patch_senders(z_in[:, None], sender_mask, cf, 0)[:, 0]
+                z_in = self._patch_senders(z_in[:, None], sender_mask, cf, 0, sender_live)[:, 0]
             if sv == 0:
                 z_in = iv.sender_value.to(z_in.dtype)
             resid = z_in
@@ -442,7 +446,7 @@ class CircuitModel(nn.Module):
             u_att = graph.upstream_of_attention(layer)
             dense = None
             if edge_mask is not None:
-                dense = self._edge_delta(edge_mask, cf, out.blocks, layer, u_att, attention=True)
+                dense = self._edge_delta(edge_mask, cf, out.blocks, layer, u_att, True, edge_live)
             if receiver_grads:
                 g = torch.zeros(B, 3, cfg.n_heads, P, cfg.d_model, dtype=resid.dtype, device=resid.device,
                                 requires_grad=True)
@@ -461,7 +465,7 @@ class CircuitModel(nn.Module):
                 out.patterns.append(pattern)
             if per_head:
                 if sender_mask is not None:
-                    z = self._patch_senders(z, sender_mask, cf, graph.head_sender(layer, 0))
+                    z = self._patch_senders(z, sender_mask, cf, graph.head_sender(layer, 0), sender_live)
                 first = graph.head_sender(layer, 0)
                 if sv is not None and first <= sv < first + cfg.n_heads:
                     h = sv - first
@@ -479,7 +483,7 @@ class CircuitModel(nn.Module):
             mlp_in = resid if cfg.parallel else mid
             u_mlp = graph.upstream_of_mlp(layer)
             if edge_mask is not None:
-                d = self._edge_delta(edge_mask, cf, out.blocks, layer, u_mlp, attention=False)
+                d = self._edge_delta(edge_mask, cf, out.blocks, layer, u_mlp, False, edge_live)
                 if d is not None:
                     mlp_in = mlp_in + d
             if receiver_grads:
@@ -490,7 +494,8 @@ class CircuitModel(nn.Module):
                 mlp_in = mlp_in + iv.receiver_delta
             z_mlp = self._mlp(blk, mlp_in)
             if sender_mask is not None:
-                z_mlp = self._patch_senders(z_mlp[:, None], sender_mask, cf, graph.mlp_sender(layer))[:, 0]
+                z_mlp = self._patch_senders(z_mlp[:, None], sender_mask, cf, graph.mlp_sender(layer),
+                                            sender_live)[:, 0]
             if sv is not None and sv == graph.mlp_sender(layer):
                 z_mlp = iv.sender_value.to(z_mlp.dtype)
             if need_blocks:
@@ -500,7 +505,7 @@ class CircuitModel(nn.Module):
         # -- logits receiver
         final = resid
         if edge_mask is not None:
-            d = self._edge_delta(edge_mask, cf, out.blocks, cfg.n_layers, graph.n_senders, attention=False)
+            d = self._edge_delta(edge_mask, cf, out.blocks, cfg.n_layers, graph.n_senders, False, edge_live)
             if d is not None:
                 final = final + d
         if receiver_grads:
@@ -649,19 +654,20 @@ class CircuitModel(nn.Module):
         return allowed | torch.eye(P, dtype=torch.bool, device=attention_mask.device)
 
     # ---- pieces ----------------------------------------------------------------------------
-    def _edge_delta(self, mask, cf, blocks, layer, n_up, attention: bool):
+    def _edge_delta(self, mask, cf, blocks, layer, n_up, attention: bool, live):
         """Sum over patched upstream edges of (counterfactual − current) for one layer's receivers."""
         graph, cfg = self.graph, self.cfg
         if attention:
             r0 = graph.attention_receiver(layer, "q", 0)
             off = int(graph.edge_offset[r0])
-            m = mask[:, off : off + 3 * cfg.n_heads * n_up]
+            width = 3 * cfg.n_heads * n_up
         else:
             r0 = graph.mlp_receiver(layer) if layer < cfg.n_layers else graph.logits_receiver
             off = int(graph.edge_offset[r0])
-            m = mask[:, off : off + n_up]
-        if not bool(m.any()):
+            width = n_up
+        if not live[off : off + width].any():  # host copy of the mask's nonzero columns
             return None
+        m = mask[:, off : off + width]
         cur = torch.cat(blocks, dim=1)[:, :n_up]
         diff = cf[:, :n_up].to(cur.dtype) - cur  # broadcasts over mean/zero counterfactuals
         m = m.to(cur.dtype)
@@ -673,12 +679,12 @@ class CircuitModel(nn.Module):
         return torch.bmm(m[:, None, :], flat).reshape(B, P, D)
 
     @staticmethod
-    def _patch_senders(z, mask, cf, first):
+    def _patch_senders(z, mask, cf, first, live):
         """Replace the masked senders in block ``z`` [B, n, P, D] (senders first..first+n) by cf."""
         n = z.shape[1]
-        m = mask[:, first : first + n].to(z.dtype)
-        if not bool(m.any()):
+        if not live[first : first + n].any():  # host copy of the mask's nonzero columns
             return z
+        m = mask[:, first : first + n].to(z.dtype)
         c = cf[:, first : first + n].to(z.dtype)
         return z + m[:, :, None, None] * (c - z)
 
