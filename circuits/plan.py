@@ -221,6 +221,10 @@ def method_cost(cfg: ModelConfig, method: str, *, n: int, positions: int, level:
     return Cost(method, cols, 2 * n, 0, rows, float(flops), passes, memory, batch_size, max_rows)
 
 
+ROWS_FIRST = 256
+"""Suffix rows per call that ``fit_memory`` keeps room for before it keeps the batch size (exact)."""
+
+
 def fit_memory(cfg: ModelConfig, method: str, budget: int, *, positions: int, level: str = "edge",
                batch_size: int = 16, max_rows: int = 256, itemsize: int = 4) -> tuple[int, int]:
     """(batch_size, max_rows) no larger than asked whose estimated peak fits ``budget`` bytes;
@@ -240,7 +244,9 @@ def fit_memory(cfg: ModelConfig, method: str, budget: int, *, positions: int, le
                          f"for one example of {P} tokens on this model; give at least {format_bytes(minimum)}")
     if method != "exact":
         return min(batch_size, (budget - fixed) // per_example), max_rows
-    # exact: the batch's kept runs first, then as many suffix rows as the rest allows (at least one)
-    batch = min(batch_size, (budget - fixed - per_row) // per_example)
+    # exact: room for ROWS_FIRST suffix rows first (a handful of rows per call makes every matmul tiny and
+    # the run slow), then the batch's kept runs, then as many suffix rows as the rest allows
+    reserve = min(max_rows, ROWS_FIRST) * per_row
+    batch = max(1, min(batch_size, (budget - fixed - reserve) // per_example))
     rows = min(max_rows, (budget - fixed - batch * per_example) // per_row)
     return int(batch), int(rows)

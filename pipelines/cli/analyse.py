@@ -173,6 +173,27 @@ def _scores_done(out: Path) -> bool:
     return RunDir.read_manifest(out).get("stages", {}).get("scores", {}).get("status") == "done"
 
 
+class _Fixed:
+    """A picklable zero-argument callable returning one value."""
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def __call__(self):
+        return self.value
+
+
+def _hash_once(m) -> dict:
+    """The model's identity, hashing its weights once for the whole run.
+
+    Hashing GPT-2 small's 650 MB takes about a second and every chunk's attribute() records the
+    identity; the weights do not change during a run, so this instance answers from the first hash.
+    (To go once CircuitModel caches its own hash.)"""
+    identity = m.identity()
+    m.weight_hash = _Fixed(identity["weight_hash"])  # an instance attribute shadows the method
+    return identity
+
+
 def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: str, level: str, ablation: str, n: int,
                    batch_size: int, ig_steps: int, seed: int, n_jobs: int, dtype: str, budget: int | None,
                    checkpoint_every: int | None, resume: bool, force: bool):
@@ -188,14 +209,15 @@ def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: st
             "dtype": DTYPES[dtype], "max_rows": max_rows}
     options = {"batch_size": batch_size, "max_rows": max_rows, "ig_steps": ig_steps, "dtype": DTYPES[dtype],
                "device": m.device.type}
-    job = AttributionJob(m.weight_hash(), t.content_hash, t.metric_name, method, level, ablation, n,
+    identity = _hash_once(m)
+    job = AttributionJob(identity["weight_hash"], t.content_hash, t.metric_name, method, level, ablation, n,
                          len(m.graph.edge_names) if level == "edge" else m.graph.n_senders, seed, options)
     store = CheckpointStore(out, job, chunk_bounds(n, batch_size, checkpoint_every))
     reuse = [] if _scores_done(out) else store.check(resume=resume, force=force)  # refused before anything is written
     params = {**spec, "weight_hash": job.weight_hash, "task_hash": job.task_hash}
     index = "edges" if level == "edge" else "nodes"
     with RunDir(out, spec=spec, command=sys.argv, seed=seed,
-                provenance={"model": m.identity(), "task": t.describe()}) as run:
+                provenance={"model": identity, "task": t.describe()}) as run:
         def compute():
             import time
 
@@ -209,7 +231,7 @@ def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: st
             if method.startswith("eap-ig"):
                 eparams["ig_steps"] = ig_steps
             sm = ScoreMatrix(scores, m.graph, level, method, ablation, t.metric_name, params=eparams,
-                             provenance={"model": m.identity(), "seconds": time.perf_counter() - t0,
+                             provenance={"model": identity, "seconds": time.perf_counter() - t0,
                                          "resumed_chunks": len(reuse)})
             return sm.tables({"task": t.describe()})
 

@@ -83,10 +83,15 @@ def test_fit_memory_refuses_below_one_example_naming_the_minimum_and_fits_above(
     with pytest.raises(InputError, match="give at least"):
         fit_memory(CFG, "exact", minimum - 1, positions=P)
     assert fit_memory(CFG, "exact", minimum, positions=P) == (1, 1)
-    b, rows = fit_memory(CFG, "exact", 10 * minimum, positions=P, batch_size=4, max_rows=1000)
-    assert b == 4 and 1 < rows < 1000
-    peak = method_cost(CFG, "exact", n=8, positions=P, batch_size=b, max_rows=rows).memory_peak
-    assert peak <= 10 * minimum  # the fitted sizes' own estimate stays within the budget
+    ex, row, fixed = exact_example_bytes(CFG, graph_of(CFG), P), exact_row_bytes(CFG, P), weight_bytes(CFG)
+    # room for 256 rows is kept first, then the batch, then more rows
+    assert fit_memory(CFG, "exact", fixed + 4 * ex + 256 * row, positions=P, batch_size=4, max_rows=1000) == (4, 256)
+    assert fit_memory(CFG, "exact", fixed + 4 * ex + 300 * row, positions=P, batch_size=4, max_rows=1000) == (4, 300)
+    assert fit_memory(CFG, "exact", fixed + 2 * ex + 256 * row, positions=P, batch_size=4, max_rows=1000) == (2, 256)
+    assert fit_memory(CFG, "exact", fixed + ex + 100 * row, positions=P, batch_size=4, max_rows=1000) == (1, 100)
+    budget = fixed + 3 * ex + 270 * row
+    b, rows = fit_memory(CFG, "exact", budget, positions=P, batch_size=4, max_rows=1000)
+    assert method_cost(CFG, "exact", n=8, positions=P, batch_size=b, max_rows=rows).memory_peak <= budget
     gb, _ = fit_memory(CFG, "eap", 10 * minimum, positions=P, batch_size=64)
     assert 1 <= gb < 64 and method_cost(CFG, "eap", n=64, positions=P, batch_size=gb).memory_peak <= 10 * minimum
 

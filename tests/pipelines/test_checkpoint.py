@@ -141,3 +141,23 @@ def test_max_memory_too_small_is_refused_naming_the_minimum(tmp_path):
     assert "give at least" in res.stderr and not out.exists()
     res = runner.invoke(app, ARGS + ["--out", str(out), "--max-memory", "lots"])
     assert res.exit_code == 2 and "2GiB" in res.stderr
+
+
+def test_max_memory_fits_the_batch_to_the_budget_and_keeps_the_scores(tmp_path):
+    from circuits import load_model
+    from circuits.plan import exact_example_bytes, exact_row_bytes, graph_of, weight_bytes
+    from pipelines.build import build_task
+
+    src = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&n_positions=64&seed=1"
+    cfg = load_model(src).cfg
+    P = int(build_task(load_model(src), "induction", n=6).clean.shape[1])
+    # a receiver has at most 4 upstream senders here, so 4 examples use at most 16 suffix rows per call
+    budget = weight_bytes(cfg) + 2 * exact_example_bytes(cfg, graph_of(cfg), P) + 16 * exact_row_bytes(cfg, P)
+    base = ["attribute", "--model", src, "--method", "exact", "--n", "6", "--batch-size", "4"]
+    res = runner.invoke(app, [*base, "--out", str(tmp_path / "free")])
+    assert res.exit_code == 0, res.output + res.stderr
+    res = runner.invoke(app, [*base, "--out", str(tmp_path / "tight"), "--max-memory", str(budget)])
+    assert res.exit_code == 0, res.output + res.stderr
+    spec = json.loads((tmp_path / "tight" / "manifest.json").read_text())["spec"]
+    assert spec["batch_size"] == 2  # two examples' kept runs fit beside 16 suffix rows, four do not
+    np.testing.assert_allclose(_scores(tmp_path / "tight"), _scores(tmp_path / "free"), rtol=1e-5, atol=1e-6)

@@ -1,0 +1,93 @@
+"""Whole-process against in-process time of `circuitstat attribute` on a cached model.
+
+In-process: attribute() alone (model loaded and task built beforehand, one thread, as the command
+computes). Whole process: a fresh `circuitstat attribute` run of the same work writing a new run
+directory, wall time. Their difference is what start-up, imports, loading, conversion, hashing and
+writing cost; `python -c "import torch"` is printed beside it, since no command that computes can
+start without it. Two cached forms of the same random GPT-2-small-shaped model are timed: a Hugging
+Face directory (loaded with transformers and converted) and a circuitstat model directory (what a
+conversion cache would hand back). Rounds are interleaved; medians are printed.
+
+    python bench/process.py [--repeats 3] [--n 24] [--cache DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SOURCE = "random:gpt2?n_layer=12&n_head=12&n_embd=768&vocab_size=50257&seed=0"
+
+
+def cached_models(cache: Path) -> dict[str, Path]:
+    """{form: directory} of the bench model, written once into ``cache``."""
+    hf_dir, own_dir = cache / "hf", cache / "circuitstat"
+    if not (hf_dir / "config.json").exists() or not (own_dir / "config.json").exists():
+        from circuits import load_model
+        from circuits.loading import random_hf_model
+
+        random_hf_model(SOURCE).save_pretrained(hf_dir)
+        load_model(SOURCE).save(own_dir)
+    return {"HF directory": hf_dir, "circuitstat directory": own_dir}
+
+
+def in_process(model_dir: Path, n: int, batch_size: int) -> float:
+    """Seconds of attribute() alone on the loaded model (one thread)."""
+    from circuits import load_model
+    from circuits.attribution import attribute
+    from pipelines.build import build_task
+    from pipelines.parallel import single_threaded
+
+    model = load_model(str(model_dir))
+    task = build_task(model, "induction", n=n, seed=0)
+    with single_threaded():
+        t0 = time.perf_counter()
+        attribute(model, task, "eap", batch_size=batch_size, progress=False)
+        return time.perf_counter() - t0
+
+
+def wall(cmd: list[str]) -> float:
+    """Seconds one fresh process takes (it must succeed)."""
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--n", type=int, default=24)
+    ap.add_argument("--batch-size", type=int, default=24)
+    ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "circuitstat-bench" / "gpt2-small-random")
+    args = ap.parse_args()
+    models = cached_models(args.cache)
+    inside = {k: [] for k in models}
+    whole = {k: [] for k in models}
+    torch_s = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.repeats):  # interleaved, so drift of a shared machine hits every form alike
+            torch_s.append(wall([sys.executable, "-c", "import torch"]))
+            for form, d in models.items():
+                out = Path(tmp) / f"run-{r}-{form.split()[0]}"
+                whole[form].append(wall([sys.executable, "-m", "pipelines.cli", "attribute", "--model", str(d),
+                                         "--method", "eap", "--n", str(args.n), "--batch-size", str(args.batch_size),
+                                         "--out", str(out)]))
+                inside[form].append(in_process(d, args.n, args.batch_size))
+    t_torch = statistics.median(torch_s)
+    print(f"EAP, {args.n} induction examples, batch {args.batch_size}, one thread, GPT-2-small shape; "
+          f"median of {args.repeats} interleaved rounds")
+    print(f"python -c 'import torch': {t_torch:.2f} s")
+    print(f"{'cached as':<22} {'in-process s':>12} {'whole s':>8} {'difference s':>12} {'diff - torch import':>20}")
+    for form in models:
+        a, b = statistics.median(inside[form]), statistics.median(whole[form])
+        print(f"{form:<22} {a:>12.2f} {b:>8.2f} {b - a:>12.2f} {b - a - t_torch:>20.2f}")
+
+
+if __name__ == "__main__":
+    main()
