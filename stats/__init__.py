@@ -28,6 +28,11 @@ _MODULES = {
     ".faithfulness": ["FaithfulnessInterval", "fixed_circuit_interval", "selection_aware_faithfulness"],
     ".calibration": ["CalibrationResult", "IntervalKind", "coverage_study"],
     ".variance": ["ICCResult", "VarianceComponentsResult", "icc", "variance_components"],
+    ".token_importance": ["TokenImportanceResult", "TokenStabilityResult", "token_importance_faithfulness",
+                          "token_stability"],
+    ".sinks": ["SinkResult", "sink_relation", "sink_stability"],
+    ".head_pairs": ["PairSimilarities", "pair_similarities", "residual_cka"],
+    ".study_claims": ["StudyDesign", "claims_table"],
 }
 _LAZY = {name: module for module, names in _MODULES.items() for name in names}
 
