@@ -4,7 +4,8 @@ In-process: attribute() alone (model loaded and task built beforehand, one threa
 computes). Whole process: a fresh `circuitstat attribute` run of the same work writing a new run
 directory, wall time. Their difference is what start-up, imports, loading, conversion, hashing and
 writing cost; `python -c "import torch"` is printed beside it, since no command that computes can
-start without it. Two cached forms of the same random GPT-2-small-shaped model are timed: a Hugging
+start without it. Wall and CPU seconds are both printed: on a shared machine CPU time is the steadier
+measure. Two cached forms of the same random GPT-2-small-shaped model are timed: a Hugging
 Face directory (loaded with transformers and converted) and a circuitstat model directory (what a
 conversion cache would hand back). Rounds are interleaved; medians are printed.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -37,8 +39,8 @@ def cached_models(cache: Path) -> dict[str, Path]:
     return {"HF directory": hf_dir, "circuitstat directory": own_dir}
 
 
-def in_process(model_dir: Path, n: int, batch_size: int) -> float:
-    """Seconds of attribute() alone on the loaded model (one thread)."""
+def in_process(model_dir: Path, n: int, batch_size: int) -> tuple[float, float]:
+    """(wall, CPU) seconds of attribute() alone on the loaded model (one thread)."""
     from circuits import load_model
     from circuits.attribution import attribute
     from pipelines.build import build_task
@@ -47,16 +49,19 @@ def in_process(model_dir: Path, n: int, batch_size: int) -> float:
     model = load_model(str(model_dir))
     task = build_task(model, "induction", n=n, seed=0)
     with single_threaded():
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         attribute(model, task, "eap", batch_size=batch_size, progress=False)
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.process_time() - c0
 
 
-def wall(cmd: list[str]) -> float:
-    """Seconds one fresh process takes (it must succeed)."""
+def wall(cmd: list[str]) -> tuple[float, float]:
+    """(wall, CPU) seconds one fresh process takes (it must succeed); CPU time (user + system) is
+    less disturbed than wall time by other work on a shared machine."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    return time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.perf_counter() - t0, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> None:
@@ -79,14 +84,16 @@ def main() -> None:
                                          "--method", "eap", "--n", str(args.n), "--batch-size", str(args.batch_size),
                                          "--out", str(out)]))
                 inside[form].append(in_process(d, args.n, args.batch_size))
-    t_torch = statistics.median(torch_s)
+    med = lambda xs, i: statistics.median(x[i] for x in xs)  # noqa: E731
     print(f"EAP, {args.n} induction examples, batch {args.batch_size}, one thread, GPT-2-small shape; "
-          f"median of {args.repeats} interleaved rounds")
-    print(f"python -c 'import torch': {t_torch:.2f} s")
-    print(f"{'cached as':<22} {'in-process s':>12} {'whole s':>8} {'difference s':>12} {'diff - torch import':>20}")
+          f"median of {args.repeats} interleaved rounds; wall seconds (CPU seconds)")
+    print(f"python -c 'import torch': {med(torch_s, 0):.2f} ({med(torch_s, 1):.2f})")
+    print(f"{'cached as':<22} {'in-process':>14} {'whole process':>14} {'difference':>14} {'diff - import torch':>20}")
     for form in models:
-        a, b = statistics.median(inside[form]), statistics.median(whole[form])
-        print(f"{form:<22} {a:>12.2f} {b:>8.2f} {b - a:>12.2f} {b - a - t_torch:>20.2f}")
+        a, b = inside[form], whole[form]
+        cells = [(med(a, i), med(b, i), med(b, i) - med(a, i), med(b, i) - med(a, i) - med(torch_s, i)) for i in (0, 1)]
+        print(f"{form:<22} " + " ".join(f"{w:>7.2f} ({c:>5.2f})".rjust(14 if k < 3 else 20)
+                                        for k, (w, c) in enumerate(zip(cells[0], cells[1]))))
 
 
 if __name__ == "__main__":

@@ -150,20 +150,27 @@ def estimate_seconds(cal: Calibration, model, cost: Cost, *, n: int, positions: 
 
 
 def plan_costs(model, data, *, level: str = "edge", batch_size: int = 16, ig_steps: int = 5,
-               budget: int | None = None, methods=METHODS) -> list[Cost]:
-    """Each method's Cost on ``data`` (batch size and exact's rows fitted to ``budget`` bytes when given)."""
+               budget: int | None = None, methods=METHODS) -> dict[str, "Cost | str"]:
+    """{method: its Cost on ``data``}, batch size and exact's rows fitted to ``budget`` bytes when given;
+    a method that cannot fit the budget maps to the refusal's message instead."""
+    from circuits.errors import InputError
+
     cfg = model.cfg
     n, P = int(data.clean.shape[0]), int(data.clean.shape[1])
     itemsize = model.dtype.itemsize
-    costs = []
+    costs: dict[str, Cost | str] = {}
     for method in methods:
         b, rows = batch_size, 256
         if budget is not None:
             widest = batch_size * int(model.graph.n_upstream.max())
-            b, rows = fit_memory(cfg, method, budget, positions=P, level=level, batch_size=batch_size,
-                                 max_rows=widest, itemsize=itemsize)
-        costs.append(method_cost(cfg, method, n=n, positions=P, level=level, batch_size=b, ig_steps=ig_steps,
-                                 max_rows=rows, itemsize=itemsize))
+            try:
+                b, rows = fit_memory(cfg, method, budget, positions=P, level=level, batch_size=batch_size,
+                                     max_rows=widest, itemsize=itemsize)
+            except InputError as e:
+                costs[method] = str(e)
+                continue
+        costs[method] = method_cost(cfg, method, n=n, positions=P, level=level, batch_size=b, ig_steps=ig_steps,
+                                    max_rows=rows, itemsize=itemsize)
     return costs
 
 
@@ -177,24 +184,31 @@ def _duration(seconds: float) -> str:
 
 def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_steps: int = 5,
                budget: int | None = None, n_jobs: int = 1) -> list[str]:
-    """The plan as printed lines: one header, one calibration line, one row per method."""
+    """The plan as printed lines: a header, the calibration, one row per method, a legend."""
     from circuits.limits import format_bytes
 
     n, P = int(data.clean.shape[0]), int(data.clean.shape[1])
-    cal = calibrate(model, data, batch_size)
     costs = plan_costs(model, data, level=level, batch_size=batch_size, ig_steps=ig_steps, budget=budget)
+    fitted = [c.batch_size for c in costs.values() if isinstance(c, Cost)]
+    cal = calibrate(model, data, min(fitted, default=1))  # the calibration itself stays within the budget
     unit = "edges" if level == "edge" else "nodes"
-    lines = [f"plan: {n} examples x {P} positions, {costs[0].columns:,} {unit}, ig steps {ig_steps}, "
-             f"{n_jobs} worker{'s' if n_jobs > 1 else ''}",
+    cols = model.graph.n_edges if level == "edge" else model.graph.n_senders
+    lines = [f"plan: {n} examples x {P} positions, {cols:,} {unit}, ig steps {ig_steps}, "
+             f"{n_jobs} worker{'s' if n_jobs > 1 else ''}"
+             + ("" if budget is None else f", --max-memory {format_bytes(budget)}"),
              f"calibration on {cal.batch_size} examples, one thread: forward {cal.forward_s * 1e3:.3g} ms, "
              f"gradient run {cal.gradient_s * 1e3:.3g} ms, suffix row from layer 0 {cal.suffix_s[0][1] * 1e3:.3g} ms",
              f"{'method':<19} {unit:>8} {'forwards':>9} {'backwards':>9} {'suffix rows':>12} {'FLOPs':>9} "
              f"{'memory':>10} {'batch':>5} {'est. time':>10}"]
-    for c in costs:
+    for method, c in costs.items():
+        if not isinstance(c, Cost):
+            lines.append(f"{method:<19} does not fit: {c}")
+            continue
         chunks = -(-n // c.batch_size)
         est = estimate_seconds(cal, model, c, n=n, positions=P, level=level, ig_steps=ig_steps) / min(n_jobs, chunks)
         lines.append(f"{c.method:<19} {c.columns:>8,} {c.forwards:>9,} {c.backwards:>9,} {c.suffix_rows:>12,} "
                      f"{c.flops:>9.3g} {format_bytes(c.memory_peak):>10} {c.batch_size:>5} {_duration(est):>10}")
     lines.append("forwards: full forwards (counterfactual, clean, gradient runs); suffix rows: exact patching's "
-                 "(example, sender) suffix forwards; memory: estimated peak incl. weights")
+                 "(example, sender) suffix forwards; memory: estimated peak incl. weights; time: one thread per "
+                 "worker, calibrated on this machine")
     return lines

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from circuits import load_model
 from circuits.attribution import attribute
-from circuits.plan import METHODS, method_cost
+from circuits.plan import METHODS, method_cost, weight_bytes
 from pipelines.build import build_task
 from pipelines.cli import app
 from pipelines.parallel import single_threaded
@@ -39,9 +39,11 @@ def test_plan_prints_every_method_with_the_models_counts_and_writes_nothing(tmp_
 def test_plan_with_a_budget_shrinks_the_batch():
     model = load_model(TINY)
     task = build_task(model, "induction", n=32)
-    free = {c.method: c for c in plan_costs(model, task, batch_size=32)}
-    tight = {c.method: c for c in plan_costs(model, task, batch_size=32, budget=free["eap"].memory_peak // 2)}
+    free = plan_costs(model, task, batch_size=32)
+    tight = plan_costs(model, task, batch_size=32, budget=free["eap"].memory_peak // 2)
     assert tight["eap"].batch_size < 32 and tight["eap"].memory_peak <= free["eap"].memory_peak // 2
+    tiny = plan_costs(model, task, batch_size=32, budget=weight_bytes(model.cfg) + 1)
+    assert all(isinstance(v, str) and "give at least" in v for v in tiny.values())  # each refusal, not a crash
 
 
 def _measured(model, task, method: str, batch_size: int) -> float:
