@@ -35,6 +35,21 @@ in reports/schema.py, the one schema of run tables:
 * ``approximation``: ``method`` (an approximation of exact), ``statistic`` (spearman, kendall,
   r2, slope, top_k_overlap, bias_mean), bounds; optional ``k`` (the top-k of top_k_overlap).
 
+Kinds answered by a ``circuitstat tokens`` run (token contributions and attention sinks); in a
+cross-seed run (several ``--model``) each model's tables sit under ``model-<i>/`` and the claim
+names it with ``model: i``:
+
+* ``sink``: ``head`` (``a1.h3``, ``"1.3"`` or ``layer`` and ``head``), ``statistic`` (default
+  ``ci_low``: "a sink with rate >= min" holds only when the interval's lower end does; or sink_rate,
+  ci_high, output_norm, norm_ci_low/high), bounds.
+* ``token_importance``: ``measure_a``, ``measure_b``, ``k`` — holds when the Holm verdict of the
+  paired drop difference says ``measure_a > measure_b`` (read from either orientation of the pair).
+* ``token_drop``: ``measure``, ``k``, ``statistic`` (default ``ci_low``; mean_drop, ci_high), bounds.
+
+A bound on an interval (``ci_low``/``ci_high``), or a verdict, whose row is flagged
+``interval_reliable = false`` (a few prompts carry the estimate) is refused with an error: the
+interval cannot back the claim.
+
 :func:`check` evaluates every claim against the run (running the audit via
 :func:`pipelines.audit.run_audit` when the run is missing or lacks what the claims need and a spec
 is given) and returns a :class:`CheckReport`: per claim a status (pass, fail, error), the observed
@@ -68,6 +83,7 @@ from .yamlio import read_yaml_strict, redacted_validation_message, resolve_insid
 
 __all__ = [
     "CLAIM_KINDS",
+    "TOKEN_KINDS",
     "CheckReport",
     "Claim",
     "ClaimResult",
@@ -192,16 +208,11 @@ class EdgeEffect(_ClaimBase):
 _HEAD_RE = re.compile(r"^\s*(?:a?(\d+)\s*\.\s*h?(\d+))\s*$")
 
 
-class HeadStability(_Bounded):
-    """Stability of one attention head across independently trained seeds."""
+class _HeadRef(_Bounded):
+    """A claim about one attention head: ``layer`` and ``head``, or ``head: "1.5"`` / ``head: a1.h5``."""
 
-    kind: Literal["head_stability"]
     layer: int | None = Field(None, ge=0)
     head: int | str
-    # excess*: stability above its shuffled-prompt null; refit_*: every refit an anchor (seed-level interval)
-    statistic: Literal[claimable("heads")]
-    match: Literal["max", "hungarian"] | None = None
-    pairs: Literal["anchor", "all"] | None = None
 
     @field_validator("head", mode="before")
     @classmethod
@@ -232,6 +243,16 @@ class HeadStability(_Bounded):
                 raise ValueError(f"give 'layer' with head {self.head}, or write head: \"LAYER.{self.head}\"")
         return self
 
+
+class HeadStability(_HeadRef):
+    """Stability of one attention head across independently trained seeds."""
+
+    kind: Literal["head_stability"]
+    # excess*: stability above its shuffled-prompt null; refit_*: every refit an anchor (seed-level interval)
+    statistic: Literal[claimable("heads")]
+    match: Literal["max", "hungarian"] | None = None
+    pairs: Literal["anchor", "all"] | None = None
+
     def _auto_label(self) -> str:
         return f"{self.layer}.{self.head} {self.statistic}"
 
@@ -259,15 +280,72 @@ class Approximation(_Bounded):
         return f"{self.method} {self.statistic}" + (f" k={self.k}" if self.k is not None else "")
 
 
+# Token contributions and attention sinks (``circuitstat tokens``; pipelines.contributions). A
+# cross-seed run keeps each model's tables under model-<i>/: ``model: i`` picks one.
+Model = Annotated[int | None, Field(None, ge=0)]
+
+
+class Sink(_HeadRef):
+    """One head is an attention sink: a bound on its sink rate, by default on its interval's lower end."""
+
+    kind: Literal["sink"]
+    # ci_low (the default): "a sink with rate >= min" holds only when the whole interval is above min
+    statistic: Literal[claimable("sink_heads")] = "ci_low"
+    model: Model
+
+    def _auto_label(self) -> str:
+        return f"a{self.layer}.h{self.head} {self.statistic}" + _model_label(self.model)
+
+
+class TokenImportance(_ClaimBase):
+    """Ablating measure_a's top-k tokens drops the metric more than measure_b's (the Holm verdict says a > b)."""
+
+    kind: Literal["token_importance"]
+    measure_a: str = Field(min_length=1, max_length=100)
+    measure_b: str = Field(min_length=1, max_length=100)
+    k: int = Field(ge=1)
+    model: Model
+
+    @model_validator(mode="after")
+    def _two_measures(self):
+        if self.measure_a == self.measure_b:
+            raise ValueError(f"measure_a and measure_b are both {self.measure_a!r}; compare two different measures")
+        return self
+
+    def _auto_label(self) -> str:
+        return f"{self.measure_a} > {self.measure_b} k={self.k}" + _model_label(self.model)
+
+
+class TokenDrop(_Bounded):
+    """The mean metric drop when a measure's top-k tokens are ablated, by default its interval's lower end."""
+
+    kind: Literal["token_drop"]
+    measure: str = Field(min_length=1, max_length=100)
+    k: int = Field(ge=1)
+    statistic: Literal[claimable("token_importance")] = "ci_low"
+    model: Model
+
+    def _auto_label(self) -> str:
+        return f"{self.measure} k={self.k} {self.statistic}" + _model_label(self.model)
+
+
+def _model_label(model: int | None) -> str:
+    return "" if model is None else f" (model {model})"
+
+
+_CLAIM_MODELS = (EdgeInCircuit, CircuitStability, Faithfulness, EdgeEffect, HeadStability, LayerStability,
+                 Approximation, Sink, TokenImportance, TokenDrop)
 Claim = Annotated[
-    Union[EdgeInCircuit, CircuitStability, Faithfulness, EdgeEffect, HeadStability, LayerStability, Approximation],
+    Union[_CLAIM_MODELS],
     Field(discriminator="kind"),
 ]
 _KIND_MODELS: dict[str, type[_ClaimBase]] = {
     m.model_fields["kind"].annotation.__args__[0]: m  # type: ignore[union-attr]
-    for m in (EdgeInCircuit, CircuitStability, Faithfulness, EdgeEffect, HeadStability, LayerStability, Approximation)
+    for m in _CLAIM_MODELS
 }
 CLAIM_KINDS: tuple[str, ...] = tuple(_KIND_MODELS)
+#: kinds answered by a ``circuitstat tokens`` run, not by the audit
+TOKEN_KINDS: tuple[str, ...] = ("sink", "token_importance", "token_drop")
 
 
 class ClaimsFile(_Strict):
@@ -436,6 +514,8 @@ _TABLE_HINT = {
     "approximation_summary": "approximation error needs 'exact' and the approximate method in the spec's methods",
     "heads": "head stability needs several seeds: list two or more models under 'models:' in the spec",
     "layers": "layer stability needs several seeds: list two or more models under 'models:' in the spec",
+    **{t: "token and sink claims need a `circuitstat tokens --out DIR` run; pass --run DIR"
+       for t in ("sink_heads", "token_importance", "token_importance_diffs")},
 }
 
 
@@ -501,6 +581,27 @@ class _Run:
     def distinct(self, name: str, column: str, /, **eq: Any) -> list:
         vals = {r[column] for r in self.rows(name, [column], **eq)}
         return sorted(v for v in vals if v is not None)
+
+    def models(self) -> list[int]:
+        """Indices i of the model-<i>/ parts of a cross-seed run ([] for a single-model run)."""
+        found = (re.fullmatch(r"model-(\d+)", p.name) for p in self.path.iterdir() if p.is_dir())
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def part(self, model: int | None, table: str) -> "_Run":
+        """This run, or model-<model>/ of a cross-seed run, as the run that holds `table`."""
+        models = self.models()
+        if model is None:
+            if models and not (self.path / f"{table}.parquet").is_file():
+                raise _ClaimError(f"the run {self.path} is a cross-seed run of {len(models)} models with {table} per "
+                                  f"model; give 'model:' (one of {models}) to say which model the claim is about")
+            return self
+        if model not in models:
+            where = f"its models are {models}" if models else "it holds one model: remove 'model:'"
+            raise _ClaimError(f"model {model} is not in the run {self.path} ({where})")
+        key = f"model-{model}"
+        if key not in self._tables:
+            self._tables[key] = _Run(self.path / key)
+        return self._tables[key]
 
 
 def _fmt(v: Any) -> str:
@@ -584,6 +685,8 @@ def _bound_text(claim: Any) -> str:
     if isinstance(claim, EdgeEffect):
         s = {"positive": "estimate > 0", "negative": "estimate < 0", "nonzero": "estimate != 0"}[claim.sign]
         return f"{s}, q <= {_fmt(claim.max_q)}"
+    if isinstance(claim, TokenImportance):
+        return f"Holm verdict {claim.measure_a} > {claim.measure_b}"
     stat = getattr(claim, "statistic", "")
     parts = []
     if claim.min is not None:
@@ -696,6 +799,84 @@ def _eval_approximation(c: Approximation, run: _Run) -> tuple[bool, dict, str]:
     return ok, {c.statistic: v}, reason
 
 
+def _require_reliable(run: _Run, table: str, stat: str, what: str, **eq: Any) -> None:
+    """Refuse a bound on ci_low/ci_high of a row whose table flags its interval unreliable."""
+    if stat not in ("ci_low", "ci_high"):
+        return
+    if any(r["interval_reliable"] is False for r in run.rows(table, ["interval_reliable"], **eq)):
+        raise _ClaimError(f"the interval of {what} is flagged unreliable in {table} (interval_reliable = false: a few "
+                          "prompts carry the estimate), so it cannot back this claim; rerun with more prompts (--n)")
+
+
+def _token_run(run: _Run, model: int | None, table: str, k: int, measures: list[str]) -> _Run:
+    """The run part holding `table` (InputError-style _ClaimError when k or a measure is not in it)."""
+    part = run.part(model, table)
+    cols = ("measure_a", "measure_b") if table == "token_importance_diffs" else ("measure",)
+    names = sorted({v for c in cols for v in part.distinct(table, c)})
+    for m in measures:
+        if m not in names:
+            raise _ClaimError(f"measure {m!r} is not in the run's {table} (measures: {names}); "
+                              "check the spelling, or rerun `circuitstat tokens` with it in --measures")
+    ks = part.distinct(table, "k")
+    if k not in ks:
+        raise _ClaimError(f"k={k} is not in the run's k grid {ks} ({table}); rerun `circuitstat tokens` with it in --k")
+    return part
+
+
+def _eval_sink(c: Sink, run: _Run) -> tuple[bool, dict, str]:
+    part = run.part(c.model, "sink_heads")
+    node = f"a{c.layer}.h{c.head}"
+    if not part.rows("sink_heads", ["node"], layer=c.layer, head=c.head):
+        nodes = part.distinct("sink_heads", "node")
+        close = difflib.get_close_matches(node, nodes, n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(close)}?" if close else "check the claim's head"
+        raise _ClaimError(f"head {node} is not in the run's sink_heads (layers {part.distinct('sink_heads', 'layer')}, "
+                          f"heads {part.distinct('sink_heads', 'head')}); {hint}")
+    where = node + _model_label(c.model)
+    v = _scalar(part, "sink_heads", c.statistic, where, layer=c.layer, head=c.head)
+    _require_reliable(part, "sink_heads", c.statistic, f"the sink rate of {where}", layer=c.layer, head=c.head)
+    (r,) = part.rows("sink_heads", ["sink_rate", "ci_low", "ci_high", "threshold"], layer=c.layer, head=c.head)
+    ok, reason = _bounded(v, c, f"{c.statistic} of {where}")
+    rate = f"sink rate {_fmt(r['sink_rate'])} [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] above {_fmt(r['threshold'])}"
+    return ok, {c.statistic: v}, f"{reason} ({rate})"
+
+
+def _eval_token_drop(c: TokenDrop, run: _Run) -> tuple[bool, dict, str]:
+    part = _token_run(run, c.model, "token_importance", c.k, [c.measure])
+    where = f"the metric drop from ablating {c.measure}'s top-{c.k} tokens" + _model_label(c.model)
+    v = _scalar(part, "token_importance", c.statistic, where, measure=c.measure, k=c.k)
+    _require_reliable(part, "token_importance", c.statistic, where, measure=c.measure, k=c.k)
+    ok, reason = _bounded(v, c, f"{c.statistic} of {where}")
+    return ok, {c.statistic: v}, reason
+
+
+def _eval_token_importance(c: TokenImportance, run: _Run) -> tuple[bool, dict, str]:
+    a, b = c.measure_a, c.measure_b
+    part = _token_run(run, c.model, "token_importance_diffs", c.k, [a, b])
+    cols = ["difference", "ci_low", "ci_high", "pvalue_holm", "verdict", "interval_reliable", "multiplicity"]
+    sign, rows = 1.0, part.rows("token_importance_diffs", cols, measure_a=a, measure_b=b, k=c.k)
+    if not rows:  # the run tested b - a: the same verdict, read the other way round
+        sign, rows = -1.0, part.rows("token_importance_diffs", cols, measure_a=b, measure_b=a, k=c.k)
+    if not rows:
+        raise _ClaimError(f"the run did not test {a} against {b} (its --pairs left them out); "
+                          f"rerun `circuitstat tokens` with --pairs including {a}:{b}")
+    r = rows[0]
+    d, lo, hi = (sign * r["difference"], *sorted((sign * r["ci_low"], sign * r["ci_high"])))
+    obs = {"difference": d, "ci_low": lo, "ci_high": hi, "pvalue_holm": r["pvalue_holm"]}
+    what = f"drop {a} - {b} at k={c.k}{_model_label(c.model)}"
+    if r["interval_reliable"] is False:
+        raise _ClaimError(f"the interval of {what} is flagged unreliable in token_importance_diffs (a few prompts "
+                          "carry the difference), so its verdict cannot back this claim; rerun with more prompts (--n)",
+                          observed=obs)
+    verdict = r["verdict"]
+    if sign < 0 and verdict != "inconclusive":  # the row's 'b < a' is the claim's 'a > b'
+        verdict = f"{a} > {b}" if verdict == f"{b} < {a}" else f"{a} < {b}"
+    holds = verdict == f"{a} > {b}"
+    text = (f"{what}: {_fmt(d)} [{_fmt(lo)}, {_fmt(hi)}], Holm p = {_fmt(r['pvalue_holm'])}: verdict "
+            f"{verdict!r} ({r['multiplicity']})")
+    return holds, obs, text if holds else f"{text}, not '{a} > {b}'"
+
+
 _EVAL = {
     "edge_in_circuit": _eval_edge_in_circuit,
     "circuit_stability": _eval_circuit_stability,
@@ -704,6 +885,9 @@ _EVAL = {
     "head_stability": _eval_head_stability,
     "layer_stability": _eval_layer_stability,
     "approximation": _eval_approximation,
+    "sink": _eval_sink,
+    "token_importance": _eval_token_importance,
+    "token_drop": _eval_token_drop,
 }
 
 
@@ -775,6 +959,9 @@ def spec_problem(claim: Any, spec: Any) -> str | None:
     """Why running the audit of `spec` cannot answer `claim` (None when it can)."""
     methods = list(spec.methods)
     kind = claim.kind
+    if kind in TOKEN_KINDS:
+        return (f"{kind} claims are answered by `circuitstat tokens`, which the audit does not run; "
+                "pass --run DIR of a tokens run")
     method = getattr(claim, "method", None)
     if method is not None and method not in methods:
         extra = " and 'exact'" if kind == "approximation" and "exact" not in methods else ""
@@ -875,7 +1062,7 @@ def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[st
         report.results = evaluate_claims(cf, run_dir)
         needs_audit = any(r.missing for r in report.results) or not _is_complete(run_dir)
         if not needs_audit or spec is None:
-            if spec is None and any(r.missing for r in report.results):
+            if spec is None and any(r.missing and r.claim.kind not in TOKEN_KINDS for r in report.results):
                 report.notes.append(f"give 'spec:' in {source} to let check run the audit these claims need")
             return report
     elif spec is None:

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from circuits.errors import InputError
 from pipelines.claims import (
     CLAIM_KINDS,
+    TOKEN_KINDS,
     check,
     evaluate_claims,
     junit_xml,
@@ -66,7 +67,7 @@ def run_dir(tmp_path_factory):
 
 
 def test_every_claim_kind_passes_exit_0_and_junit(run_dir, tmp_path):
-    assert {c["kind"] for c in PASSING["claims"]} == set(CLAIM_KINDS)
+    assert {c["kind"] for c in PASSING["claims"]} == set(CLAIM_KINDS) - set(TOKEN_KINDS)  # tokens runs: below
     claims = _write(tmp_path / "claims.yaml", PASSING)
     junit = tmp_path / "out" / "claims.xml"
     r = _invoke("check", claims, "--run", run_dir, "--junit", junit)
@@ -313,3 +314,188 @@ def test_query_command_formats_and_errors(run_dir, tmp_path):
     ]:
         r = _invoke("query", *args)
         assert r.exit_code == 2 and r.output.startswith("error: ") and needle in r.output, (args, r.output)
+
+
+# ---- token contributions and attention sinks (runs of `circuitstat tokens`) -----------------------
+# (measure_a, measure_b, k) -> (difference, ci_low, ci_high, holm p, verdict, interval reliable)
+DIFFS = {("attention", "contribution", 1): (0.7, 0.1, 1.3, 0.2, "inconclusive", True),
+         ("attention", "random", 1): (4.7, 3.8, 5.5, 0.02, "attention > random", True),
+         ("contribution", "random", 1): (4.0, 3.3, 4.7, 0.02, "contribution > random", True),
+         ("attention", "contribution", 3): (-0.5, -0.9, -0.1, 0.03, "attention < contribution", True),
+         ("attention", "random", 3): (3.4, 2.5, 4.2, 0.02, "attention > random", True),
+         ("contribution", "random", 3): (3.9, 0.1, 9.0, 0.04, "contribution > random", False)}
+# (layer, head) -> (sink rate, ci_low, ci_high, interval reliable)
+SINKS = {(0, 0): (0.02, 0.01, 0.03, True), (0, 1): (0.7, 0.2, 0.95, False),
+         (1, 0): (0.05, 0.02, 0.08, True), (1, 1): (0.6, 0.55, 0.65, True)}
+# (measure, k) -> (mean drop, ci_low, ci_high, interval reliable)
+DROPS = {("attention", 1): (5.8, 4.8, 6.8, True), ("contribution", 1): (5.1, 4.3, 5.9, True),
+         ("random", 1): (1.1, 0.2, 3.0, False), ("attention", 3): (5.7, 4.8, 6.7, True),
+         ("contribution", 3): (6.2, 5.0, 7.4, True), ("random", 3): (2.4, 1.9, 2.8, True)}
+
+
+def _token_tables(shift: float = 0.0) -> dict[str, dict]:
+    """The stat tables of a tokens run with the known values above (every other column from the schema)."""
+    from reports.schema import fill
+
+    keys = list(DIFFS)
+    diffs = {"measure_a": [a for a, _, _ in keys], "measure_b": [b for _, b, _ in keys], "k": [k for *_, k in keys],
+             **{c: [DIFFS[key][i] for key in keys] for i, c in enumerate(
+                 ("difference", "ci_low", "ci_high", "pvalue_holm", "verdict", "interval_reliable"))}}
+    heads = list(SINKS)
+    sinks = {"layer": [layer for layer, _ in heads], "head": [h for _, h in heads],
+             "node": [f"a{layer}.h{h}" for layer, h in heads], "threshold": [0.3] * len(heads),
+             **{c: [SINKS[u][i] + shift if i < 3 else SINKS[u][i] for u in heads] for i, c in enumerate(
+                 ("sink_rate", "ci_low", "ci_high", "interval_reliable"))}}
+    drops = list(DROPS)
+    imp = {"measure": [m for m, _ in drops], "k": [k for _, k in drops],
+           **{c: [DROPS[d][i] for d in drops] for i, c in enumerate(("mean_drop", "ci_low", "ci_high", "interval_reliable"))}}
+    return {name: fill(name, t, len(next(iter(t.values())))) for name, t in
+            (("token_importance_diffs", diffs), ("sink_heads", sinks), ("token_importance", imp))}
+
+
+def make_token_run(path: Path, n_models: int = 1) -> Path:
+    """A synthetic tokens run: the tables at the top (one model) or under model-<i>/ (cross-seed)."""
+    from reports.rundir import RunDir
+
+    with RunDir(path, spec={"synthetic": "tokens"}, seed=0) as run:
+        for i in range(n_models):
+            prefix = f"model-{i}/" if n_models > 1 else ""
+            for name, t in _token_tables(shift=-0.1 * i).items():
+                run.write_table(prefix + name, t)
+    return path
+
+
+TOKEN_CLAIMS = [  # (claim, expected status, text in the reason)
+    ({"kind": "sink", "head": "a1.h1", "min": 0.5}, "pass", "ci_low of a1.h1 is 0.55 >= 0.5 (sink rate 0.6 [0.55, 0.65]"),
+    ({"kind": "sink", "head": "1.1", "min": 0.6}, "fail", "ci_low of a1.h1 is 0.55 < 0.6"),  # the estimate alone would pass
+    ({"kind": "sink", "layer": 1, "head": 0, "statistic": "sink_rate", "max": 0.1}, "pass", "sink_rate of a1.h0 is 0.05 <= 0.1"),
+    ({"kind": "sink", "head": "a0.h1", "min": 0.1}, "error", "flagged unreliable in sink_heads"),
+    ({"kind": "sink", "head": "a0.h1", "statistic": "sink_rate", "min": 0.5}, "pass", "sink_rate of a0.h1 is 0.7 >= 0.5"),
+    ({"kind": "sink", "head": "a3.h1", "min": 0.5}, "error", "head a3.h1 is not in the run's sink_heads (layers [0, 1], heads [0, 1])"),
+    ({"kind": "token_importance", "measure_a": "contribution", "measure_b": "random", "k": 1}, "pass",
+     "drop contribution - random at k=1: 4 [3.3, 4.7], Holm p = 0.02: verdict 'contribution > random'"),
+    ({"kind": "token_importance", "measure_a": "contribution", "measure_b": "attention", "k": 1}, "fail",
+     "-0.7 [-1.3, -0.1], Holm p = 0.2: verdict 'inconclusive'"),  # read from the attention - contribution row
+    ({"kind": "token_importance", "measure_a": "contribution", "measure_b": "attention", "k": 3}, "pass",
+     "0.5 [0.1, 0.9], Holm p = 0.03: verdict 'contribution > attention'"),
+    ({"kind": "token_importance", "measure_a": "attention", "measure_b": "contribution", "k": 3}, "fail",
+     "verdict 'attention < contribution'"),
+    ({"kind": "token_importance", "measure_a": "contribution", "measure_b": "random", "k": 3}, "error",
+     "flagged unreliable in token_importance_diffs"),
+    ({"kind": "token_importance", "measure_a": "contribution", "measure_b": "random", "k": 2}, "error",
+     "k=2 is not in the run's k grid [1, 3] (token_importance_diffs)"),
+    ({"kind": "token_importance", "measure_a": "contribution", "measure_b": "grad_input", "k": 1}, "error",
+     "measure 'grad_input' is not in the run's token_importance_diffs (measures: ['attention', 'contribution', 'random'])"),
+    ({"kind": "token_drop", "measure": "attention", "k": 1, "min": 4.5}, "pass",
+     "ci_low of the metric drop from ablating attention's top-1 tokens is 4.8 >= 4.5"),
+    ({"kind": "token_drop", "measure": "contribution", "k": 1, "min": 4.5}, "fail", "is 4.3 < 4.5"),
+    ({"kind": "token_drop", "measure": "random", "k": 1, "statistic": "ci_high", "max": 3.5}, "error", "flagged unreliable"),
+    ({"kind": "token_drop", "measure": "random", "k": 1, "statistic": "mean_drop", "max": 1.5}, "pass", "mean_drop"),
+]
+
+
+@pytest.fixture(scope="module")
+def token_run(tmp_path_factory):
+    return make_token_run(tmp_path_factory.mktemp("tokens") / "run")
+
+
+@pytest.mark.parametrize("claim, status, needle", TOKEN_CLAIMS)
+def test_token_and_sink_claims(token_run, claim, status, needle):
+    (res,) = evaluate_claims(parse_claims({"claims": [claim]}), token_run)
+    assert res.status == status and needle in res.reason, res.reason
+
+
+def test_token_claims_in_a_cross_seed_run_name_their_model(tmp_path):
+    run = make_token_run(tmp_path / "seeds", n_models=2)
+    cf = parse_claims({"claims": [
+        {"kind": "sink", "head": "a1.h1", "min": 0.5, "model": 0},
+        {"kind": "sink", "head": "a1.h1", "min": 0.5, "model": 1},  # model 1's rates are 0.1 lower: 0.45
+        {"kind": "sink", "head": "a1.h1", "min": 0.5},
+        {"kind": "token_drop", "measure": "attention", "k": 1, "min": 4.5, "model": 2},
+    ]})
+    res = evaluate_claims(cf, run)
+    assert [r.status for r in res] == ["pass", "fail", "error", "error"], [r.reason for r in res]
+    assert "ci_low of a1.h1 (model 1) is 0.45 < 0.5" in res[1].reason
+    assert "cross-seed run of 2 models" in res[2].reason and "give 'model:' (one of [0, 1])" in res[2].reason
+    assert "model 2 is not in the run" in res[3].reason and "its models are [0, 1]" in res[3].reason
+    # a single-model run refuses 'model:' rather than guess
+    (r,) = evaluate_claims(parse_claims({"claims": [{"kind": "sink", "head": "a1.h1", "min": 0.5, "model": 0}]}),
+                           make_token_run(tmp_path / "one"))
+    assert r.status == "error" and "it holds one model: remove 'model:'" in r.reason
+
+
+def test_token_claims_through_the_cli_exit_codes(token_run, tmp_path):
+    ok = [c for c, status, _ in TOKEN_CLAIMS if status == "pass"]
+    assert {c["kind"] for c in ok} == set(TOKEN_KINDS)
+    r = _invoke("check", _write(tmp_path / "ok.yaml", {"claims": ok}), "--run", token_run)
+    assert r.exit_code == 0 and f"{len(ok)} claims: {len(ok)} hold" in r.output, r.output
+    false = [c for c, status, _ in TOKEN_CLAIMS if status == "fail"]
+    r = _invoke("check", _write(tmp_path / "false.yaml", {"claims": ok + false}), "--run", token_run)
+    assert r.exit_code == 1 and f"{len(false)} fail, 0 cannot be evaluated" in r.output, r.output
+    for bad, needle in ((TOKEN_CLAIMS[5][0], "head a3.h1 is not in the run's sink_heads"),
+                        (TOKEN_CLAIMS[11][0], "k=2 is not in the run's k grid [1, 3]")):
+        r = _invoke("check", _write(tmp_path / "bad.yaml", {"claims": ok + [bad]}), "--run", token_run)
+        assert r.exit_code == 2 and needle in r.output and "1 cannot be evaluated" in r.output, r.output
+    # the audit's runs lack these tables: the reason says which command makes them, and no audit is suggested
+    r = _invoke("check", _write(tmp_path / "ok.yaml", {"claims": ok[:1]}), "--run", make_run(tmp_path / "audit"))
+    assert r.exit_code == 2 and "need a `circuitstat tokens --out DIR` run" in r.output, r.output
+    assert "give 'spec:'" not in r.output
+
+
+def test_token_claims_are_refused_by_an_audit_spec(tmp_path, fake_audit):
+    _write(tmp_path / "audit.yaml", SPEC)
+    doc = {"spec": "audit.yaml", "run": "runs/zoo", "claims": [TOKEN_CLAIMS[0][0]]}
+    r = _invoke("check", _write(tmp_path / "c.yaml", doc))
+    assert r.exit_code == 2 and "answered by `circuitstat tokens`, which the audit does not run" in r.output, r.output
+    assert fake_audit == []
+
+
+@pytest.mark.parametrize("claim, needle", [
+    ({"kind": "token_importance", "measure_a": "attention", "measure_b": "attention", "k": 1}, "both 'attention'"),
+    ({"kind": "sink", "head": "a1.h1"}, "give a bound"),
+    ({"kind": "sink", "head": "a1.h1", "min": 0.5, "statistic": "gap_ci_low"}, "statistic: must be 'sink_rate'"),
+    ({"kind": "sink", "head": "a1.h1", "min": 0.5, "model": -1}, "model: Input should be greater than or equal to 0"),
+    ({"kind": "token_drop", "measure": "attention", "k": 0, "min": 1.0}, "k: Input should be greater than or equal to 1"),
+])
+def test_malformed_token_claims_name_the_key(claim, needle):
+    with pytest.raises(InputError, match=None) as e:
+        parse_claims({"claims": [claim]})
+    assert needle in str(e.value), str(e.value)
+
+
+def test_token_claims_on_a_real_run(tmp_path):
+    """The claims read what TokenContributions writes: bounds just below / above the table's numbers."""
+    import pyarrow.parquet as pq
+    import torch
+
+    from circuits.model import CircuitModel, ModelConfig
+    from pipelines.contributions import TokenContributions
+
+    cfg = ModelConfig(n_layers=2, n_heads=2, d_model=16, d_head=8, d_mlp=32, vocab_size=50, n_ctx=32, act="relu")
+    m = CircuitModel(cfg).init_weights(0)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.mul_(8.0) if p.ndim > 1 else None
+    est = TokenContributions(n=12, task_options={"seq_len": 5}, ks=(1, 2), n_random=3, n_resamples=999, random_state=3)
+    est.run(m.eval(), tmp_path / "run", command=["test"])
+    sinks = pq.read_table(tmp_path / "run" / "sink_heads.parquet").to_pylist()
+    top = max((r for r in sinks if r["interval_reliable"]), key=lambda r: r["ci_low"])
+    diffs = pq.read_table(tmp_path / "run" / "token_importance_diffs.parquet").to_pylist()
+    d = next(r for r in diffs if r["interval_reliable"])
+    claims = [{"kind": "sink", "head": top["node"], "min": top["ci_low"] - 1e-6},
+              {"kind": "sink", "head": top["node"], "min": top["ci_low"] + 1e-6},
+              {"kind": "token_importance", "measure_a": d["measure_a"], "measure_b": d["measure_b"], "k": d["k"]}]
+    res = evaluate_claims(parse_claims({"claims": claims}), tmp_path / "run")
+    assert [r.status for r in res[:2]] == ["pass", "fail"], [r.reason for r in res]
+    assert res[2].status == ("pass" if d["verdict"] == f"{d['measure_a']} > {d['measure_b']}" else "fail")
+    assert res[2].observed["difference"] == pytest.approx(d["difference"])
+
+
+def test_the_zoo_tokens_example_parses_and_names_its_run_command():
+    path = REPO / "examples" / "claims-zoo-tokens.yaml"
+    cf = load_claims(path)
+    assert {c.kind for c in cf.claims} == set(TOKEN_KINDS)
+    assert sorted({c.model for c in cf.claims}) == [0, 1, 2, 3, 4]  # a cross-seed run: every claim names its refit
+    head = path.read_text().split("claims:")[0]
+    assert "circuitstat tokens --model zoo:attn-only-2l/seed-0," in head and "--out /tmp/tokens-run" in head
+    assert "circuitstat check examples/claims-zoo-tokens.yaml --run /tmp/tokens-run" in head
