@@ -26,6 +26,7 @@ from reports.html_sections import (
     faithfulness_section,
     forest_section,
     graph_section,
+    has_tokens,
     heads_part,
     layers_part,
     methods_in,
@@ -35,6 +36,7 @@ from reports.html_sections import (
     residual_part,
     stability_section,
     summary_section,
+    tokens_section,
     variance_part,
     variance_summary_part,
 )
@@ -42,13 +44,14 @@ from reports.html_svg import esc
 from reports.rundir import MANIFEST, RunDir, RunDirError
 from reports.tables import read_provenance
 
-__all__ = ["REPORT_NAME", "SECTIONS", "TABLES", "render_report"]
+__all__ = ["REPORT_NAME", "SECTIONS", "OPTIONAL_SECTIONS", "TABLES", "render_report"]
 
 REPORT_NAME = "report.html"
 TABLES = (
     "edges", "edge_stats", "inclusion", "stability_vs_k", "faithfulness_vs_k", "approximation",
     "approximation_summary", "heads", "layers", "residual", "variance_components", "variance_summary", "summary",
-    "coverage",
+    "coverage", "token_importance", "token_importance_diffs", "sink_heads", "sink_fit", "token_weights",
+    "token_stability", "sink_stability",
 )
 # (id, heading): the headings a reader (and the browser test) finds on every report.
 SECTIONS = (
@@ -62,6 +65,10 @@ SECTIONS = (
     ("variance", "Variance study: where the uncertainty comes from"),
     ("calibration", "Calibration: interval coverage vs N"),
 )
+# Sections shown only when the run holds their tables (a `circuitstat tokens` run, at its top or per model).
+OPTIONAL_SECTIONS = (
+    ("tokens", "Token contributions and attention sinks"),
+)
 
 CSS = """
 *{box-sizing:border-box}
@@ -74,7 +81,7 @@ nav{padding:8px 28px;background:#eef2f6;font-size:13px;position:sticky;top:0;z-i
 nav a{margin-right:14px;color:#1f4e79;text-decoration:none}
 main{padding:4px 28px 40px}
 section{background:#fff;border:1px solid #e3e3e3;border-radius:6px;padding:6px 18px 16px;margin:16px 0}
-h2{font-size:18px;margin:10px 0}h3{font-size:15px;margin:14px 0 4px;color:#333}
+h2{font-size:18px;margin:10px 0}h3{font-size:15px;margin:14px 0 4px;color:#333}h4{font-size:13px;margin:12px 0 4px;color:#333}
 .row{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start}
 figure{margin:0;flex:0 0 auto;max-width:100%}
 figcaption{font-size:12px;color:#444;max-width:640px;margin-top:4px}
@@ -209,7 +216,7 @@ def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] |
     path = report_path(run_dir, out)  # checked before the tables are read
     T = Tables(run_dir)
     has_manifest = (run_dir / MANIFEST).exists()
-    if not has_manifest and not any(T.path(t).exists() for t in TABLES):
+    if not has_manifest and not any(T.path(t).exists() for t in TABLES) and not has_tokens(T):
         raise RunDirError(
             f"{run_dir} has no {MANIFEST} and none of the report tables ({', '.join(t + '.parquet' for t in TABLES)}); "
             "is it the output directory of `circuitstat audit`?"
@@ -243,11 +250,13 @@ def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] |
         "heads": lambda: "".join(_part(f) for f in (lambda: heads_part(T), lambda: layers_part(T), lambda: residual_part(T))),
         "variance": lambda: "".join(_part(f) for f in (lambda: variance_part(T), lambda: variance_summary_part(T))),
         "calibration": lambda: _part(lambda: calibration_part(T)),
+        "tokens": lambda: _part(lambda: tokens_section(T, _sources(spec), _part)),
     }
+    shown = [*SECTIONS, *((sid, h) for sid, h in OPTIONAL_SECTIONS if sid != "tokens" or has_tokens(T))]
     body = []
-    for sid, heading in SECTIONS:
+    for sid, heading in shown:
         body.append(f'<section id="{sid}"><h2>{esc(heading)}</h2>{sections[sid]()}</section>')
-    nav = "".join(f'<a href="#{sid}">{esc(h.split(":")[0])}</a>' for sid, h in SECTIONS)
+    nav = "".join(f'<a href="#{sid}">{esc(h.split(":")[0])}</a>' for sid, h in shown)
     page = (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
@@ -265,6 +274,15 @@ def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] |
     except OSError as e:
         raise _input_error(f"cannot write {path}: {e.strerror or e}; give an --out you can write to") from None
     return path
+
+
+def _sources(spec: dict[str, Any]) -> list[str]:
+    """Return the models of a cross-seed run (model-<i> is the i-th), as short labels."""
+    models = spec.get("models")
+    if not isinstance(models, list):
+        return []
+    # a local path reads best as its last two parts (the zoo's recipe/seed-S)
+    return ["/".join(Path(_describe(m)).parts[-2:]) for m in models]
 
 
 def _input_error(message: str) -> Exception:

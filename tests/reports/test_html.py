@@ -507,3 +507,165 @@ def test_rendering_needs_no_torch_circuits_or_stats(rendered, tmp_path):
     r = subprocess.run([sys.executable, "-c", code, str(run), str(tmp_path / "r.html")], capture_output=True, text=True, cwd=root, timeout=60)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "r.html").read_text() == (run / "report.html").read_text()  # deterministic
+
+
+# ----- token contributions and attention sinks (a `circuitstat tokens` run) ------------------------
+def _tiny_model(seed: int):
+    import torch
+
+    from circuits.model import CircuitModel, ModelConfig
+
+    cfg = ModelConfig(n_layers=2, n_heads=2, d_model=16, d_head=8, d_mlp=32, vocab_size=50, n_ctx=32, act="relu")
+    m = CircuitModel(cfg).init_weights(seed)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.mul_(8.0) if p.ndim > 1 else None  # sharper attention than the 0.02 init: some heads sink
+    return m.eval()
+
+
+def _tokens_estimator():
+    from pipelines.contributions import TokenContributions
+
+    return TokenContributions(n=12, task_options={"seq_len": 5}, ks=(1, 2), n_random=3, n_resamples=999,
+                              random_state=3)
+
+
+@pytest.fixture(scope="module")
+def tokens_rendered(tmp_path_factory):
+    run = tmp_path_factory.mktemp("tokens") / "run"
+    _tokens_estimator().run(_tiny_model(0), run, command=["test"])
+    return run, render_report(run).read_text(encoding="utf-8")
+
+
+def _read(run: Path, name: str) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(run / f"{name}.parquet").to_pylist()
+
+
+def test_tokens_section_shows_the_sinks_with_the_fit(tokens_rendered):
+    import html
+
+    run, page = tokens_rendered
+    p = parse(page)
+    assert p.h2 == [h for _, h in SECTIONS] + ["Token contributions and attention sinks"]
+    assert '<a href="#tokens">' in page
+    sec = html.unescape(section_html(page, "tokens"))
+    rows = {r[0]: r for r in table_rows(page, "tokens")}
+    for h in _read(run, "sink_heads"):  # every head with its rate, interval and norm, as the table has them
+        r = rows[h["node"]]
+        assert r[1:7] == [fmt(h[c]) for c in ("sink_rate", "ci_low", "ci_high", "output_norm", "norm_ci_low",
+                                              "norm_ci_high")], (r, h)
+        assert f"{h['node']}: sink rate {fmt(h['sink_rate'])} [{fmt(h['ci_low'])}, {fmt(h['ci_high'])}]" in sec
+    fit = {r["term"]: r for r in _read(run, "sink_fit")}
+    c = fit["curvature"]
+    assert f"= {fmt(c['estimate'])} [{fmt(c['ci_low'])}, {fmt(c['ci_high'])}] ({c['interval']}): {c['verdict']}" in sec
+    s = fit["spearman"]
+    assert f"Spearman ρ = {fmt(s['estimate'])} [{fmt(s['ci_low'])}, {fmt(s['ci_high'])}]" in sec
+    assert c["multiplicity"] in sec and "least-squares quadratic" in sec
+
+
+def test_tokens_fit_curve_is_the_tables_quadratic(tokens_rendered):
+    """The dashed curve passes through b0 + b1 s + b2 s^2 at the smallest and largest sink rate (pixel oracle)."""
+    run, page = tokens_rendered
+    from reports.html_svg import Scale
+
+    fit = {r["term"]: r["estimate"] for r in _read(run, "sink_fit")}
+    rates = [h["sink_rate"] for h in _read(run, "sink_heads")]
+    svg = re.search(r'<svg[^>]*aria-label="sink rate vs output norm per head".*?</svg>', page, re.S).group(0)
+    path = re.search(r'<path d="M([^"]+)"[^>]*stroke-dasharray="6,3"><title>least-squares quadratic', svg).group(1)
+    pts = [tuple(map(float, xy.split(","))) for xy in path.split("L")]
+    assert len(pts) == 60
+    # the plot's scales: recover them from two x ticks and two y ticks drawn on the axes
+    xt = [(float(a), float(b)) for a, b in re.findall(r'<line x1="([\d.]+)" x2="[\d.]+" y1="[\d.]+" y2="[\d.]+" stroke="#333"/>'
+                                                      r'<text x="[\d.]+" y="[\d.]+" text-anchor="middle" font-size="\d+">([-\d.]+)<', svg)]
+    yt = [(float(b), float(a)) for a, b in re.findall(r'<line x1="[\d.]+" x2="[\d.]+" y1="([\d.]+)" y2="[\d.]+" stroke="#333"/>'
+                                                      r'<text x="[\d.]+" y="[\d.]+" text-anchor="end" font-size="\d+">([-\d.]+)<', svg)]
+    sx = Scale(xt[0][1], xt[-1][1], xt[0][0], xt[-1][0])
+    sy = Scale(yt[0][0], yt[-1][0], yt[0][1], yt[-1][1])
+    for s, (px, py) in ((min(rates), pts[0]), (max(rates), pts[-1])):
+        want = fit["intercept"] + fit["slope"] * s + fit["curvature"] * s * s
+        assert px == pytest.approx(sx(s), abs=0.2) and py == pytest.approx(sy(want), abs=0.2)
+
+
+def test_tokens_section_shows_drops_differences_and_heatmaps(tokens_rendered):
+    import html
+
+    run, page = tokens_rendered
+    rows = [r for r in table_rows(page, "tokens")]
+    drops = _read(run, "token_importance")
+    for d in drops:
+        assert [d["measure"], str(d["k"]), fmt(d["mean_drop"]), fmt(d["ci_low"]), fmt(d["ci_high"]), "12"] in [r[:6] for r in rows]
+    diffs = _read(run, "token_importance_diffs")
+    shown = [[html.unescape(c) for c in r] for r in rows if len(r) == 10]
+    assert len(shown) == len(diffs) + 1  # the header row, then one row per pair and k
+    for d in diffs:
+        assert [d["measure_a"], d["measure_b"], str(d["k"]), fmt(d["difference"]), fmt(d["ci_low"]), fmt(d["ci_high"]),
+                fmt_p(d["pvalue"]), fmt_p(d["pvalue_holm"]), d["verdict"]] in [r[:9] for r in shown]
+    sec = html.unescape(section_html(page, "tokens"))
+    assert diffs[0]["multiplicity"] in sec and f"{sum(d['verdict'] != 'inconclusive' for d in diffs)} of {len(diffs)} decided" in sec
+    # heatmaps: three prompts, one cell per measure and real token, the read-out outlined
+    weights = _read(run, "token_weights")
+    for n in range(3):
+        svg = re.search(rf'aria-label="token weights of prompt {n}".*?</svg>', page, re.S).group(0)
+        toks = [w for w in weights if w["prompt"] == n]
+        assert svg.count("<rect") == 4 * len(toks) and svg.count('stroke="#000"') == 4
+        w = toks[-1]
+        assert f"contribution, position {w['position']} (token {w['token']}): {fmt(w['contribution'])}" in svg
+    assert 'aria-label="token weights of prompt 3"' not in page
+
+
+def test_a_cross_seed_tokens_run_shows_each_model_and_the_seed_tables(tmp_path):
+    import html
+
+    run = tmp_path / "seeds"
+    _tokens_estimator().cross_seed([_tiny_model(0), _tiny_model(1)], run, command=["test"])
+    page = render_report(run).read_text(encoding="utf-8")
+    sec = html.unescape(section_html(page, "tokens"))
+    assert sec.count("<h3>model-") == 2 and "<h3>Across seeds</h3>" in sec
+    assert sec.count("Attention sinks: sink rate vs output norm") == 2
+    assert sec.count("Token weights per measure") == 1  # the seeds share the prompts: one model's heatmaps
+    rows = [[html.unescape(c) for c in r] for r in table_rows(page, "tokens")]
+    for r in _read(run, "sink_stability"):
+        where = "model" if r["layer"] < 0 else str(r["layer"])
+        assert [where, r["item"], fmt(r["value"]), fmt(r["ci_low"]), fmt(r["ci_high"])] in [x[:5] for x in rows]
+    for r in _read(run, "token_stability"):
+        assert [r["measure"], str(r["k"]), fmt(r["jaccard"]), fmt(r["ci_low"]), fmt(r["ci_high"]), fmt(r["chance"])] in \
+            [x[:6] for x in rows]
+    for i in range(2):
+        for h in _read(run / f"model-{i}", "sink_heads"):
+            assert f"{h['node']}: sink rate {fmt(h['sink_rate'])}" in sec
+    parse(page)
+
+
+def test_an_audit_run_has_no_tokens_section_and_missing_token_tables_give_notes(rendered, tmp_path):
+    _, _, page = rendered
+    assert 'id="tokens"' not in page and 'href="#tokens"' not in page
+    # a tokens run that lost a table: that part is a note, the others render
+    run = tmp_path / "run"
+    _tokens_estimator().run(_tiny_model(0), run, command=["test"])
+    (run / "sink_fit.parquet").unlink()
+    (run / "token_importance_diffs.parquet").unlink()
+    (run / "manifest.json").unlink()
+    page = render_report(run).read_text(encoding="utf-8")
+    sec = section_html(page, "tokens")
+    assert "token_importance_diffs.parquet is not in this run directory" in sec
+    assert "sink_fit.parquet is missing, so no fit is drawn" in sec and "least-squares quadratic" not in sec
+    assert "Token-importance faithfulness" in sec and "Attention sinks: sink rate vs output norm" in sec
+
+
+def test_tokens_page_renders_in_headless_chromium(tokens_rendered, tmp_path):
+    browser = _chromium()
+    if browser is None:
+        if os.environ.get("CIRCUITSTAT_ALLOW_NO_BROWSER") == "1":
+            pytest.skip("chromium not installed and CIRCUITSTAT_ALLOW_NO_BROWSER=1")
+        pytest.fail("headless Chromium is needed to test the HTML report: run `apt-get install -y chromium`")
+    run, _ = tokens_rendered
+    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+           f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0", "--dump-dom",
+           (run / "report.html").resolve().as_uri()]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and 'data-report-js="ok"' in r.stdout, r.stderr[-3000:]
+    assert "<h2>Token contributions and attention sinks</h2>" in r.stdout
+    bad = [ln for ln in r.stderr.splitlines() if "Uncaught" in ln or "Content Security Policy" in ln or "Refused to" in ln]
+    assert not bad, "\n".join(bad)
