@@ -194,6 +194,22 @@ def _hash_once(m) -> dict:
     return identity
 
 
+LONG_LIST = 64
+"""Lists longer than this in a task's description are recorded by length and hash (see _task_record)."""
+
+
+def _task_record(t) -> dict:
+    """The task's description for provenance, with long lists (the induction token pool: 50,256 ids on
+    GPT-2, 340 kB of JSON written into the manifest and both tables) as their length and sha256; the
+    task's content hash covers its tokens either way. (To go once Task.describe does this itself.)"""
+    from reports.provenance import hash_json
+
+    desc = t.describe()
+    meta = {k: {"length": len(v), "sha256": hash_json(v)} if isinstance(v, list) and len(v) > LONG_LIST else v
+            for k, v in desc.get("meta", {}).items()}
+    return {**desc, "meta": meta}
+
+
 def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: str, level: str, ablation: str, n: int,
                    batch_size: int, ig_steps: int, seed: int, n_jobs: int, dtype: str, budget: int | None,
                    checkpoint_every: int | None, resume: bool, force: bool):
@@ -209,7 +225,7 @@ def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: st
             "dtype": DTYPES[dtype], "max_rows": max_rows}
     options = {"batch_size": batch_size, "max_rows": max_rows, "ig_steps": ig_steps, "dtype": DTYPES[dtype],
                "device": m.device.type}
-    identity = _hash_once(m)
+    identity, task_record = _hash_once(m), _task_record(t)
     job = AttributionJob(identity["weight_hash"], t.content_hash, t.metric_name, method, level, ablation, n,
                          len(m.graph.edge_names) if level == "edge" else m.graph.n_senders, seed, options)
     store = CheckpointStore(out, job, chunk_bounds(n, batch_size, checkpoint_every))
@@ -217,7 +233,7 @@ def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: st
     params = {**spec, "weight_hash": job.weight_hash, "task_hash": job.task_hash}
     index = "edges" if level == "edge" else "nodes"
     with RunDir(out, spec=spec, command=sys.argv, seed=seed,
-                provenance={"model": identity, "task": t.describe()}) as run:
+                provenance={"model": identity, "task": task_record}) as run:
         def compute():
             import time
 
@@ -233,7 +249,7 @@ def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: st
             sm = ScoreMatrix(scores, m.graph, level, method, ablation, t.metric_name, params=eparams,
                              provenance={"model": identity, "seconds": time.perf_counter() - t0,
                                          "resumed_chunks": len(reuse)})
-            return sm.tables({"task": t.describe()})
+            return sm.tables({"task": task_record})
 
         run.stage("scores", compute, ["scores", index], params=params, force=force)
     store.remove()  # the committed table holds every row now
