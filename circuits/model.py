@@ -175,6 +175,14 @@ def _norm(kind: str, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: flo
     return w * h.to(dtype)
 
 
+def _per_head(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """[B, H, P, K] @ [H, K, N] -> [B, H, P, N] as one bmm over heads (torch.matmul would
+    broadcast W to B copies, and copy it again for the backward)."""
+    B, H, P, K = x.shape
+    y = torch.bmm(x.transpose(0, 1).reshape(H, B * P, K), W)
+    return y.view(H, B, P, W.shape[-1]).transpose(0, 1)
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -238,9 +246,25 @@ class CircuitModel(nn.Module):
         return self.W_E.dtype
 
     def weight_hash(self) -> str:
-        """sha256 over every weight's name, dtype, shape and bytes (sorted by name)."""
+        """sha256 over every weight's name, dtype, shape and bytes (sorted by name).
+
+        Cached while no weight changes (same storage and in-place version counter): hashing
+        GPT-2 small costs seconds, and every ScoreMatrix records it.
+        """
+        state = sorted(self.state_dict().items())
+        key = tuple((name, t.data_ptr(), t._version, t.dtype, t.device, tuple(t.shape)) for name, t in state)
+        cached = self.__dict__.get("_weight_hash_cache")
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        digest = self._hash_weights(state)
+        self.__dict__["_weight_hash_cache"] = (key, digest)
+        return digest
+
+    @staticmethod
+    def _hash_weights(state: list[tuple[str, torch.Tensor]]) -> str:
+        """sha256 of (name, dtype, shape, bytes) of each weight in ``state`` order."""
         h = hashlib.sha256()
-        for name, t in sorted(self.state_dict().items()):
+        for name, t in state:
             t = t.detach().cpu().contiguous()
             h.update(name.encode())
             h.update(str(t.dtype).encode())
@@ -699,7 +723,7 @@ class CircuitModel(nn.Module):
         if dense is None:
             q, k_, v = self._project_shared(blk, norm(resid))
         else:
-            q, k_, v = (torch.matmul(norm(resid[:, None] + dense[:, i]), W) + b[None, :, None, :]
+            q, k_, v = (_per_head(norm(resid[:, None] + dense[:, i]), W) + b[None, :, None, :]
                         for i, (W, b) in enumerate(((blk.W_Q, blk.b_Q), (blk.W_K, blk.b_K), (blk.W_V, blk.b_V))))
         if sparse is not None:
             kind, h, delta = sparse
@@ -720,7 +744,7 @@ class CircuitModel(nn.Module):
             allowed = allowed[ar, :, q_at][:, :, None]
         pattern, zc = self._attend(q, k_, v, allowed)
         if per_head:
-            return torch.matmul(zc, blk.W_O), None, pattern
+            return _per_head(zc, blk.W_O), None, pattern
         B, H, Pq, E = zc.shape
         return None, zc.transpose(1, 2).reshape(B, Pq, H * E) @ blk.W_O.reshape(H * E, -1) + blk.b_O, pattern
 

@@ -255,3 +255,19 @@ def test_last_layer_shortcut_equals_full_logits(pair):
         full = m(ids, mask)[torch.arange(3), last]
         short = m.run(ids, mask, logits_at=last).logits
     assert (full - short).abs().max() <= 1e-5
+
+
+def test_weight_hash_is_cached_but_follows_in_place_changes():
+    m = load_model(SMALL["gpt2"])
+    h0 = m.weight_hash()
+    assert m.weight_hash() == h0
+    with torch.no_grad():
+        m.blocks[0].W_Q[0, 0, 0] += 1.0  # in place: same storage, new version
+    h1 = m.weight_hash()
+    assert h1 != h0
+    with torch.no_grad():
+        m.blocks[0].W_Q[0, 0, 0] -= 1.0
+        m.blocks[1].W_O.data = m.blocks[1].W_O.data.clone()  # new storage, same values
+    assert m.weight_hash() == CircuitModel._hash_weights(sorted(m.state_dict().items()))
+    m2 = load_model(SMALL["gpt2"])
+    assert m2.weight_hash() == h0
