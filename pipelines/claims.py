@@ -45,6 +45,11 @@ names it with ``model: i``:
 * ``token_importance``: ``measure_a``, ``measure_b``, ``k`` — holds when the Holm verdict of the
   paired drop difference says ``measure_a > measure_b`` (read from either orientation of the pair).
 * ``token_drop``: ``measure``, ``k``, ``statistic`` (default ``ci_low``; mean_drop, ci_high), bounds.
+* ``sink_stability`` (cross-seed run, no ``model``): ``layer`` (-1: the whole model), ``item`` as
+  the table names it (e.g. ``rank 1 sink rate``, ``heads with sink rate >= 0.3``), ``statistic``
+  (default ``ci_low``; value, ci_high), bounds. Intervals cover the mean over training seeds.
+* ``token_stability`` (cross-seed run): ``measure``, ``k``, ``statistic`` (default
+  ``excess_ci_low``, agreement above chance; jaccard[_ci_low/_ci_high], excess[_ci_high]), bounds.
 
 A bound on an interval (``ci_low``/``ci_high``), or a verdict, whose row is flagged
 ``interval_reliable = false`` (a few prompts carry the estimate) is refused with an error: the
@@ -329,12 +334,37 @@ class TokenDrop(_Bounded):
         return f"{self.measure} k={self.k} {self.statistic}" + _model_label(self.model)
 
 
+class SinkStability(_Bounded):
+    """Sinks across the seeds of a cross-seed run: an item of sink_stability, by default its interval's lower end."""
+
+    kind: Literal["sink_stability"]
+    layer: int = Field(ge=-1)  # -1: the whole model (the sink-norm relation per seed)
+    item: str = Field(min_length=1, max_length=200)  # e.g. "rank 1 sink rate", "heads with sink rate >= 0.3"
+    statistic: Literal[claimable("sink_stability")] = "ci_low"
+
+    def _auto_label(self) -> str:
+        return f"layer {self.layer} {self.item} {self.statistic}"
+
+
+class TokenStability(_Bounded):
+    """Do the seeds pick the same top-k tokens? By default the lower end of the excess over chance."""
+
+    kind: Literal["token_stability"]
+    measure: str = Field(min_length=1, max_length=100)
+    k: int = Field(ge=1)
+    # excess*: agreement above the hypergeometric chance of two random k-subsets (a stability claim is about excess)
+    statistic: Literal[claimable("token_stability")] = "excess_ci_low"
+
+    def _auto_label(self) -> str:
+        return f"{self.measure} k={self.k} {self.statistic}"
+
+
 def _model_label(model: int | None) -> str:
     return "" if model is None else f" (model {model})"
 
 
 _CLAIM_MODELS = (EdgeInCircuit, CircuitStability, Faithfulness, EdgeEffect, HeadStability, LayerStability,
-                 Approximation, Sink, TokenImportance, TokenDrop)
+                 Approximation, Sink, TokenImportance, TokenDrop, SinkStability, TokenStability)
 Claim = Annotated[
     Union[_CLAIM_MODELS],
     Field(discriminator="kind"),
@@ -345,7 +375,7 @@ _KIND_MODELS: dict[str, type[_ClaimBase]] = {
 }
 CLAIM_KINDS: tuple[str, ...] = tuple(_KIND_MODELS)
 #: kinds answered by a ``circuitstat tokens`` run, not by the audit
-TOKEN_KINDS: tuple[str, ...] = ("sink", "token_importance", "token_drop")
+TOKEN_KINDS: tuple[str, ...] = ("sink", "token_importance", "token_drop", "sink_stability", "token_stability")
 
 
 class ClaimsFile(_Strict):
@@ -516,6 +546,8 @@ _TABLE_HINT = {
     "layers": "layer stability needs several seeds: list two or more models under 'models:' in the spec",
     **{t: "token and sink claims need a `circuitstat tokens --out DIR` run; pass --run DIR"
        for t in ("sink_heads", "token_importance", "token_importance_diffs")},
+    **{t: "claims across seeds need a cross-seed run: `circuitstat tokens` with two or more --model refits"
+       for t in ("sink_stability", "token_stability")},
 }
 
 
@@ -877,6 +909,30 @@ def _eval_token_importance(c: TokenImportance, run: _Run) -> tuple[bool, dict, s
     return holds, obs, text if holds else f"{text}, not '{a} > {b}'"
 
 
+def _eval_sink_stability(c: SinkStability, run: _Run) -> tuple[bool, dict, str]:
+    items = run.distinct("sink_stability", "item", layer=c.layer)
+    if not items:
+        raise _ClaimError(f"layer {c.layer} is not in the run's sink_stability (layers "
+                          f"{run.distinct('sink_stability', 'layer')}; -1 is the whole model)")
+    if c.item not in items:
+        raise _ClaimError(f"item {c.item!r} is not in the run's sink_stability for layer {c.layer} (items: {items})")
+    where = f"{c.item} of layer {c.layer}" if c.layer >= 0 else c.item
+    v = _scalar(run, "sink_stability", c.statistic, where, layer=c.layer, item=c.item)
+    (r,) = run.rows("sink_stability", ["value", "ci_low", "ci_high", "n_refits"], layer=c.layer, item=c.item)
+    ok, reason = _bounded(v, c, f"{c.statistic} of {where}")
+    return ok, {c.statistic: v}, (f"{reason} (mean over {r['n_refits']} seeds {_fmt(r['value'])} "
+                                  f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}])")
+
+
+def _eval_token_stability(c: TokenStability, run: _Run) -> tuple[bool, dict, str]:
+    part = _token_run(run, None, "token_stability", c.k, [c.measure])
+    where = f"the top-{c.k} {c.measure} token Jaccard between seeds"
+    v = _scalar(part, "token_stability", c.statistic, where, measure=c.measure, k=c.k)
+    (r,) = part.rows("token_stability", ["jaccard", "chance"], measure=c.measure, k=c.k)
+    ok, reason = _bounded(v, c, f"{c.statistic} of {where}")
+    return ok, {c.statistic: v}, f"{reason} (Jaccard {_fmt(r['jaccard'])}, chance {_fmt(r['chance'])})"
+
+
 _EVAL = {
     "edge_in_circuit": _eval_edge_in_circuit,
     "circuit_stability": _eval_circuit_stability,
@@ -888,6 +944,8 @@ _EVAL = {
     "sink": _eval_sink,
     "token_importance": _eval_token_importance,
     "token_drop": _eval_token_drop,
+    "sink_stability": _eval_sink_stability,
+    "token_stability": _eval_token_stability,
 }
 
 

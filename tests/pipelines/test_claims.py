@@ -357,12 +357,53 @@ def make_token_run(path: Path, n_models: int = 1) -> Path:
     """A synthetic tokens run: the tables at the top (one model) or under model-<i>/ (cross-seed)."""
     from reports.rundir import RunDir
 
+    from reports.schema import fill
+
     with RunDir(path, spec={"synthetic": "tokens"}, seed=0) as run:
         for i in range(n_models):
             prefix = f"model-{i}/" if n_models > 1 else ""
             for name, t in _token_tables(shift=-0.1 * i).items():
                 run.write_table(prefix + name, t)
+        if n_models > 1:
+            run.write_table("sink_stability", fill("sink_stability", {
+                "layer": [0, 1, 1, -1], "item": ["rank 1 sink rate", "rank 1 sink rate", "heads with sink rate >= 0.3",
+                                                 "spearman(sink rate, output norm)"],
+                "value": [0.05, 0.6, 1.5, 0.1], "ci_low": [0.04, 0.52, 0.7, -0.3], "ci_high": [0.06, 0.68, 2.3, 0.5],
+                "n_refits": [n_models] * 4}, 4))
+            run.write_table("token_stability", fill("token_stability", {
+                "measure": ["attention", "contribution"], "k": [1, 1], "jaccard": [0.9, 0.4], "chance": [0.03, 0.03],
+                "excess": [0.87, 0.37], "excess_ci_low": [0.65, 0.1], "excess_ci_high": [1.0, 0.6]}, 2))
     return path
+
+
+@pytest.fixture(scope="module")
+def seeds_run(tmp_path_factory):
+    return make_token_run(tmp_path_factory.mktemp("seeds") / "run", n_models=2)
+
+
+@pytest.mark.parametrize("claim, status, needle", [
+    ({"kind": "sink_stability", "layer": 1, "item": "rank 1 sink rate", "min": 0.5}, "pass",
+     "ci_low of rank 1 sink rate of layer 1 is 0.52 >= 0.5 (mean over 2 seeds 0.6 [0.52, 0.68])"),
+    ({"kind": "sink_stability", "layer": 1, "item": "rank 1 sink rate", "min": 0.55}, "fail", "0.52 < 0.55"),
+    ({"kind": "sink_stability", "layer": 0, "item": "rank 1 sink rate", "statistic": "ci_high", "max": 0.1}, "pass",
+     "ci_high of rank 1 sink rate of layer 0 is 0.06 <= 0.1"),
+    ({"kind": "sink_stability", "layer": -1, "item": "spearman(sink rate, output norm)", "min": 0.0}, "fail", "-0.3 < 0"),
+    ({"kind": "sink_stability", "layer": 2, "item": "rank 1 sink rate", "min": 0.5}, "error",
+     "layer 2 is not in the run's sink_stability (layers [-1, 0, 1]"),
+    ({"kind": "sink_stability", "layer": 1, "item": "rank 2 sink rate", "min": 0.5}, "error",
+     "item 'rank 2 sink rate' is not in the run's sink_stability for layer 1 (items: ['heads with sink rate >= 0.3'"),
+    ({"kind": "token_stability", "measure": "attention", "k": 1, "min": 0.5}, "pass",
+     "excess_ci_low of the top-1 attention token Jaccard between seeds is 0.65 >= 0.5 (Jaccard 0.9, chance 0.03)"),
+    ({"kind": "token_stability", "measure": "contribution", "k": 1, "min": 0.5}, "fail", "is 0.1 < 0.5"),
+    ({"kind": "token_stability", "measure": "contribution", "k": 1, "statistic": "jaccard", "min": 0.3}, "pass", "0.4 >= 0.3"),
+    ({"kind": "token_stability", "measure": "attention", "k": 5, "min": 0.5}, "error", "k=5 is not in the run's k grid [1]"),
+])
+def test_claims_across_seeds(seeds_run, tmp_path, claim, status, needle):
+    (res,) = evaluate_claims(parse_claims({"claims": [claim]}), seeds_run)
+    assert res.status == status and needle in res.reason, res.reason
+    # a single-model run has no cross-seed tables: the reason says how to make them
+    (res,) = evaluate_claims(parse_claims({"claims": [claim]}), make_token_run(tmp_path / "one"))
+    assert res.status == "error" and "need a cross-seed run" in res.reason, res.reason
 
 
 TOKEN_CLAIMS = [  # (claim, expected status, text in the reason)
@@ -426,7 +467,7 @@ def test_token_claims_in_a_cross_seed_run_name_their_model(tmp_path):
 
 def test_token_claims_through_the_cli_exit_codes(token_run, tmp_path):
     ok = [c for c, status, _ in TOKEN_CLAIMS if status == "pass"]
-    assert {c["kind"] for c in ok} == set(TOKEN_KINDS)
+    assert {c["kind"] for c in ok} == set(TOKEN_KINDS) - {"sink_stability", "token_stability"}  # cross-seed: above
     r = _invoke("check", _write(tmp_path / "ok.yaml", {"claims": ok}), "--run", token_run)
     assert r.exit_code == 0 and f"{len(ok)} claims: {len(ok)} hold" in r.output, r.output
     false = [c for c, status, _ in TOKEN_CLAIMS if status == "fail"]
@@ -495,7 +536,8 @@ def test_the_zoo_tokens_example_parses_and_names_its_run_command():
     path = REPO / "examples" / "claims-zoo-tokens.yaml"
     cf = load_claims(path)
     assert {c.kind for c in cf.claims} == set(TOKEN_KINDS)
-    assert sorted({c.model for c in cf.claims}) == [0, 1, 2, 3, 4]  # a cross-seed run: every claim names its refit
+    # a cross-seed run: every per-model claim names its refit
+    assert sorted({c.model for c in cf.claims if "model" in type(c).model_fields}) == [0, 1, 2, 3, 4]
     head = path.read_text().split("claims:")[0]
     assert "circuitstat tokens --model zoo:attn-only-2l/seed-0," in head and "--out /tmp/tokens-run" in head
     assert "circuitstat check examples/claims-zoo-tokens.yaml --run /tmp/tokens-run" in head

@@ -91,7 +91,8 @@ def test_claim_statistics_are_the_claimable_columns() -> None:
     pairs = {claims.CircuitStability: "stability_vs_k", claims.Faithfulness: "faithfulness_vs_k",
              claims.HeadStability: "heads", claims.LayerStability: "layers",
              claims.Approximation: "approximation_summary", claims.Sink: "sink_heads",
-             claims.TokenDrop: "token_importance"}
+             claims.TokenDrop: "token_importance", claims.SinkStability: "sink_stability",
+             claims.TokenStability: "token_stability"}
     for cls, table in pairs.items():
         assert typing.get_args(cls.model_fields["statistic"].annotation) == claimable(table)
     # the Monte Carlo spread is not a data-level interval: it must not be claimable
