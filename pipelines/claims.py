@@ -565,6 +565,7 @@ class _Run:
     def __init__(self, path: Path):
         self.path = path
         self._tables: dict[str, Any] = {}
+        self._parts: dict[int, _Run] = {}  # model-<i>/ of a cross-seed tokens run
         self.manifest: dict | None = None
         self.unfinished: list[str] = []
         mpath = path / "manifest.json"
@@ -630,10 +631,9 @@ class _Run:
         if model not in models:
             where = f"its models are {models}" if models else "it holds one model: remove 'model:'"
             raise _ClaimError(f"model {model} is not in the run {self.path} ({where})")
-        key = f"model-{model}"
-        if key not in self._tables:
-            self._tables[key] = _Run(self.path / key)
-        return self._tables[key]
+        if model not in self._parts:
+            self._parts[model] = _Run(self.path / f"model-{model}")
+        return self._parts[model]
 
 
 def _fmt(v: Any) -> str:
@@ -841,7 +841,7 @@ def _require_reliable(run: _Run, table: str, stat: str, what: str, **eq: Any) ->
 
 
 def _token_run(run: _Run, model: int | None, table: str, k: int, measures: list[str]) -> _Run:
-    """The run part holding `table` (InputError-style _ClaimError when k or a measure is not in it)."""
+    """The run (or model part) holding `table`; a _ClaimError naming the fix when k or a measure is not in it."""
     part = run.part(model, table)
     cols = ("measure_a", "measure_b") if table == "token_importance_diffs" else ("measure",)
     names = sorted({v for c in cols for v in part.distinct(table, c)})
