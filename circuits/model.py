@@ -175,6 +175,16 @@ def _norm(kind: str, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: flo
     return w * h.to(dtype)
 
 
+def _grad_probe(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+    """A zero tensor of ``shape`` whose gradient autograd can return (receiver gradients).
+
+    An expanded view of one zero element: no memory to allocate and fill, yet
+    ``torch.autograd.grad`` with the view as input returns the full-shape gradient.
+    """
+    one = torch.zeros((1,) * len(shape), dtype=like.dtype, device=like.device, requires_grad=True)
+    return one.expand(shape)
+
+
 def _per_head(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     """[B, H, P, K] @ [H, K, N] -> [B, H, P, N] as one bmm over heads (torch.matmul would
     broadcast W to B copies, and copy it again for the backward)."""
@@ -472,8 +482,7 @@ class CircuitModel(nn.Module):
             if edge_mask is not None:
                 dense = self._edge_delta(edge_mask, cf, out.blocks, layer, u_att, True, edge_live)
             if receiver_grads:
-                g = torch.zeros(B, 3, cfg.n_heads, P, cfg.d_model, dtype=resid.dtype, device=resid.device,
-                                requires_grad=True)
+                g = _grad_probe((B, 3, cfg.n_heads, P, cfg.d_model), resid)
                 out.grad_inputs.append(g)
                 dense = g if dense is None else dense + g
             sparse = None
@@ -511,7 +520,7 @@ class CircuitModel(nn.Module):
                 if d is not None:
                     mlp_in = mlp_in + d
             if receiver_grads:
-                g = torch.zeros(B, P, cfg.d_model, dtype=resid.dtype, device=resid.device, requires_grad=True)
+                g = _grad_probe((B, P, cfg.d_model), resid)
                 out.grad_inputs.append(g)
                 mlp_in = mlp_in + g
             if rd is not None and rd == graph.mlp_receiver_safe(layer):
@@ -533,7 +542,7 @@ class CircuitModel(nn.Module):
             if d is not None:
                 final = final + d
         if receiver_grads:
-            g = torch.zeros(B, P, cfg.d_model, dtype=resid.dtype, device=resid.device, requires_grad=True)
+            g = _grad_probe((B, P, cfg.d_model), resid)
             out.grad_inputs.append(g)
             final = final + g
         if rd is not None and rd == graph.logits_receiver:
@@ -723,8 +732,10 @@ class CircuitModel(nn.Module):
         if dense is None:
             q, k_, v = self._project_shared(blk, norm(resid))
         else:
-            q, k_, v = (_per_head(norm(resid[:, None] + dense[:, i]), W) + b[None, :, None, :]
-                        for i, (W, b) in enumerate(((blk.W_Q, blk.b_Q), (blk.W_K, blk.b_K), (blk.W_V, blk.b_V))))
+            # unbind, not dense[:, i]: each indexing's backward would zero-fill a full [B, 3, H, P, D]
+            q, k_, v = (_per_head(norm(resid[:, None] + d), W) + b[None, :, None, :]
+                        for d, (W, b) in zip(dense.unbind(1), ((blk.W_Q, blk.b_Q), (blk.W_K, blk.b_K),
+                                                               (blk.W_V, blk.b_V))))
         if sparse is not None:
             kind, h, delta = sparse
             W, b = ((blk.W_Q, blk.b_Q), (blk.W_K, blk.b_K), (blk.W_V, blk.b_V))[kind]
