@@ -85,7 +85,7 @@ def main() -> None:
                                                       if p.split("=")[0] in ("n_layer", "n_embd"))
         for method in methods:
             cost = method_cost(model.cfg, method, n=args.n, positions=P, batch_size=args.batch_size)
-            est = min(estimate_seconds(c, model, cost, n=args.n, positions=P) for c in cals)
+            est = min(estimate_seconds(c, model, cost, n=args.n) for c in cals)
             runs = []
             for _ in range(args.repeats):
                 with single_threaded():

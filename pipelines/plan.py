@@ -8,7 +8,7 @@ the actual model and a batch of the actual task, timing the passes the methods a
   sender intervention (EAP-IG's interpolated runs);
 * a suffix run from every layer on a full batch of rows and on one row (exact patching: per call
   overhead and per row cost of a suffix starting at each layer);
-* seconds per FLOP from the batch forward, which prices the edge contraction;
+* the edge contraction Σ_pos Δz_u · ∂m/∂in_v of the batch (memory-bound: priced as timed, not by FLOPs);
 * on models where it is quick (predicted under 2 s), exact patching of one example, whose excess
   over the suffix runs is exact's per-receiver-call overhead (gathers, the patched layer, Python).
 
@@ -23,7 +23,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from circuits.plan import METHODS, Cost, contraction_flops, fit_memory, forward_flops, method_cost, sender_groups
+from circuits.plan import METHODS, Cost, fit_memory, method_cost, sender_groups
 
 
 @dataclass(frozen=True)
@@ -34,9 +34,9 @@ class Calibration:
     forward_s: float  # forward keeping the sender outputs
     gradient_s: float  # forward with receiver inputs + backward
     ig_gradient_s: float  # the same with a sender intervention
-    seconds_per_flop: float
     suffix_s: tuple[tuple[float, float], ...]  # per start layer (0..L-1): (seconds per call, seconds per row)
     patch_call_s: float = 0.0  # exact's extra cost per receiver call (gathers, patched layer), from a probe
+    contraction_s: float = 0.0  # Σ_pos Δz_u · g_v for every edge of the batch
 
     def suffix_call(self, layer: int, rows: int) -> float:
         """One suffix run of ``rows`` rows from ``layer`` on (the logits receiver: priced as the last layer)."""
@@ -61,6 +61,7 @@ def calibrate(model, data, batch_size: int, *, repeats: int = 3, probe_s: float 
     import torch
 
     from circuits.ablation import last_index
+    from circuits.attribution import edge_scores_from_grads
     from circuits.interventions import Intervention
     from circuits.model import RunState
 
@@ -75,12 +76,12 @@ def calibrate(model, data, batch_size: int, *, repeats: int = 3, probe_s: float 
         with torch.enable_grad():
             out = model.run(ids, mask, intervention=intervention, receiver_grads=True, logits_at=last,
                             keep_senders=intervention is None)
-            torch.autograd.grad(out.logits[:, 0].sum(), out.grad_inputs, allow_unused=True)
+            grads = torch.autograd.grad(out.logits[:, 0].sum(), out.grad_inputs, allow_unused=True)
+            return [torch.zeros_like(p) if x is None else x for x, p in zip(grads, out.grad_inputs)]
 
     with single_threaded():
         with torch.no_grad():
             forward = _best_time(lambda: model.run(ids, mask, keep_senders=True, compute_logits=False), repeats)
-            plain = _best_time(lambda: model.run(ids, mask, logits_at=last), repeats)
             clean = model.run(ids, mask, keep_resid=True, logits_at=last)
             cf = model.run(data.corrupted[:B].to(dev), mask, keep_senders=True, compute_logits=False).senders
             suffix = []
@@ -95,8 +96,11 @@ def calibrate(model, data, batch_size: int, *, repeats: int = 3, probe_s: float 
         sm = torch.zeros(g.n_senders, device=dev)
         sm[0] = 0.5
         ig = _best_time(lambda: gradient(Intervention.nodes(sm, cf)), repeats)
-    per_flop = plain / (B * forward_flops(cfg, int(ids.shape[1]), fast_last=True))
-    cal = Calibration(B, forward, grad, ig, per_flop, tuple(suffix))
+        grads = gradient()
+        with torch.no_grad():
+            delta = cf - model.run(ids, mask, keep_senders=True, compute_logits=False).senders
+            contraction = _best_time(lambda: edge_scores_from_grads(model, delta, grads), repeats)
+    cal = Calibration(B, forward, grad, ig, tuple(suffix), contraction_s=contraction)
     return _probe_exact(cal, model, data, probe_s)
 
 
@@ -119,12 +123,12 @@ def _probe_exact(cal: Calibration, model, data, probe_s: float) -> Calibration:
     return dataclasses.replace(cal, patch_call_s=max(measured - predicted, 0.0) / len(calls))
 
 
-def estimate_seconds(cal: Calibration, model, cost: Cost, *, n: int, positions: int, level: str = "edge",
+def estimate_seconds(cal: Calibration, model, cost: Cost, *, n: int, level: str = "edge",
                      ig_steps: int = 5) -> float:
     """The single-worker time of ``cost`` on ``n`` examples, priced by ``cal``'s timed passes."""
     cfg, g = model.cfg, model.graph
     per_example = 1.0 / cal.batch_size  # a pass timed on a batch, per example it holds
-    contraction = contraction_flops(g, cfg, positions) * cal.seconds_per_flop
+    contraction = cal.contraction_s * per_example
     method = cost.method
     if method == "eap":
         return n * (per_example * (cal.forward_s + cal.gradient_s) + contraction)
@@ -205,7 +209,7 @@ def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_ste
             lines.append(f"{method:<19} does not fit: {c}")
             continue
         chunks = -(-n // c.batch_size)
-        est = estimate_seconds(cal, model, c, n=n, positions=P, level=level, ig_steps=ig_steps) / min(n_jobs, chunks)
+        est = estimate_seconds(cal, model, c, n=n, level=level, ig_steps=ig_steps) / min(n_jobs, chunks)
         lines.append(f"{c.method:<19} {c.columns:>8,} {c.forwards:>9,} {c.backwards:>9,} {c.suffix_rows:>12,} "
                      f"{c.flops:>9.3g} {format_bytes(c.memory_peak):>10} {c.batch_size:>5} {_duration(est):>10}")
     lines.append("forwards: full forwards (counterfactual, clean, gradient runs); suffix rows: exact patching's "

@@ -173,27 +173,6 @@ def _scores_done(out: Path) -> bool:
     return RunDir.read_manifest(out).get("stages", {}).get("scores", {}).get("status") == "done"
 
 
-class _Fixed:
-    """A picklable zero-argument callable returning one value."""
-
-    def __init__(self, value) -> None:
-        self.value = value
-
-    def __call__(self):
-        return self.value
-
-
-def _hash_once(m) -> dict:
-    """The model's identity, hashing its weights once for the whole run.
-
-    Hashing GPT-2 small's 650 MB takes about a second and every chunk's attribute() records the
-    identity; the weights do not change during a run, so this instance answers from the first hash.
-    (To go once CircuitModel caches its own hash.)"""
-    identity = m.identity()
-    m.weight_hash = _Fixed(identity["weight_hash"])  # an instance attribute shadows the method
-    return identity
-
-
 LONG_LIST = 64
 """Lists longer than this in a task's description are recorded by length and hash (see _task_record)."""
 
@@ -225,7 +204,7 @@ def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: st
             "dtype": DTYPES[dtype], "max_rows": max_rows}
     options = {"batch_size": batch_size, "max_rows": max_rows, "ig_steps": ig_steps, "dtype": DTYPES[dtype],
                "device": m.device.type}
-    identity, task_record = _hash_once(m), _task_record(t)
+    identity, task_record = m.identity(), _task_record(t)  # the model caches its weight hash
     job = AttributionJob(identity["weight_hash"], t.content_hash, t.metric_name, method, level, ablation, n,
                          len(m.graph.edge_names) if level == "edge" else m.graph.n_senders, seed, options)
     store = CheckpointStore(out, job, chunk_bounds(n, batch_size, checkpoint_every))

@@ -65,7 +65,7 @@ def test_time_estimate_is_within_2x_of_the_measured_time(method):
     estimates, measured = [], []
     for _ in range(3):
         cal = calibrate(model, task, 4)
-        estimates.append(estimate_seconds(cal, model, cost, n=12, positions=P))
+        estimates.append(estimate_seconds(cal, model, cost, n=12))
         measured.append(_measured(model, task, method, 4))
     ratio = min(estimates) / min(measured)
     assert 0.5 <= ratio <= 2.0, (method, estimates, measured)
