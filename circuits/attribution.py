@@ -144,13 +144,13 @@ def _grad_run(model, data, batch: _Batch, ids, intervention=None, clean: bool = 
     saves EAP a separate forward.
     """
     with torch.enable_grad():
-        out = model.run(ids, batch.mask, intervention=intervention, receiver_grads=True, logits_at=batch.last,
-                        keep_senders=clean)
+        out = model.run(ids, batch.mask, intervention=intervention, receiver_grads="projected",
+                        logits_at=batch.last, keep_senders=clean)
         if clean:
             batch.set_clean(out)
         metric = data.score(out.logits.float(), indices=batch.index, clean_logits=batch.clean_last)
         _check_metric(metric.detach(), batch.index, "gradient run")
-        return torch.autograd.grad(metric.sum(), out.grad_inputs)
+        return model.receiver_input_grads(out, torch.autograd.grad(metric.sum(), out.grad_inputs))
 
 
 def _eap(model, data, batch, cf, method: str, steps: int) -> torch.Tensor:

@@ -140,6 +140,7 @@ class RunOutput:
     grad_inputs: list[torch.Tensor] = field(default_factory=list)
     qkv: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=list)
     final_resid: torch.Tensor | None = None
+    probed: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # (layer, attention input)
 
     @property
     def senders(self) -> torch.Tensor:
@@ -406,7 +407,7 @@ class CircuitModel(nn.Module):
         keep_senders: bool = False,
         keep_resid: bool = False,
         keep_patterns: bool = False,
-        receiver_grads: bool = False,
+        receiver_grads: bool | str = False,
         compute_logits: bool = True,
         logits_at: torch.Tensor | None = None,
         keep_qkv: bool = False,
@@ -416,7 +417,11 @@ class CircuitModel(nn.Module):
         ``receiver_grads=True`` adds zero tensors to every receiver input and returns them in
         ``grad_inputs`` (per layer ``[B, 3, H, P, D]`` for q/k/v and ``[B, P, D]`` for the MLP,
         then ``[B, P, D]`` for logits), so one ``torch.autograd.grad`` gives every receiver's
-        gradient.  ``logits_at`` [B] computes logits only at one position per row ([B, V]),
+        gradient.  ``receiver_grads="projected"`` gives the same gradients cheaper: the probes sit on
+        the heads' q/k/v (widths d_head, not d_model, and no per-head normalisation in the forward
+        or backward pass) and :meth:`receiver_input_grads` maps their gradients back to the
+        receiver inputs (edge interventions and receiver patches fall back to input probes).
+        ``logits_at`` [B] computes logits only at one position per row ([B, V]),
         which is all a metric read at the last real token needs.
         """
         cfg, graph = self.cfg, self.graph
@@ -481,7 +486,12 @@ class CircuitModel(nn.Module):
             dense = None
             if edge_mask is not None:
                 dense = self._edge_delta(edge_mask, cf, out.blocks, layer, u_att, True, edge_live)
-            if receiver_grads:
+            probes = None
+            if receiver_grads == "projected" and dense is None and rd is None:
+                probes = tuple(_grad_probe((B, cfg.n_heads, P, cfg.d_head), resid) for _ in range(3))
+                out.grad_inputs.extend(probes)
+                out.probed.append((layer, resid))
+            elif receiver_grads:
                 g = _grad_probe((B, 3, cfg.n_heads, P, cfg.d_model), resid)
                 out.grad_inputs.append(g)
                 dense = g if dense is None else dense + g
@@ -491,7 +501,7 @@ class CircuitModel(nn.Module):
                 sparse = (local // cfg.n_heads, local % cfg.n_heads, iv.receiver_delta)
             q_at = logits_at if fast_last and layer == cfg.n_layers - 1 else None
             z, attn_out, pattern = self._attention(blk, resid, dense, sparse, allowed, rot, per_head, q_at=q_at,
-                                                   keep=out.qkv if keep_qkv else None)
+                                                   keep=out.qkv if keep_qkv else None, probes=probes)
             if q_at is not None:  # from here on only the read-out position of each row
                 resid = resid[torch.arange(B, device=resid.device), q_at][:, None]
             if keep_patterns:
@@ -673,6 +683,50 @@ class CircuitModel(nn.Module):
             mid = mid + self._mlp(blk, resid if cfg.parallel else mid)
         return mid[:, 0] if layer == cfg.n_layers - 1 else mid
 
+    def receiver_input_grads(self, out: RunOutput, grads: "list[torch.Tensor] | tuple[torch.Tensor, ...]"
+                             ) -> list[torch.Tensor]:
+        """Gradients in the ``receiver_grads=True`` layout from those of ``out.grad_inputs``.
+
+        For a ``receiver_grads="projected"`` run, head h's q-input gradient is
+        J_normᵀ W_Q[h] ∂m/∂q_h (likewise k, v): one batched matmul and the norm's
+        vector-Jacobian product per layer, [B, 3, H, P, D].  Other runs' grads pass through.
+        """
+        if not out.probed:
+            return list(grads)
+        cfg = self.cfg
+        probed = dict(out.probed)
+        result, it = [], iter(grads)
+        for layer in range(min(probed), cfg.n_layers):
+            blk = self.blocks[layer]
+            g = torch.stack([next(it) for _ in range(3)], dim=1)  # [B, 3, H, P, E]
+            B, _, H, P, E = g.shape
+            W = torch.stack((blk.W_Q, blk.W_K, blk.W_V)).reshape(3 * H, cfg.d_model, E)
+            gy = torch.bmm(g.permute(1, 2, 0, 3, 4).reshape(3 * H, B * P, E), W.transpose(1, 2))
+            gy = gy.view(3, H, B, P, cfg.d_model).permute(2, 0, 1, 3, 4)
+            result.append(self._norm_vjp(probed[layer][:, None, None], blk.ln1_w, gy))
+            if cfg.has_mlp:
+                result.append(next(it))
+        result.append(next(it))
+        return result
+
+    def _norm_vjp(self, x: torch.Tensor, w: torch.Tensor, gy: torch.Tensor) -> torch.Tensor:
+        """Gradient at the norm's input ``x`` for output gradients ``gy`` (broadcast over x)."""
+        cfg = self.cfg
+        if cfg.norm == "none":
+            return gy
+        ct = torch.promote_types(gy.dtype, torch.float32)  # float32 at least (float64 models stay so)
+        xf, g = x.detach().to(ct), gy.to(ct) * w.to(ct)
+        if cfg.norm == "layernorm":
+            xf = xf - xf.mean(-1, keepdim=True)
+            rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + cfg.norm_eps)
+            xh = xf * rstd
+            gx = rstd * (g - g.mean(-1, keepdim=True) - xh * (g * xh).mean(-1, keepdim=True))
+        else:  # rmsnorm
+            rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + cfg.norm_eps)
+            xh = xf * rstd
+            gx = rstd * (g - xh * (g * xh).mean(-1, keepdim=True))
+        return gx.to(gy.dtype)
+
     def _unembed(self, x: torch.Tensor) -> torch.Tensor:
         """Logits from final residual vectors [..., D]."""
         cfg = self.cfg
@@ -721,7 +775,7 @@ class CircuitModel(nn.Module):
         c = cf[:, first : first + n].to(z.dtype)
         return z + m[:, :, None, None] * (c - z)
 
-    def _attention(self, blk, resid, dense, sparse, allowed, rot, per_head, q_at=None, keep=None):
+    def _attention(self, blk, resid, dense, sparse, allowed, rot, per_head, q_at=None, keep=None, probes=None):
         """Head outputs [B, H, P, D] (or None), the attention output [B, P, D] and the pattern.
 
         ``q_at`` [B]: compute queries (and everything after) only at that position per row,
@@ -745,6 +799,8 @@ class CircuitModel(nn.Module):
             t = parts[kind]
             parts[kind] = torch.cat((t[:, :h], one, t[:, h + 1 :]), dim=1)
             q, k_, v = parts
+        if probes is not None:  # gradient probes on the projections (before rotary)
+            q, k_, v = q + probes[0], k_ + probes[1], v + probes[2]
         if rot is not None:
             q, k_ = self._apply_rotary(q, *rot), self._apply_rotary(k_, *rot)
         if keep is not None:

@@ -271,3 +271,20 @@ def test_weight_hash_is_cached_but_follows_in_place_changes():
     assert m.weight_hash() == CircuitModel._hash_weights(sorted(m.state_dict().items()))
     m2 = load_model(SMALL["gpt2"])
     assert m2.weight_hash() == h0
+
+
+def test_projected_receiver_grads_equal_input_probes(pair):
+    """Probes on q/k/v mapped back through W and the norm's VJP = probes on every receiver input."""
+    name, _, m = pair
+    ids, mask = _batch()
+    last = mask.long().sum(-1) - 1
+    grads = []
+    for mode in (True, "projected"):
+        out = m.run(ids, mask, receiver_grads=mode, logits_at=last, keep_senders=True)
+        metric = out.logits[:, 3].sum() - out.logits[:, 5].pow(2).sum()
+        grads.append(m.receiver_input_grads(out, torch.autograd.grad(metric, out.grad_inputs)))
+    per_layer = 2 if m.cfg.has_mlp else 1
+    assert len(grads[0]) == len(grads[1]) == m.cfg.n_layers * per_layer + 1
+    for a, b in zip(*grads):
+        assert a.shape == b.shape
+        assert (a - b).abs().max() <= 1e-5 * max(1.0, float(a.abs().max())), name
