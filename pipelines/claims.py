@@ -772,6 +772,8 @@ def _eval_edge_effect(c: EdgeEffect, run: _Run) -> tuple[bool, dict, str]:
     rows = run.rows("edge_stats", ["estimate", "ci_low", "ci_high", "q"], method=c.method, name=c.edge)
     if not rows:
         raise _ClaimError(f"edge {c.edge!r} has no row in edge_stats.parquet for {c.method}; re-run the audit", missing=True)
+    # the q-value inverts the interval: an interval flagged unreliable cannot back a significance claim
+    _require_reliable(run, "edge_stats", "ci_low", f"{c.edge} ({c.method})", method=c.method, name=c.edge)
     r = rows[0]
     est, q = r["estimate"], r["q"]
     obs = {"estimate": est, "q": q, "ci_low": r["ci_low"], "ci_high": r["ci_high"]}
