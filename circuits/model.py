@@ -701,31 +701,38 @@ class CircuitModel(nn.Module):
             g = torch.stack([next(it) for _ in range(3)], dim=1)  # [B, 3, H, P, E]
             B, _, H, P, E = g.shape
             W = torch.stack((blk.W_Q, blk.W_K, blk.W_V)).reshape(3 * H, cfg.d_model, E)
-            gy = torch.bmm(g.permute(1, 2, 0, 3, 4).reshape(3 * H, B * P, E), W.transpose(1, 2))
-            gy = gy.view(3, H, B, P, cfg.d_model).permute(2, 0, 1, 3, 4)
-            result.append(self._norm_vjp(probed[layer][:, None, None], blk.ln1_w, gy))
+            gx = self._norm_vjp_heads(probed[layer], blk.ln1_w, g.permute(1, 2, 0, 3, 4).reshape(3 * H, B * P, E), W)
+            result.append(gx.view(3, H, B, P, cfg.d_model).permute(2, 0, 1, 3, 4))
             if cfg.has_mlp:
                 result.append(next(it))
         result.append(next(it))
         return result
 
-    def _norm_vjp(self, x: torch.Tensor, w: torch.Tensor, gy: torch.Tensor) -> torch.Tensor:
-        """Gradient at the norm's input ``x`` for output gradients ``gy`` (broadcast over x)."""
+    def _norm_vjp_heads(self, x: torch.Tensor, w: torch.Tensor, gp: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+        """[R, B*P, D]: for each head-kind r, the norm's VJP at input x [B, P, D] of gp[r] @ W[r]ᵀ.
+
+        The norm's backward, rstd (g - mean g - x̂ mean(g x̂)) with g = (gp Wᵀ) ⊙ w, is assembled so
+        that its row means come from d_head-wide products: besides one bmm only two passes touch
+        the [R, B*P, D] result.
+        """
         cfg = self.cfg
+        ct = torch.promote_types(gp.dtype, torch.float32)  # float32 at least (float64 models stay so)
+        Wt = W.transpose(1, 2).to(ct)  # [R, E, D]
         if cfg.norm == "none":
-            return gy
-        ct = torch.promote_types(gy.dtype, torch.float32)  # float32 at least (float64 models stay so)
-        xf, g = x.detach().to(ct), gy.to(ct) * w.to(ct)
+            return torch.bmm(gp.to(ct), Wt)
+        Wt = Wt * w.to(ct)
+        D = x.shape[-1]
+        xf = x.detach().to(ct).reshape(-1, D)  # [B*P, D]
         if cfg.norm == "layernorm":
             xf = xf - xf.mean(-1, keepdim=True)
-            rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + cfg.norm_eps)
-            xh = xf * rstd
-            gx = rstd * (g - g.mean(-1, keepdim=True) - xh * (g * xh).mean(-1, keepdim=True))
-        else:  # rmsnorm
-            rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + cfg.norm_eps)
-            xh = xf * rstd
-            gx = rstd * (g - xh * (g * xh).mean(-1, keepdim=True))
-        return gx.to(gy.dtype)
+        rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + cfg.norm_eps)  # [B*P, 1]
+        xh = xf * rstd
+        gps = gp.to(ct) * rstd  # rstd folded into the narrow side
+        out = torch.bmm(gps, Wt)  # rstd * g
+        mean_gxh = (gps * torch.matmul(Wt, xh.T).transpose(1, 2)).sum(-1, keepdim=True) / D  # rstd * mean(g x̂)
+        if cfg.norm == "layernorm":
+            out -= torch.bmm(gps, Wt.mean(-1, keepdim=True))  # rstd * mean(g)
+        return out.addcmul_(mean_gxh, xh, value=-1)
 
     def _unembed(self, x: torch.Tensor) -> torch.Tensor:
         """Logits from final residual vectors [..., D]."""
