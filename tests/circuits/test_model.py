@@ -288,3 +288,17 @@ def test_projected_receiver_grads_equal_input_probes(pair):
     for a, b in zip(*grads):
         assert a.shape == b.shape
         assert (a - b).abs().max() <= 1e-5 * max(1.0, float(a.abs().max())), name
+
+
+@pytest.mark.parametrize("norm,mlp", [("none", "none"), ("none", "standard"), ("rmsnorm", "none")])
+def test_projected_receiver_grads_equal_input_probes_own_models(norm, mlp):
+    cfg = ModelConfig(n_layers=2, n_heads=2, d_model=16, d_head=8, d_mlp=32, vocab_size=50, n_ctx=16, norm=norm, mlp=mlp)
+    m = CircuitModel(cfg).init_weights(3)
+    ids, mask = _batch(vocab=50)
+    last = mask.long().sum(-1) - 1
+    grads = []
+    for mode in (True, "projected"):
+        out = m.run(ids, mask, receiver_grads=mode, logits_at=last)
+        grads.append(m.receiver_input_grads(out, torch.autograd.grad(out.logits[:, 7].sum(), out.grad_inputs)))
+    for a, b in zip(*grads):
+        assert (a - b).abs().max() <= 1e-5 * max(1.0, float(a.abs().max()))
