@@ -229,12 +229,11 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
 
     from .build import check_n_jobs
     from .parallel import backend
-
-    import torch
+    from .training import use_deterministic
 
     out = Path(out)
     n_jobs = check_n_jobs(spec.n_jobs if n_jobs is None else n_jobs, "--n-jobs" if n_jobs is not None else "n_jobs")
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    use_deterministic()  # CUBLAS_WORKSPACE_CONFIG too, before any model loads
     sources, model, task = prepare_audit(spec, allow_pickle=allow_pickle, allow_large=allow_large)
     ks = list(spec.k)
     n_cols = model.graph.n_edges if spec.level == "edge" else model.graph.n_senders

@@ -178,9 +178,9 @@ def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int
                           force: bool = False, allow_pickle: bool = False, allow_large: bool = False) -> RunTables:
     """Run (or resume) the calibration study of ``spec`` into run directory ``out``; return its tables as a
     result read lazily (main table ``coverage``). ``allow_pickle`` / ``allow_large``: as for load_model."""
-    import torch
-
     from reports.rundir import RunDir
+
+    from .training import use_deterministic
     from reports.tables import table_to_matrix
     from stats.calibration import coverage_study
     from stats.calibration_kinds import with_null_copies
@@ -188,7 +188,7 @@ def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int
     from .audit import attribution_scores
     from .build import build_task, load_source
 
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    use_deterministic()  # CUBLAS_WORKSPACE_CONFIG too, before any model loads
     model = load_source(spec.model, device=spec.device, dtype=spec.dtype, allow_pickle=allow_pickle,
                         allow_large=allow_large)
     check_ks(spec, model.graph.n_edges)

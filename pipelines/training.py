@@ -336,8 +336,7 @@ def _chunk(tokens: np.ndarray, seq_len: int) -> np.ndarray:
 def _deterministic(threads: int, device: str) -> Iterator[None]:
     import torch
 
-    if str(device).startswith("cuda"):
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # see use_deterministic
     prev_det = torch.are_deterministic_algorithms_enabled()
     prev_warn = torch.is_deterministic_algorithms_warn_only_enabled()
     prev_threads = torch.get_num_threads()
@@ -348,6 +347,16 @@ def _deterministic(threads: int, device: str) -> Iterator[None]:
     finally:
         _set_deterministic(prev_det, prev_warn)
         torch.set_num_threads(prev_threads)
+
+
+def use_deterministic(warn_only: bool = True) -> None:
+    """Switch torch to deterministic algorithms for the rest of the process, valid on CUDA too.
+
+    cuBLAS is deterministic only with a fixed workspace (``CUBLAS_WORKSPACE_CONFIG``), read when
+    cuBLAS initialises, so it is set here, before any model is loaded (a user's own value wins).
+    """
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    _set_deterministic(True, warn_only=warn_only)
 
 
 def _set_deterministic(mode: bool, warn_only: bool = False) -> None:

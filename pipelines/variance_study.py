@@ -445,15 +445,15 @@ def run_variance_study(spec: VarianceSpec, out: str | Path, n_jobs: int | None =
     ``scorer.model(0)`` / ``scorer.task(0)`` or is skipped. ``allow_pickle`` / ``allow_large``: as
     for ``load_model`` (pickled weights; models above the memory limit).
     """
-    import torch
-
     from reports.rundir import RunDir
+
+    from .training import use_deterministic
 
     from .build import check_device, check_n_jobs
 
     out = Path(out)
     n_jobs = check_n_jobs(spec.n_jobs if n_jobs is None else n_jobs, "--n-jobs" if n_jobs is not None else "n_jobs")
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    use_deterministic()  # CUBLAS_WORKSPACE_CONFIG too, before any model loads
     spec_doc = spec.model_dump()
     box: dict = {}
     if scorer is None:

@@ -281,3 +281,24 @@ def test_induction_task_draws_tokens_the_model_was_trained_on(tmp_path, data):
         build_task(rnd, "induction", n=4, seq_len=2, token_ids="frequent")
     # any other model: the whole vocabulary
     assert len(used(build_task(rnd, "induction", n=64, seq_len=8))) > 40
+
+
+def test_use_deterministic_fixes_the_cublas_workspace_and_keeps_a_users_choice(monkeypatch):
+    """cuBLAS is deterministic only with a fixed workspace, read when it initialises: the runs set it."""
+    import os
+
+    import torch
+
+    from pipelines.training import _set_deterministic, use_deterministic
+
+    prev = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    try:
+        monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+        use_deterministic()
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+        monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+        use_deterministic()
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+    finally:
+        _set_deterministic(*prev)
