@@ -74,10 +74,10 @@ def calibrate(model, data, batch_size: int, *, repeats: int = 3, probe_s: float 
 
     def gradient(intervention=None):
         with torch.enable_grad():
-            out = model.run(ids, mask, intervention=intervention, receiver_grads=True, logits_at=last,
+            # as circuits.attribution's gradient runs: probes on each head's q/k/v, mapped back to inputs
+            out = model.run(ids, mask, intervention=intervention, receiver_grads="projected", logits_at=last,
                             keep_senders=intervention is None)
-            grads = torch.autograd.grad(out.logits[:, 0].sum(), out.grad_inputs, allow_unused=True)
-            return [torch.zeros_like(p) if x is None else x for x, p in zip(grads, out.grad_inputs)]
+            return model.receiver_input_grads(out, torch.autograd.grad(out.logits[:, 0].sum(), out.grad_inputs))
 
     with single_threaded():
         with torch.no_grad():
