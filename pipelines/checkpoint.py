@@ -5,7 +5,7 @@ chunk is written atomically to ``<run>/checkpoints/<method>-<level>/rows-<start>
 a small ``checkpoint.json`` that binds the chunks to everything that determines their numbers
 (model weight hash, task hash, metric, method, level, ablation, options, seed, device, chunking).
 A rerun reuses the chunks only when that binding is identical; otherwise it is refused with an
-InputError naming the first difference. Every row's scores come from
+InputError naming what differs. Every row's scores come from
 ``circuits.attribution.attribute(..., rows=...)``, which does not depend on which other rows are
 computed with it, and an uninterrupted run goes through the same chunks, so a resumed score
 matrix equals an uninterrupted one bit for bit.
@@ -98,7 +98,7 @@ class CheckpointStore:
     def check(self, *, resume: bool, force: bool) -> list[tuple[int, int]]:
         """The finished chunks this run may reuse; InputError when checkpoints exist that it may not.
 
-        Checkpoints of a different job are refused (naming the first difference) unless ``force``
+        Checkpoints of a different job are refused (naming what differs) unless ``force``
         discards them; matching ones are reused with ``resume`` and refused without it."""
         manifest = self.path / MANIFEST
         if not self.path.exists():
@@ -110,7 +110,7 @@ class CheckpointStore:
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             old = None
         if old is None:
-            if force:
+            if force or not any(self.path.glob("rows-*.npy")):  # nothing finished yet: nothing to mix in
                 return []
             raise InputError(f"{where} holds checkpoints without a readable {MANIFEST}; pass --force to discard "
                              "them, or use a new --out directory")
