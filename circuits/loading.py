@@ -27,6 +27,7 @@ from urllib.parse import parse_qsl
 
 import torch
 
+from .cache import weight_hash_memo
 from .convert import SUPPORTED, from_hf
 from .errors import InputError, UnsupportedArchitectureError
 from .limits import check_bytes
@@ -503,9 +504,14 @@ def load_model(source: str | Path, device: str | torch.device = "cpu", dtype: to
             model = _load_own(path, doc, device, dtype, allow_large)
             model.source = str(path.resolve())
             _attach_tokenizer(model, str(path))
+            model.use_weight_hash_memo(weight_hash_memo([path / "config.json", path / "model.safetensors"],
+                                                        str(model.dtype), "circuitstat"))
             return model
     hf = _hf_from_dir(path, allow_pickle=allow_pickle, allow_large=allow_large)
     model = from_hf(hf, dtype=dtype, device=device)
     model.source = source
     _attach_tokenizer(model, str(path))
+    files = _safetensors_files(path)
+    if files:  # pickled weights are not memoised: their loading is not byte-for-byte checked
+        model.use_weight_hash_memo(weight_hash_memo([path / "config.json", *files], str(model.dtype), "hf"))
     return model

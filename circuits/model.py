@@ -263,13 +263,34 @@ class CircuitModel(nn.Module):
         GPT-2 small costs seconds, and every ScoreMatrix records it.
         """
         state = sorted(self.state_dict().items())
-        key = tuple((name, t.data_ptr(), t._version, t.dtype, t.device, tuple(t.shape)) for name, t in state)
+        key = self._state_key(state)
         cached = self.__dict__.get("_weight_hash_cache")
         if cached is not None and cached[0] == key:
             return cached[1]
         digest = self._hash_weights(state)
         self.__dict__["_weight_hash_cache"] = (key, digest)
+        memo = self.__dict__.pop("_weight_hash_memo", None)
+        if memo is not None:  # the weights as loaded from their files: record them for the next load
+            from .cache import write_weight_hash
+
+            write_weight_hash(memo, digest)
         return digest
+
+    def use_weight_hash_memo(self, memo) -> None:
+        """Take the weight hash from ``memo`` (circuits.cache) if it holds one, else record it there
+        when first computed; valid only for weights exactly as loaded from the memo's files."""
+        from .cache import read_weight_hash
+
+        digest = read_weight_hash(memo)
+        if digest is None:
+            self.__dict__["_weight_hash_memo"] = memo
+        else:
+            self.__dict__["_weight_hash_cache"] = (self._state_key(sorted(self.state_dict().items())), digest)
+
+    @staticmethod
+    def _state_key(state: list[tuple[str, torch.Tensor]]) -> tuple:
+        """Identity of the current weights: storage, in-place version, dtype, device and shape of each."""
+        return tuple((name, t.data_ptr(), t._version, t.dtype, t.device, tuple(t.shape)) for name, t in state)
 
     @staticmethod
     def _hash_weights(state: list[tuple[str, torch.Tensor]]) -> str:

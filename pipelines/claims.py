@@ -1067,8 +1067,9 @@ class CheckReport:
 
 
 def _cache_dir() -> Path:
-    # Same location as pipelines.training.cache_dir (not imported: that module imports torch).
-    return Path(os.environ.get("CIRCUITSTAT_CACHE") or Path.home() / ".cache" / "circuitstat").expanduser()
+    from circuits.cache import cache_dir  # torch-free: check stays fast
+
+    return cache_dir()
 
 
 def default_run_dir(spec: Any, spec_path: Path) -> Path:

@@ -37,6 +37,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from circuits.cache import cache_dir  # noqa: F401  (re-exported: the zoo and the head study use it)
 from circuits.errors import InputError
 
 __all__ = [
@@ -57,9 +58,6 @@ LOG_TABLE = "train_log.parquet"
 FORMAT_VERSION = 2
 
 
-def cache_dir() -> Path:
-    """``$CIRCUITSTAT_CACHE`` or ``~/.cache/circuitstat``."""
-    return Path(os.environ.get("CIRCUITSTAT_CACHE") or Path.home() / ".cache" / "circuitstat").expanduser()
 
 
 @dataclass(frozen=True)
