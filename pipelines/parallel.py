@@ -91,17 +91,21 @@ def _single_threaded(fn: Callable, *args: Any) -> Any:
 def run_chunks(fn: Callable, chunks: Sequence[Any], n_jobs: int = 1, *args: Any, desc: str | None = None) -> list:
     """[fn(chunk, *args) for chunk in chunks], in order, in parallel when n_jobs > 1 or under Dask
     (serially with a progress bar named ``desc`` on a terminal)."""
-    import joblib
-
     if n_jobs == 1 and not _dask_active():
         from tqdm.auto import tqdm
 
         bar = tqdm(chunks, desc=desc, leave=False, disable=True if desc is None else None)  # None: on a tty only
         return [_single_threaded(fn, c, *args) for c in bar]
+    import joblib  # only here: a one-worker run does not pay its import
+
     return joblib.Parallel(n_jobs=n_jobs)(joblib.delayed(_single_threaded)(fn, c, *args) for c in chunks)
 
 
 def _dask_active() -> bool:
+    import sys
+
+    if "joblib" not in sys.modules:  # a Dask backend is set through joblib, so none can be active
+        return False
     from joblib.parallel import get_active_backend
 
     backend_obj, _ = get_active_backend()
