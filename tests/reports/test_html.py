@@ -457,17 +457,23 @@ def _chromium() -> str | None:
     return None
 
 
-def test_renders_in_headless_chromium_without_console_errors(rendered, tmp_path):
+def _dump_dom_cmd(tmp_path: Path) -> list[str]:
+    """Headless Chromium's --dump-dom command (the page's URI goes last); fails naming the fix when
+    Chromium is missing, unless CIRCUITSTAT_ALLOW_NO_BROWSER=1 opts out of the browser tests."""
     browser = _chromium()
     if browser is None:
         if os.environ.get("CIRCUITSTAT_ALLOW_NO_BROWSER") == "1":
             pytest.skip("chromium not installed and CIRCUITSTAT_ALLOW_NO_BROWSER=1")
         pytest.fail("headless Chromium is needed to test the HTML report: run `apt-get install -y chromium` "
                     "(or set CIRCUITSTAT_ALLOW_NO_BROWSER=1 to skip this test)")
+    return [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+            "--enable-logging=stderr", "--v=0", "--dump-dom"]
+
+
+def test_renders_in_headless_chromium_without_console_errors(rendered, tmp_path):
     _, path, _ = rendered
-    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-           "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
-           "--dump-dom", path.resolve().as_uri()]
+    cmd = _dump_dom_cmd(tmp_path) + [path.resolve().as_uri()]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
     dom = r.stdout
@@ -655,15 +661,8 @@ def test_an_audit_run_has_no_tokens_section_and_missing_token_tables_give_notes(
 
 
 def test_tokens_page_renders_in_headless_chromium(tokens_rendered, tmp_path):
-    browser = _chromium()
-    if browser is None:
-        if os.environ.get("CIRCUITSTAT_ALLOW_NO_BROWSER") == "1":
-            pytest.skip("chromium not installed and CIRCUITSTAT_ALLOW_NO_BROWSER=1")
-        pytest.fail("headless Chromium is needed to test the HTML report: run `apt-get install -y chromium`")
     run, _ = tokens_rendered
-    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
-           f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0", "--dump-dom",
-           (run / "report.html").resolve().as_uri()]
+    cmd = _dump_dom_cmd(tmp_path) + [(run / "report.html").resolve().as_uri()]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and 'data-report-js="ok"' in r.stdout, r.stderr[-3000:]
     assert "<h2>Token contributions and attention sinks</h2>" in r.stdout

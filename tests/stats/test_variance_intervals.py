@@ -222,15 +222,12 @@ def _paired_truth(P: np.ndarray, L: np.ndarray, N: int, ks: list[int], n: int = 
     return J.mean(0), J.std(0)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("kind,seed", [("spiky", 1), ("smooth", 5)])
-def test_paired_jaccard_interval_covers_the_data_level_estimand(kind, seed):
-    """Coverage of E_D[J(level's top-k, reference's top-k)] at N = 64 on heavy-tailed paired
-    populations: >= 0.90 pooled over k (>= 0.85 per k), widths below 5 SD of one dataset's J."""
-    P, L = _paired_population(kind, seed)
-    ks, N, reps = [5, 10, 20], 64, 60
+def _paired_coverage(P: np.ndarray, L: np.ndarray, draw_seed: int, ks=(5, 10, 20), N: int = 64, reps: int = 60):
+    """Return (coverage per k, mean width per k, truth J, SD of J) of the paired interval over
+    ``reps`` datasets of N rows drawn from the paired population (P reference, L level)."""
+    ks = list(ks)
     J, sd = _paired_truth(P, L, N, ks)
-    idx = draw_datasets(P, N, reps, seed=77)
+    idx = draw_datasets(P, N, reps, seed=draw_seed)
     hits, width = np.zeros(len(ks)), np.zeros(len(ks))
     for r in range(reps):
         plan = ResamplingPlan.bootstrap(N, 200, r)
@@ -238,7 +235,16 @@ def test_paired_jaccard_interval_covers_the_data_level_estimand(kind, seed):
                              ranking="absolute", seed=r)
         hits += (res.ci_low[0] <= J) & (J <= res.ci_high[0])
         width += (res.ci_high[0] - res.ci_low[0]) / reps
-    cover = hits / reps
+    return hits / reps, width, J, sd
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind,seed", [("spiky", 1), ("smooth", 5)])
+def test_paired_jaccard_interval_covers_the_data_level_estimand(kind, seed):
+    """Coverage of E_D[J(level's top-k, reference's top-k)] at N = 64 on heavy-tailed paired
+    populations: >= 0.90 pooled over k (>= 0.85 per k), widths below 5 SD of one dataset's J."""
+    P, L = _paired_population(kind, seed)
+    cover, width, J, sd = _paired_coverage(P, L, draw_seed=77)
     assert cover.mean() >= 0.90 and cover.min() >= 0.85, cover
     assert (width < 5 * sd).all(), (width, sd)
 
@@ -248,17 +254,7 @@ def test_paired_jaccard_interval_covers_on_the_real_exact_and_eap_pair():
     """The same coverage on a real paired population: the zoo model's exact (reference) and EAP
     (level) scores of the same 1024 prompts, N = 64; no synthetic noise model involved."""
     exact, eap, _ = load_zoo_pair()
-    ks, N, reps = [5, 10, 20], 64, 60
-    J, sd = _paired_truth(exact, eap, N, ks)
-    idx = draw_datasets(exact, N, reps, seed=78)
-    hits, width = np.zeros(len(ks)), np.zeros(len(ks))
-    for r in range(reps):
-        plan = ResamplingPlan.bootstrap(N, 200, r)
-        res = paired_jaccard(exact[idx[r]], [(eap[idx[r]], "mean")], [(k, k) for k in ks], plan.counts,
-                             ranking="absolute", seed=r)
-        hits += (res.ci_low[0] <= J) & (J <= res.ci_high[0])
-        width += (res.ci_high[0] - res.ci_low[0]) / reps
-    cover = hits / reps
+    cover, width, J, sd = _paired_coverage(exact, eap, draw_seed=78)
     print(f"\nexact vs EAP paired Jaccard: truth {np.round(J, 3)}, coverage {cover}, width / SD {np.round(width / sd, 2)}")
     assert cover.mean() >= 0.90 and cover.min() >= 0.85, cover
     assert (width < 5 * sd).all(), (width, sd)
