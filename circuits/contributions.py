@@ -24,7 +24,17 @@ weight; o_i = sum_j a_ij u_j the head's output without the layer's output bias b
 * ``grad_input``: the first-order Taylor estimate of the metric drop when token j is ablated,
   dm/dx_j . (x_j - x~_j), with x_j the model's input at position j (token + learned position
   embedding) and x~_j the ablated input (:func:`ablated_inputs`; for ``zero`` ablation this is
-  the classic gradient x token embedding).
+  the classic gradient x token embedding). ``mask`` ablation changes no input, so it has no
+  embedding baseline: grad_input then keeps the ``zero`` baseline (gradient x token embedding),
+  a first-order estimate of the zero-ablation drop, not of the mask drop. (A first-order mask
+  estimate would need the gradient of a per-key attention gate, which CircuitModel does not expose.)
+
+Token ablation (:func:`ablation_drops`): ``zero`` and ``mean`` replace the ablated token's token
+embedding (its position embedding and every position id are kept); ``mask`` removes the token from
+attention -- no other query attends to it in any layer -- while every token keeps its position id
+(CircuitModel.run with ``positions``), as if the token were deleted from the prompt with the
+positions of the others left as they were. The read-out token cannot be masked: it is the query
+the metric is read at, and its own residual stream would still carry it.
 
 Token importance at the read-out position (the metric's position): per measure, the layer-level
 row at the read-out position averaged over layers (attention: mean over heads; value_norm: the
@@ -43,14 +53,17 @@ import torch
 from .errors import InputError
 from .interventions import Intervention
 
-__all__ = ["MEASURES", "TOKEN_ABLATIONS", "TokenWeights", "head_weight_matrices", "token_weights",
-           "ablated_inputs", "candidate_mask", "rank_tokens", "random_ranks", "ablation_drops",
+__all__ = ["MEASURES", "TOKEN_ABLATIONS", "EMBEDDING_ABLATIONS", "TokenWeights", "head_weight_matrices",
+           "token_weights", "ablated_inputs", "candidate_mask", "rank_tokens", "random_ranks", "ablation_drops",
            "SinkReadout", "sink_readouts"]
 
 #: token-importance measures, in table order
 MEASURES = ("attention", "value_norm", "contribution", "grad_input")
-#: what an ablated token's input becomes: its token embedding set to zero, or to the mean row of W_E
-TOKEN_ABLATIONS = ("zero", "mean")
+#: how a token is ablated: its token embedding set to zero, or to the mean row of W_E; or masked
+#: out of attention (positions kept)
+TOKEN_ABLATIONS = ("zero", "mean", "mask")
+#: the ablations that replace the token embedding (an input baseline for grad_input)
+EMBEDDING_ABLATIONS = ("zero", "mean")
 
 
 def _head_outputs(model, run, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -159,15 +172,24 @@ def _metric(task, logits: torch.Tensor, rows: torch.Tensor, clean_logits: torch.
     return task.score(logits, indices=rows, clean_logits=clean_logits)
 
 
+def _check_ablation(ablation: str) -> None:
+    """None; InputError if ``ablation`` is not one of TOKEN_ABLATIONS."""
+    if ablation not in TOKEN_ABLATIONS:
+        raise InputError(f"unknown token ablation {ablation!r}; use one of {', '.join(TOKEN_ABLATIONS)}")
+
+
 def ablated_inputs(model, ids: torch.Tensor, attention_mask: torch.Tensor, ablate: torch.Tensor,
                    ablation: str = "zero") -> torch.Tensor:
     """Return the input sender's output [B, P, D] with the token embedding at ``ablate`` [B, P] replaced.
 
     ``zero``: the token embedding becomes zero (the position embedding is kept, so the position
-    stays where it was); ``mean``: the mean row of W_E (the average token).
+    stays where it was); ``mean``: the mean row of W_E (the average token). ``mask`` changes no
+    embedding and is refused here (see :func:`ablation_drops`).
     """
-    if ablation not in TOKEN_ABLATIONS:
-        raise InputError(f"unknown token ablation {ablation!r}; use one of {', '.join(TOKEN_ABLATIONS)}")
+    _check_ablation(ablation)
+    if ablation not in EMBEDDING_ABLATIONS:
+        raise InputError(f"token ablation {ablation!r} changes no embedding; ablated inputs exist for "
+                         f"{' and '.join(EMBEDDING_ABLATIONS)} only")
     x = model.embed(ids, model.positions(attention_mask))
     tok = model.W_E[ids]
     base = torch.zeros_like(tok) if ablation == "zero" else model.W_E.mean(0).expand_as(tok)
@@ -175,9 +197,11 @@ def ablated_inputs(model, ids: torch.Tensor, attention_mask: torch.Tensor, ablat
 
 
 def _grad_input(model, task, rows: torch.Tensor, ids, mask, last, ablation: str) -> torch.Tensor:
-    """dm/dx_j . (x_j - x~_j) for every position j: [B, P] (float32)."""
+    """dm/dx_j . (x_j - x~_j) for every position j: [B, P] (float32); mask ablation: the zero baseline."""
+    _check_ablation(ablation)
+    baseline = ablation if ablation in EMBEDDING_ABLATIONS else "zero"  # mask has no embedding baseline
     x = model.embed(ids, model.positions(mask)).detach()
-    x_abl = ablated_inputs(model, ids, mask, torch.ones_like(ids, dtype=torch.bool), ablation).detach()
+    x_abl = ablated_inputs(model, ids, mask, torch.ones_like(ids, dtype=torch.bool), baseline).detach()
     x = x.clone().requires_grad_(True)
     with torch.enable_grad():
         logits = model.run(ids, mask, intervention=Intervention.at_sender(0, x), logits_at=last).logits
@@ -188,7 +212,10 @@ def _grad_input(model, task, rows: torch.Tensor, ids, mask, last, ablation: str)
 
 
 def token_weights(model, task, *, ablation: str = "zero", batch_size: int = 32) -> TokenWeights:
-    """Return every measure's token weights at each prompt's read-out position (last real token)."""
+    """Return every measure's token weights at each prompt's read-out position (last real token).
+
+    ``ablation`` sets grad_input's baseline (``mask``: the zero baseline, see the module docstring).
+    """
     parts: list[dict[str, np.ndarray]] = []
     for rows, sub in task.batches(batch_size):
         dev = model.device
@@ -243,9 +270,14 @@ def ablation_drops(model, task, orders: np.ndarray, ks: tuple[int, ...], candida
     """Return [N, R, K] metric drops m(clean) - m(top-k tokens of ``orders`` [R, N, P] ablated).
 
     k larger than a prompt's number of candidates ablates all of them (never more: the count is
-    recorded by the caller through ``candidates``).
+    recorded by the caller through ``candidates``). ``ablation``: one of TOKEN_ABLATIONS (module
+    docstring); ``mask`` needs candidates without the read-out token (``exclude_readout``).
     """
+    _check_ablation(ablation)
     R, N, P = orders.shape
+    if ablation == "mask" and candidates[np.arange(N), task.last_pos.cpu().numpy()].any():
+        raise InputError("mask ablation cannot remove the read-out token (the metric's query); exclude it "
+                         "from the candidates (exclude_readout, --exclude-readout)")
     n_cand = candidates.sum(axis=1)
     ablate = np.zeros((R, len(ks), N, P), dtype=bool)
     for ki, k in enumerate(ks):
@@ -267,15 +299,25 @@ def ablation_drops(model, task, orders: np.ndarray, ks: tuple[int, ...], candida
             sl = slice(s, min(flat.shape[0], s + batch_size))
             rows = prompt[sl]
             ids, mask = task.clean[rows].to(dev), task.attention_mask[rows].to(dev)
-            x = ablated_inputs(model, ids, mask, flat[sl].to(dev), ablation)
             last = task.last_pos[rows].to(dev)
-            logits = model.run(ids, mask, intervention=Intervention.at_sender(0, x), logits_at=last).logits
+            logits = _ablated_logits(model, ids, mask, flat[sl].to(dev), last, ablation)
             clean = None
             if task.metric_name.startswith("kl"):
                 clean = model.run(ids, mask, logits_at=last).logits
             out[sl] = _metric(task, logits, rows, clean).cpu().numpy()
     drops = clean_metric[prompt.numpy()] - out
     return drops.reshape(N, R, len(ks))
+
+
+def _ablated_logits(model, ids: torch.Tensor, mask: torch.Tensor, ablate: torch.Tensor, last: torch.Tensor,
+                    ablation: str) -> torch.Tensor:
+    """Return read-out logits [B, V] with the tokens at ``ablate`` [B, P] ablated."""
+    if ablation == "mask":
+        # the masked keys leave the attention mask; positions still count every real token
+        keep = mask * ~ablate
+        return model.run(ids, keep, positions=model.positions(mask), logits_at=last).logits
+    x = ablated_inputs(model, ids, mask, ablate, ablation)
+    return model.run(ids, mask, intervention=Intervention.at_sender(0, x), logits_at=last).logits
 
 
 # --- attention sinks ---------------------------------------------------------------------------------

@@ -432,6 +432,7 @@ class CircuitModel(nn.Module):
         compute_logits: bool = True,
         logits_at: torch.Tensor | None = None,
         keep_qkv: bool = False,
+        positions: torch.Tensor | None = None,
     ) -> RunOutput:
         """Run the model, optionally from a saved state, with interventions; return what was asked.
 
@@ -444,6 +445,9 @@ class CircuitModel(nn.Module):
         receiver inputs (edge interventions and receiver patches fall back to input probes).
         ``logits_at`` [B] computes logits only at one position per row ([B, V]),
         which is all a metric read at the last real token needs.
+        ``positions`` [B, P]: position ids (learned and rotary embeddings) in place of those counted
+        from ``attention_mask``, so a key can be masked without shifting later tokens' positions
+        (token mask ablation); a masked position still attends to itself (see :meth:`_allowed`).
         """
         cfg, graph = self.cfg, self.graph
         B, P = input_ids.shape
@@ -472,7 +476,15 @@ class CircuitModel(nn.Module):
         fast_last = (logits_at is not None and iv is None and not (per_head or receiver_grads or keep_resid
                      or keep_patterns or keep_qkv))
 
-        positions = self.positions(attention_mask)
+        if positions is None:
+            positions = self.positions(attention_mask)
+        elif positions.shape != input_ids.shape:
+            raise InputError(f"positions must have the shape of input_ids {tuple(input_ids.shape)}, "
+                             f"got {tuple(positions.shape)}")
+        else:
+            positions = positions.to(input_ids.device)
+            if cfg.positional == "learned" and not 0 <= int(positions.min()) <= int(positions.max()) < cfg.n_ctx:
+                raise InputError(f"positions must lie in [0, n_ctx={cfg.n_ctx}); pass ids counted from 0")
         allowed = self._allowed(attention_mask)
         rot = self._rotary(positions) if cfg.positional == "rotary" else None
 
@@ -762,7 +774,13 @@ class CircuitModel(nn.Module):
 
     @staticmethod
     def _allowed(attention_mask: torch.Tensor) -> torch.Tensor:
-        """[B, 1, P, P] causal attention over real keys; each position may see itself (no NaN rows)."""
+        """[B, 1, P, P] causal attention over real keys; each position may see itself (no NaN rows).
+
+        A masked position (padding, or a key removed by token mask ablation) keeps its diagonal:
+        its own row is still computed from the real keys before it and itself, where HF hides a
+        masked key from its own query too. No other query reads a masked key, so the outputs at
+        unmasked positions are the same under either choice.
+        """
         P = attention_mask.shape[1]
         idx = torch.arange(P, device=attention_mask.device)
         allowed = (idx[None, :] <= idx[:, None])[None, None] & attention_mask.bool()[:, None, None, :]

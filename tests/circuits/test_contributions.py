@@ -223,3 +223,128 @@ def test_mean_ablation_replaces_the_token_embedding_by_the_mean_row():
     torch.testing.assert_close(ablated_inputs(m, ids, mask, which, "zero")[0, 1], m.W_pos[1])
     with pytest.raises(InputError, match="unknown token ablation"):
         ablated_inputs(m, ids, mask, which, "blank")
+
+
+# --- mask ablation: the token leaves attention, every position id stays --------------------------------
+HF_SMALL = {  # random-weight HF models (learned and rotary positions), as in test_model
+    "gpt2": "random:gpt2?n_layer=2&n_head=4&n_embd=32&vocab_size=97&n_positions=32&seed=1",
+    "llama": "random:llama?hidden_size=32&num_hidden_layers=2&num_attention_heads=4&num_key_value_heads=2"
+    "&intermediate_size=64&vocab_size=97&seed=4",
+}
+
+
+@pytest.fixture(scope="module", params=list(HF_SMALL))
+def hf_pair(request):
+    from circuits import load_hf
+    from circuits.convert import from_hf
+
+    hf = load_hf(HF_SMALL[request.param])
+    return request.param, hf.eval(), from_hf(hf).eval()
+
+
+def _hf_readout(hf, ids: torch.Tensor, keep: torch.Tensor, positions: torch.Tensor, last: int) -> torch.Tensor:
+    """HF logits [1, V] at ``last`` with the keys where ``keep`` is 0 masked and explicit position ids."""
+    with torch.no_grad():
+        return hf(ids[None], attention_mask=keep[None], position_ids=positions[None]).logits[:, last]
+
+
+def test_mask_ablation_drops_equal_hf_with_the_keys_masked_and_positions_kept(hf_pair):
+    name, hf, m = hf_pair
+    rows = [[5, 17, 42, 8, 63, 21, 9, 30], [11, 3, 77, 52, 6, 40], [90, 2, 14, 14, 71, 33, 25]]
+    task = _task(rows, [7, 8, 9], [10, 11, 12])  # right padding: read-outs at 7, 5, 6
+    w = token_weights(m, task, ablation="mask")
+    cand = candidate_mask(w, exclude_readout=True)
+    orders = np.concatenate([rank_tokens(w.importance("contribution"), cand)[None],
+                             random_ranks(cand, 2, np.random.default_rng(0))])
+    ks = (1, 3)
+    drops = ablation_drops(m, task, orders, ks, cand, ablation="mask")
+    err, shifted = 0.0, 0.0  # largest error; largest change if later positions shifted (must be told apart)
+    for n in range(3):
+        last = int(task.last_pos[n])
+        ids, real = task.clean[n], task.attention_mask[n]
+        pos = torch.arange(ids.shape[0])
+        row = torch.tensor([n])
+        clean = float(task.score(_hf_readout(hf, ids, real, pos, last), indices=row))
+        for r in range(orders.shape[0]):
+            for ki, k in enumerate(ks):
+                keep = real.clone()
+                keep[torch.as_tensor(orders[r, n, :k])] = 0
+                assert keep[last] == 1 and keep.sum() == last + 1 - k
+                expect = clean - float(task.score(_hf_readout(hf, ids, keep, pos, last), indices=row))
+                err = max(err, abs(drops[n, r, ki] - expect))
+                moved = (keep.cumsum(0) - 1).clamp(min=0)  # positions counted from the mask: later tokens shift
+                shift = clean - float(task.score(_hf_readout(hf, ids, keep, moved, last), indices=row))
+                shifted = max(shifted, abs(shift - expect))
+    tol = 1e-5  # float32 rounding (measured ~1e-7)
+    assert err <= tol, name
+    assert shifted > 20 * tol, name  # shifting the positions would fail the check above
+
+
+def test_masking_equals_deleting_the_token_with_positions_kept(hf_pair):
+    name, hf, m = hf_pair
+    ids = torch.tensor([[4, 19, 61, 7, 33, 80, 12, 50, 2]])
+    P, gone = ids.shape[1], 3
+    keep = torch.ones_like(ids)
+    keep[0, gone] = 0
+    pos = torch.arange(P)[None]
+    with torch.no_grad():
+        masked = m.run(ids, keep, positions=pos).logits
+        rest = torch.arange(P) != gone
+        # the token deleted from the sequence, the others at their old positions (a gap at 3)
+        deleted = m.run(ids[:, rest], positions=pos[:, rest]).logits
+        hf_deleted = hf(ids[:, rest], position_ids=pos[:, rest]).logits
+        unmasked_default = m.run(ids).logits
+    torch.testing.assert_close(masked[:, rest], deleted, atol=1e-5, rtol=0)
+    torch.testing.assert_close(masked[:, rest], hf_deleted, atol=1e-4, rtol=0)
+    torch.testing.assert_close(masked[:, :gone], unmasked_default[:, :gone], atol=1e-5, rtol=0)  # causal
+    assert (masked[:, gone + 1:] - unmasked_default[:, gone + 1:]).abs().max() > 1e-3  # the mask acted
+    # positions=None is the old behaviour: ids counted from the mask
+    with torch.no_grad():
+        torch.testing.assert_close(m.run(ids, keep, positions=m.positions(keep)).logits, m.run(ids, keep).logits)
+
+
+def test_masking_a_zero_value_token_renormalises_the_others_analytically():
+    """One attention-only layer without norms: hiding a key whose value vector is zero leaves every
+    other key's weighted value as it was and divides each head's output o_i by 1 - a_i,sink."""
+    m = _sink_model(sink_token=0, big=2.0)
+    ids = [[3, 0, 5, 2, 7, 4], [6, 1, 0, 8, 2, 9]]
+    task = _task(ids, [1, 2], [3, 4])
+    sink_at = np.array([1, 2])
+    cand = np.zeros((2, 6), bool)
+    cand[np.arange(2), sink_at] = True
+    drops = ablation_drops(m, task, rank_tokens(cand.astype(float), cand)[None], (1,), cand, ablation="mask")
+    blk = m.blocks[0]
+    with torch.no_grad():
+        values = torch.einsum("d,hde->he", m.W_E[0], blk.W_V) + blk.b_V  # the sink's value vector per head
+        assert values.abs().max() == 0
+        run = m.run(task.clean, keep_patterns=True, keep_senders=True)
+        for n in range(2):
+            a = run.patterns[0][n, :, 5, sink_at[n]].double()  # [H] attention of the read-out to the sink
+            assert ((a > 0.05) & (a < 0.95)).all()  # the renormalisation is far from trivial
+            o = run.blocks[1][n, :, 5].double()  # [H, D] head outputs at the read-out (without b_O)
+            resid = m.W_E[task.clean[n, 5]].double() + (o / (1 - a)[:, None]).sum(0) + blk.b_O.double()
+            logits = resid @ m.W_U.double() + m.b_U.double()  # no norm, no positions: the residual is read out
+            clean = run.logits[n, 5].double()
+            expect = float((clean[1 + n] - clean[3 + n]) - (logits[1 + n] - logits[3 + n]))
+            assert drops[n, 0, 0] == pytest.approx(expect, abs=1e-4)
+
+
+def test_mask_ablation_guards_and_grad_input_baseline():
+    from circuits.contributions import ablated_inputs
+
+    m = _bare(n_layers=2, mlp="standard", norm="layernorm", positional="learned", seed=2)
+    task = _task([[1, 4, 2, 7], [2, 5, 8, 1]], [1, 2], [3, 4])
+    w_mask, w_zero = token_weights(m, task, ablation="mask"), token_weights(m, task, ablation="zero")
+    np.testing.assert_array_equal(w_mask.grad_input, w_zero.grad_input)  # documented: the zero baseline
+    cand = candidate_mask(w_mask)  # the read-out is a candidate
+    order = rank_tokens(w_mask.importance("attention"), cand)[None]
+    with pytest.raises(InputError, match="read-out token"):
+        ablation_drops(m, task, order, (1,), cand, ablation="mask")
+    with pytest.raises(InputError, match="changes no embedding"):
+        ablated_inputs(m, task.clean, task.attention_mask, cand, "mask")
+    with pytest.raises(InputError, match="unknown token ablation"):
+        ablation_drops(m, task, order, (1,), cand, ablation="delete")
+    with pytest.raises(InputError, match="shape of input_ids"):
+        m.run(task.clean, positions=torch.arange(3)[None])
+    with pytest.raises(InputError, match="n_ctx"):
+        m.run(task.clean, positions=torch.full_like(task.clean, m.cfg.n_ctx))
