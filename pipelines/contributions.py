@@ -15,8 +15,10 @@ returns the estimator with ``result_``) runs two stages:
 ``run(model, out)`` writes both stages to a run directory (reports.rundir.RunDir): a killed run
 resumes from the stage it finished, and a changed spec is refused unless ``force``.
 ``cross_seed(models, out)`` runs refits of one recipe into ``out/model-<i>/`` and compares them:
-``token_stability`` (do the seeds pick the same top-k tokens? against hypergeometric chance) and
-``sink_stability`` (rank-matched sink rates per layer, number of sink heads, the relation per seed).
+``token_stability`` (do the seeds pick the same top-k tokens? against hypergeometric chance),
+``sink_stability`` (rank-matched sink rates per layer, number of sink heads, the relation per seed) and
+``sink_matching`` (are the sink heads the same heads? heads matched across seeds by attention pattern as
+in the head study, ``stats.sink_matching``, against a random one-to-one matching).
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ __all__ = ["TokenContributions", "ContributionsResult", "CrossSeedResult", "READ
 MEASURES = ("attention", "value_norm", "contribution", "grad_input")
 RANDOM = "random"
 READOUT_TABLES = ("token_weights", "token_drops", "sink_prompts")
+#: cross-seed sink matching drops the first (BOS) column of the patterns: with it every sink head resembles every
+#: other and the sink agreement would be built into the matching (DESIGN.md pitfalls: BOS sinks inflate cosines)
+MATCH_DROP_BOS = True
 STAT_TABLES = ("token_importance", "token_importance_diffs", "sink_heads", "sink_fit", "summary")
 
 
@@ -363,9 +368,11 @@ class TokenContributions:
                    ) -> "CrossSeedResult":
         """Run every model (refits of one architecture) into ``out/model-<i>/`` and compare them across seeds.
 
-        Writes ``token_stability`` (top-k token agreement between seeds per measure, against chance)
-        and ``sink_stability`` (rank-matched sink rates per layer, number of sink heads, the sink-norm
-        relation per seed) at the top of ``out``; every stage resumes.
+        Writes ``token_stability`` (top-k token agreement between seeds per measure, against chance),
+        ``sink_stability`` (rank-matched sink rates per layer, number of sink heads, the sink-norm
+        relation per seed) and ``sink_matching`` (sink-head agreement with heads matched by attention
+        pattern, against random matching; its own stage, which reads the models' attention patterns on
+        the task's prompts) at the top of ``out``; every stage resumes.
         """
         from reports.rundir import RunDir
         from stats.sinks import sink_stability
@@ -396,11 +403,28 @@ class TokenContributions:
             sinks = sink_stability(rates, np.array([r.sinks.fit["spearman"]["estimate"] for r in results]),
                                    np.array([r.sinks.fit["curvature"]["estimate"] for r in results]),
                                    sink_bar=self.sink_threshold, confidence_level=self.confidence_level)
-            study = CrossSeedResult(results, tokens, sinks, {"models": sources, **self.get_params()})
-            run.stage("cross_seed", study.tables, ["token_stability", "sink_stability"],
-                      params={"weights": [m.weight_hash() for m in models], **self.get_params()},
-                      depends_on=[f"model{i}_token_stats" for i in range(len(models))], force=force)
+            weights = [m.weight_hash() for m in models]
+            model_stats = [f"model{i}_token_stats" for i in range(len(models))]
+            run.stage("sink_matching", lambda: {"sink_matching": self._sink_matching(models, tasks[0], rates)},
+                      ["sink_matching"], params={"weights": weights, "match_drop_bos": MATCH_DROP_BOS,
+                                                 **self.get_params()}, depends_on=model_stats, force=force)
+            matching = {k: np.asarray(v) for k, v in run.table("sink_matching").to_pydict().items()}
+            study = CrossSeedResult(results, tokens, sinks, matching, {"models": sources, **self.get_params()})
+            run.stage("cross_seed", lambda: {k: v for k, v in study.tables().items() if k != "sink_matching"},
+                      ["token_stability", "sink_stability"], params={"weights": weights, **self.get_params()},
+                      depends_on=model_stats, force=force)
         return study
+
+    def _sink_matching(self, models: Sequence[Any], task, rates: np.ndarray) -> dict[str, np.ndarray]:
+        """Return the ``sink_matching`` table: each model's attention patterns on the task, matched across seeds."""
+        from circuits.readouts import attention_patterns
+        from stats.sink_matching import matching_description, pattern_matchings, sink_matching
+
+        ids, mask = task.clean.numpy(), task.attention_mask.numpy().astype(bool)
+        patterns = [attention_patterns(m, ids, self.batch_size) for m in models]
+        match, _ = pattern_matchings(patterns, drop_bos=MATCH_DROP_BOS, mask=mask)
+        return sink_matching(rates, match, sink_bar=self.sink_threshold, confidence_level=self.confidence_level,
+                             matching=matching_description(MATCH_DROP_BOS))
 
 
 def _orders_from_tables(weights: Sequence[Any], measures: Sequence[str]) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -424,16 +448,17 @@ def _orders_from_tables(weights: Sequence[Any], measures: Sequence[str]) -> tupl
 
 @dataclass(repr=False)
 class CrossSeedResult(Result):
-    """Per-model results and their comparison across seeds; tables ``token_stability`` and ``sink_stability``."""
+    """Per-model results and their comparison across seeds; tables ``token_stability``, ``sink_stability``, ``sink_matching``."""
 
     results: list
     tokens: Any
     sinks: dict
+    matching: dict
     params: dict = field(default_factory=dict)
     main_table = "token_stability"
 
     def _tables(self) -> dict[str, dict[str, Any]]:
-        return {"token_stability": self.tokens.rows, "sink_stability": self.sinks}
+        return {"token_stability": self.tokens.rows, "sink_stability": self.sinks, "sink_matching": self.matching}
 
     def _summary_items(self) -> list[tuple[str, Any]]:
         items = [("models", len(self.results))] + self.tokens._summary_items()
@@ -441,4 +466,10 @@ class CrossSeedResult(Result):
         for layer, item, v, lo, hi in zip(s["layer"], s["item"], s["value"], s["ci_low"], s["ci_high"]):
             where = "model" if layer < 0 else f"layer {layer}"
             items.append((f"{where}: {item}", f"{v:.3g} [{lo:.3g}, {hi:.3g}]"))
+        m = self.matching
+        for layer, item, v, lo, hi, null, verdict in zip(m["layer"], m["item"], m["value"], m["ci_low"], m["ci_high"],
+                                                         m["null"], m["verdict"]):
+            where = "all layers" if layer < 0 else f"layer {layer}"
+            items.append((f"{where}: {item} (pattern-matched)",
+                          f"{v:.3g} [{lo:.3g}, {hi:.3g}], random matching {null:.3g}: {verdict}"))
         return items

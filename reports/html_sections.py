@@ -941,7 +941,7 @@ def calibration_part(T: Tables) -> str:
 
 # ----- token contributions and attention sinks (``circuitstat tokens``) ---------------------------------
 TOKEN_TABLES = ("token_weights", "token_importance", "token_importance_diffs", "sink_heads", "sink_fit")
-SEED_TABLES = ("token_stability", "sink_stability")
+SEED_TABLES = ("token_stability", "sink_stability", "sink_matching")
 HEATMAP_PROMPTS = 3  # prompts drawn as contribution-vs-attention heatmaps (the rest are in token_weights)
 DIVERGING = ("#2166ac", "#67a9cf", "#d1e5f0", "#f7f7f7", "#fddbc7", "#ef8a62", "#b2182b")
 _MODEL_DIR = re.compile(r"^model-(\d+)$")
@@ -974,7 +974,8 @@ def tokens_section(T: Tables, sources: Sequence[str] = (), part: Callable[[Calla
         # the refits share the task's prompts: one model's heatmaps show them (the file stays small)
         out.append(f"<h3>{esc(d.name + src)}</h3>" + _token_model_parts(Tables(d), part, heatmaps=j == 0))
     if any(T.path(t).exists() for t in SEED_TABLES):
-        out.append("<h3>Across seeds</h3>" + part(lambda: sink_stability_part(T)) + part(lambda: token_stability_part(T)))
+        out.append("<h3>Across seeds</h3>" + part(lambda: sink_stability_part(T)) + part(lambda: sink_matching_part(T))
+                   + part(lambda: token_stability_part(T)))
     if not out:
         raise Missing("No tables of `circuitstat tokens` are in this run directory, so this section is omitted.")
     return "".join(out)
@@ -1182,6 +1183,29 @@ def sink_stability_part(T: Tables) -> str:
     cap = (f"Are the sink heads the same across seeds? Sink rates matched by rank within each layer, the number of sink "
            f"heads, and the sink-norm relation per seed; intervals cover {est or 'the mean over training seeds'}.")
     return f"<h4>Attention sinks across seeds</h4><p>{esc(cap)}</p>" + f'<div class="tablebox">{tbl}</div>'
+
+
+def sink_matching_part(T: Tables) -> str:
+    """Sink-head agreement across seeds with heads matched by attention pattern, against a random matching."""
+    t = T.need("sink_matching", ["layer", "item", "value", "ci_low", "ci_high", "null", "excess", "verdict"])
+    L, items, verdicts = ints(t, "layer"), strs(t, "item"), strs(t, "verdict")
+    cols = {c: num(t, c) for c in ("value", "ci_low", "ci_high", "null", "excess", "excess_ci_low", "excess_ci_high",
+                                   "n_pairs", "n_pairs_undefined")}
+    rows = [["all" if L[i] < 0 else str(L[i]), items[i], *(cols[c][i] for c in list(cols)[:7]), verdicts[i],
+             cols["n_pairs"][i], cols["n_pairs_undefined"][i]] for i in range(t.num_rows)]
+    tbl = html_table([("layer", "text"), ("item", "text"), ("mean over seed pairs", "num"), ("CI low", "num"),
+                      ("CI high", "num"), ("random matching", "num"), ("excess", "num"), ("excess CI low", "num"),
+                      ("excess CI high", "num"), ("verdict", "text"), ("pairs", "int"), ("pairs undefined", "int")],
+                     rows[:MAX_ROWS])
+    first = lambda c: strs(t, c)[0] if t.num_rows else ""  # noqa: E731
+    bar = num(t, "sink_bar")
+    cap = (f"Are the sink heads the same heads across seeds? Heads are matched within each layer by attention pattern "
+           f"({first('matching')}); a sink head has sink rate >= {fmt(bar[0]) if bar.size else '—'}. Each item is "
+           "compared with its exact expectation under a random one-to-one matching; excess > 0 means more alike than "
+           "chance (for the rate difference: smaller than chance). Pairs where no seed has a sink head are undefined and "
+           f"counted, not dropped. Intervals cover {first('estimand') or 'the mean over training seeds'}.")
+    return f"<h4>Sink heads across seeds, matched by attention pattern</h4><p>{esc(cap)}</p>" + \
+        f'<div class="tablebox">{tbl}</div>'
 
 
 def token_stability_part(T: Tables) -> str:

@@ -350,6 +350,8 @@ SINK_RATE = "the head's sink rate (share of query positions above the threshold)
 SINK_FIT = "the stated coefficient of head output norm on head sink rate across heads; prompts resampled, heads fixed"
 TOKEN_SEEDS = "the expected top-k token Jaccard between two training seeds (jackknife over seeds; prompts fixed)"
 SINK_SEEDS = "the mean over the distribution of training seeds (t interval over seeds)"
+SINK_MATCHED = ("the mean over ordered pairs of training seeds, i.e. over the distribution of training seeds (jackknife "
+                "over seeds, t on K-1 df; prompts fixed)")
 _MEASURE_WEIGHT = "importance of the token at the read-out position by the {} measure (circuits.contributions)"
 TABLES.update({t.name: t for t in (
     _table("token_weights", "per-token importance at each prompt's read-out position, one row per prompt and token",
@@ -411,6 +413,22 @@ TABLES.update({t.name: t for t in (
            ("value", F, "mean over seeds", True), *_ci("ci", "value", SINK_SEEDS),
            ("sd", F, "standard deviation over seeds"), ("min", F, "smallest seed value"), ("max", F, "largest seed value"),
            ("n_refits", I, "number of seeds"), ("estimand", S, "what the interval covers")),
+    _table("sink_matching", "are the sink heads the same heads across seeds? heads matched within each layer by "
+           "attention pattern (as in the head study); one row per layer and item, against a random one-to-one matching",
+           ("layer", I, "layer (-1: all layers pooled)"),
+           ("item", S, "sink-head Jaccard, share of sink heads matched to a sink, or mean |sink-rate difference| of "
+                       "matched heads"),
+           ("value", F, "mean over ordered seed pairs where the item is defined", True), *_ci("ci", "value", SINK_MATCHED),
+           ("null", F, "exact expectation of the item under a uniformly random one-to-one matching of the layer's heads"),
+           ("excess", F, "value - null (null - value for the rate difference): positive = more alike than chance", True),
+           *_ci("excess_ci", "excess", SINK_MATCHED),
+           ("verdict", S, "stable (excess interval above 0), less than chance (below 0), inconclusive, or undefined "
+                          "(no interval); each row from its own interval, not adjusted for multiplicity"),
+           ("n_refits", I, "number of seeds"), ("n_pairs", I, "ordered seed pairs where the item is defined"),
+           ("n_pairs_undefined", I, "ordered seed pairs left out: no sink head in either seed (Jaccard) or in the "
+                                    "first seed (share)"),
+           ("sink_bar", F, "sink rate at or above which a head is a sink head"),
+           ("matching", S, "how heads were matched across seeds"), ("estimand", S, "what the interval covers")),
 )})
 
 SCORES_PREFIX = "scores_"

@@ -159,11 +159,84 @@ def test_cross_seed_writes_each_model_and_the_comparison(tmp_path):
     rates = np.stack([np.asarray(r.sinks.sink_rate.estimate).reshape(2, 2) for r in study.results])
     top = sinks[(sinks.layer == 1) & (sinks["item"] == "rank 1 sink rate")]["value"].iloc[0]
     assert top == pytest.approx(rates[:, 1].max(-1).mean())
-    # the same model three times: every seed picks the same tokens
+    matching = pq.read_table(tmp_path / "study" / "sink_matching.parquet")
+    assert schema_for("sink_matching").validate(matching).num_rows == 3 * 3  # layers 0, 1 and pooled, 3 items
+    m = matching.to_pandas()
+    assert set(m.layer) == {-1, 0, 1} and (m.n_refits == 3).all() and (m.n_pairs + m.n_pairs_undefined == 6).all()
+    diff = m[(m["item"] == "mean |sink-rate difference|")].set_index("layer")
+    for layer in (0, 1):  # the random-matching null: mean |r_a(h) - r_b(g)| over every head pair, mean over seed pairs
+        null = np.mean([np.abs(rates[a, layer][:, None] - rates[b, layer][None]).mean()
+                        for a in range(3) for b in range(3) if a != b])
+        assert diff.loc[layer, "null"] == pytest.approx(null)
+    # the same model three times: every seed picks the same tokens, and matching pairs each head with itself
     same = TokenContributions(**EST).cross_seed([models[0]] * 3, tmp_path / "same", command=["test"])
     assert (same.to_pandas("token_stability").jaccard == 1.0).all()
+    assert (same.to_pandas("sink_matching").query("item == 'mean |sink-rate difference|'").value == 0.0).all()
     with pytest.raises(InputError, match="at least 2 models"):
         est.cross_seed(models[:1], tmp_path / "one")
+
+
+def _first_position_sink_model(sink_head: int, seed: int = 0):
+    """Return a 1-layer model whose head ``sink_head`` attends to position 0 (a positional sink), the others avoid it."""
+    cfg = ModelConfig(n_layers=1, n_heads=3, d_model=12, d_head=4, d_mlp=0, vocab_size=50, n_ctx=32, norm="none",
+                      mlp="none")
+    m = CircuitModel(cfg).init_weights(seed)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        m.W_E.copy_(torch.randn(m.W_E.shape, generator=g))
+        m.W_pos.copy_(torch.randn(m.W_pos.shape, generator=g))
+        blk = m.blocks[0]
+        for p in (blk.W_Q, blk.W_K, blk.W_V, blk.W_O):
+            p.copy_(torch.randn(p.shape, generator=g))
+        m.W_E[:, 0] = 0.0
+        m.W_pos[:, 0] = 0.0
+        m.W_pos[0, 0] = 1.0  # dimension 0 marks the first position only
+        blk.W_K[:, 0], blk.W_K[:, :, 0] = 0.0, 0.0
+        blk.W_K[:, 0, 0] = 1.0  # key dimension 0 reads the first-position mark and nothing else
+        blk.W_Q[:, :, 0] = 0.0
+        blk.b_Q[:, 0] = -30.0  # ... which every head's query avoids
+        blk.W_Q[sink_head].zero_()
+        blk.b_Q[sink_head].zero_()
+        blk.b_Q[sink_head, 0] = 30.0  # ... but the sink head's seeks
+        blk.W_K[sink_head].zero_()
+        blk.W_K[sink_head, 0, 0] = 1.0
+    return m.eval()
+
+
+def _heads_permuted(model, order):
+    """Return a copy of a 1-layer model whose head j is ``model``'s head order[j] (the same function)."""
+    import copy
+
+    out = copy.deepcopy(model)
+    with torch.no_grad():
+        for name in ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "W_O"):
+            getattr(out.blocks[0], name).copy_(getattr(model.blocks[0], name)[list(order)])
+    return out
+
+
+def test_cross_seed_sink_matching_finds_a_planted_sink_under_permuted_heads(tmp_path):
+    base = _first_position_sink_model(sink_head=0)
+    models = [base, _heads_permuted(base, (1, 2, 0)), _heads_permuted(base, (2, 0, 1))]  # the sink at heads 0, 2, 1
+    study = TokenContributions(**EST).cross_seed(models, tmp_path / "planted", command=["test"])
+    rates = np.stack([r.sinks.sink_rate.estimate for r in study.results])
+    assert (rates >= 0.3).sum(1).tolist() == [1, 1, 1] and np.argmax(rates, 1).tolist() == [0, 2, 1]
+    m = study.to_pandas("sink_matching").query("layer == 0").set_index("item")
+    for item in ("sink-head Jaccard", "share of sink heads matched to a sink"):
+        assert m.loc[item, "value"] == 1.0 and m.loc[item, "null"] == pytest.approx(1 / 3)
+        assert m.loc[item, "verdict"] == "stable" and m.loc[item, "n_pairs"] == 6
+    assert m.loc["mean |sink-rate difference|", "value"] == pytest.approx(0.0, abs=1e-12)
+    # rerunning reads the finished stage back (no attention patterns read again)
+    import circuits.readouts
+
+    def boom(*a, **k):
+        raise AssertionError("patterns recomputed")
+
+    orig, circuits.readouts.attention_patterns = circuits.readouts.attention_patterns, boom
+    try:
+        again = TokenContributions(**EST).cross_seed(models, tmp_path / "planted", command=["test"])
+    finally:
+        circuits.readouts.attention_patterns = orig
+    np.testing.assert_array_equal(again.matching["value"], study.matching["value"])
 
 
 def test_chosen_pairs_are_the_holm_family():

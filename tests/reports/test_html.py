@@ -638,6 +638,14 @@ def test_a_cross_seed_tokens_run_shows_each_model_and_the_seed_tables(tmp_path):
     for r in _read(run, "token_stability"):
         assert [r["measure"], str(r["k"]), fmt(r["jaccard"]), fmt(r["ci_low"]), fmt(r["ci_high"]), fmt(r["chance"])] in \
             [x[:6] for x in rows]
+    assert "Sink heads across seeds, matched by attention pattern" in sec and "first (BOS) column dropped" in sec
+    matched = _read(run, "sink_matching")
+    assert len(matched) == 3 * 3  # layers 0, 1 and all, three items
+    for r in matched:
+        where = "all" if r["layer"] < 0 else str(r["layer"])
+        assert [where, r["item"], fmt(r["value"]), fmt(r["ci_low"]), fmt(r["ci_high"]), fmt(r["null"]), fmt(r["excess"]),
+                fmt(r["excess_ci_low"]), fmt(r["excess_ci_high"]), r["verdict"], str(r["n_pairs"]),
+                str(r["n_pairs_undefined"])] in rows
     for i in range(2):
         for h in _read(run / f"model-{i}", "sink_heads"):
             assert f"{h['node']}: sink rate {fmt(h['sink_rate'])}" in sec

@@ -137,3 +137,143 @@ def test_curvature_interval_covers_the_population_curvature():
         fit = sink_relation(share[idx], norm[idx], names, n_resamples=999, seed=rep).fit["curvature"]
         hits += fit["ci_low"] <= truth <= fit["ci_high"]
     assert 0.90 <= hits / reps <= 0.99, hits / reps
+
+
+# --- sink heads across seeds, matched by attention pattern (stats.sink_matching) -------------------
+def _causal_patterns(rng, n_layers, n_heads, n_prompts, length, sink_heads=()):
+    """Return random causal softmax patterns [L, H, P, T, T]; heads in ``sink_heads`` (layer, head) sink to token 0."""
+    logits = rng.normal(scale=2.0, size=(n_layers, n_heads, n_prompts, length, length))
+    logits[..., 0] -= 4.0  # ordinary heads hardly attend to the first token
+    for layer, head in sink_heads:
+        logits[layer, head, :, :, 0] += 8.0
+    logits = np.where(np.tril(np.ones((length, length), bool)), logits, -np.inf)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    return p / p.sum(-1, keepdims=True)
+
+
+def _permuted_seeds(n_seeds, base, rng):
+    """Return (patterns per seed, perms): seed k's head j is base head perms[k][l, j] in layer l."""
+    L, H = base.shape[:2]
+    perms = [np.stack([rng.permutation(H) for _ in range(L)]) for _ in range(n_seeds)]
+    seeds = [np.stack([base[layer, perm[layer]] for layer in range(L)]) + rng.normal(scale=1e-3, size=base.shape)
+             for perm in perms]
+    return seeds, perms
+
+
+def _rates_from(patterns, threshold=0.3):
+    """Return [L, H] sink rates: share of positions after the first with attention to token 0 above threshold."""
+    return (patterns[..., 1:, 0] > threshold).mean((-1, -2))
+
+
+def test_pattern_matching_recovers_permuted_heads_and_a_planted_sink_agrees_perfectly():
+    from stats.sink_matching import pattern_matchings, sink_matching
+
+    rng = np.random.default_rng(5)
+    K, L, H = 4, 2, 5
+    base = _causal_patterns(rng, L, H, n_prompts=6, length=8, sink_heads=[(1, 2)])
+    seeds, perms = _permuted_seeds(K, base, rng)
+    match, score = pattern_matchings(seeds)  # BOS column dropped: matched on where else the heads attend
+    for a in range(K):
+        for b in range(K):
+            if a != b:
+                for layer in range(L):  # head h of a is base perms[a][h]; that base head sits at argsort(perms[b])
+                    np.testing.assert_array_equal(match[a, b, layer], np.argsort(perms[b][layer])[perms[a][layer]])
+    assert np.nanmin(score) > 0.99
+    rates = np.stack([_rates_from(s) for s in seeds])
+    assert ((rates[:, 1] >= 0.3).sum(-1) == 1).all() and (rates[:, 0] < 0.3).all()  # one sink per seed, in layer 1
+    t = sink_matching(rates, match, sink_bar=0.3)
+    row = {(layer, item): i for i, (layer, item) in enumerate(zip(t["layer"], t["item"]))}
+    for item in ("sink-head Jaccard", "share of sink heads matched to a sink"):
+        for layer in (1, -1):  # layer 0 has no sink: pooled over layers it is layer 1's
+            i = row[(layer, item)]
+            assert t["value"][i] == 1.0 and t["null"][i] == pytest.approx(1 / H)  # one sink among H: chance 1/H
+            assert t["excess"][i] == pytest.approx(1 - 1 / H) and t["verdict"][i] == "stable"
+            assert t["n_pairs"][i] == K * (K - 1) and t["n_pairs_undefined"][i] == 0
+        i = row[(0, item)]  # no sink head in any seed: undefined, counted, never dropped
+        assert np.isnan(t["value"][i]) and t["verdict"][i] == "undefined" and t["n_pairs_undefined"][i] == K * (K - 1)
+    i = row[(1, "mean |sink-rate difference|")]
+    assert t["value"][i] < 0.01 and t["excess"][i] > 0.1 and t["verdict"][i] == "stable"
+    assert set(t["estimand"]) == {t["estimand"][0]} and "jackknife" in t["estimand"][0]
+
+
+def test_sinks_at_unrelated_heads_are_not_called_stable():
+    from stats.sink_matching import pattern_matchings, sink_matching
+
+    rng = np.random.default_rng(6)
+    K, L, H = 4, 1, 4
+    seeds, perms = _permuted_seeds(K, _causal_patterns(rng, L, H, 6, 8), rng)
+    match, _ = pattern_matchings(seeds)
+    # seed k's sink is the head holding base head k: the matched partner of a sink is never a sink
+    rates = np.zeros((K, L, H))
+    for k in range(K):
+        rates[k, 0, np.argsort(perms[k][0])[k]] = 0.8
+    t = sink_matching(rates, match, sink_bar=0.3)
+    share = {item: i for i, (layer, item) in enumerate(zip(t["layer"], t["item"])) if layer == 0}
+    i = share["share of sink heads matched to a sink"]
+    assert t["value"][i] == 0.0 and t["null"][i] == pytest.approx(1 / H) and t["verdict"][i] != "stable"
+    assert t["verdict"][share["sink-head Jaccard"]] != "stable"
+    # random sink heads (independent of the patterns) over many seeds: the excess interval covers 0
+    K = 8
+    seeds, _ = _permuted_seeds(K, _causal_patterns(rng, L, H, 6, 8), rng)
+    match, _ = pattern_matchings(seeds)
+    rates = np.zeros((K, L, H))
+    rates[np.arange(K), 0, rng.integers(0, H, K)] = 0.8
+    t = sink_matching(rates, match, sink_bar=0.3)
+    for i in np.flatnonzero(t["layer"] == 0):
+        assert t["excess_ci_low"][i] < 0 < t["excess_ci_high"][i] and t["verdict"][i] == "inconclusive"
+
+
+def test_random_matching_null_is_the_mean_over_every_one_to_one_matching():
+    """Oracle: enumerate all H!^L matchings of two layers and average each statistic."""
+    import itertools
+
+    from stats.sink_matching import ITEMS, sink_pair_statistics
+
+    rng = np.random.default_rng(7)
+    L, H = 2, 4
+    rates = rng.random((2, L, H)) * 0.6  # some heads above the 0.3 bar, a varying number per layer and seed
+    rates[0, 0, :3] = [0.5, 0.4, 0.35]
+    every = list(itertools.permutations(range(H)))
+    values = {item: [] for item in ITEMS}
+    for p0 in every:
+        for p1 in every:
+            match = np.full((2, 2, L, H), -1)
+            match[0, 1] = [p0, p1]
+            match[1, 0] = [np.argsort(p0), np.argsort(p1)]
+            stats = sink_pair_statistics(rates, match, 0.3)
+            for item in ITEMS:
+                values[item].append(stats[item][0][0, 1])
+    stats = sink_pair_statistics(rates, match, 0.3)
+    for item in ITEMS:
+        np.testing.assert_allclose(stats[item][1][0, 1], np.mean(values[item], axis=0), rtol=1e-12, err_msg=item)
+        assert np.isnan(stats[item][0][0, 0]).all()
+
+
+def test_matching_statistics_by_hand_and_input_errors():
+    from stats.sink_matching import pattern_matchings, sink_matching, sink_pair_statistics
+
+    rates = np.array([[[0.9, 0.5, 0.0]], [[0.0, 0.8, 0.2]], [[0.4, 0.0, 0.6]]])  # [K=3, L=1, H=3]
+    match = np.full((3, 3, 1, 3), -1)
+    match[0, 1, 0] = [1, 0, 2]  # a0.h0 -> h1 (sink), a0.h1 -> h0 (not), a0.h2 -> h2
+    match[1, 0, 0] = [1, 0, 2]
+    for a, b in ((0, 2), (2, 0), (1, 2), (2, 1)):
+        match[a, b, 0] = [0, 1, 2]
+    s = sink_pair_statistics(rates, match, 0.3)
+    # seeds 0 -> 1: sinks {0, 1} map to {1, 0}; seed 1's sinks {1}: one of two matched to a sink
+    assert s["share of sink heads matched to a sink"][0][0, 1, 0] == 0.5
+    assert s["sink-head Jaccard"][0][0, 1, 0] == pytest.approx(1 / 2)  # {1, 0} vs {1}
+    assert s["mean |sink-rate difference|"][0][0, 1, 0] == pytest.approx((0.1 + 0.5 + 0.2) / 3)
+    assert s["mean |sink-rate difference|"][1][0, 1, 0] == pytest.approx(np.abs(rates[0, 0][:, None]
+                                                                             - rates[1, 0][None]).mean())
+    t = sink_matching(rates, match, sink_bar=0.3)
+    i = list(t["item"]).index("sink-head Jaccard")
+    off = ~np.eye(3, dtype=bool)
+    assert t["value"][i] == pytest.approx(s["sink-head Jaccard"][0][off][:, 0].mean())
+    with pytest.raises(InputError, match="one-to-one"):
+        bad = match.copy()
+        bad[0, 1, 0] = [1, 1, 2]
+        sink_pair_statistics(rates, bad, 0.3)
+    with pytest.raises(InputError, match="at least 2 seeds"):
+        pattern_matchings([np.zeros((1, 3, 2, 4, 4))])
+    with pytest.raises(InputError, match="mask"):
+        pattern_matchings([np.zeros((1, 3, 2, 4, 4))] * 2, mask=np.ones((2, 5), bool))
