@@ -47,7 +47,10 @@ names it with ``model: i``:
 * ``token_drop``: ``measure``, ``k``, ``statistic`` (default ``ci_low``; mean_drop, ci_high), bounds.
 * ``sink_stability`` (cross-seed run, no ``model``): ``layer`` (-1: the whole model), ``item`` as
   the table names it (e.g. ``rank 1 sink rate``, ``heads with sink rate >= 0.3``), ``statistic``
-  (default ``ci_low``; value, ci_high), bounds. Intervals cover the mean over training seeds.
+  (default ``ci_low``; value, ci_high), bounds. Intervals cover the mean over training seeds. An item
+  of ``sink_matching`` (sink heads matched across seeds by attention pattern, e.g. ``sink-head
+  Jaccard``; layer -1: all layers pooled) is claimed the same way, also on ``excess`` and
+  ``excess_ci_low/high`` (above a random matching: a stability claim is about excess).
 * ``token_stability`` (cross-seed run): ``measure``, ``k``, ``statistic`` (default
   ``excess_ci_low``, agreement above chance; jaccard[_ci_low/_ci_high], excess[_ci_high]), bounds.
 
@@ -335,12 +338,13 @@ class TokenDrop(_Bounded):
 
 
 class SinkStability(_Bounded):
-    """Sinks across the seeds of a cross-seed run: an item of sink_stability, by default its interval's lower end."""
+    """Sinks across the seeds of a cross-seed run: an item of sink_stability or sink_matching, by default its
+    interval's lower end."""
 
     kind: Literal["sink_stability"]
-    layer: int = Field(ge=-1)  # -1: the whole model (the sink-norm relation per seed)
-    item: str = Field(min_length=1, max_length=200)  # e.g. "rank 1 sink rate", "heads with sink rate >= 0.3"
-    statistic: Literal[claimable("sink_stability")] = "ci_low"
+    layer: int = Field(ge=-1)  # -1: the whole model (the sink-norm relation per seed; sink_matching: layers pooled)
+    item: str = Field(min_length=1, max_length=200)  # e.g. "rank 1 sink rate", "sink-head Jaccard"
+    statistic: Literal[tuple(dict.fromkeys(claimable("sink_stability") + claimable("sink_matching")))] = "ci_low"
 
     def _auto_label(self) -> str:
         return f"layer {self.layer} {self.item} {self.statistic}"
@@ -548,6 +552,9 @@ _TABLE_HINT = {
        for t in ("sink_heads", "token_importance", "token_importance_diffs")},
     **{t: "claims across seeds need a cross-seed run: `circuitstat tokens` with two or more --model refits"
        for t in ("sink_stability", "token_stability")},
+    "sink_matching": "claims across seeds need a cross-seed run: `circuitstat tokens` with two or more --model refits "
+                     "(a cross-seed run made before sink_matching existed: run it again on the same --out to add it; "
+                     "finished stages resume)",
 }
 
 
@@ -912,18 +919,29 @@ def _eval_token_importance(c: TokenImportance, run: _Run) -> tuple[bool, dict, s
 
 
 def _eval_sink_stability(c: SinkStability, run: _Run) -> tuple[bool, dict, str]:
-    items = run.distinct("sink_stability", "item", layer=c.layer)
+    from stats.sink_matching import ITEMS as MATCHED_ITEMS
+
+    table = "sink_matching" if c.item in MATCHED_ITEMS else "sink_stability"
+    items = run.distinct(table, "item", layer=c.layer)
     if not items:
-        raise _ClaimError(f"layer {c.layer} is not in the run's sink_stability (layers "
-                          f"{run.distinct('sink_stability', 'layer')}; -1 is the whole model)")
+        raise _ClaimError(f"layer {c.layer} is not in the run's {table} (layers "
+                          f"{run.distinct(table, 'layer')}; -1 is the whole model)")
     if c.item not in items:
-        raise _ClaimError(f"item {c.item!r} is not in the run's sink_stability for layer {c.layer} (items: {items})")
+        also = f"; or one of {list(MATCHED_ITEMS)} (sink_matching)" if table == "sink_stability" else ""
+        raise _ClaimError(f"item {c.item!r} is not in the run's {table} for layer {c.layer} (items: {items}{also})")
+    if c.statistic not in claimable(table):
+        raise _ClaimError(f"{c.statistic} is not a column of {table} (claimable: {', '.join(claimable(table))})")
     where = f"{c.item} of layer {c.layer}" if c.layer >= 0 else c.item
-    v = _scalar(run, "sink_stability", c.statistic, where, layer=c.layer, item=c.item)
-    (r,) = run.rows("sink_stability", ["value", "ci_low", "ci_high", "n_refits"], layer=c.layer, item=c.item)
+    v = _scalar(run, table, c.statistic, where, layer=c.layer, item=c.item)
+    (r,) = run.rows(table, ["value", "ci_low", "ci_high", "n_refits"], layer=c.layer, item=c.item)
     ok, reason = _bounded(v, c, f"{c.statistic} of {where}")
-    return ok, {c.statistic: v}, (f"{reason} (mean over {r['n_refits']} seeds {_fmt(r['value'])} "
-                                  f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}])")
+    detail = f"mean over {r['n_refits']} seeds {_fmt(r['value'])} [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]"
+    if table == "sink_matching":
+        (m,) = run.rows(table, ["null", "verdict", "matching"], layer=c.layer, item=c.item)
+        detail = (f"mean over ordered pairs of {r['n_refits']} seeds {_fmt(r['value'])} [{_fmt(r['ci_low'])}, "
+                  f"{_fmt(r['ci_high'])}], random matching {_fmt(m['null'])}, verdict {m['verdict']!r}; heads matched "
+                  f"by {m['matching']}")
+    return ok, {c.statistic: v}, f"{reason} ({detail})"
 
 
 def _eval_token_stability(c: TokenStability, run: _Run) -> tuple[bool, dict, str]:

@@ -382,6 +382,11 @@ def make_token_run(path: Path, n_models: int = 1) -> Path:
                                                  "spearman(sink rate, output norm)"],
                 "value": [0.05, 0.6, 1.5, 0.1], "ci_low": [0.04, 0.52, 0.7, -0.3], "ci_high": [0.06, 0.68, 2.3, 0.5],
                 "n_refits": [n_models] * 4}, 4))
+            run.write_table("sink_matching", fill("sink_matching", {
+                "layer": [1, -1], "item": ["sink-head Jaccard"] * 2, "value": [0.8, 0.8], "ci_low": [0.6, 0.6],
+                "ci_high": [1.0, 1.0], "null": [0.25, 0.25], "excess": [0.55, 0.55], "excess_ci_low": [0.35, -0.05],
+                "excess_ci_high": [0.75, 1.15], "verdict": ["stable", "inconclusive"], "n_refits": [n_models] * 2,
+                "matching": ["hungarian on patterns"] * 2}, 2))
             run.write_table("token_stability", fill("token_stability", {
                 "measure": ["attention", "contribution"], "k": [1, 1], "jaccard": [0.9, 0.4], "chance": [0.03, 0.03],
                 "excess": [0.87, 0.37], "excess_ci_low": [0.65, 0.1], "excess_ci_high": [1.0, 0.6]}, 2))
@@ -404,6 +409,17 @@ def seeds_run(tmp_path_factory):
      "layer 2 is not in the run's sink_stability (layers [-1, 0, 1]"),
     ({"kind": "sink_stability", "layer": 1, "item": "rank 2 sink rate", "min": 0.5}, "error",
      "item 'rank 2 sink rate' is not in the run's sink_stability for layer 1 (items: ['heads with sink rate >= 0.3'"),
+    ({"kind": "sink_stability", "layer": 1, "item": "sink-head Jaccard", "statistic": "excess_ci_low", "min": 0.0},
+     "pass", "excess_ci_low of sink-head Jaccard of layer 1 is 0.35 >= 0 (mean over ordered pairs of 2 seeds 0.8 [0.6, 1], "
+     "random matching 0.25, verdict 'stable'; heads matched by hungarian on patterns)"),
+    ({"kind": "sink_stability", "layer": -1, "item": "sink-head Jaccard", "statistic": "excess_ci_low", "min": 0.0},
+     "fail", "excess_ci_low of sink-head Jaccard is -0.05 < 0"),
+    ({"kind": "sink_stability", "layer": 0, "item": "sink-head Jaccard", "min": 0.5}, "error",
+     "layer 0 is not in the run's sink_matching (layers [-1, 1]"),
+    ({"kind": "sink_stability", "layer": 1, "item": "rank 1 sink rate", "statistic": "excess_ci_low", "min": 0.0},
+     "error", "excess_ci_low is not a column of sink_stability"),
+    ({"kind": "sink_stability", "layer": 1, "item": "rank 3 sink rate", "min": 0.0}, "error",
+     "or one of ['sink-head Jaccard', 'share of sink heads matched to a sink', 'mean |sink-rate difference|']"),
     ({"kind": "token_stability", "measure": "attention", "k": 1, "min": 0.5}, "pass",
      "excess_ci_low of the top-1 attention token Jaccard between seeds is 0.65 >= 0.5 (Jaccard 0.9, chance 0.03)"),
     ({"kind": "token_stability", "measure": "contribution", "k": 1, "min": 0.5}, "fail", "is 0.1 < 0.5"),
