@@ -1203,7 +1203,7 @@ def sink_matching_part(T: Tables) -> str:
            f"({first('matching')}); a sink head has sink rate >= {fmt(bar[0]) if bar.size else '—'}. Each item is "
            "compared with its exact expectation under a random one-to-one matching; excess > 0 means more alike than "
            "chance (for the rate difference: smaller than chance). Pairs where no seed has a sink head are undefined and "
-           f"counted, not dropped. Intervals cover {first('estimand') or 'the mean over training seeds'}.")
+           f"counted, not dropped. Intervals: {first('estimand') or 'the mean over training seeds'}.")
     return f"<h4>Sink heads across seeds, matched by attention pattern</h4><p>{esc(cap)}</p>" + \
         f'<div class="tablebox">{tbl}</div>'
 

@@ -25,7 +25,8 @@ difference (so positive always means more alike than chance). Aggregation: the m
 pairs of seeds (every seed an anchor in turn; pairs where the statistic is undefined left out and
 counted); intervals: the leave-one-refit-out jackknife with a t quantile on K − 1 degrees of
 freedom (``stats.head_stability.refit_jackknife``), covering the mean over the distribution of
-training seeds. Verdict per row from its own excess interval (no multiplicity adjustment):
+training seeds (simulated coverage 0.937-0.967 at 95%, K = 5 seeds, 300 datasets: tests/stats/test_sinks.py;
+0.90-0.96 at K = 10 in a 400-dataset probe). Verdict per row from its own excess interval (no multiplicity adjustment):
 ``stable`` (above 0), ``less than chance`` (below 0), ``inconclusive``, or ``undefined`` (no
 interval: fewer than 3 seeds, or too few pairs with a sink head).
 """

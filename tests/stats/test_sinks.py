@@ -277,3 +277,39 @@ def test_matching_statistics_by_hand_and_input_errors():
         pattern_matchings([np.zeros((1, 3, 2, 4, 4))])
     with pytest.raises(InputError, match="mask"):
         pattern_matchings([np.zeros((1, 3, 2, 4, 4))] * 2, mask=np.ones((2, 5), bool))
+
+
+@pytest.mark.slow
+def test_sink_matching_interval_covers_the_seed_population_mean():
+    """Seeds drawn from one population of heads (each head's sink rate = its identity's mean + noise, heads shuffled
+    within each layer, matching known): the jackknife-over-seeds interval of K = 5 seeds covers the mean over pairs
+    of independent seeds. Measured: 0.937-0.967 over the four rows (300 datasets; truth from 2000 seed pairs)."""
+    from stats.sink_matching import ITEMS, sink_matching, sink_pair_statistics
+
+    rng = np.random.default_rng(0)
+    L, H = 2, 4
+    mu = np.array([[0.05, 0.02, 0.1, 0.01], [0.6, 0.35, 0.25, 0.05]])  # layer 1: one sure sink, one borderline
+
+    def draw(K):
+        perms = np.stack([[rng.permutation(H) for _ in range(L)] for _ in range(K)])
+        rates = np.take_along_axis(np.clip(mu[None] + rng.normal(scale=0.12, size=(K, L, H)), 0, 1), perms, -1)
+        match = np.full((K, K, L, H), -1)
+        for a in range(K):
+            for b in range(K):
+                if a != b:
+                    match[a, b] = np.argsort(perms[b], -1)[np.arange(L)[:, None], perms[a]]
+        return rates, match
+
+    pairs = [sink_pair_statistics(*draw(2), 0.3) for _ in range(2000)]
+    truth = {item: np.nanmean([p[item][0][0, 1] for p in pairs], axis=0) for item in ITEMS}
+    rows = [(1, ITEMS[0]), (1, ITEMS[1]), (0, ITEMS[2]), (1, ITEMS[2])]
+    hits = np.zeros(len(rows))
+    n = 300
+    for _ in range(n):
+        t = sink_matching(*draw(5), sink_bar=0.3)
+        index = {(layer, item): i for i, (layer, item) in enumerate(zip(t["layer"], t["item"]))}
+        for j, (layer, item) in enumerate(rows):
+            i = index[(layer, item)]
+            hits[j] += t["ci_low"][i] <= truth[item][layer] <= t["ci_high"][i]
+    coverage = hits / n
+    assert ((coverage >= 0.87) & (coverage <= 0.99)).all(), coverage
