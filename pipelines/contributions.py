@@ -448,7 +448,10 @@ def _orders_from_tables(weights: Sequence[Any], measures: Sequence[str]) -> tupl
 
 @dataclass(repr=False)
 class CrossSeedResult(Result):
-    """Per-model results and their comparison across seeds; tables ``token_stability``, ``sink_stability``, ``sink_matching``."""
+    """Per-model results and their comparison across seeds.
+
+    Tables ``token_stability``, ``sink_stability`` and ``sink_matching``.
+    """
 
     results: list
     tokens: Any

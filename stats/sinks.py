@@ -279,7 +279,8 @@ def sink_stability(rates: np.ndarray, spearman: np.ndarray, curvature: np.ndarra
     relation. Rows per layer: the sink rate of the layer's r-th strongest sink head (heads matched
     across seeds by rank) and the number of heads with rate >= ``sink_bar``; model rows (layer -1):
     Spearman's rho and the share of seeds with positive curvature. Each with a t interval over seeds
-    (the share: Clopper-Pearson).
+    (the share: Clopper-Pearson). Whether the sink heads are the same heads, with heads matched by
+    attention pattern and a random-matching null, is ``stats.sink_matching.sink_matching``.
     """
     rates = np.asarray(rates, dtype=np.float64)
     if rates.ndim != 3 or rates.shape[0] < 2:
