@@ -177,6 +177,9 @@ from . import tokens  # noqa: E402,F401
 
 def main() -> None:
     """Entry point: run the app; exits with the documented codes (see the module docstring)."""
+    from circuits.allocator import reuse_freed_memory
+
+    reuse_freed_memory()  # a command computes and exits: freed tensor memory is reused, not page-faulted again
     command = typer.main.get_command(app)
     try:
         code = command.main(prog_name="circuitstat", standalone_mode=False)
