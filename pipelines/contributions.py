@@ -42,6 +42,8 @@ __all__ = ["TokenContributions", "ContributionsResult", "CrossSeedResult", "READ
 
 #: the importance measures (circuits.contributions.MEASURES, written out so this module loads without torch)
 MEASURES = ("attention", "value_norm", "contribution", "grad_input")
+#: what ablating a token means (circuits.contributions.TOKEN_ABLATIONS, written out for the same reason)
+TOKEN_ABLATIONS = ("zero", "mean", "mask")
 RANDOM = "random"
 READOUT_TABLES = ("token_weights", "token_drops", "sink_prompts")
 #: cross-seed sink matching drops the first (BOS) column of the patterns: with it every sink head resembles every
@@ -177,7 +179,9 @@ class TokenContributions:
     task, n, task_seed, metric, task_options : the task (``pipelines.build.build_task``).
     ks : numbers of top tokens ablated. measures : importance measures compared (plus ``random``).
     n_random : random orders per prompt averaged into the ``random`` null.
-    ablation : 'zero' (token embedding set to 0, position kept) or 'mean' (mean token embedding).
+    ablation : 'zero' (token embedding set to 0, position kept), 'mean' (mean token embedding) or 'mask'
+        (token hidden from attention in every layer, every token keeping its position; needs
+        exclude_readout; grad_input then keeps the zero-embedding baseline).
     exclude_first, exclude_readout : never ablate the first token / the read-out token.
     pairs : the paired differences tested, as ``"a:b"`` (drop_a − drop_b), e.g.
         ``("contribution:attention", "contribution:random")``; default every pair of measures and
@@ -231,10 +235,13 @@ class TokenContributions:
         if not self.ks or any(isinstance(k, bool) or int(k) != k or k < 1 for k in self.ks) or \
                 len(set(self.ks)) != len(self.ks):
             raise InputError(f"ks {list(self.ks)} must be distinct positive integers, e.g. 1,2,3,5")
-        for name, value, allowed in (("ablation", self.ablation, ("zero", "mean")),
+        for name, value, allowed in (("ablation", self.ablation, TOKEN_ABLATIONS),
                                      ("sink", self.sink, ("first", "detected"))):
             if value not in allowed:
                 raise InputError(f"{name}={value!r} is not supported; use one of {', '.join(allowed)}")
+        if self.ablation == "mask" and not self.exclude_readout:
+            raise InputError("ablation='mask' cannot hide the read-out token (the metric's query); set "
+                             "exclude_readout (--exclude-readout)")
         if int(self.n_random) < 1:
             raise InputError("n_random must be at least 1 (the random-token null)")
         if not 0.0 <= float(self.sink_threshold) < 1.0:

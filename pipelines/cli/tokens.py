@@ -9,7 +9,7 @@ import typer
 
 from . import ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, MetricName, app, check_out, choices
 
-TokenAblation = choices("TokenAblation", "zero", "mean")  # what an ablated token's embedding becomes
+TokenAblation = choices("TokenAblation", "zero", "mean", "mask")  # what an ablated token's embedding becomes
 SinkToken = choices("SinkToken", "first", "detected")  # which key is the sink
 
 
@@ -39,7 +39,9 @@ def tokens_command(
                                      "contribution:random (default: every pair; Holm over exactly these x every k)"),
     n_random: int = typer.Option(5, "--n-random", min=1, help="random token orders per prompt (the null)"),
     ablation: TokenAblation = typer.Option(TokenAblation("zero"), "--ablation",
-                                           help="zero: token embedding set to 0 (position kept); mean: mean embedding"),
+                                           help="zero: token embedding set to 0 (position kept); mean: mean embedding; "
+                                                "mask: token hidden from attention, positions kept "
+                                                "(needs --exclude-readout)"),
     exclude_first: bool = typer.Option(False, "--exclude-first", help="never ablate the first token"),
     exclude_readout: bool = typer.Option(False, "--exclude-readout", help="never ablate the read-out token"),
     sink: SinkToken = typer.Option(SinkToken("first"), "--sink", help="sink token: first, or detected per prompt"),

@@ -105,6 +105,7 @@ def test_a_planted_sink_head_is_reported():
     ({"measures": ("attention", "saliency")}, "measures"),
     ({"ks": (0, 1)}, "ks"),
     ({"ablation": "blank"}, "ablation"),
+    ({"ablation": "mask"}, "exclude_readout"),  # the read-out is the metric's query: it cannot be hidden
     ({"sink_threshold": 1.0}, "sink_threshold"),
     ({"n_random": 0}, "n_random"),
     ({"pairs": ("contribution-attention",)}, "pair"),
@@ -113,6 +114,20 @@ def test_a_planted_sink_head_is_reported():
 def test_bad_parameters_are_refused_before_any_work(params, match):
     with pytest.raises(InputError, match=match):
         TokenContributions(**params).fit(object())
+
+
+def test_mask_ablation_runs_through_the_estimator_and_differs_from_zero():
+    from circuits.contributions import TOKEN_ABLATIONS
+    from pipelines.contributions import TOKEN_ABLATIONS as MIRRORED
+
+    assert MIRRORED == TOKEN_ABLATIONS  # the torch-free copy the validation uses
+    model = _model()
+    drops = {}
+    for ablation in ("zero", "mask"):
+        est = TokenContributions(**{**EST, "ablation": ablation, "exclude_readout": True}).fit(model)
+        drops[ablation] = np.asarray(est.result_.importance.drops.estimate, dtype=float)
+        assert np.isfinite(drops[ablation]).all()
+    assert not np.allclose(drops["zero"], drops["mask"])  # the option reaches the ablation
 
 
 def _cli(*args: str):
