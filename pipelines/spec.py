@@ -21,12 +21,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from circuits.errors import InputError
 
+from .options import ABLATION, LEVEL, METHOD, METRIC  # noqa: F401 - defined there once; re-exported
 from .yamlio import read_yaml_strict
 
-METHOD = Literal["exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted"]
-ABLATION = Literal["counterfactual", "mean", "mean-positional", "zero", "resample"]
-LEVEL = Literal["edge", "node"]
-METRIC = Literal["logit_diff", "prob_diff", "kl", "kl_mean", "cross_entropy"]
 DTYPE = Literal["float32", "bfloat16", "float16"]
 DEVICE_PATTERN = re.compile(r"cpu|cuda(:\d+)?|mps")
 RESERVED_TASK_OPTIONS = ("n", "seed", "metric", "tokenizer")

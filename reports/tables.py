@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
@@ -41,7 +41,7 @@ def to_arrow(table: TableLike) -> pa.Table:
                     f"column {name!r} has shape {col.shape}; columns must be 1-D. "
                     "Store a per-example matrix with matrix_to_table(matrix, index_columns=...)"
                 )
-        return pa.Table.from_pydict(dict(table))
+        return pa.Table.from_pydict({name: arrow_array(col) for name, col in table.items()})
     raise TypeError(f"write_table needs a pyarrow Table, pandas DataFrame or dict of columns, not {type(table).__name__}")
 
 
@@ -119,16 +119,47 @@ def _as_float32(matrix: np.ndarray, allow_nan: bool) -> np.ndarray:
     return m
 
 
+def arrow_array(values: Any) -> pa.Array | pa.ChunkedArray:
+    """Return ``values`` as the Arrow array ``pa.array`` would make, without importing pandas.
+
+    pyarrow's ``pa.array`` imports pandas on its first call to look for pandas types (0.4-0.7 s of
+    a command's start-up); 1-D numeric and boolean arrays and lists of strings, the columns our
+    tables hold, are wrapped from their buffers instead. Anything else goes to ``pa.array``.
+    """
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return values
+    if isinstance(values, (list, tuple)) and values and all(type(v) is str for v in values):
+        return _string_array(values)
+    if isinstance(values, np.ndarray) and values.ndim == 1:
+        if values.dtype.kind in "iuf" and values.dtype.byteorder in "=|" and values.dtype != np.float16:
+            a = np.ascontiguousarray(values)
+            return pa.Array.from_buffers(pa.from_numpy_dtype(a.dtype), len(a), [None, pa.py_buffer(a)])
+        if values.dtype.kind == "b":
+            bits = np.packbits(values, bitorder="little")  # Arrow booleans are LSB-first bitmaps
+            return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
+        if values.dtype.kind == "U":
+            return _string_array(values.tolist())
+    return pa.array(values)
+
+
+def _string_array(values: Sequence[str]) -> pa.Array:
+    """A utf8 array from Python strings: offsets and data buffers built directly."""
+    encoded = [v.encode() for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    kind, dtype = (pa.string(), np.int32) if offsets[-1] < 2**31 else (pa.large_string(), np.int64)
+    return pa.Array.from_buffers(kind, len(encoded), [None, pa.py_buffer(offsets.astype(dtype)),
+                                                      pa.py_buffer(b"".join(encoded))])
+
+
 def _index_array(values: Any) -> pa.Array | pa.ChunkedArray:
-    """Return an index column as Arrow; numeric columns wrap their int64/float64 buffer (pa.array
-    would import pandas, ~0.5 s of a command's start-up)."""
+    """Return an index column as Arrow, integers as int64 and floats as float64 (see arrow_array)."""
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
         return values
     a = np.asarray(values)
     if a.ndim == 1 and a.dtype.kind in "iuf" and a.dtype != np.uint64:
-        a = np.ascontiguousarray(a, np.float64 if a.dtype.kind == "f" else np.int64)
-        return pa.Array.from_buffers(pa.float64() if a.dtype.kind == "f" else pa.int64(), len(a), [None, pa.py_buffer(a)])
-    return pa.array(values)
+        return arrow_array(np.ascontiguousarray(a, np.float64 if a.dtype.kind == "f" else np.int64))
+    return arrow_array(values)
 
 
 def matrix_to_table(

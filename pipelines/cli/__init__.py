@@ -22,7 +22,7 @@ from pathlib import Path
 import typer
 from typer.core import TyperGroup
 
-from pipelines.spec import ABLATION, LEVEL, METHOD, METRIC
+from pipelines.options import ABLATION, LEVEL, METHOD, METRIC
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 

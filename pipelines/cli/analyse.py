@@ -211,6 +211,7 @@ def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: st
     reuse = [] if _scores_done(out) else store.check(resume=resume, force=force)  # refused before anything is written
     params = {**spec, "weight_hash": job.weight_hash, "task_hash": job.task_hash}
     index = "edges" if level == "edge" else "nodes"
+    computed = []  # the ScoreMatrix when this call computes it (a finished stage is read back instead)
     with RunDir(out, spec=spec, command=sys.argv, seed=seed,
                 provenance={"model": identity, "task": task_record}) as run:
         def compute():
@@ -228,11 +229,12 @@ def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: st
             sm = ScoreMatrix(scores, m.graph, level, method, ablation, t.metric_name, params=eparams,
                              provenance={"model": identity, "seconds": time.perf_counter() - t0,
                                          "resumed_chunks": len(reuse)})
+            computed.append(sm)
             return sm.tables({"task": task_record})
 
         run.stage("scores", compute, ["scores", index], params=params, force=force)
     store.remove()  # the committed table holds every row now
-    return ScoreMatrix.read(out)
+    return computed[0] if computed else ScoreMatrix.read(out)
 
 
 @app.command("audit")

@@ -156,3 +156,26 @@ def test_sigkill_mid_write_leaves_no_partial_table(tmp_path, existing):
         assert not path.exists()
     assert cleanup_temp_files(tmp_path) == temps
     assert [p.name for p in tmp_path.iterdir()] == (["scores.parquet"] if existing else [])
+
+
+@pytest.mark.parametrize("values", [
+    np.arange(5, dtype=np.int32), np.arange(5, dtype=np.uint8), np.linspace(0, 1, 7), np.float32([1.5, -2.0]),
+    np.array([True, False, True, True, False, False, True, False, True]), np.array(["a", "bé", ""]),
+    ["x", "a1.h3<q>", "m0->logits", ""], np.arange(10)[::3], [1, 2, 3], ["a", None], np.array([], dtype=np.int64),
+])
+def test_arrow_array_equals_pyarrows_own_conversion(values):
+    from reports.tables import arrow_array
+
+    got, want = arrow_array(values), pa.array(values)
+    assert got.type == want.type and got.equals(want)
+
+
+def test_to_arrow_of_an_edge_table_does_not_import_pandas():
+    import subprocess
+    import sys
+
+    code = ("import sys; from circuits.graph import ComponentGraph; from reports.tables import to_arrow; "
+            "t = to_arrow(ComponentGraph(2, 3, True, False).edge_table()); assert t.num_rows > 0; "
+            "print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

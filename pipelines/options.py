@@ -1,0 +1,16 @@
+"""The option vocabularies shared by specs (pipelines.spec) and the command line (pipelines.cli).
+
+Kept apart from pipelines.spec so that the command line builds its choices without importing
+pydantic (about 0.3 s of every command's start-up).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+__all__ = ["METHOD", "ABLATION", "LEVEL", "METRIC"]
+
+METHOD = Literal["exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted"]
+ABLATION = Literal["counterfactual", "mean", "mean-positional", "zero", "resample"]
+LEVEL = Literal["edge", "node"]
+METRIC = Literal["logit_diff", "prob_diff", "kl", "kl_mean", "cross_entropy"]
