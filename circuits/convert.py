@@ -146,11 +146,13 @@ def from_hf(hf_model, dtype: torch.dtype | None = None, device: str | torch.devi
         )
     with torch.no_grad():
         cfg, sd = _CONVERTERS[kind](hf_model)
-        model = CircuitModel(cfg)
         target = dtype or next(hf_model.parameters()).dtype
         state = {k: v.detach().to(torch.float32).clone().contiguous() for k, v in sd.items()}
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        if unexpected or missing:
-            raise RuntimeError(f"conversion of {kind} left missing={missing} unexpected={unexpected}")
+        with torch.device("meta"):
+            names = set(CircuitModel(cfg).state_dict())
+        if names != set(state):
+            raise RuntimeError(f"conversion of {kind} left missing={sorted(names - set(state))} "
+                               f"unexpected={sorted(set(state) - names)}")
+        model = CircuitModel.from_state_dict(cfg, state)  # holds the converted tensors, no second copy
     # Analysis needs gradients of activations, never of weights.
     return model.to(device=device, dtype=target).eval().requires_grad_(False)

@@ -453,17 +453,17 @@ def _load_own(path: Path, doc: dict, device, dtype, allow_large: bool) -> Circui
     from safetensors.torch import load_file
 
     cfg = _check_own_config(doc.get("config"), str(path / "config.json"), allow_large)
-    model = CircuitModel(cfg)
     weights = path / "model.safetensors"
     if not weights.is_file():
         raise InputError(f"{path}: no model.safetensors; the model directory is incomplete")
     shapes = safetensors_shapes([weights])
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    with torch.device("meta"):  # shapes only: nothing is allocated
+        expected = {k: tuple(v.shape) for k, v in CircuitModel(cfg).state_dict().items()}
     if shapes != expected:
         bad = sorted(set(shapes) ^ set(expected)) or sorted(k for k in shapes if shapes[k] != expected[k])
         raise InputError(f"{weights}: the weights do not match config.json (first difference: {bad[0]}); "
                          "the config and the weights do not belong together")
-    model.load_state_dict(load_file(str(weights)), strict=True)
+    model = CircuitModel.from_state_dict(cfg, load_file(str(weights)))
     meta = doc.get("meta", {})
     model.meta = meta if isinstance(meta, dict) else {}
     return model.to(device=device, dtype=dtype or torch.float32).eval().requires_grad_(False)

@@ -197,11 +197,17 @@ def test_receiver_gradients_sum_to_attention_input_gradient(pair):
         assert grads[-1].shape == (3, ids.shape[1], m.cfg.d_model)
 
 
-def test_own_model_save_load_roundtrip(tmp_path):
-    cfg = ModelConfig(n_layers=2, n_heads=2, d_model=16, d_head=8, d_mlp=0, mlp="none", vocab_size=50, n_ctx=16)
+@pytest.mark.parametrize("positional", ["learned", "rotary"])
+def test_own_model_save_load_roundtrip(tmp_path, positional):
+    cfg = ModelConfig(n_layers=2, n_heads=2, d_model=16, d_head=8, d_mlp=0, mlp="none", vocab_size=50, n_ctx=16,
+                      positional=positional)
     m = CircuitModel(cfg).init_weights(7)
     m.save(tmp_path / "m", meta={"seed": 7})
-    back = load_model(tmp_path / "m")
+    back = load_model(tmp_path / "m")  # built on the meta device and assigned the stored tensors
+    assert all(t.device.type == "cpu" for t in [*back.parameters(), *back.buffers()])
+    assert not any(p.requires_grad for p in back.parameters())
+    if positional == "rotary":
+        assert torch.equal(back.inv_freq, m.inv_freq)  # the non-persistent buffer is rebuilt
     ids = torch.randint(0, 50, (2, 8))
     assert torch.equal(m(ids), back(ids))
     assert back.weight_hash() == m.weight_hash()
