@@ -5,7 +5,12 @@ binding) reads all of them: 4.3 CPU s for GPT-2 small, most of a command's start
 keeps the digest of a directory's weights keyed by the files' identity, the way make and git
 trust file metadata: real path, size, inode, mtime and ctime (ctime cannot be set back by
 `touch`, so a rewritten file never matches an old entry), plus the dtype the weights were cast
-to and the hash scheme's version. A miss hashes the weights as before and records them. Torch-free.
+to and the hash scheme's version. A miss hashes the weights as before and records them.
+
+The conversion of a Hugging Face checkpoint (transformers import, loading, conversion: about 5 s
+for GPT-2 small) is cached the same way: a circuitstat model directory under ``converted/``
+keyed by the checkpoint files' identity and the dtype, loaded instead of converting again. It
+costs one copy of the weights on disk; ``CIRCUITSTAT_CONVERSION_CACHE=0`` turns it off. Torch-free.
 """
 
 from __future__ import annotations
@@ -17,10 +22,14 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["cache_dir", "weight_hash_memo", "read_weight_hash", "write_weight_hash"]
+__all__ = ["cache_dir", "weight_hash_memo", "read_weight_hash", "write_weight_hash", "conversion_dir"]
 
 #: bump when CircuitModel.weight_hash or the conversion of checkpoints changes what is hashed
 HASH_SCHEME = 1
+#: bump when circuits.convert changes what a checkpoint converts to (old conversions are then unused)
+CONVERSION_SCHEME = 1
+NO_CONVERSION_CACHE = "CIRCUITSTAT_CONVERSION_CACHE"
+"""Set to 0 to convert Hugging Face checkpoints on every load instead of caching the conversion."""
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -43,6 +52,19 @@ def weight_hash_memo(files: Iterable[Path], dtype: str, kind: str) -> Path | Non
         return None
     key = json.dumps([HASH_SCHEME, kind, dtype, ident], sort_keys=True)
     return cache_dir() / "weight-hashes" / f"{hashlib.sha256(key.encode()).hexdigest()}.txt"
+
+
+def conversion_dir(files: Iterable[Path], dtype: str) -> Path | None:
+    """Return where the circuitstat-format conversion of the checkpoint in ``files`` at ``dtype`` is
+    cached, keyed like the weight-hash memo (None if a file is missing or the cache is turned off)."""
+    if os.environ.get(NO_CONVERSION_CACHE, "1").strip() in ("0", "false", "no", "off"):
+        return None
+    try:
+        ident = [_identity(Path(f)) for f in files]
+    except OSError:
+        return None
+    key = json.dumps([CONVERSION_SCHEME, HASH_SCHEME, dtype, ident], sort_keys=True)
+    return cache_dir() / "converted" / hashlib.sha256(key.encode()).hexdigest()
 
 
 def read_weight_hash(memo: Path | None) -> str | None:

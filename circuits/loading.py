@@ -27,7 +27,7 @@ from urllib.parse import parse_qsl
 
 import torch
 
-from .cache import weight_hash_memo
+from .cache import conversion_dir, weight_hash_memo
 from .convert import SUPPORTED, from_hf
 from .errors import InputError, UnsupportedArchitectureError
 from .limits import check_bytes
@@ -507,11 +507,62 @@ def load_model(source: str | Path, device: str | torch.device = "cpu", dtype: to
             model.use_weight_hash_memo(weight_hash_memo([path / "config.json", path / "model.safetensors"],
                                                         str(model.dtype), "circuitstat"))
             return model
-    hf = _hf_from_dir(path, allow_pickle=allow_pickle, allow_large=allow_large)
-    model = from_hf(hf, dtype=dtype, device=device)
+    files = _safetensors_files(path)
+    # pickled weights are neither memoised nor cached: their loading is not byte-for-byte checked
+    converted = conversion_dir([path / "config.json", *files], str(dtype)) if files else None
+    model = _load_conversion(converted, device, dtype, allow_large)
+    if model is None:
+        hf = _hf_from_dir(path, allow_pickle=allow_pickle, allow_large=allow_large)
+        model = from_hf(hf, dtype=dtype, device=device)
+    if files:
+        model.use_weight_hash_memo(weight_hash_memo([path / "config.json", *files], str(model.dtype), "hf"))
+    if converted is not None and not converted.exists():
+        _save_conversion(model, converted)
     model.source = source
     _attach_tokenizer(model, str(path))
-    files = _safetensors_files(path)
-    if files:  # pickled weights are not memoised: their loading is not byte-for-byte checked
-        model.use_weight_hash_memo(weight_hash_memo([path / "config.json", *files], str(model.dtype), "hf"))
     return model
+
+
+def _load_conversion(converted: Path | None, device, dtype, allow_large: bool) -> CircuitModel | None:
+    """The cached conversion in ``converted`` in its stored dtype (or ``dtype``), or None when there
+    is none or it cannot be read (then the checkpoint is converted again)."""
+    if converted is None or not (converted / "config.json").is_file():
+        return None
+    try:
+        doc = read_json_object(converted / "config.json", "config.json")
+        stored = doc.get("meta", {}).get("dtype")
+        as_dtype = dtype or getattr(torch, str(stored).removeprefix("torch."), None)
+        if not isinstance(as_dtype, torch.dtype):
+            return None
+        model = _load_own(converted, doc, device, as_dtype, allow_large)
+    except Exception:  # noqa: BLE001 - a damaged cache entry (truncated file, bad header): drop it, convert again
+        import shutil
+
+        shutil.rmtree(converted, ignore_errors=True)
+        return None
+    model.meta = {}  # as a fresh conversion: nothing but the weights comes from the cache
+    return model
+
+
+def _save_conversion(model: CircuitModel, converted: Path) -> None:
+    """Write ``model`` (before its tokenizer is attached) as the cached conversion, atomically: a
+    temporary directory renamed into place; a cache that cannot be written is skipped."""
+    import shutil
+    import tempfile
+
+    try:
+        converted.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=converted.parent, prefix=".tmp-"))
+    except OSError:
+        return
+    try:
+        meta, model.meta = model.meta, {"dtype": str(model.dtype)}
+        try:
+            model.save(tmp)
+        finally:
+            model.meta = meta
+        tmp.rename(converted)
+    except OSError:
+        pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

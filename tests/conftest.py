@@ -1,5 +1,6 @@
 """Test-wide settings, and the shared run builder as a fixture (tests/builders.py)."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -11,6 +12,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/builders.py, t
 # Tiny models run faster on one thread than on two competing ones; results are compared within
 # a test, never across thread counts.
 torch.set_num_threads(1)
+
+# Tests load hundreds of throwaway Hugging Face directories: caching their conversions would fill the
+# user's cache with copies (tests/circuits/test_conversion_cache.py turns it on in its own cache).
+# Set before any test runs, so subprocesses (CLI tests) inherit it.
+os.environ.setdefault("CIRCUITSTAT_CONVERSION_CACHE", "0")
 
 
 @pytest.fixture
