@@ -10,8 +10,11 @@ Counts follow ``circuits.attribution`` (per batch of B examples padded to P posi
 * ``eap-ig-activations``: the clean forward and ``steps`` gradient runs per sender group (the
   input, each layer's heads, each MLP), one contraction per group;
 * ``exact``: the clean forward keeping every residual, then one *suffix* forward per
-  (example, upstream sender) row of every receiver, from the receiver's layer on, in chunks of at
-  most ``max_rows`` rows; the last layer and the unembedding run at the read-out position only.
+  (example, upstream sender) row of every receiver, from the receiver's layer on; the rows of a
+  layer's q/k/v receivers share calls (as do an MLP's), at most ``max_rows`` rows per call; the
+  last layer and the unembedding run at the read-out position only. (Rows whose Δz cannot reach
+  the read-out, and positions before the first corrupted token, are skipped by the engine but
+  depend on the data: the estimate counts every row at every position.)
   At node level: one run per sender from the sender's layer on.
 
 FLOPs count matrix multiplications (2 per multiply-add); elementwise work is left out. The backward
@@ -115,6 +118,18 @@ def suffix_flops(cfg: ModelConfig, graph: ComponentGraph, receiver: int, P: int)
     return own + later + unembed_flops(cfg)
 
 
+def _exact_row_groups(graph: ComponentGraph) -> list[tuple[int, list[int]]]:
+    """(layer, receivers) whose rows exact patching batches into one suffix: each layer's q/k/v
+    receivers together, its MLP input alone, and the logits."""
+    groups = []
+    for layer in range(graph.n_layers + 1):
+        members = [int(r) for r in range(graph.n_receivers) if int(graph.receiver_layer[r]) == layer]
+        mlp = graph.mlp_receiver_safe(layer) if layer < graph.n_layers else graph.logits_receiver
+        heads = [r for r in members if r != mlp]
+        groups += [(layer, part) for part in (heads, [mlp] if mlp in members else []) if part]
+    return groups
+
+
 def contraction_flops(graph: ComponentGraph, cfg: ModelConfig, P: int) -> int:
     """Σ_pos Δz_u · g_v for every edge of one example."""
     return 2 * P * cfg.d_model * graph.n_edges
@@ -203,10 +218,11 @@ def method_cost(cfg: ModelConfig, method: str, *, n: int, positions: int, level:
                     len(batches) * (plain * L + 2 * runs * L), memory, batch_size, max_rows)
     flops, rows, passes = n * (counterfactual + fwd), 0, 2 * L * len(batches)
     if level == "edge":
-        for r in range(g.n_receivers):
-            U, layer = int(g.n_upstream[r]), int(g.receiver_layer[r])
+        for layer, group in _exact_row_groups(g):
+            U = sum(int(g.n_upstream[r]) for r in group)
             rows += n * U
-            flops += n * U * suffix_flops(cfg, g, r, P)
+            flops += n * sum(int(g.n_upstream[r]) * suffix_flops(cfg, g, r, P) for r in group)
+            # a group's rows share each suffix call, max_rows at a time (circuits.attribution._layer_rows)
             passes += sum(math.ceil(b * U / max_rows) for b in batches) * (L - layer + 1)
         row_peak = min(max_rows, B * int(g.n_upstream.max()))
     else:

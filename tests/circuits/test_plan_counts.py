@@ -106,3 +106,17 @@ def test_parse_bytes(text, value):
 def test_parse_bytes_refuses_non_sizes(text):
     with pytest.raises(InputError, match="2GiB"):
         parse_bytes(text)
+
+
+@pytest.mark.parametrize("max_rows, calls", [
+    # per batch of 2 examples: layer 0's q/k/v rows (3 receivers x 1 sender x 2 = 6) share calls, its
+    # MLP's rows (2 senders x 2 = 4) share others, and the logits' (3 x 2 = 6) run the unembedding only
+    (256, {"qkv": 1, "mlp": 1, "logits": 1}),
+    (4, {"qkv": 2, "mlp": 1, "logits": 2}),
+    (1, {"qkv": 6, "mlp": 4, "logits": 6}),
+])
+def test_exact_layer_passes_count_the_engines_shared_calls(max_rows, calls):
+    c = method_cost(CFG, "exact", n=2, positions=P, batch_size=2, max_rows=max_rows)
+    clean_and_counterfactual = 2 * 1  # two runs of the one layer
+    # a call from layer 0 runs layer 0 and the unembedding (2 passes); the logits' calls 1
+    assert c.layer_passes == clean_and_counterfactual + 2 * calls["qkv"] + 2 * calls["mlp"] + calls["logits"]
