@@ -151,6 +151,34 @@ class RunOutput:
 
 
 @dataclass
+class _RunSetup:
+    """What one CircuitModel.run patches, keeps and needs (derived once from its arguments)."""
+
+    B: int
+    P: int
+    iv: Any  # the Intervention, or None
+    edge_mask: torch.Tensor | None
+    sender_mask: torch.Tensor | None
+    cf: torch.Tensor | None
+    edge_live: Any
+    sender_live: Any
+    need_blocks: bool
+    per_head: bool
+    sv: int | None
+    rd: int | None
+    rd_layer: int | None
+    fast_last: bool
+    logits_at: torch.Tensor | None
+    keep_resid: bool
+    keep_patterns: bool
+    keep_qkv: bool
+    receiver_grads: bool | str
+    positions: torch.Tensor
+    allowed: torch.Tensor
+    rot: tuple[torch.Tensor, torch.Tensor] | None
+
+
+@dataclass
 class _Window:
     """Rows and positions a patched suffix recomputes (see CircuitModel.patched_layer_logits)."""
 
@@ -467,33 +495,45 @@ class CircuitModel(nn.Module):
         from ``attention_mask``, so a key can be masked without shifting later tokens' positions
         (token mask ablation); a masked position still attends to itself (see :meth:`_allowed`).
         """
-        cfg, graph = self.cfg, self.graph
-        B, P = input_ids.shape
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         attention_mask = attention_mask.to(input_ids.device)
-        iv = intervention
+        r = self._run_setup(input_ids, attention_mask, intervention, positions, logits_at=logits_at,
+                            keep_senders=keep_senders, keep_resid=keep_resid, keep_patterns=keep_patterns,
+                            receiver_grads=receiver_grads, keep_qkv=keep_qkv)
+        out = RunOutput(logits=None, blocks=[] if r.need_blocks else None)
+        start, resid = self._run_start(input_ids, r, state, out)
+        for layer in range(start, self.cfg.n_layers):
+            resid, mid = self._run_attention(layer, resid, r, out)
+            resid = self._run_mlp(layer, resid, mid, r, out) if self.cfg.has_mlp else mid
+        out.final_resid = self._run_logits_input(resid, r, out)
+        if compute_logits:
+            final = out.final_resid
+            if final.shape[1] == 1 and r.fast_last:
+                x = final[:, 0]
+            else:
+                x = final if logits_at is None else final[torch.arange(r.B, device=final.device), logits_at]
+            out.logits = self._unembed(x)
+        return out
+
+    def _run_setup(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, iv: Intervention | None,
+                   positions: torch.Tensor | None, *, logits_at, keep_senders: bool, keep_resid: bool,
+                   keep_patterns: bool, receiver_grads: bool | str, keep_qkv: bool) -> "_RunSetup":
+        """What one run patches, keeps and needs, derived once from its arguments (see :meth:`run`)."""
+        cfg, graph = self.cfg, self.graph
+        B, P = input_ids.shape
         if iv is not None:
             iv.validate(graph.n_edges, graph.n_senders)
         edge_mask = None if iv is None else iv.edge_mask
         sender_mask = None if iv is None else iv.sender_mask
-        cf = None if iv is None else iv.counterfactual
         if edge_mask is not None and edge_mask.dim() == 1:
             edge_mask = edge_mask[None].expand(B, -1)
         if sender_mask is not None and sender_mask.dim() == 1:
             sender_mask = sender_mask[None].expand(B, -1)
-        # which edges/senders any row patches: one host transfer per run, not one per layer
-        edge_live = None if edge_mask is None else edge_mask.ne(0).any(0).cpu().numpy()
-        sender_live = None if sender_mask is None else sender_mask.ne(0).any(0).cpu().numpy()
         need_blocks = keep_senders or edge_mask is not None
         sv = None if iv is None else iv.sender
         per_head = need_blocks or sender_mask is not None or sv is not None
-        out = RunOutput(logits=None, blocks=[] if need_blocks else None)
-        # With nothing kept and no intervention, the last layer only matters at the read-out
-        # positions: queries, mixing and the MLP run there alone.
-        fast_last = (logits_at is not None and iv is None and not (per_head or receiver_grads or keep_resid
-                     or keep_patterns or keep_qkv))
-
+        rd = iv.receiver if iv is not None else None
         if positions is None:
             positions = self.positions(attention_mask)
         elif positions.shape != input_ids.shape:
@@ -503,119 +543,135 @@ class CircuitModel(nn.Module):
             positions = positions.to(input_ids.device)
             if cfg.positional == "learned" and not 0 <= int(positions.min()) <= int(positions.max()) < cfg.n_ctx:
                 raise InputError(f"positions must lie in [0, n_ctx={cfg.n_ctx}); pass ids counted from 0")
-        allowed = self._allowed(attention_mask)
-        rot = self._rotary(positions) if cfg.positional == "rotary" else None
+        return _RunSetup(
+            B=B, P=P, iv=iv, edge_mask=edge_mask, sender_mask=sender_mask,
+            cf=None if iv is None else iv.counterfactual,
+            # which edges/senders any row patches: one host transfer per run, not one per layer
+            edge_live=None if edge_mask is None else edge_mask.ne(0).any(0).cpu().numpy(),
+            sender_live=None if sender_mask is None else sender_mask.ne(0).any(0).cpu().numpy(),
+            need_blocks=need_blocks, per_head=per_head, sv=sv, rd=rd,
+            rd_layer=int(graph.receiver_layer[rd]) if rd is not None else None,
+            # With nothing kept and no intervention, the last layer only matters at the read-out
+            # positions: queries, mixing and the MLP run there alone.
+            fast_last=(logits_at is not None and iv is None and not (per_head or receiver_grads or keep_resid
+                       or keep_patterns or keep_qkv)),
+            logits_at=logits_at, keep_resid=keep_resid, keep_patterns=keep_patterns, keep_qkv=keep_qkv,
+            receiver_grads=receiver_grads, positions=positions, allowed=self._allowed(attention_mask),
+            rot=self._rotary(positions) if cfg.positional == "rotary" else None)
 
+    def _run_start(self, input_ids: torch.Tensor, r: "_RunSetup", state: RunState | None,
+                   out: RunOutput) -> tuple[int, torch.Tensor]:
+        """(first layer, residual entering it): the (patched) input sender, or a saved suffix state."""
         if state is None:
-            start = 0
-            z_in = self.embed(input_ids, positions)
-            if sender_mask is not None:
-                z_in = self._patch_senders(z_in[:, None], sender_mask, cf, 0, sender_live)[:, 0]
-            if sv == 0:
-                z_in = iv.sender_value.to(z_in.dtype)
-            resid = z_in
-            if need_blocks:
+            z_in = self.embed(input_ids, r.positions)
+            if r.sender_mask is not None:
+                z_in = self._patch_senders(z_in[:, None], r.sender_mask, r.cf, 0, r.sender_live)[:, 0]
+            if r.sv == 0:
+                z_in = r.iv.sender_value.to(z_in.dtype)
+            if r.need_blocks:
                 out.blocks.append(z_in[:, None])
+            start, resid = 0, z_in
         else:
             start, resid = state.layer, state.resid
-            if need_blocks:
-                if state.blocks is None and edge_mask is not None:
+            if r.need_blocks:
+                if state.blocks is None and r.edge_mask is not None:
                     raise ValueError("an edge intervention on a suffix run needs the state's sender blocks")
                 out.blocks.extend(state.blocks or [])
-
-        rd = iv.receiver if iv is not None else None
-        rd_layer = int(graph.receiver_layer[rd]) if rd is not None else None
-        if rd is not None and rd_layer < start:
+        if r.rd is not None and r.rd_layer < start:
             raise ValueError("a receiver intervention upstream of the run's start layer has no effect")
+        return start, resid
 
-        for layer in range(start, cfg.n_layers):
-            blk = self.blocks[layer]
-            if keep_resid:
-                out.resid_pre.append(resid)
-            # -- attention receivers
-            u_att = graph.upstream_of_attention(layer)
-            dense = None
-            if edge_mask is not None:
-                dense = self._edge_delta(edge_mask, cf, out.blocks, layer, u_att, True, edge_live)
-            probes = None
-            if receiver_grads == "projected" and dense is None and rd is None:
-                probes = tuple(_grad_probe((B, cfg.n_heads, P, cfg.d_head), resid) for _ in range(3))
-                out.grad_inputs.extend(probes)
-                out.probed.append((layer, resid))
-            elif receiver_grads:
-                g = _grad_probe((B, 3, cfg.n_heads, P, cfg.d_model), resid)
-                out.grad_inputs.append(g)
-                dense = g if dense is None else dense + g
-            sparse = None
-            if rd is not None and rd_layer == layer and rd != graph.mlp_receiver_safe(layer):
-                local = rd - layer * graph.receivers_per_layer
-                sparse = (local // cfg.n_heads, local % cfg.n_heads, iv.receiver_delta)
-            q_at = logits_at if fast_last and layer == cfg.n_layers - 1 else None
-            z, attn_out, pattern = self._attention(blk, resid, dense, sparse, allowed, rot, per_head, q_at=q_at,
-                                                   keep=out.qkv if keep_qkv else None, probes=probes)
-            if q_at is not None:  # from here on only the read-out position of each row
-                resid = resid[torch.arange(B, device=resid.device), q_at][:, None]
-            if keep_patterns:
-                out.patterns.append(pattern)
-            if per_head:
-                if sender_mask is not None:
-                    z = self._patch_senders(z, sender_mask, cf, graph.head_sender(layer, 0), sender_live)
-                first = graph.head_sender(layer, 0)
-                if sv is not None and first <= sv < first + cfg.n_heads:
-                    h = sv - first
-                    z = torch.cat((z[:, :h], iv.sender_value[:, None].to(z.dtype), z[:, h + 1 :]), dim=1)
-                attn_out = z.sum(1) + blk.b_O
-                if need_blocks:
-                    out.blocks.append(z)
-            mid = resid + attn_out
-            if keep_resid:
-                out.resid_mid.append(mid)
-            if not cfg.has_mlp:
-                resid = mid
-                continue
-            # -- MLP receiver
-            mlp_in = resid if cfg.parallel else mid
-            u_mlp = graph.upstream_of_mlp(layer)
-            if edge_mask is not None:
-                d = self._edge_delta(edge_mask, cf, out.blocks, layer, u_mlp, False, edge_live)
-                if d is not None:
-                    mlp_in = mlp_in + d
-            if receiver_grads:
-                g = _grad_probe((B, P, cfg.d_model), resid)
-                out.grad_inputs.append(g)
-                mlp_in = mlp_in + g
-            if rd is not None and rd == graph.mlp_receiver_safe(layer):
-                mlp_in = mlp_in + iv.receiver_delta
-            z_mlp = self._mlp(blk, mlp_in)
-            if sender_mask is not None:
-                z_mlp = self._patch_senders(z_mlp[:, None], sender_mask, cf, graph.mlp_sender(layer),
-                                            sender_live)[:, 0]
-            if sv is not None and sv == graph.mlp_sender(layer):
-                z_mlp = iv.sender_value.to(z_mlp.dtype)
-            if need_blocks:
-                out.blocks.append(z_mlp[:, None])
-            resid = mid + z_mlp
+    def _run_attention(self, layer: int, resid: torch.Tensor, r: "_RunSetup", out: RunOutput
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(residual entering ``layer``, residual after its attention): the receivers' patches and
+        probes, the head senders; in a fast last layer both at the read-out position only."""
+        cfg, graph, blk, B, P = self.cfg, self.graph, self.blocks[layer], r.B, r.P
+        if r.keep_resid:
+            out.resid_pre.append(resid)
+        dense = None
+        if r.edge_mask is not None:
+            dense = self._edge_delta(r.edge_mask, r.cf, out.blocks, layer, graph.upstream_of_attention(layer), True,
+                                     r.edge_live)
+        probes = None
+        if r.receiver_grads == "projected" and dense is None and r.rd is None:
+            probes = tuple(_grad_probe((B, cfg.n_heads, P, cfg.d_head), resid) for _ in range(3))
+            out.grad_inputs.extend(probes)
+            out.probed.append((layer, resid))
+        elif r.receiver_grads:
+            g = _grad_probe((B, 3, cfg.n_heads, P, cfg.d_model), resid)
+            out.grad_inputs.append(g)
+            dense = g if dense is None else dense + g
+        sparse = None
+        if r.rd is not None and r.rd_layer == layer and r.rd != graph.mlp_receiver_safe(layer):
+            local = r.rd - layer * graph.receivers_per_layer
+            sparse = (local // cfg.n_heads, local % cfg.n_heads, r.iv.receiver_delta)
+        q_at = r.logits_at if r.fast_last and layer == cfg.n_layers - 1 else None
+        z, attn_out, pattern = self._attention(blk, resid, dense, sparse, r.allowed, r.rot, r.per_head, q_at=q_at,
+                                               keep=out.qkv if r.keep_qkv else None, probes=probes)
+        if q_at is not None:  # from here on only the read-out position of each row
+            resid = resid[torch.arange(B, device=resid.device), q_at][:, None]
+        if r.keep_patterns:
+            out.patterns.append(pattern)
+        if r.per_head:
+            attn_out = self._head_senders(layer, z, r, out) + blk.b_O
+        mid = resid + attn_out
+        if r.keep_resid:
+            out.resid_mid.append(mid)
+        return resid, mid
 
-        # -- logits receiver
-        final = resid
-        if edge_mask is not None:
-            d = self._edge_delta(edge_mask, cf, out.blocks, cfg.n_layers, graph.n_senders, False, edge_live)
+    def _head_senders(self, layer: int, z: torch.Tensor, r: "_RunSetup", out: RunOutput) -> torch.Tensor:
+        """The attention output without bias from the per-head outputs ``z`` [B, H, P, D], patched."""
+        if r.sender_mask is not None:
+            z = self._patch_senders(z, r.sender_mask, r.cf, self.graph.head_sender(layer, 0), r.sender_live)
+        first = self.graph.head_sender(layer, 0)
+        if r.sv is not None and first <= r.sv < first + self.cfg.n_heads:
+            h = r.sv - first
+            z = torch.cat((z[:, :h], r.iv.sender_value[:, None].to(z.dtype), z[:, h + 1 :]), dim=1)
+        if r.need_blocks:
+            out.blocks.append(z)
+        return z.sum(1)
+
+    def _run_mlp(self, layer: int, resid: torch.Tensor, mid: torch.Tensor, r: "_RunSetup",
+                 out: RunOutput) -> torch.Tensor:
+        """The residual leaving ``layer``: its MLP receiver's patches and probe, its MLP sender."""
+        cfg, graph, blk = self.cfg, self.graph, self.blocks[layer]
+        mlp_in = resid if cfg.parallel else mid
+        if r.edge_mask is not None:
+            d = self._edge_delta(r.edge_mask, r.cf, out.blocks, layer, graph.upstream_of_mlp(layer), False,
+                                 r.edge_live)
+            if d is not None:
+                mlp_in = mlp_in + d
+        if r.receiver_grads:
+            g = _grad_probe((r.B, r.P, cfg.d_model), resid)
+            out.grad_inputs.append(g)
+            mlp_in = mlp_in + g
+        if r.rd is not None and r.rd == graph.mlp_receiver_safe(layer):
+            mlp_in = mlp_in + r.iv.receiver_delta
+        z_mlp = self._mlp(blk, mlp_in)
+        if r.sender_mask is not None:
+            z_mlp = self._patch_senders(z_mlp[:, None], r.sender_mask, r.cf, graph.mlp_sender(layer),
+                                        r.sender_live)[:, 0]
+        if r.sv is not None and r.sv == graph.mlp_sender(layer):
+            z_mlp = r.iv.sender_value.to(z_mlp.dtype)
+        if r.need_blocks:
+            out.blocks.append(z_mlp[:, None])
+        return mid + z_mlp
+
+    def _run_logits_input(self, resid: torch.Tensor, r: "_RunSetup", out: RunOutput) -> torch.Tensor:
+        """The logits receiver's input: the final residual with its edge patches, probe and receiver patch."""
+        graph, final = self.graph, resid
+        if r.edge_mask is not None:
+            d = self._edge_delta(r.edge_mask, r.cf, out.blocks, self.cfg.n_layers, graph.n_senders, False,
+                                 r.edge_live)
             if d is not None:
                 final = final + d
-        if receiver_grads:
-            g = _grad_probe((B, P, cfg.d_model), resid)
+        if r.receiver_grads:
+            g = _grad_probe((r.B, r.P, self.cfg.d_model), resid)
             out.grad_inputs.append(g)
             final = final + g
-        if rd is not None and rd == graph.logits_receiver:
-            final = final + iv.receiver_delta
-        out.final_resid = final
-        if compute_logits:
-            if final.shape[1] == 1 and fast_last:
-                x = final[:, 0]
-            else:
-                x = final if logits_at is None else final[torch.arange(B, device=final.device), logits_at]
-            out.logits = self._unembed(x)
-        return out
+        if r.rd is not None and r.rd == graph.logits_receiver:
+            final = final + r.iv.receiver_delta
+        return final
 
     # ---- receivers patched, recomputing only what changes -----------------------------------
     def patched_receiver_logits(self, clean: RunOutput, input_ids: torch.Tensor, attention_mask: torch.Tensor,
