@@ -278,8 +278,8 @@ def sink_stability(rates: np.ndarray, spearman: np.ndarray, curvature: np.ndarra
     ``rates`` [K seeds, L, H] head sink rates; ``spearman`` and ``curvature`` [K] each seed's
     relation. Rows per layer: the sink rate of the layer's r-th strongest sink head (heads matched
     across seeds by rank) and the number of heads with rate >= ``sink_bar``; model rows (layer -1):
-    Spearman's rho and the share of seeds with positive curvature. Each with a t interval over seeds
-    (the share: Clopper-Pearson). Whether the sink heads are the same heads, with heads matched by
+    Spearman's rho, the fit's curvature and the share of seeds with positive curvature. Each with a
+    t interval over seeds (the share: Clopper-Pearson). Whether the sink heads are the same heads, with heads matched by
     attention pattern and a random-matching null, is ``stats.sink_matching.sink_matching``.
     """
     rates = np.asarray(rates, dtype=np.float64)
@@ -302,6 +302,8 @@ def sink_stability(rates: np.ndarray, spearman: np.ndarray, curvature: np.ndarra
             add(layer, f"rank {r + 1} sink rate", ranked[:, layer, r])
         add(layer, f"heads with sink rate >= {sink_bar:g}", (rates[:, layer] >= sink_bar).sum(-1))
     add(-1, "spearman(sink rate, output norm)", np.asarray(spearman, dtype=np.float64))
+    # each seed's curvature interval holds its heads fixed; this one spans the spread between seeds
+    add(-1, "curvature of the quadratic fit (norm on sink rate)", np.asarray(curvature, dtype=np.float64))
     convex = np.asarray(curvature) > 0
     add(-1, "share of seeds with convex fit (curvature > 0)", convex.astype(np.float64))
     # a share of K binary outcomes: the exact (Clopper-Pearson) interval, not a t interval
