@@ -6,6 +6,9 @@
    layers: batched suffix recomputation against the definition, one full forward per edge with
    only that edge patched (timed on a random subset of edges and scaled per edge).
 3. Peak resident memory of EAP for N = 1000 examples against one batch's worth plus the score matrix.
+4. With ``--reference`` (and TransformerLens installed: ``pip install -c constraints.txt -e ".[reference]"``):
+   bench/reference_eap.py, EAP against the EAP-IG reference algorithm on TransformerLens hooks,
+   edge for edge, in-process and as whole processes (about 45 min on 2 cores, hence opt-in).
 """
 
 from __future__ import annotations
@@ -179,6 +182,12 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--memory-child":
         _memory_child(int(sys.argv[2]))
         sys.exit(0)
+    if sys.argv[1:2] == ["--reference"]:
+        sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+        import reference_eap
+
+        reference_eap.main(sys.argv[2:])  # prints the skip line itself without TransformerLens
+        sys.exit(0)
     if sys.argv[1:] == ["--exact"]:
         for depth in EXACT_DEPTHS:
             print(bench_exact(depth))
@@ -195,6 +204,13 @@ if __name__ == "__main__":
               f"{x['exact_s']:.2f} s vs {x['loop_s']:.2f} s CPU for one full forward per edge{scaled} = "
               f"{x['speedup']:.1f}x faster (max |diff| {x['max_abs_diff']:.1e}); flop ratio of the two "
               f"{x['flop_ceiling']:.1f}x (the loop also pays edge-mask overhead)   [aim >= 10x]")
+    import importlib.util
+
+    if importlib.util.find_spec("transformer_lens") is None:
+        print("EAP-IG reference comparison skipped: TransformerLens is not installed "
+              '(pip install -c constraints.txt -e ".[reference]", then bench/attribution.py --reference)')
+    else:
+        print("EAP-IG reference comparison: run bench/attribution.py --reference (about 45 min on 2 cores)")
     mem = bench_memory()
     print(f"EAP memory (4-layer model, batch 16): peak RSS {mem['peak_n1000_mb']:.0f} MB for N=1000 vs "
           f"{mem['peak_n16_mb']:.0f} MB for one batch (N=16); score matrix {mem['score_matrix_mb']:.1f} MB; "
