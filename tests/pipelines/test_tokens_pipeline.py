@@ -68,6 +68,12 @@ def test_statistics_stage_reads_only_the_per_prompt_tables():
     assert (est.readouts_.n_ablated <= est.readouts_.candidates.sum(1)[:, None]).all()
 
 
+def _fill_normal(g: torch.Generator, *params: torch.Tensor) -> None:
+    """Overwrite ``params`` in order with standard normal draws from ``g``."""
+    for p in params:
+        p.copy_(torch.randn(p.shape, generator=g))
+
+
 def test_a_planted_sink_head_is_reported():
     """Head a0.h0 attends to the first token (whose value vector is zero) from every position."""
     cfg = ModelConfig(n_layers=1, n_heads=2, d_model=8, d_head=4, d_mlp=0, vocab_size=12, n_ctx=16, norm="none",
@@ -75,11 +81,8 @@ def test_a_planted_sink_head_is_reported():
     m = CircuitModel(cfg).init_weights(0)
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        m.W_E.copy_(torch.randn(m.W_E.shape, generator=g))
-        m.W_U.copy_(torch.randn(m.W_U.shape, generator=g))
         blk = m.blocks[0]
-        for p in (blk.W_Q, blk.W_K, blk.W_V, blk.W_O):
-            p.copy_(torch.randn(p.shape, generator=g))
+        _fill_normal(g, m.W_E, m.W_U, blk.W_Q, blk.W_K, blk.W_V, blk.W_O)
         m.W_E[:, 0] = 1.0
         m.W_E[0] = 0.0
         blk.W_Q[0].zero_()
@@ -198,11 +201,8 @@ def _first_position_sink_model(sink_head: int, seed: int = 0):
     m = CircuitModel(cfg).init_weights(seed)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        m.W_E.copy_(torch.randn(m.W_E.shape, generator=g))
-        m.W_pos.copy_(torch.randn(m.W_pos.shape, generator=g))
         blk = m.blocks[0]
-        for p in (blk.W_Q, blk.W_K, blk.W_V, blk.W_O):
-            p.copy_(torch.randn(p.shape, generator=g))
+        _fill_normal(g, m.W_E, m.W_pos, blk.W_Q, blk.W_K, blk.W_V, blk.W_O)
         m.W_E[:, 0] = 0.0
         m.W_pos[:, 0] = 0.0
         m.W_pos[0, 0] = 1.0  # dimension 0 marks the first position only
