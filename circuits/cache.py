@@ -44,14 +44,19 @@ def _identity(path: Path) -> list:
     return [str(path.resolve()), st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def weight_hash_memo(files: Iterable[Path], dtype: str, kind: str) -> Path | None:
-    """Return the memo file for the weights in ``files`` cast to ``dtype`` (None if a file is missing)."""
+def _key(files: Iterable[Path], *parts: object) -> str | None:
+    """Return the sha256 hex key of ``parts`` and the files' identities (None if a file is missing)."""
     try:
         ident = [_identity(Path(f)) for f in files]
     except OSError:
         return None
-    key = json.dumps([HASH_SCHEME, kind, dtype, ident], sort_keys=True)
-    return cache_dir() / "weight-hashes" / f"{hashlib.sha256(key.encode()).hexdigest()}.txt"
+    return hashlib.sha256(json.dumps([*parts, ident], sort_keys=True).encode()).hexdigest()
+
+
+def weight_hash_memo(files: Iterable[Path], dtype: str, kind: str) -> Path | None:
+    """Return the memo file for the weights in ``files`` cast to ``dtype`` (None if a file is missing)."""
+    key = _key(files, HASH_SCHEME, kind, dtype)
+    return None if key is None else cache_dir() / "weight-hashes" / f"{key}.txt"
 
 
 def conversion_dir(files: Iterable[Path], dtype: str) -> Path | None:
@@ -59,12 +64,8 @@ def conversion_dir(files: Iterable[Path], dtype: str) -> Path | None:
     cached, keyed like the weight-hash memo (None if a file is missing or the cache is turned off)."""
     if os.environ.get(NO_CONVERSION_CACHE, "1").strip() in ("0", "false", "no", "off"):
         return None
-    try:
-        ident = [_identity(Path(f)) for f in files]
-    except OSError:
-        return None
-    key = json.dumps([CONVERSION_SCHEME, HASH_SCHEME, dtype, ident], sort_keys=True)
-    return cache_dir() / "converted" / hashlib.sha256(key.encode()).hexdigest()
+    key = _key(files, CONVERSION_SCHEME, HASH_SCHEME, dtype)
+    return None if key is None else cache_dir() / "converted" / key
 
 
 def read_weight_hash(memo: Path | None) -> str | None:

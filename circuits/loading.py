@@ -533,7 +533,7 @@ def _load_conversion(converted: Path | None, device, dtype, allow_large: bool) -
         stored = doc.get("meta", {}).get("dtype")
         as_dtype = dtype or getattr(torch, str(stored).removeprefix("torch."), None)
         if not isinstance(as_dtype, torch.dtype):
-            return None
+            raise ValueError("the cached conversion records no dtype")
         model = _load_own(converted, doc, device, as_dtype, allow_large)
     except Exception:  # noqa: BLE001 - a damaged cache entry (truncated file, bad header): drop it, convert again
         import shutil
@@ -556,11 +556,7 @@ def _save_conversion(model: CircuitModel, converted: Path) -> None:
     except OSError:
         return
     try:
-        meta, model.meta = model.meta, {"dtype": str(model.dtype)}
-        try:
-            model.save(tmp)
-        finally:
-            model.meta = meta
+        model.save(tmp, meta={"dtype": str(model.dtype)})  # the stored dtype, read back by _load_conversion
         tmp.rename(converted)
     except OSError:
         pass

@@ -331,14 +331,13 @@ def _chunk(tokens: np.ndarray, seq_len: int) -> np.ndarray:
 
 
 @contextlib.contextmanager
-def _deterministic(threads: int, device: str) -> Iterator[None]:
+def _deterministic(threads: int) -> Iterator[None]:
     import torch
 
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # see use_deterministic
     prev_det = torch.are_deterministic_algorithms_enabled()
     prev_warn = torch.is_deterministic_algorithms_warn_only_enabled()
     prev_threads = torch.get_num_threads()
-    _set_deterministic(True)
+    use_deterministic(warn_only=False)
     torch.set_num_threads(int(threads))
     try:
         yield
@@ -737,7 +736,7 @@ def train_model(
     t_start = time.time()
     c_start = time.process_time()
 
-    with _deterministic(recipe.threads, device):
+    with _deterministic(recipe.threads):
         model = CircuitModel(recipe.model_config(data.vocab_size))
         _init(model, int(seed), recipe.init_std)
         model.to(device).train()

@@ -43,6 +43,7 @@ __all__ = [
     "jackknife_statistic",
     "acceleration_from_jackknife",
     "mean_acceleration",
+    "interval_verdict",
     "DEFAULT_METHOD",
     "ESTIMAND",
     "METHODS",
@@ -59,6 +60,18 @@ RESAMPLING_ONLY = ("percentile", "basic", "bca")
 DEFAULT_METHOD = "studentized_symmetric"
 ESTIMAND = "mean effect over the task's prompt distribution"
 ALTERNATIVES = ("two-sided", "less", "greater")
+
+
+def interval_verdict(low: float, high: float, above: str, below: str, undefined: str = "inconclusive") -> str:
+    """Return ``above`` when the interval lies above 0, ``below`` when below, ``undefined`` when an end is
+    missing (NaN), else "inconclusive"."""
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return undefined
+    if low > 0:
+        return above
+    if high < 0:
+        return below
+    return "inconclusive"
 
 
 # --- building blocks -----------------------------------------------------------------------

@@ -40,6 +40,7 @@ from scipy import stats as sps
 
 from .head_pairs import per_layer_cosine
 from .head_stability import leave_one_refit_out, ordered_pair_mean, prompt_resampled_similarity, refit_jackknife
+from .intervals import interval_verdict
 from .similarity import match_heads
 
 __all__ = ["pattern_matchings", "sink_pair_statistics", "sink_matching", "ITEMS", "ESTIMAND_SINK_MATCHING",
@@ -181,16 +182,6 @@ def sink_pair_statistics(rates: np.ndarray, match: np.ndarray, sink_bar: float
 
 
 # --- aggregation over seeds --------------------------------------------------------------------
-def _verdict(low: float, high: float) -> str:
-    if not (np.isfinite(low) and np.isfinite(high)):
-        return "undefined"
-    if low > 0:
-        return "stable"
-    if high < 0:
-        return "less than chance"
-    return "inconclusive"
-
-
 def sink_matching(rates: np.ndarray, match: np.ndarray, *, sink_bar: float, confidence_level: float = 0.95,
                   matching: str | None = None) -> dict[str, np.ndarray]:
     """Return the ``sink_matching`` table: agreement of sink heads across seeds under pattern matching, with its null.
@@ -216,7 +207,7 @@ def sink_matching(rates: np.ndarray, match: np.ndarray, *, sink_bar: float, conf
         defined = np.isfinite(value[off_diagonal]).sum(0)  # [L + 1]
         for j in range(L + 1):
             row = (j if j < L else -1, item, estimates["value"][j], low[j], high[j], estimates["null"][j],
-                   estimates["excess"][j], e_low[j], e_high[j], _verdict(e_low[j], e_high[j]), K, int(defined[j]),
+                   estimates["excess"][j], e_low[j], e_high[j], interval_verdict(e_low[j], e_high[j], "stable", "less than chance", "undefined"), K, int(defined[j]),
                    int(K * (K - 1) - defined[j]), float(sink_bar), matching, ESTIMAND_SINK_MATCHING)
             for c, v in zip(cols, row):
                 cols[c].append(v)

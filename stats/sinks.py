@@ -34,7 +34,7 @@ import numpy as np
 from scipy import stats as sps
 
 from .intervals import (BootstrapResult, acceleration_from_jackknife, bootstrap_edges,
-                        intervals_from_distribution)
+                        interval_verdict, intervals_from_distribution)
 from .resampling import ResamplingPlan, resampled_means
 from .results import Result
 
@@ -127,14 +127,6 @@ def confidence_gap(sink_attention: np.ndarray, confidence: np.ndarray, positions
     mean_low = (a * low).sum(-1) / low.sum(-1)
     mean_high = (a * high).sum(-1) / np.where(n_high > 0, n_high, 1.0)
     return np.where(n_high > 0, mean_low - mean_high, 0.0)
-
-
-def _verdict(low: float, high: float, above: str, below: str) -> str:
-    if low > 0:
-        return above
-    if high < 0:
-        return below
-    return "inconclusive"
 
 
 @dataclass(repr=False)
@@ -237,7 +229,7 @@ def sink_relation(share: np.ndarray, norm: np.ndarray, head_names: Sequence[str]
             ci = intervals_from_distribution(reps, est, method="bca", confidence_level=confidence_level,
                                              acceleration=acceleration_from_jackknife(jack))["bca"]
             lo, hi = float(ci.low), float(ci.high)
-        verdict = _verdict(lo, hi, "convex", "concave") if term == "curvature" else ""
+        verdict = interval_verdict(lo, hi, "convex", "concave") if term == "curvature" else ""
         fit[term] = {"estimate": float(est), "ci_low": lo, "ci_high": hi, "interval": "bca over prompts",
                      "verdict": verdict, "estimand": ESTIMANDS["curvature"] if term == "curvature" else
                      "coefficient of the same quadratic", "multiplicity": rule}
@@ -248,7 +240,7 @@ def sink_relation(share: np.ndarray, norm: np.ndarray, head_names: Sequence[str]
         ci = intervals_from_distribution(rho_b, rho_hat, method="percentile", confidence_level=confidence_level)
         lo, hi = float(ci["percentile"].low), float(ci["percentile"].high)
     fit["spearman"] = {"estimate": float(rho_hat), "ci_low": lo, "ci_high": hi, "interval": "percentile over prompts",
-                       "verdict": _verdict(lo, hi, "increasing", "decreasing"), "estimand": ESTIMANDS["spearman"],
+                       "verdict": interval_verdict(lo, hi, "increasing", "decreasing"), "estimand": ESTIMANDS["spearman"],
                        "multiplicity": rule}
     params = {"estimator": "sink_relation", "threshold": threshold, "plan": plan.describe(),
               "confidence_level": confidence_level, "n_prompts": N, "n_heads": U, "estimands": ESTIMANDS,
@@ -259,6 +251,8 @@ def sink_relation(share: np.ndarray, norm: np.ndarray, head_names: Sequence[str]
 # --- stability of sinks across training seeds ------------------------------------------------------------
 ESTIMAND_SINK_STABILITY = ("mean over the distribution of training seeds (t interval over the K seeds, K-1 df); heads "
                            "are matched within a layer by rank of sink rate (the one-to-one matching on this scalar)")
+ESTIMAND_SEED_RELATION = ("mean over the distribution of training seeds of each seed's fitted value (t interval over "
+                          "the K seeds, K-1 df; each seed's prompts fixed)")
 
 
 def _seed_t_interval(values: np.ndarray, confidence_level: float) -> tuple[float, float, float]:
@@ -290,20 +284,21 @@ def sink_stability(rates: np.ndarray, spearman: np.ndarray, curvature: np.ndarra
     rows: dict[str, list] = {c: [] for c in ("layer", "item", "value", "ci_low", "ci_high", "sd", "min", "max",
                                              "n_refits", "estimand")}
 
-    def add(layer: int, item: str, values: np.ndarray) -> None:
+    def add(layer: int, item: str, values: np.ndarray, estimand: str = ESTIMAND_SINK_STABILITY) -> None:
         mean, lo, hi = _seed_t_interval(values, confidence_level)
         v = np.asarray(values, dtype=np.float64)
         for col, val in zip(rows, (layer, item, mean, lo, hi, float(v.std(ddof=1)) if v.size > 1 else np.nan,
-                                   float(np.nanmin(v)), float(np.nanmax(v)), K, ESTIMAND_SINK_STABILITY)):
+                                   float(np.nanmin(v)), float(np.nanmax(v)), K, estimand)):
             rows[col].append(val)
 
     for layer in range(L):
         for r in range(H):
             add(layer, f"rank {r + 1} sink rate", ranked[:, layer, r])
         add(layer, f"heads with sink rate >= {sink_bar:g}", (rates[:, layer] >= sink_bar).sum(-1))
-    add(-1, "spearman(sink rate, output norm)", np.asarray(spearman, dtype=np.float64))
+    add(-1, "spearman(sink rate, output norm)", np.asarray(spearman, dtype=np.float64), ESTIMAND_SEED_RELATION)
     # each seed's curvature interval holds its heads fixed; this one spans the spread between seeds
-    add(-1, "curvature of the quadratic fit (norm on sink rate)", np.asarray(curvature, dtype=np.float64))
+    add(-1, "curvature of the quadratic fit (norm on sink rate)", np.asarray(curvature, dtype=np.float64),
+        ESTIMAND_SEED_RELATION)
     convex = np.asarray(curvature) > 0
     add(-1, "share of seeds with convex fit (curvature > 0)", convex.astype(np.float64))
     # a share of K binary outcomes: the exact (Clopper-Pearson) interval, not a t interval

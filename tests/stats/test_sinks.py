@@ -118,6 +118,7 @@ def test_sink_stability_matches_heads_by_rank_and_uses_a_seed_t_interval():
     curv = np.array([-1, -2, 3, -1, -5], dtype=float)
     assert (t["value"][c], t["ci_low"][c], t["ci_high"][c]) == pytest.approx(
         (curv.mean(), *sps.t.interval(0.95, K - 1, loc=curv.mean(), scale=sps.sem(curv))))
+    assert "training seeds" in t["estimand"][c] and "rank" not in t["estimand"][c]  # a per-seed fit, no head matching
     k = rows[(-1, "share of seeds with convex fit (curvature > 0)")]
     assert t["value"][k] == pytest.approx(0.2)
     # Clopper-Pearson by its definition: beta quantiles of 1 success in 5
