@@ -3,7 +3,8 @@
 Each step is a resumable stage of a run directory (reports.rundir.RunDir): a killed run resumes
 with the same command and recomputes only unfinished stages; every stage's randomness comes
 from the run's root seed and the stage name, so resumed, parallel and serial runs write
-identical tables.
+identical tables. This module only orchestrates: the tables' columns are built by
+pipelines.audit_tables, from the estimators of stats/ and circuits/.
 """
 
 from __future__ import annotations
@@ -195,7 +196,8 @@ def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: b
     return sources, model, task
 
 
-def load_audit_model(spec: AuditSpec, source: str, device, *, allow_pickle: bool = False, allow_large: bool = False):
+def load_audit_model(spec: AuditSpec, source: str, device: str, *, allow_pickle: bool = False,
+                     allow_large: bool = False):
     """Return ``source`` as a CircuitModel loaded as the audit loads each of its models: the spec's dtype,
     on ``device`` (already through build.check_device)."""
     from .build import load_source
@@ -245,7 +247,8 @@ def _heads_stage(run, spec: AuditSpec, sources: list[str], model, task, force: b
         h = spec.heads
         est = heads_mod.HeadStability(match=h.match, pairs=h.pairs, drop_bos=h.drop_bos, n_probe=h.n_probe,
                                       n_boot=h.n_boot, random_state=spec.seed)
-        models = [model, *(load_audit_model(spec, s, model.device, allow_pickle=allow_pickle, allow_large=allow_large)
+        models = [model, *(load_audit_model(spec, s, str(model.device), allow_pickle=allow_pickle,
+                                            allow_large=allow_large)
                            for s in sources[1:])]
         # Without a tokenizer there are no corpus snippets: the task's clean prompts are the probe set.
         full = task.attention_mask.bool().all(1).numpy()

@@ -18,7 +18,7 @@ __all__ = ["ClaimKind", "KINDS", "CLAIM_KINDS", "TOKEN_KINDS", "statistics"]
 
 @dataclass(frozen=True)
 class ClaimKind:
-    """One kind of claim: its name in a claims file, the run tables it is answered from, and the run that writes them."""
+    """One kind of claim: its name in a claims file, the run tables it is answered from and the run writing them."""
 
     name: str
     #: the tables the claim is read from; its ``statistic`` (when it has one) is a claimable column of one of them
