@@ -158,7 +158,7 @@ class _Study(_FactorStages, _SummaryStages):
         return topk(mean, min(n, self.E), ranking=self.spec.ranking, seed=self.run.stage_seed("top_edges")).indices
 
     def intrinsic_stage(self) -> dict:
-        from ..audit import _concat, edge_stats_table
+        from ..audit_tables import _concat, edge_stats_table
 
         S = self.S(self.ref)
         stats_parts = [edge_stats_table(self.S(Key(0, 0, 0, lab)), self.names, lab, self.plan0, _view(self.spec),
@@ -172,7 +172,7 @@ class _Study(_FactorStages, _SummaryStages):
 
     # -- dataset sampling: bootstrap stability of each estimator's circuits --
     def stability_stage(self) -> dict:
-        from ..audit import _concat, stability_tables
+        from ..audit_tables import _concat, stability_tables
 
         parts = [stability_tables(self.S(Key(0, 0, 0, lab)), self.names, lab, self.plan0, self.ks, _view(self.spec),
                                   self.n_jobs) for lab in self.levels]
@@ -180,7 +180,7 @@ class _Study(_FactorStages, _SummaryStages):
 
     # -- estimator: approximation error against exact --
     def approximation_stage(self) -> dict:
-        from ..audit import _concat, approximation_tables
+        from ..audit_tables import _concat, approximation_tables
 
         ex = self.S(self.ref)
         parts = [approximation_tables(ex, self.S(Key(0, 0, 0, lab)), self.names, lab, self.spec.k_summary,
@@ -227,7 +227,7 @@ class _Study(_FactorStages, _SummaryStages):
                                "interval": [PER_EDGE_COMPONENT_INTERVAL] * len(main["edge"])})
             anova_parts.append({"edge": anova["edge"] + s, "term": list(anova["term"]), "df": anova["df"],
                                 "mean_square": anova["mean_square"]})
-        from ..audit import _concat
+        from ..audit_tables import _concat
 
         top = self.top_edges(self.spec.n_top)
         Yt, _ = self.design(top)
