@@ -21,6 +21,7 @@ BAR = 0.8  # the mean-Jaccard bar of the stability section (the variance section
 TOP_FOREST = 20  # edges in the forest plot, and the variance plot's and the fallback graph's top edges
 MAX_ROWS = 200  # rows a table shows at most
 
+
 class Missing(Exception):
     """A table or column a section needs is not in the run directory; the message is the note shown."""
 

@@ -21,7 +21,6 @@ def interval_verdict(low: float, high: float, above: str, below: str, undefined:
     return "inconclusive"
 
 
-
 def _quantile_sorted(xs: np.ndarray, p: np.ndarray | float) -> np.ndarray:
     """Return type-7 (linear) quantiles of each row of sorted `xs` [c, B] at probability p [c]."""
     c, b = xs.shape
@@ -44,13 +43,11 @@ def _quantile_sorted(xs: np.ndarray, p: np.ndarray | float) -> np.ndarray:
     return out
 
 
-
 def _frac_below(r: np.ndarray, theta: np.ndarray) -> np.ndarray:
     """Return the share of resampled values below theta per row, ties counted one half."""
     t = theta[:, None]
     b = r.shape[1]
     return ((r < t).sum(axis=1) + (r <= t).sum(axis=1)) / (2.0 * b)
-
 
 
 def _intervals_sorted(xs: np.ndarray, theta: np.ndarray, frac_below: np.ndarray | None,
@@ -102,7 +99,6 @@ def _intervals_sorted(xs: np.ndarray, theta: np.ndarray, frac_below: np.ndarray 
             hi = np.full_like(hi, np.inf)
         out[m] = (lo, hi)
     return out
-
 
 
 def percentile_interval(replicates: np.ndarray, confidence_level: float, *,

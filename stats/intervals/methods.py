@@ -43,7 +43,6 @@ def _check_methods(method: str, methods: Sequence[str] | None,
     return out
 
 
-
 def _plan_for(n_obs: int, plan: ResamplingPlan | None, n_resamples: int,
               seed: Any) -> ResamplingPlan:
     """Return `plan`, or a fresh bootstrap plan; refuse subsample plans for intervals."""

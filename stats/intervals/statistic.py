@@ -40,7 +40,6 @@ def intervals_from_distribution(theta_b: np.ndarray, theta_hat: np.ndarray, *,
             for m, (lo, hi) in out.items()}
 
 
-
 def bootstrap_statistic(data: np.ndarray, statistic: Callable[..., Any],
                         plan: ResamplingPlan | None = None, *, n_resamples: int = 2000,
                         seed: Any = None, method: str = "bca",
