@@ -11,40 +11,21 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from reports.atomic import atomic_write_bytes
-from reports.html_sections import (
-    Missing,
-    Tables,
-    approximation_section,
-    calibration_part,
-    faithfulness_section,
-    forest_section,
-    graph_section,
-    has_tokens,
-    heads_part,
-    layers_part,
-    methods_in,
-    note,
-    num,
-    order_methods,
-    residual_part,
-    stability_section,
-    summary_section,
-    tokens_section,
-    variance_part,
-    variance_summary_part,
-)
-from reports.html_svg import esc
+from reports.html.assets import CSP, CSS, JS
+from reports.html.common import Tables, methods_in, note, num, order_methods
+from reports.html.sections import OPTIONAL_SECTIONS, SECTIONS, Context, shown_sections
+from reports.html.svg import esc
+from reports.html.tokens import has_tokens
 from reports.rundir import MANIFEST, RunDir, RunDirError
 from reports.tables import read_provenance
 
-__all__ = ["REPORT_NAME", "SECTIONS", "OPTIONAL_SECTIONS", "TABLES", "render_report"]
+__all__ = ["REPORT_NAME", "SECTIONS", "OPTIONAL_SECTIONS", "TABLES", "render_report", "report_path"]
 
 REPORT_NAME = "report.html"
 TABLES = (
@@ -53,80 +34,6 @@ TABLES = (
     "coverage", "token_importance", "token_importance_diffs", "sink_heads", "sink_fit", "token_weights",
     "token_stability", "sink_stability", "sink_matching",
 )
-# (id, heading): the headings a reader (and the browser test) finds on every report.
-SECTIONS = (
-    ("summary", "Summary"),
-    ("graph", "Circuit graph"),
-    ("stability", "Circuit stability: Jaccard vs k"),
-    ("forest", "Edge effects: top edges with confidence intervals"),
-    ("approximation", "Approximation error: exact vs approximate"),
-    ("faithfulness", "Faithfulness vs circuit size"),
-    ("heads", "Head and layer stability across seeds"),
-    ("variance", "Variance study: where the uncertainty comes from"),
-    ("calibration", "Calibration: interval coverage vs N"),
-)
-# Sections shown only when the run holds their tables (a `circuitstat tokens` run, at its top or per model).
-OPTIONAL_SECTIONS = (
-    ("tokens", "Token contributions and attention sinks"),
-)
-
-CSS = """
-*{box-sizing:border-box}
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1d1d1f;margin:0;background:#fafafa}
-header{background:#1f2d3d;color:#fff;padding:18px 28px}
-header h1{margin:0 0 8px;font-size:22px}
-header dl{display:grid;grid-template-columns:max-content 1fr max-content 1fr;gap:2px 14px;margin:0;font-size:13px}
-header dt{color:#9fb3c8}header dd{margin:0;word-break:break-all}
-nav{padding:8px 28px;background:#eef2f6;font-size:13px;position:sticky;top:0;z-index:2;border-bottom:1px solid #dde3ea}
-nav a{margin-right:14px;color:#1f4e79;text-decoration:none}
-main{padding:4px 28px 40px}
-section{background:#fff;border:1px solid #e3e3e3;border-radius:6px;padding:6px 18px 16px;margin:16px 0}
-h2{font-size:18px;margin:10px 0}h3{font-size:15px;margin:14px 0 4px;color:#333}h4{font-size:13px;margin:12px 0 4px;color:#333}
-.row{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start}
-figure{margin:0;flex:0 0 auto;max-width:100%}
-figcaption{font-size:12px;color:#444;max-width:640px;margin-top:4px}
-svg.plot{max-width:100%;height:auto;background:#fff}
-.tablebox{flex:1 1 360px;max-height:520px;overflow:auto;border:1px solid #eee;min-width:300px}
-.tablebox table+table,.tablebox p+table{margin-top:12px}
-table{border-collapse:collapse;font-size:12px;width:100%}
-th,td{padding:2px 7px;border-bottom:1px solid #eee;white-space:nowrap}
-th{background:#f3f5f7;position:sticky;top:0;cursor:pointer;text-align:left;user-select:none}
-th.n,td.n{text-align:right;font-variant-numeric:tabular-nums}
-th[aria-sort=ascending]::after{content:" ▲"}th[aria-sort=descending]::after{content:" ▼"}
-td.pass{color:#0a6b2d;font-weight:600}td.fail{color:#b00020;font-weight:600}
-table.summary{width:auto;font-size:13px}
-p.note{color:#7a5a00;background:#fff8e1;border-left:3px solid #f0b400;padding:6px 10px;margin:8px 0}
-p.shown{font-size:11px;color:#666;margin:4px 6px}
-footer{color:#777;font-size:12px;padding:0 28px 24px}
-"""
-
-# Sorting: click a header; numbers sort by their exact value (data-v), text alphabetically, blanks last.
-JS = """
-(function(){
-  function key(td){var v=td.getAttribute('data-v');if(v!==null){return v===''?null:parseFloat(v);}return td.textContent;}
-  var tables=document.querySelectorAll('table.sortable');
-  for(var t=0;t<tables.length;t++){(function(table){
-    var ths=table.tHead?table.tHead.rows[0].cells:[];
-    for(var i=0;i<ths.length;i++){(function(th,col){
-      th.addEventListener('click',function(){
-        var asc=th.getAttribute('aria-sort')!=='ascending';
-        for(var j=0;j<ths.length;j++){ths[j].removeAttribute('aria-sort');}
-        th.setAttribute('aria-sort',asc?'ascending':'descending');
-        var body=table.tBodies[0],rows=Array.prototype.slice.call(body.rows);
-        rows.sort(function(a,b){
-          var x=key(a.cells[col]),y=key(b.cells[col]);
-          if(x===null||y===null){return x===y?0:(x===null?1:-1);}
-          var c=(typeof x==='number'&&typeof y==='number')?x-y:String(x).localeCompare(String(y));
-          return asc?c:-c;});
-        for(var r=0;r<rows.length;r++){body.appendChild(rows[r]);}
-      });
-    })(ths[i],i);}
-  })(tables[t]);}
-  document.documentElement.setAttribute('data-report-js','ok');
-})();
-"""
-
-CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 
 
 # ----- header -----------------------------------------------------------------------------------
@@ -197,13 +104,6 @@ def _header(run_dir: Path, manifest: dict[str, Any], T: Tables, methods: list[st
 
 
 # ----- page -------------------------------------------------------------------------------------
-def _part(fn: Callable[[], str]) -> str:
-    try:
-        return fn()
-    except Missing as e:
-        return note(str(e))
-
-
 def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> Path:
     """Write the self-contained HTML report of run directory `run_dir` and return its path.
 
@@ -221,42 +121,14 @@ def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] |
             f"{run_dir} has no {MANIFEST} and none of the report tables ({', '.join(t + '.parquet' for t in TABLES)}); "
             "is it the output directory of `circuitstat audit`?"
         )
-    manifest: dict[str, Any] = {}
-    manifest_note = ""
-    if has_manifest:
-        try:
-            manifest = RunDir.read_manifest(run_dir)
-        except RunDirError as e:
-            manifest_note = note(f"manifest.json could not be read: {e}")
-    else:
-        manifest_note = note("manifest.json is missing: the header shows what the tables' provenance records.")
-
-    found: list[str] = []
-    for name in ("edge_stats", "stability_vs_k", "inclusion", "faithfulness_vs_k", "approximation"):
-        found += methods_in(T.get(name))
+    manifest, manifest_note = _manifest(run_dir, has_manifest)
     spec = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
-    spec_m = _pick(spec, "methods")
-    methods = order_methods(([str(m) for m in spec_m] if isinstance(spec_m, list) else []) + found)
-    methods = [m for m in methods if m in found] or methods
-
+    methods = _methods(T, spec)
     title, dl = _header(run_dir, manifest, T, methods)
-    sections = {
-        "summary": lambda: _part(lambda: summary_section(T)),
-        "graph": lambda: _part(lambda: graph_section(T, methods)),
-        "stability": lambda: _part(lambda: stability_section(T, methods)),
-        "forest": lambda: _part(lambda: forest_section(T, methods)),
-        "approximation": lambda: _part(lambda: approximation_section(T, methods)),
-        "faithfulness": lambda: _part(lambda: faithfulness_section(T, methods)),
-        "heads": lambda: "".join(_part(f) for f in (lambda: heads_part(T), lambda: layers_part(T), lambda: residual_part(T))),
-        "variance": lambda: "".join(_part(f) for f in (lambda: variance_part(T), lambda: variance_summary_part(T))),
-        "calibration": lambda: _part(lambda: calibration_part(T)),
-        "tokens": lambda: _part(lambda: tokens_section(T, _sources(spec), _part)),
-    }
-    shown = [*SECTIONS, *((sid, h) for sid, h in OPTIONAL_SECTIONS if sid != "tokens" or has_tokens(T))]
-    body = []
-    for sid, heading in shown:
-        body.append(f'<section id="{sid}"><h2>{esc(heading)}</h2>{sections[sid]()}</section>')
-    nav = "".join(f'<a href="#{sid}">{esc(h.split(":")[0])}</a>' for sid, h in shown)
+    ctx = Context(T, methods, _sources(spec))
+    shown = shown_sections(T)
+    body = "".join(s.html(ctx) for s in shown)
+    nav = "".join(f'<a href="#{s.id}">{esc(s.heading.split(":")[0])}</a>' for s in shown)
     page = (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
@@ -264,7 +136,7 @@ def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] |
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
         f"<header><h1>{esc(title)}</h1><dl>{dl}</dl></header>"
-        f"<nav>{nav}</nav><main>{manifest_note}{''.join(body)}</main>"
+        f"<nav>{nav}</nav><main>{manifest_note}{body}</main>"
         f"<footer>Generated by circuitstat from the Parquet tables in this run directory. "
         "Numbers are rounded to three significant digits in the tables; hover a mark for its values, click a column header to sort.</footer>"
         f"<script>{JS}</script></body></html>\n"
@@ -274,6 +146,26 @@ def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] |
     except OSError as e:
         raise _input_error(f"cannot write {path}: {e.strerror or e}; give an --out you can write to") from None
     return path
+
+
+def _manifest(run_dir: Path, has_manifest: bool) -> tuple[dict[str, Any], str]:
+    """Return (manifest, note): the run's manifest ({} when absent or unreadable) and the note saying so."""
+    if not has_manifest:
+        return {}, note("manifest.json is missing: the header shows what the tables' provenance records.")
+    try:
+        return RunDir.read_manifest(run_dir), ""
+    except RunDirError as e:
+        return {}, note(f"manifest.json could not be read: {e}")
+
+
+def _methods(T: Tables, spec: dict[str, Any]) -> list[str]:
+    """Return the run's methods, exact first: the spec's order where the tables have them."""
+    found: list[str] = []
+    for name in ("edge_stats", "stability_vs_k", "inclusion", "faithfulness_vs_k", "approximation"):
+        found += methods_in(T.get(name))
+    spec_m = _pick(spec, "methods")
+    methods = order_methods(([str(m) for m in spec_m] if isinstance(spec_m, list) else []) + found)
+    return [m for m in methods if m in found] or methods
 
 
 def _sources(spec: dict[str, Any]) -> list[str]:
@@ -313,9 +205,3 @@ def report_path(run_dir: Path, out: str | os.PathLike[str] | None) -> Path:
     if not blocking.is_dir():
         raise _input_error(f"--out {out}: {blocking} is a file, not a directory; give another --out")
     return path
-
-
-if __name__ == "__main__":  # pragma: no cover - convenience: python -m reports.html RUN_DIR [OUT]
-    import sys
-
-    print(render_report(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None))

@@ -129,6 +129,7 @@ class Scale:
         return self.a + (t - self._l0) / (self._l1 - self._l0) * (self.b - self.a)
 
     def many(self, values: np.ndarray) -> np.ndarray:
+        """Return the pixel positions of `values` (NaN where a log scale has no position)."""
         v = np.asarray(values, dtype=float)
         if self.log:
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -246,6 +247,7 @@ class Plot:
         ytick_labels: Sequence[str] | None = None,
         grid: bool = True,
     ) -> None:
+        """Draw the frame, ticks with labels, grid lines and the axis labels."""
         xt = list(self.x.ticks() if xticks is None else xticks)
         yt = list(self.y.ticks() if yticks is None else yticks)
         xl = list(xtick_labels) if xtick_labels is not None else [tick_label(t) for t in xt]
@@ -311,6 +313,7 @@ class Plot:
             self.parts.append(f'<polygon points="{" ".join(pts)}" fill="{colour}" fill-opacity="{opacity}" stroke="none"/>')
 
     def hline(self, y: float, colour: str = "#555", *, dash: str | None = "5,4", width: float = 1.2, label: str | None = None) -> None:
+        """Draw a horizontal line at data y (nothing outside the domain), with an optional label."""
         if not (math.isfinite(y) and self.y.lo <= y <= self.y.hi):
             return
         py = self.y(y)
@@ -320,6 +323,7 @@ class Plot:
             self.parts.append(f'<text x="{self.right - 3:.1f}" y="{py - 3:.1f}" text-anchor="end" font-size="{FONT - 1}" fill="{colour}">{esc(label)}</text>')
 
     def vline(self, x: float, colour: str = "#555", *, dash: str | None = "5,4", width: float = 1.0) -> None:
+        """Draw a vertical line at data x (nothing outside the domain)."""
         if not (math.isfinite(x) and self.x.lo <= x <= self.x.hi):
             return
         px = self.x(x)
@@ -368,6 +372,7 @@ class Plot:
         self.parts.append(f'<path d="M{px:.1f},{a:.1f}V{b:.1f}M{px - 3:.1f},{a:.1f}h6M{px - 3:.1f},{b:.1f}h6" stroke="{colour}" stroke-width="{width}" fill="none"/>')
 
     def raw(self, svg: str) -> None:
+        """Add a piece of SVG drawn in pixel coordinates."""
         self.parts.append(svg)
 
     def legend(self, label: str, colour: str, style: str = "line") -> None:
@@ -400,6 +405,7 @@ class Plot:
         return "".join(p), y + 14 - self.height
 
     def svg(self) -> str:
+        """Return the plot as one SVG element, legend included."""
         legend, extra = self._legend_svg()
         return svg_open(self.width, self.height + extra, self.label) + "".join(self.parts) + legend + "</svg>"
 
