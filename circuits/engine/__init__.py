@@ -17,7 +17,12 @@ Each module holds one idea; the public class is assembled in :mod:`circuits.mode
 * :mod:`.gradients` -- gradient probes and per-head receiver-input gradients.
 
 A feature that changes how scores, masks, norms or rotary embeddings are computed changes the one
-function that computes them here; every forward path (full run, patched suffix, gradients) calls
-it.  The fused training forward (:mod:`.fused`) uses torch's own attention and says through
-``has_fused_forward`` which configurations it covers.
+function that computes them here (:func:`.attention.attend`, :func:`.masks.allowed_keys`,
+:func:`.norms.apply_norm` with :func:`.norms.norm_vjp_heads`, :mod:`.rotary`); every forward path
+(full run, patched suffix, gradients) calls it.  Queries, keys and values are projected in three
+forms, each followed by :func:`.rotary.apply_rotary`: :func:`.attention.attention_block` (full
+runs), ``Patching._patched_layer`` / ``Patching._suffix_layer`` (patched suffixes) and
+``FusedForward.fused_logits``; a transform of queries or keys sits beside each of those calls.  The
+fused training forward uses torch's own attention, so ``has_fused_forward`` must exclude every
+configuration it does not reproduce.
 """
