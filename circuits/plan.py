@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from .errors import InputError
 from .graph import ComponentGraph
-from .model import ModelConfig
+from .engine.config import ModelConfig
 
 METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted")
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
