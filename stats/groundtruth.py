@@ -29,7 +29,8 @@ from scipy import stats as sps
 
 from .topk import ranking_key, topk_mask
 
-__all__ = ["DATASET_ESTIMAND", "SPREAD_LABEL", "roc_points", "auroc", "pessimistic_auroc", "selection_metrics",
+__all__ = ["DATASET_ESTIMAND", "SPREAD_LABEL", "roc_points", "roc_on_grid", "auroc", "pessimistic_auroc",
+           "selection_metrics",
            "topk_metrics", "over_datasets", "fdr_check"]
 
 DATASET_ESTIMAND = ("the expected value of the statistic for a dataset of N prompts from the task's distribution "
@@ -58,6 +59,14 @@ def roc_points(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.n
     tp = np.cumsum(y)[last]
     fp = (last + 1) - tp
     return np.r_[0.0, fp / (~y).sum()], np.r_[0.0, tp / y.sum()]
+
+
+def roc_on_grid(scores: np.ndarray, labels: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Return the ROC's TPR at each FPR of ``grid``: the largest TPR reached at an FPR no larger (a step
+    function, so averaging over datasets is vertical averaging of ROC curves)."""
+    fpr, tpr = roc_points(scores, labels)
+    idx = np.searchsorted(fpr, np.asarray(grid, dtype=np.float64), side="right") - 1
+    return np.maximum.accumulate(tpr)[np.clip(idx, 0, None)]
 
 
 def auroc(scores: np.ndarray, labels: np.ndarray) -> float:

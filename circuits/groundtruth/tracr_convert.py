@@ -29,7 +29,8 @@ value: w_ov's input space; an MLP: its first layer's input space; logits: the ou
   they carry differs between clean and corrupted prompts (on tracr's own forward pass over sampled task
   pairs) at a position the receiver needs, the receiving component's output differs there, a query or
   key edge's head changes its attention pattern there, and the receiver matters for the logits at the
-  last position (task_edges).  Positions, the constant ``one`` and BOS never vary, and a query whose
+  last position (task_edges; a value edge counts only where the clean pattern attends).  Positions, the
+  constant ``one`` and BOS never vary, and a query whose
   token is the same in both prompts at the read-out varies nowhere that matters: such edges are
   structural but not task edges (their patching effect is exactly zero).
 """
@@ -239,24 +240,28 @@ def _patterns(logits: np.ndarray, T: int) -> np.ndarray:
     return x / x.sum(-1, keepdims=True)
 
 
-def variation(assembled, name: str, tokens_of: dict[str, int]) -> tuple[dict[str, set[int]], dict[str, set[int]], int]:
-    """(positions where each residual direction differs between clean and corrupted prompts of the task,
-    query positions where each head's attention pattern differs, prompt length), on tracr's forward pass
-    over N_TASK_PAIRS sampled pairs."""
+def variation(assembled, name: str, tokens_of: dict[str, int]) -> dict[str, Any]:
+    """What the task's counterfactual changes on tracr's forward pass over N_TASK_PAIRS sampled pairs.
+
+    ``diff`` [B, T, D]: where each residual direction differs between clean and corrupted prompts (per
+    pair and position); ``head_pos``: query positions where each head's attention pattern differs;
+    ``attends`` [B, T, T] per head: where the clean pattern puts weight (> 1e-3); ``T``: prompt length.
+    """
     pairs = sample_pairs(name, N_TASK_PAIRS, seed=12345)
     enc = lambda toks: [tokens_of[BOS]] + [tokens_of[t] for t in toks]  # noqa: E731
     clean = np.asarray([enc(c) for c, _, _, _ in pairs])
     corr = np.asarray([enc(x) for _, x, _, _ in pairs])
     a, b = tracr_forward(assembled, clean), tracr_forward(assembled, corr)
-    diff = np.abs(a["final"] - b["final"]).max(axis=0)  # [T, D]
-    positions = {lab: set(np.flatnonzero(diff[:, i] > 1e-4).tolist()) for i, lab in enumerate(assembled.residual_labels)}
     T = clean.shape[1]
-    heads: dict[str, set[int]] = {}
+    out: dict[str, Any] = {"diff": np.abs(a["final"] - b["final"]) > 1e-4, "head_pos": {}, "attends": {}, "T": T,
+                           "labels": list(assembled.residual_labels)}
     for layer, (la, lb) in enumerate(zip(a["attn_logits"], b["attn_logits"])):
-        d = np.abs(_patterns(la, T) - _patterns(lb, T)).max(axis=(0, 3))  # [H, query position]
+        pa, pb = _patterns(la, T), _patterns(lb, T)
+        d = np.abs(pa - pb).max(axis=(0, 3))  # [H, query position]
         for h in range(d.shape[0]):
-            heads[f"a{layer}.h{h}"] = set(np.flatnonzero(d[h] > 1e-4).tolist())
-    return positions, heads, T
+            out["head_pos"][f"a{layer}.h{h}"] = set(np.flatnonzero(d[h] > 1e-4).tolist())
+            out["attends"][f"a{layer}.h{h}"] = pa[:, h] > 1e-3
+    return out
 
 
 def _receiver_order(node: str) -> tuple[int, int]:
@@ -268,16 +273,34 @@ def _receiver_order(node: str) -> tuple[int, int]:
     return (int(node[1:].split(".")[0]), 0)
 
 
+def _varies_at(var: dict[str, Any], directions: list[str], positions: set[int]) -> bool:
+    """Whether any of ``directions`` differs between the prompts of some pair at one of ``positions``."""
+    cols = [var["labels"].index(d) for d in directions]
+    rows = sorted(positions)
+    return bool(rows) and bool(var["diff"][:, rows][:, :, cols].any())
+
+
+def _attended(var: dict[str, Any], node: str, where: set[int], directions: list[str]) -> tuple[bool, set[int]]:
+    """(whether some pair's directions differ at a key its clean pattern attends from a query in ``where``,
+    the key positions attended from there)."""
+    att = var["attends"][node][:, sorted(where)].any(axis=1)  # [B, key position]
+    cols = [var["labels"].index(d) for d in directions]
+    hit = (att & var["diff"][:, :, cols].any(axis=2)).any()
+    return bool(hit), set(np.flatnonzero(att.any(axis=0)).tolist())
+
+
 def task_edges(structural: dict[str, list[str]], writes: dict[str, set[str]], node_of: dict[str, str],
-               var_pos: dict[str, set[int]], head_pos: dict[str, set[int]], T: int) -> list[str]:
+               var: dict[str, Any]) -> list[str]:
     """The structural edges that carry the task's counterfactual to where it matters (see the module docstring).
 
     Backwards from the logits (read at the last position): a component matters at a set of positions; an
-    edge into it is a task edge when a direction it carries varies at a position its receiver needs (a
-    query or MLP input: the positions where the component matters; a key or value input: every position
-    up to the last of those), the component's own output varies there, and, for a query or key edge, the
-    head's attention pattern varies there.  The sender then matters at those positions.
+    edge into it is a task edge when a direction it carries varies where its receiver needs it and the
+    component's own output varies where it matters.  A query or MLP input is needed where the component
+    matters (a query edge also needs the head's pattern to change there); a key input at every position up
+    to the last of those (the pattern must change too); a value input at the keys the clean pattern attends
+    from there, in the same pair.  The sender then matters at those positions.
     """
+    T = var["T"]
     relevant: dict[str, set[int]] = {"logits": {T - 1}}
     into: dict[str, list[tuple[str, str, str]]] = {}
     for name in structural:
@@ -286,16 +309,18 @@ def task_edges(structural: dict[str, list[str]], writes: dict[str, set[str]], no
     found = []
     for node in sorted(into, key=_receiver_order, reverse=True):
         where = relevant.get(node, set())
-        if not where:
+        if not where or (node != "logits" and not _varies_at(var, sorted(writes[node]), where)):
             continue  # nothing downstream reads this component where the task changes it
-        if node != "logits" and not any(var_pos.get(d, set()) & where for d in writes[node]):
-            continue
-        upto = set(range(max(where) + 1))
         for name, u, v in into[node]:
-            need = upto if v.endswith(("<k>", "<v>")) else where
-            if v.endswith(("<q>", "<k>")) and not head_pos.get(node, set()) & where:
-                continue
-            if any(var_pos.get(d, set()) & need for d in structural[name]):
+            carried = structural[name]
+            if v.endswith("<v>"):
+                hit, need = _attended(var, node, where, carried)
+            else:
+                need = set(range(max(where) + 1)) if v.endswith("<k>") else where
+                hit = _varies_at(var, carried, need)
+                if v.endswith(("<q>", "<k>")):
+                    hit = hit and bool(var["head_pos"].get(node, set()) & where)
+            if hit:
                 found.append(name)
                 relevant.setdefault(u, set()).update(need)
     return sorted(found)
@@ -378,16 +403,17 @@ def write_fixture(name: str, out: Path) -> dict:
     n_checked = check_readout(name, program, assembled, tokens_of, outputs)
     writes, reads, node_of = component_spaces(craft, _names(out_space), list(assembled.residual_labels))
     structural = structural_edges(model.graph, writes, reads)
-    var_pos, head_pos, T = variation(assembled, name, tokens_of)
-    task = task_edges(structural, writes, node_of, var_pos, head_pos, T)
+    var = variation(assembled, name, tokens_of)
+    task = task_edges(structural, writes, node_of, var)
     truth = {
         "program": name, "describe": spec.describe, "max_seq_len": spec.max_seq_len, "numerical": numerical,
         "input_tokens": inputs, "output_classes": outputs, "bos": BOS, "pad": PAD,
         "residual_labels": list(assembled.residual_labels),
         "writes": {k: sorted(v) for k, v in writes.items()}, "reads": {k: sorted(v) for k, v in reads.items()},
         "structural": structural, "task": task,
-        "varying": {d: sorted(p) for d, p in var_pos.items() if p},
-        "varying_heads": {h: sorted(p) for h, p in head_pos.items() if p},
+        "varying": {d: np.flatnonzero(var["diff"][:, :, i].any(0)).tolist() for i, d in enumerate(var["labels"])
+                    if var["diff"][:, :, i].any()},
+        "varying_heads": {h: sorted(p) for h, p in var["head_pos"].items() if p},
         "checks": {"max_logit_error_vs_tracr": err, "readout_prompts_checked": n_checked},
         "tracr": "tracr-pypi 1.0.0, causal=True, mlp_exactness=100",
     }
