@@ -23,7 +23,8 @@ from circuits.errors import InputError
 from .programs import PROGRAMS, sample_pairs
 from .truth import GroundTruthModel, edge_mask
 
-__all__ = ["FIXTURES", "compiled_names", "fixture_dir", "load_compiled", "load_reference", "compiled_task"]
+__all__ = ["FIXTURES", "compiled_names", "fixture_dir", "load_compiled", "load_reference", "compiled_task",
+           "truth_document"]
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "groundtruth"
 
@@ -43,6 +44,11 @@ def fixture_dir(source: str | Path) -> Path:
                          f"use tracr:NAME with NAME in {compiled_names()} from a source checkout, or write the "
                          "fixtures with python -m circuits.groundtruth.tracr_convert")
     return path
+
+
+def truth_document(source: str | Path) -> dict:
+    """The fixture's truth.json: vocabularies, residual labels, edge sets and the conversion's checks."""
+    return _read_truth(fixture_dir(source))
 
 
 def _read_truth(path: Path) -> dict:
