@@ -62,7 +62,7 @@ class GroundTruthSpec(_RunOptions):
     alphas: list[float] = Field(default_factory=lambda: [0.05, 0.1], min_length=1)
     k_multiples: list[float] = Field(default_factory=lambda: [0.5, 1.0, 2.0], min_length=1)
     ranking: Literal["absolute", "signed"] = "absolute"
-    n_resamples: int = Field(500, ge=50, le=100_000)
+    n_resamples: int = Field(1000, ge=50, le=100_000)  # the audit's default: its p-value floor 1/(B+1) must let BH reject
     thresholds: list[float] = Field(default_factory=lambda: [0.6, 0.75, 0.9], min_length=1)
     n_subsamples: int = Field(100, ge=10, le=100_000)
     faithfulness_methods: list[METHOD] = Field(default_factory=lambda: ["exact"])
