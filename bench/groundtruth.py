@@ -72,7 +72,7 @@ def scoring_costs(sizes: list[int], repeats: int, spec: GroundTruthSpec) -> dict
 
 def faithfulness_cost(n: int, spec: GroundTruthSpec) -> float:
     """Seconds of the faithfulness family for one dataset of N prompts (planted model, population cached)."""
-    from pipelines.groundtruth_study import _evaluations
+    from pipelines.groundtruth_study import population_evaluations
     from stats.groundtruth_scoring import faithfulness_dataset
 
     gt = load_groundtruth(DEFAULT_MODELS[-2])
@@ -81,7 +81,7 @@ def faithfulness_cost(n: int, spec: GroundTruthSpec) -> float:
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        evals = _evaluations(gt, task, spec)
+        evals = population_evaluations(gt, task, spec)
         faithfulness_dataset(S, np.arange(n), gt.truth, evals, true_value=1.0, n_resamples=spec.n_resamples)
     t = time.perf_counter() - t0
     print(f"faithfulness family N={n}: {t:.2f} s (population evaluations included; cached across datasets)")

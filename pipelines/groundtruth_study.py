@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from reports.run_tables import RunTables
 
 __all__ = ["GroundTruthSpec", "load_groundtruth_spec", "run_groundtruth_study", "summary_lines", "TABLES",
+           "population_evaluations",
            "DEFAULT_MODELS"]
 
 DEFAULT_MODELS = ["tracr:frac_prevs", "tracr:reverse", "tracr:hist", "tracr:sort", "tracr:detect_abc", "tracr:dyck",
@@ -118,7 +119,7 @@ def _model_row(gt, source: str, population: int) -> dict:
             "population": population, "weight_hash": gt.model.weight_hash(), "true_edges": ",".join(gt.truth_names())}
 
 
-def _evaluations(gt, task, spec: GroundTruthSpec):
+def population_evaluations(gt, task, spec: GroundTruthSpec):
     """PopulationEvaluations of the model's circuits on every population prompt (faithfulness family)."""
     from circuits.faithfulness import faithfulness
     from stats.calibration_kinds import PopulationEvaluations
@@ -207,7 +208,7 @@ def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int
             per_dataset, models = [], []
             for m, gt in loaded.items():
                 models.append(_model_row(gt, m, population))
-                evals = _evaluations(gt, tasks[m], spec) if spec.faithfulness_methods else None
+                evals = population_evaluations(gt, tasks[m], spec) if spec.faithfulness_methods else None
                 for method in spec.methods:
                     S = np.asarray(table_to_matrix(run.table(f"scores_{_slug(m)}_{method.replace('-', '_')}")),
                                    dtype=np.float64)

@@ -97,6 +97,21 @@ def _fdr_table(fdr: list[dict]) -> str:
     return html_table(cols, rows)
 
 
+def _stability_table(summary: list[dict]) -> str:
+    index = {(r["model"], r["method"], r["n"], r["statistic"], r["param"]): r for r in summary
+             if r["family"] == "stability"}
+    rows = []
+    for (model, method, n, stat, param), r in sorted(index.items()):
+        if stat != "false_edges":
+            continue
+        bound = index.get((model, method, n, "pfer_bound_mb", param))
+        rows.append([model, method, n, param.split("=")[1], _ci(r), bound["estimate"] if bound else float("nan"),
+                     bool(bound and r["estimate"] <= bound["estimate"])])
+    cols = [("model", "text"), ("method", "text"), ("N", "int"), ("threshold", "text"),
+            ("false edges selected", "text"), ("MB bound on E[V]", "num"), ("within bound", "bool")]
+    return html_table(cols, rows)
+
+
 def groundtruth_section(tables: Mapping[str, pa.Table]) -> str:
     """Return the HTML of the ground-truth section for the run's tables (a note when they are missing)."""
     missing = [t for t in TABLES if t not in tables]
@@ -120,5 +135,8 @@ def groundtruth_section(tables: Mapping[str, pa.Table]) -> str:
     parts += ["<h3>FDR calibration on planted models</h3>",
               note("Realised FDR (mean false discovery proportion of the edges with q <= alpha) against alpha; it "
                    "holds when it is at most alpha plus 2 Monte Carlo SEs; 'trivial': no false discovery at all."),
-              _fdr_table(fdr)]
+              _fdr_table(fdr), "<h3>Stability selection against the truth</h3>",
+              note("False edges with inclusion frequency >= threshold over half-size subsamples of the top-|C| "
+                   "circuit (mean over datasets, t interval) against the Meinshausen-Buhlmann bound on their "
+                   "expected number."), _stability_table(summary)]
     return '<section id="groundtruth">' + "".join(parts) + "</section>"
