@@ -93,6 +93,10 @@ def parse_groundtruth_spec(data: Any, source: str = "<spec>") -> GroundTruthSpec
         raise InputError(f"invalid ground-truth spec {source}: stability thresholds must lie in (0.5, 1]")
     if not set(spec.faithfulness_methods) <= set(spec.methods):
         raise InputError(f"invalid ground-truth spec {source}: faithfulness_methods must be among methods")
+    bad = [m for m in spec.models if not m.startswith(("tracr:", "planted:"))]
+    if bad:
+        raise InputError(f"invalid ground-truth spec {source}: model {bad[0]!r} is not a built-in ground-truth source; "
+                         "use tracr:NAME or planted:induction?... (fixture directories load from Python only)")
     if spec.sizes[0] < 4:
         raise InputError(f"invalid ground-truth spec {source}: sizes must be at least 4 prompts")
     return spec

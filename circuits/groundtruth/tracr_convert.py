@@ -33,6 +33,9 @@ value: w_ov's input space; an MLP: its first layer's input space; logits: the ou
   constant ``one`` and BOS never vary, and a query whose
   token is the same in both prompts at the read-out varies nowhere that matters: such edges are
   structural but not task edges (their patching effect is exactly zero).
+
+Rerunning writes byte-identical weights and references; only the numeric suffixes of tracr's SOp labels in
+truth.json (``map_3``) depend on how many programs the process built before (tracr's global id counter).
 """
 
 from __future__ import annotations
@@ -105,22 +108,18 @@ def compile_program(name: str):
     return assembled, craft, graph, sink
 
 
-def _value_str(v: Any) -> str:
-    return str(v)
-
-
 def vocabularies(assembled) -> tuple[list[str], list[str], bool]:
     """(input tokens in id order, output classes in output-space order, numerical output)."""
     enc = assembled.input_encoder.encoding_map
     inputs = [None] * len(enc)
     for tok, i in enc.items():
-        inputs[i] = _value_str(tok)
+        inputs[i] = str(tok)
     out = assembled.output_encoder
     if getattr(out, "encoding_map", None) is None:  # numerical output: one direction
         return inputs, ["value", "zero"], True
     outputs = [None] * len(out.encoding_map)
     for val, i in out.encoding_map.items():
-        outputs[i] = _value_str(val)
+        outputs[i] = str(val)
     return inputs, outputs, False
 
 
@@ -380,8 +379,6 @@ def write_fixture(name: str, out: Path) -> dict:
     from tracr.craft import bases
 
     _require_tracr()
-    from circuits.graph import ComponentGraph  # noqa: F401  (the model carries its graph)
-
     spec = PROGRAMS[name]
     assembled, craft, rgraph, sink = compile_program(name)
     from tracr.compiler import nodes

@@ -89,3 +89,8 @@ def test_fdr_is_calibrated_against_the_planted_truth() -> None:
         assert np.mean(power[(test, a)]) > 0.9  # real edges are found
     for a, values in raw.items():
         assert fdr_check(np.asarray(values), a)["verdict"] == "exceeded"  # the check can fail
+
+
+def test_spec_models_are_built_in_sources_only(tmp_path: Path) -> None:
+    r = CliRunner().invoke(app, ["study", "groundtruth", _spec(tmp_path, models=["/etc"]), "--out", str(tmp_path / "a")])
+    assert r.exit_code == 2 and "not a built-in ground-truth source" in r.output
