@@ -13,7 +13,7 @@ from circuits.attribution import attribute
 from circuits.groundtruth.planted import PlantedSpec, planted_induction
 from pipelines.cli import app
 from pipelines.groundtruth_study import TABLES
-from reports.groundtruth_html import groundtruth_section
+from reports.html.groundtruth import groundtruth_section
 from reports.run_tables import RunTables
 from reports.schema import schema_for
 from stats.groundtruth import fdr_check, selection_metrics
