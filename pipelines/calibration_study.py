@@ -32,7 +32,7 @@ Interval families (``intervals``):
   population values at each N, computed by Monte Carlo over ``n_truth_pairs`` pairs of size-N
   datasets (stats.calibration_kinds); and the resampling-spread interval of the mean Jaccard
   (jaccard_ci_*), labelled as Monte Carlo error, against the same J_N to show it does not cover it.
-  Circuits are chosen by ``ranking`` (as the audit's spec) from the real edges only.
+  Circuits are chosen by ``ranking`` (as the audit's spec).
 * ``faithfulness``: the audit's two faithfulness intervals at each k of ``ks`` (the fixed-circuit
   BCa bootstrap and the selection-aware cross-fitted one) against f_pop(C(D)), the faithfulness
   over the whole population of the top-k circuit selected from each dataset. Every distinct
@@ -65,7 +65,8 @@ if TYPE_CHECKING:  # the result type; imported when the study returns
 
 from .spec import METHOD, ABLATION, KGrid, TaskSpec, _RunOptions, load_yaml, validate_spec
 
-__all__ = ["CalibrationSpec", "load_calibration_spec", "run_calibration_study", "summary_lines"]
+__all__ = ["CalibrationSpec", "parse_calibration_spec", "check_calibration_spec", "load_calibration_spec",
+           "run_calibration_study", "summary_lines"]
 
 #: ablations under which a prompt's metric does not depend on the other prompts evaluated
 PER_EXAMPLE_ABLATIONS = ("counterfactual", "zero")

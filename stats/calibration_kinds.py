@@ -1,4 +1,4 @@
-"""Interval kinds beyond per-edge effects for the calibration study: circuit stability, faithfulness.
+"""Interval kinds for the calibration study: per-edge effects, circuit stability, faithfulness.
 
 The data-level circuit-stability intervals that circuit_stability(..., data_level=True) reports
 (stats.stability_data) claim to cover quantities of the *prompt distribution* at dataset size N:

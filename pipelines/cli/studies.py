@@ -157,7 +157,7 @@ def demo_command(
 @study_app.command("heads")
 def study_heads_command(
     plan: Path | None = typer.Argument(None, help="study plan (YAML; see pipelines.head_study.HeadStudySpec); "
-                                       "default: the README's full study"),
+                                       "default: the full study of docs/results.md"),
     out: Path = typer.Option(..., "--out", help="run directory of the study"),
     quick: bool = typer.Option(False, "--quick", help="a tiny version (1/2/4 layers, 3 seeds, a few steps) for smoke tests"),
     n_jobs: int = typer.Option(2, "--n-jobs", min=1, help="parallel training / analysis processes"),
