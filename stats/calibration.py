@@ -16,7 +16,7 @@ circuit sizes k) are computed from the same prompts and are strongly correlated:
 misses the population's rare large scores undercovers on many edges at once. Counting the D x m
 (dataset, unit) cells as independent Bernoulli draws understated the SE about twofold on the zoo
 fixture. Each rate is a ratio of per-dataset sums, Σ_d a_d / Σ_d b_d, and its SE is the
-linearised (cluster-robust) one with datasets as clusters (Cochran 1977, ratio estimator §6.3;
+linearised (cluster-robust) one with datasets as clusters (Cochran 1977, Sampling Techniques, ch. 6;
 the same as statsmodels' cluster-robust SE of an intercept-only regression on the cells, which a
 test uses as the oracle): sqrt(Σ_d (a_d − R b_d)² / (D (D − 1))) / mean(b). When every dataset
 has the same m units this is the SD over datasets of each dataset's covered share, / sqrt(D).

@@ -176,19 +176,17 @@ def stability_truth(population: np.ndarray, n: int, ks: Sequence[int], *, rankin
 
 def stability_interval_kinds(population: np.ndarray, ks: Sequence[int], *, ranking: str, n_resamples: int,
                              confidence_level: float = 0.95, n_truth_pairs: int = 4000,
-                             seed: Any = 0, columns: slice | None = None) -> list[IntervalKind]:
+                             seed: Any = 0) -> list[IntervalKind]:
     """IntervalKinds stability/{jaccard_data, jaccard_pop, phi_data, jaccard_mc}, one unit per k.
 
-    population [P, E'] is the calibration population; ``columns`` selects the edges the circuits are
-    chosen from (e.g. the real edges, not the null copies). Each dataset runs one
+    population [P, E] is the calibration population, the circuits chosen from its edges. Each dataset runs one
     circuit_stability(..., data_level=True) (n_resamples bootstrap resamples plus its default
     double bootstrap), shared by the four kinds; truths come from `stability_truth` per N, with a
     seed derived from ``seed`` and N so that every N's truth is reproducible on its own.
     """
     from .stability import circuit_stability  # the public API: method changes there flow in
 
-    cols = slice(None) if columns is None else columns
-    pop = np.asarray(population, dtype=np.float64)[:, cols]
+    pop = np.asarray(population, dtype=np.float64)
     ks_list = check_circuit_sizes(ks, pop.shape[1])
     root = as_seed_sequence(seed)
     truths: dict[int, StabilityTruth] = {}
@@ -201,7 +199,7 @@ def stability_interval_kinds(population: np.ndarray, ks: Sequence[int], *, ranki
 
     @shared_per_dataset
     def stability(X: np.ndarray, ds_seed: Any) -> Any:
-        return circuit_stability(X[:, cols], None, ks_list, ranking=ranking, n_resamples=n_resamples, seed=ds_seed,
+        return circuit_stability(X, None, ks_list, ranking=ranking, n_resamples=n_resamples, seed=ds_seed,
                                  n_rank_resamples=0, confidence_level=confidence_level, data_level=True)
 
     def kind(name: str) -> IntervalKind:
@@ -278,11 +276,11 @@ class PopulationEvaluations:
 
 def faithfulness_interval_kinds(evaluations: PopulationEvaluations, ks: Sequence[int], *, ranking: str,
                                 n_resamples: int, confidence_level: float = 0.95,
-                                fixed_method: str = "bca", columns: slice | None = None) -> list[IntervalKind]:
+                                fixed_method: str = "bca") -> list[IntervalKind]:
     """IntervalKinds faithfulness/{selected, fixed}, one unit per k, truth f_pop(C(D)) per dataset.
 
-    Per dataset D (its population rows come with it): C(D) = top-k of D's mean scores (columns
-    ``columns`` of the population, ties at random from the dataset's seed); the fixed-circuit
+    Per dataset D (its population rows come with it): C(D) = top-k of D's mean scores (ties at
+    random from the dataset's seed); the fixed-circuit
     interval (``fixed_method``, n_resamples bootstrap resamples) of C(D) on D's prompts; the
     selection-aware interval (stats.faithfulness.selection_aware_faithfulness: min(5, N // 4) folds,
     2 repeats, as the audit runs it); and the truth f_pop(C(D)) from every population prompt.
@@ -290,12 +288,11 @@ def faithfulness_interval_kinds(evaluations: PopulationEvaluations, ks: Sequence
     from .faithfulness import (MIN_PER_FOLD, fixed_circuit_interval, selection_aware_faithfulness)
     from .resampling import ResamplingPlan, spawn_seeds
 
-    cols = slice(None) if columns is None else columns
     ks_list = check_circuit_sizes(ks, evaluations.n_edges)
 
     @shared_per_dataset
     def both(X: np.ndarray, ds_seed: Any, rows: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
-        S = np.asarray(X[:, cols], dtype=np.float64)
+        S = np.asarray(X, dtype=np.float64)
         n = S.shape[0]
         tie_seed, plan_seed, sel_seed = spawn_seeds(as_seed_sequence(ds_seed), 3)
         order = topk(S.sum(0) / n, max(ks_list), ranking=ranking, seed=np.random.default_rng(tie_seed)).indices
