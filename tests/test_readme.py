@@ -145,7 +145,7 @@ def test_calibration_doc_output_is_the_study_summary_format_with_todays_estimand
 
 
 def test_calibration_doc_table_holds_the_coverage_the_library_quotes() -> None:
-    from stats.intervals import COVERAGE_NOTE
+    from stats.intervals.result import COVERAGE_NOTE
 
     text = (ROOT / "docs" / "calibration.md").read_text()
     quoted = dict(re.findall(r"(\w+) (0\.\d+)", COVERAGE_NOTE.split(":", 1)[1]))
