@@ -128,8 +128,8 @@ class Ci:
 
     @property
     def defined(self) -> bool:
-        """Return whether both ends are finite numbers."""
-        return math.isfinite(self.lo) and math.isfinite(self.hi)
+        """Return whether both ends are numbers (an infinite end is printed as ∞: the table says so)."""
+        return not (math.isnan(self.lo) or math.isnan(self.hi))
 
     def bounds(self) -> str:
         """Return the interval as printed: ``[0.763, 0.919]``, why it is undefined (``[needs ≥ 3 seeds]``), or ''."""
@@ -139,7 +139,7 @@ class Ci:
 
     def number(self, x: float) -> str:
         """Return one number of the interval as printed (fixed decimals, or three significant digits)."""
-        if self.decimals is None or not math.isfinite(x):
+        if self.decimals is None or not math.isfinite(x):  # NaN -> '—', infinities -> ∞
             return fmt(x)
         s = f"{x:.{self.decimals}f}"
         return s[1:] if s.startswith("-") and float(s) == 0 else s

@@ -118,7 +118,8 @@ def _stability_line(r: _Run) -> list[Line]:
     if "jaccard_data_ci_low" not in row:
         return [Line("stability", "no data-level interval", "unsure",
                      ("this run predates data-level stability intervals; rerun the audit to get them",), "stability")]
-    ci = Ci.of("stability_vs_k", row, ("method", "k"), "jaccard_data_ci", est="jaccard_data")
+    ci = Ci.of("stability_vs_k", row, ("method", "k"), "jaccard_data_ci", est="jaccard_data",
+               unavailable="undefined in stability_vs_k")
     chance = row.get("jaccard_chance")
     verdict, tone = against_bar(ci, "stable", "unstable")
     if tone == "good" and chance is not None and not ci.lo > chance:

@@ -29,7 +29,7 @@ from reports.ci import Ci
 from reports.tableset import rows
 
 __all__ = ["BAR", "SIGNIFICANT_Q", "TOP_EDGES", "APPROX_RULES", "CLAIM_SECTIONS", "NEEDS_SEEDS", "Part", "Line",
-           "Verdict", "Name", "run_spec", "against_bar"]
+           "Verdict", "Name", "NBSP", "run_spec", "against_bar"]
 
 BAR = 0.8  # the stability and faithfulness bar of the verdicts (the variance study's default bar and target too)
 SIGNIFICANT_Q = 0.05
@@ -40,6 +40,7 @@ CLAIM_SECTIONS = {"edge_in_circuit": "graph", "circuit_stability": "stability", 
                   "edge_effect": "forest", "head_stability": "heads", "layer_stability": "heads",
                   "approximation": "approximation"}  # the token kinds: "tokens"
 NEEDS_SEEDS = "needs ≥ 3 seeds"
+NBSP = "\u00a0"
 
 
 
@@ -65,10 +66,17 @@ class Line:
         """Return the intervals of the line."""
         return tuple(p for p in self.parts if isinstance(p, Ci))
 
-    def text(self) -> str:
-        """Return the sentence as plain text (intervals as ``estimate [low, high]``, '!' when unreliable, then any label)."""
-        return "".join(p if isinstance(p, str) else p.text() + ("!" if p.reliable is False else "")
-                       + (f" ({p.role})" if p.role else "") for p in self.parts)
+    def text(self, hold: bool = False) -> str:
+        """Return the sentence as plain text: intervals as ``estimate [low, high]``, '!' when unreliable, then any
+        label; with `hold`, each interval's spaces are non-breaking (for wrapping)."""
+        out = []
+        for p in self.parts:
+            if isinstance(p, str):
+                out.append(p)
+                continue
+            t = p.text() + ("!" if p.reliable is False else "")
+            out.append((t.replace(" ", NBSP) if hold else t) + (f" ({p.role})" if p.role else ""))
+        return "".join(out)
 
 
 @dataclass(frozen=True)

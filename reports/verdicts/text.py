@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from reports.verdicts.model import Verdict
+from reports.verdicts.model import NBSP, Verdict
 
 __all__ = ["verdict_text"]
 
@@ -25,8 +25,9 @@ def verdict_text(v: Verdict, report: Path | None = None, width: int = WIDTH) -> 
         if len(head) > len(indent):  # a long verdict takes its own line
             out.append(head.rstrip())
             head = indent
-        body = f"{ln.text()}  [#{ln.section}]"
-        out += textwrap.wrap(body, width, initial_indent=head, subsequent_indent=indent, break_on_hyphens=False)
+        body = f"{ln.text(hold=True)}  [#{ln.section}]"  # an interval is never broken across lines
+        wrapped = textwrap.wrap(body, width, initial_indent=head, subsequent_indent=indent, break_on_hyphens=False)
+        out += [w.replace(NBSP, " ") for w in wrapped]
     if v.not_run:
         todo = "; ".join(f"{a.name} ({a.how})" for a in v.not_run)
         out += textwrap.wrap(f"Not in this run: {todo}.", width, initial_indent="  ", subsequent_indent="    ")
