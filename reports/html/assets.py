@@ -18,6 +18,7 @@ h2{font-size:18px;margin:8px 0}h3{font-size:15px;margin:12px 0 4px;color:#333}h4
 figure{margin:0;flex:0 1 auto;max-width:100%}
 figcaption,p.caption{font-size:12px;color:#444;max-width:760px;margin:4px 0}
 p.caption{max-width:none}
+figure.hm{max-width:max(300px,34%)}figure.hm figcaption{max-width:300px}
 svg.plot{max-width:100%;height:auto;background:#fff}
 .tablebox{flex:1 1 420px;max-height:560px;overflow:auto;border:1px solid #eee;min-width:0;max-width:min(100%,900px)}
 .tablebox.wide{flex:1 1 100%;max-height:420px;max-width:100%}

@@ -57,5 +57,5 @@ def calibration_part(T: Tables) -> str:
            f"Carlo SE); dashed red: the nominal {nominal:g}; solid lines: per-edge intervals, dashed: circuit stability, "
            f"dotted: faithfulness. Null rejection (edge kinds only; — where a kind has no null units): how often the "
            f"interval excludes 0 on null copies of the edges (nominal {1 - nominal:.2g}). Estimands — {estimands}.")
-    return figure(p.svg(), cap, tbl)
+    return figure(p.svg(), cap, tbl, below=True)
 

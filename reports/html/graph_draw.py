@@ -164,7 +164,7 @@ def _edges_svg(drawn: list[Drawn], lay: _Layout, labels: int, coloured: bool) ->
             continue
         d = drawn[i]
         text = f"{i + 1}: {d.ci.text()}" + ("!" if d.ci.reliable is False else "")
-        w, h = 0.58 * fs * len(text) + 6, fs + 4
+        w, h = 0.54 * fs * len(text) + 6, fs + 4
         for t in LABEL_T:
             x, y = _at(c, t)
             box = (x - w / 2, y - h / 2, x + w / 2, y + h / 2)

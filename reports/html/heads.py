@@ -102,7 +102,7 @@ def heads_part(T: Tables) -> str:
         lo, hi = data_range(vals)
         if lab == "head stability" and lo >= 0 and hi <= 1:
             lo, hi = 0.0, 1.0
-        figs.append(f'<figure>{heatmap(grid, tips, lab, lo, hi, cis)}<figcaption>{esc(lab[:1].upper() + lab[1:])} per head '
+        figs.append(f'<figure class="hm">{heatmap(grid, tips, lab, lo, hi, cis)}<figcaption>{esc(lab[:1].upper() + lab[1:])} per head '
                     "(layer 0 at the bottom); hover for the interval.</figcaption></figure>")
     o = sorted(range(len(hs)), key=lambda i: -excess[i] if math.isfinite(excess[i]) else math.inf)
     body = [[f"a{L[i]}.h{H[i]}", exc[i], stab[i], hs[i].get("null_mean"), hs[i].get("distinctness"),

@@ -357,7 +357,7 @@ class Plot:
         self.parts.append(svg)
 
     def legend(self, label: str, colour: str, style: str = "line") -> None:
-        """Add an entry ('line', 'dash', 'dot', 'band', 'point') to the legend drawn in the top-left corner."""
+        """Add an entry ('line', 'dash', 'dot', 'band', 'box', 'point', 'x') to the legend drawn below the plot."""
         self.legend_items.append((label, colour, style))
 
     def _legend_svg(self) -> tuple[str, float]:
@@ -371,8 +371,9 @@ class Plot:
             if x + w > self.width and x > self.left:
                 x, y = self.left, y + 16
             yy = y + 4
-            if style == "band":
-                p.append(f'<rect x="{x:.1f}" y="{yy - 5:.1f}" width="18" height="8" fill="{c}" fill-opacity="0.25"/>')
+            if style in ("band", "box"):
+                op = ' fill-opacity="0.25"' if style == "band" else ""
+                p.append(f'<rect x="{x:.1f}" y="{yy - 5:.1f}" width="18" height="8" fill="{c}"{op}/>')
             elif style == "point":
                 p.append(f'<circle cx="{x + 9:.1f}" cy="{yy - 1:.1f}" r="3.5" fill="{c}"/>')
             elif style == "x":

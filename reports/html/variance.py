@@ -8,7 +8,7 @@ from reports.ci import Ci
 from reports.html.common import (BAR, MAX_ROWS, TOP_FOREST, Tables, ci_attrs, edge_lookup, figure, first, flag, html_table,
                                  ints, methods_in, num, order_methods, shown, strs)
 from reports.html.summary import summary_items_part
-from reports.html.svg import FONT, PALETTE, Plot, esc, fmt
+from reports.html.svg import PALETTE, Plot, esc, fmt
 from reports.tableset import rows
 
 
@@ -38,7 +38,7 @@ def variance_part(T: Tables) -> str:
     row_h = 18
     height = 70 + n * row_h
     xmax = max(1.0, float(np.nanmax(S[top].sum(1))) if n else 1.0)
-    p = Plot(640, height, (0, xmax), (-0.6, n - 0.4), margin=(38, 16, 42, 200), label="variance shares of top edges")
+    p = Plot(640, height, (0, xmax), (-0.6, n - 0.4), margin=(14, 16, 42, 200), label="variance shares of top edges")
     for i, r in enumerate(top):
         y = n - 1 - i
         x0 = 0.0
@@ -51,18 +51,15 @@ def variance_part(T: Tables) -> str:
             c = PALETTE[j % len(PALETTE)]
             p.raw(f'<rect x="{a:.1f}" y="{yy:.1f}" width="{max(b - a, 0.3):.1f}" height="{p.y(y - 0.36) - yy:.1f}" fill="{c}"><title>{esc(nm[r])}: {esc(s)} {esc(fmt(w))}</title></rect>')
             x0 += w
-    lx = p.left
-    for j, s in enumerate(sources):  # legend on top, in one line
-        c = PALETTE[j % len(PALETTE)]
-        p.raw(f'<rect x="{lx:.1f}" y="8" width="10" height="10" fill="{c}"/><text x="{lx + 14:.1f}" y="17" font-size="{FONT - 1}">{esc(s)}</text>')
-        lx += 24 + 6.2 * len(s)
+    for j, s in enumerate(sources):  # the legend flows in rows below the axis: every source's name fits
+        p.legend(s, PALETTE[j % len(PALETTE)], "box")
     short = [nm[r] if len(nm[r]) <= 30 else nm[r][:29] + "…" for r in top]
     p.axes("share of variance", "", yticks=[n - 1 - i for i in range(n)], ytick_labels=short, grid=False)
     cols = [("edge", "text"), ("total variance", "num")] + [(s, "num") for s in sources]
     rows = [[nm[r], V[r], *S[r].tolist()] for r in top]
     tbl = html_table(cols, rows, shown_note=shown(n, edge_ids.size, "edges", by))
     cap = f"Share of each edge's score variance by source (crossed random-effects design), for the {n} edges with the {by}."
-    return "<h3>Variance components</h3>" + figure(p.svg(), cap, tbl) + _pooled_shares_table(T)
+    return "<h3>Variance components</h3>" + figure(p.svg(), cap, tbl, below=True) + _pooled_shares_table(T)
 
 
 def _pooled_shares_table(T: Tables) -> str:
@@ -112,7 +109,7 @@ def variance_summary_part(T: Tables) -> str:
            f"fresh draws, the expected Jaccard between independent datasets); dashed: the {bar:g} bar (from the table). ")
            + ("Verdict: met when the interval lies above the bar, not met below it, inconclusive across it." if new else
               "Older run: meets compares the point estimate with the bar."))
-    return "<h3>Per-factor circuit stability</h3>" + figure(p.svg(), cap, tbl) + _summary_items(T)
+    return "<h3>Per-factor circuit stability</h3>" + figure(p.svg(), cap, tbl, below=True) + _summary_items(T)
 
 
 def _summary_items(T: Tables) -> str:

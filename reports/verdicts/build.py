@@ -208,6 +208,8 @@ def _claim_lines(r: _Run) -> list[Line]:
 def _rules(lines: list[Line], level: float, n_edges: int | None) -> tuple[str, ...]:
     """The rules of the verdicts present, multiplicity included."""
     have = {ln.label for ln in lines}
+    if not lines:
+        return ()
     out = [f"Intervals are {level:.0%} intervals of the column the claims check reads; each verdict reads one, "
            "not adjusted across the lines."]
     if "circuit" in have:
