@@ -1,12 +1,15 @@
 """Screenshots of a run's HTML report: its first screen and each of its sections, as small PNGs.
 
     python docs/make_screenshots.py                      # runs/demo (made by `circuitstat demo` if missing)
+    python docs/make_screenshots.py --claims examples/claims-zoo.yaml   # the verdict lists the claims, too
     python docs/make_screenshots.py --run runs/audit --out /tmp/shots
 
 Renders the run's report (reports.html.render_report), opens it in headless Chromium (Debian's
 ``chromium``; ``make browser`` installs it) at 1400 x 1000 for the first screen, then once per section
 with the rest of the page hidden, and writes ``first-screen.png`` and ``section-<id>.png``, reduced to
 256 colours (Pillow, in the dev extras) so the set stays small enough to commit (docs/screenshots/).
+With ``--claims FILE`` the claims are checked against the run first and their results written into it
+(claims.parquet), so the verdict shows one line per claim.
 """
 
 from __future__ import annotations
@@ -94,8 +97,15 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", type=Path, default=None, help="run directory (default: runs/demo, made if missing)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots", help="where the PNGs go")
+    ap.add_argument("--claims", type=Path, default=None, help="a claims file to check first (its results go into the run)")
     a = ap.parse_args(argv)
     run = a.run if a.run is not None else demo_run(ROOT / "runs" / "demo")
+    if a.claims is not None:
+        from pipelines.claims import evaluate_claims, load_claims, write_claims_table
+
+        results = evaluate_claims(load_claims(a.claims), run)
+        write_claims_table(results, run)
+        print(f"claims: {sum(r.status == 'pass' for r in results)} of {len(results)} hold ({run / 'claims.parquet'})")
     for stale in a.out.glob("section-*.png") if a.out.is_dir() else []:
         stale.unlink()  # a section the run no longer has leaves no picture behind
     written = screenshots(run, a.out)

@@ -334,6 +334,7 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("mean_width", F, "mean width for this unit"),
            ("truth", F, "the unit's true value (mean over datasets where it depends on the dataset)")),
     _table("claims", "results of `circuitstat check` against this run, one row per claim (the report's verdict lists them)",
+           ("index", I, "the claim's position in its claims file, from 0"),
            ("name", S, "the claim's name (or its label)"), ("kind", S, "claim kind (pipelines.claims.kinds)"),
            ("status", S, "pass, fail or error"), ("observed", S, "the observed value(s) as the check printed them"),
            ("bound", S, "the claim's bound"), ("reason", S, "why it holds, fails or cannot be evaluated"),

@@ -81,7 +81,7 @@ def write_claims_table(results: list[ClaimResult], run_dir: str | os.PathLike[st
     from reports.schema import schema_for
     from reports.tables import to_arrow, write_table
 
-    cols = {"name": [_one_line(r.name) for r in results], "kind": [r.claim.kind for r in results],
+    cols = {"index": [r.index for r in results], "name": [_one_line(r.name) for r in results], "kind": [r.claim.kind for r in results],
             "status": [r.status for r in results], "observed": [_one_line(r.observed_text) for r in results],
             "bound": [_one_line(r.bound) for r in results], "reason": [_one_line(r.reason) for r in results],
             "description": [str(getattr(r.claim, "description", None) or "") for r in results]}

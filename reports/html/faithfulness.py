@@ -24,6 +24,11 @@ COLS = [("method", "text"), ("k", "int"), ("edge fraction", "num"), ("selection-
         ("note", "text")]
 
 
+def _share(v: float | None) -> float | None:
+    """Return a faithfulness to the 3 decimals it is read at (a share of the model's effect: -2e-08 is 0)."""
+    return None if v is None else round(float(v), 3) + 0.0
+
+
 def _cis(r: dict) -> tuple[Ci, Ci]:
     key = ("method", "k")
     return (Ci.of("faithfulness_vs_k", r, key, "f_selected_ci", est="f_selected", decimals=3),
@@ -62,7 +67,7 @@ def faithfulness_section(T: Tables, methods: Sequence[str]) -> str:
         p.legend(f"{m}: fixed circuit (selection not included)", col[m], "dash")
         first = per[m][0] if per[m] else {}
         areas.append(f"{m}: CPR {fmt(first.get('cpr'))}, CMD {fmt(first.get('cmd'))}")
-        table += [[m, r["k"], r.get("edge_fraction"), s, f, r.get("f_mean"), r.get("fold_circuit_jaccard"),
+        table += [[m, r["k"], r.get("edge_fraction"), s, f, _share(r.get("f_mean")), r.get("fold_circuit_jaccard"),
                    r.get("f_selected_note") or ""] for r, (s, f) in zip(per[m], cis[m])]
     p.legend(f"bar {BAR}", "#b00", "dash")
     p.axes("circuit size k (edges)" + (", log scale" if xlog else ""), "faithfulness f", xticks=k_ticks(ks, p))

@@ -7,6 +7,8 @@ hover and in the caption below, reliability flag visible) and a link to its sect
 
 from __future__ import annotations
 
+import json
+
 from reports.ci import Ci
 from reports.html.common import Tables, ci_html
 from reports.html.graph import circuit_figure, graph_data
@@ -14,15 +16,25 @@ from reports.html.graph_draw import minority_sign
 from reports.html.svg import esc
 from reports.tableset import Missing
 from reports.verdicts import Line, Verdict
-from reports.verdicts.model import Name
+from reports.verdicts.model import Name, Quote
 
 __all__ = ["verdict_section"]
 
 
+def _part_html(p: object) -> str:
+    """Return one piece of a line: an interval (marked), a quoted table cell (marked), a name, or text."""
+    if isinstance(p, Ci):
+        return ci_html(p)
+    if isinstance(p, Quote):
+        key = json.dumps(dict(p.key), separators=(",", ":"), default=str)
+        return (f'<span class="quote" data-table="{esc(p.table)}" data-row="{esc(key)}" data-col="{esc(p.column)}">'
+                f"{esc(p.text)}</span>")
+    return f"<code>{esc(p)}</code>" if isinstance(p, Name) else esc(p)
+
+
 def _line_html(ln: Line, shown: set[str]) -> str:
     """Return one verdict line as a table row: label, verdict, sentence (intervals marked) and its link."""
-    text = "".join(ci_html(p) if isinstance(p, Ci) else f"<code>{esc(p)}</code>" if isinstance(p, Name) else esc(p)
-                   for p in ln.parts)
+    text = "".join(_part_html(p) for p in ln.parts)
     link = f' <a class="more" href="#{ln.section}">details →</a>' if ln.section in shown else ""
     return (f'<tr class="tone-{ln.tone}"><th scope="row">{esc(ln.label)}</th><td class="vd">{esc(ln.verdict)}</td>'
             f'<td class="vt">{text}{link}</td></tr>')

@@ -18,7 +18,7 @@ from reports.analyses import missing
 from reports.ci import Ci, fmt
 from reports.tableset import Tables, methods_in, num, order_methods, rows
 from reports.verdicts.model import (APPROX_RULES, BAR, CLAIM_SECTIONS, NEEDS_SEEDS, SIGNIFICANT_Q, TOP_EDGES, Line, Name,
-                                    Part, Verdict, against_bar, run_spec)
+                                    Part, Quote, Verdict, against_bar, run_spec)
 
 __all__ = ["choose_k", "circuit_edges", "primary_method", "verdict"]
 
@@ -200,7 +200,9 @@ def _claim_lines(r: _Run) -> list[Line]:
     out = []
     for c in rows(r.T.get("claims")):
         verdict, tone = words.get(c.get("status") or "", (c.get("status") or "?", "unsure"))
-        out.append(Line("claim", verdict, tone, (f"{c.get('name')}: {c.get('reason')}",),
+        # the reason is quoted as the check recorded it (its numbers are what the check read then)
+        reason = Quote("claims", (("index", c.get("index")),), "reason", str(c.get("reason") or ""))
+        out.append(Line("claim", verdict, tone, (f"{c.get('name')}: ", reason),
                         CLAIM_SECTIONS.get(c.get("kind") or "", "tokens")))
     return out
 

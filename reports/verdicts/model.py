@@ -29,7 +29,7 @@ from reports.ci import Ci
 from reports.tableset import rows
 
 __all__ = ["BAR", "SIGNIFICANT_Q", "TOP_EDGES", "APPROX_RULES", "CLAIM_SECTIONS", "NEEDS_SEEDS", "Part", "Line",
-           "Verdict", "Name", "NBSP", "run_spec", "against_bar"]
+           "Verdict", "Name", "Quote", "NBSP", "run_spec", "against_bar"]
 
 BAR = 0.8  # the stability and faithfulness bar of the verdicts (the variance study's default bar and target too)
 SIGNIFICANT_Q = 0.05
@@ -48,7 +48,17 @@ class Name(str):
     """A name in a line (an edge, a head) that the page sets in code type; the terminal prints it as it is."""
 
 
-Part = Union[str, Ci]  # a Name is a str
+@dataclass(frozen=True)
+class Quote:
+    """Text quoted verbatim from one cell of a run table (a claim's reason, as `circuitstat check` recorded it)."""
+
+    table: str
+    key: tuple[tuple[str, Any], ...]
+    column: str
+    text: str
+
+
+Part = Union[str, Ci, Quote]  # a Name is a str
 
 
 @dataclass(frozen=True)
@@ -71,8 +81,8 @@ class Line:
         label; with `hold`, each interval's spaces are non-breaking (for wrapping)."""
         out = []
         for p in self.parts:
-            if isinstance(p, str):
-                out.append(p)
+            if isinstance(p, (str, Quote)):
+                out.append(p if isinstance(p, str) else p.text)
                 continue
             t = p.text() + ("!" if p.reliable is False else "")
             out.append((t.replace(" ", NBSP) if hold else t) + (f" ({p.role})" if p.role else ""))

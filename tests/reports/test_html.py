@@ -1,7 +1,7 @@
 """HTML report: self-contained, sections with their numbers, only the analyses a run has, escaping, size, a real browser.
 
 The synthetic run is tests/report_builders.py's (the demo's tables plus a variance study's); every interval
-the page prints is also read back from its table by tests/reports/interval_check.py.
+the page prints is also read back from its table by tests/interval_check.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """HTML report of a `circuitstat tokens` run: sinks with the fit, drops, differences, heatmaps, the cross-seed tables.
 
-Every interval on these pages is read back from its table too (tests/reports/interval_check.py).
+Every interval on these pages is read back from its table too (tests/interval_check.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The demo report: the verdict on the first screen (a real browser), only the sections the run has, every
-interval read back from the table column the claims check reads (tests/reports/interval_check.py)."""
+interval read back from the table column the claims check reads (tests/interval_check.py)."""
 
 from __future__ import annotations
 

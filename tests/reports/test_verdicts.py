@@ -115,6 +115,16 @@ def test_claims_lines_come_from_the_claims_table_a_check_writes(tmp_path):
     assert lines[1].text().startswith("needed: input->a0.h0<q> (exact): estimate 2 [1.8, 2.2] is not negative")
     assert "flagged unreliable" in lines[2].text()
     assert "claims check" not in " ".join(a.name for a in verdict(run).not_run)
+    # on the page each reason is quoted from claims.parquet (its numbers are what the check read), and checked so
+    from interval_check import check_intervals
+
+    from reports.html import render_report
+
+    page = render_report(run).read_text()
+    assert page.count('<span class="quote" data-table="claims"') == 3
+    check_intervals(run, page)
+    with pytest.raises(AssertionError):
+        check_intervals(run, page.replace("is not negative", "is negative", 1))
 
 
 def test_not_in_this_run_names_what_is_missing_and_how_to_run_it(tmp_path):

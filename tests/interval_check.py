@@ -54,7 +54,7 @@ class _Parser(HTMLParser):
         a = dict(attrs)
         if tag == "svg":
             self.in_svg += 1
-        shown = Shown(a, svg=self.in_svg > 0) if "data-lo" in a else None
+        shown = Shown(a, svg=self.in_svg > 0) if "data-lo" in a or "data-col" in a else None
         if shown:
             self.found.append(shown)
         if tag not in VOID:
@@ -108,8 +108,13 @@ def _row(run: Path, table: str, key: dict, cache: dict) -> dict:
 
 
 def check_interval(run: Path, s: Shown, cache: dict | None = None) -> None:
-    """Assert that one printed interval is its table row's, to the digits printed, with its flag and label."""
+    """Assert that one printed interval is its table row's, to the digits printed, with its flag and label
+    (or, for a quoted cell, data-col, that the text is the cell's)."""
     a = s.attrs
+    if "data-col" in a:
+        row = _row(run, a["data-table"], json.loads(a["data-row"]), {} if cache is None else cache)
+        assert s.text == row[a["data-col"]], (a, s.text)
+        return
     table, lo_col, hi_col = a["data-table"], a["data-lo"], a["data-hi"]
     row = _row(run, table, json.loads(a["data-row"]), {} if cache is None else cache)
     base = table.rsplit("/", 1)[-1]
@@ -140,7 +145,7 @@ def check_intervals(run: Path, page: str) -> list[Shown]:
     p = _Parser()
     p.feed(page)
     p.close()
-    assert p.found, "the page prints no interval"
+    assert any("data-lo" in s.attrs for s in p.found), "the page prints no interval"
     cache: dict = {}
     for s in p.found:
         check_interval(run, s, cache)
