@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from reports.tables import read_table
 
-__all__ = ["Missing", "Tables", "num", "ints", "strs", "first", "flag", "sub", "methods_in", "order_methods", "rows"]
+__all__ = ["Missing", "Tables", "num", "ints", "strs", "first", "flag", "sub", "methods_in", "order_methods", "rows", "where"]
 
 
 class Missing(Exception):
@@ -118,12 +119,15 @@ def order_methods(names: Sequence[str]) -> list[str]:
 
 
 def rows(t: pa.Table | None, **eq: Any) -> list[dict[str, Any]]:
-    """Return the rows of `t` whose columns equal `eq` as dicts ([] without the table)."""
-    if t is None:
-        return []
-    mask = np.ones(t.num_rows, dtype=bool)
+    """Return the rows of `t` whose columns equal `eq` as dicts ([] without the table or a column of `eq`)."""
+    return [] if (s := where(t, **eq)) is None else s.to_pylist()
+
+
+def where(t: pa.Table | None, **eq: Any) -> pa.Table | None:
+    """Return the rows of `t` whose columns equal `eq` as a table (None without the table or a column of `eq`)."""
+    if t is None or any(col not in t.column_names for col in eq):
+        return None
+    mask = pa.array(np.ones(t.num_rows, dtype=bool))
     for col, v in eq.items():
-        if col not in t.column_names:
-            return []
-        mask &= (ints(t, col) == v) if isinstance(v, int) else (np.array(strs(t, col), dtype=object) == v)
-    return sub(t, mask).to_pylist()
+        mask = pc.and_(mask, pc.fill_null(pc.equal(t.column(col), v), False))
+    return t.filter(mask)

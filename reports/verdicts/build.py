@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from reports.analyses import missing
 from reports.ci import Ci, fmt
-from reports.tableset import Tables, methods_in, num, order_methods, rows
+from reports.tableset import Tables, ints, methods_in, num, order_methods, rows, where
 from reports.verdicts.model import (APPROX_RULES, BAR, CLAIM_SECTIONS, NEEDS_SEEDS, SIGNIFICANT_Q, TOP_EDGES, Line, Name,
                                     Part, Quote, Verdict, against_bar, run_spec)
 
@@ -56,12 +57,15 @@ def choose_k(T: Tables, method: str) -> tuple[int | None, str]:
 
 
 def circuit_edges(T: Tables, method: str, k: int, ranking: str) -> list[dict[str, Any]]:
-    """Return the edge_stats rows of the top-k circuit of `method`'s mean scores, in rank order."""
-    es = rows(T.get("edge_stats"), method=method)
-    key = [abs(r["estimate"]) if ranking == "absolute" else r["estimate"] for r in es]
-    key = [v if v is not None and math.isfinite(v) else -math.inf for v in key]
-    order = sorted(range(len(es)), key=lambda i: (-key[i], int(es[i]["edge"])))
-    return [es[i] for i in order[:k]]
+    """Return the edge_stats rows of the top-k circuit of `method`'s mean scores, in rank order (ties: lower edge)."""
+    es = where(T.get("edge_stats"), method=method)
+    if es is None or not es.num_rows:
+        return []
+    est = num(es, "estimate")
+    key = np.abs(est) if ranking == "absolute" else est
+    key = np.where(np.isfinite(key), key, -np.inf)
+    order = np.lexsort((ints(es, "edge"), -key))[:k]
+    return es.take(pa.array(order)).to_pylist()
 
 
 def primary_method(T: Tables) -> str | None:
@@ -93,10 +97,10 @@ def _circuit_lines(r: _Run) -> list[Line]:
     """The circuit at the chosen k and its top edges with their intervals and BH q-values."""
     if r.method is None or r.k is None or not r.T.has("edge_stats"):
         return []
-    n_edges = len(rows(r.T.get("edge_stats"), method=r.method))
+    n_edges = where(r.T.get("edge_stats"), method=r.method).num_rows
     edges = circuit_edges(r.T, r.method, r.k, r.ranking)
     rank = "|effect|" if r.ranking == "absolute" else "signed effect"
-    circuit = Line("circuit", f"top {r.k} of {n_edges} edges", "info",
+    circuit = Line("circuit", f"top {r.k} of {n_edges:,} edges", "info",
                    (f"{r.method} effects ranked by {rank}; k = {r.k}: {r.why_k}",), "graph")
     parts: list[Part] = []
     for i, e in enumerate(edges[:TOP_EDGES]):
@@ -221,7 +225,7 @@ def _rules(lines: list[Line], level: float, n_edges: int | None) -> tuple[str, .
         out.append(f"Stability and faithfulness: above the bar {BAR} → stable / faithful, below → unstable / "
                    "not faithful, across → inconclusive.")
     if "top edges" in have:
-        out.append(f"Edges: Benjamini–Hochberg q ≤ {SIGNIFICANT_Q} over all {n_edges or 'the'} edges; ! = the "
+        out.append(f"Edges: Benjamini–Hochberg q ≤ {SIGNIFICANT_Q} over all {f'{n_edges:,}' if n_edges else 'the'} edges; ! = the "
                    "interval rests on a few prompts (interval_reliable = false).")
     if "approximation" in have:
         out.append("Approximation: Spearman ≥ 0.9 ranks like exact, ≥ 0.5 a rough guide, below that does not.")
@@ -245,5 +249,5 @@ def verdict(run_dir: str | Path) -> Verdict:
     for build in (_circuit_lines, _stability_line, _faithfulness_line, _approximation_lines, _heads_line,
                   _claim_lines):
         lines += build(r)
-    n_edges = len(rows(es, method=method)) if method else None
+    n_edges = where(es, method=method).num_rows if method and es is not None else None
     return Verdict(T.dir, method, k, tuple(lines), tuple(missing(T)), _rules(lines, level, n_edges), level)
