@@ -264,6 +264,9 @@ def audit_command(
         from reports.html import render_report
 
         typer.echo(f"report: {render_report(out)}")
+    from pipelines.demo import print_summary
+
+    print_summary(out)  # the one-screen verdict, as `circuitstat demo` ends
 
 
 @app.command("report")

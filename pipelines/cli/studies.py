@@ -251,10 +251,11 @@ def study_groundtruth_command(
 ) -> None:
     """Score discovery methods and circuitstat's error statements against models whose circuit is known."""
     from pipelines.groundtruth_study import load_groundtruth_spec, run_groundtruth_study, summary_lines
+    from reports.html import render_report
 
     check_out(out)
     parsed = load_groundtruth_spec(spec)
     res = run_groundtruth_study(parsed, out, n_jobs=n_jobs, force=force)
     for line in summary_lines(res.tables(), parsed.alphas[0]):
         typer.echo(line)
-    typer.echo(f"-> {out}")
+    typer.echo(f"-> {out}\nreport: {render_report(out)}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from reports.html.common import MAX_ROWS, Tables, colours, figure, html_table, k_ticks, num, shown, strs, sub, x_domain_k
-from reports.html.svg import Plot, fmt
+from reports.html.svg import Plot, data_range, fmt, nice_domain, padded
 
 
 CAL_COLS = [("interval", "text"), ("N", "int"), ("coverage", "num"), ("± MC", "num"), ("worst unit", "num"),
@@ -27,8 +27,11 @@ def calibration_part(T: Tables) -> str:
     ks, ns = np.array(strs(t, "kind")), num(t, "n")
     nominal = float(num(t, "confidence_level")[0]) if "confidence_level" in t.column_names else 0.95
     xd, xlog = x_domain_k(ns)
-    lo_y = max(0.0, min(0.5, float(np.nanmin(num(t, "coverage"))) - 0.05))
-    p = Plot(600, 360, xd, (lo_y, 1.0), xlog=xlog, label="coverage vs N")
+    cov, se = num(t, "coverage"), num(t, "coverage_mc_se")
+    # the axis spans what the data and their ±2 SE bands reach, with the nominal level, padded: ten lines
+    # near 0.9 get the height of the plot rather than a sliver of a 0.5-1 axis
+    lo_y, hi_y = nice_domain(*padded(*data_range(cov - 2 * np.nan_to_num(se), cov + 2 * np.nan_to_num(se), [nominal]), 0.08))
+    p = Plot(640, 380, xd, (max(lo_y, 0.0), min(hi_y, 1.0)), xlog=xlog, label="coverage vs N")
     rows = []
     for kind in kinds:
         s = sub(t, ks == kind)
@@ -53,5 +56,5 @@ def calibration_part(T: Tables) -> str:
            f"Carlo SE, each dataset one unit: the edges of one dataset are not independent); dashed red: the nominal "
            f"{nominal:g}; solid lines: per-edge intervals, dashed: circuit stability, dotted: faithfulness. "
            f"Estimands — {estimands}.")
-    return figure(p.svg(), cap, tbl)
+    return figure(p.svg(), cap, tbl, below=True)
 

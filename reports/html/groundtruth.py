@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from reports.html.common import colours, figure, html_table, note, order_methods
+from reports.html.common import Tables, colours, figure, html_table, note, order_methods
 from reports.html.svg import Plot, esc
 
 __all__ = ["groundtruth_section"]
@@ -113,16 +113,16 @@ def _stability_table(summary: list[dict]) -> str:
 
 
 def groundtruth_section(tables: Mapping[str, pa.Table]) -> str:
-    """Return the HTML of the ground-truth section for the run's tables (a note when they are missing)."""
+    """Return the HTML body of the ground-truth section for the run's tables (a note when they are missing)."""
     missing = [t for t in TABLES if t not in tables]
     if missing:
-        return f'<section id="groundtruth"><h2>Ground truth</h2>{note("not in this run: " + ", ".join(missing))}</section>'
+        return note("not in this run: " + ", ".join(missing))
     models, summary = _rows(tables["groundtruth_models"]), _rows(tables["groundtruth_summary"])
     fdr, roc = _rows(tables["groundtruth_fdr"]), _rows(tables["groundtruth_roc"])
     methods = order_methods(sorted({r["method"] for r in summary}))
     n = max(r["n"] for r in summary)
     estimand = summary[0]["estimand"] if summary else ""
-    parts = [f"<h2>Ground truth</h2>{note('Every interval: ' + estimand + '.')}",
+    parts = [note('Every interval: ' + estimand + '.'),
              f"<h3>Discovery against the truth at N = {n}</h3>", _summary_table(summary, models, n, methods)]
     for mod in models:
         name, k, n_edges = mod["model"], mod["n_true"], mod["n_edges"]
@@ -139,4 +139,9 @@ def groundtruth_section(tables: Mapping[str, pa.Table]) -> str:
               note("False edges with inclusion frequency >= threshold over half-size subsamples of the top-|C| "
                    "circuit (mean over datasets, t interval) against the Meinshausen-Buhlmann bound on their "
                    "expected number."), _stability_table(summary)]
-    return '<section id="groundtruth">' + "".join(parts) + "</section>"
+    return "".join(parts)
+
+
+def groundtruth_part(T: Tables) -> str:
+    """Return the ground-truth section's body from a run directory's tables (the report's part)."""
+    return groundtruth_section({t: T.get(t) for t in TABLES if T.has(t)})
