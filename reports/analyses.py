@@ -31,6 +31,7 @@ class Analysis:
     tables: tuple[str, ...]
     how: str
     part_of_audit: bool = True  # a stage of `circuitstat audit` (listed alone only when the audit ran)
+    offered: bool = True  # listed as "not in this run" when absent (a benchmark of the methods is not)
 
 
 ANALYSES: tuple[Analysis, ...] = (
@@ -48,7 +49,7 @@ ANALYSES: tuple[Analysis, ...] = (
     Analysis("tokens", "token contributions and attention sinks", TOKEN_TABLES + SEED_TABLES,
              "circuitstat tokens --model SRC --out DIR", part_of_audit=False),
     Analysis("groundtruth", "ground-truth discovery", ("groundtruth_summary",),
-             "circuitstat study groundtruth SPEC --out DIR", part_of_audit=False),
+             "circuitstat study groundtruth SPEC --out DIR", part_of_audit=False, offered=False),
     Analysis("claims", "claims check", ("claims",), "circuitstat check CLAIMS --run DIR", part_of_audit=False),
 )
 _BY_ID = {a.id: a for a in ANALYSES}
@@ -79,4 +80,5 @@ def missing(T: Tables) -> list[Analysis]:
 
     (A variance study writes the audit's core tables too, but its stages are set by its own spec.)"""
     audit_run = present(T, "audit") and not present(T, "variance")
-    return [a for a in ANALYSES if not present(T, a.id) and (audit_run or not a.part_of_audit)]
+    return [a for a in ANALYSES
+            if a.offered and not present(T, a.id) and (audit_run or not a.part_of_audit)]
