@@ -222,7 +222,7 @@ def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: st
             abl = Counterfactuals(ablation, m, t, seed=seed, batch_size=batch_size)
             kw = {"level": level, "ablation": abl, "batch_size": batch_size, "ig_steps": ig_steps, "seed": seed,
                   "max_rows": max_rows}
-            scores = run_checkpointed(store, m, t, method, kw, reuse=reuse, n_jobs=n_jobs)
+            scores = run_checkpointed(store, m, t, method, kw, reuse=reuse, n_jobs=n_jobs, run_id=run.run_id)
             eparams = {"batch_size": batch_size, "seed": seed, "max_rows": max_rows}
             if method.startswith("eap-ig"):
                 eparams["ig_steps"] = ig_steps
