@@ -421,8 +421,14 @@ def hub_snapshot(source: str) -> Path:
                          "download it on a machine with network access and pass its directory") from None
 
 
+HUB_PREFIX = "hf:"
+"""``hf:org/name[@revision]``: a hub id looked up only in the local Hugging Face cache (specs name hub ids so)."""
+
+
 def resolve_model_dir(source: str) -> Path | None:
     """The local directory a non-random source names (a directory or a cached hub id), or None."""
+    if source.startswith(HUB_PREFIX):
+        return hub_snapshot(source[len(HUB_PREFIX):])
     path = Path(source).expanduser()
     if path.is_dir():
         return path

@@ -192,6 +192,13 @@ def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int
     model = load_source(spec.model, device=spec.device, dtype=spec.dtype, allow_pickle=allow_pickle,
                         allow_large=allow_large)
     check_ks(spec, model.graph.n_edges)
+    from .build import check_work as check_memory, task_positions
+    from .work import check_calibration
+
+    positions = task_positions(spec.task.name, spec.task.options) or min(int(model.cfg.n_ctx), 64)
+    check_memory(model, spec.task.n, level="edge", positions=positions, n_matrices=2,
+                 n_resamples=spec.n_resamples, allow_large=allow_large)
+    check_calibration(spec, model, positions, allow_large=allow_large)  # before the task is built or anything written
     task = build_task(model, spec.task.name, n=spec.task.n, seed=spec.task.seed, metric=spec.task.metric,
                       **spec.task.options)
     doc = spec.model_dump()

@@ -87,7 +87,7 @@ from circuits.errors import InputError
 from reports.schema import claimable
 
 from .spec import METHOD, _Strict  # the one spec base: strict, frozen, no unknown keys
-from .yamlio import read_yaml_strict, redacted_validation_message, resolve_inside
+from .yamlio import read_yaml_strict, redacted_failure, redacted_validation_message, resolve_inside
 
 __all__ = [
     "CLAIM_KINDS",
@@ -1173,7 +1173,13 @@ def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[st
     from pipelines.audit import run_audit  # heavy (torch); only when an audit is needed
 
     say(f"running the audit of {spec_path} into {run_dir} ...")
-    run_audit(spec, run_dir)
+    try:
+        run_audit(spec, run_dir)
+    except Exception as e:  # noqa: BLE001 - errors from building its model or task may quote the spec's values
+        message = redacted_failure(e, f"the spec named by 'spec:' in {source}", f"circuitstat audit {spec_path} --out DIR")
+        if message is None:
+            raise
+        raise InputError(message) from None
     report.ran_audit = True
     report.results = evaluate_claims(cf, run_dir)
     return report

@@ -8,8 +8,9 @@ refused while loading, from the composed node graph, before any Python object is
 size of the document with every alias written out is counted with one visit per distinct node,
 so a 1 KB bomb that would expand to 10^9 values is refused at once and without memory growth.
 
-Paths read from a file (a claims file's ``run:`` and ``spec:``) are confined to that file's
-directory tree by :func:`resolve_inside` unless the command line allows otherwise.
+Paths read from a file (a claims file's ``run:`` and ``spec:``, a spec's model, ...) are confined to
+that file's directory tree by :func:`reports.confine.resolve_inside` unless the command line allows
+otherwise.
 
 The echo rule for files reached through another file's path (a ``spec:`` named by a claims file
 that may come from someone else, and may name /etc/shadow): errors about such a file never
@@ -27,6 +28,7 @@ from typing import Any
 import yaml
 
 from circuits.errors import InputError
+from reports.confine import resolve_inside  # noqa: F401 - the one resolver; re-exported for the claims and specs
 
 # The most values (scalars, lists, mappings) a document may hold once every alias is written
 # out. A large claims file (a thousand claims of ten keys) or spec stays far below it; the
@@ -155,28 +157,6 @@ def read_yaml_strict(path: str | os.PathLike[str], *, quote: bool = True) -> Any
         raise InputError(f"{path} is not valid YAML: a value cannot be read{detail}; quote it as a string") from None
 
 
-def resolve_inside(base_file: str | os.PathLike[str], value: str, *, key: str, allow_outside: bool = False,
-                   flag: str = "--allow-outside") -> Path:
-    """The path `value` (read from `base_file` under `key`) resolved relative to that file's directory.
-
-    Unless `allow_outside`, it must stay inside that directory's tree: no absolute path, no ``~``,
-    no ``..`` and no symbolic link that leads out (InputError naming `flag`). Whoever writes a
-    file then decides what it may read or write only within the tree it was placed in.
-    """
-    base = Path(base_file).parent
-    raw = Path(value).expanduser() if allow_outside else Path(value)
-    target = base / raw
-    if allow_outside:
-        return target
-    if raw.is_absolute() or value.startswith("~"):
-        raise InputError(f"'{key}:' in {base_file} is an absolute path; paths in the file are relative to it and "
-                         f"must stay in its directory (pass {flag} to allow it)")
-    if not target.resolve().is_relative_to(base.resolve()):
-        raise InputError(f"'{key}:' in {base_file} leads outside the file's directory (through '..' or a "
-                         f"symbolic link); move the target under it or pass {flag} to allow it")
-    return target
-
-
 def _schema_names(model: Any) -> set[str]:
     """Every field name of a pydantic model and of the models nested in it (names we wrote, not the file)."""
     import typing
@@ -244,3 +224,26 @@ def redacted_validation_message(exc: Any, data: Any, model: Any, source: str, li
         parts.append(f"{loc}: {msg}")
     more = f" (and {len(errors) - limit} more)" if len(errors) > limit else ""
     return f"{source}: " + "; ".join(parts) + more
+
+
+def redacted_failure(exc: BaseException, file: str, command: str) -> str | None:
+    """A one-line message for a user-caused failure ``exc`` while running what ``file`` (reached through
+    another file) describes, quoting nothing of ``file``; None when ``exc`` is an internal error.
+
+    Errors raised while building a model or a task quote the values they refuse (``random:SECRET...``,
+    ``unknown option(s) 'SECRET...'``), and those values come from ``file``: under the echo rule (see the
+    module docstring) only the kind of failure is shown, with the ``command`` that shows the rest.
+    """
+    from pydantic import ValidationError
+
+    from reports.lock import RunLockedError
+    from reports.rundir import RunDirError
+
+    kinds = ((InputError, "bad input"), (ValidationError, "an invalid value"), (RunDirError, "a run-directory refusal"),
+             (RunLockedError, "a locked run directory"), (OSError, "a file-system error"),
+             (UnicodeDecodeError, "an unreadable file"))
+    what = next((text for cls, text in kinds if isinstance(exc, cls)), None)
+    if what is None:
+        return None
+    return (f"running {file} failed with {what} ({type(exc).__name__}); the message is not shown because it may "
+            f"quote the file, which may not be yours: run `{command}` to see it")

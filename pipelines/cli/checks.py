@@ -59,25 +59,34 @@ def query_command(
     sql: str = typer.Argument(..., help="SQL over the run's tables, e.g. \"SELECT * FROM stability_vs_k\""),
     runs: list[Path] = typer.Argument(None, help="run directories (default: the current directory)"),
     format: Format = typer.Option(Format("table"), "--format", "-f", help="output format"),
+    timeout: float = typer.Option(60.0, "--timeout", min=0.1, max=86400.0, help="seconds before the query is stopped"),
+    max_memory: str = typer.Option("2GiB", "--max-memory", help="memory the query may use (DuckDB's memory_limit)"),
+    max_rows: int = typer.Option(1_000_000, "--max-rows", min=1, max=100_000_000, help="most rows returned"),
 ) -> None:
     """Run one SELECT (DuckDB) over the Parquet tables of one or many run directories; reads nothing else.
 
     Every ``*.parquet`` table of the run directories is a view by its name (``edges``,
-    ``edge_stats``, ``stability_vs_k``, ...), unioned over the runs, with a ``run`` column.
+    ``edge_stats``, ``stability_vs_k``, ...), unioned over the runs, with a ``run`` column. The query
+    runs within --timeout, --max-memory and --max-rows, which SQL cannot change.
     """
     import duckdb
 
-    from reports.query import format_table, json_rows, query
+    from circuits.limits import parse_bytes
+    from reports.query import QueryLimits, format_table, json_rows, query
 
     dirs = list(runs) if runs else [Path(".")]
+    limits = QueryLimits(memory_bytes=parse_bytes(max_memory), timeout_s=timeout, max_rows=max_rows)
+    watchdog = _watchdog(2 * timeout + 5)
     try:
-        result = query(sql, dirs)
+        result = query(sql, dirs, limits=limits)
     except ValueError as e:  # unknown table (lists the available ones), missing run dir, column clash
         raise InputError(str(e)) from None
     except AttributeError:  # DuckDB returns no relation for statements such as CREATE or SET
         raise InputError("the SQL returns no rows; give a query such as SELECT ... FROM edge_stats") from None
     except duckdb.Error as e:
         raise InputError(f"{type(e).__name__}: {str(e).strip()}") from None
+    finally:
+        watchdog.cancel()
     if format.value == "csv":
         import io
 
@@ -91,3 +100,22 @@ def query_command(
     else:
         typer.echo(format_table(result))
         typer.echo(f"({result.num_rows} row{'s' if result.num_rows != 1 else ''})")
+
+
+def _watchdog(seconds: float):
+    """End the process with exit 2 after ``seconds``: DuckDB checks its interrupt between operations, so
+    one scalar call on a huge value (within the memory limit) can outlast --timeout; query writes
+    nothing, so ending it at once loses nothing."""
+    import os
+    import sys
+    import threading
+
+    def stop() -> None:
+        sys.stderr.write(f"error: the query did not stop within {seconds:g} s of its --timeout; narrow it\n")
+        sys.stderr.flush()
+        os._exit(2)
+
+    timer = threading.Timer(seconds, stop)
+    timer.daemon = True
+    timer.start()
+    return timer

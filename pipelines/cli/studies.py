@@ -121,6 +121,9 @@ def train_command(
         eval_every=eval_every, checkpoint_every=checkpoint_every, threads=threads,
     )
     recipe.validate(allow_large=allow_large)
+    from pipelines.work import check_training
+
+    check_training(recipe, len(seed_list), allow_large=allow_large)  # steps x seeds x size, before anything is written
     for p in train_models(recipe, seed_list, out, n_jobs=n_jobs, device=device, allow_large=allow_large):
         meta = json.loads((p / "config.json").read_text())
         t = meta["meta"]["training"]
@@ -163,6 +166,9 @@ def study_heads_command(
     n_jobs: int = typer.Option(2, "--n-jobs", min=1, help="parallel training / analysis processes"),
     device: str = typer.Option("cpu", "--device", help="training device"),
     force: bool = typer.Option(False, "--force", help="recompute analyses that already finished with a different spec"),
+    allow_outside: bool = typer.Option(False, "--allow-outside",
+                                       help="let the plan's recipe.corpus / recipe.tokenizer leave its directory"),
+    allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
     """Train a grid of models (cached) and test the head-stability claims of Bali et al. (2026) with CIs."""
     from pipelines.build import check_device, check_n_jobs
@@ -172,9 +178,9 @@ def study_heads_command(
         raise InputError("give a plan file or --quick, not both (--quick is the built-in tiny plan)")
     check_out(out)
     n_jobs, device = check_n_jobs(n_jobs), check_device(device)
-    study_plan = load_head_study_plan(plan) if plan is not None else None
+    study_plan = load_head_study_plan(plan, allow_outside=allow_outside) if plan is not None else None
     res = run_head_study(out, quick=quick, plan=study_plan, n_jobs=n_jobs, device=device, force=force,
-                         command=sys.argv)
+                         command=sys.argv, allow_large=allow_large)  # its work is checked before any training
     t = res.to_table("summary").to_pydict()
     w = max(len(i) for i in t["item"])
     for i, v, lo, hi, vd in zip(t["item"], t["value"], t["ci_low"], t["ci_high"], t["verdict"]):
