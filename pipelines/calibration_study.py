@@ -196,8 +196,7 @@ def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int
     from .work import check_calibration
 
     positions = task_positions(spec.task.name, spec.task.options) or min(int(model.cfg.n_ctx), 64)
-    check_memory(model, spec.task.n, level="edge", positions=positions, n_matrices=2,
-                 n_resamples=spec.n_resamples, allow_large=allow_large)
+    check_memory(model, spec.task.n, level="edge", positions=positions, n_matrices=2, allow_large=allow_large)
     check_calibration(spec, model, positions, allow_large=allow_large)  # before the task is built or anything written
     task = build_task(model, spec.task.name, n=spec.task.n, seed=spec.task.seed, metric=spec.task.metric,
                       **spec.task.options)

@@ -61,8 +61,19 @@ def head_study_operations(plan: Any) -> float:
     return total
 
 
+MAX_MODELS = 1000
+"""Most models one study or ``train`` may train without ``--allow-large`` (each costs a process start,
+data loading and a directory, whatever its size): pipelines.training.MAX_SEEDS."""
+
+
 def check_head_study(plan: Any, *, allow_large: bool = False) -> None:
-    """None; InputError when the head-study plan exceeds the work limit (named sizes to shrink)."""
+    """None; InputError when the head-study plan trains more than :data:`MAX_MODELS` models or exceeds
+    the work limit (named sizes to shrink)."""
+    from circuits.limits import check_count
+
+    check_count(len(plan.conditions()) * len(plan.seeds), MAX_MODELS,
+                f"the number of models the head-study plan trains ({len(plan.conditions())} conditions x "
+                f"{len(plan.seeds)} seeds)", allow_large=allow_large)
     check_work(head_study_operations(plan), f"the head-study plan ({len(plan.conditions())} conditions x "
                f"{len(plan.seeds)} seeds x {plan.base.steps:,} steps)", allow_large=allow_large,
                shrink="depths, optimizers, seeds, recipe.steps, n_probe, probe_len or the resample counts")

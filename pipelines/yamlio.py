@@ -237,7 +237,11 @@ def redacted_failure(exc: BaseException, file: str, command: str) -> str | None:
     from pydantic import ValidationError
 
     from reports.lock import RunLockedError
-    from reports.rundir import RunDirError
+    from reports.rundir import RunDirError, StageSpecChangedError
+
+    if isinstance(exc, StageSpecChangedError) and hasattr(exc, "stage"):  # names only what circuitstat wrote
+        return (f"running {file}: stage {exc.stage!r} in {exc.run_dir} already finished with a different spec "
+                f"(what differs is not shown: it may quote the file); run `{command}` to see it, or use a new run")
 
     kinds = ((InputError, "bad input"), (ValidationError, "an invalid value"), (RunDirError, "a run-directory refusal"),
              (RunLockedError, "a locked run directory"), (OSError, "a file-system error"),

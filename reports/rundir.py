@@ -365,12 +365,14 @@ class RunDir:
             why.append(f"outputs changed ({sorted(old.get('outputs', {}))} -> {sorted(outputs)})")
         if old.get("depends_on_fingerprints") != dict(dep_fps):
             why.append(f"upstream stages {list(dep_fps)} changed or differ")
-        return StageSpecChangedError(
+        err = StageSpecChangedError(
             f"stage {name!r} in {self.path} already finished with a different spec: "
             f"{'; '.join(why) or 'fingerprint differs'}. Its results would be mixed with the new "
             "spec's. Pass force=True to recompute it (stages depending on it then need force too), "
             "or use a new output directory"
         )
+        err.stage, err.run_dir = name, self.path  # for messages that may not quote the spec's values
+        return err
 
     def check_plan(self, stages: Iterable[tuple[str, Any, Iterable[str], Iterable[str]]], *, force: bool = False) -> None:
         """Raise StageSpecChangedError if running `stages` in order would refuse any of them; writes nothing.
