@@ -30,10 +30,13 @@ import yaml
 from circuits.errors import InputError
 from reports.confine import resolve_inside  # noqa: F401 - the one resolver; re-exported for the claims and specs
 
-# The most values (scalars, lists, mappings) a document may hold once every alias is written
-# out. A large claims file (a thousand claims of ten keys) or spec stays far below it; the
-# consumers (pydantic, JSON dumps of the spec, task options) do work in proportion to it.
+# The most values (scalars, lists, mappings) the aliases of a document may add once every alias is
+# written out. A document without aliases adds none, however large it is (its size is bounded by
+# MAX_FILE_BYTES instead); the consumers (pydantic, JSON dumps of the spec, task options) do work in
+# proportion to the expanded size.
 MAX_EXPANDED_NODES = 100_000
+# The largest spec or claims file read: 60,000 claims of six keys take 6 MB.
+MAX_FILE_BYTES = 32 * 2**20
 # The deepest nesting accepted (counted through aliases too).
 MAX_DEPTH = 200
 
@@ -41,12 +44,15 @@ MAX_DEPTH = 200
 class _NoDuplicatesLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml: fast, caps nesting depth
     """Safe YAML loading that rejects duplicate keys and alias bombs before constructing anything."""
 
+    check_graph = True  # False when the text has no '*': without an alias no node is shared
+
     def get_single_data(self) -> Any:
         """The document's data, after checking its node graph (size with aliases expanded, cycles, depth)."""
         node = self.get_single_node()
         if node is None:
             return None
-        _check_node_graph(node)
+        if self.check_graph:
+            _check_node_graph(node)
         return self.construct_document(node)
 
 
@@ -59,13 +65,15 @@ class _GraphError(Exception):
 
 
 def _check_node_graph(root: yaml.Node) -> None:
-    """Raise _GraphError when the document, aliases expanded, is cyclic, too deep or too large.
+    """Raise _GraphError when the document, aliases expanded, is cyclic, too deep, or its aliases add
+    more than MAX_EXPANDED_NODES values to it.
 
     Expanded sizes are memoised per node, so a shared (aliased) subtree costs one visit however
     often it is repeated: linear in the distinct nodes, never in the expanded tree.
     """
     size: dict[int, int] = {}
     on_path: set[int] = set()
+    distinct = [0]
 
     def visit(node: yaml.Node, depth: int) -> int:
         key = id(node)
@@ -76,12 +84,13 @@ def _check_node_graph(root: yaml.Node) -> None:
         if depth > MAX_DEPTH:
             raise _GraphError("depth")
         total = 1
+        distinct[0] += 1
         if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)):
             on_path.add(key)
             children = node.value if isinstance(node, yaml.SequenceNode) else [n for kv in node.value for n in kv]
             for child in children:
                 total += visit(child, depth + 1)
-                if total > MAX_EXPANDED_NODES:  # stop early: the count itself must stay small
+                if total - distinct[0] > MAX_EXPANDED_NODES:  # stop early: the count itself must stay small
                     raise _GraphError("size")
             on_path.discard(key)
         size[key] = total
@@ -115,7 +124,7 @@ def _graph_message(what: str, path: str) -> str:
         return f"{path} has a YAML alias (*name) that refers to itself; write the value out"
     if what == "depth":
         return f"{path} is nested more than {MAX_DEPTH} levels deep; this is not a claims/spec file"
-    return (f"{path} holds more than {MAX_EXPANDED_NODES:,} values once its YAML aliases (*name) are expanded "
+    return (f"{path}: its YAML aliases (*name) add more than {MAX_EXPANDED_NODES:,} values once expanded "
             "(an alias bomb?); write the values out or remove the aliases")
 
 
@@ -139,13 +148,22 @@ def read_yaml_strict(path: str | os.PathLike[str], *, quote: bool = True) -> Any
     if not p.is_file():
         raise InputError(f"{path} not found{' (it is a directory)' if p.is_dir() else ''}; pass the path of a YAML file")
     try:
-        text = p.read_bytes().decode("utf-8")
+        with open(p, "rb") as f:  # a regular file (is_file): bounded read, never a device without end
+            raw = f.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise InputError(f"{path} is larger than {MAX_FILE_BYTES // 2**20} MiB; this is not a claims/spec file")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise InputError(f"{path} is not UTF-8 text (byte {e.start}); save it as UTF-8 YAML") from None
     except OSError as e:
         raise InputError(f"{path} cannot be read: {e.strerror or e}") from None
     try:
-        return yaml.load(text, Loader=_NoDuplicatesLoader)  # noqa: S506 - a SafeLoader subclass
+        loader = _NoDuplicatesLoader(text)
+        loader.check_graph = "*" in text  # an alias is written *name: without a '*' nothing can expand
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
     except _GraphError as e:
         raise InputError(_graph_message(e.what, str(path))) from None
     except yaml.YAMLError as e:

@@ -12,7 +12,7 @@ import typer
 
 from circuits.errors import InputError
 
-from . import app, choices
+from . import app, choices, echo
 
 
 Format = choices("Format", "table", "csv", "json")  # output formats of `query`
@@ -33,24 +33,24 @@ def check_command(
     if junit is not None and junit.is_dir():
         raise InputError(f"--junit {junit} is a directory; give a file path such as claims.xml")
     try:
-        report = check(claims, run, echo=lambda m: typer.echo(m, err=True), allow_outside=allow_outside)
+        report = check(claims, run, echo=lambda m: echo(m, err=True), allow_outside=allow_outside)
     except ValueError as e:  # a lower layer's refusal that is not an InputError is still the input's fault here
         if isinstance(e, InputError):
             raise
         raise InputError(f"{type(e).__name__}: {e}") from None
-    typer.echo(f"claims {report.source} against run {report.run_dir}"
+    echo(f"claims {report.source} against run {report.run_dir}"
                + (" (audit run now)" if report.ran_audit else ""))
-    typer.echo(format_results(report.results))
+    echo(format_results(report.results))
     c = report.counts
-    typer.echo(f"{len(report.results)} claims: {c['pass']} hold, {c['fail']} fail, {c['error']} cannot be evaluated")
+    echo(f"{len(report.results)} claims: {c['pass']} hold, {c['fail']} fail, {c['error']} cannot be evaluated")
     for note in report.notes:
-        typer.echo(f"note: {note}")
+        echo(f"note: {note}")
     if junit is not None:
         try:
             write_junit(report.results, junit, suite=f"circuitstat check {Path(report.source).name}")
         except OSError as e:
             raise InputError(f"cannot write --junit {junit}: {e.strerror or e}") from None
-        typer.echo(f"JUnit XML -> {junit}")
+        echo(f"JUnit XML -> {junit}")
     raise typer.Exit(report.exit_code)
 
 
@@ -94,12 +94,12 @@ def query_command(
 
         sink = io.BytesIO()
         pcsv.write_csv(result, sink)
-        typer.echo(sink.getvalue().decode(), nl=False)
+        echo(sink.getvalue().decode(), nl=False)
     elif format.value == "json":
-        typer.echo(json.dumps(json_rows(result.to_pylist()), indent=1, allow_nan=False))
+        echo(json.dumps(json_rows(result.to_pylist()), indent=1, allow_nan=False))
     else:
-        typer.echo(format_table(result))
-        typer.echo(f"({result.num_rows} row{'s' if result.num_rows != 1 else ''})")
+        echo(format_table(result))
+        echo(f"({result.num_rows} row{'s' if result.num_rows != 1 else ''})")
 
 
 def _watchdog(seconds: float):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from . import ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, MetricName, app, check_out, choices
+from . import ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, MetricName, app, check_out, choices, echo
 
 TokenAblation = choices("TokenAblation", "zero", "mean", "mask")  # what an ablated token's embedding becomes
 SinkToken = choices("SinkToken", "first", "detected")  # which key is the sink
@@ -74,7 +74,7 @@ def tokens_command(
                              n_resamples=n_resamples, batch_size=batch_size, random_state=seed)
     est.validate()  # every option is checked before the model loads or anything is written
     est.check_sizes(allow_large=allow_large)
-    check_out(out)
+    check_out(out, "tokens", force=force)
     from circuits import load_model
     from pipelines.build import check_device, check_work, resolve_source, task_positions
 
@@ -88,5 +88,5 @@ def tokens_command(
         res = est.run(loaded[0], out, command=sys.argv, force=force, allow_large=allow_large)
     else:
         res = est.cross_seed(loaded, out, command=sys.argv, force=force, allow_large=allow_large)
-    typer.echo(res.summary())
-    typer.echo(f"-> {out}")
+    echo(res.summary())
+    echo(f"-> {out}")
