@@ -22,7 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from circuits.model import CircuitModel
-from pipelines.training import _Batches, _init, prepare_data, train_model
+from pipelines.training import prepare_data, train_model
+from pipelines.training.data import _Batches
+from pipelines.training.loop import _init
 from pipelines.zoo import ZOO_RECIPES
 
 

@@ -13,8 +13,8 @@ from .errors import InputError, UnsupportedArchitectureError
 
 _LAZY = {
     "ComponentGraph": ".graph", "Intervention": ".interventions", "load_hf": ".loading",
-    "load_model": ".loading", "CircuitModel": ".model", "ModelConfig": ".model", "RunOutput": ".model",
-    "RunState": ".model",
+    "load_model": ".loading", "CircuitModel": ".model", "ModelConfig": ".engine.config",
+    "RunOutput": ".engine.run", "RunState": ".engine.run",
 }
 
 __all__ = [

@@ -29,7 +29,9 @@ from tqdm.auto import tqdm
 from .ablation import ABLATIONS, Ablation, PairData, check_input_node, last_index
 from .errors import InputError
 from .interventions import Intervention
-from .model import CircuitModel, RunState
+from .engine.masks import allowed_keys
+from .engine.run import RunState
+from .model import CircuitModel
 from .scores import ScoreMatrix
 
 METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted")
@@ -228,7 +230,7 @@ def _reach(model: CircuitModel, batch: "_Batch", delta: torch.Tensor) -> dict[st
     """
     B = delta.shape[0]
     ar = torch.arange(B, device=delta.device)
-    sees = model._allowed(batch.mask)[ar, 0, batch.last][:, : delta.shape[2]]  # [B, P]
+    sees = allowed_keys(batch.mask)[ar, 0, batch.last][:, : delta.shape[2]]  # [B, P]
     nonzero = (delta != 0).any(-1)  # [B, U, P]
     reach = nonzero & sees[:, None]
     out = {"any": reach.any(-1), "read": nonzero[ar, :, batch.last], "first": reach.to(torch.uint8).argmax(-1)}

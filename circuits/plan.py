@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 from .errors import InputError
 from .graph import ComponentGraph
+from .engine.config import ModelConfig
 from .limits import parse_bytes  # noqa: F401 - re-exported: sizes such as --max-memory 2GiB
-from .model import ModelConfig
 
 METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted")
 def graph_of(cfg: ModelConfig) -> ComponentGraph:

@@ -42,7 +42,7 @@ __all__ = [
 # four choices make them form within the budget: weights initialised at 1/sqrt(d_model) (0.125)
 # instead of GPT-2's 0.02, a constant learning rate of 1e-2 after warmup, repeat_fraction=1.0
 # (every training sequence has one span of its own corpus text copied later in it; see
-# pipelines.training._repeat_spans), and 64-token sequences in batches of 32 rather than 128 in
+# pipelines.training.data._repeat_spans), and 64-token sequences in batches of 32 rather than 128 in
 # batches of 16 (same tokens per step, cheaper attention, and in trials the induction score passed
 # 0.6 after 1500 steps instead of 2500). Induction forms at a seed-dependent step (one trial seed
 # was at 0.47 after 2000 steps), so both recipes train well past it. The MLP model uses ReLU and

@@ -458,20 +458,7 @@ class RunDir:
         self._current_stage = {"name": name, "fingerprint": fp, "params": params_json}
         self._current_outputs = outputs
         try:
-            result = fn()
-            if result is not None:
-                if not isinstance(result, Mapping):
-                    raise TypeError(f"stage {name!r}: fn must return None or a mapping {{output: table}}, not {type(result).__name__}")
-                unknown = sorted(set(result) - set(outputs))
-                if unknown:
-                    raise StageOutputError(f"stage {name!r} returned undeclared outputs {unknown}; add them to outputs=[...]")
-                for oname, tab in result.items():
-                    self.write_table(oname, tab)
-            missing = [o for o, p in paths.items() if not p.exists()]
-            if missing:
-                raise StageOutputError(
-                    f"stage {name!r} declared outputs {missing} but did not write them; return them from fn or call run.write_table"
-                )
+            self._store_outputs(name, fn(), outputs, paths)
         except BaseException as e:
             rec.update(status="failed", error=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0)
             self._write_manifest()
@@ -491,6 +478,23 @@ class RunDir:
         identity = file_identity(p)  # before hashing: a later change of the file changes it
         return {"path": p.relative_to(self.path).as_posix(), "bytes": p.stat().st_size, "sha256": hash_file(p),
                 "identity": identity}
+
+    def _store_outputs(self, name: str, result: Mapping[str, TableLike] | None, outputs: list[str],
+                       paths: dict[str, Path]) -> None:
+        """Write the tables a stage's fn returned (declared outputs only); raise unless every declared output exists."""
+        if result is not None:
+            if not isinstance(result, Mapping):
+                raise TypeError(f"stage {name!r}: fn must return None or a mapping {{output: table}}, not {type(result).__name__}")
+            unknown = sorted(set(result) - set(outputs))
+            if unknown:
+                raise StageOutputError(f"stage {name!r} returned undeclared outputs {unknown}; add them to outputs=[...]")
+            for oname, tab in result.items():
+                self.write_table(oname, tab)
+        missing = [o for o, p in paths.items() if not p.exists()]
+        if missing:
+            raise StageOutputError(
+                f"stage {name!r} declared outputs {missing} but did not write them; return them from fn or call run.write_table"
+            )
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r}, run_id={self.run_id!r})"

@@ -431,6 +431,47 @@ TABLES.update({t.name: t for t in (
            ("matching", S, "how heads were matched across seeds"), ("estimand", S, "what the interval covers")),
 )})
 
+# Ground-truth study (pipelines.groundtruth_study; issue 27)
+GT_DATASETS = ("the expected value of the statistic for a dataset of N prompts from the task's distribution "
+               "(t interval over R independent datasets)")
+_GT_KEYS = (("model", S, "model with a known circuit (tracr:NAME or planted:...)"), _METHOD,
+            ("n", I, "dataset size N (prompts)"))
+TABLES.update({t.name: t for t in (
+    _table("groundtruth_models", "ground-truth study: the models and their true circuits, one row per model",
+           ("model", S, "model source"), ("kind", S, "compiled (tracr) or planted"), ("describe", S, "what it computes"),
+           ("n_edges", I, "edges of the model's graph"), ("n_true", I, "edges of the true circuit"),
+           ("n_null", I, "edges whose population mean effect is exactly zero"),
+           ("n_per_example_nulls", I, "null edges whose per-example effect is not zero"),
+           ("n_structural", I, "edges of a compiled program's structural circuit (-1: planted)"),
+           ("population", I, "prompts drawn: R datasets of the largest N, disjoint"),
+           ("weight_hash", S, "sha256 of the model's weights"), ("true_edges", S, "the true edges, comma-separated")),
+    _table("groundtruth_datasets", "ground-truth study: every statistic of every dataset, one row per value",
+           *_GT_KEYS, ("dataset", I, "dataset index r (disjoint prompts)"),
+           ("family", S, "ranking, topk, test:bootstrap, test:t, stability, faithfulness or roc"),
+           ("statistic", S, "the statistic (auroc, fdp, recall, false_edges, fixed_covers_truth, ...)"),
+           ("param", S, "its setting (k=.., q=.., pi=.., fpr=..; empty if none)"), ("value", F, "its value")),
+    _table("groundtruth_summary", "ground-truth study: each statistic's mean over datasets with its interval",
+           *_GT_KEYS, ("family", S, "statistic family"), ("statistic", S, "statistic"), ("param", S, "its setting"),
+           ("estimate", F, "mean over the R datasets", True), ("se", F, "standard error of the mean over datasets"),
+           *_ci("ci", "estimate", GT_DATASETS),
+           ("spread_low", F, "2.5% of the per-dataset values (spread over datasets, not an interval for the mean)"),
+           ("spread_high", F, "97.5% of the per-dataset values (spread over datasets, not an interval for the mean)"),
+           ("n_datasets", I, "datasets averaged (NaN values dropped)"), ("estimand", S, "what the interval covers")),
+    _table("groundtruth_fdr", "ground-truth study: realised FDR of q-value selections against the level",
+           *_GT_KEYS, ("test", S, "per-edge test: bootstrap (the audit's default: inverted interval, BH) or t (BH)"),
+           ("alpha", F, "FDR level: edges with q <= alpha are selected"),
+           ("fdr", F, "realised FDR: mean over datasets of the false discovery proportion", True),
+           ("fdr_mc_se", F, "Monte Carlo standard error of fdr over datasets"),
+           ("bound", F, "alpha + 2 Monte Carlo SEs: what fdr may reach and still hold"),
+           ("verdict", S, "holds, exceeded, or trivial (no dataset made a false discovery)"),
+           ("share_with_false", F, "share of datasets with at least one false discovery"),
+           ("power", F, "mean recall of the true circuit", True),
+           *_ci("power_ci", "power", GT_DATASETS), ("n_datasets", I, "datasets")),
+    _table("groundtruth_roc", "ground-truth study: edge ROC curves averaged over datasets (vertical averaging)",
+           *_GT_KEYS, ("fpr", F, "false positive rate"), ("tpr", F, "mean true positive rate at that FPR"),
+           *_ci("tpr_ci", "tpr", GT_DATASETS), ("estimand", S, "what the interval covers")),
+)})
+
 SCORES_PREFIX = "scores_"
 
 

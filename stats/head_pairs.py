@@ -9,27 +9,19 @@ numbers (same seeds, same order of operations).
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .head_stability import (CKA_INTERVAL_RELIABLE, cka_half_sample_replicates, leave_one_refit_out, matched_similarity,
-                             ordered_pair_mean, percentile_interval, prompt_resampled_similarity,
+                             ordered_pair_mean, percentile_interval, prompt_resampled_similarity, quiet_nanmean,
                              refit_jackknife, weighted_pair_mean)
 from .resampling import ResamplingPlan, spawn_seeds
 from .similarity import head_matching, per_prompt_cosine
 
 __all__ = ["PairSimilarities", "pair_similarities", "per_layer_cosine", "prompt_shuffle_null",
-           "untrained_null_scores", "null_means", "quiet_nanmean", "residual_cka"]
-
-
-def quiet_nanmean(values: np.ndarray, axis: Any = None) -> np.ndarray:
-    """Return np.nanmean without the all-NaN warning (an all-NaN slice is NaN, documented)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmean(values, axis=axis)
+           "untrained_null_scores", "null_means", "quiet_nanmean", "residual_cka"]  # quiet_nanmean: from head_stability
 
 
 @dataclass

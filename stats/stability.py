@@ -470,6 +470,24 @@ def _rank_agreement(full: np.ndarray, n_full: int, n_kendall_pairs: int | None):
     return np.zeros(0), np.zeros(0), empty, empty
 
 
+def _checked_ks(plan: ResamplingPlan, ks: Sequence[int], n_edges: int, consensus_threshold: float,
+                selection_thresholds: Sequence[float] | None) -> np.ndarray:
+    """Return the sorted unique ks; raise ValueError for a request circuit_stability cannot answer."""
+    if selection_thresholds is not None and not plan.is_half_subsample:
+        raise ValueError(
+            "stability-selection error bounds need half-size subsamples, but the plan is "
+            f"{plan.kind!r}; use plan=ResamplingPlan.subsample(N, B, seed) or "
+            "ResamplingPlan.complementary_pairs(N, n_pairs, seed), or drop selection_thresholds")
+    ks_arr = np.unique(np.asarray(ks, dtype=np.int64))
+    if ks_arr.size == 0 or ks_arr[0] < 1 or ks_arr[-1] >= n_edges:
+        raise ValueError(f"every k must lie in [1, E-1] = [1, {n_edges - 1}], got {ks_arr.tolist()}")
+    if not 0 < consensus_threshold <= 1:
+        raise ValueError("consensus_threshold must lie in (0, 1]")
+    if plan.n_resamples < 2:
+        raise ValueError("stability needs at least 2 resamples")
+    return ks_arr
+
+
 def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
                       ks: Sequence[int] = (10, 20, 50, 100, 200, 500, 1000), *, ranking: str,
                       n_resamples: int = 200, seed: Any = None, consensus_threshold: float = 0.5,
@@ -504,19 +522,8 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
     root = _run_seed(plan, seed)
     if plan.n_obs != n_obs:
         check_score_matrix(S, plan)  # raises with the fix named
-    if selection_thresholds is not None and not plan.is_half_subsample:
-        raise ValueError(
-            "stability-selection error bounds need half-size subsamples, but the plan is "
-            f"{plan.kind!r}; use plan=ResamplingPlan.subsample(N, B, seed) or "
-            "ResamplingPlan.complementary_pairs(N, n_pairs, seed), or drop selection_thresholds")
-    ks_arr = np.unique(np.asarray(ks, dtype=np.int64))
-    if ks_arr.size == 0 or ks_arr[0] < 1 or ks_arr[-1] >= n_edges:
-        raise ValueError(f"every k must lie in [1, E-1] = [1, {n_edges - 1}], got {ks_arr.tolist()}")
-    if not 0 < consensus_threshold <= 1:
-        raise ValueError("consensus_threshold must lie in (0, 1]")
+    ks_arr = _checked_ks(plan, ks, n_edges, consensus_threshold, selection_thresholds)
     B = plan.n_resamples
-    if B < 2:
-        raise ValueError("stability needs at least 2 resamples")
     K = int(ks_arr[-1])
     n_full = min(B, max(0, int(n_rank_resamples)))
     tie_rng = np.random.default_rng(spawn_seeds(root, 2)[0])

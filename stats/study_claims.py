@@ -15,8 +15,8 @@ from typing import Callable
 
 import numpy as np
 
-from .head_stability import (bootstrap_z_summary, fisher_interval, fisher_pvalue, holm_verdicts, jackknife_summary,
-                             pooled_fisher_z, t_pvalue, z_pvalue)
+from .head_stability import bootstrap_z_summary, fisher_interval, fisher_pvalue, jackknife_summary, pooled_fisher_z
+from .testing import holm_verdicts, t_pvalue, z_pvalue
 
 __all__ = ["StudyDesign", "ClaimRows", "ClaimSources", "claims_table", "layer_points", "paired_mean", "difference",
            "BOOTSTRAP_INTERVAL", "JACKKNIFE_INTERVAL", "FISHER_INTERVAL"]

@@ -1,5 +1,5 @@
 """Per-edge p-values (one-sample t, bootstrap-SE z, interval inversion, resampling) and FDR
-control (BH, BY).
+control (BH, BY); scalar z and t p-values and Holm's family-wise adjustment for a study's claims.
 
 `interval_test_edges` turns a per-edge interval result (stats.intervals.bootstrap_edges) into
 tests whose p-value inverts that same interval, so the interval excludes 0 exactly when
@@ -13,6 +13,7 @@ identical, where the t statistic is 0/0) stay NaN and are not counted among the 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -30,6 +31,10 @@ __all__ = [
     "adjust_pvalues",
     "resampling_pvalue",
     "interval_test_edges",
+    "holm_adjust",
+    "holm_verdicts",
+    "z_pvalue",
+    "t_pvalue",
 ]
 
 ALTERNATIVES = ("two-sided", "less", "greater")
@@ -213,3 +218,62 @@ def interval_test_edges(result: Any, *, correction: str = "bh", alpha: float = 0
                            "alternative": result.alternative, "correction": correction,
                            "alpha": alpha, "n_obs": result.n_obs,
                            "estimand": result.params.get("estimand")})
+
+
+# --- scalar p-values and the family-wise (Holm) adjustment of a study's claims ------------------
+def z_pvalue(estimate: np.ndarray, standard_error: np.ndarray) -> np.ndarray:
+    """Return two-sided normal p-values of estimate / standard_error (NaN where se is not > 0)."""
+    estimate = np.asarray(estimate, dtype=np.float64)
+    standard_error = np.asarray(standard_error, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = np.where(standard_error > 0, estimate / standard_error, np.nan)
+    return np.where(np.isfinite(z), 2 * special.ndtr(-np.abs(z)), np.nan)
+
+
+def holm_adjust(pvalues: np.ndarray) -> np.ndarray:
+    """Return Holm step-down family-wise adjusted p-values (NaN entries stay NaN, not counted)."""
+    pvalues = np.asarray(pvalues, dtype=np.float64)
+    flat = pvalues.ravel()
+    finite = ~np.isnan(flat)
+    out = np.full(flat.shape, np.nan)
+    ranked = flat[finite]
+    m = ranked.size
+    if m:
+        order = np.argsort(ranked, kind="stable")
+        stepped = np.maximum.accumulate(ranked[order] * (m - np.arange(m)))
+        adjusted = np.empty(m)
+        adjusted[order] = np.minimum(stepped, 1.0)
+        out[finite] = adjusted
+    return out.reshape(pvalues.shape)
+
+
+def holm_verdicts(values: np.ndarray, pvalues: np.ndarray, directions: np.ndarray, alpha: float = 0.05
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Return (verdicts, Holm-adjusted p-values) of directional claims tested as one family.
+
+    Rows with direction 0 are not claims: verdict "" and no adjusted p-value. A claim is
+    "supported" when its Holm-adjusted p-value is <= alpha and its value lies on the claimed
+    side (direction +1: above 0, −1: below 0), "contradicted" when significant on the other
+    side, "inconclusive" otherwise (including a NaN p-value).
+    """
+    values = np.asarray(values, dtype=np.float64)
+    directions = np.asarray(directions)
+    claims = directions != 0
+    adjusted = np.full(values.shape, np.nan)
+    adjusted[claims] = holm_adjust(np.asarray(pvalues, dtype=np.float64)[claims])
+    verdicts = np.full(values.shape, "", dtype=object)
+    for i in np.flatnonzero(claims):
+        if not (adjusted[i] <= alpha):
+            verdicts[i] = "inconclusive"
+        elif np.sign(values[i]) == directions[i]:
+            verdicts[i] = "supported"
+        else:
+            verdicts[i] = "contradicted"
+    return verdicts.astype(str), adjusted
+
+
+def t_pvalue(estimate: float, standard_error: float, df: int) -> float:
+    """Return the two-sided p-value of estimate / standard_error against t with ``df`` degrees of freedom."""
+    if not (np.isfinite(estimate) and np.isfinite(standard_error) and standard_error > 0 and df >= 1):
+        return math.nan
+    return float(2 * special.stdtr(df, -abs(estimate) / standard_error))

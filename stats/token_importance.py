@@ -28,10 +28,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .head_stability import holm_adjust
 from .intervals import BootstrapResult, bootstrap_edges
 from .resampling import ResamplingPlan
 from .results import Result
+from .testing import holm_adjust
 
 __all__ = ["TokenImportanceResult", "token_importance_faithfulness", "TokenStabilityResult", "token_stability",
            "ESTIMAND_DROP", "ESTIMAND_DIFFERENCE", "ESTIMAND_TOKEN_STABILITY"]

@@ -1,5 +1,5 @@
 """Commands that train and study: ``train``, ``heads``, ``demo`` and the ``study`` group
-(``study heads``, ``study variance``, ``study calibration``)."""
+(``study heads``, ``study variance``, ``study calibration``, ``study groundtruth``)."""
 
 from __future__ import annotations
 
@@ -236,3 +236,21 @@ def study_calibration_command(
                                 allow_large=allow_large)
     for line in summary_lines(res.to_table("coverage").to_pylist(), parsed.confidence_level, out):
         echo(line)
+
+
+@study_app.command("groundtruth")
+def study_groundtruth_command(
+    spec: Path = typer.Argument(..., help="ground-truth spec (YAML; see pipelines.groundtruth_study): models, methods, sizes"),
+    out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
+    n_jobs: int | None = typer.Option(None, "--n-jobs", min=1, help="parallel workers for the attribution"),
+    force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
+) -> None:
+    """Score discovery methods and circuitstat's error statements against models whose circuit is known."""
+    from pipelines.groundtruth_study import load_groundtruth_spec, run_groundtruth_study, summary_lines
+
+    check_out(out, "study groundtruth", force=force)
+    parsed = load_groundtruth_spec(spec)
+    res = run_groundtruth_study(parsed, out, n_jobs=n_jobs, force=force)
+    for line in summary_lines(res.tables(), parsed.alphas[0]):
+        echo(line)
+    echo(f"-> {out}")

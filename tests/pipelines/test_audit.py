@@ -150,6 +150,32 @@ def test_audit_over_seeds_adds_head_stability(tmp_path):
     assert "eap" in text and "k=3" in text
 
 
+def test_audit_loads_each_model_once_with_the_spec_dtype(tmp_path, monkeypatch):
+    """Model 0 is loaded once (not again by the heads stage), and every refit gets the spec's dtype."""
+    import torch
+
+    import circuits.loading
+
+    loads = []
+    real = circuits.loading.load_model
+
+    def counting(source, device="cpu", dtype=None, **kw):
+        loads.append((source, str(device), dtype))
+        return real(source, device=device, dtype=dtype, **kw)
+
+    monkeypatch.setattr(circuits.loading, "load_model", counting)
+    sources = [SPEC["model"].replace("seed=3", f"seed={s}") for s in (3, 4, 5)]
+    spec = parse_spec({"models": sources, "task": {"name": "induction", "n": 8, "options": {"seq_len": 5}},
+                       "methods": ["eap"], "bootstrap": {"n_resamples": 20}, "k": [3], "faithfulness": False,
+                       "dtype": "bfloat16", "heads": {"n_probe": 6, "n_boot": 10}}, "<test>")
+    out = run_audit(spec, tmp_path / "run")
+    assert loads == [(s, "cpu", torch.bfloat16) for s in sources]
+    assert len(pq.read_table(out / "heads.parquet")) == 4
+    loads.clear()
+    run_audit(spec, out)  # resumed: every stage done, so no refit is loaded for the heads stage
+    assert loads == [(sources[0], "cpu", torch.bfloat16)]
+
+
 def test_scheduler_without_dask_is_a_clear_error(monkeypatch):
     import sys
 

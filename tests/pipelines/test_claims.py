@@ -291,6 +291,29 @@ def test_junit_is_well_formed_with_hostile_text(run_dir):
     assert root.get("failures") == "1" and root.find(".//failure").get("message").startswith("jaccard_mean")
 
 
+def test_the_registry_declares_each_kind_and_its_tables_once():
+    """Every kind has one model, one evaluator and one registry entry; the model's statistics are the registry's."""
+    import typing
+
+    import pipelines.heads
+    import stats
+    from pipelines.claims import KINDS
+    from pipelines.claims.evaluators import EVALUATORS
+    from pipelines.claims.models import KIND_MODELS
+
+    assert tuple(KIND_MODELS) == CLAIM_KINDS == tuple(KINDS) and set(EVALUATORS) == set(CLAIM_KINDS)
+    assert TOKEN_KINDS == ("sink", "token_importance", "token_drop", "sink_stability", "token_stability")
+    for kind, model in KIND_MODELS.items():
+        if "statistic" in model.model_fields:
+            assert typing.get_args(model.model_fields["statistic"].annotation) == KINDS[kind].statistics, kind
+    # claims and estimators never share a class name (HeadStabilityClaim is about pipelines.heads.HeadStability)
+    estimators = {n for mod in (stats, pipelines.heads) for n in dir(mod) if n[:1].isupper()}
+    assert not {m.__name__ for m in KIND_MODELS.values()} & estimators and "HeadStability" in estimators
+    # a claim reads the table its kind declares
+    claim = parse_claims({"claims": [PASSING["claims"][1]]}).claims[0]
+    assert claim.table == KINDS["circuit_stability"].table == "stability_vs_k"
+
+
 def test_example_files_are_the_demo_spec_and_the_claims_fit_it():
     from pipelines.claims import spec_problem
     from pipelines.demo import demo_spec

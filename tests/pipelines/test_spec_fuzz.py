@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from circuits.errors import InputError
-from pipelines.claims import _load_spec, load_claims
+from pipelines.claims import load_claims
+from pipelines.claims.checking import _load_spec
 from pipelines.cli import app as APP  # the real CLI, with its one error boundary
 from pipelines.spec import AuditSpec, load_spec
 

@@ -259,7 +259,7 @@ def test_chosen_pairs_are_the_holm_family():
     diffs = est.result_.to_pandas("token_importance_diffs")
     expect = [("contribution", "attention")] * 2 + [("contribution", "random")] * 2
     assert list(zip(diffs.measure_a, diffs.measure_b)) == expect
-    from stats.head_stability import holm_adjust
+    from stats.testing import holm_adjust
 
     np.testing.assert_allclose(diffs.pvalue_holm, holm_adjust(diffs.pvalue.to_numpy()))
     assert "4 paired differences" in diffs.multiplicity.iloc[0]

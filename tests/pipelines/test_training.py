@@ -204,7 +204,7 @@ def test_zoo_cache_and_induction_metrics(tmp_path):
 def test_repeat_spans_copy_corpus_text():
     import numpy as np
 
-    from pipelines.training import _repeat_spans
+    from pipelines.training.data import _repeat_spans
 
     x = np.arange(4 * 64).reshape(4, 64)
     y = x.copy()
@@ -220,7 +220,7 @@ def test_repeat_spans_copy_corpus_text():
 
 
 def test_init_std_rescales_weight_matrices():
-    from pipelines.training import _init
+    from pipelines.training.loop import _init
 
     cfg = TINY.model_config(300)
     a, b = CircuitModel(cfg), CircuitModel(cfg)
@@ -289,7 +289,8 @@ def test_use_deterministic_fixes_the_cublas_workspace_and_keeps_a_users_choice(m
 
     import torch
 
-    from pipelines.training import _set_deterministic, use_deterministic
+    from pipelines.training import use_deterministic
+    from pipelines.training.determinism import _set_deterministic
 
     prev = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
     try:

@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from circuits.counterfactuals import counterfactual_corruptions, with_counterfactual
 from circuits.errors import InputError
-from pipelines.variance_study import (Key, counterfactual_corruptions, parse_variance_spec, run_variance_study,
-                                      summary_lines, with_counterfactual)
+from pipelines.variance_study import Key, parse_variance_spec, run_variance_study, summary_lines
 from reports.schema import fill
 from reports.tables import matrix_to_table
 from stats.intrinsic import intrinsic_table
@@ -176,12 +176,19 @@ def test_intrinsic_table_on_known_scores():
 TINY = "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=3"
 
 
+def _draws(task, n_draws, scheme, seed, pool):
+    """The study's draws: draw c's seed is child c of the stage seed (ModelScorer.draws)."""
+    from stats import spawn_seeds
+
+    return counterfactual_corruptions(task, scheme, spawn_seeds(seed, n_draws)[1:], pool)
+
+
 def test_counterfactual_draws_keep_clean_prompts_and_change_only_the_corrupted_span():
     from circuits.tasks import make_task
 
     task = make_task("induction", n=8, seed=1, seq_len=5, vocab_size=64)
     pool = np.arange(64)
-    draws = counterfactual_corruptions(task, 3, "auto", 11, pool)
+    draws = _draws(task, 3, "auto", 11, pool)
     s0, s1 = task.meta["first_repeat"]
     assert np.array_equal(draws[0], task.corrupted.numpy())
     for d in draws[1:]:
@@ -190,14 +197,14 @@ def test_counterfactual_draws_keep_clean_prompts_and_change_only_the_corrupted_s
         assert not np.array_equal(d, draws[0])
         for n in range(8):  # corrupted tokens avoid the clean first copy, as the task's own
             assert not set(d[n, s0:s1]) & set(task.clean.numpy()[n, s0:s1])
-    again = counterfactual_corruptions(task, 3, "auto", 11, pool)
+    again = _draws(task, 3, "auto", 11, pool)
     assert all(np.array_equal(a, b) for a, b in zip(draws, again))
-    shuffled = counterfactual_corruptions(task, 2, "shuffle", 11, pool)[1]
+    shuffled = _draws(task, 2, "shuffle", 11, pool)[1]
     rows = {tuple(r) for r in task.corrupted.numpy().tolist()}
     assert all(tuple(r) in rows for r in shuffled.tolist())
     assert not any(np.array_equal(a, b) for a, b in zip(shuffled, task.corrupted.numpy()))
     with pytest.raises(InputError, match="redraw"):
-        counterfactual_corruptions(_renamed(task), 2, "redraw", 0, pool)
+        _draws(_renamed(task), 2, "redraw", 0, pool)
 
 
 def _renamed(task):
@@ -210,7 +217,7 @@ def test_counterfactual_draw_is_the_task_with_other_corrupted_prompts():
     from circuits.tasks import make_task
 
     task = make_task("induction", n=6, seed=0, seq_len=4, vocab_size=64)
-    alt = counterfactual_corruptions(task, 2, "auto", 3, np.arange(64))[1]
+    alt = _draws(task, 2, "auto", 3, np.arange(64))[1]
     t2 = with_counterfactual(task, alt)
     assert np.array_equal(t2.corrupted.numpy(), alt)
     for name in ("clean", "attention_mask", "answer", "wrong_answer"):

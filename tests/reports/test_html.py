@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from reports.html import SECTIONS, render_report
-from reports.html_svg import Scale, fmt, fmt_p
+from reports.html.svg import Scale, fmt, fmt_p
 from reports.rundir import RunDir
 from reports.schema import fill, schema_for
 from reports.tables import write_table
@@ -574,7 +574,7 @@ def test_tokens_section_shows_the_sinks_with_the_fit(tokens_rendered):
 def test_tokens_fit_curve_is_the_tables_quadratic(tokens_rendered):
     """The dashed curve passes through b0 + b1 s + b2 s^2 at the smallest and largest sink rate (pixel oracle)."""
     run, page = tokens_rendered
-    from reports.html_svg import Scale
+    from reports.html.svg import Scale
 
     fit = {r["term"]: r["estimate"] for r in _read(run, "sink_fit")}
     rates = [h["sink_rate"] for h in _read(run, "sink_heads")]

@@ -88,11 +88,12 @@ def test_fill_refuses_a_column_the_schema_does_not_know() -> None:
 def test_claim_statistics_are_the_claimable_columns() -> None:
     from pipelines import claims
 
-    pairs = {claims.CircuitStability: "stability_vs_k", claims.Faithfulness: "faithfulness_vs_k",
-             claims.HeadStability: "heads", claims.LayerStability: "layers",
-             claims.Approximation: "approximation_summary", claims.Sink: "sink_heads",
-             claims.TokenDrop: "token_importance", claims.SinkStability: ("sink_stability", "sink_matching"),
-             claims.TokenStability: "token_stability"}
+    pairs = {claims.CircuitStabilityClaim: "stability_vs_k", claims.FaithfulnessClaim: "faithfulness_vs_k",
+             claims.HeadStabilityClaim: "heads", claims.LayerStabilityClaim: "layers",
+             claims.ApproximationClaim: "approximation_summary", claims.SinkClaim: "sink_heads",
+             claims.TokenDropClaim: "token_importance",
+             claims.SinkStabilityClaim: ("sink_stability", "sink_matching"),
+             claims.TokenStabilityClaim: "token_stability"}
     for cls, tables in pairs.items():  # a kind that answers items of two tables takes either table's columns
         expect = tuple(dict.fromkeys(c for t in ([tables] if isinstance(tables, str) else tables) for c in claimable(t)))
         assert typing.get_args(cls.model_fields["statistic"].annotation) == expect
@@ -101,31 +102,55 @@ def test_claim_statistics_are_the_claimable_columns() -> None:
     assert {"jaccard_data_ci_low", "phi_data_ci_low", "jaccard_pop_ci_low"} <= set(claimable("stability_vs_k"))
 
 
-def _string_calls(path: Path, method: str) -> list[tuple[int, str, list[str]]]:
-    """(line, table, columns) of every `<x>.method("table", [..literal columns..])` call in a file."""
+def _string_calls(path: Path, method: str, own_tables: dict[str, str] | None = None) -> list[tuple[int, str, list[str]]]:
+    """(line, table, columns) of every `<x>.method("table", [..literal columns..])` call in a file.
+
+    With ``own_tables`` ({function name: table}), a call inside such a function whose table is
+    ``<claim>.table`` (a claim evaluator reading its kind's own table) counts as that table."""
     out = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == method
-                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    scopes = [(f.name, f) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)] + [("", tree)]
+    seen = set()
+    for scope, root in scopes:
+        for node in ast.walk(root):
+            if id(node) in seen or not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                                        and node.func.attr == method and node.args):
+                continue
+            seen.add(id(node))
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                table = arg.value
+            elif isinstance(arg, ast.Attribute) and arg.attr == "table" and scope in (own_tables or {}):
+                table = own_tables[scope]
+            else:
+                continue
             cols = []
             if len(node.args) > 1 and isinstance(node.args[1], (ast.List, ast.Tuple)):
                 cols = [e.value for e in node.args[1].elts if isinstance(e, ast.Constant)]
-            out.append((node.lineno, node.args[0].value, cols))
+            out.append((node.lineno, table, cols))
     return out
 
 
 def test_readers_ask_only_for_registered_columns() -> None:
     """The HTML report (Tables.need) and the claims (run.rows) read names the schema knows."""
-    checked = 0
-    for path, method in ((ROOT / "reports" / "html_sections.py", "need"), (ROOT / "pipelines" / "claims.py", "rows")):
-        for line, table, cols in _string_calls(path, method):
+    from pipelines.claims.evaluators import EVALUATORS
+    from pipelines.claims.kinds import KINDS
+
+    own = {fn.__name__: KINDS[kind].table for kind, fn in EVALUATORS.items()}  # evaluators read c.table
+    claims_dir = ROOT / "pipelines" / "claims"
+    checked = claims_checked = 0
+    readers = [(p, "need") for p in sorted((ROOT / "reports" / "html").glob("*.py"))]  # the report's sections
+    for path, method in (*readers, *((p, "rows") for p in sorted(claims_dir.glob("*.py")))):
+        for line, table, cols in _string_calls(path, method, own):
             schema = schema_for(table)
             if schema is None:
                 continue
             for c in cols:
                 assert c in schema.names, f"{path.name}:{line} reads {table}.{c}, not in reports/schema.py"
                 checked += 1
+                claims_checked += path.parent == claims_dir
     assert checked >= 10  # the scan found the readers (a refactor that hides them must update this test)
+    assert claims_checked >= 10  # ... the claim evaluators' among them
 
 
 def test_an_audit_writes_exactly_the_registered_columns(tmp_path: Path) -> None:

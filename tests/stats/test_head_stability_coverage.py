@@ -14,11 +14,12 @@ from scipy import stats as sps
 from scipy.optimize import linear_sum_assignment
 
 from stats.head_stability import (all_pairs_layer_stability, anchor_head_stability, cka_half_sample_replicates,
-                                  cka_half_samples, comparison_t_interval, holm_adjust, layer_statistics,
-                                  leave_one_refit_out, matched_similarity, ordered_pair_mean, pair_matrix,
-                                  perplexity_rise, prompt_resampled_similarity, refit_jackknife, z_pvalue)
+                                  cka_half_samples, comparison_t_interval, layer_statistics, leave_one_refit_out,
+                                  matched_similarity, ordered_pair_mean, pair_matrix, perplexity_rise,
+                                  prompt_resampled_similarity, refit_jackknife)
 from stats.resampling import ResamplingPlan
 from stats.similarity import debiased_cka, linear_cka
+from stats.testing import holm_adjust, z_pvalue
 
 
 # --- matching ---------------------------------------------------------------------------------
@@ -151,7 +152,7 @@ def test_pooled_fisher_z_equals_the_weighted_z_formula():
 
 
 def test_holm_verdicts_follow_sign_and_adjusted_pvalue():
-    from stats.head_stability import holm_verdicts
+    from stats.testing import holm_verdicts
 
     values = np.array([0.5, -0.5, 0.5, 0.2, 0.1])
     pvalues = np.array([0.001, 0.02, 0.03, 0.5, np.nan])  # Holm: 0.003, 0.04, 0.04

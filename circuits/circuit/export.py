@@ -1,0 +1,100 @@
+"""Views of a circuit for people and other tools: a text summary, pyarrow tables, a networkx graph."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class CircuitExport:
+    """``summary``, ``to_table``, ``nodes_table`` and ``to_networkx`` (mixed into Circuit)."""
+
+    def summary(self, top: int = 10) -> str:
+        """A short text: rule and parameters, size, nodes by layer and the top edges by score."""
+        g = self.graph
+        lines = [f"Circuit ({self.rule})",
+                 f"  parameters : {', '.join(f'{k}={v}' for k, v in self.params.items() if not isinstance(v, dict)) or '-'}",
+                 f"  edges      : {self.n_edges} of {g.n_edges} ({100 * self.fraction:.2f}%)",
+                 f"  nodes      : {self.n_nodes} of {len(g.nodes)}"]
+        layer_of = list(g.sender_layer) + [g.n_layers]
+        by_layer: dict[int, list[str]] = {}
+        for i in np.flatnonzero(self.nodes):
+            by_layer.setdefault(int(layer_of[i]), []).append(g.nodes[i])
+        for layer in sorted(by_layer):
+            label = "input" if layer < 0 else ("output" if layer == g.n_layers else f"layer {layer}")
+            lines.append(f"    {label:<8} {' '.join(by_layer[layer])}")
+        idx = self.edge_indices
+        if idx.size:
+            if self.scores is not None:
+                idx = idx[np.lexsort((idx, -np.abs(self.scores[idx].astype(np.float64))))]
+            lines.append(f"  top edges{' by |score|' if self.scores is not None else ''}:")
+            for e in idx[:top]:
+                s = "" if self.scores is None else f"{float(self.scores[e]):+.4g}  "
+                lines.append(f"    {s}{g.edge_names[e]}")
+            if idx.size > top:
+                lines.append(f"    ... {idx.size - top} more")
+        return "\n".join(lines)
+
+    def to_table(self):
+        """pyarrow table, one row per graph edge: index, name, sender, receiver, kind, layers, score, in_circuit.
+
+        The rule, its parameters and the graph are in the schema metadata (``circuitstat.provenance``).
+        """
+        import pyarrow as pa
+
+        from reports.tables import with_provenance
+
+        cols = self.graph.edge_table()
+        scores = self.scores if self.scores is not None else np.full(self.graph.n_edges, np.nan, dtype=np.float32)
+        table = pa.table({
+            "index": pa.array(cols["index"]), "name": pa.array(cols["name"]), "sender": pa.array(cols["sender"]),
+            "receiver": pa.array(cols["receiver"]), "kind": pa.array(cols["kind"]),
+            "sender_layer": pa.array(cols["sender_layer"]), "receiver_layer": pa.array(cols["receiver_layer"]),
+            "score": pa.array(scores, type=pa.float32()), "in_circuit": pa.array(self.edges),
+        })
+        return with_provenance(table, {"circuit": self.describe()})
+
+    def nodes_table(self):
+        """pyarrow table, one row per node: name, layer, score, in_circuit."""
+        import pyarrow as pa
+
+        g = self.graph
+        ns = self.node_scores if self.node_scores is not None else np.full(len(g.nodes), np.nan, dtype=np.float32)
+        return pa.table({"name": g.nodes, "layer": pa.array(np.append(g.sender_layer, g.n_layers)),
+                         "score": pa.array(ns, type=pa.float32()), "in_circuit": pa.array(self.nodes)})
+
+    def to_networkx(self):
+        """networkx DiGraph of the circuit on node names.
+
+        Nodes carry ``layer`` and ``score`` (node score or None).  A head's q, k and v inputs
+        collapse onto one node edge ``u -> head`` that lists them: ``receivers`` (e.g.
+        ``["a1.h0<q>", "a1.h0<k>"]``), ``qkv`` (``["q", "k"]``; empty for MLP and logits),
+        ``names``, ``scores`` (one per receiver) and ``score`` (their sum; None without scores).
+        """
+        import networkx as nx
+
+        g = self.graph
+        out = nx.DiGraph()
+        layer_of = list(g.sender_layer) + [g.n_layers]
+        for i in np.flatnonzero(self.nodes):
+            s = None if self.node_scores is None or np.isnan(self.node_scores[i]) else float(self.node_scores[i])
+            out.add_node(g.nodes[i], layer=int(layer_of[i]), score=s)
+        for e in self.edge_indices:
+            u = g.senders[g.edge_sender[e]]
+            r = g.receivers[g.edge_receiver[e]]
+            v = g.receiver_node(g.edge_receiver[e])
+            for n in (u, v):
+                if n not in out:  # an edge of an unpruned circuit may touch a node outside the node set
+                    out.add_node(n, layer=int(layer_of[g.nodes.index(n)]), score=None)
+            s = None if self.scores is None else float(self.scores[e])
+            if not out.has_edge(u, v):
+                out.add_edge(u, v, receivers=[], qkv=[], names=[], scores=[], score=None)
+            d = out[u][v]
+            d["receivers"].append(r)
+            d["names"].append(g.edge_names[e])
+            d["scores"].append(s)
+            if r.endswith(">"):
+                d["qkv"].append(r[-2])
+            if s is not None:
+                d["score"] = s if d["score"] is None else d["score"] + s
+        return out
+

@@ -1,0 +1,28 @@
+"""The engine behind :class:`circuits.model.CircuitModel`: one functional forward pass, in parts.
+
+Each module holds one idea; the public class is assembled in :mod:`circuits.model`.
+
+* :mod:`.config` -- ``ModelConfig`` and the allowed norms, positional schemes, MLPs, activations;
+* :mod:`.weights` -- the uniform per-layer weights (``Block``), construction, state dict,
+  weight hash, identity and ``save``;
+* :mod:`.norms` -- every normalisation (forward) and its vector-Jacobian product;
+* :mod:`.rotary` -- rotary inverse frequencies, cos/sin tables and their application;
+* :mod:`.masks` -- which keys each query may attend to (causal, padding);
+* :mod:`.attention` -- q/k/v projections, attention scores and mixing, one layer's attention;
+* :mod:`.mlp` -- the MLP sender;
+* :mod:`.run` -- ``CircuitModel.run`` and its stages (embed, attention, MLP, logits input);
+* :mod:`.fused` -- the fused scaled-dot-product forward used in training;
+* :mod:`.patching` -- edge and sender patches inside a run, and receivers patched with suffix
+  recomputation (``patched_receiver_logits``, ``patched_layer_logits``);
+* :mod:`.gradients` -- gradient probes and per-head receiver-input gradients.
+
+A feature that changes how scores, masks, norms or rotary embeddings are computed changes the one
+function that computes them here (:func:`.attention.attend`, :func:`.masks.allowed_keys`,
+:func:`.norms.apply_norm` with :func:`.norms.norm_vjp_heads`, :mod:`.rotary`); every forward path
+(full run, patched suffix, gradients) calls it.  Queries, keys and values are projected in three
+forms, each followed by :func:`.rotary.apply_rotary`: :func:`.attention.attention_block` (full
+runs), ``Patching._patched_layer`` / ``Patching._suffix_layer`` (patched suffixes) and
+``FusedForward.fused_logits``; a transform of queries or keys sits beside each of those calls.  The
+fused training forward uses torch's own attention, so ``has_fused_forward`` must exclude every
+configuration it does not reproduce.
+"""

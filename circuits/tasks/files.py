@@ -1,0 +1,94 @@
+"""File tasks: a user's JSONL, CSV or Parquet file of ``clean, corrupted, answer, wrong_answer[, group]``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .construct import task_from_texts
+from .task import Task
+from .validation import TaskValidationError, rows_str
+
+FILE_COLUMNS = ("clean", "corrupted", "answer", "wrong_answer")
+
+
+def _read_frame(path: Path):
+    import pandas as pd
+
+    suffix = path.suffix.lower()
+    try:
+        if suffix in (".jsonl", ".ndjson"):
+            return pd.read_json(path, lines=True, dtype=False)
+        if suffix == ".json":
+            try:
+                return pd.read_json(path, dtype=False)
+            except ValueError:
+                return pd.read_json(path, lines=True, dtype=False)
+        if suffix in (".csv", ".tsv"):
+            return pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",", dtype=str,
+                               keep_default_na=False, na_values=[""])
+        if suffix == ".parquet":
+            return pd.read_parquet(path)
+    except ValueError as e:
+        if "Expected object or value" in str(e) or path.stat().st_size == 0:
+            return pd.DataFrame()
+        raise TaskValidationError(f"{path}: could not read it as {suffix[1:]}: {e}") from e
+    except Exception as e:  # pandas raises EmptyDataError for empty CSV
+        if path.exists() and path.stat().st_size == 0 or type(e).__name__ == "EmptyDataError":
+            return pd.DataFrame()
+        raise TaskValidationError(f"{path}: could not read it as {suffix[1:]}: {e}") from e
+    raise TaskValidationError(f"{path}: unknown task file type {suffix!r}; use .jsonl, .csv or .parquet")
+
+
+def file_task(
+    path: str | os.PathLike,
+    tokenizer,
+    n: int | None = None,
+    seed: int = 0,
+    prepend_bos: bool = True,
+    metric: str | Callable = "logit_diff",
+    name: str | None = None,
+    metric_kwargs: dict | None = None,
+) -> Task:
+    """A user task from JSONL, CSV or Parquet with columns ``clean, corrupted, answer, wrong_answer``
+    (and optional ``group``). Answers are strings (each one token, e.g. " Mary") or integer ids.
+    ``n`` keeps the first n rows."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise TaskValidationError(f"task file {p} does not exist")
+    df = _read_frame(p)
+    task_name = name or p.stem
+    missing = [c for c in FILE_COLUMNS if c not in df.columns]
+    if missing:
+        raise TaskValidationError(
+            f"task file {p}: missing column(s) {missing} (found {list(df.columns)}); a task file needs "
+            f"columns {list(FILE_COLUMNS)} and optionally 'group'"
+        )
+    if len(df) == 0:
+        raise TaskValidationError(f"task file {p} has no rows (empty data); add examples")
+    if n is not None:
+        df = df.iloc[: int(n)]
+    cols = list(FILE_COLUMNS) + (["group"] if "group" in df.columns else [])
+    null_rows = sorted({int(i) for c in cols for i in np.flatnonzero(df[c].isna().to_numpy())})
+    if null_rows:
+        raise TaskValidationError(
+            f"task file {p}: rows {rows_str(null_rows)} have empty values in {cols}; fill or drop them"
+        )
+    empty = sorted(int(i) for c in ("clean", "corrupted")
+                   for i in np.flatnonzero(df[c].astype(str).str.len().to_numpy() == 0))
+    if empty:
+        raise TaskValidationError(f"task file {p}: rows {rows_str(empty)} have an empty prompt; fill or drop them")
+
+    def col(c):
+        vals = df[c].tolist()
+        return [v.item() if isinstance(v, np.generic) else v for v in vals]
+
+    return task_from_texts(
+        task_name, tokenizer, col("clean"), col("corrupted"), col("answer"), col("wrong_answer"),
+        group=col("group") if "group" in df.columns else None, prepend_bos=prepend_bos,
+        metric=metric, metric_kwargs=dict(metric_kwargs or {}), meta={"source": str(p)},
+    )
+

@@ -1,0 +1,164 @@
+"""The audit's table builders: the columns of edge_stats, stability_vs_k and inclusion, faithfulness_vs_k,
+approximation and approximation_summary, built from score matrices by the estimators of stats/ and
+circuits/ (pipelines.audit runs them as resumable stages; the variance study reuses them).
+
+Each builder returns ``{column: values}`` in the order reports/schema.py registers; :func:`_concat`
+stacks the per-method parts of one table.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from reports.schema import columns
+
+from .spec import AuditSpec
+
+
+def edge_stats_table(S: np.ndarray, names: list[str], method: str, plan, spec: AuditSpec, n_jobs: int) -> dict:
+    """Per-edge mean, bootstrap SE and CI, the p-value that inverts that CI, BH q, and the reliability flag."""
+    from stats import bootstrap_edges
+
+    boot = bootstrap_edges(S, plan, method=spec.bootstrap.ci_method, confidence_level=spec.bootstrap.confidence_level,
+                           n_jobs=n_jobs)
+    E = S.shape[1]
+    return {"method": [method] * E, "edge": np.arange(E, dtype=np.int64), "name": names,
+            "estimate": np.asarray(boot.estimate, dtype=np.float64),
+            "se": np.asarray(boot.standard_error, dtype=np.float64),
+            "ci_low": np.asarray(boot.confidence_interval.low, dtype=np.float64),
+            "ci_high": np.asarray(boot.confidence_interval.high, dtype=np.float64),
+            "p": np.asarray(boot.pvalue, dtype=np.float64), "q": np.asarray(boot.qvalue, dtype=np.float64),
+            "n": np.full(E, S.shape[0], dtype=np.int64),
+            "ci_method": [boot.method] * E, "estimand": [boot.estimand] * E,
+            "tail_share": np.asarray(boot.tail_share, dtype=np.float64),
+            "interval_reliable": np.asarray(boot.reliable, dtype=bool)}
+
+
+# the per-k columns of circuit_stability that the stability_vs_k table carries (reports/schema.py says what
+# each covers: jaccard_ci_* / phi_ci_* are Monte Carlo spread, jaccard_data* / jaccard_pop* / phi_data* data-level)
+STABILITY_COLUMNS = tuple(c for c in columns("stability_vs_k") if c not in ("method", "k", "spearman_mean"))
+
+
+def stability_tables(S: np.ndarray, names: list[str], method: str, plan, ks: list[int], spec: AuditSpec,
+                     n_jobs: int) -> tuple[dict, dict]:
+    """(stability_vs_k, inclusion) columns for one method."""
+    from stats import circuit_stability
+
+    res = circuit_stability(S, plan, ks, ranking=spec.ranking, n_jobs=n_jobs, edge_names=names)
+    per = res.per_k
+    stab = {"method": [method] * len(res.ks), "k": res.ks.astype(np.int64)}
+    for c in STABILITY_COLUMNS:
+        v = np.asarray(per[c])
+        stab[c] = v.astype(np.int64) if c == "consensus_size" else v.astype(np.float64)
+    stab["spearman_mean"] = np.full(len(res.ks), res.spearman_mean)
+    ki, ei = np.nonzero(res.inclusion_counts)
+    inc = {"method": [method] * len(ki), "k": res.ks[ki].astype(np.int64), "edge": ei.astype(np.int64),
+           "name": [names[e] for e in ei], "frequency": res.inclusion_counts[ki, ei] / res.n_resamples}
+    return stab, inc
+
+
+AREA_NEEDS_TWO_K = "CPR and CMD are areas under the faithfulness curve and need at least two k"
+
+
+FIXED_CI_METHODS = ("percentile", "basic", "bca")
+
+
+def faithfulness_table(model, task, S: np.ndarray, method: str, ks: list[int], plan, spec: AuditSpec,
+                       seed=None) -> dict:
+    """Faithfulness of the top-k circuit of the mean scores at each k, with two labelled intervals:
+    the bootstrap interval of this fixed circuit (selection not included) and the cross-fitted one of
+    the circuit selected from N prompts (selection included; edge level). CPR/CMD are NaN, with the
+    reason in ``area_note``, when the grid has one k."""
+    from circuits.faithfulness import faithfulness_curve
+    from stats.faithfulness import fixed_circuit_interval
+
+    level = getattr(spec, "level", "edge")
+    mean = S.astype(np.float64).sum(0) / S.shape[0]
+    res = faithfulness_curve(model, task, mean.astype(np.float32), absolute=spec.ranking == "absolute", ks=ks,
+                             fractions=None, prune=False, ablation=spec.ablation, seed=spec.seed,
+                             batch_size=spec.batch_size, progress=sys.stderr.isatty(), level=level)
+    ci_method = spec.bootstrap.ci_method if spec.bootstrap.ci_method in FIXED_CI_METHODS else "bca"
+    fixed = fixed_circuit_interval(res.m_circuit, res.m_clean, res.m_empty, plan, method=ci_method,
+                                   confidence_level=spec.bootstrap.confidence_level, k=ks)
+    C = len(res.ratio_of_means)
+    out = {"method": [method] * C, "k": np.asarray(res.k, dtype=np.int64),
+           "edge_fraction": np.asarray(res.fraction, dtype=np.float64),
+           "f_ratio": np.asarray(res.ratio_of_means, dtype=np.float64),
+           "f_mean": np.asarray(res.mean_per_example, dtype=np.float64),
+           "f_ci_low": np.asarray(fixed.confidence_interval.low, dtype=np.float64),
+           "f_ci_high": np.asarray(fixed.confidence_interval.high, dtype=np.float64),
+           "f_se": np.asarray(fixed.standard_error, dtype=np.float64),
+           "f_ci_method": [fixed.method] * C, "f_ci_estimand": [fixed.estimand] * C,
+           "cpr": np.full(C, np.nan if res.cpr is None else float(res.cpr)),
+           "cmd": np.full(C, np.nan if res.cmd is None else float(res.cmd)),
+           "area_note": [AREA_NEEDS_TWO_K if res.cpr is None else ""] * C,
+           "n_undefined": np.full(C, res.n_undefined, dtype=np.int64)}
+    out.update(_selected_columns(model, task, S, ks, spec, res, spec.seed if seed is None else seed, C))
+    return out
+
+
+def _selected_columns(model, task, S: np.ndarray, ks: list[int], spec: AuditSpec, res, seed, C: int) -> dict:
+    """The selection-aware faithfulness columns (stats.faithfulness, repeated cross-fitting), or NaN with why."""
+    import warnings
+
+    from circuits.faithfulness import faithfulness
+    from stats.faithfulness import ESTIMAND_SELECTED, MIN_PER_FOLD, selection_aware_faithfulness
+
+    N = S.shape[0]
+    nan = {"f_selected": np.full(C, np.nan), "f_selected_se": np.full(C, np.nan),
+           "f_selected_ci_low": np.full(C, np.nan), "f_selected_ci_high": np.full(C, np.nan),
+           "f_selected_method": ["corrected-t"] * C, "f_selected_estimand": [ESTIMAND_SELECTED] * C,
+           "fold_circuit_jaccard": np.full(C, np.nan)}
+    n_folds = min(5, N // MIN_PER_FOLD)
+    why = ("node-level circuits are not cross-fitted" if getattr(spec, "level", "edge") != "edge" else
+           f"cross-fitting needs N >= {2 * MIN_PER_FOLD} prompts" if n_folds < 2 else "")
+    if why:
+        return {**nan, "f_selected_note": [why] * C}
+
+    def evaluate(masks: np.ndarray, rows: np.ndarray):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the curve already warned about undefined examples
+            r = faithfulness(model, task, masks, ablation=spec.ablation, rows=rows, seed=spec.seed,
+                             batch_size=spec.batch_size, progress=False)
+        return r.m_circuit, r.m_clean, r.m_empty
+
+    # the full circuit (k = all edges) involves no selection: its columns stay NaN with the reason
+    use = np.asarray([1 <= k < S.shape[1] for k in ks])
+    if not use.any():
+        return {**nan, "f_selected_note": ["k covers every edge: no selection to account for"] * C}
+    known = (np.stack([c.edges for c in res.circuits]), res.m_circuit, res.m_clean, res.m_empty)
+    sel = selection_aware_faithfulness(S, evaluate, [k for k, u in zip(ks, use) if u], ranking=spec.ranking,
+                                       n_folds=n_folds, n_repeats=2, seed=seed,
+                                       confidence_level=spec.bootstrap.confidence_level, known=known,
+                                       groups=None if task.group is None else task.group.numpy())
+    out = {**nan, "f_selected_method": [sel.method] * C,
+           "f_selected_note": [f"{n_folds}-fold cross-fitting, 2 repeats" if u else "k covers every edge: no "
+                               "selection to account for" for u in use]}
+    for col, values in (("f_selected", sel.estimate), ("f_selected_se", sel.standard_error),
+                        ("f_selected_ci_low", sel.confidence_interval.low),
+                        ("f_selected_ci_high", sel.confidence_interval.high),
+                        ("fold_circuit_jaccard", sel.extra.get("fold_circuit_jaccard", np.full(use.sum(), np.nan)))):
+        out[col] = out[col].copy()
+        out[col][use] = np.asarray(values, np.float64)
+    return out
+
+
+def approximation_tables(exact: np.ndarray, approx: np.ndarray, names: list[str], method: str, k: int,
+                         ranking: str) -> tuple[dict, dict]:
+    """(approximation, approximation_summary) columns of ``method`` against exact (stats.approximation)."""
+    from stats.approximation import approximation_agreement
+
+    res = approximation_agreement(exact, approx, k, ranking=ranking, seed=0, edge_names=names)
+    per, summ = res.to_table("per_edge").to_pydict(), res.to_table("summary").to_pydict()
+    return {"method": [method] * len(names), **per}, {"method": [method], **summ}
+
+
+def _concat(parts: list[dict]) -> dict:
+    """Return the per-method parts of one table stacked column by column (lists of strings stay lists)."""
+    out: dict = {}
+    for p in parts:
+        for key, v in p.items():
+            out.setdefault(key, []).append(np.asarray(v) if not isinstance(v, list) else np.asarray(v, dtype=object))
+    return {k: (np.concatenate(v).tolist() if v[0].dtype == object else np.concatenate(v)) for k, v in out.items()}

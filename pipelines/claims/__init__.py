@@ -1,0 +1,131 @@
+"""Claims checks: published findings stated as testable bounds, checked against an audit's run.
+
+A claims file (YAML)::
+
+    run: runs/zoo              # optional: a finished audit's run directory (relative to this file)
+    spec: audit-zoo.yaml       # optional: the audit spec; used to run the audit when the run is missing
+    claims:
+      - kind: circuit_stability
+        name: stable-top-20
+        description: mean pairwise Jaccard of the top-20 circuit under resampling is at least 0.8
+        method: exact
+        k: 20
+        statistic: jaccard_mean
+        min: 0.8
+
+Claim kinds (every one takes an optional ``name`` and ``description``; bounds are ``min`` and/or
+``max``, both inclusive). The statistics a kind accepts are the columns its table marks claimable
+in reports/schema.py, the one schema of run tables (each kind names its tables once, in
+:mod:`pipelines.claims.kinds`):
+
+* ``edge_in_circuit``: ``edge``, ``method``, ``k``, ``min_inclusion`` — the edge's inclusion
+  frequency in the top-k circuit over resamples (0 when it never entered it).
+* ``circuit_stability``: ``method``, ``k``, ``statistic`` (jaccard_mean, jaccard_corrected, phi,
+  consensus_jaccard_mean, or the data-level jaccard_data[_ci_low/_ci_high], jaccard_pop[_ci_low/_ci_high],
+  phi_data[_ci_low/_ci_high]), bounds. The Monte Carlo jaccard_ci_low / phi_ci_low are not claimable.
+* ``faithfulness``: ``method``, ``k``, ``statistic`` (f_ratio, f_mean, f_ci_low, f_ci_high of the
+  fixed circuit; f_selected[_ci_low/_ci_high] with selection included (cross-fitted); or
+  cpr, cmd, which need no ``k``), bounds.
+* ``edge_effect``: ``edge``, ``method``, ``sign`` (positive, negative, nonzero), ``max_q``
+  (Benjamini-Hochberg q-value of the edge's effect).
+* ``head_stability``: ``layer`` and ``head`` (or ``head: "1.5"``), ``statistic`` (stability,
+  ci_low, ci_high, distinctness, excess[_ci_low/_ci_high] over the null, refit_ci_low/high), bounds;
+  optional ``match``/``pairs`` when the run has several.
+* ``layer_stability``: ``layer``, ``statistic`` (stability, ci_low, ci_high, stability_all_anchors,
+  excess[_ci_low/_ci_high], refit_ci_low/high), bounds.
+* ``approximation``: ``method`` (an approximation of exact), ``statistic`` (spearman, kendall,
+  r2, slope, top_k_overlap, bias_mean), bounds; optional ``k`` (the top-k of top_k_overlap).
+
+Kinds answered by a ``circuitstat tokens`` run (token contributions and attention sinks); in a
+cross-seed run (several ``--model``) each model's tables sit under ``model-<i>/`` and the claim
+names it with ``model: i``:
+
+* ``sink``: ``head`` (``a1.h3``, ``"1.3"`` or ``layer`` and ``head``), ``statistic`` (default
+  ``ci_low``: "a sink with rate >= min" holds only when the interval's lower end does; or sink_rate,
+  ci_high, output_norm, norm_ci_low/high), bounds.
+* ``token_importance``: ``measure_a``, ``measure_b``, ``k`` — holds when the Holm verdict of the
+  paired drop difference says ``measure_a > measure_b`` (read from either orientation of the pair).
+* ``token_drop``: ``measure``, ``k``, ``statistic`` (default ``ci_low``; mean_drop, ci_high), bounds.
+* ``sink_stability`` (cross-seed run, no ``model``): ``layer`` (-1: the whole model), ``item`` as
+  the table names it (e.g. ``rank 1 sink rate``, ``heads with sink rate >= 0.3``), ``statistic``
+  (default ``ci_low``; value, ci_high), bounds. Intervals cover the mean over training seeds. An item
+  of ``sink_matching`` (sink heads matched across seeds by attention pattern, e.g. ``sink-head
+  Jaccard``; layer -1: all layers pooled) is claimed the same way, also on ``excess`` and
+  ``excess_ci_low/high`` (above a random matching: a stability claim is about excess).
+* ``token_stability`` (cross-seed run): ``measure``, ``k``, ``statistic`` (default
+  ``excess_ci_low``, agreement above chance; jaccard[_ci_low/_ci_high], excess[_ci_high]), bounds.
+
+A bound on an interval (``ci_low``/``ci_high``), or a verdict, whose row is flagged
+``interval_reliable = false`` (a few prompts carry the estimate) is refused with an error: the
+interval cannot back the claim.
+
+:func:`check` evaluates every claim against the run (running the audit via
+:func:`pipelines.audit.run_audit` when the run is missing or lacks what the claims need and a spec
+is given) and returns a :class:`CheckReport`: per claim a status (pass, fail, error), the observed
+value(s), the bound and a reason. Exit codes of ``circuitstat check``: 0 all hold, 1 any fails,
+2 an error (bad file, no run, a claim the run cannot answer: the reason names what the audit must
+include).
+
+Modules: ``kinds`` (the registry of kinds and their tables), ``models`` (the claims file as pydantic
+models), ``parsing`` (reading and validating a file), ``reader`` (a run's tables), ``bounds``,
+``evaluators`` (one function per kind), ``evaluation`` (ClaimResult, evaluate_claims), ``checking``
+(check, spec_problem) and ``output`` (text table, JUnit XML).
+"""
+
+from __future__ import annotations
+
+from ..yamlio import read_yaml_strict
+from .checking import CheckReport, check, default_run_dir, spec_problem
+from .evaluation import ClaimResult, evaluate_claims
+from .kinds import CLAIM_KINDS, KINDS, TOKEN_KINDS, ClaimKind
+from .models import (
+    ApproximationClaim,
+    CircuitStabilityClaim,
+    Claim,
+    ClaimsFile,
+    EdgeEffectClaim,
+    EdgeInCircuitClaim,
+    FaithfulnessClaim,
+    HeadStabilityClaim,
+    LayerStabilityClaim,
+    SinkClaim,
+    SinkStabilityClaim,
+    TokenDropClaim,
+    TokenImportanceClaim,
+    TokenStabilityClaim,
+)
+from .output import format_results, junit_xml, write_junit
+from .parsing import load_claims, parse_claims
+
+__all__ = [
+    "CLAIM_KINDS",
+    "KINDS",
+    "TOKEN_KINDS",
+    "ApproximationClaim",
+    "CheckReport",
+    "CircuitStabilityClaim",
+    "Claim",
+    "ClaimKind",
+    "ClaimResult",
+    "ClaimsFile",
+    "EdgeEffectClaim",
+    "EdgeInCircuitClaim",
+    "FaithfulnessClaim",
+    "HeadStabilityClaim",
+    "LayerStabilityClaim",
+    "SinkClaim",
+    "SinkStabilityClaim",
+    "TokenDropClaim",
+    "TokenImportanceClaim",
+    "TokenStabilityClaim",
+    "check",
+    "default_run_dir",
+    "evaluate_claims",
+    "format_results",
+    "junit_xml",
+    "load_claims",
+    "parse_claims",
+    "read_yaml_strict",
+    "spec_problem",
+    "write_junit",
+]

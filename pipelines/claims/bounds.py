@@ -1,0 +1,59 @@
+"""A claim's bound: testing an observed value against it, and the text of values and bounds in results."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .models import BoundedClaim, EdgeEffectClaim, EdgeInCircuitClaim, TokenImportanceClaim
+
+__all__ = ["bound_text", "bounded", "cmp_text", "fmt"]
+
+
+def fmt(v: Any) -> str:
+    """Return ``v`` as results print it: floats to 4 significant digits (``nan`` for NaN), anything else as str."""
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        return f"{v:.4g}"
+    return str(v)
+
+
+def cmp_text(value: float, bound: float, op: str) -> str:
+    """Return "value op bound", with more digits of ``value`` where 4 would print it equal to the bound."""
+    a, b = fmt(value), fmt(bound)
+    if a == b:
+        a = f"{value:.10g}"
+    return f"{a} {op} {b}"
+
+
+def bounded(value: float, claim: BoundedClaim, label: str) -> tuple[bool, str]:
+    """Return (whether ``value`` lies within the claim's min/max, the reason that says so)."""
+    if claim.min is not None and value < claim.min:
+        return False, f"{label} is {cmp_text(value, claim.min, '<')}"
+    if claim.max is not None and value > claim.max:
+        return False, f"{label} is {cmp_text(value, claim.max, '>')}"
+    parts = []
+    if claim.min is not None:
+        parts.append(cmp_text(value, claim.min, ">="))
+    if claim.max is not None:
+        parts.append(f"<= {fmt(claim.max)}" if parts else cmp_text(value, claim.max, "<="))
+    return True, f"{label} is {' and '.join(parts)}"
+
+
+def bound_text(claim: Any) -> str:
+    """Return the claim's bound as the results table prints it."""
+    if isinstance(claim, EdgeInCircuitClaim):
+        return f"inclusion >= {fmt(claim.min_inclusion)}"
+    if isinstance(claim, EdgeEffectClaim):
+        s = {"positive": "estimate > 0", "negative": "estimate < 0", "nonzero": "estimate != 0"}[claim.sign]
+        return f"{s}, q <= {fmt(claim.max_q)}"
+    if isinstance(claim, TokenImportanceClaim):
+        return f"Holm verdict {claim.measure_a} > {claim.measure_b}"
+    stat = getattr(claim, "statistic", "")
+    parts = []
+    if claim.min is not None:
+        parts.append(f">= {fmt(claim.min)}")
+    if claim.max is not None:
+        parts.append(f"<= {fmt(claim.max)}")
+    return f"{stat} " + " and ".join(parts)

@@ -1,0 +1,231 @@
+"""Evaluation of each claim kind against a run: one function per kind, each returning
+(holds, observed values, reason) or raising ClaimError with what the run lacks and the fix.
+
+Every evaluator reads its kind's own table as ``c.table`` (declared once, in pipelines.claims.kinds).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from typing import Any, Callable
+
+from reports.schema import claimable
+
+from .bounds import bounded, cmp_text, fmt
+from .models import (ApproximationClaim, CircuitStabilityClaim, EdgeEffectClaim, EdgeInCircuitClaim, FaithfulnessClaim,
+                     HeadStabilityClaim, LayerStabilityClaim, SinkClaim, SinkStabilityClaim, TokenDropClaim,
+                     TokenImportanceClaim, TokenStabilityClaim, model_label)
+from .reader import ClaimError, RunReader, edge_known, need, require_reliable, scalar, token_part
+
+__all__ = ["EVALUATORS"]
+
+_FIX_METHOD = "add it to the spec's methods"
+
+
+def _eval_edge_in_circuit(c: EdgeInCircuitClaim, run: RunReader) -> tuple[bool, dict, str]:
+    need(run, c.table, "method", c.method, _FIX_METHOD)
+    need(run, c.table, "k", c.k, "", method=c.method)
+    edge_known(run, c.edge)
+    rows = run.rows(c.table, ["frequency"], method=c.method, k=c.k, name=c.edge)
+    freq = float(rows[0]["frequency"]) if rows else 0.0  # no row: never in the top-k circuit
+    if math.isnan(freq):
+        raise ClaimError(f"inclusion of {c.edge} at k={c.k} for {c.method} is NaN in the run")
+    label = f"inclusion of {c.edge} in the top-{c.k} circuit for {c.method}"
+    if not rows:
+        label += " (never selected)"
+    ok = freq >= c.min_inclusion
+    return ok, {"inclusion": freq}, f"{label} is {cmp_text(freq, c.min_inclusion, '>=' if ok else '<')}"
+
+
+def _eval_circuit_stability(c: CircuitStabilityClaim, run: RunReader) -> tuple[bool, dict, str]:
+    need(run, c.table, "method", c.method, _FIX_METHOD)
+    need(run, c.table, "k", c.k, "", method=c.method)
+    v = scalar(run, c.table, c.statistic, f"{c.method} k={c.k}", method=c.method, k=c.k)
+    ok, reason = bounded(v, c, f"{c.statistic} at k={c.k} for {c.method}")
+    return ok, {c.statistic: v}, reason
+
+
+def _eval_faithfulness(c: FaithfulnessClaim, run: RunReader) -> tuple[bool, dict, str]:
+    need(run, c.table, "method", c.method, _FIX_METHOD)
+    eq: dict[str, Any] = {"method": c.method}
+    if c.k is not None:
+        need(run, c.table, "k", c.k, "", method=c.method)
+        eq["k"] = c.k
+    v = scalar(run, c.table, c.statistic, " ".join(f"{a}={b}" for a, b in eq.items()), **eq)
+    where = f" at k={c.k}" if c.k is not None else ""
+    ok, reason = bounded(v, c, f"{c.statistic}{where} for {c.method}")
+    return ok, {c.statistic: v}, reason
+
+
+def _eval_edge_effect(c: EdgeEffectClaim, run: RunReader) -> tuple[bool, dict, str]:
+    need(run, c.table, "method", c.method, _FIX_METHOD)
+    edge_known(run, c.edge)
+    rows = run.rows(c.table, ["estimate", "ci_low", "ci_high", "q"], method=c.method, name=c.edge)
+    if not rows:
+        raise ClaimError(f"edge {c.edge!r} has no row in {c.table}.parquet for {c.method}; re-run the audit", missing=True)
+    # the q-value inverts the interval: an interval flagged unreliable cannot back a significance claim
+    require_reliable(run, c.table, "ci_low", f"{c.edge} ({c.method})", method=c.method, name=c.edge)
+    r = rows[0]
+    est, q = r["estimate"], r["q"]
+    obs = {"estimate": est, "q": q, "ci_low": r["ci_low"], "ci_high": r["ci_high"]}
+    if est is None or q is None or math.isnan(est) or math.isnan(q):
+        raise ClaimError(f"the estimate or q-value of {c.edge} for {c.method} is undefined (NaN) in the run", observed=obs)
+    sign_ok = {"positive": est > 0, "negative": est < 0, "nonzero": est != 0}[c.sign]
+    label = f"{c.edge} ({c.method}): estimate {fmt(est)} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]"
+    if not sign_ok:
+        return False, obs, f"{label} is not {c.sign}"
+    if q > c.max_q:
+        return False, obs, f"{label}, q = {cmp_text(q, c.max_q, '>')}: not significant after BH"
+    return True, obs, f"{label} is {c.sign}, q = {cmp_text(q, c.max_q, '<=')}"
+
+
+def _eval_head_stability(c: HeadStabilityClaim, run: RunReader) -> tuple[bool, dict, str]:
+    cols = [c.statistic]
+    if not run.rows(c.table, cols, layer=c.layer, head=c.head):
+        layers = run.distinct(c.table, "layer")
+        heads = run.distinct(c.table, "head")
+        raise ClaimError(f"head {c.layer}.{c.head} is not in the run's {c.table} table "
+                         f"(layers {layers}, heads {heads}); check the claim's layer and head")
+    eq: dict[str, Any] = {"layer": c.layer, "head": c.head}
+    for key in ("match", "pairs"):
+        val = getattr(c, key)
+        if val is not None:
+            need(run, c.table, key, val, f"set heads.{key}: {val} in the spec")
+            eq[key] = val
+    v = scalar(run, c.table, c.statistic, f"head {c.layer}.{c.head}", **eq)
+    ok, reason = bounded(v, c, f"{c.statistic} of head {c.layer}.{c.head}")
+    return ok, {c.statistic: v}, reason
+
+
+def _eval_layer_stability(c: LayerStabilityClaim, run: RunReader) -> tuple[bool, dict, str]:
+    if not run.rows(c.table, [c.statistic], layer=c.layer):
+        raise ClaimError(f"layer {c.layer} is not in the run's {c.table} table (layers {run.distinct(c.table, 'layer')}); "
+                         "check the claim's layer")
+    v = scalar(run, c.table, c.statistic, f"layer {c.layer}", layer=c.layer)
+    ok, reason = bounded(v, c, f"{c.statistic} of layer {c.layer}")
+    return ok, {c.statistic: v}, reason
+
+
+def _eval_approximation(c: ApproximationClaim, run: RunReader) -> tuple[bool, dict, str]:
+    need(run, c.table, "method", c.method, "add it and 'exact' to the spec's methods")
+    eq: dict[str, Any] = {"method": c.method}
+    if c.k is not None:
+        need(run, c.table, "k", c.k, "", method=c.method)
+        eq["k"] = c.k
+    try:
+        v = scalar(run, c.table, c.statistic, f"{c.method}", **eq)
+    except ClaimError as e:
+        if "different values" in e.reason:
+            ks = run.distinct(c.table, "k", method=c.method)
+            raise ClaimError(f"{c.statistic} of {c.method} differs by k; give 'k' (one of {ks})") from None
+        raise
+    where = f" (top-{c.k})" if c.k is not None else ""
+    ok, reason = bounded(v, c, f"{c.statistic}{where} of {c.method} against exact")
+    return ok, {c.statistic: v}, reason
+
+
+def _eval_sink(c: SinkClaim, run: RunReader) -> tuple[bool, dict, str]:
+    part = run.part(c.model, c.table)
+    node = f"a{c.layer}.h{c.head}"
+    if not part.rows(c.table, ["node"], layer=c.layer, head=c.head):
+        nodes = part.distinct(c.table, "node")
+        close = difflib.get_close_matches(node, nodes, n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(close)}?" if close else "check the claim's head"
+        raise ClaimError(f"head {node} is not in the run's {c.table} (layers {part.distinct(c.table, 'layer')}, "
+                         f"heads {part.distinct(c.table, 'head')}); {hint}")
+    where = node + model_label(c.model)
+    v = scalar(part, c.table, c.statistic, where, layer=c.layer, head=c.head)
+    require_reliable(part, c.table, c.statistic, f"the sink rate of {where}", layer=c.layer, head=c.head)
+    (r,) = part.rows(c.table, ["sink_rate", "ci_low", "ci_high", "threshold"], layer=c.layer, head=c.head)
+    ok, reason = bounded(v, c, f"{c.statistic} of {where}")
+    rate = f"sink rate {fmt(r['sink_rate'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}] above {fmt(r['threshold'])}"
+    return ok, {c.statistic: v}, f"{reason} ({rate})"
+
+
+def _eval_token_drop(c: TokenDropClaim, run: RunReader) -> tuple[bool, dict, str]:
+    part = token_part(run, c.model, c.table, c.k, [c.measure])
+    where = f"the metric drop from ablating {c.measure}'s top-{c.k} tokens" + model_label(c.model)
+    v = scalar(part, c.table, c.statistic, where, measure=c.measure, k=c.k)
+    require_reliable(part, c.table, c.statistic, where, measure=c.measure, k=c.k)
+    ok, reason = bounded(v, c, f"{c.statistic} of {where}")
+    return ok, {c.statistic: v}, reason
+
+
+def _eval_token_importance(c: TokenImportanceClaim, run: RunReader) -> tuple[bool, dict, str]:
+    a, b = c.measure_a, c.measure_b
+    part = token_part(run, c.model, c.table, c.k, [a, b], ("measure_a", "measure_b"))
+    cols = ["difference", "ci_low", "ci_high", "pvalue_holm", "verdict", "interval_reliable", "multiplicity"]
+    sign, rows = 1.0, part.rows(c.table, cols, measure_a=a, measure_b=b, k=c.k)
+    if not rows:  # the run tested b - a: the same verdict, read the other way round
+        sign, rows = -1.0, part.rows(c.table, cols, measure_a=b, measure_b=a, k=c.k)
+    if not rows:
+        raise ClaimError(f"the run did not test {a} against {b} (its --pairs left them out); "
+                         f"rerun `circuitstat tokens` with --pairs including {a}:{b}")
+    r = rows[0]
+    d, lo, hi = (sign * r["difference"], *sorted((sign * r["ci_low"], sign * r["ci_high"])))
+    obs = {"difference": d, "ci_low": lo, "ci_high": hi, "pvalue_holm": r["pvalue_holm"]}
+    what = f"drop {a} - {b} at k={c.k}{model_label(c.model)}"
+    if r["interval_reliable"] is False:
+        raise ClaimError(f"the interval of {what} is flagged unreliable in {c.table} (a few prompts "
+                         "carry the difference), so its verdict cannot back this claim; rerun with more prompts (--n)",
+                         observed=obs)
+    verdict = r["verdict"]
+    if sign < 0 and verdict != "inconclusive":  # the row's 'b < a' is the claim's 'a > b'
+        verdict = f"{a} > {b}" if verdict == f"{b} < {a}" else f"{a} < {b}"
+    holds = verdict == f"{a} > {b}"
+    text = (f"{what}: {fmt(d)} [{fmt(lo)}, {fmt(hi)}], Holm p = {fmt(r['pvalue_holm'])}: verdict "
+            f"{verdict!r} ({r['multiplicity']})")
+    return holds, obs, text if holds else f"{text}, not '{a} > {b}'"
+
+
+def _eval_sink_stability(c: SinkStabilityClaim, run: RunReader) -> tuple[bool, dict, str]:
+    from stats.sink_matching import ITEMS as MATCHED_ITEMS
+
+    plain, matched = c.tables  # sink_stability, sink_matching: an item of either
+    table = matched if c.item in MATCHED_ITEMS else plain
+    items = run.distinct(table, "item", layer=c.layer)
+    if not items:
+        raise ClaimError(f"layer {c.layer} is not in the run's {table} (layers "
+                         f"{run.distinct(table, 'layer')}; -1 is the whole model)")
+    if c.item not in items:
+        also = f"; or one of {list(MATCHED_ITEMS)} ({matched})" if table == plain else ""
+        raise ClaimError(f"item {c.item!r} is not in the run's {table} for layer {c.layer} (items: {items}{also})")
+    if c.statistic not in claimable(table):
+        raise ClaimError(f"{c.statistic} is not a column of {table} (claimable: {', '.join(claimable(table))})")
+    where = f"{c.item} of layer {c.layer}" if c.layer >= 0 else c.item
+    v = scalar(run, table, c.statistic, where, layer=c.layer, item=c.item)
+    (r,) = run.rows(table, ["value", "ci_low", "ci_high", "n_refits"], layer=c.layer, item=c.item)
+    ok, reason = bounded(v, c, f"{c.statistic} of {where}")
+    detail = f"mean over {r['n_refits']} seeds {fmt(r['value'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]"
+    if table == matched:
+        (m,) = run.rows(table, ["null", "verdict", "matching"], layer=c.layer, item=c.item)
+        detail = (f"mean over ordered pairs of {r['n_refits']} seeds {fmt(r['value'])} [{fmt(r['ci_low'])}, "
+                  f"{fmt(r['ci_high'])}], random matching {fmt(m['null'])}, verdict {m['verdict']!r}; heads matched "
+                  f"by {m['matching']}")
+    return ok, {c.statistic: v}, f"{reason} ({detail})"
+
+
+def _eval_token_stability(c: TokenStabilityClaim, run: RunReader) -> tuple[bool, dict, str]:
+    part = token_part(run, None, c.table, c.k, [c.measure])
+    where = f"the top-{c.k} {c.measure} token Jaccard between seeds"
+    v = scalar(part, c.table, c.statistic, where, measure=c.measure, k=c.k)
+    (r,) = part.rows(c.table, ["jaccard", "chance"], measure=c.measure, k=c.k)
+    ok, reason = bounded(v, c, f"{c.statistic} of {where}")
+    return ok, {c.statistic: v}, f"{reason} (Jaccard {fmt(r['jaccard'])}, chance {fmt(r['chance'])})"
+
+
+EVALUATORS: dict[str, Callable[[Any, RunReader], tuple[bool, dict, str]]] = {
+    "edge_in_circuit": _eval_edge_in_circuit,
+    "circuit_stability": _eval_circuit_stability,
+    "faithfulness": _eval_faithfulness,
+    "edge_effect": _eval_edge_effect,
+    "head_stability": _eval_head_stability,
+    "layer_stability": _eval_layer_stability,
+    "approximation": _eval_approximation,
+    "sink": _eval_sink,
+    "token_importance": _eval_token_importance,
+    "token_drop": _eval_token_drop,
+    "sink_stability": _eval_sink_stability,
+    "token_stability": _eval_token_stability,
+}

@@ -1,0 +1,340 @@
+"""The claims file as pydantic models: one model per claim kind, the ``Claim`` union and ``ClaimsFile``.
+
+Every model is strict (no unknown keys) and frozen. The statistics a kind accepts are the claimable
+columns of its table(s), read from the registry (pipelines.claims.kinds), which is the one place a
+kind names its tables. Class names end in ``Claim`` so none shares a name with an estimator
+(``HeadStabilityClaim`` is a claim about pipelines.heads.HeadStability's tables).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union, get_args
+
+from pydantic import Field, PrivateAttr, field_validator, model_validator
+
+from ..spec import METHOD, _Strict  # the one spec base: strict, frozen, no unknown keys
+from ..yamlio import resolve_inside
+from .kinds import KINDS, statistics
+
+__all__ = ["ClaimBase", "BoundedClaim", "EdgeInCircuitClaim", "CircuitStabilityClaim", "FaithfulnessClaim",
+           "EdgeEffectClaim", "HeadStabilityClaim", "LayerStabilityClaim", "ApproximationClaim", "SinkClaim",
+           "TokenImportanceClaim", "TokenDropClaim", "SinkStabilityClaim", "TokenStabilityClaim", "CLAIM_MODELS",
+           "KIND_MODELS", "Claim", "ClaimsFile", "model_label"]
+
+APPROX_METHOD = Literal[tuple(m for m in get_args(METHOD) if m != "exact")]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+
+
+class ClaimBase(_Strict):
+    """What every claim has: an optional name and description, its kind, and the run table(s) of that kind."""
+
+    name: str | None = Field(None, min_length=1, max_length=200)
+    description: str | None = None
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """Return the run tables this claim is answered from (the registry's declaration of its kind)."""
+        return KINDS[self.kind].tables
+
+    @property
+    def table(self) -> str:
+        """Return the run table this claim is answered from (the first of ``tables``)."""
+        return KINDS[self.kind].table
+
+    def label(self, index: int) -> str:
+        return self.name or f"#{index + 1} {self.kind} {self._auto_label()}".strip()
+
+    def _auto_label(self) -> str:  # pragma: no cover - overridden
+        return ""
+
+
+class BoundedClaim(ClaimBase):
+    """A claim on one number: ``min`` and/or ``max``, both inclusive."""
+
+    min: Finite | None = None
+    max: Finite | None = None
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.min is None and self.max is None:
+            raise ValueError("give a bound: 'min' and/or 'max'")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"'min' ({self.min}) is greater than 'max' ({self.max})")
+        return self
+
+
+def _normalise_edge(v: str) -> str:
+    return re.sub(r"\s+", "", v.replace("→", "->"))
+
+
+class EdgeInCircuitClaim(ClaimBase):
+    """The edge is in the top-k circuit with inclusion frequency >= min_inclusion."""
+
+    kind: Literal["edge_in_circuit"]
+    edge: str = Field(min_length=1)
+    method: METHOD
+    k: int = Field(ge=1)
+    min_inclusion: Unit
+
+    @field_validator("edge")
+    @classmethod
+    def _edge(cls, v: str) -> str:
+        return _normalise_edge(v)
+
+    def _auto_label(self) -> str:
+        return f"{self.edge} {self.method} k={self.k}"
+
+
+class CircuitStabilityClaim(BoundedClaim):
+    """A stability statistic of the top-k circuit under resampling."""
+
+    kind: Literal["circuit_stability"]
+    method: METHOD
+    k: int = Field(ge=1)
+    # *_ci_low of the Monte Carlo spread over resamples are not claimable: a claim about stability is about
+    # data, so bounds come from the data-level intervals (expected Jaccard / Phi of two size-N datasets).
+    statistic: Literal[statistics("circuit_stability")]
+
+    def _auto_label(self) -> str:
+        return f"{self.statistic} {self.method} k={self.k}"
+
+
+class FaithfulnessClaim(BoundedClaim):
+    """Faithfulness of the top-k circuit (f_*), or the area-under-curve scores cpr/cmd."""
+
+    kind: Literal["faithfulness"]
+    method: METHOD
+    k: int | None = Field(None, ge=1)
+    # f_ci_*: this fixed circuit (selection not included); f_selected*: the circuit selected from N prompts
+    statistic: Literal[statistics("faithfulness")]
+
+    @model_validator(mode="after")
+    def _needs_k(self):
+        if self.statistic.startswith("f_") and self.k is None:
+            raise ValueError(f"statistic {self.statistic!r} is per circuit size: give 'k'")
+        if not self.statistic.startswith("f_") and self.k is not None:
+            raise ValueError(f"statistic {self.statistic!r} integrates over every k; remove 'k'")
+        return self
+
+    def _auto_label(self) -> str:
+        return f"{self.statistic} {self.method}" + (f" k={self.k}" if self.k is not None else "")
+
+
+class EdgeEffectClaim(ClaimBase):
+    """The edge's mean effect has the given sign and is significant after BH (q <= max_q)."""
+
+    kind: Literal["edge_effect"]
+    edge: str = Field(min_length=1)
+    method: METHOD
+    sign: Literal["positive", "negative", "nonzero"]
+    max_q: float = Field(gt=0.0, le=1.0, allow_inf_nan=False)
+
+    @field_validator("edge")
+    @classmethod
+    def _edge(cls, v: str) -> str:
+        return _normalise_edge(v)
+
+    def _auto_label(self) -> str:
+        return f"{self.edge} {self.method} {self.sign}"
+
+
+_HEAD_RE = re.compile(r"^\s*(?:a?(\d+)\s*\.\s*h?(\d+))\s*$")
+
+
+class _HeadRef(BoundedClaim):
+    """A claim about one attention head: ``layer`` and ``head``, or ``head: "1.5"`` / ``head: a1.h5``."""
+
+    layer: int | None = Field(None, ge=0)
+    head: int | str
+
+    @field_validator("head", mode="before")
+    @classmethod
+    def _no_float_head(cls, v: Any) -> Any:
+        if isinstance(v, float):
+            raise ValueError(
+                f"head {v!r} is a number; write layer 1 head 5 as head: \"1.5\" (quoted) or as layer: 1 and head: 5"
+            )
+        if isinstance(v, bool):
+            raise ValueError("head must be an integer or a \"layer.head\" string such as \"1.5\"")
+        return v
+
+    @model_validator(mode="after")
+    def _resolve_head(self):
+        if isinstance(self.head, str):
+            m = _HEAD_RE.match(self.head)
+            if not m:
+                raise ValueError(f"head {self.head!r} is not 'LAYER.HEAD' (such as \"1.5\" or \"a1.h5\")")
+            layer, head = int(m.group(1)), int(m.group(2))
+            if self.layer is not None and self.layer != layer:
+                raise ValueError(f"head {self.head!r} is in layer {layer} but 'layer' is {self.layer}")
+            object.__setattr__(self, "layer", layer)
+            object.__setattr__(self, "head", head)
+        else:
+            if self.head < 0:
+                raise ValueError("head must be >= 0")
+            if self.layer is None:
+                raise ValueError(f"give 'layer' with head {self.head}, or write head: \"LAYER.{self.head}\"")
+        return self
+
+
+class HeadStabilityClaim(_HeadRef):
+    """Stability of one attention head across independently trained seeds."""
+
+    kind: Literal["head_stability"]
+    # excess*: stability above its shuffled-prompt null; refit_*: every refit an anchor (seed-level interval)
+    statistic: Literal[statistics("head_stability")]
+    match: Literal["max", "hungarian"] | None = None
+    pairs: Literal["anchor", "all"] | None = None
+
+    def _auto_label(self) -> str:
+        return f"{self.layer}.{self.head} {self.statistic}"
+
+
+class LayerStabilityClaim(BoundedClaim):
+    """Mean stability of a layer's heads across seeds."""
+
+    kind: Literal["layer_stability"]
+    layer: int = Field(ge=0)
+    statistic: Literal[statistics("layer_stability")]
+
+    def _auto_label(self) -> str:
+        return f"layer {self.layer} {self.statistic}"
+
+
+class ApproximationClaim(BoundedClaim):
+    """Agreement of an approximate method's scores with exact activation patching."""
+
+    kind: Literal["approximation"]
+    method: APPROX_METHOD
+    statistic: Literal[statistics("approximation")]
+    k: int | None = Field(None, ge=1)
+
+    def _auto_label(self) -> str:
+        return f"{self.method} {self.statistic}" + (f" k={self.k}" if self.k is not None else "")
+
+
+# Token contributions and attention sinks (``circuitstat tokens``; pipelines.contributions). A
+# cross-seed run keeps each model's tables under model-<i>/: ``model: i`` picks one.
+Model = Annotated[int | None, Field(None, ge=0)]
+
+
+class SinkClaim(_HeadRef):
+    """One head is an attention sink: a bound on its sink rate, by default on its interval's lower end."""
+
+    kind: Literal["sink"]
+    # ci_low (the default): "a sink with rate >= min" holds only when the whole interval is above min
+    statistic: Literal[statistics("sink")] = "ci_low"
+    model: Model
+
+    def _auto_label(self) -> str:
+        return f"a{self.layer}.h{self.head} {self.statistic}" + model_label(self.model)
+
+
+class TokenImportanceClaim(ClaimBase):
+    """Ablating measure_a's top-k tokens drops the metric more than measure_b's (the Holm verdict says a > b)."""
+
+    kind: Literal["token_importance"]
+    measure_a: str = Field(min_length=1, max_length=100)
+    measure_b: str = Field(min_length=1, max_length=100)
+    k: int = Field(ge=1)
+    model: Model
+
+    @model_validator(mode="after")
+    def _two_measures(self):
+        if self.measure_a == self.measure_b:
+            raise ValueError(f"measure_a and measure_b are both {self.measure_a!r}; compare two different measures")
+        return self
+
+    def _auto_label(self) -> str:
+        return f"{self.measure_a} > {self.measure_b} k={self.k}" + model_label(self.model)
+
+
+class TokenDropClaim(BoundedClaim):
+    """The mean metric drop when a measure's top-k tokens are ablated, by default its interval's lower end."""
+
+    kind: Literal["token_drop"]
+    measure: str = Field(min_length=1, max_length=100)
+    k: int = Field(ge=1)
+    statistic: Literal[statistics("token_drop")] = "ci_low"
+    model: Model
+
+    def _auto_label(self) -> str:
+        return f"{self.measure} k={self.k} {self.statistic}" + model_label(self.model)
+
+
+class SinkStabilityClaim(BoundedClaim):
+    """Sinks across the seeds of a cross-seed run: an item of sink_stability or sink_matching, by default its
+    interval's lower end."""
+
+    kind: Literal["sink_stability"]
+    layer: int = Field(ge=-1)  # -1: the whole model (the sink-norm relation per seed; sink_matching: layers pooled)
+    item: str = Field(min_length=1, max_length=200)  # e.g. "rank 1 sink rate", "sink-head Jaccard"
+    statistic: Literal[statistics("sink_stability")] = "ci_low"
+
+    def _auto_label(self) -> str:
+        return f"layer {self.layer} {self.item} {self.statistic}"
+
+
+class TokenStabilityClaim(BoundedClaim):
+    """Do the seeds pick the same top-k tokens? By default the lower end of the excess over chance."""
+
+    kind: Literal["token_stability"]
+    measure: str = Field(min_length=1, max_length=100)
+    k: int = Field(ge=1)
+    # excess*: agreement above the hypergeometric chance of two random k-subsets (a stability claim is about excess)
+    statistic: Literal[statistics("token_stability")] = "excess_ci_low"
+
+    def _auto_label(self) -> str:
+        return f"{self.measure} k={self.k} {self.statistic}"
+
+
+def model_label(model: int | None) -> str:
+    """Return " (model i)" for a claim about model i of a cross-seed run, "" for a single-model run."""
+    return "" if model is None else f" (model {model})"
+
+
+CLAIM_MODELS = (EdgeInCircuitClaim, CircuitStabilityClaim, FaithfulnessClaim, EdgeEffectClaim, HeadStabilityClaim,
+                LayerStabilityClaim, ApproximationClaim, SinkClaim, TokenImportanceClaim, TokenDropClaim,
+                SinkStabilityClaim, TokenStabilityClaim)
+Claim = Annotated[
+    Union[CLAIM_MODELS],
+    Field(discriminator="kind"),
+]
+KIND_MODELS: dict[str, type[ClaimBase]] = {
+    m.model_fields["kind"].annotation.__args__[0]: m  # type: ignore[union-attr]
+    for m in CLAIM_MODELS
+}
+
+
+class ClaimsFile(_Strict):
+    """A claims file: where the run is (or the spec to make it) and the claims."""
+
+    run: str | None = Field(None, min_length=1)
+    spec: str | None = Field(None, min_length=1)
+    claims: list[Claim] = Field(min_length=1)
+    _source: str | None = PrivateAttr(None)  # the file it came from (set by parse_claims)
+
+    @property
+    def source(self) -> str | None:
+        return self._source
+
+    @property
+    def base(self) -> Path:
+        """The directory relative paths in the file are relative to."""
+        return Path(self.source).parent if self.source else Path(".")
+
+    def run_path(self, allow_outside: bool = False) -> Path | None:
+        """``run:`` relative to this file, confined to its directory tree unless `allow_outside`."""
+        return None if self.run is None else self._inside(self.run, "run", allow_outside)
+
+    def spec_path(self, allow_outside: bool = False) -> Path | None:
+        """``spec:`` relative to this file, confined to its directory tree unless `allow_outside`."""
+        return None if self.spec is None else self._inside(self.spec, "spec", allow_outside)
+
+    def _inside(self, value: str, key: str, allow_outside: bool) -> Path:
+        # A claims file may come from someone else (a CI job checks published findings): it must
+        # not make check read or write outside the tree it was placed in (see resolve_inside).
+        return resolve_inside(self.source or Path(".") / "<claims>", value, key=key, allow_outside=allow_outside)

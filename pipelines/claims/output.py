@@ -1,0 +1,73 @@
+"""Output of a check: the results as an aligned text table and as JUnit XML (one testcase per claim)."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from .evaluation import ClaimResult
+
+__all__ = ["format_results", "junit_xml", "write_junit"]
+
+
+_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_text(s: Any) -> str:
+    return _XML_BAD.sub("\ufffd", str(s))
+
+
+def _one_line(s: str) -> str:
+    return " ".join(str(s).split())
+
+
+def format_results(results: list[ClaimResult], width: int = 48) -> str:
+    """The results as an aligned text table: claim, status, observed, bound, reason."""
+    head = ("claim", "status", "observed", "bound", "reason")
+    rows = []
+    for r in results:
+        name = _one_line(r.name)
+        if len(name) > width:
+            name = name[: width - 3] + "..."
+        rows.append((name, r.status.upper() if r.status != "pass" else "pass", _one_line(r.observed_text),
+                     _one_line(r.bound), _one_line(r.reason)))
+    widths = [max(len(x[i]) for x in [head, *rows]) for i in range(4)]
+    lines = []
+    for row in [head, *rows]:
+        lines.append("  ".join(row[i].ljust(widths[i]) for i in range(4)) + "  " + row[4])
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def junit_xml(results: list[ClaimResult], suite: str = "circuitstat check", seconds: float | None = None) -> bytes:
+    """JUnit XML: one testcase per claim, with a <failure> or <error> element when it does not hold."""
+    counts = {s: sum(r.status == s for r in results) for s in ("pass", "fail", "error")}
+    total = seconds if seconds is not None else sum(r.seconds for r in results)
+    attrs = {"name": _xml_text(suite), "tests": str(len(results)), "failures": str(counts["fail"]),
+             "errors": str(counts["error"]), "skipped": "0", "time": f"{total:.3f}"}
+    root = ET.Element("testsuites", attrs)
+    ts = ET.SubElement(root, "testsuite", {**attrs, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    for r in results:
+        tc = ET.SubElement(ts, "testcase", {"classname": f"circuitstat.claims.{r.claim.kind}",
+                                            "name": _xml_text(r.name), "time": f"{r.seconds:.3f}"})
+        details = f"bound: {r.bound}\nobserved: {r.observed_text}\nreason: {r.reason}"
+        desc = getattr(r.claim, "description", None)
+        if desc:
+            details = f"claim: {desc}\n" + details
+        if r.status == "fail":
+            ET.SubElement(tc, "failure", {"message": _xml_text(r.reason), "type": "ClaimFailed"}).text = _xml_text(details)
+        elif r.status == "error":
+            ET.SubElement(tc, "error", {"message": _xml_text(r.reason), "type": "ClaimError"}).text = _xml_text(details)
+        ET.SubElement(tc, "system-out").text = _xml_text(details)
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+def write_junit(results: list[ClaimResult], path: str | os.PathLike[str], suite: str = "circuitstat check") -> Path:
+    """Write JUnit XML for `results` to `path` atomically and return the path."""
+    from reports.atomic import atomic_write_bytes
+
+    return atomic_write_bytes(path, junit_xml(results, suite))

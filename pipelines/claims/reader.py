@@ -1,0 +1,198 @@
+"""Reading a run directory for claims: lazy, cached tables (a cross-seed run's model-<i>/ parts
+included), and the look-ups evaluators share, each raising ClaimError with the fix when the run
+cannot answer (``missing`` when running or resuming the audit could)."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+__all__ = ["TABLE_HINTS", "ClaimError", "RunReader", "edge_known", "need", "require_reliable", "scalar", "token_part"]
+
+TABLE_HINTS = {
+    "edges": "the edge list comes from the attribution stage",
+    "edge_stats": "edge estimates, CIs and q-values come from the audit's resampling stage",
+    "inclusion": "inclusion frequencies come from the audit's circuit-stability stage",
+    "stability_vs_k": "circuit stability comes from the audit's circuit-stability stage",
+    "faithfulness_vs_k": "set 'faithfulness: true' in the spec",
+    "approximation_summary": "approximation error needs 'exact' and the approximate method in the spec's methods",
+    "heads": "head stability needs several seeds: list two or more models under 'models:' in the spec",
+    "layers": "layer stability needs several seeds: list two or more models under 'models:' in the spec",
+    **{t: "token and sink claims need a `circuitstat tokens --out DIR` run; pass --run DIR"
+       for t in ("sink_heads", "token_importance", "token_importance_diffs")},
+    **{t: "claims across seeds need a cross-seed run: `circuitstat tokens` with two or more --model refits"
+       for t in ("sink_stability", "token_stability")},
+    "sink_matching": "claims across seeds need a cross-seed run: `circuitstat tokens` with two or more --model refits "
+                     "(a cross-seed run made before sink_matching existed: run it again on the same --out to add it; "
+                     "finished stages resume)",
+}
+
+
+class ClaimError(Exception):
+    """A claim cannot be evaluated; `missing` when running (or re-running) the audit could fix it."""
+
+    def __init__(self, reason: str, missing: bool = False, observed: dict | None = None):
+        super().__init__(reason)
+        self.reason, self.missing, self.observed = reason, missing, observed or {}
+
+
+class RunReader:
+    """Lazy, cached access to a run directory's tables."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._tables: dict[str, Any] = {}
+        self._parts: dict[int, RunReader] = {}  # model-<i>/ of a cross-seed tokens run
+        self._index: dict[tuple, dict] = {}  # (table, key columns) -> key values -> rows (see rows)
+        self._columns: dict[str, frozenset] = {}  # table -> its column names (asked once per claim)
+        self.manifest: dict | None = None
+        self.unfinished: list[str] = []
+        mpath = path / "manifest.json"
+        if mpath.exists():
+            from reports.rundir import RunDir
+
+            self.manifest = RunDir.read_manifest(path)  # RunDirError on a corrupt manifest
+            stages = self.manifest.get("stages", {})
+            self.unfinished = sorted(n for n, s in stages.items() if isinstance(s, dict) and s.get("status") != "done")
+
+    def table(self, name: str, columns: list[str], /):
+        """Return table ``name`` (a pyarrow Table), read once; ClaimError when it or one of ``columns`` is absent."""
+        if name not in self._tables:
+            p = self.path / f"{name}.parquet"
+            if not p.is_file():
+                note = ""
+                if self.unfinished:
+                    note = f" (the run is incomplete: stage(s) {', '.join(self.unfinished)} did not finish; resume the audit)"
+                raise ClaimError(f"the run {self.path} has no {name}.parquet; {TABLE_HINTS.get(name, 'run the audit')}{note}",
+                                 missing=True)
+            try:
+                from reports.tables import read_table
+
+                self._tables[name] = read_table(p)
+            except Exception as e:  # corrupt file: pyarrow raises its own error types
+                raise ClaimError(f"{p} cannot be read ({type(e).__name__}: {str(e)[:200]}); re-run the audit into a new directory",
+                                 missing=True) from None
+        t = self._tables[name]
+        names = self._columns.get(name) or self._columns.setdefault(name, frozenset(t.column_names))
+        lacking = [c for c in columns if c not in names]
+        if lacking:
+            raise ClaimError(f"{name}.parquet in {self.path} has no column(s) {lacking} (columns: {t.column_names}); "
+                             "it was written by another version: re-run the audit", missing=True)
+        return t
+
+    def rows(self, name: str, columns: list[str], /, **eq: Any) -> list[dict]:
+        """Return the rows of table ``name`` whose columns equal ``eq``, as dicts of ``columns`` and ``eq``'s keys."""
+        # One index per (table, key columns), built once: a file of 60,000 claims must not filter the
+        # table 60,000 times. Null never equals anything (as in SQL and pyarrow.compute.equal).
+        want = columns + list(eq)
+        self.table(name, want)
+        keys = tuple(sorted(eq))
+        index = self._index.get((name, keys))
+        if index is None:
+            index = self._index[(name, keys)] = {}
+            for r in self._tables[name].to_pylist():
+                index.setdefault(tuple(r[k] for k in keys), []).append(r)
+        if any(v is None for v in eq.values()):
+            return []
+        return [{c: r[c] for c in want} for r in index.get(tuple(eq[k] for k in keys), [])]
+
+    def distinct(self, name: str, column: str, /, **eq: Any) -> list:
+        """Return the sorted distinct non-null values of ``column`` in the rows of ``name`` matching ``eq``."""
+        vals = {r[column] for r in self.rows(name, [column], **eq)}
+        return sorted(v for v in vals if v is not None)
+
+    def models(self) -> list[int]:
+        """Indices i of the model-<i>/ parts of a cross-seed run ([] for a single-model run)."""
+        found = (re.fullmatch(r"model-(\d+)", p.name) for p in self.path.iterdir() if p.is_dir())
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def part(self, model: int | None, table: str) -> "RunReader":
+        """This run, or model-<model>/ of a cross-seed run, as the run that holds `table`."""
+        models = self.models()
+        if model is None:
+            if models and not (self.path / f"{table}.parquet").is_file():
+                raise ClaimError(f"the run {self.path} is a cross-seed run of {len(models)} models with {table} per "
+                                 f"model; give 'model:' (one of {models}) to say which model the claim is about")
+            return self
+        if model not in models:
+            where = f"its models are {models}" if models else "it holds one model: remove 'model:'"
+            raise ClaimError(f"model {model} is not in the run {self.path} ({where})")
+        if model not in self._parts:
+            self._parts[model] = RunReader(self.path / f"model-{model}")
+        return self._parts[model]
+
+
+def need(run: RunReader, table: str, column: str, value: Any, fix: str, **eq: Any) -> None:
+    """Raise the 'add it to the spec' error if `value` is not among `column`'s values (given eq)."""
+    have = run.distinct(table, column, **eq)
+    if value not in have:
+        where = f" for {', '.join(f'{v}' for v in eq.values())}" if eq else ""
+        if column == "k":
+            msg = f"k={value} is not in the run's k grid {have}{where}; add it to the spec's k"
+        elif column == "method":
+            msg = f"method {value!r} is not in the run's {table} (methods: {have}); {fix}"
+        else:
+            msg = f"{column}={value!r} is not in the run's {table} (values: {have}){where}; {fix}"
+        raise ClaimError(msg, missing=True)
+
+
+def edge_known(run: RunReader, edge: str) -> None:
+    """Raise a clear error if `edge` is not an edge name of the run's graph."""
+    names: list[str] = []
+    for table in ("edges", "edge_stats"):
+        try:
+            names = run.distinct(table, "name")
+            break
+        except ClaimError:
+            continue
+    if not names:
+        return  # cannot tell; the claim's own table decides
+    if edge not in names:
+        close = difflib.get_close_matches(edge, names, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; edges are named like {names[0]!r}"
+        raise ClaimError(f"edge {edge!r} is not an edge of the run's model{hint}")
+
+
+def scalar(run: RunReader, table: str, stat: str, what: str, **eq: Any) -> float:
+    """Return the one value of ``stat`` in the rows matching ``eq``; ClaimError when none, several or NaN."""
+    rows = run.rows(table, [stat], **eq)
+    vals = [r[stat] for r in rows]
+    if not vals:
+        raise ClaimError(f"no row for {what} in {table}.parquet; re-run the audit", missing=True)
+    distinct = {("nan" if isinstance(v, float) and math.isnan(v) else v) for v in vals}
+    if len(distinct) > 1:
+        raise ClaimError(f"{table}.parquet has {len(vals)} different values of {stat} for {what}; "
+                         "narrow the claim (e.g. give k, match or pairs)")
+    v = vals[0]
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        raise ClaimError(f"{stat} for {what} is undefined (NaN) in the run; it cannot be checked "
+                         "(too few resamples or a degenerate statistic)", observed={stat: v})
+    return float(v)
+
+
+def require_reliable(run: RunReader, table: str, stat: str, what: str, **eq: Any) -> None:
+    """Refuse a bound on ci_low/ci_high of a row whose table flags its interval unreliable."""
+    if stat not in ("ci_low", "ci_high"):
+        return
+    if any(r["interval_reliable"] is False for r in run.rows(table, ["interval_reliable"], **eq)):
+        raise ClaimError(f"the interval of {what} is flagged unreliable in {table} (interval_reliable = false: a few "
+                         "prompts carry the estimate), so it cannot back this claim; rerun with more prompts (--n)")
+
+
+def token_part(run: RunReader, model: int | None, table: str, k: int, measures: list[str],
+               measure_columns: tuple[str, ...] = ("measure",)) -> RunReader:
+    """The run (or model part) holding `table`; a ClaimError naming the fix when k or a measure (a value of one
+    of `measure_columns`) is not in it."""
+    part = run.part(model, table)
+    names = sorted({v for c in measure_columns for v in part.distinct(table, c)})
+    for m in measures:
+        if m not in names:
+            raise ClaimError(f"measure {m!r} is not in the run's {table} (measures: {names}); "
+                             "check the spelling, or rerun `circuitstat tokens` with it in --measures")
+    ks = part.distinct(table, "k")
+    if k not in ks:
+        raise ClaimError(f"k={k} is not in the run's k grid {ks} ({table}); rerun `circuitstat tokens` with it in --k")
+    return part
