@@ -155,34 +155,22 @@ def write_weight_hash(memo: WeightHashMemo | None, digest: str) -> None:
 CONVERSION_FILES = ("config.json", "model.safetensors")
 
 
+def _conversion_binding(key: str) -> dict:
+    return {"kind": "conversion", "key": key, "scheme": CONVERSION_SCHEME, "hash_scheme": HASH_SCHEME}
+
+
 def seal_conversion(entry: Path, key: str | None = None) -> None:
     """Write ``entry``/SEAL.json: the entry's key (default: its directory name) and each file's digest
-    and identity."""
-    from reports.integrity import record_file, write_sealed
+    and identity (reports.integrity.seal_entry)."""
+    from reports.integrity import seal_entry
 
-    files = {name: record_file(entry / name) for name in CONVERSION_FILES}
-    write_sealed(entry / CONVERSION_SEAL, {"key": key or entry.name, "scheme": CONVERSION_SCHEME, "files": files})
+    seal_entry(entry, CONVERSION_FILES, _conversion_binding(key or entry.name), seal_name=CONVERSION_SEAL)
 
 
 def check_conversion(entry: Path, key: str | None = None) -> None:
     """None when ``entry`` is a sealed conversion of key ``key`` (default: its directory name) whose files
     match their seal (re-hashed only when a file's identity changed); IntegrityError otherwise."""
-    from reports.integrity import IntegrityError, check_file, read_sealed
+    from reports.integrity import check_entry
 
-    root = cache_dir()
-    if not writable_below(entry, root):
-        raise IntegrityError(f"{entry}: a symbolic link under the cache; it is not followed")
-    try:
-        payload = read_sealed(entry / CONVERSION_SEAL, root=root)
-    except FileNotFoundError:
-        raise IntegrityError(f"{entry} has no {CONVERSION_SEAL}") from None
-    files = payload.get("files")
-    if payload.get("key") != (key or entry.name) or payload.get("scheme") != CONVERSION_SCHEME \
-            or not isinstance(files, dict) or sorted(files) != sorted(CONVERSION_FILES):
-        raise IntegrityError(f"{entry}: its seal belongs to another entry")
-    rehashed = [name for name in CONVERSION_FILES if not check_file(entry / name, files[name], root=root)]
-    if rehashed:  # unchanged bytes with a new identity (a restored backup): record it, so the next read is fast
-        try:
-            seal_conversion(entry, key)
-        except (OSError, IntegrityError):
-            pass
+    check_entry(entry, CONVERSION_FILES, _conversion_binding(key or entry.name), root=cache_dir(),
+                seal_name=CONVERSION_SEAL)

@@ -80,7 +80,7 @@ def resolve_source(source: str) -> str:
     from .zoo import ZOO_RECIPES, recipe_dir
 
     name, _, model = str(source)[len("zoo:"):].partition("/")
-    shape = f"sources look like zoo:RECIPE/seed-S with RECIPE one of {', '.join(ZOO_RECIPES)} and S a seed number"
+    shape = f"sources look like zoo:RECIPE/seed-S (recipes: {', '.join(ZOO_RECIPES)}; S a seed number)"
     if name not in ZOO_RECIPES:
         raise InputError(f"not a zoo recipe: {shape}")
     if not ZOO_MODEL.fullmatch(model):

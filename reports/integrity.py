@@ -40,7 +40,7 @@ from circuits.errors import InputError
 
 __all__ = ["IntegrityError", "open_regular", "read_regular", "file_identity", "digest_file", "digest_bytes",
            "digest_tensors", "seal", "unseal", "write_sealed", "read_sealed", "check_file", "record_file",
-           "is_plain_path", "remove_entry"]
+           "is_plain_path", "remove_entry", "seal_entry", "check_entry", "seal_file", "check_sealed_file", "seal_path"]
 
 CHUNK = 1 << 20
 SEAL_KEY = "sha256"
@@ -262,3 +262,56 @@ def remove_entry(path: str | os.PathLike[str]) -> None:
             shutil.rmtree(p, ignore_errors=True)  # rmtree never follows links inside the tree
         else:
             p.unlink()
+
+
+def seal_entry(entry: str | os.PathLike[str], names: Iterable[str], binding: dict, *, seal_name: str = "SEAL.json",
+               root: str | os.PathLike[str] | None = None) -> None:
+    """Seal the cache entry directory ``entry``: ``entry/seal_name`` records ``binding`` (what the entry
+    is for: its key, a scheme version) and each of its files ``names`` with digest and identity."""
+    entry = Path(entry)
+    files = {name: record_file(entry / name, root=root) for name in names}
+    write_sealed(entry / seal_name, {"binding": binding, "files": files})
+
+
+def check_entry(entry: str | os.PathLike[str], names: Iterable[str], binding: dict, *, root: str | os.PathLike[str],
+                seal_name: str = "SEAL.json") -> None:
+    """None when the entry directory ``entry`` below ``root`` is sealed for ``binding`` and each of its files
+    ``names`` matches the seal (re-hashed only when its identity changed; the seal is then renewed);
+    IntegrityError when anything is linked, missing, foreign or changed."""
+    entry, root, names = Path(entry), Path(root), sorted(names)
+    if not is_plain_path(entry, root):
+        raise IntegrityError(f"{entry}: a symbolic link below {root}; it is not followed")
+    try:
+        payload = read_sealed(entry / seal_name, root=root)
+    except FileNotFoundError:
+        raise IntegrityError(f"{entry} has no {seal_name}") from None
+    files = payload.get("files")
+    if payload.get("binding") != binding or not isinstance(files, dict) or sorted(files) != names:
+        raise IntegrityError(f"{entry}: its seal belongs to another entry")
+    if not all([check_file(entry / name, files[name], root=root) for name in names]):
+        with contextlib.suppress(OSError, IntegrityError):  # same bytes, new identity (a restored copy): fast next time
+            seal_entry(entry, names, binding, seal_name=seal_name, root=root)
+
+
+def seal_path(path: str | os.PathLike[str]) -> Path:
+    """Where the seal of the single cached file ``path`` lives: beside it, ``<name>.seal``."""
+    path = Path(path)
+    return path.with_name(path.name + ".seal")
+
+
+def seal_file(path: str | os.PathLike[str], binding: dict, *, root: str | os.PathLike[str] | None = None) -> None:
+    """Seal the single cached file ``path`` (just written) for ``binding``: its digest and identity beside it."""
+    write_sealed(seal_path(path), {"binding": binding, "file": record_file(path, root=root)})
+
+
+def check_sealed_file(path: str | os.PathLike[str], binding: dict, *, root: str | os.PathLike[str]) -> None:
+    """None when the cached file ``path`` below ``root`` matches its seal for ``binding``; IntegrityError otherwise."""
+    try:
+        payload = read_sealed(seal_path(path), root=root)
+    except FileNotFoundError:
+        raise IntegrityError(f"{path} has no seal") from None
+    if payload.get("binding") != binding:
+        raise IntegrityError(f"{path}: its seal belongs to another file")
+    if not check_file(path, payload.get("file"), root=root):
+        with contextlib.suppress(OSError, IntegrityError):
+            seal_file(path, binding, root=root)
