@@ -195,7 +195,8 @@ def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[st
     try:
         run_audit(spec, run_dir)
     except Exception as e:  # noqa: BLE001 - errors from building its model or task may quote the spec's values
-        message = redacted_failure(e, f"the spec named by 'spec:' in {source}", f"circuitstat audit {spec_path} --out DIR")
+        message = redacted_failure(e, f"the spec named by 'spec:' in {source}",
+                                   f"circuitstat audit {spec_path} --out DIR")
         if message is None:
             raise
         raise InputError(message) from None

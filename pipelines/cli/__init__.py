@@ -75,7 +75,8 @@ def user_error_message(exc: BaseException) -> str | None:
         return str(exc)
     io = _safetensors_io_error(exc)
     if io is not None:  # safetensors' own error type for a failed read or write (a full or read-only disk)
-        return f"a safetensors file could not be written or read ({io}); check the path, its permissions and the free space"
+        return (f"a safetensors file could not be written or read ({io}); check the path, its permissions and "
+                "the free space")
     if isinstance(exc, (UnicodeDecodeError, json.JSONDecodeError)) or _is_arrow_error(exc):
         # a user's file that is not what it claims to be (text, JSON, Parquet); contents not echoed
         return f"a file could not be read ({type(exc).__name__}); check that it is the kind of file the option expects"

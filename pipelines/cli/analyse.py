@@ -29,7 +29,6 @@ def model_command(
     import torch
 
     from circuits import load_hf, load_model
-    from circuits.convert import from_hf
     from pipelines.build import resolve_source
 
     source = resolve_source(source)
@@ -39,8 +38,9 @@ def model_command(
         model, hf = load_model(source, allow_pickle=allow_pickle, allow_large=allow_large), None
     else:
         hf = load_hf(source, allow_pickle=allow_pickle, allow_large=allow_large)
-        model = from_hf(hf)
-        model.source = source
+        # the model as every command loads it (its cached conversion, checked), not a fresh conversion:
+        # the logits check then vouches for what attribute and audit compute with
+        model = load_model(source, allow_pickle=allow_pickle, allow_large=allow_large)
     cfg, g = model.cfg, model.graph
     echo(f"source        {source}")
     echo(f"architecture  {cfg.arch}{' (parallel attention+MLP)' if cfg.parallel else ''}")

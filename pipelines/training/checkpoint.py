@@ -80,7 +80,8 @@ def tensors_digest(tensors: dict) -> str:
     def items():
         for name in sorted(tensors):
             t = tensors[name].detach().cpu().contiguous()
-            yield name, str(t.dtype), tuple(t.shape), t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+            data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+            yield name, str(t.dtype), tuple(t.shape), data
 
     return digest_tensors(items())
 

@@ -76,7 +76,8 @@ def _tokenizer(recipe: TrainRecipe, corpus, cache: Path):
         binding = {"kind": "tokenizer", "key": tdir.name}
         if _cached(tdir, cache, binding, directory=True):
             return load_tokenizer(tdir), tdir
-        tok = train_bpe(corpus.texts("train"), vocab_size=recipe.vocab_size, name=f"bpe{recipe.vocab_size}-{corpus.name}")
+        tok = train_bpe(corpus.texts("train"), vocab_size=recipe.vocab_size,
+                        name=f"bpe{recipe.vocab_size}-{corpus.name}")
     else:
         tok = load_tokenizer(recipe.tokenizer)
         if tok is None:

@@ -102,7 +102,7 @@ def train_models(
                                                  "data": asdict(data)}, indent=2))
     try:
         return run_train_jobs(jobs, n_jobs, device=device, progress=progress, allow_large=allow_large)
-    except Exception:  # a failed run (diverged, bad data, full disk) leaves nothing behind; Ctrl-C keeps its checkpoints
+    except Exception:  # a failed run (diverged, bad data, full disk) leaves nothing; Ctrl-C keeps its checkpoints
         _remove_unfinished(out, new_dirs, remove_record=new_record, remove_out=new_out)
         raise
 

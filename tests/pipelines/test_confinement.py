@@ -16,7 +16,7 @@ from pipelines.build import resolve_source
 from pipelines.cli import app
 from pipelines.head_study import load_head_study_plan
 from pipelines.spec import load_spec
-from reports.query import QueryLimits, connect, query
+from reports.query import connect, query
 from reports.rundir import RunDir
 from reports.tables import matrix_to_table
 
@@ -175,6 +175,8 @@ def test_a_fifo_named_like_a_table_is_refused_not_waited_on(run_dir):
 
 
 def test_query_time_memory_and_rows_are_capped(run_dir):
+    from reports.query import QueryLimits
+
     res = runner.invoke(app, ["query", "SELECT count(*) FROM range(100000000000)", str(run_dir), "--timeout", "1"])
     _one_line_error(res, "longer than its limit of 1 s")
     res = runner.invoke(app, ["query", "SELECT length(repeat('x', 4000000000)) AS n", str(run_dir)])
@@ -186,6 +188,8 @@ def test_query_time_memory_and_rows_are_capped(run_dir):
 
 def test_sql_cannot_lift_the_caps(run_dir):
     import duckdb
+
+    from reports.query import QueryLimits
 
     con = connect([run_dir], limits=QueryLimits(memory_bytes=64 * 2**20, threads=1))
     try:

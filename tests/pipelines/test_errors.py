@@ -17,7 +17,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from pipelines.cli import app, terminal_text, user_error_message
+from pipelines.cli import app, user_error_message
 
 MODEL = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&n_positions=64&seed=1"
 runner = CliRunner()
@@ -119,6 +119,8 @@ def test_control_characters_from_files_never_reach_the_terminal(tmp_path):
     assert "bell" in shown and "soh" in shown  # the name is shown ...
     for ch in ("\x07", "\x01", "\x1b", "\u202e"):  # ... without its control characters
         assert ch not in shown, repr(ch)
+    from pipelines.cli import terminal_text
+
     assert terminal_text("a\tb\nc\x00\x7f\x9b") == "a\tb\nc"
 
 

@@ -9,7 +9,6 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from circuits.limits import MAX_WORK
 from pipelines.cli import app
 
 MODEL = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&n_positions=64&seed=1"
@@ -90,6 +89,7 @@ def test_tokens_k_is_bounded_by_the_shortest_prompt(tmp_path):
 
 def test_the_estimates_are_of_the_order_of_the_work(tmp_path):
     """The defaults of every study stay well below the limit; the refused sizes far above it."""
+    from circuits.limits import MAX_WORK
     from pipelines.head_study import full_plan, quick_plan
     from pipelines.training import TrainRecipe
     from pipelines.work import head_study_operations, training_operations
