@@ -44,15 +44,12 @@ MAX_DEPTH = 200
 class _NoDuplicatesLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml: fast, caps nesting depth
     """Safe YAML loading that rejects duplicate keys and alias bombs before constructing anything."""
 
-    check_graph = True  # False when the text has no '*': without an alias no node is shared
-
     def get_single_data(self) -> Any:
         """The document's data, after checking its node graph (size with aliases expanded, cycles, depth)."""
         node = self.get_single_node()
         if node is None:
             return None
-        if self.check_graph:
-            _check_node_graph(node)
+        _check_node_graph(node)
         return self.construct_document(node)
 
 
@@ -124,8 +121,8 @@ def _graph_message(what: str, path: str) -> str:
         return f"{path} has a YAML alias (*name) that refers to itself; write the value out"
     if what == "depth":
         return f"{path} is nested more than {MAX_DEPTH} levels deep; this is not a claims/spec file"
-    return (f"{path}: its YAML aliases (*name) add more than {MAX_EXPANDED_NODES:,} values once expanded "
-            "(an alias bomb?); write the values out or remove the aliases")
+    return (f"{path} holds more than {MAX_EXPANDED_NODES:,} values once its YAML aliases (*name) are expanded, "
+            "beyond those written out (an alias bomb?); write the values out or remove the aliases")
 
 
 def _yaml_error_message(e: yaml.YAMLError, path: str, quote: bool) -> str:
@@ -159,7 +156,6 @@ def read_yaml_strict(path: str | os.PathLike[str], *, quote: bool = True) -> Any
         raise InputError(f"{path} cannot be read: {e.strerror or e}") from None
     try:
         loader = _NoDuplicatesLoader(text)
-        loader.check_graph = "*" in text  # an alias is written *name: without a '*' nothing can expand
         try:
             return loader.get_single_data()
         finally:
