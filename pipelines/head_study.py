@@ -108,7 +108,7 @@ def condition_name(depth: int, optimizer: str, weight_decay: float) -> str:
 
 
 def full_plan() -> StudyPlan:
-    """The study as run for the README: sized to fit 60 minutes on 2 cores (see the README)."""
+    """The study as run for docs/results.md: sized to fit 60 minutes on 2 cores (see there)."""
     base = TrainRecipe(n_layers=2, n_heads=4, d_model=64, d_mlp=256, n_ctx=64, vocab_size=2048, tokenizer="bpe",
                        corpus="stdlib", optimizer="adamw", lr=2e-3, weight_decay=0.1, warmup_steps=60,
                        batch_size=16, steps=1200, eval_every=200, eval_batches=8, checkpoint_every=200, threads=1)

@@ -79,30 +79,33 @@ def check_head_study(plan: Any, *, allow_large: bool = False) -> None:
                shrink="depths, optimizers, seeds, recipe.steps, n_probe, probe_len or the resample counts")
 
 
-def calibration_operations(spec: Any, cfg: Any, n_edges: int, positions: int) -> float:
-    """Operations of a calibration study: attributing the population, then per dataset size and dataset
-    the resampled means of every edge and its null copy (several interval methods), the stability
-    intervals and their Monte Carlo truth at every k, and the faithfulness runs of every selected circuit."""
+def calibration_operations(spec: Any, cfg: Any, n_edges: int, positions: int, *, n_population: int,
+                           attributed: bool = True) -> float:
+    """Operations of a calibration study: attributing the population (when ``attributed``), then per
+    dataset size and dataset the resampled means of every edge (several interval methods), the
+    stability intervals and their Monte Carlo truth at every k, and the faithfulness runs of every
+    selected circuit on every population prompt (``cfg`` None: no model, no faithfulness family)."""
     from circuits.plan import forward_flops, method_cost
 
-    n_pop = spec.task.n
-    total = method_cost(cfg, spec.method, n=n_pop, positions=positions, ig_steps=spec.ig_steps).flops
-    sizes, D, B, ks = list(spec.sizes), spec.n_datasets, spec.n_resamples, len(spec.ks)
+    total = 0.0
+    if attributed and cfg is not None:
+        total += method_cost(cfg, spec.method, n=n_population, positions=positions, ig_steps=spec.ig_steps).flops
+    D, B, ks = spec.n_datasets, spec.n_resamples, len(spec.ks)
     families = set(spec.intervals)
-    for N in sizes:
+    for N in spec.sizes:
         if "edge" in families:
-            total += D * 4 * 2 * B * N * 2 * n_edges  # percentile/BCa/t/studentized over 2E columns
+            total += D * 4 * 2 * B * N * n_edges  # percentile/BCa/t/studentized resampled means
         if "stability" in families:
             total += D * (2 * B * N * n_edges + ks * B * n_edges) + spec.n_truth_pairs * 2 * N * n_edges * ks
-        if "faithfulness" in families:
-            total += D * ks * (n_pop + 2 * N) * forward_flops(cfg, positions)  # every selected circuit, every prompt
+        if "faithfulness" in families and cfg is not None:
+            total += D * ks * (n_population + 2 * N) * forward_flops(cfg, positions)  # every selected circuit
     return float(total)
 
 
-def check_calibration(spec: Any, model: Any, positions: int, *, allow_large: bool = False) -> None:
-    """None; InputError when the calibration spec exceeds the work limit on ``model``."""
-    ops = calibration_operations(spec, model.cfg, model.graph.n_edges, positions)
+def check_calibration(spec: Any, cfg: Any, n_edges: int, positions: int, *, n_population: int,
+                      attributed: bool = True, allow_large: bool = False) -> None:
+    """None; InputError when the calibration spec exceeds the work limit (see calibration_operations)."""
+    ops = calibration_operations(spec, cfg, n_edges, positions, n_population=n_population, attributed=attributed)
     check_work(ops, f"the calibration study ({len(spec.sizes)} sizes up to {max(spec.sizes):,} x "
-               f"{spec.n_datasets:,} datasets x {spec.n_resamples:,} resamples on {model.graph.n_edges:,} edges)",
-               allow_large=allow_large,
-               shrink="sizes, n_datasets, n_resamples, ks, n_truth_pairs or task.n")
+               f"{spec.n_datasets:,} datasets x {spec.n_resamples:,} resamples on {n_edges:,} edges)",
+               allow_large=allow_large, shrink="sizes, n_datasets, n_resamples, ks, n_truth_pairs or task.n")

@@ -1,6 +1,6 @@
 """Commands that read finished runs: ``check`` (claims against a run) and ``query`` (SQL over its tables).
 
-Neither imports torch: they start in well under a second (README, "Start-up").
+Neither imports torch: they start in well under a second (bench/startup.py; docs/benchmarks.md).
 """
 
 from __future__ import annotations

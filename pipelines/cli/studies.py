@@ -160,7 +160,7 @@ def demo_command(
 @study_app.command("heads")
 def study_heads_command(
     plan: Path | None = typer.Argument(None, help="study plan (YAML; see pipelines.head_study.HeadStudySpec); "
-                                       "default: the README's full study"),
+                                       "default: the full study of docs/results.md"),
     out: Path = typer.Option(..., "--out", help="run directory of the study"),
     quick: bool = typer.Option(False, "--quick", help="a tiny version (1/2/4 layers, 3 seeds, a few steps) for smoke tests"),
     n_jobs: int = typer.Option(2, "--n-jobs", min=1, help="parallel training / analysis processes"),
@@ -218,8 +218,12 @@ def study_variance_command(
 
 @study_app.command("calibration")
 def study_calibration_command(
-    spec: Path = typer.Argument(..., help="calibration spec (YAML): model, task (n = population size), sizes"),
+    spec: Path | None = typer.Argument(None, help="calibration spec (YAML): model, task (n = population size), "
+                                                  "sizes; optional with --scores"),
     out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
+    scores: Path | None = typer.Option(None, "--scores",
+                                       help="an attribution run (`circuitstat attribute --out DIR`) whose "
+                                            "per-example scores are the population (overrides the spec's scores)"),
     n_jobs: int | None = typer.Option(None, "--n-jobs", min=1, help="parallel workers for the attribution"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
     allow_outside: bool = typer.Option(False, "--allow-outside",
@@ -228,10 +232,16 @@ def study_calibration_command(
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
     """Empirical coverage of the audit's intervals on your model and task, per dataset size N."""
-    from pipelines.calibration_study import load_calibration_spec, run_calibration_study, summary_lines
+    from pipelines.calibration_study import (load_calibration_spec, parse_calibration_spec, run_calibration_study,
+                                             summary_lines)
 
     check_out(out, "study calibration", force=force)
-    parsed = load_calibration_spec(spec, allow_outside=allow_outside)
+    if spec is None and scores is None:
+        raise InputError("give a calibration spec, or --scores DIR (an attribution run) to calibrate on its scores")
+    if spec is None:
+        parsed = parse_calibration_spec({"scores": str(scores)}, "--scores")
+    else:
+        parsed = load_calibration_spec(spec, allow_outside=allow_outside, scores=scores)
     res = run_calibration_study(parsed, out, n_jobs=n_jobs, force=force, allow_pickle=allow_pickle,
                                 allow_large=allow_large)
     for line in summary_lines(res.to_table("coverage").to_pylist(), parsed.confidence_level, out):

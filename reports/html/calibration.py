@@ -9,9 +9,8 @@ from reports.html.svg import Plot, fmt
 
 
 CAL_COLS = [("interval", "text"), ("N", "int"), ("coverage", "num"), ("± MC", "num"), ("worst unit", "num"),
-            ("null rejection", "num"), ("reliable: coverage", "num"), ("reliable share", "num"), ("mean width", "num")]
-CAL_SRC = ("coverage", "coverage_mc_se", "worst_unit_coverage", "null_rejection_rate", "coverage_reliable",
-           "share_reliable", "mean_width")
+            ("reliable: coverage", "num"), ("reliable share", "num"), ("mean width", "num")]
+CAL_SRC = ("coverage", "coverage_mc_se", "worst_unit_coverage", "coverage_reliable", "share_reliable", "mean_width")
 
 
 CAL_FAMILY_STYLE = {"edge": ("line", None), "stability": ("dash", "5,3"), "faithfulness": ("dot", "1.5,2.5")}
@@ -51,8 +50,8 @@ def calibration_part(T: Tables) -> str:
     estimands = "; ".join(f"{', '.join(kinds) if len(by_estimand) > 1 else 'every interval'}: {est}"
                           for est, kinds in by_estimand.items())
     cap = (f"Empirical coverage of each interval over datasets of N prompts drawn from the population (band: ±2 Monte "
-           f"Carlo SE); dashed red: the nominal {nominal:g}; solid lines: per-edge intervals, dashed: circuit stability, "
-           f"dotted: faithfulness. Null rejection (edge kinds only; — where a kind has no null units): how often the "
-           f"interval excludes 0 on null copies of the edges (nominal {1 - nominal:.2g}). Estimands — {estimands}.")
+           f"Carlo SE, each dataset one unit: the edges of one dataset are not independent); dashed red: the nominal "
+           f"{nominal:g}; solid lines: per-edge intervals, dashed: circuit stability, dotted: faithfulness. "
+           f"Estimands — {estimands}.")
     return figure(p.svg(), cap, tbl)
 
