@@ -91,3 +91,21 @@ def test_a_tampered_chunk_is_refused_naming_it(tmp_path, monkeypatch, fresh, how
     res = runner.invoke(app, [*_args(out), "--force"])
     assert res.exit_code == 0, res.output + res.stderr
     assert np.array_equal(_scores(out), fresh)  # recomputed, never the tampered numbers
+
+
+def test_an_edited_scores_run_is_not_a_calibration_population(tmp_path, fresh):
+    """A finished attribution run read back as a calibration population must match the digest its run
+    recorded: an edited scores.parquet (a real Parquet, other numbers) is refused naming it."""
+    import pyarrow as pa
+
+    out = tmp_path / "run"
+    assert runner.invoke(app, _args(out)).exit_code == 0
+    t = pq.read_table(out / "scores.parquet")
+    col = t.column_names.index("scores")
+    edited = [[x * 1000 for x in row] for row in t.column("scores").to_pylist()]
+    t = t.set_column(col, t.schema.field("scores"), pa.array(edited, type=t.schema.field("scores").type))
+    pq.write_table(t, out / "scores.parquet")
+    res = runner.invoke(app, ["study", "calibration", "--scores", str(out), "--out", str(tmp_path / "cal")])
+    assert res.exit_code == 2, res.output + res.stderr
+    assert "scores.parquet does not match the digest its run recorded" in res.stderr
+    assert not (tmp_path / "cal").exists()
