@@ -211,9 +211,9 @@ def record_file(path: str | os.PathLike[str], *, root: str | os.PathLike[str] | 
 
 
 def check_file(path: str | os.PathLike[str], record: Any, *, root: str | os.PathLike[str] | None = None) -> bool:
-    """None-raising check of ``path`` against its :func:`record_file` record: True when its identity is
-    unchanged (not re-hashed), False when it had to be hashed again and still matches (the caller may
-    record the new identity); IntegrityError when it differs, is linked or is not a regular file."""
+    """True when ``path`` keeps the identity of its :func:`record_file` record (not re-hashed), False when
+    it had to be hashed again and its bytes still match (the caller may record the new identity);
+    IntegrityError when its bytes differ, or it is missing, linked or not a regular file."""
     if not isinstance(record, dict) or not isinstance(record.get("sha256"), str):
         raise IntegrityError(f"{path}: its record in the seal is malformed")
     try:
