@@ -62,7 +62,15 @@ def _attributed(spec: "CalibrationSpec", *, n_jobs: int | None, allow_pickle: bo
     """Scores computed by the study itself: spec.method on spec.task.n prompts of spec.model."""
     from .audit import attribution_scores
 
+    from .build import check_work as check_memory, task_positions
+    from .work import check_calibration
+
     model = _load(spec.model, spec, allow_pickle, allow_large)
+    positions = task_positions(spec.task.name, spec.task.options) or min(int(model.cfg.n_ctx), 64)
+    check_memory(model, spec.task.n, level="edge", positions=positions, allow_large=allow_large)
+    # the population's attribution and every interval's resampling, before the task is built or anything written
+    check_calibration(spec, model.cfg, model.graph.n_edges, positions, n_population=spec.task.n,
+                      allow_large=allow_large)
     task = _build_task(model, spec)
     doc = spec.model_dump()
     params = {"weight_hash": model.weight_hash(), "task_hash": task.content_hash,
@@ -80,10 +88,16 @@ def read_scores_run(directory: str | Path):
     """The ScoreMatrix of an attribution run directory, or InputError saying what to pass instead."""
     from circuits.scores import ScoreMatrix
 
+    from reports.rundir import MANIFEST, RunDir
+
     path = Path(directory)
     if not (path / "scores.parquet").is_file():
         raise InputError(f"scores: {path} holds no scores.parquet; give the directory that "
                          "`circuitstat attribute ... --out DIR` wrote")
+    if (path / MANIFEST).is_file() and not RunDir(path).is_done("scores"):
+        # the digest its run recorded (reports.rundir): a damaged population must not be calibrated on
+        raise InputError(f"scores: {path / 'scores.parquet'} does not match the digest its run recorded when the "
+                         "scores stage finished (edited, damaged or unfinished); run `circuitstat attribute` again")
     return ScoreMatrix.read(path)
 
 
@@ -99,6 +113,18 @@ def _from_scores_run(spec: "CalibrationSpec", *, allow_pickle: bool, allow_large
                          f"prompts; lower the sizes or attribute at least 8x the largest size (--n)")
     ig_steps = int(sm.params.get("ig_steps", spec.ig_steps))
     spec = spec.model_copy(update={"method": sm.method, "ablation": sm.ablation, "ig_steps": ig_steps})
+    from .work import check_calibration
+
+    cfg = None
+    if spec.model is not None:
+        from circuits.skeleton import load_skeleton
+
+        from .build import resolve_source
+
+        cfg = load_skeleton(resolve_source(spec.model), allow_pickle=allow_pickle, allow_large=allow_large).cfg
+    positions = int(sm.provenance.get("task", {}).get("n_positions") or 64)
+    check_calibration(spec, cfg, int(sm.scores.shape[1]), positions, n_population=n_pop, attributed=False,
+                      allow_large=allow_large)  # every interval's resampling, before anything is written
     model, task = _checked_model_and_task(spec, sm, allow_pickle, allow_large)
     prov = sm.provenance
     digest = hashlib.sha256(np.ascontiguousarray(sm.scores, dtype=np.float32).tobytes()).hexdigest()

@@ -187,21 +187,30 @@ def _duration(seconds: float) -> str:
 
 
 def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_steps: int = 5,
-               budget: int | None = None, n_jobs: int = 1) -> list[str]:
-    """The plan as printed lines: a header, the calibration, one row per method, a legend."""
+               budget: int | None = None, n_jobs: int = 1, timing_model=None, untimed: str = "") -> list[str]:
+    """The plan as printed lines: a header, the calibration, one row per method, a legend.
+
+    ``model`` may be a skeleton on the meta device (circuits.skeleton): the counts need only shapes.
+    The time estimate is calibrated on ``timing_model`` (default ``model`` unless it is on the meta
+    device); without one, ``untimed`` says why and the time column is left out.
+    """
     from circuits.limits import format_bytes
 
     n, P = int(data.clean.shape[0]), int(data.clean.shape[1])
     costs = plan_costs(model, data, level=level, batch_size=batch_size, ig_steps=ig_steps, budget=budget)
     fitted = [c.batch_size for c in costs.values() if isinstance(c, Cost)]
-    cal = calibrate(model, data, min(fitted, default=1))  # the calibration itself stays within the budget
+    if timing_model is None and model.device.type != "meta":
+        timing_model = model
+    # the calibration itself stays within the budget
+    cal = None if timing_model is None else calibrate(timing_model, data, min(fitted, default=1))
     unit = "edges" if level == "edge" else "nodes"
     cols = model.graph.n_edges if level == "edge" else model.graph.n_senders
     lines = [f"plan: {n} examples x {P} positions, {cols:,} {unit}, ig steps {ig_steps}, "
              f"{n_jobs} worker{'s' if n_jobs > 1 else ''}"
              + ("" if budget is None else f", --max-memory {format_bytes(budget)}"),
              f"calibration on {cal.batch_size} examples, one thread: forward {cal.forward_s * 1e3:.3g} ms, "
-             f"gradient run {cal.gradient_s * 1e3:.3g} ms, suffix row from layer 0 {cal.suffix_s[0][1] * 1e3:.3g} ms",
+             f"gradient run {cal.gradient_s * 1e3:.3g} ms, suffix row from layer 0 {cal.suffix_s[0][1] * 1e3:.3g} ms"
+             if cal is not None else f"no time estimate: {untimed or 'no model to time'} (counts from shapes only)",
              f"{'method':<19} {unit:>8} {'forwards':>9} {'backwards':>9} {'suffix rows':>12} {'FLOPs':>9} "
              f"{'memory':>10} {'batch':>5} {'est. time':>10}"]
     for method, c in costs.items():
@@ -209,9 +218,11 @@ def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_ste
             lines.append(f"{method:<19} does not fit: {c}")
             continue
         chunks = -(-n // c.batch_size)
-        est = estimate_seconds(cal, model, c, n=n, level=level, ig_steps=ig_steps) / min(n_jobs, chunks)
+        est = (estimate_seconds(cal, model, c, n=n, level=level, ig_steps=ig_steps) / min(n_jobs, chunks)
+               if cal is not None else None)
         lines.append(f"{c.method:<19} {c.columns:>8,} {c.forwards:>9,} {c.backwards:>9,} {c.suffix_rows:>12,} "
-                     f"{c.flops:>9.3g} {format_bytes(c.memory_peak):>10} {c.batch_size:>5} {_duration(est):>10}")
+                     f"{c.flops:>9.3g} {format_bytes(c.memory_peak):>10} {c.batch_size:>5} "
+                     f"{_duration(est) if est is not None else '-':>10}")
     lines.append("forwards: full forwards (counterfactual, clean, gradient runs); suffix rows: exact patching's "
                  "(example, sender) suffix forwards; memory: estimated peak incl. weights; time: one thread per "
                  "worker, calibrated on this machine")
