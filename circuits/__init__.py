@@ -1,15 +1,13 @@
 """circuitstat circuits layer: models, the component graph, tasks, attribution, circuits.
 
-Names load lazily (PEP 562) so that ``from circuits.errors import InputError`` — used by the
-torch-free commands ``check``, ``query``, ``report`` — does not import torch.
+Names load lazily (PEP 562) so that importing one module does not import torch. Errors live on the
+ground floor (``reports.errors``).
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import Any
-
-from .errors import InputError, UnsupportedArchitectureError
 
 _LAZY = {
     "ComponentGraph": ".graph", "Intervention": ".interventions", "load_hf": ".loading",
@@ -18,8 +16,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "CircuitModel", "ComponentGraph", "InputError", "Intervention", "ModelConfig", "RunOutput", "RunState",
-    "UnsupportedArchitectureError", "load_hf", "load_model",
+    "CircuitModel", "ComponentGraph", "Intervention", "ModelConfig", "RunOutput", "RunState", "load_hf", "load_model",
 ]
 
 

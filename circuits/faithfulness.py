@@ -50,11 +50,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from stats.results import Result
+from reports.results import Result
+from reports.errors import InputError
 
 from .ablation import Ablation, PairData, last_index
 from .circuit import Circuit
-from .errors import InputError
 from .interventions import Intervention
 from .model import CircuitModel
 

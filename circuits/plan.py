@@ -32,7 +32,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from .errors import InputError
+from reports.errors import InputError
 from .graph import ComponentGraph
 from .engine.config import ModelConfig
 

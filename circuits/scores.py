@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError
+from reports.errors import InputError
 from .graph import ComponentGraph
 
 

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import Field
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 if TYPE_CHECKING:  # the result type; imported when the study returns
     from reports.run_tables import RunTables

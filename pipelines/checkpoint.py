@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from reports.atomic import atomic_write, atomic_write_bytes
 
 CHECKPOINTS = "checkpoints"

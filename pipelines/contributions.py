@@ -31,9 +31,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from circuits.errors import InputError
-from stats.resampling import ResamplingPlan, as_seed_sequence, seed_record, spawn_seeds
-from stats.results import Result
+from reports.errors import InputError
+from stats.resampling import ResamplingPlan
+from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
+from reports.results import Result
 from stats.sinks import DEFAULT_THRESHOLD, SinkResult, confidence_gap, position_means, sink_relation, sink_shares
 from stats.token_importance import TokenImportanceResult, token_importance_faithfulness
 

@@ -17,8 +17,8 @@ import numpy as np
 from stats.head_nulls import residual_minus_head_jackknife
 from stats.head_pairs import quiet_nanmean
 from stats.head_stability import RefitLevel, comparison_t_interval, percentile_interval
-from stats.resampling import seed_record
-from stats.results import ConfidenceInterval, Result
+from reports.seeds import seed_record
+from reports.results import ConfidenceInterval, Result
 
 if TYPE_CHECKING:
     from .heads import _Context

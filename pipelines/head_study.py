@@ -47,7 +47,7 @@ import numpy as np
 
 from pydantic import Field
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from pipelines.spec import _Strict
 from pipelines.training import TrainRecipe, cache_dir
 from reports.run_tables import RunTables

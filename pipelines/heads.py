@@ -57,7 +57,8 @@ from stats.head_stability import (CKA_KINDS, all_pairs_layer_stability, anchor_h
                                   matched_similarity, pair_matrix, percentile_interval, permutation_correlation,
                                   perplexity_rise, prompt_resampled_similarity, refit_bootstrap_counts,
                                   refit_level_summaries, refit_pair_weights)
-from stats.resampling import ResamplingPlan, as_seed_sequence, spawn_seeds
+from stats.resampling import ResamplingPlan
+from reports.seeds import as_seed_sequence, spawn_seeds
 from stats.similarity import match_heads
 
 from .build import load_source
@@ -83,7 +84,7 @@ CI_OVER = ("both", "prompts", "refits")
 
 
 def _input_error(msg: str) -> Exception:
-    from circuits.errors import InputError
+    from reports.errors import InputError
 
     return InputError(msg)
 

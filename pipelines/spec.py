@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 from .options import ABLATION, LEVEL, METHOD, METRIC  # noqa: F401 - defined there once; re-exported
 from .yamlio import read_yaml_strict

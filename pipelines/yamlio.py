@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 # The most values (scalars, lists, mappings) a document may hold once every alias is written
 # out. A large claims file (a thousand claims of ten keys) or spec stays far below it; the

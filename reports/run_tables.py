@@ -3,7 +3,7 @@
 A study writes its tables into its run directory as it runs (resumable stages), so its result
 does not hold them in memory: ``to_table(name)`` reads ``<run_dir>/<name>.parquet`` when asked,
 ``summary()`` and ``conf_int()`` read the main table. Same interface as every other result
-(stats.results.Result).
+(reports.results.Result).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from stats.results import ConfidenceInterval, Result
+from reports.results import ConfidenceInterval, Result
 
 __all__ = ["RunTables"]
 

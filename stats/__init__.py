@@ -1,9 +1,9 @@
 """circuitstat stats layer: resampling, intervals, tests, stability, variance, similarity.
 
 Works on arrays and tables only (numpy/scipy/pandas/pyarrow); every estimator returns a
-`stats.results.Result` with its estimate, uncertainty and `.to_table()`.
+`reports.results.Result` (the ground floor) with its estimate, uncertainty and `.to_table()`.
 
-Names load lazily (PEP 562): importing one module (e.g. ``stats.results``) does not pull in scipy
+Names load lazily (PEP 562): importing one module (e.g. ``stats.resampling``) does not pull in scipy
 through the others, so commands that only read tables start fast.
 """
 
@@ -15,8 +15,7 @@ from typing import Any
 _MODULES = {
     ".intervals": ["BootstrapResult", "bootstrap_edges", "bootstrap_statistic", "intervals_from_distribution"],
     ".resampling": ["PoissonBootstrapAccumulator", "ResamplingPlan", "map_edge_chunks", "nested_bootstrap",
-                    "resample_statistic", "resampled_means", "spawn_seeds"],
-    ".results": ["ConfidenceInterval", "Result"],
+                    "resample_statistic", "resampled_means"],
     ".similarity": ["HeadMatchResult", "SimilarityResult", "attention_similarity", "debiased_cka",
                     "head_distinctness", "head_matching", "linear_cka", "match_heads", "procrustes_distance",
                     "rbf_cka", "similarity_test"],
@@ -24,7 +23,6 @@ _MODULES = {
                    "rank_biased_overlap", "selection_error_bounds", "topk_indices"],
     ".testing": ["EdgeTestResult", "adjust_pvalues", "bh_adjust", "by_adjust", "interval_test_edges",
                  "resampling_pvalue", "t_test_edges", "z_test_edges"],
-    ".topk": ["TopK", "topk"],
     ".faithfulness": ["FaithfulnessInterval", "fixed_circuit_interval", "selection_aware_faithfulness"],
     ".calibration": ["CalibrationResult", "IntervalKind", "coverage_study"],
     ".variance": ["ICCResult", "VarianceComponentsResult", "icc", "variance_components"],

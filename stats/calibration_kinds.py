@@ -12,7 +12,7 @@ On a finite population (datasets drawn with replacement from its rows) these are
 over pairs of datasets. `stability_truth` estimates them by Monte Carlo over many independent
 pairs (the exact expectation sums over P^N datasets); its Monte Carlo standard error is returned
 with it and is far below the widths of the intervals being checked (±0.003 at 4000 pairs).
-Top-k ties are broken at random (stats.topk), independently for every dataset and for the
+Top-k ties are broken at random (reports.topk), independently for every dataset and for the
 population's circuit, as circuit_stability does.
 
 `stability_interval_kinds` wraps one circuit_stability call per dataset into IntervalKinds for
@@ -37,11 +37,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from circuits.errors import InputError
+from reports.errors import InputError
+from reports.seeds import as_seed_sequence
+from reports.topk import topk
 
 from .calibration import IntervalKind, shared_per_dataset
-from .resampling import as_seed_sequence
-from .topk import topk
 
 __all__ = ["with_null_copies", "edge_interval_kinds", "StabilityTruth", "stability_truth", "stability_interval_kinds", "check_circuit_sizes",
            "STABILITY_ESTIMANDS", "FAITHFULNESS_ESTIMANDS", "PopulationEvaluations", "faithfulness_interval_kinds"]
@@ -293,7 +293,8 @@ def faithfulness_interval_kinds(evaluations: PopulationEvaluations, ks: Sequence
     2 repeats, as the audit runs it); and the truth f_pop(C(D)) from every population prompt.
     """
     from .faithfulness import (MIN_PER_FOLD, fixed_circuit_interval, selection_aware_faithfulness)
-    from .resampling import ResamplingPlan, spawn_seeds
+    from .resampling import ResamplingPlan
+    from reports.seeds import spawn_seeds
 
     cols = slice(None) if columns is None else columns
     ks_list = check_circuit_sizes(ks, evaluations.n_edges)

@@ -42,12 +42,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from circuits.errors import InputError
+from reports.errors import InputError
+from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
+from reports.results import ConfidenceInterval, Result
+from reports.topk import ranking_key, topk
 
 from .intervals import METHODS, acceleration_from_jackknife, intervals_from_distribution
-from .resampling import ResamplingPlan, as_seed_sequence, seed_record, spawn_seeds
-from .results import ConfidenceInterval, Result
-from .topk import ranking_key, topk
+from .resampling import ResamplingPlan
 
 __all__ = [
     "ESTIMAND_FIXED",
@@ -335,7 +336,7 @@ class _EvaluationCache:
 def _topk_masks(means: np.ndarray, ks: Sequence[int], ranking: str, tie_rng: np.random.Generator) -> np.ndarray:
     """Return boolean masks [..., len(ks), E] of the top-k edges of score vectors [..., E] for every k.
 
-    One stats.topk call per batch of rows at the largest k; smaller circuits are its prefixes, so
+    One reports.topk call per batch of rows at the largest k; smaller circuits are its prefixes, so
     the circuits of one selection are nested and share their tie-breaking.
     """
     rows = np.atleast_2d(means)
@@ -588,7 +589,7 @@ def selection_aware_faithfulness(S: np.ndarray, evaluate: Evaluate, ks: Sequence
     params = {"estimator": "selection_aware_faithfulness", "scheme": scheme, "ranking": ranking, "ks": ks,
               "method": method, "confidence_level": confidence_level, "seed": seed_record(root),
               "plan": r["plan"], "rtol": rtol, "atol": atol, "estimand": ESTIMAND_SELECTED,
-              "selection": "top-k of the mean scores (stats.topk.topk, ties at random from the seed)"}
+              "selection": "top-k of the mean scores (reports.topk.topk, ties at random from the seed)"}
     if scheme == "crossfit":
         params.update(n_folds=n_folds, n_repeats=n_repeats, folds="whole groups" if groups is not None else "examples")
     return FaithfulnessInterval(

@@ -14,10 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from reports.seeds import spawn_seeds
+
 from .head_stability import (CKA_INTERVAL_RELIABLE, cka_half_sample_replicates, leave_one_refit_out, matched_similarity,
                              ordered_pair_mean, percentile_interval, prompt_resampled_similarity, quiet_nanmean,
                              refit_jackknife, weighted_pair_mean)
-from .resampling import ResamplingPlan, spawn_seeds
+from .resampling import ResamplingPlan
 from .similarity import head_matching, per_prompt_cosine
 
 __all__ = ["PairSimilarities", "pair_similarities", "per_layer_cosine", "prompt_shuffle_null",

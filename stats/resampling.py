@@ -21,12 +21,11 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
+
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "ResamplingPlan",
-    "as_seed_sequence",
-    "spawn_seeds",
-    "seed_record",
     "check_score_matrix",
     "edge_chunks",
     "default_chunk_size",
@@ -49,36 +48,6 @@ KINDS = ("bootstrap", "cluster", "subsample", "complementary_pairs", "poisson")
 
 
 # --- seeds ---------------------------------------------------------------------------------
-def as_seed_sequence(seed: int | np.random.SeedSequence | None) -> np.random.SeedSequence:
-    """Return a SeedSequence for `seed` (fresh OS entropy when None, recorded for replay)."""
-    if isinstance(seed, np.random.SeedSequence):
-        return seed
-    if isinstance(seed, np.random.Generator):
-        raise TypeError(
-            "pass an int or numpy.random.SeedSequence as seed, not a Generator: "
-            "a Generator's state cannot be recorded in reports"
-        )
-    return np.random.SeedSequence(seed)
-
-
-def spawn_seeds(seed: int | np.random.SeedSequence | None, n: int) -> list[np.random.SeedSequence]:
-    """Return `n` independent child SeedSequences of `seed` (child i is the same on every call)."""
-    root = as_seed_sequence(seed)
-    # Build children from (entropy, spawn_key + (i,)) rather than root.spawn(): spawn() is
-    # stateful, so calling it twice would give different children.
-    return [
-        np.random.SeedSequence(root.entropy, spawn_key=tuple(root.spawn_key) + (i,),
-                               pool_size=root.pool_size)
-        for i in range(n)
-    ]
-
-
-def seed_record(ss: np.random.SeedSequence) -> dict:
-    """Return the JSON-able identity of a SeedSequence (entropy and spawn key)."""
-    return {"entropy": int(ss.entropy) if ss.entropy is not None else None,
-            "spawn_key": [int(k) for k in ss.spawn_key]}
-
-
 # --- plans ---------------------------------------------------------------------------------
 def _counts_from_indices(idx: np.ndarray, n_obs: int) -> np.ndarray:
     """Return [B, n_obs] int32 counts of each index per row of `idx` [B, m]."""

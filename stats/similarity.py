@@ -16,9 +16,10 @@ from typing import Any, Callable
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from .resampling import (ResamplingPlan, _resolve_jobs, as_seed_sequence, resampled_means, seed_record,
-                         spawn_seeds)
-from .results import ConfidenceInterval, Result
+from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
+from reports.results import ConfidenceInterval, Result
+
+from .resampling import ResamplingPlan, _resolve_jobs, resampled_means
 from .testing import resampling_pvalue
 
 __all__ = [

@@ -1,8 +1,8 @@
 """Circuit stability under resampling, reported as functions of the circuit size k.
 
-One chunked pass over the edges (stats.topk.streaming_topk) keeps, per resample, the K = max(k)
+One chunked pass over the edges (stats.topk_stream.streaming_topk) keeps, per resample, the K = max(k)
 best edges by (key descending, random tie priority): ties at a cut-off are broken at random from
-the run's seed (stats.topk), the same whatever the chunk size, and the ties at each cut-off are
+the run's seed (reports.topk), the same whatever the chunk size, and the ties at each cut-off are
 counted (cutoff_ties_mean: edges sharing the k-th key; cutoff_ties_excluded_*: those left out).
 From those lists, per k: inclusion frequency per edge, mean pairwise Jaccard (SD and a U-statistic
 jackknife interval: Monte Carlo error of the resampling statistic, not a data-level interval),
@@ -30,15 +30,15 @@ import numpy as np
 from scipy import sparse, stats
 from scipy.special import ndtri
 
-from circuits.errors import InputError
+from reports.errors import InputError
+from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
+from reports.results import ConfidenceInterval, Result
+from reports.topk import ranking_key, row_seeds, select_topk, tie_priorities, topk
 
-from .resampling import (DEFAULT_MAX_BYTES, ResamplingPlan, as_seed_sequence,
-                         check_score_matrix, seed_record, spawn_seeds)
-from .results import ConfidenceInterval, Result
+from .resampling import DEFAULT_MAX_BYTES, ResamplingPlan, check_score_matrix
 from .stability_data import (ESTIMANDS, DataLevelEstimates, check_data_level,
                              data_level_stability)
-from .topk import (ranking_key, row_seeds, select_topk, streaming_topk,
-                   tie_priorities, topk)
+from .topk_stream import streaming_topk
 
 __all__ = [
     "StabilityResult",
@@ -53,7 +53,7 @@ __all__ = [
 
 # --- small, reusable pieces ----------------------------------------------------------------
 def topk_indices(scores: np.ndarray, k: int, ranking: str, *, seed: Any = 0) -> np.ndarray:
-    """Return the k edges with the largest key in rank order, ties at random (stats.topk.topk).
+    """Return the k edges with the largest key in rank order, ties at random (reports.topk.topk).
 
     Pass the run's seed: the default 0 is reproducible but reuses one tie order for every call.
     """
@@ -225,7 +225,7 @@ class StabilityResult(Result):
     kendall_pairs: np.ndarray
     n_pairs_cpss: int | None = None
     edge_names: Sequence[str] | None = None
-    #: uint64 tie-breaking seeds (stats.topk.tie_priorities): one per resample, then the data's
+    #: uint64 tie-breaking seeds (reports.topk.tie_priorities): one per resample, then the data's
     tie_seeds: np.ndarray | None = None
     params: dict = field(default_factory=dict)
 
@@ -550,7 +550,7 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
               "n_pair_resamples": m_pair, "n_rank_resamples": n_full,
               "rbo_p": rbo_p if rbo_p is not None else "1 - 1/k",
               "confidence_level": confidence_level,
-              "tie_breaking": "random (stats.topk priorities from the run seed)",
+              "tie_breaking": "random (reports.topk priorities from the run seed)",
               "tie_seed": seed_record(root),
               "selection_thresholds": list(selection_thresholds) if selection_thresholds else None,
               "data_level": data_note, "estimands": ESTIMANDS,

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import special
 
-from .results import Result
+from reports.results import Result
 
 __all__ = [
     "EdgeTestResult",

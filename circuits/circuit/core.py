@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import InputError
+from reports.errors import InputError
 from ..graph import ComponentGraph
 from .export import CircuitExport
 from .graph_ops import graph_cfg, prune_edges, touched_nodes

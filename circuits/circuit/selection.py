@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
-from ..errors import InputError
+from reports.errors import InputError
 from ..graph import ComponentGraph
 from .graph_ops import edge_endpoints, graph_cfg, receiver_node_index, unknown_message
 

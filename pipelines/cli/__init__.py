@@ -51,7 +51,7 @@ def user_error_message(exc: BaseException) -> str | None:
     scheduler), or None when ``exc`` is an internal error (a bug)."""
     from pydantic import ValidationError
 
-    from circuits.errors import InputError
+    from reports.errors import InputError
 
     if isinstance(exc, InputError):
         return str(exc)
@@ -147,7 +147,7 @@ ALLOW_LARGE_HELP = "lift the limits on memory and work (sizes from files are ref
 
 def check_out(out: Path) -> None:
     """InputError when ``out`` exists and is not a directory (checked before anything is loaded)."""
-    from circuits.errors import InputError
+    from reports.errors import InputError
 
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file, not a directory; give a new or existing run directory")

@@ -115,7 +115,7 @@ def attribute_command(
     a killed run continues where it stopped when the same command is run again."""
     from circuits import load_model
     from circuits.attribution import check_options
-    from circuits.errors import InputError
+    from reports.errors import InputError
     from circuits.plan import parse_bytes
     from pipelines.build import build_task, check_device, check_n_jobs, check_work, resolve_source, task_positions
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 from . import ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, app, check_out, choices, study_app
 

@@ -15,7 +15,7 @@ SinkToken = choices("SinkToken", "first", "detected")  # which key is the sink
 
 def _ints(text: str, where: str) -> tuple[int, ...]:
     """``text`` such as ``1,2,3`` as a tuple of ints; InputError naming ``where`` otherwise."""
-    from circuits.errors import InputError
+    from reports.errors import InputError
 
     try:
         return tuple(int(p) for p in text.split(",") if p.strip())

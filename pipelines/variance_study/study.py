@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 from .factors import _FactorStages
 from .scorer import Key, ModelScorer, Scorer
@@ -152,7 +152,7 @@ class _Study(_FactorStages, _SummaryStages):
     # -- intrinsic variation, per-edge CIs --
     def top_edges(self, n: int) -> np.ndarray:
         from stats.factor_stability import aggregate
-        from stats.topk import topk
+        from reports.topk import topk
 
         mean = aggregate(self.S(self.ref), "mean", self.spec.trim)
         return topk(mean, min(n, self.E), ranking=self.spec.ranking, seed=self.run.stage_seed("top_edges")).indices

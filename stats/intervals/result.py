@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..results import ConfidenceInterval, Result
+from reports.results import ConfidenceInterval, Result
 from .methods import ESTIMAND
 
 

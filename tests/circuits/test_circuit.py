@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from circuits.circuit import Circuit
-from circuits.errors import InputError
+from reports.errors import InputError
 from circuits.graph import ComponentGraph
 from circuits.scores import ScoreMatrix
 

@@ -11,7 +11,7 @@ import torch
 from circuits import Intervention, load_model
 from circuits.ablation import last_index
 from circuits.circuit import Circuit
-from circuits.errors import InputError
+from reports.errors import InputError
 from circuits.faithfulness import MIB_FRACTIONS, curve_areas, faithfulness, faithfulness_curve
 from circuits.tasks import make_task
 

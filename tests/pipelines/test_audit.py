@@ -179,7 +179,7 @@ def test_audit_loads_each_model_once_with_the_spec_dtype(tmp_path, monkeypatch):
 def test_scheduler_without_dask_is_a_clear_error(monkeypatch):
     import sys
 
-    from circuits.errors import InputError
+    from reports.errors import InputError
     from pipelines.parallel import backend
 
     monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed

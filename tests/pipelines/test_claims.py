@@ -12,7 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from pipelines.claims import (
     CLAIM_KINDS,
     TOKEN_KINDS,
@@ -25,6 +25,7 @@ from pipelines.claims import (
 )
 from pipelines.cli import app as APP
 from builders import EDGES, audit_tables, make_run  # noqa: F401 - the shared run builder (tests/builders.py)
+
 from reports.tables import write_table
 
 REPO = Path(__file__).resolve().parents[2]

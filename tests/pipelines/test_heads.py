@@ -260,7 +260,7 @@ def test_probe_set_from_corpus_and_file(tmp_path):
 
 
 def test_bad_inputs(ids):
-    from circuits.errors import InputError
+    from reports.errors import InputError
 
     m = sharp_model(0)
     with pytest.raises(InputError, match="at least 2 refits"):
@@ -322,7 +322,7 @@ def test_heads_command_is_typer_compatible(tmp_path):
 def test_estimator_contract_and_refit_level_columns(ids):
     import inspect
 
-    from stats.results import Result
+    from reports.results import Result
 
     est = HeadStability(n_boot=10, n_null=4, residual=False, importance=False, corpus="stdlib")
     names = [p for p in inspect.signature(HeadStability.__init__).parameters if p != "self"]

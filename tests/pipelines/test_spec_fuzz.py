@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from pipelines.claims import load_claims
 from pipelines.claims.checking import _load_spec
 from pipelines.cli import app as APP  # the real CLI, with its one error boundary

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from circuits.model import CircuitModel, ModelConfig
 from circuits.tasks import task_from_token_lists
 from pipelines.contributions import READOUT_TABLES, STAT_TABLES, TokenContributions

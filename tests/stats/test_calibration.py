@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from stats.calibration import IntervalKind, coverage_study
 from stats.calibration_kinds import (PopulationEvaluations, faithfulness_interval_kinds, stability_interval_kinds,
                                     stability_truth)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from stats import ResamplingPlan
 from stats.faithfulness import (ESTIMAND_FIXED, ESTIMAND_SELECTED, fixed_circuit_interval, min_resamples,
                                 selection_aware_faithfulness)
@@ -128,7 +128,7 @@ def test_corrected_t_matches_a_hand_computation_of_nadeau_bengio():
     ev = _additive(X, base)
     res = selection_aware_faithfulness(X, ev, [3], ranking="signed", n_folds=3, n_repeats=2, seed=9)
     # redo the splits from the documented seed derivation and compute everything by hand
-    from stats.resampling import spawn_seeds
+    from reports.seeds import spawn_seeds
 
     split = np.random.default_rng(spawn_seeds(np.random.SeedSequence(9), 2)[0])
     d = X.sum(1)

@@ -6,7 +6,8 @@ from scipy import stats
 
 from stats.intervals import (bootstrap_edges, bootstrap_statistic, jackknife_statistic,
                              acceleration_from_jackknife, mean_acceleration)
-from stats.resampling import ResamplingPlan, spawn_seeds
+from stats.resampling import ResamplingPlan
+from reports.seeds import spawn_seeds
 
 
 def _scipy(S, method, seed, B, statistic=np.mean, **kw):

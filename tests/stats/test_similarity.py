@@ -140,7 +140,8 @@ def test_similarity_null_is_seeded_and_job_independent(reps):
 
 
 def test_head_matching_bootstrap_equals_matching_on_each_resample_of_prompts():
-    from stats.resampling import ResamplingPlan, spawn_seeds
+    from stats.resampling import ResamplingPlan
+    from reports.seeds import spawn_seeds
 
     rng = np.random.default_rng(7)
     A, B = _patterns(rng, 3, 9, 5), _patterns(rng, 3, 9, 5)

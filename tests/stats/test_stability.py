@@ -13,11 +13,11 @@ from scipy.spatial.distance import pdist
 from stats.resampling import ResamplingPlan, resampled_means
 from stats.stability import (chance_jaccard, circuit_stability, nogueira_stability,
                              rank_biased_overlap, selection_error_bounds, topk_indices)
-from circuits.errors import InputError
+from reports.errors import InputError
 from stats.resampling import nested_bootstrap
 from stats.stability_data import (_double_statistics, _outer_statistics, _split_statistics,
                                   double_size_counts, pop_upper_from_data, split_counts)
-from stats.topk import row_seeds, tie_priorities, topk
+from reports.topk import row_seeds, tie_priorities, topk
 
 KS = [3, 10, 40]
 

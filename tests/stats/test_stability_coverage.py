@@ -18,7 +18,7 @@ import pytest
 
 from stats.populations import draw_datasets, smooth_tail_population
 from stats.stability import circuit_stability
-from stats.topk import topk
+from reports.topk import topk
 
 N_DATASETS = 120
 

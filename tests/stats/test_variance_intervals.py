@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from scipy.special import ndtri
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from stats.factor_stability import (aggregate, bar_verdict, circuit_jaccard, fresh_draw_jaccards, jaccard_pairs,
                                     paired_jaccard, ranked_tops)
 from stats.populations import draw_datasets, smooth_tail_population, spiky_population
 from stats.resampling import ResamplingPlan
-from stats.topk import row_seeds
+from reports.topk import row_seeds
 from stats.variance import _bootstrap_pooled_ms, pooled_shares, variance_components
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

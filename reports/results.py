@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-# the one JSON conversion (reports is the layer every part writes through; no torch)
-from reports.provenance import to_jsonable
+from reports.provenance import to_jsonable  # the one JSON conversion (the ground floor; no torch)
 
 __all__ = ["ConfidenceInterval", "Result"]
 
