@@ -114,7 +114,7 @@ class FaithfulnessResult(Result):
     example_ids: np.ndarray | None = None
     circuits: list[Circuit] | None = None
     log_x: bool = False
-    main_table = "circuits"
+    main_table = "faithfulness_circuits"
 
     def __post_init__(self) -> None:
         self.m_circuit = np.asarray(self.m_circuit, dtype=np.float32)
@@ -172,9 +172,9 @@ class FaithfulnessResult(Result):
                     "m_clean": self.m_clean, "m_empty": self.m_empty, "undefined": self.undefined,
                     "faithfulness": ex.column("faithfulness").combine_chunks(),
                     "m_circuit": mc.column("m_circuit").combine_chunks()}
-        out = {"circuits": circuits, "examples": examples}
+        out = {"faithfulness_circuits": circuits, "faithfulness_examples": examples}
         if self.cpr is not None:
-            out["areas"] = {
+            out["faithfulness_areas"] = {
                 "statistic": ["cpr", "cmd"],
                 "ratio_of_means": np.asarray([self.cpr, self.cmd]),
                 "mean_per_example": np.asarray([_nanmean(self.cpr_per_example), _nanmean(self.cmd_per_example)]),

@@ -151,7 +151,7 @@ def approximation_tables(exact: np.ndarray, approx: np.ndarray, names: list[str]
     from stats.approximation import approximation_agreement
 
     res = approximation_agreement(exact, approx, k, ranking=ranking, seed=0, edge_names=names)
-    per, summ = res.to_table("per_edge").to_pydict(), res.to_table("summary").to_pydict()
+    per, summ = res.to_table("approximation_edges").to_pydict(), res.to_table("approximation_agreement").to_pydict()
     return {"method": [method] * len(names), **per}, {"method": [method], **summ}
 
 

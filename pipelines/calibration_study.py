@@ -216,7 +216,8 @@ def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int
                   params={k: doc[k] for k in keys}, depends_on=[name], force=force)
     from reports.run_tables import RunTables
 
-    return RunTables(Path(out), ("coverage", "coverage_per_unit"), "coverage", {"study": "calibration", "spec": doc})
+    return RunTables(Path(out), ("coverage", "coverage_per_unit"), "coverage",
+                     {"study": "calibration", "spec": doc, "confidence_level": spec.confidence_level})
 
 
 def summary_lines(rows: list[dict], confidence_level: float, out: Path | str) -> list[str]:

@@ -23,7 +23,6 @@ in the head study, ``stats.sink_matching``, against a random one-to-one matching
 
 from __future__ import annotations
 
-import inspect
 import os
 import sys
 from dataclasses import dataclass, field
@@ -32,9 +31,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from reports.errors import InputError
-from stats.resampling import ResamplingPlan
-from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
+from reports.estimator import Estimator
 from reports.results import Result
+from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
+from stats.resampling import ResamplingPlan
 from stats.sinks import DEFAULT_THRESHOLD, SinkResult, confidence_gap, position_means, sink_relation, sink_shares
 from stats.token_importance import TokenImportanceResult, token_importance_faithfulness
 
@@ -172,7 +172,7 @@ class ContributionsResult(Result):
 # =============================================================================================
 # Estimator
 # =============================================================================================
-class TokenContributions:
+class TokenContributions(Estimator):
     """Token-importance faithfulness of contribution weights against attention, and attention sinks.
 
     Parameters
@@ -205,13 +205,13 @@ class TokenContributions:
         self.task_seed = task_seed
         self.metric = metric
         self.task_options = task_options
-        self.ks = tuple(ks)
-        self.measures = tuple(measures)
+        self.ks = ks
+        self.measures = measures
         self.n_random = n_random
         self.ablation = ablation
         self.exclude_first = exclude_first
         self.exclude_readout = exclude_readout
-        self.pairs = None if pairs is None else tuple(pairs)
+        self.pairs = pairs
         self.sink = sink
         self.sink_threshold = sink_threshold
         self.n_resamples = n_resamples
@@ -219,14 +219,6 @@ class TokenContributions:
         self.alpha = alpha
         self.batch_size = batch_size
         self.random_state = random_state
-
-    @classmethod
-    def _param_names(cls) -> list[str]:
-        return [p.name for p in inspect.signature(cls.__init__).parameters.values() if p.name != "self"]
-
-    def get_params(self, deep: bool = False) -> dict:
-        """Return every ``__init__`` parameter by name."""
-        return {name: getattr(self, name) for name in self._param_names()}
 
     def validate(self) -> None:
         """None; InputError naming the first bad parameter (checked before any model work)."""
@@ -306,7 +298,8 @@ class TokenContributions:
         norm = position_means(sr.output_norm.reshape(N, L * H, P), sr.positions)
         gap = confidence_gap(att, sr.confidence, sr.positions)
         names = [f"a{layer}.h{head}" for layer in range(L) for head in range(H)]
-        return Readouts(self.measures, self.ks, importance, task.clean.numpy(), w.mask, cand, w.readout, drops,
+        return Readouts(tuple(self.measures), tuple(self.ks), importance, task.clean.numpy(), w.mask, cand,
+                        w.readout, drops,
                         n_ablated, names, share, norm, gap)
 
     # -- stage 2 -------------------------------------------------------------------------------

@@ -461,5 +461,6 @@ def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2,
         timings["total_s"] = round(time.time() - t0, 1)
     (Path(out) / "timings.json").write_text(json.dumps(timings, indent=2))
     return HeadStudyResult(Path(out), HEAD_STUDY_TABLES, "summary",
-                           {"study": "heads", "plan": plan.to_dict(), "corpus_hash": corpus_obj.content_hash},
+                           {"study": "heads", "plan": plan.to_dict(), "corpus_hash": corpus_obj.content_hash,
+                            "confidence_level": 0.95},  # the summary's unadjusted intervals (stats.study_claims)
                            timings=timings, plan=plan)

@@ -40,7 +40,6 @@ Intervals, each labelled with its estimand (``ESTIMANDS``, also in the tables' m
 
 from __future__ import annotations
 
-import inspect
 import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -48,6 +47,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from circuits.probes import ProbeSet, build_probe
+from reports.estimator import Estimator
+from reports.seeds import as_seed_sequence, spawn_seeds
 from stats.head_nulls import (importance_correlations, layer_summaries_with_shuffled_gap, prompt_null_pairs,
                               untrained_null_pairs)
 from stats.head_pairs import (PairSimilarities, null_means, pair_similarities, quiet_nanmean, residual_cka,
@@ -58,7 +59,6 @@ from stats.head_stability import (CKA_KINDS, all_pairs_layer_stability, anchor_h
                                   perplexity_rise, prompt_resampled_similarity, refit_bootstrap_counts,
                                   refit_level_summaries, refit_pair_weights)
 from stats.resampling import ResamplingPlan
-from reports.seeds import as_seed_sequence, spawn_seeds
 from stats.similarity import match_heads
 
 from .build import load_source
@@ -66,6 +66,7 @@ from .head_result import (ESTIMANDS, HeadStabilityResult, refit_replicates, refi
                           result_tables, summary_rows)
 
 __all__ = [
+    "write_heads_run",
     "ProbeSet",
     "build_probe",
     "fisher_interval",
@@ -146,7 +147,7 @@ class _Context:
         return [b for b in range(self.n_refits) if b != self.anchor]
 
 
-class HeadStability:
+class HeadStability(Estimator):
     """Cross-seed head stability estimator (scikit-learn style: parameters here, ``fit(models)``).
 
     Parameters
@@ -195,9 +196,9 @@ class HeadStability:
         self.confidence_level = confidence_level
         self.importance = importance
         self.residual = residual
-        self.hooks = tuple(hooks)
+        self.hooks = hooks
         self.corr_refits = corr_refits
-        self.cka = tuple(cka)
+        self.cka = cka
         self.cka_tokens = cka_tokens
         self.corr = corr
         self.n_perm = n_perm
@@ -210,26 +211,6 @@ class HeadStability:
         self.batch_size = batch_size
         self.random_state = random_state
         self.n_jobs = n_jobs
-
-    # -- scikit-learn conventions ----------------------------------------------------------
-    @classmethod
-    def _param_names(cls) -> list[str]:
-        """Return the parameter names, read from the signature of ``__init__``."""
-        return [p.name for p in inspect.signature(cls.__init__).parameters.values()
-                if p.name != "self" and p.kind == p.POSITIONAL_OR_KEYWORD]
-
-    def get_params(self, deep: bool = False) -> dict:
-        """Return every ``__init__`` parameter by name (``deep`` is accepted for scikit-learn)."""
-        return {name: getattr(self, name) for name in self._param_names()}
-
-    def set_params(self, **params: Any) -> "HeadStability":
-        """Set parameters by name; return the estimator."""
-        unknown = sorted(set(params) - set(self._param_names()))
-        if unknown:
-            raise _input_error(f"unknown HeadStability parameter(s) {unknown}; use {', '.join(self._param_names())}")
-        for name, value in params.items():
-            setattr(self, name, tuple(value) if name in ("hooks", "cka") else value)
-        return self
 
     def tables(self) -> dict:
         """Return the fitted result's tables (``result_.tables()``), for callers of the former fit API."""
@@ -469,3 +450,22 @@ class HeadStability:
                                         "refit_ci_high": r["high"][layer], "n_refits": ctx.n_refits,
                                         "interval_reliable": r["interval_reliable"]})
         return out
+
+
+def write_heads_run(result: HeadStabilityResult, out: str | os.PathLike, *, spec: Any = None, command: Any = None,
+                    force: bool = False) -> dict:
+    """Write ``result``'s tables into run directory ``out`` as its resumable stage ``heads``; return their paths.
+
+    A rerun with another spec, other models or another probe set is refused (StageSpecChangedError)
+    unless ``force``: the directory never mixes two fits.
+    """
+    from reports.rundir import RunDir
+
+    prov = result.table_provenance()
+    spec = spec if spec is not None else {k: v for k, v in result.params.items() if k != "models"}
+    seed = result.params.get("random_state")
+    with RunDir(out, spec=spec, command=command, seed=seed if isinstance(seed, int) else None,
+                provenance={"models": prov["models"], "probe": prov["probe"]}) as run:
+        return run.stage("heads", lambda: result.write(run) and None, result.table_names(),
+                         params={"spec": spec, "weights": [m.get("weight_hash") for m in prov["models"]],
+                                 "probe": prov["probe"].get("sha256")}, force=force)

@@ -27,7 +27,7 @@ class ApproximationResult(Result):
     summary_row: dict[str, float]
     edge_names: Sequence[str] | None = None
     params: dict = field(default_factory=dict)
-    main_table = "summary"
+    main_table = "approximation_agreement"
 
     def _tables(self) -> dict[str, dict[str, Any]]:
         E = self.per_edge["bias"].size
@@ -36,7 +36,7 @@ class ApproximationResult(Result):
             per["name"] = list(self.edge_names)
         per.update(self.per_edge)
         summ = {k: [v] for k, v in self.summary_row.items()}
-        return {"summary": summ, "per_edge": per}
+        return {"approximation_agreement": summ, "approximation_edges": per}
 
     def _summary_items(self) -> list[tuple[str, Any]]:
         s = self.summary_row

@@ -73,8 +73,8 @@ def edge_interval_kinds(population: np.ndarray, *, n_resamples: int, confidence_
     def kind(method: str) -> IntervalKind:
         def compute(X: np.ndarray, seed) -> dict[str, np.ndarray]:
             res = all_methods(X, seed)
-            lo, hi = res.conf_int(method).T
-            out = {"low": lo, "high": hi}
+            ci = res.conf_int(which=method)
+            out = {"low": ci.low, "high": ci.high}
             if getattr(res, "reliable", None) is not None:
                 out["reliable"] = np.asarray(res.reliable, bool)
             return out
@@ -94,8 +94,8 @@ STABILITY_ESTIMANDS = {
                   "E[Jaccard(D1, D2)]: NOT an interval for it",
 }
 #: circuit_stability's interval names read by each kind
-_CONF_INT = {"jaccard_data": "jaccard_data", "jaccard_pop": "jaccard_pop", "phi_data": "phi_data",
-             "jaccard_mc": "jaccard"}
+_CONF_INT = {"jaccard_data": "jaccard_data_ci", "jaccard_pop": "jaccard_pop_ci", "phi_data": "phi_data_ci",
+             "jaccard_mc": "jaccard_ci"}
 #: the truth each kind is checked against
 _TRUTH_OF = {"jaccard_data": "jaccard_data", "jaccard_pop": "jaccard_pop", "phi_data": "phi_data",
              "jaccard_mc": "jaccard_data"}
@@ -211,7 +211,7 @@ def stability_interval_kinds(population: np.ndarray, ks: Sequence[int], *, ranki
 
     def kind(name: str) -> IntervalKind:
         def compute(X: np.ndarray, ds_seed: Any) -> dict[str, np.ndarray]:
-            ci = stability(X, ds_seed).conf_int(_CONF_INT[name])
+            ci = stability(X, ds_seed).conf_int(which=_CONF_INT[name])
             return {"low": np.asarray(ci.low, np.float64), "high": np.asarray(ci.high, np.float64)}
 
         return IntervalKind(f"stability/{name}", STABILITY_ESTIMANDS[name], compute,

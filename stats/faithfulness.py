@@ -44,7 +44,7 @@ import numpy as np
 
 from reports.errors import InputError
 from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
-from reports.results import ConfidenceInterval, Result
+from reports.results import ConfidenceInterval, ConfInt, Result
 from reports.topk import ranking_key, topk
 
 from .intervals import METHODS, acceleration_from_jackknife, intervals_from_distribution
@@ -188,10 +188,18 @@ class FaithfulnessInterval(Result):
     bootstrap_distribution: np.ndarray | None = None
     params: dict = field(default_factory=dict)
 
-    def conf_int(self, method: str | None = None) -> np.ndarray:
-        """Return the intervals as a [C, 2] array for `method` (default: the primary one)."""
-        ci = self.intervals[method or self.method]
-        return np.stack([ci.low, ci.high], axis=-1)
+    main_table = "faithfulness_intervals"
+
+    @property
+    def primary_interval(self) -> str:
+        """Return the name of the primary interval: its method."""
+        return self.method
+
+    def _intervals(self) -> dict[str, ConfInt]:
+        """Every computed interval by method name (``conf_int(which="bca")``), then the table's."""
+        by_method = {m: ConfInt(np.asarray(ci.low), np.asarray(ci.high), self.estimand, float(self.confidence_level),
+                                m) for m, ci in self.intervals.items()}
+        return {**by_method, **super()._intervals()}
 
     def _tables(self) -> dict[str, dict[str, Any]]:
         c = self.estimate.size
@@ -204,7 +212,8 @@ class FaithfulnessInterval(Result):
                     ci_low=self.confidence_interval.low, ci_high=self.confidence_interval.high)
         for m, ci in self.intervals.items():
             if m != self.method:
-                cols[f"ci_low_{m}"], cols[f"ci_high_{m}"] = ci.low, ci.high
+                m = m.replace("-", "_")
+                cols[f"ci_{m}_low"], cols[f"ci_{m}_high"] = ci.low, ci.high
         cols.update({name: np.asarray(v) for name, v in self.extra.items()})
         cols["scheme"] = [self.params.get("scheme", "fixed circuit")] * c
         cols["interval_method"] = [self.method] * c
@@ -212,7 +221,7 @@ class FaithfulnessInterval(Result):
         cols["n"] = np.full(c, self.n_obs, dtype=np.int64)
         cols["n_resamples"] = np.full(c, self.n_resamples, dtype=np.int64)
         cols["n_undefined_resamples"] = np.full(c, self.n_undefined_resamples, dtype=np.int64)
-        return {"main": cols}
+        return {"faithfulness_intervals": cols}
 
     def _summary_items(self) -> list[tuple[str, Any]]:
         items: list[tuple[str, Any]] = [

@@ -229,6 +229,7 @@ class SimilarityResult(Result):
     n_samples: int
     higher_is_similar: bool
     params: dict = field(default_factory=dict)
+    main_table = "similarity_test"
 
     @property
     def null_mean(self) -> float:
@@ -243,8 +244,8 @@ class SimilarityResult(Result):
                 "pvalue": np.array([self.pvalue]),
                 "n_permutations": np.array([self.null_distribution.size]),
                 "n_samples": np.array([self.n_samples])}
-        return {"main": main, "null": {"permutation": np.arange(self.null_distribution.size),
-                                       "value": self.null_distribution}}
+        return {"similarity_test": main, "similarity_null": {"permutation": np.arange(self.null_distribution.size),
+                                                             "value": self.null_distribution}}
 
     def _summary_items(self) -> list[tuple[str, Any]]:
         return [("measure", self.measure), ("estimate", self.estimate),
@@ -270,6 +271,7 @@ def similarity_test(X: np.ndarray, Y: np.ndarray, measure: str = "linear_cka", *
     else:
         p, lo, hi = np.nan, np.nan, np.nan
     params = {"estimator": "similarity_test", "measure": measure, "n_permutations": n_permutations,
+              "confidence_level": confidence_level,
               "seed": seed_record(ss), "null": "rows of Y shuffled",
               "rbf_threshold": threshold if measure == "rbf_cka" else None}
     return SimilarityResult(measure, float(est), null, p, ConfidenceInterval(float(lo), float(hi)),
@@ -316,6 +318,7 @@ class HeadMatchResult(Result):
     pvalue: float
     drop_bos: bool
     params: dict = field(default_factory=dict)
+    main_table = "head_match"
 
     def _tables(self) -> dict[str, dict[str, Any]]:
         h = self.score.size
@@ -323,15 +326,15 @@ class HeadMatchResult(Result):
                 "score": self.score, "ci_low": self.head_interval.low,
                 "ci_high": self.head_interval.high, "null_mean": self.null_head_mean}
         gi, gj = np.indices(self.similarity.shape)
-        return {"main": main,
-                "layer": {"method": np.array([self.method]), "estimate": np.array([self.estimate]),
+        return {"head_match": main,
+                "head_match_layer": {"method": np.array([self.method]), "estimate": np.array([self.estimate]),
                           "ci_low": np.array([self.confidence_interval.low]),
                           "ci_high": np.array([self.confidence_interval.high]),
                           "null_mean": np.array([np.mean(self.null_distribution)
                                                  if self.null_distribution.size else np.nan]),
                           "pvalue": np.array([self.pvalue]),
                           "drop_bos": np.array([self.drop_bos])},
-                "similarity": {"head_a": gi.ravel(), "head_b": gj.ravel(),
+                "head_match_similarity": {"head_a": gi.ravel(), "head_b": gj.ravel(),
                                "similarity": self.similarity.ravel()}}
 
     def _summary_items(self) -> list[tuple[str, Any]]:

@@ -32,7 +32,7 @@ from scipy.special import ndtri
 
 from reports.errors import InputError
 from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
-from reports.results import ConfidenceInterval, Result
+from reports.results import Result
 from reports.topk import ranking_key, row_seeds, select_topk, tie_priorities, topk
 
 from .resampling import DEFAULT_MAX_BYTES, ResamplingPlan, check_score_matrix
@@ -225,6 +225,9 @@ class StabilityResult(Result):
     kendall_pairs: np.ndarray
     n_pairs_cpss: int | None = None
     edge_names: Sequence[str] | None = None
+    #: data-level interval of the expected Jaccard between two datasets' circuits (``conf_int()``'s default)
+    primary_interval = "jaccard_data_ci"
+    main_table = "stability"
     #: uint64 tie-breaking seeds (reports.topk.tie_priorities): one per resample, then the data's
     tie_seeds: np.ndarray | None = None
     params: dict = field(default_factory=dict)
@@ -269,15 +272,6 @@ class StabilityResult(Result):
                                        for t in th] for i in range(self.ks.size)]).ravel()
         return out
 
-    def conf_int(self, estimand: str = "jaccard_data") -> ConfidenceInterval:
-        """Return (low, high) per k of an interval: jaccard_data, jaccard_pop, phi_data (data
-        level) or jaccard / phi (Monte Carlo error of the resampling statistic only)."""
-        prefix = {"jaccard": "jaccard", "phi": "phi", "jaccard_data": "jaccard_data",
-                  "jaccard_pop": "jaccard_pop", "phi_data": "phi_data"}.get(estimand)
-        if prefix is None:
-            raise KeyError(f"unknown estimand {estimand!r}; use jaccard_data, jaccard_pop, "
-                           "phi_data, jaccard or phi")
-        return ConfidenceInterval(self.per_k[f"{prefix}_ci_low"], self.per_k[f"{prefix}_ci_high"])
 
     def to_table(self, name: str | None = None):
         """Return one result table; its schema metadata names the estimand of each interval."""
@@ -287,7 +281,7 @@ class StabilityResult(Result):
         return table.replace_schema_metadata(meta)
 
     def _tables(self) -> dict[str, dict[str, Any]]:
-        tables: dict[str, dict[str, Any]] = {"main": {"k": self.ks, **self.per_k}}
+        tables: dict[str, dict[str, Any]] = {"stability": {"k": self.ks, **self.per_k}}
         ki, ei = np.nonzero(self.inclusion_counts)
         inc = {"k": self.ks[ki], "edge": ei.astype(np.int64)}
         if self.edge_names is not None:
@@ -295,7 +289,7 @@ class StabilityResult(Result):
         cnt = self.inclusion_counts[ki, ei]
         inc.update(count=cnt.astype(np.int64), frequency=cnt / self.n_resamples,
                    in_consensus=cnt / self.n_resamples >= self.consensus_threshold)
-        tables["inclusion"] = inc
+        tables["stability_inclusion"] = inc
         kend = np.full(self.rank_pairs.shape[0], np.nan)
         lookup = {tuple(p): v for p, v in zip(self.kendall_pairs.tolist(), self.kendall)}
         for i, p in enumerate(self.rank_pairs.tolist()):
@@ -304,7 +298,7 @@ class StabilityResult(Result):
                                       "resample_b": self.rank_pairs[:, 1].astype(np.int64),
                                       "spearman": self.spearman, "kendall": kend}
         if self.plan_kind in ("subsample", "complementary_pairs"):
-            tables["selection"] = self.selection_bounds(
+            tables["selection_bounds"] = self.selection_bounds(
                 self.params.get("selection_thresholds") or (0.6, 0.7, 0.8, 0.9))
         return tables
 

@@ -81,6 +81,7 @@ class VarianceComponentsResult(Result):
     truncated: bool
     edge_names: Sequence[str] | None = None
     params: dict = field(default_factory=dict)
+    main_table = "variance_estimates"
 
     @property
     def names(self) -> list[str]:
@@ -117,7 +118,7 @@ class VarianceComponentsResult(Result):
         ems = {"term": np.asarray(names, dtype=str)[ti], "component": np.asarray(names,
                                                                                   dtype=str)[ci],
                "coefficient": self.ems[ti, ci]}
-        return {"main": main, "anova": anova, "ems": ems}
+        return {"variance_estimates": main, "variance_anova": anova, "variance_ems": ems}
 
     def _summary_items(self) -> list[tuple[str, Any]]:
         items: list[tuple[str, Any]] = [("factors", " x ".join(self.factors)),
@@ -215,6 +216,7 @@ class ICCResult(Result):
     n_raters: int
     edge_names: Sequence[str] | None = None
     params: dict = field(default_factory=dict)
+    main_table = "icc"
 
     def _tables(self) -> dict[str, dict[str, Any]]:
         e = np.atleast_1d(self.icc["ICC1"]).size
@@ -233,7 +235,7 @@ class ICCResult(Result):
                     pvalue=stack(self.pvalue),
                     ci_low=stack({n: c.low for n, c in self.confidence_interval.items()}),
                     ci_high=stack({n: c.high for n, c in self.confidence_interval.items()}))
-        return {"main": main}
+        return {"icc": main}
 
     def _summary_items(self) -> list[tuple[str, Any]]:
         return [("targets (n)", self.n_targets), ("raters (k)", self.n_raters)] + [

@@ -53,7 +53,7 @@ def heads_command(
 ) -> None:
     """Cross-seed stability of attention heads and of the residual stream, with refit-level and bootstrap CIs."""
     from pipelines.build import check_device, check_n_jobs, load_source
-    from pipelines.heads import HeadStability
+    from pipelines.heads import HeadStability, write_heads_run
 
     models = [p for m in models for p in str(m).split(",") if p]
     if len(models) < 2:
@@ -70,7 +70,7 @@ def heads_command(
     res = est.fit(loaded).result_
     # threads change no result: the spec (which a rerun must match) leaves them out
     spec = {k: v for k, v in est.get_params().items() if k != "n_jobs"}
-    res.write(out, spec={"models": list(models), **spec}, command=sys.argv, force=force)
+    write_heads_run(res, out, spec={"models": list(models), **spec}, command=sys.argv, force=force)
     typer.echo(res.summary())
     typer.echo(f"-> {out}")
 

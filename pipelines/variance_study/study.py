@@ -59,7 +59,8 @@ def run_variance_study(spec: VarianceSpec, out: str | Path, n_jobs: int | None =
     from reports.run_tables import RunTables
 
     names = tuple(sorted(p.stem for p in out.glob("*.parquet") if not p.stem.startswith("scores_")))
-    return RunTables(out, names, "variance_summary", {"study": "variance", "spec": spec_doc})
+    return RunTables(out, names, "variance_summary", {"study": "variance", "spec": spec_doc,
+                                                      "confidence_level": spec.bootstrap.confidence_level})
 
 
 def check_study(spec: VarianceSpec, scorer) -> None:
@@ -219,7 +220,7 @@ class _Study(_FactorStages, _SummaryStages):
             Y, _ = self.design(sl)
             vc = variance_components(Y, factors, confidence_level=self.cl, edge_names=self.names[sl])
             tabs = vc._tables()
-            main, anova = tabs["main"], tabs["anova"]
+            main, anova = tabs["variance_estimates"], tabs["variance_anova"]
             comp_parts.append({"edge": main["edge"] + s, "name": list(main["edge_name"]), "source": list(main["component"]),
                                "variance": main["variance"], "share": main["share"], "se": main["standard_error"],
                                "ci_low": main["ci_low"], "ci_high": main["ci_high"],

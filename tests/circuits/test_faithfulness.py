@@ -190,7 +190,7 @@ def test_undefined_examples_are_nan_and_counted(gpt2, task):
     assert np.isfinite(res.ratio_of_means).all()
     tab = res.to_table()
     assert tab.column("n_defined").to_pylist() == [4, 4]
-    ex = res.to_table("examples")
+    ex = res.to_table("faithfulness_examples")
     assert ex.num_rows == 6 and ex.column("undefined").to_pylist() == [False, True, False, False, True, False]
     assert "2 of 6" in res.summary()
 

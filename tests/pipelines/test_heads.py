@@ -236,7 +236,7 @@ def test_all_pairs_ci_sources_and_write(tmp_path, ids):
         assert [m["weight_hash"] for m in prov["models"]] == [m.weight_hash() for m in models]
         assert prov["probe"]["sha256"] == ProbeSet.from_ids(ids).content_hash
     man = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    assert man["stages"]["heads"]["status"] == "done"
+    assert man["spec"]["result"] == "HeadStabilityResult" and "models" not in man["spec"]["params"]
 
 
 def test_probe_set_from_corpus_and_file(tmp_path):
@@ -340,7 +340,7 @@ def test_estimator_contract_and_refit_level_columns(ids):
             & (layers["stability_all_anchors"] < layers["refit_ci_high"])).all()
     np.testing.assert_allclose(heads["excess"], heads["stability"] - heads["null_mean"])
     assert ((heads["refit_ci_low"] <= heads["stability"]) & (heads["stability"] <= heads["refit_ci_high"])).all()
-    low, high = res.conf_int("layers", "excess")
+    low, high, *_ = res.conf_int(which="layers.excess_ci")
     np.testing.assert_array_equal(low, layers["excess_ci_low"]) and np.testing.assert_array_equal(high, layers["excess_ci_high"])
     assert "every refit an anchor" in res.params["estimands"]["refit_ci"]
     item = res.item("mean excess stability over the null (every refit an anchor; jackknife over 4 refits)")
