@@ -20,7 +20,7 @@ Faithfulness ``f(C) = (m(C) − m(∅)) / (m(M) − m(∅))`` is reported two wa
   NaN when its own denominator is ~0 by the same rule.
 
 Curves (:func:`faithfulness_curve`) evaluate a grid of circuit sizes built from one score vector
-(top-k or greedy, ``absolute`` an explicit choice), pruned by default as MIB does.  Several
+(top-k or greedy, ``ranking`` an explicit choice), pruned by default as MIB does.  Several
 circuits share each forward: rows are (example, circuit) pairs with per-row edge masks, in chunks
 of ``max_rows``.  The x axis is the normalised edge fraction ``x = |C| / E`` (after pruning: the
 edges actually evaluated, as MIB's ``weighted_edge_count``).  MIB's integrals are trapezoid sums
@@ -325,7 +325,7 @@ def faithfulness_curve(
     data: PairData,
     scores: Any,
     *,
-    absolute: bool,
+    ranking: str | None = None,
     fractions: Sequence[float] | None = MIB_FRACTIONS,
     ks: Sequence[int] | None = None,
     rule: str = "top_k",
@@ -340,6 +340,7 @@ def faithfulness_curve(
     atol: float = 1e-6,
     progress: bool = True,
     level: str = "edge",
+    **renamed: Any,
 ) -> FaithfulnessResult:
     """Faithfulness over a grid of circuit sizes from one score vector, with MIB's CPR and CMD.
 
@@ -353,10 +354,12 @@ def faithfulness_curve(
     ``"top_k"`` or ``"greedy"``; ``prune`` (default True, as MIB) prunes each circuit before it
     is evaluated and the x axis counts the edges left.  The remaining keywords are :func:`faithfulness`'s.
     """
+    from .circuit.selection import check_ranking
     from .scores import ScoreMatrix
 
+    ranking = check_ranking(ranking, renamed, "faithfulness_curve")
     if level == "node":
-        return _node_curve(model, data, scores, absolute=absolute, fractions=fractions, ks=ks, log_x=log_x,
+        return _node_curve(model, data, scores, ranking=ranking, fractions=fractions, ks=ks, log_x=log_x,
                            ablation=ablation, reference=reference, seed=seed, batch_size=batch_size,
                            max_rows=max_rows, rtol=rtol, atol=atol, progress=progress)
     if level != "edge":
@@ -370,9 +373,9 @@ def faithfulness_curve(
     build = Circuit.top_k if rule == "top_k" else Circuit.greedy
     circuits = []
     for k in ks:
-        c = build(scores, k, absolute=absolute, graph=graph)
+        c = build(scores, k, ranking=ranking, graph=graph)
         circuits.append(c.prune() if prune else c)
-    extra = {"curve": {"rule": rule, "absolute": bool(absolute), "prune": prune, "ks": ks, "log_x": log_x,
+    extra = {"curve": {"rule": rule, "ranking": ranking, "prune": prune, "ks": ks, "log_x": log_x,
                        "fractions": used_fractions,
                        "x": "edges in the (pruned) circuit / all edges", "integration": "trapezoid on the grid (MIB)"}}
     masks, labels, objs = _as_masks(circuits, model.graph)
@@ -395,7 +398,7 @@ def _size_grid(ks: Sequence[int] | None, fractions: Sequence[float] | None, n: i
     return [int(f * n) for f in fr], fr.tolist()
 
 
-def _node_curve(model: CircuitModel, data: PairData, scores: Any, *, absolute: bool,
+def _node_curve(model: CircuitModel, data: PairData, scores: Any, *, ranking: str,
                 fractions: Sequence[float] | None, ks: Sequence[int] | None, log_x: bool,
                 **evaluate) -> FaithfulnessResult:
     """Faithfulness of top-k node circuits (see :func:`faithfulness_curve`, ``level="node"``)."""
@@ -409,13 +412,13 @@ def _node_curve(model: CircuitModel, data: PairData, scores: Any, *, absolute: b
     ks, used_fractions = _size_grid(ks, fractions, U, "node")
     if sorted(ks) != ks or (ks and (ks[0] < 0 or ks[-1] > U)):
         raise InputError(f"node circuit sizes must be non-decreasing within 0..{U}, got {ks}")
-    key = np.abs(vec) if absolute else vec
+    key = np.abs(vec) if ranking == "absolute" else vec
     order = np.argsort(-key, kind="stable")
     live = np.zeros((len(ks), U), dtype=bool)
     for i, k in enumerate(ks):
         live[i, order[:k]] = True
     masks = live[:, np.asarray(g.edge_sender)]  # an edge is live iff its sender is in the circuit
-    extra = {"curve": {"level": "node", "rule": "top_k", "absolute": bool(absolute), "prune": False, "ks": ks,
+    extra = {"curve": {"level": "node", "rule": "top_k", "ranking": ranking, "prune": False, "ks": ks,
                        "log_x": log_x, "fractions": used_fractions, "x": "nodes in the circuit / all nodes",
                        "integration": "trapezoid on the grid (MIB)"},
              "nodes": [[g.senders[u] for u in np.flatnonzero(row)] for row in live]}

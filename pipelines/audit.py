@@ -246,7 +246,7 @@ def _heads_stage(run, spec: AuditSpec, sources: list[str], model, task, force: b
     def compute():
         h = spec.heads
         est = heads_mod.HeadStability(match=h.match, pairs=h.pairs, drop_bos=h.drop_bos, n_probe=h.n_probe,
-                                      n_boot=h.n_boot, random_state=spec.seed)
+                                      n_resamples=h.n_resamples, seed=spec.seed)
         models = [model, *(load_audit_model(spec, s, str(model.device), allow_pickle=allow_pickle,
                                             allow_large=allow_large)
                            for s in sources[1:])]

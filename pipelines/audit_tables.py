@@ -76,7 +76,7 @@ def faithfulness_table(model, task, S: np.ndarray, method: str, ks: list[int], p
 
     level = getattr(spec, "level", "edge")
     mean = S.astype(np.float64).sum(0) / S.shape[0]
-    res = faithfulness_curve(model, task, mean.astype(np.float32), absolute=spec.ranking == "absolute", ks=ks,
+    res = faithfulness_curve(model, task, mean.astype(np.float32), ranking=spec.ranking, ks=ks,
                              fractions=None, prune=False, ablation=spec.ablation, seed=spec.seed,
                              batch_size=spec.batch_size, progress=sys.stderr.isatty(), level=level)
     ci_method = spec.bootstrap.ci_method if spec.bootstrap.ci_method in FIXED_CI_METHODS else "bca"

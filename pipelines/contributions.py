@@ -190,8 +190,11 @@ class TokenContributions(Estimator):
     sink : 'first' (the first token) or 'detected' (per prompt, the most attended key).
     sink_threshold : attention to the sink above which a position counts as sinking.
     n_resamples, confidence_level, alpha : intervals over prompts and the Holm family-wise level.
-    batch_size : prompts per forward. random_state : root seed of every random draw.
+    batch_size : prompts per forward. seed : root seed of every random draw (``random_state``, its old
+        name, is still accepted with a warning).
     """
+
+    _renamed = {"random_state": "seed"}
 
     def __init__(self, task: str = "induction", n: int = 64, task_seed: int = 0, metric: str | None = None,
                  task_options: dict | None = None, ks: Sequence[int] = (1, 2, 3, 5), measures: Sequence[str] = MEASURES,
@@ -199,7 +202,7 @@ class TokenContributions(Estimator):
                  pairs: Sequence[str] | None = None, sink: str = "first", sink_threshold: float = DEFAULT_THRESHOLD,
                  n_resamples: int = 2000,
                  confidence_level: float = 0.95, alpha: float = 0.05, batch_size: int = 32,
-                 random_state: int | None = 0) -> None:
+                 seed: int | None = 0) -> None:
         self.task = task
         self.n = n
         self.task_seed = task_seed
@@ -218,7 +221,7 @@ class TokenContributions(Estimator):
         self.confidence_level = confidence_level
         self.alpha = alpha
         self.batch_size = batch_size
-        self.random_state = random_state
+        self.seed = seed
 
     def validate(self) -> None:
         """None; InputError naming the first bad parameter (checked before any model work)."""
@@ -261,7 +264,7 @@ class TokenContributions(Estimator):
         return out
 
     def _seeds(self) -> dict[str, np.random.SeedSequence]:
-        root = as_seed_sequence(self.random_state)
+        root = as_seed_sequence(self.seed)
         return dict(zip(("random_tokens", "bootstrap"), spawn_seeds(root, 2)))
 
     def build_task(self, model):
@@ -323,7 +326,7 @@ class TokenContributions(Estimator):
         sinks = sink_relation(share, norm, head_names, gap=gap, threshold=self.sink_threshold, plan=plan,
                               confidence_level=self.confidence_level)
         params = {"estimator": "TokenContributions", **{k: v for k, v in self.get_params().items()},
-                  "seed": seed_record(as_seed_sequence(self.random_state)), "plan": plan.describe()}
+                  "seed": seed_record(as_seed_sequence(self.seed)), "plan": plan.describe()}
         return ContributionsResult(imp, sinks, params)
 
     def fit(self, model, task=None) -> "TokenContributions":
@@ -358,7 +361,7 @@ class TokenContributions(Estimator):
 
         self.validate()
         task = self.build_task(model) if task is None else task
-        seed = self.random_state if isinstance(self.random_state, int) else None
+        seed = self.seed if isinstance(self.seed, int) else None
         with RunDir(out, spec=self._spec([str(getattr(model, "source", "memory"))]),
                     command=command if command is not None else sys.argv, seed=seed,
                     provenance={"model": model.identity(), "task": task.describe()}) as run:
@@ -390,7 +393,7 @@ class TokenContributions(Estimator):
         if any(t.content_hash != tasks[0].content_hash for t in tasks[1:]):
             raise InputError("the models tokenize the task differently; cross-seed stability needs one shared "
                              "tokenizer (refits of one recipe)")
-        seed = self.random_state if isinstance(self.random_state, int) else None
+        seed = self.seed if isinstance(self.seed, int) else None
         sources = [str(getattr(m, "source", "memory")) for m in models]
         with RunDir(out, spec=self._spec(sources), command=command if command is not None else sys.argv, seed=seed,
                     provenance={"models": [m.identity() for m in models], "task": tasks[0].describe()}) as run:

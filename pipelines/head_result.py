@@ -49,7 +49,7 @@ class HeadStabilityResult(Result):
     value, ci_low, ci_high, verdict) and ``refits``. Every interval's estimand is in
     ``params['estimands']`` (see :data:`ESTIMANDS`). ``replicates`` keeps the bootstrap
     replicates of the layer-level numbers (same resampling scheme for every result with the same
-    ``n_boot``); ``refit_replicates`` the leave-one-refit-out values (``jackknife:<name>``) and
+    ``n_resamples``); ``refit_replicates`` the leave-one-refit-out values (``jackknife:<name>``) and
     estimates (``estimate:<name>``), so results on the same seeds can be compared refit by refit.
     """
 
@@ -117,7 +117,7 @@ class HeadStabilityResult(Result):
     def table_provenance(self) -> dict:
         """Return the models, probe, seed, method and parameters recorded with every table."""
         return {"models": self.params.get("models", []), "probe": self.params.get("probe", {}),
-                "seed": self.params.get("random_state"), "method": "head_stability",
+                "seed": self.params.get("seed"), "method": "head_stability",
                 "params": {k: v for k, v in self.params.items() if k not in ("models", "probe")}}
 
     def run_spec(self) -> dict:

@@ -194,7 +194,7 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("n_edges", I, "edges pooled"),
            ("interval_reliable", B, "false when the interval rests on the few levels of a non-example factor"),
            ("interval", S, "bootstrap over prompts, or the generalized pivot where no prompts enter the term"),
-           ("estimand", S, "what the interval covers"), ("n_boot", I, "bootstrap resamples"),
+           ("estimand", S, "what the interval covers"), ("n_resamples", I, "bootstrap resamples"),
            ("factors", S, "the crossed factors")),
     _table("variance_stability", "Jaccard of each factor level's top-k circuit to the reference circuit",
            ("factor", S, "source of variation"), ("level", S, "level of the factor"), _K,

@@ -86,7 +86,7 @@ def prompt_shuffle_null(patterns: list[np.ndarray], pairs: list[tuple[int, int]]
     seeds = spawn_seeds(seed, len(pairs) * n_layers)
     return np.stack([np.stack([
         head_matching(patterns[a][layer], patterns[b][layer], method=match, drop_bos=drop_bos, n_permutations=n_null,
-                      n_bootstrap=0, seed=seeds[i * n_layers + layer], n_jobs=n_jobs).null_head_mean
+                      n_resamples=0, seed=seeds[i * n_layers + layer], n_jobs=n_jobs).null_head_mean
         for layer in range(n_layers)]) for i, (a, b) in enumerate(pairs)])
 
 

@@ -346,7 +346,7 @@ class HeadMatchResult(Result):
 
 
 def head_matching(A: np.ndarray, B: np.ndarray, *, method: str = "hungarian",
-                  drop_bos: bool = False, n_permutations: int = 200, n_bootstrap: int = 200,
+                  drop_bos: bool = False, n_permutations: int = 200, n_resamples: int = 200,
                   seed: Any = None, confidence_level: float = 0.95,
                   n_jobs: int = 1) -> HeadMatchResult:
     """Return matching of heads A [H1, P, T, T] to heads B [H2, P, T, T] of another refit.
@@ -368,12 +368,12 @@ def head_matching(A: np.ndarray, B: np.ndarray, *, method: str = "hungarian",
     boot_seed, null_seed = spawn_seeds(root, 2)
     alpha = (1 - confidence_level) / 2
     # bootstrap over prompts: resampled similarity = weighted sum of per-prompt cosines
-    if n_bootstrap > 0:
-        plan = ResamplingPlan.bootstrap(n_prompts, n_bootstrap, boot_seed)
+    if n_resamples > 0:
+        plan = ResamplingPlan.bootstrap(n_prompts, n_resamples, boot_seed)
         # the engine's resampled means of the cosines and of the valid-cosine indicator
         with np.errstate(invalid="ignore", divide="ignore"):
             sims = (resampled_means(cos.reshape(n_prompts, -1), plan)
-                    / resampled_means(valid.reshape(n_prompts, -1), plan)).T.reshape((n_bootstrap,) + sim.shape)
+                    / resampled_means(valid.reshape(n_prompts, -1), plan)).T.reshape((n_resamples,) + sim.shape)
         boot = np.stack([match_heads(s, method)[1] for s in sims])  # [B, H1]
         h_lo, h_hi = np.nanquantile(boot, [alpha, 1 - alpha], axis=0)
         m_lo, m_hi = np.quantile(np.nanmean(boot, axis=1), [alpha, 1 - alpha])
@@ -405,7 +405,7 @@ def head_matching(A: np.ndarray, B: np.ndarray, *, method: str = "hungarian",
     est = float(np.nanmean(score))
     p = float(resampling_pvalue(null_mean_score, est, "greater")) if null.size else np.nan
     params = {"estimator": "head_matching", "method": method, "drop_bos": drop_bos,
-              "n_permutations": n_permutations, "n_bootstrap": n_bootstrap,
+              "n_permutations": n_permutations, "n_resamples": n_resamples,
               "seed": seed_record(root), "confidence_level": confidence_level,
               "similarity": "cosine of lower-triangle attention patterns, mean over prompts",
               "null": "prompts of B shuffled"}

@@ -121,7 +121,7 @@ def _patterns(h: int = 3, p: int = 6, t: int = 5) -> np.ndarray:
 def head_match() -> Any:
     from stats.similarity import head_matching
 
-    return head_matching(_patterns(), _patterns(), n_permutations=20, n_bootstrap=40, seed=0)
+    return head_matching(_patterns(), _patterns(), n_permutations=20, n_resamples=40, seed=0)
 
 
 def _sink_inputs():
@@ -179,7 +179,7 @@ def faithfulness_curve() -> Any:
 
     model = _model()
     scores = RNG.standard_normal(model.graph.n_edges).astype(np.float32)
-    return faithfulness_curve(model, _task(model), scores, absolute=True, ks=[5, 20], fractions=None,
+    return faithfulness_curve(model, _task(model), scores, ranking="absolute", ks=[5, 20], fractions=None,
                               progress=False)
 
 
@@ -188,7 +188,7 @@ def head_stability() -> Any:
 
     models = [_model(s) for s in range(3)]
     ids = RNG.integers(0, 50, (10, 8))
-    return HeadStability(n_boot=20, n_null=3, n_perm=99, cka=("linear",), random_state=0).fit(
+    return HeadStability(n_resamples=20, n_null=3, n_permutations=99, cka=("linear",), seed=0).fit(
         models, probe=ids).result_
 
 
@@ -205,7 +205,7 @@ def circuit() -> Any:
     from circuits.circuit import Circuit
 
     sm = score_matrix()
-    return Circuit.top_k(sm, 5, absolute=True)
+    return Circuit.top_k(sm, 5, ranking="absolute")
 
 
 def _run_tables(cls: type, tmp: Path) -> Any:

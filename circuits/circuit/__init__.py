@@ -5,8 +5,8 @@ boolean node mask over ``graph.nodes`` (senders, then ``logits``), the scores it
 and the rule with its parameters (provenance).  Circuits are immutable in spirit: every operation
 (``prune``) returns a new one.
 
-Selection rules (``absolute`` is always an explicit keyword: signed and absolute ranking give
-different circuits and different MIB scores, MIB issue #19):
+Selection rules (``ranking``, 'signed' or 'absolute', is always an explicit keyword: signed and absolute
+ranking give different circuits and different MIB scores, MIB issue #19):
 
 * :meth:`Circuit.top_k` -- the k edges with the largest score (or ``|score|``); ties at the cut-off
   go to the smaller edge index, so the result never depends on the sort algorithm.

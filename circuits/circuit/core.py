@@ -114,5 +114,5 @@ class Circuit(SelectionRules, MibJson, CircuitExport, Result):
 
     def __repr__(self) -> str:
         return (f"Circuit(rule={self.rule!r}, edges={self.n_edges}/{self.graph.n_edges}, nodes={self.n_nodes}, "
-                f"params={ {k: v for k, v in self.params.items() if k in ('k', 'threshold', 'absolute', 'pruned')} })")
+                f"params={ {k: v for k, v in self.params.items() if k in ('k', 'threshold', 'ranking', 'pruned')} })")
 

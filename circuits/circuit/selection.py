@@ -1,8 +1,9 @@
 """Selection rules: the constructors that choose a circuit's edges (or nodes) from scores or names.
 
-``absolute`` is always an explicit keyword: signed and absolute ranking give different circuits
-and different MIB scores (MIB issue #19).  Ties go to the smaller edge (node) index, so a result
-never depends on the sort algorithm.
+``ranking`` ('signed' or 'absolute') is always an explicit keyword: signed and absolute ranking give
+different circuits and different MIB scores (MIB issue #19); ``absolute=True/False``, its old name,
+is still read with a warning. Ties go to the smaller edge (node) index, so a result never depends on
+the sort algorithm.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
-from reports.errors import InputError
+from reports.errors import InputError, warn_renamed
+from reports.topk import RANKINGS
 from ..graph import ComponentGraph
 from .graph_ops import edge_endpoints, graph_cfg, receiver_node_index, unknown_message
 
@@ -21,15 +23,32 @@ if TYPE_CHECKING:
     from .core import Circuit
 
 
-def _key(scores: np.ndarray, absolute: bool) -> np.ndarray:
-    return np.abs(scores.astype(np.float64)) if absolute else scores.astype(np.float64)
+def _key(scores: np.ndarray, ranking: str) -> np.ndarray:
+    return np.abs(scores.astype(np.float64)) if ranking == "absolute" else scores.astype(np.float64)
 
 
-def _check_absolute(absolute: Any) -> bool:
-    if not isinstance(absolute, (bool, np.bool_)):
-        raise InputError(f"absolute must be True or False (an explicit choice: signed and absolute ranking give "
-                         f"different circuits), got {absolute!r}")
-    return bool(absolute)
+def check_ranking(ranking: Any, renamed: Mapping[str, Any], where: str) -> str:
+    """Return the ranking, 'signed' or 'absolute', given as ``ranking=`` or by its old name ``absolute=``.
+
+    InputError when neither is given (an explicit choice: signed and absolute ranking give different
+    circuits), for another value, or when both disagree; TypeError for any other keyword.
+    """
+    unknown = sorted(set(renamed) - {"absolute"})
+    if unknown:
+        raise TypeError(f"{where}() got unexpected keyword argument(s) {unknown}")
+    if "absolute" in renamed:
+        absolute = renamed["absolute"]
+        if not isinstance(absolute, (bool, np.bool_)):
+            raise InputError(f"absolute must be True or False, got {absolute!r}; write ranking='absolute' or 'signed'")
+        old = "absolute" if absolute else "signed"
+        warn_renamed(f"absolute={bool(absolute)}", f"ranking={old!r}", where, stacklevel=4)
+        if ranking is not None and ranking != old:
+            raise InputError(f"{where}: absolute={bool(absolute)} contradicts ranking={ranking!r}; give ranking only")
+        ranking = old
+    if ranking not in RANKINGS:
+        raise InputError(f"ranking must be 'signed' or 'absolute' (an explicit choice: they give different circuits), "
+                         f"got {ranking!r}")
+    return ranking
 
 
 def _score_vector(scores: Any, graph: ComponentGraph | None, level: str) -> tuple[np.ndarray, ComponentGraph, dict, int | None]:
@@ -86,36 +105,39 @@ class SelectionRules:
     """The constructors of :class:`~circuits.circuit.Circuit` (mixed into it; ``cls`` is Circuit)."""
 
     @classmethod
-    def top_k(cls, scores: Any, k: int, *, absolute: bool, graph: ComponentGraph | None = None) -> "Circuit":
-        """The k edges with the largest score (``absolute=True``: largest ``|score|``); ties by edge index."""
-        absolute = _check_absolute(absolute)
+    def top_k(cls, scores: Any, k: int, *, ranking: str | None = None, graph: ComponentGraph | None = None,
+              **renamed: Any) -> "Circuit":
+        """The k edges with the largest score (``ranking='absolute'``: largest ``|score|``); ties by edge index."""
+        ranking = check_ranking(ranking, renamed, "Circuit.top_k")
         vec, graph, prov, d_model = _score_vector(scores, graph, "edge")
         k = _check_k(k, graph.n_edges, "edges")
-        order = np.lexsort((np.arange(vec.size), -_key(vec, absolute)))
+        order = np.lexsort((np.arange(vec.size), -_key(vec, ranking)))
         edges = np.zeros(graph.n_edges, dtype=bool)
         edges[order[:k]] = True
         return cls(graph, edges, scores=vec, rule="top_k",
-                   params={"k": k, "absolute": absolute, "ties": "smaller edge index first", **prov}, d_model=d_model)
+                   params={"k": k, "ranking": ranking, "ties": "smaller edge index first", **prov}, d_model=d_model)
 
     @classmethod
-    def threshold(cls, scores: Any, t: float, *, absolute: bool, graph: ComponentGraph | None = None) -> "Circuit":
-        """Every edge whose score (``absolute=True``: ``|score|``) is ``>= t``."""
-        absolute = _check_absolute(absolute)
+    def threshold(cls, scores: Any, t: float, *, ranking: str | None = None, graph: ComponentGraph | None = None,
+                  **renamed: Any) -> "Circuit":
+        """Every edge whose score (``ranking='absolute'``: ``|score|``) is ``>= t``."""
+        ranking = check_ranking(ranking, renamed, "Circuit.threshold")
         t = float(t)
         if math.isnan(t):
             raise InputError("the threshold is NaN")
         vec, graph, prov, d_model = _score_vector(scores, graph, "edge")
-        edges = _key(vec, absolute) >= t
-        return cls(graph, edges, scores=vec, rule="threshold", params={"threshold": t, "absolute": absolute, **prov},
+        edges = _key(vec, ranking) >= t
+        return cls(graph, edges, scores=vec, rule="threshold", params={"threshold": t, "ranking": ranking, **prov},
                    d_model=d_model)
 
     @classmethod
-    def greedy(cls, scores: Any, k: int, *, absolute: bool, graph: ComponentGraph | None = None) -> "Circuit":
+    def greedy(cls, scores: Any, k: int, *, ranking: str | None = None, graph: ComponentGraph | None = None,
+               **renamed: Any) -> "Circuit":
         """Grow k edges from the logits, best candidate first (EAP-IG's ``apply_greedy``; not pruned)."""
-        absolute = _check_absolute(absolute)
+        ranking = check_ranking(ranking, renamed, "Circuit.greedy")
         vec, graph, prov, d_model = _score_vector(scores, graph, "edge")
         k = _check_k(k, graph.n_edges, "edges")
-        key = _key(vec, absolute)
+        key = _key(vec, ranking)
         logits_node = len(graph.nodes) - 1
         # in-edges of each node: the edges into its receivers (one receiver, or a head's q, k, v)
         rnode = receiver_node_index(graph)
@@ -140,23 +162,24 @@ class SelectionRules:
             if not in_circuit[u]:
                 add_node(u)
         return cls(graph, edges, scores=vec, rule="greedy",
-                   params={"k": k, "absolute": absolute, "ties": "smaller edge index first", **prov}, d_model=d_model)
+                   params={"k": k, "ranking": ranking, "ties": "smaller edge index first", **prov}, d_model=d_model)
 
     @classmethod
-    def from_node_scores(cls, scores: Any, k: int | None = None, *, absolute: bool, threshold: float | None = None,
-                         graph: ComponentGraph | None = None) -> "Circuit":
+    def from_node_scores(cls, scores: Any, k: int | None = None, *, ranking: str | None = None,
+                         threshold: float | None = None, graph: ComponentGraph | None = None,
+                         **renamed: Any) -> "Circuit":
         """Node-level circuit: the top-k senders (or those with score ``>= threshold``) and all edges between them.
 
         ``scores`` is a node-level ScoreMatrix or a vector over ``graph.senders``.  A NaN score
         marks an unscored node, which is always kept (EAP-IG's convention); ``k`` counts scored
         nodes only.  ``logits`` is always included.
         """
-        absolute = _check_absolute(absolute)
+        ranking = check_ranking(ranking, renamed, "Circuit.from_node_scores")
         if (k is None) == (threshold is None):
             raise InputError("give exactly one of k and threshold")
         vec, graph, prov, d_model = _score_vector(scores, graph, "node")
         scored = ~np.isnan(vec)
-        key = np.where(scored, _key(np.nan_to_num(vec), absolute), -np.inf)
+        key = np.where(scored, _key(np.nan_to_num(vec), ranking), -np.inf)
         keep = ~scored
         if k is not None:
             k = _check_k(k, int(scored.sum()), "scored nodes")
@@ -170,7 +193,7 @@ class SelectionRules:
         names = [graph.senders[i] for i in np.flatnonzero(keep)]
         out = cls.from_nodes(graph, names, node_scores=node_scores, d_model=d_model)
         out.rule = "node_top_k" if k is not None else "node_threshold"
-        out.params = {**params, "absolute": absolute, "ties": "smaller node index first", **prov}
+        out.params = {**params, "ranking": ranking, "ties": "smaller node index first", **prov}
         return out
 
     @classmethod

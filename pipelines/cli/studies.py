@@ -41,7 +41,8 @@ def heads_command(
     corpus: str | None = typer.Option(None, "--corpus", help="corpus of the probe snippets (its held-out probe split); "
                                       "default: the models' training corpus if it is stdlib"),
     hooks: str = typer.Option("pre,post", "--hooks", help="residual hooks: pre (before attention), post (after attention)"),
-    n_resamples: int = typer.Option(200, "--n-resamples", "--n-boot", min=2, help="bootstrap resamples"),
+    n_resamples: int | None = typer.Option(None, "--n-resamples", min=2, help="bootstrap resamples (default 200)"),
+    n_boot: int | None = typer.Option(None, "--n-boot", min=2, hidden=True, help="old name of --n-resamples"),
     ci_over: CIOver = typer.Option(CIOver("both"), "--ci-over", help="what the bootstrap resamples"),
     seed: int = typer.Option(0, "--seed", min=0),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or mps"),
@@ -62,10 +63,18 @@ def heads_command(
     device = check_device(device)
     n_jobs = check_n_jobs(n_jobs, "--n-jobs")
     loaded = [load_source(m, device=device, allow_pickle=allow_pickle, allow_large=allow_large) for m in models]
+    if n_boot is not None:
+        from reports.errors import warn_renamed
+
+        warn_renamed("--n-boot", "--n-resamples", "heads")
+        if n_resamples is not None and n_resamples != n_boot:
+            raise InputError("--n-boot (the old flag) and --n-resamples differ; give --n-resamples only")
+        n_resamples = n_boot
     est = HeadStability(match=match.value, pairs=pairs.value, anchor=anchor, drop_bos=drop_bos, null=null.value,
-                        n_boot=n_resamples, ci_over=ci_over.value, n_probe=n_probe, probe_len=probe_len, bos=bos,
+                        n_resamples=200 if n_resamples is None else n_resamples, ci_over=ci_over.value,
+                        n_probe=n_probe, probe_len=probe_len, bos=bos,
                         probe_file=str(probe_file) if probe_file else None, corpus=corpus,
-                        hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), random_state=seed,
+                        hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), seed=seed,
                         n_jobs=n_jobs)
     res = est.fit(loaded).result_
     # threads change no result: the spec (which a rerun must match) leaves them out

@@ -71,7 +71,7 @@ def tokens_command(
                              pairs=None if pairs is None else tuple(p.strip() for p in pairs.split(",") if p.strip()),
                              n_random=n_random, ablation=ablation.value, exclude_first=exclude_first,
                              exclude_readout=exclude_readout, sink=sink.value, sink_threshold=sink_threshold,
-                             n_resamples=n_resamples, batch_size=batch_size, random_state=seed)
+                             n_resamples=n_resamples, batch_size=batch_size, seed=seed)
     est.validate()  # every option is checked before the model loads or anything is written
     check_out(out)
     from circuits import load_model

@@ -149,7 +149,7 @@ def test_pooled_share_intervals_cover_under_correlated_edges():
     reps = 30
     for r in range(reps):
         sc = PlantedScorer(30, 5, labels, 20, 0, seed=100 + r, corr=0.5)
-        res = pooled_shares(sc.Y[0], FACTORS, seed=r, n_boot=1000)
+        res = pooled_shares(sc.Y[0], FACTORS, seed=r, n_resamples=1000)
         for s, lo, hi in zip(res["source"], res["ci_low"], res["ci_high"]):
             hits[s] += lo <= _truth()[s] <= hi
     cover = {k: v / reps for k, v in hits.items()}

@@ -190,7 +190,7 @@ def test_pooled_share_intervals_cover_under_t3_effects():
     width = {k: 0.0 for k in PLANTED}
     for r in range(reps):
         res = pooled_shares(_t3_design(np.random.default_rng(900 + r), 64, 3, 4, 20),
-                            ["examples", "counterfactual", "estimator"], seed=r, n_boot=400)
+                            ["examples", "counterfactual", "estimator"], seed=r, n_resamples=400)
         for s, lo, hi, ok in zip(res["source"], res["ci_low"], res["ci_high"], res["interval_reliable"]):
             hits[s] += lo <= truth[s] <= hi
             width[s] += (hi - lo) / reps
