@@ -9,6 +9,13 @@ with the k-th key, and how many of them were left out, are returned with the ind
 report can say when a circuit was decided by a coin flip (e.g. 10 non-zero edges at k = 20).
 
 Whether circuits are chosen by signed score or by |score| is an explicit argument (MIB issue #19).
+
+Why random and not the smaller index: exactly tied edges are common (structurally zero edges, a
+saturated metric, scores rounded by low precision). Breaking them by index always keeps the same
+low-index edges, which biases circuits toward early edges and makes the tied part of a circuit
+identical in every resample, so stability across resamples is overstated exactly where the data
+cannot decide. A seeded random priority is reproducible (same seed, same circuit) and keeps every
+tied edge with equal probability; the tables record the rule (``TIE_RULE``) and the tie counts.
 """
 
 from __future__ import annotations
@@ -18,22 +25,50 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputError
+from .errors import InputError, warn_renamed
 
-__all__ = ["RANKINGS", "TopK", "ranking_key", "row_seeds", "tie_priorities", "topk", "select_topk", "topk_mask"]
+__all__ = ["RANKINGS", "TIE_RULE", "TopK", "check_ranking", "ranking_key", "row_seeds", "tie_priorities", "topk",
+           "select_topk", "topk_mask"]
 
 RANKINGS = ("signed", "absolute")
+#: the tie rule, as the tables record it (column ``tie_rule``)
+TIE_RULE = "seeded random: edges tied with the k-th score are kept by a pseudo-random priority from the seed"
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 
 
+def check_ranking(ranking: Any, renamed: dict[str, Any] | None = None, where: str = "top-k") -> str:
+    """Return the ranking, 'signed' or 'absolute', given as ``ranking=`` or by its old name ``absolute=``.
+
+    ``renamed`` holds the caller's other keywords: ``absolute=True/False`` is read with a warning
+    naming ``ranking``; any other is a TypeError. InputError when no ranking is given (an explicit
+    choice: signed and absolute ranking give different circuits), for another value, or when the
+    old and the new name disagree.
+    """
+    renamed = renamed or {}
+    unknown = sorted(set(renamed) - {"absolute"})
+    if unknown:
+        raise TypeError(f"{where}() got unexpected keyword argument(s) {unknown}")
+    if "absolute" in renamed:
+        absolute = renamed["absolute"]
+        if not isinstance(absolute, (bool, np.bool_)):
+            raise InputError(f"absolute must be True or False, got {absolute!r}; write ranking='absolute' or 'signed'")
+        old = "absolute" if absolute else "signed"
+        warn_renamed(f"absolute={bool(absolute)}", f"ranking={old!r}", where, stacklevel=4)
+        if ranking is not None and ranking != old:
+            raise InputError(f"{where}: absolute={bool(absolute)} contradicts ranking={ranking!r}; give ranking only")
+        ranking = old
+    if ranking not in RANKINGS:
+        raise InputError(f"ranking must be 'signed' or 'absolute' (an explicit choice: they give different circuits), "
+                         f"got {ranking!r}")
+    return ranking
+
+
 def ranking_key(values: np.ndarray, ranking: str) -> np.ndarray:
     """Return the ranking key: the score itself ('signed') or its magnitude ('absolute')."""
-    if ranking not in RANKINGS:
-        raise InputError(f"ranking must be 'signed' or 'absolute' (an explicit choice: it changes "
-                         f"circuits), got {ranking!r}")
+    check_ranking(ranking)
     return values if ranking == "signed" else np.abs(values)
 
 

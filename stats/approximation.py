@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from reports.results import Result
-from reports.topk import topk
+from reports.topk import TIE_RULE, topk
 
 __all__ = ["ApproximationResult", "approximation_agreement"]
 
@@ -68,12 +68,14 @@ def approximation_agreement(exact: np.ndarray, approx: np.ndarray, k: int, *, ra
     per_edge = {"exact_mean": sm, "approx_mean": am, "bias": err.mean(0),
                 "error_sd": err.std(0, ddof=1) if N > 1 else np.full(s.shape[1], np.nan),
                 "slope": slope, "intercept": am - slope * sm, "r2": r2}
-    top_s = set(topk(sm, k, ranking=ranking, seed=seed).indices.tolist())
-    top_a = set(topk(am, k, ranking=ranking, seed=seed).indices.tolist())
+    tk_s, tk_a = topk(sm, k, ranking=ranking, seed=seed), topk(am, k, ranking=ranking, seed=seed)
+    top_s, top_a = set(tk_s.indices.tolist()), set(tk_a.indices.tolist())
     flat_s, flat_a = s.ravel(), a.ravel()
     fit = sps.linregress(flat_s, flat_a) if np.ptp(flat_s) > 0 else None
     summary = {"spearman": float(sps.spearmanr(sm, am).statistic), "kendall": float(sps.kendalltau(sm, am).statistic),
                "slope": float(fit.slope) if fit else np.nan, "r2": float(fit.rvalue**2) if fit else np.nan,
-               "bias_mean": float(err.mean()), "top_k_overlap": len(top_s & top_a) / k, "k": int(k)}
+               "bias_mean": float(err.mean()), "top_k_overlap": len(top_s & top_a) / k, "k": int(k),
+               "tie_rule": TIE_RULE, "cutoff_ties": int(tk_s.n_tied_at_cutoff),
+               "cutoff_ties_approx": int(tk_a.n_tied_at_cutoff)}
     return ApproximationResult(per_edge, summary, edge_names,
                                {"estimator": "approximation_agreement", "k": int(k), "ranking": ranking, "n": N})

@@ -33,7 +33,7 @@ from scipy.special import ndtri
 from reports.errors import InputError
 from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
 from reports.results import Result
-from reports.topk import ranking_key, row_seeds, select_topk, tie_priorities, topk
+from reports.topk import TIE_RULE, ranking_key, row_seeds, select_topk, tie_priorities, topk
 
 from .resampling import DEFAULT_MAX_BYTES, ResamplingPlan, check_score_matrix
 from .stability_data import (ESTIMANDS, DataLevelEstimates, check_data_level,
@@ -281,7 +281,8 @@ class StabilityResult(Result):
         return table.replace_schema_metadata(meta)
 
     def _tables(self) -> dict[str, dict[str, Any]]:
-        tables: dict[str, dict[str, Any]] = {"stability": {"k": self.ks, **self.per_k}}
+        tables: dict[str, dict[str, Any]] = {"stability": {"k": self.ks, **self.per_k,
+                                                           "tie_rule": [TIE_RULE] * self.ks.size}}
         ki, ei = np.nonzero(self.inclusion_counts)
         inc = {"k": self.ks[ki], "edge": ei.astype(np.int64)}
         if self.edge_names is not None:

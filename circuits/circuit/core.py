@@ -113,6 +113,6 @@ class Circuit(SelectionRules, MibJson, CircuitExport, Result):
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
+        shown = {k: v for k, v in self.params.items() if k in ("k", "threshold", "ranking", "pruned", "cutoff_ties")}
         return (f"Circuit(rule={self.rule!r}, edges={self.n_edges}/{self.graph.n_edges}, nodes={self.n_nodes}, "
-                f"params={ {k: v for k, v in self.params.items() if k in ('k', 'threshold', 'ranking', 'pruned')} })")
-
+                f"params={shown})")

@@ -17,6 +17,9 @@ class CircuitExport:
                  f"  parameters : {', '.join(f'{k}={v}' for k, v in self.params.items() if not isinstance(v, dict)) or '-'}",
                  f"  edges      : {self.n_edges} of {g.n_edges} ({100 * self.fraction:.2f}%)",
                  f"  nodes      : {self.n_nodes} of {len(g.nodes)}"]
+        if "cutoff_ties" in self.params:
+            lines.append(f"  ties       : {self.params['cutoff_ties']} edges tied at the cut-off, "
+                         f"{self.params['cutoff_ties_excluded']} left out (seeded random, reports.topk)")
         layer_of = list(g.sender_layer) + [g.n_layers]
         by_layer: dict[int, list[str]] = {}
         for i in np.flatnonzero(self.nodes):
@@ -45,10 +48,20 @@ class CircuitExport:
         ns = self.node_scores if self.node_scores is not None else np.full(len(g.nodes), np.nan, dtype=np.float32)
         edges = {c: np.asarray(cols[c]) for c in ("index", "name", "sender", "receiver", "kind", "sender_layer",
                                                  "receiver_layer")}
-        edges.update(score=np.asarray(scores, dtype=np.float32), in_circuit=np.asarray(self.edges))
+        edges.update(score=np.asarray(scores, dtype=np.float32), in_circuit=np.asarray(self.edges),
+                     tied_at_cutoff=self.tied_at_cutoff())
         nodes = {"name": np.asarray(g.nodes), "layer": np.append(g.sender_layer, g.n_layers).astype(np.int64),
                  "score": np.asarray(ns, dtype=np.float32), "in_circuit": np.asarray(self.nodes)}
         return {"circuit": edges, "circuit_nodes": nodes}
+
+    def tied_at_cutoff(self) -> np.ndarray:
+        """Return [E] True for the edges whose score ties the k-th one of a top-k rule (kept or left out at random)."""
+        from reports.topk import ranking_key
+
+        if self.scores is None or "cutoff_key" not in self.params or self.rule != "top_k":
+            return np.zeros(self.graph.n_edges, dtype=bool)
+        key = ranking_key(self.scores.astype(np.float64), self.params.get("ranking", "signed"))
+        return key == float(self.params["cutoff_key"])
 
     def to_table(self, name: str | None = None):
         """Return table ``circuit`` (default) or ``circuit_nodes``; the rule, its parameters and the graph are in

@@ -2,8 +2,10 @@
 
 ``ranking`` ('signed' or 'absolute') is always an explicit keyword: signed and absolute ranking give
 different circuits and different MIB scores (MIB issue #19); ``absolute=True/False``, its old name,
-is still read with a warning. Ties go to the smaller edge (node) index, so a result never depends on
-the sort algorithm.
+is still read with a warning. Ties follow the one top-k rule (reports.topk): at random from ``seed``
+(reproducible: same seed, same circuit), never by index, which would favour low-index edges and make
+tied edges look stable across resamples. The rule, the seed and the number of edges tied at the
+cut-off are recorded in the circuit's ``params``.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
-from reports.errors import InputError, warn_renamed
-from reports.topk import RANKINGS
+from reports.errors import InputError
+from reports.seeds import as_seed_sequence, seed_record
+from reports.topk import TIE_RULE, check_ranking, ranking_key, row_seeds, tie_priorities, topk
+
 from ..graph import ComponentGraph
 from .graph_ops import edge_endpoints, graph_cfg, receiver_node_index, unknown_message
 
@@ -24,31 +28,20 @@ if TYPE_CHECKING:
 
 
 def _key(scores: np.ndarray, ranking: str) -> np.ndarray:
-    return np.abs(scores.astype(np.float64)) if ranking == "absolute" else scores.astype(np.float64)
+    return ranking_key(scores.astype(np.float64), ranking)
 
 
-def check_ranking(ranking: Any, renamed: Mapping[str, Any], where: str) -> str:
-    """Return the ranking, 'signed' or 'absolute', given as ``ranking=`` or by its old name ``absolute=``.
+def _top(values: np.ndarray, k: int, ranking: str, ss: np.random.SeedSequence) -> tuple[np.ndarray, dict]:
+    """(indices of the top k of ``values`` in rank order, the tie parameters recorded with the circuit).
 
-    InputError when neither is given (an explicit choice: signed and absolute ranking give different
-    circuits), for another value, or when both disagree; TypeError for any other keyword.
+    The one top-k (reports.topk): ties at the cut-off broken by the seed's pseudo-random priorities.
     """
-    unknown = sorted(set(renamed) - {"absolute"})
-    if unknown:
-        raise TypeError(f"{where}() got unexpected keyword argument(s) {unknown}")
-    if "absolute" in renamed:
-        absolute = renamed["absolute"]
-        if not isinstance(absolute, (bool, np.bool_)):
-            raise InputError(f"absolute must be True or False, got {absolute!r}; write ranking='absolute' or 'signed'")
-        old = "absolute" if absolute else "signed"
-        warn_renamed(f"absolute={bool(absolute)}", f"ranking={old!r}", where, stacklevel=4)
-        if ranking is not None and ranking != old:
-            raise InputError(f"{where}: absolute={bool(absolute)} contradicts ranking={ranking!r}; give ranking only")
-        ranking = old
-    if ranking not in RANKINGS:
-        raise InputError(f"ranking must be 'signed' or 'absolute' (an explicit choice: they give different circuits), "
-                         f"got {ranking!r}")
-    return ranking
+    ties: dict[str, Any] = {"ties": TIE_RULE, "tie_seed": seed_record(ss)}
+    if k == 0:
+        return np.zeros(0, dtype=np.int64), {**ties, "cutoff_ties": 0, "cutoff_ties_excluded": 0}
+    t = topk(values, k, ranking=ranking, seed=ss)
+    return t.indices, {**ties, "cutoff_key": float(t.threshold), "cutoff_ties": int(t.n_tied_at_cutoff),
+                       "cutoff_ties_excluded": int(t.n_tied_excluded)}
 
 
 def _score_vector(scores: Any, graph: ComponentGraph | None, level: str) -> tuple[np.ndarray, ComponentGraph, dict, int | None]:
@@ -105,17 +98,18 @@ class SelectionRules:
     """The constructors of :class:`~circuits.circuit.Circuit` (mixed into it; ``cls`` is Circuit)."""
 
     @classmethod
-    def top_k(cls, scores: Any, k: int, *, ranking: str | None = None, graph: ComponentGraph | None = None,
-              **renamed: Any) -> "Circuit":
-        """The k edges with the largest score (``ranking='absolute'``: largest ``|score|``); ties by edge index."""
+    def top_k(cls, scores: Any, k: int, *, ranking: str | None = None, seed: Any = 0,
+              graph: ComponentGraph | None = None, **renamed: Any) -> "Circuit":
+        """The k edges with the largest score (``ranking='absolute'``: largest ``|score|``); ties at the cut-off
+        at random from ``seed`` (an int or SeedSequence; reports.topk)."""
         ranking = check_ranking(ranking, renamed, "Circuit.top_k")
         vec, graph, prov, d_model = _score_vector(scores, graph, "edge")
         k = _check_k(k, graph.n_edges, "edges")
-        order = np.lexsort((np.arange(vec.size), -_key(vec, ranking)))
+        idx, ties = _top(vec, k, ranking, as_seed_sequence(seed))
         edges = np.zeros(graph.n_edges, dtype=bool)
-        edges[order[:k]] = True
-        return cls(graph, edges, scores=vec, rule="top_k",
-                   params={"k": k, "ranking": ranking, "ties": "smaller edge index first", **prov}, d_model=d_model)
+        edges[idx] = True
+        return cls(graph, edges, scores=vec, rule="top_k", params={"k": k, "ranking": ranking, **ties, **prov},
+                   d_model=d_model)
 
     @classmethod
     def threshold(cls, scores: Any, t: float, *, ranking: str | None = None, graph: ComponentGraph | None = None,
@@ -131,13 +125,16 @@ class SelectionRules:
                    d_model=d_model)
 
     @classmethod
-    def greedy(cls, scores: Any, k: int, *, ranking: str | None = None, graph: ComponentGraph | None = None,
-               **renamed: Any) -> "Circuit":
-        """Grow k edges from the logits, best candidate first (EAP-IG's ``apply_greedy``; not pruned)."""
+    def greedy(cls, scores: Any, k: int, *, ranking: str | None = None, seed: Any = 0,
+               graph: ComponentGraph | None = None, **renamed: Any) -> "Circuit":
+        """Grow k edges from the logits, best candidate first (EAP-IG's ``apply_greedy``; not pruned); equal
+        candidates in the order of the seed's tie priorities (the top-k's, reports.topk)."""
         ranking = check_ranking(ranking, renamed, "Circuit.greedy")
         vec, graph, prov, d_model = _score_vector(scores, graph, "edge")
         k = _check_k(k, graph.n_edges, "edges")
         key = _key(vec, ranking)
+        ss = as_seed_sequence(seed)
+        pri = tie_priorities(row_seeds(ss, 1), np.arange(graph.n_edges))[0]
         logits_node = len(graph.nodes) - 1
         # in-edges of each node: the edges into its receivers (one receiver, or a head's q, k, v)
         rnode = receiver_node_index(graph)
@@ -152,21 +149,22 @@ class SelectionRules:
         def add_node(node: int) -> None:
             in_circuit[node] = True
             for e in in_edges[node]:
-                heapq.heappush(heap, (-key[e], e))
+                heapq.heappush(heap, (-key[e], int(pri[e]), e))
 
         add_node(logits_node)
         for _ in range(k):
-            _, e = heapq.heappop(heap)  # every edge is reachable from the logits, so the heap never runs dry
+            *_, e = heapq.heappop(heap)  # every edge is reachable from the logits, so the heap never runs dry
             edges[e] = True
             u = int(graph.edge_sender[e])
             if not in_circuit[u]:
                 add_node(u)
         return cls(graph, edges, scores=vec, rule="greedy",
-                   params={"k": k, "ranking": ranking, "ties": "smaller edge index first", **prov}, d_model=d_model)
+                   params={"k": k, "ranking": ranking, "ties": TIE_RULE, "tie_seed": seed_record(ss), **prov},
+                   d_model=d_model)
 
     @classmethod
     def from_node_scores(cls, scores: Any, k: int | None = None, *, ranking: str | None = None,
-                         threshold: float | None = None, graph: ComponentGraph | None = None,
+                         threshold: float | None = None, seed: Any = 0, graph: ComponentGraph | None = None,
                          **renamed: Any) -> "Circuit":
         """Node-level circuit: the top-k senders (or those with score ``>= threshold``) and all edges between them.
 
@@ -183,9 +181,10 @@ class SelectionRules:
         keep = ~scored
         if k is not None:
             k = _check_k(k, int(scored.sum()), "scored nodes")
-            order = np.lexsort((np.arange(vec.size), -key))
-            keep[order[:k]] = True
-            params = {"k": k}
+            which = np.flatnonzero(scored)
+            idx, ties = _top(vec[which], k, ranking, as_seed_sequence(seed))
+            keep[which[idx]] = True
+            params = {"k": k, **ties}
         else:
             keep |= scored & (key >= float(threshold))
             params = {"threshold": float(threshold)}
@@ -193,7 +192,7 @@ class SelectionRules:
         names = [graph.senders[i] for i in np.flatnonzero(keep)]
         out = cls.from_nodes(graph, names, node_scores=node_scores, d_model=d_model)
         out.rule = "node_top_k" if k is not None else "node_threshold"
-        out.params = {**params, "ranking": ranking, "ties": "smaller node index first", **prov}
+        out.params = {**params, "ranking": ranking, **prov}
         return out
 
     @classmethod

@@ -298,6 +298,7 @@ def circuit_command(
     ranking: Ranking | None = typer.Option(None, "--ranking", help="rank edges by signed score (default) or by |score| "
                                            "(absolute)"),
     absolute: bool | None = typer.Option(None, "--absolute/--signed", hidden=True, help="old name of --ranking"),
+    seed: int = typer.Option(0, "--seed", min=0, help="seed of the random tie-break at the cut-off (reports.topk)"),
     method: Method | None = typer.Option(None, "--method", help="which method's scores in an audit run"),
     rule: Rule = typer.Option(Rule("top-k"), "--rule", help="top-k edges, or greedy growth from the logits"),
     prune: bool = typer.Option(True, "--prune/--no-prune", help="drop nodes with no path input -> logits"),
@@ -315,7 +316,7 @@ def circuit_command(
         name = f"scores_{found[0]}"
     sm = ScoreMatrix.read(run, name)
     make = Circuit.top_k if rule.value == "top-k" else Circuit.greedy
-    circuit = make(sm, k, ranking=ranking_option(ranking, absolute, "circuit"))
+    circuit = make(sm, k, ranking=ranking_option(ranking, absolute, "circuit"), seed=seed)
     if prune:
         circuit = circuit.prune()
     typer.echo(circuit.summary())

@@ -52,9 +52,12 @@ def _path_oracle(edge_names: list[str]) -> set[str]:
     return {n for n in edge_names if _ends(n)[0] in from_input and _ends(n)[1] in to_logits}
 
 
-def _naive_greedy(graph: ComponentGraph, scores: np.ndarray, k: int, absolute: bool) -> set[int]:
-    """O(k·E) greedy: best edge (smallest index on ties) whose receiver node is already in."""
+def _naive_greedy(graph: ComponentGraph, scores: np.ndarray, k: int, absolute: bool, seed: int = 0) -> set[int]:
+    """O(k·E) greedy: best edge whose receiver node is already in; ties by the seed's priorities (reports.topk)."""
+    from reports.topk import row_seeds, tie_priorities
+
     key = np.abs(scores) if absolute else scores
+    pri = tie_priorities(row_seeds(np.random.SeedSequence(seed), 1), np.arange(graph.n_edges))[0]
     names = graph.edge_names
     nodes, chosen = {"logits"}, set()
     for _ in range(k):
@@ -63,7 +66,7 @@ def _naive_greedy(graph: ComponentGraph, scores: np.ndarray, k: int, absolute: b
             u, v = _ends(name)
             if e in chosen or v not in nodes:
                 continue
-            if best is None or key[e] > key[best]:
+            if best is None or key[e] > key[best] or (key[e] == key[best] and pri[e] < pri[best]):
                 best = e
         chosen.add(best)
         nodes.add(_ends(names[best])[0])
@@ -90,13 +93,21 @@ def test_top_k_signed_vs_absolute(graph):
     assert signed.n_edges == absolute.n_edges == 5
 
 
-def test_top_k_ties_by_edge_index_and_explicit_absolute(graph):
+def test_top_k_ties_at_random_from_the_seed_and_explicit_ranking(graph):
+    from reports.topk import topk
+
     s = np.zeros(graph.n_edges, dtype=np.float32)
     s[[50, 7, 30, 2]] = 1.0
     c = Circuit.top_k(s, 3, ranking="signed", graph=graph)
-    assert list(c.edge_indices) == [2, 7, 30]
-    c0 = Circuit.top_k(np.ones(graph.n_edges), 4, ranking="absolute", graph=graph)
-    assert list(c0.edge_indices) == [0, 1, 2, 3]
+    # the floor's top-k is the oracle: same seed, same circuit
+    assert set(c.edge_indices) == set(topk(s, 3, ranking="signed", seed=0).indices) < {2, 7, 30, 50}
+    assert (c.params["cutoff_ties"], c.params["cutoff_ties_excluded"]) == (4, 1) and "random" in c.params["ties"]
+    assert np.flatnonzero(c.to_table().column("tied_at_cutoff").to_numpy()).tolist() == [2, 7, 30, 50]
+    assert c == Circuit.top_k(s, 3, ranking="signed", graph=graph, seed=0)
+    assert "4 edges tied at the cut-off, 1 left out" in c.summary()
+    assert Circuit.top_k(s, 5, ranking="signed", graph=graph).params["cutoff_ties_excluded"] == graph.n_edges - 5
+    c0 = Circuit.top_k(s, 4, ranking="signed", graph=graph)
+    assert set(c0.edge_indices) == {2, 7, 30, 50} and c0.params["cutoff_ties_excluded"] == 0
     with pytest.raises(InputError, match="explicit"):
         Circuit.top_k(s, 3, graph=graph)  # ranking has no default
     with pytest.raises(InputError, match="explicit"):
@@ -112,6 +123,22 @@ def test_top_k_ties_by_edge_index_and_explicit_absolute(graph):
         Circuit.top_k(s, graph.n_edges + 1, ranking="absolute", graph=graph)
     with pytest.raises(InputError, match="graph="):
         Circuit.top_k(s, 3, ranking="absolute")
+
+
+def test_tied_edges_are_kept_with_equal_probability_not_by_index(graph):
+    # all edges tied (e.g. structurally zero edges): the index rule would keep edges 0..3 every time, so
+    # two resamples' circuits would always agree; the seeded rule keeps each edge with probability k/E
+    E, k, n = graph.n_edges, 4, 3000
+    flat = np.zeros(E, dtype=np.float32)
+    counts = np.zeros(E)
+    for seed in range(n):
+        counts[Circuit.top_k(flat, k, ranking="absolute", graph=graph, seed=seed).edges] += 1
+    freq, p = counts / n, k / E
+    se = np.sqrt(p * (1 - p) / n)
+    assert np.abs(freq - p).max() < 5 * se and freq.min() > 0  # every tied edge, none favoured
+    assert counts[:k].sum() / n < 2 * k * p  # the index rule's edges are kept at chance, not always
+    a, b = (set(Circuit.top_k(flat, k, ranking="absolute", graph=graph, seed=s).edge_indices) for s in (1, 2))
+    assert len(a & b) < k  # two seeds do not agree by construction
 
 
 def test_threshold(graph):
