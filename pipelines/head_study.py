@@ -384,6 +384,23 @@ class HeadStudyResult(RunTables):
 HEAD_STUDY_TABLES = ("summary", "conditions", "study_layers", "models", "heads", "layers", "residual")
 
 
+def _models_table(plan: StudyPlan, paths: dict[str, list[Path]]) -> dict[str, list]:
+    """Return the ``models`` table: one row per condition and seed, from each trained model's config.json."""
+    rows: dict[str, list] = {k: [] for k in ("condition", "n_layers", "optimizer", "weight_decay", "seed", "path",
+                                             "weight_hash", "val_loss", "train_seconds")}
+    for name, r in plan.conditions():
+        for s, p in zip(plan.seeds, paths[name]):
+            doc = json.loads((Path(p) / "config.json").read_text())
+            t = doc["meta"]["training"]
+            for key, value in (("condition", name), ("n_layers", r.n_layers), ("optimizer", r.optimizer),
+                               ("weight_decay", r.weight_decay), ("seed", int(s)), ("path", str(p)),
+                               ("weight_hash", doc["weight_hash"]),
+                               ("val_loss", float(t.get("final_val_loss") or math.nan)),
+                               ("train_seconds", float(t.get("train_seconds") or math.nan))):
+                rows[key].append(value)
+    return rows
+
+
 def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2, plan: StudyPlan | None = None,
                    cache: str | os.PathLike | None = None, corpus=None, device: str = "cpu", force: bool = False,
                    progress: bool = False, command: Any = None) -> HeadStudyResult:
@@ -414,26 +431,8 @@ def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2,
     headline = condition_name(max(plan.depths), *plan.optimizers[-1])
     with RunDir(out, spec=spec, command=command, seed=plan.seed,
                 provenance={"study": plan.name, "corpus": {"name": corpus_obj.name, "sha256": corpus_obj.content_hash}}) as run:
-        def models_table():
-            rows = {k: [] for k in ("condition", "n_layers", "optimizer", "weight_decay", "seed", "path", "weight_hash",
-                                    "val_loss", "train_seconds")}
-            for name, r in plan.conditions():
-                for s, p in zip(plan.seeds, paths[name]):
-                    doc = json.loads((Path(p) / "config.json").read_text())
-                    t = doc["meta"]["training"]
-                    rows["condition"].append(name)
-                    rows["n_layers"].append(r.n_layers)
-                    rows["optimizer"].append(r.optimizer)
-                    rows["weight_decay"].append(r.weight_decay)
-                    rows["seed"].append(int(s))
-                    rows["path"].append(str(p))
-                    rows["weight_hash"].append(doc["weight_hash"])
-                    rows["val_loss"].append(float(t.get("final_val_loss") or math.nan))
-                    rows["train_seconds"].append(float(t.get("train_seconds") or math.nan))
-            return {"models": rows}
-
         weights = {n: [json.loads((Path(p) / "config.json").read_text())["weight_hash"] for p in paths[n]] for n in names}
-        run.stage("models", models_table, ["models"], params={"weights": weights})
+        run.stage("models", lambda: {"models": _models_table(plan, paths)}, ["models"], params={"weights": weights})
         todo = [n for n in names if not run.is_done(f"analysis-{n}") or force]
         t1 = time.time()
         fitted = {}

@@ -12,8 +12,7 @@ Names load lazily (PEP 562): ``from reports.errors import InputError`` does not 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from reports.lazy import lazy_names
 
 _MODULES = {
     ".atomic": ["atomic_write", "atomic_write_bytes", "cleanup_temp_files"],
@@ -25,15 +24,4 @@ _MODULES = {
     ".tables": ["PROVENANCE_KEY", "matrix_to_table", "read_provenance", "read_table", "table_to_matrix",
                 "write_matrix", "write_table"],
 }
-_LAZY = {name: module for module, names in _MODULES.items() for name in names}
-
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    """The lazily imported public name ``name`` (its module is imported on first use)."""
-    if name not in _LAZY:
-        raise AttributeError(f"module 'reports' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-    globals()[name] = value
-    return value
+__all__, __getattr__ = lazy_names(__name__, _MODULES)

@@ -32,7 +32,7 @@ from reports.provenance import to_jsonable  # the one JSON conversion (the groun
 if TYPE_CHECKING:
     from reports.rundir import RunDir
 
-__all__ = ["ConfidenceInterval", "ConfInt", "Result"]
+__all__ = ["ConfidenceInterval", "ConfInt", "MethodIntervals", "Result"]
 
 # Same field names as scipy.stats' ConfidenceInterval, so code written for scipy results works.
 ConfidenceInterval = namedtuple("ConfidenceInterval", ["low", "high"])
@@ -232,6 +232,22 @@ class Result:
 
     def __repr__(self) -> str:
         return self.summary()
+
+
+class MethodIntervals:
+    """Mixin of a Result whose one estimate has an interval per method (``intervals``: {method: interval},
+    ``method`` the primary one, ``estimand``, ``confidence_level``): ``conf_int(which="bca")`` and the like."""
+
+    @property
+    def primary_interval(self) -> str:
+        """Return the name of the primary interval: its method."""
+        return self.method
+
+    def _intervals(self) -> dict[str, ConfInt]:
+        """Every computed interval by method name, then the table's."""
+        by_method = {m: ConfInt(np.atleast_1d(ci.low), np.atleast_1d(ci.high), self.estimand,
+                                float(self.confidence_level), m) for m, ci in self.intervals.items()}
+        return {**by_method, **super()._intervals()}
 
 
 def _fmt(v: Any) -> str:

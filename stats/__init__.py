@@ -9,8 +9,7 @@ through the others, so commands that only read tables start fast.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from reports.lazy import lazy_names
 
 _MODULES = {
     ".intervals": ["BootstrapResult", "bootstrap_edges", "bootstrap_statistic", "intervals_from_distribution"],
@@ -32,15 +31,4 @@ _MODULES = {
     ".head_pairs": ["PairSimilarities", "pair_similarities", "residual_cka"],
     ".study_claims": ["StudyDesign", "claims_table"],
 }
-_LAZY = {name: module for module, names in _MODULES.items() for name in names}
-
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    """The lazily imported public name ``name`` (its module is imported on first use)."""
-    if name not in _LAZY:
-        raise AttributeError(f"module 'stats' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-    globals()[name] = value
-    return value
+__all__, __getattr__ = lazy_names(__name__, _MODULES)

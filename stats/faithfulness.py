@@ -44,7 +44,7 @@ import numpy as np
 
 from reports.errors import InputError
 from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
-from reports.results import ConfidenceInterval, ConfInt, Result
+from reports.results import ConfidenceInterval, MethodIntervals, Result
 from reports.topk import ranking_key, topk
 
 from .intervals import METHODS, acceleration_from_jackknife, intervals_from_distribution
@@ -169,7 +169,7 @@ def _jackknife_ratios(num: np.ndarray, den: np.ndarray, groups: np.ndarray | Non
 
 # --- result --------------------------------------------------------------------------------
 @dataclass(repr=False)
-class FaithfulnessInterval(Result):
+class FaithfulnessInterval(MethodIntervals, Result):
     """Faithfulness estimates per circuit with an interval that names its estimand."""
 
     estimate: np.ndarray  # [C]
@@ -189,17 +189,6 @@ class FaithfulnessInterval(Result):
     params: dict = field(default_factory=dict)
 
     main_table = "faithfulness_intervals"
-
-    @property
-    def primary_interval(self) -> str:
-        """Return the name of the primary interval: its method."""
-        return self.method
-
-    def _intervals(self) -> dict[str, ConfInt]:
-        """Every computed interval by method name (``conf_int(which="bca")``), then the table's."""
-        by_method = {m: ConfInt(np.asarray(ci.low), np.asarray(ci.high), self.estimand, float(self.confidence_level),
-                                m) for m, ci in self.intervals.items()}
-        return {**by_method, **super()._intervals()}
 
     def _tables(self) -> dict[str, dict[str, Any]]:
         c = self.estimate.size

@@ -167,12 +167,7 @@ class ResamplingPlan:
     def subsample(cls, n_obs: int, n_resamples: int,
                   seed: int | np.random.SeedSequence | None = None) -> "ResamplingPlan":
         """Return half-size subsamples (floor(N/2) examples without replacement)."""
-        _check_sizes(n_obs, n_resamples)
-        ss = as_seed_sequence(seed)
-        rng = np.random.default_rng(ss)
-        half = n_obs // 2
-        if half < 1:
-            raise ValueError("half-size subsampling needs at least 2 examples")
+        ss, rng, half = _halves(n_obs, n_resamples, seed, "half-size subsampling needs")
         order = np.argsort(rng.random((n_resamples, n_obs)), axis=1)[:, :half]
         return cls(_counts_from_indices(order, n_obs), "subsample", seed_record(ss))
 
@@ -180,12 +175,7 @@ class ResamplingPlan:
     def complementary_pairs(cls, n_obs: int, n_pairs: int,
                             seed: int | np.random.SeedSequence | None = None) -> "ResamplingPlan":
         """Return 2*n_pairs resamples: for each split, two disjoint halves of size floor(N/2)."""
-        _check_sizes(n_obs, n_pairs)
-        ss = as_seed_sequence(seed)
-        rng = np.random.default_rng(ss)
-        half = n_obs // 2
-        if half < 1:
-            raise ValueError("complementary pairs need at least 2 examples")
+        ss, rng, half = _halves(n_obs, n_pairs, seed, "complementary pairs need")
         perm = np.argsort(rng.random((n_pairs, n_obs)), axis=1)
         idx = np.empty((2 * n_pairs, half), dtype=np.int64)
         idx[0::2] = perm[:, :half]
@@ -251,6 +241,16 @@ def _check_sizes(n_obs: int, n_resamples: int) -> None:
         raise ValueError("no examples: the score matrix is empty (N = 0)")
     if int(n_resamples) < 1:
         raise ValueError("n_resamples must be a positive integer")
+
+
+def _halves(n_obs: int, n_draws: int, seed: Any, what: str) -> tuple[np.random.SeedSequence, np.random.Generator, int]:
+    """(seed, its generator, floor(N/2)) of a half-sample scheme after checking the sizes."""
+    _check_sizes(n_obs, n_draws)
+    ss = as_seed_sequence(seed)
+    half = n_obs // 2
+    if half < 1:
+        raise ValueError(f"{what} at least 2 examples")
+    return ss, np.random.default_rng(ss), half
 
 
 def poisson_weights(seed: int | np.random.SeedSequence, n_resamples: int, start: int,

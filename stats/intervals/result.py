@@ -7,12 +7,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from reports.results import ConfidenceInterval, ConfInt, Result
+from reports.results import ConfidenceInterval, MethodIntervals, Result
 from .methods import ESTIMAND
 
 
 @dataclass(repr=False)
-class BootstrapResult(Result):
+class BootstrapResult(MethodIntervals, Result):
     """Per-edge interval result: scipy-style attributes plus conf_int(), summary(), to_table() ("bootstrap").
 
     `pvalue` inverts the primary interval (`method`): the interval excludes 0 exactly when
@@ -43,17 +43,6 @@ class BootstrapResult(Result):
     reliable: np.ndarray | None = None
     estimand: str = ESTIMAND
     main_table = "bootstrap"
-
-    @property
-    def primary_interval(self) -> str:
-        """Return the name of the primary interval: its method."""
-        return self.method
-
-    def _intervals(self) -> dict[str, ConfInt]:
-        """Every computed interval by method name (``conf_int(which="bca")``), then the table's."""
-        by_method = {m: ConfInt(np.atleast_1d(ci.low), np.atleast_1d(ci.high), self.estimand,
-                                float(self.confidence_level), m) for m, ci in self.intervals.items()}
-        return {**by_method, **super()._intervals()}
 
     @property
     def degenerate(self) -> np.ndarray:
