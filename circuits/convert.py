@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .errors import UnsupportedArchitectureError
+from reports.errors import UnsupportedArchitectureError
 from .model import CircuitModel, ModelConfig
 
 SUPPORTED = ("gpt2", "gpt_neox", "llama", "qwen2")

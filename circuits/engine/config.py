@@ -6,7 +6,7 @@ from dataclasses import dataclass, fields
 
 import torch.nn.functional as F
 
-from ..errors import InputError
+from reports.errors import InputError
 
 NORMS = ("layernorm", "rmsnorm", "none")
 POSITIONALS = ("learned", "rotary", "none")

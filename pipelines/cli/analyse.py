@@ -13,6 +13,20 @@ from . import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, DTYPES, Ablation, DType, Lev
 
 
 Rule = choices("Rule", "top-k", "greedy")  # how `circuit` selects edges
+Ranking = choices("Ranking", "signed", "absolute")  # reports.topk.RANKINGS: signed score or |score|
+
+
+def ranking_option(ranking, absolute: bool | None, command: str) -> str:
+    """The ranking of ``--ranking``, or of the old ``--absolute/--signed`` flags (with a warning naming the new one)."""
+    from reports.errors import warn_renamed
+
+    if absolute is None:
+        return "signed" if ranking is None else ranking.value
+    old = "absolute" if absolute else "signed"
+    warn_renamed(f"--{old}", f"--ranking {old}", command)
+    if ranking is not None and ranking.value != old:
+        fail(f"--{old} (the old flag) contradicts --ranking {ranking.value}; give --ranking only")
+    return old
 
 
 @app.command("model")
@@ -115,7 +129,7 @@ def attribute_command(
     a killed run continues where it stopped when the same command is run again."""
     from circuits import load_model
     from circuits.attribution import check_options
-    from circuits.errors import InputError
+    from reports.errors import InputError
     from circuits.plan import parse_bytes
     from pipelines.build import build_task, check_device, check_n_jobs, check_work, resolve_source, task_positions
 
@@ -309,7 +323,10 @@ def report_command(
 def circuit_command(
     run: Path = typer.Argument(..., help="run directory with scores (from attribute or audit)"),
     k: int = typer.Option(..., "--k", min=1, help="number of edges"),
-    absolute: bool = typer.Option(False, "--absolute/--signed", help="rank by |score| or by signed score"),
+    ranking: Ranking | None = typer.Option(None, "--ranking", help="rank edges by signed score (default) or by |score| "
+                                           "(absolute)"),
+    absolute: bool | None = typer.Option(None, "--absolute/--signed", hidden=True, help="old name of --ranking"),
+    seed: int = typer.Option(0, "--seed", min=0, help="seed of the random tie-break at the cut-off (reports.topk)"),
     method: Method | None = typer.Option(None, "--method", help="which method's scores in an audit run"),
     rule: Rule = typer.Option(Rule("top-k"), "--rule", help="top-k edges, or greedy growth from the logits"),
     prune: bool = typer.Option(True, "--prune/--no-prune", help="drop nodes with no path input -> logits"),
@@ -327,7 +344,7 @@ def circuit_command(
         name = f"scores_{found[0]}"
     sm = ScoreMatrix.read(run, name)
     make = Circuit.top_k if rule.value == "top-k" else Circuit.greedy
-    circuit = make(sm, k, absolute=absolute)
+    circuit = make(sm, k, ranking=ranking_option(ranking, absolute, "circuit"), seed=seed)
     if prune:
         circuit = circuit.prune()
     echo(circuit.summary())

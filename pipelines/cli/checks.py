@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 from . import app, choices, echo
 
