@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,24 +23,34 @@ def _quote_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def list_tables(run_dirs: Iterable[str | os.PathLike[str]]) -> dict[str, list[tuple[str, Path]]]:
+RunDirs = Iterable[str | os.PathLike[str]] | Mapping[str, str | os.PathLike[str]]
+
+
+def _named(run_dirs: RunDirs) -> list[tuple[str, Path]]:
+    """(run name, directory) pairs: a mapping's keys name its directories, else each directory names itself."""
+    if isinstance(run_dirs, Mapping):
+        return [(str(name), Path(d)) for name, d in run_dirs.items()]
+    return [(str(d), Path(d)) for d in run_dirs]
+
+
+def list_tables(run_dirs: RunDirs) -> dict[str, list[tuple[str, Path]]]:
     """Return {table name (file stem): [(run name, parquet path), ...]} for the top-level tables of `run_dirs`.
 
-    The run name is the directory as given (e.g. 'runs/a'), so it is unique among the arguments.
+    The run name is the directory as given (e.g. 'runs/a'), so it is unique among the arguments; or,
+    when `run_dirs` is a mapping {name: directory}, its key (the service names runs by job id).
     """
     tables: dict[str, list[tuple[str, Path]]] = {}
-    for d in run_dirs:
-        d = Path(d)
+    for name, d in _named(run_dirs):
         if not d.is_dir():
-            raise ValueError(f"run directory {str(d)!r} does not exist or is not a directory")
+            raise ValueError(f"run directory {name!r} does not exist or is not a directory")
         # Hidden files are temp files of writers in progress (see reports.atomic).
         for p in sorted(d.glob("*.parquet")):
             if not p.name.startswith("."):
-                tables.setdefault(p.stem, []).append((str(d), p))
+                tables.setdefault(p.stem, []).append((name, p))
     return tables
 
 
-def connect(run_dirs: Iterable[str | os.PathLike[str]], run_column: str = "run") -> duckdb.DuckDBPyConnection:
+def connect(run_dirs: RunDirs, run_column: str = "run") -> duckdb.DuckDBPyConnection:
     """Return an in-memory DuckDB connection with one view per table name, unioned over `run_dirs`.
 
     Each view has an extra column `run_column` naming the run directory a row came from. Once the
@@ -91,7 +101,7 @@ def check_read_only(sql: str) -> None:
                          "give a query such as SELECT ... FROM edge_stats")
 
 
-def query(sql: str, run_dirs: Iterable[str | os.PathLike[str]], run_column: str = "run") -> pa.Table:
+def query(sql: str, run_dirs: RunDirs, run_column: str = "run") -> pa.Table:
     """Return the result of `sql` as a pyarrow Table, with every table of `run_dirs` available as a view.
 
     Only one SELECT statement runs, on a connection that can read nothing but those tables (see
@@ -99,7 +109,7 @@ def query(sql: str, run_dirs: Iterable[str | os.PathLike[str]], run_column: str 
     """
     import duckdb
 
-    run_dirs = list(run_dirs)
+    run_dirs = dict(_named(run_dirs))
     check_read_only(sql)
     con = connect(run_dirs, run_column)
     try:
@@ -107,7 +117,7 @@ def query(sql: str, run_dirs: Iterable[str | os.PathLike[str]], run_column: str 
     except duckdb.CatalogException as e:
         available = sorted(r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall())
         raise ValueError(
-            f"{str(e).splitlines()[0]}\nTables available in {[str(d) for d in run_dirs]}: "
+            f"{str(e).splitlines()[0]}\nTables available in {list(run_dirs)}: "
             f"{', '.join(available) or '(none: no *.parquet files)'}"
         ) from None
     finally:
