@@ -43,9 +43,10 @@ def list_tables(run_dirs: RunDirs) -> dict[str, list[tuple[str, Path]]]:
     for name, d in _named(run_dirs):
         if not d.is_dir():
             raise ValueError(f"run directory {name!r} does not exist or is not a directory")
-        # Hidden files are temp files of writers in progress (see reports.atomic).
+        # Hidden files are temp files of writers in progress (see reports.atomic); a symbolic link is
+        # never read through (it may lead anywhere: the service serves run directories to remote users).
         for p in sorted(d.glob("*.parquet")):
-            if not p.name.startswith("."):
+            if not p.name.startswith(".") and not p.is_symlink():
                 tables.setdefault(p.stem, []).append((name, p))
     return tables
 

@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -260,12 +261,10 @@ def log_tail(svc: Service, job: Job, lines: int) -> str:
     return tail.replace(str((svc.cfg.jobs_dir / job.id).resolve()), ".").replace(str(svc.cfg.jobs_dir / job.id), ".")
 
 
-@router.get("/jobs/{job_id}/log", response_class=None)
+@router.get("/jobs/{job_id}/log", response_class=PlainTextResponse)
 def job_log(job_id: str, request: Request, principal: Principal = Depends(current_principal),
-            lines: int = Query(LOG_TAIL_LINES, ge=1, le=10_000)):
+            lines: int = Query(LOG_TAIL_LINES, ge=1, le=10_000)) -> PlainTextResponse:
     """The tail of what the job's run printed (text/plain)."""
-    from fastapi.responses import PlainTextResponse
-
     svc = service(request)
     with svc.db.session() as s:
         job = access.visible_job(s, principal, job_id)

@@ -13,7 +13,7 @@ import logging
 import time
 from pathlib import Path
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
@@ -27,17 +27,43 @@ log = logging.getLogger("circuitstat.service")
 API_CSP = "default-src 'none'; frame-ancestors 'none'"
 
 
-def _security_headers(response: Response) -> None:
-    response.headers.setdefault("Content-Security-Policy", API_CSP)
-    response.headers.setdefault("X-Content-Type-Options", "nosniff")
-    response.headers.setdefault("Referrer-Policy", "no-referrer")
-    response.headers.setdefault("X-Frame-Options", "DENY")
-    response.headers.setdefault("Cache-Control", "no-store")
+SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"same-origin"),
+                    (b"x-frame-options", b"DENY"), (b"cache-control", b"no-store")]
 
 
-def _route_name(request: Request) -> str:
-    route = request.scope.get("route")
-    return getattr(route, "path", "unmatched")
+class AccessLog:
+    """ASGI middleware: one structured log line and one metrics sample per request, and the security
+    headers (a Content-Security-Policy where the response has none of its own)."""
+
+    def __init__(self, app, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0, status = time.perf_counter(), [500]
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+                headers = list(message.get("headers", []))
+                names = {k.lower() for k, _ in headers}
+                headers += [(k, v) for k, v in SECURITY_HEADERS if k not in names]
+                if b"content-security-policy" not in names:
+                    headers.append((b"content-security-policy", API_CSP.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            seconds = time.perf_counter() - t0
+            route = getattr(scope.get("route"), "path", "unmatched")
+            self.metrics.request(route, status[0], seconds)
+            client = scope.get("client")
+            log.info("request", extra={"method": scope.get("method"), "path": scope.get("path"), "status": status[0],
+                                       "ms": round(1000 * seconds, 1), "user": scope.get("state", {}).get("user"),
+                                       "client": client[0] if client else None})
 
 
 def create_app(cfg: ServiceConfig, *, start_workers: bool = True) -> FastAPI:
@@ -81,18 +107,7 @@ def create_app(cfg: ServiceConfig, *, start_workers: bool = True) -> FastAPI:
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=Path(__file__).with_name("static")), name="static")
 
-    @app.middleware("http")
-    async def access_log(request: Request, call_next):
-        t0 = time.perf_counter()
-        response = await call_next(request)
-        _security_headers(response)
-        seconds = time.perf_counter() - t0
-        svc.metrics.request(_route_name(request), response.status_code, seconds)
-        log.info("request", extra={"method": request.method, "path": request.url.path, "status": response.status_code,
-                                   "ms": round(1000 * seconds, 1), "user": getattr(request.state, "user", None),
-                                   "client": request.client.host if request.client else None})
-        return response
-
+    app.add_middleware(AccessLog, metrics=svc.metrics)
     app.add_middleware(BodyLimit, limit=cfg.max_request_bytes)
 
     @app.get("/healthz", include_in_schema=False)

@@ -65,10 +65,10 @@ def _fmt(x) -> str:
 _env.filters.update(age=_age, duration=_duration, observed=_observed)
 
 
-def render(name: str, status: int = 200, **context) -> HTMLResponse:
-    """The page ``name`` rendered with ``context``, with the pages' Content-Security-Policy."""
+def render(name: str, code: int = 200, **context) -> HTMLResponse:
+    """The page ``name`` rendered with ``context`` (HTTP status ``code``), with the pages' Content-Security-Policy."""
     html = _env.get_template(name).render(**context)
-    return HTMLResponse(html, status_code=status, headers={"Content-Security-Policy": PAGE_CSP})
+    return HTMLResponse(html, status_code=code, headers={"Content-Security-Policy": PAGE_CSP})
 
 
 def error_page(status: int, detail: str, user: str | None) -> HTMLResponse:
@@ -77,12 +77,13 @@ def error_page(status: int, detail: str, user: str | None) -> HTMLResponse:
 
 
 def _same_origin(request: Request) -> bool:
-    """False when a form post comes from another origin (with SameSite=Strict cookies, a second guard)."""
-    origin = request.headers.get("origin") or request.headers.get("referer")
-    if not origin or origin == "null":
-        return origin is None
-    host = request.headers.get("host", "")
-    return urlsplit(origin).netloc == host
+    """False when a form post comes from another origin (with SameSite=Strict cookies, a second guard).
+    Browsers send Origin with every form post (the pages' Referrer-Policy is same-origin, so not "null");
+    a request without one is not from a browser's form."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    return origin != "null" and urlsplit(origin).netloc == request.headers.get("host", "")
 
 
 def _login_redirect() -> RedirectResponse:

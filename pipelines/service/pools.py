@@ -29,7 +29,7 @@ from typing import Any
 
 PRELOAD = ["torch", "transformers", "circuits.loading", "circuits.attribution", "pipelines.audit",
            "pipelines.variance_study", "pipelines.calibration_study", "pipelines.cli.analyse", "reports.html",
-           "pipelines.service.runner"]
+           "pipelines.service.runner", "pipelines.service.warmup"]
 
 
 def _watch_lifeline(lifeline) -> None:

@@ -60,6 +60,12 @@ def install(app) -> None:
             "no such resource; the API lives under /api/v1 (see /api/v1/openapi.json)")
         return problem_response(exc.status_code, detail, headers=getattr(exc, "headers", None))
 
+    from .quotas import BodyTooLarge
+
+    @app.exception_handler(BodyTooLarge)
+    async def _too_large(request: Request, exc: BodyTooLarge):
+        return problem_response(413, str(exc), headers={"Connection": "close"})
+
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
         parts = []

@@ -62,7 +62,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    raise BodyTooLarge()
+                    raise BodyTooLarge(self.message)
             scope.setdefault("state", {})["body_bytes"] = seen
             return message
 
@@ -71,10 +71,13 @@ class BodyLimit:
         except BodyTooLarge:
             await self._refuse(scope, receive, send)
 
+    @property
+    def message(self) -> str:
+        return (f"the request body is larger than {self.limit:,} bytes; send smaller task files (or ask the operator "
+                "for a larger max_request_bytes)")
+
     async def _refuse(self, scope, receive, send):
-        response = problem_response(413, f"the request body is larger than {self.limit:,} bytes; send smaller task "
-                                         "files (or ask the operator for a larger max_request_bytes)",
-                                    headers={"Connection": "close"})
+        response = problem_response(413, self.message, headers={"Connection": "close"})
         await response(scope, receive, send)
 
 

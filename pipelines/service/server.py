@@ -12,8 +12,17 @@ from .config import ServiceConfig
 
 
 def serve(cfg: ServiceConfig) -> None:
-    """Serve ``cfg`` on its host and port until SIGTERM or SIGINT (blocks)."""
+    """Serve ``cfg`` on its host and port until SIGTERM or SIGINT (blocks); after SIGTERM's drain the
+    process exits 0 (uvicorn would raise the signal again, reporting a finished drain as a kill)."""
+    import signal
+
     import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            super().handle_exit(sig, frame)
+            if sig == signal.SIGTERM:
+                self._captured_signals.remove(sig)
 
     from . import logs
     from .app import create_app
@@ -24,4 +33,4 @@ def serve(cfg: ServiceConfig) -> None:
     config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_config=None, access_log=False,
                             timeout_graceful_shutdown=max(5, int(cfg.drain_seconds) + 5), proxy_headers=False,
                             server_header=False)
-    uvicorn.Server(config).run()
+    Server(config).run()

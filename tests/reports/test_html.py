@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -450,25 +448,14 @@ def test_gpt2_small_sized_run_stays_small_and_fast(tmp_path):
 
 
 # ----- a real browser ---------------------------------------------------------------------------
-def _chromium() -> str | None:
-    for c in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
-        if c and os.path.exists(c):
-            return c
-    return None
-
-
 def _dump_dom_cmd(tmp_path: Path) -> list[str]:
     """Headless Chromium's --dump-dom command (the page's URI goes last); fails naming the fix when
     Chromium is missing, unless CIRCUITSTAT_ALLOW_NO_BROWSER=1 opts out of the browser tests."""
-    browser = _chromium()
-    if browser is None:
-        if os.environ.get("CIRCUITSTAT_ALLOW_NO_BROWSER") == "1":
-            pytest.skip("chromium not installed and CIRCUITSTAT_ALLOW_NO_BROWSER=1")
-        pytest.fail("headless Chromium is needed to test the HTML report: run `apt-get install -y chromium` "
-                    "(or set CIRCUITSTAT_ALLOW_NO_BROWSER=1 to skip this test)")
-    return [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-            "--enable-logging=stderr", "--v=0", "--dump-dom"]
+    from browser import HEADLESS_FLAGS, chromium, require
+
+    require("chromium")
+    return [chromium(), *HEADLESS_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr",
+            "--v=0", "--dump-dom"]
 
 
 def test_renders_in_headless_chromium_without_console_errors(rendered, tmp_path):
