@@ -22,7 +22,8 @@ def _private_imports(path: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "pipelines").glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((ROOT / "pipelines").rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(ROOT / "pipelines")))
 def test_pipelines_import_nothing_private_from_lower_layers(path: Path) -> None:
     assert _private_imports(path) == []
 

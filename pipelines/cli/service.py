@@ -64,13 +64,13 @@ def _database(data: Path | None, database: str | None, config: Path | None):
     from pipelines.service.config import load_config
     from pipelines.service.db import Database, migrate
 
-    cfg = load_config(config, data=data, database=database)
+    cfg = load_config(config, need_data=False, data=data, database=database)
     db = Database(cfg.database_url)
     migrate(db.engine)
     return db
 
 
-DATA = typer.Option(None, "--data", help="the server's data directory (its SQLite database)")
+DATA = typer.Option(None, "--data", help="the server's data directory (its SQLite database; not needed with --database)")
 DATABASE = typer.Option(None, "--database", help="the server's database URL (or $CIRCUITSTAT_DATABASE)")
 CONFIG = typer.Option(None, "--config", help="the server's settings file")
 

@@ -120,6 +120,9 @@ def create_app(cfg: ServiceConfig, *, start_workers: bool = True) -> FastAPI:
         except Exception as e:  # noqa: BLE001 - the probe reports any database failure
             return JSONResponse({"status": "error", "database": type(e).__name__}, status_code=503)
         d = svc.dispatcher
+        if d is not None and d.pool_error:
+            return JSONResponse({"status": "error", "database": "ok", "workers": f"the pool could not start: "
+                                 f"{d.pool_error}"}, status_code=503)
         return JSONResponse({"status": "ok", "database": "ok", "workers_ready": d.workers_ready if d else 0,
                              "draining": bool(d and d.draining), "server": d.server if d else None})
 

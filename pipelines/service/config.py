@@ -108,9 +108,10 @@ class ServiceConfig(_Strict):
         return max([self.quotas.max_request_bytes] + [self.quotas_for(u).max_request_bytes for u in self.users])
 
 
-def load_config(path: str | os.PathLike[str] | None, **overrides: Any) -> ServiceConfig:
+def load_config(path: str | os.PathLike[str] | None, *, need_data: bool = True, **overrides: Any) -> ServiceConfig:
     """The ServiceConfig from the YAML file at ``path`` (or defaults) with the non-None ``overrides``
-    (command-line options) on top; the database URL falls back to $CIRCUITSTAT_DATABASE."""
+    (command-line options) on top; the database URL falls back to $CIRCUITSTAT_DATABASE. Without
+    ``need_data`` a database URL alone will do (the operator's account commands)."""
     from pipelines.spec import validate_spec
     from pipelines.yamlio import read_yaml_strict
 
@@ -122,6 +123,9 @@ def load_config(path: str | os.PathLike[str] | None, **overrides: Any) -> Servic
     if data.get("database") is None and os.environ.get(DATABASE_ENV):
         data["database"] = os.environ[DATABASE_ENV]
     if "data" not in data:
-        raise InputError("the service needs a data directory: pass --data DIR (or set data: in --config)")
+        if not need_data and data.get("database"):  # an operator command on a database named by URL
+            data["data"] = "."
+        else:
+            raise InputError("the service needs a data directory: pass --data DIR (or set data: in --config)")
     return validate_spec(ServiceConfig, data, str(path or "<options>"), kind="service config",
                          keys="data, database, sources, quotas, ...")

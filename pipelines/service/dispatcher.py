@@ -49,8 +49,10 @@ class Dispatcher:
         self.workers_ready = 0  # for /healthz: only this thread talks to the pool
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._last_beat = 0.0
+        self._last_beat = self._last_progress = 0.0
         self.heartbeat_seconds = cfg.lease_seconds / 3
+        self.progress_seconds = min(self.heartbeat_seconds, 1.0)
+        self.pool_error: str | None = None  # why the pool could not start (/healthz says so)
 
     # -- the loop ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -61,7 +63,8 @@ class Dispatcher:
     def _loop(self) -> None:
         try:
             self.pool = self._make_pool()
-        except Exception:  # noqa: BLE001 - e.g. an unreachable scheduler: no job runs here, and the log says why
+        except Exception as e:  # noqa: BLE001 - e.g. an unreachable scheduler: no job runs here, and the log says why
+            self.pool_error = f"{type(e).__name__}: {e}"
             log.exception("the worker pool could not start; this server queues jobs but runs none")
             return
         while not self._stop.is_set():
@@ -81,6 +84,9 @@ class Dispatcher:
             with self.db.session() as s:
                 for job_id in queue.expire_leases(s, self.cfg.max_attempts, self.db.postgres):
                     log.info("lease expired, job requeued", extra={"job": job_id})
+        if self.running and time.monotonic() - self._last_progress >= self.progress_seconds:
+            self._last_progress = time.monotonic()
+            self._record_progress()
         if not self.draining:
             self._claim()
 
@@ -150,6 +156,8 @@ class Dispatcher:
             elif job_id in cancels and run.stopping is None:
                 run.stopping = "cancel"
                 self.pool.abort(job_id, "cancelled")
+
+    def _record_progress(self) -> None:
         with self.db.session() as s:
             for job_id, run in self.running.items():
                 if run.stopping is None:

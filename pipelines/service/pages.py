@@ -23,7 +23,7 @@ from .accounts import Principal, authenticate, close_session, open_session
 from .api import job_out, log_tail
 from .api_runs import claims_out, read_claims_body, report_csp, report_file, run_claims, run_dir, stored_check, tables_of
 from .context import SESSION_COOKIE, page_principal, service
-from .db import JOB_STATES, ClaimCheck
+from .db import JOB_STATES, ClaimCheck, Job
 from .problems import TITLES, Problem
 from .progress import read_stages
 
@@ -144,7 +144,7 @@ def jobs_page(request: Request, state: str | None = None, principal: Principal |
     with svc.db.session() as s:
         q = access.visible_jobs(principal)
         if state:
-            q = q.where(access.Job.state == state)
+            q = q.where(Job.state == state)
         jobs = [job_out(s, j, principal) for j in s.scalars(q.limit(500))]
     return render("jobs.html", user=principal.name, jobs=jobs, total=len(jobs), states=JOB_STATES, state=state)
 

@@ -193,10 +193,15 @@ class DaskPool:
                              "(tcp://HOST:PORT) and that the scheduler runs") from None
         self.futures: dict[str, Any] = {}
         self.aborted: dict[str, str] = {}
+        self._threads, self._asked = 0, 0.0
 
     def ready(self) -> int:
-        """Worker threads in the cluster."""
-        return sum(self.client.nthreads().values())
+        """Worker threads in the cluster (asked of the scheduler at most once a second)."""
+        import time
+
+        if time.monotonic() - self._asked > 1.0:
+            self._threads, self._asked = sum(self.client.nthreads().values()), time.monotonic()
+        return self._threads
 
     def free(self) -> int:
         """Worker threads not busy with one of this server's jobs."""

@@ -120,11 +120,19 @@ def _outcome(exc: BaseException) -> dict[str, Any]:
 def execute(job: dict) -> dict[str, Any]:
     """Run one job (a :func:`payload`); its outcome: ``status`` completed, failed (with ``kind`` input,
     quota or internal, and ``error``), interrupted or busy. Never raises."""
-    from .submission import parse_kind
-
-    job_dir = Path(job["job_dir"])
+    argv = sys.argv
     # the manifest records sys.argv as the run's command: the server's own (a database URL) must not leak
     sys.argv = ["circuitstat", "serve", "job", job["job_id"], job["kind"]]
+    try:
+        return _logged(job, Path(job["job_dir"]))
+    finally:
+        sys.argv = argv
+
+
+def _logged(job: dict, job_dir: Path) -> dict[str, Any]:
+    """:func:`execute`'s work, everything printed going to the job's log."""
+    from .submission import parse_kind
+
     t0 = time.time()
     with open(job_dir / LOG, "a", encoding="utf-8") as log, contextlib.redirect_stdout(log), \
             contextlib.redirect_stderr(log):
@@ -138,6 +146,8 @@ def execute(job: dict) -> dict[str, Any]:
             outcome: dict[str, Any] = {"status": "completed", "work_flops": flops}
         except BaseException as exc:  # noqa: BLE001 - the worker's boundary: every outcome is reported
             outcome = _outcome(exc)
+        if outcome.get("error"):  # errors name the job's files by their place in the job, not the server's path
+            outcome["error"] = outcome["error"].replace(str(job_dir.resolve()), ".").replace(str(job_dir), ".")
         print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {outcome['status']} after {time.time() - t0:.1f} s"
               + (f": {outcome['error']}" if outcome.get("error") else ""), flush=True)
     return outcome

@@ -26,12 +26,10 @@ def warm_up() -> dict:
 
     torch.set_num_threads(1)  # no thread pool exists when the workers fork
     folder = Path(tempfile.mkdtemp(prefix="circuitstat-warmup-"))
-    argv = list(sys.argv)
     try:
         return execute({"job_id": "0" * 32, "kind": "audit", "spec": WARMUP_SPEC, "job_dir": str(folder),
                         "max_work_flops": 1e12})
     finally:
-        sys.argv = argv
         shutil.rmtree(folder, ignore_errors=True)
 
 

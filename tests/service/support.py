@@ -80,10 +80,12 @@ class Server:
                 raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.out_file.read_text()[-3000:]}")
             try:
                 r = httpx.get(self.url + "/healthz", timeout=5)
-                if r.status_code == 200 and (not workers or r.json()["workers_ready"] >= 1):
-                    return r.json()
             except httpx.HTTPError:
-                pass
+                r = None
+            if r is not None and r.status_code == 503 and "workers" in r.json():
+                raise AssertionError(f"{self.name}: {r.json()['workers']}")
+            if r is not None and r.status_code == 200 and (not workers or r.json()["workers_ready"] >= 1):
+                return r.json()
             time.sleep(POLL_S)
         raise AssertionError(f"{self.name} not ready after {timeout} s:\n{self.out_file.read_text()[-3000:]}")
 
