@@ -11,6 +11,7 @@ or a killed server ends with the tables an uninterrupted run writes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import time
@@ -59,13 +60,18 @@ def estimated_flops(kind: str, spec, cfg) -> float:
     return len(spec.sources) * spec.counterfactual.n_draws * per_draw + fresh
 
 
-def check_work(kind: str, spec, max_flops: float) -> float:
-    """The job's estimated FLOPs; WorkQuotaError when above ``max_flops`` (the model is loaded under the
-    CLI's size limits first: InputError above them)."""
+@functools.lru_cache(maxsize=32)
+def model_config(source: str, dtype: str):
+    """The config of the model ``source`` names, loaded once per worker under the CLI's size limits
+    (InputError above them); the run itself loads the model again, as the CLI command does."""
     from pipelines.build import load_source
 
-    model = load_source(spec.sources[0], device="cpu", dtype=getattr(spec, "dtype", "float32"))
-    flops = estimated_flops(kind, spec, model.cfg)
+    return load_source(source, device="cpu", dtype=dtype).cfg
+
+
+def check_work(kind: str, spec, max_flops: float) -> float:
+    """The job's estimated FLOPs; WorkQuotaError when above ``max_flops``."""
+    flops = estimated_flops(kind, spec, model_config(spec.sources[0], getattr(spec, "dtype", "float32")))
     if flops > max_flops:
         raise WorkQuotaError(f"the job's estimated work is {flops:.3g} FLOPs (circuits.plan), above your quota of "
                              f"{max_flops:.3g}; make it smaller (fewer examples or methods) or ask the operator")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -118,7 +119,7 @@ def test_submit_poll_fetch_equals_the_cli_audit(env, reference, tmp_path):
 
 def test_status_progress_and_log_while_running(env):
     c = env["c"]["carol"]
-    job = submit(c, {**AUDIT, "bootstrap": {"n_resamples": 2000}}).json()
+    job = submit(c, {**AUDIT, "bootstrap": {"n_resamples": 1000}}).json()
     seen = wait_job(c, job["id"], states=("running",))
     polls = []
     while seen["state"] == "running":
@@ -165,45 +166,64 @@ def test_claims_endpoint_gives_the_local_checks_verdicts_and_junit(env, referenc
     assert stored["results"] == doc["results"] and c.get(doc["links"]["junit"]).text == doc["junit"]
 
 
-def test_the_submit_command_runs_an_attribute_job_with_an_uploaded_task_file(env, tmp_path):
-    """`circuitstat submit --server` uploads the task file the spec names; the run equals `circuitstat attribute`."""
-    rows = [{"clean": f"The cat sat on mat {i}", "corrupted": f"The dog ran to box {i}", "answer": " the",
-             "wrong_answer": " a"} for i in range(4)]
-    (tmp_path / "data").mkdir()
-    task = tmp_path / "data" / "pairs.jsonl"
-    task.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    spec = write_yaml(tmp_path / "attr.yaml", {"model": TINY_BPE, "task": "data/pairs.jsonl", "method": "eap",
-                                               "n": 4, "batch_size": 2})
-    runner = CliRunner(env={"CIRCUITSTAT_TOKEN": env["tokens"]["bob"]})
-    r = runner.invoke(app, ["submit", str(spec), "--server", env["server"].url, "--kind", "attribute",
-                            "--out", str(tmp_path / "got")])
-    assert r.exit_code == 0, r.output
-    cli = CliRunner().invoke(app, ["attribute", "--model", TINY_BPE, "--task", str(task), "--method", "eap", "--n", "4",
-                                   "--batch-size", "2", "--out", str(tmp_path / "want")])
-    assert cli.exit_code == 0, cli.output
-    assert_same_tables(tmp_path / "got", tmp_path / "want")
-    assert (tmp_path / "got" / "manifest.json").is_file() and "<html" in (tmp_path / "got" / "report.html").read_text()
-
-
-def test_a_variance_study_spec_runs_as_the_cli_runs_it(env, tmp_path):
-    spec = {"model": TINY, "task": {"name": "induction", "n": 12, "options": {"seq_len": 4}},
+VARIANCE = {"model": TINY, "task": {"name": "induction", "n": 12, "options": {"seq_len": 4}},
             "estimators": {"methods": ["exact", "eap"]}, "counterfactual": {"n_draws": 2}, "dataset": {"n_fresh": 0},
             "bootstrap": {"n_resamples": 100, "ci_method": "percentile"}, "k": [2, 4], "n_top": 4,
             "selection": {"enabled": False}}
-    c = env["c"]["bob"]
-    r = submit(c, spec, kind="variance")
-    assert r.status_code == 202, r.text
-    job = wait_job(c, r.json()["id"])
-    assert job["state"] == "completed", job
+
+
+@pytest.fixture(scope="module")
+def attribute_cli(tmp_path_factory) -> Path:
+    """A spec of attribute's options naming a task file beside it, and `circuitstat attribute` run on it."""
+    root = tmp_path_factory.mktemp("attribute")
+    rows = [{"clean": f"The cat sat on mat {i}", "corrupted": f"The dog ran to box {i}", "answer": " the",
+             "wrong_answer": " a"} for i in range(4)]
+    (root / "data").mkdir()
+    task = root / "data" / "pairs.jsonl"
+    task.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_yaml(root / "attr.yaml", {"model": TINY_BPE, "task": "data/pairs.jsonl", "method": "eap", "n": 4,
+                                    "batch_size": 2})
+    cli = CliRunner().invoke(app, ["attribute", "--model", TINY_BPE, "--task", str(task), "--method", "eap", "--n", "4",
+                                   "--batch-size", "2", "--out", str(root / "want")])
+    assert cli.exit_code == 0, cli.output
+    return root
+
+
+@pytest.fixture(scope="module")
+def variance_cli(tmp_path_factory) -> Path:
+    """`circuitstat study variance` of VARIANCE."""
+    root = tmp_path_factory.mktemp("variance")
+    path = write_yaml(root / "variance.yaml", VARIANCE)
+    cli = CliRunner().invoke(app, ["study", "variance", str(path), "--out", str(root / "want"), "--no-report"])
+    assert cli.exit_code == 0, cli.output
+    return root / "want"
+
+
+def test_the_submit_command_runs_an_attribute_job_with_an_uploaded_task_file(env, attribute_cli, tmp_path):
+    """`circuitstat submit --server` uploads the task file the spec names; the run equals `circuitstat attribute`."""
+    runner = CliRunner(env={"CIRCUITSTAT_TOKEN": env["tokens"]["bob"]})
+    r = runner.invoke(app, ["submit", str(attribute_cli / "attr.yaml"), "--server", env["server"].url,
+                            "--kind", "attribute", "--out", str(tmp_path / "got")])
+    assert r.exit_code == 0, r.output
+    assert_same_tables(tmp_path / "got", attribute_cli / "want")
+    assert (tmp_path / "got" / "manifest.json").is_file() and "<html" in (tmp_path / "got" / "report.html").read_text()
+    quick = runner.invoke(app, ["submit", str(attribute_cli / "attr.yaml"), "--server", env["server"].url,
+                                "--kind", "attribute", "--no-wait"])
+    assert quick.exit_code == 0 and re.search(r"job [0-9a-f]{32} queued", quick.output), quick.output
+
+
+def test_a_variance_study_spec_runs_as_the_cli_runs_it(env, variance_cli, tmp_path):
     from pipelines.service.progress import planned_stages
     from pipelines.variance_study import parse_variance_spec
 
+    c = env["c"]["bob"]
+    r = submit(c, VARIANCE, kind="variance")
+    assert r.status_code == 202, r.text
+    job = wait_job(c, r.json()["id"])
+    assert job["state"] == "completed", job
     stages = c.get(f"/api/v1/jobs/{job['id']}/manifest").json()["stages"]
-    assert list(stages) == planned_stages("variance", parse_variance_spec(spec))
-    path = write_yaml(tmp_path / "variance.yaml", spec)
-    cli = CliRunner().invoke(app, ["study", "variance", str(path), "--out", str(tmp_path / "want"), "--no-report"])
-    assert cli.exit_code == 0, cli.output
-    assert_same_tables(fetch_tables(c, job["id"], tmp_path / "got"), tmp_path / "want")
+    assert list(stages) == planned_stages("variance", parse_variance_spec(VARIANCE))
+    assert_same_tables(fetch_tables(c, job["id"], tmp_path / "got"), variance_cli)
 
 
 def test_list_filter_cancel_and_conflicts(env):
@@ -247,6 +267,10 @@ def test_health_and_metrics(env):
     from prometheus_client.parser import text_string_to_metric_families
 
     s = env["server"]
+    deadline = time.monotonic() + 300
+    while any(r["state"] in ("queued", "running") for r in job_rows(s.database_url, "jobs")):
+        assert time.monotonic() < deadline, "jobs of earlier tests never ended"
+        time.sleep(0.1)  # the counts below are then stable
     health = httpx.get(s.url + "/healthz").json()
     assert health["status"] == "ok" and health["workers_ready"] == 2
     families = {f.name: f for f in text_string_to_metric_families(httpx.get(s.url + "/metrics").text)}
@@ -258,6 +282,19 @@ def test_health_and_metrics(env):
                if smp.name.endswith("_count"))
     assert any(smp.labels.get("status") == "202" for smp in families["circuitstat_http_requests"].samples)
     assert httpx.get(s.url + "/api/v1/openapi.json").json()["paths"]["/api/v1/jobs"]["post"]
+
+
+def test_unreadable_requests_are_400_and_refused_specs_422(env):
+    c = env["c"]["bob"]
+    r = c.post("/api/v1/jobs", data={"kind": "audit"}, files={"spec": ("spec.yaml", b"model: [unclosed")})
+    assert r.status_code == 400 and "spec.yaml" in r.json()["detail"] and str(env["server"].data) not in r.text
+    assert c.post("/api/v1/jobs", content=b"{not json", headers={"content-type": "application/json"}).status_code == 400
+    assert c.post("/api/v1/jobs", content=b"kind=audit", headers={"content-type": "text/plain"}).status_code == 400
+    r = c.post("/api/v1/jobs", json={"kind": "audit", "spec": {**AUDIT, "methods": ["nope"]}})
+    assert r.status_code == 422 and "methods" in r.json()["detail"]
+    assert c.post("/api/v1/jobs", json={"kind": "train", "spec": AUDIT}).status_code == 422
+    r = env["c"]["alice"].post(f"/api/v1/jobs/{env['job']['id']}/claims", content=b"claims: [")
+    assert r.status_code == 400
 
 
 # ----- quotas ---------------------------------------------------------------------------------------------
@@ -460,14 +497,16 @@ def test_the_query_endpoints_refusals(env, sql):
     assert ok.status_code == 200 and ok.json()["rows"] == [{"run": job, "n": ok.json()["rows"][0]["n"]}]
 
 
-def test_a_browser_logs_in_sees_its_jobs_only_and_opens_the_report(env):
-    """Debian's chromium through chromium-driver (selenium): rendered content, not only status codes."""
+def test_a_browser_logs_in_sees_its_jobs_only_and_opens_the_report(servers):
+    """Debian's chromium through chromium-driver (selenium): rendered content, not only status codes. (Once,
+    on the SQLite server: what the browser sees does not depend on the database.)"""
     from browser import chrome
 
     import pyarrow.parquet as pq
 
     from reports.html import SECTIONS
 
+    env = servers["sqlite"]
     s = env["server"]
     stats = pq.read_table(_run_dir(env, env["job"]["id"]) / "edge_stats.parquet").to_pylist()
     top_edge = max(stats, key=lambda r: abs(r["estimate"]))["name"]

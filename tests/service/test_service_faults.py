@@ -1,11 +1,12 @@
-"""Load and faults: 50 concurrent submissions and 500 polls; kill -9 of the server or of a worker mid-job,
-SIGTERM, and two servers on one PostgreSQL.
+"""Load and faults on two servers sharing one PostgreSQL database and one data directory (the scale-out
+set-up): 50 concurrent submissions and 500 polls with every job run exactly once; kill -9 of a worker
+and of a server mid-job; SIGTERM.
 
 A job that was interrupted ends with the tables of an uninterrupted `circuitstat audit` (bit for bit),
 and its run directory shows that the stages finished before the fault were resumed, not recomputed.
-The tests hand one data directory and its server on to each other (a fault test that ends a server
-starts the next), so the module starts five servers, not one or two per test; each test also runs alone.
-(Throughput and latency are measured by bench/serve.py, never asserted here.)
+The tests hand the two servers on to each other (a test that ends a server starts its successor), so
+the module starts four servers, not two per test; each test also runs alone. (Throughput and latency
+are measured by bench/serve.py, never asserted here.)
 """
 
 from __future__ import annotations
@@ -23,11 +24,50 @@ from support import (AUDIT, TINY, Server, assert_same_tables, database, job_rows
                      submit, wait_job)
 
 pytestmark = pytest.mark.slow
-SPEC = {**AUDIT, "bootstrap": {"n_resamples": 2000}}  # a stability stage of a second or more: the fault's window
+SPEC = {**AUDIT, "bootstrap": {"n_resamples": 1000}}  # a stability stage of about a second: the fault's window
 BEFORE = ("index", "scores_exact", "scores_eap", "edge_stats")  # finished before the fault strikes
 WORKERS = 2
 USERS = [f"user{i}" for i in range(5)]
 SETTINGS = {"quotas": {"max_active_jobs": 100, "requests_per_minute": 100_000}}
+
+
+class Pair:
+    """Two servers on one database and data directory; either may be replaced by a successor."""
+
+    def __init__(self, root, url: str) -> None:
+        self.data, self.url, self.count = root / "data", url, 0
+        db = database(url)
+        self.tokens = {u: make_user(db, u) for u in ["alice", *USERS]}
+        db.dispose()
+        self.servers = [self._new(), self._new()]
+        for s in self.servers:
+            s.wait_ready()
+
+    def _new(self, **settings) -> Server:
+        self.count += 1
+        return Server(self.data, database=self.url, workers=WORKERS, name=f"server{self.count}",
+                      settings={**SETTINGS, **settings}).start()
+
+    def replace(self, i: int, **settings) -> Server:
+        """Start the successor of server ``i`` (once it has stopped) and wait until it is ready."""
+        self.servers[i] = self._new(**settings)
+        self.servers[i].wait_ready()
+        return self.servers[i]
+
+    def client(self, i: int, user: str = "alice"):
+        return self.servers[i].client(self.tokens[user])
+
+    def server_id(self, i: int) -> str:
+        return self.servers[i].wait_ready()["server"]
+
+
+@pytest.fixture(scope="module")
+def pair(postgres, tmp_path_factory):
+    p = Pair(tmp_path_factory.mktemp("faults"), postgres.create_database("faults"))
+    yield p
+    for s in p.servers:
+        if s.proc.poll() is None:
+            assert s.stop() == 0
 
 
 @pytest.fixture(scope="module")
@@ -35,71 +75,8 @@ def reference(tmp_path_factory):
     return run_cli_audit(SPEC, tmp_path_factory.mktemp("reference"))
 
 
-def test_fifty_concurrent_submissions_and_five_hundred_polls(live):
-    """5 users, 50 concurrent submissions, 500 status polls: nothing lost or duplicated, no 5xx, every job ends."""
-    job = {"model": TINY, "task": "induction", "method": "eap", "n": 2, "batch_size": 2}
-    server = live.running()
-    clients = {u: server.client(live.tokens[u]) for u in USERS}
-    codes = collections.Counter()
-    try:
-        with cf.ThreadPoolExecutor(max_workers=50) as pool:
-            subs = list(pool.map(lambda i: (USERS[i % 5], submit(clients[USERS[i % 5]], {**job, "seed": i},
-                                                                 kind="attribute", name=f"load {i}")), range(50)))
-            codes.update(r.status_code for _, r in subs)
-            assert codes[202] == 50, [r.text for _, r in subs if r.status_code != 202][:3]
-            jobs = [(u, r.json()["id"]) for u, r in subs]
-            targets = list(itertools.islice(itertools.cycle(jobs), 500))
-            polls = list(pool.map(lambda uj: clients[uj[0]].get(f"/api/v1/jobs/{uj[1]}"), targets))
-            codes.update(r.status_code for r in polls)
-        assert all(r.status_code == 200 for r in polls) and not [c for c in codes if c >= 500]
-        assert all(r.json()["state"] in ("queued", "running", "completed") for r in polls)
-        ids = [j for _, j in jobs]
-        assert len(set(ids)) == 50  # nothing duplicated
-        for u, job_id in jobs:
-            assert wait_job(clients[u], job_id)["state"] == "completed"  # nothing lost, every job ends
-        for u in USERS:  # each user sees exactly their ten
-            listed = clients[u].get("/api/v1/jobs", params={"scope": "own", "limit": 100}).json()
-            assert sorted(j["id"] for j in listed["jobs"]) == sorted(j for v, j in jobs if v == u)
-        rows = [r for r in job_rows(server.database_url, "jobs") if r["id"] in ids]
-        assert len(rows) == 50 and all(r["state"] == "completed" and r["attempts"] == 1 for r in rows)
-        attempts = [a["job_id"] for a in job_rows(server.database_url, "job_attempts") if a["job_id"] in ids]
-        assert sorted(attempts) == sorted(ids)  # each ran exactly once
-    finally:
-        for c in clients.values():
-            c.close()
-
-
-class Live:
-    """The module's data directory, its user, and the server running on it now (tests hand it on)."""
-
-    def __init__(self, root) -> None:
-        self.data, self.server, self.count = root / "data", None, 0
-        self.data.mkdir(parents=True)
-        db = database(f"sqlite:///{(self.data / 'service.db').resolve()}")
-        self.tokens = {u: make_user(db, u) for u in ["alice", *USERS]}
-        self.token = self.tokens["alice"]
-        db.dispose()
-
-    def start(self, **settings) -> Server:
-        self.count += 1
-        self.server = Server(self.data, name=f"server{self.count}", workers=WORKERS,
-                             settings={**SETTINGS, **settings}).start()
-        self.server.wait_ready()
-        return self.server
-
-    def running(self) -> Server:
-        if self.server is None or self.server.proc.poll() is not None:
-            return self.start()
-        return self.server
-
-
-@pytest.fixture(scope="module")
-def live(tmp_path_factory):
-    holder = Live(tmp_path_factory.mktemp("faults"))
-    holder.start()  # its workers warm up while the reference audit runs here
-    yield holder
-    if holder.server is not None and holder.server.proc.poll() is None:
-        assert holder.server.stop() == 0
+def _attempts(pair, job_id: str) -> list[dict]:
+    return sorted((r for r in job_rows(pair.url, "job_attempts") if r["job_id"] == job_id), key=lambda r: r["id"])
 
 
 def _mid_job(run, timeout: float = 300) -> dict:
@@ -117,9 +94,11 @@ def _mid_job(run, timeout: float = 300) -> dict:
     raise AssertionError("the job never reached its stability stage")
 
 
-def _worker_pid(database_url: str, job_id: str) -> int:
-    rows = [r for r in job_rows(database_url, "job_attempts") if r["job_id"] == job_id and r["ended_at"] is None]
-    return int(rows[-1]["worker"].rsplit(" ", 1)[1])
+def _running_on(pair, job_id: str) -> tuple[int, int]:
+    """(index of the server, pid of the worker) running ``job_id`` now."""
+    attempt = [a for a in _attempts(pair, job_id) if a["ended_at"] is None][-1]
+    ids = [pair.server_id(i) for i in range(2)]
+    return ids.index(attempt["server"]), int(attempt["worker"].rsplit(" ", 1)[1])
 
 
 def _gone(pid: int, timeout: float = 30) -> bool:
@@ -141,95 +120,112 @@ def _resumed(run, stages_before: dict) -> None:
     assert after["stability"]["status"] == "done"
 
 
-def test_kill_9_of_the_server_mid_job_then_a_restart_completes_it_identically(live, reference):
-    s1 = live.running()
-    job = submit(s1.client(live.token), SPEC).json()
-    run = live.data / "jobs" / job["id"] / "run"
-    before = _mid_job(run)
-    worker = _worker_pid(s1.database_url, job["id"])
-    s1.proc.kill()
-    s1.proc.wait(timeout=60)
-    assert manifest(run)["stages"].get("stability", {}).get("status") != "done"  # killed mid-job
-    assert _gone(worker)  # its worker followed it (the lifeline), releasing the run directory
-    s2 = live.start()
-    done = wait_job(s2.client(live.token), job["id"])
-    assert done["state"] == "completed", done
-    assert_same_tables(run, reference)
-    _resumed(run, before)
-    outcomes = [r["outcome"] for r in job_rows(s2.database_url, "job_attempts") if r["job_id"] == job["id"]]
-    assert outcomes == ["lease expired", "completed"]
+def test_fifty_concurrent_submissions_and_five_hundred_polls_every_job_exactly_once(pair):
+    """5 users on two servers: 50 concurrent submissions, 500 status polls; nothing lost or duplicated, no
+    5xx, every job ends, and each ran exactly once although both servers took jobs from the one queue."""
+    job = {"model": TINY, "task": "induction", "method": "eap", "n": 2, "batch_size": 2}
+    clients = {(u, i): pair.client(i, u) for u in USERS for i in range(2)}
+    where = {u: k % 2 for k, u in enumerate(USERS)}
+    codes = collections.Counter()
+    try:
+        with cf.ThreadPoolExecutor(max_workers=50) as pool:
+            def go(i):
+                u = USERS[i % 5]
+                return u, submit(clients[u, (where[u] + i) % 2], {**job, "seed": i}, kind="attribute", name=f"load {i}")
+
+            subs = list(pool.map(go, range(50)))
+            codes.update(r.status_code for _, r in subs)
+            assert codes[202] == 50, [r.text for _, r in subs if r.status_code != 202][:3]
+            jobs = [(u, r.json()["id"]) for u, r in subs]
+            targets = list(itertools.islice(itertools.cycle(jobs), 500))
+            polls = list(pool.map(lambda uj: clients[uj[0], hash(uj[1]) % 2].get(f"/api/v1/jobs/{uj[1]}"), targets))
+            codes.update(r.status_code for r in polls)
+        assert all(r.status_code == 200 for r in polls) and not [c for c in codes if c >= 500]
+        assert all(r.json()["state"] in ("queued", "running", "completed") for r in polls)
+        ids = [j for _, j in jobs]
+        assert len(set(ids)) == 50  # nothing duplicated
+        for u, job_id in jobs:
+            assert wait_job(clients[u, 0], job_id)["state"] == "completed"  # nothing lost, every job ends
+        for u in USERS:  # each user sees exactly their ten, on either server
+            for i in range(2):
+                listed = clients[u, i].get("/api/v1/jobs", params={"scope": "own", "limit": 100}).json()
+                assert sorted(j["id"] for j in listed["jobs"]) == sorted(j for v, j in jobs if v == u)
+        rows = [r for r in job_rows(pair.url, "jobs") if r["id"] in ids]
+        assert len(rows) == 50 and all(r["state"] == "completed" and r["attempts"] == 1 for r in rows)
+        attempts = [a for a in job_rows(pair.url, "job_attempts") if a["job_id"] in ids]
+        assert sorted(a["job_id"] for a in attempts) == sorted(ids)  # each ran exactly once
+        assert len({a["server"] for a in attempts}) == 2  # both servers took jobs from the one queue
+        for job_id in ids:  # and each run directory was opened by one run only
+            assert len(manifest(pair.data / "jobs" / job_id / "run")["history"]) == 1
+    finally:
+        for c in clients.values():
+            c.close()
 
 
-def test_kill_9_of_a_worker_resumes_the_job(live, reference):
-    server = live.running()
-    c = server.client(live.token)
+def test_kill_9_of_a_worker_resumes_the_job(pair, reference):
+    c = pair.client(0)
     job = submit(c, SPEC).json()
-    run = live.data / "jobs" / job["id"] / "run"
+    run = pair.data / "jobs" / job["id"] / "run"
     before = _mid_job(run)
-    worker = _worker_pid(server.database_url, job["id"])
+    i, worker = _running_on(pair, job["id"])
     os.kill(worker, signal.SIGKILL)
     done = wait_job(c, job["id"])
     assert done["state"] == "completed" and done["attempts"] == 2, done
     assert_same_tables(run, reference)
     _resumed(run, before)
-    attempts = [r for r in job_rows(server.database_url, "job_attempts") if r["job_id"] == job["id"]]
+    attempts = _attempts(pair, job["id"])
     assert [a["outcome"] for a in attempts] == ["worker died", "completed"]
-    assert attempts[0]["worker"] != attempts[1]["worker"]  # a new worker took over
+    assert attempts[0]["worker"] != attempts[1]["worker"]  # another worker took over
     deadline = time.monotonic() + 120
-    while server.wait_ready()["workers_ready"] < WORKERS and time.monotonic() < deadline:
+    while pair.servers[i].wait_ready()["workers_ready"] < WORKERS and time.monotonic() < deadline:
         time.sleep(0.1)  # the dead worker was replaced
-    assert server.wait_ready()["workers_ready"] == WORKERS
+    assert pair.servers[i].wait_ready()["workers_ready"] == WORKERS
 
 
-def test_sigterm_drains_no_new_job_starts_and_running_jobs_checkpoint(live, reference):
-    s1 = live.running()  # drain_seconds 0: running jobs are interrupted at once
-    c = s1.client(live.token)
-    jobs = [submit(c, SPEC).json() for _ in range(WORKERS + 1)]  # the last waits for a worker
-    a, waiting = jobs[0], jobs[-1]
-    run = live.data / "jobs" / a["id"] / "run"
+def test_kill_9_of_the_server_mid_job_then_a_restart_completes_it_identically(pair, reference):
+    c = pair.client(0)
+    job = submit(c, SPEC).json()
+    run = pair.data / "jobs" / job["id"] / "run"
     before = _mid_job(run)
-    s1.send(signal.SIGTERM)
-    assert s1.proc.wait(timeout=120) == 0  # a clean exit
-    rows = {r["id"]: r for r in job_rows(s1.database_url, "jobs")}
-    assert rows[a["id"]]["state"] == "queued" and rows[a["id"]]["lease_owner"] is None  # back in the queue
-    assert rows[waiting["id"]]["state"] == "queued" and rows[waiting["id"]]["started_at"] is None  # never started
-    outcome = [r["outcome"] for r in job_rows(s1.database_url, "job_attempts") if r["job_id"] == a["id"]]
-    assert outcome == ["interrupted"]
-    assert manifest(run)["stages"]["stability"]["status"] == "failed"  # interrupted, its finished stages kept
-
-    # the next server resumes a; SIGTERM with time to drain lets it finish, and starts nothing new
-    s2 = live.start(drain_seconds=300)
-    wait_job(s2.client(live.token), a["id"], states=("running",))
-    s2.send(signal.SIGTERM)
-    assert s2.proc.wait(timeout=300) == 0
-    rows = {r["id"]: r for r in job_rows(s2.database_url, "jobs")}
-    assert rows[a["id"]]["state"] == "completed"
-    assert rows[waiting["id"]]["state"] == "queued" and rows[waiting["id"]]["started_at"] is None
+    i, worker = _running_on(pair, job["id"])
+    pair.servers[i].proc.kill()
+    pair.servers[i].proc.wait(timeout=60)
+    assert manifest(run)["stages"].get("stability", {}).get("status") != "done"  # killed mid-job
+    assert _gone(worker)  # its worker followed it (the lifeline), releasing the run directory
+    pair.replace(i)  # the restart
+    done = wait_job(pair.client(i), job["id"])
+    assert done["state"] == "completed", done
     assert_same_tables(run, reference)
     _resumed(run, before)
+    assert [a["outcome"] for a in _attempts(pair, job["id"])] == ["lease expired", "completed"]
 
 
-def test_two_servers_on_one_postgres_run_every_job_exactly_once(postgres, tmp_path):
-    url = postgres.create_database("two")
-    one = Server(tmp_path / "data", database=url, workers=2, name="one").start()
-    two = Server(tmp_path / "data", database=url, workers=2, name="two").start()
-    db = database(url)
-    tokens = {u: make_user(db, u) for u in ("alice", "bob")}
-    db.dispose()
-    try:
-        for s in (one, two):
-            while s.wait_ready()["workers_ready"] < 2:
-                time.sleep(0.1)
-        spec = {**AUDIT, "methods": ["eap"], "task": {"name": "induction", "n": 8, "options": {"seq_len": 4}}}
-        clients = [one.client(tokens["alice"]), two.client(tokens["bob"])]
-        ids = [submit(clients[i % 2], {**spec, "seed": i}).json()["id"] for i in range(10)]
-        for i, job_id in enumerate(ids):
-            assert wait_job(clients[i % 2], job_id)["state"] == "completed"
-        attempts = [r for r in job_rows(url, "job_attempts") if r["job_id"] in ids]
-        assert sorted(r["job_id"] for r in attempts) == sorted(ids)  # one attempt per job, no more
-        assert len({r["server"] for r in attempts}) == 2  # both servers took jobs from the one queue
-        for job_id in ids:
-            run = tmp_path / "data" / "jobs" / job_id / "run"
-            assert len(manifest(run)["history"]) == 1  # the run directory was opened by one run only
-    finally:
-        assert one.stop() == 0 and two.stop() == 0
+def test_sigterm_drains_no_new_job_starts_and_running_jobs_checkpoint(pair, reference):
+    """SIGTERM with no time to drain: running jobs are interrupted, keep their finished stages and go back to
+    the queue; no queued job starts. With time to drain: running jobs finish first, and still none starts."""
+    assert pair.servers[1].stop() == 0  # one server from here on: what it leaves queued stays queued
+    server = pair.servers[0]  # drain_seconds 0 (tests/service/support.py)
+    c = pair.client(0)
+    jobs = [submit(c, SPEC).json() for _ in range(WORKERS + 1)]  # the last waits for a worker
+    a, waiting = jobs[0], jobs[-1]
+    run = pair.data / "jobs" / a["id"] / "run"
+    before = _mid_job(run)
+    server.send(signal.SIGTERM)
+    assert server.proc.wait(timeout=120) == 0  # a clean exit
+    rows = {r["id"]: r for r in job_rows(pair.url, "jobs")}
+    assert rows[a["id"]]["state"] == "queued" and rows[a["id"]]["lease_owner"] is None  # back in the queue
+    assert rows[waiting["id"]]["state"] == "queued" and rows[waiting["id"]]["started_at"] is None  # never started
+    assert [x["outcome"] for x in _attempts(pair, a["id"])] == ["interrupted"]
+    assert manifest(run)["stages"]["stability"]["status"] == "failed"  # interrupted, its finished stages kept
+
+    # the successor resumes a; SIGTERM with time to drain lets it finish, and starts nothing new
+    patient = pair.replace(0, drain_seconds=300)
+    wait_job(pair.client(0), a["id"], states=("running",))
+    patient.send(signal.SIGTERM)
+    assert patient.proc.wait(timeout=300) == 0
+    rows = {r["id"]: r for r in job_rows(pair.url, "jobs")}
+    assert rows[a["id"]]["state"] == "completed"
+    assert rows[waiting["id"]]["state"] == "queued" and rows[waiting["id"]]["started_at"] is None
+    assert [x["outcome"] for x in _attempts(pair, a["id"])] == ["interrupted", "completed"]
+    assert_same_tables(run, reference)
+    _resumed(run, before)

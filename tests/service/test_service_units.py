@@ -187,3 +187,26 @@ def test_the_api_process_never_imports_torch(tmp_path):
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[2])
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_the_operator_commands_add_users_make_and_revoke_tokens(tmp_path):
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    run = CliRunner().invoke
+    data = ["--data", str(tmp_path / "data")]
+    assert run(app, ["users", "add", "alice", *data]).exit_code == 0
+    again = run(app, ["users", "add", "alice", *data])
+    assert again.exit_code == 2 and "exists already" in again.output
+    token = run(app, ["users", "token", "alice", "--label", "ci", *data]).output.strip()
+    assert accounts.TOKEN_PATTERN.fullmatch(token)
+    listed = run(app, ["users", "list", *data]).output
+    assert token.split("_")[1] in listed and token.split("_", 2)[2] not in listed and "ci" in listed
+    assert run(app, ["users", "revoke", token, *data]).exit_code == 0  # the token itself names its id
+    assert "(revoked)" in run(app, ["users", "list", *data]).output
+    d = Database(f"sqlite:///{tmp_path / 'data' / 'service.db'}")
+    with d.session() as s:
+        assert accounts.authenticate(s, token) is None
+    d.dispose()
+    assert run(app, ["users", "token", "nobody", *data]).exit_code == 2
