@@ -77,6 +77,7 @@ class ServiceConfig(_Strict):
     port: int = Field(8000, ge=0, le=65535)
     lease_seconds: float = Field(30.0, gt=0.2, le=3600)
     poll_seconds: float = Field(0.5, gt=0.01, le=60)
+    progress_seconds: float = Field(1.0, gt=0.01, le=3600)  # how often running jobs' progress is recorded
     drain_seconds: float = Field(30.0, ge=0, le=86_400)
     max_attempts: int = Field(3, ge=1, le=100)
     log_file: Path | None = None

@@ -51,7 +51,7 @@ class Dispatcher:
         self._thread: threading.Thread | None = None
         self._last_beat = self._last_progress = 0.0
         self.heartbeat_seconds = cfg.lease_seconds / 3
-        self.progress_seconds = min(self.heartbeat_seconds, 1.0)
+        self.progress_seconds = cfg.progress_seconds
         self.pool_error: str | None = None  # why the pool could not start (/healthz says so)
 
     # -- the loop ----------------------------------------------------------------------------------

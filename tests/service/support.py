@@ -43,7 +43,8 @@ class Server:
     def __init__(self, data: Path, *, database: str | None = None, scheduler: str | None = None, workers: int = 1,
                  settings: dict | None = None, name: str = "server") -> None:
         self.data, self.database, self.scheduler, self.workers = data, database, scheduler, workers
-        self.settings = {"lease_seconds": 2.0, "poll_seconds": 0.05, "drain_seconds": 0, **(settings or {})}
+        self.settings = {"lease_seconds": 2.0, "poll_seconds": 0.05, "progress_seconds": 0.1, "drain_seconds": 0,
+                         **(settings or {})}
         self.name, self.proc, self.port = name, None, None
         self.log_file = data.parent / f"{name}.log"
         self.out_file = data.parent / f"{name}.out"

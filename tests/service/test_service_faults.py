@@ -24,7 +24,7 @@ from support import (AUDIT, TINY, Server, assert_same_tables, database, job_rows
                      submit, wait_job)
 
 pytestmark = pytest.mark.slow
-SPEC = {**AUDIT, "bootstrap": {"n_resamples": 1000}}  # a stability stage of about a second: the fault's window
+SPEC = {**AUDIT, "bootstrap": {"n_resamples": 1000}, "k": [2, 3, 4, 5]}  # a stability stage long enough to stop in
 BEFORE = ("index", "scores_exact", "scores_eap", "edge_stats")  # finished before the fault strikes
 WORKERS = 2
 USERS = [f"user{i}" for i in range(5)]
@@ -40,8 +40,7 @@ class Pair:
         self.tokens = {u: make_user(db, u) for u in ["alice", *USERS]}
         db.dispose()
         self.servers = [self._new(), self._new()]
-        for s in self.servers:
-            s.wait_ready()
+        self.ids = [s.wait_ready()["server"] for s in self.servers]
 
     def _new(self, **settings) -> Server:
         self.count += 1
@@ -51,14 +50,12 @@ class Pair:
     def replace(self, i: int, **settings) -> Server:
         """Start the successor of server ``i`` (once it has stopped) and wait until it is ready."""
         self.servers[i] = self._new(**settings)
-        self.servers[i].wait_ready()
+        self.ids[i] = self.servers[i].wait_ready()["server"]
         return self.servers[i]
 
     def client(self, i: int, user: str = "alice"):
         return self.servers[i].client(self.tokens[user])
 
-    def server_id(self, i: int) -> str:
-        return self.servers[i].wait_ready()["server"]
 
 
 @pytest.fixture(scope="module")
@@ -90,15 +87,50 @@ def _mid_job(run, timeout: float = 300) -> dict:
         if (all(stages.get(s, {}).get("status") == "done" for s in BEFORE)
                 and stages.get("stability", {}).get("status") == "running"):
             return stages
-        time.sleep(0.01)
+        time.sleep(0.003)
     raise AssertionError("the job never reached its stability stage")
 
 
-def _running_on(pair, job_id: str) -> tuple[int, int]:
-    """(index of the server, pid of the worker) running ``job_id`` now."""
-    attempt = [a for a in _attempts(pair, job_id) if a["ended_at"] is None][-1]
-    ids = [pair.server_id(i) for i in range(2)]
-    return ids.index(attempt["server"]), int(attempt["worker"].rsplit(" ", 1)[1])
+def _running_on(pair, job_id: str, timeout: float = 300) -> tuple[int, int]:
+    """(index of the server, pid of the worker) of ``job_id``'s attempt, once a worker runs it (asked before
+    the fault's window opens, so the fault strikes at once when it does)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        open_ = [a for a in _attempts(pair, job_id) if a["ended_at"] is None and a["worker"]]
+        if open_:
+            return pair.ids.index(open_[-1]["server"]), int(open_[-1]["worker"].rsplit(" ", 1)[1])
+        time.sleep(0.01)
+    raise AssertionError(f"no worker ran job {job_id}")
+
+
+def _freeze(pid: int, run) -> None:
+    """SIGSTOP the worker ``pid`` inside its stability stage: the fault then strikes at a known point."""
+    os.kill(pid, signal.SIGSTOP)
+    while _proc_status(pid).get("State", "").split()[:1] != ["T"]:
+        time.sleep(0.005)
+    assert manifest(run)["stages"]["stability"]["status"] == "running"  # stopped inside it
+
+
+def _proc_status(pid: int) -> dict:
+    try:
+        lines = open(f"/proc/{pid}/status").read().splitlines()
+    except OSError:
+        return {}
+    return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+
+
+def _pending(pid: int, sig: int) -> bool:
+    """True when ``sig`` waits to be delivered to the (stopped) process ``pid``."""
+    st = _proc_status(pid)
+    mask = int(st.get("SigPnd", "0"), 16) | int(st.get("ShdPnd", "0"), 16)
+    return bool(mask >> (sig - 1) & 1)
+
+
+def _wait_for(predicate, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
 
 
 def _gone(pid: int, timeout: float = 30) -> bool:
@@ -166,8 +198,9 @@ def test_kill_9_of_a_worker_resumes_the_job(pair, reference):
     c = pair.client(0)
     job = submit(c, SPEC).json()
     run = pair.data / "jobs" / job["id"] / "run"
-    before = _mid_job(run)
     i, worker = _running_on(pair, job["id"])
+    before = _mid_job(run)
+    _freeze(worker, run)
     os.kill(worker, signal.SIGKILL)
     done = wait_job(c, job["id"])
     assert done["state"] == "completed" and done["attempts"] == 2, done
@@ -186,18 +219,22 @@ def test_kill_9_of_the_server_mid_job_then_a_restart_completes_it_identically(pa
     c = pair.client(0)
     job = submit(c, SPEC).json()
     run = pair.data / "jobs" / job["id"] / "run"
-    before = _mid_job(run)
     i, worker = _running_on(pair, job["id"])
+    before = _mid_job(run)
+    _freeze(worker, run)
     pair.servers[i].proc.kill()
     pair.servers[i].proc.wait(timeout=60)
-    assert manifest(run)["stages"].get("stability", {}).get("status") != "done"  # killed mid-job
+    os.kill(worker, signal.SIGCONT)
     assert _gone(worker)  # its worker followed it (the lifeline), releasing the run directory
+    assert manifest(run)["stages"]["stability"]["status"] == "running"  # killed mid-stage
     pair.replace(i)  # the restart
     done = wait_job(pair.client(i), job["id"])
     assert done["state"] == "completed", done
     assert_same_tables(run, reference)
     _resumed(run, before)
-    assert [a["outcome"] for a in _attempts(pair, job["id"])] == ["lease expired", "completed"]
+    # "busy": the other server tried while the dead server's worker was still exiting, and waited (not counted)
+    outcomes = [a["outcome"] for a in _attempts(pair, job["id"])]
+    assert [o for o in outcomes if o != "busy"] == ["lease expired", "completed"] and done["attempts"] == 2
 
 
 def test_sigterm_drains_no_new_job_starts_and_running_jobs_checkpoint(pair, reference):
@@ -209,8 +246,12 @@ def test_sigterm_drains_no_new_job_starts_and_running_jobs_checkpoint(pair, refe
     jobs = [submit(c, SPEC).json() for _ in range(WORKERS + 1)]  # the last waits for a worker
     a, waiting = jobs[0], jobs[-1]
     run = pair.data / "jobs" / a["id"] / "run"
+    _, worker = _running_on(pair, a["id"])
     before = _mid_job(run)
+    _freeze(worker, run)
     server.send(signal.SIGTERM)
+    _wait_for(lambda: _pending(worker, signal.SIGINT), "the drain never interrupted the running job")
+    os.kill(worker, signal.SIGCONT)  # it takes the interrupt inside its stability stage
     assert server.proc.wait(timeout=120) == 0  # a clean exit
     rows = {r["id"]: r for r in job_rows(pair.url, "jobs")}
     assert rows[a["id"]]["state"] == "queued" and rows[a["id"]]["lease_owner"] is None  # back in the queue
@@ -220,8 +261,13 @@ def test_sigterm_drains_no_new_job_starts_and_running_jobs_checkpoint(pair, refe
 
     # the successor resumes a; SIGTERM with time to drain lets it finish, and starts nothing new
     patient = pair.replace(0, drain_seconds=300)
-    wait_job(pair.client(0), a["id"], states=("running",))
+    _, worker = _running_on(pair, a["id"])
+    os.kill(worker, signal.SIGSTOP)
     patient.send(signal.SIGTERM)
+    _wait_for(lambda: '"draining"' in patient.log_file.read_text(), "the server never started draining")
+    time.sleep(1.0)
+    assert patient.proc.poll() is None and not _pending(worker, signal.SIGINT)  # it waits for the job
+    os.kill(worker, signal.SIGCONT)
     assert patient.proc.wait(timeout=300) == 0
     rows = {r["id"]: r for r in job_rows(pair.url, "jobs")}
     assert rows[a["id"]]["state"] == "completed"
