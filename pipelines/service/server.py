@@ -20,6 +20,9 @@ def serve(cfg: ServiceConfig) -> None:
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame) -> None:
+            dispatcher = app.state.service.dispatcher
+            if dispatcher is not None:  # from the signal on, no new job starts (uvicorn first closes connections)
+                dispatcher.draining = True
             super().handle_exit(sig, frame)
             if sig == signal.SIGTERM:
                 self._captured_signals.remove(sig)

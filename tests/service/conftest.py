@@ -1,4 +1,4 @@
-"""Fixtures of the service tests: one PostgreSQL server per session (Debian's package, started here)."""
+"""Fixtures of the service tests: one PostgreSQL server and one fleet of service servers per session."""
 
 import os
 import sys
@@ -22,3 +22,18 @@ def postgres():
     pg = Postgres()
     yield pg
     pg.stop()
+
+
+@pytest.fixture(scope="session")
+def fleet(request, tmp_path_factory):
+    """The session's service servers (support.Fleet): SQLite, and PostgreSQL when it is installed."""
+    from support import Fleet
+
+    f = Fleet(tmp_path_factory.mktemp("fleet"))  # its workers warm up while PostgreSQL starts
+    try:
+        f.use_postgres(request.getfixturevalue("postgres").create_database("service"))
+    except pytest.skip.Exception:  # CIRCUITSTAT_ALLOW_NO_POSTGRES=1 without PostgreSQL: the SQLite half still runs
+        pass
+    yield f
+    codes = f.stop()
+    assert codes == [0] * len(codes), codes  # every server drained and exited cleanly

@@ -45,7 +45,7 @@ class Server:
         self.data, self.database, self.scheduler, self.workers = data, database, scheduler, workers
         self.settings = {"lease_seconds": 2.0, "poll_seconds": 0.05, "progress_seconds": 0.1, "drain_seconds": 0,
                          **(settings or {})}
-        self.name, self.proc, self.port = name, None, None
+        self.name, self.proc, self.port, self.extra = name, None, None, {}
         self.log_file = data.parent / f"{name}.log"
         self.out_file = data.parent / f"{name}.out"
 
@@ -218,3 +218,55 @@ def job_rows(database_url: str, table: str) -> list[dict]:
 
 def manifest(run: Path) -> dict:
     return json.loads((run / "manifest.json").read_text())
+
+
+SETTINGS = {"users": {"quota": {"max_active_jobs": 1}, "ratey": {"requests_per_minute": 5},
+                      "small": {"max_work_flops": 1000.0}},
+            "quotas": {"max_request_bytes": 200_000, "requests_per_minute": 100_000, "max_active_jobs": 100}}
+"""The settings of the session's servers (per-user quotas for the quota tests, room for the load test)."""
+
+
+class Fleet:
+    """The session's servers: one on SQLite, and any number on one PostgreSQL database sharing one data
+    directory (the scale-out set-up). Test modules share them: a server costs a worker warm-up (torch and
+    transformers imported, one tiny audit run), the largest part of these tests' time."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.pg_url, self.count = root, None, 0
+        self.sqlite = Server(root / "sqlite" / "data", workers=2, settings=SETTINGS, name="sqlite").start()
+        self.pg_servers: list[Server] = []
+        self._tokens: dict[tuple[str, str], str] = {}
+
+    def use_postgres(self, url: str) -> None:
+        """Start the first server on the PostgreSQL database ``url`` (not waiting for it)."""
+        self.pg_url = url
+        self.add_pg(wait=False)
+
+    def add_pg(self, wait: bool = True, **settings) -> Server:
+        """Start one more server on the PostgreSQL database and data directory."""
+        self.count += 1
+        server = Server(self.root / "pg" / "data", database=self.pg_url, workers=2, name=f"pg{self.count}",
+                        settings={**SETTINGS, **settings}).start()
+        server.extra = settings
+        self.pg_servers.append(server)
+        if wait:
+            server.wait_ready()
+        return server
+
+    def pg(self) -> Server:
+        """The first live PostgreSQL server with the default settings (a successor when all have stopped)."""
+        live = [s for s in self.pg_servers if s.proc.poll() is None and not s.extra]
+        return live[0] if live else self.add_pg()
+
+    def token(self, server: Server, user: str) -> str:
+        """A token of ``user`` on ``server``'s database (the user is made on first use)."""
+        key = (server.database_url, user)
+        if key not in self._tokens:
+            db = database(server.database_url)
+            self._tokens[key] = make_user(db, user)
+            db.dispose()
+        return self._tokens[key]
+
+    def stop(self) -> list[int]:
+        """Stop every server still running; their exit codes."""
+        return [s.stop() for s in [self.sqlite, *self.pg_servers] if s.proc.poll() is None]

@@ -19,15 +19,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from support import (AUDIT, TINY, TINY_BPE, Server, assert_same_tables, database, fetch_tables, job_rows, make_user,
+from support import (AUDIT, TINY, TINY_BPE, assert_same_tables, database, fetch_tables, job_rows, make_user,
                      manifest, run_cli_audit, submit, wait_job, write_yaml)
 
 from pipelines.cli import app
 
-USERS = ("alice", "bob", "carol", "quota", "ratey", "small")
-SETTINGS = {"users": {"quota": {"max_active_jobs": 1}, "ratey": {"requests_per_minute": 5},
-                      "small": {"max_work_flops": 1000.0}},
-            "quotas": {"max_request_bytes": 200_000, "requests_per_minute": 100_000}}
+USERS = ("alice", "bob", "carol", "quota", "ratey", "small")  # quotas of the last three: support.SETTINGS
 CLAIMS = {"claims": [
     {"kind": "circuit_stability", "name": "stable top-2", "method": "exact", "k": 2, "statistic": "jaccard_mean",
      "min": 0.1},
@@ -41,24 +38,16 @@ XSS = '<script>alert("x")</script>'
 
 
 @pytest.fixture(scope="module")
-def servers(request, tmp_path_factory):
-    """Both servers, started together: their workers warm up while PostgreSQL starts and the CLI's
-    reference audit runs here (2 cores do the three at once)."""
-    root = tmp_path_factory.mktemp("service")
-    started = {"sqlite": Server(root / "sqlite" / "data", workers=2, settings=SETTINGS, name="sqlite").start()}
-    try:
-        url = request.getfixturevalue("postgres").create_database("api")
-    except pytest.skip.Exception:  # CIRCUITSTAT_ALLOW_NO_POSTGRES=1 without PostgreSQL: the SQLite half still runs
-        url = None
-    if url is not None:
-        started["postgresql"] = Server(root / "pg" / "data", database=url, workers=2, settings=SETTINGS,
-                                       name="postgresql").start()
-    reference = run_cli_audit(AUDIT, root / "cli")
+def servers(fleet, tmp_path_factory):
+    """The session's SQLite and PostgreSQL servers (support.Fleet), users, and alice's finished audit on each;
+    the CLI's reference audit runs here while their workers warm up."""
+    started = {"sqlite": fleet.sqlite}
+    if fleet.pg_url is not None:
+        started["postgresql"] = fleet.pg()
+    reference = run_cli_audit(AUDIT, tmp_path_factory.mktemp("cli"))
     envs = {}
     for backend, server in started.items():
-        db = database(server.database_url)
-        tokens = {u: make_user(db, u) for u in USERS}
-        db.dispose()
+        tokens = {u: fleet.token(server, u) for u in USERS}
         server.wait_ready()
         clients = {u: server.client(t) for u, t in tokens.items()}
         r = submit(clients["alice"], AUDIT, name="alice's audit")
@@ -71,8 +60,6 @@ def servers(request, tmp_path_factory):
     for env in envs.values():
         for c in env["c"].values():
             c.close()
-    for server in started.values():
-        assert server.stop() == 0, server.out_file.read_text()[-3000:]
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
@@ -325,7 +312,7 @@ def test_quotas_active_jobs_rate_and_work(env):
 def test_no_wrong_or_revoked_token_is_401(env):
     s = env["server"]
     for headers in ({}, {"Authorization": "Bearer csk_000000000000_" + "x" * 43}, {"Authorization": "Basic abc"},
-                    {"Authorization": f"Bearer {env['tokens']['alice'][:-1]}A"}):
+                    {"Authorization": f"Bearer {_other_last(env['tokens']['alice'])}"}):
         for method, path in (("GET", "/api/v1/jobs"), ("GET", f"/api/v1/jobs/{env['job']['id']}"),
                              ("POST", "/api/v1/jobs"), ("POST", "/api/v1/query")):
             r = httpx.request(method, s.url + path, headers=headers)
@@ -341,6 +328,11 @@ def test_no_wrong_or_revoked_token_is_401(env):
     assert out.exit_code == 0, out.output
     db.dispose()
     assert httpx.get(s.url + "/api/v1/me", headers={"Authorization": f"Bearer {token}"}).status_code == 401
+
+
+def _other_last(token: str) -> str:
+    """``token`` with its last character changed (a wrong secret of the right length)."""
+    return token[:-1] + ("A" if token[-1] != "A" else "B")
 
 
 def _endpoints(job: str, check: str) -> list[tuple[str, str, dict]]:

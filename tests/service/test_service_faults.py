@@ -1,12 +1,13 @@
 """Load and faults on two servers sharing one PostgreSQL database and one data directory (the scale-out
 set-up): 50 concurrent submissions and 500 polls with every job run exactly once; kill -9 of a worker
-and of a server mid-job; SIGTERM.
+and of a server mid-job; SIGTERM with and without time to drain.
 
 A job that was interrupted ends with the tables of an uninterrupted `circuitstat audit` (bit for bit),
 and its run directory shows that the stages finished before the fault were resumed, not recomputed.
-The tests hand the two servers on to each other (a test that ends a server starts its successor), so
-the module starts four servers, not two per test; each test also runs alone. (Throughput and latency
-are measured by bench/serve.py, never asserted here.)
+Each fault is made to strike inside a stage: the worker is stopped (SIGSTOP) there first. The servers
+are the session's (support.Fleet: the first is test_service_api.py's PostgreSQL server), plus one that
+drains patiently and the successor of a killed one. (Throughput and latency are measured by
+bench/serve.py, never asserted here.)
 """
 
 from __future__ import annotations
@@ -20,51 +21,39 @@ import time
 
 import pytest
 
-from support import (AUDIT, TINY, Server, assert_same_tables, database, job_rows, make_user, manifest, run_cli_audit,
-                     submit, wait_job)
+from support import AUDIT, TINY, assert_same_tables, job_rows, manifest, run_cli_audit, submit, wait_job
 
 pytestmark = pytest.mark.slow
 SPEC = {**AUDIT, "bootstrap": {"n_resamples": 1000}, "k": [2, 3, 4, 5]}  # a stability stage long enough to stop in
 BEFORE = ("index", "scores_exact", "scores_eap", "edge_stats")  # finished before the fault strikes
 WORKERS = 2
 USERS = [f"user{i}" for i in range(5)]
-SETTINGS = {"quotas": {"max_active_jobs": 100, "requests_per_minute": 100_000}}
 
 
 class Pair:
-    """Two servers on one database and data directory; either may be replaced by a successor."""
+    """Two servers on the fleet's PostgreSQL database: [0] drains at once, [1] waits for its running jobs."""
 
-    def __init__(self, root, url: str) -> None:
-        self.data, self.url, self.count = root / "data", url, 0
-        db = database(url)
-        self.tokens = {u: make_user(db, u) for u in ["alice", *USERS]}
-        db.dispose()
-        self.servers = [self._new(), self._new()]
+    def __init__(self, fleet) -> None:
+        if fleet.pg_url is None:
+            pytest.skip("PostgreSQL not installed and CIRCUITSTAT_ALLOW_NO_POSTGRES=1")
+        self.fleet, self.url = fleet, fleet.pg_url
+        self.servers = [fleet.pg(), fleet.add_pg(wait=False, drain_seconds=300)]
+        self.data = self.servers[0].data
+        self.tokens = {u: fleet.token(self.servers[0], u) for u in ["alice", *USERS]}
         self.ids = [s.wait_ready()["server"] for s in self.servers]
 
-    def _new(self, **settings) -> Server:
-        self.count += 1
-        return Server(self.data, database=self.url, workers=WORKERS, name=f"server{self.count}",
-                      settings={**SETTINGS, **settings}).start()
-
-    def replace(self, i: int, **settings) -> Server:
-        """Start the successor of server ``i`` (once it has stopped) and wait until it is ready."""
-        self.servers[i] = self._new(**settings)
+    def replace(self, i: int) -> None:
+        """Start the successor of the stopped server ``i`` (same settings) and wait until it is ready."""
+        self.servers[i] = self.fleet.add_pg(**self.servers[i].extra)
         self.ids[i] = self.servers[i].wait_ready()["server"]
-        return self.servers[i]
 
     def client(self, i: int, user: str = "alice"):
         return self.servers[i].client(self.tokens[user])
 
 
-
 @pytest.fixture(scope="module")
-def pair(postgres, tmp_path_factory):
-    p = Pair(tmp_path_factory.mktemp("faults"), postgres.create_database("faults"))
-    yield p
-    for s in p.servers:
-        if s.proc.poll() is None:
-            assert s.stop() == 0
+def pair(fleet):
+    return Pair(fleet)
 
 
 @pytest.fixture(scope="module")
@@ -237,41 +226,67 @@ def test_kill_9_of_the_server_mid_job_then_a_restart_completes_it_identically(pa
     assert [o for o in outcomes if o != "busy"] == ["lease expired", "completed"] and done["attempts"] == 2
 
 
-def test_sigterm_drains_no_new_job_starts_and_running_jobs_checkpoint(pair, reference):
-    """SIGTERM with no time to drain: running jobs are interrupted, keep their finished stages and go back to
-    the queue; no queued job starts. With time to drain: running jobs finish first, and still none starts."""
-    assert pair.servers[1].stop() == 0  # one server from here on: what it leaves queued stays queued
-    server = pair.servers[0]  # drain_seconds 0 (tests/service/support.py)
-    c = pair.client(0)
-    jobs = [submit(c, SPEC).json() for _ in range(WORKERS + 1)]  # the last waits for a worker
-    a, waiting = jobs[0], jobs[-1]
+def _first_in_stability_on(pair, i: int, jobs: list[dict], timeout: float = 300) -> tuple[dict, int]:
+    """(job, worker pid) of the first of ``jobs`` seen inside its stability stage on server ``i``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        open_ = {a["job_id"]: a for a in job_rows(pair.url, "job_attempts")
+                 if a["ended_at"] is None and a["worker"] and a["server"] == pair.ids[i]}
+        for j in jobs:
+            if j["id"] in open_:
+                try:
+                    stages = manifest(pair.data / "jobs" / j["id"] / "run")["stages"]
+                except (OSError, ValueError):
+                    continue
+                if stages.get("stability", {}).get("status") == "running":
+                    return j, int(open_[j["id"]]["worker"].rsplit(" ", 1)[1])
+        time.sleep(0.002)
+    raise AssertionError(f"no job reached its stability stage on server {i}")
+
+
+def test_sigterm_without_time_to_drain_interrupts_running_jobs_which_resume_elsewhere(pair, reference):
+    """SIGTERM, drain_seconds 0: no new job starts on the server; its running jobs are interrupted inside
+    their stage, keep the stages they finished, go back to the queue and finish on the other server."""
+    jobs = [submit(pair.client(0), SPEC).json() for _ in range(2 * WORKERS + 1)]  # more than both servers run
+    a, worker = _first_in_stability_on(pair, 0, jobs)
     run = pair.data / "jobs" / a["id"] / "run"
-    _, worker = _running_on(pair, a["id"])
-    before = _mid_job(run)
     _freeze(worker, run)
-    server.send(signal.SIGTERM)
+    before = manifest(run)["stages"]
+    here = [j["id"] for j in jobs if any(x["server"] == pair.ids[0] for x in _attempts(pair, j["id"]))]
+    draining, t_term = pair.servers[0], time.time()
+    draining.send(signal.SIGTERM)
     _wait_for(lambda: _pending(worker, signal.SIGINT), "the drain never interrupted the running job")
     os.kill(worker, signal.SIGCONT)  # it takes the interrupt inside its stability stage
-    assert server.proc.wait(timeout=120) == 0  # a clean exit
-    rows = {r["id"]: r for r in job_rows(pair.url, "jobs")}
-    assert rows[a["id"]]["state"] == "queued" and rows[a["id"]]["lease_owner"] is None  # back in the queue
-    assert rows[waiting["id"]]["state"] == "queued" and rows[waiting["id"]]["started_at"] is None  # never started
-    assert [x["outcome"] for x in _attempts(pair, a["id"])] == ["interrupted"]
-    assert manifest(run)["stages"]["stability"]["status"] == "failed"  # interrupted, its finished stages kept
-
-    # the successor resumes a; SIGTERM with time to drain lets it finish, and starts nothing new
-    patient = pair.replace(0, drain_seconds=300)
-    _, worker = _running_on(pair, a["id"])
-    os.kill(worker, signal.SIGSTOP)
-    patient.send(signal.SIGTERM)
-    _wait_for(lambda: '"draining"' in patient.log_file.read_text(), "the server never started draining")
-    time.sleep(1.0)
-    assert patient.proc.poll() is None and not _pending(worker, signal.SIGINT)  # it waits for the job
-    os.kill(worker, signal.SIGCONT)
-    assert patient.proc.wait(timeout=300) == 0
-    rows = {r["id"]: r for r in job_rows(pair.url, "jobs")}
-    assert rows[a["id"]]["state"] == "completed"
-    assert rows[waiting["id"]]["state"] == "queued" and rows[waiting["id"]]["started_at"] is None
+    assert draining.proc.wait(timeout=120) == 0  # a clean exit
+    late = [x for x in job_rows(pair.url, "job_attempts") if x["server"] == pair.ids[0] and x["started_at"] > t_term]
+    assert late == []  # nothing started on the draining server once SIGTERM arrived
+    assert _attempts(pair, a["id"])[0]["outcome"] == "interrupted"
+    for job_id in here:
+        assert wait_job(pair.client(1), job_id)["state"] == "completed"  # resumed on the other server
     assert [x["outcome"] for x in _attempts(pair, a["id"])] == ["interrupted", "completed"]
     assert_same_tables(run, reference)
     _resumed(run, before)
+    for j in jobs:
+        wait_job(pair.client(1), j["id"])
+
+
+def test_sigterm_with_time_to_drain_finishes_running_jobs_and_starts_none(pair, reference):
+    """SIGTERM, drain_seconds 300 (the only server left): the server waits for its running jobs, then exits
+    0; the job waiting in the queue never starts."""
+    if pair.servers[0].proc.poll() is None:  # (the test before ends it; alone, this one does)
+        assert pair.servers[0].stop() == 0
+    patient = pair.servers[1]
+    jobs = [submit(pair.client(1), SPEC).json() for _ in range(WORKERS + 1)]
+    b, waiting = jobs[0], jobs[-1]
+    _, worker = _running_on(pair, b["id"])
+    os.kill(worker, signal.SIGSTOP)  # b cannot finish before the signal
+    patient.send(signal.SIGTERM)
+    _wait_for(lambda: '"draining"' in patient.log_file.read_text(), "the server never started draining")
+    time.sleep(1.0)
+    assert patient.proc.poll() is None and not _pending(worker, signal.SIGINT)  # it waits for b
+    os.kill(worker, signal.SIGCONT)
+    assert patient.proc.wait(timeout=300) == 0
+    rows = {r["id"]: r for r in job_rows(pair.url, "jobs")}
+    assert rows[b["id"]]["state"] == "completed" and [x["outcome"] for x in _attempts(pair, b["id"])] == ["completed"]
+    assert rows[waiting["id"]]["state"] == "queued" and rows[waiting["id"]]["started_at"] is None
+    assert_same_tables(pair.data / "jobs" / b["id"] / "run", reference)
