@@ -236,6 +236,7 @@ app.add_typer(study_app, name="study")
 # imports what it runs inside its body, so `circuitstat --help`, `check` and `query` never load torch
 from . import analyse, checks, studies  # noqa: E402,F401
 from . import tokens  # noqa: E402,F401
+from . import service  # noqa: E402,F401
 
 
 def main() -> None:

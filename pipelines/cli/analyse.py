@@ -127,31 +127,28 @@ def attribute_command(
 
     The examples are computed in chunks, each saved in OUT/checkpoints as soon as it is finished:
     a killed run continues where it stopped when the same command is run again."""
-    from circuits import load_model
     from circuits.attribution import check_options
-    from reports.errors import InputError
     from circuits.plan import parse_bytes
-    from pipelines.build import build_task, check_device, check_n_jobs, check_work, resolve_source, task_positions
+    from pipelines.build import check_device, check_n_jobs
+    from reports.errors import InputError
 
     method, level, ablation, dtype = method.value, level.value, ablation.value, dtype.value
     metric = None if metric is None else metric.value
     # everything is validated before the run directory exists
     if out is None and not plan:
         raise InputError("--out is required: give the run directory to write (or pass --plan to only plan the run)")
-    if out is not None and not plan:
-        check_out(out, "attribute", force=force)
-    check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
-    budget = None if max_memory is None else parse_bytes(max_memory)
-    n_jobs = check_n_jobs(n_jobs, "--n-jobs")
-    dev = check_device(device)
-    if plan:
+    if plan:  # on the meta device: no weights are allocated, whatever the model's size
+        check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
+        budget = None if max_memory is None else parse_bytes(max_memory)
         _plan(model, task, n=n, seed=seed, metric=metric, level=level, batch_size=batch_size, ig_steps=ig_steps,
-              budget=budget, n_jobs=n_jobs, device=dev, dtype=dtype, allow_pickle=allow_pickle, allow_large=allow_large)
+              budget=budget, n_jobs=check_n_jobs(n_jobs, "--n-jobs"), device=check_device(device), dtype=dtype,
+              allow_pickle=allow_pickle, allow_large=allow_large)
         return
-    m = load_model(resolve_source(model), device=dev, dtype=_torch_dtype(dtype), allow_pickle=allow_pickle,
-                   allow_large=allow_large)
-    check_work(m, n, level=level, positions=task_positions(task, {}), allow_large=allow_large)
-    t = build_task(m, task, n=n, seed=seed, metric=metric)
+    check_out(out, "attribute", force=force)
+    m, t, budget, n_jobs = prepare_attribute(model, task, method=method, level=level, ablation=ablation, metric=metric,
+                                             n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
+                                             device=device, dtype=dtype, max_memory=max_memory,
+                                             allow_pickle=allow_pickle, allow_large=allow_large)
     sm = _attribute_run(m, t, out, model_arg=model, task_arg=task, method=method, level=level, ablation=ablation, n=n,
                         batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
                         budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force)
@@ -190,6 +187,43 @@ def _plan(source: str, task: str, *, n: int, seed: int, metric, level: str, batc
     for line in plan_lines(skeleton, t, level=level, batch_size=batch_size, ig_steps=ig_steps, budget=budget,
                            n_jobs=n_jobs, timing_model=timing, untimed=why):
         echo(line)
+
+
+def prepare_attribute(model: str, task: str, *, method: str, level: str, ablation: str, metric: str | None, n: int,
+                      batch_size: int, ig_steps: int, seed: int, n_jobs: int, device: str, dtype: str,
+                      max_memory: str | None, allow_pickle: bool, allow_large: bool):
+    """(model, task, memory budget, n_jobs) of an ``attribute`` run after every check that needs no
+    run directory (options, workers, device, sizes, the task); InputError on the first problem."""
+    from circuits import load_model
+    from circuits.attribution import check_options
+    from circuits.plan import parse_bytes
+    from pipelines.build import build_task, check_device, check_n_jobs, check_work, resolve_source, task_positions
+
+    check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
+    budget = None if max_memory is None else parse_bytes(max_memory)
+    n_jobs = check_n_jobs(n_jobs, "--n-jobs")
+    dev = check_device(device)
+    m = load_model(resolve_source(model), device=dev, dtype=_torch_dtype(dtype), allow_pickle=allow_pickle,
+                   allow_large=allow_large)
+    check_work(m, n, level=level, positions=task_positions(task, {}), allow_large=allow_large)
+    return m, build_task(m, task, n=n, seed=seed, metric=metric), budget, n_jobs
+
+
+def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", level: str = "edge",
+                  ablation: str = "counterfactual", metric: str | None = None, n: int = 64, batch_size: int = 16,
+                  ig_steps: int = 5, seed: int = 0, n_jobs: int = 1, device: str = "cpu", dtype: str = "float32",
+                  max_memory: str | None = None, checkpoint_every: int | None = None, resume: bool = True,
+                  force: bool = False, allow_pickle: bool = False, allow_large: bool = False):
+    """The ScoreMatrix of ``circuitstat attribute`` with these options, written into run directory
+    ``out`` (validated first; resumed from its checkpoints where it stopped)."""
+    check_out(out, "attribute", force=force)
+    m, t, budget, n_jobs = prepare_attribute(model, task, method=method, level=level, ablation=ablation, metric=metric,
+                                             n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
+                                             device=device, dtype=dtype, max_memory=max_memory,
+                                             allow_pickle=allow_pickle, allow_large=allow_large)
+    return _attribute_run(m, t, out, model_arg=model, task_arg=task, method=method, level=level, ablation=ablation,
+                          n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
+                          budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force)
 
 
 def _engine_sizes(m, t, method: str, level: str, batch_size: int, budget: int | None) -> tuple[int, int]:
