@@ -150,7 +150,7 @@ def report_file(svc: Service, job: Job) -> Path:
 
 def report_csp() -> str:
     """The report's own Content-Security-Policy, plus no framing."""
-    from reports.html import CSP
+    from reports.html.assets import CSP
 
     return CSP + "; frame-ancestors 'none'"
 

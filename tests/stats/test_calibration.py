@@ -147,7 +147,7 @@ def test_edge_intervals_are_translation_equivariant_so_a_null_copy_adds_nothing(
     b = bootstrap_edges(X - shift, n_resamples=300, seed=5, methods=list(METHODS))
     scale = np.abs(X).max()
     for m in METHODS:
-        np.testing.assert_allclose(b.conf_int(m) + shift[:, None], a.conf_int(m), rtol=0, atol=1e-9 * scale,
+        np.testing.assert_allclose(b.conf_int(which=m).to_array() + shift[:, None], a.conf_int(which=m).to_array(), rtol=0, atol=1e-9 * scale,
                                    err_msg=m)
     np.testing.assert_array_equal(a.reliable, b.reliable)
 
