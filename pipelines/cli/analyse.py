@@ -21,13 +21,15 @@ def model_command(
     n_inputs: int = typer.Option(4, "--n-inputs", min=1, max=4096, help="random inputs for the logits check"),
     length: int = typer.Option(16, "--length", min=1, help="tokens per random input (capped at the context)"),
     seed: int = typer.Option(0, "--seed", min=0),
-    tolerance: float = typer.Option(1e-4, "--tolerance", min=0.0, help="max |logit difference| allowed"),
+    tolerance: float = typer.Option(1e-4, "--tolerance", min=0.0,
+                                    help="max |logit difference| (and relative gradient difference) allowed"),
+    logits_only: bool = typer.Option(False, "--logits-only",
+                                     help="check logits only (skip the gradient and exact-patching parity checks)"),
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
-    """Describe a model and check CircuitModel logits against the Hugging Face model."""
-    import torch
-
+    """Describe a model and check CircuitModel against the Hugging Face model: logits, receiver gradients
+    against HF autograd, exact patching against brute force."""
     from circuits import load_hf, load_model
     from circuits.convert import from_hf
     from pipelines.build import resolve_source
@@ -49,22 +51,29 @@ def model_command(
     typer.echo(f"heads         {cfg.n_heads}{kv}")
     typer.echo(f"d_model       {cfg.d_model}   d_head {cfg.d_head}   d_mlp {cfg.d_mlp if cfg.has_mlp else '-'}")
     typer.echo(f"norm          {cfg.norm}   positions {cfg.positional}   mlp {cfg.mlp} ({cfg.act})")
+    from circuits.describe import feature_lines
+
+    for line in feature_lines(cfg):
+        typer.echo(line)
     typer.echo(f"nodes         {len(g.nodes)} ({g.n_senders} senders, {g.n_receivers} receivers)")
     typer.echo(f"edges         {g.n_edges}")
     typer.echo(f"weight hash   {model.weight_hash()[:16]}")
     if hf is None:
         typer.echo("logits check  skipped (a circuitstat model has no Hugging Face counterpart)")
         return
-    gen = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, cfg.vocab_size, (n_inputs, min(length, cfg.n_ctx)), generator=gen)
-    mask = torch.ones_like(ids)
-    if n_inputs > 1:
-        mask[-1, ids.shape[1] // 2 :] = 0  # one right-padded input
-    with torch.no_grad():
-        diff = (hf(ids, attention_mask=mask).logits - model(ids, mask)).abs()[mask.bool()].max().item()
-    ok = diff <= tolerance
-    typer.echo(f"logits check  max |HF - CircuitModel| = {diff:.3e} on {n_inputs} inputs "
+    from circuits.parity import check_parity
+
+    p = check_parity(hf, model, n_inputs=n_inputs, length=length, seed=seed, gradients=not logits_only)
+    ok = p.logits <= tolerance
+    typer.echo(f"logits check  max |HF - CircuitModel| = {p.logits:.3e} on {n_inputs} inputs "
                f"({'ok' if ok else 'FAILED'}, tolerance {tolerance:g})")
+    if p.gradients is not None:
+        ok_g, ok_e = p.gradients <= tolerance, p.exact <= tolerance
+        typer.echo(f"EAP check     receiver gradients vs HF autograd: max relative difference {p.gradients:.3e} "
+                   f"({'ok' if ok_g else 'FAILED'})")
+        typer.echo(f"exact check   suffix patching vs brute force on {p.exact_edges} edges: max |logit difference| "
+                   f"{p.exact:.3e} ({'ok' if ok_e else 'FAILED'})")
+        ok = ok and ok_g and ok_e
     if not ok:
         raise typer.Exit(1)
 

@@ -288,3 +288,33 @@ def test_post_norm_edge_definition_holds_in_hf(family):
         assert np.abs(got - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max()), (family, r, got, ref)
         seen = max(seen, np.abs(ref).max())
     assert seen > 1e-2
+
+
+_PROPORTIONAL = {"rope_parameters": {"rope_type": "proportional", "rope_theta": 10000.0}}
+REFUSED = {
+    "llama3": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
+    "qwen2": ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [1, 1, 2]}},
+              "rope_parameters.mrope_section"),
+    "qwen3": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
+    "mistral": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
+    "gemma2": ({"use_bidirectional_attention": True}, "use_bidirectional_attention=True"),
+    "gemma3": ({"attn_logit_softcapping": 20.0}, "attn_logit_softcapping=20.0"),
+    "phi3": ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4, "partial_rotary_factor": 0.5,
+                                  "short_factor": [1.0, 1.0], "long_factor": [1.0, 1.0], "mscale": 2.0}},
+             "rope_parameters.mscale"),
+    "olmo2": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
+}
+
+
+@pytest.mark.parametrize("family", list(REFUSED))
+def test_model_command_refuses_unreproduced_field_by_name(family, tmp_path):
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    overrides, words = REFUSED[family]
+    hf_model(family, **overrides).save_pretrained(tmp_path / "m")
+    res = CliRunner().invoke(app, ["model", str(tmp_path / "m")])
+    assert res.exit_code == 2, res.output
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error")]  # transformers may warn too
+    assert len(errors) == 1 and words in errors[0], res.stderr
