@@ -13,6 +13,7 @@ from . import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, DTYPES, Ablation, DType, Lev
 
 
 Rule = choices("Rule", "top-k", "greedy")  # how `circuit` selects edges
+InputNode = choices("InputNode", "embeddings", "tokens")  # circuits.ablation
 
 
 @app.command("model")
@@ -91,6 +92,10 @@ def attribute_command(
     method: Method = typer.Option("eap", "--method", help="attribution method"),
     level: Level = typer.Option("edge", "--level", help="score edges or nodes (senders)"),
     ablation: Ablation = typer.Option("counterfactual", "--ablation", help="what a patched component carries"),
+    input_node: InputNode = typer.Option(
+        "embeddings", "--input-node",
+        help="what a zero/mean-ablated input sender is: embeddings (token + position) or tokens (token "
+             "embedding only, as EAP-IG and MIB)"),
     metric: MetricName | None = typer.Option(None, "--metric",
                                              help="task metric (default: the task's own, logit_diff for most)"),
     n: int = typer.Option(64, "--n", min=1, help="number of examples"),
@@ -129,6 +134,7 @@ def attribute_command(
     from pipelines.build import build_task, check_device, check_n_jobs, check_work, resolve_source, task_positions
 
     method, level, ablation, dtype = method.value, level.value, ablation.value, dtype.value
+    input_node = input_node.value
     metric = None if metric is None else metric.value
     # everything is validated before the run directory exists
     if out is None and not plan:
@@ -150,7 +156,8 @@ def attribute_command(
                                n_jobs=n_jobs):
             typer.echo(line)
         return
-    sm = _attribute_run(m, t, out, model_arg=model, task_arg=task, method=method, level=level, ablation=ablation, n=n,
+    sm = _attribute_run(m, t, out, model_arg=model, task_arg=task, method=method, level=level, ablation=ablation,
+                        input_node=input_node, n=n,
                         batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
                         budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force)
     mean = sm.mean()
@@ -198,7 +205,8 @@ def _task_record(t) -> dict:
     return {**desc, "meta": meta}
 
 
-def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: str, level: str, ablation: str, n: int,
+def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: str, level: str, ablation: str,
+                   input_node: str, n: int,
                    batch_size: int, ig_steps: int, seed: int, n_jobs: int, dtype: str, budget: int | None,
                    checkpoint_every: int | None, resume: bool, force: bool):
     """The ScoreMatrix of one checkpointed attribution run written into ``out`` (resumed where it stopped)."""
@@ -209,10 +217,10 @@ def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: st
 
     batch_size, max_rows = _engine_sizes(m, t, method, level, batch_size, budget)
     spec = {"model": model_arg, "task": task_arg, "method": method, "level": level, "ablation": ablation,
-            "metric": t.metric_name, "n": n, "batch_size": batch_size, "ig_steps": ig_steps, "seed": seed,
+            "input_node": input_node, "metric": t.metric_name, "n": n, "batch_size": batch_size, "ig_steps": ig_steps, "seed": seed,
             "dtype": DTYPES[dtype], "max_rows": max_rows}
     options = {"batch_size": batch_size, "max_rows": max_rows, "ig_steps": ig_steps, "dtype": DTYPES[dtype],
-               "device": m.device.type}
+               "device": m.device.type, "input_node": input_node}
     identity, task_record = m.identity(), _task_record(t)  # the model caches its weight hash
     job = AttributionJob(identity["weight_hash"], t.content_hash, t.metric_name, method, level, ablation, n,
                          len(m.graph.edge_names) if level == "edge" else m.graph.n_senders, seed, options)
@@ -228,11 +236,11 @@ def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: st
 
             t0 = time.perf_counter()
             # one counterfactual builder for every chunk: mean ablations average the whole dataset once
-            abl = Counterfactuals(ablation, m, t, seed=seed, batch_size=batch_size)
+            abl = Counterfactuals(ablation, m, t, seed=seed, batch_size=batch_size, input_node=input_node)
             kw = {"level": level, "ablation": abl, "batch_size": batch_size, "ig_steps": ig_steps, "seed": seed,
                   "max_rows": max_rows}
             scores = run_checkpointed(store, m, t, method, kw, reuse=reuse, n_jobs=n_jobs)
-            eparams = {"batch_size": batch_size, "seed": seed, "max_rows": max_rows}
+            eparams = {"batch_size": batch_size, "seed": seed, "max_rows": max_rows, "input_node": input_node}
             if method.startswith("eap-ig"):
                 eparams["ig_steps"] = ig_steps
             sm = ScoreMatrix(scores, m.graph, level, method, ablation, t.metric_name, params=eparams,
