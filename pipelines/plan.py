@@ -23,7 +23,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from circuits.plan import METHODS, Cost, fit_memory, method_cost, sender_groups
+from circuits.plan import METHODS, Cost, contractions, fit_memory, method_cost, sender_groups
 
 
 @dataclass(frozen=True)
@@ -132,13 +132,14 @@ def estimate_seconds(cal: Calibration, model, cost: Cost, *, n: int, level: str 
     method = cost.method
     if method == "eap":
         return n * (per_example * (cal.forward_s + cal.gradient_s) + contraction)
+    k = contractions(cfg, method, ig_steps)  # post-norm models contract every gradient run (circuits.plan)
     if method == "clean-corrupted":
-        return n * (per_example * (cal.forward_s + 2 * cal.gradient_s) + contraction)
+        return n * (per_example * (cal.forward_s + 2 * cal.gradient_s) + k * contraction)
     if method == "eap-ig-inputs":
-        return n * (per_example * (2 * cal.forward_s + ig_steps * cal.ig_gradient_s) + contraction)
+        return n * (per_example * (2 * cal.forward_s + ig_steps * cal.ig_gradient_s) + k * contraction)
     if method == "eap-ig-activations":
         groups = sender_groups(cfg)
-        return n * (per_example * (2 * cal.forward_s + groups * ig_steps * cal.ig_gradient_s) + groups * contraction)
+        return n * (per_example * (2 * cal.forward_s + groups * ig_steps * cal.ig_gradient_s) + k * contraction)
     batches = [min(cost.batch_size, n - s) for s in range(0, n, cost.batch_size)]
     total = 2 * n * per_example * cal.forward_s
     for b in batches:
