@@ -114,13 +114,18 @@ class Forward:
         """Logits [B, P, V] of a plain forward pass."""
         return self.run(input_ids, attention_mask).logits
 
-    def embed(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """The ``input`` sender's output: token (+ learned position) embeddings [B, P, D]."""
+    def token_embedding(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The token part of the ``input`` sender [..., D]: W_E rows (times Gemma's √d scale)."""
         x = self.W_E[input_ids]
         if self.cfg.embed_scale is not None:
             # Gemma: the √d normaliser is a float32 tensor cast to the weights' dtype (HF's
             # Gemma2TextScaledWordEmbedding), so bf16 models scale by the rounded value, as HF does
             x = x * torch.tensor(self.cfg.embed_scale, dtype=torch.float32, device=x.device).to(x.dtype)
+        return x
+
+    def embed(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The ``input`` sender's output: token (+ learned position) embeddings [B, P, D]."""
+        x = self.token_embedding(input_ids)
         if self.cfg.positional == "learned":
             # positions never exceed P - 1: only longer inputs need the (host-synchronising) check
             if positions.shape[-1] > self.cfg.n_ctx and int(positions.max()) >= self.cfg.n_ctx:

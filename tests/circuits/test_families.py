@@ -318,3 +318,16 @@ def test_model_command_refuses_unreproduced_field_by_name(family, tmp_path):
     assert res.exit_code == 2, res.output
     errors = [line for line in res.stderr.splitlines() if line.startswith("error")]  # transformers may warn too
     assert len(errors) == 1 and words in errors[0], res.stderr
+
+
+def test_token_ablation_removes_the_scaled_embedding():
+    """Gemma's input sender is √d · W_E[token]: zero token ablation leaves exactly zero there."""
+    from circuits.contributions import ablated_inputs
+
+    m = from_hf(hf_model("gemma2"))
+    ids, mask = batch()
+    which = torch.zeros_like(ids, dtype=torch.bool)
+    which[0, 2] = True
+    x = ablated_inputs(m, ids, mask, which, "zero")
+    assert torch.equal(x[0, 2], torch.zeros_like(x[0, 2]))
+    assert torch.equal(x[0, 1], m.embed(ids, m.positions(mask))[0, 1]) and x[0, 1].abs().max() > 0
