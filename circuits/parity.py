@@ -5,6 +5,8 @@
   receiver group (a layer's q/k/v receivers, its MLP input, the logits input), against autograd on
   the HF model at the same point (a copy of the branch's input inserted by a forward pre-hook on the
   module that reads it, so only that branch's gradient flows into it); relative to the largest gradient.
+* ``hf_node_eap``: node-level EAP computed on the HF model alone (its own runs and autograd at each
+  sender's output: embeddings, o_proj input slices per head, MLP writes), the oracle of EAP.
 * ``exact``: exact per-edge effects by suffix recomputation against one full forward per edge with
   that edge patched (brute force), on a sample of edges into every receiver kind.
 """
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .ablation import last_index
 from .interventions import Intervention
 
 
@@ -85,6 +88,59 @@ def model_branch_gradients(model, ids: torch.Tensor, mask: torch.Tensor, metric)
         out = model.run(ids, mask, receiver_grads=True)
         grads = torch.autograd.grad(metric(out.logits), out.grad_inputs)
     return [g.sum((1, 2)) if g.dim() == 5 else g for g in grads]
+
+
+def hf_sender_modules(hf) -> list:
+    """(module, "out" | "in") whose output or input is each sender of a decoder-family HF model: the
+    embeddings, each layer's o_proj input (the heads), its MLP write (after any post-feedforward norm)."""
+    base = hf.model
+    out = [(base.embed_tokens, "out")]
+    for layer in base.layers:
+        out.append((layer.self_attn.o_proj, "in"))
+        post = getattr(layer, "post_feedforward_layernorm", None)
+        out.append((post if post is not None else layer.mlp, "out"))
+    return out
+
+
+def hf_node_eap(hf, task) -> np.ndarray:
+    """[N, U] node-level EAP by autograd on HF alone, Σ_pos Δz_u · ∂m/∂z_u (heads: the o_proj input slices, whose
+    contraction equals that of the heads' outputs since o_proj is linear)."""
+    mods = hf_sender_modules(hf)
+    heads = hf.config.num_attention_heads
+
+    def capture(store, grad: bool):
+        def make(kind):
+            def hook(module, args, output=None):
+                x = (args[0] if kind == "in" else output) * 1.0
+                if grad:
+                    x.retain_grad()
+                store.append(x)
+                return (x,) if kind == "in" else x
+            return hook
+        return [m.register_forward_pre_hook(make("in")) if k == "in" else m.register_forward_hook(make("out"))
+                for m, k in mods]
+
+    cf, clean = [], []
+    last = last_index(task.attention_mask)
+    ar = torch.arange(task.clean.shape[0])
+    handles = capture(cf, False)
+    with torch.no_grad():
+        hf(task.corrupted, attention_mask=task.attention_mask)
+    for h in handles:
+        h.remove()
+    handles = capture(clean, True)
+    logits = hf(task.clean, attention_mask=task.attention_mask).logits[ar, last]
+    task.score(logits, indices=ar, clean_logits=logits.detach()).sum().backward()
+    for h in handles:
+        h.remove()
+    cols = []
+    for (_, kind), x, y in zip(mods, clean, cf):
+        prod = ((y - x.detach()) * x.grad)  # [N, P, width]
+        if kind == "in":  # per head: the o_proj input's head slices
+            cols.append(prod.view(*prod.shape[:2], heads, -1).sum((1, 3)))
+        else:
+            cols.append(prod.sum((1, 2))[:, None])
+    return torch.cat(cols, 1).detach().numpy()
 
 
 def _metric(ids: torch.Tensor, mask: torch.Tensor):

@@ -14,7 +14,7 @@ from circuits import Intervention
 from circuits.ablation import last_index
 from circuits.attribution import attribute
 from circuits.convert import from_hf
-from circuits.parity import hf_branch_gradients, model_branch_gradients
+from circuits.parity import hf_branch_gradients, hf_node_eap, model_branch_gradients
 from circuits.tasks import make_task
 
 
@@ -60,61 +60,10 @@ def test_receiver_gradients_sum_to_hf_autograd(pair):
         assert a[real].abs().max() > 1e-3, (name, i)
 
 
-def _hf_sender_modules(hf):
-    """(module, 'out' | 'in') whose output / input is each sender in HF: embeddings, o_proj inputs, MLP writes."""
-    base = hf.model
-    out = [(base.embed_tokens, "out")]
-    for layer in base.layers:
-        out.append((layer.self_attn.o_proj, "in"))
-        post = getattr(layer, "post_feedforward_layernorm", None)
-        out.append((post if post is not None else layer.mlp, "out"))
-    return out
-
-
-def _hf_node_eap(hf, task, heads: int):
-    """[N, U] Σ_pos Δz_u · ∂m/∂z_u by autograd on HF alone (heads: the o_proj input slices, whose
-    contraction equals that of the heads' outputs since o_proj is linear)."""
-    mods = _hf_sender_modules(hf)
-
-    def capture(store, grad: bool):
-        def make(kind):
-            def hook(module, args, output=None):
-                x = (args[0] if kind == "in" else output) * 1.0
-                if grad:
-                    x.retain_grad()
-                store.append(x)
-                return (x,) if kind == "in" else x
-            return hook
-        return [m.register_forward_pre_hook(make("in")) if k == "in" else m.register_forward_hook(make("out"))
-                for m, k in mods]
-
-    cf, clean = [], []
-    last = last_index(task.attention_mask)
-    ar = torch.arange(task.clean.shape[0])
-    handles = capture(cf, False)
-    with torch.no_grad():
-        hf(task.corrupted, attention_mask=task.attention_mask)
-    for h in handles:
-        h.remove()
-    handles = capture(clean, True)
-    logits = hf(task.clean, attention_mask=task.attention_mask).logits[ar, last]
-    task.score(logits, indices=ar, clean_logits=logits.detach()).sum().backward()
-    for h in handles:
-        h.remove()
-    cols = []
-    for (_, kind), x, y in zip(mods, clean, cf):
-        prod = ((y - x.detach()) * x.grad)  # [N, P, width]
-        if kind == "in":  # per head: the o_proj input's head slices
-            cols.append(prod.view(*prod.shape[:2], heads, -1).sum((1, 3)))
-        else:
-            cols.append(prod.sum((1, 2))[:, None])
-    return torch.cat(cols, 1).detach().numpy()
-
-
 def test_node_eap_equals_hf_autograd(pair):
     name, hf, m = pair
     task = _task()
-    ref = _hf_node_eap(hf, task, m.cfg.n_heads)
+    ref = hf_node_eap(hf, task)
     got = attribute(m, task, "eap", level="node", progress=False).scores
     assert got.shape == ref.shape
     scale = np.abs(ref).max()
