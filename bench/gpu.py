@@ -39,9 +39,6 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before CUDA initi
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-# Dense (not sparse) tensor-core peaks from the vendors' datasheets, TFLOP/s: (bf16/fp16, fp32 without TF32).
-PEAKS = {"H200": (989.0, 67.0), "H100 PCIe": (756.0, 51.0), "H100": (989.0, 67.0), "A100": (312.0, 19.5),
-         "L40S": (362.0, 91.6), "L4": (121.0, 30.3), "RTX 4090": (165.0, 82.6), "T4": (65.0, 8.1)}
 METHODS_TIMED = ("eap", "eap-ig-inputs", "eap-ig-activations", "exact")
 METHODS_DTYPE = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted")
 
@@ -60,14 +57,10 @@ class Row:
 
 
 def peak_tflops(device: torch.device, dtype: torch.dtype) -> float | None:
-    """The device's dense peak for ``dtype`` (None when unknown, e.g. a CPU)."""
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    for key in sorted(PEAKS, key=len, reverse=True):  # "H100 PCIe" before "H100"
-        if key in name:
-            return PEAKS[key][0 if dtype in (torch.bfloat16, torch.float16) else 1]
-    return None
+    """The device's dense peak for ``dtype`` (None when unknown, e.g. a CPU): pipelines.plan's table."""
+    from pipelines.plan import peak_tflops as peak
+
+    return peak(torch.cuda.get_device_name(device), dtype) if device.type == "cuda" else None
 
 
 def shape_config(name: str, dry: bool):

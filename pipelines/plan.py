@@ -13,7 +13,10 @@ the actual model and a batch of the actual task, timing the passes the methods a
   over the suffix runs is exact's per-receiver-call overhead (gathers, the patched layer, Python).
 
 Each method's estimate is its count of each pass times the pass's time (per example where the
-work scales with rows). Everything is timed single-threaded, as the attribute command computes, and
+work scales with rows).  A model on the meta device (shapes only, no weights: a multi-billion-parameter
+config planned on any machine) cannot be timed: its estimate is its FLOPs at a matrix-multiply rate --
+the device's dense datasheet peak for a known GPU, else the rate of a timed matmul on the planning
+machine -- a lower bound that leaves out per-call overhead and memory-bound work. Everything is timed single-threaded, as the attribute command computes, and
 each timing is the fastest of a few repeats (the least disturbed on a shared machine).
 """
 
@@ -42,6 +45,40 @@ class Calibration:
         """One suffix run of ``rows`` rows from ``layer`` on (the logits receiver: priced as the last layer)."""
         call, row = self.suffix_s[min(layer, len(self.suffix_s) - 1)]
         return self.patch_call_s + call + row * rows
+
+
+# Dense (not sparse) tensor-core peaks from the vendors' datasheets, TFLOP/s: (bf16/fp16, fp32 without TF32).
+PEAKS = {"H200": (989.0, 67.0), "H100 PCIe": (756.0, 51.0), "H100": (989.0, 67.0), "A100": (312.0, 19.5),
+         "L40S": (362.0, 91.6), "L4": (121.0, 30.3), "RTX 4090": (165.0, 82.6), "T4": (65.0, 8.1)}
+
+
+def peak_tflops(device_name: str, dtype) -> float | None:
+    """The dense datasheet peak of a GPU named ``device_name`` for ``dtype`` (None when unknown)."""
+    import torch
+
+    for key in sorted(PEAKS, key=len, reverse=True):  # "H100 PCIe" before "H100"
+        if key in device_name:
+            return PEAKS[key][0 if dtype in (torch.bfloat16, torch.float16) else 1]
+    return None
+
+
+def flop_rate(device: str, dtype, size: int = 1024) -> tuple[float, str]:
+    """(TFLOP/s, how it was found) for pricing FLOPs on ``device``: a known GPU's peak, else a timed
+    ``size``-square matmul of ``dtype`` there (one thread on a CPU, as the attribute command computes)."""
+    import torch
+
+    from .parallel import single_threaded
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        name = torch.cuda.get_device_name(dev)
+        peak = peak_tflops(name, dtype)
+        if peak is not None:
+            return peak, f"{name} dense peak"
+    a = torch.randn(size, size, device=dev).to(dtype)
+    with single_threaded():
+        seconds = _best_time(lambda: (a @ a).sum().item(), 3)
+    return 2 * size ** 3 / seconds / 1e12, f"a timed {size}x{size} {str(dtype).replace('torch.', '')} matmul on {dev.type}"
 
 
 def _best_time(fn, repeats: int) -> float:
@@ -188,13 +225,20 @@ def _duration(seconds: float) -> str:
 
 
 def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_steps: int = 5,
-               budget: int | None = None, n_jobs: int = 1) -> list[str]:
-    """The plan as printed lines: a header, the calibration, one row per method, a legend."""
+               budget: int | None = None, n_jobs: int = 1, device: str = "cpu",
+               rate: tuple[float, str] | None = None) -> list[str]:
+    """The plan as printed lines: a header, the calibration, one row per method, a legend.
+
+    A ``model`` on the meta device is priced by FLOPs at ``rate`` (TFLOP/s, source) or at
+    :func:`flop_rate` of ``device`` and the model's dtype."""
     from circuits.limits import format_bytes
 
     n, P = int(data.clean.shape[0]), int(data.clean.shape[1])
     costs = plan_costs(model, data, level=level, batch_size=batch_size, ig_steps=ig_steps, budget=budget)
     fitted = [c.batch_size for c in costs.values() if isinstance(c, Cost)]
+    if model.device.type == "meta":
+        return _flop_plan_lines(model, costs, n, P, level, ig_steps, budget, n_jobs,
+                                rate or flop_rate(device, model.dtype))
     cal = calibrate(model, data, min(fitted, default=1))  # the calibration itself stays within the budget
     unit = "edges" if level == "edge" else "nodes"
     cols = model.graph.n_edges if level == "edge" else model.graph.n_senders
@@ -216,4 +260,29 @@ def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_ste
     lines.append("forwards: full forwards (counterfactual, clean, gradient runs); suffix rows: exact patching's "
                  "(example, sender) suffix forwards; memory: estimated peak incl. weights; time: one thread per "
                  "worker, calibrated on this machine")
+    return lines
+
+
+def _flop_plan_lines(model, costs: dict, n: int, P: int, level: str, ig_steps: int, budget, n_jobs: int,
+                     rate: tuple[float, str]) -> list[str]:
+    """plan_lines for a model on the meta device: the same counts, time as FLOPs at ``rate``."""
+    from circuits.limits import format_bytes
+
+    unit = "edges" if level == "edge" else "nodes"
+    cols = model.graph.n_edges if level == "edge" else model.graph.n_senders
+    lines = [f"plan: {n} examples x {P} positions, {cols:,} {unit}, ig steps {ig_steps}, "
+             f"{n_jobs} worker{'s' if n_jobs > 1 else ''}, {str(model.dtype).replace('torch.', '')}"
+             + ("" if budget is None else f", --max-memory {format_bytes(budget)}"),
+             f"shapes only (meta device, no weights): time = FLOPs at {rate[0]:.3g} TFLOP/s ({rate[1]}), a lower bound",
+             f"{'method':<19} {unit:>9} {'forwards':>9} {'backwards':>9} {'suffix rows':>12} {'FLOPs':>9} "
+             f"{'memory':>10} {'batch':>5} {'est. time':>10}"]
+    for method, c in costs.items():
+        if not isinstance(c, Cost):
+            lines.append(f"{method:<19} does not fit: {c}")
+            continue
+        est = c.flops / (rate[0] * 1e12) / min(n_jobs, -(-n // c.batch_size))
+        lines.append(f"{c.method:<19} {c.columns:>9,} {c.forwards:>9,} {c.backwards:>9,} {c.suffix_rows:>12,} "
+                     f"{c.flops:>9.3g} {format_bytes(c.memory_peak):>10} {c.batch_size:>5} {'>= ' + _duration(est):>10}")
+    lines.append("forwards: full forwards (counterfactual, clean, gradient runs); suffix rows: exact patching's "
+                 "(example, sender) suffix forwards; memory: estimated peak incl. weights; time: FLOPs at the rate above")
     return lines

@@ -85,3 +85,22 @@ def test_post_norm_methods_contract_once_per_gradient_run():
 
     assert cc.flops - eap.flops == pytest.approx(forward_flops(m.cfg, P) + backward_flops(m.cfg, P)
                                                  + contraction_flops(g, m.cfg, P))
+
+
+def test_plan_lines_price_a_meta_model_by_flops(shape):
+    """``attribute --plan``'s table for a shape with no weights: every method, memory within the budget,
+    time as FLOPs at the given rate (stated, a lower bound)."""
+    from circuits.plan import parse_bytes  # (circuits.limits after the ground-floor move)
+    from pipelines.build import build_task
+    from pipelines.plan import flop_rate, plan_lines
+
+    name, m = shape
+    task = build_task(m, "induction", n=32, seed=0, metric=None)
+    lines = plan_lines(m, task, batch_size=16, budget=parse_bytes("80GiB"), rate=(989.0, "a test peak"))
+    assert "meta device" in lines[1] and "989 TFLOP/s (a test peak)" in lines[1]
+    rows = {line.split()[0]: line for line in lines[3:-1]}
+    assert set(rows) == set(METHODS)
+    for line in rows.values():
+        assert ">=" in line and "does not fit" not in line
+    tflops, how = flop_rate("cpu", torch.float32, size=128)
+    assert tflops > 0 and "matmul on cpu" in how
