@@ -280,3 +280,24 @@ def test_token_ablation_removes_the_scaled_embedding():
     x = ablated_inputs(m, ids, mask, which, "zero")
     assert torch.equal(x[0, 2], torch.zeros_like(x[0, 2]))
     assert torch.equal(x[0, 1], m.embed(ids, m.positions(mask))[0, 1]) and x[0, 1].abs().max() > 0
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2"])
+def test_random_specs_have_small_defaults_and_parity(arch):
+    """``random:ARCH`` builds a small model of each new family offline (transformers' own config class)."""
+    from circuits import load_hf
+    from circuits.parity import check_parity
+
+    hf = load_hf(f"random:{arch}?num_hidden_layers=1&vocab_size=128&seed=3")
+    m = from_hf(hf)
+    assert m.cfg.arch == arch and m.cfg.d_model == 256 and m.cfg.n_layers == 1
+    assert check_parity(hf, m, n_inputs=2, length=6, gradients=False).logits <= 1e-5
+
+
+def test_fused_training_forward_falls_back_where_it_does_not_reproduce_the_family():
+    for family in ("gemma2", "olmo2", "qwen3", "mistral", "phi3"):
+        m = from_hf(hf_model(family))
+        assert not m.has_fused_forward, family
+        ids, _ = batch()
+        with torch.no_grad():
+            assert torch.equal(m.fused_logits(ids), m(ids))
