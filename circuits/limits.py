@@ -8,7 +8,9 @@ cannot lift them for itself).
 
 from __future__ import annotations
 
+import math
 import os
+import re
 
 from .errors import InputError
 
@@ -42,3 +44,47 @@ def check_count(n: float, limit: float, what: str, *, allow_large: bool = False)
         return
     raise InputError(f"{what} is {n:,.0f}, above the limit of {limit:,.0f}; make it smaller, or pass {LIFT} "
                      "to lift the limit")
+
+
+MAX_WORK = float(os.environ.get("CIRCUITSTAT_MAX_WORK", 1e15))
+"""Default limit on the estimated work of one run: 1e15 arithmetic operations (about a day on two CPU
+cores, minutes on a large GPU); ``CIRCUITSTAT_MAX_WORK`` overrides it, ``--allow-large`` lifts it."""
+
+
+def check_range(value: int | float, minimum: int | float, maximum: int | float, what: str, *,
+                allow_large: bool = False) -> None:
+    """None; raises InputError naming the minimum and maximum when ``value`` (``what``) lies outside them.
+
+    The minimum is what the computation needs and always holds; the maximum is a work limit that
+    ``allow_large`` lifts (a file can never lift it for itself).
+    """
+    if value < minimum or (value > maximum and not allow_large):
+        raise InputError(f"{what} is {value:,}; use {minimum:,} to {maximum:,} (pass {LIFT} to lift the maximum)")
+
+
+def check_work(operations: float, what: str, *, allow_large: bool = False, limit: float | None = None,
+               shrink: str = "") -> None:
+    """None; raises InputError when ``what`` is estimated to need more than ``limit`` operations (default
+    :data:`MAX_WORK`), naming the estimate, the maximum and what to shrink, before any work starts."""
+    limit = MAX_WORK if limit is None else limit
+    if allow_large or operations <= limit:
+        return
+    how = f"shrink {shrink}" if shrink else "make it smaller"
+    raise InputError(f"{what} needs about {operations:.2g} operations, above the maximum of {limit:.2g} for one run; "
+                     f"{how}, or pass {LIFT} to lift the limit")
+
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
+          "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
+
+
+def parse_bytes(text: str) -> int:
+    """Bytes in a size such as ``'2GiB'``, ``'512MB'``, ``'1.5g'`` or ``'1000000'``; InputError otherwise."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([a-zA-Z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _UNITS:
+        raise InputError(f"memory size {text!r} is not a size; write it like 2GiB, 512MiB, 8GB or a number of bytes")
+    value = float(m.group(1)) * _UNITS[unit]
+    if not math.isfinite(value) or value < 1:
+        raise InputError(f"memory size {text!r} must be at least one byte; write it like 2GiB, 512MiB or 8GB")
+    return int(value)

@@ -428,8 +428,14 @@ def hub_snapshot(source: str) -> Path:
                          "download it on a machine with network access and pass its directory") from None
 
 
+HUB_PREFIX = "hf:"
+"""``hf:org/name[@revision]``: a hub id looked up only in the local Hugging Face cache (specs name hub ids so)."""
+
+
 def resolve_model_dir(source: str) -> Path | None:
     """The local directory a non-random source names (a directory or a cached hub id), or None."""
+    if source.startswith(HUB_PREFIX):
+        return hub_snapshot(source[len(HUB_PREFIX):])
     path = Path(source).expanduser()
     if path.is_dir():
         return path
@@ -455,8 +461,9 @@ def load_hf(source: str, *, allow_pickle: bool = False, allow_large: bool = Fals
 # ----------------------------------------------------------------------------------------------
 
 
-def _load_own(path: Path, doc: dict, device, dtype, allow_large: bool) -> CircuitModel:
-    """A circuitstat model directory (config.json with format 'circuitstat' + model.safetensors)."""
+def _load_own(path: Path, doc: dict, device, dtype, allow_large: bool) -> tuple[CircuitModel, "torch.dtype | None"]:
+    """(the model in a circuitstat model directory (config.json with format 'circuitstat' +
+    model.safetensors), the one dtype its weights were stored in, or None when they mix dtypes)."""
     from safetensors.torch import load_file
 
     cfg = _check_own_config(doc.get("config"), str(path / "config.json"), allow_large)
@@ -470,10 +477,27 @@ def _load_own(path: Path, doc: dict, device, dtype, allow_large: bool) -> Circui
         bad = sorted(set(shapes) ^ set(expected)) or sorted(k for k in shapes if shapes[k] != expected[k])
         raise InputError(f"{weights}: the weights do not match config.json (first difference: {bad[0]}); "
                          "the config and the weights do not belong together")
-    model = CircuitModel.from_state_dict(cfg, load_file(str(weights)))
+    state = load_file(str(weights))
+    stored = {t.dtype for t in state.values()}
+    model = CircuitModel.from_state_dict(cfg, state)
     meta = doc.get("meta", {})
     model.meta = meta if isinstance(meta, dict) else {}
-    return model.to(device=device, dtype=dtype or torch.float32).eval().requires_grad_(False)
+    model = model.to(device=device, dtype=dtype or torch.float32).eval().requires_grad_(False)
+    return model, (stored.pop() if len(stored) == 1 else None)
+
+
+def check_recorded_weight_hash(model: CircuitModel, doc: dict, stored_dtype, where: Path) -> None:
+    """None when the weight hash a circuitstat directory's config.json recorded at saving equals the
+    model's (from a memo bound to the files, or computed here), or when they cannot be compared (the
+    weights were cast on loading); IntegrityError naming the file otherwise."""
+    from reports.integrity import IntegrityError
+
+    recorded = doc.get("weight_hash")
+    if not isinstance(recorded, str) or stored_dtype != model.dtype:
+        return
+    if model.weight_hash() != recorded:
+        raise IntegrityError(f"{where}: the weights do not match the weight hash recorded in config.json when "
+                             "they were saved (edited or damaged since); restore the model directory or save it again")
 
 
 def _attach_tokenizer(model: CircuitModel, source: str) -> None:
@@ -508,64 +532,27 @@ def load_model(source: str | Path, device: str | torch.device = "cpu", dtype: to
     if (path / "config.json").is_file():
         doc = read_json_object(path / "config.json", "config.json")
         if doc.get("format") == "circuitstat":
-            model = _load_own(path, doc, device, dtype, allow_large)
+            model, stored = _load_own(path, doc, device, dtype, allow_large)
             model.source = str(path.resolve())
             _attach_tokenizer(model, str(path))
             model.use_weight_hash_memo(weight_hash_memo([path / "config.json", path / "model.safetensors"],
                                                         str(model.dtype), "circuitstat"))
+            check_recorded_weight_hash(model, doc, stored, path / "model.safetensors")
             return model
+    from .conversion_cache import load_conversion, save_conversion
+
     files = _safetensors_files(path)
     # pickled weights are neither memoised nor cached: their loading is not byte-for-byte checked
     converted = conversion_dir([path / "config.json", *files], str(dtype)) if files else None
-    model = _load_conversion(converted, device, dtype, allow_large)
+    memo = (lambda m: weight_hash_memo([path / "config.json", *files], str(m.dtype), "hf")) if files else None
+    model = load_conversion(converted, device, dtype, allow_large, memo)
     if model is None:
         hf = _hf_from_dir(path, allow_pickle=allow_pickle, allow_large=allow_large)
         model = from_hf(hf, dtype=dtype, device=device)
-    if files:
-        model.use_weight_hash_memo(weight_hash_memo([path / "config.json", *files], str(model.dtype), "hf"))
-    if converted is not None and not converted.exists():
-        _save_conversion(model, converted)
+        if memo is not None:
+            model.use_weight_hash_memo(memo(model))
+        if converted is not None:
+            save_conversion(model, converted)
     model.source = source
     _attach_tokenizer(model, str(path))
     return model
-
-
-def _load_conversion(converted: Path | None, device, dtype, allow_large: bool) -> CircuitModel | None:
-    """The cached conversion in ``converted`` in its stored dtype (or ``dtype``), or None when there
-    is none or it cannot be read (then the checkpoint is converted again)."""
-    if converted is None or not (converted / "config.json").is_file():
-        return None
-    try:
-        doc = read_json_object(converted / "config.json", "config.json")
-        stored = doc.get("meta", {}).get("dtype")
-        as_dtype = dtype or getattr(torch, str(stored).removeprefix("torch."), None)
-        if not isinstance(as_dtype, torch.dtype):
-            raise ValueError("the cached conversion records no dtype")
-        model = _load_own(converted, doc, device, as_dtype, allow_large)
-    except Exception:  # noqa: BLE001 - a damaged cache entry (truncated file, bad header): drop it, convert again
-        import shutil
-
-        shutil.rmtree(converted, ignore_errors=True)
-        return None
-    model.meta = {}  # as a fresh conversion: nothing but the weights comes from the cache
-    return model
-
-
-def _save_conversion(model: CircuitModel, converted: Path) -> None:
-    """Write ``model`` (before its tokenizer is attached) as the cached conversion, atomically: a
-    temporary directory renamed into place; a cache that cannot be written is skipped."""
-    import shutil
-    import tempfile
-
-    try:
-        converted.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=converted.parent, prefix=".tmp-"))
-    except OSError:
-        return
-    try:
-        model.save(tmp, meta={"dtype": str(model.dtype)})  # the stored dtype, read back by _load_conversion
-        tmp.rename(converted)
-    except OSError:
-        pass
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)

@@ -38,30 +38,14 @@ models, which the time estimate prices separately from FLOPs.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 from .errors import InputError
 from .graph import ComponentGraph
 from .engine.config import ModelConfig
+from .limits import parse_bytes  # noqa: F401 - re-exported: sizes such as --max-memory 2GiB
 
 METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted")
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
-          "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
-
-
-def parse_bytes(text: str) -> int:
-    """Bytes in a size such as ``'2GiB'``, ``'512MB'``, ``'1.5g'`` or ``'1000000'``; InputError otherwise."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([a-zA-Z]*)\s*", str(text))
-    unit = m.group(2).lower() if m else None
-    if m is None or unit not in _UNITS:
-        raise InputError(f"memory size {text!r} is not a size; write it like 2GiB, 512MiB, 8GB or a number of bytes")
-    value = float(m.group(1)) * _UNITS[unit]
-    if not math.isfinite(value) or value < 1:
-        raise InputError(f"memory size {text!r} must be at least one byte; write it like 2GiB, 512MiB or 8GB")
-    return int(value)
-
-
 def graph_of(cfg: ModelConfig) -> ComponentGraph:
     """The component graph of a model with config ``cfg``."""
     return ComponentGraph(cfg.n_layers, cfg.n_heads, has_mlp=cfg.has_mlp, parallel=cfg.parallel)

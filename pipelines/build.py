@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import TYPE_CHECKING, Any
 
 from circuits.errors import InputError
@@ -62,21 +63,37 @@ def build_task(model: CircuitModel, name: str, *, n: int = 64, seed: int = 0, me
     return task.validate(model)
 
 
+ZOO_MODEL = re.compile(r"seed-(0|[1-9][0-9]{0,8})")
+"""The model part of a ``zoo:RECIPE/seed-S`` source: a seed, never a path."""
+
+
 def resolve_source(source: str) -> str:
-    """``zoo:RECIPE/seed-S`` -> that model's directory in the zoo's cache; other sources unchanged."""
+    """``zoo:RECIPE/seed-S`` -> that model's directory in the zoo's cache; other sources unchanged.
+
+    RECIPE must be a zoo recipe and S a seed number: nothing else (no path segment, no '..') can
+    follow ``zoo:``, and the directory must lie inside the recipe's (no link leading out of the zoo).
+    """
     if not str(source).startswith("zoo:"):
         return source
+    from reports.confine import inside
+
     from .zoo import ZOO_RECIPES, recipe_dir
 
-    name, _, model = str(source)[len("zoo:"):].strip("/").partition("/")
-    if name not in ZOO_RECIPES or not model:
-        raise InputError(f"{source}: not a zoo model; sources look like zoo:{next(iter(ZOO_RECIPES))}/seed-0 "
-                         f"(recipes: {', '.join(ZOO_RECIPES)})")
-    path = recipe_dir(name) / model
+    name, _, model = str(source)[len("zoo:"):].partition("/")
+    shape = f"sources look like zoo:RECIPE/seed-S (recipes: {', '.join(ZOO_RECIPES)}; S a seed number)"
+    if name not in ZOO_RECIPES:
+        raise InputError(f"not a zoo recipe: {shape}")
+    if not ZOO_MODEL.fullmatch(model):
+        raise InputError(f"zoo:{name}/...: not a zoo model: {shape} (nothing else may follow the recipe)")
+    root = recipe_dir(name)
+    path = root / model
     if not (path / "model.safetensors").exists():
-        raise InputError(f"{source}: not trained yet (no model at {path}); build the zoo first with "
+        raise InputError(f"zoo:{name}/{model}: not trained yet (no model at {path}); build the zoo first with "
                          "`python -m pipelines.zoo` (about 12 minutes on 2 cores, cached) or `make demo` "
                          f"(trains {next(iter(ZOO_RECIPES))} only)")
+    if not inside(path, root):
+        raise InputError(f"zoo:{name}/{model}: {path} is a symbolic link out of the zoo's cache; remove it and "
+                         "build the zoo again")
     return str(path)
 
 

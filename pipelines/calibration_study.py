@@ -3,7 +3,7 @@
 ``circuitstat study calibration SPEC --out DIR`` computes per-example scores on a large population
 of prompts (synthetic tasks make thousands cheap), then draws many datasets of each size N in the
 spec's grid from that population and recomputes every interval the audit reports from each one
-(stats.calibration). It writes empirical coverage, width and the rejection rate on null edges per
+(stats.calibration). It writes empirical coverage with its Monte Carlo error, and width, per
 interval type and N: the answer to "is N = 64 enough for my circuit?".
 
 A spec::
@@ -16,16 +16,23 @@ A spec::
     intervals: [edge, stability]   # which interval families to recompute per dataset
     ks: [5, 10, 20]                # circuit sizes of the stability and faithfulness intervals (below the edge count)
 
+An existing attribution run can be the population instead (``scores: runs/a``, the directory
+``circuitstat attribute --out`` wrote, or ``--scores DIR`` on the command line): its per-example
+scores are used as they are, and its method and ablation are the study's (setting ``method``,
+``ablation`` or ``ig_steps`` as well is refused). The edge and stability families need nothing
+else; the faithfulness family re-runs the model on the population prompts, so it also needs
+``model`` and ``task`` as the run was made, checked against the run's weight and task hashes.
+
 Interval families (``intervals``):
 
 * ``edge``: every per-edge interval method (stats.intervals.METHODS) against the population mean
-  effect, on the edges and their null copies (below);
+  effect of each edge;
 * ``stability``: the audit's data-level circuit-stability intervals (circuit_stability with
   data_level=True: jaccard_data, jaccard_pop, phi_data) at each k of ``ks``, against their
   population values at each N, computed by Monte Carlo over ``n_truth_pairs`` pairs of size-N
   datasets (stats.calibration_kinds); and the resampling-spread interval of the mean Jaccard
   (jaccard_ci_*), labelled as Monte Carlo error, against the same J_N to show it does not cover it.
-  Circuits are chosen by ``ranking`` (as the audit's spec) from the real edges only.
+  Circuits are chosen by ``ranking`` (as the audit's spec).
 * ``faithfulness``: the audit's two faithfulness intervals at each k of ``ks`` (the fixed-circuit
   BCa bootstrap and the selection-aware cross-fitted one) against f_pop(C(D)), the faithfulness
   over the whole population of the top-k circuit selected from each dataset. Every distinct
@@ -35,9 +42,11 @@ Interval families (``intervals``):
   ablation a prompt's metric depends on the reference set, which differs between a dataset and
   the population.
 
-Null edges: real edges rarely have a mean of exactly zero, so each edge also enters as a null
-copy centred to population mean zero (same shape, same tails); the rejection rate on those
-copies is the false-positive rate of "the interval excludes 0".
+Monte Carlo error: ``coverage_mc_se`` takes the dataset as the unit (stats.calibration): the edges
+or circuit sizes of one dataset share its prompts and are not independent draws. There is no
+null-rejection column for these families: every per-edge method is translation-equivariant, so
+the false-positive rate of "the interval excludes 0" at a null edge shaped like edge e is
+1 − e's coverage (stats.calibration_kinds.edge_interval_kinds).
 """
 
 from __future__ import annotations
@@ -47,7 +56,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from circuits.errors import InputError
 
@@ -56,7 +65,8 @@ if TYPE_CHECKING:  # the result type; imported when the study returns
 
 from .spec import METHOD, ABLATION, KGrid, TaskSpec, _RunOptions, load_yaml, validate_spec
 
-__all__ = ["CalibrationSpec", "load_calibration_spec", "run_calibration_study", "summary_lines"]
+__all__ = ["CalibrationSpec", "parse_calibration_spec", "check_calibration_spec", "load_calibration_spec",
+           "run_calibration_study", "summary_lines"]
 
 #: ablations under which a prompt's metric does not depend on the other prompts evaluated
 PER_EXAMPLE_ABLATIONS = ("counterfactual", "zero")
@@ -65,8 +75,9 @@ PER_EXAMPLE_ABLATIONS = ("counterfactual", "zero")
 class CalibrationSpec(_RunOptions):
     """What a calibration study runs; see the module docstring."""
 
-    model: str
-    task: TaskSpec = TaskSpec(n=1024)
+    model: str | None = None
+    scores: str | None = None  # an attribution run directory whose scores are the population
+    task: TaskSpec | None = None  # default (without scores): induction on 1024 prompts
     method: METHOD = "exact"
     ablation: ABLATION = "counterfactual"
     ig_steps: int = Field(5, ge=1, le=1000)
@@ -85,55 +96,92 @@ class CalibrationSpec(_RunOptions):
         """Attribution level: the calibration study works on edges."""
         return "edge"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_task(cls, data: Any) -> Any:
+        # a study that attributes its own population needs a task; one that reads a run has the run's
+        if isinstance(data, dict) and data.get("scores") is None and data.get("task") is None:
+            return {**data, "task": {"n": 1024}}
+        return data
+
+
+#: keys an attribution run given as ``scores`` decides (the study's own values would be ignored)
+FROM_SCORES_RUN = ("method", "ablation", "ig_steps")
+
 
 def parse_calibration_spec(data: Any, source: str = "<spec>") -> CalibrationSpec:
     """A validated CalibrationSpec from parsed YAML, or InputError naming each bad key."""
     spec = validate_spec(CalibrationSpec, data, source, kind="calibration spec")
-    if spec.sizes[-1] > spec.task.n:
-        raise InputError(f"invalid calibration spec {source}: sizes go up to {spec.sizes[-1]} but the population "
+    check_calibration_spec(spec, source)
+    return spec
+
+
+def check_calibration_spec(spec: CalibrationSpec, source: str = "<spec>") -> None:
+    """InputError naming the key when the spec's keys contradict each other (see the module docstring)."""
+    bad = f"invalid calibration spec {source}:"
+    if spec.scores is None and spec.model is None:
+        raise InputError(f"{bad} give the model (and task) to attribute a population, or scores: DIR, an "
+                         "attribution run (`circuitstat attribute --out DIR`) whose scores are the population")
+    if spec.scores is not None:
+        clash = [k for k in FROM_SCORES_RUN if k in spec.model_fields_set]
+        if clash:
+            raise InputError(f"{bad} {', '.join(clash)} come from the attribution run in scores ({spec.scores}); "
+                             "drop them from the spec")
+    elif spec.sizes[-1] > spec.task.n:
+        raise InputError(f"{bad} sizes go up to {spec.sizes[-1]} but the population "
                          f"(task.n) has {spec.task.n} prompts; make task.n at least 8x the largest size")
     if "stability" in spec.intervals:
         from stats.stability_data import MIN_OBS
 
         if spec.sizes[0] < MIN_OBS:
-            raise InputError(f"invalid calibration spec {source}: the stability intervals need datasets of at least "
+            raise InputError(f"{bad} the stability intervals need datasets of at least "
                              f"{MIN_OBS} prompts, but sizes start at {spec.sizes[0]}; drop the smaller sizes")
     if "faithfulness" in spec.intervals:
         from stats.faithfulness import MIN_PER_FOLD
 
-        if spec.ablation not in PER_EXAMPLE_ABLATIONS:
-            raise InputError(f"invalid calibration spec {source}: the faithfulness intervals need a per-example "
+        if spec.scores is None and spec.ablation not in PER_EXAMPLE_ABLATIONS:
+            raise InputError(f"{bad} the faithfulness intervals need a per-example "
                              f"ablation ({' or '.join(PER_EXAMPLE_ABLATIONS)}), got {spec.ablation!r}; a mean or "
                              "resample ablation depends on the reference prompts, which differ between a dataset "
                              "and the population")
         if spec.sizes[0] < 2 * MIN_PER_FOLD:
-            raise InputError(f"invalid calibration spec {source}: the selection-aware faithfulness interval needs "
+            raise InputError(f"{bad} the selection-aware faithfulness interval needs "
                              f"datasets of at least {2 * MIN_PER_FOLD} prompts (two cross-fitting folds of "
                              f"{MIN_PER_FOLD}), but sizes start at {spec.sizes[0]}; drop the smaller sizes")
+
+
+def load_calibration_spec(path: str | Path, *, allow_outside: bool = False,
+                          scores: str | Path | None = None) -> CalibrationSpec:
+    """The validated calibration spec in a YAML file, local paths (model, task file, scores) resolved relative to it.
+
+    ``scores`` (the command line's ``--scores``) replaces the file's; it is not confined, as ``check --run``."""
+    from .spec import confine_paths
+    from .yamlio import resolve_inside
+
+    data = load_yaml(path)
+    if scores is not None and isinstance(data, dict):
+        data = {**data, "scores": str(scores)}
+    spec = confine_paths(parse_calibration_spec(data, str(path)), path, allow_outside=allow_outside)
+    if spec.scores is not None and scores is None:
+        spec = spec.model_copy(update={"scores": str(resolve_inside(path, spec.scores, key="scores",
+                                                                     allow_outside=allow_outside))})
     return spec
 
 
-def load_calibration_spec(path: str | Path, *, allow_outside: bool = False) -> CalibrationSpec:
-    """The validated calibration spec in a YAML file, local paths resolved relative to it."""
-    from .spec import confine_paths
-
-    return confine_paths(parse_calibration_spec(load_yaml(path), str(path)), path, allow_outside=allow_outside)
-
-
 def edge_interval_kinds(population: np.ndarray, spec: CalibrationSpec) -> list:
-    """IntervalKinds for every per-edge interval method, over the edges and their null copies."""
+    """IntervalKinds for every per-edge interval method, against each edge's population mean."""
     from stats.calibration_kinds import edge_interval_kinds as kinds
 
     return kinds(population, n_resamples=spec.n_resamples, confidence_level=spec.confidence_level)
 
 
 def stability_kinds(population: np.ndarray, spec: CalibrationSpec, seed) -> list:
-    """IntervalKinds of the data-level circuit-stability intervals (stats.calibration_kinds), on the real edges."""
+    """IntervalKinds of the data-level circuit-stability intervals (stats.calibration_kinds)."""
     from stats.calibration_kinds import stability_interval_kinds
 
     return stability_interval_kinds(population, spec.ks, ranking=spec.ranking, n_resamples=spec.n_resamples,
                                     confidence_level=spec.confidence_level, n_truth_pairs=spec.n_truth_pairs,
-                                    seed=seed, columns=slice(0, population.shape[1] // 2))
+                                    seed=seed)
 
 
 def faithfulness_kinds(population: np.ndarray, spec: CalibrationSpec, model, task) -> list:
@@ -153,10 +201,9 @@ def faithfulness_kinds(population: np.ndarray, spec: CalibrationSpec, model, tas
                              batch_size=spec.batch_size, progress=False)
         return r.m_circuit, r.m_clean, r.m_empty
 
-    n_edges = population.shape[1] // 2
-    evaluations = PopulationEvaluations(evaluate, population.shape[0], n_edges)
+    evaluations = PopulationEvaluations(evaluate, population.shape[0], population.shape[1])
     return faithfulness_interval_kinds(evaluations, spec.ks, ranking=spec.ranking, n_resamples=spec.n_resamples,
-                                       confidence_level=spec.confidence_level, columns=slice(0, n_edges))
+                                       confidence_level=spec.confidence_level)
 
 
 def interval_kinds(population: np.ndarray, spec: CalibrationSpec, truth_seed, model=None, task=None) -> list:
@@ -178,34 +225,26 @@ def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int
                           force: bool = False, allow_pickle: bool = False, allow_large: bool = False) -> RunTables:
     """Run (or resume) the calibration study of ``spec`` into run directory ``out``; return its tables as a
     result read lazily (main table ``coverage``). ``allow_pickle`` / ``allow_large``: as for load_model."""
+    from reports.run_tables import RunTables
     from reports.rundir import RunDir
-
-    from .training import use_deterministic
     from reports.tables import table_to_matrix
     from stats.calibration import coverage_study
-    from stats.calibration_kinds import with_null_copies
 
-    from .audit import attribution_scores
-    from .build import build_task, load_source
+    from .calibration_population import prepare_population
+    from .training import use_deterministic
 
     use_deterministic()  # CUBLAS_WORKSPACE_CONFIG too, before any model loads
-    model = load_source(spec.model, device=spec.device, dtype=spec.dtype, allow_pickle=allow_pickle,
-                        allow_large=allow_large)
-    check_ks(spec, model.graph.n_edges)
-    task = build_task(model, spec.task.name, n=spec.task.n, seed=spec.task.seed, metric=spec.task.metric,
-                      **spec.task.options)
+    src = prepare_population(spec, n_jobs=n_jobs, allow_pickle=allow_pickle, allow_large=allow_large)
+    spec = src.spec  # with what a scores run decides (method, ablation) filled in
+    check_ks(spec, src.n_edges)
     doc = spec.model_dump()
-    with RunDir(out, spec=doc, command=sys.argv, seed=spec.seed,
-                provenance={"model": model.identity(), "task": task.describe()}) as run:
-        base = {"weight_hash": model.weight_hash(), "task_hash": task.content_hash,
-                **{k: doc[k] for k in ("method", "ablation", "ig_steps", "batch_size", "seed")}}
+    with RunDir(out, spec=doc, command=sys.argv, seed=spec.seed, provenance=src.provenance) as run:
         name = f"scores_{spec.method}"
-        run.stage(name, lambda: {name: attribution_scores(model, task, spec.method, spec, n_jobs or spec.n_jobs)
-                                 .tables({"task": task.describe()})["scores"]}, [name], params=base, force=force)
-        population = with_null_copies(np.asarray(table_to_matrix(run.table(name))))
+        run.stage(name, lambda: {name: src.scores_table()}, [name], params=src.params, force=force)
+        population = np.asarray(table_to_matrix(run.table(name)), dtype=np.float64)
 
         def calibrate() -> dict:
-            kinds = interval_kinds(population, spec, run.stage_seed("calibration-truth"), model, task)
+            kinds = interval_kinds(population, spec, run.stage_seed("calibration-truth"), src.model, src.task)
             res = coverage_study(population, spec.sizes, kinds, n_datasets=spec.n_datasets,
                                  seed=run.stage_seed("calibration"), confidence_level=spec.confidence_level)
             return res.tables()
@@ -214,8 +253,6 @@ def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int
                 "n_truth_pairs")
         run.stage("calibration", calibrate, ["coverage", "coverage_per_unit"],
                   params={k: doc[k] for k in keys}, depends_on=[name], force=force)
-    from reports.run_tables import RunTables
-
     return RunTables(Path(out), ("coverage", "coverage_per_unit"), "coverage", {"study": "calibration", "spec": doc})
 
 
@@ -223,17 +260,19 @@ def summary_lines(rows: list[dict], confidence_level: float, out: Path | str) ->
     """The one-screen summary: one line per interval kind and N, then what each family covers."""
 
     def opt(v: float) -> str:
-        return f"{v:>9.3f}" if np.isfinite(v) else f"{'—':>9}"  # no null units (e.g. stability kinds)
+        return f"{v:>9.3f}" if np.isfinite(v) else f"{'—':>9}"  # the kind flags no unit reliable
 
-    lines = [f"{'interval':<28} {'N':>5} {'coverage':>9} {'±MC':>6} {'worst':>6} {'null rej.':>9} "
+    lines = [f"{'interval':<28} {'N':>5} {'coverage':>9} {'±MC':>6} {'worst':>6} {'reliable':>9} "
              f"{'mean width':>11} {'infinite':>8}"]
     for r in rows:
         lines.append(f"{r['kind']:<28} {r['n']:>5} {r['coverage']:>9.3f} {r['coverage_mc_se']:>6.3f} "
-                     f"{r['worst_unit_coverage']:>6.3f} {opt(r['null_rejection_rate'])} {r['mean_width']:>11.4g} "
+                     f"{r['worst_unit_coverage']:>6.3f} {opt(r['coverage_reliable'])} {r['mean_width']:>11.4g} "
                      f"{r['share_infinite']:>8.3f}")
     covers: dict[str, str] = {}
     for r in rows:  # the edge methods share one estimand: one line for all of them
         covers.setdefault("edge/*" if r["kind"].startswith("edge/") else r["kind"], r["estimand"])
     lines += ["what each interval is checked against:"] + [f"  {kind}: {est}" for kind, est in covers.items()]
-    lines.append(f"nominal {confidence_level}; worst: the lowest coverage of one unit (edge or k); tables in {out}")
+    lines.append(f"nominal {confidence_level}; ±MC: Monte Carlo SE of coverage, each dataset one unit; worst: the "
+                 f"lowest coverage of one unit (edge or k); reliable: coverage of the units the interval flags "
+                 f"reliable (— where it flags none); tables in {out}")
     return lines

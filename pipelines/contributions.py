@@ -45,6 +45,8 @@ MEASURES = ("attention", "value_norm", "contribution", "grad_input")
 #: what ablating a token means (circuits.contributions.TOKEN_ABLATIONS, written out for the same reason)
 TOKEN_ABLATIONS = ("zero", "mean", "mask")
 RANDOM = "random"
+MIN_RESAMPLES, MAX_RESAMPLES = 40, 100_000  # bootstrap resamples: enough for a 95% interval's tails .. the work limit
+MAX_RANDOM_ORDERS = 1000  # random token orders per prompt (the null), without --allow-large
 READOUT_TABLES = ("token_weights", "token_drops", "sink_prompts")
 #: cross-seed sink matching drops the first (BOS) column of the patterns: with it every sink head resembles every
 #: other and the sink agreement would be built into the matching (DESIGN.md pitfalls: BOS sinks inflate cosines)
@@ -252,6 +254,32 @@ class TokenContributions:
             raise InputError("n must be at least 2 prompts")
         self._pairs()
 
+    def check_sizes(self, task=None, *, allow_large: bool = False) -> None:
+        """None; InputError naming the minimum and maximum of each size before any work: the resample and
+        random-draw counts (maxima lifted by ``allow_large``), and with ``task`` every k against the
+        tokens its shortest prompt can ablate (never lifted: a k that ablates every candidate token
+        makes every measure's top-k the same set) and the memory of the draws."""
+        from circuits.limits import check_bytes, check_range
+
+        check_range(int(self.n_resamples), MIN_RESAMPLES, MAX_RESAMPLES, "n_resamples (--n-resamples)",
+                    allow_large=allow_large)
+        check_range(int(self.n_random), 1, MAX_RANDOM_ORDERS, "n_random (--n-random)", allow_large=allow_large)
+        if task is None:
+            return
+        real = task.attention_mask.sum(1)
+        ablatable = int(real.min()) - int(bool(self.exclude_first)) - int(bool(self.exclude_readout))
+        if ablatable < 2:
+            raise InputError(f"the shortest prompt has {int(real.min())} tokens, leaving {max(ablatable, 0)} to ablate; "
+                             "use longer prompts or allow the first / read-out token")
+        if max(self.ks) >= ablatable:
+            raise InputError(f"k (--k) goes up to {max(self.ks)}, but the shortest prompt has {ablatable} tokens that "
+                             f"may be ablated; use k from 1 to {ablatable - 1} (ablating all of them makes every "
+                             "measure's top-k the same set)")
+        N, P = int(task.clean.shape[0]), int(task.clean.shape[1])
+        check_bytes(int(self.n_random) * N * P * 16 + int(self.n_resamples) * N * 12,
+                    f"{int(self.n_random):,} random token orders and {int(self.n_resamples):,} resamples of {N:,} "
+                    "prompts", allow_large=allow_large)
+
     def _pairs(self) -> list[tuple[str, str]]:
         """Return the tested (a, b) pairs; InputError for a malformed or unknown one."""
         names = (*self.measures, RANDOM)
@@ -357,13 +385,15 @@ class TokenContributions:
                   force=force)
         return result, tables
 
-    def run(self, model, out: str | os.PathLike, *, task=None, command: Any = None, force: bool = False
-            ) -> ContributionsResult:
-        """Write both stages to run directory ``out`` (resumable) and return the result."""
+    def run(self, model, out: str | os.PathLike, *, task=None, command: Any = None, force: bool = False,
+            allow_large: bool = False) -> ContributionsResult:
+        """Write both stages to run directory ``out`` (resumable) and return the result (sizes checked
+        first by :meth:`check_sizes`)."""
         from reports.rundir import RunDir
 
         self.validate()
         task = self.build_task(model) if task is None else task
+        self.check_sizes(task, allow_large=allow_large)
         seed = self.random_state if isinstance(self.random_state, int) else None
         with RunDir(out, spec=self._spec([str(getattr(model, "source", "memory"))]),
                     command=command if command is not None else sys.argv, seed=seed,
@@ -371,8 +401,8 @@ class TokenContributions:
             result, _ = self._stages(run, model, task, force=force)
         return result
 
-    def cross_seed(self, models: Sequence[Any], out: str | os.PathLike, *, command: Any = None, force: bool = False
-                   ) -> "CrossSeedResult":
+    def cross_seed(self, models: Sequence[Any], out: str | os.PathLike, *, command: Any = None, force: bool = False,
+                   allow_large: bool = False) -> "CrossSeedResult":
         """Run every model (refits of one architecture) into ``out/model-<i>/`` and compare them across seeds.
 
         Writes ``token_stability`` (top-k token agreement between seeds per measure, against chance),
@@ -393,6 +423,7 @@ class TokenContributions:
             raise InputError(f"the models differ in layers x heads {sorted(shapes)}; cross-seed needs refits of one "
                              "architecture")
         tasks = [self.build_task(m) for m in models]
+        self.check_sizes(tasks[0], allow_large=allow_large)
         if any(t.content_hash != tasks[0].content_hash for t in tasks[1:]):
             raise InputError("the models tokenize the task differently; cross-seed stability needs one shared "
                              "tokenizer (refits of one recipe)")

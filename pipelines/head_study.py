@@ -108,7 +108,7 @@ def condition_name(depth: int, optimizer: str, weight_decay: float) -> str:
 
 
 def full_plan() -> StudyPlan:
-    """The study as run for the README: sized to fit 60 minutes on 2 cores (see the README)."""
+    """The study as run for docs/results.md: sized to fit 60 minutes on 2 cores (see there)."""
     base = TrainRecipe(n_layers=2, n_heads=4, d_model=64, d_mlp=256, n_ctx=64, vocab_size=2048, tokenizer="bpe",
                        corpus="stdlib", optimizer="adamw", lr=2e-3, weight_decay=0.1, warmup_steps=60,
                        batch_size=16, steps=1200, eval_every=200, eval_batches=8, checkpoint_every=200, threads=1)
@@ -181,12 +181,33 @@ class HeadStudySpec(_Strict):
         return dataclasses.replace(start, base=base, **{k: v for k, v in over.items() if v is not None})
 
 
-def load_head_study_plan(path: str | os.PathLike) -> StudyPlan:
-    """Return the StudyPlan of a head-study YAML file (bounded, strict YAML); InputError naming what is wrong."""
+BUILTIN_CORPORA = ("stdlib",)
+BUILTIN_TOKENIZERS = ("bpe", "gpt2", "gpt2-bpe", "openai-community/gpt2", "gpt-2")
+
+
+def confine_recipe_paths(spec: HeadStudySpec, plan_file: str | os.PathLike, *,
+                         allow_outside: bool = False) -> HeadStudySpec:
+    """``spec`` with ``recipe.corpus`` and ``recipe.tokenizer`` (when they are paths, not built-in names)
+    resolved against the plan's directory and confined to its tree (reports.confine), before
+    anything is read: never against the current directory, never outside unless ``allow_outside``."""
+    from reports.confine import resolve_inside
+
+    recipe = dict(spec.recipe)
+    for key, builtin in (("corpus", BUILTIN_CORPORA), ("tokenizer", BUILTIN_TOKENIZERS)):
+        value = recipe.get(key)
+        if isinstance(value, str) and value.lower() not in builtin:
+            recipe[key] = str(resolve_inside(plan_file, value, key=f"recipe.{key}", allow_outside=allow_outside))
+    return spec.model_copy(update={"recipe": recipe}) if recipe != spec.recipe else spec
+
+
+def load_head_study_plan(path: str | os.PathLike, *, allow_outside: bool = False) -> StudyPlan:
+    """Return the StudyPlan of a head-study YAML file (bounded, strict YAML, its paths confined to its
+    directory unless ``allow_outside``); InputError naming what is wrong."""
     from pipelines.spec import load_yaml, validate_spec
 
-    return validate_spec(HeadStudySpec, load_yaml(path), str(path), kind="head-study plan",
-                         keys="start, depths, optimizers, seeds, recipe, ...").to_plan(str(path))
+    spec = validate_spec(HeadStudySpec, load_yaml(path), str(path), kind="head-study plan",
+                         keys="start, depths, optimizers, seeds, recipe, ...")
+    return confine_recipe_paths(spec, path, allow_outside=allow_outside).to_plan(str(path))
 
 
 # =============================================================================================
@@ -383,20 +404,24 @@ HEAD_STUDY_TABLES = ("summary", "conditions", "study_layers", "models", "heads",
 
 def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2, plan: StudyPlan | None = None,
                    cache: str | os.PathLike | None = None, corpus=None, device: str = "cpu", force: bool = False,
-                   progress: bool = False, command: Any = None) -> HeadStudyResult:
+                   progress: bool = False, command: Any = None, allow_large: bool = False) -> HeadStudyResult:
     """Train (cached), analyse every condition, write the study's run directory; return a :class:`HeadStudyResult`.
 
     Writes ``summary.parquet`` (item, value, ci_low, ci_high, verdict, pvalue, pvalue_holm,
     interval, multiplicity), ``conditions.parquet``,
     ``models.parquet``, ``study_layers.parquet``, per condition ``<cond>/heads|layers|residual|
     correlation|summary|replicates.parquet``, and the deepest AdamW condition's tables again at
-    the top level (heads, layers, residual) for the HTML report.
+    the top level (heads, layers, residual) for the HTML report. The plan's estimated work is checked
+    first (pipelines.work; ``allow_large`` lifts the limit): a refused plan trains and writes nothing.
     """
     from joblib import Parallel, delayed
 
     from reports.rundir import RunDir
 
+    from .work import check_head_study
+
     plan = plan or (quick_plan() if quick else full_plan())
+    check_head_study(plan, allow_large=allow_large)
     t0 = time.time()
     corpus_obj = corpus
     if corpus_obj is None:

@@ -225,21 +225,27 @@ def _duration(seconds: float) -> str:
 
 
 def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_steps: int = 5,
-               budget: int | None = None, n_jobs: int = 1, device: str = "cpu",
-               rate: tuple[float, str] | None = None) -> list[str]:
+               budget: int | None = None, n_jobs: int = 1, timing_model=None, untimed: str = "",
+               device: str = "cpu", rate: tuple[float, str] | None = None) -> list[str]:
     """The plan as printed lines: a header, the calibration, one row per method, a legend.
 
-    A ``model`` on the meta device is priced by FLOPs at ``rate`` (TFLOP/s, source) or at
-    :func:`flop_rate` of ``device`` and the model's dtype."""
+    ``model`` may be a skeleton on the meta device (circuits.skeleton): the counts need only shapes.
+    The time estimate is calibrated on ``timing_model`` (default ``model`` unless it is on the meta
+    device); without one, ``untimed`` says why and the time is the FLOPs at ``rate`` (TFLOP/s, source;
+    default :func:`flop_rate` of ``device`` and the model's dtype), a lower bound.
+    """
     from circuits.limits import format_bytes
 
     n, P = int(data.clean.shape[0]), int(data.clean.shape[1])
     costs = plan_costs(model, data, level=level, batch_size=batch_size, ig_steps=ig_steps, budget=budget)
     fitted = [c.batch_size for c in costs.values() if isinstance(c, Cost)]
-    if model.device.type == "meta":
+    if timing_model is None and model.device.type != "meta":
+        timing_model = model
+    if timing_model is None:
         return _flop_plan_lines(model, costs, n, P, level, ig_steps, budget, n_jobs,
-                                rate or flop_rate(device, model.dtype))
-    cal = calibrate(model, data, min(fitted, default=1))  # the calibration itself stays within the budget
+                                rate or flop_rate(device, model.dtype), untimed or "no model to time")
+    # the calibration itself stays within the budget
+    cal = calibrate(timing_model, data, min(fitted, default=1))
     unit = "edges" if level == "edge" else "nodes"
     cols = model.graph.n_edges if level == "edge" else model.graph.n_senders
     lines = [f"plan: {n} examples x {P} positions, {cols:,} {unit}, ig steps {ig_steps}, "
@@ -264,8 +270,8 @@ def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_ste
 
 
 def _flop_plan_lines(model, costs: dict, n: int, P: int, level: str, ig_steps: int, budget, n_jobs: int,
-                     rate: tuple[float, str]) -> list[str]:
-    """plan_lines for a model on the meta device: the same counts, time as FLOPs at ``rate``."""
+                     rate: tuple[float, str], why: str) -> list[str]:
+    """plan_lines without a model to time (``why``): the same counts, time as FLOPs at ``rate``."""
     from circuits.limits import format_bytes
 
     unit = "edges" if level == "edge" else "nodes"
@@ -273,7 +279,8 @@ def _flop_plan_lines(model, costs: dict, n: int, P: int, level: str, ig_steps: i
     lines = [f"plan: {n} examples x {P} positions, {cols:,} {unit}, ig steps {ig_steps}, "
              f"{n_jobs} worker{'s' if n_jobs > 1 else ''}, {str(model.dtype).replace('torch.', '')}"
              + ("" if budget is None else f", --max-memory {format_bytes(budget)}"),
-             f"shapes only (meta device, no weights): time = FLOPs at {rate[0]:.3g} TFLOP/s ({rate[1]}), a lower bound",
+             f"no time estimate: {why} (counts from shapes only, no weights); est. time = FLOPs at "
+             f"{rate[0]:.3g} TFLOP/s ({rate[1]}), a lower bound",
              f"{'method':<19} {unit:>9} {'forwards':>9} {'backwards':>9} {'suffix rows':>12} {'FLOPs':>9} "
              f"{'memory':>10} {'batch':>5} {'est. time':>10}"]
     for method, c in costs.items():

@@ -193,17 +193,23 @@ def load_spec(path: str | Path, *, allow_outside: bool = False) -> AuditSpec:
     return confine_paths(parse_spec(load_yaml(path), str(path)), path, allow_outside=allow_outside)
 
 
-def _local_path(spec_file: str | Path, value: str, key: str, allow_outside: bool) -> str:
-    """``value`` resolved against the spec's directory when it is a local path (see confine_paths)."""
-    from .yamlio import resolve_inside
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*(@[A-Za-z0-9][A-Za-z0-9._/-]*)?")
+"""A Hugging Face hub id ``org/name[@revision]`` as a spec may name one."""
+TASK_FILE_SUFFIXES = (".jsonl", ".csv", ".parquet", ".json", ".tsv")
 
-    if value.startswith(("random:", "zoo:")):
-        return value
-    raw = Path(value)
-    named_as_path = raw.is_absolute() or value.startswith(("~", ".")) or ".." in raw.parts
-    if named_as_path or (Path(spec_file).parent / raw).exists():
+
+def _local_path(spec_file: str | Path, value: str, key: str, allow_outside: bool) -> str:
+    """``value`` resolved against the spec's directory (see confine_paths); a hub id becomes ``hf:ID``."""
+    from reports.confine import looks_like_path, resolve_inside
+
+    if value.startswith(("random:", "zoo:", "hf:")):
+        return value  # not paths: zoo: names are checked where they resolve (pipelines.build.resolve_source)
+    if key == "task.name" or looks_like_path(value) or (Path(spec_file).parent / value).exists():
         return str(resolve_inside(spec_file, value, key=key, allow_outside=allow_outside))
-    return value  # a hub id (read from the local Hugging Face cache) or a built-in task name
+    if HUB_ID.fullmatch(value):
+        return f"hf:{value}"  # read from the local Hugging Face cache only, never from the current directory
+    raise InputError(f"'{key}:' in {spec_file} names nothing in the spec's directory and is not a source "
+                     "(random:ARCH?..., zoo:RECIPE/seed-S or a hub id org/name); paths are relative to the spec")
 
 
 def confine_paths(spec: Any, spec_file: str | Path, *, allow_outside: bool = False) -> Any:
@@ -211,7 +217,10 @@ def confine_paths(spec: Any, spec_file: str | Path, *, allow_outside: bool = Fal
 
     Paths in a file written by someone else may not leave that file's directory tree (absolute
     paths, ``~``, ``..`` or symbolic links out are refused) unless the command line passes
-    ``--allow-outside``. ``random:``/``zoo:`` sources and cached hub ids are not paths.
+    ``--allow-outside`` (reports.confine, the one resolver). A model named by a bare name resolves
+    against the spec's directory, never the current one; ``org/name`` that is no such path is a hub
+    id, kept as ``hf:org/name`` so that it is looked up only in the local Hugging Face cache.
+    ``random:``/``zoo:`` sources are not paths.
     """
     update: dict[str, Any] = {}
     if getattr(spec, "model", None) is not None:
@@ -219,7 +228,7 @@ def confine_paths(spec: Any, spec_file: str | Path, *, allow_outside: bool = Fal
     if getattr(spec, "models", None) is not None:
         update["models"] = [_local_path(spec_file, m, "models", allow_outside) for m in spec.models]
     task = getattr(spec, "task", None)
-    if task is not None and str(task.name).lower().endswith((".jsonl", ".csv", ".parquet", ".json")):
+    if task is not None and str(task.name).lower().endswith(TASK_FILE_SUFFIXES):
         update["task"] = task.model_copy(update={"name": _local_path(spec_file, task.name, "task.name",
                                                                      allow_outside)})
     return spec.model_copy(update=update) if update else spec

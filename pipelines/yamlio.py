@@ -8,8 +8,9 @@ refused while loading, from the composed node graph, before any Python object is
 size of the document with every alias written out is counted with one visit per distinct node,
 so a 1 KB bomb that would expand to 10^9 values is refused at once and without memory growth.
 
-Paths read from a file (a claims file's ``run:`` and ``spec:``) are confined to that file's
-directory tree by :func:`resolve_inside` unless the command line allows otherwise.
+Paths read from a file (a claims file's ``run:`` and ``spec:``, a spec's model, ...) are confined to
+that file's directory tree by :func:`reports.confine.resolve_inside` unless the command line allows
+otherwise.
 
 The echo rule for files reached through another file's path (a ``spec:`` named by a claims file
 that may come from someone else, and may name /etc/shadow): errors about such a file never
@@ -27,11 +28,15 @@ from typing import Any
 import yaml
 
 from circuits.errors import InputError
+from reports.confine import resolve_inside  # noqa: F401 - the one resolver; re-exported for the claims and specs
 
-# The most values (scalars, lists, mappings) a document may hold once every alias is written
-# out. A large claims file (a thousand claims of ten keys) or spec stays far below it; the
-# consumers (pydantic, JSON dumps of the spec, task options) do work in proportion to it.
+# The most values (scalars, lists, mappings) the aliases of a document may add once every alias is
+# written out. A document without aliases adds none, however large it is (its size is bounded by
+# MAX_FILE_BYTES instead); the consumers (pydantic, JSON dumps of the spec, task options) do work in
+# proportion to the expanded size.
 MAX_EXPANDED_NODES = 100_000
+# The largest spec or claims file read: 60,000 claims of six keys take 6 MB.
+MAX_FILE_BYTES = 32 * 2**20
 # The deepest nesting accepted (counted through aliases too).
 MAX_DEPTH = 200
 
@@ -57,13 +62,15 @@ class _GraphError(Exception):
 
 
 def _check_node_graph(root: yaml.Node) -> None:
-    """Raise _GraphError when the document, aliases expanded, is cyclic, too deep or too large.
+    """Raise _GraphError when the document, aliases expanded, is cyclic, too deep, or its aliases add
+    more than MAX_EXPANDED_NODES values to it.
 
     Expanded sizes are memoised per node, so a shared (aliased) subtree costs one visit however
     often it is repeated: linear in the distinct nodes, never in the expanded tree.
     """
     size: dict[int, int] = {}
     on_path: set[int] = set()
+    distinct = [0]
 
     def visit(node: yaml.Node, depth: int) -> int:
         key = id(node)
@@ -74,12 +81,13 @@ def _check_node_graph(root: yaml.Node) -> None:
         if depth > MAX_DEPTH:
             raise _GraphError("depth")
         total = 1
+        distinct[0] += 1
         if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)):
             on_path.add(key)
             children = node.value if isinstance(node, yaml.SequenceNode) else [n for kv in node.value for n in kv]
             for child in children:
                 total += visit(child, depth + 1)
-                if total > MAX_EXPANDED_NODES:  # stop early: the count itself must stay small
+                if total - distinct[0] > MAX_EXPANDED_NODES:  # stop early: the count itself must stay small
                     raise _GraphError("size")
             on_path.discard(key)
         size[key] = total
@@ -113,8 +121,8 @@ def _graph_message(what: str, path: str) -> str:
         return f"{path} has a YAML alias (*name) that refers to itself; write the value out"
     if what == "depth":
         return f"{path} is nested more than {MAX_DEPTH} levels deep; this is not a claims/spec file"
-    return (f"{path} holds more than {MAX_EXPANDED_NODES:,} values once its YAML aliases (*name) are expanded "
-            "(an alias bomb?); write the values out or remove the aliases")
+    return (f"{path} holds more than {MAX_EXPANDED_NODES:,} values once its YAML aliases (*name) are expanded, "
+            "beyond those written out (an alias bomb?); write the values out or remove the aliases")
 
 
 def _yaml_error_message(e: yaml.YAMLError, path: str, quote: bool) -> str:
@@ -137,13 +145,21 @@ def read_yaml_strict(path: str | os.PathLike[str], *, quote: bool = True) -> Any
     if not p.is_file():
         raise InputError(f"{path} not found{' (it is a directory)' if p.is_dir() else ''}; pass the path of a YAML file")
     try:
-        text = p.read_bytes().decode("utf-8")
+        with open(p, "rb") as f:  # a regular file (is_file): bounded read, never a device without end
+            raw = f.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise InputError(f"{path} is larger than {MAX_FILE_BYTES // 2**20} MiB; this is not a claims/spec file")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise InputError(f"{path} is not UTF-8 text (byte {e.start}); save it as UTF-8 YAML") from None
     except OSError as e:
         raise InputError(f"{path} cannot be read: {e.strerror or e}") from None
     try:
-        return yaml.load(text, Loader=_NoDuplicatesLoader)  # noqa: S506 - a SafeLoader subclass
+        loader = _NoDuplicatesLoader(text)
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
     except _GraphError as e:
         raise InputError(_graph_message(e.what, str(path))) from None
     except yaml.YAMLError as e:
@@ -153,28 +169,6 @@ def read_yaml_strict(path: str | os.PathLike[str], *, quote: bool = True) -> Any
     except (ValueError, TypeError, OverflowError) as e:  # e.g. a date such as 2024-13-01
         detail = f" ({e})" if quote else ""
         raise InputError(f"{path} is not valid YAML: a value cannot be read{detail}; quote it as a string") from None
-
-
-def resolve_inside(base_file: str | os.PathLike[str], value: str, *, key: str, allow_outside: bool = False,
-                   flag: str = "--allow-outside") -> Path:
-    """The path `value` (read from `base_file` under `key`) resolved relative to that file's directory.
-
-    Unless `allow_outside`, it must stay inside that directory's tree: no absolute path, no ``~``,
-    no ``..`` and no symbolic link that leads out (InputError naming `flag`). Whoever writes a
-    file then decides what it may read or write only within the tree it was placed in.
-    """
-    base = Path(base_file).parent
-    raw = Path(value).expanduser() if allow_outside else Path(value)
-    target = base / raw
-    if allow_outside:
-        return target
-    if raw.is_absolute() or value.startswith("~"):
-        raise InputError(f"'{key}:' in {base_file} is an absolute path; paths in the file are relative to it and "
-                         f"must stay in its directory (pass {flag} to allow it)")
-    if not target.resolve().is_relative_to(base.resolve()):
-        raise InputError(f"'{key}:' in {base_file} leads outside the file's directory (through '..' or a "
-                         f"symbolic link); move the target under it or pass {flag} to allow it")
-    return target
 
 
 def _schema_names(model: Any) -> set[str]:
@@ -244,3 +238,30 @@ def redacted_validation_message(exc: Any, data: Any, model: Any, source: str, li
         parts.append(f"{loc}: {msg}")
     more = f" (and {len(errors) - limit} more)" if len(errors) > limit else ""
     return f"{source}: " + "; ".join(parts) + more
+
+
+def redacted_failure(exc: BaseException, file: str, command: str) -> str | None:
+    """A one-line message for a user-caused failure ``exc`` while running what ``file`` (reached through
+    another file) describes, quoting nothing of ``file``; None when ``exc`` is an internal error.
+
+    Errors raised while building a model or a task quote the values they refuse (``random:SECRET...``,
+    ``unknown option(s) 'SECRET...'``), and those values come from ``file``: under the echo rule (see the
+    module docstring) only the kind of failure is shown, with the ``command`` that shows the rest.
+    """
+    from pydantic import ValidationError
+
+    from reports.lock import RunLockedError
+    from reports.rundir import RunDirError, StageSpecChangedError
+
+    if isinstance(exc, StageSpecChangedError) and hasattr(exc, "stage"):  # names only what circuitstat wrote
+        return (f"running {file}: stage {exc.stage!r} in {exc.run_dir} already finished with a different spec "
+                f"(what differs is not shown: it may quote the file); run `{command}` to see it, or use a new run")
+
+    kinds = ((InputError, "bad input"), (ValidationError, "an invalid value"), (RunDirError, "a run-directory refusal"),
+             (RunLockedError, "a locked run directory"), (OSError, "a file-system error"),
+             (UnicodeDecodeError, "an unreadable file"))
+    what = next((text for cls, text in kinds if isinstance(exc, cls)), None)
+    if what is None:
+        return None
+    return (f"running {file} failed with {what} ({type(exc).__name__}); the message is not shown because it may "
+            f"quote the file, which may not be yours: run `{command}` to see it")

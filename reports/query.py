@@ -1,10 +1,25 @@
-"""SQL over the Parquet tables of one or many run directories, via DuckDB."""
+"""SQL over the Parquet tables of one or many run directories, via DuckDB.
+
+A query is untrusted input (the service exposes it to remote users), so it runs under limits that
+SQL cannot lift: one SELECT; a connection that reads the run's own tables and nothing else; DuckDB's
+own ``memory_limit`` and ``threads`` settings, then ``lock_configuration`` so no ``SET``/``RESET``
+changes them; a statement timeout (DuckDB has no such setting: a timer interrupts the connection);
+an address-space cap around the execution, because some functions allocate outside DuckDB's buffer
+manager (``repeat('x', 4000000000)`` would otherwise take 8 GB before any interrupt is seen); and a
+cap on the rows returned, read batch by batch so a huge result is refused before it is held.
+The tables of a run directory are its own regular files: a ``*.parquet`` that is a symbolic link
+leading out of the directory, or not a regular file, is refused (reports.confine).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
-from collections.abc import Iterable
+import stat
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +30,24 @@ if TYPE_CHECKING:
     import duckdb
 
 
+@dataclass(frozen=True)
+class QueryLimits:
+    """What one query may use: DuckDB memory and threads, seconds, rows returned, and whether the
+    process's address space is capped while it runs (the CLI's one-shot process; a server that runs
+    queries in its own threads should run them in a worker process instead)."""
+
+    memory_bytes: int = 2 * 2**30
+    threads: int = 2
+    timeout_s: float = 60.0
+    max_rows: int = 1_000_000
+    cap_address_space: bool = True
+
+
+DEFAULT_LIMITS = QueryLimits()
+ADDRESS_HEADROOM = 512 * 2**20
+"""Address space a query may take beyond its memory limit: thread stacks, allocator arenas, the result."""
+
+
 def _quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -23,10 +56,24 @@ def _quote_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
+def _own_table(run_dir: Path, p: Path) -> Path:
+    """The real path of table ``p`` of ``run_dir``; ValueError when it leads out of the run or is not a file."""
+    from reports.confine import inside
+
+    if not inside(p, run_dir):
+        raise ValueError(f"table {p.name} in run directory {str(run_dir)!r} is a symbolic link leading out of it; "
+                         "query reads only the run's own files: remove the link")
+    real = p.resolve()
+    if not stat.S_ISREG(real.stat().st_mode):
+        raise ValueError(f"table {p.name} in run directory {str(run_dir)!r} is not a regular file; remove it")
+    return real
+
+
 def list_tables(run_dirs: Iterable[str | os.PathLike[str]]) -> dict[str, list[tuple[str, Path]]]:
     """Return {table name (file stem): [(run name, parquet path), ...]} for the top-level tables of `run_dirs`.
 
-    The run name is the directory as given (e.g. 'runs/a'), so it is unique among the arguments.
+    The run name is the directory as given (e.g. 'runs/a'), so it is unique among the arguments. The
+    path is the table's real path inside its run (ValueError for one that leads out or is no file).
     """
     tables: dict[str, list[tuple[str, Path]]] = {}
     for d in run_dirs:
@@ -36,16 +83,18 @@ def list_tables(run_dirs: Iterable[str | os.PathLike[str]]) -> dict[str, list[tu
         # Hidden files are temp files of writers in progress (see reports.atomic).
         for p in sorted(d.glob("*.parquet")):
             if not p.name.startswith("."):
-                tables.setdefault(p.stem, []).append((str(d), p))
+                tables.setdefault(p.stem, []).append((str(d), _own_table(d, p)))
     return tables
 
 
-def connect(run_dirs: Iterable[str | os.PathLike[str]], run_column: str = "run") -> duckdb.DuckDBPyConnection:
+def connect(run_dirs: Iterable[str | os.PathLike[str]], run_column: str = "run",
+            limits: QueryLimits = DEFAULT_LIMITS) -> duckdb.DuckDBPyConnection:
     """Return an in-memory DuckDB connection with one view per table name, unioned over `run_dirs`.
 
     Each view has an extra column `run_column` naming the run directory a row came from. Once the
-    views exist the connection is locked down: it reads those Parquet files and nothing else.
-    Tables with the same name but different columns are unioned by column name (missing -> NULL).
+    views exist the connection is locked down: it reads those Parquet files and nothing else, within
+    ``limits``' memory and threads. Tables with the same name but different columns are unioned by
+    column name (missing -> NULL).
     """
     import duckdb  # imported on use: most callers of reports never query
 
@@ -61,20 +110,26 @@ def connect(run_dirs: Iterable[str | os.PathLike[str]], run_column: str = "run")
                 )
             selects.append(
                 f"SELECT *, {_quote_str(run)} AS {_quote_ident(run_column)} "
-                f"FROM read_parquet({_quote_str(str(path.absolute()))})"
+                f"FROM read_parquet({_quote_str(str(path))})"
             )
         con.execute(f"CREATE VIEW {_quote_ident(name)} AS " + " UNION ALL BY NAME ".join(selects))
-    _lock_down(con, [path.absolute() for files in tables.values() for _, path in files])
+    _lock_down(con, [path for files in tables.values() for _, path in files], limits)
     return con
 
 
-def _lock_down(con: duckdb.DuckDBPyConnection, readable: list[Path]) -> None:
-    """Confine `con` to reading the `readable` files: no other file, extension, attach or setting.
+def _lock_down(con: duckdb.DuckDBPyConnection, readable: list[Path], limits: QueryLimits = DEFAULT_LIMITS) -> None:
+    """Confine `con` to reading the `readable` files within `limits`: no other file, extension, attach,
+    spilling to disk, or setting.
 
     External access off stops COPY ... TO, read_text/read_csv of other files, INSTALL/LOAD and
-    ATTACH of files; the views still read the run's own tables through allowed_paths; the locked
-    configuration stops SQL from turning any of it back on.
+    ATTACH of files; the views still read the run's own tables through allowed_paths; no temporary
+    directory means no spilling past the memory limit; the locked configuration stops SQL from
+    turning any of it back on (SET and RESET of any option are refused).
     """
+    con.execute(f"SET memory_limit = '{int(limits.memory_bytes)}B'")
+    con.execute(f"SET threads = {int(limits.threads)}")
+    con.execute("SET temp_directory = ''")
+    con.execute("SET enable_progress_bar = false")
     con.execute(f"SET allowed_paths = [{', '.join(_quote_str(str(p)) for p in readable)}]")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
@@ -91,19 +146,91 @@ def check_read_only(sql: str) -> None:
                          "give a query such as SELECT ... FROM edge_stats")
 
 
-def query(sql: str, run_dirs: Iterable[str | os.PathLike[str]], run_column: str = "run") -> pa.Table:
+def _vm_bytes() -> int | None:
+    """This process's virtual memory size (Linux), or None where it cannot be read."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+@contextlib.contextmanager
+def _capped(limits: QueryLimits) -> Iterator[None]:
+    """Cap the address space at its current size plus the query's memory and a fixed headroom (DuckDB's
+    threads, the result's batches) while the query runs; restored after. No-op where unsupported."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on Linux/macOS
+        yield
+        return
+    vm = _vm_bytes() if limits.cap_address_space else None
+    if vm is None:
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = vm + int(limits.memory_bytes) + ADDRESS_HEADROOM
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    if soft != resource.RLIM_INFINITY:
+        cap = min(cap, soft)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+class QueryLimitError(ValueError):
+    """A query went past one of its limits (time, memory, rows)."""
+
+
+def _execute(con: duckdb.DuckDBPyConnection, sql: str, limits: QueryLimits) -> pa.Table:
+    """The result of ``sql`` on ``con`` within ``limits``; QueryLimitError naming the limit it passed."""
+    import duckdb
+
+    timer = threading.Timer(limits.timeout_s, con.interrupt)
+    timer.daemon = True
+    timer.start()
+    try:
+        with _capped(limits):
+            reader = con.sql(sql).to_arrow_reader(65536)
+            batches, rows = [], 0
+            for batch in reader:
+                rows += batch.num_rows
+                if rows > limits.max_rows:
+                    raise QueryLimitError(f"the query returns more than {limits.max_rows:,} rows; add a LIMIT, "
+                                          "a WHERE or an aggregate")
+                batches.append(batch)
+            return pa.Table.from_batches(batches, schema=reader.schema)
+    except duckdb.InterruptException:
+        raise QueryLimitError(f"the query ran longer than its limit of {limits.timeout_s:g} s and was stopped; "
+                              "narrow it (WHERE, LIMIT, fewer joins)") from None
+    except (duckdb.OutOfMemoryException, MemoryError):
+        raise QueryLimitError(f"the query needs more than its memory limit of {limits.memory_bytes / 2**30:.3g} GiB; "
+                              "narrow it (WHERE, LIMIT, fewer or smaller columns)") from None
+    finally:
+        timer.cancel()
+
+
+def query(sql: str, run_dirs: Iterable[str | os.PathLike[str]], run_column: str = "run",
+          limits: QueryLimits = DEFAULT_LIMITS) -> pa.Table:
     """Return the result of `sql` as a pyarrow Table, with every table of `run_dirs` available as a view.
 
     Only one SELECT statement runs, on a connection that can read nothing but those tables (see
-    connect). Unknown table names raise a ValueError listing the tables available.
+    connect), within ``limits`` (time, memory, threads, rows; QueryLimitError past one). Unknown table
+    names raise a ValueError listing the tables available.
     """
     import duckdb
 
     run_dirs = list(run_dirs)
     check_read_only(sql)
-    con = connect(run_dirs, run_column)
+    con = connect(run_dirs, run_column, limits)
     try:
-        return con.sql(sql).to_arrow_table()
+        return _execute(con, sql, limits)
     except duckdb.CatalogException as e:
         available = sorted(r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall())
         raise ValueError(

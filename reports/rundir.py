@@ -322,11 +322,25 @@ class RunDir:
         return (self._manifest or {}).get("stages", {}).get(name, {}).get("status")
 
     def is_done(self, name: str) -> bool:
-        """Return True if stage `name` finished and all its recorded outputs are present."""
+        """Return True if stage `name` finished and all its recorded outputs are present and unchanged.
+
+        Unchanged: each output is a regular file inside the run (no link) whose bytes match the sha256
+        recorded when the stage finished; it is re-hashed only when its file identity (size, inode,
+        mtime, ctime) differs from the recorded one (reports.integrity). A changed output is not
+        used by a resumed run: the stage runs again.
+        """
+        from reports.integrity import IntegrityError, check_file
+
         rec = (self._manifest or {}).get("stages", {}).get(name)
         if not rec or rec.get("status") != "done":
             return False
-        return all((self.path / o["path"]).exists() for o in rec.get("outputs", {}).values())
+        for o in rec.get("outputs", {}).values():
+            try:
+                check_file(self.path / o["path"], {"sha256": o.get("sha256"), "identity": o.get("identity")},
+                           root=self.path)
+            except (IntegrityError, OSError, KeyError, TypeError):
+                return False
+        return True
 
     def fingerprint(self, params: Any = None, outputs: Iterable[str] = (), depends_on: Iterable[str] = ()) -> str:
         """Return the fingerprint of a stage: hash of its params, outputs and its dependencies' fingerprints.
@@ -351,12 +365,14 @@ class RunDir:
             why.append(f"outputs changed ({sorted(old.get('outputs', {}))} -> {sorted(outputs)})")
         if old.get("depends_on_fingerprints") != dict(dep_fps):
             why.append(f"upstream stages {list(dep_fps)} changed or differ")
-        return StageSpecChangedError(
+        err = StageSpecChangedError(
             f"stage {name!r} in {self.path} already finished with a different spec: "
             f"{'; '.join(why) or 'fingerprint differs'}. Its results would be mixed with the new "
             "spec's. Pass force=True to recompute it (stages depending on it then need force too), "
             "or use a new output directory"
         )
+        err.stage, err.run_dir = name, self.path  # for messages that may not quote the spec's values
+        return err
 
     def check_plan(self, stages: Iterable[tuple[str, Any, Iterable[str], Iterable[str]]], *, force: bool = False) -> None:
         """Raise StageSpecChangedError if running `stages` in order would refuse any of them; writes nothing.
@@ -414,7 +430,8 @@ class RunDir:
             if old["fingerprint"] == fp:
                 if self.is_done(name):
                     return paths
-                warnings.warn(f"stage {name!r} was done but some outputs are missing; recomputing it", stacklevel=2)
+                warnings.warn(f"stage {name!r} was done but some outputs are missing or changed since it finished; "
+                              "recomputing it", stacklevel=2)
             elif not force:
                 raise self._changed(name, old, params_json, outputs,
                                     {d: stages[d]["fingerprint"] for d in depends_on})
@@ -449,13 +466,18 @@ class RunDir:
         finally:
             self._current_stage, self._current_outputs = None, []
 
-        rec["outputs"] = {
-            o: {"path": p.relative_to(self.path).as_posix(), "bytes": p.stat().st_size, "sha256": hash_file(p)}
-            for o, p in paths.items()
-        }
+        rec["outputs"] = {o: self._output_record(p) for o, p in paths.items()}
         rec.update(status="done", finished_utc=utc_now(), seconds=time.perf_counter() - t0)
         self._write_manifest()  # the commit point: only now is the stage done
         return paths
+
+    def _output_record(self, p: Path) -> dict[str, Any]:
+        """What a finished stage records of output file ``p``: path, size, sha256 and file identity."""
+        from reports.integrity import file_identity
+
+        identity = file_identity(p)  # before hashing: a later change of the file changes it
+        return {"path": p.relative_to(self.path).as_posix(), "bytes": p.stat().st_size, "sha256": hash_file(p),
+                "identity": identity}
 
     def _store_outputs(self, name: str, result: Mapping[str, TableLike] | None, outputs: list[str],
                        paths: dict[str, Path]) -> None:

@@ -7,9 +7,20 @@ from each dataset, and count how often it covers the population value. This modu
 any interval procedure given as an `IntervalKind`; it knows nothing of models.
 
 For each kind and N the result reports coverage (with its Monte Carlo standard error), mean and
-median width, the rejection rate on null units (units whose population value is the null value,
-e.g. edges with mean effect exactly 0), and, where the procedure flags units as reliable,
-coverage among the flagged ones and their share.
+median width, the rejection rate on null units (units whose population value is the null value)
+where a kind has them, and, where the procedure flags units as reliable, coverage among the
+flagged ones and their share.
+
+Monte Carlo errors take the *dataset* as the unit. The units of one dataset (the edges, or the
+circuit sizes k) are computed from the same prompts and are strongly correlated: one dataset that
+misses the population's rare large scores undercovers on many edges at once. Counting the D x m
+(dataset, unit) cells as independent Bernoulli draws understated the SE about twofold on the zoo
+fixture. Each rate is a ratio of per-dataset sums, Σ_d a_d / Σ_d b_d, and its SE is the
+linearised (cluster-robust) one with datasets as clusters (Cochran 1977, Sampling Techniques, ch. 6;
+the same as statsmodels' cluster-robust SE of an intercept-only regression on the cells, which a
+test uses as the oracle): sqrt(Σ_d (a_d − R b_d)² / (D (D − 1))) / mean(b). When every dataset
+has the same m units this is the SD over datasets of each dataset's covered share, / sqrt(D).
+The per-unit table's SE is binomial over datasets, which are independent draws.
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ import numpy as np
 from .resampling import as_seed_sequence, seed_record
 from .results import Result
 
-__all__ = ["IntervalKind", "CalibrationResult", "coverage_study", "shared_per_dataset"]
+__all__ = ["IntervalKind", "CalibrationResult", "coverage_study", "shared_per_dataset", "clustered_rate"]
 
 Intervals = dict[str, np.ndarray]
 """What an interval procedure returns for one dataset: ``low``, ``high`` ([m] each) and
@@ -54,7 +65,9 @@ class IntervalKind:
     from it); ``truth(N)`` returns the [m] population values it should cover at dataset size N
     (many estimands, e.g. the expected Jaccard of two size-N circuits, depend on N; None when
     compute returns the truth); ``null`` marks units whose population value is ``null_value``
-    (their rejection rate is a false-positive rate);
+    (their rejection rate is a false-positive rate). Null units must carry information of their
+    own: a copy of another unit shifted to the null adds nothing under a translation-equivariant
+    interval (its rejection is exactly the original's non-coverage), so such copies are not units;
     ``unit_labels`` name the units in the per-unit table (e.g. "k=10"; default: their index).
     """
 
@@ -91,8 +104,8 @@ class CalibrationResult(Result):
             reliable = "" if np.isnan(r["coverage_reliable"]) else f", reliable {r['coverage_reliable']:.3f}"
             fpr = "" if np.isnan(r["null_rejection_rate"]) else f", null rejection {r['null_rejection_rate']:.3f}"
             items.append((f"{r['kind']} N={r['n']}",
-                          f"coverage {r['coverage']:.3f} ± {r['coverage_mc_se']:.3f}{reliable}{fpr}, "
-                          f"mean finite width {r['mean_width']:.4g}"))
+                          f"coverage {r['coverage']:.3f} ± {r['coverage_mc_se']:.3f} (MC SE over datasets)"
+                          f"{reliable}{fpr}, mean finite width {r['mean_width']:.4g}"))
         return items
 
 
@@ -126,23 +139,44 @@ def _finite_mean(width: np.ndarray) -> float:
     return float(np.mean(finite)) if finite.size else np.inf
 
 
+def clustered_rate(numerator: np.ndarray, denominator: np.ndarray) -> tuple[float, float]:
+    """Return (Σ numerator / Σ denominator, its Monte Carlo SE with each entry an independent cluster).
+
+    ``numerator`` and ``denominator`` are per-dataset counts [D] (e.g. covered units, units). The
+    SE is the linearised SE of a ratio estimator, sqrt(Σ (a_d − R b_d)² / (D (D − 1))) / mean(b):
+    the cluster-robust SE with the D/(D − 1) correction. NaN rate when the denominator sums to 0,
+    NaN SE with fewer than 2 datasets.
+    """
+    a, b = np.asarray(numerator, dtype=np.float64), np.asarray(denominator, dtype=np.float64)
+    total = float(b.sum())
+    if total <= 0:
+        return np.nan, np.nan
+    rate = float(a.sum()) / total
+    if a.size < 2:
+        return rate, np.nan
+    resid = a - rate * b
+    return rate, float(np.sqrt(np.sum(resid ** 2) / (a.size * (a.size - 1))) / b.mean())
+
+
 def _summarise(kind: IntervalKind, n: int, a: dict[str, np.ndarray], level: float) -> dict[str, Any]:
-    """One coverage row for ``kind`` at size ``n`` from its per-dataset arrays."""
+    """One coverage row for ``kind`` at size ``n`` from its per-dataset arrays [D, m]."""
     hit, rel = a["hit"], a["reliable"]
-    cov = float(hit.mean())
-    n_cells = hit.size
+    n_data, n_units = hit.shape
+    cov, cov_se = clustered_rate(hit.sum(1), np.full(n_data, n_units))
     null = kind.null
-    fpr = float(a["reject"][:, null].mean()) if null is not None and null.any() else np.nan
+    fpr, fpr_se = np.nan, np.nan
+    if null is not None and null.any():
+        fpr, fpr_se = clustered_rate(a["reject"][:, null].sum(1), np.full(n_data, int(null.sum())))
     flags = rel.shape == hit.shape  # the kind flagged units in every dataset
-    cov_rel = float(hit[rel].mean()) if flags and rel.any() else np.nan
-    return {"kind": kind.name, "estimand": kind.estimand, "n": int(n), "n_datasets": int(hit.shape[0]),
-            "n_units": int(hit.shape[1]), "coverage": cov,
-            "coverage_mc_se": float(np.sqrt(cov * (1 - cov) / max(n_cells, 1))),
+    cov_rel, cov_rel_se = clustered_rate((hit & rel).sum(1), rel.sum(1)) if flags else (np.nan, np.nan)
+    return {"kind": kind.name, "estimand": kind.estimand, "n": int(n), "n_datasets": int(n_data),
+            "n_units": int(n_units), "coverage": cov, "coverage_mc_se": cov_se,
             "worst_unit_coverage": float(hit.mean(0).min()),
             # an infinite interval (e.g. bootstrap-t on a near-constant edge) covers trivially: count it apart
             "mean_width": _finite_mean(a["width"]),
             "median_width": float(np.nanmedian(a["width"])), "share_infinite": float(np.mean(~np.isfinite(a["width"]))),
-            "null_rejection_rate": fpr, "coverage_reliable": cov_rel,
+            "null_rejection_rate": fpr, "null_rejection_mc_se": fpr_se,
+            "coverage_reliable": cov_rel, "coverage_reliable_mc_se": cov_rel_se,
             "share_reliable": float(rel.mean()) if flags else np.nan,
             "confidence_level": float(level)}
 
@@ -168,10 +202,13 @@ def coverage_study(population: np.ndarray, sizes: Sequence[int], kinds: Sequence
         for kind, a in zip(kinds, _one_size(population, int(n), n_datasets, kinds, ss)):
             rows.append(_summarise(kind, int(n), a, confidence_level))
             labels = kind.unit_labels
+            n_data = a["hit"].shape[0]
             for unit, c in enumerate(a["hit"].mean(0)):
                 per_unit.append({"kind": kind.name, "n": int(n), "unit": unit,
                                  "unit_label": str(unit) if labels is None else str(labels[unit]),
-                                 "coverage": float(c), "mean_width": _finite_mean(a["width"][:, unit]),
+                                 # datasets are independent draws: binomial over them
+                                 "coverage": float(c), "coverage_mc_se": float(np.sqrt(c * (1 - c) / n_data)),
+                                 "mean_width": _finite_mean(a["width"][:, unit]),
                                  # the estimand (its mean over datasets where it depends on the dataset)
                                  "truth": float(np.mean(a["truth"][:, unit]))})
     params = {"estimator": "coverage_study", "sizes": [int(n) for n in sizes], "n_datasets": int(n_datasets),

@@ -1,4 +1,4 @@
-"""Interval kinds beyond per-edge effects for the calibration study: circuit stability, faithfulness.
+"""Interval kinds for the calibration study: per-edge effects, circuit stability, faithfulness.
 
 The data-level circuit-stability intervals that circuit_stability(..., data_level=True) reports
 (stats.stability_data) claim to cover quantities of the *prompt distribution* at dataset size N:
@@ -43,27 +43,22 @@ from .calibration import IntervalKind, shared_per_dataset
 from .resampling import as_seed_sequence
 from .topk import topk
 
-__all__ = ["with_null_copies", "edge_interval_kinds", "StabilityTruth", "stability_truth", "stability_interval_kinds", "check_circuit_sizes",
+__all__ = ["edge_interval_kinds", "StabilityTruth", "stability_truth", "stability_interval_kinds", "check_circuit_sizes",
            "STABILITY_ESTIMANDS", "FAITHFULNESS_ESTIMANDS", "PopulationEvaluations", "faithfulness_interval_kinds"]
 
-def with_null_copies(scores: np.ndarray) -> np.ndarray:
-    """Return [P, 2E]: the population's edges, then each edge centred to population mean exactly zero."""
-    scores = np.asarray(scores, dtype=np.float64)
-    return np.concatenate([scores, scores - scores.mean(0)], axis=1)
-
-
 def edge_interval_kinds(population: np.ndarray, *, n_resamples: int, confidence_level: float) -> list[IntervalKind]:
-    """Return an IntervalKind per per-edge interval method over a population with null copies.
+    """Return an IntervalKind per per-edge interval method; the truth of edge e is its population mean.
 
-    ``population`` is [P, 2E] (`with_null_copies`): the truth of edge e is its population mean,
-    that of its null copy exactly 0. One bootstrap_edges call per dataset serves every method.
+    ``population`` is [P, E]. One bootstrap_edges call per dataset serves every method. There are
+    no null units: every method is translation-equivariant (the same resamples shifted by a
+    constant give the same interval shifted; tests/stats/test_calibration.py checks it), so an
+    edge centred to mean 0 would reject 0 exactly when the edge's own interval misses its mean.
+    The false-positive rate of "the interval excludes 0" at a null edge shaped like edge e is
+    therefore 1 − e's coverage, which the coverage columns already report.
     """
     from .intervals import DEFAULT_METHOD, ESTIMAND, METHODS, bootstrap_edges
 
-    n_edges = population.shape[1] // 2
-    truth = population.mean(0)
-    truth[n_edges:] = 0.0
-    null = np.r_[np.zeros(n_edges, bool), np.ones(n_edges, bool)]
+    truth = np.asarray(population, dtype=np.float64).mean(0)
 
     @shared_per_dataset
     def all_methods(X: np.ndarray, seed) -> Any:
@@ -79,7 +74,7 @@ def edge_interval_kinds(population: np.ndarray, *, n_resamples: int, confidence_
                 out["reliable"] = np.asarray(res.reliable, bool)
             return out
 
-        return IntervalKind(f"edge/{method}", ESTIMAND, compute, truth=lambda n: truth, null=null)
+        return IntervalKind(f"edge/{method}", ESTIMAND, compute, truth=lambda n: truth)
 
     return [kind(m) for m in METHODS]
 
@@ -181,19 +176,17 @@ def stability_truth(population: np.ndarray, n: int, ks: Sequence[int], *, rankin
 
 def stability_interval_kinds(population: np.ndarray, ks: Sequence[int], *, ranking: str, n_resamples: int,
                              confidence_level: float = 0.95, n_truth_pairs: int = 4000,
-                             seed: Any = 0, columns: slice | None = None) -> list[IntervalKind]:
+                             seed: Any = 0) -> list[IntervalKind]:
     """IntervalKinds stability/{jaccard_data, jaccard_pop, phi_data, jaccard_mc}, one unit per k.
 
-    population [P, E'] is the calibration population; ``columns`` selects the edges the circuits are
-    chosen from (e.g. the real edges, not the null copies). Each dataset runs one
+    population [P, E] is the calibration population, the circuits chosen from its edges. Each dataset runs one
     circuit_stability(..., data_level=True) (n_resamples bootstrap resamples plus its default
     double bootstrap), shared by the four kinds; truths come from `stability_truth` per N, with a
     seed derived from ``seed`` and N so that every N's truth is reproducible on its own.
     """
     from .stability import circuit_stability  # the public API: method changes there flow in
 
-    cols = slice(None) if columns is None else columns
-    pop = np.asarray(population, dtype=np.float64)[:, cols]
+    pop = np.asarray(population, dtype=np.float64)
     ks_list = check_circuit_sizes(ks, pop.shape[1])
     root = as_seed_sequence(seed)
     truths: dict[int, StabilityTruth] = {}
@@ -206,7 +199,7 @@ def stability_interval_kinds(population: np.ndarray, ks: Sequence[int], *, ranki
 
     @shared_per_dataset
     def stability(X: np.ndarray, ds_seed: Any) -> Any:
-        return circuit_stability(X[:, cols], None, ks_list, ranking=ranking, n_resamples=n_resamples, seed=ds_seed,
+        return circuit_stability(X, None, ks_list, ranking=ranking, n_resamples=n_resamples, seed=ds_seed,
                                  n_rank_resamples=0, confidence_level=confidence_level, data_level=True)
 
     def kind(name: str) -> IntervalKind:
@@ -283,11 +276,11 @@ class PopulationEvaluations:
 
 def faithfulness_interval_kinds(evaluations: PopulationEvaluations, ks: Sequence[int], *, ranking: str,
                                 n_resamples: int, confidence_level: float = 0.95,
-                                fixed_method: str = "bca", columns: slice | None = None) -> list[IntervalKind]:
+                                fixed_method: str = "bca") -> list[IntervalKind]:
     """IntervalKinds faithfulness/{selected, fixed}, one unit per k, truth f_pop(C(D)) per dataset.
 
-    Per dataset D (its population rows come with it): C(D) = top-k of D's mean scores (columns
-    ``columns`` of the population, ties at random from the dataset's seed); the fixed-circuit
+    Per dataset D (its population rows come with it): C(D) = top-k of D's mean scores (ties at
+    random from the dataset's seed); the fixed-circuit
     interval (``fixed_method``, n_resamples bootstrap resamples) of C(D) on D's prompts; the
     selection-aware interval (stats.faithfulness.selection_aware_faithfulness: min(5, N // 4) folds,
     2 repeats, as the audit runs it); and the truth f_pop(C(D)) from every population prompt.
@@ -295,12 +288,11 @@ def faithfulness_interval_kinds(evaluations: PopulationEvaluations, ks: Sequence
     from .faithfulness import (MIN_PER_FOLD, fixed_circuit_interval, selection_aware_faithfulness)
     from .resampling import ResamplingPlan, spawn_seeds
 
-    cols = slice(None) if columns is None else columns
     ks_list = check_circuit_sizes(ks, evaluations.n_edges)
 
     @shared_per_dataset
     def both(X: np.ndarray, ds_seed: Any, rows: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
-        S = np.asarray(X[:, cols], dtype=np.float64)
+        S = np.asarray(X, dtype=np.float64)
         n = S.shape[0]
         tie_seed, plan_seed, sel_seed = spawn_seeds(as_seed_sequence(ds_seed), 3)
         order = topk(S.sum(0) / n, max(ks_list), ranking=ranking, seed=np.random.default_rng(tie_seed)).indices

@@ -9,7 +9,7 @@ rests on one spike gives nearly 1.
 `interval_reliable` is tail share <= `RELIABLE_MAX_TAIL_SHARE` = 0.6: above it, a few prompts
 carry the estimate, and Gaussian-like data essentially never get there at N >= 32.
 
-What was measured (symmetric studentized bootstrap, 95%, 400 datasets, README table): the
+What was measured (symmetric studentized bootstrap, 95%, 400 datasets, table in docs/calibration.md): the
 threshold was checked on a spike-free lognormal / Student-t(2.5) population (flagged-reliable
 coverage 0.948 / 0.949 at N = 64 / 128) and verified, unchanged, on real exact scores of a zoo
 model (0.948 / 0.949) and on the spiky synthetic population (0.900 / 0.926: short of 0.93). Two

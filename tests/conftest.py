@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/builders.py, tests/fixture_populations.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # builders, report_builders, interval_check, fixture_populations
 
 # Tiny models run faster on one thread than on two competing ones; results are compared within
 # a test, never across thread counts.

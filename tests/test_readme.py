@@ -1,7 +1,10 @@
-"""The README's Python example runs as written and its command lines parse as written.
+"""The README and the docs it points to: their commands parse, their examples run, their tables match the code.
 
 Commands are parsed by the real CLI (click's make_context: every option, argument and choice is
-checked) without running them, since several train models or read runs; the Python block runs.
+checked) without running them, since several train models or read runs; the README's Python block
+runs, and its task-file example is built into a task. The benchmark, calibration, results and
+design material lives in docs/*.md (moved out of the README); their command lines are parsed too.
+Output blocks are fenced as ```text and are not commands.
 """
 
 from __future__ import annotations
@@ -12,30 +15,61 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ("benchmarks.md", "calibration.md", "results.md", "design.md")
 
 
-def _blocks(lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)```", README.read_text(), flags=re.S)
+def _blocks(lang: str, path: Path = README) -> list[str]:
+    """The fenced code blocks of ``path`` whose fence names ``lang`` ("" for unlabelled), in order."""
+    blocks, current = [], None
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            if current is None:
+                current = [] if line[3:].strip() == lang else False  # False: inside another kind of block
+            else:
+                if current is not False:
+                    blocks.append("\n".join(current) + "\n")
+                current = None
+        elif isinstance(current, list):
+            current.append(line)
+    assert current is None, f"{path.name}: a code block is not closed"
+    return blocks
 
 
-def _command_lines() -> list[list[str]]:
-    """Each `circuitstat ...` line of the README's unlabelled code blocks, comments stripped."""
+def _command_lines(paths: tuple[Path, ...]) -> list[tuple[str, list[str]]]:
+    """(file, argv) of each `circuitstat ...` line of the files' unlabelled code blocks, comments stripped."""
     lines = []
-    for block in _blocks(""):
-        for line in block.splitlines():
-            line = line.split("  #")[0].strip()
-            if line.startswith("circuitstat "):
-                lines.append(shlex.split(line)[1:])
+    for path in paths:
+        for block in _blocks("", path):
+            for line in block.splitlines():
+                line = line.split("  #")[0].strip()
+                if line.startswith("circuitstat "):
+                    lines.append((path.name, shlex.split(line)[1:]))
     return lines
 
 
-def test_readme_has_commands_and_python() -> None:
-    assert len(_command_lines()) >= 10 and len(_blocks("python")) >= 1
+ALL_COMMANDS = _command_lines((README, *(ROOT / "docs" / d for d in DOCS)))
 
 
-@pytest.mark.parametrize("argv", _command_lines(), ids=lambda a: " ".join(a[:2]))
-def test_readme_command_parses(argv: list[str]) -> None:
+def test_readme_is_a_short_entry_point_with_the_two_commands() -> None:
+    text = README.read_text()
+    assert len(text.splitlines()) <= 300
+    (first, *_) = _blocks("")
+    assert first.startswith("make demo") and "\nmake test " in first
+    assert len(_command_lines((README,))) >= 10 and len(_blocks("python")) == 1
+
+
+def test_readme_and_docs_links_resolve() -> None:
+    for path in (README, *(ROOT / "docs" / d for d in DOCS)):
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", path.read_text()):
+            assert (path.parent / target).exists(), f"{path.name} links to {target}, which does not exist"
+    text = README.read_text()
+    assert all(f"docs/{d}" in text for d in DOCS)  # every moved document is reachable from the README
+
+
+@pytest.mark.parametrize("where, argv", ALL_COMMANDS, ids=lambda a: a if isinstance(a, str) else " ".join(a[:2]))
+def test_documented_command_parses(where: str, argv: list[str]) -> None:
     import typer
 
     from pipelines.cli import app
@@ -44,9 +78,41 @@ def test_readme_command_parses(argv: list[str]) -> None:
     cmd, args, name = group, list(argv), "circuitstat"
     while args and hasattr(cmd, "commands") and args[0] in cmd.commands:
         name, cmd = args[0], cmd.commands[args.pop(0)]
-    assert not hasattr(cmd, "commands"), f"README command {argv} names no subcommand"
-    args = [a for a in args if a != "..."]  # the README's ellipsis for "more of the same"
+    assert not hasattr(cmd, "commands"), f"{where}: command {argv} names no subcommand"
+    args = [a for a in args if a != "..."]  # the docs' ellipsis for "more of the same"
     cmd.make_context(name, args)  # raises click.UsageError on an unknown option or bad value
+
+
+def test_model_family_table_lists_every_supported_architecture() -> None:
+    from circuits.convert import SUPPORTED
+
+    section = README.read_text().split("## Supported models", 1)[1].split("\n## ", 1)[0]
+    rows = [r for r in section.splitlines() if r.startswith("| ") and not r.startswith("| family")]
+    listed = {m for r in rows for m in re.findall(r"^\|[^|]*\| `([a-z0-9_]+)` \|", r)}
+    assert listed == set(SUPPORTED), f"README table lists {sorted(listed)}, the converter supports {SUPPORTED}"
+
+
+def test_readme_task_file_example_is_a_valid_task(tmp_path) -> None:
+    from circuits import load_model
+    from pipelines.build import build_task
+
+    (rows,) = _blocks("jsonl")
+    path = tmp_path / "ioi.jsonl"
+    path.write_text(rows)
+    model = load_model("random:gpt2?n_layer=1&n_head=2&n_embd=16")  # the GPT-2 tokenizer
+    task = build_task(model, str(path), n=5)
+    assert len(task) == 5 and task.group is not None and int(task.group.unique().numel()) == 3
+    assert task.clean.shape == task.corrupted.shape
+
+
+def test_readme_claims_example_is_a_valid_claims_file() -> None:
+    import yaml
+
+    from pipelines.claims import parse_claims
+
+    (block,) = _blocks("yaml")
+    claims = parse_claims(yaml.safe_load(block), "README.md")
+    assert len(claims.claims) == 1 and claims.claims[0].statistic == "jaccard_data_ci_low"
 
 
 def test_readme_python_example_runs(tmp_path, monkeypatch) -> None:
@@ -57,3 +123,43 @@ def test_readme_python_example_runs(tmp_path, monkeypatch) -> None:
     ci = namespace["ci"]
     assert ci.edge_names is not None and len(ci.edge_names) == namespace["S"].scores.shape[1]
     assert "edge_name" in ci.to_table().column_names
+
+
+# --- the moved documents against the code and the examples ------------------------------------------
+def test_calibration_doc_output_is_the_study_summary_format_with_todays_estimands() -> None:
+    from pipelines.calibration_study import summary_lines
+    from stats.calibration_kinds import FAITHFULNESS_ESTIMANDS, STABILITY_ESTIMANDS
+    from stats.intervals import ESTIMAND
+
+    doc = ROOT / "docs" / "calibration.md"
+    outputs = [b for b in _blocks("text", doc) if b.startswith("interval ")]
+    assert len(outputs) == 2  # the zoo example and the held-out population
+    estimands = {"edge/*": ESTIMAND, **{f"stability/{k}": v for k, v in STABILITY_ESTIMANDS.items()},
+                 **{f"faithfulness/{k}": v for k, v in FAITHFULNESS_ESTIMANDS.items()}}
+    for block in outputs:
+        lines = block.splitlines()
+        assert lines[0] == summary_lines([], 0.95, "x")[0]  # the header the study prints today
+        listed = dict(ln.strip().split(": ", 1) for ln in lines if ln.startswith("  "))
+        assert listed == estimands  # every family, each checked against the estimand the code states
+        assert lines[-1].startswith("nominal 0.95; ±MC: Monte Carlo SE of coverage, each dataset one unit")
+
+
+def test_calibration_doc_table_holds_the_coverage_the_library_quotes() -> None:
+    from stats.intervals.result import COVERAGE_NOTE
+
+    text = (ROOT / "docs" / "calibration.md").read_text()
+    quoted = dict(re.findall(r"(\w+) (0\.\d+)", COVERAGE_NOTE.split(":", 1)[1]))
+    names = {"studentized_symmetric": "**symmetric studentized (default)**", "t": "t", "percentile": "percentile",
+             "bca": "BCa (the former default)"}
+    for method, value in quoted.items():
+        (row,) = re.findall(rf"^\| zoo \| {re.escape(names[method])} \|(.*)$", text, flags=re.M)
+        n64 = row.split("|")[1].split("/")[0].strip()  # columns N = 32, 64, 128; coverage / null rate
+        assert n64 == value, (method, n64, value)
+
+
+def test_results_doc_and_the_false_claims_example_agree_on_the_observed_values() -> None:
+    comments = re.findall(r"# observed (\d\.\d+)", (ROOT / "examples" / "claims-zoo-false.yaml").read_text())
+    (block,) = [b for b in _blocks("text", ROOT / "docs" / "results.md") if b.startswith("claim ")]
+    observed = [float(ln.split("FAIL")[1].split()[0]) for ln in block.splitlines() if " FAIL " in ln]
+    assert len(comments) == len(observed) == 2
+    assert [f"{v:.3f}" for v in observed] == comments

@@ -150,6 +150,7 @@ class ModelWeights(nn.Module):
             return cached[1]
         digest = self._hash_weights(state)
         self.__dict__["_weight_hash_cache"] = (key, digest)
+        self.__dict__["_weight_hash_from"] = "computed from the weights in this run"
         memo = self.__dict__.pop("_weight_hash_memo", None)
         if memo is not None:  # the weights as loaded from their files: record them for the next load
             from ..cache import write_weight_hash
@@ -167,6 +168,7 @@ class ModelWeights(nn.Module):
             self.__dict__["_weight_hash_memo"] = memo
         else:
             self.__dict__["_weight_hash_cache"] = (self._state_key(sorted(self.state_dict().items())), digest)
+            self.__dict__["_weight_hash_from"] = memo.describe()  # provenance says the hash was trusted, and how
 
     @staticmethod
     def _state_key(state: list[tuple[str, torch.Tensor]]) -> tuple:
@@ -196,6 +198,7 @@ class ModelWeights(nn.Module):
             "n_edges": self.graph.n_edges,
             "dtype": str(self.dtype).replace("torch.", ""),
             "weight_hash": self.weight_hash(),
+            "weight_hash_from": self.__dict__.get("_weight_hash_from", "computed from the weights in this run"),
         }
 
     def save(self, directory: str | Path, meta: dict | None = None) -> Path:

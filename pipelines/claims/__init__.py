@@ -94,7 +94,7 @@ from .models import (
     TokenImportanceClaim,
     TokenStabilityClaim,
 )
-from .output import format_results, junit_xml, write_junit
+from .output import format_results, junit_xml, write_claims_table, write_junit
 from .parsing import load_claims, parse_claims
 
 __all__ = [
@@ -127,5 +127,6 @@ __all__ = [
     "parse_claims",
     "read_yaml_strict",
     "spec_problem",
+    "write_claims_table",
     "write_junit",
 ]

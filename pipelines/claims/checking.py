@@ -17,7 +17,7 @@ from typing import Any
 
 from circuits.errors import InputError
 
-from ..yamlio import read_yaml_strict, redacted_validation_message
+from ..yamlio import read_yaml_strict, redacted_failure, redacted_validation_message
 from .bounds import bound_text
 from .evaluation import ClaimResult, evaluate_claims
 from .kinds import TOKEN_KINDS
@@ -192,7 +192,14 @@ def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[st
     from pipelines.audit import run_audit  # heavy (torch); only when an audit is needed
 
     say(f"running the audit of {spec_path} into {run_dir} ...")
-    run_audit(spec, run_dir)
+    try:
+        run_audit(spec, run_dir)
+    except Exception as e:  # noqa: BLE001 - errors from building its model or task may quote the spec's values
+        message = redacted_failure(e, f"the spec named by 'spec:' in {source}",
+                                   f"circuitstat audit {spec_path} --out DIR")
+        if message is None:
+            raise
+        raise InputError(message) from None
     report.ran_audit = True
     report.results = evaluate_claims(cf, run_dir)
     return report

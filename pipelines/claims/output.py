@@ -11,7 +11,7 @@ from typing import Any
 
 from .evaluation import ClaimResult
 
-__all__ = ["format_results", "junit_xml", "write_junit"]
+__all__ = ["format_results", "junit_xml", "write_junit", "write_claims_table"]
 
 
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -71,3 +71,20 @@ def write_junit(results: list[ClaimResult], path: str | os.PathLike[str], suite:
     from reports.atomic import atomic_write_bytes
 
     return atomic_write_bytes(path, junit_xml(results, suite))
+
+
+def write_claims_table(results: list[ClaimResult], run_dir: str | os.PathLike[str]) -> Path:
+    """Write the results as the run's claims table (``claims.parquet``, reports/schema.py) and return its path.
+
+    The report's verdict then lists one line per claim (``circuitstat report RUN`` after a check)."""
+    from reports.provenance import provenance
+    from reports.schema import schema_for
+    from reports.tables import to_arrow, write_table
+
+    cols = {"index": [r.index for r in results], "name": [_one_line(r.name) for r in results], "kind": [r.claim.kind for r in results],
+            "status": [r.status for r in results], "observed": [_one_line(r.observed_text) for r in results],
+            "bound": [_one_line(r.bound) for r in results], "reason": [_one_line(r.reason) for r in results],
+            "description": [str(getattr(r.claim, "description", None) or "") for r in results]}
+    table = schema_for("claims").validate(to_arrow(cols))
+    return write_table(table, Path(run_dir) / "claims.parquet", provenance(method="claims check",
+                                                                          params={"n_claims": len(results)}))

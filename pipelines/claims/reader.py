@@ -46,6 +46,8 @@ class RunReader:
         self.path = path
         self._tables: dict[str, Any] = {}
         self._parts: dict[int, RunReader] = {}  # model-<i>/ of a cross-seed tokens run
+        self._index: dict[tuple, dict] = {}  # (table, key columns) -> key values -> rows (see rows)
+        self._columns: dict[str, frozenset] = {}  # table -> its column names (asked once per claim)
         self.manifest: dict | None = None
         self.unfinished: list[str] = []
         mpath = path / "manifest.json"
@@ -74,7 +76,8 @@ class RunReader:
                 raise ClaimError(f"{p} cannot be read ({type(e).__name__}: {str(e)[:200]}); re-run the audit into a new directory",
                                  missing=True) from None
         t = self._tables[name]
-        lacking = [c for c in columns if c not in t.column_names]
+        names = self._columns.get(name) or self._columns.setdefault(name, frozenset(t.column_names))
+        lacking = [c for c in columns if c not in names]
         if lacking:
             raise ClaimError(f"{name}.parquet in {self.path} has no column(s) {lacking} (columns: {t.column_names}); "
                              "it was written by another version: re-run the audit", missing=True)
@@ -82,16 +85,19 @@ class RunReader:
 
     def rows(self, name: str, columns: list[str], /, **eq: Any) -> list[dict]:
         """Return the rows of table ``name`` whose columns equal ``eq``, as dicts of ``columns`` and ``eq``'s keys."""
-        import pyarrow.compute as pc
-
-        t = self.table(name, columns + list(eq))
-        mask = None
-        for col, val in eq.items():
-            m = pc.equal(t[col], val)
-            mask = m if mask is None else pc.and_(mask, m)
-        if mask is not None:
-            t = t.filter(mask)
-        return t.select(columns + list(eq)).to_pylist()
+        # One index per (table, key columns), built once: a file of 60,000 claims must not filter the
+        # table 60,000 times. Null never equals anything (as in SQL and pyarrow.compute.equal).
+        want = columns + list(eq)
+        self.table(name, want)
+        keys = tuple(sorted(eq))
+        index = self._index.get((name, keys))
+        if index is None:
+            index = self._index[(name, keys)] = {}
+            for r in self._tables[name].to_pylist():
+                index.setdefault(tuple(r[k] for k in keys), []).append(r)
+        if any(v is None for v in eq.values()):
+            return []
+        return [{c: r[c] for c in want} for r in index.get(tuple(eq[k] for k in keys), [])]
 
     def distinct(self, name: str, column: str, /, **eq: Any) -> list:
         """Return the sorted distinct non-null values of ``column`` in the rows of ``name`` matching ``eq``."""

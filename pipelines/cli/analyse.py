@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from . import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, DTYPES, Ablation, DType, Level, Method, MetricName, app,
-               check_out, choices, fail)
+               check_out, choices, echo, fail)
 
 
 Rule = choices("Rule", "top-k", "greedy")  # how `circuit` selects edges
@@ -32,7 +32,6 @@ def model_command(
     """Describe a model and check CircuitModel against the Hugging Face model: logits, receiver gradients
     against HF autograd, exact patching against brute force."""
     from circuits import load_hf, load_model
-    from circuits.convert import from_hf
     from pipelines.build import resolve_source
 
     source = resolve_source(source)
@@ -42,37 +41,38 @@ def model_command(
         model, hf = load_model(source, allow_pickle=allow_pickle, allow_large=allow_large), None
     else:
         hf = load_hf(source, allow_pickle=allow_pickle, allow_large=allow_large)
-        model = from_hf(hf)
-        model.source = source
+        # the model as every command loads it (its cached conversion, checked), not a fresh conversion:
+        # the logits check then vouches for what attribute and audit compute with
+        model = load_model(source, allow_pickle=allow_pickle, allow_large=allow_large)
     cfg, g = model.cfg, model.graph
-    typer.echo(f"source        {source}")
-    typer.echo(f"architecture  {cfg.arch}{' (parallel attention+MLP)' if cfg.parallel else ''}")
-    typer.echo(f"layers        {cfg.n_layers}")
+    echo(f"source        {source}")
+    echo(f"architecture  {cfg.arch}{' (parallel attention+MLP)' if cfg.parallel else ''}")
+    echo(f"layers        {cfg.n_layers}")
     kv = f" (K/V heads {cfg.n_kv_heads}, ungrouped per query head)" if cfg.n_kv_heads and cfg.n_kv_heads != cfg.n_heads else ""
-    typer.echo(f"heads         {cfg.n_heads}{kv}")
-    typer.echo(f"d_model       {cfg.d_model}   d_head {cfg.d_head}   d_mlp {cfg.d_mlp if cfg.has_mlp else '-'}")
-    typer.echo(f"norm          {cfg.norm}   positions {cfg.positional}   mlp {cfg.mlp} ({cfg.act})")
+    echo(f"heads         {cfg.n_heads}{kv}")
+    echo(f"d_model       {cfg.d_model}   d_head {cfg.d_head}   d_mlp {cfg.d_mlp if cfg.has_mlp else '-'}")
+    echo(f"norm          {cfg.norm}   positions {cfg.positional}   mlp {cfg.mlp} ({cfg.act})")
     from circuits.describe import feature_lines
 
     for line in feature_lines(cfg):
-        typer.echo(line)
-    typer.echo(f"nodes         {len(g.nodes)} ({g.n_senders} senders, {g.n_receivers} receivers)")
-    typer.echo(f"edges         {g.n_edges}")
-    typer.echo(f"weight hash   {model.weight_hash()[:16]}")
+        echo(line)
+    echo(f"nodes         {len(g.nodes)} ({g.n_senders} senders, {g.n_receivers} receivers)")
+    echo(f"edges         {g.n_edges}")
+    echo(f"weight hash   {model.weight_hash()[:16]}")
     if hf is None:
-        typer.echo("logits check  skipped (a circuitstat model has no Hugging Face counterpart)")
+        echo("logits check  skipped (a circuitstat model has no Hugging Face counterpart)")
         return
     from circuits.parity import check_parity
 
     p = check_parity(hf, model, n_inputs=n_inputs, length=length, seed=seed, gradients=not logits_only)
     ok = p.logits <= tolerance
-    typer.echo(f"logits check  max |HF - CircuitModel| = {p.logits:.3e} on {n_inputs} inputs "
+    echo(f"logits check  max |HF - CircuitModel| = {p.logits:.3e} on {n_inputs} inputs "
                f"({'ok' if ok else 'FAILED'}, tolerance {tolerance:g})")
     if p.gradients is not None:
         ok_g, ok_e = p.gradients <= tolerance, p.exact <= tolerance
-        typer.echo(f"EAP check     receiver gradients vs HF autograd: max relative difference {p.gradients:.3e} "
+        echo(f"EAP check     receiver gradients vs HF autograd: max relative difference {p.gradients:.3e} "
                    f"({'ok' if ok_g else 'FAILED'})")
-        typer.echo(f"exact check   suffix patching vs brute force on {p.exact_edges} edges: max |logit difference| "
+        echo(f"exact check   suffix patching vs brute force on {p.exact_edges} edges: max |logit difference| "
                    f"{p.exact:.3e} ({'ok' if ok_e else 'FAILED'})")
         ok = ok and ok_g and ok_e
     if not ok:
@@ -139,23 +139,20 @@ def attribute_command(
     # everything is validated before the run directory exists
     if out is None and not plan:
         raise InputError("--out is required: give the run directory to write (or pass --plan to only plan the run)")
-    if out is not None:
-        check_out(out)
+    if out is not None and not plan:
+        check_out(out, "attribute", force=force)
     check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
     budget = None if max_memory is None else parse_bytes(max_memory)
     n_jobs = check_n_jobs(n_jobs, "--n-jobs")
     dev = check_device(device)
+    if plan:
+        _plan(model, task, n=n, seed=seed, metric=metric, level=level, batch_size=batch_size, ig_steps=ig_steps,
+              budget=budget, n_jobs=n_jobs, device=dev, dtype=dtype, allow_pickle=allow_pickle, allow_large=allow_large)
+        return
     m = load_model(resolve_source(model), device=dev, dtype=_torch_dtype(dtype), allow_pickle=allow_pickle,
                    allow_large=allow_large)
     check_work(m, n, level=level, positions=task_positions(task, {}), allow_large=allow_large)
     t = build_task(m, task, n=n, seed=seed, metric=metric)
-    if plan:
-        from pipelines.plan import plan_lines
-
-        for line in plan_lines(m, t, level=level, batch_size=batch_size, ig_steps=ig_steps, budget=budget,
-                               n_jobs=n_jobs):
-            typer.echo(line)
-        return
     sm = _attribute_run(m, t, out, model_arg=model, task_arg=task, method=method, level=level, ablation=ablation,
                         input_node=input_node, n=n,
                         batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
@@ -163,10 +160,38 @@ def attribute_command(
     mean = sm.mean()
     sd = sm.scores.std(0, ddof=1) if sm.n_examples > 1 else mean * 0
     top = abs(mean).argsort()[::-1][:10]
-    typer.echo(f"{method} scores ({sm.metric}) for {len(sm.names)} {level}s on {sm.n_examples} examples -> {out}")
-    typer.echo(f"{'rank':>4}  {'mean':>10}  {'sd':>9}  name")
+    echo(f"{method} scores ({sm.metric}) for {len(sm.names)} {level}s on {sm.n_examples} examples -> {out}")
+    echo(f"{'rank':>4}  {'mean':>10}  {'sd':>9}  name")
     for r, i in enumerate(top, 1):
-        typer.echo(f"{r:>4}  {mean[i]:>10.4f}  {sd[i]:>9.4f}  {sm.names[i]}")
+        echo(f"{r:>4}  {mean[i]:>10.4f}  {sd[i]:>9.4f}  {sm.names[i]}")
+
+
+def _plan(source: str, task: str, *, n: int, seed: int, metric, level: str, batch_size: int, ig_steps: int,
+          budget, n_jobs: int, device: str, dtype: str, allow_pickle: bool, allow_large: bool) -> None:
+    """Print the plan of an attribute run: counts from the model's skeleton on the meta device (no weight
+    is read or allocated, whatever the config's size); timings from the loaded model only when its
+    weights fit the memory limit (circuits.limits.MAX_BYTES, which --allow-large does not lift here)."""
+    from circuits import load_model
+    from circuits.limits import MAX_BYTES, format_bytes
+    from circuits.plan import weight_bytes
+    from circuits.skeleton import load_skeleton
+    from pipelines.build import build_task, check_work, resolve_source, task_positions
+    from pipelines.plan import plan_lines
+
+    skeleton = load_skeleton(resolve_source(source), allow_pickle=allow_pickle, allow_large=allow_large)
+    skeleton = skeleton.to(dtype=_torch_dtype(dtype))  # on meta: only the itemsize changes
+    check_work(skeleton, n, level=level, positions=task_positions(task, {}), allow_large=allow_large)
+    t = build_task(skeleton, task, n=n, seed=seed, metric=metric)
+    need = weight_bytes(skeleton.cfg, _torch_dtype(dtype).itemsize)
+    timing, why = None, ""
+    if need <= MAX_BYTES:
+        timing = load_model(resolve_source(source), device=device, dtype=_torch_dtype(dtype),
+                            allow_pickle=allow_pickle, allow_large=allow_large)
+    else:
+        why = f"the weights ({format_bytes(need)}) exceed the memory limit of {format_bytes(MAX_BYTES)}"
+    for line in plan_lines(skeleton, t, level=level, batch_size=batch_size, ig_steps=ig_steps, budget=budget,
+                           n_jobs=n_jobs, timing_model=timing, untimed=why, device=str(device)):
+        echo(line)
 
 
 def _engine_sizes(m, t, method: str, level: str, batch_size: int, budget: int | None) -> tuple[int, int]:
@@ -239,7 +264,7 @@ def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: st
             abl = Counterfactuals(ablation, m, t, seed=seed, batch_size=batch_size, input_node=input_node)
             kw = {"level": level, "ablation": abl, "batch_size": batch_size, "ig_steps": ig_steps, "seed": seed,
                   "max_rows": max_rows}
-            scores = run_checkpointed(store, m, t, method, kw, reuse=reuse, n_jobs=n_jobs)
+            scores = run_checkpointed(store, m, t, method, kw, reuse=reuse, n_jobs=n_jobs, run_id=run.run_id)
             eparams = {"batch_size": batch_size, "seed": seed, "max_rows": max_rows, "input_node": input_node}
             if method.startswith("eap-ig"):
                 eparams["ig_steps"] = ig_steps
@@ -272,15 +297,18 @@ def audit_command(
     from pipelines.audit import run_audit
     from pipelines.spec import load_spec
 
-    check_out(out)
+    check_out(out, "audit", force=force)
     parsed = load_spec(spec, allow_outside=allow_outside)  # validated before anything is created
     run_audit(parsed, out, n_jobs=n_jobs, scheduler=scheduler, force=force, allow_pickle=allow_pickle,
               allow_large=allow_large)
-    typer.echo(f"audit written to {out}")
+    echo(f"audit written to {out}")
     if report:
         from reports.html import render_report
 
-        typer.echo(f"report: {render_report(out)}")
+        echo(f"report: {render_report(out)}")
+    from pipelines.demo import print_summary
+
+    print_summary(out, echo=echo)  # the one-screen verdict, as `circuitstat demo` ends
 
 
 @app.command("report")
@@ -291,7 +319,7 @@ def report_command(
     """Write one self-contained report.html for a run directory."""
     from reports.html import render_report
 
-    typer.echo(str(render_report(run, out)))
+    echo(str(render_report(run, out)))
 
 
 @app.command("circuit")
@@ -319,7 +347,7 @@ def circuit_command(
     circuit = make(sm, k, absolute=absolute)
     if prune:
         circuit = circuit.prune()
-    typer.echo(circuit.summary())
+    echo(circuit.summary())
     if json_out is not None:
         circuit.to_json(json_out)
-        typer.echo(f"written {json_out}")
+        echo(f"written {json_out}")

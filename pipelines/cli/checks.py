@@ -1,6 +1,6 @@
 """Commands that read finished runs: ``check`` (claims against a run) and ``query`` (SQL over its tables).
 
-Neither imports torch: they start in well under a second (README, "Start-up").
+Neither imports torch: they start in well under a second (bench/startup.py; docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import typer
 
 from circuits.errors import InputError
 
-from . import app, choices
+from . import app, choices, echo
 
 
 Format = choices("Format", "table", "csv", "json")  # output formats of `query`
@@ -33,24 +33,24 @@ def check_command(
     if junit is not None and junit.is_dir():
         raise InputError(f"--junit {junit} is a directory; give a file path such as claims.xml")
     try:
-        report = check(claims, run, echo=lambda m: typer.echo(m, err=True), allow_outside=allow_outside)
+        report = check(claims, run, echo=lambda m: echo(m, err=True), allow_outside=allow_outside)
     except ValueError as e:  # a lower layer's refusal that is not an InputError is still the input's fault here
         if isinstance(e, InputError):
             raise
         raise InputError(f"{type(e).__name__}: {e}") from None
-    typer.echo(f"claims {report.source} against run {report.run_dir}"
+    echo(f"claims {report.source} against run {report.run_dir}"
                + (" (audit run now)" if report.ran_audit else ""))
-    typer.echo(format_results(report.results))
+    echo(format_results(report.results))
     c = report.counts
-    typer.echo(f"{len(report.results)} claims: {c['pass']} hold, {c['fail']} fail, {c['error']} cannot be evaluated")
+    echo(f"{len(report.results)} claims: {c['pass']} hold, {c['fail']} fail, {c['error']} cannot be evaluated")
     for note in report.notes:
-        typer.echo(f"note: {note}")
+        echo(f"note: {note}")
     if junit is not None:
         try:
             write_junit(report.results, junit, suite=f"circuitstat check {Path(report.source).name}")
         except OSError as e:
             raise InputError(f"cannot write --junit {junit}: {e.strerror or e}") from None
-        typer.echo(f"JUnit XML -> {junit}")
+        echo(f"JUnit XML -> {junit}")
     raise typer.Exit(report.exit_code)
 
 
@@ -59,25 +59,34 @@ def query_command(
     sql: str = typer.Argument(..., help="SQL over the run's tables, e.g. \"SELECT * FROM stability_vs_k\""),
     runs: list[Path] = typer.Argument(None, help="run directories (default: the current directory)"),
     format: Format = typer.Option(Format("table"), "--format", "-f", help="output format"),
+    timeout: float = typer.Option(60.0, "--timeout", min=0.1, max=86400.0, help="seconds before the query is stopped"),
+    max_memory: str = typer.Option("2GiB", "--max-memory", help="memory the query may use (DuckDB's memory_limit)"),
+    max_rows: int = typer.Option(1_000_000, "--max-rows", min=1, max=100_000_000, help="most rows returned"),
 ) -> None:
     """Run one SELECT (DuckDB) over the Parquet tables of one or many run directories; reads nothing else.
 
     Every ``*.parquet`` table of the run directories is a view by its name (``edges``,
-    ``edge_stats``, ``stability_vs_k``, ...), unioned over the runs, with a ``run`` column.
+    ``edge_stats``, ``stability_vs_k``, ...), unioned over the runs, with a ``run`` column. The query
+    runs within --timeout, --max-memory and --max-rows, which SQL cannot change.
     """
     import duckdb
 
-    from reports.query import format_table, json_rows, query
+    from circuits.limits import parse_bytes
+    from reports.query import QueryLimits, format_table, json_rows, query
 
     dirs = list(runs) if runs else [Path(".")]
+    limits = QueryLimits(memory_bytes=parse_bytes(max_memory), timeout_s=timeout, max_rows=max_rows)
+    watchdog = _watchdog(2 * timeout + 5)
     try:
-        result = query(sql, dirs)
+        result = query(sql, dirs, limits=limits)
     except ValueError as e:  # unknown table (lists the available ones), missing run dir, column clash
         raise InputError(str(e)) from None
     except AttributeError:  # DuckDB returns no relation for statements such as CREATE or SET
         raise InputError("the SQL returns no rows; give a query such as SELECT ... FROM edge_stats") from None
     except duckdb.Error as e:
         raise InputError(f"{type(e).__name__}: {str(e).strip()}") from None
+    finally:
+        watchdog.cancel()
     if format.value == "csv":
         import io
 
@@ -85,9 +94,28 @@ def query_command(
 
         sink = io.BytesIO()
         pcsv.write_csv(result, sink)
-        typer.echo(sink.getvalue().decode(), nl=False)
+        echo(sink.getvalue().decode(), nl=False)
     elif format.value == "json":
-        typer.echo(json.dumps(json_rows(result.to_pylist()), indent=1, allow_nan=False))
+        echo(json.dumps(json_rows(result.to_pylist()), indent=1, allow_nan=False))
     else:
-        typer.echo(format_table(result))
-        typer.echo(f"({result.num_rows} row{'s' if result.num_rows != 1 else ''})")
+        echo(format_table(result))
+        echo(f"({result.num_rows} row{'s' if result.num_rows != 1 else ''})")
+
+
+def _watchdog(seconds: float):
+    """End the process with exit 2 after ``seconds``: DuckDB checks its interrupt between operations, so
+    one scalar call on a huge value (within the memory limit) can outlast --timeout; query writes
+    nothing, so ending it at once loses nothing."""
+    import os
+    import sys
+    import threading
+
+    def stop() -> None:
+        sys.stderr.write(f"error: the query did not stop within {seconds:g} s of its --timeout; narrow it\n")
+        sys.stderr.flush()
+        os._exit(2)
+
+    timer = threading.Timer(seconds, stop)
+    timer.daemon = True
+    timer.start()
+    return timer

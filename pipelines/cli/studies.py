@@ -1,5 +1,5 @@
 """Commands that train and study: ``train``, ``heads``, ``demo`` and the ``study`` group
-(``study heads``, ``study variance``, ``study calibration``)."""
+(``study heads``, ``study variance``, ``study calibration``, ``study groundtruth``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typer
 
 from circuits.errors import InputError
 
-from . import ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, app, check_out, choices, study_app
+from . import ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, app, check_out, choices, echo, study_app
 
 MAX_SEEDS_HELP = "1000"  # pipelines.training.MAX_SEEDS, written out so that --help does not import training
 
@@ -58,7 +58,7 @@ def heads_command(
     models = [p for m in models for p in str(m).split(",") if p]
     if len(models) < 2:
         raise InputError("pass at least 2 models (--models DIR --models DIR ..., or --models DIR,DIR,...)")
-    check_out(out)
+    check_out(out, "heads", force=force)
     device = check_device(device)
     n_jobs = check_n_jobs(n_jobs, "--n-jobs")
     loaded = [load_source(m, device=device, allow_pickle=allow_pickle, allow_large=allow_large) for m in models]
@@ -71,8 +71,8 @@ def heads_command(
     # threads change no result: the spec (which a rerun must match) leaves them out
     spec = {k: v for k, v in est.get_params().items() if k != "n_jobs"}
     res.write(out, spec={"models": list(models), **spec}, command=sys.argv, force=force)
-    typer.echo(res.summary())
-    typer.echo(f"-> {out}")
+    echo(res.summary())
+    echo(f"-> {out}")
 
 
 @app.command("train")
@@ -121,10 +121,13 @@ def train_command(
         eval_every=eval_every, checkpoint_every=checkpoint_every, threads=threads,
     )
     recipe.validate(allow_large=allow_large)
+    from pipelines.work import check_training
+
+    check_training(recipe, len(seed_list), allow_large=allow_large)  # steps x seeds x size, before anything is written
     for p in train_models(recipe, seed_list, out, n_jobs=n_jobs, device=device, allow_large=allow_large):
         meta = json.loads((p / "config.json").read_text())
         t = meta["meta"]["training"]
-        typer.echo(f"{p}  val_loss {t['final_val_loss']:.4f}  weights {meta['weight_hash'][:16]}  "
+        echo(f"{p}  val_loss {t['final_val_loss']:.4f}  weights {meta['weight_hash'][:16]}  "
                    f"{t['train_seconds']:.0f}s")
 
 
@@ -144,25 +147,28 @@ def demo_command(
 
     check_out(out)
     n_jobs = check_n_jobs(min(2, max_jobs()) if n_jobs is None else n_jobs)
-    typer.echo(f"circuitstat demo: the zoo's {DEMO_RECIPE} model ({len(ZOO_SEEDS)} seeds; trained once, about 6 "
+    echo(f"circuitstat demo: the zoo's {DEMO_RECIPE} model ({len(ZOO_SEEDS)} seeds; trained once, about 6 "
                "minutes on 2 cores, then cached) → induction-circuit audit with exact patching and EAP → head "
                "stability across seeds → HTML report")
     default_zoo(n_jobs=n_jobs, recipes={DEMO_RECIPE: ZOO_RECIPES[DEMO_RECIPE]})  # only what the demo audits
     run_audit(demo_spec(n_jobs, quick), out)
     report = render_report(out)
-    print_summary(out)
-    typer.echo(f"\nreport: {report.resolve()}")
+    print_summary(out, echo=echo)
+    echo(f"\nreport: {report.resolve()}")
 
 
 @study_app.command("heads")
 def study_heads_command(
     plan: Path | None = typer.Argument(None, help="study plan (YAML; see pipelines.head_study.HeadStudySpec); "
-                                       "default: the README's full study"),
+                                       "default: the full study of docs/results.md"),
     out: Path = typer.Option(..., "--out", help="run directory of the study"),
     quick: bool = typer.Option(False, "--quick", help="a tiny version (1/2/4 layers, 3 seeds, a few steps) for smoke tests"),
     n_jobs: int = typer.Option(2, "--n-jobs", min=1, help="parallel training / analysis processes"),
     device: str = typer.Option("cpu", "--device", help="training device"),
     force: bool = typer.Option(False, "--force", help="recompute analyses that already finished with a different spec"),
+    allow_outside: bool = typer.Option(False, "--allow-outside",
+                                       help="let the plan's recipe.corpus / recipe.tokenizer leave its directory"),
+    allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
     """Train a grid of models (cached) and test the head-stability claims of Bali et al. (2026) with CIs."""
     from pipelines.build import check_device, check_n_jobs
@@ -170,16 +176,16 @@ def study_heads_command(
 
     if plan is not None and quick:
         raise InputError("give a plan file or --quick, not both (--quick is the built-in tiny plan)")
-    check_out(out)
+    check_out(out, "study heads", force=force)
     n_jobs, device = check_n_jobs(n_jobs), check_device(device)
-    study_plan = load_head_study_plan(plan) if plan is not None else None
+    study_plan = load_head_study_plan(plan, allow_outside=allow_outside) if plan is not None else None
     res = run_head_study(out, quick=quick, plan=study_plan, n_jobs=n_jobs, device=device, force=force,
-                         command=sys.argv)
+                         command=sys.argv, allow_large=allow_large)  # its work is checked before any training
     t = res.to_table("summary").to_pydict()
     w = max(len(i) for i in t["item"])
     for i, v, lo, hi, vd in zip(t["item"], t["value"], t["ci_low"], t["ci_high"], t["verdict"]):
-        typer.echo(f"{i:<{w}}  {v:8.4f}  [{lo:8.4f}, {hi:8.4f}]  {vd}")
-    typer.echo(f"-> {out}  ({res.timings})")
+        echo(f"{i:<{w}}  {v:8.4f}  [{lo:8.4f}, {hi:8.4f}]  {vd}")
+    echo(f"-> {out}  ({res.timings})")
 
 
 @study_app.command("variance")
@@ -198,22 +204,26 @@ def study_variance_command(
     """Variance study: where the uncertainty of a circuit comes from (examples, counterfactuals, estimators, seeds)."""
     from pipelines.variance_study import load_variance_spec, run_variance_study, summary_lines
 
-    check_out(out)
+    check_out(out, "study variance", force=force)
     parsed = load_variance_spec(spec, allow_outside=allow_outside)  # validated before anything is created
     run_variance_study(parsed, out, n_jobs=n_jobs, force=force, allow_pickle=allow_pickle, allow_large=allow_large)
-    typer.echo(f"variance study written to {out}")
+    echo(f"variance study written to {out}")
     for line in summary_lines(Path(out)):
-        typer.echo(line)
+        echo(line)
     if report:
         from reports.html import render_report
 
-        typer.echo(f"report: {render_report(out)}")
+        echo(f"report: {render_report(out)}")
 
 
 @study_app.command("calibration")
 def study_calibration_command(
-    spec: Path = typer.Argument(..., help="calibration spec (YAML): model, task (n = population size), sizes"),
+    spec: Path | None = typer.Argument(None, help="calibration spec (YAML): model, task (n = population size), "
+                                                  "sizes; optional with --scores"),
     out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
+    scores: Path | None = typer.Option(None, "--scores",
+                                       help="an attribution run (`circuitstat attribute --out DIR`) whose "
+                                            "per-example scores are the population (overrides the spec's scores)"),
     n_jobs: int | None = typer.Option(None, "--n-jobs", min=1, help="parallel workers for the attribution"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
     allow_outside: bool = typer.Option(False, "--allow-outside",
@@ -222,11 +232,36 @@ def study_calibration_command(
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
     """Empirical coverage of the audit's intervals on your model and task, per dataset size N."""
-    from pipelines.calibration_study import load_calibration_spec, run_calibration_study, summary_lines
+    from pipelines.calibration_study import (load_calibration_spec, parse_calibration_spec, run_calibration_study,
+                                             summary_lines)
 
-    check_out(out)
-    parsed = load_calibration_spec(spec, allow_outside=allow_outside)
+    check_out(out, "study calibration", force=force)
+    if spec is None and scores is None:
+        raise InputError("give a calibration spec, or --scores DIR (an attribution run) to calibrate on its scores")
+    if spec is None:
+        parsed = parse_calibration_spec({"scores": str(scores)}, "--scores")
+    else:
+        parsed = load_calibration_spec(spec, allow_outside=allow_outside, scores=scores)
     res = run_calibration_study(parsed, out, n_jobs=n_jobs, force=force, allow_pickle=allow_pickle,
                                 allow_large=allow_large)
     for line in summary_lines(res.to_table("coverage").to_pylist(), parsed.confidence_level, out):
-        typer.echo(line)
+        echo(line)
+
+
+@study_app.command("groundtruth")
+def study_groundtruth_command(
+    spec: Path = typer.Argument(..., help="ground-truth spec (YAML; see pipelines.groundtruth_study): models, methods, sizes"),
+    out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
+    n_jobs: int | None = typer.Option(None, "--n-jobs", min=1, help="parallel workers for the attribution"),
+    force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
+) -> None:
+    """Score discovery methods and circuitstat's error statements against models whose circuit is known."""
+    from pipelines.groundtruth_study import load_groundtruth_spec, run_groundtruth_study, summary_lines
+    from reports.html import render_report
+
+    check_out(out, "study groundtruth", force=force)
+    parsed = load_groundtruth_spec(spec)
+    res = run_groundtruth_study(parsed, out, n_jobs=n_jobs, force=force)
+    for line in summary_lines(res.tables(), parsed.alphas[0]):
+        echo(line)
+    echo(f"-> {out}\nreport: {render_report(out)}")

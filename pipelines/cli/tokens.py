@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from . import ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, MetricName, app, check_out, choices
+from . import ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, MetricName, app, check_out, choices, echo
 
 TokenAblation = choices("TokenAblation", "zero", "mean", "mask")  # what an ablated token's embedding becomes
 SinkToken = choices("SinkToken", "first", "detected")  # which key is the sink
@@ -73,7 +73,8 @@ def tokens_command(
                              exclude_readout=exclude_readout, sink=sink.value, sink_threshold=sink_threshold,
                              n_resamples=n_resamples, batch_size=batch_size, random_state=seed)
     est.validate()  # every option is checked before the model loads or anything is written
-    check_out(out)
+    est.check_sizes(allow_large=allow_large)
+    check_out(out, "tokens", force=force)
     from circuits import load_model
     from pipelines.build import check_device, check_work, resolve_source, task_positions
 
@@ -84,8 +85,8 @@ def tokens_command(
     for m in loaded:
         check_work(m, n, level="node", positions=task_positions(task, {}), allow_large=allow_large)
     if len(loaded) == 1:
-        res = est.run(loaded[0], out, command=sys.argv, force=force)
+        res = est.run(loaded[0], out, command=sys.argv, force=force, allow_large=allow_large)
     else:
-        res = est.cross_seed(loaded, out, command=sys.argv, force=force)
-    typer.echo(res.summary())
-    typer.echo(f"-> {out}")
+        res = est.cross_seed(loaded, out, command=sys.argv, force=force, allow_large=allow_large)
+    echo(res.summary())
+    echo(f"-> {out}")

@@ -5,7 +5,14 @@ file, so reading one must never run code. It is one safetensors file (written at
 tensors ``model/NAME``, ``optim/PARAM/KEY``, ``rng/...`` and ``step``, and in the header's metadata one
 JSON document (format, version, recipe_hash, seed, data_hash, step, log, counters, optimizer
 param groups, the numpy and Python RNG states). The JSON is checked against the recipe before
-any tensor is read. A checkpoint of another recipe, seed or data is ignored with a warning and
+any tensor is read.
+
+Integrity (docs/integrity.md): the JSON carries ``tensors_sha256``, the digest of every tensor's
+name, dtype, shape and values (reports.integrity.digest_tensors, the weight hash's scheme), and
+``sha256``, the digest of the JSON itself; the file is read once, without following a link and
+only if it is a regular file, and both digests are compared before anything is restored. An edited
+value (``W_E`` x 10 with the header kept), an edited counter, a truncated or swapped file is refused
+with an InputError naming it; version 2 checkpoints, which carry no digest, are refused too. A checkpoint of another recipe, seed or data is ignored with a warning and
 training starts again from step 0 (the same as a finished model of another recipe in that
 directory: it is retrained); a file that is not a circuitstat checkpoint is refused (InputError)
 rather than overwritten. A legacy pickle ``checkpoint.pt`` is never opened.
@@ -30,9 +37,10 @@ __all__ = ["CHECKPOINT", "LEGACY_CHECKPOINT", "FORMAT_VERSION", "CHECKPOINT_FORM
 
 CHECKPOINT = "checkpoint.safetensors"
 LEGACY_CHECKPOINT = "checkpoint.pt"  # pickle format of older versions: never loaded
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: the JSON carries the digests of the tensors and of itself
 CHECKPOINT_FORMAT = "circuitstat-train-checkpoint"
 _META_KEY = "circuitstat"
+MAX_HEADER = 100 * 2**20  # safetensors' own limit on the JSON header
 
 
 def _rng_state() -> tuple[dict, dict]:
@@ -63,8 +71,31 @@ def _set_rng_state(tensors: dict, doc: dict) -> None:
         torch.cuda.set_rng_state_all(cuda)
 
 
+def tensors_digest(tensors: dict) -> str:
+    """The digest of named tensors (sorted by name): name, dtype, shape and the bytes of every value."""
+    import torch
+
+    from reports.integrity import digest_tensors
+
+    def items():
+        for name in sorted(tensors):
+            t = tensors[name].detach().cpu().contiguous()
+            data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+            yield name, str(t.dtype), tuple(t.shape), data
+
+    return digest_tensors(items())
+
+
+def _doc_digest(doc: dict) -> str:
+    from reports.integrity import digest_bytes
+
+    body = {k: v for k, v in doc.items() if k != "sha256"}
+    return digest_bytes(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
 def _save_checkpoint(path: Path, model, opt, info: dict) -> None:
-    """Write model, optimizer and RNG state plus ``info`` (JSON-able) atomically to ``path``."""
+    """Write model, optimizer and RNG state plus ``info`` (JSON-able) atomically to ``path``, with the
+    digests of the tensors and of the JSON."""
     import torch
     from safetensors.torch import save
 
@@ -84,34 +115,56 @@ def _save_checkpoint(path: Path, model, opt, info: dict) -> None:
     # the step also as a tensor: torch.load(CHECKPOINT)["step"] works too (torch reads safetensors)
     tensors["step"] = torch.tensor(int(info["step"]), dtype=torch.int64)
     doc = {**info, "format": CHECKPOINT_FORMAT, "format_version": FORMAT_VERSION, "rng": rng_doc,
-           "optimizer": {"param_groups": osd["param_groups"], "scalars": scalars}}
+           "optimizer": {"param_groups": osd["param_groups"], "scalars": scalars},
+           "tensors_sha256": tensors_digest(tensors)}
+    doc = json.loads(json.dumps(doc))  # the digest covers the JSON as it is read back (tuples become lists)
+    doc["sha256"] = _doc_digest(doc)
     data = save(tensors, metadata={_META_KEY: json.dumps(doc)})
     with atomic_write(path) as f:
         f.write(data)
 
 
-def read_checkpoint_info(path: str | os.PathLike) -> dict:
-    """The JSON part of a training checkpoint (step, log, hashes, ...); reads no tensor.
+def _not_a_checkpoint(path: Path) -> InputError:
+    return InputError(f"{path} is not a circuitstat training checkpoint (corrupt, foreign or linked file); "
+                      "delete it to train from step 0, or choose another --out")
 
-    Raises InputError when ``path`` is not a circuitstat training checkpoint.
-    """
-    from safetensors import safe_open
 
-    path = Path(path)
+def _header_doc(head: bytes, path: Path) -> dict:
+    """The checkpoint JSON from a safetensors header's metadata; InputError when it is not ours."""
     try:
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
+        meta = json.loads(head.decode("utf-8")).get("__metadata__") or {}
         doc = json.loads(meta[_META_KEY])
         ok = isinstance(doc, dict) and doc.get("format") == CHECKPOINT_FORMAT
     except Exception:  # noqa: BLE001 - every kind of corrupt or foreign file is the same bad input
         ok = False
     if not ok:
-        raise InputError(f"{path} is not a circuitstat training checkpoint (corrupt or foreign file); "
-                         "delete it to train from step 0, or choose another --out")
+        raise _not_a_checkpoint(path)
     if doc.get("format_version") != FORMAT_VERSION:
         raise InputError(f"{path}: checkpoint format version {doc.get('format_version')!r} is not "
-                         f"{FORMAT_VERSION}; delete it to train from step 0")
+                         f"{FORMAT_VERSION} (older versions carry no digest of their values); delete it to train "
+                         "from step 0")
+    if doc.get("sha256") != _doc_digest(doc):
+        raise InputError(f"{path}: the checkpoint's header does not match the digest recorded when it was written "
+                         "(edited or damaged); delete it to train from step 0")
     return doc
+
+
+def read_checkpoint_info(path: str | os.PathLike) -> dict:
+    """The JSON part of a training checkpoint (step, log, hashes, ...), its own digest checked; reads no tensor.
+
+    Raises InputError when ``path`` is not a circuitstat training checkpoint (or is a link, a device,
+    or was edited).
+    """
+    from reports.integrity import IntegrityError, open_regular
+
+    path = Path(path)
+    try:
+        with open_regular(path) as f:
+            n = int.from_bytes(f.read(8), "little")
+            head = f.read(n) if 0 < n <= MAX_HEADER else b""
+    except (OSError, IntegrityError):
+        raise _not_a_checkpoint(path) from None
+    return _header_doc(head, path)
 
 
 def _restore_checkpoint(path: Path, doc: dict, model, opt, recipe: "TrainRecipe", device) -> dict:
@@ -143,15 +196,38 @@ def _fits(shapes: dict[str, tuple[int, ...]], model, opt) -> bool:
     return True
 
 
-def _restore(path: Path, doc: dict, model, opt, recipe: "TrainRecipe", device) -> dict:
-    from safetensors import safe_open
+def _read_tensors(path: Path, doc: dict, model, opt) -> dict:
+    """The checkpoint's tensors, read once from the regular file (no link followed), after checking their
+    shapes against the model and optimizer and that the file's header is ``doc``'s and its values
+    match ``tensors_sha256``; InputError naming the file otherwise."""
+    from safetensors.torch import load
 
-    with safe_open(str(path), framework="pt") as f:
-        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-        if not _fits(shapes, model, opt):
-            raise InputError(f"{path}: the checkpoint's tensors do not fit the recipe's model; delete it to "
-                             "train from step 0")
-        tensors = {k: f.get_tensor(k) for k in shapes}
+    from reports.integrity import IntegrityError, read_regular
+
+    expected = 16 * sum(v.numel() for v in model.state_dict().values()) + 64 * 2**20  # weights, 2 moments, RNGs
+    try:
+        data = read_regular(path, max_bytes=expected)
+    except (OSError, IntegrityError):
+        raise _not_a_checkpoint(path) from None
+    n = int.from_bytes(data[:8], "little")
+    if not 0 < n <= min(MAX_HEADER, len(data) - 8) or _header_doc(data[8:8 + n], path) != doc:
+        raise InputError(f"{path}: the checkpoint changed while it was read; rerun to resume")
+    try:
+        tensors = load(data)
+    except Exception:  # noqa: BLE001 - safetensors' own error for a truncated or corrupt file
+        raise InputError(f"{path}: the checkpoint's tensors cannot be read (truncated or corrupt); delete it to "
+                         "train from step 0") from None
+    if not _fits({k: tuple(v.shape) for k, v in tensors.items()}, model, opt):
+        raise InputError(f"{path}: the checkpoint's tensors do not fit the recipe's model; delete it to "
+                         "train from step 0")
+    if tensors_digest(tensors) != doc.get("tensors_sha256"):
+        raise InputError(f"{path}: the checkpoint's tensors do not match the digest recorded when it was written "
+                         "(edited or damaged); delete it to train from step 0")
+    return tensors
+
+
+def _restore(path: Path, doc: dict, model, opt, recipe: "TrainRecipe", device) -> dict:
+    tensors = _read_tensors(path, doc, model, opt)
     counters = {"step": int(doc["step"]), "log": list(doc["log"]), "elapsed_s": float(doc["elapsed_s"]),
                 "run_loss": float(doc["run_loss"]), "run_n": int(doc["run_n"]), "cpu_s": float(doc.get("cpu_s", 0.0))}
     if (not 0 < counters["step"] < recipe.steps or int(tensors["step"]) != counters["step"]

@@ -27,47 +27,102 @@ def _save_npy_atomic(path: Path, arr: np.ndarray) -> None:
         f.write(buf.getvalue())
 
 
-def prepare_data(recipe: TrainRecipe, corpus=None, cache: str | os.PathLike | None = None) -> DataSpec:
-    """Build (or reuse from the cache) the tokenizer and the train/validation token streams."""
-    from circuits.corpus import load_corpus
+TOKENIZER_SEAL = "SEAL.json"
+
+
+def _cached(path: Path, root: Path, binding: dict, directory: bool = False) -> bool:
+    """True when the cache entry ``path`` (a file, or a directory of files) below ``root`` exists and matches
+    its seal; a linked, unsealed, foreign or changed entry is removed (False: the caller rebuilds it)."""
+    from reports.integrity import IntegrityError, check_entry, check_sealed_file, remove_entry, seal_path
+
+    if not (path.exists() or path.is_symlink()):
+        return False
+    try:
+        if directory:
+            names = [p.name for p in path.iterdir() if p.name != TOKENIZER_SEAL] if path.is_dir() else []
+            check_entry(path, names, binding, root=root, seal_name=TOKENIZER_SEAL)
+        else:
+            check_sealed_file(path, binding, root=root)
+        return True
+    except (IntegrityError, OSError):
+        remove_entry(path)
+        remove_entry(seal_path(path))
+        return False
+
+
+def _seal(path: Path, root: Path, binding: dict, directory: bool = False) -> None:
+    """Seal a cache entry just written (reports.integrity); a cache that cannot be written is not sealed,
+    so it is rebuilt next time."""
+    from reports.integrity import IntegrityError, seal_entry, seal_file
+
+    try:
+        if directory:
+            seal_entry(path, sorted(p.name for p in path.iterdir() if p.name != TOKENIZER_SEAL), binding,
+                       seal_name=TOKENIZER_SEAL, root=root)
+        else:
+            seal_file(path, binding, root=root)
+    except (OSError, IntegrityError):
+        pass
+
+
+def _tokenizer(recipe: TrainRecipe, corpus, cache: Path):
+    """(the recipe's tokenizer, its cache directory): a BPE trained on the corpus' train split once, or the
+    named tokenizer; either cached sealed under ``cache/tokenizers`` and rebuilt when its seal fails."""
     from circuits.tokenizers import load_tokenizer, train_bpe
 
-    cache = Path(cache) if cache is not None else cache_dir()
-    corpus = load_corpus(corpus if corpus is not None else recipe.corpus)
-    chash = corpus.content_hash
     if recipe.tokenizer == "bpe":
-        key = hashlib.sha256(f"bpe|{recipe.vocab_size}|{chash}".encode()).hexdigest()[:20]
+        key = hashlib.sha256(f"bpe|{recipe.vocab_size}|{corpus.content_hash}".encode()).hexdigest()[:20]
         tdir = cache / "tokenizers" / f"bpe{recipe.vocab_size}-{key}"
-        tok = load_tokenizer(tdir) if (tdir / "tokenizer.json").exists() else None
-        if tok is None:
-            tok = train_bpe(corpus.texts("train"), vocab_size=recipe.vocab_size,
-                            name=f"bpe{recipe.vocab_size}-{corpus.name}")
-            tok.save(tdir)
+        binding = {"kind": "tokenizer", "key": tdir.name}
+        if _cached(tdir, cache, binding, directory=True):
+            return load_tokenizer(tdir), tdir
+        tok = train_bpe(corpus.texts("train"), vocab_size=recipe.vocab_size,
+                        name=f"bpe{recipe.vocab_size}-{corpus.name}")
     else:
         tok = load_tokenizer(recipe.tokenizer)
         if tok is None:
             raise InputError(f"no tokenizer found at {recipe.tokenizer!r}")
         key = hashlib.sha256(tok.content_hash.encode()).hexdigest()[:20]
         tdir = cache / "tokenizers" / f"tok-{key}"
-        if not (tdir / "tokenizer.json").exists():
-            tok.save(tdir)
+        binding = {"kind": "tokenizer", "key": tdir.name}
+        if _cached(tdir, cache, binding, directory=True):
+            return tok, tdir
+    tok.save(tdir)
+    _seal(tdir, cache, binding, directory=True)
+    return tok, tdir
+
+
+def prepare_data(recipe: TrainRecipe, corpus=None, cache: str | os.PathLike | None = None) -> DataSpec:
+    """Build (or reuse from the cache) the tokenizer and the train/validation token streams.
+
+    Every cached file is sealed when written and checked when reused (reports.integrity): a linked,
+    edited, truncated or foreign entry is removed and built again, never used.
+    """
+    from circuits.corpus import load_corpus
+
+    cache = Path(cache) if cache is not None else cache_dir()
+    corpus = load_corpus(corpus if corpus is not None else recipe.corpus)
+    chash = corpus.content_hash
+    tok, tdir = _tokenizer(recipe, corpus, cache)
     tok_cache = cache / "tokens"
     paths = {}
     n_train = 0
     for split in ("train", "validation"):
         key = hashlib.sha256(f"{chash}|{tok.content_hash}|{split}".encode()).hexdigest()[:24]
         p = tok_cache / f"{split}-{key}.npy"
-        if not p.exists():
+        if not _cached(p, cache, {"kind": "tokens", "key": p.name}):
             arr = corpus.tokens(tok, split)
             if tok.vocab_size > np.iinfo(np.int32).max:  # pragma: no cover
                 raise InputError("vocabulary too large")
             _save_npy_atomic(p, arr.astype(np.int32))
+            _seal(p, cache, {"kind": "tokens", "key": p.name})
         if split == "train":
             arr = np.load(p, mmap_mode="r", allow_pickle=False)
             n_train = int(arr.shape[0])
             cp = p.with_name(p.stem + "-counts.npy")
-            if not cp.exists():
+            if not _cached(cp, cache, {"kind": "token-counts", "key": cp.name}):
                 _save_npy_atomic(cp, np.bincount(np.asarray(arr), minlength=tok.vocab_size).astype(np.int64))
+                _seal(cp, cache, {"kind": "token-counts", "key": cp.name})
             paths["counts"] = str(cp)
         paths[split] = str(p)
     return DataSpec(

@@ -94,11 +94,33 @@ def train_models(
     for s in seeds:  # a foreign file under a checkpoint's name is refused before anything is written
         if (out / model_dir_name(s) / CHECKPOINT).exists():
             read_checkpoint_info(out / model_dir_name(s) / CHECKPOINT)
+    jobs = [TrainJob(recipe, s, out / model_dir_name(s), data) for s in seeds]
+    new_out, new_record = not out.exists(), not (out / "recipe.json").exists()
+    new_dirs = [j for j in jobs if not j.out.exists()]
     out.mkdir(parents=True, exist_ok=True)
     (out / "recipe.json").write_text(json.dumps({"recipe": recipe.to_dict(), "seeds": seeds,
                                                  "data": asdict(data)}, indent=2))
-    jobs = [TrainJob(recipe, s, out / model_dir_name(s), data) for s in seeds]
-    return run_train_jobs(jobs, n_jobs, device=device, progress=progress, allow_large=allow_large)
+    try:
+        return run_train_jobs(jobs, n_jobs, device=device, progress=progress, allow_large=allow_large)
+    except Exception:  # a failed run (diverged, bad data, full disk) leaves nothing; Ctrl-C keeps its checkpoints
+        _remove_unfinished(out, new_dirs, remove_record=new_record, remove_out=new_out)
+        raise
+
+
+def _remove_unfinished(out: Path, jobs: list[TrainJob], *, remove_record: bool, remove_out: bool) -> None:
+    """Undo a failed ``train_models``: remove the model directories it created that hold no finished model,
+    then the recipe.json and the output folder it created when no model directory is left in them."""
+    import shutil
+
+    for j in jobs:
+        if not is_complete(j.out, j.recipe, j.seed, j.data.content_hash):
+            shutil.rmtree(j.out, ignore_errors=True)
+    if any(p.is_dir() for p in out.iterdir()):
+        return  # finished models (of this call or an earlier one) keep their record
+    if remove_record:
+        (out / "recipe.json").unlink(missing_ok=True)
+    if remove_out and not any(out.iterdir()):
+        out.rmdir()
 
 
 MAX_SEEDS = 1000

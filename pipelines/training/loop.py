@@ -170,21 +170,20 @@ class _Run:
         from tqdm.auto import tqdm
 
         recipe = self.recipe
-        bar = tqdm(total=recipe.steps, initial=self.step, desc=f"train seed {self.seed}", disable=not progress,
-                   mininterval=1.0, leave=False, dynamic_ncols=True)
-        while self.step < recipe.steps:
-            lr = self.train_step(batches)
-            bar.update(1)
-            step = self.step
-            if step % recipe.eval_every == 0 or step == recipe.steps:
-                bar.set_postfix(val_loss=f"{self.evaluate(val_tokens, lr):.3f}")
-            if step % recipe.checkpoint_every == 0 and step < recipe.steps:
-                self.checkpoint()
-            if stop_after is not None and step >= stop_after and step < recipe.steps:
-                self.checkpoint()
-                bar.close()
-                return False
-        bar.close()
+        # closed however the loop ends: an error is then printed on its own line, not after the bar
+        with tqdm(total=recipe.steps, initial=self.step, desc=f"train seed {self.seed}", disable=not progress,
+                  mininterval=1.0, leave=False, dynamic_ncols=True) as bar:
+            while self.step < recipe.steps:
+                lr = self.train_step(batches)
+                bar.update(1)
+                step = self.step
+                if step % recipe.eval_every == 0 or step == recipe.steps:
+                    bar.set_postfix(val_loss=f"{self.evaluate(val_tokens, lr):.3f}")
+                if step % recipe.checkpoint_every == 0 and step < recipe.steps:
+                    self.checkpoint()
+                if stop_after is not None and step >= stop_after and step < recipe.steps:
+                    self.checkpoint()
+                    return False
         return True
 
 

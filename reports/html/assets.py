@@ -3,20 +3,26 @@
 CSS = """
 *{box-sizing:border-box}
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1d1d1f;margin:0;background:#fafafa}
-header{background:#1f2d3d;color:#fff;padding:18px 28px}
-header h1{margin:0 0 8px;font-size:22px}
-header dl{display:grid;grid-template-columns:max-content 1fr max-content 1fr;gap:2px 14px;margin:0;font-size:13px}
+header{background:#1f2d3d;color:#fff;padding:10px 28px 8px}
+header h1{margin:0 0 4px;font-size:20px}
+header p.facts{margin:0;font-size:13px}header .fact{margin-right:18px}header .fact b{color:#9fb3c8;font-weight:normal}
+header details{font-size:12px;margin-top:2px}header summary{cursor:pointer;color:#9fb3c8}
+header dl{display:grid;grid-template-columns:max-content 1fr;gap:1px 14px;margin:4px 0 0}
 header dt{color:#9fb3c8}header dd{margin:0;word-break:break-all}
-nav{padding:8px 28px;background:#eef2f6;font-size:13px;position:sticky;top:0;z-index:2;border-bottom:1px solid #dde3ea}
+nav{padding:6px 28px;background:#eef2f6;font-size:13px;position:sticky;top:0;z-index:2;border-bottom:1px solid #dde3ea}
 nav a{margin-right:14px;color:#1f4e79;text-decoration:none}
-main{padding:4px 28px 40px}
-section{background:#fff;border:1px solid #e3e3e3;border-radius:6px;padding:6px 18px 16px;margin:16px 0}
-h2{font-size:18px;margin:10px 0}h3{font-size:15px;margin:14px 0 4px;color:#333}h4{font-size:13px;margin:12px 0 4px;color:#333}
+main{padding:2px 28px 40px}
+section{background:#fff;border:1px solid #e3e3e3;border-radius:6px;padding:4px 18px 14px;margin:12px 0}
+h2{font-size:18px;margin:8px 0}h3{font-size:15px;margin:12px 0 4px;color:#333}h4{font-size:13px;margin:12px 0 4px;color:#333}
 .row{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start}
-figure{margin:0;flex:0 0 auto;max-width:100%}
-figcaption{font-size:12px;color:#444;max-width:640px;margin-top:4px}
+figure{margin:0;flex:0 1 auto;max-width:100%}
+figcaption,p.caption{font-size:12px;color:#444;max-width:760px;margin:4px 0}
+p.caption{max-width:none}
+figure.hm{max-width:max(300px,34%)}figure.hm figcaption{max-width:300px}
 svg.plot{max-width:100%;height:auto;background:#fff}
-.tablebox{flex:1 1 360px;max-height:520px;overflow:auto;border:1px solid #eee;min-width:300px}
+.tablebox{flex:1 1 420px;max-height:560px;overflow:auto;border:1px solid #eee;min-width:0;max-width:min(100%,900px)}
+.tablebox.wide{flex:1 1 100%;max-height:420px;max-width:100%}
+details.more{margin:8px 0}details.more>summary{cursor:pointer;color:#1f4e79;font-size:13px}
 .tablebox table+table,.tablebox p+table{margin-top:12px}
 table{border-collapse:collapse;font-size:12px;width:100%}
 th,td{padding:2px 7px;border-bottom:1px solid #eee;white-space:nowrap}
@@ -24,9 +30,26 @@ th{background:#f3f5f7;position:sticky;top:0;cursor:pointer;text-align:left;user-
 th.n,td.n{text-align:right;font-variant-numeric:tabular-nums}
 th[aria-sort=ascending]::after{content:" ▲"}th[aria-sort=descending]::after{content:" ▼"}
 td.pass{color:#0a6b2d;font-weight:600}td.fail{color:#b00020;font-weight:600}
-table.summary{width:auto;font-size:13px}
+.ci .v{font-variant-numeric:tabular-nums;white-space:nowrap}
+b.flag{color:#a33b00;background:#fff0e0;border-radius:3px;padding:0 3px;font-size:11px;white-space:nowrap}
+span.role{color:#5a4a00;background:#fff7d6;border-radius:3px;padding:0 3px;font-size:11px;white-space:nowrap}
 p.note{color:#7a5a00;background:#fff8e1;border-left:3px solid #f0b400;padding:6px 10px;margin:8px 0}
 p.shown{font-size:11px;color:#666;margin:4px 6px}
+#verdict{border:2px solid #1f2d3d}
+.verdict-grid{display:flex;gap:18px;align-items:flex-start}
+.vlines{flex:1 1 760px;min-width:0}
+figure.thumb{flex:0 0 500px}
+table.verdicts{font-size:13.5px;width:100%}
+table.verdicts th,table.verdicts td{white-space:normal;vertical-align:top;padding:4px 8px;border-bottom:1px solid #eee}
+table.verdicts th{position:static;cursor:default;background:none;color:#555;font-weight:600;width:92px}
+table.verdicts td.vd{font-weight:700;width:178px}
+table.verdicts code{font-size:12.5px;background:#f3f5f7;padding:0 2px}
+table.verdicts td.vt{line-height:1.4}
+tr.tone-good td.vd{color:#0a6b2d}tr.tone-bad td.vd{color:#b00020}tr.tone-unsure td.vd{color:#8a5a00}
+tr.tone-info td.vd{color:#1f4e79}
+a.more{font-size:12px;color:#1f4e79;text-decoration:none;white-space:nowrap}
+p.notrun{font-size:12.5px;color:#333;margin:8px 0 2px}p.notrun code{font-size:11.5px;background:#f3f5f7;padding:0 3px}
+ul.rules{font-size:11.5px;color:#555;margin:4px 0 0;padding-left:18px}
 footer{color:#777;font-size:12px;padding:0 28px 24px}
 """
 

@@ -1,112 +1,32 @@
-"""What every section of the HTML report shares: table access, the `Missing` note, HTML tables and figures.
+"""What every section of the HTML report shares: table access, the `Missing` note, intervals, HTML tables and figures.
 
-Each section reads the tables it needs through `Tables`; a missing table or column raises
-`Missing`, which `part` turns into a short note in place of that section (or sub-section).
+Each section reads the tables it needs through `Tables` (reports.tableset); a missing table or column
+raises `Missing`, which `part` turns into a short note in place of that part (a section whose
+analysis the run lacks is not shown at all: reports.html.sections). Every interval goes through
+`ci_html` (or `ci_attrs` in SVG), which writes the table, row and columns it came from into data
+attributes, its estimand into the hover text and its reliability flag and label into the page.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
+from reports.ci import Ci
 from reports.html.svg import PALETTE, Plot, data_range, esc, fmt, fmt_p, padded, use_log
-from reports.tables import read_table
+from reports.tableset import Missing, Tables, first, flag, ints, methods_in, num, order_methods, strs, sub
+from reports.verdicts import BAR  # the bar of the verdicts and of the stability and faithfulness plots
 
-BAR = 0.8  # the mean-Jaccard bar of the stability section (the variance section reads its bar from its table)
+__all__ = ["BAR", "TOP_FOREST", "MAX_ROWS", "Missing", "Tables", "first", "flag", "ints", "methods_in", "num",
+           "order_methods", "strs", "sub", "edge_lookup", "note", "part", "figure", "ci_attrs", "ci_html",
+           "html_table", "shown", "colours", "k_ticks", "x_domain_k"]
+
 TOP_FOREST = 20  # edges in the forest plot, and the variance plot's and the fallback graph's top edges
 MAX_ROWS = 200  # rows a table shows at most
-
-
-class Missing(Exception):
-    """A table or column a section needs is not in the run directory; the message is the note shown."""
-
-
-# ----- data access ------------------------------------------------------------------------------
-class Tables:
-    """Lazily read, cached Parquet tables of one run directory."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.dir = run_dir
-        self._cache: dict[str, pa.Table | None] = {}
-
-    def path(self, name: str) -> Path:
-        """Return the path of table `name` in the run directory."""
-        return self.dir / f"{name}.parquet"
-
-    def get(self, name: str) -> pa.Table | None:
-        """Return table `name` (read once, then cached), or None when the run lacks it."""
-        if name not in self._cache:
-            p = self.path(name)
-            self._cache[name] = read_table(p) if p.exists() else None
-        return self._cache[name]
-
-    def need(self, name: str, columns: Sequence[str] = ()) -> pa.Table:
-        """Return table `name`, raising Missing (the note shown) when it, a column of `columns` or its rows are absent."""
-        t = self.get(name)
-        if t is None:
-            raise Missing(f"{name}.parquet is not in this run directory, so this part is omitted.")
-        lacking = [c for c in columns if c not in t.column_names]
-        if lacking:
-            raise Missing(f"{name}.parquet lacks column(s) {', '.join(lacking)}, so this part is omitted.")
-        if t.num_rows == 0:
-            raise Missing(f"{name}.parquet is empty, so this part is omitted.")
-        return t
-
-
-def num(t: pa.Table, col: str) -> np.ndarray:
-    """Return column `col` as float64 (nulls and absent columns -> NaN)."""
-    if col not in t.column_names:
-        return np.full(t.num_rows, np.nan)
-    c = t.column(col)
-    if pa.types.is_boolean(c.type):
-        c = c.cast(pa.int8())
-    return c.cast(pa.float64()).to_numpy(zero_copy_only=False)
-
-
-def ints(t: pa.Table, col: str) -> np.ndarray:
-    """Return column `col` as int64 (nulls -> -1)."""
-    c = t.column(col)
-    return c.cast(pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False)
-
-
-def strs(t: pa.Table, col: str) -> list[str]:
-    """Return column `col` as Python strings (nulls and absent columns -> '')."""
-    if col not in t.column_names:
-        return [""] * t.num_rows
-    return ["" if v is None else str(v) for v in t.column(col).to_pylist()]
-
-
-def first(t: pa.Table, col: str) -> str:
-    """Return the first row of text column `col` ('' for an empty table or an absent column)."""
-    return strs(t, col)[0] if t.num_rows else ""
-
-
-def flag(value: float) -> bool | None:
-    """Return a 0/1 flag read by `num` as a bool, None where it is NaN (no flag recorded)."""
-    return None if math.isnan(value) else bool(value)
-
-
-def sub(t: pa.Table, mask: np.ndarray) -> pa.Table:
-    """Return the rows of `t` where `mask` is true."""
-    return t.filter(pa.array(np.asarray(mask, dtype=bool)))
-
-
-def methods_in(t: pa.Table | None) -> list[str]:
-    """Return the methods of table `t` in order of first appearance ([] without the table or column)."""
-    if t is None or "method" not in t.column_names:
-        return []
-    return list(dict.fromkeys(strs(t, "method")))
-
-
-def order_methods(names: Sequence[str]) -> list[str]:
-    """Return methods with 'exact' first, then in order of first appearance."""
-    uniq = list(dict.fromkeys(n for n in names if n))
-    return sorted(uniq, key=lambda m: (m != "exact", uniq.index(m)))
 
 
 def edge_lookup(T: Tables, method: str | None = None) -> dict[int, tuple[float, float, float, float]]:
@@ -119,6 +39,32 @@ def edge_lookup(T: Tables, method: str | None = None) -> dict[int, tuple[float, 
     e = ints(t, "edge")
     cols = [num(t, c) for c in ("estimate", "ci_low", "ci_high", "q")]
     return {int(k): (a, b, c, d) for k, a, b, c, d in zip(e, *cols)}
+
+
+# ----- intervals --------------------------------------------------------------------------------
+def ci_attrs(ci: Ci) -> str:
+    """Return the data attributes naming where interval `ci` came from (table, row key, columns, flag)."""
+    key = json.dumps(dict(ci.key), separators=(",", ":"), ensure_ascii=False, default=str)
+    a = f' data-table="{esc(ci.table)}" data-row="{esc(key)}" data-lo="{esc(ci.low)}" data-hi="{esc(ci.high)}"'
+    if ci.est:
+        a += f' data-est="{esc(ci.est)}"'
+    if ci.flag:
+        a += f' data-flag="{esc(ci.flag)}" data-reliable="{int(bool(ci.reliable))}"'
+    return a
+
+
+def ci_title(ci: Ci) -> str:
+    """Return the hover text of an interval: what it covers, its label and its flag."""
+    return ("covers " + (ci.estimand or "(no estimand recorded)") + (f" — {ci.role}" if ci.role else "")
+            + (f" — {ci.flag_words()[1]}" if ci.reliable is False else ""))
+
+
+def ci_html(ci: Ci) -> str:
+    """Return an interval as the page prints it: estimate and bounds, then its flag and label, visibly."""
+    flag_ = f' <b class="flag">{esc(ci.flag_words()[0])}</b>' if ci.reliable is False else ""
+    role = f' <span class="role">{esc(ci.role)}</span>' if ci.role else ""
+    return (f'<span class="ci"{ci_attrs(ci)} title="{esc(ci_title(ci))}"><span class="v">{esc(ci.text())}</span>'
+            f"{flag_}{role}</span>")
 
 
 # ----- HTML pieces ------------------------------------------------------------------------------
@@ -135,24 +81,34 @@ def part(fn: Callable[[], str]) -> str:
         return note(str(e))
 
 
-def figure(svg: str, caption: str, table: str = "") -> str:
-    """Return a plot with its caption and, beside it, the table of its numbers."""
-    side = f'<div class="tablebox">{table}</div>' if table else ""
-    return f'<div class="row"><figure>{svg}<figcaption>{esc(caption)}</figcaption></figure>{side}</div>'
+def figure(svg: str, caption: str, table: str = "", *, html: bool = False, below: bool = False) -> str:
+    """Return a plot with its caption (text, or HTML when `html`) and the table of its numbers beside it (or,
+    for a wide table, `below` it at the page's width, so no column is cut off)."""
+    side = f'<div class="tablebox{" wide" if below else ""}">{table}</div>' if table else ""
+    cap = caption if html else esc(caption)
+    return f'<div class="row"><figure>{svg}<figcaption>{cap}</figcaption></figure>{side}</div>'
 
 
-Col = tuple[str, str]  # (header, kind): kind is text | num | int | p | bool
+Col = tuple[str, str]  # (header, kind): kind is text | num | int | p | bool | ci (a reports.ci.Ci) | html
 
 
 def html_table(cols: Sequence[Col], rows: Sequence[Sequence[Any]], *, shown_note: str = "", cls: str = "") -> str:
     """Return a sortable table; numbers are rounded for display and kept exact in data-v for sorting."""
-    head = "".join(f'<th class="{"t" if k in ("text", "bool") else "n"}" title="click to sort">{esc(h)}</th>' for h, k in cols)
+    head = "".join(f'<th class="{"t" if k in ("text", "bool", "html") else "n"}" title="click to sort">{esc(h)}</th>'
+                   for h, k in cols)
     body = []
     for r in rows:
         cells = []
         for (_h, kind), v in zip(cols, r):
             if kind == "text":
                 cells.append(f"<td>{esc(v)}</td>")
+                continue
+            if kind == "html":  # already escaped by the section
+                cells.append(f"<td>{v}</td>")
+                continue
+            if kind == "ci":
+                dv = f"{v.lo:.6g}" if v.defined else ""
+                cells.append(f'<td class="n" data-v="{dv}">{ci_html(v)}</td>')
                 continue
             if kind == "bool":
                 ok = bool(v) if v is not None and not (isinstance(v, float) and math.isnan(v)) else None

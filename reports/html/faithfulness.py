@@ -1,50 +1,85 @@
-"""The faithfulness section: faithfulness of the top-k circuit vs k, with CPR and CMD."""
+"""The faithfulness section: selection-aware faithfulness vs k first, the fixed circuit's interval labelled.
+
+The interval that covers what a reader takes faithfulness to mean is f_selected_ci_* (the circuit a
+user would select from N prompts, selection included by cross-fitting); the bootstrap interval of
+the one fixed circuit (f_ci_*, around the ratio of means f_ratio) is drawn dashed and labelled.
+"""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
 
-from reports.html.common import (MAX_ROWS, Tables, colours, figure, html_table, k_ticks, methods_in, num, shown, strs,
-                                 sub, x_domain_k)
+from reports.ci import Ci
+from reports.html.common import (BAR, MAX_ROWS, Tables, ci_attrs, colours, figure, html_table, k_ticks, methods_in, shown,
+                                 x_domain_k)
 from reports.html.svg import Plot, data_range, fmt, nice_domain, padded
+from reports.tableset import rows
+
+__all__ = ["faithfulness_section"]
+
+COLS = [("method", "text"), ("k", "int"), ("edge fraction", "num"), ("selection-aware f [95% CI]", "ci"),
+        ("fixed circuit f (ratio of means) [95% CI]", "ci"), ("mean per-example f", "num"), ("fold Jaccard", "num"),
+        ("note", "text")]
+
+
+def _share(v: float | None) -> float | None:
+    """Return a faithfulness to the 3 decimals it is read at (a share of the model's effect: -2e-08 is 0)."""
+    return None if v is None else round(float(v), 3) + 0.0
+
+
+def _cis(r: dict) -> tuple[Ci, Ci]:
+    key = ("method", "k")
+    return (Ci.of("faithfulness_vs_k", r, key, "f_selected_ci", est="f_selected", decimals=3),
+            Ci.of("faithfulness_vs_k", r, key, "f_ci", est="f_ratio", decimals=3))
 
 
 def faithfulness_section(T: Tables, methods: Sequence[str]) -> str:
-    """Return the faithfulness-vs-k plot per method (mean f with its CI, ratio of means) and its table."""
-    t = T.need("faithfulness_vs_k", ["method", "k", "f_mean"])
+    """Return faithfulness vs k per method (selection-aware with its band; fixed circuit dashed) and its table."""
+    t = T.need("faithfulness_vs_k", ["method", "k", "f_ratio"])
     meth = [m for m in methods if m in methods_in(t)]
     col = colours(methods)
-    ms = np.array(strs(t, "method"))
-    ks = num(t, "k")
+    per = {m: sorted(rows(t, method=m), key=lambda r: r["k"]) for m in meth}
+    cis = {m: [_cis(r) for r in per[m]] for m in meth}
+    ks = np.array([r["k"] for m in meth for r in per[m]], dtype=float)
+    every = [c for m in meth for pair in cis[m] for c in pair]
+    lo, hi = data_range([c.lo for c in every], [c.hi for c in every], [c.value for c in every], [BAR, 1.0])
     xd, xlog = x_domain_k(ks)
-    lo, hi = data_range(num(t, "f_ci_low"), num(t, "f_ci_high"), num(t, "f_mean"), num(t, "f_ratio"), [0.0, 1.0])
-    yd = nice_domain(*padded(lo, hi, 0.03))
-    p = Plot(600, 360, xd, yd, xlog=xlog, label="faithfulness vs k")
+    p = Plot(600, 360, xd, nice_domain(*padded(lo, hi, 0.05)), xlog=xlog, label="faithfulness vs k")
     p.hline(1.0, "#555", dash="2,3", label="full model")
+    p.hline(BAR, "#b00", dash="6,4")
     p.hline(0.0, "#999", dash=None)
-    rows, caps = [], []
+    table, areas = [], []
     for m in meth:
-        s = sub(t, ms == m)
-        o = np.argsort(num(s, "k"), kind="stable")
-        k = num(s, "k")[o]
-        v = {c: num(s, c)[o] for c in ("edge_fraction", "f_ratio", "f_mean", "f_ci_low", "f_ci_high", "cpr", "cmd")}
-        p.band(k, v["f_ci_low"], v["f_ci_high"], col[m])
-        p.line(k, v["f_ratio"], col[m], width=1.3, dash="6,3", title=f"{m}: ratio of means")
-        p.line(k, v["f_mean"], col[m], title=f"{m}: mean per-example faithfulness")
-        p.points(k, v["f_mean"], col[m], r=2.6, titles=[f"{m} k={fmt(a)}: f {fmt(b)} [{fmt(c)}, {fmt(d)}], ratio {fmt(e)}"
-                                                         for a, b, c, d, e in zip(k, v["f_mean"], v["f_ci_low"], v["f_ci_high"], v["f_ratio"])])
-        p.legend(f"{m}: mean f + CI", col[m])
-        p.legend(f"{m}: ratio of means", col[m], "dash")
-        cpr, cmd = v["cpr"][0] if len(k) else math.nan, v["cmd"][0] if len(k) else math.nan
-        caps.append(f"{m}: CPR {fmt(cpr)}, CMD {fmt(cmd)}")
-        rows += [[m, k[i], v["edge_fraction"][i], v["f_ratio"][i], v["f_mean"][i], v["f_ci_low"][i], v["f_ci_high"][i]] for i in range(len(k))]
+        k = np.array([r["k"] for r in per[m]], dtype=float)
+        sel, fixed = [c[0] for c in cis[m]], [c[1] for c in cis[m]]
+        p.band(k, [c.lo for c in sel], [c.hi for c in sel], col[m])
+        p.line(k, [c.value for c in sel], col[m], title=f"{m}: selection-aware faithfulness")
+        p.points(k, [c.value for c in sel], col[m], r=3.0, attrs=[ci_attrs(c) for c in sel],
+                 titles=[f"{m} k={int(a)}: selection-aware f {c.text()}" for a, c in zip(k, sel)])
+        p.line(k, [c.value for c in fixed], col[m], width=1.2, dash="6,3", title=f"{m}: fixed circuit")
+        for a, c in zip(k, fixed):
+            p.vbar(a, c.lo, c.hi, col[m], width=1.0)
+        p.points(k, [c.value for c in fixed], col[m], r=2.2, attrs=[ci_attrs(c) for c in fixed],
+                 titles=[f"{m} k={int(a)}: fixed circuit f {c.text()} ({c.role})" for a, c in zip(k, fixed)])
+        p.legend(f"{m}: selection-aware f + 95% CI", col[m])
+        p.legend(f"{m}: fixed circuit (selection not included)", col[m], "dash")
+        first = per[m][0] if per[m] else {}
+        areas.append(f"{m}: CPR {fmt(first.get('cpr'))}, CMD {fmt(first.get('cmd'))}")
+        table += [[m, r["k"], r.get("edge_fraction"), s, f, _share(r.get("f_mean")), r.get("fold_circuit_jaccard"),
+                   r.get("f_selected_note") or ""] for r, (s, f) in zip(per[m], cis[m])]
+    p.legend(f"bar {BAR}", "#b00", "dash")
     p.axes("circuit size k (edges)" + (", log scale" if xlog else ""), "faithfulness f", xticks=k_ticks(ks, p))
-    cols = [("method", "text"), ("k", "int"), ("edge fraction", "num"), ("f (ratio of means)", "num"), ("f mean", "num"), ("CI low", "num"), ("CI high", "num")]
-    tbl = html_table(cols, rows[:MAX_ROWS], shown_note=shown(min(len(rows), MAX_ROWS), len(rows), "rows", "first rows"))
-    cap = ("Faithfulness of the top-k circuit: mean per-example f with its CI band (solid) and the ratio of means (dashed). "
-           + "; ".join(caps) + " (CPR: area under f, higher is better; CMD: area under |1 − f|, lower is better).")
-    return figure(p.svg(), cap, tbl)
-
+    tbl = html_table(COLS, table[:MAX_ROWS], shown_note=shown(min(len(table), MAX_ROWS), len(table), "rows", "first rows"))
+    est = next((c[0].estimand for m in meth for c in cis[m] if c[0].estimand), "")
+    fixed_est = next((c[1].estimand for m in meth for c in cis[m] if c[1].estimand), "")
+    no_sel = all(not c[0].defined for m in meth for c in cis[m])
+    cap = (f"Selection-aware faithfulness of the top-k circuit (solid, with its 95% band): it covers {est}. Dashed "
+           f"with bars: the fixed circuit's ratio of means and its interval, which covers {fixed_est} — labelled, "
+           f"since it leaves out the selection. Red: the {BAR} bar the verdict reads. " + "; ".join(areas)
+           + " (CPR: area under f, higher is better; CMD: area under |1 − f|, lower is better). faithfulness_vs_k "
+           "records no per-row reliability flag.")
+    if no_sel:
+        cap = "This run has no selection-aware interval (see the note column), so only the fixed circuit is shown. " + cap
+    return figure(p.svg(), cap, tbl, below=True)

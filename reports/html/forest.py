@@ -1,4 +1,8 @@
-"""The edge effects section: a forest plot of the top edges with their intervals per method."""
+"""The edge effects section: a forest plot of the top edges with each method's interval, flag and q-value.
+
+The interval is edge_stats' ci_low / ci_high, the one the edge_effect claim reads (it covers the mean
+effect over the task's prompt distribution); an edge a few prompts carry is marked visibly.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,21 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from reports.html.common import (TOP_FOREST, Tables, colours, figure, html_table, ints, methods_in, num, shown, strs,
-                                 sub)
-from reports.html.svg import FONT, Plot, data_range, esc, fmt, fmt_p, nice_domain, padded
+from reports.ci import Ci
+from reports.html.common import (TOP_FOREST, Tables, ci_attrs, colours, figure, html_table, ints, methods_in, num, shown,
+                                 strs, sub)
+from reports.html.svg import FONT, Plot, data_range, esc, fmt_p, nice_domain, padded
+
+__all__ = ["forest_section"]
+
+
+def _top_edges(t, ref: str) -> tuple[np.ndarray, int]:
+    """Return (the TOP_FOREST edges by |estimate| of method `ref`, how many edges it has with an estimate)."""
+    r = sub(t, np.array(strs(t, "method")) == ref)
+    est = num(r, "estimate")
+    ok = np.isfinite(est)
+    order = np.argsort(-np.abs(np.where(ok, est, 0)), kind="stable")[: min(TOP_FOREST, int(ok.sum()))]
+    return ints(r, "edge")[order], int(ok.sum())
 
 
 def forest_section(T: Tables, methods: Sequence[str]) -> str:
@@ -16,51 +32,46 @@ def forest_section(T: Tables, methods: Sequence[str]) -> str:
     t = T.need("edge_stats", ["method", "edge", "estimate", "ci_low", "ci_high"])
     meth = [m for m in methods if m in methods_in(t)]
     ref = meth[0]
-    ms = np.array(strs(t, "method"))
-    r = sub(t, ms == ref)
-    est = num(r, "estimate")
-    ok = np.isfinite(est)
-    n_edges = int(ok.sum())
-    order = np.argsort(-np.abs(np.where(ok, est, 0)), kind="stable")[: min(TOP_FOREST, n_edges)]
-    redge = ints(r, "edge")
-    top = redge[order]
-    rnames = strs(r, "name")
-    name_of = {int(redge[i]): (rnames[i] or str(int(redge[i]))) for i in order}
-    per: dict[str, dict[int, tuple[float, ...]]] = {}
-    for m in meth:
-        s = sub(t, (ms == m) & np.isin(ints(t, "edge"), top))
-        cols_ = [num(s, c) for c in ("estimate", "se", "ci_low", "ci_high", "p", "q", "n")]
-        per[m] = {int(e): tuple(float(c[i]) for c in cols_) for i, e in enumerate(ints(s, "edge"))}
-    n = len(top)
-    col = colours(methods)
-    nm = len(meth)
+    top, n_edges = _top_edges(t, ref)
+    chosen = sub(t, np.isin(ints(t, "edge"), top)).to_pylist()
+    per = {m: {int(r["edge"]): r for r in chosen if r["method"] == m} for m in meth}
+    cis = {m: {e: Ci.of("edge_stats", r, ("method", "edge"), est="estimate") for e, r in per[m].items()} for m in meth}
+    name_of = {int(r["edge"]): str(r.get("name") or r["edge"]) for r in chosen}
+    n, nm, col = len(top), len(meth), colours(methods)
     band = min(0.7, 0.22 * nm)
     offs = [(j - (nm - 1) / 2) * (band / max(nm - 1, 1)) if nm > 1 else 0.0 for j in range(nm)]
-    lo, hi = data_range(*[[v[2] for v in per[m].values()] + [v[3] for v in per[m].values()] + [v[0] for v in per[m].values()] for m in meth], [0.0])
-    xd = nice_domain(*padded(lo, hi, 0.03))
-    height = 60 + n * max(16, 9 * nm + 6)
-    p = Plot(640, height, xd, (-0.6, n - 0.4), margin=(14, 74, 42, 200), label="forest plot of top edges")
+    every = [c for m in meth for c in cis[m].values()]
+    lo, hi = data_range([c.lo for c in every], [c.hi for c in every], [c.value for c in every], [0.0])
+    p = Plot(680, 60 + n * max(18, 9 * nm + 8), nice_domain(*padded(lo, hi, 0.03)), (-0.6, n - 0.4),
+             margin=(14, 110, 42, 210), label="forest plot of top edges")
     p.vline(0.0, "#777", dash=None)
-    rows = []
+    table = []
     for j, m in enumerate(meth):
         for i, e in enumerate(top.tolist()):
-            v = per[m].get(e)
-            if v is None:
+            c = cis[m].get(e)
+            if c is None:
                 continue
-            y = n - 1 - i - offs[j]  # first method on top
-            estv, se, cl, ch, pv, qv, nn = v
-            p.hbar(y, cl, ch, col[m])
-            p.points([estv], [y], col[m], r=3.2, titles=[f"{name_of.get(e, e)} ({m}): {fmt(estv)} [{fmt(cl)}, {fmt(ch)}], q = {fmt_p(qv)}"])
-            p.raw(f'<text x="{p.right + 6:.1f}" y="{p.y(y) + 3:.1f}" font-size="{FONT - 2}" fill="{col[m]}">q={esc(fmt_p(qv))}</text>')
-            rows.append([name_of.get(e, str(e)), m, estv, se, cl, ch, pv, qv, nn])
+            y = n - 1 - i - offs[j]  # the first method on top
+            bad = c.reliable is False
+            p.hbar(y, c.lo, c.hi, col[m], width=1.5)
+            p.points([c.value], [y], "#ffffff" if bad else col[m], r=3.4, attrs=[ci_attrs(c)],
+                     titles=[f"{name_of[e]} ({m}): {c.text()}, q = {fmt_p(per[m][e].get('q'))}"])
+            if bad:  # hollow point and a visible mark: a few prompts carry it
+                p.raw(f'<circle cx="{p.x(c.value):.1f}" cy="{p.y(y):.1f}" r="3.4" fill="none" stroke="{col[m]}" stroke-width="1.5"/>')
+            p.raw(f'<text x="{p.right + 6:.1f}" y="{p.y(y) + 3:.1f}" font-size="{FONT - 2}" fill="{col[m]}">'
+                  f'q={esc(fmt_p(per[m][e].get("q")))}{" ! few prompts" if bad else ""}</text>')
+            r = per[m][e]
+            table.append([name_of[e], m, c, r.get("se"), r.get("p"), r.get("q"), r.get("n")])
         p.legend(m, col[m], "point")
     labels = [name_of.get(e, str(e)) for e in top.tolist()]
-    short = [s if len(s) <= 30 else s[:29] + "…" for s in labels]
-    p.axes("estimate with CI", "", yticks=[n - 1 - i for i in range(n)], ytick_labels=short)
-    rows.sort(key=lambda r: (labels.index(r[0]) if r[0] in labels else 0, meth.index(r[1])))
-    cols = [("edge", "text"), ("method", "text"), ("estimate", "num"), ("SE", "num"), ("CI low", "num"), ("CI high", "num"), ("p", "p"), ("q (BH)", "p"), ("n", "int")]
-    tbl = html_table(cols, rows, shown_note=shown(n, n_edges, "edges", f"top by |estimate| of {ref}"))
-    cap = (f"Top {n} edges by |estimate| of {ref}, each with its CI per method; q = Benjamini–Hochberg adjusted p-value. "
-           "The vertical line marks zero effect.")
-    return figure(p.svg(), cap, tbl)
-
+    p.axes("mean effect with 95% CI", "", yticks=[n - 1 - i for i in range(n)],
+           ytick_labels=[s if len(s) <= 32 else s[:31] + "…" for s in labels])
+    table.sort(key=lambda row: (labels.index(row[0]), meth.index(row[1])))
+    cols = [("edge", "text"), ("method", "text"), ("estimate [95% CI]", "ci"), ("SE", "num"), ("p", "p"),
+            ("q (BH)", "p"), ("n", "int")]
+    tbl = html_table(cols, table, shown_note=shown(n, n_edges, "edges", f"top by |estimate| of {ref}"))
+    est = every[0].estimand if every else ""
+    cap = (f"Top {n} edges by |estimate| of {ref}, each with its 95% interval per method (it covers {est}); q = "
+           "Benjamini–Hochberg adjusted p-value over all edges; a hollow point and '! few prompts' mark an interval "
+           "a few prompts carry (interval_reliable = false), which cannot back a claim. The vertical line is zero.")
+    return figure(p.svg(), cap, tbl, below=True)

@@ -1,10 +1,11 @@
 """One self-contained HTML report of a run directory: ``render_report(run_dir) -> report.html``.
 
-The page has no external resources (a Content-Security-Policy forbids any network load), inline
-SVG plots generated here, every number beside its plot in a sortable table, and one small inline
-script (table sorting). Each section reads the Parquet tables it needs; when one is missing the
-section shows a short note instead. Tables show their top rows only and say how many, so the
-file stays small (well under 2 MB for GPT-2 small's 32,491 edges).
+The page opens with the run's verdict (reports.verdicts, the same lines the terminal prints) and
+shows a section only for the analyses the run holds. It has no external resources (a
+Content-Security-Policy forbids any network load), inline SVG plots generated here, every number
+beside its plot in a sortable table, and one small inline script (table sorting). Tables show
+their top rows only and say how many, so the file stays small (well under 2 MB for GPT-2 small's
+32,491 edges).
 """
 
 from __future__ import annotations
@@ -18,21 +19,22 @@ import numpy as np
 
 from reports.atomic import atomic_write_bytes
 from reports.html.assets import CSP, CSS, JS
+from reports.analyses import has_tokens
 from reports.html.common import Tables, methods_in, note, num, order_methods
-from reports.html.sections import OPTIONAL_SECTIONS, SECTIONS, Context, shown_sections
+from reports.html.sections import SECTIONS, Context, shown_sections
 from reports.html.svg import esc
-from reports.html.tokens import has_tokens
 from reports.rundir import MANIFEST, RunDir, RunDirError
 from reports.tables import read_provenance
+from reports.verdicts import verdict
 
-__all__ = ["REPORT_NAME", "SECTIONS", "OPTIONAL_SECTIONS", "TABLES", "render_report", "report_path"]
+__all__ = ["REPORT_NAME", "SECTIONS", "TABLES", "render_report", "report_path"]
 
 REPORT_NAME = "report.html"
 TABLES = (
     "edges", "edge_stats", "inclusion", "stability_vs_k", "faithfulness_vs_k", "approximation",
     "approximation_summary", "heads", "layers", "residual", "variance_components", "variance_summary", "summary",
     "coverage", "token_importance", "token_importance_diffs", "sink_heads", "sink_fit", "token_weights",
-    "token_stability", "sink_stability", "sink_matching",
+    "token_stability", "sink_stability", "sink_matching", "claims",
 )
 
 
@@ -60,7 +62,7 @@ def _pick(d: Any, *keys: str) -> Any:
 
 
 def _header(run_dir: Path, manifest: dict[str, Any], T: Tables, methods: list[str]) -> tuple[str, str]:
-    """Return (title, <dl> items) for the page header."""
+    """Return (title, header body): one line of the run's facts, the rest folded under "run details"."""
     spec = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
     prov = manifest.get("provenance") if isinstance(manifest.get("provenance"), dict) else {}
     tprov: dict[str, Any] = {}
@@ -82,33 +84,32 @@ def _header(run_dir: Path, manifest: dict[str, Any], T: Tables, methods: list[st
     package = _pick(prov, "package") or _pick(tprov, "package")
     version = package.get("version", "") if isinstance(package, dict) else ""
     created = manifest.get("created_utc") or _pick(tprov, "created_utc") or ""
-    items = [
-        ("model", _describe(model) or "—"),
-        ("task", _describe(task) or "—"),
-        ("methods", _describe(spec_methods) or ", ".join(methods) or "—"),
-        ("N examples", _describe(n) or "—"),
-        ("seed", _describe(seed) or "—"),
-        ("circuitstat", version or "—"),
-        ("run id", manifest.get("run_id") or "—"),
-        ("created", created or "—"),
-        ("run directory", str(run_dir)),
-    ]
+    if isinstance(model, list) and len(model) > 2:  # a cross-seed run: the first model and how many more
+        model = f"{_describe(model[0])} and {len(model) - 1} more seeds"
+    facts = [("model", _describe(model) or "—"), ("task", _describe(task) or "—"),
+             ("methods", _describe(spec_methods) or ", ".join(methods) or "—"), ("N", _describe(n) or "—"),
+             ("seed", _describe(seed) or "—")]
+    details = [("circuitstat", version or "—"), ("run id", manifest.get("run_id") or "—"), ("created", created or "—"),
+               ("run directory", str(run_dir))]
     stages = manifest.get("stages") if isinstance(manifest.get("stages"), dict) else {}
     if stages:
-        items.append(("stages", ", ".join(f"{k} ({v.get('status', '?')})" if isinstance(v, dict) else k for k, v in stages.items())))
+        details.append(("stages", ", ".join(f"{k} ({v.get('status', '?')})" if isinstance(v, dict) else k
+                                            for k, v in stages.items())))
     present = [f"{t} ({T.get(t).num_rows:,})" for t in TABLES if T.path(t).exists()]
-    items.append(("tables (rows)", ", ".join(present) or "none"))
+    details.append(("tables (rows)", ", ".join(present) or "none"))
     title = f"circuitstat report — {_describe(model) or run_dir.name}" + (f" on {_describe(task)}" if task else "")
-    dl = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items)
-    return title, dl
+    line = "".join(f'<span class="fact"><b>{esc(k)}</b> {esc(v)}</span>' for k, v in facts)
+    dl = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in details)
+    return title, f'<p class="facts">{line}</p><details><summary>run details</summary><dl>{dl}</dl></details>'
 
 
 # ----- page -------------------------------------------------------------------------------------
 def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> Path:
     """Write the self-contained HTML report of run directory `run_dir` and return its path.
 
-    `out` (a file, or a directory to hold report.html: see report_path) defaults to ``run_dir/report.html``. Every table is optional (its section then shows a
-    note); a directory with neither manifest.json nor any report table is an error.
+    `out` (a file, or a directory to hold report.html: see report_path) defaults to ``run_dir/report.html``. Every
+    table is optional (a section is shown only for the analyses the run holds); a directory with neither
+    manifest.json nor any report table is an error.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -124,9 +125,9 @@ def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] |
     manifest, manifest_note = _manifest(run_dir, has_manifest)
     spec = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
     methods = _methods(T, spec)
-    title, dl = _header(run_dir, manifest, T, methods)
-    ctx = Context(T, methods, _sources(spec))
+    title, header = _header(run_dir, manifest, T, methods)
     shown = shown_sections(T)
+    ctx = Context(T, methods, _sources(spec), verdict(run_dir), frozenset(s.id for s in shown))
     body = "".join(s.html(ctx) for s in shown)
     nav = "".join(f'<a href="#{s.id}">{esc(s.heading.split(":")[0])}</a>' for s in shown)
     page = (
@@ -135,10 +136,11 @@ def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] |
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
-        f"<header><h1>{esc(title)}</h1><dl>{dl}</dl></header>"
+        f"<header><h1>{esc(title)}</h1>{header}</header>"
         f"<nav>{nav}</nav><main>{manifest_note}{body}</main>"
-        f"<footer>Generated by circuitstat from the Parquet tables in this run directory. "
-        "Numbers are rounded to three significant digits in the tables; hover a mark for its values, click a column header to sort.</footer>"
+        f"<footer>Generated by circuitstat from the Parquet tables in this run directory. Numbers are rounded to three "
+        "significant digits; every interval names its table, row and columns in the page's data attributes. Hover an "
+        "interval for what it covers, click a column header to sort.</footer>"
         f"<script>{JS}</script></body></html>\n"
     )
     try:

@@ -1,7 +1,10 @@
-"""The one list of the report's sections, in page order: anchor id, heading, parts, and when each is shown.
+"""The one list of the report's sections, in page order: anchor id, heading, analysis, parts.
 
-To add, remove or reorder a section, edit `REPORT_SECTIONS`; the page (reports.html.page), its
-navigation and the public `SECTIONS` / `OPTIONAL_SECTIONS` follow from it.
+A section is shown only when the run holds its analysis (reports.analyses.present); the verdict
+says in one line which analyses were not run and how to run them. A part is drawn when one of its
+tables is in the run (a part of a shown section whose table is absent is left out; one whose table
+lacks a column is a note). To add, remove or reorder a section, edit `REPORT_SECTIONS`; the page
+(reports.html.page), its navigation and the public `SECTIONS` follow from it.
 """
 
 from __future__ import annotations
@@ -9,29 +12,34 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from reports.analyses import present
 from reports.html.approximation import approximation_section
 from reports.html.calibration import calibration_part
 from reports.html.common import Tables, part
 from reports.html.faithfulness import faithfulness_section
 from reports.html.forest import forest_section
 from reports.html.graph import graph_section
-from reports.html.heads import heads_part, layers_part, residual_part
+from reports.html.groundtruth import groundtruth_part
+from reports.html.heads import head_summary_part, heads_part, layers_part, residual_part
 from reports.html.stability import stability_section
-from reports.html.summary import summary_section
 from reports.html.svg import esc
-from reports.html.tokens import has_tokens, tokens_section
+from reports.html.tokens import tokens_section
 from reports.html.variance import variance_part, variance_summary_part
+from reports.html.verdict import verdict_section
+from reports.verdicts import Verdict
 
-__all__ = ["Context", "Section", "REPORT_SECTIONS", "SECTIONS", "OPTIONAL_SECTIONS", "shown_sections"]
+__all__ = ["Context", "Section", "REPORT_SECTIONS", "SECTIONS", "shown_sections"]
 
 
 @dataclass(frozen=True)
 class Context:
-    """What the sections read: the run's tables, its methods (exact first) and the models of a cross-seed run."""
+    """What the sections read: the tables, the methods (exact first), a cross-seed run's models, the verdict."""
 
     T: Tables
     methods: list[str]
     sources: list[str]  # model-<i> of a cross-seed run is sources[i]
+    verdict: Verdict
+    shown: frozenset[str]  # ids of the sections the page shows
 
 
 Part = Callable[[Context], str]
@@ -39,51 +47,59 @@ Part = Callable[[Context], str]
 
 @dataclass(frozen=True)
 class Section:
-    """One section of the page: its parts each become a note when their tables are missing."""
+    """One section of the page: shown when the run holds `analysis`; each part drawn when one of its tables is there."""
 
     id: str
     heading: str
-    parts: tuple[Part, ...]
-    shown_when: Callable[[Tables], bool] | None = None  # None: on every report
+    analysis: str | None  # an id of reports.analyses.ANALYSES; None: on every report
+    parts: tuple[tuple[Part, tuple[str, ...]], ...]  # (part, tables any of which it draws; () = always)
 
     def html(self, ctx: Context) -> str:
-        """Return the section element: its heading, then its parts in order."""
-        body = "".join(part(lambda p=p: p(ctx)) for p in self.parts)
+        """Return the section element: its heading, then the parts whose tables the run has."""
+        body = "".join(part(lambda p=p: p(ctx)) for p, tables in self.parts
+                       if not tables or any(ctx.T.path(t).exists() for t in tables))
         return f'<section id="{self.id}"><h2>{esc(self.heading)}</h2>{body}</section>'
 
+    def shown_for(self, T: Tables) -> bool:
+        """Return whether the run's report shows this section."""
+        return self.analysis is None or present(T, self.analysis)
 
-def _tables_only(fn: Callable[[Tables], str]) -> Part:
+
+def _t(fn: Callable[[Tables], str]) -> Part:
     """Return a part that reads the tables only."""
     return lambda ctx: fn(ctx.T)
 
 
-def _with_methods(fn: Callable[[Tables, list[str]], str]) -> Part:
+def _m(fn: Callable[[Tables, list[str]], str]) -> Part:
     """Return a part that reads the tables and the run's methods."""
     return lambda ctx: fn(ctx.T, ctx.methods)
 
 
 REPORT_SECTIONS: tuple[Section, ...] = (
-    Section("summary", "Summary", (_tables_only(summary_section),)),
-    Section("graph", "Circuit graph", (_with_methods(graph_section),)),
-    Section("stability", "Circuit stability: Jaccard vs k", (_with_methods(stability_section),)),
-    Section("forest", "Edge effects: top edges with confidence intervals", (_with_methods(forest_section),)),
-    Section("approximation", "Approximation error: exact vs approximate", (_with_methods(approximation_section),)),
-    Section("faithfulness", "Faithfulness vs circuit size", (_with_methods(faithfulness_section),)),
-    Section("heads", "Head and layer stability across seeds",
-            (_tables_only(heads_part), _tables_only(layers_part), _tables_only(residual_part))),
-    Section("variance", "Variance study: where the uncertainty comes from",
-            (_tables_only(variance_part), _tables_only(variance_summary_part))),
-    Section("calibration", "Calibration: interval coverage vs N", (_tables_only(calibration_part),)),
-    # shown only when the run holds its tables (a `circuitstat tokens` run, at its top or per model)
-    Section("tokens", "Token contributions and attention sinks", (lambda ctx: tokens_section(ctx.T, ctx.sources),),
-            shown_when=has_tokens),
+    Section("verdict", "Verdict", None, ((lambda ctx: verdict_section(ctx.T, ctx.verdict, ctx.shown), ()),)),
+    Section("graph", "Circuit graph", "audit", ((_m(graph_section), ()),)),
+    Section("forest", "Edge effects: top edges with confidence intervals", "audit",
+            ((_m(forest_section), ("edge_stats",)),)),
+    Section("stability", "Circuit stability: data-level Jaccard vs k", "audit", ((_m(stability_section), ("stability_vs_k",)),)),
+    Section("faithfulness", "Faithfulness vs circuit size", "faithfulness", ((_m(faithfulness_section), ()),)),
+    Section("approximation", "Approximation error: exact vs approximate", "approximation",
+            ((_m(approximation_section), ()),)),
+    Section("heads", "Head and layer stability across seeds", "heads",
+            ((_t(heads_part), ("heads",)), (_t(layers_part), ("layers",)), (_t(residual_part), ("residual",)),
+             (_t(head_summary_part), ("summary",)))),
+    Section("variance", "Variance study: where the uncertainty comes from", "variance",
+            ((_t(variance_part), ("variance_components",)), (_t(variance_summary_part), ("variance_summary",)))),
+    Section("calibration", "Calibration: interval coverage vs N", "calibration", ((_t(calibration_part), ()),)),
+    Section("groundtruth", "Ground truth: discovery against known circuits", "groundtruth",
+            ((_t(groundtruth_part), ()),)),
+    Section("tokens", "Token contributions and attention sinks", "tokens",
+            ((lambda ctx: tokens_section(ctx.T, ctx.sources), ()),)),
 )
 
-# (id, heading): the headings a reader (and the browser test) finds on every report, and those of optional sections.
-SECTIONS = tuple((s.id, s.heading) for s in REPORT_SECTIONS if s.shown_when is None)
-OPTIONAL_SECTIONS = tuple((s.id, s.heading) for s in REPORT_SECTIONS if s.shown_when is not None)
+#: (id, heading) of every section, in page order (a report shows those whose analysis its run holds)
+SECTIONS = tuple((s.id, s.heading) for s in REPORT_SECTIONS)
 
 
 def shown_sections(T: Tables) -> list[Section]:
     """Return the sections this run's report shows, in page order."""
-    return [s for s in REPORT_SECTIONS if s.shown_when is None or s.shown_when(T)]
+    return [s for s in REPORT_SECTIONS if s.shown_for(T)]

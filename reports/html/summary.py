@@ -1,23 +1,36 @@
-"""The summary section: the run's summary table (item, value, interval, verdict)."""
+"""The run's own summary table (summary.parquet: the head study's or the variance study's items), in its section."""
 
 from __future__ import annotations
 
-from reports.html.common import Tables, num, strs
-from reports.html.svg import esc, fmt
+from reports.ci import Ci
+from reports.html.common import Tables, html_table
+from reports.html.svg import esc
+from reports.tableset import rows
+
+__all__ = ["summary_items_part"]
+
+ACROSS_SEEDS = "every refit an anchor"  # the items whose interval is over training seeds say so
+ANCHOR = "one anchor refit fixed, not across training seeds"
 
 
-def summary_section(T: Tables) -> str:
-    """Return the summary table (item, value, interval, verdict coloured pass/fail)."""
-    t = T.need("summary", ["item", "value"])
-    items, verdicts = strs(t, "item"), strs(t, "verdict")
-    v, lo, hi = num(t, "value"), num(t, "ci_low"), num(t, "ci_high")
+def summary_items_part(T: Tables, title: str) -> str:
+    """Return the summary items (folded: the verdict and the sections show the claimable ones), intervals labelled."""
+    rs = rows(T.need("summary", ["item", "value"]))
+    across = any(ACROSS_SEEDS in str(r["item"]) for r in rs)
     body = []
-    for i in range(t.num_rows):
-        vd = verdicts[i]
-        cls = "pass" if vd.lower() in ("pass", "passed", "holds", "ok", "stable", "yes", "true", "met") else (
-            "fail" if vd.lower() in ("fail", "failed", "violated", "unstable", "no", "false", "not met") else "")
-        body.append(f'<tr><td>{esc(items[i])}</td><td class="n">{esc(fmt(v[i]))}</td><td class="n">{esc(fmt(lo[i]))}</td>'
-                    f'<td class="n">{esc(fmt(hi[i]))}</td><td class="{cls}">{esc(vd)}</td></tr>')
-    return ('<table class="summary"><thead><tr><th>item</th><th class="n">value</th><th class="n">CI low</th><th class="n">CI high</th>'
-            f'<th>verdict</th></tr></thead><tbody>{"".join(body)}</tbody></table>')
-
+    for r in rs:
+        item = str(r["item"])
+        # a run with intervals over seeds: the others resample prompts with one anchor refit fixed; label them
+        role = ANCHOR if across and ACROSS_SEEDS not in item and "CKA" not in item else ""
+        ci = Ci.of(T.name("summary"), r, ("item",), "ci", est="value", role=role,
+                   estimand=str(r.get("interval") or "what its item states"))
+        body.append([item, ci, str(r.get("verdict") or "")])
+    cols = [("item", "text"), ("value [interval]", "ci"), ("verdict", "text")]
+    if not any(b[2] for b in body):  # no item has a verdict: no empty column
+        cols, body = cols[:2], [b[:2] for b in body]
+    tbl = html_table(cols, body, cls="summary")
+    cap = (f"All {len(rs)} items of the run's summary.parquet as its analysis wrote them; each interval covers what its "
+           "item states." + (f" Items without '({ACROSS_SEEDS} …)' are labelled: their intervals resample prompts "
+                             "and refits with one anchor fixed." if across else ""))
+    return (f'<details class="more"><summary>{esc(title)}: all {len(rs)} items</summary><p class="caption">{esc(cap)}</p>'
+            f'<div class="tablebox wide">{tbl}</div></details>')

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from reports.ci import fmt
+
 # Okabe-Ito: distinguishable under the common colour-vision deficiencies.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
 VIRIDIS = ("#440154", "#472d7b", "#3b528b", "#2c728e", "#21918c", "#28ae80", "#5ec962", "#addc30", "#fde725")
@@ -30,32 +32,6 @@ def finite(*arrays: np.ndarray) -> np.ndarray:
     for a in arrays:
         mask &= np.isfinite(np.asarray(a, dtype=float))
     return mask
-
-
-def fmt(x: object, sig: int = 3) -> str:
-    """Return a number rounded for reading: `sig` significant digits, scientific when tiny or huge.
-
-    NaN/None -> '—'; integers stay integers; 0.81234 -> '0.812'; 1234.5 -> '1234'; 1.2e-5 -> '1.2e-05'.
-    """
-    if x is None:
-        return "—"
-    if isinstance(x, (bool, np.bool_)):
-        return "yes" if x else "no"
-    if isinstance(x, (int, np.integer)):
-        return str(int(x))
-    v = float(x)  # type: ignore[arg-type]
-    if math.isnan(v):
-        return "—"
-    if math.isinf(v):
-        return "∞" if v > 0 else "−∞"
-    if v == 0:
-        return "0"
-    a = abs(v)
-    if a < 1e-3 or a >= 1e6:
-        return f"{v:.{max(sig - 1, 0)}e}"
-    decimals = max(0, sig - 1 - math.floor(math.log10(a)))
-    s = f"{v:.{decimals}f}"
-    return "0" if s in ("-0", "-0.0") or float(s) == 0 else s
 
 
 def fmt_p(x: object) -> str:
@@ -205,7 +181,9 @@ def colour_legend(x: float, y: float, stops: Sequence[str], lo: float, hi: float
     for t in (0.0, 0.5, 1.0):
         v = lo + (hi - lo) * t
         anchor = "start" if t == 0 else ("end" if t == 1 else "middle")
-        parts.append(f'<text x="{x + width * t:.1f}" y="{y + 22:.1f}" font-size="{FONT - 1}" text-anchor="{anchor}">{esc(tick_label(round(v, 10)))}</text>')
+        # two significant digits: a colour bar's ends come from the data (0.287981 reads as 0.29)
+        lab = tick_label(float(f"{v:.2g}"))
+        parts.append(f'<text x="{x + width * t:.1f}" y="{y + 22:.1f}" font-size="{FONT - 1}" text-anchor="{anchor}">{esc(lab)}</text>')
     parts.append("</g>")
     return "".join(parts)
 
@@ -330,8 +308,10 @@ class Plot:
         d = f' stroke-dasharray="{dash}"' if dash else ""
         self.parts.append(f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{self.top:.1f}" y2="{self.bottom:.1f}" stroke="{colour}" stroke-width="{width}"{d}/>')
 
-    def points(self, xs, ys, colour: str, *, r: float = 3.0, titles: Sequence[str] | None = None, opacity: float = 1.0, shape: str = "circle") -> None:
-        """Draw markers; with `titles` each gets a tooltip, without them all share one compact path."""
+    def points(self, xs, ys, colour: str, *, r: float = 3.0, titles: Sequence[str] | None = None, opacity: float = 1.0,
+               shape: str = "circle", attrs: Sequence[str] | None = None) -> None:
+        """Draw markers; with `titles` each gets a tooltip (and `attrs`, raw attributes, on its element), without
+        them all share one compact path."""
         xs, ys = np.asarray(xs, float), np.asarray(ys, float)
         px, py = self.x.many(xs), self.y.many(ys)
         ok = finite(px, py)
@@ -345,15 +325,16 @@ class Plot:
                 sop = f' stroke-opacity="{opacity}"' if opacity != 1 else ""
                 self.parts.append(f'<path d="{d}" stroke="{colour}" stroke-width="{2 * r:.1f}" stroke-linecap="round" fill="none"{sop}/>')
             return
-        for a, b, t, good in zip(px, py, titles, ok):
+        extra = list(attrs) if attrs is not None else [""] * len(titles)
+        for a, b, t, good, at in zip(px, py, titles, ok, extra):
             if not good:
                 continue
             if shape == "x":
                 self.parts.append(
-                    f'<path d="M{a - r:.1f},{b - r:.1f}l{2 * r:.1f},{2 * r:.1f}m0,{-2 * r:.1f}l{-2 * r:.1f},{2 * r:.1f}" stroke="{colour}" stroke-width="1.5" fill="none"><title>{esc(t)}</title></path>'
+                    f'<path{at} d="M{a - r:.1f},{b - r:.1f}l{2 * r:.1f},{2 * r:.1f}m0,{-2 * r:.1f}l{-2 * r:.1f},{2 * r:.1f}" stroke="{colour}" stroke-width="1.5" fill="none"><title>{esc(t)}</title></path>'
                 )
             else:
-                self.parts.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="{r}" fill="{colour}"{op}><title>{esc(t)}</title></circle>')
+                self.parts.append(f'<circle{at} cx="{a:.1f}" cy="{b:.1f}" r="{r}" fill="{colour}"{op}><title>{esc(t)}</title></circle>')
 
     def hbar(self, y: float, x0: float, x1: float, colour: str, *, width: float = 1.5) -> None:
         """Draw a horizontal interval (e.g. a CI in a forest plot) at data y."""
@@ -376,7 +357,7 @@ class Plot:
         self.parts.append(svg)
 
     def legend(self, label: str, colour: str, style: str = "line") -> None:
-        """Add an entry ('line', 'dash', 'dot', 'band', 'point') to the legend drawn in the top-left corner."""
+        """Add an entry ('line', 'dash', 'dot', 'band', 'box', 'point', 'x') to the legend drawn below the plot."""
         self.legend_items.append((label, colour, style))
 
     def _legend_svg(self) -> tuple[str, float]:
@@ -390,8 +371,9 @@ class Plot:
             if x + w > self.width and x > self.left:
                 x, y = self.left, y + 16
             yy = y + 4
-            if style == "band":
-                p.append(f'<rect x="{x:.1f}" y="{yy - 5:.1f}" width="18" height="8" fill="{c}" fill-opacity="0.25"/>')
+            if style in ("band", "box"):
+                op = ' fill-opacity="0.25"' if style == "band" else ""
+                p.append(f'<rect x="{x:.1f}" y="{yy - 5:.1f}" width="18" height="8" fill="{c}"{op}/>')
             elif style == "point":
                 p.append(f'<circle cx="{x + 9:.1f}" cy="{yy - 1:.1f}" r="3.5" fill="{c}"/>')
             elif style == "x":

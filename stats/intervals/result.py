@@ -98,7 +98,7 @@ class BootstrapResult(Result):
         return items
 
 
-#: what the coverage simulation measured (README table; tests/stats/test_edge_coverage.py)
+#: what the coverage simulation measured (docs/calibration.md; tests/stats/test_edge_coverage.py)
 COVERAGE_NOTE = ("95% coverage at N=64 on zoo scores: studentized_symmetric 0.947, t 0.931, "
                  "percentile 0.904, bca 0.880")
 RELIABILITY_NOTE = ("interval_reliable=False: a few prompts carry the mean; spikes absent from "

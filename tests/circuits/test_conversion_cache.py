@@ -36,7 +36,10 @@ def test_second_load_uses_the_cached_conversion_and_equals_a_fresh_one(hf_dir, t
     assert len(list((tmp_path / "cache" / "converted").iterdir())) == 1
     ids = torch.randint(0, 64, (2, 9))
     assert torch.equal(first(ids), second(ids))
-    assert second.identity() == first.identity() and second.source == first.source == str(hf_dir)
+    first_id, second_id = first.identity(), second.identity()
+    assert first_id.pop("weight_hash_from") == "computed from the weights in this run"
+    assert second_id.pop("weight_hash_from").startswith("memo ")  # provenance says the hash was trusted
+    assert second_id == first_id and second.source == first.source == str(hf_dir)
     assert second.meta == first.meta == {}
     assert second.dtype == first.dtype == torch.float32
     half = load_model(hf_dir, dtype=torch.bfloat16)  # another dtype is another entry

@@ -67,6 +67,24 @@ def test_audit_writes_every_table_with_provenance(reference):
     assert sorted(tables["stability_vs_k"]["k"].unique()) == [3, 6]
 
 
+def test_audit_command_ends_with_the_verdict_demo_prints(reference, tmp_path):
+    """`circuitstat audit` ends with the one-screen verdict (resumed here: every stage is already done)."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+    from reports.verdicts import verdict, verdict_text
+
+    out, _ = reference
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(SPEC))
+    r = CliRunner().invoke(app, ["audit", str(spec), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    want = verdict_text(verdict(out), out / "report.html")
+    assert r.output.rstrip().endswith(want) and f"report: {out / 'report.html'}" in r.output
+    assert "stable" in want or "inconclusive" in want or "no interval" in want  # a stability verdict is in it
+
+
 def _killer_script(out: Path, target: str) -> str:
     """A driver that runs the audit and SIGKILLs itself inside stage ``target``."""
     hooks = {
@@ -139,15 +157,18 @@ def test_audit_over_seeds_adds_head_stability(tmp_path):
     heads = pq.read_table(out / "heads.parquet").to_pandas()
     assert len(heads) == 4 and heads["stability"].between(-1, 1).all()
     assert (heads["ci_low"] <= heads["stability"] + 1e-12).all()
-    # the demo's printed summary reads these tables
+    # the one-screen verdict audit and demo print reads these tables: the head with the largest excess over its null
     from pipelines.demo import print_summary
+    from reports.verdicts import verdict, verdict_text
 
     lines: list[str] = []
     print_summary(out, echo=lines.append)
     text = "\n".join(lines)
-    best = heads.sort_values("stability").iloc[-1]
-    assert f"a{int(best['layer'])}.h{int(best['head'])}  {best['stability']:.2f}" in text
-    assert "eap" in text and "k=3" in text
+    assert text.strip() == verdict_text(verdict(out)).strip() and text.startswith("\nVerdict (eap, 95% intervals")
+    best = heads.sort_values("excess").iloc[-1]
+    flat = " ".join(text.split())
+    assert f"largest excess over the shuffled null: a{int(best['layer'])}.h{int(best['head'])} {best['excess']:.3g}" in flat
+    assert "k = 3: faithfulness was not run" in flat and "faithfulness (faithfulness: true in the audit spec)" in flat
 
 
 def test_audit_loads_each_model_once_with_the_spec_dtype(tmp_path, monkeypatch):

@@ -29,15 +29,17 @@ def test_calibration_study_writes_coverage_per_method_and_size(tmp_path) -> None
     assert r.exit_code == 0, r.output
     rows = pq.read_table(out / "coverage.parquet").to_pylist()
     assert {(x["kind"], x["n"]) for x in rows} == {(f"edge/{m}", n) for m in METHODS for n in (16, 32)}
+    n_edges = pq.read_table(out / "scores_exact.parquet").schema.field("scores").type.list_size
     for x in rows:
-        assert 0.0 <= x["coverage"] <= 1.0 and 0.0 <= x["null_rejection_rate"] <= 1.0
-        assert x["estimand"].startswith("mean effect")
+        assert 0.0 <= x["coverage"] <= 1.0 and x["estimand"].startswith("mean effect")
+        # one unit per edge (no null copies), and so no null-rejection rate to report
+        assert x["n_units"] == n_edges and np.isnan(x["null_rejection_rate"]) and x["coverage_mc_se"] > 0
     per_unit = pq.read_table(out / "coverage_per_unit.parquet")
-    assert per_unit.num_rows == len(rows) * rows[0]["n_units"]
+    assert per_unit.num_rows == len(rows) * n_edges
     # a fresh run of the same spec reproduces the table exactly (seeds from the spec, not the clock)
     again = CliRunner().invoke(app, ["study", "calibration", _spec(tmp_path), "--out", str(tmp_path / "run2")])
     assert again.exit_code == 0, again.output
-    assert pq.read_table(tmp_path / "run2" / "coverage.parquet").to_pylist() == rows
+    np.testing.assert_equal(pq.read_table(tmp_path / "run2" / "coverage.parquet").to_pylist(), rows)  # NaN == NaN
     html = CliRunner().invoke(app, ["report", str(out)])
     assert html.exit_code == 0, html.output
     page = (out / "report.html").read_text()
@@ -79,7 +81,7 @@ def test_calibration_study_with_stability_and_faithfulness_kinds(tmp_path) -> No
     lines = summary_lines(list(rows.values()), 0.95, out)  # the one-screen summary
     for kind, x in rows.items():
         line = next(ln for ln in lines if ln.startswith(kind + " "))
-        assert ("—" in line) == kind.startswith(("stability/", "faithfulness/"))  # no null units there
+        assert ("—" in line) == kind.startswith(("stability/", "faithfulness/"))  # no reliability flags there
         assert f"  {kind}: {x['estimand']}" in lines or kind.startswith("edge/")
     assert f"  edge/*: {rows['edge/t']['estimand']}" in lines
     per_unit = pq.read_table(out / "coverage_per_unit.parquet").to_pylist()
@@ -107,5 +109,75 @@ def test_calibration_study_with_stability_and_faithfulness_kinds(tmp_path) -> No
 def test_calibration_spec_refuses_bad_stability_settings(tmp_path, over, message) -> None:
     out = tmp_path / "run"
     r = CliRunner().invoke(app, ["study", "calibration", _spec(tmp_path, **over), "--out", str(out)])
+    assert r.exit_code == 2 and message in r.output, r.output
+    assert not out.exists()
+
+
+# --- an existing attribution run as the population ----------------------------------------------
+def _attribute(tmp_path, n: int = 128):
+    out = tmp_path / "attr"
+    r = CliRunner().invoke(app, ["attribute", "--model", MODEL, "--task", "induction", "--method", "exact",
+                                 "--n", str(n), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def _write(tmp_path, name: str, doc: dict) -> str:
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(doc))
+    return str(p)
+
+
+SMALL = {"sizes": [32], "n_datasets": 20, "n_resamples": 60, "intervals": ["edge", "faithfulness"], "ks": [3, 6]}
+
+
+def test_calibration_on_an_attribution_run_equals_the_study_that_attributes_itself(tmp_path) -> None:
+    attr = _attribute(tmp_path)
+    task = {"name": "induction", "n": 128}
+    own = _write(tmp_path, "own.yaml", {"model": MODEL, "task": task, "method": "exact", **SMALL})
+    reuse = _write(tmp_path, "reuse.yaml", {"scores": "attr", "model": MODEL, "task": task, **SMALL})
+    for spec, out in ((own, "run-own"), (reuse, "run-reuse")):
+        r = CliRunner().invoke(app, ["study", "calibration", spec, "--out", str(tmp_path / out)])
+        assert r.exit_code == 0, r.output
+    a, b = (pq.read_table(tmp_path / d / "coverage.parquet").to_pylist() for d in ("run-own", "run-reuse"))
+    assert {x["kind"] for x in b} >= FAITHFULNESS_KINDS and len(b) == len(METHODS) + 2
+    np.testing.assert_equal(a, b)  # the same population and seeds: the same table, faithfulness re-run included
+    # the run records where its population came from, and the scores run's method and ablation
+    import json
+
+    manifest = json.loads((tmp_path / "run-reuse" / "manifest.json").read_text())
+    assert manifest["spec"]["method"] == "exact" and manifest["spec"]["scores"].endswith("attr")
+
+
+def test_calibration_on_an_attribution_run_without_a_spec(tmp_path) -> None:
+    attr = _attribute(tmp_path)
+    out = tmp_path / "run"
+    r = CliRunner().invoke(app, ["study", "calibration", "--scores", str(attr), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = pq.read_table(out / "coverage.parquet").to_pylist()
+    # the defaults: every per-edge method at N = 32, 64, 128 of the run's 128 prompts, 200 datasets
+    assert {(x["kind"], x["n"]) for x in rows} == {(f"edge/{m}", n) for m in METHODS for n in (32, 64, 128)}
+    assert all(x["n_datasets"] == 200 for x in rows) and "edge/studentized_symmetric" in r.output
+
+
+@pytest.mark.parametrize("doc, argv, message", [
+    ({"scores": "attr", "method": "eap"}, [], "come from the attribution run"),
+    ({"scores": "attr", "intervals": ["faithfulness"], "sizes": [32]}, [], "give model and task"),
+    ({"scores": "attr", "model": MODEL, "task": {"name": "induction", "n": 128, "seed": 1},
+      "intervals": ["faithfulness"], "sizes": [32]}, [], "does not rebuild the prompts"),
+    ({"scores": "attr", "model": "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&seed=1"}, [],
+     "is not the model of"),
+    ({"scores": "attr", "sizes": [32, 256]}, [], "has 128 prompts"),
+    ({"scores": "../attr"}, [], "allow-outside"),
+    ({"scores": "nothing-here"}, [], "holds no scores.parquet"),
+    (None, [], "or --scores DIR"),
+])
+def test_calibration_on_an_attribution_run_refuses_what_it_cannot_honour(tmp_path, doc, argv, message) -> None:
+    _attribute(tmp_path)
+    (tmp_path / "specs").mkdir()
+    spec_dir = tmp_path if doc is None or doc["scores"] != "../attr" else tmp_path / "specs"
+    args = [] if doc is None else [_write(spec_dir, "s.yaml", doc)]
+    out = tmp_path / "run"
+    r = CliRunner().invoke(app, ["study", "calibration", *args, *argv, "--out", str(out)])
     assert r.exit_code == 2 and message in r.output, r.output
     assert not out.exists()

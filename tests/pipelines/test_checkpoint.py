@@ -58,7 +58,7 @@ def test_resume_after_kill_9_gives_identical_scores(tmp_path):
     assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()
     done = _chunks(killed)
     assert 1 <= len(done) < 24 and not (killed / "scores.parquet").exists()
-    manifest = json.loads(next((killed / "checkpoints").glob("*/checkpoint.json")).read_text())
+    manifest = json.loads(next((killed / "checkpoints").glob("*/checkpoint.json")).read_text())["payload"]
     assert manifest["binding"]["method"] == "exact" and len(manifest["binding"]["chunks"]) == 24
 
     res = runner.invoke(app, [*ARGS, "--out", str(killed), "--resume"])
@@ -103,9 +103,13 @@ def test_store_refuses_a_different_job_names_the_difference_and_force_discards(t
 def test_store_refuses_a_chunk_of_the_wrong_shape(tmp_path):
     store = CheckpointStore(tmp_path, _job(), chunk_bounds(4, 2))
     store.start([])
-    np.save(store.chunk_path(0, 2), np.ones((2, 45), np.float32))
+    store.write(0, 2, np.ones((2, 45), np.float32))  # sealed, but not this job's shape
     with pytest.raises(InputError, match="not float32"):
         store.read(0, 2)
+    np.save(store.chunk_path(2, 4), np.ones((2, 46), np.float32))  # planted without a seal
+    assert store.finished() == [(0, 2)]
+    with pytest.raises(InputError, match="rows-0000002-0000004.npy .*missing"):
+        store.read(2, 4)
 
 
 def test_cli_refuses_mismatched_checkpoints_with_exit_2(tmp_path):

@@ -39,7 +39,8 @@ def test_relative_model_path_resolves_against_the_spec(tmp_path) -> None:
     assert spec.model == str(tmp_path / "specs" / "models" / "m")
     # sources that are not paths are left alone
     assert load_spec(_spec(tmp_path / "specs" / "b.yaml", RANDOM)).model == RANDOM
-    assert load_spec(_spec(tmp_path / "specs" / "c.yaml", "org/name")).model == "org/name"
+    # a hub id is marked as one: looked up in the Hugging Face cache only, never in the current directory
+    assert load_spec(_spec(tmp_path / "specs" / "c.yaml", "org/name")).model == "hf:org/name"
 
 
 def test_allow_outside_lifts_confinement(tmp_path) -> None:

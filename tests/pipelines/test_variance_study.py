@@ -337,6 +337,9 @@ def test_html_report_has_the_variance_section(tiny_run):
     assert "counterfactual" in html and "examples:counterfactual" in html
     # the bar comes from the table, the verdict column and each interval's estimand are shown
     assert "meets 0.8" in html and "interval covers" in html and "Variance shares pooled over the top" in html
+    from interval_check import check_intervals  # every interval on the page is its table's (tests/interval_check.py)
+
+    check_intervals(out, html)
 
 
 def test_spec_errors_name_the_key():

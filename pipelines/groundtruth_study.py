@@ -1,0 +1,272 @@
+"""Ground-truth study: how well discovery methods, and circuitstat's own error statements, recover known circuits.
+
+``circuitstat study groundtruth SPEC --out DIR`` runs every method of the spec on every model with a
+known circuit (circuits.groundtruth: tracr-compiled programs, planted circuits), on R disjoint datasets
+of each size N drawn from the model's task, and scores each dataset against the truth
+(stats.groundtruth_scoring).  A spec::
+
+    models: [tracr:reverse, tracr:hist, tracr:sort, tracr:frac_prevs, tracr:detect_abc, tracr:dyck,
+             "planted:induction?background=1", "planted:induction?background=3"]
+    methods: [exact, eap, eap-ig-inputs, eap-ig-activations, clean-corrupted]
+    sizes: [16, 64, 256]
+    n_datasets: 20        # R: datasets of each size, disjoint, so they are independent draws
+    alphas: [0.05, 0.1]   # FDR levels of the q-value selections
+    k_multiples: [0.5, 1, 2]   # top-k circuit sizes, as multiples of the true circuit's size
+    faithfulness_methods: [exact]
+
+Per model the population is R x max(N) prompts of its task; method scores are computed once on it
+(a resumable stage per model and method) and dataset r of size N is the first N prompts of the r-th
+block, so datasets of one N never share a prompt.  Tables (reports/schema.py):
+``groundtruth_models``, ``groundtruth_datasets`` (every per-dataset value), ``groundtruth_summary``
+(means over datasets with t intervals; the estimand is in each row), ``groundtruth_fdr`` (realised FDR
+against alpha), ``groundtruth_roc`` (ROC curves averaged over datasets).  The pipeline orchestrates;
+every number comes from stats/.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+from pydantic import Field
+
+from circuits.errors import InputError
+
+from .spec import METHOD, KGrid, _RunOptions, load_yaml, validate_spec
+
+if TYPE_CHECKING:
+    from reports.run_tables import RunTables
+
+__all__ = ["GroundTruthSpec", "load_groundtruth_spec", "run_groundtruth_study", "summary_lines", "TABLES",
+           "population_evaluations",
+           "DEFAULT_MODELS"]
+
+DEFAULT_MODELS = ["tracr:frac_prevs", "tracr:reverse", "tracr:hist", "tracr:sort", "tracr:detect_abc", "tracr:dyck",
+                  "planted:induction?background=1", "planted:induction?background=3"]
+TABLES = ("groundtruth_models", "groundtruth_datasets", "groundtruth_summary", "groundtruth_fdr", "groundtruth_roc")
+ROC_GRID = np.linspace(0.0, 1.0, 21)
+KEYS = ("model", "method", "n")
+
+
+class GroundTruthSpec(_RunOptions):
+    """What a ground-truth study runs; see the module docstring."""
+
+    models: list[str] = Field(default_factory=lambda: list(DEFAULT_MODELS), min_length=1)
+    methods: list[METHOD] = Field(default_factory=lambda: ["exact", "eap", "eap-ig-inputs", "eap-ig-activations",
+                                                           "clean-corrupted"], min_length=1)
+    sizes: KGrid = Field(default_factory=lambda: [16, 64, 256], min_length=1)
+    n_datasets: int = Field(20, ge=5, le=10_000)
+    alphas: list[float] = Field(default_factory=lambda: [0.05, 0.1], min_length=1)
+    k_multiples: list[float] = Field(default_factory=lambda: [0.5, 1.0, 2.0], min_length=1)
+    ranking: Literal["absolute", "signed"] = "absolute"
+    n_resamples: int = Field(1000, ge=50, le=100_000)  # the audit's default: its p-value floor 1/(B+1) must let BH reject
+    thresholds: list[float] = Field(default_factory=lambda: [0.6, 0.75, 0.9], min_length=1)
+    n_subsamples: int = Field(100, ge=10, le=100_000)
+    faithfulness_methods: list[METHOD] = Field(default_factory=lambda: ["exact"])
+    ig_steps: int = Field(5, ge=1, le=1000)
+    confidence_level: float = Field(0.95, gt=0.5, lt=1.0)
+    batch_size: int = Field(64, ge=1, le=4096)
+
+    @property
+    def level(self) -> str:
+        """Attribution level: the truth is a set of edges."""
+        return "edge"
+
+    @property
+    def ablation(self) -> str:
+        """Edges outside a circuit carry the corrupted prompt's values (the truth is derived for that)."""
+        return "counterfactual"
+
+
+def parse_groundtruth_spec(data: Any, source: str = "<spec>") -> GroundTruthSpec:
+    """A validated GroundTruthSpec from parsed YAML, or InputError naming each bad key."""
+    spec = validate_spec(GroundTruthSpec, data, source, kind="ground-truth spec", keys="models, methods, sizes, ...")
+    bad = [a for a in spec.alphas if not 0 < a < 1] + [m for m in spec.k_multiples if m <= 0]
+    if bad:
+        raise InputError(f"invalid ground-truth spec {source}: alphas must lie in (0, 1) and k_multiples be "
+                         f"positive; got {bad[0]}")
+    if any(not 0.5 < t <= 1 for t in spec.thresholds):
+        raise InputError(f"invalid ground-truth spec {source}: stability thresholds must lie in (0.5, 1]")
+    if not set(spec.faithfulness_methods) <= set(spec.methods):
+        raise InputError(f"invalid ground-truth spec {source}: faithfulness_methods must be among methods")
+    bad = [m for m in spec.models if not m.startswith(("tracr:", "planted:"))]
+    if bad:
+        raise InputError(f"invalid ground-truth spec {source}: model {bad[0]!r} is not a built-in ground-truth source; "
+                         "use tracr:NAME or planted:induction?... (fixture directories load from Python only)")
+    if spec.sizes[0] < 4:
+        raise InputError(f"invalid ground-truth spec {source}: sizes must be at least 4 prompts")
+    return spec
+
+
+def load_groundtruth_spec(path: str | Path) -> GroundTruthSpec:
+    """The validated ground-truth spec in a YAML file (its models are built-in sources, never paths)."""
+    return parse_groundtruth_spec(load_yaml(path), str(path))
+
+
+def _slug(source: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", source).strip("_")
+
+
+def _population_seed(run, source: str) -> int:
+    return int(run.stage_seed(f"task:{source}").generate_state(1)[0] % (2**31))
+
+
+def _model_row(gt, source: str, population: int) -> dict:
+    return {"model": source, "kind": gt.kind, "describe": gt.describe, "n_edges": int(gt.truth.size),
+            "n_true": int(gt.truth.sum()), "n_null": int(gt.null_edges.sum()),
+            "n_per_example_nulls": int(gt.per_example_nulls.sum()) if gt.per_example_nulls is not None else 0,
+            "n_structural": int(gt.extra["structural"].sum()) if "structural" in gt.extra else -1,
+            "population": population, "weight_hash": gt.model.weight_hash(), "true_edges": ",".join(gt.truth_names())}
+
+
+def population_evaluations(gt, task, spec: GroundTruthSpec):
+    """PopulationEvaluations of the model's circuits on every population prompt (faithfulness family)."""
+    from circuits.faithfulness import faithfulness
+    from stats.calibration_kinds import PopulationEvaluations
+
+    def evaluate(masks: np.ndarray, rows: np.ndarray):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # undefined examples are NaN and counted there
+            r = faithfulness(gt.model, task, masks, rows=rows, seed=spec.seed, batch_size=spec.batch_size,
+                             progress=False)
+        return r.m_circuit, r.m_clean, r.m_empty
+
+    return PopulationEvaluations(evaluate, task.n, gt.truth.size)
+
+
+def _dataset_rows(S: np.ndarray, gt, spec: GroundTruthSpec, method: str, evals, seed) -> list[dict]:
+    """Every per-dataset row of one model and method (stats.groundtruth_scoring), with ROC points."""
+    from stats.groundtruth import roc_on_grid
+    from stats.groundtruth_scoring import faithfulness_dataset, score_dataset
+    from stats.resampling import spawn_seeds
+    from stats.topk import ranking_key
+
+    k_true = int(gt.truth.sum())
+    ks = sorted({max(1, int(round(m * k_true))) for m in spec.k_multiples} - {gt.truth.size})
+    block, out = max(spec.sizes), []
+    seeds = iter(spawn_seeds(seed, len(spec.sizes) * spec.n_datasets))
+    for n in spec.sizes:
+        for r in range(spec.n_datasets):
+            rows = np.arange(r * block, r * block + n)
+            s = next(seeds)
+            vals = score_dataset(S[rows], gt.truth, ks=ks, alphas=spec.alphas, ranking=spec.ranking,
+                                 n_resamples=spec.n_resamples, thresholds=spec.thresholds,
+                                 n_subsamples=spec.n_subsamples, seed=s)
+            if evals is not None:
+                vals += faithfulness_dataset(S[rows], rows, gt.truth, evals, true_value=1.0, ranking=spec.ranking,
+                                             n_resamples=spec.n_resamples, confidence_level=spec.confidence_level,
+                                             seed=s)
+            key = ranking_key(S[rows].sum(0) / n, spec.ranking)
+            vals += [("roc", "tpr", f"fpr={x:.2f}", float(t)) for x, t in zip(ROC_GRID, roc_on_grid(key, gt.truth,
+                                                                                                 ROC_GRID))]
+            out += [{"model": "", "method": method, "n": n, "dataset": r, "family": f, "statistic": st,
+                     "param": p, "value": float(v)} for f, st, p, v in vals]
+    return out
+
+
+def _roc_table(summary: list[dict]) -> dict[str, list]:
+    rows = [r for r in summary if r["family"] == "roc"]
+    return {"model": [r["model"] for r in rows], "method": [r["method"] for r in rows], "n": [r["n"] for r in rows],
+            "fpr": [float(r["param"].split("=")[1]) for r in rows], "tpr": [r["estimate"] for r in rows],
+            "tpr_ci_low": [r["ci_low"] for r in rows], "tpr_ci_high": [r["ci_high"] for r in rows],
+            "estimand": [r["estimand"] for r in rows]}
+
+
+def _columns(rows: list[dict]) -> dict[str, list]:
+    return {k: [r[k] for r in rows] for k in rows[0]} if rows else {}
+
+
+def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int | None = None,
+                          force: bool = False) -> RunTables:
+    """Run (or resume) the ground-truth study of ``spec`` into run directory ``out``; return its tables."""
+    from circuits.groundtruth import load_groundtruth
+    from reports.rundir import RunDir
+    from reports.run_tables import RunTables
+    from reports.tables import table_to_matrix
+    from stats.groundtruth_scoring import fdr_rows, summarise
+
+    from .audit import attribution_scores
+    from .training import use_deterministic
+
+    use_deterministic()
+    loaded = {m: load_groundtruth(m) for m in spec.models}  # every source is checked before anything is written
+    doc = spec.model_dump()
+    population = spec.n_datasets * max(spec.sizes)
+    with RunDir(out, spec=doc, command=sys.argv, seed=spec.seed,
+                provenance={"models": {m: gt.identity() for m, gt in loaded.items()}}) as run:
+        tasks = {m: gt.task(population, _population_seed(run, m)) for m, gt in loaded.items()}
+        for m, gt in loaded.items():
+            for method in spec.methods:
+                name = f"scores_{_slug(m)}_{method.replace('-', '_')}"
+                params = {"weight_hash": gt.model.weight_hash(), "task_hash": tasks[m].content_hash, "method": method,
+                          **{k: doc[k] for k in ("ig_steps", "batch_size", "seed")}}
+                run.stage(name, lambda gt=gt, m=m, method=method, name=name: {name: attribution_scores(
+                    gt.model, tasks[m], method, spec, n_jobs or spec.n_jobs).tables({"task": tasks[m].describe()})[
+                    "scores"]}, [name], params=params, force=force)
+
+        def evaluate() -> dict:
+            per_dataset, models = [], []
+            for m, gt in loaded.items():
+                models.append(_model_row(gt, m, population))
+                evals = population_evaluations(gt, tasks[m], spec) if spec.faithfulness_methods else None
+                for method in spec.methods:
+                    S = np.asarray(table_to_matrix(run.table(f"scores_{_slug(m)}_{method.replace('-', '_')}")),
+                                   dtype=np.float64)
+                    rows = _dataset_rows(S, gt, spec, method, evals if method in spec.faithfulness_methods else None,
+                                         run.stage_seed(f"evaluate:{m}:{method}"))
+                    for r in rows:
+                        r["model"] = m
+                    per_dataset += rows
+            summary = summarise(per_dataset, KEYS, spec.confidence_level)
+            return {"groundtruth_models": _columns(models), "groundtruth_datasets": _columns(per_dataset),
+                    "groundtruth_summary": _columns([r for r in summary if r["family"] != "roc"]),
+                    "groundtruth_fdr": _columns(fdr_rows(per_dataset, KEYS)), "groundtruth_roc": _roc_table(summary)}
+
+        keys = ("sizes", "n_datasets", "alphas", "k_multiples", "ranking", "n_resamples", "thresholds", "n_subsamples",
+                "faithfulness_methods", "confidence_level")
+        deps = [f"scores_{_slug(m)}_{method.replace('-', '_')}" for m in spec.models for method in spec.methods]
+        run.stage("evaluate", evaluate, list(TABLES), params={k: doc[k] for k in keys}, depends_on=deps, force=force)
+    return RunTables(Path(out), TABLES, "groundtruth_summary", {"study": "groundtruth", "spec": doc})
+
+
+def _pick(summary: dict[str, list], model: str, method: str, n: int, family: str, statistic: str,
+          param: str = "") -> tuple[float, float, float]:
+    for i in range(len(summary["model"])):
+        if (summary["model"][i], summary["method"][i], summary["n"][i], summary["family"][i], summary["statistic"][i],
+                summary["param"][i]) == (model, method, n, family, statistic, param):
+            return summary["estimate"][i], summary["ci_low"][i], summary["ci_high"][i]
+    return float("nan"), float("nan"), float("nan")
+
+
+def summary_lines(tables: dict[str, Any], alpha: float = 0.05) -> list[str]:
+    """The one-screen summary: per model and method at the largest N, AUROCs, F1 at the true size, FDR."""
+    s = tables["groundtruth_summary"].to_pydict()
+    fdr = tables["groundtruth_fdr"].to_pydict()
+    models = tables["groundtruth_models"].to_pydict()
+    n = max(s["n"])
+
+    def ci(v: tuple[float, float, float]) -> str:
+        return f"{v[0]:.2f} [{v[1]:.2f},{v[2]:.2f}]" if np.isfinite(v[0]) else "—"
+
+    lines = [f"ground truth at N = {n} ({max(fdr['n_datasets'])} datasets; [..]: 95% t interval over datasets of "
+             f"the expected value for a dataset of N prompts)",
+             f"{'model':<34} {'method':<19} {'AUROC':>17} {'pessimistic':>17} {'F1 top-|C|':>17} "
+             f"{'FDR q=' + format(alpha, 'g'):>14} {'power':>6}"]
+    for i, m in enumerate(models["model"]):
+        k = models["n_true"][i]
+        for method in dict.fromkeys(s["method"]):
+            a = _pick(s, m, method, n, "ranking", "auroc")
+            if not np.isfinite(a[0]):
+                continue
+            f = [j for j in range(len(fdr["model"])) if (fdr["model"][j], fdr["method"][j], fdr["n"][j],
+                                                          fdr["test"][j], fdr["alpha"][j]) == (m, method, n,
+                                                                                              "bootstrap", alpha)]
+            fd = f"{fdr['fdr'][f[0]]:.3f} {fdr['verdict'][f[0]][:5]}" if f else "—"
+            pw = f"{fdr['power'][f[0]]:.2f}" if f else "—"
+            lines.append(f"{m[:34]:<34} {method:<19} {ci(a):>17} {ci(_pick(s, m, method, n, 'ranking', 'auroc_pessimistic')):>17} "
+                         f"{ci(_pick(s, m, method, n, 'topk', 'f1', f'k={k}')):>17} {fd:>14} {pw:>6}")
+    return lines

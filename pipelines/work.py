@@ -1,0 +1,111 @@
+"""Work estimates of training and of the studies, checked before any work starts (circuits.limits).
+
+Sizes in a spec or plan come from a file that may be someone else's: a grid of a thousand seeds, a
+million training steps or a hundred thousand datasets of a million prompts would run for days and
+leave a partial run directory behind. Each estimate here counts the arithmetic of the computation
+from the shapes alone (FLOPs of the model passes from circuits.plan; multiply-adds of the
+resampling), an upper bound of the same order as the work itself, and is refused above
+:data:`circuits.limits.MAX_WORK` unless the command line passes ``--allow-large``. The checks run
+before a model is trained, a corpus tokenized or a run directory created.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from circuits.limits import check_work
+
+GPT2_VOCAB = 50257
+
+
+def _recipe_vocab(recipe: Any) -> int:
+    """The vocabulary a recipe trains with, before its tokenizer exists (a BPE's size, GPT-2's)."""
+    tok = str(recipe.tokenizer).lower()
+    return GPT2_VOCAB if tok.startswith(("gpt2", "gpt-2", "openai-community/gpt2")) else int(recipe.vocab_size)
+
+
+def training_operations(recipe: Any, vocab_size: int | None = None) -> float:
+    """FLOPs of training one model of ``recipe``: steps x batch x (forward + backward, 3 forwards) of
+    an ``n_ctx``-token sequence with logits at every position."""
+    from circuits.plan import layer_flops
+
+    cfg = recipe.model_config(vocab_size or _recipe_vocab(recipe))
+    forward = cfg.n_layers * sum(layer_flops(cfg, cfg.n_ctx)) + 2 * cfg.d_model * cfg.vocab_size * cfg.n_ctx
+    return float(recipe.steps) * recipe.batch_size * 3 * forward
+
+
+def check_training(recipe: Any, n_models: int, *, allow_large: bool = False, what: str = "training") -> None:
+    """None; InputError when training ``n_models`` models of ``recipe`` exceeds the work limit."""
+    check_work(n_models * training_operations(recipe), f"{what} ({n_models:,} models x {recipe.steps:,} steps)",
+               allow_large=allow_large, shrink="the seeds, steps, batch size, context or model size")
+
+
+def head_study_operations(plan: Any) -> float:
+    """Operations of a head study: training every condition's seeds, then per condition the probe
+    forwards, all-pairs pattern similarities (every refit an anchor), their bootstrap and
+    shuffled-prompt null, the residual CKA and its bootstrap, and the permutation tests."""
+    from circuits.plan import forward_flops
+
+    total = 0.0
+    K, n, T = len(plan.seeds), plan.n_probe, plan.probe_len
+    for _, recipe in plan.conditions():
+        total += K * training_operations(recipe)
+        cfg = recipe.model_config(_recipe_vocab(recipe))
+        heads = cfg.n_layers * cfg.n_heads * cfg.n_heads  # same-layer head pairs of two refits
+        total += K * n * forward_flops(cfg, min(T, cfg.n_ctx))
+        similarity = heads * n * T * T  # cosine of lower-triangle patterns, per prompt
+        total += K * K * similarity * (1 + plan.n_null) + plan.n_boot * K * K * heads * n
+        tokens = n * T
+        total += 2 * K * K * tokens * tokens * (cfg.d_model + plan.n_boot_cka)  # two hooks: Gram matrices, resampled
+        total += plan.n_perm * cfg.n_layers * cfg.n_heads * K
+    return total
+
+
+MAX_MODELS = 1000
+"""Most models one study or ``train`` may train without ``--allow-large`` (each costs a process start,
+data loading and a directory, whatever its size): pipelines.training.MAX_SEEDS."""
+
+
+def check_head_study(plan: Any, *, allow_large: bool = False) -> None:
+    """None; InputError when the head-study plan trains more than :data:`MAX_MODELS` models or exceeds
+    the work limit (named sizes to shrink)."""
+    from circuits.limits import check_count
+
+    check_count(len(plan.conditions()) * len(plan.seeds), MAX_MODELS,
+                f"the number of models the head-study plan trains ({len(plan.conditions())} conditions x "
+                f"{len(plan.seeds)} seeds)", allow_large=allow_large)
+    check_work(head_study_operations(plan), f"the head-study plan ({len(plan.conditions())} conditions x "
+               f"{len(plan.seeds)} seeds x {plan.base.steps:,} steps)", allow_large=allow_large,
+               shrink="depths, optimizers, seeds, recipe.steps, n_probe, probe_len or the resample counts")
+
+
+def calibration_operations(spec: Any, cfg: Any, n_edges: int, positions: int, *, n_population: int,
+                           attributed: bool = True) -> float:
+    """Operations of a calibration study: attributing the population (when ``attributed``), then per
+    dataset size and dataset the resampled means of every edge (several interval methods), the
+    stability intervals and their Monte Carlo truth at every k, and the faithfulness runs of every
+    selected circuit on every population prompt (``cfg`` None: no model, no faithfulness family)."""
+    from circuits.plan import forward_flops, method_cost
+
+    total = 0.0
+    if attributed and cfg is not None:
+        total += method_cost(cfg, spec.method, n=n_population, positions=positions, ig_steps=spec.ig_steps).flops
+    D, B, ks = spec.n_datasets, spec.n_resamples, len(spec.ks)
+    families = set(spec.intervals)
+    for N in spec.sizes:
+        if "edge" in families:
+            total += D * 4 * 2 * B * N * n_edges  # percentile/BCa/t/studentized resampled means
+        if "stability" in families:
+            total += D * (2 * B * N * n_edges + ks * B * n_edges) + spec.n_truth_pairs * 2 * N * n_edges * ks
+        if "faithfulness" in families and cfg is not None:
+            total += D * ks * (n_population + 2 * N) * forward_flops(cfg, positions)  # every selected circuit
+    return float(total)
+
+
+def check_calibration(spec: Any, cfg: Any, n_edges: int, positions: int, *, n_population: int,
+                      attributed: bool = True, allow_large: bool = False) -> None:
+    """None; InputError when the calibration spec exceeds the work limit (see calibration_operations)."""
+    ops = calibration_operations(spec, cfg, n_edges, positions, n_population=n_population, attributed=attributed)
+    check_work(ops, f"the calibration study ({len(spec.sizes)} sizes up to {max(spec.sizes):,} x "
+               f"{spec.n_datasets:,} datasets x {spec.n_resamples:,} resamples on {n_edges:,} edges)",
+               allow_large=allow_large, shrink="sizes, n_datasets, n_resamples, ks, n_truth_pairs or task.n")
