@@ -47,6 +47,10 @@ class Calibration:
         return self.patch_call_s + call + row * rows
 
 
+TIMING_BYTES = 2 * 2**30
+"""Largest weights ``attribute --plan`` loads to time the passes (GPT-2 small is 0.5 GB); a larger model
+(Gemma-2-2B: 5 GiB in bf16) is planned from its shapes alone, its time priced by FLOPs."""
+
 # Dense (not sparse) tensor-core peaks from the vendors' datasheets, TFLOP/s: (bf16/fp16, fp32 without TF32).
 PEAKS = {"H200": (989.0, 67.0), "H100 PCIe": (756.0, 51.0), "H100": (989.0, 67.0), "A100": (312.0, 19.5),
          "L40S": (362.0, 91.6), "L4": (121.0, 30.3), "RTX 4090": (165.0, 82.6), "T4": (65.0, 8.1)}

@@ -170,13 +170,14 @@ def _plan(source: str, task: str, *, n: int, seed: int, metric, level: str, batc
           budget, n_jobs: int, device: str, dtype: str, allow_pickle: bool, allow_large: bool) -> None:
     """Print the plan of an attribute run: counts from the model's skeleton on the meta device (no weight
     is read or allocated, whatever the config's size); timings from the loaded model only when its
-    weights fit the memory limit (circuits.limits.MAX_BYTES, which --allow-large does not lift here)."""
+    weights fit the memory limit (circuits.limits.MAX_BYTES, which --allow-large does not lift here) and
+    pipelines.plan.TIMING_BYTES; otherwise the time is priced by FLOPs (pipelines.plan.flop_rate)."""
     from circuits import load_model
     from circuits.limits import MAX_BYTES, format_bytes
     from circuits.plan import weight_bytes
     from circuits.skeleton import load_skeleton
     from pipelines.build import build_task, check_work, resolve_source, task_positions
-    from pipelines.plan import plan_lines
+    from pipelines.plan import TIMING_BYTES, plan_lines
 
     skeleton = load_skeleton(resolve_source(source), allow_pickle=allow_pickle, allow_large=allow_large)
     skeleton = skeleton.to(dtype=_torch_dtype(dtype))  # on meta: only the itemsize changes
@@ -184,11 +185,14 @@ def _plan(source: str, task: str, *, n: int, seed: int, metric, level: str, batc
     t = build_task(skeleton, task, n=n, seed=seed, metric=metric)
     need = weight_bytes(skeleton.cfg, _torch_dtype(dtype).itemsize)
     timing, why = None, ""
-    if need <= MAX_BYTES:
+    if need > MAX_BYTES:
+        why = f"the weights ({format_bytes(need)}) exceed the memory limit of {format_bytes(MAX_BYTES)}"
+    elif need > TIMING_BYTES:  # loading and timing a multi-GB model would take minutes: a plan takes seconds
+        why = (f"the weights ({format_bytes(need)}) are over the {format_bytes(TIMING_BYTES)} a timing calibration "
+               "loads")
+    else:
         timing = load_model(resolve_source(source), device=device, dtype=_torch_dtype(dtype),
                             allow_pickle=allow_pickle, allow_large=allow_large)
-    else:
-        why = f"the weights ({format_bytes(need)}) exceed the memory limit of {format_bytes(MAX_BYTES)}"
     for line in plan_lines(skeleton, t, level=level, batch_size=batch_size, ig_steps=ig_steps, budget=budget,
                            n_jobs=n_jobs, timing_model=timing, untimed=why, device=str(device)):
         echo(line)

@@ -104,3 +104,35 @@ def test_plan_lines_price_a_meta_model_by_flops(shape):
         assert ">=" in line and "does not fit" not in line
     tflops, how = flop_rate("cpu", torch.float32, size=128)
     assert tflops > 0 and "matmul on cpu" in how
+
+
+CLI_SHAPES = {  # the same shapes as random: specs (the rope schedule does not change a plan's counts)
+    "gemma-2-2b": "random:gemma2?hidden_size=2304&intermediate_size=9216&num_hidden_layers=26&num_attention_heads=8"
+                  "&num_key_value_heads=4&head_dim=256&vocab_size=256000&max_position_embeddings=8192"
+                  "&query_pre_attn_scalar=256&sliding_window=4096",
+    "llama-3.1-8b": "random:llama?hidden_size=4096&intermediate_size=14336&num_hidden_layers=32&num_attention_heads=32"
+                    "&num_key_value_heads=8&head_dim=128&vocab_size=128256&max_position_embeddings=131072",
+}
+
+
+@pytest.mark.parametrize("name", list(CLI_SHAPES))
+def test_attribute_plan_cli_on_the_shapes_allocates_no_weights(name):
+    """``circuitstat attribute --plan`` on the 2B and 8B shapes: the skeleton only (both are over what a
+    timing calibration loads), every method with memory within --max-memory and a FLOP-priced time."""
+    import resource
+
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    res = CliRunner().invoke(app, ["attribute", "--model", CLI_SHAPES[name], "--plan", "--allow-large", "--n", "32",
+                                   "--dtype", "bfloat16", "--max-memory", "40GiB"])
+    assert res.exit_code == 0, res.output + res.stderr
+    assert "no time estimate: the weights" in res.output and "TFLOP/s" in res.output
+    rows = [line.split() for line in res.output.splitlines() if line.split()[:1] and line.split()[0] in METHODS]
+    assert sorted(r[0] for r in rows) == sorted(METHODS)
+    for r in rows:
+        assert r[-3] == ">=" and r[7] == "GiB" and float(r[6]) <= 40.0, r  # memory within the budget
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+    assert grown < 2 * 2**30  # shapes and bookkeeping only: no 5-16 GiB of weights
