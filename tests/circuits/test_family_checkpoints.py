@@ -55,3 +55,16 @@ def test_sharded_half_precision_checkpoint_from_the_cache_at_parity(tmp_path, mo
     with torch.no_grad():
         err = (half(ids, mask).float() - expected).abs()[real].max()
     assert err <= 0.1 * float(expected[real].abs().max())  # half-precision arithmetic, not a different model
+
+
+@pytest.mark.parametrize("family", ["gemma3", "olmo2", "phi3", "qwen2"])
+def test_converted_family_saves_and_loads_as_a_circuitstat_model(tmp_path, family):
+    """The cached-conversion format keeps every family field (rope schedules, windows, norms, soft-caps)."""
+    from circuits.convert import from_hf
+
+    m = from_hf(hf_model(family, seed=6))
+    back = load_model(m.save(tmp_path / "m"))
+    assert back.cfg == m.cfg and back.weight_hash() == m.weight_hash()
+    ids, mask = batch()
+    with torch.no_grad():
+        assert torch.equal(back(ids, mask), m(ids, mask))
