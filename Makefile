@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: install test test-fast demo bench browser clean
+.PHONY: install test test-fast demo bench browser postgres clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -23,13 +23,21 @@ $(STAMP): $(RUN_STAMP)
 
 install: $(STAMP)
 
-# The HTML report test renders in headless Chromium (Debian's package; needs root or sudo).
+# The HTML report test renders in headless Chromium (Debian's package; needs root or sudo); the
+# service's browser test drives it through chromium-driver (selenium).
 browser:
-	@command -v chromium >/dev/null 2>&1 || { \
+	@{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
-test: $(STAMP) browser
+# The service's tests start their own PostgreSQL server from Debian's package (initdb + pg_ctl in a
+# temporary directory; tests/service/postgres.py).
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq postgresql >/dev/null; }
+
+test: $(STAMP) browser postgres
 	$(BIN)/python -m pytest -q tests
 
 # For development: everything but the slow-marked coverage simulations and end-to-end runs

@@ -1,32 +1,15 @@
 """circuitstat circuits layer: models, the component graph, tasks, attribution, circuits.
 
-Names load lazily (PEP 562) so that ``from circuits.errors import InputError`` — used by the
-torch-free commands ``check``, ``query``, ``report`` — does not import torch.
+Names load lazily (PEP 562) so that importing one module does not import torch. Errors live on the
+ground floor (``reports.errors``).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from reports.lazy import lazy_names
 
-from .errors import InputError, UnsupportedArchitectureError
-
-_LAZY = {
-    "ComponentGraph": ".graph", "Intervention": ".interventions", "load_hf": ".loading",
-    "load_model": ".loading", "CircuitModel": ".model", "ModelConfig": ".engine.config",
-    "RunOutput": ".engine.run", "RunState": ".engine.run",
+_MODULES = {
+    ".graph": ["ComponentGraph"], ".interventions": ["Intervention"], ".loading": ["load_hf", "load_model"],
+    ".model": ["CircuitModel"], ".engine.config": ["ModelConfig"], ".engine.run": ["RunOutput", "RunState"],
 }
-
-__all__ = [
-    "CircuitModel", "ComponentGraph", "InputError", "Intervention", "ModelConfig", "RunOutput", "RunState",
-    "UnsupportedArchitectureError", "load_hf", "load_model",
-]
-
-
-def __getattr__(name: str) -> Any:
-    """The lazily imported public name ``name`` (its module is imported on first use)."""
-    if name not in _LAZY:
-        raise AttributeError(f"module 'circuits' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-    globals()[name] = value
-    return value
+__all__, __getattr__ = lazy_names(__name__, _MODULES)

@@ -28,7 +28,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from .errors import InputError
+from reports.errors import InputError
 from .model import CircuitModel
 
 ABLATIONS = ("counterfactual", "mean", "mean-positional", "zero", "resample")

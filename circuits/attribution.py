@@ -32,8 +32,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from reports.errors import InputError
+
 from .ablation import ABLATIONS, Ablation, PairData, check_input_node, last_index
-from .errors import InputError
 from .interventions import Intervention
 from .engine.masks import allowed_keys
 from .engine.run import RunState

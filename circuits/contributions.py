@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .errors import InputError
+from reports.errors import InputError
 from .interventions import Intervention
 
 __all__ = ["MEASURES", "TOKEN_ABLATIONS", "EMBEDDING_ABLATIONS", "TokenWeights", "head_weight_matrices",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import UnsupportedArchitectureError
+from reports.errors import UnsupportedArchitectureError
 from .model import CircuitModel, ModelConfig
 from .rope_config import rope_fields
 
@@ -68,7 +68,8 @@ READ = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_
 
 
 def _refuse(kind: str, field: str, value, fix: str) -> UnsupportedArchitectureError:
-    return UnsupportedArchitectureError(f"{kind} config field {field}={value!r} is not reproduced by circuitstat; {fix}")
+    return UnsupportedArchitectureError(
+        f"{kind} config field {field}={value!r} is not reproduced by circuitstat; {fix}")
 
 
 def check_fields(c) -> None:

@@ -25,7 +25,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 __all__ = [
     "Document",

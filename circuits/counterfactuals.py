@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import InputError
+from reports.errors import InputError
 
 __all__ = ["with_counterfactual", "counterfactual_corruptions"]
 

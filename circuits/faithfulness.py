@@ -20,7 +20,7 @@ Faithfulness ``f(C) = (m(C) − m(∅)) / (m(M) − m(∅))`` is reported two wa
   NaN when its own denominator is ~0 by the same rule.
 
 Curves (:func:`faithfulness_curve`) evaluate a grid of circuit sizes built from one score vector
-(top-k or greedy, ``absolute`` an explicit choice), pruned by default as MIB does.  Several
+(top-k or greedy, ``ranking`` an explicit choice), pruned by default as MIB does.  Several
 circuits share each forward: rows are (example, circuit) pairs with per-row edge masks, in chunks
 of ``max_rows``.  The x axis is the normalised edge fraction ``x = |C| / E`` (after pruning: the
 edges actually evaluated, as MIB's ``weighted_edge_count``).  MIB's integrals are trapezoid sums
@@ -50,11 +50,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from stats.results import Result
+from reports.errors import InputError
+from reports.results import Result
+from reports.seeds import as_seed_sequence, seed_record
+from reports.topk import TIE_RULE, check_ranking, topk
 
 from .ablation import Ablation, PairData, last_index
 from .circuit import Circuit
-from .errors import InputError
 from .interventions import Intervention
 from .model import CircuitModel
 
@@ -114,7 +116,7 @@ class FaithfulnessResult(Result):
     example_ids: np.ndarray | None = None
     circuits: list[Circuit] | None = None
     log_x: bool = False
-    main_table = "circuits"
+    main_table = "faithfulness_circuits"
 
     def __post_init__(self) -> None:
         self.m_circuit = np.asarray(self.m_circuit, dtype=np.float32)
@@ -165,6 +167,7 @@ class FaithfulnessResult(Result):
             "n_defined": np.full(C, self.m_circuit.shape[0] - self.n_undefined, dtype=np.int64),
             "mean_m_circuit": self.mean_m_circuit,
             "mean_m_clean": np.full(C, self.mean_m_clean), "mean_m_empty": np.full(C, self.mean_m_empty),
+            **self._tie_columns(C),
         }
         ex = matrix_to_table(self.per_example, {"example": self.example_ids}, column="faithfulness", allow_nan=True)
         mc = matrix_to_table(self.m_circuit, column="m_circuit", allow_nan=True)
@@ -172,9 +175,9 @@ class FaithfulnessResult(Result):
                     "m_clean": self.m_clean, "m_empty": self.m_empty, "undefined": self.undefined,
                     "faithfulness": ex.column("faithfulness").combine_chunks(),
                     "m_circuit": mc.column("m_circuit").combine_chunks()}
-        out = {"circuits": circuits, "examples": examples}
+        out = {"faithfulness_circuits": circuits, "faithfulness_examples": examples}
         if self.cpr is not None:
-            out["areas"] = {
+            out["faithfulness_areas"] = {
                 "statistic": ["cpr", "cmd"],
                 "ratio_of_means": np.asarray([self.cpr, self.cmd]),
                 "mean_per_example": np.asarray([_nanmean(self.cpr_per_example), _nanmean(self.cmd_per_example)]),
@@ -183,6 +186,21 @@ class FaithfulnessResult(Result):
                 "log_x": [self.log_x, self.log_x],
             }
         return out
+
+    def _tie_columns(self, C: int) -> dict[str, Any]:
+        """The tie rule and the edges (nodes) tied at each circuit's cut-off (-1: not a top-k circuit)."""
+        curve = self.params.get("curve") or {}
+        if self.circuits:
+            ps = [c.params for c in self.circuits]
+            ties = [p.get("cutoff_ties", -1) for p in ps]
+            excluded = [p.get("cutoff_ties_excluded", -1) for p in ps]
+            rule = [p.get("ties", "") for p in ps]
+        elif "cutoff_ties" in curve:
+            ties, excluded, rule = curve["cutoff_ties"], curve["cutoff_ties_excluded"], [curve["ties"]] * C
+        else:
+            ties, excluded, rule = [-1] * C, [-1] * C, [""] * C
+        return {"tie_rule": list(rule), "cutoff_ties": np.asarray(ties, dtype=np.int64),
+                "cutoff_ties_excluded": np.asarray(excluded, dtype=np.int64)}
 
     def _summary_items(self) -> list[tuple[str, Any]]:
         N, C = self.m_circuit.shape
@@ -325,7 +343,7 @@ def faithfulness_curve(
     data: PairData,
     scores: Any,
     *,
-    absolute: bool,
+    ranking: str | None = None,
     fractions: Sequence[float] | None = MIB_FRACTIONS,
     ks: Sequence[int] | None = None,
     rule: str = "top_k",
@@ -340,6 +358,8 @@ def faithfulness_curve(
     atol: float = 1e-6,
     progress: bool = True,
     level: str = "edge",
+    tie_seed: Any = 0,
+    **renamed: Any,
 ) -> FaithfulnessResult:
     """Faithfulness over a grid of circuit sizes from one score vector, with MIB's CPR and CMD.
 
@@ -351,12 +371,14 @@ def faithfulness_curve(
     ``scores``: a ScoreMatrix (its mean is ranked) or a vector [E].  The grid is ``ks`` (edge
     counts) or ``fractions`` of all edges (k = ⌊fraction · E⌋, MIB's default grid).  ``rule`` is
     ``"top_k"`` or ``"greedy"``; ``prune`` (default True, as MIB) prunes each circuit before it
-    is evaluated and the x axis counts the edges left.  The remaining keywords are :func:`faithfulness`'s.
+    is evaluated and the x axis counts the edges left.  ``tie_seed`` breaks ties at each cut-off (the one
+    top-k, reports.topk; the same seed gives nested circuits). The remaining keywords are :func:`faithfulness`'s.
     """
     from .scores import ScoreMatrix
 
+    ranking = check_ranking(ranking, renamed, "faithfulness_curve")
     if level == "node":
-        return _node_curve(model, data, scores, absolute=absolute, fractions=fractions, ks=ks, log_x=log_x,
+        return _node_curve(model, data, scores, ranking=ranking, tie_seed=tie_seed, fractions=fractions, ks=ks, log_x=log_x,
                            ablation=ablation, reference=reference, seed=seed, batch_size=batch_size,
                            max_rows=max_rows, rtol=rtol, atol=atol, progress=progress)
     if level != "edge":
@@ -370,9 +392,9 @@ def faithfulness_curve(
     build = Circuit.top_k if rule == "top_k" else Circuit.greedy
     circuits = []
     for k in ks:
-        c = build(scores, k, absolute=absolute, graph=graph)
+        c = build(scores, k, ranking=ranking, seed=tie_seed, graph=graph)
         circuits.append(c.prune() if prune else c)
-    extra = {"curve": {"rule": rule, "absolute": bool(absolute), "prune": prune, "ks": ks, "log_x": log_x,
+    extra = {"curve": {"rule": rule, "ranking": ranking, "prune": prune, "ks": ks, "log_x": log_x,
                        "fractions": used_fractions,
                        "x": "edges in the (pruned) circuit / all edges", "integration": "trapezoid on the grid (MIB)"}}
     masks, labels, objs = _as_masks(circuits, model.graph)
@@ -395,7 +417,7 @@ def _size_grid(ks: Sequence[int] | None, fractions: Sequence[float] | None, n: i
     return [int(f * n) for f in fr], fr.tolist()
 
 
-def _node_curve(model: CircuitModel, data: PairData, scores: Any, *, absolute: bool,
+def _node_curve(model: CircuitModel, data: PairData, scores: Any, *, ranking: str, tie_seed: Any,
                 fractions: Sequence[float] | None, ks: Sequence[int] | None, log_x: bool,
                 **evaluate) -> FaithfulnessResult:
     """Faithfulness of top-k node circuits (see :func:`faithfulness_curve`, ``level="node"``)."""
@@ -409,15 +431,20 @@ def _node_curve(model: CircuitModel, data: PairData, scores: Any, *, absolute: b
     ks, used_fractions = _size_grid(ks, fractions, U, "node")
     if sorted(ks) != ks or (ks and (ks[0] < 0 or ks[-1] > U)):
         raise InputError(f"node circuit sizes must be non-decreasing within 0..{U}, got {ks}")
-    key = np.abs(vec) if absolute else vec
-    order = np.argsort(-key, kind="stable")
+    ss = as_seed_sequence(tie_seed)
     live = np.zeros((len(ks), U), dtype=bool)
-    for i, k in enumerate(ks):
-        live[i, order[:k]] = True
+    ties, excluded = [], []
+    for i, k in enumerate(ks):  # the one top-k (reports.topk); one seed, so the circuits are nested
+        t = topk(vec, k, ranking=ranking, seed=ss) if k else None
+        if t is not None:
+            live[i, t.indices] = True
+        ties.append(0 if t is None else int(t.n_tied_at_cutoff))
+        excluded.append(0 if t is None else int(t.n_tied_excluded))
     masks = live[:, np.asarray(g.edge_sender)]  # an edge is live iff its sender is in the circuit
-    extra = {"curve": {"level": "node", "rule": "top_k", "absolute": bool(absolute), "prune": False, "ks": ks,
+    extra = {"curve": {"level": "node", "rule": "top_k", "ranking": ranking, "prune": False, "ks": ks,
                        "log_x": log_x, "fractions": used_fractions, "x": "nodes in the circuit / all nodes",
-                       "integration": "trapezoid on the grid (MIB)"},
+                       "integration": "trapezoid on the grid (MIB)", "ties": TIE_RULE, "tie_seed": seed_record(ss),
+                       "cutoff_ties": ties, "cutoff_ties_excluded": excluded},
              "nodes": [[g.senders[u] for u in np.flatnonzero(row)] for row in live]}
     return _evaluate(model, data, masks, [f"k={k}" for k in ks], None, k=np.asarray(ks), log_x=log_x, extra=extra,
                      sizes=np.asarray(ks, dtype=np.int64), n_total=U, **evaluate)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import InputError
+from reports.errors import InputError
 
 
 @dataclass

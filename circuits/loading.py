@@ -27,9 +27,10 @@ from urllib.parse import parse_qsl
 
 import torch
 
+from reports.errors import InputError, UnsupportedArchitectureError
+
 from .cache import conversion_dir, weight_hash_memo
 from .convert import FAMILIES, SUPPORTED, from_hf
-from .errors import InputError, UnsupportedArchitectureError
 from .limits import check_bytes
 from .model import CircuitModel, ModelConfig
 

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import torch
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 __all__ = [
     "Metric",

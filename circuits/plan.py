@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .errors import InputError
+from reports.errors import InputError
 from .graph import ComponentGraph
 from .engine.config import ModelConfig
 from .limits import parse_bytes  # noqa: F401 - re-exported: sizes such as --max-memory 2GiB

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputError
+from reports.errors import InputError
 
 __all__ = ["ProbeSet", "build_probe"]
 

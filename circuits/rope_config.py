@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from .errors import UnsupportedArchitectureError
+from reports.errors import UnsupportedArchitectureError
 
 # parameters each rope type reads (modeling_rope_utils, _validate_*_rope_parameters)
 _KEYS = {

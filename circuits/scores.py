@@ -7,13 +7,19 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError
+from reports.errors import InputError
+from reports.results import Result
+
 from .graph import ComponentGraph
 
 
-@dataclass
-class ScoreMatrix:
-    """Per-example scores of one method; never only the dataset mean."""
+@dataclass(repr=False)
+class ScoreMatrix(Result):
+    """Per-example scores of one method; never only the dataset mean.
+
+    A Result: tables ``scores`` (one row per example, the scores as a fixed-size list of float32)
+    and ``edges`` (or ``nodes``: the column index), provenance in their metadata; ``write(run_dir)``.
+    """
 
     scores: np.ndarray  # [N, E] float32
     graph: ComponentGraph
@@ -63,7 +69,25 @@ class ScoreMatrix:
         g = self.graph
         return {"n_layers": g.n_layers, "n_heads": g.n_heads, "has_mlp": g.has_mlp, "parallel": g.parallel}
 
-    # ---- persistence -----------------------------------------------------------------------
+    # ---- Result protocol and persistence ------------------------------------------------------
+    main_table = "scores"
+
+    @property
+    def index_name(self) -> str:
+        """Return the name of the column-index table: ``edges`` or ``nodes``."""
+        return "edges" if self.level == "edge" else "nodes"
+
+    def _tables(self) -> dict:
+        from reports.tables import matrix_to_table
+
+        table = matrix_to_table(self.scores, {"example": self.example_ids})
+        return {"scores": {c: table.column(c).combine_chunks() for c in table.column_names},
+                self.index_name: self.index_columns()}
+
+    def table_names(self) -> list[str]:
+        """Return ``["scores", "edges"]`` (``"nodes"`` for node-level scores)."""
+        return ["scores", self.index_name]
+
     def tables(self, provenance: dict | None = None, name: str = "scores") -> dict:
         """{name: per-example table, "edges" or "nodes": index table}, provenance in their metadata."""
         from reports.tables import matrix_to_table, to_arrow, with_provenance
@@ -71,18 +95,19 @@ class ScoreMatrix:
         prov = {**self.provenance, **(provenance or {}), "scores": self.describe(), "graph": self.graph_config()}
         table = matrix_to_table(self.scores, {"example": self.example_ids})
         index = to_arrow(self.index_columns())
-        return {name: with_provenance(table, prov),
-                ("edges" if self.level == "edge" else "nodes"): with_provenance(index, prov)}
+        return {name: with_provenance(table, prov), self.index_name: with_provenance(index, prov)}
 
-    def write(self, directory: str | Path, provenance: dict | None = None) -> Path:
-        """Write scores.parquet and edges.parquet (or nodes.parquet) into ``directory``."""
-        from reports.tables import write_table
+    def to_table(self, name: str | None = None):
+        """Return the ``scores`` table (default) or the index table, provenance in its metadata."""
+        tables = self.tables()
+        name = self.main_table if name is None else name
+        if name not in tables:
+            raise KeyError(f"unknown table {name!r}; this result has {sorted(tables)}")
+        return tables[name]
 
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        for name, table in self.tables(provenance).items():
-            write_table(table, out / f"{name}.parquet")
-        return out
+    def _summary_items(self) -> list:
+        return [("method", self.method), ("level", self.level), ("examples (N)", self.n_examples),
+                ("columns", len(self.names)), ("metric", self.metric), ("ablation", self.ablation)]
 
     def index_columns(self) -> dict:
         """The edge (or node) table: index, name and structure of each column."""
@@ -94,7 +119,7 @@ class ScoreMatrix:
 
     @classmethod
     def read(cls, directory: str | Path, name: str = "scores") -> "ScoreMatrix":
-        """A ScoreMatrix from a directory written by ``write`` (or a run's ``scores_<method>``).
+        """A ScoreMatrix from a run directory written by ``write`` (or a run's ``scores_<method>``).
 
         A file that is not such a table (another Parquet file, a truncated one, forged provenance)
         is an InputError naming what is missing; nothing in it is trusted to size allocations.

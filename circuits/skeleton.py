@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import InputError
+from reports.errors import InputError
 from .model import CircuitModel
 
 

@@ -25,7 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Iterable, Protocol, Sequence, runtime_checkable
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 __all__ = [
     "Tokenizer",

@@ -58,7 +58,7 @@ def attribution_scores(model, task, method: str, spec: AuditSpec, n_jobs: int):
 
 def resampling_plan(spec: AuditSpec, n: int, groups, seed, *, for_intervals: bool):
     """The run's resampling plan: bootstrap over examples or clusters, or half-size subsamples."""
-    from circuits.errors import InputError
+    from reports.errors import InputError
     from stats import ResamplingPlan
 
     b = spec.bootstrap
@@ -177,7 +177,7 @@ def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: b
     device, sizes (lifted by ``allow_large``), task options, attribution options, k and the
     resampling scheme. InputError on the first problem."""
     from circuits.attribution import check_options
-    from circuits.errors import InputError
+    from reports.errors import InputError
 
     from .build import build_task, check_device, check_work, n_columns, resolve_source, task_positions
 
@@ -209,7 +209,7 @@ def load_audit_model(spec: AuditSpec, source: str, device: str, *, allow_pickle:
 
 def check_scheme(scheme: str, groups, task_name: str) -> None:
     """None; InputError when the resampling ``scheme`` cannot apply (clusters need the task's groups)."""
-    from circuits.errors import InputError
+    from reports.errors import InputError
 
     if scheme == "clusters" and groups is None:
         raise InputError(f"bootstrap scheme 'clusters' needs a task with groups (templates); task {task_name!r} "
@@ -248,7 +248,7 @@ def _heads_stage(run, spec: AuditSpec, sources: list[str], model, task, force: b
     def compute():
         h = spec.heads
         est = heads_mod.HeadStability(match=h.match, pairs=h.pairs, drop_bos=h.drop_bos, n_probe=h.n_probe,
-                                      n_boot=h.n_boot, random_state=spec.seed)
+                                      n_resamples=h.n_resamples, seed=spec.seed)
         models = [model, *(load_audit_model(spec, s, str(model.device), allow_pickle=allow_pickle,
                                             allow_large=allow_large)
                            for s in sources[1:])]

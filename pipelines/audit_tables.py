@@ -13,6 +13,7 @@ import sys
 import numpy as np
 
 from reports.schema import columns
+from reports.topk import TIE_RULE
 
 from .spec import AuditSpec
 
@@ -38,7 +39,7 @@ def edge_stats_table(S: np.ndarray, names: list[str], method: str, plan, spec: A
 
 # the per-k columns of circuit_stability that the stability_vs_k table carries (reports/schema.py says what
 # each covers: jaccard_ci_* / phi_ci_* are Monte Carlo spread, jaccard_data* / jaccard_pop* / phi_data* data-level)
-STABILITY_COLUMNS = tuple(c for c in columns("stability_vs_k") if c not in ("method", "k", "spearman_mean"))
+STABILITY_COLUMNS = tuple(c for c in columns("stability_vs_k") if c not in ("method", "k", "spearman_mean", "tie_rule"))
 
 
 def stability_tables(S: np.ndarray, names: list[str], method: str, plan, ks: list[int], spec: AuditSpec,
@@ -53,6 +54,7 @@ def stability_tables(S: np.ndarray, names: list[str], method: str, plan, ks: lis
         v = np.asarray(per[c])
         stab[c] = v.astype(np.int64) if c == "consensus_size" else v.astype(np.float64)
     stab["spearman_mean"] = np.full(len(res.ks), res.spearman_mean)
+    stab["tie_rule"] = [TIE_RULE] * len(res.ks)
     ki, ei = np.nonzero(res.inclusion_counts)
     inc = {"method": [method] * len(ki), "k": res.ks[ki].astype(np.int64), "edge": ei.astype(np.int64),
            "name": [names[e] for e in ei], "frequency": res.inclusion_counts[ki, ei] / res.n_resamples}
@@ -87,9 +89,12 @@ def faithfulness_table(model, task, S: np.ndarray, method: str, ks: list[int], p
 
     level = getattr(spec, "level", "edge")
     mean = S.astype(np.float64).sum(0) / S.shape[0]
-    res = faithfulness_curve(model, task, mean.astype(np.float32), absolute=spec.ranking == "absolute", ks=ks,
+    seed = spec.seed if seed is None else seed
+    # the one top-k (reports.topk), ties at random from the seed: the rule stability and f_selected use
+    res = faithfulness_curve(model, task, mean.astype(np.float32), ranking=spec.ranking, ks=ks,
                              fractions=None, prune=False, ablation=_ablation(model, task, spec), seed=spec.seed,
-                             batch_size=spec.batch_size, progress=sys.stderr.isatty(), level=level)
+                             batch_size=spec.batch_size, progress=sys.stderr.isatty(), level=level, tie_seed=seed)
+    ties = res.to_table("faithfulness_circuits").select(["tie_rule", "cutoff_ties", "cutoff_ties_excluded"]).to_pydict()
     ci_method = spec.bootstrap.ci_method if spec.bootstrap.ci_method in FIXED_CI_METHODS else "bca"
     fixed = fixed_circuit_interval(res.m_circuit, res.m_clean, res.m_empty, plan, method=ci_method,
                                    confidence_level=spec.bootstrap.confidence_level, k=ks)
@@ -105,8 +110,10 @@ def faithfulness_table(model, task, S: np.ndarray, method: str, ks: list[int], p
            "cpr": np.full(C, np.nan if res.cpr is None else float(res.cpr)),
            "cmd": np.full(C, np.nan if res.cmd is None else float(res.cmd)),
            "area_note": [AREA_NEEDS_TWO_K if res.cpr is None else ""] * C,
-           "n_undefined": np.full(C, res.n_undefined, dtype=np.int64)}
-    out.update(_selected_columns(model, task, S, ks, spec, res, spec.seed if seed is None else seed, C))
+           "n_undefined": np.full(C, res.n_undefined, dtype=np.int64), "tie_rule": ties["tie_rule"],
+           "cutoff_ties": np.asarray(ties["cutoff_ties"], dtype=np.int64),
+           "cutoff_ties_excluded": np.asarray(ties["cutoff_ties_excluded"], dtype=np.int64)}
+    out.update(_selected_columns(model, task, S, ks, spec, res, seed, C))
     return out
 
 
@@ -164,7 +171,7 @@ def approximation_tables(exact: np.ndarray, approx: np.ndarray, names: list[str]
     from stats.approximation import approximation_agreement
 
     res = approximation_agreement(exact, approx, k, ranking=ranking, seed=0, edge_names=names)
-    per, summ = res.to_table("per_edge").to_pydict(), res.to_table("summary").to_pydict()
+    per, summ = res.to_table("approximation_edges").to_pydict(), res.to_table("approximation_agreement").to_pydict()
     return {"method": [method] * len(names), **per}, {"method": [method], **summ}
 
 

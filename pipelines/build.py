@@ -6,7 +6,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from circuits.limits import check_bytes, check_count
 
 if TYPE_CHECKING:  # torch loads only when a model is built: `check`, `query`, `report`, `--help` stay fast

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 if TYPE_CHECKING:  # the spec type; calibration_study imports this module
     from .calibration_study import CalibrationSpec

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 if TYPE_CHECKING:  # the result type; imported when the study returns
     from reports.run_tables import RunTables
@@ -253,7 +253,10 @@ def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int
                 "n_truth_pairs")
         run.stage("calibration", calibrate, ["coverage", "coverage_per_unit"],
                   params={k: doc[k] for k in keys}, depends_on=[name], force=force)
-    return RunTables(Path(out), ("coverage", "coverage_per_unit"), "coverage", {"study": "calibration", "spec": doc})
+    from reports.run_tables import RunTables
+
+    return RunTables(Path(out), ("coverage", "coverage_per_unit"), "coverage",
+                     {"study": "calibration", "spec": doc, "confidence_level": spec.confidence_level})
 
 
 def summary_lines(rows: list[dict], confidence_level: float, out: Path | str) -> list[str]:

@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from circuits.errors import InputError
 from reports.atomic import atomic_write_bytes
+from reports.errors import InputError
 from reports.integrity import IntegrityError, digest_bytes, read_regular, read_sealed, write_sealed
 
 CHECKPOINTS = "checkpoints"

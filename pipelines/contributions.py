@@ -23,7 +23,6 @@ in the head study, ``stats.sink_matching``, against a random one-to-one matching
 
 from __future__ import annotations
 
-import inspect
 import os
 import sys
 from dataclasses import dataclass, field
@@ -31,9 +30,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from circuits.errors import InputError
-from stats.resampling import ResamplingPlan, as_seed_sequence, seed_record, spawn_seeds
-from stats.results import Result
+from reports.errors import InputError
+from reports.estimator import Estimator
+from reports.results import Result
+from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
+from stats.resampling import ResamplingPlan
 from stats.sinks import DEFAULT_THRESHOLD, SinkResult, confidence_gap, position_means, sink_relation, sink_shares
 from stats.token_importance import TokenImportanceResult, token_importance_faithfulness
 
@@ -173,7 +174,7 @@ class ContributionsResult(Result):
 # =============================================================================================
 # Estimator
 # =============================================================================================
-class TokenContributions:
+class TokenContributions(Estimator):
     """Token-importance faithfulness of contribution weights against attention, and attention sinks.
 
     Parameters
@@ -191,8 +192,11 @@ class TokenContributions:
     sink : 'first' (the first token) or 'detected' (per prompt, the most attended key).
     sink_threshold : attention to the sink above which a position counts as sinking.
     n_resamples, confidence_level, alpha : intervals over prompts and the Holm family-wise level.
-    batch_size : prompts per forward. random_state : root seed of every random draw.
+    batch_size : prompts per forward. seed : root seed of every random draw (``random_state``, its old
+        name, is still accepted with a warning).
     """
+
+    _renamed = {"random_state": "seed"}
 
     def __init__(self, task: str = "induction", n: int = 64, task_seed: int = 0, metric: str | None = None,
                  task_options: dict | None = None, ks: Sequence[int] = (1, 2, 3, 5), measures: Sequence[str] = MEASURES,
@@ -200,34 +204,26 @@ class TokenContributions:
                  pairs: Sequence[str] | None = None, sink: str = "first", sink_threshold: float = DEFAULT_THRESHOLD,
                  n_resamples: int = 2000,
                  confidence_level: float = 0.95, alpha: float = 0.05, batch_size: int = 32,
-                 random_state: int | None = 0) -> None:
+                 seed: int | None = 0) -> None:
         self.task = task
         self.n = n
         self.task_seed = task_seed
         self.metric = metric
         self.task_options = task_options
-        self.ks = tuple(ks)
-        self.measures = tuple(measures)
+        self.ks = ks
+        self.measures = measures
         self.n_random = n_random
         self.ablation = ablation
         self.exclude_first = exclude_first
         self.exclude_readout = exclude_readout
-        self.pairs = None if pairs is None else tuple(pairs)
+        self.pairs = pairs
         self.sink = sink
         self.sink_threshold = sink_threshold
         self.n_resamples = n_resamples
         self.confidence_level = confidence_level
         self.alpha = alpha
         self.batch_size = batch_size
-        self.random_state = random_state
-
-    @classmethod
-    def _param_names(cls) -> list[str]:
-        return [p.name for p in inspect.signature(cls.__init__).parameters.values() if p.name != "self"]
-
-    def get_params(self, deep: bool = False) -> dict:
-        """Return every ``__init__`` parameter by name."""
-        return {name: getattr(self, name) for name in self._param_names()}
+        self.seed = seed
 
     def validate(self) -> None:
         """None; InputError naming the first bad parameter (checked before any model work)."""
@@ -296,7 +292,7 @@ class TokenContributions:
         return out
 
     def _seeds(self) -> dict[str, np.random.SeedSequence]:
-        root = as_seed_sequence(self.random_state)
+        root = as_seed_sequence(self.seed)
         return dict(zip(("random_tokens", "bootstrap"), spawn_seeds(root, 2)))
 
     def build_task(self, model):
@@ -333,7 +329,8 @@ class TokenContributions:
         norm = position_means(sr.output_norm.reshape(N, L * H, P), sr.positions)
         gap = confidence_gap(att, sr.confidence, sr.positions)
         names = [f"a{layer}.h{head}" for layer in range(L) for head in range(H)]
-        return Readouts(self.measures, self.ks, importance, task.clean.numpy(), w.mask, cand, w.readout, drops,
+        return Readouts(tuple(self.measures), tuple(self.ks), importance, task.clean.numpy(), w.mask, cand,
+                        w.readout, drops,
                         n_ablated, names, share, norm, gap)
 
     # -- stage 2 -------------------------------------------------------------------------------
@@ -357,7 +354,7 @@ class TokenContributions:
         sinks = sink_relation(share, norm, head_names, gap=gap, threshold=self.sink_threshold, plan=plan,
                               confidence_level=self.confidence_level)
         params = {"estimator": "TokenContributions", **{k: v for k, v in self.get_params().items()},
-                  "seed": seed_record(as_seed_sequence(self.random_state)), "plan": plan.describe()}
+                  "seed": seed_record(as_seed_sequence(self.seed)), "plan": plan.describe()}
         return ContributionsResult(imp, sinks, params)
 
     def fit(self, model, task=None) -> "TokenContributions":
@@ -394,7 +391,7 @@ class TokenContributions:
         self.validate()
         task = self.build_task(model) if task is None else task
         self.check_sizes(task, allow_large=allow_large)
-        seed = self.random_state if isinstance(self.random_state, int) else None
+        seed = self.seed if isinstance(self.seed, int) else None
         with RunDir(out, spec=self._spec([str(getattr(model, "source", "memory"))]),
                     command=command if command is not None else sys.argv, seed=seed,
                     provenance={"model": model.identity(), "task": task.describe()}) as run:
@@ -427,7 +424,7 @@ class TokenContributions:
         if any(t.content_hash != tasks[0].content_hash for t in tasks[1:]):
             raise InputError("the models tokenize the task differently; cross-seed stability needs one shared "
                              "tokenizer (refits of one recipe)")
-        seed = self.random_state if isinstance(self.random_state, int) else None
+        seed = self.seed if isinstance(self.seed, int) else None
         sources = [str(getattr(m, "source", "memory")) for m in models]
         with RunDir(out, spec=self._spec(sources), command=command if command is not None else sys.argv, seed=seed,
                     provenance={"models": [m.identity() for m in models], "task": tasks[0].describe()}) as run:

@@ -26,7 +26,7 @@ def demo_spec(n_jobs: int = 2, quick: bool = False):
         "bootstrap": {"n_resamples": 200 if quick else 1000},
         "k": [5, 10, 20, 50],
         "ranking": "absolute",
-        "heads": {"n_probe": 20 if quick else 100, "n_boot": 50 if quick else 200},
+        "heads": {"n_probe": 20 if quick else 100, "n_resamples": 50 if quick else 200},
         "seed": 0,
         "n_jobs": n_jobs,
     }, "<demo>")

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import Field
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 from .spec import METHOD, KGrid, _RunOptions, load_yaml, validate_spec
 
@@ -142,8 +142,8 @@ def _dataset_rows(S: np.ndarray, gt, spec: GroundTruthSpec, method: str, evals, 
     """Every per-dataset row of one model and method (stats.groundtruth_scoring), with ROC points."""
     from stats.groundtruth import roc_on_grid
     from stats.groundtruth_scoring import faithfulness_dataset, score_dataset
-    from stats.resampling import spawn_seeds
-    from stats.topk import ranking_key
+    from reports.seeds import spawn_seeds
+    from reports.topk import ranking_key
 
     k_true = int(gt.truth.sum())
     ks = sorted({max(1, int(round(m * k_true))) for m in spec.k_multiples} - {gt.truth.size})

@@ -9,7 +9,6 @@ estimator's stages (every statistic in them comes from ``stats``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,8 +16,8 @@ import numpy as np
 from stats.head_nulls import residual_minus_head_jackknife
 from stats.head_pairs import quiet_nanmean
 from stats.head_stability import RefitLevel, comparison_t_interval, percentile_interval
-from stats.resampling import seed_record
-from stats.results import ConfidenceInterval, Result
+from reports.seeds import seed_record
+from reports.results import Result
 
 if TYPE_CHECKING:
     from .heads import _Context
@@ -50,7 +49,7 @@ class HeadStabilityResult(Result):
     value, ci_low, ci_high, verdict) and ``refits``. Every interval's estimand is in
     ``params['estimands']`` (see :data:`ESTIMANDS`). ``replicates`` keeps the bootstrap
     replicates of the layer-level numbers (same resampling scheme for every result with the same
-    ``n_boot``); ``refit_replicates`` the leave-one-refit-out values (``jackknife:<name>``) and
+    ``n_resamples``); ``refit_replicates`` the leave-one-refit-out values (``jackknife:<name>``) and
     estimates (``estimate:<name>``), so results on the same seeds can be compared refit by refit.
     """
 
@@ -67,6 +66,8 @@ class HeadStabilityResult(Result):
     params: dict = field(default_factory=dict)
     refit_replicates: dict = field(default_factory=dict)
     main_table = "heads"
+    #: ``conf_int()``'s default: layer stability over the distribution of training seeds
+    primary_interval = "layers.refit_ci"
 
     @property
     def head_stability(self) -> np.ndarray:
@@ -96,15 +97,6 @@ class HeadStabilityResult(Result):
                 return row
         raise KeyError(f"no summary item {name!r}; have {[r['item'] for r in self.summary_rows]}")
 
-    def conf_int(self, table: str = "layers", kind: str = "refit") -> ConfidenceInterval:
-        """Return the (low, high) arrays of one table's intervals: kind 'refit', 'excess' or 'bootstrap'."""
-        prefix = {"refit": "refit_ci", "excess": "excess_ci", "bootstrap": "ci"}.get(kind)
-        columns = self._tables().get(table, {})
-        if prefix is None or f"{prefix}_low" not in columns:
-            raise KeyError(f"table {table!r} has no {kind!r} interval; use heads, layers or residual with "
-                           "refit, excess or bootstrap")
-        return ConfidenceInterval(np.asarray(columns[f"{prefix}_low"]), np.asarray(columns[f"{prefix}_high"]))
-
     def _tables(self) -> dict[str, dict[str, Any]]:
         summary = {k: np.array([r[k] for r in self.summary_rows], dtype=float)
                    for k in ("value", "ci_low", "ci_high")}
@@ -122,31 +114,16 @@ class HeadStabilityResult(Result):
             items.append((r["item"], f"{r['value']:.4g}{ci}"))
         return items
 
-    def provenance(self) -> dict:
+    def table_provenance(self) -> dict:
         """Return the models, probe, seed, method and parameters recorded with every table."""
         return {"models": self.params.get("models", []), "probe": self.params.get("probe", {}),
-                "seed": self.params.get("random_state"), "method": "head_stability",
+                "seed": self.params.get("seed"), "method": "head_stability",
                 "params": {k: v for k, v in self.params.items() if k not in ("models", "probe")}}
 
-    def write(self, run_dir, *, spec: Any = None, command: Any = None, force: bool = False) -> dict[str, Path]:
-        """Write every table as ``<run_dir>/<table>.parquet`` with provenance and a manifest; return paths.
-
-        ``run_dir``: a path (opened as a :class:`reports.rundir.RunDir`) or an open RunDir (its
-        tables are written directly, e.g. inside a stage of a larger run).
-        """
-        from reports.rundir import RunDir
-
-        tables = self.tables()
-        prov = self.provenance()
-        if isinstance(run_dir, RunDir):
-            return {n: run_dir.write_table(n, t, provenance=prov) for n, t in tables.items()}
-        spec = spec if spec is not None else {k: v for k, v in self.params.items() if k != "models"}
-        seed = self.params.get("random_state")
-        with RunDir(run_dir, spec=spec, command=command, seed=seed if isinstance(seed, int) else None,
-                    provenance={"models": prov["models"], "probe": prov["probe"]}) as run:
-            return run.stage("heads", lambda: tables, list(tables),
-                             params={"spec": spec, "weights": [m.get("weight_hash") for m in prov["models"]],
-                                     "probe": prov["probe"].get("sha256")}, force=force)
+    def run_spec(self) -> dict:
+        """Return the spec of a run directory ``write`` creates: the parameters without the models (every
+        table's provenance records those)."""
+        return {**super().run_spec(), "params": {k: v for k, v in super().run_spec()["params"].items() if k != "models"}}
 
 
 # =============================================================================================

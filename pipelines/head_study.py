@@ -47,7 +47,7 @@ import numpy as np
 
 from pydantic import Field
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from pipelines.spec import _Strict
 from pipelines.training import TrainRecipe, cache_dir
 from reports.run_tables import RunTables
@@ -70,11 +70,11 @@ class StudyPlan:
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     n_probe: int = 100
     probe_len: int = 64
-    n_boot: int = 200
-    n_boot_cka: int = 100
+    n_resamples: int = 200
+    n_resamples_cka: int = 100
     n_null: int = 50
-    n_perm: int = 2000
-    random_state: int = 0
+    n_permutations: int = 2000
+    seed: int = 0
     name: str = "full"
 
     def conditions(self) -> list[tuple[str, TrainRecipe]]:
@@ -87,9 +87,9 @@ class StudyPlan:
     def to_dict(self) -> dict:
         return {"base": self.base.to_dict(), "depths": list(self.depths),
                 "optimizers": [list(o) for o in self.optimizers], "seeds": list(self.seeds),
-                "n_probe": self.n_probe, "probe_len": self.probe_len, "n_boot": self.n_boot,
-                "n_boot_cka": self.n_boot_cka, "n_null": self.n_null, "n_perm": self.n_perm,
-                "random_state": self.random_state, "name": self.name}
+                "n_probe": self.n_probe, "probe_len": self.probe_len, "n_resamples": self.n_resamples,
+                "n_resamples_cka": self.n_resamples_cka, "n_null": self.n_null, "n_permutations": self.n_permutations,
+                "seed": self.seed, "name": self.name}
 
     @property
     def key(self) -> str:
@@ -120,8 +120,8 @@ def quick_plan() -> StudyPlan:
     base = TrainRecipe(n_layers=1, n_heads=2, d_model=16, d_mlp=32, n_ctx=16, vocab_size=300, tokenizer="bpe",
                        corpus="stdlib", optimizer="adamw", lr=5e-3, weight_decay=0.1, warmup_steps=2,
                        batch_size=4, steps=12, eval_every=12, eval_batches=1, checkpoint_every=12, threads=1)
-    return StudyPlan(base=base, depths=(1, 2, 4), seeds=(0, 1, 2), n_probe=12, probe_len=12, n_boot=30,
-                     n_boot_cka=10, n_null=5, n_perm=99, name="quick")
+    return StudyPlan(base=base, depths=(1, 2, 4), seeds=(0, 1, 2), n_probe=12, probe_len=12, n_resamples=30,
+                     n_resamples_cka=10, n_null=5, n_permutations=99, name="quick")
 
 
 class _OptimizerSpec(_Strict):
@@ -141,6 +141,8 @@ class HeadStudySpec(_Strict):
         n_resamples: 200                 # bootstrap resamples of the head analyses
     """
 
+    _renamed = {"n_perm": "n_permutations"}
+
     start: Literal["full", "quick"] = "full"
     name: str | None = Field(None, min_length=1, max_length=80, pattern=r"^[A-Za-z0-9_.-]+$")
     depths: list[Annotated[int, Field(ge=1, le=48)]] | None = Field(None, min_length=1, max_length=12)
@@ -152,7 +154,7 @@ class HeadStudySpec(_Strict):
     n_resamples: int | None = Field(None, ge=10, le=100_000)
     n_resamples_cka: int | None = Field(None, ge=10, le=100_000)
     n_null: int | None = Field(None, ge=2, le=100_000)
-    n_perm: int | None = Field(None, ge=99, le=1_000_000)
+    n_permutations: int | None = Field(None, ge=99, le=1_000_000)
     seed: int | None = Field(None, ge=0)
 
     def to_plan(self, source: str = "<plan>") -> StudyPlan:
@@ -175,9 +177,9 @@ class HeadStudySpec(_Strict):
         base.validate()
         over = {"depths": self.depths and tuple(self.depths), "seeds": self.seeds and tuple(self.seeds),
                 "optimizers": self.optimizers and tuple((o.name, float(o.weight_decay)) for o in self.optimizers),
-                "n_probe": self.n_probe, "probe_len": self.probe_len, "n_boot": self.n_resamples,
-                "n_boot_cka": self.n_resamples_cka, "n_null": self.n_null, "n_perm": self.n_perm,
-                "random_state": self.seed, "name": self.name or f"{self.start}+plan"}
+                "n_probe": self.n_probe, "probe_len": self.probe_len, "n_resamples": self.n_resamples,
+                "n_resamples_cka": self.n_resamples_cka, "n_null": self.n_null, "n_permutations": self.n_permutations,
+                "seed": self.seed, "name": self.name or f"{self.start}+plan"}
         return dataclasses.replace(start, base=base, **{k: v for k, v in over.items() if v is not None})
 
 
@@ -242,10 +244,11 @@ def _estimator(plan: StudyPlan, corpus) -> Any:
     from pipelines.heads import HeadStability
 
     return HeadStability(match="max", pairs="anchor", anchor=0, null="prompts", n_null=plan.n_null,
-                         n_boot=plan.n_boot, n_boot_cka=plan.n_boot_cka, ci_over="both", importance=True,
-                         corr_refits="all", residual=True, hooks=("pre", "post"), n_perm=plan.n_perm,
+                         n_resamples=plan.n_resamples, n_resamples_cka=plan.n_resamples_cka, ci_over="both",
+                         importance=True, corr_refits="all", residual=True, hooks=("pre", "post"),
+                         n_permutations=plan.n_permutations,
                          n_probe=plan.n_probe, probe_len=plan.probe_len, bos=True, corpus=corpus,
-                         random_state=plan.random_state, n_jobs=1)
+                         seed=plan.seed, n_jobs=1)
 
 
 def _fit_condition(plan: StudyPlan, paths: Sequence[str], corpus) -> Any:
@@ -402,6 +405,23 @@ class HeadStudyResult(RunTables):
 HEAD_STUDY_TABLES = ("summary", "conditions", "study_layers", "models", "heads", "layers", "residual")
 
 
+def _models_table(plan: StudyPlan, paths: dict[str, list[Path]]) -> dict[str, list]:
+    """Return the ``models`` table: one row per condition and seed, from each trained model's config.json."""
+    rows: dict[str, list] = {k: [] for k in ("condition", "n_layers", "optimizer", "weight_decay", "seed", "path",
+                                             "weight_hash", "val_loss", "train_seconds")}
+    for name, r in plan.conditions():
+        for s, p in zip(plan.seeds, paths[name]):
+            doc = json.loads((Path(p) / "config.json").read_text())
+            t = doc["meta"]["training"]
+            for key, value in (("condition", name), ("n_layers", r.n_layers), ("optimizer", r.optimizer),
+                               ("weight_decay", r.weight_decay), ("seed", int(s)), ("path", str(p)),
+                               ("weight_hash", doc["weight_hash"]),
+                               ("val_loss", float(t.get("final_val_loss") or math.nan)),
+                               ("train_seconds", float(t.get("train_seconds") or math.nan))):
+                rows[key].append(value)
+    return rows
+
+
 def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2, plan: StudyPlan | None = None,
                    cache: str | os.PathLike | None = None, corpus=None, device: str = "cpu", force: bool = False,
                    progress: bool = False, command: Any = None, allow_large: bool = False) -> HeadStudyResult:
@@ -434,28 +454,10 @@ def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2,
     timings["train_s"] = round(time.time() - t0, 1)
     names = [n for n, _ in plan.conditions()]
     headline = condition_name(max(plan.depths), *plan.optimizers[-1])
-    with RunDir(out, spec=spec, command=command, seed=plan.random_state,
+    with RunDir(out, spec=spec, command=command, seed=plan.seed,
                 provenance={"study": plan.name, "corpus": {"name": corpus_obj.name, "sha256": corpus_obj.content_hash}}) as run:
-        def models_table():
-            rows = {k: [] for k in ("condition", "n_layers", "optimizer", "weight_decay", "seed", "path", "weight_hash",
-                                    "val_loss", "train_seconds")}
-            for name, r in plan.conditions():
-                for s, p in zip(plan.seeds, paths[name]):
-                    doc = json.loads((Path(p) / "config.json").read_text())
-                    t = doc["meta"]["training"]
-                    rows["condition"].append(name)
-                    rows["n_layers"].append(r.n_layers)
-                    rows["optimizer"].append(r.optimizer)
-                    rows["weight_decay"].append(r.weight_decay)
-                    rows["seed"].append(int(s))
-                    rows["path"].append(str(p))
-                    rows["weight_hash"].append(doc["weight_hash"])
-                    rows["val_loss"].append(float(t.get("final_val_loss") or math.nan))
-                    rows["train_seconds"].append(float(t.get("train_seconds") or math.nan))
-            return {"models": rows}
-
         weights = {n: [json.loads((Path(p) / "config.json").read_text())["weight_hash"] for p in paths[n]] for n in names}
-        run.stage("models", models_table, ["models"], params={"weights": weights})
+        run.stage("models", lambda: {"models": _models_table(plan, paths)}, ["models"], params={"weights": weights})
         todo = [n for n in names if not run.is_done(f"analysis-{n}") or force]
         t1 = time.time()
         fitted = {}
@@ -486,5 +488,6 @@ def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2,
         timings["total_s"] = round(time.time() - t0, 1)
     (Path(out) / "timings.json").write_text(json.dumps(timings, indent=2))
     return HeadStudyResult(Path(out), HEAD_STUDY_TABLES, "summary",
-                           {"study": "heads", "plan": plan.to_dict(), "corpus_hash": corpus_obj.content_hash},
+                           {"study": "heads", "plan": plan.to_dict(), "corpus_hash": corpus_obj.content_hash,
+                            "confidence_level": 0.95},  # the summary's unadjusted intervals (stats.study_claims)
                            timings=timings, plan=plan)

@@ -40,7 +40,6 @@ Intervals, each labelled with its estimand (``ESTIMANDS``, also in the tables' m
 
 from __future__ import annotations
 
-import inspect
 import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -48,6 +47,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from circuits.probes import ProbeSet, build_probe
+from reports.estimator import Estimator
+from reports.seeds import as_seed_sequence, spawn_seeds
 from stats.head_nulls import (importance_correlations, layer_summaries_with_shuffled_gap, prompt_null_pairs,
                               untrained_null_pairs)
 from stats.head_pairs import (PairSimilarities, null_means, pair_similarities, quiet_nanmean, residual_cka,
@@ -57,7 +58,7 @@ from stats.head_stability import (CKA_KINDS, all_pairs_layer_stability, anchor_h
                                   matched_similarity, pair_matrix, percentile_interval, permutation_correlation,
                                   perplexity_rise, prompt_resampled_similarity, refit_bootstrap_counts,
                                   refit_level_summaries, refit_pair_weights)
-from stats.resampling import ResamplingPlan, as_seed_sequence, spawn_seeds
+from stats.resampling import ResamplingPlan
 from stats.similarity import match_heads
 
 from .build import load_source
@@ -65,6 +66,7 @@ from .head_result import (ESTIMANDS, HeadStabilityResult, refit_replicates, refi
                           result_tables, summary_rows)
 
 __all__ = [
+    "write_heads_run",
     "ProbeSet",
     "build_probe",
     "fisher_interval",
@@ -83,7 +85,7 @@ CI_OVER = ("both", "prompts", "refits")
 
 
 def _input_error(msg: str) -> Exception:
-    from circuits.errors import InputError
+    from reports.errors import InputError
 
     return InputError(msg)
 
@@ -145,8 +147,11 @@ class _Context:
         return [b for b in range(self.n_refits) if b != self.anchor]
 
 
-class HeadStability:
+class HeadStability(Estimator):
     """Cross-seed head stability estimator (scikit-learn style: parameters here, ``fit(models)``).
+
+    The old names ``n_boot``, ``n_boot_cka``, ``n_perm`` and ``random_state`` are still accepted, with a
+    warning naming the new one.
 
     Parameters
     ----------
@@ -159,47 +164,51 @@ class HeadStability:
     null : 'prompts' (prompts of the other refit shuffled), 'untrained' (matching against
         independently initialised untrained models of the same architecture) or 'none'.
     n_null : permutations (prompts null) or untrained models (untrained null; default K − 1).
-    n_boot : bootstrap replicates of the paper's interval; ``n_boot_cka`` half-samples for CKA
-        (default ``n_boot``); ``ci_over``: 'both' (prompts and refits jointly), 'prompts' or
+    n_resamples : bootstrap replicates of the paper's interval; ``n_resamples_cka`` half-samples for CKA
+        (default ``n_resamples``); ``ci_over``: 'both' (prompts and refits jointly), 'prompts' or
         'refits'. ``confidence_level`` of every interval.
     importance : compute zero-ablation importance of every head.
     residual, hooks, cka, cka_tokens : residual-stream CKA at ``hooks`` ('pre', 'post') with
         ``cka`` kinds on ``cka_tokens`` positions per prompt.
     corr_refits : correlate stability with importance over the anchor's heads only ('anchor') or
         over the heads of every refit, centred within refit ('all').
-    corr : 'pearson' or 'spearman'; ``n_perm`` random permutations.
+    corr : 'pearson' or 'spearman'; ``n_permutations`` random permutations.
     n_probe, probe_len, bos, probe_file, corpus, probe_seed : the default probe set (see
         :func:`build_probe`); ``fit(models, probe=...)`` overrides it.
-    batch_size : prompts per forward pass. random_state : seed of every random draw.
+    batch_size : prompts per forward pass. seed : seed of every random draw.
     n_jobs : BLAS / torch threads inside fit.
     """
 
+    _renamed = {"n_boot": "n_resamples", "n_boot_cka": "n_resamples_cka", "n_perm": "n_permutations",
+                "random_state": "seed"}
+
     def __init__(self, match: str = "max", pairs: str = "anchor", anchor: int = 0, drop_bos: bool = False,
-                 null: str = "prompts", n_null: int | None = None, n_boot: int = 200, n_boot_cka: int | None = None,
+                 null: str = "prompts", n_null: int | None = None, n_resamples: int = 200,
+                 n_resamples_cka: int | None = None,
                  ci_over: str = "both", confidence_level: float = 0.95, importance: bool = True,
                  residual: bool = True, hooks: Sequence[str] = ("pre", "post"), corr_refits: str = "all",
                  cka: Sequence[str] = ("linear", "rbf", "debiased"), cka_tokens: int = 4, corr: str = "pearson",
-                 n_perm: int = 9999, n_probe: int = 100, probe_len: int | None = None, bos: bool = True,
+                 n_permutations: int = 9999, n_probe: int = 100, probe_len: int | None = None, bos: bool = True,
                  probe_file: str | None = None, corpus: Any = None, probe_seed: int = 0, batch_size: int = 50,
-                 random_state: int | None = 0, n_jobs: int = 1) -> None:
+                 seed: int | None = 0, n_jobs: int = 1) -> None:
         self.match = match
         self.pairs = pairs
         self.anchor = anchor
         self.drop_bos = drop_bos
         self.null = null
         self.n_null = n_null
-        self.n_boot = n_boot
-        self.n_boot_cka = n_boot_cka
+        self.n_resamples = n_resamples
+        self.n_resamples_cka = n_resamples_cka
         self.ci_over = ci_over
         self.confidence_level = confidence_level
         self.importance = importance
         self.residual = residual
-        self.hooks = tuple(hooks)
+        self.hooks = hooks
         self.corr_refits = corr_refits
-        self.cka = tuple(cka)
+        self.cka = cka
         self.cka_tokens = cka_tokens
         self.corr = corr
-        self.n_perm = n_perm
+        self.n_permutations = n_permutations
         self.n_probe = n_probe
         self.probe_len = probe_len
         self.bos = bos
@@ -207,28 +216,8 @@ class HeadStability:
         self.corpus = corpus
         self.probe_seed = probe_seed
         self.batch_size = batch_size
-        self.random_state = random_state
+        self.seed = seed
         self.n_jobs = n_jobs
-
-    # -- scikit-learn conventions ----------------------------------------------------------
-    @classmethod
-    def _param_names(cls) -> list[str]:
-        """Return the parameter names, read from the signature of ``__init__``."""
-        return [p.name for p in inspect.signature(cls.__init__).parameters.values()
-                if p.name != "self" and p.kind == p.POSITIONAL_OR_KEYWORD]
-
-    def get_params(self, deep: bool = False) -> dict:
-        """Return every ``__init__`` parameter by name (``deep`` is accepted for scikit-learn)."""
-        return {name: getattr(self, name) for name in self._param_names()}
-
-    def set_params(self, **params: Any) -> "HeadStability":
-        """Set parameters by name; return the estimator."""
-        unknown = sorted(set(params) - set(self._param_names()))
-        if unknown:
-            raise _input_error(f"unknown HeadStability parameter(s) {unknown}; use {', '.join(self._param_names())}")
-        for name, value in params.items():
-            setattr(self, name, tuple(value) if name in ("hooks", "cka") else value)
-        return self
 
     def tables(self) -> dict:
         """Return the fitted result's tables (``result_.tables()``), for callers of the former fit API."""
@@ -247,8 +236,8 @@ class HeadStability:
         for k in self.cka:
             if k not in CKA_KINDS:
                 raise _input_error(f"CKA kind {k!r} is not supported; use {', '.join(CKA_KINDS)}")
-        if self.n_boot < 1:
-            raise _input_error("n_boot must be at least 1")
+        if self.n_resamples < 1:
+            raise _input_error("n_resamples must be at least 1")
         if not 0 < self.confidence_level < 1:
             raise _input_error("confidence_level must be in (0, 1)")
 
@@ -299,9 +288,9 @@ class HeadStability:
         probe_set = self._probe(models, probe)
         if probe_set.ids.max() >= min(m.cfg.vocab_size for m in models):
             raise _input_error("probe token ids exceed the models' vocabulary")
-        root = as_seed_sequence(self.random_state)
+        root = as_seed_sequence(self.seed)
         seeds = dict(zip(("prompts", "refits", "null", "perm", "untrained", "cka"), spawn_seeds(root, 6)))
-        n_resamples = int(self.n_boot)
+        n_resamples = int(self.n_resamples)
         prompt_plan = (ResamplingPlan.bootstrap(probe_set.n, n_resamples, seeds["prompts"])
                        if self.ci_over in ("both", "prompts") else None)
         target_counts, refit_counts = refit_bootstrap_counts(
@@ -433,7 +422,8 @@ class HeadStability:
                 out["low"], out["high"] = percentile_interval(perplexity_rise(clean, ablated, plan),
                                                               ctx.confidence_level)
         out["value"] = by_source[ctx.anchor]
-        out["rows"] = importance_correlations(matched_pairs, by_source, method=self.corr, n_permutations=self.n_perm,
+        out["rows"] = importance_correlations(matched_pairs, by_source, method=self.corr,
+                                              n_permutations=self.n_permutations,
                                               seed=ctx.seeds["perm"], confidence_level=ctx.confidence_level)
         return out
 
@@ -448,7 +438,8 @@ class HeadStability:
         rows = [residual_rows(m, ctx.probe.ids, positions, self.hooks, self.batch_size) for m in ctx.models]
         point_pairs = ([(a, b) for a, b in zip(*np.triu_indices(ctx.n_refits, 1))] if self.pairs == "all"
                        else [(ctx.anchor, b) for b in ctx.targets])
-        n_half = ctx.n_resamples if self.n_boot_cka is None else max(1, min(ctx.n_resamples, int(self.n_boot_cka)))
+        n_half = (ctx.n_resamples if self.n_resamples_cka is None
+                  else max(1, min(ctx.n_resamples, int(self.n_resamples_cka))))
         plan = (ResamplingPlan.subsample(ctx.probe.n, n_half, ctx.seeds["cka"])
                 if self.ci_over in ("both", "prompts") and ctx.probe.n >= 4 else None)
         # refits drawn by the bootstrap weight each pair's CKA (the first n_half replicates' draws)
@@ -468,3 +459,22 @@ class HeadStability:
                                         "refit_ci_high": r["high"][layer], "n_refits": ctx.n_refits,
                                         "interval_reliable": r["interval_reliable"]})
         return out
+
+
+def write_heads_run(result: HeadStabilityResult, out: str | os.PathLike, *, spec: Any = None, command: Any = None,
+                    force: bool = False) -> dict:
+    """Write ``result``'s tables into run directory ``out`` as its resumable stage ``heads``; return their paths.
+
+    A rerun with another spec, other models or another probe set is refused (StageSpecChangedError)
+    unless ``force``: the directory never mixes two fits.
+    """
+    from reports.rundir import RunDir
+
+    prov = result.table_provenance()
+    spec = spec if spec is not None else {k: v for k, v in result.params.items() if k != "models"}
+    seed = result.params.get("seed")
+    with RunDir(out, spec=spec, command=command, seed=seed if isinstance(seed, int) else None,
+                provenance={"models": prov["models"], "probe": prov["probe"]}) as run:
+        return run.stage("heads", lambda: result.write(run) and None, result.table_names(),
+                         params={"spec": spec, "weights": [m.get("weight_hash") for m in prov["models"]],
+                                 "probe": prov["probe"].get("sha256")}, force=force)

@@ -199,7 +199,7 @@ def plan_costs(model, data, *, level: str = "edge", batch_size: int = 16, ig_ste
                budget: int | None = None, methods=METHODS) -> dict[str, "Cost | str"]:
     """{method: its Cost on ``data``}, batch size and exact's rows fitted to ``budget`` bytes when given;
     a method that cannot fit the budget maps to the refusal's message instead."""
-    from circuits.errors import InputError
+    from reports.errors import InputError
 
     cfg = model.cfg
     n, P = int(data.clean.shape[0]), int(data.clean.shape[1])

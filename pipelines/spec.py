@@ -15,11 +15,11 @@ from __future__ import annotations
 import re
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from circuits.errors import InputError
+from reports.errors import InputError, warn_renamed
 
 from .options import ABLATION, INPUT_NODE, LEVEL, METHOD, METRIC  # noqa: F401 - defined there once; re-exported
 from .yamlio import read_yaml_strict
@@ -33,6 +33,25 @@ RESERVED_TASK_OPTIONS = ("n", "seed", "metric", "tokenizer")
 class _Strict(BaseModel):
     # strict: no silent coercion (true -> 1, "3" -> 3); ints are still accepted for floats.
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    #: old key -> new key of this section: an old key is still read, with a warning naming the new one
+    _renamed: ClassVar[dict[str, str]] = {}
+    #: how a key of this section is named in messages ("heads." for the audit spec's heads section)
+    _section: ClassVar[str] = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_renamed_keys(cls, data: Any) -> Any:
+        """``data`` with each old key renamed to its new one (one name per concept; old specs keep working)."""
+        if not isinstance(data, dict) or not any(old in data for old in cls._renamed):
+            return data
+        data = dict(data)
+        for old, new in cls._renamed.items():
+            if old in data:
+                if new in data:
+                    raise ValueError(f"give {cls._section}{new} only ({cls._section}{old} is its old name)")
+                warn_renamed(f"{cls._section}{old}", f"{cls._section}{new}", "spec", stacklevel=2)
+                data[new] = data.pop(old)
+        return data
 
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -98,11 +117,14 @@ class BootstrapSpec(_Strict):
 class HeadsSpec(_Strict):
     """Head stability across the spec's models (needs two or more)."""
 
+    _renamed = {"n_boot": "n_resamples"}
+    _section = "heads."
+
     match: Literal["max", "hungarian"] = "max"
     pairs: Literal["anchor", "all"] = "anchor"
     drop_bos: bool = False
     n_probe: int = Field(100, ge=4, le=10_000)
-    n_boot: int = Field(200, ge=10, le=10_000)
+    n_resamples: int = Field(200, ge=10, le=10_000)
 
 
 class AuditSpec(_RunOptions):

@@ -54,10 +54,10 @@ def head_study_operations(plan: Any) -> float:
         heads = cfg.n_layers * cfg.n_heads * cfg.n_heads  # same-layer head pairs of two refits
         total += K * n * forward_flops(cfg, min(T, cfg.n_ctx))
         similarity = heads * n * T * T  # cosine of lower-triangle patterns, per prompt
-        total += K * K * similarity * (1 + plan.n_null) + plan.n_boot * K * K * heads * n
+        total += K * K * similarity * (1 + plan.n_null) + plan.n_resamples * K * K * heads * n
         tokens = n * T
-        total += 2 * K * K * tokens * tokens * (cfg.d_model + plan.n_boot_cka)  # two hooks: Gram matrices, resampled
-        total += plan.n_perm * cfg.n_layers * cfg.n_heads * K
+        total += 2 * K * K * tokens * tokens * (cfg.d_model + plan.n_resamples_cka)  # two hooks: Gram matrices, resampled
+        total += plan.n_permutations * cfg.n_layers * cfg.n_heads * K
     return total
 
 

@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
-from circuits.errors import InputError
 from reports.confine import resolve_inside  # noqa: F401 - the one resolver; re-exported for the claims and specs
+from reports.errors import InputError
 
 # The most values (scalars, lists, mappings) the aliases of a document may add once every alias is
 # written out. A document without aliases adds none, however large it is (its size is bounded by

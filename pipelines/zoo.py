@@ -24,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from pipelines.training import TrainRecipe, cache_dir, prepare_data, train_models
 
 __all__ = [

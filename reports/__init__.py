@@ -1,49 +1,27 @@
-"""circuitstat reports layer: provenance, atomic Parquet tables, run directories, SQL queries.
+"""circuitstat reports layer: the ground floor every package may import, and the run directory's I/O.
 
-Works on arrays, tables and dicts only (no torch, no circuits/), so every part can write through it.
+The floor (contracts): errors (``reports.errors``), the Result and Estimator bases
+(``reports.results``, ``reports.estimator``), the JSON conversion (``reports.provenance.to_jsonable``),
+atomic writes (``reports.atomic``), seeds and their records (``reports.seeds``) and the one top-k
+(``reports.topk``). I/O on top of it: Parquet tables with provenance, the table schema, run
+directories, SQL queries, the HTML report. Works on arrays, tables and dicts only: reports imports
+nothing from circuits/, stats/ or pipelines/ (tests/test_layers.py) and never torch.
+
+Names load lazily (PEP 562): ``from reports.errors import InputError`` does not import pyarrow.
 """
 
-from reports.atomic import atomic_write, atomic_write_bytes, cleanup_temp_files
-from reports.lock import DirLock, RunLockedError, StaleLockWarning
-from reports.provenance import hash_array, hash_bytes, hash_file, hash_json, provenance, seed_record, to_jsonable
-from reports.query import connect, list_tables, query
-from reports.rundir import RunDir, RunDirError, StageOutputError, StageSpecChangedError
-from reports.tables import (
-    PROVENANCE_KEY,
-    matrix_to_table,
-    read_provenance,
-    read_table,
-    table_to_matrix,
-    write_matrix,
-    write_table,
-)
+from __future__ import annotations
 
-__all__ = [
-    "PROVENANCE_KEY",
-    "DirLock",
-    "RunDir",
-    "RunDirError",
-    "RunLockedError",
-    "StageOutputError",
-    "StageSpecChangedError",
-    "StaleLockWarning",
-    "atomic_write",
-    "atomic_write_bytes",
-    "cleanup_temp_files",
-    "connect",
-    "hash_array",
-    "hash_bytes",
-    "hash_file",
-    "hash_json",
-    "list_tables",
-    "matrix_to_table",
-    "provenance",
-    "query",
-    "read_provenance",
-    "read_table",
-    "seed_record",
-    "table_to_matrix",
-    "to_jsonable",
-    "write_matrix",
-    "write_table",
-]
+from reports.lazy import lazy_names
+
+_MODULES = {
+    ".atomic": ["atomic_write", "atomic_write_bytes", "cleanup_temp_files"],
+    ".lock": ["DirLock", "RunLockedError", "StaleLockWarning"],
+    ".provenance": ["hash_array", "hash_bytes", "hash_file", "hash_json", "provenance", "to_jsonable"],
+    ".seeds": ["seed_record"],
+    ".query": ["connect", "list_tables", "query"],
+    ".rundir": ["RunDir", "RunDirError", "StageOutputError", "StageSpecChangedError"],
+    ".tables": ["PROVENANCE_KEY", "matrix_to_table", "read_provenance", "read_table", "table_to_matrix",
+                "write_matrix", "write_table"],
+}
+__all__, __getattr__ = lazy_names(__name__, _MODULES)

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 __all__ = ["IntegrityError", "open_regular", "read_regular", "file_identity", "digest_file", "digest_bytes",
            "digest_tensors", "seal", "unseal", "write_sealed", "read_sealed", "check_file", "record_file",

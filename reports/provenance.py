@@ -18,6 +18,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .seeds import seed_record
+
 PACKAGE = "circuitstat"
 # Versions recorded when installed. Looked up via importlib.metadata only: importing torch just to
 # read its version would cost seconds and reports/ must stay torch-free.
@@ -46,15 +48,6 @@ def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str]:
 def utc_now() -> str:
     """Return the current UTC time as an ISO-8601 string with a 'Z' suffix."""
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def seed_record(seed: int | np.random.SeedSequence | None) -> dict[str, Any]:
-    """Return {'entropy', 'spawn_key', 'pool_size'} of a SeedSequence (or of one built from an int/None).
-
-    The entropy is what reproduces the run: np.random.SeedSequence(entropy, spawn_key=...) .
-    """
-    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-    return {"entropy": ss.entropy, "spawn_key": list(ss.spawn_key), "pool_size": ss.pool_size}
 
 
 def to_jsonable(obj: Any, fallback: Callable[[Any], Any] | None = None) -> Any:

@@ -18,7 +18,7 @@ import math
 import os
 import stat
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,38 +56,49 @@ def _quote_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def _own_table(run_dir: Path, p: Path) -> Path:
-    """The real path of table ``p`` of ``run_dir``; ValueError when it leads out of the run or is not a file."""
+def _own_table(run_dir: Path, p: Path, name: str) -> Path:
+    """The real path of table ``p`` of ``run_dir`` (called ``name`` in messages: the service names runs by job
+    id, never by a server path); ValueError when it leads out of the run or is not a regular file."""
     from reports.confine import inside
 
     if not inside(p, run_dir):
-        raise ValueError(f"table {p.name} in run directory {str(run_dir)!r} is a symbolic link leading out of it; "
+        raise ValueError(f"table {p.name} in run directory {name!r} is a symbolic link leading out of it; "
                          "query reads only the run's own files: remove the link")
     real = p.resolve()
     if not stat.S_ISREG(real.stat().st_mode):
-        raise ValueError(f"table {p.name} in run directory {str(run_dir)!r} is not a regular file; remove it")
+        raise ValueError(f"table {p.name} in run directory {name!r} is not a regular file; remove it")
     return real
 
 
-def list_tables(run_dirs: Iterable[str | os.PathLike[str]]) -> dict[str, list[tuple[str, Path]]]:
+RunDirs = Iterable[str | os.PathLike[str]] | Mapping[str, str | os.PathLike[str]]
+
+
+def _named(run_dirs: RunDirs) -> list[tuple[str, Path]]:
+    """(run name, directory) pairs: a mapping's keys name its directories, else each directory names itself."""
+    if isinstance(run_dirs, Mapping):
+        return [(str(name), Path(d)) for name, d in run_dirs.items()]
+    return [(str(d), Path(d)) for d in run_dirs]
+
+
+def list_tables(run_dirs: RunDirs) -> dict[str, list[tuple[str, Path]]]:
     """Return {table name (file stem): [(run name, parquet path), ...]} for the top-level tables of `run_dirs`.
 
-    The run name is the directory as given (e.g. 'runs/a'), so it is unique among the arguments. The
+    The run name is the directory as given (e.g. 'runs/a'), so it is unique among the arguments; or,
+    when `run_dirs` is a mapping {name: directory}, its key (the service names runs by job id). The
     path is the table's real path inside its run (ValueError for one that leads out or is no file).
     """
     tables: dict[str, list[tuple[str, Path]]] = {}
-    for d in run_dirs:
-        d = Path(d)
+    for name, d in _named(run_dirs):
         if not d.is_dir():
-            raise ValueError(f"run directory {str(d)!r} does not exist or is not a directory")
+            raise ValueError(f"run directory {name!r} does not exist or is not a directory")
         # Hidden files are temp files of writers in progress (see reports.atomic).
         for p in sorted(d.glob("*.parquet")):
             if not p.name.startswith("."):
-                tables.setdefault(p.stem, []).append((str(d), _own_table(d, p)))
+                tables.setdefault(p.stem, []).append((name, _own_table(d, p, name)))
     return tables
 
 
-def connect(run_dirs: Iterable[str | os.PathLike[str]], run_column: str = "run",
+def connect(run_dirs: RunDirs, run_column: str = "run",
             limits: QueryLimits = DEFAULT_LIMITS) -> duckdb.DuckDBPyConnection:
     """Return an in-memory DuckDB connection with one view per table name, unioned over `run_dirs`.
 
@@ -216,7 +227,7 @@ def _execute(con: duckdb.DuckDBPyConnection, sql: str, limits: QueryLimits) -> p
         timer.cancel()
 
 
-def query(sql: str, run_dirs: Iterable[str | os.PathLike[str]], run_column: str = "run",
+def query(sql: str, run_dirs: RunDirs, run_column: str = "run",
           limits: QueryLimits = DEFAULT_LIMITS) -> pa.Table:
     """Return the result of `sql` as a pyarrow Table, with every table of `run_dirs` available as a view.
 
@@ -226,7 +237,7 @@ def query(sql: str, run_dirs: Iterable[str | os.PathLike[str]], run_column: str 
     """
     import duckdb
 
-    run_dirs = list(run_dirs)
+    run_dirs = dict(_named(run_dirs))
     check_read_only(sql)
     con = connect(run_dirs, run_column, limits)
     try:
@@ -234,7 +245,7 @@ def query(sql: str, run_dirs: Iterable[str | os.PathLike[str]], run_column: str 
     except duckdb.CatalogException as e:
         available = sorted(r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall())
         raise ValueError(
-            f"{str(e).splitlines()[0]}\nTables available in {[str(d) for d in run_dirs]}: "
+            f"{str(e).splitlines()[0]}\nTables available in {list(run_dirs)}: "
             f"{', '.join(available) or '(none: no *.parquet files)'}"
         ) from None
     finally:

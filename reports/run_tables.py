@@ -2,8 +2,8 @@
 
 A study writes its tables into its run directory as it runs (resumable stages), so its result
 does not hold them in memory: ``to_table(name)`` reads ``<run_dir>/<name>.parquet`` when asked,
-``summary()`` and ``conf_int()`` read the main table. Same interface as every other result
-(stats.results.Result).
+``summary()`` and ``conf_int()`` read the tables it needs. Same interface as every other result
+(reports.results.Result); ``write(run_dir)`` copies the tables into another run directory.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from stats.results import ConfidenceInterval, Result
+from reports.results import Result
 
 __all__ = ["RunTables"]
 
@@ -46,11 +46,8 @@ class RunTables(Result):
         """Return every table of the run by name (each read from disk)."""
         return {n: self.to_table(n) for n in self.names}
 
-    def conf_int(self, name: str | None = None) -> ConfidenceInterval:
-        """Return the ``ci_low`` / ``ci_high`` columns of table ``name`` (default: the main one); each
-        row's estimand is stated in the table (reports/schema.py)."""
-        t = self.to_table(name)
-        return ConfidenceInterval(t.column("ci_low").to_numpy(), t.column("ci_high").to_numpy())
+    def _interval_tables(self) -> dict[str, pa.Table]:
+        return self.tables()
 
     def _summary_items(self) -> list[tuple[str, Any]]:
         t = self.to_table().to_pydict()
@@ -60,8 +57,12 @@ class RunTables(Result):
                       for i, v, lo, hi, vd in zip(t["item"], t["value"], t["ci_low"], t["ci_high"], t["verdict"])]
         return items
 
-    def write(self, run_dir: Any = None) -> dict[str, Path]:
-        """Return the paths of the tables: a study writes its run directory as it runs (``run_dir`` must be it)."""
-        if run_dir is not None and Path(run_dir).resolve() != self.run_dir.resolve():
-            raise ValueError(f"the tables are in {self.run_dir}; rerun with --out {run_dir} to write them elsewhere")
-        return {n: self.run_dir / f"{n}.parquet" for n in self.names}
+    def write(self, run_dir: Any, *, under: str | None = None) -> dict[str, Path]:
+        """Return the paths of the tables when ``run_dir`` is this run (a study writes its tables as it runs);
+        otherwise copy every table into ``run_dir`` (a path or an open RunDir) through RunDir, validated."""
+        from reports.rundir import RunDir
+
+        here = Path(run_dir.path if isinstance(run_dir, RunDir) else run_dir)
+        if under is None and here.resolve() == self.run_dir.resolve():
+            return {n: self.run_dir / f"{n}.parquet" for n in self.names}
+        return super().write(run_dir, under=under)

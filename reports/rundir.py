@@ -20,7 +20,8 @@ import pyarrow as pa
 
 from reports.atomic import TMP_SUFFIX, atomic_write_bytes, cleanup_temp_files
 from reports.lock import DirLock, RunLockedError
-from reports.provenance import hash_file, hash_json, provenance as make_provenance, seed_record, to_jsonable, utc_now
+from reports.provenance import hash_file, hash_json, provenance as make_provenance, to_jsonable, utc_now
+from reports.seeds import seed_record
 from reports.tables import TableLike, read_provenance, read_table, to_arrow, write_table
 from reports.schema import schema_for
 

@@ -8,105 +8,19 @@ columns marked ``claimable``. Interval columns say what they cover in ``doc`` (D
 interval names its estimand).
 
 Tables not registered here (a study's own tables) are written unvalidated; registering one is
-adding a ``_table(...)`` below.
+adding a ``_table(...)`` below. The tables of the Result classes are registered in
+reports/schema_results.py and merged here; the building blocks are in reports/schema_core.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Mapping
 
-import pyarrow as pa
+from reports.schema_core import (B, DATA_JACCARD, DATA_PHI, EDGE_ESTIMAND, F, FIXED_F, MC_JACCARD, POP_JACCARD, REFIT,
+                                 SELECTED_F, I, S, Column, SchemaError, TableSchema, _ci, _table)
+from reports.schema_results import RESULT_TABLES
 
 __all__ = ["Column", "TableSchema", "SchemaError", "TABLES", "schema_for", "claimable", "columns", "fill"]
-
-S, I, F, B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
-
-
-class SchemaError(ValueError):
-    """A table written to a run directory does not match its registered schema (a bug in the writer)."""
-
-
-@dataclass(frozen=True)
-class Column:
-    """One column: its name, Arrow type, meaning and whether a claim may bound it."""
-
-    name: str
-    type: pa.DataType
-    doc: str
-    claimable: bool = False
-    optional: bool = False  # written by some runs only (e.g. the head study's summary adds p-values)
-
-
-@dataclass(frozen=True)
-class TableSchema:
-    """One run table: its name, meaning and columns (in order)."""
-
-    name: str
-    doc: str
-    columns: tuple[Column, ...]
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """Return the column names in order."""
-        return tuple(c.name for c in self.columns)
-
-    def arrow(self) -> pa.Schema:
-        """Return the pyarrow schema."""
-        return pa.schema([pa.field(c.name, c.type) for c in self.columns])
-
-    def column(self, name: str) -> Column:
-        """Return column ``name``; KeyError naming the table's columns if it has none such."""
-        for c in self.columns:
-            if c.name == name:
-                return c
-        raise KeyError(f"{self.name} has no column {name!r}; its columns: {', '.join(self.names)}")
-
-    def validate(self, table: pa.Table) -> pa.Table:
-        """Return ``table`` with its columns in schema order and types; SchemaError on any mismatch."""
-        got = list(table.column_names)
-        missing = [c.name for c in self.columns if c.name not in got and not c.optional]
-        extra = [n for n in got if n not in self.names]
-        if missing or extra:
-            raise SchemaError(f"table {self.name!r} does not match reports/schema.py: missing {missing}, "
-                              f"unregistered {extra}; fix the writer or register the column")
-        cols, fields = [], []
-        for c in self.columns:
-            if c.name not in got:
-                continue
-            col = table.column(c.name)
-            if col.type != c.type and not _castable(col.type, c.type):
-                raise SchemaError(f"column {self.name}.{c.name} is {col.type}, registered as {c.type}")
-            cols.append(col if col.type == c.type else col.cast(c.type))
-            fields.append(pa.field(c.name, c.type))
-        return pa.Table.from_arrays(cols, schema=pa.schema(fields, metadata=table.schema.metadata))
-
-
-def _castable(got: pa.DataType, want: pa.DataType) -> bool:
-    # all-null columns (an empty list of rows) and integers in float columns are the only casts
-    # allowed: anything else (a float k, a string estimate) is a writer bug worth failing on.
-    if pa.types.is_null(got):
-        return True
-    return pa.types.is_integer(got) and pa.types.is_floating(want)
-
-
-def _table(name: str, doc: str, *cols: tuple) -> TableSchema:
-    return TableSchema(name, doc, tuple(Column(*c) for c in cols))
-
-
-def _ci(prefix: str, of: str, covers: str, claimable: bool = True) -> tuple[tuple, tuple]:
-    return ((f"{prefix}_low", F, f"lower end of the interval for {of} (covers: {covers})", claimable),
-            (f"{prefix}_high", F, f"upper end of the interval for {of} (covers: {covers})", claimable))
-
-
-EDGE_ESTIMAND = "the mean effect over the task's prompt distribution"
-MC_JACCARD = "Monte Carlo spread of resample circuits of this dataset, not a data-level interval"
-DATA_JACCARD = "the expected Jaccard between the top-k circuits of two independent size-N datasets"
-POP_JACCARD = "the Jaccard between this dataset's top-k circuit and the population's"
-DATA_PHI = "the expected Phi between the top-k circuits of two independent size-N datasets"
-FIXED_F = "faithfulness of this fixed circuit on the prompt distribution (selection not included)"
-SELECTED_F = "faithfulness on the prompt distribution of the top-k circuit selected from N prompts"
-REFIT = "stability over the distribution of training seeds (every refit an anchor)"
 
 _METHOD = ("method", S, "attribution method (exact, eap, eap-ig-inputs, eap-ig-activations, clean-corrupted)")
 _K = ("k", I, "circuit size: number of edges (or nodes) kept")
@@ -147,6 +61,8 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("phi_data", F, f"estimate of {DATA_PHI}", True),
            *_ci("phi_data_ci", "phi_data", DATA_PHI),
            ("cutoff_ties_mean", F, "mean number of edges tied at the top-k cut-off (ties broken at random)"),
+           ("cutoff_ties_excluded_mean", F, "mean number of those tied edges left out of the circuit"),
+           ("tie_rule", S, "how ties at the top-k cut-off were broken (reports.topk)"),
            ("spearman_mean", F, "mean Spearman correlation of full resample score vectors (k-free)")),
     _table("inclusion", "how often each edge enters the top-k circuit over resamples (edges never selected: no row)",
            _METHOD, _K, ("edge", I, "edge index"), ("name", S, "edge name"),
@@ -169,7 +85,10 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("f_selected_method", S, "interval method of f_selected"),
            ("f_selected_estimand", S, "what f_selected_ci covers"),
            ("fold_circuit_jaccard", F, "mean Jaccard between the circuits selected on different folds"),
-           ("f_selected_note", S, "how f_selected was computed, or why it is NaN")),
+           ("f_selected_note", S, "how f_selected was computed, or why it is NaN"),
+           ("tie_rule", S, "how ties at the top-k cut-off were broken (reports.topk), the rule of every circuit here"),
+           ("cutoff_ties", I, "edges (nodes) whose mean score ties the k-th one of the fixed circuit"),
+           ("cutoff_ties_excluded", I, "of those, left out of the fixed circuit by the tie rule")),
     _table("approximation", "per-edge error of an approximate method against exact patching",
            _METHOD, ("edge", I, "edge index"), ("name", S, "edge name"),
            ("exact_mean", F, "mean exact effect"), ("approx_mean", F, "mean approximate score"),
@@ -182,7 +101,9 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("slope", F, "pooled per-example regression slope", True), ("r2", F, "pooled per-example R^2", True),
            ("bias_mean", F, "mean error over prompts and edges", True),
            ("top_k_overlap", F, "share of exact's top-k circuit in the method's top-k", True),
-           ("k", I, "k of top_k_overlap")),
+           ("k", I, "k of top_k_overlap"), ("tie_rule", S, "how ties at the top-k cut-off were broken (reports.topk)"),
+           ("cutoff_ties", I, "edges whose exact mean ties exact's k-th one"),
+           ("cutoff_ties_approx", I, "edges whose mean by this method ties its k-th one")),
     _table("heads", "cross-seed stability of each head (matched to the other refits), one row per head",
            ("layer", I, "layer"), ("head", I, "head"),
            ("stability", F, "mean best-match similarity to the other refits", True),
@@ -280,7 +201,7 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("n_edges", I, "edges pooled"),
            ("interval_reliable", B, "false when the interval rests on the few levels of a non-example factor"),
            ("interval", S, "bootstrap over prompts, or the generalized pivot where no prompts enter the term"),
-           ("estimand", S, "what the interval covers"), ("n_boot", I, "bootstrap resamples"),
+           ("estimand", S, "what the interval covers"), ("n_resamples", I, "bootstrap resamples"),
            ("factors", S, "the crossed factors")),
     _table("variance_stability", "Jaccard of each factor level's top-k circuit to the reference circuit",
            ("factor", S, "source of variation"), ("level", S, "level of the factor"), _K,
@@ -293,7 +214,8 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("spread_high", F, "97.5% point of per-resample Jaccards (resampling spread, not an interval)"),
            ("cutoff_ties", I, "edges tied at the top-k cut-off (broken at random)"),
            ("chance", F, "expected Jaccard of two random k-subsets"), ("n_resamples", I, "bootstrap resamples"),
-           ("spread_label", S, "what spread_low/high are")),
+           ("spread_label", S, "what spread_low/high are"),
+           ("tie_rule", S, "how ties at the top-k cut-off were broken (reports.topk)")),
     _table("variance_summary", "per factor: Jaccard to the reference circuit at the summary k, its interval and verdict",
            ("factor", S, "source of variation"), ("level", S, "level, or the mean over levels"),
            ("jaccard_to_reference", F, "estimate"),
@@ -483,6 +405,10 @@ TABLES.update({t.name: t for t in (
            *_GT_KEYS, ("fpr", F, "false positive rate"), ("tpr", F, "mean true positive rate at that FPR"),
            *_ci("tpr_ci", "tpr", GT_DATASETS), ("estimand", S, "what the interval covers")),
 )})
+
+# The tables of the Result classes (Result.write validates against them); their names are unique
+assert not set(RESULT_TABLES) & set(TABLES), sorted(set(RESULT_TABLES) & set(TABLES))
+TABLES.update(RESULT_TABLES)
 
 SCORES_PREFIX = "scores_"
 

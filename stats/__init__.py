@@ -1,22 +1,20 @@
 """circuitstat stats layer: resampling, intervals, tests, stability, variance, similarity.
 
 Works on arrays and tables only (numpy/scipy/pandas/pyarrow); every estimator returns a
-`stats.results.Result` with its estimate, uncertainty and `.to_table()`.
+`reports.results.Result` (the ground floor) with its estimate, uncertainty and `.to_table()`.
 
-Names load lazily (PEP 562): importing one module (e.g. ``stats.results``) does not pull in scipy
+Names load lazily (PEP 562): importing one module (e.g. ``stats.resampling``) does not pull in scipy
 through the others, so commands that only read tables start fast.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from reports.lazy import lazy_names
 
 _MODULES = {
     ".intervals": ["BootstrapResult", "bootstrap_edges", "bootstrap_statistic", "intervals_from_distribution"],
     ".resampling": ["PoissonBootstrapAccumulator", "ResamplingPlan", "map_edge_chunks", "nested_bootstrap",
-                    "resample_statistic", "resampled_means", "spawn_seeds"],
-    ".results": ["ConfidenceInterval", "Result"],
+                    "resample_statistic", "resampled_means"],
     ".similarity": ["HeadMatchResult", "SimilarityResult", "attention_similarity", "debiased_cka",
                     "head_distinctness", "head_matching", "linear_cka", "match_heads", "procrustes_distance",
                     "rbf_cka", "similarity_test"],
@@ -24,7 +22,6 @@ _MODULES = {
                    "rank_biased_overlap", "selection_error_bounds", "topk_indices"],
     ".testing": ["EdgeTestResult", "adjust_pvalues", "bh_adjust", "by_adjust", "interval_test_edges",
                  "resampling_pvalue", "t_test_edges", "z_test_edges"],
-    ".topk": ["TopK", "topk"],
     ".faithfulness": ["FaithfulnessInterval", "fixed_circuit_interval", "selection_aware_faithfulness"],
     ".calibration": ["CalibrationResult", "IntervalKind", "coverage_study"],
     ".variance": ["ICCResult", "VarianceComponentsResult", "icc", "variance_components"],
@@ -34,15 +31,4 @@ _MODULES = {
     ".head_pairs": ["PairSimilarities", "pair_similarities", "residual_cka"],
     ".study_claims": ["StudyDesign", "claims_table"],
 }
-_LAZY = {name: module for module, names in _MODULES.items() for name in names}
-
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    """The lazily imported public name ``name`` (its module is imported on first use)."""
-    if name not in _LAZY:
-        raise AttributeError(f"module 'stats' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-    globals()[name] = value
-    return value
+__all__, __getattr__ = lazy_names(__name__, _MODULES)

@@ -13,8 +13,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .results import Result
-from .topk import topk
+from reports.results import Result
+from reports.topk import TIE_RULE, topk
 
 __all__ = ["ApproximationResult", "approximation_agreement"]
 
@@ -27,7 +27,7 @@ class ApproximationResult(Result):
     summary_row: dict[str, float]
     edge_names: Sequence[str] | None = None
     params: dict = field(default_factory=dict)
-    main_table = "summary"
+    main_table = "approximation_agreement"
 
     def _tables(self) -> dict[str, dict[str, Any]]:
         E = self.per_edge["bias"].size
@@ -36,7 +36,7 @@ class ApproximationResult(Result):
             per["name"] = list(self.edge_names)
         per.update(self.per_edge)
         summ = {k: [v] for k, v in self.summary_row.items()}
-        return {"summary": summ, "per_edge": per}
+        return {"approximation_agreement": summ, "approximation_edges": per}
 
     def _summary_items(self) -> list[tuple[str, Any]]:
         s = self.summary_row
@@ -50,7 +50,7 @@ def approximation_agreement(exact: np.ndarray, approx: np.ndarray, k: int, *, ra
 
     top_k_overlap: share of exact's top-k circuit (of mean scores, ``ranking`` signed or absolute)
     that the approximation's top-k circuit contains; ties are broken at random from ``seed`` (the
-    project's one top-k, stats.topk).
+    project's one top-k, reports.topk).
     """
     from scipy import stats as sps
 
@@ -68,12 +68,14 @@ def approximation_agreement(exact: np.ndarray, approx: np.ndarray, k: int, *, ra
     per_edge = {"exact_mean": sm, "approx_mean": am, "bias": err.mean(0),
                 "error_sd": err.std(0, ddof=1) if N > 1 else np.full(s.shape[1], np.nan),
                 "slope": slope, "intercept": am - slope * sm, "r2": r2}
-    top_s = set(topk(sm, k, ranking=ranking, seed=seed).indices.tolist())
-    top_a = set(topk(am, k, ranking=ranking, seed=seed).indices.tolist())
+    tk_s, tk_a = topk(sm, k, ranking=ranking, seed=seed), topk(am, k, ranking=ranking, seed=seed)
+    top_s, top_a = set(tk_s.indices.tolist()), set(tk_a.indices.tolist())
     flat_s, flat_a = s.ravel(), a.ravel()
     fit = sps.linregress(flat_s, flat_a) if np.ptp(flat_s) > 0 else None
     summary = {"spearman": float(sps.spearmanr(sm, am).statistic), "kendall": float(sps.kendalltau(sm, am).statistic),
                "slope": float(fit.slope) if fit else np.nan, "r2": float(fit.rvalue**2) if fit else np.nan,
-               "bias_mean": float(err.mean()), "top_k_overlap": len(top_s & top_a) / k, "k": int(k)}
+               "bias_mean": float(err.mean()), "top_k_overlap": len(top_s & top_a) / k, "k": int(k),
+               "tie_rule": TIE_RULE, "cutoff_ties": int(tk_s.n_tied_at_cutoff),
+               "cutoff_ties_approx": int(tk_a.n_tied_at_cutoff)}
     return ApproximationResult(per_edge, summary, edge_names,
                                {"estimator": "approximation_agreement", "k": int(k), "ranking": ranking, "n": N})

@@ -12,7 +12,7 @@ On a finite population (datasets drawn with replacement from its rows) these are
 over pairs of datasets. `stability_truth` estimates them by Monte Carlo over many independent
 pairs (the exact expectation sums over P^N datasets); its Monte Carlo standard error is returned
 with it and is far below the widths of the intervals being checked (±0.003 at 4000 pairs).
-Top-k ties are broken at random (stats.topk), independently for every dataset and for the
+Top-k ties are broken at random (reports.topk), independently for every dataset and for the
 population's circuit, as circuit_stability does.
 
 `stability_interval_kinds` wraps one circuit_stability call per dataset into IntervalKinds for
@@ -37,11 +37,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from circuits.errors import InputError
+from reports.errors import InputError
+from reports.seeds import as_seed_sequence
+from reports.topk import topk
 
 from .calibration import IntervalKind, shared_per_dataset
-from .resampling import as_seed_sequence
-from .topk import topk
 
 __all__ = ["edge_interval_kinds", "StabilityTruth", "stability_truth", "stability_interval_kinds", "check_circuit_sizes",
            "STABILITY_ESTIMANDS", "FAITHFULNESS_ESTIMANDS", "PopulationEvaluations", "faithfulness_interval_kinds"]
@@ -68,8 +68,8 @@ def edge_interval_kinds(population: np.ndarray, *, n_resamples: int, confidence_
     def kind(method: str) -> IntervalKind:
         def compute(X: np.ndarray, seed) -> dict[str, np.ndarray]:
             res = all_methods(X, seed)
-            lo, hi = res.conf_int(method).T
-            out = {"low": lo, "high": hi}
+            ci = res.conf_int(which=method)
+            out = {"low": ci.low, "high": ci.high}
             if getattr(res, "reliable", None) is not None:
                 out["reliable"] = np.asarray(res.reliable, bool)
             return out
@@ -89,8 +89,8 @@ STABILITY_ESTIMANDS = {
                   "E[Jaccard(D1, D2)]: NOT an interval for it",
 }
 #: circuit_stability's interval names read by each kind
-_CONF_INT = {"jaccard_data": "jaccard_data", "jaccard_pop": "jaccard_pop", "phi_data": "phi_data",
-             "jaccard_mc": "jaccard"}
+_CONF_INT = {"jaccard_data": "jaccard_data_ci", "jaccard_pop": "jaccard_pop_ci", "phi_data": "phi_data_ci",
+             "jaccard_mc": "jaccard_ci"}
 #: the truth each kind is checked against
 _TRUTH_OF = {"jaccard_data": "jaccard_data", "jaccard_pop": "jaccard_pop", "phi_data": "phi_data",
              "jaccard_mc": "jaccard_data"}
@@ -204,7 +204,7 @@ def stability_interval_kinds(population: np.ndarray, ks: Sequence[int], *, ranki
 
     def kind(name: str) -> IntervalKind:
         def compute(X: np.ndarray, ds_seed: Any) -> dict[str, np.ndarray]:
-            ci = stability(X, ds_seed).conf_int(_CONF_INT[name])
+            ci = stability(X, ds_seed).conf_int(which=_CONF_INT[name])
             return {"low": np.asarray(ci.low, np.float64), "high": np.asarray(ci.high, np.float64)}
 
         return IntervalKind(f"stability/{name}", STABILITY_ESTIMANDS[name], compute,
@@ -286,7 +286,8 @@ def faithfulness_interval_kinds(evaluations: PopulationEvaluations, ks: Sequence
     2 repeats, as the audit runs it); and the truth f_pop(C(D)) from every population prompt.
     """
     from .faithfulness import (MIN_PER_FOLD, fixed_circuit_interval, selection_aware_faithfulness)
-    from .resampling import ResamplingPlan, spawn_seeds
+    from .resampling import ResamplingPlan
+    from reports.seeds import spawn_seeds
 
     ks_list = check_circuit_sizes(ks, evaluations.n_edges)
 

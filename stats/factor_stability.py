@@ -38,7 +38,7 @@ term: 0.85-1.00 (0.85-0.92 at k = 20). Tests: tests/stats/test_variance_interval
 dataset: resampling spread (the old "CI" of the study), not an interval for any data-level
 quantity; they never drive a verdict.
 
-Top-k is stats.topk's (random tie-breaking from the run's seed, independently for the level's and
+Top-k is reports.topk's (random tie-breaking from the run's seed, independently for the level's and
 the reference's circuit, so edges tied at the cut-off are not shared by construction); the
 edges tied at each level's full-data cut-off are counted (``cutoff_ties``).
 """
@@ -51,11 +51,12 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.special import ndtri
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
-from .resampling import as_seed_sequence, nested_bootstrap, spawn_seeds
+from reports.seeds import as_seed_sequence, spawn_seeds
+from reports.topk import ranking_key, row_seeds, select_topk, tie_priorities
+from .resampling import nested_bootstrap
 from .stability_data import MIN_INNER, MIN_OBS, MIN_OUTER, N_SPLITS, split_counts
-from .topk import ranking_key, row_seeds, select_topk, tie_priorities
 
 __all__ = ["AGGREGATIONS", "PAIRED_ESTIMAND", "SPREAD_LABEL", "aggregate", "ranked_tops",
            "jaccard_pairs", "circuit_jaccard", "fresh_draw_jaccards", "bar_verdict", "PairedJaccard", "paired_jaccard"]
@@ -92,7 +93,7 @@ def aggregate(S: np.ndarray, how: str, trim: float, counts: np.ndarray | None = 
 def ranked_tops(V: np.ndarray, K: int, ranking: str, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Return ([R, K] top-K edges in rank order, [R] edges tied at the K-th key) of V [R, E].
 
-    seeds: one uint64 tie-breaking seed per row (stats.topk.row_seeds); ties at random.
+    seeds: one uint64 tie-breaking seed per row (reports.topk.row_seeds); ties at random.
     """
     V = np.atleast_2d(np.asarray(V, dtype=np.float64))
     key = ranking_key(V, ranking)

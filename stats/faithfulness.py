@@ -42,12 +42,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from circuits.errors import InputError
+from reports.errors import InputError
+from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
+from reports.results import ConfidenceInterval, MethodIntervals, Result
+from reports.topk import ranking_key, topk
 
 from .intervals import METHODS, acceleration_from_jackknife, intervals_from_distribution
-from .resampling import ResamplingPlan, as_seed_sequence, seed_record, spawn_seeds
-from .results import ConfidenceInterval, Result
-from .topk import ranking_key, topk
+from .resampling import ResamplingPlan
 
 __all__ = [
     "ESTIMAND_FIXED",
@@ -168,7 +169,7 @@ def _jackknife_ratios(num: np.ndarray, den: np.ndarray, groups: np.ndarray | Non
 
 # --- result --------------------------------------------------------------------------------
 @dataclass(repr=False)
-class FaithfulnessInterval(Result):
+class FaithfulnessInterval(MethodIntervals, Result):
     """Faithfulness estimates per circuit with an interval that names its estimand."""
 
     estimate: np.ndarray  # [C]
@@ -187,10 +188,7 @@ class FaithfulnessInterval(Result):
     bootstrap_distribution: np.ndarray | None = None
     params: dict = field(default_factory=dict)
 
-    def conf_int(self, method: str | None = None) -> np.ndarray:
-        """Return the intervals as a [C, 2] array for `method` (default: the primary one)."""
-        ci = self.intervals[method or self.method]
-        return np.stack([ci.low, ci.high], axis=-1)
+    main_table = "faithfulness_intervals"
 
     def _tables(self) -> dict[str, dict[str, Any]]:
         c = self.estimate.size
@@ -203,7 +201,8 @@ class FaithfulnessInterval(Result):
                     ci_low=self.confidence_interval.low, ci_high=self.confidence_interval.high)
         for m, ci in self.intervals.items():
             if m != self.method:
-                cols[f"ci_low_{m}"], cols[f"ci_high_{m}"] = ci.low, ci.high
+                m = m.replace("-", "_")
+                cols[f"ci_{m}_low"], cols[f"ci_{m}_high"] = ci.low, ci.high
         cols.update({name: np.asarray(v) for name, v in self.extra.items()})
         cols["scheme"] = [self.params.get("scheme", "fixed circuit")] * c
         cols["interval_method"] = [self.method] * c
@@ -211,7 +210,7 @@ class FaithfulnessInterval(Result):
         cols["n"] = np.full(c, self.n_obs, dtype=np.int64)
         cols["n_resamples"] = np.full(c, self.n_resamples, dtype=np.int64)
         cols["n_undefined_resamples"] = np.full(c, self.n_undefined_resamples, dtype=np.int64)
-        return {"main": cols}
+        return {"faithfulness_intervals": cols}
 
     def _summary_items(self) -> list[tuple[str, Any]]:
         items: list[tuple[str, Any]] = [
@@ -335,7 +334,7 @@ class _EvaluationCache:
 def _topk_masks(means: np.ndarray, ks: Sequence[int], ranking: str, tie_rng: np.random.Generator) -> np.ndarray:
     """Return boolean masks [..., len(ks), E] of the top-k edges of score vectors [..., E] for every k.
 
-    One stats.topk call per batch of rows at the largest k; smaller circuits are its prefixes, so
+    One reports.topk call per batch of rows at the largest k; smaller circuits are its prefixes, so
     the circuits of one selection are nested and share their tie-breaking.
     """
     rows = np.atleast_2d(means)
@@ -588,7 +587,7 @@ def selection_aware_faithfulness(S: np.ndarray, evaluate: Evaluate, ks: Sequence
     params = {"estimator": "selection_aware_faithfulness", "scheme": scheme, "ranking": ranking, "ks": ks,
               "method": method, "confidence_level": confidence_level, "seed": seed_record(root),
               "plan": r["plan"], "rtol": rtol, "atol": atol, "estimand": ESTIMAND_SELECTED,
-              "selection": "top-k of the mean scores (stats.topk.topk, ties at random from the seed)"}
+              "selection": "top-k of the mean scores (reports.topk.topk, ties at random from the seed)"}
     if scheme == "crossfit":
         params.update(n_folds=n_folds, n_repeats=n_repeats, folds="whole groups" if groups is not None else "examples")
     return FaithfulnessInterval(

@@ -29,7 +29,7 @@ import numpy as np
 
 from .groundtruth import DATASET_ESTIMAND, auroc, fdr_check, over_datasets, pessimistic_auroc, selection_metrics, \
     topk_metrics
-from .topk import ranking_key
+from reports.topk import ranking_key
 
 __all__ = ["Row", "score_dataset", "faithfulness_dataset", "summarise", "fdr_rows", "TESTS"]
 

@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from reports.seeds import spawn_seeds
+
 from .head_pairs import prompt_shuffle_null, quiet_nanmean
 from .head_stability import layer_statistics, pair_matrix, permutation_correlation, refit_jackknife, shuffled_layer_gap
-from .resampling import spawn_seeds
 
 __all__ = ["GAP_SHUFFLES", "prompt_null_pairs", "untrained_null_pairs", "layer_summaries_with_shuffled_gap",
            "importance_correlations", "residual_minus_head_jackknife"]

@@ -14,10 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from reports.seeds import spawn_seeds
+
 from .head_stability import (CKA_INTERVAL_RELIABLE, cka_half_sample_replicates, leave_one_refit_out, matched_similarity,
                              ordered_pair_mean, percentile_interval, prompt_resampled_similarity, quiet_nanmean,
                              refit_jackknife, weighted_pair_mean)
-from .resampling import ResamplingPlan, spawn_seeds
+from .resampling import ResamplingPlan
 from .similarity import head_matching, per_prompt_cosine
 
 __all__ = ["PairSimilarities", "pair_similarities", "per_layer_cosine", "prompt_shuffle_null",
@@ -84,7 +86,7 @@ def prompt_shuffle_null(patterns: list[np.ndarray], pairs: list[tuple[int, int]]
     seeds = spawn_seeds(seed, len(pairs) * n_layers)
     return np.stack([np.stack([
         head_matching(patterns[a][layer], patterns[b][layer], method=match, drop_bos=drop_bos, n_permutations=n_null,
-                      n_bootstrap=0, seed=seeds[i * n_layers + layer], n_jobs=n_jobs).null_head_mean
+                      n_resamples=0, seed=seeds[i * n_layers + layer], n_jobs=n_jobs).null_head_mean
         for layer in range(n_layers)]) for i, (a, b) in enumerate(pairs)])
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .resampling import as_seed_sequence
+from reports.seeds import as_seed_sequence
 
 __all__ = ["spiky_population", "smooth_tail_population", "draw_datasets", "stack_datasets"]
 

@@ -21,12 +21,11 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
+
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "ResamplingPlan",
-    "as_seed_sequence",
-    "spawn_seeds",
-    "seed_record",
     "check_score_matrix",
     "edge_chunks",
     "default_chunk_size",
@@ -49,36 +48,6 @@ KINDS = ("bootstrap", "cluster", "subsample", "complementary_pairs", "poisson")
 
 
 # --- seeds ---------------------------------------------------------------------------------
-def as_seed_sequence(seed: int | np.random.SeedSequence | None) -> np.random.SeedSequence:
-    """Return a SeedSequence for `seed` (fresh OS entropy when None, recorded for replay)."""
-    if isinstance(seed, np.random.SeedSequence):
-        return seed
-    if isinstance(seed, np.random.Generator):
-        raise TypeError(
-            "pass an int or numpy.random.SeedSequence as seed, not a Generator: "
-            "a Generator's state cannot be recorded in reports"
-        )
-    return np.random.SeedSequence(seed)
-
-
-def spawn_seeds(seed: int | np.random.SeedSequence | None, n: int) -> list[np.random.SeedSequence]:
-    """Return `n` independent child SeedSequences of `seed` (child i is the same on every call)."""
-    root = as_seed_sequence(seed)
-    # Build children from (entropy, spawn_key + (i,)) rather than root.spawn(): spawn() is
-    # stateful, so calling it twice would give different children.
-    return [
-        np.random.SeedSequence(root.entropy, spawn_key=tuple(root.spawn_key) + (i,),
-                               pool_size=root.pool_size)
-        for i in range(n)
-    ]
-
-
-def seed_record(ss: np.random.SeedSequence) -> dict:
-    """Return the JSON-able identity of a SeedSequence (entropy and spawn key)."""
-    return {"entropy": int(ss.entropy) if ss.entropy is not None else None,
-            "spawn_key": [int(k) for k in ss.spawn_key]}
-
-
 # --- plans ---------------------------------------------------------------------------------
 def _counts_from_indices(idx: np.ndarray, n_obs: int) -> np.ndarray:
     """Return [B, n_obs] int32 counts of each index per row of `idx` [B, m]."""
@@ -198,12 +167,7 @@ class ResamplingPlan:
     def subsample(cls, n_obs: int, n_resamples: int,
                   seed: int | np.random.SeedSequence | None = None) -> "ResamplingPlan":
         """Return half-size subsamples (floor(N/2) examples without replacement)."""
-        _check_sizes(n_obs, n_resamples)
-        ss = as_seed_sequence(seed)
-        rng = np.random.default_rng(ss)
-        half = n_obs // 2
-        if half < 1:
-            raise ValueError("half-size subsampling needs at least 2 examples")
+        ss, rng, half = _halves(n_obs, n_resamples, seed, "half-size subsampling needs")
         order = np.argsort(rng.random((n_resamples, n_obs)), axis=1)[:, :half]
         return cls(_counts_from_indices(order, n_obs), "subsample", seed_record(ss))
 
@@ -211,12 +175,7 @@ class ResamplingPlan:
     def complementary_pairs(cls, n_obs: int, n_pairs: int,
                             seed: int | np.random.SeedSequence | None = None) -> "ResamplingPlan":
         """Return 2*n_pairs resamples: for each split, two disjoint halves of size floor(N/2)."""
-        _check_sizes(n_obs, n_pairs)
-        ss = as_seed_sequence(seed)
-        rng = np.random.default_rng(ss)
-        half = n_obs // 2
-        if half < 1:
-            raise ValueError("complementary pairs need at least 2 examples")
+        ss, rng, half = _halves(n_obs, n_pairs, seed, "complementary pairs need")
         perm = np.argsort(rng.random((n_pairs, n_obs)), axis=1)
         idx = np.empty((2 * n_pairs, half), dtype=np.int64)
         idx[0::2] = perm[:, :half]
@@ -282,6 +241,16 @@ def _check_sizes(n_obs: int, n_resamples: int) -> None:
         raise ValueError("no examples: the score matrix is empty (N = 0)")
     if int(n_resamples) < 1:
         raise ValueError("n_resamples must be a positive integer")
+
+
+def _halves(n_obs: int, n_draws: int, seed: Any, what: str) -> tuple[np.random.SeedSequence, np.random.Generator, int]:
+    """(seed, its generator, floor(N/2)) of a half-sample scheme after checking the sizes."""
+    _check_sizes(n_obs, n_draws)
+    ss = as_seed_sequence(seed)
+    half = n_obs // 2
+    if half < 1:
+        raise ValueError(f"{what} at least 2 examples")
+    return ss, np.random.default_rng(ss), half
 
 
 def poisson_weights(seed: int | np.random.SeedSequence, n_resamples: int, start: int,

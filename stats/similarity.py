@@ -16,9 +16,10 @@ from typing import Any, Callable
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from .resampling import (ResamplingPlan, _resolve_jobs, as_seed_sequence, resampled_means, seed_record,
-                         spawn_seeds)
-from .results import ConfidenceInterval, Result
+from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
+from reports.results import ConfidenceInterval, Result
+
+from .resampling import ResamplingPlan, _resolve_jobs, resampled_means
 from .testing import resampling_pvalue
 
 __all__ = [
@@ -228,6 +229,7 @@ class SimilarityResult(Result):
     n_samples: int
     higher_is_similar: bool
     params: dict = field(default_factory=dict)
+    main_table = "similarity_test"
 
     @property
     def null_mean(self) -> float:
@@ -242,8 +244,8 @@ class SimilarityResult(Result):
                 "pvalue": np.array([self.pvalue]),
                 "n_permutations": np.array([self.null_distribution.size]),
                 "n_samples": np.array([self.n_samples])}
-        return {"main": main, "null": {"permutation": np.arange(self.null_distribution.size),
-                                       "value": self.null_distribution}}
+        return {"similarity_test": main, "similarity_null": {"permutation": np.arange(self.null_distribution.size),
+                                                             "value": self.null_distribution}}
 
     def _summary_items(self) -> list[tuple[str, Any]]:
         return [("measure", self.measure), ("estimate", self.estimate),
@@ -269,6 +271,7 @@ def similarity_test(X: np.ndarray, Y: np.ndarray, measure: str = "linear_cka", *
     else:
         p, lo, hi = np.nan, np.nan, np.nan
     params = {"estimator": "similarity_test", "measure": measure, "n_permutations": n_permutations,
+              "confidence_level": confidence_level,
               "seed": seed_record(ss), "null": "rows of Y shuffled",
               "rbf_threshold": threshold if measure == "rbf_cka" else None}
     return SimilarityResult(measure, float(est), null, p, ConfidenceInterval(float(lo), float(hi)),
@@ -315,6 +318,7 @@ class HeadMatchResult(Result):
     pvalue: float
     drop_bos: bool
     params: dict = field(default_factory=dict)
+    main_table = "head_match"
 
     def _tables(self) -> dict[str, dict[str, Any]]:
         h = self.score.size
@@ -322,15 +326,15 @@ class HeadMatchResult(Result):
                 "score": self.score, "ci_low": self.head_interval.low,
                 "ci_high": self.head_interval.high, "null_mean": self.null_head_mean}
         gi, gj = np.indices(self.similarity.shape)
-        return {"main": main,
-                "layer": {"method": np.array([self.method]), "estimate": np.array([self.estimate]),
+        return {"head_match": main,
+                "head_match_layer": {"method": np.array([self.method]), "estimate": np.array([self.estimate]),
                           "ci_low": np.array([self.confidence_interval.low]),
                           "ci_high": np.array([self.confidence_interval.high]),
                           "null_mean": np.array([np.mean(self.null_distribution)
                                                  if self.null_distribution.size else np.nan]),
                           "pvalue": np.array([self.pvalue]),
                           "drop_bos": np.array([self.drop_bos])},
-                "similarity": {"head_a": gi.ravel(), "head_b": gj.ravel(),
+                "head_match_similarity": {"head_a": gi.ravel(), "head_b": gj.ravel(),
                                "similarity": self.similarity.ravel()}}
 
     def _summary_items(self) -> list[tuple[str, Any]]:
@@ -342,7 +346,7 @@ class HeadMatchResult(Result):
 
 
 def head_matching(A: np.ndarray, B: np.ndarray, *, method: str = "hungarian",
-                  drop_bos: bool = False, n_permutations: int = 200, n_bootstrap: int = 200,
+                  drop_bos: bool = False, n_permutations: int = 200, n_resamples: int = 200,
                   seed: Any = None, confidence_level: float = 0.95,
                   n_jobs: int = 1) -> HeadMatchResult:
     """Return matching of heads A [H1, P, T, T] to heads B [H2, P, T, T] of another refit.
@@ -364,12 +368,12 @@ def head_matching(A: np.ndarray, B: np.ndarray, *, method: str = "hungarian",
     boot_seed, null_seed = spawn_seeds(root, 2)
     alpha = (1 - confidence_level) / 2
     # bootstrap over prompts: resampled similarity = weighted sum of per-prompt cosines
-    if n_bootstrap > 0:
-        plan = ResamplingPlan.bootstrap(n_prompts, n_bootstrap, boot_seed)
+    if n_resamples > 0:
+        plan = ResamplingPlan.bootstrap(n_prompts, n_resamples, boot_seed)
         # the engine's resampled means of the cosines and of the valid-cosine indicator
         with np.errstate(invalid="ignore", divide="ignore"):
             sims = (resampled_means(cos.reshape(n_prompts, -1), plan)
-                    / resampled_means(valid.reshape(n_prompts, -1), plan)).T.reshape((n_bootstrap,) + sim.shape)
+                    / resampled_means(valid.reshape(n_prompts, -1), plan)).T.reshape((n_resamples,) + sim.shape)
         boot = np.stack([match_heads(s, method)[1] for s in sims])  # [B, H1]
         h_lo, h_hi = np.nanquantile(boot, [alpha, 1 - alpha], axis=0)
         m_lo, m_hi = np.quantile(np.nanmean(boot, axis=1), [alpha, 1 - alpha])
@@ -401,7 +405,7 @@ def head_matching(A: np.ndarray, B: np.ndarray, *, method: str = "hungarian",
     est = float(np.nanmean(score))
     p = float(resampling_pvalue(null_mean_score, est, "greater")) if null.size else np.nan
     params = {"estimator": "head_matching", "method": method, "drop_bos": drop_bos,
-              "n_permutations": n_permutations, "n_bootstrap": n_bootstrap,
+              "n_permutations": n_permutations, "n_resamples": n_resamples,
               "seed": seed_record(root), "confidence_level": confidence_level,
               "similarity": "cosine of lower-triangle attention patterns, mean over prompts",
               "null": "prompts of B shuffled"}

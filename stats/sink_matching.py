@@ -65,7 +65,7 @@ def matching_description(drop_bos: bool) -> str:
 
 
 def _input_error(msg: str) -> Exception:
-    from circuits.errors import InputError
+    from reports.errors import InputError
 
     return InputError(msg)
 

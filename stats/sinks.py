@@ -33,10 +33,11 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import stats as sps
 
+from reports.results import Result
+
 from .intervals import (BootstrapResult, acceleration_from_jackknife, bootstrap_edges,
                         interval_verdict, intervals_from_distribution)
 from .resampling import ResamplingPlan, resampled_means
-from .results import Result
 
 __all__ = ["sink_shares", "position_means", "quadratic_fit", "confidence_gap", "SinkResult", "sink_relation",
            "sink_stability", "DEFAULT_THRESHOLD", "ESTIMANDS", "ESTIMAND_SINK_STABILITY"]
@@ -58,7 +59,7 @@ ESTIMANDS = {
 
 
 def _input_error(msg: str) -> Exception:
-    from circuits.errors import InputError
+    from reports.errors import InputError
 
     return InputError(msg)
 

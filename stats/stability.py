@@ -1,8 +1,8 @@
 """Circuit stability under resampling, reported as functions of the circuit size k.
 
-One chunked pass over the edges (stats.topk.streaming_topk) keeps, per resample, the K = max(k)
+One chunked pass over the edges (stats.topk_stream.streaming_topk) keeps, per resample, the K = max(k)
 best edges by (key descending, random tie priority): ties at a cut-off are broken at random from
-the run's seed (stats.topk), the same whatever the chunk size, and the ties at each cut-off are
+the run's seed (reports.topk), the same whatever the chunk size, and the ties at each cut-off are
 counted (cutoff_ties_mean: edges sharing the k-th key; cutoff_ties_excluded_*: those left out).
 From those lists, per k: inclusion frequency per edge, mean pairwise Jaccard (SD and a U-statistic
 jackknife interval: Monte Carlo error of the resampling statistic, not a data-level interval),
@@ -30,15 +30,15 @@ import numpy as np
 from scipy import sparse, stats
 from scipy.special import ndtri
 
-from circuits.errors import InputError
+from reports.errors import InputError
+from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
+from reports.results import Result
+from reports.topk import TIE_RULE, ranking_key, row_seeds, select_topk, tie_priorities, topk
 
-from .resampling import (DEFAULT_MAX_BYTES, ResamplingPlan, as_seed_sequence,
-                         check_score_matrix, seed_record, spawn_seeds)
-from .results import ConfidenceInterval, Result
+from .resampling import DEFAULT_MAX_BYTES, ResamplingPlan, check_score_matrix
 from .stability_data import (ESTIMANDS, DataLevelEstimates, check_data_level,
                              data_level_stability)
-from .topk import (ranking_key, row_seeds, select_topk, streaming_topk,
-                   tie_priorities, topk)
+from .topk_stream import streaming_topk
 
 __all__ = [
     "StabilityResult",
@@ -53,7 +53,7 @@ __all__ = [
 
 # --- small, reusable pieces ----------------------------------------------------------------
 def topk_indices(scores: np.ndarray, k: int, ranking: str, *, seed: Any = 0) -> np.ndarray:
-    """Return the k edges with the largest key in rank order, ties at random (stats.topk.topk).
+    """Return the k edges with the largest key in rank order, ties at random (reports.topk.topk).
 
     Pass the run's seed: the default 0 is reproducible but reuses one tie order for every call.
     """
@@ -225,7 +225,10 @@ class StabilityResult(Result):
     kendall_pairs: np.ndarray
     n_pairs_cpss: int | None = None
     edge_names: Sequence[str] | None = None
-    #: uint64 tie-breaking seeds (stats.topk.tie_priorities): one per resample, then the data's
+    #: data-level interval of the expected Jaccard between two datasets' circuits (``conf_int()``'s default)
+    primary_interval = "jaccard_data_ci"
+    main_table = "stability"
+    #: uint64 tie-breaking seeds (reports.topk.tie_priorities): one per resample, then the data's
     tie_seeds: np.ndarray | None = None
     params: dict = field(default_factory=dict)
 
@@ -269,15 +272,6 @@ class StabilityResult(Result):
                                        for t in th] for i in range(self.ks.size)]).ravel()
         return out
 
-    def conf_int(self, estimand: str = "jaccard_data") -> ConfidenceInterval:
-        """Return (low, high) per k of an interval: jaccard_data, jaccard_pop, phi_data (data
-        level) or jaccard / phi (Monte Carlo error of the resampling statistic only)."""
-        prefix = {"jaccard": "jaccard", "phi": "phi", "jaccard_data": "jaccard_data",
-                  "jaccard_pop": "jaccard_pop", "phi_data": "phi_data"}.get(estimand)
-        if prefix is None:
-            raise KeyError(f"unknown estimand {estimand!r}; use jaccard_data, jaccard_pop, "
-                           "phi_data, jaccard or phi")
-        return ConfidenceInterval(self.per_k[f"{prefix}_ci_low"], self.per_k[f"{prefix}_ci_high"])
 
     def to_table(self, name: str | None = None):
         """Return one result table; its schema metadata names the estimand of each interval."""
@@ -287,7 +281,8 @@ class StabilityResult(Result):
         return table.replace_schema_metadata(meta)
 
     def _tables(self) -> dict[str, dict[str, Any]]:
-        tables: dict[str, dict[str, Any]] = {"main": {"k": self.ks, **self.per_k}}
+        tables: dict[str, dict[str, Any]] = {"stability": {"k": self.ks, **self.per_k,
+                                                           "tie_rule": [TIE_RULE] * self.ks.size}}
         ki, ei = np.nonzero(self.inclusion_counts)
         inc = {"k": self.ks[ki], "edge": ei.astype(np.int64)}
         if self.edge_names is not None:
@@ -295,7 +290,7 @@ class StabilityResult(Result):
         cnt = self.inclusion_counts[ki, ei]
         inc.update(count=cnt.astype(np.int64), frequency=cnt / self.n_resamples,
                    in_consensus=cnt / self.n_resamples >= self.consensus_threshold)
-        tables["inclusion"] = inc
+        tables["stability_inclusion"] = inc
         kend = np.full(self.rank_pairs.shape[0], np.nan)
         lookup = {tuple(p): v for p, v in zip(self.kendall_pairs.tolist(), self.kendall)}
         for i, p in enumerate(self.rank_pairs.tolist()):
@@ -304,7 +299,7 @@ class StabilityResult(Result):
                                       "resample_b": self.rank_pairs[:, 1].astype(np.int64),
                                       "spearman": self.spearman, "kendall": kend}
         if self.plan_kind in ("subsample", "complementary_pairs"):
-            tables["selection"] = self.selection_bounds(
+            tables["selection_bounds"] = self.selection_bounds(
                 self.params.get("selection_thresholds") or (0.6, 0.7, 0.8, 0.9))
         return tables
 
@@ -550,7 +545,7 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
               "n_pair_resamples": m_pair, "n_rank_resamples": n_full,
               "rbo_p": rbo_p if rbo_p is not None else "1 - 1/k",
               "confidence_level": confidence_level,
-              "tie_breaking": "random (stats.topk priorities from the run seed)",
+              "tie_breaking": "random (reports.topk priorities from the run seed)",
               "tie_seed": seed_record(root),
               "selection_thresholds": list(selection_thresholds) if selection_thresholds else None,
               "data_level": data_note, "estimands": ESTIMANDS,

@@ -81,11 +81,12 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.special import ndtri
 
-from circuits.errors import InputError
+from reports.errors import InputError
+from reports.seeds import as_seed_sequence, spawn_seeds
+from reports.topk import row_seeds
 
-from .resampling import (DEFAULT_MAX_BYTES, ResamplingPlan, as_seed_sequence, nested_bootstrap,
-                         spawn_seeds)
-from .topk import row_seeds, streaming_topk
+from .resampling import DEFAULT_MAX_BYTES, ResamplingPlan, nested_bootstrap
+from .topk_stream import streaming_topk
 
 __all__ = ["MIN_OBS", "MIN_OUTER", "MIN_INNER", "METHODS", "ESTIMANDS",
            "DataLevelEstimates",

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import special
 
-from .results import Result
+from reports.results import Result
 
 __all__ = [
     "EdgeTestResult",
@@ -126,6 +126,7 @@ class EdgeTestResult(Result):
     df: float | None = None
     edge_names: Sequence[str] | None = None
     params: dict = field(default_factory=dict)
+    main_table = "edge_tests"
 
     def _tables(self) -> dict[str, dict[str, Any]]:
         cols: dict[str, Any] = {"edge": np.arange(self.estimate.size, dtype=np.int64)}
@@ -134,7 +135,7 @@ class EdgeTestResult(Result):
         cols.update(estimate=self.estimate, standard_error=self.standard_error,
                     statistic=self.statistic, pvalue=self.pvalue,
                     pvalue_adjusted=self.pvalue_adjusted, reject=self.reject)
-        return {"main": cols}
+        return {"edge_tests": cols}
 
     def _summary_items(self) -> list[tuple[str, Any]]:
         return [("test", self.test), ("correction", self.correction), ("alpha", self.alpha),

@@ -28,9 +28,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from reports.results import Result
+
 from .intervals import BootstrapResult, bootstrap_edges
 from .resampling import ResamplingPlan
-from .results import Result
 from .testing import holm_adjust
 
 __all__ = ["TokenImportanceResult", "token_importance_faithfulness", "TokenStabilityResult", "token_stability",
@@ -42,7 +43,7 @@ ESTIMAND_DIFFERENCE = "mean paired difference of those drops between two measure
 
 def _check_drops(drops: Any, measures: Sequence[str], ks: Sequence[int]) -> np.ndarray:
     """Return ``drops`` as float64 [N, M, K]; ValueError naming the mismatch."""
-    from circuits.errors import InputError
+    from reports.errors import InputError
 
     d = np.asarray(drops, dtype=np.float64)
     if d.ndim != 3 or d.shape[1:] != (len(measures), len(ks)):
@@ -164,7 +165,7 @@ def token_importance_faithfulness(drops: np.ndarray, measures: Sequence[str], ks
     differences tested; ``plan`` (or ``n_resamples`` and ``seed``) the one resampling plan used
     for every interval; ``method`` the interval (default: stats.intervals' calibrated default).
     """
-    from circuits.errors import InputError
+    from reports.errors import InputError
 
     measures, ks = tuple(str(m) for m in measures), tuple(int(k) for k in ks)
     d = _check_drops(drops, measures, ks)
@@ -237,7 +238,7 @@ def token_stability(orders: Mapping[str, np.ndarray], candidates: np.ndarray, ks
     Chance: the expected Jaccard of two random k-subsets of a prompt's candidates (hypergeometric).
     Intervals: jackknife over seeds of the ordered-pair mean (stats.head_stability), >= 3 seeds.
     """
-    from circuits.errors import InputError
+    from reports.errors import InputError
 
     from .head_stability import leave_one_refit_out, ordered_pair_mean, refit_jackknife
     from .stability import chance_jaccard

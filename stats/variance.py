@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import stats
 
-from .results import ConfidenceInterval, Result
+from reports.results import ConfidenceInterval, Result
 
 __all__ = ["VarianceComponentsResult", "variance_components", "ICCResult", "icc", "pooled_shares",
            "SHARES_ESTIMAND"]
@@ -81,6 +81,7 @@ class VarianceComponentsResult(Result):
     truncated: bool
     edge_names: Sequence[str] | None = None
     params: dict = field(default_factory=dict)
+    main_table = "variance_estimates"
 
     @property
     def names(self) -> list[str]:
@@ -117,7 +118,7 @@ class VarianceComponentsResult(Result):
         ems = {"term": np.asarray(names, dtype=str)[ti], "component": np.asarray(names,
                                                                                   dtype=str)[ci],
                "coefficient": self.ems[ti, ci]}
-        return {"main": main, "anova": anova, "ems": ems}
+        return {"variance_estimates": main, "variance_anova": anova, "variance_ems": ems}
 
     def _summary_items(self) -> list[tuple[str, Any]]:
         items: list[tuple[str, Any]] = [("factors", " x ".join(self.factors)),
@@ -215,6 +216,7 @@ class ICCResult(Result):
     n_raters: int
     edge_names: Sequence[str] | None = None
     params: dict = field(default_factory=dict)
+    main_table = "icc"
 
     def _tables(self) -> dict[str, dict[str, Any]]:
         e = np.atleast_1d(self.icc["ICC1"]).size
@@ -233,7 +235,7 @@ class ICCResult(Result):
                     pvalue=stack(self.pvalue),
                     ci_low=stack({n: c.low for n, c in self.confidence_interval.items()}),
                     ci_high=stack({n: c.high for n, c in self.confidence_interval.items()}))
-        return {"main": main}
+        return {"icc": main}
 
     def _summary_items(self) -> list[tuple[str, Any]]:
         return [("targets (n)", self.n_targets), ("raters (k)", self.n_raters)] + [
@@ -374,9 +376,9 @@ def _effect_sq(X: np.ndarray, n_axes: int) -> dict[tuple[int, ...], np.ndarray]:
     return out
 
 
-def _bootstrap_pooled_ms(Y: np.ndarray, terms: list[tuple[int, ...]], df: np.ndarray, n_boot: int,
+def _bootstrap_pooled_ms(Y: np.ndarray, terms: list[tuple[int, ...]], df: np.ndarray, n_resamples: int,
                          rng: np.random.Generator) -> np.ndarray:
-    """Return [n_boot, terms + 1]: pooled mean squares of designs whose examples (axis 0) are resampled.
+    """Return [n_resamples, terms + 1]: pooled mean squares of designs whose examples (axis 0) are resampled.
 
     With U a set of the other factors and P_U its effect projection, the examples x U sum of
     squares is sum_n |P_U Y_n|^2 - N |P_U m|^2 (m: the mean over examples) and U's own is
@@ -385,11 +387,11 @@ def _bootstrap_pooled_ms(Y: np.ndarray, terms: list[tuple[int, ...]], df: np.nda
     """
     N, k = Y.shape[0], Y.ndim - 2
     per_example = _effect_sq(Y, k)  # {U: [N]}
-    W = np.zeros((n_boot, N))
-    np.add.at(W, (np.repeat(np.arange(n_boot), N), rng.integers(0, N, n_boot * N)), 1.0)
-    m = (W @ Y.reshape(N, -1) / N).reshape((n_boot,) + Y.shape[1:])
-    of_mean = _effect_sq(m, k)  # {U: [n_boot]}
-    out = np.empty((n_boot, len(terms) + 1))
+    W = np.zeros((n_resamples, N))
+    np.add.at(W, (np.repeat(np.arange(n_resamples), N), rng.integers(0, N, n_resamples * N)), 1.0)
+    m = (W @ Y.reshape(N, -1) / N).reshape((n_resamples,) + Y.shape[1:])
+    of_mean = _effect_sq(m, k)  # {U: [n_resamples]}
+    out = np.empty((n_resamples, len(terms) + 1))
     full = tuple(range(k))
     for j, t in enumerate(terms + [(0,) + tuple(a + 1 for a in full)]):  # the residual: examples x all
         U = tuple(a - 1 for a in t if a != 0)
@@ -399,14 +401,14 @@ def _bootstrap_pooled_ms(Y: np.ndarray, terms: list[tuple[int, ...]], df: np.nda
 
 
 def pooled_shares(Y: np.ndarray, factors: Sequence[str], *, confidence_level: float = 0.95,
-                  n_boot: int = 1000, seed: Any = None, method: str = "basic") -> dict[str, Any]:
+                  n_resamples: int = 1000, seed: Any = None, method: str = "basic") -> dict[str, Any]:
     """Return variance shares pooled over the edges of Y [..factor levels.., E] with intervals.
 
     factors[0] must be the examples (prompts): the random factor crossed with every other.
     Pooled component = sum_e sigma^2_e (the ANOVA solution on the summed mean squares); share =
     component / sum of components. Interval: ``method`` ("basic", the default, or "percentile";
     the rows without examples always take the percentile form of a generalized pivotal interval)
-    over n_boot draws in which every term
+    over n_resamples draws in which every term
     that involves the examples takes its pooled mean square from a bootstrap over the examples
     (rows of Y, with every other factor's cells kept together: robust to heavy-tailed effects and
     to edges that move together), and every term without the examples keeps its mean square
@@ -429,8 +431,8 @@ def pooled_shares(Y: np.ndarray, factors: Sequence[str], *, confidence_level: fl
     Y = _as_design(Y, len(factors))
     if not 0 < confidence_level < 1:
         raise ValueError(f"confidence_level must lie in (0, 1), got {confidence_level}")
-    if int(n_boot) < 200:
-        raise ValueError(f"n_boot = {n_boot} is too few for a 95% percentile interval; use at least 200")
+    if int(n_resamples) < 200:
+        raise ValueError(f"n_resamples = {n_resamples} is too few for a 95% percentile interval; use at least 200")
     vc = variance_components(Y, factors)
     names = vc.names
     nf = len(factors)
@@ -444,10 +446,10 @@ def pooled_shares(Y: np.ndarray, factors: Sequence[str], *, confidence_level: fl
     with_examples = np.array([0 in t for t in terms] + [True])  # the residual is examples x all
     nu = _effective_df(Y, factors, names, ms, df)
     rng = np.random.default_rng(seed)
-    draws = _bootstrap_pooled_ms(Y, terms, df, int(n_boot), rng)
-    pivot = nu / rng.chisquare(nu, size=(int(n_boot), nu.size))
+    draws = _bootstrap_pooled_ms(Y, terms, df, int(n_resamples), rng)
+    pivot = nu / rng.chisquare(nu, size=(int(n_resamples), nu.size))
     draws = np.where(with_examples, draws, pooled * pivot)
-    cb = draws @ C.T  # [n_boot, T]
+    cb = draws @ C.T  # [n_resamples, T]
     sb = cb / cb.sum(1, keepdims=True)
     from .intervals import intervals_from_distribution
 
@@ -471,4 +473,4 @@ def pooled_shares(Y: np.ndarray, factors: Sequence[str], *, confidence_level: fl
             "share": shares, "ci_low": lo, "ci_high": hi, "df": df.astype(np.int64),
             "effective_df": nu, "n_edges": np.full(len(names), E, dtype=np.int64),
             "interval_reliable": with_examples.copy(), "interval": notes,
-            "estimand": [SHARES_ESTIMAND] * len(names), "n_boot": np.full(len(names), int(n_boot), dtype=np.int64)}
+            "estimand": [SHARES_ESTIMAND] * len(names), "n_resamples": np.full(len(names), int(n_resamples), dtype=np.int64)}

@@ -5,16 +5,18 @@ boolean node mask over ``graph.nodes`` (senders, then ``logits``), the scores it
 and the rule with its parameters (provenance).  Circuits are immutable in spirit: every operation
 (``prune``) returns a new one.
 
-Selection rules (``absolute`` is always an explicit keyword: signed and absolute ranking give
-different circuits and different MIB scores, MIB issue #19):
+Selection rules (``ranking``, 'signed' or 'absolute', is always an explicit keyword: signed and absolute
+ranking give different circuits and different MIB scores, MIB issue #19):
 
 * :meth:`Circuit.top_k` -- the k edges with the largest score (or ``|score|``); ties at the cut-off
-  go to the smaller edge index, so the result never depends on the sort algorithm.
+  are broken at random from ``seed`` by the one top-k of circuitstat (reports.topk), the rule the
+  stability and selection-aware faithfulness estimators use too; the number of tied edges is recorded.
 * :meth:`Circuit.threshold` -- every edge with score (or ``|score|``) ``>= t``.
 * :meth:`Circuit.greedy` -- grow from the logits as the EAP-IG library's ``Graph.apply_greedy``:
   the candidates are the in-edges of nodes already in the circuit (initially ``logits``); the best
   candidate is added, its sender joins the circuit and the sender's in-edges become candidates
-  (a head's in-edges are its q, k and v inputs).  Ties go to the smaller edge index.
+  (a head's in-edges are its q, k and v inputs).  Equal candidates go in the order of the seed's
+  tie priorities (the top-k's).
 * :meth:`Circuit.from_node_scores` / :meth:`Circuit.from_nodes` -- node-level circuits: a set of
   senders, and every edge between included nodes (``logits`` always counts as included).
 * :meth:`Circuit.from_edges` -- an explicit edge set.

@@ -6,7 +6,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import InputError
+from reports.errors import InputError
+from reports.results import Result
 from ..graph import ComponentGraph
 from .export import CircuitExport
 from .graph_ops import graph_cfg, prune_edges, touched_nodes
@@ -14,8 +15,9 @@ from .interchange import MibJson, jsonable
 from .selection import SelectionRules
 
 
-class Circuit(SelectionRules, MibJson, CircuitExport):
-    """A set of edges (and nodes) of a component graph with the rule that chose it."""
+class Circuit(SelectionRules, MibJson, CircuitExport, Result):
+    """A set of edges (and nodes) of a component graph with the rule that chose it (a Result: ``to_table``,
+    ``summary``, ``write(run_dir)``)."""
 
     def __init__(self, graph: ComponentGraph, edges: np.ndarray, nodes: np.ndarray | None = None, *,
                  scores: np.ndarray | None = None, node_scores: np.ndarray | None = None,
@@ -111,6 +113,6 @@ class Circuit(SelectionRules, MibJson, CircuitExport):
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
+        shown = {k: v for k, v in self.params.items() if k in ("k", "threshold", "ranking", "pruned", "cutoff_ties")}
         return (f"Circuit(rule={self.rule!r}, edges={self.n_edges}/{self.graph.n_edges}, nodes={self.n_nodes}, "
-                f"params={ {k: v for k, v in self.params.items() if k in ('k', 'threshold', 'absolute', 'pruned')} })")
-
+                f"params={shown})")

@@ -1,4 +1,4 @@
-"""Views of a circuit for people and other tools: a text summary, pyarrow tables, a networkx graph."""
+"""Views of a circuit for people and other tools: a text summary, its Result tables, a networkx graph."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import numpy as np
 
 
 class CircuitExport:
-    """``summary``, ``to_table``, ``nodes_table`` and ``to_networkx`` (mixed into Circuit)."""
+    """``summary``, the Result tables ``circuit`` and ``circuit_nodes``, and ``to_networkx`` (mixed into Circuit)."""
+
+    main_table = "circuit"
 
     def summary(self, top: int = 10) -> str:
         """A short text: rule and parameters, size, nodes by layer and the top edges by score."""
@@ -15,6 +17,9 @@ class CircuitExport:
                  f"  parameters : {', '.join(f'{k}={v}' for k, v in self.params.items() if not isinstance(v, dict)) or '-'}",
                  f"  edges      : {self.n_edges} of {g.n_edges} ({100 * self.fraction:.2f}%)",
                  f"  nodes      : {self.n_nodes} of {len(g.nodes)}"]
+        if "cutoff_ties" in self.params:
+            lines.append(f"  ties       : {self.params['cutoff_ties']} edges tied at the cut-off, "
+                         f"{self.params['cutoff_ties_excluded']} left out (seeded random, reports.topk)")
         layer_of = list(g.sender_layer) + [g.n_layers]
         by_layer: dict[int, list[str]] = {}
         for i in np.flatnonzero(self.nodes):
@@ -34,33 +39,37 @@ class CircuitExport:
                 lines.append(f"    ... {idx.size - top} more")
         return "\n".join(lines)
 
-    def to_table(self):
-        """pyarrow table, one row per graph edge: index, name, sender, receiver, kind, layers, score, in_circuit.
+    def _tables(self) -> dict:
+        """``circuit`` (one row per graph edge: index, name, sender, receiver, kind, layers, score, in_circuit)
+        and ``circuit_nodes`` (one row per node: name, layer, score, in_circuit)."""
+        g = self.graph
+        cols = g.edge_table()
+        scores = self.scores if self.scores is not None else np.full(g.n_edges, np.nan, dtype=np.float32)
+        ns = self.node_scores if self.node_scores is not None else np.full(len(g.nodes), np.nan, dtype=np.float32)
+        edges = {c: np.asarray(cols[c]) for c in ("index", "name", "sender", "receiver", "kind", "sender_layer",
+                                                 "receiver_layer")}
+        edges.update(score=np.asarray(scores, dtype=np.float32), in_circuit=np.asarray(self.edges),
+                     tied_at_cutoff=self.tied_at_cutoff())
+        nodes = {"name": np.asarray(g.nodes), "layer": np.append(g.sender_layer, g.n_layers).astype(np.int64),
+                 "score": np.asarray(ns, dtype=np.float32), "in_circuit": np.asarray(self.nodes)}
+        return {"circuit": edges, "circuit_nodes": nodes}
 
-        The rule, its parameters and the graph are in the schema metadata (``circuitstat.provenance``).
-        """
-        import pyarrow as pa
+    def tied_at_cutoff(self) -> np.ndarray:
+        """Return [E] True for the edges whose score ties the k-th one of a top-k rule (kept or left out at random)."""
+        from reports.topk import ranking_key
 
+        if self.scores is None or "cutoff_key" not in self.params or self.rule != "top_k":
+            return np.zeros(self.graph.n_edges, dtype=bool)
+        key = ranking_key(self.scores.astype(np.float64), self.params.get("ranking", "signed"))
+        return key == float(self.params["cutoff_key"])
+
+    def to_table(self, name: str | None = None):
+        """Return table ``circuit`` (default) or ``circuit_nodes``; the rule, its parameters and the graph are in
+        the schema metadata (``circuitstat.provenance``)."""
+        from reports.results import Result
         from reports.tables import with_provenance
 
-        cols = self.graph.edge_table()
-        scores = self.scores if self.scores is not None else np.full(self.graph.n_edges, np.nan, dtype=np.float32)
-        table = pa.table({
-            "index": pa.array(cols["index"]), "name": pa.array(cols["name"]), "sender": pa.array(cols["sender"]),
-            "receiver": pa.array(cols["receiver"]), "kind": pa.array(cols["kind"]),
-            "sender_layer": pa.array(cols["sender_layer"]), "receiver_layer": pa.array(cols["receiver_layer"]),
-            "score": pa.array(scores, type=pa.float32()), "in_circuit": pa.array(self.edges),
-        })
-        return with_provenance(table, {"circuit": self.describe()})
-
-    def nodes_table(self):
-        """pyarrow table, one row per node: name, layer, score, in_circuit."""
-        import pyarrow as pa
-
-        g = self.graph
-        ns = self.node_scores if self.node_scores is not None else np.full(len(g.nodes), np.nan, dtype=np.float32)
-        return pa.table({"name": g.nodes, "layer": pa.array(np.append(g.sender_layer, g.n_layers)),
-                         "score": pa.array(ns, type=pa.float32()), "in_circuit": pa.array(self.nodes)})
+        return with_provenance(Result.to_table(self, name), {"circuit": self.describe()})
 
     def to_networkx(self):
         """networkx DiGraph of the circuit on node names.

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from ..errors import InputError
+from reports.errors import InputError
 from ..graph import ComponentGraph
 from .graph_ops import graph_cfg, is_mlp, unknown_message
 

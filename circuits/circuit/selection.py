@@ -1,8 +1,11 @@
 """Selection rules: the constructors that choose a circuit's edges (or nodes) from scores or names.
 
-``absolute`` is always an explicit keyword: signed and absolute ranking give different circuits
-and different MIB scores (MIB issue #19).  Ties go to the smaller edge (node) index, so a result
-never depends on the sort algorithm.
+``ranking`` ('signed' or 'absolute') is always an explicit keyword: signed and absolute ranking give
+different circuits and different MIB scores (MIB issue #19); ``absolute=True/False``, its old name,
+is still read with a warning. Ties follow the one top-k rule (reports.topk): at random from ``seed``
+(reproducible: same seed, same circuit), never by index, which would favour low-index edges and make
+tied edges look stable across resamples. The rule, the seed and the number of edges tied at the
+cut-off are recorded in the circuit's ``params``.
 """
 
 from __future__ import annotations
@@ -13,7 +16,10 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
-from ..errors import InputError
+from reports.errors import InputError
+from reports.seeds import as_seed_sequence, seed_record
+from reports.topk import TIE_RULE, check_ranking, ranking_key, row_seeds, tie_priorities, topk
+
 from ..graph import ComponentGraph
 from .graph_ops import edge_endpoints, graph_cfg, receiver_node_index, unknown_message
 
@@ -21,15 +27,21 @@ if TYPE_CHECKING:
     from .core import Circuit
 
 
-def _key(scores: np.ndarray, absolute: bool) -> np.ndarray:
-    return np.abs(scores.astype(np.float64)) if absolute else scores.astype(np.float64)
+def _key(scores: np.ndarray, ranking: str) -> np.ndarray:
+    return ranking_key(scores.astype(np.float64), ranking)
 
 
-def _check_absolute(absolute: Any) -> bool:
-    if not isinstance(absolute, (bool, np.bool_)):
-        raise InputError(f"absolute must be True or False (an explicit choice: signed and absolute ranking give "
-                         f"different circuits), got {absolute!r}")
-    return bool(absolute)
+def _top(values: np.ndarray, k: int, ranking: str, ss: np.random.SeedSequence) -> tuple[np.ndarray, dict]:
+    """(indices of the top k of ``values`` in rank order, the tie parameters recorded with the circuit).
+
+    The one top-k (reports.topk): ties at the cut-off broken by the seed's pseudo-random priorities.
+    """
+    ties: dict[str, Any] = {"ties": TIE_RULE, "tie_seed": seed_record(ss)}
+    if k == 0:
+        return np.zeros(0, dtype=np.int64), {**ties, "cutoff_ties": 0, "cutoff_ties_excluded": 0}
+    t = topk(values, k, ranking=ranking, seed=ss)
+    return t.indices, {**ties, "cutoff_key": float(t.threshold), "cutoff_ties": int(t.n_tied_at_cutoff),
+                       "cutoff_ties_excluded": int(t.n_tied_excluded)}
 
 
 def _score_vector(scores: Any, graph: ComponentGraph | None, level: str) -> tuple[np.ndarray, ComponentGraph, dict, int | None]:
@@ -86,36 +98,43 @@ class SelectionRules:
     """The constructors of :class:`~circuits.circuit.Circuit` (mixed into it; ``cls`` is Circuit)."""
 
     @classmethod
-    def top_k(cls, scores: Any, k: int, *, absolute: bool, graph: ComponentGraph | None = None) -> "Circuit":
-        """The k edges with the largest score (``absolute=True``: largest ``|score|``); ties by edge index."""
-        absolute = _check_absolute(absolute)
+    def top_k(cls, scores: Any, k: int, *, ranking: str | None = None, seed: Any = 0,
+              graph: ComponentGraph | None = None, **renamed: Any) -> "Circuit":
+        """The k edges with the largest score (``ranking='absolute'``: largest ``|score|``); ties at the cut-off
+        at random from ``seed`` (an int or SeedSequence; reports.topk)."""
+        ranking = check_ranking(ranking, renamed, "Circuit.top_k")
         vec, graph, prov, d_model = _score_vector(scores, graph, "edge")
         k = _check_k(k, graph.n_edges, "edges")
-        order = np.lexsort((np.arange(vec.size), -_key(vec, absolute)))
+        idx, ties = _top(vec, k, ranking, as_seed_sequence(seed))
         edges = np.zeros(graph.n_edges, dtype=bool)
-        edges[order[:k]] = True
-        return cls(graph, edges, scores=vec, rule="top_k",
-                   params={"k": k, "absolute": absolute, "ties": "smaller edge index first", **prov}, d_model=d_model)
+        edges[idx] = True
+        return cls(graph, edges, scores=vec, rule="top_k", params={"k": k, "ranking": ranking, **ties, **prov},
+                   d_model=d_model)
 
     @classmethod
-    def threshold(cls, scores: Any, t: float, *, absolute: bool, graph: ComponentGraph | None = None) -> "Circuit":
-        """Every edge whose score (``absolute=True``: ``|score|``) is ``>= t``."""
-        absolute = _check_absolute(absolute)
+    def threshold(cls, scores: Any, t: float, *, ranking: str | None = None, graph: ComponentGraph | None = None,
+                  **renamed: Any) -> "Circuit":
+        """Every edge whose score (``ranking='absolute'``: ``|score|``) is ``>= t``."""
+        ranking = check_ranking(ranking, renamed, "Circuit.threshold")
         t = float(t)
         if math.isnan(t):
             raise InputError("the threshold is NaN")
         vec, graph, prov, d_model = _score_vector(scores, graph, "edge")
-        edges = _key(vec, absolute) >= t
-        return cls(graph, edges, scores=vec, rule="threshold", params={"threshold": t, "absolute": absolute, **prov},
+        edges = _key(vec, ranking) >= t
+        return cls(graph, edges, scores=vec, rule="threshold", params={"threshold": t, "ranking": ranking, **prov},
                    d_model=d_model)
 
     @classmethod
-    def greedy(cls, scores: Any, k: int, *, absolute: bool, graph: ComponentGraph | None = None) -> "Circuit":
-        """Grow k edges from the logits, best candidate first (EAP-IG's ``apply_greedy``; not pruned)."""
-        absolute = _check_absolute(absolute)
+    def greedy(cls, scores: Any, k: int, *, ranking: str | None = None, seed: Any = 0,
+               graph: ComponentGraph | None = None, **renamed: Any) -> "Circuit":
+        """Grow k edges from the logits, best candidate first (EAP-IG's ``apply_greedy``; not pruned); equal
+        candidates in the order of the seed's tie priorities (the top-k's, reports.topk)."""
+        ranking = check_ranking(ranking, renamed, "Circuit.greedy")
         vec, graph, prov, d_model = _score_vector(scores, graph, "edge")
         k = _check_k(k, graph.n_edges, "edges")
-        key = _key(vec, absolute)
+        key = _key(vec, ranking)
+        ss = as_seed_sequence(seed)
+        pri = tie_priorities(row_seeds(ss, 1), np.arange(graph.n_edges))[0]
         logits_node = len(graph.nodes) - 1
         # in-edges of each node: the edges into its receivers (one receiver, or a head's q, k, v)
         rnode = receiver_node_index(graph)
@@ -130,39 +149,42 @@ class SelectionRules:
         def add_node(node: int) -> None:
             in_circuit[node] = True
             for e in in_edges[node]:
-                heapq.heappush(heap, (-key[e], e))
+                heapq.heappush(heap, (-key[e], int(pri[e]), e))
 
         add_node(logits_node)
         for _ in range(k):
-            _, e = heapq.heappop(heap)  # every edge is reachable from the logits, so the heap never runs dry
+            *_, e = heapq.heappop(heap)  # every edge is reachable from the logits, so the heap never runs dry
             edges[e] = True
             u = int(graph.edge_sender[e])
             if not in_circuit[u]:
                 add_node(u)
         return cls(graph, edges, scores=vec, rule="greedy",
-                   params={"k": k, "absolute": absolute, "ties": "smaller edge index first", **prov}, d_model=d_model)
+                   params={"k": k, "ranking": ranking, "ties": TIE_RULE, "tie_seed": seed_record(ss), **prov},
+                   d_model=d_model)
 
     @classmethod
-    def from_node_scores(cls, scores: Any, k: int | None = None, *, absolute: bool, threshold: float | None = None,
-                         graph: ComponentGraph | None = None) -> "Circuit":
+    def from_node_scores(cls, scores: Any, k: int | None = None, *, ranking: str | None = None,
+                         threshold: float | None = None, seed: Any = 0, graph: ComponentGraph | None = None,
+                         **renamed: Any) -> "Circuit":
         """Node-level circuit: the top-k senders (or those with score ``>= threshold``) and all edges between them.
 
         ``scores`` is a node-level ScoreMatrix or a vector over ``graph.senders``.  A NaN score
         marks an unscored node, which is always kept (EAP-IG's convention); ``k`` counts scored
         nodes only.  ``logits`` is always included.
         """
-        absolute = _check_absolute(absolute)
+        ranking = check_ranking(ranking, renamed, "Circuit.from_node_scores")
         if (k is None) == (threshold is None):
             raise InputError("give exactly one of k and threshold")
         vec, graph, prov, d_model = _score_vector(scores, graph, "node")
         scored = ~np.isnan(vec)
-        key = np.where(scored, _key(np.nan_to_num(vec), absolute), -np.inf)
+        key = np.where(scored, _key(np.nan_to_num(vec), ranking), -np.inf)
         keep = ~scored
         if k is not None:
             k = _check_k(k, int(scored.sum()), "scored nodes")
-            order = np.lexsort((np.arange(vec.size), -key))
-            keep[order[:k]] = True
-            params = {"k": k}
+            which = np.flatnonzero(scored)
+            idx, ties = _top(vec[which], k, ranking, as_seed_sequence(seed))
+            keep[which[idx]] = True
+            params = {"k": k, **ties}
         else:
             keep |= scored & (key >= float(threshold))
             params = {"threshold": float(threshold)}
@@ -170,7 +192,7 @@ class SelectionRules:
         names = [graph.senders[i] for i in np.flatnonzero(keep)]
         out = cls.from_nodes(graph, names, node_scores=node_scores, d_model=d_model)
         out.rule = "node_top_k" if k is not None else "node_threshold"
-        out.params = {**params, "absolute": absolute, "ties": "smaller node index first", **prov}
+        out.params = {**params, "ranking": ranking, **prov}
         return out
 
     @classmethod

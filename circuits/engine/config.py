@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 
 import torch.nn.functional as F
 
-from ..errors import InputError
+from reports.errors import InputError
 
 #: ``rmsnorm``: Llama's (normalise in float32, cast, then scale by w); ``rmsnorm_f32w``: OLMo 2's
 #: (scale by w in float32, then cast); ``rmsnorm_1p``: Gemma's (scale by 1 + w in float32, then cast).

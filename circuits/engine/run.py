@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import InputError
+from reports.errors import InputError
 from ..graph import ComponentGraph
 from ..interventions import Intervention
 from .attention import attention_block

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import fields
 from urllib.parse import parse_qsl
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 from .truth import GroundTruthModel, edge_mask
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 from .programs import PROGRAMS, sample_pairs
 from .truth import GroundTruthModel, edge_mask

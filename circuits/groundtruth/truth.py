@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 __all__ = ["GroundTruthModel", "edge_mask"]
 

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 MAX_ROWS_SHOWN = 10
 

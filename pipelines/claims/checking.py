@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 from ..yamlio import read_yaml_strict, redacted_failure, redacted_validation_message
 from .bounds import bound_text

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 from .bounds import bound_text, fmt
 from .evaluators import EVALUATORS

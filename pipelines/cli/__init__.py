@@ -57,7 +57,7 @@ def user_error_message(exc: BaseException) -> str | None:
     scheduler), or None when ``exc`` is an internal error (a bug)."""
     from pydantic import ValidationError
 
-    from circuits.errors import InputError
+    from reports.errors import InputError
 
     if isinstance(exc, InputError):
         return str(exc)
@@ -187,7 +187,7 @@ def check_out(out: Path, kind: str | None = None, *, force: bool = False) -> Non
     """InputError when ``out`` exists and is not a directory, or (with ``kind``, the command's name) when
     it holds a run of another command and ``force`` is not given: resuming into it would merge both
     commands' stages into one manifest and replace its spec. Checked before anything is loaded."""
-    from circuits.errors import InputError
+    from reports.errors import InputError
 
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file, not a directory; give a new or existing run directory")
@@ -236,6 +236,7 @@ app.add_typer(study_app, name="study")
 # imports what it runs inside its body, so `circuitstat --help`, `check` and `query` never load torch
 from . import analyse, checks, studies  # noqa: E402,F401
 from . import tokens  # noqa: E402,F401
+from . import service  # noqa: E402,F401
 
 
 def main() -> None:

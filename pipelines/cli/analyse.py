@@ -14,6 +14,20 @@ from . import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, DTYPES, Ablation, DType, Lev
 
 Rule = choices("Rule", "top-k", "greedy")  # how `circuit` selects edges
 InputNode = choices("InputNode", "embeddings", "tokens")  # circuits.ablation
+Ranking = choices("Ranking", "signed", "absolute")  # reports.topk.RANKINGS: signed score or |score|
+
+
+def ranking_option(ranking, absolute: bool | None, command: str) -> str:
+    """The ranking of ``--ranking``, or of the old ``--absolute/--signed`` flags (with a warning naming the new one)."""
+    from reports.errors import warn_renamed
+
+    if absolute is None:
+        return "signed" if ranking is None else ranking.value
+    old = "absolute" if absolute else "signed"
+    warn_renamed(f"--{old}", f"--ranking {old}", command)
+    if ranking is not None and ranking.value != old:
+        fail(f"--{old} (the old flag) contradicts --ranking {ranking.value}; give --ranking only")
+    return old
 
 
 @app.command("model")
@@ -127,11 +141,10 @@ def attribute_command(
 
     The examples are computed in chunks, each saved in OUT/checkpoints as soon as it is finished:
     a killed run continues where it stopped when the same command is run again."""
-    from circuits import load_model
     from circuits.attribution import check_options
-    from circuits.errors import InputError
     from circuits.plan import parse_bytes
-    from pipelines.build import build_task, check_device, check_n_jobs, check_work, resolve_source, task_positions
+    from pipelines.build import check_device, check_n_jobs
+    from reports.errors import InputError
 
     method, level, ablation, dtype = method.value, level.value, ablation.value, dtype.value
     input_node = input_node.value
@@ -139,20 +152,18 @@ def attribute_command(
     # everything is validated before the run directory exists
     if out is None and not plan:
         raise InputError("--out is required: give the run directory to write (or pass --plan to only plan the run)")
-    if out is not None and not plan:
-        check_out(out, "attribute", force=force)
-    check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
-    budget = None if max_memory is None else parse_bytes(max_memory)
-    n_jobs = check_n_jobs(n_jobs, "--n-jobs")
-    dev = check_device(device)
-    if plan:
+    if plan:  # on the meta device: no weights are allocated, whatever the model's size
+        check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
+        budget = None if max_memory is None else parse_bytes(max_memory)
         _plan(model, task, n=n, seed=seed, metric=metric, level=level, batch_size=batch_size, ig_steps=ig_steps,
-              budget=budget, n_jobs=n_jobs, device=dev, dtype=dtype, allow_pickle=allow_pickle, allow_large=allow_large)
+              budget=budget, n_jobs=check_n_jobs(n_jobs, "--n-jobs"), device=check_device(device), dtype=dtype,
+              allow_pickle=allow_pickle, allow_large=allow_large)
         return
-    m = load_model(resolve_source(model), device=dev, dtype=_torch_dtype(dtype), allow_pickle=allow_pickle,
-                   allow_large=allow_large)
-    check_work(m, n, level=level, positions=task_positions(task, {}), allow_large=allow_large)
-    t = build_task(m, task, n=n, seed=seed, metric=metric)
+    check_out(out, "attribute", force=force)
+    m, t, budget, n_jobs = prepare_attribute(model, task, method=method, level=level, ablation=ablation, metric=metric,
+                                             n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
+                                             device=device, dtype=dtype, max_memory=max_memory,
+                                             allow_pickle=allow_pickle, allow_large=allow_large)
     sm = _attribute_run(m, t, out, model_arg=model, task_arg=task, method=method, level=level, ablation=ablation,
                         input_node=input_node, n=n,
                         batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
@@ -196,6 +207,45 @@ def _plan(source: str, task: str, *, n: int, seed: int, metric, level: str, batc
     for line in plan_lines(skeleton, t, level=level, batch_size=batch_size, ig_steps=ig_steps, budget=budget,
                            n_jobs=n_jobs, timing_model=timing, untimed=why, device=str(device)):
         echo(line)
+
+
+def prepare_attribute(model: str, task: str, *, method: str, level: str, ablation: str, metric: str | None, n: int,
+                      batch_size: int, ig_steps: int, seed: int, n_jobs: int, device: str, dtype: str,
+                      max_memory: str | None, allow_pickle: bool, allow_large: bool):
+    """(model, task, memory budget, n_jobs) of an ``attribute`` run after every check that needs no
+    run directory (options, workers, device, sizes, the task); InputError on the first problem."""
+    from circuits import load_model
+    from circuits.attribution import check_options
+    from circuits.plan import parse_bytes
+    from pipelines.build import build_task, check_device, check_n_jobs, check_work, resolve_source, task_positions
+
+    check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
+    budget = None if max_memory is None else parse_bytes(max_memory)
+    n_jobs = check_n_jobs(n_jobs, "--n-jobs")
+    dev = check_device(device)
+    m = load_model(resolve_source(model), device=dev, dtype=_torch_dtype(dtype), allow_pickle=allow_pickle,
+                   allow_large=allow_large)
+    check_work(m, n, level=level, positions=task_positions(task, {}), allow_large=allow_large)
+    return m, build_task(m, task, n=n, seed=seed, metric=metric), budget, n_jobs
+
+
+def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", level: str = "edge",
+                  ablation: str = "counterfactual", input_node: str = "embeddings", metric: str | None = None,
+                  n: int = 64, batch_size: int = 16,
+                  ig_steps: int = 5, seed: int = 0, n_jobs: int = 1, device: str = "cpu", dtype: str = "float32",
+                  max_memory: str | None = None, checkpoint_every: int | None = None, resume: bool = True,
+                  force: bool = False, allow_pickle: bool = False, allow_large: bool = False):
+    """The ScoreMatrix of ``circuitstat attribute`` with these options, written into run directory
+    ``out`` (validated first; resumed from its checkpoints where it stopped)."""
+    check_out(out, "attribute", force=force)
+    m, t, budget, n_jobs = prepare_attribute(model, task, method=method, level=level, ablation=ablation, metric=metric,
+                                             n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
+                                             device=device, dtype=dtype, max_memory=max_memory,
+                                             allow_pickle=allow_pickle, allow_large=allow_large)
+    return _attribute_run(m, t, out, model_arg=model, task_arg=task, method=method, level=level, ablation=ablation,
+                          input_node=input_node, n=n, batch_size=batch_size,
+                          ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
+                          budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force)
 
 
 def _engine_sizes(m, t, method: str, level: str, batch_size: int, budget: int | None) -> tuple[int, int]:
@@ -246,7 +296,8 @@ def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: st
 
     batch_size, max_rows = _engine_sizes(m, t, method, level, batch_size, budget)
     spec = {"model": model_arg, "task": task_arg, "method": method, "level": level, "ablation": ablation,
-            "input_node": input_node, "metric": t.metric_name, "n": n, "batch_size": batch_size, "ig_steps": ig_steps, "seed": seed,
+            "input_node": input_node, "metric": t.metric_name, "n": n, "batch_size": batch_size, "ig_steps": ig_steps,
+            "seed": seed,
             "dtype": DTYPES[dtype], "max_rows": max_rows}
     options = {"batch_size": batch_size, "max_rows": max_rows, "ig_steps": ig_steps, "dtype": DTYPES[dtype],
                "device": m.device.type, "input_node": input_node}
@@ -330,7 +381,10 @@ def report_command(
 def circuit_command(
     run: Path = typer.Argument(..., help="run directory with scores (from attribute or audit)"),
     k: int = typer.Option(..., "--k", min=1, help="number of edges"),
-    absolute: bool = typer.Option(False, "--absolute/--signed", help="rank by |score| or by signed score"),
+    ranking: Ranking | None = typer.Option(None, "--ranking", help="rank edges by signed score (default) or by |score| "
+                                           "(absolute)"),
+    absolute: bool | None = typer.Option(None, "--absolute/--signed", hidden=True, help="old name of --ranking"),
+    seed: int = typer.Option(0, "--seed", min=0, help="seed of the random tie-break at the cut-off (reports.topk)"),
     method: Method | None = typer.Option(None, "--method", help="which method's scores in an audit run"),
     rule: Rule = typer.Option(Rule("top-k"), "--rule", help="top-k edges, or greedy growth from the logits"),
     prune: bool = typer.Option(True, "--prune/--no-prune", help="drop nodes with no path input -> logits"),
@@ -348,7 +402,7 @@ def circuit_command(
         name = f"scores_{found[0]}"
     sm = ScoreMatrix.read(run, name)
     make = Circuit.top_k if rule.value == "top-k" else Circuit.greedy
-    circuit = make(sm, k, absolute=absolute)
+    circuit = make(sm, k, ranking=ranking_option(ranking, absolute, "circuit"), seed=seed)
     if prune:
         circuit = circuit.prune()
     echo(circuit.summary())

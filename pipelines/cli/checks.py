@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 from . import app, choices, echo
 
@@ -26,8 +26,16 @@ def check_command(
     allow_outside: bool = typer.Option(False, "--allow-outside",
                                        help="let the file's 'run:' and 'spec:' name paths outside its directory "
                                             "(absolute, '..', symbolic links); only for claims files you trust"),
+    server: str | None = typer.Option(None, "--server", help="check against a job on a circuitstat server (URL): "
+                                      "--run is then the job's id, the token comes from $CIRCUITSTAT_TOKEN"),
 ) -> None:
     """Check published claims against an audit run: exit 0 all hold, 1 any fails, 2 error."""
+    if server is not None:
+        from pipelines.service.client import check as check_remote
+
+        if run is None:
+            raise InputError("--server needs --run JOB_ID (the id `circuitstat submit` printed)")
+        raise typer.Exit(check_remote(server, claims, str(run), junit, echo=typer.echo))
     from pipelines.claims import check, format_results, write_junit
 
     if junit is not None and junit.is_dir():

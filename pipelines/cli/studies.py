@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 from . import ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, app, check_out, choices, echo, study_app
 
@@ -41,7 +41,8 @@ def heads_command(
     corpus: str | None = typer.Option(None, "--corpus", help="corpus of the probe snippets (its held-out probe split); "
                                       "default: the models' training corpus if it is stdlib"),
     hooks: str = typer.Option("pre,post", "--hooks", help="residual hooks: pre (before attention), post (after attention)"),
-    n_resamples: int = typer.Option(200, "--n-resamples", "--n-boot", min=2, help="bootstrap resamples"),
+    n_resamples: int | None = typer.Option(None, "--n-resamples", min=2, help="bootstrap resamples (default 200)"),
+    n_boot: int | None = typer.Option(None, "--n-boot", min=2, hidden=True, help="old name of --n-resamples"),
     ci_over: CIOver = typer.Option(CIOver("both"), "--ci-over", help="what the bootstrap resamples"),
     seed: int = typer.Option(0, "--seed", min=0),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or mps"),
@@ -53,7 +54,7 @@ def heads_command(
 ) -> None:
     """Cross-seed stability of attention heads and of the residual stream, with refit-level and bootstrap CIs."""
     from pipelines.build import check_device, check_n_jobs, load_source
-    from pipelines.heads import HeadStability
+    from pipelines.heads import HeadStability, write_heads_run
 
     models = [p for m in models for p in str(m).split(",") if p]
     if len(models) < 2:
@@ -62,15 +63,23 @@ def heads_command(
     device = check_device(device)
     n_jobs = check_n_jobs(n_jobs, "--n-jobs")
     loaded = [load_source(m, device=device, allow_pickle=allow_pickle, allow_large=allow_large) for m in models]
+    if n_boot is not None:
+        from reports.errors import warn_renamed
+
+        warn_renamed("--n-boot", "--n-resamples", "heads")
+        if n_resamples is not None and n_resamples != n_boot:
+            raise InputError("--n-boot (the old flag) and --n-resamples differ; give --n-resamples only")
+        n_resamples = n_boot
     est = HeadStability(match=match.value, pairs=pairs.value, anchor=anchor, drop_bos=drop_bos, null=null.value,
-                        n_boot=n_resamples, ci_over=ci_over.value, n_probe=n_probe, probe_len=probe_len, bos=bos,
+                        n_resamples=200 if n_resamples is None else n_resamples, ci_over=ci_over.value,
+                        n_probe=n_probe, probe_len=probe_len, bos=bos,
                         probe_file=str(probe_file) if probe_file else None, corpus=corpus,
-                        hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), random_state=seed,
+                        hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), seed=seed,
                         n_jobs=n_jobs)
     res = est.fit(loaded).result_
     # threads change no result: the spec (which a rerun must match) leaves them out
     spec = {k: v for k, v in est.get_params().items() if k != "n_jobs"}
-    res.write(out, spec={"models": list(models), **spec}, command=sys.argv, force=force)
+    write_heads_run(res, out, spec={"models": list(models), **spec}, command=sys.argv, force=force)
     echo(res.summary())
     echo(f"-> {out}")
 

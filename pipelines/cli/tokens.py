@@ -15,7 +15,7 @@ SinkToken = choices("SinkToken", "first", "detected")  # which key is the sink
 
 def _ints(text: str, where: str) -> tuple[int, ...]:
     """``text`` such as ``1,2,3`` as a tuple of ints; InputError naming ``where`` otherwise."""
-    from circuits.errors import InputError
+    from reports.errors import InputError
 
     try:
         return tuple(int(p) for p in text.split(",") if p.strip())
@@ -71,7 +71,7 @@ def tokens_command(
                              pairs=None if pairs is None else tuple(p.strip() for p in pairs.split(",") if p.strip()),
                              n_random=n_random, ablation=ablation.value, exclude_first=exclude_first,
                              exclude_readout=exclude_readout, sink=sink.value, sink_threshold=sink_threshold,
-                             n_resamples=n_resamples, batch_size=batch_size, random_state=seed)
+                             n_resamples=n_resamples, batch_size=batch_size, seed=seed)
     est.validate()  # every option is checked before the model loads or anything is written
     est.check_sizes(allow_large=allow_large)
     check_out(out, "tokens", force=force)

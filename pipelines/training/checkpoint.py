@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 if TYPE_CHECKING:
     from .recipe import TrainRecipe

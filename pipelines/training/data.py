@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from circuits.cache import cache_dir
-from circuits.errors import InputError
+from reports.errors import InputError
 
 from .recipe import DataSpec, TrainRecipe
 

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 from .checkpoint import CHECKPOINT, read_checkpoint_info
 from .data import prepare_data

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 from .checkpoint import CHECKPOINT, _restore_checkpoint, _resume_state, _save_checkpoint
 from .data import _Batches, _chunk, _load_tokens, prepare_data

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 from .checkpoint import CHECKPOINT
 from .data import _save_npy_atomic

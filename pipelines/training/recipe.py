@@ -9,7 +9,7 @@ import json
 import math
 from dataclasses import asdict, dataclass
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 __all__ = ["TrainRecipe", "DataSpec"]
 

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from reports.topk import TIE_RULE
+
 from .scorer import Key
 from .spec import _view
 
@@ -111,6 +113,7 @@ class _FactorStages:
         out = {c: (np.asarray(v, dtype=np.int64) if c in ("k", "n_resamples", "cutoff_ties") else v)
                for c, v in rows.items()}
         out["spread_label"] = [SPREAD_LABEL] * len(rows["k"])
+        out["tie_rule"] = [TIE_RULE] * len(rows["k"])
         return {"variance_stability": out}
 
     # -- selection at fixed faithfulness --

@@ -10,8 +10,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from circuits.counterfactuals import counterfactual_corruptions, with_counterfactual
-from circuits.errors import InputError
-from stats.resampling import spawn_seeds
+from reports.errors import InputError
+from reports.seeds import spawn_seeds
 
 from ..build import load_source
 from .spec import VarianceSpec, _view

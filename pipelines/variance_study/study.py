@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from circuits.errors import InputError
+from reports.errors import InputError
 
 from .factors import _FactorStages
 from .scorer import Key, ModelScorer, Scorer
@@ -59,7 +59,8 @@ def run_variance_study(spec: VarianceSpec, out: str | Path, n_jobs: int | None =
     from reports.run_tables import RunTables
 
     names = tuple(sorted(p.stem for p in out.glob("*.parquet") if not p.stem.startswith("scores_")))
-    return RunTables(out, names, "variance_summary", {"study": "variance", "spec": spec_doc})
+    return RunTables(out, names, "variance_summary", {"study": "variance", "spec": spec_doc,
+                                                      "confidence_level": spec.bootstrap.confidence_level})
 
 
 def check_study(spec: VarianceSpec, scorer) -> None:
@@ -152,7 +153,7 @@ class _Study(_FactorStages, _SummaryStages):
     # -- intrinsic variation, per-edge CIs --
     def top_edges(self, n: int) -> np.ndarray:
         from stats.factor_stability import aggregate
-        from stats.topk import topk
+        from reports.topk import topk
 
         mean = aggregate(self.S(self.ref), "mean", self.spec.trim)
         return topk(mean, min(n, self.E), ranking=self.spec.ranking, seed=self.run.stage_seed("top_edges")).indices
@@ -219,7 +220,7 @@ class _Study(_FactorStages, _SummaryStages):
             Y, _ = self.design(sl)
             vc = variance_components(Y, factors, confidence_level=self.cl, edge_names=self.names[sl])
             tabs = vc._tables()
-            main, anova = tabs["main"], tabs["anova"]
+            main, anova = tabs["variance_estimates"], tabs["variance_anova"]
             comp_parts.append({"edge": main["edge"] + s, "name": list(main["edge_name"]), "source": list(main["component"]),
                                "variance": main["variance"], "share": main["share"], "se": main["standard_error"],
                                "ci_low": main["ci_low"], "ci_high": main["ci_high"],

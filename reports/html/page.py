@@ -181,7 +181,7 @@ def _sources(spec: dict[str, Any]) -> list[str]:
 
 def _input_error(message: str) -> Exception:
     # imported only on this error path: rendering a report never imports circuits (or torch)
-    from circuits.errors import InputError
+    from reports.errors import InputError
 
     return InputError(message)
 

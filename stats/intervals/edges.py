@@ -8,10 +8,11 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.special import ndtri
 
+from reports.results import ConfidenceInterval
+
 from ..reliability import RELIABLE_MAX_TAIL_SHARE, tail_share
 from ..resampling import (DEFAULT_MAX_BYTES, ResamplingPlan, _resolve_jobs, check_score_matrix, default_chunk_size,
                           map_edge_chunks, plan_weights, studentized_resamples)
-from ..results import ConfidenceInterval
 from ..testing import bh_adjust
 from .bounds import _frac_below, _intervals_sorted
 from .jackknife import acceleration_from_jackknife, mean_acceleration

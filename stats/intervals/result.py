@@ -7,13 +7,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..results import ConfidenceInterval, Result
+from reports.results import ConfidenceInterval, MethodIntervals, Result
 from .methods import ESTIMAND
 
 
 @dataclass(repr=False)
-class BootstrapResult(Result):
-    """Per-edge interval result: scipy-style attributes plus conf_int(), summary(), to_table().
+class BootstrapResult(MethodIntervals, Result):
+    """Per-edge interval result: scipy-style attributes plus conf_int(), summary(), to_table() ("bootstrap").
 
     `pvalue` inverts the primary interval (`method`): the interval excludes 0 exactly when
     pvalue < 1 - confidence_level; `pvalues` holds the same for every computed method and
@@ -42,11 +42,7 @@ class BootstrapResult(Result):
     tail_share: np.ndarray | None = None
     reliable: np.ndarray | None = None
     estimand: str = ESTIMAND
-
-    def conf_int(self, method: str | None = None) -> np.ndarray:
-        """Return the intervals as an [E, 2] array (statsmodels style) for `method`."""
-        ci = self.intervals[method or self.method]
-        return np.stack([ci.low, ci.high], axis=-1)
+    main_table = "bootstrap"
 
     @property
     def degenerate(self) -> np.ndarray:
@@ -71,15 +67,15 @@ class BootstrapResult(Result):
             cols["interval_reliable"] = np.atleast_1d(self.reliable)
         for m, ci in self.intervals.items():
             if m != self.method:
-                cols[f"ci_low_{m}"] = np.atleast_1d(ci.low)
-                cols[f"ci_high_{m}"] = np.atleast_1d(ci.high)
+                cols[f"ci_{m}_low"] = np.atleast_1d(ci.low)
+                cols[f"ci_{m}_high"] = np.atleast_1d(ci.high)
                 if m in self.pvalues:
                     cols[f"pvalue_{m}"] = np.atleast_1d(self.pvalues[m])
         if self.z0 is not None:
             cols["bca_z0"] = np.atleast_1d(self.z0)
             cols["bca_acceleration"] = np.atleast_1d(self.acceleration)
         cols["degenerate"] = np.atleast_1d(self.degenerate)
-        return {"main": cols}
+        return {"bootstrap": cols}
 
     def _summary_items(self) -> list[tuple[str, Any]]:
         lo = np.atleast_1d(self.confidence_interval.low)

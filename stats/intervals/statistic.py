@@ -7,8 +7,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from scipy.special import ndtri
 
+from reports.results import ConfidenceInterval
+
 from ..resampling import ResamplingPlan, _is_vectorized, resample_statistic
-from ..results import ConfidenceInterval
 from .bounds import _frac_below, _intervals_sorted
 from .jackknife import acceleration_from_jackknife, jackknife_statistic
 from .methods import RESAMPLING_ONLY, _check_methods, _plan_for, _tail_levels

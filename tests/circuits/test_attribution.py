@@ -173,7 +173,7 @@ def test_score_matrix_roundtrip(gpt2, tmp_path):
 
 
 def test_nan_metric_is_reported_with_rows(gpt2):
-    from circuits.errors import InputError
+    from reports.errors import InputError
 
     task = _task(n=3)
 
@@ -191,7 +191,7 @@ def test_nan_metric_is_reported_with_rows(gpt2):
 
 
 def test_clean_corrupted_refuses_non_counterfactual_ablations(gpt2):
-    from circuits.errors import InputError
+    from reports.errors import InputError
 
     with pytest.raises(InputError, match="needs ablation 'counterfactual'"):
         attribute(gpt2, _task(n=2), "clean-corrupted", ablation="mean", progress=False)

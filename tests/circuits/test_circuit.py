@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from circuits.circuit import Circuit
-from circuits.errors import InputError
+from reports.errors import DeprecatedNameWarning, InputError
 from circuits.graph import ComponentGraph
 from circuits.scores import ScoreMatrix
 
@@ -52,9 +52,12 @@ def _path_oracle(edge_names: list[str]) -> set[str]:
     return {n for n in edge_names if _ends(n)[0] in from_input and _ends(n)[1] in to_logits}
 
 
-def _naive_greedy(graph: ComponentGraph, scores: np.ndarray, k: int, absolute: bool) -> set[int]:
-    """O(k·E) greedy: best edge (smallest index on ties) whose receiver node is already in."""
+def _naive_greedy(graph: ComponentGraph, scores: np.ndarray, k: int, absolute: bool, seed: int = 0) -> set[int]:
+    """O(k·E) greedy: best edge whose receiver node is already in; ties by the seed's priorities (reports.topk)."""
+    from reports.topk import row_seeds, tie_priorities
+
     key = np.abs(scores) if absolute else scores
+    pri = tie_priorities(row_seeds(np.random.SeedSequence(seed), 1), np.arange(graph.n_edges))[0]
     names = graph.edge_names
     nodes, chosen = {"logits"}, set()
     for _ in range(k):
@@ -63,7 +66,7 @@ def _naive_greedy(graph: ComponentGraph, scores: np.ndarray, k: int, absolute: b
             u, v = _ends(name)
             if e in chosen or v not in nodes:
                 continue
-            if best is None or key[e] > key[best]:
+            if best is None or key[e] > key[best] or (key[e] == key[best] and pri[e] < pri[best]):
                 best = e
         chosen.add(best)
         nodes.add(_ends(names[best])[0])
@@ -81,36 +84,67 @@ def test_top_k_signed_vs_absolute(graph):
     s = rng.uniform(0, 1, graph.n_edges).astype(np.float32)
     big_neg = [3, 17, 40]
     s[big_neg] = -10.0
-    signed = Circuit.top_k(s, 5, absolute=False, graph=graph)
-    absolute = Circuit.top_k(s, 5, absolute=True, graph=graph)
+    signed = Circuit.top_k(s, 5, ranking="signed", graph=graph)
+    absolute = Circuit.top_k(s, 5, ranking="absolute", graph=graph)
     assert set(signed.edge_indices) == set(np.argsort(-s)[:5])
     assert set(big_neg) <= set(absolute.edge_indices)
     assert not set(big_neg) & set(signed.edge_indices)
-    assert signed.params["absolute"] is False and absolute.params["absolute"] is True
+    assert signed.params["ranking"] == "signed" and absolute.params["ranking"] == "absolute"
     assert signed.n_edges == absolute.n_edges == 5
 
 
-def test_top_k_ties_by_edge_index_and_explicit_absolute(graph):
+def test_top_k_ties_at_random_from_the_seed_and_explicit_ranking(graph):
+    from reports.topk import topk
+
     s = np.zeros(graph.n_edges, dtype=np.float32)
     s[[50, 7, 30, 2]] = 1.0
-    c = Circuit.top_k(s, 3, absolute=False, graph=graph)
-    assert list(c.edge_indices) == [2, 7, 30]
-    c0 = Circuit.top_k(np.ones(graph.n_edges), 4, absolute=True, graph=graph)
-    assert list(c0.edge_indices) == [0, 1, 2, 3]
-    with pytest.raises(TypeError):
-        Circuit.top_k(s, 3, graph=graph)  # absolute has no default
+    c = Circuit.top_k(s, 3, ranking="signed", graph=graph)
+    # the floor's top-k is the oracle: same seed, same circuit
+    assert set(c.edge_indices) == set(topk(s, 3, ranking="signed", seed=0).indices) < {2, 7, 30, 50}
+    assert (c.params["cutoff_ties"], c.params["cutoff_ties_excluded"]) == (4, 1) and "random" in c.params["ties"]
+    assert np.flatnonzero(c.to_table().column("tied_at_cutoff").to_numpy()).tolist() == [2, 7, 30, 50]
+    assert c == Circuit.top_k(s, 3, ranking="signed", graph=graph, seed=0)
+    assert "4 edges tied at the cut-off, 1 left out" in c.summary()
+    assert Circuit.top_k(s, 5, ranking="signed", graph=graph).params["cutoff_ties_excluded"] == graph.n_edges - 5
+    c0 = Circuit.top_k(s, 4, ranking="signed", graph=graph)
+    assert set(c0.edge_indices) == {2, 7, 30, 50} and c0.params["cutoff_ties_excluded"] == 0
     with pytest.raises(InputError, match="explicit"):
-        Circuit.top_k(s, 3, absolute="yes", graph=graph)
+        Circuit.top_k(s, 3, graph=graph)  # ranking has no default
+    with pytest.raises(InputError, match="explicit"):
+        Circuit.top_k(s, 3, ranking="abs", graph=graph)
+    with pytest.raises(InputError, match="True or False"):
+        Circuit.top_k(s, 3, absolute="yes", graph=graph)  # the old name, still read
+    with pytest.warns(DeprecatedNameWarning, match="ranking='signed'"):
+        old = Circuit.top_k(s, 3, absolute=False, graph=graph)
+    assert old == Circuit.top_k(s, 3, ranking="signed", graph=graph)
+    with pytest.raises(TypeError, match="absolut"):
+        Circuit.top_k(s, 3, ranking="signed", absolut=True, graph=graph)
     with pytest.raises(InputError, match="outside"):
-        Circuit.top_k(s, graph.n_edges + 1, absolute=True, graph=graph)
+        Circuit.top_k(s, graph.n_edges + 1, ranking="absolute", graph=graph)
     with pytest.raises(InputError, match="graph="):
-        Circuit.top_k(s, 3, absolute=True)
+        Circuit.top_k(s, 3, ranking="absolute")
+
+
+def test_tied_edges_are_kept_with_equal_probability_not_by_index(graph):
+    # all edges tied (e.g. structurally zero edges): the index rule would keep edges 0..3 every time, so
+    # two resamples' circuits would always agree; the seeded rule keeps each edge with probability k/E
+    E, k, n = graph.n_edges, 4, 3000
+    flat = np.zeros(E, dtype=np.float32)
+    counts = np.zeros(E)
+    for seed in range(n):
+        counts[Circuit.top_k(flat, k, ranking="absolute", graph=graph, seed=seed).edges] += 1
+    freq, p = counts / n, k / E
+    se = np.sqrt(p * (1 - p) / n)
+    assert np.abs(freq - p).max() < 5 * se and freq.min() > 0  # every tied edge, none favoured
+    assert counts[:k].sum() / n < 2 * k * p  # the index rule's edges are kept at chance, not always
+    a, b = (set(Circuit.top_k(flat, k, ranking="absolute", graph=graph, seed=s).edge_indices) for s in (1, 2))
+    assert len(a & b) < k  # two seeds do not agree by construction
 
 
 def test_threshold(graph):
     s = np.random.default_rng(1).normal(size=graph.n_edges).astype(np.float32)
-    assert set(Circuit.threshold(s, 1.0, absolute=True, graph=graph).edge_indices) == set(np.flatnonzero(np.abs(s) >= 1.0))
-    assert set(Circuit.threshold(s, 1.0, absolute=False, graph=graph).edge_indices) == set(np.flatnonzero(s >= 1.0))
+    assert set(Circuit.threshold(s, 1.0, ranking="absolute", graph=graph).edge_indices) == set(np.flatnonzero(np.abs(s) >= 1.0))
+    assert set(Circuit.threshold(s, 1.0, ranking="signed", graph=graph).edge_indices) == set(np.flatnonzero(s >= 1.0))
 
 
 @pytest.mark.parametrize("absolute", [False, True])
@@ -118,7 +152,7 @@ def test_greedy_connected_to_logits_and_matches_naive(graph, absolute):
     rng = np.random.default_rng(2)
     s = np.round(rng.normal(size=graph.n_edges), 1).astype(np.float32)  # many ties
     for k in (1, 7, 25, 60):
-        c = Circuit.greedy(s, k, absolute=absolute, graph=graph)
+        c = Circuit.greedy(s, k, ranking="absolute" if absolute else "signed", graph=graph)
         assert c.n_edges == k
         assert set(c.edge_indices) == _naive_greedy(graph, s, k, absolute)
         g = nx.DiGraph()
@@ -171,12 +205,12 @@ def test_node_level_circuit(graph):
     s[names.index("a0.h1")] = 5.0
     s[names.index("m1")] = -7.0
     s[names.index("a2.h0")] = np.nan  # unscored: always kept
-    c = Circuit.from_node_scores(s, 2, absolute=True, graph=graph)
+    c = Circuit.from_node_scores(s, 2, ranking="absolute", graph=graph)
     chosen = {"a0.h1", "m1", "a2.h0"}
     assert set(c.node_names) == chosen | {"logits"}
     expect = {n for n in graph.edge_names if _ends(n)[0] in chosen and _ends(n)[1] in chosen | {"logits"}}
     assert set(c.edge_names) == expect
-    signed = Circuit.from_node_scores(s, 1, absolute=False, graph=graph)
+    signed = Circuit.from_node_scores(s, 1, ranking="signed", graph=graph)
     assert set(signed.node_names) == {"a0.h1", "a2.h0", "logits"}
 
 
@@ -189,12 +223,12 @@ def _score_matrix(graph, seed=0, n=5):
 
 def test_from_score_matrix_uses_mean_and_records_provenance(graph):
     sm = _score_matrix(graph)
-    c = Circuit.top_k(sm, 10, absolute=True)
+    c = Circuit.top_k(sm, 10, ranking="absolute")
     mean = sm.scores.astype(np.float64).mean(0)
     assert set(c.edge_indices) == set(np.argsort(-np.abs(mean), kind="stable")[:10])
     assert c.d_model == 16 and c.params["scores"]["method"] == "eap"
     with pytest.raises(InputError, match="vector"):
-        Circuit.top_k(sm.scores, 3, absolute=True, graph=graph)
+        Circuit.top_k(sm.scores, 3, ranking="absolute", graph=graph)
 
 
 def test_to_networkx_and_table(graph):
@@ -220,11 +254,11 @@ def test_to_networkx_and_table(graph):
 def test_json_round_trip(tmp_path, has_mlp, parallel):
     g = ComponentGraph(2, 3, has_mlp=has_mlp, parallel=parallel)
     sm = _score_matrix(g, seed=4)
-    circuits = [Circuit.top_k(sm, 12, absolute=False), Circuit.greedy(sm, 9, absolute=True).prune(),
-                Circuit.threshold(sm, 0.3, absolute=True)]
+    circuits = [Circuit.top_k(sm, 12, ranking="signed"), Circuit.greedy(sm, 9, ranking="absolute").prune(),
+                Circuit.threshold(sm, 0.3, ranking="absolute")]
     node_sm = ScoreMatrix(scores=np.random.default_rng(5).normal(size=(4, g.n_senders)), graph=g, level="node",
                           method="exact", ablation="mean", metric="kl", provenance={"model": {"d_model": 16}})
-    circuits.append(Circuit.from_node_scores(node_sm, 3, absolute=True))
+    circuits.append(Circuit.from_node_scores(node_sm, 3, ranking="absolute"))
     for i, c in enumerate(circuits):
         path = tmp_path / f"c{i}.json"
         c.to_json(path, d_model=16)

@@ -9,7 +9,7 @@ import torch
 
 from circuits.contributions import (ablation_drops, candidate_mask, head_weight_matrices, rank_tokens,
                                     random_ranks, sink_readouts, token_weights)
-from circuits.errors import InputError
+from reports.errors import InputError
 from circuits.model import CircuitModel, ModelConfig
 from circuits.tasks import task_from_token_lists
 

@@ -11,7 +11,7 @@ import torch
 from circuits import Intervention, load_model
 from circuits.ablation import last_index
 from circuits.circuit import Circuit
-from circuits.errors import InputError
+from reports.errors import InputError
 from circuits.faithfulness import MIB_FRACTIONS, curve_areas, faithfulness, faithfulness_curve
 from circuits.tasks import make_task
 
@@ -135,10 +135,10 @@ def test_curve_stacks_circuits_like_separate_runs(gpt2, task):
     g = gpt2.graph
     scores = np.random.default_rng(0).normal(size=g.n_edges).astype(np.float32)
     ks = [0, 3, 10, 40, g.n_edges]
-    cur = faithfulness_curve(gpt2, task, scores, absolute=True, ks=ks, batch_size=4, max_rows=7, progress=False)
+    cur = faithfulness_curve(gpt2, task, scores, ranking="absolute", ks=ks, batch_size=4, max_rows=7, progress=False)
     assert list(cur.k) == ks and np.all(np.diff(cur.n_edges) >= 0)
     for j, k in enumerate(ks):
-        c = Circuit.top_k(scores, k, absolute=True, graph=g).prune()
+        c = Circuit.top_k(scores, k, ranking="absolute", graph=g).prune()
         assert cur.n_edges[j] == c.n_edges
         one = faithfulness(gpt2, task, c, batch_size=len(task), progress=False)
         np.testing.assert_allclose(cur.m_circuit[:, j], one.m_circuit[:, 0], atol=1e-6)
@@ -147,10 +147,10 @@ def test_curve_stacks_circuits_like_separate_runs(gpt2, task):
     np.testing.assert_allclose(cur.cpr_per_example, np.trapezoid(cur.per_example.astype(np.float64), cur.fraction, axis=1),
                                rtol=1e-6)
     # signed and absolute top-k are different circuits, recorded as such
-    signed = faithfulness_curve(gpt2, task, scores, absolute=False, ks=ks[:3], progress=False)
-    assert signed.params["curve"]["absolute"] is False and cur.params["curve"]["absolute"] is True
+    signed = faithfulness_curve(gpt2, task, scores, ranking="signed", ks=ks[:3], progress=False)
+    assert signed.params["curve"]["ranking"] == "signed" and cur.params["curve"]["ranking"] == "absolute"
     # the MIB grid: k = floor(fraction * E)
-    mib = faithfulness_curve(gpt2, task, scores, absolute=True, prune=False, progress=False, rule="greedy")
+    mib = faithfulness_curve(gpt2, task, scores, ranking="absolute", prune=False, progress=False, rule="greedy")
     assert list(mib.k) == [int(f * g.n_edges) for f in MIB_FRACTIONS]
     assert list(mib.n_edges) == list(mib.k)
 
@@ -181,7 +181,7 @@ def test_undefined_examples_are_nan_and_counted(gpt2, task):
     corrupted[[1, 4]] = task.clean[[1, 4]]  # the ablation changes nothing for these two
     t = dataclasses.replace(task, corrupted=corrupted)
     g = gpt2.graph
-    c = Circuit.top_k(np.arange(g.n_edges, dtype=np.float32), 20, absolute=False, graph=g)
+    c = Circuit.top_k(np.arange(g.n_edges, dtype=np.float32), 20, ranking="signed", graph=g)
     with pytest.warns(RuntimeWarning, match="undefined for 2 of 6"):
         res = faithfulness(gpt2, t, [c, Circuit.full(g)], progress=False)
     assert res.n_undefined == 2 and list(np.flatnonzero(res.undefined)) == [1, 4]
@@ -190,7 +190,7 @@ def test_undefined_examples_are_nan_and_counted(gpt2, task):
     assert np.isfinite(res.ratio_of_means).all()
     tab = res.to_table()
     assert tab.column("n_defined").to_pylist() == [4, 4]
-    ex = res.to_table("examples")
+    ex = res.to_table("faithfulness_examples")
     assert ex.num_rows == 6 and ex.column("undefined").to_pylist() == [False, True, False, False, True, False]
     assert "2 of 6" in res.summary()
 
@@ -200,7 +200,7 @@ def test_inputs_are_checked(gpt2, task):
         faithfulness(gpt2, task, np.ones(5, dtype=bool), progress=False)
     with pytest.raises(InputError, match="Circuit objects or boolean"):
         faithfulness(gpt2, task, np.ones(gpt2.graph.n_edges), progress=False)
-    with pytest.raises(TypeError):
+    with pytest.raises(InputError, match="explicit choice"):  # ranking has no default
         faithfulness_curve(gpt2, task, np.zeros(gpt2.graph.n_edges), ks=[1, 2], progress=False)
     with pytest.raises(InputError, match="non-decreasing"):
-        faithfulness_curve(gpt2, task, np.zeros(gpt2.graph.n_edges), absolute=True, ks=[5, 2], progress=False)
+        faithfulness_curve(gpt2, task, np.zeros(gpt2.graph.n_edges), ranking="absolute", ks=[5, 2], progress=False)

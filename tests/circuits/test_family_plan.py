@@ -10,7 +10,7 @@ import transformers
 from families import FAMILIES, hf_model
 
 from circuits.convert import from_hf
-from circuits.errors import InputError
+from reports.errors import InputError
 from circuits.plan import METHODS, fit_memory, method_cost, weight_bytes
 
 SHAPES = {

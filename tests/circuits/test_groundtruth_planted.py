@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from circuits.attribution import attribute
-from circuits.errors import InputError
+from reports.errors import InputError
 from circuits.faithfulness import faithfulness
 from circuits.groundtruth import load_groundtruth, parse_planted
 from circuits.groundtruth.planted import TRUE_EDGES, PlantedSpec, planted_induction

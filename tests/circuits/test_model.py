@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from circuits import Intervention, InputError, RunState, load_hf, load_model
+from circuits import Intervention, RunState, load_hf, load_model
+from reports.errors import InputError
 from circuits.convert import from_hf
 from circuits.model import CircuitModel, ModelConfig
 

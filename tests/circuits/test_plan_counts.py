@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from circuits.model import CircuitModel, ModelConfig
 from circuits.plan import (exact_example_bytes, exact_row_bytes, fit_memory, forward_flops, graph_of, method_cost, parse_bytes,
                            weight_bytes)

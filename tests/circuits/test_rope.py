@@ -9,7 +9,7 @@ import torch
 from families import batch, hf_model
 
 from circuits.convert import from_hf
-from circuits.errors import InputError, UnsupportedArchitectureError
+from reports.errors import InputError, UnsupportedArchitectureError
 
 SCHEDULES = {
     "linear": {"rope_type": "linear", "factor": 3.0},

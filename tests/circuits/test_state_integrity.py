@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 
 import circuits.loading as loading
 from circuits import load_model
-from circuits.errors import InputError
+from reports.errors import InputError
 from circuits.loading import random_hf_model
 from circuits.model import CircuitModel, ModelConfig
 

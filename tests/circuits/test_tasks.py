@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 import torch
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from circuits.tasks import (
     Task,
     TaskValidationError,

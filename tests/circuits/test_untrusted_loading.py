@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from circuits import limits
 from circuits.corpus import Corpus
-from circuits.errors import InputError
+from reports.errors import InputError
 from circuits.loading import load_hf, load_model
 from circuits.tokenizers import load_tokenizer
 from pipelines import training

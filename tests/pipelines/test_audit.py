@@ -152,7 +152,7 @@ def test_audit_over_seeds_adds_head_stability(tmp_path):
     dirs = [str(CircuitModel(cfg).init_weights(s).save(tmp_path / f"seed-{s}")) for s in (0, 1, 2)]
     spec = parse_spec({"models": dirs, "task": {"name": "induction", "n": 8, "options": {"seq_len": 5}},
                        "methods": ["eap"], "bootstrap": {"n_resamples": 20}, "k": [3], "faithfulness": False,
-                       "heads": {"n_probe": 6, "n_boot": 10}})
+                       "heads": {"n_probe": 6, "n_resamples": 10}})
     out = run_audit(spec, tmp_path / "run")
     heads = pq.read_table(out / "heads.parquet").to_pandas()
     assert len(heads) == 4 and heads["stability"].between(-1, 1).all()
@@ -188,7 +188,7 @@ def test_audit_loads_each_model_once_with_the_spec_dtype(tmp_path, monkeypatch):
     sources = [SPEC["model"].replace("seed=3", f"seed={s}") for s in (3, 4, 5)]
     spec = parse_spec({"models": sources, "task": {"name": "induction", "n": 8, "options": {"seq_len": 5}},
                        "methods": ["eap"], "bootstrap": {"n_resamples": 20}, "k": [3], "faithfulness": False,
-                       "dtype": "bfloat16", "heads": {"n_probe": 6, "n_boot": 10}}, "<test>")
+                       "dtype": "bfloat16", "heads": {"n_probe": 6, "n_resamples": 10}}, "<test>")
     out = run_audit(spec, tmp_path / "run")
     assert loads == [(s, "cpu", torch.bfloat16) for s in sources]
     assert len(pq.read_table(out / "heads.parquet")) == 4
@@ -200,7 +200,7 @@ def test_audit_loads_each_model_once_with_the_spec_dtype(tmp_path, monkeypatch):
 def test_scheduler_without_dask_is_a_clear_error(monkeypatch):
     import sys
 
-    from circuits.errors import InputError
+    from reports.errors import InputError
     from pipelines.parallel import backend
 
     monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from pipelines.checkpoint import AttributionJob, CheckpointStore, chunk_bounds
 from pipelines.cli import app
 from reports.tables import read_provenance

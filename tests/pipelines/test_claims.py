@@ -12,7 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from pipelines.claims import (
     CLAIM_KINDS,
     TOKEN_KINDS,
@@ -25,6 +25,7 @@ from pipelines.claims import (
 )
 from pipelines.cli import app as APP
 from builders import EDGES, audit_tables, make_run  # noqa: F401 - the shared run builder (tests/builders.py)
+
 from reports.tables import write_table
 
 REPO = Path(__file__).resolve().parents[2]
@@ -568,7 +569,7 @@ def test_token_claims_on_a_real_run(tmp_path):
     with torch.no_grad():
         for p in m.parameters():
             p.mul_(8.0) if p.ndim > 1 else None
-    est = TokenContributions(n=12, task_options={"seq_len": 5}, ks=(1, 2), n_random=3, n_resamples=999, random_state=3)
+    est = TokenContributions(n=12, task_options={"seq_len": 5}, ks=(1, 2), n_random=3, n_resamples=999, seed=3)
     est.run(m.eval(), tmp_path / "run", command=["test"])
     sinks = pq.read_table(tmp_path / "run" / "sink_heads.parquet").to_pylist()
     top = max((r for r in sinks if r["interval_reliable"]), key=lambda r: r["ci_low"])

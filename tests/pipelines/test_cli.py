@@ -40,10 +40,16 @@ def test_attribute_then_circuit(tmp_path):
     scores = pq.read_table(out / "scores.parquet")
     assert scores.num_rows == 6 and scores.schema.field("scores").type.list_size == 46
     assert json.loads((out / "manifest.json").read_text())["stages"]["scores"]["status"] == "done"
-    p = cli("circuit", str(out), "--k", "5", "--absolute", "--no-prune", "--json", str(tmp_path / "c.json"))
+    p = cli("circuit", str(out), "--k", "5", "--ranking", "absolute", "--no-prune", "--json", str(tmp_path / "c.json"))
     assert p.returncode == 0, p.stderr
     doc = json.loads((tmp_path / "c.json").read_text())
     assert sum(e["in_graph"] for e in doc["edges"].values()) == 5
+    # the old flag still works, and says what replaced it
+    p = cli("circuit", str(out), "--k", "5", "--absolute", "--no-prune", "--json", str(tmp_path / "old.json"))
+    assert p.returncode == 0 and "'--ranking absolute'" in p.stderr, p.stderr
+    assert json.loads((tmp_path / "old.json").read_text())["edges"] == doc["edges"]
+    p = cli("circuit", str(out), "--k", "5", "--absolute", "--ranking", "signed")
+    assert p.returncode == 2 and "contradicts" in p.stderr
     # a different spec on the same directory is refused, not mixed in
     p = cli("attribute", "--model", TINY, "--method", "eap", "--n", "7", "--out", str(out))
     assert p.returncode == 2 and "different spec" in p.stderr and "Traceback" not in p.stderr

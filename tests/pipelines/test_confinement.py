@@ -11,7 +11,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from pipelines.build import resolve_source
 from pipelines.cli import app
 from pipelines.head_study import load_head_study_plan

@@ -125,7 +125,7 @@ def test_control_characters_from_files_never_reach_the_terminal(tmp_path):
 
 # ---- item 15b: a large claims file without aliases --------------------------------------------------
 def test_a_large_document_without_aliases_is_read_and_an_alias_bomb_still_refused(tmp_path):
-    from circuits.errors import InputError
+    from reports.errors import InputError
     from pipelines.yamlio import MAX_EXPANDED_NODES, read_yaml_strict
 
     big = tmp_path / "big.yaml"

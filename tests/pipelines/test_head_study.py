@@ -23,8 +23,8 @@ def _corpus():
 
 def _plan():
     q = quick_plan()
-    return StudyPlan(base=q.base, depths=(1, 3), seeds=(0, 1, 2), n_probe=10, probe_len=10, n_boot=20,
-                     n_boot_cka=8, n_null=4, n_perm=49, name="test")
+    return StudyPlan(base=q.base, depths=(1, 3), seeds=(0, 1, 2), n_probe=10, probe_len=10, n_resamples=20,
+                     n_resamples_cka=8, n_null=4, n_permutations=49, name="test")
 
 
 def test_claim_verdicts_follow_the_intervals():
@@ -171,11 +171,11 @@ recipe: {steps: 600, lr: 0.001}
 n_resamples: 300
 """))
     full = full_plan()
-    assert plan.depths == (2, 4) and plan.seeds == tuple(range(8)) and plan.n_boot == 300
+    assert plan.depths == (2, 4) and plan.seeds == tuple(range(8)) and plan.n_resamples == 300
     assert plan.optimizers == (("adam", 0.0), ("adamw", 0.1))
     assert plan.base.steps == 600 and plan.base.lr == 0.001
     assert plan.base.replace(steps=full.base.steps, lr=full.base.lr) == full.base  # nothing else changed
-    assert (plan.n_probe, plan.n_null, plan.n_perm) == (full.n_probe, full.n_null, full.n_perm)
+    assert (plan.n_probe, plan.n_null, plan.n_permutations) == (full.n_probe, full.n_null, full.n_permutations)
     assert [n for n, _ in plan.conditions()] == ["L2-adam", "L2-adamw-wd0.1", "L4-adam", "L4-adamw-wd0.1"]
     # the cache key follows the recipes and seeds, so a changed plan never reuses other models
     assert plan.key != full.key

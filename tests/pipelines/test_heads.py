@@ -55,8 +55,8 @@ def test_known_head_permutation_gives_stability_one_and_hungarian_recovers_it(id
     rng = np.random.default_rng(1)
     perms = [[rng.permutation(CFG.n_heads) for _ in range(CFG.n_layers)] for _ in range(2)]
     models = [base] + [permuted(base, p) for p in perms]
-    res = HeadStability(match="hungarian", n_boot=40, n_null=10, cka=("linear",), hooks=("post",),
-                        importance=False, random_state=0).fit(models, probe=ids).result_
+    res = HeadStability(match="hungarian", n_resamples=40, n_null=10, cka=("linear",), hooks=("post",),
+                        importance=False, seed=0).fit(models, probe=ids).result_
     heads = res.to_pandas("heads")
     assert list(heads.columns) == HEADS_COLUMNS
     np.testing.assert_allclose(heads["stability"], 1.0, atol=1e-6)
@@ -79,7 +79,7 @@ def test_known_head_permutation_gives_stability_one_and_hungarian_recovers_it(id
 def test_max_matching_also_gives_one_under_permutation(ids):
     base = sharp_model(3)
     models = [base, permuted(base, [[1, 2, 3, 0], [3, 2, 1, 0]])]
-    res = HeadStability(match="max", n_boot=10, null="none", residual=False, importance=False).fit(models, probe=ids).result_
+    res = HeadStability(match="max", n_resamples=10, null="none", residual=False, importance=False).fit(models, probe=ids).result_
     np.testing.assert_allclose(res.head_stability, 1.0, atol=1e-6)
     assert res.heads["match"][0] == "r1:h3"  # old head 0 of layer 0 is new head 3
 
@@ -88,14 +88,14 @@ def test_untrained_independent_models_sit_at_the_null(ids):
     # default (GPT-2) init: near-uniform causal attention, stability and both nulls ~ 1
     models = [CircuitModel(CFG).init_weights(s).eval().requires_grad_(False) for s in range(4)]
     for null in ("prompts", "untrained"):
-        res = HeadStability(n_boot=20, null=null, n_null=10, residual=False, importance=False,
-                            random_state=0).fit(models, probe=ids).result_
+        res = HeadStability(n_resamples=20, null=null, n_null=10, residual=False, importance=False,
+                            seed=0).fit(models, probe=ids).result_
         layers = res.to_pandas("layers")
         assert list(layers.columns) == LAYERS_COLUMNS
         assert (layers["stability"] - layers["null_mean"]).abs().max() < 1e-3
     # sharp, content-dependent random heads: independent refits match no better than shuffled prompts
     models = [sharp_model(s) for s in range(4)]
-    res = HeadStability(n_boot=40, n_null=20, residual=False, importance=False, random_state=0).fit(models, probe=ids).result_
+    res = HeadStability(n_resamples=40, n_null=20, residual=False, importance=False, seed=0).fit(models, probe=ids).result_
     layers = res.to_pandas("layers")
     assert (layers["stability"] < 0.8).all()  # far from the permuted-copy case (1.0)
     assert (layers["stability"] - layers["null_mean"]).abs().max() < 0.02
@@ -139,7 +139,7 @@ def test_paper_metric_matches_an_independent_loop_implementation(drop_bos):
             pats.append([[[out.patterns[l][p, h].double().numpy() for p in range(ids.shape[0])]
                           for h in range(CFG.n_heads)] for l in range(CFG.n_layers)])
     want = _paper_metric(pats, drop_bos)
-    res = HeadStability(match="max", pairs="anchor", drop_bos=drop_bos, n_boot=5, null="none", residual=False,
+    res = HeadStability(match="max", pairs="anchor", drop_bos=drop_bos, n_resamples=5, null="none", residual=False,
                         importance=False).fit(models, probe=ids).result_
     np.testing.assert_allclose(res.head_stability, want, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(res.layer_stability, want.mean(1), rtol=1e-9)
@@ -156,8 +156,8 @@ def test_paper_metric_matches_an_independent_loop_implementation(drop_bos):
 
 def test_importance_equals_direct_zero_ablation(ids):
     m = sharp_model(7, qk_scale=4.0).double()  # float64 so both sides agree to 1e-9
-    res = HeadStability(n_boot=20, null="none", residual=False, corr_refits="anchor",
-                        random_state=0).fit([m, sharp_model(8, qk_scale=4.0).double()], probe=ids).result_
+    res = HeadStability(n_resamples=20, null="none", residual=False, corr_refits="anchor",
+                        seed=0).fit([m, sharp_model(8, qk_scale=4.0).double()], probe=ids).result_
     x = torch.tensor(ids)
 
     def ppl(model):
@@ -210,8 +210,8 @@ def test_correlation_helpers():
 
 def test_all_pairs_ci_sources_and_write(tmp_path, ids):
     models = [sharp_model(s, qk_scale=6.0) for s in (20, 21, 22)]
-    est = HeadStability(pairs="all", match="hungarian", n_boot=30, n_null=5, cka=("linear", "rbf", "debiased"),
-                        random_state=3)
+    est = HeadStability(pairs="all", match="hungarian", n_resamples=30, n_null=5, cka=("linear", "rbf", "debiased"),
+                        seed=3)
     res = est.fit(models, probe=ProbeSet.from_ids(ids, bos=False)).result_
     assert set(res.heads["pairs"]) == {"all"}
     d = res.head_details
@@ -236,7 +236,7 @@ def test_all_pairs_ci_sources_and_write(tmp_path, ids):
         assert [m["weight_hash"] for m in prov["models"]] == [m.weight_hash() for m in models]
         assert prov["probe"]["sha256"] == ProbeSet.from_ids(ids).content_hash
     man = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    assert man["stages"]["heads"]["status"] == "done"
+    assert man["spec"]["result"] == "HeadStabilityResult" and "models" not in man["spec"]["params"]
 
 
 def test_probe_set_from_corpus_and_file(tmp_path):
@@ -260,7 +260,7 @@ def test_probe_set_from_corpus_and_file(tmp_path):
 
 
 def test_bad_inputs(ids):
-    from circuits.errors import InputError
+    from reports.errors import InputError
 
     m = sharp_model(0)
     with pytest.raises(InputError, match="at least 2 refits"):
@@ -304,7 +304,8 @@ def test_heads_command_is_typer_compatible(tmp_path):
     man = json.loads((out / "manifest.json").read_text())
     assert man["provenance"]["probe"]["n"] == 8 and man["spec"]["match"] == "hungarian"
     # --n-jobs sets threads: the same tables, and a rerun with other threads resumes the same spec
-    args = ["--models", ",".join(dirs), "--probe-file", str(probe), "--n-probe", "8", "--n-boot", "10",
+    assert man["spec"]["n_resamples"] == 10  # the old flag --n-boot above, read as --n-resamples
+    args = ["--models", ",".join(dirs), "--probe-file", str(probe), "--n-probe", "8", "--n-resamples", "10",
             "--match", "hungarian"]
     r = CliRunner().invoke(app, args + ["--out", str(tmp_path / "run2"), "--n-jobs", "2"])
     assert r.exit_code == 0, r.output
@@ -322,9 +323,9 @@ def test_heads_command_is_typer_compatible(tmp_path):
 def test_estimator_contract_and_refit_level_columns(ids):
     import inspect
 
-    from stats.results import Result
+    from reports.results import Result
 
-    est = HeadStability(n_boot=10, n_null=4, residual=False, importance=False, corpus="stdlib")
+    est = HeadStability(n_resamples=10, n_null=4, residual=False, importance=False, corpus="stdlib")
     names = [p for p in inspect.signature(HeadStability.__init__).parameters if p != "self"]
     params = est.get_params()
     assert list(params) == names and params["corpus"] == "stdlib"
@@ -340,11 +341,11 @@ def test_estimator_contract_and_refit_level_columns(ids):
             & (layers["stability_all_anchors"] < layers["refit_ci_high"])).all()
     np.testing.assert_allclose(heads["excess"], heads["stability"] - heads["null_mean"])
     assert ((heads["refit_ci_low"] <= heads["stability"]) & (heads["stability"] <= heads["refit_ci_high"])).all()
-    low, high = res.conf_int("layers", "excess")
+    low, high, *_ = res.conf_int(which="layers.excess_ci")
     np.testing.assert_array_equal(low, layers["excess_ci_low"]) and np.testing.assert_array_equal(high, layers["excess_ci_high"])
     assert "every refit an anchor" in res.params["estimands"]["refit_ci"]
     item = res.item("mean excess stability over the null (every refit an anchor; jackknife over 4 refits)")
     assert item["ci_low"] < item["value"] < item["ci_high"]
     # two refits: no refit-level interval (the jackknife leaves no pair), said by NaN and n_refits = 2
-    two = HeadStability(n_boot=5, null="none", residual=False, importance=False).fit(models[:2], probe=ids).result_
+    two = HeadStability(n_resamples=5, null="none", residual=False, importance=False).fit(models[:2], probe=ids).result_
     assert two.to_pandas("layers")["refit_ci_low"].isna().all() and (two.to_pandas("layers")["n_refits"] == 2).all()

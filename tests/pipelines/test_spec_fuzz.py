@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from pipelines.claims import load_claims
 from pipelines.claims.checking import _load_spec
 from pipelines.cli import app as APP  # the real CLI, with its one error boundary
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 SPEC = yaml.safe_load((REPO / "examples" / "audit-zoo.yaml").read_text())
 SPEC["models"] = ["random:a", "random:b"]  # exercise the multi-model branch of the mutations too
 SPEC.pop("model", None)
-SPEC["heads"] = {"match": "hungarian", "pairs": "all", "drop_bos": True, "n_probe": 8, "n_boot": 20}
+SPEC["heads"] = {"match": "hungarian", "pairs": "all", "drop_bos": True, "n_probe": 8, "n_resamples": 20}
 
 
 FUZZ = settings(max_examples=200, deadline=None, derandomize=True, database=None,

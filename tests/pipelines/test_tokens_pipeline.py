@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from circuits.model import CircuitModel, ModelConfig
 from circuits.tasks import task_from_token_lists
 from pipelines.contributions import READOUT_TABLES, STAT_TABLES, TokenContributions
@@ -26,7 +26,7 @@ def _model(seed=0, n_ctx=32):
     return m.eval()
 
 
-EST = dict(n=12, task_options={"seq_len": 5}, ks=(1, 2), n_random=3, n_resamples=999, random_state=3)
+EST = dict(n=12, task_options={"seq_len": 5}, ks=(1, 2), n_random=3, n_resamples=999, seed=3)
 
 
 def test_run_writes_schema_tables_and_resumes(tmp_path, monkeypatch):

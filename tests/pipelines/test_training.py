@@ -12,7 +12,7 @@ import torch
 
 from circuits import load_model
 from circuits.corpus import Corpus
-from circuits.errors import InputError
+from reports.errors import InputError
 from circuits.model import CircuitModel, ModelConfig
 from pipelines.training import (
     CHECKPOINT,
@@ -234,7 +234,7 @@ def test_init_std_rescales_weight_matrices():
 
 
 def test_zoo_sources_resolve_to_the_recipe_cache(tmp_path, monkeypatch):
-    from circuits.errors import InputError
+    from reports.errors import InputError
     from pipelines.build import resolve_source
     from pipelines.zoo import ZOO_RECIPES, recipe_dir
 
@@ -257,7 +257,7 @@ def test_zoo_sources_resolve_to_the_recipe_cache(tmp_path, monkeypatch):
 def test_induction_task_draws_tokens_the_model_was_trained_on(tmp_path, data):
     import numpy as np
 
-    from circuits.errors import InputError
+    from reports.errors import InputError
     from pipelines.build import build_task
     from pipelines.zoo import frequent_tokens
 

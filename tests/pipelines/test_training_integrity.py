@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 from typer.testing import CliRunner
 
 from circuits.corpus import Corpus
-from circuits.errors import InputError
+from reports.errors import InputError
 from pipelines.cli import app
 from pipelines.training import CHECKPOINT, TrainRecipe, prepare_data, train_model
 

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from circuits.graph import ComponentGraph
 from circuits.scores import ScoreMatrix
 from pipelines.cli import app

@@ -291,7 +291,7 @@ def test_every_stage_runs_on_one_thread_and_says_how_long(tmp_path, capsys):
 
 
 def test_too_few_resamples_for_the_faithfulness_interval_names_the_minimum() -> None:
-    from circuits.errors import InputError
+    from reports.errors import InputError
     from pipelines.spec import parse_spec
 
     doc = {"model": "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64", "bootstrap": {"n_resamples": 39}}

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from circuits.counterfactuals import counterfactual_corruptions, with_counterfactual
-from circuits.errors import InputError
+from reports.errors import InputError
 from pipelines.variance_study import Key, parse_variance_spec, run_variance_study, summary_lines
 from reports.schema import fill
 from reports.tables import matrix_to_table
@@ -149,7 +149,7 @@ def test_pooled_share_intervals_cover_under_correlated_edges():
     reps = 30
     for r in range(reps):
         sc = PlantedScorer(30, 5, labels, 20, 0, seed=100 + r, corr=0.5)
-        res = pooled_shares(sc.Y[0], FACTORS, seed=r, n_boot=1000)
+        res = pooled_shares(sc.Y[0], FACTORS, seed=r, n_resamples=1000)
         for s, lo, hi in zip(res["source"], res["ci_low"], res["ci_high"]):
             hits[s] += lo <= _truth()[s] <= hi
     cover = {k: v / reps for k, v in hits.items()}
@@ -178,7 +178,7 @@ TINY = "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&s
 
 def _draws(task, n_draws, scheme, seed, pool):
     """The study's draws: draw c's seed is child c of the stage seed (ModelScorer.draws)."""
-    from stats import spawn_seeds
+    from reports.seeds import spawn_seeds
 
     return counterfactual_corruptions(task, scheme, spawn_seeds(seed, n_draws)[1:], pool)
 

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
-import pytest
 
 class _Parse(HTMLParser):
     """Collect tags, attributes, headings and text; fail on badly nested markup."""
@@ -71,22 +68,11 @@ def section_html(page: str, sid: str) -> str:
 
 
 # ----- a real browser ---------------------------------------------------------------------------
-def chromium() -> str | None:
-    for c in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
-        if c and os.path.exists(c):
-            return c
-    return None
-
-
 def dump_dom_cmd(tmp_path: Path) -> list[str]:
     """Headless Chromium's --dump-dom command (the page's URI goes last); fails naming the fix when
     Chromium is missing, unless CIRCUITSTAT_ALLOW_NO_BROWSER=1 opts out of the browser tests."""
-    browser = chromium()
-    if browser is None:
-        if os.environ.get("CIRCUITSTAT_ALLOW_NO_BROWSER") == "1":
-            pytest.skip("chromium not installed and CIRCUITSTAT_ALLOW_NO_BROWSER=1")
-        pytest.fail("headless Chromium is needed to test the HTML report: run `apt-get install -y chromium` "
-                    "(or set CIRCUITSTAT_ALLOW_NO_BROWSER=1 to skip this test)")
-    return [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-            "--enable-logging=stderr", "--v=0", "--dump-dom"]
+    from browser import HEADLESS_FLAGS, chromium, require
+
+    require("chromium")
+    return [chromium(), *HEADLESS_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr",
+            "--v=0", "--dump-dom"]

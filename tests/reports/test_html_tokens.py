@@ -35,7 +35,7 @@ def _tokens_estimator():
     from pipelines.contributions import TokenContributions
 
     return TokenContributions(n=12, task_options={"seq_len": 5}, ks=(1, 2), n_random=3, n_resamples=999,
-                              random_state=3)
+                              seed=3)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ def test_agreement_matches_independent_computations():
     exact = rng.standard_t(3, (40, 25)) + np.linspace(-2, 2, 25)
     approx = 0.7 * exact + rng.normal(0, 0.5, exact.shape) + 0.1
     res = approximation_agreement(exact, approx, 5, ranking="absolute")
-    per = res.to_table("per_edge").to_pydict()
+    per = res.to_table("approximation_edges").to_pydict()
     for e in (0, 7, 24):
         slope, intercept = np.polyfit(exact[:, e], approx[:, e], 1)
         assert per["slope"][e] == pytest.approx(slope) and per["intercept"][e] == pytest.approx(intercept)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from stats.calibration import IntervalKind, clustered_rate, coverage_study
 from stats.calibration_kinds import (PopulationEvaluations, edge_interval_kinds, faithfulness_interval_kinds,
                                     stability_interval_kinds, stability_truth)
@@ -268,12 +268,12 @@ def test_stability_kinds_read_the_right_interval_and_truth() -> None:
     ref = circuit_stability(X, None, [2, 4], ranking="absolute", n_resamples=100, seed=seed,
                             n_rank_resamples=0, data_level=True)
     other = stability_truth(pop, 40, [2, 4], ranking="absolute", n_pairs=3000, seed=77)  # independent draw
-    for name, interval, truth in (("jaccard_data", "jaccard_data", "jaccard_data"),
-                                  ("jaccard_pop", "jaccard_pop", "jaccard_pop"),
-                                  ("phi_data", "phi_data", "phi_data"), ("jaccard_mc", "jaccard", "jaccard_data")):
+    for name, interval, truth in (("jaccard_data", "jaccard_data_ci", "jaccard_data"),
+                                  ("jaccard_pop", "jaccard_pop_ci", "jaccard_pop"),
+                                  ("phi_data", "phi_data_ci", "phi_data"), ("jaccard_mc", "jaccard_ci", "jaccard_data")):
         out = kinds[f"stability/{name}"].compute(X, seed)
-        np.testing.assert_array_equal(out["low"], ref.conf_int(interval).low)
-        np.testing.assert_array_equal(out["high"], ref.conf_int(interval).high)
+        np.testing.assert_array_equal(out["low"], ref.conf_int(which=interval).low)
+        np.testing.assert_array_equal(out["high"], ref.conf_int(which=interval).high)
         se = np.hypot(getattr(other, f"{truth}_mc_se"), getattr(other, f"{truth}_mc_se"))
         assert np.all(np.abs(kinds[f"stability/{name}"].truth(40) - getattr(other, truth)) <= 5 * se + 1e-12)
 

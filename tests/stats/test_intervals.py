@@ -6,7 +6,8 @@ from scipy import stats
 
 from stats.intervals import (bootstrap_edges, bootstrap_statistic, jackknife_statistic,
                              acceleration_from_jackknife, mean_acceleration)
-from stats.resampling import ResamplingPlan, spawn_seeds
+from stats.resampling import ResamplingPlan
+from reports.seeds import spawn_seeds
 
 
 def _scipy(S, method, seed, B, statistic=np.mean, **kw):
@@ -140,11 +141,11 @@ def test_result_object_convention(skewed):
                           edge_names=[f"e{i}" for i in range(7)])
     t = res.to_table()
     assert t.num_rows == 7
-    assert {"estimate", "standard_error", "ci_low", "ci_high", "ci_low_percentile",
+    assert {"estimate", "standard_error", "ci_low", "ci_high", "ci_percentile_low",
             "pvalue_percentile", "pvalue", "qvalue", "tail_share", "interval_reliable",
             "edge_name"} <= set(t.column_names)
     assert b"circuitstat.params" in t.schema.metadata
     assert b"mean effect over the task's prompt distribution" in t.schema.metadata[b"circuitstat.params"]
     assert res.method == "studentized_symmetric"
-    np.testing.assert_array_equal(res.conf_int()[:, 0], res.confidence_interval.low)
+    np.testing.assert_array_equal(res.conf_int().low, res.confidence_interval.low)
     assert "resamples (B)" in res.summary()

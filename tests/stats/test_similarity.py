@@ -104,7 +104,7 @@ def test_hungarian_recovers_a_known_permutation_and_max_is_many_to_one():
     A = _patterns(rng, 8, 20, 10)
     perm = rng.permutation(8)
     B = A[perm] + 0.01 * rng.random(A[perm].shape)  # refit: same heads, shuffled order, noisy
-    res = head_matching(A, B, method="hungarian", n_permutations=50, n_bootstrap=50, seed=0)
+    res = head_matching(A, B, method="hungarian", n_permutations=50, n_resamples=50, seed=0)
     np.testing.assert_array_equal(res.match, np.argsort(perm))
     assert res.estimate > 0.99 and res.pvalue == pytest.approx(1 / 51)
     assert res.confidence_interval.low <= res.estimate <= res.confidence_interval.high + 1e-12
@@ -119,8 +119,8 @@ def test_hungarian_recovers_a_known_permutation_and_max_is_many_to_one():
 def test_bos_sinks_inflate_similarity_and_the_null_shows_it():
     rng = np.random.default_rng(6)
     A, B = _patterns(rng, 4, 30, 12, bos=4.0), _patterns(rng, 4, 30, 12, bos=4.0)
-    with_bos = head_matching(A, B, n_permutations=30, n_bootstrap=0, seed=1)
-    without = head_matching(A, B, drop_bos=True, n_permutations=30, n_bootstrap=0, seed=1)
+    with_bos = head_matching(A, B, n_permutations=30, n_resamples=0, seed=1)
+    without = head_matching(A, B, drop_bos=True, n_permutations=30, n_resamples=0, seed=1)
     assert with_bos.estimate > without.estimate + 0.2  # unrelated heads look similar via BOS
     assert with_bos.pvalue > 0.05  # but no more similar than shuffled prompts
 
@@ -140,11 +140,12 @@ def test_similarity_null_is_seeded_and_job_independent(reps):
 
 
 def test_head_matching_bootstrap_equals_matching_on_each_resample_of_prompts():
-    from stats.resampling import ResamplingPlan, spawn_seeds
+    from stats.resampling import ResamplingPlan
+    from reports.seeds import spawn_seeds
 
     rng = np.random.default_rng(7)
     A, B = _patterns(rng, 3, 9, 5), _patterns(rng, 3, 9, 5)
-    res = head_matching(A, B, method="hungarian", n_permutations=0, n_bootstrap=40, seed=3)
+    res = head_matching(A, B, method="hungarian", n_permutations=0, n_resamples=40, seed=3)
     plan = ResamplingPlan.bootstrap(9, 40, spawn_seeds(np.random.SeedSequence(3), 2)[0])
     cos = per_prompt_cosine(A, B)  # [P, H, H]
     scores = np.stack([match_heads(cos[plan.indices(b)].mean(0), "hungarian")[1] for b in range(40)])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from stats.resampling import ResamplingPlan
 from stats.sinks import confidence_gap, position_means, quadratic_fit, sink_relation, sink_shares
 

@@ -13,11 +13,11 @@ from scipy.spatial.distance import pdist
 from stats.resampling import ResamplingPlan, resampled_means
 from stats.stability import (chance_jaccard, circuit_stability, nogueira_stability,
                              rank_biased_overlap, selection_error_bounds, topk_indices)
-from circuits.errors import InputError
+from reports.errors import InputError
 from stats.resampling import nested_bootstrap
 from stats.stability_data import (_double_statistics, _outer_statistics, _split_statistics,
                                   double_size_counts, pop_upper_from_data, split_counts)
-from stats.topk import row_seeds, tie_priorities, topk
+from reports.topk import row_seeds, tie_priorities, topk
 
 KS = [3, 10, 40]
 
@@ -301,7 +301,7 @@ def test_selection_bounds_only_on_half_subsamples(setup):
         circuit_stability(S, plan, KS, ranking="absolute", selection_thresholds=[0.7])
     cp = ResamplingPlan.complementary_pairs(S.shape[0], 25, seed=1)
     out = circuit_stability(S, cp, KS, ranking="absolute", selection_thresholds=[0.6, 0.9])
-    tab = out.to_table("selection").to_pandas()
+    tab = out.to_table("selection_bounds").to_pandas()
     E = S.shape[1]
     row = tab[(tab.k == 10) & (tab.threshold == 0.9)].iloc[0]
     assert row.pfer_mb == pytest.approx(100 / (0.8 * E))
@@ -311,7 +311,7 @@ def test_selection_bounds_only_on_half_subsamples(setup):
     f = out.inclusion_frequency(10)
     assert row.n_selected == int(np.sum(f >= 0.9))
     sub = ResamplingPlan.subsample(S.shape[0], 30, seed=2)
-    assert "selection" in circuit_stability(S, sub, [5], ranking="signed").table_names()
+    assert "selection_bounds" in circuit_stability(S, sub, [5], ranking="signed").table_names()
 
 
 def test_selection_bound_validity_range():
@@ -326,7 +326,7 @@ def test_tables_and_summary(setup):
     *_, res = setup
     t = res.to_table()
     assert t.num_rows == len(KS) and "phi_ci_high" in t.column_names
-    inc = res.to_table("inclusion")
+    inc = res.to_table("stability_inclusion")
     assert inc.num_rows == int(np.count_nonzero(res.inclusion_counts))
     assert "k=10" in res.summary()
 
@@ -393,7 +393,7 @@ def test_data_level_columns_intervals_and_estimands(setup):
     np.testing.assert_array_equal(pk["jaccard_data"], pk["jaccard_mean"])  # same plug-in
     z = stats.norm.ppf(0.975)
     for name in ("jaccard_data", "jaccard_pop", "phi_data"):
-        lo, hi = res.conf_int(name)
+        lo, hi = res.conf_int(which=f"{name}_ci")[:2]
         est, bias, se = pk[name], pk[f"{name}_bias"], pk[f"{name}_se"]
         lb = -1.0 if name == "phi_data" else 0.0
         # bracketed_2n: low end the plug-in shifted down by |bias| or (where there is one) the
@@ -414,8 +414,8 @@ def test_data_level_columns_intervals_and_estimands(setup):
         np.testing.assert_allclose(hi, high)
         assert (se > 0).all() and (lo <= hi).all()
     # data-level intervals are wider than the Monte Carlo ones they replace as the claimable bound
-    assert (np.subtract(*res.conf_int("jaccard_data")[::-1])
-            > np.subtract(*res.conf_int("jaccard")[::-1])).all()
+    assert (np.subtract(*res.conf_int(which="jaccard_data_ci")[1::-1])
+            > np.subtract(*res.conf_int(which="jaccard_ci")[1::-1])).all()
     meta = json.loads(res.to_table().schema.metadata[b"circuitstat.estimands"])
     assert "Monte Carlo" in meta["jaccard_ci"] and "independent datasets" in meta["jaccard_data_ci"]
     assert "data level" in res.summary()
@@ -467,7 +467,7 @@ def test_bracketed_method_unchanged_by_the_2n_rows(setup):
                             data_level_method="bracketed")
     pk, z = res.per_k, stats.norm.ppf(0.975)
     est, bias, se = pk["jaccard_data"], pk["jaccard_data_bias"], pk["jaccard_data_se"]
-    np.testing.assert_allclose(res.conf_int("jaccard_data")[1],
+    np.testing.assert_allclose(res.conf_int(which="jaccard_data_ci").high,
                                np.clip(est + np.abs(bias) + z * se, 0, 1))
     assert np.isnan(pk["jaccard_data_2n"]).all()
 

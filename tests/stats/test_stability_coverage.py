@@ -18,7 +18,7 @@ import pytest
 
 from stats.populations import draw_datasets, smooth_tail_population
 from stats.stability import circuit_stability
-from stats.topk import topk
+from reports.topk import topk
 
 N_DATASETS = 120
 
@@ -49,9 +49,9 @@ def test_data_level_jaccard_interval_covers_on_an_unseen_population(n_edges, pop
         r = circuit_stability(pop[r_i], None, [k], ranking="absolute", n_resamples=200,
                               seed=100 + i, n_rank_resamples=0, n_outer=60, n_inner=15)
         est[i] = r.per_k["jaccard_data"][0]
-        lo[i], hi[i] = (v[0] for v in r.conf_int("jaccard_data"))
-        p_lo[i], p_hi[i] = (v[0] for v in r.conf_int("jaccard_pop"))
-        mc_lo[i], mc_hi[i] = (v[0] for v in r.conf_int("jaccard"))
+        lo[i], hi[i] = (v[0] for v in r.conf_int(which="jaccard_data_ci")[:2])
+        p_lo[i], p_hi[i] = (v[0] for v in r.conf_int(which="jaccard_pop_ci")[:2])
+        mc_lo[i], mc_hi[i] = (v[0] for v in r.conf_int(which="jaccard_ci")[:2])
     cover = np.mean((lo <= truth) & (truth <= hi))
     cover_pop = np.mean((p_lo <= truth_pop) & (truth_pop <= p_hi))
     width_sd = np.mean(hi - lo) / est.std(ddof=1)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from statsmodels.stats.multitest import multipletests
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from stats.resampling import ResamplingPlan
 from stats.token_importance import token_importance_faithfulness
 

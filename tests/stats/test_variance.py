@@ -98,7 +98,7 @@ def test_negative_estimates_truncated_only_on_request():
     assert np.isnan(raw.confidence_interval["a"].low[raw.components["a"] < 0]).all()
     t = raw.to_table()
     assert t.num_rows == 3 * 200 and {"share", "negative_estimate", "ci_low"} <= set(t.column_names)
-    assert raw.to_table("anova").num_rows == 600 and raw.to_table("ems").num_rows > 0
+    assert raw.to_table("variance_anova").num_rows == 600 and raw.to_table("variance_ems").num_rows > 0
 
 
 def test_bad_designs_refused():

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from scipy.special import ndtri
 
-from circuits.errors import InputError
+from reports.errors import InputError
 from stats.factor_stability import (aggregate, bar_verdict, circuit_jaccard, fresh_draw_jaccards, jaccard_pairs,
                                     paired_jaccard, ranked_tops)
 from stats.populations import draw_datasets, smooth_tail_population, spiky_population
 from stats.resampling import ResamplingPlan
-from stats.topk import row_seeds
+from reports.topk import row_seeds
 from stats.variance import _bootstrap_pooled_ms, pooled_shares, variance_components
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -190,7 +190,7 @@ def test_pooled_share_intervals_cover_under_t3_effects():
     width = {k: 0.0 for k in PLANTED}
     for r in range(reps):
         res = pooled_shares(_t3_design(np.random.default_rng(900 + r), 64, 3, 4, 20),
-                            ["examples", "counterfactual", "estimator"], seed=r, n_boot=400)
+                            ["examples", "counterfactual", "estimator"], seed=r, n_resamples=400)
         for s, lo, hi, ok in zip(res["source"], res["ci_low"], res["ci_high"], res["interval_reliable"]):
             hits[s] += lo <= truth[s] <= hi
             width[s] += (hi - lo) / reps

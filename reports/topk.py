@@ -3,12 +3,19 @@
 Edges are ranked by a total order: key descending, then a pseudo-random tie priority ascending.
 The priority of edge e in row r is output e+1 of a SplitMix64 stream seeded by the row's 64-bit
 seed (drawn from the run's numpy Generator), so it depends only on (seed, row, edge): a top-k
-computed in edge chunks and merged (stats.stability) equals one global sort, whatever the chunk
+computed in edge chunks and merged (stats.topk_stream) equals one global sort, whatever the chunk
 size, and every edge tied at the cut-off is equally likely to be kept. The number of edges tied
 with the k-th key, and how many of them were left out, are returned with the indices, so a
 report can say when a circuit was decided by a coin flip (e.g. 10 non-zero edges at k = 20).
 
 Whether circuits are chosen by signed score or by |score| is an explicit argument (MIB issue #19).
+
+Why random and not the smaller index: exactly tied edges are common (structurally zero edges, a
+saturated metric, scores rounded by low precision). Breaking them by index always keeps the same
+low-index edges, which biases circuits toward early edges and makes the tied part of a circuit
+identical in every resample, so stability across resamples is overstated exactly where the data
+cannot decide. A seeded random priority is reproducible (same seed, same circuit) and keeps every
+tied edge with equal probability; the tables record the rule (``TIE_RULE``) and the tie counts.
 """
 
 from __future__ import annotations
@@ -18,26 +25,50 @@ from typing import Any
 
 import numpy as np
 
-from circuits.errors import InputError
+from .errors import InputError, warn_renamed
 
-from .resampling import DEFAULT_MAX_BYTES, ResamplingPlan, map_edge_chunks
-
-__all__ = ["RANKINGS", "TopK", "ranking_key", "row_seeds", "tie_priorities", "topk",
-           "select_topk", "topk_mask", "TopKState", "chunk_topk",
-           "merge_topk", "streaming_topk"]
+__all__ = ["RANKINGS", "TIE_RULE", "TopK", "check_ranking", "ranking_key", "row_seeds", "tie_priorities", "topk",
+           "select_topk", "topk_mask"]
 
 RANKINGS = ("signed", "absolute")
+#: the tie rule, as the tables record it (column ``tie_rule``)
+TIE_RULE = "seeded random: edges tied with the k-th score are kept by a pseudo-random priority from the seed"
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 
 
+def check_ranking(ranking: Any, renamed: dict[str, Any] | None = None, where: str = "top-k") -> str:
+    """Return the ranking, 'signed' or 'absolute', given as ``ranking=`` or by its old name ``absolute=``.
+
+    ``renamed`` holds the caller's other keywords: ``absolute=True/False`` is read with a warning
+    naming ``ranking``; any other is a TypeError. InputError when no ranking is given (an explicit
+    choice: signed and absolute ranking give different circuits), for another value, or when the
+    old and the new name disagree.
+    """
+    renamed = renamed or {}
+    unknown = sorted(set(renamed) - {"absolute"})
+    if unknown:
+        raise TypeError(f"{where}() got unexpected keyword argument(s) {unknown}")
+    if "absolute" in renamed:
+        absolute = renamed["absolute"]
+        if not isinstance(absolute, (bool, np.bool_)):
+            raise InputError(f"absolute must be True or False, got {absolute!r}; write ranking='absolute' or 'signed'")
+        old = "absolute" if absolute else "signed"
+        warn_renamed(f"absolute={bool(absolute)}", f"ranking={old!r}", where, stacklevel=4)
+        if ranking is not None and ranking != old:
+            raise InputError(f"{where}: absolute={bool(absolute)} contradicts ranking={ranking!r}; give ranking only")
+        ranking = old
+    if ranking not in RANKINGS:
+        raise InputError(f"ranking must be 'signed' or 'absolute' (an explicit choice: they give different circuits), "
+                         f"got {ranking!r}")
+    return ranking
+
+
 def ranking_key(values: np.ndarray, ranking: str) -> np.ndarray:
     """Return the ranking key: the score itself ('signed') or its magnitude ('absolute')."""
-    if ranking not in RANKINGS:
-        raise InputError(f"ranking must be 'signed' or 'absolute' (an explicit choice: it changes "
-                         f"circuits), got {ranking!r}")
+    check_ranking(ranking)
     return values if ranking == "signed" else np.abs(values)
 
 
@@ -133,81 +164,3 @@ def topk_mask(scores: np.ndarray, k: int, *, ranking: str, seed: Any = None) -> 
     mask = np.zeros((idx.shape[0], np.shape(scores)[-1]), dtype=bool)
     np.put_along_axis(mask, idx, True, axis=1)
     return mask if np.ndim(scores) == 2 else mask[0]
-
-
-# --- streaming top-K over edge chunks (merged states equal one global sort) ----------------
-@dataclass
-class TopKState:
-    """Streaming top-K per row: K best (key, edge) in rank order, ties dropped at the boundary."""
-
-    vals: np.ndarray  # [B, K] float64, descending
-    pri: np.ndarray  # [B, K] uint64 tie priorities (stats.topk), ascending within equal values
-    idx: np.ndarray  # [B, K] int64; padding = sentinel
-    boundary: np.ndarray  # [B] value at rank K
-    dropped: np.ndarray  # [B] edges equal to `boundary` that are not in the list
-
-
-def chunk_topk(keyT: np.ndarray, priT: np.ndarray, start: int, K: int, sentinel: int) -> TopKState:
-    """Return the top-K state of one chunk (keyT, priT [B, c], edges start..start+c-1)."""
-    b, c = keyT.shape
-    if c <= K:
-        vals = np.full((b, K), -np.inf)
-        pri = np.full((b, K), np.iinfo(np.uint64).max, dtype=np.uint64)
-        idx = np.full((b, K), sentinel, dtype=np.int64)
-        vals[:, :c], pri[:, :c] = keyT, priT
-        idx[:, :c] = np.arange(start, start + c)
-        order = np.lexsort((pri, -vals), axis=1)
-        dropped = np.zeros(b, dtype=np.int64)
-    else:
-        local, _, _, dropped = select_topk(keyT, priT, K)
-        idx = local + start
-        vals = np.take_along_axis(keyT, local, axis=1)
-        pri = np.take_along_axis(priT, local, axis=1)
-        order = np.arange(K)[None, :].repeat(b, axis=0)  # already in rank order
-    vals = np.take_along_axis(vals, order, axis=1)
-    return TopKState(vals, np.take_along_axis(pri, order, axis=1),
-                     np.take_along_axis(idx, order, axis=1), vals[:, -1].copy(), dropped)
-
-
-def merge_topk(a: TopKState, c: TopKState, sentinel: int) -> TopKState:
-    """Return the top-K state of the union of two states (order-independent, exact tie counts)."""
-    K = a.vals.shape[1]
-    vals = np.concatenate([a.vals, c.vals], axis=1)
-    pri = np.concatenate([a.pri, c.pri], axis=1)
-    idx = np.concatenate([a.idx, c.idx], axis=1)
-    order = np.lexsort((idx, pri, -vals), axis=1)  # (key desc, priority asc): one total order
-    vals = np.take_along_axis(vals, order, axis=1)
-    pri = np.take_along_axis(pri, order, axis=1)
-    idx = np.take_along_axis(idx, order, axis=1)
-    v = vals[:, K - 1]
-    rest = ((vals[:, K:] == v[:, None]) & (idx[:, K:] < sentinel)).sum(axis=1)
-    dropped = rest + np.where(a.boundary == v, a.dropped, 0) + np.where(c.boundary == v,
-                                                                        c.dropped, 0)
-    return TopKState(vals[:, :K].copy(), pri[:, :K].copy(), idx[:, :K].copy(), v.copy(), dropped)
-
-
-def streaming_topk(S: np.ndarray, plan: ResamplingPlan, K: int, ranking: str, seeds: np.ndarray,
-                   *, n_full: int = 0, chunk_size: int | None = None, n_jobs: int = 1,
-                   max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[TopKState, np.ndarray]:
-    """Return the top-K state of every resample of S [N, E] and its first n_full key vectors.
-
-    One chunked pass of the resampling engine (resampled means W.S/N per edge chunk); `seeds`
-    holds one uint64 tie-breaking seed per resample (row_seeds). Never holds a [B, E] array
-    beyond the n_full kept key vectors [n_full, E].
-    """
-    n_edges = S.shape[1]
-    sentinel = n_edges  # larger than every real edge index
-
-    def reduce(r: np.ndarray, sc: np.ndarray, sl: slice) -> tuple[TopKState, np.ndarray]:
-        key = ranking_key(r, ranking)
-        full = key[:, :n_full].T.copy()
-        pri = tie_priorities(seeds, np.arange(sl.start, sl.stop))  # depends on edge, not chunk
-        return chunk_topk(np.ascontiguousarray(key.T), pri, sl.start, K, sentinel), full
-
-    state: TopKState | None = None
-    fulls = []
-    for part, full in map_edge_chunks(S, plan, reduce, chunk_size=chunk_size, n_jobs=n_jobs,
-                                      max_bytes=max_bytes, check=False):
-        state = part if state is None else merge_topk(state, part, sentinel)
-        fulls.append(full)
-    return state, np.concatenate(fulls, axis=1)

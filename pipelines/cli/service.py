@@ -1,0 +1,121 @@
+"""The service's commands: ``serve`` (the server), ``submit`` (its client) and ``users`` (the operator's
+accounts). ``check --server`` lives with ``check`` (pipelines.cli.checks). Nothing starts at import."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from . import app, choices
+
+users_app = typer.Typer(no_args_is_help=True, help="Accounts of `circuitstat serve`: users and their bearer tokens "
+                                                   "(operator commands; they open the database directly).")
+app.add_typer(users_app, name="users")
+
+Kind = choices("Kind", "audit", "variance", "calibration", "attribute")
+
+
+@app.command("serve")
+def serve_command(
+    data: Path | None = typer.Option(None, "--data", help="data directory: the SQLite database (by default), job "
+                                     "inputs, run directories and logs"),
+    database: str | None = typer.Option(None, "--database", help="database URL, e.g. postgresql://user@host/db "
+                                        "(default: SQLite in --data; or $CIRCUITSTAT_DATABASE, which keeps a "
+                                        "password off the command line)"),
+    scheduler: str | None = typer.Option(None, "--scheduler", help="Dask scheduler tcp://HOST:PORT: run jobs on that "
+                                         "cluster (sharing --data) instead of local worker processes"),
+    workers: int | None = typer.Option(None, "--workers", min=1, help="local worker processes (default 1)"),
+    host: str | None = typer.Option(None, "--host", help="address to listen on (default 127.0.0.1)"),
+    port: int | None = typer.Option(None, "--port", min=0, max=65535, help="port (default 8000)"),
+    config: Path | None = typer.Option(None, "--config", help="service settings (YAML): allow-listed model sources, "
+                                       "quotas, leases (pipelines/service/config.py)"),
+    log_file: Path | None = typer.Option(None, "--log-file", help="also write the JSON log lines to this file"),
+) -> None:
+    """Run the audit service: the JSON API under /api/v1, the web pages, /healthz and /metrics."""
+    from pipelines.service.config import load_config
+    from pipelines.service.server import serve
+
+    cfg = load_config(config, data=data, database=database, scheduler=scheduler, workers=workers, host=host,
+                      port=port, log_file=log_file)
+    serve(cfg)
+
+
+@app.command("submit")
+def submit_command(
+    spec: Path = typer.Argument(..., help="the spec the local command takes (YAML); a task file it names is uploaded"),
+    server: str = typer.Option(..., "--server", help="the service's URL, e.g. http://HOST:8000"),
+    kind: Kind = typer.Option(Kind("audit"), "--kind", help="what the spec is for: audit, variance (study), "
+                              "calibration (study) or attribute (a mapping of attribute's options)"),
+    name: str | None = typer.Option(None, "--name", help="the job's name in the job list (default: the spec's file name)"),
+    public: bool = typer.Option(False, "--public", help="let every user of the server see the run"),
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="follow the job with a progress bar, then download it"),
+    out: Path | None = typer.Option(None, "--out", help="where to download the finished run (default runs/JOB_ID)"),
+) -> None:
+    """Submit a spec to a circuitstat server (token from $CIRCUITSTAT_TOKEN); exit as the job ended
+    (0 completed, 1 cancelled, 2 bad input or over quota, 3 internal error)."""
+    from pipelines.service.client import submit
+
+    raise typer.Exit(submit(server, spec, kind=kind.value, name=name, public=public, wait=wait, out=out,
+                            echo=typer.echo))
+
+
+def _database(data: Path | None, database: str | None, config: Path | None):
+    from pipelines.service.config import load_config
+    from pipelines.service.db import Database, migrate
+
+    cfg = load_config(config, need_data=False, data=data, database=database)
+    db = Database(cfg.database_url)
+    migrate(db.engine)
+    return db
+
+
+DATA = typer.Option(None, "--data", help="the server's data directory (its SQLite database; not needed with --database)")
+DATABASE = typer.Option(None, "--database", help="the server's database URL (or $CIRCUITSTAT_DATABASE)")
+CONFIG = typer.Option(None, "--config", help="the server's settings file")
+
+
+@users_app.command("add")
+def users_add(name: str = typer.Argument(..., help="user name"), data: Path | None = DATA,
+              database: str | None = DATABASE, config: Path | None = CONFIG) -> None:
+    """Add a user."""
+    from pipelines.service.accounts import add_user
+
+    with _database(data, database, config).session() as s:
+        add_user(s, name)
+    typer.echo(f"user {name} added; give them a token with `circuitstat users token {name}`")
+
+
+@users_app.command("token")
+def users_token(name: str = typer.Argument(..., help="user name"),
+                label: str = typer.Option("", "--label", help="what the token is for (e.g. ci)"),
+                data: Path | None = DATA, database: str | None = DATABASE, config: Path | None = CONFIG) -> None:
+    """Create a bearer token for a user and print it once (only its hash is stored)."""
+    from pipelines.service.accounts import create_token
+
+    with _database(data, database, config).session() as s:
+        token = create_token(s, name, label)
+    typer.echo(token)
+
+
+@users_app.command("revoke")
+def users_revoke(token_id: str = typer.Argument(..., help="the token's id (from `users list`) or the token"),
+                 data: Path | None = DATA, database: str | None = DATABASE, config: Path | None = CONFIG) -> None:
+    """Revoke a token (its browser sessions end with it)."""
+    from pipelines.service.accounts import revoke_token
+
+    with _database(data, database, config).session() as s:
+        revoke_token(s, token_id)
+    typer.echo("token revoked")
+
+
+@users_app.command("list")
+def users_list(data: Path | None = DATA, database: str | None = DATABASE, config: Path | None = CONFIG) -> None:
+    """List the users and their tokens' ids (never a secret)."""
+    from pipelines.service.accounts import list_users
+
+    with _database(data, database, config).session() as s:
+        for u in list_users(s):
+            tokens = ", ".join(f"{t['id']}{' (revoked)' if t['revoked'] else ''}{' ' + t['label'] if t['label'] else ''}"
+                               for t in u["tokens"]) or "no tokens"
+            typer.echo(f"{u['name']}: {tokens}")

@@ -1,0 +1,27 @@
+"""The audit service: ``circuitstat serve``, a thin, durable HTTP front over the CLI's own code.
+
+A job is a spec plus an owner; running it calls the function the CLI command calls
+(:func:`pipelines.audit.run_audit`, the study runners, :func:`pipelines.cli.analyse.run_attribute`)
+in a worker, writing a run directory under the data directory. Nothing here computes statistics.
+
+Modules (one idea each):
+
+* ``config``     the operator's settings: data dir, database URL, scheduler, workers, quotas, allow-list
+* ``sources``    the model-source allow-list (zoo recipes, named local models, ``random:``)
+* ``db``         SQLAlchemy tables and sessions; ``migrations/`` their Alembic history
+* ``accounts``   users, bearer tokens (hashes at rest, constant-time checks) and browser sessions
+* ``submission`` turning an uploaded spec and task files into a validated job
+* ``queue``      job states and leases (``SELECT ... FOR UPDATE SKIP LOCKED`` on PostgreSQL)
+* ``runner``     what a worker runs for one job (the CLI's functions), progress read from its RunDir
+* ``pools``      where jobs run: a local pool of worker processes, or a Dask cluster
+* ``dispatcher`` the loop that claims jobs, renews leases, collects outcomes and drains on SIGTERM
+* ``quotas``     per-user limits: active jobs, request size, request rate (estimated work: ``runner``)
+* ``problems``   ``application/problem+json`` errors
+* ``access``     which jobs a user may see (own, shared, public) and the 404 for every other
+* ``api``        the JSON API under ``/api/v1``; ``api_runs`` its endpoints over a finished run
+* ``pages``      the server-rendered pages (Jinja2 templates in ``templates/``, no JavaScript)
+* ``metrics``    ``/metrics`` in Prometheus text format
+* ``logs``       structured JSON logs with every token redacted
+* ``app``        the FastAPI application; ``server`` runs it under uvicorn
+* ``client``     ``circuitstat submit --server`` and ``circuitstat check --server``
+"""

@@ -1,0 +1,79 @@
+"""Which jobs a user may see: their own, those shared with them, and public ones; every other is a 404.
+
+One rule, one place: every endpoint that takes a job id goes through :func:`visible_job` (read)
+or :func:`owned_job` (change), and every listing through :func:`visible_jobs`. A malformed id is
+the same 404 as another user's job, so neither its existence nor the id format leaks.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sqlalchemy import exists, or_, select
+from sqlalchemy.orm import Session
+from sqlalchemy.sql import Select
+
+from .accounts import Principal
+from .db import Job, JobShare, User
+from .problems import Problem, not_found
+
+JOB_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def visible_filter(principal: Principal):
+    """The SQL condition of the jobs ``principal`` may see."""
+    shared = exists().where(JobShare.job_id == Job.id, JobShare.user_id == principal.user_id)
+    return or_(Job.owner_id == principal.user_id, Job.public.is_(True), shared)
+
+
+def visible_jobs(principal: Principal) -> Select:
+    """SELECT of the jobs ``principal`` may see, newest first."""
+    return select(Job).where(visible_filter(principal)).order_by(Job.created_at.desc(), Job.id)
+
+
+def visible_job(s: Session, principal: Principal, job_id: str) -> Job:
+    """The job ``job_id`` if ``principal`` may see it; the 404 Problem otherwise."""
+    if not isinstance(job_id, str) or not JOB_ID.fullmatch(job_id):
+        raise not_found()
+    job = s.scalar(select(Job).where(Job.id == job_id, visible_filter(principal)))
+    if job is None:
+        raise not_found()
+    return job
+
+
+def owned_job(s: Session, principal: Principal, job_id: str) -> Job:
+    """The job ``job_id`` if ``principal`` owns it; the 404 Problem otherwise (seeing is not owning)."""
+    job = visible_job(s, principal, job_id)
+    if job.owner_id != principal.user_id:
+        raise not_found()
+    return job
+
+
+def owner_name(s: Session, job: Job) -> str:
+    """The name of the job's owner."""
+    return s.get(User, job.owner_id).name
+
+
+def shared_with(s: Session, job: Job) -> list[str]:
+    """Names of the users ``job`` is shared with."""
+    rows = s.execute(select(User.name).join(JobShare, JobShare.user_id == User.id).where(JobShare.job_id == job.id))
+    return sorted(r[0] for r in rows)
+
+
+def set_sharing(s: Session, job: Job, *, public: bool | None, users: list[str] | None) -> None:
+    """Make ``job`` public or not and share it with exactly ``users`` (None leaves either as it is);
+    a 422 Problem naming unknown users."""
+    if public is not None:
+        job.public = bool(public)
+    if users is None:
+        return
+    names = sorted(set(users))
+    found = {u.name: u.id for u in s.scalars(select(User).where(User.name.in_(names)))} if names else {}
+    unknown = [n for n in names if n not in found]
+    if unknown:
+        raise Problem(422, f"cannot share with unknown users {unknown[:5]}; the operator adds users with "
+                           "`circuitstat users add NAME`")
+    s.query(JobShare).filter(JobShare.job_id == job.id).delete()
+    for uid in found.values():
+        if uid != job.owner_id:
+            s.add(JobShare(job_id=job.id, user_id=uid))

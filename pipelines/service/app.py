@@ -1,0 +1,142 @@
+"""The FastAPI application of ``circuitstat serve``: API, pages, health, metrics and the job dispatcher.
+
+:func:`create_app` builds it from a ServiceConfig; its lifespan migrates the database, checks the
+allow-list, starts the worker pool and the dispatcher, and on shutdown (SIGTERM through uvicorn)
+drains them. OpenAPI is at ``/api/v1/openapi.json`` (the interactive docs pages would load scripts
+from elsewhere, so they are off).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from .config import ServiceConfig
+from .context import Service
+from .db import Database, migrate
+from .metrics import CONTENT_TYPE, Metrics
+from .quotas import BodyLimit, RateLimiter
+
+log = logging.getLogger("circuitstat.service")
+API_CSP = "default-src 'none'; frame-ancestors 'none'"
+
+
+SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"same-origin"),
+                    (b"x-frame-options", b"DENY"), (b"cache-control", b"no-store")]
+
+
+class AccessLog:
+    """ASGI middleware: one structured log line and one metrics sample per request, and the security
+    headers (a Content-Security-Policy where the response has none of its own)."""
+
+    def __init__(self, app, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0, status = time.perf_counter(), [500]
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+                headers = list(message.get("headers", []))
+                names = {k.lower() for k, _ in headers}
+                headers += [(k, v) for k, v in SECURITY_HEADERS if k not in names]
+                if b"content-security-policy" not in names:
+                    headers.append((b"content-security-policy", API_CSP.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            seconds = time.perf_counter() - t0
+            route = getattr(scope.get("route"), "path", "unmatched")
+            self.metrics.request(route, status[0], seconds)
+            client = scope.get("client")
+            log.info("request", extra={"method": scope.get("method"), "path": scope.get("path"), "status": status[0],
+                                       "ms": round(1000 * seconds, 1), "user": scope.get("state", {}).get("user"),
+                                       "client": client[0] if client else None})
+
+
+def create_app(cfg: ServiceConfig, *, start_workers: bool = True) -> FastAPI:
+    """The ASGI app serving ``cfg``'s data directory and database."""
+    from . import api, api_runs, pages, problems
+    from .sources import check_config
+
+    check_config(cfg.sources)
+    db = Database(cfg.database_url)
+    svc = Service(cfg=cfg, db=db, metrics=Metrics(db), limiter=RateLimiter())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        from starlette.concurrency import run_in_threadpool
+
+        await run_in_threadpool(migrate, db.engine)
+        cfg.jobs_dir.mkdir(parents=True, exist_ok=True)
+        if start_workers:
+            from .dispatcher import Dispatcher
+            from .pools import make_pool
+
+            svc.dispatcher = Dispatcher(cfg, db, lambda: make_pool(cfg.scheduler, cfg.workers), svc.metrics)
+            svc.dispatcher.start()
+            log.info("serving", extra={"server": svc.dispatcher.server, "database": db.engine.url.render_as_string(
+                hide_password=True), "scheduler": cfg.scheduler or f"local x{cfg.workers}", "data": str(cfg.data)})
+        try:
+            yield
+        finally:
+            if svc.dispatcher is not None:
+                await run_in_threadpool(svc.dispatcher.drain, cfg.drain_seconds)
+            db.dispose()
+
+    app = FastAPI(title="circuitstat", version=_version(), lifespan=lifespan, openapi_url="/api/v1/openapi.json",
+                  docs_url=None, redoc_url=None,
+                  description="Statistical circuit audits as a service: submit audits, studies and attribution "
+                              "runs, follow them, fetch their tables and reports, and check claims against them.")
+    app.state.service = svc
+    problems.install(app)
+    app.include_router(api.router)
+    app.include_router(api_runs.router)
+    app.include_router(pages.router)
+    app.mount("/static", StaticFiles(directory=Path(__file__).with_name("static")), name="static")
+
+    app.add_middleware(AccessLog, metrics=svc.metrics)
+    app.add_middleware(BodyLimit, limit=cfg.max_request_bytes)
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> JSONResponse:
+        from sqlalchemy import text
+
+        try:
+            with db.session() as s:
+                s.execute(text("SELECT 1"))
+        except Exception as e:  # noqa: BLE001 - the probe reports any database failure
+            return JSONResponse({"status": "error", "database": type(e).__name__}, status_code=503)
+        d = svc.dispatcher
+        if d is not None and d.pool_error:
+            return JSONResponse({"status": "error", "database": "ok", "workers": f"the pool could not start: "
+                                 f"{d.pool_error}"}, status_code=503)
+        return JSONResponse({"status": "ok", "database": "ok", "workers_ready": d.workers_ready if d else 0,
+                             "draining": bool(d and d.draining), "server": d.server if d else None})
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        return Response(svc.metrics.render(), media_type=CONTENT_TYPE)
+
+    return app
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("circuitstat")
+    except PackageNotFoundError:
+        return "0"

@@ -1,0 +1,132 @@
+"""The operator's settings of ``circuitstat serve``: a YAML file (``--config``) and command-line overrides.
+
+Example (every key is optional)::
+
+    database: postgresql://circuitstat@db/circuitstat   # default: sqlite:///DATA/service.db
+    scheduler: tcp://scheduler:8786                     # default: a local pool of `workers` processes
+    workers: 2
+    sources:                       # the model sources API users may name (pipelines.service.sources)
+      zoo: [attn-only-2l]          # zoo:RECIPE/seed-S for these recipes
+      random: true                 # random:ARCH?key=value&... within the CLI's size limits
+      models:                      # named local models: the name users write -> what this server loads
+        gpt2-small: /models/gpt2
+    quotas:                        # per user; `users:` overrides them for named users
+      max_active_jobs: 8
+      max_request_bytes: 8388608
+      max_work_flops: 1.0e+15
+      requests_per_minute: 600
+    users:
+      ci-bot: {max_active_jobs: 2}
+
+The file is the operator's own (trusted, like a command-line option); nothing in a request can
+change any of it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from reports.errors import InputError
+
+DATABASE_ENV = "CIRCUITSTAT_DATABASE"
+"""Environment variable holding the database URL (keeps a password off the command line and out of ps)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourcesConfig(_Strict):
+    """Which model sources a request may name."""
+
+    zoo: list[str] = Field(default_factory=lambda: ["attn-only-2l", "mlp-2l"])
+    random: bool = True
+    models: dict[str, str] = Field(default_factory=dict)
+
+
+class Quotas(_Strict):
+    """One user's limits."""
+
+    max_active_jobs: int = Field(8, ge=1, le=100_000)  # queued + running
+    max_request_bytes: int = Field(8 * 2**20, ge=1024, le=2**32)
+    max_work_flops: float = Field(1e15, gt=0)  # estimated attribution FLOPs of one job (circuits.plan)
+    requests_per_minute: int = Field(600, ge=1, le=10_000_000)
+
+
+class QuotaOverride(_Strict):
+    """Per-user changes to the default quotas."""
+
+    max_active_jobs: int | None = Field(None, ge=1, le=100_000)
+    max_request_bytes: int | None = Field(None, ge=1024, le=2**32)
+    max_work_flops: float | None = Field(None, gt=0)
+    requests_per_minute: int | None = Field(None, ge=1, le=10_000_000)
+
+
+class ServiceConfig(_Strict):
+    """Everything ``circuitstat serve`` runs with."""
+
+    data: Path
+    database: str | None = None
+    scheduler: str | None = None
+    workers: int = Field(1, ge=1, le=256)
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    lease_seconds: float = Field(30.0, gt=0.2, le=3600)
+    poll_seconds: float = Field(0.5, gt=0.01, le=60)
+    progress_seconds: float = Field(1.0, gt=0.01, le=3600)  # how often running jobs' progress is recorded
+    drain_seconds: float = Field(30.0, ge=0, le=86_400)
+    max_attempts: int = Field(3, ge=1, le=100)
+    log_file: Path | None = None
+    cookie_secure: bool = False  # set behind HTTPS: the session cookie is then sent over HTTPS only
+    sources: SourcesConfig = SourcesConfig()
+    quotas: Quotas = Quotas()
+    users: dict[str, QuotaOverride] = Field(default_factory=dict)
+
+    @property
+    def database_url(self) -> str:
+        """The SQLAlchemy URL: the configured one, else SQLite in the data directory."""
+        return self.database or f"sqlite:///{(self.data / 'service.db').resolve()}"
+
+    @property
+    def jobs_dir(self) -> Path:
+        """Where each job's inputs, run directory and log live (DATA/jobs/<id>/)."""
+        return self.data / "jobs"
+
+    def quotas_for(self, user: str) -> Quotas:
+        """The quotas of ``user``: the defaults with that user's overrides."""
+        over = self.users.get(user)
+        if over is None:
+            return self.quotas
+        return self.quotas.model_copy(update={k: v for k, v in over.model_dump().items() if v is not None})
+
+    @property
+    def max_request_bytes(self) -> int:
+        """The largest request body any user may send (checked before the user is known)."""
+        return max([self.quotas.max_request_bytes] + [self.quotas_for(u).max_request_bytes for u in self.users])
+
+
+def load_config(path: str | os.PathLike[str] | None, *, need_data: bool = True, **overrides: Any) -> ServiceConfig:
+    """The ServiceConfig from the YAML file at ``path`` (or defaults) with the non-None ``overrides``
+    (command-line options) on top; the database URL falls back to $CIRCUITSTAT_DATABASE. Without
+    ``need_data`` a database URL alone will do (the operator's account commands)."""
+    from pipelines.spec import validate_spec
+    from pipelines.yamlio import read_yaml_strict
+
+    data: dict[str, Any] = {}
+    if path is not None:
+        doc = read_yaml_strict(path)
+        data = {} if doc is None else doc
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    if data.get("database") is None and os.environ.get(DATABASE_ENV):
+        data["database"] = os.environ[DATABASE_ENV]
+    if "data" not in data:
+        if not need_data and data.get("database"):  # an operator command on a database named by URL
+            data["data"] = "."
+        else:
+            raise InputError("the service needs a data directory: pass --data DIR (or set data: in --config)")
+    return validate_spec(ServiceConfig, data, str(path or "<options>"), kind="service config",
+                         keys="data, database, sources, quotas, ...")

@@ -1,0 +1,83 @@
+"""What every request handler needs: the server's state, and who the caller is.
+
+The API takes ``Authorization: Bearer <token>``; a browser's session cookie is accepted too, but
+only for reading (GET and HEAD), so a page can link to tables and reports and no other site can
+make a logged-in browser change anything (the cookie is also SameSite=Strict, and page forms check
+their Origin).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import Request
+from starlette.concurrency import run_in_threadpool
+
+from .accounts import Principal, authenticate
+from .config import ServiceConfig
+from .db import Database
+from .metrics import Metrics
+from .problems import Problem
+from .quotas import RateLimiter
+
+SESSION_COOKIE = "circuitstat_session"
+SAFE_METHODS = ("GET", "HEAD")
+
+
+@dataclass
+class Service:
+    """The server's state: settings, database, metrics, rate limiter and the job dispatcher."""
+
+    cfg: ServiceConfig
+    db: Database
+    metrics: Metrics
+    limiter: RateLimiter
+    dispatcher: object | None = None
+
+
+def service(request: Request) -> Service:
+    """The Service of the app answering ``request``."""
+    return request.app.state.service
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+def credential(request: Request, *, cookie_ok: bool) -> str | None:
+    """The bearer token of ``request``, else (when ``cookie_ok``) its session cookie."""
+    token = _bearer(request)
+    if token is None and cookie_ok:
+        token = request.cookies.get(SESSION_COOKIE)
+    return token
+
+
+def _identify(svc: Service, value: str | None) -> Principal | None:
+    with svc.db.session() as s:
+        return authenticate(s, value)
+
+
+async def current_principal(request: Request) -> Principal:
+    """The caller of an API request (401 Problem when unauthenticated; 429 over the rate quota)."""
+    svc = service(request)
+    value = credential(request, cookie_ok=request.method in SAFE_METHODS)
+    principal = await run_in_threadpool(_identify, svc, value)
+    if principal is None:
+        what = "no token" if value is None else "the token is not valid (wrong, revoked or expired)"
+        raise Problem(401, f"{what}: send 'Authorization: Bearer <token>' with a token from the operator "
+                           "(`circuitstat users token NAME`)", headers={"WWW-Authenticate": 'Bearer realm="circuitstat"'})
+    request.state.user = principal.name
+    svc.limiter.check(principal.name, svc.cfg.quotas_for(principal.name).requests_per_minute)
+    return principal
+
+
+async def page_principal(request: Request) -> Principal | None:
+    """The logged-in browser's caller, or None (the page then redirects to /login)."""
+    svc = service(request)
+    principal = await run_in_threadpool(_identify, svc, request.cookies.get(SESSION_COOKIE))
+    if principal is not None:
+        request.state.user = principal.name
+        svc.limiter.check(principal.name, svc.cfg.quotas_for(principal.name).requests_per_minute)
+    return principal

@@ -1,0 +1,259 @@
+"""The server-rendered pages: log in, the job list, a job's page, its report and a claims result.
+
+Jinja2 with autoescaping renders every value from a request or a run (job names, specs, task
+strings, claim names) as text. No page has a script; the policy below forbids any, and any
+resource from elsewhere. The report keeps its own policy (reports.html.CSP).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from fastapi import APIRouter, Depends, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
+
+from . import access, queue
+from .accounts import Principal, authenticate, close_session, open_session
+from .api import job_out, log_tail
+from .api_runs import claims_out, read_claims_body, report_csp, report_file, run_claims, run_dir, stored_check, tables_of
+from .context import SESSION_COOKIE, page_principal, service
+from .db import JOB_STATES, ClaimCheck, Job
+from .problems import TITLES, Problem
+from .progress import read_stages
+
+PAGE_CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; form-action 'self'; "
+            "frame-ancestors 'none'")
+LOG_LINES = 60
+router = APIRouter(include_in_schema=False)
+_env = Environment(loader=FileSystemLoader(Path(__file__).with_name("templates")),
+                   autoescape=select_autoescape(["html"], default=True))
+
+
+def _age(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return _duration(max(0.0, time.time() - t))
+
+
+def _duration(s: float | None) -> str:
+    if s is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            return f"{s / size:.0f} {unit}"
+    return f"{s:.0f} s"
+
+
+def _observed(v) -> str:
+    if not v:
+        return "-"
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={_fmt(x)}" for k, x in v.items())
+    return _fmt(v)
+
+
+def _fmt(x) -> str:
+    return f"{x:.4g}" if isinstance(x, float) else str(x)
+
+
+_env.filters.update(age=_age, duration=_duration, observed=_observed)
+
+
+def render(name: str, code: int = 200, **context) -> HTMLResponse:
+    """The page ``name`` rendered with ``context`` (HTTP status ``code``), with the pages' Content-Security-Policy."""
+    html = _env.get_template(name).render(**context)
+    return HTMLResponse(html, status_code=code, headers={"Content-Security-Policy": PAGE_CSP})
+
+
+def error_page(status: int, detail: str, user: str | None) -> HTMLResponse:
+    """An HTML error page (the pages' counterpart of problem+json)."""
+    return render("error.html", status, status=status, title=TITLES.get(status, "Error"), detail=detail, user=user)
+
+
+def _same_origin(request: Request) -> bool:
+    """False when a form post comes from another origin (with SameSite=Strict cookies, a second guard).
+    Browsers send Origin with every form post (the pages' Referrer-Policy is same-origin, so not "null");
+    a request without one is not from a browser's form."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    return origin != "null" and urlsplit(origin).netloc == request.headers.get("host", "")
+
+
+def _login_redirect() -> RedirectResponse:
+    return RedirectResponse("/login", status_code=303)
+
+
+@router.get("/")
+async def home() -> RedirectResponse:
+    return RedirectResponse("/jobs", status_code=303)
+
+
+@router.get("/login")
+async def login_page(request: Request) -> HTMLResponse:
+    return render("login.html", user=None, error=None)
+
+
+@router.post("/login")
+async def login(request: Request, token: str = Form("", max_length=200)) -> Response:
+    """Trade a bearer token for a session cookie (HttpOnly, SameSite=Strict)."""
+    svc = service(request)
+    if not _same_origin(request):
+        return error_page(400, "the form was sent from another site", None)
+
+    def go():
+        with svc.db.session() as s:
+            p = authenticate(s, token.strip())
+            return (p, open_session(s, p)) if p is not None else (None, None)
+
+    principal, cookie = await run_in_threadpool(go)
+    if principal is None:
+        return render("login.html", 401, user=None, error="That token is not valid (wrong, revoked or expired).")
+    request.state.user = principal.name
+    resp = RedirectResponse("/jobs", status_code=303)
+    resp.set_cookie(SESSION_COOKIE, cookie, httponly=True, samesite="strict", secure=svc.cfg.cookie_secure,
+                    max_age=12 * 3600, path="/")
+    return resp
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    svc = service(request)
+    if _same_origin(request):
+        def go():
+            with svc.db.session() as s:
+                close_session(s, request.cookies.get(SESSION_COOKIE))
+        await run_in_threadpool(go)
+    resp = RedirectResponse("/login", status_code=303)
+    resp.delete_cookie(SESSION_COOKIE, path="/")
+    return resp
+
+
+@router.get("/jobs")
+def jobs_page(request: Request, state: str | None = None, principal: Principal | None = Depends(page_principal)):
+    if principal is None:
+        return _login_redirect()
+    svc = service(request)
+    state = state if state in JOB_STATES else None
+    with svc.db.session() as s:
+        q = access.visible_jobs(principal)
+        if state:
+            q = q.where(Job.state == state)
+        jobs = [job_out(s, j, principal) for j in s.scalars(q.limit(500))]
+    return render("jobs.html", user=principal.name, jobs=jobs, total=len(jobs), states=JOB_STATES, state=state)
+
+
+def _stages(run: Path) -> list[dict]:
+    rows = []
+    for name, rec in read_stages(run).items():
+        if not isinstance(rec, dict):
+            continue
+        seconds = rec.get("seconds")
+        rows.append({"name": name, "status": rec.get("status", "?"), "started": str(rec.get("started_utc", ""))[:19],
+                     "seconds": f"{seconds:.1f}" if isinstance(seconds, (int, float)) else "",
+                     "attempts": rec.get("attempts", "")})
+    return rows
+
+
+def _job_context(svc, principal: Principal, job_id: str) -> dict:
+    with svc.db.session() as s:
+        job = access.visible_job(s, principal, job_id)
+        out = job_out(s, job, principal)
+        checks = list(s.scalars(select(ClaimCheck).where(ClaimCheck.job_id == job.id)
+                                .order_by(ClaimCheck.created_at.desc()).limit(20)))
+    run = run_dir(svc, job)
+    tables = []
+    if job.state == "completed":
+        import pyarrow.parquet as pq
+
+        for name, path in tables_of(run).items():
+            tables.append({"name": name, "rows": pq.read_metadata(path).num_rows, "bytes": path.stat().st_size})
+    spec = json.dumps(json.loads(job.spec), indent=2)
+    spec = spec.replace(str((svc.cfg.jobs_dir / job.id).resolve()), ".")
+    return {"job": out, "own": job.owner_id == principal.user_id, "stages": _stages(run), "tables": tables,
+            "spec": spec, "log": log_tail(svc, job, LOG_LINES), "log_lines": LOG_LINES, "checks": checks}
+
+
+@router.get("/jobs/{job_id}")
+def job_page(job_id: str, request: Request, principal: Principal | None = Depends(page_principal)):
+    if principal is None:
+        return _login_redirect()
+    try:
+        ctx = _job_context(service(request), principal, job_id)
+    except Problem as p:
+        return error_page(p.status, p.detail, principal.name)
+    return render("job.html", user=principal.name, **ctx)
+
+
+@router.post("/jobs/{job_id}/cancel")
+def cancel_page(job_id: str, request: Request, principal: Principal | None = Depends(page_principal)):
+    if principal is None:
+        return _login_redirect()
+    if not _same_origin(request):
+        return error_page(400, "the form was sent from another site", principal.name)
+    try:
+        with service(request).db.session() as s:
+            job = access.owned_job(s, principal, job_id)
+            if job.state in ("queued", "running"):
+                queue.request_cancel(s, job)
+    except Problem as p:
+        return error_page(p.status, p.detail, principal.name)
+    return RedirectResponse(f"/jobs/{job_id}", status_code=303)
+
+
+@router.get("/jobs/{job_id}/report")
+def report_page(job_id: str, request: Request, principal: Principal | None = Depends(page_principal)):
+    if principal is None:
+        return _login_redirect()
+    svc = service(request)
+    try:
+        with svc.db.session() as s:
+            job = access.visible_job(s, principal, job_id)
+        if job.state != "completed":
+            raise Problem(409, f"the job is {job.state}; its report is there once it has completed")
+        path = report_file(svc, job)
+    except Problem as p:
+        return error_page(p.status, p.detail, principal.name)
+    return HTMLResponse(path.read_text(encoding="utf-8"), headers={"Content-Security-Policy": report_csp()})
+
+
+@router.post("/jobs/{job_id}/claims")
+async def claims_post_page(job_id: str, request: Request, principal: Principal | None = Depends(page_principal)):
+    if principal is None:
+        return _login_redirect()
+    svc = service(request)
+    if not _same_origin(request):
+        return error_page(400, "the form was sent from another site", principal.name)
+    try:
+        def find():
+            with svc.db.session() as s:
+                return access.visible_job(s, principal, job_id)
+
+        job = await run_in_threadpool(find)
+        if job.state != "completed":
+            raise Problem(409, f"the job is {job.state}; claims are checked once it has completed")
+        text, name = await read_claims_body(request)
+        row = await run_in_threadpool(run_claims, svc, principal, job, text, name)
+    except Problem as p:
+        return error_page(p.status, p.detail, principal.name)
+    return RedirectResponse(f"/jobs/{job_id}/claims/{row.id}", status_code=303)
+
+
+@router.get("/jobs/{job_id}/claims/{check_id}")
+def claims_page(job_id: str, check_id: str, request: Request, principal: Principal | None = Depends(page_principal)):
+    if principal is None:
+        return _login_redirect()
+    svc = service(request)
+    try:
+        row = stored_check(svc, principal, job_id, check_id)
+        with svc.db.session() as s:
+            job_name = access.visible_job(s, principal, job_id).name
+    except Problem as p:
+        return error_page(p.status, p.detail, principal.name)
+    return render("claims.html", user=principal.name, check=claims_out(row), job_name=job_name)

@@ -1,0 +1,162 @@
+"""Job states and leases, each change one transaction guarded by the state it starts from.
+
+``queued -> running -> completed | failed | cancelled``; ``running -> queued`` when a lease is lost
+(a server died), a worker died or a drain interrupted the job: it then resumes from its run
+directory. A server claims a job by taking a lease (``lease_owner``, ``lease_expires``) and keeps
+it by heartbeats; only the lease holder may finish the job (every update names it), so a server
+whose lease expired cannot overwrite the work of the one that took the job over. On PostgreSQL the
+claim is ``SELECT ... FOR UPDATE SKIP LOCKED``: two servers never take the same job. On SQLite
+every transaction begins with ``BEGIN IMMEDIATE`` (pipelines.service.db), which serialises claims.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from .db import ACTIVE_STATES, Job, JobAttempt, JobEvent, now
+
+
+def _event(s: Session, job_id: str, state: str, message: str = "") -> None:
+    s.add(JobEvent(job_id=job_id, at=now(), state=state, message=message[:2000]))
+
+
+def claim(s: Session, server: str, lease_seconds: float, limit: int, postgres: bool) -> list[Job]:
+    """Take up to ``limit`` queued jobs (oldest first) for ``server``: running, leased, one attempt each."""
+    if limit < 1:
+        return []
+    t = now()
+    q = (select(Job).where(Job.state == "queued", Job.not_before <= t)
+         .order_by(Job.created_at, Job.id).limit(limit))
+    if postgres:
+        q = q.with_for_update(skip_locked=True)
+    jobs = list(s.scalars(q))
+    for job in jobs:
+        job.state, job.lease_owner, job.lease_expires = "running", server, t + lease_seconds
+        job.attempts += 1
+        job.started_at = job.started_at or t
+        s.add(JobAttempt(job_id=job.id, server=server, started_at=t))
+        _event(s, job.id, "running", f"attempt {job.attempts} on server {server}")
+    return jobs
+
+
+def record_worker(s: Session, job_id: str, server: str, worker: str) -> None:
+    """Note which worker runs the job's current attempt."""
+    attempt = _current_attempt(s, job_id, server)
+    if attempt is not None:
+        attempt.worker = worker[:128]
+
+
+def _current_attempt(s: Session, job_id: str, server: str) -> JobAttempt | None:
+    return s.scalar(select(JobAttempt).where(JobAttempt.job_id == job_id, JobAttempt.server == server,
+                                             JobAttempt.ended_at.is_(None)).order_by(JobAttempt.id.desc()).limit(1))
+
+
+def renew(s: Session, server: str, job_ids: list[str], lease_seconds: float) -> set[str]:
+    """Extend the leases ``server`` holds on ``job_ids``; the ids it still holds (a lost one must stop)."""
+    if not job_ids:
+        return set()
+    t = now()
+    s.execute(update(Job).where(Job.id.in_(job_ids), Job.lease_owner == server, Job.state == "running")
+              .values(lease_expires=t + lease_seconds))
+    rows = s.execute(select(Job.id).where(Job.id.in_(job_ids), Job.lease_owner == server, Job.state == "running"))
+    return {r[0] for r in rows}
+
+
+def set_progress(s: Session, server: str, job_id: str, stage: str | None, fraction: float | None,
+                 eta: float | None) -> None:
+    """Record a running job's stage, progress and ETA (only by its lease holder)."""
+    s.execute(update(Job).where(Job.id == job_id, Job.lease_owner == server, Job.state == "running")
+              .values(stage=stage, progress=fraction, eta_seconds=eta))
+
+
+def finish(s: Session, server: str, job_id: str, state: str, *, error: str | None = None,
+           error_kind: str | None = None, work_flops: float | None = None, outcome: str | None = None) -> bool:
+    """End ``server``'s attempt at a job: ``state`` completed, failed or cancelled; False if the lease
+    was lost meanwhile (then nothing changes)."""
+    t = now()
+    values = dict(state=state, lease_owner=None, lease_expires=None, finished_at=t, error=error,
+                  error_kind=error_kind, eta_seconds=None)
+    if state == "completed":
+        values["progress"] = 1.0
+    if work_flops is not None:
+        values["work_flops"] = work_flops
+    done = s.execute(update(Job).where(Job.id == job_id, Job.lease_owner == server, Job.state == "running")
+                     .values(**values)).rowcount
+    if not done:
+        return False
+    _end_attempt(s, job_id, server, outcome or state)
+    _event(s, job_id, state, error or "")
+    return True
+
+
+def _end_attempt(s: Session, job_id: str, server: str, outcome: str) -> None:
+    attempt = _current_attempt(s, job_id, server)
+    if attempt is not None:
+        attempt.ended_at, attempt.outcome = now(), outcome[:32]
+
+
+def requeue(s: Session, server: str, job_id: str, outcome: str, *, max_attempts: int, delay: float = 0.0,
+            count_attempt: bool = True) -> str | None:
+    """Give a running job back to the queue (it resumes from its run directory), or fail it after
+    ``max_attempts``; its new state, or None when ``server`` no longer held it."""
+    job = s.get(Job, job_id)
+    if job is None or job.state != "running" or job.lease_owner != server:
+        return None
+    _end_attempt(s, job_id, server, outcome)
+    if not count_attempt:
+        job.attempts -= 1
+    if job.attempts >= max_attempts:
+        job.state, job.finished_at, job.error_kind = "failed", now(), "lost"
+        job.error = f"the job was interrupted {job.attempts} times ({outcome}); the operator's log says why"
+    else:
+        job.state, job.not_before = "queued", now() + delay
+    job.lease_owner = job.lease_expires = None
+    _event(s, job_id, job.state, outcome)
+    return job.state
+
+
+def expire_leases(s: Session, max_attempts: int, postgres: bool) -> list[str]:
+    """Requeue running jobs whose lease expired (their server died); their ids."""
+    t = now()
+    q = select(Job).where(Job.state == "running", Job.lease_expires < t)
+    if postgres:
+        q = q.with_for_update(skip_locked=True)
+    ids = []
+    for job in s.scalars(q):
+        owner = job.lease_owner or ""
+        if requeue(s, owner, job.id, "lease expired", max_attempts=max_attempts) is not None:
+            ids.append(job.id)
+    return ids
+
+
+def request_cancel(s: Session, job: Job) -> str:
+    """Cancel ``job``: a queued job at once, a running one by its server; the resulting state."""
+    if job.state == "queued":
+        s.execute(update(Job).where(Job.id == job.id, Job.state == "queued")
+                  .values(state="cancelled", finished_at=now(), error="cancelled by its owner", error_kind="cancelled"))
+        _event(s, job.id, "cancelled", "cancelled while queued")
+        s.refresh(job)
+        return job.state
+    if job.state == "running":
+        job.cancel_requested = True
+        _event(s, job.id, "running", "cancel requested")
+    return job.state
+
+
+def cancel_requested(s: Session, server: str) -> list[str]:
+    """Ids of ``server``'s running jobs whose owner asked to cancel them."""
+    rows = s.execute(select(Job.id).where(Job.lease_owner == server, Job.state == "running",
+                                          Job.cancel_requested.is_(True)))
+    return [r[0] for r in rows]
+
+
+def active_count(s: Session, user_id: int) -> int:
+    """The user's queued and running jobs."""
+    return s.scalar(select(func.count()).select_from(Job).where(Job.owner_id == user_id,
+                                                                Job.state.in_(ACTIVE_STATES))) or 0
+
+
+def state_counts(s: Session) -> dict[str, int]:
+    """Jobs per state (for /metrics)."""
+    return {state: n for state, n in s.execute(select(Job.state, func.count()).group_by(Job.state))}

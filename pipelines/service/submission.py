@@ -1,0 +1,177 @@
+"""A submitted spec and its uploaded task files -> the validated spec a worker runs.
+
+The spec is the YAML the CLI command takes (``audit``, ``study variance``, ``study calibration``)
+or, for ``attribute``, a mapping of that command's options. It is read with the CLI's own strict
+reader and validated by the CLI's own spec classes; then the service's rules apply on top:
+
+* every model source must be on the operator's allow-list (:mod:`pipelines.service.sources`);
+* a task is a built-in task or one of the files uploaded with the request, by its bare name:
+  nothing in a spec can name a path on the server;
+* sizes stay under the CLI's limits, which no request can lift (the worker runs with
+  ``allow_large=False`` and ``allow_pickle=False``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from reports.errors import InputError
+from pipelines.options import ABLATION, LEVEL, METHOD, METRIC
+
+from .config import SourcesConfig
+from .problems import Problem
+from .sources import resolve_source
+
+BUILTIN_TASKS = ("induction", "ioi", "greater-than", "greater_than", "gt")
+"""The tasks of circuits.tasks a request may name (its registry without ``file``, which takes a path)."""
+TASK_FILE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".parquet")
+UPLOAD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+MAX_UPLOADS = 8
+SPEC_FILE = "spec.yaml"
+
+
+class AttributeSpec(BaseModel):
+    """The options of ``circuitstat attribute`` as a spec (``--out``, ``--plan``, ``--device`` and the
+    CLI-only ``--allow-*`` flags are the server's, not the request's)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model: str
+    task: str = "induction"
+    method: METHOD = "eap"
+    level: LEVEL = "edge"
+    ablation: ABLATION = "counterfactual"
+    metric: METRIC | None = None
+    n: int = Field(64, ge=1, le=1_000_000)
+    batch_size: int = Field(16, ge=1, le=4096)
+    ig_steps: int = Field(5, ge=1, le=1000)
+    seed: int = Field(0, ge=0)
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    checkpoint_every: int | None = Field(None, ge=1)
+    max_memory: str | None = Field(None, max_length=32)
+
+    @property
+    def sources(self) -> list[str]:
+        """The model source (one)."""
+        return [self.model]
+
+
+def parse_kind(kind: str, data: Any, source: str = SPEC_FILE):
+    """The spec object of job kind ``kind`` validated from parsed YAML (InputError naming each bad key)."""
+    from pipelines.spec import parse_spec, validate_spec
+
+    if kind == "audit":
+        return parse_spec(data, source)
+    if kind == "variance":
+        from pipelines.variance_study import parse_variance_spec
+
+        return parse_variance_spec(data, source)
+    if kind == "calibration":
+        from pipelines.calibration_study import parse_calibration_spec
+
+        return parse_calibration_spec(data, source)
+    if kind == "attribute":
+        return validate_spec(AttributeSpec, data, source, kind="attribute spec", keys="model, task, method, ...")
+    raise InputError(f"unknown job kind {kind!r}; use audit, variance, calibration or attribute")
+
+
+@dataclass(frozen=True)
+class Upload:
+    """One uploaded file: its name as sent and its bytes."""
+
+    name: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A validated submission: the spec a worker runs (JSON) and what the job list shows."""
+
+    spec: dict
+    model: str
+
+
+def _relative(message: str, inputs: Path) -> str:
+    """``message`` without the server's path of the job's inputs (errors name the upload only)."""
+    return message.replace(str(inputs.resolve()) + "/", "").replace(str(inputs) + "/", "")
+
+
+def save_uploads(files: list[Upload], inputs: Path) -> list[str]:
+    """Write the uploaded task files into ``inputs``; their names. A 422 Problem for a bad name."""
+    if len(files) > MAX_UPLOADS:
+        raise Problem(422, f"{len(files)} files uploaded; at most {MAX_UPLOADS} task files per job")
+    names = []
+    for f in files:
+        name = f.name
+        if (not UPLOAD_NAME.fullmatch(name or "") or not name.lower().endswith(TASK_FILE_SUFFIXES)
+                or name == SPEC_FILE):
+            raise Problem(422, f"uploaded file name {name[:80]!r} is not a task file name; use letters, digits, "
+                               f"'.', '_' and '-' ending in one of {', '.join(TASK_FILE_SUFFIXES)}")
+        if name in names:
+            raise Problem(422, f"the file {name!r} is uploaded twice; upload each task file once")
+        (inputs / name).write_bytes(f.data)
+        names.append(name)
+    return names
+
+
+def _task_name(spec) -> str:
+    task = spec.task
+    return task if isinstance(task, str) else task.name
+
+
+def _confine_task(spec, uploads: list[str], inputs: Path):
+    """``spec`` with its task file named by its path in ``inputs``; a 422 Problem when the task is
+    neither built in nor uploaded."""
+    name = _task_name(spec)
+    if name in BUILTIN_TASKS:
+        return spec
+    if name not in uploads:
+        hint = (f"upload it with the request (files={name})" if name.lower().endswith(TASK_FILE_SUFFIXES)
+                else f"use a built-in task ({', '.join(BUILTIN_TASKS[:3])}) or upload a task file")
+        raise Problem(422, f"task {name[:80]!r} is neither a built-in task nor a file uploaded with this request; "
+                           f"{hint} (a request cannot name a path on the server)")
+    path = str((inputs / name).resolve())
+    if isinstance(spec.task, str):
+        return spec.model_copy(update={"task": path})
+    return spec.model_copy(update={"task": spec.task.model_copy(update={"name": path})})
+
+
+def _with_sources(spec, sources: SourcesConfig):
+    """``spec`` with each model source replaced by what the server loads for it (422 if not allowed)."""
+    try:
+        resolved = [resolve_source(s, sources) for s in spec.sources]
+    except InputError as e:
+        raise Problem(422, str(e)) from None
+    if getattr(spec, "models", None) is not None:
+        return spec.model_copy(update={"models": resolved})
+    return spec.model_copy(update={"model": resolved[0]})
+
+
+def prepare(kind: str, spec_text: bytes | None, spec_data: Any, files: list[Upload], job_dir: Path,
+            sources: SourcesConfig) -> Prepared:
+    """The validated submission written under ``job_dir/inputs``; a Problem (400 unreadable, 422
+    refused) saying what the CLI would say."""
+    from pipelines.yamlio import read_yaml_strict
+
+    inputs = job_dir / "inputs"
+    inputs.mkdir(parents=True, exist_ok=False)
+    uploads = save_uploads(files, inputs)
+    if spec_text is not None:
+        (inputs / SPEC_FILE).write_bytes(spec_text)
+        try:
+            spec_data = read_yaml_strict(inputs / SPEC_FILE)
+        except InputError as e:
+            raise Problem(400, _relative(str(e), inputs)) from None
+    if spec_data is None:
+        raise Problem(422, "no spec: send the spec (the YAML the CLI command takes) as the 'spec' field")
+    try:
+        spec = parse_kind(kind, spec_data, SPEC_FILE)
+    except InputError as e:
+        raise Problem(422, _relative(str(e), inputs)) from None
+    display = ", ".join(spec.sources)
+    spec = _with_sources(_confine_task(spec, uploads, inputs), sources)
+    return Prepared(spec.model_dump(mode="json"), display[:1100])

@@ -1,0 +1,244 @@
+"""One small, real instance of every Result class (tests/test_results_contract.py runs the contract on each).
+
+Each factory runs the estimator that produces the result on tiny inputs (synthetic arrays, or a
+random 2-layer model for the results that need one), so a factory breaks when its estimator does.
+A new Result class needs a factory here: the contract test fails for a class it cannot build.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+RNG = np.random.default_rng(0)
+N, E = 24, 10
+
+
+def _scores() -> np.ndarray:
+    return (np.linspace(2, -1, E) + RNG.standard_t(4, (N, E))).astype(np.float32)
+
+
+def _plan(n: int = N, b: int = 200, seed: int = 1):
+    from stats.resampling import ResamplingPlan
+
+    return ResamplingPlan.bootstrap(n, b, seed)
+
+
+def _model(seed: int = 0, n_layers: int = 2, n_heads: int = 2):
+    import torch
+
+    from circuits.model import CircuitModel, ModelConfig
+
+    cfg = ModelConfig(n_layers=n_layers, n_heads=n_heads, d_model=16, d_head=8, d_mlp=32, vocab_size=50, n_ctx=16)
+    m = CircuitModel(cfg).init_weights(seed)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.mul_(6.0) if p.ndim > 1 else None  # sharper attention than the default init
+    return m.eval().requires_grad_(False)
+
+
+def _task(model, n: int = 8):
+    from pipelines.build import build_task
+
+    return build_task(model, "induction", n=n, seed=0, seq_len=5)
+
+
+def bootstrap() -> Any:
+    from stats.intervals import bootstrap_edges
+
+    return bootstrap_edges(_scores(), _plan(), methods=["percentile", "bca"])
+
+
+def edge_tests() -> Any:
+    from stats.testing import t_test_edges
+
+    return t_test_edges(_scores())
+
+
+def stability() -> Any:
+    from stats.stability import circuit_stability
+
+    return circuit_stability(_scores(), ks=[2, 4], ranking="absolute", n_resamples=60, seed=0)
+
+
+def approximation() -> Any:
+    from stats.approximation import approximation_agreement
+
+    s = _scores()
+    return approximation_agreement(s, s + 0.1 * RNG.standard_normal(s.shape), 3, ranking="absolute", seed=0)
+
+
+def variance() -> Any:
+    from stats.variance import variance_components
+
+    return variance_components(RNG.standard_normal((6, 4, 5)), ["examples", "counterfactual"])
+
+
+def icc() -> Any:
+    from stats.variance import icc
+
+    return icc(RNG.standard_normal((8, 3, 4)) + RNG.standard_normal((8, 1, 4)))
+
+
+def calibration() -> Any:
+    from stats.calibration import IntervalKind, coverage_study
+    from stats.intervals import bootstrap_edges
+    from stats.resampling import ResamplingPlan
+
+    pop = RNG.standard_normal((200, 3))
+
+    def interval(X: np.ndarray, seed) -> dict:
+        r = bootstrap_edges(X, ResamplingPlan.bootstrap(X.shape[0], 50, seed), method="percentile")
+        return {"low": r.confidence_interval.low, "high": r.confidence_interval.high}
+
+    kind = IntervalKind("edge/percentile", "the mean", interval, truth=lambda n: pop.mean(0))
+    return coverage_study(pop, [10], [kind], n_datasets=20, seed=0)
+
+
+def fixed_faithfulness() -> Any:
+    from stats.faithfulness import fixed_circuit_interval
+
+    m_clean = 2 + RNG.standard_normal(N)
+    m_empty = RNG.standard_normal(N) * 0.1
+    m_circuit = np.stack([m_empty + f * (m_clean - m_empty) + 0.1 * RNG.standard_normal(N) for f in (0.5, 0.9)], 1)
+    return fixed_circuit_interval(m_circuit, m_clean, m_empty, _plan(), methods=["percentile"], k=[2, 4])
+
+
+def similarity() -> Any:
+    from stats.similarity import similarity_test
+
+    X = RNG.standard_normal((20, 4))
+    return similarity_test(X, X + RNG.standard_normal((20, 4)), n_permutations=40, seed=0)
+
+
+def _patterns(h: int = 3, p: int = 6, t: int = 5) -> np.ndarray:
+    a = np.tril(RNG.random((h, p, t, t)) ** 4) + 1e-3 * np.tril(np.ones((t, t)))
+    return a / a.sum(-1, keepdims=True)
+
+
+def head_match() -> Any:
+    from stats.similarity import head_matching
+
+    return head_matching(_patterns(), _patterns(), n_permutations=20, n_resamples=40, seed=0)
+
+
+def _sink_inputs():
+    names = ["a0.h0", "a0.h1", "a1.h0", "a1.h1"]
+    share = RNG.random((N, 4)) * np.array([0.9, 0.2, 0.6, 0.1])
+    norm = 1 + 2 * share + 0.1 * RNG.standard_normal((N, 4))
+    return names, share, norm
+
+
+def sinks() -> Any:
+    from stats.sinks import sink_relation
+
+    names, share, norm = _sink_inputs()
+    return sink_relation(share, norm, names, gap=0.1 * RNG.standard_normal((N, 4)), n_resamples=200, seed=0)
+
+
+def token_importance() -> Any:
+    from stats.token_importance import token_importance_faithfulness
+
+    drops = RNG.standard_normal((N, 3, 2)) + np.array([1.0, 0.5, 0.0])[None, :, None]
+    return token_importance_faithfulness(drops, ["contribution", "attention", "random"], [1, 2], n_resamples=200,
+                                         seed=0)
+
+
+def token_stability() -> Any:
+    from stats.token_importance import token_stability
+
+    cand = np.ones((6, 5), bool)
+    orders = {"attention": np.stack([np.stack([RNG.permutation(5) for _ in range(6)]) for _ in range(3)])}
+    return token_stability(orders, cand, [1, 2])
+
+
+def contributions() -> Any:
+    from pipelines.contributions import ContributionsResult
+
+    return ContributionsResult(token_importance(), sinks(), {"estimator": "TokenContributions",
+                                                              "confidence_level": 0.95})
+
+
+def cross_seed() -> Any:
+    from pipelines.contributions import CrossSeedResult
+    from stats.sink_matching import sink_matching
+    from stats.sinks import sink_stability
+
+    rates = RNG.random((3, 2, 2))
+    sinks_table = sink_stability(rates, RNG.standard_normal(3), RNG.standard_normal(3), sink_bar=0.3)
+    match = np.stack([np.stack([np.stack([RNG.permutation(2) for _ in range(2)]) for _ in range(3)])
+                      for _ in range(3)])
+    matching = sink_matching(rates, match, sink_bar=0.3)
+    return CrossSeedResult([contributions()], token_stability(), sinks_table, matching, {"confidence_level": 0.95})
+
+
+def faithfulness_curve() -> Any:
+    from circuits.faithfulness import faithfulness_curve
+
+    model = _model()
+    scores = RNG.standard_normal(model.graph.n_edges).astype(np.float32)
+    return faithfulness_curve(model, _task(model), scores, ranking="absolute", ks=[5, 20], fractions=None,
+                              progress=False)
+
+
+def head_stability() -> Any:
+    from pipelines.heads import HeadStability
+
+    models = [_model(s) for s in range(3)]
+    ids = RNG.integers(0, 50, (10, 8))
+    return HeadStability(n_resamples=20, n_null=3, n_permutations=99, cka=("linear",), seed=0).fit(
+        models, probe=ids).result_
+
+
+def score_matrix() -> Any:
+    from circuits.graph import ComponentGraph
+    from circuits.scores import ScoreMatrix
+
+    g = ComponentGraph(2, 2)
+    return ScoreMatrix(RNG.standard_normal((5, g.n_edges)).astype(np.float32), g, "edge", "eap", "counterfactual",
+                       "logit_diff")
+
+
+def circuit() -> Any:
+    from circuits.circuit import Circuit
+
+    sm = score_matrix()
+    return Circuit.top_k(sm, 5, ranking="absolute")
+
+
+def _run_tables(cls: type, tmp: Path) -> Any:
+    from reports.rundir import RunDir
+    from reports.schema import fill
+
+    run_dir = tmp / "study"
+    with RunDir(run_dir, spec={"study": "fixture"}) as run:
+        run.write_table("summary", fill("summary", {"item": ["a", "b"], "value": [0.5, 0.7], "ci_low": [0.4, 0.6],
+                                                    "ci_high": [0.6, 0.8], "verdict": ["met", "met"]}, 2))
+    return cls(run_dir, ("summary",), params={"confidence_level": 0.95})
+
+
+def run_tables(tmp: Path) -> Any:
+    from reports.run_tables import RunTables
+
+    return _run_tables(RunTables, tmp)
+
+
+def head_study(tmp: Path) -> Any:
+    from pipelines.head_study import HeadStudyResult
+
+    return _run_tables(HeadStudyResult, tmp)
+
+
+#: Result class name -> factory (factories taking a path get a temporary directory)
+FACTORIES: dict[str, Callable[..., Any]] = {
+    "BootstrapResult": bootstrap, "EdgeTestResult": edge_tests, "StabilityResult": stability,
+    "ApproximationResult": approximation, "VarianceComponentsResult": variance, "ICCResult": icc,
+    "CalibrationResult": calibration, "FaithfulnessInterval": fixed_faithfulness, "SimilarityResult": similarity,
+    "HeadMatchResult": head_match, "SinkResult": sinks, "TokenImportanceResult": token_importance,
+    "TokenStabilityResult": token_stability, "ContributionsResult": contributions, "CrossSeedResult": cross_seed,
+    "FaithfulnessResult": faithfulness_curve, "HeadStabilityResult": head_stability, "ScoreMatrix": score_matrix,
+    "Circuit": circuit, "RunTables": run_tables, "HeadStudyResult": head_study,
+}
+NEEDS_PATH = {"RunTables", "HeadStudyResult"}

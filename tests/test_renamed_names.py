@@ -1,0 +1,83 @@
+"""One name per concept (n_resamples, n_permutations, seed, ranking): the old names still work, with a warning
+that names the new one, so no user's spec, script or command line breaks."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from reports.errors import DeprecatedNameWarning, InputError
+
+
+def _read(fn):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = fn()
+    return out, [str(w.message) for w in caught if issubclass(w.category, DeprecatedNameWarning)]
+
+
+def test_old_audit_spec_key_is_read_with_a_warning_naming_the_new_one() -> None:
+    from pipelines.spec import parse_spec
+
+    base = {"model": "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64"}
+    spec, msgs = _read(lambda: parse_spec({**base, "heads": {"n_boot": 50}}))
+    assert spec.heads.n_resamples == 50 and spec == parse_spec({**base, "heads": {"n_resamples": 50}})
+    assert len(msgs) == 1 and "'heads.n_boot'" in msgs[0] and "'heads.n_resamples'" in msgs[0]
+    _, none = _read(lambda: parse_spec({**base, "heads": {"n_resamples": 50}}))
+    assert none == []
+    with pytest.raises(InputError, match="heads.n_resamples only"):
+        parse_spec({**base, "heads": {"n_boot": 50, "n_resamples": 60}})
+    with pytest.raises(InputError, match="greater than or equal to 10"):  # the old key is validated as the new one
+        parse_spec({**base, "heads": {"n_boot": 3}})
+
+
+def test_old_head_study_plan_key_is_read(tmp_path) -> None:
+    from pipelines.head_study import load_head_study_plan
+
+    path = tmp_path / "plan.yaml"
+    path.write_text("start: quick\nn_perm: 199\n")
+    plan, msgs = _read(lambda: load_head_study_plan(path))
+    assert plan.n_permutations == 199 and any("'n_permutations'" in m for m in msgs)
+
+
+def test_old_estimator_parameters_are_read() -> None:
+    from pipelines.contributions import TokenContributions
+    from pipelines.heads import HeadStability
+
+    est, msgs = _read(lambda: HeadStability(n_boot=30, n_boot_cka=5, n_perm=199, random_state=7))
+    assert (est.n_resamples, est.n_resamples_cka, est.n_permutations, est.seed) == (30, 5, 199, 7)
+    assert sorted(m.split("'")[3] for m in msgs) == ["n_permutations", "n_resamples", "n_resamples_cka", "seed"]
+    assert "n_boot" not in est.get_params() and est.get_params()["n_resamples"] == 30
+    again, _ = _read(lambda: HeadStability().set_params(n_boot=30))
+    assert again.n_resamples == 30
+    with pytest.raises(InputError, match="'seed' only"):
+        HeadStability(random_state=1, seed=2)
+    tc, msgs = _read(lambda: TokenContributions(random_state=4))
+    assert tc.seed == 4 and msgs
+
+
+def test_old_ranking_keyword_of_circuits_and_curves() -> None:
+    from circuits.circuit import Circuit
+    from circuits.graph import ComponentGraph
+
+    g = ComponentGraph(2, 2)
+    s = np.random.default_rng(0).standard_normal(g.n_edges)
+    old, msgs = _read(lambda: Circuit.greedy(s, 4, absolute=True, graph=g))
+    assert old == Circuit.greedy(s, 4, ranking="absolute", graph=g) and "ranking='absolute'" in msgs[0]
+    node = np.random.default_rng(1).standard_normal(g.n_senders)
+    old, msgs = _read(lambda: Circuit.from_node_scores(node, 2, absolute=False, graph=g))
+    assert old == Circuit.from_node_scores(node, 2, ranking="signed", graph=g) and msgs
+
+
+def test_old_cli_flag_of_heads_is_read() -> None:
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    # refused before any model loads (one model), so only the flag handling runs
+    r = CliRunner().invoke(app, ["heads", "--models", "a", "--n-boot", "50", "--out", "x"])
+    assert r.exit_code == 2 and "at least 2 models" in r.output
+    r = CliRunner().invoke(app, ["heads", "--help"])
+    assert "--n-resamples" in r.output and "--n-boot" not in r.output  # the old flag is hidden
