@@ -6,6 +6,12 @@ Sign convention (as the EAP-IG library): Δz_u = z_u(counterfactual) − z_u(cle
 score = metric(patched) − metric(clean) for exact, Σ_pos Δz_u · ∂m/∂in_v for the gradient methods,
 so EAP is the first-order Taylor term of the exact effect.
 
+On post-norm models (Gemma 2/3, OLMo 2: the summed attention output is normalised before the
+residual add; see circuits.engine.run) an edge from head u of layer l carries N_l(S_l + Δz_u) −
+N_l(S_l) into its receiver: that is what exact patching adds, and the gradient methods use its
+first-order term J_N(S_l) Δz_u at each point where they take a gradient (so they contract each
+gradient run with its own linearisation instead of pooling gradients first).
+
 Cost of ``exact``: an intervention at a receiver in layer L leaves layers < L unchanged, so each
 edge (n, u → v) costs one *suffix* forward from v's layer.  All receivers of one layer share
 each batched suffix (rows = receiver x example x sender); positions before the first one where
@@ -144,7 +150,8 @@ class _Batch:
         return self._m0
 
 
-def _grad_run(model, data, batch: _Batch, ids, intervention=None, clean: bool = False, lazy: bool = False):
+def _grad_run(model, data, batch: _Batch, ids, intervention=None, clean: bool = False, lazy: bool = False,
+              with_run: bool = False):
     """Receiver gradients of the summed metric for one (possibly intervened) run: a list, or with
     ``lazy`` an iterator over receiver groups (each computed when it is reached, so a consumer that
     contracts them one by one never holds every layer's gradients at once).
@@ -160,7 +167,14 @@ def _grad_run(model, data, batch: _Batch, ids, intervention=None, clean: bool = 
         metric = data.score(out.logits.float(), indices=batch.index, clean_logits=batch.clean_last)
         _check_metric(metric.detach(), batch.index, "gradient run")
         grads = model.iter_receiver_input_grads(out, torch.autograd.grad(metric.sum(), out.grad_inputs))
-        return grads if lazy else list(grads)
+        grads = grads if lazy else list(grads)
+        return (grads, out) if with_run else grads
+
+
+def _linear_scores(model, out, dz: torch.Tensor, grads) -> torch.Tensor:
+    """[B, E] Σ_pos J Δz_u · g_v at the gradient point of run ``out`` (post-norm models: heads' Δz
+    through the linearised post-norm of that run; others: Δz itself)."""
+    return edge_scores_from_grads(model, model.sender_write_deltas(out, dz.clone(), linear=True), grads)
 
 
 def _delta(cf: torch.Tensor, clean: torch.Tensor, owned: bool) -> torch.Tensor:
@@ -176,7 +190,10 @@ def _eap(model, data, batch, cf, method: str, steps: int, cf_owned: bool = False
     g = model.graph
     if method == "eap":
         grads = _grad_run(model, data, batch, batch.clean, clean=True, lazy=True)
-        return edge_scores_from_grads(model, _delta(cf, batch.run.senders.detach(), cf_owned), grads)
+        dz = _delta(cf, batch.run.senders.detach(), cf_owned)
+        return edge_scores_from_grads(model, model.sender_write_deltas(batch.run, dz, linear=True), grads)
+    if not model.cfg.additive_writes:
+        return _eap_per_point(model, data, batch, cf, method, steps)
     if method == "clean-corrupted":
         a = _grad_run(model, data, batch, batch.clean, clean=True, lazy=True)
         b = _grad_run(model, data, batch, batch.corrupted, lazy=True)
@@ -200,12 +217,7 @@ def _eap(model, data, batch, cf, method: str, steps: int, cf_owned: bool = False
         # (The EAP-IG library pools these gradients over all groups; keeping them per group makes
         # each edge's score an integrated gradient along its own sender's path.)
         out = torch.zeros(batch.clean.shape[0], g.n_edges, device=cf.device)
-        groups = [[0]]
-        for layer in range(model.cfg.n_layers):
-            groups.append([g.head_sender(layer, h) for h in range(model.cfg.n_heads)])
-            if model.cfg.has_mlp:
-                groups.append([g.mlp_sender(layer)])
-        for members in groups:
+        for members in _ig_groups(model):
             total = None
             for k in range(1, steps + 1):
                 alpha = k / steps
@@ -220,6 +232,49 @@ def _eap(model, data, batch, cf, method: str, steps: int, cf_owned: bool = False
     raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
 
 
+def _ig_groups(model) -> list[list[int]]:
+    """EAP-IG-activations' sender groups: the input, each layer's heads, each MLP."""
+    g = model.graph
+    groups = [[0]]
+    for layer in range(model.cfg.n_layers):
+        groups.append([g.head_sender(layer, h) for h in range(model.cfg.n_heads)])
+        if model.cfg.has_mlp:
+            groups.append([g.mlp_sender(layer)])
+    return groups
+
+
+def _eap_per_point(model, data, batch, cf, method: str, steps: int) -> torch.Tensor:
+    """[B, E] scores of clean-corrupted or EAP-IG on a post-norm model: each gradient run contracted
+    with the writes linearised at its own point (the same estimators as the pooled forms otherwise)."""
+    g = model.graph
+    batch.run  # noqa: B018 - the clean run (senders, metric) first
+    dz = (cf - batch.run.senders).detach()
+    if method == "clean-corrupted":
+        total = 0
+        for ids, clean in ((batch.clean, True), (batch.corrupted, False)):
+            grads, out = _grad_run(model, data, batch, ids, clean=clean, with_run=True)
+            total = total + _linear_scores(model, out, dz, grads) / 2
+        return total
+    if method == "eap-ig-inputs":
+        total = 0
+        for k in range(steps):
+            sm = torch.zeros(g.n_senders, device=cf.device)
+            sm[0] = 1 - k / steps
+            grads, out = _grad_run(model, data, batch, batch.clean, Intervention.nodes(sm, cf), with_run=True)
+            total = total + _linear_scores(model, out, dz, grads) / steps
+        return total
+    out_scores = torch.zeros(batch.clean.shape[0], g.n_edges, device=cf.device)
+    for members in _ig_groups(model):
+        keep = torch.zeros(1, g.n_senders, 1, 1, device=cf.device)
+        keep[:, members] = 1
+        for k in range(1, steps + 1):
+            sm = torch.zeros(g.n_senders, device=cf.device)
+            sm[members] = 1 - k / steps
+            grads, out = _grad_run(model, data, batch, batch.clean, Intervention.nodes(sm, cf), with_run=True)
+            out_scores += _linear_scores(model, out, dz * keep, grads) / steps
+    return out_scores
+
+
 def _reach(model: CircuitModel, batch: "_Batch", delta: torch.Tensor) -> dict[str, np.ndarray]:
     """Where each sender's Δz can change the read-out, per example (one host transfer per batch).
 
@@ -231,6 +286,8 @@ def _reach(model: CircuitModel, batch: "_Batch", delta: torch.Tensor) -> dict[st
     """
     B = delta.shape[0]
     ar = torch.arange(B, device=delta.device)
+    # full causal attention: a sliding window only narrows what reaches the read-out, so this
+    # superset keeps every row that matters (rows it keeps in vain just score their exact 0 effect)
     sees = allowed_keys(batch.mask)[ar, 0, batch.last][:, : delta.shape[2]]  # [B, P]
     nonzero = (delta != 0).any(-1)  # [B, U, P]
     reach = nonzero & sees[:, None]
@@ -286,6 +343,7 @@ def _exact_edges(model, data, batch, cf, max_rows: int) -> torch.Tensor:
     window_end = int(last.max()) + 1  # later positions never reach any read-out
     delta = (cf - batch.run.senders)[:, :, :window_end]
     delta = delta.expand(batch.clean.shape[0], -1, window_end, -1)
+    delta = model.sender_write_deltas(batch.run, delta)  # post-norm heads: N(S + Δz) − N(S)
     reach = _reach(model, batch, delta)
     last_np = last.cpu().numpy()
     out = torch.zeros(batch.clean.shape[0], g.n_edges, device=dev)

@@ -191,8 +191,9 @@ def ablated_inputs(model, ids: torch.Tensor, attention_mask: torch.Tensor, ablat
         raise InputError(f"token ablation {ablation!r} changes no embedding; ablated inputs exist for "
                          f"{' and '.join(EMBEDDING_ABLATIONS)} only")
     x = model.embed(ids, model.positions(attention_mask))
-    tok = model.W_E[ids]
-    base = torch.zeros_like(tok) if ablation == "zero" else model.W_E.mean(0).expand_as(tok)
+    tok = model.token_embedding(ids)  # as the input sender holds it (Gemma: scaled by √d)
+    vocab = torch.arange(model.cfg.vocab_size, device=ids.device)
+    base = torch.zeros_like(tok) if ablation == "zero" else model.token_embedding(vocab).mean(0).expand_as(tok)
     return x + ablate[..., None].to(x.dtype) * (base - tok)
 
 

@@ -1,31 +1,98 @@
 """Conversion of Hugging Face causal LMs into the uniform per-layer weight form.
 
-One function per family reads the HF module tree once; the forward pass never touches HF code.
-Per-head layouts follow each family's attention implementation in transformers 5:
+One function per layout reads the HF module tree once; the forward pass never touches HF code.
+Per-head layouts follow each family's modeling file in transformers 5 (``models/<family>/modeling_*.py``):
 GPT-2's Conv1D ``c_attn`` packs [Q | K | V] column blocks; GPT-NeoX's ``query_key_value`` packs
-per head [q | k | v] (view ``[H, 3, d_head]``); Llama/Qwen2 have separate projections with
-``num_key_value_heads`` K/V heads shared by groups of query heads (ungrouped here).
+per head [q | k | v] (view ``[H, 3, d_head]``); the decoder families (Llama, Qwen 2/3, Mistral,
+Gemma 2/3, Phi-3, OLMo 2) have q/k/v projections (Phi-3: one fused ``qkv_proj`` [q | k | v] and a
+fused ``gate_up_proj`` [gate | up]) with ``num_key_value_heads`` K/V heads shared by groups of query
+heads (ungrouped here).  The family table (:data:`FAMILIES`) says which norms, q/k norms, soft-caps
+and scales each one has; :mod:`circuits.rope_config` reads its rotary schedule.
+
+A config field the conversion does not reproduce is refused by name (:func:`check_fields`): every
+field of a family's config class is either read here, known not to change the eval-mode forward
+(dropout, initialisation, cache and special-token settings), or refused when it differs from the
+class default.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 from reports.errors import UnsupportedArchitectureError
 from .model import CircuitModel, ModelConfig
+from .rope_config import rope_fields
 
-SUPPORTED = ("gpt2", "gpt_neox", "llama", "qwen2")
+SUPPORTED = ("gpt2", "gpt_neox", "llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2")
 
 
-def _rope_base(config) -> float:
-    rope = getattr(config, "rope_parameters", None) or {}
-    kind = rope.get("rope_type", "default")
-    if kind not in ("default", None):
-        raise UnsupportedArchitectureError(
-            f"rope_type={kind!r} is not supported (only default rotary embeddings); "
-            "use a model with rope_type 'default'"
-        )
-    return float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
+@dataclass(frozen=True)
+class Family:
+    """How one decoder family maps onto ModelConfig (see the transformers 5 modeling file it names)."""
+
+    norm: str = "rmsnorm"  # LlamaRMSNorm; Gemma: rmsnorm_1p; OLMo 2: rmsnorm_f32w
+    sandwich: bool = False  # Gemma: pre- and post-norms around attention and MLP
+    post_only: bool = False  # OLMo 2: post-norms only
+    qk_norm: str = "none"
+    gemma: bool = False  # √d embedding scale, query_pre_attn_scalar, soft-caps
+    fused: bool = False  # Phi-3's qkv_proj and gate_up_proj
+    act_key: str = "hidden_act"
+    source: str = ""
+
+
+FAMILIES = {
+    "llama": Family(source="models/llama/modeling_llama.py"),
+    "qwen2": Family(source="models/qwen2/modeling_qwen2.py (q/k/v biases always on)"),
+    "qwen3": Family(qk_norm="head", source="models/qwen3/modeling_qwen3.py (q_norm/k_norm over head_dim)"),
+    "mistral": Family(source="models/mistral/modeling_mistral.py (sliding window on every layer)"),
+    "gemma2": Family(norm="rmsnorm_1p", sandwich=True, gemma=True, act_key="hidden_activation",
+                     source="models/gemma2/modeling_gemma2.py"),
+    "gemma3_text": Family(norm="rmsnorm_1p", sandwich=True, gemma=True, qk_norm="head", act_key="hidden_activation",
+                          source="models/gemma3/modeling_gemma3.py (Gemma3ForCausalLM)"),
+    "phi3": Family(fused=True, source="models/phi3/modeling_phi3.py"),
+    "olmo2": Family(norm="rmsnorm_f32w", post_only=True, qk_norm="full",
+                    source="models/olmo2/modeling_olmo2.py (q_norm/k_norm over the whole projection)"),
+}
+
+# Fields that do not change the eval-mode forward pass of a single sequence without cache.
+IRRELEVANT = {"initializer_range", "use_cache", "bos_token_id", "eos_token_id", "pad_token_id", "attention_dropout",
+              "embd_pdrop", "resid_pdrop", "pretraining_tp", "max_window_layers", "_sliding_window_pattern",
+              "use_sliding_window", "tie_word_embeddings", "original_max_position_embeddings"}
+# Fields read by the decoder conversion (directly or through the module tree and rope_fields).
+READ = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+        "head_dim", "vocab_size", "max_position_embeddings", "rms_norm_eps", "rope_parameters", "hidden_act",
+        "hidden_activation", "attention_bias", "mlp_bias", "sliding_window", "layer_types", "query_pre_attn_scalar",
+        "attn_logit_softcapping", "final_logit_softcapping", "use_bidirectional_attention"}
+
+
+def _refuse(kind: str, field: str, value, fix: str) -> UnsupportedArchitectureError:
+    return UnsupportedArchitectureError(
+        f"{kind} config field {field}={value!r} is not reproduced by circuitstat; {fix}")
+
+
+def check_fields(c) -> None:
+    """UnsupportedArchitectureError naming the first field of ``c`` (an HF config) that the conversion
+    would not reproduce: a family field that is neither read nor irrelevant and differs from its default,
+    or a value of a read field that is refused."""
+    import transformers
+
+    kind = c.model_type
+    base = set(transformers.PretrainedConfig().to_dict())
+    defaults = type(c)().to_dict()
+    values = c.to_dict()
+    for field in sorted(set(defaults) - base - READ - IRRELEVANT):
+        if field in values and values[field] != defaults[field]:
+            raise _refuse(kind, field, values[field], f"set it to its default {defaults[field]!r} or use another model")
+    if getattr(c, "use_bidirectional_attention", False):
+        raise _refuse(kind, "use_bidirectional_attention", True, "only causal attention is supported")
+    if kind == "gemma3_text" and getattr(c, "attn_logit_softcapping", None) is not None:
+        # transformers' Gemma3Attention never passes it to the attention function: refused, not guessed
+        raise _refuse(kind, "attn_logit_softcapping", c.attn_logit_softcapping,
+                      "transformers' Gemma 3 does not apply it; set it to null")
+    if getattr(c, "mlp_bias", False):
+        raise _refuse(kind, "mlp_bias", True, "a bias on gate_proj is not supported; use mlp_bias=False")
 
 
 def _gpt2(hf) -> tuple[ModelConfig, dict]:
@@ -67,11 +134,12 @@ def _gpt_neox(hf) -> tuple[ModelConfig, dict]:
     E = D // H
     rope = getattr(c, "rope_parameters", None) or {}
     rot = int(E * rope.get("partial_rotary_factor", getattr(c, "rotary_pct", 1.0)))
+    fields = rope_fields(c)
     cfg = ModelConfig(
         n_layers=c.num_hidden_layers, n_heads=H, d_model=D, d_head=E, d_mlp=c.intermediate_size,
         vocab_size=c.vocab_size, n_ctx=c.max_position_embeddings, norm="layernorm", norm_eps=c.layer_norm_eps,
-        positional="rotary", rotary_dim=rot, rotary_base=_rope_base(c), mlp="standard", act=c.hidden_act,
-        parallel=bool(c.use_parallel_residual), arch="gpt_neox",
+        positional="rotary", rotary_dim=rot, mlp="standard", act=c.hidden_act,
+        parallel=bool(c.use_parallel_residual), arch="gpt_neox", **fields,
     )
     m = hf.gpt_neox
     zeros = lambda *s: torch.zeros(*s)  # noqa: E731
@@ -94,47 +162,110 @@ def _gpt_neox(hf) -> tuple[ModelConfig, dict]:
     return cfg, sd
 
 
-def _llama(hf) -> tuple[ModelConfig, dict]:
-    c = hf.config
+def _windows(c, n_layers: int) -> dict:
+    """sliding_window and layer_types: per layer from the config (Gemma, Qwen), or every layer (Mistral, Phi-3)."""
+    window = getattr(c, "sliding_window", None)
+    if window is None:
+        return {}
+    types = getattr(c, "layer_types", None)
+    if types is None:  # MistralModel/Phi3Model: create_sliding_window_causal_mask for every layer
+        return {"sliding_window": int(window), "layer_types": None}
+    types = list(types)
+    if "sliding_attention" not in types:
+        return {}
+    return {"sliding_window": int(window), "layer_types": types}
+
+
+def _decoder_config(c, fam: Family) -> ModelConfig:
+    """The ModelConfig of a decoder-family HF config (Llama-like layout)."""
     D, H = c.hidden_size, c.num_attention_heads
     Hkv = getattr(c, "num_key_value_heads", None) or H
     E = getattr(c, "head_dim", None) or D // H
-    if getattr(c, "use_sliding_window", False):
-        raise UnsupportedArchitectureError("sliding-window attention is not supported; set use_sliding_window=False")
-    cfg = ModelConfig(
+    rope = dict(getattr(c, "rope_parameters", None) or {})
+    nested = isinstance(rope.get("full_attention"), dict)
+    prf = (rope["full_attention"] if nested else rope).get("partial_rotary_factor", 1.0)
+    rot = int(E * prf)
+    extra = {}
+    if fam.gemma:
+        extra = dict(attn_scalar=float(c.query_pre_attn_scalar), embed_scale=float(D ** 0.5),
+                     attn_softcap=getattr(c, "attn_logit_softcapping", None),
+                     logit_softcap=getattr(c, "final_logit_softcapping", None))
+    return ModelConfig(
         n_layers=c.num_hidden_layers, n_heads=H, d_model=D, d_head=E, d_mlp=c.intermediate_size,
-        vocab_size=c.vocab_size, n_ctx=c.max_position_embeddings, n_kv_heads=Hkv, norm="rmsnorm",
-        norm_eps=c.rms_norm_eps, positional="rotary", rotary_dim=E, rotary_base=_rope_base(c), mlp="gated",
-        act=c.hidden_act, arch=c.model_type,
+        vocab_size=c.vocab_size, n_ctx=c.max_position_embeddings, n_kv_heads=Hkv, norm=fam.norm,
+        norm_eps=c.rms_norm_eps, positional="rotary", rotary_dim=rot, mlp="gated",
+        act=getattr(c, fam.act_key), arch=c.model_type, tied_embeddings=_tied(c),
+        pre_norm=not fam.post_only, post_norm=fam.sandwich or fam.post_only, qk_norm=fam.qk_norm,
+        **_windows(c, c.num_hidden_layers), **rope_fields(c), **extra,
     )
+
+
+def _tied(c) -> bool:
+    return bool(getattr(c, "tie_word_embeddings", False))
+
+
+def _projections(cfg: ModelConfig, a, fused: bool):
+    """(q, k, v) as (weight [n E, D], bias [n E] or None) of one attention module."""
+    if not fused:
+        return [(p.weight, p.bias) for p in (a.q_proj, a.k_proj, a.v_proj)]
+    w, b = a.qkv_proj.weight, a.qkv_proj.bias  # Phi3Attention: qkv[..., :q], [q : q + kv], [q + kv :]
+    q, kv = cfg.n_heads * cfg.d_head, cfg.kv_heads * cfg.d_head
+    cuts = ((0, q), (q, q + kv), (q + kv, q + 2 * kv))
+    return [(w[s:e], None if b is None else b[s:e]) for s, e in cuts]
+
+
+def _decoder(hf) -> tuple[ModelConfig, dict]:
+    c = hf.config
+    fam = FAMILIES[c.model_type]
+    check_fields(c)
+    cfg = _decoder_config(c, fam)
+    D, H, Hkv, E = cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.d_head
     m = hf.model
     zeros = lambda *s: torch.zeros(*s)  # noqa: E731
-    sd = {"W_E": m.embed_tokens.weight, "lnf_w": m.norm.weight, "lnf_b": zeros(D),
-          "W_U": hf.get_output_embeddings().weight.T, "b_U": zeros(c.vocab_size)}
+    sd = {"W_E": m.embed_tokens.weight, "lnf_w": m.norm.weight, "lnf_b": zeros(D), "b_U": zeros(c.vocab_size)}
+    if not cfg.tied_embeddings:
+        sd["W_U"] = hf.get_output_embeddings().weight.T
     group = H // Hkv
     for i, b in enumerate(m.layers):
-        a = b.self_attn
-        for name, proj, n in (("Q", a.q_proj, H), ("K", a.k_proj, Hkv), ("V", a.v_proj, Hkv)):
-            w = proj.weight.reshape(n, E, D).transpose(1, 2)
-            bias = proj.bias.reshape(n, E) if proj.bias is not None else zeros(n, E)
+        a, p = b.self_attn, f"blocks.{i}."
+        for name, (w, bias), n in zip("QKV", _projections(cfg, a, fam.fused), (H, Hkv, Hkv)):
+            w = w.reshape(n, E, D).transpose(1, 2)
+            bias = bias.reshape(n, E) if bias is not None else zeros(n, E)
             if n != H:  # ungroup: query head h reads K/V group h // group
                 w, bias = w.repeat_interleave(group, 0), bias.repeat_interleave(group, 0)
-            sd[f"blocks.{i}.W_{name}"], sd[f"blocks.{i}.b_{name}"] = w, bias
-        sd[f"blocks.{i}.W_O"] = a.o_proj.weight.T.reshape(H, E, D)
-        sd[f"blocks.{i}.b_O"] = a.o_proj.bias if a.o_proj.bias is not None else zeros(D)
-        mlp = b.mlp
-        sd.update({f"blocks.{i}.ln1_w": b.input_layernorm.weight, f"blocks.{i}.ln1_b": zeros(D),
-                   f"blocks.{i}.ln2_w": b.post_attention_layernorm.weight, f"blocks.{i}.ln2_b": zeros(D),
-                   f"blocks.{i}.W_gate": mlp.gate_proj.weight.T, f"blocks.{i}.W_in": mlp.up_proj.weight.T,
-                   f"blocks.{i}.b_in": mlp.up_proj.bias if mlp.up_proj.bias is not None else zeros(c.intermediate_size),
-                   f"blocks.{i}.W_out": mlp.down_proj.weight.T,
-                   f"blocks.{i}.b_out": mlp.down_proj.bias if mlp.down_proj.bias is not None else zeros(D)})
-        if getattr(mlp, "gate_proj", None) is not None and mlp.gate_proj.bias is not None:
-            raise UnsupportedArchitectureError("a bias on gate_proj is not supported (mlp_bias=True); use mlp_bias=False")
+            sd[p + f"W_{name}"], sd[p + f"b_{name}"] = w, bias
+        sd[p + "W_O"] = a.o_proj.weight.T.reshape(H, E, D)
+        sd[p + "b_O"] = a.o_proj.bias if a.o_proj.bias is not None else zeros(D)
+        if cfg.qk_norm != "none":
+            sd[p + "lnq_w"], sd[p + "lnk_w"] = a.q_norm.weight, a.k_norm.weight
+        if fam.sandwich:  # Gemma2DecoderLayer: input, post_attention, pre_feedforward, post_feedforward
+            sd.update({p + "ln1_w": b.input_layernorm.weight, p + "ln1_b": zeros(D),
+                       p + "ln1_post_w": b.post_attention_layernorm.weight,
+                       p + "ln2_w": b.pre_feedforward_layernorm.weight, p + "ln2_b": zeros(D),
+                       p + "ln2_post_w": b.post_feedforward_layernorm.weight})
+        elif fam.post_only:  # Olmo2DecoderLayer: norms on the outputs only
+            sd.update({p + "ln1_post_w": b.post_attention_layernorm.weight,
+                       p + "ln2_post_w": b.post_feedforward_layernorm.weight})
+        else:  # LlamaDecoderLayer: post_attention_layernorm is the MLP's input norm
+            sd.update({p + "ln1_w": b.input_layernorm.weight, p + "ln1_b": zeros(D),
+                       p + "ln2_w": b.post_attention_layernorm.weight, p + "ln2_b": zeros(D)})
+        sd.update(_mlp_weights(cfg, b.mlp, fam.fused, p))
     return cfg, sd
 
 
-_CONVERTERS = {"gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama, "qwen2": _llama}
+def _mlp_weights(cfg: ModelConfig, mlp, fused: bool, p: str) -> dict:
+    """W_gate, W_in (up), b_in, W_out, b_out of a gated MLP (Phi-3: gate_up_proj = [gate | up])."""
+    F_, D = cfg.d_mlp, cfg.d_model
+    if fused:  # Phi3MLP: gate, up_states = gate_up_proj(x).chunk(2, dim=-1)
+        gate, up, up_b = mlp.gate_up_proj.weight[:F_], mlp.gate_up_proj.weight[F_:], None
+    else:
+        gate, up, up_b = mlp.gate_proj.weight, mlp.up_proj.weight, mlp.up_proj.bias
+    down = mlp.down_proj
+    return {p + "W_gate": gate.T, p + "W_in": up.T, p + "b_in": up_b if up_b is not None else torch.zeros(F_),
+            p + "W_out": down.weight.T, p + "b_out": down.bias if down.bias is not None else torch.zeros(D)}
+
+
+_CONVERTERS = {"gpt2": _gpt2, "gpt_neox": _gpt_neox, **{k: _decoder for k in FAMILIES}}
 
 
 def from_hf(hf_model, dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> CircuitModel:
@@ -147,7 +278,8 @@ def from_hf(hf_model, dtype: torch.dtype | None = None, device: str | torch.devi
     with torch.no_grad():
         cfg, sd = _CONVERTERS[kind](hf_model)
         target = dtype or next(hf_model.parameters()).dtype
-        state = {k: v.detach().to(torch.float32).clone().contiguous() for k, v in sd.items()}
+        # in the target dtype at once (reshapes and copies are exact in any dtype; no float32 copy of an 8B model)
+        state = {k: v.detach().to(target).clone().contiguous() for k, v in sd.items()}
         with torch.device("meta"):
             names = set(CircuitModel(cfg).state_dict())
         if names != set(state):

@@ -14,7 +14,9 @@ over it), so many different interventions run in one forward.
 * ``sender_value`` (u, value [B, P, D]): sender u's output is replaced by ``value`` (one
   sender for all rows; exact node effects batch examples this way).
 * ``receiver_delta`` (r, delta [B, P, D]): ``delta`` is added to receiver r's input.  Exact
-  per-edge effects use it: patching edge u -> v is adding ``z_u(cf) - z_u(clean)`` to v's input.
+  per-edge effects use it: patching edge u -> v is adding ``z_u(cf) - z_u(clean)`` to v's input
+  (on post-norm models, Gemma 2/3 and OLMo 2, a head's N(S + Δz_u) - N(S):
+  ``CircuitModel.sender_write_deltas``; see circuits.engine.run).
 
 ``counterfactual`` holds the senders' counterfactual outputs ``[B | 1, U, P | 1, D]``: the
 corrupted run's outputs, a mean over a reference dataset (per position or not), zeros, or

@@ -30,7 +30,7 @@ import torch
 from reports.errors import InputError, UnsupportedArchitectureError
 
 from .cache import conversion_dir, weight_hash_memo
-from .convert import SUPPORTED, from_hf
+from .convert import FAMILIES, SUPPORTED, from_hf
 from .limits import check_bytes
 from .model import CircuitModel, ModelConfig
 
@@ -45,6 +45,13 @@ _SMALL = {
                   intermediate_size=688, vocab_size=32000, max_position_embeddings=2048),
     "gpt2": {},
 }
+# the decoder families of circuits.convert.FAMILIES: the same small shape (head_dim where the config
+# class has the field; Phi-3 and OLMo 2 use hidden_size // heads)
+for _arch in ("qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2"):
+    _SMALL[_arch] = dict(_SMALL["llama"], **({} if _arch in ("phi3", "olmo2") else {"head_dim": 32}))
+_SMALL["phi3"].update(original_max_position_embeddings=2048)
+for _arch in ("gemma2", "gemma3_text"):
+    _SMALL[_arch].update(query_pre_attn_scalar=32)
 
 # Per family: (layers, heads, width, vocabulary, positions, MLP width) config keys.
 _SHAPE_KEYS = {
@@ -53,9 +60,9 @@ _SHAPE_KEYS = {
                  "max_position_embeddings", "intermediate_size"),
     "llama": ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size",
               "max_position_embeddings", "intermediate_size"),
-    "qwen2": ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size",
-              "max_position_embeddings", "intermediate_size"),
 }
+for _arch in FAMILIES:
+    _SHAPE_KEYS[_arch] = _SHAPE_KEYS["llama"]
 _EPS_KEYS = ("layer_norm_epsilon", "layer_norm_eps", "rms_norm_eps")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 MAX_CONFIG_BYTES = 4 * 2**20  # a config.json is a few KiB; larger ones are not read
@@ -97,7 +104,7 @@ def check_hf_config(model_type: str, values: dict, where: str, *, allow_large: b
             raise InputError(f"{where}: {k_width}={D} is not divisible by {k_heads}={H}; "
                              "choose sizes where it is")
         E = D // H
-    if model_type in ("llama", "qwen2"):
+    if model_type in FAMILIES:
         Hkv = _positive_int(values.get("num_key_value_heads") or H, "num_key_value_heads", where)
         if H % Hkv:
             raise InputError(f"{where}: num_attention_heads={H} is not a multiple of num_key_value_heads={Hkv}")

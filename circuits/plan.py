@@ -17,6 +17,15 @@ Counts follow ``circuits.attribution`` (per batch of B examples padded to P posi
   depend on the data: the estimate counts every row at every position.)
   At node level: one run per sender from the sender's layer on.
 
+Family features (circuits.engine): a q/k norm over the whole projection (OLMo 2) makes each q/k
+suffix row project every head (H d_head or H_kv d_head wide, not d_head) and adds two projections
+per kind to each gradient run's backward (the norm's coupling term); post-norms on the attention
+output (Gemma 2/3, OLMo 2) keep each layer's summed attention output S_l in the kept runs, and make
+clean-corrupted and EAP-IG contract every gradient run with its own linearised writes (one
+contraction per gradient run instead of one per batch or sender group).  Soft-caps, sliding windows
+(the scores are computed in full and masked), embedding scales and per-head q/k norms are
+elementwise.  Tied embeddings hold one [V, D] matrix.
+
 FLOPs count matrix multiplications (2 per multiply-add); elementwise work is left out. The backward
 of a run whose weights are frozen costs one matmul per linear map and two per attention product.
 Memory counts the tensors the implementation holds at its peak (weights, the batch's kept runs,
@@ -78,10 +87,20 @@ def forward_flops(cfg: ModelConfig, P: int, *, fast_last: bool = False) -> int:
     return total
 
 
+def _qk_width(cfg: ModelConfig, kind: int) -> int:
+    """Columns a q (kind 0) or k (1) receiver projects: d_head, or the whole projection under a full q/k norm."""
+    if cfg.qk_norm != "full":
+        return cfg.d_head
+    return (cfg.n_heads if kind == 0 else cfg.kv_heads) * cfg.d_head
+
+
 def backward_flops(cfg: ModelConfig, P: int) -> int:
     """The backward (activation gradients only; weights are frozen) of a full forward."""
     linear, products = layer_flops(cfg, P)
-    return cfg.n_layers * (linear + 2 * products) + unembed_flops(cfg)
+    coupling = 0
+    if cfg.qk_norm == "full":  # the pre-norm projection recomputed and W pᵀ, per kind (circuits.engine.gradients)
+        coupling = sum(2 * 2 * P * cfg.d_model * _qk_width(cfg, kind) for kind in (0, 1))
+    return cfg.n_layers * (linear + 2 * products + coupling) + unembed_flops(cfg)
 
 
 def suffix_flops(cfg: ModelConfig, graph: ComponentGraph, receiver: int, P: int) -> int:
@@ -94,7 +113,9 @@ def suffix_flops(cfg: ModelConfig, graph: ComponentGraph, receiver: int, P: int)
     q = 1 if last else P
     if receiver != graph.mlp_receiver_safe(layer):  # one head's q, k or v recomputed, then its output
         D, dh = cfg.d_model, cfg.d_head
-        own = 2 * P * D * dh + 2 * 2 * q * P * dh + 2 * q * dh * D
+        kind = (receiver - layer * graph.receivers_per_layer) // cfg.n_heads
+        width = dh if kind == 2 else _qk_width(cfg, kind)
+        own = 2 * P * D * width + 2 * 2 * q * P * dh + 2 * q * dh * D
         own += 0 if cfg.parallel else _mlp_flops(cfg, q)
     else:
         own = _mlp_flops(cfg, q)
@@ -124,29 +145,44 @@ def sender_groups(cfg: ModelConfig) -> int:
     return 1 + cfg.n_layers * (2 if cfg.has_mlp else 1)
 
 
+def contractions(cfg: ModelConfig, method: str, steps: int) -> int:
+    """Edge contractions per example: one per batch (EAP, pooled gradients) or sender group (EAP-IG-
+    activations); on post-norm models one per gradient run (each with its own linearised writes)."""
+    if method == "eap":
+        return 1
+    if cfg.additive_writes:
+        return sender_groups(cfg) if method == "eap-ig-activations" else 1
+    return {"clean-corrupted": 2, "eap-ig-inputs": steps, "eap-ig-activations": steps * sender_groups(cfg)}[method]
+
+
 # ---- memory (bytes) ------------------------------------------------------------------------------
 def weight_bytes(cfg: ModelConfig, itemsize: int = 4) -> int:
     """The model's weights as CircuitModel holds them (per-head K/V copies after ungrouping, separate
     embedding and unembedding, biases and norms)."""
     D, H, dh, L, V = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.n_layers, cfg.vocab_size
+    norms = (2 if cfg.has_mlp else 1) * ((2 * D if cfg.pre_norm else 0) + (D if cfg.post_norm else 0))
     mlp = (cfg.d_mlp * D * (3 if cfg.mlp == "gated" else 2) + cfg.d_mlp + D) if cfg.has_mlp else 0
-    per_layer = 4 * H * dh * D + 3 * H * dh + D + 4 * D + mlp  # W_QKVO, b_QKV, b_O, two norms, MLP
+    qk = {"none": 0, "head": 2 * dh, "full": (H + cfg.kv_heads) * dh}[cfg.qk_norm]
+    per_layer = 4 * H * dh * D + 3 * H * dh + D + norms + qk + mlp  # W_QKVO, b_QKV, b_O, norms, q/k norms, MLP
     pos = cfg.n_ctx * D if cfg.positional == "learned" else 0
-    return itemsize * (L * per_layer + 2 * V * D + V + 2 * D + pos)
+    embeddings = (1 if cfg.tied_embeddings else 2) * V * D
+    return itemsize * (L * per_layer + embeddings + V + 2 * D + pos)
 
 
 def exact_example_bytes(cfg: ModelConfig, graph: ComponentGraph, P: int, itemsize: int = 4) -> int:
     """One example's kept clean run for exact patching: sender outputs, counterfactual and Δz,
     residuals before and after attention, per-head q/k/v."""
     D, L, U = cfg.d_model, cfg.n_layers, graph.n_senders
-    return itemsize * P * ((3 * U + 2 * L + 1) * D + 3 * L * cfg.n_heads * cfg.d_head)
+    kept = 2 * L + 1 + (L if cfg.post_norm else 0)  # residuals before/after attention, final; post-norm S_l
+    return itemsize * P * ((3 * U + kept) * D + 3 * L * cfg.n_heads * cfg.d_head)
 
 
 def exact_row_bytes(cfg: ModelConfig, P: int, itemsize: int = 4) -> int:
     """One suffix-forward row at its peak: gathered residuals and Δz, one layer's activations, logits."""
     D, H, dh = cfg.d_model, cfg.n_heads, cfg.d_head
     mlp = 3 * P * cfg.d_mlp if cfg.has_mlp else 0
-    return itemsize * (8 * P * D + 4 * H * P * dh + 2 * H * P * P + mlp) + 4 * cfg.vocab_size
+    full = 2 * P * _qk_width(cfg, 0) if cfg.qk_norm == "full" else 0  # a row's whole normalised projection
+    return itemsize * (8 * P * D + 4 * H * P * dh + 2 * H * P * P + mlp + full) + 4 * cfg.vocab_size
 
 
 def gradient_example_bytes(cfg: ModelConfig, graph: ComponentGraph, P: int, method: str, itemsize: int = 4) -> int:
@@ -155,6 +191,10 @@ def gradient_example_bytes(cfg: ModelConfig, graph: ComponentGraph, P: int, meth
     D, H, dh, L, U = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.n_layers, graph.n_senders
     mlp = 2 * P * cfg.d_mlp if cfg.has_mlp else 0
     saved = L * (12 * H * P * D + 3 * H * P * dh + 2 * H * P * P + H * P * D + 4 * P * D + mlp)
+    if cfg.post_norm:
+        saved += L * 3 * P * D  # S_l kept, and the post-norm's saved input and output
+    if cfg.qk_norm == "full":
+        saved += L * 2 * H * P * D  # the coupling term of q and k, [2H, P, D] while a layer maps back
     grads = (L * (3 * H + 1) + 1) * P * D * (1 if method == "eap" else 2)
     return itemsize * (saved + grads + 3 * U * P * D) + 4 * graph.n_edges
 
@@ -194,9 +234,8 @@ def method_cost(cfg: ModelConfig, method: str, *, n: int, positions: int, level:
     counterfactual = fwd - unembed_flops(cfg)  # the ablation's forward keeps sender outputs, needs no logits
     if method != "exact":
         plain, runs = _gradient_runs(cfg, method, ig_steps)
-        contractions = sender_groups(cfg) if method == "eap-ig-activations" else 1
         flops = n * (counterfactual + (plain - 1) * fwd + runs * (fwd + backward_flops(cfg, P))
-                     + contractions * contraction_flops(g, cfg, P))
+                     + contractions(cfg, method, ig_steps) * contraction_flops(g, cfg, P))
         memory = weight_bytes(cfg, itemsize) + B * gradient_example_bytes(cfg, g, P, method, itemsize)
         return Cost(method, cols, n * (plain + runs), n * runs, 0, float(flops),
                     len(batches) * (plain * L + 2 * runs * L), memory, batch_size, max_rows)

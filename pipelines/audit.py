@@ -31,7 +31,8 @@ def _attribute_rows(rows, model, task, method, spec: AuditSpec):
     from circuits.attribution import attribute
 
     return attribute(model, task, method, level=spec.level, ablation=spec.ablation, batch_size=spec.batch_size,
-                     ig_steps=spec.ig_steps, seed=spec.seed, rows=rows, progress=False).scores
+                     ig_steps=spec.ig_steps, seed=spec.seed, rows=rows, progress=False,
+                     input_node=getattr(spec, "input_node", "embeddings")).scores
 
 
 def attribution_scores(model, task, method: str, spec: AuditSpec, n_jobs: int):
@@ -47,7 +48,8 @@ def attribution_scores(model, task, method: str, spec: AuditSpec, n_jobs: int):
     t0 = time.perf_counter()
     parts = run_chunks(_attribute_rows, _chunks(n, spec.batch_size, n_jobs), n_jobs, model, task, method, spec,
                        desc=f"{method} scores")
-    params = {"batch_size": spec.batch_size, "seed": spec.seed, "max_rows": 256}
+    params = {"batch_size": spec.batch_size, "seed": spec.seed, "max_rows": 256,
+              "input_node": getattr(spec, "input_node", "embeddings")}
     if method.startswith("eap-ig"):
         params["ig_steps"] = spec.ig_steps
     return ScoreMatrix(np.concatenate(parts), model.graph, spec.level, method, spec.ablation, task.metric_name,
@@ -112,7 +114,7 @@ def _score_stages(run, spec: AuditSpec, model, task, workers: int, force: bool) 
     sm0 = ScoreMatrix(np.zeros((1, n_cols), np.float32), model.graph, spec.level, "none", spec.ablation, "none")
     run_stage(run, "index", lambda: {index_name: sm0.tables()[index_name]}, [index_name], params=base,
               force=force)
-    attr_keys = ("level", "ablation", "batch_size", "ig_steps", "seed")
+    attr_keys = ("level", "ablation", "input_node", "batch_size", "ig_steps", "seed")
     for method in spec.methods:
         params = {**base, "method": method, "task": spec.task.model_dump(),
                   **{k: spec_doc[k] for k in attr_keys}}

@@ -67,6 +67,17 @@ AREA_NEEDS_TWO_K = "CPR and CMD are areas under the faithfulness curve and need 
 FIXED_CI_METHODS = ("percentile", "basic", "bca")
 
 
+def _ablation(model, task, spec):
+    """The spec's ablation for circuits.faithfulness: its name, or an Ablation object when the input node
+    is MIB's token embedding (``input_node: tokens``), so circuits are evaluated as they were scored."""
+    node = getattr(spec, "input_node", "embeddings")
+    if node == "embeddings":
+        return spec.ablation
+    from circuits.ablation import Ablation
+
+    return Ablation(spec.ablation, model, task, seed=spec.seed, batch_size=spec.batch_size, input_node=node)
+
+
 def faithfulness_table(model, task, S: np.ndarray, method: str, ks: list[int], plan, spec: AuditSpec,
                        seed=None) -> dict:
     """Faithfulness of the top-k circuit of the mean scores at each k, with two labelled intervals:
@@ -81,7 +92,7 @@ def faithfulness_table(model, task, S: np.ndarray, method: str, ks: list[int], p
     seed = spec.seed if seed is None else seed
     # the one top-k (reports.topk), ties at random from the seed: the rule stability and f_selected use
     res = faithfulness_curve(model, task, mean.astype(np.float32), ranking=spec.ranking, ks=ks,
-                             fractions=None, prune=False, ablation=spec.ablation, seed=spec.seed,
+                             fractions=None, prune=False, ablation=_ablation(model, task, spec), seed=spec.seed,
                              batch_size=spec.batch_size, progress=sys.stderr.isatty(), level=level, tie_seed=seed)
     ties = res.to_table("faithfulness_circuits").select(["tie_rule", "cutoff_ties", "cutoff_ties_excluded"]).to_pydict()
     ci_method = spec.bootstrap.ci_method if spec.bootstrap.ci_method in FIXED_CI_METHODS else "bca"
@@ -124,10 +135,12 @@ def _selected_columns(model, task, S: np.ndarray, ks: list[int], spec: AuditSpec
     if why:
         return {**nan, "f_selected_note": [why] * C}
 
+    abl = _ablation(model, task, spec)  # built once: mean ablations average the dataset once
+
     def evaluate(masks: np.ndarray, rows: np.ndarray):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # the curve already warned about undefined examples
-            r = faithfulness(model, task, masks, ablation=spec.ablation, rows=rows, seed=spec.seed,
+            r = faithfulness(model, task, masks, ablation=abl, rows=rows, seed=spec.seed,
                              batch_size=spec.batch_size, progress=False)
         return r.m_circuit, r.m_clean, r.m_empty
 

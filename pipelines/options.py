@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-__all__ = ["METHOD", "ABLATION", "LEVEL", "METRIC"]
+__all__ = ["METHOD", "ABLATION", "LEVEL", "METRIC", "INPUT_NODE"]
 
 METHOD = Literal["exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted"]
 ABLATION = Literal["counterfactual", "mean", "mean-positional", "zero", "resample"]
 LEVEL = Literal["edge", "node"]
+INPUT_NODE = Literal["embeddings", "tokens"]  # circuits.ablation: what a zero/mean-ablated input sender is
 METRIC = Literal["logit_diff", "prob_diff", "kl", "kl_mean", "cross_entropy"]

@@ -13,7 +13,10 @@ the actual model and a batch of the actual task, timing the passes the methods a
   over the suffix runs is exact's per-receiver-call overhead (gathers, the patched layer, Python).
 
 Each method's estimate is its count of each pass times the pass's time (per example where the
-work scales with rows). Everything is timed single-threaded, as the attribute command computes, and
+work scales with rows).  A model on the meta device (shapes only, no weights: a multi-billion-parameter
+config planned on any machine) cannot be timed: its estimate is its FLOPs at a matrix-multiply rate --
+the device's dense datasheet peak for a known GPU, else the rate of a timed matmul on the planning
+machine -- a lower bound that leaves out per-call overhead and memory-bound work. Everything is timed single-threaded, as the attribute command computes, and
 each timing is the fastest of a few repeats (the least disturbed on a shared machine).
 """
 
@@ -23,7 +26,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from circuits.plan import METHODS, Cost, fit_memory, method_cost, sender_groups
+from circuits.plan import METHODS, Cost, contractions, fit_memory, method_cost, sender_groups
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,44 @@ class Calibration:
         """One suffix run of ``rows`` rows from ``layer`` on (the logits receiver: priced as the last layer)."""
         call, row = self.suffix_s[min(layer, len(self.suffix_s) - 1)]
         return self.patch_call_s + call + row * rows
+
+
+TIMING_BYTES = 2 * 2**30
+"""Largest weights ``attribute --plan`` loads to time the passes (GPT-2 small is 0.5 GB); a larger model
+(Gemma-2-2B: 5 GiB in bf16) is planned from its shapes alone, its time priced by FLOPs."""
+
+# Dense (not sparse) tensor-core peaks from the vendors' datasheets, TFLOP/s: (bf16/fp16, fp32 without TF32).
+PEAKS = {"H200": (989.0, 67.0), "H100 PCIe": (756.0, 51.0), "H100": (989.0, 67.0), "A100": (312.0, 19.5),
+         "L40S": (362.0, 91.6), "L4": (121.0, 30.3), "RTX 4090": (165.0, 82.6), "T4": (65.0, 8.1)}
+
+
+def peak_tflops(device_name: str, dtype) -> float | None:
+    """The dense datasheet peak of a GPU named ``device_name`` for ``dtype`` (None when unknown)."""
+    import torch
+
+    for key in sorted(PEAKS, key=len, reverse=True):  # "H100 PCIe" before "H100"
+        if key in device_name:
+            return PEAKS[key][0 if dtype in (torch.bfloat16, torch.float16) else 1]
+    return None
+
+
+def flop_rate(device: str, dtype, size: int = 1024) -> tuple[float, str]:
+    """(TFLOP/s, how it was found) for pricing FLOPs on ``device``: a known GPU's peak, else a timed
+    ``size``-square matmul of ``dtype`` there (one thread on a CPU, as the attribute command computes)."""
+    import torch
+
+    from .parallel import single_threaded
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        name = torch.cuda.get_device_name(dev)
+        peak = peak_tflops(name, dtype)
+        if peak is not None:
+            return peak, f"{name} dense peak"
+    a = torch.randn(size, size, device=dev).to(dtype)
+    with single_threaded():
+        seconds = _best_time(lambda: (a @ a).sum().item(), 3)
+    return 2 * size ** 3 / seconds / 1e12, f"a timed {size}x{size} {str(dtype).replace('torch.', '')} matmul on {dev.type}"
 
 
 def _best_time(fn, repeats: int) -> float:
@@ -132,13 +173,14 @@ def estimate_seconds(cal: Calibration, model, cost: Cost, *, n: int, level: str 
     method = cost.method
     if method == "eap":
         return n * (per_example * (cal.forward_s + cal.gradient_s) + contraction)
+    k = contractions(cfg, method, ig_steps)  # post-norm models contract every gradient run (circuits.plan)
     if method == "clean-corrupted":
-        return n * (per_example * (cal.forward_s + 2 * cal.gradient_s) + contraction)
+        return n * (per_example * (cal.forward_s + 2 * cal.gradient_s) + k * contraction)
     if method == "eap-ig-inputs":
-        return n * (per_example * (2 * cal.forward_s + ig_steps * cal.ig_gradient_s) + contraction)
+        return n * (per_example * (2 * cal.forward_s + ig_steps * cal.ig_gradient_s) + k * contraction)
     if method == "eap-ig-activations":
         groups = sender_groups(cfg)
-        return n * (per_example * (2 * cal.forward_s + groups * ig_steps * cal.ig_gradient_s) + groups * contraction)
+        return n * (per_example * (2 * cal.forward_s + groups * ig_steps * cal.ig_gradient_s) + k * contraction)
     batches = [min(cost.batch_size, n - s) for s in range(0, n, cost.batch_size)]
     total = 2 * n * per_example * cal.forward_s
     for b in batches:
@@ -187,12 +229,14 @@ def _duration(seconds: float) -> str:
 
 
 def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_steps: int = 5,
-               budget: int | None = None, n_jobs: int = 1, timing_model=None, untimed: str = "") -> list[str]:
+               budget: int | None = None, n_jobs: int = 1, timing_model=None, untimed: str = "",
+               device: str = "cpu", rate: tuple[float, str] | None = None) -> list[str]:
     """The plan as printed lines: a header, the calibration, one row per method, a legend.
 
     ``model`` may be a skeleton on the meta device (circuits.skeleton): the counts need only shapes.
     The time estimate is calibrated on ``timing_model`` (default ``model`` unless it is on the meta
-    device); without one, ``untimed`` says why and the time column is left out.
+    device); without one, ``untimed`` says why and the time is the FLOPs at ``rate`` (TFLOP/s, source;
+    default :func:`flop_rate` of ``device`` and the model's dtype), a lower bound.
     """
     from circuits.limits import format_bytes
 
@@ -201,16 +245,18 @@ def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_ste
     fitted = [c.batch_size for c in costs.values() if isinstance(c, Cost)]
     if timing_model is None and model.device.type != "meta":
         timing_model = model
+    if timing_model is None:
+        return _flop_plan_lines(model, costs, n, P, level, ig_steps, budget, n_jobs,
+                                rate or flop_rate(device, model.dtype), untimed or "no model to time")
     # the calibration itself stays within the budget
-    cal = None if timing_model is None else calibrate(timing_model, data, min(fitted, default=1))
+    cal = calibrate(timing_model, data, min(fitted, default=1))
     unit = "edges" if level == "edge" else "nodes"
     cols = model.graph.n_edges if level == "edge" else model.graph.n_senders
     lines = [f"plan: {n} examples x {P} positions, {cols:,} {unit}, ig steps {ig_steps}, "
              f"{n_jobs} worker{'s' if n_jobs > 1 else ''}"
              + ("" if budget is None else f", --max-memory {format_bytes(budget)}"),
              f"calibration on {cal.batch_size} examples, one thread: forward {cal.forward_s * 1e3:.3g} ms, "
-             f"gradient run {cal.gradient_s * 1e3:.3g} ms, suffix row from layer 0 {cal.suffix_s[0][1] * 1e3:.3g} ms"
-             if cal is not None else f"no time estimate: {untimed or 'no model to time'} (counts from shapes only)",
+             f"gradient run {cal.gradient_s * 1e3:.3g} ms, suffix row from layer 0 {cal.suffix_s[0][1] * 1e3:.3g} ms",
              f"{'method':<19} {unit:>8} {'forwards':>9} {'backwards':>9} {'suffix rows':>12} {'FLOPs':>9} "
              f"{'memory':>10} {'batch':>5} {'est. time':>10}"]
     for method, c in costs.items():
@@ -218,12 +264,36 @@ def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_ste
             lines.append(f"{method:<19} does not fit: {c}")
             continue
         chunks = -(-n // c.batch_size)
-        est = (estimate_seconds(cal, model, c, n=n, level=level, ig_steps=ig_steps) / min(n_jobs, chunks)
-               if cal is not None else None)
+        est = estimate_seconds(cal, model, c, n=n, level=level, ig_steps=ig_steps) / min(n_jobs, chunks)
         lines.append(f"{c.method:<19} {c.columns:>8,} {c.forwards:>9,} {c.backwards:>9,} {c.suffix_rows:>12,} "
-                     f"{c.flops:>9.3g} {format_bytes(c.memory_peak):>10} {c.batch_size:>5} "
-                     f"{_duration(est) if est is not None else '-':>10}")
+                     f"{c.flops:>9.3g} {format_bytes(c.memory_peak):>10} {c.batch_size:>5} {_duration(est):>10}")
     lines.append("forwards: full forwards (counterfactual, clean, gradient runs); suffix rows: exact patching's "
                  "(example, sender) suffix forwards; memory: estimated peak incl. weights; time: one thread per "
                  "worker, calibrated on this machine")
+    return lines
+
+
+def _flop_plan_lines(model, costs: dict, n: int, P: int, level: str, ig_steps: int, budget, n_jobs: int,
+                     rate: tuple[float, str], why: str) -> list[str]:
+    """plan_lines without a model to time (``why``): the same counts, time as FLOPs at ``rate``."""
+    from circuits.limits import format_bytes
+
+    unit = "edges" if level == "edge" else "nodes"
+    cols = model.graph.n_edges if level == "edge" else model.graph.n_senders
+    lines = [f"plan: {n} examples x {P} positions, {cols:,} {unit}, ig steps {ig_steps}, "
+             f"{n_jobs} worker{'s' if n_jobs > 1 else ''}, {str(model.dtype).replace('torch.', '')}"
+             + ("" if budget is None else f", --max-memory {format_bytes(budget)}"),
+             f"no time estimate: {why} (counts from shapes only, no weights); est. time = FLOPs at "
+             f"{rate[0]:.3g} TFLOP/s ({rate[1]}), a lower bound",
+             f"{'method':<19} {unit:>9} {'forwards':>9} {'backwards':>9} {'suffix rows':>12} {'FLOPs':>9} "
+             f"{'memory':>10} {'batch':>5} {'est. time':>10}"]
+    for method, c in costs.items():
+        if not isinstance(c, Cost):
+            lines.append(f"{method:<19} does not fit: {c}")
+            continue
+        est = c.flops / (rate[0] * 1e12) / min(n_jobs, -(-n // c.batch_size))
+        lines.append(f"{c.method:<19} {c.columns:>9,} {c.forwards:>9,} {c.backwards:>9,} {c.suffix_rows:>12,} "
+                     f"{c.flops:>9.3g} {format_bytes(c.memory_peak):>10} {c.batch_size:>5} {'>= ' + _duration(est):>10}")
+    lines.append("forwards: full forwards (counterfactual, clean, gradient runs); suffix rows: exact patching's "
+                 "(example, sender) suffix forwards; memory: estimated peak incl. weights; time: FLOPs at the rate above")
     return lines

@@ -21,7 +21,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from reports.errors import InputError, warn_renamed
 
-from .options import ABLATION, LEVEL, METHOD, METRIC  # noqa: F401 - defined there once; re-exported
+from .options import ABLATION, INPUT_NODE, LEVEL, METHOD, METRIC  # noqa: F401 - defined there once; re-exported
 from .yamlio import read_yaml_strict
 
 DTYPE = Literal["float32", "bfloat16", "float16"]
@@ -136,6 +136,7 @@ class AuditSpec(_RunOptions):
     methods: list[METHOD] = Field(default_factory=lambda: ["exact", "eap"], min_length=1)
     level: LEVEL = "edge"
     ablation: ABLATION = "counterfactual"
+    input_node: INPUT_NODE = "embeddings"  # "tokens": MIB/EAP-IG's input node (token embedding only)
     ig_steps: int = Field(5, ge=1, le=1000)
     bootstrap: BootstrapSpec = BootstrapSpec()
     k: KGrid = Field(default_factory=lambda: [5, 10, 20, 50], min_length=1)

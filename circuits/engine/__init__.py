@@ -25,4 +25,14 @@ runs), ``Patching._patched_layer`` / ``Patching._suffix_layer`` (patched suffixe
 ``FusedForward.fused_logits``; a transform of queries or keys sits beside each of those calls.  The
 fused training forward uses torch's own attention, so ``has_fused_forward`` must exclude every
 configuration it does not reproduce.
+
+Where the families of circuits.convert put their features: soft-capping and query_pre_attn_scalar in
+:func:`.attention.attend`; sliding windows per layer in :func:`.masks.allowed_keys` /
+:func:`.masks.layer_masks`; Gemma's (1 + w) and OLMo 2's float32-weighted RMSNorms in
+:func:`.norms.apply_norm` (VJPs :func:`.norms.norm_vjp_heads`, :func:`.norms.norm_vjp`; the post-norm
+JVP :func:`.norms.norm_jvp`); rope scaling and Gemma 3's local schedule in :mod:`.rotary`; q/k norms
+(per head, or over the whole projection) in :func:`.attention.qk_normalize`,
+:func:`.attention.project_heads` and :func:`.attention.project_rows`, before rotary; norms on the
+attention output before the residual add, and the edge definition they require, in :mod:`.run`
+(module docstring), :func:`.patching.edge_delta` and ``Patching.sender_write_deltas``.
 """

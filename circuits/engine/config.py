@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 import torch.nn.functional as F
 
 from reports.errors import InputError
 
-NORMS = ("layernorm", "rmsnorm", "none")
+#: ``rmsnorm``: Llama's (normalise in float32, cast, then scale by w); ``rmsnorm_f32w``: OLMo 2's
+#: (scale by w in float32, then cast); ``rmsnorm_1p``: Gemma's (scale by 1 + w in float32, then cast).
+#: The three agree in float32 except that Gemma's weight is stored as w with the scale 1 + w.
+NORMS = ("layernorm", "rmsnorm", "rmsnorm_f32w", "rmsnorm_1p", "none")
+RMS_NORMS = ("rmsnorm", "rmsnorm_f32w", "rmsnorm_1p")
 POSITIONALS = ("learned", "rotary", "none")
 MLPS = ("standard", "gated", "none")
+#: per-head q/k RMSNorm over d_head (Qwen 3, Gemma 3), or over the whole projection (OLMo 2)
+QK_NORMS = ("none", "head", "full")
+LAYER_TYPES = ("full_attention", "sliding_attention")
+#: rotary frequency schedules (transformers' modeling_rope_utils); ``dynamic`` and ``longrope``
+#: change with the sequence length, so prompts beyond ``rope_max_positions`` are refused.
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
 ACTIVATIONS = {
     "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
     "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
@@ -24,7 +35,19 @@ ACTIVATIONS = {
 
 @dataclass
 class ModelConfig:
-    """Architecture of a CircuitModel; every supported family maps onto these fields."""
+    """Architecture of a CircuitModel; every supported family maps onto these fields.
+
+    The fields after ``arch`` describe the families beyond GPT-2/NeoX/Llama 2 (all off by default):
+    ``attn_scalar`` (Gemma's query_pre_attn_scalar: scores scaled by attn_scalar**-0.5 instead of
+    d_head**-0.5), ``attn_softcap`` / ``logit_softcap`` (tanh soft-capping of attention scores and of
+    the final logits), ``embed_scale`` (Gemma's √d_model, cast to the weights' dtype), ``pre_norm``
+    (False: no norm before attention and MLP, OLMo 2), ``post_norm`` (a norm on the attention and the
+    MLP output before the residual add: Gemma's sandwich, OLMo 2), ``qk_norm`` (see QK_NORMS),
+    ``sliding_window`` with per-layer ``layer_types``, ``rope`` (the rotary schedule of full-attention
+    layers: {"rope_type": ..., its parameters}) and ``rope_local`` (sliding layers' own schedule with
+    its ``rope_theta``, Gemma 3), ``rope_max_positions`` (longest prompt whose rotary frequencies
+    are the ones implemented, for length-dependent schedules).
+    """
 
     n_layers: int
     n_heads: int
@@ -44,6 +67,18 @@ class ModelConfig:
     parallel: bool = False
     tied_embeddings: bool = False
     arch: str = "circuitstat"
+    attn_scalar: float | None = None
+    attn_softcap: float | None = None
+    logit_softcap: float | None = None
+    embed_scale: float | None = None
+    pre_norm: bool = True
+    post_norm: bool = False
+    qk_norm: str = "none"
+    sliding_window: int | None = None
+    layer_types: list[str] | None = None
+    rope: dict | None = None
+    rope_local: dict | None = None
+    rope_max_positions: int | None = None
 
     def __post_init__(self) -> None:
         for name, value, allowed in (
@@ -51,6 +86,7 @@ class ModelConfig:
             ("positional", self.positional, POSITIONALS),
             ("mlp", self.mlp, MLPS),
             ("act", self.act, tuple(ACTIVATIONS)),
+            ("qk_norm", self.qk_norm, QK_NORMS),
         ):
             if value not in allowed:
                 raise InputError(f"model config {name}={value!r} is not supported; use one of {', '.join(allowed)}")
@@ -64,11 +100,62 @@ class ModelConfig:
                 self.rotary_dim = self.d_head
             if self.rotary_dim % 2 or not 0 < self.rotary_dim <= self.d_head:
                 raise InputError(f"rotary_dim must be even and in (0, d_head={self.d_head}], got {self.rotary_dim}")
+        self._check_family_fields()
+
+    def _check_family_fields(self) -> None:
+        """InputError naming the first of the newer fields that has a wrong type or value."""
+        for name in ("attn_scalar", "attn_softcap", "logit_softcap", "embed_scale"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                                  or v <= 0):
+                raise InputError(f"model config {name} must be a positive number or null, got {v!r}")
+        for name in ("pre_norm", "post_norm"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"model config {name} must be true or false")
+        for name in ("sliding_window", "rope_max_positions"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise InputError(f"model config {name} must be a positive integer or null, got {v!r}")
+        if self.layer_types is not None:
+            if not isinstance(self.layer_types, (list, tuple)) or len(self.layer_types) != self.n_layers \
+                    or any(t not in LAYER_TYPES for t in self.layer_types):
+                raise InputError(f"model config layer_types must list one of {', '.join(LAYER_TYPES)} per layer "
+                                 f"({self.n_layers} entries)")
+            self.layer_types = list(self.layer_types)
+            if "sliding_attention" in self.layer_types and self.sliding_window is None:
+                raise InputError("model config layer_types has sliding_attention layers but no sliding_window")
+        for name in ("rope", "rope_local"):
+            v = getattr(self, name)
+            if v is None:
+                continue
+            if not isinstance(v, dict) or v.get("rope_type", "default") not in ROPE_TYPES:
+                raise InputError(f"model config {name} must be a dict with rope_type one of {', '.join(ROPE_TYPES)}")
+            if self.positional != "rotary":
+                raise InputError(f"model config {name} needs positional='rotary'")
+        if self.qk_norm == "full" and self.n_kv_heads not in (None, self.n_heads) and self.n_heads % self.n_kv_heads:
+            raise InputError("model config n_heads must be a multiple of n_kv_heads")
 
     @property
     def has_mlp(self) -> bool:
         """Whether layers have an MLP."""
         return self.mlp != "none"
+
+    @property
+    def kv_heads(self) -> int:
+        """The number of distinct K/V heads before ungrouping."""
+        return self.n_kv_heads or self.n_heads
+
+    def is_sliding(self, layer: int) -> bool:
+        """Whether ``layer`` attends through the sliding window."""
+        if self.sliding_window is None:
+            return False
+        return self.layer_types is None or self.layer_types[layer] == "sliding_attention"
+
+    @property
+    def additive_writes(self) -> bool:
+        """Whether each head's output is added to the residual as it is (no norm on the summed attention
+        output); where it is not, edges are defined through the post-norm (see circuits.engine.run)."""
+        return not self.post_norm
 
     @classmethod
     def from_dict(cls, data: dict) -> "ModelConfig":

@@ -1,19 +1,23 @@
-"""The MLP sender: its norm, the (gated) hidden layer and the output projection."""
+"""The MLP sender: its input norm, the (gated) hidden layer, the output projection and any post-norm."""
 
 from __future__ import annotations
 
 import torch
 
 from .config import ACTIVATIONS, ModelConfig
-from .norms import apply_norm
+from .norms import mlp_input_norm, post_norm
 
 
 def mlp(cfg: ModelConfig, blk, x: torch.Tensor) -> torch.Tensor:
-    """The MLP's output (a sender) for receiver input x."""
-    h = apply_norm(cfg, x, blk.ln2_w, blk.ln2_b)
+    """The MLP's output (a sender) for receiver input x: what the layer adds to the residual.
+
+    With a post-norm (Gemma's post_feedforward_layernorm, OLMo 2) the norm is part of the sender:
+    the MLP is one node, so its write stays additive."""
+    h = mlp_input_norm(cfg, blk, x)
     act = ACTIVATIONS[cfg.act]
     if cfg.mlp == "gated":
         pre = act(h @ blk.W_gate) * (h @ blk.W_in + blk.b_in)
     else:
         pre = act(h @ blk.W_in + blk.b_in)
-    return pre @ blk.W_out + blk.b_out
+    out = pre @ blk.W_out + blk.b_out
+    return post_norm(cfg, blk.ln2_post_w, out) if cfg.post_norm else out

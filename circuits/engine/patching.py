@@ -16,36 +16,60 @@ import torch
 from torch import nn
 
 from ..graph import ComponentGraph
-from .attention import attend, project_shared
+from .attention import attend, project_rows, project_shared, qk_normalize
 from .config import ModelConfig
-from .masks import allowed_keys
+from .masks import layer_masks
 from .mlp import mlp
-from .norms import apply_norm
-from .rotary import apply_rotary, rotary_tables
+from .norms import attn_input_norm, norm_jvp, post_norm
+from .rotary import apply_rotary, layer_rotary
 
 
-def edge_delta(graph: ComponentGraph, cfg: ModelConfig, mask, cf, blocks, layer, n_up, attention: bool, live):
-    """Sum over patched upstream edges of (counterfactual − current) for one layer's receivers."""
+def edge_delta(model, mask, cf, blocks, layer, n_up, attention: bool, live, attn_pre=()):
+    """Sum over patched upstream edges of (counterfactual − current) for one layer's receivers.
+
+    Post-norm models (see circuits.engine.run): the heads of each upstream layer l contribute
+    N_l(S_l + Σ_h m_h Δz_h) − N_l(S_l) per receiver instead of Σ_h m_h Δz_h (``attn_pre``: the run's S_l).
+    """
+    graph, cfg = model.graph, model.cfg
     if attention:
         r0 = graph.attention_receiver(layer, "q", 0)
         off = int(graph.edge_offset[r0])
-        width = 3 * cfg.n_heads * n_up
+        R = 3 * cfg.n_heads
     else:
         r0 = graph.mlp_receiver(layer) if layer < cfg.n_layers else graph.logits_receiver
         off = int(graph.edge_offset[r0])
-        width = n_up
+        R = 1
+    width = R * n_up
     if not live[off : off + width].any():  # host copy of the mask's nonzero columns
         return None
     m = mask[:, off : off + width]
     cur = torch.cat(blocks, dim=1)[:, :n_up]
     diff = cf[:, :n_up].to(cur.dtype) - cur  # broadcasts over mean/zero counterfactuals
-    m = m.to(cur.dtype)
+    m = m.to(cur.dtype).reshape(-1, R, n_up)
     B, _, P, D = diff.shape
-    flat = diff.reshape(B, n_up, P * D)
-    # one batched matmul [B, R, u] x [B, u, P*D] (an einsum here copied both operands)
-    if attention:
-        return torch.bmm(m.reshape(B, 3 * cfg.n_heads, n_up), flat).reshape(B, 3, cfg.n_heads, P, D)
-    return torch.bmm(m[:, None, :], flat).reshape(B, P, D)
+    shape = (B, 3, cfg.n_heads, P, D) if attention else (B, P, D)
+    if cfg.additive_writes:
+        # one batched matmul [B, R, u] x [B, u, P*D] (an einsum here copied both operands)
+        return torch.bmm(m.expand(B, -1, -1), diff.reshape(B, n_up, P * D)).reshape(shape)
+    heads = torch.zeros(n_up, dtype=torch.bool)
+    groups = []
+    for l in range(cfg.n_layers):
+        first = graph.head_sender(l, 0)
+        if first + cfg.n_heads <= n_up:
+            heads[first : first + cfg.n_heads] = True
+            groups.append((l, first))
+    keep = (~heads).to(device=m.device, dtype=m.dtype)
+    out = torch.bmm((m * keep).expand(B, -1, -1), diff.reshape(B, n_up, P * D)).view(B, R, P, D)
+    cols_live = live[off : off + width].reshape(R, n_up)
+    for l, first in groups:
+        cols = slice(first, first + cfg.n_heads)
+        if not cols_live[:, cols].any():
+            continue
+        hd = torch.bmm(m[:, :, cols].expand(B, -1, -1), diff[:, cols].reshape(B, cfg.n_heads, P * D)).view(B, R, P, D)
+        S = attn_pre[l][:, None]  # [B, 1, P, D]
+        w = model.blocks[l].ln1_post_w
+        out = out + (post_norm(cfg, w, S + hd) - post_norm(cfg, w, S))
+    return out.reshape(shape)
 
 
 def patch_senders(z, mask, cf, first, live):
@@ -66,8 +90,8 @@ class _Window:
     start: int  # first recomputed position; earlier ones keep their clean values
     end: int  # one past the last position any read-out needs
     at: torch.Tensor  # [R] read-out position inside the window
-    allowed: torch.Tensor  # [R, 1, T, end] attention of window queries over all keys
-    rot: tuple[torch.Tensor, torch.Tensor] | None  # rotary cos/sin [R, 1, T, dim] at window positions
+    allowed: dict  # per layer kind (sliding or not): [R, 1, T, end] attention of window queries over all keys
+    rot: dict | None  # per layer kind: rotary cos/sin [R, 1, T, dim] at window positions
 
 
 class Patching:
@@ -117,12 +141,9 @@ class Patching:
         if layer == cfg.n_layers:
             return self._unembed(clean.final_resid[rows, last] + delta[ar, at])
         mask = attention_mask[rows, :end]
-        allowed = allowed_keys(mask)[:, :, start:]  # [R, 1, T, end]: window queries over all keys
-        rot = None
-        if cfg.positional == "rotary":
-            cos, sin = rotary_tables(self.inv_freq, self.positions(mask)[:, start:])
-            rot = (cos, sin)
-        window = _Window(rows, start, end, at, allowed, rot)
+        # [R, 1, T, end] per layer kind: window queries over all keys
+        allowed = {k: a[:, :, start:] for k, a in layer_masks(cfg, mask).items()}
+        window = _Window(rows, start, end, at, allowed, layer_rotary(self, self.positions(mask)[:, start:]))
         resid = self._patched_layer(clean, layer, local, delta, window)
         for later in range(layer + 1, cfg.n_layers):
             resid = self._suffix_layer(clean, later, resid, window)
@@ -143,11 +164,11 @@ class Patching:
             return at_read(mid) + mlp(cfg, blk, at_read(base) + at_read(delta))
         H = cfg.n_heads
         kind, h = local // H, local % H
-        W = torch.stack((blk.W_Q, blk.W_K, blk.W_V)).flatten(0, 1)[local]  # [R, D, E]: each row's own head
-        b = torch.stack((blk.b_Q, blk.b_K, blk.b_V)).flatten(0, 1)[local]
-        new = torch.baddbmm(b[:, None], apply_norm(cfg, pre + delta, blk.ln1_w, blk.ln1_b), W)
+        sliding = cfg.is_sliding(layer)
+        new = project_rows(cfg, blk, attn_input_norm(cfg, blk, pre + delta), local)  # [R, T, E]
         if w.rot is not None:
-            turned = apply_rotary(cfg, new, w.rot[0][:, 0], w.rot[1][:, 0])
+            cos, sin = w.rot[sliding]
+            turned = apply_rotary(cfg, new, cos[:, 0], sin[:, 0])
             new = torch.where((kind < 2)[:, None, None], turned, new)
         q, k, v = (t[rows, h, :e] for t in clean.qkv[layer])  # [R, e, E]
 
@@ -156,14 +177,19 @@ class Patching:
             return torch.cat((t[:, :s], tail), dim=1) if s else tail
 
         q, k, v = patched(q, 0)[:, s:], patched(k, 1), patched(v, 2)
-        allowed = w.allowed
+        allowed = w.allowed[sliding]
         if last_layer:
             q, allowed = q[ar, w.at][:, None], allowed[ar, :, w.at][:, :, None]
         _, zc = attend(cfg, q[:, None], k[:, None], v[:, None], allowed)
         out_h = torch.bmm(zc[:, 0], blk.W_O[h])  # [R, Tq, D]
         head_block = 1 + layer * (2 if cfg.has_mlp else 1)  # clean.blocks: input, then per layer heads (, MLP)
         z_clean = at_read(clean.blocks[head_block][rows, h, s:e])
-        mid = at_read(mid) + out_h.squeeze(1) - z_clean if last_layer else mid + out_h - z_clean
+        out_h = out_h.squeeze(1) if last_layer else out_h
+        if cfg.post_norm:  # the layer's write N(S) recomputed on S with this head's output replaced
+            S = at_read(clean.attn_pre[layer][rows, s:e])
+            mid = at_read(pre) + post_norm(cfg, blk.ln1_post_w, S - z_clean + out_h)
+        else:
+            mid = at_read(mid) + out_h - z_clean
         if not cfg.has_mlp:
             return mid
         if cfg.parallel:  # the MLP read the layer input, which did not change
@@ -174,22 +200,50 @@ class Patching:
         """One unpatched layer on window residuals [R, T, D], reusing clean keys/values before it."""
         cfg, blk = self.cfg, self.blocks[layer]
         R = resid.shape[0]
-        norm = apply_norm(cfg, resid, blk.ln1_w, blk.ln1_b)
-        q, k, v = project_shared(cfg, blk, norm)  # [R, H, T, E]
+        sliding = cfg.is_sliding(layer)
+        q, k, v = project_shared(cfg, blk, attn_input_norm(cfg, blk, resid))  # [R, H, T, E]
+        q, k = qk_normalize(cfg, blk, q, 0), qk_normalize(cfg, blk, k, 1)
         if w.rot is not None:
-            q, k = apply_rotary(cfg, q, *w.rot), apply_rotary(cfg, k, *w.rot)
+            q, k = apply_rotary(cfg, q, *w.rot[sliding]), apply_rotary(cfg, k, *w.rot[sliding])
         if w.start:
             ck, cv = clean.qkv[layer][1], clean.qkv[layer][2]
             k = torch.cat((ck[w.rows, :, : w.start], k), dim=2)
             v = torch.cat((cv[w.rows, :, : w.start], v), dim=2)
-        allowed = w.allowed
+        allowed = w.allowed[sliding]
         if layer == cfg.n_layers - 1:  # from here on only the read-out position
             ar = torch.arange(R, device=resid.device)
             q, allowed, resid = q[ar, :, w.at][:, :, None], allowed[ar, :, w.at][:, :, None], resid[ar, w.at][:, None]
         _, zc = attend(cfg, q, k, v, allowed)
         Tq, H, E = zc.shape[2], cfg.n_heads, cfg.d_head
         attn = torch.addmm(blk.b_O, zc.transpose(1, 2).reshape(R * Tq, H * E), blk.W_O.reshape(H * E, -1))
-        mid = resid + attn.view(R, Tq, -1)
+        attn = attn.view(R, Tq, -1)
+        mid = resid + (post_norm(cfg, blk.ln1_post_w, attn) if cfg.post_norm else attn)
         if cfg.has_mlp:
             mid = mid + mlp(cfg, blk, resid if cfg.parallel else mid)
         return mid[:, 0] if layer == cfg.n_layers - 1 else mid
+
+    def sender_write_deltas(self, run, dz: torch.Tensor, linear: bool = False) -> torch.Tensor:
+        """What each sender's Δz changes in the residual of every receiver it feeds, [B, U, P, D].
+
+        ``dz`` = z(counterfactual) − z(clean) [B, U, P, D] of the run ``run`` (kept with keep_senders
+        and, on post-norm models, its attn_pre); returned as it is for additive models.  On post-norm
+        models (circuits.engine.run) head h of layer l writes N_l(S_l + Δz_h) − N_l(S_l) (exact patching),
+        or with ``linear`` its first-order term J_N(S_l) Δz_h (the gradient methods: the Taylor term of
+        that exact effect).  ``dz`` is overwritten with the result when its dtype allows.
+        """
+        cfg, g = self.cfg, self.graph
+        if cfg.additive_writes:
+            return dz
+        P = dz.shape[2]
+        out = dz if (not linear or dz.dtype == torch.promote_types(dz.dtype, torch.float32)) else dz.float()
+        for layer in range(cfg.n_layers):
+            cols = slice(g.head_sender(layer, 0), g.head_sender(layer, 0) + cfg.n_heads)
+            S = run.attn_pre[layer][:, None, :P].detach()
+            w = self.blocks[layer].ln1_post_w
+            d = dz[:, cols]
+            if linear:
+                new = norm_jvp(cfg, S, w, d)
+            else:
+                new = post_norm(cfg, w, S + d) - post_norm(cfg, w, S)
+            out[:, cols] = new.to(out.dtype)
+        return out

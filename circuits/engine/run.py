@@ -2,7 +2,19 @@
 
 The forward pass keeps the residual stream equal to the sum of all sender outputs plus constant
 biases, which is what makes edge interventions exact: a receiver's input is the stream plus the
-deltas of the edges patched into it.  A run goes through its stages in order: set-up
+deltas of the edges patched into it.
+
+Where a family normalises the summed attention output before the residual add (Gemma 2/3's
+post_attention_layernorm, OLMo 2; ``ModelConfig.post_norm``), one head's write is not additive.
+There the layer's write is w_l = N_l(S_l) with S_l = Σ_h z_h + b_O, the senders stay the heads'
+outputs z_h (before the norm), and the norm is part of every receiver's input, computed exactly
+on the sum it sees: receiver v reads the stream with each upstream layer's write replaced by
+N_l(S_l + Σ_{h patched into v} Δz_h), i.e. its input gains N_l(S_l + Σ Δz_h) - N_l(S_l) for the
+heads of l whose edges into v are patched (and Δz_u as usual for the input and MLP senders, whose
+post-norms are part of the sender).  Patching every out-edge of a head is patching the head
+(its output replaced everywhere), all edges give the counterfactual run and no edge the clean one,
+exactly; each edge's effect is computed on this definition by the exact method and is linearised
+(J_N Δz_h) by the gradient methods (circuits.engine.patching.sender_write_deltas).  A run goes through its stages in order: set-up
 (:meth:`Forward._run_setup`), the input sender or a saved suffix state (``_run_start``), per
 layer the attention receivers and head senders (``_run_attention``) and the MLP receiver and
 sender (``_run_mlp``), then the logits receiver (``_run_logits_input``) and the unembedding.
@@ -22,11 +34,11 @@ from ..interventions import Intervention
 from .attention import attention_block
 from .config import ModelConfig
 from .gradients import grad_probe
-from .masks import allowed_keys
+from .masks import layer_masks
 from .mlp import mlp
-from .norms import apply_norm
+from .norms import apply_norm, post_norm
 from .patching import edge_delta, patch_senders
-from .rotary import rotary_tables
+from .rotary import layer_rotary
 
 
 @dataclass
@@ -36,6 +48,7 @@ class RunState:
     layer: int
     resid: torch.Tensor
     blocks: list[torch.Tensor] | None = None
+    attn_pre: list[torch.Tensor] | None = None  # post-norm models: each earlier layer's S_l (edge patches)
 
 
 @dataclass
@@ -51,6 +64,7 @@ class RunOutput:
     qkv: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=list)
     final_resid: torch.Tensor | None = None
     probed: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # (layer, attention input)
+    attn_pre: list[torch.Tensor] = field(default_factory=list)  # post-norm models: S_l = Σ_h z_h + b_O per layer
 
     @property
     def senders(self) -> torch.Tensor:
@@ -84,8 +98,9 @@ class _RunSetup:
     keep_qkv: bool
     receiver_grads: bool | str
     positions: torch.Tensor
-    allowed: torch.Tensor
-    rot: tuple[torch.Tensor, torch.Tensor] | None
+    allowed: dict  # per layer kind (sliding or not): [B, 1, P, P]
+    rot: dict | None  # per layer kind: rotary (cos, sin)
+    keep_attn_pre: bool
 
 
 class Forward:
@@ -99,9 +114,18 @@ class Forward:
         """Logits [B, P, V] of a plain forward pass."""
         return self.run(input_ids, attention_mask).logits
 
+    def token_embedding(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The token part of the ``input`` sender [..., D]: W_E rows (times Gemma's √d scale)."""
+        x = self.W_E[input_ids]
+        if self.cfg.embed_scale is not None:
+            # Gemma: the √d normaliser is a float32 tensor cast to the weights' dtype (HF's
+            # Gemma2TextScaledWordEmbedding), so bf16 models scale by the rounded value, as HF does
+            x = x * torch.tensor(self.cfg.embed_scale, dtype=torch.float32, device=x.device).to(x.dtype)
+        return x
+
     def embed(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """The ``input`` sender's output: token (+ learned position) embeddings [B, P, D]."""
-        x = self.W_E[input_ids]
+        x = self.token_embedding(input_ids)
         if self.cfg.positional == "learned":
             # positions never exceed P - 1: only longer inputs need the (host-synchronising) check
             if positions.shape[-1] > self.cfg.n_ctx and int(positions.max()) >= self.cfg.n_ctx:
@@ -125,8 +149,10 @@ class Forward:
         return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
     def _unembed(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits from final residual vectors [..., D]."""
-        return apply_norm(self.cfg, x, self.lnf_w, self.lnf_b) @ self.unembed + self.b_U
+        """Logits from final residual vectors [..., D] (tanh soft-capped where the model does: Gemma)."""
+        logits = apply_norm(self.cfg, x, self.lnf_w, self.lnf_b) @ self.unembed + self.b_U
+        cap = self.cfg.logit_softcap
+        return logits if cap is None else torch.tanh(logits / cap) * cap
 
     def run(
         self,
@@ -208,6 +234,12 @@ class Forward:
             positions = positions.to(input_ids.device)
             if cfg.positional == "learned" and not 0 <= int(positions.min()) <= int(positions.max()) < cfg.n_ctx:
                 raise InputError(f"positions must lie in [0, n_ctx={cfg.n_ctx}); pass ids counted from 0")
+        if cfg.rope_max_positions is not None and P > cfg.rope_max_positions:
+            kind = (cfg.rope or {}).get("rope_type", "default")
+            raise InputError(
+                f"prompts of {P} tokens exceed {cfg.rope_max_positions}, beyond which this model's {kind!r} rotary "
+                "frequencies depend on the batch's sequence length in transformers (not reproduced); use prompts of "
+                f"at most {cfg.rope_max_positions} tokens")
         return _RunSetup(
             B=B, P=P, iv=iv, edge_mask=edge_mask, sender_mask=sender_mask,
             cf=None if iv is None else iv.counterfactual,
@@ -221,8 +253,9 @@ class Forward:
             fast_last=(logits_at is not None and iv is None and not (per_head or receiver_grads or keep_resid
                        or keep_patterns or keep_qkv)),
             logits_at=logits_at, keep_resid=keep_resid, keep_patterns=keep_patterns, keep_qkv=keep_qkv,
-            receiver_grads=receiver_grads, positions=positions, allowed=allowed_keys(attention_mask),
-            rot=rotary_tables(self.inv_freq, positions) if cfg.positional == "rotary" else None)
+            receiver_grads=receiver_grads, positions=positions, allowed=layer_masks(cfg, attention_mask),
+            rot=layer_rotary(self, positions),
+            keep_attn_pre=cfg.post_norm and (need_blocks or keep_resid or bool(receiver_grads)))
 
     def _run_start(self, input_ids: torch.Tensor, r: _RunSetup, state: RunState | None,
                    out: RunOutput) -> tuple[int, torch.Tensor]:
@@ -242,6 +275,10 @@ class Forward:
                 if state.blocks is None and r.edge_mask is not None:
                     raise ValueError("an edge intervention on a suffix run needs the state's sender blocks")
                 out.blocks.extend(state.blocks or [])
+            if r.keep_attn_pre:
+                if state.attn_pre is None and r.edge_mask is not None:
+                    raise ValueError("an edge intervention on a suffix run of a post-norm model needs the state's attn_pre")
+                out.attn_pre.extend(state.attn_pre or [])
         if r.rd is not None and r.rd_layer < start:
             raise ValueError("a receiver intervention upstream of the run's start layer has no effect")
         return start, resid
@@ -255,8 +292,8 @@ class Forward:
             out.resid_pre.append(resid)
         dense = None
         if r.edge_mask is not None:
-            dense = edge_delta(graph, cfg, r.edge_mask, r.cf, out.blocks, layer, graph.upstream_of_attention(layer),
-                               True, r.edge_live)
+            dense = edge_delta(self, r.edge_mask, r.cf, out.blocks, layer, graph.upstream_of_attention(layer),
+                               True, r.edge_live, out.attn_pre)
         probes = None
         if r.receiver_grads == "projected" and dense is None and r.rd is None:
             probes = tuple(grad_probe((B, cfg.n_heads, P, cfg.d_head), resid) for _ in range(3))
@@ -271,7 +308,9 @@ class Forward:
             local = r.rd - layer * graph.receivers_per_layer
             sparse = (local // cfg.n_heads, local % cfg.n_heads, r.iv.receiver_delta)
         q_at = r.logits_at if r.fast_last and layer == cfg.n_layers - 1 else None
-        z, attn_out, pattern = attention_block(cfg, blk, resid, dense, sparse, r.allowed, r.rot, r.per_head,
+        sliding = cfg.is_sliding(layer)
+        z, attn_out, pattern = attention_block(cfg, blk, resid, dense, sparse, r.allowed[sliding],
+                                               None if r.rot is None else r.rot[sliding], r.per_head,
                                                q_at=q_at, keep=out.qkv if r.keep_qkv else None, probes=probes)
         if q_at is not None:  # from here on only the read-out position of each row
             resid = resid[torch.arange(B, device=resid.device), q_at][:, None]
@@ -279,6 +318,10 @@ class Forward:
             out.patterns.append(pattern)
         if r.per_head:
             attn_out = self._head_senders(layer, z, r, out) + blk.b_O
+        if cfg.post_norm:  # the layer writes N(S), S the summed (patched) head outputs + b_O
+            if r.keep_attn_pre:
+                out.attn_pre.append(attn_out)
+            attn_out = post_norm(cfg, blk.ln1_post_w, attn_out)
         mid = resid + attn_out
         if r.keep_resid:
             out.resid_mid.append(mid)
@@ -302,8 +345,8 @@ class Forward:
         cfg, graph, blk = self.cfg, self.graph, self.blocks[layer]
         mlp_in = resid if cfg.parallel else mid
         if r.edge_mask is not None:
-            d = edge_delta(graph, cfg, r.edge_mask, r.cf, out.blocks, layer, graph.upstream_of_mlp(layer), False,
-                           r.edge_live)
+            d = edge_delta(self, r.edge_mask, r.cf, out.blocks, layer, graph.upstream_of_mlp(layer), False,
+                           r.edge_live, out.attn_pre)
             if d is not None:
                 mlp_in = mlp_in + d
         if r.receiver_grads:
@@ -325,8 +368,8 @@ class Forward:
         """The logits receiver's input: the final residual with its edge patches, probe and receiver patch."""
         graph, final = self.graph, resid
         if r.edge_mask is not None:
-            d = edge_delta(graph, self.cfg, r.edge_mask, r.cf, out.blocks, self.cfg.n_layers, graph.n_senders, False,
-                           r.edge_live)
+            d = edge_delta(self, r.edge_mask, r.cf, out.blocks, self.cfg.n_layers, graph.n_senders, False,
+                           r.edge_live, out.attn_pre)
             if d is not None:
                 final = final + d
         if r.receiver_grads:

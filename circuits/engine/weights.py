@@ -26,23 +26,40 @@ _Model = TypeVar("_Model", bound="ModelWeights")
 
 
 class Block(nn.Module):
-    """One transformer layer's weights in the uniform form."""
+    """One transformer layer's weights in the uniform form.
+
+    Norm weights are held as the family stores them (Gemma's ``w`` of the scale ``1 + w``); without
+    pre-norms (OLMo 2) there is no ln1/ln2; ``ln1_post_w``/``ln2_post_w`` are the norms on the
+    attention and MLP outputs, ``lnq_w``/``lnk_w`` the q/k norms ([d_head] per head, or over the whole
+    projection: [H d_head] and [H_kv d_head]).
+    """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         H, D, E = cfg.n_heads, cfg.d_model, cfg.d_head
         p = lambda *shape: nn.Parameter(torch.zeros(*shape))  # noqa: E731
-        self.ln1_w, self.ln1_b = nn.Parameter(torch.ones(D)), p(D)
+        one = lambda *shape: nn.Parameter(torch.ones(*shape))  # noqa: E731
+        if cfg.pre_norm:
+            self.ln1_w, self.ln1_b = one(D), p(D)
         self.W_Q, self.W_K, self.W_V = p(H, D, E), p(H, D, E), p(H, D, E)
         self.b_Q, self.b_K, self.b_V = p(H, E), p(H, E), p(H, E)
         self.W_O, self.b_O = p(H, E, D), p(D)
+        if cfg.qk_norm == "head":
+            self.lnq_w, self.lnk_w = one(E), one(E)
+        elif cfg.qk_norm == "full":
+            self.lnq_w, self.lnk_w = one(H * E), one(cfg.kv_heads * E)
+        if cfg.post_norm:
+            self.ln1_post_w = one(D)
         if cfg.has_mlp:
             F_ = cfg.d_mlp
-            self.ln2_w, self.ln2_b = nn.Parameter(torch.ones(D)), p(D)
+            if cfg.pre_norm:
+                self.ln2_w, self.ln2_b = one(D), p(D)
             self.W_in, self.b_in = p(D, F_), p(F_)
             if cfg.mlp == "gated":
                 self.W_gate = p(D, F_)
             self.W_out, self.b_out = p(F_, D), p(D)
+            if cfg.post_norm:
+                self.ln2_post_w = one(D)
 
 
 class ModelWeights(nn.Module):
@@ -63,6 +80,8 @@ class ModelWeights(nn.Module):
         self.b_U = nn.Parameter(torch.zeros(V))
         if cfg.positional == "rotary":
             self.register_buffer("inv_freq", rotary_inv_freq(cfg), persistent=False)
+            if cfg.rope_local is not None:  # Gemma 3's sliding layers: their own base
+                self.register_buffer("inv_freq_local", rotary_inv_freq(cfg, local=True), persistent=False)
         self.tokenizer: Any = None
         self.source: str = "memory"
         self.meta: dict = {}
@@ -78,9 +97,11 @@ class ModelWeights(nn.Module):
         with torch.device("meta"):
             model = cls(cfg)
         model.load_state_dict(state, strict=True, assign=True)
-        if cfg.positional == "rotary":  # the non-persistent buffer was built on meta
+        if cfg.positional == "rotary":  # the non-persistent buffers were built on meta
             device = next(iter(state.values())).device
             model.inv_freq = rotary_inv_freq(cfg).to(device)
+            if cfg.rope_local is not None:
+                model.inv_freq_local = rotary_inv_freq(cfg, local=True).to(device)
         return model
 
     def init_weights(self: _Model, seed: int) -> _Model:
@@ -92,7 +113,7 @@ class ModelWeights(nn.Module):
             for name, p in self.named_parameters():
                 leaf = name.rsplit(".", 1)[-1]
                 if leaf.startswith(("ln", "lnf")) and leaf.endswith("_w"):
-                    p.fill_(1.0)
+                    p.fill_(0.0 if self.cfg.norm == "rmsnorm_1p" else 1.0)  # the neutral scale
                 elif leaf.startswith("b_") or leaf.endswith("_b"):
                     p.zero_()
                 else:

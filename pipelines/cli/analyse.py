@@ -13,6 +13,7 @@ from . import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, DTYPES, Ablation, DType, Lev
 
 
 Rule = choices("Rule", "top-k", "greedy")  # how `circuit` selects edges
+InputNode = choices("InputNode", "embeddings", "tokens")  # circuits.ablation
 Ranking = choices("Ranking", "signed", "absolute")  # reports.topk.RANKINGS: signed score or |score|
 
 
@@ -35,13 +36,15 @@ def model_command(
     n_inputs: int = typer.Option(4, "--n-inputs", min=1, max=4096, help="random inputs for the logits check"),
     length: int = typer.Option(16, "--length", min=1, help="tokens per random input (capped at the context)"),
     seed: int = typer.Option(0, "--seed", min=0),
-    tolerance: float = typer.Option(1e-4, "--tolerance", min=0.0, help="max |logit difference| allowed"),
+    tolerance: float = typer.Option(1e-4, "--tolerance", min=0.0,
+                                    help="max |logit difference| (and relative gradient difference) allowed"),
+    logits_only: bool = typer.Option(False, "--logits-only",
+                                     help="check logits only (skip the gradient and exact-patching parity checks)"),
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
-    """Describe a model and check CircuitModel logits against the Hugging Face model."""
-    import torch
-
+    """Describe a model and check CircuitModel against the Hugging Face model: logits, receiver gradients
+    against HF autograd, exact patching against brute force."""
     from circuits import load_hf, load_model
     from pipelines.build import resolve_source
 
@@ -63,22 +66,29 @@ def model_command(
     echo(f"heads         {cfg.n_heads}{kv}")
     echo(f"d_model       {cfg.d_model}   d_head {cfg.d_head}   d_mlp {cfg.d_mlp if cfg.has_mlp else '-'}")
     echo(f"norm          {cfg.norm}   positions {cfg.positional}   mlp {cfg.mlp} ({cfg.act})")
+    from circuits.describe import feature_lines
+
+    for line in feature_lines(cfg):
+        echo(line)
     echo(f"nodes         {len(g.nodes)} ({g.n_senders} senders, {g.n_receivers} receivers)")
     echo(f"edges         {g.n_edges}")
     echo(f"weight hash   {model.weight_hash()[:16]}")
     if hf is None:
         echo("logits check  skipped (a circuitstat model has no Hugging Face counterpart)")
         return
-    gen = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, cfg.vocab_size, (n_inputs, min(length, cfg.n_ctx)), generator=gen)
-    mask = torch.ones_like(ids)
-    if n_inputs > 1:
-        mask[-1, ids.shape[1] // 2 :] = 0  # one right-padded input
-    with torch.no_grad():
-        diff = (hf(ids, attention_mask=mask).logits - model(ids, mask)).abs()[mask.bool()].max().item()
-    ok = diff <= tolerance
-    echo(f"logits check  max |HF - CircuitModel| = {diff:.3e} on {n_inputs} inputs "
+    from circuits.parity import check_parity
+
+    p = check_parity(hf, model, n_inputs=n_inputs, length=length, seed=seed, gradients=not logits_only)
+    ok = p.logits <= tolerance
+    echo(f"logits check  max |HF - CircuitModel| = {p.logits:.3e} on {n_inputs} inputs "
                f"({'ok' if ok else 'FAILED'}, tolerance {tolerance:g})")
+    if p.gradients is not None:
+        ok_g, ok_e = p.gradients <= tolerance, p.exact <= tolerance
+        echo(f"EAP check     receiver gradients vs HF autograd: max relative difference {p.gradients:.3e} "
+                   f"({'ok' if ok_g else 'FAILED'})")
+        echo(f"exact check   suffix patching vs brute force on {p.exact_edges} edges: max |logit difference| "
+                   f"{p.exact:.3e} ({'ok' if ok_e else 'FAILED'})")
+        ok = ok and ok_g and ok_e
     if not ok:
         raise typer.Exit(1)
 
@@ -96,6 +106,10 @@ def attribute_command(
     method: Method = typer.Option("eap", "--method", help="attribution method"),
     level: Level = typer.Option("edge", "--level", help="score edges or nodes (senders)"),
     ablation: Ablation = typer.Option("counterfactual", "--ablation", help="what a patched component carries"),
+    input_node: InputNode = typer.Option(
+        "embeddings", "--input-node",
+        help="what a zero/mean-ablated input sender is: embeddings (token + position) or tokens (token "
+             "embedding only, as EAP-IG and MIB)"),
     metric: MetricName | None = typer.Option(None, "--metric",
                                              help="task metric (default: the task's own, logit_diff for most)"),
     n: int = typer.Option(64, "--n", min=1, help="number of examples"),
@@ -133,6 +147,7 @@ def attribute_command(
     from reports.errors import InputError
 
     method, level, ablation, dtype = method.value, level.value, ablation.value, dtype.value
+    input_node = input_node.value
     metric = None if metric is None else metric.value
     # everything is validated before the run directory exists
     if out is None and not plan:
@@ -149,7 +164,8 @@ def attribute_command(
                                              n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
                                              device=device, dtype=dtype, max_memory=max_memory,
                                              allow_pickle=allow_pickle, allow_large=allow_large)
-    sm = _attribute_run(m, t, out, model_arg=model, task_arg=task, method=method, level=level, ablation=ablation, n=n,
+    sm = _attribute_run(m, t, out, model_arg=model, task_arg=task, method=method, level=level, ablation=ablation,
+                        input_node=input_node, n=n,
                         batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
                         budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force)
     mean = sm.mean()
@@ -165,13 +181,14 @@ def _plan(source: str, task: str, *, n: int, seed: int, metric, level: str, batc
           budget, n_jobs: int, device: str, dtype: str, allow_pickle: bool, allow_large: bool) -> None:
     """Print the plan of an attribute run: counts from the model's skeleton on the meta device (no weight
     is read or allocated, whatever the config's size); timings from the loaded model only when its
-    weights fit the memory limit (circuits.limits.MAX_BYTES, which --allow-large does not lift here)."""
+    weights fit the memory limit (circuits.limits.MAX_BYTES, which --allow-large does not lift here) and
+    pipelines.plan.TIMING_BYTES; otherwise the time is priced by FLOPs (pipelines.plan.flop_rate)."""
     from circuits import load_model
     from circuits.limits import MAX_BYTES, format_bytes
     from circuits.plan import weight_bytes
     from circuits.skeleton import load_skeleton
     from pipelines.build import build_task, check_work, resolve_source, task_positions
-    from pipelines.plan import plan_lines
+    from pipelines.plan import TIMING_BYTES, plan_lines
 
     skeleton = load_skeleton(resolve_source(source), allow_pickle=allow_pickle, allow_large=allow_large)
     skeleton = skeleton.to(dtype=_torch_dtype(dtype))  # on meta: only the itemsize changes
@@ -179,13 +196,16 @@ def _plan(source: str, task: str, *, n: int, seed: int, metric, level: str, batc
     t = build_task(skeleton, task, n=n, seed=seed, metric=metric)
     need = weight_bytes(skeleton.cfg, _torch_dtype(dtype).itemsize)
     timing, why = None, ""
-    if need <= MAX_BYTES:
+    if need > MAX_BYTES:
+        why = f"the weights ({format_bytes(need)}) exceed the memory limit of {format_bytes(MAX_BYTES)}"
+    elif need > TIMING_BYTES:  # loading and timing a multi-GB model would take minutes: a plan takes seconds
+        why = (f"the weights ({format_bytes(need)}) are over the {format_bytes(TIMING_BYTES)} a timing calibration "
+               "loads")
+    else:
         timing = load_model(resolve_source(source), device=device, dtype=_torch_dtype(dtype),
                             allow_pickle=allow_pickle, allow_large=allow_large)
-    else:
-        why = f"the weights ({format_bytes(need)}) exceed the memory limit of {format_bytes(MAX_BYTES)}"
     for line in plan_lines(skeleton, t, level=level, batch_size=batch_size, ig_steps=ig_steps, budget=budget,
-                           n_jobs=n_jobs, timing_model=timing, untimed=why):
+                           n_jobs=n_jobs, timing_model=timing, untimed=why, device=str(device)):
         echo(line)
 
 
@@ -210,7 +230,8 @@ def prepare_attribute(model: str, task: str, *, method: str, level: str, ablatio
 
 
 def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", level: str = "edge",
-                  ablation: str = "counterfactual", metric: str | None = None, n: int = 64, batch_size: int = 16,
+                  ablation: str = "counterfactual", input_node: str = "embeddings", metric: str | None = None,
+                  n: int = 64, batch_size: int = 16,
                   ig_steps: int = 5, seed: int = 0, n_jobs: int = 1, device: str = "cpu", dtype: str = "float32",
                   max_memory: str | None = None, checkpoint_every: int | None = None, resume: bool = True,
                   force: bool = False, allow_pickle: bool = False, allow_large: bool = False):
@@ -222,7 +243,8 @@ def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", leve
                                              device=device, dtype=dtype, max_memory=max_memory,
                                              allow_pickle=allow_pickle, allow_large=allow_large)
     return _attribute_run(m, t, out, model_arg=model, task_arg=task, method=method, level=level, ablation=ablation,
-                          n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
+                          input_node=input_node, n=n, batch_size=batch_size,
+                          ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
                           budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force)
 
 
@@ -262,7 +284,8 @@ def _task_record(t) -> dict:
     return {**desc, "meta": meta}
 
 
-def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: str, level: str, ablation: str, n: int,
+def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: str, level: str, ablation: str,
+                   input_node: str, n: int,
                    batch_size: int, ig_steps: int, seed: int, n_jobs: int, dtype: str, budget: int | None,
                    checkpoint_every: int | None, resume: bool, force: bool):
     """The ScoreMatrix of one checkpointed attribution run written into ``out`` (resumed where it stopped)."""
@@ -273,10 +296,11 @@ def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: st
 
     batch_size, max_rows = _engine_sizes(m, t, method, level, batch_size, budget)
     spec = {"model": model_arg, "task": task_arg, "method": method, "level": level, "ablation": ablation,
-            "metric": t.metric_name, "n": n, "batch_size": batch_size, "ig_steps": ig_steps, "seed": seed,
+            "input_node": input_node, "metric": t.metric_name, "n": n, "batch_size": batch_size, "ig_steps": ig_steps,
+            "seed": seed,
             "dtype": DTYPES[dtype], "max_rows": max_rows}
     options = {"batch_size": batch_size, "max_rows": max_rows, "ig_steps": ig_steps, "dtype": DTYPES[dtype],
-               "device": m.device.type}
+               "device": m.device.type, "input_node": input_node}
     identity, task_record = m.identity(), _task_record(t)  # the model caches its weight hash
     job = AttributionJob(identity["weight_hash"], t.content_hash, t.metric_name, method, level, ablation, n,
                          len(m.graph.edge_names) if level == "edge" else m.graph.n_senders, seed, options)
@@ -292,11 +316,11 @@ def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: st
 
             t0 = time.perf_counter()
             # one counterfactual builder for every chunk: mean ablations average the whole dataset once
-            abl = Counterfactuals(ablation, m, t, seed=seed, batch_size=batch_size)
+            abl = Counterfactuals(ablation, m, t, seed=seed, batch_size=batch_size, input_node=input_node)
             kw = {"level": level, "ablation": abl, "batch_size": batch_size, "ig_steps": ig_steps, "seed": seed,
                   "max_rows": max_rows}
             scores = run_checkpointed(store, m, t, method, kw, reuse=reuse, n_jobs=n_jobs, run_id=run.run_id)
-            eparams = {"batch_size": batch_size, "seed": seed, "max_rows": max_rows}
+            eparams = {"batch_size": batch_size, "seed": seed, "max_rows": max_rows, "input_node": input_node}
             if method.startswith("eap-ig"):
                 eparams["ig_steps"] = ig_steps
             sm = ScoreMatrix(scores, m.graph, level, method, ablation, t.metric_name, params=eparams,

@@ -1,0 +1,57 @@
+"""What a model's configuration does beyond a plain pre-norm transformer, in the words
+``circuitstat model`` prints (and docs/families.md uses): attention scale and soft-caps, windows,
+rotary schedules, norms, and how edges are defined where head writes are not additive."""
+
+from __future__ import annotations
+
+from .engine.config import ModelConfig
+
+EDGE_DEFINITION = (
+    "heads' outputs are normalised together before the residual add, so a head's write is not additive; "
+    "edge u->v adds N_l(S_l + Δz_u) - N_l(S_l) to v's input (S_l the layer's summed head outputs, N_l its "
+    "post-attention norm): exact patching computes this, EAP its first-order term J_N Δz_u; a head's out-edges "
+    "patched together are the head patched")
+
+
+def feature_lines(cfg: ModelConfig) -> list[str]:
+    """Lines (label padded to 14 columns) for the features ``cfg`` has; none for a plain model."""
+    out = []
+    attn = []
+    if cfg.attn_scalar is not None:
+        attn.append(f"scores x query_pre_attn_scalar^-1/2 ({cfg.attn_scalar:g})")
+    if cfg.attn_softcap is not None:
+        attn.append(f"tanh soft-cap {cfg.attn_softcap:g}")
+    if cfg.sliding_window is not None:
+        layers = [i for i in range(cfg.n_layers) if cfg.is_sliding(i)]
+        where = "every layer" if len(layers) == cfg.n_layers else f"layers {layers}"
+        attn.append(f"sliding window {cfg.sliding_window} on {where}")
+    if cfg.qk_norm != "none":
+        attn.append("q/k RMSNorm " + ("per head" if cfg.qk_norm == "head" else "over the whole projection "
+                                       "(couples heads: a head's receiver projects every head from its input)"))
+    if attn:
+        out.append("attention     " + "; ".join(attn))
+    if cfg.positional == "rotary" and (cfg.rope or cfg.rope_local or cfg.rotary_dim != cfg.d_head):
+        rope = f"rotary {(cfg.rope or {}).get('rope_type', 'default')} base {cfg.rotary_base:g}"
+        if cfg.rotary_dim != cfg.d_head:
+            rope += f", {cfg.rotary_dim} of {cfg.d_head} dims"
+        if cfg.rope_local is not None:
+            rope += f"; sliding layers {cfg.rope_local.get('rope_type', 'default')} base {cfg.rope_local['rope_theta']:g}"
+        if cfg.rope_max_positions is not None:
+            rope += f"; exact up to {cfg.rope_max_positions} tokens (longer prompts refused)"
+        out.append("rotary        " + rope)
+    norms = []
+    if not cfg.pre_norm:
+        norms.append("no pre-norms")
+    if cfg.post_norm:
+        norms.append("norms on attention and MLP outputs" + (" (sandwich)" if cfg.pre_norm else ""))
+    if cfg.embed_scale is not None:
+        norms.append(f"embeddings x {cfg.embed_scale:.4g}")
+    if cfg.logit_softcap is not None:
+        norms.append(f"logits tanh soft-cap {cfg.logit_softcap:g}")
+    if cfg.tied_embeddings:
+        norms.append("tied embeddings")
+    if norms:
+        out.append("stream        " + "; ".join(norms))
+    if not cfg.additive_writes:
+        out.append("edge def      " + EDGE_DEFINITION)
+    return out

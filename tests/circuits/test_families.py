@@ -1,0 +1,303 @@
+"""Every decoder family against Hugging Face (the oracle), on tiny scrambled configs with GQA, windows
+shorter than the prompts, soft-caps, q/k norms, sandwich and post-norms and scaled rotary schedules
+(tests/families.py): logits, EAP against autograd on the HF model, exact against brute force, and the
+fields the conversion refuses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from families import FAMILIES, VOCAB, batch, hf_model
+
+from circuits import Intervention
+from circuits.ablation import last_index
+from circuits.attribution import attribute
+from circuits.convert import from_hf
+from circuits.parity import hf_branch_gradients, hf_node_eap, model_branch_gradients
+from circuits.tasks import make_task
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def pair(request):
+    hf = hf_model(request.param, seed=2)
+    return request.param, hf, from_hf(hf)
+
+
+def _task(n: int = 3):
+    # 7 tokens: longer than every window (3 or 4) in tests/families.py
+    return make_task("induction", vocab_size=VOCAB, n=n, seed=0, seq_len=4)
+
+
+def test_logits_equal_hf(pair):
+    name, hf, m = pair
+    ids, mask = batch()
+    with torch.no_grad():
+        ref = hf(ids, attention_mask=mask).logits
+        ours = m(ids, mask)
+    real = mask.bool()
+    assert (ref - ours).abs()[real].max() <= 1e-5, name
+    assert ref[real].std() > 0.3  # activations large enough for norms and caps to bend
+
+
+def test_receiver_gradients_sum_to_hf_autograd(pair):
+    """Each receiver group's gradients (a layer's q/k/v inputs summed over heads, its MLP input, the logits
+    input) equal autograd on the HF model at the input of the module that reads that branch."""
+    name, hf, m = pair
+    ids, mask = batch(1)
+    last = last_index(mask)
+    ar = torch.arange(ids.shape[0])
+
+    def metric(logits):
+        return (logits[ar, last, 5] - logits[ar, last, 7]).sum()
+
+    ref = hf_branch_gradients(hf, ids, mask, metric)
+    ours = model_branch_gradients(m, ids, mask, metric)
+    assert len(ref) == len(ours) == 2 * m.cfg.n_layers + 1
+    real = mask.bool()
+    for i, (a, b) in enumerate(zip(ref, ours)):
+        assert (a - b)[real].abs().max() <= 1e-5 * max(1.0, float(a[real].abs().max())), (name, i)
+        assert a[real].abs().max() > 1e-3, (name, i)
+
+
+def test_node_eap_equals_hf_autograd(pair):
+    name, hf, m = pair
+    task = _task()
+    ref = hf_node_eap(hf, task)
+    got = attribute(m, task, "eap", level="node", progress=False).scores
+    assert got.shape == ref.shape
+    scale = np.abs(ref).max()
+    assert scale > 1e-2, name
+    assert np.abs(got - ref).max() <= 1e-5 * max(1.0, scale), name
+
+
+def _brute_force(model, task, cf):
+    """One full forward per edge with only that edge patched: the definition of the exact effect."""
+    g = model.graph
+    idx = torch.arange(task.clean.shape[0])
+    last = last_index(task.attention_mask)
+    with torch.no_grad():
+        base = model.run(task.clean, task.attention_mask, logits_at=last).logits
+        m0 = task.score(base, indices=idx, clean_logits=base)
+        out = torch.zeros(len(idx), g.n_edges)
+        for e in range(g.n_edges):
+            mask = torch.zeros(g.n_edges)
+            mask[e] = 1
+            lo = model.run(task.clean, task.attention_mask, intervention=Intervention.edges(mask, cf),
+                           logits_at=last).logits
+            out[:, e] = task.score(lo, indices=idx, clean_logits=base) - m0
+    return out.numpy()
+
+
+def test_exact_equals_brute_force(pair):
+    name, _, m = pair
+    task = _task()
+    with torch.no_grad():
+        cf = m.run(task.corrupted, task.attention_mask, keep_senders=True).senders
+    ref = _brute_force(m, task, cf)
+    got = attribute(m, task, "exact", batch_size=2, max_rows=13, progress=False).scores
+    scale = np.abs(ref).max()
+    assert scale > 1e-2, name
+    assert np.abs(got - ref).max() <= 1e-5 * max(1.0, scale), name
+
+
+def test_all_edges_give_corrupted_run_and_out_edges_give_node_patch(pair):
+    """The edge definition is complete: every edge patched is the corrupted run, a head's out-edges are
+    the head patched everywhere (also where its write goes through a post-norm)."""
+    name, _, m = pair
+    ids, mask = batch(0)
+    corrupt, _ = batch(1)
+    g = m.graph
+    with torch.no_grad():
+        cf = m.run(corrupt, mask, keep_senders=True).senders
+        all_edges = m.run(ids, mask, intervention=Intervention.edges(torch.ones(g.n_edges), cf)).logits
+        corrupted = m(corrupt, mask)
+        tol = 1e-5 * max(1.0, float(corrupted.abs().max()))  # float32 rounding of logits of size ~8
+        assert (all_edges - corrupted).abs()[mask.bool()].max() <= tol, name
+        u = g.head_sender(0, 1)
+        em = torch.zeros(g.n_edges)
+        em[torch.as_tensor(g.sender_out_edges(u))] = 1
+        sm = torch.zeros(g.n_senders)
+        sm[u] = 1
+        by_edges = m.run(ids, mask, intervention=Intervention.edges(em, cf)).logits
+        by_node = m.run(ids, mask, intervention=Intervention.nodes(sm, cf)).logits
+    assert (by_edges - by_node).abs().max() <= tol, name
+    assert (by_node - m(ids, mask)).abs().max() > 1e-3
+
+
+def test_projected_receiver_grads_equal_input_probes(pair):
+    """Probes on q/k/v mapped back (through per-head or whole-projection q/k norms) = probes on the inputs."""
+    name, _, m = pair
+    ids, mask = batch()
+    last = last_index(mask)
+    grads = []
+    for mode in (True, "projected"):
+        out = m.run(ids, mask, receiver_grads=mode, logits_at=last, keep_senders=True)
+        metric = out.logits[:, 3].sum() - out.logits[:, 5].pow(2).sum()
+        grads.append(m.receiver_input_grads(out, torch.autograd.grad(metric, out.grad_inputs)))
+    for a, b in zip(*grads):
+        assert (a - b).abs().max() <= 1e-5 * max(1.0, float(a.abs().max())), name
+
+
+def test_sliding_window_matters():
+    """A window of 3 on 9-token prompts: the same weights without it give other logits, in HF and here."""
+    hf = hf_model("gemma2", seed=3)
+    wide = hf_model("gemma2", seed=3, sliding_window=64)
+    wide.load_state_dict(hf.state_dict())
+    ids, mask = batch()
+    real = mask.bool()
+    with torch.no_grad():
+        a, b = hf(ids, attention_mask=mask).logits, wide(ids, attention_mask=mask).logits
+        ours_a, ours_b = from_hf(hf)(ids, mask), from_hf(wide)(ids, mask)
+    assert (a - b)[real].abs().max() > 0.1  # the window changes the model
+    assert (a - ours_a)[real].abs().max() <= 1e-5 and (b - ours_b)[real].abs().max() <= 1e-5
+    # positions inside the first window see the same keys either way
+    assert (a - b)[:, :3].abs().max() <= 1e-5
+
+
+def _hf_edge_effect(hf, task, head: int, receiver: str) -> np.ndarray:
+    """The effect of edge a0.h{head} -> ``receiver`` built in HF alone, on the definition of
+    circuits.engine.run: the receiver's input gains N0(S0 with head's o_proj input slice from the
+    corrupted run) − N0(S0), N0 layer 0's post_attention_layernorm; nothing else changes."""
+    base, E = hf.model, hf.config.head_dim if getattr(hf.config, "head_dim", None) else None
+    E = E or hf.config.hidden_size // hf.config.num_attention_heads
+    l0, l1 = base.layers[0], base.layers[1]
+    ar = torch.arange(task.clean.shape[0])
+    last = last_index(task.attention_mask)
+    got = {}
+
+    def grab(key):
+        def hook(module, args, kwargs):
+            got[key] = (args[0] if args else kwargs["hidden_states"]).detach()
+        return hook
+
+    def run(ids, hooks):
+        handles = [m.register_forward_pre_hook(h, with_kwargs=True) if pre else m.register_forward_hook(h)
+                   for m, h, pre in hooks]
+        try:
+            with torch.no_grad():
+                return hf(ids, attention_mask=task.attention_mask).logits[ar, last]
+        finally:
+            for h in handles:
+                h.remove()
+
+    run(task.corrupted, [(l0.self_attn.o_proj, grab("cf"), True)])
+    clean = run(task.clean, [(l0.self_attn.o_proj, grab("mix"), True), (l1, grab("x1"), True)])
+    mixed = got["mix"].clone()
+    mixed[..., head * E : (head + 1) * E] = got["cf"][..., head * E : (head + 1) * E]
+    with torch.no_grad():
+        post = l0.post_attention_layernorm
+        dw = post(l0.self_attn.o_proj(mixed)) - post(l0.self_attn.o_proj(got["mix"]))
+
+    def add(module, args, kwargs):  # the receiver's input + Δw
+        if args:
+            return (args[0] + dw, *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": kwargs["hidden_states"] + dw}
+
+    mlp_in = lambda layer: getattr(layer, "pre_feedforward_layernorm", None) or layer.mlp  # noqa: E731
+    if receiver in ("m0", "m1", "logits"):
+        module = {"m0": mlp_in(l0), "m1": mlp_in(l1), "logits": base.norm}[receiver]
+        hooks = [(module, add, True)]
+    else:  # a1.h{k}<kind>: only head k's q, k or v is recomputed from the patched input
+        k, kind = int(receiver[4]), receiver[-2]
+        attn = l1.self_attn
+        proj = {"q": attn.q_proj, "k": attn.k_proj, "v": attn.v_proj}[kind]
+        norm = getattr(attn, f"{kind}_norm", None) if hf.config.model_type == "olmo2" else None
+        pre = getattr(l1, "input_layernorm", None)
+        with torch.no_grad():
+            x = got["x1"] + dw
+            new = proj(pre(x) if pre is not None else x)
+            new = norm(new) if norm is not None else new
+        target = norm if norm is not None else proj
+
+        def swap(module, args, output):
+            out = output.clone()
+            out[..., k * E : (k + 1) * E] = new[..., k * E : (k + 1) * E]
+            return out
+        hooks = [(target, swap, False)]
+    patched = run(task.clean, hooks)
+    return (task.score(patched, indices=ar, clean_logits=clean) - task.score(clean, indices=ar, clean_logits=clean)).numpy()
+
+
+@pytest.mark.parametrize("family", ["olmo2", "gemma2"])
+def test_post_norm_edge_definition_holds_in_hf(family):
+    """Edges out of a head whose layer normalises its summed attention output (OLMo 2: also q/k norms over
+    the whole projection) score exactly what the HF model gives when only that receiver's input gains the
+    head's post-normed write difference (one K/V head per query head, so HF can isolate a k/v receiver)."""
+    hf = hf_model(family, seed=4, num_key_value_heads=4)
+    m = from_hf(hf)
+    task = _task()
+    scores = attribute(m, task, "exact", progress=False).scores
+    g = m.graph
+    receivers = ["a1.h2<q>", "a1.h0<k>", "a1.h3<v>", "m0", "m1", "logits"]
+    seen = 0.0
+    for r in receivers:
+        ref = _hf_edge_effect(hf, task, 1, r)
+        got = scores[:, g.edge_index(f"a0.h1->{r}")]
+        assert np.abs(got - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max()), (family, r, got, ref)
+        seen = max(seen, np.abs(ref).max())
+    assert seen > 1e-2
+
+
+_PROPORTIONAL = {"rope_parameters": {"rope_type": "proportional", "rope_theta": 10000.0}}
+REFUSED = {
+    "llama3": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
+    "qwen2": ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [1, 1, 2]}},
+              "rope_parameters.mrope_section"),
+    "qwen3": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
+    "mistral": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
+    "gemma2": ({"use_bidirectional_attention": True}, "use_bidirectional_attention=True"),
+    "gemma3": ({"attn_logit_softcapping": 20.0}, "attn_logit_softcapping=20.0"),
+    "phi3": ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4, "partial_rotary_factor": 0.5,
+                                  "short_factor": [1.0, 1.0], "long_factor": [1.0, 1.0], "mscale": 2.0}},
+             "rope_parameters.mscale"),
+    "olmo2": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
+}
+
+
+@pytest.mark.parametrize("family", list(REFUSED))
+def test_model_command_refuses_unreproduced_field_by_name(family, tmp_path):
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    overrides, words = REFUSED[family]
+    hf_model(family, **overrides).save_pretrained(tmp_path / "m")
+    res = CliRunner().invoke(app, ["model", str(tmp_path / "m")])
+    assert res.exit_code == 2, res.output
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error")]  # transformers may warn too
+    assert len(errors) == 1 and words in errors[0], res.stderr
+
+
+def test_token_ablation_removes_the_scaled_embedding():
+    """Gemma's input sender is √d · W_E[token]: zero token ablation leaves exactly zero there."""
+    from circuits.contributions import ablated_inputs
+
+    m = from_hf(hf_model("gemma2"))
+    ids, mask = batch()
+    which = torch.zeros_like(ids, dtype=torch.bool)
+    which[0, 2] = True
+    x = ablated_inputs(m, ids, mask, which, "zero")
+    assert torch.equal(x[0, 2], torch.zeros_like(x[0, 2]))
+    assert torch.equal(x[0, 1], m.embed(ids, m.positions(mask))[0, 1]) and x[0, 1].abs().max() > 0
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2"])
+def test_random_specs_have_small_defaults_and_parity(arch):
+    """``random:ARCH`` builds a small model of each new family offline (transformers' own config class)."""
+    from circuits import load_hf
+    from circuits.parity import check_parity
+
+    hf = load_hf(f"random:{arch}?num_hidden_layers=1&vocab_size=128&seed=3")
+    m = from_hf(hf)
+    assert m.cfg.arch == arch and m.cfg.d_model == 256 and m.cfg.n_layers == 1
+    assert check_parity(hf, m, n_inputs=2, length=6, gradients=False).logits <= 1e-5
+
+
+def test_fused_training_forward_falls_back_where_it_does_not_reproduce_the_family():
+    for family in ("gemma2", "olmo2", "qwen3", "mistral", "phi3"):
+        m = from_hf(hf_model(family))
+        assert not m.has_fused_forward, family
+        ids, _ = batch()
+        with torch.no_grad():
+            assert torch.equal(m.fused_logits(ids), m(ids))

@@ -1,0 +1,138 @@
+"""Plans for MIB's larger models from their shapes alone: Gemma-2-2B and Llama-3.1-8B configs (public
+hyperparameters) converted on the meta device, no weight allocated; memory estimates that count what the
+family features add, and --max-memory fitted within the budget for every method."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+from families import FAMILIES, hf_model
+
+from circuits.convert import from_hf
+from reports.errors import InputError
+from circuits.plan import METHODS, fit_memory, method_cost, weight_bytes
+
+SHAPES = {
+    # google/gemma-2-2b config.json
+    "gemma-2-2b": lambda: transformers.Gemma2Config(
+        hidden_size=2304, intermediate_size=9216, num_hidden_layers=26, num_attention_heads=8, num_key_value_heads=4,
+        head_dim=256, vocab_size=256000, max_position_embeddings=8192, query_pre_attn_scalar=256, sliding_window=4096,
+        attn_logit_softcapping=50.0, final_logit_softcapping=30.0, rms_norm_eps=1e-6,
+        hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True),
+    # meta-llama/Llama-3.1-8B config.json
+    "llama-3.1-8b": lambda: transformers.LlamaConfig(
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+        vocab_size=128256, max_position_embeddings=131072, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+}
+
+
+def meta_model(shape: str, dtype=torch.bfloat16):
+    """The CircuitModel of ``shape`` converted from a HF skeleton on the meta device (nothing allocated)."""
+    with torch.device("meta"):
+        hf = transformers.AutoModelForCausalLM.from_config(SHAPES[shape]())
+    return from_hf(hf, dtype=dtype, device="meta")
+
+
+@pytest.fixture(scope="module", params=list(SHAPES))
+def shape(request):
+    return request.param, meta_model(request.param)
+
+
+def test_shapes_convert_on_meta_without_allocating(shape):
+    name, m = shape
+    assert all(t.device.type == "meta" for t in [*m.parameters(), *m.buffers()])
+    cfg = m.cfg
+    if name == "gemma-2-2b":
+        assert cfg.tied_embeddings and cfg.post_norm and cfg.attn_softcap == 50.0 and cfg.sliding_window == 4096
+        assert cfg.layer_types[:2] == ["sliding_attention", "full_attention"]
+    else:
+        assert cfg.rope["rope_type"] == "llama3" and cfg.n_kv_heads == 8
+    # the estimate counts exactly the tensors the model holds (K/V ungrouped, tied embeddings once)
+    assert weight_bytes(cfg, 2) == sum(t.numel() * 2 for t in m.state_dict().values())
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_max_memory_is_respected_for_every_method(shape, method):
+    name, m = shape
+    cfg, P = m.cfg, 32
+    for budget in (40 * 2**30, 80 * 2**30):
+        b, rows = fit_memory(cfg, method, budget, positions=P, batch_size=64, max_rows=4096, itemsize=2)
+        cost = method_cost(cfg, method, n=128, positions=P, batch_size=b, max_rows=rows, itemsize=2)
+        assert weight_bytes(cfg, 2) < cost.memory_peak <= budget, (name, method, budget)
+        assert b >= 1 and rows >= 1
+    with pytest.raises(InputError, match="--max-memory"):
+        fit_memory(cfg, method, weight_bytes(cfg, 2), positions=P, itemsize=2)  # weights alone leave no room
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_weight_bytes_equal_each_familys_tensors(family):
+    m = from_hf(hf_model(family))
+    assert weight_bytes(m.cfg) == sum(t.numel() * 4 for t in m.state_dict().values())
+
+
+def test_post_norm_methods_contract_once_per_gradient_run():
+    """Gemma's gradient methods count one contraction per gradient run (per-point linearised writes)."""
+    from circuits.plan import contraction_flops, graph_of
+
+    m = meta_model("gemma-2-2b")
+    g, P = graph_of(m.cfg), 16
+    eap = method_cost(m.cfg, "eap", n=1, positions=P)
+    cc = method_cost(m.cfg, "clean-corrupted", n=1, positions=P)
+    from circuits.plan import backward_flops, forward_flops
+
+    assert cc.flops - eap.flops == pytest.approx(forward_flops(m.cfg, P) + backward_flops(m.cfg, P)
+                                                 + contraction_flops(g, m.cfg, P))
+
+
+def test_plan_lines_price_a_meta_model_by_flops(shape):
+    """``attribute --plan``'s table for a shape with no weights: every method, memory within the budget,
+    time as FLOPs at the given rate (stated, a lower bound)."""
+    from circuits.plan import parse_bytes  # (circuits.limits after the ground-floor move)
+    from pipelines.build import build_task
+    from pipelines.plan import flop_rate, plan_lines
+
+    name, m = shape
+    task = build_task(m, "induction", n=32, seed=0, metric=None)
+    lines = plan_lines(m, task, batch_size=16, budget=parse_bytes("80GiB"), rate=(989.0, "a test peak"))
+    assert "counts from shapes only" in lines[1] and "989 TFLOP/s (a test peak)" in lines[1]
+    rows = {line.split()[0]: line for line in lines[3:-1]}
+    assert set(rows) == set(METHODS)
+    for line in rows.values():
+        assert ">=" in line and "does not fit" not in line
+    tflops, how = flop_rate("cpu", torch.float32, size=128)
+    assert tflops > 0 and "matmul on cpu" in how
+
+
+CLI_SHAPES = {  # the same shapes as random: specs (the rope schedule does not change a plan's counts)
+    "gemma-2-2b": "random:gemma2?hidden_size=2304&intermediate_size=9216&num_hidden_layers=26&num_attention_heads=8"
+                  "&num_key_value_heads=4&head_dim=256&vocab_size=256000&max_position_embeddings=8192"
+                  "&query_pre_attn_scalar=256&sliding_window=4096",
+    "llama-3.1-8b": "random:llama?hidden_size=4096&intermediate_size=14336&num_hidden_layers=32&num_attention_heads=32"
+                    "&num_key_value_heads=8&head_dim=128&vocab_size=128256&max_position_embeddings=131072",
+}
+
+
+@pytest.mark.parametrize("name", list(CLI_SHAPES))
+def test_attribute_plan_cli_on_the_shapes_allocates_no_weights(name):
+    """``circuitstat attribute --plan`` on the 2B and 8B shapes: the skeleton only (both are over what a
+    timing calibration loads), every method with memory within --max-memory and a FLOP-priced time."""
+    import resource
+
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    res = CliRunner().invoke(app, ["attribute", "--model", CLI_SHAPES[name], "--plan", "--allow-large", "--n", "32",
+                                   "--dtype", "bfloat16", "--max-memory", "40GiB"])
+    assert res.exit_code == 0, res.output + res.stderr
+    assert "no time estimate: the weights" in res.output and "TFLOP/s" in res.output
+    rows = [line.split() for line in res.output.splitlines() if line.split()[:1] and line.split()[0] in METHODS]
+    assert sorted(r[0] for r in rows) == sorted(METHODS)
+    for r in rows:
+        assert r[-3] == ">=" and r[7] == "GiB" and float(r[6]) <= 40.0, r  # memory within the budget
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+    assert grown < 2 * 2**30  # shapes and bookkeeping only: no 5-16 GiB of weights

@@ -1,0 +1,86 @@
+"""Tiny random-weight Hugging Face models of every decoder family, built offline from transformers' own
+config classes, with every quirk switched on: grouped-query attention, windows shorter than the test
+prompts, soft-caps in their nonlinear range, scaled rotary schedules, q/k norms, sandwich norms.
+
+Weights are redrawn (:func:`scramble`) so that nothing sits at a neutral value (norm weights of 1,
+Gemma's 0) and activations are large enough for the soft-caps and norms to bend: a conversion that
+dropped one of them would show at the first logit.
+"""
+
+from __future__ import annotations
+
+import torch
+import transformers
+
+VOCAB = 97
+BASE = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+            vocab_size=VOCAB, max_position_embeddings=64, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+FAMILIES = {
+    # Llama 3.1's rope scaling (original context 16, so the tiny head's frequencies fall in all three bands)
+    "llama3": ("llama", dict(head_dim=8, rope_parameters={
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16}, tie_word_embeddings=True)),
+    # Qwen 2.5: q/k/v biases; a window of 3 on the second layer
+    "qwen2": ("qwen2", dict(use_sliding_window=True, sliding_window=3, max_window_layers=1)),
+    # Qwen 3: per-head q/k norms, yarn
+    "qwen3": ("qwen3", dict(head_dim=8, attention_bias=True, rope_parameters={
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16})),
+    # Mistral: a window of 3 on every layer, head_dim (16) not hidden_size / heads (8)
+    "mistral": ("mistral", dict(head_dim=16, sliding_window=3)),
+    # Gemma 2: query_pre_attn_scalar != head_dim, soft-caps in range, window 3 on alternating layers
+    "gemma2": ("gemma2", dict(head_dim=8, query_pre_attn_scalar=16, attn_logit_softcapping=2.0,
+                              final_logit_softcapping=8.0, sliding_window=3)),
+    # Gemma 3: per-head q/k norms, a local (sliding, base 10k) and a global (linear-scaled, base 1M) layer
+    "gemma3": ("gemma3_text", dict(head_dim=8, query_pre_attn_scalar=8, sliding_window=3, final_logit_softcapping=8.0,
+                                   layer_types=["sliding_attention", "full_attention"], rope_parameters={
+                                       "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                       "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6}})),
+    # Phi-3: fused qkv_proj / gate_up_proj, longrope with partial rotary, a window of 4
+    "phi3": ("phi3", dict(original_max_position_embeddings=32, sliding_window=4, rope_parameters={
+        "rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+        "short_factor": [1.5, 3.0], "long_factor": [4.0, 8.0]})),
+    # OLMo 2: q/k norms over the whole projection, norms on the attention and MLP outputs only
+    "olmo2": ("olmo2", dict()),
+}
+
+
+def hf_config(family: str, **overrides):
+    """The transformers config of ``family`` (a key of FAMILIES) with ``overrides``."""
+    model_type, extra = FAMILIES[family]
+    kw = {**BASE, **extra, **overrides}
+    return transformers.AutoConfig.for_model(model_type, **kw)
+
+
+def scramble(hf, seed: int, std: float = 0.35):
+    """``hf`` with every weight redrawn (norm weights around their neutral value), in eval mode."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            noise = torch.randn(p.shape, generator=gen)
+            if "norm" in name:
+                neutral = 0.0 if hf.config.model_type.startswith("gemma") else 1.0
+                p.copy_(neutral + 0.3 * noise)
+            elif p.dim() == 1:  # biases
+                p.copy_(0.3 * noise)
+            else:
+                p.copy_(std * noise / max(1.0, (p.shape[-1] / 32) ** 0.5))
+    return hf.eval()
+
+
+def hf_model(family: str, seed: int = 0, **overrides):
+    """A scrambled, eager-attention HF model of ``family`` (float32, eval mode)."""
+    config = hf_config(family, **overrides)
+    torch.manual_seed(seed)
+    hf = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    return scramble(hf, seed)
+
+
+def batch(seed: int = 0, B: int = 3, P: int = 9):
+    """Random ids [B, P] and a mask with two right-padded rows (prompts longer than every window)."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, VOCAB, (B, P), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, P - 3 :] = 0
+    mask[2, P - 1 :] = 0
+    return ids, mask
