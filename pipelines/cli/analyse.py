@@ -281,28 +281,33 @@ def report_command(
 def circuit_command(
     run: Path = typer.Argument(..., help="run directory with scores (from attribute or audit)"),
     k: int = typer.Option(..., "--k", min=1, help="number of edges"),
-    absolute: bool = typer.Option(False, "--absolute/--signed", help="rank by |score| or by signed score"),
-    method: Method | None = typer.Option(None, "--method", help="which method's scores in an audit run"),
+    absolute: bool | None = typer.Option(
+        None, "--absolute/--signed",
+        help="rank by |score| or by signed score (default: an audit's recorded ranking, else |score|)"),
+    method: Method | None = typer.Option(None, "--method",
+                                         help="which method's scores in an audit run (default: exact if present)"),
     rule: Rule = typer.Option(Rule("top-k"), "--rule", help="top-k edges, or greedy growth from the logits"),
     prune: bool = typer.Option(True, "--prune/--no-prune", help="drop nodes with no path input -> logits"),
     json_out: Path | None = typer.Option(None, "--json", help="export to EAP-IG / MIB JSON"),
 ) -> None:
-    """Print (and export) the circuit of the top-k edges of a run's mean scores."""
+    """Print (and export) the circuit of the top-k edges of a run's mean scores, saying which method and
+    ranking it used; an empty circuit says why and what to pass instead."""
     from circuits.circuit import Circuit
     from circuits.scores import ScoreMatrix
+    from pipelines.circuit_choice import choose_scores, default_ranking, empty_explanation, header_line
 
-    name = "scores" if method is None else f"scores_{method.value}"
-    if method is None and not (run / "scores.parquet").exists():
-        found = sorted(p.stem[len("scores_"):] for p in run.glob("scores_*.parquet"))
-        if not found:
-            fail(f"{run} has no scores; run `circuitstat attribute` or `circuitstat audit` first")
-        name = f"scores_{found[0]}"
-    sm = ScoreMatrix.read(run, name)
+    choice = choose_scores(run, None if method is None else method.value)
+    why = "as asked"
+    if absolute is None:
+        absolute, why = default_ranking(run)
+    sm = ScoreMatrix.read(run, choice.table)
     make = Circuit.top_k if rule.value == "top-k" else Circuit.greedy
-    circuit = make(sm, k, absolute=absolute)
-    if prune:
-        circuit = circuit.prune()
+    selected = make(sm, k, absolute=absolute)
+    circuit = selected.prune() if prune else selected
+    typer.echo(header_line(choice, absolute, why, k, rule.value, prune))
     typer.echo(circuit.summary())
+    if circuit.n_edges == 0:
+        typer.echo("note: " + empty_explanation(selected.scores, selected.edges, k, absolute, prune))
     if json_out is not None:
         circuit.to_json(json_out)
         typer.echo(f"written {json_out}")

@@ -1,0 +1,85 @@
+"""The traps a new user meets in the first hour (issue 23 item 4): each test fails on the code before the fix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+TINY = "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=1"
+
+
+def invoke(*args: str):
+    from pipelines.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.fixture(scope="module")
+def tiny_graph():
+    from circuits import load_model
+
+    return load_model(TINY).graph
+
+
+def _scores(graph, path_edges: dict[str, float], positive: float, n: int = 8, seed: int = 0) -> np.ndarray:
+    """[n, E] scores: the ``path_edges`` (an input -> logits path) with their negative means, small positive
+    means on every edge into a layer-1 head (no path to the logits), noise elsewhere."""
+    rng = np.random.default_rng(seed)
+    S = rng.normal(0, 1e-3, (n, graph.n_edges)).astype(np.float32)
+    for i, name in enumerate(graph.edge_names):
+        if name.split("->")[1].startswith("a1."):
+            S[:, i] += positive
+        if name in path_edges:
+            S[:, i] += path_edges[name]
+    return S
+
+
+PATH = {"input->a0.h0<v>": -2.0, "a0.h0->a1.h0<k>": -1.5, "a1.h0->logits": -1.8}
+
+
+def _write_run(path, graph, tables: dict[str, np.ndarray], spec: dict):
+    from circuits.scores import ScoreMatrix
+    from reports.rundir import RunDir
+
+    with RunDir(path, spec=spec, seed=0) as run:
+        for name, S in tables.items():
+            sm = ScoreMatrix(S, graph, "edge", name.rsplit("_", 1)[-1], "counterfactual", "logit_diff")
+            for table_name, table in sm.tables(name=name).items():
+                run.write_table(table_name, table)
+    return path
+
+
+def test_circuit_on_an_audit_run_takes_exact_and_says_method_and_ranking(tmp_path, tiny_graph):
+    """Today: the audit's EAP scores are taken silently (sorted names: eap < exact) and lose a0.h0."""
+    exact = _scores(tiny_graph, PATH, positive=0.05)
+    eap = _scores(tiny_graph, {"input->a1.h0<v>": -2.0, "a1.h0->logits": -1.8}, positive=0.05, seed=1)
+    run = _write_run(tmp_path / "audit", tiny_graph, {"scores_exact": exact, "scores_eap": eap},
+                     {"methods": ["exact", "eap"], "ranking": "absolute"})
+    r = invoke("circuit", str(run), "--k", "3")
+    assert r.exit_code == 0, r.output
+    head = r.output.splitlines()[0]
+    assert "from exact scores" in head and "--method eap" in head and "|score|" in head and "audit's ranking" in head
+    assert "a0.h0" in r.output and "edges      : 3 of 46" in r.output
+    r = invoke("circuit", str(run), "--k", "3", "--method", "eap")
+    assert r.exit_code == 0 and "from eap scores (as asked)" in r.output and "a0.h0" not in r.output
+    r = invoke("circuit", str(run), "--k", "3", "--method", "eap-ig-inputs")
+    assert r.exit_code == 2 and "it has exact, eap" in r.output
+
+
+def test_an_empty_circuit_says_why_and_what_to_pass(tmp_path, tiny_graph):
+    """Today: `circuit RUN --k 10` ranks by signed score by default and prints '0 of 46 edges' with no hint."""
+    S = _scores(tiny_graph, PATH, positive=0.05)
+    run = _write_run(tmp_path / "attr", tiny_graph, {"scores": S}, {"method": "exact"})
+    r = invoke("circuit", str(run), "--k", "10", "--signed")
+    assert r.exit_code == 0, r.output
+    assert "edges      : 0 of 46" in r.output
+    note = [line for line in r.output.splitlines() if line.startswith("note: ")]
+    assert note and "no path from input to logits" in note[0] and "pass --absolute" in note[0]
+    assert "--no-prune" in note[0] and "largest effects are negative" in note[0]
+    # without a ranking on the command line an attribute run is ranked by |score|, and says so
+    r = invoke("circuit", str(run), "--k", "3")
+    assert r.exit_code == 0 and "ranked by |score| (the default" in r.output and "--signed for" in r.output
+    assert "edges      : 3 of 46" in r.output and "note:" not in r.output
+    r = invoke("circuit", str(run), "--k", "3", "--method", "eap")
+    assert r.exit_code == 2 and "holds exact scores only" in r.output
