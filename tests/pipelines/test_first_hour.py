@@ -83,3 +83,68 @@ def test_an_empty_circuit_says_why_and_what_to_pass(tmp_path, tiny_graph):
     assert "edges      : 3 of 46" in r.output and "note:" not in r.output
     r = invoke("circuit", str(run), "--k", "3", "--method", "eap")
     assert r.exit_code == 2 and "holds exact scores only" in r.output
+
+
+# --- faithfulness folds with grouped (IOI-style template) task files --------------------------------------
+GPT2_VOCAB = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=50257&n_positions=64&seed=0"
+TEMPLATES = ["When{a} and{b} went to the store,{b} gave a drink to",
+             "Then{a} and{b} had a long argument, and afterwards{b} said to",
+             "After{a} and{b} went to the park,{b} gave a ball to"]
+NAMES = [" Mary", " John", " Tom", " James", " Anna", " Paul", " Kate", " Mark"]
+
+
+def write_grouped_task(path, per_template: int = 8):
+    """An IOI-style task file: ``per_template`` rows of each of 3 templates, the template as the group."""
+    import json
+
+    rows = []
+    for g, t in enumerate(TEMPLATES):
+        for i in range(per_template):
+            a, b = NAMES[i % 8], NAMES[(i + 1) % 8]
+            c, d = NAMES[(i + 2) % 8], NAMES[(i + 3) % 8]
+            rows.append({"clean": t.format(a=a, b=b), "corrupted": t.format(a=c, b=d), "answer": a,
+                         "wrong_answer": b, "group": f"template-{g}"})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _grouped_spec(tmp_path, **extra) -> dict:
+    return {"model": GPT2_VOCAB, "task": {"name": str(write_grouped_task(tmp_path / "ioi.jsonl")), "n": 24},
+            "methods": ["eap"], "batch_size": 8, "bootstrap": {"n_resamples": 40}, "k": [2, 4], **extra}
+
+
+def test_a_task_with_three_groups_audits_with_three_folds(tmp_path):
+    """Today: the default audit of a 3-template task fails in its faithfulness stage ('groups cannot fill 5
+    folds ... use fewer folds') and no spec key sets the folds."""
+    import pyarrow.parquet as pq
+
+    from pipelines.audit import run_audit
+    from pipelines.spec import parse_spec
+
+    out = run_audit(parse_spec(_grouped_spec(tmp_path)), tmp_path / "run")
+    notes = pq.read_table(out / "faithfulness_vs_k.parquet").column("f_selected_note").to_pylist()
+    assert notes == ["3-fold cross-fitting of whole groups, 2 repeats"] * 2
+
+
+def test_faithfulness_folds_is_a_spec_key_and_its_error_names_it(tmp_path):
+    from circuits.errors import InputError
+    from pipelines.audit import prepare_audit
+    from pipelines.spec import parse_spec
+
+    assert parse_spec(_grouped_spec(tmp_path, faithfulness_folds=2)).faithfulness_folds == 2
+    with pytest.raises(InputError, match=r"faithfulness_folds: 24 examples in 3 groups .* cannot fill 4 folds.*"
+                                         r"set faithfulness_folds to 3 or fewer"):
+        prepare_audit(parse_spec(_grouped_spec(tmp_path, faithfulness_folds=4)))
+
+
+def test_fold_counts_follow_the_groups():
+    from stats.folds import fillable_folds, fold_loads, fold_split
+
+    groups = np.repeat([0, 1, 2, 3, 4], [10, 6, 3, 3, 2])  # dealt largest first, each to the smallest fold
+    assert sorted(fold_loads(24, 4, groups)) == [3, 5, 6, 10] and sorted(fold_loads(24, 3, groups)) == [6, 8, 10]
+    assert fillable_folds(24, groups) == 3 and fillable_folds(24, groups, limit=2) == 2
+    assert fillable_folds(24, None) == 5 and fillable_folds(7, None) == 1 and fillable_folds(3, None) == 0
+    split = fold_split(np.random.default_rng(0), 24, 3, groups)
+    assert sorted(map(len, split)) == [6, 8, 10]
+    assert all(len(set(groups[f])) == len(set(groups[f]) - set(groups[np.setdiff1d(np.arange(24), f)]))
+               for f in split)  # every group whole in one fold
