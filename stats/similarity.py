@@ -19,6 +19,7 @@ from scipy.optimize import linear_sum_assignment
 from .resampling import (ResamplingPlan, _resolve_jobs, as_seed_sequence, resampled_means, seed_record,
                          spawn_seeds)
 from .results import ConfidenceInterval, Result
+from .intervals import interval_text
 from .testing import resampling_pvalue
 
 __all__ = [
@@ -336,7 +337,8 @@ class HeadMatchResult(Result):
     def _summary_items(self) -> list[tuple[str, Any]]:
         return [("method", self.method), ("heads", self.score.size), ("drop_bos", self.drop_bos),
                 ("mean matched similarity", self.estimate),
-                ("CI", f"[{self.confidence_interval.low:.4g}, {self.confidence_interval.high:.4g}]"),
+                ("CI", interval_text(self.estimate, self.confidence_interval.low, self.confidence_interval.high,
+                                     digits=4, missing="too few prompts")),
                 ("null mean", float(np.mean(self.null_distribution))
                  if self.null_distribution.size else np.nan), ("p-value", self.pvalue)]
 

@@ -175,10 +175,13 @@ def study_heads_command(
     study_plan = load_head_study_plan(plan) if plan is not None else None
     res = run_head_study(out, quick=quick, plan=study_plan, n_jobs=n_jobs, device=device, force=force,
                          command=sys.argv)
+    from stats.intervals import interval_text
+
     t = res.to_table("summary").to_pydict()
     w = max(len(i) for i in t["item"])
     for i, v, lo, hi, vd in zip(t["item"], t["value"], t["ci_low"], t["ci_high"], t["verdict"]):
-        typer.echo(f"{i:<{w}}  {v:8.4f}  [{lo:8.4f}, {hi:8.4f}]  {vd}")
+        typer.echo(f"{i:<{w}}  {interval_text(v, lo, hi, digits=4, missing='not estimable from this study'):<34} "
+                   f"{vd}".rstrip())
     typer.echo(f"-> {out}  ({res.timings})")
 
 

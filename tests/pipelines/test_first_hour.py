@@ -148,3 +148,22 @@ def test_fold_counts_follow_the_groups():
     assert sorted(map(len, split)) == [6, 8, 10]
     assert all(len(set(groups[f])) == len(set(groups[f]) - set(groups[np.setdiff1d(np.arange(24), f)]))
                for f in split)  # every group whole in one fold
+
+
+# --- head names: a1.h5 everywhere -------------------------------------------------------------------------
+def test_claims_accept_both_head_spellings_and_print_a1_h5(tmp_path):
+    """Today: a claim written head: "1.5" is labelled and explained as "1.5" / "head 1.5"."""
+    from builders import make_run
+    from pipelines.claims import evaluate_claims, format_results, parse_claims
+
+    run = make_run(tmp_path / "run")
+    claims = parse_claims({"claims": [
+        {"kind": "head_stability", "head": "1.5", "statistic": "stability", "min": 0.99},
+        {"kind": "head_stability", "head": "a1.h5", "statistic": "stability", "min": 0.99},
+        {"kind": "head_stability", "layer": 1, "head": 5, "statistic": "stability", "min": 0.99}]})
+    results = evaluate_claims(claims, run)
+    assert [r.status for r in results] == ["fail"] * 3
+    assert len({(r.claim.label(0), r.reason) for r in results}) == 1  # one claim, however it was written
+    text = format_results(results)
+    assert "a1.h5 stability" in text and "stability of head a1.h5 is 0.95" in text
+    assert " 1.5" not in text and "head 1.5" not in text
