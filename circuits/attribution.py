@@ -360,6 +360,9 @@ def attribute(
     ``dtype`` (e.g. torch.bfloat16) runs the model in that dtype (a cast copy, unless it already
     is); norms, softmax, metrics and every score sum stay in float32.
     """
+    from .inmemory import require_circuit_model
+
+    require_circuit_model(model, "attribute")
     check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
     N = int(data.clean.shape[0])
     if N == 0:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import typer
 
-from . import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, DTYPES, Ablation, DType, Level, Method, MetricName, app,
-               check_out, choices, fail)
+from . import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, DTYPES, TASK_HELP, TASK_OPTION_HELP, Ablation, DType, Level,
+               Method, MetricName, app, check_out, choices)
 
 
 Rule = choices("Rule", "top-k", "greedy")  # how `circuit` selects edges
@@ -78,7 +78,8 @@ def _torch_dtype(name: str):
 @app.command("attribute")
 def attribute_command(
     model: str = typer.Option(..., "--model", help="model directory, cached hub id, or random:ARCH?..."),
-    task: str = typer.Option("induction", "--task", help="induction, ioi, greater-than, or a .jsonl/.csv/.parquet file"),
+    task: str = typer.Option("induction", "--task", help=TASK_HELP),
+    task_option: list[str] = typer.Option([], "--task-option", help=TASK_OPTION_HELP),
     method: Method = typer.Option("eap", "--method", help="attribution method"),
     level: Level = typer.Option("edge", "--level", help="score edges or nodes (senders)"),
     ablation: Ablation = typer.Option("counterfactual", "--ablation", help="what a patched component carries"),
@@ -111,15 +112,21 @@ def attribute_command(
 ) -> None:
     """Per-example attribution scores: writes scores.parquet, edges.parquet and manifest.json.
 
-    The examples are computed in chunks, each saved in OUT/checkpoints as soon as it is finished:
-    a killed run continues where it stopped when the same command is run again."""
+    A task file (.jsonl, .csv or .parquet) has one example per row with columns clean, corrupted
+    (the same number of tokens), answer and wrong_answer (one token each, e.g. " Mary"), and
+    optionally group (the template, kept whole by cluster bootstraps and cross-fitting folds); see
+    docs/usage.md for a five-row example. The examples are computed in chunks, each saved in
+    OUT/checkpoints as soon as it is finished: a killed run continues where it stopped when the same
+    command is run again. Cost: --plan prints each method's estimated time on this machine first."""
     from circuits import load_model
     from circuits.attribution import check_options
     from circuits.errors import InputError
     from circuits.plan import parse_bytes
-    from pipelines.build import build_task, check_device, check_n_jobs, check_work, resolve_source, task_positions
+    from pipelines.build import (build_task, check_device, check_n_jobs, check_work, parse_task_options,
+                                 resolve_source, task_positions)
 
     method, level, ablation, dtype = method.value, level.value, ablation.value, dtype.value
+    options = parse_task_options(task, task_option)
     metric = None if metric is None else metric.value
     # everything is validated before the run directory exists
     if out is None and not plan:
@@ -132,8 +139,8 @@ def attribute_command(
     dev = check_device(device)
     m = load_model(resolve_source(model), device=dev, dtype=_torch_dtype(dtype), allow_pickle=allow_pickle,
                    allow_large=allow_large)
-    check_work(m, n, level=level, positions=task_positions(task, {}), allow_large=allow_large)
-    t = build_task(m, task, n=n, seed=seed, metric=metric)
+    check_work(m, n, level=level, positions=task_positions(task, options), allow_large=allow_large)
+    t = build_task(m, task, n=n, seed=seed, metric=metric, **options)
     if plan:
         from pipelines.plan import plan_lines
 
@@ -141,7 +148,7 @@ def attribute_command(
                                n_jobs=n_jobs):
             typer.echo(line)
         return
-    sm = _attribute_run(m, t, out, model_arg=model, task_arg=task, method=method, level=level, ablation=ablation, n=n,
+    sm = _attribute_run(m, t, out, model_arg=model, task_arg=task, task_options=options, method=method, level=level, ablation=ablation, n=n,
                         batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
                         budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force)
     mean = sm.mean()
@@ -189,7 +196,8 @@ def _task_record(t) -> dict:
     return {**desc, "meta": meta}
 
 
-def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: str, level: str, ablation: str, n: int,
+def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, task_options: dict, method: str, level: str,
+                   ablation: str, n: int,
                    batch_size: int, ig_steps: int, seed: int, n_jobs: int, dtype: str, budget: int | None,
                    checkpoint_every: int | None, resume: bool, force: bool):
     """The ScoreMatrix of one checkpointed attribution run written into ``out`` (resumed where it stopped)."""
@@ -202,6 +210,8 @@ def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: st
     spec = {"model": model_arg, "task": task_arg, "method": method, "level": level, "ablation": ablation,
             "metric": t.metric_name, "n": n, "batch_size": batch_size, "ig_steps": ig_steps, "seed": seed,
             "dtype": DTYPES[dtype], "max_rows": max_rows}
+    if task_options:  # recorded only when given, so runs without options resume as before
+        spec["task_options"] = task_options
     options = {"batch_size": batch_size, "max_rows": max_rows, "ig_steps": ig_steps, "dtype": DTYPES[dtype],
                "device": m.device.type}
     identity, task_record = m.identity(), _task_record(t)  # the model caches its weight hash
@@ -251,7 +261,14 @@ def audit_command(
     allow_outside: bool = typer.Option(False, "--allow-outside",
                                        help="let paths in the spec leave its directory (absolute, .., ~)"),
 ) -> None:
-    """Run a stability audit: attribution, CIs, stability vs k, faithfulness, approximation, heads."""
+    """Run a stability audit: attribution, CIs, stability vs k, faithfulness, approximation, heads.
+
+    The spec's task is a built-in (induction, ioi, greater-than; its builder's options under
+    task.options) or a task file: one example per row with columns clean, corrupted (the same number
+    of tokens), answer and wrong_answer (one token each) and optionally group (its template; cross-fitting
+    folds keep a group whole, faithfulness_folds sets their number); docs/usage.md has a five-row example.
+    Cost: minutes for the zoo's 2-layer models (the demo's audit of 64 prompts: about 35 s); exact
+    patching grows with the edges, so plan a large model with `circuitstat attribute --plan` first."""
     from pipelines.audit import run_audit
     from pipelines.spec import load_spec
 

@@ -167,3 +167,34 @@ def test_claims_accept_both_head_spellings_and_print_a1_h5(tmp_path):
     text = format_results(results)
     assert "a1.h5 stability" in text and "stability of head a1.h5 is 0.95" in text
     assert " 1.5" not in text and "head 1.5" not in text
+
+
+# --- one zoo model on its own -----------------------------------------------------------------------------
+def test_zoo_build_trains_just_the_named_model(tmp_path, monkeypatch):
+    """Today: `zoo:attn-only-2l/seed-1` says to build the whole zoo, and no command trains one model."""
+    from pipelines import zoo
+    from pipelines.build import resolve_source
+    from pipelines.training import TrainRecipe
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(100):
+        (docs / f"{i}.txt").write_text(f"value_{i} = compute(value_{i}, {i})\n" * 8)
+    tiny = TrainRecipe(n_layers=1, n_heads=2, d_model=16, n_ctx=16, vocab_size=280, batch_size=2, steps=3,
+                       eval_every=3, eval_batches=1, checkpoint_every=3, warmup_steps=1, corpus=str(docs),
+                       attn_only=True)
+    monkeypatch.setitem(zoo.ZOO_RECIPES, "attn-only-2l", tiny)
+    monkeypatch.setenv("CIRCUITSTAT_CACHE", str(tmp_path / "cache"))
+    from circuits.errors import InputError
+
+    with pytest.raises(InputError, match=r"circuitstat zoo build attn-only-2l --seed 1"):
+        resolve_source("zoo:attn-only-2l/seed-1")
+    r = invoke("zoo", "build", "attn-only-2l", "--seed", "1")
+    assert r.exit_code == 0, r.output
+    root = zoo.recipe_dir("attn-only-2l")
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith("seed-")) == ["seed-1"]
+    assert resolve_source("zoo:attn-only-2l/seed-1") == str(root / "seed-1") and "zoo:attn-only-2l/seed-1" in r.output
+    listed = invoke("zoo", "list").output.splitlines()
+    assert "zoo:attn-only-2l/seed-1  trained" in listed[1] and "not trained" in listed[0]
+    r = invoke("zoo", "build", "nope", "--seed", "1")
+    assert r.exit_code == 2 and "recipes: attn-only-2l, mlp-2l" in r.output
