@@ -33,6 +33,7 @@ from .engine.masks import allowed_keys
 from .engine.run import RunState
 from .model import CircuitModel
 from .scores import ScoreMatrix
+from .threads import sized_threads
 
 METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted")
 LEVELS = ("edge", "node")
@@ -332,6 +333,7 @@ def _in_dtype(model: CircuitModel, dtype: torch.dtype | None) -> CircuitModel:
     return copy.deepcopy(model).to(dtype)
 
 
+@sized_threads  # small calls on one thread, large ones on the cores (circuits.threads)
 def attribute(
     model: CircuitModel,
     data: PairData,

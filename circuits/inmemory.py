@@ -69,6 +69,9 @@ def model_from_memory(obj: Any, tokenizer: Any = None, *, device="cpu", dtype=No
             model.tokenizer = as_tokenizer(tokenizer)
         return model
     hf, carried = _unwrap(obj)
+    if any(p.is_meta for p in hf.parameters()):
+        raise InputError(f"the {type(hf).__name__}'s weights are not loaded (meta tensors); load them first "
+                         "(nnsight: LanguageModel(..., dispatch=True), or run it once)")
     model = from_hf(hf, dtype=dtype, device=device)
     model.source = f"memory:{type(hf).__name__}:{getattr(hf.config, 'name_or_path', '') or hf.config.model_type}"
     model.tokenizer = as_tokenizer(tokenizer if tokenizer is not None else carried)

@@ -127,7 +127,9 @@ def option_matches(value: Any, hint: Any) -> bool:
 
 
 def _type_name(hint: Any) -> str:
-    return str(hint).replace("typing.", "").replace("collections.abc.", "")
+    """``int``, ``Sequence[str] | None``, ...: the hint as it is written in the builder."""
+    return getattr(hint, "__name__", None) if isinstance(hint, type) else str(hint).replace("typing.", "").replace(
+        "collections.abc.", "")
 
 
 def _check_options(builder: Callable, kw: dict, name: str, exclude: Sequence[str] = ()) -> None:

@@ -151,12 +151,16 @@ def attribute_command(
     sm = _attribute_run(m, t, out, model_arg=model, task_arg=task, task_options=options, method=method, level=level, ablation=ablation, n=n,
                         batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
                         budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force)
+    _print_top(sm, method, level, out)
+
+
+def _print_top(sm, method: str, level: str, out: Path, top: int = 10) -> None:
+    """The ``top`` scores by |mean| of a finished attribution run, with their SD over examples."""
     mean = sm.mean()
     sd = sm.scores.std(0, ddof=1) if sm.n_examples > 1 else mean * 0
-    top = abs(mean).argsort()[::-1][:10]
     typer.echo(f"{method} scores ({sm.metric}) for {len(sm.names)} {level}s on {sm.n_examples} examples -> {out}")
     typer.echo(f"{'rank':>4}  {'mean':>10}  {'sd':>9}  name")
-    for r, i in enumerate(top, 1):
+    for r, i in enumerate(abs(mean).argsort()[::-1][:top], 1):
         typer.echo(f"{r:>4}  {mean[i]:>10.4f}  {sd[i]:>9.4f}  {sm.names[i]}")
 
 

@@ -67,5 +67,9 @@ def test_what_cannot_be_loaded_says_what_to_pass(hf):
         load_model(object())
     with pytest.raises(InputError, match=r"build_task needs a CircuitModel.*load_model\(model, tokenizer\)"):
         build_task(hf, "induction", n=4)
+    with torch.device("meta"):
+        undispatched = type(hf)(hf.config)
+    with pytest.raises(InputError, match=r"weights are not loaded \(meta tensors\).*dispatch=True"):
+        load_model(undispatched)
     with pytest.raises(InputError, match="goes with a model in memory"):
         load_model(SOURCE, tokenizer="gpt2")

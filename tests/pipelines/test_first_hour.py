@@ -198,3 +198,51 @@ def test_zoo_build_trains_just_the_named_model(tmp_path, monkeypatch):
     assert "zoo:attn-only-2l/seed-1  trained" in listed[1] and "not trained" in listed[0]
     r = invoke("zoo", "build", "nope", "--seed", "1")
     assert r.exit_code == 2 and "recipes: attn-only-2l, mlp-2l" in r.output
+
+
+# --- the task-file format and --task-option -------------------------------------------------------------
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+
+
+def test_the_documented_five_row_task_file_builds(tmp_path):
+    """docs/usage.md's example is a valid task file (clean, corrupted, answer, wrong_answer, group)."""
+    import re
+
+    from circuits import load_model
+    from pipelines.build import build_task
+
+    text = (ROOT / "docs" / "usage.md").read_text()
+    (block,) = re.findall(r"```jsonl\n(.*?)```", text, flags=re.S)
+    assert len(block.strip().splitlines()) == 5
+    path = tmp_path / "ioi.jsonl"
+    path.write_text(block)
+    task = build_task(load_model(GPT2_VOCAB), str(path), n=5)
+    assert task.clean.shape[0] == 5 and len(set(task.group.tolist())) == 2
+
+
+def test_help_of_attribute_and_audit_states_the_task_file_format():
+    for command in ("attribute", "audit"):
+        text = " ".join(invoke(command, "--help").output.split())
+        assert "clean, corrupted" in text and "wrong_answer" in text and "group" in text, command
+    assert "--task-option" in invoke("attribute", "--help").output and "--task-option" in invoke("tokens", "--help").output
+
+
+def test_task_options_on_the_command_line_are_typed_and_checked():
+    """Today: `--task-option` does not exist (task options such as seq_len have no flag)."""
+    from pipelines.build import parse_task_options
+
+    r = invoke("attribute", "--model", TINY, "--n", "4", "--task-option", "seq_len=4", "--plan")
+    assert r.exit_code == 0, r.output
+    assert "4 examples x 7 positions" in r.output  # BOS + 2 x 4 - 1 tokens, not the default seq_len 20
+    for bad, words in (("seq_len=four", "seq_len"), ("bogus=1", "its options are bos_id, corrupt"),
+                       ("n=3", "set it with --n"), ("seq_len", "is not KEY=VALUE")):
+        r = invoke("attribute", "--model", TINY, "--n", "4", "--task-option", bad, "--plan")
+        assert r.exit_code == 2 and words in r.output, (bad, r.output)
+    assert parse_task_options("greater-than", ["corrupt_yy=01", "prepend_bos=false"]) == {
+        "corrupt_yy": "01", "prepend_bos": False}  # a string where the builder declares one, YAML elsewhere
+    assert parse_task_options("ioi", ["names=[' Mary', ' John', ' Tom']"]) == {"names": [" Mary", " John", " Tom"]}
+    from circuits.errors import InputError
+    from circuits.tasks import make_task
+
+    with pytest.raises(InputError, match=r"option prepend_bos='no' is not bool"):
+        make_task("induction", n=4, vocab_size=50, prepend_bos="no")  # the same check for spec options
