@@ -246,3 +246,41 @@ def test_task_options_on_the_command_line_are_typed_and_checked():
 
     with pytest.raises(InputError, match=r"option prepend_bos='no' is not bool"):
         make_task("induction", n=4, vocab_size=50, prepend_bos="no")  # the same check for spec options
+
+
+# --- --plan in seconds, and the cost of long commands in their --help -----------------------------------
+def test_plan_calibration_work_does_not_grow_with_depth_on_a_large_model(monkeypatch):
+    """Today: --plan times every pass 4 times and a suffix run from every layer, on the full batch: about
+    4 min on the GPT-2-small shape. Here every pass counts as long (LONG_PASS_S = 0), as on GPT-2 small."""
+    import pipelines.plan as plan
+    from circuits import load_model
+    from circuits.model import CircuitModel
+    from pipelines.build import build_task
+
+    monkeypatch.setattr(plan, "LONG_PASS_S", 0.0, raising=False)
+    calls = []
+    real = CircuitModel.run
+
+    def counted(self, *a, **kw):
+        calls.append(1)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(CircuitModel, "run", counted)
+    counts, batches = {}, {}
+    for layers in (2, 6):
+        model = load_model(f"random:gpt2?n_layer={layers}&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=1")
+        task = build_task(model, "induction", n=8, seq_len=4)
+        calls.clear()
+        cal = plan.calibrate(model, task, 8, probe_s=0.0)
+        counts[layers], batches[layers] = len(calls), cal.batch_size
+        assert len(cal.suffix_s) == layers and all(call >= 0 and row >= 0 for call, row in cal.suffix_s)
+    assert counts[6] == counts[2] <= 24, counts  # two start layers timed, the others interpolated
+    assert batches == {2: 2, 6: 2}  # a large model calibrates on 2 examples, not the whole batch
+
+
+def test_long_commands_state_their_cost_in_help():
+    long = [("demo",), ("audit",), ("train",), ("heads",), ("zoo", "build"), ("study", "heads"),
+            ("study", "variance"), ("study", "calibration")]
+    for command in long:
+        text = " ".join(invoke(*command, "--help").output.split())
+        assert "Cost:" in text and ("min" in text or " s " in text or " s)" in text), command
