@@ -111,10 +111,10 @@ def _selected_columns(model, task, S: np.ndarray, ks: list[int], spec: AuditSpec
            "f_selected_ci_low": np.full(C, np.nan), "f_selected_ci_high": np.full(C, np.nan),
            "f_selected_method": ["corrected-t"] * C, "f_selected_estimand": [ESTIMAND_SELECTED] * C,
            "fold_circuit_jaccard": np.full(C, np.nan)}
+    if getattr(spec, "level", "edge") != "edge":
+        return {**nan, "f_selected_note": ["node-level circuits are not cross-fitted"] * C}
     groups = None if task.group is None else task.group.numpy()
     n_folds, why = crossfit_folds(spec, N, groups)
-    if getattr(spec, "level", "edge") != "edge":
-        why = "node-level circuits are not cross-fitted"
     if why:
         return {**nan, "f_selected_note": [why] * C}
 

@@ -79,22 +79,24 @@ def calibration_batch(model, data, batch_size: int) -> int:
     return max(1, min(batch_size, int(data.clean.shape[0]), fits))
 
 
-def _suffix_times(model, ids, mask, last, resid_pre, repeats: int) -> tuple[tuple[float, float], ...]:
-    """(seconds per call, seconds per row) of a suffix run from each layer.
+def _suffix_times(model, ids, mask, last, resid_pre, repeats: int, rows: int) -> tuple[tuple[float, float], ...]:
+    """(seconds per call, seconds per row) of a suffix run from each layer, from runs of 1 and ``rows`` rows
+    (the first example repeated: a suffix's cost does not depend on the tokens).
 
     Timed from the first and the last layer only; the layers between are interpolated linearly, as a
     suffix from layer l runs L - l identical blocks and one unembedding (timing every start layer
     repeated the forward L times, minutes on GPT-2 small)."""
     from circuits.model import RunState
 
-    B, L = int(ids.shape[0]), model.cfg.n_layers
+    L = model.cfg.n_layers
+    many = (ids[:1].expand(rows, -1), mask[:1].expand(rows, -1), last[:1].expand(rows))
 
     def timed(layer: int) -> tuple[float, float]:
-        resid = resid_pre[layer]
-        full = _best_time(lambda: model.run(ids, mask, state=RunState(layer, resid), logits_at=last), repeats)
-        one = _best_time(lambda: model.run(ids[:1], mask[:1], state=RunState(layer, resid[:1]),
-                                           logits_at=last[:1]), repeats)
-        row = max(full - one, 0.0) / max(B - 1, 1)
+        one_state, resid = RunState(layer, resid_pre[layer][:1]), resid_pre[layer][:1]
+        many_state = RunState(layer, resid.expand(rows, *resid.shape[1:]))
+        full = _best_time(lambda: model.run(many[0], many[1], state=many_state, logits_at=many[2]), repeats)
+        one = _best_time(lambda: model.run(ids[:1], mask[:1], state=one_state, logits_at=last[:1]), repeats)
+        row = max(full - one, 0.0) / max(rows - 1, 1)
         return max(one - row, 0.0), row
 
     first = timed(0)
@@ -106,8 +108,8 @@ def _suffix_times(model, ids, mask, last, resid_pre, repeats: int) -> tuple[tupl
 
 def calibrate(model, data, batch_size: int, *, repeats: int = 3, probe_s: float = 2.0) -> Calibration:
     """A Calibration from timed passes of ``model`` on the first ``batch_size`` examples of ``data`` (fewer
-    on a large model: :func:`calibration_batch`), and exact patching of one example when that is predicted
-    to take under ``probe_s`` seconds."""
+    on a large model: :func:`calibration_batch`, then rescaled to the batch by one timed forward of it), and
+    exact patching of one example when that is predicted to take under ``probe_s`` seconds."""
     import torch
 
     from circuits.ablation import last_index
@@ -133,7 +135,8 @@ def calibrate(model, data, batch_size: int, *, repeats: int = 3, probe_s: float 
             forward = _best_time(lambda: model.run(ids, mask, keep_senders=True, compute_logits=False), repeats)
             clean = model.run(ids, mask, keep_resid=True, logits_at=last)
             cf = model.run(data.corrupted[:B].to(dev), mask, keep_senders=True, compute_logits=False).senders
-            suffix = _suffix_times(model, ids, mask, last, clean.resid_pre, repeats)
+            rows = max(B, min(batch_size, int(data.clean.shape[0])))  # exact's suffix calls hold many rows
+            suffix = _suffix_times(model, ids, mask, last, clean.resid_pre, repeats, rows)
         grad = _best_time(gradient, repeats)
         sm = torch.zeros(g.n_senders, device=dev)
         sm[0] = 0.5
@@ -143,7 +146,31 @@ def calibrate(model, data, batch_size: int, *, repeats: int = 3, probe_s: float 
             delta = cf - model.run(ids, mask, keep_senders=True, compute_logits=False).senders
             contraction = _best_time(lambda: edge_scores_from_grads(model, delta, grads), repeats)
     cal = Calibration(B, forward, grad, ig, tuple(suffix), contraction_s=contraction)
-    return _probe_exact(cal, model, data, probe_s)
+    return _probe_exact(_to_full_batch(cal, model, data, batch_size), model, data, probe_s)
+
+
+def _to_full_batch(cal: Calibration, model, data, batch_size: int) -> Calibration:
+    """``cal``, timed on fewer examples than a batch, rescaled to the full batch by one timed forward of it:
+    a larger batch runs more efficiently per example (on GPT-2 small 16 examples cost half as much each as
+    2), and every gradient pass and the contraction are priced with that forward's ratio."""
+    import dataclasses
+
+    import torch
+
+    from .parallel import single_threaded
+
+    full = max(1, min(batch_size, int(data.clean.shape[0])))
+    if full <= cal.batch_size:
+        return cal
+    ids, mask = data.clean[:full].to(model.device), data.attention_mask[:full].to(model.device)
+    with single_threaded(), torch.no_grad():
+        t0 = time.perf_counter()
+        model.run(ids, mask, keep_senders=True, compute_logits=False)
+        forward = time.perf_counter() - t0
+    grow = forward / cal.forward_s  # the batch's time over the calibration batch's (per-pass scale)
+    # the suffix runs were timed on a full batch of rows already (_suffix_times)
+    return dataclasses.replace(cal, batch_size=full, forward_s=forward, gradient_s=cal.gradient_s * grow,
+                               ig_gradient_s=cal.ig_gradient_s * grow, contraction_s=cal.contraction_s * grow)
 
 
 def _probe_exact(cal: Calibration, model, data, probe_s: float) -> Calibration:

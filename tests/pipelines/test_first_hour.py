@@ -261,21 +261,22 @@ def test_plan_calibration_work_does_not_grow_with_depth_on_a_large_model(monkeyp
     calls = []
     real = CircuitModel.run
 
-    def counted(self, *a, **kw):
-        calls.append(1)
-        return real(self, *a, **kw)
+    def counted(self, ids, *a, **kw):
+        calls.append(int(ids.shape[0]))
+        return real(self, ids, *a, **kw)
 
     monkeypatch.setattr(CircuitModel, "run", counted)
-    counts, batches = {}, {}
+    counts = {}
     for layers in (2, 6):
         model = load_model(f"random:gpt2?n_layer={layers}&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=1")
         task = build_task(model, "induction", n=8, seq_len=4)
         calls.clear()
         cal = plan.calibrate(model, task, 8, probe_s=0.0)
-        counts[layers], batches[layers] = len(calls), cal.batch_size
+        counts[layers] = len(calls)
         assert len(cal.suffix_s) == layers and all(call >= 0 and row >= 0 for call, row in cal.suffix_s)
-    assert counts[6] == counts[2] <= 24, counts  # two start layers timed, the others interpolated
-    assert batches == {2: 2, 6: 2}  # a large model calibrates on 2 examples, not the whole batch
+        assert cal.batch_size == 8 and sorted(calls)[-3:] == [8, 8, 8]  # timed on 2, rescaled by one forward of 8
+        assert sum(rows > 2 for rows in calls) == 5  # that forward and 2 x 2 suffix runs of 8 rows
+    assert counts[6] == counts[2] <= 26, counts  # two start layers timed, the others interpolated
 
 
 def test_long_commands_state_their_cost_in_help():
