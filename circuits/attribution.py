@@ -40,6 +40,7 @@ from .engine.masks import allowed_keys
 from .engine.run import RunState
 from .model import CircuitModel
 from .scores import ScoreMatrix
+from .threads import sized_threads
 
 METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted")
 LEVELS = ("edge", "node")
@@ -391,6 +392,7 @@ def _in_dtype(model: CircuitModel, dtype: torch.dtype | None) -> CircuitModel:
     return copy.deepcopy(model).to(dtype)
 
 
+@sized_threads  # small calls on one thread, large ones on the cores (circuits.threads)
 def attribute(
     model: CircuitModel,
     data: PairData,
@@ -419,6 +421,9 @@ def attribute(
     ``dtype`` (e.g. torch.bfloat16) runs the model in that dtype (a cast copy, unless it already
     is); norms, softmax, metrics and every score sum stay in float32.
     """
+    from .inmemory import require_circuit_model
+
+    require_circuit_model(model, "attribute")
     check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
     N = int(data.clean.shape[0])
     if N == 0:

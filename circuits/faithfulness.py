@@ -59,6 +59,7 @@ from .ablation import Ablation, PairData, last_index
 from .circuit import Circuit
 from .interventions import Intervention
 from .model import CircuitModel
+from .threads import sized_threads
 
 __all__ = ["FaithfulnessResult", "MIB_FRACTIONS", "curve_areas", "faithfulness", "faithfulness_curve"]
 
@@ -244,6 +245,7 @@ def _as_masks(circuits: Any, graph) -> tuple[np.ndarray, list[str], list[Circuit
     return arr, [f"mask:{int(m.sum())}" for m in arr], None
 
 
+@sized_threads  # small calls on one thread, large ones on the cores (circuits.threads)
 def faithfulness(
     model: CircuitModel,
     data: PairData,
@@ -338,6 +340,7 @@ def _evaluate(model, data, masks, labels, objs, *, ablation, reference, seed, ba
     return res
 
 
+@sized_threads
 def faithfulness_curve(
     model: CircuitModel,
     data: PairData,

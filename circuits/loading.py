@@ -510,14 +510,25 @@ def _attach_tokenizer(model: CircuitModel, source: str) -> None:
         model.tokenizer = None
 
 
-def load_model(source: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None, *,
-               allow_pickle: bool = False, allow_large: bool = False) -> CircuitModel:
+def load_model(source, device: str | torch.device = "cpu", dtype: torch.dtype | None = None, *,
+               tokenizer=None, allow_pickle: bool = False, allow_large: bool = False) -> CircuitModel:
     """A CircuitModel from a model directory, a cached hub id (``org/name[@revision]``), a circuitstat
-    model or ``random:ARCH?...``.
+    model or ``random:ARCH?...`` -- or from a model in memory: a Hugging Face model object with its
+    ``tokenizer`` (a transformers tokenizer or a circuitstat one), or an nnsight LanguageModel
+    (circuits.inmemory; docs/python-api.md).
 
     ``allow_pickle`` permits pickled weights (loaded with ``weights_only=True``); ``allow_large``
     lifts the memory limit of :mod:`circuits.limits`.
     """
+    import os
+
+    if not isinstance(source, (str, os.PathLike)):
+        from .inmemory import model_from_memory
+
+        return model_from_memory(source, tokenizer, device=device, dtype=dtype)
+    if tokenizer is not None:
+        raise InputError("tokenizer= goes with a model in memory; a model source brings its own tokenizer (set "
+                         "model.tokenizer = circuits.inmemory.as_tokenizer(tok) afterwards to replace it)")
     source = str(source)
     if source.startswith("random:"):
         hf = load_hf(source, allow_large=allow_large)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .audit_tables import _concat, approximation_tables, edge_stats_table, faithfulness_table, stability_tables
+from .audit_tables import (_concat, approximation_tables, crossfit_folds, edge_stats_table, faithfulness_table,
+                           stability_tables)
 from .spec import AuditSpec
 
 
@@ -195,6 +196,8 @@ def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: b
     if spec.k[-1] >= n_cols:
         raise InputError(f"k={spec.k[-1]} is not below the number of {spec.level}s ({n_cols}); use smaller k")
     check_scheme(spec.bootstrap.scheme, task.group, task.name)
+    if spec.faithfulness and spec.level == "edge":  # folds the groups cannot fill: refused before the run
+        crossfit_folds(spec, task.clean.shape[0], None if task.group is None else task.group.numpy())
     return sources, model, task
 
 

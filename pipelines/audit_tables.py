@@ -122,16 +122,17 @@ def _selected_columns(model, task, S: np.ndarray, ks: list[int], spec: AuditSpec
     import warnings
 
     from circuits.faithfulness import faithfulness
-    from stats.faithfulness import ESTIMAND_SELECTED, MIN_PER_FOLD, selection_aware_faithfulness
+    from stats.faithfulness import ESTIMAND_SELECTED, selection_aware_faithfulness
 
     N = S.shape[0]
     nan = {"f_selected": np.full(C, np.nan), "f_selected_se": np.full(C, np.nan),
            "f_selected_ci_low": np.full(C, np.nan), "f_selected_ci_high": np.full(C, np.nan),
            "f_selected_method": ["corrected-t"] * C, "f_selected_estimand": [ESTIMAND_SELECTED] * C,
            "fold_circuit_jaccard": np.full(C, np.nan)}
-    n_folds = min(5, N // MIN_PER_FOLD)
-    why = ("node-level circuits are not cross-fitted" if getattr(spec, "level", "edge") != "edge" else
-           f"cross-fitting needs N >= {2 * MIN_PER_FOLD} prompts" if n_folds < 2 else "")
+    if getattr(spec, "level", "edge") != "edge":
+        return {**nan, "f_selected_note": ["node-level circuits are not cross-fitted"] * C}
+    groups = None if task.group is None else task.group.numpy()
+    n_folds, why = crossfit_folds(spec, N, groups)
     if why:
         return {**nan, "f_selected_note": [why] * C}
 
@@ -152,9 +153,10 @@ def _selected_columns(model, task, S: np.ndarray, ks: list[int], spec: AuditSpec
     sel = selection_aware_faithfulness(S, evaluate, [k for k, u in zip(ks, use) if u], ranking=spec.ranking,
                                        n_folds=n_folds, n_repeats=2, seed=seed,
                                        confidence_level=spec.bootstrap.confidence_level, known=known,
-                                       groups=None if task.group is None else task.group.numpy())
+                                       groups=groups)
+    folds = f"{n_folds}-fold cross-fitting{' of whole groups' if groups is not None else ''}, 2 repeats"
     out = {**nan, "f_selected_method": [sel.method] * C,
-           "f_selected_note": [f"{n_folds}-fold cross-fitting, 2 repeats" if u else "k covers every edge: no "
+           "f_selected_note": [folds if u else "k covers every edge: no "
                                "selection to account for" for u in use]}
     for col, values in (("f_selected", sel.estimate), ("f_selected_se", sel.standard_error),
                         ("f_selected_ci_low", sel.confidence_interval.low),
@@ -163,6 +165,28 @@ def _selected_columns(model, task, S: np.ndarray, ks: list[int], spec: AuditSpec
         out[col] = out[col].copy()
         out[col][use] = np.asarray(values, np.float64)
     return out
+
+
+def crossfit_folds(spec, n: int, groups) -> tuple[int, str]:
+    """(folds, "") of the selection-aware faithfulness interval, or (0, why it cannot be cross-fitted).
+
+    The spec's ``faithfulness_folds`` when it sets them (InputError naming the key when the examples or
+    groups cannot fill them), else the most folds up to 5 that they fill with MIN_PER_FOLD examples each."""
+    from reports.errors import InputError
+    from stats.folds import DEFAULT_FOLDS, MIN_PER_FOLD, fillable_folds
+
+    asked = getattr(spec, "faithfulness_folds", None)
+    fits = fillable_folds(n, groups, DEFAULT_FOLDS if asked is None else asked)
+    unit = (f"{n} examples in {len(np.unique(groups))} groups (a group stays in one fold)" if groups is not None
+            else f"{n} examples")
+    if asked is not None and fits < asked:
+        fix = f"set faithfulness_folds to {fits} or fewer" if fits >= 2 else "add examples or groups"
+        raise InputError(f"faithfulness_folds: {unit} cannot fill {asked} folds of at least {MIN_PER_FOLD} "
+                         f"examples; {fix}, or remove the key to choose the folds automatically")
+    if fits < 2:
+        return 0, (f"cross-fitting needs 2 folds of at least {MIN_PER_FOLD} examples and {unit} fill "
+                   f"{fits}: add examples or groups")
+    return (fits if asked is None else asked), ""
 
 
 def approximation_tables(exact: np.ndarray, approx: np.ndarray, names: list[str], method: str, k: int,

@@ -42,6 +42,9 @@ def build_task(model: CircuitModel, name: str, *, n: int = 64, seed: int = 0, me
     and any other model its whole vocabulary: a small byte-level BPE holds bytes that never occur
     in the corpus, whose untrained embeddings would make the prompts off-distribution.
     """
+    from circuits.inmemory import require_circuit_model
+
+    require_circuit_model(model, "build_task")
     tok = model.tokenizer
     kwargs = dict(options)
     if metric is not None:  # unset: the task's own default (logit_diff; prob_diff for greater-than)
@@ -67,6 +70,42 @@ ZOO_MODEL = re.compile(r"seed-(0|[1-9][0-9]{0,8})")
 """The model part of a ``zoo:RECIPE/seed-S`` source: a seed, never a path."""
 
 
+def parse_task_options(task: str, pairs: "list[str] | tuple[str, ...]") -> dict[str, Any]:
+    """``--task-option KEY=VALUE`` pairs as typed options of task ``task``'s builder; InputError naming the
+    pair when it is malformed, unknown to the builder or of the wrong type.
+
+    A value is read as YAML (``10`` an int, ``false`` a bool, ``[1, 2]`` a list) unless the builder
+    declares a string there and the YAML reading is not one (``corrupt_yy=01`` stays "01")."""
+    import yaml
+
+    from circuits.tasks import option_matches, task_builder, task_option_types
+
+    from .spec import RESERVED_TASK_OPTIONS
+
+    builder, exclude = task_builder(task)
+    types = task_option_types(builder, exclude)
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = str(pair).partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise InputError(f"--task-option {pair!r} is not KEY=VALUE; e.g. --task-option seq_len=10")
+        if key in RESERVED_TASK_OPTIONS:
+            how = "the model brings its tokenizer" if key == "tokenizer" else f"set it with --{key}"
+            raise InputError(f"--task-option {key} is not a task option: {how}")
+        if key not in types:
+            raise InputError(f"--task-option {key}: task {task!r} has no option {key!r}; its options are "
+                             f"{', '.join(sorted(types)) or 'none'}")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        if not option_matches(value, types[key]) and option_matches(raw, types[key]):
+            value = raw
+        out[key] = value
+    return out
+
+
 def resolve_source(source: str) -> str:
     """``zoo:RECIPE/seed-S`` -> that model's directory in the zoo's cache; other sources unchanged.
 
@@ -88,9 +127,10 @@ def resolve_source(source: str) -> str:
     root = recipe_dir(name)
     path = root / model
     if not (path / "model.safetensors").exists():
-        raise InputError(f"zoo:{name}/{model}: not trained yet (no model at {path}); build the zoo first with "
-                         "`python -m pipelines.zoo` (about 12 minutes on 2 cores, cached) or `make demo` "
-                         f"(trains {next(iter(ZOO_RECIPES))} only)")
+        seed = model.removeprefix("seed-")
+        raise InputError(f"{source}: not trained yet (no model at {path}); train just this one with "
+                         f"`circuitstat zoo build {name} --seed {seed}` (about 2.5 minutes on one core, cached), "
+                         "or the whole zoo with `python -m pipelines.zoo` (10 models, about 12 minutes on 2 cores)")
     if not inside(path, root):
         raise InputError(f"zoo:{name}/{model}: {path} is a symbolic link out of the zoo's cache; remove it and "
                          "build the zoo again")

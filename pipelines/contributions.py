@@ -499,15 +499,19 @@ class CrossSeedResult(Result):
         return {"token_stability": self.tokens.rows, "sink_stability": self.sinks, "sink_matching": self.matching}
 
     def _summary_items(self) -> list[tuple[str, Any]]:
+        from stats.head_stability import seeds_interval_text
+
         items = [("models", len(self.results))] + self.tokens._summary_items()
         s = self.sinks
-        for layer, item, v, lo, hi in zip(s["layer"], s["item"], s["value"], s["ci_low"], s["ci_high"]):
+        for layer, item, v, lo, hi, K in zip(s["layer"], s["item"], s["value"], s["ci_low"], s["ci_high"],
+                                             s["n_refits"]):
             where = "model" if layer < 0 else f"layer {layer}"
-            items.append((f"{where}: {item}", f"{v:.3g} [{lo:.3g}, {hi:.3g}]"))
+            items.append((f"{where}: {item}", seeds_interval_text(v, lo, hi, K)))
         m = self.matching
-        for layer, item, v, lo, hi, null, verdict in zip(m["layer"], m["item"], m["value"], m["ci_low"], m["ci_high"],
-                                                         m["null"], m["verdict"]):
+        for layer, item, v, lo, hi, null, verdict, K in zip(m["layer"], m["item"], m["value"], m["ci_low"],
+                                                            m["ci_high"], m["null"], m["verdict"], m["n_refits"]):
             where = "all layers" if layer < 0 else f"layer {layer}"
             items.append((f"{where}: {item} (pattern-matched)",
-                          f"{v:.3g} [{lo:.3g}, {hi:.3g}], random matching {null:.3g}: {verdict}"))
+                          f"{seeds_interval_text(v, lo, hi, K)}, random matching "
+                          f"{f'{null:.3g}' if np.isfinite(null) else 'undefined'}: {verdict}"))
         return items

@@ -109,9 +109,15 @@ class HeadStabilityResult(Result):
     def _summary_items(self) -> list[tuple[str, Any]]:
         items = [("refits", len(self.refits["refit"])), ("layers x heads", f"{self.n_layers} x {self.n_heads}"),
                  ("match / pairs", f"{self.params.get('match')} / {self.params.get('pairs')}")]
+        from stats.head_stability import seeds_interval_text
+
+        n_refits = len(self.refits["refit"])
         for r in self.summary_rows:
-            ci = f" [{r['ci_low']:.3g}, {r['ci_high']:.3g}]" if np.isfinite(r["ci_low"]) else ""
-            items.append((r["item"], f"{r['value']:.4g}{ci}"))
+            # rows without an interval: a plain value (a share, the null) or an across-seed one with too few seeds
+            if not np.isfinite(r["ci_low"]) and "refit" not in r["item"]:
+                items.append((r["item"], f"{r['value']:.4g}"))
+            else:
+                items.append((r["item"], seeds_interval_text(r["value"], r["ci_low"], r["ci_high"], n_refits, digits=4)))
         return items
 
     def table_provenance(self) -> dict:

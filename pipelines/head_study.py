@@ -29,7 +29,9 @@ Verdicts: one family. Every directional row gets a two-sided p-value (t from the
 z from the bootstrap standard error, Fisher z for correlations); Holm's step-down adjustment
 runs over all of them (``pvalue_holm``; ``multiplicity`` states the rule); "supported" when
 the adjusted p-value is <= 0.05 with the value on the claimed side, "contradicted" when on the
-other side, "inconclusive" otherwise. ``ci_low/ci_high`` are unadjusted 95% intervals.
+other side, "negligible" when the value and its interval lie within 1e-4 of 0 (a degenerate
+estimate, e.g. untrained models whose heads all attend alike: stats.intervals.RESOLUTION),
+"inconclusive" otherwise. ``ci_low/ci_high`` are unadjusted 95% intervals.
 """
 
 from __future__ import annotations

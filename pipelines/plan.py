@@ -85,9 +85,18 @@ def flop_rate(device: str, dtype, size: int = 1024) -> tuple[float, str]:
     return 2 * size ** 3 / seconds / 1e12, f"a timed {size}x{size} {str(dtype).replace('torch.', '')} matmul on {dev.type}"
 
 
+LONG_PASS_S = 0.25
+"""A pass this long is timed once after its warm-up: its timing noise is small against it, and repeating
+the passes of a GPT-2-small-sized model made ``--plan`` take minutes (issue 23)."""
+
+
 def _best_time(fn, repeats: int) -> float:
-    """The shortest of ``repeats`` timings of ``fn()`` after one warm-up call (the least disturbed one)."""
+    """The shortest of ``repeats`` timings of ``fn()`` after one warm-up call (the least disturbed one);
+    one timing when the warm-up already took LONG_PASS_S or more."""
+    t0 = time.perf_counter()
     fn()
+    if time.perf_counter() - t0 >= LONG_PASS_S:
+        repeats = 1
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -96,20 +105,62 @@ def _best_time(fn, repeats: int) -> float:
     return best
 
 
+def calibration_batch(model, data, batch_size: int) -> int:
+    """Examples to calibrate on: ``batch_size``, or fewer (but 2, which the suffix runs' per-row cost needs)
+    when one forward of them would take over LONG_PASS_S: per-example costs are what the estimate uses,
+    and a large model's full batch adds only time (minutes on GPT-2 small, issue 23)."""
+    import torch
+
+    from .parallel import single_threaded
+
+    ids, mask = data.clean[:1].to(model.device), data.attention_mask[:1].to(model.device)
+    with single_threaded(), torch.no_grad():
+        one = _best_time(lambda: model.run(ids, mask, compute_logits=False), 1)
+    fits = max(2, int(LONG_PASS_S / max(one, 1e-9)))
+    return max(1, min(batch_size, int(data.clean.shape[0]), fits))
+
+
+def _suffix_times(model, ids, mask, last, resid_pre, repeats: int, rows: int) -> tuple[tuple[float, float], ...]:
+    """(seconds per call, seconds per row) of a suffix run from each layer, from runs of 1 and ``rows`` rows
+    (the first example repeated: a suffix's cost does not depend on the tokens).
+
+    Timed from the first and the last layer only; the layers between are interpolated linearly, as a
+    suffix from layer l runs L - l identical blocks and one unembedding (timing every start layer
+    repeated the forward L times, minutes on GPT-2 small)."""
+    from circuits.model import RunState
+
+    L = model.cfg.n_layers
+    many = (ids[:1].expand(rows, -1), mask[:1].expand(rows, -1), last[:1].expand(rows))
+
+    def timed(layer: int) -> tuple[float, float]:
+        one_state, resid = RunState(layer, resid_pre[layer][:1]), resid_pre[layer][:1]
+        many_state = RunState(layer, resid.expand(rows, *resid.shape[1:]))
+        full = _best_time(lambda: model.run(many[0], many[1], state=many_state, logits_at=many[2]), repeats)
+        one = _best_time(lambda: model.run(ids[:1], mask[:1], state=one_state, logits_at=last[:1]), repeats)
+        row = max(full - one, 0.0) / max(rows - 1, 1)
+        return max(one - row, 0.0), row
+
+    first = timed(0)
+    if L == 1:
+        return (first,)
+    end = timed(L - 1)
+    return tuple(tuple(e + (f - e) * (L - 1 - layer) / (L - 1) for f, e in zip(first, end)) for layer in range(L))
+
+
 def calibrate(model, data, batch_size: int, *, repeats: int = 3, probe_s: float = 2.0) -> Calibration:
-    """A Calibration from timed passes of ``model`` on the first ``batch_size`` examples of ``data``
-    (and exact patching of one example when that is predicted to take under ``probe_s`` seconds)."""
+    """A Calibration from timed passes of ``model`` on the first ``batch_size`` examples of ``data`` (fewer
+    on a large model: :func:`calibration_batch`, then rescaled to the batch by one timed forward of it), and
+    exact patching of one example when that is predicted to take under ``probe_s`` seconds."""
     import torch
 
     from circuits.ablation import last_index
     from circuits.attribution import edge_scores_from_grads
     from circuits.interventions import Intervention
-    from circuits.model import RunState
 
     from .parallel import single_threaded
 
-    cfg, g, dev = model.cfg, model.graph, model.device
-    B = min(batch_size, int(data.clean.shape[0]))
+    g, dev = model.graph, model.device
+    B = calibration_batch(model, data, batch_size)
     ids, mask = data.clean[:B].to(dev), data.attention_mask[:B].to(dev)
     last = last_index(mask)
 
@@ -125,14 +176,8 @@ def calibrate(model, data, batch_size: int, *, repeats: int = 3, probe_s: float 
             forward = _best_time(lambda: model.run(ids, mask, keep_senders=True, compute_logits=False), repeats)
             clean = model.run(ids, mask, keep_resid=True, logits_at=last)
             cf = model.run(data.corrupted[:B].to(dev), mask, keep_senders=True, compute_logits=False).senders
-            suffix = []
-            for layer in range(cfg.n_layers):
-                resid = clean.resid_pre[layer]
-                full = _best_time(lambda: model.run(ids, mask, state=RunState(layer, resid), logits_at=last), repeats)
-                one = _best_time(lambda: model.run(ids[:1], mask[:1], state=RunState(layer, resid[:1]),
-                                                   logits_at=last[:1]), repeats)
-                row = max(full - one, 0.0) / max(B - 1, 1)
-                suffix.append((max(one - row, 0.0), row))
+            rows = max(B, min(batch_size, int(data.clean.shape[0])))  # exact's suffix calls hold many rows
+            suffix = _suffix_times(model, ids, mask, last, clean.resid_pre, repeats, rows)
         grad = _best_time(gradient, repeats)
         sm = torch.zeros(g.n_senders, device=dev)
         sm[0] = 0.5
@@ -142,7 +187,31 @@ def calibrate(model, data, batch_size: int, *, repeats: int = 3, probe_s: float 
             delta = cf - model.run(ids, mask, keep_senders=True, compute_logits=False).senders
             contraction = _best_time(lambda: edge_scores_from_grads(model, delta, grads), repeats)
     cal = Calibration(B, forward, grad, ig, tuple(suffix), contraction_s=contraction)
-    return _probe_exact(cal, model, data, probe_s)
+    return _probe_exact(_to_full_batch(cal, model, data, batch_size), model, data, probe_s)
+
+
+def _to_full_batch(cal: Calibration, model, data, batch_size: int) -> Calibration:
+    """``cal``, timed on fewer examples than a batch, rescaled to the full batch by one timed forward of it:
+    a larger batch runs more efficiently per example (on GPT-2 small 16 examples cost half as much each as
+    2), and every gradient pass and the contraction are priced with that forward's ratio."""
+    import dataclasses
+
+    import torch
+
+    from .parallel import single_threaded
+
+    full = max(1, min(batch_size, int(data.clean.shape[0])))
+    if full <= cal.batch_size:
+        return cal
+    ids, mask = data.clean[:full].to(model.device), data.attention_mask[:full].to(model.device)
+    with single_threaded(), torch.no_grad():
+        t0 = time.perf_counter()
+        model.run(ids, mask, keep_senders=True, compute_logits=False)
+        forward = time.perf_counter() - t0
+    grow = forward / cal.forward_s  # the batch's time over the calibration batch's (per-pass scale)
+    # the suffix runs were timed on a full batch of rows already (_suffix_times)
+    return dataclasses.replace(cal, batch_size=full, forward_s=forward, gradient_s=cal.gradient_s * grow,
+                               ig_gradient_s=cal.ig_gradient_s * grow, contraction_s=cal.contraction_s * grow)
 
 
 def _probe_exact(cal: Calibration, model, data, probe_s: float) -> Calibration:

@@ -142,6 +142,9 @@ class AuditSpec(_RunOptions):
     k: KGrid = Field(default_factory=lambda: [5, 10, 20, 50], min_length=1)
     ranking: Literal["absolute", "signed"] = "absolute"
     faithfulness: bool = True
+    # cross-fitting folds of the selection-aware faithfulness interval; None: up to 5, as many as the
+    # examples (and a task's groups, which stay whole) fill with at least 4 examples each
+    faithfulness_folds: int | None = Field(None, ge=2, le=20)
     heads: HeadsSpec = HeadsSpec()
 
     @field_validator("methods")

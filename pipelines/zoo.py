@@ -218,6 +218,9 @@ def zoo_report(paths: Sequence[str | os.PathLike], n: int = 64, seq_len: int | N
 
 
 if __name__ == "__main__":  # python -m pipelines.zoo : build (or reuse) the zoo and print its report
+    print(f"the default zoo: {len(ZOO_RECIPES) * len(ZOO_SEEDS)} models ({', '.join(ZOO_RECIPES)} x seeds "
+          f"{ZOO_SEEDS[0]}-{ZOO_SEEDS[-1]}); those not cached are trained (all of them: about 12 minutes on 2 cores; "
+          "one: `circuitstat zoo build RECIPE --seed S`)", flush=True)
     t0 = time.time()
     ps = default_zoo()
     print(f"zoo ready in {time.time() - t0:.0f}s at {ps[0].parent.parent}")

@@ -53,7 +53,9 @@ class RunTables(Result):
         t = self.to_table().to_pydict()
         items: list[tuple[str, Any]] = [("run directory", str(self.run_dir))]
         if {"item", "value", "ci_low", "ci_high", "verdict"} <= set(t):
-            items += [(i, f"{v:.4g} [{lo:.4g}, {hi:.4g}] {vd}".rstrip())
+            from stats.intervals import interval_text
+
+            items += [(i, f"{interval_text(v, lo, hi, digits=4)} {vd}".rstrip())
                       for i, v, lo, hi, vd in zip(t["item"], t["value"], t["ci_low"], t["ci_high"], t["verdict"])]
         return items
 

@@ -270,7 +270,8 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
     _table("summary", "one-screen summary: one row per reported item",
            ("item", S, "what is reported"), ("value", F, "estimate"),
            *_ci("ci", "value", "stated in the item", claimable=False),
-           ("verdict", S, "met / not met / inconclusive against the item's bar, or empty"),
+           ("verdict", S, "met / not met / inconclusive against the item's bar (head study: supported / "
+                          "contradicted / negligible / inconclusive), or empty"),
            ("pvalue", F, "p-value of the item's directional claim (head study)", False, True),
            ("pvalue_holm", F, "Holm-adjusted p-value over the study's verdicts (head study)", False, True),
            ("interval", S, "how the interval was computed (head study)", False, True),

@@ -47,6 +47,7 @@ from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
 from reports.results import ConfidenceInterval, MethodIntervals, Result
 from reports.topk import ranking_key, topk
 
+from .folds import MIN_PER_FOLD, fold_split
 from .intervals import METHODS, acceleration_from_jackknife, intervals_from_distribution
 from .resampling import ResamplingPlan
 
@@ -70,8 +71,6 @@ ESTIMAND_SELECTED = ("faithfulness on the prompt distribution of the top-k circu
 SCHEMES = ("crossfit", "reselect")
 #: interval methods per scheme, default first
 SCHEME_METHODS = {"crossfit": ("corrected-t", *METHODS), "reselect": ("basic",)}
-#: fewest examples a cross-fitting fold may hold (its circuit is evaluated on them)
-MIN_PER_FOLD = 4
 
 Evaluate = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
@@ -368,24 +367,6 @@ def _jaccard_to(masks: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return inter / np.maximum(union, 1)
 
 
-def _fold_split(rng: np.random.Generator, n: int, n_folds: int, groups: np.ndarray | None) -> list[np.ndarray]:
-    """Return sorted example rows of each fold: a random split, or whole groups dealt to balance fold sizes."""
-    if groups is None:
-        return [np.sort(f) for f in np.array_split(rng.permutation(n), n_folds)]
-    ids, sizes = np.unique(groups, return_counts=True)
-    order = rng.permutation(ids.size)
-    order = order[np.argsort(-sizes[order], kind="stable")]  # largest groups first, random among equals
-    fold_of, load = np.empty(ids.size, dtype=np.int64), np.zeros(n_folds, dtype=np.int64)
-    for g in order:  # each group to the currently smallest fold
-        f = int(np.argmin(load))
-        fold_of[g], load[f] = f, load[f] + sizes[g]
-    if load.min() < MIN_PER_FOLD:
-        raise InputError(f"the groups (templates) cannot fill {n_folds} folds with at least {MIN_PER_FOLD} examples "
-                         f"each (smallest fold: {load.min()}); use fewer folds or more groups")
-    per_row = fold_of[np.searchsorted(ids, groups)]
-    return [np.flatnonzero(per_row == f) for f in range(n_folds)]
-
-
 def _crossfit(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ranking: str, n_folds: int, n_repeats: int,
               seed: np.random.SeedSequence, tie_rng: np.random.Generator, full_masks: np.ndarray,
               groups: np.ndarray | None) -> tuple[np.ndarray, list, np.ndarray]:
@@ -398,7 +379,7 @@ def _crossfit(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ranking: st
     rng = np.random.default_rng(seed)
     total = S.sum(0)
     for _ in range(n_repeats):
-        split = _fold_split(rng, n, n_folds, groups)
+        split = fold_split(rng, n, n_folds, groups)
         # each fold's circuit is selected from the mean scores of the other folds
         means = np.stack([(total - S[f].sum(0)) / (n - f.size) for f in split])
         for rows, masks in zip(split, _topk_masks(means, ks, ranking, tie_rng)):

@@ -20,6 +20,7 @@ from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
 from reports.results import ConfidenceInterval, Result
 
 from .resampling import ResamplingPlan, _resolve_jobs, resampled_means
+from .intervals import interval_text
 from .testing import resampling_pvalue
 
 __all__ = [
@@ -340,7 +341,8 @@ class HeadMatchResult(Result):
     def _summary_items(self) -> list[tuple[str, Any]]:
         return [("method", self.method), ("heads", self.score.size), ("drop_bos", self.drop_bos),
                 ("mean matched similarity", self.estimate),
-                ("CI", f"[{self.confidence_interval.low:.4g}, {self.confidence_interval.high:.4g}]"),
+                ("CI", interval_text(self.estimate, self.confidence_interval.low, self.confidence_interval.high,
+                                     digits=4, missing="too few prompts")),
                 ("null mean", float(np.mean(self.null_distribution))
                  if self.null_distribution.size else np.nan), ("p-value", self.pvalue)]
 

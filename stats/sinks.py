@@ -36,7 +36,7 @@ from scipy import stats as sps
 from reports.results import Result
 
 from .intervals import (BootstrapResult, acceleration_from_jackknife, bootstrap_edges,
-                        interval_verdict, intervals_from_distribution)
+                        interval_text, interval_verdict, intervals_from_distribution)
 from .resampling import ResamplingPlan, resampled_means
 
 __all__ = ["sink_shares", "position_means", "quadratic_fit", "confidence_gap", "SinkResult", "sink_relation",
@@ -175,10 +175,11 @@ class SinkResult(Result):
         order = np.argsort(-self.sink_rate.estimate)
         for i in order[:5]:
             ci = self.sink_rate.confidence_interval
-            items.append((f"sink rate {self.head_names[i]}",
-                          f"{self.sink_rate.estimate[i]:.3g} [{ci.low[i]:.3g}, {ci.high[i]:.3g}]"))
+            items.append((f"sink rate {self.head_names[i]}", interval_text(self.sink_rate.estimate[i], ci.low[i],
+                                                                           ci.high[i], missing="too few prompts")))
         for term, row in self.fit.items():
-            items.append((term, f"{row['estimate']:.4g} [{row['ci_low']:.4g}, {row['ci_high']:.4g}] {row['verdict']}"))
+            text = interval_text(row["estimate"], row["ci_low"], row["ci_high"], digits=4, missing="too few heads")
+            items.append((term, f"{text} {row['verdict']}".rstrip()))
         return items
 
 

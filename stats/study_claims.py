@@ -16,6 +16,7 @@ from typing import Callable
 import numpy as np
 
 from .head_stability import bootstrap_z_summary, fisher_interval, fisher_pvalue, jackknife_summary, pooled_fisher_z
+from .intervals import RESOLUTION
 from .testing import holm_verdicts, t_pvalue, z_pvalue
 
 __all__ = ["StudyDesign", "ClaimRows", "ClaimSources", "claims_table", "layer_points", "paired_mean", "difference",
@@ -88,11 +89,13 @@ class ClaimRows:
         """Return the summary columns with Holm-adjusted p-values and verdicts over every directional row."""
         values = np.array([r["value"] for r in self.rows], dtype=float)
         directions = np.array([r["direction"] or 0 for r in self.rows])
-        verdicts, adjusted = holm_verdicts(values, np.array([r["pvalue"] for r in self.rows]), directions, alpha)
+        lows, highs = (np.array([r[c] for r in self.rows], dtype=float) for c in ("ci_low", "ci_high"))
+        # stabilities and their differences are bounded by 1: one at the precision the summary prints is negligible
+        verdicts, adjusted = holm_verdicts(values, np.array([r["pvalue"] for r in self.rows]), directions, alpha,
+                                           lows=lows, highs=highs, resolution=RESOLUTION)
         family = f"Holm over the {int((directions != 0).sum())} directional rows of this table, family-wise alpha {alpha:g}"
         return {"item": np.array([r["item"] for r in self.rows]), "value": values,
-                "ci_low": np.array([r["ci_low"] for r in self.rows], dtype=float),
-                "ci_high": np.array([r["ci_high"] for r in self.rows], dtype=float), "verdict": verdicts,
+                "ci_low": lows, "ci_high": highs, "verdict": verdicts,
                 "pvalue": np.array([r["pvalue"] for r in self.rows], dtype=float), "pvalue_holm": adjusted,
                 "interval": np.array([r["interval"] for r in self.rows]),
                 "multiplicity": np.array([family if d else "" for d in directions])}

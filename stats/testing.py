@@ -248,15 +248,21 @@ def holm_adjust(pvalues: np.ndarray) -> np.ndarray:
     return out.reshape(pvalues.shape)
 
 
-def holm_verdicts(values: np.ndarray, pvalues: np.ndarray, directions: np.ndarray, alpha: float = 0.05
+def holm_verdicts(values: np.ndarray, pvalues: np.ndarray, directions: np.ndarray, alpha: float = 0.05, *,
+                  lows: np.ndarray | None = None, highs: np.ndarray | None = None, resolution: float = 0.0
                   ) -> tuple[np.ndarray, np.ndarray]:
     """Return (verdicts, Holm-adjusted p-values) of directional claims tested as one family.
 
     Rows with direction 0 are not claims: verdict "" and no adjusted p-value. A claim is
     "supported" when its Holm-adjusted p-value is <= alpha and its value lies on the claimed
     side (direction +1: above 0, −1: below 0), "contradicted" when significant on the other
-    side, "inconclusive" otherwise (including a NaN p-value).
+    side, "inconclusive" otherwise (including a NaN p-value). With ``lows``/``highs`` (each row's
+    interval) and a ``resolution``, a claim whose value and interval lie within ``resolution`` of 0
+    is "negligible" however small its p-value (stats.intervals.verdicts: a degenerate estimate is
+    never "supported").
     """
+    from .intervals.verdicts import NEGLIGIBLE, is_negligible  # here: stats.intervals imports this module
+
     values = np.asarray(values, dtype=np.float64)
     directions = np.asarray(directions)
     claims = directions != 0
@@ -264,7 +270,9 @@ def holm_verdicts(values: np.ndarray, pvalues: np.ndarray, directions: np.ndarra
     adjusted[claims] = holm_adjust(np.asarray(pvalues, dtype=np.float64)[claims])
     verdicts = np.full(values.shape, "", dtype=object)
     for i in np.flatnonzero(claims):
-        if not (adjusted[i] <= alpha):
+        if lows is not None and highs is not None and is_negligible(values[i], lows[i], highs[i], resolution):
+            verdicts[i] = NEGLIGIBLE
+        elif not (adjusted[i] <= alpha):
             verdicts[i] = "inconclusive"
         elif np.sign(values[i]) == directions[i]:
             verdicts[i] = "supported"

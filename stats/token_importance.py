@@ -30,7 +30,7 @@ import numpy as np
 
 from reports.results import Result
 
-from .intervals import BootstrapResult, bootstrap_edges
+from .intervals import BootstrapResult, bootstrap_edges, interval_text
 from .resampling import ResamplingPlan
 from .testing import holm_adjust
 
@@ -126,16 +126,17 @@ class TokenImportanceResult(Result):
     def _summary_items(self) -> list[tuple[str, Any]]:
         items: list[tuple[str, Any]] = [("prompts (N)", self.drops.n_obs), ("resamples (B)", self.drops.n_resamples),
                                         ("interval", self.drops.method), ("estimand", ESTIMAND_DROP)]
+        few = "too few prompts or no spread"
         for m in self.measures:
             for k in self.ks:
                 est, lo, hi = self.mean_drop(m, k)
-                items.append((f"drop {m} k={k}", f"{est:.4g} [{lo:.4g}, {hi:.4g}]"))
+                items.append((f"drop {m} k={k}", interval_text(est, lo, hi, digits=4, missing=few)))
         if self.differences is not None:
             for (a, b) in self.pairs:
                 for k in self.ks:
                     row = self.difference(a, b, k)
-                    items.append((f"{a} - {b} k={k}", f"{row['difference']:.4g} [{row['ci_low']:.4g}, "
-                                                      f"{row['ci_high']:.4g}] {row['verdict']}"))
+                    text = interval_text(row["difference"], row["ci_low"], row["ci_high"], digits=4, missing=few)
+                    items.append((f"{a} - {b} k={k}", f"{text} {row['verdict']}"))
             items.append(("multiplicity", self.multiplicity))
         return items
 
@@ -223,10 +224,12 @@ class TokenStabilityResult(Result):
         return {"token_stability": self.rows}
 
     def _summary_items(self) -> list[tuple[str, Any]]:
+        from .head_stability import seeds_interval_text
+
         r = self.rows
-        return [(f"top-{k} {m} Jaccard", f"{j:.3g} [{lo:.3g}, {hi:.3g}] (chance {c:.3g})")
-                for m, k, j, lo, hi, c in zip(r["measure"], r["k"], r["jaccard"], r["ci_low"], r["ci_high"],
-                                              r["chance"])]
+        return [(f"top-{k} {m} Jaccard", f"{seeds_interval_text(j, lo, hi, K)} (chance {c:.3g})")
+                for m, k, j, lo, hi, c, K in zip(r["measure"], r["k"], r["jaccard"], r["ci_low"], r["ci_high"],
+                                                 r["chance"], r["n_refits"])]
 
 
 def token_stability(orders: Mapping[str, np.ndarray], candidates: np.ndarray, ks: Sequence[int], *,

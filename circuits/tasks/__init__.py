@@ -29,7 +29,7 @@ from .files import FILE_COLUMNS, file_task
 from .greater_than import GT_NOUNS, greater_than_task
 from .induction import induction_task
 from .ioi import IOI_NAMES, IOI_OBJECTS, IOI_PLACES, IOI_TEMPLATES, ioi_task
-from .registry import TASKS, make_task, register_task, task_options
+from .registry import TASKS, make_task, option_matches, register_task, task_builder, task_option_types, task_options
 from .task import Task
 from .validation import TaskValidationError, check_int, check_token_ids
 
@@ -54,4 +54,7 @@ __all__ = [
     "check_int",
     "check_token_ids",
     "task_options",
+    "task_builder",
+    "task_option_types",
+    "option_matches",
 ]

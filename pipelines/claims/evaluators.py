@@ -85,7 +85,7 @@ def _eval_head_stability(c: HeadStabilityClaim, run: RunReader) -> tuple[bool, d
     if not run.rows(c.table, cols, layer=c.layer, head=c.head):
         layers = run.distinct(c.table, "layer")
         heads = run.distinct(c.table, "head")
-        raise ClaimError(f"head {c.layer}.{c.head} is not in the run's {c.table} table "
+        raise ClaimError(f"head a{c.layer}.h{c.head} is not in the run's {c.table} table "
                          f"(layers {layers}, heads {heads}); check the claim's layer and head")
     eq: dict[str, Any] = {"layer": c.layer, "head": c.head}
     for key in ("match", "pairs"):
@@ -93,8 +93,8 @@ def _eval_head_stability(c: HeadStabilityClaim, run: RunReader) -> tuple[bool, d
         if val is not None:
             need(run, c.table, key, val, f"set heads.{key}: {val} in the spec")
             eq[key] = val
-    v = scalar(run, c.table, c.statistic, f"head {c.layer}.{c.head}", **eq)
-    ok, reason = bounded(v, c, f"{c.statistic} of head {c.layer}.{c.head}")
+    v = scalar(run, c.table, c.statistic, f"head a{c.layer}.h{c.head}", **eq)
+    ok, reason = bounded(v, c, f"{c.statistic} of head a{c.layer}.h{c.head}")
     return ok, {c.statistic: v}, reason
 
 

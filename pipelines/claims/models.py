@@ -145,7 +145,8 @@ _HEAD_RE = re.compile(r"^\s*(?:a?(\d+)\s*\.\s*h?(\d+))\s*$")
 
 
 class _HeadRef(BoundedClaim):
-    """A claim about one attention head: ``layer`` and ``head``, or ``head: "1.5"`` / ``head: a1.h5``."""
+    """A claim about one attention head: ``head: a1.h5`` (the graph's node name, printed everywhere), or
+    ``head: "1.5"`` (accepted too), or ``layer`` and ``head``."""
 
     layer: int | None = Field(None, ge=0)
     head: int | str
@@ -155,10 +156,11 @@ class _HeadRef(BoundedClaim):
     def _no_float_head(cls, v: Any) -> Any:
         if isinstance(v, float):
             raise ValueError(
-                f"head {v!r} is a number; write layer 1 head 5 as head: \"1.5\" (quoted) or as layer: 1 and head: 5"
+                f"head {v!r} is a number; write layer 1 head 5 as head: a1.h5, as head: \"1.5\" (quoted) or as "
+                "layer: 1 and head: 5"
             )
         if isinstance(v, bool):
-            raise ValueError("head must be an integer or a \"layer.head\" string such as \"1.5\"")
+            raise ValueError("head must be an integer or a head name such as a1.h5 (or \"1.5\")")
         return v
 
     @model_validator(mode="after")
@@ -166,7 +168,7 @@ class _HeadRef(BoundedClaim):
         if isinstance(self.head, str):
             m = _HEAD_RE.match(self.head)
             if not m:
-                raise ValueError(f"head {self.head!r} is not 'LAYER.HEAD' (such as \"1.5\" or \"a1.h5\")")
+                raise ValueError(f"head {self.head!r} is not a head name such as a1.h5 (or \"1.5\")")
             layer, head = int(m.group(1)), int(m.group(2))
             if self.layer is not None and self.layer != layer:
                 raise ValueError(f"head {self.head!r} is in layer {layer} but 'layer' is {self.layer}")
@@ -176,7 +178,7 @@ class _HeadRef(BoundedClaim):
             if self.head < 0:
                 raise ValueError("head must be >= 0")
             if self.layer is None:
-                raise ValueError(f"give 'layer' with head {self.head}, or write head: \"LAYER.{self.head}\"")
+                raise ValueError(f"give 'layer' with head {self.head}, or write head: aLAYER.h{self.head}")
         return self
 
 
@@ -190,7 +192,7 @@ class HeadStabilityClaim(_HeadRef):
     pairs: Literal["anchor", "all"] | None = None
 
     def _auto_label(self) -> str:
-        return f"{self.layer}.{self.head} {self.statistic}"
+        return f"a{self.layer}.h{self.head} {self.statistic}"
 
 
 class LayerStabilityClaim(BoundedClaim):

@@ -179,6 +179,11 @@ def fail(message: str, code: int = EXIT_INPUT) -> None:
     _die(message, code)
 
 
+TASK_HELP = ("induction, ioi, greater-than, or a task file (.jsonl/.csv/.parquet, one example per row: clean, "
+             "corrupted, answer, wrong_answer[, group]; docs/usage.md)")
+# pipelines.build.TASK_OPTION_HELP, written out so that --help does not import torch
+TASK_OPTION_HELP = ("KEY=VALUE option of the task's builder, repeatable (e.g. seq_len=10, corrupt=answer, "
+                    "prepend_bos=false, templates=[...]); values are YAML and checked against the builder's types")
 ALLOW_PICKLE_HELP = "allow pickled weights (.bin/.pt): loading them can run code; only for sources you trust"
 ALLOW_LARGE_HELP = "lift the limits on memory and work (sizes from files are refused above them)"
 
@@ -235,7 +240,7 @@ app.add_typer(study_app, name="study")
 # the commands register themselves on `app` / `study_app` when their modules are imported; each
 # imports what it runs inside its body, so `circuitstat --help`, `check` and `query` never load torch
 from . import analyse, checks, studies  # noqa: E402,F401
-from . import tokens  # noqa: E402,F401
+from . import tokens, zoo  # noqa: E402,F401
 from . import service  # noqa: E402,F401
 
 

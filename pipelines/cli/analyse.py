@@ -8,8 +8,8 @@ from pathlib import Path
 
 import typer
 
-from . import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, DTYPES, Ablation, DType, Level, Method, MetricName, app,
-               check_out, choices, echo, fail)
+from . import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, DTYPES, TASK_HELP, TASK_OPTION_HELP, Ablation, DType, Level,
+               Method, MetricName, app, check_out, choices, echo, fail)
 
 
 Rule = choices("Rule", "top-k", "greedy")  # how `circuit` selects edges
@@ -17,12 +17,13 @@ InputNode = choices("InputNode", "embeddings", "tokens")  # circuits.ablation
 Ranking = choices("Ranking", "signed", "absolute")  # reports.topk.RANKINGS: signed score or |score|
 
 
-def ranking_option(ranking, absolute: bool | None, command: str) -> str:
-    """The ranking of ``--ranking``, or of the old ``--absolute/--signed`` flags (with a warning naming the new one)."""
+def ranking_option(ranking, absolute: bool | None, command: str) -> str | None:
+    """The ranking of ``--ranking``, or of the old ``--absolute/--signed`` flags (with a warning naming the new
+    one); None when neither is given."""
     from reports.errors import warn_renamed
 
     if absolute is None:
-        return "signed" if ranking is None else ranking.value
+        return None if ranking is None else ranking.value
     old = "absolute" if absolute else "signed"
     warn_renamed(f"--{old}", f"--ranking {old}", command)
     if ranking is not None and ranking.value != old:
@@ -102,7 +103,8 @@ def _torch_dtype(name: str):
 @app.command("attribute")
 def attribute_command(
     model: str = typer.Option(..., "--model", help="model directory, cached hub id, or random:ARCH?..."),
-    task: str = typer.Option("induction", "--task", help="induction, ioi, greater-than, or a .jsonl/.csv/.parquet file"),
+    task: str = typer.Option("induction", "--task", help=TASK_HELP),
+    task_option: list[str] = typer.Option([], "--task-option", help=TASK_OPTION_HELP),
     method: Method = typer.Option("eap", "--method", help="attribution method"),
     level: Level = typer.Option("edge", "--level", help="score edges or nodes (senders)"),
     ablation: Ablation = typer.Option("counterfactual", "--ablation", help="what a patched component carries"),
@@ -139,15 +141,20 @@ def attribute_command(
 ) -> None:
     """Per-example attribution scores: writes scores.parquet, edges.parquet and manifest.json.
 
-    The examples are computed in chunks, each saved in OUT/checkpoints as soon as it is finished:
-    a killed run continues where it stopped when the same command is run again."""
+    A task file (.jsonl, .csv or .parquet) has one example per row with columns clean, corrupted
+    (the same number of tokens), answer and wrong_answer (one token each, e.g. " Mary"), and
+    optionally group (the template, kept whole by cluster bootstraps and cross-fitting folds); see
+    docs/usage.md for a five-row example. The examples are computed in chunks, each saved in
+    OUT/checkpoints as soon as it is finished: a killed run continues where it stopped when the same
+    command is run again. Cost: --plan prints each method's estimated time on this machine first."""
     from circuits.attribution import check_options
     from circuits.plan import parse_bytes
-    from pipelines.build import check_device, check_n_jobs
+    from pipelines.build import check_device, check_n_jobs, parse_task_options
     from reports.errors import InputError
 
     method, level, ablation, dtype = method.value, level.value, ablation.value, dtype.value
     input_node = input_node.value
+    options = parse_task_options(task, task_option)
     metric = None if metric is None else metric.value
     # everything is validated before the run directory exists
     if out is None and not plan:
@@ -155,29 +162,33 @@ def attribute_command(
     if plan:  # on the meta device: no weights are allocated, whatever the model's size
         check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
         budget = None if max_memory is None else parse_bytes(max_memory)
-        _plan(model, task, n=n, seed=seed, metric=metric, level=level, batch_size=batch_size, ig_steps=ig_steps,
-              budget=budget, n_jobs=check_n_jobs(n_jobs, "--n-jobs"), device=check_device(device), dtype=dtype,
+        _plan(model, task, options, n=n, seed=seed, metric=metric, level=level, batch_size=batch_size,
+              ig_steps=ig_steps, budget=budget, n_jobs=check_n_jobs(n_jobs, "--n-jobs"), device=check_device(device), dtype=dtype,
               allow_pickle=allow_pickle, allow_large=allow_large)
         return
     check_out(out, "attribute", force=force)
     m, t, budget, n_jobs = prepare_attribute(model, task, method=method, level=level, ablation=ablation, metric=metric,
                                              n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
                                              device=device, dtype=dtype, max_memory=max_memory,
-                                             allow_pickle=allow_pickle, allow_large=allow_large)
-    sm = _attribute_run(m, t, out, model_arg=model, task_arg=task, method=method, level=level, ablation=ablation,
-                        input_node=input_node, n=n,
+                                             allow_pickle=allow_pickle, allow_large=allow_large, task_options=options)
+    sm = _attribute_run(m, t, out, model_arg=model, task_arg=task, task_options=options, method=method, level=level,
+                        ablation=ablation, input_node=input_node, n=n,
                         batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
                         budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force)
+    _print_top(sm, method, level, out)
+
+
+def _print_top(sm, method: str, level: str, out: Path, top: int = 10) -> None:
+    """The ``top`` scores by |mean| of a finished attribution run, with their SD over examples."""
     mean = sm.mean()
     sd = sm.scores.std(0, ddof=1) if sm.n_examples > 1 else mean * 0
-    top = abs(mean).argsort()[::-1][:10]
     echo(f"{method} scores ({sm.metric}) for {len(sm.names)} {level}s on {sm.n_examples} examples -> {out}")
     echo(f"{'rank':>4}  {'mean':>10}  {'sd':>9}  name")
-    for r, i in enumerate(top, 1):
+    for r, i in enumerate(abs(mean).argsort()[::-1][:top], 1):
         echo(f"{r:>4}  {mean[i]:>10.4f}  {sd[i]:>9.4f}  {sm.names[i]}")
 
 
-def _plan(source: str, task: str, *, n: int, seed: int, metric, level: str, batch_size: int, ig_steps: int,
+def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, level: str, batch_size: int, ig_steps: int,
           budget, n_jobs: int, device: str, dtype: str, allow_pickle: bool, allow_large: bool) -> None:
     """Print the plan of an attribute run: counts from the model's skeleton on the meta device (no weight
     is read or allocated, whatever the config's size); timings from the loaded model only when its
@@ -192,8 +203,8 @@ def _plan(source: str, task: str, *, n: int, seed: int, metric, level: str, batc
 
     skeleton = load_skeleton(resolve_source(source), allow_pickle=allow_pickle, allow_large=allow_large)
     skeleton = skeleton.to(dtype=_torch_dtype(dtype))  # on meta: only the itemsize changes
-    check_work(skeleton, n, level=level, positions=task_positions(task, {}), allow_large=allow_large)
-    t = build_task(skeleton, task, n=n, seed=seed, metric=metric)
+    check_work(skeleton, n, level=level, positions=task_positions(task, options), allow_large=allow_large)
+    t = build_task(skeleton, task, n=n, seed=seed, metric=metric, **options)
     need = weight_bytes(skeleton.cfg, _torch_dtype(dtype).itemsize)
     timing, why = None, ""
     if need > MAX_BYTES:
@@ -211,9 +222,9 @@ def _plan(source: str, task: str, *, n: int, seed: int, metric, level: str, batc
 
 def prepare_attribute(model: str, task: str, *, method: str, level: str, ablation: str, metric: str | None, n: int,
                       batch_size: int, ig_steps: int, seed: int, n_jobs: int, device: str, dtype: str,
-                      max_memory: str | None, allow_pickle: bool, allow_large: bool):
+                      max_memory: str | None, allow_pickle: bool, allow_large: bool, task_options: dict | None = None):
     """(model, task, memory budget, n_jobs) of an ``attribute`` run after every check that needs no
-    run directory (options, workers, device, sizes, the task); InputError on the first problem."""
+    run directory (options, workers, device, sizes, the task and its options); InputError on the first problem."""
     from circuits import load_model
     from circuits.attribution import check_options
     from circuits.plan import parse_bytes
@@ -225,8 +236,9 @@ def prepare_attribute(model: str, task: str, *, method: str, level: str, ablatio
     dev = check_device(device)
     m = load_model(resolve_source(model), device=dev, dtype=_torch_dtype(dtype), allow_pickle=allow_pickle,
                    allow_large=allow_large)
-    check_work(m, n, level=level, positions=task_positions(task, {}), allow_large=allow_large)
-    return m, build_task(m, task, n=n, seed=seed, metric=metric), budget, n_jobs
+    options = dict(task_options or {})
+    check_work(m, n, level=level, positions=task_positions(task, options), allow_large=allow_large)
+    return m, build_task(m, task, n=n, seed=seed, metric=metric, **options), budget, n_jobs
 
 
 def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", level: str = "edge",
@@ -242,8 +254,8 @@ def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", leve
                                              n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
                                              device=device, dtype=dtype, max_memory=max_memory,
                                              allow_pickle=allow_pickle, allow_large=allow_large)
-    return _attribute_run(m, t, out, model_arg=model, task_arg=task, method=method, level=level, ablation=ablation,
-                          input_node=input_node, n=n, batch_size=batch_size,
+    return _attribute_run(m, t, out, model_arg=model, task_arg=task, task_options={}, method=method, level=level,
+                          ablation=ablation, input_node=input_node, n=n, batch_size=batch_size,
                           ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
                           budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force)
 
@@ -284,8 +296,8 @@ def _task_record(t) -> dict:
     return {**desc, "meta": meta}
 
 
-def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: str, level: str, ablation: str,
-                   input_node: str, n: int,
+def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, task_options: dict, method: str, level: str,
+                   ablation: str, input_node: str, n: int,
                    batch_size: int, ig_steps: int, seed: int, n_jobs: int, dtype: str, budget: int | None,
                    checkpoint_every: int | None, resume: bool, force: bool):
     """The ScoreMatrix of one checkpointed attribution run written into ``out`` (resumed where it stopped)."""
@@ -299,6 +311,8 @@ def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, method: st
             "input_node": input_node, "metric": t.metric_name, "n": n, "batch_size": batch_size, "ig_steps": ig_steps,
             "seed": seed,
             "dtype": DTYPES[dtype], "max_rows": max_rows}
+    if task_options:  # recorded only when given, so runs without options resume as before
+        spec["task_options"] = task_options
     options = {"batch_size": batch_size, "max_rows": max_rows, "ig_steps": ig_steps, "dtype": DTYPES[dtype],
                "device": m.device.type, "input_node": input_node}
     identity, task_record = m.identity(), _task_record(t)  # the model caches its weight hash
@@ -381,31 +395,34 @@ def report_command(
 def circuit_command(
     run: Path = typer.Argument(..., help="run directory with scores (from attribute or audit)"),
     k: int = typer.Option(..., "--k", min=1, help="number of edges"),
-    ranking: Ranking | None = typer.Option(None, "--ranking", help="rank edges by signed score (default) or by |score| "
-                                           "(absolute)"),
+    ranking: Ranking | None = typer.Option(None, "--ranking", help="rank edges by |score| (absolute) or by signed "
+                                           "score (default: an audit's recorded ranking, else absolute)"),
     absolute: bool | None = typer.Option(None, "--absolute/--signed", hidden=True, help="old name of --ranking"),
     seed: int = typer.Option(0, "--seed", min=0, help="seed of the random tie-break at the cut-off (reports.topk)"),
-    method: Method | None = typer.Option(None, "--method", help="which method's scores in an audit run"),
+    method: Method | None = typer.Option(None, "--method",
+                                         help="which method's scores in an audit run (default: exact if present)"),
     rule: Rule = typer.Option(Rule("top-k"), "--rule", help="top-k edges, or greedy growth from the logits"),
     prune: bool = typer.Option(True, "--prune/--no-prune", help="drop nodes with no path input -> logits"),
     json_out: Path | None = typer.Option(None, "--json", help="export to EAP-IG / MIB JSON"),
 ) -> None:
-    """Print (and export) the circuit of the top-k edges of a run's mean scores."""
+    """Print (and export) the circuit of the top-k edges of a run's mean scores, saying which method and
+    ranking it used; an empty circuit says why and what to pass instead."""
     from circuits.circuit import Circuit
     from circuits.scores import ScoreMatrix
+    from pipelines.circuit_choice import choose_scores, default_ranking, empty_explanation, header_line
 
-    name = "scores" if method is None else f"scores_{method.value}"
-    if method is None and not (run / "scores.parquet").exists():
-        found = sorted(p.stem[len("scores_"):] for p in run.glob("scores_*.parquet"))
-        if not found:
-            fail(f"{run} has no scores; run `circuitstat attribute` or `circuitstat audit` first")
-        name = f"scores_{found[0]}"
-    sm = ScoreMatrix.read(run, name)
+    choice = choose_scores(run, None if method is None else method.value)
+    chosen, why = ranking_option(ranking, absolute, "circuit"), "as asked"
+    if chosen is None:
+        chosen, why = default_ranking(run)
+    sm = ScoreMatrix.read(run, choice.table)
     make = Circuit.top_k if rule.value == "top-k" else Circuit.greedy
-    circuit = make(sm, k, ranking=ranking_option(ranking, absolute, "circuit"), seed=seed)
-    if prune:
-        circuit = circuit.prune()
+    selected = make(sm, k, ranking=chosen, seed=seed)
+    circuit = selected.prune() if prune else selected
+    echo(header_line(choice, chosen, why, k, rule.value, prune))
     echo(circuit.summary())
+    if circuit.n_edges == 0:
+        echo("note: " + empty_explanation(selected.scores, selected.edges, k, chosen, prune))
     if json_out is not None:
         circuit.to_json(json_out)
         echo(f"written {json_out}")

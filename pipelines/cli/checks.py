@@ -35,7 +35,7 @@ def check_command(
 
         if run is None:
             raise InputError("--server needs --run JOB_ID (the id `circuitstat submit` printed)")
-        raise typer.Exit(check_remote(server, claims, str(run), junit, echo=typer.echo))
+        raise typer.Exit(check_remote(server, claims, str(run), junit, echo=echo))
     from pipelines.claims import check, format_results, write_junit
 
     if junit is not None and junit.is_dir():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from . import app, choices
+from . import app, choices, echo
 
 users_app = typer.Typer(no_args_is_help=True, help="Accounts of `circuitstat serve`: users and their bearer tokens "
                                                    "(operator commands; they open the database directly).")
@@ -57,7 +57,7 @@ def submit_command(
     from pipelines.service.client import submit
 
     raise typer.Exit(submit(server, spec, kind=kind.value, name=name, public=public, wait=wait, out=out,
-                            echo=typer.echo))
+                            echo=echo))
 
 
 def _database(data: Path | None, database: str | None, config: Path | None):
@@ -83,7 +83,7 @@ def users_add(name: str = typer.Argument(..., help="user name"), data: Path | No
 
     with _database(data, database, config).session() as s:
         add_user(s, name)
-    typer.echo(f"user {name} added; give them a token with `circuitstat users token {name}`")
+    echo(f"user {name} added; give them a token with `circuitstat users token {name}`")
 
 
 @users_app.command("token")
@@ -95,7 +95,7 @@ def users_token(name: str = typer.Argument(..., help="user name"),
 
     with _database(data, database, config).session() as s:
         token = create_token(s, name, label)
-    typer.echo(token)
+    echo(token)
 
 
 @users_app.command("revoke")
@@ -106,7 +106,7 @@ def users_revoke(token_id: str = typer.Argument(..., help="the token's id (from 
 
     with _database(data, database, config).session() as s:
         revoke_token(s, token_id)
-    typer.echo("token revoked")
+    echo("token revoked")
 
 
 @users_app.command("list")
@@ -118,4 +118,4 @@ def users_list(data: Path | None = DATA, database: str | None = DATABASE, config
         for u in list_users(s):
             tokens = ", ".join(f"{t['id']}{' (revoked)' if t['revoked'] else ''}{' ' + t['label'] if t['label'] else ''}"
                                for t in u["tokens"]) or "no tokens"
-            typer.echo(f"{u['name']}: {tokens}")
+            echo(f"{u['name']}: {tokens}")

@@ -52,7 +52,10 @@ def heads_command(
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
-    """Cross-seed stability of attention heads and of the residual stream, with refit-level and bootstrap CIs."""
+    """Cross-seed stability of attention heads and of the residual stream, with refit-level and bootstrap CIs.
+
+    Cost: about a minute for 5 zoo-sized models with the default 100 probe prompts and 200 resamples
+    (scales with models x probe prompts x resamples); across-seed intervals need at least 3 models."""
     from pipelines.build import check_device, check_n_jobs, load_source
     from pipelines.heads import HeadStability, write_heads_run
 
@@ -112,7 +115,10 @@ def train_command(
     device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP + " and on the number of seeds"),
 ) -> None:
-    """Train one small GPT-style model per seed on a corpus (deterministic, resumable)."""
+    """Train one small GPT-style model per seed on a corpus (deterministic, resumable).
+
+    Cost: a zoo-sized model (2 layers, d_model 64, 3,500 steps of 32 x 64 tokens) takes about 2.5 min on
+    one core; time grows with --steps, --batch-size x --n-ctx and the model's size. Try a few --steps first."""
     import json
 
     from pipelines.build import check_device, check_n_jobs
@@ -147,7 +153,10 @@ def demo_command(
                                       help="parallel workers, 1 to this machine's CPU count (default: up to 2)"),
     quick: bool = typer.Option(False, "--quick", help="fewer examples and resamples"),
 ) -> None:
-    """Train or reuse the zoo's attention-only models, audit their induction circuit, write the report."""
+    """Train or reuse the zoo's attention-only models, audit their induction circuit, write the report.
+
+    Cost: from an empty cache about 9 min on 2 cores (training 5 models about 6.3 min, audit and report
+    about 35 s); with the models cached, about 35 s."""
     from pipelines.audit import run_audit
     from pipelines.build import check_n_jobs, max_jobs
     from pipelines.demo import DEMO_RECIPE, demo_spec, print_summary
@@ -179,7 +188,11 @@ def study_heads_command(
                                        help="let the plan's recipe.corpus / recipe.tokenizer leave its directory"),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
-    """Train a grid of models (cached) and test the head-stability claims of Bali et al. (2026) with CIs."""
+    """Train a grid of models (cached) and test the head-stability claims of Bali et al. (2026) with CIs.
+
+    Cost: the default plan trains 30 models (3 depths x 2 optimizers x 5 seeds): 34 min on an idle 2-core
+    machine, 115 min on a loaded one, then about 4 min of analysis; cached models are reused. --quick:
+    about 15 s."""
     from pipelines.build import check_device, check_n_jobs
     from pipelines.head_study import load_head_study_plan, run_head_study
 
@@ -190,10 +203,13 @@ def study_heads_command(
     study_plan = load_head_study_plan(plan, allow_outside=allow_outside) if plan is not None else None
     res = run_head_study(out, quick=quick, plan=study_plan, n_jobs=n_jobs, device=device, force=force,
                          command=sys.argv, allow_large=allow_large)  # its work is checked before any training
+    from stats.intervals import interval_text
+
     t = res.to_table("summary").to_pydict()
     w = max(len(i) for i in t["item"])
     for i, v, lo, hi, vd in zip(t["item"], t["value"], t["ci_low"], t["ci_high"], t["verdict"]):
-        echo(f"{i:<{w}}  {v:8.4f}  [{lo:8.4f}, {hi:8.4f}]  {vd}")
+        echo(f"{i:<{w}}  {interval_text(v, lo, hi, digits=4, missing='not estimable from this study'):<34} "
+             f"{vd}".rstrip())
     echo(f"-> {out}  ({res.timings})")
 
 
@@ -210,7 +226,11 @@ def study_variance_command(
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
-    """Variance study: where the uncertainty of a circuit comes from (examples, counterfactuals, estimators, seeds)."""
+    """Variance study: where the uncertainty of a circuit comes from (examples, counterfactuals, estimators, seeds).
+
+    Cost: examples/variance-zoo.yaml computes score matrices for every estimator, seed and counterfactual
+    draw, then 3-4 min of statistics on 2 cores (mostly the selection stage's faithfulness curves); it
+    needs the zoo's attention-only seeds 0-2 (trained on first use). A killed run resumes."""
     from pipelines.variance_study import load_variance_spec, run_variance_study, summary_lines
 
     check_out(out, "study variance", force=force)
@@ -240,7 +260,11 @@ def study_calibration_command(
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
-    """Empirical coverage of the audit's intervals on your model and task, per dataset size N."""
+    """Empirical coverage of the audit's intervals on your model and task, per dataset size N.
+
+    Cost: exact attribution of the whole population first (1024 prompts in examples/calibration-zoo.yaml),
+    then the resampled datasets: about 165 CPU-s for that example (edge kinds ~4 s, stability ~46 s, the
+    rest faithfulness; docs/calibration.md). Drop kinds from `intervals` to go faster."""
     from pipelines.calibration_study import (load_calibration_spec, parse_calibration_spec, run_calibration_study,
                                              summary_lines)
 

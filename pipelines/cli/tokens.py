@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from . import ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, MetricName, app, check_out, choices, echo
+from . import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, TASK_HELP, TASK_OPTION_HELP, MetricName, app, check_out, choices,
+               echo)
 
 TokenAblation = choices("TokenAblation", "zero", "mean", "mask")  # what an ablated token's embedding becomes
 SinkToken = choices("SinkToken", "first", "detected")  # which key is the sink
@@ -28,8 +29,8 @@ def tokens_command(
     models: list[str] = typer.Option(..., "--model", help="model directory, zoo:RECIPE/seed-S, cached hub id or "
                                      "random:ARCH?...; repeat (or separate by commas) for refits of one recipe: each "
                                      "is run into OUT/model-<i>/ and they are compared across seeds"),
-    task: str = typer.Option("induction", "--task",
-                             help="induction, ioi, greater-than, or a .jsonl/.csv/.parquet file"),
+    task: str = typer.Option("induction", "--task", help=TASK_HELP),
+    task_option: list[str] = typer.Option([], "--task-option", help=TASK_OPTION_HELP),
     metric: MetricName | None = typer.Option(None, "--metric", help="task metric (default: the task's own)"),
     n: int = typer.Option(64, "--n", min=2, help="number of prompts"),
     ks: str = typer.Option("1,2,3,5", "--k", help="numbers of top tokens ablated, comma-separated"),
@@ -64,9 +65,12 @@ def tokens_command(
     relation across heads. With several --model refits, also whether the seeds agree on the important
     tokens and on the sink heads. A killed run resumes from the stage it finished.
     """
+    from pipelines.build import parse_task_options
     from pipelines.contributions import TokenContributions  # numpy and scipy only: bad options fail fast
 
+    options = parse_task_options(task, task_option)
     est = TokenContributions(task=task, n=n, task_seed=seed, metric=None if metric is None else metric.value,
+                             task_options=options or None,
                              ks=_ints(ks, "--k"), measures=tuple(m.strip() for m in measures.split(",") if m.strip()),
                              pairs=None if pairs is None else tuple(p.strip() for p in pairs.split(",") if p.strip()),
                              n_random=n_random, ablation=ablation.value, exclude_first=exclude_first,
@@ -83,7 +87,7 @@ def tokens_command(
     loaded = [load_model(resolve_source(s), device=dev, allow_pickle=allow_pickle, allow_large=allow_large)
               for s in sources]
     for m in loaded:
-        check_work(m, n, level="node", positions=task_positions(task, {}), allow_large=allow_large)
+        check_work(m, n, level="node", positions=task_positions(task, options), allow_large=allow_large)
     if len(loaded) == 1:
         res = est.run(loaded[0], out, command=sys.argv, force=force, allow_large=allow_large)
     else:

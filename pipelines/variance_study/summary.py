@@ -136,5 +136,6 @@ def summary_lines(out: Path) -> list[str]:
     bar = f"{s['bar'][0]:g} bar" if s.get("bar") else "bar"
     lines = [f"{'factor (Jaccard to the reference circuit, k=' + str(k) + ')':<46} {'Jaccard':>8}  {'interval':<17} {bar}"]
     for f, j, lo, hi, v in zip(s["factor"], s["jaccard_to_reference"], s["ci_low"], s["ci_high"], s["verdict"]):
-        lines.append(f"{f[:46]:<46} {j:>8.3f}  [{lo:.3f}, {hi:.3f}]  {v or 'no interval'}")
+        interval = f"[{lo:.3f}, {hi:.3f}]" if np.isfinite(lo) and np.isfinite(hi) else "no interval"
+        lines.append(f"{f[:46]:<46} {j:>8.3f}  {interval:<17} {v}".rstrip())
     return lines

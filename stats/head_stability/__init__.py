@@ -39,10 +39,12 @@ from .matching import (cross_layer_best_match, head_distinctness_from_similarity
                        prompt_resampled_similarity)
 from .quiet import quiet_nanmean
 from .refits import (MIN_REFITS_FOR_INTERVAL, RefitLevel, comparison_t_interval, jackknife_summary,
-                     leave_one_refit_out, ordered_pair_mean, refit_jackknife, refit_level_summaries)
+                     leave_one_refit_out, ordered_pair_mean, refit_jackknife, refit_level_summaries,
+                     seeds_interval_text)
 
 __all__ = [
     "MIN_REFITS_FOR_INTERVAL",
+    "seeds_interval_text",
     "matched_similarity",
     "prompt_resampled_similarity",
     "percentile_interval",

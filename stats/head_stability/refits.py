@@ -17,6 +17,14 @@ from .quiet import quiet_nanmean
 MIN_REFITS_FOR_INTERVAL = 3
 
 
+def seeds_interval_text(value: float, low: float, high: float, n_seeds: int, digits: int = 3) -> str:
+    """Return "value [low, high]" of an across-seed interval, or the value and "needs >= 3 seeds, have K"."""
+    from ..intervals import interval_text, needs_more
+
+    few = needs_more("seeds", MIN_REFITS_FOR_INTERVAL, int(n_seeds)) if n_seeds < MIN_REFITS_FOR_INTERVAL else None
+    return interval_text(value, low, high, digits=digits, missing=few)
+
+
 def _off_diagonal(n_refits: int) -> np.ndarray:
     return ~np.eye(n_refits, dtype=bool)
 

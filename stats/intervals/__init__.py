@@ -20,19 +20,21 @@ jackknife skewness a = sum(d^3) / (6 sum(d^2)^1.5), which for the mean is the cl
 a = sum(U^3) / (6 (sum U^2)^1.5), U = x - mean(x): no N leave-one-out passes are needed.
 
 Modules: methods (method names, estimand, request checks), bounds (quantiles, every method's
-bounds, percentile intervals of replicate sets, interval verdicts), pvalues (the p-values that
+bounds, percentile intervals of replicate sets), verdicts (the one verdict an interval gives, and the
+one way an interval is printed, saying why when there is none), pvalues (the p-values that
 invert them), jackknife (leave-one-out values, BCa acceleration), result (BootstrapResult), edges
 (bootstrap_edges), statistic (bootstrap_statistic, intervals_from_distribution).
 """
 
 from __future__ import annotations
 
-from .bounds import interval_verdict, percentile_interval
+from .bounds import percentile_interval
 from .edges import bootstrap_edges
 from .jackknife import acceleration_from_jackknife, jackknife_statistic, mean_acceleration
 from .methods import DEFAULT_METHOD, ESTIMAND, METHODS
 from .result import BootstrapResult
 from .statistic import bootstrap_statistic, intervals_from_distribution
+from .verdicts import RESOLUTION, interval_text, interval_verdict, is_negligible, needs_more
 
 __all__ = [
     "percentile_interval",
@@ -44,6 +46,10 @@ __all__ = [
     "acceleration_from_jackknife",
     "mean_acceleration",
     "interval_verdict",
+    "interval_text",
+    "is_negligible",
+    "needs_more",
+    "RESOLUTION",
     "DEFAULT_METHOD",
     "ESTIMAND",
     "METHODS",

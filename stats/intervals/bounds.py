@@ -1,5 +1,5 @@
 """Interval bounds from sorted resampled statistics: type-7 quantiles, every method's (low, high), the
-percentile interval of replicate sets with undefined replicates, and the verdict an interval gives about 0."""
+percentile interval of replicate sets with undefined replicates (verdicts about 0: stats.intervals.verdicts)."""
 
 from __future__ import annotations
 
@@ -7,18 +7,6 @@ from typing import Sequence
 
 import numpy as np
 from scipy.special import ndtr, ndtri, stdtrit
-
-
-def interval_verdict(low: float, high: float, above: str, below: str, undefined: str = "inconclusive") -> str:
-    """Return ``above`` when the interval lies above 0, ``below`` when below, ``undefined`` when an end is
-    missing (NaN), else "inconclusive"."""
-    if not (np.isfinite(low) and np.isfinite(high)):
-        return undefined
-    if low > 0:
-        return above
-    if high < 0:
-        return below
-    return "inconclusive"
 
 
 def _quantile_sorted(xs: np.ndarray, p: np.ndarray | float) -> np.ndarray:

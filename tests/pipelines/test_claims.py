@@ -129,7 +129,7 @@ def test_missing_k_exits_2_naming_the_fix(run_dir, tmp_path):
      "method 'eap-ig-inputs' is not in the run's stability_vs_k (methods: ['eap', 'exact']); add it to the spec's methods"),
     ({"kind": "edge_in_circuit", "edge": "a0.h3->a1.h5<q>", "method": "exact", "k": 5, "min_inclusion": 0.5},
      "did you mean a0.h3->a1.h5<k>"),
-    ({"kind": "head_stability", "head": "3.1", "statistic": "stability", "min": 0.5}, "head 3.1 is not in the run's heads table"),
+    ({"kind": "head_stability", "head": "3.1", "statistic": "stability", "min": 0.5}, "head a3.h1 is not in the run's heads table"),
     ({"kind": "approximation", "method": "eap", "statistic": "top_k_overlap", "min": 0.5}, "differs by k; give 'k' (one of [5, 10, 20])"),
 ])
 def test_claims_the_run_cannot_answer_are_errors(run_dir, claim, needle):

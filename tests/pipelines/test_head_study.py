@@ -62,7 +62,11 @@ def test_quick_study_end_to_end(tmp_path):
     s = summary.to_pydict()
     claims = {i[:2] for i in s["item"]}
     assert {"1.", "2.", "3.", "4.", "5."} <= claims
-    assert set(s["verdict"]) <= {"supported", "contradicted", "inconclusive", ""}
+    assert set(s["verdict"]) <= {"supported", "contradicted", "inconclusive", "negligible", ""}
+    # a degenerate estimate (untrained models: stabilities all near 1) is never a finding
+    for v, lo, hi, vd in zip(s["value"], s["ci_low"], s["ci_high"], s["verdict"]):
+        if max(abs(v), abs(lo), abs(hi)) <= 1e-4:
+            assert vd in ("negligible", ""), (v, lo, hi, vd)
     for v, lo, hi, vd in zip(s["value"], s["ci_low"], s["ci_high"], s["verdict"]):
         if vd in ("supported", "contradicted") and math.isfinite(lo):
             assert lo <= hi
