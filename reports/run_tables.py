@@ -53,7 +53,7 @@ class RunTables(Result):
         t = self.to_table().to_pydict()
         items: list[tuple[str, Any]] = [("run directory", str(self.run_dir))]
         if {"item", "value", "ci_low", "ci_high", "verdict"} <= set(t):
-            from stats.intervals import interval_text
+            from reports.interval_words import interval_text
 
             items += [(i, f"{interval_text(v, lo, hi, digits=4)} {vd}".rstrip())
                       for i, v, lo, hi, vd in zip(t["item"], t["value"], t["ci_low"], t["ci_high"], t["verdict"])]

@@ -258,10 +258,10 @@ def holm_verdicts(values: np.ndarray, pvalues: np.ndarray, directions: np.ndarra
     side (direction +1: above 0, −1: below 0), "contradicted" when significant on the other
     side, "inconclusive" otherwise (including a NaN p-value). With ``lows``/``highs`` (each row's
     interval) and a ``resolution``, a claim whose value and interval lie within ``resolution`` of 0
-    is "negligible" however small its p-value (stats.intervals.verdicts: a degenerate estimate is
+    is "negligible" however small its p-value (reports.interval_words: a degenerate estimate is
     never "supported").
     """
-    from .intervals.verdicts import NEGLIGIBLE, is_negligible  # here: stats.intervals imports this module
+    from reports.interval_words import NEGLIGIBLE, is_negligible
 
     values = np.asarray(values, dtype=np.float64)
     directions = np.asarray(directions)

@@ -362,7 +362,14 @@ def audit_command(
     allow_outside: bool = typer.Option(False, "--allow-outside",
                                        help="let paths in the spec leave its directory (absolute, .., ~)"),
 ) -> None:
-    """Run a stability audit: attribution, CIs, stability vs k, faithfulness, approximation, heads."""
+    """Run a stability audit: attribution, CIs, stability vs k, faithfulness, approximation, heads.
+
+    The spec's task is a built-in (induction, ioi, greater-than; its builder's options under
+    task.options) or a task file: one example per row with columns clean, corrupted (the same number
+    of tokens), answer and wrong_answer (one token each) and optionally group (its template; cross-fitting
+    folds keep a group whole, faithfulness_folds sets their number); docs/usage.md has a five-row example.
+    Cost: minutes for the zoo's 2-layer models (the demo's audit of 64 prompts: about 35 s); exact
+    patching grows with the edges, so plan a large model with `circuitstat attribute --plan` first."""
     from pipelines.audit import run_audit
     from pipelines.spec import load_spec
 

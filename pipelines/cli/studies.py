@@ -263,8 +263,8 @@ def study_calibration_command(
     """Empirical coverage of the audit's intervals on your model and task, per dataset size N.
 
     Cost: exact attribution of the whole population first (1024 prompts in examples/calibration-zoo.yaml),
-    then the resampled datasets: about 165 CPU-s for that example (edge kinds ~4 s, stability ~46 s, the
-    rest faithfulness; docs/calibration.md). Drop kinds from `intervals` to go faster."""
+    then the resampled datasets: about 3 min of CPU for that example (165 s: edge kinds ~4 s, stability
+    ~46 s, the rest faithfulness; docs/calibration.md). Drop kinds from `intervals` to go faster."""
     from pipelines.calibration_study import (load_calibration_spec, parse_calibration_spec, run_calibration_study,
                                              summary_lines)
 

@@ -71,15 +71,15 @@ def test_an_empty_circuit_says_why_and_what_to_pass(tmp_path, tiny_graph):
     """Today: `circuit RUN --k 10` ranks by signed score by default and prints '0 of 46 edges' with no hint."""
     S = _scores(tiny_graph, PATH, positive=0.05)
     run = _write_run(tmp_path / "attr", tiny_graph, {"scores": S}, {"method": "exact"})
-    r = invoke("circuit", str(run), "--k", "10", "--signed")
+    r = invoke("circuit", str(run), "--k", "10", "--ranking", "signed")
     assert r.exit_code == 0, r.output
     assert "edges      : 0 of 46" in r.output
     note = [line for line in r.output.splitlines() if line.startswith("note: ")]
-    assert note and "no path from input to logits" in note[0] and "pass --absolute" in note[0]
+    assert note and "no path from input to logits" in note[0] and "pass --ranking absolute" in note[0]
     assert "--no-prune" in note[0] and "largest effects are negative" in note[0]
     # without a ranking on the command line an attribute run is ranked by |score|, and says so
     r = invoke("circuit", str(run), "--k", "3")
-    assert r.exit_code == 0 and "ranked by |score| (the default" in r.output and "--signed for" in r.output
+    assert r.exit_code == 0 and "ranked by |score| (the default" in r.output and "--ranking signed for" in r.output
     assert "edges      : 3 of 46" in r.output and "note:" not in r.output
     r = invoke("circuit", str(run), "--k", "3", "--method", "eap")
     assert r.exit_code == 2 and "holds exact scores only" in r.output

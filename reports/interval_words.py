@@ -1,4 +1,5 @@
-"""The verdict an interval gives about 0, and the one way an interval is printed.
+"""The verdict an interval gives about 0, and the one way an interval is printed (on the ground floor:
+the statistics, the run tables' summaries and the CLI all print intervals).
 
 Every summary line that prints an estimate with its interval, or a verdict drawn from one, goes
 through here, so that two cases read the same everywhere:
