@@ -110,9 +110,24 @@ def test_readme_claims_example_is_a_valid_claims_file() -> None:
 
     from pipelines.claims import parse_claims
 
-    (block,) = _blocks("yaml")
+    (block,) = [b for b in _blocks("yaml") if b.lstrip().startswith("spec:")]
     claims = parse_claims(yaml.safe_load(block), "README.md")
     assert len(claims.claims) == 1 and claims.claims[0].statistic == "jaccard_data_ci_low"
+
+
+def test_readme_ci_example_uses_options_check_has() -> None:
+    import yaml
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    (block,) = [b for b in _blocks("yaml") if "--server" in b]
+    steps = yaml.safe_load(block)
+    command = next(s["run"] for s in steps if "check" in s["run"]).split()
+    assert command[:2] == ["circuitstat", "check"] and "CIRCUITSTAT_TOKEN" in steps[-1]["env"]
+    usage = CliRunner().invoke(app, ["check", "--help"]).output
+    for flag in (w for w in command if w.startswith("--")):
+        assert flag in usage, flag
 
 
 def test_readme_python_example_runs(tmp_path, monkeypatch) -> None:
