@@ -24,28 +24,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from circuits.parity import brute_force_edge_effects  # noqa: E402
+
 torch.set_num_threads(1)
-
-
-def brute_force(model, task, cf) -> np.ndarray:
-    """[N, E] one full forward per edge with only that edge patched (the definition of the exact effect)."""
-    from circuits import Intervention
-    from circuits.ablation import last_index
-
-    g = model.graph
-    idx = torch.arange(task.clean.shape[0])
-    last = last_index(task.attention_mask)
-    with torch.no_grad():
-        base = model.run(task.clean, task.attention_mask, logits_at=last).logits
-        m0 = task.score(base, indices=idx, clean_logits=base)
-        out = torch.zeros(len(idx), g.n_edges)
-        for e in range(g.n_edges):
-            mask = torch.zeros(g.n_edges)
-            mask[e] = 1
-            lo = model.run(task.clean, task.attention_mask, intervention=Intervention.edges(mask, cf),
-                           logits_at=last).logits
-            out[:, e] = task.score(lo, indices=idx, clean_logits=base) - m0
-    return out.numpy()
 
 
 def measure(family: str) -> dict:
@@ -79,7 +60,7 @@ def measure(family: str) -> dict:
     eap = float(np.abs(got - ref).max() / np.abs(ref).max())
     with torch.no_grad():
         cf = m.run(task.corrupted, task.attention_mask, keep_senders=True).senders
-    bf = brute_force(m, task, cf)
+    bf = brute_force_edge_effects(m, task, cf)
     exact = attribute(m, task, "exact", progress=False).scores
     ex = float(np.abs(exact - bf).max() / np.abs(bf).max())
     return {"family": family, "edges": m.graph.n_edges, "logits": logits, "eap": eap, "grads": grads, "exact": ex}

@@ -159,6 +159,28 @@ def _inputs(vocab: int, n: int, length: int, seed: int) -> tuple[torch.Tensor, t
     return ids, mask
 
 
+def brute_force_edge_effects(model, task, cf: torch.Tensor, edges=None) -> np.ndarray:
+    """Return [N, len(edges)] effects of patching each edge alone (counterfactual sender outputs ``cf``), one
+    full forward per edge: the definition of the exact effect, which suffix recomputation must equal."""
+    from .ablation import last_index
+
+    g = model.graph
+    edges = np.arange(g.n_edges) if edges is None else np.asarray(edges)
+    idx = torch.arange(task.clean.shape[0])
+    last = last_index(task.attention_mask)
+    with torch.no_grad():
+        base = model.run(task.clean, task.attention_mask, logits_at=last).logits
+        m0 = task.score(base, indices=idx, clean_logits=base)
+        out = torch.zeros(len(idx), len(edges), dtype=torch.float64)
+        for j, e in enumerate(edges):
+            mask = torch.zeros(g.n_edges)
+            mask[int(e)] = 1
+            lo = model.run(task.clean, task.attention_mask, intervention=Intervention.edges(mask, cf),
+                           logits_at=last).logits
+            out[:, j] = (task.score(lo, indices=idx, clean_logits=base) - m0).double()
+    return out.numpy()
+
+
 def exact_vs_brute_force(model, ids: torch.Tensor, corrupted: torch.Tensor, mask: torch.Tensor,
                          n_edges: int, seed: int) -> tuple[float, int]:
     """(max |Δlogits| between suffix recomputation and a full run with the edge patched, edges checked)."""

@@ -9,6 +9,7 @@ import torch
 from circuits import Intervention, load_model
 from circuits.ablation import last_index
 from circuits.attribution import attribute
+from circuits.parity import brute_force_edge_effects
 from circuits.scores import ScoreMatrix
 from circuits.tasks import make_task
 
@@ -30,29 +31,11 @@ def _task(n=6, seed=0, seq_len=5):
     return make_task("induction", vocab_size=97, n=n, seed=seed, seq_len=seq_len)
 
 
-def _brute_force(model, task, cf):
-    """One full forward per edge with only that edge patched: the definition of the exact effect."""
-    g = model.graph
-    idx = torch.arange(task.clean.shape[0])
-    last = last_index(task.attention_mask)
-    with torch.no_grad():
-        base = model.run(task.clean, task.attention_mask, logits_at=last).logits
-        m0 = task.score(base, indices=idx, clean_logits=base)
-        out = torch.zeros(len(idx), g.n_edges)
-        for e in range(g.n_edges):
-            mask = torch.zeros(g.n_edges)
-            mask[e] = 1
-            lo = model.run(task.clean, task.attention_mask, intervention=Intervention.edges(mask, cf),
-                           logits_at=last).logits
-            out[:, e] = task.score(lo, indices=idx, clean_logits=base) - m0
-    return out.numpy()
-
-
 def test_exact_equals_brute_force(gpt2):
     task = _task()
     with torch.no_grad():
         cf = gpt2.run(task.corrupted, task.attention_mask, keep_senders=True).senders
-    ref = _brute_force(gpt2, task, cf)
+    ref = brute_force_edge_effects(gpt2, task, cf)
     got = attribute(gpt2, task, "exact", batch_size=4, max_rows=7, progress=False)
     assert got.scores.shape == ref.shape
     assert np.abs(got.scores - ref).max() <= 1e-5
@@ -146,7 +129,7 @@ def test_ablations_exact_match_brute_force(gpt2, ablation):
     task = _task(n=4)
     abl = Ablation(ablation, gpt2, task, seed=3)
     cf = abl.senders(torch.arange(4))
-    ref = _brute_force(gpt2, task, cf)
+    ref = brute_force_edge_effects(gpt2, task, cf)
     got = attribute(gpt2, task, "exact", ablation=ablation, seed=3, progress=False).scores
     assert np.abs(got - ref).max() <= 1e-5
 

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from circuits import Intervention, load_model
+from circuits import load_model
 from circuits.ablation import last_index
 from circuits.attribution import attribute
+from circuits.parity import brute_force_edge_effects
 from circuits.tasks import make_task
 
 VOCAB = 97
@@ -45,25 +46,6 @@ def _late_padded_task(n: int = 4, P: int = 9, seed: int = 0):
                           answer=clean[:, 0], wrong_answer=clean[:, 1])
 
 
-def _brute_force(model, task, edges):
-    """One full forward per edge with only that edge patched: the definition of the exact effect."""
-    g = model.graph
-    idx = torch.arange(task.clean.shape[0])
-    last = last_index(task.attention_mask)
-    with torch.no_grad():
-        cf = model.run(task.corrupted, task.attention_mask, keep_senders=True).senders
-        base = model.run(task.clean, task.attention_mask, logits_at=last).logits
-        m0 = task.score(base, indices=idx, clean_logits=base)
-        out = np.zeros((len(idx), len(edges)))
-        for j, e in enumerate(edges):
-            mask = torch.zeros(g.n_edges)
-            mask[e] = 1
-            lo = model.run(task.clean, task.attention_mask, intervention=Intervention.edges(mask, cf),
-                           logits_at=last).logits
-            out[:, j] = (task.score(lo, indices=idx, clean_logits=base) - m0).numpy()
-    return out
-
-
 def _edges_to_check(model, layers: int) -> np.ndarray:
     """All edges at 2 layers; at more layers a random subset plus every edge into the last two layers."""
     g = model.graph
@@ -81,7 +63,9 @@ def test_exact_equals_brute_force_late_corruption_with_padding(family, layers):
     model = _model(family, layers)
     task = _late_padded_task()
     edges = _edges_to_check(model, layers)
-    ref = _brute_force(model, task, edges)
+    with torch.no_grad():
+        cf = model.run(task.corrupted, task.attention_mask, keep_senders=True).senders
+    ref = brute_force_edge_effects(model, task, cf, edges)
     got = attribute(model, task, "exact", batch_size=3, max_rows=50, progress=False).scores[:, edges]
     assert np.abs(got - ref).max() <= 1e-5
     assert np.abs(ref).max() > 1e-3  # not vacuous
@@ -93,7 +77,9 @@ def test_exact_equals_brute_force_on_induction_at_6_layers(family):
     model = _model(family, 6)
     task = make_task("induction", vocab_size=VOCAB, n=3, seed=1, seq_len=5)
     edges = _edges_to_check(model, 6)
-    ref = _brute_force(model, task, edges)
+    with torch.no_grad():
+        cf = model.run(task.corrupted, task.attention_mask, keep_senders=True).senders
+    ref = brute_force_edge_effects(model, task, cf, edges)
     got = attribute(model, task, "exact", batch_size=3, progress=False).scores[:, edges]
     assert np.abs(got - ref).max() <= 1e-5
 

@@ -14,7 +14,7 @@ from circuits import Intervention
 from circuits.ablation import last_index
 from circuits.attribution import attribute
 from circuits.convert import from_hf
-from circuits.parity import hf_branch_gradients, hf_node_eap, model_branch_gradients
+from circuits.parity import brute_force_edge_effects, hf_branch_gradients, hf_node_eap, model_branch_gradients
 from circuits.tasks import make_task
 
 
@@ -71,30 +71,12 @@ def test_node_eap_equals_hf_autograd(pair):
     assert np.abs(got - ref).max() <= 1e-5 * max(1.0, scale), name
 
 
-def _brute_force(model, task, cf):
-    """One full forward per edge with only that edge patched: the definition of the exact effect."""
-    g = model.graph
-    idx = torch.arange(task.clean.shape[0])
-    last = last_index(task.attention_mask)
-    with torch.no_grad():
-        base = model.run(task.clean, task.attention_mask, logits_at=last).logits
-        m0 = task.score(base, indices=idx, clean_logits=base)
-        out = torch.zeros(len(idx), g.n_edges)
-        for e in range(g.n_edges):
-            mask = torch.zeros(g.n_edges)
-            mask[e] = 1
-            lo = model.run(task.clean, task.attention_mask, intervention=Intervention.edges(mask, cf),
-                           logits_at=last).logits
-            out[:, e] = task.score(lo, indices=idx, clean_logits=base) - m0
-    return out.numpy()
-
-
 def test_exact_equals_brute_force(pair):
     name, _, m = pair
     task = _task()
     with torch.no_grad():
         cf = m.run(task.corrupted, task.attention_mask, keep_senders=True).senders
-    ref = _brute_force(m, task, cf)
+    ref = brute_force_edge_effects(m, task, cf)
     got = attribute(m, task, "exact", batch_size=2, max_rows=13, progress=False).scores
     scale = np.abs(ref).max()
     assert scale > 1e-2, name

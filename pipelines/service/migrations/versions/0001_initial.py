@@ -16,6 +16,13 @@ depends_on = None
 
 
 def upgrade() -> None:
+    _accounts()
+    _jobs()
+    _job_records()
+
+
+def _accounts() -> None:
+    """Users, their tokens and browser sessions."""
     op.create_table(
         "users",
         sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
@@ -42,6 +49,10 @@ def upgrade() -> None:
         sa.Column("expires_at", sa.Float(), nullable=False),
     )
     op.create_index("ix_browser_sessions_token_id", "browser_sessions", ["token_id"])
+
+
+def _jobs() -> None:
+    """The jobs table (state, lease, quota columns) and its indexes."""
     op.create_table(
         "jobs",
         sa.Column("id", sa.String(32), primary_key=True),
@@ -73,6 +84,10 @@ def upgrade() -> None:
     op.create_index("ix_jobs_state", "jobs", ["state"])
     op.create_index("ix_jobs_created_at", "jobs", ["created_at"])
     op.create_index("ix_jobs_state_created", "jobs", ["state", "created_at"])
+
+
+def _job_records() -> None:
+    """What hangs off a job: shares, attempts, events and claim checks."""
     op.create_table(
         "job_shares",
         sa.Column("job_id", sa.String(32), sa.ForeignKey("jobs.id"), primary_key=True),
