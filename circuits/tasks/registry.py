@@ -121,8 +121,10 @@ def option_matches(value: Any, hint: Any) -> bool:
         return isinstance(value, str)
     if hint is dict or origin is dict:
         return isinstance(value, dict)
-    if origin in (collections.abc.Sequence, list, tuple):
-        return isinstance(value, (list, tuple)) and all(option_matches(v, args[0] if args else Any) for v in value)
+    if origin in (collections.abc.Sequence, list, tuple):  # any sequence but a string: range, numpy arrays too
+        seq = isinstance(value, collections.abc.Sequence) or type(value).__name__ == "ndarray"
+        return (seq and not isinstance(value, (str, bytes))
+                and all(option_matches(v, args[0] if args else Any) for v in value))
     return True  # a type this check does not know: the builder checks it
 
 

@@ -246,6 +246,12 @@ def test_task_options_on_the_command_line_are_typed_and_checked():
 
     with pytest.raises(InputError, match=r"option prepend_bos='no' is not bool"):
         make_task("induction", n=4, vocab_size=50, prepend_bos="no")  # the same check for spec options
+    import numpy as np
+
+    for ids in (range(1, 32), np.arange(1, 32), list(range(1, 32))):  # any sequence of ints is a Sequence[int]
+        assert make_task("induction", n=4, vocab_size=50, token_ids=ids, seq_len=5).n == 4
+    with pytest.raises(InputError, match="token_ids"):
+        make_task("induction", n=4, vocab_size=50, token_ids="abc")  # a string is no sequence of token ids
 
 
 # --- --plan in seconds, and the cost of long commands in their --help -----------------------------------
