@@ -28,6 +28,9 @@ def check_command(
                                             "(absolute, '..', symbolic links); only for claims files you trust"),
     server: str | None = typer.Option(None, "--server", help="check against a job on a circuitstat server (URL): "
                                       "--run is then the job's id, the token comes from $CIRCUITSTAT_TOKEN"),
+    record: bool = typer.Option(False, "--record",
+                                help="write the verdicts into the run (claims.parquet) and re-render its report, "
+                                     "whose verdict then lists one line per claim"),
 ) -> None:
     """Check published claims against an audit run: exit 0 all hold, 1 any fails, 2 error."""
     if server is not None:
@@ -35,8 +38,10 @@ def check_command(
 
         if run is None:
             raise InputError("--server needs --run JOB_ID (the id `circuitstat submit` printed)")
+        if record:
+            raise InputError("--record writes into a local run; a server keeps each check with its job already")
         raise typer.Exit(check_remote(server, claims, str(run), junit, echo=echo))
-    from pipelines.claims import check, format_results, write_junit
+    from pipelines.claims import check, format_results, write_claims_table, write_junit
 
     if junit is not None and junit.is_dir():
         raise InputError(f"--junit {junit} is a directory; give a file path such as claims.xml")
@@ -59,6 +64,11 @@ def check_command(
         except OSError as e:
             raise InputError(f"cannot write --junit {junit}: {e.strerror or e}") from None
         echo(f"JUnit XML -> {junit}")
+    if record:
+        from reports.html import render_report
+
+        echo(f"claims table -> {write_claims_table(report.results, report.run_dir)}")
+        echo(f"report: {render_report(report.run_dir)}")
     raise typer.Exit(report.exit_code)
 
 

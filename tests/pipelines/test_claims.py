@@ -81,6 +81,28 @@ def test_every_claim_kind_passes_exit_0_and_junit(run_dir, tmp_path):
     assert not root.findall(".//failure") and not root.findall(".//error")
 
 
+def test_record_puts_one_verdict_line_per_claim_into_the_report(tmp_path):
+    """Without --record a check writes nothing into the run; with it, claims.parquet and the report's verdict."""
+    import html
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    run = make_run(tmp_path / "run")
+    doc = {"claims": PASSING["claims"][:3]}
+    r = _invoke("check", _write(tmp_path / "c.yaml", doc), "--run", run)
+    assert r.exit_code == 0 and not (run / "claims.parquet").exists(), r.output
+    r = _invoke("check", _write(tmp_path / "c.yaml", doc), "--run", run, "--record")
+    assert r.exit_code == 0, r.output
+    table = pq.read_table(run / "claims.parquet").to_pylist()
+    assert [t["status"] for t in table] == ["pass"] * 3 and [t["name"] for t in table] == [
+        c.get("name", t["name"]) for c, t in zip(doc["claims"], table)]
+    page = (run / "report.html").read_text()
+    for t in table:
+        assert f'{html.escape(t["name"])}: <span class="quote"' in page and html.escape(t["reason"]) in page
+    shutil.rmtree(run)
+
+
 def test_false_claim_exits_1_with_readable_reason(run_dir, tmp_path):
     doc = {"run": str(run_dir), "claims": PASSING["claims"][:2] + [
         {"kind": "circuit_stability", "name": "published-jaccard", "method": "exact", "k": 5, "statistic": "jaccard_mean", "min": 0.8},
