@@ -141,7 +141,11 @@ def test_curve_stacks_circuits_like_separate_runs(gpt2, task):
         c = Circuit.top_k(scores, k, ranking="absolute", graph=g).prune()
         assert cur.n_edges[j] == c.n_edges
         one = faithfulness(gpt2, task, c, batch_size=len(task), progress=False)
-        np.testing.assert_allclose(cur.m_circuit[:, j], one.m_circuit[:, 0], atol=1e-6)
+        # float32 forward passes batched differently agree to a few 1e-6 relative on metrics of size ~3
+        np.testing.assert_allclose(cur.m_circuit[:, j], one.m_circuit[:, 0], rtol=2e-5, atol=1e-5)
+    # ...and that tolerance tells the circuits apart: k=40 and the full graph move the metric far more than it
+    # (k <= 10 reach no logit here, so those circuits all give the same metric)
+    assert np.abs(cur.m_circuit[:, 3:] - cur.m_circuit[:, :1]).max(axis=0).min() > 0.1
     cpr, cmd = np.trapezoid(cur.ratio_of_means, cur.fraction), np.trapezoid(np.abs(1 - cur.ratio_of_means), cur.fraction)
     assert cur.cpr == pytest.approx(cpr, rel=1e-9) and cur.cmd == pytest.approx(cmd, rel=1e-9)
     np.testing.assert_allclose(cur.cpr_per_example, np.trapezoid(cur.per_example.astype(np.float64), cur.fraction, axis=1),
