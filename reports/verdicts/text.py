@@ -21,8 +21,8 @@ def verdict_text(v: Verdict, report: Path | None = None, width: int = WIDTH) -> 
     out = [f"Verdict{about}:"]
     indent = " " * (2 + LABEL + VERDICT)
     for ln in v.lines:
-        head = f"  {ln.label:<{LABEL}}{ln.verdict:<{VERDICT - 1}} "
-        if len(head) > len(indent):  # a long verdict takes its own line
+        head = f"  {ln.label:<{LABEL}}{ln.verdict:<{VERDICT - 2}}  "
+        if len(head) > len(indent):  # a long verdict takes its own line, so it never runs into its text
             out.append(head.rstrip())
             head = indent
         body = f"{ln.text(hold=True)}  [#{ln.section}]"  # an interval is never broken across lines

@@ -148,3 +148,8 @@ def test_terminal_text_is_one_screen_and_never_breaks_an_interval(tmp_path):
             assert ci.text() in text  # on one line, whatever the wrapping
         assert f"[#{ln.section}]" in " ".join(text.split())
     assert f"bar {BAR}" in text and "fixed-sequence" in text
+    # a verdict never runs into its text: two spaces after it, or a line of its own
+    for ln in v.lines:
+        row = next(x for x in lines if x.startswith(f"  {ln.label:<14}{ln.verdict}"))
+        rest = row[2 + 14 + len(ln.verdict):]
+        assert rest == "" or rest.startswith("  "), row
