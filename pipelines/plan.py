@@ -307,62 +307,50 @@ def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_ste
     device); without one, ``untimed`` says why and the time is the FLOPs at ``rate`` (TFLOP/s, source;
     default :func:`flop_rate` of ``device`` and the model's dtype), a lower bound.
     """
-    from circuits.limits import format_bytes
-
     n, P = int(data.clean.shape[0]), int(data.clean.shape[1])
     costs = plan_costs(model, data, level=level, batch_size=batch_size, ig_steps=ig_steps, budget=budget)
     fitted = [c.batch_size for c in costs.values() if isinstance(c, Cost)]
     if timing_model is None and model.device.type != "meta":
         timing_model = model
     if timing_model is None:
-        return _flop_plan_lines(model, costs, n, P, level, ig_steps, budget, n_jobs,
-                                rate or flop_rate(device, model.dtype), untimed or "no model to time")
-    # the calibration itself stays within the budget
-    cal = calibrate(timing_model, data, min(fitted, default=1))
-    unit = "edges" if level == "edge" else "nodes"
-    cols = model.graph.n_edges if level == "edge" else model.graph.n_senders
-    lines = [f"plan: {n} examples x {P} positions, {cols:,} {unit}, ig steps {ig_steps}, "
-             f"{n_jobs} worker{'s' if n_jobs > 1 else ''}"
-             + ("" if budget is None else f", --max-memory {format_bytes(budget)}"),
-             f"calibration on {cal.batch_size} examples, one thread: forward {cal.forward_s * 1e3:.3g} ms, "
-             f"gradient run {cal.gradient_s * 1e3:.3g} ms, suffix row from layer 0 {cal.suffix_s[0][1] * 1e3:.3g} ms",
-             f"{'method':<19} {unit:>8} {'forwards':>9} {'backwards':>9} {'suffix rows':>12} {'FLOPs':>9} "
-             f"{'memory':>10} {'batch':>5} {'est. time':>10}"]
-    for method, c in costs.items():
-        if not isinstance(c, Cost):
-            lines.append(f"{method:<19} does not fit: {c}")
-            continue
-        chunks = -(-n // c.batch_size)
-        est = estimate_seconds(cal, model, c, n=n, level=level, ig_steps=ig_steps) / min(n_jobs, chunks)
-        lines.append(f"{c.method:<19} {c.columns:>8,} {c.forwards:>9,} {c.backwards:>9,} {c.suffix_rows:>12,} "
-                     f"{c.flops:>9.3g} {format_bytes(c.memory_peak):>10} {c.batch_size:>5} {_duration(est):>10}")
-    lines.append("forwards: full forwards (counterfactual, clean, gradient runs); suffix rows: exact patching's "
-                 "(example, sender) suffix forwards; memory: estimated peak incl. weights; time: one thread per "
-                 "worker, calibrated on this machine")
-    return lines
+        rate = rate or flop_rate(device, model.dtype)
+        how = (f"no time estimate: {untimed or 'no model to time'} (counts from shapes only, no weights); est. time "
+               f"= FLOPs at {rate[0]:.3g} TFLOP/s ({rate[1]}), a lower bound")
+        lines = _cost_table(model, costs, n, P, level, ig_steps, budget, n_jobs,
+                            f", {str(model.dtype).replace('torch.', '')}", how,
+                            lambda c: (c.flops / (rate[0] * 1e12), ">= "))
+        time_is = "FLOPs at the rate above"
+    else:  # the calibration itself stays within the budget
+        cal = calibrate(timing_model, data, min(fitted, default=1))
+        how = (f"calibration on {cal.batch_size} examples, one thread: forward {cal.forward_s * 1e3:.3g} ms, "
+               f"gradient run {cal.gradient_s * 1e3:.3g} ms, suffix row from layer 0 {cal.suffix_s[0][1] * 1e3:.3g} ms")
+        lines = _cost_table(model, costs, n, P, level, ig_steps, budget, n_jobs, "", how,
+                            lambda c: (estimate_seconds(cal, model, c, n=n, level=level, ig_steps=ig_steps), ""))
+        time_is = "one thread per worker, calibrated on this machine"
+    return lines + ["forwards: full forwards (counterfactual, clean, gradient runs); suffix rows: exact patching's "
+                    f"(example, sender) suffix forwards; memory: estimated peak incl. weights; time: {time_is}"]
 
 
-def _flop_plan_lines(model, costs: dict, n: int, P: int, level: str, ig_steps: int, budget, n_jobs: int,
-                     rate: tuple[float, str], why: str) -> list[str]:
-    """plan_lines without a model to time (``why``): the same counts, time as FLOPs at ``rate``."""
+def _cost_table(model, costs: dict, n: int, P: int, level: str, ig_steps: int, budget, n_jobs: int, dtype: str,
+                how: str, seconds) -> list[str]:
+    """The plan's header, ``how`` the time is estimated, and one row per method; ``seconds(cost)`` gives the
+    one-worker time and its prefix (">= " for a lower bound), divided over the workers its chunks can use."""
     from circuits.limits import format_bytes
 
     unit = "edges" if level == "edge" else "nodes"
     cols = model.graph.n_edges if level == "edge" else model.graph.n_senders
     lines = [f"plan: {n} examples x {P} positions, {cols:,} {unit}, ig steps {ig_steps}, "
-             f"{n_jobs} worker{'s' if n_jobs > 1 else ''}, {str(model.dtype).replace('torch.', '')}"
-             + ("" if budget is None else f", --max-memory {format_bytes(budget)}"),
-             f"no time estimate: {why} (counts from shapes only, no weights); est. time = FLOPs at "
-             f"{rate[0]:.3g} TFLOP/s ({rate[1]}), a lower bound",
+             f"{n_jobs} worker{'s' if n_jobs > 1 else ''}{dtype}"
+             + ("" if budget is None else f", --max-memory {format_bytes(budget)}"), how,
              f"{'method':<19} {unit:>9} {'forwards':>9} {'backwards':>9} {'suffix rows':>12} {'FLOPs':>9} "
              f"{'memory':>10} {'batch':>5} {'est. time':>10}"]
     for method, c in costs.items():
         if not isinstance(c, Cost):
             lines.append(f"{method:<19} does not fit: {c}")
             continue
-        est = c.flops / (rate[0] * 1e12) / min(n_jobs, -(-n // c.batch_size))
+        one, prefix = seconds(c)
+        est = one / min(n_jobs, -(-n // c.batch_size))
         lines.append(f"{c.method:<19} {c.columns:>9,} {c.forwards:>9,} {c.backwards:>9,} {c.suffix_rows:>12,} "
-                     f"{c.flops:>9.3g} {format_bytes(c.memory_peak):>10} {c.batch_size:>5} {'>= ' + _duration(est):>10}")
-    lines.append("forwards: full forwards (counterfactual, clean, gradient runs); suffix rows: exact patching's "
-                 "(example, sender) suffix forwards; memory: estimated peak incl. weights; time: FLOPs at the rate above")
+                     f"{c.flops:>9.3g} {format_bytes(c.memory_peak):>10} {c.batch_size:>5} "
+                     f"{prefix + _duration(est):>10}")
     return lines
