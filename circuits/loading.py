@@ -33,6 +33,7 @@ from .cache import conversion_dir, weight_hash_memo
 from .convert import FAMILIES, SUPPORTED, from_hf
 from .limits import check_bytes
 from .model import CircuitModel, ModelConfig
+from reports.source_names import recorded_source
 
 # HF defaults for these families describe multi-billion-parameter models; random: specs start
 # from small shapes instead (every key can still be overridden in the spec).
@@ -545,7 +546,7 @@ def load_model(source, device: str | torch.device = "cpu", dtype: torch.dtype | 
         doc = read_json_object(path / "config.json", "config.json")
         if doc.get("format") == "circuitstat":
             model, stored = _load_own(path, doc, device, dtype, allow_large)
-            model.source = str(path.resolve())
+            model.source = recorded_source(path.resolve())
             _attach_tokenizer(model, str(path))
             model.use_weight_hash_memo(weight_hash_memo([path / "config.json", path / "model.safetensors"],
                                                         str(model.dtype), "circuitstat"))
@@ -565,6 +566,6 @@ def load_model(source, device: str | torch.device = "cpu", dtype: torch.dtype | 
             model.use_weight_hash_memo(memo(model))
         if converted is not None:
             save_conversion(model, converted)
-    model.source = source
+    model.source = recorded_source(source)
     _attach_tokenizer(model, str(path))
     return model

@@ -10,6 +10,7 @@ import torch
 
 from reports.errors import InputError
 from .model import CircuitModel
+from reports.source_names import recorded_source
 
 
 def load_skeleton(source: str | Path, *, allow_pickle: bool = False, allow_large: bool = False) -> CircuitModel:
@@ -39,7 +40,7 @@ def load_skeleton(source: str | Path, *, allow_pickle: bool = False, allow_large
             model = CircuitModel(cfg)
         meta = doc.get("meta", {})
         model.meta = meta if isinstance(meta, dict) else {}
-        model.source = str(path.resolve())
+        model.source = recorded_source(path.resolve())
     else:
         import transformers
 
@@ -49,6 +50,6 @@ def load_skeleton(source: str | Path, *, allow_pickle: bool = False, allow_large
             hf = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager",
                                                                trust_remote_code=False)
         model = from_hf(hf, device="meta")
-        model.source = source
+        model.source = recorded_source(source)
     _attach_tokenizer(model, str(path))
     return model

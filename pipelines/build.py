@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from typing import TYPE_CHECKING, Any
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Iterator
 
 from reports.errors import InputError
 from circuits.limits import check_bytes, check_count
@@ -106,12 +108,39 @@ def parse_task_options(task: str, pairs: "list[str] | tuple[str, ...]") -> dict[
     return out
 
 
+_SERVED: "ContextVar[dict[str, str] | None]" = ContextVar("circuitstat_served_models", default=None)
+
+
+@contextlib.contextmanager
+def served_sources(models: dict[str, str]) -> Iterator[None]:
+    """Within: a circuitstat server's job. ``served:NAME`` loads the operator's model NAME (``models``: name ->
+    path), every model records the name it was asked by as its source, and errors name no server path."""
+    from reports.source_names import public_source_names
+
+    token = _SERVED.set(dict(models))
+    try:
+        with public_source_names():
+            yield
+    finally:
+        _SERVED.reset(token)
+
+
 def resolve_source(source: str) -> str:
-    """``zoo:RECIPE/seed-S`` -> that model's directory in the zoo's cache; other sources unchanged.
+    """``zoo:RECIPE/seed-S`` -> that model's directory in the zoo's cache; ``served:NAME`` (inside
+    :func:`served_sources`) -> the operator's model NAME; other sources unchanged.
 
     RECIPE must be a zoo recipe and S a seed number: nothing else (no path segment, no '..') can
     follow ``zoo:``, and the directory must lie inside the recipe's (no link leading out of the zoo).
     """
+    from reports.source_names import hiding_paths, register_source_name
+
+    if str(source).startswith("served:"):
+        models, name = _SERVED.get(), str(source)[len("served:"):]
+        if models is None or name not in models:
+            raise InputError(f"{source}: 'served:' names a model of a circuitstat server, inside one of its jobs "
+                             "only; give a model directory, a hub id, random:ARCH?... or zoo:RECIPE/seed-S")
+        register_source_name(models[name], str(source))
+        return models[name]
     if not str(source).startswith("zoo:"):
         return source
     from reports.confine import inside
@@ -126,14 +155,16 @@ def resolve_source(source: str) -> str:
         raise InputError(f"zoo:{name}/...: not a zoo model: {shape} (nothing else may follow the recipe)")
     root = recipe_dir(name)
     path = root / model
+    where = "in this server's zoo cache" if hiding_paths() else f"at {path}"
     if not (path / "model.safetensors").exists():
         seed = model.removeprefix("seed-")
-        raise InputError(f"{source}: not trained yet (no model at {path}); train just this one with "
+        raise InputError(f"{source}: not trained yet (no model {where}); train just this one with "
                          f"`circuitstat zoo build {name} --seed {seed}` (about 2.5 minutes on one core, cached), "
                          "or the whole zoo with `python -m pipelines.zoo` (10 models, about 12 minutes on 2 cores)")
     if not inside(path, root):
-        raise InputError(f"zoo:{name}/{model}: {path} is a symbolic link out of the zoo's cache; remove it and "
-                         "build the zoo again")
+        raise InputError(f"zoo:{name}/{model}: the model {where} is a symbolic link out of the zoo's cache; remove "
+                         "it and build the zoo again")
+    register_source_name(path, str(source))
     return str(path)
 
 

@@ -227,8 +227,8 @@ def _local_path(spec_file: str | Path, value: str, key: str, allow_outside: bool
     """``value`` resolved against the spec's directory (see confine_paths); a hub id becomes ``hf:ID``."""
     from reports.confine import looks_like_path, resolve_inside
 
-    if value.startswith(("random:", "zoo:", "hf:")):
-        return value  # not paths: zoo: names are checked where they resolve (pipelines.build.resolve_source)
+    if value.startswith(("random:", "zoo:", "hf:", "served:")):
+        return value  # not paths: zoo:/served: names are checked where they resolve (pipelines.build)
     if key == "task.name" or looks_like_path(value) or (Path(spec_file).parent / value).exists():
         return str(resolve_inside(spec_file, value, key=key, allow_outside=allow_outside))
     if HUB_ID.fullmatch(value):

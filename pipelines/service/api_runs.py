@@ -137,6 +137,7 @@ def get_manifest(job_id: str, request: Request, principal: Principal = Depends(c
 def report_file(svc: Service, job: Job) -> Path:
     """The job's report.html, rendered (by reports.html, as `circuitstat report`) when it is missing."""
     from reports.html import render_report
+    from reports.source_names import public_source_names
 
     run = run_dir(svc, job)
     path = run / "report.html"
@@ -144,7 +145,8 @@ def report_file(svc: Service, job: Job) -> Path:
         return path
     out = svc.cfg.jobs_dir / job.id / "report.html"
     if not out.is_file():
-        render_report(run, out)
+        with public_source_names():  # as the job's worker renders it: no server path on the page
+            render_report(run, out)
     return out
 
 

@@ -105,7 +105,7 @@ class Dispatcher:
 
             spec = json.loads(spec_json)
             job_dir = self.cfg.jobs_dir / job_id
-            worker = self.pool.start(payload(job_id, kind, spec, job_dir, max_work))
+            worker = self.pool.start(payload(job_id, kind, spec, job_dir, max_work, self.cfg.sources.models))
             self.running[job_id] = _Running(kind, parse_kind(kind, spec), job_dir, time.time())
             with self.db.session() as s:
                 queue.record_worker(s, job_id, self.server, worker)

@@ -26,9 +26,12 @@ class WorkQuotaError(Exception):
     """The job's estimated work is above its owner's quota."""
 
 
-def payload(job_id: str, kind: str, spec: dict, job_dir: Path, max_work_flops: float) -> dict:
-    """The plain-data description of one job that :func:`execute` runs."""
-    return {"job_id": job_id, "kind": kind, "spec": spec, "job_dir": str(job_dir), "max_work_flops": max_work_flops}
+def payload(job_id: str, kind: str, spec: dict, job_dir: Path, max_work_flops: float,
+            served: dict[str, str] | None = None) -> dict:
+    """The plain-data description of one job that :func:`execute` runs; ``served`` maps the operator's model
+    names to what the server loads for them (a spec names them ``served:NAME``, never by path)."""
+    return {"job_id": job_id, "kind": kind, "spec": spec, "job_dir": str(job_dir), "max_work_flops": max_work_flops,
+            "served": dict(served or {})}
 
 
 def _positions(spec, cfg) -> int:
@@ -137,6 +140,8 @@ def execute(job: dict) -> dict[str, Any]:
 
 def _logged(job: dict, job_dir: Path) -> dict[str, Any]:
     """:func:`execute`'s work, everything printed going to the job's log."""
+    from pipelines.build import served_sources
+
     from .submission import parse_kind
 
     t0 = time.time()
@@ -145,10 +150,12 @@ def _logged(job: dict, job_dir: Path) -> dict[str, Any]:
         print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {job['kind']} job {job['job_id']} starting "
               f"(pid {os.getpid()})", flush=True)
         try:
-            spec = parse_kind(job["kind"], job["spec"])
-            flops = check_work(job["kind"], spec, float(job["max_work_flops"]))
-            print(f"estimated work {flops:.3g} FLOPs", flush=True)
-            _run(job["kind"], spec, job_dir / RUN)
+            # sources by their public names: no server path in the run's manifest, tables, report or errors
+            with served_sources(job.get("served", {})):
+                spec = parse_kind(job["kind"], job["spec"])
+                flops = check_work(job["kind"], spec, float(job["max_work_flops"]))
+                print(f"estimated work {flops:.3g} FLOPs", flush=True)
+                _run(job["kind"], spec, job_dir / RUN)
             outcome: dict[str, Any] = {"status": "completed", "work_flops": flops}
         except BaseException as exc:  # noqa: BLE001 - the worker's boundary: every outcome is reported
             outcome = _outcome(exc)

@@ -6,8 +6,9 @@ A request names one of:
   character: no path segment can reach another directory);
 * ``random:ARCH?key=value&...`` when the operator allows it (sizes stay under the CLI's limits:
   ``--allow-large`` cannot be lifted from a request);
-* a named local model, by the name the operator gave it; the server loads the directory or cached
-  hub id the operator wrote, with ``allow_pickle=False`` always.
+* a named local model, by the name the operator gave it; the spec then says ``served:NAME``, and the
+  worker loads the directory or cached hub id the operator wrote (pipelines.build.served_sources), with
+  ``allow_pickle=False`` always. The run records ``served:NAME`` as the model's source, never the path.
 
 Anything else (a server path, ``~``, ``..``, a hub id the operator did not name, a pickle) is
 refused before a job exists.
@@ -41,8 +42,8 @@ def allowed_text(sources: SourcesConfig) -> str:
 
 
 def resolve_source(source: object, sources: SourcesConfig) -> str:
-    """What the server loads for the request's model source ``source``; InputError when the
-    operator's allow-list does not name it."""
+    """The source a job's spec holds for the request's model source ``source`` (``served:NAME`` for a named
+    model); InputError when the operator's allow-list does not name it."""
     if not isinstance(source, str) or not source or len(source) > MAX_SOURCE_CHARS:
         raise InputError(f"a model source must be a short string; this server accepts {allowed_text(sources)}")
     zoo = ZOO_SOURCE.fullmatch(source)
@@ -50,8 +51,8 @@ def resolve_source(source: object, sources: SourcesConfig) -> str:
         return source
     if RANDOM_SOURCE.fullmatch(source) is not None and sources.random:
         return source
-    if source in sources.models:
-        return sources.models[source]
+    if source in sources.models:  # resolved by the worker (pipelines.build.served_sources): no path in the spec
+        return f"served:{source}"
     raise InputError(f"model source {_short(source)} is not allowed on this server (a request cannot name a server "
                      f"path, a pickle or an unlisted model); it accepts {allowed_text(sources)}")
 

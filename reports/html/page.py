@@ -24,6 +24,7 @@ from reports.html.common import Tables, methods_in, note, num, order_methods
 from reports.html.sections import SECTIONS, Context, shown_sections
 from reports.html.svg import esc
 from reports.rundir import MANIFEST, RunDir, RunDirError
+from reports.source_names import hiding_paths
 from reports.tables import read_provenance
 from reports.verdicts import verdict
 
@@ -90,7 +91,7 @@ def _header(run_dir: Path, manifest: dict[str, Any], T: Tables, methods: list[st
              ("methods", _describe(spec_methods) or ", ".join(methods) or "—"), ("N", _describe(n) or "—"),
              ("seed", _describe(seed) or "—")]
     details = [("circuitstat", version or "—"), ("run id", manifest.get("run_id") or "—"), ("created", created or "—"),
-               ("run directory", str(run_dir))]
+               ("run directory", "kept by the server that ran it" if hiding_paths() else str(run_dir))]
     stages = manifest.get("stages") if isinstance(manifest.get("stages"), dict) else {}
     if stages:
         details.append(("stages", ", ".join(f"{k} ({v.get('status', '?')})" if isinstance(v, dict) else k

@@ -299,3 +299,19 @@ def test_too_few_resamples_for_the_faithfulness_interval_names_the_minimum() -> 
         parse_spec(doc)
     assert parse_spec({**doc, "faithfulness": False}).bootstrap.n_resamples == 39
     assert parse_spec({**doc, "bootstrap": {"n_resamples": 40}}).bootstrap.n_resamples == 40
+
+
+def test_served_source_exists_only_inside_a_server_job(tmp_path):
+    """'served:NAME' is a server's name for an operator's model: a CLI spec cannot use it to reach any path."""
+    from pipelines.build import resolve_source, served_sources
+    from reports.errors import InputError
+    from reports.source_names import recorded_source
+
+    with pytest.raises(InputError, match="inside one of its jobs only"):
+        resolve_source("served:anything")
+    with served_sources({"tiny": str(tmp_path)}):
+        assert resolve_source("served:tiny") == str(tmp_path)
+        assert recorded_source(tmp_path) == "served:tiny"  # what a model loaded from there records
+        with pytest.raises(InputError):
+            resolve_source("served:other")
+    assert recorded_source(tmp_path) == str(tmp_path)  # outside a job, paths are recorded as they are

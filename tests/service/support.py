@@ -226,14 +226,29 @@ SETTINGS = {"users": {"quota": {"max_active_jobs": 1}, "ratey": {"requests_per_m
 """The settings of the session's servers (per-user quotas for the quota tests, room for the load test)."""
 
 
+SERVED_NAME = "lab-tiny"
+"""The operator's named local model on the session's servers (a directory of TINY, saved by Fleet)."""
+
+
+def served_settings(served: Path) -> dict:
+    """SETTINGS with the operator's named model ``SERVED_NAME`` at ``served`` (zoo and random: as by default)."""
+    return {**SETTINGS, "sources": {"models": {SERVED_NAME: str(served)}}}
+
+
 class Fleet:
     """The session's servers: one on SQLite, and any number on one PostgreSQL database sharing one data
     directory (the scale-out set-up). Test modules share them: a server costs a worker warm-up (torch and
     transformers imported, one tiny audit run), the largest part of these tests' time."""
 
     def __init__(self, root: Path) -> None:
+        from circuits import load_hf
+        from circuits.convert import from_hf
+
         self.root, self.pg_url, self.count = root, None, 0
-        self.sqlite = Server(root / "sqlite" / "data", workers=2, settings=SETTINGS, name="sqlite").start()
+        self.served = root / "operator-models" / SERVED_NAME  # a path no user may see
+        from_hf(load_hf(TINY)).save(self.served)
+        self.sqlite = Server(root / "sqlite" / "data", workers=2, settings=served_settings(self.served),
+                             name="sqlite").start()
         self.pg_servers: list[Server] = []
         self._tokens: dict[tuple[str, str], str] = {}
 
@@ -246,7 +261,7 @@ class Fleet:
         """Start one more server on the PostgreSQL database and data directory."""
         self.count += 1
         server = Server(self.root / "pg" / "data", database=self.pg_url, workers=2, name=f"pg{self.count}",
-                        settings={**SETTINGS, **settings}).start()
+                        settings={**served_settings(self.served), **settings}).start()
         server.extra = settings
         self.pg_servers.append(server)
         if wait:

@@ -419,6 +419,39 @@ def test_a_server_path_or_a_pickle_is_never_a_model_source(env, tmp_path, source
     assert len(list((env["server"].data / "jobs").iterdir())) == before  # nothing left behind
 
 
+def test_a_named_model_runs_and_no_server_path_reaches_its_user(env, fleet, tmp_path):
+    """The operator's model by its name: the CLI's tables on that directory, and its path (like the server's
+    data directory) in nothing the user can fetch: status, log, manifest, report, tables with their metadata."""
+    import shutil
+
+    from support import SERVED_NAME
+
+    c = env["c"]["bob"]
+    r = submit(c, {**AUDIT, "model": SERVED_NAME})
+    assert r.status_code == 202, r.text
+    job = wait_job(c, r.json()["id"])
+    assert job["state"] == "completed" and job["model"] == SERVED_NAME, job
+    got = fetch_tables(c, job["id"], tmp_path / "got")
+    shutil.copytree(fleet.served, tmp_path / "cli" / "copy")  # the CLI's spec names a model beside it
+    assert_same_tables(got, run_cli_audit({**AUDIT, "model": "copy"}, tmp_path / "cli"))
+    api = f"/api/v1/jobs/{job['id']}"
+    seen = {"status": json.dumps(c.get(api).json()), "log": c.get(f"{api}/log").text,
+            "manifest": c.get(f"{api}/manifest").text, "report": c.get(f"{api}/report").text,
+            **{p.name: p.read_bytes().decode("latin-1") for p in got.glob("*.parquet")}}
+    assert f'"source":"served:{SERVED_NAME}"' in seen["manifest"].replace(": ", ":")  # what the run was asked for
+    secrets = (str(fleet.served), str(fleet.served.resolve()), str(env["server"].data.resolve()), str(fleet.root))
+    for what, text in seen.items():
+        assert not [x for x in secrets if x in text], what
+    # a zoo model the server has not trained: the error says how to build it, not where the cache is
+    r = submit(c, {**AUDIT, "model": "zoo:attn-only-2l/seed-987654"})
+    failed = wait_job(c, r.json()["id"])
+    assert failed["state"] == "failed" and "not trained yet" in failed["error"], failed
+    from pipelines.zoo import recipe_dir
+
+    log = c.get(f"/api/v1/jobs/{failed['id']}/log").text
+    assert str(recipe_dir("attn-only-2l")) not in failed["error"] + log and "zoo cache" in failed["error"]
+
+
 def test_cli_only_limits_cannot_be_lifted_from_a_request(env):
     c = env["c"]["bob"]
     for extra in ({"allow_large": True}, {"allow_pickle": True}, {"allow_outside": True}):
