@@ -29,7 +29,7 @@ MANIFEST = "manifest.json"
 LOCK = ".lock"
 FORMAT = "circuitstat.run/1"
 
-__all__ = ["RunDir", "RunDirError", "RunLockedError", "StageSpecChangedError", "StageOutputError"]
+__all__ = ["RunDir", "RunDirError", "RunLockedError", "StageSpecChangedError", "StageOutputError", "verify_outputs"]
 
 
 class RunDirError(RuntimeError):
@@ -499,3 +499,38 @@ class RunDir:
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r}, run_id={self.run_id!r})"
+
+
+def verify_outputs(path: str | os.PathLike[str]) -> int:
+    """The number of recorded stage outputs of the run at ``path`` that were checked; IntegrityError naming
+    those that changed since their stage finished (what `check` and `report` read must be what the run wrote).
+
+    A run without a manifest (tables from elsewhere) has nothing recorded and passes; each output is checked
+    as :meth:`RunDir.is_done` checks it (sha256, re-hashed only when its file identity changed).
+    """
+    from reports.integrity import IntegrityError, check_file
+
+    root = Path(path)
+    try:
+        manifest = RunDir.read_manifest(root)
+    except RunDirError:
+        return 0
+    stages = manifest.get("stages") if isinstance(manifest.get("stages"), dict) else {}
+    changed, checked = [], 0
+    for name, rec in stages.items():
+        if not isinstance(rec, dict) or rec.get("status") != "done" or not isinstance(rec.get("outputs"), dict):
+            continue
+        for o in rec["outputs"].values():
+            if not isinstance(o, dict) or not str(o.get("path", "")).endswith(".parquet"):
+                continue
+            checked += 1
+            try:
+                check_file(root / o["path"], {"sha256": o.get("sha256"), "identity": o.get("identity")}, root=root)
+            except (IntegrityError, OSError, KeyError, TypeError):
+                changed.append(f"{o['path']} (stage {name})")
+    if changed:
+        raise IntegrityError(f"{root}: {len(changed)} table(s) changed since the run wrote them: "
+                             f"{', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''}; their sha256 no longer "
+                             "matches manifest.json. Restore them, or rerun the command that made the run "
+                             "(it redoes the changed stages)")
+    return checked

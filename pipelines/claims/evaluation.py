@@ -54,7 +54,7 @@ def evaluate_claims(claims: ClaimsFile | list, run_dir: str | os.PathLike[str]) 
 
     Raises InputError only when `run_dir` is not a readable run directory.
     """
-    from reports.rundir import RunDirError
+    from reports.rundir import RunDirError, verify_outputs
 
     items = claims.claims if isinstance(claims, ClaimsFile) else list(claims)
     path = Path(run_dir)
@@ -64,6 +64,7 @@ def evaluate_claims(claims: ClaimsFile | list, run_dir: str | os.PathLike[str]) 
         run = RunReader(path)
     except RunDirError as e:
         raise InputError(str(e)) from None
+    verify_outputs(path)  # a claim is checked against the tables the run wrote, not edited ones
     if run.manifest is None and not any(path.glob("*.parquet")):
         raise InputError(f"{path} is not a run directory (no manifest.json and no Parquet tables)")
     results = []

@@ -23,7 +23,7 @@ from reports.analyses import has_tokens
 from reports.html.common import Tables, methods_in, note, num, order_methods
 from reports.html.sections import SECTIONS, Context, shown_sections
 from reports.html.svg import esc
-from reports.rundir import MANIFEST, RunDir, RunDirError
+from reports.rundir import MANIFEST, RunDir, RunDirError, verify_outputs
 from reports.source_names import hiding_paths
 from reports.tables import read_provenance
 from reports.verdicts import verdict
@@ -116,6 +116,7 @@ def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] |
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory {run_dir} does not exist; pass the --out directory of an audit run")
     path = report_path(run_dir, out)  # checked before the tables are read
+    verify_outputs(run_dir)  # the tables are the ones the run wrote (sha256 in the manifest)
     T = Tables(run_dir)
     has_manifest = (run_dir / MANIFEST).exists()
     if not has_manifest and not any(T.path(t).exists() for t in TABLES) and not has_tokens(T):

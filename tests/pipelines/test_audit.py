@@ -207,3 +207,37 @@ def test_scheduler_without_dask_is_a_clear_error(monkeypatch):
     with pytest.raises(InputError, match=r"pip install 'circuitstat\[dask\]'"):
         with backend(2, "local"):
             pass
+
+
+@pytest.mark.parametrize("damage", ["edited", "truncated", "swapped", "symlinked"])
+def test_check_and_report_refuse_a_table_changed_since_the_run_wrote_it(reference, tmp_path, damage):
+    """An edited stability table would make a false claim hold: check and report name it (exit 2), never read it."""
+    import os
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+    from reports.rundir import verify_outputs
+
+    run = tmp_path / "run"
+    shutil.copytree(reference[0], run)
+    assert verify_outputs(run) >= len(TABLES)  # every table of the audit is a recorded stage output
+    claims = tmp_path / "claims.yaml"
+    claims.write_text("claims:\n  - {kind: circuit_stability, method: exact, k: 3, statistic: jaccard_mean, min: 0.99}\n")
+    assert CliRunner().invoke(app, ["check", str(claims), "--run", str(run)]).exit_code == 1  # the claim is false
+    target = run / "stability_vs_k.parquet"
+    if damage == "edited":  # the claim's column set to 1 everywhere: the claim would now hold
+        t = pq.read_table(target)
+        i = t.column_names.index("jaccard_mean")
+        pq.write_table(t.set_column(i, "jaccard_mean", __import__("pyarrow").array([1.0] * len(t))), target)
+    elif damage == "truncated":
+        target.write_bytes(target.read_bytes()[:100])
+    elif damage == "swapped":
+        shutil.copyfile(run / "inclusion.parquet", target)
+    else:
+        target.unlink()
+        os.symlink(reference[0] / "stability_vs_k.parquet", target)
+    for argv in (["check", str(claims), "--run", str(run)], ["report", str(run)]):
+        r = CliRunner().invoke(app, argv)
+        assert r.exit_code == 2 and "stability_vs_k.parquet (stage stability)" in r.output, (argv, r.output)
