@@ -29,7 +29,8 @@ MANIFEST = "manifest.json"
 LOCK = ".lock"
 FORMAT = "circuitstat.run/1"
 
-__all__ = ["RunDir", "RunDirError", "RunLockedError", "StageSpecChangedError", "StageOutputError", "verify_outputs"]
+__all__ = ["RunDir", "RunDirError", "RunLockedError", "StageSpecChangedError", "StageOutputError", "changed_outputs",
+           "verify_outputs"]
 
 
 class RunDirError(RuntimeError):
@@ -330,18 +331,10 @@ class RunDir:
         mtime, ctime) differs from the recorded one (reports.integrity). A changed output is not
         used by a resumed run: the stage runs again.
         """
-        from reports.integrity import IntegrityError, check_file
-
         rec = (self._manifest or {}).get("stages", {}).get(name)
         if not rec or rec.get("status") != "done":
             return False
-        for o in rec.get("outputs", {}).values():
-            try:
-                check_file(self.path / o["path"], {"sha256": o.get("sha256"), "identity": o.get("identity")},
-                           root=self.path)
-            except (IntegrityError, OSError, KeyError, TypeError):
-                return False
-        return True
+        return not changed_outputs(self.path, rec.get("outputs", {}).values())
 
     def fingerprint(self, params: Any = None, outputs: Iterable[str] = (), depends_on: Iterable[str] = ()) -> str:
         """Return the fingerprint of a stage: hash of its params, outputs and its dependencies' fingerprints.
@@ -501,14 +494,28 @@ class RunDir:
         return f"RunDir({str(self.path)!r}, run_id={self.run_id!r})"
 
 
+def changed_outputs(root: Path, outputs: Iterable[Any]) -> list[str]:
+    """The recorded paths among ``outputs`` (a stage's output records) that are no longer the regular file
+    inside ``root`` whose sha256 was recorded (re-hashed only when the file identity changed)."""
+    from reports.integrity import IntegrityError, check_file
+
+    changed = []
+    for o in outputs:
+        try:
+            check_file(root / o["path"], {"sha256": o.get("sha256"), "identity": o.get("identity")}, root=root)
+        except (IntegrityError, OSError, KeyError, TypeError):
+            changed.append(str(o.get("path") if isinstance(o, dict) else o))
+    return changed
+
+
 def verify_outputs(path: str | os.PathLike[str]) -> int:
     """The number of recorded stage outputs of the run at ``path`` that were checked; IntegrityError naming
     those that changed since their stage finished (what `check` and `report` read must be what the run wrote).
 
-    A run without a manifest (tables from elsewhere) has nothing recorded and passes; each output is checked
-    as :meth:`RunDir.is_done` checks it (sha256, re-hashed only when its file identity changed).
+    A run without a manifest (tables from elsewhere) has nothing recorded and passes; each table is checked
+    as :meth:`RunDir.is_done` checks a stage's outputs (:func:`changed_outputs`).
     """
-    from reports.integrity import IntegrityError, check_file
+    from reports.integrity import IntegrityError
 
     root = Path(path)
     try:
@@ -520,14 +527,10 @@ def verify_outputs(path: str | os.PathLike[str]) -> int:
     for name, rec in stages.items():
         if not isinstance(rec, dict) or rec.get("status") != "done" or not isinstance(rec.get("outputs"), dict):
             continue
-        for o in rec["outputs"].values():
-            if not isinstance(o, dict) or not str(o.get("path", "")).endswith(".parquet"):
-                continue
-            checked += 1
-            try:
-                check_file(root / o["path"], {"sha256": o.get("sha256"), "identity": o.get("identity")}, root=root)
-            except (IntegrityError, OSError, KeyError, TypeError):
-                changed.append(f"{o['path']} (stage {name})")
+        tables = [o for o in rec["outputs"].values()
+                  if isinstance(o, dict) and str(o.get("path", "")).endswith(".parquet")]
+        checked += len(tables)
+        changed += [f"{p} (stage {name})" for p in changed_outputs(root, tables)]
     if changed:
         raise IntegrityError(f"{root}: {len(changed)} table(s) changed since the run wrote them: "
                              f"{', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''}; their sha256 no longer "
