@@ -145,9 +145,19 @@ def report_file(svc: Service, job: Job) -> Path:
         return path
     out = svc.cfg.jobs_dir / job.id / "report.html"
     if not out.is_file():
-        with public_source_names():  # as the job's worker renders it: no server path on the page
-            render_report(run, out)
+        try:
+            with public_source_names():  # as the job's worker renders it: no server path on the page
+                render_report(run, out)
+        except InputError as e:  # a table changed since the job wrote it (reports.rundir.verify_outputs)
+            raise _damaged(svc, job, e) from None
     return out
+
+
+def _damaged(svc: Service, job: Job, e: InputError) -> Problem:
+    """409 for a job whose run no longer reads back as it was written, naming the job, not the server's path."""
+    run = run_dir(svc, job)
+    detail = str(e).replace(str(run.resolve()), f"job {job.id}").replace(str(run), f"job {job.id}")
+    return Problem(409, f"{detail} (ask the operator: the server's copy of this job changed)")
 
 
 def report_csp() -> str:
@@ -197,7 +207,10 @@ def run_claims(svc: Service, principal: Principal, job: Job, text: bytes, name: 
         raise Problem(422, str(e)) from None
     ignored = [k for k in ("run", "spec") if getattr(cf, k) is not None]
     cf = cf.model_copy(update={"run": None, "spec": None})
-    report = check(cf, run_dir(svc, job))
+    try:
+        report = check(cf, run_dir(svc, job))
+    except InputError as e:  # the run, not the claims file: a table changed since the job wrote it
+        raise _damaged(svc, job, e) from None
     notes = [f"'{k}:' in the file is not used by the service: the run is job {job.id}" for k in ignored]
     results = [_jsonable(r.to_dict()) for r in report.results]
     doc = {"results": results, "counts": report.counts, "exit_code": report.exit_code,

@@ -442,6 +442,13 @@ def test_a_named_model_runs_and_no_server_path_reaches_its_user(env, fleet, tmp_
     secrets = (str(fleet.served), str(fleet.served.resolve()), str(env["server"].data.resolve()), str(fleet.root))
     for what, text in seen.items():
         assert not [x for x in secrets if x in text], what
+    # the server's copy damaged (a table edited on its disk): a claims check refuses it, naming the job, no path
+    table = _run_dir(env, job["id"]) / "stability_vs_k.parquet"
+    table.write_bytes(table.read_bytes()[:-8])
+    claims = yaml.safe_dump({"claims": CLAIMS["claims"][:1]}).encode()
+    r = c.post(f"{api}/claims", files={"claims": ("claims.yaml", claims)})
+    assert r.status_code == 409 and "stability_vs_k.parquet (stage stability)" in r.json()["detail"], r.text
+    assert job["id"] in r.json()["detail"] and not [x for x in secrets if x in r.text]
     # a zoo model the server has not trained: the error says how to build it, not where the cache is
     r = submit(c, {**AUDIT, "model": "zoo:attn-only-2l/seed-987654"})
     failed = wait_job(c, r.json()["id"])
