@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 if TYPE_CHECKING:  # the spec type; calibration_study imports this module
     from .calibration_study import CalibrationSpec
@@ -86,16 +86,16 @@ def _attributed(spec: "CalibrationSpec", *, n_jobs: int | None, allow_pickle: bo
 
 def read_scores_run(directory: str | Path):
     """The ScoreMatrix of an attribution run directory, or InputError saying what to pass instead."""
-    from circuits.scores import ScoreMatrix
+    from circuitstat.circuits.scores import ScoreMatrix
 
-    from reports.rundir import MANIFEST, RunDir
+    from circuitstat.core.rundir import MANIFEST, RunDir
 
     path = Path(directory)
     if not (path / "scores.parquet").is_file():
         raise InputError(f"scores: {path} holds no scores.parquet; give the directory that "
                          "`circuitstat attribute ... --out DIR` wrote")
     if (path / MANIFEST).is_file() and not RunDir(path).is_done("scores"):
-        # the digest its run recorded (reports.rundir): a damaged population must not be calibrated on
+        # the digest its run recorded (circuitstat.core.rundir): a damaged population must not be calibrated on
         raise InputError(f"scores: {path / 'scores.parquet'} does not match the digest its run recorded when the "
                          "scores stage finished (edited, damaged or unfinished); run `circuitstat attribute` again")
     return ScoreMatrix.read(path)
@@ -117,7 +117,7 @@ def _from_scores_run(spec: "CalibrationSpec", *, allow_pickle: bool, allow_large
 
     cfg = None
     if spec.model is not None:
-        from circuits.skeleton import load_skeleton
+        from circuitstat.circuits.skeleton import load_skeleton
 
         from .build import resolve_source
 

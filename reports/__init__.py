@@ -1,27 +1,8 @@
-"""circuitstat reports layer: the ground floor every package may import, and the run directory's I/O.
+"""circuitstat's report layer (``circuitstat.reports``): the HTML report and the verdicts, rendered from run tables.
 
-The floor (contracts): errors (``reports.errors``), the Result and Estimator bases
-(``reports.results``, ``reports.estimator``), the JSON conversion (``reports.provenance.to_jsonable``),
-atomic writes (``reports.atomic``), seeds and their records (``reports.seeds``) and the one top-k
-(``reports.topk``). I/O on top of it: Parquet tables with provenance, the table schema, run
-directories, SQL queries, the HTML report. Works on arrays, tables and dicts only: reports imports
-nothing from circuits/, stats/ or pipelines/ (tests/test_layers.py) and never torch.
-
-Names load lazily (PEP 562): ``from reports.errors import InputError`` does not import pyarrow.
+``circuitstat.reports.html`` renders a run directory into one self-contained page and
+``circuitstat.reports.verdicts`` writes the verdict lines the terminal summary and the page share; both
+read the tables through ``circuitstat.reports.tableset`` and print each interval from the row it
+came from (``circuitstat.reports.ci``). Reads tables only: it imports the foundation
+(``circuitstat.core``) and nothing of circuits/, stats/ or pipelines/, and never torch.
 """
-
-from __future__ import annotations
-
-from reports.lazy import lazy_names
-
-_MODULES = {
-    ".atomic": ["atomic_write", "atomic_write_bytes", "cleanup_temp_files"],
-    ".lock": ["DirLock", "RunLockedError", "StaleLockWarning"],
-    ".provenance": ["hash_array", "hash_bytes", "hash_file", "hash_json", "provenance", "to_jsonable"],
-    ".seeds": ["seed_record"],
-    ".query": ["connect", "list_tables", "query"],
-    ".rundir": ["RunDir", "RunDirError", "StageOutputError", "StageSpecChangedError"],
-    ".tables": ["PROVENANCE_KEY", "matrix_to_table", "read_provenance", "read_table", "table_to_matrix",
-                "write_matrix", "write_table"],
-}
-__all__, __getattr__ = lazy_names(__name__, _MODULES)

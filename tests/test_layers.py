@@ -1,11 +1,18 @@
-"""Layering rules: imports run one way (DESIGN.md, "Layout").
+"""Layering rules: one import root, and imports run one way (DESIGN.md, "Layout").
 
-* ``reports/`` is the ground floor: the contracts every package may import (errors, the Result and
-  Estimator bases, JSON conversion, atomic writes, seeds, top-k) and the run directory's I/O. It
-  imports nothing of circuits/, stats/ or pipelines/ (its ``html/`` part reads tables only).
-* ``circuits/`` and ``stats/`` stand side by side on the floor and never import each other.
-* ``pipelines/`` is on top: it may import every layer, but only their public names.
-* ``stats/`` and ``reports/`` never import torch.
+Every layer installs under ``circuitstat`` (tests/test_import_root.py checks that no bare ``stats`` or
+``reports`` is installed). The floors, from the bottom:
+
+* ``circuitstat.core`` (folder core/): the contracts every layer may import (errors, the Result and
+  Estimator bases, JSON conversion, atomic writes, seeds, top-k, confinement, integrity) and the
+  run-directory store (tables, schema, run directories, queries). It imports no other layer.
+* ``circuitstat.circuits`` and ``circuitstat.stats`` stand side by side on core and never import each
+  other; ``circuitstat.reports`` (the HTML report and verdicts) reads tables through core only.
+* ``circuitstat.pipelines`` is on top: it may import every layer, but only their public names. Inside it,
+  the service (``pipelines.service``) never imports the command line (``pipelines.cli``): both sit on
+  the run kinds and the estimators.
+* ``circuitstat.stats``, ``circuitstat.reports`` and ``circuitstat.core`` never import torch.
+* No module imports a module that (directly or through others) imports it back: no import circles.
 
 Every import counts: module level, inside functions, under ``TYPE_CHECKING`` and
 ``importlib.import_module("...")`` with a literal name.
@@ -16,24 +23,33 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import networkx as nx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("reports", "circuits", "stats", "pipelines")
-# which other packages each package may import
-ALLOWED = {"reports": set(), "circuits": {"reports"}, "stats": {"reports"},
-           "pipelines": {"reports", "circuits", "stats"}}
-NO_TORCH = ("reports", "stats")
-LOWER = ("circuits", "stats", "reports")
+ROOTPKG = "circuitstat"
+# layer -> its folder in the repository
+FOLDERS = {"core": "core", "circuits": "circuits", "stats": "stats", "reports": "reports", "pipelines": "pipelines"}
+# which other layers each layer may import
+ALLOWED = {"core": set(), "circuits": {"core"}, "stats": {"core"}, "reports": {"core"},
+           "pipelines": {"core", "circuits", "stats", "reports"}}
+NO_TORCH = ("core", "stats", "reports")
+LOWER = ("core", "circuits", "stats", "reports")
+# sub-areas of a layer that must not import another sub-area of it
+SEPARATED = {"pipelines.service": "pipelines.cli"}
 
 
-def _imports(tree: ast.AST) -> list[tuple[int, str, list[str]]]:
-    """(line, absolute module, imported names) of every import in a parsed file; relative ones are skipped
-    (they stay inside their own package)."""
+def _imports(tree: ast.AST, module: str | None = None) -> list[tuple[int, str, list[str]]]:
+    """(line, absolute module, imported names) of every import in a parsed file. Relative imports are made
+    absolute when ``module`` (the file's own dotted name) is given, else skipped."""
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.append((node.lineno, node.module, [a.name for a in node.names]))
+        elif isinstance(node, ast.ImportFrom) and node.level and module is not None:
+            base = module.split(".")[:-node.level]
+            target = ".".join(base + ([node.module] if node.module else []))
+            found.append((node.lineno, target, [a.name for a in node.names]))
         elif isinstance(node, ast.Import):
             found += [(node.lineno, a.name, []) for a in node.names]
         elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
@@ -41,19 +57,28 @@ def _imports(tree: ast.AST) -> list[tuple[int, str, list[str]]]:
               and ((isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
                    or (isinstance(node.func, ast.Name) and node.func.id in ("import_module", "__import__")))):
             found.append((node.lineno, node.args[0].value, []))
-    return found
+    return sorted(found, key=lambda f: f[0])
 
 
-def layer_violations(path: Path, package: str) -> list[str]:
-    """Return every import in ``path`` (a file of ``package``) that breaks the direction rules."""
+def _layer_of(module: str) -> str | None:
+    """The layer a dotted module name belongs to (``circuitstat.stats.x`` -> ``stats``), else None."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == ROOTPKG and parts[1] in FOLDERS else None
+
+
+def layer_violations(path: Path, layer: str) -> list[str]:
+    """Return every import in ``path`` (a file of ``layer``) that breaks the direction rules."""
     tree = ast.parse(path.read_text(), filename=str(path))
     bad = []
     for line, module, _ in _imports(tree):
         top = module.split(".")[0]
-        if top in PACKAGES and top != package and top not in ALLOWED[package]:
-            bad.append(f"{path.name}:{line} {package} imports {module}")
-        if top == "torch" and package in NO_TORCH:
-            bad.append(f"{path.name}:{line} {package} imports torch")
+        if top in FOLDERS:  # a bare layer name: it is not installed
+            bad.append(f"{path.name}:{line} {layer} imports bare {module}")
+        other = _layer_of(module)
+        if other is not None and other != layer and other not in ALLOWED[layer]:
+            bad.append(f"{path.name}:{line} {layer} imports {module}")
+        if top == "torch" and layer in NO_TORCH:
+            bad.append(f"{path.name}:{line} {layer} imports torch")
     return bad
 
 
@@ -61,24 +86,61 @@ def _private_imports(path: Path) -> list[str]:
     """`from <lower layer> import _name` uses in one file."""
     tree = ast.parse(path.read_text(), filename=str(path))
     return [f"{path.name}:{line} {module}.{name}" for line, module, names in _imports(tree)
-            if module.split(".")[0] in LOWER for name in names if name.startswith("_")]
+            if _layer_of(module) in LOWER for name in names if name.startswith("_")]
 
 
-def _files(package: str) -> list[Path]:
-    return sorted((ROOT / package).rglob("*.py"))
+def _files(layer: str) -> list[Path]:
+    return sorted((ROOT / FOLDERS[layer]).rglob("*.py"))
 
 
-@pytest.mark.parametrize("package", PACKAGES)
-def test_imports_run_one_way(package: str) -> None:
-    bad = [v for path in _files(package) for v in layer_violations(path, package)]
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    """The installed dotted name of a file in one of the layer folders (or the root package's folder)."""
+    rel = path.relative_to(root).with_suffix("")
+    parts = list(rel.parts)
+    if parts[0] != ROOTPKG:
+        parts = [ROOTPKG, *[layer for layer, folder in FOLDERS.items() if folder == parts[0]], *parts[1:]]
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+@pytest.mark.parametrize("layer", FOLDERS)
+def test_imports_run_one_way(layer: str) -> None:
+    bad = [v for path in _files(layer) for v in layer_violations(path, layer)]
     assert bad == [], "\n".join(bad)
 
 
-def test_no_floor_module_imports_the_html_renderer() -> None:
-    # reports/html renders tables; the floor and the I/O modules below it must not depend on it
-    bad = [f"{p.relative_to(ROOT)}:{line}" for p in _files("reports") if "html" not in p.relative_to(ROOT).parts
-           for line, module, _ in _imports(ast.parse(p.read_text())) if module.startswith("reports.html")]
-    assert bad == []
+def test_the_service_does_not_import_the_command_line() -> None:
+    bad = []
+    for area, forbidden in SEPARATED.items():
+        for path in sorted((ROOT / area.replace(".", "/")).rglob("*.py")):
+            bad += [f"{path.relative_to(ROOT)}:{line} {module}" for line, module, _ in
+                    _imports(ast.parse(path.read_text()), _module_name(path))
+                    if module.startswith(f"{ROOTPKG}.{forbidden}")]
+    assert bad == [], "\n".join(bad)
+
+
+def import_graph(paths: list[Path], root: Path = ROOT) -> nx.DiGraph:
+    """Module -> module edges of every circuitstat import in ``paths`` (a package import counts as its
+    ``__init__``; ``from pkg import mod`` counts as importing ``pkg.mod`` where that is a module)."""
+    names = {_module_name(p, root): p for p in paths}
+    graph = nx.DiGraph()
+    graph.add_nodes_from(names)
+    for name, path in names.items():
+        for _, module, imported in _imports(ast.parse(path.read_text()), name if path.stem != "__init__"
+                                            else name + ".__init__"):
+            targets = [f"{module}.{n}" for n in imported if f"{module}.{n}" in names] or [module]
+            graph.add_edges_from((name, t) for t in targets if t in names and t != name)
+    return graph
+
+
+def test_no_import_circles() -> None:
+    paths = [p for layer in FOLDERS for p in _files(layer)] + sorted((ROOT / ROOTPKG).rglob("*.py"))
+    graph = import_graph(paths)
+    # a package's __init__ that re-exports its modules lazily imports nothing at module level; a package
+    # importing its own submodule and back is the lazy loader's shape, not a circle of two ideas
+    circles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
+    assert circles == [], "\n".join(" <-> ".join(c) for c in circles)
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "pipelines").rglob("*.py")),  # subpackages too
@@ -91,18 +153,34 @@ def test_the_rules_catch_planted_bad_imports(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text(
         "import importlib\n"
-        "from reports.results import Result\n"          # allowed everywhere
-        "from circuits.model import CircuitModel\n"     # stats -> circuits: forbidden
+        "from circuitstat.core.results import Result\n"             # allowed everywhere
+        "from circuitstat.circuits.model import CircuitModel\n"     # stats -> circuits: forbidden
         "def f():\n"
-        "    from pipelines.audit import run_audit\n"   # lazy, still forbidden
-        "    import torch\n"                            # stats never imports torch
-        "    return importlib.import_module('circuits.scores')\n"
-        "from .resampling import ResamplingPlan\n")     # relative: inside the package
+        "    from circuitstat.pipelines.audit import run_audit\n"   # lazy, still forbidden
+        "    import torch\n"                                        # stats never imports torch
+        "    return importlib.import_module('circuitstat.circuits.scores')\n"
+        "from .resampling import ResamplingPlan\n"                  # relative: inside the package
+        "from stats.intervals import bootstrap_edges\n")            # a bare layer name
     assert layer_violations(bad, "stats") == [
-        "bad.py:3 stats imports circuits.model", "bad.py:5 stats imports pipelines.audit", "bad.py:6 stats imports torch",
-        "bad.py:7 stats imports circuits.scores"]
-    assert layer_violations(bad, "pipelines") == []
-    assert layer_violations(bad, "reports")[:1] == ["bad.py:3 reports imports circuits.model"]
+        "bad.py:3 stats imports circuitstat.circuits.model", "bad.py:5 stats imports circuitstat.pipelines.audit",
+        "bad.py:6 stats imports torch", "bad.py:7 stats imports circuitstat.circuits.scores",
+        "bad.py:9 stats imports bare stats.intervals"]
+    assert layer_violations(bad, "pipelines") == ["bad.py:9 pipelines imports bare stats.intervals"]
+    assert layer_violations(bad, "reports")[:1] == ["bad.py:3 reports imports circuitstat.circuits.model"]
+    assert layer_violations(bad, "core")[:1] == ["bad.py:3 core imports circuitstat.circuits.model"]
     private = tmp_path / "private.py"
-    private.write_text("from circuits.model import _norm\nfrom reports.results import Result\n")
-    assert _private_imports(private) == ["private.py:1 circuits.model._norm"]
+    private.write_text("from circuitstat.circuits.model import _norm\nfrom circuitstat.core.results import Result\n")
+    assert _private_imports(private) == ["private.py:1 circuitstat.circuits.model._norm"]
+
+
+def test_the_circle_check_finds_a_planted_circle(tmp_path: Path) -> None:
+    pkg = tmp_path / "stats"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from circuitstat.stats.b import g\n")
+    (pkg / "b.py").write_text("from .a import f\n")
+    (pkg / "c.py").write_text("from circuitstat.stats import a\n")
+    graph = import_graph(sorted(pkg.glob("*.py")), root=tmp_path)
+    circles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
+    assert circles == [["circuitstat.stats.a", "circuitstat.stats.b"]]
+    assert graph.has_edge("circuitstat.stats.c", "circuitstat.stats.a")
