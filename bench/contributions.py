@@ -29,7 +29,7 @@ def main() -> None:
     import torch
 
     from circuitstat.pipelines.contributions import TokenContributions
-    from circuitstat.pipelines.heads import load_source
+    from circuitstat.pipelines.heads.stability import load_source
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--recipe", default="attn-only-2l")

@@ -366,7 +366,7 @@ TABLES.update({t.name: t for t in (
            ("matching", S, "how heads were matched across seeds"), ("estimand", S, "what the interval covers")),
 )})
 
-# Ground-truth study (circuitstat.pipelines.groundtruth_study; issue 27)
+# Ground-truth study (circuitstat.pipelines.groundtruth; issue 27)
 GT_DATASETS = ("the expected value of the statistic for a dataset of N prompts from the task's distribution "
                "(t interval over R independent datasets)")
 _GT_KEYS = (("model", S, "model with a known circuit (tracr:NAME or planted:...)"), _METHOD,

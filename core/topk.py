@@ -39,6 +39,10 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 
 
+#: old keyword -> its new name, read by :func:`check_ranking` with a warning (the docs never use the old one)
+RENAMED_KEYWORDS = {"absolute": "ranking"}
+
+
 def check_ranking(ranking: Any, renamed: dict[str, Any] | None = None, where: str = "top-k") -> str:
     """Return the ranking, 'signed' or 'absolute', given as ``ranking=`` or by its old name ``absolute=``.
 
@@ -48,7 +52,7 @@ def check_ranking(ranking: Any, renamed: dict[str, Any] | None = None, where: st
     old and the new name disagree.
     """
     renamed = renamed or {}
-    unknown = sorted(set(renamed) - {"absolute"})
+    unknown = sorted(set(renamed) - set(RENAMED_KEYWORDS))
     if unknown:
         raise TypeError(f"{where}() got unexpected keyword argument(s) {unknown}")
     if "absolute" in renamed:

@@ -260,3 +260,15 @@ def task_positions(name: str, options: dict) -> int | None:
     if name != "induction":
         return None
     return 2 * check_int("task.options.seq_len", options.get("seq_len", 20), minimum=2)
+
+
+def attribution_flops(cfg, spec, method: str, n: int, *, ig_steps: int, level: str = "edge") -> float:
+    """FLOPs of attributing ``n`` examples of ``spec``'s task with ``method`` on a model of config ``cfg``
+    (circuitstat.circuits.plan: the ``--plan`` arithmetic; needs no weights)."""
+    from circuitstat.circuits.plan import method_cost
+
+    task = spec.task if not isinstance(spec.task, str) else None
+    name, options = (task.name, task.options) if task is not None else (spec.task, getattr(spec, "task_options", {}))
+    positions = task_positions(name, options or {}) or min(int(cfg.n_ctx), 64)
+    return method_cost(cfg, method, n=n, positions=positions, level=level, batch_size=spec.batch_size,
+                       ig_steps=ig_steps).flops

@@ -37,6 +37,7 @@ from circuitstat.core.seeds import as_seed_sequence, seed_record, spawn_seeds
 from circuitstat.stats.resampling import ResamplingPlan
 from circuitstat.stats.sinks import DEFAULT_THRESHOLD, SinkResult, confidence_gap, position_means, sink_relation, sink_shares
 from circuitstat.stats.token_importance import TokenImportanceResult, token_importance_faithfulness
+from circuitstat.pipelines.kinds import RunKind
 
 __all__ = ["TokenContributions", "ContributionsResult", "CrossSeedResult", "READOUT_TABLES", "STAT_TABLES", "MEASURES",
            "RANDOM"]
@@ -515,3 +516,6 @@ class CrossSeedResult(Result):
                           f"{seeds_interval_text(v, lo, hi, K)}, random matching "
                           f"{f'{null:.3g}' if np.isfinite(null) else 'undefined'}: {verdict}"))
         return items
+
+
+KIND = RunKind("tokens", "token contribution weights and attention sinks")

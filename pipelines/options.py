@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-__all__ = ["METHOD", "ABLATION", "LEVEL", "METRIC", "INPUT_NODE"]
+__all__ = ["METHOD", "ABLATION", "LEVEL", "METRIC", "INPUT_NODE", "DTYPES"]
 
 METHOD = Literal["exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted"]
 ABLATION = Literal["counterfactual", "mean", "mean-positional", "zero", "resample"]
 LEVEL = Literal["edge", "node"]
 INPUT_NODE = Literal["embeddings", "tokens"]  # circuitstat.circuits.ablation: what a zero/mean-ablated input sender is
 METRIC = Literal["logit_diff", "prob_diff", "kl", "kl_mean", "cross_entropy"]
+# --dtype names and the torch dtype each means (the short names are aliases)
+DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+          "float16": "float16", "fp16": "float16"}

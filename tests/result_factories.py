@@ -184,7 +184,7 @@ def faithfulness_curve() -> Any:
 
 
 def head_stability() -> Any:
-    from circuitstat.pipelines.heads import HeadStability
+    from circuitstat.pipelines.heads.stability import HeadStability
 
     models = [_model(s) for s in range(3)]
     ids = RNG.integers(0, 50, (10, 8))
@@ -226,7 +226,7 @@ def run_tables(tmp: Path) -> Any:
 
 
 def head_study(tmp: Path) -> Any:
-    from circuitstat.pipelines.head_study import HeadStudyResult
+    from circuitstat.pipelines.heads.study import HeadStudyResult
 
     return _run_tables(HeadStudyResult, tmp)
 

@@ -156,13 +156,13 @@ def test_the_rules_catch_planted_bad_imports(tmp_path: Path) -> None:
         "from circuitstat.core.results import Result\n"             # allowed everywhere
         "from circuitstat.circuits.model import CircuitModel\n"     # stats -> circuits: forbidden
         "def f():\n"
-        "    from circuitstat.pipelines.audit import run_audit\n"   # lazy, still forbidden
+        "    from circuitstat.pipelines.audit.run import run_audit\n"   # lazy, still forbidden
         "    import torch\n"                                        # stats never imports torch
         "    return importlib.import_module('circuitstat.circuits.scores')\n"
         "from .resampling import ResamplingPlan\n"                  # relative: inside the package
         "from stats.intervals import bootstrap_edges\n")            # a bare layer name
     assert layer_violations(bad, "stats") == [
-        "bad.py:3 stats imports circuitstat.circuits.model", "bad.py:5 stats imports circuitstat.pipelines.audit",
+        "bad.py:3 stats imports circuitstat.circuits.model", "bad.py:5 stats imports circuitstat.pipelines.audit.run",
         "bad.py:6 stats imports torch", "bad.py:7 stats imports circuitstat.circuits.scores",
         "bad.py:9 stats imports bare stats.intervals"]
     assert layer_violations(bad, "pipelines") == ["bad.py:9 pipelines imports bare stats.intervals"]

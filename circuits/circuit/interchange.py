@@ -5,16 +5,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 import numpy as np
+from typing_extensions import Self  # the class a constructor is called on (Circuit)
 
 from circuitstat.core.errors import InputError
 from ..graph import ComponentGraph
 from .graph_ops import graph_cfg, is_mlp, unknown_message
 
-if TYPE_CHECKING:
-    from .core import Circuit
 
 EAPIG_FORMAT_VERSION = 1
 
@@ -52,7 +51,7 @@ class MibJson:
         return doc
 
     @classmethod
-    def from_json(cls, source: str | os.PathLike | Mapping, graph: ComponentGraph | None = None) -> "Circuit":
+    def from_json(cls, source: str | os.PathLike | Mapping, graph: ComponentGraph | None = None) -> Self:
         """A circuit from an EAP-IG / MIB JSON graph (a path or the parsed dict), validated against ``graph``.
 
         Without ``graph`` the graph is built from the JSON's ``cfg``.  Unknown node or edge names,

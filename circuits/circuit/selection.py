@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
+from typing_extensions import Self  # the class a constructor is called on (Circuit)
 
 from circuitstat.core.errors import InputError
 from circuitstat.core.seeds import as_seed_sequence, seed_record
@@ -23,8 +24,6 @@ from circuitstat.core.topk import TIE_RULE, check_ranking, ranking_key, row_seed
 from ..graph import ComponentGraph
 from .graph_ops import edge_endpoints, graph_cfg, receiver_node_index, unknown_message
 
-if TYPE_CHECKING:
-    from .core import Circuit
 
 
 def _key(scores: np.ndarray, ranking: str) -> np.ndarray:
@@ -99,7 +98,7 @@ class SelectionRules:
 
     @classmethod
     def top_k(cls, scores: Any, k: int, *, ranking: str | None = None, seed: Any = 0,
-              graph: ComponentGraph | None = None, **renamed: Any) -> "Circuit":
+              graph: ComponentGraph | None = None, **renamed: Any) -> Self:
         """The k edges with the largest score (``ranking='absolute'``: largest ``|score|``); ties at the cut-off
         at random from ``seed`` (an int or SeedSequence; circuitstat.core.topk)."""
         ranking = check_ranking(ranking, renamed, "Circuit.top_k")
@@ -113,7 +112,7 @@ class SelectionRules:
 
     @classmethod
     def threshold(cls, scores: Any, t: float, *, ranking: str | None = None, graph: ComponentGraph | None = None,
-                  **renamed: Any) -> "Circuit":
+                  **renamed: Any) -> Self:
         """Every edge whose score (``ranking='absolute'``: ``|score|``) is ``>= t``."""
         ranking = check_ranking(ranking, renamed, "Circuit.threshold")
         t = float(t)
@@ -126,7 +125,7 @@ class SelectionRules:
 
     @classmethod
     def greedy(cls, scores: Any, k: int, *, ranking: str | None = None, seed: Any = 0,
-               graph: ComponentGraph | None = None, **renamed: Any) -> "Circuit":
+               graph: ComponentGraph | None = None, **renamed: Any) -> Self:
         """Grow k edges from the logits, best candidate first (EAP-IG's ``apply_greedy``; not pruned); equal
         candidates in the order of the seed's tie priorities (the top-k's, circuitstat.core.topk)."""
         ranking = check_ranking(ranking, renamed, "Circuit.greedy")
@@ -165,7 +164,7 @@ class SelectionRules:
     @classmethod
     def from_node_scores(cls, scores: Any, k: int | None = None, *, ranking: str | None = None,
                          threshold: float | None = None, seed: Any = 0, graph: ComponentGraph | None = None,
-                         **renamed: Any) -> "Circuit":
+                         **renamed: Any) -> Self:
         """Node-level circuit: the top-k senders (or those with score ``>= threshold``) and all edges between them.
 
         ``scores`` is a node-level ScoreMatrix or a vector over ``graph.senders``.  A NaN score
@@ -197,7 +196,7 @@ class SelectionRules:
 
     @classmethod
     def from_nodes(cls, graph: ComponentGraph, nodes: Iterable[str], *, node_scores: np.ndarray | None = None,
-                   d_model: int | None = None) -> "Circuit":
+                   d_model: int | None = None) -> Self:
         """Node-level circuit from node names: all edges whose sender and receiver node are included."""
         lookup = {name: i for i, name in enumerate(graph.nodes)}
         names = list(nodes)
@@ -214,7 +213,7 @@ class SelectionRules:
 
     @classmethod
     def from_edges(cls, graph: ComponentGraph, edges: Any, *, scores: np.ndarray | None = None,
-                   d_model: int | None = None) -> "Circuit":
+                   d_model: int | None = None) -> Self:
         """A circuit from edge names, edge indices or a boolean mask [E]."""
         arr = np.asarray(list(edges) if not isinstance(edges, np.ndarray) else edges)
         mask = np.zeros(graph.n_edges, dtype=bool)
@@ -237,12 +236,12 @@ class SelectionRules:
         return cls(graph, mask, scores=scores, rule="edges", params={"n_edges": int(mask.sum())}, d_model=d_model)
 
     @classmethod
-    def full(cls, graph: ComponentGraph) -> "Circuit":
+    def full(cls, graph: ComponentGraph) -> Self:
         """Every edge of the graph (the model itself)."""
         return cls(graph, np.ones(graph.n_edges, dtype=bool), rule="full")
 
     @classmethod
-    def empty(cls, graph: ComponentGraph) -> "Circuit":
+    def empty(cls, graph: ComponentGraph) -> Self:
         """No edge (everything carries the counterfactual)."""
         return cls(graph, np.zeros(graph.n_edges, dtype=bool), rule="empty")
 

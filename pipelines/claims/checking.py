@@ -129,7 +129,7 @@ def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[st
           *, echo=None, allow_outside: bool = False) -> CheckReport:
     """Load the claims (InputError if malformed), find or make the run, evaluate every claim.
 
-    `run` overrides the file's ``run:``. The audit (circuitstat.pipelines.audit.run_audit) runs only when a spec
+    `run` overrides the file's ``run:``. The audit (circuitstat.pipelines.audit.run.run_audit) runs only when a spec
     is given and the run is missing, unfinished or lacks what a claim needs, and only after the spec
     was checked to contain everything the claims need. The file's ``run:`` and ``spec:`` must stay
     inside its directory tree unless `allow_outside` (``--allow-outside``).
@@ -189,7 +189,7 @@ def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[st
         report.results = out
         return report
 
-    from circuitstat.pipelines.audit import run_audit  # heavy (torch); only when an audit is needed
+    from circuitstat.pipelines.audit.run import run_audit  # heavy (torch); only when an audit is needed
 
     say(f"running the audit of {spec_path} into {run_dir} ...")
     try:

@@ -3,7 +3,7 @@
 Every model is strict (no unknown keys) and frozen. The statistics a kind accepts are the claimable
 columns of its table(s), read from the registry (circuitstat.pipelines.claims.kinds), which is the one place a
 kind names its tables. Class names end in ``Claim`` so none shares a name with an estimator
-(``HeadStabilityClaim`` is a claim about circuitstat.pipelines.heads.HeadStability's tables).
+(``HeadStabilityClaim`` is a claim about circuitstat.pipelines.heads.stability.HeadStability's tables).
 """
 
 from __future__ import annotations

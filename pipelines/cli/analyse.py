@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from . import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, DTYPES, TASK_HELP, TASK_OPTION_HELP, Ablation, DType, Level,
+from .app import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, TASK_HELP, TASK_OPTION_HELP, Ablation, DType, Level,
                Method, MetricName, app, check_out, choices, echo, fail)
 
 
@@ -94,12 +94,6 @@ def model_command(
         raise typer.Exit(1)
 
 
-def _torch_dtype(name: str):
-    import torch
-
-    return getattr(torch, DTYPES[name])
-
-
 @app.command("attribute")
 def attribute_command(
     model: str = typer.Option(..., "--model", help="model directory, cached hub id, or random:ARCH?..."),
@@ -149,8 +143,9 @@ def attribute_command(
     command is run again. Cost: --plan prints each method's estimated time on this machine first."""
     from circuitstat.circuits.attribution import check_options
     from circuitstat.circuits.plan import parse_bytes
-    from circuitstat.pipelines.build import check_device, check_n_jobs, parse_task_options
     from circuitstat.core.errors import InputError
+    from circuitstat.pipelines.attribute import attribute_into, prepare_attribute
+    from circuitstat.pipelines.build import check_device, check_n_jobs, parse_task_options
 
     method, level, ablation, dtype = method.value, level.value, ablation.value, dtype.value
     input_node = input_node.value
@@ -171,7 +166,7 @@ def attribute_command(
                                              n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
                                              device=device, dtype=dtype, max_memory=max_memory,
                                              allow_pickle=allow_pickle, allow_large=allow_large, task_options=options)
-    sm = _attribute_run(m, t, out, model_arg=model, task_arg=task, task_options=options, method=method, level=level,
+    sm = attribute_into(m, t, out, model_arg=model, task_arg=task, task_options=options, method=method, level=level,
                         ablation=ablation, input_node=input_node, n=n,
                         batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
                         budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force)
@@ -194,6 +189,7 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
     is read or allocated, whatever the config's size); timings from the loaded model only when its
     weights fit the memory limit (circuitstat.circuits.limits.MAX_BYTES, which --allow-large does not lift here) and
     circuitstat.pipelines.plan.TIMING_BYTES; otherwise the time is priced by FLOPs (circuitstat.pipelines.plan.flop_rate)."""
+    from circuitstat.pipelines.attribute import torch_dtype
     from circuitstat.circuits import load_model
     from circuitstat.circuits.limits import MAX_BYTES, format_bytes
     from circuitstat.circuits.plan import weight_bytes
@@ -202,10 +198,10 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
     from circuitstat.pipelines.plan import TIMING_BYTES, plan_lines
 
     skeleton = load_skeleton(resolve_source(source), allow_pickle=allow_pickle, allow_large=allow_large)
-    skeleton = skeleton.to(dtype=_torch_dtype(dtype))  # on meta: only the itemsize changes
+    skeleton = skeleton.to(dtype=torch_dtype(dtype))  # on meta: only the itemsize changes
     check_work(skeleton, n, level=level, positions=task_positions(task, options), allow_large=allow_large)
     t = build_task(skeleton, task, n=n, seed=seed, metric=metric, **options)
-    need = weight_bytes(skeleton.cfg, _torch_dtype(dtype).itemsize)
+    need = weight_bytes(skeleton.cfg, torch_dtype(dtype).itemsize)
     timing, why = None, ""
     if need > MAX_BYTES:
         why = f"the weights ({format_bytes(need)}) exceed the memory limit of {format_bytes(MAX_BYTES)}"
@@ -213,139 +209,11 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
         why = (f"the weights ({format_bytes(need)}) are over the {format_bytes(TIMING_BYTES)} a timing calibration "
                "loads")
     else:
-        timing = load_model(resolve_source(source), device=device, dtype=_torch_dtype(dtype),
+        timing = load_model(resolve_source(source), device=device, dtype=torch_dtype(dtype),
                             allow_pickle=allow_pickle, allow_large=allow_large)
     for line in plan_lines(skeleton, t, level=level, batch_size=batch_size, ig_steps=ig_steps, budget=budget,
                            n_jobs=n_jobs, timing_model=timing, untimed=why, device=str(device)):
         echo(line)
-
-
-def prepare_attribute(model: str, task: str, *, method: str, level: str, ablation: str, metric: str | None, n: int,
-                      batch_size: int, ig_steps: int, seed: int, n_jobs: int, device: str, dtype: str,
-                      max_memory: str | None, allow_pickle: bool, allow_large: bool, task_options: dict | None = None):
-    """(model, task, memory budget, n_jobs) of an ``attribute`` run after every check that needs no
-    run directory (options, workers, device, sizes, the task and its options); InputError on the first problem."""
-    from circuitstat.circuits import load_model
-    from circuitstat.circuits.attribution import check_options
-    from circuitstat.circuits.plan import parse_bytes
-    from circuitstat.pipelines.build import build_task, check_device, check_n_jobs, check_work, resolve_source, task_positions
-
-    check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
-    budget = None if max_memory is None else parse_bytes(max_memory)
-    n_jobs = check_n_jobs(n_jobs, "--n-jobs")
-    dev = check_device(device)
-    m = load_model(resolve_source(model), device=dev, dtype=_torch_dtype(dtype), allow_pickle=allow_pickle,
-                   allow_large=allow_large)
-    options = dict(task_options or {})
-    check_work(m, n, level=level, positions=task_positions(task, options), allow_large=allow_large)
-    return m, build_task(m, task, n=n, seed=seed, metric=metric, **options), budget, n_jobs
-
-
-def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", level: str = "edge",
-                  ablation: str = "counterfactual", input_node: str = "embeddings", metric: str | None = None,
-                  n: int = 64, batch_size: int = 16,
-                  ig_steps: int = 5, seed: int = 0, n_jobs: int = 1, device: str = "cpu", dtype: str = "float32",
-                  max_memory: str | None = None, checkpoint_every: int | None = None, resume: bool = True,
-                  force: bool = False, allow_pickle: bool = False, allow_large: bool = False):
-    """The ScoreMatrix of ``circuitstat attribute`` with these options, written into run directory
-    ``out`` (validated first; resumed from its checkpoints where it stopped)."""
-    check_out(out, "attribute", force=force)
-    m, t, budget, n_jobs = prepare_attribute(model, task, method=method, level=level, ablation=ablation, metric=metric,
-                                             n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
-                                             device=device, dtype=dtype, max_memory=max_memory,
-                                             allow_pickle=allow_pickle, allow_large=allow_large)
-    return _attribute_run(m, t, out, model_arg=model, task_arg=task, task_options={}, method=method, level=level,
-                          ablation=ablation, input_node=input_node, n=n, batch_size=batch_size,
-                          ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
-                          budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force)
-
-
-def _engine_sizes(m, t, method: str, level: str, batch_size: int, budget: int | None) -> tuple[int, int]:
-    """(batch_size, max_rows) for the engine: as asked (rows 256), or the largest that fit ``budget``."""
-    if budget is None:
-        return batch_size, 256
-    from circuitstat.circuits.plan import fit_memory
-
-    widest = batch_size * int(m.graph.n_upstream.max())  # more rows than one receiver has are never used
-    return fit_memory(m.cfg, method, budget, positions=int(t.clean.shape[1]), level=level, batch_size=batch_size,
-                      max_rows=widest, itemsize=m.dtype.itemsize)
-
-
-def _scores_done(out: Path) -> bool:
-    """True when ``out`` records a finished scores stage (its checkpoints are then redundant)."""
-    from circuitstat.core.rundir import MANIFEST, RunDir
-
-    if not (out / MANIFEST).is_file():
-        return False
-    return RunDir.read_manifest(out).get("stages", {}).get("scores", {}).get("status") == "done"
-
-
-LONG_LIST = 64
-"""Lists longer than this in a task's description are recorded by length and hash (see _task_record)."""
-
-
-def _task_record(t) -> dict:
-    """The task's description for provenance, with long lists (the induction token pool: 50,256 ids on
-    GPT-2, 340 kB of JSON written into the manifest and both tables) as their length and sha256; the
-    task's content hash covers its tokens either way. (To go once Task.describe does this itself.)"""
-    from circuitstat.core.provenance import hash_json
-
-    desc = t.describe()
-    meta = {k: {"length": len(v), "sha256": hash_json(v)} if isinstance(v, list) and len(v) > LONG_LIST else v
-            for k, v in desc.get("meta", {}).items()}
-    return {**desc, "meta": meta}
-
-
-def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, task_options: dict, method: str, level: str,
-                   ablation: str, input_node: str, n: int,
-                   batch_size: int, ig_steps: int, seed: int, n_jobs: int, dtype: str, budget: int | None,
-                   checkpoint_every: int | None, resume: bool, force: bool):
-    """The ScoreMatrix of one checkpointed attribution run written into ``out`` (resumed where it stopped)."""
-    from circuitstat.circuits.ablation import Ablation as Counterfactuals
-    from circuitstat.circuits.scores import ScoreMatrix
-    from circuitstat.pipelines.checkpoint import AttributionJob, CheckpointStore, chunk_bounds, run_checkpointed
-    from circuitstat.core.rundir import RunDir
-
-    batch_size, max_rows = _engine_sizes(m, t, method, level, batch_size, budget)
-    spec = {"model": model_arg, "task": task_arg, "method": method, "level": level, "ablation": ablation,
-            "input_node": input_node, "metric": t.metric_name, "n": n, "batch_size": batch_size, "ig_steps": ig_steps,
-            "seed": seed,
-            "dtype": DTYPES[dtype], "max_rows": max_rows}
-    if task_options:  # recorded only when given, so runs without options resume as before
-        spec["task_options"] = task_options
-    options = {"batch_size": batch_size, "max_rows": max_rows, "ig_steps": ig_steps, "dtype": DTYPES[dtype],
-               "device": m.device.type, "input_node": input_node}
-    identity, task_record = m.identity(), _task_record(t)  # the model caches its weight hash
-    job = AttributionJob(identity["weight_hash"], t.content_hash, t.metric_name, method, level, ablation, n,
-                         len(m.graph.edge_names) if level == "edge" else m.graph.n_senders, seed, options)
-    store = CheckpointStore(out, job, chunk_bounds(n, batch_size, checkpoint_every))
-    reuse = [] if _scores_done(out) else store.check(resume=resume, force=force)  # refused before anything is written
-    params = {**spec, "weight_hash": job.weight_hash, "task_hash": job.task_hash}
-    index = "edges" if level == "edge" else "nodes"
-    computed = []  # the ScoreMatrix when this call computes it (a finished stage is read back instead)
-    with RunDir(out, spec=spec, command=sys.argv, seed=seed,
-                provenance={"model": identity, "task": task_record}) as run:
-        def compute():
-            import time
-
-            t0 = time.perf_counter()
-            # one counterfactual builder for every chunk: mean ablations average the whole dataset once
-            abl = Counterfactuals(ablation, m, t, seed=seed, batch_size=batch_size, input_node=input_node)
-            kw = {"level": level, "ablation": abl, "batch_size": batch_size, "ig_steps": ig_steps, "seed": seed,
-                  "max_rows": max_rows}
-            scores = run_checkpointed(store, m, t, method, kw, reuse=reuse, n_jobs=n_jobs, run_id=run.run_id)
-            eparams = {"batch_size": batch_size, "seed": seed, "max_rows": max_rows, "input_node": input_node}
-            if method.startswith("eap-ig"):
-                eparams["ig_steps"] = ig_steps
-            sm = ScoreMatrix(scores, m.graph, level, method, ablation, t.metric_name, params=eparams,
-                             provenance={"model": identity, "seconds": time.perf_counter() - t0,
-                                         "resumed_chunks": len(reuse)})
-            computed.append(sm)
-            return sm.tables({"task": task_record})
-
-        run.stage("scores", compute, ["scores", index], params=params, force=force)
-    store.remove()  # the committed table holds every row now
-    return computed[0] if computed else ScoreMatrix.read(out)
 
 
 @app.command("audit")
@@ -370,7 +238,7 @@ def audit_command(
     folds keep a group whole, faithfulness_folds sets their number); docs/usage.md has a five-row example.
     Cost: minutes for the zoo's 2-layer models (the demo's audit of 64 prompts: about 35 s); exact
     patching grows with the edges, so plan a large model with `circuitstat attribute --plan` first."""
-    from circuitstat.pipelines.audit import run_audit
+    from circuitstat.pipelines.audit.run import run_audit
     from circuitstat.pipelines.spec import load_spec
 
     check_out(out, "audit", force=force)

@@ -12,7 +12,7 @@ import typer
 
 from circuitstat.core.errors import InputError
 
-from . import app, choices, echo
+from .app import app, choices, echo
 
 
 Format = choices("Format", "table", "csv", "json")  # output formats of `query`

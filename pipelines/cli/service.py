@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from . import app, choices, echo
+from .app import app, choices, echo
 
 users_app = typer.Typer(no_args_is_help=True, help="Accounts of `circuitstat serve`: users and their bearer tokens "
                                                    "(operator commands; they open the database directly).")

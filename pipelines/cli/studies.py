@@ -10,7 +10,7 @@ import typer
 
 from circuitstat.core.errors import InputError
 
-from . import ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, app, check_out, choices, echo, study_app
+from .app import ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, app, check_out, choices, echo, study_app
 
 MAX_SEEDS_HELP = "1000"  # circuitstat.pipelines.training.MAX_SEEDS, written out so that --help does not import training
 
@@ -57,7 +57,7 @@ def heads_command(
     Cost: about a minute for 5 zoo-sized models with the default 100 probe prompts and 200 resamples
     (scales with models x probe prompts x resamples); across-seed intervals need at least 3 models."""
     from circuitstat.pipelines.build import check_device, check_n_jobs, load_source
-    from circuitstat.pipelines.heads import HeadStability, write_heads_run
+    from circuitstat.pipelines.heads.stability import HeadStability, write_heads_run
 
     models = [p for m in models for p in str(m).split(",") if p]
     if len(models) < 2:
@@ -157,7 +157,7 @@ def demo_command(
 
     Cost: from an empty cache about 9 min on 2 cores (training 5 models about 6.3 min, audit and report
     about 35 s); with the models cached, about 35 s."""
-    from circuitstat.pipelines.audit import run_audit
+    from circuitstat.pipelines.audit.run import run_audit
     from circuitstat.pipelines.build import check_n_jobs, max_jobs
     from circuitstat.pipelines.demo import DEMO_RECIPE, demo_spec, print_summary
     from circuitstat.pipelines.zoo import ZOO_RECIPES, ZOO_SEEDS, default_zoo
@@ -177,7 +177,7 @@ def demo_command(
 
 @study_app.command("heads")
 def study_heads_command(
-    plan: Path | None = typer.Argument(None, help="study plan (YAML; see circuitstat.pipelines.head_study.HeadStudySpec); "
+    plan: Path | None = typer.Argument(None, help="study plan (YAML; see circuitstat.pipelines.heads.study.HeadStudySpec); "
                                        "default: the full study of docs/results.md"),
     out: Path = typer.Option(..., "--out", help="run directory of the study"),
     quick: bool = typer.Option(False, "--quick", help="a tiny version (1/2/4 layers, 3 seeds, a few steps) for smoke tests"),
@@ -194,7 +194,7 @@ def study_heads_command(
     machine, 115 min on a loaded one, then about 4 min of analysis; cached models are reused. --quick:
     about 15 s."""
     from circuitstat.pipelines.build import check_device, check_n_jobs
-    from circuitstat.pipelines.head_study import load_head_study_plan, run_head_study
+    from circuitstat.pipelines.heads.study import load_head_study_plan, run_head_study
 
     if plan is not None and quick:
         raise InputError("give a plan file or --quick, not both (--quick is the built-in tiny plan)")
@@ -265,7 +265,7 @@ def study_calibration_command(
     Cost: exact attribution of the whole population first (1024 prompts in examples/calibration-zoo.yaml),
     then the resampled datasets: about 3 min of CPU for that example (165 s: edge kinds ~4 s, stability
     ~46 s, the rest faithfulness; docs/calibration.md). Drop kinds from `intervals` to go faster."""
-    from circuitstat.pipelines.calibration_study import (load_calibration_spec, parse_calibration_spec, run_calibration_study,
+    from circuitstat.pipelines.calibration.study import (load_calibration_spec, parse_calibration_spec, run_calibration_study,
                                              summary_lines)
 
     check_out(out, "study calibration", force=force)
@@ -283,13 +283,13 @@ def study_calibration_command(
 
 @study_app.command("groundtruth")
 def study_groundtruth_command(
-    spec: Path = typer.Argument(..., help="ground-truth spec (YAML; see circuitstat.pipelines.groundtruth_study): models, methods, sizes"),
+    spec: Path = typer.Argument(..., help="ground-truth spec (YAML; see circuitstat.pipelines.groundtruth): models, methods, sizes"),
     out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
     n_jobs: int | None = typer.Option(None, "--n-jobs", min=1, help="parallel workers for the attribution"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
 ) -> None:
     """Score discovery methods and circuitstat's error statements against models whose circuit is known."""
-    from circuitstat.pipelines.groundtruth_study import load_groundtruth_spec, run_groundtruth_study, summary_lines
+    from circuitstat.pipelines.groundtruth import load_groundtruth_spec, run_groundtruth_study, summary_lines
     from circuitstat.reports.html import render_report
 
     check_out(out, "study groundtruth", force=force)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from . import _Boundary, app, echo
+from .app import _Boundary, app, echo
 
 zoo_app = typer.Typer(cls=_Boundary, no_args_is_help=True,
                       help="The default zoo (small models trained on the standard library's source, cached): "

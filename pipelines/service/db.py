@@ -16,10 +16,12 @@ from sqlalchemy import (Boolean, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
+from circuitstat.pipelines.kinds import SERVED
+
 JOB_STATES = ("queued", "running", "completed", "failed", "cancelled")
 ACTIVE_STATES = ("queued", "running")
 FINAL_STATES = ("completed", "failed", "cancelled")
-JOB_KINDS = ("audit", "variance", "calibration", "attribute")
+JOB_KINDS = tuple(SERVED)  # the run kinds the service runs (circuitstat.pipelines.kinds)
 
 
 class Base(DeclarativeBase):

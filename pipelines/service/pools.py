@@ -27,8 +27,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-PRELOAD = ["torch", "transformers", "circuitstat.circuits.loading", "circuitstat.circuits.attribution", "circuitstat.pipelines.audit",
-           "circuitstat.pipelines.variance_study", "circuitstat.pipelines.calibration_study", "circuitstat.pipelines.cli.analyse", "circuitstat.reports.html",
+PRELOAD = ["torch", "transformers", "circuitstat.circuits.loading", "circuitstat.circuits.attribution", "circuitstat.pipelines.audit.run",
+           "circuitstat.pipelines.variance_study", "circuitstat.pipelines.calibration.study", "circuitstat.pipelines.cli.analyse", "circuitstat.reports.html",
            "circuitstat.pipelines.service.runner", "circuitstat.pipelines.service.warmup"]
 
 

@@ -28,6 +28,10 @@ TITLES = {400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Metho
           500: "Internal Server Error", 503: "Service Unavailable"}
 
 
+
+class BodyTooLarge(Exception):
+    """The request body passed the limit while it was read (raised by the body-limit middleware, a 413)."""
+
 class Problem(Exception):
     """An error response: status, a one-line detail and optional extra members and headers."""
 
@@ -59,8 +63,6 @@ def install(app) -> None:
         detail = exc.detail if isinstance(exc.detail, str) and exc.status_code != 404 else (
             "no such resource; the API lives under /api/v1 (see /api/v1/openapi.json)")
         return problem_response(exc.status_code, detail, headers=getattr(exc, "headers", None))
-
-    from .quotas import BodyTooLarge
 
     @app.exception_handler(BodyTooLarge)
     async def _too_large(request: Request, exc: BodyTooLarge):

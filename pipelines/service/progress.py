@@ -26,25 +26,10 @@ class Progress:
 
 
 def planned_stages(kind: str, spec) -> list[str]:
-    """The RunDir stages job ``kind`` with (validated) ``spec`` runs, in order."""
-    if kind == "attribute":
-        return ["scores"]
-    if kind == "calibration":
-        return [f"scores_{spec.method}", "calibration"]
-    if kind == "audit":
-        others = [m for m in spec.methods if m != "exact"]
-        return (["index", *(f"scores_{m}" for m in spec.methods), "edge_stats", "stability"]
-                + (["faithfulness"] if spec.faithfulness else [])
-                + (["approximation"] if "exact" in spec.methods and others else [])
-                + (["heads"] if len(spec.sources) > 1 else []))
-    from circuitstat.pipelines.variance_study import Key
+    """The RunDir stages job ``kind`` with (validated) ``spec`` runs, in order (its run kind's declaration)."""
+    from circuitstat.pipelines.kinds import kind as run_kind
 
-    levels = [lab for lab, _, _ in spec.estimator_levels()]
-    keys = [Key(s, 0, c, lab) for s in range(len(spec.sources)) for c in range(spec.counterfactual.n_draws)
-            for lab in levels] + [Key(0, j, 0, "exact") for j in range(1, spec.dataset.n_fresh + 1)]
-    selection = spec.selection.enabled and spec.level == "edge"
-    return (["index", *(k.name for k in keys), "intrinsic", "stability", "approximation", "variance", "factors"]
-            + (["selection"] if selection else []) + ["summary"])
+    return run_kind(kind).stages(spec)
 
 
 def read_stages(run_dir: Path) -> dict:

@@ -13,7 +13,7 @@ import math
 import threading
 import time
 
-from .problems import Problem, problem_response
+from .problems import BodyTooLarge, Problem, problem_response
 
 
 class RateLimiter:
@@ -36,10 +36,6 @@ class RateLimiter:
                 raise Problem(429, f"more than {per_minute} requests a minute; wait {wait} s and retry",
                               headers={"Retry-After": str(wait)})
             self._buckets[user] = (tokens - 1.0, t)
-
-
-class BodyTooLarge(Exception):
-    """The request body passed the limit while it was read."""
 
 
 class BodyLimit:

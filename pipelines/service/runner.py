@@ -34,47 +34,29 @@ def payload(job_id: str, kind: str, spec: dict, job_dir: Path, max_work_flops: f
             "served": dict(served or {})}
 
 
-def _positions(spec, cfg) -> int:
-    from circuitstat.pipelines.build import task_positions
-
-    task = spec.task if not isinstance(spec.task, str) else None
-    name, options = (task.name, task.options) if task is not None else (spec.task, {})
-    return task_positions(name, options) or min(int(cfg.n_ctx), 64)
-
-
 def estimated_flops(kind: str, spec, cfg) -> float:
-    """The attribution FLOPs job ``kind`` with ``spec`` runs on a model of config ``cfg`` (circuitstat.circuits.plan)."""
-    from circuitstat.circuits.plan import method_cost
+    """The attribution FLOPs job ``kind`` with ``spec`` runs on a model of config ``cfg`` (its run kind's cost)."""
+    from circuitstat.pipelines.kinds import kind as run_kind
 
-    P = _positions(spec, cfg)
-
-    def cost(method: str, n: int, ig_steps: int, level: str = "edge") -> float:
-        return method_cost(cfg, method, n=n, positions=P, level=level, batch_size=spec.batch_size,
-                           ig_steps=ig_steps).flops
-
-    if kind == "audit":
-        return sum(cost(m, spec.task.n, spec.ig_steps, spec.level) for m in spec.methods)
-    if kind == "attribute":
-        return cost(spec.method, spec.n, spec.ig_steps, spec.level)
-    if kind == "calibration":
-        return cost(spec.method, spec.task.n, spec.ig_steps)
-    per_draw = sum(cost(m, spec.task.n, steps, spec.level) for _, m, steps in spec.estimator_levels())
-    fresh = spec.dataset.n_fresh * cost("exact", spec.task.n, 1, spec.level)
-    return len(spec.sources) * spec.counterfactual.n_draws * per_draw + fresh
+    return run_kind(kind).flops(spec, cfg)
 
 
 @functools.lru_cache(maxsize=32)
-def model_config(source: str, dtype: str):
-    """The config of the model ``source`` names, loaded once per worker under the CLI's size limits
-    (InputError above them); the run itself loads the model again, as the CLI command does."""
-    from circuitstat.pipelines.build import load_source
+def model_config(source: str):
+    """The config of the model ``source`` names, from its skeleton (no weight read or allocated) under the CLI's
+    size limits (InputError above them); the run itself loads the model, as the CLI command does."""
+    from circuitstat.circuits.skeleton import load_skeleton
+    from circuitstat.pipelines.build import resolve_source
 
-    return load_source(source, device="cpu", dtype=dtype).cfg
+    return load_skeleton(resolve_source(source)).cfg
 
 
 def check_work(kind: str, spec, max_flops: float) -> float:
     """The job's estimated FLOPs; WorkQuotaError when above ``max_flops``."""
-    flops = estimated_flops(kind, spec, model_config(spec.sources[0], getattr(spec, "dtype", "float32")))
+    from circuitstat.pipelines.kinds import kind as run_kind
+
+    sources = run_kind(kind).sources(spec)
+    flops = estimated_flops(kind, spec, model_config(sources[0])) if sources else 0.0
     if flops > max_flops:
         raise WorkQuotaError(f"the job's estimated work is {flops:.3g} FLOPs (circuitstat.circuits.plan), above your quota of "
                              f"{max_flops:.3g}; make it smaller (fewer examples or methods) or ask the operator")
@@ -82,33 +64,21 @@ def check_work(kind: str, spec, max_flops: float) -> float:
 
 
 def _run(kind: str, spec, out: Path) -> None:
-    """Run job ``kind`` into ``out`` with the CLI command's function (limits never lifted)."""
-    if kind == "audit":
-        from circuitstat.pipelines.audit import run_audit
+    """Run job ``kind`` into ``out`` as its CLI command does (limits never lifted; the report where the command
+    renders one)."""
+    from circuitstat.pipelines.kinds import kind as run_kind
+
+    declared = run_kind(kind)
+    declared.run(spec, out, n_jobs=1, allow_pickle=False, allow_large=False)
+    if declared.report:
         from circuitstat.reports.html import render_report
 
-        run_audit(spec, out, n_jobs=1, allow_pickle=False, allow_large=False)
-        render_report(out)  # as `circuitstat audit` does by default
-    elif kind == "variance":
-        from circuitstat.pipelines.variance_study import run_variance_study
-        from circuitstat.reports.html import render_report
-
-        run_variance_study(spec, out, n_jobs=1, allow_pickle=False, allow_large=False)
         render_report(out)
-    elif kind == "calibration":
-        from circuitstat.pipelines.calibration_study import run_calibration_study
-
-        run_calibration_study(spec, out, n_jobs=1, allow_pickle=False, allow_large=False)
-    else:
-        from circuitstat.pipelines.cli.analyse import run_attribute
-
-        opts = spec.model_dump(exclude={"model", "task"})
-        run_attribute(spec.model, spec.task, out, **opts, n_jobs=1, allow_pickle=False, allow_large=False)
 
 
 def _outcome(exc: BaseException) -> dict[str, Any]:
     """The outcome of a job that raised ``exc``: what the CLI would print, classified."""
-    from circuitstat.pipelines.cli import user_error_message
+    from circuitstat.pipelines.errors import user_error_message
     from circuitstat.core.lock import RunLockedError
 
     if isinstance(exc, KeyboardInterrupt):

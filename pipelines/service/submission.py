@@ -16,12 +16,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
 from circuitstat.core.errors import InputError
-from circuitstat.pipelines.options import ABLATION, LEVEL, METHOD, METRIC
 
 from .config import SourcesConfig
 from .problems import Problem
@@ -35,48 +32,13 @@ MAX_UPLOADS = 8
 SPEC_FILE = "spec.yaml"
 
 
-class AttributeSpec(BaseModel):
-    """The options of ``circuitstat attribute`` as a spec (``--out``, ``--plan``, ``--device`` and the
-    CLI-only ``--allow-*`` flags are the server's, not the request's)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    model: str
-    task: str = "induction"
-    method: METHOD = "eap"
-    level: LEVEL = "edge"
-    ablation: ABLATION = "counterfactual"
-    metric: METRIC | None = None
-    n: int = Field(64, ge=1, le=1_000_000)
-    batch_size: int = Field(16, ge=1, le=4096)
-    ig_steps: int = Field(5, ge=1, le=1000)
-    seed: int = Field(0, ge=0)
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    checkpoint_every: int | None = Field(None, ge=1)
-    max_memory: str | None = Field(None, max_length=32)
-
-    @property
-    def sources(self) -> list[str]:
-        """The model source (one)."""
-        return [self.model]
-
-
 def parse_kind(kind: str, data: Any, source: str = SPEC_FILE):
     """The spec object of job kind ``kind`` validated from parsed YAML (InputError naming each bad key)."""
-    from circuitstat.pipelines.spec import parse_spec, validate_spec
+    from circuitstat.pipelines.kinds import SERVED, kind as run_kind
 
-    if kind == "audit":
-        return parse_spec(data, source)
-    if kind == "variance":
-        from circuitstat.pipelines.variance_study import parse_variance_spec
-
-        return parse_variance_spec(data, source)
-    if kind == "calibration":
-        from circuitstat.pipelines.calibration_study import parse_calibration_spec
-
-        return parse_calibration_spec(data, source)
-    if kind == "attribute":
-        return validate_spec(AttributeSpec, data, source, kind="attribute spec", keys="model, task, method, ...")
-    raise InputError(f"unknown job kind {kind!r}; use audit, variance, calibration or attribute")
+    if kind not in SERVED:
+        raise InputError(f"unknown job kind {kind!r}; use {', '.join(SERVED)}")
+    return run_kind(kind).parse(data, source)
 
 
 @dataclass(frozen=True)

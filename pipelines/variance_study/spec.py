@@ -143,7 +143,7 @@ def load_variance_spec(path: str | Path, *, allow_outside: bool = False) -> Vari
 
 
 def _view(spec: VarianceSpec, **over) -> SimpleNamespace:
-    """The fields circuitstat.pipelines.audit's helpers read from an audit spec."""
+    """The fields circuitstat.pipelines.audit.run's helpers read from an audit spec."""
     base = dict(level=spec.level, ablation="counterfactual", batch_size=spec.batch_size, ig_steps=1,
                 seed=spec.seed, bootstrap=spec.bootstrap, ranking=spec.ranking)
     base.update(over)

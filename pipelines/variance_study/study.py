@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from circuitstat.core.errors import InputError
+from circuitstat.pipelines.kinds import RunKind
 
 from .factors import _FactorStages
 from .scorer import Key, ModelScorer, Scorer
@@ -245,3 +246,37 @@ def _names_hash(names: list[str]) -> str:
     import hashlib
 
     return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
+
+
+def variance_stages(spec: VarianceSpec) -> list[str]:
+    """The RunDir stages :func:`run_variance_study` writes for ``spec``, in order."""
+    levels = [lab for lab, _, _ in spec.estimator_levels()]
+    keys = [Key(s, 0, c, lab) for s in range(len(spec.sources)) for c in range(spec.counterfactual.n_draws)
+            for lab in levels] + [Key(0, j, 0, "exact") for j in range(1, spec.dataset.n_fresh + 1)]
+    selection = spec.selection.enabled and spec.level == "edge"
+    return (["index", *(k.name for k in keys), "intrinsic", "stability", "approximation", "variance", "factors"]
+            + (["selection"] if selection else []) + ["summary"])
+
+
+def variance_flops(spec: VarianceSpec, cfg) -> float:
+    """The attribution FLOPs of every draw of ``spec`` on a model of config ``cfg``."""
+    from circuitstat.pipelines.build import attribution_flops
+
+    per_draw = sum(attribution_flops(cfg, spec, m, spec.task.n, ig_steps=steps, level=spec.level)
+                   for _, m, steps in spec.estimator_levels())
+    fresh = spec.dataset.n_fresh * attribution_flops(cfg, spec, "exact", spec.task.n, ig_steps=1, level=spec.level)
+    return len(spec.sources) * spec.counterfactual.n_draws * per_draw + fresh
+
+
+def _run_kind(spec: VarianceSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False):
+    return run_variance_study(spec, out, n_jobs=n_jobs, allow_pickle=allow_pickle, allow_large=allow_large)
+
+
+def _parse(data, source: str) -> VarianceSpec:
+    from .spec import parse_variance_spec
+
+    return parse_variance_spec(data, source)
+
+
+KIND = RunKind("study variance", "the share of each source of variation in the scores (crossed random effects)",
+               parse=_parse, run=_run_kind, stages=variance_stages, flops=variance_flops, report=True)

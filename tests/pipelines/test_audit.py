@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from circuitstat.pipelines.audit import run_audit
+from circuitstat.pipelines.audit.run import run_audit
 from circuitstat.pipelines.spec import parse_spec
 
 SPEC = {
@@ -88,11 +88,11 @@ def test_audit_command_ends_with_the_verdict_demo_prints(reference, tmp_path):
 def _killer_script(out: Path, target: str) -> str:
     """A driver that runs the audit and SIGKILLs itself inside stage ``target``."""
     hooks = {
-        "scores_exact": "circuitstat.pipelines.audit.attribution_scores",
-        "edge_stats": "circuitstat.pipelines.audit.edge_stats_table",
-        "stability": "circuitstat.pipelines.audit.stability_tables",
-        "faithfulness": "circuitstat.pipelines.audit.faithfulness_table",
-        "approximation": "circuitstat.pipelines.audit.approximation_tables",
+        "scores_exact": "circuitstat.pipelines.audit.run.attribution_scores",
+        "edge_stats": "circuitstat.pipelines.audit.run.edge_stats_table",
+        "stability": "circuitstat.pipelines.audit.run.stability_tables",
+        "faithfulness": "circuitstat.pipelines.audit.run.faithfulness_table",
+        "approximation": "circuitstat.pipelines.audit.run.approximation_tables",
     }
     mod, fn = hooks[target].rsplit(".", 1)
     return textwrap.dedent(f"""

@@ -205,7 +205,7 @@ SPEC = {"model": "random:gpt2?n_layer=2&n_head=4&n_embd=64&vocab_size=512&n_posi
 
 @pytest.fixture
 def fake_audit(monkeypatch):
-    """Install a stand-in circuitstat.pipelines.audit whose run_audit writes a synthetic run."""
+    """Install a stand-in circuitstat.pipelines.audit.run whose run_audit writes a synthetic run."""
     calls = []
 
     def run_audit(spec, out, *, n_jobs=None, scheduler=None):
@@ -213,7 +213,7 @@ def fake_audit(monkeypatch):
         make_run(Path(out), heads=False)
         return Path(out)
 
-    monkeypatch.setitem(sys.modules, "circuitstat.pipelines.audit", types.SimpleNamespace(run_audit=run_audit))
+    monkeypatch.setitem(sys.modules, "circuitstat.pipelines.audit.run", types.SimpleNamespace(run_audit=run_audit))
     return calls
 
 
@@ -318,7 +318,7 @@ def test_the_registry_declares_each_kind_and_its_tables_once():
     """Every kind has one model, one evaluator and one registry entry; the model's statistics are the registry's."""
     import typing
 
-    import circuitstat.pipelines.heads
+    import circuitstat.pipelines.heads.stability
     import circuitstat.stats as stats
     from circuitstat.pipelines.claims import KINDS
     from circuitstat.pipelines.claims.evaluators import EVALUATORS
@@ -329,8 +329,8 @@ def test_the_registry_declares_each_kind_and_its_tables_once():
     for kind, model in KIND_MODELS.items():
         if "statistic" in model.model_fields:
             assert typing.get_args(model.model_fields["statistic"].annotation) == KINDS[kind].statistics, kind
-    # claims and estimators never share a class name (HeadStabilityClaim is about circuitstat.pipelines.heads.HeadStability)
-    estimators = {n for mod in (stats, circuitstat.pipelines.heads) for n in dir(mod) if n[:1].isupper()}
+    # claims and estimators never share a class name (HeadStabilityClaim is about circuitstat.pipelines.heads.stability.HeadStability)
+    estimators = {n for mod in (stats, circuitstat.pipelines.heads.stability) for n in dir(mod) if n[:1].isupper()}
     assert not {m.__name__ for m in KIND_MODELS.values()} & estimators and "HeadStability" in estimators
     # a claim reads the table its kind declares
     claim = parse_claims({"claims": [PASSING["claims"][1]]}).claims[0]

@@ -182,10 +182,10 @@ def run_dir(base_dir):
 
 @pytest.fixture(scope="module")
 def fake_audit():
-    """circuitstat.pipelines.audit.run_audit replaced by a recorder that writes nothing."""
+    """circuitstat.pipelines.audit.run.run_audit replaced by a recorder that writes nothing."""
     calls = []
     mp = pytest.MonkeyPatch()
-    mp.setitem(sys.modules, "circuitstat.pipelines.audit", types.SimpleNamespace(run_audit=lambda spec, out, **kw: calls.append(out)))
+    mp.setitem(sys.modules, "circuitstat.pipelines.audit.run", types.SimpleNamespace(run_audit=lambda spec, out, **kw: calls.append(out)))
     yield calls
     mp.undo()
 

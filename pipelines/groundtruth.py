@@ -36,7 +36,8 @@ from pydantic import Field
 
 from circuitstat.core.errors import InputError
 
-from .spec import METHOD, KGrid, _RunOptions, load_yaml, validate_spec
+from circuitstat.pipelines.spec import METHOD, KGrid, _RunOptions, load_yaml, validate_spec
+from circuitstat.pipelines.kinds import RunKind
 
 if TYPE_CHECKING:
     from circuitstat.core.run_tables import RunTables
@@ -189,8 +190,8 @@ def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int
     from circuitstat.core.tables import table_to_matrix
     from circuitstat.stats.groundtruth_scoring import fdr_rows, summarise
 
-    from .audit import attribution_scores
-    from .training import use_deterministic
+    from circuitstat.pipelines.audit.run import attribution_scores
+    from circuitstat.pipelines.training import use_deterministic
 
     use_deterministic()
     loaded = {m: load_groundtruth(m) for m in spec.models}  # every source is checked before anything is written
@@ -270,3 +271,12 @@ def summary_lines(tables: dict[str, Any], alpha: float = 0.05) -> list[str]:
             lines.append(f"{m[:34]:<34} {method:<19} {ci(a):>17} {ci(_pick(s, m, method, n, 'ranking', 'auroc_pessimistic')):>17} "
                          f"{ci(_pick(s, m, method, n, 'topk', 'f1', f'k={k}')):>17} {fd:>14} {pw:>6}")
     return lines
+
+
+def _run_kind(spec: GroundTruthSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False,
+              allow_large: bool = False) -> RunTables:
+    return run_groundtruth_study(spec, out, n_jobs=n_jobs)
+
+
+KIND = RunKind("study groundtruth", "discovery methods and circuitstat's own error statements against known circuits",
+               parse=parse_groundtruth_spec, run=_run_kind, sources=lambda spec: list(spec.models))

@@ -4,7 +4,7 @@ Each step is a resumable stage of a run directory (circuitstat.core.rundir.RunDi
 with the same command and recomputes only unfinished stages; every stage's randomness comes
 from the run's root seed and the stage name, so resumed, parallel and serial runs write
 identical tables. This module only orchestrates: the tables' columns are built by
-circuitstat.pipelines.audit_tables, from the estimators of stats/ and circuits/.
+circuitstat.pipelines.audit.tables, from the estimators of stats/ and circuits/.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .audit_tables import (_concat, approximation_tables, crossfit_folds, edge_stats_table, faithfulness_table,
+from circuitstat.pipelines.audit.tables import (_concat, approximation_tables, crossfit_folds, edge_stats_table, faithfulness_table,
                            stability_tables)
-from .spec import AuditSpec
+from circuitstat.pipelines.spec import AuditSpec
+from circuitstat.pipelines.kinds import RunKind
 
 
 def _chunks(n: int, batch_size: int, n_jobs: int) -> list[np.ndarray]:
@@ -43,7 +44,7 @@ def attribution_scores(model, task, method: str, spec: AuditSpec, n_jobs: int):
     (the ``attribute`` command passes its options so)."""
     from circuitstat.circuits.scores import ScoreMatrix
 
-    from .parallel import run_chunks
+    from circuitstat.pipelines.parallel import run_chunks
 
     n = task.clean.shape[0]
     t0 = time.perf_counter()
@@ -84,9 +85,9 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
     """
     from circuitstat.core.rundir import RunDir
 
-    from .build import check_n_jobs
-    from .parallel import backend
-    from .training import use_deterministic
+    from circuitstat.pipelines.build import check_n_jobs
+    from circuitstat.pipelines.parallel import backend
+    from circuitstat.pipelines.training import use_deterministic
 
     out = Path(out)
     n_jobs = check_n_jobs(spec.n_jobs if n_jobs is None else n_jobs, "--n-jobs" if n_jobs is not None else "n_jobs")
@@ -180,7 +181,7 @@ def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: b
     from circuitstat.circuits.attribution import check_options
     from circuitstat.core.errors import InputError
 
-    from .build import build_task, check_device, check_work, n_columns, resolve_source, task_positions
+    from circuitstat.pipelines.build import build_task, check_device, check_work, n_columns, resolve_source, task_positions
 
     for method in spec.methods:
         check_options(method, spec.level, spec.ablation, batch_size=spec.batch_size, ig_steps=spec.ig_steps)
@@ -205,7 +206,7 @@ def load_audit_model(spec: AuditSpec, source: str, device: str, *, allow_pickle:
                      allow_large: bool = False):
     """Return ``source`` as a CircuitModel loaded as the audit loads each of its models: the spec's dtype,
     on ``device`` (already through build.check_device)."""
-    from .build import load_source
+    from circuitstat.pipelines.build import load_source
 
     return load_source(source, device=device, dtype=spec.dtype, allow_pickle=allow_pickle, allow_large=allow_large)
 
@@ -222,7 +223,7 @@ def check_scheme(scheme: str, groups, task_name: str) -> None:
 def run_stage(run, name: str, fn, outputs, **kw) -> None:
     """``run.stage(name, fn, outputs, **kw)`` with ``fn`` pinned to one torch and one BLAS thread,
     and a line on stderr saying how long the stage took (or that it was already done)."""
-    from .parallel import single_threaded
+    from circuitstat.pipelines.parallel import single_threaded
 
     ran = []
     t0 = time.perf_counter()
@@ -240,10 +241,10 @@ def run_stage(run, name: str, fn, outputs, **kw) -> None:
 
 def _heads_stage(run, spec: AuditSpec, sources: list[str], model, task, force: bool, *, allow_pickle: bool = False,
                  allow_large: bool = False) -> None:
-    """Head stability across the spec's models (the heads estimator of circuitstat.pipelines.heads). ``model`` is
+    """Head stability across the spec's models (the heads estimator of circuitstat.pipelines.heads.stability). ``model`` is
     ``sources[0]`` as prepare_audit loaded it; the other refits load the same way (the spec's dtype, on
     model 0's checked device), and only when the stage runs."""
-    from . import heads as heads_mod
+    from circuitstat.pipelines.heads import stability as heads_mod
 
     params = {"models": spec.sources, **spec.heads.model_dump(), "seed": spec.seed}
     outputs = ["heads", "layers", "residual", "head_details", "correlation", "summary"]
@@ -263,3 +264,34 @@ def _heads_stage(run, spec: AuditSpec, sources: list[str], model, task, force: b
         return {name: tables[name] for name in outputs}
 
     run_stage(run, "heads", compute, outputs, params=params, force=force)
+
+
+def audit_stages(spec: AuditSpec) -> list[str]:
+    """The RunDir stages :func:`run_audit` writes for ``spec``, in order."""
+    others = [m for m in spec.methods if m != "exact"]
+    return (["index", *(f"scores_{m}" for m in spec.methods), "edge_stats", "stability"]
+            + (["faithfulness"] if spec.faithfulness else [])
+            + (["approximation"] if "exact" in spec.methods and others else [])
+            + (["heads"] if len(spec.sources) > 1 else []))
+
+
+def audit_flops(spec: AuditSpec, cfg) -> float:
+    """The attribution FLOPs of ``spec``'s methods on a model of config ``cfg``."""
+    from circuitstat.pipelines.build import attribution_flops
+
+    return sum(attribution_flops(cfg, spec, m, spec.task.n, ig_steps=spec.ig_steps, level=spec.level)
+               for m in spec.methods)
+
+
+def _run_kind(spec: AuditSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False) -> None:
+    run_audit(spec, out, n_jobs=n_jobs, allow_pickle=allow_pickle, allow_large=allow_large)
+
+
+def _parse(data, source: str) -> AuditSpec:
+    from circuitstat.pipelines.spec import parse_spec
+
+    return parse_spec(data, source)
+
+
+KIND = RunKind("audit", "attribution, intervals, stability, faithfulness, approximation and heads of one task",
+               parse=_parse, run=_run_kind, stages=audit_stages, flops=audit_flops, report=True)

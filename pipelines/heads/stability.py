@@ -5,7 +5,7 @@ Given K refits of one architecture (models that differ only by their training se
 ``fit(models)`` returns the estimator with the result in ``result_``) measures how reproducible
 each attention head is. This module loads models, builds the probe set (``circuitstat.circuits.probes``),
 reads the models out (``circuitstat.circuits.readouts``) and hands the stages' outputs to
-:mod:`circuitstat.pipelines.head_result`, which assembles the tables; every statistic is computed in
+:mod:`circuitstat.pipelines.heads.result`, which assembles the tables; every statistic is computed in
 ``circuitstat.stats.head_stability``, ``circuitstat.stats.head_pairs``, ``circuitstat.stats.head_nulls`` and ``circuitstat.stats.similarity``:
 
 * a head's representation on a probe prompt is the lower triangle (with diagonal) of its
@@ -61,9 +61,10 @@ from circuitstat.stats.head_stability import (CKA_KINDS, all_pairs_layer_stabili
 from circuitstat.stats.resampling import ResamplingPlan
 from circuitstat.stats.similarity import match_heads
 
-from .build import load_source
-from .head_result import (ESTIMANDS, HeadStabilityResult, refit_replicates, refits_table, result_params,
+from circuitstat.pipelines.build import load_source
+from circuitstat.pipelines.heads.result import (FitContext, ESTIMANDS, HeadStabilityResult, refit_replicates, refits_table, result_params,
                           result_tables, summary_rows)
+from circuitstat.pipelines.kinds import RunKind
 
 __all__ = [
     "write_heads_run",
@@ -120,24 +121,6 @@ def _untrained_null(models: list, patterns: list[np.ndarray], ids: np.ndarray, m
 # =============================================================================================
 # Estimator
 # =============================================================================================
-@dataclass
-class _Context:
-    """What every stage of one fit shares: models, probe, sizes, seeds and resampling draws."""
-
-    models: list
-    probe: ProbeSet
-    anchor: int
-    n_layers: int
-    n_heads: int
-    seeds: dict[str, np.random.SeedSequence]
-    root: np.random.SeedSequence
-    n_resamples: int
-    confidence_level: float
-    prompt_plan: ResamplingPlan | None
-    target_counts: np.ndarray  # [R, K] the anchor's comparison refits drawn
-    refit_counts: np.ndarray  # [R, K] all refits drawn
-    patterns: list[np.ndarray] = field(default_factory=list)
-
     @property
     def n_refits(self) -> int:
         return len(self.models)
@@ -271,7 +254,7 @@ class HeadStability(Estimator):
         return build_probe(tok, n=self.n_probe, length=length, bos=self.bos, file=self.probe_file, corpus=corpus,
                            seed=self.probe_seed)
 
-    def _context(self, models, probe) -> _Context:
+    def _context(self, models, probe) -> FitContext:
         """Return the shared state of a fit after checking the models and the probe set."""
         models = self._load(models)
         if len(models) < 2:
@@ -296,7 +279,7 @@ class HeadStability(Estimator):
         target_counts, refit_counts = refit_bootstrap_counts(
             np.random.default_rng(seeds["refits"]), len(models), int(self.anchor), n_resamples,
             self.ci_over in ("both", "refits"))
-        return _Context(models, probe_set, int(self.anchor), cfg0.n_layers, cfg0.n_heads, seeds, root, n_resamples,
+        return FitContext(models, probe_set, int(self.anchor), cfg0.n_layers, cfg0.n_heads, seeds, root, n_resamples,
                         float(self.confidence_level), prompt_plan, target_counts, refit_counts)
 
     # -- fit ----------------------------------------------------------------------------------
@@ -346,7 +329,7 @@ class HeadStability(Estimator):
                                    result_params(ctx, null, self.get_params()), refit_replicates(refit_level, residual))
 
     # -- stages -------------------------------------------------------------------------------
-    def _stability(self, ctx: _Context, sims: PairSimilarities) -> dict[str, Any]:
+    def _stability(self, ctx: FitContext, sims: PairSimilarities) -> dict[str, Any]:
         """Return matched scores and the anchor's head / layer stability with bootstrap replicates."""
         matched = matched_similarity(sims.point, self.match)  # [n_pairs, L, H]
         matched_reps = matched_similarity(sims.replicates, self.match)  # [R, n_pairs, L, H]
@@ -371,7 +354,7 @@ class HeadStability(Estimator):
                 "layer_reps": layer_reps, "match_index": match_index, "only_prompts": only_prompts,
                 "only_refits": only_refits}
 
-    def _nulls(self, ctx: _Context, sims: PairSimilarities) -> dict[str, Any]:
+    def _nulls(self, ctx: FitContext, sims: PairSimilarities) -> dict[str, Any]:
         """Return the null matched scores: per ordered pair ``[K, K, L, H]``, the anchor's heads and layers."""
         nan_heads = np.full((ctx.n_layers, ctx.n_heads), np.nan)
         out = {"pairs": None, "head": nan_heads, "layer": np.full(ctx.n_layers, np.nan), "description": self.null}
@@ -391,7 +374,7 @@ class HeadStability(Estimator):
             out["head"], out["layer"] = null_means(out["pairs"], ctx.anchor, ctx.targets, sources)
         return out
 
-    def _distinctness_and_cross_layer(self, ctx: _Context, sims: PairSimilarities) -> dict[str, np.ndarray]:
+    def _distinctness_and_cross_layer(self, ctx: FitContext, sims: PairSimilarities) -> dict[str, np.ndarray]:
         """Return the anchor's distinctness and cross-layer best match, point and bootstrap replicates."""
         self_point = prompt_resampled_similarity(sims.anchor_self, None)[0]
         self_reps = (prompt_resampled_similarity(sims.anchor_self, ctx.prompt_plan) if ctx.prompt_plan is not None
@@ -403,7 +386,7 @@ class HeadStability(Estimator):
                 "distinctness_reps": head_distinctness_from_similarity(self_reps),
                 **cross_layer_best_match(point, reps, ctx.target_counts, ctx.n_layers, ctx.n_heads)}
 
-    def _importance(self, ctx: _Context, matched_pairs: np.ndarray) -> dict[str, Any]:
+    def _importance(self, ctx: FitContext, matched_pairs: np.ndarray) -> dict[str, Any]:
         """Return the anchor's importance with bootstrap interval and the stability-importance correlations."""
         from circuitstat.circuits.readouts import head_importance
 
@@ -427,7 +410,7 @@ class HeadStability(Estimator):
                                               seed=ctx.seeds["perm"], confidence_level=ctx.confidence_level)
         return out
 
-    def _residual(self, ctx: _Context) -> dict[str, Any]:
+    def _residual(self, ctx: FitContext) -> dict[str, Any]:
         """Return residual-stream CKA per layer, hook and kind: point, half-sample replicates, refit-level."""
         from circuitstat.circuits.readouts import cka_positions, residual_rows
 
@@ -478,3 +461,6 @@ def write_heads_run(result: HeadStabilityResult, out: str | os.PathLike, *, spec
         return run.stage("heads", lambda: result.write(run) and None, result.table_names(),
                          params={"spec": spec, "weights": [m.get("weight_hash") for m in prov["models"]],
                                  "probe": prov["probe"].get("sha256")}, force=force)
+
+
+KIND = RunKind("heads", "cross-seed stability of attention heads and of the residual stream")

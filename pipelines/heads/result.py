@@ -1,4 +1,4 @@
-"""The result of :class:`circuitstat.pipelines.heads.HeadStability` and the tables it is assembled into.
+"""The result of :class:`circuitstat.pipelines.heads.stability.HeadStability` and the tables it is assembled into.
 
 :class:`HeadStabilityResult` holds the column dicts of every table (heads, layers, residual,
 head_details, correlation, summary, refits) with their intervals, each labelled with its
@@ -20,9 +20,28 @@ from circuitstat.core.seeds import seed_record
 from circuitstat.core.results import Result
 
 if TYPE_CHECKING:
-    from .heads import _Context
+    from circuitstat.circuits.probes import ProbeSet
 
-__all__ = ["ESTIMANDS", "HeadStabilityResult"]
+__all__ = ["ESTIMANDS", "FitContext", "HeadStabilityResult"]
+
+
+@dataclass
+class FitContext:
+    """What every stage of one fit shares: models, probe, sizes, seeds and resampling draws."""
+
+    models: list
+    probe: ProbeSet
+    anchor: int
+    n_layers: int
+    n_heads: int
+    seeds: dict[str, np.random.SeedSequence]
+    root: np.random.SeedSequence
+    n_resamples: int
+    confidence_level: float
+    prompt_plan: ResamplingPlan | None
+    target_counts: np.ndarray  # [R, K] the anchor's comparison refits drawn
+    refit_counts: np.ndarray  # [R, K] all refits drawn
+    patterns: list[np.ndarray] = field(default_factory=list)
 
 
 ESTIMANDS = {
@@ -135,7 +154,7 @@ class HeadStabilityResult(Result):
 # =============================================================================================
 # Tables of one fit
 # =============================================================================================
-def summary_rows(ctx: _Context, derived: tuple[dict, dict], null: dict, refit_level: RefitLevel, shape: dict,
+def summary_rows(ctx: FitContext, derived: tuple[dict, dict], null: dict, refit_level: RefitLevel, shape: dict,
                  importance: dict, residual: dict) -> list[dict]:
     """Return the rows of the ``summary`` table (item, value, ci_low, ci_high, verdict)."""
     rows: list[dict] = []
@@ -179,7 +198,7 @@ def summary_rows(ctx: _Context, derived: tuple[dict, dict], null: dict, refit_le
     return rows
 
 
-def refit_summary_rows(ctx: _Context, refit_level: RefitLevel, residual: dict) -> list[dict]:
+def refit_summary_rows(ctx: FitContext, refit_level: RefitLevel, residual: dict) -> list[dict]:
     """Return summary rows whose interval is over training seeds (every refit an anchor, jackknife)."""
     tag = f"(every refit an anchor; jackknife over {ctx.n_refits} refits)"
     rows = []
@@ -203,7 +222,7 @@ def refit_summary_rows(ctx: _Context, refit_level: RefitLevel, residual: dict) -
     return rows
 
 
-def result_tables(ctx: _Context, pairs: str, stability: dict, null: dict, refit_level: RefitLevel,
+def result_tables(ctx: FitContext, pairs: str, stability: dict, null: dict, refit_level: RefitLevel,
                   matched_pairs: np.ndarray, excess_pairs: np.ndarray | None, shape: dict, importance: dict,
                   residual: dict) -> tuple[dict, ...]:
     """Return the heads, layers, residual, head_details and correlation tables (column dicts)."""
@@ -257,7 +276,7 @@ def residual_table(rows: list[dict]) -> dict:
     return {k: np.array([r[k] for r in rows], dtype=t) for k, t in types.items()}
 
 
-def details_table(ctx: _Context, stability: dict, shape: dict, importance: dict, layer_index: np.ndarray,
+def details_table(ctx: FitContext, stability: dict, shape: dict, importance: dict, layer_index: np.ndarray,
                    head_index: np.ndarray) -> dict:
     """Return the head_details table: one-source intervals, distinctness, importance and cross-layer match."""
     level = ctx.confidence_level
@@ -276,7 +295,7 @@ def details_table(ctx: _Context, stability: dict, shape: dict, importance: dict,
             "cross_layer_same_layer_share": shape["same_layer_share"]}
 
 
-def refits_table(ctx: _Context) -> dict:
+def refits_table(ctx: FitContext) -> dict:
     """Return the refits table: source, weight hash, training seed and role of every refit."""
     seeds = [getattr(m, "meta", {}).get("training", {}).get("seed") for m in ctx.models]
     return {"refit": np.arange(ctx.n_refits, dtype=np.int64),
@@ -286,7 +305,7 @@ def refits_table(ctx: _Context) -> dict:
             "role": np.array(["anchor" if i == ctx.anchor else "refit" for i in range(ctx.n_refits)])}
 
 
-def result_params(ctx: _Context, null: dict, params: dict) -> dict:
+def result_params(ctx: FitContext, null: dict, params: dict) -> dict:
     """Return the parameters, estimands and provenance recorded with every table."""
     models = [{"refit": i, "source": str(getattr(m, "source", "memory")), "weight_hash": m.weight_hash(),
                "seed": getattr(m, "meta", {}).get("training", {}).get("seed"),

@@ -63,7 +63,8 @@ from circuitstat.core.errors import InputError
 if TYPE_CHECKING:  # the result type; imported when the study returns
     from circuitstat.core.run_tables import RunTables
 
-from .spec import METHOD, ABLATION, KGrid, TaskSpec, _RunOptions, load_yaml, validate_spec
+from circuitstat.pipelines.spec import METHOD, ABLATION, KGrid, TaskSpec, _RunOptions, load_yaml, validate_spec
+from circuitstat.pipelines.kinds import RunKind
 
 __all__ = ["CalibrationSpec", "parse_calibration_spec", "check_calibration_spec", "load_calibration_spec",
            "run_calibration_study", "summary_lines"]
@@ -155,8 +156,8 @@ def load_calibration_spec(path: str | Path, *, allow_outside: bool = False,
     """The validated calibration spec in a YAML file, local paths (model, task file, scores) resolved relative to it.
 
     ``scores`` (the command line's ``--scores``) replaces the file's; it is not confined, as ``check --run``."""
-    from .spec import confine_paths
-    from .yamlio import resolve_inside
+    from circuitstat.pipelines.spec import confine_paths
+    from circuitstat.pipelines.yamlio import resolve_inside
 
     data = load_yaml(path)
     if scores is not None and isinstance(data, dict):
@@ -230,8 +231,8 @@ def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int
     from circuitstat.core.tables import table_to_matrix
     from circuitstat.stats.calibration import coverage_study
 
-    from .calibration_population import prepare_population
-    from .training import use_deterministic
+    from circuitstat.pipelines.calibration.population import prepare_population
+    from circuitstat.pipelines.training import use_deterministic
 
     use_deterministic()  # CUBLAS_WORKSPACE_CONFIG too, before any model loads
     src = prepare_population(spec, n_jobs=n_jobs, allow_pickle=allow_pickle, allow_large=allow_large)
@@ -279,3 +280,26 @@ def summary_lines(rows: list[dict], confidence_level: float, out: Path | str) ->
                  f"lowest coverage of one unit (edge or k); reliable: coverage of the units the interval flags "
                  f"reliable (— where it flags none); tables in {out}")
     return lines
+
+
+def calibration_stages(spec: CalibrationSpec) -> list[str]:
+    """The RunDir stages :func:`run_calibration_study` writes for ``spec``, in order."""
+    return [f"scores_{spec.method}", "calibration"]
+
+
+def calibration_flops(spec: CalibrationSpec, cfg) -> float:
+    """The attribution FLOPs of the study's population on a model of config ``cfg`` (0 when it reads scores)."""
+    from circuitstat.pipelines.build import attribution_flops
+
+    if spec.scores is not None:
+        return 0.0
+    return attribution_flops(cfg, spec, spec.method, spec.task.n, ig_steps=spec.ig_steps)
+
+
+def _run_kind(spec: CalibrationSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False):
+    return run_calibration_study(spec, out, n_jobs=n_jobs, allow_pickle=allow_pickle, allow_large=allow_large)
+
+
+KIND = RunKind("study calibration", "do the audit's intervals cover on this model and task, at this N?",
+               parse=parse_calibration_spec, run=_run_kind, stages=calibration_stages, flops=calibration_flops,
+               sources=lambda spec: [] if spec.model is None else [spec.model])

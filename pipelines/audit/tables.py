@@ -1,6 +1,6 @@
 """The audit's table builders: the columns of edge_stats, stability_vs_k and inclusion, faithfulness_vs_k,
 approximation and approximation_summary, built from score matrices by the estimators of stats/ and
-circuits/ (circuitstat.pipelines.audit runs them as resumable stages; the variance study reuses them).
+circuits/ (circuitstat.pipelines.audit.run runs them as resumable stages; the variance study reuses them).
 
 Each builder returns ``{column: values}`` in the order core/schema.py registers; :func:`_concat`
 stacks the per-method parts of one table.
@@ -15,7 +15,7 @@ import numpy as np
 from circuitstat.core.schema import columns
 from circuitstat.core.topk import TIE_RULE
 
-from .spec import AuditSpec
+from circuitstat.pipelines.spec import AuditSpec
 
 
 def edge_stats_table(S: np.ndarray, names: list[str], method: str, plan, spec: AuditSpec, n_jobs: int) -> dict:

@@ -2,7 +2,7 @@
 
 A grid of {2, 4, 8} layers × {Adam, AdamW with weight decay 0.1} × 5 seeds of small GPT-style
 models is trained on the standard-library corpus with :mod:`circuitstat.pipelines.training` (cached: a rerun
-trains nothing), :class:`circuitstat.pipelines.heads.HeadStability` is fitted per condition with the paper's
+trains nothing), :class:`circuitstat.pipelines.heads.stability.HeadStability` is fitted per condition with the paper's
 metric (max matching, anchor refit), and ``summary.parquet`` tests each claim from intervals
 and p-values, never from point estimates:
 
@@ -55,6 +55,7 @@ from circuitstat.pipelines.training import TrainRecipe, cache_dir
 from circuitstat.core.run_tables import RunTables
 from circuitstat.stats.head_stability import bootstrap_z_summary, jackknife_summary
 from circuitstat.stats.study_claims import StudyDesign, claims_table, layer_points
+from circuitstat.pipelines.kinds import RunKind
 
 __all__ = ["StudyPlan", "HeadStudyResult", "full_plan", "quick_plan", "run_head_study",
            "claims_summary"]
@@ -243,7 +244,7 @@ def train_grid(plan: StudyPlan, n_jobs: int = 2, cache: str | os.PathLike | None
 # Analysis
 # =============================================================================================
 def _estimator(plan: StudyPlan, corpus) -> Any:
-    from circuitstat.pipelines.heads import HeadStability
+    from circuitstat.pipelines.heads.stability import HeadStability
 
     return HeadStability(match="max", pairs="anchor", anchor=0, null="prompts", n_null=plan.n_null,
                          n_resamples=plan.n_resamples, n_resamples_cka=plan.n_resamples_cka, ci_over="both",
@@ -440,7 +441,7 @@ def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2,
 
     from circuitstat.core.rundir import RunDir
 
-    from .work import check_head_study
+    from circuitstat.pipelines.work import check_head_study
 
     plan = plan or (quick_plan() if quick else full_plan())
     check_head_study(plan, allow_large=allow_large)
@@ -493,3 +494,6 @@ def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2,
                            {"study": "heads", "plan": plan.to_dict(), "corpus_hash": corpus_obj.content_hash,
                             "confidence_level": 0.95},  # the summary's unadjusted intervals (circuitstat.stats.study_claims)
                            timings=timings, plan=plan)
+
+
+KIND = RunKind("study heads", "do the claims of Bali et al. (2026) on head stability hold on models trained here?")

@@ -1,0 +1,199 @@
+"""The ``attribute`` run kind: per-example attribution scores, checkpointed, into a run directory.
+
+``circuitstat attribute`` and the service's attribute jobs both run :func:`run_attribute` (the command adds
+``--plan`` and prints the top scores); every option is validated before the run directory is created.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from circuitstat.pipelines.kinds import RunKind, check_run_out
+from circuitstat.pipelines.options import ABLATION, DTYPES, LEVEL, METHOD, METRIC
+
+
+def torch_dtype(name: str):
+    """The torch dtype of a --dtype name (``bf16`` and ``bfloat16`` alike)."""
+    import torch
+
+    return getattr(torch, DTYPES[name])
+
+
+def prepare_attribute(model: str, task: str, *, method: str, level: str, ablation: str, metric: str | None, n: int,
+                      batch_size: int, ig_steps: int, seed: int, n_jobs: int, device: str, dtype: str,
+                      max_memory: str | None, allow_pickle: bool, allow_large: bool, task_options: dict | None = None):
+    """(model, task, memory budget, n_jobs) of an ``attribute`` run after every check that needs no
+    run directory (options, workers, device, sizes, the task and its options); InputError on the first problem."""
+    from circuitstat.circuits import load_model
+    from circuitstat.circuits.attribution import check_options
+    from circuitstat.circuits.plan import parse_bytes
+    from circuitstat.pipelines.build import build_task, check_device, check_n_jobs, check_work, resolve_source, task_positions
+
+    check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
+    budget = None if max_memory is None else parse_bytes(max_memory)
+    n_jobs = check_n_jobs(n_jobs, "--n-jobs")
+    dev = check_device(device)
+    m = load_model(resolve_source(model), device=dev, dtype=torch_dtype(dtype), allow_pickle=allow_pickle,
+                   allow_large=allow_large)
+    options = dict(task_options or {})
+    check_work(m, n, level=level, positions=task_positions(task, options), allow_large=allow_large)
+    return m, build_task(m, task, n=n, seed=seed, metric=metric, **options), budget, n_jobs
+
+
+def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", level: str = "edge",
+                  ablation: str = "counterfactual", input_node: str = "embeddings", metric: str | None = None,
+                  n: int = 64, batch_size: int = 16,
+                  ig_steps: int = 5, seed: int = 0, n_jobs: int = 1, device: str = "cpu", dtype: str = "float32",
+                  max_memory: str | None = None, checkpoint_every: int | None = None, resume: bool = True,
+                  force: bool = False, allow_pickle: bool = False, allow_large: bool = False):
+    """The ScoreMatrix of ``circuitstat attribute`` with these options, written into run directory
+    ``out`` (validated first; resumed from its checkpoints where it stopped)."""
+    check_run_out(out, "attribute", force=force)
+    m, t, budget, n_jobs = prepare_attribute(model, task, method=method, level=level, ablation=ablation, metric=metric,
+                                             n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
+                                             device=device, dtype=dtype, max_memory=max_memory,
+                                             allow_pickle=allow_pickle, allow_large=allow_large)
+    return attribute_into(m, t, out, model_arg=model, task_arg=task, task_options={}, method=method, level=level,
+                          ablation=ablation, input_node=input_node, n=n, batch_size=batch_size,
+                          ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
+                          budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force)
+
+
+def _engine_sizes(m, t, method: str, level: str, batch_size: int, budget: int | None) -> tuple[int, int]:
+    """(batch_size, max_rows) for the engine: as asked (rows 256), or the largest that fit ``budget``."""
+    if budget is None:
+        return batch_size, 256
+    from circuitstat.circuits.plan import fit_memory
+
+    widest = batch_size * int(m.graph.n_upstream.max())  # more rows than one receiver has are never used
+    return fit_memory(m.cfg, method, budget, positions=int(t.clean.shape[1]), level=level, batch_size=batch_size,
+                      max_rows=widest, itemsize=m.dtype.itemsize)
+
+
+def _scores_done(out: Path) -> bool:
+    """True when ``out`` records a finished scores stage (its checkpoints are then redundant)."""
+    from circuitstat.core.rundir import MANIFEST, RunDir
+
+    if not (out / MANIFEST).is_file():
+        return False
+    return RunDir.read_manifest(out).get("stages", {}).get("scores", {}).get("status") == "done"
+
+
+LONG_LIST = 64
+"""Lists longer than this in a task's description are recorded by length and hash (see _task_record)."""
+
+
+def _task_record(t) -> dict:
+    """The task's description for provenance, with long lists (the induction token pool: 50,256 ids on
+    GPT-2, 340 kB of JSON written into the manifest and both tables) as their length and sha256; the
+    task's content hash covers its tokens either way. (To go once Task.describe does this itself.)"""
+    from circuitstat.core.provenance import hash_json
+
+    desc = t.describe()
+    meta = {k: {"length": len(v), "sha256": hash_json(v)} if isinstance(v, list) and len(v) > LONG_LIST else v
+            for k, v in desc.get("meta", {}).items()}
+    return {**desc, "meta": meta}
+
+
+def attribute_into(m, t, out: Path, *, model_arg: str, task_arg: str, task_options: dict, method: str, level: str,
+                   ablation: str, input_node: str, n: int,
+                   batch_size: int, ig_steps: int, seed: int, n_jobs: int, dtype: str, budget: int | None,
+                   checkpoint_every: int | None, resume: bool, force: bool):
+    """The ScoreMatrix of one checkpointed attribution run written into ``out`` (resumed where it stopped)."""
+    from circuitstat.circuits.ablation import Ablation as Counterfactuals
+    from circuitstat.circuits.scores import ScoreMatrix
+    from circuitstat.pipelines.checkpoint import AttributionJob, CheckpointStore, chunk_bounds, run_checkpointed
+    from circuitstat.core.rundir import RunDir
+
+    batch_size, max_rows = _engine_sizes(m, t, method, level, batch_size, budget)
+    spec = {"model": model_arg, "task": task_arg, "method": method, "level": level, "ablation": ablation,
+            "input_node": input_node, "metric": t.metric_name, "n": n, "batch_size": batch_size, "ig_steps": ig_steps,
+            "seed": seed,
+            "dtype": DTYPES[dtype], "max_rows": max_rows}
+    if task_options:  # recorded only when given, so runs without options resume as before
+        spec["task_options"] = task_options
+    options = {"batch_size": batch_size, "max_rows": max_rows, "ig_steps": ig_steps, "dtype": DTYPES[dtype],
+               "device": m.device.type, "input_node": input_node}
+    identity, task_record = m.identity(), _task_record(t)  # the model caches its weight hash
+    job = AttributionJob(identity["weight_hash"], t.content_hash, t.metric_name, method, level, ablation, n,
+                         len(m.graph.edge_names) if level == "edge" else m.graph.n_senders, seed, options)
+    store = CheckpointStore(out, job, chunk_bounds(n, batch_size, checkpoint_every))
+    reuse = [] if _scores_done(out) else store.check(resume=resume, force=force)  # refused before anything is written
+    params = {**spec, "weight_hash": job.weight_hash, "task_hash": job.task_hash}
+    index = "edges" if level == "edge" else "nodes"
+    computed = []  # the ScoreMatrix when this call computes it (a finished stage is read back instead)
+    with RunDir(out, spec=spec, command=sys.argv, seed=seed,
+                provenance={"model": identity, "task": task_record}) as run:
+        def compute():
+            import time
+
+            t0 = time.perf_counter()
+            # one counterfactual builder for every chunk: mean ablations average the whole dataset once
+            abl = Counterfactuals(ablation, m, t, seed=seed, batch_size=batch_size, input_node=input_node)
+            kw = {"level": level, "ablation": abl, "batch_size": batch_size, "ig_steps": ig_steps, "seed": seed,
+                  "max_rows": max_rows}
+            scores = run_checkpointed(store, m, t, method, kw, reuse=reuse, n_jobs=n_jobs, run_id=run.run_id)
+            eparams = {"batch_size": batch_size, "seed": seed, "max_rows": max_rows, "input_node": input_node}
+            if method.startswith("eap-ig"):
+                eparams["ig_steps"] = ig_steps
+            sm = ScoreMatrix(scores, m.graph, level, method, ablation, t.metric_name, params=eparams,
+                             provenance={"model": identity, "seconds": time.perf_counter() - t0,
+                                         "resumed_chunks": len(reuse)})
+            computed.append(sm)
+            return sm.tables({"task": task_record})
+
+        run.stage("scores", compute, ["scores", index], params=params, force=force)
+    store.remove()  # the committed table holds every row now
+    return computed[0] if computed else ScoreMatrix.read(out)
+
+
+class AttributeSpec(BaseModel):
+    """The options of ``circuitstat attribute`` as a spec (``--out``, ``--plan``, ``--device`` and the
+    CLI-only ``--allow-*`` flags are the server's, not the request's)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model: str
+    task: str = "induction"
+    method: METHOD = "eap"
+    level: LEVEL = "edge"
+    ablation: ABLATION = "counterfactual"
+    metric: METRIC | None = None
+    n: int = Field(64, ge=1, le=1_000_000)
+    batch_size: int = Field(16, ge=1, le=4096)
+    ig_steps: int = Field(5, ge=1, le=1000)
+    seed: int = Field(0, ge=0)
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    checkpoint_every: int | None = Field(None, ge=1)
+    max_memory: str | None = Field(None, max_length=32)
+
+    @property
+    def sources(self) -> list[str]:
+        """The model source (one)."""
+        return [self.model]
+
+
+def _parse(data, source: str) -> AttributeSpec:
+    from circuitstat.pipelines.spec import validate_spec
+
+    return validate_spec(AttributeSpec, data, source, kind="attribute spec", keys="model, task, method, ...")
+
+
+def _run_kind(spec: AttributeSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False):
+    return run_attribute(spec.model, spec.task, out, **spec.model_dump(exclude={"model", "task"}), n_jobs=n_jobs,
+                         allow_pickle=allow_pickle, allow_large=allow_large)
+
+
+def attribute_flops(spec: AttributeSpec, cfg) -> float:
+    """The FLOPs of ``spec``'s attribution on a model of config ``cfg``."""
+    from circuitstat.pipelines.build import attribution_flops
+
+    return attribution_flops(cfg, spec, spec.method, spec.n, ig_steps=spec.ig_steps, level=spec.level)
+
+
+KIND = RunKind("attribute", "per-example attribution scores of one method", parse=_parse, run=_run_kind,
+               stages=lambda spec: ["scores"], flops=attribute_flops)

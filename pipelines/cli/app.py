@@ -1,0 +1,134 @@
+"""The ``circuitstat`` app and what its command modules share: choices, help texts, the error boundary, echo."""
+
+
+from __future__ import annotations
+
+import enum
+import re
+import sys
+import traceback
+import typing
+from pathlib import Path
+
+import typer
+from typer.core import TyperGroup
+
+from circuitstat.pipelines.options import ABLATION, DTYPES, LEVEL, METHOD, METRIC
+
+EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 3, 130, 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread: every ``finally`` and RunDir exit runs as for Ctrl-C."""
+
+
+def choices(name: str, *values: str) -> type[enum.Enum]:
+    """A str Enum of ``values`` for a typer option, so ``--help`` lists them and typer refuses others."""
+    return enum.Enum(name, {v: v for v in values}, type=str)
+
+
+def _choices(name: str, literal) -> type[enum.Enum]:
+    """The str Enum of a spec Literal's values (one list: the spec's)."""
+    return choices(name, *typing.get_args(literal))
+
+
+Method = _choices("Method", METHOD)
+Level = _choices("Level", LEVEL)
+Ablation = _choices("Ablation", ABLATION)
+MetricName = _choices("MetricName", METRIC)
+DType = enum.Enum("DType", {k: k for k in DTYPES}, type=str)
+
+
+
+from circuitstat.pipelines.errors import user_error_message
+
+# C0 controls but tab and newline, DEL, C1 controls and the bidirectional overrides/isolates: text from
+# files (claim names, table cells, spec values) must not move the cursor, ring the bell, retitle the
+# terminal or reorder what is shown (the "Trojan Source" characters).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_text(text: object) -> str:
+    """``text`` as a string with every control character removed (tab and newline kept)."""
+    return _CONTROL.sub("", str(text))
+
+
+def echo(message: object = "", **kw) -> None:
+    """typer.echo of ``message`` with control characters removed: every line the CLI prints goes here."""
+    typer.echo(terminal_text(message), **kw)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(terminal_text(text).split())
+
+
+class _Boundary(TyperGroup):
+    """The CLI's one error boundary: every command runs inside it, whether started by ``main()``
+    or by a test's CliRunner, and leaves with one of the documented exit codes."""
+
+    def invoke(self, ctx: typer.Context):
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, SystemExit):
+            raise
+        except typer.TyperException as exc:  # a bad option value (typer's usage errors): one line
+            _die(_usage_message(exc), EXIT_INPUT)
+        except Terminated:
+            _die("terminated (SIGTERM); rerun the same command to resume", EXIT_TERMINATED)
+        except (KeyboardInterrupt, typer.Abort):
+            _die("interrupted; rerun the same command to resume", EXIT_INTERRUPTED)
+        except Exception as exc:  # noqa: BLE001 - this is the boundary
+            message = user_error_message(exc)
+            if message is not None:
+                _die(message, EXIT_INPUT)
+            traceback.print_exc(file=sys.stderr)
+            _die(f"internal error (a bug in circuitstat, not in your input): {type(exc).__name__}: {exc}; "
+                 "please report it with the traceback above", EXIT_INTERNAL)
+
+
+def _usage_message(exc: Exception) -> str:
+    """One line for a usage error: click's message and where to read the command's help."""
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    ctx = getattr(exc, "ctx", None)
+    return f"{message} (see `{ctx.command_path} --help`)" if ctx is not None else message
+
+
+def _die(message: str, code: int) -> typing.NoReturn:
+    typer.echo(f"error: {_one_line(message)}", err=True)
+    raise typer.Exit(code)
+
+
+app = typer.Typer(cls=_Boundary, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Statistical circuit discovery and stability audits of transformer language models. "
+                       "Exit codes: 0 ok, 1 a check or claim failed, 2 bad input (one-line error), "
+                       "3 internal error (a bug), 130 interrupted.")
+
+
+@app.callback()
+def _root() -> None:
+    """Statistical circuit discovery and stability audits of transformer language models."""
+
+
+def fail(message: str, code: int = EXIT_INPUT) -> None:
+    """Print a one-line error and exit with ``code``."""
+    _die(message, code)
+
+
+TASK_HELP = ("induction, ioi, greater-than, or a task file (.jsonl/.csv/.parquet, one example per row: clean, "
+             "corrupted, answer, wrong_answer[, group]; docs/usage.md)")
+# circuitstat.pipelines.build.TASK_OPTION_HELP, written out so that --help does not import torch
+TASK_OPTION_HELP = ("KEY=VALUE option of the task's builder, repeatable (e.g. seq_len=10, corrupt=answer, "
+                    "prepend_bos=false, templates=[...]); values are YAML and checked against the builder's types")
+ALLOW_PICKLE_HELP = "allow pickled weights (.bin/.pt): loading them can run code; only for sources you trust"
+ALLOW_LARGE_HELP = "lift the limits on memory and work (sizes from files are refused above them)"
+
+
+def check_out(out: Path, kind: str | None = None, *, force: bool = False) -> None:
+    """InputError when ``out`` cannot take a run of ``kind`` (circuitstat.pipelines.kinds.check_run_out)."""
+    from circuitstat.pipelines.kinds import check_run_out
+
+    check_run_out(out, kind, force=force)
+
+
+study_app = typer.Typer(cls=_Boundary, no_args_is_help=True, help="Studies: where uncertainty comes from, head stability.")
+app.add_typer(study_app, name="study")

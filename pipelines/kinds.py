@@ -1,0 +1,107 @@
+"""The registry of run kinds: the one place that says which kinds of run exist and where each is declared.
+
+A run kind is what a command writes into a run directory (``attribute``, ``audit``, ``study variance``, ...).
+Each kind declares once, in its own module, a :class:`RunKind`: how its spec is read, what runs it, the
+stages it writes (in order), what it costs (the ``--plan`` arithmetic, from the model's config alone) and
+the spec keys its manifest records. The command line, ``check`` and the service read it here, so a kind is
+never dispatched by a chain of ``if kind == ...`` elsewhere. Light to import: a kind's module is imported
+only when its declaration is asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from circuitstat.core.errors import InputError
+
+__all__ = ["RunKind", "KINDS", "SERVED", "kind", "recognise", "check_run_out"]
+
+
+@dataclass(frozen=True)
+class RunKind:
+    """One kind of run and what every entry point needs of it.
+
+    ``parse(data, source)`` validates a spec (parsed YAML) into the kind's spec object; ``run(spec, out, *,
+    n_jobs, allow_pickle, allow_large)`` writes the run into ``out``; ``stages(spec)`` lists the RunDir stages
+    it writes, in order; ``flops(spec, cfg)`` prices its attribution work from a model config; ``sources(spec)``
+    lists the models it loads; ``report`` says whether ``report.html`` is rendered after it."""
+
+    name: str
+    summary: str
+    parse: Callable[[Any, str], Any] | None = None
+    run: Callable[..., Any] | None = None
+    stages: Callable[[Any], list[str]] | None = None
+    flops: Callable[[Any, Any], float] | None = None
+    sources: Callable[[Any], list[str]] = field(default=lambda spec: list(spec.sources))
+    report: bool = False
+
+    def finished(self, run_dir: Path) -> bool:
+        """True when ``run_dir``'s manifest records a run of this kind whose every stage is done."""
+        from circuitstat.core.rundir import MANIFEST, RunDir
+
+        if not (run_dir / MANIFEST).is_file():
+            return False
+        doc = RunDir.read_manifest(run_dir)
+        if recognise(doc.get("spec")) != self.name:
+            return False
+        stages = doc.get("stages") or {}
+        names = self.stages(self.parse(doc["spec"], str(run_dir))) if self.stages and self.parse else list(stages)
+        return bool(names) and all(stages.get(s, {}).get("status") == "done" for s in names)
+
+
+# kind name -> (the module that declares it as ``KIND``, the spec keys only that kind's recorded spec has).
+# Most specific keys first: recognise() takes the first kind whose keys a recorded spec holds, without
+# importing any kind's module.
+_REGISTRY = {
+    "study heads": ("circuitstat.pipelines.heads.study", ("study", "plan")),
+    "study groundtruth": ("circuitstat.pipelines.groundtruth", ("sizes", "n_datasets", "alphas", "k_multiples")),
+    "study calibration": ("circuitstat.pipelines.calibration.study", ("sizes", "n_datasets")),
+    "study variance": ("circuitstat.pipelines.variance_study.study", ("estimators", "counterfactual")),
+    "audit": ("circuitstat.pipelines.audit.run", ("methods", "bootstrap")),
+    "attribute": ("circuitstat.pipelines.attribute", ("method", "level", "ablation", "max_rows")),
+    "tokens": ("circuitstat.pipelines.contributions", ("measures", "ks")),
+    "heads": ("circuitstat.pipelines.heads.stability", ("match", "pairs", "null")),
+}
+KINDS = tuple(_REGISTRY)
+# the service's job kinds and the run kind each runs
+SERVED = {"audit": "audit", "variance": "study variance", "calibration": "study calibration",
+          "attribute": "attribute"}
+
+
+def kind(name: str) -> RunKind:
+    """The declaration of run kind ``name`` (a command's name, or a service job kind); InputError if unknown."""
+    name = SERVED.get(name, name)
+    if name not in _REGISTRY:
+        raise InputError(f"unknown run kind {name!r}; kinds: {', '.join(KINDS)}")
+    declared = importlib.import_module(_REGISTRY[name][0]).KIND
+    if declared.name != name:  # a module declaring another kind is a bug in this table
+        raise RuntimeError(f"{_REGISTRY[name][0]} declares {declared.name!r}, not {name!r}")
+    return declared
+
+
+def recognise(spec: Any) -> str | None:
+    """The kind whose run recorded ``spec`` (a manifest's spec), or None when none matches."""
+    if not isinstance(spec, dict):
+        return None
+    return next((k for k in KINDS if all(key in spec for key in _REGISTRY[k][1])), None)
+
+
+def check_run_out(out: Path, name: str | None = None, *, force: bool = False) -> None:
+    """InputError when ``out`` exists and is not a directory, or (with ``name``, the command's kind) when it
+    holds a run of another kind and ``force`` is not given: resuming into it would merge both kinds' stages
+    into one manifest and replace its spec. Checked before anything is loaded."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file, not a directory; give a new or existing run directory")
+    if name is None or force or not (out / "manifest.json").is_file():
+        return
+    from circuitstat.core.rundir import RunDir
+
+    other = recognise(RunDir.read_manifest(out).get("spec"))
+    if other != name:
+        what = f"a `circuitstat {other}` run" if other else "a run of another command"
+        raise InputError(f"--out {out} holds {what}, not a `circuitstat {name}` run; give a new --out, or pass "
+                         "--force to add this run's stages to it (its spec is then replaced)")
