@@ -37,6 +37,7 @@ def main() -> None:
 
     reuse_freed_memory()  # a command computes and exits: freed tensor memory is reused, not page-faulted again
     _terminate_like_interrupt()
+    _old_names_as_one_line()
     command = typer.main.get_command(app)
     try:
         code = command.main(prog_name="circuitstat", standalone_mode=False)
@@ -52,6 +53,24 @@ def main() -> None:
         typer.echo("error: interrupted; rerun the same command to resume", err=True)
         code = EXIT_INTERRUPTED
     sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
+def _old_names_as_one_line() -> None:
+    """Print a renamed option's warning as one ``warning:`` line naming the user's option and its new name,
+    not as Python's ``file:line: category`` with a line of circuitstat's source."""
+    import warnings
+
+    from circuitstat.core.errors import DeprecatedNameWarning
+
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, DeprecatedNameWarning):
+            typer.echo(f"warning: {_one_line(str(message))}", err=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
 
 
 def _terminate_like_interrupt() -> None:

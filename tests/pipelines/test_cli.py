@@ -47,6 +47,9 @@ def test_attribute_then_circuit(tmp_path):
     # the old flag still works, and says what replaced it
     p = cli("circuit", str(out), "--k", "5", "--absolute", "--no-prune", "--json", str(tmp_path / "old.json"))
     assert p.returncode == 0 and "'--ranking absolute'" in p.stderr, p.stderr
+    # one line naming the user's option, not a line of circuitstat's source
+    (line,) = [ln for ln in p.stderr.splitlines() if "--absolute" in ln]
+    assert line.startswith("warning: ") and ".py:" not in p.stderr and "warn_renamed" not in p.stderr
     assert json.loads((tmp_path / "old.json").read_text())["edges"] == doc["edges"]
     p = cli("circuit", str(out), "--k", "5", "--absolute", "--ranking", "signed")
     assert p.returncode == 2 and "contradicts" in p.stderr
