@@ -22,18 +22,19 @@ Faithfulness ``f(C) = (m(C) − m(∅)) / (m(M) − m(∅))`` is reported two wa
 Curves (:func:`faithfulness_curve`) evaluate a grid of circuit sizes built from one score vector
 (top-k or greedy, ``ranking`` an explicit choice), pruned by default as MIB does.  Several
 circuits share each forward: rows are (example, circuit) pairs with per-row edge masks, in chunks
-of ``max_rows``.  The x axis is the normalised edge fraction ``x = |C| / E`` (after pruning: the
-edges actually evaluated, as MIB's ``weighted_edge_count``).  MIB's integrals are trapezoid sums
-over the grid points:
+of ``max_rows``.  CPR and CMD integrate over the *nominal* circuit sizes, as MIB's
+``evaluate_area_under_curve`` does (hannamw/MIB-circuit-track, MIB_circuit_track/evaluation.py): the
+requested fractions of all edges (MIB's grid .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, each
+circuit the top ⌊fraction · E⌋ edges), or ``k / E`` for a grid of counts; never the share of edges
+left after pruning (reported beside it as ``fraction``, MIB's ``weighted_edge_count``), which would
+change the areas whenever pruning removes edges.  The integrals are trapezoid sums over the grid:
 
     CPR = Σ_i (x_{i+1} − x_i) (f_i + f_{i+1}) / 2                  (higher is better)
     CMD = Σ_i (x_{i+1} − x_i) (|1 − f_i| + |1 − f_{i+1}|) / 2      (lower is better)
 
-i.e. the trapezoid rule on the grid exactly as MIB's ``evaluate_area_under_curve`` (the |1 − f|
-values at grid points are interpolated, not |1 − interpolated f|).  The integral covers
-``[x_min, x_max]`` of the grid (MIB's default grid: 0.1 % … 100 % of edges, k = ⌊fraction · E⌋);
-``log_x=True`` integrates over log x instead (MIB's option).  CPR/CMD are computed on the
-ratio-of-means curve (MIB's numbers) and per example (NaN for undefined examples).
+(the |1 − f| values at grid points are interpolated, not |1 − interpolated f|), over
+``[x_min, x_max]`` of the grid; ``log_x=True`` integrates over log x instead (MIB's option).
+CPR/CMD are computed on the ratio-of-means curve (MIB's numbers) and per example (NaN for undefined examples).
 
 Metric values accumulate in float32 whatever the model's dtype; means are float64 sums divided
 once by N.
@@ -101,8 +102,9 @@ class FaithfulnessResult(Result):
 
     Attributes: ``m_circuit`` [N, C], ``m_clean`` [N], ``m_empty`` [N] (float32); ``per_example``
     [N, C] f (NaN where undefined); ``undefined`` [N] mask and ``n_undefined``; ``ratio_of_means``
-    [C]; ``mean_per_example`` [C] (over defined examples); ``n_edges`` [C], ``fraction`` [C];
-    for curves ``k`` [C], ``cpr``/``cmd`` (ratio-of-means curve) and ``cpr_per_example`` /
+    [C]; ``mean_per_example`` [C] (over defined examples); ``n_edges`` [C], ``fraction`` [C] (edges
+    evaluated after pruning / all edges); for curves ``k`` [C], ``x`` [C] (the nominal sizes CPR and
+    CMD integrate over), ``cpr``/``cmd`` (ratio-of-means curve) and ``cpr_per_example`` /
     ``cmd_per_example`` [N].
     """
 
@@ -150,10 +152,20 @@ class FaithfulnessResult(Result):
         self.ratio_of_means = np.full(C, np.nan) if self.ratio_undefined else (mean_c - mean_0) / den_mean
         self.cpr = self.cmd = None
         self.cpr_per_example = self.cmd_per_example = None
-        if self.k is not None and C >= 2:
+        self.x = None
+        if self.k is not None:
             self.k = np.asarray(self.k, dtype=np.int64)
-            self.cpr, self.cmd = (float(v) for v in curve_areas(self.fraction, self.ratio_of_means, log_x=self.log_x))
-            self.cpr_per_example, self.cmd_per_example = curve_areas(self.fraction, per, log_x=self.log_x)
+            self.x = self._nominal_x()
+        if self.k is not None and C >= 2:
+            self.cpr, self.cmd = (float(v) for v in curve_areas(self.x, self.ratio_of_means, log_x=self.log_x))
+            self.cpr_per_example, self.cmd_per_example = curve_areas(self.x, per, log_x=self.log_x)
+
+    def _nominal_x(self) -> np.ndarray:
+        """The nominal size of each curve point: the requested fraction (MIB's percentages) or k / all items."""
+        fractions = (self.params.get("curve") or {}).get("fractions")
+        if fractions is not None:
+            return np.asarray(fractions, dtype=np.float64)
+        return self.k.astype(np.float64) / float(self.n_graph_edges)
 
     # ---- Result protocol ---------------------------------------------------------------------
     def _tables(self) -> dict[str, dict[str, Any]]:
@@ -164,6 +176,7 @@ class FaithfulnessResult(Result):
             "circuit": np.arange(C, dtype=np.int64), "label": list(self.labels),
             "k": self.k if self.k is not None else np.full(C, -1, dtype=np.int64),
             "n_edges": self.n_edges, "fraction": self.fraction,
+            "x": self.x if self.x is not None else np.full(C, np.nan),
             "faithfulness": self.ratio_of_means, "mean_per_example": self.mean_per_example,
             "n_defined": np.full(C, self.m_circuit.shape[0] - self.n_undefined, dtype=np.int64),
             "mean_m_circuit": self.mean_m_circuit,
@@ -374,7 +387,7 @@ def faithfulness_curve(
     ``scores``: a ScoreMatrix (its mean is ranked) or a vector [E].  The grid is ``ks`` (edge
     counts) or ``fractions`` of all edges (k = ⌊fraction · E⌋, MIB's default grid).  ``rule`` is
     ``"top_k"`` or ``"greedy"``; ``prune`` (default True, as MIB) prunes each circuit before it
-    is evaluated and the x axis counts the edges left.  ``tie_seed`` breaks ties at each cut-off (the one
+    is evaluated (CPR and CMD still integrate over the nominal sizes, as MIB).  ``tie_seed`` breaks ties at each cut-off (the one
     top-k, circuitstat.core.topk; the same seed gives nested circuits). The remaining keywords are :func:`faithfulness`'s.
     """
     from .scores import ScoreMatrix
@@ -399,7 +412,8 @@ def faithfulness_curve(
         circuits.append(c.prune() if prune else c)
     extra = {"curve": {"rule": rule, "ranking": ranking, "prune": prune, "ks": ks, "log_x": log_x,
                        "fractions": used_fractions,
-                       "x": "edges in the (pruned) circuit / all edges", "integration": "trapezoid on the grid (MIB)"}}
+                       "x": "nominal: the requested fraction of all edges (k / E for counts), as MIB",
+                       "integration": "trapezoid on the grid (MIB)"}}
     masks, labels, objs = _as_masks(circuits, model.graph)
     labels = [f"k={k}" for k in ks]
     return _evaluate(model, data, masks, labels, objs, ablation=ablation, reference=reference, seed=seed,

@@ -143,7 +143,9 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("n_undefined_resamples", I, "resamples left out: m(M) ~ m(empty)")),
     _table("faithfulness_circuits", "circuitstat.circuits.faithfulness.FaithfulnessResult: faithfulness of each circuit",
            ("circuit", I, "circuit index"), ("label", S, "circuit label"), ("k", I, "grid size (-1: not a curve)"),
-           ("n_edges", I, "edges evaluated"), ("fraction", F, "n_edges / edges of the graph"),
+           ("n_edges", I, "edges evaluated"), ("fraction", F, "n_edges / edges of the graph (after pruning)"),
+           ("x", F, "nominal size CPR and CMD integrate over: the requested fraction of all edges (MIB's "
+                    "percentages) or k / edges; NaN when not a curve"),
            ("faithfulness", F, "ratio of means (m(C) - m(empty)) / (m(M) - m(empty))"),
            ("mean_per_example", F, "mean of the per-example faithfulness over defined examples"),
            ("n_defined", I, "examples whose faithfulness is defined"), ("mean_m_circuit", F, "mean m(C)"),

@@ -146,9 +146,10 @@ def test_curve_stacks_circuits_like_separate_runs(gpt2, task):
     # ...and that tolerance tells the circuits apart: k=40 and the full graph move the metric far more than it
     # (k <= 10 reach no logit here, so those circuits all give the same metric)
     assert np.abs(cur.m_circuit[:, 3:] - cur.m_circuit[:, :1]).max(axis=0).min() > 0.1
-    cpr, cmd = np.trapezoid(cur.ratio_of_means, cur.fraction), np.trapezoid(np.abs(1 - cur.ratio_of_means), cur.fraction)
+    x = np.asarray(ks) / g.n_edges  # the nominal sizes, not the share left after pruning (MIB)
+    cpr, cmd = np.trapezoid(cur.ratio_of_means, x), np.trapezoid(np.abs(1 - cur.ratio_of_means), x)
     assert cur.cpr == pytest.approx(cpr, rel=1e-9) and cur.cmd == pytest.approx(cmd, rel=1e-9)
-    np.testing.assert_allclose(cur.cpr_per_example, np.trapezoid(cur.per_example.astype(np.float64), cur.fraction, axis=1),
+    np.testing.assert_allclose(cur.cpr_per_example, np.trapezoid(cur.per_example.astype(np.float64), x, axis=1),
                                rtol=1e-6)
     # signed and absolute top-k are different circuits, recorded as such
     signed = faithfulness_curve(gpt2, task, scores, ranking="signed", ks=ks[:3], progress=False)
@@ -157,6 +158,40 @@ def test_curve_stacks_circuits_like_separate_runs(gpt2, task):
     mib = faithfulness_curve(gpt2, task, scores, ranking="absolute", prune=False, progress=False, rule="greedy")
     assert list(mib.k) == [int(f * g.n_edges) for f in MIB_FRACTIONS]
     assert list(mib.n_edges) == list(mib.k)
+
+
+def _mib_areas(percentages, faithfulnesses, log_scale=False):
+    """MIB's evaluate_area_under_curve, written from its definition (hannamw/MIB-circuit-track,
+    MIB_circuit_track/evaluation.py): trapezoids over the nominal percentages of f and of |1 - f|."""
+    import math
+
+    area_under = area_from_1 = 0.0
+    for i in range(len(faithfulnesses) - 1):
+        x1, x2 = percentages[i], percentages[i + 1]
+        if log_scale:
+            x1, x2 = math.log(x1), math.log(x2)
+        area_from_1 += (x2 - x1) * ((abs(1.0 - faithfulnesses[i]) + abs(1.0 - faithfulnesses[i + 1])) / 2)
+        area_under += (x2 - x1) * ((faithfulnesses[i] + faithfulnesses[i + 1]) / 2)
+    return area_under, area_from_1
+
+
+@pytest.mark.parametrize("log_x", [False, True])
+def test_cpr_and_cmd_are_mibs_on_the_same_faithfulness_values(gpt2, task, log_x):
+    # MIB's grid, pruned: pruning removes edges at some points, so the share of edges evaluated differs from
+    # the nominal percentage (the x axis MIB integrates over). Integrating over the pruned share was the bug.
+    g = gpt2.graph
+    scores = np.random.default_rng(3).normal(size=g.n_edges).astype(np.float32)
+    cur = faithfulness_curve(gpt2, task, scores, ranking="absolute", prune=True, log_x=log_x, batch_size=6,
+                             progress=False)
+    assert np.any(np.abs(cur.fraction - np.asarray(MIB_FRACTIONS)) > 1e-3)  # pruning moved some points
+    cpr, cmd = _mib_areas(MIB_FRACTIONS, [float(f) for f in cur.ratio_of_means], log_scale=log_x)
+    assert abs(cur.cpr - cpr) <= 1e-9 and abs(cur.cmd - cmd) <= 1e-9
+    np.testing.assert_array_equal(cur.x, np.asarray(MIB_FRACTIONS))
+    assert cur.to_table("faithfulness_circuits").column("x").to_pylist() == list(MIB_FRACTIONS)
+    # the old x axis (the pruned share) gives different areas here: the test would have caught it
+    old = curve_areas(cur.fraction, cur.ratio_of_means, log_x=log_x)[0] if not log_x or np.all(cur.fraction > 0) else None
+    if old is not None:
+        assert abs(float(old) - cpr) > 1e-6
 
 
 def test_curve_areas_against_numpy():
