@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,6 @@ router = APIRouter(prefix="/api/v1", tags=["runs"])
 TABLE_NAME = re.compile(r"[A-Za-z0-9_]{1,64}")
 MAX_JSON_ROWS, MAX_JSON_VALUES = 10_000, 2_000_000
 MAX_QUERY_ROWS, MAX_QUERY_JOBS = 10_000, 50
-_queries = threading.BoundedSemaphore(2)  # DuckDB queries at once: each may use its capped memory and a core
 
 
 def run_dir(svc: Service, job: Job) -> Path:
@@ -291,10 +289,28 @@ class QueryIn(BaseModel):
     jobs: list[str] = Field(min_length=1, max_length=MAX_QUERY_JOBS)
 
 
+def _hide_paths(value: Any, paths: list[str]) -> Any:
+    """``value`` (result rows, an error text) with every server path in ``paths`` replaced by ``<server>``:
+    a query must not learn where the server keeps runs, through any table function or error."""
+    if isinstance(value, str):
+        for p in paths:
+            value = value.replace(p, "<server>")
+        return value
+    if isinstance(value, list):
+        return [_hide_paths(v, paths) for v in value]
+    if isinstance(value, dict):
+        return {_hide_paths(k, paths): _hide_paths(v, paths) for k, v in value.items()}
+    return value
+
+
 def _query(svc: Service, principal: Principal, body: QueryIn) -> dict:
+    import dataclasses
+
     import duckdb
 
-    from circuitstat.core.query import json_rows, query
+    from circuitstat.core.query import DEFAULT_LIMITS, json_rows, query
+
+    from .query_slots import QueryBusy
 
     runs = {}
     with svc.db.session() as s:
@@ -302,19 +318,32 @@ def _query(svc: Service, principal: Principal, body: QueryIn) -> dict:
             job = access.visible_job(s, principal, job_id)
             _finished(job, "tables")
             runs[job.id] = run_dir(svc, job)
-    with _queries:
-        try:
-            result = query(body.sql, runs)
-        except ValueError as e:  # not one SELECT, unknown table (lists the available ones), a column clash
-            raise Problem(422, str(e)) from None
-        except AttributeError:
-            raise Problem(422, "the SQL returns no rows; give a query such as SELECT ... FROM edge_stats") from None
-        except duckdb.Error as e:
-            raise Problem(422, f"{type(e).__name__}: {str(e).strip()}") from None
+    # longest first, so a run directory is hidden whole before the data directory that holds it; the
+    # server's home, working directory and installation too (DuckDB's settings name its extension and
+    # secret directories under the home)
+    import os
+    import sys
+
+    paths = sorted({str(p) for d in runs.values() for p in (d, d.resolve())}
+                   | {str(svc.cfg.data), str(svc.cfg.data.resolve()), str(Path.home()), os.getcwd(), sys.prefix,
+                      sys.base_prefix} - {"/", ""}, key=len, reverse=True)
+    limits = dataclasses.replace(DEFAULT_LIMITS, timeout_s=svc.cfg.query_timeout_seconds)
+    try:
+        with svc.query_slots.slot(principal.name, wait_s=svc.cfg.query_wait_seconds):
+            result = query(body.sql, runs, limits=limits)
+    except QueryBusy as e:
+        raise Problem(503, str(e), headers={"Retry-After": "5"}) from None
+    except ValueError as e:  # not one SELECT, unknown table (lists the available ones), a column clash
+        raise Problem(422, _hide_paths(str(e), paths)) from None
+    except AttributeError:
+        raise Problem(422, "the SQL returns no rows; give a query such as SELECT ... FROM edge_stats") from None
+    except duckdb.Error as e:
+        raise Problem(422, _hide_paths(f"{type(e).__name__}: {str(e).strip()}", paths)) from None
     if result.num_rows > MAX_QUERY_ROWS:
         raise Problem(422, f"the query returns {result.num_rows:,} rows, more than {MAX_QUERY_ROWS:,}; add a LIMIT or "
                            "aggregate")
-    return {"columns": result.column_names, "rows": json_rows(result.to_pylist()), "row_count": result.num_rows}
+    return {"columns": _hide_paths(result.column_names, paths),
+            "rows": _hide_paths(json_rows(result.to_pylist()), paths), "row_count": result.num_rows}
 
 
 @router.post("/query")

@@ -21,6 +21,7 @@ from .config import ServiceConfig
 from .context import Service
 from .db import Database, migrate
 from .metrics import CONTENT_TYPE, Metrics
+from .query_slots import FairSlots
 from .quotas import BodyLimit, RateLimiter
 
 log = logging.getLogger("circuitstat.service")
@@ -73,7 +74,8 @@ def create_app(cfg: ServiceConfig, *, start_workers: bool = True) -> FastAPI:
 
     check_config(cfg.sources)
     db = Database(cfg.database_url)
-    svc = Service(cfg=cfg, db=db, metrics=Metrics(db), limiter=RateLimiter())
+    svc = Service(cfg=cfg, db=db, metrics=Metrics(db), limiter=RateLimiter(),
+                  query_slots=FairSlots(cfg.query_slots, cfg.query_slots_per_user))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -8,13 +8,14 @@ their Origin).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from .accounts import Principal, authenticate
 from .config import ServiceConfig
+from .query_slots import FairSlots
 from .db import Database
 from .metrics import Metrics
 from .problems import Problem
@@ -26,13 +27,14 @@ SAFE_METHODS = ("GET", "HEAD")
 
 @dataclass
 class Service:
-    """The server's state: settings, database, metrics, rate limiter and the job dispatcher."""
+    """The server's state: settings, database, metrics, rate limiter, query slots and the job dispatcher."""
 
     cfg: ServiceConfig
     db: Database
     metrics: Metrics
     limiter: RateLimiter
     dispatcher: object | None = None
+    query_slots: FairSlots = field(default_factory=FairSlots)
 
 
 def service(request: Request) -> Service:

@@ -529,6 +529,65 @@ def test_the_query_endpoints_refusals(env, sql):
     assert ok.status_code == 200 and ok.json()["rows"] == [{"run": job, "n": ok.json()["rows"][0]["n"]}]
 
 
+@pytest.mark.parametrize("sql", [
+    "SELECT sql FROM duckdb_views() WHERE NOT internal", "SELECT * FROM duckdb_views()",
+    "SELECT * FROM duckdb_settings()", "SELECT current_setting('allowed_paths') AS p",
+    "SELECT * FROM no_such_table", "SELECT * FROM read_parquet('/nonexistent/x.parquet')",
+])
+def test_a_query_learns_no_server_path(env, sql):
+    c, job = env["c"]["alice"], env["job"]["id"]
+    r = c.post("/api/v1/query", json={"sql": sql, "jobs": [job]})
+    data = env["server"].data
+    for secret in {str(data), str(data.resolve()), str(_run_dir(env, job)), str(Path.home())}:
+        assert secret not in r.text, (sql, r.status_code)
+
+
+def test_query_slots_are_fair_between_users() -> None:
+    """One user's queries never hold every slot while another user's query waits: an ordering, not a time."""
+    import threading
+
+    from circuitstat.pipelines.service.query_slots import FairSlots, QueryBusy
+
+    slots, order, release = FairSlots(total=2, per_user=1), [], threading.Event()
+    a_started = threading.Event()
+
+    def heavy(tag):
+        with slots.slot("alice"):
+            order.append(f"start {tag}")
+            a_started.set()
+            release.wait(timeout=60)
+            order.append(f"end {tag}")
+
+    threads = [threading.Thread(target=heavy, args=(f"a{i}",)) for i in range(2)]
+    for th in threads:
+        th.start()
+    assert a_started.wait(timeout=60)
+    with slots.slot("bob", wait_s=60):  # alice's second query waits for her first; bob gets the other slot
+        order.append("bob")
+    assert slots.held() == {"alice": 1}
+    release.set()
+    for th in threads:
+        th.join(timeout=60)
+    assert order.index("bob") < order.index("end a0") and order.count("start a0") + order.count("start a1") == 2
+    assert order.index("bob") < max(order.index("start a0"), order.index("start a1"))  # before alice's second
+    # a slot that never frees is a 503 after the configured wait, not a hang
+    hold = threading.Event()
+
+    def carol():
+        with slots.slot("carol"):
+            hold.wait(timeout=60)
+
+    busy = threading.Thread(target=carol)
+    busy.start()
+    while slots.held() != {"carol": 1}:
+        threading.Event().wait(0.01)
+    with pytest.raises(QueryBusy):
+        with slots.slot("carol", wait_s=0.05):
+            pass
+    hold.set()
+    busy.join(timeout=60)
+
+
 def test_a_browser_logs_in_sees_its_jobs_only_and_opens_the_report(servers):
     """Debian's chromium through chromium-driver (selenium): rendered content, not only status codes. (Once,
     on the SQLite server: what the browser sees does not depend on the database.)"""
