@@ -60,10 +60,16 @@ def hypergeometric_upper(x: int, population: int, draws: int, confidence_level: 
         raise ValueError(f"need 0 <= x <= draws <= population, got x={x}, draws={r}, population={R}")
     if not 0.0 < confidence_level < 1.0:
         raise ValueError(f"confidence_level must lie in (0, 1), got {confidence_level}")
-    K = np.arange(x, R - (r - x) + 1)  # the K that can produce x successes in r draws
-    # P(X <= x | K) decreases in K: the bound is the last K where it still exceeds α
-    ok = hypergeometric_cdf(x, R, K, r) > 1.0 - confidence_level
-    return int(K[ok].max()) if ok.any() else x
+    alpha = 1.0 - confidence_level
+    lo, hi = x, R - (r - x)  # the K that can produce x successes in r draws
+    # P(X <= x | K) decreases in K, and at K = x it is 1 > α: bisect for the last K where it exceeds α
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if hypergeometric_cdf(x, R, np.array([mid]), r)[0] > alpha:
+            lo = mid
+        else:
+            hi = mid - 1
+    return int(lo)
 
 
 def possibly_above(low: np.ndarray, high: np.ndarray, tau: float) -> np.ndarray:
