@@ -6,12 +6,11 @@ The coverage study is tests/stats/test_verified_coverage.py; the missed-edges bo
 from __future__ import annotations
 
 import numpy as np
+import ppi_py  # ppi-python, a dev dependency (pyproject's dev extras): the reference implementation
 import pytest
 
-ppi_py = pytest.importorskip("ppi_py")  # ppi-python: a dev dependency (pyproject's dev extras)
-
-from stats.verified import verified_means  # noqa: E402
-from stats.verified.ppi import INTERVALS, ppi_fit, ppi_intervals, power_tuning  # noqa: E402
+from stats.verified import verified_means
+from stats.verified.ppi import INTERVALS, ppi_fit, ppi_intervals, power_tuning
 
 
 def _pair(n: int, N: int, E: int, seed: int = 0):
