@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from scipy import special
 
+from reports.errors import InputError
 from reports.results import Result
 
 __all__ = ["hypergeometric_cdf", "hypergeometric_upper", "possibly_above", "MissedEdgesResult",
@@ -57,9 +58,9 @@ def hypergeometric_upper(x: int, population: int, draws: int, confidence_level: 
     """Return the exact upper confidence bound on the successes K among ``population`` from x of ``draws``."""
     x, R, r = int(x), int(population), int(draws)
     if not (0 <= r <= R and 0 <= x <= r):
-        raise ValueError(f"need 0 <= x <= draws <= population, got x={x}, draws={r}, population={R}")
+        raise InputError(f"need 0 <= x <= draws <= population, got x={x}, draws={r}, population={R}")
     if not 0.0 < confidence_level < 1.0:
-        raise ValueError(f"confidence_level must lie in (0, 1), got {confidence_level}")
+        raise InputError(f"confidence_level must lie in (0, 1), got {confidence_level}")
     alpha = 1.0 - confidence_level
     lo, hi = x, R - (r - x)  # the K that can produce x successes in r draws
     # P(X <= x | K) decreases in K, and at K = x it is 1 > α: bisect for the last K where it exceeds α
@@ -128,12 +129,12 @@ def missed_edges_bound(sample_above: np.ndarray, n_remaining: int, *, tau: float
     """
     above = np.asarray(sample_above)
     if above.ndim != 1 or above.dtype != bool:
-        raise ValueError("sample_above must be a 1-D boolean array, one entry per sampled edge")
+        raise InputError("sample_above must be a 1-D boolean array, one entry per sampled edge")
     r, R = above.size, int(n_remaining)
     if r > R:
-        raise ValueError(f"{r} sampled edges cannot come from {R} remaining ones")
+        raise InputError(f"{r} sampled edges cannot come from {R} remaining ones")
     if not 0.0 < classification_level <= 1.0 or confidence_level + classification_level <= 1.0:
-        raise ValueError("need 0 < classification_level <= 1 and a positive combined level")
+        raise InputError("need 0 < classification_level <= 1 and a positive combined level")
     x = int(above.sum())
     k_upper = hypergeometric_upper(x, R, r, confidence_level)
     params = {"estimator": "missed_edges_bound", "tau": float(tau), "confidence_level": confidence_level,

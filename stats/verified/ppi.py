@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
+from reports.errors import InputError
+
 __all__ = ["PPIFit", "TUNINGS", "DEFAULT_TUNING", "INTERVALS", "DEFAULT_INTERVAL", "power_tuning", "ppi_fit",
            "ppi_intervals", "check_ppi_inputs"]
 
@@ -84,7 +86,7 @@ def power_tuning(Y: np.ndarray, Yhat: np.ndarray, Yhat_u: np.ndarray, clip: bool
                  tuning: str = "pooled") -> np.ndarray:
     """Return the per-edge PPI++ weight λ̂ [E] (``tuning="pooled"``: ppi_py's ``_calc_lam_glm``, element mode)."""
     if tuning not in TUNINGS:
-        raise ValueError(f"unknown tuning {tuning!r}; use one of {', '.join(TUNINGS)}")
+        raise InputError(f"unknown tuning {tuning!r}; use one of {', '.join(TUNINGS)}")
     n, N = Y.shape[0], Yhat_u.shape[0]
     hc = Yhat - Yhat.mean(0)
     cov = ((Y - Y.mean(0)) * hc).sum(0) / n
@@ -99,14 +101,14 @@ def check_ppi_inputs(Y: np.ndarray, Yhat: np.ndarray, Yhat_u: np.ndarray) -> tup
     Y, Yhat, Yhat_u = (np.asarray(a, dtype=np.float64) for a in (Y, Yhat, Yhat_u))
     Y, Yhat, Yhat_u = (a[:, None] if a.ndim == 1 else a for a in (Y, Yhat, Yhat_u))
     if Y.ndim != 2 or Y.shape != Yhat.shape or Yhat_u.ndim != 2 or Yhat_u.shape[1] != Y.shape[1]:
-        raise ValueError(f"need exact [n, E], approx on the same n prompts [n, E] and approx on the unlabelled "
+        raise InputError(f"need exact [n, E], approx on the same n prompts [n, E] and approx on the unlabelled "
                          f"prompts [N_u, E]; got {Y.shape}, {Yhat.shape}, {Yhat_u.shape}")
     if Y.shape[0] < 4 or Yhat_u.shape[0] < 2:
-        raise ValueError(f"need at least 4 labelled and 2 unlabelled prompts, got {Y.shape[0]} and "
+        raise InputError(f"need at least 4 labelled and 2 unlabelled prompts, got {Y.shape[0]} and "
                          f"{Yhat_u.shape[0]}; verify more prompts")
     for label, a in (("exact", Y), ("approx (labelled)", Yhat), ("approx (unlabelled)", Yhat_u)):
         if not np.isfinite(a).all():
-            raise ValueError(f"the {label} scores contain NaN or infinite values; drop or recompute those prompts")
+            raise InputError(f"the {label} scores contain NaN or infinite values; drop or recompute those prompts")
     return Y, Yhat, Yhat_u
 
 
@@ -173,9 +175,9 @@ def ppi_intervals(fit: PPIFit, method: str = DEFAULT_INTERVAL, confidence_level:
     pvalue < 1 − confidence_level. An edge with SE 0 gets p = 1 at estimate 0, else 0.
     """
     if method not in INTERVALS:
-        raise ValueError(f"unknown interval {method!r}; use one of {', '.join(INTERVALS)}")
+        raise InputError(f"unknown interval {method!r}; use one of {', '.join(INTERVALS)}")
     if not 0.0 < confidence_level < 1.0:
-        raise ValueError(f"confidence_level must lie in (0, 1), got {confidence_level}")
+        raise InputError(f"confidence_level must lie in (0, 1), got {confidence_level}")
     alpha = 1.0 - confidence_level
     se, df = _se_df(fit, method)
     with np.errstate(divide="ignore", invalid="ignore"):

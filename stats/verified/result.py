@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from reports.errors import InputError
 from reports.results import ConfidenceInterval, Result
 
 from .ppi import DEFAULT_INTERVAL, DEFAULT_TUNING, INTERVALS, TUNINGS, ppi_fit, ppi_intervals
@@ -92,16 +93,16 @@ def _labelled_rows(labelled: Any, N: int) -> np.ndarray:
     rows = np.asarray(labelled)
     if rows.dtype == bool:
         if rows.shape != (N,):
-            raise ValueError(f"a boolean labelled mask must have one entry per prompt ({N}), got {rows.shape}")
+            raise InputError(f"a boolean labelled mask must have one entry per prompt ({N}), got {rows.shape}")
         rows = np.flatnonzero(rows)
     if rows.ndim != 1 or not np.issubdtype(rows.dtype, np.integer):
-        raise ValueError("labelled must be the row indices (or a boolean mask) of the exactly patched prompts")
+        raise InputError("labelled must be the row indices (or a boolean mask) of the exactly patched prompts")
     if rows.size and (rows.min() < 0 or rows.max() >= N):
-        raise ValueError(f"labelled row indices must lie in [0, {N}); the approximation has {N} prompts")
+        raise InputError(f"labelled row indices must lie in [0, {N}); the approximation has {N} prompts")
     if np.unique(rows).size != rows.size:
-        raise ValueError("labelled row indices repeat a prompt; each prompt is patched exactly once")
+        raise InputError("labelled row indices repeat a prompt; each prompt is patched exactly once")
     if N - rows.size < 2:
-        raise ValueError(f"{rows.size} of {N} prompts are labelled: keep at least 2 unlabelled, or use exact "
+        raise InputError(f"{rows.size} of {N} prompts are labelled: keep at least 2 unlabelled, or use exact "
                          "patching's own intervals")
     return rows.astype(np.int64)
 
@@ -119,18 +120,18 @@ def verified_means(approx: np.ndarray, exact: np.ndarray, labelled: Any, *, conf
 
     A = np.asarray(approx, dtype=np.float64)
     if A.ndim != 2:
-        raise ValueError(f"approx must be [N prompts, E edges], got shape {A.shape}")
+        raise InputError(f"approx must be [N prompts, E edges], got shape {A.shape}")
     if interval not in INTERVALS or tuning not in TUNINGS:
-        raise ValueError(f"interval must be one of {INTERVALS} and tuning one of {TUNINGS}; got {interval!r}, "
+        raise InputError(f"interval must be one of {INTERVALS} and tuning one of {TUNINGS}; got {interval!r}, "
                          f"{tuning!r}")
     N, E = A.shape
     rows = _labelled_rows(labelled, N)
     Y = np.asarray(exact, dtype=np.float64)
     if Y.shape != (rows.size, E):
-        raise ValueError(f"exact must be [n labelled = {rows.size}, E = {E}] (one row per labelled prompt, in "
+        raise InputError(f"exact must be [n labelled = {rows.size}, E = {E}] (one row per labelled prompt, in "
                          f"the order of `labelled`), got {Y.shape}")
     if edge_names is not None and len(edge_names) != E:
-        raise ValueError(f"{len(edge_names)} edge names for {E} edges")
+        raise InputError(f"{len(edge_names)} edge names for {E} edges")
     unlabelled = np.ones(N, dtype=bool)
     unlabelled[rows] = False
     fit = ppi_fit(Y, A[rows], A[unlabelled], tuning=tuning)

@@ -9,6 +9,7 @@ import numpy as np
 import ppi_py  # ppi-python, a dev dependency (pyproject's dev extras): the reference implementation
 import pytest
 
+from reports.errors import InputError
 from stats.verified import verified_means
 from stats.verified.ppi import INTERVALS, ppi_fit, ppi_intervals, power_tuning
 
@@ -126,5 +127,5 @@ def test_bad_input_is_refused_naming_the_problem(bad: dict, match: str) -> None:
     A = np.random.default_rng(8).normal(size=(64, 3))
     kw = dict(approx=A, exact=A[:4], labelled=np.arange(4))
     kw.update(bad)
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(InputError, match=match):
         verified_means(kw.pop("approx"), kw.pop("exact"), kw.pop("labelled"), **kw)
