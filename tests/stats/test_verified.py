@@ -129,3 +129,45 @@ def test_bad_input_is_refused_naming_the_problem(bad: dict, match: str) -> None:
     kw.update(bad)
     with pytest.raises(InputError, match=match):
         verified_means(kw.pop("approx"), kw.pop("exact"), kw.pop("labelled"), **kw)
+
+
+def test_heavier_tails_widen_the_interval_forms_in_order() -> None:
+    # t2 charges λ a degree of freedom, tk the rectifier's kurtosis, tka the approximation's: each form is at
+    # least as wide as the one before, and tka is wider where the unlabelled approximation is heavy-tailed
+    rng = np.random.default_rng(9)
+    n, N, E = 16, 496, 4
+    Y = rng.normal(size=(n, E))
+    H = 0.9 * Y + 0.3 * rng.normal(size=(n, E))
+    Hu = rng.normal(size=(N, E))
+    Hu[:, 2:] = rng.standard_t(2.5, (N, 2))  # heavy tails the 16 labelled prompts do not show
+    fit = ppi_fit(Y, H, Hu)
+    w = {m: (lambda c: c["high"] - c["low"])(ppi_intervals(fit, m)) for m in ("t", "t2", "tk", "tka")}
+    assert (w["t"] < w["t2"]).all() and (w["t2"] <= w["tk"] + 1e-12).all() and (w["tk"] <= w["tka"] + 1e-12).all()
+    assert (w["tka"][2:] > 1.05 * w["tk"][2:]).all() and np.allclose(w["tka"][:2], w["tk"][:2], rtol=0.05)
+
+
+def test_flag_marks_a_rectifier_carried_by_one_prompt_and_a_heavy_tailed_approximation() -> None:
+    rng = np.random.default_rng(10)
+    N, n, E = 400, 16, 3
+    X = rng.normal(size=(N, E))
+    A = X + 0.1 * rng.normal(size=(N, E))
+    rows = np.arange(n)
+    exact = X[rows].copy()
+    exact[0, 1] += 50.0  # edge 1: one labelled prompt where the approximation misses by far
+    A[n:n + 3, 2] += 400.0  # edge 2: three unlabelled prompts carry the approximation's mean
+    res = verified_means(A, exact, rows)
+    np.testing.assert_array_equal(res.reliable, [True, False, False])
+    assert res.rectifier_share[1] > 0.5 and res.approx_tail_share[2] > 0.6
+
+
+def test_pooled_tuning_collapses_lambda_on_the_zoos_spiky_edges() -> None:
+    # docs/verified.md: where EAP tracks exact (per-example correlation 0.999) but one rare prompt carries
+    # the mean, ppi_py's pooled λ̂ falls to ~0 at n = 16; the labelled tuning keeps it near 1
+    from fixture_populations import load_zoo_pair
+    from stats.verified.coverage import simulate_verified
+
+    X, A, names = load_zoo_pair()
+    e = [names.index("a0.h3->a1.h2<q>")]
+    lam = {t: np.median(simulate_verified(X[:, e], A[:, e], 512, 16, 100, seed=3, methods=("t2",),
+                                          tuning=t)["t2"]["lam"]) for t in ("pooled", "labelled")}
+    assert lam["pooled"] < 0.3 < 0.9 < lam["labelled"]
