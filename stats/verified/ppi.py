@@ -31,6 +31,7 @@ import numpy as np
 from scipy import special
 
 from reports.errors import InputError
+from stats.reliability import tail_share
 
 __all__ = ["PPIFit", "TUNINGS", "DEFAULT_TUNING", "INTERVALS", "DEFAULT_INTERVAL", "power_tuning", "ppi_fit",
            "ppi_intervals", "check_ppi_inputs"]
@@ -129,8 +130,6 @@ def ppi_fit(Y: np.ndarray, Yhat: np.ndarray, Yhat_u: np.ndarray, lam: float | np
         np.asarray(lam, np.float64), (E,)).copy()
     rect = Y - lam * Yhat
     mu = Yhat_u.mean(0)
-    from stats.reliability import tail_share
-
     return PPIFit(lam * mu + rect.mean(0), lam, mu, Yhat_u.var(0, ddof=1), _excess_kurtosis(Yhat_u),
                   tail_share(Yhat_u), rect, Y.shape[0], Yhat_u.shape[0], tuned, tuning)
 
