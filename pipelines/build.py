@@ -57,15 +57,55 @@ def build_task(model: CircuitModel, name: str, *, n: int = 64, seed: int = 0, me
         kwargs["token_ids"] = _induction_pool(model, kwargs.get("token_ids"), need)
     if tok is None:
         if name not in ("induction",):
-            raise InputError(
-                f"task {name!r} needs a tokenizer and the model {model.source} has none; "
-                "use the induction task (works on any vocabulary) or a model directory with a tokenizer"
-            )
+            raise InputError(no_tokenizer_message(name, str(model.source)))
         kwargs.setdefault("vocab_size", model.cfg.vocab_size)
     from circuits.tasks import make_task
 
     task = make_task(name, tokenizer=tok, n=n, seed=seed, **kwargs)
     return task.validate(model)
+
+
+def no_tokenizer_message(task: str, source: str) -> str:
+    """The error for task ``task`` (text prompts) on the model of ``source``, which has no tokenizer: the fix
+    that applies to that kind of source."""
+    head = f"task {task!r} has text prompts, which need a tokenizer, and the model {source} has none; "
+    if source.startswith("memory:"):
+        fix = ("pass its tokenizer: circuits.load_model(hf_model, tokenizer=tok) (a transformers tokenizer or a "
+               "circuitstat one), or set model.tokenizer = circuits.inmemory.as_tokenizer(tok)")
+    elif source.startswith("random:"):
+        fix = ("add vocab_size=50257 to the random: spec, which attaches the bundled GPT-2 tokenizer "
+               "(e.g. random:gpt2?n_layer=2&n_head=4&n_embd=64&vocab_size=50257), or use a model directory with "
+               "a tokenizer")
+    else:
+        fix = "put the model's tokenizer.json (or its Hugging Face tokenizer files) in the model directory"
+    return head + fix + "; the induction task works on any vocabulary"
+
+
+def precheck_task(source: str, name: str, *, n: int = 64, seed: int = 0, metric: str | None = None,
+                  **options) -> None:
+    """None, after task ``name`` is built with the tokenizer that ``source`` (resolved) brings, without building
+    its model: a task file's every bad row and column, or a missing tokenizer, is an InputError in seconds
+    where the model would take minutes. The range checks against the model (vocabulary, context) stay in
+    :func:`build_task`."""
+    from circuits.loading import source_tokenizer
+    from circuits.tasks import make_task
+    from circuits.tasks.files import read_task_frame, row_problems
+    from circuits.tasks.registry import task_builder
+
+    if name == "induction":
+        return
+    builder, _ = task_builder(name)
+    if name != "file" and builder.__name__ == "file_task":
+        problems = row_problems(read_task_frame(name, n))  # no tokenizer needed: named even when there is none
+        if problems:
+            raise InputError(f"task file {name}: " + "; ".join(problems) + "; fill or drop these rows")
+    from reports.source_names import recorded_source
+
+    tok = source_tokenizer(source)
+    if tok is None:
+        raise InputError(no_tokenizer_message(name, recorded_source(source)))
+    kwargs = dict(options) if metric is None else {**options, "metric": metric}
+    make_task(name, tokenizer=tok, n=n, seed=seed, **kwargs)
 
 
 ZOO_MODEL = re.compile(r"seed-(0|[1-9][0-9]{0,8})")

@@ -144,7 +144,9 @@ def attribute_command(
     A task file (.jsonl, .csv or .parquet) has one example per row with columns clean, corrupted
     (the same number of tokens), answer and wrong_answer (one token each, e.g. " Mary"), and
     optionally group (the template, kept whole by cluster bootstraps and cross-fitting folds); see
-    docs/usage.md for a five-row example. The examples are computed in chunks, each saved in
+    docs/usage.md for a five-row example. Text prompts need the model's tokenizer: a random: model has one
+    only with vocab_size=50257 (the bundled GPT-2 tokenizer). The file is checked before the model is built,
+    every bad row and column named. The examples are computed in chunks, each saved in
     OUT/checkpoints as soon as it is finished: a killed run continues where it stopped when the same
     command is run again. Cost: --plan prints each method's estimated time on this machine first."""
     from circuits.attribution import check_options
@@ -198,9 +200,10 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
     from circuits.limits import MAX_BYTES, format_bytes
     from circuits.plan import weight_bytes
     from circuits.skeleton import load_skeleton
-    from pipelines.build import build_task, check_work, resolve_source, task_positions
+    from pipelines.build import build_task, check_work, precheck_task, resolve_source, task_positions
     from pipelines.plan import TIMING_BYTES, plan_lines
 
+    precheck_task(resolve_source(source), task, n=n, seed=seed, metric=metric, **options)
     skeleton = load_skeleton(resolve_source(source), allow_pickle=allow_pickle, allow_large=allow_large)
     skeleton = skeleton.to(dtype=_torch_dtype(dtype))  # on meta: only the itemsize changes
     check_work(skeleton, n, level=level, positions=task_positions(task, options), allow_large=allow_large)
@@ -228,15 +231,17 @@ def prepare_attribute(model: str, task: str, *, method: str, level: str, ablatio
     from circuits import load_model
     from circuits.attribution import check_options
     from circuits.plan import parse_bytes
-    from pipelines.build import build_task, check_device, check_n_jobs, check_work, resolve_source, task_positions
+    from pipelines.build import (build_task, check_device, check_n_jobs, check_work, precheck_task, resolve_source,
+                                 task_positions)
 
     check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
     budget = None if max_memory is None else parse_bytes(max_memory)
     n_jobs = check_n_jobs(n_jobs, "--n-jobs")
     dev = check_device(device)
+    options = dict(task_options or {})
+    precheck_task(resolve_source(model), task, n=n, seed=seed, metric=metric, **options)  # before the model is built
     m = load_model(resolve_source(model), device=dev, dtype=_torch_dtype(dtype), allow_pickle=allow_pickle,
                    allow_large=allow_large)
-    options = dict(task_options or {})
     check_work(m, n, level=level, positions=task_positions(task, options), allow_large=allow_large)
     return m, build_task(m, task, n=n, seed=seed, metric=metric, **options), budget, n_jobs
 
