@@ -61,7 +61,9 @@ def forest_section(T: Tables, methods: Sequence[str]) -> str:
             p.raw(f'<text x="{p.right + 6:.1f}" y="{p.y(y) + 3:.1f}" font-size="{FONT - 2}" fill="{col[m]}">'
                   f'q={esc(fmt_p(per[m][e].get("q")))}{" ! few prompts" if bad else ""}</text>')
             r = per[m][e]
-            table.append([name_of[e], m, c, r.get("se"), r.get("p"), r.get("q"), r.get("n"), r.get("n_clusters", r.get("n"))])
+            units = r.get("n_clusters")  # absent (older runs) or unset: the prompts were the units
+            table.append([name_of[e], m, c, r.get("se"), r.get("p"), r.get("q"), r.get("n"),
+                          units if units is not None and units > 0 else r.get("n")])
         p.legend(m, col[m], "point")
     labels = [name_of.get(e, str(e)) for e in top.tolist()]
     p.axes("mean effect with 95% CI", "", yticks=[n - 1 - i for i in range(n)],
