@@ -136,6 +136,9 @@ def attribute_command(
         None, "--max-memory", help="memory budget such as 2GiB: batch size and exact's rows are chosen to fit it"),
     plan: bool = typer.Option(False, "--plan",
                               help="print each method's edges, passes, FLOPs, memory and estimated time; run nothing"),
+    ranking: Ranking = typer.Option("absolute", "--ranking",
+                                    help="order of the printed top 10: by |mean| (absolute) or by signed mean "
+                                         "(signed); the scores written do not depend on it"),
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
@@ -177,16 +180,24 @@ def attribute_command(
                         ablation=ablation, input_node=input_node, n=n,
                         batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
                         budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force)
-    _print_top(sm, method, level, out)
+    _print_top(sm, method, level, out, ranking=ranking.value)
 
 
-def _print_top(sm, method: str, level: str, out: Path, top: int = 10) -> None:
-    """The ``top`` scores by |mean| of a finished attribution run, with their SD over examples."""
+def _print_top(sm, method: str, level: str, out: Path, top: int = 10, ranking: str = "absolute") -> None:
+    """The ``top`` scores of a finished attribution run by ``ranking`` (reports.topk: |mean| or signed mean;
+    ties: the lower index first), with their SD over examples."""
+    import numpy as np
+
+    from reports.topk import ranking_key
+
     mean = sm.mean()
     sd = sm.scores.std(0, ddof=1) if sm.n_examples > 1 else mean * 0
+    key = ranking_key(np.asarray(mean, dtype=np.float64), ranking)
+    order = np.lexsort((np.arange(key.size), -key))[:top]
     echo(f"{method} scores ({sm.metric}) for {len(sm.names)} {level}s on {sm.n_examples} examples -> {out}")
+    echo(f"top {len(order)} by {'|mean|' if ranking == 'absolute' else 'signed mean'} (--ranking {ranking})")
     echo(f"{'rank':>4}  {'mean':>10}  {'sd':>9}  name")
-    for r, i in enumerate(abs(mean).argsort()[::-1][:top], 1):
+    for r, i in enumerate(order, 1):
         echo(f"{r:>4}  {mean[i]:>10.4f}  {sd[i]:>9.4f}  {sm.names[i]}")
 
 
