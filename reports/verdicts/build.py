@@ -226,8 +226,9 @@ def resampling_notes(es: pa.Table | None) -> tuple[str, ...]:
     units = int(np.nanmax(num(es, "n_clusters"))) if "n_clusters" in cols else None
     method = str(es.column("ci_method")[0].as_py()) if "ci_method" in cols else "?"
     note = str(es.column("ci_method_note")[0].as_py() or "") if "ci_method_note" in cols else ""
-    if n and units and 0 < units < n:
-        distinct = math.comb(2 * units - 1, units)
+    clustered = bool(n and units and 0 < units < n)
+    distinct = math.comb(2 * units - 1, units) if clustered else 0
+    if clustered:
         out.append(f"Edges: a cluster bootstrap resampled the {units} templates whole, not the {n} prompts (n = {n}, "
                    f"{units} independent units; at most {distinct:,} distinct resamples); interval {method}"
                    + (f": {note}." if note else "."))
@@ -240,10 +241,16 @@ def resampling_notes(es: pa.Table | None) -> tuple[str, ...]:
             qs = q[at & np.isfinite(q)]
             qtext = f"q = {fmt(float(qs.min()), 2)}" if qs.size and qs.min() == qs.max() else (
                 f"q {fmt(float(qs.min()), 2)} to {fmt(float(qs.max()), 2)}" if qs.size else "q undefined")
+            if clustered and distinct <= b:  # the resampled means take at most `distinct` values
+                fix = (f"More resamples cannot resolve them: {units} templates allow at most {distinct:,} distinct "
+                       "resamples; add templates (groups).")
+            else:
+                fix = "More resamples (bootstrap.n_resamples) resolve them" + (
+                    "." if clustered else "; or bootstrap.ci_method: t gives analytic Student-t p-values (no floor).")
             out.append(f"p-values: {int(at.sum()):,} of {E:,} edges sit at the resampling floor 1/(B+1) = 1/{b + 1:,} "
                        f"({qtext}): their p-values are at most that, so their q-values are set by B = {b:,} resamples, "
                        f"not by the data, and cannot order those edges; an edge alone at the floor would get "
-                       f"q = {fmt(min(1.0, E * f), 2)}. More resamples (bootstrap.n_resamples) resolve them.")
+                       f"q = {fmt(min(1.0, E * f), 2)}. {fix}")
     return tuple(out)
 
 

@@ -80,6 +80,8 @@ def test_the_verdict_says_why_stability_has_no_interval_and_what_was_resampled(a
     assert f"{at_floor} of {len(es)} edges sit at the resampling floor 1/(B+1) = 1/{B + 1}" in text
     lone = min(1.0, len(es) / (B + 1))
     assert f"an edge alone at the floor would get q = {lone:.2g}" in text or f"q = {lone:.3g}" in text
+    # 4 templates: the means of the resamples take at most C(7, 4) = 35 values, so more resamples cannot help
+    assert "More resamples cannot resolve them: 4 templates allow at most 35 distinct resamples" in text
 
 
 def test_the_stability_table_and_claims_check_say_the_same_reason(audit, tmp_path):
@@ -203,3 +205,26 @@ def test_the_p_floor_is_the_smallest_p_the_bootstrap_gives():
         res = bootstrap_edges(S, n_resamples=99, seed=0, method=method)
         assert np.allclose(res.pvalue, 1 / 100) and res.params["pvalue_floor"] == pvalue_floor(method, 99) == 0.01
     assert pvalue_floor("t", 99) == 0.0
+
+
+def test_the_floor_note_names_the_fix_that_applies(tmp_path):
+    """Prompts resampled one by one: more resamples or analytic t p-values help; few templates: only more templates."""
+    import itertools
+
+    from reports.rundir import RunDir
+    from reports.verdicts.build import resampling_notes
+    from reports.tableset import Tables
+
+    E, b = 40, 999
+    p = np.r_[np.full(30, 1 / (b + 1)), np.linspace(0.01, 0.9, E - 30)]
+    cols = {"method": ["exact"] * E, "edge": list(range(E)), "estimate": list(np.linspace(1, 2, E)),
+            "p": list(p), "q": list(np.minimum(1, p * E / 30)), "n": [64] * E, "n_clusters": [64] * E,
+            "ci_method": ["studentized_symmetric"] * E, "ci_method_note": ["the default"] * E,
+            "p_floor": [1 / (b + 1)] * E}
+    with RunDir(tmp_path / "r", spec={}, seed=0) as run:
+        run.write_table("edge_stats", fill("edge_stats", cols, E))
+    (note,) = resampling_notes(Tables(tmp_path / "r").get("edge_stats"))
+    assert note.startswith("p-values: 30 of 40 edges sit at the resampling floor 1/(B+1) = 1/1,000")
+    assert "resolve them; or bootstrap.ci_method: t" in note and "q = 0.04" in note  # 40 / 1000
+    # G templates drawn with replacement: C(2G - 1, G) multisets, counted by brute force for the note's number
+    assert len(list(itertools.combinations_with_replacement(range(4), 4))) == math.comb(7, 4) == 35
