@@ -83,29 +83,29 @@ def no_tokenizer_message(task: str, source: str) -> str:
 
 def precheck_task(source: str, name: str, *, n: int = 64, seed: int = 0, metric: str | None = None,
                   **options) -> None:
-    """None, after task ``name`` is built with the tokenizer that ``source`` (resolved) brings, without building
-    its model: a task file's every bad row and column, or a missing tokenizer, is an InputError in seconds
-    where the model would take minutes. The range checks against the model (vocabulary, context) stay in
-    :func:`build_task`."""
+    """None, after checking task ``name`` against the tokenizer ``source`` (resolved) brings, without building its
+    model: a missing tokenizer, or a task file's every bad row and column (the file is built with the tokenizer),
+    is an InputError in seconds where the model would take minutes. The checks against the model (vocabulary,
+    context) stay in :func:`build_task`; other tasks are built there only, once."""
     from circuits.loading import source_tokenizer
-    from circuits.tasks import make_task
+    from circuits.tasks import file_task, make_task
     from circuits.tasks.files import read_task_frame, row_problems
     from circuits.tasks.registry import task_builder
+    from reports.source_names import recorded_source
 
     if name == "induction":
         return
-    builder, _ = task_builder(name)
-    if name != "file" and builder.__name__ == "file_task":
+    is_file = task_builder(name)[0] is file_task
+    if is_file:
         problems = row_problems(read_task_frame(name, n))  # no tokenizer needed: named even when there is none
         if problems:
             raise InputError(f"task file {name}: " + "; ".join(problems) + "; fill or drop these rows")
-    from reports.source_names import recorded_source
-
     tok = source_tokenizer(source)
     if tok is None:
         raise InputError(no_tokenizer_message(name, recorded_source(source)))
-    kwargs = dict(options) if metric is None else {**options, "metric": metric}
-    make_task(name, tokenizer=tok, n=n, seed=seed, **kwargs)
+    if is_file:
+        kwargs = dict(options) if metric is None else {**options, "metric": metric}
+        make_task(name, tokenizer=tok, n=n, seed=seed, **kwargs)
 
 
 ZOO_MODEL = re.compile(r"seed-(0|[1-9][0-9]{0,8})")
