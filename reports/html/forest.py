@@ -10,10 +10,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from reports.ci import Ci
-from reports.html.common import (TOP_FOREST, Tables, ci_attrs, colours, figure, html_table, ints, methods_in, num, shown,
+from circuitstat.reports.ci import Ci
+from circuitstat.reports.html.common import (TOP_FOREST, Tables, ci_attrs, colours, figure, html_table, ints, methods_in, num, shown,
                                  strs, sub)
-from reports.html.svg import FONT, Plot, data_range, esc, fmt_p, nice_domain, padded
+from circuitstat.reports.html.svg import FONT, Plot, data_range, esc, fmt_p, nice_domain, padded
 
 __all__ = ["forest_section"]
 
@@ -76,7 +76,7 @@ def forest_section(T: Tables, methods: Sequence[str]) -> str:
     cap = (f"Top {n} edges by |estimate| of {ref}, each with its 95% interval per method (it covers {est}); q = "
            "Benjamini–Hochberg adjusted p-value over all edges; a hollow point and '! few prompts' mark an interval "
            "a few prompts carry (interval_reliable = false), which cannot back a claim. The vertical line is zero.")
-    from reports.verdicts.build import resampling_notes
+    from circuitstat.reports.verdicts.build import resampling_notes
 
     notes = resampling_notes(sub(t, np.array(strs(t, "method")) == ref))
     cap += "".join(f" {n}" for n in notes)  # cluster resampling and the p-value floor, as the verdict says them

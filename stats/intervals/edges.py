@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.special import ndtri
 
-from reports.results import ConfidenceInterval
+from circuitstat.core.results import ConfidenceInterval
 
 from ..reliability import RELIABLE_MAX_TAIL_SHARE, tail_share
 from ..resampling import (DEFAULT_MAX_BYTES, ResamplingPlan, _resolve_jobs, check_score_matrix, default_chunk_size,
@@ -86,7 +86,7 @@ def bootstrap_edges(S: np.ndarray, plan: ResamplingPlan | None = None, *,
 
 def pvalue_floor(method: str, n_resamples: int) -> float:
     """The smallest p-value ``method``'s interval-inverting p-value can take: 1/(B+1) for a resampling one
-    (stats.intervals.pvalues never reports less), 0 for the analytic t."""
+    (circuitstat.stats.intervals.pvalues never reports less), 0 for the analytic t."""
     return 0.0 if method == "t" else 1.0 / (int(n_resamples) + 1.0)
 
 

@@ -45,8 +45,8 @@ def test_the_wheel_builds_without_setuptools_warnings(tmp_path):
 
 def test_a_misspelt_spec_key_gets_the_nearest_key():
     """Before: 'method: unknown key' and nothing else."""
-    from pipelines.spec import AuditSpec, validate_spec
-    from reports.errors import InputError
+    from circuitstat.pipelines.spec import AuditSpec, validate_spec
+    from circuitstat.core.errors import InputError
 
     base = {"model": TINY, "task": {"name": "induction", "n": 8}}
     with pytest.raises(InputError) as e:
@@ -62,7 +62,7 @@ def test_a_misspelt_spec_key_gets_the_nearest_key():
 
 def test_a_changed_stage_names_the_flag_and_every_changed_value_in_full(tmp_path):
     """Before: 'Pass force=True' on the command line, and 'bootstrap: {"ci_method": null, ... -> ...' cut at '...'."""
-    from reports.rundir import RunDir, StageSpecChangedError
+    from circuitstat.core.rundir import RunDir, StageSpecChangedError
 
     def run(n_resamples: int, k: list[int]):
         boot = {"ci_method": None, "confidence_level": 0.95, "n_resamples": n_resamples, "scheme": "examples"}
@@ -85,7 +85,7 @@ def test_attributes_printed_top_10_follows_ranking(tmp_path):
     """Before: no --ranking on attribute; the list was always by |mean|."""
     import pyarrow.parquet as pq
 
-    from pipelines.cli import app
+    from circuitstat.pipelines.cli import app
 
     tops = {}
     for ranking in ("signed", "absolute"):

@@ -28,7 +28,7 @@ def _write(path, rows):
 @pytest.fixture
 def no_model_built(monkeypatch):
     """Counts the random: models built (HF weights made); the checks below must need none."""
-    import circuits.loading as loading
+    import circuitstat.circuits.loading as loading
 
     built = []
     real = loading.random_hf_model
@@ -37,7 +37,7 @@ def no_model_built(monkeypatch):
 
 
 def invoke(*args):
-    from pipelines.cli import app
+    from circuitstat.pipelines.cli import app
 
     return CliRunner().invoke(app, list(args))
 
@@ -87,9 +87,9 @@ def test_empty_values_are_named_per_column_even_without_a_tokenizer(tmp_path, no
 
 def test_a_model_in_memory_is_told_to_pass_tokenizer(tmp_path):
     """Before: the message suggested 'a model directory with a tokenizer' for load_model(hf_model)."""
-    from circuits import load_hf, load_model
-    from pipelines.build import build_task
-    from reports.errors import InputError
+    from circuitstat.circuits import load_hf, load_model
+    from circuitstat.pipelines.build import build_task
+    from circuitstat.core.errors import InputError
 
     model = load_model(load_hf(SMALL_VOCAB))
     with pytest.raises(InputError) as e:
@@ -100,8 +100,8 @@ def test_a_model_in_memory_is_told_to_pass_tokenizer(tmp_path):
 
 def test_the_precheck_sees_the_tokenizer_load_model_attaches():
     """The one rule for a random: spec's tokenizer: vocab_size 50257 (or the family default) attaches GPT-2's."""
-    from circuits import load_model
-    from circuits.loading import source_tokenizer
+    from circuitstat.circuits import load_model
+    from circuitstat.circuits.loading import source_tokenizer
 
     for source in (SMALL_VOCAB, GPT2_VOCAB, "random:gpt2?n_layer=1&n_head=2&n_embd=16&n_positions=32",
                    "random:gpt_neox?num_hidden_layers=1&hidden_size=32&num_attention_heads=2&intermediate_size=64"):

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from reports.schema import fill
+from circuitstat.core.schema import fill
 
 MODEL = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=50257&n_positions=64&seed=1"
 B = 200
@@ -40,7 +40,7 @@ def audit(tmp_path_factory):
     """A finished audit of 16 prompts in 4 templates, resampled by template, with its claims checked."""
     from typer.testing import CliRunner
 
-    from pipelines.cli import app
+    from circuitstat.pipelines.cli import app
 
     d = tmp_path_factory.mktemp("own")
     (d / "ioi16.jsonl").write_text("\n".join(json.dumps(r) for r in _rows()))
@@ -88,7 +88,7 @@ def test_the_stability_table_and_claims_check_say_the_same_reason(audit, tmp_pat
     import pyarrow.parquet as pq
     from typer.testing import CliRunner
 
-    from pipelines.cli import app
+    from circuitstat.pipelines.cli import app
 
     run, _ = audit
     st = pq.read_table(run / "stability_vs_k.parquet").to_pandas()
@@ -111,8 +111,8 @@ def test_the_stability_table_and_claims_check_say_the_same_reason(audit, tmp_pat
 
 def test_terminal_page_and_claims_agree_on_the_intervals(audit, tmp_path):
     """The stability interval (undefined, with its reason) and the top edges' intervals: the same in all three."""
-    from pipelines.claims.checking import check
-    from reports.verdicts import verdict, verdict_text
+    from circuitstat.pipelines.claims.checking import check
+    from circuitstat.reports.verdicts import verdict, verdict_text
 
     run, printed = audit
     page = (run / "report.html").read_text(encoding="utf-8")
@@ -168,8 +168,8 @@ def test_the_rendered_page_shows_the_reasons(audit):
 
 def test_no_k_reaching_the_bar_is_a_whole_sentence(tmp_path):
     """Before: '... k = 50: no k reaches a selection-aware faithfulness lower bound of 0.8, so the largest k'."""
-    from reports.rundir import RunDir
-    from reports.verdicts import verdict
+    from circuitstat.core.rundir import RunDir
+    from circuitstat.reports.verdicts import verdict
 
     ks = [5, 10]
     cols = {"method": ["exact"] * 2, "k": ks, "f_ratio": [0.5, 0.6], "f_selected": [0.5, 0.6],
@@ -184,7 +184,7 @@ def test_no_k_reaching_the_bar_is_a_whole_sentence(tmp_path):
 
 
 def test_data_level_reasons_are_all_given():
-    from stats.stability_data import check_data_level
+    from circuitstat.stats.stability_data import check_data_level
 
     why = check_data_level(16, "cluster", 50, 50)
     assert "at least 32 examples, got N = 16" in why and "cluster" in why
@@ -197,8 +197,8 @@ def test_data_level_reasons_are_all_given():
 
 def test_the_p_floor_is_the_smallest_p_the_bootstrap_gives():
     """Oracle: an effect far from zero on every prompt gets exactly the floor; the t interval has none."""
-    from stats import bootstrap_edges
-    from stats.intervals.edges import pvalue_floor
+    from circuitstat.stats import bootstrap_edges
+    from circuitstat.stats.intervals.edges import pvalue_floor
 
     S = np.random.default_rng(0).normal(5.0, 1.0, (40, 3))
     for method in ("percentile", "bca", "studentized_symmetric"):
@@ -211,9 +211,9 @@ def test_the_floor_note_names_the_fix_that_applies(tmp_path):
     """Prompts resampled one by one: more resamples or analytic t p-values help; few templates: only more templates."""
     import itertools
 
-    from reports.rundir import RunDir
-    from reports.verdicts.build import resampling_notes
-    from reports.tableset import Tables
+    from circuitstat.core.rundir import RunDir
+    from circuitstat.reports.verdicts.build import resampling_notes
+    from circuitstat.reports.tableset import Tables
 
     E, b = 40, 999
     p = np.r_[np.full(30, 1 / (b + 1)), np.linspace(0.01, 0.9, E - 30)]
