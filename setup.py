@@ -18,6 +18,6 @@ packages = ["circuitstat"]
 for name, folder in LAYERS.items():
     package_dir[f"circuitstat.{name}"] = folder
     packages.append(f"circuitstat.{name}")
-    packages += [f"circuitstat.{name}.{sub}" for sub in find_packages(folder, exclude=EXCLUDE.get(name, []))]
+    packages += [f"circuitstat.{name}.{sub}" for sub in find_namespace_packages(folder, exclude=EXCLUDE)]
 
 setup(package_dir=package_dir, packages=packages)

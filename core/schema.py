@@ -40,7 +40,12 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("q", F, "Benjamini-Hochberg q-value over edges", True), ("n", I, "number of prompts"),
            ("ci_method", S, "interval method"), ("estimand", S, "what the interval covers"),
            ("tail_share", F, "share of sum |x - median| carried by the ceil(sqrt N) most extreme prompts"),
-           ("interval_reliable", B, "false when tail_share > 0.6: a few prompts carry the estimate")),
+           ("interval_reliable", B, "false when tail_share > 0.6: a few prompts carry the estimate"),
+           ("n_clusters", I, "independent units resampled: the templates (groups) a cluster bootstrap resamples "
+                             "whole; n when prompts are resampled one by one"),
+           ("ci_method_note", S, "why this interval method (the spec's choice, or the default and why)"),
+           ("p_floor", F, "smallest p-value the method can give: 1/(B+1) for a resampling p-value, 0 for an "
+                          "analytic one; a p at the floor means the data's p-value is at most this")),
     _table("stability_vs_k", "circuit stability under resampling, one row per method and k",
            _METHOD, _K,
            ("jaccard_mean", F, "mean pairwise Jaccard of resample circuits (Meloux et al.)", True),
@@ -63,7 +68,9 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("cutoff_ties_mean", F, "mean number of edges tied at the top-k cut-off (ties broken at random)"),
            ("cutoff_ties_excluded_mean", F, "mean number of those tied edges left out of the circuit"),
            ("tie_rule", S, "how ties at the top-k cut-off were broken (circuitstat.core.topk)"),
-           ("spearman_mean", F, "mean Spearman correlation of full resample score vectors (k-free)")),
+           ("spearman_mean", F, "mean Spearman correlation of full resample score vectors (k-free)"),
+           ("data_level_note", S, "why the data-level columns (jaccard_data*, jaccard_pop*, phi_data*) are NaN, "
+                                  "if they are")),
     _table("inclusion", "how often each edge enters the top-k circuit over resamples (edges never selected: no row)",
            _METHOD, _K, ("edge", I, "edge index"), ("name", S, "edge name"),
            ("frequency", F, "share of resamples whose top-k circuit contains the edge")),

@@ -32,15 +32,17 @@ def prepare_attribute(model: str, task: str, *, method: str, level: str, ablatio
     from circuitstat.circuits import load_model
     from circuitstat.circuits.attribution import check_options
     from circuitstat.circuits.plan import parse_bytes
-    from circuitstat.pipelines.build import build_task, check_device, check_n_jobs, check_work, resolve_source, task_positions
+    from circuitstat.pipelines.build import (build_task, check_device, check_n_jobs, check_work, precheck_task,
+                                             resolve_source, task_positions)
 
+    options = dict(task_options or {})
+    precheck_task(resolve_source(model), task, n=n, seed=seed, metric=metric, **options)  # before the model is built
     check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
     budget = None if max_memory is None else parse_bytes(max_memory)
     n_jobs = check_n_jobs(n_jobs, "--n-jobs")
     dev = check_device(device)
     m = load_model(resolve_source(model), device=dev, dtype=torch_dtype(dtype), allow_pickle=allow_pickle,
                    allow_large=allow_large)
-    options = dict(task_options or {})
     check_work(m, n, level=level, positions=task_positions(task, options), allow_large=allow_large)
     return m, build_task(m, task, n=n, seed=seed, metric=metric, **options), budget, n_jobs
 

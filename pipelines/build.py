@@ -57,15 +57,55 @@ def build_task(model: CircuitModel, name: str, *, n: int = 64, seed: int = 0, me
         kwargs["token_ids"] = _induction_pool(model, kwargs.get("token_ids"), need)
     if tok is None:
         if name not in ("induction",):
-            raise InputError(
-                f"task {name!r} needs a tokenizer and the model {model.source} has none; "
-                "use the induction task (works on any vocabulary) or a model directory with a tokenizer"
-            )
+            raise InputError(no_tokenizer_message(name, str(model.source)))
         kwargs.setdefault("vocab_size", model.cfg.vocab_size)
     from circuitstat.circuits.tasks import make_task
 
     task = make_task(name, tokenizer=tok, n=n, seed=seed, **kwargs)
     return task.validate(model)
+
+
+def no_tokenizer_message(task: str, source: str) -> str:
+    """The error for task ``task`` (text prompts) on the model of ``source``, which has no tokenizer: the fix
+    that applies to that kind of source."""
+    head = f"task {task!r} has text prompts, which need a tokenizer, and the model {source} has none; "
+    if source.startswith("memory:"):
+        fix = ("pass its tokenizer: circuits.load_model(hf_model, tokenizer=tok) (a transformers tokenizer or a "
+               "circuitstat one), or set model.tokenizer = circuitstat.circuits.inmemory.as_tokenizer(tok)")
+    elif source.startswith("random:"):
+        fix = ("add vocab_size=50257 to the random: spec, which attaches the bundled GPT-2 tokenizer "
+               "(e.g. random:gpt2?n_layer=2&n_head=4&n_embd=64&vocab_size=50257), or use a model directory with "
+               "a tokenizer")
+    else:
+        fix = "put the model's tokenizer.json (or its Hugging Face tokenizer files) in the model directory"
+    return head + fix + "; the induction task works on any vocabulary"
+
+
+def precheck_task(source: str, name: str, *, n: int = 64, seed: int = 0, metric: str | None = None,
+                  **options) -> None:
+    """None, after checking task ``name`` against the tokenizer ``source`` (resolved) brings, without building its
+    model: a missing tokenizer, or a task file's every bad row and column (the file is built with the tokenizer),
+    is an InputError in seconds where the model would take minutes. The checks against the model (vocabulary,
+    context) stay in :func:`build_task`; other tasks are built there only, once."""
+    from circuitstat.circuits.loading import source_tokenizer
+    from circuitstat.circuits.tasks import file_task, make_task
+    from circuitstat.circuits.tasks.files import read_task_frame, row_problems
+    from circuitstat.circuits.tasks.registry import task_builder
+    from circuitstat.core.source_names import recorded_source
+
+    if name == "induction":
+        return
+    is_file = task_builder(name)[0] is file_task
+    if is_file:
+        problems = row_problems(read_task_frame(name, n))  # no tokenizer needed: named even when there is none
+        if problems:
+            raise InputError(f"task file {name}: " + "; ".join(problems) + "; fill or drop these rows")
+    tok = source_tokenizer(source)
+    if tok is None:
+        raise InputError(no_tokenizer_message(name, recorded_source(source)))
+    if is_file:
+        kwargs = dict(options) if metric is None else {**options, "metric": metric}
+        make_task(name, tokenizer=tok, n=n, seed=seed, **kwargs)
 
 
 ZOO_MODEL = re.compile(r"seed-(0|[1-9][0-9]{0,8})")

@@ -178,13 +178,48 @@ class AuditSpec(_RunOptions):
         return list(self.models) if self.models is not None else [self.model]
 
 
-def _format_error(exc: ValidationError, source: str) -> str:
+def _fields_at(model: Any, loc: tuple) -> list[str]:
+    """The keys the spec class ``model`` accepts at location ``loc`` (nested specs, lists of them); [] if unknown."""
+    import typing
+
+    for part in loc:
+        if isinstance(part, int):
+            continue  # a list index: the element type was taken with the field below
+        fields = getattr(model, "model_fields", None)
+        if not fields or part not in fields:
+            return []
+        hint, model = fields[part].annotation, None
+        todo = [hint]
+        while todo and model is None:  # Optional[Spec], list[Spec], Annotated[...]: find the spec class inside
+            h = todo.pop()
+            if isinstance(h, type) and issubclass(h, BaseModel):
+                model = h
+            else:
+                todo += list(typing.get_args(h))
+        if model is None:
+            return []
+    return list(getattr(model, "model_fields", {}))
+
+
+def _unknown_key(loc: tuple, model: Any) -> str:
+    """'unknown key', with the nearest allowed key (``method`` -> did you mean 'methods'?) and the allowed keys."""
+    import difflib
+
+    allowed = _fields_at(model, tuple(loc[:-1])) if model is not None else []
+    if not allowed:
+        return "unknown key"
+    close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown key; {hint}the keys here are {', '.join(allowed)}"
+
+
+def _format_error(exc: ValidationError, source: str, model: Any = None) -> str:
     parts = []
     for err in exc.errors()[:5]:
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            msg = "unknown key"
+            msg = _unknown_key(tuple(err["loc"]), model)
         if err["type"] == "literal_error":
             msg = f"{msg.replace('Input should be', 'must be')}"
         parts.append(f"{where}: {msg}")
@@ -200,7 +235,7 @@ def validate_spec(model: type[_M], data: Any, source: str, *, kind: str = "spec"
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise InputError(_format_error(exc, source).replace("invalid spec", f"invalid {kind}", 1)) from None
+        raise InputError(_format_error(exc, source, model).replace("invalid spec", f"invalid {kind}", 1)) from None
 
 
 def parse_spec(data: Any, source: str = "<spec>") -> AuditSpec:

@@ -131,14 +131,15 @@ class DataLevelEstimates:
 
 
 def check_data_level(n_obs: int, plan_kind: str, n_outer: int, n_inner: int) -> str | None:
-    """Return why a data-level interval cannot be computed here (None when it can)."""
-    if plan_kind != "bootstrap":
-        return (f"data-level intervals need an ordinary bootstrap plan (the plug-in estimate of "
-                f"J_N is over size-N bootstrap resamples), got {plan_kind!r}")
+    """Return why a data-level interval cannot be computed here, every reason that applies (None when it can)."""
+    why = []
     if n_obs < MIN_OBS:
-        return (f"data-level intervals need at least {MIN_OBS} examples, got N = {n_obs}; "
-                "attribute more prompts")
-    return None
+        why.append(f"at least {MIN_OBS} examples, got N = {n_obs} (attribute more prompts)")
+    if plan_kind != "bootstrap":
+        # the plug-in estimate of J_N is over size-N bootstrap resamples of the examples
+        why.append(f"an ordinary bootstrap of the examples, got a {plan_kind} plan"
+                   + (" (set bootstrap scheme 'examples')" if plan_kind == "cluster" else ""))
+    return ("data-level intervals need " + ", and ".join(why)) if why else None
 
 
 def _check_counts(n_outer: int, n_inner: int, confidence_level: float, method: str) -> None:

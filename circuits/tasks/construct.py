@@ -21,6 +21,20 @@ def _pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torc
     return ids, mask
 
 
+def _length_problem(clean: Sequence[Sequence[int]], corrupted: Sequence[Sequence[int]]) -> str | None:
+    """The rows whose clean and corrupted prompts differ in token length, with the fix; None when none do."""
+    n = len(clean)
+    unequal = [i for i in range(n) if len(clean[i]) != len(corrupted[i])]
+    if not unequal:
+        return None
+    detail = "; ".join(f"row {i}: clean {len(clean[i])} tokens, corrupted {len(corrupted[i])}"
+                       for i in unequal[:MAX_ROWS_SHOWN])
+    return (f"{len(unequal)} of {n} rows have clean and corrupted prompts of different "
+            f"token lengths (rows {rows_str(unequal)}; {detail}). Fix: make each corrupted prompt "
+            "tokenize to as many tokens as its clean prompt (swap words that are single tokens in this "
+            "tokenizer), or drop these rows")
+
+
 def task_from_token_lists(
     name: str,
     clean: Sequence[Sequence[int]],
@@ -46,16 +60,7 @@ def task_from_token_lists(
         raise TaskValidationError(
             f"task {name!r}: rows {rows_str(empty)} have an empty clean or corrupted prompt; drop or fill them"
         )
-    unequal = [i for i in range(n) if len(clean[i]) != len(corrupted[i])]
-    if unequal:
-        detail = "; ".join(f"row {i}: clean {len(clean[i])} tokens, corrupted {len(corrupted[i])}"
-                           for i in unequal[:MAX_ROWS_SHOWN])
-        raise TaskValidationError(
-            f"task {name!r}: {len(unequal)} of {n} rows have clean and corrupted prompts of different "
-            f"token lengths (rows {rows_str(unequal)}; {detail}). Fix: make each corrupted prompt "
-            "tokenize to as many tokens as its clean prompt (swap words that are single tokens in this "
-            "tokenizer), or drop these rows"
-        )
+    _raise_problems(name, [_length_problem(clean, corrupted)])
     c_ids, mask = _pad(clean, pad_id)
     x_ids, _ = _pad(corrupted, pad_id)
     return Task(name=name, clean=c_ids, corrupted=x_ids, attention_mask=mask,
@@ -64,14 +69,14 @@ def task_from_token_lists(
                 group=None if group is None else torch.as_tensor(list(group), dtype=torch.long), **kw)
 
 
-def _single_token_ids(tokenizer, values: Sequence, column: str, task_name: str) -> list[int]:
-    """Token ids of answer strings (each must be exactly one token) or integer ids as given."""
-    ids, bad = [], []
+def _answer_ids(tokenizer, values: Sequence, column: str) -> tuple[list[int], str | None]:
+    """(token ids of answer strings, each meant to be one token, or integer ids as given; the problem with
+    ``column``'s values, naming every bad row, or None)."""
     not_ids = [i for i, v in enumerate(values) if isinstance(v, (bool, np.bool_, float, np.floating))]
     if not_ids:
-        raise TaskValidationError(
-            f"task {task_name!r}: {column} in rows {rows_str(not_ids)} is true/false or a decimal number; "
-            "give each answer as a string (one token, e.g. \" Mary\") or as an integer token id")
+        return [], (f"{column} in rows {rows_str(not_ids)} is true/false or a decimal number; give each answer "
+                    "as a string (one token, e.g. \" Mary\") or as an integer token id")
+    ids, bad = [], []
     for i, v in enumerate(values):
         if isinstance(v, (int, np.integer)):
             ids.append(int(v))
@@ -79,23 +84,36 @@ def _single_token_ids(tokenizer, values: Sequence, column: str, task_name: str) 
         toks = tokenizer.encode(str(v))
         if len(toks) != 1:
             bad.append((i, v, toks))
-            ids.append(-1)
-        else:
-            ids.append(toks[0])
-    if bad:
-        detail = "; ".join(
-            f"row {i}: {v!r} -> {len(t)} tokens {[tokenizer.decode([x]) for x in t]}" for i, v, t in bad[:MAX_ROWS_SHOWN]
-        )
-        hint = ""
-        if any(isinstance(v, str) and not v.startswith(" ") and tokenizer.encode(" " + v).__len__() == 1
-               for _, v, _ in bad):
-            hint = " (a leading space often helps: ' Mary' is one GPT-2 token, 'Mary' may not be)"
-        raise TaskValidationError(
-            f"task {task_name!r}: {len(bad)} {column} values are not single tokens in tokenizer "
-            f"{getattr(tokenizer, 'name', '?')!r} (rows {rows_str([b[0] for b in bad])}; {detail}). "
-            f"Fix: use answers that encode to exactly one token{hint}, or give token ids"
-        )
+        ids.append(toks[0] if len(toks) == 1 else -1)
+    if not bad:
+        return ids, None
+    detail = "; ".join(
+        f"row {i}: {v!r} -> {len(t)} tokens {[tokenizer.decode([x]) for x in t]}" for i, v, t in bad[:MAX_ROWS_SHOWN]
+    )
+    hint = ""
+    if any(isinstance(v, str) and not v.startswith(" ") and len(tokenizer.encode(" " + v)) == 1 for _, v, _ in bad):
+        hint = " (a leading space often helps: ' Mary' is one GPT-2 token, 'Mary' may not be)"
+    return ids, (f"{len(bad)} {column} values are not single tokens in tokenizer "
+                 f"{getattr(tokenizer, 'name', '?')!r} (rows {rows_str([b[0] for b in bad])}; {detail}). "
+                 f"Fix: use answers that encode to exactly one token{hint}, or give token ids")
+
+
+def _single_token_ids(tokenizer, values: Sequence, column: str, task_name: str) -> list[int]:
+    """Token ids of answer strings (each must be exactly one token) or integer ids as given."""
+    ids, problem = _answer_ids(tokenizer, values, column)
+    if problem:
+        raise TaskValidationError(f"task {task_name!r}: {problem}")
     return ids
+
+
+def _raise_problems(name: str, problems: Sequence[str]) -> None:
+    """None when ``problems`` is empty; else one TaskValidationError naming all of them (each row and column)."""
+    problems = [p for p in problems if p]
+    if len(problems) == 1:
+        raise TaskValidationError(f"task {name!r}: {problems[0]}")
+    if problems:
+        raise TaskValidationError(f"task {name!r} has {len(problems)} problems: "
+                                  + " | ".join(f"({i}) {p}" for i, p in enumerate(problems, 1)))
 
 
 def task_from_texts(
@@ -120,8 +138,10 @@ def task_from_texts(
     enc = getattr(tokenizer, "encode_batch", None) or (lambda xs: [tokenizer.encode(x) for x in xs])
     c_tok = [bos + ids for ids in enc([str(x) for x in clean])]
     x_tok = [bos + ids for ids in enc([str(x) for x in corrupted])]
-    ans = _single_token_ids(tokenizer, answer, "answer", name)
-    wrong = _single_token_ids(tokenizer, wrong_answer, "wrong_answer", name)
+    ans, ans_problem = _answer_ids(tokenizer, answer, "answer")
+    wrong, wrong_problem = _answer_ids(tokenizer, wrong_answer, "wrong_answer")
+    # every problem of every column at once: a user fixes a file in one pass, not one error per run
+    _raise_problems(name, [ans_problem, wrong_problem, _length_problem(c_tok, x_tok)])
     grp = None
     if group is not None:
         grp = _group_codes(group)

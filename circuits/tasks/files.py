@@ -43,6 +43,40 @@ def _read_frame(path: Path):
     raise TaskValidationError(f"{path}: unknown task file type {suffix!r}; use .jsonl, .csv or .parquet")
 
 
+def row_problems(df) -> list[str]:
+    """One line per column of a task file's frame that has empty values (or, for the prompts, empty strings),
+    naming its rows: every bad row and column at once."""
+    cols = list(FILE_COLUMNS) + (["group"] if "group" in df.columns else [])
+    out = []
+    for c in cols:
+        null = [int(i) for i in np.flatnonzero(df[c].isna().to_numpy())]
+        blank = ([int(i) for i in np.flatnonzero(df[c].astype(str).str.len().to_numpy() == 0) if i not in null]
+                 if c in ("clean", "corrupted") else [])
+        if null:
+            out.append(f"rows {rows_str(null)} have empty values in column {c!r}")
+        if blank:
+            out.append(f"rows {rows_str(blank)} have an empty prompt in column {c!r}")
+    return out
+
+
+def read_task_frame(path: str | os.PathLike, n: int | None = None):
+    """The first ``n`` rows (all when None) of task file ``path`` as a DataFrame, after the checks that need no
+    tokenizer: it exists, has the columns and rows; TaskValidationError naming the problem."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise TaskValidationError(f"task file {p} does not exist")
+    df = _read_frame(p)
+    missing = [c for c in FILE_COLUMNS if c not in df.columns]
+    if missing:
+        raise TaskValidationError(
+            f"task file {p}: missing column(s) {missing} (found {list(df.columns)}); a task file needs "
+            f"columns {list(FILE_COLUMNS)} and optionally 'group'"
+        )
+    if len(df) == 0:
+        raise TaskValidationError(f"task file {p} has no rows (empty data); add examples")
+    return df if n is None else df.iloc[: int(n)]
+
+
 def file_task(
     path: str | os.PathLike,
     tokenizer,
@@ -57,30 +91,13 @@ def file_task(
     (and optional ``group``). Answers are strings (each one token, e.g. " Mary") or integer ids.
     ``n`` keeps the first n rows."""
     p = Path(path).expanduser()
-    if not p.exists():
-        raise TaskValidationError(f"task file {p} does not exist")
-    df = _read_frame(p)
+    df = read_task_frame(p, n)
     task_name = name or p.stem
-    missing = [c for c in FILE_COLUMNS if c not in df.columns]
-    if missing:
-        raise TaskValidationError(
-            f"task file {p}: missing column(s) {missing} (found {list(df.columns)}); a task file needs "
-            f"columns {list(FILE_COLUMNS)} and optionally 'group'"
-        )
-    if len(df) == 0:
-        raise TaskValidationError(f"task file {p} has no rows (empty data); add examples")
-    if n is not None:
-        df = df.iloc[: int(n)]
-    cols = list(FILE_COLUMNS) + (["group"] if "group" in df.columns else [])
-    null_rows = sorted({int(i) for c in cols for i in np.flatnonzero(df[c].isna().to_numpy())})
-    if null_rows:
-        raise TaskValidationError(
-            f"task file {p}: rows {rows_str(null_rows)} have empty values in {cols}; fill or drop them"
-        )
-    empty = sorted(int(i) for c in ("clean", "corrupted")
-                   for i in np.flatnonzero(df[c].astype(str).str.len().to_numpy() == 0))
-    if empty:
-        raise TaskValidationError(f"task file {p}: rows {rows_str(empty)} have an empty prompt; fill or drop them")
+    problems = row_problems(df)
+    if problems:
+        raise TaskValidationError(f"task file {p}: " + "; ".join(problems) + "; fill or drop these rows")
+    if tokenizer is None:
+        raise TaskValidationError(f"task {task_name!r} has text prompts: pass the model's tokenizer")
 
     def col(c):
         vals = df[c].tolist()

@@ -181,12 +181,14 @@ def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: b
     from circuitstat.circuits.attribution import check_options
     from circuitstat.core.errors import InputError
 
-    from circuitstat.pipelines.build import build_task, check_device, check_work, n_columns, resolve_source, task_positions
+    from circuitstat.pipelines.build import build_task, check_device, check_work, n_columns, precheck_task, resolve_source, task_positions
 
     for method in spec.methods:
         check_options(method, spec.level, spec.ablation, batch_size=spec.batch_size, ig_steps=spec.ig_steps)
     device = check_device(spec.device)
     sources = [resolve_source(s) for s in spec.sources]
+    precheck_task(sources[0], spec.task.name, n=spec.task.n, seed=spec.task.seed, metric=spec.task.metric,
+                  **spec.task.options)  # a bad task file or a missing tokenizer: named before any model is built
     model = load_audit_model(spec, sources[0], device, allow_pickle=allow_pickle, allow_large=allow_large)
     check_work(model, spec.task.n, level=spec.level, n_matrices=len(spec.methods),
                positions=task_positions(spec.task.name, spec.task.options),

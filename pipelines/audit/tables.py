@@ -34,12 +34,16 @@ def edge_stats_table(S: np.ndarray, names: list[str], method: str, plan, spec: A
             "n": np.full(E, S.shape[0], dtype=np.int64),
             "ci_method": [boot.method] * E, "estimand": [boot.estimand] * E,
             "tail_share": np.asarray(boot.tail_share, dtype=np.float64),
-            "interval_reliable": np.asarray(boot.reliable, dtype=bool)}
+            "interval_reliable": np.asarray(boot.reliable, dtype=bool),
+            "n_clusters": np.full(E, plan.describe().get("n_clusters", S.shape[0]), dtype=np.int64),
+            "ci_method_note": [boot.params["method_reason"]] * E,
+            "p_floor": np.full(E, boot.params["pvalue_floor"], dtype=np.float64)}
 
 
 # the per-k columns of circuit_stability that the stability_vs_k table carries (core/schema.py says what
 # each covers: jaccard_ci_* / phi_ci_* are Monte Carlo spread, jaccard_data* / jaccard_pop* / phi_data* data-level)
-STABILITY_COLUMNS = tuple(c for c in columns("stability_vs_k") if c not in ("method", "k", "spearman_mean", "tie_rule"))
+STABILITY_COLUMNS = tuple(c for c in columns("stability_vs_k")
+                          if c not in ("method", "k", "spearman_mean", "tie_rule", "data_level_note"))
 
 
 def stability_tables(S: np.ndarray, names: list[str], method: str, plan, ks: list[int], spec: AuditSpec,
@@ -55,6 +59,8 @@ def stability_tables(S: np.ndarray, names: list[str], method: str, plan, ks: lis
         stab[c] = v.astype(np.int64) if c == "consensus_size" else v.astype(np.float64)
     stab["spearman_mean"] = np.full(len(res.ks), res.spearman_mean)
     stab["tie_rule"] = [TIE_RULE] * len(res.ks)
+    data_level = res.params.get("data_level") or {}
+    stab["data_level_note"] = [data_level.get("reason") or ""] * len(res.ks)
     ki, ei = np.nonzero(res.inclusion_counts)
     inc = {"method": [method] * len(ki), "k": res.ks[ki].astype(np.int64), "edge": ei.astype(np.int64),
            "name": [names[e] for e in ei], "frequency": res.inclusion_counts[ki, ei] / res.n_resamples}

@@ -75,9 +75,21 @@ def _eval_edge_effect(c: EdgeEffectClaim, run: RunReader) -> tuple[bool, dict, s
     label = f"{c.edge} ({c.method}): estimate {fmt(est)} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]"
     if not sign_ok:
         return False, obs, f"{label} is not {c.sign}"
+    floor = _at_p_floor(run, c.table, method=c.method, name=c.edge)
     if q > c.max_q:
-        return False, obs, f"{label}, q = {cmp_text(q, c.max_q, '>')}: not significant after BH"
-    return True, obs, f"{label} is {c.sign}, q = {cmp_text(q, c.max_q, '<=')}"
+        return False, obs, f"{label}, q = {cmp_text(q, c.max_q, '>')}: not significant after BH{floor}"
+    return True, obs, f"{label} is {c.sign}, q = {cmp_text(q, c.max_q, '<=')}{floor}"
+
+
+def _at_p_floor(run: RunReader, table: str, **eq) -> str:
+    """'' or a note that the edge's p-value sits at its resampling floor 1/(B+1), so B sets its q-value."""
+    if not {"p", "p_floor"} <= set(run.table(table, []).column_names):
+        return ""  # a run from before edge_stats recorded the floor
+    r = run.rows(table, ["p", "p_floor"], **eq)[0]
+    p, f = r["p"], r["p_floor"]
+    if p is None or f is None or not f > 0 or math.isnan(p) or p > f * (1 + 1e-9):
+        return ""
+    return f" (its p-value sits at the resampling floor 1/(B+1) = 1/{round(1 / f):,}: the resample count sets q)"
 
 
 def _eval_head_stability(c: HeadStabilityClaim, run: RunReader) -> tuple[bool, dict, str]:

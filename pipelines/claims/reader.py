@@ -168,9 +168,26 @@ def scalar(run: RunReader, table: str, stat: str, what: str, **eq: Any) -> float
                          "narrow the claim (e.g. give k, match or pairs)")
     v = vals[0]
     if v is None or (isinstance(v, float) and math.isnan(v)):
-        raise ClaimError(f"{stat} for {what} is undefined (NaN) in the run; it cannot be checked "
-                         "(too few resamples or a degenerate statistic)", observed={stat: v})
+        why = nan_reason(run, table, stat, eq) or "too few resamples or a degenerate statistic"
+        raise ClaimError(f"{stat} for {what} is undefined (NaN) in the run; it cannot be checked ({why})",
+                         observed={stat: v})
     return float(v)
+
+
+# the column in which a table records why a statistic is NaN (the same words the report shows)
+NAN_NOTES = {"stability_vs_k": (("jaccard_data", "jaccard_pop", "phi_data"), "data_level_note"),
+             "faithfulness_vs_k": (("f_selected", "fold_circuit_jaccard"), "f_selected_note")}
+
+
+def nan_reason(run: RunReader, table: str, stat: str, eq: dict) -> str:
+    """Why the run's ``table`` records ``stat`` as NaN in the rows ``eq``, as its stage wrote it ('' when unknown)."""
+    prefixes, note = NAN_NOTES.get(table.rsplit("/", 1)[-1], ((), ""))
+    if table.endswith("faithfulness_vs_k") and stat in ("cpr", "cmd"):
+        note, prefixes = "area_note", (stat,)
+    if not note or not stat.startswith(prefixes) or note not in run.table(table, []).column_names:
+        return ""
+    found = {str(r[note]) for r in run.rows(table, [note], **eq) if r.get(note)}
+    return "; ".join(sorted(found))
 
 
 def require_reliable(run: RunReader, table: str, stat: str, what: str, **eq: Any) -> None:

@@ -130,6 +130,9 @@ def attribute_command(
         None, "--max-memory", help="memory budget such as 2GiB: batch size and exact's rows are chosen to fit it"),
     plan: bool = typer.Option(False, "--plan",
                               help="print each method's edges, passes, FLOPs, memory and estimated time; run nothing"),
+    ranking: Ranking = typer.Option("absolute", "--ranking",
+                                    help="order of the printed top 10: by |mean| (absolute) or by signed mean "
+                                         "(signed); the scores written do not depend on it"),
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
@@ -138,7 +141,9 @@ def attribute_command(
     A task file (.jsonl, .csv or .parquet) has one example per row with columns clean, corrupted
     (the same number of tokens), answer and wrong_answer (one token each, e.g. " Mary"), and
     optionally group (the template, kept whole by cluster bootstraps and cross-fitting folds); see
-    docs/usage.md for a five-row example. The examples are computed in chunks, each saved in
+    docs/usage.md for a five-row example. Text prompts need the model's tokenizer: a random: model has one
+    only with vocab_size=50257 (the bundled GPT-2 tokenizer). The file is checked before the model is built,
+    every bad row and column named. The examples are computed in chunks, each saved in
     OUT/checkpoints as soon as it is finished: a killed run continues where it stopped when the same
     command is run again. Cost: --plan prints each method's estimated time on this machine first."""
     from circuitstat.circuits.attribution import check_options
@@ -170,16 +175,24 @@ def attribute_command(
                         ablation=ablation, input_node=input_node, n=n,
                         batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
                         budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force)
-    _print_top(sm, method, level, out)
+    _print_top(sm, method, level, out, ranking=ranking.value)
 
 
-def _print_top(sm, method: str, level: str, out: Path, top: int = 10) -> None:
-    """The ``top`` scores by |mean| of a finished attribution run, with their SD over examples."""
+def _print_top(sm, method: str, level: str, out: Path, top: int = 10, ranking: str = "absolute") -> None:
+    """The ``top`` scores of a finished attribution run by ``ranking`` (circuitstat.core.topk: |mean| or signed mean;
+    ties: the lower index first), with their SD over examples."""
+    import numpy as np
+
+    from circuitstat.core.topk import ranking_key
+
     mean = sm.mean()
     sd = sm.scores.std(0, ddof=1) if sm.n_examples > 1 else mean * 0
+    key = ranking_key(np.asarray(mean, dtype=np.float64), ranking)
+    order = np.lexsort((np.arange(key.size), -key))[:top]
     echo(f"{method} scores ({sm.metric}) for {len(sm.names)} {level}s on {sm.n_examples} examples -> {out}")
+    echo(f"top {len(order)} by {'|mean|' if ranking == 'absolute' else 'signed mean'} (--ranking {ranking})")
     echo(f"{'rank':>4}  {'mean':>10}  {'sd':>9}  name")
-    for r, i in enumerate(abs(mean).argsort()[::-1][:top], 1):
+    for r, i in enumerate(order, 1):
         echo(f"{r:>4}  {mean[i]:>10.4f}  {sd[i]:>9.4f}  {sm.names[i]}")
 
 
@@ -194,9 +207,10 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
     from circuitstat.circuits.limits import MAX_BYTES, format_bytes
     from circuitstat.circuits.plan import weight_bytes
     from circuitstat.circuits.skeleton import load_skeleton
-    from circuitstat.pipelines.build import build_task, check_work, resolve_source, task_positions
+    from circuitstat.pipelines.build import build_task, check_work, precheck_task, resolve_source, task_positions
     from circuitstat.pipelines.plan import TIMING_BYTES, plan_lines
 
+    precheck_task(resolve_source(source), task, n=n, seed=seed, metric=metric, **options)
     skeleton = load_skeleton(resolve_source(source), allow_pickle=allow_pickle, allow_large=allow_large)
     skeleton = skeleton.to(dtype=torch_dtype(dtype))  # on meta: only the itemsize changes
     check_work(skeleton, n, level=level, positions=task_positions(task, options), allow_large=allow_large)

@@ -61,17 +61,23 @@ def forest_section(T: Tables, methods: Sequence[str]) -> str:
             p.raw(f'<text x="{p.right + 6:.1f}" y="{p.y(y) + 3:.1f}" font-size="{FONT - 2}" fill="{col[m]}">'
                   f'q={esc(fmt_p(per[m][e].get("q")))}{" ! few prompts" if bad else ""}</text>')
             r = per[m][e]
-            table.append([name_of[e], m, c, r.get("se"), r.get("p"), r.get("q"), r.get("n")])
+            units = r.get("n_clusters")  # absent (older runs) or unset: the prompts were the units
+            table.append([name_of[e], m, c, r.get("se"), r.get("p"), r.get("q"), r.get("n"),
+                          units if units is not None and units > 0 else r.get("n")])
         p.legend(m, col[m], "point")
     labels = [name_of.get(e, str(e)) for e in top.tolist()]
     p.axes("mean effect with 95% CI", "", yticks=[n - 1 - i for i in range(n)],
            ytick_labels=[s if len(s) <= 32 else s[:31] + "…" for s in labels])
     table.sort(key=lambda row: (labels.index(row[0]), meth.index(row[1])))
     cols = [("edge", "text"), ("method", "text"), ("estimate [95% CI]", "ci"), ("SE", "num"), ("p", "p"),
-            ("q (BH)", "p"), ("n", "int")]
+            ("q (BH)", "p"), ("n", "int"), ("units resampled", "int")]
     tbl = html_table(cols, table, shown_note=shown(n, n_edges, "edges", f"top by |estimate| of {ref}"))
     est = every[0].estimand if every else ""
     cap = (f"Top {n} edges by |estimate| of {ref}, each with its 95% interval per method (it covers {est}); q = "
            "Benjamini–Hochberg adjusted p-value over all edges; a hollow point and '! few prompts' mark an interval "
            "a few prompts carry (interval_reliable = false), which cannot back a claim. The vertical line is zero.")
+    from circuitstat.reports.verdicts.build import resampling_notes
+
+    notes = resampling_notes(sub(t, np.array(strs(t, "method")) == ref))
+    cap += "".join(f" {n}" for n in notes)  # cluster resampling and the p-value floor, as the verdict says them
     return figure(p.svg(), cap, tbl, below=True)

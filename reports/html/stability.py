@@ -72,6 +72,9 @@ def stability_section(T: Tables, methods: Sequence[str]) -> str:
            "Table: also the Jaccard of this dataset's circuit to the population's and Nogueira's Φ, each with its "
            "data-level interval. The Monte Carlo spread of one dataset's resample circuits is not an interval for "
            "the data and is left out; stability_vs_k records no per-row reliability flag.")
+    notes = sorted({str(r.get("data_level_note") or "") for m in meth for r in per[m]} - {""})
+    if notes:  # why the data-level columns are NaN, as the stage recorded it (the verdict says the same)
+        cap = "No data-level interval: " + "; ".join(notes) + ". " + cap
     if not data_level:
         cap = ("This run predates the data-level stability intervals (rerun the audit): the curve is the data-level "
                "estimate where present, and no interval is drawn. " + cap)

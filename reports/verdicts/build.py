@@ -52,7 +52,8 @@ def choose_k(T: Tables, method: str) -> tuple[int | None, str]:
         if chosen is not None:
             return chosen, (f"the smallest k whose {what} faithfulness lower bound, like every larger k's, is ≥ {BAR} "
                             f"(fixed-sequence test down from k = {grid[0]})")
-        return grid[0], f"no k reaches a {what} faithfulness lower bound of {BAR}, so the largest k"
+        return grid[0], (f"no k reaches a {what} faithfulness lower bound of {BAR}, so the circuit shown is the largest "
+                         f"k of the grid; no circuit of the grid is shown to be faithful")
     return ks[0], "faithfulness was not run, so the smallest k of the grid"
 
 
@@ -122,14 +123,16 @@ def _stability_line(r: _Run) -> list[Line]:
     if "jaccard_data_ci_low" not in row:
         return [Line("stability", "no data-level interval", "unsure",
                      ("this run predates data-level stability intervals; rerun the audit to get them",), "stability")]
+    note = str(row.get("data_level_note") or "")  # why the stage computed no data-level interval, as it said
     ci = Ci.of("stability_vs_k", row, ("method", "k"), "jaccard_data_ci", est="jaccard_data",
-               unavailable="undefined in stability_vs_k")
+               unavailable="not computed" if note else "undefined in stability_vs_k")
     chance = row.get("jaccard_chance")
     verdict, tone = against_bar(ci, "stable", "unstable")
     if tone == "good" and chance is not None and not ci.lo > chance:
         verdict, tone = "no better than chance", "bad"
+    why = f": {note}" if note and not ci.defined else ""
     parts = (f"expected Jaccard between the top-{r.k} circuits of two independent sets of {_prompts(r)} ", ci,
-             f"; bar {BAR}, chance {fmt(chance)}")
+             f"{why}; bar {BAR}, chance {fmt(chance)}")
     return [Line("stability", verdict, tone, parts, "stability")]
 
 
@@ -211,6 +214,46 @@ def _claim_lines(r: _Run) -> list[Line]:
     return out
 
 
+def resampling_notes(es: pa.Table | None) -> tuple[str, ...]:
+    """What the resampling behind edge_stats' intervals and q-values cannot show (one method's rows): the
+    templates a cluster bootstrap resampled whole (n says prompts) and why its interval method is what it is; the
+    edges whose p-value sits at the resampling floor 1/(B+1), whose q-values the resample count sets."""
+    if es is None or not es.num_rows:
+        return ()
+    out = []
+    cols, E = es.column_names, es.num_rows
+    n = int(np.nanmax(num(es, "n"))) if "n" in cols else None
+    units = int(np.nanmax(num(es, "n_clusters"))) if "n_clusters" in cols else None
+    method = str(es.column("ci_method")[0].as_py()) if "ci_method" in cols else "?"
+    note = str(es.column("ci_method_note")[0].as_py() or "") if "ci_method_note" in cols else ""
+    clustered = bool(n and units and 0 < units < n)
+    distinct = math.comb(2 * units - 1, units) if clustered else 0
+    if clustered:
+        out.append(f"Edges: a cluster bootstrap resampled the {units} templates whole, not the {n} prompts (n = {n}, "
+                   f"{units} independent units; at most {distinct:,} distinct resamples); interval {method}"
+                   + (f": {note}." if note else "."))
+    if "p_floor" in cols and "p" in cols:
+        floor, p, q = num(es, "p_floor"), num(es, "p"), num(es, "q")
+        at = (floor > 0) & np.isfinite(p) & (p <= floor * (1 + 1e-9))
+        if at.any():
+            f = float(np.nanmax(floor[at]))
+            b = int(round(1 / f)) - 1
+            qs = q[at & np.isfinite(q)]
+            qtext = f"q = {fmt(float(qs.min()), 2)}" if qs.size and qs.min() == qs.max() else (
+                f"q {fmt(float(qs.min()), 2)} to {fmt(float(qs.max()), 2)}" if qs.size else "q undefined")
+            if clustered and distinct <= b:  # the resampled means take at most `distinct` values
+                fix = (f"More resamples cannot resolve them: {units} templates allow at most {distinct:,} distinct "
+                       "resamples; add templates (groups).")
+            else:
+                fix = "More resamples (bootstrap.n_resamples) resolve them" + (
+                    "." if clustered else "; or bootstrap.ci_method: t gives analytic Student-t p-values (no floor).")
+            out.append(f"p-values: {int(at.sum()):,} of {E:,} edges sit at the resampling floor 1/(B+1) = 1/{b + 1:,} "
+                       f"({qtext}): their p-values are at most that, so their q-values are set by B = {b:,} resamples, "
+                       f"not by the data, and cannot order those edges; an edge alone at the floor would get "
+                       f"q = {fmt(min(1.0, E * f), 2)}. {fix}")
+    return tuple(out)
+
+
 def _rules(lines: list[Line], level: float, n_edges: int | None) -> tuple[str, ...]:
     """The rules of the verdicts present, multiplicity included."""
     have = {ln.label for ln in lines}
@@ -250,4 +293,7 @@ def verdict(run_dir: str | Path) -> Verdict:
                   _claim_lines):
         lines += build(r)
     n_edges = where(es, method=method).num_rows if method and es is not None else None
-    return Verdict(T.dir, method, k, tuple(lines), tuple(missing(T)), _rules(lines, level, n_edges), level)
+    rules = _rules(lines, level, n_edges)
+    if any(ln.label == "top edges" for ln in lines):
+        rules += resampling_notes(where(es, method=method))
+    return Verdict(T.dir, method, k, tuple(lines), tuple(missing(T)), rules, level)

@@ -48,8 +48,12 @@ def bootstrap_edges(S: np.ndarray, plan: ResamplingPlan | None = None, *,
         check_score_matrix(S, plan)  # raises with the fix named
     if n_obs < 2:
         raise ValueError("the bootstrap needs at least 2 examples (N >= 2)")
+    method_reason = "as asked"
     if method is None:
         method = "bca" if plan.kind == "cluster" else DEFAULT_METHOD
+        method_reason = ("the default for a cluster bootstrap: the i.i.d. standard error that studentizes does not "
+                         "hold when prompts share a template" if plan.kind == "cluster"
+                         else "the default, chosen by simulated coverage")
     if not 0.0 <= reliable_max_tail_share <= 1.0:
         raise ValueError(f"reliable_max_tail_share is a share of the total deviation and must "
                          f"lie in [0, 1], got {reliable_max_tail_share}")
@@ -73,9 +77,17 @@ def bootstrap_edges(S: np.ndarray, plan: ResamplingPlan | None = None, *,
               "plan": plan.describe(), "method": method, "methods": todo,
               "confidence_level": confidence_level, "alternative": alternative,
               "n_obs": n_obs, "n_edges": n_edges,
+              "method_reason": method_reason,
               "pvalue": f"inverts the {method} interval; qvalue = Benjamini-Hochberg",
+              "pvalue_floor": pvalue_floor(method, b),
               "reliable_max_tail_share": reliable_max_tail_share}
     return _edge_result(parts, reduce, method, confidence_level, b, edge_names, params, reliable_max_tail_share)
+
+
+def pvalue_floor(method: str, n_resamples: int) -> float:
+    """The smallest p-value ``method``'s interval-inverting p-value can take: 1/(B+1) for a resampling one
+    (circuitstat.stats.intervals.pvalues never reports less), 0 for the analytic t."""
+    return 0.0 if method == "t" else 1.0 / (int(n_resamples) + 1.0)
 
 
 @dataclass

@@ -88,7 +88,7 @@ def test_forest_table_has_the_known_edge_with_its_ci_flag_and_q(rendered):
     _, _, page = rendered
     rows = table_rows(page, "forest")
     header, body = rows[0], rows[1:]
-    assert header == ["edge", "method", "estimate [95% CI]", "SE", "p", "q (BH)", "n"]
+    assert header == ["edge", "method", "estimate [95% CI]", "SE", "p", "q (BH)", "n", "units resampled"]
     exact = [r for r in body if r[1] == "exact"]
     assert len(exact) == 20 and len([r for r in body if r[1] == "eap"]) == 20
     # the planted edge is the second largest of 'exact': its interval and q, formatted, in the second row
