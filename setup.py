@@ -6,12 +6,13 @@ is installed (they would collide with other distributions and with a user's own 
 else is declared in pyproject.toml.
 """
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 # the import root's own folder, then each layer's folder and its subpackages under circuitstat.<layer>
 LAYERS = {"core": "core", "circuits": "circuits", "stats": "stats", "pipelines": "pipelines", "reports": "reports"}
-# the service's Alembic migrations are scripts loaded by path (package data), not packages
-EXCLUDE = {"pipelines": ["service.migrations", "service.migrations.*"]}
+# Every folder is listed, data folders too (the service's templates, static files and Alembic migrations, loaded
+# by path): setuptools warns about each folder of package data that is not a listed package.
+EXCLUDE = ["__pycache__", "*.__pycache__"]
 
 package_dir = {"circuitstat": "circuitstat"}
 packages = ["circuitstat"]
