@@ -9,6 +9,7 @@ bare layer name is importable from an installed circuitstat, and build the wheel
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -101,9 +102,12 @@ def test_the_wheel_installs_one_root_with_every_subpackage_and_its_data(tmp_path
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("setup.py", "pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    done = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+    done = _run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", "-w",
                  str(tmp_path / "dist"), str(src)], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
+    # no setuptools warnings (a license table and unlisted data folders gave ~150 lines of them on install)
+    out = done.stdout + done.stderr
+    assert [ln for ln in out.splitlines() if re.search(r"(BuildBackend|SetuptoolsDeprecation)Warning", ln)] == []
     (wheel,) = (tmp_path / "dist").glob("circuitstat-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
@@ -117,4 +121,7 @@ def test_the_wheel_installs_one_root_with_every_subpackage_and_its_data(tmp_path
             assert f"circuitstat/{rel.as_posix()}" in names, rel
     assert "circuitstat/pipelines/service/templates/base.html" in names or any(
         n.startswith("circuitstat/pipelines/service/templates/") for n in names)
-    assert any(n.startswith("circuitstat/pipelines/service/migrations/versions/") for n in names)
+    for f in ("migrations/env.py", "migrations/script.py.mako", "migrations/versions/0001_initial.py"):
+        assert f"circuitstat/pipelines/service/{f}" in names, f  # the migrations ship (loaded by path)
+    meta = next(n for n in names if n.endswith("METADATA"))
+    assert "License-Expression: MIT" in zipfile.ZipFile(wheel).read(meta).decode()

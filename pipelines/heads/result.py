@@ -43,6 +43,16 @@ class FitContext:
     refit_counts: np.ndarray  # [R, K] all refits drawn
     patterns: list[np.ndarray] = field(default_factory=list)
 
+    @property
+    def n_refits(self) -> int:
+        """Number of refits (models)."""
+        return len(self.models)
+
+    @property
+    def targets(self) -> list[int]:
+        """The refits compared with the anchor."""
+        return [b for b in range(self.n_refits) if b != self.anchor]
+
 
 ESTIMANDS = {
     "refit_ci": "stability over the distribution of training seeds; layers, residual and summary: every refit an "

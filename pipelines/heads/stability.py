@@ -121,13 +121,6 @@ def _untrained_null(models: list, patterns: list[np.ndarray], ids: np.ndarray, m
 # =============================================================================================
 # Estimator
 # =============================================================================================
-    @property
-    def n_refits(self) -> int:
-        return len(self.models)
-
-    @property
-    def targets(self) -> list[int]:
-        return [b for b in range(self.n_refits) if b != self.anchor]
 
 
 class HeadStability(Estimator):
