@@ -41,7 +41,7 @@ def check_command(
         if record:
             raise InputError("--record writes into a local run; a server keeps each check with its job already")
         raise typer.Exit(check_remote(server, claims, str(run), junit, echo=echo))
-    from pipelines.claims import check, format_results, write_claims_table, write_junit
+    from pipelines.claims import check, format_results, record_check, write_junit
 
     if junit is not None and junit.is_dir():
         raise InputError(f"--junit {junit} is a directory; give a file path such as claims.xml")
@@ -65,10 +65,13 @@ def check_command(
             raise InputError(f"cannot write --junit {junit}: {e.strerror or e}") from None
         echo(f"JUnit XML -> {junit}")
     if record:
-        from reports.html import render_report
-
-        echo(f"claims table -> {write_claims_table(report.results, report.run_dir)}")
-        echo(f"report: {render_report(report.run_dir)}")
+        if c["error"]:  # a check that could not evaluate every claim is no verdict to record
+            echo(f"not recorded: {c['error']} claim(s) cannot be evaluated; fix them and check again with --record",
+                 err=True)
+        else:
+            table, page = record_check(report.results, report.run_dir)
+            echo(f"claims table -> {table}")
+            echo(f"report: {page}")
     raise typer.Exit(report.exit_code)
 
 

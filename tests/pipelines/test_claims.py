@@ -615,3 +615,34 @@ def test_the_zoo_tokens_example_parses_and_names_its_run_command():
     head = path.read_text().split("claims:")[0]
     assert "circuitstat tokens --model zoo:attn-only-2l/seed-0," in head and "--out /tmp/tokens-run" in head
     assert "circuitstat check examples/claims-zoo-tokens.yaml --run /tmp/tokens-run" in head
+
+
+def _files(run: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(run.iterdir()) if p.is_file()}
+
+
+def test_record_takes_the_run_lock_and_writes_nothing_when_it_is_held(tmp_path):
+    """Issue 38 adversarial 5: `check --record` wrote claims.parquet and report.html under a live lock holder."""
+    from reports.lock import DirLock
+
+    run = make_run(tmp_path / "run")
+    claims = _write(tmp_path / "c.yaml", {"claims": PASSING["claims"][:3]})
+    before = _files(run)
+    with DirLock(run / ".lock"):  # a live holder: this very process, as an audit writing the run would be
+        held = _files(run)
+        r = _invoke("check", claims, "--run", run, "--record")
+        assert r.exit_code == 2 and "not recorded" in r.output and "is locked by process" in r.output, r.output
+        assert _files(run) == held  # no claims.parquet, no report.html, the holder's lock untouched
+    assert _files(run) == before
+    r = _invoke("check", claims, "--run", run, "--record")  # released: recorded, and the lock is gone again
+    assert r.exit_code == 0 and (run / "claims.parquet").is_file() and (run / "report.html").is_file(), r.output
+    assert not (run / ".lock").exists()
+
+
+def test_record_of_a_check_that_cannot_evaluate_a_claim_writes_nothing(tmp_path):
+    run = make_run(tmp_path / "run")
+    doc = {"claims": PASSING["claims"][:1] + [{**PASSING["claims"][1], "k": 7}]}  # k=7 is not in the run's grid
+    before = _files(run)
+    r = _invoke("check", _write(tmp_path / "c.yaml", doc), "--run", run, "--record")
+    assert r.exit_code == 2 and "not recorded: 1 claim(s) cannot be evaluated" in r.output, r.output
+    assert _files(run) == before
