@@ -294,6 +294,7 @@ class QueryIn(BaseModel):
 def _query(svc: Service, principal: Principal, body: QueryIn) -> dict:
     import duckdb
 
+    from reports.integrity import IntegrityError
     from reports.query import json_rows, query
 
     runs = {}
@@ -305,6 +306,8 @@ def _query(svc: Service, principal: Principal, body: QueryIn) -> dict:
     with _queries:
         try:
             result = query(body.sql, runs)
+        except IntegrityError as e:  # a job's table changed on the server's disk (named by its job id)
+            raise Problem(409, f"{e} (ask the operator: the server's copy of this job changed)") from None
         except ValueError as e:  # not one SELECT, unknown table (lists the available ones), a column clash
             raise Problem(422, str(e)) from None
         except AttributeError:
