@@ -21,7 +21,13 @@ Format = choices("Format", "table", "csv", "json")  # output formats of `query`
 @app.command("check")
 def check_command(
     claims: Path = typer.Argument(..., help="claims file (YAML): published findings stated as bounds"),
-    run: Path | None = typer.Option(None, "--run", help="run directory of a finished audit (overrides 'run:' in the file)"),
+    run: Path | None = typer.Option(None, "--run", help="run directory of a finished audit or tokens run (overrides "
+                                    "'run:' in the file); a missing, unfinished or other kind of run is exit 2, "
+                                    "nothing written"),
+    run_audit: bool = typer.Option(False, "--run-audit",
+                                   help="run (or resume) the audit of the file's 'spec:' into the run directory "
+                                        "first when it is missing, unfinished or lacks what a claim needs (a new "
+                                        "directory or an audit's run only); without it check only reads"),
     junit: Path | None = typer.Option(None, "--junit", help="write JUnit XML (one testcase per claim) to this file"),
     allow_outside: bool = typer.Option(False, "--allow-outside",
                                        help="let the file's 'run:' and 'spec:' name paths outside its directory "
@@ -32,21 +38,26 @@ def check_command(
                                 help="write the verdicts into the run (claims.parquet) and re-render its report, "
                                      "whose verdict then lists one line per claim"),
 ) -> None:
-    """Check published claims against an audit run: exit 0 all hold, 1 any fails, 2 error."""
+    """Check published claims against a finished audit run: exit 0 all hold, 1 any fails, 2 error.
+
+    check only reads the run, unless --run-audit (runs the audit of the file's spec first) or --record
+    (writes the verdicts into the run, under its lock)."""
     if server is not None:
         from pipelines.service.client import check as check_remote
 
         if run is None:
             raise InputError("--server needs --run JOB_ID (the id `circuitstat submit` printed)")
-        if record:
-            raise InputError("--record writes into a local run; a server keeps each check with its job already")
+        if record or run_audit:
+            flag = "--record" if record else "--run-audit"
+            raise InputError(f"{flag} works on a local run; a server keeps each check with its job already")
         raise typer.Exit(check_remote(server, claims, str(run), junit, echo=echo))
     from pipelines.claims import check, format_results, record_check, write_junit
 
     if junit is not None and junit.is_dir():
         raise InputError(f"--junit {junit} is a directory; give a file path such as claims.xml")
     try:
-        report = check(claims, run, echo=lambda m: echo(m, err=True), allow_outside=allow_outside)
+        report = check(claims, run, echo=lambda m: echo(m, err=True), allow_outside=allow_outside,
+                       run_audit=run_audit)
     except ValueError as e:  # a lower layer's refusal that is not an InputError is still the input's fault here
         if isinstance(e, InputError):
             raise

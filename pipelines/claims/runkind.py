@@ -1,0 +1,81 @@
+"""Which runs a check may read, and which an audit may be written into: decided from the run's manifest
+and tables before anything is read or written (issue 38: `check --run` ran an audit into an `attribute`
+run, overwriting its tables)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .reader import TABLE_HINTS
+
+__all__ = ["AUDIT_STAGES", "audit_target_problem", "finished_run_problem"]
+
+# The stages pipelines.audit runs (its scores stages are scores_<method>).
+AUDIT_STAGES = frozenset({"index", "edge_stats", "stability", "faithfulness", "approximation", "heads"})
+_AUDIT_STAGE = re.compile(r"scores_[a-z0-9-]+")
+# The tables claims are evaluated on (the edge list alone is written by `attribute` too).
+CLAIM_TABLES = frozenset(TABLE_HINTS) - {"edges"}
+
+
+def _manifest(run_dir: Path) -> dict | None:
+    """The run's manifest (None when it has none); InputError when it is unreadable."""
+    from reports.errors import InputError
+    from reports.rundir import MANIFEST, RunDir, RunDirError
+
+    if not (run_dir / MANIFEST).exists():
+        return None
+    try:
+        return RunDir.read_manifest(run_dir)
+    except RunDirError as e:
+        raise InputError(str(e)) from None
+
+
+def _stages(manifest: dict | None) -> dict:
+    stages = (manifest or {}).get("stages")
+    return stages if isinstance(stages, dict) else {}
+
+
+def _kind_words(stages: dict) -> str:
+    names = sorted(stages)
+    guess = " (an `attribute` run)" if names == ["scores"] else ""
+    return f"its stages are {names[:6]}{' ...' if len(names) > 6 else ''}{guess}"
+
+
+def finished_run_problem(run_dir: Path) -> str | None:
+    """Why ``run_dir`` is not a finished run a check can read (None when it is); reads only its listing and manifest."""
+    if not run_dir.exists():
+        return f"run directory {run_dir} does not exist"
+    if not run_dir.is_dir():
+        return f"run directory {run_dir} is a file"
+    manifest = _manifest(run_dir)
+    tables = {p.stem for p in run_dir.glob("*.parquet")}
+    if manifest is None and not tables:
+        return f"{run_dir} holds no run (no manifest.json and no Parquet tables)"
+    stages = _stages(manifest)
+    unfinished = sorted(n for n, s in stages.items() if not isinstance(s, dict) or s.get("status") != "done")
+    if unfinished:
+        return (f"the run {run_dir} is unfinished: stage(s) {', '.join(unfinished)} did not finish (a run that was "
+                "killed, or is still running)")
+    recorded = {Path(str(o.get("path", ""))).stem for s in stages.values()
+                if isinstance(s, dict) and isinstance(s.get("outputs"), dict)
+                for o in s["outputs"].values() if isinstance(o, dict)}
+    if not (tables | recorded) & CLAIM_TABLES:
+        what = _kind_words(stages) if stages else f"its tables are {sorted(tables)[:6]}"
+        return (f"{run_dir} is not an audit or tokens run: it has none of the tables claims are checked on "
+                f"({what})")
+    return None
+
+
+def audit_target_problem(run_dir: Path) -> str | None:
+    """Why an audit may not be run (or resumed) into ``run_dir`` (None when it may: a new or empty directory,
+    or an audit's run); reads only its listing and manifest."""
+    if not run_dir.exists():
+        return None
+    if not run_dir.is_dir():
+        return f"{run_dir} is a file"
+    stages = _stages(_manifest(run_dir))
+    foreign = sorted(n for n in stages if n not in AUDIT_STAGES and not _AUDIT_STAGE.fullmatch(n))
+    if foreign:
+        return f"{run_dir} is not an audit's run: {_kind_words(stages)}, which the audit does not write"
+    return None
