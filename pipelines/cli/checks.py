@@ -104,11 +104,16 @@ def query_command(
     """
     import duckdb
 
-    from circuits.limits import parse_bytes
+    from circuits.limits import format_bytes, parse_bytes
     from reports.query import QueryLimits, format_table, json_rows, query
 
     dirs = list(runs) if runs else [Path(".")]
-    limits = QueryLimits(memory_bytes=parse_bytes(max_memory), timeout_s=timeout, max_rows=max_rows)
+    memory = parse_bytes(max_memory)
+    physical = _physical_memory()
+    if physical is not None and memory > physical:  # a limit no query can reach limits nothing
+        raise InputError(f"--max-memory {max_memory} is more than this machine's memory ({format_bytes(physical)}); "
+                         "give at most that, e.g. --max-memory 2GiB")
+    limits = QueryLimits(memory_bytes=memory, timeout_s=timeout, max_rows=max_rows)
     watchdog = _watchdog(2 * timeout + 5)
     try:
         result = query(sql, dirs, limits=limits)
@@ -133,6 +138,16 @@ def query_command(
     else:
         echo(format_table(result))
         echo(f"({result.num_rows} row{'s' if result.num_rows != 1 else ''})")
+
+
+def _physical_memory() -> int | None:
+    """Bytes of physical memory of this machine (None where the system does not say)."""
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _watchdog(seconds: float):

@@ -57,3 +57,14 @@ def test_query_refuses_an_edited_table(attribute_run, tmp_path):
     res = runner.invoke(app, ["query", sql, str(attribute_run), str(bad)])
     assert res.exit_code == 2, res.output + res.stderr
     assert f"{bad}: 1 table(s) changed" in res.stderr and "scores.parquet" in res.stderr
+
+
+def test_query_refuses_a_memory_limit_beyond_the_machine(attribute_run):
+    """Issue 38 (Low): `query --max-memory 100TiB` was accepted."""
+    import os
+
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    res = runner.invoke(app, ["query", "SELECT 1 AS one", str(attribute_run), "--max-memory", "100TiB"])
+    assert res.exit_code == 2 and "more than this machine's memory" in res.stderr, res.output + res.stderr
+    fits = f"{max(physical // 2**20 // 2, 1)}MiB"
+    assert runner.invoke(app, ["query", "SELECT 1 AS one", str(attribute_run), "--max-memory", fits]).exit_code == 0
