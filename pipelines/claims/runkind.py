@@ -36,10 +36,20 @@ def _stages(manifest: dict | None) -> dict:
     return stages if isinstance(stages, dict) else {}
 
 
-def _kind_words(stages: dict) -> str:
-    names = sorted(stages)
-    guess = " (an `attribute` run)" if names == ["scores"] else ""
-    return f"its stages are {names[:6]}{' ...' if len(names) > 6 else ''}{guess}"
+def _kind(manifest: dict | None) -> str | None:
+    """The command that wrote the run (pipelines.cli.run_kind, from the spec its manifest records)."""
+    from pipelines.cli import run_kind  # the one list of which command's spec has which keys
+
+    return run_kind((manifest or {}).get("spec"))
+
+
+def _kind_words(manifest: dict | None) -> str:
+    names = sorted(_stages(manifest))
+    stages = f"stages {names[:6]}{' ...' if len(names) > 6 else ''}"
+    kind = _kind(manifest)
+    if kind is None:
+        return f"its {stages}"
+    return f"it is {'an' if kind[0] in 'aeiou' else 'a'} `{kind}` run ({stages})"
 
 
 def finished_run_problem(run_dir: Path) -> str | None:
@@ -61,9 +71,8 @@ def finished_run_problem(run_dir: Path) -> str | None:
                 if isinstance(s, dict) and isinstance(s.get("outputs"), dict)
                 for o in s["outputs"].values() if isinstance(o, dict)}
     if not (tables | recorded) & CLAIM_TABLES:
-        what = _kind_words(stages) if stages else f"its tables are {sorted(tables)[:6]}"
-        return (f"{run_dir} is not an audit or tokens run: it has none of the tables claims are checked on "
-                f"({what})")
+        what = _kind_words(manifest) if stages else f"its tables are {sorted(tables)[:6]}"
+        return f"{run_dir} is not an audit or tokens run: {what}, with none of the tables claims are checked on"
     return None
 
 
@@ -74,8 +83,9 @@ def audit_target_problem(run_dir: Path) -> str | None:
         return None
     if not run_dir.is_dir():
         return f"{run_dir} is a file"
-    stages = _stages(_manifest(run_dir))
+    manifest = _manifest(run_dir)
+    stages = _stages(manifest)
     foreign = sorted(n for n in stages if n not in AUDIT_STAGES and not _AUDIT_STAGE.fullmatch(n))
-    if foreign:
-        return f"{run_dir} is not an audit's run: {_kind_words(stages)}, which the audit does not write"
+    if foreign or _kind(manifest) not in (None, "audit"):
+        return f"{run_dir} is not an audit's run: {_kind_words(manifest)}"
     return None
