@@ -207,9 +207,20 @@ def run_claims(svc: Service, principal: Principal, job: Job, text: bytes, name: 
         raise Problem(422, str(e)) from None
     ignored = [k for k in ("run", "spec") if getattr(cf, k) is not None]
     cf = cf.model_copy(update={"run": None, "spec": None})
+    from pipelines.claims.runkind import finished_run_problem
+    from reports.integrity import IntegrityError
+
+    run = run_dir(svc, job)
     try:
-        report = check(cf, run_dir(svc, job))
-    except InputError as e:  # the run, not the claims file: a table changed since the job wrote it
+        problem = finished_run_problem(run)
+    except InputError as e:  # its manifest no longer reads back
+        raise _damaged(svc, job, e) from None
+    if problem is not None:  # a job of another kind (an attribute job): nothing to check the claims on
+        detail = problem.replace(str(run.resolve()), f"job {job.id}").replace(str(run), f"job {job.id}")
+        raise Problem(422, f"{detail}; claims are checked on an audit or tokens job")
+    try:
+        report = check(cf, run)
+    except IntegrityError as e:  # the run, not the claims file: a table changed since the job wrote it
         raise _damaged(svc, job, e) from None
     notes = [f"'{k}:' in the file is not used by the service: the run is job {job.id}" for k in ignored]
     results = [_jsonable(r.to_dict()) for r in report.results]
