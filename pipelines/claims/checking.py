@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 from ..yamlio import read_yaml_strict, redacted_failure, redacted_validation_message
 from .bounds import bound_text
@@ -58,15 +58,15 @@ def spec_problem(claim: Any, spec: Any) -> str | None:
 
 
 def _load_spec(path: Path, *, redact: bool = True, allow_outside: bool = False):
-    """The audit spec at `path` through the strict YAML reader, validated as pipelines.spec does.
+    """The audit spec at `path` through the strict YAML reader, validated as circuitstat.pipelines.spec does.
 
     With `redact` (the spec was named by a claims file, which may come from someone else) errors
     never quote the spec's text, keys or values: ``spec: /etc/shadow`` must not print the shadow
-    file. See pipelines.yamlio for the rule.
+    file. See circuitstat.pipelines.yamlio for the rule.
     """
     from pydantic import ValidationError
 
-    from pipelines.spec import AuditSpec, confine_paths, parse_spec
+    from circuitstat.pipelines.spec import AuditSpec, confine_paths, parse_spec
 
     data = read_yaml_strict(path, quote=not redact)
     if not redact:
@@ -105,7 +105,7 @@ class CheckReport:
 
 
 def _cache_dir() -> Path:
-    from circuits.cache import cache_dir  # torch-free: check stays fast
+    from circuitstat.circuits.cache import cache_dir  # torch-free: check stays fast
 
     return cache_dir()
 
@@ -121,7 +121,7 @@ def _spec_is_theirs(cf: ClaimsFile) -> bool:
     """True when the claims file's ``spec:`` lies inside the claims file's own directory tree (no link out).
 
     Such a spec came with the claims file the user named, and once it validated as an audit spec (its
-    parse errors never quote it: pipelines.yamlio's echo rule) the errors of running its audit are shown in
+    parse errors never quote it: circuitstat.pipelines.yamlio's echo rule) the errors of running its audit are shown in
     full: they quote spec values (a model source not built yet), not another file's text. Only a spec that
     --allow-outside let lie elsewhere keeps them withheld."""
     try:
@@ -146,7 +146,7 @@ def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[st
 
     `run` overrides the file's ``run:``. Without `run_audit` (``--run-audit``) a check only reads: a
     missing, unfinished or foreign run (an ``attribute`` run) is an InputError naming the problem and the
-    fix, and nothing is written. With it, the audit of the file's ``spec:`` (pipelines.audit.run_audit) runs
+    fix, and nothing is written. With it, the audit of the file's ``spec:`` (circuitstat.pipelines.audit.run.run_audit) runs
     into a new directory, or resumes an audit's run that is unfinished or lacks what a claim needs, after
     the spec was checked to contain everything the claims need. The file's ``run:`` and ``spec:`` must stay
     inside its directory tree unless `allow_outside` (``--allow-outside``).
@@ -199,8 +199,8 @@ def _with_audit(cf: ClaimsFile, run_dir: Path, spec: Any, spec_path: Path, sourc
                 theirs: bool) -> CheckReport:
     """The check with ``--run-audit``: the audit runs (or resumes) only when the run is missing, unfinished or
     lacks what a claim needs, only into a new directory or an audit's run, and only if it can answer every claim."""
-    from reports.lock import RunLockedError
-    from reports.rundir import RunDirError
+    from circuitstat.core.lock import RunLockedError
+    from circuitstat.core.rundir import RunDirError
 
     from .runkind import audit_target_problem, finished_run_problem
 
@@ -218,7 +218,7 @@ def _with_audit(cf: ClaimsFile, run_dir: Path, spec: Any, spec_path: Path, sourc
         report.results = _unanswerable(cf, report.results, problems, spec_path)
         return report
 
-    from pipelines.audit import run_audit  # heavy (torch); only when an audit is needed
+    from circuitstat.pipelines.audit.run import run_audit  # heavy (torch); only when an audit is needed
 
     say(f"running the audit of {spec_path} into {run_dir} ...")
     try:

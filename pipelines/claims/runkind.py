@@ -11,7 +11,7 @@ from .reader import TABLE_HINTS
 
 __all__ = ["AUDIT_STAGES", "audit_target_problem", "finished_run_problem"]
 
-# The stages pipelines.audit runs (its scores stages are scores_<method>).
+# The stages circuitstat.pipelines.audit.run runs (its scores stages are scores_<method>).
 AUDIT_STAGES = frozenset({"index", "edge_stats", "stability", "faithfulness", "approximation", "heads"})
 _AUDIT_STAGE = re.compile(r"scores_[a-z0-9-]+")
 # The tables claims are evaluated on (the edge list alone is written by `attribute` too).
@@ -20,8 +20,8 @@ CLAIM_TABLES = frozenset(TABLE_HINTS) - {"edges"}
 
 def _manifest(run_dir: Path) -> dict | None:
     """The run's manifest (None when it has none); InputError when it is unreadable."""
-    from reports.errors import InputError
-    from reports.rundir import MANIFEST, RunDir, RunDirError
+    from circuitstat.core.errors import InputError
+    from circuitstat.core.rundir import MANIFEST, RunDir, RunDirError
 
     if not (run_dir / MANIFEST).exists():
         return None
@@ -37,8 +37,8 @@ def _stages(manifest: dict | None) -> dict:
 
 
 def _kind(manifest: dict | None) -> str | None:
-    """The command that wrote the run (pipelines.cli.run_kind, from the spec its manifest records)."""
-    from pipelines.cli import run_kind  # the one list of which command's spec has which keys
+    """The command that wrote the run (circuitstat.pipelines.cli.run_kind, from the spec its manifest records)."""
+    from circuitstat.pipelines.cli import run_kind  # the one list of which command's spec has which keys
 
     return run_kind((manifest or {}).get("spec"))
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 from . import app, choices, echo
 
@@ -43,7 +43,7 @@ def check_command(
     check only reads the run, unless --run-audit (runs the audit of the file's spec first) or --record
     (writes the verdicts into the run, under its lock)."""
     if server is not None:
-        from pipelines.service.client import check as check_remote
+        from circuitstat.pipelines.service.client import check as check_remote
 
         if run is None:
             raise InputError("--server needs --run JOB_ID (the id `circuitstat submit` printed)")
@@ -51,7 +51,7 @@ def check_command(
             flag = "--record" if record else "--run-audit"
             raise InputError(f"{flag} works on a local run; a server keeps each check with its job already")
         raise typer.Exit(check_remote(server, claims, str(run), junit, echo=echo))
-    from pipelines.claims import check, format_results, record_check, write_junit
+    from circuitstat.pipelines.claims import check, format_results, record_check, write_junit
 
     if junit is not None and junit.is_dir():
         raise InputError(f"--junit {junit} is a directory; give a file path such as claims.xml")
@@ -104,8 +104,8 @@ def query_command(
     """
     import duckdb
 
-    from circuits.limits import format_bytes, parse_bytes
-    from reports.query import QueryLimits, format_table, json_rows, query
+    from circuitstat.circuits.limits import format_bytes, parse_bytes
+    from circuitstat.core.query import QueryLimits, format_table, json_rows, query
 
     dirs = list(runs) if runs else [Path(".")]
     memory = parse_bytes(max_memory)

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from pipelines.cli import app
+from circuitstat.pipelines.cli import app
 
 MODEL = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&n_positions=64&seed=1"
 SPEC = {"model": MODEL, "task": {"name": "induction", "n": 8}, "methods": ["eap"], "k": [2], "faithfulness": False}
@@ -41,7 +41,7 @@ def attribute_run(tmp_path_factory) -> Path:
 def audits(monkeypatch) -> list:
     """Record every audit check would start (none may start without --run-audit)."""
     calls = []
-    monkeypatch.setitem(sys.modules, "pipelines.audit",
+    monkeypatch.setitem(sys.modules, "circuitstat.pipelines.audit.run",
                         types.SimpleNamespace(run_audit=lambda spec, out, **kw: calls.append(Path(out))))
     return calls
 

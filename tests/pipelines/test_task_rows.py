@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from pipelines.cli import app
+from circuitstat.pipelines.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
 GPT2_VOCAB = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=50257&n_positions=64&seed=0"

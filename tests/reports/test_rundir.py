@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reports.atomic import TMP_SUFFIX
-from reports.lock import DirLock, RunLockedError, StaleLockWarning
-from reports.rundir import RunDir, RunDirError, StageOutputError, StageSpecChangedError
-from reports.tables import matrix_to_table, read_provenance, read_table, table_to_matrix
+from circuitstat.core.atomic import TMP_SUFFIX
+from circuitstat.core.lock import DirLock, RunLockedError, StaleLockWarning
+from circuitstat.core.rundir import RunDir, RunDirError, StageOutputError, StageSpecChangedError
+from circuitstat.core.tables import matrix_to_table, read_provenance, read_table, table_to_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
 FORK = mp.get_context("fork")  # children inherit the test's imports; fast
@@ -172,9 +172,9 @@ KILLED_RUN = textwrap.dedent(
     import io, os, signal, sys
     import numpy as np
     import pyarrow.parquet as pq
-    import reports.rundir
-    from reports.rundir import RunDir
-    from reports.tables import matrix_to_table
+    import circuitstat.core.rundir
+    from circuitstat.core.rundir import RunDir
+    from circuitstat.core.tables import matrix_to_table
     out, kill_at = sys.argv[1], sys.argv[2]
     log = open(out + ".calls", "a")
     def die():
@@ -195,7 +195,7 @@ KILLED_RUN = textwrap.dedent(
                         f.write(buf.getvalue()[:1000]); f.flush(); die()
                     pq.write_table = half
                 if kill_at == "before_commit":  # outputs all written, manifest not yet updated
-                    reports.rundir.hash_file = lambda p: die()
+                    circuitstat.core.rundir.hash_file = lambda p: die()
             return tables
         return fn
     with RunDir(out, spec={"demo": 1}, seed=11) as run:
@@ -358,10 +358,10 @@ def _enospc(*a, **k):
 
 def test_a_full_disk_while_taking_the_lock_leaves_nothing_in_a_new_out(tmp_path, monkeypatch):
     """Issue 38: a full disk left an empty .lock in the new --out (and so the directory it had made)."""
-    import reports.lock
+    import circuitstat.core.lock
 
     out = tmp_path / "new" / "out"
-    monkeypatch.setattr(reports.lock.os, "write", _enospc)
+    monkeypatch.setattr(circuitstat.core.lock.os, "write", _enospc)
     with pytest.raises(OSError, match="No space left"):
         RunDir(out, spec={"a": 1}, seed=0).open()
     monkeypatch.undo()
@@ -373,10 +373,10 @@ def test_a_full_disk_while_taking_the_lock_leaves_nothing_in_a_new_out(tmp_path,
 
 @pytest.mark.parametrize("where", ["first table", "clean close"])
 def test_a_full_disk_at_the_first_write_leaves_nothing_in_a_new_out(tmp_path, monkeypatch, where):
-    import reports.rundir
+    import circuitstat.core.rundir
 
     out = tmp_path / "new" / "out"
-    monkeypatch.setattr(reports.rundir, "atomic_write_bytes", _enospc)
+    monkeypatch.setattr(circuitstat.core.rundir, "atomic_write_bytes", _enospc)
     with pytest.raises(OSError, match="No space left"):
         with RunDir(out, spec={"a": 1}, seed=0) as run:
             if where == "first table":
