@@ -25,7 +25,7 @@ def load_conversion(converted: Path | None, device, dtype, allow_large: bool,
 
     from circuitstat.core.integrity import file_identity, remove_entry
 
-    from .cache import check_conversion
+    from .cache import cache_dir, check_conversion
     from .loading import _load_own, check_recorded_weight_hash, read_json_object
 
     if converted is None or not (converted.exists() or converted.is_symlink()):
@@ -45,7 +45,7 @@ def load_conversion(converted: Path | None, device, dtype, allow_large: bool,
             model.use_weight_hash_memo(memo(model))
         check_recorded_weight_hash(model, doc, stored_dtype, converted / "model.safetensors")
     except Exception:  # noqa: BLE001 - a damaged, linked or foreign entry: drop it, convert again
-        remove_entry(converted)
+        remove_entry(converted, root=cache_dir())  # never through a link: only inside the cache
         return None
     model.meta = {}  # as a fresh conversion: nothing but the weights comes from the cache
     return model

@@ -250,18 +250,42 @@ def is_plain_path(path: str | os.PathLike[str], root: str | os.PathLike[str]) ->
     return True
 
 
-def remove_entry(path: str | os.PathLike[str]) -> None:
-    """Remove a damaged state entry: a link or file is unlinked (never its target), a directory
-    removed with its contents (links inside are unlinked, not followed); errors are ignored."""
+def remove_entry(path: str | os.PathLike[str], *, root: str | os.PathLike[str]) -> None:
+    """Remove a damaged state entry ``path`` below ``root`` (a directory circuitstat made); errors are ignored.
+
+    Nothing outside ``root`` is ever removed: each directory from ``root`` down to the entry's parent is
+    opened without following links (O_NOFOLLOW, relative to the previous one's descriptor, so a link
+    swapped in meanwhile is not followed either), and a path that is not lexically below ``root``, or
+    passes through a link, removes nothing. The entry itself, when a link or file, is unlinked (never its
+    target); a directory is removed with its contents (rmtree unlinks links inside, never follows them).
+    """
     import shutil
 
-    p = Path(path)
-    with contextlib.suppress(OSError):
-        st = os.lstat(p)
+    p, root = Path(path), Path(root)
+    try:
+        parts = p.relative_to(root).parts
+    except ValueError:
+        return
+    if not parts or ".." in parts:
+        return
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        for name in parts[:-1]:
+            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        st = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
         if stat.S_ISDIR(st.st_mode):
-            shutil.rmtree(p, ignore_errors=True)  # rmtree never follows links inside the tree
+            shutil.rmtree(parts[-1], dir_fd=fd, ignore_errors=True)
         else:
-            p.unlink()
+            os.unlink(parts[-1], dir_fd=fd)
+    except OSError:  # a link on the path (ELOOP/ENOTDIR), or the entry is already gone
+        pass
+    finally:
+        os.close(fd)
 
 
 def seal_entry(entry: str | os.PathLike[str], names: Iterable[str], binding: dict, *, seal_name: str = "SEAL.json",

@@ -71,10 +71,15 @@ class DirLock:
         token = uuid.uuid4().hex
         info = {"pid": os.getpid(), "host": socket.gethostname(), "created_utc": utc_now(), "token": token}
         try:
-            os.write(fd, json.dumps(info).encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            try:
+                os.write(fd, json.dumps(info).encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except BaseException:  # a full disk (ENOSPC): the lock we created, empty or partial, is ours to remove
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            raise
         self._token, self._owner_pid = token, os.getpid()
         return True
 

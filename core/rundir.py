@@ -127,10 +127,12 @@ class RunDir:
     def _write_manifest(self) -> None:
         assert self._manifest is not None
         if self._pending:  # the first write of this opening: now the run really changes the directory
-            self._pending = False
             cleanup_temp_files(self.path)
         self._manifest["updated_utc"] = utc_now()
         atomic_write_bytes(self.path / MANIFEST, (json.dumps(self._manifest, indent=2) + "\n").encode())
+        # Only once the manifest is on disk has this opening changed the run: a first write that failed
+        # (a full disk) leaves it untouched, so closing it undoes what open() made.
+        self._pending = False
 
     @property
     def run_id(self) -> str | None:
@@ -266,13 +268,12 @@ class RunDir:
         """
         if not self._lock.held:
             return
-        untouched = self._pending and not commit
         try:
             if self._pending and commit:
                 self._write_manifest()
         finally:
             self._lock.release()
-            if untouched:
+            if self._pending:  # refused, or its first write failed (a full disk): nothing of it is on disk
                 self._undo_untouched()
             self._pending = False
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,13 +175,18 @@ class CheckpointStore:
             raise InputError(f"the checkpoints in {self.run_dir} belong to another run directory's manifest; "
                              "pass --force to discard them")
         self._run_id = run_id
+        from circuitstat.core.integrity import is_plain_path, remove_entry
+
         keep = {p(*b).name for b in reuse for p in (self.chunk_path, self.seal_path)}
+        if not is_plain_path(self.path.parent, self.run_dir):  # a linked checkpoints folder: nothing read or deleted
+            raise InputError(f"{self.path.parent} is a symbolic link; remove it (circuitstat makes that folder "
+                             "itself), or pass a new --out")
         if self.path.is_symlink() or (self.path.exists() and not self.path.is_dir()):
-            self.path.unlink()
+            remove_entry(self.path, root=self.run_dir)
         if self.path.exists():
             for p in self.path.iterdir():
                 if p.name not in keep and p.name != MANIFEST:
-                    p.unlink() if p.is_symlink() or not p.is_dir() else shutil.rmtree(p)
+                    remove_entry(p, root=self.run_dir)
         write_sealed(self.path / MANIFEST, {"format": FORMAT, "binding": self._bound(), "created_unix": time.time()})
 
     def _binding_digest(self) -> str:
@@ -228,7 +232,7 @@ class CheckpointStore:
         """Delete this store's chunks (after the score table is committed; they are redundant then)."""
         from circuitstat.core.integrity import remove_entry
 
-        remove_entry(self.path)
+        remove_entry(self.path, root=self.run_dir)
         parent = self.path.parent
         if parent.exists() and not parent.is_symlink() and not any(parent.iterdir()):
             parent.rmdir()

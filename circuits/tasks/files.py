@@ -74,6 +74,10 @@ def read_task_frame(path: str | os.PathLike, n: int | None = None):
         )
     if len(df) == 0:
         raise TaskValidationError(f"task file {p} has no rows (empty data); add examples")
+    if n is not None and int(n) > len(df):  # a run that records n must have used n examples
+        raise TaskValidationError(
+            f"task file {p} has {len(df)} row{'s' if len(df) != 1 else ''} but n={int(n)} examples were asked "
+            f"for; set n to at most {len(df)} (attribute's --n, a spec's task.n), or add rows to the file")
     return df if n is None else df.iloc[: int(n)]
 
 
@@ -89,7 +93,8 @@ def file_task(
 ) -> Task:
     """A user task from JSONL, CSV or Parquet with columns ``clean, corrupted, answer, wrong_answer``
     (and optional ``group``). Answers are strings (each one token, e.g. " Mary") or integer ids.
-    ``n`` keeps the first n rows."""
+    ``n`` keeps the first n rows; more than the file holds is refused (TaskValidationError naming both
+    numbers), never silently fewer; None takes every row."""
     p = Path(path).expanduser()
     df = read_task_frame(p, n)
     task_name = name or p.stem

@@ -94,7 +94,7 @@ from .models import (
     TokenImportanceClaim,
     TokenStabilityClaim,
 )
-from .output import format_results, junit_xml, write_claims_table, write_junit
+from .output import format_results, junit_xml, record_check, write_claims_table, write_junit
 from .parsing import load_claims, parse_claims
 
 __all__ = [
@@ -126,6 +126,7 @@ __all__ = [
     "load_claims",
     "parse_claims",
     "read_yaml_strict",
+    "record_check",
     "spec_problem",
     "write_claims_table",
     "write_junit",

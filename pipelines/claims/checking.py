@@ -1,9 +1,11 @@
-"""The check: a claims file, its run (or the audit its spec describes, run when needed) and the results.
+"""The check: a claims file, its run (or, with --run-audit, the audit its spec describes) and the results.
 
 :func:`check` finds the run (``--run``, the file's ``run:``, or a content-addressed directory under
-the cache for its ``spec:``), evaluates the claims, and runs (or resumes) the audit only when a spec is
-given, the run is missing, unfinished or lacks what a claim needs, and :func:`spec_problem` finds that
-the spec can answer every claim.
+the cache for its ``spec:``) and evaluates the claims. It only reads a finished run (an audit's or a
+tokens run): a missing, unfinished or foreign run is refused with nothing written. Only when asked
+(``run_audit``, ``--run-audit``) does it run or resume the audit, and then only when a spec is given, the
+run is missing, unfinished or lacks what a claim needs, the run directory is new or an audit's, and
+:func:`spec_problem` finds that the spec can answer every claim.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from .evaluation import ClaimResult, evaluate_claims
 from .kinds import TOKEN_KINDS
 from .models import ClaimsFile
 from .parsing import load_claims
-from .reader import RunReader
 
 __all__ = ["CheckReport", "check", "default_run_dir", "spec_problem"]
 
@@ -116,29 +117,45 @@ def default_run_dir(spec: Any, spec_path: Path) -> Path:
     return _cache_dir() / "runs" / f"{spec_path.stem}-{key}"
 
 
-def _is_complete(run_dir: Path) -> bool:
-    if not (run_dir / "manifest.json").is_file():
-        return False
+def _spec_is_theirs(cf: ClaimsFile) -> bool:
+    """True when the claims file's ``spec:`` lies inside the claims file's own directory tree (no link out).
+
+    Such a spec came with the claims file the user named, and once it validated as an audit spec (its
+    parse errors never quote it: circuitstat.pipelines.yamlio's echo rule) the errors of running its audit are shown in
+    full: they quote spec values (a model source not built yet), not another file's text. Only a spec that
+    --allow-outside let lie elsewhere keeps them withheld."""
     try:
-        return not RunReader(run_dir).unfinished
-    except Exception:
+        cf.spec_path(False)
+    except InputError:
         return False
+    return True
+
+
+def _fix(spec_path: Path | None, run_dir: Path, source: str) -> str:
+    """The fix for a run that a check cannot read: which audit makes it."""
+    if spec_path is None:
+        return (f"pass --run DIR of a finished audit (or tokens run), or run `circuitstat audit SPEC --out {run_dir}` "
+                f"first (or give 'spec:' in {source} and pass --run-audit)")
+    return (f"pass --run DIR of a finished audit, or --run-audit to run (or resume) the audit of {spec_path} into "
+            f"{run_dir} first")
 
 
 def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[str] | None = None,
-          *, echo=None, allow_outside: bool = False) -> CheckReport:
-    """Load the claims (InputError if malformed), find or make the run, evaluate every claim.
+          *, echo=None, allow_outside: bool = False, run_audit: bool = False) -> CheckReport:
+    """Load the claims (InputError if malformed), find the run, evaluate every claim.
 
-    `run` overrides the file's ``run:``. The audit (circuitstat.pipelines.audit.run.run_audit) runs only when a spec
-    is given and the run is missing, unfinished or lacks what a claim needs, and only after the spec
-    was checked to contain everything the claims need. The file's ``run:`` and ``spec:`` must stay
+    `run` overrides the file's ``run:``. Without `run_audit` (``--run-audit``) a check only reads: a
+    missing, unfinished or foreign run (an ``attribute`` run) is an InputError naming the problem and the
+    fix, and nothing is written. With it, the audit of the file's ``spec:`` (circuitstat.pipelines.audit.run.run_audit) runs
+    into a new directory, or resumes an audit's run that is unfinished or lacks what a claim needs, after
+    the spec was checked to contain everything the claims need. The file's ``run:`` and ``spec:`` must stay
     inside its directory tree unless `allow_outside` (``--allow-outside``).
     """
     cf = claims if isinstance(claims, ClaimsFile) else load_claims(claims)
     source = cf.source or "<claims>"
-    say = echo or (lambda msg: None)
     spec_path = cf.spec_path(allow_outside)
     file_run = cf.run_path(allow_outside)  # checked even when --run overrides it: a bad file is bad
+    theirs = spec_path is not None and _spec_is_theirs(cf)
     spec = None
     if spec_path is not None:
         try:
@@ -153,40 +170,52 @@ def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[st
         run_dir = default_run_dir(spec, spec_path)
     if run_dir.exists() and not run_dir.is_dir():
         raise InputError(f"run directory {run_dir} is a file; pass the run directory")
+    if not run_audit:
+        return _read_only(cf, run_dir, spec_path, source)
+    if spec is None:
+        raise InputError(f"--run-audit runs the audit of the claims file's 'spec:', and {source} has none; "
+                         "add 'spec: AUDIT.yaml' to it, or drop --run-audit")
+    return _with_audit(cf, run_dir, spec, spec_path, source, say=echo or (lambda msg: None), theirs=theirs)
 
+
+def _read_only(cf: ClaimsFile, run_dir: Path, spec_path: Path | None, source: str) -> CheckReport:
+    """The check of a finished run, writing nothing; InputError when ``run_dir`` is none."""
+    from .runkind import audit_target_problem, finished_run_problem
+
+    problem = finished_run_problem(run_dir)
+    if problem is not None:
+        foreign = run_dir.is_dir() and audit_target_problem(run_dir) is not None
+        fix = "pass --run DIR of a finished audit (or tokens run)" if foreign else _fix(spec_path, run_dir, source)
+        raise InputError(f"{problem}; check reads a finished run and writes nothing: {fix}")
+    report = CheckReport(evaluate_claims(cf, run_dir), run_dir, source)
+    if any(r.missing and r.claim.kind not in TOKEN_KINDS for r in report.results):
+        report.notes.append(f"pass --run-audit to let check run the audit of {spec_path} into {run_dir} for the "
+                            "claims it cannot answer yet" if spec_path is not None else
+                            f"give 'spec:' in {source} and pass --run-audit to let check run the audit these claims need")
+    return report
+
+
+def _with_audit(cf: ClaimsFile, run_dir: Path, spec: Any, spec_path: Path, source: str, *, say,
+                theirs: bool) -> CheckReport:
+    """The check with ``--run-audit``: the audit runs (or resumes) only when the run is missing, unfinished or
+    lacks what a claim needs, only into a new directory or an audit's run, and only if it can answer every claim."""
+    from circuitstat.core.lock import RunLockedError
+    from circuitstat.core.rundir import RunDirError
+
+    from .runkind import audit_target_problem, finished_run_problem
+
+    target = audit_target_problem(run_dir)
+    if target is not None:
+        raise InputError(f"{target}; --run-audit writes an audit only into a new directory or an audit's run: "
+                         "pass --run DIR of one of those")
     report = CheckReport([], run_dir, source)
-    have_run = run_dir.is_dir() and ((run_dir / "manifest.json").exists() or any(run_dir.glob("*.parquet")))
-    if have_run:
+    if finished_run_problem(run_dir) is None:
         report.results = evaluate_claims(cf, run_dir)
-        needs_audit = any(r.missing for r in report.results) or not _is_complete(run_dir)
-        if not needs_audit or spec is None:
-            if spec is None and any(r.missing and r.claim.kind not in TOKEN_KINDS for r in report.results):
-                report.notes.append(f"give 'spec:' in {source} to let check run the audit these claims need")
+        if not any(r.missing for r in report.results):
             return report
-    elif spec is None:
-        raise InputError(f"run directory {run_dir} {'has no run' if run_dir.is_dir() else 'does not exist'}; "
-                         f"pass --run DIR of a finished audit, or give 'spec:' in {source} so check can run the audit")
-
-    # Run (or resume) the audit, but only if it can answer every claim.
-    problems = [(i, spec_problem(c, spec)) for i, c in enumerate(cf.claims)]
-    problems = [(i, p) for i, p in problems if p]
+    problems = {i: p for i, c in enumerate(cf.claims) if (p := spec_problem(c, spec))}
     if problems:
-        results = report.results or [
-            ClaimResult(i, c, c.label(i), "pass", {}, bound_text(c), "", False) for i, c in enumerate(cf.claims)
-        ]
-        bad = dict(problems)
-        out = []
-        for r in results:
-            if r.index in bad:
-                out.append(ClaimResult(r.index, r.claim, r.name, "error", r.observed, r.bound,
-                                       f"the audit of {spec_path} cannot answer this claim: {bad[r.index]}", True))
-            elif not report.results or r.missing:
-                out.append(ClaimResult(r.index, r.claim, r.name, "error", r.observed, r.bound,
-                                       (r.reason + "; " if r.reason else "") + "not evaluated: the audit was not run "
-                                       "because the spec cannot answer other claims", True))
-            else:
-                out.append(r)
-        report.results = out
+        report.results = _unanswerable(cf, report.results, problems, spec_path)
         return report
 
     from circuitstat.pipelines.audit.run import run_audit  # heavy (torch); only when an audit is needed
@@ -195,6 +224,8 @@ def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[st
     try:
         run_audit(spec, run_dir)
     except Exception as e:  # noqa: BLE001 - errors from building its model or task may quote the spec's values
+        if theirs and isinstance(e, (InputError, RunDirError, RunLockedError, OSError)):
+            raise InputError(f"running the audit of {spec_path}: {e}") from None
         message = redacted_failure(e, f"the spec named by 'spec:' in {source}",
                                    f"circuitstat audit {spec_path} --out DIR")
         if message is None:
@@ -203,3 +234,24 @@ def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[st
     report.ran_audit = True
     report.results = evaluate_claims(cf, run_dir)
     return report
+
+
+def _unanswerable(cf: ClaimsFile, results: list[ClaimResult], problems: dict[int, str],
+                  spec_path: Path) -> list[ClaimResult]:
+    """The results with each claim the spec cannot answer (``problems``) an error saying why, and the claims
+    left unevaluated because the audit was therefore not run an error saying so."""
+    fresh = not results  # no run to evaluate on: every claim is unevaluated
+    results = results or [ClaimResult(i, c, c.label(i), "pass", {}, bound_text(c), "", False)
+                          for i, c in enumerate(cf.claims)]
+    out = []
+    for r in results:
+        if r.index in problems:
+            out.append(ClaimResult(r.index, r.claim, r.name, "error", r.observed, r.bound,
+                                   f"the audit of {spec_path} cannot answer this claim: {problems[r.index]}", True))
+        elif fresh or r.missing:
+            out.append(ClaimResult(r.index, r.claim, r.name, "error", r.observed, r.bound,
+                                   (r.reason + "; " if r.reason else "") + "not evaluated: the audit was not run "
+                                   "because the spec cannot answer other claims", True))
+        else:
+            out.append(r)
+    return out

@@ -11,7 +11,7 @@ from typing import Any
 
 from .evaluation import ClaimResult
 
-__all__ = ["format_results", "junit_xml", "write_junit", "write_claims_table"]
+__all__ = ["format_results", "junit_xml", "record_check", "write_junit", "write_claims_table"]
 
 
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -88,3 +88,40 @@ def write_claims_table(results: list[ClaimResult], run_dir: str | os.PathLike[st
     table = schema_for("claims").validate(to_arrow(cols))
     return write_table(table, Path(run_dir) / "claims.parquet", provenance(method="claims check",
                                                                           params={"n_claims": len(results)}))
+
+
+def record_check(results: list[ClaimResult], run_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """Write ``claims.parquet`` and re-render ``report.html`` in ``run_dir`` under the run's lock; return both paths.
+
+    InputError, with nothing written, when another process holds the run's lock (an audit writing it) or
+    a table changed since the run wrote it. A report that fails to render puts the earlier claims table back.
+    """
+    from circuitstat.core.errors import InputError
+    from circuitstat.reports.html import render_report
+    from circuitstat.core.lock import DirLock, RunLockedError
+    from circuitstat.core.rundir import LOCK, verify_outputs
+
+    run_dir = Path(run_dir)
+    lock = DirLock(run_dir / LOCK)
+    try:
+        lock.acquire()
+    except RunLockedError as e:
+        raise InputError(f"not recorded: {e}") from None
+    try:
+        verify_outputs(run_dir)  # again under the lock: the verdicts are about the tables now there
+        claims = run_dir / "claims.parquet"
+        before = claims.read_bytes() if claims.is_file() else None
+        table = write_claims_table(results, run_dir)
+        try:
+            page = render_report(run_dir)
+        except BaseException:
+            if before is None:
+                claims.unlink(missing_ok=True)
+            else:
+                from circuitstat.core.atomic import atomic_write_bytes
+
+                atomic_write_bytes(claims, before)
+            raise
+        return table, page
+    finally:
+        lock.release()

@@ -295,11 +295,14 @@ def circuit_command(
     json_out: Path | None = typer.Option(None, "--json", help="export to EAP-IG / MIB JSON"),
 ) -> None:
     """Print (and export) the circuit of the top-k edges of a run's mean scores, saying which method and
-    ranking it used; an empty circuit says why and what to pass instead."""
+    ranking it used; an empty circuit says why and what to pass instead. A run whose tables changed since
+    it wrote them (sha256 in its manifest) is refused (exit 2), as check and report refuse it."""
     from circuitstat.circuits.circuit import Circuit
     from circuitstat.circuits.scores import ScoreMatrix
     from circuitstat.pipelines.circuit_choice import choose_scores, default_ranking, empty_explanation, header_line
+    from circuitstat.core.rundir import verify_outputs
 
+    verify_outputs(run)  # the scores are the ones the run wrote (sha256 in its manifest), as check and report read
     choice = choose_scores(run, None if method is None else method.value)
     chosen, why = ranking_option(ranking, absolute, "circuit"), "as asked"
     if chosen is None:

@@ -41,20 +41,20 @@ DType = enum.Enum("DType", {k: k for k in DTYPES}, type=str)
 
 
 from circuitstat.pipelines.errors import user_error_message
+from circuitstat.reports.visible import visible
 
 # C0 controls but tab and newline, DEL, C1 controls and the bidirectional overrides/isolates: text from
 # files (claim names, table cells, spec values) must not move the cursor, ring the bell, retitle the
-# terminal or reorder what is shown (the "Trojan Source" characters).
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# terminal or reorder what is shown (the "Trojan Source" characters): each is shown as its escape.
 
 
 def terminal_text(text: object) -> str:
-    """``text`` as a string with every control character removed (tab and newline kept)."""
-    return _CONTROL.sub("", str(text))
+    """``text`` as a string with every control and bidi character shown as its escape (tab and newline kept)."""
+    return visible(text)
 
 
 def echo(message: object = "", **kw) -> None:
-    """typer.echo of ``message`` with control characters removed: every line the CLI prints goes here."""
+    """typer.echo of ``message`` with control characters made visible: every line the CLI prints goes here."""
     typer.echo(terminal_text(message), **kw)
 
 

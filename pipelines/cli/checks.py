@@ -21,7 +21,13 @@ Format = choices("Format", "table", "csv", "json")  # output formats of `query`
 @app.command("check")
 def check_command(
     claims: Path = typer.Argument(..., help="claims file (YAML): published findings stated as bounds"),
-    run: Path | None = typer.Option(None, "--run", help="run directory of a finished audit (overrides 'run:' in the file)"),
+    run: Path | None = typer.Option(None, "--run", help="run directory of a finished audit or tokens run (overrides "
+                                    "'run:' in the file); a missing, unfinished or other kind of run is exit 2, "
+                                    "nothing written"),
+    run_audit: bool = typer.Option(False, "--run-audit",
+                                   help="run (or resume) the audit of the file's 'spec:' into the run directory "
+                                        "first when it is missing, unfinished or lacks what a claim needs (a new "
+                                        "directory or an audit's run only); without it check only reads"),
     junit: Path | None = typer.Option(None, "--junit", help="write JUnit XML (one testcase per claim) to this file"),
     allow_outside: bool = typer.Option(False, "--allow-outside",
                                        help="let the file's 'run:' and 'spec:' name paths outside its directory "
@@ -32,21 +38,26 @@ def check_command(
                                 help="write the verdicts into the run (claims.parquet) and re-render its report, "
                                      "whose verdict then lists one line per claim"),
 ) -> None:
-    """Check published claims against an audit run: exit 0 all hold, 1 any fails, 2 error."""
+    """Check published claims against a finished audit run: exit 0 all hold, 1 any fails, 2 error.
+
+    check only reads the run, unless --run-audit (runs the audit of the file's spec first) or --record
+    (writes the verdicts into the run, under its lock)."""
     if server is not None:
         from circuitstat.pipelines.service.client import check as check_remote
 
         if run is None:
             raise InputError("--server needs --run JOB_ID (the id `circuitstat submit` printed)")
-        if record:
-            raise InputError("--record writes into a local run; a server keeps each check with its job already")
+        if record or run_audit:
+            flag = "--record" if record else "--run-audit"
+            raise InputError(f"{flag} works on a local run; a server keeps each check with its job already")
         raise typer.Exit(check_remote(server, claims, str(run), junit, echo=echo))
-    from circuitstat.pipelines.claims import check, format_results, write_claims_table, write_junit
+    from circuitstat.pipelines.claims import check, format_results, record_check, write_junit
 
     if junit is not None and junit.is_dir():
         raise InputError(f"--junit {junit} is a directory; give a file path such as claims.xml")
     try:
-        report = check(claims, run, echo=lambda m: echo(m, err=True), allow_outside=allow_outside)
+        report = check(claims, run, echo=lambda m: echo(m, err=True), allow_outside=allow_outside,
+                       run_audit=run_audit)
     except ValueError as e:  # a lower layer's refusal that is not an InputError is still the input's fault here
         if isinstance(e, InputError):
             raise
@@ -65,10 +76,13 @@ def check_command(
             raise InputError(f"cannot write --junit {junit}: {e.strerror or e}") from None
         echo(f"JUnit XML -> {junit}")
     if record:
-        from circuitstat.reports.html import render_report
-
-        echo(f"claims table -> {write_claims_table(report.results, report.run_dir)}")
-        echo(f"report: {render_report(report.run_dir)}")
+        if c["error"]:  # a check that could not evaluate every claim is no verdict to record
+            echo(f"not recorded: {c['error']} claim(s) cannot be evaluated; fix them and check again with --record",
+                 err=True)
+        else:
+            table, page = record_check(report.results, report.run_dir)
+            echo(f"claims table -> {table}")
+            echo(f"report: {page}")
     raise typer.Exit(report.exit_code)
 
 
@@ -85,15 +99,21 @@ def query_command(
 
     Every ``*.parquet`` table of the run directories is a view by its name (``edges``,
     ``edge_stats``, ``stability_vs_k``, ...), unioned over the runs, with a ``run`` column. The query
-    runs within --timeout, --max-memory and --max-rows, which SQL cannot change.
+    runs within --timeout, --max-memory and --max-rows, which SQL cannot change. A run whose tables changed
+    since it wrote them (sha256 in its manifest) is refused (exit 2), as check and report refuse it.
     """
     import duckdb
 
-    from circuitstat.circuits.limits import parse_bytes
+    from circuitstat.circuits.limits import format_bytes, parse_bytes
     from circuitstat.core.query import QueryLimits, format_table, json_rows, query
 
     dirs = list(runs) if runs else [Path(".")]
-    limits = QueryLimits(memory_bytes=parse_bytes(max_memory), timeout_s=timeout, max_rows=max_rows)
+    memory = parse_bytes(max_memory)
+    physical = _physical_memory()
+    if physical is not None and memory > physical:  # a limit no query can reach limits nothing
+        raise InputError(f"--max-memory {max_memory} is more than this machine's memory ({format_bytes(physical)}); "
+                         "give at most that, e.g. --max-memory 2GiB")
+    limits = QueryLimits(memory_bytes=memory, timeout_s=timeout, max_rows=max_rows)
     watchdog = _watchdog(2 * timeout + 5)
     try:
         result = query(sql, dirs, limits=limits)
@@ -118,6 +138,16 @@ def query_command(
     else:
         echo(format_table(result))
         echo(f"({result.num_rows} row{'s' if result.num_rows != 1 else ''})")
+
+
+def _physical_memory() -> int | None:
+    """Bytes of physical memory of this machine (None where the system does not say)."""
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _watchdog(seconds: float):

@@ -205,9 +205,20 @@ def run_claims(svc: Service, principal: Principal, job: Job, text: bytes, name: 
         raise Problem(422, str(e)) from None
     ignored = [k for k in ("run", "spec") if getattr(cf, k) is not None]
     cf = cf.model_copy(update={"run": None, "spec": None})
+    from circuitstat.pipelines.claims.runkind import finished_run_problem
+    from circuitstat.core.integrity import IntegrityError
+
+    run = run_dir(svc, job)
     try:
-        report = check(cf, run_dir(svc, job))
-    except InputError as e:  # the run, not the claims file: a table changed since the job wrote it
+        problem = finished_run_problem(run)
+    except InputError as e:  # its manifest no longer reads back
+        raise _damaged(svc, job, e) from None
+    if problem is not None:  # a job of another kind (an attribute job): nothing to check the claims on
+        detail = problem.replace(str(run.resolve()), f"job {job.id}").replace(str(run), f"job {job.id}")
+        raise Problem(422, f"{detail}; claims are checked on an audit or tokens job")
+    try:
+        report = check(cf, run)
+    except IntegrityError as e:  # the run, not the claims file: a table changed since the job wrote it
         raise _damaged(svc, job, e) from None
     notes = [f"'{k}:' in the file is not used by the service: the run is job {job.id}" for k in ignored]
     results = [_jsonable(r.to_dict()) for r in report.results]
@@ -308,6 +319,7 @@ def _query(svc: Service, principal: Principal, body: QueryIn) -> dict:
 
     import duckdb
 
+    from circuitstat.core.integrity import IntegrityError
     from circuitstat.core.query import DEFAULT_LIMITS, json_rows, query
 
     from .query_slots import QueryBusy
@@ -333,6 +345,8 @@ def _query(svc: Service, principal: Principal, body: QueryIn) -> dict:
             result = query(body.sql, runs, limits=limits)
     except QueryBusy as e:
         raise Problem(503, str(e), headers={"Retry-After": "5"}) from None
+    except IntegrityError as e:  # a job's table changed on the server's disk (named by its job id)
+        raise Problem(409, _hide_paths(f"{e} (ask the operator: the server's copy of this job changed)", paths)) from None
     except ValueError as e:  # not one SELECT, unknown table (lists the available ones), a column clash
         raise Problem(422, _hide_paths(str(e), paths)) from None
     except AttributeError:

@@ -45,8 +45,8 @@ def _cached(path: Path, root: Path, binding: dict, directory: bool = False) -> b
             check_sealed_file(path, binding, root=root)
         return True
     except (IntegrityError, OSError):
-        remove_entry(path)
-        remove_entry(seal_path(path))
+        remove_entry(path, root=root)
+        remove_entry(seal_path(path), root=root)
         return False
 
 

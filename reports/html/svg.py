@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from circuitstat.reports.ci import fmt
+from circuitstat.reports.visible import visible
 
 # Okabe-Ito: distinguishable under the common colour-vision deficiencies.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
@@ -22,8 +23,9 @@ FONT = 11
 
 
 def esc(value: object) -> str:
-    """Return `value` as text escaped for HTML/SVG content and attributes."""
-    return html.escape(str(value), quote=True)
+    """Return `value` as text escaped for HTML/SVG content and attributes, control and bidi characters
+    shown as their escapes (circuitstat.reports.visible)."""
+    return html.escape(visible(value), quote=True)
 
 
 def finite(*arrays: np.ndarray) -> np.ndarray:

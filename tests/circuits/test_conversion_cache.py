@@ -66,3 +66,43 @@ def test_the_cache_can_be_turned_off(hf_dir, tmp_path, monkeypatch):
     load_model(hf_dir)
     load_model(hf_dir)
     assert calls == [1, 1] and not (tmp_path / "cache" / "converted").exists()
+
+
+def test_a_linked_converted_directory_never_deletes_outside_the_cache(hf_dir, tmp_path, monkeypatch):
+    """Issue 38, adversarial 1: with ``converted/`` a link to VICTIM, the damaged-entry removal must not
+    delete VICTIM/<key> (it used to: remove_entry lstat'ed only the last component)."""
+    calls = _count_conversions(monkeypatch)
+    first = load_model(hf_dir)
+    converted = tmp_path / "cache" / "converted"
+    (entry,) = converted.iterdir()
+    victim = tmp_path / "victim"
+    (victim / entry.name).mkdir(parents=True)
+    (victim / entry.name / "precious.txt").write_text("not the cache's")
+    converted.rename(tmp_path / "moved-away")
+    converted.symlink_to(victim, target_is_directory=True)
+    again = load_model(hf_dir)
+    assert (victim / entry.name / "precious.txt").read_text() == "not the cache's"
+    assert sorted(p.name for p in victim.iterdir()) == [entry.name]  # nothing written through the link either
+    assert calls == [1, 1] and again.weight_hash() == first.weight_hash()  # converted again, not read from VICTIM
+
+
+def test_remove_entry_follows_no_link_on_the_path(tmp_path):
+    from circuitstat.core.integrity import remove_entry
+
+    root, victim = tmp_path / "root", tmp_path / "victim"
+    (victim / "sub" / "entry").mkdir(parents=True)
+    (victim / "sub" / "entry" / "f").write_text("x")
+    (victim / "file").write_text("y")
+    root.mkdir()
+    (root / "sub").symlink_to(victim / "sub")  # a link in the middle of the path
+    (root / "direct").symlink_to(victim / "file")  # the entry itself is a link
+    remove_entry(root / "sub" / "entry", root=root)
+    remove_entry(root / "direct", root=root)
+    remove_entry(victim / "file", root=root)  # not below root at all
+    remove_entry(root / ".." / "victim" / "file", root=root)  # below root only lexically
+    assert (victim / "sub" / "entry" / "f").read_text() == "x" and (victim / "file").read_text() == "y"
+    assert not (root / "direct").is_symlink()  # the link itself, inside root, is removed
+    (root / "real" / "entry").mkdir(parents=True)
+    (root / "real" / "entry" / "f").write_text("z")
+    remove_entry(root / "real" / "entry", root=root)
+    assert not (root / "real" / "entry").exists() and (root / "real").is_dir()

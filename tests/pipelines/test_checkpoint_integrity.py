@@ -109,3 +109,21 @@ def test_an_edited_scores_run_is_not_a_calibration_population(tmp_path, fresh):
     assert res.exit_code == 2, res.output + res.stderr
     assert "scores.parquet does not match the digest its run recorded" in res.stderr
     assert not (tmp_path / "cal").exists()
+
+
+def test_a_linked_checkpoints_folder_deletes_nothing_outside_the_run(tmp_path, monkeypatch):
+    """Issue 38: nothing circuitstat deletes may lie outside a directory it made, through any link on the
+    path. With ``checkpoints/`` a link to VICTIM, starting the store used to delete VICTIM's files."""
+    out = tmp_path / "run"
+    chunks = _interrupted(out, 0, monkeypatch)
+    victim = tmp_path / "victim"
+    (out / "checkpoints").rename(victim)
+    (out / "checkpoints").symlink_to(victim, target_is_directory=True)
+    store = victim / chunks[0].parent.name
+    (store / "precious.txt").write_text("not circuitstat's")
+    before = sorted(p.name for p in store.iterdir())
+    res = runner.invoke(app, [*_args(out), "--force"])
+    assert res.exit_code == 2, res.output + res.stderr
+    assert "symbolic link" in res.stderr and "Traceback" not in res.output
+    assert sorted(p.name for p in store.iterdir()) == before
+    assert (store / "precious.txt").read_text() == "not circuitstat's"

@@ -217,10 +217,13 @@ def fake_audit(monkeypatch):
     return calls
 
 
-def test_runs_the_audit_when_the_run_is_missing(tmp_path, fake_audit):
+def test_runs_the_audit_when_the_run_is_missing_only_with_run_audit(tmp_path, fake_audit):
     _write(tmp_path / "audit.yaml", SPEC)
     doc = {"spec": "audit.yaml", "run": "runs/zoo", "claims": PASSING["claims"][:4]}
-    r = _invoke("check", _write(tmp_path / "c.yaml", doc))
+    r = _invoke("check", _write(tmp_path / "c.yaml", doc))  # issue 38: a typo'd run must not start an audit
+    assert r.exit_code == 2 and "runs/zoo does not exist" in r.output and "--run-audit" in r.output, r.output
+    assert fake_audit == [] and not (tmp_path / "runs").exists()
+    r = _invoke("check", tmp_path / "c.yaml", "--run-audit")
     assert r.exit_code == 0, r.output
     assert len(fake_audit) == 1 and fake_audit[0][1] == tmp_path / "runs" / "zoo" and fake_audit[0][0].k == [5, 10, 20]
     # The second check finds the finished run and runs nothing.
@@ -231,22 +234,27 @@ def test_runs_the_audit_when_the_run_is_missing(tmp_path, fake_audit):
 def test_default_run_dir_is_content_addressed_in_the_cache(tmp_path, fake_audit, monkeypatch):
     monkeypatch.setenv("CIRCUITSTAT_CACHE", str(tmp_path / "cache"))
     _write(tmp_path / "audit.yaml", SPEC)
-    rep = check(_write(tmp_path / "c.yaml", {"spec": "audit.yaml", "claims": PASSING["claims"][1:2]}))
+    claims = _write(tmp_path / "c.yaml", {"spec": "audit.yaml", "claims": PASSING["claims"][1:2]})
+    with pytest.raises(InputError, match="--run-audit"):
+        check(claims)
+    assert fake_audit == [] and not (tmp_path / "cache").exists()
+    rep = check(claims, run_audit=True)
     assert rep.exit_code == 0 and rep.ran_audit
+    assert not check(claims).ran_audit  # the finished run in the cache is read
     assert rep.run_dir.parent == tmp_path / "cache" / "runs" and rep.run_dir.name.startswith("audit-")
 
 
 def test_spec_that_cannot_answer_a_claim_fails_before_the_audit(tmp_path, fake_audit):
     _write(tmp_path / "audit.yaml", {**SPEC, "k": [5, 10]})
     doc = {"spec": "audit.yaml", "run": "runs/zoo", "claims": PASSING["claims"][1:2] + PASSING["claims"][7:8]}
-    r = _invoke("check", _write(tmp_path / "c.yaml", doc))
+    r = _invoke("check", _write(tmp_path / "c.yaml", doc), "--run-audit")
     assert r.exit_code == 2, r.output
     assert "k=20 is not in the spec's k [5, 10]; add it to the spec's k" in r.output
     assert "list two or more models under 'models:' in the spec" in r.output
     assert fake_audit == [] and not (tmp_path / "runs").exists()
     # A malformed spec is a one-line error, exit 2, nothing created.
     (tmp_path / "audit.yaml").write_text("model: x\nmethods: [exact, magic]\n")
-    r = _invoke("check", tmp_path / "c.yaml")
+    r = _invoke("check", tmp_path / "c.yaml", "--run-audit")
     assert r.exit_code == 2 and "methods.1: must be" in r.output and "the spec named by 'spec:'" in r.output
     assert fake_audit == [] and not (tmp_path / "runs").exists()
 
@@ -255,17 +263,21 @@ def test_incomplete_run_is_resumed_when_a_spec_is_given(tmp_path, fake_audit):
     _write(tmp_path / "audit.yaml", SPEC)
     run = make_run(tmp_path / "r", faithfulness=False, heads=False)
     doc = {"spec": "audit.yaml", "run": "r", "claims": PASSING["claims"][3:4]}
-    r = _invoke("check", _write(tmp_path / "c.yaml", doc))
+    r = _invoke("check", _write(tmp_path / "c.yaml", doc))  # without --run-audit: read only, the claim is missing
+    assert r.exit_code == 2 and "pass --run-audit" in r.output and fake_audit == [], r.output
+    r = _invoke("check", tmp_path / "c.yaml", "--run-audit")
     assert r.exit_code == 0, r.output
     assert len(fake_audit) == 1 and fake_audit[0][1] == run
     # A stage left 'running' by a killed audit also makes check resume the run.
     m = json.loads((run / "manifest.json").read_text())
     m["stages"]["approximation"] = {"status": "running"}
     (run / "manifest.json").write_text(json.dumps(m))
-    r = _invoke("check", tmp_path / "c.yaml")
-    assert r.exit_code == 0 and len(fake_audit) == 2
-    # Without a spec, the same claims are checked against what is there.
-    r = _invoke("check", _write(tmp_path / "c2.yaml", {"run": "r", "claims": doc["claims"]}))
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    for args in ([tmp_path / "c.yaml"], [_write(tmp_path / "c2.yaml", {"run": "r", "claims": doc["claims"]})]):
+        r = _invoke("check", *args)  # an unfinished run is not read, with or without a spec, and nothing is written
+        assert r.exit_code == 2 and "unfinished: stage(s) approximation did not finish" in r.output, r.output
+        assert len(fake_audit) == 1 and {p.name: p.read_bytes() for p in run.iterdir()} == before
+    r = _invoke("check", tmp_path / "c.yaml", "--run-audit")
     assert r.exit_code == 0 and len(fake_audit) == 2
 
 
@@ -560,7 +572,7 @@ def test_token_claims_through_the_cli_exit_codes(token_run, tmp_path):
 def test_token_claims_are_refused_by_an_audit_spec(tmp_path, fake_audit):
     _write(tmp_path / "audit.yaml", SPEC)
     doc = {"spec": "audit.yaml", "run": "runs/zoo", "claims": [TOKEN_CLAIMS[0][0]]}
-    r = _invoke("check", _write(tmp_path / "c.yaml", doc))
+    r = _invoke("check", _write(tmp_path / "c.yaml", doc), "--run-audit")
     assert r.exit_code == 2 and "answered by `circuitstat tokens`, which the audit does not run" in r.output, r.output
     assert fake_audit == []
 
@@ -615,3 +627,34 @@ def test_the_zoo_tokens_example_parses_and_names_its_run_command():
     head = path.read_text().split("claims:")[0]
     assert "circuitstat tokens --model zoo:attn-only-2l/seed-0," in head and "--out /tmp/tokens-run" in head
     assert "circuitstat check examples/claims-zoo-tokens.yaml --run /tmp/tokens-run" in head
+
+
+def _files(run: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(run.iterdir()) if p.is_file()}
+
+
+def test_record_takes_the_run_lock_and_writes_nothing_when_it_is_held(tmp_path):
+    """Issue 38 adversarial 5: `check --record` wrote claims.parquet and report.html under a live lock holder."""
+    from circuitstat.core.lock import DirLock
+
+    run = make_run(tmp_path / "run")
+    claims = _write(tmp_path / "c.yaml", {"claims": PASSING["claims"][:3]})
+    before = _files(run)
+    with DirLock(run / ".lock"):  # a live holder: this very process, as an audit writing the run would be
+        held = _files(run)
+        r = _invoke("check", claims, "--run", run, "--record")
+        assert r.exit_code == 2 and "not recorded" in r.output and "is locked by process" in r.output, r.output
+        assert _files(run) == held  # no claims.parquet, no report.html, the holder's lock untouched
+    assert _files(run) == before
+    r = _invoke("check", claims, "--run", run, "--record")  # released: recorded, and the lock is gone again
+    assert r.exit_code == 0 and (run / "claims.parquet").is_file() and (run / "report.html").is_file(), r.output
+    assert not (run / ".lock").exists()
+
+
+def test_record_of_a_check_that_cannot_evaluate_a_claim_writes_nothing(tmp_path):
+    run = make_run(tmp_path / "run")
+    doc = {"claims": PASSING["claims"][:1] + [{**PASSING["claims"][1], "k": 7}]}  # k=7 is not in the run's grid
+    before = _files(run)
+    r = _invoke("check", _write(tmp_path / "c.yaml", doc), "--run", run, "--record")
+    assert r.exit_code == 2 and "not recorded: 1 claim(s) cannot be evaluated" in r.output, r.output
+    assert _files(run) == before

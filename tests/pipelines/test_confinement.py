@@ -136,15 +136,28 @@ def test_a_task_file_resolves_against_the_spec_even_when_missing(tmp_path, monke
     {"model": f"random:gpt2?{SECRET}=3", "task": {"name": "induction", "n": 8}},
     {"model": "zoo:attn-only-2l/../../../../victim", "task": {"name": "induction", "n": 8}},
 ])
-def test_errors_building_a_spec_named_by_a_claims_file_quote_nothing_of_it(tmp_path, spec):
-    _yaml(tmp_path / "spec.yaml", {**spec, "methods": ["eap"], "k": [2], "faithfulness": False})
-    claims = _yaml(tmp_path / "claims.yaml", {"spec": "spec.yaml", "run": "run", "claims": [
-        {"kind": "circuit_stability", "method": "eap", "k": 2, "statistic": "jaccard_mean", "min": 0.1}]})
-    res = runner.invoke(app, ["check", str(claims)])
+def test_errors_running_a_spec_from_outside_the_claims_tree_quote_nothing_of_it(tmp_path, spec):
+    """A spec that --allow-outside let lie outside the claims file's tree keeps its values withheld when
+    running its audit fails; the claims file's own spec (issue 38) has its reason shown."""
+    _yaml(tmp_path / "outer" / "spec.yaml", {**spec, "methods": ["eap"], "k": [2], "faithfulness": False})
+    claim = {"kind": "circuit_stability", "method": "eap", "k": 2, "statistic": "jaccard_mean", "min": 0.1}
+    claims = _yaml(tmp_path / "inner" / "claims.yaml", {"spec": "../outer/spec.yaml", "run": "run", "claims": [claim]})
+    res = runner.invoke(app, ["check", str(claims), "--allow-outside", "--run-audit"])
     assert res.exit_code == 2, res.output + res.stderr
     note, err = res.stderr.strip().splitlines()  # check says it runs the audit, then fails on one line
     assert note.startswith("running the audit of") and err.startswith("error: ") and "circuitstat audit" in err
     assert SECRET not in res.output + res.stderr and "victim" not in err
+    assert not (tmp_path / "inner" / "run").exists()
+    # the same spec beside the claims file: its own, so the reason is shown (no "not shown because ...")
+    (tmp_path / "outer" / "spec.yaml").rename(tmp_path / "inner" / "spec.yaml")
+    claims = _yaml(tmp_path / "inner" / "claims.yaml", {"spec": "spec.yaml", "run": "run", "claims": [claim]})
+    res = runner.invoke(app, ["check", str(claims), "--run-audit"])
+    assert res.exit_code == 2, res.output + res.stderr
+    note, err = res.stderr.strip().splitlines()
+    assert err.startswith("error: running the audit of") and "not shown" not in err, err
+    if "SECRET" in str(spec):
+        assert SECRET in err  # the value the audit refused is named
+    assert not (tmp_path / "inner" / "run").exists()
 
 
 # ---- item 10: query ------------------------------------------------------------------------------------

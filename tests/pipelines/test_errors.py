@@ -115,12 +115,33 @@ def test_control_characters_from_files_never_reach_the_terminal(tmp_path):
          "min": 0.0}]}, allow_unicode=True))
     res = runner.invoke(app, ["check", str(claims)])
     shown = res.output + res.stderr
-    assert "bell" in shown and "soh" in shown  # the name is shown ...
-    for ch in ("\x07", "\x01", "\x1b", "\u202e"):  # ... without its control characters
+    assert "bell\\x07soh\\x01esc" in shown  # the name is shown, its control characters as visible escapes ...
+    for ch in ("\x07", "\x01", "\x1b", "\u202e"):  # ... never raw
         assert ch not in shown, repr(ch)
     from circuitstat.pipelines.cli import terminal_text
 
-    assert terminal_text("a\tb\nc\x00\x7f\x9b") == "a\tb\nc"
+    assert terminal_text("a\tb\nc\x00\x7f\x9b\u202e") == "a\tb\nc\\x00\\x7f\\x9b\\u202e"
+
+
+def test_check_record_shows_control_characters_of_claim_names_as_escapes_in_the_report(tmp_path):
+    """Issue 38 adversarial 6: `check --record` wrote BEL, SOH, ESC and U+202E of a claim's name into report.html."""
+    import sys as _sys
+
+    _sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from builders import make_run
+
+    make_run(tmp_path / "run")
+    bad = "bell\x07soh\x01esc\x1b[2Jbidi\u202etitle"
+    claims = tmp_path / "claims.yaml"
+    claims.write_text(yaml.safe_dump({"run": "run", "claims": [
+        {"name": bad, "kind": "circuit_stability", "method": "exact", "k": 5, "statistic": "jaccard_mean",
+         "min": 0.0}]}, allow_unicode=True))
+    res = runner.invoke(app, ["check", str(claims), "--record"])
+    assert res.exit_code == 0, res.output + res.stderr
+    page = (tmp_path / "run" / "report.html").read_text()
+    for ch in ("\x07", "\x01", "\x1b", "\u202e"):
+        assert ch not in page, repr(ch)
+    assert "bell\\x07soh\\x01esc\\x1b[2Jbidi\\u202etitle" in page  # shown, visibly
 
 
 # ---- item 15b: a large claims file without aliases --------------------------------------------------

@@ -167,7 +167,7 @@ def test_refused_resume_through_check_leaves_the_victim_run_unchanged(tmp_path, 
     write_yaml(tmp_path / "spec.yaml", SPEC)  # another model: the finished index stage differs
     claims = write_yaml(tmp_path / "claims.yaml", {"run": "runs/victim", "spec": "spec.yaml", "claims": [FAITHFULNESS]})
     before = snapshot(tmp_path)
-    code, out = invoke("check", claims)
+    code, out = invoke("check", claims, "--run-audit")
     assert out.startswith("running the audit of")  # check's progress note, then the one-line error
     assert_one_line_error(code, out.split("\n", 1)[1], "stage 'index'", "already finished with a different spec")
     assert audit_like == [victim]  # the audit was asked to resume, and refused

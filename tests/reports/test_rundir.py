@@ -348,3 +348,37 @@ def test_manifest_records_spec_command_history(tmp_path):
     assert len(m["history"]) == 2 and m["history"][0]["spec_sha256"] == m["history"][1]["spec_sha256"]
     out = m["stages"]["s"]["outputs"]["s"]
     assert out["path"] == "s.parquet" and len(out["sha256"]) == 64 and m["stages"]["s"]["seconds"] >= 0
+
+
+def _enospc(*a, **k):
+    import errno
+
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_while_taking_the_lock_leaves_nothing_in_a_new_out(tmp_path, monkeypatch):
+    """Issue 38: a full disk left an empty .lock in the new --out (and so the directory it had made)."""
+    import circuitstat.core.lock
+
+    out = tmp_path / "new" / "out"
+    monkeypatch.setattr(circuitstat.core.lock.os, "write", _enospc)
+    with pytest.raises(OSError, match="No space left"):
+        RunDir(out, spec={"a": 1}, seed=0).open()
+    monkeypatch.undo()
+    assert not (tmp_path / "new").exists()  # neither .lock nor the directories open() made
+    with RunDir(out, spec={"a": 1}, seed=0) as run:  # the disk has room again: the same --out works
+        run.write_table("t", {"x": [1]})
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "t.parquet"]
+
+
+@pytest.mark.parametrize("where", ["first table", "clean close"])
+def test_a_full_disk_at_the_first_write_leaves_nothing_in_a_new_out(tmp_path, monkeypatch, where):
+    import circuitstat.core.rundir
+
+    out = tmp_path / "new" / "out"
+    monkeypatch.setattr(circuitstat.core.rundir, "atomic_write_bytes", _enospc)
+    with pytest.raises(OSError, match="No space left"):
+        with RunDir(out, spec={"a": 1}, seed=0) as run:
+            if where == "first table":
+                run.write_table("t", {"x": [1]})
+    assert not (tmp_path / "new").exists()

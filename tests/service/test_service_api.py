@@ -449,6 +449,10 @@ def test_a_named_model_runs_and_no_server_path_reaches_its_user(env, fleet, tmp_
     r = c.post(f"{api}/claims", files={"claims": ("claims.yaml", claims)})
     assert r.status_code == 409 and "stability_vs_k.parquet (stage stability)" in r.json()["detail"], r.text
     assert job["id"] in r.json()["detail"] and not [x for x in secrets if x in r.text]
+    # and a query of it too (issue 38: query read edited tables), naming the job, no path
+    r = c.post("/api/v1/query", json={"sql": "SELECT count(*) AS n FROM edges", "jobs": [job["id"]]})
+    assert r.status_code == 409 and "stability_vs_k.parquet" in r.json()["detail"], r.text
+    assert job["id"] in r.json()["detail"] and not [x for x in secrets if x in r.text]
     # a zoo model the server has not trained: the error says how to build it, not where the cache is
     r = submit(c, {**AUDIT, "model": "zoo:attn-only-2l/seed-987654"})
     failed = wait_job(c, r.json()["id"])
