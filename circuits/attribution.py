@@ -42,7 +42,9 @@ from .model import CircuitModel
 from .scores import ScoreMatrix
 from .threads import sized_threads
 
-METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted")
+METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted",
+           "atp-qkfix", "atp-graddrop", "atpstar")
+ATP_METHODS = ("atp-qkfix", "atp-graddrop", "atpstar")  # AtP* (Kramár et al. 2024): circuits.atpstar
 LEVELS = ("edge", "node")
 
 
@@ -63,6 +65,10 @@ def check_options(method: str, level: str = "edge", ablation: "str | Ablation" =
         raise InputError(f"unknown ablation {ablation!r}; use one of {', '.join(ABLATIONS)}")
     _positive_int("batch_size", batch_size)
     _positive_int("ig_steps", ig_steps)
+    if method in ATP_METHODS and level != "edge":
+        # GradDrop sums absolute values per edge, so a node's score is not the sum of its out-edges'
+        raise InputError(f"{method} scores edges only (AtP*'s GradDrop and QK fix are defined per edge here); "
+                         "use level 'edge', or eap for node scores")
     kind = ablation if isinstance(ablation, str) else getattr(ablation, "kind", "custom")
     if method == "clean-corrupted" and kind != "counterfactual":
         # With mean/zero/resample values there is no corrupted *input* to take a gradient at, and at
@@ -454,6 +460,10 @@ def attribute(
         cf = abl.senders(index).to(device=model.device, dtype=model.dtype)
         if method == "exact":
             s = _exact_edges(model, data, batch, cf, max_rows) if level == "edge" else _exact_nodes(model, data, batch, cf)
+        elif method in ATP_METHODS:
+            from .atpstar import atp_edges
+
+            s = atp_edges(model, data, batch, cf, method)
         else:
             # a counterfactual the built-in Ablation computed for this batch alone may be overwritten
             owned = isinstance(abl, Ablation) and abl.kind in ("counterfactual", "resample")
