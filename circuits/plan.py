@@ -45,6 +45,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from reports.errors import InputError
 from .graph import ComponentGraph
 from .engine.config import ModelConfig
@@ -319,3 +321,26 @@ def fit_memory(cfg: ModelConfig, method: str, budget: int, *, positions: int, le
     batch = max(1, min(batch_size, (budget - fixed - reserve) // per_example))
     rows = min(max_rows, (budget - fixed - batch * per_example) // per_row)
     return int(batch), int(rows)
+
+
+def exact_subset_cost(cfg: ModelConfig, edges, *, n: int, positions: int, batch_examples: int | None = None,
+                      batch_size: int = 16, max_rows: int = 256, itemsize: int = 4) -> Cost:
+    """The Cost of exact patching on ``n`` examples and the edge indices ``edges`` (circuits.verify): one
+    suffix row per (example, edge) from the edge's receiver layer on, and the clean and counterfactual
+    forwards of ``batch_examples`` examples (the whole batches that hold them; default ``n``)."""
+    g, P, L = graph_of(cfg), positions, cfg.n_layers
+    idx = np.unique(np.asarray(edges, dtype=np.int64))
+    if idx.size == 0 or idx.min() < 0 or idx.max() >= g.n_edges:
+        raise InputError(f"edges must be indices in [0, {g.n_edges})")
+    fwd_n = n if batch_examples is None else int(batch_examples)
+    fwd = forward_flops(cfg, P)
+    receivers, per_receiver = np.unique(g.edge_receiver[idx], return_counts=True)
+    suffix = sum(int(c) * suffix_flops(cfg, g, int(r), P) for r, c in zip(receivers, per_receiver))
+    flops = fwd_n * (2 * fwd - unembed_flops(cfg)) + n * suffix
+    rows = n * int(idx.size)
+    B = min(batch_size, max(fwd_n, 1))
+    passes = 2 * L * math.ceil(fwd_n / batch_size) + sum(
+        math.ceil(n * int(c) / max_rows) * (L - int(g.receiver_layer[r]) + 1) for r, c in zip(receivers, per_receiver))
+    memory = (weight_bytes(cfg, itemsize) + B * exact_example_bytes(cfg, g, P, itemsize)
+              + min(max_rows, rows) * exact_row_bytes(cfg, P, itemsize))
+    return Cost("exact-subset", int(idx.size), 2 * fwd_n, 0, rows, float(flops), passes, memory, batch_size, max_rows)
