@@ -225,7 +225,10 @@ def gradient_example_bytes(cfg: ModelConfig, graph: ComponentGraph, P: int, meth
     if cfg.qk_norm == "full":
         saved += L * 2 * H * P * D  # the coupling term of q and k, [2H, P, D] while a layer maps back
     grads = (L * (3 * H + 1) + 1) * P * D * (1 if method == "eap" else 2)
-    return itemsize * (saved + grads + 3 * U * P * D) + 4 * graph.n_edges
+    qk = 0
+    if method in ATP and ATP[method][0]:  # the QK fix: patterns, their change and ∂m/∂A per sender (float32)
+        qk = 4 * 4 * H * P * P * U + 4 * 2 * U * P * D  # and the exact writes, the patched q/k inputs
+    return itemsize * (saved + grads + 3 * U * P * D) + 4 * graph.n_edges + qk
 
 
 @dataclass(frozen=True)
