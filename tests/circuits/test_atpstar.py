@@ -216,3 +216,31 @@ def test_atp_run_counts(model, monkeypatch):
         # per batch of 2: the counterfactual forward and one clean forward with probes; backwards through it
         assert calls == {"run": 2 * 2, "grad": 2 * backwards}
         assert (cost.forwards, cost.backwards) == (4 * 2, 4 * backwards)
+
+
+@pytest.mark.parametrize("family", ["llama3", "qwen2", "qwen3", "gemma2", "gemma3", "olmo2"])
+def test_qk_fix_tends_to_eap_on_every_family(family):
+    """Rotary, grouped K/V, q/k norms (per head, whole projection), soft-caps and post-norm writes go through
+    the QK fix's recomputed projections: for a small Δz it agrees with EAP to second order."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from families import FAMILIES, VOCAB, hf_model
+
+    from circuits.convert import from_hf
+
+    if family not in FAMILIES:
+        pytest.skip(f"{family} not among tests/families.py")
+    model = from_hf(hf_model(family, seed=2)).double()
+    task = make_task("induction", vocab_size=VOCAB, n=3, seed=0, seq_len=4)
+    errors = []
+    for eps in (1e-2, 1e-3):
+        abl = _Scaled(model, task, eps)
+        fix = attribute(model, task, "atp-qkfix", ablation=abl, progress=False).scores
+        eap = attribute(model, task, "eap", ablation=abl, progress=False).scores
+        errors.append(np.abs(fix - eap).max() / np.abs(eap).max())
+    full = attribute(model, task, "atp-qkfix", progress=False).scores
+    eap = attribute(model, task, "eap", progress=False).scores
+    assert np.abs(full - eap).max() > 1e-3 * np.abs(eap).max()  # a real Δz: the fix changes something
+    assert errors[0] < 0.1 and errors[1] < 0.2 * errors[0], errors  # O(eps): a tenth of eps, a tenth of the gap
