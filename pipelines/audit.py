@@ -164,13 +164,16 @@ def _analysis_stages(run, spec: AuditSpec, model, task, scores: dict, names: lis
     others = [m for m in spec.methods if m != "exact"]
     if "exact" in spec.methods and others:
         def approx_stage():
+            # prompts resampled as for the edge intervals (clusters when the task has templates)
+            plan = resampling_plan(spec, N, groups, run.stage_seed("approximation"), for_intervals=True)
             parts = [approximation_tables(scores["exact"], scores[m], names, m, ks[min(1, len(ks) - 1)],
-                                          spec.ranking) for m in others]
+                                          spec.ranking, plan, spec.bootstrap.confidence_level) for m in others]
             return {"approximation": _concat([p[0] for p in parts]),
                     "approximation_summary": _concat([p[1] for p in parts])}
 
         run_stage(run, "approximation", approx_stage, ["approximation", "approximation_summary"],
-                  params={"k": ks, "ranking": spec.ranking}, depends_on=deps, force=force)
+                  params={"k": ks, "ranking": spec.ranking, "bootstrap": spec.bootstrap.model_dump()},
+                  depends_on=deps, force=force)
 
 
 def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: bool = False):

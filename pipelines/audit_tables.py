@@ -190,13 +190,20 @@ def crossfit_folds(spec, n: int, groups) -> tuple[int, str]:
 
 
 def approximation_tables(exact: np.ndarray, approx: np.ndarray, names: list[str], method: str, k: int,
-                         ranking: str) -> tuple[dict, dict]:
-    """(approximation, approximation_summary) columns of ``method`` against exact (stats.approximation)."""
-    from stats.approximation import approximation_agreement
+                         ranking: str, plan=None, confidence_level: float = 0.95) -> tuple[dict, dict]:
+    """(approximation, approximation_summary) columns of ``method`` against exact (stats.approximation), the
+    summary's Spearman and R² with their bootstrap intervals over ``plan`` (NaN, with why, without a plan)."""
+    from stats.approximation import R2_ESTIMAND, SPEARMAN_ESTIMAND, agreement_intervals, approximation_agreement
 
     res = approximation_agreement(exact, approx, k, ranking=ranking, seed=0, edge_names=names)
     per, summ = res.to_table("approximation_edges").to_pydict(), res.to_table("approximation_agreement").to_pydict()
-    return {"method": [method] * len(names), **per}, {"method": [method], **summ}
+    if plan is not None:
+        ci = agreement_intervals(exact, approx, plan, confidence_level)
+    else:
+        ci = {"spearman_ci_low": np.nan, "spearman_ci_high": np.nan, "r2_ci_low": np.nan, "r2_ci_high": np.nan,
+              "ci_method": "none: this analysis resamples no prompts", "spearman_estimand": SPEARMAN_ESTIMAND,
+              "r2_estimand": R2_ESTIMAND, "n_resamples": 0}
+    return {"method": [method] * len(names), **per}, {"method": [method], **summ, **{c: [v] for c, v in ci.items()}}
 
 
 def _concat(parts: list[dict]) -> dict:

@@ -20,6 +20,10 @@ from reports.schema_core import (B, DATA_JACCARD, DATA_PHI, EDGE_ESTIMAND, F, FI
                                  SELECTED_F, I, S, Column, SchemaError, TableSchema, _ci, _table)
 from reports.schema_results import RESULT_TABLES
 
+# the agreement intervals' estimands, as stats.approximation states them (reports imports nothing from stats)
+AGREE_SPEARMAN = ("expected Spearman of the per-edge mean scores of N prompts from the task's distribution")
+AGREE_R2 = "pooled per-example R^2 over the task's prompt distribution"
+
 __all__ = ["Column", "TableSchema", "SchemaError", "TABLES", "schema_for", "claimable", "columns", "fill"]
 
 _METHOD = ("method", S, "attribution method (exact, eap, eap-ig-inputs, eap-ig-activations, clean-corrupted)")
@@ -103,7 +107,11 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("top_k_overlap", F, "share of exact's top-k circuit in the method's top-k", True),
            ("k", I, "k of top_k_overlap"), ("tie_rule", S, "how ties at the top-k cut-off were broken (reports.topk)"),
            ("cutoff_ties", I, "edges whose exact mean ties exact's k-th one"),
-           ("cutoff_ties_approx", I, "edges whose mean by this method ties its k-th one")),
+           ("cutoff_ties_approx", I, "edges whose mean by this method ties its k-th one"),
+           *_ci("spearman_ci", "spearman", AGREE_SPEARMAN), *_ci("r2_ci", "r2", AGREE_R2),
+           ("ci_method", S, "how the spearman and r2 intervals were computed"),
+           ("spearman_estimand", S, "what spearman_ci covers"), ("r2_estimand", S, "what r2_ci covers"),
+           ("n_resamples", I, "bootstrap resamples of the prompts behind the intervals (0: none)")),
     _table("heads", "cross-seed stability of each head (matched to the other refits), one row per head",
            ("layer", I, "layer"), ("head", I, "head"),
            ("stability", F, "mean best-match similarity to the other refits", True),

@@ -161,8 +161,22 @@ def _smaller_k(r: _Run) -> tuple[Part, ...]:
     return (f"; at k = {row['k']}: ", Ci.of("faithfulness_vs_k", row, ("method", "k"), "f_selected_ci", est="f_selected", decimals=3))
 
 
+def _approx_verdict(ci: Ci, rho: float) -> tuple[str, str]:
+    """Return (verdict, tone) of the Spearman interval against the APPROX_RULES bars (its point estimate in a run
+    that predates the interval)."""
+    if not ci.defined:
+        return next(((v, t) for bar, v, t in APPROX_RULES if rho >= bar), ("no agreement measured", "unsure"))
+    if ci.lo >= APPROX_RULES[0][0]:
+        return APPROX_RULES[0][1:]
+    if ci.lo >= APPROX_RULES[1][0]:
+        return APPROX_RULES[1][1:]
+    if ci.hi < APPROX_RULES[1][0]:
+        return APPROX_RULES[2][1:]
+    return "inconclusive: a rough guide or worse", "unsure"
+
+
 def _approximation_lines(r: _Run) -> list[Line]:
-    """Each approximate method's rank agreement with exact (approximation_summary; no interval there)."""
+    """Each approximate method's rank agreement with exact (approximation_summary), read from its interval."""
     out = []
     by_method: dict[str, dict[str, Any]] = {}
     for row in rows(r.T.get("approximation_summary")):  # one row per method (older runs: one per k; the chosen k's)
@@ -171,10 +185,13 @@ def _approximation_lines(r: _Run) -> list[Line]:
     for row in by_method.values():
         rho = row.get("spearman")
         rho = math.nan if rho is None else float(rho)
-        verdict, tone = next(((v, t) for bar, v, t in APPROX_RULES if rho >= bar), ("no agreement measured", "unsure"))
-        text = (f"{row['method']} vs exact: Spearman {fmt(rho)}, Kendall {fmt(row.get('kendall'))}, "
-                f"top-{row.get('k')} overlap {fmt(row.get('top_k_overlap'))}, R² {fmt(row.get('r2'))}")
-        out.append(Line("approximation", f"{row['method']}: {verdict}", tone, (text,), "approximation"))
+        old = "predates the interval: rerun the audit"
+        sp = Ci.of("approximation_summary", row, ("method", "k"), "spearman_ci", est="spearman", unavailable=old)
+        r2 = Ci.of("approximation_summary", row, ("method", "k"), "r2_ci", est="r2", unavailable=old)
+        verdict, tone = _approx_verdict(sp, rho)
+        parts = (f"{row['method']} vs exact: Spearman of mean scores ", sp, f", Kendall {fmt(row.get('kendall'))}, "
+                 f"top-{row.get('k')} overlap {fmt(row.get('top_k_overlap'))}, pooled per-example R² ", r2)
+        out.append(Line("approximation", f"{row['method']}: {verdict}", tone, parts, "approximation"))
     return out
 
 
@@ -228,7 +245,8 @@ def _rules(lines: list[Line], level: float, n_edges: int | None) -> tuple[str, .
         out.append(f"Edges: Benjamini–Hochberg q ≤ {SIGNIFICANT_Q} over all {f'{n_edges:,}' if n_edges else 'the'} edges; ! = the "
                    "interval rests on a few prompts (interval_reliable = false).")
     if "approximation" in have:
-        out.append("Approximation: Spearman ≥ 0.9 ranks like exact, ≥ 0.5 a rough guide, below that does not.")
+        out.append("Approximation: the Spearman interval's lower end ≥ 0.9 ranks like exact, ≥ 0.5 a rough guide; "
+                   "its upper end below 0.5 does not; across 0.5 inconclusive.")
     if "heads" in have:
         out.append("Heads: each head's own interval over training seeds, not adjusted over heads.")
     return tuple(out)

@@ -13,7 +13,8 @@ Verdict rules (also stated in the summary itself):
 * faithfulness: f_selected_ci_* (the circuit selected from N prompts, selection included) against the
   same bar; the fixed-circuit f_ci_* only where the run has no selection-aware interval, labelled.
 * edges: Benjamini-Hochberg q <= 0.05 over every edge; "!" marks intervals a few prompts carry.
-* approximation: Spearman of mean scores against exact, >= 0.9 agrees, >= 0.5 a rough guide, else not.
+* approximation: the interval of the Spearman of mean scores against exact (its expected value at N): lower end
+  >= 0.9 agrees, >= 0.5 a rough guide, upper end < 0.5 does not, otherwise inconclusive.
 * heads: each head's excess over its shuffled null with its interval over training seeds, unadjusted.
 """
 
