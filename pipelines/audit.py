@@ -248,7 +248,8 @@ def _heads_stage(run, spec: AuditSpec, sources: list[str], model, task, force: b
     model 0's checked device), and only when the stage runs."""
     from . import heads as heads_mod
 
-    params = {"models": spec.sources, **spec.heads.model_dump(), "seed": spec.seed}
+    # min_excess is the verdict's threshold, not the stage's: changing it recomputes nothing
+    params = {"models": spec.sources, **spec.heads.model_dump(exclude={"min_excess"}), "seed": spec.seed}
     outputs = ["heads", "layers", "residual", "head_details", "correlation", "summary"]
 
     def compute():

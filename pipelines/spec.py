@@ -20,6 +20,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from reports.errors import InputError, warn_renamed
+from reports.thresholds import MIN_EXCESS, MIN_EXCESS_BOUNDS
 
 from .options import ABLATION, INPUT_NODE, LEVEL, METHOD, METRIC  # noqa: F401 - defined there once; re-exported
 from .yamlio import read_yaml_strict
@@ -125,6 +126,9 @@ class HeadsSpec(_Strict):
     drop_bos: bool = False
     n_probe: int = Field(100, ge=4, le=10_000)
     n_resamples: int = Field(200, ge=10, le=10_000)
+    # the verdict's minimum excess over the shuffled null for a head to count as stable (its interval's lower end
+    # must exceed it); read by the verdict only, so changing it recomputes nothing
+    min_excess: float = Field(MIN_EXCESS, ge=MIN_EXCESS_BOUNDS[0], le=MIN_EXCESS_BOUNDS[1])
 
 
 class AuditSpec(_RunOptions):

@@ -18,8 +18,8 @@ import pyarrow as pa
 from reports.analyses import missing
 from reports.ci import Ci, fmt
 from reports.tableset import Tables, ints, methods_in, num, order_methods, rows, where
-from reports.verdicts.model import (APPROX_RULES, BAR, CLAIM_SECTIONS, NEEDS_SEEDS, SIGNIFICANT_Q, TOP_EDGES, Line, Name,
-                                    Part, Quote, Verdict, against_bar, run_spec)
+from reports.verdicts.model import (APPROX_RULES, BAR, CLAIM_SECTIONS, MIN_EXCESS, MIN_EXCESS_BOUNDS, NEEDS_SEEDS,
+                                    SIGNIFICANT_Q, TOP_EDGES, Line, Name, Part, Quote, Verdict, against_bar, run_spec)
 
 __all__ = ["choose_k", "circuit_edges", "primary_method", "verdict"]
 
@@ -87,6 +87,7 @@ class _Run:
     why_k: str
     ranking: str
     n: int | None  # prompts
+    min_excess: float = MIN_EXCESS  # a head's excess interval must lie above it
 
 
 def _prompts(r: _Run) -> str:
@@ -208,10 +209,13 @@ def _heads_line(r: _Run) -> list[Line]:
     key = tuple(c for c in ("layer", "head", "match", "pairs") if c in t.column_names)
     few = 0 < n_refits < 3
     ci = Ci.of("heads", best, key, "excess_ci", est="excess", unavailable=NEEDS_SEEDS if few else "")
-    above = sum(1 for h in hs if h.get("excess_ci_low") is not None and h["excess_ci_low"] > 0)
-    verdict = NEEDS_SEEDS if few else f"{above} of {len(hs)} heads above their null"
+    d = r.min_excess
+    above = sum(1 for h in hs if h.get("excess_ci_low") is not None and h["excess_ci_low"] > d)
+    verdict = NEEDS_SEEDS if few else f"{above} of {len(hs)} heads above their null by > {d:g}"
     parts = (f"{n_refits} seeds; largest excess over the shuffled null: ", Name(f"a{best['layer']}.h{best['head']}"), " ", ci,
-             f" (stability {fmt(best['stability'])}, null {fmt(best.get('null_mean'))})")
+             f" (stability {fmt(best['stability'])}, null {fmt(best.get('null_mean'))}); a head counts when its own "
+             f"interval's lower end exceeds the minimum excess {d:g} (heads.min_excess), not adjusted over the "
+             f"{len(hs)} heads")
     return [Line("heads", verdict, "unsure" if few else "info", parts, "heads")]
 
 
@@ -228,7 +232,7 @@ def _claim_lines(r: _Run) -> list[Line]:
     return out
 
 
-def _rules(lines: list[Line], level: float, n_edges: int | None) -> tuple[str, ...]:
+def _rules(lines: list[Line], level: float, n_edges: int | None, min_excess: float = MIN_EXCESS) -> tuple[str, ...]:
     """The rules of the verdicts present, multiplicity included."""
     have = {ln.label for ln in lines}
     if not lines:
@@ -248,12 +252,31 @@ def _rules(lines: list[Line], level: float, n_edges: int | None) -> tuple[str, .
         out.append("Approximation: the Spearman interval's lower end ≥ 0.9 ranks like exact, ≥ 0.5 a rough guide; "
                    "its upper end below 0.5 does not; across 0.5 inconclusive.")
     if "heads" in have:
-        out.append("Heads: each head's own interval over training seeds, not adjusted over heads.")
+        out.append(f"Heads: above the null when a head's own interval over training seeds lies above the minimum "
+                   f"excess {min_excess:g} (heads.min_excess / --min-excess); not adjusted over heads.")
     return tuple(out)
 
 
-def verdict(run_dir: str | Path) -> Verdict:
-    """Return the one-screen verdict of the run directory `run_dir` (lines for what its tables hold)."""
+def _min_excess(spec: dict, asked: float | None) -> float:
+    """Return the heads' minimum excess: `asked`, else the run spec's heads.min_excess, else MIN_EXCESS."""
+    if asked is None:
+        heads = spec.get("heads") if isinstance(spec.get("heads"), dict) else {}
+        asked = heads.get("min_excess", MIN_EXCESS)
+    try:
+        d = float(asked)
+    except (TypeError, ValueError):
+        d = math.nan
+    lo, hi = MIN_EXCESS_BOUNDS
+    if not lo <= d <= hi:
+        from reports.errors import InputError
+
+        raise InputError(f"min_excess must lie in [{lo:g}, {hi:g}], got {asked!r}: pass a value in that range")
+    return d
+
+
+def verdict(run_dir: str | Path, min_excess: float | None = None) -> Verdict:
+    """Return the one-screen verdict of the run directory `run_dir` (lines for what its tables hold); `min_excess`
+    overrides the run spec's heads.min_excess."""
     T = Tables(Path(run_dir))
     spec = run_spec(T.dir)
     method = primary_method(T)
@@ -262,10 +285,11 @@ def verdict(run_dir: str | Path) -> Verdict:
     level = float(boot.get("confidence_level") or 0.95)
     es = T.get("edge_stats")
     n = int(np.nanmax(num(es, "n"))) if es is not None and es.num_rows and np.isfinite(num(es, "n")).any() else None
-    r = _Run(T, method, k, why, str(spec.get("ranking") or "absolute"), n)
+    d = _min_excess(spec, min_excess)
+    r = _Run(T, method, k, why, str(spec.get("ranking") or "absolute"), n, d)
     lines: list[Line] = []
     for build in (_circuit_lines, _stability_line, _faithfulness_line, _approximation_lines, _heads_line,
                   _claim_lines):
         lines += build(r)
     n_edges = where(es, method=method).num_rows if method and es is not None else None
-    return Verdict(T.dir, method, k, tuple(lines), tuple(missing(T)), _rules(lines, level, n_edges), level)
+    return Verdict(T.dir, method, k, tuple(lines), tuple(missing(T)), _rules(lines, level, n_edges, d), level)
