@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 
 from reports.ci import Ci
-from reports.html.common import Tables, ci_html
+from reports.html.common import Tables, ci_html, html_table
 from reports.html.graph import circuit_figure, graph_data
 from reports.html.graph_draw import minority_sign
 from reports.html.svg import esc
 from reports.tableset import Missing
 from reports.verdicts import Line, Verdict
-from reports.verdicts.model import Name, Quote
+from reports.verdicts.build import circuit_edges
+from reports.verdicts.model import SIGNIFICANT_Q, Name, Quote, run_spec
 
 __all__ = ["verdict_section"]
 
@@ -67,6 +68,24 @@ def _circuit_thumb(T: Tables, v: Verdict) -> str:
     return f'<figure class="thumb">{svg}<figcaption>{esc(cap)}</figcaption></figure>'
 
 
+def _circuit_edge_table(T: Tables, v: Verdict) -> str:
+    """Return the chosen circuit's edges in rank order with their intervals and q-values, in a box that scrolls
+    ('' without a circuit): the first screen names the circuit's edges, not only its three largest."""
+    if v.method is None or v.k is None:
+        return ""
+    ranking = str(run_spec(T.dir).get("ranking") or "absolute")
+    edges = circuit_edges(T, v.method, v.k, ranking)
+    if not edges:
+        return ""
+    body = [[i + 1, f"<code>{esc(e['name'])}</code>",
+             Ci.of("edge_stats", e, ("method", "edge"), est="estimate"), e.get("q")] for i, e in enumerate(edges)]
+    tbl = html_table([("rank", "int"), ("edge", "html"), ("mean effect [95% CI]", "ci"), ("BH q", "num")], body)
+    rank = "|effect|" if ranking == "absolute" else "signed effect"
+    cap = (f"The top-{v.k} circuit's {len(edges)} edges by {rank} ({v.method}; scroll for all); q ≤ {SIGNIFICANT_Q} is "
+           "significant. Each interval covers the edge's mean effect over the task's prompt distribution.")
+    return f'<div class="cedges">{tbl}</div><p class="caption">{esc(cap)}</p>'
+
+
 def verdict_section(T: Tables, v: Verdict, shown: set[str]) -> str:
     """Return the verdict box: its lines, the caption of estimands, what the run lacks, the rules, the circuit."""
     body = "".join(_line_html(ln, shown) for ln in v.lines)
@@ -80,4 +99,6 @@ def verdict_section(T: Tables, v: Verdict, shown: set[str]) -> str:
     rules = f'<ul class="rules">{rules}</ul>' if rules else ""
     if not body:
         table = '<p class="caption">This run holds no circuit audit; its sections follow.</p>'
-    return f'<div class="verdict-grid"><div class="vlines">{table}{caption}{todo}{rules}</div>{_circuit_thumb(T, v)}</div>'
+    side = _circuit_thumb(T, v) + _circuit_edge_table(T, v)
+    side = f'<div class="vside">{side}</div>' if side else ""
+    return f'<div class="verdict-grid"><div class="vlines">{table}{caption}{todo}{rules}</div>{side}</div>'

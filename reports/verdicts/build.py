@@ -211,7 +211,7 @@ def _heads_line(r: _Run) -> list[Line]:
     ci = Ci.of("heads", best, key, "excess_ci", est="excess", unavailable=NEEDS_SEEDS if few else "")
     d = r.min_excess
     above = sum(1 for h in hs if h.get("excess_ci_low") is not None and h["excess_ci_low"] > d)
-    verdict = NEEDS_SEEDS if few else f"{above} of {len(hs)} heads above their null by > {d:g}"
+    verdict = NEEDS_SEEDS if few else f"{above} of {len(hs)} heads above their null by more than {d:g}"
     parts = (f"{n_refits} seeds; largest excess over the shuffled null: ", Name(f"a{best['layer']}.h{best['head']}"), " ", ci,
              f" (stability {fmt(best['stability'])}, null {fmt(best.get('null_mean'))}); a head counts when its own "
              f"interval's lower end exceeds the minimum excess {d:g} (heads.min_excess), not adjusted over the "

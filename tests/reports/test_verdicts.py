@@ -95,7 +95,7 @@ def test_approximation_and_edges_and_heads_lines(tmp_path):
     assert edges.cis[2].reliable is False and "0.800 [0.600, 1.00]!" in edges.text()  # a1.h5->logits: few prompts
     heads = lines["heads"]
     assert heads.cis[0].low == "excess_ci_low" and "a1.h5 0.750 [0.650, 0.830]" in heads.text()
-    assert heads.verdict == "1 of 16 heads above their null by > 0.1"  # 16 excess intervals above 0, one above 0.1
+    assert heads.verdict == "1 of 16 heads above their null by more than 0.1"  # 16 excess intervals above 0, one above 0.1
     assert [r for r in v.rules if r.startswith("Edges: Benjamini–Hochberg q ≤ 0.05 over all 6 edges")]
 
 
@@ -172,7 +172,7 @@ def test_heads_count_only_excess_above_the_minimum_effect_and_say_the_rule(tmp_p
 
     run = _heads_run(tmp_path, {"ranking": "absolute"})
     line = next(ln for ln in verdict(run).lines if ln.label == "heads")
-    assert line.verdict == "2 of 8 heads above their null by > 0.1"  # the old rule (low > 0) counted 6
+    assert line.verdict == "2 of 8 heads above their null by more than 0.1"  # the old rule (low > 0) counted 6
     assert "not adjusted over the 8 heads" in line.text() and "minimum excess 0.1" in line.text()
     assert any("minimum excess 0.1" in r and "not adjusted" in r for r in verdict(run).rules)
     assert next(ln for ln in verdict(run, min_excess=0.0).lines if ln.label == "heads").verdict.startswith("6 of 8")
@@ -199,5 +199,5 @@ def test_min_excess_is_a_bounded_spec_key_and_cli_option(tmp_path):
     run = _heads_run(tmp_path, {})
     res = CliRunner().invoke(app, ["report", str(run), "--min-excess", "0"])
     assert res.exit_code == 0, res.output
-    assert "6 of 8 heads above their null by &gt; 0" in (run / "report.html").read_text()
+    assert "6 of 8 heads above their null by more than 0" in (run / "report.html").read_text()
     assert CliRunner().invoke(app, ["report", str(run), "--min-excess", "1.5"]).exit_code == 2
