@@ -154,12 +154,12 @@ def _analysis_stages(run, spec: AuditSpec, model, task, scores: dict, names: lis
     if spec.faithfulness:
         def faith_stage():
             plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=True)
-            return {"faithfulness_vs_k": _concat([faithfulness_table(model, task, scores[m], m, ks, plan, spec,
-                                                                     seed=run.stage_seed("faithfulness"))
+            return {"faithfulness_vs_k": _concat([faithfulness_with_search(model, task, scores[m], m, ks, plan, spec,
+                                                                           run.stage_seed("faithfulness"))
                                                   for m in spec.methods])}
 
-        run_stage(run, "faithfulness", faith_stage, ["faithfulness_vs_k"], params=rs, depends_on=deps,
-                  force=force)
+        run_stage(run, "faithfulness", faith_stage, ["faithfulness_vs_k"], params={**rs, "k_search": spec.k_search},
+                  depends_on=deps, force=force)
 
     others = [m for m in spec.methods if m != "exact"]
     if "exact" in spec.methods and others:
@@ -174,6 +174,30 @@ def _analysis_stages(run, spec: AuditSpec, model, task, scores: dict, names: lis
         run_stage(run, "approximation", approx_stage, ["approximation", "approximation_summary"],
                   params={"k": ks, "ranking": spec.ranking, "bootstrap": spec.bootstrap.model_dump()},
                   depends_on=deps, force=force)
+
+
+def faithfulness_with_search(model, task, S: np.ndarray, method: str, ks: list[int], plan, spec: AuditSpec, seed,
+                             ) -> dict:
+    """faithfulness_vs_k columns of ``method`` on the spec's k grid, then the circuit choice's extra k values
+    (pipelines.k_search: fixed-sequence down every k from the grid's largest, at most spec.k_search of them)."""
+    from reports.verdicts.model import BAR
+
+    from .k_search import search_k
+
+    grid = faithfulness_table(model, task, S, method, ks, plan, spec, seed=seed)
+    if not spec.k_search:
+        return grid
+
+    def evaluate(k: int) -> dict:
+        row = faithfulness_table(model, task, S, method, [k], plan, spec, seed=seed)
+        # CPR and CMD are areas under the grid's curve: the extra rows carry the grid's
+        row.update(cpr=grid["cpr"][:1].copy(), cmd=grid["cmd"][:1].copy(), area_note=grid["area_note"][:1],
+                   k_source=["search"])
+        return row
+
+    extra, why = search_k(evaluate, grid, spec.k_search, BAR)
+    print(f"faithfulness {method}: {len(extra)} extra k evaluated below k = {max(ks)}; {why}", file=sys.stderr)
+    return _concat([grid, *extra])
 
 
 def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: bool = False):

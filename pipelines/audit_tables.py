@@ -114,7 +114,32 @@ def faithfulness_table(model, task, S: np.ndarray, method: str, ks: list[int], p
            "cutoff_ties": np.asarray(ties["cutoff_ties"], dtype=np.int64),
            "cutoff_ties_excluded": np.asarray(ties["cutoff_ties_excluded"], dtype=np.int64)}
     out.update(_selected_columns(model, task, S, ks, spec, res, seed, C))
+    out.update(_circuit_notes(model, res, out, level))
+    out["k_source"] = ["grid"] * C
     return out
+
+
+DISCONNECTED = ("the top-{k} edges form no path from input to logits, so the circuit computes exactly what the empty "
+                "circuit computes: f = 0 by construction (up to float rounding), in every resample")
+
+
+def _circuit_notes(model, res, out: dict, level: str) -> dict:
+    """Whether each fixed circuit connects input to logits, and the note that explains f = 0 when it does not
+    (a circuit whose edges reach the logits from no input carries only the counterfactual's values)."""
+    from circuits.circuit.graph_ops import prune_edges
+
+    C = len(res.circuits)
+    if level != "edge":
+        return {"connected": np.ones(C, dtype=bool), "circuit_note": [""] * C}
+    connected = np.array([bool(prune_edges(model.graph, np.asarray(c.edges, bool))[0].any()) for c in res.circuits])
+    notes = []
+    for i, (k, ok) in enumerate(zip(out["k"], connected)):
+        note = "" if ok else DISCONNECTED.format(k=int(k))
+        lo, hi = out["f_selected_ci_low"][i], out["f_selected_ci_high"][i]
+        if not ok and abs(lo) < 1e-6 and abs(hi) < 1e-6:
+            note += "; so did the circuit selected in every cross-fitting fold (f_selected = 0 too)"
+        notes.append(note)
+    return {"connected": connected, "circuit_note": notes}
 
 
 def _selected_columns(model, task, S: np.ndarray, ks: list[int], spec: AuditSpec, res, seed, C: int) -> dict:

@@ -149,6 +149,9 @@ class AuditSpec(_RunOptions):
     # cross-fitting folds of the selection-aware faithfulness interval; None: up to 5, as many as the
     # examples (and a task's groups, which stay whole) fill with at least 4 examples each
     faithfulness_folds: int | None = Field(None, ge=2, le=20)
+    # the circuit choice's fine search (pipelines.k_search): the most extra k values, below the grid's largest,
+    # whose faithfulness it may evaluate to find the smallest circuit that meets the bar; 0: the grid only
+    k_search: int = Field(64, ge=0, le=10_000)
     heads: HeadsSpec = HeadsSpec()
 
     @field_validator("methods")

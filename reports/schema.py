@@ -92,7 +92,12 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("f_selected_note", S, "how f_selected was computed, or why it is NaN"),
            ("tie_rule", S, "how ties at the top-k cut-off were broken (reports.topk), the rule of every circuit here"),
            ("cutoff_ties", I, "edges (nodes) whose mean score ties the k-th one of the fixed circuit"),
-           ("cutoff_ties_excluded", I, "of those, left out of the fixed circuit by the tie rule")),
+           ("cutoff_ties_excluded", I, "of those, left out of the fixed circuit by the tie rule"),
+           ("connected", B, "the fixed circuit has a path from input to logits (false: it computes what the empty "
+            "circuit computes, so f = 0 up to rounding)"),
+           ("circuit_note", S, "why f is what it is, when the circuit explains it (no input -> logits path)"),
+           ("k_source", S, "grid: a k of the spec's grid; search: an extra k the circuit choice evaluated "
+            "(fixed-sequence test down every k from the grid's largest, spec key k_search)")),
     _table("approximation", "per-edge error of an approximate method against exact patching",
            _METHOD, ("edge", I, "edge index"), ("name", S, "edge name"),
            ("exact_mean", F, "mean exact effect"), ("approx_mean", F, "mean approximate score"),

@@ -63,7 +63,9 @@ def _circuit_thumb(T: Tables, v: Verdict) -> str:
     if not drawn:
         return ""
     odd = "positive" if minority_sign(drawn) > 0 else "negative"
-    cap = (f"{v.method}: the top-{v.k} circuit (colour: inclusion frequency; width: |effect|; dashed: {odd} effect); "
+    colour = ("colour: inclusion frequency" if any(d.frequency == d.frequency for d in drawn) else
+              "grey: no inclusion frequency at this k, which the circuit choice's search added to the stability grid's")
+    cap = (f"{v.method}: the top-{v.k} circuit ({colour}; width: |effect|; dashed: {odd} effect); "
            "its intervals are in place on the full graph below.")
     return f'<figure class="thumb">{svg}<figcaption>{esc(cap)}</figcaption></figure>'
 

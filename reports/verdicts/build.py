@@ -39,19 +39,27 @@ def choose_k(T: Tables, method: str) -> tuple[int | None, str]:
     if not ks:
         return None, "the run has no k grid"
     f = {int(r["k"]): r for r in rows(T.get("faithfulness_vs_k"), method=method)}
+    searched = sum(1 for r in f.values() if r.get("k_source") == "search")
     for col, what in (("f_selected_ci_low", "selection-aware"), ("f_ci_low", "fixed-circuit")):
-        low = {k: math.nan if r.get(col) is None else float(r[col]) for k, r in f.items()}
+        low = {k: math.nan if r.get(col) is None else float(r[col]) for k, r in f.items()
+               if r.get("k_source") != "search"}  # which column: the one the grid has, as the search chose it
         if not any(math.isfinite(v) for v in low.values()):
             continue
+        low = {k: math.nan if r.get(col) is None else float(r[col]) for k, r in f.items()}
         grid = sorted(low, reverse=True)
+        if searched:  # the search tested every k down from the grid's largest: walk them without skipping one
+            grid = [k for k in range(grid[0], 0, -1) if k in low]
+            grid = grid[:next((i for i, (a, b) in enumerate(zip(grid, grid[1:])) if a - b != 1), len(grid) - 1) + 1]
         chosen = None
         for k in grid:  # fixed sequence: stop at the first k that fails
             if not low[k] >= BAR:
                 break
             chosen = k
+        how = (f"fixed-sequence test down every k from k = {grid[0]}, {searched} of them evaluated beyond the k grid"
+               if searched else f"fixed-sequence test down from k = {grid[0]}")
         if chosen is not None:
             return chosen, (f"the smallest k whose {what} faithfulness lower bound, like every larger k's, is ≥ {BAR} "
-                            f"(fixed-sequence test down from k = {grid[0]})")
+                            f"({how})")
         return grid[0], f"no k reaches a {what} faithfulness lower bound of {BAR}, so the largest k"
     return ks[0], "faithfulness was not run, so the smallest k of the grid"
 
@@ -159,7 +167,9 @@ def _smaller_k(r: _Run) -> tuple[Part, ...]:
     if not below:
         return ()
     row = max(below, key=lambda x: x["k"])
-    return (f"; at k = {row['k']}: ", Ci.of("faithfulness_vs_k", row, ("method", "k"), "f_selected_ci", est="f_selected", decimals=3))
+    why = " (no path from input to logits: it computes what the empty circuit does)" if row.get("connected") is False else ""
+    return (f"; at k = {row['k']}: ", Ci.of("faithfulness_vs_k", row, ("method", "k"), "f_selected_ci", est="f_selected",
+                                             decimals=3), why)
 
 
 def _approx_verdict(ci: Ci, rho: float) -> tuple[str, str]:
