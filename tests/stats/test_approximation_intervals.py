@@ -63,3 +63,25 @@ def test_spearman_interval_covers_the_expected_spearman_at_n(e, n, corr):
         width.append(ci["spearman_ci_high"] - ci["spearman_ci_low"])
     assert 0.88 <= hits / 150 <= 0.99, hits / 150
     assert np.median(width) < 0.5  # not uselessly wide
+
+
+def test_a_claim_bounds_the_interval_the_verdict_reads(tmp_path):
+    """An approximation claim can bound spearman_ci_low, the column the verdict reads: a point estimate above the bar
+    with an interval reaching below it holds as a point claim and fails as an interval claim."""
+    from pipelines.claims import evaluate_claims, parse_claims
+    from reports.rundir import RunDir
+    from reports.schema import fill
+    from reports.verdicts import verdict
+
+    cols = {"method": ["eap"], "spearman": [0.6], "spearman_ci_low": [0.42], "spearman_ci_high": [0.74], "k": [10],
+            "r2": [0.21], "r2_ci_low": [0.12], "r2_ci_high": [0.33], "spearman_estimand": [SPEARMAN_ESTIMAND]}
+    with RunDir(tmp_path / "run", spec={}, seed=0) as run:
+        run.write_table("approximation_summary", fill("approximation_summary", cols, 1))
+    claims = parse_claims({"claims": [
+        {"kind": "approximation", "method": "eap", "statistic": "spearman", "min": 0.5},
+        {"kind": "approximation", "method": "eap", "statistic": "spearman_ci_low", "min": 0.5}]})
+    assert [r.status for r in evaluate_claims(claims, tmp_path / "run")] == ["pass", "fail"]
+    line = next(ln for ln in verdict(tmp_path / "run").lines if ln.label == "approximation")
+    assert line.verdict == "eap: inconclusive: a rough guide or worse" and [c.low for c in line.cis] == [
+        "spearman_ci_low", "r2_ci_low"]
+    assert "0.600 [0.420, 0.740]" in line.text() and line.cis[0].estimand == SPEARMAN_ESTIMAND
