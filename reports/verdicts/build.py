@@ -125,9 +125,18 @@ def _circuit_lines(r: _Run) -> list[Line]:
 def _stability_line(r: _Run) -> list[Line]:
     """Data-level stability of the top-k circuit (jaccard_data_ci_*) against the bar, with chance beside it."""
     found = rows(r.T.get("stability_vs_k"), method=r.method, k=r.k) if r.k is not None else []
+    at = ""
+    if not found and r.k is not None:  # a k of the circuit choice's search: stability is measured on the grid only
+        grid = rows(r.T.get("stability_vs_k"), method=r.method)
+        above = [x for x in grid if x["k"] > r.k]
+        found = [min(above, key=lambda x: x["k"])] if above else sorted(grid, key=lambda x: -x["k"])[:1]
+        if found:
+            at = (f"measured on the k grid, so at k = {found[0]['k']}, the grid's nearest k "
+                  f"{'above' if above else 'below'} the chosen {r.k}: ")
     if not found:
         return []
     row = found[0]
+    k = row["k"]
     if "jaccard_data_ci_low" not in row:
         return [Line("stability", "no data-level interval", "unsure",
                      ("this run predates data-level stability intervals; rerun the audit to get them",), "stability")]
@@ -137,7 +146,7 @@ def _stability_line(r: _Run) -> list[Line]:
     verdict, tone = against_bar(ci, "stable", "unstable")
     if tone == "good" and chance is not None and not ci.lo > chance:
         verdict, tone = "no better than chance", "bad"
-    parts = (f"expected Jaccard between the top-{r.k} circuits of two independent sets of {_prompts(r)} ", ci,
+    parts = (f"{at}expected Jaccard between the top-{k} circuits of two independent sets of {_prompts(r)} ", ci,
              f"; bar {BAR}, chance {fmt(chance)}")
     return [Line("stability", verdict, tone, parts, "stability")]
 
@@ -250,8 +259,8 @@ def _rules(lines: list[Line], level: float, n_edges: int | None, min_excess: flo
     out = [f"Intervals are {level:.0%} intervals of the column the claims check reads; each verdict reads one, "
            "not adjusted across the lines."]
     if "circuit" in have:
-        out.append(f"k: fixed-sequence test down the k grid (family-wise {1 - level:.0%} over the grid, no "
-                   "adjustment needed).")
+        out.append(f"k: fixed-sequence test down the k grid, or down every k from its largest where the run searched "
+                   f"(family-wise {1 - level:.0%} over the k tested, no adjustment needed).")
     if {"stability", "faithfulness"} & have:
         out.append(f"Stability and faithfulness: above the bar {BAR} → stable / faithful, below → unstable / "
                    "not faithful, across → inconclusive.")

@@ -111,3 +111,21 @@ def test_a_circuit_without_an_input_to_logits_path_says_why_f_is_zero():
     assert max(abs(t["f_ratio"][0]), abs(t["f_ci_low"][0]), abs(t["f_ci_high"][0])) < 1e-4
     assert t["circuit_note"][0].startswith("the top-2 edges form no path from input to logits") and t["circuit_note"][1] == ""
     assert t["f_ratio"][1] != pytest.approx(0, abs=1e-6) and t["k_source"] == ["grid", "grid"]
+
+
+def test_stability_line_reads_the_grids_nearest_k_above_a_searched_k(tmp_path):
+    from reports.verdicts import verdict
+
+    faith = _table(GRID)
+    extra = _table(list(range(49, 31, -1)), "search")
+    merged = {c: list(faith[c]) + list(extra[c]) for c in faith}
+    stab = {"method": ["exact"] * 4, "k": GRID, "jaccard_data": [0.5, 0.7, 0.85, 0.92],
+            "jaccard_data_ci_low": [0.4, 0.6, 0.75, 0.89], "jaccard_data_ci_high": [0.6, 0.8, 0.92, 0.97],
+            "jaccard_chance": [0.05, 0.1, 0.14, 0.45]}
+    with RunDir(tmp_path / "run", spec={}, seed=0) as run:
+        run.write_table("faithfulness_vs_k", fill("faithfulness_vs_k", merged, len(merged["k"])))
+        run.write_table("stability_vs_k", fill("stability_vs_k", stab, 4))
+    v = verdict(tmp_path / "run")
+    line = next(ln for ln in v.lines if ln.label == "stability")
+    assert v.k == 33 and line.cis[0].key == (("method", "exact"), ("k", 50)) and line.verdict == "stable"
+    assert "so at k = 50, the grid's nearest k above the chosen 33" in line.text()
