@@ -151,7 +151,7 @@ class AuditSpec(_RunOptions):
     faithfulness_folds: int | None = Field(None, ge=2, le=20)
     # the circuit choice's fine search (pipelines.k_search): the most extra k values, below the grid's largest,
     # whose faithfulness it may evaluate to find the smallest circuit that meets the bar; 0: the grid only
-    k_search: int = Field(64, ge=0, le=10_000)
+    k_search: int = Field(64, ge=0, le=1000)
     heads: HeadsSpec = HeadsSpec()
 
     @field_validator("methods")
