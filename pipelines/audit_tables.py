@@ -128,8 +128,8 @@ def _circuit_notes(model, res, out: dict, level: str) -> dict:
     (a circuit whose edges reach the logits from no input carries only the counterfactual's values)."""
     from circuits.circuit.graph_ops import prune_edges
 
-    C = len(res.circuits)
-    if level != "edge":
+    C = len(out["k"])
+    if level != "edge" or res.circuits is None:  # node circuits: no edge path to check
         return {"connected": np.ones(C, dtype=bool), "circuit_note": [""] * C}
     connected = np.array([bool(prune_edges(model.graph, np.asarray(c.edges, bool))[0].any()) for c in res.circuits])
     notes = []
