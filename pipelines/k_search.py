@@ -1,7 +1,7 @@
 """The circuit choice's fine search over k: faithfulness at extra k values below the spec's grid, so the verdict
 can name the smallest circuit that meets the bar instead of the nearest grid value above it.
 
-The rule (reports.verdicts.build.choose_k reads it back) is a fixed-sequence test down every integer k from the
+The rule (circuitstat.reports.verdicts.build.choose_k reads it back) is a fixed-sequence test down every integer k from the
 grid's largest: k passes when its faithfulness lower bound (selection-aware when the run has it, else the fixed
 circuit's) is at least the bar, and the chosen k is the smallest k such that it and every larger k pass. Testing
 a pre-set sequence in order and stopping at the first failure controls the family-wise error over all the k it

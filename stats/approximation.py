@@ -13,8 +13,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from reports.results import Result
-from reports.topk import TIE_RULE, topk
+from circuitstat.core.results import Result
+from circuitstat.core.topk import TIE_RULE, topk
 
 __all__ = ["ApproximationResult", "approximation_agreement", "agreement_intervals", "agreement_replicates",
            "SPEARMAN_ESTIMAND", "R2_ESTIMAND"]
@@ -51,7 +51,7 @@ def approximation_agreement(exact: np.ndarray, approx: np.ndarray, k: int, *, ra
 
     top_k_overlap: share of exact's top-k circuit (of mean scores, ``ranking`` signed or absolute)
     that the approximation's top-k circuit contains; ties are broken at random from ``seed`` (the
-    project's one top-k, reports.topk).
+    project's one top-k, circuitstat.core.topk).
     """
     from scipy import stats as sps
 
@@ -82,7 +82,7 @@ def approximation_agreement(exact: np.ndarray, approx: np.ndarray, k: int, *, ra
                                {"estimator": "approximation_agreement", "k": int(k), "ranking": ranking, "n": N})
 
 
-# What the agreement intervals cover (reports/schema.py quotes these; the report and the claims read the same columns).
+# What the agreement intervals cover (core/schema.py quotes these; the report and the claims read the same columns).
 # Simulated coverage (heavy-tailed t3 scores, 20-81 edges, N = 32-128, 200 datasets each): the re-centred Spearman
 # interval covered its estimand 0.93-0.96; the plain percentile one covered it 0.59-1.00 and the population's
 # Spearman of the true means 0.00-1.00 (noisy means attenuate the rank agreement of a finite study, and the
@@ -138,7 +138,7 @@ def agreement_intervals(exact: np.ndarray, approx: np.ndarray, plan, confidence_
     expected value at N, SPEARMAN_ESTIMAND) and of the pooled R² (percentile) over ``plan``'s resamples of the
     prompts, as summary columns (``spearman_ci_low`` ... ``r2_ci_high``, ``ci_method``,
     ``spearman_estimand``, ``r2_estimand``, ``n_resamples``)."""
-    from stats.intervals.bounds import percentile_interval
+    from circuitstat.stats.intervals.bounds import percentile_interval
 
     reps = agreement_replicates(exact, approx, plan)
     observed = approximation_agreement(exact, approx, 1, ranking="absolute").summary_row

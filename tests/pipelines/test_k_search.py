@@ -1,4 +1,4 @@
-"""The circuit choice's fine search over k (pipelines.k_search) and the faithfulness note of a circuit that
+"""The circuit choice's fine search over k (circuitstat.pipelines.k_search) and the faithfulness note of a circuit that
 connects no input to the logits (issue 38: the demo chose k = 50 of 81 from the grid 5/10/20/50, and showed
 f = 0.000 [0.000, 0.000] at k = 5 unexplained)."""
 
@@ -9,12 +9,12 @@ import math
 import numpy as np
 import pytest
 
-import pipelines.audit as audit
-from pipelines.k_search import search_k
-from pipelines.spec import parse_spec
-from reports.rundir import RunDir
-from reports.schema import fill
-from reports.verdicts import choose_k
+import circuitstat.pipelines.audit.run as audit
+from circuitstat.pipelines.k_search import search_k
+from circuitstat.pipelines.spec import parse_spec
+from circuitstat.core.rundir import RunDir
+from circuitstat.core.schema import fill
+from circuitstat.reports.verdicts import choose_k
 
 GRID = [5, 10, 20, 50]
 
@@ -71,7 +71,7 @@ def test_audit_stage_adds_search_rows_and_the_verdict_chooses_the_smallest_k(tmp
     assert list(none["k"]) == GRID  # k_search: 0 is the grid only
     with RunDir(tmp_path / "run", spec={"ranking": "absolute"}, seed=0) as run:
         run.write_table("faithfulness_vs_k", fill("faithfulness_vs_k", out, len(out["k"])))
-    from reports.tableset import Tables
+    from circuitstat.reports.tableset import Tables
 
     k, why = choose_k(Tables(tmp_path / "run"), "exact")
     assert k == 33 and "every k from k = 50, 18 of them evaluated beyond the k grid" in why
@@ -86,16 +86,16 @@ def test_choice_never_skips_an_unevaluated_k(tmp_path):
     merged = {c: list(rows[c]) + list(extra[c]) for c in rows}
     with RunDir(tmp_path / "run", spec={}, seed=0) as run:
         run.write_table("faithfulness_vs_k", fill("faithfulness_vs_k", merged, len(merged["k"])))
-    from reports.tableset import Tables
+    from circuitstat.reports.tableset import Tables
 
     assert choose_k(Tables(tmp_path / "run"), "exact")[0] == 45
 
 
 def test_a_circuit_without_an_input_to_logits_path_says_why_f_is_zero():
-    from circuits import load_model
-    from pipelines.audit_tables import faithfulness_table
-    from pipelines.build import build_task
-    from stats import ResamplingPlan
+    from circuitstat.circuits import load_model
+    from circuitstat.pipelines.audit.tables import faithfulness_table
+    from circuitstat.pipelines.build import build_task
+    from circuitstat.stats import ResamplingPlan
 
     model = load_model("random:gpt2?n_layer=2&n_head=2&n_embd=16&vocab_size=64&n_positions=32")
     task = build_task(model, "induction", n=16, seed=0, seq_len=5)
@@ -114,7 +114,7 @@ def test_a_circuit_without_an_input_to_logits_path_says_why_f_is_zero():
 
 
 def test_stability_line_reads_the_grids_nearest_k_above_a_searched_k(tmp_path):
-    from reports.verdicts import verdict
+    from circuitstat.reports.verdicts import verdict
 
     faith = _table(GRID)
     extra = _table(list(range(49, 31, -1)), "search")

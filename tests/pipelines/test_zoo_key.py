@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import pipelines.zoo as zoo
-from circuits.corpus import Corpus
-from pipelines.training import TrainRecipe, prepare_data, train_model
+import circuitstat.pipelines.zoo as zoo
+from circuitstat.circuits.corpus import Corpus
+from circuitstat.pipelines.training import TrainRecipe, prepare_data, train_model
 
 RECIPE = zoo.ZOO_RECIPES["mlp-2l"]
 
@@ -56,8 +56,8 @@ def test_training_path_version_pins_the_weights(tmp_path):
 def test_zoo_list_shows_each_models_weight_hash(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from circuits import load_model
-    from pipelines.cli import app
+    from circuitstat.circuits import load_model
+    from circuitstat.pipelines.cli import app
 
     monkeypatch.setenv("CIRCUITSTAT_CACHE", str(tmp_path))
     d = zoo.recipe_dir("attn-only-2l") / "seed-2"

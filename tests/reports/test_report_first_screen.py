@@ -14,9 +14,9 @@ from interval_check import check_intervals
 from report_builders import make_report_run
 from page_tools import dump_dom_cmd, section_html
 
-from reports.html import SECTIONS, render_report
-from reports.tableset import Tables
-from reports.verdicts import verdict, verdict_text
+from circuitstat.reports.html import SECTIONS, render_report
+from circuitstat.reports.tableset import Tables
+from circuitstat.reports.verdicts import verdict, verdict_text
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +163,7 @@ def test_first_screen_names_the_circuits_edges_in_rank_order(demo, tmp_path):
     """The chosen circuit's edges (issue 38: the demo's K-composition edges were not on the first screen): all k of
     them in the verdict box, in the verdict's rank order, each with the interval the claims read, the first ones
     visible at 1400 x 1000 without scrolling the page."""
-    from reports.verdicts import circuit_edges
+    from circuitstat.reports.verdicts import circuit_edges
 
     run, page = demo
     v = verdict(run)

@@ -1,4 +1,4 @@
-"""The intervals of EAP-against-exact agreement (stats.approximation.agreement_intervals): replicates against a
+"""The intervals of EAP-against-exact agreement (circuitstat.stats.approximation.agreement_intervals): replicates against a
 brute-force loop over the resampled prompts, the R² interval against scipy.stats.bootstrap on the same draws, and
 the Spearman interval's coverage of its named estimand (the expected Spearman at N) bounded from both sides."""
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from stats import ResamplingPlan
-from stats.approximation import SPEARMAN_ESTIMAND, agreement_intervals, agreement_replicates
+from circuitstat.stats import ResamplingPlan
+from circuitstat.stats.approximation import SPEARMAN_ESTIMAND, agreement_intervals, agreement_replicates
 
 
 def _scores(rng, n, e, corr=0.6):
@@ -68,10 +68,10 @@ def test_spearman_interval_covers_the_expected_spearman_at_n(e, n, corr):
 def test_a_claim_bounds_the_interval_the_verdict_reads(tmp_path):
     """An approximation claim can bound spearman_ci_low, the column the verdict reads: a point estimate above the bar
     with an interval reaching below it holds as a point claim and fails as an interval claim."""
-    from pipelines.claims import evaluate_claims, parse_claims
-    from reports.rundir import RunDir
-    from reports.schema import fill
-    from reports.verdicts import verdict
+    from circuitstat.pipelines.claims import evaluate_claims, parse_claims
+    from circuitstat.core.rundir import RunDir
+    from circuitstat.core.schema import fill
+    from circuitstat.reports.verdicts import verdict
 
     cols = {"method": ["eap"], "spearman": [0.6], "spearman_ci_low": [0.42], "spearman_ci_high": [0.74], "k": [10],
             "r2": [0.21], "r2_ci_low": [0.12], "r2_ci_high": [0.33], "spearman_estimand": [SPEARMAN_ESTIMAND]}
