@@ -20,6 +20,10 @@ from circuitstat.core.schema_core import (B, DATA_JACCARD, DATA_PHI, EDGE_ESTIMA
                                  SELECTED_F, I, S, Column, SchemaError, TableSchema, _ci, _table)
 from circuitstat.core.schema_results import RESULT_TABLES
 
+# the agreement intervals' estimands, as circuitstat.stats.approximation states them (reports imports nothing from stats)
+AGREE_SPEARMAN = ("expected Spearman of the per-edge mean scores of N prompts from the task's distribution")
+AGREE_R2 = "pooled per-example R^2 over the task's prompt distribution"
+
 __all__ = ["Column", "TableSchema", "SchemaError", "TABLES", "schema_for", "claimable", "columns", "fill"]
 
 _METHOD = ("method", S, "attribution method (exact, eap, eap-ig-inputs, eap-ig-activations, clean-corrupted, atp-qkfix, atp-graddrop, atpstar)")
@@ -95,7 +99,12 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("f_selected_note", S, "how f_selected was computed, or why it is NaN"),
            ("tie_rule", S, "how ties at the top-k cut-off were broken (circuitstat.core.topk), the rule of every circuit here"),
            ("cutoff_ties", I, "edges (nodes) whose mean score ties the k-th one of the fixed circuit"),
-           ("cutoff_ties_excluded", I, "of those, left out of the fixed circuit by the tie rule")),
+           ("cutoff_ties_excluded", I, "of those, left out of the fixed circuit by the tie rule"),
+           ("connected", B, "the fixed circuit has a path from input to logits (false: it computes what the empty "
+            "circuit computes, so f = 0 up to rounding)"),
+           ("circuit_note", S, "why f is what it is, when the circuit explains it (no input -> logits path)"),
+           ("k_source", S, "grid: a k of the spec's grid; search: an extra k the circuit choice evaluated "
+            "(fixed-sequence test down every k from the grid's largest, spec key k_search)")),
     _table("approximation", "per-edge error of an approximate method against exact patching",
            _METHOD, ("edge", I, "edge index"), ("name", S, "edge name"),
            ("exact_mean", F, "mean exact effect"), ("approx_mean", F, "mean approximate score"),
@@ -110,7 +119,11 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("top_k_overlap", F, "share of exact's top-k circuit in the method's top-k", True),
            ("k", I, "k of top_k_overlap"), ("tie_rule", S, "how ties at the top-k cut-off were broken (circuitstat.core.topk)"),
            ("cutoff_ties", I, "edges whose exact mean ties exact's k-th one"),
-           ("cutoff_ties_approx", I, "edges whose mean by this method ties its k-th one")),
+           ("cutoff_ties_approx", I, "edges whose mean by this method ties its k-th one"),
+           *_ci("spearman_ci", "spearman", AGREE_SPEARMAN), *_ci("r2_ci", "r2", AGREE_R2),
+           ("ci_method", S, "how the spearman and r2 intervals were computed"),
+           ("spearman_estimand", S, "what spearman_ci covers"), ("r2_estimand", S, "what r2_ci covers"),
+           ("n_resamples", I, "bootstrap resamples of the prompts behind the intervals (0: none)")),
     _table("heads", "cross-seed stability of each head (matched to the other refits), one row per head",
            ("layer", I, "layer"), ("head", I, "head"),
            ("stability", F, "mean best-match similarity to the other refits", True),

@@ -20,6 +20,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from circuitstat.core.errors import InputError, warn_renamed
+from circuitstat.reports.thresholds import MIN_EXCESS, MIN_EXCESS_BOUNDS
 
 from .options import ABLATION, INPUT_NODE, LEVEL, METHOD, METRIC  # noqa: F401 - defined there once; re-exported
 from .yamlio import read_yaml_strict
@@ -125,6 +126,9 @@ class HeadsSpec(_Strict):
     drop_bos: bool = False
     n_probe: int = Field(100, ge=4, le=10_000)
     n_resamples: int = Field(200, ge=10, le=10_000)
+    # the verdict's minimum excess over the shuffled null for a head to count as stable (its interval's lower end
+    # must exceed it); read by the verdict only, so changing it recomputes nothing
+    min_excess: float = Field(MIN_EXCESS, ge=MIN_EXCESS_BOUNDS[0], le=MIN_EXCESS_BOUNDS[1])
 
 
 class AuditSpec(_RunOptions):
@@ -145,6 +149,9 @@ class AuditSpec(_RunOptions):
     # cross-fitting folds of the selection-aware faithfulness interval; None: up to 5, as many as the
     # examples (and a task's groups, which stay whole) fill with at least 4 examples each
     faithfulness_folds: int | None = Field(None, ge=2, le=20)
+    # the circuit choice's fine search (circuitstat.pipelines.k_search): the most extra k values, below the grid's largest,
+    # whose faithfulness it may evaluate to find the smallest circuit that meets the bar; 0: the grid only
+    k_search: int = Field(64, ge=0, le=1000)
     heads: HeadsSpec = HeadsSpec()
 
     @field_validator("methods")

@@ -4,9 +4,12 @@
 and 5 seeds of a 2-layer model with MLPs (d_model 64, 4 heads, 64-token context, a 300-token BPE).
 They are trained once (about 12 minutes on 2 otherwise idle CPU cores)
 and cached per recipe under ``$CIRCUITSTAT_CACHE/zoo/<recipe>-<key>`` (default
-``~/.cache/circuitstat``), where the key hashes the recipe and the corpus' content hash, so a new
-Python version (a different standard library) or a changed recipe trains new models and an
-unchanged one is reused. ``zoo:RECIPE/seed-S`` names such a model wherever a model source goes.
+``~/.cache/circuitstat``), where the key hashes the recipe, the corpus' content hash and everything
+else that decides the weights (:func:`weight_environment`: the version of the training code path, the
+torch, numpy and tokenizers versions, the CPU's kernel level and the device), so a new Python version
+(a different standard library), a changed recipe, a changed training path or library, another CPU
+kernel level or a GPU trains new models and an unchanged one is reused. ``circuitstat zoo list``
+shows each model's weight hash, so two builds can be compared digit for digit. ``zoo:RECIPE/seed-S`` names such a model wherever a model source goes.
 
 :func:`induction_metrics` measures what the zoo is for: on repeated random tokens, the loss on the
 second repeat against the first, and every head's induction score (the attention from each token
@@ -32,6 +35,9 @@ __all__ = [
     "ZOO_SEEDS",
     "recipe_key",
     "recipe_dir",
+    "weight_environment",
+    "model_weight_hash",
+    "TRAINING_PATH_VERSION",
     "default_zoo",
     "induction_metrics",
     "frequent_tokens",
@@ -59,24 +65,44 @@ ZOO_RECIPES: dict[str, TrainRecipe] = {
 }
 ZOO_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
 
+# The version of the training code path (initialisation, the fused forward, loss, optimizer, data order, tokenizer
+# training): bump it with any change that changes trained weights. tests/pipelines/test_zoo_key.py trains a few
+# steps and compares the weights' hash with the one recorded for this version, so such a change fails there
+# until it is bumped. Checked unchanged (bit-identical weights after 40 steps of mlp-2l seed 1, identical
+# tokenizer, token streams and induction prompts) from the recipe's commit 3b352a7 to this one.
+TRAINING_PATH_VERSION = 1
 
-def recipe_key(recipe: TrainRecipe, corpus_hash: str | None = None) -> str:
-    """Content key of one recipe's models: the recipe + the corpus' content hash."""
+
+def weight_environment(device: str = "cpu") -> dict:
+    """Return what besides the recipe and the corpus decides a zoo model's weights: the training path's version,
+    the torch, numpy and tokenizers versions, torch's CPU kernel level (AVX2, AVX512...: matmuls round
+    differently, and 3,000 steps amplify it) and the device type."""
+    import tokenizers
+    import torch
+
+    return {"training_path": TRAINING_PATH_VERSION, "torch": torch.__version__, "numpy": np.__version__,
+            "tokenizers": tokenizers.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "device": str(device).split(":", 1)[0]}
+
+
+def recipe_key(recipe: TrainRecipe, corpus_hash: str | None = None, device: str = "cpu") -> str:
+    """Content key of one recipe's models: the recipe, the corpus' content hash and :func:`weight_environment`."""
     from circuitstat.circuits.corpus import load_corpus
 
     if corpus_hash is None:
         corpus_hash = load_corpus(recipe.corpus).content_hash
-    doc = {"recipe": recipe.to_dict(), "corpus": corpus_hash, "version": 2}
+    doc = {"recipe": recipe.to_dict(), "corpus": corpus_hash, "version": 3, "environment": weight_environment(device)}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def recipe_dir(name: str, recipe: TrainRecipe | None = None, cache: str | os.PathLike | None = None) -> Path:
-    """Where the zoo keeps recipe ``name``'s models: ``<cache>/zoo/<name>-<recipe_key>``."""
+def recipe_dir(name: str, recipe: TrainRecipe | None = None, cache: str | os.PathLike | None = None,
+               device: str = "cpu") -> Path:
+    """Where the zoo keeps recipe ``name``'s models trained on ``device``: ``<cache>/zoo/<name>-<recipe_key>``."""
     if recipe is None:
         if name not in ZOO_RECIPES:
             raise InputError(f"no zoo recipe {name!r}; recipes: {', '.join(ZOO_RECIPES)}")
         recipe = ZOO_RECIPES[name]
-    return (Path(cache) if cache else cache_dir()) / "zoo" / f"{name}-{recipe_key(recipe)}"
+    return (Path(cache) if cache else cache_dir()) / "zoo" / f"{name}-{recipe_key(recipe, device=device)}"
 
 
 def default_zoo(n_jobs: int = 2, cache: str | os.PathLike | None = None, progress: bool = True,
@@ -91,7 +117,7 @@ def default_zoo(n_jobs: int = 2, cache: str | os.PathLike | None = None, progres
     from circuitstat.pipelines.training import TrainJob, run_train_jobs
 
     recipes = recipes or ZOO_RECIPES
-    roots = {name: recipe_dir(name, r, cache) for name, r in recipes.items()}
+    roots = {name: recipe_dir(name, r, cache, device) for name, r in recipes.items()}
     paths = [roots[name] / f"seed-{s}" for name in recipes for s in seeds]
     if all((p / "model.safetensors").exists() for p in paths):
         return paths
@@ -104,9 +130,21 @@ def default_zoo(n_jobs: int = 2, cache: str | os.PathLike | None = None, progres
     for name, r in recipes.items():  # writes recipe.json per recipe (models are complete: no training)
         train_models(r, seeds, roots[name], n_jobs=1, progress=False, cache=cache)
         (roots[name] / "zoo.json").write_text(json.dumps({
-            "recipe": name, "key": roots[name].name, "seeds": list(seeds), "build_seconds_all_recipes": seconds,
+            "recipe": name, "key": roots[name].name, "environment": weight_environment(device),
+            "weight_hashes": {f"seed-{s}": model_weight_hash(roots[name] / f"seed-{s}") for s in seeds},
+            "seeds": list(seeds), "build_seconds_all_recipes": seconds,
             "recipes_built_together": sorted(recipes), "n_jobs": n_jobs}, indent=2))
     return paths
+
+
+def model_weight_hash(path: str | os.PathLike) -> str | None:
+    """Return the sha256 of a zoo model's weights as `CircuitModel.weight_hash` records it in every run's
+    provenance (None when the model is not trained)."""
+    if not (Path(path) / "model.safetensors").exists():
+        return None
+    from circuitstat.circuits import load_model
+
+    return load_model(Path(path)).weight_hash()
 
 
 def frequent_tokens(model, min_count: int = 1000, at_least: int = 0) -> np.ndarray | None:

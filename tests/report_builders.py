@@ -119,7 +119,8 @@ def _approximation(effect: np.ndarray, names: list[str], methods, rng) -> tuple[
     E = len(effect)
     approx: dict[str, list] = {k: [] for k in ("method", "edge", "name", "exact_mean", "approx_mean", "bias", "error_sd",
                                                "slope", "intercept", "r2")}
-    summ: dict[str, list] = {k: [] for k in ("method", "spearman", "kendall", "slope", "r2", "bias_mean", "top_k_overlap", "k")}
+    summ: dict[str, list] = {k: [] for k in ("method", "spearman", "kendall", "slope", "r2", "bias_mean", "top_k_overlap", "k",
+                                             "spearman_ci_low", "spearman_ci_high", "r2_ci_low", "r2_ci_high")}
     for m in [m for m in methods if m != "exact"]:
         a = 0.8 * effect + rng.normal(0, 0.05, E)
         for c, v in (("method", [m] * E), ("edge", range(E)), ("name", names), ("exact_mean", effect), ("approx_mean", a),
@@ -127,7 +128,8 @@ def _approximation(effect: np.ndarray, names: list[str], methods, rng) -> tuple[
                      ("intercept", 0.01 * rng.standard_normal(E)), ("r2", rng.random(E))):
             approx[c] += list(v)
         for c, v in (("method", m), ("spearman", 0.912), ("kendall", 0.7654), ("slope", 0.8123), ("r2", 0.9345),
-                     ("bias_mean", -0.01), ("top_k_overlap", 0.85), ("k", 20)):
+                     ("bias_mean", -0.01), ("top_k_overlap", 0.85), ("k", 20), ("spearman_ci_low", 0.861),
+                     ("spearman_ci_high", 0.948), ("r2_ci_low", 0.902), ("r2_ci_high", 0.961)):
             summ[c].append(v)
     return approx, summ
 

@@ -155,23 +155,50 @@ def _analysis_stages(run, spec: AuditSpec, model, task, scores: dict, names: lis
     if spec.faithfulness:
         def faith_stage():
             plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=True)
-            return {"faithfulness_vs_k": _concat([faithfulness_table(model, task, scores[m], m, ks, plan, spec,
-                                                                     seed=run.stage_seed("faithfulness"))
+            return {"faithfulness_vs_k": _concat([faithfulness_with_search(model, task, scores[m], m, ks, plan, spec,
+                                                                           run.stage_seed("faithfulness"))
                                                   for m in spec.methods])}
 
-        run_stage(run, "faithfulness", faith_stage, ["faithfulness_vs_k"], params=rs, depends_on=deps,
-                  force=force)
+        run_stage(run, "faithfulness", faith_stage, ["faithfulness_vs_k"], params={**rs, "k_search": spec.k_search},
+                  depends_on=deps, force=force)
 
     others = [m for m in spec.methods if m != "exact"]
     if "exact" in spec.methods and others:
         def approx_stage():
+            # prompts resampled as for the edge intervals (clusters when the task has templates)
+            plan = resampling_plan(spec, N, groups, run.stage_seed("approximation"), for_intervals=True)
             parts = [approximation_tables(scores["exact"], scores[m], names, m, ks[min(1, len(ks) - 1)],
-                                          spec.ranking) for m in others]
+                                          spec.ranking, plan, spec.bootstrap.confidence_level) for m in others]
             return {"approximation": _concat([p[0] for p in parts]),
                     "approximation_summary": _concat([p[1] for p in parts])}
 
         run_stage(run, "approximation", approx_stage, ["approximation", "approximation_summary"],
-                  params={"k": ks, "ranking": spec.ranking}, depends_on=deps, force=force)
+                  params={"k": ks, "ranking": spec.ranking, "bootstrap": spec.bootstrap.model_dump()},
+                  depends_on=deps, force=force)
+
+
+def faithfulness_with_search(model, task, S: np.ndarray, method: str, ks: list[int], plan, spec: AuditSpec, seed,
+                             ) -> dict:
+    """faithfulness_vs_k columns of ``method`` on the spec's k grid, then the circuit choice's extra k values
+    (circuitstat.pipelines.k_search: fixed-sequence down every k from the grid's largest, at most spec.k_search of them)."""
+    from circuitstat.reports.verdicts.model import BAR
+
+    from circuitstat.pipelines.k_search import search_k
+
+    grid = faithfulness_table(model, task, S, method, ks, plan, spec, seed=seed)
+    if not spec.k_search:
+        return grid
+
+    def evaluate(k: int) -> dict:
+        row = faithfulness_table(model, task, S, method, [k], plan, spec, seed=seed)
+        # CPR and CMD are areas under the grid's curve: the extra rows carry the grid's
+        row.update(cpr=grid["cpr"][:1].copy(), cmd=grid["cmd"][:1].copy(), area_note=grid["area_note"][:1],
+                   k_source=["search"])
+        return row
+
+    extra, why = search_k(evaluate, grid, spec.k_search, BAR)
+    print(f"faithfulness {method}: {len(extra)} extra k evaluated below k = {max(ks)}; {why}", file=sys.stderr)
+    return _concat([grid, *extra])
 
 
 def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: bool = False):
@@ -248,7 +275,8 @@ def _heads_stage(run, spec: AuditSpec, sources: list[str], model, task, force: b
     model 0's checked device), and only when the stage runs."""
     from circuitstat.pipelines.heads import stability as heads_mod
 
-    params = {"models": spec.sources, **spec.heads.model_dump(), "seed": spec.seed}
+    # min_excess is the verdict's threshold, not the stage's: changing it recomputes nothing
+    params = {"models": spec.sources, **spec.heads.model_dump(exclude={"min_excess"}), "seed": spec.seed}
     outputs = ["heads", "layers", "residual", "head_details", "correlation", "summary"]
 
     def compute():

@@ -120,7 +120,32 @@ def faithfulness_table(model, task, S: np.ndarray, method: str, ks: list[int], p
            "cutoff_ties": np.asarray(ties["cutoff_ties"], dtype=np.int64),
            "cutoff_ties_excluded": np.asarray(ties["cutoff_ties_excluded"], dtype=np.int64)}
     out.update(_selected_columns(model, task, S, ks, spec, res, seed, C))
+    out.update(_circuit_notes(model, res, out, level))
+    out["k_source"] = ["grid"] * C
     return out
+
+
+DISCONNECTED = ("the top-{k} edges form no path from input to logits, so the circuit computes exactly what the empty "
+                "circuit computes: f = 0 by construction (up to float rounding), in every resample")
+
+
+def _circuit_notes(model, res, out: dict, level: str) -> dict:
+    """Whether each fixed circuit connects input to logits, and the note that explains f = 0 when it does not
+    (a circuit whose edges reach the logits from no input carries only the counterfactual's values)."""
+    from circuitstat.circuits.circuit.graph_ops import prune_edges
+
+    C = len(out["k"])
+    if level != "edge" or res.circuits is None:  # node circuits: no edge path to check
+        return {"connected": np.ones(C, dtype=bool), "circuit_note": [""] * C}
+    connected = np.array([bool(prune_edges(model.graph, np.asarray(c.edges, bool))[0].any()) for c in res.circuits])
+    notes = []
+    for i, (k, ok) in enumerate(zip(out["k"], connected)):
+        note = "" if ok else DISCONNECTED.format(k=int(k))
+        lo, hi = out["f_selected_ci_low"][i], out["f_selected_ci_high"][i]
+        if not ok and abs(lo) < 1e-6 and abs(hi) < 1e-6:
+            note += "; so did the circuit selected in every cross-fitting fold (f_selected = 0 too)"
+        notes.append(note)
+    return {"connected": connected, "circuit_note": notes}
 
 
 def _selected_columns(model, task, S: np.ndarray, ks: list[int], spec: AuditSpec, res, seed, C: int) -> dict:
@@ -196,13 +221,20 @@ def crossfit_folds(spec, n: int, groups) -> tuple[int, str]:
 
 
 def approximation_tables(exact: np.ndarray, approx: np.ndarray, names: list[str], method: str, k: int,
-                         ranking: str) -> tuple[dict, dict]:
-    """(approximation, approximation_summary) columns of ``method`` against exact (circuitstat.stats.approximation)."""
-    from circuitstat.stats.approximation import approximation_agreement
+                         ranking: str, plan=None, confidence_level: float = 0.95) -> tuple[dict, dict]:
+    """(approximation, approximation_summary) columns of ``method`` against exact (circuitstat.stats.approximation), the
+    summary's Spearman and R² with their bootstrap intervals over ``plan`` (NaN, with why, without a plan)."""
+    from circuitstat.stats.approximation import R2_ESTIMAND, SPEARMAN_ESTIMAND, agreement_intervals, approximation_agreement
 
     res = approximation_agreement(exact, approx, k, ranking=ranking, seed=0, edge_names=names)
     per, summ = res.to_table("approximation_edges").to_pydict(), res.to_table("approximation_agreement").to_pydict()
-    return {"method": [method] * len(names), **per}, {"method": [method], **summ}
+    if plan is not None:
+        ci = agreement_intervals(exact, approx, plan, confidence_level)
+    else:
+        ci = {"spearman_ci_low": np.nan, "spearman_ci_high": np.nan, "r2_ci_low": np.nan, "r2_ci_high": np.nan,
+              "ci_method": "none: this analysis resamples no prompts", "spearman_estimand": SPEARMAN_ESTIMAND,
+              "r2_estimand": R2_ESTIMAND, "n_resamples": 0}
+    return {"method": [method] * len(names), **per}, {"method": [method], **summ, **{c: [v] for c, v in ci.items()}}
 
 
 def _concat(parts: list[dict]) -> dict:

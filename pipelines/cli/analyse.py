@@ -10,6 +10,10 @@ import typer
 
 from .app import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, TASK_HELP, TASK_OPTION_HELP, Ablation, DType, Level,
                Method, MetricName, app, check_out, choices, echo, fail)
+from circuitstat.reports.thresholds import MIN_EXCESS, MIN_EXCESS_BOUNDS
+
+MIN_EXCESS_HELP = ("count a head as stable across seeds when its interval's lower end exceeds this excess over its "
+                   "shuffled-prompt null (a cosine similarity)")
 
 
 Rule = choices("Rule", "top-k", "greedy")  # how `circuit` selects edges
@@ -243,6 +247,9 @@ def audit_command(
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
     allow_outside: bool = typer.Option(False, "--allow-outside",
                                        help="let paths in the spec leave its directory (absolute, .., ~)"),
+    min_excess: float | None = typer.Option(None, "--min-excess", min=MIN_EXCESS_BOUNDS[0], max=MIN_EXCESS_BOUNDS[1],
+                                            help=MIN_EXCESS_HELP + " (default: the spec's heads.min_excess, "
+                                            f"else {MIN_EXCESS:g})"),
 ) -> None:
     """Run a stability audit: attribution, CIs, stability vs k, faithfulness, approximation, heads.
 
@@ -257,6 +264,8 @@ def audit_command(
 
     check_out(out, "audit", force=force)
     parsed = load_spec(spec, allow_outside=allow_outside)  # validated before anything is created
+    if min_excess is not None:  # recorded in the run's spec, where the verdict and the report read it
+        parsed = parsed.model_copy(update={"heads": parsed.heads.model_copy(update={"min_excess": min_excess})})
     run_audit(parsed, out, n_jobs=n_jobs, scheduler=scheduler, force=force, allow_pickle=allow_pickle,
               allow_large=allow_large)
     echo(f"audit written to {out}")
@@ -266,18 +275,21 @@ def audit_command(
         echo(f"report: {render_report(out)}")
     from circuitstat.pipelines.demo import print_summary
 
-    print_summary(out, echo=echo)  # the one-screen verdict, as `circuitstat demo` ends
+    print_summary(out, echo=echo)  # the one-screen verdict, as `circuitstat demo` ends (it reads the spec's min_excess)
 
 
 @app.command("report")
 def report_command(
     run: Path = typer.Argument(..., help="run directory"),
     out: Path | None = typer.Option(None, "--out", help="output file or directory (default RUN/report.html)"),
+    min_excess: float | None = typer.Option(None, "--min-excess", min=MIN_EXCESS_BOUNDS[0], max=MIN_EXCESS_BOUNDS[1],
+                                            help=MIN_EXCESS_HELP + " (default: the run spec's heads.min_excess, "
+                                            f"else {MIN_EXCESS:g})"),
 ) -> None:
     """Write one self-contained report.html for a run directory."""
     from circuitstat.reports.html import render_report
 
-    echo(str(render_report(run, out)))
+    echo(str(render_report(run, out, min_excess=min_excess)))
 
 
 @app.command("circuit")

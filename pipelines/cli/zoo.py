@@ -42,11 +42,16 @@ def zoo_build_command(
 
 @zoo_app.command("list")
 def zoo_list_command() -> None:
-    """Each zoo recipe and seed, whether it is trained, and where it is cached."""
-    from circuitstat.pipelines.zoo import ZOO_RECIPES, ZOO_SEEDS, recipe_dir
+    """Each zoo recipe and seed, whether it is trained, its weight hash (sha256, as every run's provenance records
+    it) and where it is cached. The cache key covers the recipe, the corpus, the training code's version, the
+    torch/numpy/tokenizers versions and the CPU's kernel level, so a model built elsewhere can be compared."""
+    from circuitstat.pipelines.zoo import ZOO_RECIPES, ZOO_SEEDS, model_weight_hash, recipe_dir, weight_environment
 
+    env = weight_environment()
+    echo("environment of the cache key: " + ", ".join(f"{k} {v}" for k, v in env.items()))
     for name in ZOO_RECIPES:
         root = recipe_dir(name)
         for s in ZOO_SEEDS:
-            done = (root / f"seed-{s}" / "model.safetensors").exists()
-            echo(f"zoo:{name}/seed-{s}  {'trained' if done else 'not trained'}  {root / f'seed-{s}'}")
+            digest = model_weight_hash(root / f"seed-{s}")
+            state = f"trained  weights sha256:{digest}" if digest else "not trained"
+            echo(f"zoo:{name}/seed-{s}  {state}  {root / f'seed-{s}'}")

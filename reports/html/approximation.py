@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from circuitstat.reports.ci import Ci
 from circuitstat.reports.html.common import Tables, colours, html_table, methods_in, note, num, order_methods, strs, sub
 from circuitstat.reports.html.svg import Plot, data_range, esc, finite, fmt, nice_domain, padded, ramp
 
@@ -22,6 +23,17 @@ def _summary(T: Tables) -> dict[str, dict[str, float]]:
     if summ is None or "method" not in summ.column_names:
         return {}
     return {m: {c: float(num(summ, c)[i]) for c in SUMMARY} for i, m in enumerate(strs(summ, "method"))}
+
+
+def _summary_cis(T: Tables) -> dict[str, tuple[Ci, Ci]]:
+    """Return each method's (Spearman, R²) intervals as the verdict and the claims read them ({} without the table)."""
+    summ = T.get("approximation_summary")
+    if summ is None or "method" not in summ.column_names:
+        return {}
+    old = "predates the interval"
+    return {r["method"]: (Ci.of("approximation_summary", r, ("method", "k"), "spearman_ci", est="spearman", unavailable=old),
+                          Ci.of("approximation_summary", r, ("method", "k"), "r2_ci", est="r2", unavailable=old))
+            for r in summ.to_pylist()}
 
 
 def _density(p: Plot, x: np.ndarray, y: np.ndarray, d: tuple[float, float], colour: str) -> None:
@@ -91,9 +103,16 @@ def approximation_section(T: Tables, methods: Sequence[str]) -> str:
                 erows += _worst(s, m)
     tables = []
     if sm:
-        tables.append(html_table([("method", "text"), ("Spearman", "num"), ("Kendall", "num"), ("slope", "num"), ("R²", "num"),
-                                  ("mean bias", "num"), ("top-k overlap", "num"), ("k", "int")],
-                                 [[m, *(sm[m][c] for c in SUMMARY)] for m in meth if m in sm]))
+        cis = _summary_cis(T)
+        tables.append(html_table([("method", "text"), ("Spearman of means [95% CI]", "ci"), ("Kendall", "num"),
+                                  ("slope", "num"), ("pooled R² [95% CI]", "ci"), ("mean bias", "num"),
+                                  ("top-k overlap", "num"), ("k", "int")],
+                                 [[m, cis[m][0], sm[m]["kendall"], sm[m]["slope"], cis[m][1],
+                                   *(sm[m][c] for c in SUMMARY[4:])] for m in meth if m in sm]))
+        first = next((cis[m] for m in meth if m in cis), None)
+        if first is not None and first[0].estimand:
+            tables.append(note(f"The Spearman interval covers the {first[0].estimand}; the R² interval the "
+                               f"{first[1].estimand}.", cls="caption"))
     else:
         tables.append(note("approximation_summary.parquet is missing: no rank agreement summary."))
     if per_edge:

@@ -38,7 +38,10 @@ p.shown{font-size:11px;color:#666;margin:4px 6px}
 #verdict{border:2px solid #1f2d3d}
 .verdict-grid{display:flex;gap:18px;align-items:flex-start}
 .vlines{flex:1 1 760px;min-width:0}
-figure.thumb{flex:0 0 500px}
+.vside{flex:0 0 500px;min-width:0}
+figure.thumb{margin:0}
+.cedges{max-height:300px;overflow:auto;border:1px solid #eee;font-size:12.5px}
+.cedges code{font-size:12px}
 table.verdicts{font-size:13.5px;width:100%}
 table.verdicts th,table.verdicts td{white-space:normal;vertical-align:top;padding:4px 8px;border-bottom:1px solid #eee}
 table.verdicts th{position:static;cursor:default;background:none;color:#555;font-weight:600;width:92px}

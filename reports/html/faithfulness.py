@@ -68,7 +68,9 @@ def faithfulness_section(T: Tables, methods: Sequence[str]) -> str:
         first = per[m][0] if per[m] else {}
         areas.append(f"{m}: CPR {fmt(first.get('cpr'))}, CMD {fmt(first.get('cmd'))}")
         table += [[m, r["k"], r.get("edge_fraction"), s, f, _share(r.get("f_mean")), r.get("fold_circuit_jaccard"),
-                   r.get("f_selected_note") or ""] for r, (s, f) in zip(per[m], cis[m])]
+                   "; ".join(x for x in (r.get("circuit_note"), r.get("f_selected_note"),
+                                         "a k of the circuit choice's search" if r.get("k_source") == "search" else "")
+                             if x)] for r, (s, f) in zip(per[m], cis[m])]
     p.legend(f"bar {BAR}", "#b00", "dash")
     p.axes("circuit size k (edges)" + (", log scale" if xlog else ""), "faithfulness f", xticks=k_ticks(ks, p))
     tbl = html_table(COLS, table[:MAX_ROWS], shown_note=shown(min(len(table), MAX_ROWS), len(table), "rows", "first rows"))

@@ -113,8 +113,9 @@ def graph_section(T: Tables, methods: list[str]) -> str:
         tbl = html_table(cols, rows_, shown_note=shown(len(rows_), len(drawn), "circuit edges", "by rank"))
         n_lab = min(N_LABELS, len(drawn))
         cap = (f"Method {method}: the top {g.k} edges by {'|mean effect|' if g.ranking == 'absolute' else 'signed mean effect'}"
-               + (f" of {g.n_edges:,}" if g.n_edges else "") + f"; k = {g.k}: {g.why_k}. Colour: inclusion frequency "
-               f"(share of resamples whose top-{g.k} circuit has the edge); width: |effect|; dashed: the sign fewer edges have (see the legend); "
+               + (f" of {g.n_edges:,}" if g.n_edges else "") + f"; k = {g.k}: {g.why_k}. " + (f"Colour: inclusion frequency "
+               f"(share of resamples whose top-{g.k} circuit has the edge)" if any(d.frequency == d.frequency for d in drawn)
+               else "Grey: no inclusion frequency at this k (stability was computed on the k grid)") + f"; width: |effect|; dashed: the sign fewer edges have (see the legend); "
                f"labels: effect [95% CI] of the {n_lab} largest |effect| (! = a few prompts carry it). q/k/v inputs of a "
                "head enter at its left, middle and right." + info)
         out.append(f"<h3>{esc(method)}</h3>" + figure(svg, cap, tbl))

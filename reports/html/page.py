@@ -105,12 +105,13 @@ def _header(run_dir: Path, manifest: dict[str, Any], T: Tables, methods: list[st
 
 
 # ----- page -------------------------------------------------------------------------------------
-def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> Path:
+def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
+                  min_excess: float | None = None) -> Path:
     """Write the self-contained HTML report of run directory `run_dir` and return its path.
 
     `out` (a file, or a directory to hold report.html: see report_path) defaults to ``run_dir/report.html``. Every
     table is optional (a section is shown only for the analyses the run holds); a directory with neither
-    manifest.json nor any report table is an error.
+    manifest.json nor any report table is an error. `min_excess` overrides the spec's heads.min_excess.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -129,7 +130,7 @@ def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] |
     methods = _methods(T, spec)
     title, header = _header(run_dir, manifest, T, methods)
     shown = shown_sections(T)
-    ctx = Context(T, methods, _sources(spec), verdict(run_dir), frozenset(s.id for s in shown))
+    ctx = Context(T, methods, _sources(spec), verdict(run_dir, min_excess), frozenset(s.id for s in shown))
     body = "".join(s.html(ctx) for s in shown)
     nav = "".join(f'<a href="#{s.id}">{esc(s.heading.split(":")[0])}</a>' for s in shown)
     page = (

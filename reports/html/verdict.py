@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 
 from circuitstat.reports.ci import Ci
-from circuitstat.reports.html.common import Tables, ci_html
+from circuitstat.reports.html.common import Tables, ci_html, html_table
 from circuitstat.reports.html.graph import circuit_figure, graph_data
 from circuitstat.reports.html.graph_draw import minority_sign
 from circuitstat.reports.html.svg import esc
 from circuitstat.reports.tableset import Missing
 from circuitstat.reports.verdicts import Line, Verdict
-from circuitstat.reports.verdicts.model import Name, Quote
+from circuitstat.reports.verdicts.build import circuit_edges
+from circuitstat.reports.verdicts.model import SIGNIFICANT_Q, Name, Quote, run_spec
 
 __all__ = ["verdict_section"]
 
@@ -62,9 +63,29 @@ def _circuit_thumb(T: Tables, v: Verdict) -> str:
     if not drawn:
         return ""
     odd = "positive" if minority_sign(drawn) > 0 else "negative"
-    cap = (f"{v.method}: the top-{v.k} circuit (colour: inclusion frequency; width: |effect|; dashed: {odd} effect); "
+    colour = ("colour: inclusion frequency" if any(d.frequency == d.frequency for d in drawn) else
+              "grey: no inclusion frequency at this k, which the circuit choice's search added to the stability grid's")
+    cap = (f"{v.method}: the top-{v.k} circuit ({colour}; width: |effect|; dashed: {odd} effect); "
            "its intervals are in place on the full graph below.")
     return f'<figure class="thumb">{svg}<figcaption>{esc(cap)}</figcaption></figure>'
+
+
+def _circuit_edge_table(T: Tables, v: Verdict) -> str:
+    """Return the chosen circuit's edges in rank order with their intervals and q-values, in a box that scrolls
+    ('' without a circuit): the first screen names the circuit's edges, not only its three largest."""
+    if v.method is None or v.k is None:
+        return ""
+    ranking = str(run_spec(T.dir).get("ranking") or "absolute")
+    edges = circuit_edges(T, v.method, v.k, ranking)
+    if not edges:
+        return ""
+    body = [[i + 1, f"<code>{esc(e['name'])}</code>",
+             Ci.of("edge_stats", e, ("method", "edge"), est="estimate"), e.get("q")] for i, e in enumerate(edges)]
+    tbl = html_table([("rank", "int"), ("edge", "html"), ("mean effect [95% CI]", "ci"), ("BH q", "num")], body)
+    rank = "|effect|" if ranking == "absolute" else "signed effect"
+    cap = (f"The top-{v.k} circuit's {len(edges)} edges by {rank} ({v.method}; scroll for all); q ≤ {SIGNIFICANT_Q} is "
+           "significant. Each interval covers the edge's mean effect over the task's prompt distribution.")
+    return f'<div class="cedges">{tbl}</div><p class="caption">{esc(cap)}</p>'
 
 
 def verdict_section(T: Tables, v: Verdict, shown: set[str]) -> str:
@@ -80,4 +101,6 @@ def verdict_section(T: Tables, v: Verdict, shown: set[str]) -> str:
     rules = f'<ul class="rules">{rules}</ul>' if rules else ""
     if not body:
         table = '<p class="caption">This run holds no circuit audit; its sections follow.</p>'
-    return f'<div class="verdict-grid"><div class="vlines">{table}{caption}{todo}{rules}</div>{_circuit_thumb(T, v)}</div>'
+    side = _circuit_thumb(T, v) + _circuit_edge_table(T, v)
+    side = f'<div class="vside">{side}</div>' if side else ""
+    return f'<div class="verdict-grid"><div class="vlines">{table}{caption}{todo}{rules}</div>{side}</div>'

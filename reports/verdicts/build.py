@@ -18,8 +18,8 @@ import pyarrow as pa
 from circuitstat.reports.analyses import missing
 from circuitstat.reports.ci import Ci, fmt
 from circuitstat.reports.tableset import Tables, ints, methods_in, num, order_methods, rows, where
-from circuitstat.reports.verdicts.model import (APPROX_RULES, BAR, CLAIM_SECTIONS, NEEDS_SEEDS, SIGNIFICANT_Q, TOP_EDGES, Line, Name,
-                                    Part, Quote, Verdict, against_bar, run_spec)
+from circuitstat.reports.verdicts.model import (APPROX_RULES, BAR, CLAIM_SECTIONS, MIN_EXCESS, MIN_EXCESS_BOUNDS, NEEDS_SEEDS,
+                                    SIGNIFICANT_Q, TOP_EDGES, Line, Name, Part, Quote, Verdict, against_bar, run_spec)
 
 __all__ = ["choose_k", "circuit_edges", "primary_method", "verdict"]
 
@@ -39,19 +39,27 @@ def choose_k(T: Tables, method: str) -> tuple[int | None, str]:
     if not ks:
         return None, "the run has no k grid"
     f = {int(r["k"]): r for r in rows(T.get("faithfulness_vs_k"), method=method)}
+    searched = sum(1 for r in f.values() if r.get("k_source") == "search")
     for col, what in (("f_selected_ci_low", "selection-aware"), ("f_ci_low", "fixed-circuit")):
-        low = {k: math.nan if r.get(col) is None else float(r[col]) for k, r in f.items()}
+        low = {k: math.nan if r.get(col) is None else float(r[col]) for k, r in f.items()
+               if r.get("k_source") != "search"}  # which column: the one the grid has, as the search chose it
         if not any(math.isfinite(v) for v in low.values()):
             continue
+        low = {k: math.nan if r.get(col) is None else float(r[col]) for k, r in f.items()}
         grid = sorted(low, reverse=True)
+        if searched:  # the search tested every k down from the grid's largest: walk them without skipping one
+            grid = [k for k in range(grid[0], 0, -1) if k in low]
+            grid = grid[:next((i for i, (a, b) in enumerate(zip(grid, grid[1:])) if a - b != 1), len(grid) - 1) + 1]
         chosen = None
         for k in grid:  # fixed sequence: stop at the first k that fails
             if not low[k] >= BAR:
                 break
             chosen = k
+        how = (f"fixed-sequence test down every k from k = {grid[0]}, {searched} of them evaluated beyond the k grid"
+               if searched else f"fixed-sequence test down from k = {grid[0]}")
         if chosen is not None:
             return chosen, (f"the smallest k whose {what} faithfulness lower bound, like every larger k's, is ≥ {BAR} "
-                            f"(fixed-sequence test down from k = {grid[0]})")
+                            f"({how})")
         return grid[0], (f"no k reaches a {what} faithfulness lower bound of {BAR}, so the circuit shown is the largest "
                          f"k of the grid; no circuit of the grid is shown to be faithful")
     return ks[0], "faithfulness was not run, so the smallest k of the grid"
@@ -88,6 +96,7 @@ class _Run:
     why_k: str
     ranking: str
     n: int | None  # prompts
+    min_excess: float = MIN_EXCESS  # a head's excess interval must lie above it
 
 
 def _prompts(r: _Run) -> str:
@@ -117,9 +126,18 @@ def _circuit_lines(r: _Run) -> list[Line]:
 def _stability_line(r: _Run) -> list[Line]:
     """Data-level stability of the top-k circuit (jaccard_data_ci_*) against the bar, with chance beside it."""
     found = rows(r.T.get("stability_vs_k"), method=r.method, k=r.k) if r.k is not None else []
+    at = ""
+    if not found and r.k is not None:  # a k of the circuit choice's search: stability is measured on the grid only
+        grid = rows(r.T.get("stability_vs_k"), method=r.method)
+        above = [x for x in grid if x["k"] > r.k]
+        found = [min(above, key=lambda x: x["k"])] if above else sorted(grid, key=lambda x: -x["k"])[:1]
+        if found:
+            at = (f"measured on the k grid, so at k = {found[0]['k']}, the grid's nearest k "
+                  f"{'above' if above else 'below'} the chosen {r.k}: ")
     if not found:
         return []
     row = found[0]
+    k = row["k"]
     if "jaccard_data_ci_low" not in row:
         return [Line("stability", "no data-level interval", "unsure",
                      ("this run predates data-level stability intervals; rerun the audit to get them",), "stability")]
@@ -131,7 +149,7 @@ def _stability_line(r: _Run) -> list[Line]:
     if tone == "good" and chance is not None and not ci.lo > chance:
         verdict, tone = "no better than chance", "bad"
     why = f": {note}" if note and not ci.defined else ""
-    parts = (f"expected Jaccard between the top-{r.k} circuits of two independent sets of {_prompts(r)} ", ci,
+    parts = (f"{at}expected Jaccard between the top-{k} circuits of two independent sets of {_prompts(r)} ", ci,
              f"{why}; bar {BAR}, chance {fmt(chance)}")
     return [Line("stability", verdict, tone, parts, "stability")]
 
@@ -161,11 +179,27 @@ def _smaller_k(r: _Run) -> tuple[Part, ...]:
     if not below:
         return ()
     row = max(below, key=lambda x: x["k"])
-    return (f"; at k = {row['k']}: ", Ci.of("faithfulness_vs_k", row, ("method", "k"), "f_selected_ci", est="f_selected", decimals=3))
+    why = " (no path from input to logits: it computes what the empty circuit does)" if row.get("connected") is False else ""
+    return (f"; at k = {row['k']}: ", Ci.of("faithfulness_vs_k", row, ("method", "k"), "f_selected_ci", est="f_selected",
+                                             decimals=3), why)
+
+
+def _approx_verdict(ci: Ci, rho: float) -> tuple[str, str]:
+    """Return (verdict, tone) of the Spearman interval against the APPROX_RULES bars (its point estimate in a run
+    that predates the interval)."""
+    if not ci.defined:
+        return next(((v, t) for bar, v, t in APPROX_RULES if rho >= bar), ("no agreement measured", "unsure"))
+    if ci.lo >= APPROX_RULES[0][0]:
+        return APPROX_RULES[0][1:]
+    if ci.lo >= APPROX_RULES[1][0]:
+        return APPROX_RULES[1][1:]
+    if ci.hi < APPROX_RULES[1][0]:
+        return APPROX_RULES[2][1:]
+    return "inconclusive: a rough guide or worse", "unsure"
 
 
 def _approximation_lines(r: _Run) -> list[Line]:
-    """Each approximate method's rank agreement with exact (approximation_summary; no interval there)."""
+    """Each approximate method's rank agreement with exact (approximation_summary), read from its interval."""
     out = []
     by_method: dict[str, dict[str, Any]] = {}
     for row in rows(r.T.get("approximation_summary")):  # one row per method (older runs: one per k; the chosen k's)
@@ -174,10 +208,13 @@ def _approximation_lines(r: _Run) -> list[Line]:
     for row in by_method.values():
         rho = row.get("spearman")
         rho = math.nan if rho is None else float(rho)
-        verdict, tone = next(((v, t) for bar, v, t in APPROX_RULES if rho >= bar), ("no agreement measured", "unsure"))
-        text = (f"{row['method']} vs exact: Spearman {fmt(rho)}, Kendall {fmt(row.get('kendall'))}, "
-                f"top-{row.get('k')} overlap {fmt(row.get('top_k_overlap'))}, R² {fmt(row.get('r2'))}")
-        out.append(Line("approximation", f"{row['method']}: {verdict}", tone, (text,), "approximation"))
+        old = "predates the interval: rerun the audit"
+        sp = Ci.of("approximation_summary", row, ("method", "k"), "spearman_ci", est="spearman", unavailable=old)
+        r2 = Ci.of("approximation_summary", row, ("method", "k"), "r2_ci", est="r2", unavailable=old)
+        verdict, tone = _approx_verdict(sp, rho)
+        parts = (f"{row['method']} vs exact: Spearman of mean scores ", sp, f", Kendall {fmt(row.get('kendall'))}, "
+                 f"top-{row.get('k')} overlap {fmt(row.get('top_k_overlap'))}, pooled per-example R² ", r2)
+        out.append(Line("approximation", f"{row['method']}: {verdict}", tone, parts, "approximation"))
     return out
 
 
@@ -194,10 +231,13 @@ def _heads_line(r: _Run) -> list[Line]:
     key = tuple(c for c in ("layer", "head", "match", "pairs") if c in t.column_names)
     few = 0 < n_refits < 3
     ci = Ci.of("heads", best, key, "excess_ci", est="excess", unavailable=NEEDS_SEEDS if few else "")
-    above = sum(1 for h in hs if h.get("excess_ci_low") is not None and h["excess_ci_low"] > 0)
-    verdict = NEEDS_SEEDS if few else f"{above} of {len(hs)} heads above their null"
+    d = r.min_excess
+    above = sum(1 for h in hs if h.get("excess_ci_low") is not None and h["excess_ci_low"] > d)
+    verdict = NEEDS_SEEDS if few else f"{above} of {len(hs)} heads above their null by more than {d:g}"
     parts = (f"{n_refits} seeds; largest excess over the shuffled null: ", Name(f"a{best['layer']}.h{best['head']}"), " ", ci,
-             f" (stability {fmt(best['stability'])}, null {fmt(best.get('null_mean'))})")
+             f" (stability {fmt(best['stability'])}, null {fmt(best.get('null_mean'))}); a head counts when its own "
+             f"interval's lower end exceeds the minimum excess {d:g} (heads.min_excess), not adjusted over the "
+             f"{len(hs)} heads")
     return [Line("heads", verdict, "unsure" if few else "info", parts, "heads")]
 
 
@@ -254,7 +294,7 @@ def resampling_notes(es: pa.Table | None) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _rules(lines: list[Line], level: float, n_edges: int | None) -> tuple[str, ...]:
+def _rules(lines: list[Line], level: float, n_edges: int | None, min_excess: float = MIN_EXCESS) -> tuple[str, ...]:
     """The rules of the verdicts present, multiplicity included."""
     have = {ln.label for ln in lines}
     if not lines:
@@ -262,8 +302,8 @@ def _rules(lines: list[Line], level: float, n_edges: int | None) -> tuple[str, .
     out = [f"Intervals are {level:.0%} intervals of the column the claims check reads; each verdict reads one, "
            "not adjusted across the lines."]
     if "circuit" in have:
-        out.append(f"k: fixed-sequence test down the k grid (family-wise {1 - level:.0%} over the grid, no "
-                   "adjustment needed).")
+        out.append(f"k: fixed-sequence test down the k grid, or down every k from its largest where the run searched "
+                   f"(family-wise {1 - level:.0%} over the k tested, no adjustment needed).")
     if {"stability", "faithfulness"} & have:
         out.append(f"Stability and faithfulness: above the bar {BAR} → stable / faithful, below → unstable / "
                    "not faithful, across → inconclusive.")
@@ -271,14 +311,34 @@ def _rules(lines: list[Line], level: float, n_edges: int | None) -> tuple[str, .
         out.append(f"Edges: Benjamini–Hochberg q ≤ {SIGNIFICANT_Q} over all {f'{n_edges:,}' if n_edges else 'the'} edges; ! = the "
                    "interval rests on a few prompts (interval_reliable = false).")
     if "approximation" in have:
-        out.append("Approximation: Spearman ≥ 0.9 ranks like exact, ≥ 0.5 a rough guide, below that does not.")
+        out.append("Approximation: the Spearman interval's lower end ≥ 0.9 ranks like exact, ≥ 0.5 a rough guide; "
+                   "its upper end below 0.5 does not; across 0.5 inconclusive.")
     if "heads" in have:
-        out.append("Heads: each head's own interval over training seeds, not adjusted over heads.")
+        out.append(f"Heads: above the null when a head's own interval over training seeds lies above the minimum "
+                   f"excess {min_excess:g} (heads.min_excess / --min-excess); not adjusted over heads.")
     return tuple(out)
 
 
-def verdict(run_dir: str | Path) -> Verdict:
-    """Return the one-screen verdict of the run directory `run_dir` (lines for what its tables hold)."""
+def _min_excess(spec: dict, asked: float | None) -> float:
+    """Return the heads' minimum excess: `asked`, else the run spec's heads.min_excess, else MIN_EXCESS."""
+    if asked is None:
+        heads = spec.get("heads") if isinstance(spec.get("heads"), dict) else {}
+        asked = heads.get("min_excess", MIN_EXCESS)
+    try:
+        d = float(asked)
+    except (TypeError, ValueError):
+        d = math.nan
+    lo, hi = MIN_EXCESS_BOUNDS
+    if not lo <= d <= hi:
+        from circuitstat.core.errors import InputError
+
+        raise InputError(f"min_excess must lie in [{lo:g}, {hi:g}], got {asked!r}: pass a value in that range")
+    return d
+
+
+def verdict(run_dir: str | Path, min_excess: float | None = None) -> Verdict:
+    """Return the one-screen verdict of the run directory `run_dir` (lines for what its tables hold); `min_excess`
+    overrides the run spec's heads.min_excess."""
     T = Tables(Path(run_dir))
     spec = run_spec(T.dir)
     method = primary_method(T)
@@ -287,13 +347,14 @@ def verdict(run_dir: str | Path) -> Verdict:
     level = float(boot.get("confidence_level") or 0.95)
     es = T.get("edge_stats")
     n = int(np.nanmax(num(es, "n"))) if es is not None and es.num_rows and np.isfinite(num(es, "n")).any() else None
-    r = _Run(T, method, k, why, str(spec.get("ranking") or "absolute"), n)
+    d = _min_excess(spec, min_excess)
+    r = _Run(T, method, k, why, str(spec.get("ranking") or "absolute"), n, d)
     lines: list[Line] = []
     for build in (_circuit_lines, _stability_line, _faithfulness_line, _approximation_lines, _heads_line,
                   _claim_lines):
         lines += build(r)
     n_edges = where(es, method=method).num_rows if method and es is not None else None
-    rules = _rules(lines, level, n_edges)
+    rules = _rules(lines, level, n_edges, d)
     if any(ln.label == "top edges" for ln in lines):
         rules += resampling_notes(where(es, method=method))
     return Verdict(T.dir, method, k, tuple(lines), tuple(missing(T)), rules, level)

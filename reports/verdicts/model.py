@@ -13,8 +13,10 @@ Verdict rules (also stated in the summary itself):
 * faithfulness: f_selected_ci_* (the circuit selected from N prompts, selection included) against the
   same bar; the fixed-circuit f_ci_* only where the run has no selection-aware interval, labelled.
 * edges: Benjamini-Hochberg q <= 0.05 over every edge; "!" marks intervals a few prompts carry.
-* approximation: Spearman of mean scores against exact, >= 0.9 agrees, >= 0.5 a rough guide, else not.
-* heads: each head's excess over its shuffled null with its interval over training seeds, unadjusted.
+* approximation: the interval of the Spearman of mean scores against exact (its expected value at N): lower end
+  >= 0.9 agrees, >= 0.5 a rough guide, upper end < 0.5 does not, otherwise inconclusive.
+* heads: a head is above its shuffled null when its excess interval over training seeds lies above the
+  minimum excess (heads.min_excess, default 0.1); each head's own interval, not adjusted over heads.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from typing import Any, Union
 from circuitstat.reports.analyses import Analysis
 from circuitstat.reports.ci import Ci
 from circuitstat.reports.tableset import rows
+from circuitstat.reports.thresholds import MIN_EXCESS, MIN_EXCESS_BOUNDS
 
 __all__ = ["BAR", "SIGNIFICANT_Q", "TOP_EDGES", "APPROX_RULES", "CLAIM_SECTIONS", "NEEDS_SEEDS", "Part", "Line",
-           "Verdict", "Name", "Quote", "NBSP", "run_spec", "against_bar"]
+           "Verdict", "Name", "Quote", "NBSP", "run_spec", "against_bar", "MIN_EXCESS", "MIN_EXCESS_BOUNDS"]
 
 BAR = 0.8  # the stability and faithfulness bar of the verdicts (the variance study's default bar and target too)
 SIGNIFICANT_Q = 0.05
@@ -40,6 +43,7 @@ CLAIM_SECTIONS = {"edge_in_circuit": "graph", "circuit_stability": "stability", 
                   "edge_effect": "forest", "head_stability": "heads", "layer_stability": "heads",
                   "approximation": "approximation"}  # the token kinds: "tokens"
 NEEDS_SEEDS = "needs ≥ 3 seeds"
+
 NBSP = "\u00a0"
 
 

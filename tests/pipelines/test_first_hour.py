@@ -194,8 +194,10 @@ def test_zoo_build_trains_just_the_named_model(tmp_path, monkeypatch):
     root = zoo.recipe_dir("attn-only-2l")
     assert sorted(p.name for p in root.iterdir() if p.name.startswith("seed-")) == ["seed-1"]
     assert resolve_source("zoo:attn-only-2l/seed-1") == str(root / "seed-1") and "zoo:attn-only-2l/seed-1" in r.output
-    listed = invoke("zoo", "list").output.splitlines()
-    assert "zoo:attn-only-2l/seed-1  trained" in listed[1] and "not trained" in listed[0]
+    out = invoke("zoo", "list").output.splitlines()
+    listed = [ln for ln in out if ln.startswith("zoo:")]  # after the line naming the cache key's environment
+    assert out[0].startswith("environment of the cache key: training_path")
+    assert "zoo:attn-only-2l/seed-1  trained  weights sha256:" in listed[1] and "not trained" in listed[0]
     r = invoke("zoo", "build", "nope", "--seed", "1")
     assert r.exit_code == 2 and "recipes: attn-only-2l, mlp-2l" in r.output
 

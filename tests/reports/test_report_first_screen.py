@@ -3,6 +3,7 @@ interval read back from the table column the claims check reads (tests/interval_
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import subprocess
@@ -14,6 +15,7 @@ from report_builders import make_report_run
 from page_tools import dump_dom_cmd, section_html
 
 from circuitstat.reports.html import SECTIONS, render_report
+from circuitstat.reports.tableset import Tables
 from circuitstat.reports.verdicts import verdict, verdict_text
 
 
@@ -103,6 +105,15 @@ FIRST_SCREEN = """<script>
     out[label] = {row: box(rows[i]), ci: ci ? box(ci) : null, text: ci ? ci.textContent : null};
   }
   out.thumb = box(document.querySelector('#verdict figure.thumb svg'));
+  var ce = document.querySelector('#verdict .cedges');
+  if (ce) {
+    var cb = box(ce), seen = [];
+    ce.querySelectorAll('tbody tr').forEach(function (tr) {
+      var b = box(tr);
+      if (b[1] <= Math.min(cb[1], 1000)) seen.push(tr.cells[1].textContent);
+    });
+    out.edges = {box: cb, visible: seen};
+  }
   out.viewport = [window.innerWidth, window.innerHeight];
   document.documentElement.setAttribute('data-first-screen', JSON.stringify(out));
 })();
@@ -146,3 +157,23 @@ def test_first_screen_holds_the_circuit_its_stability_and_its_faithfulness(demo,
     pushed = page.replace("<main>", '<main><div style="height:700px"></div>', 1)
     with pytest.raises(AssertionError):
         _on_first_screen(_first_screen(pushed, tmp_path), lines)
+
+
+def test_first_screen_names_the_circuits_edges_in_rank_order(demo, tmp_path):
+    """The chosen circuit's edges (issue 38: the demo's K-composition edges were not on the first screen): all k of
+    them in the verdict box, in the verdict's rank order, each with the interval the claims read, the first ones
+    visible at 1400 x 1000 without scrolling the page."""
+    from circuitstat.reports.verdicts import circuit_edges
+
+    run, page = demo
+    v = verdict(run)
+    box = section_html(page, "verdict")
+    want = [e["name"] for e in circuit_edges(Tables(run), v.method, v.k, "absolute")]
+    cells = re.findall(r'<div class="cedges">.*?</div>', box, re.S)
+    assert cells, "no edge table on the first screen"
+    names = re.findall(r"<code>([^<]+)</code>", cells[0])
+    assert [html.unescape(n) for n in names] == want and len(want) == v.k
+    got = _first_screen(page, tmp_path)["edges"]
+    visible = [html.unescape(n) for n in got["visible"]]  # the probe's JSON sits in an attribute: escaped once more
+    assert got["box"][0] < 1000 and got["box"][3] <= 1400
+    assert visible == want[:len(visible)] and len(visible) >= 8, got

@@ -95,7 +95,7 @@ def test_approximation_and_edges_and_heads_lines(tmp_path):
     assert edges.cis[2].reliable is False and "0.800 [0.600, 1.00]!" in edges.text()  # a1.h5->logits: few prompts
     heads = lines["heads"]
     assert heads.cis[0].low == "excess_ci_low" and "a1.h5 0.750 [0.650, 0.830]" in heads.text()
-    assert heads.verdict == "16 of 16 heads above their null"
+    assert heads.verdict == "1 of 16 heads above their null by more than 0.1"  # 16 excess intervals above 0, one above 0.1
     assert [r for r in v.rules if r.startswith("Edges: Benjamini–Hochberg q ≤ 0.05 over all 6 edges")]
 
 
@@ -153,3 +153,51 @@ def test_terminal_text_is_one_screen_and_never_breaks_an_interval(tmp_path):
         row = next(x for x in lines if x.startswith(f"  {ln.label:<14}{ln.verdict}"))
         rest = row[2 + 14 + len(ln.verdict):]
         assert rest == "" or rest.startswith("  "), row
+
+
+def _heads_run(tmp: Path, spec: dict) -> Path:
+    """Eight heads as the demo has them: layer 0's excess intervals just above 0 (+0.02 to +0.04), layer 1's
+    induction head well above, one layer-1 head at its null."""
+    lows = [0.012, 0.021, 0.018, 0.03, 0.165, 0.0, -0.02, 0.11]
+    est = [lo + 0.02 for lo in lows]
+    heads = {"layer": [0] * 4 + [1] * 4, "head": [0, 1, 2, 3] * 2, "stability": [0.9] * 8, "null_mean": [0.86] * 8,
+             "excess": est, "excess_ci_low": lows, "excess_ci_high": [e + 0.03 for e in est], "n_refits": [5] * 8}
+    with RunDir(tmp / "heads", spec=spec, seed=0) as run:
+        run.write_table("heads", fill("heads", heads, 8))
+    return tmp / "heads"
+
+
+def test_heads_count_only_excess_above_the_minimum_effect_and_say_the_rule(tmp_path):
+    from circuitstat.core.errors import InputError
+
+    run = _heads_run(tmp_path, {"ranking": "absolute"})
+    line = next(ln for ln in verdict(run).lines if ln.label == "heads")
+    assert line.verdict == "2 of 8 heads above their null by more than 0.1"  # the old rule (low > 0) counted 6
+    assert "not adjusted over the 8 heads" in line.text() and "minimum excess 0.1" in line.text()
+    assert any("minimum excess 0.1" in r and "not adjusted" in r for r in verdict(run).rules)
+    assert next(ln for ln in verdict(run, min_excess=0.0).lines if ln.label == "heads").verdict.startswith("6 of 8")
+    # the spec's key is read when no override is given
+    run2 = _heads_run(tmp_path / "b", {"heads": {"min_excess": 0.15}})
+    assert next(ln for ln in verdict(run2).lines if ln.label == "heads").verdict.startswith("1 of 8")
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(InputError, match=r"min_excess must lie in \[0, 1\]"):
+            verdict(run, min_excess=bad)
+
+
+def test_min_excess_is_a_bounded_spec_key_and_cli_option(tmp_path):
+    from typer.testing import CliRunner
+
+    from circuitstat.pipelines.cli import app
+    from circuitstat.pipelines.spec import parse_spec
+    from circuitstat.core.errors import InputError
+
+    base = {"model": "random:gpt2", "task": {"name": "induction"}}
+    assert parse_spec({**base, "heads": {"min_excess": 0.2}}, "<t>").heads.min_excess == 0.2
+    assert parse_spec(base, "<t>").heads.min_excess == 0.1
+    with pytest.raises(InputError, match="heads.min_excess"):
+        parse_spec({**base, "heads": {"min_excess": 2}}, "<t>")
+    run = _heads_run(tmp_path, {})
+    res = CliRunner().invoke(app, ["report", str(run), "--min-excess", "0"])
+    assert res.exit_code == 0, res.output
+    assert "6 of 8 heads above their null by more than 0" in (run / "report.html").read_text()
+    assert CliRunner().invoke(app, ["report", str(run), "--min-excess", "1.5"]).exit_code == 2
