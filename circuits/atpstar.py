@@ -64,7 +64,7 @@ def head_block(model, layer: int) -> int:
 
 def atp_edges(model, data, batch, cf: torch.Tensor, method: str) -> torch.Tensor:
     """[B, E] AtP* scores (``method`` one of ATP_METHODS) of one batch (circuitstat.circuits.attribution._Batch)."""
-    from .attribution import _check_metric, edge_scores_from_grads
+    from .contraction import check_metric, edge_scores_from_grads
 
     qk_fix, graddrop = ATP_METHODS[method]
     L = model.cfg.n_layers
@@ -74,7 +74,7 @@ def atp_edges(model, data, batch, cf: torch.Tensor, method: str) -> torch.Tensor
                         keep_senders=True, keep_resid=qk_fix, keep_qkv=qk_fix, grad_gates=gates)
         batch.set_clean(out)
         metric = data.score(out.logits.float(), indices=batch.index, clean_logits=batch.clean_last)
-        _check_metric(metric.detach(), batch.index, "gradient run")
+        check_metric(metric.detach(), batch.index, "gradient run")
         probes = list(out.grad_inputs)
         heads = [out.blocks[head_block(model, layer)] for layer in range(L)] if qk_fix else []
         dz = (cf - out.senders).detach()

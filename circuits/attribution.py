@@ -26,7 +26,6 @@ receiver can reach the read-out are not computed and score exactly 0.0.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 
 import numpy as np
 import torch
@@ -38,6 +37,7 @@ from .ablation import ABLATIONS, Ablation, PairData, check_input_node, last_inde
 from .interventions import Intervention
 from .engine.masks import allowed_keys
 from .engine.run import RunState
+from .contraction import check_metric, edge_scores_from_grads
 from .model import CircuitModel
 from .scores import ScoreMatrix
 from .threads import sized_threads
@@ -77,37 +77,6 @@ def check_options(method: str, level: str = "edge", ablation: "str | Ablation" =
                          f"corrupted input), got {kind!r}; use eap or eap-ig-inputs with this ablation")
 
 
-def _check_metric(values: torch.Tensor, index: torch.Tensor, what: str) -> None:
-    bad = ~torch.isfinite(values)
-    if bool(bad.any()):
-        rows = index[bad.cpu()].tolist()[:10]
-        raise InputError(f"the metric is NaN or infinite for examples {rows} ({what}); check answers and prompts")
-
-
-def edge_scores_from_grads(model: CircuitModel, delta: torch.Tensor, grads: Iterable[torch.Tensor]) -> torch.Tensor:
-    """Σ_pos Δz_u · g_v for every edge (u, v): [B, E] float32, in the graph's edge order.
-
-    ``grads`` holds the receiver groups in order and is read once, group by group (an iterator keeps
-    only one group's gradients alive)."""
-    g, cfg = model.graph, model.cfg
-    delta = delta.float()
-    B, U, P, D = delta.shape
-    flat = delta.reshape(B, U, P * D)  # senders' Δz with positions and features as one axis
-    cols = []
-    it = iter(grads)
-
-    def contract(u: int, grad: torch.Tensor) -> torch.Tensor:
-        # [B, R, P*D] x [B, P*D, u] as one batched matmul (einsum's layout choice copied both operands)
-        return torch.bmm(grad.float().reshape(B, -1, P * D), flat[:, :u].transpose(1, 2)).reshape(B, -1)
-
-    for layer in range(cfg.n_layers):
-        cols.append(contract(g.upstream_of_attention(layer), next(it)))  # [B, 3, H, P, D] -> [B, 3 H u]
-        if cfg.has_mlp:
-            cols.append(contract(g.upstream_of_mlp(layer), next(it)))
-    cols.append(contract(U, next(it)))
-    return torch.cat(cols, dim=1)
-
-
 def edges_to_nodes(model: CircuitModel, edge_scores: torch.Tensor) -> torch.Tensor:
     """Sum of each sender's out-edge scores: [B, U] (the node score of linear methods)."""
     g = model.graph
@@ -142,7 +111,7 @@ class _Batch:
         self._run = out
         self._clean_last = out.logits.detach().float()  # metrics in float32 whatever the model's dtype
         self._m0 = self.data.score(self._clean_last, indices=self.index, clean_logits=self._clean_last).float()
-        _check_metric(self._m0, self.index, "clean run")
+        check_metric(self._m0, self.index, "clean run")
 
     @property
     def clean_last(self) -> torch.Tensor:
@@ -172,7 +141,7 @@ def _grad_run(model, data, batch: _Batch, ids, intervention=None, clean: bool = 
         if clean:
             batch.set_clean(out)
         metric = data.score(out.logits.float(), indices=batch.index, clean_logits=batch.clean_last)
-        _check_metric(metric.detach(), batch.index, "gradient run")
+        check_metric(metric.detach(), batch.index, "gradient run")
         grads = model.iter_receiver_input_grads(out, torch.autograd.grad(metric.sum(), out.grad_inputs))
         grads = grads if lazy else list(grads)
         return (grads, out) if with_run else grads

@@ -155,7 +155,7 @@ def calibrate(model, data, batch_size: int, *, repeats: int = 3, probe_s: float 
     import torch
 
     from circuitstat.circuits.ablation import last_index
-    from circuitstat.circuits.attribution import edge_scores_from_grads
+    from circuitstat.circuits.contraction import edge_scores_from_grads
     from circuitstat.circuits.interventions import Intervention
 
     from .parallel import single_threaded
