@@ -29,7 +29,7 @@ def main() -> None:
     import torch
 
     from circuitstat.pipelines.contributions import TokenContributions
-    from circuitstat.pipelines.heads.stability import load_source
+    from circuitstat.pipelines.sources import LOCAL
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--recipe", default="attn-only-2l")
@@ -42,7 +42,7 @@ def main() -> None:
     print(f"recipe {args.recipe}, n={args.n} induction prompts, B={args.n_resamples}, 1 thread, "
           f"median of {args.repeats}")
     for seed in [int(s) for s in args.seeds.split(",")]:
-        model = load_source(f"zoo:{args.recipe}/seed-{seed}")
+        model = LOCAL.load(f"zoo:{args.recipe}/seed-{seed}")
         est = TokenContributions(n=args.n, n_resamples=args.n_resamples)
         task = est.build_task(model)
 

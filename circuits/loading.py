@@ -33,7 +33,6 @@ from .cache import conversion_dir, weight_hash_memo
 from .convert import FAMILIES, SUPPORTED, from_hf
 from .limits import check_bytes
 from .model import CircuitModel, ModelConfig
-from circuitstat.core.source_names import recorded_source
 
 # HF defaults for these families describe multi-billion-parameter models; random: specs start
 # from small shapes instead (every key can still be overridden in the spec).
@@ -543,14 +542,16 @@ def source_tokenizer(source: str):
 
 
 def load_model(source, device: str | torch.device = "cpu", dtype: torch.dtype | None = None, *,
-               tokenizer=None, allow_pickle: bool = False, allow_large: bool = False) -> CircuitModel:
+               tokenizer=None, allow_pickle: bool = False, allow_large: bool = False,
+               name: str | None = None) -> CircuitModel:
     """A CircuitModel from a model directory, a cached hub id (``org/name[@revision]``), a circuitstat
     model or ``random:ARCH?...`` -- or from a model in memory: a Hugging Face model object with its
     ``tokenizer`` (a transformers tokenizer or a circuitstat one), or an nnsight LanguageModel
     (circuitstat.circuits.inmemory; docs/python-api.md).
 
     ``allow_pickle`` permits pickled weights (loaded with ``weights_only=True``); ``allow_large``
-    lifts the memory limit of :mod:`circuitstat.circuits.limits`.
+    lifts the memory limit of :mod:`circuitstat.circuits.limits`. ``name``: the source as the user named it
+    (``zoo:...``, ``served:...``; circuitstat.pipelines.sources), recorded as the model's source.
     """
     import os
 
@@ -565,7 +566,7 @@ def load_model(source, device: str | torch.device = "cpu", dtype: torch.dtype | 
     if source.startswith("random:"):
         hf = load_hf(source, allow_large=allow_large)
         model = from_hf(hf, dtype=dtype or torch.float32, device=device)
-        model.source = source
+        model.source = name or source
         if model.cfg.vocab_size == GPT2_VOCAB:
             _attach_tokenizer(model, "gpt2")
         return model
@@ -577,7 +578,7 @@ def load_model(source, device: str | torch.device = "cpu", dtype: torch.dtype | 
         doc = read_json_object(path / "config.json", "config.json")
         if doc.get("format") == "circuitstat":
             model, stored = _load_own(path, doc, device, dtype, allow_large)
-            model.source = recorded_source(path.resolve())
+            model.source = name or str(path.resolve())
             _attach_tokenizer(model, str(path))
             model.use_weight_hash_memo(weight_hash_memo([path / "config.json", path / "model.safetensors"],
                                                         str(model.dtype), "circuitstat"))
@@ -597,6 +598,6 @@ def load_model(source, device: str | torch.device = "cpu", dtype: torch.dtype | 
             model.use_weight_hash_memo(memo(model))
         if converted is not None:
             save_conversion(model, converted)
-    model.source = recorded_source(source)
+    model.source = name or source
     _attach_tokenizer(model, str(path))
     return model

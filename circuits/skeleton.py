@@ -10,12 +10,13 @@ import torch
 
 from circuitstat.core.errors import InputError
 from .model import CircuitModel
-from circuitstat.core.source_names import recorded_source
 
 
-def load_skeleton(source: str | Path, *, allow_pickle: bool = False, allow_large: bool = False) -> CircuitModel:
+def load_skeleton(source: str | Path, *, allow_pickle: bool = False, allow_large: bool = False,
+                  name: str | None = None) -> CircuitModel:
     """The CircuitModel of ``source`` (as :func:`circuitstat.circuits.loading.load_model` accepts) on the meta device,
-    after every check loading would make that needs no weights; its tokenizer attached."""
+    after every check loading would make that needs no weights; its tokenizer attached. ``name``: the source as
+    the user named it, recorded as the model's source (circuitstat.pipelines.sources)."""
     from .convert import from_hf
     from .loading import (GPT2_VOCAB, _attach_tokenizer, _check_own_config, _validate_hf_dir, random_hf_model,
                           read_json_object, resolve_model_dir)
@@ -25,7 +26,7 @@ def load_skeleton(source: str | Path, *, allow_pickle: bool = False, allow_large
         with torch.device("meta"):
             hf = random_hf_model(source, allow_large=allow_large)
         model = from_hf(hf, device="meta")
-        model.source = source
+        model.source = name or source
         if model.cfg.vocab_size == GPT2_VOCAB:
             _attach_tokenizer(model, "gpt2")
         return model
@@ -40,7 +41,7 @@ def load_skeleton(source: str | Path, *, allow_pickle: bool = False, allow_large
             model = CircuitModel(cfg)
         meta = doc.get("meta", {})
         model.meta = meta if isinstance(meta, dict) else {}
-        model.source = recorded_source(path.resolve())
+        model.source = name or str(path.resolve())
     else:
         import transformers
 
@@ -50,6 +51,6 @@ def load_skeleton(source: str | Path, *, allow_pickle: bool = False, allow_large
             hf = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager",
                                                                trust_remote_code=False)
         model = from_hf(hf, device="meta")
-        model.source = recorded_source(source)
+        model.source = name or source
     _attach_tokenizer(model, str(path))
     return model

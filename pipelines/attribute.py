@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from circuitstat.pipelines.kinds import RunKind, check_run_out
 from circuitstat.pipelines.options import ABLATION, DTYPES, LEVEL, METHOD, METRIC
+from circuitstat.pipelines.sources import LOCAL, RunInputs
 
 
 def torch_dtype(name: str):
@@ -26,23 +27,22 @@ def torch_dtype(name: str):
 
 def prepare_attribute(model: str, task: str, *, method: str, level: str, ablation: str, metric: str | None, n: int,
                       batch_size: int, ig_steps: int, seed: int, n_jobs: int, device: str, dtype: str,
-                      max_memory: str | None, allow_pickle: bool, allow_large: bool, task_options: dict | None = None):
+                      max_memory: str | None, allow_pickle: bool, allow_large: bool, task_options: dict | None = None,
+                      inputs: RunInputs = LOCAL):
     """(model, task, memory budget, n_jobs) of an ``attribute`` run after every check that needs no
     run directory (options, workers, device, sizes, the task and its options); InputError on the first problem."""
-    from circuitstat.circuits import load_model
     from circuitstat.circuits.attribution import check_options
     from circuitstat.circuits.plan import parse_bytes
-    from circuitstat.pipelines.build import (build_task, check_device, check_n_jobs, check_work, precheck_task,
-                                             resolve_source, task_positions)
+    from circuitstat.pipelines.build import build_task, check_device, check_n_jobs, check_work, precheck_task, task_positions
 
     options = dict(task_options or {})
-    precheck_task(resolve_source(model), task, n=n, seed=seed, metric=metric, **options)  # before the model is built
+    source = inputs.resolve(model)
+    precheck_task(source.location, task, n=n, seed=seed, metric=metric, public=source.name, **options)  # before the model
     check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
     budget = None if max_memory is None else parse_bytes(max_memory)
     n_jobs = check_n_jobs(n_jobs, "--n-jobs")
     dev = check_device(device)
-    m = load_model(resolve_source(model), device=dev, dtype=torch_dtype(dtype), allow_pickle=allow_pickle,
-                   allow_large=allow_large)
+    m = inputs.load(model, device=dev, dtype=torch_dtype(dtype), allow_pickle=allow_pickle, allow_large=allow_large)
     check_work(m, n, level=level, positions=task_positions(task, options), allow_large=allow_large)
     return m, build_task(m, task, n=n, seed=seed, metric=metric, **options), budget, n_jobs
 
@@ -52,14 +52,15 @@ def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", leve
                   n: int = 64, batch_size: int = 16,
                   ig_steps: int = 5, seed: int = 0, n_jobs: int = 1, device: str = "cpu", dtype: str = "float32",
                   max_memory: str | None = None, checkpoint_every: int | None = None, resume: bool = True,
-                  force: bool = False, allow_pickle: bool = False, allow_large: bool = False):
+                  force: bool = False, allow_pickle: bool = False, allow_large: bool = False,
+                  inputs: RunInputs = LOCAL):
     """The ScoreMatrix of ``circuitstat attribute`` with these options, written into run directory
-    ``out`` (validated first; resumed from its checkpoints where it stopped)."""
+    ``out`` (validated first; resumed from its checkpoints where it stopped); ``inputs`` resolves the model."""
     check_run_out(out, "attribute", force=force)
     m, t, budget, n_jobs = prepare_attribute(model, task, method=method, level=level, ablation=ablation, metric=metric,
                                              n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
                                              device=device, dtype=dtype, max_memory=max_memory,
-                                             allow_pickle=allow_pickle, allow_large=allow_large)
+                                             allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs)
     return attribute_into(m, t, out, model_arg=model, task_arg=task, task_options={}, method=method, level=level,
                           ablation=ablation, input_node=input_node, n=n, batch_size=batch_size,
                           ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
@@ -185,9 +186,10 @@ def _parse(data, source: str) -> AttributeSpec:
     return validate_spec(AttributeSpec, data, source, kind="attribute spec", keys="model, task, method, ...")
 
 
-def _run_kind(spec: AttributeSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False):
+def _run_kind(spec: AttributeSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False,
+              inputs: RunInputs = LOCAL):
     return run_attribute(spec.model, spec.task, out, **spec.model_dump(exclude={"model", "task"}), n_jobs=n_jobs,
-                         allow_pickle=allow_pickle, allow_large=allow_large)
+                         allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs)
 
 
 def attribute_flops(spec: AttributeSpec, cfg) -> float:

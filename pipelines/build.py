@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from circuitstat.core.errors import InputError
 from circuitstat.circuits.limits import check_bytes, check_count
@@ -82,8 +80,9 @@ def no_tokenizer_message(task: str, source: str) -> str:
 
 
 def precheck_task(source: str, name: str, *, n: int = 64, seed: int = 0, metric: str | None = None,
-                  **options) -> None:
-    """None, after checking task ``name`` against the tokenizer ``source`` (resolved) brings, without building its
+                  public: str | None = None, **options) -> None:
+    """None, after checking task ``name`` against the tokenizer ``source`` (resolved; ``public``: as the user named
+    it, for messages) brings, without building its
     model: a missing tokenizer, or a task file's every bad row and column (the file is built with the tokenizer),
     is an InputError in seconds where the model would take minutes. The checks against the model (vocabulary,
     context) stay in :func:`build_task`; other tasks are built there only, once."""
@@ -91,7 +90,6 @@ def precheck_task(source: str, name: str, *, n: int = 64, seed: int = 0, metric:
     from circuitstat.circuits.tasks import file_task, make_task
     from circuitstat.circuits.tasks.files import read_task_frame, row_problems
     from circuitstat.circuits.tasks.registry import task_builder
-    from circuitstat.core.source_names import recorded_source
 
     if name == "induction":
         return
@@ -102,13 +100,12 @@ def precheck_task(source: str, name: str, *, n: int = 64, seed: int = 0, metric:
             raise InputError(f"task file {name}: " + "; ".join(problems) + "; fill or drop these rows")
     tok = source_tokenizer(source)
     if tok is None:
-        raise InputError(no_tokenizer_message(name, recorded_source(source)))
+        raise InputError(no_tokenizer_message(name, str(public or source)))
     if is_file:
         kwargs = dict(options) if metric is None else {**options, "metric": metric}
         make_task(name, tokenizer=tok, n=n, seed=seed, **kwargs)
 
 
-ZOO_MODEL = re.compile(r"seed-(0|[1-9][0-9]{0,8})")
 """The model part of a ``zoo:RECIPE/seed-S`` source: a seed, never a path."""
 
 
@@ -146,80 +143,6 @@ def parse_task_options(task: str, pairs: "list[str] | tuple[str, ...]") -> dict[
             value = raw
         out[key] = value
     return out
-
-
-_SERVED: "ContextVar[dict[str, str] | None]" = ContextVar("circuitstat_served_models", default=None)
-
-
-@contextlib.contextmanager
-def served_sources(models: dict[str, str]) -> Iterator[None]:
-    """Within: a circuitstat server's job. ``served:NAME`` loads the operator's model NAME (``models``: name ->
-    path), every model records the name it was asked by as its source, and errors name no server path."""
-    from circuitstat.core.source_names import public_source_names
-
-    token = _SERVED.set(dict(models))
-    try:
-        with public_source_names():
-            yield
-    finally:
-        _SERVED.reset(token)
-
-
-def resolve_source(source: str) -> str:
-    """``zoo:RECIPE/seed-S`` -> that model's directory in the zoo's cache; ``served:NAME`` (inside
-    :func:`served_sources`) -> the operator's model NAME; other sources unchanged.
-
-    RECIPE must be a zoo recipe and S a seed number: nothing else (no path segment, no '..') can
-    follow ``zoo:``, and the directory must lie inside the recipe's (no link leading out of the zoo).
-    """
-    from circuitstat.core.source_names import hiding_paths, register_source_name
-
-    if str(source).startswith("served:"):
-        models, name = _SERVED.get(), str(source)[len("served:"):]
-        if models is None or name not in models:
-            raise InputError(f"{source}: 'served:' names a model of a circuitstat server, inside one of its jobs "
-                             "only; give a model directory, a hub id, random:ARCH?... or zoo:RECIPE/seed-S")
-        register_source_name(models[name], str(source))
-        return models[name]
-    if not str(source).startswith("zoo:"):
-        return source
-    from circuitstat.core.confine import inside
-
-    from .zoo import ZOO_RECIPES, recipe_dir
-
-    name, _, model = str(source)[len("zoo:"):].partition("/")
-    shape = f"sources look like zoo:RECIPE/seed-S (recipes: {', '.join(ZOO_RECIPES)}; S a seed number)"
-    if name not in ZOO_RECIPES:
-        raise InputError(f"not a zoo recipe: {shape}")
-    if not ZOO_MODEL.fullmatch(model):
-        raise InputError(f"zoo:{name}/...: not a zoo model: {shape} (nothing else may follow the recipe)")
-    root = recipe_dir(name)
-    path = root / model
-    where = "in this server's zoo cache" if hiding_paths() else f"at {path}"
-    if not (path / "model.safetensors").exists():
-        seed = model.removeprefix("seed-")
-        raise InputError(f"{source}: not trained yet (no model {where}); train just this one with "
-                         f"`circuitstat zoo build {name} --seed {seed}` (about 2.5 minutes on one core, cached), "
-                         "or the whole zoo with `python -m circuitstat.pipelines.zoo` (10 models, about 12 minutes on 2 cores)")
-    if not inside(path, root):
-        raise InputError(f"zoo:{name}/{model}: the model {where} is a symbolic link out of the zoo's cache; remove "
-                         "it and build the zoo again")
-    register_source_name(path, str(source))
-    return str(path)
-
-
-def load_source(source: "str | os.PathLike", device: str = "cpu", dtype: "str | torch.dtype | None" = None, *,
-                allow_pickle: bool = False, allow_large: bool = False) -> "CircuitModel":
-    """Return a CircuitModel from any source a command accepts: a model directory, a cached hub id
-    ``org/name[@revision]``, ``random:ARCH?...`` or ``zoo:RECIPE/seed-S`` (the one way to load one)."""
-    from circuitstat.circuits.loading import load_model
-
-    if isinstance(dtype, str):
-        import torch
-
-        dtype = getattr(torch, dtype)
-    return load_model(resolve_source(str(source)), device=device, dtype=dtype, allow_pickle=allow_pickle,
-                      allow_large=allow_large)
 
 
 def _induction_pool(model: CircuitModel, token_ids, need: int) -> list[int] | None:

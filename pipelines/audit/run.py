@@ -19,6 +19,7 @@ from circuitstat.pipelines.audit.tables import (_concat, approximation_tables, c
                            stability_tables)
 from circuitstat.pipelines.spec import AuditSpec
 from circuitstat.pipelines.kinds import RunKind
+from circuitstat.pipelines.sources import LOCAL, RunInputs
 
 
 def _chunks(n: int, batch_size: int, n_jobs: int) -> list[np.ndarray]:
@@ -75,8 +76,10 @@ def resampling_plan(spec: AuditSpec, n: int, groups, seed, *, for_intervals: boo
 
 
 def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, scheduler: str | None = None,
-              force: bool = False, allow_pickle: bool = False, allow_large: bool = False) -> Path:
-    """Run (or resume) the audit described by ``spec`` into run directory ``out``; returns ``out``.
+              force: bool = False, allow_pickle: bool = False, allow_large: bool = False,
+              inputs: RunInputs = LOCAL) -> Path:
+    """Run (or resume) the audit described by ``spec`` into run directory ``out``; returns ``out``. ``inputs``
+    resolves its model sources (circuitstat.pipelines.sources).
 
     Everything a user can get wrong (devices, workers, sizes, k, resampling scheme, task options,
     an unreachable scheduler) is checked before the run directory is created. Each model is loaded
@@ -92,7 +95,7 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
     out = Path(out)
     n_jobs = check_n_jobs(spec.n_jobs if n_jobs is None else n_jobs, "--n-jobs" if n_jobs is not None else "n_jobs")
     use_deterministic()  # CUBLAS_WORKSPACE_CONFIG too, before any model loads
-    sources, model, task = prepare_audit(spec, allow_pickle=allow_pickle, allow_large=allow_large)
+    sources, model, task = prepare_audit(spec, allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs)
     spec_doc = spec.model_dump()
     with backend(n_jobs, scheduler) as workers, RunDir(out, spec=spec_doc, command=sys.argv, seed=spec.seed,
                                                         provenance={"model": model.identity(),
@@ -100,7 +103,8 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
         names, scores = _score_stages(run, spec, model, task, workers, force)
         _analysis_stages(run, spec, model, task, scores, names, workers, force)
         if len(sources) > 1:
-            _heads_stage(run, spec, sources, model, task, force, allow_pickle=allow_pickle, allow_large=allow_large)
+            _heads_stage(run, spec, sources, model, task, force, allow_pickle=allow_pickle, allow_large=allow_large,
+                         inputs=inputs)
     return out
 
 
@@ -201,22 +205,27 @@ def faithfulness_with_search(model, task, S: np.ndarray, method: str, ks: list[i
     return _concat([grid, *extra])
 
 
-def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: bool = False):
-    """(sources, model, task) of ``spec``, after every check that needs no run directory:
+def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: bool = False,
+                  inputs: RunInputs = LOCAL):
+    """(sources as named, model, task) of ``spec``, after every check that needs no run directory:
     device, sizes (lifted by ``allow_large``), task options, attribution options, k and the
     resampling scheme. InputError on the first problem."""
     from circuitstat.circuits.attribution import check_options
     from circuitstat.core.errors import InputError
 
-    from circuitstat.pipelines.build import build_task, check_device, check_work, n_columns, precheck_task, resolve_source, task_positions
+    from circuitstat.pipelines.build import build_task, check_device, check_work, n_columns, precheck_task, task_positions
 
     for method in spec.methods:
         check_options(method, spec.level, spec.ablation, batch_size=spec.batch_size, ig_steps=spec.ig_steps)
     device = check_device(spec.device)
-    sources = [resolve_source(s) for s in spec.sources]
-    precheck_task(sources[0], spec.task.name, n=spec.task.n, seed=spec.task.seed, metric=spec.task.metric,
-                  **spec.task.options)  # a bad task file or a missing tokenizer: named before any model is built
-    model = load_audit_model(spec, sources[0], device, allow_pickle=allow_pickle, allow_large=allow_large)
+    sources = list(spec.sources)
+    first = inputs.resolve(sources[0])  # every source resolves before anything loads
+    for s in sources[1:]:
+        inputs.resolve(s)
+    precheck_task(first.location, spec.task.name, n=spec.task.n, seed=spec.task.seed, metric=spec.task.metric,
+                  public=first.name, **spec.task.options)  # a bad task file or a missing tokenizer: before any model
+    model = load_audit_model(spec, sources[0], device, allow_pickle=allow_pickle, allow_large=allow_large,
+                             inputs=inputs)
     check_work(model, spec.task.n, level=spec.level, n_matrices=len(spec.methods),
                positions=task_positions(spec.task.name, spec.task.options),
                n_resamples=spec.bootstrap.n_resamples, allow_large=allow_large)
@@ -232,12 +241,10 @@ def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: b
 
 
 def load_audit_model(spec: AuditSpec, source: str, device: str, *, allow_pickle: bool = False,
-                     allow_large: bool = False):
+                     allow_large: bool = False, inputs: RunInputs = LOCAL):
     """Return ``source`` as a CircuitModel loaded as the audit loads each of its models: the spec's dtype,
-    on ``device`` (already through build.check_device)."""
-    from circuitstat.pipelines.build import load_source
-
-    return load_source(source, device=device, dtype=spec.dtype, allow_pickle=allow_pickle, allow_large=allow_large)
+    on ``device`` (already through build.check_device), resolved by ``inputs``."""
+    return inputs.load(source, device=device, dtype=spec.dtype, allow_pickle=allow_pickle, allow_large=allow_large)
 
 
 def check_scheme(scheme: str, groups, task_name: str) -> None:
@@ -269,7 +276,7 @@ def run_stage(run, name: str, fn, outputs, **kw) -> None:
 
 
 def _heads_stage(run, spec: AuditSpec, sources: list[str], model, task, force: bool, *, allow_pickle: bool = False,
-                 allow_large: bool = False) -> None:
+                 allow_large: bool = False, inputs: RunInputs = LOCAL) -> None:
     """Head stability across the spec's models (the heads estimator of circuitstat.pipelines.heads.stability). ``model`` is
     ``sources[0]`` as prepare_audit loaded it; the other refits load the same way (the spec's dtype, on
     model 0's checked device), and only when the stage runs."""
@@ -284,7 +291,7 @@ def _heads_stage(run, spec: AuditSpec, sources: list[str], model, task, force: b
         est = heads_mod.HeadStability(match=h.match, pairs=h.pairs, drop_bos=h.drop_bos, n_probe=h.n_probe,
                                       n_resamples=h.n_resamples, seed=spec.seed)
         models = [model, *(load_audit_model(spec, s, str(model.device), allow_pickle=allow_pickle,
-                                            allow_large=allow_large)
+                                            allow_large=allow_large, inputs=inputs)
                            for s in sources[1:])]
         # Without a tokenizer there are no corpus snippets: the task's clean prompts are the probe set.
         full = task.attention_mask.bool().all(1).numpy()
@@ -313,8 +320,9 @@ def audit_flops(spec: AuditSpec, cfg) -> float:
                for m in spec.methods)
 
 
-def _run_kind(spec: AuditSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False) -> None:
-    run_audit(spec, out, n_jobs=n_jobs, allow_pickle=allow_pickle, allow_large=allow_large)
+def _run_kind(spec: AuditSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False,
+              inputs: RunInputs = LOCAL) -> None:
+    run_audit(spec, out, n_jobs=n_jobs, allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs)
 
 
 def _parse(data, source: str) -> AuditSpec:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from circuitstat.core.errors import InputError
+from circuitstat.pipelines.sources import LOCAL, RunInputs
 
 if TYPE_CHECKING:  # the spec type; calibration_study imports this module
     from circuitstat.pipelines.calibration.study import CalibrationSpec
@@ -36,17 +37,16 @@ class PopulationSource:
 
 
 def prepare_population(spec: "CalibrationSpec", *, n_jobs: int | None, allow_pickle: bool,
-                       allow_large: bool) -> PopulationSource:
-    """The checked PopulationSource of ``spec``: its ``scores`` run if it names one, else an attribution here."""
+                       allow_large: bool, inputs: RunInputs = LOCAL) -> PopulationSource:
+    """The checked PopulationSource of ``spec``: its ``scores`` run if it names one, else an attribution here
+    (``inputs`` resolves the model source)."""
     if spec.scores is not None:
-        return _from_scores_run(spec, allow_pickle=allow_pickle, allow_large=allow_large)
-    return _attributed(spec, n_jobs=n_jobs, allow_pickle=allow_pickle, allow_large=allow_large)
+        return _from_scores_run(spec, allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs)
+    return _attributed(spec, n_jobs=n_jobs, allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs)
 
 
-def _load(source: str, spec: "CalibrationSpec", allow_pickle: bool, allow_large: bool):
-    from circuitstat.pipelines.build import load_source
-
-    return load_source(source, device=spec.device, dtype=spec.dtype, allow_pickle=allow_pickle,
+def _load(source: str, spec: "CalibrationSpec", allow_pickle: bool, allow_large: bool, inputs: RunInputs):
+    return inputs.load(source, device=spec.device, dtype=spec.dtype, allow_pickle=allow_pickle,
                        allow_large=allow_large)
 
 
@@ -58,14 +58,14 @@ def _build_task(model, spec: "CalibrationSpec"):
 
 
 def _attributed(spec: "CalibrationSpec", *, n_jobs: int | None, allow_pickle: bool,
-                allow_large: bool) -> PopulationSource:
+                allow_large: bool, inputs: RunInputs) -> PopulationSource:
     """Scores computed by the study itself: spec.method on spec.task.n prompts of spec.model."""
     from circuitstat.pipelines.audit.run import attribution_scores
 
     from circuitstat.pipelines.build import check_work as check_memory, task_positions
     from circuitstat.pipelines.work import check_calibration
 
-    model = _load(spec.model, spec, allow_pickle, allow_large)
+    model = _load(spec.model, spec, allow_pickle, allow_large, inputs)
     positions = task_positions(spec.task.name, spec.task.options) or min(int(model.cfg.n_ctx), 64)
     check_memory(model, spec.task.n, level="edge", positions=positions, allow_large=allow_large)
     # the population's attribution and every interval's resampling, before the task is built or anything written
@@ -101,7 +101,8 @@ def read_scores_run(directory: str | Path):
     return ScoreMatrix.read(path)
 
 
-def _from_scores_run(spec: "CalibrationSpec", *, allow_pickle: bool, allow_large: bool) -> PopulationSource:
+def _from_scores_run(spec: "CalibrationSpec", *, allow_pickle: bool, allow_large: bool,
+                     inputs: RunInputs) -> PopulationSource:
     """The population of an existing attribution run, its model and task checked where the study needs them."""
     sm = read_scores_run(spec.scores)
     n_pop, where = sm.n_examples, f"the attribution run {spec.scores}"
@@ -117,15 +118,11 @@ def _from_scores_run(spec: "CalibrationSpec", *, allow_pickle: bool, allow_large
 
     cfg = None
     if spec.model is not None:
-        from circuitstat.circuits.skeleton import load_skeleton
-
-        from circuitstat.pipelines.build import resolve_source
-
-        cfg = load_skeleton(resolve_source(spec.model), allow_pickle=allow_pickle, allow_large=allow_large).cfg
+        cfg = inputs.skeleton(spec.model, allow_pickle=allow_pickle, allow_large=allow_large).cfg
     positions = int(sm.provenance.get("task", {}).get("n_positions") or 64)
     check_calibration(spec, cfg, int(sm.scores.shape[1]), positions, n_population=n_pop, attributed=False,
                       allow_large=allow_large)  # every interval's resampling, before anything is written
-    model, task = _checked_model_and_task(spec, sm, allow_pickle, allow_large)
+    model, task = _checked_model_and_task(spec, sm, allow_pickle, allow_large, inputs)
     prov = sm.provenance
     digest = hashlib.sha256(np.ascontiguousarray(sm.scores, dtype=np.float32).tobytes()).hexdigest()
     params = {"population": "attribution run", "scores_sha256": digest, "method": sm.method,
@@ -139,7 +136,7 @@ def _from_scores_run(spec: "CalibrationSpec", *, allow_pickle: bool, allow_large
                             provenance)
 
 
-def _checked_model_and_task(spec: "CalibrationSpec", sm, allow_pickle: bool, allow_large: bool):
+def _checked_model_and_task(spec: "CalibrationSpec", sm, allow_pickle: bool, allow_large: bool, inputs: RunInputs):
     """(model, task) named in the spec, each checked against the scores run's hashes; None where not given."""
     from circuitstat.pipelines.calibration.study import PER_EXAMPLE_ABLATIONS
 
@@ -157,7 +154,7 @@ def _checked_model_and_task(spec: "CalibrationSpec", sm, allow_pickle: bool, all
                          "tokenizer; give model too, or drop task")
     if spec.model is None:
         return None, None
-    model = _load(spec.model, spec, allow_pickle, allow_large)
+    model = _load(spec.model, spec, allow_pickle, allow_large, inputs)
     want = (sm.provenance.get("model") or {}).get("weight_hash")
     if model.weight_hash() != want:
         raise InputError(f"model {spec.model} is not the model of {where} (weight hash "

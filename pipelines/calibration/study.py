@@ -65,6 +65,7 @@ if TYPE_CHECKING:  # the result type; imported when the study returns
 
 from circuitstat.pipelines.spec import METHOD, ABLATION, KGrid, TaskSpec, _RunOptions, load_yaml, validate_spec
 from circuitstat.pipelines.kinds import RunKind
+from circuitstat.pipelines.sources import LOCAL, RunInputs
 
 __all__ = ["CalibrationSpec", "parse_calibration_spec", "check_calibration_spec", "load_calibration_spec",
            "run_calibration_study", "summary_lines"]
@@ -223,7 +224,8 @@ def check_ks(spec: CalibrationSpec, n_edges: int) -> None:
 
 
 def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int | None = None,
-                          force: bool = False, allow_pickle: bool = False, allow_large: bool = False) -> RunTables:
+                          force: bool = False, allow_pickle: bool = False, allow_large: bool = False,
+                          inputs: RunInputs = LOCAL) -> RunTables:
     """Run (or resume) the calibration study of ``spec`` into run directory ``out``; return its tables as a
     result read lazily (main table ``coverage``). ``allow_pickle`` / ``allow_large``: as for load_model."""
     from circuitstat.core.run_tables import RunTables
@@ -235,7 +237,7 @@ def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int
     from circuitstat.pipelines.training import use_deterministic
 
     use_deterministic()  # CUBLAS_WORKSPACE_CONFIG too, before any model loads
-    src = prepare_population(spec, n_jobs=n_jobs, allow_pickle=allow_pickle, allow_large=allow_large)
+    src = prepare_population(spec, n_jobs=n_jobs, allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs)
     spec = src.spec  # with what a scores run decides (method, ablation) filled in
     check_ks(spec, src.n_edges)
     doc = spec.model_dump()
@@ -296,8 +298,10 @@ def calibration_flops(spec: CalibrationSpec, cfg) -> float:
     return attribution_flops(cfg, spec, spec.method, spec.task.n, ig_steps=spec.ig_steps)
 
 
-def _run_kind(spec: CalibrationSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False):
-    return run_calibration_study(spec, out, n_jobs=n_jobs, allow_pickle=allow_pickle, allow_large=allow_large)
+def _run_kind(spec: CalibrationSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False,
+              inputs: RunInputs = LOCAL):
+    return run_calibration_study(spec, out, n_jobs=n_jobs, allow_pickle=allow_pickle, allow_large=allow_large,
+                                 inputs=inputs)
 
 
 KIND = RunKind("study calibration", "do the audit's intervals cover on this model and task, at this N?",

@@ -51,9 +51,9 @@ def model_command(
     """Describe a model and check CircuitModel against the Hugging Face model: logits, receiver gradients
     against HF autograd, exact patching against brute force."""
     from circuitstat.circuits import load_hf, load_model
-    from circuitstat.pipelines.build import resolve_source
+    from circuitstat.pipelines.sources import LOCAL
 
-    source = resolve_source(source)
+    source = LOCAL.resolve(source).location
     path = Path(source)
     own = path.is_dir() and (path / "config.json").exists() and '"circuitstat"' in (path / "config.json").read_text()
     if own:
@@ -207,15 +207,15 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
     weights fit the memory limit (circuitstat.circuits.limits.MAX_BYTES, which --allow-large does not lift here) and
     circuitstat.pipelines.plan.TIMING_BYTES; otherwise the time is priced by FLOPs (circuitstat.pipelines.plan.flop_rate)."""
     from circuitstat.pipelines.attribute import torch_dtype
-    from circuitstat.circuits import load_model
     from circuitstat.circuits.limits import MAX_BYTES, format_bytes
     from circuitstat.circuits.plan import weight_bytes
-    from circuitstat.circuits.skeleton import load_skeleton
-    from circuitstat.pipelines.build import build_task, check_work, precheck_task, resolve_source, task_positions
+    from circuitstat.pipelines.build import build_task, check_work, precheck_task, task_positions
     from circuitstat.pipelines.plan import TIMING_BYTES, plan_lines
+    from circuitstat.pipelines.sources import LOCAL
 
-    precheck_task(resolve_source(source), task, n=n, seed=seed, metric=metric, **options)
-    skeleton = load_skeleton(resolve_source(source), allow_pickle=allow_pickle, allow_large=allow_large)
+    resolved = LOCAL.resolve(source)
+    precheck_task(resolved.location, task, n=n, seed=seed, metric=metric, public=resolved.name, **options)
+    skeleton = LOCAL.skeleton(source, allow_pickle=allow_pickle, allow_large=allow_large)
     skeleton = skeleton.to(dtype=torch_dtype(dtype))  # on meta: only the itemsize changes
     check_work(skeleton, n, level=level, positions=task_positions(task, options), allow_large=allow_large)
     t = build_task(skeleton, task, n=n, seed=seed, metric=metric, **options)
@@ -227,8 +227,8 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
         why = (f"the weights ({format_bytes(need)}) are over the {format_bytes(TIMING_BYTES)} a timing calibration "
                "loads")
     else:
-        timing = load_model(resolve_source(source), device=device, dtype=torch_dtype(dtype),
-                            allow_pickle=allow_pickle, allow_large=allow_large)
+        timing = LOCAL.load(source, device=device, dtype=torch_dtype(dtype), allow_pickle=allow_pickle,
+                            allow_large=allow_large)
     for line in plan_lines(skeleton, t, level=level, batch_size=batch_size, ig_steps=ig_steps, budget=budget,
                            n_jobs=n_jobs, timing_model=timing, untimed=why, device=str(device)):
         echo(line)

@@ -56,7 +56,8 @@ def heads_command(
 
     Cost: about a minute for 5 zoo-sized models with the default 100 probe prompts and 200 resamples
     (scales with models x probe prompts x resamples); across-seed intervals need at least 3 models."""
-    from circuitstat.pipelines.build import check_device, check_n_jobs, load_source
+    from circuitstat.pipelines.build import check_device, check_n_jobs
+    from circuitstat.pipelines.sources import LOCAL
     from circuitstat.pipelines.heads.stability import HeadStability, write_heads_run
 
     models = [p for m in models for p in str(m).split(",") if p]
@@ -65,7 +66,7 @@ def heads_command(
     check_out(out, "heads", force=force)
     device = check_device(device)
     n_jobs = check_n_jobs(n_jobs, "--n-jobs")
-    loaded = [load_source(m, device=device, allow_pickle=allow_pickle, allow_large=allow_large) for m in models]
+    loaded = [LOCAL.load(m, device=device, allow_pickle=allow_pickle, allow_large=allow_large) for m in models]
     if n_boot is not None:
         from circuitstat.core.errors import warn_renamed
 

@@ -79,13 +79,12 @@ def tokens_command(
     est.validate()  # every option is checked before the model loads or anything is written
     est.check_sizes(allow_large=allow_large)
     check_out(out, "tokens", force=force)
-    from circuitstat.circuits import load_model
-    from circuitstat.pipelines.build import check_device, check_work, resolve_source, task_positions
+    from circuitstat.pipelines.build import check_device, check_work, task_positions
+    from circuitstat.pipelines.sources import LOCAL
 
     dev = check_device(device)
     sources = [p for m in models for p in str(m).split(",") if p]
-    loaded = [load_model(resolve_source(s), device=dev, allow_pickle=allow_pickle, allow_large=allow_large)
-              for s in sources]
+    loaded = [LOCAL.load(s, device=dev, allow_pickle=allow_pickle, allow_large=allow_large) for s in sources]
     for m in loaded:
         check_work(m, n, level="node", positions=task_positions(task, options), allow_large=allow_large)
     if len(loaded) == 1:

@@ -61,7 +61,7 @@ from circuitstat.stats.head_stability import (CKA_KINDS, all_pairs_layer_stabili
 from circuitstat.stats.resampling import ResamplingPlan
 from circuitstat.stats.similarity import match_heads
 
-from circuitstat.pipelines.build import load_source
+from circuitstat.pipelines.sources import LOCAL
 from circuitstat.pipelines.heads.result import (FitContext, ESTIMANDS, HeadStabilityResult, refit_replicates, refits_table, result_params,
                           result_tables, summary_rows)
 from circuitstat.pipelines.kinds import RunKind
@@ -220,7 +220,7 @@ class HeadStability(Estimator):
     # -- inputs -------------------------------------------------------------------------------
     @staticmethod
     def _load(models) -> list:
-        return [load_source(m) if isinstance(m, (str, os.PathLike)) else m for m in models]
+        return [LOCAL.load(m) if isinstance(m, (str, os.PathLike)) else m for m in models]
 
     def _probe(self, models, probe) -> ProbeSet:
         if probe is not None:

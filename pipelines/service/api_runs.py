@@ -135,7 +135,6 @@ def get_manifest(job_id: str, request: Request, principal: Principal = Depends(c
 def report_file(svc: Service, job: Job) -> Path:
     """The job's report.html, rendered (by circuitstat.reports.html, as `circuitstat report`) when it is missing."""
     from circuitstat.reports.html import render_report
-    from circuitstat.core.source_names import public_source_names
 
     run = run_dir(svc, job)
     path = run / "report.html"
@@ -144,8 +143,7 @@ def report_file(svc: Service, job: Job) -> Path:
     out = svc.cfg.jobs_dir / job.id / "report.html"
     if not out.is_file():
         try:
-            with public_source_names():  # as the job's worker renders it: no server path on the page
-                render_report(run, out)
+            render_report(run, out, hide_paths=True)  # as the job's worker renders it: no server path on the page
         except InputError as e:  # a table changed since the job wrote it (circuitstat.core.rundir.verify_outputs)
             raise _damaged(svc, job, e) from None
     return out

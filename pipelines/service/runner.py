@@ -19,6 +19,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from circuitstat.pipelines.sources import RunInputs
+
 RUN, LOG = "run", "log.txt"
 
 
@@ -42,38 +44,41 @@ def estimated_flops(kind: str, spec, cfg) -> float:
 
 
 @functools.lru_cache(maxsize=32)
-def model_config(source: str):
-    """The config of the model ``source`` names, from its skeleton (no weight read or allocated) under the CLI's
-    size limits (InputError above them); the run itself loads the model, as the CLI command does."""
+def _config_at(location: str):
     from circuitstat.circuits.skeleton import load_skeleton
-    from circuitstat.pipelines.build import resolve_source
 
-    return load_skeleton(resolve_source(source)).cfg
+    return load_skeleton(location).cfg
 
 
-def check_work(kind: str, spec, max_flops: float) -> float:
+def model_config(source: str, inputs: RunInputs):
+    """The config of the model ``source`` names (resolved by ``inputs``), from its skeleton (no weight read or
+    allocated) under the CLI's size limits (InputError above them); the run itself loads the model."""
+    return _config_at(inputs.resolve(source).location)
+
+
+def check_work(kind: str, spec, max_flops: float, inputs: RunInputs) -> float:
     """The job's estimated FLOPs; WorkQuotaError when above ``max_flops``."""
     from circuitstat.pipelines.kinds import kind as run_kind
 
     sources = run_kind(kind).sources(spec)
-    flops = estimated_flops(kind, spec, model_config(sources[0])) if sources else 0.0
+    flops = estimated_flops(kind, spec, model_config(sources[0], inputs)) if sources else 0.0
     if flops > max_flops:
         raise WorkQuotaError(f"the job's estimated work is {flops:.3g} FLOPs (circuitstat.circuits.plan), above your quota of "
                              f"{max_flops:.3g}; make it smaller (fewer examples or methods) or ask the operator")
     return flops
 
 
-def _run(kind: str, spec, out: Path) -> None:
+def _run(kind: str, spec, out: Path, inputs: RunInputs) -> None:
     """Run job ``kind`` into ``out`` as its CLI command does (limits never lifted; the report where the command
-    renders one)."""
+    renders one), its sources resolved by ``inputs``."""
     from circuitstat.pipelines.kinds import kind as run_kind
 
     declared = run_kind(kind)
-    declared.run(spec, out, n_jobs=1, allow_pickle=False, allow_large=False)
+    declared.run(spec, out, n_jobs=1, allow_pickle=False, allow_large=False, inputs=inputs)
     if declared.report:
         from circuitstat.reports.html import render_report
 
-        render_report(out)
+        render_report(out, hide_paths=True)
 
 
 def _outcome(exc: BaseException) -> dict[str, Any]:
@@ -110,8 +115,6 @@ def execute(job: dict) -> dict[str, Any]:
 
 def _logged(job: dict, job_dir: Path) -> dict[str, Any]:
     """:func:`execute`'s work, everything printed going to the job's log."""
-    from circuitstat.pipelines.build import served_sources
-
     from .submission import parse_kind
 
     t0 = time.time()
@@ -121,11 +124,11 @@ def _logged(job: dict, job_dir: Path) -> dict[str, Any]:
               f"(pid {os.getpid()})", flush=True)
         try:
             # sources by their public names: no server path in the run's manifest, tables, report or errors
-            with served_sources(job.get("served", {})):
-                spec = parse_kind(job["kind"], job["spec"])
-                flops = check_work(job["kind"], spec, float(job["max_work_flops"]))
-                print(f"estimated work {flops:.3g} FLOPs", flush=True)
-                _run(job["kind"], spec, job_dir / RUN)
+            inputs = RunInputs(served=dict(job.get("served", {})), hide_paths=True)
+            spec = parse_kind(job["kind"], job["spec"])
+            flops = check_work(job["kind"], spec, float(job["max_work_flops"]), inputs)
+            print(f"estimated work {flops:.3g} FLOPs", flush=True)
+            _run(job["kind"], spec, job_dir / RUN, inputs)
             outcome: dict[str, Any] = {"status": "completed", "work_flops": flops}
         except BaseException as exc:  # noqa: BLE001 - the worker's boundary: every outcome is reported
             outcome = _outcome(exc)

@@ -7,7 +7,7 @@ A request names one of:
 * ``random:ARCH?key=value&...`` when the operator allows it (sizes stay under the CLI's limits:
   ``--allow-large`` cannot be lifted from a request);
 * a named local model, by the name the operator gave it; the spec then says ``served:NAME``, and the
-  worker loads the directory or cached hub id the operator wrote (circuitstat.pipelines.build.served_sources), with
+  worker loads the directory or cached hub id the operator wrote (circuitstat.pipelines.sources.RunInputs), with
   ``allow_pickle=False`` always. The run records ``served:NAME`` as the model's source, never the path.
 
 Anything else (a server path, ``~``, ``..``, a hub id the operator did not name, a pickle) is
@@ -41,7 +41,7 @@ def allowed_text(sources: SourcesConfig) -> str:
     return ", ".join(parts) if parts else "(none: the operator allows no model sources)"
 
 
-def resolve_source(source: object, sources: SourcesConfig) -> str:
+def allowed_source(source: object, sources: SourcesConfig) -> str:
     """The source a job's spec holds for the request's model source ``source`` (``served:NAME`` for a named
     model); InputError when the operator's allow-list does not name it."""
     if not isinstance(source, str) or not source or len(source) > MAX_SOURCE_CHARS:
@@ -51,7 +51,7 @@ def resolve_source(source: object, sources: SourcesConfig) -> str:
         return source
     if RANDOM_SOURCE.fullmatch(source) is not None and sources.random:
         return source
-    if source in sources.models:  # resolved by the worker (circuitstat.pipelines.build.served_sources): no path in the spec
+    if source in sources.models:  # the worker resolves it (circuitstat.pipelines.sources): no path in the spec
         return f"served:{source}"
     raise InputError(f"model source {_short(source)} is not allowed on this server (a request cannot name a server "
                      f"path, a pickle or an unlisted model); it accepts {allowed_text(sources)}")

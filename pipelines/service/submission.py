@@ -22,7 +22,7 @@ from circuitstat.core.errors import InputError
 
 from .config import SourcesConfig
 from .problems import Problem
-from .sources import resolve_source
+from .sources import allowed_source
 
 BUILTIN_TASKS = ("induction", "ioi", "greater-than", "greater_than", "gt")
 """The tasks of circuitstat.circuits.tasks a request may name (its registry without ``file``, which takes a path)."""
@@ -105,7 +105,7 @@ def _confine_task(spec, uploads: list[str], inputs: Path):
 def _with_sources(spec, sources: SourcesConfig):
     """``spec`` with each model source replaced by what the server loads for it (422 if not allowed)."""
     try:
-        resolved = [resolve_source(s, sources) for s in spec.sources]
+        resolved = [allowed_source(s, sources) for s in spec.sources]
     except InputError as e:
         raise Problem(422, str(e)) from None
     if getattr(spec, "models", None) is not None:

@@ -76,7 +76,6 @@ Modules: :mod:`.spec` (the spec), :mod:`.scorer` (score matrices: Key, ModelScor
 
 from circuitstat.circuits.counterfactuals import counterfactual_corruptions, with_counterfactual
 
-from ..build import resolve_source
 from .scorer import Key, ModelScorer, Scorer
 from .spec import (AGGREGATIONS, CounterfactualSpec, DatasetSpec, EstimatorsSpec, SelectionSpec, VarianceSpec,
                    load_variance_spec, parse_variance_spec)
@@ -85,7 +84,7 @@ from .summary import MULTIPLICITY, summary_lines
 
 __all__ = [
     "AGGREGATIONS", "with_counterfactual", "VarianceSpec", "ModelScorer", "counterfactual_corruptions",
-    "load_variance_spec", "parse_variance_spec", "resolve_source",
+    "load_variance_spec", "parse_variance_spec",
     "run_variance_study",
     # also public before the split (imported by name elsewhere)
     "CounterfactualSpec", "DatasetSpec", "EstimatorsSpec", "Key", "MULTIPLICITY", "PER_EDGE_COMPONENT_INTERVAL",

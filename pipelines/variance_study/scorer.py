@@ -13,7 +13,7 @@ from circuitstat.circuits.counterfactuals import counterfactual_corruptions, wit
 from circuitstat.core.errors import InputError
 from circuitstat.core.seeds import spawn_seeds
 
-from ..build import load_source
+from ..sources import LOCAL, RunInputs
 from .spec import VarianceSpec, _view
 
 __all__ = ["Key", "Scorer", "ModelScorer"]
@@ -50,14 +50,16 @@ class ModelScorer:
 
     has_model = True
 
-    def __init__(self, spec: VarianceSpec, seed_of, *, allow_pickle: bool = False, allow_large: bool = False) -> None:
+    def __init__(self, spec: VarianceSpec, seed_of, *, allow_pickle: bool = False, allow_large: bool = False,
+                 inputs: RunInputs = LOCAL) -> None:
         from circuitstat.circuits.scores import ScoreMatrix
 
         from ..build import build_task
 
         self.spec, self._seed_of = spec, seed_of
         self._load = dict(device=spec.device, dtype=spec.dtype, allow_pickle=allow_pickle, allow_large=allow_large)
-        self._models: dict[int, Any] = {0: load_source(spec.sources[0], **self._load)}
+        self._inputs = inputs
+        self._models: dict[int, Any] = {0: inputs.load(spec.sources[0], **self._load)}
         m0 = self.model(0)
         t = spec.task
         self._opts = dict(t.options)
@@ -72,7 +74,7 @@ class ModelScorer:
 
     def model(self, s: int):
         if s not in self._models:
-            m = load_source(self.spec.sources[s], **self._load)
+            m = self._inputs.load(self.spec.sources[s], **self._load)
             if m.graph.edge_names != self._models[0].graph.edge_names:
                 raise InputError(f"model {self.spec.sources[s]} has a different component graph from "
                                  f"{self.spec.sources[0]}; the seeds of a study must share one architecture")

@@ -10,6 +10,7 @@ import numpy as np
 
 from circuitstat.core.errors import InputError
 from circuitstat.pipelines.kinds import RunKind
+from circuitstat.pipelines.sources import LOCAL, RunInputs
 
 from .factors import _FactorStages
 from .scorer import Key, ModelScorer, Scorer
@@ -28,14 +29,14 @@ PER_EDGE_COMPONENT_INTERVAL = ("Satterthwaite chi-square interval of this edge's
 
 def run_variance_study(spec: VarianceSpec, out: str | Path, n_jobs: int | None = None, force: bool = False, *,
                        scorer: Scorer | None = None, allow_pickle: bool = False,
-                       allow_large: bool = False) -> RunTables:
+                       allow_large: bool = False, inputs: RunInputs = LOCAL) -> RunTables:
     """Run (or resume) the variance study of ``spec`` into run directory ``out``; return its tables as a
     result (circuitstat.core.run_tables.RunTables, read lazily; main table ``variance_summary``).
 
     ``scorer`` replaces the models as the source of score matrices (a Scorer; used to validate the
     study on scores with planted variance components); the selection stage then needs
     ``scorer.model(0)`` / ``scorer.task(0)`` or is skipped. ``allow_pickle`` / ``allow_large``: as
-    for ``load_model`` (pickled weights; models above the memory limit).
+    for ``load_model`` (pickled weights; models above the memory limit); ``inputs`` resolves the sources.
     """
     from circuitstat.core.rundir import RunDir
 
@@ -51,7 +52,8 @@ def run_variance_study(spec: VarianceSpec, out: str | Path, n_jobs: int | None =
     if scorer is None:
         check_device(spec.device)
     sc = scorer if scorer is not None else ModelScorer(spec, lambda name: box["run"].stage_seed(name),
-                                                       allow_pickle=allow_pickle, allow_large=allow_large)
+                                                       allow_pickle=allow_pickle, allow_large=allow_large,
+                                                       inputs=inputs)
     check_study(spec, sc)  # before the run directory exists
     with RunDir(out, spec=spec_doc, command=sys.argv, seed=spec.seed,
                 provenance=getattr(sc, "provenance", {"scores": "user scorer"})) as run:
@@ -268,8 +270,10 @@ def variance_flops(spec: VarianceSpec, cfg) -> float:
     return len(spec.sources) * spec.counterfactual.n_draws * per_draw + fresh
 
 
-def _run_kind(spec: VarianceSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False):
-    return run_variance_study(spec, out, n_jobs=n_jobs, allow_pickle=allow_pickle, allow_large=allow_large)
+def _run_kind(spec: VarianceSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False,
+              inputs: RunInputs = LOCAL):
+    return run_variance_study(spec, out, n_jobs=n_jobs, allow_pickle=allow_pickle, allow_large=allow_large,
+                              inputs=inputs)
 
 
 def _parse(data, source: str) -> VarianceSpec:

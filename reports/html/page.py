@@ -24,7 +24,6 @@ from circuitstat.reports.html.common import Tables, methods_in, note, num, order
 from circuitstat.reports.html.sections import SECTIONS, Context, shown_sections
 from circuitstat.reports.html.svg import esc
 from circuitstat.core.rundir import MANIFEST, RunDir, RunDirError, verify_outputs
-from circuitstat.core.source_names import hiding_paths
 from circuitstat.core.tables import read_provenance
 from circuitstat.reports.verdicts import verdict
 
@@ -62,7 +61,8 @@ def _pick(d: Any, *keys: str) -> Any:
     return None
 
 
-def _header(run_dir: Path, manifest: dict[str, Any], T: Tables, methods: list[str]) -> tuple[str, str]:
+def _header(run_dir: Path, manifest: dict[str, Any], T: Tables, methods: list[str],
+            hide_paths: bool = False) -> tuple[str, str]:
     """Return (title, header body): one line of the run's facts, the rest folded under "run details"."""
     spec = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
     prov = manifest.get("provenance") if isinstance(manifest.get("provenance"), dict) else {}
@@ -91,7 +91,7 @@ def _header(run_dir: Path, manifest: dict[str, Any], T: Tables, methods: list[st
              ("methods", _describe(spec_methods) or ", ".join(methods) or "—"), ("N", _describe(n) or "—"),
              ("seed", _describe(seed) or "—")]
     details = [("circuitstat", version or "—"), ("run id", manifest.get("run_id") or "—"), ("created", created or "—"),
-               ("run directory", "kept by the server that ran it" if hiding_paths() else str(run_dir))]
+               ("run directory", "kept by the server that ran it" if hide_paths else str(run_dir))]
     stages = manifest.get("stages") if isinstance(manifest.get("stages"), dict) else {}
     if stages:
         details.append(("stages", ", ".join(f"{k} ({v.get('status', '?')})" if isinstance(v, dict) else k
@@ -106,10 +106,11 @@ def _header(run_dir: Path, manifest: dict[str, Any], T: Tables, methods: list[st
 
 # ----- page -------------------------------------------------------------------------------------
 def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
-                  min_excess: float | None = None) -> Path:
+                  min_excess: float | None = None, *, hide_paths: bool = False) -> Path:
     """Write the self-contained HTML report of run directory `run_dir` and return its path.
 
-    `out` (a file, or a directory to hold report.html: see report_path) defaults to ``run_dir/report.html``. Every
+    `out` (a file, or a directory to hold report.html: see report_path) defaults to ``run_dir/report.html``;
+    ``hide_paths`` (a server's report) shows no path of the run directory. Every
     table is optional (a section is shown only for the analyses the run holds); a directory with neither
     manifest.json nor any report table is an error. `min_excess` overrides the spec's heads.min_excess.
     """
@@ -128,7 +129,7 @@ def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] |
     manifest, manifest_note = _manifest(run_dir, has_manifest)
     spec = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
     methods = _methods(T, spec)
-    title, header = _header(run_dir, manifest, T, methods)
+    title, header = _header(run_dir, manifest, T, methods, hide_paths)
     shown = shown_sections(T)
     ctx = Context(T, methods, _sources(spec), verdict(run_dir, min_excess), frozenset(s.id for s in shown))
     body = "".join(s.html(ctx) for s in shown)

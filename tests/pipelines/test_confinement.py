@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from circuitstat.core.errors import InputError
-from circuitstat.pipelines.build import resolve_source
+from circuitstat.pipelines.sources import LOCAL
 from circuitstat.pipelines.cli import app
 from circuitstat.pipelines.heads.study import load_head_study_plan
 from circuitstat.pipelines.spec import load_spec
@@ -78,7 +78,7 @@ def test_plan_recipe_paths_resolve_against_the_plan_not_the_current_directory(tm
                                   f"zoo:{SECRET}/seed-0"])
 def test_zoo_names_take_a_recipe_and_a_seed_and_nothing_else(name):
     with pytest.raises(InputError, match="zoo:RECIPE/seed-S") as e:
-        resolve_source(name)
+        LOCAL.resolve(name)
     assert "victim" not in str(e.value) and SECRET not in str(e.value)
 
 
@@ -93,13 +93,13 @@ def test_a_zoo_seed_linked_out_of_the_zoo_is_refused(tmp_path, monkeypatch):
     (root / "seed-0").symlink_to(victim, target_is_directory=True)
     monkeypatch.setattr(circuitstat.pipelines.zoo, "recipe_dir", lambda name, *a, **k: root)
     with pytest.raises(InputError, match="symbolic link out of the zoo"):
-        resolve_source("zoo:attn-only-2l/seed-0")
+        LOCAL.resolve("zoo:attn-only-2l/seed-0")
 
 
 # ---- item 8: bare model names resolve against the spec ------------------------------------------------
 def test_a_bare_model_name_never_resolves_against_the_current_directory(tmp_path, monkeypatch):
     from circuitstat.circuits.model import CircuitModel, ModelConfig
-    from circuitstat.pipelines.build import load_source
+    from circuitstat.pipelines.sources import LOCAL
 
     cwd = tmp_path / "cwd"
     cfg = ModelConfig(n_layers=1, n_heads=2, d_model=16, d_head=8, d_mlp=32, vocab_size=50, n_ctx=16)
@@ -113,7 +113,7 @@ def test_a_bare_model_name_never_resolves_against_the_current_directory(tmp_path
     assert spec.model == "hf:org/victim"  # a hub id: the Hugging Face cache only
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
     with pytest.raises(InputError, match="not in the local Hugging Face cache"):
-        load_source(spec.model)
+        LOCAL.load(spec.model)
     CircuitModel(cfg).init_weights(2).save(tmp_path / "specs" / "victim_model")
     spec = load_spec(_yaml(tmp_path / "specs" / "a.yaml", {"model": "victim_model", **base}))
     assert Path(spec.model) == tmp_path / "specs" / "victim_model"  # the spec's own directory

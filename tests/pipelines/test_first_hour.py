@@ -173,7 +173,7 @@ def test_claims_accept_both_head_spellings_and_print_a1_h5(tmp_path):
 def test_zoo_build_trains_just_the_named_model(tmp_path, monkeypatch):
     """Today: `zoo:attn-only-2l/seed-1` says to build the whole zoo, and no command trains one model."""
     from circuitstat.pipelines import zoo
-    from circuitstat.pipelines.build import resolve_source
+    from circuitstat.pipelines.sources import LOCAL
     from circuitstat.pipelines.training import TrainRecipe
 
     docs = tmp_path / "docs"
@@ -188,12 +188,12 @@ def test_zoo_build_trains_just_the_named_model(tmp_path, monkeypatch):
     from circuitstat.core.errors import InputError
 
     with pytest.raises(InputError, match=r"circuitstat zoo build attn-only-2l --seed 1"):
-        resolve_source("zoo:attn-only-2l/seed-1")
+        LOCAL.resolve("zoo:attn-only-2l/seed-1").location
     r = invoke("zoo", "build", "attn-only-2l", "--seed", "1")
     assert r.exit_code == 0, r.output
     root = zoo.recipe_dir("attn-only-2l")
     assert sorted(p.name for p in root.iterdir() if p.name.startswith("seed-")) == ["seed-1"]
-    assert resolve_source("zoo:attn-only-2l/seed-1") == str(root / "seed-1") and "zoo:attn-only-2l/seed-1" in r.output
+    assert LOCAL.resolve("zoo:attn-only-2l/seed-1").location == str(root / "seed-1") and "zoo:attn-only-2l/seed-1" in r.output
     out = invoke("zoo", "list").output.splitlines()
     listed = [ln for ln in out if ln.startswith("zoo:")]  # after the line naming the cache key's environment
     assert out[0].startswith("environment of the cache key: training_path")

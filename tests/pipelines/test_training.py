@@ -235,8 +235,11 @@ def test_init_std_rescales_weight_matrices():
 
 def test_zoo_sources_resolve_to_the_recipe_cache(tmp_path, monkeypatch):
     from circuitstat.core.errors import InputError
-    from circuitstat.pipelines.build import resolve_source
+    from circuitstat.pipelines.sources import LOCAL
     from circuitstat.pipelines.zoo import ZOO_RECIPES, recipe_dir
+
+    def resolve_source(source):
+        return LOCAL.resolve(source).location
 
     monkeypatch.setenv("CIRCUITSTAT_CACHE", str(tmp_path))
     assert resolve_source("random:gpt2") == "random:gpt2"

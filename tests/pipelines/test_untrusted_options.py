@@ -227,7 +227,7 @@ def test_internal_error_is_exit_3_with_traceback(monkeypatch, capsys):
     def broken(*a, **k):
         raise RuntimeError("planted bug")
 
-    monkeypatch.setattr("circuitstat.pipelines.build.resolve_source", broken)
+    monkeypatch.setattr("circuitstat.pipelines.sources.RunInputs.resolve", broken)
     monkeypatch.setattr(sys, "argv", ["circuitstat", "model", TINY])
     with pytest.raises(SystemExit) as exc:
         cli.main()
@@ -242,7 +242,7 @@ def test_interrupt_is_exit_130(monkeypatch, capsys):
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("circuitstat.pipelines.build.resolve_source", interrupted)
+    monkeypatch.setattr("circuitstat.pipelines.sources.RunInputs.resolve", interrupted)
     monkeypatch.setattr(sys, "argv", ["circuitstat", "model", TINY])
     with pytest.raises(SystemExit) as exc:
         cli.main()
@@ -301,17 +301,24 @@ def test_too_few_resamples_for_the_faithfulness_interval_names_the_minimum() -> 
     assert parse_spec({**doc, "bootstrap": {"n_resamples": 40}}).bootstrap.n_resamples == 40
 
 
-def test_served_source_exists_only_inside_a_server_job(tmp_path):
-    """'served:NAME' is a server's name for an operator's model: a CLI spec cannot use it to reach any path."""
-    from circuitstat.pipelines.build import resolve_source, served_sources
+def test_served_source_exists_only_inside_a_server_job(tmp_path, monkeypatch):
+    """'served:NAME' is a server's name for an operator's model, resolved only by the inputs a server job is given:
+    a CLI spec cannot use it to reach any path, and a served model records the name, never the path."""
     from circuitstat.core.errors import InputError
-    from circuitstat.core.source_names import recorded_source
+    from circuitstat.pipelines.sources import LOCAL, Resolved, RunInputs
 
     with pytest.raises(InputError, match="inside one of its jobs only"):
-        resolve_source("served:anything")
-    with served_sources({"tiny": str(tmp_path)}):
-        assert resolve_source("served:tiny") == str(tmp_path)
-        assert recorded_source(tmp_path) == "served:tiny"  # what a model loaded from there records
-        with pytest.raises(InputError):
-            resolve_source("served:other")
-    assert recorded_source(tmp_path) == str(tmp_path)  # outside a job, paths are recorded as they are
+        LOCAL.resolve("served:anything")
+    job = RunInputs(served={"tiny": str(tmp_path)}, hide_paths=True)
+    assert job.resolve("served:tiny") == Resolved(str(tmp_path), "served:tiny")
+    with pytest.raises(InputError):
+        job.resolve("served:other")
+    assert LOCAL.resolve(str(tmp_path)) == Resolved(str(tmp_path), str(tmp_path))  # paths as they are, locally
+    from circuitstat.circuits import loading
+
+    real_load, seen = loading.load_model, {}
+    monkeypatch.setattr(loading, "load_model", lambda location, **kw: seen.update(kw, at=location))
+    job.load("served:tiny")
+    assert seen["at"] == str(tmp_path) and seen["name"] == "served:tiny"  # the name passed, as an argument
+    m = real_load("random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64", name="served:tiny")
+    assert m.source == "served:tiny" and "served:tiny" in str(m.identity())

@@ -16,7 +16,7 @@ from circuitstat.pipelines.service import accounts, queue
 from circuitstat.pipelines.service.config import SourcesConfig
 from circuitstat.pipelines.service.db import Base, Database, Job, migrate, now
 from circuitstat.pipelines.service.logs import JsonFormatter, redact
-from circuitstat.pipelines.service.sources import resolve_source
+from circuitstat.pipelines.service.sources import allowed_source
 
 
 @pytest.fixture
@@ -119,17 +119,17 @@ def test_a_job_that_keeps_dying_fails_after_max_attempts(db):
 
 def test_the_allow_list():
     sources = SourcesConfig(zoo=["attn-only-2l"], random=True, models={"gpt2-small": "/srv/models/gpt2"})
-    assert resolve_source("zoo:attn-only-2l/seed-3", sources) == "zoo:attn-only-2l/seed-3"
-    assert resolve_source("gpt2-small", sources) == "served:gpt2-small"  # the worker loads the path; no spec holds it
+    assert allowed_source("zoo:attn-only-2l/seed-3", sources) == "zoo:attn-only-2l/seed-3"
+    assert allowed_source("gpt2-small", sources) == "served:gpt2-small"  # the worker loads the path; no spec holds it
     tiny = "random:gpt2?n_layer=1&n_head=2&n_embd=16"
-    assert resolve_source(tiny, sources) == tiny
+    assert allowed_source(tiny, sources) == tiny
     for bad in ("served:gpt2-small", "zoo:mlp-2l/seed-0", "zoo:attn-only-2l/seed-0/..", "zoo:attn-only-2l/../x",
                 "/srv/models/gpt2", "gpt2", "./gpt2-small", "gpt2-small/", "random:gpt2?x=/etc/passwd", "random:../x",
                 "", None, 3):
         with pytest.raises(InputError, match="not allowed|short string"):
-            resolve_source(bad, sources)
+            allowed_source(bad, sources)
     with pytest.raises(InputError, match="not allowed"):
-        resolve_source(tiny, SourcesConfig(random=False))
+        allowed_source(tiny, SourcesConfig(random=False))
 
 
 def test_logs_redact_tokens_cookies_bearer_headers_and_passwords():
