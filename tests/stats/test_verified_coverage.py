@@ -44,23 +44,22 @@ def test_verified_interval_covers_the_mean_exact_effect(populations, pop: str, n
     edge = cov.mean(0)
     ref = r["exact_all"]["covered"].mean(0)
     hits, counts = (cov & rel).sum(0), rel.sum(0)
-    with np.errstate(invalid="ignore"):
-        rel_edge = hits / counts
-    worst = int(np.nanargmin(np.where(counts >= 30, rel_edge, np.nan)))
     print(f"\n{pop} n={n}: pooled {pooled:.3f} ± {se:.3f}; worst edge {names[int(edge.argmin())]} {edge.min():.3f} "
-          f"(exact on all N there: {ref[edge.argmin()]:.3f}); flagged reliable {rel.mean():.2f} of cells, "
-          f"worst flagged edge {names[worst]} {rel_edge[worst]:.3f}")
+          f"(exact on all N there: {ref[edge.argmin()]:.3f}); flagged reliable {rel.mean():.2f} of cells")
     # both sides: too narrow and uselessly wide both fail
     assert 0.93 <= pooled <= 0.98
+    if n < 16:  # too few labelled prompts for the flag to pass any edge (where measured, it failed at n = 8)
+        assert not rel.any()
+        return
+    with np.errstate(invalid="ignore"):
+        rel_edge = hits / counts
     # per edge, among flagged-reliable cells, where exact on all N prompts covers (>= 0.93) and the edge
     # has enough flagged cells to measure: at least 0.90 up to 2 binomial MC SE over datasets
     assessable = (counts >= 30) & (ref >= 0.93)
     floor = 0.90 - 2 * np.sqrt(0.09 / np.maximum(counts, 1))
     bad = [(names[e], round(float(rel_edge[e]), 3), int(counts[e])) for e in np.flatnonzero(assessable & (rel_edge < floor))]
-    if n >= 16:
-        assert bad == []
-    else:  # n = 8: measured failures of the flag on heavy-tailed EAP errors (docs/verified.md); bounded here
-        assert len(bad) <= 0.1 * len(names) and all(v >= 0.80 for _, v, _ in bad), bad
+    assert bad == []
+    assert rel.mean() > 0.3  # the flag passes cells at all: a flag that passes nothing would satisfy the check above
 
 
 def test_ppi_py_form_undercovers_where_the_chosen_form_covers(populations) -> None:
