@@ -36,6 +36,7 @@ from pydantic import Field
 
 from reports.errors import InputError
 
+from .params import BATCH_SIZE, IG_STEPS, N_RESAMPLES, resamples_for_level
 from .spec import METHOD, KGrid, _RunOptions, load_yaml, validate_spec
 
 if TYPE_CHECKING:
@@ -63,13 +64,13 @@ class GroundTruthSpec(_RunOptions):
     alphas: list[float] = Field(default_factory=lambda: [0.05, 0.1], min_length=1)
     k_multiples: list[float] = Field(default_factory=lambda: [0.5, 1.0, 2.0], min_length=1)
     ranking: Literal["absolute", "signed"] = "absolute"
-    n_resamples: int = Field(1000, ge=50, le=100_000)  # the audit's default: its p-value floor 1/(B+1) must let BH reject
+    n_resamples: int = N_RESAMPLES.pydantic("groundtruth")  # the audit's default: its p-value floor 1/(B+1) lets BH reject
     thresholds: list[float] = Field(default_factory=lambda: [0.6, 0.75, 0.9], min_length=1)
     n_subsamples: int = Field(100, ge=10, le=100_000)
     faithfulness_methods: list[METHOD] = Field(default_factory=lambda: ["exact"])
-    ig_steps: int = Field(5, ge=1, le=1000)
+    ig_steps: int = IG_STEPS.pydantic()
     confidence_level: float = Field(0.95, gt=0.5, lt=1.0)
-    batch_size: int = Field(64, ge=1, le=4096)
+    batch_size: int = BATCH_SIZE.pydantic("groundtruth")
 
     @property
     def level(self) -> str:
@@ -97,6 +98,7 @@ def parse_groundtruth_spec(data: Any, source: str = "<spec>") -> GroundTruthSpec
     if bad:
         raise InputError(f"invalid ground-truth spec {source}: model {bad[0]!r} is not a built-in ground-truth source; "
                          "use tracr:NAME or planted:induction?... (fixture directories load from Python only)")
+    resamples_for_level(spec.n_resamples, spec.confidence_level, f"invalid ground-truth spec {source}: n_resamples")
     if spec.sizes[0] < 4:
         raise InputError(f"invalid ground-truth spec {source}: sizes must be at least 4 prompts")
     return spec

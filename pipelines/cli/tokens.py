@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from pipelines.params import BATCH_SIZE, N_RESAMPLES, SEED
 from . import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, TASK_HELP, TASK_OPTION_HELP, MetricName, app, check_out, choices,
                echo)
 
@@ -48,9 +49,9 @@ def tokens_command(
     sink: SinkToken = typer.Option(SinkToken("first"), "--sink", help="sink token: first, or detected per prompt"),
     sink_threshold: float = typer.Option(0.3, "--sink-threshold", min=0.0, max=0.999,
                                          help="attention to the sink above which a position counts as sinking"),
-    n_resamples: int = typer.Option(2000, "--n-resamples", min=40, help="bootstrap resamples over prompts"),
-    batch_size: int = typer.Option(32, "--batch-size", min=1, max=4096, help="prompts per forward"),
-    seed: int = typer.Option(0, "--seed", min=0, help="seed of the task, the random orders and the bootstrap"),
+    n_resamples: int = typer.Option(N_RESAMPLES.default_for("tokens"), "--n-resamples", **N_RESAMPLES.option, help="bootstrap resamples over prompts"),
+    batch_size: int = typer.Option(BATCH_SIZE.default_for("tokens"), "--batch-size", **BATCH_SIZE.option, help="prompts per forward"),
+    seed: int = typer.Option(SEED.default, "--seed", **SEED.option, help="seed of the task, the random orders and the bootstrap"),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or mps"),
     out: Path = typer.Option(..., "--out",
                              help="run directory: token_importance, sink_heads, ... .parquet, manifest.json"),

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from reports.errors import InputError
 from pipelines.options import ABLATION, LEVEL, METHOD, METRIC
+from pipelines.params import BATCH_SIZE, IG_STEPS, SEED
 
 from .config import SourcesConfig
 from .problems import Problem
@@ -47,9 +48,9 @@ class AttributeSpec(BaseModel):
     ablation: ABLATION = "counterfactual"
     metric: METRIC | None = None
     n: int = Field(64, ge=1, le=1_000_000)
-    batch_size: int = Field(16, ge=1, le=4096)
-    ig_steps: int = Field(5, ge=1, le=1000)
-    seed: int = Field(0, ge=0)
+    batch_size: int = BATCH_SIZE.pydantic()
+    ig_steps: int = IG_STEPS.pydantic()
+    seed: int = SEED.pydantic()
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     checkpoint_every: int | None = Field(None, ge=1)
     max_memory: str | None = Field(None, max_length=32)
