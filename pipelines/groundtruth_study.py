@@ -99,6 +99,17 @@ def parse_groundtruth_spec(data: Any, source: str = "<spec>") -> GroundTruthSpec
         raise InputError(f"invalid ground-truth spec {source}: model {bad[0]!r} is not a built-in ground-truth source; "
                          "use tracr:NAME or planted:induction?... (fixture directories load from Python only)")
     resamples_for_level(spec.n_resamples, spec.confidence_level, f"invalid ground-truth spec {source}: n_resamples")
+    for m in spec.models:  # each source's knobs and sizes are in range before anything is built
+        if m.startswith("planted:"):
+            from circuits.groundtruth import parse_planted
+
+            parse_planted(m)
+    slugs: dict[str, str] = {}
+    for m in spec.models:  # table names come from the source: two sources must never share one
+        other = slugs.setdefault(_slug(m), m)
+        if other != m or spec.models.count(m) > 1:
+            raise InputError(f"invalid ground-truth spec {source}: models {other!r} and {m!r} would write the same "
+                             f"tables (scores_{_slug(m)}_*); list each model once, written differently")
     if spec.sizes[0] < 4:
         raise InputError(f"invalid ground-truth spec {source}: sizes must be at least 4 prompts")
     return spec
@@ -183,8 +194,11 @@ def _columns(rows: list[dict]) -> dict[str, list]:
 
 
 def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int | None = None,
-                          force: bool = False) -> RunTables:
-    """Run (or resume) the ground-truth study of ``spec`` into run directory ``out``; return its tables."""
+                          force: bool = False, allow_large: bool = False) -> RunTables:
+    """Run (or resume) the ground-truth study of ``spec`` into run directory ``out``; return its tables.
+
+    Its work is estimated first (pipelines.work.groundtruth_operations) and refused above the limit
+    unless ``allow_large``."""
     from circuits.groundtruth import load_groundtruth
     from reports.rundir import RunDir
     from reports.run_tables import RunTables
@@ -196,6 +210,9 @@ def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int
 
     use_deterministic()
     loaded = {m: load_groundtruth(m) for m in spec.models}  # every source is checked before anything is written
+    from .work import announce, check_groundtruth
+
+    announce("study groundtruth", check_groundtruth(spec, loaded, allow_large=allow_large))  # before any work
     doc = spec.model_dump()
     population = spec.n_datasets * max(spec.sizes)
     with RunDir(out, spec=doc, command=sys.argv, seed=spec.seed,

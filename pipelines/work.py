@@ -11,6 +11,7 @@ before a model is trained, a corpus tokenized or a run directory created.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from circuits.limits import check_work
@@ -109,3 +110,58 @@ def check_calibration(spec: Any, cfg: Any, n_edges: int, positions: int, *, n_po
     check_work(ops, f"the calibration study ({len(spec.sizes)} sizes up to {max(spec.sizes):,} x "
                f"{spec.n_datasets:,} datasets x {spec.n_resamples:,} resamples on {n_edges:,} edges)",
                allow_large=allow_large, shrink="sizes, n_datasets, n_resamples, ks, n_truth_pairs or task.n")
+
+
+PER_CALL = 1e6
+"""Operations charged for each dataset a study evaluates, on top of its arithmetic: the Python and
+library overhead of one round of interval calls (about 0.1 ms at the 1e10 operations per second that
+:data:`circuits.limits.MAX_WORK` assumes), so a hundred thousand tiny datasets are priced as the
+minutes they take and not as their few multiply-adds."""
+
+
+def groundtruth_operations(spec: Any, loaded: dict) -> float:
+    """Operations of a ground-truth study: per model (``loaded``: source -> GroundTruthModel) building and
+    attributing its population of ``n_datasets x max(sizes)`` prompts with every method, then per method,
+    size and dataset the bootstrap q-values, the subsampled stability, the top-k scores and (faithfulness
+    methods) the circuits' runs on the population."""
+    from circuits.plan import forward_flops, method_cost
+
+    population = spec.n_datasets * max(spec.sizes)
+    total = 0.0
+    for gt in loaded.values():
+        cfg, E = gt.model.cfg, int(gt.truth.size)
+        P = int(cfg.n_ctx)  # every prompt fits the context: an upper bound of its length
+        total += population * P * PER_CALL / 1e3  # building the prompts (a Python loop per prompt)
+        for method in spec.methods:
+            m = min(population, 4096)  # method_cost walks the batches: price a slice and scale (linear in n)
+            total += method_cost(cfg, method, n=m, positions=P, ig_steps=spec.ig_steps).flops * population / m
+            for N in spec.sizes:
+                per = 2 * spec.n_resamples * N * E + 2 * spec.n_subsamples * N * E + len(spec.k_multiples) * N * E
+                if method in spec.faithfulness_methods:
+                    per += (population + 10 * N) * forward_flops(cfg, P)  # the true, selected and fold circuits
+                total += spec.n_datasets * (per + PER_CALL)
+    return float(total)
+
+
+def check_groundtruth(spec: Any, loaded: dict, *, allow_large: bool = False) -> float:
+    """The estimated operations of the ground-truth study; InputError when each model's population has more
+    prompts than a task may (pipelines.build.MAX_EXAMPLES) or the work exceeds the limit."""
+    from circuits.limits import check_count
+
+    from .build import MAX_EXAMPLES
+
+    check_count(spec.n_datasets * max(spec.sizes), MAX_EXAMPLES, f"the prompts of each model's population "
+                f"(n_datasets {spec.n_datasets:,} x the largest size {max(spec.sizes):,})", allow_large=allow_large)
+    ops = groundtruth_operations(spec, loaded)
+    check_work(ops, f"the ground-truth study ({len(loaded)} models x {len(spec.methods)} methods x sizes up to "
+               f"{max(spec.sizes):,} x {spec.n_datasets:,} datasets x {spec.n_resamples:,} resamples)",
+               allow_large=allow_large, shrink="models, methods, sizes, n_datasets, n_resamples or n_subsamples")
+    return ops
+
+
+def announce(what: str, operations: float) -> None:
+    """Print the estimated work of ``what`` and the limit to stderr before the work starts."""
+    from circuits.limits import MAX_WORK
+
+    print(f"{what}: estimated work {operations:.2g} operations (the limit, about a day on two CPU cores, is "
+          f"{MAX_WORK:.2g})", file=sys.stderr, flush=True)

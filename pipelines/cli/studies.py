@@ -47,7 +47,7 @@ def heads_command(
     ci_over: CIOver = typer.Option(CIOver("both"), "--ci-over", help="what the bootstrap resamples"),
     seed: int = typer.Option(SEED.default, "--seed", **SEED.option),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or mps"),
-    n_jobs: int = typer.Option(1, "--n-jobs", **N_JOBS.option, help="BLAS / torch threads inside the fit (1 to the CPU count)"),
+    n_jobs: int = typer.Option(1, "--n-jobs", min=N_JOBS.minimum, help="BLAS / torch threads inside the fit (1 to the CPU count)"),
     out: Path = typer.Option(..., "--out", help="run directory: heads/layers/residual.parquet and more, manifest.json"),
     force: bool = typer.Option(False, "--force", help="recompute if the directory holds a different spec"),
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
@@ -112,7 +112,7 @@ def train_command(
     checkpoint_every: int = typer.Option(100, "--checkpoint-every", min=1, help="steps between checkpoints"),
     eval_every: int = typer.Option(100, "--eval-every", min=1, help="steps between validation-loss evaluations"),
     threads: int = typer.Option(1, "--threads", min=1, help="torch threads per model (fixed for reproducibility)"),
-    n_jobs: int = typer.Option(1, "--n-jobs", **N_JOBS.option, help="models trained in parallel (1 to the CPU count)"),
+    n_jobs: int = typer.Option(1, "--n-jobs", min=N_JOBS.minimum, help="models trained in parallel (1 to the CPU count)"),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP + " and on the number of seeds"),
 ) -> None:
@@ -150,7 +150,7 @@ def train_command(
 @app.command("demo")
 def demo_command(
     out: Path = typer.Option(Path("runs/demo"), "--out", help="run directory"),
-    n_jobs: int | None = typer.Option(None, "--n-jobs", **N_JOBS.option,
+    n_jobs: int | None = typer.Option(None, "--n-jobs", min=N_JOBS.minimum,
                                       help="parallel workers, 1 to this machine's CPU count (default: up to 2)"),
     quick: bool = typer.Option(False, "--quick", help="fewer examples and resamples"),
 ) -> None:
@@ -182,7 +182,7 @@ def study_heads_command(
                                        "default: the full study of docs/results.md"),
     out: Path = typer.Option(..., "--out", help="run directory of the study"),
     quick: bool = typer.Option(False, "--quick", help="a tiny version (1/2/4 layers, 3 seeds, a few steps) for smoke tests"),
-    n_jobs: int = typer.Option(2, "--n-jobs", **N_JOBS.option, help="parallel training / analysis processes"),
+    n_jobs: int = typer.Option(2, "--n-jobs", min=N_JOBS.minimum, help="parallel training / analysis processes"),
     device: str = typer.Option("cpu", "--device", help="training device"),
     force: bool = typer.Option(False, "--force", help="recompute analyses that already finished with a different spec"),
     allow_outside: bool = typer.Option(False, "--allow-outside",
@@ -218,7 +218,7 @@ def study_heads_command(
 def study_variance_command(
     spec: Path = typer.Argument(..., help="variance-study spec (YAML)"),
     out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
-    n_jobs: int | None = typer.Option(None, "--n-jobs", **N_JOBS.option,
+    n_jobs: int | None = typer.Option(None, "--n-jobs", min=N_JOBS.minimum,
                                       help="parallel workers, 1 to this machine's CPU count (default: the spec's)"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
     report: bool = typer.Option(True, "--report/--no-report", help="write report.html at the end"),
@@ -254,7 +254,7 @@ def study_calibration_command(
     scores: Path | None = typer.Option(None, "--scores",
                                        help="an attribution run (`circuitstat attribute --out DIR`) whose "
                                             "per-example scores are the population (overrides the spec's scores)"),
-    n_jobs: int | None = typer.Option(None, "--n-jobs", **N_JOBS.option, help="parallel workers for the attribution"),
+    n_jobs: int | None = typer.Option(None, "--n-jobs", min=N_JOBS.minimum, help="parallel workers for the attribution"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
     allow_outside: bool = typer.Option(False, "--allow-outside",
                                        help="let paths in the spec leave its directory (absolute, .., ~)"),
@@ -286,8 +286,9 @@ def study_calibration_command(
 def study_groundtruth_command(
     spec: Path = typer.Argument(..., help="ground-truth spec (YAML; see pipelines.groundtruth_study): models, methods, sizes"),
     out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
-    n_jobs: int | None = typer.Option(None, "--n-jobs", **N_JOBS.option, help="parallel workers for the attribution"),
+    n_jobs: int | None = typer.Option(None, "--n-jobs", min=N_JOBS.minimum, help="parallel workers for the attribution"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
+    allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
     """Score discovery methods and circuitstat's error statements against models whose circuit is known."""
     from pipelines.groundtruth_study import load_groundtruth_spec, run_groundtruth_study, summary_lines
@@ -295,7 +296,7 @@ def study_groundtruth_command(
 
     check_out(out, "study groundtruth", force=force)
     parsed = load_groundtruth_spec(spec)
-    res = run_groundtruth_study(parsed, out, n_jobs=n_jobs, force=force)
+    res = run_groundtruth_study(parsed, out, n_jobs=n_jobs, force=force, allow_large=allow_large)
     for line in summary_lines(res.tables(), parsed.alphas[0]):
         echo(line)
     echo(f"-> {out}\nreport: {render_report(out)}")

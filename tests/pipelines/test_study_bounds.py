@@ -1,0 +1,111 @@
+"""Unbounded work and out-of-range knobs in ``study groundtruth`` are refused (exit 2) before anything is
+built or written, naming the cost and the limit (issue 38, adversarial item 3)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from pipelines.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Any attribution or task building fails the test at once (the old code started them)."""
+    import circuits.groundtruth.truth
+    import pipelines.audit
+
+    def started(*a, **k):
+        raise AssertionError("work started before the study was priced")
+
+    monkeypatch.setattr(pipelines.audit, "attribution_scores", started)
+    monkeypatch.setattr(circuits.groundtruth.truth.GroundTruthModel, "task", started)
+
+
+def _run(tmp_path: Path, **doc) -> tuple[str, Path]:
+    spec = tmp_path / "gt.yaml"
+    spec.write_text(yaml.safe_dump({"methods": ["eap"], "faithfulness_methods": [], **doc}))
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["study", "groundtruth", str(spec), "--out", str(out)])
+    assert res.exit_code == 2, res.output + repr(res.exception)
+    err = res.stderr.strip()
+    assert err.startswith("error: ") and len(err.splitlines()) == 1 and "Traceback" not in res.output, err
+    assert not out.exists()  # no run directory, no .lock
+    return err, out
+
+
+def test_a_billion_prompt_dataset_is_refused_naming_the_count_and_the_limit(tmp_path, no_work):
+    err, _ = _run(tmp_path, models=["planted:induction"], sizes=[1_000_000_000])
+    assert "20,000,000,000" in err and "above the limit of 1,000,000" in err and "--allow-large" in err
+
+
+METHODS = ["exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted"]
+MODELS = ["planted:induction"] + [f"planted:induction?seed={s}" for s in range(1, 6)]
+
+
+def test_the_reported_grid_is_refused_by_its_population(tmp_path, no_work):
+    """6 models x sizes [4096] x 10,000 datasets x 100,000 resamples (accepted by the old code)."""
+    err, _ = _run(tmp_path, models=MODELS, methods=METHODS, sizes=[4096], n_datasets=10_000, n_resamples=100_000)
+    assert "40,960,000" in err and "above the limit of 1,000,000" in err
+
+
+def test_a_grid_within_the_prompt_limit_is_priced_and_refused(tmp_path, no_work):
+    err, _ = _run(tmp_path, models=MODELS, methods=METHODS, sizes=[4096], n_datasets=240, n_resamples=100_000,
+                  n_subsamples=100_000)
+    assert "needs about" in err and "above the maximum of 1e+15" in err and "n_resamples" in err
+
+
+@pytest.mark.parametrize("query, key", [("background=1000000000", "background"), ("background=-1", "background"),
+                                        ("background=nan", "background"), ("signal=0", "signal"),
+                                        ("signal_noise=inf", "signal_noise"), ("n_background=100000", "n_background"),
+                                        ("d_background=100000000", "d_background"), ("seed=-1", "seed"),
+                                        ("resample=2", "resample")])
+def test_planted_knobs_out_of_range_are_refused_by_name(tmp_path, no_work, query, key):
+    err, _ = _run(tmp_path, models=[f"planted:induction?{query}"])
+    assert f"{key}=" in err and "out of range" in err
+
+
+def test_every_planted_knob_has_a_declared_range() -> None:
+    from circuits.groundtruth import PLANTED_RANGES, parse_planted
+    from circuits.groundtruth.planted import PlantedSpec
+
+    names = {f.name for f in dataclasses.fields(PlantedSpec)}
+    assert set(PLANTED_RANGES) == names
+    default = PlantedSpec()
+    for key, (low, high) in PLANTED_RANGES.items():  # the defaults lie inside their ranges
+        assert low <= getattr(default, key) <= high and math.isfinite(high)
+    assert parse_planted("planted:induction?background=0&signal=1000") == PlantedSpec(background=0.0, signal=1000.0)
+
+
+def test_two_sources_that_would_share_table_names_are_refused(tmp_path, no_work):
+    """background=1.5 and background=1_5 (Python reads 15) both slug to ..._background_1_5: one would
+    overwrite the other's scores (the old code let background=-1 write background=1's tables)."""
+    err, _ = _run(tmp_path, models=["planted:induction?background=1.5", "planted:induction?background=1_5"])
+    assert "same tables" in err
+    err, _ = _run(tmp_path, models=["planted:induction", "planted:induction"])
+    assert "same tables" in err
+
+
+def test_a_small_study_is_priced_below_the_limit_and_the_price_grows_with_each_size() -> None:
+    from circuits.groundtruth import load_groundtruth
+    from circuits.limits import MAX_WORK
+    from pipelines.groundtruth_study import parse_groundtruth_spec
+    from pipelines.work import groundtruth_operations
+
+    doc = {"models": ["planted:induction"], "methods": ["eap"], "sizes": [16, 32], "n_datasets": 5,
+           "n_resamples": 100, "faithfulness_methods": []}
+    loaded = {"planted:induction": load_groundtruth("planted:induction")}
+    base = groundtruth_operations(parse_groundtruth_spec(doc), loaded)
+    assert 0 < base < MAX_WORK
+    for key, value in (("n_datasets", 10), ("n_resamples", 1000), ("sizes", [16, 64]), ("methods", ["eap", "exact"]),
+                       ("n_subsamples", 1000)):
+        assert groundtruth_operations(parse_groundtruth_spec({**doc, key: value}), loaded) > base, key
+    faith = groundtruth_operations(parse_groundtruth_spec({**doc, "faithfulness_methods": ["eap"]}), loaded)
+    assert faith > base
