@@ -104,12 +104,18 @@ def calibration_operations(spec: Any, cfg: Any, n_edges: int, positions: int, *,
 
 
 def check_calibration(spec: Any, cfg: Any, n_edges: int, positions: int, *, n_population: int,
-                      attributed: bool = True, allow_large: bool = False) -> None:
-    """None; InputError when the calibration spec exceeds the work limit (see calibration_operations)."""
+                      attributed: bool = True, allow_large: bool = False) -> float:
+    """The estimated operations of the calibration study (calibration_operations, plus each dataset's call
+    overhead and the population's prompts); InputError when they exceed the work limit."""
     ops = calibration_operations(spec, cfg, n_edges, positions, n_population=n_population, attributed=attributed)
+    ops += spec.n_datasets * len(spec.sizes) * len(spec.intervals) * PER_CALL  # a round of interval calls each
+    if attributed:
+        ops += n_population * positions * PER_CALL / 1e3  # building the population's prompts
     check_work(ops, f"the calibration study ({len(spec.sizes)} sizes up to {max(spec.sizes):,} x "
                f"{spec.n_datasets:,} datasets x {spec.n_resamples:,} resamples on {n_edges:,} edges)",
                allow_large=allow_large, shrink="sizes, n_datasets, n_resamples, ks, n_truth_pairs or task.n")
+    announce("study calibration", ops)
+    return ops
 
 
 PER_CALL = 1e6
@@ -165,3 +171,26 @@ def announce(what: str, operations: float) -> None:
 
     print(f"{what}: estimated work {operations:.2g} operations (the limit, about a day on two CPU cores, is "
           f"{MAX_WORK:.2g})", file=sys.stderr, flush=True)
+
+
+def tokens_operations(est: Any, cfg: Any, positions: int) -> float:
+    """Operations of ``tokens`` on one model: per prompt the token weights (a forward and a backward),
+    one forward per measure or random order and k (the ablations) and the sink read-out, then the
+    bootstrap of the per-prompt drops and of the heads' sink statistics."""
+    from circuits.plan import forward_flops
+
+    N, K = int(est.n), len(est.ks)
+    orders = len(est.measures) + int(est.n_random)
+    forwards = 3 + orders * K + 1
+    heads = cfg.n_layers * cfg.n_heads
+    resampled = 2 * int(est.n_resamples) * N * ((len(est.measures) + 1) * K + 3 * heads)
+    return float(N * forwards * forward_flops(cfg, positions) + resampled + N * PER_CALL / 1e2)
+
+
+def check_tokens(est: Any, models: list, positions: int | None, *, allow_large: bool = False) -> float:
+    """The estimated operations of ``tokens`` on ``models``; InputError above the work limit."""
+    ops = sum(tokens_operations(est, m.cfg, positions or min(int(m.cfg.n_ctx), 64)) for m in models)
+    check_work(ops, f"tokens ({len(models)} model(s) x {int(est.n):,} prompts x {len(est.ks)} k x "
+               f"{len(est.measures) + int(est.n_random)} orders)", allow_large=allow_large,
+               shrink="--n, --k, --measures, --n-random or --n-resamples")
+    return ops

@@ -89,6 +89,9 @@ def tokens_command(
               for s in sources]
     for m in loaded:
         check_work(m, n, level="node", positions=task_positions(task, options), allow_large=allow_large)
+    from pipelines.work import announce, check_tokens
+
+    announce("tokens", check_tokens(est, loaded, task_positions(task, options), allow_large=allow_large))
     if len(loaded) == 1:
         res = est.run(loaded[0], out, command=sys.argv, force=force, allow_large=allow_large)
     else:

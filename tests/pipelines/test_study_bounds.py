@@ -109,3 +109,44 @@ def test_a_small_study_is_priced_below_the_limit_and_the_price_grows_with_each_s
         assert groundtruth_operations(parse_groundtruth_spec({**doc, key: value}), loaded) > base, key
     faith = groundtruth_operations(parse_groundtruth_spec({**doc, "faithfulness_methods": ["eap"]}), loaded)
     assert faith > base
+
+
+TINY = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&n_positions=64&seed=1"
+
+
+def test_calibration_and_tokens_say_what_they_cost_before_starting(tmp_path, monkeypatch):
+    """task.n 1,000,000 with 100,000 datasets, and tokens --n 1,000,000, ran for minutes in silence."""
+    import pipelines.calibration_population
+    import pipelines.contributions
+    from reports.errors import InputError
+
+    def stop(*a, **k):
+        raise InputError("stopped here by the test")
+
+    monkeypatch.setattr(pipelines.calibration_population, "_build_task", stop)
+    monkeypatch.setattr(pipelines.contributions.TokenContributions, "run", stop)
+    spec = tmp_path / "cal.yaml"
+    spec.write_text(yaml.safe_dump({"model": TINY, "task": {"name": "induction", "n": 1_000_000}, "method": "eap",
+                                    "sizes": [32], "n_datasets": 100_000}))
+    for argv, what in ((["study", "calibration", str(spec), "--out", str(tmp_path / "a")], "study calibration"),
+                       (["tokens", "--model", TINY, "--n", "1000000", "--out", str(tmp_path / "b")], "tokens")):
+        res = runner.invoke(app, argv)
+        err = res.stderr
+        assert res.exit_code == 2 and "stopped here by the test" in err, res.output
+        line = next(x for x in err.splitlines() if x.startswith(f"{what}: estimated work"))
+        ops = float(line.split("estimated work ")[1].split(" ")[0])
+        assert 1e11 < ops < 1e15, line  # a million prompts: priced, and under the limit
+        assert err.index(line) < err.index("stopped here")
+
+
+def test_the_calibration_price_counts_every_dataset() -> None:
+    """100,000 datasets of 32 prompts cost minutes of interval calls: the price grows with their number."""
+    from pipelines.calibration_study import parse_calibration_spec
+    from pipelines.work import PER_CALL, check_calibration
+    from circuits.model import ModelConfig
+
+    cfg = ModelConfig(n_layers=1, n_heads=2, d_model=16, d_head=8, d_mlp=64, vocab_size=64, n_ctx=64)
+    doc = {"model": TINY, "task": {"name": "induction", "n": 2048}, "method": "eap", "sizes": [32]}
+    few, many = (check_calibration(parse_calibration_spec({**doc, "n_datasets": d}), cfg, 20, 40, n_population=2048)
+                 for d in (1000, 100_000))
+    assert many - few >= 99_000 * PER_CALL
