@@ -165,10 +165,17 @@ def check_groundtruth(spec: Any, loaded: dict, *, allow_large: bool = False) -> 
     return ops
 
 
+ANNOUNCE = 1e11
+"""Estimated work from which a run says what it costs before starting (about ten seconds and more)."""
+
+
 def announce(what: str, operations: float) -> None:
-    """Print the estimated work of ``what`` and the limit to stderr before the work starts."""
+    """Print the estimated work of ``what`` and the limit to stderr before the work starts, when it is
+    at least :data:`ANNOUNCE` (a quick run stays silent)."""
     from circuits.limits import MAX_WORK
 
+    if operations < ANNOUNCE:
+        return
     print(f"{what}: estimated work {operations:.2g} operations (the limit, about a day on two CPU cores, is "
           f"{MAX_WORK:.2g})", file=sys.stderr, flush=True)
 

@@ -52,7 +52,10 @@ def model_command(
 
     source = resolve_source(source)
     path = Path(source)
-    own = path.is_dir() and (path / "config.json").exists() and '"circuitstat"' in (path / "config.json").read_text()
+    try:  # a long random: spec is no file name (ENAMETOOLONG), and no directory of ours
+        own = path.is_dir() and (path / "config.json").exists() and '"circuitstat"' in (path / "config.json").read_text()
+    except OSError:
+        own = False
     if own:
         model, hf = load_model(source, allow_pickle=allow_pickle, allow_large=allow_large), None
     else:
