@@ -235,9 +235,12 @@ def prepare_attribute(model: str, task: str, *, method: str, level: str, ablatio
     from pipelines.build import build_task, check_device, check_n_jobs, check_work, resolve_source, task_positions
 
     check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
-    budget = None if max_memory is None else parse_bytes(max_memory)
     n_jobs = check_n_jobs(n_jobs, "--n-jobs")
     dev = check_device(device)
+    from circuits.limits import check_budget
+
+    # a run's budget must fit where it runs (--plan may plan for a larger machine)
+    budget = None if max_memory is None else check_budget(parse_bytes(max_memory), device=dev)
     m = load_model(resolve_source(model), device=dev, dtype=_torch_dtype(dtype), allow_pickle=allow_pickle,
                    allow_large=allow_large)
     options = dict(task_options or {})

@@ -89,11 +89,11 @@ def query_command(
     """
     import duckdb
 
-    from circuits.limits import parse_bytes
+    from circuits.limits import check_budget, parse_bytes
     from reports.query import QueryLimits, format_table, json_rows, query
 
     dirs = list(runs) if runs else [Path(".")]
-    limits = QueryLimits(memory_bytes=parse_bytes(max_memory), timeout_s=timeout, max_rows=max_rows)
+    limits = QueryLimits(memory_bytes=check_budget(parse_bytes(max_memory)), timeout_s=timeout, max_rows=max_rows)
     watchdog = _watchdog(2 * timeout + 5)
     try:
         result = query(sql, dirs, limits=limits)
