@@ -210,6 +210,11 @@ def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int
 
     use_deterministic()
     loaded = {m: load_groundtruth(m) for m in spec.models}  # every source is checked before anything is written
+    for m, gt in loaded.items():  # every circuit size fits the model's graph, before any attribution
+        k_true, n_edges = int(gt.truth.sum()), int(gt.truth.size)
+        if max(1, round(max(spec.k_multiples) * k_true)) > n_edges:
+            raise InputError(f"k_multiples up to {max(spec.k_multiples):g} x the true circuit ({k_true} edges) exceed "
+                             f"the {n_edges} edges of {m}; use k_multiples of at most {n_edges / k_true:g}")
     from .work import announce, check_groundtruth
 
     announce("study groundtruth", check_groundtruth(spec, loaded, allow_large=allow_large))  # before any work

@@ -34,7 +34,8 @@ def ranking_option(ranking, absolute: bool | None, command: str) -> str | None:
 
 @app.command("model")
 def model_command(
-    source: str = typer.Argument(..., help="model directory, cached hub id, or random:ARCH?key=value&..."),
+    source: str = typer.Argument(..., help="model directory, cached hub id, or random:ARCH?key=value&... (a nested "
+                                         "field key by key: rope_parameters.rope_type=linear&rope_parameters.factor=2)"),
     n_inputs: int = typer.Option(4, "--n-inputs", min=1, max=4096, help="random inputs for the logits check"),
     length: int = typer.Option(16, "--length", min=1, help="tokens per random input (capped at the context)"),
     seed: int = typer.Option(SEED.default, "--seed", **SEED.option),

@@ -72,6 +72,12 @@ def test_planted_knobs_out_of_range_are_refused_by_name(tmp_path, no_work, query
     assert f"{key}=" in err and "out of range" in err
 
 
+def test_circuit_sizes_beyond_the_graph_are_refused_before_attribution(tmp_path, no_work):
+    """k_multiples [1e6] ran the whole attribution, then failed at scoring (exit 2 after the work)."""
+    err, _ = _run(tmp_path, models=["planted:induction"], sizes=[16], n_datasets=5, k_multiples=[1_000_000])
+    assert "k_multiples" in err and "at most 18.75" in err  # 75 edges, 4 of them true
+
+
 def test_every_planted_knob_has_a_declared_range() -> None:
     from circuits.groundtruth import PLANTED_RANGES, parse_planted
     from circuits.groundtruth.planted import PlantedSpec
