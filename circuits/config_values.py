@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 __all__ = ["SCALARS", "ROPE_SCALARS", "MAX_ROPE_FACTOR", "check_config_values", "check_rope_parameters"]
 

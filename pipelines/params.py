@@ -6,7 +6,7 @@ refuses is refused by all of them, with the same range in the message.  Where a 
 own default (the audit resamples 1000 times, ``heads`` 200), the default is named here by kind,
 with the bounds beside it; the minimum is what the computation needs, the maximum a work limit.
 
-Kept free of pydantic and typer (as pipelines.options) so that the command line starts fast.
+Kept free of pydantic and typer (as circuitstat.pipelines.options) so that the command line starts fast.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 __all__ = ["Param", "N_RESAMPLES", "SEED", "N_JOBS", "BATCH_SIZE", "IG_STEPS", "PARAMS", "resamples_for_level"]
 
@@ -79,7 +79,7 @@ PARAMS = {p.name: p for p in (N_RESAMPLES, SEED, N_JOBS, BATCH_SIZE, IG_STEPS)}
 
 def resamples_for_level(n_resamples: int, confidence_level: float, what: str = "n_resamples") -> int:
     """``n_resamples`` when a two-sided interval at ``confidence_level`` has a resample beyond each quantile
-    (stats.faithfulness.min_resamples); InputError naming the fewest that do otherwise."""
+    (circuitstat.stats.faithfulness.min_resamples); InputError naming the fewest that do otherwise."""
     need = max(int(N_RESAMPLES.minimum), int(math.ceil(2.0 / (1.0 - confidence_level) - 1e-9)))
     if n_resamples < need:
         raise InputError(f"{what}={n_resamples} is too few for a {confidence_level:.3g} interval: use at least {need} "

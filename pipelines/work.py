@@ -1,11 +1,11 @@
-"""Work estimates of training and of the studies, checked before any work starts (circuits.limits).
+"""Work estimates of training and of the studies, checked before any work starts (circuitstat.circuits.limits).
 
 Sizes in a spec or plan come from a file that may be someone else's: a grid of a thousand seeds, a
 million training steps or a hundred thousand datasets of a million prompts would run for days and
 leave a partial run directory behind. Each estimate here counts the arithmetic of the computation
-from the shapes alone (FLOPs of the model passes from circuits.plan; multiply-adds of the
+from the shapes alone (FLOPs of the model passes from circuitstat.circuits.plan; multiply-adds of the
 resampling), an upper bound of the same order as the work itself, and is refused above
-:data:`circuits.limits.MAX_WORK` unless the command line passes ``--allow-large``. The checks run
+:data:`circuitstat.circuits.limits.MAX_WORK` unless the command line passes ``--allow-large``. The checks run
 before a model is trained, a corpus tokenized or a run directory created.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from circuits.limits import check_work
+from circuitstat.circuits.limits import check_work
 
 GPT2_VOCAB = 50257
 
@@ -28,7 +28,7 @@ def _recipe_vocab(recipe: Any) -> int:
 def training_operations(recipe: Any, vocab_size: int | None = None) -> float:
     """FLOPs of training one model of ``recipe``: steps x batch x (forward + backward, 3 forwards) of
     an ``n_ctx``-token sequence with logits at every position."""
-    from circuits.plan import layer_flops
+    from circuitstat.circuits.plan import layer_flops
 
     cfg = recipe.model_config(vocab_size or _recipe_vocab(recipe))
     forward = cfg.n_layers * sum(layer_flops(cfg, cfg.n_ctx)) + 2 * cfg.d_model * cfg.vocab_size * cfg.n_ctx
@@ -45,7 +45,7 @@ def head_study_operations(plan: Any) -> float:
     """Operations of a head study: training every condition's seeds, then per condition the probe
     forwards, all-pairs pattern similarities (every refit an anchor), their bootstrap and
     shuffled-prompt null, the residual CKA and its bootstrap, and the permutation tests."""
-    from circuits.plan import forward_flops
+    from circuitstat.circuits.plan import forward_flops
 
     total = 0.0
     K, n, T = len(plan.seeds), plan.n_probe, plan.probe_len
@@ -64,13 +64,13 @@ def head_study_operations(plan: Any) -> float:
 
 MAX_MODELS = 1000
 """Most models one study or ``train`` may train without ``--allow-large`` (each costs a process start,
-data loading and a directory, whatever its size): pipelines.training.MAX_SEEDS."""
+data loading and a directory, whatever its size): circuitstat.pipelines.training.MAX_SEEDS."""
 
 
 def check_head_study(plan: Any, *, allow_large: bool = False) -> None:
     """None; InputError when the head-study plan trains more than :data:`MAX_MODELS` models or exceeds
     the work limit (named sizes to shrink)."""
-    from circuits.limits import check_count
+    from circuitstat.circuits.limits import check_count
 
     check_count(len(plan.conditions()) * len(plan.seeds), MAX_MODELS,
                 f"the number of models the head-study plan trains ({len(plan.conditions())} conditions x "
@@ -86,7 +86,7 @@ def calibration_operations(spec: Any, cfg: Any, n_edges: int, positions: int, *,
     dataset size and dataset the resampled means of every edge (several interval methods), the
     stability intervals and their Monte Carlo truth at every k, and the faithfulness runs of every
     selected circuit on every population prompt (``cfg`` None: no model, no faithfulness family)."""
-    from circuits.plan import forward_flops, method_cost
+    from circuitstat.circuits.plan import forward_flops, method_cost
 
     total = 0.0
     if attributed and cfg is not None:
@@ -121,7 +121,7 @@ def check_calibration(spec: Any, cfg: Any, n_edges: int, positions: int, *, n_po
 PER_CALL = 1e6
 """Operations charged for each dataset a study evaluates, on top of its arithmetic: the Python and
 library overhead of one round of interval calls (about 0.1 ms at the 1e10 operations per second that
-:data:`circuits.limits.MAX_WORK` assumes), so a hundred thousand tiny datasets are priced as the
+:data:`circuitstat.circuits.limits.MAX_WORK` assumes), so a hundred thousand tiny datasets are priced as the
 minutes they take and not as their few multiply-adds."""
 
 
@@ -130,7 +130,7 @@ def groundtruth_operations(spec: Any, loaded: dict) -> float:
     attributing its population of ``n_datasets x max(sizes)`` prompts with every method, then per method,
     size and dataset the bootstrap q-values, the subsampled stability, the top-k scores and (faithfulness
     methods) the circuits' runs on the population."""
-    from circuits.plan import forward_flops, method_cost
+    from circuitstat.circuits.plan import forward_flops, method_cost
 
     population = spec.n_datasets * max(spec.sizes)
     total = 0.0
@@ -151,8 +151,8 @@ def groundtruth_operations(spec: Any, loaded: dict) -> float:
 
 def check_groundtruth(spec: Any, loaded: dict, *, allow_large: bool = False) -> float:
     """The estimated operations of the ground-truth study; InputError when each model's population has more
-    prompts than a task may (pipelines.build.MAX_EXAMPLES) or the work exceeds the limit."""
-    from circuits.limits import check_count
+    prompts than a task may (circuitstat.pipelines.build.MAX_EXAMPLES) or the work exceeds the limit."""
+    from circuitstat.circuits.limits import check_count
 
     from .build import MAX_EXAMPLES
 
@@ -172,7 +172,7 @@ ANNOUNCE = 1e11
 def announce(what: str, operations: float) -> None:
     """Print the estimated work of ``what`` and the limit to stderr before the work starts, when it is
     at least :data:`ANNOUNCE` (a quick run stays silent)."""
-    from circuits.limits import MAX_WORK
+    from circuitstat.circuits.limits import MAX_WORK
 
     if operations < ANNOUNCE:
         return
@@ -184,7 +184,7 @@ def tokens_operations(est: Any, cfg: Any, positions: int) -> float:
     """Operations of ``tokens`` on one model: per prompt the token weights (a forward and a backward),
     one forward per measure or random order and k (the ablations) and the sink read-out, then the
     bootstrap of the per-prompt drops and of the heads' sink statistics."""
-    from circuits.plan import forward_flops
+    from circuitstat.circuits.plan import forward_flops
 
     N, K = int(est.n), len(est.ks)
     orders = len(est.measures) + int(est.n_random)

@@ -9,8 +9,8 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from circuits.loading import load_model, parse_random_spec, random_hf_model
-from reports.errors import InputError
+from circuitstat.circuits.loading import load_model, parse_random_spec, random_hf_model
+from circuitstat.core.errors import InputError
 
 SHAPE = "hidden_size=32&num_hidden_layers=1&num_attention_heads=2&num_key_value_heads=1&intermediate_size=64&" \
         "vocab_size=64&max_position_embeddings=64"
@@ -20,7 +20,7 @@ GEMMA2 = f"random:gemma2?{SHAPE}&head_dim=16"
 
 
 def _cli(source: str):
-    from pipelines.cli import app
+    from circuitstat.pipelines.cli import app
 
     return CliRunner().invoke(app, ["model", source, "--logits-only", "--n-inputs", "1", "--length", "4"])
 
@@ -78,7 +78,7 @@ def test_hostile_values_in_config_json_are_refused_by_name(tmp_path, source, edi
 
 
 def test_a_model_in_memory_with_a_hostile_rope_factor_is_refused_before_conversion() -> None:
-    from circuits.convert import from_hf
+    from circuitstat.circuits.convert import from_hf
 
     hf = random_hf_model(LLAMA)
     hf.config.rope_parameters = {"rope_type": "linear", "factor": 1e308, "rope_theta": 10000.0}
@@ -91,7 +91,7 @@ def test_random_sets_nested_rope_fields_and_they_take_effect() -> None:
     model, whose logits match HF's; the family's other rope keys are kept."""
     import torch
 
-    from circuits.convert import from_hf
+    from circuitstat.circuits.convert import from_hf
 
     arch, values, _ = parse_random_spec(f"{LLAMA}&rope_scaling.rope_type=linear&rope_scaling.factor=2")
     assert values["rope_parameters"] == {"rope_type": "linear", "factor": 2}

@@ -7,15 +7,15 @@ from typer.testing import CliRunner
 
 import pytest
 
-from pipelines.cli import app
+from circuitstat.pipelines.cli import app
 
 runner = CliRunner()
 TINY = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&n_positions=64"
 
 
 def test_a_repeated_task_option_is_refused_not_silently_overwritten(tmp_path) -> None:
-    from pipelines.build import parse_task_options
-    from reports.errors import InputError
+    from circuitstat.pipelines.build import parse_task_options
+    from circuitstat.core.errors import InputError
 
     with pytest.raises(InputError, match="seq_len is given more than once"):
         parse_task_options("induction", ["seq_len=5", "seq_len=6"])
@@ -27,7 +27,7 @@ def test_a_repeated_task_option_is_refused_not_silently_overwritten(tmp_path) ->
 
 
 def test_an_error_quoting_a_100_kb_value_shows_its_ends_and_length() -> None:
-    from pipelines.cli import QUOTE_MAX, shorten_values
+    from circuitstat.pipelines.cli import QUOTE_MAX, shorten_values
 
     template = "When [A] and [B] went " + "x " * 50_000
     r = runner.invoke(app, ["attribute", "--model", "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=50257&"
@@ -43,8 +43,8 @@ def test_an_error_quoting_a_100_kb_value_shows_its_ends_and_length() -> None:
 
 
 def test_query_max_memory_is_bounded_by_the_machine(tmp_path) -> None:
-    from circuits.limits import check_budget, machine_memory
-    from reports.errors import InputError
+    from circuitstat.circuits.limits import check_budget, machine_memory
+    from circuitstat.core.errors import InputError
 
     have = machine_memory()
     assert have is not None and have > 2**20

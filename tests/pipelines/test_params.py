@@ -1,4 +1,4 @@
-"""Each parameter's bounds are declared once (pipelines.params) and every entry point refuses the same values.
+"""Each parameter's bounds are declared once (circuitstat.pipelines.params) and every entry point refuses the same values.
 
 Before the declaration, n_resamples's lower bound was 2 (``heads --n-resamples``), 10 (audit spec),
 40 (``tokens``), 50 (calibration and ground-truth specs) or 1 (HeadStability), and its upper bound
@@ -10,65 +10,65 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from pipelines.params import N_RESAMPLES, SEED, resamples_for_level
-from reports.errors import InputError
+from circuitstat.pipelines.params import N_RESAMPLES, SEED, resamples_for_level
+from circuitstat.core.errors import InputError
 
 RANDOM = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64"
 OUT_OF_RANGE = (N_RESAMPLES.minimum - 1, N_RESAMPLES.maximum + 1)
 
 
 def _audit(b):
-    from pipelines.spec import parse_spec
+    from circuitstat.pipelines.spec import parse_spec
 
     return parse_spec({"model": RANDOM, "faithfulness": False, "bootstrap": {"n_resamples": b}})
 
 
 def _audit_heads(b):
-    from pipelines.spec import parse_spec
+    from circuitstat.pipelines.spec import parse_spec
 
     return parse_spec({"models": [RANDOM, RANDOM], "faithfulness": False, "heads": {"n_resamples": b}})
 
 
 def _calibration(b):
-    from pipelines.calibration_study import parse_calibration_spec
+    from circuitstat.pipelines.calibration.study import parse_calibration_spec
 
     return parse_calibration_spec({"model": RANDOM, "task": {"name": "induction", "n": 512}, "n_resamples": b})
 
 
 def _groundtruth(b):
-    from pipelines.groundtruth_study import parse_groundtruth_spec
+    from circuitstat.pipelines.groundtruth import parse_groundtruth_spec
 
     return parse_groundtruth_spec({"models": ["planted:induction"], "n_resamples": b})
 
 
 def _head_study(b):
-    from pipelines.head_study import HeadStudySpec
-    from pipelines.spec import validate_spec
+    from circuitstat.pipelines.heads.study import HeadStudySpec
+    from circuitstat.pipelines.spec import validate_spec
 
     return validate_spec(HeadStudySpec, {"start": "quick", "n_resamples": b}, "<plan>", kind="head-study plan")
 
 
 def _service(b):
-    from pipelines.service.submission import parse_kind
+    from circuitstat.pipelines.service.submission import parse_kind
 
     return parse_kind("calibration", {"model": RANDOM, "task": {"name": "induction", "n": 512}, "n_resamples": b})
 
 
 def _head_estimator(b):
-    from pipelines.heads import HeadStability
+    from circuitstat.pipelines.heads.stability import HeadStability
 
     return HeadStability(n_resamples=b)._validate()
 
 
 def _tokens_estimator(b):
-    from pipelines.contributions import TokenContributions
+    from circuitstat.pipelines.contributions import TokenContributions
 
     return TokenContributions(n_resamples=b).check_sizes()
 
 
 def _cli(command: str):
     def run(b):
-        from pipelines.cli import app
+        from circuitstat.pipelines.cli import app
 
         args = {"heads": ["heads", "--models", "a,b", "--out", "/nonexistent/x"],
                 "tokens": ["tokens", "--model", "x", "--out", "/nonexistent/x"]}[command]
@@ -115,9 +115,9 @@ def test_a_level_needs_one_resample_beyond_each_quantile() -> None:
 
 @pytest.mark.parametrize("value", [-1, SEED.maximum + 1])
 def test_seeds_outside_the_declared_range_are_refused_by_specs_train_and_zoo(value) -> None:
-    from pipelines.cli import app
-    from pipelines.spec import parse_spec
-    from pipelines.training import parse_seeds
+    from circuitstat.pipelines.cli import app
+    from circuitstat.pipelines.spec import parse_spec
+    from circuitstat.pipelines.training import parse_seeds
 
     with pytest.raises(InputError):
         parse_spec({"model": RANDOM, "seed": value})

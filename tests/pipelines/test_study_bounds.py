@@ -11,7 +11,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from pipelines.cli import app
+from circuitstat.pipelines.cli import app
 
 runner = CliRunner()
 
@@ -19,14 +19,14 @@ runner = CliRunner()
 @pytest.fixture
 def no_work(monkeypatch):
     """Any attribution or task building fails the test at once (the old code started them)."""
-    import circuits.groundtruth.truth
-    import pipelines.audit
+    import circuitstat.circuits.groundtruth.truth
+    import circuitstat.pipelines.audit.run
 
     def started(*a, **k):
         raise AssertionError("work started before the study was priced")
 
-    monkeypatch.setattr(pipelines.audit, "attribution_scores", started)
-    monkeypatch.setattr(circuits.groundtruth.truth.GroundTruthModel, "task", started)
+    monkeypatch.setattr(circuitstat.pipelines.audit.run, "attribution_scores", started)
+    monkeypatch.setattr(circuitstat.circuits.groundtruth.truth.GroundTruthModel, "task", started)
 
 
 def _run(tmp_path: Path, **doc) -> tuple[str, Path]:
@@ -79,8 +79,8 @@ def test_circuit_sizes_beyond_the_graph_are_refused_before_attribution(tmp_path,
 
 
 def test_every_planted_knob_has_a_declared_range() -> None:
-    from circuits.groundtruth import PLANTED_RANGES, parse_planted
-    from circuits.groundtruth.planted import PlantedSpec
+    from circuitstat.circuits.groundtruth import PLANTED_RANGES, parse_planted
+    from circuitstat.circuits.groundtruth.planted import PlantedSpec
 
     names = {f.name for f in dataclasses.fields(PlantedSpec)}
     assert set(PLANTED_RANGES) == names
@@ -100,10 +100,10 @@ def test_two_sources_that_would_share_table_names_are_refused(tmp_path, no_work)
 
 
 def test_a_small_study_is_priced_below_the_limit_and_the_price_grows_with_each_size() -> None:
-    from circuits.groundtruth import load_groundtruth
-    from circuits.limits import MAX_WORK
-    from pipelines.groundtruth_study import parse_groundtruth_spec
-    from pipelines.work import groundtruth_operations
+    from circuitstat.circuits.groundtruth import load_groundtruth
+    from circuitstat.circuits.limits import MAX_WORK
+    from circuitstat.pipelines.groundtruth import parse_groundtruth_spec
+    from circuitstat.pipelines.work import groundtruth_operations
 
     doc = {"models": ["planted:induction"], "methods": ["eap"], "sizes": [16, 32], "n_datasets": 5,
            "n_resamples": 100, "faithfulness_methods": []}
@@ -122,15 +122,15 @@ TINY = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&n_positions=64&se
 
 def test_calibration_and_tokens_say_what_they_cost_before_starting(tmp_path, monkeypatch):
     """task.n 1,000,000 with 100,000 datasets, and tokens --n 1,000,000, ran for minutes in silence."""
-    import pipelines.calibration_population
-    import pipelines.contributions
-    from reports.errors import InputError
+    import circuitstat.pipelines.calibration.population
+    import circuitstat.pipelines.contributions
+    from circuitstat.core.errors import InputError
 
     def stop(*a, **k):
         raise InputError("stopped here by the test")
 
-    monkeypatch.setattr(pipelines.calibration_population, "_build_task", stop)
-    monkeypatch.setattr(pipelines.contributions.TokenContributions, "run", stop)
+    monkeypatch.setattr(circuitstat.pipelines.calibration.population, "_build_task", stop)
+    monkeypatch.setattr(circuitstat.pipelines.contributions.TokenContributions, "run", stop)
     spec = tmp_path / "cal.yaml"
     spec.write_text(yaml.safe_dump({"model": TINY, "task": {"name": "induction", "n": 1_000_000}, "method": "eap",
                                     "sizes": [32], "n_datasets": 100_000}))
@@ -147,9 +147,9 @@ def test_calibration_and_tokens_say_what_they_cost_before_starting(tmp_path, mon
 
 def test_the_calibration_price_counts_every_dataset() -> None:
     """100,000 datasets of 32 prompts cost minutes of interval calls: the price grows with their number."""
-    from pipelines.calibration_study import parse_calibration_spec
-    from pipelines.work import PER_CALL, check_calibration
-    from circuits.model import ModelConfig
+    from circuitstat.pipelines.calibration.study import parse_calibration_spec
+    from circuitstat.pipelines.work import PER_CALL, check_calibration
+    from circuitstat.circuits.model import ModelConfig
 
     cfg = ModelConfig(n_layers=1, n_heads=2, d_model=16, d_head=8, d_mlp=64, vocab_size=64, n_ctx=64)
     doc = {"model": TINY, "task": {"name": "induction", "n": 2048}, "method": "eap", "sizes": [32]}
