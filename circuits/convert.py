@@ -275,6 +275,10 @@ def from_hf(hf_model, dtype: torch.dtype | None = None, device: str | torch.devi
         raise UnsupportedArchitectureError(
             f"architecture {kind!r} is not supported; supported: {', '.join(SUPPORTED)}"
         )
+    from .config_values import check_config_values
+
+    # a model in memory was built from a config nobody checked: its scales and rope settings, by name
+    check_config_values(vars(hf_model.config), f"{kind} config")
     with torch.no_grad():
         cfg, sd = _CONVERTERS[kind](hf_model)
         target = dtype or next(hf_model.parameters()).dtype

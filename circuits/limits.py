@@ -88,3 +88,28 @@ def parse_bytes(text: str) -> int:
     if not math.isfinite(value) or value < 1:
         raise InputError(f"memory size {text!r} must be at least one byte; write it like 2GiB, 512MiB or 8GB")
     return int(value)
+
+
+def machine_memory(device: str | None = None) -> int | None:
+    """Bytes of this machine's physical memory (and, for a CUDA ``device``, that device's if larger);
+    None where the platform does not say."""
+    try:
+        total = int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError):
+        total = None
+    if device is not None and str(device).startswith("cuda"):
+        import torch
+
+        if torch.cuda.is_available():
+            total = max(total or 0, int(torch.cuda.get_device_properties(torch.device(device)).total_memory))
+    return total
+
+
+def check_budget(nbytes: int, option: str = "--max-memory", device: str | None = None) -> int:
+    """``nbytes`` when a memory budget fits the machine (:func:`machine_memory`); InputError naming both
+    otherwise (a budget above the memory there is would be planned for and then fail)."""
+    have = machine_memory(device)
+    if have is not None and nbytes > have:
+        raise InputError(f"{option} {format_bytes(nbytes)} is more than this machine's memory ({format_bytes(have)}); "
+                         f"give at most {format_bytes(have)}")
+    return nbytes

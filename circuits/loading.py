@@ -30,6 +30,7 @@ import torch
 from circuitstat.core.errors import InputError, UnsupportedArchitectureError
 
 from .cache import conversion_dir, weight_hash_memo
+from .config_values import check_config_values
 from .convert import FAMILIES, SUPPORTED, from_hf
 from .limits import check_bytes
 from .model import CircuitModel, ModelConfig
@@ -108,6 +109,7 @@ def check_hf_config(model_type: str, values: dict, where: str, *, allow_large: b
         Hkv = _positive_int(values.get("num_key_value_heads") or H, "num_key_value_heads", where)
         if H % Hkv:
             raise InputError(f"{where}: num_attention_heads={H} is not a multiple of num_key_value_heads={Hkv}")
+    check_config_values(values, where)  # scales and rope settings, before transformers divides by them
     for key in _EPS_KEYS:
         eps = values.get(key)
         if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float))
@@ -177,8 +179,53 @@ def _parse_value(text: str):
     return text
 
 
+NESTED = {"rope_parameters", "rope_scaling"}
+"""Config fields a ``random:`` spec may set key by key, as ``rope_parameters.factor=2`` (``rope_scaling``
+is transformers' old name for ``rope_parameters``; a second dot reaches a layer type's schedule,
+``rope_parameters.full_attention.factor=2``)."""
+
+
+def _nest(values: dict, source: str) -> dict:
+    """``values`` with every ``FIELD.key=value`` gathered into a dict under FIELD (InputError for a field
+    that is not in :data:`NESTED`, or one set both whole and key by key)."""
+    out: dict = {}
+    for key, value in values.items():
+        if "." not in key:
+            if key in out:
+                raise InputError(f"random: spec {source!r} sets {key} both whole and key by key; give one")
+            out[key] = value
+            continue
+        head, *path = key.split(".")
+        if head not in NESTED or not all(path):
+            raise InputError(f"random: spec {source!r}: {key!r} is not a nested config field; only "
+                             f"{', '.join(sorted(NESTED))} take FIELD.key=value")
+        node = out.setdefault(head, {})
+        if not isinstance(node, dict):
+            raise InputError(f"random: spec {source!r} sets {head} both whole and key by key; give one")
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise InputError(f"random: spec {source!r} sets {key} both as a value and as a mapping")
+        node[path[-1]] = value
+    if "rope_scaling" in out:  # transformers 5 reads the old name into rope_parameters
+        if "rope_parameters" in out:
+            raise InputError(f"random: spec {source!r} sets both rope_scaling and rope_parameters; give one")
+        out["rope_parameters"] = out.pop("rope_scaling")
+    return out
+
+
+def _merged(default: dict, given: dict) -> dict:
+    """``default`` updated key by key (recursively for mappings) with ``given``."""
+    out = dict(default)
+    for key, value in given.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merged(out[key], value) if both else value
+    return out
+
+
 def parse_random_spec(source: str) -> tuple[str, dict, int]:
-    """(arch, config overrides, seed) from ``random:ARCH?key=value&...``."""
+    """(arch, config overrides, seed) from ``random:ARCH?key=value&...``; ``FIELD.key=value`` sets one
+    key of a nested field (:data:`NESTED`), e.g. ``rope_parameters.rope_type=linear&rope_parameters.factor=2``."""
     body = source[len("random:"):]
     arch, _, query = body.partition("?")
     arch = arch.strip().lower()
@@ -191,7 +238,11 @@ def parse_random_spec(source: str) -> tuple[str, dict, int]:
         for item in query.split("&"):
             if "=" not in item or not item.split("=", 1)[0]:
                 raise InputError(f"malformed random: spec {source!r}: expected key=value pairs joined by '&', got {item!r}")
-        values = {k: _parse_value(v) for k, v in parse_qsl(query, keep_blank_values=True)}
+        pairs = parse_qsl(query, keep_blank_values=True)
+        repeated = sorted({k for k, _ in pairs if [q for q, _ in pairs].count(k) > 1})
+        if repeated:  # the last value would silently win
+            raise InputError(f"random: spec {source!r} sets {repeated[0]} more than once; give it once")
+        values = _nest({k: _parse_value(v) for k, v in pairs}, source)
     seed = values.pop("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise InputError(f"seed in {source!r} must be an integer, got {seed!r}")
@@ -207,6 +258,8 @@ def random_hf_model(source: str, *, allow_large: bool = False):
     defaults = config_cls()
     base = dict(_SMALL[arch])
     base.update(values)
+    for key in NESTED & set(values):  # FIELD.key=value changes those keys of the family's default, keeps the rest
+        base[key] = _merged(getattr(defaults, key, None) or {}, values[key])
     valid = set(defaults.to_dict())
     unknown = [k for k in values if k not in valid and not hasattr(defaults, k)]
     if unknown:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from circuitstat.pipelines.kinds import RunKind, check_run_out
 from circuitstat.pipelines.options import ABLATION, DTYPES, LEVEL, METHOD, METRIC
+from circuitstat.pipelines.params import BATCH_SIZE, IG_STEPS, SEED
 from circuitstat.pipelines.sources import LOCAL, RunInputs
 
 
@@ -39,9 +40,12 @@ def prepare_attribute(model: str, task: str, *, method: str, level: str, ablatio
     source = inputs.resolve(model)
     precheck_task(source.location, task, n=n, seed=seed, metric=metric, public=source.name, **options)  # before the model
     check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
-    budget = None if max_memory is None else parse_bytes(max_memory)
     n_jobs = check_n_jobs(n_jobs, "--n-jobs")
     dev = check_device(device)
+    from circuitstat.circuits.limits import check_budget
+
+    # a run's budget must fit where it runs (--plan may plan for a larger machine)
+    budget = None if max_memory is None else check_budget(parse_bytes(max_memory), device=dev)
     m = inputs.load(model, device=dev, dtype=torch_dtype(dtype), allow_pickle=allow_pickle, allow_large=allow_large)
     check_work(m, n, level=level, positions=task_positions(task, options), allow_large=allow_large)
     return m, build_task(m, task, n=n, seed=seed, metric=metric, **options), budget, n_jobs
@@ -167,9 +171,9 @@ class AttributeSpec(BaseModel):
     ablation: ABLATION = "counterfactual"
     metric: METRIC | None = None
     n: int = Field(64, ge=1, le=1_000_000)
-    batch_size: int = Field(16, ge=1, le=4096)
-    ig_steps: int = Field(5, ge=1, le=1000)
-    seed: int = Field(0, ge=0)
+    batch_size: int = BATCH_SIZE.pydantic()
+    ig_steps: int = IG_STEPS.pydantic()
+    seed: int = SEED.pydantic()
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     checkpoint_every: int | None = Field(None, ge=1)
     max_memory: str | None = Field(None, max_length=32)

@@ -135,6 +135,8 @@ def parse_task_options(task: str, pairs: "list[str] | tuple[str, ...]") -> dict[
         if key not in types:
             raise InputError(f"--task-option {key}: task {task!r} has no option {key!r}; its options are "
                              f"{', '.join(sorted(types)) or 'none'}")
+        if key in out:  # the last value would silently win
+            raise InputError(f"--task-option {key} is given more than once; give it once")
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:

@@ -47,7 +47,6 @@ MEASURES = ("attention", "value_norm", "contribution", "grad_input")
 #: what ablating a token means (circuitstat.circuits.contributions.TOKEN_ABLATIONS, written out for the same reason)
 TOKEN_ABLATIONS = ("zero", "mean", "mask")
 RANDOM = "random"
-MIN_RESAMPLES, MAX_RESAMPLES = 40, 100_000  # bootstrap resamples: enough for a 95% interval's tails .. the work limit
 MAX_RANDOM_ORDERS = 1000  # random token orders per prompt (the null), without --allow-large
 READOUT_TABLES = ("token_weights", "token_drops", "sink_prompts")
 #: cross-seed sink matching drops the first (BOS) column of the patterns: with it every sink head resembles every
@@ -258,8 +257,11 @@ class TokenContributions(Estimator):
         makes every measure's top-k the same set) and the memory of the draws."""
         from circuitstat.circuits.limits import check_bytes, check_range
 
-        check_range(int(self.n_resamples), MIN_RESAMPLES, MAX_RESAMPLES, "n_resamples (--n-resamples)",
+        from .params import N_RESAMPLES, resamples_for_level
+
+        check_range(int(self.n_resamples), N_RESAMPLES.minimum, N_RESAMPLES.maximum, "n_resamples (--n-resamples)",
                     allow_large=allow_large)
+        resamples_for_level(int(self.n_resamples), self.confidence_level, "n_resamples (--n-resamples)")
         check_range(int(self.n_random), 1, MAX_RANDOM_ORDERS, "n_random (--n-random)", allow_large=allow_large)
         if task is None:
             return

@@ -36,6 +36,7 @@ from pydantic import Field
 
 from circuitstat.core.errors import InputError
 
+from circuitstat.pipelines.params import BATCH_SIZE, IG_STEPS, N_RESAMPLES, resamples_for_level
 from circuitstat.pipelines.spec import METHOD, KGrid, _RunOptions, load_yaml, validate_spec
 from circuitstat.pipelines.kinds import RunKind
 
@@ -65,13 +66,13 @@ class GroundTruthSpec(_RunOptions):
     alphas: list[float] = Field(default_factory=lambda: [0.05, 0.1], min_length=1)
     k_multiples: list[float] = Field(default_factory=lambda: [0.5, 1.0, 2.0], min_length=1)
     ranking: Literal["absolute", "signed"] = "absolute"
-    n_resamples: int = Field(1000, ge=50, le=100_000)  # the audit's default: its p-value floor 1/(B+1) must let BH reject
+    n_resamples: int = N_RESAMPLES.pydantic("groundtruth")  # the audit's default: its p-value floor 1/(B+1) lets BH reject
     thresholds: list[float] = Field(default_factory=lambda: [0.6, 0.75, 0.9], min_length=1)
     n_subsamples: int = Field(100, ge=10, le=100_000)
     faithfulness_methods: list[METHOD] = Field(default_factory=lambda: ["exact"])
-    ig_steps: int = Field(5, ge=1, le=1000)
+    ig_steps: int = IG_STEPS.pydantic()
     confidence_level: float = Field(0.95, gt=0.5, lt=1.0)
-    batch_size: int = Field(64, ge=1, le=4096)
+    batch_size: int = BATCH_SIZE.pydantic("groundtruth")
 
     @property
     def level(self) -> str:
@@ -99,6 +100,18 @@ def parse_groundtruth_spec(data: Any, source: str = "<spec>") -> GroundTruthSpec
     if bad:
         raise InputError(f"invalid ground-truth spec {source}: model {bad[0]!r} is not a built-in ground-truth source; "
                          "use tracr:NAME or planted:induction?... (fixture directories load from Python only)")
+    resamples_for_level(spec.n_resamples, spec.confidence_level, f"invalid ground-truth spec {source}: n_resamples")
+    for m in spec.models:  # each source's knobs and sizes are in range before anything is built
+        if m.startswith("planted:"):
+            from circuitstat.circuits.groundtruth import parse_planted
+
+            parse_planted(m)
+    slugs: dict[str, str] = {}
+    for m in spec.models:  # table names come from the source: two sources must never share one
+        other = slugs.setdefault(_slug(m), m)
+        if other != m or spec.models.count(m) > 1:
+            raise InputError(f"invalid ground-truth spec {source}: models {other!r} and {m!r} would write the same "
+                             f"tables (scores_{_slug(m)}_*); list each model once, written differently")
     if spec.sizes[0] < 4:
         raise InputError(f"invalid ground-truth spec {source}: sizes must be at least 4 prompts")
     return spec
@@ -183,8 +196,11 @@ def _columns(rows: list[dict]) -> dict[str, list]:
 
 
 def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int | None = None,
-                          force: bool = False) -> RunTables:
-    """Run (or resume) the ground-truth study of ``spec`` into run directory ``out``; return its tables."""
+                          force: bool = False, allow_large: bool = False) -> RunTables:
+    """Run (or resume) the ground-truth study of ``spec`` into run directory ``out``; return its tables.
+
+    Its work is estimated first (circuitstat.pipelines.work.groundtruth_operations) and refused above the limit
+    unless ``allow_large``."""
     from circuitstat.circuits.groundtruth import load_groundtruth
     from circuitstat.core.rundir import RunDir
     from circuitstat.core.run_tables import RunTables
@@ -196,6 +212,14 @@ def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int
 
     use_deterministic()
     loaded = {m: load_groundtruth(m) for m in spec.models}  # every source is checked before anything is written
+    for m, gt in loaded.items():  # every circuit size fits the model's graph, before any attribution
+        k_true, n_edges = int(gt.truth.sum()), int(gt.truth.size)
+        if max(1, round(max(spec.k_multiples) * k_true)) > n_edges:
+            raise InputError(f"k_multiples up to {max(spec.k_multiples):g} x the true circuit ({k_true} edges) exceed "
+                             f"the {n_edges} edges of {m}; use k_multiples of at most {n_edges / k_true:g}")
+    from circuitstat.pipelines.work import announce, check_groundtruth
+
+    announce("study groundtruth", check_groundtruth(spec, loaded, allow_large=allow_large))  # before any work
     doc = spec.model_dump()
     population = spec.n_datasets * max(spec.sizes)
     with RunDir(out, spec=doc, command=sys.argv, seed=spec.seed,
@@ -275,8 +299,8 @@ def summary_lines(tables: dict[str, Any], alpha: float = 0.05) -> list[str]:
 
 
 def _run_kind(spec: GroundTruthSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False,
-              allow_large: bool = False) -> RunTables:
-    return run_groundtruth_study(spec, out, n_jobs=n_jobs)
+              allow_large: bool = False, inputs=None) -> RunTables:  # its models are built in, not sources
+    return run_groundtruth_study(spec, out, n_jobs=n_jobs, allow_large=allow_large)
 
 
 KIND = RunKind("study groundtruth", "discovery methods and circuitstat's own error statements against known circuits",

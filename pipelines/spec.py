@@ -23,6 +23,7 @@ from circuitstat.core.errors import InputError, warn_renamed
 from circuitstat.reports.thresholds import MIN_EXCESS, MIN_EXCESS_BOUNDS
 
 from .options import ABLATION, INPUT_NODE, LEVEL, METHOD, METRIC  # noqa: F401 - defined there once; re-exported
+from .params import BATCH_SIZE, IG_STEPS, N_JOBS, N_RESAMPLES, SEED
 from .yamlio import read_yaml_strict
 
 DTYPE = Literal["float32", "bfloat16", "float16"]
@@ -71,9 +72,9 @@ KGrid = Annotated[list[int], AfterValidator(_k_grid)]
 class _RunOptions(_Strict):
     """How a spec runs, shared by every spec: batch size, seed, workers, device, dtype."""
 
-    batch_size: int = Field(16, ge=1, le=4096)
-    seed: int = Field(0, ge=0)
-    n_jobs: int = Field(1, ge=1, le=256)
+    batch_size: int = BATCH_SIZE.pydantic()
+    seed: int = SEED.pydantic()
+    n_jobs: int = N_JOBS.pydantic()
     device: str = "cpu"
     dtype: DTYPE = "float32"
 
@@ -91,7 +92,7 @@ class TaskSpec(_Strict):
 
     name: str = "induction"
     n: int = Field(64, ge=2, le=1_000_000)
-    seed: int = Field(0, ge=0)
+    seed: int = SEED.pydantic()
     metric: METRIC | None = None
     options: dict[str, Any] = Field(default_factory=dict)
 
@@ -107,7 +108,7 @@ class TaskSpec(_Strict):
 class BootstrapSpec(_Strict):
     """Resampling over examples: bootstrap, cluster bootstrap over task groups, or half-splits."""
 
-    n_resamples: int = Field(1000, ge=10, le=100_000)
+    n_resamples: int = N_RESAMPLES.pydantic("audit")
     scheme: Literal["examples", "clusters", "half-splits"] = "examples"
     confidence_level: float = Field(0.95, gt=0.5, lt=1.0)
     # None: the library's default, chosen by simulated coverage (symmetric studentized bootstrap; BCa for
@@ -125,7 +126,7 @@ class HeadsSpec(_Strict):
     pairs: Literal["anchor", "all"] = "anchor"
     drop_bos: bool = False
     n_probe: int = Field(100, ge=4, le=10_000)
-    n_resamples: int = Field(200, ge=10, le=10_000)
+    n_resamples: int = N_RESAMPLES.pydantic("heads")
     # the verdict's minimum excess over the shuffled null for a head to count as stable (its interval's lower end
     # must exceed it); read by the verdict only, so changing it recomputes nothing
     min_excess: float = Field(MIN_EXCESS, ge=MIN_EXCESS_BOUNDS[0], le=MIN_EXCESS_BOUNDS[1])
@@ -141,7 +142,7 @@ class AuditSpec(_RunOptions):
     level: LEVEL = "edge"
     ablation: ABLATION = "counterfactual"
     input_node: INPUT_NODE = "embeddings"  # "tokens": MIB/EAP-IG's input node (token embedding only)
-    ig_steps: int = Field(5, ge=1, le=1000)
+    ig_steps: int = IG_STEPS.pydantic()
     bootstrap: BootstrapSpec = BootstrapSpec()
     k: KGrid = Field(default_factory=lambda: [5, 10, 20, 50], min_length=1)
     ranking: Literal["absolute", "signed"] = "absolute"

@@ -11,6 +11,7 @@ before a model is trained, a corpus tokenized or a run directory created.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from circuitstat.circuits.limits import check_work
@@ -103,9 +104,100 @@ def calibration_operations(spec: Any, cfg: Any, n_edges: int, positions: int, *,
 
 
 def check_calibration(spec: Any, cfg: Any, n_edges: int, positions: int, *, n_population: int,
-                      attributed: bool = True, allow_large: bool = False) -> None:
-    """None; InputError when the calibration spec exceeds the work limit (see calibration_operations)."""
+                      attributed: bool = True, allow_large: bool = False) -> float:
+    """The estimated operations of the calibration study (calibration_operations, plus each dataset's call
+    overhead and the population's prompts); InputError when they exceed the work limit."""
     ops = calibration_operations(spec, cfg, n_edges, positions, n_population=n_population, attributed=attributed)
+    ops += spec.n_datasets * len(spec.sizes) * len(spec.intervals) * PER_CALL  # a round of interval calls each
+    if attributed:
+        ops += n_population * positions * PER_CALL / 1e3  # building the population's prompts
     check_work(ops, f"the calibration study ({len(spec.sizes)} sizes up to {max(spec.sizes):,} x "
                f"{spec.n_datasets:,} datasets x {spec.n_resamples:,} resamples on {n_edges:,} edges)",
                allow_large=allow_large, shrink="sizes, n_datasets, n_resamples, ks, n_truth_pairs or task.n")
+    announce("study calibration", ops)
+    return ops
+
+
+PER_CALL = 1e6
+"""Operations charged for each dataset a study evaluates, on top of its arithmetic: the Python and
+library overhead of one round of interval calls (about 0.1 ms at the 1e10 operations per second that
+:data:`circuitstat.circuits.limits.MAX_WORK` assumes), so a hundred thousand tiny datasets are priced as the
+minutes they take and not as their few multiply-adds."""
+
+
+def groundtruth_operations(spec: Any, loaded: dict) -> float:
+    """Operations of a ground-truth study: per model (``loaded``: source -> GroundTruthModel) building and
+    attributing its population of ``n_datasets x max(sizes)`` prompts with every method, then per method,
+    size and dataset the bootstrap q-values, the subsampled stability, the top-k scores and (faithfulness
+    methods) the circuits' runs on the population."""
+    from circuitstat.circuits.plan import forward_flops, method_cost
+
+    population = spec.n_datasets * max(spec.sizes)
+    total = 0.0
+    for gt in loaded.values():
+        cfg, E = gt.model.cfg, int(gt.truth.size)
+        P = int(cfg.n_ctx)  # every prompt fits the context: an upper bound of its length
+        total += population * P * PER_CALL / 1e3  # building the prompts (a Python loop per prompt)
+        for method in spec.methods:
+            m = min(population, 4096)  # method_cost walks the batches: price a slice and scale (linear in n)
+            total += method_cost(cfg, method, n=m, positions=P, ig_steps=spec.ig_steps).flops * population / m
+            for N in spec.sizes:
+                per = 2 * spec.n_resamples * N * E + 2 * spec.n_subsamples * N * E + len(spec.k_multiples) * N * E
+                if method in spec.faithfulness_methods:
+                    per += (population + 10 * N) * forward_flops(cfg, P)  # the true, selected and fold circuits
+                total += spec.n_datasets * (per + PER_CALL)
+    return float(total)
+
+
+def check_groundtruth(spec: Any, loaded: dict, *, allow_large: bool = False) -> float:
+    """The estimated operations of the ground-truth study; InputError when each model's population has more
+    prompts than a task may (circuitstat.pipelines.build.MAX_EXAMPLES) or the work exceeds the limit."""
+    from circuitstat.circuits.limits import check_count
+
+    from .build import MAX_EXAMPLES
+
+    check_count(spec.n_datasets * max(spec.sizes), MAX_EXAMPLES, f"the prompts of each model's population "
+                f"(n_datasets {spec.n_datasets:,} x the largest size {max(spec.sizes):,})", allow_large=allow_large)
+    ops = groundtruth_operations(spec, loaded)
+    check_work(ops, f"the ground-truth study ({len(loaded)} models x {len(spec.methods)} methods x sizes up to "
+               f"{max(spec.sizes):,} x {spec.n_datasets:,} datasets x {spec.n_resamples:,} resamples)",
+               allow_large=allow_large, shrink="models, methods, sizes, n_datasets, n_resamples or n_subsamples")
+    return ops
+
+
+ANNOUNCE = 1e11
+"""Estimated work from which a run says what it costs before starting (about ten seconds and more)."""
+
+
+def announce(what: str, operations: float) -> None:
+    """Print the estimated work of ``what`` and the limit to stderr before the work starts, when it is
+    at least :data:`ANNOUNCE` (a quick run stays silent)."""
+    from circuitstat.circuits.limits import MAX_WORK
+
+    if operations < ANNOUNCE:
+        return
+    print(f"{what}: estimated work {operations:.2g} operations (the limit, about a day on two CPU cores, is "
+          f"{MAX_WORK:.2g})", file=sys.stderr, flush=True)
+
+
+def tokens_operations(est: Any, cfg: Any, positions: int) -> float:
+    """Operations of ``tokens`` on one model: per prompt the token weights (a forward and a backward),
+    one forward per measure or random order and k (the ablations) and the sink read-out, then the
+    bootstrap of the per-prompt drops and of the heads' sink statistics."""
+    from circuitstat.circuits.plan import forward_flops
+
+    N, K = int(est.n), len(est.ks)
+    orders = len(est.measures) + int(est.n_random)
+    forwards = 3 + orders * K + 1
+    heads = cfg.n_layers * cfg.n_heads
+    resampled = 2 * int(est.n_resamples) * N * ((len(est.measures) + 1) * K + 3 * heads)
+    return float(N * forwards * forward_flops(cfg, positions) + resampled + N * PER_CALL / 1e2)
+
+
+def check_tokens(est: Any, models: list, positions: int | None, *, allow_large: bool = False) -> float:
+    """The estimated operations of ``tokens`` on ``models``; InputError above the work limit."""
+    ops = sum(tokens_operations(est, m.cfg, positions or min(int(m.cfg.n_ctx), 64)) for m in models)
+    check_work(ops, f"tokens ({len(models)} model(s) x {int(est.n):,} prompts x {len(est.ks)} k x "
+               f"{len(est.measures) + int(est.n_random)} orders)", allow_large=allow_large,
+               shrink="--n, --k, --measures, --n-random or --n-resamples")
+    return ops

@@ -11,6 +11,7 @@ Sources (``load_groundtruth``):
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields
 from urllib.parse import parse_qsl
 
@@ -19,6 +20,19 @@ from circuitstat.core.errors import InputError
 from .truth import GroundTruthModel, edge_mask
 
 __all__ = ["GroundTruthModel", "edge_mask", "load_groundtruth", "parse_planted"]
+
+
+PLANTED_RANGES = {
+    # sizes: a two-layer toy model whose vocabulary and width fit in memory at once
+    "n_signal": (2, 1000), "n_background": (1, 1000), "seq_len": (1, 256), "d_background": (1, 4096),
+    "n_heads": (1, 64),
+    # scales (signal > 0): their ratios set the difficulty; beyond 1e3 the float32 logits lose the signal
+    "signal": (0.0, 1e3), "signal_noise": (0.0, 1e3), "background": (0.0, 1e3),
+    "resample": (0.0, 1.0),  # a share of background tokens
+    "seed": (0, 2**63 - 1),
+}
+"""Inclusive range of every PlantedSpec knob a ``planted:`` source may set (signal must be positive)."""
+MAX_PLANTED_VOCAB = 100_001  # token ids of n_signal x n_background pairs and BOS
 
 
 def parse_planted(source: str):
@@ -39,10 +53,16 @@ def parse_planted(source: str):
         except ValueError:
             raise InputError(f"{source}: option {key}={text!r} is not a number") from None
     spec = PlantedSpec(**values)
-    if 2 * spec.seq_len > spec.n_signal or min(spec.n_signal, spec.n_background, spec.seq_len, spec.n_heads) < 1:
-        raise InputError(f"{source}: need n_signal >= 2 * seq_len and positive sizes")
-    if not 0 <= spec.resample <= 1:
-        raise InputError(f"{source}: resample is a share in [0, 1]")
+    for key, (low, high) in PLANTED_RANGES.items():
+        v = getattr(spec, key)
+        if not (math.isfinite(v) and low <= v <= high) or (key == "signal" and v <= 0):
+            use = f"0 < signal <= {high:g}" if key == "signal" else f"{low:g} to {high:g}"
+            raise InputError(f"{source}: {key}={v!r} is out of range; use {use}")
+    if 2 * spec.seq_len > spec.n_signal:
+        raise InputError(f"{source}: need n_signal >= 2 * seq_len (got n_signal={spec.n_signal}, seq_len={spec.seq_len})")
+    if spec.vocab_size > MAX_PLANTED_VOCAB:
+        raise InputError(f"{source}: n_signal x n_background = {spec.vocab_size - 1:,} token ids, above "
+                         f"{MAX_PLANTED_VOCAB - 1:,}; make them smaller")
     return spec
 
 

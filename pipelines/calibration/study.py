@@ -66,6 +66,8 @@ if TYPE_CHECKING:  # the result type; imported when the study returns
 from circuitstat.pipelines.spec import METHOD, ABLATION, KGrid, TaskSpec, _RunOptions, load_yaml, validate_spec
 from circuitstat.pipelines.kinds import RunKind
 from circuitstat.pipelines.sources import LOCAL, RunInputs
+from circuitstat.pipelines.params import IG_STEPS, N_RESAMPLES, resamples_for_level
+from circuitstat.pipelines.spec import METHOD, ABLATION, KGrid, TaskSpec, _RunOptions, load_yaml, validate_spec
 
 __all__ = ["CalibrationSpec", "parse_calibration_spec", "check_calibration_spec", "load_calibration_spec",
            "run_calibration_study", "summary_lines"]
@@ -82,10 +84,10 @@ class CalibrationSpec(_RunOptions):
     task: TaskSpec | None = None  # default (without scores): induction on 1024 prompts
     method: METHOD = "exact"
     ablation: ABLATION = "counterfactual"
-    ig_steps: int = Field(5, ge=1, le=1000)
+    ig_steps: int = IG_STEPS.pydantic()
     sizes: KGrid = Field(default_factory=lambda: [32, 64, 128], min_length=1)
     n_datasets: int = Field(200, ge=20, le=100_000)
-    n_resamples: int = Field(500, ge=50, le=100_000)
+    n_resamples: int = N_RESAMPLES.pydantic("calibration")
     confidence_level: float = Field(0.95, gt=0.5, lt=1.0)
     intervals: list[Literal["edge", "stability", "faithfulness"]] = Field(default_factory=lambda: ["edge"],
                                                                           min_length=1)
@@ -121,6 +123,7 @@ def parse_calibration_spec(data: Any, source: str = "<spec>") -> CalibrationSpec
 def check_calibration_spec(spec: CalibrationSpec, source: str = "<spec>") -> None:
     """InputError naming the key when the spec's keys contradict each other (see the module docstring)."""
     bad = f"invalid calibration spec {source}:"
+    resamples_for_level(spec.n_resamples, spec.confidence_level, f"{bad} n_resamples")
     if spec.scores is None and spec.model is None:
         raise InputError(f"{bad} give the model (and task) to attribute a population, or scores: DIR, an "
                          "attribution run (`circuitstat attribute --out DIR`) whose scores are the population")

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from circuitstat.pipelines.params import BATCH_SIZE, IG_STEPS, N_JOBS, SEED
+
 from .app import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, TASK_HELP, TASK_OPTION_HELP, Ablation, DType, Level,
                Method, MetricName, app, check_out, choices, echo, fail)
 from circuitstat.reports.thresholds import MIN_EXCESS, MIN_EXCESS_BOUNDS
@@ -37,10 +39,11 @@ def ranking_option(ranking, absolute: bool | None, command: str) -> str | None:
 
 @app.command("model")
 def model_command(
-    source: str = typer.Argument(..., help="model directory, cached hub id, or random:ARCH?key=value&..."),
+    source: str = typer.Argument(..., help="model directory, cached hub id, or random:ARCH?key=value&... (a nested "
+                                         "field key by key: rope_parameters.rope_type=linear&rope_parameters.factor=2)"),
     n_inputs: int = typer.Option(4, "--n-inputs", min=1, max=4096, help="random inputs for the logits check"),
     length: int = typer.Option(16, "--length", min=1, help="tokens per random input (capped at the context)"),
-    seed: int = typer.Option(0, "--seed", min=0),
+    seed: int = typer.Option(SEED.default, "--seed", **SEED.option),
     tolerance: float = typer.Option(1e-4, "--tolerance", min=0.0,
                                     help="max |logit difference| (and relative gradient difference) allowed"),
     logits_only: bool = typer.Option(False, "--logits-only",
@@ -55,7 +58,10 @@ def model_command(
 
     source = LOCAL.resolve(source).location
     path = Path(source)
-    own = path.is_dir() and (path / "config.json").exists() and '"circuitstat"' in (path / "config.json").read_text()
+    try:  # a long random: spec is no file name (ENAMETOOLONG), and no directory of ours
+        own = path.is_dir() and (path / "config.json").exists() and '"circuitstat"' in (path / "config.json").read_text()
+    except OSError:
+        own = False
     if own:
         model, hf = load_model(source, allow_pickle=allow_pickle, allow_large=allow_large), None
     else:
@@ -113,11 +119,11 @@ def attribute_command(
     metric: MetricName | None = typer.Option(None, "--metric",
                                              help="task metric (default: the task's own, logit_diff for most)"),
     n: int = typer.Option(64, "--n", min=1, help="number of examples"),
-    batch_size: int = typer.Option(16, "--batch-size", min=1, max=4096,
+    batch_size: int = typer.Option(BATCH_SIZE.default, "--batch-size", **BATCH_SIZE.option,
                                    help="examples per forward; does not change the scores"),
-    ig_steps: int = typer.Option(5, "--ig-steps", min=1, max=1000, help="integration steps for EAP-IG"),
-    seed: int = typer.Option(0, "--seed", min=0),
-    n_jobs: int = typer.Option(1, "--n-jobs", min=1,
+    ig_steps: int = typer.Option(IG_STEPS.default, "--ig-steps", **IG_STEPS.option, help="integration steps for EAP-IG"),
+    seed: int = typer.Option(SEED.default, "--seed", **SEED.option),
+    n_jobs: int = typer.Option(N_JOBS.default, "--n-jobs", min=N_JOBS.minimum,
                                help="parallel workers, 1 to this machine's CPU count; does not change the scores"),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or mps"),
     dtype: DType = typer.Option("float32", "--dtype", help="model weights' dtype (scores accumulate in float32)"),
@@ -238,7 +244,7 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
 def audit_command(
     spec: Path = typer.Argument(..., help="audit spec (YAML)"),
     out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
-    n_jobs: int | None = typer.Option(None, "--n-jobs", min=1,
+    n_jobs: int | None = typer.Option(None, "--n-jobs", min=N_JOBS.minimum,
                                       help="parallel workers, 1 to this machine's CPU count (default: the spec's)"),
     scheduler: str | None = typer.Option(None, "--scheduler", help="Dask scheduler ADDRESS, or 'local'"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
@@ -299,7 +305,7 @@ def circuit_command(
     ranking: Ranking | None = typer.Option(None, "--ranking", help="rank edges by |score| (absolute) or by signed "
                                            "score (default: an audit's recorded ranking, else absolute)"),
     absolute: bool | None = typer.Option(None, "--absolute/--signed", hidden=True, help="old name of --ranking"),
-    seed: int = typer.Option(0, "--seed", min=0, help="seed of the random tie-break at the cut-off (circuitstat.core.topk)"),
+    seed: int = typer.Option(SEED.default, "--seed", **SEED.option, help="seed of the random tie-break at the cut-off (circuitstat.core.topk)"),
     method: Method | None = typer.Option(None, "--method",
                                          help="which method's scores in an audit run (default: exact if present)"),
     rule: Rule = typer.Option(Rule("top-k"), "--rule", help="top-k edges, or greedy growth from the logits"),

@@ -58,8 +58,31 @@ def echo(message: object = "", **kw) -> None:
     typer.echo(terminal_text(message), **kw)
 
 
+QUOTE_MAX = 400
+"""Characters of a quoted value (or an unbroken token, such as a path) an error line shows in full;
+longer ones show their two ends."""
+LINE_MAX = 4000
+"""Characters of an error line at most (a message quoting many long values)."""
+_LONG = re.compile(r"""'[^'\n]{%d,}'|"[^"\n]{%d,}"|\S{%d,}""" % (QUOTE_MAX + 3, QUOTE_MAX + 3, QUOTE_MAX + 3))
+
+
+def shorten_values(text: str) -> str:
+    """``text`` with every quoted value or unbroken token longer than :data:`QUOTE_MAX` cut to its two
+    ends and its length (a 100 KB template in an option is named, not printed), and at most
+    :data:`LINE_MAX` characters in all."""
+    def cut(m: re.Match) -> str:
+        s = m.group(0)
+        q = s[0] if len(s) > 1 and s[0] in "'\"" and s[-1] == s[0] else ""
+        body = s[1:-1] if q else s
+        half = QUOTE_MAX // 2
+        return f"{q}{body[:half]}…{body[-half:]}{q} ({len(body):,} characters)"
+
+    out = _LONG.sub(cut, text)
+    return out if len(out) <= LINE_MAX else f"{out[:LINE_MAX]}… ({len(out):,} characters)"
+
+
 def _one_line(text: str) -> str:
-    return " ".join(terminal_text(text).split())
+    return shorten_values(" ".join(terminal_text(text).split()))
 
 
 class _Boundary(TyperGroup):

@@ -104,16 +104,11 @@ def query_command(
     """
     import duckdb
 
-    from circuitstat.circuits.limits import format_bytes, parse_bytes
+    from circuitstat.circuits.limits import check_budget, parse_bytes
     from circuitstat.core.query import QueryLimits, format_table, json_rows, query
 
     dirs = list(runs) if runs else [Path(".")]
-    memory = parse_bytes(max_memory)
-    physical = _physical_memory()
-    if physical is not None and memory > physical:  # a limit no query can reach limits nothing
-        raise InputError(f"--max-memory {max_memory} is more than this machine's memory ({format_bytes(physical)}); "
-                         "give at most that, e.g. --max-memory 2GiB")
-    limits = QueryLimits(memory_bytes=memory, timeout_s=timeout, max_rows=max_rows)
+    limits = QueryLimits(memory_bytes=check_budget(parse_bytes(max_memory)), timeout_s=timeout, max_rows=max_rows)
     watchdog = _watchdog(2 * timeout + 5)
     try:
         result = query(sql, dirs, limits=limits)

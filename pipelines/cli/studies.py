@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from circuitstat.core.errors import InputError
+from circuitstat.pipelines.params import N_JOBS, N_RESAMPLES, SEED
 
 from .app import ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, app, check_out, choices, echo, study_app
 
@@ -41,12 +42,12 @@ def heads_command(
     corpus: str | None = typer.Option(None, "--corpus", help="corpus of the probe snippets (its held-out probe split); "
                                       "default: the models' training corpus if it is stdlib"),
     hooks: str = typer.Option("pre,post", "--hooks", help="residual hooks: pre (before attention), post (after attention)"),
-    n_resamples: int | None = typer.Option(None, "--n-resamples", min=2, help="bootstrap resamples (default 200)"),
-    n_boot: int | None = typer.Option(None, "--n-boot", min=2, hidden=True, help="old name of --n-resamples"),
+    n_resamples: int | None = typer.Option(None, "--n-resamples", **N_RESAMPLES.option, help=f"bootstrap resamples (default {N_RESAMPLES.default_for('heads')})"),
+    n_boot: int | None = typer.Option(None, "--n-boot", **N_RESAMPLES.option, hidden=True, help="old name of --n-resamples"),
     ci_over: CIOver = typer.Option(CIOver("both"), "--ci-over", help="what the bootstrap resamples"),
-    seed: int = typer.Option(0, "--seed", min=0),
+    seed: int = typer.Option(SEED.default, "--seed", **SEED.option),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or mps"),
-    n_jobs: int = typer.Option(1, "--n-jobs", min=1, help="BLAS / torch threads inside the fit (1 to the CPU count)"),
+    n_jobs: int = typer.Option(1, "--n-jobs", min=N_JOBS.minimum, help="BLAS / torch threads inside the fit (1 to the CPU count)"),
     out: Path = typer.Option(..., "--out", help="run directory: heads/layers/residual.parquet and more, manifest.json"),
     force: bool = typer.Option(False, "--force", help="recompute if the directory holds a different spec"),
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
@@ -75,7 +76,7 @@ def heads_command(
             raise InputError("--n-boot (the old flag) and --n-resamples differ; give --n-resamples only")
         n_resamples = n_boot
     est = HeadStability(match=match.value, pairs=pairs.value, anchor=anchor, drop_bos=drop_bos, null=null.value,
-                        n_resamples=200 if n_resamples is None else n_resamples, ci_over=ci_over.value,
+                        n_resamples=N_RESAMPLES.default_for("heads") if n_resamples is None else n_resamples, ci_over=ci_over.value,
                         n_probe=n_probe, probe_len=probe_len, bos=bos,
                         probe_file=str(probe_file) if probe_file else None, corpus=corpus,
                         hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), seed=seed,
@@ -112,7 +113,7 @@ def train_command(
     checkpoint_every: int = typer.Option(100, "--checkpoint-every", min=1, help="steps between checkpoints"),
     eval_every: int = typer.Option(100, "--eval-every", min=1, help="steps between validation-loss evaluations"),
     threads: int = typer.Option(1, "--threads", min=1, help="torch threads per model (fixed for reproducibility)"),
-    n_jobs: int = typer.Option(1, "--n-jobs", min=1, help="models trained in parallel (1 to the CPU count)"),
+    n_jobs: int = typer.Option(1, "--n-jobs", min=N_JOBS.minimum, help="models trained in parallel (1 to the CPU count)"),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP + " and on the number of seeds"),
 ) -> None:
@@ -150,7 +151,7 @@ def train_command(
 @app.command("demo")
 def demo_command(
     out: Path = typer.Option(Path("runs/demo"), "--out", help="run directory"),
-    n_jobs: int | None = typer.Option(None, "--n-jobs", min=1,
+    n_jobs: int | None = typer.Option(None, "--n-jobs", min=N_JOBS.minimum,
                                       help="parallel workers, 1 to this machine's CPU count (default: up to 2)"),
     quick: bool = typer.Option(False, "--quick", help="fewer examples and resamples"),
 ) -> None:
@@ -182,7 +183,7 @@ def study_heads_command(
                                        "default: the full study of docs/results.md"),
     out: Path = typer.Option(..., "--out", help="run directory of the study"),
     quick: bool = typer.Option(False, "--quick", help="a tiny version (1/2/4 layers, 3 seeds, a few steps) for smoke tests"),
-    n_jobs: int = typer.Option(2, "--n-jobs", min=1, help="parallel training / analysis processes"),
+    n_jobs: int = typer.Option(2, "--n-jobs", min=N_JOBS.minimum, help="parallel training / analysis processes"),
     device: str = typer.Option("cpu", "--device", help="training device"),
     force: bool = typer.Option(False, "--force", help="recompute analyses that already finished with a different spec"),
     allow_outside: bool = typer.Option(False, "--allow-outside",
@@ -218,7 +219,7 @@ def study_heads_command(
 def study_variance_command(
     spec: Path = typer.Argument(..., help="variance-study spec (YAML)"),
     out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
-    n_jobs: int | None = typer.Option(None, "--n-jobs", min=1,
+    n_jobs: int | None = typer.Option(None, "--n-jobs", min=N_JOBS.minimum,
                                       help="parallel workers, 1 to this machine's CPU count (default: the spec's)"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
     report: bool = typer.Option(True, "--report/--no-report", help="write report.html at the end"),
@@ -254,7 +255,7 @@ def study_calibration_command(
     scores: Path | None = typer.Option(None, "--scores",
                                        help="an attribution run (`circuitstat attribute --out DIR`) whose "
                                             "per-example scores are the population (overrides the spec's scores)"),
-    n_jobs: int | None = typer.Option(None, "--n-jobs", min=1, help="parallel workers for the attribution"),
+    n_jobs: int | None = typer.Option(None, "--n-jobs", min=N_JOBS.minimum, help="parallel workers for the attribution"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
     allow_outside: bool = typer.Option(False, "--allow-outside",
                                        help="let paths in the spec leave its directory (absolute, .., ~)"),
@@ -286,8 +287,9 @@ def study_calibration_command(
 def study_groundtruth_command(
     spec: Path = typer.Argument(..., help="ground-truth spec (YAML; see circuitstat.pipelines.groundtruth): models, methods, sizes"),
     out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
-    n_jobs: int | None = typer.Option(None, "--n-jobs", min=1, help="parallel workers for the attribution"),
+    n_jobs: int | None = typer.Option(None, "--n-jobs", min=N_JOBS.minimum, help="parallel workers for the attribution"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
+    allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
     """Score discovery methods and circuitstat's error statements against models whose circuit is known."""
     from circuitstat.pipelines.groundtruth import load_groundtruth_spec, run_groundtruth_study, summary_lines
@@ -295,7 +297,7 @@ def study_groundtruth_command(
 
     check_out(out, "study groundtruth", force=force)
     parsed = load_groundtruth_spec(spec)
-    res = run_groundtruth_study(parsed, out, n_jobs=n_jobs, force=force)
+    res = run_groundtruth_study(parsed, out, n_jobs=n_jobs, force=force, allow_large=allow_large)
     for line in summary_lines(res.tables(), parsed.alphas[0]):
         echo(line)
     echo(f"-> {out}\nreport: {render_report(out)}")

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from circuitstat.pipelines.params import BATCH_SIZE, N_RESAMPLES, SEED
+
 from .app import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, TASK_HELP, TASK_OPTION_HELP, MetricName, app, check_out, choices,
                echo)
 
@@ -48,9 +50,9 @@ def tokens_command(
     sink: SinkToken = typer.Option(SinkToken("first"), "--sink", help="sink token: first, or detected per prompt"),
     sink_threshold: float = typer.Option(0.3, "--sink-threshold", min=0.0, max=0.999,
                                          help="attention to the sink above which a position counts as sinking"),
-    n_resamples: int = typer.Option(2000, "--n-resamples", min=40, help="bootstrap resamples over prompts"),
-    batch_size: int = typer.Option(32, "--batch-size", min=1, max=4096, help="prompts per forward"),
-    seed: int = typer.Option(0, "--seed", min=0, help="seed of the task, the random orders and the bootstrap"),
+    n_resamples: int = typer.Option(N_RESAMPLES.default_for("tokens"), "--n-resamples", **N_RESAMPLES.option, help="bootstrap resamples over prompts"),
+    batch_size: int = typer.Option(BATCH_SIZE.default_for("tokens"), "--batch-size", **BATCH_SIZE.option, help="prompts per forward"),
+    seed: int = typer.Option(SEED.default, "--seed", **SEED.option, help="seed of the task, the random orders and the bootstrap"),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or mps"),
     out: Path = typer.Option(..., "--out",
                              help="run directory: token_importance, sink_heads, ... .parquet, manifest.json"),
@@ -87,6 +89,9 @@ def tokens_command(
     loaded = [LOCAL.load(s, device=dev, allow_pickle=allow_pickle, allow_large=allow_large) for s in sources]
     for m in loaded:
         check_work(m, n, level="node", positions=task_positions(task, options), allow_large=allow_large)
+    from circuitstat.pipelines.work import announce, check_tokens
+
+    announce("tokens", check_tokens(est, loaded, task_positions(task, options), allow_large=allow_large))
     if len(loaded) == 1:
         res = est.run(loaded[0], out, command=sys.argv, force=force, allow_large=allow_large)
     else:

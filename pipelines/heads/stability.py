@@ -212,8 +212,11 @@ class HeadStability(Estimator):
         for k in self.cka:
             if k not in CKA_KINDS:
                 raise _input_error(f"CKA kind {k!r} is not supported; use {', '.join(CKA_KINDS)}")
-        if self.n_resamples < 1:
-            raise _input_error("n_resamples must be at least 1")
+        from circuitstat.pipelines.params import N_RESAMPLES
+
+        for name in ("n_resamples", "n_resamples_cka"):
+            if getattr(self, name) is not None:
+                N_RESAMPLES.check(getattr(self, name), name)
         if not 0 < self.confidence_level < 1:
             raise _input_error("confidence_level must be in (0, 1)")
 

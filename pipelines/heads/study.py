@@ -50,6 +50,7 @@ import numpy as np
 from pydantic import Field
 
 from circuitstat.core.errors import InputError
+from circuitstat.pipelines.params import N_RESAMPLES, SEED
 from circuitstat.pipelines.spec import _Strict
 from circuitstat.pipelines.training import TrainRecipe, cache_dir
 from circuitstat.core.run_tables import RunTables
@@ -150,15 +151,15 @@ class HeadStudySpec(_Strict):
     name: str | None = Field(None, min_length=1, max_length=80, pattern=r"^[A-Za-z0-9_.-]+$")
     depths: list[Annotated[int, Field(ge=1, le=48)]] | None = Field(None, min_length=1, max_length=12)
     optimizers: list[_OptimizerSpec] | None = Field(None, min_length=1, max_length=6)
-    seeds: list[Annotated[int, Field(ge=0)]] | None = Field(None, min_length=3, max_length=1000)
+    seeds: list[Annotated[int, Field(ge=SEED.minimum, le=SEED.maximum)]] | None = Field(None, min_length=3, max_length=1000)
     recipe: dict[str, int | float | str | bool] = Field(default_factory=dict, max_length=64)
     n_probe: int | None = Field(None, ge=4, le=100_000)
     probe_len: int | None = Field(None, ge=4, le=100_000)
-    n_resamples: int | None = Field(None, ge=10, le=100_000)
-    n_resamples_cka: int | None = Field(None, ge=10, le=100_000)
+    n_resamples: int | None = N_RESAMPLES.pydantic(default=None)
+    n_resamples_cka: int | None = N_RESAMPLES.pydantic(default=None)
     n_null: int | None = Field(None, ge=2, le=100_000)
     n_permutations: int | None = Field(None, ge=99, le=1_000_000)
-    seed: int | None = Field(None, ge=0)
+    seed: int | None = SEED.pydantic(default=None)
 
     def to_plan(self, source: str = "<plan>") -> StudyPlan:
         """Return the StudyPlan; InputError for duplicate seeds or a recipe key or value TrainRecipe refuses."""

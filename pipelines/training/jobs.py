@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import numbers
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
@@ -134,10 +135,10 @@ def parse_seeds(spec: str | int | Sequence[int], *, allow_large: bool = False) -
     """
     from circuitstat.circuits.limits import check_count
 
-    if isinstance(spec, int):
-        return [spec]
+    from circuitstat.pipelines.params import SEED
+
     if not isinstance(spec, str):
-        return [int(s) for s in spec]
+        return [SEED.check(s, "seed") for s in ([spec] if isinstance(spec, numbers.Integral) else spec)]
     ranges: list[tuple[int, int]] = []
     try:
         for part in spec.replace(" ", "").split(","):
@@ -153,6 +154,9 @@ def parse_seeds(spec: str | int | Sequence[int], *, allow_large: bool = False) -
                 ranges.append((int(part), int(part)))
     except ValueError:
         raise InputError(f"malformed seeds {spec!r}; use e.g. '0-4', '0,2,5' or '3'") from None
+    for lo, hi in ranges:  # before any list is built: a negative seed reaches numpy's SeedSequence as a traceback
+        SEED.check(lo, f"a seed in {spec!r}")
+        SEED.check(hi, f"a seed in {spec!r}")
     check_count(sum(hi - lo + 1 for lo, hi in ranges), MAX_SEEDS, f"the number of seeds in {spec!r}",
                 allow_large=allow_large)
     out = [s for lo, hi in ranges for s in range(lo, hi + 1)]

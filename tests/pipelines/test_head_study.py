@@ -24,7 +24,7 @@ def _corpus():
 def _plan():
     q = quick_plan()
     return StudyPlan(base=q.base, depths=(1, 3), seeds=(0, 1, 2), n_probe=10, probe_len=10, n_resamples=20,
-                     n_resamples_cka=8, n_null=4, n_permutations=49, name="test")
+                     n_resamples_cka=10, n_null=4, n_permutations=49, name="test")
 
 
 def test_claim_verdicts_follow_the_intervals():

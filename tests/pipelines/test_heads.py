@@ -139,7 +139,7 @@ def test_paper_metric_matches_an_independent_loop_implementation(drop_bos):
             pats.append([[[out.patterns[l][p, h].double().numpy() for p in range(ids.shape[0])]
                           for h in range(CFG.n_heads)] for l in range(CFG.n_layers)])
     want = _paper_metric(pats, drop_bos)
-    res = HeadStability(match="max", pairs="anchor", drop_bos=drop_bos, n_resamples=5, null="none", residual=False,
+    res = HeadStability(match="max", pairs="anchor", drop_bos=drop_bos, n_resamples=10, null="none", residual=False,
                         importance=False).fit(models, probe=ids).result_
     np.testing.assert_allclose(res.head_stability, want, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(res.layer_stability, want.mean(1), rtol=1e-9)
@@ -347,5 +347,5 @@ def test_estimator_contract_and_refit_level_columns(ids):
     item = res.item("mean excess stability over the null (every refit an anchor; jackknife over 4 refits)")
     assert item["ci_low"] < item["value"] < item["ci_high"]
     # two refits: no refit-level interval (the jackknife leaves no pair), said by NaN and n_refits = 2
-    two = HeadStability(n_resamples=5, null="none", residual=False, importance=False).fit(models[:2], probe=ids).result_
+    two = HeadStability(n_resamples=10, null="none", residual=False, importance=False).fit(models[:2], probe=ids).result_
     assert two.to_pandas("layers")["refit_ci_low"].isna().all() and (two.to_pandas("layers")["n_refits"] == 2).all()

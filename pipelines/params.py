@@ -1,0 +1,87 @@
+"""Each numeric parameter's bounds and defaults, declared once for every entry point.
+
+The command line (typer's ``min``/``max``), the YAML specs (pydantic's ``ge``/``le``), the Python
+estimators and the service (which runs specs) read the same :class:`Param`, so a value one entry point
+refuses is refused by all of them, with the same range in the message.  Where a kind of run has its
+own default (the audit resamples 1000 times, ``heads`` 200), the default is named here by kind,
+with the bounds beside it; the minimum is what the computation needs, the maximum a work limit.
+
+Kept free of pydantic and typer (as circuitstat.pipelines.options) so that the command line starts fast.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from circuitstat.core.errors import InputError
+
+__all__ = ["Param", "N_RESAMPLES", "SEED", "N_JOBS", "BATCH_SIZE", "IG_STEPS", "PARAMS", "resamples_for_level"]
+
+
+@dataclass(frozen=True)
+class Param:
+    """One numeric parameter: its name, inclusive bounds, default, and per-kind defaults."""
+
+    name: str
+    minimum: int | float
+    maximum: int | float
+    default: Any
+    why: str
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+
+    def default_for(self, kind: str | None = None) -> Any:
+        """The default of this parameter for a kind of run (its own, else the common default)."""
+        return self.defaults.get(kind, self.default) if kind else self.default
+
+    def pydantic(self, kind: str | None = None, *, default: Any = ...) -> Any:
+        """A pydantic ``Field`` with this parameter's bounds and the kind's default (``default`` overrides)."""
+        from pydantic import Field
+
+        return Field(self.default_for(kind) if default is ... else default, ge=self.minimum, le=self.maximum)
+
+    @property
+    def option(self) -> dict:
+        """typer.Option keyword arguments carrying the bounds (``min``, ``max``)."""
+        return {"min": self.minimum, "max": self.maximum}
+
+    def check(self, value: Any, what: str | None = None) -> Any:
+        """``value`` when it is a number within the bounds; InputError naming the range otherwise."""
+        name = what or self.name
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            value = int(value)  # numpy integers too
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                isinstance(self.minimum, int) and not isinstance(value, int)):
+            raise InputError(f"{name} must be {'an integer' if isinstance(self.minimum, int) else 'a number'}, "
+                             f"got {value!r}; use {self.minimum:,} to {self.maximum:,}")
+        if not math.isfinite(value) or not self.minimum <= value <= self.maximum:
+            raise InputError(f"{name} is {value!r}; use {self.minimum:,} to {self.maximum:,} ({self.why})")
+        return value
+
+
+N_RESAMPLES = Param(
+    "n_resamples", 10, 100_000, 1000,
+    "fewer than 10 resamples estimate no spread; more than 100,000 add nothing but time",
+    defaults={"audit": 1000, "groundtruth": 1000, "heads": 200, "calibration": 500, "tokens": 2000})
+"""Bootstrap (or subsampling) resamples. An interval at confidence level c needs more
+(:func:`resamples_for_level`): one resample beyond each quantile."""
+
+SEED = Param("seed", 0, 2**63 - 1, 0, "numpy's SeedSequence and torch take non-negative 63-bit seeds")
+N_JOBS = Param("n_jobs", 1, 256, 1, "parallel workers")
+BATCH_SIZE = Param("batch_size", 1, 4096, 16, "examples per forward; does not change the scores",
+                   defaults={"groundtruth": 64, "tokens": 32})
+IG_STEPS = Param("ig_steps", 1, 1000, 5, "EAP-IG's integration steps")
+
+PARAMS = {p.name: p for p in (N_RESAMPLES, SEED, N_JOBS, BATCH_SIZE, IG_STEPS)}
+
+
+def resamples_for_level(n_resamples: int, confidence_level: float, what: str = "n_resamples") -> int:
+    """``n_resamples`` when a two-sided interval at ``confidence_level`` has a resample beyond each quantile
+    (circuitstat.stats.faithfulness.min_resamples); InputError naming the fewest that do otherwise."""
+    need = max(int(N_RESAMPLES.minimum), int(math.ceil(2.0 / (1.0 - confidence_level) - 1e-9)))
+    if n_resamples < need:
+        raise InputError(f"{what}={n_resamples} is too few for a {confidence_level:.3g} interval: use at least {need} "
+                         "(one resample beyond each quantile)")
+    return n_resamples
