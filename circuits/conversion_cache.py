@@ -26,7 +26,7 @@ def load_conversion(converted: Path | None, device, dtype, allow_large: bool,
     from circuitstat.core.integrity import file_identity, remove_entry
 
     from .cache import cache_dir, check_conversion
-    from .loading import _load_own, check_recorded_weight_hash, read_json_object
+    from .own_format import check_recorded_weight_hash, load_own, read_json_object
 
     if converted is None or not (converted.exists() or converted.is_symlink()):
         return None
@@ -38,7 +38,7 @@ def load_conversion(converted: Path | None, device, dtype, allow_large: bool,
         as_dtype = dtype or getattr(torch, str(stored).removeprefix("torch."), None)
         if not isinstance(as_dtype, torch.dtype):
             raise ValueError("the cached conversion records no dtype")
-        model, stored_dtype = _load_own(converted, doc, device, as_dtype, allow_large)
+        model, stored_dtype = load_own(converted, doc, device, as_dtype, allow_large)
         if file_identity(converted / "model.safetensors") != before:
             raise ValueError("the entry changed while it was read")
         if memo is not None:

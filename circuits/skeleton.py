@@ -18,8 +18,8 @@ def load_skeleton(source: str | Path, *, allow_pickle: bool = False, allow_large
     after every check loading would make that needs no weights; its tokenizer attached. ``name``: the source as
     the user named it, recorded as the model's source (circuitstat.pipelines.sources)."""
     from .convert import from_hf
-    from .loading import (GPT2_VOCAB, _attach_tokenizer, _check_own_config, _validate_hf_dir, random_hf_model,
-                          read_json_object, resolve_model_dir)
+    from .loading import GPT2_VOCAB, _attach_tokenizer, _validate_hf_dir, random_hf_model, resolve_model_dir
+    from .own_format import check_own_config, read_json_object
 
     source = str(source)
     if source.startswith("random:"):
@@ -36,7 +36,7 @@ def load_skeleton(source: str | Path, *, allow_pickle: bool = False, allow_large
                          "or random:ARCH?...")
     doc = read_json_object(path / "config.json", "config.json") if (path / "config.json").is_file() else {}
     if doc.get("format") == "circuitstat":
-        cfg = _check_own_config(doc.get("config"), str(path / "config.json"), allow_large)
+        cfg = check_own_config(doc.get("config"), str(path / "config.json"), allow_large)
         with torch.device("meta"):
             model = CircuitModel(cfg)
         meta = doc.get("meta", {})

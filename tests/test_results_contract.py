@@ -27,21 +27,22 @@ from circuitstat.core.results import ConfInt, Result
 from circuitstat.core.schema import schema_for
 from result_factories import FACTORIES, NEEDS_PATH
 
-PACKAGES = ("reports", "circuits", "stats", "pipelines")
+PACKAGES = ("circuitstat.core", "circuitstat.reports", "circuitstat.circuits", "circuitstat.stats",
+            "circuitstat.pipelines")
 
 
 def _discover(base: type) -> dict[str, type]:
-    """Every subclass of ``base`` defined in the four packages (every module imported first)."""
+    """Every subclass of ``base`` defined in the layers (every module imported first)."""
     for pkg in PACKAGES:
         mod = importlib.import_module(pkg)
         for info in pkgutil.walk_packages(mod.__path__, pkg + "."):
-            if not info.name.endswith("__main__"):
+            if not info.name.endswith("__main__") and ".migrations" not in info.name:
                 importlib.import_module(info.name)
     found, todo = {}, [base]
     while todo:
         for sub in todo.pop().__subclasses__():
             todo.append(sub)
-            if sub.__module__.split(".")[0] in PACKAGES:
+            if sub.__module__.startswith(PACKAGES):
                 found[sub.__name__] = sub
     return found
 

@@ -17,8 +17,8 @@ import numpy as np
 from circuitstat.core.errors import InputError
 from circuitstat.pipelines.sources import LOCAL, RunInputs
 
-if TYPE_CHECKING:  # the spec type; calibration_study imports this module
-    from circuitstat.pipelines.calibration.study import CalibrationSpec
+if TYPE_CHECKING:
+    from circuitstat.pipelines.calibration.spec import CalibrationSpec
 
 __all__ = ["PopulationSource", "prepare_population"]
 
@@ -138,7 +138,7 @@ def _from_scores_run(spec: "CalibrationSpec", *, allow_pickle: bool, allow_large
 
 def _checked_model_and_task(spec: "CalibrationSpec", sm, allow_pickle: bool, allow_large: bool, inputs: RunInputs):
     """(model, task) named in the spec, each checked against the scores run's hashes; None where not given."""
-    from circuitstat.pipelines.calibration.study import PER_EXAMPLE_ABLATIONS
+    from circuitstat.pipelines.calibration.spec import PER_EXAMPLE_ABLATIONS
 
     where = f"the attribution run {spec.scores}"
     faithful = "faithfulness" in spec.intervals

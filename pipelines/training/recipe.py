@@ -72,7 +72,7 @@ class TrainRecipe:
         ``vocab_size``: the prepared tokenizer's; before the data exists, the recipe's (a BPE's size).
         """
         from circuitstat.circuits.limits import check_bytes
-        from circuitstat.circuits.loading import circuit_parameters
+        from circuitstat.circuits.own_format import circuit_parameters
 
         vocab = int(vocab_size or self.vocab_size)
         cfg = self.model_config(vocab)  # ModelConfig checks norm, positional, act

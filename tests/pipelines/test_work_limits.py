@@ -98,7 +98,7 @@ def test_the_estimates_are_of_the_order_of_the_work(tmp_path):
     assert head_study_operations(full_plan()) < MAX_WORK / 5 and head_study_operations(quick_plan()) < 1e11
     r = TrainRecipe(n_layers=2, n_heads=4, d_model=64, n_ctx=64, vocab_size=300, batch_size=32, steps=1000)
     # 6 x parameters x tokens is the textbook count; the estimate adds attention scores and all-position logits
-    from circuitstat.circuits.loading import circuit_parameters
+    from circuitstat.circuits.own_format import circuit_parameters
 
     cfg = r.model_config(300)
     params = circuit_parameters(cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_head, cfg.d_mlp, 300, cfg.n_ctx)
