@@ -248,14 +248,15 @@ def _eap_per_point(model, data, batch, cf, method: str, steps: int) -> torch.Ten
     """[B, E] scores of clean-corrupted or EAP-IG on a post-norm model: each gradient run contracted
     with the writes linearised at its own point (the same estimators as the pooled forms otherwise)."""
     g = model.graph
+    if method == "clean-corrupted":
+        # the clean gradient run is the batch's clean run too (no separate clean forward, as _eap's)
+        grads, out = _grad_run(model, data, batch, batch.clean, clean=True, with_run=True)
+        dz = (cf - batch.run.senders).detach()
+        total = _linear_scores(model, out, dz, grads) / 2
+        grads, out = _grad_run(model, data, batch, batch.corrupted, with_run=True)
+        return total + _linear_scores(model, out, dz, grads) / 2
     batch.run  # noqa: B018 - the clean run (senders, metric) first
     dz = (cf - batch.run.senders).detach()
-    if method == "clean-corrupted":
-        total = 0
-        for ids, clean in ((batch.clean, True), (batch.corrupted, False)):
-            grads, out = _grad_run(model, data, batch, ids, clean=clean, with_run=True)
-            total = total + _linear_scores(model, out, dz, grads) / 2
-        return total
     if method == "eap-ig-inputs":
         total = 0
         for k in range(steps):
