@@ -40,7 +40,8 @@ from .engine.masks import allowed_keys
 from .engine.run import RunState
 from .model import CircuitModel
 from .scores import ScoreMatrix
-from .threads import sized_threads
+from .plan import suffix_flops
+from .threads import given_cores, sized_threads, split_calls
 
 METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted")
 LEVELS = ("edge", "node")
@@ -348,21 +349,31 @@ def _exact_edges(model, data, batch, cf, max_rows: int) -> torch.Tensor:
     delta = model.sender_write_deltas(batch.run, delta)  # post-norm heads: N(S + Δz) − N(S)
     reach = _reach(model, batch, delta)
     last_np = last.cpu().numpy()
-    out = torch.zeros(batch.clean.shape[0], g.n_edges, device=dev)
+    calls, costs = [], []
     for layer in range(cfg.n_layers + 1):
         for receiver, local, n_np, u_np, start_np in _layer_rows(model, layer, reach, last_np):
-            cols_np = g.edge_offset[receiver] + u_np
             order = np.argsort(-start_np, kind="stable")  # similar starts together: tight common start
             for chunk in np.array_split(order, -(-len(order) // max_rows)) if len(order) else []:
-                start = int(start_np[chunk].min())
-                n = torch.as_tensor(n_np[chunk], device=dev)
-                u = torch.as_tensor(u_np[chunk], device=dev)
-                loc = None if local is None else torch.as_tensor(local[chunk], device=dev)
-                logits = model.patched_layer_logits(batch.run, batch.mask, layer, loc, n, delta[n, u, start:],
-                                                    last[n], start=start)
-                m = data.score(logits.float(), indices=batch.index[n_np[chunk]],
-                               clean_logits=batch.clean_last[n]).float()
-                out[n, torch.as_tensor(cols_np[chunk], device=dev)] = m - batch.m0[n]
+                calls.append((layer, receiver[chunk], None if local is None else local[chunk], n_np[chunk],
+                              u_np[chunk], int(start_np[chunk].min())))
+                costs.append(len(chunk) * suffix_flops(cfg, g, int(receiver[chunk][0]), window_end))
+    batch.m0  # noqa: B018 - the clean metric, computed once before the calls share it
+
+    def patch(call) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(examples, edge columns, effects) of one suffix call (independent of the others)."""
+        layer, receivers, local, n_np, u_np, start = call
+        n = torch.as_tensor(n_np, device=dev)
+        loc = None if local is None else torch.as_tensor(local, device=dev)
+        logits = model.patched_layer_logits(batch.run, batch.mask, layer, loc, n,
+                                            delta[n, torch.as_tensor(u_np, device=dev), start:], last[n], start=start)
+        m = data.score(logits.float(), indices=batch.index[n_np], clean_logits=batch.clean_last[n]).float()
+        return n, torch.as_tensor(g.edge_offset[receivers] + u_np, device=dev), m - batch.m0[n]
+
+    # the calls are independent: on the cores the caller is given, each on one thread (circuits.threads)
+    workers = given_cores() if dev.type == "cpu" else 1
+    out = torch.zeros(batch.clean.shape[0], g.n_edges, device=dev)
+    for n, cols, effect in split_calls(patch, calls, costs, workers):
+        out[n, cols] = effect
     return out
 
 
