@@ -61,10 +61,10 @@ def ratio(num: list, den: list) -> tuple[float, float, float]:
 
 
 def bench_eap() -> dict:
-    from circuits import load_hf
-    from circuits.attribution import attribute
-    from circuits.convert import from_hf
-    from circuits.tasks import make_task
+    from circuitstat.circuits import load_hf
+    from circuitstat.circuits.attribution import attribute
+    from circuitstat.circuits.convert import from_hf
+    from circuitstat.circuits.tasks import make_task
 
     hf = load_hf("random:gpt2?n_layer=12&n_head=12&n_embd=768&vocab_size=50257&seed=0")
     model = from_hf(hf)
@@ -92,8 +92,8 @@ EXACT_DEPTHS = (2, 6, 12)
 def user_loop(model, task, edges):
     """[N, len(edges)] effects by the loop a user would write: per edge (u -> v), one forward of the batch
     adding Δz_u = z_u(corrupted) - z_u(clean) to v's input (Intervention.at_receiver), read at the last token."""
-    from circuits import Intervention
-    from circuits.ablation import last_index
+    from circuitstat.circuits import Intervention
+    from circuitstat.circuits.ablation import last_index
 
     g, idx = model.graph, torch.arange(task.clean.shape[0])
     last = last_index(task.attention_mask)
@@ -116,14 +116,14 @@ def bench_exact(n_layers: int, ref_edges: int = 100, seed: int = 0, corrupt: str
     """Exact edge effects on a random GPT-2 (4 heads, d_model 128, 16 induction prompts of 19
     tokens) against the user's loop (:func:`user_loop`) on a random subset of at most ``ref_edges`` edges,
     its time scaled per edge to all edges; the FLOP ratio of the two counted by FlopCounterMode as they run
-    (exact's engine skips rows and the clean prefix where the data allow: circuits.plan's count is an upper
+    (exact's engine skips rows and the clean prefix where the data allow: circuitstat.circuits.plan's count is an upper
     bound there, so the ratio uses the FLOPs actually run)."""
     import numpy as np
     from torch.utils.flop_counter import FlopCounterMode
 
-    from circuits import load_model
-    from circuits.attribution import attribute
-    from circuits.tasks import make_task
+    from circuitstat.circuits import load_model
+    from circuitstat.circuits.attribution import attribute
+    from circuitstat.circuits.tasks import make_task
 
     model = load_model(f"random:gpt2?n_layer={n_layers}&n_head=4&n_embd=128&vocab_size=512&n_positions=64&seed=0")
     task = make_task("induction", vocab_size=512, n=16, seed=0, seq_len=10, corrupt=corrupt)
@@ -152,9 +152,9 @@ def bench_exact(n_layers: int, ref_edges: int = 100, seed: int = 0, corrupt: str
 
 
 def _memory_child(n: int) -> None:
-    from circuits import load_model
-    from circuits.attribution import attribute
-    from circuits.tasks import make_task
+    from circuitstat.circuits import load_model
+    from circuitstat.circuits.attribution import attribute
+    from circuitstat.circuits.tasks import make_task
 
     model = load_model("random:gpt2?n_layer=4&n_head=8&n_embd=256&vocab_size=2048&n_positions=64&seed=0")
     task = make_task("induction", vocab_size=2048, n=n, seed=0, seq_len=10)

@@ -2,7 +2,7 @@
 
 Why: torch starts with a thread per physical core, and on a loaded machine small calls slowed down by
 tens of times (issue 23: one ``faithfulness(...)`` call took 28 s with the default threads on a loaded
-2-core machine, 0.6 s with OMP_NUM_THREADS=1). circuits.threads picks threads from the forward-pass FLOPs
+2-core machine, 0.6 s with OMP_NUM_THREADS=1). circuitstat.circuits.threads picks threads from the forward-pass FLOPs
 of one batch; this prints, per case, the FLOPs, the one-thread time, each thread count's time as a
 multiple of it (< 1: faster), and the count the rule picks. Rounds interleave the thread counts, and each
 entry is the fastest of ``--rounds``, so load that comes and goes disturbs every count alike.
@@ -10,7 +10,7 @@ entry is the fastest of ``--rounds``, so load that comes and goes disturbs every
 Then (issue 38) exact patching against the per-edge loop a user would write (bench/attribution.py's
 ``user_loop``, timed on ``--loop-edges`` random edges and scaled) on a 6-layer random GPT-2 (1,108 edges,
 16 examples) at each thread count: wall time (the threads are the subject), min / median / max over the
-rounds. Exact splits its suffix calls over the cores it is given (circuits.threads.split_calls); the
+rounds. Exact splits its suffix calls over the cores it is given (circuitstat.circuits.threads.split_calls); the
 loop's forwards use torch's intra-op threads.
 
     python bench/threads.py [--rounds 3] [--quick] [--threads 1,2,4] [--only-exact] [--loop-edges 150]
@@ -38,8 +38,8 @@ def _call(kind: str, model, task, batch_size: int):
     """A function running the case's call once."""
     import numpy as np
 
-    from circuits.attribution import attribute
-    from circuits.faithfulness import faithfulness
+    from circuitstat.circuits.attribution import attribute
+    from circuitstat.circuits.faithfulness import faithfulness
 
     if kind == "eap":
         return lambda: attribute(model, task, "eap", batch_size=batch_size, progress=False)
@@ -50,7 +50,7 @@ def _call(kind: str, model, task, batch_size: int):
 
 def _fastest(fn, counts: list[int], rounds: int) -> dict[int, float]:
     """{threads: fastest of ``rounds`` timings}, the counts interleaved in every round (after a warm-up)."""
-    from circuits.threads import ENV
+    from circuitstat.circuits.threads import ENV
 
     best = {t: float("inf") for t in counts}
     for r in range(rounds + 1):
@@ -76,10 +76,10 @@ def exact_vs_loop(counts: list[int], rounds: int, loop_edges: int) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from attribution import user_loop
 
-    from circuits import load_model
-    from circuits.attribution import attribute
-    from circuits.threads import ENV
-    from circuits.tasks import make_task
+    from circuitstat.circuits import load_model
+    from circuitstat.circuits.attribution import attribute
+    from circuitstat.circuits.threads import ENV
+    from circuitstat.circuits.tasks import make_task
 
     model = load_model("random:gpt2?n_layer=6&n_head=4&n_embd=128&vocab_size=512&n_positions=64&seed=0")
     task = make_task("induction", vocab_size=512, n=16, seed=0, seq_len=10)
@@ -125,9 +125,9 @@ def main() -> None:
     os.environ.pop("CIRCUITSTAT_THREADS", None)
     import torch
 
-    from circuits import load_model
-    from circuits.threads import available_cores, batch_flops, threads_for
-    from pipelines.build import build_task
+    from circuitstat.circuits import load_model
+    from circuitstat.circuits.threads import available_cores, batch_flops, threads_for
+    from circuitstat.pipelines.build import build_task
 
     cores = available_cores()
     counts = ([int(t) for t in args.threads.split(",")] if args.threads else

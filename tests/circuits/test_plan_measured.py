@@ -1,4 +1,4 @@
-"""circuits.plan against the operations the real attribution run performs: its forwards, backwards and suffix rows
+"""circuitstat.circuits.plan against the operations the real attribution run performs: its forwards, backwards and suffix rows
 counted by wrapping the engine's functions, its FLOPs counted by torch's FlopCounterMode from the shapes actually
 multiplied. No timing (bench/plan.py compares the time estimate with measured time).
 
@@ -15,10 +15,10 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from circuits import load_model
-from circuits.attribution import attribute
-from circuits.plan import method_cost
-from circuits.tasks.construct import task_from_token_lists
+from circuitstat.circuits import load_model
+from circuitstat.circuits.attribution import attribute
+from circuitstat.circuits.plan import method_cost
+from circuitstat.circuits.tasks.construct import task_from_token_lists
 
 SOURCES = {
     "gpt2": "random:gpt2?n_layer=2&n_head=4&n_embd=32&vocab_size=97&n_positions=64&seed=1",
@@ -37,7 +37,7 @@ def _family_model(name: str):
         return load_model(SOURCES[name])
     from families import hf_model
 
-    from circuits.convert import from_hf
+    from circuitstat.circuits.convert import from_hf
 
     return from_hf(hf_model(name, 0))
 
@@ -99,7 +99,7 @@ def test_plan_counts_equal_the_operations_of_the_real_run(model, method, level, 
 def test_plan_bounds_a_run_whose_engine_skips_rows(method, monkeypatch):
     """Induction prompts corrupt only their first half: exact skips the rows whose Δz cannot reach the
     read-out and recomputes only the window after the first corrupted token; the plan counts every row."""
-    from pipelines.build import build_task
+    from circuitstat.pipelines.build import build_task
 
     model = _family_model("gpt2")
     task = build_task(model, "induction", n=N, seed=0, seq_len=4)

@@ -9,11 +9,11 @@ import re
 
 from typer.testing import CliRunner
 
-from circuits import load_model
-from circuits.plan import METHODS, method_cost, weight_bytes
-from pipelines.build import build_task
-from pipelines.cli import app
-from pipelines.plan import plan_costs
+from circuitstat.circuits import load_model
+from circuitstat.circuits.plan import METHODS, method_cost, weight_bytes
+from circuitstat.pipelines.build import build_task
+from circuitstat.pipelines.cli import app
+from circuitstat.pipelines.plan import plan_costs
 
 TINY = "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=1"
 SMALL = "random:gpt2?n_layer=2&n_head=4&n_embd=64&vocab_size=256&n_positions=64&seed=0"
@@ -49,7 +49,7 @@ def test_plan_states_its_clock_load_and_its_own_cost_in_counted_model_passes(tmp
     """Issue 38: --plan calibrated in wall time on a busy machine without saying so (GPT-2-small exact
     priced at 21 h against 2.9 h) and took minutes. It times CPU time with one thread, prints the load,
     and prints how many model passes it ran, which must be what it ran."""
-    from circuits.model import CircuitModel
+    from circuitstat.circuits.model import CircuitModel
 
     calls = []
     real = CircuitModel.run
