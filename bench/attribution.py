@@ -1,10 +1,17 @@
 """Attribution benchmarks: ratios against references measured in the same run (not a test).
 
+One torch thread (threads are bench/threads.py's subject), CPU time of the process, each side timed
+``--repeats`` times, interleaved, with its spread (min / median / max) printed; a ratio is the ratio of
+medians with the range the extremes allow. A ratio that physics rules out is printed as a MEASUREMENT
+ERROR, not as a result: EAP below one clean forward (it contains one), or exact patching faster than
+the loop by more than 1.5x its FLOP ratio (both sides run the same kind of matrix products on one thread).
+
 1. EAP over all edges of a GPT-2-small-sized random model, batch 8 x 16 tokens, as a multiple of
    one clean forward on the same batch (floor about 3: two forwards and one backward).
-2. Exact per-example edge effects on random GPT-2 models (4 heads, d_model 128) of 2, 6 and 12
-   layers: batched suffix recomputation against the definition, one full forward per edge with
-   only that edge patched (timed on a random subset of edges and scaled per edge).
+2. Exact per-example edge effects on random GPT-2 models (4 heads, d_model 128) of 2 and 6 layers
+   (12 with ``--deep``): batched suffix recomputation against the loop a user would write, one full
+   forward per edge adding that edge's Δz to its receiver's input (``Intervention.at_receiver``, no
+   edge mask over the whole graph), timed on a random subset of edges and scaled per edge.
 3. Peak resident memory of EAP for N = 1000 examples against one batch's worth plus the score matrix.
 4. With ``--reference`` (and TransformerLens installed: ``pip install -c constraints.txt -e ".[reference]"``):
    bench/reference_eap.py, EAP against the EAP-IG reference algorithm on TransformerLens hooks,
@@ -14,26 +21,43 @@
 from __future__ import annotations
 
 import json
+import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
 
-import torch
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+import torch  # noqa: E402
 
-torch.set_num_threads(int(__import__("os").environ.get("BENCH_THREADS", "2")))
+torch.set_num_threads(1)
+REPEATS = 5
+EXACT_BOUND_SLACK = 1.5  # exact may beat the loop's FLOP ratio by per-FLOP efficiency, not by more than this
 
 
-def _best(fn, repeat=3):
-    """Least CPU time of this process over ``repeat`` calls after one warm-up (the machine is shared:
-    wall time would count the other processes' load)."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = time.process_time()
-        fn()
-        times.append(time.process_time() - t)
-    return min(times)
+def _interleaved(fns: dict, repeats: int) -> dict:
+    """{name: [CPU seconds of each call]} over ``repeats`` rounds, every fn once per round (after one warm-up
+    round), so load that comes and goes touches every side alike. CPU time: wall time would count the
+    other processes on a shared machine."""
+    times = {k: [] for k in fns}
+    for r in range(repeats + 1):
+        for k, fn in fns.items():
+            t = time.process_time()
+            fn()
+            if r:
+                times[k].append(time.process_time() - t)
+    return times
+
+
+def spread(xs: list) -> str:
+    """min / median / max of ``xs`` seconds."""
+    return f"{min(xs):.3g} / {statistics.median(xs):.3g} / {max(xs):.3g} s"
+
+
+def ratio(num: list, den: list) -> tuple[float, float, float]:
+    """(median ratio, lowest, highest ratio the two spreads allow)."""
+    return statistics.median(num) / statistics.median(den), min(num) / max(den), max(num) / min(den)
 
 
 def bench_eap() -> dict:
@@ -48,88 +72,83 @@ def bench_eap() -> dict:
     ids = torch.randint(0, 50257, (8, 16))
     task = task.__class__(name="bench", clean=ids, corrupted=torch.randint(0, 50257, (8, 16)),
                           attention_mask=torch.ones(8, 16, dtype=torch.long), answer=ids[:, 0], wrong_answer=ids[:, 1])
-    with torch.no_grad():
-        t_ours = _best(lambda: model(ids))
-        t_hf = _best(lambda: hf(ids).logits)
-    t_eap = _best(lambda: attribute(model, task, "eap", batch_size=8, progress=False), repeat=2)
-    return {"edges": model.graph.n_edges, "clean_forward_s": t_ours, "hf_forward_s": t_hf, "eap_s": t_eap,
-            "eap_over_forward": t_eap / t_ours, "eap_over_hf_forward": t_eap / t_hf}
+    def forward():
+        with torch.no_grad():
+            model(ids)
+
+    def hf_forward():
+        with torch.no_grad():
+            hf(ids).logits
+
+    t = _interleaved({"forward": forward, "hf": hf_forward,
+                      "eap": lambda: attribute(model, task, "eap", batch_size=8, progress=False)}, REPEATS)
+    return {"edges": model.graph.n_edges, "times": t, "eap_over_forward": ratio(t["eap"], t["forward"]),
+            "eap_over_hf_forward": ratio(t["eap"], t["hf"])}
 
 
 EXACT_DEPTHS = (2, 6, 12)
 
 
-def exact_flop_ceiling(cfg, P: int) -> float:
-    """Multiply-adds of one full forward per edge over those of the batched suffixes (same rows).
-
-    A receiver in layer l needs its own layer (one head, or the MLP, plus the MLP after a patched
-    head), every later layer at all positions, and the last layer's keys/values at all positions
-    but its query and MLP at the read-out only; the reference runs all L layers at all positions.
-    Whatever the implementation, the engine cannot beat this ratio by more than its per-row
-    efficiency: the suffix after layer l is nonlinear in the patched residual and must be run
-    for every (example, edge) pair.
-    """
-    L, H, D, E, F = cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_head, cfg.d_mlp
-    mlp = 2 * D * F if cfg.has_mlp else 0
-    attn_pos = 4 * D * H * E + 2 * P * H * E
-    full = P * (attn_pos + mlp)
-    last = P * 2 * D * H * E + 2 * D * H * E + 2 * P * H * E + mlp
-    head = D * E + 2 * P * E + E * D
-
-    def suffix(layer: int) -> float:
-        return (L - layer - 2) * full + last if layer < L - 1 else 0
-
-    ours = ref = 0.0
-    g = __import__("circuitstat.circuits.graph", fromlist=["ComponentGraph"]).ComponentGraph(L, H, cfg.has_mlp, cfg.parallel)
-    for layer in range(L):
-        U = g.upstream_of_attention(layer)
-        after_head = 0 if cfg.parallel else mlp
-        if layer < L - 1:
-            ours += 3 * H * U * (P * (head + after_head) + suffix(layer))
-            ours += (g.upstream_of_mlp(layer) * (P * mlp + suffix(layer))) if cfg.has_mlp else 0
-        else:
-            ours += H * U * (head + mlp) + 2 * H * U * (P * D * E + head + mlp) + g.upstream_of_mlp(layer) * mlp
-    ref = g.n_edges * L * full
-    return ref / ours
-
-
-def bench_exact(n_layers: int, ref_edges: int = 300, seed: int = 0, corrupt: str = "all") -> dict:
-    """Exact edge effects on a random GPT-2 (4 heads, d_model 128, 16 induction prompts of 19
-    tokens) against one full forward per edge; the reference loop runs on a random subset of at
-    most ``ref_edges`` edges and its time is scaled per edge to all edges."""
-    import numpy as np
-
-    from circuitstat.circuits import Intervention, load_model
+def user_loop(model, task, edges):
+    """[N, len(edges)] effects by the loop a user would write: per edge (u -> v), one forward of the batch
+    adding Δz_u = z_u(corrupted) - z_u(clean) to v's input (Intervention.at_receiver), read at the last token."""
+    from circuitstat.circuits import Intervention
     from circuitstat.circuits.ablation import last_index
+
+    g, idx = model.graph, torch.arange(task.clean.shape[0])
+    last = last_index(task.attention_mask)
+    with torch.no_grad():
+        cf = model.run(task.corrupted, task.attention_mask, keep_senders=True, compute_logits=False).senders
+        clean = model.run(task.clean, task.attention_mask, keep_senders=True, logits_at=last)
+        m0 = task.score(clean.logits, indices=idx, clean_logits=clean.logits)
+        delta = cf - clean.senders
+        out = torch.zeros(len(idx), len(edges))
+        for j, e in enumerate(edges):
+            u, v = int(g.edge_sender[e]), int(g.edge_receiver[e])
+            lo = model.run(task.clean, task.attention_mask, intervention=Intervention.at_receiver(v, delta[:, u]),
+                           logits_at=last).logits
+            out[:, j] = task.score(lo, indices=idx, clean_logits=clean.logits) - m0
+    return out
+
+
+def bench_exact(n_layers: int, ref_edges: int = 100, seed: int = 0, corrupt: str = "all",
+                repeats: int = 3) -> dict:
+    """Exact edge effects on a random GPT-2 (4 heads, d_model 128, 16 induction prompts of 19
+    tokens) against the user's loop (:func:`user_loop`) on a random subset of at most ``ref_edges`` edges,
+    its time scaled per edge to all edges; the FLOP ratio of the two counted by FlopCounterMode as they run
+    (exact's engine skips rows and the clean prefix where the data allow: circuitstat.circuits.plan's count is an upper
+    bound there, so the ratio uses the FLOPs actually run)."""
+    import numpy as np
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from circuitstat.circuits import load_model
     from circuitstat.circuits.attribution import attribute
     from circuitstat.circuits.tasks import make_task
 
     model = load_model(f"random:gpt2?n_layer={n_layers}&n_head=4&n_embd=128&vocab_size=512&n_positions=64&seed=0")
     task = make_task("induction", vocab_size=512, n=16, seed=0, seq_len=10, corrupt=corrupt)
     g = model.graph
-    # CPU time of this process, not wall time: the bench machine is shared
-    t = time.process_time()
-    ours = torch.as_tensor(attribute(model, task, "exact", batch_size=16, progress=False).scores)
-    t_ours = time.process_time() - t
-
     rng = np.random.default_rng(seed)
     subset = np.sort(rng.choice(g.n_edges, size=min(ref_edges, g.n_edges), replace=False))
-    idx = torch.arange(task.clean.shape[0])
-    last = last_index(task.attention_mask)
-    with torch.no_grad():
-        cf = model.run(task.corrupted, task.attention_mask, keep_senders=True).senders
-        base = model.run(task.clean, task.attention_mask, logits_at=last).logits
-        m0 = task.score(base, indices=idx, clean_logits=base)
-        ref = torch.zeros(len(idx), len(subset))
-        t = time.process_time()
-        for j, e in enumerate(subset):
-            mask = torch.zeros(g.n_edges)
-            mask[e] = 1
-            lo = model.run(task.clean, task.attention_mask, intervention=Intervention.edges(mask, cf), logits_at=last).logits
-            ref[:, j] = task.score(lo, indices=idx, clean_logits=base) - m0
-        t_ref = (time.process_time() - t) * g.n_edges / len(subset)
-    return {"layers": n_layers, "corrupt": corrupt, "flop_ceiling": exact_flop_ceiling(model.cfg, task.clean.shape[1]), "edges": g.n_edges, "ref_edges": len(subset), "examples": 16, "exact_s": t_ours,
-            "loop_s": t_ref, "speedup": t_ref / t_ours, "max_abs_diff": float((ref - ours[:, subset]).abs().max())}
+    res = {}
+    t = _interleaved({"exact": lambda: res.__setitem__("exact", attribute(model, task, "exact", batch_size=16,
+                                                                             progress=False).scores),
+                      "loop": lambda: res.__setitem__("loop", user_loop(model, task, subset))}, repeats)
+    scale = g.n_edges / len(subset)
+    t["loop"] = [x * scale for x in t["loop"]]
+    with FlopCounterMode(display=False) as fc:
+        user_loop(model, task, subset[:1])
+    one_edge = fc.get_total_flops()  # + the two setup forwards, which the loop pays once
+    with FlopCounterMode(display=False) as fc0:
+        user_loop(model, task, subset[:0])
+    loop_flops = fc0.get_total_flops() + (one_edge - fc0.get_total_flops()) * g.n_edges
+    with FlopCounterMode(display=False) as fc:
+        attribute(model, task, "exact", batch_size=16, progress=False)
+    exact_flops = fc.get_total_flops()
+    diff = float((res["loop"] - torch.as_tensor(res["exact"])[:, subset]).abs().max())
+    return {"layers": n_layers, "corrupt": corrupt, "edges": g.n_edges, "ref_edges": len(subset), "examples": 16,
+            "times": t, "speedup": ratio(t["loop"], t["exact"]), "flop_ratio": loop_flops / exact_flops,
+            "max_abs_diff": diff}
 
 
 def _memory_child(n: int) -> None:
@@ -188,22 +207,29 @@ if __name__ == "__main__":
 
         reference_eap.main(sys.argv[2:])  # prints the skip line itself without TransformerLens
         sys.exit(0)
-    if sys.argv[1:] == ["--exact"]:
-        for depth in EXACT_DEPTHS:
-            print(bench_exact(depth))
-        print(bench_exact(6, corrupt="answer"))
-        sys.exit(0)
+    deep = "--deep" in sys.argv[1:]
+    load = os.getloadavg()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, CPU seconds of the process; load average "
+          f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} on {os.cpu_count()} CPUs; spreads are min / median / max "
+          f"over {REPEATS} (EAP) or 3 (exact) interleaved repeats")
     e = bench_eap()
-    print(f"EAP, GPT-2-small shape ({e['edges']} edges), batch 8x16: {e['eap_s']:.3f} s = "
-          f"{e['eap_over_forward']:.2f} x one clean CircuitModel forward ({e['clean_forward_s']:.3f} s), "
-          f"{e['eap_over_hf_forward']:.2f} x one HF forward ({e['hf_forward_s']:.3f} s)   [floor ~3, aim <= 3.5]")
-    for depth, corrupt in [(d, "all") for d in EXACT_DEPTHS] + [(6, "answer")]:
+    r, lo, hi = e["eap_over_forward"]
+    verdict = ("MEASUREMENT ERROR: EAP cannot cost less than the clean forward it contains; the timings are "
+               "disturbed, rerun on a quieter machine" if lo < 1 else "[floor ~3, aim <= 3.5]")
+    print(f"EAP, GPT-2-small shape ({e['edges']} edges), batch 8x16: EAP {spread(e['times']['eap'])}, clean "
+          f"CircuitModel forward {spread(e['times']['forward'])}, HF forward {spread(e['times']['hf'])}")
+    print(f"  EAP = {r:.2f} x one clean forward (range {lo:.2f}-{hi:.2f}), "
+          f"{e['eap_over_hf_forward'][0]:.2f} x one HF forward   {verdict}")
+    for depth, corrupt in [(d, "all") for d in EXACT_DEPTHS if deep or d < 12] + [(6, "answer")]:
         x = bench_exact(depth, corrupt=corrupt)
-        scaled = "" if x["ref_edges"] == x["edges"] else f"; loop timed on {x['ref_edges']} random edges, scaled per edge"
+        r, lo, hi = x["speedup"]
+        scaled = "" if x["ref_edges"] == x["edges"] else f", loop timed on {x['ref_edges']} random edges and scaled"
+        verdict = (f"MEASUREMENT ERROR: beyond {EXACT_BOUND_SLACK}x the FLOP ratio; the timings are disturbed"
+                   if lo > EXACT_BOUND_SLACK * x["flop_ratio"] else "[aim >= 10x]")
         print(f"exact, {depth}-layer model ({x['edges']} edges, {x['examples']} examples, corrupt={corrupt}): "
-              f"{x['exact_s']:.2f} s vs {x['loop_s']:.2f} s CPU for one full forward per edge{scaled} = "
-              f"{x['speedup']:.1f}x faster (max |diff| {x['max_abs_diff']:.1e}); flop ratio of the two "
-              f"{x['flop_ceiling']:.1f}x (the loop also pays edge-mask overhead)   [aim >= 10x]")
+              f"exact {spread(x['times']['exact'])}, user's per-edge loop {spread(x['times']['loop'])}{scaled}")
+        print(f"  exact {r:.1f}x faster than the loop (range {lo:.1f}-{hi:.1f}); FLOP ratio loop / exact "
+              f"{x['flop_ratio']:.1f}x; max |diff| {x['max_abs_diff']:.1e}   {verdict}")
     import importlib.util
 
     if importlib.util.find_spec("transformer_lens") is None:

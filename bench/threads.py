@@ -7,7 +7,13 @@ of one batch; this prints, per case, the FLOPs, the one-thread time, each thread
 multiple of it (< 1: faster), and the count the rule picks. Rounds interleave the thread counts, and each
 entry is the fastest of ``--rounds``, so load that comes and goes disturbs every count alike.
 
-    python bench/threads.py [--rounds 3] [--quick] [--threads 1,2,4]
+Then (issue 38) exact patching against the per-edge loop a user would write (bench/attribution.py's
+``user_loop``, timed on ``--loop-edges`` random edges and scaled) on a 6-layer random GPT-2 (1,108 edges,
+16 examples) at each thread count: wall time (the threads are the subject), min / median / max over the
+rounds. Exact splits its suffix calls over the cores it is given (circuitstat.circuits.threads.split_calls); the
+loop's forwards use torch's intra-op threads.
+
+    python bench/threads.py [--rounds 3] [--quick] [--threads 1,2,4] [--only-exact] [--loop-edges 150]
 """
 
 from __future__ import annotations
@@ -58,11 +64,63 @@ def _fastest(fn, counts: list[int], rounds: int) -> dict[int, float]:
     return best
 
 
+def exact_vs_loop(counts: list[int], rounds: int, loop_edges: int) -> None:
+    """Print exact's and the user's loop's wall times at each thread count (see the module doc)."""
+    import statistics
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from attribution import user_loop
+
+    from circuitstat.circuits import load_model
+    from circuitstat.circuits.attribution import attribute
+    from circuitstat.circuits.threads import ENV
+    from circuitstat.circuits.tasks import make_task
+
+    model = load_model("random:gpt2?n_layer=6&n_head=4&n_embd=128&vocab_size=512&n_positions=64&seed=0")
+    task = make_task("induction", vocab_size=512, n=16, seed=0, seq_len=10)
+    g = model.graph
+    subset = np.sort(np.random.default_rng(0).choice(g.n_edges, size=min(loop_edges, g.n_edges), replace=False))
+    scale = g.n_edges / len(subset)
+    times = {(k, t): [] for k in ("exact", "loop") for t in counts}
+    scores = {}
+    for r in range(rounds + 1):  # round 0 warms up
+        for t in counts:
+            os.environ[ENV] = str(t)  # exact: the cores it is given
+            torch.set_num_threads(t)  # the user's loop: torch's intra-op threads
+            t0 = time.perf_counter()
+            scores[t] = attribute(model, task, "exact", batch_size=16, progress=False).scores
+            t1 = time.perf_counter()
+            user_loop(model, task, subset)
+            t2 = time.perf_counter()
+            if r:
+                times["exact", t].append(t1 - t0)
+                times["loop", t].append((t2 - t1) * scale)
+    os.environ.pop(ENV, None)
+    same = all(np.array_equal(scores[t].view(np.int32), scores[counts[0]].view(np.int32)) for t in counts)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"\nexact vs the user's per-edge loop, 6-layer d128 random GPT-2 ({g.n_edges} edges, 16 examples; loop "
+          f"timed on {len(subset)} edges, scaled); wall s, min / median / max of {rounds} interleaved rounds")
+    for t in counts:
+        e, lo = times["exact", t], times["loop", t]
+        print(f"  {t} thread{'s' if t > 1 else ' '}: exact {min(e):6.2f} / {med['exact', t]:6.2f} / {max(e):6.2f}"
+              f"   loop {min(lo):6.2f} / {med['loop', t]:6.2f} / {max(lo):6.2f}   loop / exact "
+              f"{med['loop', t] / med['exact', t]:4.1f}x   vs 1 thread: exact x{med['exact', counts[0]] / med['exact', t]:.2f}, "
+              f"loop x{med['loop', counts[0]] / med['loop', t]:.2f} faster")
+    print(f"  exact's scores bit-identical across thread counts: {same}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="skip the GPT-2-small-shaped case")
     ap.add_argument("--threads", default=None, help="thread counts to compare (default: 1, 2, ... the cores)")
+    ap.add_argument("--only-exact", action="store_true", help="only exact against the per-edge loop")
+    ap.add_argument("--loop-edges", type=int, default=150, help="edges the per-edge loop is timed on")
     args = ap.parse_args()
     os.environ.pop("CIRCUITSTAT_THREADS", None)
     import torch
@@ -79,7 +137,7 @@ def main() -> None:
           f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}; fastest of {args.rounds} interleaved rounds")
     print(f"{'case':<44} {'FLOPs/batch':>11} {'1 thread':>9} " + " ".join(f"{f'x{t}':>6}" for t in counts[1:])
           + "   rule")
-    for label, source, kind, n, batch, seq_len in CASES[:-1] if args.quick else CASES:
+    for label, source, kind, n, batch, seq_len in [] if args.only_exact else CASES[:-1] if args.quick else CASES:
         model = load_model(source)
         task = build_task(model, "induction", n=n, seed=0, seq_len=seq_len)
         flops = batch_flops(model, task, batch)
@@ -88,6 +146,7 @@ def main() -> None:
         ratios = " ".join(f"{times[t] / times[1]:6.2f}" for t in counts[1:])
         print(f"{label:<44} {flops:11.3g} {times[1]:8.3g}s {ratios}   {pick} thread{'s' if pick > 1 else ''}",
               flush=True)
+    exact_vs_loop(counts, args.rounds, args.loop_edges)
 
 
 if __name__ == "__main__":

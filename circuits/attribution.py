@@ -40,7 +40,8 @@ from .engine.run import RunState
 from .contraction import check_metric, edge_scores_from_grads
 from .model import CircuitModel
 from .scores import ScoreMatrix
-from .threads import sized_threads
+from .plan import suffix_flops
+from .threads import given_cores, sized_threads, split_calls
 
 METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted",
            "atp-qkfix", "atp-graddrop", "atpstar")
@@ -223,14 +224,15 @@ def _eap_per_point(model, data, batch, cf, method: str, steps: int) -> torch.Ten
     """[B, E] scores of clean-corrupted or EAP-IG on a post-norm model: each gradient run contracted
     with the writes linearised at its own point (the same estimators as the pooled forms otherwise)."""
     g = model.graph
+    if method == "clean-corrupted":
+        # the clean gradient run is the batch's clean run too (no separate clean forward, as _eap's)
+        grads, out = _grad_run(model, data, batch, batch.clean, clean=True, with_run=True)
+        dz = (cf - batch.run.senders).detach()
+        total = _linear_scores(model, out, dz, grads) / 2
+        grads, out = _grad_run(model, data, batch, batch.corrupted, with_run=True)
+        return total + _linear_scores(model, out, dz, grads) / 2
     batch.run  # noqa: B018 - the clean run (senders, metric) first
     dz = (cf - batch.run.senders).detach()
-    if method == "clean-corrupted":
-        total = 0
-        for ids, clean in ((batch.clean, True), (batch.corrupted, False)):
-            grads, out = _grad_run(model, data, batch, ids, clean=clean, with_run=True)
-            total = total + _linear_scores(model, out, dz, grads) / 2
-        return total
     if method == "eap-ig-inputs":
         total = 0
         for k in range(steps):
@@ -336,7 +338,8 @@ def _exact_edges(model, data, batch, cf, max_rows: int, keep: np.ndarray | None 
     ``max_rows`` at a time); an edge whose Δz is zero wherever its receiver can affect the
     read-out is not computed and scores exactly 0.0.  ``keep`` [B, E] bool: compute only those
     (example, edge) rows (the others are NaN); a row's suffix does not depend on which other rows
-    share its call (:func:`_row_chunks`, :data:`MIN_ROWS`).
+    share its call (:func:`_row_chunks`, :data:`MIN_ROWS`), so the calls are independent and run on
+    the cores the caller is given (circuitstat.circuits.threads.split_calls), each on one thread.
     """
     g, cfg = model.graph, model.cfg
     dev = batch.clean.device
@@ -350,6 +353,7 @@ def _exact_edges(model, data, batch, cf, max_rows: int, keep: np.ndarray | None 
     out = torch.zeros(batch.clean.shape[0], g.n_edges, device=dev)
     if keep is not None:
         out[torch.as_tensor(~keep, device=dev)] = float("nan")
+    calls, costs = [], []
     for layer in range(cfg.n_layers + 1):
         for receiver, local, n_np, u_np, start_np in _layer_rows(model, layer, reach, last_np):
             cols_np = g.edge_offset[receiver] + u_np
@@ -359,17 +363,28 @@ def _exact_edges(model, data, batch, cf, max_rows: int, keep: np.ndarray | None 
                 local = None if local is None else local[sel]
                 n_np, u_np, start_np, cols_np = n_np[sel], u_np[sel], start_np[sel], cols_np[sel]
             for rows, start, end in _row_chunks(start_np, last_np[n_np] + 1, max_rows):
-                k = len(rows)
-                chunk = np.resize(rows, max(k, MIN_ROWS))  # small calls padded with repeats (MIN_ROWS)
-                n = torch.as_tensor(n_np[chunk], device=dev)
-                u = torch.as_tensor(u_np[chunk], device=dev)
-                loc = None if local is None else torch.as_tensor(local[chunk], device=dev)
-                logits = model.patched_layer_logits(batch.run, batch.mask, layer, loc, n, delta[n, u, start:end],
-                                                    last[n], start=start)[:k]
-                n = n[:k]
-                m = data.score(logits.float(), indices=batch.index[n_np[rows]],
-                               clean_logits=batch.clean_last[n]).float()
-                out[n, torch.as_tensor(cols_np[rows], device=dev)] = m - batch.m0[n]
+                first = int(receiver if np.ndim(receiver) == 0 else receiver[rows[0]])
+                calls.append((layer, rows, local, n_np, u_np, cols_np, start, end))
+                costs.append(len(rows) * suffix_flops(cfg, g, first, window_end))
+    batch.m0  # noqa: B018 - the clean metric, computed once before the calls share it
+
+    def patch(call) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(examples, edge columns, effects) of one suffix call (independent of the others)."""
+        layer, rows, local, n_np, u_np, cols_np, start, end = call
+        k = len(rows)
+        chunk = np.resize(rows, max(k, MIN_ROWS))  # small calls padded with repeats (MIN_ROWS)
+        n = torch.as_tensor(n_np[chunk], device=dev)
+        u = torch.as_tensor(u_np[chunk], device=dev)
+        loc = None if local is None else torch.as_tensor(local[chunk], device=dev)
+        logits = model.patched_layer_logits(batch.run, batch.mask, layer, loc, n, delta[n, u, start:end],
+                                            last[n], start=start)[:k]
+        n = n[:k]
+        m = data.score(logits.float(), indices=batch.index[n_np[rows]], clean_logits=batch.clean_last[n]).float()
+        return n, torch.as_tensor(cols_np[rows], device=dev), m - batch.m0[n]
+
+    workers = given_cores() if dev.type == "cpu" else 1
+    for n, cols, effect in split_calls(patch, calls, costs, workers):
+        out[n, cols] = effect
     return out
 
 

@@ -104,12 +104,20 @@ def _qk_width(cfg: ModelConfig, kind: int) -> int:
 
 
 def backward_flops(cfg: ModelConfig, P: int) -> int:
-    """The backward (activation gradients only; weights are frozen) of a full forward."""
+    """The backward (activation gradients only; weights are frozen) of a gradient run, with the mapping
+    of its q/k/v probes' gradients back to the receiver inputs (circuitstat.circuits.engine.gradients)."""
     linear, products = layer_flops(cfg, P)
+    D, H, dh = cfg.d_model, cfg.n_heads, cfg.d_head
     coupling = 0
     if cfg.qk_norm == "full":  # the pre-norm projection recomputed and W pᵀ, per kind (circuitstat.circuits.engine.gradients)
         coupling = sum(2 * 2 * P * cfg.d_model * _qk_width(cfg, kind) for kind in (0, 1))
-    return cfg.n_layers * (linear + 2 * products + coupling) + unembed_flops(cfg)
+    # nothing below layer 0 needs a gradient: its q/k/v projections are not mapped back through by autograd
+    first_inputs = 3 * 2 * P * D * H * dh
+    # per layer, every head's q/k/v gradient mapped back: gp Wᵀ [3H, P, dh] x [dh, D], and under a norm
+    # the row means of the norm's VJP from W xᵀ (another such product; layernorm adds gp's mean of W)
+    kind = cfg.norm if cfg.pre_norm else "none"
+    mapping = 2 * 3 * H * P * dh * D * (1 if kind == "none" else 2) + (2 * 3 * H * P * dh if kind == "layernorm" else 0)
+    return cfg.n_layers * (linear + 2 * products + coupling + mapping) - first_inputs + unembed_flops(cfg)
 
 
 def suffix_flops(cfg: ModelConfig, graph: ComponentGraph, receiver: int, P: int) -> int:
@@ -124,12 +132,22 @@ def suffix_flops(cfg: ModelConfig, graph: ComponentGraph, receiver: int, P: int)
         D, dh = cfg.d_model, cfg.d_head
         kind = (receiver - layer * graph.receivers_per_layer) // cfg.n_heads
         width = dh if kind == 2 else _qk_width(cfg, kind)
+        if cfg.qk_norm == "full" and kind < 2:  # the row's own head is projected first, then the whole projection
+            width += dh
         own = 2 * P * D * width + 2 * 2 * q * P * dh + 2 * q * dh * D
         own += 0 if cfg.parallel else _mlp_flops(cfg, q)
     else:
         own = _mlp_flops(cfg, q)
-    later = sum(sum(layer_flops(cfg, P, 1 if k == L - 1 else None)) for k in range(layer + 1, L))
+    later = sum(_suffix_layer_flops(cfg, P, k == L - 1) for k in range(layer + 1, L))
     return own + later + unembed_flops(cfg)
+
+
+def _suffix_layer_flops(cfg: ModelConfig, P: int, last: bool) -> int:
+    """One unpatched layer of a suffix run: in full, or as the last layer, where the shared q/k/v projection
+    still runs at every position but attention, W_O and the MLP run at the read-out only."""
+    if not last:
+        return sum(layer_flops(cfg, P))
+    return sum(layer_flops(cfg, P, 1)) + 2 * (P - 1) * cfg.d_model * cfg.n_heads * cfg.d_head
 
 
 def _exact_row_groups(graph: ComponentGraph) -> list[tuple[int, list[int]]]:

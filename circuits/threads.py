@@ -17,11 +17,18 @@ ratios within one run (docs/benchmarks-threads.md):
 
 The setting is restored when the call returns. The CLI runs every stage single-threaded already
 (circuitstat.pipelines.parallel.single_threaded), which counts as an explicit setting here.
+
+Work made of many small independent calls (exact patching's suffix runs, each below the per-thread
+threshold) gains nothing from intra-op threads, yet the cores are given: :func:`given_cores` is the count
+the call may use (the user's explicit thread count, else the idle cores), and such work splits its calls
+over that many Python threads, each running torch on one intra-op thread (torch releases the GIL inside
+its kernels). Issue 38: on an idle 2-core machine exact patching gained nothing from the second core.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import os
 from typing import Any, Callable, Iterator
@@ -71,6 +78,19 @@ def explicit_threads() -> int | None:
     return None
 
 
+_GIVEN: contextvars.ContextVar[int | None] = contextvars.ContextVar("circuitstat_given_cores", default=None)
+
+
+def given_cores() -> int:
+    """Cores the current call may use: the user's explicit thread count, else the idle cores (read once when a
+    :func:`sized_threads` call starts, before it narrows torch's threads for its own calls)."""
+    given = _GIVEN.get()
+    if given is not None:
+        return given
+    chosen = explicit_threads()
+    return chosen if chosen is not None else idle_cores()
+
+
 def threads_for(flops: float) -> int:
     """The threads for a call whose forward pass over one batch costs ``flops`` (see the module doc)."""
     chosen = explicit_threads()
@@ -112,7 +132,40 @@ def sized_threads(fn: Callable) -> Callable:
             flops = batch_flops(model, data, kwargs.get("batch_size", default))
         except AttributeError:  # not a CircuitModel or not pair data: fn itself says what is wrong
             return fn(model, data, *args, **kwargs)
-        with call_threads(threads_for(flops)):
-            return fn(model, data, *args, **kwargs)
+        token = _GIVEN.set(given_cores())
+        try:
+            with call_threads(threads_for(flops)):
+                return fn(model, data, *args, **kwargs)
+        finally:
+            _GIVEN.reset(token)
 
     return wrapper
+
+
+def split_calls(fn: Callable[[Any], Any], items: list, costs: list[float], workers: int) -> list:
+    """[fn(item) for item in items], the items split over ``workers`` Python threads (largest cost first, each
+    to the least loaded thread: a fixed split, so every thread gets work when there are enough items), each
+    thread running torch on one intra-op thread with the caller's grad mode. fn must not depend on which
+    thread runs it or on the order; results come back in the items' order."""
+    workers = max(1, min(int(workers), len(items)))
+    if workers == 1:
+        return [fn(item) for item in items]
+    import concurrent.futures
+
+    loads, parts = [0.0] * workers, [[] for _ in range(workers)]
+    for i in sorted(range(len(items)), key=lambda i: -costs[i]):
+        w = loads.index(min(loads))
+        parts[w].append(i)
+        loads[w] += costs[i]
+    grad = torch.is_grad_enabled()  # thread-local in torch: the workers take the caller's
+
+    def work(part: list[int]) -> list:
+        with torch.set_grad_enabled(grad):
+            return [(i, fn(items[i])) for i in part]
+
+    out: list = [None] * len(items)
+    with call_threads(1), concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="circuitstat") as pool:
+        for done in pool.map(work, parts):
+            for i, result in done:
+                out[i] = result
+    return out

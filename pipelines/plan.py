@@ -18,13 +18,23 @@ config planned on any machine) cannot be timed: its estimate is its FLOPs at a m
 the device's dense datasheet peak for a known GPU, else the rate of a timed matmul on the planning
 machine -- a lower bound that leaves out per-call overhead and memory-bound work. Everything is timed single-threaded, as the attribute command computes, and
 each timing is the fastest of a few repeats (the least disturbed on a shared machine).
+
+On a CPU the passes are timed in the process's CPU time, not wall time: on a loaded machine wall time counts
+the time other processes held the core (a GPT-2-small plan calibrated at load 6-13 on 2 cores priced exact at
+21 h against 2.9 h measured idle, issue 38). The plan prints the machine's load average and the ratio of wall
+to CPU time while it calibrated (how much longer a run would take under that load), and how many model passes
+the calibration itself ran (its own cost). On a GPU the passes are timed in wall time (the work is not the CPU's).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
+import os
 import time
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 from circuitstat.circuits.plan import (ATP, METHODS, Cost, atp_backwards, contraction_flops, contractions, fit_memory, method_cost,
                            qk_fix_flops, sender_groups)
@@ -41,6 +51,12 @@ class Calibration:
     suffix_s: tuple[tuple[float, float], ...]  # per start layer (0..L-1): (seconds per call, seconds per row)
     patch_call_s: float = 0.0  # exact's extra cost per receiver call (gathers, patched layer), from a probe
     contraction_s: float = 0.0  # Σ_pos Δz_u · g_v for every edge of the batch
+    clock: str = "CPU time"  # what the seconds are: "CPU time" (on a CPU) or "wall time" (on a GPU)
+    passes: int = 0  # model passes (CircuitModel.run calls) the calibration itself ran
+    wall_s: float = 0.0  # the calibration's own wall time
+    cpu_s: float = 0.0  # and its CPU time (wall_s / cpu_s > 1: other processes held the cores)
+    load: float | None = None  # 1-minute load average when the calibration ended
+    cores: int = 1  # cores this process may run on
 
     def suffix_call(self, layer: int, rows: int) -> float:
         """One suffix run of ``rows`` rows from ``layer`` on (the logits receiver: priced as the last layer)."""
@@ -82,27 +98,39 @@ def flop_rate(device: str, dtype, size: int = 1024) -> tuple[float, str]:
             return peak, f"{name} dense peak"
     a = torch.randn(size, size, device=dev).to(dtype)
     with single_threaded():
-        seconds = _best_time(lambda: (a @ a).sum().item(), 3)
+        seconds = _best_time(lambda: (a @ a).sum().item(), 3, clock_for(dev)[1])
     return 2 * size ** 3 / seconds / 1e12, f"a timed {size}x{size} {str(dtype).replace('torch.', '')} matmul on {dev.type}"
 
 
 LONG_PASS_S = 0.25
-"""A pass this long is timed once after its warm-up: its timing noise is small against it, and repeating
-the passes of a GPT-2-small-sized model made ``--plan`` take minutes (issue 23)."""
+"""A pass this long is timed by its first call, with no warm-up or repeat: its first-call overhead and timing
+noise are small against it, and repeating the passes of a GPT-2-small-sized model made ``--plan`` take
+minutes (issues 23, 38)."""
 
 
-def _best_time(fn, repeats: int) -> float:
-    """The shortest of ``repeats`` timings of ``fn()`` after one warm-up call (the least disturbed one);
-    one timing when the warm-up already took LONG_PASS_S or more."""
-    t0 = time.perf_counter()
+def clock_for(device) -> "tuple[str, Callable[[], float]]":
+    """(name, clock) timing passes on ``device``: the process's CPU time on a CPU (with one thread, the
+    time the pass needs whatever else runs on the machine), wall time on an accelerator."""
+    import torch
+
+    if torch.device(device).type == "cpu":
+        return "CPU time", time.process_time
+    return "wall time", time.perf_counter
+
+
+def _best_time(fn, repeats: int, clock: "Callable[[], float]" = time.process_time) -> float:
+    """The shortest of ``repeats`` timings of ``fn()`` by ``clock`` after one warm-up call (the least disturbed
+    one); the warm-up's own timing when it took LONG_PASS_S or more."""
+    t0 = clock()
     fn()
-    if time.perf_counter() - t0 >= LONG_PASS_S:
-        repeats = 1
+    best = clock() - t0
+    if best >= LONG_PASS_S:
+        return best
     best = float("inf")
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, clock() - t0)
     return best
 
 
@@ -116,7 +144,7 @@ def calibration_batch(model, data, batch_size: int) -> int:
 
     ids, mask = data.clean[:1].to(model.device), data.attention_mask[:1].to(model.device)
     with single_threaded(), torch.no_grad():
-        one = _best_time(lambda: model.run(ids, mask, compute_logits=False), 1)
+        one = _best_time(lambda: model.run(ids, mask, compute_logits=False), 1, clock_for(model.device)[1])
     fits = max(2, int(LONG_PASS_S / max(one, 1e-9)))
     return max(1, min(batch_size, int(data.clean.shape[0]), fits))
 
@@ -132,12 +160,13 @@ def _suffix_times(model, ids, mask, last, resid_pre, repeats: int, rows: int) ->
 
     L = model.cfg.n_layers
     many = (ids[:1].expand(rows, -1), mask[:1].expand(rows, -1), last[:1].expand(rows))
+    clock = clock_for(model.device)[1]
 
     def timed(layer: int) -> tuple[float, float]:
         one_state, resid = RunState(layer, resid_pre[layer][:1]), resid_pre[layer][:1]
         many_state = RunState(layer, resid.expand(rows, *resid.shape[1:]))
-        full = _best_time(lambda: model.run(many[0], many[1], state=many_state, logits_at=many[2]), repeats)
-        one = _best_time(lambda: model.run(ids[:1], mask[:1], state=one_state, logits_at=last[:1]), repeats)
+        full = _best_time(lambda: model.run(many[0], many[1], state=many_state, logits_at=many[2]), repeats, clock)
+        one = _best_time(lambda: model.run(ids[:1], mask[:1], state=one_state, logits_at=last[:1]), repeats, clock)
         row = max(full - one, 0.0) / max(rows - 1, 1)
         return max(one - row, 0.0), row
 
@@ -148,10 +177,49 @@ def _suffix_times(model, ids, mask, last, resid_pre, repeats: int, rows: int) ->
     return tuple(tuple(e + (f - e) * (L - 1 - layer) / (L - 1) for f, e in zip(first, end)) for layer in range(L))
 
 
-def calibrate(model, data, batch_size: int, *, repeats: int = 3, probe_s: float = 2.0) -> Calibration:
+@contextlib.contextmanager
+def _counting_passes(model) -> Iterator[list[int]]:
+    """Context counting ``model.run`` calls (the instance's, so exact's probe inside attribute() counts too)."""
+    calls, own = [0], model.__dict__.get("run")  # an instance's own run (a caller's wrapper) is restored
+    real = model.run
+
+    def run(*a, **kw):
+        calls[0] += 1
+        return real(*a, **kw)
+
+    model.__dict__["run"] = run
+    try:
+        yield calls
+    finally:
+        if own is None:
+            del model.__dict__["run"]
+        else:
+            model.__dict__["run"] = own
+
+
+def calibrate(model, data, batch_size: int, *, repeats: int = 1, probe_s: float = 2.0) -> Calibration:
     """A Calibration from timed passes of ``model`` on the first ``batch_size`` examples of ``data`` (fewer
     on a large model: :func:`calibration_batch`, then rescaled to the batch by one timed forward of it), and
-    exact patching of one example when that is predicted to take under ``probe_s`` seconds."""
+    exact patching of one example when that is predicted to take under ``probe_s`` seconds; with the
+    calibration's own cost (model passes, wall and CPU time) and the machine's load while it ran.
+    Each pass is timed once after a warm-up (``repeats``): CPU time is not disturbed by other processes as
+    wall time is, so the fastest of several repeats is no longer needed."""
+    from circuitstat.circuits.threads import available_cores
+
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    with _counting_passes(model) as passes:
+        cal = _calibrate(model, data, batch_size, repeats, probe_s)
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # no load average on this platform
+        load = None
+    return dataclasses.replace(cal, clock=clock_for(model.device)[0], passes=passes[0],
+                               wall_s=time.perf_counter() - wall0, cpu_s=time.process_time() - cpu0, load=load,
+                               cores=available_cores())
+
+
+def _calibrate(model, data, batch_size: int, repeats: int, probe_s: float) -> Calibration:
+    """The timed passes of :func:`calibrate`."""
     import torch
 
     from circuitstat.circuits.ablation import last_index
@@ -161,6 +229,7 @@ def calibrate(model, data, batch_size: int, *, repeats: int = 3, probe_s: float 
     from .parallel import single_threaded
 
     g, dev = model.graph, model.device
+    clock = clock_for(dev)[1]
     B = calibration_batch(model, data, batch_size)
     ids, mask = data.clean[:B].to(dev), data.attention_mask[:B].to(dev)
     last = last_index(mask)
@@ -174,19 +243,19 @@ def calibrate(model, data, batch_size: int, *, repeats: int = 3, probe_s: float 
 
     with single_threaded():
         with torch.no_grad():
-            forward = _best_time(lambda: model.run(ids, mask, keep_senders=True, compute_logits=False), repeats)
+            forward = _best_time(lambda: model.run(ids, mask, keep_senders=True, compute_logits=False), repeats, clock)
             clean = model.run(ids, mask, keep_resid=True, logits_at=last)
             cf = model.run(data.corrupted[:B].to(dev), mask, keep_senders=True, compute_logits=False).senders
             rows = max(B, min(batch_size, int(data.clean.shape[0])))  # exact's suffix calls hold many rows
             suffix = _suffix_times(model, ids, mask, last, clean.resid_pre, repeats, rows)
-        grad = _best_time(gradient, repeats)
+        grad = _best_time(gradient, repeats, clock)
         sm = torch.zeros(g.n_senders, device=dev)
         sm[0] = 0.5
-        ig = _best_time(lambda: gradient(Intervention.nodes(sm, cf)), repeats)
+        ig = _best_time(lambda: gradient(Intervention.nodes(sm, cf)), repeats, clock)
         grads = gradient()
         with torch.no_grad():
             delta = cf - model.run(ids, mask, keep_senders=True, compute_logits=False).senders
-            contraction = _best_time(lambda: edge_scores_from_grads(model, delta, grads), repeats)
+            contraction = _best_time(lambda: edge_scores_from_grads(model, delta, grads), repeats, clock)
     cal = Calibration(B, forward, grad, ig, tuple(suffix), contraction_s=contraction)
     return _probe_exact(_to_full_batch(cal, model, data, batch_size), model, data, probe_s)
 
@@ -195,8 +264,6 @@ def _to_full_batch(cal: Calibration, model, data, batch_size: int) -> Calibratio
     """``cal``, timed on fewer examples than a batch, rescaled to the full batch by one timed forward of it:
     a larger batch runs more efficiently per example (on GPT-2 small 16 examples cost half as much each as
     2), and every gradient pass and the contraction are priced with that forward's ratio."""
-    import dataclasses
-
     import torch
 
     from .parallel import single_threaded
@@ -205,10 +272,11 @@ def _to_full_batch(cal: Calibration, model, data, batch_size: int) -> Calibratio
     if full <= cal.batch_size:
         return cal
     ids, mask = data.clean[:full].to(model.device), data.attention_mask[:full].to(model.device)
+    clock = clock_for(model.device)[1]
     with single_threaded(), torch.no_grad():
-        t0 = time.perf_counter()
+        t0 = clock()
         model.run(ids, mask, keep_senders=True, compute_logits=False)
-        forward = time.perf_counter() - t0
+        forward = clock() - t0
     grow = forward / cal.forward_s  # the batch's time over the calibration batch's (per-pass scale)
     # the suffix runs were timed on a full batch of rows already (_suffix_times)
     return dataclasses.replace(cal, batch_size=full, forward_s=forward, gradient_s=cal.gradient_s * grow,
@@ -229,8 +297,11 @@ def _probe_exact(cal: Calibration, model, data, probe_s: float) -> Calibration:
     predicted = 2 * cal.forward_s / cal.batch_size + sum(cal.suffix_call(layer, rows) for layer, rows in calls)
     if predicted > probe_s:
         return cal
-    with single_threaded():
-        measured = _best_time(lambda: attribute(model, data, "exact", rows=[0], batch_size=1, progress=False), 1)
+    clock = clock_for(model.device)[1]
+    with single_threaded():  # timed once: the model's passes were all warmed up by the calibration
+        t0 = clock()
+        attribute(model, data, "exact", rows=[0], batch_size=1, progress=False)
+        measured = clock() - t0
     return dataclasses.replace(cal, patch_call_s=max(measured - predicted, 0.0) / len(calls))
 
 
@@ -337,23 +408,32 @@ def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_ste
         how = (f"no time estimate: {untimed or 'no model to time'} (counts from shapes only, no weights); est. time "
                f"= FLOPs at {rate[0]:.3g} TFLOP/s ({rate[1]}), a lower bound")
         lines = _cost_table(model, costs, n, P, level, ig_steps, budget, n_jobs,
-                            f", {str(model.dtype).replace('torch.', '')}", how,
+                            f", {str(model.dtype).replace('torch.', '')}", [how],
                             lambda c: (c.flops / (rate[0] * 1e12), ">= "))
         time_is = "FLOPs at the rate above"
     else:  # the calibration itself stays within the budget
         cal = calibrate(timing_model, data, min(fitted, default=1))
-        how = (f"calibration on {cal.batch_size} examples, one thread: forward {cal.forward_s * 1e3:.3g} ms, "
+        how = (f"calibration on {cal.batch_size} examples, one thread, {cal.clock}: forward {cal.forward_s * 1e3:.3g} ms, "
                f"gradient run {cal.gradient_s * 1e3:.3g} ms, suffix row from layer 0 {cal.suffix_s[0][1] * 1e3:.3g} ms")
-        lines = _cost_table(model, costs, n, P, level, ig_steps, budget, n_jobs, "", how,
+        lines = _cost_table(model, costs, n, P, level, ig_steps, budget, n_jobs, "", [how, calibration_cost_line(cal)],
                             lambda c: (estimate_seconds(cal, model, c, n=n, level=level, ig_steps=ig_steps,
                                                         positions=P), ""))
-        time_is = "one thread per worker, calibrated on this machine"
+        time_is = (f"{cal.clock} of one thread per worker, calibrated on this machine" + (
+            "; on a busy machine a run's wall time is longer" if cal.clock == "CPU time" else ""))
     return lines + ["forwards: full forwards (counterfactual, clean, gradient runs); suffix rows: exact patching's "
                     f"(example, sender) suffix forwards; memory: estimated peak incl. weights; time: {time_is}"]
 
 
+def calibration_cost_line(cal: Calibration) -> str:
+    """What the calibration cost and the load it ran under, as a printed line."""
+    load = "no load average on this platform" if cal.load is None else f"load average {cal.load:.1f}"
+    busy = cal.wall_s / cal.cpu_s if cal.cpu_s > 0 else float("nan")
+    return (f"calibration cost: {cal.passes} model passes, {cal.cpu_s:.3g} s CPU, {cal.wall_s:.3g} s wall "
+            f"({load} on {cal.cores} core{'s' if cal.cores > 1 else ''}; wall / CPU {busy:.2g})")
+
+
 def _cost_table(model, costs: dict, n: int, P: int, level: str, ig_steps: int, budget, n_jobs: int, dtype: str,
-                how: str, seconds) -> list[str]:
+                how: list[str], seconds) -> list[str]:
     """The plan's header, ``how`` the time is estimated, and one row per method; ``seconds(cost)`` gives the
     one-worker time and its prefix (">= " for a lower bound), divided over the workers its chunks can use."""
     from circuitstat.circuits.limits import format_bytes
@@ -362,7 +442,7 @@ def _cost_table(model, costs: dict, n: int, P: int, level: str, ig_steps: int, b
     cols = model.graph.n_edges if level == "edge" else model.graph.n_senders
     lines = [f"plan: {n} examples x {P} positions, {cols:,} {unit}, ig steps {ig_steps}, "
              f"{n_jobs} worker{'s' if n_jobs > 1 else ''}{dtype}"
-             + ("" if budget is None else f", --max-memory {format_bytes(budget)}"), how,
+             + ("" if budget is None else f", --max-memory {format_bytes(budget)}"), *how,
              f"{'method':<19} {unit:>9} {'forwards':>9} {'backwards':>9} {'suffix rows':>12} {'FLOPs':>9} "
              f"{'memory':>10} {'batch':>5} {'est. time':>10}"]
     for method, c in costs.items():

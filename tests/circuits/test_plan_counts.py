@@ -25,8 +25,11 @@ def mm(m: int, k: int, n: int) -> int:
 LAYER = 3 * mm(3, 4, 2) + mm(3, 2, 3) + mm(3, 3, 2) + mm(3, 2, 4) + mm(3, 4, 8) + mm(3, 8, 4)
 UNEMBED = mm(1, 4, 10)
 FORWARD = LAYER + UNEMBED  # 728
-# backward with frozen weights: one product per linear map, two per attention product
-BACKWARD = 3 * mm(3, 4, 2) + mm(3, 2, 4) + mm(3, 4, 8) + mm(3, 8, 4) + 2 * (mm(3, 2, 3) + mm(3, 3, 2)) + UNEMBED
+# backward with frozen weights: one product per linear map, two per attention product; the layer's q/k/v
+# inputs are not mapped back by autograd (nothing below layer 0 needs a gradient) but by the probe mapping:
+# per q/k/v gradient g [3x2]: g W^T [3x2]x[2x4], the layernorm VJP's W x^T [2x4]x[4x3] and g mean(W) [3x2]x[2x1]
+BACKWARD = (mm(3, 2, 4) + mm(3, 4, 8) + mm(3, 8, 4) + 2 * (mm(3, 2, 3) + mm(3, 3, 2)) + UNEMBED
+            + 3 * (mm(3, 2, 4) + mm(2, 4, 3) + mm(3, 2, 1)))
 # Edges: input -> a0.h0 <q>, <k>, <v>; input, a0.h0 -> m0; input, a0.h0, m0 -> logits.
 EDGES = 3 + 2 + 3
 CONTRACTION = EDGES * mm(1, 3 * 4, 1)  # Σ over 3 positions x 4 features per edge

@@ -67,3 +67,49 @@ def test_the_rule_scales_with_work_and_respects_a_users_choice(default_threads, 
 
     with pytest.raises(InputError, match="CIRCUITSTAT_THREADS"):
         th.threads_for(1e6)
+
+
+def _exact_with_threads_seen(model, task, monkeypatch):
+    """(scores, {Python thread: torch intra-op threads} seen by exact's suffix calls) of one exact run."""
+    import threading
+
+    from circuitstat.circuits.attribution import attribute
+
+    cls, seen = type(model), {}
+    real = cls.patched_layer_logits
+
+    def spy(self, *a, **kw):
+        seen.setdefault(threading.get_ident(), set()).add(torch.get_num_threads())
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(cls, "patched_layer_logits", spy)
+    scores = attribute(model, task, "exact", batch_size=4, max_rows=6, progress=False).scores
+    monkeypatch.setattr(cls, "patched_layer_logits", real)
+    return scores, seen
+
+
+def test_exact_splits_its_suffix_calls_over_the_given_cores_with_bit_identical_scores(default_threads, monkeypatch):
+    """Issue 38: exact patching left the second core of an idle 2-core machine idle (its suffix calls are each
+    too small for a second intra-op thread). Its independent calls now run on two threads, one intra-op thread
+    each, and the scores are bitwise those of one thread."""
+    from circuitstat.circuits import load_model
+    from circuitstat.pipelines.build import build_task
+
+    th = default_threads
+    model = load_model("random:gpt2?n_layer=3&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=1")
+    task = build_task(model, "induction", n=8, seq_len=5)
+    two, seen_two = _exact_with_threads_seen(model, task, monkeypatch)
+    assert len(seen_two) == 2 and all(s == {1} for s in seen_two.values()), seen_two  # both cores, 1 thread each
+    monkeypatch.setenv(th.ENV, "1")  # the user's choice: one thread
+    one, seen_one = _exact_with_threads_seen(model, task, monkeypatch)
+    assert len(seen_one) == 1
+    assert one.dtype == two.dtype and np.array_equal(one.view(np.int32), two.view(np.int32))  # bit-identical
+    monkeypatch.delenv(th.ENV)
+    monkeypatch.setattr(th.os, "getloadavg", lambda: (3.5, 3.0, 3.0))  # other processes hold both cores
+    assert len(_exact_with_threads_seen(model, task, monkeypatch)[1]) == 1
+    monkeypatch.setattr(th.os, "getloadavg", lambda: (0.2, 0.2, 0.2))
+    from circuitstat.pipelines.parallel import single_threaded
+
+    with single_threaded():  # the CLI's stages: one thread per worker, parallel over workers instead
+        assert len(_exact_with_threads_seen(model, task, monkeypatch)[1]) == 1
+    assert torch.get_num_threads() == 2

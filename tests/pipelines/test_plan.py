@@ -1,20 +1,19 @@
-"""``circuitstat attribute --plan``: the printed counts are the model's, and the time estimate is within
-2x of the measured time (a ratio measured in the test, never a wall-clock bound)."""
+"""``circuitstat attribute --plan``: the printed counts are the model's, and the calibration states its clock,
+the machine's load and its own cost in model passes, counted here. No timing is asserted (bench/plan.py
+compares the time estimate with measured runs; tests/circuits/test_plan_measured.py checks the counts against
+the operations of real runs)."""
 
 from __future__ import annotations
 
-import time
+import re
 
-import pytest
 from typer.testing import CliRunner
 
 from circuitstat.circuits import load_model
-from circuitstat.circuits.attribution import attribute
 from circuitstat.circuits.plan import METHODS, method_cost, weight_bytes
 from circuitstat.pipelines.build import build_task
 from circuitstat.pipelines.cli import app
-from circuitstat.pipelines.parallel import single_threaded
-from circuitstat.pipelines.plan import calibrate, estimate_seconds, plan_costs
+from circuitstat.pipelines.plan import plan_costs
 
 TINY = "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=1"
 SMALL = "random:gpt2?n_layer=2&n_head=4&n_embd=64&vocab_size=256&n_positions=64&seed=0"
@@ -46,26 +45,26 @@ def test_plan_with_a_budget_shrinks_the_batch():
     assert all(isinstance(v, str) and "give at least" in v for v in tiny.values())  # each refusal, not a crash
 
 
-def _measured(model, task, method: str, batch_size: int) -> float:
-    with single_threaded():  # as the attribute command computes
-        t0 = time.perf_counter()
-        attribute(model, task, method, batch_size=batch_size, progress=False)
-        return time.perf_counter() - t0
+def test_plan_states_its_clock_load_and_its_own_cost_in_counted_model_passes(tmp_path, monkeypatch):
+    """Issue 38: --plan calibrated in wall time on a busy machine without saying so (GPT-2-small exact
+    priced at 21 h against 2.9 h) and took minutes. It times CPU time with one thread, prints the load,
+    and prints how many model passes it ran, which must be what it ran."""
+    from circuitstat.circuits.model import CircuitModel
 
+    calls = []
+    real = CircuitModel.run
 
-@pytest.mark.slow
-@pytest.mark.parametrize("method", ["exact", "eap", "eap-ig-inputs"])
-def test_time_estimate_is_within_2x_of_the_measured_time(method):
-    # On a shared machine single timings are disturbed upwards only, so both sides take the fastest of
-    # three rounds (calibration, then the measured run): the ratio compares undisturbed times.
-    model = load_model(SMALL)
-    task = build_task(model, "induction", n=12, seed=0)
-    P = int(task.clean.shape[1])
-    cost = method_cost(model.cfg, method, n=12, positions=P, batch_size=4)
-    estimates, measured = [], []
-    for _ in range(3):
-        cal = calibrate(model, task, 4)
-        estimates.append(estimate_seconds(cal, model, cost, n=12))
-        measured.append(_measured(model, task, method, 4))
-    ratio = min(estimates) / min(measured)
-    assert 0.5 <= ratio <= 2.0, (method, estimates, measured)
+    def counted(self, ids, *a, **kw):
+        calls.append(int(ids.shape[0]))
+        return real(self, ids, *a, **kw)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(CircuitModel, "run", counted)
+    res = CliRunner().invoke(app, ["attribute", "--model", SMALL, "--n", "8", "--batch-size", "4", "--plan"])
+    assert res.exit_code == 0, res.output + res.stderr
+    assert "one thread, CPU time:" in res.stdout and "time: CPU time of one thread per worker" in res.stdout
+    line = next(x for x in res.stdout.splitlines() if x.startswith("calibration cost:"))
+    passes = int(re.search(r"(\d+) model passes", line).group(1))
+    # every pass of the command is the calibration's (the counts come from shapes), the exact probe included
+    assert passes == len(calls) and 0 < passes <= 22, (passes, calls)  # 38 before issue 38
+    assert re.search(r"load average \d+\.\d on \d+ cores?; wall / CPU", line), line
