@@ -1,6 +1,6 @@
 """What an attribution run will cost, from the model's shape alone: passes, FLOPs and peak memory.
 
-Counts follow ``circuits.attribution`` (per batch of B examples padded to P positions):
+Counts follow ``circuitstat.circuits.attribution`` (per batch of B examples padded to P positions):
 
 * every method first runs the counterfactual forward (the ablation's sender outputs, no logits);
 * ``eap``: one clean forward with receiver gradients and one backward, then the edge contraction
@@ -17,7 +17,7 @@ Counts follow ``circuits.attribution`` (per batch of B examples padded to P posi
   depend on the data: the estimate counts every row at every position.)
   At node level: one run per sender from the sender's layer on.
 
-Family features (circuits.engine): a q/k norm over the whole projection (OLMo 2) makes each q/k
+Family features (circuitstat.circuits.engine): a q/k norm over the whole projection (OLMo 2) makes each q/k
 suffix row project every head (H d_head or H_kv d_head wide, not d_head) and adds two projections
 per kind to each gradient run's backward (the norm's coupling term); post-norms on the attention
 output (Gemma 2/3, OLMo 2) keep each layer's summed attention output S_l in the kept runs, and make
@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 from .graph import ComponentGraph
 from .engine.config import ModelConfig
 from .limits import parse_bytes  # noqa: F401 - re-exported: sizes such as --max-memory 2GiB
@@ -98,7 +98,7 @@ def backward_flops(cfg: ModelConfig, P: int) -> int:
     """The backward (activation gradients only; weights are frozen) of a full forward."""
     linear, products = layer_flops(cfg, P)
     coupling = 0
-    if cfg.qk_norm == "full":  # the pre-norm projection recomputed and W pᵀ, per kind (circuits.engine.gradients)
+    if cfg.qk_norm == "full":  # the pre-norm projection recomputed and W pᵀ, per kind (circuitstat.circuits.engine.gradients)
         coupling = sum(2 * 2 * P * cfg.d_model * _qk_width(cfg, kind) for kind in (0, 1))
     return cfg.n_layers * (linear + 2 * products + coupling) + unembed_flops(cfg)
 
@@ -245,7 +245,7 @@ def method_cost(cfg: ModelConfig, method: str, *, n: int, positions: int, level:
             U = sum(int(g.n_upstream[r]) for r in group)
             rows += n * U
             flops += n * sum(int(g.n_upstream[r]) * suffix_flops(cfg, g, r, P) for r in group)
-            # a group's rows share each suffix call, max_rows at a time (circuits.attribution._layer_rows)
+            # a group's rows share each suffix call, max_rows at a time (circuitstat.circuits.attribution._layer_rows)
             passes += sum(math.ceil(b * U / max_rows) for b in batches) * (L - layer + 1)
         row_peak = min(max_rows, B * int(g.n_upstream.max()))
     else:

@@ -3,7 +3,7 @@
 Run from the repository root (about 2 minutes on one core):
     OMP_NUM_THREADS=1 PYTHONPATH=. python docs/make_verified_tables.py > /tmp/verified-tables.md
 Populations: the zoo induction pair and the planted background-3 pair (tests/fixtures), and the synthetic
-stats.verified.coverage.paired_population (seed 7; a second seed, 11 with fail_share 0.6, as a check).
+circuitstat.stats.verified.coverage.paired_population (seed 7; a second seed, 11 with fail_share 0.6, as a check).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from fixture_populations import load_planted_pair, load_zoo_pair  # noqa: E402
-from stats.verified.coverage import paired_population, simulate_verified  # noqa: E402
+from circuitstat.stats.verified.coverage import paired_population, simulate_verified  # noqa: E402
 
 N, D, NS = 512, 1000, (8, 16, 32)
 FORMS = (("z", "pooled"), ("t2", "labelled"), ("tk", "labelled"), ("tka", "labelled"))

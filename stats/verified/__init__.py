@@ -1,16 +1,16 @@
 """Verified runs: intervals for the mean *exact* effect from an approximation on N prompts and exact on n.
 
-* stats.verified.ppi: PPI++ (Angelopoulos, Duchi & Zrnic 2023) for per-edge means, vectorised, with the
+* circuitstat.stats.verified.ppi: PPI++ (Angelopoulos, Duchi & Zrnic 2023) for per-edge means, vectorised, with the
   small-n interval forms the coverage study compares;
-* stats.verified.result: ``verified_means`` and its ``VerifiedResult`` (the public entry point);
-* stats.verified.reliability: the per-edge reliability flag;
-* stats.verified.missed: an upper bound on the unverified edges whose mean exact effect exceeds a threshold;
-* stats.verified.coverage: simulated coverage on paired populations (exact and approximation per prompt).
+* circuitstat.stats.verified.result: ``verified_means`` and its ``VerifiedResult`` (the public entry point);
+* circuitstat.stats.verified.reliability: the per-edge reliability flag;
+* circuitstat.stats.verified.missed: an upper bound on the unverified edges whose mean exact effect exceeds a threshold;
+* circuitstat.stats.verified.coverage: simulated coverage on paired populations (exact and approximation per prompt).
 """
 
 from __future__ import annotations
 
-from reports.lazy import lazy_names
+from circuitstat.core.lazy import lazy_names
 
 _MODULES = {
     ".result": ["VerifiedResult", "verified_means", "verified_estimand"],

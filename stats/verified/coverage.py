@@ -5,7 +5,7 @@ simulated verified run draws N prompts with replacement (so the estimand of ever
 the population's exact column mean X.mean(0)), computes the approximation on all N and exact on the
 first n of them (the N are i.i.d., so the first n are a uniformly random subset), and builds the PPI++
 interval with the other N − n as the unlabelled prompts. Datasets are simulated side by side as
-columns (stats.populations.stack_datasets' layout), so one call of the per-edge code serves every
+columns (circuitstat.stats.populations.stack_datasets' layout), so one call of the per-edge code serves every
 dataset.
 
 Two references are simulated on the same datasets: exact on all N prompts (t interval; the cost a
@@ -23,8 +23,8 @@ from typing import Sequence
 import numpy as np
 from scipy import special
 
-from reports.seeds import as_seed_sequence, spawn_seeds
-from stats.populations import spiky_population
+from circuitstat.core.seeds import as_seed_sequence, spawn_seeds
+from circuitstat.stats.populations import spiky_population
 
 from .ppi import DEFAULT_INTERVAL, DEFAULT_TUNING, ppi_fit, ppi_intervals
 from .reliability import verified_reliability
@@ -39,7 +39,7 @@ def paired_population(n_pop: int, n_edges: int, *, seed: int | np.random.SeedSeq
                       fail_share: float = 0.3) -> tuple[np.ndarray, np.ndarray]:
     """Return (exact X, approximation A) [n_pop, n_edges]: a spiky exact population and a biased approximation.
 
-    X is stats.populations.spiky_population. A = b_e X + c_e + noise: slope b_e in [0.3, 1.2], offset
+    X is circuitstat.stats.populations.spiky_population. A = b_e X + c_e + noise: slope b_e in [0.3, 1.2], offset
     c_e ~ N(0, 0.3) SD(X), noise of SD s_e in [0.05, 1] times SD(X) (Student-t(3) on half the edges). On a
     share ``fail_share`` of edges the approximation also fails on a random q_e in [1%, 10%] of prompts,
     where it reads 0 (a saturated attention: EAP's typical miss).
@@ -74,7 +74,7 @@ def simulate_verified(X: np.ndarray, A: np.ndarray, N: int, n: int, n_datasets: 
 
     Also {"exact_all": {covered, width}} and {"exact_n": {covered, width}}: the t intervals of exact on
     all N prompts and on the n labelled ones (``REFERENCES``). ``reliable`` is
-    stats.verified.reliability's flag of each (dataset, edge) cell.
+    circuitstat.stats.verified.reliability's flag of each (dataset, edge) cell.
     """
     X, A = np.asarray(X, np.float64), np.asarray(A, np.float64)
     if X.shape != A.shape or X.ndim != 2:

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from reports.errors import InputError
-from reports.results import Result
+from circuitstat.core.errors import InputError
+from circuitstat.core.results import Result
 
 __all__ = ["hypergeometric_cdf", "hypergeometric_upper", "possibly_above", "MissedEdgesResult",
            "missed_edges_bound", "MISSED_ESTIMAND"]

@@ -19,7 +19,7 @@ rounding with λ per edge (ppi_py's ``lam_optim_mode="element"``). An edge whose
 constant gets λ = 0 (ppi_py: 0/0).
 
 Small n (8-32 labelled prompts) under heavy tails is where that form fails; the defaults here are the
-forms the coverage study chose (stats.verified.coverage; docs/verified.md): see ``TUNINGS`` and
+forms the coverage study chose (circuitstat.stats.verified.coverage; docs/verified.md): see ``TUNINGS`` and
 ``INTERVALS``.
 """
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 __all__ = ["PPIFit", "TUNINGS", "DEFAULT_TUNING", "INTERVALS", "DEFAULT_INTERVAL", "power_tuning", "ppi_fit",
            "ppi_intervals", "check_ppi_inputs"]
@@ -65,7 +65,7 @@ class PPIFit:
     imputed_mean: np.ndarray      # mean(Yhat_u)
     imputed_var: np.ndarray       # Var(Yhat_u), divisor N_u − 1
     imputed_kurtosis: np.ndarray  # excess kurtosis of Yhat_u
-    approx_tail_share: np.ndarray  # stats.reliability's tail share of Yhat_u (for the reliability flag)
+    approx_tail_share: np.ndarray  # circuitstat.stats.reliability's tail share of Yhat_u (for the reliability flag)
     rectifier: np.ndarray         # Y − λ Yhat on the labelled prompts [n, E]
     n: int
     n_unlabelled: int
@@ -129,7 +129,7 @@ def ppi_fit(Y: np.ndarray, Yhat: np.ndarray, Yhat_u: np.ndarray, lam: float | np
         np.asarray(lam, np.float64), (E,)).copy()
     rect = Y - lam * Yhat
     mu = Yhat_u.mean(0)
-    from stats.reliability import tail_share
+    from circuitstat.stats.reliability import tail_share
 
     return PPIFit(lam * mu + rect.mean(0), lam, mu, Yhat_u.var(0, ddof=1), _excess_kurtosis(Yhat_u),
                   tail_share(Yhat_u), rect, Y.shape[0], Yhat_u.shape[0], tuned, tuning)

@@ -4,8 +4,8 @@ Two places can carry an edge's estimate on a few prompts, and a verified run see
 
 * the labelled rectifier Y − λ Yhat (n prompts): when its single most extreme prompt carries more than
   half of sum |r − median(r)|, the SE and the t quantile rest on that one prompt;
-* the approximation on the unlabelled prompts (N_u of them): its tail share (stats.reliability, the
-  k = ceil(sqrt(N_u)) prompts farthest from the median) above stats.reliability's 0.6 says the imputed
+* the approximation on the unlabelled prompts (N_u of them): its tail share (circuitstat.stats.reliability, the
+  k = ceil(sqrt(N_u)) prompts farthest from the median) above circuitstat.stats.reliability's 0.6 says the imputed
   mean rests on a few prompts whose exact effect nobody computed.
 
 What no flag can see is a heavy tail absent from the data: an edge whose mean rests on prompts rarer
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stats.reliability import RELIABLE_MAX_TAIL_SHARE, tail_share
+from circuitstat.stats.reliability import RELIABLE_MAX_TAIL_SHARE, tail_share
 
 __all__ = ["RELIABLE_MAX_RECTIFIER_SHARE", "verified_reliability"]
 
@@ -27,7 +27,7 @@ RELIABLE_MAX_RECTIFIER_SHARE = 0.5
 
 
 def verified_reliability(fit) -> dict[str, np.ndarray]:
-    """Return {rectifier_share, approx_tail_share, reliable} per edge of a stats.verified.ppi.PPIFit."""
+    """Return {rectifier_share, approx_tail_share, reliable} per edge of a circuitstat.stats.verified.ppi.PPIFit."""
     r_share = tail_share(fit.rectifier, k=1)
     a_share = fit.approx_tail_share
     return {"rectifier_share": r_share, "approx_tail_share": a_share,

@@ -3,10 +3,10 @@
 Phase 1 computes an approximation (EAP, EAP-IG, AtP*) on all N prompts; phase 2 computes exact patching
 on a uniformly random subset of n of them (drawn from a recorded seed by the caller). `verified_means`
 takes both as arrays and returns a `VerifiedResult`: per edge the PPI++ estimate of the mean exact
-effect (stats.verified.ppi), its interval in the small-n form the coverage study chose, the p-value
-inverting that interval, BH (or BY) q-values over edges (stats.testing), the power-tuning weight, the
+effect (circuitstat.stats.verified.ppi), its interval in the small-n form the coverage study chose, the p-value
+inverting that interval, BH (or BY) q-values over edges (circuitstat.stats.testing), the power-tuning weight, the
 approximation's own mean beside it (a different estimand, labelled so) and a reliability flag
-(stats.verified.reliability).
+(circuitstat.stats.verified.reliability).
 
 The N − n unlabelled prompts play PPI++'s unlabelled sample: the subset is uniformly random among
 i.i.d. prompts, so labelled and unlabelled prompts are independent samples of the prompt distribution,
@@ -20,8 +20,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from reports.errors import InputError
-from reports.results import ConfidenceInterval, Result
+from circuitstat.core.errors import InputError
+from circuitstat.core.results import ConfidenceInterval, Result
 
 from .ppi import DEFAULT_INTERVAL, DEFAULT_TUNING, INTERVALS, TUNINGS, ppi_fit, ppi_intervals
 from .reliability import verified_reliability
@@ -116,7 +116,7 @@ def verified_means(approx: np.ndarray, exact: np.ndarray, labelled: Any, *, conf
     prompts ``labelled`` (n row indices into ``approx``, or a boolean mask), in that order. The
     labelled prompts must be a uniformly random subset; the others are PPI++'s unlabelled sample.
     """
-    from stats.testing import adjust_pvalues
+    from circuitstat.stats.testing import adjust_pvalues
 
     A = np.asarray(approx, dtype=np.float64)
     if A.ndim != 2:

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from circuits import load_model
-from circuits.ablation import Ablation
-from circuits.attribution import METHODS, attribute
-from reports.errors import InputError
-from circuits.tasks import make_task
+from circuitstat.circuits import load_model
+from circuitstat.circuits.ablation import Ablation
+from circuitstat.circuits.attribution import METHODS, attribute
+from circuitstat.core.errors import InputError
+from circuitstat.circuits.tasks import make_task
 
 SPEC = "random:gpt2?n_layer=2&n_head=4&n_embd=64&vocab_size=97&n_positions=64&seed=1"
 

@@ -1,4 +1,4 @@
-"""stats.verified.missed: the bound on unverified edges above τ, against scipy and over simulated datasets."""
+"""circuitstat.stats.verified.missed: the bound on unverified edges above τ, against scipy and over simulated datasets."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from stats.verified.missed import (hypergeometric_cdf, hypergeometric_upper, missed_edges_bound,
+from circuitstat.stats.verified.missed import (hypergeometric_cdf, hypergeometric_upper, missed_edges_bound,
                                    possibly_above)
 
 

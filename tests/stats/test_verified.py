@@ -1,4 +1,4 @@
-"""stats.verified: PPI++ per-edge means of the exact effect against ppi_py, its p/q-values and input checks.
+"""circuitstat.stats.verified: PPI++ per-edge means of the exact effect against ppi_py, its p/q-values and input checks.
 
 The coverage study is tests/stats/test_verified_coverage.py; the missed-edges bound tests/stats/test_missed_edges.py.
 """
@@ -9,9 +9,9 @@ import numpy as np
 import ppi_py  # ppi-python, a dev dependency (pyproject's dev extras): the reference implementation
 import pytest
 
-from reports.errors import InputError
-from stats.verified import verified_means
-from stats.verified.ppi import INTERVALS, ppi_fit, ppi_intervals, power_tuning
+from circuitstat.core.errors import InputError
+from circuitstat.stats.verified import verified_means
+from circuitstat.stats.verified.ppi import INTERVALS, ppi_fit, ppi_intervals, power_tuning
 
 
 def _pair(n: int, N: int, E: int, seed: int = 0):
@@ -164,7 +164,7 @@ def test_pooled_tuning_collapses_lambda_on_the_zoos_spiky_edges() -> None:
     # docs/verified.md: where EAP tracks exact (per-example correlation 0.999) but one rare prompt carries
     # the mean, ppi_py's pooled λ̂ falls to ~0 at n = 16; the labelled tuning keeps it near 1
     from fixture_populations import load_zoo_pair
-    from stats.verified.coverage import simulate_verified
+    from circuitstat.stats.verified.coverage import simulate_verified
 
     X, A, names = load_zoo_pair()
     e = [names.index("a0.h3->a1.h2<q>")]

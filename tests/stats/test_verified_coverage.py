@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from fixture_populations import load_planted_pair, load_zoo_pair
-from stats.verified.coverage import simulate_verified
+from circuitstat.stats.verified.coverage import simulate_verified
 
 N, D = 512, 300
 
