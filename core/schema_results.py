@@ -52,7 +52,33 @@ def _data_level(name: str, covers: str) -> tuple[tuple, ...]:
             *_ci(f"{name}_ci", name, covers, claimable=False))
 
 
+VERIFIED_COVERS = ("the mean exact effect over the task's prompt distribution, verified on n of N prompts "
+                   "(PPI++; column 'estimand' names n and N)")
+MISSED_COVERS = "the number of unverified edges whose mean exact effect exceeds tau (a one-sided bound; 'level' column)"
+
 RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
+    _table("verified", "circuitstat.stats.verified.VerifiedResult: per-edge PPI++ estimate of the mean exact effect",
+           _EDGE, _EDGE_NAME, ("estimate", F, "PPI++ estimate of the mean exact effect"),
+           ("standard_error", F, "its standard error"), *_ci("ci", "the estimate", VERIFIED_COVERS, False),
+           ("df", F, "degrees of freedom of the interval's t quantile (inf for z)"),
+           ("pvalue", F, "two-sided p-value of mean exact effect 0, inverting the interval"),
+           ("qvalue", F, "FDR-adjusted p-value over edges (params: correction)"),
+           ("lam", F, "power-tuning weight (0: exact only, 1: plain PPI)"),
+           ("approx_mean", F, "the approximation's own mean over all N prompts (not the verified estimand)"),
+           ("rectifier_share", F, "share of the labelled rectifier's spread carried by its most extreme prompt"),
+           ("approx_tail_share", F, "tail share of the approximation over the unlabelled prompts"),
+           ("interval_reliable", B, "false when a few prompts carry the estimate"),
+           ("n_labelled", I, "prompts patched exactly (n)"), ("n_prompts", I, "prompts with the approximation (N)"),
+           ("estimand", S, "what the interval covers, with n and N")),
+    _table("missed_edges", "circuitstat.stats.verified.MissedEdgesResult: bound on unverified edges above a threshold",
+           ("tau", F, "threshold on |mean exact effect|"), ("n_top", I, "top candidate edges verified"),
+           ("n_remaining", I, "edges outside the top the random sample was drawn from (R)"),
+           ("n_sampled", I, "randomly sampled edges verified (r)"), ("n_unverified", I, "R - r"),
+           ("sampled_above", I, "sampled edges whose interval does not exclude |effect| > tau"),
+           *_ci("missed", "the count of unverified edges above tau", MISSED_COVERS, False),
+           ("remaining_above_high", I, "upper bound on all R remaining edges above tau"),
+           ("level", F, "level the bound holds at (hypergeometric and classification errors, Bonferroni)"),
+           ("estimand", S, "what the bound covers")),
     _table("bootstrap", "circuitstat.stats.intervals.BootstrapResult: per column (edge) estimate, SE, intervals and p-values",
            _EDGE, _EDGE_NAME, ("estimate", F, "mean over rows"), ("standard_error", F, "bootstrap standard error"),
            ("bias", F, "bootstrap bias estimate"), *_ci("ci", "the estimate (primary method)", ROW_MEAN, False),

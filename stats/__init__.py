@@ -30,5 +30,6 @@ _MODULES = {
     ".sinks": ["SinkResult", "sink_relation", "sink_stability"],
     ".head_pairs": ["PairSimilarities", "pair_similarities", "residual_cka"],
     ".study_claims": ["StudyDesign", "claims_table"],
+    ".verified": ["VerifiedResult", "verified_means", "MissedEdgesResult", "missed_edges_bound"],
 }
 __all__, __getattr__ = lazy_names(__name__, _MODULES)

@@ -37,3 +37,21 @@ def load_zoo_pair() -> tuple[np.ndarray, np.ndarray, list[str]]:
     if eap_names != names:
         raise AssertionError("the EAP fixture's edges are not the exact fixture's")
     return exact, eap, names
+
+
+PLANTED_VERIFIED_FIXTURE = Path(__file__).parent / "fixtures" / "groundtruth-verified-planted3.parquet"
+
+
+def load_planted_pair(path: Path = PLANTED_VERIFIED_FIXTURE) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Return (exact [1024, E], EAP [1024, E], edge names) of planted:induction?background=3 (EAP badly biased).
+
+    Columns ``exact:<edge>`` and ``eap:<edge>`` of one prompt per row (see
+    fixtures/make_groundtruth_verified.py); only the 50 edges whose scores vary are kept.
+    """
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    names = [c.split(":", 1)[1] for c in table.column_names if c.startswith("exact:")]
+    exact = np.column_stack([table[f"exact:{n}"].to_numpy() for n in names]).astype(np.float64)
+    eap = np.column_stack([table[f"eap:{n}"].to_numpy() for n in names]).astype(np.float64)
+    return exact, eap, names

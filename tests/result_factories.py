@@ -232,7 +232,24 @@ def head_study(tmp: Path) -> Any:
 
 
 #: Result class name -> factory (factories taking a path get a temporary directory)
+def verified() -> Any:
+    from circuitstat.stats.verified import verified_means
+
+    exact_all = _scores().astype(np.float64)
+    approx = 0.8 * exact_all + 0.3 * RNG.standard_normal(exact_all.shape)
+    rows = RNG.choice(N, 8, replace=False)
+    return verified_means(approx, exact_all[rows], rows, edge_names=[f"e{i}" for i in range(E)])
+
+
+def missed_edges() -> Any:
+    from circuitstat.stats.verified import missed_edges_bound
+
+    return missed_edges_bound(np.array([True, False, False, False]), 40, tau=0.5, n_top=5,
+                              confidence_level=0.975, classification_level=0.975)
+
+
 FACTORIES: dict[str, Callable[..., Any]] = {
+    "VerifiedResult": verified, "MissedEdgesResult": missed_edges,
     "BootstrapResult": bootstrap, "EdgeTestResult": edge_tests, "StabilityResult": stability,
     "ApproximationResult": approximation, "VarianceComponentsResult": variance, "ICCResult": icc,
     "CalibrationResult": calibration, "FaithfulnessInterval": fixed_faithfulness, "SimilarityResult": similarity,

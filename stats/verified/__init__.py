@@ -1,0 +1,22 @@
+"""Verified runs: intervals for the mean *exact* effect from an approximation on N prompts and exact on n.
+
+* circuitstat.stats.verified.ppi: PPI++ (Angelopoulos, Duchi & Zrnic 2023) for per-edge means, vectorised, with the
+  small-n interval forms the coverage study compares;
+* circuitstat.stats.verified.result: ``verified_means`` and its ``VerifiedResult`` (the public entry point);
+* circuitstat.stats.verified.reliability: the per-edge reliability flag;
+* circuitstat.stats.verified.missed: an upper bound on the unverified edges whose mean exact effect exceeds a threshold;
+* circuitstat.stats.verified.coverage: simulated coverage on paired populations (exact and approximation per prompt).
+"""
+
+from __future__ import annotations
+
+from circuitstat.core.lazy import lazy_names
+
+_MODULES = {
+    ".result": ["VerifiedResult", "verified_means", "verified_estimand"],
+    ".ppi": ["ppi_fit", "ppi_intervals", "power_tuning", "INTERVALS", "DEFAULT_INTERVAL", "TUNINGS",
+             "DEFAULT_TUNING"],
+    ".missed": ["MissedEdgesResult", "missed_edges_bound", "hypergeometric_upper"],
+    ".coverage": ["paired_population", "simulate_verified"],
+}
+__all__, __getattr__ = lazy_names(__name__, _MODULES)

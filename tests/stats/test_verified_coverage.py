@@ -1,0 +1,73 @@
+"""Coverage of verified-run intervals for the mean exact effect, on two real paired populations.
+
+Populations with exact and EAP scores for every one of 1024 prompts: the zoo's attention-only induction
+model (EAP's per-example scores track exact closely, with rare huge prompts) and the planted induction
+model with background 3 (EAP badly biased: two true edges read 0 where exact is -0.87). A dataset draws
+N = 512 prompts with replacement (the estimand is the population's exact mean) and verifies a uniformly
+random n of them. Coverage is bounded from both sides, pooled over edges, with the dataset as the Monte
+Carlo unit; per edge the flagged-reliable cells must cover, except on edges where exact patching on all
+N prompts fails too (a prompt rarer than 1/N carries their mean: no interval from N prompts can see it).
+The numbers are printed (pytest -s) and recorded in docs/verified.md.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fixture_populations import load_planted_pair, load_zoo_pair
+from circuitstat.stats.verified.coverage import simulate_verified
+
+N, D = 512, 300
+
+
+@pytest.fixture(scope="module")
+def populations() -> dict:
+    X, A, names = load_zoo_pair()
+    P, Q, pnames = load_planted_pair()
+    return {"zoo": (X, A, names), "planted3": (P, Q, pnames)}
+
+
+def _pooled(covered: np.ndarray) -> tuple[float, float]:
+    """Pooled coverage and its Monte Carlo SE with the dataset as the unit."""
+    per = covered.mean(1)
+    return float(covered.mean()), float(per.std(ddof=1) / np.sqrt(per.size))
+
+
+@pytest.mark.parametrize("pop", ["zoo", "planted3"])
+@pytest.mark.parametrize("n", [8, 16, 32])
+def test_verified_interval_covers_the_mean_exact_effect(populations, pop: str, n: int) -> None:
+    X, A, names = populations[pop]
+    r = simulate_verified(X, A, N, n, D, seed=1000 + n)
+    cov, rel = r["tka"]["covered"], r["tka"]["reliable"]
+    pooled, se = _pooled(cov)
+    edge = cov.mean(0)
+    ref = r["exact_all"]["covered"].mean(0)
+    hits, counts = (cov & rel).sum(0), rel.sum(0)
+    with np.errstate(invalid="ignore"):
+        rel_edge = hits / counts
+    worst = int(np.nanargmin(np.where(counts >= 30, rel_edge, np.nan)))
+    print(f"\n{pop} n={n}: pooled {pooled:.3f} ± {se:.3f}; worst edge {names[int(edge.argmin())]} {edge.min():.3f} "
+          f"(exact on all N there: {ref[edge.argmin()]:.3f}); flagged reliable {rel.mean():.2f} of cells, "
+          f"worst flagged edge {names[worst]} {rel_edge[worst]:.3f}")
+    # both sides: too narrow and uselessly wide both fail
+    assert 0.93 <= pooled <= 0.98
+    # per edge, among flagged-reliable cells, where exact on all N prompts covers (>= 0.93) and the edge
+    # has enough flagged cells to measure: at least 0.90 up to 2 binomial MC SE over datasets
+    assessable = (counts >= 30) & (ref >= 0.93)
+    floor = 0.90 - 2 * np.sqrt(0.09 / np.maximum(counts, 1))
+    bad = [(names[e], round(float(rel_edge[e]), 3), int(counts[e])) for e in np.flatnonzero(assessable & (rel_edge < floor))]
+    if n >= 16:
+        assert bad == []
+    else:  # n = 8: measured failures of the flag on heavy-tailed EAP errors (docs/verified.md); bounded here
+        assert len(bad) <= 0.1 * len(names) and all(v >= 0.80 for _, v, _ in bad), bad
+
+
+def test_ppi_py_form_undercovers_where_the_chosen_form_covers(populations) -> None:
+    # the reference PPI++ form (normal quantile, λ from the pooled variance) is the one the issue measured
+    # failing at small n: the same bounds must reject it, so the test above can fail
+    X, A, _ = populations["zoo"]
+    r = simulate_verified(X, A, N, 16, D, seed=7, methods=("z",), tuning="pooled")
+    pooled, se = _pooled(r["z"]["covered"])
+    assert pooled < 0.93 - 2 * se
+    assert r["z"]["covered"].mean(0).min() < 0.6
