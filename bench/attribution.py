@@ -37,10 +37,10 @@ def _best(fn, repeat=3):
 
 
 def bench_eap() -> dict:
-    from circuits import load_hf
-    from circuits.attribution import attribute
-    from circuits.convert import from_hf
-    from circuits.tasks import make_task
+    from circuitstat.circuits import load_hf
+    from circuitstat.circuits.attribution import attribute
+    from circuitstat.circuits.convert import from_hf
+    from circuitstat.circuits.tasks import make_task
 
     hf = load_hf("random:gpt2?n_layer=12&n_head=12&n_embd=768&vocab_size=50257&seed=0")
     model = from_hf(hf)
@@ -80,7 +80,7 @@ def exact_flop_ceiling(cfg, P: int) -> float:
         return (L - layer - 2) * full + last if layer < L - 1 else 0
 
     ours = ref = 0.0
-    g = __import__("circuits.graph", fromlist=["ComponentGraph"]).ComponentGraph(L, H, cfg.has_mlp, cfg.parallel)
+    g = __import__("circuitstat.circuits.graph", fromlist=["ComponentGraph"]).ComponentGraph(L, H, cfg.has_mlp, cfg.parallel)
     for layer in range(L):
         U = g.upstream_of_attention(layer)
         after_head = 0 if cfg.parallel else mlp
@@ -99,10 +99,10 @@ def bench_exact(n_layers: int, ref_edges: int = 300, seed: int = 0, corrupt: str
     most ``ref_edges`` edges and its time is scaled per edge to all edges."""
     import numpy as np
 
-    from circuits import Intervention, load_model
-    from circuits.ablation import last_index
-    from circuits.attribution import attribute
-    from circuits.tasks import make_task
+    from circuitstat.circuits import Intervention, load_model
+    from circuitstat.circuits.ablation import last_index
+    from circuitstat.circuits.attribution import attribute
+    from circuitstat.circuits.tasks import make_task
 
     model = load_model(f"random:gpt2?n_layer={n_layers}&n_head=4&n_embd=128&vocab_size=512&n_positions=64&seed=0")
     task = make_task("induction", vocab_size=512, n=16, seed=0, seq_len=10, corrupt=corrupt)
@@ -133,9 +133,9 @@ def bench_exact(n_layers: int, ref_edges: int = 300, seed: int = 0, corrupt: str
 
 
 def _memory_child(n: int) -> None:
-    from circuits import load_model
-    from circuits.attribution import attribute
-    from circuits.tasks import make_task
+    from circuitstat.circuits import load_model
+    from circuitstat.circuits.attribution import attribute
+    from circuitstat.circuits.tasks import make_task
 
     model = load_model("random:gpt2?n_layer=4&n_head=8&n_embd=256&vocab_size=2048&n_positions=64&seed=0")
     task = make_task("induction", vocab_size=2048, n=n, seed=0, seq_len=10)

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from scipy import stats
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from stats.intervals import bootstrap_edges  # noqa: E402
+from circuitstat.stats.intervals import bootstrap_edges  # noqa: E402
 
 
 def _time(fn, repeat: int = 1):
@@ -105,8 +105,8 @@ def main() -> None:
 
 def data_level_cost(seed: int) -> None:
     """Print the stability stage's time with and without data-level intervals on the demo's shape."""
-    from stats.stability import circuit_stability
-    from stats.stability_data import METHODS
+    from circuitstat.stats.stability import circuit_stability
+    from circuitstat.stats.stability_data import METHODS
 
     fixture = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "zoo-induction-exact.parquet"
     S = np.column_stack([c.to_numpy() for c in pq.read_table(fixture).columns])[:64].astype(np.float32)

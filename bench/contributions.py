@@ -28,8 +28,8 @@ def _timed(fn, repeats: int) -> tuple[float, object]:
 def main() -> None:
     import torch
 
-    from pipelines.contributions import TokenContributions
-    from pipelines.heads import load_source
+    from circuitstat.pipelines.contributions import TokenContributions
+    from circuitstat.pipelines.heads.stability import load_source
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--recipe", default="attn-only-2l")

@@ -14,9 +14,9 @@ On a machine without CUDA (and no ``--device cpu``) it says so in one line and e
 3. bf16 and fp16 against fp32, per method: max |score difference| relative to the largest fp32 score,
    and the Spearman correlation of the scores (the reduced-precision model, float32 sums);
 4. throughput of EAP, EAP-IG (inputs, activations) and exact on a GPT-2-small shape and a Gemma-2-2B
-   shape with random weights (bf16): examples/s, and achieved TFLOP/s (circuits.plan's FLOP count over
+   shape with random weights (bf16): examples/s, and achieved TFLOP/s (circuitstat.circuits.plan's FLOP count over
    the measured time) against the device's peak for the dtype;
-5. peak memory (torch.cuda.max_memory_allocated) against the ``--plan`` estimate (circuits.plan).
+5. peak memory (torch.cuda.max_memory_allocated) against the ``--plan`` estimate (circuitstat.circuits.plan).
 
 Shapes: ``gpt2-small`` (12 x 768, 12 heads, vocabulary 50257) and ``gemma-2-2b`` (google/gemma-2-2b's
 config: 26 layers, 2304 wide, 8 heads of 256, 4 K/V heads, soft-caps, sandwich norms, windows, tied
@@ -57,17 +57,17 @@ class Row:
 
 
 def peak_tflops(device: torch.device, dtype: torch.dtype) -> float | None:
-    """The device's dense peak for ``dtype`` (None when unknown, e.g. a CPU): pipelines.plan's table."""
-    from pipelines.plan import peak_tflops as peak
+    """The device's dense peak for ``dtype`` (None when unknown, e.g. a CPU): circuitstat.pipelines.plan's table."""
+    from circuitstat.pipelines.plan import peak_tflops as peak
 
     return peak(torch.cuda.get_device_name(device), dtype) if device.type == "cuda" else None
 
 
 def shape_config(name: str, dry: bool):
-    """The ModelConfig of a benchmark shape (circuits.convert from a HF config on the meta device)."""
+    """The ModelConfig of a benchmark shape (circuitstat.circuits.convert from a HF config on the meta device)."""
     import transformers
 
-    from circuits.convert import from_hf
+    from circuitstat.circuits.convert import from_hf
 
     if name == "gpt2-small":
         c = transformers.GPT2Config(**({"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 512} if dry else {}))
@@ -86,7 +86,7 @@ def shape_config(name: str, dry: bool):
 
 def random_model(cfg, device: torch.device, dtype: torch.dtype, seed: int = 0):
     """A CircuitModel of ``cfg`` with random weights drawn on ``device`` (norms at their neutral scale)."""
-    from circuits.model import CircuitModel
+    from circuitstat.circuits.model import CircuitModel
 
     gen = torch.Generator(device=device).manual_seed(seed)
     with torch.device(device):
@@ -105,7 +105,7 @@ def random_model(cfg, device: torch.device, dtype: torch.dtype, seed: int = 0):
 
 def make_task(cfg, n: int, seq_len: int):
     """Induction prompts (repeated random tokens) on the model's vocabulary."""
-    from circuits.tasks import make_task as task
+    from circuitstat.circuits.tasks import make_task as task
 
     return task("induction", vocab_size=cfg.vocab_size, n=n, seed=0, seq_len=seq_len)
 
@@ -118,7 +118,7 @@ def _sync(device: torch.device) -> None:
 def run_method(model, task, method: str, batch_size: int, max_rows: int, dtype=None,
                rows=None) -> tuple[np.ndarray, float]:
     """(scores, seconds) of one attribution run (of ``rows`` only, when given)."""
-    from circuits.attribution import attribute
+    from circuitstat.circuits.attribution import attribute
 
     _sync(model.device)
     t0 = time.perf_counter()
@@ -150,7 +150,7 @@ def placement_row(model, task, shape: str) -> Row:
 
 def determinism_rows(model, task, shape: str, batch_size: int, max_rows: int) -> list[Row]:
     """Two runs of each method under deterministic algorithms: bitwise equal, or the op that has none."""
-    from pipelines.training.determinism import use_deterministic
+    from circuitstat.pipelines.training.determinism import use_deterministic
 
     use_deterministic(warn_only=False)
     rows = []
@@ -188,8 +188,8 @@ def dtype_rows(model, task, shape: str, batch_size: int, max_rows: int) -> list[
 
 def throughput_rows(model, task, shape: str, batch_size: int, max_rows: int) -> list[Row]:
     """Examples/s and achieved TFLOP/s per method, and peak memory against the plan's estimate."""
-    from circuits.limits import format_bytes
-    from circuits.plan import method_cost
+    from circuitstat.circuits.limits import format_bytes
+    from circuitstat.circuits.plan import method_cost
 
     dev, cfg = model.device, model.cfg
     n, P = int(task.clean.shape[0]), int(task.clean.shape[1])

@@ -2,7 +2,7 @@
 
 For each ground-truth model (every tracr fixture and the planted induction model) and method: seconds per
 prompt of the attribution (single-threaded, the fastest of ``--repeats``), and that as a multiple of one clean
-forward on the same batch; then the per-dataset scoring (stats.groundtruth_scoring.score_dataset: AUROCs,
+forward on the same batch; then the per-dataset scoring (circuitstat.stats.groundtruth_scoring.score_dataset: AUROCs,
 top-k, both per-edge tests with their bootstraps, stability selection) and the faithfulness family per
 dataset, at each N.  With these a study's CPU time is about
 
@@ -22,12 +22,12 @@ import warnings
 import numpy as np
 import torch
 
-from circuits.attribution import METHODS, attribute
-from circuits.groundtruth import load_groundtruth
-from circuits.groundtruth.compiled import compiled_names
-from pipelines.groundtruth_study import DEFAULT_MODELS, GroundTruthSpec
-from pipelines.parallel import single_threaded
-from stats.groundtruth_scoring import score_dataset
+from circuitstat.circuits.attribution import METHODS, attribute
+from circuitstat.circuits.groundtruth import load_groundtruth
+from circuitstat.circuits.groundtruth.compiled import compiled_names
+from circuitstat.pipelines.groundtruth import DEFAULT_MODELS, GroundTruthSpec
+from circuitstat.pipelines.parallel import single_threaded
+from circuitstat.stats.groundtruth_scoring import score_dataset
 
 
 def _best(fn, repeats: int) -> float:
@@ -72,8 +72,8 @@ def scoring_costs(sizes: list[int], repeats: int, spec: GroundTruthSpec) -> dict
 
 def faithfulness_cost(n: int, spec: GroundTruthSpec) -> float:
     """Seconds of the faithfulness family for one dataset of N prompts (planted model, population cached)."""
-    from pipelines.groundtruth_study import population_evaluations
-    from stats.groundtruth_scoring import faithfulness_dataset
+    from circuitstat.pipelines.groundtruth import population_evaluations
+    from circuitstat.stats.groundtruth_scoring import faithfulness_dataset
 
     gt = load_groundtruth(DEFAULT_MODELS[-2])
     task = gt.task(n, 0)

@@ -62,14 +62,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--models", type=Path, default=Path.home() / ".cache" / "circuitstat-bench" / "gpt2-small-random")
     args = ap.parse_args()
-    import circuits
+    import circuitstat.circuits as circuits
     import torch
 
     torch.set_num_threads(1)
     cache = Path(tempfile.mkdtemp(prefix="bench-integrity-"))
     os.environ["CIRCUITSTAT_CACHE"] = str(cache)
     os.environ["CIRCUITSTAT_CONVERSION_CACHE"] = "1"
-    from circuits import load_model
+    from circuitstat.circuits import load_model
 
     print(f"code: {Path(circuits.__file__).resolve().parent.parent}; cache {cache}")
     models = cached_models(args.models)  # fills this run's conversion cache
@@ -95,15 +95,15 @@ def main() -> None:
     row("weight hash of the loaded weights (CircuitModel._hash_weights)",
         lambda: m._hash_weights(sorted(m.state_dict().items())))
     try:
-        from reports.integrity import digest_file
+        from circuitstat.core.integrity import digest_file
     except ImportError:
         print("file digest, sealed chunk: not in this code (before the checks)")
     else:
-        row("sha256 of model.safetensors (reports.integrity.digest_file)",
+        row("sha256 of model.safetensors (circuitstat.core.integrity.digest_file)",
             lambda: digest_file(own_dir / "model.safetensors"))
         import numpy as np
 
-        from pipelines.checkpoint import AttributionJob, CheckpointStore, chunk_bounds
+        from circuitstat.pipelines.checkpoint import AttributionJob, CheckpointStore, chunk_bounds
 
         job = AttributionJob("w" * 64, "t" * 64, "logit_diff", "eap", "edge", "counterfactual", 16, 32491, 0, {})
         store = CheckpointStore(cache / "run", job, chunk_bounds(16, 16))

@@ -5,8 +5,8 @@ q/k norms, sandwich and post-norms, scaled rotary schedules), in float32, eager 
 
 * logits: max |HF - CircuitModel| over the real positions of 3 padded prompts of 9 tokens;
 * EAP: node-level EAP (circuitstat, sums of its edge scores) against the same quantity by autograd on the
-  HF model alone (circuits.parity.hf_node_eap), max |difference| relative to the largest score; and the
-  receiver-group gradients against HF autograd (circuits.parity.hf_branch_gradients), relative;
+  HF model alone (circuitstat.circuits.parity.hf_node_eap), max |difference| relative to the largest score; and the
+  receiver-group gradients against HF autograd (circuitstat.circuits.parity.hf_branch_gradients), relative;
 * exact: exact per-edge effects against brute force (one full run per edge, every edge), max |difference|
   relative to the largest effect (the effects are metric differences of order 1).
 
@@ -24,7 +24,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from circuits.parity import brute_force_edge_effects  # noqa: E402
+from circuitstat.circuits.parity import brute_force_edge_effects  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -33,11 +33,11 @@ def measure(family: str) -> dict:
     """The parity numbers of one family's fixture."""
     from families import batch, hf_model
 
-    from circuits.ablation import last_index
-    from circuits.attribution import attribute
-    from circuits.convert import from_hf
-    from circuits.parity import hf_branch_gradients, hf_node_eap, model_branch_gradients
-    from circuits.tasks import make_task
+    from circuitstat.circuits.ablation import last_index
+    from circuitstat.circuits.attribution import attribute
+    from circuitstat.circuits.convert import from_hf
+    from circuitstat.circuits.parity import hf_branch_gradients, hf_node_eap, model_branch_gradients
+    from circuitstat.circuits.tasks import make_task
 
     hf = hf_model(family, seed=2)
     m = from_hf(hf)

@@ -1,6 +1,6 @@
 """The cost plan against the measured run: time and memory ratios of `circuitstat attribute --plan`.
 
-For each bench model and method: the plan's estimated time (pipelines.plan: calibration on the
+For each bench model and method: the plan's estimated time (circuitstat.pipelines.plan: calibration on the
 model, priced by the method's passes) against the measured single-threaded attribute() time, and
 the plan's estimated activation memory (its peak less the weights) against the measured growth of
 the process's resident memory during the run (sampled from /proc/self/statm every millisecond,
@@ -19,12 +19,12 @@ import sys
 import threading
 import time
 
-from circuits import load_model
-from circuits.attribution import attribute
-from circuits.plan import method_cost, weight_bytes
-from pipelines.build import build_task
-from pipelines.parallel import single_threaded
-from pipelines.plan import calibrate, estimate_seconds
+from circuitstat.circuits import load_model
+from circuitstat.circuits.attribution import attribute
+from circuitstat.circuits.plan import method_cost, weight_bytes
+from circuitstat.pipelines.build import build_task
+from circuitstat.pipelines.parallel import single_threaded
+from circuitstat.pipelines.plan import calibrate, estimate_seconds
 
 # the issue's exact-patching family (4 heads, d_model 128) at two depths; and the GPT-2-small shape
 FAMILY = "random:gpt2?n_layer={L}&n_head=4&n_embd=128&vocab_size=512&n_positions=128&seed=0"

@@ -6,9 +6,9 @@ directory, wall time. Their difference is what start-up, imports, loading, conve
 writing cost; `python -c "import torch"` is printed beside it, since no command that computes can
 start without it. Wall and CPU seconds are both printed: on a shared machine CPU time is the steadier
 measure. Two cached forms of the same random GPT-2-small-shaped model are timed: a Hugging
-Face directory (its conversion cached by the first load, as circuits.cache does for every user)
+Face directory (its conversion cached by the first load, as circuitstat.circuits.cache does for every user)
 and a circuitstat model directory. This process keeps freed memory for reuse as the command line
-does (circuits.allocator), so both sides run under the same allocator. Rounds are interleaved;
+does (circuitstat.circuits.allocator), so both sides run under the same allocator. Rounds are interleaved;
 medians are printed.
 
     python bench/process.py [--repeats 3] [--n 24] [--cache DIR]
@@ -33,12 +33,12 @@ def cached_models(cache: Path) -> dict[str, Path]:
     """{form: directory} of the bench model, written once into ``cache``."""
     hf_dir, own_dir = cache / "hf", cache / "circuitstat"
     if not (hf_dir / "config.json").exists() or not (own_dir / "config.json").exists():
-        from circuits import load_model
-        from circuits.loading import random_hf_model
+        from circuitstat.circuits import load_model
+        from circuitstat.circuits.loading import random_hf_model
 
         random_hf_model(SOURCE).save_pretrained(hf_dir)
         load_model(SOURCE).save(own_dir)
-    from circuits import load_model
+    from circuitstat.circuits import load_model
 
     load_model(str(hf_dir))  # fills the conversion cache (a no-op when it is filled or turned off)
     return {"HF directory": hf_dir, "circuitstat directory": own_dir}
@@ -46,10 +46,10 @@ def cached_models(cache: Path) -> dict[str, Path]:
 
 def in_process(model_dir: Path, n: int, batch_size: int) -> tuple[float, float]:
     """(wall, CPU) seconds of attribute() alone on the loaded model (one thread)."""
-    from circuits import load_model
-    from circuits.attribution import attribute
-    from pipelines.build import build_task
-    from pipelines.parallel import single_threaded
+    from circuitstat.circuits import load_model
+    from circuitstat.circuits.attribution import attribute
+    from circuitstat.pipelines.build import build_task
+    from circuitstat.pipelines.parallel import single_threaded
 
     model = load_model(str(model_dir))
     task = build_task(model, "induction", n=n, seed=0)
@@ -76,7 +76,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=24)
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "circuitstat-bench" / "gpt2-small-random")
     args = ap.parse_args()
-    from circuits.allocator import reuse_freed_memory
+    from circuitstat.circuits.allocator import reuse_freed_memory
 
     reuse_freed_memory()
     models = cached_models(args.cache)
@@ -88,7 +88,7 @@ def main() -> None:
             torch_s.append(wall([sys.executable, "-c", "import torch"]))
             for form, d in models.items():
                 out = Path(tmp) / f"run-{r}-{form.split()[0]}"
-                whole[form].append(wall([sys.executable, "-m", "pipelines.cli", "attribute", "--model", str(d),
+                whole[form].append(wall([sys.executable, "-m", "circuitstat.pipelines.cli", "attribute", "--model", str(d),
                                          "--method", "eap", "--n", str(args.n), "--batch-size", str(args.batch_size),
                                          "--out", str(out)]))
                 inside[form].append(in_process(d, args.n, args.batch_size))

@@ -159,7 +159,7 @@ def reference_index(names: list[str], n_layers: int, n_heads: int) -> tuple[torc
 def compare(model, hooked, task, batch_size: int) -> dict:
     """Pearson, max |diff| / max |reference| and edge count of circuitstat's mean EAP scores against
     the reference's, edge for edge."""
-    from circuits.attribution import attribute
+    from circuitstat.circuits.attribution import attribute
 
     ours = torch.as_tensor(attribute(model, task, "eap", batch_size=batch_size, progress=False).scores).double().mean(0)
     ref_matrix = reference_eap(hooked, task.clean, task.corrupted, task.attention_mask, task.answer,
@@ -189,7 +189,7 @@ def time_in_process(model, hooked, task, batch_size: int) -> tuple[float, float]
     """Best-of-3 CPU seconds of (circuitstat's EAP, the reference's) on the loaded models."""
     from attribution import _best  # bench/attribution.py; it sets the thread count on import
 
-    from circuits.attribution import attribute
+    from circuitstat.circuits.attribution import attribute
 
     torch.set_num_threads(1)
     ours = _best(lambda: attribute(model, task, "eap", batch_size=batch_size, progress=False))
@@ -220,7 +220,7 @@ def whole_process(hf_dir: Path, own_dir: Path, task, args) -> dict[str, list]:
         for r in range(args.repeats):  # interleaved, so drift of a shared machine hits every side alike
             for form, d in (("HF directory", hf_dir), ("circuitstat directory", own_dir)):
                 whole[f"circuitstat, {form}"].append(wall([
-                    sys.executable, "-m", "pipelines.cli", "attribute", "--model", str(d), "--method", "eap",
+                    sys.executable, "-m", "circuitstat.pipelines.cli", "attribute", "--model", str(d), "--method", "eap",
                     "--n", str(args.n), "--batch-size", str(args.batch_size), "--out", str(Path(tmp) / f"run-{r}-{form[:2]}")]))
             whole[ref_side].append(wall([sys.executable, __file__, "--child", str(hf_dir), str(task_file),
                                          str(Path(tmp) / f"ref-{r}.pt"), str(args.batch_size), args.head_outputs]))
@@ -243,9 +243,9 @@ def main(argv: list[str] | None = None) -> None:
     import transformers
     from process import cached_models
 
-    from circuits import load_model
-    from circuits.loading import random_hf_model
-    from pipelines.build import build_task
+    from circuitstat.circuits import load_model
+    from circuitstat.circuits.loading import random_hf_model
+    from circuitstat.pipelines.build import build_task
 
     torch.set_num_threads(1)
     small = "random:gpt2?n_layer=4&n_head=4&n_embd=64&vocab_size=512&n_positions=64&seed=1"

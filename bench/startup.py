@@ -19,13 +19,13 @@ import time
 COMMANDS = {
     "python -c pass (floor)": [sys.executable, "-c", "pass"],
     "python -c 'import torch'": [sys.executable, "-c", "import torch"],
-    "circuitstat --help": [sys.executable, "-m", "pipelines.cli", "--help"],
-    "circuitstat check --help": [sys.executable, "-m", "pipelines.cli", "check", "--help"],
-    "circuitstat query --help": [sys.executable, "-m", "pipelines.cli", "query", "--help"],
-    "circuitstat report --help": [sys.executable, "-m", "pipelines.cli", "report", "--help"],
-    "circuitstat study --help": [sys.executable, "-m", "pipelines.cli", "study", "--help"],
+    "circuitstat --help": [sys.executable, "-m", "circuitstat.pipelines.cli", "--help"],
+    "circuitstat check --help": [sys.executable, "-m", "circuitstat.pipelines.cli", "check", "--help"],
+    "circuitstat query --help": [sys.executable, "-m", "circuitstat.pipelines.cli", "query", "--help"],
+    "circuitstat report --help": [sys.executable, "-m", "circuitstat.pipelines.cli", "report", "--help"],
+    "circuitstat study --help": [sys.executable, "-m", "circuitstat.pipelines.cli", "study", "--help"],
 }
-LOADS = "import sys, pipelines.cli; print(sorted(m for m in ('torch', 'scipy', 'transformers') if m in sys.modules))"
+LOADS = "import sys, circuitstat.pipelines.cli; print(sorted(m for m in ('torch', 'scipy', 'transformers') if m in sys.modules))"
 
 
 def wall(cmd: list[str]) -> float:

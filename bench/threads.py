@@ -2,7 +2,7 @@
 
 Why: torch starts with a thread per physical core, and on a loaded machine small calls slowed down by
 tens of times (issue 23: one ``faithfulness(...)`` call took 28 s with the default threads on a loaded
-2-core machine, 0.6 s with OMP_NUM_THREADS=1). circuits.threads picks threads from the forward-pass FLOPs
+2-core machine, 0.6 s with OMP_NUM_THREADS=1). circuitstat.circuits.threads picks threads from the forward-pass FLOPs
 of one batch; this prints, per case, the FLOPs, the one-thread time, each thread count's time as a
 multiple of it (< 1: faster), and the count the rule picks. Rounds interleave the thread counts, and each
 entry is the fastest of ``--rounds``, so load that comes and goes disturbs every count alike.
@@ -32,8 +32,8 @@ def _call(kind: str, model, task, batch_size: int):
     """A function running the case's call once."""
     import numpy as np
 
-    from circuits.attribution import attribute
-    from circuits.faithfulness import faithfulness
+    from circuitstat.circuits.attribution import attribute
+    from circuitstat.circuits.faithfulness import faithfulness
 
     if kind == "eap":
         return lambda: attribute(model, task, "eap", batch_size=batch_size, progress=False)
@@ -44,7 +44,7 @@ def _call(kind: str, model, task, batch_size: int):
 
 def _fastest(fn, counts: list[int], rounds: int) -> dict[int, float]:
     """{threads: fastest of ``rounds`` timings}, the counts interleaved in every round (after a warm-up)."""
-    from circuits.threads import ENV
+    from circuitstat.circuits.threads import ENV
 
     best = {t: float("inf") for t in counts}
     for r in range(rounds + 1):
@@ -67,9 +67,9 @@ def main() -> None:
     os.environ.pop("CIRCUITSTAT_THREADS", None)
     import torch
 
-    from circuits import load_model
-    from circuits.threads import available_cores, batch_flops, threads_for
-    from pipelines.build import build_task
+    from circuitstat.circuits import load_model
+    from circuitstat.circuits.threads import available_cores, batch_flops, threads_for
+    from circuitstat.pipelines.build import build_task
 
     cores = available_cores()
     counts = ([int(t) for t in args.threads.split(",")] if args.threads else

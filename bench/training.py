@@ -1,4 +1,4 @@
-"""Training wrapper overhead: steps/s of pipelines.training.train_model vs a plain PyTorch loop.
+"""Training wrapper overhead: steps/s of circuitstat.pipelines.training.train_model vs a plain PyTorch loop.
 
 Same model (the default zoo's attention-only shape), same data, same optimizer, same gradient
 clipping (part of the recipe's algorithm, not bookkeeping), one thread, both with deterministic
@@ -21,11 +21,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from circuits.model import CircuitModel
-from pipelines.training import prepare_data, train_model
-from pipelines.training.data import _Batches
-from pipelines.training.loop import _init
-from pipelines.zoo import ZOO_RECIPES
+from circuitstat.circuits.model import CircuitModel
+from circuitstat.pipelines.training import prepare_data, train_model
+from circuitstat.pipelines.training.data import _Batches
+from circuitstat.pipelines.training.loop import _init
+from circuitstat.pipelines.zoo import ZOO_RECIPES
 
 
 def plain_loop(recipe, data, steps: int, seed: int = 0, fused: bool = True) -> float:

@@ -1,12 +1,12 @@
 """circuitstat circuits layer: models, the component graph, tasks, attribution, circuits.
 
 Names load lazily (PEP 562) so that importing one module does not import torch. Errors live on the
-ground floor (``reports.errors``).
+ground floor (``circuitstat.core.errors``).
 """
 
 from __future__ import annotations
 
-from reports.lazy import lazy_names
+from circuitstat.core.lazy import lazy_names
 
 _MODULES = {
     ".graph": ["ComponentGraph"], ".interventions": ["Intervention"], ".loading": ["load_hf", "load_model"],

@@ -28,7 +28,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 from .model import CircuitModel
 
 ABLATIONS = ("counterfactual", "mean", "mean-positional", "zero", "resample")
@@ -44,7 +44,7 @@ def check_input_node(input_node: str) -> str:
 
 
 class PairData(Protocol):
-    """What attribution needs of a task (circuits.tasks.Task): paired ids, masks, a per-example metric."""
+    """What attribution needs of a task (circuitstat.circuits.tasks.Task): paired ids, masks, a per-example metric."""
 
     clean: torch.Tensor  # [N, P]
     corrupted: torch.Tensor  # [N, P]

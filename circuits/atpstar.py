@@ -31,7 +31,7 @@ Methods: ``atp-qkfix`` (QK fix alone), ``atp-graddrop`` (GradDrop alone) and ``a
 fix contracted with each dropped-layer gradient).  Cost per batch: the counterfactual forward (the
 ablation's), one clean forward with receiver probes, and one backward (``atp-qkfix``) or L backwards
 through the same forward (GradDrop), plus the QK fix's pattern recomputation: per layer, every
-upstream sender's patched q and k projections and two patterns per head (circuits.plan prices it).
+upstream sender's patched q and k projections and two patterns per head (circuitstat.circuits.plan prices it).
 Edge level only: a node's AtP* is not the sum of its edges' (the absolute values).
 """
 
@@ -63,7 +63,7 @@ def head_block(model, layer: int) -> int:
 
 
 def atp_edges(model, data, batch, cf: torch.Tensor, method: str) -> torch.Tensor:
-    """[B, E] AtP* scores (``method`` one of ATP_METHODS) of one batch (circuits.attribution._Batch)."""
+    """[B, E] AtP* scores (``method`` one of ATP_METHODS) of one batch (circuitstat.circuits.attribution._Batch)."""
     from .attribution import _check_metric, edge_scores_from_grads
 
     qk_fix, graddrop = ATP_METHODS[method]
@@ -100,7 +100,7 @@ def atp_edges(model, data, batch, cf: torch.Tensor, method: str) -> torch.Tensor
 def _patched_qk(model, layer: int, x: torch.Tensor, rot) -> tuple[torch.Tensor, torch.Tensor]:
     """(queries, keys) [R, H, P, E] of every head of ``layer`` read from one shared (patched) residual
     x [R, P, D]: the pre-attention norm, the projections, q/k norms and rotary embeddings, as the
-    forward pass computes them (a shared input: circuits.engine.attention.project_shared)."""
+    forward pass computes them (a shared input: circuitstat.circuits.engine.attention.project_shared)."""
     cfg, blk = model.cfg, model.blocks[layer]
     q, k, _ = project_shared(cfg, blk, attn_input_norm(cfg, blk, x))
     q, k = qk_normalize(cfg, blk, q, 0), qk_normalize(cfg, blk, k, 1)

@@ -7,7 +7,7 @@ score = metric(patched) − metric(clean) for exact, Σ_pos Δz_u · ∂m/∂in_
 so EAP is the first-order Taylor term of the exact effect.
 
 On post-norm models (Gemma 2/3, OLMo 2: the summed attention output is normalised before the
-residual add; see circuits.engine.run) an edge from head u of layer l carries N_l(S_l + Δz_u) −
+residual add; see circuitstat.circuits.engine.run) an edge from head u of layer l carries N_l(S_l + Δz_u) −
 N_l(S_l) into its receiver: that is what exact patching adds, and the gradient methods use its
 first-order term J_N(S_l) Δz_u at each point where they take a gradient (so they contract each
 gradient run with its own linearisation instead of pooling gradients first).
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 from .ablation import ABLATIONS, Ablation, PairData, check_input_node, last_index
 from .interventions import Intervention
@@ -44,7 +44,7 @@ from .threads import sized_threads
 
 METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted",
            "atp-qkfix", "atp-graddrop", "atpstar")
-ATP_METHODS = ("atp-qkfix", "atp-graddrop", "atpstar")  # AtP* (Kramár et al. 2024): circuits.atpstar
+ATP_METHODS = ("atp-qkfix", "atp-graddrop", "atpstar")  # AtP* (Kramár et al. 2024): circuitstat.circuits.atpstar
 LEVELS = ("edge", "node")
 
 
@@ -348,7 +348,7 @@ def _row_chunks(start: np.ndarray, end: np.ndarray, max_rows: int):
 
     Each row's window is its own (the first position its Δz can matter, one past its read-out), never
     widened to its call-mates': so a row's result does not depend on which rows are computed with it
-    (a subset of rows or edges gets the bits of the full run; circuits.verify)."""
+    (a subset of rows or edges gets the bits of the full run; circuitstat.circuits.verify)."""
     if not len(start):
         return
     order = np.lexsort((end, -start))  # later starts first, then by read-out
@@ -450,7 +450,7 @@ def _in_dtype(model: CircuitModel, dtype: torch.dtype | None) -> CircuitModel:
     return copy.deepcopy(model).to(dtype)
 
 
-@sized_threads  # small calls on one thread, large ones on the cores (circuits.threads)
+@sized_threads  # small calls on one thread, large ones on the cores (circuitstat.circuits.threads)
 def attribute(
     model: CircuitModel,
     data: PairData,
@@ -476,11 +476,11 @@ def attribute(
     row's scores do not depend on which other rows are computed with it).  ``input_node`` says
     what the ``input`` sender is when it is zero- or mean-ablated: ``"embeddings"`` (the
     default: token + position embeddings) or ``"tokens"`` (token embedding only, as EAP-IG and
-    MIB); see circuits.ablation.  An Ablation object passed as ``ablation`` carries its own.
+    MIB); see circuitstat.circuits.ablation.  An Ablation object passed as ``ablation`` carries its own.
     ``dtype`` (e.g. torch.bfloat16) runs the model in that dtype (a cast copy, unless it already
     is); norms, softmax, metrics and every score sum stay in float32.
     ``edges`` (exact, edge level): compute only these edge indices; the other columns are NaN
-    (not computed).  A row or an edge gets the same bits as in the full run (circuits.verify).
+    (not computed).  A row or an edge gets the same bits as in the full run (circuitstat.circuits.verify).
     """
     from .inmemory import require_circuit_model
 

@@ -12,7 +12,7 @@ for GPT-2 small) is cached the same way: a circuitstat model directory under ``c
 keyed by the checkpoint files' identity and the dtype, loaded instead of converting again. It
 costs one copy of the weights on disk; ``CIRCUITSTAT_CONVERSION_CACHE=0`` turns it off.
 
-Both are state circuitstat reads back, so both are checked (reports.integrity, docs/integrity.md):
+Both are state circuitstat reads back, so both are checked (circuitstat.core.integrity, docs/integrity.md):
 
 * a memo is a sealed record (it carries the digest of its own JSON) that names the files'
   identities and the dtype it was made for; it is used only when all of them equal the current
@@ -23,7 +23,7 @@ Both are state circuitstat reads back, so both are checked (reports.integrity, d
   time. An entry whose files keep their identity is used without re-hashing; a changed identity
   is hashed again; an entry that is linked, unsealed, of another key or does not match its digest
   is removed and converted again, never used. Its ``config.json`` also records the weight hash,
-  which loading compares with the memo's (circuits.loading).
+  which loading compares with the memo's (circuitstat.circuits.loading).
 
 Nothing below the cache directory is followed through a symbolic link, for reading or writing.
 A cache that cannot be written (full or read-only disk) is skipped: it only saves time. Torch-free.
@@ -44,7 +44,7 @@ __all__ = ["cache_dir", "weight_hash_memo", "read_weight_hash", "write_weight_ha
 
 #: bump when CircuitModel.weight_hash or the conversion of checkpoints changes what is hashed
 HASH_SCHEME = 1
-#: bump when circuits.convert changes what a checkpoint converts to (old conversions are then unused)
+#: bump when circuitstat.circuits.convert changes what a checkpoint converts to (old conversions are then unused)
 CONVERSION_SCHEME = 1
 #: bump when the memo's record changes (old memos are then ignored)
 MEMO_FORMAT = "circuitstat.weight-hash-memo/2"
@@ -80,7 +80,7 @@ def _key(ident: list, *parts: object) -> str:
 def writable_below(path: Path, root: Path | None = None) -> bool:
     """True when no existing component of ``path`` below the cache directory is a symbolic link (a
     cache write never lands elsewhere through one)."""
-    from reports.integrity import is_plain_path
+    from circuitstat.core.integrity import is_plain_path
 
     root = cache_dir() if root is None else root
     return is_plain_path(path, root)
@@ -95,7 +95,7 @@ class WeightHashMemo:
 
     def read(self) -> str | None:
         """The recorded digest when the memo is sealed, bound to exactly this binding and not linked; else None."""
-        from reports.integrity import IntegrityError, read_sealed
+        from circuitstat.core.integrity import IntegrityError, read_sealed
 
         try:
             payload = read_sealed(self.path, root=cache_dir())
@@ -108,7 +108,7 @@ class WeightHashMemo:
 
     def write(self, digest: str) -> None:
         """Record ``digest`` sealed with the binding, atomically; skipped when the cache cannot be written."""
-        from reports.integrity import write_sealed
+        from circuitstat.core.integrity import write_sealed
 
         if not _HEX64.fullmatch(digest) or not writable_below(self.path.parent):
             return
@@ -161,8 +161,8 @@ def _conversion_binding(key: str) -> dict:
 
 def seal_conversion(entry: Path, key: str | None = None) -> None:
     """Write ``entry``/SEAL.json: the entry's key (default: its directory name) and each file's digest
-    and identity (reports.integrity.seal_entry)."""
-    from reports.integrity import seal_entry
+    and identity (circuitstat.core.integrity.seal_entry)."""
+    from circuitstat.core.integrity import seal_entry
 
     seal_entry(entry, CONVERSION_FILES, _conversion_binding(key or entry.name), seal_name=CONVERSION_SEAL)
 
@@ -170,7 +170,7 @@ def seal_conversion(entry: Path, key: str | None = None) -> None:
 def check_conversion(entry: Path, key: str | None = None) -> None:
     """None when ``entry`` is a sealed conversion of key ``key`` (default: its directory name) whose files
     match their seal (re-hashed only when a file's identity changed); IntegrityError otherwise."""
-    from reports.integrity import check_entry
+    from circuitstat.core.integrity import check_entry
 
     check_entry(entry, CONVERSION_FILES, _conversion_binding(key or entry.name), root=cache_dir(),
                 seal_name=CONVERSION_SEAL)

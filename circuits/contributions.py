@@ -2,8 +2,8 @@
 gradient x input; token ablation; attention-sink read-outs.
 
 Everything is read from one CircuitModel forward (``run(keep_patterns=True, keep_qkv=True,
-keep_senders=True)``); the statistics built on these arrays live in ``stats.token_importance``
-and ``stats.sinks``.
+keep_senders=True)``); the statistics built on these arrays live in ``circuitstat.stats.token_importance``
+and ``circuitstat.stats.sinks``.
 
 Definitions (head h of layer l, query position i, key position j; u_j = v_j W_O[h] is token j's
 value vector written into the residual stream, v_j = LN(x_j) W_V[h] + b_V[h]; a_ij the attention
@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 from .interventions import Intervention
 
 __all__ = ["MEASURES", "TOKEN_ABLATIONS", "EMBEDDING_ABLATIONS", "TokenWeights", "head_weight_matrices",

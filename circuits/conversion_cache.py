@@ -1,7 +1,7 @@
 """The conversion cache: a Hugging Face checkpoint's circuitstat-format conversion, read back checked.
 
-An entry is a circuitstat model directory under ``<cache>/converted/<key>`` (circuits.cache keys
-it by the checkpoint files' identity and the dtype) with ``SEAL.json`` (circuits.cache.seal_conversion).
+An entry is a circuitstat model directory under ``<cache>/converted/<key>`` (circuitstat.circuits.cache keys
+it by the checkpoint files' identity and the dtype) with ``SEAL.json`` (circuitstat.circuits.cache.seal_conversion).
 It is used only when it is no link, its seal is its own and its files match it (re-hashed when
 their identity changed), and the weight hash its config.json recorded equals the memo's of the
 checkpoint (or the hash computed from the loaded weights); anything else is removed and the
@@ -23,7 +23,7 @@ def load_conversion(converted: Path | None, device, dtype, allow_large: bool,
     and the checkpoint is converted again)."""
     import torch
 
-    from reports.integrity import file_identity, remove_entry
+    from circuitstat.core.integrity import file_identity, remove_entry
 
     from .cache import check_conversion
     from .loading import _load_own, check_recorded_weight_hash, read_json_object

@@ -7,7 +7,7 @@ per head [q | k | v] (view ``[H, 3, d_head]``); the decoder families (Llama, Qwe
 Gemma 2/3, Phi-3, OLMo 2) have q/k/v projections (Phi-3: one fused ``qkv_proj`` [q | k | v] and a
 fused ``gate_up_proj`` [gate | up]) with ``num_key_value_heads`` K/V heads shared by groups of query
 heads (ungrouped here).  The family table (:data:`FAMILIES`) says which norms, q/k norms, soft-caps
-and scales each one has; :mod:`circuits.rope_config` reads its rotary schedule.
+and scales each one has; :mod:`circuitstat.circuits.rope_config` reads its rotary schedule.
 
 A config field the conversion does not reproduce is refused by name (:func:`check_fields`): every
 field of a family's config class is either read here, known not to change the eval-mode forward
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from reports.errors import UnsupportedArchitectureError
+from circuitstat.core.errors import UnsupportedArchitectureError
 from .model import CircuitModel, ModelConfig
 from .rope_config import rope_fields
 

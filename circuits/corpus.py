@@ -25,7 +25,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 __all__ = [
     "Document",
@@ -152,7 +152,7 @@ class Corpus:
                 parts.append(np.asarray([eos], dtype=np.int32))
         arr = np.concatenate(parts)
         if path is not None:
-            from reports.atomic import atomic_write
+            from circuitstat.core.atomic import atomic_write
 
             buf = io.BytesIO()
             np.save(buf, arr)

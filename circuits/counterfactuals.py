@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 __all__ = ["with_counterfactual", "counterfactual_corruptions"]
 

@@ -1,9 +1,9 @@
 """Faithfulness of circuits: run the model with only a circuit's edges live, per example.
 
 For each example n and circuit C, every edge outside C carries its counterfactual value (the
-chosen :class:`~circuits.ablation.Ablation`: the corrupted run, a mean, zeros, another example)
+chosen :class:`~circuitstat.circuits.ablation.Ablation`: the corrupted run, a mean, zeros, another example)
 and every edge inside C carries whatever flows through the circuit (ACDC's and EAP-IG's
-``evaluate_graph`` semantics, :class:`~circuits.interventions.Intervention` ``edges``):
+``evaluate_graph`` semantics, :class:`~circuitstat.circuits.interventions.Intervention` ``edges``):
 
 * ``m(C)``: the metric with only C live;
 * ``m(∅)``: every edge patched.  Computed by replacing *every sender's output* by its
@@ -50,10 +50,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from reports.errors import InputError
-from reports.results import Result
-from reports.seeds import as_seed_sequence, seed_record
-from reports.topk import TIE_RULE, check_ranking, topk
+from circuitstat.core.errors import InputError
+from circuitstat.core.results import Result
+from circuitstat.core.seeds import as_seed_sequence, seed_record
+from circuitstat.core.topk import TIE_RULE, check_ranking, topk
 
 from .ablation import Ablation, PairData, last_index
 from .circuit import Circuit
@@ -157,7 +157,7 @@ class FaithfulnessResult(Result):
 
     # ---- Result protocol ---------------------------------------------------------------------
     def _tables(self) -> dict[str, dict[str, Any]]:
-        from reports.tables import matrix_to_table
+        from circuitstat.core.tables import matrix_to_table
 
         C = self.m_circuit.shape[1]
         circuits = {
@@ -245,7 +245,7 @@ def _as_masks(circuits: Any, graph) -> tuple[np.ndarray, list[str], list[Circuit
     return arr, [f"mask:{int(m.sum())}" for m in arr], None
 
 
-@sized_threads  # small calls on one thread, large ones on the cores (circuits.threads)
+@sized_threads  # small calls on one thread, large ones on the cores (circuitstat.circuits.threads)
 def faithfulness(
     model: CircuitModel,
     data: PairData,
@@ -375,7 +375,7 @@ def faithfulness_curve(
     counts) or ``fractions`` of all edges (k = ⌊fraction · E⌋, MIB's default grid).  ``rule`` is
     ``"top_k"`` or ``"greedy"``; ``prune`` (default True, as MIB) prunes each circuit before it
     is evaluated and the x axis counts the edges left.  ``tie_seed`` breaks ties at each cut-off (the one
-    top-k, reports.topk; the same seed gives nested circuits). The remaining keywords are :func:`faithfulness`'s.
+    top-k, circuitstat.core.topk; the same seed gives nested circuits). The remaining keywords are :func:`faithfulness`'s.
     """
     from .scores import ScoreMatrix
 
@@ -437,7 +437,7 @@ def _node_curve(model: CircuitModel, data: PairData, scores: Any, *, ranking: st
     ss = as_seed_sequence(tie_seed)
     live = np.zeros((len(ks), U), dtype=bool)
     ties, excluded = [], []
-    for i, k in enumerate(ks):  # the one top-k (reports.topk); one seed, so the circuits are nested
+    for i, k in enumerate(ks):  # the one top-k (circuitstat.core.topk); one seed, so the circuits are nested
         t = topk(vec, k, ranking=ranking, seed=ss) if k else None
         if t is not None:
             live[i, t.indices] = True

@@ -1,7 +1,7 @@
 """Models that already live in memory: a Hugging Face model object (and its tokenizer), the HF model
 inside an nnsight ``LanguageModel``, or a CircuitModel. ``circuits.load_model(obj, tokenizer)`` lands here.
 
-The weights are copied once into CircuitModel's uniform form (:func:`circuits.convert.from_hf`); the
+The weights are copied once into CircuitModel's uniform form (:func:`circuitstat.circuits.convert.from_hf`); the
 object itself is never called and its hooks (nnsight's, or anyone's) play no part. A TransformerLens
 ``HookedTransformer`` is not a Hugging Face model and is refused with the way round: load the
 checkpoint it was made from with ``transformers`` (TransformerLens's default weight processing,
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 TL_RECIPE = ("a TransformerLens HookedTransformer is not a Hugging Face model, and its default weight processing "
              "(fold_ln, center_writing_weights, center_unembed) rewrites the checkpoint's weights; load the checkpoint "
@@ -47,7 +47,7 @@ def _unwrap(obj: Any) -> tuple[Any, Any]:
 
 def as_tokenizer(tokenizer: Any):
     """``tokenizer`` as circuitstat's tokenizer: a transformers tokenizer object is wrapped (HFTokenizer);
-    a circuitstat tokenizer, a path or a name goes through circuits.tokenizers.load_tokenizer."""
+    a circuitstat tokenizer, a path or a name goes through circuitstat.circuits.tokenizers.load_tokenizer."""
     from .tokenizers import HFTokenizer, load_tokenizer
 
     if tokenizer is None:

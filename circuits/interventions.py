@@ -16,7 +16,7 @@ over it), so many different interventions run in one forward.
 * ``receiver_delta`` (r, delta [B, P, D]): ``delta`` is added to receiver r's input.  Exact
   per-edge effects use it: patching edge u -> v is adding ``z_u(cf) - z_u(clean)`` to v's input
   (on post-norm models, Gemma 2/3 and OLMo 2, a head's N(S + Δz_u) - N(S):
-  ``CircuitModel.sender_write_deltas``; see circuits.engine.run).
+  ``CircuitModel.sender_write_deltas``; see circuitstat.circuits.engine.run).
 
 ``counterfactual`` holds the senders' counterfactual outputs ``[B | 1, U, P | 1, D]``: the
 corrupted run's outputs, a mean over a reference dataset (per position or not), zeros, or
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 
 @dataclass

@@ -12,7 +12,7 @@ import math
 import os
 import re
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 MAX_BYTES = float(os.environ.get("CIRCUITSTAT_MAX_BYTES", 16 * 2**30))
 """Default memory limit for one allocation plan: 16 GiB (``CIRCUITSTAT_MAX_BYTES`` overrides)."""

@@ -9,7 +9,7 @@ with a traceback on a bad file:
   unless ``allow_pickle=True`` (the CLI's ``--allow-pickle``), and even then load with
   ``weights_only=True``.
 * config.json is parsed and type-checked here first; the parameter count it implies is checked
-  against :mod:`circuits.limits` (lifted by ``allow_large=True``, the CLI's ``--allow-large``)
+  against :mod:`circuitstat.circuits.limits` (lifted by ``allow_large=True``, the CLI's ``--allow-large``)
   before anything is allocated; safetensors headers are checked and their shapes compared with
   the config's before any weight is read. Every failure is one :class:`InputError` line that names
   the file and the fix and never quotes the file.
@@ -27,13 +27,13 @@ from urllib.parse import parse_qsl
 
 import torch
 
-from reports.errors import InputError, UnsupportedArchitectureError
+from circuitstat.core.errors import InputError, UnsupportedArchitectureError
 
 from .cache import conversion_dir, weight_hash_memo
 from .convert import FAMILIES, SUPPORTED, from_hf
 from .limits import check_bytes
 from .model import CircuitModel, ModelConfig
-from reports.source_names import recorded_source
+from circuitstat.core.source_names import recorded_source
 
 # HF defaults for these families describe multi-billion-parameter models; random: specs start
 # from small shapes instead (every key can still be overridden in the spec).
@@ -46,7 +46,7 @@ _SMALL = {
                   intermediate_size=688, vocab_size=32000, max_position_embeddings=2048),
     "gpt2": {},
 }
-# the decoder families of circuits.convert.FAMILIES: the same small shape (head_dim where the config
+# the decoder families of circuitstat.circuits.convert.FAMILIES: the same small shape (head_dim where the config
 # class has the field; Phi-3 and OLMo 2 use hidden_size // heads)
 for _arch in ("qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2"):
     _SMALL[_arch] = dict(_SMALL["llama"], **({} if _arch in ("phi3", "olmo2") else {"head_dim": 32}))
@@ -91,7 +91,7 @@ def check_hf_config(model_type: str, values: dict, where: str, *, allow_large: b
 
     ``values`` holds the family's defaults updated with the user's keys. Raises InputError for
     non-integer, non-positive or inconsistent sizes, and when the model would need more memory
-    than :func:`circuits.limits.check_bytes` allows.
+    than :func:`circuitstat.circuits.limits.check_bytes` allows.
     """
     if model_type not in _SHAPE_KEYS:
         raise UnsupportedArchitectureError(
@@ -492,7 +492,7 @@ def check_recorded_weight_hash(model: CircuitModel, doc: dict, stored_dtype, whe
     """None when the weight hash a circuitstat directory's config.json recorded at saving equals the
     model's (from a memo bound to the files, or computed here), or when they cannot be compared (the
     weights were cast on loading); IntegrityError naming the file otherwise."""
-    from reports.integrity import IntegrityError
+    from circuitstat.core.integrity import IntegrityError
 
     recorded = doc.get("weight_hash")
     if not isinstance(recorded, str) or stored_dtype != model.dtype:
@@ -516,10 +516,10 @@ def load_model(source, device: str | torch.device = "cpu", dtype: torch.dtype | 
     """A CircuitModel from a model directory, a cached hub id (``org/name[@revision]``), a circuitstat
     model or ``random:ARCH?...`` -- or from a model in memory: a Hugging Face model object with its
     ``tokenizer`` (a transformers tokenizer or a circuitstat one), or an nnsight LanguageModel
-    (circuits.inmemory; docs/python-api.md).
+    (circuitstat.circuits.inmemory; docs/python-api.md).
 
     ``allow_pickle`` permits pickled weights (loaded with ``weights_only=True``); ``allow_large``
-    lifts the memory limit of :mod:`circuits.limits`.
+    lifts the memory limit of :mod:`circuitstat.circuits.limits`.
     """
     import os
 
@@ -529,7 +529,7 @@ def load_model(source, device: str | torch.device = "cpu", dtype: torch.dtype | 
         return model_from_memory(source, tokenizer, device=device, dtype=dtype)
     if tokenizer is not None:
         raise InputError("tokenizer= goes with a model in memory; a model source brings its own tokenizer (set "
-                         "model.tokenizer = circuits.inmemory.as_tokenizer(tok) afterwards to replace it)")
+                         "model.tokenizer = circuitstat.circuits.inmemory.as_tokenizer(tok) afterwards to replace it)")
     source = str(source)
     if source.startswith("random:"):
         hf = load_hf(source, allow_large=allow_large)

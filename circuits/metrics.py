@@ -4,7 +4,7 @@ Every metric is ``metric(logits, batch, clean_logits=None, indices=None) -> Tens
 differentiable in ``logits``):
 
 * ``logits``: ``[B, P, V]`` (read at ``batch.last_pos``) or already ``[B, V]`` at the last token;
-* ``batch``: a :class:`circuits.tasks.Task` with B rows (e.g. ``task.select(idx)``), or the whole
+* ``batch``: a :class:`circuitstat.circuits.tasks.Task` with B rows (e.g. ``task.select(idx)``), or the whole
   task together with ``indices`` (B row numbers);
 * ``clean_logits``: the clean run's logits (same shapes), needed by KL; treated as a constant
   target (detached).
@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import torch
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 __all__ = [
     "Metric",

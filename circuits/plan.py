@@ -1,6 +1,6 @@
 """What an attribution run will cost, from the model's shape alone: passes, FLOPs and peak memory.
 
-Counts follow ``circuits.attribution`` (per batch of B examples padded to P positions):
+Counts follow ``circuitstat.circuits.attribution`` (per batch of B examples padded to P positions):
 
 * every method first runs the counterfactual forward (the ablation's sender outputs, no logits);
 * ``eap``: one clean forward with receiver gradients and one backward, then the edge contraction
@@ -9,7 +9,7 @@ Counts follow ``circuits.attribution`` (per batch of B examples padded to P posi
 * ``eap-ig-inputs``: the clean forward (sender outputs) and ``steps`` gradient runs;
 * ``eap-ig-activations``: the clean forward and ``steps`` gradient runs per sender group (the
   input, each layer's heads, each MLP), one contraction per group;
-* AtP* (``atp-qkfix``, ``atp-graddrop``, ``atpstar``; circuits.atpstar): one clean forward with receiver
+* AtP* (``atp-qkfix``, ``atp-graddrop``, ``atpstar``; circuitstat.circuits.atpstar): one clean forward with receiver
   probes, then one backward (QK fix alone) or L backwards through it (GradDrop: one per dropped
   layer), one edge contraction per backward; the QK fix adds, per layer and upstream sender, the
   patched q and k projections of every head and two patterns per head, contracted with ∂m/∂A
@@ -22,7 +22,7 @@ Counts follow ``circuits.attribution`` (per batch of B examples padded to P posi
   depend on the data: the estimate counts every row at every position.)
   At node level: one run per sender from the sender's layer on.
 
-Family features (circuits.engine): a q/k norm over the whole projection (OLMo 2) makes each q/k
+Family features (circuitstat.circuits.engine): a q/k norm over the whole projection (OLMo 2) makes each q/k
 suffix row project every head (H d_head or H_kv d_head wide, not d_head) and adds two projections
 per kind to each gradient run's backward (the norm's coupling term); post-norms on the attention
 output (Gemma 2/3, OLMo 2) keep each layer's summed attention output S_l in the kept runs, and make
@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 from .graph import ComponentGraph
 from .engine.config import ModelConfig
 from .limits import parse_bytes  # noqa: F401 - re-exported: sizes such as --max-memory 2GiB
@@ -107,7 +107,7 @@ def backward_flops(cfg: ModelConfig, P: int) -> int:
     """The backward (activation gradients only; weights are frozen) of a full forward."""
     linear, products = layer_flops(cfg, P)
     coupling = 0
-    if cfg.qk_norm == "full":  # the pre-norm projection recomputed and W pᵀ, per kind (circuits.engine.gradients)
+    if cfg.qk_norm == "full":  # the pre-norm projection recomputed and W pᵀ, per kind (circuitstat.circuits.engine.gradients)
         coupling = sum(2 * 2 * P * cfg.d_model * _qk_width(cfg, kind) for kind in (0, 1))
     return cfg.n_layers * (linear + 2 * products + coupling) + unembed_flops(cfg)
 
@@ -280,7 +280,7 @@ def method_cost(cfg: ModelConfig, method: str, *, n: int, positions: int, level:
             U = sum(int(g.n_upstream[r]) for r in group)
             rows += n * U
             flops += n * sum(int(g.n_upstream[r]) * suffix_flops(cfg, g, r, P) for r in group)
-            # a group's rows share each suffix call, max_rows at a time (circuits.attribution._layer_rows)
+            # a group's rows share each suffix call, max_rows at a time (circuitstat.circuits.attribution._layer_rows)
             passes += sum(math.ceil(b * U / max_rows) for b in batches) * (L - layer + 1)
         row_peak = min(max_rows, B * int(g.n_upstream.max()))
     else:
@@ -328,7 +328,7 @@ def fit_memory(cfg: ModelConfig, method: str, budget: int, *, positions: int, le
 
 def exact_subset_cost(cfg: ModelConfig, edges, *, n: int, positions: int, batch_examples: int | None = None,
                       batch_size: int = 16, max_rows: int = 256, itemsize: int = 4) -> Cost:
-    """The Cost of exact patching on ``n`` examples and the edge indices ``edges`` (circuits.verify): one
+    """The Cost of exact patching on ``n`` examples and the edge indices ``edges`` (circuitstat.circuits.verify): one
     suffix row per (example, edge) from the edge's receiver layer on, and the clean and counterfactual
     forwards of ``batch_examples`` examples (the whole batches that hold them; default ``n``)."""
     g, P, L = graph_of(cfg), positions, cfg.n_layers

@@ -2,7 +2,7 @@
 
 The prompts are tokenised with the models' tokenizer: held-out snippets of a corpus' probe split
 (default) or a prompt file (one per line, ``.txt``, or ``{"text": ...}`` per line, ``.jsonl``).
-Read by :class:`pipelines.heads.HeadStability` (and the audit's heads stage); nothing here needs torch.
+Read by :class:`circuitstat.pipelines.heads.stability.HeadStability` (and the audit's heads stage); nothing here needs torch.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 __all__ = ["ProbeSet", "build_probe"]
 

@@ -1,7 +1,7 @@
 """Model read-outs on a fixed probe set: attention patterns, residual rows, head importance.
 
-These are the torch-side inputs of head-stability analysis (``pipelines.heads``); the
-statistics computed from them live in ``stats.head_stability`` and ``stats.similarity``.
+These are the torch-side inputs of head-stability analysis (``circuitstat.pipelines.heads.stability``); the
+statistics computed from them live in ``circuitstat.stats.head_stability`` and ``circuitstat.stats.similarity``.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def head_importance(model, ids: np.ndarray, batch_size: int = 50) -> tuple[np.nd
     Zero ablation replaces the head's output (its pattern-weighted values times W_O) by zeros in
     the residual stream; the layer's output bias b_O is kept.
     """
-    from circuits.interventions import Intervention
+    from circuitstat.circuits.interventions import Intervention
 
     cfg, graph = model.cfg, model.graph
     n_prompts = ids.shape[0]

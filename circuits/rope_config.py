@@ -5,7 +5,7 @@ transformers 5 keeps ``config.rope_parameters`` standardised (``RotaryEmbeddingC
 one dict, or one per layer type (Gemma 3: ``sliding_attention`` and ``full_attention``).  Each
 type's defaults are resolved here as ``modeling_rope_utils._compute_*_parameters`` resolves them
 (yarn's and longrope's ``factor`` and ``attention_factor``), so the engine
-(:mod:`circuits.engine.rotary`) needs no HF config.  A rope type transformers has but circuitstat
+(:mod:`circuitstat.circuits.engine.rotary`) needs no HF config.  A rope type transformers has but circuitstat
 does not reproduce, or a parameter a type does not use, is refused by name.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from reports.errors import UnsupportedArchitectureError
+from circuitstat.core.errors import UnsupportedArchitectureError
 
 # parameters each rope type reads (modeling_rope_utils, _validate_*_rope_parameters)
 _KEYS = {

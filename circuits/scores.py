@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from reports.errors import InputError
-from reports.results import Result
+from circuitstat.core.errors import InputError
+from circuitstat.core.results import Result
 
 from .graph import ComponentGraph
 
@@ -78,7 +78,7 @@ class ScoreMatrix(Result):
         return "edges" if self.level == "edge" else "nodes"
 
     def _tables(self) -> dict:
-        from reports.tables import matrix_to_table
+        from circuitstat.core.tables import matrix_to_table
 
         table = matrix_to_table(self.scores, {"example": self.example_ids})
         return {"scores": {c: table.column(c).combine_chunks() for c in table.column_names},
@@ -90,7 +90,7 @@ class ScoreMatrix(Result):
 
     def tables(self, provenance: dict | None = None, name: str = "scores") -> dict:
         """{name: per-example table, "edges" or "nodes": index table}, provenance in their metadata."""
-        from reports.tables import matrix_to_table, to_arrow, with_provenance
+        from circuitstat.core.tables import matrix_to_table, to_arrow, with_provenance
 
         prov = {**self.provenance, **(provenance or {}), "scores": self.describe(), "graph": self.graph_config()}
         table = matrix_to_table(self.scores, {"example": self.example_ids})
@@ -124,7 +124,7 @@ class ScoreMatrix(Result):
         A file that is not such a table (another Parquet file, a truncated one, forged provenance)
         is an InputError naming what is missing; nothing in it is trusted to size allocations.
         """
-        from reports.tables import read_provenance, read_table, table_to_matrix
+        from circuitstat.core.tables import read_provenance, read_table, table_to_matrix
 
         path = Path(directory) / f"{name}.parquet"
         if not path.exists():

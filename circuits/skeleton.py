@@ -1,6 +1,6 @@
 """A model's skeleton: its CircuitModel on the meta device, built from the config alone (no weight read
 or allocated), with its tokenizer. What ``attribute --plan`` prices a run on: shapes, the component
-graph and the task need no weights, so a config of any size can be planned (circuits.plan)."""
+graph and the task need no weights, so a config of any size can be planned (circuitstat.circuits.plan)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import torch
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 from .model import CircuitModel
-from reports.source_names import recorded_source
+from circuitstat.core.source_names import recorded_source
 
 
 def load_skeleton(source: str | Path, *, allow_pickle: bool = False, allow_large: bool = False) -> CircuitModel:
-    """The CircuitModel of ``source`` (as :func:`circuits.loading.load_model` accepts) on the meta device,
+    """The CircuitModel of ``source`` (as :func:`circuitstat.circuits.loading.load_model` accepts) on the meta device,
     after every check loading would make that needs no weights; its tokenizer attached."""
     from .convert import from_hf
     from .loading import (_attach_tokenizer, _check_own_config, _validate_hf_dir, random_hf_model,

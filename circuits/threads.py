@@ -16,7 +16,7 @@ ratios within one run (docs/benchmarks-threads.md):
   4.3x on GPT-2 small itself from one run to the next: one thread there costs at most 1.25x.
 
 The setting is restored when the call returns. The CLI runs every stage single-threaded already
-(pipelines.parallel.single_threaded), which counts as an explicit setting here.
+(circuitstat.pipelines.parallel.single_threaded), which counts as an explicit setting here.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def explicit_threads() -> int | None:
         try:
             return max(1, int(value))
         except ValueError:
-            from reports.errors import InputError
+            from circuitstat.core.errors import InputError
 
             raise InputError(f"{ENV}={value!r} is not a number of threads; set it to an integer such as 1") from None
     if os.environ.get("OMP_NUM_THREADS") or torch.get_num_threads() != _AT_IMPORT:

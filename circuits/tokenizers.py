@@ -25,7 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Iterable, Protocol, Sequence, runtime_checkable
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 __all__ = [
     "Tokenizer",
@@ -125,8 +125,8 @@ class _Base:
             f"tokenizer {self.name!r} encoded the non-empty text {text[:40]!r} to []: the tokenizer "
             "is broken (transformers 5 builds an empty vocabulary from "
             "GPT2TokenizerFast(vocab_file=..., merges_file=...)). Fix: load it with "
-            "circuits.tokenizers.load_tokenizer(DIR) or AutoTokenizer.from_pretrained(DIR), or use "
-            "circuits.tokenizers.gpt2_tokenizer() for GPT-2."
+            "circuitstat.circuits.tokenizers.load_tokenizer(DIR) or AutoTokenizer.from_pretrained(DIR), or use "
+            "circuitstat.circuits.tokenizers.gpt2_tokenizer() for GPT-2."
         )
 
     def __repr__(self) -> str:
@@ -135,7 +135,7 @@ class _Base:
 
 def _atomic_write_text(path: Path, text: str) -> None:
     """Write `text` (UTF-8) to `path` atomically through the one atomic writer."""
-    from reports.atomic import atomic_write_bytes
+    from circuitstat.core.atomic import atomic_write_bytes
 
     atomic_write_bytes(path, text.encode("utf-8"))
 

@@ -2,7 +2,7 @@
 
 A verified run (issue 33) computes an approximation (EAP, EAP-IG, AtP*) on all N examples and exact
 patching on a subset: a random n of the examples and/or the edges of some receivers.  Exact patching
-is priced per suffix row, one row per (example, edge) (circuits.attribution._exact_edges): an edge
+is priced per suffix row, one row per (example, edge) (circuitstat.circuits.attribution._exact_edges): an edge
 u → v costs one suffix forward from v's layer, so only the selected edges' rows are recomputed.
 
 The subset's numbers are the full exact run's, bit for bit, restricted to its rows and columns (with
@@ -11,7 +11,7 @@ the same ``batch_size``; tests/circuits/test_verify.py):
 * examples run in the full run's batches (batch k holds examples kB..kB+B−1): a batch with a selected
   example computes its clean and counterfactual forwards on the whole batch, as the full run does, and
   suffix rows only for its selected examples;
-* a suffix row's window is its own and no call has fewer than ``MIN_ROWS`` rows (circuits.attribution),
+* a suffix row's window is its own and no call has fewer than ``MIN_ROWS`` rows (circuitstat.circuits.attribution),
   so a row's result does not depend on which other rows share its call.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 from .attribution import attribute
 from .model import CircuitModel

@@ -4,7 +4,7 @@
     python docs/make_screenshots.py --claims examples/claims-zoo.yaml   # the verdict lists the claims, too
     python docs/make_screenshots.py --run runs/audit --out /tmp/shots
 
-Renders the run's report (reports.html.render_report), opens it in headless Chromium (Debian's
+Renders the run's report (circuitstat.reports.html.render_report), opens it in headless Chromium (Debian's
 ``chromium``; ``make browser`` installs it) at 1400 x 1000 for the first screen, then once per section
 with the rest of the page hidden, and writes ``first-screen.png`` and ``section-<id>.png``, reduced to
 256 colours (Pillow, in the dev extras) so the set stays small enough to commit (docs/screenshots/).
@@ -54,7 +54,7 @@ def browser(args: list[str], profile: Path) -> subprocess.CompletedProcess:
 def demo_run(path: Path) -> Path:
     """Return the demo's run directory, running `circuitstat demo` (it reuses the cached zoo) when it is missing."""
     if not (path / "edge_stats.parquet").exists():
-        subprocess.run([sys.executable, "-m", "pipelines.cli", "demo", "--out", str(path)], check=True, cwd=ROOT)
+        subprocess.run([sys.executable, "-m", "circuitstat.pipelines.cli", "demo", "--out", str(path)], check=True, cwd=ROOT)
     return path
 
 
@@ -70,7 +70,7 @@ def shrink(png: Path) -> int:
 
 def screenshots(run: Path, out: Path) -> list[tuple[Path, int]]:
     """Write the first screen and one PNG per section of `run`'s report into `out`; return (path, bytes)."""
-    from reports.html import render_report
+    from circuitstat.reports.html import render_report
 
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     run = a.run if a.run is not None else demo_run(ROOT / "runs" / "demo")
     if a.claims is not None:
-        from pipelines.claims import evaluate_claims, load_claims, write_claims_table
+        from circuitstat.pipelines.claims import evaluate_claims, load_claims, write_claims_table
 
         results = evaluate_claims(load_claims(a.claims), run)
         write_claims_table(results, run)

@@ -8,25 +8,25 @@ import re
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Iterator
 
-from reports.errors import InputError
-from circuits.limits import check_bytes, check_count
+from circuitstat.core.errors import InputError
+from circuitstat.circuits.limits import check_bytes, check_count
 
 if TYPE_CHECKING:  # torch loads only when a model is built: `check`, `query`, `report`, `--help` stay fast
-    from circuits.model import CircuitModel
+    from circuitstat.circuits.model import CircuitModel
     import torch
-    from circuits.tasks import Task
+    from circuitstat.circuits.tasks import Task
 
 
 def check_int(where: str, value: Any, **kw: Any) -> int:
-    """``value`` as an int, or InputError naming ``where`` (circuits.tasks.check_int, imported lazily)."""
-    from circuits.tasks import check_int as check
+    """``value`` as an int, or InputError naming ``where`` (circuitstat.circuits.tasks.check_int, imported lazily)."""
+    from circuitstat.circuits.tasks import check_int as check
 
     return check(where, value, **kw)
 
 
 def check_token_ids(where: str, value: Any) -> list[int]:
-    """``value`` as a list of token ids, or InputError (circuits.tasks.check_token_ids, imported lazily)."""
-    from circuits.tasks import check_token_ids as check
+    """``value`` as a list of token ids, or InputError (circuitstat.circuits.tasks.check_token_ids, imported lazily)."""
+    from circuitstat.circuits.tasks import check_token_ids as check
 
     return check(where, value)
 
@@ -40,11 +40,11 @@ def build_task(model: CircuitModel, name: str, *, n: int = 64, seed: int = 0, me
 
     Induction tokens (``token_ids``): a list of ids, or ``"frequent[:MIN_COUNT]"`` for the tokens a
     circuitstat-trained model saw at least MIN_COUNT (default 1000) times in training
-    (``pipelines.zoo.frequent_tokens``). Unset, a circuitstat-trained model gets ``"frequent"``
+    (``circuitstat.pipelines.zoo.frequent_tokens``). Unset, a circuitstat-trained model gets ``"frequent"``
     and any other model its whole vocabulary: a small byte-level BPE holds bytes that never occur
     in the corpus, whose untrained embeddings would make the prompts off-distribution.
     """
-    from circuits.inmemory import require_circuit_model
+    from circuitstat.circuits.inmemory import require_circuit_model
 
     require_circuit_model(model, "build_task")
     tok = model.tokenizer
@@ -62,7 +62,7 @@ def build_task(model: CircuitModel, name: str, *, n: int = 64, seed: int = 0, me
                 "use the induction task (works on any vocabulary) or a model directory with a tokenizer"
             )
         kwargs.setdefault("vocab_size", model.cfg.vocab_size)
-    from circuits.tasks import make_task
+    from circuitstat.circuits.tasks import make_task
 
     task = make_task(name, tokenizer=tok, n=n, seed=seed, **kwargs)
     return task.validate(model)
@@ -80,7 +80,7 @@ def parse_task_options(task: str, pairs: "list[str] | tuple[str, ...]") -> dict[
     declares a string there and the YAML reading is not one (``corrupt_yy=01`` stays "01")."""
     import yaml
 
-    from circuits.tasks import option_matches, task_builder, task_option_types
+    from circuitstat.circuits.tasks import option_matches, task_builder, task_option_types
 
     from .spec import RESERVED_TASK_OPTIONS
 
@@ -115,7 +115,7 @@ _SERVED: "ContextVar[dict[str, str] | None]" = ContextVar("circuitstat_served_mo
 def served_sources(models: dict[str, str]) -> Iterator[None]:
     """Within: a circuitstat server's job. ``served:NAME`` loads the operator's model NAME (``models``: name ->
     path), every model records the name it was asked by as its source, and errors name no server path."""
-    from reports.source_names import public_source_names
+    from circuitstat.core.source_names import public_source_names
 
     token = _SERVED.set(dict(models))
     try:
@@ -132,7 +132,7 @@ def resolve_source(source: str) -> str:
     RECIPE must be a zoo recipe and S a seed number: nothing else (no path segment, no '..') can
     follow ``zoo:``, and the directory must lie inside the recipe's (no link leading out of the zoo).
     """
-    from reports.source_names import hiding_paths, register_source_name
+    from circuitstat.core.source_names import hiding_paths, register_source_name
 
     if str(source).startswith("served:"):
         models, name = _SERVED.get(), str(source)[len("served:"):]
@@ -143,7 +143,7 @@ def resolve_source(source: str) -> str:
         return models[name]
     if not str(source).startswith("zoo:"):
         return source
-    from reports.confine import inside
+    from circuitstat.core.confine import inside
 
     from .zoo import ZOO_RECIPES, recipe_dir
 
@@ -160,7 +160,7 @@ def resolve_source(source: str) -> str:
         seed = model.removeprefix("seed-")
         raise InputError(f"{source}: not trained yet (no model {where}); train just this one with "
                          f"`circuitstat zoo build {name} --seed {seed}` (about 2.5 minutes on one core, cached), "
-                         "or the whole zoo with `python -m pipelines.zoo` (10 models, about 12 minutes on 2 cores)")
+                         "or the whole zoo with `python -m circuitstat.pipelines.zoo` (10 models, about 12 minutes on 2 cores)")
     if not inside(path, root):
         raise InputError(f"zoo:{name}/{model}: the model {where} is a symbolic link out of the zoo's cache; remove "
                          "it and build the zoo again")
@@ -172,7 +172,7 @@ def load_source(source: "str | os.PathLike", device: str = "cpu", dtype: "str | 
                 allow_pickle: bool = False, allow_large: bool = False) -> "CircuitModel":
     """Return a CircuitModel from any source a command accepts: a model directory, a cached hub id
     ``org/name[@revision]``, ``random:ARCH?...`` or ``zoo:RECIPE/seed-S`` (the one way to load one)."""
-    from circuits.loading import load_model
+    from circuitstat.circuits.loading import load_model
 
     if isinstance(dtype, str):
         import torch

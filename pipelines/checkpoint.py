@@ -2,7 +2,7 @@
 
 The examples are split into fixed chunks of whole batches before anything runs. Each finished
 chunk is written atomically to ``<run>/checkpoints/<method>-<level>/rows-<start>-<stop>.npy``, next to
-a small sealed ``checkpoint.json`` (reports.integrity) that binds the chunks to everything that
+a small sealed ``checkpoint.json`` (circuitstat.core.integrity) that binds the chunks to everything that
 determines their numbers (model weight hash, task hash, metric, method, level, ablation, options,
 seed, device, chunking) and to the run directory's manifest (its run id; the manifest holds the
 seed). A rerun reuses the chunks only when that binding is identical; otherwise it is refused with
@@ -14,7 +14,7 @@ following links, so a chunk that was edited, truncated, replaced by a link or co
 run (another ``--seed``, model or run directory) is refused naming the file, never used; ``--force``
 discards it. A chunk without its seal (a kill between the two writes) is not finished: it is
 computed again. Every row's scores come from
-``circuits.attribution.attribute(..., rows=...)``, which does not depend on which other rows are
+``circuitstat.circuits.attribution.attribute(..., rows=...)``, which does not depend on which other rows are
 computed with it, and an uninterrupted run goes through the same chunks, so a resumed score
 matrix equals an uninterrupted one bit for bit.
 """
@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from reports.atomic import atomic_write_bytes
-from reports.errors import InputError
-from reports.integrity import IntegrityError, digest_bytes, read_regular, read_sealed, write_sealed
+from circuitstat.core.atomic import atomic_write_bytes
+from circuitstat.core.errors import InputError
+from circuitstat.core.integrity import IntegrityError, digest_bytes, read_regular, read_sealed, write_sealed
 
 CHECKPOINTS = "checkpoints"
 MANIFEST = "checkpoint.json"
@@ -113,7 +113,7 @@ class CheckpointStore:
         return [b for b in self.bounds if self.chunk_path(*b).is_file() and self.seal_path(*b).is_file()]
 
     def _manifest_run_id(self) -> str | None:
-        from reports.rundir import RunDir, RunDirError
+        from circuitstat.core.rundir import RunDir, RunDirError
 
         try:
             return RunDir.read_manifest(self.run_dir).get("run_id")
@@ -226,7 +226,7 @@ class CheckpointStore:
 
     def remove(self) -> None:
         """Delete this store's chunks (after the score table is committed; they are redundant then)."""
-        from reports.integrity import remove_entry
+        from circuitstat.core.integrity import remove_entry
 
         remove_entry(self.path)
         parent = self.path.parent
@@ -236,7 +236,7 @@ class CheckpointStore:
 
 def _score_chunk(bounds: tuple[int, int], store: CheckpointStore, model, task, method: str, kw: dict) -> None:
     """Compute rows [start, stop) with attribute(rows=...) and store them (inside a worker when parallel)."""
-    from circuits.attribution import attribute
+    from circuitstat.circuits.attribution import attribute
 
     start, stop = bounds
     sm = attribute(model, task, method, rows=np.arange(start, stop), progress=False, **kw)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 PREFERRED_METHOD = "exact"
 """Taken first when a run has several methods: the other methods approximate it."""
@@ -34,7 +34,7 @@ class ScoreChoice:
 
 def _manifest_spec(run: Path) -> dict:
     """The run's recorded spec ({} when the directory has no readable manifest)."""
-    from reports.rundir import RunDir, RunDirError
+    from circuitstat.core.rundir import RunDir, RunDirError
 
     try:
         spec = RunDir.read_manifest(run).get("spec")

@@ -3,22 +3,22 @@
 :class:`TokenContributions` (scikit-learn style: parameters in ``__init__``; ``fit(model)``
 returns the estimator with ``result_``) runs two stages:
 
-1. **read-outs** (torch, ``circuits.contributions``): on the task's clean prompts, each measure's
+1. **read-outs** (torch, ``circuitstat.circuits.contributions``): on the task's clean prompts, each measure's
    token importance at the read-out position (attention, value_norm, contribution, grad_input),
    the metric drop when the top-k tokens of each measure (and of ``n_random`` random orders, the
    null ``random``: their mean drop per prompt) are ablated, and per prompt and head the sink
    share, the mean output norm and the confidence gap. Per-prompt tables: ``token_weights``,
    ``token_drops``, ``sink_prompts``.
-2. **statistics** (numpy, ``stats.token_importance`` and ``stats.sinks``) from those tables alone:
+2. **statistics** (numpy, ``circuitstat.stats.token_importance`` and ``circuitstat.stats.sinks``) from those tables alone:
    ``token_importance``, ``token_importance_diffs``, ``sink_heads``, ``sink_fit`` and ``summary``.
 
-``run(model, out)`` writes both stages to a run directory (reports.rundir.RunDir): a killed run
+``run(model, out)`` writes both stages to a run directory (circuitstat.core.rundir.RunDir): a killed run
 resumes from the stage it finished, and a changed spec is refused unless ``force``.
 ``cross_seed(models, out)`` runs refits of one recipe into ``out/model-<i>/`` and compares them:
 ``token_stability`` (do the seeds pick the same top-k tokens? against hypergeometric chance),
 ``sink_stability`` (rank-matched sink rates per layer, number of sink heads, the relation per seed) and
 ``sink_matching`` (are the sink heads the same heads? heads matched across seeds by attention pattern as
-in the head study, ``stats.sink_matching``, against a random one-to-one matching).
+in the head study, ``circuitstat.stats.sink_matching``, against a random one-to-one matching).
 """
 
 from __future__ import annotations
@@ -30,20 +30,20 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from reports.errors import InputError
-from reports.estimator import Estimator
-from reports.results import Result
-from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
-from stats.resampling import ResamplingPlan
-from stats.sinks import DEFAULT_THRESHOLD, SinkResult, confidence_gap, position_means, sink_relation, sink_shares
-from stats.token_importance import TokenImportanceResult, token_importance_faithfulness
+from circuitstat.core.errors import InputError
+from circuitstat.core.estimator import Estimator
+from circuitstat.core.results import Result
+from circuitstat.core.seeds import as_seed_sequence, seed_record, spawn_seeds
+from circuitstat.stats.resampling import ResamplingPlan
+from circuitstat.stats.sinks import DEFAULT_THRESHOLD, SinkResult, confidence_gap, position_means, sink_relation, sink_shares
+from circuitstat.stats.token_importance import TokenImportanceResult, token_importance_faithfulness
 
 __all__ = ["TokenContributions", "ContributionsResult", "CrossSeedResult", "READOUT_TABLES", "STAT_TABLES", "MEASURES",
            "RANDOM"]
 
-#: the importance measures (circuits.contributions.MEASURES, written out so this module loads without torch)
+#: the importance measures (circuitstat.circuits.contributions.MEASURES, written out so this module loads without torch)
 MEASURES = ("attention", "value_norm", "contribution", "grad_input")
-#: what ablating a token means (circuits.contributions.TOKEN_ABLATIONS, written out for the same reason)
+#: what ablating a token means (circuitstat.circuits.contributions.TOKEN_ABLATIONS, written out for the same reason)
 TOKEN_ABLATIONS = ("zero", "mean", "mask")
 RANDOM = "random"
 MIN_RESAMPLES, MAX_RESAMPLES = 40, 100_000  # bootstrap resamples: enough for a 95% interval's tails .. the work limit
@@ -179,7 +179,7 @@ class TokenContributions(Estimator):
 
     Parameters
     ----------
-    task, n, task_seed, metric, task_options : the task (``pipelines.build.build_task``).
+    task, n, task_seed, metric, task_options : the task (``circuitstat.pipelines.build.build_task``).
     ks : numbers of top tokens ablated. measures : importance measures compared (plus ``random``).
     n_random : random orders per prompt averaged into the ``random`` null.
     ablation : 'zero' (token embedding set to 0, position kept), 'mean' (mean token embedding) or 'mask'
@@ -255,7 +255,7 @@ class TokenContributions(Estimator):
         random-draw counts (maxima lifted by ``allow_large``), and with ``task`` every k against the
         tokens its shortest prompt can ablate (never lifted: a k that ablates every candidate token
         makes every measure's top-k the same set) and the memory of the draws."""
-        from circuits.limits import check_bytes, check_range
+        from circuitstat.circuits.limits import check_bytes, check_range
 
         check_range(int(self.n_resamples), MIN_RESAMPLES, MAX_RESAMPLES, "n_resamples (--n-resamples)",
                     allow_large=allow_large)
@@ -297,7 +297,7 @@ class TokenContributions(Estimator):
 
     def build_task(self, model):
         """Return the task for ``model`` (built from ``task``, ``n``, ``task_seed``, ``metric``, ``task_options``)."""
-        from pipelines.build import build_task
+        from circuitstat.pipelines.build import build_task
 
         return build_task(model, self.task, n=int(self.n), seed=int(self.task_seed), metric=self.metric,
                           **(self.task_options or {}))
@@ -305,7 +305,7 @@ class TokenContributions(Estimator):
     # -- stage 1 -------------------------------------------------------------------------------
     def readouts(self, model, task=None) -> Readouts:
         """Return the per-prompt read-outs of ``model`` on the task (torch work, no statistics)."""
-        from circuits.contributions import (ablation_drops, candidate_mask, random_ranks, rank_tokens,
+        from circuitstat.circuits.contributions import (ablation_drops, candidate_mask, random_ranks, rank_tokens,
                                             sink_readouts, token_weights)
 
         self.validate()
@@ -386,7 +386,7 @@ class TokenContributions(Estimator):
             allow_large: bool = False) -> ContributionsResult:
         """Write both stages to run directory ``out`` (resumable) and return the result (sizes checked
         first by :meth:`check_sizes`)."""
-        from reports.rundir import RunDir
+        from circuitstat.core.rundir import RunDir
 
         self.validate()
         task = self.build_task(model) if task is None else task
@@ -408,9 +408,9 @@ class TokenContributions(Estimator):
         pattern, against random matching; its own stage, which reads the models' attention patterns on
         the task's prompts) at the top of ``out``; every stage resumes.
         """
-        from reports.rundir import RunDir
-        from stats.sinks import sink_stability
-        from stats.token_importance import token_stability
+        from circuitstat.core.rundir import RunDir
+        from circuitstat.stats.sinks import sink_stability
+        from circuitstat.stats.token_importance import token_stability
 
         self.validate()
         if len(models) < 2:
@@ -452,8 +452,8 @@ class TokenContributions(Estimator):
 
     def _sink_matching(self, models: Sequence[Any], task, rates: np.ndarray) -> dict[str, np.ndarray]:
         """Return the ``sink_matching`` table: each model's attention patterns on the task, matched across seeds."""
-        from circuits.readouts import attention_patterns
-        from stats.sink_matching import matching_description, pattern_matchings, sink_matching
+        from circuitstat.circuits.readouts import attention_patterns
+        from circuitstat.stats.sink_matching import matching_description, pattern_matchings, sink_matching
 
         ids, mask = task.clean.numpy(), task.attention_mask.numpy().astype(bool)
         patterns = [attention_patterns(m, ids, self.batch_size) for m in models]
@@ -464,7 +464,7 @@ class TokenContributions(Estimator):
 
 def _orders_from_tables(weights: Sequence[Any], measures: Sequence[str]) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Return {measure: [K, N, P] token orders} and the shared [N, P] candidates from each model's token_weights."""
-    from circuits.contributions import rank_tokens
+    from circuitstat.circuits.contributions import rank_tokens
 
     cols = [{k: np.asarray(v) for k, v in w.to_pydict().items()} for w in weights]
     N, P = int(cols[0]["prompt"].max()) + 1, int(cols[0]["position"].max()) + 1
@@ -499,7 +499,7 @@ class CrossSeedResult(Result):
         return {"token_stability": self.tokens.rows, "sink_stability": self.sinks, "sink_matching": self.matching}
 
     def _summary_items(self) -> list[tuple[str, Any]]:
-        from stats.head_stability import seeds_interval_text
+        from circuitstat.stats.head_stability import seeds_interval_text
 
         items = [("models", len(self.results))] + self.tokens._summary_items()
         s = self.sinks

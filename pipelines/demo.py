@@ -15,8 +15,8 @@ def demo_spec(n_jobs: int = 2, quick: bool = False):
     ``examples/audit-zoo.yaml`` is the same spec as a file (a test keeps them equal), so
     ``circuitstat check examples/claims-zoo.yaml --run runs/demo`` checks the demo's run.
     """
-    from pipelines.spec import parse_spec
-    from pipelines.zoo import ZOO_SEEDS
+    from circuitstat.pipelines.spec import parse_spec
+    from circuitstat.pipelines.zoo import ZOO_SEEDS
 
     return parse_spec({
         "models": [f"zoo:{DEMO_RECIPE}/seed-{s}" for s in ZOO_SEEDS],
@@ -33,10 +33,10 @@ def demo_spec(n_jobs: int = 2, quick: bool = False):
 
 
 def print_summary(run: Path, echo=typer.echo) -> None:
-    """Print the run's one-screen verdict: the lines its report opens with (reports.verdicts), built from its tables.
+    """Print the run's one-screen verdict: the lines its report opens with (circuitstat.reports.verdicts), built from its tables.
 
     ``circuitstat demo`` and ``circuitstat audit`` both end with it."""
-    from reports.verdicts import verdict, verdict_text
+    from circuitstat.reports.verdicts import verdict, verdict_text
 
     report = Path(run) / "report.html"
     echo("\n" + verdict_text(verdict(run), report if report.exists() else None))

@@ -1,6 +1,6 @@
-"""The option vocabularies shared by specs (pipelines.spec) and the command line (pipelines.cli).
+"""The option vocabularies shared by specs (circuitstat.pipelines.spec) and the command line (circuitstat.pipelines.cli).
 
-Kept apart from pipelines.spec so that the command line builds its choices without importing
+Kept apart from circuitstat.pipelines.spec so that the command line builds its choices without importing
 pydantic (about 0.3 s of every command's start-up).
 """
 
@@ -11,8 +11,8 @@ from typing import Literal
 __all__ = ["METHOD", "ABLATION", "LEVEL", "METRIC", "INPUT_NODE"]
 
 METHOD = Literal["exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted",
-                 "atp-qkfix", "atp-graddrop", "atpstar"]  # the last three: AtP* (circuits.atpstar)
+                 "atp-qkfix", "atp-graddrop", "atpstar"]  # the last three: AtP* (circuitstat.circuits.atpstar)
 ABLATION = Literal["counterfactual", "mean", "mean-positional", "zero", "resample"]
 LEVEL = Literal["edge", "node"]
-INPUT_NODE = Literal["embeddings", "tokens"]  # circuits.ablation: what a zero/mean-ablated input sender is
+INPUT_NODE = Literal["embeddings", "tokens"]  # circuitstat.circuits.ablation: what a zero/mean-ablated input sender is
 METRIC = Literal["logit_diff", "prob_diff", "kl", "kl_mean", "cross_entropy"]

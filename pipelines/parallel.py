@@ -23,7 +23,7 @@ def backend(n_jobs: int = 1, scheduler: str | None = None) -> Iterator[int]:
     try:
         from distributed import Client
     except ImportError as e:
-        from reports.errors import InputError
+        from circuitstat.core.errors import InputError
 
         raise InputError("--scheduler needs Dask distributed, which is not installed: "
                          "pip install 'circuitstat[dask]' (or dask[distributed])") from e
@@ -39,7 +39,7 @@ def backend(n_jobs: int = 1, scheduler: str | None = None) -> Iterator[int]:
 def _connect(Client, scheduler: str, n_jobs: int):
     """A Dask client for ``scheduler`` ('local' starts n_jobs single-threaded workers); InputError
     when the address is malformed or nothing answers there."""
-    from reports.errors import InputError
+    from circuitstat.core.errors import InputError
 
     if scheduler == "local":
         return Client(n_workers=max(1, n_jobs), threads_per_worker=1, processes=True, dashboard_address=None)

@@ -1,6 +1,6 @@
 """``circuitstat attribute --plan``: each method's cost on this model, task and machine, before running it.
 
-The counts come from circuits.plan (shape arithmetic). The time comes from a short calibration on
+The counts come from circuitstat.circuits.plan (shape arithmetic). The time comes from a short calibration on
 the actual model and a batch of the actual task, timing the passes the methods are made of:
 
 * a forward keeping the sender outputs (the counterfactual and clean runs of every method);
@@ -26,7 +26,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from circuits.plan import (ATP, METHODS, Cost, atp_backwards, contraction_flops, contractions, fit_memory, method_cost,
+from circuitstat.circuits.plan import (ATP, METHODS, Cost, atp_backwards, contraction_flops, contractions, fit_memory, method_cost,
                            qk_fix_flops, sender_groups)
 
 
@@ -128,7 +128,7 @@ def _suffix_times(model, ids, mask, last, resid_pre, repeats: int, rows: int) ->
     Timed from the first and the last layer only; the layers between are interpolated linearly, as a
     suffix from layer l runs L - l identical blocks and one unembedding (timing every start layer
     repeated the forward L times, minutes on GPT-2 small)."""
-    from circuits.model import RunState
+    from circuitstat.circuits.model import RunState
 
     L = model.cfg.n_layers
     many = (ids[:1].expand(rows, -1), mask[:1].expand(rows, -1), last[:1].expand(rows))
@@ -154,9 +154,9 @@ def calibrate(model, data, batch_size: int, *, repeats: int = 3, probe_s: float 
     exact patching of one example when that is predicted to take under ``probe_s`` seconds."""
     import torch
 
-    from circuits.ablation import last_index
-    from circuits.attribution import edge_scores_from_grads
-    from circuits.interventions import Intervention
+    from circuitstat.circuits.ablation import last_index
+    from circuitstat.circuits.attribution import edge_scores_from_grads
+    from circuitstat.circuits.interventions import Intervention
 
     from .parallel import single_threaded
 
@@ -167,7 +167,7 @@ def calibrate(model, data, batch_size: int, *, repeats: int = 3, probe_s: float 
 
     def gradient(intervention=None):
         with torch.enable_grad():
-            # as circuits.attribution's gradient runs: probes on each head's q/k/v, mapped back to inputs
+            # as circuitstat.circuits.attribution's gradient runs: probes on each head's q/k/v, mapped back to inputs
             out = model.run(ids, mask, intervention=intervention, receiver_grads="projected", logits_at=last,
                             keep_senders=intervention is None)
             return model.receiver_input_grads(out, torch.autograd.grad(out.logits[:, 0].sum(), out.grad_inputs))
@@ -220,7 +220,7 @@ def _probe_exact(cal: Calibration, model, data, probe_s: float) -> Calibration:
     suffix timings predict that it takes under ``probe_s`` seconds (on large models the rows dominate)."""
     import dataclasses
 
-    from circuits.attribution import attribute
+    from circuitstat.circuits.attribution import attribute
 
     from .parallel import single_threaded
 
@@ -246,7 +246,7 @@ def estimate_seconds(cal: Calibration, model, cost: Cost, *, n: int, level: str 
         return n * (per_example * (cal.forward_s + cal.gradient_s) + contraction)
     if method in ATP:
         return _atp_seconds(cal, model, method, n, positions)
-    k = contractions(cfg, method, ig_steps)  # post-norm models contract every gradient run (circuits.plan)
+    k = contractions(cfg, method, ig_steps)  # post-norm models contract every gradient run (circuitstat.circuits.plan)
     if method == "clean-corrupted":
         return n * (per_example * (cal.forward_s + 2 * cal.gradient_s) + k * contraction)
     if method == "eap-ig-inputs":
@@ -288,7 +288,7 @@ def plan_costs(model, data, *, level: str = "edge", batch_size: int = 16, ig_ste
                budget: int | None = None, methods=METHODS) -> dict[str, "Cost | str"]:
     """{method: its Cost on ``data``}, batch size and exact's rows fitted to ``budget`` bytes when given;
     a method that cannot fit the budget maps to the refusal's message instead."""
-    from reports.errors import InputError
+    from circuitstat.core.errors import InputError
 
     cfg = model.cfg
     n, P = int(data.clean.shape[0]), int(data.clean.shape[1])
@@ -322,7 +322,7 @@ def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_ste
                device: str = "cpu", rate: tuple[float, str] | None = None) -> list[str]:
     """The plan as printed lines: a header, the calibration, one row per method, a legend.
 
-    ``model`` may be a skeleton on the meta device (circuits.skeleton): the counts need only shapes.
+    ``model`` may be a skeleton on the meta device (circuitstat.circuits.skeleton): the counts need only shapes.
     The time estimate is calibrated on ``timing_model`` (default ``model`` unless it is on the meta
     device); without one, ``untimed`` says why and the time is the FLOPs at ``rate`` (TFLOP/s, source;
     default :func:`flop_rate` of ``device`` and the model's dtype), a lower bound.
@@ -356,7 +356,7 @@ def _cost_table(model, costs: dict, n: int, P: int, level: str, ig_steps: int, b
                 how: str, seconds) -> list[str]:
     """The plan's header, ``how`` the time is estimated, and one row per method; ``seconds(cost)`` gives the
     one-worker time and its prefix (">= " for a lower bound), divided over the workers its chunks can use."""
-    from circuits.limits import format_bytes
+    from circuitstat.circuits.limits import format_bytes
 
     unit = "edges" if level == "edge" else "nodes"
     cols = model.graph.n_edges if level == "edge" else model.graph.n_senders

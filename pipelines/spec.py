@@ -19,7 +19,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from reports.errors import InputError, warn_renamed
+from circuitstat.core.errors import InputError, warn_renamed
 
 from .options import ABLATION, INPUT_NODE, LEVEL, METHOD, METRIC  # noqa: F401 - defined there once; re-exported
 from .yamlio import read_yaml_strict
@@ -110,7 +110,7 @@ class BootstrapSpec(_Strict):
     scheme: Literal["examples", "clusters", "half-splits"] = "examples"
     confidence_level: float = Field(0.95, gt=0.5, lt=1.0)
     # None: the library's default, chosen by simulated coverage (symmetric studentized bootstrap; BCa for
-    # the cluster scheme, whose templates are not i.i.d. examples). See stats.intervals.
+    # the cluster scheme, whose templates are not i.i.d. examples). See circuitstat.stats.intervals.
     ci_method: Literal["percentile", "basic", "bca", "t", "studentized", "studentized_symmetric"] | None = None
 
 
@@ -164,7 +164,7 @@ class AuditSpec(_RunOptions):
 
     @model_validator(mode="after")
     def _enough_resamples(self) -> "AuditSpec":
-        # the faithfulness interval needs one resample beyond each quantile (stats.faithfulness.min_resamples)
+        # the faithfulness interval needs one resample beyond each quantile (circuitstat.stats.faithfulness.min_resamples)
         need = math.ceil(2 / (1 - self.bootstrap.confidence_level) - 1e-9)
         if self.faithfulness and self.bootstrap.n_resamples < need:
             raise ValueError(f"bootstrap.n_resamples={self.bootstrap.n_resamples} is too few for a "
@@ -209,7 +209,7 @@ def parse_spec(data: Any, source: str = "<spec>") -> AuditSpec:
 
 
 def load_yaml(path: str | Path) -> Any:
-    """Parsed YAML of a file, or InputError saying why it could not be read (see pipelines.yamlio)."""
+    """Parsed YAML of a file, or InputError saying why it could not be read (see circuitstat.pipelines.yamlio)."""
     return read_yaml_strict(path)
 
 
@@ -225,10 +225,10 @@ TASK_FILE_SUFFIXES = (".jsonl", ".csv", ".parquet", ".json", ".tsv")
 
 def _local_path(spec_file: str | Path, value: str, key: str, allow_outside: bool) -> str:
     """``value`` resolved against the spec's directory (see confine_paths); a hub id becomes ``hf:ID``."""
-    from reports.confine import looks_like_path, resolve_inside
+    from circuitstat.core.confine import looks_like_path, resolve_inside
 
     if value.startswith(("random:", "zoo:", "hf:", "served:")):
-        return value  # not paths: zoo:/served: names are checked where they resolve (pipelines.build)
+        return value  # not paths: zoo:/served: names are checked where they resolve (circuitstat.pipelines.build)
     if key == "task.name" or looks_like_path(value) or (Path(spec_file).parent / value).exists():
         return str(resolve_inside(spec_file, value, key=key, allow_outside=allow_outside))
     if HUB_ID.fullmatch(value):
@@ -242,7 +242,7 @@ def confine_paths(spec: Any, spec_file: str | Path, *, allow_outside: bool = Fal
 
     Paths in a file written by someone else may not leave that file's directory tree (absolute
     paths, ``~``, ``..`` or symbolic links out are refused) unless the command line passes
-    ``--allow-outside`` (reports.confine, the one resolver). A model named by a bare name resolves
+    ``--allow-outside`` (circuitstat.core.confine, the one resolver). A model named by a bare name resolves
     against the spec's directory, never the current one; ``org/name`` that is no such path is a hub
     id, kept as ``hf:org/name`` so that it is looked up only in the local Hugging Face cache.
     ``random:``/``zoo:`` sources are not paths.

@@ -1,11 +1,11 @@
-"""Work estimates of training and of the studies, checked before any work starts (circuits.limits).
+"""Work estimates of training and of the studies, checked before any work starts (circuitstat.circuits.limits).
 
 Sizes in a spec or plan come from a file that may be someone else's: a grid of a thousand seeds, a
 million training steps or a hundred thousand datasets of a million prompts would run for days and
 leave a partial run directory behind. Each estimate here counts the arithmetic of the computation
-from the shapes alone (FLOPs of the model passes from circuits.plan; multiply-adds of the
+from the shapes alone (FLOPs of the model passes from circuitstat.circuits.plan; multiply-adds of the
 resampling), an upper bound of the same order as the work itself, and is refused above
-:data:`circuits.limits.MAX_WORK` unless the command line passes ``--allow-large``. The checks run
+:data:`circuitstat.circuits.limits.MAX_WORK` unless the command line passes ``--allow-large``. The checks run
 before a model is trained, a corpus tokenized or a run directory created.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from circuits.limits import check_work
+from circuitstat.circuits.limits import check_work
 
 GPT2_VOCAB = 50257
 
@@ -27,7 +27,7 @@ def _recipe_vocab(recipe: Any) -> int:
 def training_operations(recipe: Any, vocab_size: int | None = None) -> float:
     """FLOPs of training one model of ``recipe``: steps x batch x (forward + backward, 3 forwards) of
     an ``n_ctx``-token sequence with logits at every position."""
-    from circuits.plan import layer_flops
+    from circuitstat.circuits.plan import layer_flops
 
     cfg = recipe.model_config(vocab_size or _recipe_vocab(recipe))
     forward = cfg.n_layers * sum(layer_flops(cfg, cfg.n_ctx)) + 2 * cfg.d_model * cfg.vocab_size * cfg.n_ctx
@@ -44,7 +44,7 @@ def head_study_operations(plan: Any) -> float:
     """Operations of a head study: training every condition's seeds, then per condition the probe
     forwards, all-pairs pattern similarities (every refit an anchor), their bootstrap and
     shuffled-prompt null, the residual CKA and its bootstrap, and the permutation tests."""
-    from circuits.plan import forward_flops
+    from circuitstat.circuits.plan import forward_flops
 
     total = 0.0
     K, n, T = len(plan.seeds), plan.n_probe, plan.probe_len
@@ -63,13 +63,13 @@ def head_study_operations(plan: Any) -> float:
 
 MAX_MODELS = 1000
 """Most models one study or ``train`` may train without ``--allow-large`` (each costs a process start,
-data loading and a directory, whatever its size): pipelines.training.MAX_SEEDS."""
+data loading and a directory, whatever its size): circuitstat.pipelines.training.MAX_SEEDS."""
 
 
 def check_head_study(plan: Any, *, allow_large: bool = False) -> None:
     """None; InputError when the head-study plan trains more than :data:`MAX_MODELS` models or exceeds
     the work limit (named sizes to shrink)."""
-    from circuits.limits import check_count
+    from circuitstat.circuits.limits import check_count
 
     check_count(len(plan.conditions()) * len(plan.seeds), MAX_MODELS,
                 f"the number of models the head-study plan trains ({len(plan.conditions())} conditions x "
@@ -85,7 +85,7 @@ def calibration_operations(spec: Any, cfg: Any, n_edges: int, positions: int, *,
     dataset size and dataset the resampled means of every edge (several interval methods), the
     stability intervals and their Monte Carlo truth at every k, and the faithfulness runs of every
     selected circuit on every population prompt (``cfg`` None: no model, no faithfulness family)."""
-    from circuits.plan import forward_flops, method_cost
+    from circuitstat.circuits.plan import forward_flops, method_cost
 
     total = 0.0
     if attributed and cfg is not None:

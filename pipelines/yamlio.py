@@ -9,7 +9,7 @@ size of the document with every alias written out is counted with one visit per 
 so a 1 KB bomb that would expand to 10^9 values is refused at once and without memory growth.
 
 Paths read from a file (a claims file's ``run:`` and ``spec:``, a spec's model, ...) are confined to
-that file's directory tree by :func:`reports.confine.resolve_inside` unless the command line allows
+that file's directory tree by :func:`circuitstat.core.confine.resolve_inside` unless the command line allows
 otherwise.
 
 The echo rule for files reached through another file's path (a ``spec:`` named by a claims file
@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
-from reports.confine import resolve_inside  # noqa: F401 - the one resolver; re-exported for the claims and specs
-from reports.errors import InputError
+from circuitstat.core.confine import resolve_inside  # noqa: F401 - the one resolver; re-exported for the claims and specs
+from circuitstat.core.errors import InputError
 
 # The most values (scalars, lists, mappings) the aliases of a document may add once every alias is
 # written out. A document without aliases adds none, however large it is (its size is bounded by
@@ -250,8 +250,8 @@ def redacted_failure(exc: BaseException, file: str, command: str) -> str | None:
     """
     from pydantic import ValidationError
 
-    from reports.lock import RunLockedError
-    from reports.rundir import RunDirError, StageSpecChangedError
+    from circuitstat.core.lock import RunLockedError
+    from circuitstat.core.rundir import RunDirError, StageSpecChangedError
 
     if isinstance(exc, StageSpecChangedError) and hasattr(exc, "stage"):  # names only what circuitstat wrote
         return (f"running {file}: stage {exc.stage!r} in {exc.run_dir} already finished with a different spec "

@@ -24,8 +24,8 @@ from typing import Sequence
 
 import numpy as np
 
-from reports.errors import InputError
-from pipelines.training import TrainRecipe, cache_dir, prepare_data, train_models
+from circuitstat.core.errors import InputError
+from circuitstat.pipelines.training import TrainRecipe, cache_dir, prepare_data, train_models
 
 __all__ = [
     "ZOO_RECIPES",
@@ -42,7 +42,7 @@ __all__ = [
 # four choices make them form within the budget: weights initialised at 1/sqrt(d_model) (0.125)
 # instead of GPT-2's 0.02, a constant learning rate of 1e-2 after warmup, repeat_fraction=1.0
 # (every training sequence has one span of its own corpus text copied later in it; see
-# pipelines.training.data._repeat_spans), and 64-token sequences in batches of 32 rather than 128 in
+# circuitstat.pipelines.training.data._repeat_spans), and 64-token sequences in batches of 32 rather than 128 in
 # batches of 16 (same tokens per step, cheaper attention, and in trials the induction score passed
 # 0.6 after 1500 steps instead of 2500). Induction forms at a seed-dependent step (one trial seed
 # was at 0.47 after 2000 steps), so both recipes train well past it. The MLP model uses ReLU and
@@ -62,7 +62,7 @@ ZOO_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
 
 def recipe_key(recipe: TrainRecipe, corpus_hash: str | None = None) -> str:
     """Content key of one recipe's models: the recipe + the corpus' content hash."""
-    from circuits.corpus import load_corpus
+    from circuitstat.circuits.corpus import load_corpus
 
     if corpus_hash is None:
         corpus_hash = load_corpus(recipe.corpus).content_hash
@@ -88,7 +88,7 @@ def default_zoo(n_jobs: int = 2, cache: str | os.PathLike | None = None, progres
     is cached on its own (``recipe_dir``), so asking for one recipe trains only that one. Each
     model loads with ``circuits.load_model``. An interrupted build resumes where it stopped.
     """
-    from pipelines.training import TrainJob, run_train_jobs
+    from circuitstat.pipelines.training import TrainJob, run_train_jobs
 
     recipes = recipes or ZOO_RECIPES
     roots = {name: recipe_dir(name, r, cache) for name, r in recipes.items()}
@@ -144,7 +144,7 @@ def induction_metrics(model, n: int = 64, seq_len: int | None = None, seed: int 
     """
     import torch
 
-    from circuits.tasks import induction_task
+    from circuitstat.circuits.tasks import induction_task
 
     tok = getattr(model, "tokenizer", None)
     if seq_len is None:
@@ -194,7 +194,7 @@ def zoo_report(paths: Sequence[str | os.PathLike], n: int = 64, seq_len: int | N
     """One row per model: repeat losses, best layer-1 induction head, validation loss, train time."""
     import pandas as pd
 
-    from circuits import load_model
+    from circuitstat.circuits import load_model
 
     rows = []
     for p in paths:
@@ -217,7 +217,7 @@ def zoo_report(paths: Sequence[str | os.PathLike], n: int = 64, seq_len: int | N
     return pd.DataFrame(rows)
 
 
-if __name__ == "__main__":  # python -m pipelines.zoo : build (or reuse) the zoo and print its report
+if __name__ == "__main__":  # python -m circuitstat.pipelines.zoo : build (or reuse) the zoo and print its report
     print(f"the default zoo: {len(ZOO_RECIPES) * len(ZOO_SEEDS)} models ({', '.join(ZOO_RECIPES)} x seeds "
           f"{ZOO_SEEDS[0]}-{ZOO_SEEDS[-1]}); those not cached are trained (all of them: about 12 minutes on 2 cores; "
           "one: `circuitstat zoo build RECIPE --seed S`)", flush=True)

@@ -1,18 +1,18 @@
 """circuitstat reports layer: the ground floor every package may import, and the run directory's I/O.
 
-The floor (contracts): errors (``reports.errors``), the Result and Estimator bases
-(``reports.results``, ``reports.estimator``), the JSON conversion (``reports.provenance.to_jsonable``),
-atomic writes (``reports.atomic``), seeds and their records (``reports.seeds``) and the one top-k
-(``reports.topk``). I/O on top of it: Parquet tables with provenance, the table schema, run
+The floor (contracts): errors (``circuitstat.core.errors``), the Result and Estimator bases
+(``circuitstat.core.results``, ``circuitstat.core.estimator``), the JSON conversion (``circuitstat.core.provenance.to_jsonable``),
+atomic writes (``circuitstat.core.atomic``), seeds and their records (``circuitstat.core.seeds``) and the one top-k
+(``circuitstat.core.topk``). I/O on top of it: Parquet tables with provenance, the table schema, run
 directories, SQL queries, the HTML report. Works on arrays, tables and dicts only: reports imports
 nothing from circuits/, stats/ or pipelines/ (tests/test_layers.py) and never torch.
 
-Names load lazily (PEP 562): ``from reports.errors import InputError`` does not import pyarrow.
+Names load lazily (PEP 562): ``from circuitstat.core.errors import InputError`` does not import pyarrow.
 """
 
 from __future__ import annotations
 
-from reports.lazy import lazy_names
+from circuitstat.core.lazy import lazy_names
 
 _MODULES = {
     ".atomic": ["atomic_write", "atomic_write_bytes", "cleanup_temp_files"],

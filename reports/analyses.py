@@ -1,7 +1,7 @@
 """The analyses a run directory can hold, the tables that show each one ran, and how to run a missing one.
 
-The verdict summary (reports.verdicts) says in one line which analyses a run lacks and how to run
-them; the HTML report (reports.html.sections) shows a section only when its analysis is present.
+The verdict summary (circuitstat.reports.verdicts) says in one line which analyses a run lacks and how to run
+them; the HTML report (circuitstat.reports.html.sections) shows a section only when its analysis is present.
 Both read this one list, so the page never shows a box for what the run lacks and the summary
 never offers a command for what it has.
 """
@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from reports.tableset import Tables
+from circuitstat.reports.tableset import Tables
 
 __all__ = ["Analysis", "ANALYSES", "TOKEN_TABLES", "SEED_TABLES", "present", "missing", "token_model_dirs",
            "has_tokens"]

@@ -4,7 +4,7 @@ Every interval the terminal summary or the HTML report prints is a `Ci` read fro
 run table, so the page can say where each number came from (the report writes the table, row and
 column names into data attributes and a test reads every interval back from its table). `Ci.of`
 takes the estimand from the row's own ``estimand`` column where the table has one, else from the
-column's ``covers:`` text in reports/schema.py, and gives an interval that is not the calibrated
+column's ``covers:`` text in core/schema.py, and gives an interval that is not the calibrated
 one of its table the visible label in `LABELLED` (DESIGN.md, "Estimands and calibration").
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from reports.schema import schema_for
+from circuitstat.core.schema import schema_for
 
 __all__ = ["Ci", "LABELLED", "FLAGGED", "FEW_PROMPTS", "MONTE_CARLO", "covers", "fmt"]
 

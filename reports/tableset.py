@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from reports.tables import read_table
+from circuitstat.core.tables import read_table
 
 __all__ = ["Missing", "Tables", "num", "ints", "strs", "first", "flag", "sub", "methods_in", "order_methods", "rows", "where"]
 

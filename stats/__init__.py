@@ -1,15 +1,15 @@
 """circuitstat stats layer: resampling, intervals, tests, stability, variance, similarity.
 
 Works on arrays and tables only (numpy/scipy/pandas/pyarrow); every estimator returns a
-`reports.results.Result` (the ground floor) with its estimate, uncertainty and `.to_table()`.
+`circuitstat.core.results.Result` (the ground floor) with its estimate, uncertainty and `.to_table()`.
 
-Names load lazily (PEP 562): importing one module (e.g. ``stats.resampling``) does not pull in scipy
+Names load lazily (PEP 562): importing one module (e.g. ``circuitstat.stats.resampling``) does not pull in scipy
 through the others, so commands that only read tables start fast.
 """
 
 from __future__ import annotations
 
-from reports.lazy import lazy_names
+from circuitstat.core.lazy import lazy_names
 
 _MODULES = {
     ".intervals": ["BootstrapResult", "bootstrap_edges", "bootstrap_statistic", "intervals_from_distribution"],

@@ -13,8 +13,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from reports.results import Result
-from reports.topk import TIE_RULE, topk
+from circuitstat.core.results import Result
+from circuitstat.core.topk import TIE_RULE, topk
 
 __all__ = ["ApproximationResult", "approximation_agreement"]
 
@@ -50,7 +50,7 @@ def approximation_agreement(exact: np.ndarray, approx: np.ndarray, k: int, *, ra
 
     top_k_overlap: share of exact's top-k circuit (of mean scores, ``ranking`` signed or absolute)
     that the approximation's top-k circuit contains; ties are broken at random from ``seed`` (the
-    project's one top-k, reports.topk).
+    project's one top-k, circuitstat.core.topk).
     """
     from scipy import stats as sps
 

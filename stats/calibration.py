@@ -30,8 +30,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from reports.seeds import as_seed_sequence, seed_record
-from reports.results import Result
+from circuitstat.core.seeds import as_seed_sequence, seed_record
+from circuitstat.core.results import Result
 
 __all__ = ["IntervalKind", "CalibrationResult", "coverage_study", "shared_per_dataset", "clustered_rate"]
 

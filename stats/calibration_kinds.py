@@ -1,7 +1,7 @@
 """Interval kinds for the calibration study: per-edge effects, circuit stability, faithfulness.
 
 The data-level circuit-stability intervals that circuit_stability(..., data_level=True) reports
-(stats.stability_data) claim to cover quantities of the *prompt distribution* at dataset size N:
+(circuitstat.stats.stability_data) claim to cover quantities of the *prompt distribution* at dataset size N:
 
 * jaccard_data: E[Jaccard(top-k of D1, top-k of D2)] for two independent datasets of N prompts;
 * jaccard_pop: E[Jaccard(top-k of D, top-k of the population's mean scores)];
@@ -12,11 +12,11 @@ On a finite population (datasets drawn with replacement from its rows) these are
 over pairs of datasets. `stability_truth` estimates them by Monte Carlo over many independent
 pairs (the exact expectation sums over P^N datasets); its Monte Carlo standard error is returned
 with it and is far below the widths of the intervals being checked (±0.003 at 4000 pairs).
-Top-k ties are broken at random (reports.topk), independently for every dataset and for the
+Top-k ties are broken at random (circuitstat.core.topk), independently for every dataset and for the
 population's circuit, as circuit_stability does.
 
 `stability_interval_kinds` wraps one circuit_stability call per dataset into IntervalKinds for
-stats.calibration.coverage_study: the three data-level intervals, and the resampling-spread
+circuitstat.stats.calibration.coverage_study: the three data-level intervals, and the resampling-spread
 interval of the mean pairwise Jaccard (jaccard_ci_*), which is Monte Carlo error of one dataset's
 statistic and is checked against the data-level estimand only to show that it does not cover it.
 
@@ -37,9 +37,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from reports.errors import InputError
-from reports.seeds import as_seed_sequence
-from reports.topk import topk
+from circuitstat.core.errors import InputError
+from circuitstat.core.seeds import as_seed_sequence
+from circuitstat.core.topk import topk
 
 from .calibration import IntervalKind, shared_per_dataset
 
@@ -282,12 +282,12 @@ def faithfulness_interval_kinds(evaluations: PopulationEvaluations, ks: Sequence
     Per dataset D (its population rows come with it): C(D) = top-k of D's mean scores (ties at
     random from the dataset's seed); the fixed-circuit
     interval (``fixed_method``, n_resamples bootstrap resamples) of C(D) on D's prompts; the
-    selection-aware interval (stats.faithfulness.selection_aware_faithfulness: min(5, N // 4) folds,
+    selection-aware interval (circuitstat.stats.faithfulness.selection_aware_faithfulness: min(5, N // 4) folds,
     2 repeats, as the audit runs it); and the truth f_pop(C(D)) from every population prompt.
     """
     from .faithfulness import (MIN_PER_FOLD, fixed_circuit_interval, selection_aware_faithfulness)
     from .resampling import ResamplingPlan
-    from reports.seeds import spawn_seeds
+    from circuitstat.core.seeds import spawn_seeds
 
     ks_list = check_circuit_sizes(ks, evaluations.n_edges)
 

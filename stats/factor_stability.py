@@ -9,15 +9,15 @@ interval is
 
 over datasets D of N prompts from the task's prompt distribution, the level (model, estimator,
 counterfactual draw) held fixed. With one dataset that is estimated as the data-level circuit
-stability of stats.stability_data is, generalised to two paired matrices (`paired_jaccard`):
+stability of circuitstat.stats.stability_data is, generalised to two paired matrices (`paired_jaccard`):
 
 * plug-in T: the mean over the run's bootstrap resamples of the paired Jaccard (both circuits
   from the same resample); its Monte Carlo error from the resamples' spread;
-* a double bootstrap (stats.resampling.nested_bootstrap: inner resamples of each outer
+* a double bootstrap (circuitstat.stats.resampling.nested_bootstrap: inner resamples of each outer
   resample) gives T*_o per outer resample: se from their spread (less their own Monte Carlo
   error, never below half the raw variance) and the bias mean(T*) - T;
 * the split extrapolation: the mean paired Jaccard on disjoint halves and quarters of the data
-  (unbiased for J_{N/2} and J_{N/4}; stats.stability_data.split_counts), extrapolated linearly
+  (unbiased for J_{N/2} and J_{N/4}; circuitstat.stats.stability_data.split_counts), extrapolated linearly
   in 1/m to m = N.
 
 Interval ("bracketed, paired"): low = min(T - |bias|, split, J_full) - z se, high =
@@ -38,7 +38,7 @@ term: 0.85-1.00 (0.85-0.92 at k = 20). Tests: tests/stats/test_variance_interval
 dataset: resampling spread (the old "CI" of the study), not an interval for any data-level
 quantity; they never drive a verdict.
 
-Top-k is reports.topk's (random tie-breaking from the run's seed, independently for the level's and
+Top-k is circuitstat.core.topk's (random tie-breaking from the run's seed, independently for the level's and
 the reference's circuit, so edges tied at the cut-off are not shared by construction); the
 edges tied at each level's full-data cut-off are counted (``cutoff_ties``).
 """
@@ -51,10 +51,10 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.special import ndtri
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
-from reports.seeds import as_seed_sequence, spawn_seeds
-from reports.topk import ranking_key, row_seeds, select_topk, tie_priorities
+from circuitstat.core.seeds import as_seed_sequence, spawn_seeds
+from circuitstat.core.topk import ranking_key, row_seeds, select_topk, tie_priorities
 from .resampling import nested_bootstrap
 from .stability_data import MIN_INNER, MIN_OBS, MIN_OUTER, N_SPLITS, split_counts
 
@@ -93,7 +93,7 @@ def aggregate(S: np.ndarray, how: str, trim: float, counts: np.ndarray | None = 
 def ranked_tops(V: np.ndarray, K: int, ranking: str, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Return ([R, K] top-K edges in rank order, [R] edges tied at the K-th key) of V [R, E].
 
-    seeds: one uint64 tie-breaking seed per row (reports.topk.row_seeds); ties at random.
+    seeds: one uint64 tie-breaking seed per row (circuitstat.core.topk.row_seeds); ties at random.
     """
     V = np.atleast_2d(np.asarray(V, dtype=np.float64))
     key = ranking_key(V, ranking)
@@ -139,7 +139,7 @@ def fresh_draw_jaccards(S_ref: np.ndarray, draws: Sequence[tuple[np.ndarray, str
     """Return ([draws, P] Jaccard of each independent dataset's full-data circuit to the reference's, [P] their mean).
 
     Each value is one draw of J(top-k of D1, top-k of D2) for independent datasets: its interval
-    is the data-level one of stats.stability_data (jaccard_data_ci), not computed here.
+    is the data-level one of circuitstat.stats.stability_data (jaccard_data_ci), not computed here.
     """
     V0 = aggregate(S_ref, "mean", trim)
     seeds = spawn_seeds(as_seed_sequence(seed), max(len(draws), 1))

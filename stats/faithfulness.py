@@ -42,10 +42,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from reports.errors import InputError
-from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
-from reports.results import ConfidenceInterval, MethodIntervals, Result
-from reports.topk import ranking_key, topk
+from circuitstat.core.errors import InputError
+from circuitstat.core.seeds import as_seed_sequence, seed_record, spawn_seeds
+from circuitstat.core.results import ConfidenceInterval, MethodIntervals, Result
+from circuitstat.core.topk import ranking_key, topk
 
 from .folds import MIN_PER_FOLD, fold_split
 from .intervals import METHODS, acceleration_from_jackknife, intervals_from_distribution
@@ -85,7 +85,7 @@ def min_resamples(confidence_level: float) -> int:
 
 def _undefined(den: np.ndarray, mean_clean: np.ndarray, mean_empty: np.ndarray, rtol: float,
                atol: float) -> np.ndarray:
-    """Return True where m(M) − m(∅) is ~0 (circuits.faithfulness's rule): f is undefined."""
+    """Return True where m(M) − m(∅) is ~0 (circuitstat.circuits.faithfulness's rule): f is undefined."""
     return np.abs(den) <= atol + rtol * np.maximum(np.abs(mean_clean), np.abs(mean_empty))
 
 
@@ -333,7 +333,7 @@ class _EvaluationCache:
 def _topk_masks(means: np.ndarray, ks: Sequence[int], ranking: str, tie_rng: np.random.Generator) -> np.ndarray:
     """Return boolean masks [..., len(ks), E] of the top-k edges of score vectors [..., E] for every k.
 
-    One reports.topk call per batch of rows at the largest k; smaller circuits are its prefixes, so
+    One circuitstat.core.topk call per batch of rows at the largest k; smaller circuits are its prefixes, so
     the circuits of one selection are nested and share their tie-breaking.
     """
     rows = np.atleast_2d(means)
@@ -568,7 +568,7 @@ def selection_aware_faithfulness(S: np.ndarray, evaluate: Evaluate, ks: Sequence
     params = {"estimator": "selection_aware_faithfulness", "scheme": scheme, "ranking": ranking, "ks": ks,
               "method": method, "confidence_level": confidence_level, "seed": seed_record(root),
               "plan": r["plan"], "rtol": rtol, "atol": atol, "estimand": ESTIMAND_SELECTED,
-              "selection": "top-k of the mean scores (reports.topk.topk, ties at random from the seed)"}
+              "selection": "top-k of the mean scores (circuitstat.core.topk.topk, ties at random from the seed)"}
     if scheme == "crossfit":
         params.update(n_folds=n_folds, n_repeats=n_repeats, folds="whole groups" if groups is not None else "examples")
     return FaithfulnessInterval(

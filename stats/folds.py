@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 __all__ = ["MIN_PER_FOLD", "DEFAULT_FOLDS", "fold_split", "fold_loads", "fillable_folds"]
 

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import stats as sps
 
-from reports.topk import ranking_key, topk_mask
+from circuitstat.core.topk import ranking_key, topk_mask
 
 __all__ = ["DATASET_ESTIMAND", "SPREAD_LABEL", "roc_points", "roc_on_grid", "auroc", "pessimistic_auroc",
            "selection_metrics",

@@ -10,14 +10,14 @@ returns long rows ``(family, statistic, param, value)``:
   q <= alpha, their FDP, recall (power), precision, F1 and counts;
 * ``stability``: inclusion frequencies of the top-k circuit (k = the truth's size) over half-size
   subsamples; at each threshold pi the realised number of false edges with frequency >= pi and the
-  Meinshausen-Buhlmann bound on its expectation (stats.stability.selection_error_bounds, valid there).
+  Meinshausen-Buhlmann bound on its expectation (circuitstat.stats.stability.selection_error_bounds, valid there).
 
 ``faithfulness_dataset`` adds the ``faithfulness`` family: whether the fixed-circuit interval of the
 true circuit covers its known faithfulness, and whether the selection-aware (cross-fitted) interval of
 the selected top-k circuit covers that circuit's population faithfulness and the true circuit's.
 
-``summarise`` turns the rows of R datasets into intervals over datasets (stats.groundtruth.over_datasets)
-and ``fdr_rows`` into the FDR calibration verdicts (stats.groundtruth.fdr_check).
+``summarise`` turns the rows of R datasets into intervals over datasets (circuitstat.stats.groundtruth.over_datasets)
+and ``fdr_rows`` into the FDR calibration verdicts (circuitstat.stats.groundtruth.fdr_check).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import numpy as np
 
 from .groundtruth import DATASET_ESTIMAND, auroc, fdr_check, over_datasets, pessimistic_auroc, selection_metrics, \
     topk_metrics
-from reports.topk import ranking_key
+from circuitstat.core.topk import ranking_key
 
 __all__ = ["Row", "score_dataset", "faithfulness_dataset", "summarise", "fdr_rows", "TESTS"]
 
@@ -104,7 +104,7 @@ def faithfulness_dataset(S: np.ndarray, rows: np.ndarray, truth: np.ndarray, eva
                          seed: Any = 0) -> list[Row]:
     """Coverage rows of the faithfulness intervals on one dataset (population ``rows`` of ``evaluations``).
 
-    ``evaluations``: a stats.calibration_kinds.PopulationEvaluations over the population the dataset was
+    ``evaluations``: a circuitstat.stats.calibration_kinds.PopulationEvaluations over the population the dataset was
     drawn from; ``true_value``: the true circuit's faithfulness on the task's distribution (known by
     construction).
     """

@@ -1,6 +1,6 @@
 """Nulls, permutation tests and refit-level contrasts of cross-seed head stability (numpy only).
 
-The pieces of :class:`pipelines.heads.HeadStability` that are statistics rather than
+The pieces of :class:`circuitstat.pipelines.heads.stability.HeadStability` that are statistics rather than
 orchestration: the prompt-shuffle and untrained-model nulls as ordered-pair matrices
 ``[K, K, L, H]``, the layer summaries with the gap a layer-structure-free model would show (head
 stabilities shuffled across layers), the permutation correlation of stability and importance per
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from reports.seeds import spawn_seeds
+from circuitstat.core.seeds import spawn_seeds
 
 from .head_pairs import prompt_shuffle_null, quiet_nanmean
 from .head_stability import layer_statistics, pair_matrix, permutation_correlation, refit_jackknife, shuffled_layer_gap

@@ -2,8 +2,8 @@
 pair of refits, their nulls and the residual stream's CKA per layer.
 
 Array code only (attention patterns and residual rows in, similarities and intervals out); the
-read-outs that produce the arrays are in circuits.readouts, the estimator that orchestrates
-both is pipelines.heads.HeadStability. Moved here from pipelines/heads.py unchanged in its
+read-outs that produce the arrays are in circuitstat.circuits.readouts, the estimator that orchestrates
+both is circuitstat.pipelines.heads.stability.HeadStability. Moved here from pipelines/heads/stability.py unchanged in its
 numbers (same seeds, same order of operations).
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from reports.seeds import spawn_seeds
+from circuitstat.core.seeds import spawn_seeds
 
 from .head_stability import (CKA_INTERVAL_RELIABLE, cka_half_sample_replicates, leave_one_refit_out, matched_similarity,
                              ordered_pair_mean, percentile_interval, prompt_resampled_similarity, quiet_nanmean,

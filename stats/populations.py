@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reports.seeds import as_seed_sequence
+from circuitstat.core.seeds import as_seed_sequence
 
 __all__ = ["spiky_population", "smooth_tail_population", "draw_datasets", "stack_datasets"]
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
+from circuitstat.core.seeds import as_seed_sequence, seed_record, spawn_seeds
 
 __all__ = [
     "DEFAULT_MAX_BYTES",

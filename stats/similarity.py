@@ -16,8 +16,8 @@ from typing import Any, Callable
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
-from reports.results import ConfidenceInterval, Result
+from circuitstat.core.seeds import as_seed_sequence, seed_record, spawn_seeds
+from circuitstat.core.results import ConfidenceInterval, Result
 
 from .resampling import ResamplingPlan, _resolve_jobs, resampled_means
 from .intervals import interval_text

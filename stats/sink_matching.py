@@ -2,8 +2,8 @@
 
 Heads are only identified inside one refit, so "the same head" in another seed means the head
 matched to it: within each layer, the one-to-one (Hungarian) assignment maximising the attention
-pattern cosine, exactly as in the head-stability study (``stats.head_pairs.per_layer_cosine``,
-``stats.head_stability.prompt_resampled_similarity``, ``stats.similarity.match_heads``). By
+pattern cosine, exactly as in the head-stability study (``circuitstat.stats.head_pairs.per_layer_cosine``,
+``circuitstat.stats.head_stability.prompt_resampled_similarity``, ``circuitstat.stats.similarity.match_heads``). By
 default the first (BOS / sink) column is dropped from the patterns before matching: with it, every
 sink head looks like every other sink head and the agreement below would be partly built into the
 matching; without it, heads are matched by where else they attend.
@@ -24,7 +24,7 @@ indices. **Excess** = statistic − null for the agreements and null − statist
 difference (so positive always means more alike than chance). Aggregation: the mean over ordered
 pairs of seeds (every seed an anchor in turn; pairs where the statistic is undefined left out and
 counted); intervals: the leave-one-refit-out jackknife with a t quantile on K − 1 degrees of
-freedom (``stats.head_stability.refit_jackknife``), covering the mean over the distribution of
+freedom (``circuitstat.stats.head_stability.refit_jackknife``), covering the mean over the distribution of
 training seeds (simulated coverage 0.937-0.967 at 95%, K = 5 seeds, 300 datasets: tests/stats/test_sinks.py;
 0.90-0.96 at K = 10 in a 400-dataset probe). Verdict per row from its own excess interval (no multiplicity adjustment):
 ``stable`` (above 0), ``less than chance`` (below 0), ``inconclusive``, or ``undefined`` (no
@@ -65,7 +65,7 @@ def matching_description(drop_bos: bool) -> str:
 
 
 def _input_error(msg: str) -> Exception:
-    from reports.errors import InputError
+    from circuitstat.core.errors import InputError
 
     return InputError(msg)
 
@@ -86,7 +86,7 @@ def pattern_matchings(patterns: Sequence[np.ndarray], *, drop_bos: bool = True, 
                       ) -> tuple[np.ndarray, np.ndarray]:
     """Return (match ``[K, K, L, H]``, matched similarity ``[K, K, L, H]``) of every ordered pair of seeds.
 
-    ``patterns[k]`` is seed k's ``[L, H, P, T, T]`` attention (``circuits.readouts.attention_patterns``);
+    ``patterns[k]`` is seed k's ``[L, H, P, T, T]`` attention (``circuitstat.circuits.readouts.attention_patterns``);
     ``mask [P, T]`` marks real tokens (padding is zeroed). ``match[a, b, l, h]`` is the head of
     seed b's layer l matched to head h of seed a (Hungarian on the mean pattern cosine); pair
     (b, a) holds the inverse assignment, so the matching of a pair does not depend on its order.

@@ -1,6 +1,6 @@
 """Attention sinks: per-head sink rate, output norm, their relation across heads, and confidence.
 
-Inputs are the read-outs of ``circuits.contributions.sink_readouts``: per prompt n, head u (layers
+Inputs are the read-outs of ``circuitstat.circuits.contributions.sink_readouts``: per prompt n, head u (layers
 x heads flattened) and query position i, the attention a[n, u, i] to the prompt's sink token and
 the norm r[n, u, i] of the head's output; ``positions`` marks the query positions that count
 (real tokens after the sink token).
@@ -8,7 +8,7 @@ the norm r[n, u, i] of the head's output; ``positions`` marks the query position
 * **Sink rate** of a head (after Gu et al. 2024, "When attention sink emerges"): the share of
   counted query positions whose attention to the sink token exceeds ``threshold`` (default 0.3),
   per prompt, then its mean over prompts. Estimand: that share over the prompt distribution;
-  interval: ``stats.intervals.bootstrap_edges`` over prompts (calibrated default).
+  interval: ``circuitstat.stats.intervals.bootstrap_edges`` over prompts (calibrated default).
 * **Output norm** of a head: the mean over counted positions of ||o_i||, per prompt, then the mean
   over prompts (same interval).
 * **Relation across heads**: the least-squares quadratic norm = b0 + b1 s + b2 s^2 over the heads'
@@ -33,7 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import stats as sps
 
-from reports.results import Result
+from circuitstat.core.results import Result
 
 from .intervals import (BootstrapResult, acceleration_from_jackknife, bootstrap_edges,
                         interval_text, interval_verdict, intervals_from_distribution)
@@ -59,7 +59,7 @@ ESTIMANDS = {
 
 
 def _input_error(msg: str) -> Exception:
-    from reports.errors import InputError
+    from circuitstat.core.errors import InputError
 
     return InputError(msg)
 
@@ -276,7 +276,7 @@ def sink_stability(rates: np.ndarray, spearman: np.ndarray, curvature: np.ndarra
     across seeds by rank) and the number of heads with rate >= ``sink_bar``; model rows (layer -1):
     Spearman's rho, the fit's curvature and the share of seeds with positive curvature. Each with a
     t interval over seeds (the share: Clopper-Pearson). Whether the sink heads are the same heads, with heads matched by
-    attention pattern and a random-matching null, is ``stats.sink_matching.sink_matching``.
+    attention pattern and a random-matching null, is ``circuitstat.stats.sink_matching.sink_matching``.
     """
     rates = np.asarray(rates, dtype=np.float64)
     if rates.ndim != 3 or rates.shape[0] < 2:

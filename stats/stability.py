@@ -1,8 +1,8 @@
 """Circuit stability under resampling, reported as functions of the circuit size k.
 
-One chunked pass over the edges (stats.topk_stream.streaming_topk) keeps, per resample, the K = max(k)
+One chunked pass over the edges (circuitstat.stats.topk_stream.streaming_topk) keeps, per resample, the K = max(k)
 best edges by (key descending, random tie priority): ties at a cut-off are broken at random from
-the run's seed (reports.topk), the same whatever the chunk size, and the ties at each cut-off are
+the run's seed (circuitstat.core.topk), the same whatever the chunk size, and the ties at each cut-off are
 counted (cutoff_ties_mean: edges sharing the k-th key; cutoff_ties_excluded_*: those left out).
 From those lists, per k: inclusion frequency per edge, mean pairwise Jaccard (SD and a U-statistic
 jackknife interval: Monte Carlo error of the resampling statistic, not a data-level interval),
@@ -12,7 +12,7 @@ asymptotic (again Monte Carlo) interval, and rank-biased overlap. Spearman and K
 score vectors of a few resamples. Stability-selection error bounds (Meinshausen & Buhlmann 2010,
 Shah & Samworth 2013) are given only for half-size subsamples, where they hold.
 
-Data-level estimands with intervals that cover them (stats.stability_data, double bootstrap):
+Data-level estimands with intervals that cover them (circuitstat.stats.stability_data, double bootstrap):
 jaccard_data* (expected Jaccard between the top-k circuits of two independent datasets of N
 prompts), jaccard_pop* (between a dataset's circuit and the population's) and phi_data*. The
 estimand of every interval is named in the tables' schema metadata (circuitstat.estimands).
@@ -30,10 +30,10 @@ import numpy as np
 from scipy import sparse, stats
 from scipy.special import ndtri
 
-from reports.errors import InputError
-from reports.seeds import as_seed_sequence, seed_record, spawn_seeds
-from reports.results import Result
-from reports.topk import TIE_RULE, ranking_key, row_seeds, select_topk, tie_priorities, topk
+from circuitstat.core.errors import InputError
+from circuitstat.core.seeds import as_seed_sequence, seed_record, spawn_seeds
+from circuitstat.core.results import Result
+from circuitstat.core.topk import TIE_RULE, ranking_key, row_seeds, select_topk, tie_priorities, topk
 
 from .resampling import DEFAULT_MAX_BYTES, ResamplingPlan, check_score_matrix
 from .stability_data import (ESTIMANDS, DataLevelEstimates, check_data_level,
@@ -53,7 +53,7 @@ __all__ = [
 
 # --- small, reusable pieces ----------------------------------------------------------------
 def topk_indices(scores: np.ndarray, k: int, ranking: str, *, seed: Any = 0) -> np.ndarray:
-    """Return the k edges with the largest key in rank order, ties at random (reports.topk.topk).
+    """Return the k edges with the largest key in rank order, ties at random (circuitstat.core.topk.topk).
 
     Pass the run's seed: the default 0 is reproducible but reuses one tie order for every call.
     """
@@ -228,7 +228,7 @@ class StabilityResult(Result):
     #: data-level interval of the expected Jaccard between two datasets' circuits (``conf_int()``'s default)
     primary_interval = "jaccard_data_ci"
     main_table = "stability"
-    #: uint64 tie-breaking seeds (reports.topk.tie_priorities): one per resample, then the data's
+    #: uint64 tie-breaking seeds (circuitstat.core.topk.tie_priorities): one per resample, then the data's
     tie_seeds: np.ndarray | None = None
     params: dict = field(default_factory=dict)
 
@@ -500,7 +500,7 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
     n_pair_resamples: pairwise Jaccard uses the first that many resamples (B^2 pairs).
     n_rank_resamples: Spearman over all pairs and Kendall over disjoint pairs of that many full
     score vectors. rbo_p: RBO persistence; None uses p = 1 - 1/k (expected depth k).
-    data_level: add intervals for the data-level estimands (stats.stability_data: Jaccard and
+    data_level: add intervals for the data-level estimands (circuitstat.stats.stability_data: Jaccard and
     Phi between circuits of independent size-N datasets, Jaccard to the population's circuit)
     from a double bootstrap of n_outer x n_inner resamples. None: where possible (bootstrap
     plan, N >= stability_data.MIN_OBS), else NaN columns with the reason in params; True:
@@ -545,7 +545,7 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
               "n_pair_resamples": m_pair, "n_rank_resamples": n_full,
               "rbo_p": rbo_p if rbo_p is not None else "1 - 1/k",
               "confidence_level": confidence_level,
-              "tie_breaking": "random (reports.topk priorities from the run seed)",
+              "tie_breaking": "random (circuitstat.core.topk priorities from the run seed)",
               "tie_seed": seed_record(root),
               "selection_thresholds": list(selection_thresholds) if selection_thresholds else None,
               "data_level": data_note, "estimands": ESTIMANDS,

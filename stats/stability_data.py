@@ -11,7 +11,7 @@ about how the statistic varies from dataset to dataset, so its "CI" covered J_N 
 datasets (issue 13).
 
 Here the sampling distribution of each plug-in statistic comes from a double bootstrap: outer
-resamples D*_o of the data, and for each, inner resamples of D*_o (stats.resampling.
+resamples D*_o of the data, and for each, inner resamples of D*_o (circuitstat.stats.resampling.
 nested_bootstrap; one chunked pass of the engine over all rows). For each outer o the same
 statistic T*_o is computed from its inner resamples. Then
 
@@ -81,9 +81,9 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.special import ndtri
 
-from reports.errors import InputError
-from reports.seeds import as_seed_sequence, spawn_seeds
-from reports.topk import row_seeds
+from circuitstat.core.errors import InputError
+from circuitstat.core.seeds import as_seed_sequence, spawn_seeds
+from circuitstat.core.topk import row_seeds
 
 from .resampling import DEFAULT_MAX_BYTES, ResamplingPlan, nested_bootstrap
 from .topk_stream import streaming_topk

@@ -1,7 +1,7 @@
 """Per-edge p-values (one-sample t, bootstrap-SE z, interval inversion, resampling) and FDR
 control (BH, BY); scalar z and t p-values and Holm's family-wise adjustment for a study's claims.
 
-`interval_test_edges` turns a per-edge interval result (stats.intervals.bootstrap_edges) into
+`interval_test_edges` turns a per-edge interval result (circuitstat.stats.intervals.bootstrap_edges) into
 tests whose p-value inverts that same interval, so the interval excludes 0 exactly when
 p < 1 - confidence_level; the FDR adjustment is applied to those p-values (the multiplicity
 rule: reject where the adjusted p-value <= alpha).
@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import special
 
-from reports.results import Result
+from circuitstat.core.results import Result
 
 __all__ = [
     "EdgeTestResult",
@@ -202,7 +202,7 @@ def interval_test_edges(result: Any, *, correction: str = "bh", alpha: float = 0
                         ) -> EdgeTestResult:
     """Return per-edge tests of mean = 0 that invert `result`'s primary interval, FDR-adjusted.
 
-    `result` is a stats.intervals.BootstrapResult; its `pvalue` is the smallest
+    `result` is a circuitstat.stats.intervals.BootstrapResult; its `pvalue` is the smallest
     1 - confidence level at which its interval excludes 0, so without adjustment the test and
     the interval agree about zero by construction. The statistic column is mean / bootstrap
     SE, a summary only: the p-value does not use it.
@@ -258,10 +258,10 @@ def holm_verdicts(values: np.ndarray, pvalues: np.ndarray, directions: np.ndarra
     side (direction +1: above 0, −1: below 0), "contradicted" when significant on the other
     side, "inconclusive" otherwise (including a NaN p-value). With ``lows``/``highs`` (each row's
     interval) and a ``resolution``, a claim whose value and interval lie within ``resolution`` of 0
-    is "negligible" however small its p-value (reports.interval_words: a degenerate estimate is
+    is "negligible" however small its p-value (circuitstat.core.interval_words: a degenerate estimate is
     never "supported").
     """
-    from reports.interval_words import NEGLIGIBLE, is_negligible
+    from circuitstat.core.interval_words import NEGLIGIBLE, is_negligible
 
     values = np.asarray(values, dtype=np.float64)
     directions = np.asarray(directions)

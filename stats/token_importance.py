@@ -2,10 +2,10 @@
 
 Input: per-prompt metric drops ``drops[n, m, k]`` = m(clean) − m(top-k tokens by measure m
 ablated) for N prompts, M measures (one of them usually ``random``, the null) and K values of k
-(the ablation itself is ``circuits.contributions.ablation_drops``).
+(the ablation itself is ``circuitstat.circuits.contributions.ablation_drops``).
 
 * **Mean drop per measure and k**, with the project's calibrated interval for a mean over prompts
-  (``stats.intervals.bootstrap_edges``: the symmetric studentized bootstrap by default, its
+  (``circuitstat.stats.intervals.bootstrap_edges``: the symmetric studentized bootstrap by default, its
   p-value inverting the interval, and the tail-share reliability flag). Estimand: the mean drop
   over the task's prompt distribution.
 * **Paired differences** between measures (drop_a − drop_b on the same prompt and k), with the
@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from reports.results import Result
+from circuitstat.core.results import Result
 
 from .intervals import BootstrapResult, bootstrap_edges, interval_text
 from .resampling import ResamplingPlan
@@ -43,7 +43,7 @@ ESTIMAND_DIFFERENCE = "mean paired difference of those drops between two measure
 
 def _check_drops(drops: Any, measures: Sequence[str], ks: Sequence[int]) -> np.ndarray:
     """Return ``drops`` as float64 [N, M, K]; ValueError naming the mismatch."""
-    from reports.errors import InputError
+    from circuitstat.core.errors import InputError
 
     d = np.asarray(drops, dtype=np.float64)
     if d.ndim != 3 or d.shape[1:] != (len(measures), len(ks)):
@@ -164,9 +164,9 @@ def token_importance_faithfulness(drops: np.ndarray, measures: Sequence[str], ks
 
     ``drops`` [N, M, K]; ``pairs`` (default: every pair of measures in the given order) are the
     differences tested; ``plan`` (or ``n_resamples`` and ``seed``) the one resampling plan used
-    for every interval; ``method`` the interval (default: stats.intervals' calibrated default).
+    for every interval; ``method`` the interval (default: circuitstat.stats.intervals' calibrated default).
     """
-    from reports.errors import InputError
+    from circuitstat.core.errors import InputError
 
     measures, ks = tuple(str(m) for m in measures), tuple(int(k) for k in ks)
     d = _check_drops(drops, measures, ks)
@@ -239,9 +239,9 @@ def token_stability(orders: Mapping[str, np.ndarray], candidates: np.ndarray, ks
     ``orders`` maps a measure to ``[K seeds, N, P]`` token orders (largest importance first) of the
     same prompts; ``candidates`` [N, P] the tokens that may be chosen (shared by every seed).
     Chance: the expected Jaccard of two random k-subsets of a prompt's candidates (hypergeometric).
-    Intervals: jackknife over seeds of the ordered-pair mean (stats.head_stability), >= 3 seeds.
+    Intervals: jackknife over seeds of the ordered-pair mean (circuitstat.stats.head_stability), >= 3 seeds.
     """
-    from reports.errors import InputError
+    from circuitstat.core.errors import InputError
 
     from .head_stability import leave_one_refit_out, ordered_pair_mean, refit_jackknife
     from .stability import chance_jaccard

@@ -1,7 +1,7 @@
-"""Streaming top-K over the resamples of a score matrix, in edge chunks (the floor's tie rule, reports.topk).
+"""Streaming top-K over the resamples of a score matrix, in edge chunks (the floor's tie rule, circuitstat.core.topk).
 
 A chunk's top-K state and the merge of two states equal one global sort under the total order of
-reports.topk (key descending, then the per-(seed, edge) tie priority), whatever the chunk size, and
+circuitstat.core.topk (key descending, then the per-(seed, edge) tie priority), whatever the chunk size, and
 count exactly the edges tied at the boundary that were left out.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reports.topk import ranking_key, select_topk, tie_priorities
+from circuitstat.core.topk import ranking_key, select_topk, tie_priorities
 
 from .resampling import DEFAULT_MAX_BYTES, ResamplingPlan, map_edge_chunks
 
@@ -23,7 +23,7 @@ class TopKState:
     """Streaming top-K per row: K best (key, edge) in rank order, ties dropped at the boundary."""
 
     vals: np.ndarray  # [B, K] float64, descending
-    pri: np.ndarray  # [B, K] uint64 tie priorities (reports.topk), ascending within equal values
+    pri: np.ndarray  # [B, K] uint64 tie priorities (circuitstat.core.topk), ascending within equal values
     idx: np.ndarray  # [B, K] int64; padding = sentinel
     boundary: np.ndarray  # [B] value at rank K
     dropped: np.ndarray  # [B] edges equal to `boundary` that are not in the list

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import stats
 
-from reports.results import ConfidenceInterval, Result
+from circuitstat.core.results import ConfidenceInterval, Result
 
 __all__ = ["VarianceComponentsResult", "variance_components", "ICCResult", "icc", "pooled_shares",
            "SHARES_ESTIMAND"]

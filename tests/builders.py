@@ -1,6 +1,6 @@
 """Run builders shared by the tests: synthetic run directories with the audit's tables.
 
-Columns a builder does not set are filled from reports/schema.py, so a builder cannot drift from
+Columns a builder does not set are filled from core/schema.py, so a builder cannot drift from
 what the audit writes (a column the schema does not know raises). Importable from any test
 (tests/conftest.py puts this folder on the path) and as the ``audit_run`` fixture.
 """
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reports.rundir import RunDir
-from reports.schema import fill
-from reports.tables import write_table
+from circuitstat.core.rundir import RunDir
+from circuitstat.core.schema import fill
+from circuitstat.core.tables import write_table
 
 EDGES = ["input->a0.h0<q>", "input->a1.h5<k>", "a0.h3->a1.h5<k>", "a0.h1->a1.h2<v>", "a1.h5->logits", "a0.h3->logits"]
 
@@ -98,7 +98,7 @@ def audit_tables(methods=("exact", "eap"), ks=(5, 10, 20), heads=True, faithfuln
 def make_run(path: Path, manifest: bool = True, **kw) -> Path:
     """A synthetic run directory with the audit's tables (with a manifest through RunDir, or bare).
 
-    Columns the fixture does not set are filled from reports/schema.py, so the fixture cannot drift
+    Columns the fixture does not set are filled from core/schema.py, so the fixture cannot drift
     from what the audit writes (a column the schema does not know raises)."""
     tables = {name: fill(name, t, len(next(iter(t.values())))) for name, t in audit_tables(**kw).items()}
     if manifest:

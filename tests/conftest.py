@@ -21,7 +21,7 @@ os.environ.setdefault("CIRCUITSTAT_CONVERSION_CACHE", "0")
 
 @pytest.fixture
 def audit_run(tmp_path):
-    """A synthetic audit run directory (every registered table, filled from reports/schema.py)."""
+    """A synthetic audit run directory (every registered table, filled from core/schema.py)."""
     from builders import make_run
 
     return make_run(tmp_path / "audit-run")

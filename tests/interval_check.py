@@ -2,7 +2,7 @@
 
 Every interval the page prints sits in an element carrying ``data-table``, ``data-row`` (the key of
 its row as JSON), ``data-lo`` / ``data-hi`` (its columns) and optionally ``data-est`` and
-``data-flag`` (reports.html.common.ci_attrs). `check_intervals` parses the page with the standard
+``data-flag`` (circuitstat.reports.html.common.ci_attrs). `check_intervals` parses the page with the standard
 library's HTML parser, looks each interval up in its Parquet table with pyarrow (not through the
 report's own readers) and checks the printed numbers against the table to their printed precision,
 the reliability flag, the label of an interval that is not its table's calibrated one, and that no
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from reports.ci import LABELLED
-from reports.schema import claimable, schema_for
+from circuitstat.reports.ci import LABELLED
+from circuitstat.core.schema import claimable, schema_for
 
 NUM = r"(?:−?∞|-?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?)"
 INTERVAL = re.compile(rf"(?:({NUM})\s+)?\[({NUM}), ({NUM})\]")

@@ -4,7 +4,7 @@
 edge_stats with some intervals flagged unreliable, the data-level stability columns, selection-aware
 faithfulness, approximation, heads and layers with their intervals over seeds, residual CKA and the
 heads stage's summary — and, optionally, a variance study's tables. Columns it does not set are filled
-from reports/schema.py, so it cannot drift from what the audit writes.
+from core/schema.py, so it cannot drift from what the audit writes.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from reports.rundir import RunDir
-from reports.schema import fill, schema_for
-from reports.tables import write_table
+from circuitstat.core.rundir import RunDir
+from circuitstat.core.schema import fill, schema_for
+from circuitstat.core.tables import write_table
 
 EVIL = '<script>alert("pwned")</script>&\'"'
 KNOWN = {"estimate": 1.23456, "ci_low": 0.987654, "ci_high": 1.48765, "q": 0.000123}
@@ -23,7 +23,7 @@ KS = [5, 10, 20, 50, 100]
 
 
 def graph_edges(n_layers: int, n_heads: int) -> dict[str, list]:
-    """Edge table in the EAP-IG/MIB naming (as circuits.graph.ComponentGraph.edge_table builds it)."""
+    """Edge table in the EAP-IG/MIB naming (as circuitstat.circuits.graph.ComponentGraph.edge_table builds it)."""
     senders, s_layer = ["input"], [-1]
     for layer in range(n_layers):
         senders += [f"a{layer}.h{h}" for h in range(n_heads)] + [f"m{layer}"]
@@ -47,7 +47,7 @@ def graph_edges(n_layers: int, n_heads: int) -> dict[str, list]:
 
 
 def write_filled(table: dict, path: Path) -> None:
-    """Write a fixture table, completed to its registered schema (reports/schema.py) when it has one."""
+    """Write a fixture table, completed to its registered schema (core/schema.py) when it has one."""
     n = len(next(iter(table.values())))
     write_table(fill(path.stem, table, n) if schema_for(path.stem) else table, path)
 

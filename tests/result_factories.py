@@ -21,7 +21,7 @@ def _scores() -> np.ndarray:
 
 
 def _plan(n: int = N, b: int = 200, seed: int = 1):
-    from stats.resampling import ResamplingPlan
+    from circuitstat.stats.resampling import ResamplingPlan
 
     return ResamplingPlan.bootstrap(n, b, seed)
 
@@ -29,7 +29,7 @@ def _plan(n: int = N, b: int = 200, seed: int = 1):
 def _model(seed: int = 0, n_layers: int = 2, n_heads: int = 2):
     import torch
 
-    from circuits.model import CircuitModel, ModelConfig
+    from circuitstat.circuits.model import CircuitModel, ModelConfig
 
     cfg = ModelConfig(n_layers=n_layers, n_heads=n_heads, d_model=16, d_head=8, d_mlp=32, vocab_size=50, n_ctx=16)
     m = CircuitModel(cfg).init_weights(seed)
@@ -40,52 +40,52 @@ def _model(seed: int = 0, n_layers: int = 2, n_heads: int = 2):
 
 
 def _task(model, n: int = 8):
-    from pipelines.build import build_task
+    from circuitstat.pipelines.build import build_task
 
     return build_task(model, "induction", n=n, seed=0, seq_len=5)
 
 
 def bootstrap() -> Any:
-    from stats.intervals import bootstrap_edges
+    from circuitstat.stats.intervals import bootstrap_edges
 
     return bootstrap_edges(_scores(), _plan(), methods=["percentile", "bca"])
 
 
 def edge_tests() -> Any:
-    from stats.testing import t_test_edges
+    from circuitstat.stats.testing import t_test_edges
 
     return t_test_edges(_scores())
 
 
 def stability() -> Any:
-    from stats.stability import circuit_stability
+    from circuitstat.stats.stability import circuit_stability
 
     return circuit_stability(_scores(), ks=[2, 4], ranking="absolute", n_resamples=60, seed=0)
 
 
 def approximation() -> Any:
-    from stats.approximation import approximation_agreement
+    from circuitstat.stats.approximation import approximation_agreement
 
     s = _scores()
     return approximation_agreement(s, s + 0.1 * RNG.standard_normal(s.shape), 3, ranking="absolute", seed=0)
 
 
 def variance() -> Any:
-    from stats.variance import variance_components
+    from circuitstat.stats.variance import variance_components
 
     return variance_components(RNG.standard_normal((6, 4, 5)), ["examples", "counterfactual"])
 
 
 def icc() -> Any:
-    from stats.variance import icc
+    from circuitstat.stats.variance import icc
 
     return icc(RNG.standard_normal((8, 3, 4)) + RNG.standard_normal((8, 1, 4)))
 
 
 def calibration() -> Any:
-    from stats.calibration import IntervalKind, coverage_study
-    from stats.intervals import bootstrap_edges
-    from stats.resampling import ResamplingPlan
+    from circuitstat.stats.calibration import IntervalKind, coverage_study
+    from circuitstat.stats.intervals import bootstrap_edges
+    from circuitstat.stats.resampling import ResamplingPlan
 
     pop = RNG.standard_normal((200, 3))
 
@@ -98,7 +98,7 @@ def calibration() -> Any:
 
 
 def fixed_faithfulness() -> Any:
-    from stats.faithfulness import fixed_circuit_interval
+    from circuitstat.stats.faithfulness import fixed_circuit_interval
 
     m_clean = 2 + RNG.standard_normal(N)
     m_empty = RNG.standard_normal(N) * 0.1
@@ -107,7 +107,7 @@ def fixed_faithfulness() -> Any:
 
 
 def similarity() -> Any:
-    from stats.similarity import similarity_test
+    from circuitstat.stats.similarity import similarity_test
 
     X = RNG.standard_normal((20, 4))
     return similarity_test(X, X + RNG.standard_normal((20, 4)), n_permutations=40, seed=0)
@@ -119,7 +119,7 @@ def _patterns(h: int = 3, p: int = 6, t: int = 5) -> np.ndarray:
 
 
 def head_match() -> Any:
-    from stats.similarity import head_matching
+    from circuitstat.stats.similarity import head_matching
 
     return head_matching(_patterns(), _patterns(), n_permutations=20, n_resamples=40, seed=0)
 
@@ -132,14 +132,14 @@ def _sink_inputs():
 
 
 def sinks() -> Any:
-    from stats.sinks import sink_relation
+    from circuitstat.stats.sinks import sink_relation
 
     names, share, norm = _sink_inputs()
     return sink_relation(share, norm, names, gap=0.1 * RNG.standard_normal((N, 4)), n_resamples=200, seed=0)
 
 
 def token_importance() -> Any:
-    from stats.token_importance import token_importance_faithfulness
+    from circuitstat.stats.token_importance import token_importance_faithfulness
 
     drops = RNG.standard_normal((N, 3, 2)) + np.array([1.0, 0.5, 0.0])[None, :, None]
     return token_importance_faithfulness(drops, ["contribution", "attention", "random"], [1, 2], n_resamples=200,
@@ -147,7 +147,7 @@ def token_importance() -> Any:
 
 
 def token_stability() -> Any:
-    from stats.token_importance import token_stability
+    from circuitstat.stats.token_importance import token_stability
 
     cand = np.ones((6, 5), bool)
     orders = {"attention": np.stack([np.stack([RNG.permutation(5) for _ in range(6)]) for _ in range(3)])}
@@ -155,16 +155,16 @@ def token_stability() -> Any:
 
 
 def contributions() -> Any:
-    from pipelines.contributions import ContributionsResult
+    from circuitstat.pipelines.contributions import ContributionsResult
 
     return ContributionsResult(token_importance(), sinks(), {"estimator": "TokenContributions",
                                                               "confidence_level": 0.95})
 
 
 def cross_seed() -> Any:
-    from pipelines.contributions import CrossSeedResult
-    from stats.sink_matching import sink_matching
-    from stats.sinks import sink_stability
+    from circuitstat.pipelines.contributions import CrossSeedResult
+    from circuitstat.stats.sink_matching import sink_matching
+    from circuitstat.stats.sinks import sink_stability
 
     rates = RNG.random((3, 2, 2))
     sinks_table = sink_stability(rates, RNG.standard_normal(3), RNG.standard_normal(3), sink_bar=0.3)
@@ -175,7 +175,7 @@ def cross_seed() -> Any:
 
 
 def faithfulness_curve() -> Any:
-    from circuits.faithfulness import faithfulness_curve
+    from circuitstat.circuits.faithfulness import faithfulness_curve
 
     model = _model()
     scores = RNG.standard_normal(model.graph.n_edges).astype(np.float32)
@@ -184,7 +184,7 @@ def faithfulness_curve() -> Any:
 
 
 def head_stability() -> Any:
-    from pipelines.heads import HeadStability
+    from circuitstat.pipelines.heads.stability import HeadStability
 
     models = [_model(s) for s in range(3)]
     ids = RNG.integers(0, 50, (10, 8))
@@ -193,8 +193,8 @@ def head_stability() -> Any:
 
 
 def score_matrix() -> Any:
-    from circuits.graph import ComponentGraph
-    from circuits.scores import ScoreMatrix
+    from circuitstat.circuits.graph import ComponentGraph
+    from circuitstat.circuits.scores import ScoreMatrix
 
     g = ComponentGraph(2, 2)
     return ScoreMatrix(RNG.standard_normal((5, g.n_edges)).astype(np.float32), g, "edge", "eap", "counterfactual",
@@ -202,15 +202,15 @@ def score_matrix() -> Any:
 
 
 def circuit() -> Any:
-    from circuits.circuit import Circuit
+    from circuitstat.circuits.circuit import Circuit
 
     sm = score_matrix()
     return Circuit.top_k(sm, 5, ranking="absolute")
 
 
 def _run_tables(cls: type, tmp: Path) -> Any:
-    from reports.rundir import RunDir
-    from reports.schema import fill
+    from circuitstat.core.rundir import RunDir
+    from circuitstat.core.schema import fill
 
     run_dir = tmp / "study"
     with RunDir(run_dir, spec={"study": "fixture"}) as run:
@@ -220,13 +220,13 @@ def _run_tables(cls: type, tmp: Path) -> Any:
 
 
 def run_tables(tmp: Path) -> Any:
-    from reports.run_tables import RunTables
+    from circuitstat.core.run_tables import RunTables
 
     return _run_tables(RunTables, tmp)
 
 
 def head_study(tmp: Path) -> Any:
-    from pipelines.head_study import HeadStudyResult
+    from circuitstat.pipelines.heads.study import HeadStudyResult
 
     return _run_tables(HeadStudyResult, tmp)
 

@@ -77,7 +77,7 @@ def test_imports_run_one_way(package: str) -> None:
 def test_no_floor_module_imports_the_html_renderer() -> None:
     # reports/html renders tables; the floor and the I/O modules below it must not depend on it
     bad = [f"{p.relative_to(ROOT)}:{line}" for p in _files("reports") if "html" not in p.relative_to(ROOT).parts
-           for line, module, _ in _imports(ast.parse(p.read_text())) if module.startswith("reports.html")]
+           for line, module, _ in _imports(ast.parse(p.read_text())) if module.startswith("circuitstat.reports.html")]
     assert bad == []
 
 
@@ -91,18 +91,18 @@ def test_the_rules_catch_planted_bad_imports(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text(
         "import importlib\n"
-        "from reports.results import Result\n"          # allowed everywhere
-        "from circuits.model import CircuitModel\n"     # stats -> circuits: forbidden
+        "from circuitstat.core.results import Result\n"          # allowed everywhere
+        "from circuitstat.circuits.model import CircuitModel\n"     # stats -> circuits: forbidden
         "def f():\n"
-        "    from pipelines.audit import run_audit\n"   # lazy, still forbidden
+        "    from circuitstat.pipelines.audit.run import run_audit\n"   # lazy, still forbidden
         "    import torch\n"                            # stats never imports torch
-        "    return importlib.import_module('circuits.scores')\n"
+        "    return importlib.import_module('circuitstat.circuits.scores')\n"
         "from .resampling import ResamplingPlan\n")     # relative: inside the package
     assert layer_violations(bad, "stats") == [
-        "bad.py:3 stats imports circuits.model", "bad.py:5 stats imports pipelines.audit", "bad.py:6 stats imports torch",
-        "bad.py:7 stats imports circuits.scores"]
+        "bad.py:3 stats imports circuitstat.circuits.model", "bad.py:5 stats imports circuitstat.pipelines.audit.run", "bad.py:6 stats imports torch",
+        "bad.py:7 stats imports circuitstat.circuits.scores"]
     assert layer_violations(bad, "pipelines") == []
-    assert layer_violations(bad, "reports")[:1] == ["bad.py:3 reports imports circuits.model"]
+    assert layer_violations(bad, "reports")[:1] == ["bad.py:3 reports imports circuitstat.circuits.model"]
     private = tmp_path / "private.py"
-    private.write_text("from circuits.model import _norm\nfrom reports.results import Result\n")
-    assert _private_imports(private) == ["private.py:1 circuits.model._norm"]
+    private.write_text("from circuitstat.circuits.model import _norm\nfrom circuitstat.core.results import Result\n")
+    assert _private_imports(private) == ["private.py:1 circuitstat.circuits.model._norm"]

@@ -72,7 +72,7 @@ def test_readme_and_docs_links_resolve() -> None:
 def test_documented_command_parses(where: str, argv: list[str]) -> None:
     import typer
 
-    from pipelines.cli import app
+    from circuitstat.pipelines.cli import app
 
     group = typer.main.get_command(app)
     cmd, args, name = group, list(argv), "circuitstat"
@@ -84,7 +84,7 @@ def test_documented_command_parses(where: str, argv: list[str]) -> None:
 
 
 def test_model_family_table_lists_every_supported_architecture() -> None:
-    from circuits.convert import SUPPORTED
+    from circuitstat.circuits.convert import SUPPORTED
 
     section = README.read_text().split("## Supported models", 1)[1].split("\n## ", 1)[0]
     rows = [r for r in section.splitlines() if r.startswith("| ") and not r.startswith("| family")]
@@ -93,8 +93,8 @@ def test_model_family_table_lists_every_supported_architecture() -> None:
 
 
 def test_readme_task_file_example_is_a_valid_task(tmp_path) -> None:
-    from circuits import load_model
-    from pipelines.build import build_task
+    from circuitstat.circuits import load_model
+    from circuitstat.pipelines.build import build_task
 
     (rows,) = _blocks("jsonl")
     path = tmp_path / "ioi.jsonl"
@@ -108,7 +108,7 @@ def test_readme_task_file_example_is_a_valid_task(tmp_path) -> None:
 def test_readme_claims_example_is_a_valid_claims_file() -> None:
     import yaml
 
-    from pipelines.claims import parse_claims
+    from circuitstat.pipelines.claims import parse_claims
 
     (block,) = [b for b in _blocks("yaml") if b.lstrip().startswith("spec:")]
     claims = parse_claims(yaml.safe_load(block), "README.md")
@@ -119,7 +119,7 @@ def test_readme_ci_example_uses_options_check_has() -> None:
     import yaml
     from typer.testing import CliRunner
 
-    from pipelines.cli import app
+    from circuitstat.pipelines.cli import app
 
     (block,) = [b for b in _blocks("yaml") if "--server" in b]
     steps = yaml.safe_load(block)
@@ -142,9 +142,9 @@ def test_readme_python_example_runs(tmp_path, monkeypatch) -> None:
 
 # --- the moved documents against the code and the examples ------------------------------------------
 def test_calibration_doc_output_is_the_study_summary_format_with_todays_estimands() -> None:
-    from pipelines.calibration_study import summary_lines
-    from stats.calibration_kinds import FAITHFULNESS_ESTIMANDS, STABILITY_ESTIMANDS
-    from stats.intervals import ESTIMAND
+    from circuitstat.pipelines.calibration.study import summary_lines
+    from circuitstat.stats.calibration_kinds import FAITHFULNESS_ESTIMANDS, STABILITY_ESTIMANDS
+    from circuitstat.stats.intervals import ESTIMAND
 
     doc = ROOT / "docs" / "calibration.md"
     outputs = [b for b in _blocks("text", doc) if b.startswith("interval ")]
@@ -160,7 +160,7 @@ def test_calibration_doc_output_is_the_study_summary_format_with_todays_estimand
 
 
 def test_calibration_doc_table_holds_the_coverage_the_library_quotes() -> None:
-    from stats.intervals.result import COVERAGE_NOTE
+    from circuitstat.stats.intervals.result import COVERAGE_NOTE
 
     text = (ROOT / "docs" / "calibration.md").read_text()
     quoted = dict(re.findall(r"(\w+) (0\.\d+)", COVERAGE_NOTE.split(":", 1)[1]))

@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from reports.errors import DeprecatedNameWarning, InputError
+from circuitstat.core.errors import DeprecatedNameWarning, InputError
 
 
 def _read(fn):
@@ -19,7 +19,7 @@ def _read(fn):
 
 
 def test_old_audit_spec_key_is_read_with_a_warning_naming_the_new_one() -> None:
-    from pipelines.spec import parse_spec
+    from circuitstat.pipelines.spec import parse_spec
 
     base = {"model": "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64"}
     spec, msgs = _read(lambda: parse_spec({**base, "heads": {"n_boot": 50}}))
@@ -34,7 +34,7 @@ def test_old_audit_spec_key_is_read_with_a_warning_naming_the_new_one() -> None:
 
 
 def test_old_head_study_plan_key_is_read(tmp_path) -> None:
-    from pipelines.head_study import load_head_study_plan
+    from circuitstat.pipelines.heads.study import load_head_study_plan
 
     path = tmp_path / "plan.yaml"
     path.write_text("start: quick\nn_perm: 199\n")
@@ -43,8 +43,8 @@ def test_old_head_study_plan_key_is_read(tmp_path) -> None:
 
 
 def test_old_estimator_parameters_are_read() -> None:
-    from pipelines.contributions import TokenContributions
-    from pipelines.heads import HeadStability
+    from circuitstat.pipelines.contributions import TokenContributions
+    from circuitstat.pipelines.heads.stability import HeadStability
 
     est, msgs = _read(lambda: HeadStability(n_boot=30, n_boot_cka=5, n_perm=199, random_state=7))
     assert (est.n_resamples, est.n_resamples_cka, est.n_permutations, est.seed) == (30, 5, 199, 7)
@@ -59,8 +59,8 @@ def test_old_estimator_parameters_are_read() -> None:
 
 
 def test_old_ranking_keyword_of_circuits_and_curves() -> None:
-    from circuits.circuit import Circuit
-    from circuits.graph import ComponentGraph
+    from circuitstat.circuits.circuit import Circuit
+    from circuitstat.circuits.graph import ComponentGraph
 
     g = ComponentGraph(2, 2)
     s = np.random.default_rng(0).standard_normal(g.n_edges)
@@ -74,7 +74,7 @@ def test_old_ranking_keyword_of_circuits_and_curves() -> None:
 def test_old_cli_flag_of_heads_is_read() -> None:
     from typer.testing import CliRunner
 
-    from pipelines.cli import app
+    from circuitstat.pipelines.cli import app
 
     # refused before any model loads (one model), so only the flag handling runs
     r = CliRunner().invoke(app, ["heads", "--models", "a", "--n-boot", "50", "--out", "x"])

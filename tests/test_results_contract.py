@@ -1,7 +1,7 @@
 """The one result contract, on every Result class of the four packages (discovered, so a new one is covered).
 
 Each class is built by its estimator on tiny inputs (tests/result_factories.py) and must answer
-``summary()``, ``to_table()`` for every table name (each registered in reports/schema.py and valid
+``summary()``, ``to_table()`` for every table name (each registered in core/schema.py and valid
 against it), ``write(run_dir)`` through RunDir (the files read back equal the tables) and, when its
 tables declare an interval, ``conf_int(alpha=...)`` as a ConfInt naming its estimand and level;
 a wrong ``alpha`` is refused. The one Estimator base is checked on every estimator the same way.
@@ -21,10 +21,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from reports.errors import DeprecatedNameWarning, InputError
-from reports.estimator import Estimator
-from reports.results import ConfInt, Result
-from reports.schema import schema_for
+from circuitstat.core.errors import DeprecatedNameWarning, InputError
+from circuitstat.core.estimator import Estimator
+from circuitstat.core.results import ConfInt, Result
+from circuitstat.core.schema import schema_for
 from result_factories import FACTORIES, NEEDS_PATH
 
 PACKAGES = ("reports", "circuits", "stats", "pipelines")
@@ -80,7 +80,7 @@ def test_tables_are_registered_and_valid(name: str, built) -> None:
         t = res.to_table(table)
         assert isinstance(t, pa.Table) and t.num_rows >= 0
         schema = schema_for(table)
-        assert schema is not None, f"{name} table {table!r} is not registered in reports/schema_results.py"
+        assert schema is not None, f"{name} table {table!r} is not registered in core/schema_results.py"
         schema.validate(t)  # raises SchemaError naming the drift
     assert res.to_table().column_names == res.to_table(res.main_table).column_names
 
@@ -102,7 +102,7 @@ def test_write_goes_through_rundir(name: str, built, tmp_path: Path) -> None:
                 equal_nan=True), (table, col)
         assert b"circuitstat.provenance" in back.schema.metadata
     # into an open run directory, under a sub-directory
-    from reports.rundir import RunDir
+    from circuitstat.core.rundir import RunDir
 
     with RunDir(tmp_path / "other", spec={}) as run:
         nested = res.write(run, under="part")
@@ -150,7 +150,7 @@ def test_interval_results_are_the_fourteen_plus() -> None:
 def test_the_contract_catches_an_unregistered_table(tmp_path: Path) -> None:
     from dataclasses import dataclass, field
 
-    from reports.schema import SchemaError
+    from circuitstat.core.schema import SchemaError
 
     @dataclass(repr=False)
     class Rogue(Result):
@@ -182,8 +182,8 @@ def test_every_estimator_follows_scikit_learn_conventions() -> None:
 
 
 def test_init_stores_verbatim_and_set_params_validates_names() -> None:
-    from pipelines.contributions import TokenContributions
-    from pipelines.heads import HeadStability
+    from circuitstat.pipelines.contributions import TokenContributions
+    from circuitstat.pipelines.heads.stability import HeadStability
 
     hooks, cka = ["post"], ["linear"]
     est = HeadStability(hooks=hooks, cka=cka, n_null=3)

@@ -1,6 +1,6 @@
 """Circuits: a subset of a component graph's edges, chosen from scores by an explicit, recorded rule.
 
-A :class:`Circuit` is a :class:`~circuits.graph.ComponentGraph`, a boolean edge mask ``[E]``, a
+A :class:`Circuit` is a :class:`~circuitstat.circuits.graph.ComponentGraph`, a boolean edge mask ``[E]``, a
 boolean node mask over ``graph.nodes`` (senders, then ``logits``), the scores it was chosen from
 and the rule with its parameters (provenance).  Circuits are immutable in spirit: every operation
 (``prune``) returns a new one.
@@ -9,7 +9,7 @@ Selection rules (``ranking``, 'signed' or 'absolute', is always an explicit keyw
 ranking give different circuits and different MIB scores, MIB issue #19):
 
 * :meth:`Circuit.top_k` -- the k edges with the largest score (or ``|score|``); ties at the cut-off
-  are broken at random from ``seed`` by the one top-k of circuitstat (reports.topk), the rule the
+  are broken at random from ``seed`` by the one top-k of circuitstat (circuitstat.core.topk), the rule the
   stability and selection-aware faithfulness estimators use too; the number of tied edges is recorded.
 * :meth:`Circuit.threshold` -- every edge with score (or ``|score|``) ``>= t``.
 * :meth:`Circuit.greedy` -- grow from the logits as the EAP-IG library's ``Graph.apply_greedy``:

@@ -6,8 +6,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from reports.errors import InputError
-from reports.results import Result
+from circuitstat.core.errors import InputError
+from circuitstat.core.results import Result
 from ..graph import ComponentGraph
 from .export import CircuitExport
 from .graph_ops import graph_cfg, prune_edges, touched_nodes

@@ -19,7 +19,7 @@ class CircuitExport:
                  f"  nodes      : {self.n_nodes} of {len(g.nodes)}"]
         if "cutoff_ties" in self.params:
             lines.append(f"  ties       : {self.params['cutoff_ties']} edges tied at the cut-off, "
-                         f"{self.params['cutoff_ties_excluded']} left out (seeded random, reports.topk)")
+                         f"{self.params['cutoff_ties_excluded']} left out (seeded random, circuitstat.core.topk)")
         layer_of = list(g.sender_layer) + [g.n_layers]
         by_layer: dict[int, list[str]] = {}
         for i in np.flatnonzero(self.nodes):
@@ -56,7 +56,7 @@ class CircuitExport:
 
     def tied_at_cutoff(self) -> np.ndarray:
         """Return [E] True for the edges whose score ties the k-th one of a top-k rule (kept or left out at random)."""
-        from reports.topk import ranking_key
+        from circuitstat.core.topk import ranking_key
 
         if self.scores is None or "cutoff_key" not in self.params or self.rule != "top_k":
             return np.zeros(self.graph.n_edges, dtype=bool)
@@ -66,8 +66,8 @@ class CircuitExport:
     def to_table(self, name: str | None = None):
         """Return table ``circuit`` (default) or ``circuit_nodes``; the rule, its parameters and the graph are in
         the schema metadata (``circuitstat.provenance``)."""
-        from reports.results import Result
-        from reports.tables import with_provenance
+        from circuitstat.core.results import Result
+        from circuitstat.core.tables import with_provenance
 
         return with_provenance(Result.to_table(self, name), {"circuit": self.describe()})
 

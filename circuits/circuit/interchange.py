@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 from ..graph import ComponentGraph
 from .graph_ops import graph_cfg, is_mlp, unknown_message
 
@@ -153,14 +153,14 @@ def _score(v: Any, what: str) -> float:
 
 def jsonable(obj: Any) -> Any:
     """Parameters as plain JSON types (so equality survives a JSON round trip)."""
-    from reports.provenance import to_jsonable  # the one JSON conversion (torch-free writer layer)
+    from circuitstat.core.provenance import to_jsonable  # the one JSON conversion (torch-free writer layer)
 
     return to_jsonable(obj, repr)
 
 
 def _write_json_file(path: str | os.PathLike, data: bytes) -> Path:
     """Write `data` atomically to the file `path`; InputError (one line) when that cannot be a file."""
-    from reports.atomic import atomic_write_bytes
+    from circuitstat.core.atomic import atomic_write_bytes
 
     p = Path(path)
     if p.is_dir() or str(path).endswith(("/", os.sep)):

@@ -2,7 +2,7 @@
 
 ``ranking`` ('signed' or 'absolute') is always an explicit keyword: signed and absolute ranking give
 different circuits and different MIB scores (MIB issue #19); ``absolute=True/False``, its old name,
-is still read with a warning. Ties follow the one top-k rule (reports.topk): at random from ``seed``
+is still read with a warning. Ties follow the one top-k rule (circuitstat.core.topk): at random from ``seed``
 (reproducible: same seed, same circuit), never by index, which would favour low-index edges and make
 tied edges look stable across resamples. The rule, the seed and the number of edges tied at the
 cut-off are recorded in the circuit's ``params``.
@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
-from reports.errors import InputError
-from reports.seeds import as_seed_sequence, seed_record
-from reports.topk import TIE_RULE, check_ranking, ranking_key, row_seeds, tie_priorities, topk
+from circuitstat.core.errors import InputError
+from circuitstat.core.seeds import as_seed_sequence, seed_record
+from circuitstat.core.topk import TIE_RULE, check_ranking, ranking_key, row_seeds, tie_priorities, topk
 
 from ..graph import ComponentGraph
 from .graph_ops import edge_endpoints, graph_cfg, receiver_node_index, unknown_message
@@ -34,7 +34,7 @@ def _key(scores: np.ndarray, ranking: str) -> np.ndarray:
 def _top(values: np.ndarray, k: int, ranking: str, ss: np.random.SeedSequence) -> tuple[np.ndarray, dict]:
     """(indices of the top k of ``values`` in rank order, the tie parameters recorded with the circuit).
 
-    The one top-k (reports.topk): ties at the cut-off broken by the seed's pseudo-random priorities.
+    The one top-k (circuitstat.core.topk): ties at the cut-off broken by the seed's pseudo-random priorities.
     """
     ties: dict[str, Any] = {"ties": TIE_RULE, "tie_seed": seed_record(ss)}
     if k == 0:
@@ -95,13 +95,13 @@ def _check_k(k: Any, n: int, what: str) -> int:
 
 
 class SelectionRules:
-    """The constructors of :class:`~circuits.circuit.Circuit` (mixed into it; ``cls`` is Circuit)."""
+    """The constructors of :class:`~circuitstat.circuits.circuit.Circuit` (mixed into it; ``cls`` is Circuit)."""
 
     @classmethod
     def top_k(cls, scores: Any, k: int, *, ranking: str | None = None, seed: Any = 0,
               graph: ComponentGraph | None = None, **renamed: Any) -> "Circuit":
         """The k edges with the largest score (``ranking='absolute'``: largest ``|score|``); ties at the cut-off
-        at random from ``seed`` (an int or SeedSequence; reports.topk)."""
+        at random from ``seed`` (an int or SeedSequence; circuitstat.core.topk)."""
         ranking = check_ranking(ranking, renamed, "Circuit.top_k")
         vec, graph, prov, d_model = _score_vector(scores, graph, "edge")
         k = _check_k(k, graph.n_edges, "edges")
@@ -128,7 +128,7 @@ class SelectionRules:
     def greedy(cls, scores: Any, k: int, *, ranking: str | None = None, seed: Any = 0,
                graph: ComponentGraph | None = None, **renamed: Any) -> "Circuit":
         """Grow k edges from the logits, best candidate first (EAP-IG's ``apply_greedy``; not pruned); equal
-        candidates in the order of the seed's tie priorities (the top-k's, reports.topk)."""
+        candidates in the order of the seed's tie priorities (the top-k's, circuitstat.core.topk)."""
         ranking = check_ranking(ranking, renamed, "Circuit.greedy")
         vec, graph, prov, d_model = _score_vector(scores, graph, "edge")
         k = _check_k(k, graph.n_edges, "edges")

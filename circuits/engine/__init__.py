@@ -1,6 +1,6 @@
-"""The engine behind :class:`circuits.model.CircuitModel`: one functional forward pass, in parts.
+"""The engine behind :class:`circuitstat.circuits.model.CircuitModel`: one functional forward pass, in parts.
 
-Each module holds one idea; the public class is assembled in :mod:`circuits.model`.
+Each module holds one idea; the public class is assembled in :mod:`circuitstat.circuits.model`.
 
 * :mod:`.config` -- ``ModelConfig`` and the allowed norms, positional schemes, MLPs, activations;
 * :mod:`.weights` -- the uniform per-layer weights (``Block``), construction, state dict,
@@ -26,7 +26,7 @@ runs), ``Patching._patched_layer`` / ``Patching._suffix_layer`` (patched suffixe
 fused training forward uses torch's own attention, so ``has_fused_forward`` must exclude every
 configuration it does not reproduce.
 
-Where the families of circuits.convert put their features: soft-capping and query_pre_attn_scalar in
+Where the families of circuitstat.circuits.convert put their features: soft-capping and query_pre_attn_scalar in
 :func:`.attention.attend`; sliding windows per layer in :func:`.masks.allowed_keys` /
 :func:`.masks.layer_masks`; Gemma's (1 + w) and OLMo 2's float32-weighted RMSNorms in
 :func:`.norms.apply_norm` (VJPs :func:`.norms.norm_vjp_heads`, :func:`.norms.norm_vjp`; the post-norm

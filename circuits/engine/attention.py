@@ -152,7 +152,7 @@ def attention_block(cfg: ModelConfig, blk, resid, dense, sparse, allowed, rot, p
     returning [B, 1, ...] tensors; keys and values still span every position.
     ``keep``: a list the rotated q, k, v are appended to; ``probes``: gradient probes added to
     the projections before rotary (before per-head q/k norms; after a whole-projection q/k norm,
-    whose gradient circuits.engine.gradients maps back).
+    whose gradient circuitstat.circuits.engine.gradients maps back).
     """
     norm = lambda x: attn_input_norm(cfg, blk, x)  # noqa: E731
     if dense is None:

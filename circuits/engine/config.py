@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 
 import torch.nn.functional as F
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 #: ``rmsnorm``: Llama's (normalise in float32, cast, then scale by w); ``rmsnorm_f32w``: OLMo 2's
 #: (scale by w in float32, then cast); ``rmsnorm_1p``: Gemma's (scale by 1 + w in float32, then cast).
@@ -154,7 +154,7 @@ class ModelConfig:
     @property
     def additive_writes(self) -> bool:
         """Whether each head's output is added to the residual as it is (no norm on the summed attention
-        output); where it is not, edges are defined through the post-norm (see circuits.engine.run)."""
+        output); where it is not, edges are defined through the post-norm (see circuitstat.circuits.engine.run)."""
         return not self.post_norm
 
     @classmethod

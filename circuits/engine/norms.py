@@ -3,7 +3,7 @@
 Every norm of the forward pass goes through :func:`apply_norm`: before attention and the MLP
 (:func:`attn_input_norm`, :func:`mlp_input_norm`, identities without pre-norms: OLMo 2), on the
 attention and MLP outputs (:func:`post_norm`: Gemma's sandwich, OLMo 2), on queries and keys
-(circuits.engine.attention.qk_normalize) and before the unembedding.  The per-head receiver
+(circuitstat.circuits.engine.attention.qk_normalize) and before the unembedding.  The per-head receiver
 gradients go through :func:`norm_vjp_heads` and :func:`norm_vjp`; the linearised writes of heads
 through a post-norm through :func:`norm_jvp`.  A new kind of norm extends these, here.
 

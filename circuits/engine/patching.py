@@ -1,7 +1,7 @@
 """Patching: edge and sender patches inside a run, and receivers patched by suffix recomputation.
 
 * :func:`edge_delta` and :func:`patch_senders` apply an Intervention's edge and sender masks in
-  :meth:`CircuitModel.run <circuits.engine.run.Forward.run>`;
+  :meth:`CircuitModel.run <circuitstat.circuits.engine.run.Forward.run>`;
 * :class:`Patching` gives the logits when one receiver's input changes, recomputing only what
   changes: an intervention at a receiver of layer L leaves layers < L and every position before
   the first changed one as they were in the clean run, so only a window of positions of the
@@ -27,7 +27,7 @@ from .rotary import apply_rotary, layer_rotary
 def edge_delta(model, mask, cf, blocks, layer, n_up, attention: bool, live, attn_pre=()):
     """Sum over patched upstream edges of (counterfactual − current) for one layer's receivers.
 
-    Post-norm models (see circuits.engine.run): the heads of each upstream layer l contribute
+    Post-norm models (see circuitstat.circuits.engine.run): the heads of each upstream layer l contribute
     N_l(S_l + Σ_h m_h Δz_h) − N_l(S_l) per receiver instead of Σ_h m_h Δz_h (``attn_pre``: the run's S_l).
     """
     graph, cfg = model.graph, model.cfg
@@ -227,7 +227,7 @@ class Patching:
 
         ``dz`` = z(counterfactual) − z(clean) [B, U, P, D] of the run ``run`` (kept with keep_senders
         and, on post-norm models, its attn_pre); returned as it is for additive models.  On post-norm
-        models (circuits.engine.run) head h of layer l writes N_l(S_l + Δz_h) − N_l(S_l) (exact patching),
+        models (circuitstat.circuits.engine.run) head h of layer l writes N_l(S_l + Δz_h) − N_l(S_l) (exact patching),
         or with ``linear`` its first-order term J_N(S_l) Δz_h (the gradient methods: the Taylor term of
         that exact effect).  ``dz`` is overwritten with the result when its dtype allows.
         """

@@ -14,7 +14,7 @@ heads of l whose edges into v are patched (and Δz_u as usual for the input and 
 post-norms are part of the sender).  Patching every out-edge of a head is patching the head
 (its output replaced everywhere), all edges give the counterfactual run and no edge the clean one,
 exactly; each edge's effect is computed on this definition by the exact method and is linearised
-(J_N Δz_h) by the gradient methods (circuits.engine.patching.sender_write_deltas).  A run goes through its stages in order: set-up
+(J_N Δz_h) by the gradient methods (circuitstat.circuits.engine.patching.sender_write_deltas).  A run goes through its stages in order: set-up
 (:meth:`Forward._run_setup`), the input sender or a saved suffix state (``_run_start``), per
 layer the attention receivers and head senders (``_run_attention``) and the MLP receiver and
 sender (``_run_mlp``), then the logits receiver (``_run_logits_input``) and the unembedding.
@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 from ..graph import ComponentGraph
 from ..interventions import Intervention
 from .attention import attention_block
@@ -101,7 +101,7 @@ class _RunSetup:
     allowed: dict  # per layer kind (sliding or not): [B, 1, P, P]
     rot: dict | None  # per layer kind: rotary (cos, sin)
     keep_attn_pre: bool
-    grad_gates: Any = None  # circuits.engine.gradients.GradientGates (AtP*'s GradDrop), or None
+    grad_gates: Any = None  # circuitstat.circuits.engine.gradients.GradientGates (AtP*'s GradDrop), or None
 
 
 class Forward:
@@ -186,8 +186,8 @@ class Forward:
         ``positions`` [B, P]: position ids (learned and rotary embeddings) in place of those counted
         from ``attention_mask``, so a key can be masked without shifting later tokens' positions
         (token mask ablation); a masked position still attends to itself (see
-        :func:`circuits.engine.masks.allowed_keys`).
-        ``grad_gates`` (a :class:`circuits.engine.gradients.GradientGates`): each layer's residual writes
+        :func:`circuitstat.circuits.engine.masks.allowed_keys`).
+        ``grad_gates`` (a :class:`circuitstat.circuits.engine.gradients.GradientGates`): each layer's residual writes
         pass through its gate, which can drop their gradient in a later backward (AtP*'s GradDrop).
         """
         if attention_mask is None:

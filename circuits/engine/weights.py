@@ -159,7 +159,7 @@ class ModelWeights(nn.Module):
         return digest
 
     def use_weight_hash_memo(self, memo) -> None:
-        """Take the weight hash from ``memo`` (circuits.cache) if it holds one, else record it there
+        """Take the weight hash from ``memo`` (circuitstat.circuits.cache) if it holds one, else record it there
         when first computed; valid only for weights exactly as loaded from the memo's files."""
         from ..cache import read_weight_hash
 

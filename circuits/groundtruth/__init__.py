@@ -2,11 +2,11 @@
 
 Sources (``load_groundtruth``):
 
-* ``tracr:NAME`` (NAME in circuits.groundtruth.programs.PROGRAMS) or a fixture directory: a compiled
-  program (circuits.groundtruth.compiled; the fixtures are written by circuits.groundtruth.tracr_convert,
+* ``tracr:NAME`` (NAME in circuitstat.circuits.groundtruth.programs.PROGRAMS) or a fixture directory: a compiled
+  program (circuitstat.circuits.groundtruth.compiled; the fixtures are written by circuitstat.circuits.groundtruth.tracr_convert,
   which alone needs tracr and jax);
 * ``planted:induction`` or ``planted:induction?signal=0.5&background=2``: the planted induction model
-  (circuits.groundtruth.planted; any PlantedSpec field may be set).
+  (circuitstat.circuits.groundtruth.planted; any PlantedSpec field may be set).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import fields
 from urllib.parse import parse_qsl
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 from .truth import GroundTruthModel, edge_mask
 

@@ -1,6 +1,6 @@
 """tracr-compiled models from their fixtures (no tracr or jax): model, true circuit, task, tracr's outputs.
 
-A fixture directory (written by circuits.groundtruth.tracr_convert) holds the CircuitModel
+A fixture directory (written by circuitstat.circuits.groundtruth.tracr_convert) holds the CircuitModel
 (``config.json``, ``model.safetensors``), ``truth.json`` and ``reference.safetensors`` (tracr's own
 logits, decoded outputs and final residual stream on fixed random prompts).  The repository keeps them
 in ``tests/fixtures/groundtruth``; ``tracr:NAME`` resolves there.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 from .programs import PROGRAMS, sample_pairs
 from .truth import GroundTruthModel, edge_mask
@@ -30,7 +30,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "groundt
 
 
 def compiled_names() -> list[str]:
-    """The compiled programs (circuits.groundtruth.programs)."""
+    """The compiled programs (circuitstat.circuits.groundtruth.programs)."""
     return sorted(PROGRAMS)
 
 
@@ -42,7 +42,7 @@ def fixture_dir(source: str | Path) -> Path:
         where = f"{FIXTURES}" if s.startswith("tracr:") else str(path)
         raise InputError(f"{source}: no compiled ground-truth fixture at {where} (truth.json missing); "
                          f"use tracr:NAME with NAME in {compiled_names()} from a source checkout, or write the "
-                         "fixtures with python -m circuits.groundtruth.tracr_convert")
+                         "fixtures with python -m circuitstat.circuits.groundtruth.tracr_convert")
     return path
 
 
@@ -62,8 +62,8 @@ def _read_truth(path: Path) -> dict:
 
 
 def compiled_task(truth: dict, n: int, seed: int, metric: str = "logit_diff"):
-    """The program's task (circuits.groundtruth.programs) as token ids of its compiled model."""
-    from circuits.tasks import task_from_token_lists
+    """The program's task (circuitstat.circuits.groundtruth.programs) as token ids of its compiled model."""
+    from circuitstat.circuits.tasks import task_from_token_lists
 
     tok = {t: i for i, t in enumerate(truth["input_tokens"])}
     out = {c: len(tok) + j for j, c in enumerate(truth["output_classes"])}
@@ -87,7 +87,7 @@ def load_reference(source: str | Path) -> dict[str, np.ndarray]:
 
 def load_compiled(source: str | Path, metric: str = "logit_diff") -> GroundTruthModel:
     """The compiled model of ``tracr:NAME`` (or a fixture path) with its truth and task generator."""
-    from circuits.loading import load_model
+    from circuitstat.circuits.loading import load_model
 
     path = fixture_dir(source)
     truth = _read_truth(path)

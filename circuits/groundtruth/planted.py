@@ -124,7 +124,7 @@ def planted_model(spec: PlantedSpec):
     """The planted induction model (float32 CircuitModel, eval mode) of ``spec``."""
     import torch
 
-    from circuits.model import CircuitModel, ModelConfig
+    from circuitstat.circuits.model import CircuitModel, ModelConfig
 
     lay = _layout(spec)
     D = lay["bg"].stop
@@ -172,7 +172,7 @@ def planted_task(spec: PlantedSpec, n: int, seed: int, metric: str = "logit_diff
     The corrupted prompt replaces the first copy by disjoint signal tokens A' (answer A[-1], wrong answer
     A'[-1]: an exchangeable pair) and redraws each background token with probability ``resample``.
     """
-    from circuits.tasks import task_from_token_lists
+    from circuitstat.circuits.tasks import task_from_token_lists
 
     K, B, S = spec.n_signal, spec.n_background, spec.seq_len
     if 2 * S > K:

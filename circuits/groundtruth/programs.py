@@ -1,6 +1,6 @@
 """The compiled ground-truth programs in pure Python: what each computes at the read-out, and its task.
 
-Each program is a RASP program compiled by tracr with ``causal=True`` (circuits.groundtruth.tracr_convert
+Each program is a RASP program compiled by tracr with ``causal=True`` (circuitstat.circuits.groundtruth.tracr_convert
 builds the RASP side; this module never imports tracr or jax).  circuitstat reads metrics at the last
 real token, where a causal model has seen the whole prompt, so every program is described by what it
 outputs *at the last position* under causal masking (tracr's own ``causal_eval`` semantics; the

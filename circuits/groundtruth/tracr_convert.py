@@ -1,7 +1,7 @@
 """Compile the ground-truth RASP programs with tracr and write circuitstat fixtures (needs the ``tracr`` extra).
 
-``python -m circuits.groundtruth.tracr_convert --out tests/fixtures/groundtruth`` writes, per program of
-circuits.groundtruth.programs, a directory with
+``python -m circuitstat.circuits.groundtruth.tracr_convert --out tests/fixtures/groundtruth`` writes, per program of
+circuitstat.circuits.groundtruth.programs, a directory with
 
 * ``config.json`` + ``model.safetensors``: the compiled model as a CircuitModel (``CircuitModel.save``);
 * ``truth.json``: vocabulary, output classes, residual labels, and the true edge sets in the EAP-IG /
@@ -133,7 +133,7 @@ def to_circuit_model(assembled, out_dims: list[int], n_in: int, n_out: int, nume
     """The compiled model as a CircuitModel (float32), weights copied from tracr's parameters."""
     import torch
 
-    from circuits.model import CircuitModel, ModelConfig
+    from circuitstat.circuits.model import CircuitModel, ModelConfig
 
     cfg_t = assembled.model_config
     p = {k: {kk: np.asarray(vv, dtype=np.float32) for kk, vv in v.items()} for k, v in assembled.params.items()}

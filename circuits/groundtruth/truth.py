@@ -1,7 +1,7 @@
 """A model with a known circuit: the model, its true edge sets, and a task generator.
 
 :class:`GroundTruthModel` is what the ground-truth study and its tests consume, whatever built the
-model (a tracr fixture, circuits.groundtruth.compiled; a planted circuit, circuits.groundtruth.planted):
+model (a tracr fixture, circuitstat.circuits.groundtruth.compiled; a planted circuit, circuitstat.circuits.groundtruth.planted):
 
 * ``truth``: the true circuit as a boolean edge mask in the model's graph (for compiled models the
   task circuit; for planted ones the planted edges), the set discovery is scored against;
@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 __all__ = ["GroundTruthModel", "edge_mask"]
 

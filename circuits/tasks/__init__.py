@@ -7,7 +7,7 @@ A :class:`Task` holds, for N examples:
 * ``answer`` / ``wrong_answer``: ``[N]`` int64 single-token ids, read at ``last_pos`` (the last
   real token of each prompt);
 * ``group``: optional ``[N]`` int64 (template id), for cluster bootstraps;
-* ``metric``: a metric name (:mod:`circuits.metrics`) or a user callable;
+* ``metric``: a metric name (:mod:`circuitstat.circuits.metrics`) or a user callable;
 * optional candidate sets (``candidates [K]``, ``good``/``bad`` ``[N, K]``) for set-valued
   metrics such as greater-than's probability difference;
 * ``content_hash``: sha256 over all of the above.

@@ -58,9 +58,9 @@ def task_builder(name: str) -> tuple[Callable[..., Task], tuple[str, ...]]:
 def make_task(name: str, tokenizer=None, n: int | None = None, seed: int = 0, **kw) -> Task:
     """Build a task by name: ``induction``, ``ioi``, ``greater-than``, ``file`` (``path=...``), a
     registered custom name, or a path to a task file. ``tokenizer`` may be a tokenizer or anything
-    :func:`circuits.tokenizers.load_tokenizer` accepts (e.g. ``"gpt2"``). Options are checked by name
+    :func:`circuitstat.circuits.tokenizers.load_tokenizer` accepts (e.g. ``"gpt2"``). Options are checked by name
     and by the type the builder declares before anything is built."""
-    from circuits.tokenizers import load_tokenizer
+    from circuitstat.circuits.tokenizers import load_tokenizer
 
     if tokenizer is not None and isinstance(tokenizer, (str, os.PathLike)):
         tokenizer = load_tokenizer(tokenizer)

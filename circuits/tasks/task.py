@@ -10,14 +10,14 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from circuits.metrics import Metric, get_metric
+from circuitstat.circuits.metrics import Metric, get_metric
 
 from .validation import TaskValidationError, rows_str
 
 
 @dataclass(eq=False)
 class Task:
-    """N clean/corrupted prompt pairs with answers, a metric and optional groups (see :mod:`circuits.tasks`)."""
+    """N clean/corrupted prompt pairs with answers, a metric and optional groups (see :mod:`circuitstat.circuits.tasks`)."""
 
     name: str
     clean: torch.Tensor

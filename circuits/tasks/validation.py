@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 MAX_ROWS_SHOWN = 10
 

@@ -15,8 +15,8 @@ A claims file (YAML)::
 
 Claim kinds (every one takes an optional ``name`` and ``description``; bounds are ``min`` and/or
 ``max``, both inclusive). The statistics a kind accepts are the columns its table marks claimable
-in reports/schema.py, the one schema of run tables (each kind names its tables once, in
-:mod:`pipelines.claims.kinds`):
+in core/schema.py, the one schema of run tables (each kind names its tables once, in
+:mod:`circuitstat.pipelines.claims.kinds`):
 
 * ``edge_in_circuit``: ``edge``, ``method``, ``k``, ``min_inclusion`` — the edge's inclusion
   frequency in the top-k circuit over resamples (0 when it never entered it).
@@ -60,7 +60,7 @@ A bound on an interval (``ci_low``/``ci_high``), or a verdict, whose row is flag
 interval cannot back the claim.
 
 :func:`check` evaluates every claim against the run (running the audit via
-:func:`pipelines.audit.run_audit` when the run is missing or lacks what the claims need and a spec
+:func:`circuitstat.pipelines.audit.run.run_audit` when the run is missing or lacks what the claims need and a spec
 is given) and returns a :class:`CheckReport`: per claim a status (pass, fail, error), the observed
 value(s), the bound and a reason. Exit codes of ``circuitstat check``: 0 all hold, 1 any fails,
 2 an error (bad file, no run, a claim the run cannot answer: the reason names what the audit must

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 from ..yamlio import read_yaml_strict, redacted_failure, redacted_validation_message
 from .bounds import bound_text
@@ -57,15 +57,15 @@ def spec_problem(claim: Any, spec: Any) -> str | None:
 
 
 def _load_spec(path: Path, *, redact: bool = True, allow_outside: bool = False):
-    """The audit spec at `path` through the strict YAML reader, validated as pipelines.spec does.
+    """The audit spec at `path` through the strict YAML reader, validated as circuitstat.pipelines.spec does.
 
     With `redact` (the spec was named by a claims file, which may come from someone else) errors
     never quote the spec's text, keys or values: ``spec: /etc/shadow`` must not print the shadow
-    file. See pipelines.yamlio for the rule.
+    file. See circuitstat.pipelines.yamlio for the rule.
     """
     from pydantic import ValidationError
 
-    from pipelines.spec import AuditSpec, confine_paths, parse_spec
+    from circuitstat.pipelines.spec import AuditSpec, confine_paths, parse_spec
 
     data = read_yaml_strict(path, quote=not redact)
     if not redact:
@@ -104,7 +104,7 @@ class CheckReport:
 
 
 def _cache_dir() -> Path:
-    from circuits.cache import cache_dir  # torch-free: check stays fast
+    from circuitstat.circuits.cache import cache_dir  # torch-free: check stays fast
 
     return cache_dir()
 
@@ -129,7 +129,7 @@ def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[st
           *, echo=None, allow_outside: bool = False) -> CheckReport:
     """Load the claims (InputError if malformed), find or make the run, evaluate every claim.
 
-    `run` overrides the file's ``run:``. The audit (pipelines.audit.run_audit) runs only when a spec
+    `run` overrides the file's ``run:``. The audit (circuitstat.pipelines.audit.run.run_audit) runs only when a spec
     is given and the run is missing, unfinished or lacks what a claim needs, and only after the spec
     was checked to contain everything the claims need. The file's ``run:`` and ``spec:`` must stay
     inside its directory tree unless `allow_outside` (``--allow-outside``).
@@ -189,7 +189,7 @@ def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[st
         report.results = out
         return report
 
-    from pipelines.audit import run_audit  # heavy (torch); only when an audit is needed
+    from circuitstat.pipelines.audit.run import run_audit  # heavy (torch); only when an audit is needed
 
     say(f"running the audit of {spec_path} into {run_dir} ...")
     try:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 from .bounds import bound_text, fmt
 from .evaluators import EVALUATORS
@@ -54,7 +54,7 @@ def evaluate_claims(claims: ClaimsFile | list, run_dir: str | os.PathLike[str]) 
 
     Raises InputError only when `run_dir` is not a readable run directory.
     """
-    from reports.rundir import RunDirError, verify_outputs
+    from circuitstat.core.rundir import RunDirError, verify_outputs
 
     items = claims.claims if isinstance(claims, ClaimsFile) else list(claims)
     path = Path(run_dir)

@@ -1,7 +1,7 @@
 """Evaluation of each claim kind against a run: one function per kind, each returning
 (holds, observed values, reason) or raising ClaimError with what the run lacks and the fix.
 
-Every evaluator reads its kind's own table as ``c.table`` (declared once, in pipelines.claims.kinds).
+Every evaluator reads its kind's own table as ``c.table`` (declared once, in circuitstat.pipelines.claims.kinds).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import difflib
 import math
 from typing import Any, Callable
 
-from reports.schema import claimable
+from circuitstat.core.schema import claimable
 
 from .bounds import bounded, cmp_text, fmt
 from .models import (ApproximationClaim, CircuitStabilityClaim, EdgeEffectClaim, EdgeInCircuitClaim, FaithfulnessClaim,
@@ -180,7 +180,7 @@ def _eval_token_importance(c: TokenImportanceClaim, run: RunReader) -> tuple[boo
 
 
 def _eval_sink_stability(c: SinkStabilityClaim, run: RunReader) -> tuple[bool, dict, str]:
-    from stats.sink_matching import ITEMS as MATCHED_ITEMS
+    from circuitstat.stats.sink_matching import ITEMS as MATCHED_ITEMS
 
     plain, matched = c.tables  # sink_stability, sink_matching: an item of either
     table = matched if c.item in MATCHED_ITEMS else plain

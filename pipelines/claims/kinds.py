@@ -1,7 +1,7 @@
 """The registry of claim kinds: each kind's ``kind:`` name, the run table(s) that answer it, and which run writes them.
 
 This is the one place a kind names its tables. The claim models take the statistics a kind accepts
-from here (the columns reports/schema.py marks claimable in those tables), and the evaluators read
+from here (the columns core/schema.py marks claimable in those tables), and the evaluators read
 the same tables through the claim (``claim.table``), so a kind's model and its evaluation cannot
 name different tables.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from reports.schema import claimable
+from circuitstat.core.schema import claimable
 
 __all__ = ["ClaimKind", "KINDS", "CLAIM_KINDS", "TOKEN_KINDS", "statistics"]
 

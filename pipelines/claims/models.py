@@ -1,9 +1,9 @@
 """The claims file as pydantic models: one model per claim kind, the ``Claim`` union and ``ClaimsFile``.
 
 Every model is strict (no unknown keys) and frozen. The statistics a kind accepts are the claimable
-columns of its table(s), read from the registry (pipelines.claims.kinds), which is the one place a
+columns of its table(s), read from the registry (circuitstat.pipelines.claims.kinds), which is the one place a
 kind names its tables. Class names end in ``Claim`` so none shares a name with an estimator
-(``HeadStabilityClaim`` is a claim about pipelines.heads.HeadStability's tables).
+(``HeadStabilityClaim`` is a claim about circuitstat.pipelines.heads.stability.HeadStability's tables).
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ class ApproximationClaim(BoundedClaim):
         return f"{self.method} {self.statistic}" + (f" k={self.k}" if self.k is not None else "")
 
 
-# Token contributions and attention sinks (``circuitstat tokens``; pipelines.contributions). A
+# Token contributions and attention sinks (``circuitstat tokens``; circuitstat.pipelines.contributions). A
 # cross-seed run keeps each model's tables under model-<i>/: ``model: i`` picks one.
 Model = Annotated[int | None, Field(None, ge=0)]
 

@@ -68,18 +68,18 @@ def junit_xml(results: list[ClaimResult], suite: str = "circuitstat check", seco
 
 def write_junit(results: list[ClaimResult], path: str | os.PathLike[str], suite: str = "circuitstat check") -> Path:
     """Write JUnit XML for `results` to `path` atomically and return the path."""
-    from reports.atomic import atomic_write_bytes
+    from circuitstat.core.atomic import atomic_write_bytes
 
     return atomic_write_bytes(path, junit_xml(results, suite))
 
 
 def write_claims_table(results: list[ClaimResult], run_dir: str | os.PathLike[str]) -> Path:
-    """Write the results as the run's claims table (``claims.parquet``, reports/schema.py) and return its path.
+    """Write the results as the run's claims table (``claims.parquet``, core/schema.py) and return its path.
 
     The report's verdict then lists one line per claim (``circuitstat report RUN`` after a check)."""
-    from reports.provenance import provenance
-    from reports.schema import schema_for
-    from reports.tables import to_arrow, write_table
+    from circuitstat.core.provenance import provenance
+    from circuitstat.core.schema import schema_for
+    from circuitstat.core.tables import to_arrow, write_table
 
     cols = {"index": [r.index for r in results], "name": [_one_line(r.name) for r in results], "kind": [r.claim.kind for r in results],
             "status": [r.status for r in results], "observed": [_one_line(r.observed_text) for r in results],

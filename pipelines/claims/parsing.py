@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 from ..yamlio import read_yaml_strict
 from .kinds import CLAIM_KINDS

@@ -52,7 +52,7 @@ class RunReader:
         self.unfinished: list[str] = []
         mpath = path / "manifest.json"
         if mpath.exists():
-            from reports.rundir import RunDir
+            from circuitstat.core.rundir import RunDir
 
             self.manifest = RunDir.read_manifest(path)  # RunDirError on a corrupt manifest
             stages = self.manifest.get("stages", {})
@@ -69,7 +69,7 @@ class RunReader:
                 raise ClaimError(f"the run {self.path} has no {name}.parquet; {TABLE_HINTS.get(name, 'run the audit')}{note}",
                                  missing=True)
             try:
-                from reports.tables import read_table
+                from circuitstat.core.tables import read_table
 
                 self._tables[name] = read_table(p)
             except Exception as e:  # corrupt file: pyarrow raises its own error types

@@ -24,7 +24,7 @@ from pathlib import Path
 import typer
 from typer.core import TyperGroup
 
-from pipelines.options import ABLATION, LEVEL, METHOD, METRIC
+from circuitstat.pipelines.options import ABLATION, LEVEL, METHOD, METRIC
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 3, 130, 143
 
@@ -57,7 +57,7 @@ def user_error_message(exc: BaseException) -> str | None:
     scheduler), or None when ``exc`` is an internal error (a bug)."""
     from pydantic import ValidationError
 
-    from reports.errors import InputError
+    from circuitstat.core.errors import InputError
 
     if isinstance(exc, InputError):
         return str(exc)
@@ -101,8 +101,8 @@ def _is_arrow_error(exc: BaseException) -> bool:
 
 def _is_run_error(exc: BaseException) -> bool:
     """True for the run directory's refusals (a different spec, a lock held by another run)."""
-    from reports.lock import RunLockedError
-    from reports.rundir import RunDirError
+    from circuitstat.core.lock import RunLockedError
+    from circuitstat.core.rundir import RunDirError
 
     return isinstance(exc, (RunDirError, RunLockedError))
 
@@ -181,7 +181,7 @@ def fail(message: str, code: int = EXIT_INPUT) -> None:
 
 TASK_HELP = ("induction, ioi, greater-than, or a task file (.jsonl/.csv/.parquet, one example per row: clean, "
              "corrupted, answer, wrong_answer[, group]; docs/usage.md)")
-# pipelines.build.TASK_OPTION_HELP, written out so that --help does not import torch
+# circuitstat.pipelines.build.TASK_OPTION_HELP, written out so that --help does not import torch
 TASK_OPTION_HELP = ("KEY=VALUE option of the task's builder, repeatable (e.g. seq_len=10, corrupt=answer, "
                     "prepend_bos=false, templates=[...]); values are YAML and checked against the builder's types")
 ALLOW_PICKLE_HELP = "allow pickled weights (.bin/.pt): loading them can run code; only for sources you trust"
@@ -192,13 +192,13 @@ def check_out(out: Path, kind: str | None = None, *, force: bool = False) -> Non
     """InputError when ``out`` exists and is not a directory, or (with ``kind``, the command's name) when
     it holds a run of another command and ``force`` is not given: resuming into it would merge both
     commands' stages into one manifest and replace its spec. Checked before anything is loaded."""
-    from reports.errors import InputError
+    from circuitstat.core.errors import InputError
 
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file, not a directory; give a new or existing run directory")
     if kind is None or force or not (out / "manifest.json").is_file():
         return
-    from reports.rundir import RunDir
+    from circuitstat.core.rundir import RunDir
 
     other = run_kind(RunDir.read_manifest(out).get("spec"))
     if other != kind:
@@ -246,7 +246,7 @@ from . import service  # noqa: E402,F401
 
 def main() -> None:
     """Entry point: run the app; exits with the documented codes (see the module docstring)."""
-    from circuits.allocator import reuse_freed_memory
+    from circuitstat.circuits.allocator import reuse_freed_memory
 
     reuse_freed_memory()  # a command computes and exits: freed tensor memory is reused, not page-faulted again
     _terminate_like_interrupt()

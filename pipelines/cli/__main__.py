@@ -1,5 +1,5 @@
-"""``python -m pipelines.cli``: the circuitstat command line."""
+"""``python -m circuitstat.pipelines.cli``: the circuitstat command line."""
 
-from pipelines.cli import main
+from circuitstat.pipelines.cli import main
 
 main()

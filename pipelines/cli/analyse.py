@@ -13,14 +13,14 @@ from . import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, DTYPES, TASK_HELP, TASK_OPTI
 
 
 Rule = choices("Rule", "top-k", "greedy")  # how `circuit` selects edges
-InputNode = choices("InputNode", "embeddings", "tokens")  # circuits.ablation
-Ranking = choices("Ranking", "signed", "absolute")  # reports.topk.RANKINGS: signed score or |score|
+InputNode = choices("InputNode", "embeddings", "tokens")  # circuitstat.circuits.ablation
+Ranking = choices("Ranking", "signed", "absolute")  # circuitstat.core.topk.RANKINGS: signed score or |score|
 
 
 def ranking_option(ranking, absolute: bool | None, command: str) -> str | None:
     """The ranking of ``--ranking``, or of the old ``--absolute/--signed`` flags (with a warning naming the new
     one); None when neither is given."""
-    from reports.errors import warn_renamed
+    from circuitstat.core.errors import warn_renamed
 
     if absolute is None:
         return None if ranking is None else ranking.value
@@ -46,8 +46,8 @@ def model_command(
 ) -> None:
     """Describe a model and check CircuitModel against the Hugging Face model: logits, receiver gradients
     against HF autograd, exact patching against brute force."""
-    from circuits import load_hf, load_model
-    from pipelines.build import resolve_source
+    from circuitstat.circuits import load_hf, load_model
+    from circuitstat.pipelines.build import resolve_source
 
     source = resolve_source(source)
     path = Path(source)
@@ -67,7 +67,7 @@ def model_command(
     echo(f"heads         {cfg.n_heads}{kv}")
     echo(f"d_model       {cfg.d_model}   d_head {cfg.d_head}   d_mlp {cfg.d_mlp if cfg.has_mlp else '-'}")
     echo(f"norm          {cfg.norm}   positions {cfg.positional}   mlp {cfg.mlp} ({cfg.act})")
-    from circuits.describe import feature_lines
+    from circuitstat.circuits.describe import feature_lines
 
     for line in feature_lines(cfg):
         echo(line)
@@ -77,7 +77,7 @@ def model_command(
     if hf is None:
         echo("logits check  skipped (a circuitstat model has no Hugging Face counterpart)")
         return
-    from circuits.parity import check_parity
+    from circuitstat.circuits.parity import check_parity
 
     p = check_parity(hf, model, n_inputs=n_inputs, length=length, seed=seed, gradients=not logits_only)
     ok = p.logits <= tolerance
@@ -147,10 +147,10 @@ def attribute_command(
     docs/usage.md for a five-row example. The examples are computed in chunks, each saved in
     OUT/checkpoints as soon as it is finished: a killed run continues where it stopped when the same
     command is run again. Cost: --plan prints each method's estimated time on this machine first."""
-    from circuits.attribution import check_options
-    from circuits.plan import parse_bytes
-    from pipelines.build import check_device, check_n_jobs, parse_task_options
-    from reports.errors import InputError
+    from circuitstat.circuits.attribution import check_options
+    from circuitstat.circuits.plan import parse_bytes
+    from circuitstat.pipelines.build import check_device, check_n_jobs, parse_task_options
+    from circuitstat.core.errors import InputError
 
     method, level, ablation, dtype = method.value, level.value, ablation.value, dtype.value
     input_node = input_node.value
@@ -192,14 +192,14 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
           budget, n_jobs: int, device: str, dtype: str, allow_pickle: bool, allow_large: bool) -> None:
     """Print the plan of an attribute run: counts from the model's skeleton on the meta device (no weight
     is read or allocated, whatever the config's size); timings from the loaded model only when its
-    weights fit the memory limit (circuits.limits.MAX_BYTES, which --allow-large does not lift here) and
-    pipelines.plan.TIMING_BYTES; otherwise the time is priced by FLOPs (pipelines.plan.flop_rate)."""
-    from circuits import load_model
-    from circuits.limits import MAX_BYTES, format_bytes
-    from circuits.plan import weight_bytes
-    from circuits.skeleton import load_skeleton
-    from pipelines.build import build_task, check_work, resolve_source, task_positions
-    from pipelines.plan import TIMING_BYTES, plan_lines
+    weights fit the memory limit (circuitstat.circuits.limits.MAX_BYTES, which --allow-large does not lift here) and
+    circuitstat.pipelines.plan.TIMING_BYTES; otherwise the time is priced by FLOPs (circuitstat.pipelines.plan.flop_rate)."""
+    from circuitstat.circuits import load_model
+    from circuitstat.circuits.limits import MAX_BYTES, format_bytes
+    from circuitstat.circuits.plan import weight_bytes
+    from circuitstat.circuits.skeleton import load_skeleton
+    from circuitstat.pipelines.build import build_task, check_work, resolve_source, task_positions
+    from circuitstat.pipelines.plan import TIMING_BYTES, plan_lines
 
     skeleton = load_skeleton(resolve_source(source), allow_pickle=allow_pickle, allow_large=allow_large)
     skeleton = skeleton.to(dtype=_torch_dtype(dtype))  # on meta: only the itemsize changes
@@ -225,10 +225,10 @@ def prepare_attribute(model: str, task: str, *, method: str, level: str, ablatio
                       max_memory: str | None, allow_pickle: bool, allow_large: bool, task_options: dict | None = None):
     """(model, task, memory budget, n_jobs) of an ``attribute`` run after every check that needs no
     run directory (options, workers, device, sizes, the task and its options); InputError on the first problem."""
-    from circuits import load_model
-    from circuits.attribution import check_options
-    from circuits.plan import parse_bytes
-    from pipelines.build import build_task, check_device, check_n_jobs, check_work, resolve_source, task_positions
+    from circuitstat.circuits import load_model
+    from circuitstat.circuits.attribution import check_options
+    from circuitstat.circuits.plan import parse_bytes
+    from circuitstat.pipelines.build import build_task, check_device, check_n_jobs, check_work, resolve_source, task_positions
 
     check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
     budget = None if max_memory is None else parse_bytes(max_memory)
@@ -264,7 +264,7 @@ def _engine_sizes(m, t, method: str, level: str, batch_size: int, budget: int | 
     """(batch_size, max_rows) for the engine: as asked (rows 256), or the largest that fit ``budget``."""
     if budget is None:
         return batch_size, 256
-    from circuits.plan import fit_memory
+    from circuitstat.circuits.plan import fit_memory
 
     widest = batch_size * int(m.graph.n_upstream.max())  # more rows than one receiver has are never used
     return fit_memory(m.cfg, method, budget, positions=int(t.clean.shape[1]), level=level, batch_size=batch_size,
@@ -273,7 +273,7 @@ def _engine_sizes(m, t, method: str, level: str, batch_size: int, budget: int | 
 
 def _scores_done(out: Path) -> bool:
     """True when ``out`` records a finished scores stage (its checkpoints are then redundant)."""
-    from reports.rundir import MANIFEST, RunDir
+    from circuitstat.core.rundir import MANIFEST, RunDir
 
     if not (out / MANIFEST).is_file():
         return False
@@ -288,7 +288,7 @@ def _task_record(t) -> dict:
     """The task's description for provenance, with long lists (the induction token pool: 50,256 ids on
     GPT-2, 340 kB of JSON written into the manifest and both tables) as their length and sha256; the
     task's content hash covers its tokens either way. (To go once Task.describe does this itself.)"""
-    from reports.provenance import hash_json
+    from circuitstat.core.provenance import hash_json
 
     desc = t.describe()
     meta = {k: {"length": len(v), "sha256": hash_json(v)} if isinstance(v, list) and len(v) > LONG_LIST else v
@@ -301,10 +301,10 @@ def _attribute_run(m, t, out: Path, *, model_arg: str, task_arg: str, task_optio
                    batch_size: int, ig_steps: int, seed: int, n_jobs: int, dtype: str, budget: int | None,
                    checkpoint_every: int | None, resume: bool, force: bool):
     """The ScoreMatrix of one checkpointed attribution run written into ``out`` (resumed where it stopped)."""
-    from circuits.ablation import Ablation as Counterfactuals
-    from circuits.scores import ScoreMatrix
-    from pipelines.checkpoint import AttributionJob, CheckpointStore, chunk_bounds, run_checkpointed
-    from reports.rundir import RunDir
+    from circuitstat.circuits.ablation import Ablation as Counterfactuals
+    from circuitstat.circuits.scores import ScoreMatrix
+    from circuitstat.pipelines.checkpoint import AttributionJob, CheckpointStore, chunk_bounds, run_checkpointed
+    from circuitstat.core.rundir import RunDir
 
     batch_size, max_rows = _engine_sizes(m, t, method, level, batch_size, budget)
     spec = {"model": model_arg, "task": task_arg, "method": method, "level": level, "ablation": ablation,
@@ -370,8 +370,8 @@ def audit_command(
     folds keep a group whole, faithfulness_folds sets their number); docs/usage.md has a five-row example.
     Cost: minutes for the zoo's 2-layer models (the demo's audit of 64 prompts: about 35 s); exact
     patching grows with the edges, so plan a large model with `circuitstat attribute --plan` first."""
-    from pipelines.audit import run_audit
-    from pipelines.spec import load_spec
+    from circuitstat.pipelines.audit.run import run_audit
+    from circuitstat.pipelines.spec import load_spec
 
     check_out(out, "audit", force=force)
     parsed = load_spec(spec, allow_outside=allow_outside)  # validated before anything is created
@@ -379,10 +379,10 @@ def audit_command(
               allow_large=allow_large)
     echo(f"audit written to {out}")
     if report:
-        from reports.html import render_report
+        from circuitstat.reports.html import render_report
 
         echo(f"report: {render_report(out)}")
-    from pipelines.demo import print_summary
+    from circuitstat.pipelines.demo import print_summary
 
     print_summary(out, echo=echo)  # the one-screen verdict, as `circuitstat demo` ends
 
@@ -393,7 +393,7 @@ def report_command(
     out: Path | None = typer.Option(None, "--out", help="output file or directory (default RUN/report.html)"),
 ) -> None:
     """Write one self-contained report.html for a run directory."""
-    from reports.html import render_report
+    from circuitstat.reports.html import render_report
 
     echo(str(render_report(run, out)))
 
@@ -405,7 +405,7 @@ def circuit_command(
     ranking: Ranking | None = typer.Option(None, "--ranking", help="rank edges by |score| (absolute) or by signed "
                                            "score (default: an audit's recorded ranking, else absolute)"),
     absolute: bool | None = typer.Option(None, "--absolute/--signed", hidden=True, help="old name of --ranking"),
-    seed: int = typer.Option(0, "--seed", min=0, help="seed of the random tie-break at the cut-off (reports.topk)"),
+    seed: int = typer.Option(0, "--seed", min=0, help="seed of the random tie-break at the cut-off (circuitstat.core.topk)"),
     method: Method | None = typer.Option(None, "--method",
                                          help="which method's scores in an audit run (default: exact if present)"),
     rule: Rule = typer.Option(Rule("top-k"), "--rule", help="top-k edges, or greedy growth from the logits"),
@@ -414,9 +414,9 @@ def circuit_command(
 ) -> None:
     """Print (and export) the circuit of the top-k edges of a run's mean scores, saying which method and
     ranking it used; an empty circuit says why and what to pass instead."""
-    from circuits.circuit import Circuit
-    from circuits.scores import ScoreMatrix
-    from pipelines.circuit_choice import choose_scores, default_ranking, empty_explanation, header_line
+    from circuitstat.circuits.circuit import Circuit
+    from circuitstat.circuits.scores import ScoreMatrix
+    from circuitstat.pipelines.circuit_choice import choose_scores, default_ranking, empty_explanation, header_line
 
     choice = choose_scores(run, None if method is None else method.value)
     chosen, why = ranking_option(ranking, absolute, "circuit"), "as asked"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 from . import app, choices, echo
 
@@ -34,14 +34,14 @@ def check_command(
 ) -> None:
     """Check published claims against an audit run: exit 0 all hold, 1 any fails, 2 error."""
     if server is not None:
-        from pipelines.service.client import check as check_remote
+        from circuitstat.pipelines.service.client import check as check_remote
 
         if run is None:
             raise InputError("--server needs --run JOB_ID (the id `circuitstat submit` printed)")
         if record:
             raise InputError("--record writes into a local run; a server keeps each check with its job already")
         raise typer.Exit(check_remote(server, claims, str(run), junit, echo=echo))
-    from pipelines.claims import check, format_results, write_claims_table, write_junit
+    from circuitstat.pipelines.claims import check, format_results, write_claims_table, write_junit
 
     if junit is not None and junit.is_dir():
         raise InputError(f"--junit {junit} is a directory; give a file path such as claims.xml")
@@ -65,7 +65,7 @@ def check_command(
             raise InputError(f"cannot write --junit {junit}: {e.strerror or e}") from None
         echo(f"JUnit XML -> {junit}")
     if record:
-        from reports.html import render_report
+        from circuitstat.reports.html import render_report
 
         echo(f"claims table -> {write_claims_table(report.results, report.run_dir)}")
         echo(f"report: {render_report(report.run_dir)}")
@@ -89,8 +89,8 @@ def query_command(
     """
     import duckdb
 
-    from circuits.limits import parse_bytes
-    from reports.query import QueryLimits, format_table, json_rows, query
+    from circuitstat.circuits.limits import parse_bytes
+    from circuitstat.core.query import QueryLimits, format_table, json_rows, query
 
     dirs = list(runs) if runs else [Path(".")]
     limits = QueryLimits(memory_bytes=parse_bytes(max_memory), timeout_s=timeout, max_rows=max_rows)

@@ -1,5 +1,5 @@
 """The service's commands: ``serve`` (the server), ``submit`` (its client) and ``users`` (the operator's
-accounts). ``check --server`` lives with ``check`` (pipelines.cli.checks). Nothing starts at import."""
+accounts). ``check --server`` lives with ``check`` (circuitstat.pipelines.cli.checks). Nothing starts at import."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ def serve_command(
     log_file: Path | None = typer.Option(None, "--log-file", help="also write the JSON log lines to this file"),
 ) -> None:
     """Run the audit service: the JSON API under /api/v1, the web pages, /healthz and /metrics."""
-    from pipelines.service.config import load_config
-    from pipelines.service.server import serve
+    from circuitstat.pipelines.service.config import load_config
+    from circuitstat.pipelines.service.server import serve
 
     cfg = load_config(config, data=data, database=database, scheduler=scheduler, workers=workers, host=host,
                       port=port, log_file=log_file)
@@ -54,15 +54,15 @@ def submit_command(
 ) -> None:
     """Submit a spec to a circuitstat server (token from $CIRCUITSTAT_TOKEN); exit as the job ended
     (0 completed, 1 cancelled, 2 bad input or over quota, 3 internal error)."""
-    from pipelines.service.client import submit
+    from circuitstat.pipelines.service.client import submit
 
     raise typer.Exit(submit(server, spec, kind=kind.value, name=name, public=public, wait=wait, out=out,
                             echo=echo))
 
 
 def _database(data: Path | None, database: str | None, config: Path | None):
-    from pipelines.service.config import load_config
-    from pipelines.service.db import Database, migrate
+    from circuitstat.pipelines.service.config import load_config
+    from circuitstat.pipelines.service.db import Database, migrate
 
     cfg = load_config(config, need_data=False, data=data, database=database)
     db = Database(cfg.database_url)
@@ -79,7 +79,7 @@ CONFIG = typer.Option(None, "--config", help="the server's settings file")
 def users_add(name: str = typer.Argument(..., help="user name"), data: Path | None = DATA,
               database: str | None = DATABASE, config: Path | None = CONFIG) -> None:
     """Add a user."""
-    from pipelines.service.accounts import add_user
+    from circuitstat.pipelines.service.accounts import add_user
 
     with _database(data, database, config).session() as s:
         add_user(s, name)
@@ -91,7 +91,7 @@ def users_token(name: str = typer.Argument(..., help="user name"),
                 label: str = typer.Option("", "--label", help="what the token is for (e.g. ci)"),
                 data: Path | None = DATA, database: str | None = DATABASE, config: Path | None = CONFIG) -> None:
     """Create a bearer token for a user and print it once (only its hash is stored)."""
-    from pipelines.service.accounts import create_token
+    from circuitstat.pipelines.service.accounts import create_token
 
     with _database(data, database, config).session() as s:
         token = create_token(s, name, label)
@@ -102,7 +102,7 @@ def users_token(name: str = typer.Argument(..., help="user name"),
 def users_revoke(token_id: str = typer.Argument(..., help="the token's id (from `users list`) or the token"),
                  data: Path | None = DATA, database: str | None = DATABASE, config: Path | None = CONFIG) -> None:
     """Revoke a token (its browser sessions end with it)."""
-    from pipelines.service.accounts import revoke_token
+    from circuitstat.pipelines.service.accounts import revoke_token
 
     with _database(data, database, config).session() as s:
         revoke_token(s, token_id)
@@ -112,7 +112,7 @@ def users_revoke(token_id: str = typer.Argument(..., help="the token's id (from 
 @users_app.command("list")
 def users_list(data: Path | None = DATA, database: str | None = DATABASE, config: Path | None = CONFIG) -> None:
     """List the users and their tokens' ids (never a secret)."""
-    from pipelines.service.accounts import list_users
+    from circuitstat.pipelines.service.accounts import list_users
 
     with _database(data, database, config).session() as s:
         for u in list_users(s):

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import typer
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 from . import ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, app, check_out, choices, echo, study_app
 
-MAX_SEEDS_HELP = "1000"  # pipelines.training.MAX_SEEDS, written out so that --help does not import training
+MAX_SEEDS_HELP = "1000"  # circuitstat.pipelines.training.MAX_SEEDS, written out so that --help does not import training
 
 
 Match = choices("Match", "max", "hungarian")  # how heads of two refits are matched
@@ -56,8 +56,8 @@ def heads_command(
 
     Cost: about a minute for 5 zoo-sized models with the default 100 probe prompts and 200 resamples
     (scales with models x probe prompts x resamples); across-seed intervals need at least 3 models."""
-    from pipelines.build import check_device, check_n_jobs, load_source
-    from pipelines.heads import HeadStability, write_heads_run
+    from circuitstat.pipelines.build import check_device, check_n_jobs, load_source
+    from circuitstat.pipelines.heads.stability import HeadStability, write_heads_run
 
     models = [p for m in models for p in str(m).split(",") if p]
     if len(models) < 2:
@@ -67,7 +67,7 @@ def heads_command(
     n_jobs = check_n_jobs(n_jobs, "--n-jobs")
     loaded = [load_source(m, device=device, allow_pickle=allow_pickle, allow_large=allow_large) for m in models]
     if n_boot is not None:
-        from reports.errors import warn_renamed
+        from circuitstat.core.errors import warn_renamed
 
         warn_renamed("--n-boot", "--n-resamples", "heads")
         if n_resamples is not None and n_resamples != n_boot:
@@ -121,8 +121,8 @@ def train_command(
     one core; time grows with --steps, --batch-size x --n-ctx and the model's size. Try a few --steps first."""
     import json
 
-    from pipelines.build import check_device, check_n_jobs
-    from pipelines.training import TrainRecipe, check_out_dir, parse_seeds, train_models
+    from circuitstat.pipelines.build import check_device, check_n_jobs
+    from circuitstat.pipelines.training import TrainRecipe, check_out_dir, parse_seeds, train_models
 
     # every option is checked before anything is written
     out = check_out_dir(out)
@@ -136,7 +136,7 @@ def train_command(
         eval_every=eval_every, checkpoint_every=checkpoint_every, threads=threads,
     )
     recipe.validate(allow_large=allow_large)
-    from pipelines.work import check_training
+    from circuitstat.pipelines.work import check_training
 
     check_training(recipe, len(seed_list), allow_large=allow_large)  # steps x seeds x size, before anything is written
     for p in train_models(recipe, seed_list, out, n_jobs=n_jobs, device=device, allow_large=allow_large):
@@ -157,11 +157,11 @@ def demo_command(
 
     Cost: from an empty cache about 9 min on 2 cores (training 5 models about 6.3 min, audit and report
     about 35 s); with the models cached, about 35 s."""
-    from pipelines.audit import run_audit
-    from pipelines.build import check_n_jobs, max_jobs
-    from pipelines.demo import DEMO_RECIPE, demo_spec, print_summary
-    from pipelines.zoo import ZOO_RECIPES, ZOO_SEEDS, default_zoo
-    from reports.html import render_report
+    from circuitstat.pipelines.audit.run import run_audit
+    from circuitstat.pipelines.build import check_n_jobs, max_jobs
+    from circuitstat.pipelines.demo import DEMO_RECIPE, demo_spec, print_summary
+    from circuitstat.pipelines.zoo import ZOO_RECIPES, ZOO_SEEDS, default_zoo
+    from circuitstat.reports.html import render_report
 
     check_out(out)
     n_jobs = check_n_jobs(min(2, max_jobs()) if n_jobs is None else n_jobs)
@@ -177,7 +177,7 @@ def demo_command(
 
 @study_app.command("heads")
 def study_heads_command(
-    plan: Path | None = typer.Argument(None, help="study plan (YAML; see pipelines.head_study.HeadStudySpec); "
+    plan: Path | None = typer.Argument(None, help="study plan (YAML; see circuitstat.pipelines.heads.study.HeadStudySpec); "
                                        "default: the full study of docs/results.md"),
     out: Path = typer.Option(..., "--out", help="run directory of the study"),
     quick: bool = typer.Option(False, "--quick", help="a tiny version (1/2/4 layers, 3 seeds, a few steps) for smoke tests"),
@@ -193,8 +193,8 @@ def study_heads_command(
     Cost: the default plan trains 30 models (3 depths x 2 optimizers x 5 seeds): 34 min on an idle 2-core
     machine, 115 min on a loaded one, then about 4 min of analysis; cached models are reused. --quick:
     about 15 s."""
-    from pipelines.build import check_device, check_n_jobs
-    from pipelines.head_study import load_head_study_plan, run_head_study
+    from circuitstat.pipelines.build import check_device, check_n_jobs
+    from circuitstat.pipelines.heads.study import load_head_study_plan, run_head_study
 
     if plan is not None and quick:
         raise InputError("give a plan file or --quick, not both (--quick is the built-in tiny plan)")
@@ -203,7 +203,7 @@ def study_heads_command(
     study_plan = load_head_study_plan(plan, allow_outside=allow_outside) if plan is not None else None
     res = run_head_study(out, quick=quick, plan=study_plan, n_jobs=n_jobs, device=device, force=force,
                          command=sys.argv, allow_large=allow_large)  # its work is checked before any training
-    from stats.intervals import interval_text
+    from circuitstat.stats.intervals import interval_text
 
     t = res.to_table("summary").to_pydict()
     w = max(len(i) for i in t["item"])
@@ -231,7 +231,7 @@ def study_variance_command(
     Cost: examples/variance-zoo.yaml computes score matrices for every estimator, seed and counterfactual
     draw, then 3-4 min of statistics on 2 cores (mostly the selection stage's faithfulness curves); it
     needs the zoo's attention-only seeds 0-2 (trained on first use). A killed run resumes."""
-    from pipelines.variance_study import load_variance_spec, run_variance_study, summary_lines
+    from circuitstat.pipelines.variance_study import load_variance_spec, run_variance_study, summary_lines
 
     check_out(out, "study variance", force=force)
     parsed = load_variance_spec(spec, allow_outside=allow_outside)  # validated before anything is created
@@ -240,7 +240,7 @@ def study_variance_command(
     for line in summary_lines(Path(out)):
         echo(line)
     if report:
-        from reports.html import render_report
+        from circuitstat.reports.html import render_report
 
         echo(f"report: {render_report(out)}")
 
@@ -265,7 +265,7 @@ def study_calibration_command(
     Cost: exact attribution of the whole population first (1024 prompts in examples/calibration-zoo.yaml),
     then the resampled datasets: about 3 min of CPU for that example (165 s: edge kinds ~4 s, stability
     ~46 s, the rest faithfulness; docs/calibration.md). Drop kinds from `intervals` to go faster."""
-    from pipelines.calibration_study import (load_calibration_spec, parse_calibration_spec, run_calibration_study,
+    from circuitstat.pipelines.calibration.study import (load_calibration_spec, parse_calibration_spec, run_calibration_study,
                                              summary_lines)
 
     check_out(out, "study calibration", force=force)
@@ -283,14 +283,14 @@ def study_calibration_command(
 
 @study_app.command("groundtruth")
 def study_groundtruth_command(
-    spec: Path = typer.Argument(..., help="ground-truth spec (YAML; see pipelines.groundtruth_study): models, methods, sizes"),
+    spec: Path = typer.Argument(..., help="ground-truth spec (YAML; see circuitstat.pipelines.groundtruth): models, methods, sizes"),
     out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
     n_jobs: int | None = typer.Option(None, "--n-jobs", min=1, help="parallel workers for the attribution"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
 ) -> None:
     """Score discovery methods and circuitstat's error statements against models whose circuit is known."""
-    from pipelines.groundtruth_study import load_groundtruth_spec, run_groundtruth_study, summary_lines
-    from reports.html import render_report
+    from circuitstat.pipelines.groundtruth import load_groundtruth_spec, run_groundtruth_study, summary_lines
+    from circuitstat.reports.html import render_report
 
     check_out(out, "study groundtruth", force=force)
     parsed = load_groundtruth_spec(spec)

@@ -16,7 +16,7 @@ SinkToken = choices("SinkToken", "first", "detected")  # which key is the sink
 
 def _ints(text: str, where: str) -> tuple[int, ...]:
     """``text`` such as ``1,2,3`` as a tuple of ints; InputError naming ``where`` otherwise."""
-    from reports.errors import InputError
+    from circuitstat.core.errors import InputError
 
     try:
         return tuple(int(p) for p in text.split(",") if p.strip())
@@ -65,8 +65,8 @@ def tokens_command(
     relation across heads. With several --model refits, also whether the seeds agree on the important
     tokens and on the sink heads. A killed run resumes from the stage it finished.
     """
-    from pipelines.build import parse_task_options
-    from pipelines.contributions import TokenContributions  # numpy and scipy only: bad options fail fast
+    from circuitstat.pipelines.build import parse_task_options
+    from circuitstat.pipelines.contributions import TokenContributions  # numpy and scipy only: bad options fail fast
 
     options = parse_task_options(task, task_option)
     est = TokenContributions(task=task, n=n, task_seed=seed, metric=None if metric is None else metric.value,
@@ -79,8 +79,8 @@ def tokens_command(
     est.validate()  # every option is checked before the model loads or anything is written
     est.check_sizes(allow_large=allow_large)
     check_out(out, "tokens", force=force)
-    from circuits import load_model
-    from pipelines.build import check_device, check_work, resolve_source, task_positions
+    from circuitstat.circuits import load_model
+    from circuitstat.pipelines.build import check_device, check_work, resolve_source, task_positions
 
     dev = check_device(device)
     sources = [p for m in models for p in str(m).split(",") if p]

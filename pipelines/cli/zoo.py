@@ -12,7 +12,7 @@ zoo_app = typer.Typer(cls=_Boundary, no_args_is_help=True,
                            "build one recipe and seed, or list what is trained.")
 app.add_typer(zoo_app, name="zoo")
 
-ZOO_RECIPES_HELP = "attn-only-2l or mlp-2l"  # pipelines.zoo.ZOO_RECIPES, written out so --help does not import torch
+ZOO_RECIPES_HELP = "attn-only-2l or mlp-2l"  # circuitstat.pipelines.zoo.ZOO_RECIPES, written out so --help does not import torch
 
 
 @zoo_app.command("build")
@@ -26,10 +26,10 @@ def zoo_build_command(
 
     Cost: about 2.5 min per model on one core (3,500 steps of a 2-layer, d_model 64 model; the whole zoo,
     10 models, took 12 min 20 s on 2 cores); a trained model is cached by content and reused."""
-    from reports.errors import InputError
-    from pipelines.build import check_device, check_n_jobs
-    from pipelines.training import parse_seeds
-    from pipelines.zoo import ZOO_RECIPES, default_zoo
+    from circuitstat.core.errors import InputError
+    from circuitstat.pipelines.build import check_device, check_n_jobs
+    from circuitstat.pipelines.training import parse_seeds
+    from circuitstat.pipelines.zoo import ZOO_RECIPES, default_zoo
 
     if recipe is not None and recipe not in ZOO_RECIPES:
         raise InputError(f"no zoo recipe {recipe!r}; recipes: {', '.join(ZOO_RECIPES)}")
@@ -43,7 +43,7 @@ def zoo_build_command(
 @zoo_app.command("list")
 def zoo_list_command() -> None:
     """Each zoo recipe and seed, whether it is trained, and where it is cached."""
-    from pipelines.zoo import ZOO_RECIPES, ZOO_SEEDS, recipe_dir
+    from circuitstat.pipelines.zoo import ZOO_RECIPES, ZOO_SEEDS, recipe_dir
 
     for name in ZOO_RECIPES:
         root = recipe_dir(name)

@@ -1,7 +1,7 @@
 """The audit service: ``circuitstat serve``, a thin, durable HTTP front over the CLI's own code.
 
 A job is a spec plus an owner; running it calls the function the CLI command calls
-(:func:`pipelines.audit.run_audit`, the study runners, :func:`pipelines.cli.analyse.run_attribute`)
+(:func:`circuitstat.pipelines.audit.run.run_audit`, the study runners, :func:`circuitstat.pipelines.cli.analyse.run_attribute`)
 in a worker, writing a run directory under the data directory. Nothing here computes statistics.
 
 Modules (one idea each):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 from .db import BrowserSession, Token, User, now
 

@@ -19,7 +19,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 from . import access
 from .accounts import Principal
@@ -101,7 +101,7 @@ def get_table(job_id: str, filename: str, request: Request, principal: Principal
 def _json_rows(path: Path, offset: int, limit: int) -> dict:
     import pyarrow.parquet as pq
 
-    from reports.query import json_rows
+    from circuitstat.core.query import json_rows
 
     table = pq.read_table(path)
     part = table.slice(offset, limit)
@@ -135,9 +135,9 @@ def get_manifest(job_id: str, request: Request, principal: Principal = Depends(c
 
 
 def report_file(svc: Service, job: Job) -> Path:
-    """The job's report.html, rendered (by reports.html, as `circuitstat report`) when it is missing."""
-    from reports.html import render_report
-    from reports.source_names import public_source_names
+    """The job's report.html, rendered (by circuitstat.reports.html, as `circuitstat report`) when it is missing."""
+    from circuitstat.reports.html import render_report
+    from circuitstat.core.source_names import public_source_names
 
     run = run_dir(svc, job)
     path = run / "report.html"
@@ -148,7 +148,7 @@ def report_file(svc: Service, job: Job) -> Path:
         try:
             with public_source_names():  # as the job's worker renders it: no server path on the page
                 render_report(run, out)
-        except InputError as e:  # a table changed since the job wrote it (reports.rundir.verify_outputs)
+        except InputError as e:  # a table changed since the job wrote it (circuitstat.core.rundir.verify_outputs)
             raise _damaged(svc, job, e) from None
     return out
 
@@ -162,7 +162,7 @@ def _damaged(svc: Service, job: Job, e: InputError) -> Problem:
 
 def report_csp() -> str:
     """The report's own Content-Security-Policy, plus no framing."""
-    from reports.html.assets import CSP
+    from circuitstat.reports.html.assets import CSP
 
     return CSP + "; frame-ancestors 'none'"
 
@@ -178,18 +178,18 @@ def get_report(job_id: str, request: Request, principal: Principal = Depends(cur
 
 # ----- claims --------------------------------------------------------------------------------------------
 def _jsonable(v: Any) -> Any:
-    from reports.provenance import to_jsonable
-    from reports.query import json_rows
+    from circuitstat.core.provenance import to_jsonable
+    from circuitstat.core.query import json_rows
 
     return json_rows(to_jsonable(v))
 
 
 def run_claims(svc: Service, principal: Principal, job: Job, text: bytes, name: str) -> ClaimCheck:
-    """Check the claims file ``text`` against ``job``'s run (pipelines.claims.check, as `circuitstat check
+    """Check the claims file ``text`` against ``job``'s run (circuitstat.pipelines.claims.check, as `circuitstat check
     --run`) and store the verdicts; 400 unreadable, 422 invalid. The file's ``run:`` and ``spec:`` are
     not followed: the run is the job's, and no audit runs from a claims file here."""
-    from pipelines.claims import check, format_results, junit_xml, parse_claims
-    from pipelines.yamlio import read_yaml_strict
+    from circuitstat.pipelines.claims import check, format_results, junit_xml, parse_claims
+    from circuitstat.pipelines.yamlio import read_yaml_strict
 
     check_id = uuid.uuid4().hex
     folder = svc.cfg.jobs_dir / job.id / "claims"
@@ -294,7 +294,7 @@ class QueryIn(BaseModel):
 def _query(svc: Service, principal: Principal, body: QueryIn) -> dict:
     import duckdb
 
-    from reports.query import json_rows, query
+    from circuitstat.core.query import json_rows, query
 
     runs = {}
     with svc.db.session() as s:

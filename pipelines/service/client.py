@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 TOKEN_ENV = "CIRCUITSTAT_TOKEN"
 FINAL = ("completed", "failed", "cancelled")
@@ -70,8 +70,8 @@ def spec_upload(spec: Path, kind: str) -> tuple[bytes, list[tuple[str, tuple[str
     the CLI resolves it) is uploaded under its bare name, and the spec sent names it so."""
     import yaml
 
-    from pipelines.spec import load_yaml
-    from pipelines.yamlio import resolve_inside
+    from circuitstat.pipelines.spec import load_yaml
+    from circuitstat.pipelines.yamlio import resolve_inside
 
     from .submission import TASK_FILE_SUFFIXES
 
@@ -168,7 +168,7 @@ def check(server: str, claims: Path, job_id: str, junit: Path | None = None,
     for note in doc.get("notes", []):
         echo(f"note: {note}")
     if junit is not None:
-        from reports.atomic import atomic_write_bytes
+        from circuitstat.core.atomic import atomic_write_bytes
 
         atomic_write_bytes(junit, doc["junit"].encode())
         echo(f"JUnit XML -> {junit}")

@@ -5,7 +5,7 @@ Example (every key is optional)::
     database: postgresql://circuitstat@db/circuitstat   # default: sqlite:///DATA/service.db
     scheduler: tcp://scheduler:8786                     # default: a local pool of `workers` processes
     workers: 2
-    sources:                       # the model sources API users may name (pipelines.service.sources)
+    sources:                       # the model sources API users may name (circuitstat.pipelines.service.sources)
       zoo: [attn-only-2l]          # zoo:RECIPE/seed-S for these recipes
       random: true                 # random:ARCH?key=value&... within the CLI's size limits
       models:                      # named local models: the name users write -> what this server loads
@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 DATABASE_ENV = "CIRCUITSTAT_DATABASE"
 """Environment variable holding the database URL (keeps a password off the command line and out of ps)."""
@@ -53,7 +53,7 @@ class Quotas(_Strict):
 
     max_active_jobs: int = Field(8, ge=1, le=100_000)  # queued + running
     max_request_bytes: int = Field(8 * 2**20, ge=1024, le=2**32)
-    max_work_flops: float = Field(1e15, gt=0)  # estimated attribution FLOPs of one job (circuits.plan)
+    max_work_flops: float = Field(1e15, gt=0)  # estimated attribution FLOPs of one job (circuitstat.circuits.plan)
     requests_per_minute: int = Field(600, ge=1, le=10_000_000)
 
 
@@ -113,8 +113,8 @@ def load_config(path: str | os.PathLike[str] | None, *, need_data: bool = True, 
     """The ServiceConfig from the YAML file at ``path`` (or defaults) with the non-None ``overrides``
     (command-line options) on top; the database URL falls back to $CIRCUITSTAT_DATABASE. Without
     ``need_data`` a database URL alone will do (the operator's account commands)."""
-    from pipelines.spec import validate_spec
-    from pipelines.yamlio import read_yaml_strict
+    from circuitstat.pipelines.spec import validate_spec
+    from circuitstat.pipelines.yamlio import read_yaml_strict
 
     data: dict[str, Any] = {}
     if path is not None:

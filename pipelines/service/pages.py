@@ -2,7 +2,7 @@
 
 Jinja2 with autoescaping renders every value from a request or a run (job names, specs, task
 strings, claim names) as text. No page has a script; the policy below forbids any, and any
-resource from elsewhere. The report keeps its own policy (reports.html.assets.CSP).
+resource from elsewhere. The report keeps its own policy (circuitstat.reports.html.assets.CSP).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Where jobs run: a pool of local worker processes, or a Dask distributed cluster.
 
-Both run :func:`pipelines.service.runner.execute` on a plain payload and report each job's outcome
+Both run :func:`circuitstat.pipelines.service.runner.execute` on a plain payload and report each job's outcome
 through :meth:`poll`; only the dispatcher thread calls them. Workers touch the data directory, never
 the database.
 
@@ -27,9 +27,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-PRELOAD = ["torch", "transformers", "circuits.loading", "circuits.attribution", "pipelines.audit",
-           "pipelines.variance_study", "pipelines.calibration_study", "pipelines.cli.analyse", "reports.html",
-           "pipelines.service.runner", "pipelines.service.warmup"]
+PRELOAD = ["torch", "transformers", "circuitstat.circuits.loading", "circuitstat.circuits.attribution", "circuitstat.pipelines.audit.run",
+           "circuitstat.pipelines.variance_study", "circuitstat.pipelines.calibration.study", "circuitstat.pipelines.cli.analyse", "circuitstat.reports.html",
+           "circuitstat.pipelines.service.runner", "circuitstat.pipelines.service.warmup"]
 
 
 def _watch_lifeline(lifeline) -> None:
@@ -184,7 +184,7 @@ class DaskPool:
     def __init__(self, address: str, timeout: float = 10.0) -> None:
         from distributed import Client
 
-        from reports.errors import InputError
+        from circuitstat.core.errors import InputError
 
         try:
             self.client = Client(address, timeout=timeout)

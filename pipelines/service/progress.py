@@ -37,7 +37,7 @@ def planned_stages(kind: str, spec) -> list[str]:
                 + (["faithfulness"] if spec.faithfulness else [])
                 + (["approximation"] if "exact" in spec.methods and others else [])
                 + (["heads"] if len(spec.sources) > 1 else []))
-    from pipelines.variance_study import Key
+    from circuitstat.pipelines.variance_study import Key
 
     levels = [lab for lab, _, _ in spec.estimator_levels()]
     keys = [Key(s, 0, c, lab) for s in range(len(spec.sources)) for c in range(spec.counterfactual.n_draws)
@@ -59,7 +59,7 @@ def read_stages(run_dir: Path) -> dict:
 
 def _chunks_done(run_dir: Path, spec) -> float:
     """The fraction of an attribute run's checkpoint chunks on disk."""
-    from pipelines.checkpoint import chunk_bounds
+    from circuitstat.pipelines.checkpoint import chunk_bounds
 
     total = len(chunk_bounds(spec.n, spec.batch_size, spec.checkpoint_every))
     folder = run_dir / "checkpoints" / f"{spec.method}-{spec.level}"

@@ -6,7 +6,7 @@ directory. A server claims a job by taking a lease (``lease_owner``, ``lease_exp
 it by heartbeats; only the lease holder may finish the job (every update names it), so a server
 whose lease expired cannot overwrite the work of the one that took the job over. On PostgreSQL the
 claim is ``SELECT ... FOR UPDATE SKIP LOCKED``: two servers never take the same job. On SQLite
-every transaction begins with ``BEGIN IMMEDIATE`` (pipelines.service.db), which serialises claims.
+every transaction begins with ``BEGIN IMMEDIATE`` (circuitstat.pipelines.service.db), which serialises claims.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Per-user quotas: request rate, request size and active jobs (estimated work: pipelines.service.runner).
+"""Per-user quotas: request rate, request size and active jobs (estimated work: circuitstat.pipelines.service.runner).
 
 * **rate**: a token bucket per user (``requests_per_minute``, bursts up to the same number), kept
   by each server for the requests it answers; over it, 429 with Retry-After;

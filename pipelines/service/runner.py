@@ -3,7 +3,7 @@
 :func:`execute` takes a plain payload (so it runs the same in a local worker process and on a Dask
 worker that shares the data directory), writes everything the run prints to the job's log, and
 returns an outcome; it never raises. Before any work it estimates the job's attribution FLOPs with
-:func:`circuits.plan.method_cost` (the ``--plan`` arithmetic) and refuses a job above its owner's
+:func:`circuitstat.circuits.plan.method_cost` (the ``--plan`` arithmetic) and refuses a job above its owner's
 quota. The run directory's stages make a rerun resume: a job interrupted by a drain, a killed worker
 or a killed server ends with the tables an uninterrupted run writes.
 """
@@ -35,7 +35,7 @@ def payload(job_id: str, kind: str, spec: dict, job_dir: Path, max_work_flops: f
 
 
 def _positions(spec, cfg) -> int:
-    from pipelines.build import task_positions
+    from circuitstat.pipelines.build import task_positions
 
     task = spec.task if not isinstance(spec.task, str) else None
     name, options = (task.name, task.options) if task is not None else (spec.task, {})
@@ -43,8 +43,8 @@ def _positions(spec, cfg) -> int:
 
 
 def estimated_flops(kind: str, spec, cfg) -> float:
-    """The attribution FLOPs job ``kind`` with ``spec`` runs on a model of config ``cfg`` (circuits.plan)."""
-    from circuits.plan import method_cost
+    """The attribution FLOPs job ``kind`` with ``spec`` runs on a model of config ``cfg`` (circuitstat.circuits.plan)."""
+    from circuitstat.circuits.plan import method_cost
 
     P = _positions(spec, cfg)
 
@@ -67,7 +67,7 @@ def estimated_flops(kind: str, spec, cfg) -> float:
 def model_config(source: str, dtype: str):
     """The config of the model ``source`` names, loaded once per worker under the CLI's size limits
     (InputError above them); the run itself loads the model again, as the CLI command does."""
-    from pipelines.build import load_source
+    from circuitstat.pipelines.build import load_source
 
     return load_source(source, device="cpu", dtype=dtype).cfg
 
@@ -76,7 +76,7 @@ def check_work(kind: str, spec, max_flops: float) -> float:
     """The job's estimated FLOPs; WorkQuotaError when above ``max_flops``."""
     flops = estimated_flops(kind, spec, model_config(spec.sources[0], getattr(spec, "dtype", "float32")))
     if flops > max_flops:
-        raise WorkQuotaError(f"the job's estimated work is {flops:.3g} FLOPs (circuits.plan), above your quota of "
+        raise WorkQuotaError(f"the job's estimated work is {flops:.3g} FLOPs (circuitstat.circuits.plan), above your quota of "
                              f"{max_flops:.3g}; make it smaller (fewer examples or methods) or ask the operator")
     return flops
 
@@ -84,23 +84,23 @@ def check_work(kind: str, spec, max_flops: float) -> float:
 def _run(kind: str, spec, out: Path) -> None:
     """Run job ``kind`` into ``out`` with the CLI command's function (limits never lifted)."""
     if kind == "audit":
-        from pipelines.audit import run_audit
-        from reports.html import render_report
+        from circuitstat.pipelines.audit.run import run_audit
+        from circuitstat.reports.html import render_report
 
         run_audit(spec, out, n_jobs=1, allow_pickle=False, allow_large=False)
         render_report(out)  # as `circuitstat audit` does by default
     elif kind == "variance":
-        from pipelines.variance_study import run_variance_study
-        from reports.html import render_report
+        from circuitstat.pipelines.variance_study import run_variance_study
+        from circuitstat.reports.html import render_report
 
         run_variance_study(spec, out, n_jobs=1, allow_pickle=False, allow_large=False)
         render_report(out)
     elif kind == "calibration":
-        from pipelines.calibration_study import run_calibration_study
+        from circuitstat.pipelines.calibration.study import run_calibration_study
 
         run_calibration_study(spec, out, n_jobs=1, allow_pickle=False, allow_large=False)
     else:
-        from pipelines.cli.analyse import run_attribute
+        from circuitstat.pipelines.cli.analyse import run_attribute
 
         opts = spec.model_dump(exclude={"model", "task"})
         run_attribute(spec.model, spec.task, out, **opts, n_jobs=1, allow_pickle=False, allow_large=False)
@@ -108,8 +108,8 @@ def _run(kind: str, spec, out: Path) -> None:
 
 def _outcome(exc: BaseException) -> dict[str, Any]:
     """The outcome of a job that raised ``exc``: what the CLI would print, classified."""
-    from pipelines.cli import user_error_message
-    from reports.lock import RunLockedError
+    from circuitstat.pipelines.cli import user_error_message
+    from circuitstat.core.lock import RunLockedError
 
     if isinstance(exc, KeyboardInterrupt):
         return {"status": "interrupted", "error": "interrupted; the job resumes from its finished stages"}
@@ -140,7 +140,7 @@ def execute(job: dict) -> dict[str, Any]:
 
 def _logged(job: dict, job_dir: Path) -> dict[str, Any]:
     """:func:`execute`'s work, everything printed going to the job's log."""
-    from pipelines.build import served_sources
+    from circuitstat.pipelines.build import served_sources
 
     from .submission import parse_kind
 

@@ -7,7 +7,7 @@ A request names one of:
 * ``random:ARCH?key=value&...`` when the operator allows it (sizes stay under the CLI's limits:
   ``--allow-large`` cannot be lifted from a request);
 * a named local model, by the name the operator gave it; the spec then says ``served:NAME``, and the
-  worker loads the directory or cached hub id the operator wrote (pipelines.build.served_sources), with
+  worker loads the directory or cached hub id the operator wrote (circuitstat.pipelines.build.served_sources), with
   ``allow_pickle=False`` always. The run records ``served:NAME`` as the model's source, never the path.
 
 Anything else (a server path, ``~``, ``..``, a hub id the operator did not name, a pickle) is
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 from .config import SourcesConfig
 
@@ -51,7 +51,7 @@ def resolve_source(source: object, sources: SourcesConfig) -> str:
         return source
     if RANDOM_SOURCE.fullmatch(source) is not None and sources.random:
         return source
-    if source in sources.models:  # resolved by the worker (pipelines.build.served_sources): no path in the spec
+    if source in sources.models:  # resolved by the worker (circuitstat.pipelines.build.served_sources): no path in the spec
         return f"served:{source}"
     raise InputError(f"model source {_short(source)} is not allowed on this server (a request cannot name a server "
                      f"path, a pickle or an unlisted model); it accepts {allowed_text(sources)}")
@@ -59,7 +59,7 @@ def resolve_source(source: object, sources: SourcesConfig) -> str:
 
 def check_config(sources: SourcesConfig) -> None:
     """None; InputError when the operator's allow-list names an unknown zoo recipe or a bad model name."""
-    from pipelines.zoo import ZOO_RECIPES
+    from circuitstat.pipelines.zoo import ZOO_RECIPES
 
     unknown = [r for r in sources.zoo if r not in ZOO_RECIPES]
     if unknown:

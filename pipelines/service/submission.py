@@ -4,7 +4,7 @@ The spec is the YAML the CLI command takes (``audit``, ``study variance``, ``stu
 or, for ``attribute``, a mapping of that command's options. It is read with the CLI's own strict
 reader and validated by the CLI's own spec classes; then the service's rules apply on top:
 
-* every model source must be on the operator's allow-list (:mod:`pipelines.service.sources`);
+* every model source must be on the operator's allow-list (:mod:`circuitstat.pipelines.service.sources`);
 * a task is a built-in task or one of the files uploaded with the request, by its bare name:
   nothing in a spec can name a path on the server;
 * sizes stay under the CLI's limits, which no request can lift (the worker runs with
@@ -20,15 +20,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from reports.errors import InputError
-from pipelines.options import ABLATION, LEVEL, METHOD, METRIC
+from circuitstat.core.errors import InputError
+from circuitstat.pipelines.options import ABLATION, LEVEL, METHOD, METRIC
 
 from .config import SourcesConfig
 from .problems import Problem
 from .sources import resolve_source
 
 BUILTIN_TASKS = ("induction", "ioi", "greater-than", "greater_than", "gt")
-"""The tasks of circuits.tasks a request may name (its registry without ``file``, which takes a path)."""
+"""The tasks of circuitstat.circuits.tasks a request may name (its registry without ``file``, which takes a path)."""
 TASK_FILE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".parquet")
 UPLOAD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 MAX_UPLOADS = 8
@@ -62,16 +62,16 @@ class AttributeSpec(BaseModel):
 
 def parse_kind(kind: str, data: Any, source: str = SPEC_FILE):
     """The spec object of job kind ``kind`` validated from parsed YAML (InputError naming each bad key)."""
-    from pipelines.spec import parse_spec, validate_spec
+    from circuitstat.pipelines.spec import parse_spec, validate_spec
 
     if kind == "audit":
         return parse_spec(data, source)
     if kind == "variance":
-        from pipelines.variance_study import parse_variance_spec
+        from circuitstat.pipelines.variance_study import parse_variance_spec
 
         return parse_variance_spec(data, source)
     if kind == "calibration":
-        from pipelines.calibration_study import parse_calibration_spec
+        from circuitstat.pipelines.calibration.study import parse_calibration_spec
 
         return parse_calibration_spec(data, source)
     if kind == "attribute":
@@ -155,7 +155,7 @@ def prepare(kind: str, spec_text: bytes | None, spec_data: Any, files: list[Uplo
             sources: SourcesConfig) -> Prepared:
     """The validated submission written under ``job_dir/inputs``; a Problem (400 unreadable, 422
     refused) saying what the CLI would say."""
-    from pipelines.yamlio import read_yaml_strict
+    from circuitstat.pipelines.yamlio import read_yaml_strict
 
     inputs = job_dir / "inputs"
     inputs.mkdir(parents=True, exist_ok=False)

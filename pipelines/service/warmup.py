@@ -2,7 +2,7 @@
 
 The first job in a fresh process pays for everything loaded lazily on first use (transformers' model
 classes, torch's kernels, the report's code): about ten times the job itself. The forkserver imports
-this module before it forks any worker (pipelines.service.pools.PRELOAD), so every worker starts warm.
+this module before it forks any worker (circuitstat.pipelines.service.pools.PRELOAD), so every worker starts warm.
 Nothing of the warm-up is kept but the loaded code; a failure is logged and otherwise ignored.
 """
 

@@ -23,7 +23,7 @@ Modules: :mod:`.recipe` (TrainRecipe, DataSpec), :mod:`.data` (tokenizer, token 
 ``train`` command in pipelines/cli/studies.py).
 """
 
-from circuits.cache import cache_dir  # re-exported: the zoo and the head study use it
+from circuitstat.circuits.cache import cache_dir  # re-exported: the zoo and the head study use it
 
 from .checkpoint import CHECKPOINT, CHECKPOINT_FORMAT, FORMAT_VERSION, LEGACY_CHECKPOINT, read_checkpoint_info
 from .data import prepare_data

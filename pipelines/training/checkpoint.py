@@ -8,7 +8,7 @@ param groups, the numpy and Python RNG states). The JSON is checked against the 
 any tensor is read.
 
 Integrity (docs/integrity.md): the JSON carries ``tensors_sha256``, the digest of every tensor's
-name, dtype, shape and values (reports.integrity.digest_tensors, the weight hash's scheme), and
+name, dtype, shape and values (circuitstat.core.integrity.digest_tensors, the weight hash's scheme), and
 ``sha256``, the digest of the JSON itself; the file is read once, without following a link and
 only if it is a regular file, and both digests are compared before anything is restored. An edited
 value (``W_E`` x 10 with the header kept), an edited counter, a truncated or swapped file is refused
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 if TYPE_CHECKING:
     from .recipe import TrainRecipe
@@ -75,7 +75,7 @@ def tensors_digest(tensors: dict) -> str:
     """The digest of named tensors (sorted by name): name, dtype, shape and the bytes of every value."""
     import torch
 
-    from reports.integrity import digest_tensors
+    from circuitstat.core.integrity import digest_tensors
 
     def items():
         for name in sorted(tensors):
@@ -87,7 +87,7 @@ def tensors_digest(tensors: dict) -> str:
 
 
 def _doc_digest(doc: dict) -> str:
-    from reports.integrity import digest_bytes
+    from circuitstat.core.integrity import digest_bytes
 
     body = {k: v for k, v in doc.items() if k != "sha256"}
     return digest_bytes(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
@@ -99,7 +99,7 @@ def _save_checkpoint(path: Path, model, opt, info: dict) -> None:
     import torch
     from safetensors.torch import save
 
-    from reports.atomic import atomic_write
+    from circuitstat.core.atomic import atomic_write
 
     tensors = {f"model/{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     osd = opt.state_dict()
@@ -155,7 +155,7 @@ def read_checkpoint_info(path: str | os.PathLike) -> dict:
     Raises InputError when ``path`` is not a circuitstat training checkpoint (or is a link, a device,
     or was edited).
     """
-    from reports.integrity import IntegrityError, open_regular
+    from circuitstat.core.integrity import IntegrityError, open_regular
 
     path = Path(path)
     try:
@@ -202,7 +202,7 @@ def _read_tensors(path: Path, doc: dict, model, opt) -> dict:
     match ``tensors_sha256``; InputError naming the file otherwise."""
     from safetensors.torch import load
 
-    from reports.integrity import IntegrityError, read_regular
+    from circuitstat.core.integrity import IntegrityError, read_regular
 
     expected = 16 * sum(v.numel() for v in model.state_dict().values()) + 64 * 2**20  # weights, 2 moments, RNGs
     try:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from circuits.cache import cache_dir
-from reports.errors import InputError
+from circuitstat.circuits.cache import cache_dir
+from circuitstat.core.errors import InputError
 
 from .recipe import DataSpec, TrainRecipe
 
@@ -19,7 +19,7 @@ __all__ = ["prepare_data"]
 
 
 def _save_npy_atomic(path: Path, arr: np.ndarray) -> None:
-    from reports.atomic import atomic_write
+    from circuitstat.core.atomic import atomic_write
 
     buf = io.BytesIO()
     np.save(buf, np.ascontiguousarray(arr))
@@ -33,7 +33,7 @@ TOKENIZER_SEAL = "SEAL.json"
 def _cached(path: Path, root: Path, binding: dict, directory: bool = False) -> bool:
     """True when the cache entry ``path`` (a file, or a directory of files) below ``root`` exists and matches
     its seal; a linked, unsealed, foreign or changed entry is removed (False: the caller rebuilds it)."""
-    from reports.integrity import IntegrityError, check_entry, check_sealed_file, remove_entry, seal_path
+    from circuitstat.core.integrity import IntegrityError, check_entry, check_sealed_file, remove_entry, seal_path
 
     if not (path.exists() or path.is_symlink()):
         return False
@@ -51,9 +51,9 @@ def _cached(path: Path, root: Path, binding: dict, directory: bool = False) -> b
 
 
 def _seal(path: Path, root: Path, binding: dict, directory: bool = False) -> None:
-    """Seal a cache entry just written (reports.integrity); a cache that cannot be written is not sealed,
+    """Seal a cache entry just written (circuitstat.core.integrity); a cache that cannot be written is not sealed,
     so it is rebuilt next time."""
-    from reports.integrity import IntegrityError, seal_entry, seal_file
+    from circuitstat.core.integrity import IntegrityError, seal_entry, seal_file
 
     try:
         if directory:
@@ -68,7 +68,7 @@ def _seal(path: Path, root: Path, binding: dict, directory: bool = False) -> Non
 def _tokenizer(recipe: TrainRecipe, corpus, cache: Path):
     """(the recipe's tokenizer, its cache directory): a BPE trained on the corpus' train split once, or the
     named tokenizer; either cached sealed under ``cache/tokenizers`` and rebuilt when its seal fails."""
-    from circuits.tokenizers import load_tokenizer, train_bpe
+    from circuitstat.circuits.tokenizers import load_tokenizer, train_bpe
 
     if recipe.tokenizer == "bpe":
         key = hashlib.sha256(f"bpe|{recipe.vocab_size}|{corpus.content_hash}".encode()).hexdigest()[:20]
@@ -95,10 +95,10 @@ def _tokenizer(recipe: TrainRecipe, corpus, cache: Path):
 def prepare_data(recipe: TrainRecipe, corpus=None, cache: str | os.PathLike | None = None) -> DataSpec:
     """Build (or reuse from the cache) the tokenizer and the train/validation token streams.
 
-    Every cached file is sealed when written and checked when reused (reports.integrity): a linked,
+    Every cached file is sealed when written and checked when reused (circuitstat.core.integrity): a linked,
     edited, truncated or foreign entry is removed and built again, never used.
     """
-    from circuits.corpus import load_corpus
+    from circuitstat.circuits.corpus import load_corpus
 
     cache = Path(cache) if cache is not None else cache_dir()
     corpus = load_corpus(corpus if corpus is not None else recipe.corpus)

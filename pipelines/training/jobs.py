@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 from .checkpoint import CHECKPOINT, read_checkpoint_info
 from .data import prepare_data
@@ -132,7 +132,7 @@ def parse_seeds(spec: str | int | Sequence[int], *, allow_large: bool = False) -
 
     The count is checked against :data:`MAX_SEEDS` before any list is built (``allow_large`` lifts it).
     """
-    from circuits.limits import check_count
+    from circuitstat.circuits.limits import check_count
 
     if isinstance(spec, int):
         return [spec]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 from .checkpoint import CHECKPOINT, _restore_checkpoint, _resume_state, _save_checkpoint
 from .data import _Batches, _chunk, _load_tokens, prepare_data
@@ -204,8 +204,8 @@ def train_model(
     ``stop_after`` stops (after checkpointing) once that many steps are done, as a kill would; a
     later call resumes. A finished model of the same recipe, seed and data is returned untouched.
     """
-    from circuits.model import CircuitModel
-    from circuits.tokenizers import load_tokenizer
+    from circuitstat.circuits.model import CircuitModel
+    from circuitstat.circuits.tokenizers import load_tokenizer
 
     out = check_out_dir(out_dir)
     recipe.validate(allow_large=allow_large)

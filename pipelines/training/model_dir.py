@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 from .checkpoint import CHECKPOINT
 from .data import _save_npy_atomic
@@ -26,7 +26,7 @@ def _write_log(out: Path, rows: list[dict], provenance: dict) -> None:
     table = pa.table({c: [r[c] for r in rows] for c in cols},
                      schema=pa.schema([("step", pa.int64()), ("train_loss", pa.float64()), ("val_loss", pa.float64()),
                                        ("lr", pa.float64()), ("tokens", pa.int64()), ("elapsed_s", pa.float64())]))
-    from reports.tables import write_table
+    from circuitstat.core.tables import write_table
 
     write_table(table, out / LOG_TABLE, provenance=provenance)
 

@@ -9,7 +9,7 @@ import json
 import math
 from dataclasses import asdict, dataclass
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 __all__ = ["TrainRecipe", "DataSpec"]
 
@@ -67,12 +67,12 @@ class TrainRecipe:
 
     def validate(self, vocab_size: int | None = None, *, allow_large: bool = False) -> None:
         """None; raises InputError when the model config is invalid (norm, positional, activation) or
-        training would need more memory than :mod:`circuits.limits` allows (``allow_large`` lifts it).
+        training would need more memory than :mod:`circuitstat.circuits.limits` allows (``allow_large`` lifts it).
 
         ``vocab_size``: the prepared tokenizer's; before the data exists, the recipe's (a BPE's size).
         """
-        from circuits.limits import check_bytes
-        from circuits.loading import circuit_parameters
+        from circuitstat.circuits.limits import check_bytes
+        from circuitstat.circuits.loading import circuit_parameters
 
         vocab = int(vocab_size or self.vocab_size)
         cfg = self.model_config(vocab)  # ModelConfig checks norm, positional, act
@@ -105,7 +105,7 @@ class TrainRecipe:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
 
     def model_config(self, vocab_size: int):
-        from circuits.model import ModelConfig
+        from circuitstat.circuits.model import ModelConfig
 
         d_head = self.d_head or self.d_model // self.n_heads
         mlp = "none" if self.attn_only else "standard"

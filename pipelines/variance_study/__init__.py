@@ -16,7 +16,7 @@ task and the factors to vary; ``run_variance_study`` writes a resumable run dire
   examples × counterfactual draw × estimator (× training seed) from ``stats.variance_components``,
   with Satterthwaite CIs (normal theory, labelled so in ``interval``); ``variance_shares``: the
   shares pooled over the top edges
-  (``stats.variance.pooled_shares``): a basic bootstrap over prompts for the terms with examples
+  (``circuitstat.stats.variance.pooled_shares``): a basic bootstrap over prompts for the terms with examples
   (robust to heavy-tailed effects), a normal-theory pivot for the terms without them
   (``interval_reliable`` False: they rest on the few levels of their factors).
 * ``variance_stability``: for every factor and level, the Jaccard of that level's top-k circuit to
@@ -40,7 +40,7 @@ Factors
   (``redraw``); for other tasks each clean prompt takes the corrupted prompt of another example of
   the same length and group (``shuffle``). The metric (answer vs the task's wrong answer) is held
   fixed, so only the patched-in activations change. Each draw is a copy of the task with its
-  corrupted prompts replaced (``with_counterfactual``; the draws are made in ``circuits.counterfactuals``). With independent draws per example the
+  corrupted prompts replaced (``with_counterfactual``; the draws are made in ``circuitstat.circuits.counterfactuals``). With independent draws per example the
   counterfactual *main* effect (draw index) is near zero by design: the variance from the choice
   of counterfactual shows up in the examples:counterfactual interaction.
 * **estimator**: exact patching, EAP, EAP-IG (inputs / activations, on a grid of steps),
@@ -52,13 +52,13 @@ Factors
   not matched across seeds (head stability across seeds is the heads audit's job), so this factor
   includes relabelling of equivalent heads.
 
-Jaccard and intervals (computed in ``stats.factor_stability`` and ``stats.stability_data``):
+Jaccard and intervals (computed in ``circuitstat.stats.factor_stability`` and ``circuitstat.stats.stability_data``):
 
 * paired factors (counterfactual draw, estimator, aggregation, seed, selection): the same prompts
   scored two ways. Estimand: E over datasets of N prompts of J(level's top-k, reference's top-k),
   the level held fixed (for seeds: these trained models, not the distribution of seeds). Value:
   its bootstrap plug-in (mean over resamples); interval: double bootstrap + split extrapolation,
-  bracketed (``stats.factor_stability.paired_jaccard``). ``jaccard_full_data`` is the full-data
+  bracketed (``circuitstat.stats.factor_stability.paired_jaccard``). ``jaccard_full_data`` is the full-data
   Jaccard (one draw of the quantity averaged).
 * dataset, fresh draws: independent datasets. Estimand: E[J(top-k of D1, top-k of D2)] for two
   independent datasets of N prompts; interval: the data-level interval of the reference's
@@ -74,7 +74,7 @@ Modules: :mod:`.spec` (the spec), :mod:`.scorer` (score matrices: Key, ModelScor
 :mod:`.summary` (the summary tables and ``summary_lines``).
 """
 
-from circuits.counterfactuals import counterfactual_corruptions, with_counterfactual
+from circuitstat.circuits.counterfactuals import counterfactual_corruptions, with_counterfactual
 
 from ..build import resolve_source
 from .scorer import Key, ModelScorer, Scorer

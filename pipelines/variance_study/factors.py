@@ -1,7 +1,7 @@
 """The study's factor stages: each factor's Jaccard to the reference circuit (``variance_stability``)
 and selection at fixed faithfulness (``faithfulness_vs_k``, ``selection``).
 
-A mixin of the study (:class:`pipelines.variance_study.study._Study`): the methods read its
+A mixin of the study (:class:`circuitstat.pipelines.variance_study.study._Study`): the methods read its
 score matrices (``S``), resampling plan, run directory and spec.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from reports.topk import TIE_RULE
+from circuitstat.core.topk import TIE_RULE
 
 from .scorer import Key
 from .spec import _view
@@ -37,9 +37,9 @@ class _FactorStages:
         return out
 
     def _paired(self, levels: list, pairs: list, name: str, with_mean: bool):
-        """stats.factor_stability.paired_jaccard on the reference dataset, or None with the reason."""
-        from stats.factor_stability import paired_jaccard
-        from stats.stability_data import MIN_OBS
+        """circuitstat.stats.factor_stability.paired_jaccard on the reference dataset, or None with the reason."""
+        from circuitstat.stats.factor_stability import paired_jaccard
+        from circuitstat.stats.stability_data import MIN_OBS
 
         why = None
         if self.sc.n_obs(0) < MIN_OBS:
@@ -52,9 +52,9 @@ class _FactorStages:
         return res, why or "paired double bootstrap + split extrapolation, bracketed (data level)"
 
     def factor_stage(self) -> dict:
-        from stats import chance_jaccard
-        from stats.factor_stability import PAIRED_ESTIMAND, SPREAD_LABEL, fresh_draw_jaccards
-        from stats.stability_data import ESTIMANDS
+        from circuitstat.stats import chance_jaccard
+        from circuitstat.stats.factor_stability import PAIRED_ESTIMAND, SPREAD_LABEL, fresh_draw_jaccards
+        from circuitstat.stats.stability_data import ESTIMANDS
 
         sp = self.spec
         pairs = [(k, k) for k in self.ks]
@@ -75,13 +75,13 @@ class _FactorStages:
                                        int(self.plan0.n_resamples))):
                     rows[c].append(v)
 
-        # independent datasets: the data-level intervals of stats.stability_data on the reference matrix
+        # independent datasets: the data-level intervals of circuitstat.stats.stability_data on the reference matrix
         st = self.run.table("stability_vs_k").to_pydict()
         ex = [i for i, m in enumerate(st["method"]) if m == "exact"]
         col = {c: np.asarray(st[c], dtype=np.float64)[ex] for c in ("jaccard_data", "jaccard_data_ci_low",
                                                                     "jaccard_data_ci_high", "jaccard_pop",
                                                                     "jaccard_pop_ci_low", "jaccard_pop_ci_high")}
-        how_dl = "double bootstrap (stats.stability_data)" if np.isfinite(col["jaccard_pop_ci_low"]).any() else \
+        how_dl = "double bootstrap (circuitstat.stats.stability_data)" if np.isfinite(col["jaccard_pop_ci_low"]).any() else \
             "not computed (see stability_vs_k: data-level intervals need N >= 32 and the examples bootstrap)"
         add("dataset: bootstrap", "resamples", col["jaccard_pop"], col["jaccard_pop_ci_low"],
             col["jaccard_pop_ci_high"], ESTIMANDS["jaccard_pop_ci"], how_dl, nan)

@@ -9,9 +9,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from circuits.counterfactuals import counterfactual_corruptions, with_counterfactual
-from reports.errors import InputError
-from reports.seeds import spawn_seeds
+from circuitstat.circuits.counterfactuals import counterfactual_corruptions, with_counterfactual
+from circuitstat.core.errors import InputError
+from circuitstat.core.seeds import spawn_seeds
 
 from ..build import load_source
 from .spec import VarianceSpec, _view
@@ -51,7 +51,7 @@ class ModelScorer:
     has_model = True
 
     def __init__(self, spec: VarianceSpec, seed_of, *, allow_pickle: bool = False, allow_large: bool = False) -> None:
-        from circuits.scores import ScoreMatrix
+        from circuitstat.circuits.scores import ScoreMatrix
 
         from ..build import build_task
 

@@ -14,7 +14,7 @@ from ..spec import METHOD, BootstrapSpec, KGrid, TaskSpec, _RunOptions, _Strict,
 __all__ = ["AGGREGATIONS", "EstimatorsSpec", "CounterfactualSpec", "DatasetSpec", "SelectionSpec", "VarianceSpec",
            "parse_variance_spec", "load_variance_spec"]
 
-AGGREGATIONS = ("mean", "median", "trimmed_mean", "mean_abs")  # as stats.factor_stability.AGGREGATIONS
+AGGREGATIONS = ("mean", "median", "trimmed_mean", "mean_abs")  # as circuitstat.stats.factor_stability.AGGREGATIONS
 
 
 class EstimatorsSpec(_Strict):
@@ -143,7 +143,7 @@ def load_variance_spec(path: str | Path, *, allow_outside: bool = False) -> Vari
 
 
 def _view(spec: VarianceSpec, **over) -> SimpleNamespace:
-    """The fields pipelines.audit's helpers read from an audit spec."""
+    """The fields circuitstat.pipelines.audit.run's helpers read from an audit spec."""
     base = dict(level=spec.level, ablation="counterfactual", batch_size=spec.batch_size, ig_steps=1,
                 seed=spec.seed, bootstrap=spec.bootstrap, ranking=spec.ranking)
     base.update(over)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 from .factors import _FactorStages
 from .scorer import Key, ModelScorer, Scorer
@@ -16,7 +16,7 @@ from .spec import VarianceSpec, _view
 from .summary import _SummaryStages
 
 if TYPE_CHECKING:  # the result type; imported when the study returns
-    from reports.run_tables import RunTables
+    from circuitstat.core.run_tables import RunTables
 
 __all__ = ["PER_EDGE_COMPONENT_INTERVAL", "run_variance_study", "check_study"]
 
@@ -29,14 +29,14 @@ def run_variance_study(spec: VarianceSpec, out: str | Path, n_jobs: int | None =
                        scorer: Scorer | None = None, allow_pickle: bool = False,
                        allow_large: bool = False) -> RunTables:
     """Run (or resume) the variance study of ``spec`` into run directory ``out``; return its tables as a
-    result (reports.run_tables.RunTables, read lazily; main table ``variance_summary``).
+    result (circuitstat.core.run_tables.RunTables, read lazily; main table ``variance_summary``).
 
     ``scorer`` replaces the models as the source of score matrices (a Scorer; used to validate the
     study on scores with planted variance components); the selection stage then needs
     ``scorer.model(0)`` / ``scorer.task(0)`` or is skipped. ``allow_pickle`` / ``allow_large``: as
     for ``load_model`` (pickled weights; models above the memory limit).
     """
-    from reports.rundir import RunDir
+    from circuitstat.core.rundir import RunDir
 
     from ..training import use_deterministic
 
@@ -56,7 +56,7 @@ def run_variance_study(spec: VarianceSpec, out: str | Path, n_jobs: int | None =
                 provenance=getattr(sc, "provenance", {"scores": "user scorer"})) as run:
         box["run"] = run
         _Study(spec, run, sc, n_jobs, force).execute()
-    from reports.run_tables import RunTables
+    from circuitstat.core.run_tables import RunTables
 
     names = tuple(sorted(p.stem for p in out.glob("*.parquet") if not p.stem.startswith("scores_")))
     return RunTables(out, names, "variance_summary", {"study": "variance", "spec": spec_doc,
@@ -66,7 +66,7 @@ def run_variance_study(spec: VarianceSpec, out: str | Path, n_jobs: int | None =
 def check_study(spec: VarianceSpec, scorer) -> None:
     """None; InputError when k is not below the number of columns, when the clusters scheme meets a
     task without groups, or when the study's score matrices would exceed the memory limit."""
-    from circuits.limits import check_bytes
+    from circuitstat.circuits.limits import check_bytes
 
     from ..audit import check_scheme
 
@@ -100,7 +100,7 @@ class _Study(_FactorStages, _SummaryStages):
         return ks + [Key(0, j, 0, "exact") for j in range(1, self.spec.dataset.n_fresh + 1)]
 
     def S(self, key: Key) -> np.ndarray:
-        from reports.tables import table_to_matrix
+        from circuitstat.core.tables import table_to_matrix
 
         if key.name not in self._cache:
             self._cache[key.name] = np.asarray(table_to_matrix(self.run.table(key.name)), dtype=np.float32)
@@ -152,8 +152,8 @@ class _Study(_FactorStages, _SummaryStages):
 
     # -- intrinsic variation, per-edge CIs --
     def top_edges(self, n: int) -> np.ndarray:
-        from stats.factor_stability import aggregate
-        from reports.topk import topk
+        from circuitstat.stats.factor_stability import aggregate
+        from circuitstat.core.topk import topk
 
         mean = aggregate(self.S(self.ref), "mean", self.spec.trim)
         return topk(mean, min(n, self.E), ranking=self.spec.ranking, seed=self.run.stage_seed("top_edges")).indices
@@ -164,7 +164,7 @@ class _Study(_FactorStages, _SummaryStages):
         S = self.S(self.ref)
         stats_parts = [edge_stats_table(self.S(Key(0, 0, 0, lab)), self.names, lab, self.plan0, _view(self.spec),
                                         self.n_jobs) for lab in self.levels]
-        from stats.intrinsic import intrinsic_table
+        from circuitstat.stats.intrinsic import intrinsic_table
 
         tab = intrinsic_table(S, self.names)
         tab["rank"] = np.empty(self.E, dtype=np.int64)
@@ -206,7 +206,7 @@ class _Study(_FactorStages, _SummaryStages):
         return Y, [factors[a] for a in keep]
 
     def variance_stage(self) -> dict:
-        from stats import variance_components
+        from circuitstat.stats import variance_components
 
         Y0, factors = self.design(slice(0, 1))
         if len(factors) < 2:
@@ -232,7 +232,7 @@ class _Study(_FactorStages, _SummaryStages):
 
         top = self.top_edges(self.spec.n_top)
         Yt, _ = self.design(top)
-        from stats.variance import pooled_shares
+        from circuitstat.stats.variance import pooled_shares
 
         shares = pooled_shares(Yt, factors, confidence_level=self.cl, seed=self.run.stage_seed("variance_shares"))
         shares["factors"] = [" x ".join(factors)] * len(shares["source"])

@@ -1,6 +1,6 @@
 """The study's summary stage (``variance_summary``, ``summary``) and its text lines for the command line.
 
-``_SummaryStages`` is a mixin of the study (:class:`pipelines.variance_study.study._Study`).
+``_SummaryStages`` is a mixin of the study (:class:`circuitstat.pipelines.variance_study.study._Study`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ class _SummaryStages:
 
     # -- summary --
     def summary_stage(self, sel: bool) -> dict:
-        from stats.factor_stability import bar_verdict
+        from circuitstat.stats.factor_stability import bar_verdict
 
         sp, run = self.spec, self.run
         k = sp.k_summary
@@ -78,8 +78,8 @@ class _SummaryStages:
 
     def _intrinsic_items(self, item, k: int) -> None:
         """Summary items: median CV, sign consistency and SNR over the top-k edges, heavy-tailed share."""
-        from stats.intervals import intervals_from_distribution
-        from stats.intrinsic import intrinsic_medians
+        from circuitstat.stats.intervals import intervals_from_distribution
+        from circuitstat.stats.intrinsic import intrinsic_medians
 
         top = self.top_edges(max(k, 1))
         S0 = self.S(self.ref)
@@ -96,7 +96,7 @@ class _SummaryStages:
         item(f"intrinsic: heavy-tailed edges among top-{k} (share)", heavy.mean())
 
     def _selection_rows(self, vrow, item) -> None:
-        from stats.factor_stability import PAIRED_ESTIMAND, bar_verdict
+        from circuitstat.stats.factor_stability import PAIRED_ESTIMAND, bar_verdict
 
         sp, run = self.spec, self.run
         sel = run.table("selection").to_pydict()
@@ -129,7 +129,7 @@ class _SummaryStages:
 
 def summary_lines(out: Path) -> list[str]:
     """The per-factor Jaccard table of a finished study, as text lines (verdicts against the recorded bar)."""
-    from reports.tables import read_table
+    from circuitstat.core.tables import read_table
 
     s = read_table(Path(out) / "variance_summary.parquet").to_pydict()
     k = s["k"][0] if s["k"] else "?"

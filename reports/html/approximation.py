@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from reports.html.common import Tables, colours, html_table, methods_in, note, num, order_methods, strs, sub
-from reports.html.svg import Plot, data_range, esc, finite, fmt, nice_domain, padded, ramp
+from circuitstat.reports.html.common import Tables, colours, html_table, methods_in, note, num, order_methods, strs, sub
+from circuitstat.reports.html.svg import Plot, data_range, esc, finite, fmt, nice_domain, padded, ramp
 
 __all__ = ["approximation_section"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from reports.html.common import MAX_ROWS, Tables, colours, figure, html_table, k_ticks, num, shown, strs, sub, x_domain_k
-from reports.html.svg import Plot, data_range, fmt, nice_domain, padded
+from circuitstat.reports.html.common import MAX_ROWS, Tables, colours, figure, html_table, k_ticks, num, shown, strs, sub, x_domain_k
+from circuitstat.reports.html.svg import Plot, data_range, fmt, nice_domain, padded
 
 
 CAL_COLS = [("interval", "text"), ("N", "int"), ("coverage", "num"), ("± MC", "num"), ("worst unit", "num"),

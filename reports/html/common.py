@@ -1,8 +1,8 @@
 """What every section of the HTML report shares: table access, the `Missing` note, intervals, HTML tables and figures.
 
-Each section reads the tables it needs through `Tables` (reports.tableset); a missing table or column
+Each section reads the tables it needs through `Tables` (circuitstat.reports.tableset); a missing table or column
 raises `Missing`, which `part` turns into a short note in place of that part (a section whose
-analysis the run lacks is not shown at all: reports.html.sections). Every interval goes through
+analysis the run lacks is not shown at all: circuitstat.reports.html.sections). Every interval goes through
 `ci_html` (or `ci_attrs` in SVG), which writes the table, row and columns it came from into data
 attributes, its estimand into the hover text and its reliability flag and label into the page.
 """
@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from reports.ci import Ci
-from reports.html.svg import PALETTE, Plot, data_range, esc, fmt, fmt_p, padded, use_log
-from reports.tableset import Missing, Tables, first, flag, ints, methods_in, num, order_methods, strs, sub
-from reports.verdicts import BAR  # the bar of the verdicts and of the stability and faithfulness plots
+from circuitstat.reports.ci import Ci
+from circuitstat.reports.html.svg import PALETTE, Plot, data_range, esc, fmt, fmt_p, padded, use_log
+from circuitstat.reports.tableset import Missing, Tables, first, flag, ints, methods_in, num, order_methods, strs, sub
+from circuitstat.reports.verdicts import BAR  # the bar of the verdicts and of the stability and faithfulness plots
 
 __all__ = ["BAR", "TOP_FOREST", "MAX_ROWS", "Missing", "Tables", "first", "flag", "ints", "methods_in", "num",
            "order_methods", "strs", "sub", "edge_lookup", "note", "part", "figure", "ci_attrs", "ci_html",
@@ -89,7 +89,7 @@ def figure(svg: str, caption: str, table: str = "", *, html: bool = False, below
     return f'<div class="row"><figure>{svg}<figcaption>{cap}</figcaption></figure>{side}</div>'
 
 
-Col = tuple[str, str]  # (header, kind): kind is text | num | int | p | bool | ci (a reports.ci.Ci) | html
+Col = tuple[str, str]  # (header, kind): kind is text | num | int | p | bool | ci (a circuitstat.reports.ci.Ci) | html
 
 
 def html_table(cols: Sequence[Col], rows: Sequence[Sequence[Any]], *, shown_note: str = "", cls: str = "") -> str:

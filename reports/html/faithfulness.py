@@ -11,11 +11,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from reports.ci import Ci
-from reports.html.common import (BAR, MAX_ROWS, Tables, ci_attrs, colours, figure, html_table, k_ticks, methods_in, shown,
+from circuitstat.reports.ci import Ci
+from circuitstat.reports.html.common import (BAR, MAX_ROWS, Tables, ci_attrs, colours, figure, html_table, k_ticks, methods_in, shown,
                                  x_domain_k)
-from reports.html.svg import Plot, data_range, fmt, nice_domain, padded
-from reports.tableset import rows
+from circuitstat.reports.html.svg import Plot, data_range, fmt, nice_domain, padded
+from circuitstat.reports.tableset import rows
 
 __all__ = ["faithfulness_section"]
 

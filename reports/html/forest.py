@@ -10,10 +10,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from reports.ci import Ci
-from reports.html.common import (TOP_FOREST, Tables, ci_attrs, colours, figure, html_table, ints, methods_in, num, shown,
+from circuitstat.reports.ci import Ci
+from circuitstat.reports.html.common import (TOP_FOREST, Tables, ci_attrs, colours, figure, html_table, ints, methods_in, num, shown,
                                  strs, sub)
-from reports.html.svg import FONT, Plot, data_range, esc, fmt_p, nice_domain, padded
+from circuitstat.reports.html.svg import FONT, Plot, data_range, esc, fmt_p, nice_domain, padded
 
 __all__ = ["forest_section"]
 

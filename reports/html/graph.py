@@ -1,7 +1,7 @@
 """The circuit graph: the top-k circuit at the verdict's k drawn over the model's layers, intervals in place.
 
 The circuit is the top-k of each method's mean scores (edge_stats) at the k the verdict chose
-(reports.verdicts.choose_k), so the graph, the first screen and the faithfulness numbers are about
+(circuitstat.reports.verdicts.choose_k), so the graph, the first screen and the faithfulness numbers are about
 the same circuit. Colour is the edge's inclusion frequency in resample circuits at that k (its
 stability), width its |effect|, dashed a negative effect; the edges with the largest |effect| carry
 their estimate and interval as labels on the curve, and every edge is in the table beside it.
@@ -13,12 +13,12 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from reports.ci import Ci
-from reports.html.common import Missing, Tables, figure, html_table, ints, methods_in, note, shown, strs
-from reports.tableset import rows
-from reports.html.graph_draw import Drawn, draw_circuit
-from reports.html.svg import esc
-from reports.verdicts import choose_k, circuit_edges, primary_method, run_spec
+from circuitstat.reports.ci import Ci
+from circuitstat.reports.html.common import Missing, Tables, figure, html_table, ints, methods_in, note, shown, strs
+from circuitstat.reports.tableset import rows
+from circuitstat.reports.html.graph_draw import Drawn, draw_circuit
+from circuitstat.reports.html.svg import esc
+from circuitstat.reports.verdicts import choose_k, circuit_edges, primary_method, run_spec
 
 __all__ = ["GraphData", "graph_data", "graph_section", "circuit_figure", "receiver_node"]
 

@@ -3,7 +3,7 @@
 Edges enter a head at its q, k or v input (left, middle, right of its box). The edges with the
 largest |effect| carry their rank, estimate and interval as a label placed on the curve where it
 overlaps no other label or node; each curve and label carries the data attributes of its interval
-(reports.html.common.ci_attrs), so the page's intervals can be read back from their table.
+(circuitstat.reports.html.common.ci_attrs), so the page's intervals can be read back from their table.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reports.ci import Ci
-from reports.html.common import ci_attrs
-from reports.html.svg import BLUES, FONT, colour_legend, esc, fmt, fmt_p, ramp, svg_open
+from circuitstat.reports.ci import Ci
+from circuitstat.reports.html.common import ci_attrs
+from circuitstat.reports.html.svg import BLUES, FONT, colour_legend, esc, fmt, fmt_p, ramp, svg_open
 
 __all__ = ["Drawn", "draw_circuit", "minority_sign", "node_key", "row_label"]
 

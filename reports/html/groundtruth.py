@@ -14,8 +14,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from reports.html.common import Tables, colours, figure, html_table, note, order_methods
-from reports.html.svg import Plot, esc
+from circuitstat.reports.html.common import Tables, colours, figure, html_table, note, order_methods
+from circuitstat.reports.html.svg import Plot, esc
 
 __all__ = ["groundtruth_section"]
 

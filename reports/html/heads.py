@@ -12,13 +12,13 @@ import math
 
 import numpy as np
 
-from reports.ci import Ci
-from reports.html.common import MAX_ROWS, Tables, ci_attrs, figure, html_table, ints, num, shown, strs
-from reports.html.summary import summary_items_part
-from reports.html.svg import (FONT, PALETTE, VIRIDIS, Plot, colour_legend, data_range, esc, fmt, nice_domain, padded, ramp,
+from circuitstat.reports.ci import Ci
+from circuitstat.reports.html.common import MAX_ROWS, Tables, ci_attrs, figure, html_table, ints, num, shown, strs
+from circuitstat.reports.html.summary import summary_items_part
+from circuitstat.reports.html.svg import (FONT, PALETTE, VIRIDIS, Plot, colour_legend, data_range, esc, fmt, nice_domain, padded, ramp,
                               svg_open, text_colour)
-from reports.tableset import rows
-from reports.verdicts.model import NEEDS_SEEDS
+from circuitstat.reports.tableset import rows
+from circuitstat.reports.verdicts.model import NEEDS_SEEDS
 
 __all__ = ["heatmap", "heads_part", "layers_part", "residual_part", "head_summary_part"]
 

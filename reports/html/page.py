@@ -1,6 +1,6 @@
 """One self-contained HTML report of a run directory: ``render_report(run_dir) -> report.html``.
 
-The page opens with the run's verdict (reports.verdicts, the same lines the terminal prints) and
+The page opens with the run's verdict (circuitstat.reports.verdicts, the same lines the terminal prints) and
 shows a section only for the analyses the run holds. It has no external resources (a
 Content-Security-Policy forbids any network load), inline SVG plots generated here, every number
 beside its plot in a sortable table, and one small inline script (table sorting). Tables show
@@ -17,16 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from reports.atomic import atomic_write_bytes
-from reports.html.assets import CSP, CSS, JS
-from reports.analyses import has_tokens
-from reports.html.common import Tables, methods_in, note, num, order_methods
-from reports.html.sections import SECTIONS, Context, shown_sections
-from reports.html.svg import esc
-from reports.rundir import MANIFEST, RunDir, RunDirError, verify_outputs
-from reports.source_names import hiding_paths
-from reports.tables import read_provenance
-from reports.verdicts import verdict
+from circuitstat.core.atomic import atomic_write_bytes
+from circuitstat.reports.html.assets import CSP, CSS, JS
+from circuitstat.reports.analyses import has_tokens
+from circuitstat.reports.html.common import Tables, methods_in, note, num, order_methods
+from circuitstat.reports.html.sections import SECTIONS, Context, shown_sections
+from circuitstat.reports.html.svg import esc
+from circuitstat.core.rundir import MANIFEST, RunDir, RunDirError, verify_outputs
+from circuitstat.core.source_names import hiding_paths
+from circuitstat.core.tables import read_provenance
+from circuitstat.reports.verdicts import verdict
 
 __all__ = ["REPORT_NAME", "SECTIONS", "TABLES", "render_report", "report_path"]
 
@@ -183,7 +183,7 @@ def _sources(spec: dict[str, Any]) -> list[str]:
 
 def _input_error(message: str) -> Exception:
     # imported only on this error path: rendering a report never imports circuits (or torch)
-    from reports.errors import InputError
+    from circuitstat.core.errors import InputError
 
     return InputError(message)
 

@@ -1,10 +1,10 @@
 """The one list of the report's sections, in page order: anchor id, heading, analysis, parts.
 
-A section is shown only when the run holds its analysis (reports.analyses.present); the verdict
+A section is shown only when the run holds its analysis (circuitstat.reports.analyses.present); the verdict
 says in one line which analyses were not run and how to run them. A part is drawn when one of its
 tables is in the run (a part of a shown section whose table is absent is left out; one whose table
 lacks a column is a note). To add, remove or reorder a section, edit `REPORT_SECTIONS`; the page
-(reports.html.page), its navigation and the public `SECTIONS` follow from it.
+(circuitstat.reports.html.page), its navigation and the public `SECTIONS` follow from it.
 """
 
 from __future__ import annotations
@@ -12,21 +12,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from reports.analyses import present
-from reports.html.approximation import approximation_section
-from reports.html.calibration import calibration_part
-from reports.html.common import Tables, part
-from reports.html.faithfulness import faithfulness_section
-from reports.html.forest import forest_section
-from reports.html.graph import graph_section
-from reports.html.groundtruth import groundtruth_part
-from reports.html.heads import head_summary_part, heads_part, layers_part, residual_part
-from reports.html.stability import stability_section
-from reports.html.svg import esc
-from reports.html.tokens import tokens_section
-from reports.html.variance import variance_part, variance_summary_part
-from reports.html.verdict import verdict_section
-from reports.verdicts import Verdict
+from circuitstat.reports.analyses import present
+from circuitstat.reports.html.approximation import approximation_section
+from circuitstat.reports.html.calibration import calibration_part
+from circuitstat.reports.html.common import Tables, part
+from circuitstat.reports.html.faithfulness import faithfulness_section
+from circuitstat.reports.html.forest import forest_section
+from circuitstat.reports.html.graph import graph_section
+from circuitstat.reports.html.groundtruth import groundtruth_part
+from circuitstat.reports.html.heads import head_summary_part, heads_part, layers_part, residual_part
+from circuitstat.reports.html.stability import stability_section
+from circuitstat.reports.html.svg import esc
+from circuitstat.reports.html.tokens import tokens_section
+from circuitstat.reports.html.variance import variance_part, variance_summary_part
+from circuitstat.reports.html.verdict import verdict_section
+from circuitstat.reports.verdicts import Verdict
 
 __all__ = ["Context", "Section", "REPORT_SECTIONS", "SECTIONS", "shown_sections"]
 
@@ -51,7 +51,7 @@ class Section:
 
     id: str
     heading: str
-    analysis: str | None  # an id of reports.analyses.ANALYSES; None: on every report
+    analysis: str | None  # an id of circuitstat.reports.analyses.ANALYSES; None: on every report
     parts: tuple[tuple[Part, tuple[str, ...]], ...]  # (part, tables any of which it draws; () = always)
 
     def html(self, ctx: Context) -> str:

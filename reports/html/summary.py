@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from reports.ci import Ci
-from reports.html.common import Tables, html_table
-from reports.html.svg import esc
-from reports.tableset import rows
+from circuitstat.reports.ci import Ci
+from circuitstat.reports.html.common import Tables, html_table
+from circuitstat.reports.html.svg import esc
+from circuitstat.reports.tableset import rows
 
 __all__ = ["summary_items_part"]
 

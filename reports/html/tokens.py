@@ -9,13 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from reports.analyses import SEED_TABLES, TOKEN_TABLES, token_model_dirs
-from reports.ci import Ci
-from reports.html.common import (MAX_ROWS, Missing, Tables, ci_attrs, ci_html, colours, figure, first, html_table, ints,
+from circuitstat.reports.analyses import SEED_TABLES, TOKEN_TABLES, token_model_dirs
+from circuitstat.reports.ci import Ci
+from circuitstat.reports.html.common import (MAX_ROWS, Missing, Tables, ci_attrs, ci_html, colours, figure, first, html_table, ints,
                                  k_ticks, num, part, shown, strs, x_domain_k)
-from reports.html.svg import FONT, PALETTE, Plot, data_range, esc, finite, fmt, nice_domain, padded, ramp, svg_open
-from reports.html.tokens_seeds import sink_matching_part, sink_stability_part, token_stability_part
-from reports.tableset import rows
+from circuitstat.reports.html.svg import FONT, PALETTE, Plot, data_range, esc, finite, fmt, nice_domain, padded, ramp, svg_open
+from circuitstat.reports.html.tokens_seeds import sink_matching_part, sink_stability_part, token_stability_part
+from circuitstat.reports.tableset import rows
 
 __all__ = ["tokens_section"]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from reports.ci import Ci
-from reports.html.common import MAX_ROWS, Tables, ci_attrs, colours, figure, first, html_table, k_ticks, num, x_domain_k
-from reports.html.svg import Plot, esc, fmt
-from reports.tableset import rows
+from circuitstat.reports.ci import Ci
+from circuitstat.reports.html.common import MAX_ROWS, Tables, ci_attrs, colours, figure, first, html_table, k_ticks, num, x_domain_k
+from circuitstat.reports.html.svg import Plot, esc, fmt
+from circuitstat.reports.tableset import rows
 
 __all__ = ["sink_stability_part", "sink_matching_part", "token_stability_part"]
 

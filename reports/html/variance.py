@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from reports.ci import Ci
-from reports.html.common import (BAR, MAX_ROWS, TOP_FOREST, Tables, ci_attrs, edge_lookup, figure, first, flag, html_table,
+from circuitstat.reports.ci import Ci
+from circuitstat.reports.html.common import (BAR, MAX_ROWS, TOP_FOREST, Tables, ci_attrs, edge_lookup, figure, first, flag, html_table,
                                  ints, methods_in, num, order_methods, shown, strs)
-from reports.html.summary import summary_items_part
-from reports.html.svg import PALETTE, Plot, esc, fmt
-from reports.tableset import rows
+from circuitstat.reports.html.summary import summary_items_part
+from circuitstat.reports.html.svg import PALETTE, Plot, esc, fmt
+from circuitstat.reports.tableset import rows
 
 
 def variance_part(T: Tables) -> str:

@@ -1,4 +1,4 @@
-"""The report's first screen: the run's verdict (reports.verdicts) beside a compact drawing of its circuit.
+"""The report's first screen: the run's verdict (circuitstat.reports.verdicts) beside a compact drawing of its circuit.
 
 The lines are the ones `circuitstat audit` and `demo` print, rendered from the same `Verdict`
 object: each a plain verdict, its sentence with the intervals the claims check reads (estimand on
@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 
-from reports.ci import Ci
-from reports.html.common import Tables, ci_html
-from reports.html.graph import circuit_figure, graph_data
-from reports.html.graph_draw import minority_sign
-from reports.html.svg import esc
-from reports.tableset import Missing
-from reports.verdicts import Line, Verdict
-from reports.verdicts.model import Name, Quote
+from circuitstat.reports.ci import Ci
+from circuitstat.reports.html.common import Tables, ci_html
+from circuitstat.reports.html.graph import circuit_figure, graph_data
+from circuitstat.reports.html.graph_draw import minority_sign
+from circuitstat.reports.html.svg import esc
+from circuitstat.reports.tableset import Missing
+from circuitstat.reports.verdicts import Line, Verdict
+from circuitstat.reports.verdicts.model import Name, Quote
 
 __all__ = ["verdict_section"]
 

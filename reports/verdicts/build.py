@@ -1,7 +1,7 @@
 """Building the verdict from a run's tables: the chosen k, the circuit's edges and one line per finding.
 
 Each builder reads exactly the columns the claims check reads by default for its kind (pipelines/
-claims/evaluators.py reads ``c.statistic`` of the kind's table; reports/schema.py marks which are
+claims/evaluators.py reads ``c.statistic`` of the kind's table; core/schema.py marks which are
 claimable and what each interval covers) and returns its `Line` (or none when the run lacks the table).
 """
 
@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from reports.analyses import missing
-from reports.ci import Ci, fmt
-from reports.tableset import Tables, ints, methods_in, num, order_methods, rows, where
-from reports.verdicts.model import (APPROX_RULES, BAR, CLAIM_SECTIONS, NEEDS_SEEDS, SIGNIFICANT_Q, TOP_EDGES, Line, Name,
+from circuitstat.reports.analyses import missing
+from circuitstat.reports.ci import Ci, fmt
+from circuitstat.reports.tableset import Tables, ints, methods_in, num, order_methods, rows, where
+from circuitstat.reports.verdicts.model import (APPROX_RULES, BAR, CLAIM_SECTIONS, NEEDS_SEEDS, SIGNIFICANT_Q, TOP_EDGES, Line, Name,
                                     Part, Quote, Verdict, against_bar, run_spec)
 
 __all__ = ["choose_k", "circuit_edges", "primary_method", "verdict"]
@@ -34,7 +34,7 @@ def _ks(T: Tables, method: str) -> list[int]:
 
 
 def choose_k(T: Tables, method: str) -> tuple[int | None, str]:
-    """Return (k, why): the circuit size the verdict and the graph show (the rule of reports.verdicts)."""
+    """Return (k, why): the circuit size the verdict and the graph show (the rule of circuitstat.reports.verdicts)."""
     ks = _ks(T, method)
     if not ks:
         return None, "the run has no k grid"

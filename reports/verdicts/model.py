@@ -1,7 +1,7 @@
 """The verdict's data: `Line` (one verdict with its intervals), `Verdict` (the run's lines) and the rules' constants.
 
-Every interval in a line is a `reports.ci.Ci` read from the column the claims check reads, so the
-terminal and the page render the same numbers from the same place (reports.verdicts.build).
+Every interval in a line is a `circuitstat.reports.ci.Ci` read from the column the claims check reads, so the
+terminal and the page render the same numbers from the same place (circuitstat.reports.verdicts.build).
 
 Verdict rules (also stated in the summary itself):
 * k: fixed-sequence testing down the spec's k grid — the smallest k such that it and every larger k
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
-from reports.analyses import Analysis
-from reports.ci import Ci
-from reports.tableset import rows
+from circuitstat.reports.analyses import Analysis
+from circuitstat.reports.ci import Ci
+from circuitstat.reports.tableset import rows
 
 __all__ = ["BAR", "SIGNIFICANT_Q", "TOP_EDGES", "APPROX_RULES", "CLAIM_SECTIONS", "NEEDS_SEEDS", "Part", "Line",
            "Verdict", "Name", "Quote", "NBSP", "run_spec", "against_bar"]
@@ -104,7 +104,7 @@ class Verdict:
 
 def run_spec(run_dir: Path) -> dict[str, Any]:
     """Return the spec recorded in the run's manifest ({} without a readable manifest)."""
-    from reports.rundir import MANIFEST, RunDir, RunDirError
+    from circuitstat.core.rundir import MANIFEST, RunDir, RunDirError
 
     if not (run_dir / MANIFEST).exists():
         return {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from reports.verdicts.model import NBSP, Verdict
+from circuitstat.reports.verdicts.model import NBSP, Verdict
 
 __all__ = ["verdict_text"]
 

@@ -1,6 +1,6 @@
 """Statistics of head stability across refits (Bali et al. 2026), as array code without torch.
 
-Inputs are per-prompt cosines of attention patterns (``stats.similarity.per_prompt_cosine``),
+Inputs are per-prompt cosines of attention patterns (``circuitstat.stats.similarity.per_prompt_cosine``),
 matched similarities per ordered pair of refits, and residual-stream rows; outputs are the
 stability numbers and their intervals. Two sources of uncertainty are kept apart:
 
@@ -12,12 +12,12 @@ stability numbers and their intervals. Two sources of uncertainty are kept apart
   K − 1 comparison refits, conditional on the anchor (:func:`comparison_t_interval`). Both need
   at least 3 refits and say how many they rest on.
 * **prompts** (Monte Carlo error of one probe set): resampled through the engine in
-  ``stats.resampling`` (:func:`prompt_resampled_similarity`); CKA is resampled by half-size
+  ``circuitstat.stats.resampling`` (:func:`prompt_resampled_similarity`); CKA is resampled by half-size
   subsamples of prompts without replacement (:func:`cka_half_sample_replicates`), because
   duplicated rows bias CKA upwards.
 
 Also here: Fisher-z intervals and permutation tests of correlations, the importance of a head,
-and excess over a null. Holm's adjustment and scalar z/t p-values are in ``stats.testing``.
+and excess over a null. Holm's adjustment and scalar z/t p-values are in ``circuitstat.stats.testing``.
 
 Modules: matching (matched similarities, prompt-resampled means, distinctness, cross-layer
 matches), bootstrap (the paper's bootstrap over refits and prompts), refits (the jackknife over

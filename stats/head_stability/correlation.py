@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from reports.seeds import as_seed_sequence
+from circuitstat.core.seeds import as_seed_sequence
 
 
 def fisher_interval(r: float, n_eff: float, confidence_level: float = 0.95) -> tuple[float, float]:

@@ -34,7 +34,7 @@ from .jackknife import acceleration_from_jackknife, jackknife_statistic, mean_ac
 from .methods import DEFAULT_METHOD, ESTIMAND, METHODS
 from .result import BootstrapResult
 from .statistic import bootstrap_statistic, intervals_from_distribution
-from reports.interval_words import RESOLUTION, interval_text, interval_verdict, is_negligible, needs_more
+from circuitstat.core.interval_words import RESOLUTION, interval_text, interval_verdict, is_negligible, needs_more
 
 __all__ = [
     "percentile_interval",

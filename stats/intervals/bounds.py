@@ -1,5 +1,5 @@
 """Interval bounds from sorted resampled statistics: type-7 quantiles, every method's (low, high), the
-percentile interval of replicate sets with undefined replicates (verdicts about 0: reports.interval_words)."""
+percentile interval of replicate sets with undefined replicates (verdicts about 0: circuitstat.core.interval_words)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.special import ndtri
 
-from reports.results import ConfidenceInterval
+from circuitstat.core.results import ConfidenceInterval
 
 from ..reliability import RELIABLE_MAX_TAIL_SHARE, tail_share
 from ..resampling import (DEFAULT_MAX_BYTES, ResamplingPlan, _resolve_jobs, check_score_matrix, default_chunk_size,

@@ -62,7 +62,7 @@ def _plan_for(n_obs: int, plan: ResamplingPlan | None, n_resamples: int,
 def _check_plan_for_methods(plan: ResamplingPlan, todo: Sequence[str],
                             confidence_level: float) -> None:
     """Raise InputError when the plan cannot support a requested method."""
-    from reports.errors import InputError
+    from circuitstat.core.errors import InputError
 
     bad = [m for m in todo if m in IID_METHODS]
     if plan.kind == "cluster" and bad:

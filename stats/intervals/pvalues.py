@@ -1,5 +1,5 @@
 """P-values that invert the intervals: the smallest tail level at which each method's interval excludes
-the null value (module docstring of stats.intervals), and the percentile-bootstrap p-value."""
+the null value (module docstring of circuitstat.stats.intervals), and the percentile-bootstrap p-value."""
 
 from __future__ import annotations
 

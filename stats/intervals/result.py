@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from reports.results import ConfidenceInterval, MethodIntervals, Result
+from circuitstat.core.results import ConfidenceInterval, MethodIntervals, Result
 from .methods import ESTIMAND
 
 
@@ -18,7 +18,7 @@ class BootstrapResult(MethodIntervals, Result):
     `pvalue` inverts the primary interval (`method`): the interval excludes 0 exactly when
     pvalue < 1 - confidence_level; `pvalues` holds the same for every computed method and
     `qvalue` the Benjamini-Hochberg adjustment of `pvalue`. `tail_share` / `reliable` flag
-    edges whose mean rests on a few examples (stats.reliability).
+    edges whose mean rests on a few examples (circuitstat.stats.reliability).
     """
 
     estimate: np.ndarray

@@ -7,7 +7,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from scipy.special import ndtri
 
-from reports.results import ConfidenceInterval
+from circuitstat.core.results import ConfidenceInterval
 
 from ..resampling import ResamplingPlan, _is_vectorized, resample_statistic
 from .bounds import _frac_below, _intervals_sorted

@@ -1,4 +1,4 @@
-"""circuits.allocator: freed large blocks are reused instead of page-faulted again (glibc only)."""
+"""circuitstat.circuits.allocator: freed large blocks are reused instead of page-faulted again (glibc only)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ma
 PROBE = """
 import resource, sys
 import numpy as np
-from circuits.allocator import reuse_freed_memory
+from circuitstat.circuits.allocator import reuse_freed_memory
 tuned = reuse_freed_memory() if sys.argv[1] == "tune" else None
 def round_faults():
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

@@ -9,12 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from circuits import load_model
-from circuits.attribution import attribute
-from circuits.engine.config import ACTIVATIONS, ModelConfig
-from circuits.model import CircuitModel
-from circuits.tasks import make_task
-from reports.errors import InputError
+from circuitstat.circuits import load_model
+from circuitstat.circuits.attribution import attribute
+from circuitstat.circuits.engine.config import ACTIVATIONS, ModelConfig
+from circuitstat.circuits.model import CircuitModel
+from circuitstat.circuits.tasks import make_task
+from circuitstat.core.errors import InputError
 
 V = 23
 
@@ -191,8 +191,8 @@ def test_atp_methods_refuse_node_level(model):
 
 
 def test_atp_run_counts(model, monkeypatch):
-    """Forwards and backwards AtP* uses, counted (circuits.plan prices the same counts)."""
-    from circuits.plan import method_cost
+    """Forwards and backwards AtP* uses, counted (circuitstat.circuits.plan prices the same counts)."""
+    from circuitstat.circuits.plan import method_cost
 
     task = _task(n=4)
     calls = {"run": 0, "grad": 0}

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from circuits import Intervention, load_model
-from circuits.ablation import last_index
-from circuits.attribution import attribute
-from circuits.parity import brute_force_edge_effects
-from circuits.scores import ScoreMatrix
-from circuits.tasks import make_task
+from circuitstat.circuits import Intervention, load_model
+from circuitstat.circuits.ablation import last_index
+from circuitstat.circuits.attribution import attribute
+from circuitstat.circuits.parity import brute_force_edge_effects
+from circuitstat.circuits.scores import ScoreMatrix
+from circuitstat.circuits.tasks import make_task
 
 MODELS = {
     "gpt2": "random:gpt2?n_layer=2&n_head=4&n_embd=32&vocab_size=97&n_positions=64&seed=1",
@@ -124,7 +124,7 @@ def test_eap_node_scores_are_sums_of_out_edges(gpt2):
 
 @pytest.mark.parametrize("ablation", ["zero", "mean", "mean-positional", "resample"])
 def test_ablations_exact_match_brute_force(gpt2, ablation):
-    from circuits.ablation import Ablation
+    from circuitstat.circuits.ablation import Ablation
 
     task = _task(n=4)
     abl = Ablation(ablation, gpt2, task, seed=3)
@@ -135,7 +135,7 @@ def test_ablations_exact_match_brute_force(gpt2, ablation):
 
 
 def test_mean_ablation_is_mean_over_reference(gpt2):
-    from circuits.ablation import sender_means
+    from circuitstat.circuits.ablation import sender_means
 
     task = _task(n=5)
     means = sender_means(gpt2, task, positional=False, batch_size=2)
@@ -156,7 +156,7 @@ def test_score_matrix_roundtrip(gpt2, tmp_path):
 
 
 def test_nan_metric_is_reported_with_rows(gpt2):
-    from reports.errors import InputError
+    from circuitstat.core.errors import InputError
 
     task = _task(n=3)
 
@@ -174,7 +174,7 @@ def test_nan_metric_is_reported_with_rows(gpt2):
 
 
 def test_clean_corrupted_refuses_non_counterfactual_ablations(gpt2):
-    from reports.errors import InputError
+    from circuitstat.core.errors import InputError
 
     with pytest.raises(InputError, match="needs ablation 'counterfactual'"):
         attribute(gpt2, _task(n=2), "clean-corrupted", ablation="mean", progress=False)

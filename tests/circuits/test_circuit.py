@@ -8,10 +8,10 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from circuits.circuit import Circuit
-from reports.errors import DeprecatedNameWarning, InputError
-from circuits.graph import ComponentGraph
-from circuits.scores import ScoreMatrix
+from circuitstat.circuits.circuit import Circuit
+from circuitstat.core.errors import DeprecatedNameWarning, InputError
+from circuitstat.circuits.graph import ComponentGraph
+from circuitstat.circuits.scores import ScoreMatrix
 
 
 # ---- independent helpers (parse names; never use the module's own index arithmetic) ----------
@@ -53,8 +53,8 @@ def _path_oracle(edge_names: list[str]) -> set[str]:
 
 
 def _naive_greedy(graph: ComponentGraph, scores: np.ndarray, k: int, absolute: bool, seed: int = 0) -> set[int]:
-    """O(k·E) greedy: best edge whose receiver node is already in; ties by the seed's priorities (reports.topk)."""
-    from reports.topk import row_seeds, tie_priorities
+    """O(k·E) greedy: best edge whose receiver node is already in; ties by the seed's priorities (circuitstat.core.topk)."""
+    from circuitstat.core.topk import row_seeds, tie_priorities
 
     key = np.abs(scores) if absolute else scores
     pri = tie_priorities(row_seeds(np.random.SeedSequence(seed), 1), np.arange(graph.n_edges))[0]
@@ -94,7 +94,7 @@ def test_top_k_signed_vs_absolute(graph):
 
 
 def test_top_k_ties_at_random_from_the_seed_and_explicit_ranking(graph):
-    from reports.topk import topk
+    from circuitstat.core.topk import topk
 
     s = np.zeros(graph.n_edges, dtype=np.float32)
     s[[50, 7, 30, 2]] = 1.0
@@ -243,7 +243,7 @@ def test_to_networkx_and_table(graph):
     assert G.number_of_edges() == 3
     t = c.to_table()
     assert t.num_rows == graph.n_edges and sum(t.column("in_circuit").to_pylist()) == 4
-    from reports.tables import read_provenance
+    from circuitstat.core.tables import read_provenance
     assert read_provenance(t)["circuit"]["rule"] == "edges"
     text = c.summary()
     assert "4 of" in text and "a1.h0->logits" in text

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from circuits.contributions import (ablation_drops, candidate_mask, head_weight_matrices, rank_tokens,
+from circuitstat.circuits.contributions import (ablation_drops, candidate_mask, head_weight_matrices, rank_tokens,
                                     random_ranks, sink_readouts, token_weights)
-from reports.errors import InputError
-from circuits.model import CircuitModel, ModelConfig
-from circuits.tasks import task_from_token_lists
+from circuitstat.core.errors import InputError
+from circuitstat.circuits.model import CircuitModel, ModelConfig
+from circuitstat.circuits.tasks import task_from_token_lists
 
 
 def _bare(n_layers=1, n_heads=2, d=8, e=4, vocab=11, seed=0, mlp="none", norm="none", positional="none"):
@@ -137,7 +137,7 @@ def test_grad_input_is_the_directional_derivative():
             delta[0, j] = m.W_E[row.clean[0, j]].detach()  # zero ablation removes the token embedding
 
             def metric(t):
-                from circuits.interventions import Intervention
+                from circuitstat.circuits.interventions import Intervention
 
                 logits = m.run(row.clean, intervention=Intervention.at_sender(0, base + t * delta)).logits
                 return float(row.score(logits).detach())
@@ -210,7 +210,7 @@ def test_planted_sink_readouts():
 
 
 def test_mean_ablation_replaces_the_token_embedding_by_the_mean_row():
-    from circuits.contributions import ablated_inputs
+    from circuitstat.circuits.contributions import ablated_inputs
 
     m = _bare(positional="learned")
     ids = torch.tensor([[1, 4, 2]])
@@ -235,8 +235,8 @@ HF_SMALL = {  # random-weight HF models (learned and rotary positions), as in te
 
 @pytest.fixture(scope="module", params=list(HF_SMALL))
 def hf_pair(request):
-    from circuits import load_hf
-    from circuits.convert import from_hf
+    from circuitstat.circuits import load_hf
+    from circuitstat.circuits.convert import from_hf
 
     hf = load_hf(HF_SMALL[request.param])
     return request.param, hf.eval(), from_hf(hf).eval()
@@ -330,7 +330,7 @@ def test_masking_a_zero_value_token_renormalises_the_others_analytically():
 
 
 def test_mask_ablation_guards_and_grad_input_baseline():
-    from circuits.contributions import ablated_inputs
+    from circuitstat.circuits.contributions import ablated_inputs
 
     m = _bare(n_layers=2, mlp="standard", norm="layernorm", positional="learned", seed=2)
     task = _task([[1, 4, 2, 7], [2, 5, 8, 1]], [1, 2], [3, 4])

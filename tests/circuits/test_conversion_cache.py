@@ -1,4 +1,4 @@
-"""The conversion cache of Hugging Face checkpoints (circuits.cache.conversion_dir, load_model)."""
+"""The conversion cache of Hugging Face checkpoints (circuitstat.circuits.cache.conversion_dir, load_model)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import os
 import pytest
 import torch
 
-import circuits.loading as loading
-from circuits import load_model
-from circuits.loading import random_hf_model
+import circuitstat.circuits.loading as loading
+from circuitstat.circuits import load_model
+from circuitstat.circuits.loading import random_hf_model
 
 
 @pytest.fixture

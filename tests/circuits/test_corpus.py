@@ -3,7 +3,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from circuits.corpus import (
+from circuitstat.circuits.corpus import (
     SPLITS,
     Corpus,
     CorpusError,
@@ -15,7 +15,7 @@ from circuits.corpus import (
     stdlib_corpus,
     text_corpus,
 )
-from circuits.tokenizers import train_bpe
+from circuitstat.circuits.tokenizers import train_bpe
 
 
 @pytest.fixture(scope="module")

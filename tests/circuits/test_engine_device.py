@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from circuits import load_model
-from circuits.ablation import Ablation
-from circuits.attribution import ATP_METHODS, METHODS, attribute
-from reports.errors import InputError
-from circuits.tasks import make_task
+from circuitstat.circuits import load_model
+from circuitstat.circuits.ablation import Ablation
+from circuitstat.circuits.attribution import ATP_METHODS, METHODS, attribute
+from circuitstat.core.errors import InputError
+from circuitstat.circuits.tasks import make_task
 
 SPEC = "random:gpt2?n_layer=2&n_head=4&n_embd=64&vocab_size=97&n_positions=64&seed=1"
 
@@ -40,7 +40,7 @@ def test_every_method_runs_with_a_meta_default_device(model, task, method, level
                            attention_mask=task.attention_mask[:3], answer=task.answer[:3],
                            wrong_answer=task.wrong_answer[:3])
     ablations = ["counterfactual"] if method == "clean-corrupted" else ["counterfactual", "mean"]
-    if method in ATP_METHODS and level == "node":  # AtP* is defined per edge (circuits.atpstar)
+    if method in ATP_METHODS and level == "node":  # AtP* is defined per edge (circuitstat.circuits.atpstar)
         with pytest.raises(InputError, match="scores edges only"):
             attribute(model, small, method, level=level, progress=False)
         return

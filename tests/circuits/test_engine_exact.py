@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from circuits import load_model
-from circuits.ablation import last_index
-from circuits.attribution import attribute
-from circuits.parity import brute_force_edge_effects
-from circuits.tasks import make_task
+from circuitstat.circuits import load_model
+from circuitstat.circuits.ablation import last_index
+from circuitstat.circuits.attribution import attribute
+from circuitstat.circuits.parity import brute_force_edge_effects
+from circuitstat.circuits.tasks import make_task
 
 VOCAB = 97
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from circuits import Intervention, load_model
-from circuits.ablation import Ablation, last_index
-from circuits.attribution import attribute
-from reports.errors import InputError
-from circuits.tasks import make_task
+from circuitstat.circuits import Intervention, load_model
+from circuitstat.circuits.ablation import Ablation, last_index
+from circuitstat.circuits.attribution import attribute
+from circuitstat.core.errors import InputError
+from circuitstat.circuits.tasks import make_task
 
 GPT2 = "random:gpt2?n_layer=2&n_head=4&n_embd=32&vocab_size=97&n_positions=64&seed=1"
 

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from circuits import Intervention, load_model
-from circuits.ablation import last_index
-from circuits.circuit import Circuit
-from reports.errors import InputError
-from circuits.faithfulness import MIB_FRACTIONS, curve_areas, faithfulness, faithfulness_curve
-from circuits.tasks import make_task
+from circuitstat.circuits import Intervention, load_model
+from circuitstat.circuits.ablation import last_index
+from circuitstat.circuits.circuit import Circuit
+from circuitstat.core.errors import InputError
+from circuitstat.circuits.faithfulness import MIB_FRACTIONS, curve_areas, faithfulness, faithfulness_curve
+from circuitstat.circuits.tasks import make_task
 
 # Initializer ranges well above GPT-2's 0.02: every example's |m(M) - m(∅)| is then 0.15 or more (0.001 at
 # 0.02), so a per-example faithfulness never divides float32 rounding by a near-zero gap (issue 22).

@@ -10,12 +10,12 @@ import pytest
 import torch
 from families import FAMILIES, VOCAB, batch, hf_model
 
-from circuits import Intervention
-from circuits.ablation import last_index
-from circuits.attribution import attribute
-from circuits.convert import from_hf
-from circuits.parity import brute_force_edge_effects, hf_branch_gradients, hf_node_eap, model_branch_gradients
-from circuits.tasks import make_task
+from circuitstat.circuits import Intervention
+from circuitstat.circuits.ablation import last_index
+from circuitstat.circuits.attribution import attribute
+from circuitstat.circuits.convert import from_hf
+from circuitstat.circuits.parity import brute_force_edge_effects, hf_branch_gradients, hf_node_eap, model_branch_gradients
+from circuitstat.circuits.tasks import make_task
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
@@ -139,7 +139,7 @@ def test_sliding_window_matters():
 
 def _hf_edge_effect(hf, task, head: int, receiver: str) -> np.ndarray:
     """The effect of edge a0.h{head} -> ``receiver`` built in HF alone, on the definition of
-    circuits.engine.run: the receiver's input gains N0(S0 with head's o_proj input slice from the
+    circuitstat.circuits.engine.run: the receiver's input gains N0(S0 with head's o_proj input slice from the
     corrupted run) − N0(S0), N0 layer 0's post_attention_layernorm; nothing else changes."""
     base, E = hf.model, hf.config.head_dim if getattr(hf.config, "head_dim", None) else None
     E = E or hf.config.hidden_size // hf.config.num_attention_heads
@@ -241,7 +241,7 @@ REFUSED = {
 def test_model_command_refuses_unreproduced_field_by_name(family, tmp_path):
     from typer.testing import CliRunner
 
-    from pipelines.cli import app
+    from circuitstat.pipelines.cli import app
 
     overrides, words = REFUSED[family]
     hf_model(family, **overrides).save_pretrained(tmp_path / "m")
@@ -253,7 +253,7 @@ def test_model_command_refuses_unreproduced_field_by_name(family, tmp_path):
 
 def test_token_ablation_removes_the_scaled_embedding():
     """Gemma's input sender is √d · W_E[token]: zero token ablation leaves exactly zero there."""
-    from circuits.contributions import ablated_inputs
+    from circuitstat.circuits.contributions import ablated_inputs
 
     m = from_hf(hf_model("gemma2"))
     ids, mask = batch()
@@ -267,8 +267,8 @@ def test_token_ablation_removes_the_scaled_embedding():
 @pytest.mark.parametrize("arch", ["qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2"])
 def test_random_specs_have_small_defaults_and_parity(arch):
     """``random:ARCH`` builds a small model of each new family offline (transformers' own config class)."""
-    from circuits import load_hf
-    from circuits.parity import check_parity
+    from circuitstat.circuits import load_hf
+    from circuitstat.circuits.parity import check_parity
 
     hf = load_hf(f"random:{arch}?num_hidden_layers=1&vocab_size=128&seed=3")
     m = from_hf(hf)

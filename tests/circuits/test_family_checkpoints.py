@@ -11,7 +11,7 @@ import torch
 import transformers
 from families import batch, hf_model
 
-from circuits import load_model
+from circuitstat.circuits import load_model
 
 COMMIT = "c" * 40
 
@@ -60,7 +60,7 @@ def test_sharded_half_precision_checkpoint_from_the_cache_at_parity(tmp_path, mo
 @pytest.mark.parametrize("family", ["gemma3", "olmo2", "phi3", "qwen2"])
 def test_converted_family_saves_and_loads_as_a_circuitstat_model(tmp_path, family):
     """The cached-conversion format keeps every family field (rope schedules, windows, norms, soft-caps)."""
-    from circuits.convert import from_hf
+    from circuitstat.circuits.convert import from_hf
 
     m = from_hf(hf_model(family, seed=6))
     back = load_model(m.save(tmp_path / "m"))

@@ -9,9 +9,9 @@ import torch
 import transformers
 from families import FAMILIES, hf_model
 
-from circuits.convert import from_hf
-from reports.errors import InputError
-from circuits.plan import METHODS, fit_memory, method_cost, weight_bytes
+from circuitstat.circuits.convert import from_hf
+from circuitstat.core.errors import InputError
+from circuitstat.circuits.plan import METHODS, fit_memory, method_cost, weight_bytes
 
 SHAPES = {
     # google/gemma-2-2b config.json
@@ -75,13 +75,13 @@ def test_weight_bytes_equal_each_familys_tensors(family):
 
 def test_post_norm_methods_contract_once_per_gradient_run():
     """Gemma's gradient methods count one contraction per gradient run (per-point linearised writes)."""
-    from circuits.plan import contraction_flops, graph_of
+    from circuitstat.circuits.plan import contraction_flops, graph_of
 
     m = meta_model("gemma-2-2b")
     g, P = graph_of(m.cfg), 16
     eap = method_cost(m.cfg, "eap", n=1, positions=P)
     cc = method_cost(m.cfg, "clean-corrupted", n=1, positions=P)
-    from circuits.plan import backward_flops, forward_flops
+    from circuitstat.circuits.plan import backward_flops, forward_flops
 
     assert cc.flops - eap.flops == pytest.approx(forward_flops(m.cfg, P) + backward_flops(m.cfg, P)
                                                  + contraction_flops(g, m.cfg, P))
@@ -90,9 +90,9 @@ def test_post_norm_methods_contract_once_per_gradient_run():
 def test_plan_lines_price_a_meta_model_by_flops(shape):
     """``attribute --plan``'s table for a shape with no weights: every method, memory within the budget,
     time as FLOPs at the given rate (stated, a lower bound)."""
-    from circuits.plan import parse_bytes  # (circuits.limits after the ground-floor move)
-    from pipelines.build import build_task
-    from pipelines.plan import flop_rate, plan_lines
+    from circuitstat.circuits.plan import parse_bytes  # (circuitstat.circuits.limits after the ground-floor move)
+    from circuitstat.pipelines.build import build_task
+    from circuitstat.pipelines.plan import flop_rate, plan_lines
 
     name, m = shape
     task = build_task(m, "induction", n=32, seed=0, metric=None)
@@ -123,7 +123,7 @@ def test_attribute_plan_cli_on_the_shapes_allocates_no_weights(name):
 
     from typer.testing import CliRunner
 
-    from pipelines.cli import app
+    from circuitstat.pipelines.cli import app
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     res = CliRunner().invoke(app, ["attribute", "--model", CLI_SHAPES[name], "--plan", "--allow-large", "--n", "32",

@@ -1,6 +1,6 @@
 """tracr-compiled ground-truth models from their fixtures (no jax): equal to tracr, and their truth labels hold.
 
-The fixtures (tests/fixtures/groundtruth, written by circuits.groundtruth.tracr_convert) record tracr's own
+The fixtures (tests/fixtures/groundtruth, written by circuitstat.circuits.groundtruth.tracr_convert) record tracr's own
 logits, decoded outputs and final residual stream on random prompts; CircuitModel must reproduce them.
 The truth labels are tested, not trusted: the true circuit alone is fully faithful and its complement not
 at all, exact patching puts every true edge above every other, the structural truth (from tracr's craft
@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-from circuits.attribution import attribute
-from circuits.faithfulness import faithfulness
-from circuits.groundtruth import load_groundtruth
-from circuits.groundtruth.compiled import compiled_names, load_reference, truth_document
-from circuits.groundtruth.programs import reference_output
-from stats.groundtruth import auroc, pessimistic_auroc
+from circuitstat.circuits.attribution import attribute
+from circuitstat.circuits.faithfulness import faithfulness
+from circuitstat.circuits.groundtruth import load_groundtruth
+from circuitstat.circuits.groundtruth.compiled import compiled_names, load_reference, truth_document
+from circuitstat.circuits.groundtruth.programs import reference_output
+from circuitstat.stats.groundtruth import auroc, pessimistic_auroc
 
 PROGRAMS = compiled_names()
 

@@ -8,14 +8,14 @@ import warnings
 import numpy as np
 import pytest
 
-from circuits.attribution import attribute
-from reports.errors import InputError
-from circuits.faithfulness import faithfulness
-from circuits.groundtruth import load_groundtruth, parse_planted
-from circuits.groundtruth.planted import TRUE_EDGES, PlantedSpec, planted_induction
-from stats import ResamplingPlan
-from stats.faithfulness import fixed_circuit_interval
-from stats.groundtruth import auroc
+from circuitstat.circuits.attribution import attribute
+from circuitstat.core.errors import InputError
+from circuitstat.circuits.faithfulness import faithfulness
+from circuitstat.circuits.groundtruth import load_groundtruth, parse_planted
+from circuitstat.circuits.groundtruth.planted import TRUE_EDGES, PlantedSpec, planted_induction
+from circuitstat.stats import ResamplingPlan
+from circuitstat.stats.faithfulness import fixed_circuit_interval
+from circuitstat.stats.groundtruth import auroc
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from circuits.attribution import attribute
-from circuits.model import CircuitModel, ModelConfig
-from circuits.tasks import make_task
+from circuitstat.circuits.attribution import attribute
+from circuitstat.circuits.model import CircuitModel, ModelConfig
+from circuitstat.circuits.tasks import make_task
 
 V = 32  # vocabulary; 0 is BOS, 1..31 are content tokens
 T = 32  # context length

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 SOURCE = "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=50257&n_positions=64&seed=4"
 
 
 @pytest.fixture(scope="module")
 def hf():
-    from circuits import load_hf
+    from circuitstat.circuits import load_hf
 
     return load_hf(SOURCE)
 
@@ -22,7 +22,7 @@ def hf_tokenizer():
     """A transformers tokenizer object (GPT-2's BPE from the vocabulary circuitstat ships, no download)."""
     from transformers import PreTrainedTokenizerFast
 
-    from circuits.tokenizers import gpt2_tokenizer
+    from circuitstat.circuits.tokenizers import gpt2_tokenizer
 
     return PreTrainedTokenizerFast(tokenizer_object=gpt2_tokenizer().backend, bos_token="<|endoftext|>",
                                    eos_token="<|endoftext|>")
@@ -30,8 +30,8 @@ def hf_tokenizer():
 
 def test_a_hugging_face_model_object_and_its_tokenizer_load(hf, hf_tokenizer):
     """Today: load_model(hf_model) fails with OSError (File name too long) and build_task with AttributeError."""
-    from circuits import load_model
-    from pipelines.build import build_task
+    from circuitstat.circuits import load_model
+    from circuitstat.pipelines.build import build_task
 
     model = load_model(hf, tokenizer=hf_tokenizer)
     ids = torch.tensor([hf_tokenizer.encode(" When Mary and John went to the store, John gave a drink to")])
@@ -43,7 +43,7 @@ def test_a_hugging_face_model_object_and_its_tokenizer_load(hf, hf_tokenizer):
 
 
 def test_the_model_inside_an_nnsight_wrapper_is_used_with_its_tokenizer(hf, hf_tokenizer):
-    from circuits import load_model
+    from circuitstat.circuits import load_model
 
     class LanguageModelLike:  # nnsight's LanguageModel keeps the HF model as ._model and its tokenizer
         def __init__(self, m, tok):
@@ -54,8 +54,8 @@ def test_the_model_inside_an_nnsight_wrapper_is_used_with_its_tokenizer(hf, hf_t
 
 
 def test_what_cannot_be_loaded_says_what_to_pass(hf):
-    from circuits import load_model
-    from pipelines.build import build_task
+    from circuitstat.circuits import load_model
+    from circuitstat.pipelines.build import build_task
 
     class HookedTransformerLike:
         cfg = type("cfg", (), {"d_vocab": 50257})()

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from circuits.metrics import METRICS, Metric, MetricError, get_metric, last_token_logits
-from circuits.tasks import Task
+from circuitstat.circuits.metrics import METRICS, Metric, MetricError, get_metric, last_token_logits
+from circuitstat.circuits.tasks import Task
 
 V = 4
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from circuits import Intervention, RunState, load_hf, load_model
-from reports.errors import InputError
-from circuits.convert import from_hf
-from circuits.model import CircuitModel, ModelConfig
+from circuitstat.circuits import Intervention, RunState, load_hf, load_model
+from circuitstat.core.errors import InputError
+from circuitstat.circuits.convert import from_hf
+from circuitstat.circuits.model import CircuitModel, ModelConfig
 
 SMALL = {
     "gpt2": "random:gpt2?n_layer=2&n_head=4&n_embd=32&vocab_size=97&n_positions=32&seed=1",
@@ -62,7 +62,7 @@ def test_gqa_heads_are_ungrouped(name):
 def test_gpt2_small_edge_count_from_the_graph_alone():
     """32,491 edges (EAP-IG / MIB), from the component graph without building the 124M-parameter model,
     against the count by hand: every receiver is fed by every sender upstream of it."""
-    from circuits.graph import ComponentGraph
+    from circuitstat.circuits.graph import ComponentGraph
 
     g = ComponentGraph(n_layers=12, n_heads=12, has_mlp=True)
     per_layer = 12 + 1  # heads and the MLP

@@ -1,12 +1,12 @@
-"""circuits.plan: passes, FLOPs and memory against counts made by hand for a tiny model."""
+"""circuitstat.circuits.plan: passes, FLOPs and memory against counts made by hand for a tiny model."""
 
 from __future__ import annotations
 
 import pytest
 
-from reports.errors import InputError
-from circuits.model import CircuitModel, ModelConfig
-from circuits.plan import (exact_example_bytes, exact_row_bytes, fit_memory, forward_flops, graph_of, method_cost, parse_bytes,
+from circuitstat.core.errors import InputError
+from circuitstat.circuits.model import CircuitModel, ModelConfig
+from circuitstat.circuits.plan import (exact_example_bytes, exact_row_bytes, fit_memory, forward_flops, graph_of, method_cost, parse_bytes,
                            weight_bytes)
 
 # one layer, one head of d_head 2, d_model 4, MLP 8, vocabulary 10; prompts of 3 tokens

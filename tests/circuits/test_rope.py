@@ -8,8 +8,8 @@ import pytest
 import torch
 from families import batch, hf_model
 
-from circuits.convert import from_hf
-from reports.errors import InputError, UnsupportedArchitectureError
+from circuitstat.circuits.convert import from_hf
+from circuitstat.core.errors import InputError, UnsupportedArchitectureError
 
 SCHEDULES = {
     "linear": {"rope_type": "linear", "factor": 3.0},

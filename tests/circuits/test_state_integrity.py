@@ -14,11 +14,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-import circuits.loading as loading
-from circuits import load_model
-from reports.errors import InputError
-from circuits.loading import random_hf_model
-from circuits.model import CircuitModel, ModelConfig
+import circuitstat.circuits.loading as loading
+from circuitstat.circuits import load_model
+from circuitstat.core.errors import InputError
+from circuitstat.circuits.loading import random_hf_model
+from circuitstat.circuits.model import CircuitModel, ModelConfig
 
 SRC = "random:gpt2?n_layer=2&n_head=2&n_embd=16&vocab_size=64&n_positions=16&seed={}"
 IDS = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(0))
@@ -78,7 +78,7 @@ def test_an_edited_conversion_entry_is_rebuilt_not_loaded(cache, tmp_path, monke
     # `circuitstat model` checks the logits of the model as commands load it (the cached conversion)
     from typer.testing import CliRunner
 
-    from pipelines.cli import app
+    from circuitstat.pipelines.cli import app
 
     _scale_tensors(entry / "model.safetensors")
     res = CliRunner().invoke(app, ["model", str(hf)])
@@ -185,7 +185,7 @@ def test_a_bad_memo_is_never_the_weight_hash(own_dir, tmp_path, cache, how):
     assert m.weight_hash() == truth
     assert m.identity()["weight_hash_from"] == "computed from the weights in this run"
     if how in ("dev-zero", "fifo", "forged-digest", "truncated"):  # rewritten as a regular, sealed memo
-        from reports.integrity import read_sealed
+        from circuitstat.core.integrity import read_sealed
 
         assert not memo.is_symlink() and read_sealed(memo)["weight_hash"] == truth
 
@@ -208,7 +208,7 @@ def test_edited_weights_of_a_model_directory_are_refused_naming_the_file(own_dir
 
 # ---- the primitives -------------------------------------------------------------------------------
 def test_seal_detects_any_change_and_open_regular_refuses_links_and_devices(tmp_path):
-    from reports.integrity import IntegrityError, open_regular, seal, unseal
+    from circuitstat.core.integrity import IntegrityError, open_regular, seal, unseal
 
     record = seal({"a": 1, "b": [1, 2]})
     assert unseal(record) == {"a": 1, "b": [1, 2]}

@@ -4,8 +4,8 @@ import pandas as pd
 import pytest
 import torch
 
-from reports.errors import InputError
-from circuits.tasks import (
+from circuitstat.core.errors import InputError
+from circuitstat.circuits.tasks import (
     Task,
     TaskValidationError,
     file_task,
@@ -15,7 +15,7 @@ from circuits.tasks import (
     make_task,
     task_from_token_lists,
 )
-from circuits.tokenizers import gpt2_tokenizer, train_bpe
+from circuitstat.circuits.tokenizers import gpt2_tokenizer, train_bpe
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Torch threads per call (circuits.threads): small calls on one thread unless the user chose otherwise.
+"""Torch threads per call (circuitstat.circuits.threads): small calls on one thread unless the user chose otherwise.
 
 No timing here (bench/threads.py measures the rule as ratios in one run; docs/benchmarks-threads.md)."""
 
@@ -14,7 +14,7 @@ TINY = "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&s
 @pytest.fixture
 def default_threads(monkeypatch):
     """torch on a 2-thread default, as a fresh process on a 2-core machine (the test suite pins 1)."""
-    import circuits.threads as th
+    import circuitstat.circuits.threads as th
 
     before = torch.get_num_threads()
     monkeypatch.setattr(th, "_AT_IMPORT", 2)
@@ -30,9 +30,9 @@ def default_threads(monkeypatch):
 def test_a_small_faithfulness_call_runs_on_one_thread_and_restores_the_setting(default_threads, monkeypatch):
     """Today: faithfulness(...) on a tiny model runs on torch's default threads (28 s against 0.6 s on a
     loaded 2-core machine in issue 23)."""
-    import circuits.faithfulness as fa
-    from circuits import load_model
-    from pipelines.build import build_task
+    import circuitstat.circuits.faithfulness as fa
+    from circuitstat.circuits import load_model
+    from circuitstat.pipelines.build import build_task
 
     model = load_model(TINY)
     task = build_task(model, "induction", n=8, seq_len=4)
@@ -63,7 +63,7 @@ def test_the_rule_scales_with_work_and_respects_a_users_choice(default_threads, 
     assert th.threads_for(1e15) == 1
     torch.set_num_threads(2)
     monkeypatch.setenv(th.ENV, "two")
-    from reports.errors import InputError
+    from circuitstat.core.errors import InputError
 
     with pytest.raises(InputError, match="CIRCUITSTAT_THREADS"):
         th.threads_for(1e6)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from circuits.tokenizers import (
+from circuitstat.circuits.tokenizers import (
     EmptyEncodingError,
     FastTokenizer,
     HFTokenizer,

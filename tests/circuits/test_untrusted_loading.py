@@ -18,15 +18,15 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from circuits import limits
-from circuits.corpus import Corpus
-from reports.errors import InputError
-from circuits.loading import load_hf, load_model
-from circuits.tokenizers import load_tokenizer
-from pipelines import training
-from pipelines.training import checkpoint as training_checkpoint
-from pipelines.training import loop as training_loop
-from pipelines.training import (
+from circuitstat.circuits import limits
+from circuitstat.circuits.corpus import Corpus
+from circuitstat.core.errors import InputError
+from circuitstat.circuits.loading import load_hf, load_model
+from circuitstat.circuits.tokenizers import load_tokenizer
+from circuitstat.pipelines import training
+from circuitstat.pipelines.training import checkpoint as training_checkpoint
+from circuitstat.pipelines.training import loop as training_loop
+from circuitstat.pipelines.training import (
     CHECKPOINT,
     LEGACY_CHECKPOINT,
     TrainRecipe,
@@ -393,7 +393,7 @@ def test_refused_checkpoint_in_train_models_writes_nothing(tmp_path, data):
 
 
 def test_planted_pickles_in_the_zoo_cache_never_run(tmp_path, data):
-    from pipelines.zoo import default_zoo, recipe_dir
+    from circuitstat.pipelines.zoo import default_zoo, recipe_dir
 
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -464,7 +464,7 @@ def test_corrupt_or_edited_checkpoint_is_refused(tmp_path, data, edit, fragment)
 
 def test_rng_states_round_trip_exactly(tmp_path):
     """torch, numpy (with a cached Gaussian) and Python RNGs continue exactly after a restore."""
-    from circuits.model import CircuitModel
+    from circuitstat.circuits.model import CircuitModel
 
     model = CircuitModel(TINY.model_config(50)).init_weights(0)
     opt = training_loop._make_optimizer(TINY, model)
@@ -518,7 +518,7 @@ def _invoke(args, tmp_path, monkeypatch):
     """`circuitstat train ARGS` through the real CLI (its error boundary: exit 2 and one line for bad input)."""
     from typer.testing import CliRunner
 
-    from pipelines.cli import app
+    from circuitstat.pipelines.cli import app
 
     monkeypatch.setenv("CIRCUITSTAT_CACHE", str(tmp_path / "cache"))
     return CliRunner().invoke(app, ["train", *args])
@@ -563,7 +563,7 @@ def test_study_variance_refuses_pickled_weights_unless_allowed(good_dir, tmp_pat
     """`study variance` loads its models like every other command: pickles need --allow-pickle."""
     from typer.testing import CliRunner
 
-    from pipelines.cli import app
+    from circuitstat.pipelines.cli import app
 
     d = _pickled_dir(good_dir, tmp_path)
     spec = tmp_path / "spec.yaml"

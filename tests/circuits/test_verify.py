@@ -1,4 +1,4 @@
-"""Exact patching on a subset (circuits.verify): bit for bit the full run's rows and columns; its cost counted."""
+"""Exact patching on a subset (circuitstat.circuits.verify): bit for bit the full run's rows and columns; its cost counted."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from circuits import load_model
-from circuits.attribution import attribute
-from circuits.plan import exact_subset_cost, method_cost
-from circuits.tasks import make_task
-from circuits.verify import exact_subset
-from reports.errors import InputError
+from circuitstat.circuits import load_model
+from circuitstat.circuits.attribution import attribute
+from circuitstat.circuits.plan import exact_subset_cost, method_cost
+from circuitstat.circuits.tasks import make_task
+from circuitstat.circuits.verify import exact_subset
+from circuitstat.core.errors import InputError
 
 MODELS = {
     "gpt2": "random:gpt2?n_layer=2&n_head=4&n_embd=32&vocab_size=97&n_positions=64&seed=1",
@@ -47,7 +47,7 @@ def test_subset_equals_full_run_bit_for_bit(family, ablation, padded):
 
 
 def test_small_calls_would_round_differently():
-    """Why circuits.attribution pads suffix calls to MIN_ROWS: a 1-row product rounds differently (the
+    """Why circuitstat.circuits.attribution pads suffix calls to MIN_ROWS: a 1-row product rounds differently (the
     bit-for-bit test above fails without the padding on this BLAS)."""
     torch.manual_seed(0)
     x, W = torch.randn(16, 32), torch.randn(32, 97)

@@ -1,4 +1,4 @@
-"""The weight-hash memo (circuits.cache): a reload of unchanged files skips hashing; any rewrite of
+"""The weight-hash memo (circuitstat.circuits.cache): a reload of unchanged files skips hashing; any rewrite of
 the weights, another dtype or a corrupt memo falls back to hashing the weights themselves."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import os
 import pytest
 import torch
 
-from circuits import load_model
-from circuits.model import CircuitModel, ModelConfig
+from circuitstat.circuits import load_model
+from circuitstat.circuits.model import CircuitModel, ModelConfig
 
 CFG = ModelConfig(n_layers=1, n_heads=2, d_model=16, d_head=8, d_mlp=32, vocab_size=50, n_ctx=16)
 

@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.audit import run_audit
-from pipelines.spec import parse_spec
+from circuitstat.pipelines.audit.run import run_audit
+from circuitstat.pipelines.spec import parse_spec
 
 SPEC = {
     "model": "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=3",
@@ -72,8 +72,8 @@ def test_audit_command_ends_with_the_verdict_demo_prints(reference, tmp_path):
     import yaml
     from typer.testing import CliRunner
 
-    from pipelines.cli import app
-    from reports.verdicts import verdict, verdict_text
+    from circuitstat.pipelines.cli import app
+    from circuitstat.reports.verdicts import verdict, verdict_text
 
     out, _ = reference
     spec = tmp_path / "spec.yaml"
@@ -88,11 +88,11 @@ def test_audit_command_ends_with_the_verdict_demo_prints(reference, tmp_path):
 def _killer_script(out: Path, target: str) -> str:
     """A driver that runs the audit and SIGKILLs itself inside stage ``target``."""
     hooks = {
-        "scores_exact": "pipelines.audit.attribution_scores",
-        "edge_stats": "pipelines.audit.edge_stats_table",
-        "stability": "pipelines.audit.stability_tables",
-        "faithfulness": "pipelines.audit.faithfulness_table",
-        "approximation": "pipelines.audit.approximation_tables",
+        "scores_exact": "circuitstat.pipelines.audit.run.attribution_scores",
+        "edge_stats": "circuitstat.pipelines.audit.run.edge_stats_table",
+        "stability": "circuitstat.pipelines.audit.run.stability_tables",
+        "faithfulness": "circuitstat.pipelines.audit.run.faithfulness_table",
+        "approximation": "circuitstat.pipelines.audit.run.approximation_tables",
     }
     mod, fn = hooks[target].rsplit(".", 1)
     return textwrap.dedent(f"""
@@ -101,7 +101,7 @@ def _killer_script(out: Path, target: str) -> str:
         def boom(*a, **k):
             os.kill(os.getpid(), signal.SIGKILL)
         setattr(m, {fn!r}, boom)
-        from pipelines.spec import parse_spec
+        from circuitstat.pipelines.spec import parse_spec
         m.run_audit(parse_spec({SPEC!r}), {str(out)!r})
     """)
 
@@ -123,7 +123,7 @@ def test_resume_after_kill_matches_uninterrupted_run(reference, tmp_path, target
 
 
 def test_second_run_on_locked_directory_is_refused(reference, tmp_path):
-    from reports.lock import DirLock, RunLockedError
+    from circuitstat.core.lock import DirLock, RunLockedError
 
     out = tmp_path / "run"
     out.mkdir()
@@ -146,7 +146,7 @@ def test_tables_identical_for_n_jobs_and_dask(reference, tmp_path):
 
 
 def test_audit_over_seeds_adds_head_stability(tmp_path):
-    from circuits.model import CircuitModel, ModelConfig
+    from circuitstat.circuits.model import CircuitModel, ModelConfig
 
     cfg = ModelConfig(n_layers=2, n_heads=2, d_model=32, d_head=16, d_mlp=0, mlp="none", vocab_size=64, n_ctx=64)
     dirs = [str(CircuitModel(cfg).init_weights(s).save(tmp_path / f"seed-{s}")) for s in (0, 1, 2)]
@@ -158,8 +158,8 @@ def test_audit_over_seeds_adds_head_stability(tmp_path):
     assert len(heads) == 4 and heads["stability"].between(-1, 1).all()
     assert (heads["ci_low"] <= heads["stability"] + 1e-12).all()
     # the one-screen verdict audit and demo print reads these tables: the head with the largest excess over its null
-    from pipelines.demo import print_summary
-    from reports.verdicts import verdict, verdict_text
+    from circuitstat.pipelines.demo import print_summary
+    from circuitstat.reports.verdicts import verdict, verdict_text
 
     lines: list[str] = []
     print_summary(out, echo=lines.append)
@@ -175,16 +175,16 @@ def test_audit_loads_each_model_once_with_the_spec_dtype(tmp_path, monkeypatch):
     """Model 0 is loaded once (not again by the heads stage), and every refit gets the spec's dtype."""
     import torch
 
-    import circuits.loading
+    import circuitstat.circuits.loading
 
     loads = []
-    real = circuits.loading.load_model
+    real = circuitstat.circuits.loading.load_model
 
     def counting(source, device="cpu", dtype=None, **kw):
         loads.append((source, str(device), dtype))
         return real(source, device=device, dtype=dtype, **kw)
 
-    monkeypatch.setattr(circuits.loading, "load_model", counting)
+    monkeypatch.setattr(circuitstat.circuits.loading, "load_model", counting)
     sources = [SPEC["model"].replace("seed=3", f"seed={s}") for s in (3, 4, 5)]
     spec = parse_spec({"models": sources, "task": {"name": "induction", "n": 8, "options": {"seq_len": 5}},
                        "methods": ["eap"], "bootstrap": {"n_resamples": 20}, "k": [3], "faithfulness": False,
@@ -200,8 +200,8 @@ def test_audit_loads_each_model_once_with_the_spec_dtype(tmp_path, monkeypatch):
 def test_scheduler_without_dask_is_a_clear_error(monkeypatch):
     import sys
 
-    from reports.errors import InputError
-    from pipelines.parallel import backend
+    from circuitstat.core.errors import InputError
+    from circuitstat.pipelines.parallel import backend
 
     monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed
     with pytest.raises(InputError, match=r"pip install 'circuitstat\[dask\]'"):
@@ -217,8 +217,8 @@ def test_check_and_report_refuse_a_table_changed_since_the_run_wrote_it(referenc
 
     from typer.testing import CliRunner
 
-    from pipelines.cli import app
-    from reports.rundir import verify_outputs
+    from circuitstat.pipelines.cli import app
+    from circuitstat.core.rundir import verify_outputs
 
     run = tmp_path / "run"
     shutil.copytree(reference[0], run)

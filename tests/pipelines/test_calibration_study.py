@@ -8,9 +8,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from pipelines.calibration_study import summary_lines
-from pipelines.cli import app
-from stats.intervals import METHODS
+from circuitstat.pipelines.calibration.study import summary_lines
+from circuitstat.pipelines.cli import app
+from circuitstat.stats.intervals import METHODS
 
 MODEL = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64"
 

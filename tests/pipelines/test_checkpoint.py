@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from reports.errors import InputError
-from pipelines.checkpoint import AttributionJob, CheckpointStore, chunk_bounds
-from pipelines.cli import app
-from reports.tables import read_provenance
+from circuitstat.core.errors import InputError
+from circuitstat.pipelines.checkpoint import AttributionJob, CheckpointStore, chunk_bounds
+from circuitstat.pipelines.cli import app
+from circuitstat.core.tables import read_provenance
 
 # big enough that exact patching takes many chunks of one example each (the kill lands mid-run)
 MODEL = "random:gpt2?n_layer=4&n_head=4&n_embd=32&vocab_size=96&n_positions=64&seed=3"
@@ -47,7 +47,7 @@ def test_chunk_bounds_are_whole_batches_covering_every_row():
 def test_resume_after_kill_9_gives_identical_scores(tmp_path):
     killed = tmp_path / "killed"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", "from pipelines.cli import main; main()", *ARGS,
+    proc = subprocess.Popen([sys.executable, "-c", "from circuitstat.pipelines.cli import main; main()", *ARGS,
                              "--out", str(killed)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         while not _chunks(killed) and proc.poll() is None:  # wait for the first finished chunk
@@ -148,9 +148,9 @@ def test_max_memory_too_small_is_refused_naming_the_minimum(tmp_path):
 
 
 def test_max_memory_fits_the_batch_to_the_budget_and_keeps_the_scores(tmp_path):
-    from circuits import load_model
-    from circuits.plan import exact_example_bytes, exact_row_bytes, graph_of, weight_bytes
-    from pipelines.build import build_task
+    from circuitstat.circuits import load_model
+    from circuitstat.circuits.plan import exact_example_bytes, exact_row_bytes, graph_of, weight_bytes
+    from circuitstat.pipelines.build import build_task
 
     src = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&n_positions=64&seed=1&initializer_range=1.0"  # effects far from float32 noise
     cfg = load_model(src).cfg

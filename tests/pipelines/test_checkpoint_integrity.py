@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from pipelines.checkpoint import CheckpointStore
-from pipelines.cli import app
+from circuitstat.pipelines.checkpoint import CheckpointStore
+from circuitstat.pipelines.cli import app
 
 MODEL = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&n_positions=64&seed=1"
 runner = CliRunner()

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from reports.errors import InputError
-from pipelines.claims import (
+from circuitstat.core.errors import InputError
+from circuitstat.pipelines.claims import (
     CLAIM_KINDS,
     TOKEN_KINDS,
     check,
@@ -23,10 +23,10 @@ from pipelines.claims import (
     parse_claims,
     read_yaml_strict,
 )
-from pipelines.cli import app as APP
+from circuitstat.pipelines.cli import app as APP
 from builders import EDGES, audit_tables, make_run  # noqa: F401 - the shared run builder (tests/builders.py)
 
-from reports.tables import write_table
+from circuitstat.core.tables import write_table
 
 REPO = Path(__file__).resolve().parents[2]
 PASSING = {
@@ -205,7 +205,7 @@ SPEC = {"model": "random:gpt2?n_layer=2&n_head=4&n_embd=64&vocab_size=512&n_posi
 
 @pytest.fixture
 def fake_audit(monkeypatch):
-    """Install a stand-in pipelines.audit whose run_audit writes a synthetic run."""
+    """Install a stand-in circuitstat.pipelines.audit.run whose run_audit writes a synthetic run."""
     calls = []
 
     def run_audit(spec, out, *, n_jobs=None, scheduler=None):
@@ -213,7 +213,7 @@ def fake_audit(monkeypatch):
         make_run(Path(out), heads=False)
         return Path(out)
 
-    monkeypatch.setitem(sys.modules, "pipelines.audit", types.SimpleNamespace(run_audit=run_audit))
+    monkeypatch.setitem(sys.modules, "circuitstat.pipelines.audit.run", types.SimpleNamespace(run_audit=run_audit))
     return calls
 
 
@@ -318,19 +318,19 @@ def test_the_registry_declares_each_kind_and_its_tables_once():
     """Every kind has one model, one evaluator and one registry entry; the model's statistics are the registry's."""
     import typing
 
-    import pipelines.heads
-    import stats
-    from pipelines.claims import KINDS
-    from pipelines.claims.evaluators import EVALUATORS
-    from pipelines.claims.models import KIND_MODELS
+    import circuitstat.pipelines.heads.stability
+    import circuitstat.stats as stats
+    from circuitstat.pipelines.claims import KINDS
+    from circuitstat.pipelines.claims.evaluators import EVALUATORS
+    from circuitstat.pipelines.claims.models import KIND_MODELS
 
     assert tuple(KIND_MODELS) == CLAIM_KINDS == tuple(KINDS) and set(EVALUATORS) == set(CLAIM_KINDS)
     assert TOKEN_KINDS == ("sink", "token_importance", "token_drop", "sink_stability", "token_stability")
     for kind, model in KIND_MODELS.items():
         if "statistic" in model.model_fields:
             assert typing.get_args(model.model_fields["statistic"].annotation) == KINDS[kind].statistics, kind
-    # claims and estimators never share a class name (HeadStabilityClaim is about pipelines.heads.HeadStability)
-    estimators = {n for mod in (stats, pipelines.heads) for n in dir(mod) if n[:1].isupper()}
+    # claims and estimators never share a class name (HeadStabilityClaim is about circuitstat.pipelines.heads.stability.HeadStability)
+    estimators = {n for mod in (stats, circuitstat.pipelines.heads.stability) for n in dir(mod) if n[:1].isupper()}
     assert not {m.__name__ for m in KIND_MODELS.values()} & estimators and "HeadStability" in estimators
     # a claim reads the table its kind declares
     claim = parse_claims({"claims": [PASSING["claims"][1]]}).claims[0]
@@ -338,9 +338,9 @@ def test_the_registry_declares_each_kind_and_its_tables_once():
 
 
 def test_example_files_are_the_demo_spec_and_the_claims_fit_it():
-    from pipelines.claims import spec_problem
-    from pipelines.demo import demo_spec
-    from pipelines.spec import load_spec
+    from circuitstat.pipelines.claims import spec_problem
+    from circuitstat.pipelines.demo import demo_spec
+    from circuitstat.pipelines.spec import load_spec
 
     cf = load_claims(REPO / "examples" / "claims-zoo.yaml")
     spec = load_spec(cf.spec_path())
@@ -393,7 +393,7 @@ DROPS = {("attention", 1): (5.8, 4.8, 6.8, True), ("contribution", 1): (5.1, 4.3
 
 def _token_tables(shift: float = 0.0) -> dict[str, dict]:
     """The stat tables of a tokens run with the known values above (every other column from the schema)."""
-    from reports.schema import fill
+    from circuitstat.core.schema import fill
 
     keys = list(DIFFS)
     diffs = {"measure_a": [a for a, _, _ in keys], "measure_b": [b for _, b, _ in keys], "k": [k for *_, k in keys],
@@ -413,9 +413,9 @@ def _token_tables(shift: float = 0.0) -> dict[str, dict]:
 
 def make_token_run(path: Path, n_models: int = 1) -> Path:
     """A synthetic tokens run: the tables at the top (one model) or under model-<i>/ (cross-seed)."""
-    from reports.rundir import RunDir
+    from circuitstat.core.rundir import RunDir
 
-    from reports.schema import fill
+    from circuitstat.core.schema import fill
 
     with RunDir(path, spec={"synthetic": "tokens"}, seed=0) as run:
         for i in range(n_models):
@@ -583,8 +583,8 @@ def test_token_claims_on_a_real_run(tmp_path):
     import pyarrow.parquet as pq
     import torch
 
-    from circuits.model import CircuitModel, ModelConfig
-    from pipelines.contributions import TokenContributions
+    from circuitstat.circuits.model import CircuitModel, ModelConfig
+    from circuitstat.pipelines.contributions import TokenContributions
 
     cfg = ModelConfig(n_layers=2, n_heads=2, d_model=16, d_head=8, d_mlp=32, vocab_size=50, n_ctx=32, act="relu")
     m = CircuitModel(cfg).init_weights(0)

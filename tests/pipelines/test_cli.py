@@ -13,7 +13,7 @@ TINY = "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&s
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from pipelines.cli import main; main()", *args],
+    return subprocess.run([sys.executable, "-c", "from circuitstat.pipelines.cli import main; main()", *args],
                           capture_output=True, text=True)
 
 
@@ -67,7 +67,7 @@ def test_malformed_spec_exits_2_and_creates_nothing(tmp_path):
 def test_the_cli_starts_without_torch_scipy_or_transformers():
     """--help, check, query and report must start fast: importing the CLI loads none of the heavy libraries
     (bench/startup.py measures the time; a test never bounds wall-clock)."""
-    code = ("import sys, pipelines.cli; from pipelines.cli import checks; "
+    code = ("import sys, circuitstat.pipelines.cli; from circuitstat.pipelines.cli import checks; "
             "print(sorted(m for m in ('torch', 'scipy', 'transformers', 'pandas') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]", out

@@ -11,14 +11,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from reports.errors import InputError
-from pipelines.build import resolve_source
-from pipelines.cli import app
-from pipelines.head_study import load_head_study_plan
-from pipelines.spec import load_spec
-from reports.query import connect, query
-from reports.rundir import RunDir
-from reports.tables import matrix_to_table
+from circuitstat.core.errors import InputError
+from circuitstat.pipelines.build import resolve_source
+from circuitstat.pipelines.cli import app
+from circuitstat.pipelines.heads.study import load_head_study_plan
+from circuitstat.pipelines.spec import load_spec
+from circuitstat.core.query import connect, query
+from circuitstat.core.rundir import RunDir
+from circuitstat.core.tables import matrix_to_table
 
 SECRET = "SECRET-7c1e"
 runner = CliRunner()
@@ -83,7 +83,7 @@ def test_zoo_names_take_a_recipe_and_a_seed_and_nothing_else(name):
 
 
 def test_a_zoo_seed_linked_out_of_the_zoo_is_refused(tmp_path, monkeypatch):
-    import pipelines.zoo
+    import circuitstat.pipelines.zoo
 
     root = tmp_path / "zoo" / "attn-only-2l-key"
     root.mkdir(parents=True)
@@ -91,15 +91,15 @@ def test_a_zoo_seed_linked_out_of_the_zoo_is_refused(tmp_path, monkeypatch):
     victim.mkdir()
     (victim / "model.safetensors").write_bytes(b"x")
     (root / "seed-0").symlink_to(victim, target_is_directory=True)
-    monkeypatch.setattr(pipelines.zoo, "recipe_dir", lambda name, *a, **k: root)
+    monkeypatch.setattr(circuitstat.pipelines.zoo, "recipe_dir", lambda name, *a, **k: root)
     with pytest.raises(InputError, match="symbolic link out of the zoo"):
         resolve_source("zoo:attn-only-2l/seed-0")
 
 
 # ---- item 8: bare model names resolve against the spec ------------------------------------------------
 def test_a_bare_model_name_never_resolves_against_the_current_directory(tmp_path, monkeypatch):
-    from circuits.model import CircuitModel, ModelConfig
-    from pipelines.build import load_source
+    from circuitstat.circuits.model import CircuitModel, ModelConfig
+    from circuitstat.pipelines.build import load_source
 
     cwd = tmp_path / "cwd"
     cfg = ModelConfig(n_layers=1, n_heads=2, d_model=16, d_head=8, d_mlp=32, vocab_size=50, n_ctx=16)
@@ -175,7 +175,7 @@ def test_a_fifo_named_like_a_table_is_refused_not_waited_on(run_dir):
 
 
 def test_query_time_memory_and_rows_are_capped(run_dir):
-    from reports.query import QueryLimits
+    from circuitstat.core.query import QueryLimits
 
     res = runner.invoke(app, ["query", "SELECT count(*) FROM range(100000000000)", str(run_dir), "--timeout", "1"])
     _one_line_error(res, "longer than its limit of 1 s")
@@ -189,7 +189,7 @@ def test_query_time_memory_and_rows_are_capped(run_dir):
 def test_sql_cannot_lift_the_caps(run_dir):
     import duckdb
 
-    from reports.query import QueryLimits
+    from circuitstat.core.query import QueryLimits
 
     con = connect([run_dir], limits=QueryLimits(memory_bytes=64 * 2**20, threads=1))
     try:

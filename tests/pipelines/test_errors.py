@@ -16,7 +16,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from pipelines.cli import app, user_error_message
+from circuitstat.pipelines.cli import app, user_error_message
 
 MODEL = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&n_positions=64&seed=1"
 runner = CliRunner()
@@ -118,15 +118,15 @@ def test_control_characters_from_files_never_reach_the_terminal(tmp_path):
     assert "bell" in shown and "soh" in shown  # the name is shown ...
     for ch in ("\x07", "\x01", "\x1b", "\u202e"):  # ... without its control characters
         assert ch not in shown, repr(ch)
-    from pipelines.cli import terminal_text
+    from circuitstat.pipelines.cli import terminal_text
 
     assert terminal_text("a\tb\nc\x00\x7f\x9b") == "a\tb\nc"
 
 
 # ---- item 15b: a large claims file without aliases --------------------------------------------------
 def test_a_large_document_without_aliases_is_read_and_an_alias_bomb_still_refused(tmp_path):
-    from reports.errors import InputError
-    from pipelines.yamlio import MAX_EXPANDED_NODES, read_yaml_strict
+    from circuitstat.core.errors import InputError
+    from circuitstat.pipelines.yamlio import MAX_EXPANDED_NODES, read_yaml_strict
 
     big = tmp_path / "big.yaml"
     big.write_text("claims:\n" + "".join(f"- {i}\n" for i in range(MAX_EXPANDED_NODES + 10_000)))
@@ -146,7 +146,7 @@ def test_claim_lookups_by_index_equal_pyarrow_filters(tmp_path):
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from pipelines.claims.reader import RunReader
+    from circuitstat.pipelines.claims.reader import RunReader
 
     table = pa.table({"method": ["exact", "eap", None, "eap", "exact"], "k": [5, 5, 10, None, 10],
                       "v": [0.1, 0.2, 0.3, 0.4, 0.5]})
@@ -166,7 +166,7 @@ def test_sigterm_cleans_up_and_exits_143(tmp_path):
     out = tmp_path / "run"
     model = "random:gpt2?n_layer=4&n_head=4&n_embd=32&vocab_size=96&n_positions=64&seed=3"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", "from pipelines.cli import main; main()", "attribute", "--model",
+    proc = subprocess.Popen([sys.executable, "-c", "from circuitstat.pipelines.cli import main; main()", "attribute", "--model",
                              model, "--method", "exact", "--n", "24", "--batch-size", "1", "--out", str(out)],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

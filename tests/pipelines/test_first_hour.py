@@ -10,14 +10,14 @@ TINY = "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&s
 
 
 def invoke(*args: str):
-    from pipelines.cli import app
+    from circuitstat.pipelines.cli import app
 
     return CliRunner().invoke(app, list(args))
 
 
 @pytest.fixture(scope="module")
 def tiny_graph():
-    from circuits import load_model
+    from circuitstat.circuits import load_model
 
     return load_model(TINY).graph
 
@@ -39,8 +39,8 @@ PATH = {"input->a0.h0<v>": -2.0, "a0.h0->a1.h0<k>": -1.5, "a1.h0->logits": -1.8}
 
 
 def _write_run(path, graph, tables: dict[str, np.ndarray], spec: dict):
-    from circuits.scores import ScoreMatrix
-    from reports.rundir import RunDir
+    from circuitstat.circuits.scores import ScoreMatrix
+    from circuitstat.core.rundir import RunDir
 
     with RunDir(path, spec=spec, seed=0) as run:
         for name, S in tables.items():
@@ -118,8 +118,8 @@ def test_a_task_with_three_groups_audits_with_three_folds(tmp_path):
     folds ... use fewer folds') and no spec key sets the folds."""
     import pyarrow.parquet as pq
 
-    from pipelines.audit import run_audit
-    from pipelines.spec import parse_spec
+    from circuitstat.pipelines.audit.run import run_audit
+    from circuitstat.pipelines.spec import parse_spec
 
     out = run_audit(parse_spec(_grouped_spec(tmp_path)), tmp_path / "run")
     notes = pq.read_table(out / "faithfulness_vs_k.parquet").column("f_selected_note").to_pylist()
@@ -127,9 +127,9 @@ def test_a_task_with_three_groups_audits_with_three_folds(tmp_path):
 
 
 def test_faithfulness_folds_is_a_spec_key_and_its_error_names_it(tmp_path):
-    from reports.errors import InputError
-    from pipelines.audit import prepare_audit
-    from pipelines.spec import parse_spec
+    from circuitstat.core.errors import InputError
+    from circuitstat.pipelines.audit.run import prepare_audit
+    from circuitstat.pipelines.spec import parse_spec
 
     assert parse_spec(_grouped_spec(tmp_path, faithfulness_folds=2)).faithfulness_folds == 2
     with pytest.raises(InputError, match=r"faithfulness_folds: 24 examples in 3 groups .* cannot fill 4 folds.*"
@@ -138,7 +138,7 @@ def test_faithfulness_folds_is_a_spec_key_and_its_error_names_it(tmp_path):
 
 
 def test_fold_counts_follow_the_groups():
-    from stats.folds import fillable_folds, fold_loads, fold_split
+    from circuitstat.stats.folds import fillable_folds, fold_loads, fold_split
 
     groups = np.repeat([0, 1, 2, 3, 4], [10, 6, 3, 3, 2])  # dealt largest first, each to the smallest fold
     assert sorted(fold_loads(24, 4, groups)) == [3, 5, 6, 10] and sorted(fold_loads(24, 3, groups)) == [6, 8, 10]
@@ -154,7 +154,7 @@ def test_fold_counts_follow_the_groups():
 def test_claims_accept_both_head_spellings_and_print_a1_h5(tmp_path):
     """Today: a claim written head: "1.5" is labelled and explained as "1.5" / "head 1.5"."""
     from builders import make_run
-    from pipelines.claims import evaluate_claims, format_results, parse_claims
+    from circuitstat.pipelines.claims import evaluate_claims, format_results, parse_claims
 
     run = make_run(tmp_path / "run")
     claims = parse_claims({"claims": [
@@ -172,9 +172,9 @@ def test_claims_accept_both_head_spellings_and_print_a1_h5(tmp_path):
 # --- one zoo model on its own -----------------------------------------------------------------------------
 def test_zoo_build_trains_just_the_named_model(tmp_path, monkeypatch):
     """Today: `zoo:attn-only-2l/seed-1` says to build the whole zoo, and no command trains one model."""
-    from pipelines import zoo
-    from pipelines.build import resolve_source
-    from pipelines.training import TrainRecipe
+    from circuitstat.pipelines import zoo
+    from circuitstat.pipelines.build import resolve_source
+    from circuitstat.pipelines.training import TrainRecipe
 
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -185,7 +185,7 @@ def test_zoo_build_trains_just_the_named_model(tmp_path, monkeypatch):
                        attn_only=True)
     monkeypatch.setitem(zoo.ZOO_RECIPES, "attn-only-2l", tiny)
     monkeypatch.setenv("CIRCUITSTAT_CACHE", str(tmp_path / "cache"))
-    from reports.errors import InputError
+    from circuitstat.core.errors import InputError
 
     with pytest.raises(InputError, match=r"circuitstat zoo build attn-only-2l --seed 1"):
         resolve_source("zoo:attn-only-2l/seed-1")
@@ -208,8 +208,8 @@ def test_the_documented_five_row_task_file_builds(tmp_path):
     """docs/usage.md's example is a valid task file (clean, corrupted, answer, wrong_answer, group)."""
     import re
 
-    from circuits import load_model
-    from pipelines.build import build_task
+    from circuitstat.circuits import load_model
+    from circuitstat.pipelines.build import build_task
 
     text = (ROOT / "docs" / "usage.md").read_text()
     (block,) = re.findall(r"```jsonl\n(.*?)```", text, flags=re.S)
@@ -229,7 +229,7 @@ def test_help_of_attribute_and_audit_states_the_task_file_format():
 
 def test_task_options_on_the_command_line_are_typed_and_checked():
     """Today: `--task-option` does not exist (task options such as seq_len have no flag)."""
-    from pipelines.build import parse_task_options
+    from circuitstat.pipelines.build import parse_task_options
 
     r = invoke("attribute", "--model", TINY, "--n", "4", "--task-option", "seq_len=4", "--plan")
     assert r.exit_code == 0, r.output
@@ -241,8 +241,8 @@ def test_task_options_on_the_command_line_are_typed_and_checked():
     assert parse_task_options("greater-than", ["corrupt_yy=01", "prepend_bos=false"]) == {
         "corrupt_yy": "01", "prepend_bos": False}  # a string where the builder declares one, YAML elsewhere
     assert parse_task_options("ioi", ["names=[' Mary', ' John', ' Tom']"]) == {"names": [" Mary", " John", " Tom"]}
-    from reports.errors import InputError
-    from circuits.tasks import make_task
+    from circuitstat.core.errors import InputError
+    from circuitstat.circuits.tasks import make_task
 
     with pytest.raises(InputError, match=r"option prepend_bos='no' is not bool"):
         make_task("induction", n=4, vocab_size=50, prepend_bos="no")  # the same check for spec options
@@ -258,10 +258,10 @@ def test_task_options_on_the_command_line_are_typed_and_checked():
 def test_plan_calibration_work_does_not_grow_with_depth_on_a_large_model(monkeypatch):
     """Today: --plan times every pass 4 times and a suffix run from every layer, on the full batch: about
     4 min on the GPT-2-small shape. Here every pass counts as long (LONG_PASS_S = 0), as on GPT-2 small."""
-    import pipelines.plan as plan
-    from circuits import load_model
-    from circuits.model import CircuitModel
-    from pipelines.build import build_task
+    import circuitstat.pipelines.plan as plan
+    from circuitstat.circuits import load_model
+    from circuitstat.circuits.model import CircuitModel
+    from circuitstat.pipelines.build import build_task
 
     monkeypatch.setattr(plan, "LONG_PASS_S", 0.0, raising=False)
     calls = []

@@ -9,16 +9,16 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from circuits.attribution import attribute
-from circuits.groundtruth.planted import PlantedSpec, planted_induction
-from pipelines.cli import app
-from pipelines.groundtruth_study import TABLES
-from reports.html.groundtruth import groundtruth_section
-from reports.run_tables import RunTables
-from reports.schema import schema_for
-from stats.groundtruth import fdr_check, selection_metrics
-from stats.groundtruth_scoring import score_dataset
-from stats.testing import t_test_edges
+from circuitstat.circuits.attribution import attribute
+from circuitstat.circuits.groundtruth.planted import PlantedSpec, planted_induction
+from circuitstat.pipelines.cli import app
+from circuitstat.pipelines.groundtruth import TABLES
+from circuitstat.reports.html.groundtruth import groundtruth_section
+from circuitstat.core.run_tables import RunTables
+from circuitstat.core.schema import schema_for
+from circuitstat.stats.groundtruth import fdr_check, selection_metrics
+from circuitstat.stats.groundtruth_scoring import score_dataset
+from circuitstat.stats.testing import t_test_edges
 
 
 def _spec(tmp_path: Path, **over) -> str:

@@ -7,8 +7,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from circuits.corpus import Corpus
-from pipelines.head_study import StudyPlan, claims_summary, condition_name, quick_plan, run_head_study
+from circuitstat.circuits.corpus import Corpus
+from circuitstat.pipelines.heads.study import StudyPlan, claims_summary, condition_name, quick_plan, run_head_study
 
 SUMMARY_COLUMNS = ["item", "value", "ci_low", "ci_high", "verdict", "pvalue", "pvalue_holm", "interval", "multiplicity"]
 LAYERS_COLUMNS = ["layer", "stability", "ci_low", "ci_high", "null_mean", "stability_all_anchors", "refit_ci_low",
@@ -94,7 +94,7 @@ def test_quick_study_end_to_end(tmp_path):
 
 
 def test_cached_models_survive_new_recipe_fields(tmp_path):
-    from pipelines.training import is_complete, prepare_data, train_model
+    from circuitstat.pipelines.training import is_complete, prepare_data, train_model
 
     corpus, plan = _corpus(), _plan()
     name, recipe = plan.conditions()[0]
@@ -164,7 +164,7 @@ def _write_plan(tmp_path, text: str):
 
 
 def test_a_yaml_plan_overrides_the_built_in_one(tmp_path):
-    from pipelines.head_study import full_plan, load_head_study_plan
+    from circuitstat.pipelines.heads.study import full_plan, load_head_study_plan
 
     plan = load_head_study_plan(_write_plan(tmp_path, """
 start: full
@@ -199,7 +199,7 @@ n_resamples: 300
 def test_a_bad_plan_is_refused_with_exit_2_before_anything_is_written(tmp_path, text, fragment):
     from typer.testing import CliRunner
 
-    from pipelines.cli import app
+    from circuitstat.pipelines.cli import app
 
     out = tmp_path / "out"
     r = CliRunner().invoke(app, ["study", "heads", str(_write_plan(tmp_path, text)), "--out", str(out)])
@@ -210,7 +210,7 @@ def test_a_bad_plan_is_refused_with_exit_2_before_anything_is_written(tmp_path, 
 def test_the_example_plan_loads():
     from pathlib import Path
 
-    from pipelines.head_study import load_head_study_plan
+    from circuitstat.pipelines.heads.study import load_head_study_plan
 
     plan = load_head_study_plan(Path(__file__).resolve().parents[2] / "examples" / "head-study-seeds.yaml")
     assert plan.depths == (2, 4) and len(plan.seeds) == 10 and len(plan.conditions()) == 4
@@ -219,7 +219,7 @@ def test_the_example_plan_loads():
 def test_a_plan_and_quick_together_are_refused(tmp_path):
     from typer.testing import CliRunner
 
-    from pipelines.cli import app
+    from circuitstat.pipelines.cli import app
 
     r = CliRunner().invoke(app, ["study", "heads", str(_write_plan(tmp_path, "start: quick\n")), "--quick",
                                  "--out", str(tmp_path / "out")])

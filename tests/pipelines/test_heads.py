@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from circuits.model import CircuitModel, ModelConfig
-from pipelines.heads import HeadStability, ProbeSet, build_probe, fisher_interval, permutation_correlation
+from circuitstat.circuits.model import CircuitModel, ModelConfig
+from circuitstat.pipelines.heads.stability import HeadStability, ProbeSet, build_probe, fisher_interval, permutation_correlation
 
 CFG = ModelConfig(n_layers=2, n_heads=4, d_model=32, d_head=8, d_mlp=64, vocab_size=97, n_ctx=32)
 # the original columns first (readers depend on them), then the refit-level and excess columns
@@ -145,8 +145,8 @@ def test_paper_metric_matches_an_independent_loop_implementation(drop_bos):
     np.testing.assert_allclose(res.layer_stability, want.mean(1), rtol=1e-9)
     assert res.gap == pytest.approx(want.mean(1).max() - want.mean(1).min(), abs=1e-9)
     assert not np.allclose(want, 1.0)  # a non-trivial case
-    # distinctness agrees with stats.similarity.head_distinctness on the anchor's patterns
-    from stats.similarity import head_distinctness
+    # distinctness agrees with circuitstat.stats.similarity.head_distinctness on the anchor's patterns
+    from circuitstat.stats.similarity import head_distinctness
 
     for l in range(CFG.n_layers):
         A = np.array(pats[0][l])  # [H, P, T, T]
@@ -240,8 +240,8 @@ def test_all_pairs_ci_sources_and_write(tmp_path, ids):
 
 
 def test_probe_set_from_corpus_and_file(tmp_path):
-    from circuits.corpus import Corpus
-    from circuits.tokenizers import train_bpe
+    from circuitstat.circuits.corpus import Corpus
+    from circuitstat.circuits.tokenizers import train_bpe
 
     items = [(f"doc{i}.py", "\n".join(f"value_{i}_{j} = compute({j}, {i}) + offset_{j % 5}" for j in range(30)))
              for i in range(60)]
@@ -260,7 +260,7 @@ def test_probe_set_from_corpus_and_file(tmp_path):
 
 
 def test_bad_inputs(ids):
-    from reports.errors import InputError
+    from circuitstat.core.errors import InputError
 
     m = sharp_model(0)
     with pytest.raises(InputError, match="at least 2 refits"):
@@ -279,9 +279,9 @@ def test_heads_command_is_typer_compatible(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from circuits.corpus import Corpus
-    from circuits.tokenizers import train_bpe
-    from pipelines.cli.studies import heads_command
+    from circuitstat.circuits.corpus import Corpus
+    from circuitstat.circuits.tokenizers import train_bpe
+    from circuitstat.pipelines.cli.studies import heads_command
 
     items = [(f"d{i}.py", "\n".join(f"item_{i}_{j} = load({j}) * scale_{j % 3}" for j in range(40))) for i in range(40)]
     corpus = Corpus.from_texts(items, name="cli")
@@ -323,7 +323,7 @@ def test_heads_command_is_typer_compatible(tmp_path):
 def test_estimator_contract_and_refit_level_columns(ids):
     import inspect
 
-    from reports.results import Result
+    from circuitstat.core.results import Result
 
     est = HeadStability(n_resamples=10, n_null=4, residual=False, importance=False, corpus="stdlib")
     names = [p for p in inspect.signature(HeadStability.__init__).parameters if p != "self"]

@@ -1,5 +1,5 @@
 """``--input-node`` on ``attribute`` and ``input_node`` in the audit spec: the same scores as the Python API
-(circuits.attribution.attribute(..., input_node=...)), recorded in the manifest."""
+(circuitstat.circuits.attribution.attribute(..., input_node=...)), recorded in the manifest."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import numpy as np
 import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
-from circuits import load_model
-from circuits.attribution import attribute
-from pipelines.build import build_task
-from pipelines.cli import app
-from reports.rundir import RunDir
-from reports.tables import table_to_matrix
+from circuitstat.circuits import load_model
+from circuitstat.circuits.attribution import attribute
+from circuitstat.pipelines.build import build_task
+from circuitstat.pipelines.cli import app
+from circuitstat.core.rundir import RunDir
+from circuitstat.core.tables import table_to_matrix
 
 # learned position embeddings: the two input-node conventions differ under zero ablation
 TINY = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&n_positions=64&seed=1"

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from pipelines.cli import app
+from circuitstat.pipelines.cli import app
 
 # initializer_range=1: metric differences near 0.5 rather than 1e-4, so tables compared across batchings
 # differ by float32 rounding only, never by a ratio of two rounding errors (issue 22)
@@ -61,10 +61,10 @@ def test_each_attribute_option_changes_the_scores(base, option, value):
 
 def test_metric_kl_scores_are_kl_scores(base):
     """--metric kl gives the exact KL effect (an independent computation), not logit differences."""
-    from circuits import load_model
-    from circuits.attribution import attribute
-    from circuits.metrics import kl_div
-    from pipelines.build import build_task
+    from circuitstat.circuits import load_model
+    from circuitstat.circuits.attribution import attribute
+    from circuitstat.circuits.metrics import kl_div
+    from circuitstat.pipelines.build import build_task
 
     _, tmp = base
     S, manifest = _scores(tmp, "kl-exact", **{"--metric": "kl", "--method": "exact", "--level": "node"})
@@ -84,7 +84,7 @@ def test_metric_kl_scores_are_kl_scores(base):
 def test_level_node_gives_one_column_per_sender(base):
     S0, tmp = base
     S, _ = _scores(tmp, "node", **{"--level": "node"})
-    from circuits import load_model
+    from circuitstat.circuits import load_model
 
     g = load_model(TINY).graph
     assert S0.shape[1] == g.n_edges and S.shape[1] == g.n_senders
@@ -128,8 +128,8 @@ def test_n_jobs_does_not_change_the_scores(base):
 
 
 def test_task_options_and_metric_reach_the_task():
-    from circuits import load_model
-    from pipelines.build import build_task
+    from circuitstat.circuits import load_model
+    from circuitstat.pipelines.build import build_task
 
     model = load_model(TINY)
     a = build_task(model, "induction", n=3, seed=0, seq_len=4)
@@ -150,8 +150,8 @@ SPEC = {"model": TINY, "task": {"name": "induction", "n": 6, "options": {"seq_le
 
 
 def _audit(tmp: Path, name: str, spec: dict) -> dict:
-    from pipelines.audit import run_audit
-    from pipelines.spec import parse_spec
+    from circuitstat.pipelines.audit.run import run_audit
+    from circuitstat.pipelines.spec import parse_spec
 
     out = tmp / name
     run_audit(parse_spec(spec), out)

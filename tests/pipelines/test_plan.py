@@ -8,13 +8,13 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from circuits import load_model
-from circuits.attribution import attribute
-from circuits.plan import METHODS, method_cost, weight_bytes
-from pipelines.build import build_task
-from pipelines.cli import app
-from pipelines.parallel import single_threaded
-from pipelines.plan import calibrate, estimate_seconds, plan_costs
+from circuitstat.circuits import load_model
+from circuitstat.circuits.attribution import attribute
+from circuitstat.circuits.plan import METHODS, method_cost, weight_bytes
+from circuitstat.pipelines.build import build_task
+from circuitstat.pipelines.cli import app
+from circuitstat.pipelines.parallel import single_threaded
+from circuitstat.pipelines.plan import calibrate, estimate_seconds, plan_costs
 
 TINY = "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=1"
 SMALL = "random:gpt2?n_layer=2&n_head=4&n_embd=64&vocab_size=256&n_positions=64&seed=0"

@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from reports.errors import InputError
-from pipelines.claims import load_claims
-from pipelines.claims.checking import _load_spec
-from pipelines.cli import app as APP  # the real CLI, with its one error boundary
-from pipelines.spec import AuditSpec, load_spec
+from circuitstat.core.errors import InputError
+from circuitstat.pipelines.claims import load_claims
+from circuitstat.pipelines.claims.checking import _load_spec
+from circuitstat.pipelines.cli import app as APP  # the real CLI, with its one error boundary
+from circuitstat.pipelines.spec import AuditSpec, load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = yaml.safe_load((REPO / "examples" / "audit-zoo.yaml").read_text())
@@ -182,10 +182,10 @@ def run_dir(base_dir):
 
 @pytest.fixture(scope="module")
 def fake_audit():
-    """pipelines.audit.run_audit replaced by a recorder that writes nothing."""
+    """circuitstat.pipelines.audit.run.run_audit replaced by a recorder that writes nothing."""
     calls = []
     mp = pytest.MonkeyPatch()
-    mp.setitem(sys.modules, "pipelines.audit", types.SimpleNamespace(run_audit=lambda spec, out, **kw: calls.append(out)))
+    mp.setitem(sys.modules, "circuitstat.pipelines.audit.run", types.SimpleNamespace(run_audit=lambda spec, out, **kw: calls.append(out)))
     yield calls
     mp.undo()
 
@@ -256,7 +256,7 @@ def test_malformed_spec_named_by_claims_never_runs_or_creates_the_audit(base_dir
 
 
 # ---- malformed or ambiguous specs that a lax loader accepted or crashed on --------------------
-# Each must be a clear InputError from load_spec (strict YAML via pipelines.yamlio, strict pydantic).
+# Each must be a clear InputError from load_spec (strict YAML via circuitstat.pipelines.yamlio, strict pydantic).
 SPEC_LOADER_GAPS = {
     "invalid date raises ValueError": "model: m\nseed: 2024-13-01\n",
     "deep nesting raises RecursionError": "model: m\ntask: {options: " + "[" * 1100 + "}\n",
@@ -283,12 +283,12 @@ def test_claims_read_specs_strictly(tmp_path, case):
         _load_spec(p)
 
 
-# ---- through the real CLI entry point (pipelines.cli.main: errors -> one line, exit 2) ---------
+# ---- through the real CLI entry point (circuitstat.pipelines.cli.main: errors -> one line, exit 2) ---------
 def _main(argv: list[str]) -> tuple[int, str]:
     import contextlib
     import io
 
-    from pipelines import cli
+    from circuitstat.pipelines import cli
 
     err, out = io.StringIO(), io.StringIO()
     old = sys.argv

@@ -5,8 +5,8 @@ from __future__ import annotations
 import yaml
 from typer.testing import CliRunner
 
-from pipelines.cli import app
-from pipelines.spec import load_spec
+from circuitstat.pipelines.cli import app
+from circuitstat.pipelines.spec import load_spec
 
 RANDOM = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64"
 

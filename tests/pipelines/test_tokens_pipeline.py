@@ -9,12 +9,12 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from reports.errors import InputError
-from circuits.model import CircuitModel, ModelConfig
-from circuits.tasks import task_from_token_lists
-from pipelines.contributions import READOUT_TABLES, STAT_TABLES, TokenContributions
-from reports.rundir import StageSpecChangedError
-from reports.schema import schema_for
+from circuitstat.core.errors import InputError
+from circuitstat.circuits.model import CircuitModel, ModelConfig
+from circuitstat.circuits.tasks import task_from_token_lists
+from circuitstat.pipelines.contributions import READOUT_TABLES, STAT_TABLES, TokenContributions
+from circuitstat.core.rundir import StageSpecChangedError
+from circuitstat.core.schema import schema_for
 
 
 def _model(seed=0, n_ctx=32):
@@ -120,8 +120,8 @@ def test_bad_parameters_are_refused_before_any_work(params, match):
 
 
 def test_mask_ablation_runs_through_the_estimator_and_differs_from_zero():
-    from circuits.contributions import TOKEN_ABLATIONS
-    from pipelines.contributions import TOKEN_ABLATIONS as MIRRORED
+    from circuitstat.circuits.contributions import TOKEN_ABLATIONS
+    from circuitstat.pipelines.contributions import TOKEN_ABLATIONS as MIRRORED
 
     assert MIRRORED == TOKEN_ABLATIONS  # the torch-free copy the validation uses
     model = _model()
@@ -137,7 +137,7 @@ def _cli(*args: str):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-c", "from pipelines.cli import main; main()", *args],
+    return subprocess.run([sys.executable, "-c", "from circuitstat.pipelines.cli import main; main()", *args],
                           capture_output=True, text=True)
 
 
@@ -241,16 +241,16 @@ def test_cross_seed_sink_matching_finds_a_planted_sink_under_permuted_heads(tmp_
         assert m.loc[item, "verdict"] == "stable" and m.loc[item, "n_pairs"] == 6
     assert m.loc["mean |sink-rate difference|", "value"] == pytest.approx(0.0, abs=1e-12)
     # rerunning reads the finished stage back (no attention patterns read again)
-    import circuits.readouts
+    import circuitstat.circuits.readouts
 
     def boom(*a, **k):
         raise AssertionError("patterns recomputed")
 
-    orig, circuits.readouts.attention_patterns = circuits.readouts.attention_patterns, boom
+    orig, circuitstat.circuits.readouts.attention_patterns = circuitstat.circuits.readouts.attention_patterns, boom
     try:
         again = TokenContributions(**EST).cross_seed(models, tmp_path / "planted", command=["test"])
     finally:
-        circuits.readouts.attention_patterns = orig
+        circuitstat.circuits.readouts.attention_patterns = orig
     np.testing.assert_array_equal(again.matching["value"], study.matching["value"])
 
 
@@ -259,7 +259,7 @@ def test_chosen_pairs_are_the_holm_family():
     diffs = est.result_.to_pandas("token_importance_diffs")
     expect = [("contribution", "attention")] * 2 + [("contribution", "random")] * 2
     assert list(zip(diffs.measure_a, diffs.measure_b)) == expect
-    from stats.testing import holm_adjust
+    from circuitstat.stats.testing import holm_adjust
 
     np.testing.assert_allclose(diffs.pvalue_holm, holm_adjust(diffs.pvalue.to_numpy()))
     assert "4 paired differences" in diffs.multiplicity.iloc[0]

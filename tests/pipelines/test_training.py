@@ -10,11 +10,11 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from circuits import load_model
-from circuits.corpus import Corpus
-from reports.errors import InputError
-from circuits.model import CircuitModel, ModelConfig
-from pipelines.training import (
+from circuitstat.circuits import load_model
+from circuitstat.circuits.corpus import Corpus
+from circuitstat.core.errors import InputError
+from circuitstat.circuits.model import CircuitModel, ModelConfig
+from circuitstat.pipelines.training import (
     CHECKPOINT,
     LOG_TABLE,
     TrainRecipe,
@@ -89,7 +89,7 @@ def test_kill_and_resume(tmp_path, data):
     ref = train_model(recipe, 5, tmp_path / "ref", data=data, progress=False)
     out = tmp_path / "killed"
     code = (
-        "import json, sys; from pipelines.training import TrainRecipe, DataSpec, train_model; "
+        "import json, sys; from circuitstat.pipelines.training import TrainRecipe, DataSpec, train_model; "
         f"r = TrainRecipe.from_dict(json.loads({json.dumps(json.dumps(recipe.to_dict()))})); "
         f"d = DataSpec(**json.loads({json.dumps(json.dumps(data.__dict__))})); "
         f"train_model(r, 5, {str(out)!r}, data=d, progress=False)"
@@ -149,7 +149,7 @@ def test_train_command_cli(tmp_path, monkeypatch):
     import typer
     from typer.testing import CliRunner
 
-    from pipelines.cli.studies import train_command
+    from circuitstat.pipelines.cli.studies import train_command
 
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -181,7 +181,7 @@ def test_fused_logits_equal_model_logits(positional, mlp, norm):
 
 
 def test_zoo_cache_and_induction_metrics(tmp_path):
-    from pipelines.zoo import default_zoo, induction_metrics, recipe_key
+    from circuitstat.pipelines.zoo import default_zoo, induction_metrics, recipe_key
 
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -204,7 +204,7 @@ def test_zoo_cache_and_induction_metrics(tmp_path):
 def test_repeat_spans_copy_corpus_text():
     import numpy as np
 
-    from pipelines.training.data import _repeat_spans
+    from circuitstat.pipelines.training.data import _repeat_spans
 
     x = np.arange(4 * 64).reshape(4, 64)
     y = x.copy()
@@ -220,7 +220,7 @@ def test_repeat_spans_copy_corpus_text():
 
 
 def test_init_std_rescales_weight_matrices():
-    from pipelines.training.loop import _init
+    from circuitstat.pipelines.training.loop import _init
 
     cfg = TINY.model_config(300)
     a, b = CircuitModel(cfg), CircuitModel(cfg)
@@ -234,9 +234,9 @@ def test_init_std_rescales_weight_matrices():
 
 
 def test_zoo_sources_resolve_to_the_recipe_cache(tmp_path, monkeypatch):
-    from reports.errors import InputError
-    from pipelines.build import resolve_source
-    from pipelines.zoo import ZOO_RECIPES, recipe_dir
+    from circuitstat.core.errors import InputError
+    from circuitstat.pipelines.build import resolve_source
+    from circuitstat.pipelines.zoo import ZOO_RECIPES, recipe_dir
 
     monkeypatch.setenv("CIRCUITSTAT_CACHE", str(tmp_path))
     assert resolve_source("random:gpt2") == "random:gpt2"
@@ -244,7 +244,7 @@ def test_zoo_sources_resolve_to_the_recipe_cache(tmp_path, monkeypatch):
         resolve_source("zoo:nope/seed-0")
     with pytest.raises(InputError, match="not a zoo model"):
         resolve_source("zoo:attn-only-2l")
-    with pytest.raises(InputError, match="python -m pipelines.zoo"):
+    with pytest.raises(InputError, match="python -m circuitstat.pipelines.zoo"):
         resolve_source("zoo:attn-only-2l/seed-0")
     d = recipe_dir("attn-only-2l")
     assert d.parent == tmp_path / "zoo" and d.name.startswith("attn-only-2l-")
@@ -257,9 +257,9 @@ def test_zoo_sources_resolve_to_the_recipe_cache(tmp_path, monkeypatch):
 def test_induction_task_draws_tokens_the_model_was_trained_on(tmp_path, data):
     import numpy as np
 
-    from reports.errors import InputError
-    from pipelines.build import build_task
-    from pipelines.zoo import frequent_tokens
+    from circuitstat.core.errors import InputError
+    from circuitstat.pipelines.build import build_task
+    from circuitstat.pipelines.zoo import frequent_tokens
 
     m = load_model(train_model(TINY, 0, tmp_path / "m", data=data, progress=False))
     counts = np.load(tmp_path / "m" / "token_counts.npy").astype(np.int64)
@@ -289,8 +289,8 @@ def test_use_deterministic_fixes_the_cublas_workspace_and_keeps_a_users_choice(m
 
     import torch
 
-    from pipelines.training import use_deterministic
-    from pipelines.training.determinism import _set_deterministic
+    from circuitstat.pipelines.training import use_deterministic
+    from circuitstat.pipelines.training.determinism import _set_deterministic
 
     prev = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
     try:

@@ -15,10 +15,10 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
-from circuits.corpus import Corpus
-from reports.errors import InputError
-from pipelines.cli import app
-from pipelines.training import CHECKPOINT, TrainRecipe, prepare_data, train_model
+from circuitstat.circuits.corpus import Corpus
+from circuitstat.core.errors import InputError
+from circuitstat.pipelines.cli import app
+from circuitstat.pipelines.training import CHECKPOINT, TrainRecipe, prepare_data, train_model
 
 TINY = TrainRecipe(n_layers=1, n_heads=2, d_model=16, n_ctx=16, vocab_size=280, batch_size=4, steps=8,
                    eval_every=4, eval_batches=1, checkpoint_every=4, warmup_steps=2)
@@ -77,7 +77,7 @@ def test_a_tampered_training_checkpoint_is_refused_naming_it(tmp_path, data, how
 
 
 def test_an_untouched_checkpoint_still_resumes_exactly(tmp_path, data):
-    from circuits import load_model
+    from circuitstat.circuits import load_model
 
     resumed = _partial(tmp_path, data)
     train_model(TINY, 0, resumed, data=data, progress=False)

@@ -2,7 +2,7 @@
 nothing, errors that never echo a file reached through another file, YAML alias bombs, a
 locked-down DuckDB, and file-system cases that are one-line errors (exit 2) writing nothing.
 
-Every CLI case goes through the real app (``pipelines.cli.app``) and checks the exit code, a
+Every CLI case goes through the real app (``circuitstat.pipelines.cli.app``) and checks the exit code, a
 single ``error:`` line without a traceback, and that the file system around the target is
 unchanged (a snapshot of every entry's bytes and modification time before and after).
 """
@@ -22,17 +22,17 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from reports.errors import InputError
-from circuits.graph import ComponentGraph
-from circuits.scores import ScoreMatrix
-from pipelines.cli import app
-from pipelines.claims import load_claims
-from pipelines.spec import load_spec
-from pipelines.yamlio import MAX_EXPANDED_NODES, read_yaml_strict
-from reports.query import connect
-from reports.rundir import RunDir, RunDirError, StageSpecChangedError
-from reports.schema import fill
-from reports.tables import read_table
+from circuitstat.core.errors import InputError
+from circuitstat.circuits.graph import ComponentGraph
+from circuitstat.circuits.scores import ScoreMatrix
+from circuitstat.pipelines.cli import app
+from circuitstat.pipelines.claims import load_claims
+from circuitstat.pipelines.spec import load_spec
+from circuitstat.pipelines.yamlio import MAX_EXPANDED_NODES, read_yaml_strict
+from circuitstat.core.query import connect
+from circuitstat.core.rundir import RunDir, RunDirError, StageSpecChangedError
+from circuitstat.core.schema import fill
+from circuitstat.core.tables import read_table
 
 SPEC = {"model": "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&n_positions=16",
         "task": {"name": "induction", "n": 8}, "methods": ["exact"], "k": [5]}
@@ -94,7 +94,7 @@ def make_run(path: Path, spec: dict | None = None) -> Path:
 
 @pytest.fixture
 def audit_like(monkeypatch):
-    """pipelines.audit.run_audit replaced by one that uses RunDir as the real audit does (index
+    """circuitstat.pipelines.audit.run.run_audit replaced by one that uses RunDir as the real audit does (index
     stage fingerprinted by the model, then the other stages), without loading a model."""
     calls = []
 
@@ -109,7 +109,7 @@ def audit_like(monkeypatch):
                       ["faithfulness_vs_k"], depends_on=["index"])
         return Path(out)
 
-    monkeypatch.setitem(sys.modules, "pipelines.audit", types.SimpleNamespace(run_audit=run_audit))
+    monkeypatch.setitem(sys.modules, "circuitstat.pipelines.audit.run", types.SimpleNamespace(run_audit=run_audit))
     return calls
 
 

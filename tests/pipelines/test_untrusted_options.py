@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pipelines.cli import app
+from circuitstat.pipelines.cli import app
 
 TINY = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&n_positions=64&seed=1"
 SPEC = {"model": TINY, "task": {"name": "induction", "n": 6, "options": {"seq_len": 4}}, "methods": ["eap"],
@@ -139,7 +139,7 @@ def test_json_booleans_are_not_answer_tokens(tmp_path):
     rows = [{"clean": "a b", "corrupted": "c d", "answer": True, "wrong_answer": 3}]
     path = tmp_path / "t.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))
-    from circuits.tasks import TaskValidationError, task_from_texts
+    from circuitstat.circuits.tasks import TaskValidationError, task_from_texts
 
     class Tok:  # one token per character; True would otherwise become the 4 tokens of "True"
         name, bos_id, eos_id, pad_id, vocab_size = "chars", None, None, 0, 256
@@ -157,11 +157,11 @@ def test_json_booleans_are_not_answer_tokens(tmp_path):
 
 
 def test_unknown_metric_option_is_refused():
-    from circuits.tasks import TaskValidationError, make_task
+    from circuitstat.circuits.tasks import TaskValidationError, make_task
 
     with pytest.raises(TaskValidationError, match="unknown option.*'temperature'"):
         make_task("induction", vocab_size=64, n=2, seq_len=4, temperature=2.0)
-    from circuits.metrics import MetricError
+    from circuitstat.circuits.metrics import MetricError
 
     with pytest.raises(MetricError, match="takes no options"):
         make_task("induction", vocab_size=64, n=2, seq_len=4, metric_kwargs={"temperature": 2.0})
@@ -190,9 +190,9 @@ def test_node_level_audit_runs_end_to_end(tmp_path):
     import numpy as np
     import pyarrow.parquet as pq
 
-    from circuits import load_model
-    from circuits.faithfulness import faithfulness
-    from pipelines.build import build_task
+    from circuitstat.circuits import load_model
+    from circuitstat.circuits.faithfulness import faithfulness
+    from circuitstat.pipelines.build import build_task
 
     args, out = _audit(tmp_path, _with(model=WIDE, level="node", k=[1, 3], methods=["exact", "eap"]))
     res = runner.invoke(app, args)
@@ -222,12 +222,12 @@ def test_node_level_audit_runs_end_to_end(tmp_path):
 
 def test_internal_error_is_exit_3_with_traceback(monkeypatch, capsys):
     """A bug (here a RuntimeError planted in a command) exits 3 with its traceback, unlike bad input."""
-    import pipelines.cli as cli
+    import circuitstat.pipelines.cli as cli
 
     def broken(*a, **k):
         raise RuntimeError("planted bug")
 
-    monkeypatch.setattr("pipelines.build.resolve_source", broken)
+    monkeypatch.setattr("circuitstat.pipelines.build.resolve_source", broken)
     monkeypatch.setattr(sys, "argv", ["circuitstat", "model", TINY])
     with pytest.raises(SystemExit) as exc:
         cli.main()
@@ -237,12 +237,12 @@ def test_internal_error_is_exit_3_with_traceback(monkeypatch, capsys):
 
 
 def test_interrupt_is_exit_130(monkeypatch, capsys):
-    import pipelines.cli as cli
+    import circuitstat.pipelines.cli as cli
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("pipelines.build.resolve_source", interrupted)
+    monkeypatch.setattr("circuitstat.pipelines.build.resolve_source", interrupted)
     monkeypatch.setattr(sys, "argv", ["circuitstat", "model", TINY])
     with pytest.raises(SystemExit) as exc:
         cli.main()
@@ -253,11 +253,11 @@ def test_interrupt_is_exit_130(monkeypatch, capsys):
 def test_entry_point_exit_2_is_one_line(tmp_path):
     """The real entry point (a new interpreter): bad input is exit 2, one line, nothing written."""
     out = tmp_path / "run"
-    p = subprocess.run([sys.executable, "-m", "pipelines.cli", *_attribute(out, "--batch-size", "-2")],
+    p = subprocess.run([sys.executable, "-m", "circuitstat.pipelines.cli", *_attribute(out, "--batch-size", "-2")],
                        capture_output=True, text=True)
     assert p.returncode == 2, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr and not out.exists()
-    p = subprocess.run([sys.executable, "-m", "pipelines.cli", "no-such-command"], capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "circuitstat.pipelines.cli", "no-such-command"], capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.startswith("error: ") and len(p.stderr.strip().splitlines()) == 1
 
 
@@ -266,8 +266,8 @@ def test_every_stage_runs_on_one_thread_and_says_how_long(tmp_path, capsys):
     import torch
     from threadpoolctl import threadpool_info
 
-    from pipelines.audit import run_stage
-    from reports.rundir import RunDir
+    from circuitstat.pipelines.audit.run import run_stage
+    from circuitstat.core.rundir import RunDir
 
     seen = {}
 
@@ -291,8 +291,8 @@ def test_every_stage_runs_on_one_thread_and_says_how_long(tmp_path, capsys):
 
 
 def test_too_few_resamples_for_the_faithfulness_interval_names_the_minimum() -> None:
-    from reports.errors import InputError
-    from pipelines.spec import parse_spec
+    from circuitstat.core.errors import InputError
+    from circuitstat.pipelines.spec import parse_spec
 
     doc = {"model": "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64", "bootstrap": {"n_resamples": 39}}
     with pytest.raises(InputError, match="at least 40"):
@@ -303,9 +303,9 @@ def test_too_few_resamples_for_the_faithfulness_interval_names_the_minimum() -> 
 
 def test_served_source_exists_only_inside_a_server_job(tmp_path):
     """'served:NAME' is a server's name for an operator's model: a CLI spec cannot use it to reach any path."""
-    from pipelines.build import resolve_source, served_sources
-    from reports.errors import InputError
-    from reports.source_names import recorded_source
+    from circuitstat.pipelines.build import resolve_source, served_sources
+    from circuitstat.core.errors import InputError
+    from circuitstat.core.source_names import recorded_source
 
     with pytest.raises(InputError, match="inside one of its jobs only"):
         resolve_source("served:anything")

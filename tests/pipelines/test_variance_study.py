@@ -9,13 +9,13 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from circuits.counterfactuals import counterfactual_corruptions, with_counterfactual
-from reports.errors import InputError
-from pipelines.variance_study import Key, parse_variance_spec, run_variance_study, summary_lines
-from reports.schema import fill
-from reports.tables import matrix_to_table
-from stats.intrinsic import intrinsic_table
-from stats.variance import pooled_shares
+from circuitstat.circuits.counterfactuals import counterfactual_corruptions, with_counterfactual
+from circuitstat.core.errors import InputError
+from circuitstat.pipelines.variance_study import Key, parse_variance_spec, run_variance_study, summary_lines
+from circuitstat.core.schema import fill
+from circuitstat.core.tables import matrix_to_table
+from circuitstat.stats.intrinsic import intrinsic_table
+from circuitstat.stats.variance import pooled_shares
 
 FACTORS = ["examples", "counterfactual", "estimator"]
 # planted variance of each term, per edge (counterfactual:estimator is planted at zero)
@@ -178,13 +178,13 @@ TINY = "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&s
 
 def _draws(task, n_draws, scheme, seed, pool):
     """The study's draws: draw c's seed is child c of the stage seed (ModelScorer.draws)."""
-    from reports.seeds import spawn_seeds
+    from circuitstat.core.seeds import spawn_seeds
 
     return counterfactual_corruptions(task, scheme, spawn_seeds(seed, n_draws)[1:], pool)
 
 
 def test_counterfactual_draws_keep_clean_prompts_and_change_only_the_corrupted_span():
-    from circuits.tasks import make_task
+    from circuitstat.circuits.tasks import make_task
 
     task = make_task("induction", n=8, seed=1, seq_len=5, vocab_size=64)
     pool = np.arange(64)
@@ -214,7 +214,7 @@ def _renamed(task):
 
 
 def test_counterfactual_draw_is_the_task_with_other_corrupted_prompts():
-    from circuits.tasks import make_task
+    from circuitstat.circuits.tasks import make_task
 
     task = make_task("induction", n=6, seed=0, seq_len=4, vocab_size=64)
     alt = _draws(task, 2, "auto", 3, np.arange(64))[1]
@@ -228,7 +228,7 @@ def test_counterfactual_draw_is_the_task_with_other_corrupted_prompts():
 
 
 def _linear_model(path):
-    from circuits.model import CircuitModel, ModelConfig
+    from circuitstat.circuits.model import CircuitModel, ModelConfig
 
     cfg = ModelConfig(n_layers=1, n_heads=2, d_model=16, d_head=8, d_mlp=0, mlp="none", norm="none",
                       positional="none", vocab_size=48, n_ctx=32)
@@ -268,8 +268,8 @@ def test_linear_model_estimators_agree_and_effects_match_their_closed_form(tmp_p
     np.testing.assert_array_equal(res.conf_int().low, vs["ci_low"].to_numpy())
     assert str(out) in res.summary()
     # closed form for a0.h0 -> logits
-    from pipelines.build import build_task
-    from reports.tables import table_to_matrix
+    from circuitstat.pipelines.build import build_task
+    from circuitstat.core.tables import table_to_matrix
 
     task = build_task(model, "induction", n=16, seed=0, seq_len=5)
     S = np.asarray(table_to_matrix(pq.read_table(out / "scores_s0_d0_c0_exact.parquet")))
@@ -329,7 +329,7 @@ def test_random_gpt2_end_to_end(tiny_run):
 
 
 def test_html_report_has_the_variance_section(tiny_run):
-    from reports.html import render_report
+    from circuitstat.reports.html import render_report
 
     _, out = tiny_run
     html = render_report(out).read_text()
@@ -356,7 +356,7 @@ def test_spec_errors_name_the_key():
 def test_tables_do_not_depend_on_the_number_of_workers(tiny_run, tmp_path):
     spec, out = tiny_run
     out2 = run_variance_study(spec, tmp_path / "run2", n_jobs=2).run_dir
-    from reports.tables import table_to_matrix
+    from circuitstat.core.tables import table_to_matrix
 
     name = "scores_s0_d0_c1_clean-corrupted"
     a, b = (np.asarray(table_to_matrix(pq.read_table(d / f"{name}.parquet"))) for d in (out, out2))
@@ -368,7 +368,7 @@ def test_tables_do_not_depend_on_the_number_of_workers(tiny_run, tmp_path):
 def test_example_specs_parse():
     from pathlib import Path
 
-    from pipelines.variance_study import load_variance_spec
+    from circuitstat.pipelines.variance_study import load_variance_spec
 
     root = Path(__file__).resolve().parents[2] / "examples"
     for name in ("variance-random.yaml", "variance-zoo.yaml"):
@@ -380,7 +380,7 @@ def test_command_runs_under_the_cli(tmp_path):
     """`circuitstat study variance`: a bad spec is one line and exit 2, before anything is written."""
     from typer.testing import CliRunner
 
-    from pipelines.cli import app
+    from circuitstat.pipelines.cli import app
 
     spec = tmp_path / "spec.yaml"
     spec.write_text("model: planted\nestimators: {methods: [exact, eap]}\nbootstrap: {n_resamples: 50}\n")
@@ -392,7 +392,7 @@ def test_command_runs_under_the_cli(tmp_path):
 
 
 def test_the_bar_is_read_from_the_spec_into_tables_lines_and_report(tmp_path):
-    from reports.html import render_report
+    from circuitstat.reports.html import render_report
 
     spec = _spec(bar=0.6, estimators={"methods": ["exact", "eap"]}, counterfactual={"n_draws": 2},
                  dataset={"n_fresh": 0}, aggregations=["mean"], k=[5, 10])

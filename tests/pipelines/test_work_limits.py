@@ -9,7 +9,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from pipelines.cli import app
+from circuitstat.pipelines.cli import app
 
 MODEL = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&n_positions=64&seed=1"
 runner = CliRunner()
@@ -28,15 +28,15 @@ def _refused(args: list[str], *needles: str) -> str:
 @pytest.fixture
 def no_work(monkeypatch):
     """Any attribution, training or tokenizing fails the test at once (today's code would start it)."""
-    import pipelines.audit
-    import pipelines.training
+    import circuitstat.pipelines.audit.run
+    import circuitstat.pipelines.training
 
     def started(*a, **k):
         raise AssertionError("work started before the sizes were checked")
 
-    monkeypatch.setattr(pipelines.audit, "attribution_scores", started)
-    monkeypatch.setattr(pipelines.training, "prepare_data", started)
-    monkeypatch.setattr(pipelines.training, "run_train_jobs", started)
+    monkeypatch.setattr(circuitstat.pipelines.audit.run, "attribution_scores", started)
+    monkeypatch.setattr(circuitstat.pipelines.training, "prepare_data", started)
+    monkeypatch.setattr(circuitstat.pipelines.training, "run_train_jobs", started)
 
 
 def test_a_huge_calibration_grid_is_refused_before_any_work(tmp_path, no_work):
@@ -89,15 +89,15 @@ def test_tokens_k_is_bounded_by_the_shortest_prompt(tmp_path):
 
 def test_the_estimates_are_of_the_order_of_the_work(tmp_path):
     """The defaults of every study stay well below the limit; the refused sizes far above it."""
-    from circuits.limits import MAX_WORK
-    from pipelines.head_study import full_plan, quick_plan
-    from pipelines.training import TrainRecipe
-    from pipelines.work import head_study_operations, training_operations
+    from circuitstat.circuits.limits import MAX_WORK
+    from circuitstat.pipelines.heads.study import full_plan, quick_plan
+    from circuitstat.pipelines.training import TrainRecipe
+    from circuitstat.pipelines.work import head_study_operations, training_operations
 
     assert head_study_operations(full_plan()) < MAX_WORK / 5 and head_study_operations(quick_plan()) < 1e11
     r = TrainRecipe(n_layers=2, n_heads=4, d_model=64, n_ctx=64, vocab_size=300, batch_size=32, steps=1000)
     # 6 x parameters x tokens is the textbook count; the estimate adds attention scores and all-position logits
-    from circuits.loading import circuit_parameters
+    from circuitstat.circuits.loading import circuit_parameters
 
     cfg = r.model_config(300)
     params = circuit_parameters(cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_head, cfg.d_mlp, 300, cfg.n_ctx)

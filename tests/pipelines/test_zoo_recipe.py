@@ -9,9 +9,9 @@ induction fails here rather than in the README.
 
 import numpy as np
 
-from circuits import load_model
-from pipelines.training import train_model
-from pipelines.zoo import ZOO_RECIPES, induction_metrics
+from circuitstat.circuits import load_model
+from circuitstat.pipelines.training import train_model
+from circuitstat.pipelines.zoo import ZOO_RECIPES, induction_metrics
 
 
 def test_attn_only_zoo_recipe_forms_induction_heads(tmp_path):

@@ -17,10 +17,10 @@ from interval_check import check_intervals
 from page_tools import dump_dom_cmd, parse, section_html, table_rows
 from report_builders import EVIL, KNOWN, graph_edges, make_report_run
 
-from reports.html import SECTIONS, render_report
-from reports.html.svg import Scale, colour_legend, fmt, fmt_p
-from reports.rundir import RunDir
-from reports.tables import write_table
+from circuitstat.reports.html import SECTIONS, render_report
+from circuitstat.reports.html.svg import Scale, colour_legend, fmt, fmt_p
+from circuitstat.core.rundir import RunDir
+from circuitstat.core.tables import write_table
 
 ESCAPED_EVIL = "&lt;script&gt;alert(&quot;pwned&quot;)&lt;/script&gt;&amp;&#x27;&quot;"
 
@@ -269,7 +269,7 @@ def test_renders_in_headless_chromium_without_console_errors(rendered, tmp_path)
 def test_rendering_needs_no_torch_circuits_or_stats(rendered, tmp_path):
     run, _, _ = rendered
     code = (
-        "import sys; from reports.html import render_report; render_report(sys.argv[1], sys.argv[2]); "
+        "import sys; from circuitstat.reports.html import render_report; render_report(sys.argv[1], sys.argv[2]); "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'circuits', 'stats', 'pipelines', 'matplotlib')); "
         "assert not bad, bad"
     )

@@ -14,14 +14,14 @@ import pytest
 from interval_check import check_intervals
 from page_tools import dump_dom_cmd, parse, section_html, table_rows
 
-from reports.html import render_report
-from reports.html.svg import Scale, fmt, fmt_p
+from circuitstat.reports.html import render_report
+from circuitstat.reports.html.svg import Scale, fmt, fmt_p
 
 
 def _tiny_model(seed: int):
     import torch
 
-    from circuits.model import CircuitModel, ModelConfig
+    from circuitstat.circuits.model import CircuitModel, ModelConfig
 
     cfg = ModelConfig(n_layers=2, n_heads=2, d_model=16, d_head=8, d_mlp=32, vocab_size=50, n_ctx=32, act="relu")
     m = CircuitModel(cfg).init_weights(seed)
@@ -32,7 +32,7 @@ def _tiny_model(seed: int):
 
 
 def _tokens_estimator():
-    from pipelines.contributions import TokenContributions
+    from circuitstat.pipelines.contributions import TokenContributions
 
     return TokenContributions(n=12, task_options={"seq_len": 5}, ks=(1, 2), n_random=3, n_resamples=999,
                               seed=3)

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reports.provenance import hash_array, hash_bytes, hash_file, hash_json, provenance, to_jsonable
-from reports.seeds import seed_record
+from circuitstat.core.provenance import hash_array, hash_bytes, hash_file, hash_json, provenance, to_jsonable
+from circuitstat.core.seeds import seed_record
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from reports.query import list_tables, query
-from reports.rundir import RunDir
-from reports.tables import matrix_to_table, table_to_matrix
+from circuitstat.core.query import list_tables, query
+from circuitstat.core.rundir import RunDir
+from circuitstat.core.tables import matrix_to_table, table_to_matrix
 
 
 def _make_run(path, n_edges, est, extra_col=False):

@@ -13,8 +13,8 @@ from interval_check import check_intervals
 from report_builders import make_report_run
 from page_tools import dump_dom_cmd, section_html
 
-from reports.html import SECTIONS, render_report
-from reports.verdicts import verdict, verdict_text
+from circuitstat.reports.html import SECTIONS, render_report
+from circuitstat.reports.verdicts import verdict, verdict_text
 
 
 @pytest.fixture(scope="module")

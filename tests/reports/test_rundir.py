@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reports.atomic import TMP_SUFFIX
-from reports.lock import DirLock, RunLockedError, StaleLockWarning
-from reports.rundir import RunDir, RunDirError, StageOutputError, StageSpecChangedError
-from reports.tables import matrix_to_table, read_provenance, read_table, table_to_matrix
+from circuitstat.core.atomic import TMP_SUFFIX
+from circuitstat.core.lock import DirLock, RunLockedError, StaleLockWarning
+from circuitstat.core.rundir import RunDir, RunDirError, StageOutputError, StageSpecChangedError
+from circuitstat.core.tables import matrix_to_table, read_provenance, read_table, table_to_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
 FORK = mp.get_context("fork")  # children inherit the test's imports; fast
@@ -172,9 +172,9 @@ KILLED_RUN = textwrap.dedent(
     import io, os, signal, sys
     import numpy as np
     import pyarrow.parquet as pq
-    import reports.rundir
-    from reports.rundir import RunDir
-    from reports.tables import matrix_to_table
+    import circuitstat.core.rundir
+    from circuitstat.core.rundir import RunDir
+    from circuitstat.core.tables import matrix_to_table
     out, kill_at = sys.argv[1], sys.argv[2]
     log = open(out + ".calls", "a")
     def die():
@@ -195,7 +195,7 @@ KILLED_RUN = textwrap.dedent(
                         f.write(buf.getvalue()[:1000]); f.flush(); die()
                     pq.write_table = half
                 if kill_at == "before_commit":  # outputs all written, manifest not yet updated
-                    reports.rundir.hash_file = lambda p: die()
+                    circuitstat.core.rundir.hash_file = lambda p: die()
             return tables
         return fn
     with RunDir(out, spec={"demo": 1}, seed=11) as run:

@@ -8,9 +8,9 @@ import shutil
 import numpy as np
 import pytest
 
-import reports.rundir
-from reports.rundir import RunDir
-from reports.tables import matrix_to_table, read_table
+import circuitstat.core.rundir
+from circuitstat.core.rundir import RunDir
+from circuitstat.core.tables import matrix_to_table, read_table
 
 
 def _pipeline(run: RunDir, calls: list) -> None:
@@ -61,10 +61,10 @@ def test_unchanged_outputs_are_not_hashed_again(tmp_path, monkeypatch):
         _pipeline(run, calls)
     import types
 
-    import reports.integrity
+    import circuitstat.core.integrity
 
-    monkeypatch.setattr(reports.integrity, "hashlib", types.SimpleNamespace(sha256=lambda *a: pytest.fail("re-hashed")))
+    monkeypatch.setattr(circuitstat.core.integrity, "hashlib", types.SimpleNamespace(sha256=lambda *a: pytest.fail("re-hashed")))
     with RunDir(out) as run:
         _pipeline(run, calls)
     assert calls == ["a", "b"]
-    assert reports.rundir.RunDir.read_manifest(out)["stages"]["a"]["outputs"]["a"]["identity"]
+    assert circuitstat.core.rundir.RunDir.read_manifest(out)["stages"]["a"]["outputs"]["a"]["identity"]

@@ -1,4 +1,4 @@
-"""The one schema of run tables (reports/schema.py): writers validate against it, readers use its names."""
+"""The one schema of run tables (core/schema.py): writers validate against it, readers use its names."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from reports.rundir import RunDir
-from reports.schema import TABLES, SchemaError, claimable, columns, fill, schema_for
+from circuitstat.core.rundir import RunDir
+from circuitstat.core.schema import TABLES, SchemaError, claimable, columns, fill, schema_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,7 +86,7 @@ def test_fill_refuses_a_column_the_schema_does_not_know() -> None:
 
 
 def test_claim_statistics_are_the_claimable_columns() -> None:
-    from pipelines import claims
+    from circuitstat.pipelines import claims
 
     pairs = {claims.CircuitStabilityClaim: "stability_vs_k", claims.FaithfulnessClaim: "faithfulness_vs_k",
              claims.HeadStabilityClaim: "heads", claims.LayerStabilityClaim: "layers",
@@ -133,8 +133,8 @@ def _string_calls(path: Path, method: str, own_tables: dict[str, str] | None = N
 
 def test_readers_ask_only_for_registered_columns() -> None:
     """The HTML report (Tables.need) and the claims (run.rows) read names the schema knows."""
-    from pipelines.claims.evaluators import EVALUATORS
-    from pipelines.claims.kinds import KINDS
+    from circuitstat.pipelines.claims.evaluators import EVALUATORS
+    from circuitstat.pipelines.claims.kinds import KINDS
 
     own = {fn.__name__: KINDS[kind].table for kind, fn in EVALUATORS.items()}  # evaluators read c.table
     claims_dir = ROOT / "pipelines" / "claims"
@@ -146,7 +146,7 @@ def test_readers_ask_only_for_registered_columns() -> None:
             if schema is None:
                 continue
             for c in cols:
-                assert c in schema.names, f"{path.name}:{line} reads {table}.{c}, not in reports/schema.py"
+                assert c in schema.names, f"{path.name}:{line} reads {table}.{c}, not in core/schema.py"
                 checked += 1
                 claims_checked += path.parent == claims_dir
     assert checked >= 10  # the scan found the readers (a refactor that hides them must update this test)
@@ -157,8 +157,8 @@ def test_an_audit_writes_exactly_the_registered_columns(tmp_path: Path) -> None:
     """Every registered table an audit writes has the schema's columns in order (validated on write)."""
     import pyarrow.parquet as pq
 
-    from pipelines.audit import run_audit
-    from pipelines.spec import parse_spec
+    from circuitstat.pipelines.audit.run import run_audit
+    from circuitstat.pipelines.spec import parse_spec
 
     spec = parse_spec({"model": "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=3",
                        "task": {"name": "induction", "n": 12, "options": {"seq_len": 5}},

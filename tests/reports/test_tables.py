@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-import reports.tables as tables
-from reports.atomic import TMP_SUFFIX, cleanup_temp_files
-from reports.provenance import provenance
-from reports.tables import matrix_to_table, read_provenance, read_table, table_to_matrix, write_matrix, write_table
+import circuitstat.core.tables as tables
+from circuitstat.core.atomic import TMP_SUFFIX, cleanup_temp_files
+from circuitstat.core.provenance import provenance
+from circuitstat.core.tables import matrix_to_table, read_provenance, read_table, table_to_matrix, write_matrix, write_table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -129,7 +129,7 @@ KILL_MID_WRITE = textwrap.dedent(
     """
     import io, os, signal, sys
     import numpy as np, pyarrow.parquet as pq
-    from reports.tables import matrix_to_table, write_table
+    from circuitstat.core.tables import matrix_to_table, write_table
     real = pq.write_table
     def die_half_way(table, where, **kw):
         buf = io.BytesIO(); real(table, buf, **kw)
@@ -164,7 +164,7 @@ def test_sigkill_mid_write_leaves_no_partial_table(tmp_path, existing):
     ["x", "a1.h3<q>", "m0->logits", ""], np.arange(10)[::3], [1, 2, 3], ["a", None], np.array([], dtype=np.int64),
 ])
 def test_arrow_array_equals_pyarrows_own_conversion(values):
-    from reports.tables import arrow_array
+    from circuitstat.core.tables import arrow_array
 
     got, want = arrow_array(values), pa.array(values)
     assert got.type == want.type and got.equals(want)
@@ -174,7 +174,7 @@ def test_to_arrow_of_an_edge_table_does_not_import_pandas():
     import subprocess
     import sys
 
-    code = ("import sys; from circuits.graph import ComponentGraph; from reports.tables import to_arrow; "
+    code = ("import sys; from circuitstat.circuits.graph import ComponentGraph; from circuitstat.core.tables import to_arrow; "
             "t = to_arrow(ComponentGraph(2, 3, True, False).edge_table()); assert t.num_rows > 0; "
             "print('pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

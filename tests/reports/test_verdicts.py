@@ -1,4 +1,4 @@
-"""The one-screen verdict (reports.verdicts): which k, which column, which words, and the same lines twice."""
+"""The one-screen verdict (circuitstat.reports.verdicts): which k, which column, which words, and the same lines twice."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from builders import make_run
 
-from reports.rundir import RunDir
-from reports.schema import fill
-from reports.verdicts import BAR, choose_k, verdict, verdict_text
-from reports.tableset import Tables
+from circuitstat.core.rundir import RunDir
+from circuitstat.core.schema import fill
+from circuitstat.reports.verdicts import BAR, choose_k, verdict, verdict_text
+from circuitstat.reports.tableset import Tables
 
 KS = (5, 10, 20, 50)
 
@@ -100,7 +100,7 @@ def test_approximation_and_edges_and_heads_lines(tmp_path):
 
 
 def test_claims_lines_come_from_the_claims_table_a_check_writes(tmp_path):
-    from pipelines.claims import evaluate_claims, parse_claims, write_claims_table
+    from circuitstat.pipelines.claims import evaluate_claims, parse_claims, write_claims_table
 
     run = make_run(tmp_path / "audit")
     claims = parse_claims({"claims": [
@@ -118,7 +118,7 @@ def test_claims_lines_come_from_the_claims_table_a_check_writes(tmp_path):
     # on the page each reason is quoted from claims.parquet (its numbers are what the check read), and checked so
     from interval_check import check_intervals
 
-    from reports.html import render_report
+    from circuitstat.reports.html import render_report
 
     page = render_report(run).read_text()
     assert page.count('<span class="quote" data-table="claims"') == 3

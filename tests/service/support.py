@@ -61,7 +61,7 @@ class Server:
         self.data.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         cfg = write_yaml(self.data.parent / f"{self.name}.yaml", self.settings)
-        cmd = [sys.executable, "-m", "pipelines.cli", "serve", "--data", str(self.data), "--port", str(self.port),
+        cmd = [sys.executable, "-m", "circuitstat.pipelines.cli", "serve", "--data", str(self.data), "--port", str(self.port),
                "--config", str(cfg), "--log-file", str(self.log_file), "--workers", str(self.workers)]
         if self.scheduler:
             cmd += ["--scheduler", self.scheduler]
@@ -110,7 +110,7 @@ class Server:
 
 
 def database(url: str):
-    from pipelines.service.db import Database, migrate
+    from circuitstat.pipelines.service.db import Database, migrate
 
     db = Database(url)
     migrate(db.engine)
@@ -119,7 +119,7 @@ def database(url: str):
 
 def make_user(db, name: str) -> str:
     """A new user ``name`` and a token for them."""
-    from pipelines.service.accounts import add_user, create_token
+    from circuitstat.pipelines.service.accounts import add_user, create_token
 
     with db.session() as s:
         add_user(s, name)
@@ -149,7 +149,7 @@ def run_cli_audit(spec: dict, folder: Path) -> Path:
     """`circuitstat audit SPEC --out folder/run` in this process: the oracle of the service's tables."""
     from typer.testing import CliRunner
 
-    from pipelines.cli import app
+    from circuitstat.pipelines.cli import app
 
     folder.mkdir(parents=True, exist_ok=True)
     path = write_yaml(folder / "spec.yaml", spec)
@@ -241,8 +241,8 @@ class Fleet:
     transformers imported, one tiny audit run), the largest part of these tests' time."""
 
     def __init__(self, root: Path) -> None:
-        from circuits import load_hf
-        from circuits.convert import from_hf
+        from circuitstat.circuits import load_hf
+        from circuitstat.circuits.convert import from_hf
 
         self.root, self.pg_url, self.count = root, None, 0
         self.served = root / "operator-models" / SERVED_NAME  # a path no user may see

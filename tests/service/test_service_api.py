@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from support import (AUDIT, TINY, TINY_BPE, assert_same_tables, database, fetch_tables, job_rows, make_user,
                      manifest, run_cli_audit, submit, wait_job, write_yaml)
 
-from pipelines.cli import app
+from circuitstat.pipelines.cli import app
 
 USERS = ("alice", "bob", "carol", "quota", "ratey", "small")  # quotas of the last three: support.SETTINGS
 CLAIMS = {"claims": [
@@ -82,8 +82,8 @@ def _run_dir(env, job_id: str) -> Path:
 
 # ----- results --------------------------------------------------------------------------------------------
 def test_submit_poll_fetch_equals_the_cli_audit(env, reference, tmp_path):
-    from pipelines.service.progress import planned_stages
-    from pipelines.spec import parse_spec
+    from circuitstat.pipelines.service.progress import planned_stages
+    from circuitstat.pipelines.spec import parse_spec
 
     c, job = env["c"]["alice"], env["job"]
     assert job["progress"] == 1.0 and job["attempts"] == 1 and job["owner"] == "alice" and job["model"] == TINY
@@ -200,8 +200,8 @@ def test_the_submit_command_runs_an_attribute_job_with_an_uploaded_task_file(env
 
 
 def test_a_variance_study_spec_runs_as_the_cli_runs_it(env, variance_cli, tmp_path):
-    from pipelines.service.progress import planned_stages
-    from pipelines.variance_study import parse_variance_spec
+    from circuitstat.pipelines.service.progress import planned_stages
+    from circuitstat.pipelines.variance_study import parse_variance_spec
 
     c = env["c"]["bob"]
     r = submit(c, VARIANCE, kind="variance")
@@ -453,7 +453,7 @@ def test_a_named_model_runs_and_no_server_path_reaches_its_user(env, fleet, tmp_
     r = submit(c, {**AUDIT, "model": "zoo:attn-only-2l/seed-987654"})
     failed = wait_job(c, r.json()["id"])
     assert failed["state"] == "failed" and "not trained yet" in failed["error"], failed
-    from pipelines.zoo import recipe_dir
+    from circuitstat.pipelines.zoo import recipe_dir
 
     log = c.get(f"/api/v1/jobs/{failed['id']}/log").text
     assert str(recipe_dir("attn-only-2l")) not in failed["error"] + log and "zoo cache" in failed["error"]
@@ -493,7 +493,7 @@ def test_html_injection_is_escaped_on_every_page(env):
         csp = r.headers["content-security-policy"]
         assert "script-src" not in csp and "default-src 'none'" in csp and "frame-ancestors 'none'" in csp
     report = httpx.get(s.url + f"/jobs/{env['job']['id']}/report", cookies=cookie)
-    from reports.html.assets import CSP
+    from circuitstat.reports.html.assets import CSP
 
     assert report.headers["content-security-policy"].startswith(CSP)
 
@@ -536,8 +536,8 @@ def test_a_browser_logs_in_sees_its_jobs_only_and_opens_the_report(servers):
 
     import pyarrow.parquet as pq
 
-    from reports.html.sections import shown_sections
-    from reports.tableset import Tables
+    from circuitstat.reports.html.sections import shown_sections
+    from circuitstat.reports.tableset import Tables
 
     env = servers["sqlite"]
     s = env["server"]

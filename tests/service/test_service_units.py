@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from reports.errors import InputError
-from pipelines.service import accounts, queue
-from pipelines.service.config import SourcesConfig
-from pipelines.service.db import Base, Database, Job, migrate, now
-from pipelines.service.logs import JsonFormatter, redact
-from pipelines.service.sources import resolve_source
+from circuitstat.core.errors import InputError
+from circuitstat.pipelines.service import accounts, queue
+from circuitstat.pipelines.service.config import SourcesConfig
+from circuitstat.pipelines.service.db import Base, Database, Job, migrate, now
+from circuitstat.pipelines.service.logs import JsonFormatter, redact
+from circuitstat.pipelines.service.sources import resolve_source
 
 
 @pytest.fixture
@@ -154,8 +154,8 @@ def test_the_migrations_create_exactly_the_orm_schema(db):
 
 
 def test_the_builtin_task_names_are_circuits_tasks_registry():
-    from circuits.tasks import TASKS
-    from pipelines.service.submission import BUILTIN_TASKS
+    from circuitstat.circuits.tasks import TASKS
+    from circuitstat.pipelines.service.submission import BUILTIN_TASKS
 
     assert sorted(BUILTIN_TASKS) == sorted(k for k in TASKS if k != "file")
 
@@ -182,9 +182,9 @@ def test_the_api_process_never_imports_torch(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys; from pipelines.service.config import ServiceConfig; from pipelines.service.app import create_app;"
+    code = ("import sys; from circuitstat.pipelines.service.config import ServiceConfig; from circuitstat.pipelines.service.app import create_app;"
             f"create_app(ServiceConfig(data={str(tmp_path)!r}), start_workers=False);"
-            "import pipelines.service.api, pipelines.service.api_runs, pipelines.service.pages;"
+            "import circuitstat.pipelines.service.api, circuitstat.pipelines.service.api_runs, circuitstat.pipelines.service.pages;"
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[2])
     assert out.stdout.strip() == "False", out.stderr
@@ -193,7 +193,7 @@ def test_the_api_process_never_imports_torch(tmp_path):
 def test_the_operator_commands_add_users_make_and_revoke_tokens(tmp_path):
     from typer.testing import CliRunner
 
-    from pipelines.cli import app
+    from circuitstat.pipelines.cli import app
 
     run = CliRunner().invoke
     data = ["--data", str(tmp_path / "data")]

@@ -1,10 +1,10 @@
-"""stats.approximation against independent computations (scipy, numpy.polyfit, brute-force sets)."""
+"""circuitstat.stats.approximation against independent computations (scipy, numpy.polyfit, brute-force sets)."""
 
 import numpy as np
 import pytest
 from scipy import stats as sps
 
-from stats.approximation import approximation_agreement
+from circuitstat.stats.approximation import approximation_agreement
 
 
 def test_agreement_matches_independent_computations():

@@ -1,4 +1,4 @@
-"""stats.calibration: the coverage engine measured against analytic coverage."""
+"""circuitstat.stats.calibration: the coverage engine measured against analytic coverage."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from reports.errors import InputError
-from stats.calibration import IntervalKind, clustered_rate, coverage_study
-from stats.calibration_kinds import (PopulationEvaluations, edge_interval_kinds, faithfulness_interval_kinds,
+from circuitstat.core.errors import InputError
+from circuitstat.stats.calibration import IntervalKind, clustered_rate, coverage_study
+from circuitstat.stats.calibration_kinds import (PopulationEvaluations, edge_interval_kinds, faithfulness_interval_kinds,
                                     stability_interval_kinds, stability_truth)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -136,7 +136,7 @@ def test_reported_mc_se_matches_the_spread_of_coverage_over_repeated_studies() -
 def test_edge_intervals_are_translation_equivariant_so_a_null_copy_adds_nothing() -> None:
     """Why the edge kinds have no null copies: every method gives X − c the interval of X shifted by c (and
     the same reliability flags), so a copy centred at 0 rejects 0 exactly when the edge misses its mean."""
-    from stats.intervals import METHODS, bootstrap_edges
+    from circuitstat.stats.intervals import METHODS, bootstrap_edges
 
     X = np.asarray(load_zoo_fixture()[0], dtype=np.float64)[np.random.default_rng(3).integers(0, 1024, 48)]
     # the one constant edge (a structural zero) has no spread to shift: X - 0.37 carries rounding noise,
@@ -257,8 +257,8 @@ def test_faithfulness_kinds_truth_is_population_faithfulness_of_the_selected_cir
 
 
 def test_stability_kinds_read_the_right_interval_and_truth() -> None:
-    from stats.populations import smooth_tail_population
-    from stats.stability import circuit_stability
+    from circuitstat.stats.populations import smooth_tail_population
+    from circuitstat.stats.stability import circuit_stability
 
     pop = smooth_tail_population(400, 12, seed=3)
     kinds = {k.name: k for k in stability_interval_kinds(pop, [2, 4], ranking="absolute", n_resamples=100,
@@ -281,7 +281,7 @@ def test_stability_kinds_read_the_right_interval_and_truth() -> None:
 def test_faithfulness_kinds_coverage_in_an_additive_model_on_real_zoo_scores() -> None:
     """End to end through coverage_study: in an additive model (f exact) on the zoo score fixture the
     selection-aware interval covers f_pop(C(D)) near nominal and the fixed-circuit one less often.
-    Not a blind check: stats.faithfulness chose its method on this fixture (0.938-0.978 there); this
+    Not a blind check: circuitstat.stats.faithfulness chose its method on this fixture (0.938-0.978 there); this
     tests that the kinds hand the engine the right intervals and truths."""
     pop = np.asarray(load_zoo_fixture()[0], dtype=np.float64)
     ev = PopulationEvaluations(_additive(pop, np.zeros(pop.shape[0]), []), *pop.shape)

@@ -3,7 +3,7 @@ the mean effect over the prompt distribution on heavy-tailed finite populations.
 
 Coverage is simulated by drawing many datasets of N rows from a finite population (the estimand
 is then exactly the population's column mean) and bootstrapping all of them in one call: the
-datasets sit side by side as columns of one score matrix (stats.populations.stack_datasets).
+datasets sit side by side as columns of one score matrix (circuitstat.stats.populations.stack_datasets).
 """
 
 import sys
@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from stats.intervals import METHODS, bootstrap_edges
-from stats.populations import (draw_datasets, smooth_tail_population, spiky_population,
+from circuitstat.stats.intervals import METHODS, bootstrap_edges
+from circuitstat.stats.populations import (draw_datasets, smooth_tail_population, spiky_population,
                                stack_datasets)
-from stats.reliability import tail_count, tail_share
-from stats.resampling import ResamplingPlan
-from stats.testing import bh_adjust, interval_test_edges
+from circuitstat.stats.reliability import tail_count, tail_share
+from circuitstat.stats.resampling import ResamplingPlan
+from circuitstat.stats.testing import bh_adjust, interval_test_edges
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fixture_populations import load_zoo_fixture  # noqa: E402

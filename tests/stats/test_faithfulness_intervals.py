@@ -1,4 +1,4 @@
-"""Faithfulness intervals (stats.faithfulness): the fixed-circuit bootstrap against scipy and a
+"""Faithfulness intervals (circuitstat.stats.faithfulness): the fixed-circuit bootstrap against scipy and a
 brute-force loop, the selection-aware interval's held-out discipline and its coverage in an
 additive model where faithfulness is exactly computable, and refusal of bad settings."""
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from reports.errors import InputError
-from stats import ResamplingPlan
-from stats.faithfulness import (ESTIMAND_FIXED, ESTIMAND_SELECTED, fixed_circuit_interval, min_resamples,
+from circuitstat.core.errors import InputError
+from circuitstat.stats import ResamplingPlan
+from circuitstat.stats.faithfulness import (ESTIMAND_FIXED, ESTIMAND_SELECTED, fixed_circuit_interval, min_resamples,
                                 selection_aware_faithfulness)
 
 
@@ -74,7 +74,7 @@ def test_fixed_interval_bca_under_cluster_plan_jackknifes_whole_clusters():
     jack = np.array([_ratio(mc[groups != g], mM[groups != g], m0[groups != g]) for g in range(9)]).T
     d = jack.mean(1, keepdims=True) - jack
     accel = (d**3).sum(1) / (6 * (d**2).sum(1) ** 1.5)
-    from stats.intervals import intervals_from_distribution
+    from circuitstat.stats.intervals import intervals_from_distribution
 
     ref = intervals_from_distribution(res.bootstrap_distribution, res.estimate, method="bca", acceleration=accel)
     np.testing.assert_allclose(res.conf_int().to_array(), np.stack([ref["bca"].low, ref["bca"].high], -1), rtol=1e-12)
@@ -128,7 +128,7 @@ def test_corrected_t_matches_a_hand_computation_of_nadeau_bengio():
     ev = _additive(X, base)
     res = selection_aware_faithfulness(X, ev, [3], ranking="signed", n_folds=3, n_repeats=2, seed=9)
     # redo the splits from the documented seed derivation and compute everything by hand
-    from reports.seeds import spawn_seeds
+    from circuitstat.core.seeds import spawn_seeds
 
     split = np.random.default_rng(spawn_seeds(np.random.SeedSequence(9), 2)[0])
     d = X.sum(1)

@@ -1,4 +1,4 @@
-"""stats.groundtruth: ROC areas against independent oracles, selections, intervals over datasets, the FDR check."""
+"""circuitstat.stats.groundtruth: ROC areas against independent oracles, selections, intervals over datasets, the FDR check."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from stats.groundtruth import (auroc, fdr_check, over_datasets, pessimistic_auroc, roc_points, selection_metrics,
+from circuitstat.stats.groundtruth import (auroc, fdr_check, over_datasets, pessimistic_auroc, roc_points, selection_metrics,
                                topk_metrics)
 
 

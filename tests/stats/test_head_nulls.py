@@ -1,12 +1,12 @@
-"""Nulls and refit-level contrasts of head stability (stats.head_nulls) against brute force and scipy."""
+"""Nulls and refit-level contrasts of head stability (circuitstat.stats.head_nulls) against brute force and scipy."""
 
 import numpy as np
 import pytest
 from scipy import stats as sps
 
-from stats.head_nulls import (GAP_SHUFFLES, importance_correlations, layer_summaries_with_shuffled_gap,
+from circuitstat.stats.head_nulls import (GAP_SHUFFLES, importance_correlations, layer_summaries_with_shuffled_gap,
                               prompt_null_pairs, residual_minus_head_jackknife, untrained_null_pairs)
-from stats.head_stability import refit_jackknife
+from circuitstat.stats.head_stability import refit_jackknife
 
 
 def _patterns(rng, n_layers=2, n_heads=3, n_prompts=6, length=5):

@@ -1,10 +1,10 @@
-"""Pair-level head statistics (stats.head_pairs) against brute-force loops, without torch."""
+"""Pair-level head statistics (circuitstat.stats.head_pairs) against brute-force loops, without torch."""
 
 import numpy as np
 import pytest
 
-from stats.head_pairs import null_means, pair_similarities, residual_cka, untrained_null_scores
-from stats.similarity import linear_cka
+from circuitstat.stats.head_pairs import null_means, pair_similarities, residual_cka, untrained_null_scores
+from circuitstat.stats.similarity import linear_cka
 
 
 def _patterns(rng, n_layers=2, n_heads=3, n_prompts=5, length=6):

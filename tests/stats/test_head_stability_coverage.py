@@ -1,4 +1,4 @@
-"""stats.head_stability against brute-force oracles, and the coverage of its refit-level intervals.
+"""circuitstat.stats.head_stability against brute-force oracles, and the coverage of its refit-level intervals.
 
 Array-level: no torch, no models. The coverage simulation draws refits with a seed-level effect
 (every head of a seed shares a random offset) and checks both bounds of coverage for the
@@ -13,13 +13,13 @@ import pytest
 from scipy import stats as sps
 from scipy.optimize import linear_sum_assignment
 
-from stats.head_stability import (all_pairs_layer_stability, anchor_head_stability, cka_half_sample_replicates,
+from circuitstat.stats.head_stability import (all_pairs_layer_stability, anchor_head_stability, cka_half_sample_replicates,
                                   cka_half_samples, comparison_t_interval, layer_statistics, leave_one_refit_out,
                                   matched_similarity, ordered_pair_mean, pair_matrix, perplexity_rise,
                                   prompt_resampled_similarity, refit_jackknife)
-from stats.resampling import ResamplingPlan
-from stats.similarity import debiased_cka, linear_cka
-from stats.testing import holm_adjust, z_pvalue
+from circuitstat.stats.resampling import ResamplingPlan
+from circuitstat.stats.similarity import debiased_cka, linear_cka
+from circuitstat.stats.testing import holm_adjust, z_pvalue
 
 
 # --- matching ---------------------------------------------------------------------------------
@@ -138,7 +138,7 @@ def test_holm_equals_statsmodels():
 
 
 def test_pooled_fisher_z_equals_the_weighted_z_formula():
-    from stats.head_stability import fisher_pvalue, pooled_fisher_z
+    from circuitstat.stats.head_stability import fisher_pvalue, pooled_fisher_z
 
     r, n = np.array([-0.3, -0.5, 0.1, np.nan]), np.array([40, 20, 3, 30])  # n_eff 3 and NaN are left out
     z = (np.arctanh(-0.3) * 37 + np.arctanh(-0.5) * 17) / 54
@@ -152,7 +152,7 @@ def test_pooled_fisher_z_equals_the_weighted_z_formula():
 
 
 def test_holm_verdicts_follow_sign_and_adjusted_pvalue():
-    from stats.testing import holm_verdicts
+    from circuitstat.stats.testing import holm_verdicts
 
     values = np.array([0.5, -0.5, 0.5, 0.2, 0.1])
     pvalues = np.array([0.001, 0.02, 0.03, 0.5, np.nan])  # Holm: 0.003, 0.04, 0.04
@@ -168,7 +168,7 @@ def test_stats_module_imports_no_torch():
     import subprocess
     import sys
 
-    code = "import sys, stats.head_stability; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, circuitstat.stats.head_stability; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=str(__import__("pathlib").Path(__file__).parents[2]))
 
 
@@ -279,7 +279,7 @@ def test_refit_intervals_cover_the_seed_distribution(n_refits, seed_sd):
 
 
 def test_refit_level_summaries_jackknife_every_derived_number_from_the_same_left_out_refit():
-    from stats.head_stability import refit_level_summaries
+    from circuitstat.stats.head_stability import refit_level_summaries
 
     rng = np.random.default_rng(8)
     K, L, H = 5, 3, 2
@@ -299,7 +299,7 @@ def test_refit_level_summaries_jackknife_every_derived_number_from_the_same_left
 
 
 def test_cross_layer_best_match_equals_a_loop():
-    from stats.head_stability import cross_layer_best_match
+    from circuitstat.stats.head_stability import cross_layer_best_match
 
     rng = np.random.default_rng(9)
     L, H, R = 2, 3, 4
@@ -322,7 +322,7 @@ def test_debiased_cka_half_sample_interval_covers_the_population_cka(latent, dim
     """Prompts drawn from a population with a shared latent: the half-sample interval of debiased
     CKA covers the population CKA; linear CKA's interval sits on a biased estimate and misses it
     badly in 32 dimensions, which is why its rows carry interval_reliable = False."""
-    from stats.head_stability import CKA_INTERVAL_RELIABLE, percentile_interval
+    from circuitstat.stats.head_stability import CKA_INTERVAL_RELIABLE, percentile_interval
 
     rng = np.random.default_rng(latent * 7 + dim)
     load_x, load_y = rng.normal(size=(latent, dim)), rng.normal(size=(latent, dim))
@@ -348,7 +348,7 @@ def test_debiased_cka_half_sample_interval_covers_the_population_cka(latent, dim
 
 def test_percentile_interval_of_a_layer_index_is_a_layer():
     """A discrete statistic (the least stable layer) gets replicate values as ends, never 1.5."""
-    from stats.head_stability import percentile_interval
+    from circuitstat.stats.head_stability import percentile_interval
 
     reps = np.array([1.0] * 30 + [2.0] * 60 + [np.nan] * 5 + [3.0] * 10)
     lo, hi = percentile_interval(reps, 0.95, discrete=True)

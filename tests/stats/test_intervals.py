@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from stats.intervals import (bootstrap_edges, bootstrap_statistic, jackknife_statistic,
+from circuitstat.stats.intervals import (bootstrap_edges, bootstrap_statistic, jackknife_statistic,
                              acceleration_from_jackknife, mean_acceleration)
-from stats.resampling import ResamplingPlan
-from reports.seeds import spawn_seeds
+from circuitstat.stats.resampling import ResamplingPlan
+from circuitstat.core.seeds import spawn_seeds
 
 
 def _scipy(S, method, seed, B, statistic=np.mean, **kw):

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from stats.intervals import bootstrap_edges
-from stats.resampling import (PoissonBootstrapAccumulator, ResamplingPlan, map_edge_chunks, resample_statistic, resampled_means)
-from reports.seeds import spawn_seeds
+from circuitstat.stats.intervals import bootstrap_edges
+from circuitstat.stats.resampling import (PoissonBootstrapAccumulator, ResamplingPlan, map_edge_chunks, resample_statistic, resampled_means)
+from circuitstat.core.seeds import spawn_seeds
 
 
 @pytest.fixture(scope="module")
@@ -125,9 +125,9 @@ def test_stats_does_not_import_torch_or_circuits():
     import subprocess
     import sys
 
-    # stats raises reports.errors.InputError (the ground floor's; the CLI's exit-2 error) and imports nothing of circuits
-    code = ("import sys, stats; import stats.similarity, stats.variance, stats.faithfulness, stats.topk_stream; "
-            "import stats.stability_data, stats.head_stability, stats.calibration; "
+    # stats raises circuitstat.core.errors.InputError (the ground floor's; the CLI's exit-2 error) and imports nothing of circuits
+    code = ("import sys, stats; import circuitstat.stats.similarity, circuitstat.stats.variance, circuitstat.stats.faithfulness, circuitstat.stats.topk_stream; "
+            "import circuitstat.stats.stability_data, circuitstat.stats.head_stability, circuitstat.stats.calibration; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'circuits')]; "
             "print(bad); sys.exit(1 if bad else 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -5,7 +5,7 @@ import pytest
 from scipy.linalg import orthogonal_procrustes
 from scipy.stats import ortho_group
 
-from stats.similarity import (attention_similarity, attention_vectors, debiased_cka,
+from circuitstat.stats.similarity import (attention_similarity, attention_vectors, debiased_cka,
                               head_distinctness, head_matching, linear_cka, match_heads,
                               per_prompt_cosine, procrustes_distance, rbf_cka, similarity_test)
 
@@ -140,8 +140,8 @@ def test_similarity_null_is_seeded_and_job_independent(reps):
 
 
 def test_head_matching_bootstrap_equals_matching_on_each_resample_of_prompts():
-    from stats.resampling import ResamplingPlan
-    from reports.seeds import spawn_seeds
+    from circuitstat.stats.resampling import ResamplingPlan
+    from circuitstat.core.seeds import spawn_seeds
 
     rng = np.random.default_rng(7)
     A, B = _patterns(rng, 3, 9, 5), _patterns(rng, 3, 9, 5)

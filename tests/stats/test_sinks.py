@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from reports.errors import InputError
-from stats.resampling import ResamplingPlan
-from stats.sinks import confidence_gap, position_means, quadratic_fit, sink_relation, sink_shares
+from circuitstat.core.errors import InputError
+from circuitstat.stats.resampling import ResamplingPlan
+from circuitstat.stats.sinks import confidence_gap, position_means, quadratic_fit, sink_relation, sink_shares
 
 NAMES = [f"a{l}.h{h}" for l in range(2) for h in range(5)]
 
@@ -62,7 +62,7 @@ def test_curvature_replicates_are_refits_on_resampled_prompts():
     """The BCa interval rests on refits of resampled prompts: check one resample by brute force."""
     share, norm = _convex_population(n=30, seed=2)
     plan = ResamplingPlan.bootstrap(30, 999, 3)
-    from stats.sinks import _head_level
+    from circuitstat.stats.sinks import _head_level
 
     s_b, r_b = _head_level(share, norm, plan)
     idx = plan.indices(7)
@@ -98,7 +98,7 @@ def test_input_errors():
 
 
 def test_sink_stability_matches_heads_by_rank_and_uses_a_seed_t_interval():
-    from stats.sinks import sink_stability
+    from circuitstat.stats.sinks import sink_stability
 
     rng = np.random.default_rng(1)
     K, L, H = 5, 2, 4
@@ -144,7 +144,7 @@ def test_curvature_interval_covers_the_population_curvature():
     assert 0.90 <= hits / reps <= 0.99, hits / reps
 
 
-# --- sink heads across seeds, matched by attention pattern (stats.sink_matching) -------------------
+# --- sink heads across seeds, matched by attention pattern (circuitstat.stats.sink_matching) -------------------
 def _causal_patterns(rng, n_layers, n_heads, n_prompts, length, sink_heads=()):
     """Return random causal softmax patterns [L, H, P, T, T]; heads in ``sink_heads`` (layer, head) sink to token 0."""
     logits = rng.normal(scale=2.0, size=(n_layers, n_heads, n_prompts, length, length))
@@ -171,7 +171,7 @@ def _rates_from(patterns, threshold=0.3):
 
 
 def test_pattern_matching_recovers_permuted_heads_and_a_planted_sink_agrees_perfectly():
-    from stats.sink_matching import pattern_matchings, sink_matching
+    from circuitstat.stats.sink_matching import pattern_matchings, sink_matching
 
     rng = np.random.default_rng(5)
     K, L, H = 4, 2, 5
@@ -202,7 +202,7 @@ def test_pattern_matching_recovers_permuted_heads_and_a_planted_sink_agrees_perf
 
 
 def test_sinks_at_unrelated_heads_are_not_called_stable():
-    from stats.sink_matching import pattern_matchings, sink_matching
+    from circuitstat.stats.sink_matching import pattern_matchings, sink_matching
 
     rng = np.random.default_rng(6)
     K, L, H = 4, 1, 4
@@ -232,7 +232,7 @@ def test_random_matching_null_is_the_mean_over_every_one_to_one_matching():
     """Oracle: enumerate all H!^L matchings of two layers and average each statistic."""
     import itertools
 
-    from stats.sink_matching import ITEMS, sink_pair_statistics
+    from circuitstat.stats.sink_matching import ITEMS, sink_pair_statistics
 
     rng = np.random.default_rng(7)
     L, H = 2, 4
@@ -255,7 +255,7 @@ def test_random_matching_null_is_the_mean_over_every_one_to_one_matching():
 
 
 def test_matching_statistics_by_hand_and_input_errors():
-    from stats.sink_matching import pattern_matchings, sink_matching, sink_pair_statistics
+    from circuitstat.stats.sink_matching import pattern_matchings, sink_matching, sink_pair_statistics
 
     rates = np.array([[[0.9, 0.5, 0.0]], [[0.0, 0.8, 0.2]], [[0.4, 0.0, 0.6]]])  # [K=3, L=1, H=3]
     match = np.full((3, 3, 1, 3), -1)
@@ -289,7 +289,7 @@ def test_sink_matching_interval_covers_the_seed_population_mean():
     """Seeds drawn from one population of heads (each head's sink rate = its identity's mean + noise, heads shuffled
     within each layer, matching known): the jackknife-over-seeds interval of K = 5 seeds covers the mean over pairs
     of independent seeds. Measured: 0.937-0.967 over the four rows (300 datasets; truth from 2000 seed pairs)."""
-    from stats.sink_matching import ITEMS, sink_matching, sink_pair_statistics
+    from circuitstat.stats.sink_matching import ITEMS, sink_matching, sink_pair_statistics
 
     rng = np.random.default_rng(0)
     L, H = 2, 4

@@ -10,14 +10,14 @@ from hypothesis import strategies as st
 from scipy import stats
 from scipy.spatial.distance import pdist
 
-from stats.resampling import ResamplingPlan, resampled_means
-from stats.stability import (chance_jaccard, circuit_stability, nogueira_stability,
+from circuitstat.stats.resampling import ResamplingPlan, resampled_means
+from circuitstat.stats.stability import (chance_jaccard, circuit_stability, nogueira_stability,
                              rank_biased_overlap, selection_error_bounds, topk_indices)
-from reports.errors import InputError
-from stats.resampling import nested_bootstrap
-from stats.stability_data import (_double_statistics, _outer_statistics, _split_statistics,
+from circuitstat.core.errors import InputError
+from circuitstat.stats.resampling import nested_bootstrap
+from circuitstat.stats.stability_data import (_double_statistics, _outer_statistics, _split_statistics,
                                   double_size_counts, pop_upper_from_data, split_counts)
-from reports.topk import row_seeds, tie_priorities, topk
+from circuitstat.core.topk import row_seeds, tie_priorities, topk
 
 KS = [3, 10, 40]
 
@@ -353,7 +353,7 @@ def test_streaming_topk_equals_brute_force_on_tie_heavy_data(seed, n_edges, chun
         assert res.per_k["cutoff_ties_excluded_max"][i] == max(excluded)
 
 
-# --- data-level intervals (stats.stability_data) -------------------------------------------
+# --- data-level intervals (circuitstat.stats.stability_data) -------------------------------------------
 def test_nested_bootstrap_draws_inner_from_outer():
     outer, inner = nested_bootstrap(30, 4, 500, seed=3)
     assert inner.n_resamples == 4 * 500 and (inner.totals == 30).all()

@@ -1,8 +1,8 @@
-"""Coverage of the data-level circuit-stability intervals (stats.stability_data).
+"""Coverage of the data-level circuit-stability intervals (circuitstat.stats.stability_data).
 
 The default method (bracketed_2n: the halves' value, the split-half extrapolation and plug-in -
 |bias| below, the plug-in of size-2N resamples and plug-in + |bias| above, each -+ z se) is
-checked on smooth heavy-tailed populations (stats.populations.smooth_tail_population), where
+checked on smooth heavy-tailed populations (circuitstat.stats.populations.smooth_tail_population), where
 the estimand is computed by Monte Carlo over many pairs of datasets drawn from the population.
 Two cells: N = 64, k = 10, and N = 128, k = 5, where a real score gap sits at the cut-off, the
 plug-in is biased down by ~0.09 and the former method ("bracketed", upper end plug-in + |bias|)
@@ -16,9 +16,9 @@ across datasets, so neither an anti-conservative interval (the old Monte Carlo "
 import numpy as np
 import pytest
 
-from stats.populations import draw_datasets, smooth_tail_population
-from stats.stability import circuit_stability
-from reports.topk import topk
+from circuitstat.stats.populations import draw_datasets, smooth_tail_population
+from circuitstat.stats.stability import circuit_stability
+from circuitstat.core.topk import topk
 
 N_DATASETS = 120
 

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from stats.study_claims import ClaimRows
+from circuitstat.stats.study_claims import ClaimRows
 
 NAN = math.nan
 
@@ -23,7 +23,7 @@ def test_a_degenerate_claim_is_negligible_however_small_its_p_value():
 
 
 def test_interval_verdict_calls_an_interval_inside_the_resolution_negligible():
-    from stats.intervals import RESOLUTION, interval_verdict
+    from circuitstat.stats.intervals import RESOLUTION, interval_verdict
 
     assert interval_verdict(2e-5, 3e-5, "stable", "unstable", resolution=RESOLUTION) == "negligible"
     assert interval_verdict(2e-5, 3e-5, "stable", "unstable") == "stable"  # no resolution: as before
@@ -33,7 +33,7 @@ def test_interval_verdict_calls_an_interval_inside_the_resolution_negligible():
 
 
 def test_an_interval_that_needs_more_seeds_says_so():
-    from stats.intervals import interval_text, needs_more
+    from circuitstat.stats.intervals import interval_text, needs_more
 
     assert interval_text(0.0417, NAN, NAN, missing=needs_more("seeds", 3, 2)) == \
         "0.0417 (no interval: needs >= 3 seeds, have 2)"
@@ -43,7 +43,7 @@ def test_an_interval_that_needs_more_seeds_says_so():
 
 def test_two_seeds_print_what_the_across_seed_interval_needs():
     """Today: `tokens --model A --model B` printed every across-seed interval as [nan, nan]."""
-    from stats.token_importance import token_stability
+    from circuitstat.stats.token_importance import token_stability
 
     rng = np.random.default_rng(0)
     orders = {"attention": np.stack([np.argsort(rng.random((6, 8)), axis=1) for _ in range(2)])}

@@ -5,7 +5,7 @@ import pytest
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from stats.testing import (adjust_pvalues, bh_adjust, by_adjust, resampling_pvalue, t_test_edges,
+from circuitstat.stats.testing import (adjust_pvalues, bh_adjust, by_adjust, resampling_pvalue, t_test_edges,
                            z_test_edges)
 
 
@@ -70,8 +70,8 @@ def test_resampling_pvalue_floor():
 
 @pytest.mark.parametrize("alternative", ["two-sided", "less", "greater"])
 def test_interval_test_of_the_t_interval_is_the_t_test(alternative):
-    from stats.intervals import bootstrap_edges
-    from stats.testing import interval_test_edges
+    from circuitstat.stats.intervals import bootstrap_edges
+    from circuitstat.stats.testing import interval_test_edges
 
     rng = np.random.default_rng(4)
     S = rng.standard_t(3, (30, 50)) + np.linspace(-0.8, 0.8, 50)

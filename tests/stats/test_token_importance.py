@@ -8,9 +8,9 @@ import pytest
 
 from statsmodels.stats.multitest import multipletests
 
-from reports.errors import InputError
-from stats.resampling import ResamplingPlan
-from stats.token_importance import token_importance_faithfulness
+from circuitstat.core.errors import InputError
+from circuitstat.stats.resampling import ResamplingPlan
+from circuitstat.stats.token_importance import token_importance_faithfulness
 
 MEASURES = ("contribution", "attention", "random")
 
@@ -95,8 +95,8 @@ def test_paired_difference_interval_covers_the_population_difference():
 
 
 def test_token_stability_identical_random_and_brute_force():
-    from stats.stability import chance_jaccard
-    from stats.token_importance import token_stability
+    from circuitstat.stats.stability import chance_jaccard
+    from circuitstat.stats.token_importance import token_stability
 
     rng = np.random.default_rng(0)
     N, P, S = 30, 12, 4
@@ -112,7 +112,7 @@ def test_token_stability_identical_random_and_brute_force():
     # one seed pair by brute force: sets of the first k positions
     pairs = [len(set(rand[0, n, :3]) & set(rand[1, n, :3])) / len(set(rand[0, n, :3]) | set(rand[1, n, :3]))
              for n in range(N)]
-    from stats.token_importance import _topk_jaccard
+    from circuitstat.stats.token_importance import _topk_jaccard
 
     np.testing.assert_allclose(_topk_jaccard(rand[0], rand[1], np.full(N, 3), P), pairs)
     with pytest.raises(InputError, match="at least 2 seeds"):

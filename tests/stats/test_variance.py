@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stats.variance import icc, variance_components
+from circuitstat.stats.variance import icc, variance_components
 
 
 def _long(Y, names):

@@ -1,4 +1,4 @@
-"""The variance study's statistics (stats.factor_stability, stats.variance.pooled_shares): brute-force
+"""The variance study's statistics (circuitstat.stats.factor_stability, circuitstat.stats.variance.pooled_shares): brute-force
 oracles for the paired Jaccard, the ANOVA oracle for the resampled mean squares, and simulated
 coverage of both intervals on heavy-tailed data (bounded from both sides)."""
 
@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from scipy.special import ndtri
 
-from reports.errors import InputError
-from stats.factor_stability import (aggregate, bar_verdict, circuit_jaccard, fresh_draw_jaccards, jaccard_pairs,
+from circuitstat.core.errors import InputError
+from circuitstat.stats.factor_stability import (aggregate, bar_verdict, circuit_jaccard, fresh_draw_jaccards, jaccard_pairs,
                                     paired_jaccard, ranked_tops)
-from stats.populations import draw_datasets, smooth_tail_population, spiky_population
-from stats.resampling import ResamplingPlan
-from reports.topk import row_seeds
-from stats.variance import _bootstrap_pooled_ms, pooled_shares, variance_components
+from circuitstat.stats.populations import draw_datasets, smooth_tail_population, spiky_population
+from circuitstat.stats.resampling import ResamplingPlan
+from circuitstat.core.topk import row_seeds
+from circuitstat.stats.variance import _bootstrap_pooled_ms, pooled_shares, variance_components
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fixture_populations import load_zoo_pair  # noqa: E402

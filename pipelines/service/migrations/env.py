@@ -1,4 +1,4 @@
-"""Alembic environment of the service's database (run by pipelines.service.db.migrate, or by `alembic`
+"""Alembic environment of the service's database (run by circuitstat.pipelines.service.db.migrate, or by `alembic`
 with ``-x url=...`` when a maintainer writes a new revision with ``--autogenerate``)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from pipelines.service.db import Base
+from circuitstat.pipelines.service.db import Base
 
 config = context.config
 target_metadata = Base.metadata

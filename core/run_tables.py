@@ -3,7 +3,7 @@
 A study writes its tables into its run directory as it runs (resumable stages), so its result
 does not hold them in memory: ``to_table(name)`` reads ``<run_dir>/<name>.parquet`` when asked,
 ``summary()`` and ``conf_int()`` read the tables it needs. Same interface as every other result
-(reports.results.Result); ``write(run_dir)`` copies the tables into another run directory.
+(circuitstat.core.results.Result); ``write(run_dir)`` copies the tables into another run directory.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from reports.results import Result
+from circuitstat.core.results import Result
 
 __all__ = ["RunTables"]
 
@@ -34,7 +34,7 @@ class RunTables(Result):
 
     def to_table(self, name: str | None = None) -> pa.Table:
         """Return one table of the run directory (default: the main one), read from disk."""
-        from reports.tables import read_table
+        from circuitstat.core.tables import read_table
 
         name = self.main_table if name is None else name
         path = self.run_dir / f"{name}.parquet"
@@ -53,7 +53,7 @@ class RunTables(Result):
         t = self.to_table().to_pydict()
         items: list[tuple[str, Any]] = [("run directory", str(self.run_dir))]
         if {"item", "value", "ci_low", "ci_high", "verdict"} <= set(t):
-            from reports.interval_words import interval_text
+            from circuitstat.core.interval_words import interval_text
 
             items += [(i, f"{interval_text(v, lo, hi, digits=4)} {vd}".rstrip())
                       for i, v, lo, hi, vd in zip(t["item"], t["value"], t["ci_low"], t["ci_high"], t["verdict"])]
@@ -62,7 +62,7 @@ class RunTables(Result):
     def write(self, run_dir: Any, *, under: str | None = None) -> dict[str, Path]:
         """Return the paths of the tables when ``run_dir`` is this run (a study writes its tables as it runs);
         otherwise copy every table into ``run_dir`` (a path or an open RunDir) through RunDir, validated."""
-        from reports.rundir import RunDir
+        from circuitstat.core.rundir import RunDir
 
         here = Path(run_dir.path if isinstance(run_dir, RunDir) else run_dir)
         if under is None and here.resolve() == self.run_dir.resolve():

@@ -1,21 +1,21 @@
-"""The tables of the Result classes (``Result.write`` validates against these; reports/schema.py merges them).
+"""The tables of the Result classes (``Result.write`` validates against these; core/schema.py merges them).
 
 A result's table names are run-table names: ``result.write(run_dir)`` writes ``<name>.parquet``
-through :class:`reports.rundir.RunDir`, which checks each against its entry here, so a result
+through :class:`circuitstat.core.rundir.RunDir`, which checks each against its entry here, so a result
 whose columns drift fails where it is written. Results that produce run tables the audit or a study
 also writes (``heads``, ``token_importance``, ``coverage``, ...) use those entries in
-reports/schema.py. Interval columns are declared with ``_ci`` and say what they cover, which is
+core/schema.py. Interval columns are declared with ``_ci`` and say what they cover, which is
 what ``Result.conf_int`` reports as the estimand.
 """
 
 from __future__ import annotations
 
-from reports.schema_core import (B, DATA_JACCARD, DATA_PHI, F, I, MATRIX, MC_JACCARD, POP_JACCARD, S, TableSchema,
+from circuitstat.core.schema_core import (B, DATA_JACCARD, DATA_PHI, F, I, MATRIX, MC_JACCARD, POP_JACCARD, S, TableSchema,
                                  _ci, _table)
 
 __all__ = ["RESULT_TABLES", "INTERVAL_METHODS"]
 
-#: interval methods of stats.intervals; a result's secondary intervals are ``ci_<method>_low/_high``
+#: interval methods of circuitstat.stats.intervals; a result's secondary intervals are ``ci_<method>_low/_high``
 INTERVAL_METHODS = ("percentile", "basic", "bca", "t", "studentized", "studentized_symmetric")
 F32 = MATRIX.value_type  # float32 columns (per-example metrics)
 
@@ -53,7 +53,7 @@ def _data_level(name: str, covers: str) -> tuple[tuple, ...]:
 
 
 RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
-    _table("bootstrap", "stats.intervals.BootstrapResult: per column (edge) estimate, SE, intervals and p-values",
+    _table("bootstrap", "circuitstat.stats.intervals.BootstrapResult: per column (edge) estimate, SE, intervals and p-values",
            _EDGE, _EDGE_NAME, ("estimate", F, "mean over rows"), ("standard_error", F, "bootstrap standard error"),
            ("bias", F, "bootstrap bias estimate"), *_ci("ci", "the estimate (primary method)", ROW_MEAN, False),
            ("pvalue", F, "two-sided p-value inverting the primary interval"),
@@ -63,11 +63,11 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            *_methods(ROW_MEAN), ("bca_z0", F, "BCa bias correction", False, True),
            ("bca_acceleration", F, "BCa acceleration", False, True),
            ("degenerate", B, "the primary interval could not be computed")),
-    _table("edge_tests", "stats.testing.EdgeTestResult: per-edge test statistic, p-value and FDR decision",
+    _table("edge_tests", "circuitstat.stats.testing.EdgeTestResult: per-edge test statistic, p-value and FDR decision",
            _EDGE, _EDGE_NAME, ("estimate", F, "mean"), ("standard_error", F, "standard error"),
            ("statistic", F, "t or z statistic"), ("pvalue", F, "p-value"),
            ("pvalue_adjusted", F, "FDR-adjusted p-value"), ("reject", B, "rejected at the FDR level")),
-    _table("stability", "stats.stability.StabilityResult: circuit stability under resampling, one row per k", _K,
+    _table("stability", "circuitstat.stats.stability.StabilityResult: circuit stability under resampling, one row per k", _K,
            ("jaccard_mean", F, "mean pairwise Jaccard of resample circuits"), ("jaccard_sd", F, "SD of the Jaccards"),
            ("jaccard_se", F, "standard error of jaccard_mean"),
            *_ci("jaccard_ci", "jaccard_mean", MC_JACCARD, False), ("jaccard_pairs", I, "resample pairs compared"),
@@ -85,48 +85,48 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("cutoff_ties_mean", F, "mean number of edges tied at the cut-off (ties broken at random)"),
            ("cutoff_ties_excluded_mean", F, "mean number of tied edges left out"),
            ("cutoff_ties_excluded_max", I, "most tied edges left out in one resample"),
-           ("tie_rule", S, "how ties at the top-k cut-off were broken (reports.topk)"),
+           ("tie_rule", S, "how ties at the top-k cut-off were broken (circuitstat.core.topk)"),
            *_data_level("jaccard_data", DATA_JACCARD), ("jaccard_data_split", F, "split-half estimate"),
            ("jaccard_data_2n", F, "estimate at twice the sample size"), *_data_level("jaccard_pop", POP_JACCARD),
            *_data_level("phi_data", DATA_PHI), ("phi_data_split", F, "split-half estimate"),
            ("phi_data_2n", F, "estimate at twice the sample size")),
-    _table("stability_inclusion", "stats.stability.StabilityResult: how often each edge enters the top-k circuit",
+    _table("stability_inclusion", "circuitstat.stats.stability.StabilityResult: how often each edge enters the top-k circuit",
            _K, _EDGE, _EDGE_NAME, ("count", I, "resamples whose top-k circuit holds the edge"),
            ("frequency", F, "count / resamples"), ("in_consensus", B, "frequency at or above the consensus threshold")),
-    _table("rank_correlation", "stats.stability.StabilityResult: rank agreement of full resampled score vectors",
+    _table("rank_correlation", "circuitstat.stats.stability.StabilityResult: rank agreement of full resampled score vectors",
            ("resample_a", I, "first resample"), ("resample_b", I, "second resample"),
            ("spearman", F, "Spearman correlation"), ("kendall", F, "Kendall tau (NaN for pairs not computed)")),
-    _table("selection_bounds", "stats.stability.StabilityResult: stability-selection error bounds (half-size "
+    _table("selection_bounds", "circuitstat.stats.stability.StabilityResult: stability-selection error bounds (half-size "
            "subsamples only)", _K, ("threshold", F, "inclusion-frequency threshold"),
            ("pfer_mb", F, "Meinshausen-Buhlmann bound on the expected false selections"),
            ("pfer_cpss", F, "Shah-Samworth bound (complementary pairs)", False, True),
            ("pfer_cpss_unimodal", F, "Shah-Samworth bound under unimodality", False, True),
            ("n_selected", I, "edges at or above the threshold")),
-    _table("approximation_agreement", "stats.approximation.ApproximationResult: agreement with exact, one row",
+    _table("approximation_agreement", "circuitstat.stats.approximation.ApproximationResult: agreement with exact, one row",
            ("spearman", F, "Spearman of mean scores against exact"), ("kendall", F, "Kendall tau of mean scores"),
            ("slope", F, "pooled per-example regression slope"), ("r2", F, "pooled per-example R^2"),
            ("bias_mean", F, "mean error over prompts and edges"),
            ("top_k_overlap", F, "share of exact's top-k circuit in the method's top-k"), ("k", I, "k of the overlap"),
-           ("tie_rule", S, "how ties at the top-k cut-off were broken (reports.topk)"),
+           ("tie_rule", S, "how ties at the top-k cut-off were broken (circuitstat.core.topk)"),
            ("cutoff_ties", I, "edges whose exact mean ties the k-th one"),
            ("cutoff_ties_approx", I, "edges whose approximate mean ties the k-th one")),
-    _table("approximation_edges", "stats.approximation.ApproximationResult: per-edge error against exact",
+    _table("approximation_edges", "circuitstat.stats.approximation.ApproximationResult: per-edge error against exact",
            _EDGE, ("name", S, "edge name", False, True), ("exact_mean", F, "mean exact effect"),
            ("approx_mean", F, "mean approximate score"), ("bias", F, "mean of approx - exact"),
            ("error_sd", F, "SD over prompts of approx - exact"), ("slope", F, "regression slope of approx on exact"),
            ("intercept", F, "regression intercept"), ("r2", F, "per-example R^2")),
-    _table("variance_estimates", "stats.variance.VarianceComponentsResult: per-edge components with intervals",
+    _table("variance_estimates", "circuitstat.stats.variance.VarianceComponentsResult: per-edge components with intervals",
            _EDGE, _EDGE_NAME, ("component", S, "factor, interaction or residual"),
            ("variance", F, "ANOVA estimate"), ("standard_error", F, "normal-theory standard error"),
            *_ci("ci", "variance", COMPONENT, False), ("df_satterthwaite", F, "Satterthwaite degrees of freedom"),
            ("share", F, "component / total"), ("negative_estimate", B, "the raw estimate was negative")),
-    _table("variance_ems", "stats.variance.VarianceComponentsResult: expected-mean-square coefficients",
+    _table("variance_ems", "circuitstat.stats.variance.VarianceComponentsResult: expected-mean-square coefficients",
            ("term", S, "mean square"), ("component", S, "variance component"), ("coefficient", F, "its coefficient")),
-    _table("icc", "stats.variance.ICCResult: the six ICCs per edge with F tests and intervals",
+    _table("icc", "circuitstat.stats.variance.ICCResult: the six ICCs per edge with F tests and intervals",
            _EDGE, _EDGE_NAME, ("type", S, "ICC1 ... ICC3k"), ("label", S, "Shrout-Fleiss / McGraw-Wong label"),
            ("icc", F, "intraclass correlation"), ("F", F, "F statistic"), ("df1", F, "numerator df"),
            ("df2", F, "denominator df"), ("pvalue", F, "p-value of the F test"), *_ci("ci", "icc", ICC_COVERS, False)),
-    _table("faithfulness_intervals", "stats.faithfulness.FaithfulnessInterval: faithfulness per circuit with "
+    _table("faithfulness_intervals", "circuitstat.stats.faithfulness.FaithfulnessInterval: faithfulness per circuit with "
            "its interval", ("circuit", I, "circuit index"), ("k", I, "circuit size", False, True),
            ("label", S, "circuit label", False, True), ("estimate", F, "faithfulness (ratio of means)"),
            ("standard_error", F, "standard error"), *_ci("ci", "estimate (primary method)", ROW_ESTIMAND, False),
@@ -141,53 +141,53 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("scheme", S, "fixed circuit, crossfit or reselect"), ("interval_method", S, "primary interval method"),
            ("estimand", S, "what the interval covers"), ("n", I, "prompts"), ("n_resamples", I, "resamples drawn"),
            ("n_undefined_resamples", I, "resamples left out: m(M) ~ m(empty)")),
-    _table("faithfulness_circuits", "circuits.faithfulness.FaithfulnessResult: faithfulness of each circuit",
+    _table("faithfulness_circuits", "circuitstat.circuits.faithfulness.FaithfulnessResult: faithfulness of each circuit",
            ("circuit", I, "circuit index"), ("label", S, "circuit label"), ("k", I, "grid size (-1: not a curve)"),
            ("n_edges", I, "edges evaluated"), ("fraction", F, "n_edges / edges of the graph"),
            ("faithfulness", F, "ratio of means (m(C) - m(empty)) / (m(M) - m(empty))"),
            ("mean_per_example", F, "mean of the per-example faithfulness over defined examples"),
            ("n_defined", I, "examples whose faithfulness is defined"), ("mean_m_circuit", F, "mean m(C)"),
            ("mean_m_clean", F, "mean m(M)"), ("mean_m_empty", F, "mean m(empty)"),
-           ("tie_rule", S, "how ties at the top-k cut-off were broken (reports.topk; empty: not a top-k circuit)"),
+           ("tie_rule", S, "how ties at the top-k cut-off were broken (circuitstat.core.topk; empty: not a top-k circuit)"),
            ("cutoff_ties", I, "edges (nodes) whose score ties the k-th one (-1: not a top-k circuit)"),
            ("cutoff_ties_excluded", I, "of those, left out by the tie rule (-1: not a top-k circuit)")),
-    _table("faithfulness_examples", "circuits.faithfulness.FaithfulnessResult: per-example metrics, one row per "
+    _table("faithfulness_examples", "circuitstat.circuits.faithfulness.FaithfulnessResult: per-example metrics, one row per "
            "example", ("example", I, "example index"), ("m_clean", F32, "metric of the clean run"),
            ("m_empty", F32, "metric with every edge patched"), ("undefined", B, "m(M) ~ m(empty): f undefined"),
            ("faithfulness", MATRIX, "per-example faithfulness of each circuit (NaN where undefined)"),
            ("m_circuit", MATRIX, "per-example metric of each circuit")),
-    _table("faithfulness_areas", "circuits.faithfulness.FaithfulnessResult: MIB's CPR and CMD of the curve",
+    _table("faithfulness_areas", "circuitstat.circuits.faithfulness.FaithfulnessResult: MIB's CPR and CMD of the curve",
            ("statistic", S, "cpr or cmd"), ("ratio_of_means", F, "area under the ratio-of-means curve"),
            ("mean_per_example", F, "mean of the per-example areas"), ("n_defined", I, "examples with a defined area"),
            ("log_x", B, "integrated over log edge fraction")),
-    _table("similarity_test", "stats.similarity.SimilarityResult: a similarity with its permutation null",
+    _table("similarity_test", "circuitstat.stats.similarity.SimilarityResult: a similarity with its permutation null",
            ("measure", S, "similarity measure"), ("estimate", F, "similarity"), ("null_mean", F, "mean of the null"),
            *_ci("null", "the null distribution", NULL_COVERS, False), ("pvalue", F, "permutation p-value"),
            ("n_permutations", I, "permutations"), ("n_samples", I, "rows")),
-    _table("similarity_null", "stats.similarity.SimilarityResult: the permutation null distribution",
+    _table("similarity_null", "circuitstat.stats.similarity.SimilarityResult: the permutation null distribution",
            ("permutation", I, "permutation index"), ("value", F, "similarity with the rows of Y shuffled")),
-    _table("head_match", "stats.similarity.HeadMatchResult: each head of A matched to a head of B",
+    _table("head_match", "circuitstat.stats.similarity.HeadMatchResult: each head of A matched to a head of B",
            ("head", I, "head of A"), ("match", I, "matched head of B (-1: none)"), ("score", F, "matched similarity"),
            *_ci("ci", "score", MATCH_COVERS, False), ("null_mean", F, "matched similarity, prompts of B shuffled")),
-    _table("head_match_layer", "stats.similarity.HeadMatchResult: the mean matched similarity of the layer",
+    _table("head_match_layer", "circuitstat.stats.similarity.HeadMatchResult: the mean matched similarity of the layer",
            ("method", S, "max or hungarian"), ("estimate", F, "mean matched similarity"),
            *_ci("ci", "estimate", MATCH_COVERS, False), ("null_mean", F, "its null mean"),
            ("pvalue", F, "permutation p-value"), ("drop_bos", B, "BOS column dropped")),
-    _table("head_match_similarity", "stats.similarity.HeadMatchResult: the head-by-head similarity matrix",
+    _table("head_match_similarity", "circuitstat.stats.similarity.HeadMatchResult: the head-by-head similarity matrix",
            ("head_a", I, "head of A"), ("head_b", I, "head of B"), ("similarity", F, "mean cosine over prompts")),
-    _table("scores", "circuits.scores.ScoreMatrix: per-example scores, one row per example",
+    _table("scores", "circuitstat.circuits.scores.ScoreMatrix: per-example scores, one row per example",
            ("example", I, "example id", False, True), ("scores", MATRIX, "scores of every edge (or node), float32")),
-    _table("nodes", "circuits.scores.ScoreMatrix: the node index of node-level scores, one row per sender",
+    _table("nodes", "circuitstat.circuits.scores.ScoreMatrix: the node index of node-level scores, one row per sender",
            ("index", I, "position in every score vector"), ("name", S, "sender name"), ("layer", I, "layer"),
            ("kind", S, "input, head or mlp")),
-    _table("circuit", "circuits.circuit.Circuit: one row per graph edge, with its score and membership",
+    _table("circuit", "circuitstat.circuits.circuit.Circuit: one row per graph edge, with its score and membership",
            ("index", I, "edge index"), ("name", S, "edge name"), ("sender", S, "sending node"),
            ("receiver", S, "receiving node"), ("kind", S, "receiver input kind"), ("sender_layer", I, "sender layer"),
            ("receiver_layer", I, "receiver layer"), ("score", F32, "score the rule ranked (NaN: none)"),
            ("in_circuit", B, "the edge is in the circuit"),
            ("tied_at_cutoff", B, "top-k rule: the edge's score ties the k-th one, so the seeded random tie "
-                                 "break (reports.topk) decided whether it is in")),
-    _table("circuit_nodes", "circuits.circuit.Circuit: one row per node",
+                                 "break (circuitstat.core.topk) decided whether it is in")),
+    _table("circuit_nodes", "circuitstat.circuits.circuit.Circuit: one row per node",
            ("name", S, "node name"), ("layer", I, "layer"), ("score", F32, "node score (NaN: none)"),
            ("in_circuit", B, "the node is in the circuit")),
 )}

@@ -3,10 +3,10 @@
 Given K refits of one architecture (models that differ only by their training seed or recipe),
 :class:`HeadStability` (a scikit-learn style estimator: parameters in ``__init__``,
 ``fit(models)`` returns the estimator with the result in ``result_``) measures how reproducible
-each attention head is. This module loads models, builds the probe set (``circuits.probes``),
-reads the models out (``circuits.readouts``) and hands the stages' outputs to
-:mod:`pipelines.head_result`, which assembles the tables; every statistic is computed in
-``stats.head_stability``, ``stats.head_pairs``, ``stats.head_nulls`` and ``stats.similarity``:
+each attention head is. This module loads models, builds the probe set (``circuitstat.circuits.probes``),
+reads the models out (``circuitstat.circuits.readouts``) and hands the stages' outputs to
+:mod:`circuitstat.pipelines.heads.result`, which assembles the tables; every statistic is computed in
+``circuitstat.stats.head_stability``, ``circuitstat.stats.head_pairs``, ``circuitstat.stats.head_nulls`` and ``circuitstat.stats.similarity``:
 
 * a head's representation on a probe prompt is the lower triangle (with diagonal) of its
   attention pattern; the similarity of two heads is the cosine per prompt averaged over prompts;
@@ -46,23 +46,23 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from circuits.probes import ProbeSet, build_probe
-from reports.estimator import Estimator
-from reports.seeds import as_seed_sequence, spawn_seeds
-from stats.head_nulls import (importance_correlations, layer_summaries_with_shuffled_gap, prompt_null_pairs,
+from circuitstat.circuits.probes import ProbeSet, build_probe
+from circuitstat.core.estimator import Estimator
+from circuitstat.core.seeds import as_seed_sequence, spawn_seeds
+from circuitstat.stats.head_nulls import (importance_correlations, layer_summaries_with_shuffled_gap, prompt_null_pairs,
                               untrained_null_pairs)
-from stats.head_pairs import (PairSimilarities, null_means, pair_similarities, quiet_nanmean, residual_cka,
+from circuitstat.stats.head_pairs import (PairSimilarities, null_means, pair_similarities, quiet_nanmean, residual_cka,
                               untrained_null_scores)
-from stats.head_stability import (CKA_KINDS, all_pairs_layer_stability, anchor_head_stability,
+from circuitstat.stats.head_stability import (CKA_KINDS, all_pairs_layer_stability, anchor_head_stability,
                                   cross_layer_best_match, fisher_interval, head_distinctness_from_similarity,
                                   matched_similarity, pair_matrix, percentile_interval, permutation_correlation,
                                   perplexity_rise, prompt_resampled_similarity, refit_bootstrap_counts,
                                   refit_level_summaries, refit_pair_weights)
-from stats.resampling import ResamplingPlan
-from stats.similarity import match_heads
+from circuitstat.stats.resampling import ResamplingPlan
+from circuitstat.stats.similarity import match_heads
 
-from .build import load_source
-from .head_result import (ESTIMANDS, HeadStabilityResult, refit_replicates, refits_table, result_params,
+from circuitstat.pipelines.build import load_source
+from circuitstat.pipelines.heads.result import (ESTIMANDS, HeadStabilityResult, refit_replicates, refits_table, result_params,
                           result_tables, summary_rows)
 
 __all__ = [
@@ -85,7 +85,7 @@ CI_OVER = ("both", "prompts", "refits")
 
 
 def _input_error(msg: str) -> Exception:
-    from reports.errors import InputError
+    from circuitstat.core.errors import InputError
 
     return InputError(msg)
 
@@ -106,8 +106,8 @@ def _blas_threads(n: int):
 def _untrained_null(models: list, patterns: list[np.ndarray], ids: np.ndarray, match: str, drop_bos: bool,
                     n_models: int, seed: np.random.SeedSequence, batch_size: int) -> tuple[np.ndarray, list[int]]:
     """Return each refit's matched score against untrained models ``[K, L, H]`` and their seeds."""
-    from circuits.model import CircuitModel
-    from circuits.readouts import attention_patterns
+    from circuitstat.circuits.model import CircuitModel
+    from circuitstat.circuits.readouts import attention_patterns
 
     seeds = [int(s.generate_state(1)[0]) for s in spawn_seeds(seed, n_models)]
     untrained = [attention_patterns(CircuitModel(models[0].cfg).init_weights(s).to(models[0].device).eval(), ids,
@@ -260,7 +260,7 @@ class HeadStability(Estimator):
             raise _input_error(f"probe length {length} exceeds the models' context n_ctx={n_ctx}")
         corpus = self.corpus
         if corpus is None and self.probe_file is None:
-            from circuits.corpus import load_corpus
+            from circuitstat.circuits.corpus import load_corpus
 
             hashes = {getattr(m, "meta", {}).get("training", {}).get("corpus_hash") for m in models} - {None}
             corpus = load_corpus("stdlib")
@@ -319,7 +319,7 @@ class HeadStability(Estimator):
         return self
 
     def _fit(self, models, probe) -> HeadStabilityResult:
-        from circuits.readouts import attention_patterns
+        from circuitstat.circuits.readouts import attention_patterns
 
         ctx = self._context(models, probe)
         ctx.patterns = [attention_patterns(m, ctx.probe.ids, self.batch_size) for m in ctx.models]
@@ -405,7 +405,7 @@ class HeadStability(Estimator):
 
     def _importance(self, ctx: _Context, matched_pairs: np.ndarray) -> dict[str, Any]:
         """Return the anchor's importance with bootstrap interval and the stability-importance correlations."""
-        from circuits.readouts import head_importance
+        from circuitstat.circuits.readouts import head_importance
 
         nan_heads = np.full((ctx.n_layers, ctx.n_heads), np.nan)
         out: dict[str, Any] = {"value": nan_heads, "low": nan_heads, "high": nan_heads, "rows": []}
@@ -429,7 +429,7 @@ class HeadStability(Estimator):
 
     def _residual(self, ctx: _Context) -> dict[str, Any]:
         """Return residual-stream CKA per layer, hook and kind: point, half-sample replicates, refit-level."""
-        from circuits.readouts import cka_positions, residual_rows
+        from circuitstat.circuits.readouts import cka_positions, residual_rows
 
         out: dict[str, Any] = {"rows": [], "replicates": {}, "refit": {}}
         if not (self.residual and self.hooks and self.cka):
@@ -468,7 +468,7 @@ def write_heads_run(result: HeadStabilityResult, out: str | os.PathLike, *, spec
     A rerun with another spec, other models or another probe set is refused (StageSpecChangedError)
     unless ``force``: the directory never mixes two fits.
     """
-    from reports.rundir import RunDir
+    from circuitstat.core.rundir import RunDir
 
     prov = result.table_provenance()
     spec = spec if spec is not None else {k: v for k, v in result.params.items() if k != "models"}

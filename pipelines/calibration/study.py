@@ -3,7 +3,7 @@
 ``circuitstat study calibration SPEC --out DIR`` computes per-example scores on a large population
 of prompts (synthetic tasks make thousands cheap), then draws many datasets of each size N in the
 spec's grid from that population and recomputes every interval the audit reports from each one
-(stats.calibration). It writes empirical coverage with its Monte Carlo error, and width, per
+(circuitstat.stats.calibration). It writes empirical coverage with its Monte Carlo error, and width, per
 interval type and N: the answer to "is N = 64 enough for my circuit?".
 
 A spec::
@@ -25,12 +25,12 @@ else; the faithfulness family re-runs the model on the population prompts, so it
 
 Interval families (``intervals``):
 
-* ``edge``: every per-edge interval method (stats.intervals.METHODS) against the population mean
+* ``edge``: every per-edge interval method (circuitstat.stats.intervals.METHODS) against the population mean
   effect of each edge;
 * ``stability``: the audit's data-level circuit-stability intervals (circuit_stability with
   data_level=True: jaccard_data, jaccard_pop, phi_data) at each k of ``ks``, against their
   population values at each N, computed by Monte Carlo over ``n_truth_pairs`` pairs of size-N
-  datasets (stats.calibration_kinds); and the resampling-spread interval of the mean Jaccard
+  datasets (circuitstat.stats.calibration_kinds); and the resampling-spread interval of the mean Jaccard
   (jaccard_ci_*), labelled as Monte Carlo error, against the same J_N to show it does not cover it.
   Circuits are chosen by ``ranking`` (as the audit's spec).
 * ``faithfulness``: the audit's two faithfulness intervals at each k of ``ks`` (the fixed-circuit
@@ -42,11 +42,11 @@ Interval families (``intervals``):
   ablation a prompt's metric depends on the reference set, which differs between a dataset and
   the population.
 
-Monte Carlo error: ``coverage_mc_se`` takes the dataset as the unit (stats.calibration): the edges
+Monte Carlo error: ``coverage_mc_se`` takes the dataset as the unit (circuitstat.stats.calibration): the edges
 or circuit sizes of one dataset share its prompts and are not independent draws. There is no
 null-rejection column for these families: every per-edge method is translation-equivariant, so
 the false-positive rate of "the interval excludes 0" at a null edge shaped like edge e is
-1 − e's coverage (stats.calibration_kinds.edge_interval_kinds).
+1 − e's coverage (circuitstat.stats.calibration_kinds.edge_interval_kinds).
 """
 
 from __future__ import annotations
@@ -58,12 +58,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 if TYPE_CHECKING:  # the result type; imported when the study returns
-    from reports.run_tables import RunTables
+    from circuitstat.core.run_tables import RunTables
 
-from .spec import METHOD, ABLATION, KGrid, TaskSpec, _RunOptions, load_yaml, validate_spec
+from circuitstat.pipelines.spec import METHOD, ABLATION, KGrid, TaskSpec, _RunOptions, load_yaml, validate_spec
 
 __all__ = ["CalibrationSpec", "parse_calibration_spec", "check_calibration_spec", "load_calibration_spec",
            "run_calibration_study", "summary_lines"]
@@ -131,13 +131,13 @@ def check_calibration_spec(spec: CalibrationSpec, source: str = "<spec>") -> Non
         raise InputError(f"{bad} sizes go up to {spec.sizes[-1]} but the population "
                          f"(task.n) has {spec.task.n} prompts; make task.n at least 8x the largest size")
     if "stability" in spec.intervals:
-        from stats.stability_data import MIN_OBS
+        from circuitstat.stats.stability_data import MIN_OBS
 
         if spec.sizes[0] < MIN_OBS:
             raise InputError(f"{bad} the stability intervals need datasets of at least "
                              f"{MIN_OBS} prompts, but sizes start at {spec.sizes[0]}; drop the smaller sizes")
     if "faithfulness" in spec.intervals:
-        from stats.faithfulness import MIN_PER_FOLD
+        from circuitstat.stats.faithfulness import MIN_PER_FOLD
 
         if spec.scores is None and spec.ablation not in PER_EXAMPLE_ABLATIONS:
             raise InputError(f"{bad} the faithfulness intervals need a per-example "
@@ -155,8 +155,8 @@ def load_calibration_spec(path: str | Path, *, allow_outside: bool = False,
     """The validated calibration spec in a YAML file, local paths (model, task file, scores) resolved relative to it.
 
     ``scores`` (the command line's ``--scores``) replaces the file's; it is not confined, as ``check --run``."""
-    from .spec import confine_paths
-    from .yamlio import resolve_inside
+    from circuitstat.pipelines.spec import confine_paths
+    from circuitstat.pipelines.yamlio import resolve_inside
 
     data = load_yaml(path)
     if scores is not None and isinstance(data, dict):
@@ -170,14 +170,14 @@ def load_calibration_spec(path: str | Path, *, allow_outside: bool = False,
 
 def edge_interval_kinds(population: np.ndarray, spec: CalibrationSpec) -> list:
     """IntervalKinds for every per-edge interval method, against each edge's population mean."""
-    from stats.calibration_kinds import edge_interval_kinds as kinds
+    from circuitstat.stats.calibration_kinds import edge_interval_kinds as kinds
 
     return kinds(population, n_resamples=spec.n_resamples, confidence_level=spec.confidence_level)
 
 
 def stability_kinds(population: np.ndarray, spec: CalibrationSpec, seed) -> list:
-    """IntervalKinds of the data-level circuit-stability intervals (stats.calibration_kinds)."""
-    from stats.calibration_kinds import stability_interval_kinds
+    """IntervalKinds of the data-level circuit-stability intervals (circuitstat.stats.calibration_kinds)."""
+    from circuitstat.stats.calibration_kinds import stability_interval_kinds
 
     return stability_interval_kinds(population, spec.ks, ranking=spec.ranking, n_resamples=spec.n_resamples,
                                     confidence_level=spec.confidence_level, n_truth_pairs=spec.n_truth_pairs,
@@ -188,9 +188,9 @@ def faithfulness_kinds(population: np.ndarray, spec: CalibrationSpec, model, tas
     """IntervalKinds of the audit's two faithfulness intervals, each circuit run once per population prompt."""
     import warnings
 
-    from circuits.ablation import Ablation
-    from circuits.faithfulness import faithfulness
-    from stats.calibration_kinds import PopulationEvaluations, faithfulness_interval_kinds
+    from circuitstat.circuits.ablation import Ablation
+    from circuitstat.circuits.faithfulness import faithfulness
+    from circuitstat.stats.calibration_kinds import PopulationEvaluations, faithfulness_interval_kinds
 
     ablation = Ablation(spec.ablation, model, task, seed=spec.seed, batch_size=spec.batch_size)
 
@@ -225,13 +225,13 @@ def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int
                           force: bool = False, allow_pickle: bool = False, allow_large: bool = False) -> RunTables:
     """Run (or resume) the calibration study of ``spec`` into run directory ``out``; return its tables as a
     result read lazily (main table ``coverage``). ``allow_pickle`` / ``allow_large``: as for load_model."""
-    from reports.run_tables import RunTables
-    from reports.rundir import RunDir
-    from reports.tables import table_to_matrix
-    from stats.calibration import coverage_study
+    from circuitstat.core.run_tables import RunTables
+    from circuitstat.core.rundir import RunDir
+    from circuitstat.core.tables import table_to_matrix
+    from circuitstat.stats.calibration import coverage_study
 
-    from .calibration_population import prepare_population
-    from .training import use_deterministic
+    from circuitstat.pipelines.calibration.population import prepare_population
+    from circuitstat.pipelines.training import use_deterministic
 
     use_deterministic()  # CUBLAS_WORKSPACE_CONFIG too, before any model loads
     src = prepare_population(spec, n_jobs=n_jobs, allow_pickle=allow_pickle, allow_large=allow_large)
@@ -253,7 +253,7 @@ def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int
                 "n_truth_pairs")
         run.stage("calibration", calibrate, ["coverage", "coverage_per_unit"],
                   params={k: doc[k] for k in keys}, depends_on=[name], force=force)
-    from reports.run_tables import RunTables
+    from circuitstat.core.run_tables import RunTables
 
     return RunTables(Path(out), ("coverage", "coverage_per_unit"), "coverage",
                      {"study": "calibration", "spec": doc, "confidence_level": spec.confidence_level})

@@ -8,7 +8,7 @@ an address-space cap around the execution, because some functions allocate outsi
 manager (``repeat('x', 4000000000)`` would otherwise take 8 GB before any interrupt is seen); and a
 cap on the rows returned, read batch by batch so a huge result is refused before it is held.
 The tables of a run directory are its own regular files: a ``*.parquet`` that is a symbolic link
-leading out of the directory, or not a regular file, is refused (reports.confine).
+leading out of the directory, or not a regular file, is refused (circuitstat.core.confine).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _quote_str(s: str) -> str:
 def _own_table(run_dir: Path, p: Path, name: str) -> Path:
     """The real path of table ``p`` of ``run_dir`` (called ``name`` in messages: the service names runs by job
     id, never by a server path); ValueError when it leads out of the run or is not a regular file."""
-    from reports.confine import inside
+    from circuitstat.core.confine import inside
 
     if not inside(p, run_dir):
         raise ValueError(f"table {p.name} in run directory {name!r} is a symbolic link leading out of it; "
@@ -91,7 +91,7 @@ def list_tables(run_dirs: RunDirs) -> dict[str, list[tuple[str, Path]]]:
     for name, d in _named(run_dirs):
         if not d.is_dir():
             raise ValueError(f"run directory {name!r} does not exist or is not a directory")
-        # Hidden files are temp files of writers in progress (see reports.atomic).
+        # Hidden files are temp files of writers in progress (see circuitstat.core.atomic).
         for p in sorted(d.glob("*.parquet")):
             if not p.name.startswith("."):
                 tables.setdefault(p.stem, []).append((name, _own_table(d, p, name)))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 __all__ = ["resolve_inside", "resolve_in_dir", "inside", "looks_like_path"]
 

@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from reports.atomic import atomic_write
-from reports.provenance import provenance as _base_provenance, to_jsonable
+from circuitstat.core.atomic import atomic_write
+from circuitstat.core.provenance import provenance as _base_provenance, to_jsonable
 
 PROVENANCE_KEY = b"circuitstat.provenance"
 SCORES_COLUMN = "scores"

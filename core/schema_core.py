@@ -1,6 +1,6 @@
 """How a table's schema is written down and checked: Column, TableSchema and the helpers that declare them.
 
-The registries (reports/schema.py: run tables; reports/schema_results.py: the tables of every
+The registries (core/schema.py: run tables; core/schema_results.py: the tables of every
 Result class) are built from these. An interval is a ``<prefix>_low`` / ``<prefix>_high`` column
 pair declared with :func:`_ci`, whose doc says what it covers (DESIGN.md: every interval names its
 estimand); :meth:`TableSchema.intervals` finds them, so ``Result.conf_int`` needs no per-class code.
@@ -86,7 +86,7 @@ class TableSchema:
         missing = [c.name for c in self.columns if c.name not in got and not c.optional]
         extra = [n for n in got if n not in self.names]
         if missing or extra:
-            raise SchemaError(f"table {self.name!r} does not match reports/schema.py: missing {missing}, "
+            raise SchemaError(f"table {self.name!r} does not match core/schema.py: missing {missing}, "
                               f"unregistered {extra}; fix the writer or register the column")
         cols, fields = [], []
         for c in self.columns:

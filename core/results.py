@@ -5,14 +5,14 @@ produced it (statsmodels style):
 
 * ``to_table(name=None)`` / ``tables()`` / ``table_names()``: its tables as pyarrow tables, with the
   parameters that produced them in the schema metadata; every table name is registered in
-  reports/schema.py (the Result tables in reports/schema_results.py);
+  core/schema.py (the Result tables in core/schema_results.py);
 * ``summary()``: a short text;
 * ``conf_int(alpha=None, which=None) -> ConfInt``: one interval of the result (``which``; default
   its primary one) with the estimand it covers and its level; ``interval_names()`` lists them.
   The intervals are the ``<prefix>_low/_high`` column pairs its tables' schemas declare, so every
   result with an interval answers the same way and the estimand is the one its table states;
 * ``write(run_dir)``: its tables into a run directory, always through
-  :class:`reports.rundir.RunDir`, so each is checked against its schema and carries provenance.
+  :class:`circuitstat.core.rundir.RunDir`, so each is checked against its schema and carries provenance.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from reports.errors import InputError
-from reports.provenance import to_jsonable  # the one JSON conversion (the ground floor; no torch)
+from circuitstat.core.errors import InputError
+from circuitstat.core.provenance import to_jsonable  # the one JSON conversion (the ground floor; no torch)
 
 if TYPE_CHECKING:
-    from reports.rundir import RunDir
+    from circuitstat.core.rundir import RunDir
 
 __all__ = ["ConfidenceInterval", "ConfInt", "MethodIntervals", "Result"]
 
@@ -157,7 +157,7 @@ class Result:
     def _intervals(self) -> dict[str, ConfInt]:
         """Return {name: interval} of every declared interval of the tables (``<table>.<prefix>``; the main
         table's also by ``<prefix>`` alone). Subclasses add names (e.g. one per interval method)."""
-        from reports.schema import schema_for
+        from circuitstat.core.schema import schema_for
 
         tables = self._interval_tables()
         out: dict[str, ConfInt] = {}
@@ -211,18 +211,18 @@ class Result:
     def write(self, run_dir: "RunDir | str | os.PathLike", *, under: str | None = None) -> dict[str, Path]:
         """Write every table as ``<run_dir>/[<under>/]<name>.parquet`` through RunDir; return {name: path}.
 
-        ``run_dir``: an open :class:`reports.rundir.RunDir` (e.g. inside a stage of a larger run) or a
+        ``run_dir``: an open :class:`circuitstat.core.rundir.RunDir` (e.g. inside a stage of a larger run) or a
         path, opened as one (manifest.json, lock, atomic writes). Every table is validated against its
-        registered schema; a table without one is refused (register it in reports/schema_results.py).
+        registered schema; a table without one is refused (register it in core/schema_results.py).
         """
-        from reports.rundir import RunDir
-        from reports.schema import SchemaError, schema_for
+        from circuitstat.core.rundir import RunDir
+        from circuitstat.core.schema import SchemaError, schema_for
 
         tables = self.tables()
         missing = [n for n in tables if schema_for(n) is None]
         if missing:
             raise SchemaError(f"{type(self).__name__} tables {missing} have no registered schema; register them in "
-                              "reports/schema_results.py so write can check them")
+                              "core/schema_results.py so write can check them")
         if not isinstance(run_dir, RunDir):
             with RunDir(run_dir, spec=self.run_spec()) as run:
                 return self.write(run, under=under)

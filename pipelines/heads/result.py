@@ -1,4 +1,4 @@
-"""The result of :class:`pipelines.heads.HeadStability` and the tables it is assembled into.
+"""The result of :class:`circuitstat.pipelines.heads.stability.HeadStability` and the tables it is assembled into.
 
 :class:`HeadStabilityResult` holds the column dicts of every table (heads, layers, residual,
 head_details, correlation, summary, refits) with their intervals, each labelled with its
@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from stats.head_nulls import residual_minus_head_jackknife
-from stats.head_pairs import quiet_nanmean
-from stats.head_stability import RefitLevel, comparison_t_interval, percentile_interval
-from reports.seeds import seed_record
-from reports.results import Result
+from circuitstat.stats.head_nulls import residual_minus_head_jackknife
+from circuitstat.stats.head_pairs import quiet_nanmean
+from circuitstat.stats.head_stability import RefitLevel, comparison_t_interval, percentile_interval
+from circuitstat.core.seeds import seed_record
+from circuitstat.core.results import Result
 
 if TYPE_CHECKING:
-    from .heads import _Context
+    from circuitstat.pipelines.heads.stability import _Context
 
 __all__ = ["ESTIMANDS", "HeadStabilityResult"]
 
@@ -109,7 +109,7 @@ class HeadStabilityResult(Result):
     def _summary_items(self) -> list[tuple[str, Any]]:
         items = [("refits", len(self.refits["refit"])), ("layers x heads", f"{self.n_layers} x {self.n_heads}"),
                  ("match / pairs", f"{self.params.get('match')} / {self.params.get('pairs')}")]
-        from stats.head_stability import seeds_interval_text
+        from circuitstat.stats.head_stability import seeds_interval_text
 
         n_refits = len(self.refits["refit"])
         for r in self.summary_rows:

@@ -1,10 +1,10 @@
 """The stability audit: attribution → resampling → stability → faithfulness → approximation → heads.
 
-Each step is a resumable stage of a run directory (reports.rundir.RunDir): a killed run resumes
+Each step is a resumable stage of a run directory (circuitstat.core.rundir.RunDir): a killed run resumes
 with the same command and recomputes only unfinished stages; every stage's randomness comes
 from the run's root seed and the stage name, so resumed, parallel and serial runs write
 identical tables. This module only orchestrates: the tables' columns are built by
-pipelines.audit_tables, from the estimators of stats/ and circuits/.
+circuitstat.pipelines.audit.tables, from the estimators of stats/ and circuits/.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .audit_tables import (_concat, approximation_tables, crossfit_folds, edge_stats_table, faithfulness_table,
+from circuitstat.pipelines.audit.tables import (_concat, approximation_tables, crossfit_folds, edge_stats_table, faithfulness_table,
                            stability_tables)
-from .spec import AuditSpec
+from circuitstat.pipelines.spec import AuditSpec
 
 
 def _chunks(n: int, batch_size: int, n_jobs: int) -> list[np.ndarray]:
@@ -29,7 +29,7 @@ def _chunks(n: int, batch_size: int, n_jobs: int) -> list[np.ndarray]:
 
 
 def _attribute_rows(rows, model, task, method, spec: AuditSpec):
-    from circuits.attribution import attribute
+    from circuitstat.circuits.attribution import attribute
 
     return attribute(model, task, method, level=spec.level, ablation=spec.ablation, batch_size=spec.batch_size,
                      ig_steps=spec.ig_steps, seed=spec.seed, rows=rows, progress=False,
@@ -41,9 +41,9 @@ def attribution_scores(model, task, method: str, spec: AuditSpec, n_jobs: int):
 
     ``spec``: the AuditSpec, or any object with its level, ablation, batch_size, ig_steps and seed
     (the ``attribute`` command passes its options so)."""
-    from circuits.scores import ScoreMatrix
+    from circuitstat.circuits.scores import ScoreMatrix
 
-    from .parallel import run_chunks
+    from circuitstat.pipelines.parallel import run_chunks
 
     n = task.clean.shape[0]
     t0 = time.perf_counter()
@@ -59,8 +59,8 @@ def attribution_scores(model, task, method: str, spec: AuditSpec, n_jobs: int):
 
 def resampling_plan(spec: AuditSpec, n: int, groups, seed, *, for_intervals: bool):
     """The run's resampling plan: bootstrap over examples or clusters, or half-size subsamples."""
-    from reports.errors import InputError
-    from stats import ResamplingPlan
+    from circuitstat.core.errors import InputError
+    from circuitstat.stats import ResamplingPlan
 
     b = spec.bootstrap
     if b.scheme == "clusters":
@@ -82,11 +82,11 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
     once (model 0 by :func:`prepare_audit`, the other refits by the heads stage), with the spec's
     dtype on the checked device.
     """
-    from reports.rundir import RunDir
+    from circuitstat.core.rundir import RunDir
 
-    from .build import check_n_jobs
-    from .parallel import backend
-    from .training import use_deterministic
+    from circuitstat.pipelines.build import check_n_jobs
+    from circuitstat.pipelines.parallel import backend
+    from circuitstat.pipelines.training import use_deterministic
 
     out = Path(out)
     n_jobs = check_n_jobs(spec.n_jobs if n_jobs is None else n_jobs, "--n-jobs" if n_jobs is not None else "n_jobs")
@@ -105,8 +105,8 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
 
 def _score_stages(run, spec: AuditSpec, model, task, workers: int, force: bool) -> tuple[list[str], dict]:
     """Run the index stage and one scores stage per method; return (edge or node names, {method: [N, E] scores})."""
-    from circuits.scores import ScoreMatrix
-    from reports.tables import table_to_matrix
+    from circuitstat.circuits.scores import ScoreMatrix
+    from circuitstat.core.tables import table_to_matrix
 
     n_cols = model.graph.n_edges if spec.level == "edge" else model.graph.n_senders
     base = {"weight_hash": model.weight_hash(), "task_hash": task.content_hash}
@@ -177,10 +177,10 @@ def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: b
     """(sources, model, task) of ``spec``, after every check that needs no run directory:
     device, sizes (lifted by ``allow_large``), task options, attribution options, k and the
     resampling scheme. InputError on the first problem."""
-    from circuits.attribution import check_options
-    from reports.errors import InputError
+    from circuitstat.circuits.attribution import check_options
+    from circuitstat.core.errors import InputError
 
-    from .build import build_task, check_device, check_work, n_columns, resolve_source, task_positions
+    from circuitstat.pipelines.build import build_task, check_device, check_work, n_columns, resolve_source, task_positions
 
     for method in spec.methods:
         check_options(method, spec.level, spec.ablation, batch_size=spec.batch_size, ig_steps=spec.ig_steps)
@@ -205,14 +205,14 @@ def load_audit_model(spec: AuditSpec, source: str, device: str, *, allow_pickle:
                      allow_large: bool = False):
     """Return ``source`` as a CircuitModel loaded as the audit loads each of its models: the spec's dtype,
     on ``device`` (already through build.check_device)."""
-    from .build import load_source
+    from circuitstat.pipelines.build import load_source
 
     return load_source(source, device=device, dtype=spec.dtype, allow_pickle=allow_pickle, allow_large=allow_large)
 
 
 def check_scheme(scheme: str, groups, task_name: str) -> None:
     """None; InputError when the resampling ``scheme`` cannot apply (clusters need the task's groups)."""
-    from reports.errors import InputError
+    from circuitstat.core.errors import InputError
 
     if scheme == "clusters" and groups is None:
         raise InputError(f"bootstrap scheme 'clusters' needs a task with groups (templates); task {task_name!r} "
@@ -222,7 +222,7 @@ def check_scheme(scheme: str, groups, task_name: str) -> None:
 def run_stage(run, name: str, fn, outputs, **kw) -> None:
     """``run.stage(name, fn, outputs, **kw)`` with ``fn`` pinned to one torch and one BLAS thread,
     and a line on stderr saying how long the stage took (or that it was already done)."""
-    from .parallel import single_threaded
+    from circuitstat.pipelines.parallel import single_threaded
 
     ran = []
     t0 = time.perf_counter()
@@ -240,10 +240,10 @@ def run_stage(run, name: str, fn, outputs, **kw) -> None:
 
 def _heads_stage(run, spec: AuditSpec, sources: list[str], model, task, force: bool, *, allow_pickle: bool = False,
                  allow_large: bool = False) -> None:
-    """Head stability across the spec's models (the heads estimator of pipelines.heads). ``model`` is
+    """Head stability across the spec's models (the heads estimator of circuitstat.pipelines.heads.stability). ``model`` is
     ``sources[0]`` as prepare_audit loaded it; the other refits load the same way (the spec's dtype, on
     model 0's checked device), and only when the stage runs."""
-    from . import heads as heads_mod
+    from circuitstat.pipelines.heads import stability as heads_mod
 
     params = {"models": spec.sources, **spec.heads.model_dump(), "seed": spec.seed}
     outputs = ["heads", "layers", "residual", "head_details", "correlation", "summary"]

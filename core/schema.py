@@ -9,16 +9,16 @@ interval names its estimand).
 
 Tables not registered here (a study's own tables) are written unvalidated; registering one is
 adding a ``_table(...)`` below. The tables of the Result classes are registered in
-reports/schema_results.py and merged here; the building blocks are in reports/schema_core.py.
+core/schema_results.py and merged here; the building blocks are in core/schema_core.py.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from reports.schema_core import (B, DATA_JACCARD, DATA_PHI, EDGE_ESTIMAND, F, FIXED_F, MC_JACCARD, POP_JACCARD, REFIT,
+from circuitstat.core.schema_core import (B, DATA_JACCARD, DATA_PHI, EDGE_ESTIMAND, F, FIXED_F, MC_JACCARD, POP_JACCARD, REFIT,
                                  SELECTED_F, I, S, Column, SchemaError, TableSchema, _ci, _table)
-from reports.schema_results import RESULT_TABLES
+from circuitstat.core.schema_results import RESULT_TABLES
 
 __all__ = ["Column", "TableSchema", "SchemaError", "TABLES", "schema_for", "claimable", "columns", "fill"]
 
@@ -62,7 +62,7 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            *_ci("phi_data_ci", "phi_data", DATA_PHI),
            ("cutoff_ties_mean", F, "mean number of edges tied at the top-k cut-off (ties broken at random)"),
            ("cutoff_ties_excluded_mean", F, "mean number of those tied edges left out of the circuit"),
-           ("tie_rule", S, "how ties at the top-k cut-off were broken (reports.topk)"),
+           ("tie_rule", S, "how ties at the top-k cut-off were broken (circuitstat.core.topk)"),
            ("spearman_mean", F, "mean Spearman correlation of full resample score vectors (k-free)")),
     _table("inclusion", "how often each edge enters the top-k circuit over resamples (edges never selected: no row)",
            _METHOD, _K, ("edge", I, "edge index"), ("name", S, "edge name"),
@@ -86,7 +86,7 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("f_selected_estimand", S, "what f_selected_ci covers"),
            ("fold_circuit_jaccard", F, "mean Jaccard between the circuits selected on different folds"),
            ("f_selected_note", S, "how f_selected was computed, or why it is NaN"),
-           ("tie_rule", S, "how ties at the top-k cut-off were broken (reports.topk), the rule of every circuit here"),
+           ("tie_rule", S, "how ties at the top-k cut-off were broken (circuitstat.core.topk), the rule of every circuit here"),
            ("cutoff_ties", I, "edges (nodes) whose mean score ties the k-th one of the fixed circuit"),
            ("cutoff_ties_excluded", I, "of those, left out of the fixed circuit by the tie rule")),
     _table("approximation", "per-edge error of an approximate method against exact patching",
@@ -101,7 +101,7 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("slope", F, "pooled per-example regression slope", True), ("r2", F, "pooled per-example R^2", True),
            ("bias_mean", F, "mean error over prompts and edges", True),
            ("top_k_overlap", F, "share of exact's top-k circuit in the method's top-k", True),
-           ("k", I, "k of top_k_overlap"), ("tie_rule", S, "how ties at the top-k cut-off were broken (reports.topk)"),
+           ("k", I, "k of top_k_overlap"), ("tie_rule", S, "how ties at the top-k cut-off were broken (circuitstat.core.topk)"),
            ("cutoff_ties", I, "edges whose exact mean ties exact's k-th one"),
            ("cutoff_ties_approx", I, "edges whose mean by this method ties its k-th one")),
     _table("heads", "cross-seed stability of each head (matched to the other refits), one row per head",
@@ -215,7 +215,7 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("cutoff_ties", I, "edges tied at the top-k cut-off (broken at random)"),
            ("chance", F, "expected Jaccard of two random k-subsets"), ("n_resamples", I, "bootstrap resamples"),
            ("spread_label", S, "what spread_low/high are"),
-           ("tie_rule", S, "how ties at the top-k cut-off were broken (reports.topk)")),
+           ("tie_rule", S, "how ties at the top-k cut-off were broken (circuitstat.core.topk)")),
     _table("variance_summary", "per factor: Jaccard to the reference circuit at the summary k, its interval and verdict",
            ("factor", S, "source of variation"), ("level", S, "level, or the mean over levels"),
            ("jaccard_to_reference", F, "estimate"),
@@ -263,7 +263,7 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("truth", F, "the unit's true value (mean over datasets where it depends on the dataset)")),
     _table("claims", "results of `circuitstat check` against this run, one row per claim (the report's verdict lists them)",
            ("index", I, "the claim's position in its claims file, from 0"),
-           ("name", S, "the claim's name (or its label)"), ("kind", S, "claim kind (pipelines.claims.kinds)"),
+           ("name", S, "the claim's name (or its label)"), ("kind", S, "claim kind (circuitstat.pipelines.claims.kinds)"),
            ("status", S, "pass, fail or error"), ("observed", S, "the observed value(s) as the check printed them"),
            ("bound", S, "the claim's bound"), ("reason", S, "why it holds, fails or cannot be evaluated"),
            ("description", S, "the claim's description, or empty")),
@@ -278,7 +278,7 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("multiplicity", S, "the multiple-comparison rule of the verdicts (head study)", False, True)),
 )}
 
-# Token contribution weights and attention sinks (pipelines.contributions; issue 16)
+# Token contribution weights and attention sinks (circuitstat.pipelines.contributions; issue 16)
 DROP = "the mean metric drop over the task's prompt distribution when the measure's top-k tokens are ablated"
 DROP_DIFF = "the mean paired difference of drops between the two measures over the prompt distribution"
 SINK_RATE = "the head's sink rate (share of query positions above the threshold) over the prompt distribution"
@@ -287,7 +287,7 @@ TOKEN_SEEDS = "the expected top-k token Jaccard between two training seeds (jack
 SINK_SEEDS = "the mean over the distribution of training seeds (t interval over seeds)"
 SINK_MATCHED = ("the mean over ordered pairs of training seeds, i.e. over the distribution of training seeds (jackknife "
                 "over seeds, t on K-1 df; prompts fixed)")
-_MEASURE_WEIGHT = "importance of the token at the read-out position by the {} measure (circuits.contributions)"
+_MEASURE_WEIGHT = "importance of the token at the read-out position by the {} measure (circuitstat.circuits.contributions)"
 TABLES.update({t.name: t for t in (
     _table("token_weights", "per-token importance at each prompt's read-out position, one row per prompt and token",
            ("prompt", I, "prompt index in the task"), ("position", I, "token position"), ("token", I, "token id"),
@@ -366,7 +366,7 @@ TABLES.update({t.name: t for t in (
            ("matching", S, "how heads were matched across seeds"), ("estimand", S, "what the interval covers")),
 )})
 
-# Ground-truth study (pipelines.groundtruth_study; issue 27)
+# Ground-truth study (circuitstat.pipelines.groundtruth; issue 27)
 GT_DATASETS = ("the expected value of the statistic for a dataset of N prompts from the task's distribution "
                "(t interval over R independent datasets)")
 _GT_KEYS = (("model", S, "model with a known circuit (tracr:NAME or planted:...)"), _METHOD,

@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from reports.provenance import utc_now
+from circuitstat.core.provenance import utc_now
 
 # A lock file that cannot be parsed is normally one being written right now (create, then write):
 # only after this many seconds is it treated as left by a writer killed in between.

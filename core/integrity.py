@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 __all__ = ["IntegrityError", "open_regular", "read_regular", "file_identity", "digest_file", "digest_bytes",
            "digest_tensors", "seal", "unseal", "write_sealed", "read_sealed", "check_file", "record_file",
@@ -188,8 +188,8 @@ MAX_RECORD = 1 << 20
 
 
 def write_sealed(path: str | os.PathLike[str], payload: dict) -> None:
-    """Write ``payload`` sealed to ``path`` atomically (reports.atomic)."""
-    from reports.atomic import atomic_write_bytes
+    """Write ``payload`` sealed to ``path`` atomically (circuitstat.core.atomic)."""
+    from circuitstat.core.atomic import atomic_write_bytes
 
     atomic_write_bytes(path, seal(payload))
 

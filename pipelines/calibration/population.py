@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
 if TYPE_CHECKING:  # the spec type; calibration_study imports this module
-    from .calibration_study import CalibrationSpec
+    from circuitstat.pipelines.calibration.study import CalibrationSpec
 
 __all__ = ["PopulationSource", "prepare_population"]
 
@@ -44,14 +44,14 @@ def prepare_population(spec: "CalibrationSpec", *, n_jobs: int | None, allow_pic
 
 
 def _load(source: str, spec: "CalibrationSpec", allow_pickle: bool, allow_large: bool):
-    from .build import load_source
+    from circuitstat.pipelines.build import load_source
 
     return load_source(source, device=spec.device, dtype=spec.dtype, allow_pickle=allow_pickle,
                        allow_large=allow_large)
 
 
 def _build_task(model, spec: "CalibrationSpec"):
-    from .build import build_task
+    from circuitstat.pipelines.build import build_task
 
     t = spec.task
     return build_task(model, t.name, n=t.n, seed=t.seed, metric=t.metric, **t.options)
@@ -60,10 +60,10 @@ def _build_task(model, spec: "CalibrationSpec"):
 def _attributed(spec: "CalibrationSpec", *, n_jobs: int | None, allow_pickle: bool,
                 allow_large: bool) -> PopulationSource:
     """Scores computed by the study itself: spec.method on spec.task.n prompts of spec.model."""
-    from .audit import attribution_scores
+    from circuitstat.pipelines.audit.run import attribution_scores
 
-    from .build import check_work as check_memory, task_positions
-    from .work import check_calibration
+    from circuitstat.pipelines.build import check_work as check_memory, task_positions
+    from circuitstat.pipelines.work import check_calibration
 
     model = _load(spec.model, spec, allow_pickle, allow_large)
     positions = task_positions(spec.task.name, spec.task.options) or min(int(model.cfg.n_ctx), 64)
@@ -86,16 +86,16 @@ def _attributed(spec: "CalibrationSpec", *, n_jobs: int | None, allow_pickle: bo
 
 def read_scores_run(directory: str | Path):
     """The ScoreMatrix of an attribution run directory, or InputError saying what to pass instead."""
-    from circuits.scores import ScoreMatrix
+    from circuitstat.circuits.scores import ScoreMatrix
 
-    from reports.rundir import MANIFEST, RunDir
+    from circuitstat.core.rundir import MANIFEST, RunDir
 
     path = Path(directory)
     if not (path / "scores.parquet").is_file():
         raise InputError(f"scores: {path} holds no scores.parquet; give the directory that "
                          "`circuitstat attribute ... --out DIR` wrote")
     if (path / MANIFEST).is_file() and not RunDir(path).is_done("scores"):
-        # the digest its run recorded (reports.rundir): a damaged population must not be calibrated on
+        # the digest its run recorded (circuitstat.core.rundir): a damaged population must not be calibrated on
         raise InputError(f"scores: {path / 'scores.parquet'} does not match the digest its run recorded when the "
                          "scores stage finished (edited, damaged or unfinished); run `circuitstat attribute` again")
     return ScoreMatrix.read(path)
@@ -113,13 +113,13 @@ def _from_scores_run(spec: "CalibrationSpec", *, allow_pickle: bool, allow_large
                          f"prompts; lower the sizes or attribute at least 8x the largest size (--n)")
     ig_steps = int(sm.params.get("ig_steps", spec.ig_steps))
     spec = spec.model_copy(update={"method": sm.method, "ablation": sm.ablation, "ig_steps": ig_steps})
-    from .work import check_calibration
+    from circuitstat.pipelines.work import check_calibration
 
     cfg = None
     if spec.model is not None:
-        from circuits.skeleton import load_skeleton
+        from circuitstat.circuits.skeleton import load_skeleton
 
-        from .build import resolve_source
+        from circuitstat.pipelines.build import resolve_source
 
         cfg = load_skeleton(resolve_source(spec.model), allow_pickle=allow_pickle, allow_large=allow_large).cfg
     positions = int(sm.provenance.get("task", {}).get("n_positions") or 64)
@@ -141,7 +141,7 @@ def _from_scores_run(spec: "CalibrationSpec", *, allow_pickle: bool, allow_large
 
 def _checked_model_and_task(spec: "CalibrationSpec", sm, allow_pickle: bool, allow_large: bool):
     """(model, task) named in the spec, each checked against the scores run's hashes; None where not given."""
-    from .calibration_study import PER_EXAMPLE_ABLATIONS
+    from circuitstat.pipelines.calibration.study import PER_EXAMPLE_ABLATIONS
 
     where = f"the attribution run {spec.scores}"
     faithful = "faithfulness" in spec.intervals

@@ -1,9 +1,9 @@
 """Ground-truth study: how well discovery methods, and circuitstat's own error statements, recover known circuits.
 
 ``circuitstat study groundtruth SPEC --out DIR`` runs every method of the spec on every model with a
-known circuit (circuits.groundtruth: tracr-compiled programs, planted circuits), on R disjoint datasets
+known circuit (circuitstat.circuits.groundtruth: tracr-compiled programs, planted circuits), on R disjoint datasets
 of each size N drawn from the model's task, and scores each dataset against the truth
-(stats.groundtruth_scoring).  A spec::
+(circuitstat.stats.groundtruth_scoring).  A spec::
 
     models: [tracr:reverse, tracr:hist, tracr:sort, tracr:frac_prevs, tracr:detect_abc, tracr:dyck,
              "planted:induction?background=1", "planted:induction?background=3"]
@@ -16,7 +16,7 @@ of each size N drawn from the model's task, and scores each dataset against the 
 
 Per model the population is R x max(N) prompts of its task; method scores are computed once on it
 (a resumable stage per model and method) and dataset r of size N is the first N prompts of the r-th
-block, so datasets of one N never share a prompt.  Tables (reports/schema.py):
+block, so datasets of one N never share a prompt.  Tables (core/schema.py):
 ``groundtruth_models``, ``groundtruth_datasets`` (every per-dataset value), ``groundtruth_summary``
 (means over datasets with t intervals; the estimand is in each row), ``groundtruth_fdr`` (realised FDR
 against alpha), ``groundtruth_roc`` (ROC curves averaged over datasets).  The pipeline orchestrates;
@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import Field
 
-from reports.errors import InputError
+from circuitstat.core.errors import InputError
 
-from .spec import METHOD, KGrid, _RunOptions, load_yaml, validate_spec
+from circuitstat.pipelines.spec import METHOD, KGrid, _RunOptions, load_yaml, validate_spec
 
 if TYPE_CHECKING:
-    from reports.run_tables import RunTables
+    from circuitstat.core.run_tables import RunTables
 
 __all__ = ["GroundTruthSpec", "load_groundtruth_spec", "run_groundtruth_study", "summary_lines", "TABLES",
            "population_evaluations",
@@ -126,8 +126,8 @@ def _model_row(gt, source: str, population: int) -> dict:
 
 def population_evaluations(gt, task, spec: GroundTruthSpec):
     """PopulationEvaluations of the model's circuits on every population prompt (faithfulness family)."""
-    from circuits.faithfulness import faithfulness
-    from stats.calibration_kinds import PopulationEvaluations
+    from circuitstat.circuits.faithfulness import faithfulness
+    from circuitstat.stats.calibration_kinds import PopulationEvaluations
 
     def evaluate(masks: np.ndarray, rows: np.ndarray):
         with warnings.catch_warnings():
@@ -140,11 +140,11 @@ def population_evaluations(gt, task, spec: GroundTruthSpec):
 
 
 def _dataset_rows(S: np.ndarray, gt, spec: GroundTruthSpec, method: str, evals, seed) -> list[dict]:
-    """Every per-dataset row of one model and method (stats.groundtruth_scoring), with ROC points."""
-    from stats.groundtruth import roc_on_grid
-    from stats.groundtruth_scoring import faithfulness_dataset, score_dataset
-    from reports.seeds import spawn_seeds
-    from reports.topk import ranking_key
+    """Every per-dataset row of one model and method (circuitstat.stats.groundtruth_scoring), with ROC points."""
+    from circuitstat.stats.groundtruth import roc_on_grid
+    from circuitstat.stats.groundtruth_scoring import faithfulness_dataset, score_dataset
+    from circuitstat.core.seeds import spawn_seeds
+    from circuitstat.core.topk import ranking_key
 
     k_true = int(gt.truth.sum())
     ks = sorted({max(1, int(round(m * k_true))) for m in spec.k_multiples} - {gt.truth.size})
@@ -184,14 +184,14 @@ def _columns(rows: list[dict]) -> dict[str, list]:
 def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int | None = None,
                           force: bool = False) -> RunTables:
     """Run (or resume) the ground-truth study of ``spec`` into run directory ``out``; return its tables."""
-    from circuits.groundtruth import load_groundtruth
-    from reports.rundir import RunDir
-    from reports.run_tables import RunTables
-    from reports.tables import table_to_matrix
-    from stats.groundtruth_scoring import fdr_rows, summarise
+    from circuitstat.circuits.groundtruth import load_groundtruth
+    from circuitstat.core.rundir import RunDir
+    from circuitstat.core.run_tables import RunTables
+    from circuitstat.core.tables import table_to_matrix
+    from circuitstat.stats.groundtruth_scoring import fdr_rows, summarise
 
-    from .audit import attribution_scores
-    from .training import use_deterministic
+    from circuitstat.pipelines.audit.run import attribution_scores
+    from circuitstat.pipelines.training import use_deterministic
 
     use_deterministic()
     loaded = {m: load_groundtruth(m) for m in spec.models}  # every source is checked before anything is written

@@ -1,8 +1,8 @@
 """The audit's table builders: the columns of edge_stats, stability_vs_k and inclusion, faithfulness_vs_k,
 approximation and approximation_summary, built from score matrices by the estimators of stats/ and
-circuits/ (pipelines.audit runs them as resumable stages; the variance study reuses them).
+circuits/ (circuitstat.pipelines.audit.run runs them as resumable stages; the variance study reuses them).
 
-Each builder returns ``{column: values}`` in the order reports/schema.py registers; :func:`_concat`
+Each builder returns ``{column: values}`` in the order core/schema.py registers; :func:`_concat`
 stacks the per-method parts of one table.
 """
 
@@ -12,15 +12,15 @@ import sys
 
 import numpy as np
 
-from reports.schema import columns
-from reports.topk import TIE_RULE
+from circuitstat.core.schema import columns
+from circuitstat.core.topk import TIE_RULE
 
-from .spec import AuditSpec
+from circuitstat.pipelines.spec import AuditSpec
 
 
 def edge_stats_table(S: np.ndarray, names: list[str], method: str, plan, spec: AuditSpec, n_jobs: int) -> dict:
     """Per-edge mean, bootstrap SE and CI, the p-value that inverts that CI, BH q, and the reliability flag."""
-    from stats import bootstrap_edges
+    from circuitstat.stats import bootstrap_edges
 
     boot = bootstrap_edges(S, plan, method=spec.bootstrap.ci_method, confidence_level=spec.bootstrap.confidence_level,
                            n_jobs=n_jobs)
@@ -37,7 +37,7 @@ def edge_stats_table(S: np.ndarray, names: list[str], method: str, plan, spec: A
             "interval_reliable": np.asarray(boot.reliable, dtype=bool)}
 
 
-# the per-k columns of circuit_stability that the stability_vs_k table carries (reports/schema.py says what
+# the per-k columns of circuit_stability that the stability_vs_k table carries (core/schema.py says what
 # each covers: jaccard_ci_* / phi_ci_* are Monte Carlo spread, jaccard_data* / jaccard_pop* / phi_data* data-level)
 STABILITY_COLUMNS = tuple(c for c in columns("stability_vs_k") if c not in ("method", "k", "spearman_mean", "tie_rule"))
 
@@ -45,7 +45,7 @@ STABILITY_COLUMNS = tuple(c for c in columns("stability_vs_k") if c not in ("met
 def stability_tables(S: np.ndarray, names: list[str], method: str, plan, ks: list[int], spec: AuditSpec,
                      n_jobs: int) -> tuple[dict, dict]:
     """(stability_vs_k, inclusion) columns for one method."""
-    from stats import circuit_stability
+    from circuitstat.stats import circuit_stability
 
     res = circuit_stability(S, plan, ks, ranking=spec.ranking, n_jobs=n_jobs, edge_names=names)
     per = res.per_k
@@ -68,12 +68,12 @@ FIXED_CI_METHODS = ("percentile", "basic", "bca")
 
 
 def _ablation(model, task, spec):
-    """The spec's ablation for circuits.faithfulness: its name, or an Ablation object when the input node
+    """The spec's ablation for circuitstat.circuits.faithfulness: its name, or an Ablation object when the input node
     is MIB's token embedding (``input_node: tokens``), so circuits are evaluated as they were scored."""
     node = getattr(spec, "input_node", "embeddings")
     if node == "embeddings":
         return spec.ablation
-    from circuits.ablation import Ablation
+    from circuitstat.circuits.ablation import Ablation
 
     return Ablation(spec.ablation, model, task, seed=spec.seed, batch_size=spec.batch_size, input_node=node)
 
@@ -84,13 +84,13 @@ def faithfulness_table(model, task, S: np.ndarray, method: str, ks: list[int], p
     the bootstrap interval of this fixed circuit (selection not included) and the cross-fitted one of
     the circuit selected from N prompts (selection included; edge level). CPR/CMD are NaN, with the
     reason in ``area_note``, when the grid has one k."""
-    from circuits.faithfulness import faithfulness_curve
-    from stats.faithfulness import fixed_circuit_interval
+    from circuitstat.circuits.faithfulness import faithfulness_curve
+    from circuitstat.stats.faithfulness import fixed_circuit_interval
 
     level = getattr(spec, "level", "edge")
     mean = S.astype(np.float64).sum(0) / S.shape[0]
     seed = spec.seed if seed is None else seed
-    # the one top-k (reports.topk), ties at random from the seed: the rule stability and f_selected use
+    # the one top-k (circuitstat.core.topk), ties at random from the seed: the rule stability and f_selected use
     res = faithfulness_curve(model, task, mean.astype(np.float32), ranking=spec.ranking, ks=ks,
                              fractions=None, prune=False, ablation=_ablation(model, task, spec), seed=spec.seed,
                              batch_size=spec.batch_size, progress=sys.stderr.isatty(), level=level, tie_seed=seed)
@@ -118,11 +118,11 @@ def faithfulness_table(model, task, S: np.ndarray, method: str, ks: list[int], p
 
 
 def _selected_columns(model, task, S: np.ndarray, ks: list[int], spec: AuditSpec, res, seed, C: int) -> dict:
-    """The selection-aware faithfulness columns (stats.faithfulness, repeated cross-fitting), or NaN with why."""
+    """The selection-aware faithfulness columns (circuitstat.stats.faithfulness, repeated cross-fitting), or NaN with why."""
     import warnings
 
-    from circuits.faithfulness import faithfulness
-    from stats.faithfulness import ESTIMAND_SELECTED, selection_aware_faithfulness
+    from circuitstat.circuits.faithfulness import faithfulness
+    from circuitstat.stats.faithfulness import ESTIMAND_SELECTED, selection_aware_faithfulness
 
     N = S.shape[0]
     nan = {"f_selected": np.full(C, np.nan), "f_selected_se": np.full(C, np.nan),
@@ -172,8 +172,8 @@ def crossfit_folds(spec, n: int, groups) -> tuple[int, str]:
 
     The spec's ``faithfulness_folds`` when it sets them (InputError naming the key when the examples or
     groups cannot fill them), else the most folds up to 5 that they fill with MIN_PER_FOLD examples each."""
-    from reports.errors import InputError
-    from stats.folds import DEFAULT_FOLDS, MIN_PER_FOLD, fillable_folds
+    from circuitstat.core.errors import InputError
+    from circuitstat.stats.folds import DEFAULT_FOLDS, MIN_PER_FOLD, fillable_folds
 
     asked = getattr(spec, "faithfulness_folds", None)
     fits = fillable_folds(n, groups, DEFAULT_FOLDS if asked is None else asked)
@@ -191,8 +191,8 @@ def crossfit_folds(spec, n: int, groups) -> tuple[int, str]:
 
 def approximation_tables(exact: np.ndarray, approx: np.ndarray, names: list[str], method: str, k: int,
                          ranking: str) -> tuple[dict, dict]:
-    """(approximation, approximation_summary) columns of ``method`` against exact (stats.approximation)."""
-    from stats.approximation import approximation_agreement
+    """(approximation, approximation_summary) columns of ``method`` against exact (circuitstat.stats.approximation)."""
+    from circuitstat.stats.approximation import approximation_agreement
 
     res = approximation_agreement(exact, approx, k, ranking=ranking, seed=0, edge_names=names)
     per, summ = res.to_table("approximation_edges").to_pydict(), res.to_table("approximation_agreement").to_pydict()

@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from reports.atomic import TMP_SUFFIX, atomic_write_bytes, cleanup_temp_files
-from reports.lock import DirLock, RunLockedError
-from reports.provenance import hash_file, hash_json, provenance as make_provenance, to_jsonable, utc_now
-from reports.seeds import seed_record
-from reports.tables import TableLike, read_provenance, read_table, to_arrow, write_table
-from reports.schema import schema_for
+from circuitstat.core.atomic import TMP_SUFFIX, atomic_write_bytes, cleanup_temp_files
+from circuitstat.core.lock import DirLock, RunLockedError
+from circuitstat.core.provenance import hash_file, hash_json, provenance as make_provenance, to_jsonable, utc_now
+from circuitstat.core.seeds import seed_record
+from circuitstat.core.tables import TableLike, read_provenance, read_table, to_arrow, write_table
+from circuitstat.core.schema import schema_for
 
 MANIFEST = "manifest.json"
 LOCK = ".lock"
@@ -301,7 +301,7 @@ class RunDir:
             self._write_manifest()  # the run's manifest exists before any of its tables
         t = to_arrow(table)
         registered = schema_for(PurePosixPath(name).name)
-        if registered is not None:  # the one schema (reports/schema.py): a drifted writer fails here
+        if registered is not None:  # the one schema (core/schema.py): a drifted writer fails here
             t = registered.validate(t)
         prov: dict[str, Any] = self.provenance
         prov["run"] = {"id": self.run_id, "dir": self.path.name, "spec_sha256": self._manifest["spec_sha256"]}
@@ -328,7 +328,7 @@ class RunDir:
 
         Unchanged: each output is a regular file inside the run (no link) whose bytes match the sha256
         recorded when the stage finished; it is re-hashed only when its file identity (size, inode,
-        mtime, ctime) differs from the recorded one (reports.integrity). A changed output is not
+        mtime, ctime) differs from the recorded one (circuitstat.core.integrity). A changed output is not
         used by a resumed run: the stage runs again.
         """
         rec = (self._manifest or {}).get("stages", {}).get(name)
@@ -467,7 +467,7 @@ class RunDir:
 
     def _output_record(self, p: Path) -> dict[str, Any]:
         """What a finished stage records of output file ``p``: path, size, sha256 and file identity."""
-        from reports.integrity import file_identity
+        from circuitstat.core.integrity import file_identity
 
         identity = file_identity(p)  # before hashing: a later change of the file changes it
         return {"path": p.relative_to(self.path).as_posix(), "bytes": p.stat().st_size, "sha256": hash_file(p),
@@ -497,7 +497,7 @@ class RunDir:
 def changed_outputs(root: Path, outputs: Iterable[Any]) -> list[str]:
     """The recorded paths among ``outputs`` (a stage's output records) that are no longer the regular file
     inside ``root`` whose sha256 was recorded (re-hashed only when the file identity changed)."""
-    from reports.integrity import IntegrityError, check_file
+    from circuitstat.core.integrity import IntegrityError, check_file
 
     changed = []
     for o in outputs:
@@ -515,7 +515,7 @@ def verify_outputs(path: str | os.PathLike[str]) -> int:
     A run without a manifest (tables from elsewhere) has nothing recorded and passes; each table is checked
     as :meth:`RunDir.is_done` checks a stage's outputs (:func:`changed_outputs`).
     """
-    from reports.integrity import IntegrityError
+    from circuitstat.core.integrity import IntegrityError
 
     root = Path(path)
     try:

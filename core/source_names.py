@@ -3,7 +3,7 @@
 A circuitstat server runs jobs on models it names for its users (``served:NAME``, ``zoo:RECIPE/seed-S``);
 the paths those names resolve to are the server's own and must not reach a job's manifest, tables or
 report. Inside :func:`public_source_names`, a model loaded from a registered path records the public name
-instead (circuits.loading and circuits.skeleton ask :func:`recorded_source`); outside it, nothing changes.
+instead (circuitstat.circuits.loading and circuitstat.circuits.skeleton ask :func:`recorded_source`); outside it, nothing changes.
 """
 
 from __future__ import annotations

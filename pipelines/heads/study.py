@@ -1,8 +1,8 @@
 """The head-stability study: do the claims of Bali et al. (2026) hold on small models trained here?
 
 A grid of {2, 4, 8} layers × {Adam, AdamW with weight decay 0.1} × 5 seeds of small GPT-style
-models is trained on the standard-library corpus with :mod:`pipelines.training` (cached: a rerun
-trains nothing), :class:`pipelines.heads.HeadStability` is fitted per condition with the paper's
+models is trained on the standard-library corpus with :mod:`circuitstat.pipelines.training` (cached: a rerun
+trains nothing), :class:`circuitstat.pipelines.heads.stability.HeadStability` is fitted per condition with the paper's
 metric (max matching, anchor refit), and ``summary.parquet`` tests each claim from intervals
 and p-values, never from point estimates:
 
@@ -30,7 +30,7 @@ z from the bootstrap standard error, Fisher z for correlations); Holm's step-dow
 runs over all of them (``pvalue_holm``; ``multiplicity`` states the rule); "supported" when
 the adjusted p-value is <= 0.05 with the value on the claimed side, "contradicted" when on the
 other side, "negligible" when the value and its interval lie within 1e-4 of 0 (a degenerate
-estimate, e.g. untrained models whose heads all attend alike: stats.intervals.RESOLUTION),
+estimate, e.g. untrained models whose heads all attend alike: circuitstat.stats.intervals.RESOLUTION),
 "inconclusive" otherwise. ``ci_low/ci_high`` are unadjusted 95% intervals.
 """
 
@@ -49,12 +49,12 @@ import numpy as np
 
 from pydantic import Field
 
-from reports.errors import InputError
-from pipelines.spec import _Strict
-from pipelines.training import TrainRecipe, cache_dir
-from reports.run_tables import RunTables
-from stats.head_stability import bootstrap_z_summary, jackknife_summary
-from stats.study_claims import StudyDesign, claims_table, layer_points
+from circuitstat.core.errors import InputError
+from circuitstat.pipelines.spec import _Strict
+from circuitstat.pipelines.training import TrainRecipe, cache_dir
+from circuitstat.core.run_tables import RunTables
+from circuitstat.stats.head_stability import bootstrap_z_summary, jackknife_summary
+from circuitstat.stats.study_claims import StudyDesign, claims_table, layer_points
 
 __all__ = ["StudyPlan", "HeadStudyResult", "full_plan", "quick_plan", "run_head_study",
            "claims_summary"]
@@ -139,7 +139,7 @@ class HeadStudySpec(_Strict):
         depths: [2, 4]
         optimizers: [{name: adam}, {name: adamw, weight_decay: 0.1}]
         seeds: [0, 1, 2, 3, 4, 5, 6, 7]  # more refits give narrower refit-level intervals
-        recipe: {steps: 600, d_model: 64}  # overrides of the base training recipe (pipelines.training.TrainRecipe)
+        recipe: {steps: 600, d_model: 64}  # overrides of the base training recipe (circuitstat.pipelines.training.TrainRecipe)
         n_resamples: 200                 # bootstrap resamples of the head analyses
     """
 
@@ -192,9 +192,9 @@ BUILTIN_TOKENIZERS = ("bpe", "gpt2", "gpt2-bpe", "openai-community/gpt2", "gpt-2
 def confine_recipe_paths(spec: HeadStudySpec, plan_file: str | os.PathLike, *,
                          allow_outside: bool = False) -> HeadStudySpec:
     """``spec`` with ``recipe.corpus`` and ``recipe.tokenizer`` (when they are paths, not built-in names)
-    resolved against the plan's directory and confined to its tree (reports.confine), before
+    resolved against the plan's directory and confined to its tree (circuitstat.core.confine), before
     anything is read: never against the current directory, never outside unless ``allow_outside``."""
-    from reports.confine import resolve_inside
+    from circuitstat.core.confine import resolve_inside
 
     recipe = dict(spec.recipe)
     for key, builtin in (("corpus", BUILTIN_CORPORA), ("tokenizer", BUILTIN_TOKENIZERS)):
@@ -207,7 +207,7 @@ def confine_recipe_paths(spec: HeadStudySpec, plan_file: str | os.PathLike, *,
 def load_head_study_plan(path: str | os.PathLike, *, allow_outside: bool = False) -> StudyPlan:
     """Return the StudyPlan of a head-study YAML file (bounded, strict YAML, its paths confined to its
     directory unless ``allow_outside``); InputError naming what is wrong."""
-    from pipelines.spec import load_yaml, validate_spec
+    from circuitstat.pipelines.spec import load_yaml, validate_spec
 
     spec = validate_spec(HeadStudySpec, load_yaml(path), str(path), kind="head-study plan",
                          keys="start, depths, optimizers, seeds, recipe, ...")
@@ -220,7 +220,7 @@ def load_head_study_plan(path: str | os.PathLike, *, allow_outside: bool = False
 def train_grid(plan: StudyPlan, n_jobs: int = 2, cache: str | os.PathLike | None = None, corpus=None,
                device: str = "cpu", progress: bool = False) -> dict[str, list[Path]]:
     """Model directories per condition (trained the first time, one joblib pool over every job)."""
-    from pipelines.training import TrainJob, is_complete, prepare_data, run_train_jobs
+    from circuitstat.pipelines.training import TrainJob, is_complete, prepare_data, run_train_jobs
 
     root = (Path(cache) if cache else cache_dir()) / "head-study" / plan.key
     conds = plan.conditions()
@@ -243,7 +243,7 @@ def train_grid(plan: StudyPlan, n_jobs: int = 2, cache: str | os.PathLike | None
 # Analysis
 # =============================================================================================
 def _estimator(plan: StudyPlan, corpus) -> Any:
-    from pipelines.heads import HeadStability
+    from circuitstat.pipelines.heads.stability import HeadStability
 
     return HeadStability(match="max", pairs="anchor", anchor=0, null="prompts", n_null=plan.n_null,
                          n_resamples=plan.n_resamples, n_resamples_cka=plan.n_resamples_cka, ci_over="both",
@@ -299,7 +299,7 @@ def _refit_stats(reps: dict[str, np.ndarray]) -> dict[str, tuple[float, np.ndarr
 def claims_summary(plan: StudyPlan, reps: dict[str, dict[str, np.ndarray]], points: dict[str, dict[str, float]],
                    corr: dict[str, dict[str, float]], refit: dict[str, dict[str, tuple]] | None = None
                    ) -> dict[str, np.ndarray]:
-    """Return the summary table testing the claims of ``plan``'s grid (stats.study_claims.claims_table)."""
+    """Return the summary table testing the claims of ``plan``'s grid (circuitstat.stats.study_claims.claims_table)."""
     design = StudyDesign({name: r.n_layers for name, r in plan.conditions()}, tuple(plan.depths),
                          tuple(plan.optimizers), condition_name)
     return claims_table(design, reps, points, corr, refit)
@@ -434,20 +434,20 @@ def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2,
     ``models.parquet``, ``study_layers.parquet``, per condition ``<cond>/heads|layers|residual|
     correlation|summary|replicates.parquet``, and the deepest AdamW condition's tables again at
     the top level (heads, layers, residual) for the HTML report. The plan's estimated work is checked
-    first (pipelines.work; ``allow_large`` lifts the limit): a refused plan trains and writes nothing.
+    first (circuitstat.pipelines.work; ``allow_large`` lifts the limit): a refused plan trains and writes nothing.
     """
     from joblib import Parallel, delayed
 
-    from reports.rundir import RunDir
+    from circuitstat.core.rundir import RunDir
 
-    from .work import check_head_study
+    from circuitstat.pipelines.work import check_head_study
 
     plan = plan or (quick_plan() if quick else full_plan())
     check_head_study(plan, allow_large=allow_large)
     t0 = time.time()
     corpus_obj = corpus
     if corpus_obj is None:
-        from circuits.corpus import load_corpus
+        from circuitstat.circuits.corpus import load_corpus
 
         corpus_obj = load_corpus(plan.base.corpus)
     spec = {"study": "heads", "plan": plan.to_dict(), "corpus_hash": corpus_obj.content_hash}
@@ -491,5 +491,5 @@ def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2,
     (Path(out) / "timings.json").write_text(json.dumps(timings, indent=2))
     return HeadStudyResult(Path(out), HEAD_STUDY_TABLES, "summary",
                            {"study": "heads", "plan": plan.to_dict(), "corpus_hash": corpus_obj.content_hash,
-                            "confidence_level": 0.95},  # the summary's unadjusted intervals (stats.study_claims)
+                            "confidence_level": 0.95},  # the summary's unadjusted intervals (circuitstat.stats.study_claims)
                            timings=timings, plan=plan)

@@ -3,7 +3,7 @@
 Edges are ranked by a total order: key descending, then a pseudo-random tie priority ascending.
 The priority of edge e in row r is output e+1 of a SplitMix64 stream seeded by the row's 64-bit
 seed (drawn from the run's numpy Generator), so it depends only on (seed, row, edge): a top-k
-computed in edge chunks and merged (stats.topk_stream) equals one global sort, whatever the chunk
+computed in edge chunks and merged (circuitstat.stats.topk_stream) equals one global sort, whatever the chunk
 size, and every edge tied at the cut-off is equally likely to be kept. The number of edges tied
 with the k-th key, and how many of them were left out, are returned with the indices, so a
 report can say when a circuit was decided by a coin flip (e.g. 10 non-zero edges at k = 20).

@@ -4,7 +4,7 @@
 ``get_params`` returns exactly what was passed, ``set_params`` sets the same attributes, ``clone``
 builds an unfitted copy with the same parameters and ``repr`` shows the parameters that differ
 from their defaults. A renamed parameter (``_renamed``: old name -> new name) is still accepted by
-``__init__`` and ``set_params``, with a :class:`~reports.errors.DeprecatedNameWarning` naming the new one.
+``__init__`` and ``set_params``, with a :class:`~circuitstat.core.errors.DeprecatedNameWarning` naming the new one.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import functools
 import inspect
 from typing import Any, ClassVar, TypeVar
 
-from reports.errors import InputError, warn_renamed
+from circuitstat.core.errors import InputError, warn_renamed
 
 __all__ = ["Estimator"]
 
