@@ -42,7 +42,9 @@ from .model import CircuitModel
 from .scores import ScoreMatrix
 from .threads import sized_threads
 
-METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted")
+METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted",
+           "atp-qkfix", "atp-graddrop", "atpstar")
+ATP_METHODS = ("atp-qkfix", "atp-graddrop", "atpstar")  # AtP* (Kramár et al. 2024): circuitstat.circuits.atpstar
 LEVELS = ("edge", "node")
 
 
@@ -63,6 +65,10 @@ def check_options(method: str, level: str = "edge", ablation: "str | Ablation" =
         raise InputError(f"unknown ablation {ablation!r}; use one of {', '.join(ABLATIONS)}")
     _positive_int("batch_size", batch_size)
     _positive_int("ig_steps", ig_steps)
+    if method in ATP_METHODS and level != "edge":
+        # GradDrop sums absolute values per edge, so a node's score is not the sum of its out-edges'
+        raise InputError(f"{method} scores edges only (AtP*'s GradDrop and QK fix are defined per edge here); "
+                         "use level 'edge', or eap for node scores")
     kind = ablation if isinstance(ablation, str) else getattr(ablation, "kind", "custom")
     if method == "clean-corrupted" and kind != "counterfactual":
         # With mean/zero/resample values there is no corrupted *input* to take a gradient at, and at
@@ -330,13 +336,38 @@ def _layer_rows(model: CircuitModel, layer: int, reach: dict[str, np.ndarray], l
     return groups
 
 
+MIN_ROWS = 8
+"""Fewest rows of a suffix call: smaller ones repeat their rows.  MKL's GEMM rounds differently for
+fewer than about 5 rows (a GEMV-like path: measured, every row of a 1-3 row product differs in its
+last bits from the same row in a larger one), and the read-out layers multiply one row per suffix
+row; so a row's result would depend on how many rows shared its call."""
+
+
+def _row_chunks(start: np.ndarray, end: np.ndarray, max_rows: int):
+    """(rows, start, end) chunks of suffix rows: rows of one call share their window [start, end).
+
+    Each row's window is its own (the first position its Δz can matter, one past its read-out), never
+    widened to its call-mates': so a row's result does not depend on which rows are computed with it
+    (a subset of rows or edges gets the bits of the full run; circuitstat.circuits.verify)."""
+    if not len(start):
+        return
+    order = np.lexsort((end, -start))  # later starts first, then by read-out
+    key = np.stack((start[order], end[order]), 1)
+    cuts = np.flatnonzero((np.diff(key, axis=0) != 0).any(1)) + 1
+    for group in np.split(order, cuts):
+        for chunk in np.array_split(group, -(-len(group) // max_rows)):
+            yield chunk, int(start[chunk[0]]), int(end[chunk[0]])
+
+
 @torch.no_grad()
-def _exact_edges(model, data, batch, cf, max_rows: int) -> torch.Tensor:
+def _exact_edges(model, data, batch, cf, max_rows: int, keep: np.ndarray | None = None) -> torch.Tensor:
     """[B, E] exact per-example edge effects by batched suffix recomputation.
 
     All receivers of one layer share each suffix forward (rows = receiver x example x sender,
     ``max_rows`` at a time); an edge whose Δz is zero wherever its receiver can affect the
-    read-out is not computed and scores exactly 0.0.
+    read-out is not computed and scores exactly 0.0.  ``keep`` [B, E] bool: compute only those
+    (example, edge) rows (the others are NaN); a row's suffix does not depend on which other rows
+    share its call (:func:`_row_chunks`, :data:`MIN_ROWS`).
     """
     g, cfg = model.graph, model.cfg
     dev = batch.clean.device
@@ -348,20 +379,28 @@ def _exact_edges(model, data, batch, cf, max_rows: int) -> torch.Tensor:
     reach = _reach(model, batch, delta)
     last_np = last.cpu().numpy()
     out = torch.zeros(batch.clean.shape[0], g.n_edges, device=dev)
+    if keep is not None:
+        out[torch.as_tensor(~keep, device=dev)] = float("nan")
     for layer in range(cfg.n_layers + 1):
         for receiver, local, n_np, u_np, start_np in _layer_rows(model, layer, reach, last_np):
             cols_np = g.edge_offset[receiver] + u_np
-            order = np.argsort(-start_np, kind="stable")  # similar starts together: tight common start
-            for chunk in np.array_split(order, -(-len(order) // max_rows)) if len(order) else []:
-                start = int(start_np[chunk].min())
+            if keep is not None:  # only the selected edges' rows
+                sel = keep[n_np, cols_np]
+                receiver = receiver if np.ndim(receiver) == 0 else receiver[sel]
+                local = None if local is None else local[sel]
+                n_np, u_np, start_np, cols_np = n_np[sel], u_np[sel], start_np[sel], cols_np[sel]
+            for rows, start, end in _row_chunks(start_np, last_np[n_np] + 1, max_rows):
+                k = len(rows)
+                chunk = np.resize(rows, max(k, MIN_ROWS))  # small calls padded with repeats (MIN_ROWS)
                 n = torch.as_tensor(n_np[chunk], device=dev)
                 u = torch.as_tensor(u_np[chunk], device=dev)
                 loc = None if local is None else torch.as_tensor(local[chunk], device=dev)
-                logits = model.patched_layer_logits(batch.run, batch.mask, layer, loc, n, delta[n, u, start:],
-                                                    last[n], start=start)
-                m = data.score(logits.float(), indices=batch.index[n_np[chunk]],
+                logits = model.patched_layer_logits(batch.run, batch.mask, layer, loc, n, delta[n, u, start:end],
+                                                    last[n], start=start)[:k]
+                n = n[:k]
+                m = data.score(logits.float(), indices=batch.index[n_np[rows]],
                                clean_logits=batch.clean_last[n]).float()
-                out[n, torch.as_tensor(cols_np[chunk], device=dev)] = m - batch.m0[n]
+                out[n, torch.as_tensor(cols_np[rows], device=dev)] = m - batch.m0[n]
     return out
 
 
@@ -379,6 +418,25 @@ def _exact_nodes(model, data, batch, cf) -> torch.Tensor:
                         logits_at=batch.last)
         out[:, u] = data.score(res.logits.float(), indices=batch.index, clean_logits=batch.clean_last).float() - batch.m0
     return out
+
+
+def _edge_selection(model: CircuitModel, method: str, level: str, edges, n_rows: int) -> np.ndarray | None:
+    """[n_rows, E] bool of the (example, edge) cells to compute (None: all); InputError for a bad selection.
+
+    ``edges``: edge indices (for every row) or an [n_rows, E] bool mask (per row)."""
+    if edges is None:
+        return None
+    if method != "exact" or level != "edge":
+        raise InputError("edges= selects exact patching's edges; use method 'exact' at level 'edge'")
+    idx, E = np.asarray(edges), model.graph.n_edges
+    if idx.dtype == bool and idx.shape == (n_rows, E):
+        return idx.copy()
+    if idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer) or idx.min() < 0 or idx.max() >= E:
+        raise InputError(f"edges must be a non-empty list of edge indices in [0, {E}) (see ComponentGraph.edge_names) "
+                         f"or a [{n_rows}, {E}] bool mask")
+    keep = np.zeros((n_rows, E), dtype=bool)
+    keep[:, idx] = True
+    return keep
 
 
 def _in_dtype(model: CircuitModel, dtype: torch.dtype | None) -> CircuitModel:
@@ -410,6 +468,7 @@ def attribute(
     rows: "np.ndarray | None" = None,
     input_node: str | None = None,
     dtype: torch.dtype | None = None,
+    edges: "np.ndarray | None" = None,
 ) -> ScoreMatrix:
     """Per-example scores [N, E] (or [N, nodes]) of ``method`` on ``data``.
 
@@ -420,6 +479,8 @@ def attribute(
     MIB); see circuitstat.circuits.ablation.  An Ablation object passed as ``ablation`` carries its own.
     ``dtype`` (e.g. torch.bfloat16) runs the model in that dtype (a cast copy, unless it already
     is); norms, softmax, metrics and every score sum stay in float32.
+    ``edges`` (exact, edge level): compute only these edge indices; the other columns are NaN
+    (not computed).  A row or an edge gets the same bits as in the full run (circuitstat.circuits.verify).
     """
     from .inmemory import require_circuit_model
 
@@ -431,6 +492,8 @@ def attribute(
     if data.corrupted.shape != data.clean.shape:
         raise InputError(f"clean {tuple(data.clean.shape)} and corrupted {tuple(data.corrupted.shape)} ids differ in shape")
     _positive_int("max_rows", max_rows)
+    todo = np.arange(N) if rows is None else np.asarray(rows, dtype=np.int64)
+    keep = _edge_selection(model, method, level, edges, len(todo))
     model = _in_dtype(model, dtype)
     t0 = time.perf_counter()
     # An Ablation object (anything with .kind and .senders(index)) gives custom counterfactuals.
@@ -445,7 +508,6 @@ def attribute(
         ablation, model, data, reference=reference, seed=seed, batch_size=batch_size,
         input_node=input_node or "embeddings")
     cols = model.graph.n_edges if level == "edge" else model.graph.n_senders
-    todo = np.arange(N) if rows is None else np.asarray(rows, dtype=np.int64)
     scores = np.empty((len(todo), cols), dtype=np.float32)
     starts = range(0, len(todo), batch_size)
     for start in tqdm(starts, desc=f"{method} ({level})", disable=not progress, leave=False):
@@ -453,7 +515,12 @@ def attribute(
         batch = _Batch(model, data, index, keep_resid=method == "exact")
         cf = abl.senders(index).to(device=model.device, dtype=model.dtype)
         if method == "exact":
-            s = _exact_edges(model, data, batch, cf, max_rows) if level == "edge" else _exact_nodes(model, data, batch, cf)
+            part = None if keep is None else keep[start : start + len(index)]
+            s = _exact_edges(model, data, batch, cf, max_rows, part) if level == "edge" else _exact_nodes(model, data, batch, cf)
+        elif method in ATP_METHODS:
+            from .atpstar import atp_edges
+
+            s = atp_edges(model, data, batch, cf, method)
         else:
             # a counterfactual the built-in Ablation computed for this batch alone may be overwritten
             owned = isinstance(abl, Ablation) and abl.kind in ("counterfactual", "resample")
@@ -465,6 +532,8 @@ def attribute(
               "input_node": getattr(abl, "input_node", "embeddings")}
     if method.startswith("eap-ig"):
         params["ig_steps"] = ig_steps
+    if keep is not None:
+        params["edges_computed"] = int(keep.sum())
     return ScoreMatrix(
         scores=scores, graph=model.graph, level=level, method=method, ablation=abl.kind, example_ids=todo,
         metric=metric_name or getattr(data, "metric_name", "metric"),

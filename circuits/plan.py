@@ -9,6 +9,11 @@ Counts follow ``circuitstat.circuits.attribution`` (per batch of B examples padd
 * ``eap-ig-inputs``: the clean forward (sender outputs) and ``steps`` gradient runs;
 * ``eap-ig-activations``: the clean forward and ``steps`` gradient runs per sender group (the
   input, each layer's heads, each MLP), one contraction per group;
+* AtP* (``atp-qkfix``, ``atp-graddrop``, ``atpstar``; circuitstat.circuits.atpstar): one clean forward with receiver
+  probes, then one backward (QK fix alone) or L backwards through it (GradDrop: one per dropped
+  layer), one edge contraction per backward; the QK fix adds, per layer and upstream sender, the
+  patched q and k projections of every head and two patterns per head, contracted with ∂m/∂A
+  once per backward (:func:`qk_fix_flops`);
 * ``exact``: the clean forward keeping every residual, then one *suffix* forward per
   (example, upstream sender) row of every receiver, from the receiver's layer on; the rows of a
   layer's q/k/v receivers share calls (as do an MLP's), at most ``max_rows`` rows per call; the
@@ -40,12 +45,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from circuitstat.core.errors import InputError
 from .graph import ComponentGraph
 from .engine.config import ModelConfig
 from .limits import parse_bytes  # noqa: F401 - re-exported: sizes such as --max-memory 2GiB
 
-METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted")
+METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted",
+           "atp-qkfix", "atp-graddrop", "atpstar")
+ATP = {"atp-qkfix": (True, False), "atp-graddrop": (False, True), "atpstar": (True, True)}  # (QK fix, GradDrop)
 def graph_of(cfg: ModelConfig) -> ComponentGraph:
     """The component graph of a model with config ``cfg``."""
     return ComponentGraph(cfg.n_layers, cfg.n_heads, has_mlp=cfg.has_mlp, parallel=cfg.parallel)
@@ -145,11 +154,31 @@ def sender_groups(cfg: ModelConfig) -> int:
     return 1 + cfg.n_layers * (2 if cfg.has_mlp else 1)
 
 
+def atp_backwards(cfg: ModelConfig, method: str) -> int:
+    """Backward passes of an AtP* method per example: L with GradDrop (one per dropped layer), else 1."""
+    return cfg.n_layers if ATP[method][1] else 1
+
+
+def qk_fix_flops(cfg: ModelConfig, graph: ComponentGraph, P: int, backwards: int) -> int:
+    """The QK fix for one example: per layer, ∂m/∂A of every head (once per backward) and, per upstream
+    sender, its patched q and k for every head, two patterns per head and their contraction with
+    ∂m/∂A (once per backward)."""
+    H, dh, D = cfg.n_heads, cfg.d_head, cfg.d_model
+    pattern_grad = 2 * H * P * D * dh + 2 * H * P * P * dh
+    # the shared fused projection (q, k and v of every head; a whole-projection q/k norm is elementwise on it)
+    per_sender = 2 * P * D * 3 * H * dh + 2 * 2 * H * P * P * dh + backwards * 2 * 2 * H * P * P
+    return sum(backwards * pattern_grad + graph.upstream_of_attention(layer) * per_sender
+               for layer in range(cfg.n_layers))
+
+
 def contractions(cfg: ModelConfig, method: str, steps: int) -> int:
     """Edge contractions per example: one per batch (EAP, pooled gradients) or sender group (EAP-IG-
-    activations); on post-norm models one per gradient run (each with its own linearised writes)."""
+    activations); on post-norm models one per gradient run (each with its own linearised writes);
+    AtP* one per backward."""
     if method == "eap":
         return 1
+    if method in ATP:
+        return atp_backwards(cfg, method)
     if cfg.additive_writes:
         return sender_groups(cfg) if method == "eap-ig-activations" else 1
     return {"clean-corrupted": 2, "eap-ig-inputs": steps, "eap-ig-activations": steps * sender_groups(cfg)}[method]
@@ -196,7 +225,10 @@ def gradient_example_bytes(cfg: ModelConfig, graph: ComponentGraph, P: int, meth
     if cfg.qk_norm == "full":
         saved += L * 2 * H * P * D  # the coupling term of q and k, [2H, P, D] while a layer maps back
     grads = (L * (3 * H + 1) + 1) * P * D * (1 if method == "eap" else 2)
-    return itemsize * (saved + grads + 3 * U * P * D) + 4 * graph.n_edges
+    qk = 0
+    if method in ATP and ATP[method][0]:  # the QK fix: patterns, their change and ∂m/∂A per sender (float32)
+        qk = 4 * 4 * H * P * P * U + 4 * 2 * U * P * D  # and the exact writes, the patched q/k inputs
+    return itemsize * (saved + grads + 3 * U * P * D) + 4 * graph.n_edges + qk
 
 
 @dataclass(frozen=True)
@@ -218,7 +250,7 @@ class Cost:
 def _gradient_runs(cfg: ModelConfig, method: str, steps: int) -> tuple[int, int]:
     """(plain forwards, gradient runs) per example of a gradient method."""
     return {"eap": (1, 1), "clean-corrupted": (1, 2), "eap-ig-inputs": (2, steps),
-            "eap-ig-activations": (2, steps * sender_groups(cfg))}[method]
+            "eap-ig-activations": (2, steps * sender_groups(cfg))}.get(method, (1, 1))
 
 
 def method_cost(cfg: ModelConfig, method: str, *, n: int, positions: int, level: str = "edge",
@@ -234,11 +266,14 @@ def method_cost(cfg: ModelConfig, method: str, *, n: int, positions: int, level:
     counterfactual = fwd - unembed_flops(cfg)  # the ablation's forward keeps sender outputs, needs no logits
     if method != "exact":
         plain, runs = _gradient_runs(cfg, method, ig_steps)
-        flops = n * (counterfactual + (plain - 1) * fwd + runs * (fwd + backward_flops(cfg, P))
+        backs = atp_backwards(cfg, method) if method in ATP else runs  # AtP*: L backwards through one forward
+        flops = n * (counterfactual + (plain - 1) * fwd + runs * fwd + backs * backward_flops(cfg, P)
                      + contractions(cfg, method, ig_steps) * contraction_flops(g, cfg, P))
+        if method in ATP and ATP[method][0]:
+            flops += n * qk_fix_flops(cfg, g, P, backs)
         memory = weight_bytes(cfg, itemsize) + B * gradient_example_bytes(cfg, g, P, method, itemsize)
-        return Cost(method, cols, n * (plain + runs), n * runs, 0, float(flops),
-                    len(batches) * (plain * L + 2 * runs * L), memory, batch_size, max_rows)
+        return Cost(method, cols, n * (plain + runs), n * backs, 0, float(flops),
+                    len(batches) * (plain * L + runs * L + backs * L), memory, batch_size, max_rows)
     flops, rows, passes = n * (counterfactual + fwd), 0, 2 * L * len(batches)
     if level == "edge":
         for layer, group in _exact_row_groups(g):
@@ -289,3 +324,26 @@ def fit_memory(cfg: ModelConfig, method: str, budget: int, *, positions: int, le
     batch = max(1, min(batch_size, (budget - fixed - reserve) // per_example))
     rows = min(max_rows, (budget - fixed - batch * per_example) // per_row)
     return int(batch), int(rows)
+
+
+def exact_subset_cost(cfg: ModelConfig, edges, *, n: int, positions: int, batch_examples: int | None = None,
+                      batch_size: int = 16, max_rows: int = 256, itemsize: int = 4) -> Cost:
+    """The Cost of exact patching on ``n`` examples and the edge indices ``edges`` (circuitstat.circuits.verify): one
+    suffix row per (example, edge) from the edge's receiver layer on, and the clean and counterfactual
+    forwards of ``batch_examples`` examples (the whole batches that hold them; default ``n``)."""
+    g, P, L = graph_of(cfg), positions, cfg.n_layers
+    idx = np.unique(np.asarray(edges, dtype=np.int64))
+    if idx.size == 0 or idx.min() < 0 or idx.max() >= g.n_edges:
+        raise InputError(f"edges must be indices in [0, {g.n_edges})")
+    fwd_n = n if batch_examples is None else int(batch_examples)
+    fwd = forward_flops(cfg, P)
+    receivers, per_receiver = np.unique(g.edge_receiver[idx], return_counts=True)
+    suffix = sum(int(c) * suffix_flops(cfg, g, int(r), P) for r, c in zip(receivers, per_receiver))
+    flops = fwd_n * (2 * fwd - unembed_flops(cfg)) + n * suffix
+    rows = n * int(idx.size)
+    B = min(batch_size, max(fwd_n, 1))
+    passes = 2 * L * math.ceil(fwd_n / batch_size) + sum(
+        math.ceil(n * int(c) / max_rows) * (L - int(g.receiver_layer[r]) + 1) for r, c in zip(receivers, per_receiver))
+    memory = (weight_bytes(cfg, itemsize) + B * exact_example_bytes(cfg, g, P, itemsize)
+              + min(max_rows, rows) * exact_row_bytes(cfg, P, itemsize))
+    return Cost("exact-subset", int(idx.size), 2 * fwd_n, 0, rows, float(flops), passes, memory, batch_size, max_rows)

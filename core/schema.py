@@ -22,7 +22,7 @@ from circuitstat.core.schema_results import RESULT_TABLES
 
 __all__ = ["Column", "TableSchema", "SchemaError", "TABLES", "schema_for", "claimable", "columns", "fill"]
 
-_METHOD = ("method", S, "attribution method (exact, eap, eap-ig-inputs, eap-ig-activations, clean-corrupted)")
+_METHOD = ("method", S, "attribution method (exact, eap, eap-ig-inputs, eap-ig-activations, clean-corrupted, atp-qkfix, atp-graddrop, atpstar)")
 _K = ("k", I, "circuit size: number of edges (or nodes) kept")
 
 TABLES: dict[str, TableSchema] = {t.name: t for t in (

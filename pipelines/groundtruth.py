@@ -7,7 +7,7 @@ of each size N drawn from the model's task, and scores each dataset against the 
 
     models: [tracr:reverse, tracr:hist, tracr:sort, tracr:frac_prevs, tracr:detect_abc, tracr:dyck,
              "planted:induction?background=1", "planted:induction?background=3"]
-    methods: [exact, eap, eap-ig-inputs, eap-ig-activations, clean-corrupted]
+    methods: [exact, eap, eap-ig-inputs, eap-ig-activations, clean-corrupted, atp-qkfix, atp-graddrop, atpstar]
     sizes: [16, 64, 256]
     n_datasets: 20        # R: datasets of each size, disjoint, so they are independent draws
     alphas: [0.05, 0.1]   # FDR levels of the q-value selections
@@ -58,7 +58,8 @@ class GroundTruthSpec(_RunOptions):
 
     models: list[str] = Field(default_factory=lambda: list(DEFAULT_MODELS), min_length=1)
     methods: list[METHOD] = Field(default_factory=lambda: ["exact", "eap", "eap-ig-inputs", "eap-ig-activations",
-                                                           "clean-corrupted"], min_length=1)
+                                                           "clean-corrupted", "atp-qkfix", "atp-graddrop", "atpstar"],
+                                  min_length=1)
     sizes: KGrid = Field(default_factory=lambda: [16, 64, 256], min_length=1)
     n_datasets: int = Field(20, ge=5, le=10_000)
     alphas: list[float] = Field(default_factory=lambda: [0.05, 0.1], min_length=1)

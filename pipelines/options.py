@@ -10,7 +10,8 @@ from typing import Literal
 
 __all__ = ["METHOD", "ABLATION", "LEVEL", "METRIC", "INPUT_NODE", "DTYPES"]
 
-METHOD = Literal["exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted"]
+METHOD = Literal["exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted",
+                 "atp-qkfix", "atp-graddrop", "atpstar"]  # the last three: AtP* (circuitstat.circuits.atpstar)
 ABLATION = Literal["counterfactual", "mean", "mean-positional", "zero", "resample"]
 LEVEL = Literal["edge", "node"]
 INPUT_NODE = Literal["embeddings", "tokens"]  # circuitstat.circuits.ablation: what a zero/mean-ablated input sender is

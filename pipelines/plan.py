@@ -26,7 +26,8 @@ import math
 import time
 from dataclasses import dataclass
 
-from circuitstat.circuits.plan import METHODS, Cost, contractions, fit_memory, method_cost, sender_groups
+from circuitstat.circuits.plan import (ATP, METHODS, Cost, atp_backwards, contraction_flops, contractions, fit_memory, method_cost,
+                           qk_fix_flops, sender_groups)
 
 
 @dataclass(frozen=True)
@@ -234,14 +235,17 @@ def _probe_exact(cal: Calibration, model, data, probe_s: float) -> Calibration:
 
 
 def estimate_seconds(cal: Calibration, model, cost: Cost, *, n: int, level: str = "edge",
-                     ig_steps: int = 5) -> float:
-    """The single-worker time of ``cost`` on ``n`` examples, priced by ``cal``'s timed passes."""
+                     ig_steps: int = 5, positions: int | None = None) -> float:
+    """The single-worker time of ``cost`` on ``n`` examples, priced by ``cal``'s timed passes
+    (``positions``: the prompts' length, needed to price AtP*'s QK fix)."""
     cfg, g = model.cfg, model.graph
     per_example = 1.0 / cal.batch_size  # a pass timed on a batch, per example it holds
     contraction = cal.contraction_s * per_example
     method = cost.method
     if method == "eap":
         return n * (per_example * (cal.forward_s + cal.gradient_s) + contraction)
+    if method in ATP:
+        return _atp_seconds(cal, model, method, n, positions)
     k = contractions(cfg, method, ig_steps)  # post-norm models contract every gradient run (circuitstat.circuits.plan)
     if method == "clean-corrupted":
         return n * (per_example * (cal.forward_s + 2 * cal.gradient_s) + k * contraction)
@@ -262,6 +266,22 @@ def estimate_seconds(cal: Calibration, model, cost: Cost, *, n: int, level: str 
         else:
             total += sum(cal.suffix_call(max(0, int(g.sender_layer[u])), b) for u in range(g.n_senders))
     return total
+
+
+def _atp_seconds(cal: Calibration, model, method: str, n: int, positions: int | None) -> float:
+    """AtP*'s time: the counterfactual forward, one gradient run, L − 1 more backwards (a gradient run
+    less a forward each), a contraction per backward and the QK fix priced at the contraction's FLOP rate."""
+    cfg, g = model.cfg, model.graph
+    per_example = 1.0 / cal.batch_size
+    backs = atp_backwards(cfg, method)
+    backward_s = max(cal.gradient_s - cal.forward_s, 0.0)
+    contraction = cal.contraction_s * per_example
+    total = per_example * (cal.forward_s + cal.gradient_s + (backs - 1) * backward_s) + backs * contraction
+    if ATP[method][0]:
+        if positions is None:
+            raise ValueError("pricing the QK fix needs the prompts' length (positions)")
+        total += contraction * qk_fix_flops(cfg, g, positions, backs) / contraction_flops(g, cfg, positions)
+    return n * total
 
 
 def plan_costs(model, data, *, level: str = "edge", batch_size: int = 16, ig_steps: int = 5,
@@ -325,7 +345,8 @@ def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_ste
         how = (f"calibration on {cal.batch_size} examples, one thread: forward {cal.forward_s * 1e3:.3g} ms, "
                f"gradient run {cal.gradient_s * 1e3:.3g} ms, suffix row from layer 0 {cal.suffix_s[0][1] * 1e3:.3g} ms")
         lines = _cost_table(model, costs, n, P, level, ig_steps, budget, n_jobs, "", how,
-                            lambda c: (estimate_seconds(cal, model, c, n=n, level=level, ig_steps=ig_steps), ""))
+                            lambda c: (estimate_seconds(cal, model, c, n=n, level=level, ig_steps=ig_steps,
+                                                        positions=P), ""))
         time_is = "one thread per worker, calibrated on this machine"
     return lines + ["forwards: full forwards (counterfactual, clean, gradient runs); suffix rows: exact patching's "
                     f"(example, sender) suffix forwards; memory: estimated peak incl. weights; time: {time_is}"]

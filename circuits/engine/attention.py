@@ -121,9 +121,8 @@ def project_rows(cfg: ModelConfig, blk, x: torch.Tensor, local: torch.Tensor) ->
     return new
 
 
-def attend(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-           allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention pattern (float32) and the heads' mixed values [B, H, Pq, E].
+def attention_pattern(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """Attention pattern (float32) [B, H, Pq, Pk] of queries ``q`` over keys ``k``.
 
     Scores are scaled by 1/sqrt(d_head), or by query_pre_attn_scalar**-0.5 (Gemma), then soft-capped
     as cap * tanh(s / cap) where the model does (Gemma 2: ``eager_attention_forward``'s softcap)."""
@@ -132,7 +131,13 @@ def attend(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if cfg.attn_softcap is not None:
         scores = torch.tanh(scores / cfg.attn_softcap) * cfg.attn_softcap
     scores = scores.masked_fill(~allowed, float("-inf"))
-    pattern = scores.softmax(-1)
+    return scores.softmax(-1)
+
+
+def attend(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+           allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention pattern (float32, :func:`attention_pattern`) and the heads' mixed values [B, H, Pq, E]."""
+    pattern = attention_pattern(cfg, q, k, allowed)
     return pattern, pattern.to(v.dtype) @ v
 
 

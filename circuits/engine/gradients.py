@@ -103,3 +103,35 @@ def _full_qk_terms(cfg: ModelConfig, blk, x: torch.Tensor, gp: torch.Tensor) -> 
         back = norm_vjp(cfg, input_norm_kind(cfg), x.reshape(-1, D), getattr(blk, "ln1_w", None), p @ Wf.T)
         corr.append(c * back)
     return gp, torch.cat(corr)
+
+
+class GradientGates:
+    """AtP*'s GradDrop (Kramár et al. 2024, arXiv:2403.00745, section 3.1.2): a layer whose residual
+    writes pass no gradient.
+
+    A run given ``grad_gates`` routes each layer's writes to the residual stream (its attention output
+    and its MLP output) through an identity whose backward reads ``dropped`` *when the backward runs*:
+    the gradient into the writes of layer ``dropped`` is zero (it still flows through the skip
+    connection), every other layer's passes unchanged.  So one forward serves L backward passes, one
+    per dropped layer (``retain_graph``); the forward values are untouched.
+    """
+
+    def __init__(self) -> None:
+        self.dropped: int | None = None
+
+    def gate(self, x: torch.Tensor, layer: int) -> torch.Tensor:
+        """``x`` (layer ``layer``'s write), through the gate."""
+        return _Gate.apply(x, self, layer)
+
+
+class _Gate(torch.autograd.Function):
+    """Identity forward; backward zero when its layer is the dropped one."""
+
+    @staticmethod
+    def forward(ctx, x, gates, layer):  # noqa: D102 - torch.autograd.Function protocol
+        ctx.gates, ctx.layer = gates, layer
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        return (torch.zeros_like(grad) if ctx.gates.dropped == ctx.layer else grad), None, None

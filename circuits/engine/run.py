@@ -101,6 +101,7 @@ class _RunSetup:
     allowed: dict  # per layer kind (sliding or not): [B, 1, P, P]
     rot: dict | None  # per layer kind: rotary (cos, sin)
     keep_attn_pre: bool
+    grad_gates: Any = None  # circuitstat.circuits.engine.gradients.GradientGates (AtP*'s GradDrop), or None
 
 
 class Forward:
@@ -169,6 +170,7 @@ class Forward:
         logits_at: torch.Tensor | None = None,
         keep_qkv: bool = False,
         positions: torch.Tensor | None = None,
+        grad_gates=None,
     ) -> RunOutput:
         """Run the model, optionally from a saved state, with interventions; return what was asked.
 
@@ -185,6 +187,8 @@ class Forward:
         from ``attention_mask``, so a key can be masked without shifting later tokens' positions
         (token mask ablation); a masked position still attends to itself (see
         :func:`circuitstat.circuits.engine.masks.allowed_keys`).
+        ``grad_gates`` (a :class:`circuitstat.circuits.engine.gradients.GradientGates`): each layer's residual writes
+        pass through its gate, which can drop their gradient in a later backward (AtP*'s GradDrop).
         """
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
@@ -192,6 +196,7 @@ class Forward:
         r = self._run_setup(input_ids, attention_mask, intervention, positions, logits_at=logits_at,
                             keep_senders=keep_senders, keep_resid=keep_resid, keep_patterns=keep_patterns,
                             receiver_grads=receiver_grads, keep_qkv=keep_qkv)
+        r.grad_gates = grad_gates
         out = RunOutput(logits=None, blocks=[] if r.need_blocks else None)
         start, resid = self._run_start(input_ids, r, state, out)
         for layer in range(start, self.cfg.n_layers):
@@ -322,6 +327,8 @@ class Forward:
             if r.keep_attn_pre:
                 out.attn_pre.append(attn_out)
             attn_out = post_norm(cfg, blk.ln1_post_w, attn_out)
+        if r.grad_gates is not None:
+            attn_out = r.grad_gates.gate(attn_out, layer)
         mid = resid + attn_out
         if r.keep_resid:
             out.resid_mid.append(mid)
@@ -362,7 +369,7 @@ class Forward:
             z_mlp = r.iv.sender_value.to(z_mlp.dtype)
         if r.need_blocks:
             out.blocks.append(z_mlp[:, None])
-        return mid + z_mlp
+        return mid + (z_mlp if r.grad_gates is None else r.grad_gates.gate(z_mlp, layer))
 
     def _run_logits_input(self, resid: torch.Tensor, r: _RunSetup, out: RunOutput) -> torch.Tensor:
         """The logits receiver's input: the final residual with its edge patches, probe and receiver patch."""
