@@ -148,3 +148,24 @@ def phase2_flops(cfg, spec, verify, *, n_methods: int) -> float:
     N = task.n if task is not None else spec.n
     k = None if verify.edges is None else n_methods * (verify.edges.top + verify.edges.random)
     return verify_cost(cfg, n=verify.n, N=N, positions=positions, n_edges=k, batch_size=spec.batch_size).flops
+
+
+def verify_from_options(n: int | None, edges: str | None, tau: float | None, seed: int | None):
+    """Return the VerifySpec of ``attribute``'s --verify N, --verify-edges TOP,RANDOM, --verify-tau and
+    --verify-seed (None without --verify); InputError naming the flag otherwise."""
+    from circuitstat.core.errors import InputError
+    from circuitstat.pipelines.spec import VerifySpec, validate_spec
+
+    if n is None:
+        if edges is not None or tau is not None or seed is not None:
+            raise InputError("--verify-edges, --verify-tau and --verify-seed need --verify N (the prompts to patch "
+                             "exactly)")
+        return None
+    doc: dict = {"n": n, "seed": seed, "tau": tau}
+    if edges is not None:
+        parts = edges.split(",")
+        if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+            raise InputError(f"--verify-edges must be TOP,RANDOM (two whole numbers, e.g. 50,200), got {edges!r}")
+        doc["edges"] = {"top": int(parts[0]), "random": int(parts[1])}
+    spec = validate_spec(VerifySpec, {k: v for k, v in doc.items() if v is not None}, "--verify", kind="option")
+    return spec

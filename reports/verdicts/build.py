@@ -178,6 +178,13 @@ def _approximation_lines(r: _Run) -> list[Line]:
     return out
 
 
+def _verified_lines(r: _Run) -> list[Line]:
+    """Each approximate method's verified line (circuitstat.reports.verdicts.verified: verified and missed_edges)."""
+    from circuitstat.reports.verdicts.verified import verified_edge_lines
+
+    return verified_edge_lines(r.T)
+
+
 def _heads_line(r: _Run) -> list[Line]:
     """The head with the largest excess over its shuffled null, its interval over seeds, and the count above 0."""
     t = r.T.get("heads")
@@ -229,6 +236,10 @@ def _rules(lines: list[Line], level: float, n_edges: int | None) -> tuple[str, .
                    "interval rests on a few prompts (interval_reliable = false).")
     if "approximation" in have:
         out.append("Approximation: Spearman ≥ 0.9 ranks like exact, ≥ 0.5 a rough guide, below that does not.")
+    if "verified" in have:
+        out.append(f"Verified: intervals for the mean exact effect (PPI++, exact on a random subset of prompts); "
+                   f"edges: BH q ≤ {SIGNIFICANT_Q} over the verified edges; missed edges: a one-sided bound at the "
+                   "level stated.")
     if "heads" in have:
         out.append("Heads: each head's own interval over training seeds, not adjusted over heads.")
     return tuple(out)
@@ -246,8 +257,8 @@ def verdict(run_dir: str | Path) -> Verdict:
     n = int(np.nanmax(num(es, "n"))) if es is not None and es.num_rows and np.isfinite(num(es, "n")).any() else None
     r = _Run(T, method, k, why, str(spec.get("ranking") or "absolute"), n)
     lines: list[Line] = []
-    for build in (_circuit_lines, _stability_line, _faithfulness_line, _approximation_lines, _heads_line,
-                  _claim_lines):
+    for build in (_circuit_lines, _stability_line, _faithfulness_line, _approximation_lines, _verified_lines,
+                  _heads_line, _claim_lines):
         lines += build(r)
     n_edges = where(es, method=method).num_rows if method and es is not None else None
     return Verdict(T.dir, method, k, tuple(lines), tuple(missing(T)), _rules(lines, level, n_edges), level)
