@@ -20,13 +20,16 @@ from circuitstat.reports.verdicts.model import SIGNIFICANT_Q, Line, Name, Part
 __all__ = ["verified_edge_lines", "verified_lines", "significant_verified"]
 
 
-def significant_verified(T: Tables, method: str, max_q: float = SIGNIFICANT_Q) -> int:
-    """Return the number of ``method``'s verified edges with q ≤ ``max_q`` (what verified_edge claims count)."""
+def significant_verified(T: Tables, method: str, max_q: float = SIGNIFICANT_Q) -> tuple[int, int]:
+    """Return (edges of ``method`` with q ≤ ``max_q`` and a reliable interval: the verified_edge claims on the
+    q-value that hold, those with q ≤ ``max_q`` whose interval is flagged unreliable: claims refuse them)."""
     t = where(T.get("verified"), method=method)
     if t is None or not t.num_rows:
-        return 0
+        return 0, 0
     q = num(t, "qvalue")
-    return int(np.sum(np.isfinite(q) & (q <= max_q)))
+    sig = np.isfinite(q) & (q <= max_q)
+    reliable = np.array([r is not False for r in t.column("interval_reliable").to_pylist()])
+    return int(np.sum(sig & reliable)), int(np.sum(sig & ~reliable))
 
 
 def _missed_parts(T: Tables, method: str) -> tuple[Part, ...]:
@@ -46,11 +49,12 @@ def _method_line(T: Tables, method: str) -> Line | None:
     vrows = t.to_pylist()
     first = vrows[0]
     n, N = int(first["n_labelled"]), int(first["n_prompts"])
-    k = significant_verified(T, method)
+    k, shaky = significant_verified(T, method)
     est = num(t, "estimate")
     best = vrows[int(np.nanargmax(np.where(np.isfinite(est), np.abs(est), -math.inf)))]
     parts: list[Part] = [f"{method} verified on {n} of {N} prompts: {k} of {len(vrows)} edges' mean exact effect "
-                         f"excludes 0 (BH q ≤ {SIGNIFICANT_Q}); largest ", Name(str(best.get("edge_name") or best["edge"])),
+                         f"excludes 0 (BH q ≤ {SIGNIFICANT_Q}, reliable interval"
+                         + (f"; {shaky} more with an unreliable one" if shaky else "") + "); largest ", Name(str(best.get("edge_name") or best["edge"])),
                          " ", Ci.of("verified", best, ("method", "edge"), est="estimate"),
                          f" q = {fmt(best.get('qvalue'), 2)}", *_missed_parts(T, method)]
     unreliable = sum(1 for r in vrows if r.get("interval_reliable") is False)
