@@ -365,3 +365,35 @@ def exact_subset_cost(cfg: ModelConfig, edges, *, n: int, positions: int, batch_
     memory = (weight_bytes(cfg, itemsize) + B * exact_example_bytes(cfg, g, P, itemsize)
               + min(max_rows, rows) * exact_row_bytes(cfg, P, itemsize))
     return Cost("exact-subset", int(idx.size), 2 * fwd_n, 0, rows, float(flops), passes, memory, batch_size, max_rows)
+
+
+def expected_batch_examples(N: int, n: int, batch_size: int) -> float:
+    """The expected examples in the whole batches (of ``batch_size``, in order) that hold ``n`` of ``N`` examples
+    drawn uniformly without replacement: what exact_subset runs forwards on."""
+    total = 0.0
+    for start in range(0, N, batch_size):
+        size = min(batch_size, N - start)
+        missed = 1.0  # P(no drawn example in this batch) = C(N - size, n) / C(N, n)
+        for i in range(n):
+            missed *= max(N - size - i, 0) / (N - i)
+            if missed == 0.0:
+                break
+        total += size * (1.0 - missed)
+    return total
+
+
+def verify_cost(cfg: ModelConfig, *, n: int, N: int, positions: int, n_edges: int | None = None,
+                batch_size: int = 16, max_rows: int = 256, itemsize: int = 4) -> Cost:
+    """The expected Cost of a verified run's phase 2: exact patching on ``n`` of ``N`` random examples, on every edge
+    or (``n_edges``) on that many edges priced at the average edge's suffix (which edges phase 1 ranks on top is
+    not known before it runs)."""
+    g = graph_of(cfg)
+    be = expected_batch_examples(N, n, batch_size)
+    full = exact_subset_cost(cfg, np.arange(g.n_edges), n=n, positions=positions, batch_examples=math.ceil(be),
+                             batch_size=batch_size, max_rows=max_rows, itemsize=itemsize)
+    k = g.n_edges if n_edges is None else min(int(n_edges), g.n_edges)
+    fwd = be * (2 * forward_flops(cfg, positions) - unembed_flops(cfg))
+    suffix = full.flops - math.ceil(be) * (2 * forward_flops(cfg, positions) - unembed_flops(cfg))
+    share = k / g.n_edges
+    return Cost("exact-verify", k, int(round(2 * be)), 0, n * k, float(fwd + suffix * share),
+                int(round(full.layer_passes * share)), full.memory_peak, batch_size, max_rows)

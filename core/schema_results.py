@@ -56,13 +56,20 @@ VERIFIED_COVERS = ("the mean exact effect over the task's prompt distribution, v
                    "(PPI++; column 'estimand' names n and N)")
 MISSED_COVERS = "the number of unverified edges whose mean exact effect exceeds tau (a one-sided bound; 'level' column)"
 
+# a verified audit or attribute run writes one verified / missed_edges table for all its approximate methods
+_VERIFIED_METHOD = ("method", S, "the approximate method verified (a run's tables; absent from a lone result)", False, True)
+
 RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
+    _table("verified_prompts", "the prompts a verified run patched exactly: drawn uniformly from a recorded seed",
+           ("row", I, "example index (row of the scores)"),
+           ("seed", I, "the seed the rows were drawn from: numpy.random.default_rng(seed), without replacement"),
+           ("n_prompts", I, "prompts the approximation was computed on (N)")),
     _table("verified", "circuitstat.stats.verified.VerifiedResult: per-edge PPI++ estimate of the mean exact effect",
-           _EDGE, _EDGE_NAME, ("estimate", F, "PPI++ estimate of the mean exact effect"),
-           ("standard_error", F, "its standard error"), *_ci("ci", "the estimate", VERIFIED_COVERS, False),
+           _VERIFIED_METHOD, _EDGE, _EDGE_NAME, ("estimate", F, "PPI++ estimate of the mean exact effect", True),
+           ("standard_error", F, "its standard error"), *_ci("ci", "the estimate", VERIFIED_COVERS, True),
            ("df", F, "degrees of freedom of the interval's t quantile (inf for z)"),
            ("pvalue", F, "two-sided p-value of mean exact effect 0, inverting the interval"),
-           ("qvalue", F, "FDR-adjusted p-value over edges (params: correction)"),
+           ("qvalue", F, "FDR-adjusted p-value over edges (params: correction)", True),
            ("lam", F, "power-tuning weight (0: exact only, 1: plain PPI)"),
            ("approx_mean", F, "the approximation's own mean over all N prompts (not the verified estimand)"),
            ("rectifier_share", F, "share of the labelled rectifier's spread carried by its most extreme prompt"),
@@ -71,11 +78,11 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("n_labelled", I, "prompts patched exactly (n)"), ("n_prompts", I, "prompts with the approximation (N)"),
            ("estimand", S, "what the interval covers, with n and N")),
     _table("missed_edges", "circuitstat.stats.verified.MissedEdgesResult: bound on unverified edges above a threshold",
-           ("tau", F, "threshold on |mean exact effect|"), ("n_top", I, "top candidate edges verified"),
+           _VERIFIED_METHOD, ("tau", F, "threshold on |mean exact effect|"), ("n_top", I, "top candidate edges verified"),
            ("n_remaining", I, "edges outside the top the random sample was drawn from (R)"),
            ("n_sampled", I, "randomly sampled edges verified (r)"), ("n_unverified", I, "R - r"),
            ("sampled_above", I, "sampled edges whose interval does not exclude |effect| > tau"),
-           *_ci("missed", "the count of unverified edges above tau", MISSED_COVERS, False),
+           *_ci("missed", "the count of unverified edges above tau", MISSED_COVERS, True),
            ("remaining_above_high", I, "upper bound on all R remaining edges above tau"),
            ("level", F, "level the bound holds at (hypergeometric and classification errors, Bonferroni)"),
            ("estimand", S, "what the bound covers")),

@@ -11,12 +11,13 @@ from pathlib import Path
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from circuitstat.pipelines.kinds import RunKind, check_run_out
 from circuitstat.pipelines.options import ABLATION, DTYPES, LEVEL, METHOD, METRIC
 from circuitstat.pipelines.params import BATCH_SIZE, IG_STEPS, SEED
 from circuitstat.pipelines.sources import LOCAL, RunInputs
+from circuitstat.pipelines.spec import VerifySpec
 
 
 def torch_dtype(name: str):
@@ -56,7 +57,7 @@ def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", leve
                   n: int = 64, batch_size: int = 16,
                   ig_steps: int = 5, seed: int = 0, n_jobs: int = 1, device: str = "cpu", dtype: str = "float32",
                   max_memory: str | None = None, checkpoint_every: int | None = None, resume: bool = True,
-                  force: bool = False, allow_pickle: bool = False, allow_large: bool = False,
+                  force: bool = False, allow_pickle: bool = False, allow_large: bool = False, verify=None,
                   inputs: RunInputs = LOCAL):
     """The ScoreMatrix of ``circuitstat attribute`` with these options, written into run directory
     ``out`` (validated first; resumed from its checkpoints where it stopped); ``inputs`` resolves the model."""
@@ -65,10 +66,19 @@ def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", leve
                                              n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
                                              device=device, dtype=dtype, max_memory=max_memory,
                                              allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs)
+    check_attribute_verify(verify, m, method=method, level=level, n=n)
     return attribute_into(m, t, out, model_arg=model, task_arg=task, task_options={}, method=method, level=level,
                           ablation=ablation, input_node=input_node, n=n, batch_size=batch_size,
                           ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
-                          budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force)
+                          budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force,
+                          verify=verify)
+
+
+def check_attribute_verify(verify, m, *, method: str, level: str, n: int) -> None:
+    """None; InputError when ``verify`` (a VerifySpec or None) cannot check this run (before any work)."""
+    from circuitstat.pipelines.spec import check_verify
+
+    check_verify(verify, methods=[method], n_prompts=n, level=level, n_edges=m.graph.n_edges)
 
 
 def _engine_sizes(m, t, method: str, level: str, batch_size: int, budget: int | None) -> tuple[int, int]:
@@ -110,8 +120,9 @@ def _task_record(t) -> dict:
 def attribute_into(m, t, out: Path, *, model_arg: str, task_arg: str, task_options: dict, method: str, level: str,
                    ablation: str, input_node: str, n: int,
                    batch_size: int, ig_steps: int, seed: int, n_jobs: int, dtype: str, budget: int | None,
-                   checkpoint_every: int | None, resume: bool, force: bool):
-    """The ScoreMatrix of one checkpointed attribution run written into ``out`` (resumed where it stopped)."""
+                   checkpoint_every: int | None, resume: bool, force: bool, verify=None):
+    """The ScoreMatrix of one checkpointed attribution run written into ``out`` (resumed where it stopped);
+    with ``verify`` (a VerifySpec), a verified stage after it (pipelines.verify)."""
     from circuitstat.circuits.ablation import Ablation as Counterfactuals
     from circuitstat.circuits.scores import ScoreMatrix
     from circuitstat.pipelines.checkpoint import AttributionJob, CheckpointStore, chunk_bounds, run_checkpointed
@@ -124,6 +135,8 @@ def attribute_into(m, t, out: Path, *, model_arg: str, task_arg: str, task_optio
             "dtype": DTYPES[dtype], "max_rows": max_rows}
     if task_options:  # recorded only when given, so runs without options resume as before
         spec["task_options"] = task_options
+    if verify is not None:  # likewise
+        spec["verify"] = verify.model_dump()
     options = {"batch_size": batch_size, "max_rows": max_rows, "ig_steps": ig_steps, "dtype": DTYPES[dtype],
                "device": m.device.type, "input_node": input_node}
     identity, task_record = m.identity(), _task_record(t)  # the model caches its weight hash
@@ -155,8 +168,32 @@ def attribute_into(m, t, out: Path, *, model_arg: str, task_arg: str, task_optio
             return sm.tables({"task": task_record})
 
         run.stage("scores", compute, ["scores", index], params=params, force=force)
+        if verify is not None:
+            _verify_stage(run, m, t, verify, method=method, ablation=ablation, seed=seed, batch_size=batch_size,
+                          max_rows=max_rows, input_node=input_node, force=force)
     store.remove()  # the committed table holds every row now
     return computed[0] if computed else ScoreMatrix.read(out)
+
+
+def _verify_stage(run, m, t, verify, *, method: str, force: bool, **exact_options) -> None:
+    """The verified stage of an attribute run: exact on verify.n random prompts checks ``method``'s scores."""
+    import numpy as np
+
+    from circuitstat.core.tables import table_to_matrix
+    from circuitstat.pipelines import verify as V
+    from circuitstat.pipelines.audit.run import verify_outputs
+
+    seed = V.draw_seed(verify.seed, run.stage_seed("verified"))
+
+    def compute():
+        approx = {method: np.asarray(table_to_matrix(run.table("scores")), np.float64)}
+        plan = V.verify_plan(approx, verify, seed)
+        exact, cols = V.run_exact(m, t, plan, **exact_options)
+        return V.verified_tables(approx, exact, cols, plan, m.graph.edge_names, confidence_level=0.95, tau=verify.tau)
+
+    run.stage("verified", compute, verify_outputs(verify), params={"verify": verify.model_dump(), "seed": seed,
+                                                                   "confidence_level": 0.95},
+              depends_on=["scores"], force=force)
 
 
 class AttributeSpec(BaseModel):
@@ -177,6 +214,18 @@ class AttributeSpec(BaseModel):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     checkpoint_every: int | None = Field(None, ge=1)
     max_memory: str | None = Field(None, max_length=32)
+    verify: VerifySpec | None = None
+
+    @model_validator(mode="after")
+    def _verify_fits(self) -> "AttributeSpec":
+        from circuitstat.core.errors import InputError
+        from circuitstat.pipelines.spec import check_verify
+
+        try:
+            check_verify(self.verify, methods=[self.method], n_prompts=self.n, level=self.level)
+        except InputError as e:
+            raise ValueError(str(e)) from None
+        return self
 
     @property
     def sources(self) -> list[str]:
@@ -192,16 +241,23 @@ def _parse(data, source: str) -> AttributeSpec:
 
 def _run_kind(spec: AttributeSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False,
               inputs: RunInputs = LOCAL):
-    return run_attribute(spec.model, spec.task, out, **spec.model_dump(exclude={"model", "task"}), n_jobs=n_jobs,
-                         allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs)
+    return run_attribute(spec.model, spec.task, out, **spec.model_dump(exclude={"model", "task", "verify"}),
+                         verify=spec.verify, n_jobs=n_jobs, allow_pickle=allow_pickle, allow_large=allow_large,
+                         inputs=inputs)
 
 
 def attribute_flops(spec: AttributeSpec, cfg) -> float:
     """The FLOPs of ``spec``'s attribution on a model of config ``cfg``."""
     from circuitstat.pipelines.build import attribution_flops
 
-    return attribution_flops(cfg, spec, spec.method, spec.n, ig_steps=spec.ig_steps, level=spec.level)
+    total = attribution_flops(cfg, spec, spec.method, spec.n, ig_steps=spec.ig_steps, level=spec.level)
+    if spec.verify is not None:
+        from circuitstat.pipelines.verify import phase2_flops
+
+        total += phase2_flops(cfg, spec, spec.verify, n_methods=1)
+    return total
 
 
 KIND = RunKind("attribute", "per-example attribution scores of one method", parse=_parse, run=_run_kind,
-               stages=lambda spec: ["scores"], flops=attribute_flops)
+               stages=lambda spec: ["scores"] + (["verified"] if spec.verify is not None else []),
+               flops=attribute_flops)

@@ -13,6 +13,7 @@ of each size N drawn from the model's task, and scores each dataset against the 
     alphas: [0.05, 0.1]   # FDR levels of the q-value selections
     k_multiples: [0.5, 1, 2]   # top-k circuit sizes, as multiples of the true circuit's size
     faithfulness_methods: [exact]
+    verify: [16]          # optional: each approximate method verified on 16 prompts per dataset ("eap+verify16")
 
 Per model the population is R x max(N) prompts of its task; method scores are computed once on it
 (a resumable stage per model and method) and dataset r of size N is the first N prompts of the r-th
@@ -73,6 +74,10 @@ class GroundTruthSpec(_RunOptions):
     ig_steps: int = IG_STEPS.pydantic()
     confidence_level: float = Field(0.95, gt=0.5, lt=1.0)
     batch_size: int = BATCH_SIZE.pydantic("groundtruth")
+    # verified runs as methods (docs/verified.md): each approximate method verified on n of each dataset's prompts,
+    # scored as "<method>+verify<n>"; the exact cells come from the exact scores of the population (bit for bit
+    # what circuitstat.circuits.verify.exact_subset computes), so "exact" must be among the methods
+    verify: list[int] = Field(default_factory=list)
 
     @property
     def level(self) -> str:
@@ -114,7 +119,41 @@ def parse_groundtruth_spec(data: Any, source: str = "<spec>") -> GroundTruthSpec
                              f"tables (scores_{_slug(m)}_*); list each model once, written differently")
     if spec.sizes[0] < 4:
         raise InputError(f"invalid ground-truth spec {source}: sizes must be at least 4 prompts")
+    if spec.verify and "exact" not in spec.methods:
+        raise InputError(f"invalid ground-truth spec {source}: verify needs 'exact' among the methods (its cells on "
+                         "the verified prompts)")
+    if spec.verify and not all(4 <= n <= spec.sizes[0] - 2 for n in spec.verify):
+        raise InputError(f"invalid ground-truth spec {source}: each verify n must lie in [4, {spec.sizes[0] - 2}] "
+                         "(at least 2 of the smallest dataset's prompts left unverified)")
     return spec
+
+
+def verified_name(method: str, n: int) -> str:
+    """The method name a verified run of ``method`` on ``n`` prompts is scored under, e.g. ``eap+verify16``."""
+    return f"{method}+verify{n}"
+
+
+def _verified_rows(S: np.ndarray, X: np.ndarray, gt, spec: GroundTruthSpec, method: str, n_verify: int,
+                   seed) -> list[dict]:
+    """Every per-dataset row of ``method`` verified on ``n_verify`` prompts of each dataset (drawn from ``seed``)."""
+    from circuitstat.core.seeds import spawn_seeds
+    from circuitstat.stats.groundtruth_scoring import score_verified_dataset
+
+    k_true = int(gt.truth.sum())
+    ks = sorted({max(1, int(round(m * k_true))) for m in spec.k_multiples} - {gt.truth.size})
+    block, out = max(spec.sizes), []
+    seeds = iter(spawn_seeds(seed, len(spec.sizes) * spec.n_datasets))
+    name = verified_name(method, n_verify)
+    for n in spec.sizes:
+        for r in range(spec.n_datasets):
+            rows = np.arange(r * block, r * block + n)
+            s = next(seeds)
+            lab = np.sort(np.random.default_rng(s).choice(n, size=n_verify, replace=False))
+            vals = score_verified_dataset(S[rows], X[rows][lab], lab, gt.truth, ks=ks, alphas=spec.alphas,
+                                          ranking=spec.ranking, seed=s)
+            out += [{"model": "", "method": name, "n": n, "dataset": r, "family": f, "statistic": st,
+                     "param": p, "value": float(v)} for f, st, p, v in vals]
+    return out
 
 
 def load_groundtruth_spec(path: str | Path) -> GroundTruthSpec:
@@ -220,7 +259,7 @@ def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int
     from circuitstat.pipelines.work import announce, check_groundtruth
 
     announce("study groundtruth", check_groundtruth(spec, loaded, allow_large=allow_large))  # before any work
-    doc = spec.model_dump()
+    doc = spec.model_dump(exclude=set() if spec.verify else {"verify"})  # older runs resume unchanged
     population = spec.n_datasets * max(spec.sizes)
     with RunDir(out, spec=doc, command=sys.argv, seed=spec.seed,
                 provenance={"models": {m: gt.identity() for m, gt in loaded.items()}}) as run:
@@ -247,13 +286,22 @@ def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int
                     for r in rows:
                         r["model"] = m
                     per_dataset += rows
+                    if method == "exact" or not spec.verify:
+                        continue
+                    X = np.asarray(table_to_matrix(run.table(f"scores_{_slug(m)}_exact")), dtype=np.float64)
+                    for nv in spec.verify:
+                        rows = _verified_rows(S, X, gt, spec, method, nv,
+                                              run.stage_seed(f"verify:{m}:{method}:{nv}"))
+                        for r in rows:
+                            r["model"] = m
+                        per_dataset += rows
             summary = summarise(per_dataset, KEYS, spec.confidence_level)
             return {"groundtruth_models": _columns(models), "groundtruth_datasets": _columns(per_dataset),
                     "groundtruth_summary": _columns([r for r in summary if r["family"] != "roc"]),
                     "groundtruth_fdr": _columns(fdr_rows(per_dataset, KEYS)), "groundtruth_roc": _roc_table(summary)}
 
         keys = ("sizes", "n_datasets", "alphas", "k_multiples", "ranking", "n_resamples", "thresholds", "n_subsamples",
-                "faithfulness_methods", "confidence_level")
+                "faithfulness_methods", "confidence_level") + (("verify",) if spec.verify else ())
         deps = [f"scores_{_slug(m)}_{method.replace('-', '_')}" for m in spec.models for method in spec.methods]
         run.stage("evaluate", evaluate, list(TABLES), params={k: doc[k] for k in keys}, depends_on=deps, force=force)
     return RunTables(Path(out), TABLES, "groundtruth_summary", {"study": "groundtruth", "spec": doc})
@@ -288,9 +336,10 @@ def summary_lines(tables: dict[str, Any], alpha: float = 0.05) -> list[str]:
             a = _pick(s, m, method, n, "ranking", "auroc")
             if not np.isfinite(a[0]):
                 continue
+            test = "verified" if "+verify" in method else "bootstrap"
             f = [j for j in range(len(fdr["model"])) if (fdr["model"][j], fdr["method"][j], fdr["n"][j],
                                                           fdr["test"][j], fdr["alpha"][j]) == (m, method, n,
-                                                                                              "bootstrap", alpha)]
+                                                                                              test, alpha)]
             fd = f"{fdr['fdr'][f[0]]:.3f} {fdr['verdict'][f[0]][:5]}" if f else "—"
             pw = f"{fdr['power'][f[0]]:.2f}" if f else "—"
             lines.append(f"{m[:34]:<34} {method:<19} {ci(a):>17} {ci(_pick(s, m, method, n, 'ranking', 'auroc_pessimistic')):>17} "

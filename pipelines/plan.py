@@ -390,8 +390,10 @@ def _duration(seconds: float) -> str:
 
 def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_steps: int = 5,
                budget: int | None = None, n_jobs: int = 1, timing_model=None, untimed: str = "",
-               device: str = "cpu", rate: tuple[float, str] | None = None) -> list[str]:
-    """The plan as printed lines: a header, the calibration, one row per method, a legend.
+               device: str = "cpu", rate: tuple[float, str] | None = None, verify=None,
+               verify_method: str = "eap") -> list[str]:
+    """The plan as printed lines: a header, the calibration, one row per method, a legend (and, with ``verify``
+    (a VerifySpec), the verified run's two phases: ``verify_method`` on all N, exact on n of them).
 
     ``model`` may be a skeleton on the meta device (circuitstat.circuits.skeleton): the counts need only shapes.
     The time estimate is calibrated on ``timing_model`` (default ``model`` unless it is on the meta
@@ -407,19 +409,27 @@ def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_ste
         rate = rate or flop_rate(device, model.dtype)
         how = (f"no time estimate: {untimed or 'no model to time'} (counts from shapes only, no weights); est. time "
                f"= FLOPs at {rate[0]:.3g} TFLOP/s ({rate[1]}), a lower bound")
+        def seconds(c):
+            return c.flops / (rate[0] * 1e12), ">= "
+
         lines = _cost_table(model, costs, n, P, level, ig_steps, budget, n_jobs,
-                            f", {str(model.dtype).replace('torch.', '')}", [how],
-                            lambda c: (c.flops / (rate[0] * 1e12), ">= "))
+                            f", {str(model.dtype).replace('torch.', '')}", [how], seconds)
         time_is = "FLOPs at the rate above"
     else:  # the calibration itself stays within the budget
         cal = calibrate(timing_model, data, min(fitted, default=1))
         how = (f"calibration on {cal.batch_size} examples, one thread, {cal.clock}: forward {cal.forward_s * 1e3:.3g} ms, "
                f"gradient run {cal.gradient_s * 1e3:.3g} ms, suffix row from layer 0 {cal.suffix_s[0][1] * 1e3:.3g} ms")
+        def seconds(c):
+            if c.method == "exact-verify":
+                return _verify_seconds(cal, model, c, positions=P), ""
+            return estimate_seconds(cal, model, c, n=n, level=level, ig_steps=ig_steps, positions=P), ""
+
         lines = _cost_table(model, costs, n, P, level, ig_steps, budget, n_jobs, "", [how, calibration_cost_line(cal)],
-                            lambda c: (estimate_seconds(cal, model, c, n=n, level=level, ig_steps=ig_steps,
-                                                        positions=P), ""))
+                            seconds)
         time_is = (f"{cal.clock} of one thread per worker, calibrated on this machine" + (
             "; on a busy machine a run's wall time is longer" if cal.clock == "CPU time" else ""))
+    if verify is not None:
+        lines += verify_lines(model, costs, verify, verify_method, n=n, P=P, batch_size=batch_size, seconds=seconds)
     return lines + ["forwards: full forwards (counterfactual, clean, gradient runs); suffix rows: exact patching's "
                     f"(example, sender) suffix forwards; memory: estimated peak incl. weights; time: {time_is}"]
 
@@ -430,6 +440,39 @@ def calibration_cost_line(cal: Calibration) -> str:
     busy = cal.wall_s / cal.cpu_s if cal.cpu_s > 0 else float("nan")
     return (f"calibration cost: {cal.passes} model passes, {cal.cpu_s:.3g} s CPU, {cal.wall_s:.3g} s wall "
             f"({load} on {cal.cores} core{'s' if cal.cores > 1 else ''}; wall / CPU {busy:.2g})")
+
+
+def _verify_seconds(cal: Calibration, model, cost: Cost, *, positions: int) -> float:
+    """Phase 2's time: exact's suffix rows for the verified prompts (the share of edges verified) and the
+    forwards of the whole batches holding them (``cost.forwards`` / 2 examples)."""
+    n = cost.suffix_rows // max(cost.columns, 1)  # the verified prompts
+    exact_n = method_cost(model.cfg, "exact", n=n, positions=positions, batch_size=cost.batch_size,
+                          max_rows=cost.max_rows)
+    full = estimate_seconds(cal, model, exact_n, n=n, positions=positions)
+    forwards = 2 * n * cal.forward_s / cal.batch_size
+    share = cost.columns / model.graph.n_edges
+    return (full - forwards) * share + cost.forwards * cal.forward_s / cal.batch_size
+
+
+def verify_lines(model, costs: dict, verify, method: str, *, n: int, P: int, batch_size: int, seconds) -> list[str]:
+    """The verified run's lines: phase 1 (``method`` on all n), phase 2 (exact on verify.n of them), their sum,
+    and the sum against exact patching on all n (circuits.plan.verify_cost; ``seconds(cost)`` prices a Cost)."""
+    from circuitstat.circuits.plan import verify_cost
+
+    k = None if verify.edges is None else verify.edges.top + verify.edges.random
+    p1, exact = costs.get(method), costs.get("exact")
+    if not isinstance(p1, Cost) or not isinstance(exact, Cost):
+        return [f"verified run: not priced ({method} or exact does not fit the memory budget)"]
+    p2 = verify_cost(model.cfg, n=verify.n, N=n, positions=P, n_edges=k, batch_size=exact.batch_size,
+                     max_rows=exact.max_rows, itemsize=model.dtype.itemsize)
+    (t1, pre), (t2, _), (te, _) = seconds(p1), seconds(p2), seconds(exact)
+    edges = "every edge" if k is None else f"the top {verify.edges.top} + {verify.edges.random} random edges"
+    return [f"verified run: {method} on all {n} prompts, then exact on {verify.n} of them ({edges})",
+            f"  phase 1  {method:<17} FLOPs {p1.flops:>9.3g}  est. time {pre + _duration(t1):>10}",
+            f"  phase 2  {'exact on ' + str(verify.n):<17} FLOPs {p2.flops:>9.3g}  est. time {pre + _duration(t2):>10}",
+            f"  both     {'':<17} FLOPs {p1.flops + p2.flops:>9.3g}  est. time {pre + _duration(t1 + t2):>10}  "
+            f"= {(p1.flops + p2.flops) / exact.flops:.1%} of exact on all {n} by FLOPs "
+            f"({exact.flops:.3g}), {(t1 + t2) / te:.1%} by time ({pre + _duration(te)})"]
 
 
 def _cost_table(model, costs: dict, n: int, P: int, level: str, ig_steps: int, budget, n_jobs: int, dtype: str,

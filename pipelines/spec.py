@@ -132,6 +132,55 @@ class HeadsSpec(_Strict):
     min_excess: float = Field(MIN_EXCESS, ge=MIN_EXCESS_BOUNDS[0], le=MIN_EXCESS_BOUNDS[1])
 
 
+class VerifyEdgesSpec(_Strict):
+    """Verify some edges only: the top-``top`` candidates by |approximate mean| plus ``random`` of the rest."""
+
+    _section = "verify.edges."
+
+    top: int = Field(ge=0, le=1_000_000)
+    random: int = Field(ge=1, le=1_000_000)
+
+
+class VerifySpec(_Strict):
+    """A verified run (docs/verified.md): exact patching on ``n`` uniformly random prompts (drawn from ``seed``,
+    or from the run's seed and the stage's name) checks each approximate method; PPI++ intervals for the mean
+    exact effect. ``edges``: verify only some edges, and bound the unverified ones above ``tau``."""
+
+    _section = "verify."
+
+    n: int = Field(16, ge=4, le=100_000)
+    seed: int | None = Field(None, ge=0)
+    edges: VerifyEdgesSpec | None = None
+    tau: float | None = Field(None, gt=0.0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _tau_with_edges(self) -> "VerifySpec":
+        if self.edges is not None and self.tau is None:
+            raise ValueError("verify.edges needs verify.tau: the threshold on |mean exact effect| the missed-edges "
+                             "bound counts")
+        if self.edges is None and self.tau is not None:
+            raise ValueError("verify.tau bounds unverified edges; without verify.edges every edge is verified: "
+                             "remove tau or give edges: {top: m, random: r}")
+        return self
+
+
+def check_verify(verify: VerifySpec | None, *, methods, n_prompts: int, level: str, n_edges: int | None = None
+                 ) -> None:
+    """None; InputError when a verified run cannot be made of these settings (before any work)."""
+    if verify is None:
+        return
+    if level != "edge":
+        raise InputError("verify needs level: edge (verified intervals are per edge)")
+    if not any(m != "exact" for m in methods):
+        raise InputError("verify checks an approximate method: add eap, eap-ig-inputs, atpstar, ... to the methods")
+    if verify.n > n_prompts - 2:
+        raise InputError(f"verify.n={verify.n} leaves fewer than 2 of the task's {n_prompts} prompts unverified; "
+                         f"use verify.n <= {n_prompts - 2} or more prompts (task.n)")
+    if n_edges is not None and verify.edges is not None and verify.edges.top + verify.edges.random > n_edges:
+        raise InputError(f"verify.edges asks for {verify.edges.top} + {verify.edges.random} edges of the "
+                         f"model's {n_edges}; lower top or random")
+
+
 class AuditSpec(_RunOptions):
     """Everything one audit runs; see the module docstring."""
 
@@ -154,6 +203,7 @@ class AuditSpec(_RunOptions):
     # whose faithfulness it may evaluate to find the smallest circuit that meets the bar; 0: the grid only
     k_search: int = Field(64, ge=0, le=1000)
     heads: HeadsSpec = HeadsSpec()
+    verify: VerifySpec | None = None
 
     @field_validator("methods")
     @classmethod
@@ -178,6 +228,14 @@ class AuditSpec(_RunOptions):
             raise ValueError(f"bootstrap.n_resamples={self.bootstrap.n_resamples} is too few for a "
                              f"{self.bootstrap.confidence_level:.0%} faithfulness interval: use at least {need} "
                              "(or faithfulness: false)")
+        return self
+
+    @model_validator(mode="after")
+    def _verify_fits(self) -> "AuditSpec":
+        try:
+            check_verify(self.verify, methods=self.methods, n_prompts=self.task.n, level=self.level)
+        except InputError as e:
+            raise ValueError(str(e)) from None
         return self
 
     @property

@@ -8,6 +8,8 @@ returns long rows ``(family, statistic, param, value)``:
 * ``test:bootstrap`` (the audit's default per-edge test: the symmetric studentized bootstrap interval
   inverted, Benjamini-Hochberg q-values) and ``test:t`` (one-sample t, BH): at each alpha the edges with
   q <= alpha, their FDP, recall (power), precision, F1 and counts;
+* ``test:verified`` (``score_verified_dataset``, a verified run: the approximation on the dataset's N prompts,
+  exact on n of them): the same rows for the q-values of the PPI++ intervals of the mean exact effect;
 * ``stability``: inclusion frequencies of the top-k circuit (k = the truth's size) over half-size
   subsamples; at each threshold pi the realised number of false edges with frequency >= pi and the
   Meinshausen-Buhlmann bound on its expectation (circuitstat.stats.stability.selection_error_bounds, valid there).
@@ -31,7 +33,7 @@ from .groundtruth import DATASET_ESTIMAND, auroc, fdr_check, over_datasets, pess
     topk_metrics
 from circuitstat.core.topk import ranking_key
 
-__all__ = ["Row", "score_dataset", "faithfulness_dataset", "summarise", "fdr_rows", "TESTS"]
+__all__ = ["Row", "score_dataset", "score_verified_dataset", "faithfulness_dataset", "summarise", "fdr_rows", "TESTS"]
 
 Row = tuple[str, str, str, float]  # (family, statistic, param, value)
 TESTS = ("bootstrap", "t")
@@ -96,6 +98,29 @@ def score_dataset(S: np.ndarray, truth: np.ndarray, *, ks: Sequence[int], alphas
     rows += _tests(S, truth, alphas, n_resamples, s_test)
     if S.shape[0] >= 4:
         rows += _stability(S, truth, int(truth.sum()), thresholds, n_subsamples, s_stab, ranking)
+    return rows
+
+
+def score_verified_dataset(approx: np.ndarray, exact: np.ndarray, labelled: np.ndarray, truth: np.ndarray, *,
+                           ks: Sequence[int], alphas: Sequence[float] = (0.05, 0.1), ranking: str = "absolute",
+                           seed: Any = 0) -> list[Row]:
+    """Rows of one dataset's *verified* run against ``truth``: ``approx`` [N, E] on every prompt, ``exact`` [n, E] on
+    the prompts ``labelled``; ranking and top-k by the PPI++ estimates of the mean exact effect, and the q-value
+    selections of their intervals (family ``test:verified``; circuitstat.stats.verified)."""
+    from .verified import verified_means
+
+    truth = np.asarray(truth, dtype=bool)
+    res = verified_means(approx, exact, labelled)
+    key = ranking_key(res.estimate, ranking)
+    rows: list[Row] = [("ranking", "auroc", "", auroc(key, truth)),
+                       ("ranking", "auroc_pessimistic", "", pessimistic_auroc(key, truth))]
+    top = topk_metrics(key, truth, ks, ranking="signed", seed=seed)
+    for i, k in enumerate(top["k"]):
+        rows += [("topk", stat, f"k={int(k)}", float(top[stat][i])) for stat in ("precision", "recall", "f1")]
+    for a in alphas:
+        m = selection_metrics(np.nan_to_num(res.qvalue, nan=1.0) <= a, truth)
+        rows += [("test:verified", stat, f"q={a:g}", float(m[stat]))
+                 for stat in ("fdp", "recall", "precision", "f1", "n_selected", "n_false")]
     return rows
 
 

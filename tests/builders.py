@@ -16,7 +16,8 @@ from circuitstat.core.tables import write_table
 EDGES = ["input->a0.h0<q>", "input->a1.h5<k>", "a0.h3->a1.h5<k>", "a0.h1->a1.h2<v>", "a1.h5->logits", "a0.h3->logits"]
 
 
-def audit_tables(methods=("exact", "eap"), ks=(5, 10, 20), heads=True, faithfulness=True, approximation=True):
+def audit_tables(methods=("exact", "eap"), ks=(5, 10, 20), heads=True, faithfulness=True, approximation=True,
+                 verified=False):
     """Return {table name: columns} of a small audit with known values (six edges, the given methods and k)."""
     n = len(EDGES)
     t = {
@@ -92,6 +93,17 @@ def audit_tables(methods=("exact", "eap"), ks=(5, 10, 20), heads=True, faithfuln
                        "null_mean": [0.2, 0.2], "stability_all_anchors": [0.41, 0.46], "refit_ci_low": [0.3, 0.38],
                        "refit_ci_high": [0.5, 0.55], "excess": [0.21, 0.26], "excess_ci_low": [0.1, 0.18],
                        "excess_ci_high": [0.3, 0.35], "n_refits": [5, 5]}
+    if verified:  # a verified eap run (spec key verify) with an edge subset: every edge but the last verified
+        n_v = len(EDGES) - 1
+        t["verified"] = {"method": ["eap"] * n_v, "edge": list(range(n_v)), "edge_name": EDGES[:n_v],
+                         "estimate": [0.0, -0.4, 1.2, 0.3, 0.8], "ci_low": [-0.1, -0.6, 0.9, -0.2, 0.5],
+                         "ci_high": [0.1, -0.2, 1.5, 0.8, 1.1], "qvalue": [0.9, 0.01, 0.001, 0.4, 0.02],
+                         "interval_reliable": [True] * n_v, "n_labelled": [16] * n_v, "n_prompts": [512] * n_v,
+                         "estimand": ["mean exact effect, verified on 16 of 512 prompts"] * n_v}
+        t["missed_edges"] = {"method": ["eap"], "tau": [0.1], "n_top": [2], "n_remaining": [4], "n_sampled": [3],
+                             "n_unverified": [1], "sampled_above": [1], "missed_low": [0], "missed_high": [1],
+                             "remaining_above_high": [2], "level": [0.95],
+                             "estimand": ["number of unverified edges whose mean exact effect exceeds the threshold"]}
     return t
 
 

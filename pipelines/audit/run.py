@@ -102,6 +102,8 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
                                                                     "task": task.describe()}) as run:
         names, scores = _score_stages(run, spec, model, task, workers, force)
         _analysis_stages(run, spec, model, task, scores, names, workers, force)
+        if spec.verify is not None:
+            _verify_stage(run, spec, model, task, scores, names, force)
         if len(sources) > 1:
             _heads_stage(run, spec, sources, model, task, force, allow_pickle=allow_pickle, allow_large=allow_large,
                          inputs=inputs)
@@ -208,12 +210,45 @@ def faithfulness_with_search(model, task, S: np.ndarray, method: str, ks: list[i
 def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: bool = False,
                   inputs: RunInputs = LOCAL):
     """(sources as named, model, task) of ``spec``, after every check that needs no run directory:
+
+
+def verify_outputs(verify) -> list[str]:
+    """The tables a verified stage writes (missed_edges only when some edges go unverified)."""
+    return ["verified", "verified_prompts"] + (["missed_edges"] if verify.edges is not None else [])
+
+
+def _verify_stage(run, spec: AuditSpec, model, task, scores: dict, names: list[str], force: bool) -> None:
+    """The verified stage: exact patching on a random subset checks every approximate method (pipelines.verify)."""
+    from circuitstat.pipelines import verify as V
+
+    approx = {m: scores[m] for m in spec.methods if m != "exact"}
+    seed = V.draw_seed(spec.verify.seed, run.stage_seed("verified"))
+    params = {"verify": spec.verify.model_dump(), "seed": seed, "confidence_level": spec.bootstrap.confidence_level}
+
+    def compute():
+        plan = V.verify_plan(approx, spec.verify, seed)
+        if "exact" in scores:  # exact on every prompt already: its cells are the subset's, bit for bit
+            cols = np.arange(len(names)) if plan.all_edges else plan.edges()
+            exact = scores["exact"][np.ix_(plan.rows, cols)].astype(np.float64)
+        else:
+            exact, cols = V.run_exact(model, task, plan, ablation=spec.ablation, seed=spec.seed,
+                                      batch_size=spec.batch_size, input_node=spec.input_node)
+        return V.verified_tables(approx, exact, cols, plan, names, confidence_level=spec.bootstrap.confidence_level,
+                                 tau=spec.verify.tau)
+
+    run_stage(run, "verified", compute, verify_outputs(spec.verify), params=params,
+              depends_on=[f"scores_{m}" for m in spec.methods], force=force)
+
+
+def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: bool = False):
+    """(sources, model, task) of ``spec``, after every check that needs no run directory:
     device, sizes (lifted by ``allow_large``), task options, attribution options, k and the
     resampling scheme. InputError on the first problem."""
     from circuitstat.circuits.attribution import check_options
     from circuitstat.core.errors import InputError
 
     from circuitstat.pipelines.build import build_task, check_device, check_work, n_columns, precheck_task, task_positions
+    from circuitstat.pipelines.spec import check_verify
 
     for method in spec.methods:
         check_options(method, spec.level, spec.ablation, batch_size=spec.batch_size, ig_steps=spec.ig_steps)
@@ -232,6 +267,7 @@ def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: b
     task = build_task(model, spec.task.name, n=spec.task.n, seed=spec.task.seed, metric=spec.task.metric,
                       **spec.task.options)
     n_cols = n_columns(model, spec.level)
+    check_verify(spec.verify, methods=spec.methods, n_prompts=task.clean.shape[0], level=spec.level, n_edges=n_cols)
     if spec.k[-1] >= n_cols:
         raise InputError(f"k={spec.k[-1]} is not below the number of {spec.level}s ({n_cols}); use smaller k")
     check_scheme(spec.bootstrap.scheme, task.group, task.name)
@@ -309,6 +345,7 @@ def audit_stages(spec: AuditSpec) -> list[str]:
     return (["index", *(f"scores_{m}" for m in spec.methods), "edge_stats", "stability"]
             + (["faithfulness"] if spec.faithfulness else [])
             + (["approximation"] if "exact" in spec.methods and others else [])
+            + (["verified"] if spec.verify is not None else [])
             + (["heads"] if len(spec.sources) > 1 else []))
 
 
@@ -316,8 +353,13 @@ def audit_flops(spec: AuditSpec, cfg) -> float:
     """The attribution FLOPs of ``spec``'s methods on a model of config ``cfg``."""
     from circuitstat.pipelines.build import attribution_flops
 
-    return sum(attribution_flops(cfg, spec, m, spec.task.n, ig_steps=spec.ig_steps, level=spec.level)
-               for m in spec.methods)
+    total = sum(attribution_flops(cfg, spec, m, spec.task.n, ig_steps=spec.ig_steps, level=spec.level)
+                for m in spec.methods)
+    if spec.verify is not None and "exact" not in spec.methods:  # with exact on all prompts, phase 2 is free
+        from circuitstat.pipelines.verify import phase2_flops
+
+        total += phase2_flops(cfg, spec, spec.verify, n_methods=sum(m != "exact" for m in spec.methods))
+    return total
 
 
 def _run_kind(spec: AuditSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False,

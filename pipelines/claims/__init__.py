@@ -35,6 +35,10 @@ in core/schema.py, the one schema of run tables (each kind names its tables once
   excess[_ci_low/_ci_high], refit_ci_low/high), bounds.
 * ``approximation``: ``method`` (an approximation of exact), ``statistic`` (spearman, kendall,
   r2, slope, top_k_overlap, bias_mean), bounds; optional ``k`` (the top-k of top_k_overlap).
+* ``verified_edge`` (a verified run, spec key ``verify``): ``edge``, ``method`` (the approximation verified),
+  ``statistic`` (estimate, ci_low, ci_high of the mean exact effect, or qvalue), bounds.
+* ``missed_edges`` (a verified run with ``verify.edges``): ``method``, ``statistic`` (default
+  ``missed_high``: the bound on unverified edges whose mean exact effect exceeds ``verify.tau``), bounds.
 
 Kinds answered by a ``circuitstat tokens`` run (token contributions and attention sinks); in a
 cross-seed run (several ``--model``) each model's tables sit under ``model-<i>/`` and the claim

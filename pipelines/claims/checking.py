@@ -47,6 +47,12 @@ def spec_problem(claim: Any, spec: Any) -> str | None:
         return f"k={k} is not in the spec's k {list(spec.k)}; add it to the spec's k"
     if kind == "faithfulness" and not spec.faithfulness:
         return "the spec has 'faithfulness: false'; set it to true"
+    verify = getattr(spec, "verify", None)
+    if kind in ("verified_edge", "missed_edges") and verify is None:
+        return "verified claims need a verified run; add verify: {n: 16} to the spec (docs/verified.md)"
+    if kind == "missed_edges" and verify.edges is None:
+        return ("missed_edges claims need an edge subset; add edges: {top: m, random: r} and tau to the spec's "
+                "verify")
     if kind in ("head_stability", "layer_stability") and len(spec.sources) < 2:
         return "head stability needs several seeds; list two or more models under 'models:' in the spec"
     if kind == "head_stability":

@@ -14,7 +14,7 @@ from circuitstat.core.schema import claimable
 
 from .bounds import bounded, cmp_text, fmt
 from .models import (ApproximationClaim, CircuitStabilityClaim, EdgeEffectClaim, EdgeInCircuitClaim, FaithfulnessClaim,
-                     HeadStabilityClaim, LayerStabilityClaim, SinkClaim, SinkStabilityClaim, TokenDropClaim,
+                     HeadStabilityClaim, LayerStabilityClaim, MissedEdgesClaim, SinkClaim, VerifiedEdgeClaim, SinkStabilityClaim, TokenDropClaim,
                      TokenImportanceClaim, TokenStabilityClaim, model_label)
 from .reader import ClaimError, RunReader, edge_known, need, require_reliable, scalar, token_part
 
@@ -137,6 +137,37 @@ def _eval_approximation(c: ApproximationClaim, run: RunReader) -> tuple[bool, di
     return ok, {c.statistic: v}, reason
 
 
+_FIX_VERIFY = "add it to the spec's methods with verify: {n: 16} (or run attribute --verify)"
+
+
+def _eval_verified_edge(c: VerifiedEdgeClaim, run: RunReader) -> tuple[bool, dict, str]:
+    need(run, c.table, "method", c.method, _FIX_VERIFY)
+    edge_known(run, c.edge)
+    cols = ["estimate", "ci_low", "ci_high", "qvalue", "estimand"]
+    rows = run.rows(c.table, cols, method=c.method, edge_name=c.edge)
+    if not rows:
+        raise ClaimError(f"edge {c.edge!r} was not verified for {c.method} (verify.edges verifies the top candidates "
+                         "and a random sample); verify every edge (drop verify.edges) or raise verify.edges.top",
+                         missing=True)
+    # the q-value inverts the interval: an interval flagged unreliable cannot back a bound on either
+    stat = "ci_low" if c.statistic == "qvalue" else c.statistic
+    require_reliable(run, c.table, stat, f"{c.edge} ({c.method}, verified)", method=c.method, edge_name=c.edge)
+    v = scalar(run, c.table, c.statistic, f"{c.edge} ({c.method})", method=c.method, edge_name=c.edge)
+    r = rows[0]
+    ok, reason = bounded(v, c, f"{c.statistic} of {c.edge} ({c.method})")
+    detail = f"{r['estimand']}: {fmt(r['estimate'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}], q = {fmt(r['qvalue'])}"
+    return ok, {c.statistic: v}, f"{reason} ({detail})"
+
+
+def _eval_missed_edges(c: MissedEdgesClaim, run: RunReader) -> tuple[bool, dict, str]:
+    need(run, c.table, "method", c.method, "verify it with verify: {n: 16, edges: {top: m, random: r}, tau: t}")
+    v = scalar(run, c.table, c.statistic, f"{c.method}", method=c.method)
+    (r,) = run.rows(c.table, ["tau", "level", "n_unverified"], method=c.method)
+    ok, reason = bounded(v, c, f"{c.statistic} (unverified edges of {c.method} with |mean exact effect| > "
+                               f"{fmt(r['tau'])})")
+    return ok, {c.statistic: v}, f"{reason} (of {r['n_unverified']} unverified edges, at level {fmt(r['level'])})"
+
+
 def _eval_sink(c: SinkClaim, run: RunReader) -> tuple[bool, dict, str]:
     part = run.part(c.model, c.table)
     node = f"a{c.layer}.h{c.head}"
@@ -235,6 +266,8 @@ EVALUATORS: dict[str, Callable[[Any, RunReader], tuple[bool, dict, str]]] = {
     "head_stability": _eval_head_stability,
     "layer_stability": _eval_layer_stability,
     "approximation": _eval_approximation,
+    "verified_edge": _eval_verified_edge,
+    "missed_edges": _eval_missed_edges,
     "sink": _eval_sink,
     "token_importance": _eval_token_importance,
     "token_drop": _eval_token_drop,

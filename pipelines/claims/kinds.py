@@ -45,6 +45,9 @@ KINDS: dict[str, ClaimKind] = {k.name: k for k in (
     ClaimKind("head_stability", ("heads",)),
     ClaimKind("layer_stability", ("layers",)),
     ClaimKind("approximation", ("approximation_summary",)),
+    # verified runs (spec key verify; docs/verified.md): the mean exact effect of an edge, and the missed-edges bound
+    ClaimKind("verified_edge", ("verified",)),
+    ClaimKind("missed_edges", ("missed_edges",)),
     ClaimKind("sink", ("sink_heads",), "tokens"),
     ClaimKind("token_importance", ("token_importance_diffs",), "tokens"),
     ClaimKind("token_drop", ("token_importance",), "tokens"),

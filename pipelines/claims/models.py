@@ -19,7 +19,8 @@ from ..yamlio import resolve_inside
 from .kinds import KINDS, statistics
 
 __all__ = ["ClaimBase", "BoundedClaim", "EdgeInCircuitClaim", "CircuitStabilityClaim", "FaithfulnessClaim",
-           "EdgeEffectClaim", "HeadStabilityClaim", "LayerStabilityClaim", "ApproximationClaim", "SinkClaim",
+           "EdgeEffectClaim", "HeadStabilityClaim", "LayerStabilityClaim", "ApproximationClaim", "VerifiedEdgeClaim",
+           "MissedEdgesClaim", "SinkClaim",
            "TokenImportanceClaim", "TokenDropClaim", "SinkStabilityClaim", "TokenStabilityClaim", "CLAIM_MODELS",
            "KIND_MODELS", "Claim", "ClaimsFile", "model_label"]
 
@@ -218,6 +219,36 @@ class ApproximationClaim(BoundedClaim):
         return f"{self.method} {self.statistic}" + (f" k={self.k}" if self.k is not None else "")
 
 
+class VerifiedEdgeClaim(BoundedClaim):
+    """A bound on an edge's verified statistic: its mean exact effect (estimate, ci_low, ci_high) or its q-value,
+    from a verified run of ``method`` (spec key ``verify``)."""
+
+    kind: Literal["verified_edge"]
+    edge: str = Field(min_length=1)
+    method: APPROX_METHOD
+    statistic: Literal[statistics("verified_edge")]
+
+    @field_validator("edge")
+    @classmethod
+    def _edge(cls, v: str) -> str:
+        return _normalise_edge(v)
+
+    def _auto_label(self) -> str:
+        return f"{self.edge} {self.method} {self.statistic}"
+
+
+class MissedEdgesClaim(BoundedClaim):
+    """A bound on the missed-edges count of a verified run of ``method`` with an edge subset: by default the upper
+    end of its one-sided bound (missed_high), e.g. ``max: 5``."""
+
+    kind: Literal["missed_edges"]
+    method: APPROX_METHOD
+    statistic: Literal[statistics("missed_edges")] = "missed_high"
+
+    def _auto_label(self) -> str:
+        return f"{self.method} {self.statistic}"
+
+
 # Token contributions and attention sinks (``circuitstat tokens``; circuitstat.pipelines.contributions). A
 # cross-seed run keeps each model's tables under model-<i>/: ``model: i`` picks one.
 Model = Annotated[int | None, Field(None, ge=0)]
@@ -299,7 +330,7 @@ def model_label(model: int | None) -> str:
 
 
 CLAIM_MODELS = (EdgeInCircuitClaim, CircuitStabilityClaim, FaithfulnessClaim, EdgeEffectClaim, HeadStabilityClaim,
-                LayerStabilityClaim, ApproximationClaim, SinkClaim, TokenImportanceClaim, TokenDropClaim,
+                LayerStabilityClaim, ApproximationClaim, VerifiedEdgeClaim, MissedEdgesClaim, SinkClaim, TokenImportanceClaim, TokenDropClaim,
                 SinkStabilityClaim, TokenStabilityClaim)
 Claim = Annotated[
     Union[CLAIM_MODELS],

@@ -143,6 +143,17 @@ def attribute_command(
     ranking: Ranking = typer.Option("absolute", "--ranking",
                                     help="order of the printed top 10: by |mean| (absolute) or by signed mean "
                                          "(signed); the scores written do not depend on it"),
+    verify: int | None = typer.Option(
+        None, "--verify", min=4,
+        help="verify the method on N random prompts with exact patching: intervals for the mean exact effect "
+             "(verified.parquet; docs/verified.md)"),
+    verify_edges: str | None = typer.Option(
+        None, "--verify-edges", help="TOP,RANDOM: verify only the top candidate edges and a random sample of the "
+                                     "rest, and bound the unverified edges above --verify-tau (missed_edges.parquet)"),
+    verify_tau: float | None = typer.Option(None, "--verify-tau", min=0.0,
+                                            help="threshold on |mean exact effect| the missed-edges bound counts"),
+    verify_seed: int | None = typer.Option(None, "--verify-seed", min=0,
+                                           help="seed of the verified prompts (default: from --seed)"),
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
@@ -159,13 +170,17 @@ def attribute_command(
     from circuitstat.circuits.attribution import check_options
     from circuitstat.circuits.plan import parse_bytes
     from circuitstat.core.errors import InputError
-    from circuitstat.pipelines.attribute import attribute_into, prepare_attribute
+    from circuitstat.pipelines.attribute import attribute_into, check_attribute_verify, prepare_attribute
     from circuitstat.pipelines.build import check_device, check_n_jobs, parse_task_options
+    from circuitstat.pipelines.spec import check_verify
+    from circuitstat.pipelines.verify import verify_from_options
 
     method, level, ablation, dtype = method.value, level.value, ablation.value, dtype.value
     input_node = input_node.value
     options = parse_task_options(task, task_option)
     metric = None if metric is None else metric.value
+    vspec = verify_from_options(verify, verify_edges, verify_tau, verify_seed)
+    check_verify(vspec, methods=[method], n_prompts=n, level=level)
     # everything is validated before the run directory exists
     if out is None and not plan:
         raise InputError("--out is required: give the run directory to write (or pass --plan to only plan the run)")
@@ -174,18 +189,24 @@ def attribute_command(
         budget = None if max_memory is None else parse_bytes(max_memory)
         _plan(model, task, options, n=n, seed=seed, metric=metric, level=level, batch_size=batch_size,
               ig_steps=ig_steps, budget=budget, n_jobs=check_n_jobs(n_jobs, "--n-jobs"), device=check_device(device), dtype=dtype,
-              allow_pickle=allow_pickle, allow_large=allow_large)
+              allow_pickle=allow_pickle, allow_large=allow_large, verify=vspec, method=method)
         return
     check_out(out, "attribute", force=force)
     m, t, budget, n_jobs = prepare_attribute(model, task, method=method, level=level, ablation=ablation, metric=metric,
                                              n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
                                              device=device, dtype=dtype, max_memory=max_memory,
                                              allow_pickle=allow_pickle, allow_large=allow_large, task_options=options)
+    check_attribute_verify(vspec, m, method=method, level=level, n=n)
     sm = attribute_into(m, t, out, model_arg=model, task_arg=task, task_options=options, method=method, level=level,
                         ablation=ablation, input_node=input_node, n=n,
                         batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
-                        budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force)
+                        budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force, verify=vspec)
     _print_top(sm, method, level, out, ranking=ranking.value)
+    if vspec is not None:
+        from circuitstat.reports.verdicts.verified import verified_lines
+
+        for line in verified_lines(out):
+            echo(line)
 
 
 def _print_top(sm, method: str, level: str, out: Path, top: int = 10, ranking: str = "absolute") -> None:
@@ -207,7 +228,8 @@ def _print_top(sm, method: str, level: str, out: Path, top: int = 10, ranking: s
 
 
 def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, level: str, batch_size: int, ig_steps: int,
-          budget, n_jobs: int, device: str, dtype: str, allow_pickle: bool, allow_large: bool) -> None:
+          budget, n_jobs: int, device: str, dtype: str, allow_pickle: bool, allow_large: bool, verify=None,
+          method: str = "eap") -> None:
     """Print the plan of an attribute run: counts from the model's skeleton on the meta device (no weight
     is read or allocated, whatever the config's size); timings from the loaded model only when its
     weights fit the memory limit (circuitstat.circuits.limits.MAX_BYTES, which --allow-large does not lift here) and
@@ -236,7 +258,8 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
         timing = LOCAL.load(source, device=device, dtype=torch_dtype(dtype), allow_pickle=allow_pickle,
                             allow_large=allow_large)
     for line in plan_lines(skeleton, t, level=level, batch_size=batch_size, ig_steps=ig_steps, budget=budget,
-                           n_jobs=n_jobs, timing_model=timing, untimed=why, device=str(device)):
+                           n_jobs=n_jobs, timing_model=timing, untimed=why, device=str(device), verify=verify,
+                           verify_method=method):
         echo(line)
 
 

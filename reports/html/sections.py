@@ -26,6 +26,7 @@ from circuitstat.reports.html.svg import esc
 from circuitstat.reports.html.tokens import tokens_section
 from circuitstat.reports.html.variance import variance_part, variance_summary_part
 from circuitstat.reports.html.verdict import verdict_section
+from circuitstat.reports.html.verified import verified_section
 from circuitstat.reports.verdicts import Verdict
 
 __all__ = ["Context", "Section", "REPORT_SECTIONS", "SECTIONS", "shown_sections"]
@@ -84,6 +85,8 @@ REPORT_SECTIONS: tuple[Section, ...] = (
     Section("faithfulness", "Faithfulness vs circuit size", "faithfulness", ((_m(faithfulness_section), ()),)),
     Section("approximation", "Approximation error: exact vs approximate", "approximation",
             ((_m(approximation_section), ()),)),
+    Section("verified", "Verified: the mean exact effect from exact patching on a random subset", "verified",
+            ((_t(verified_section), ("verified",)),)),
     Section("heads", "Head and layer stability across seeds", "heads",
             ((_t(heads_part), ("heads",)), (_t(layers_part), ("layers",)), (_t(residual_part), ("residual",)),
              (_t(head_summary_part), ("summary",)))),

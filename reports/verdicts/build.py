@@ -218,6 +218,13 @@ def _approximation_lines(r: _Run) -> list[Line]:
     return out
 
 
+def _verified_lines(r: _Run) -> list[Line]:
+    """Each approximate method's verified line (circuitstat.reports.verdicts.verified: verified and missed_edges)."""
+    from circuitstat.reports.verdicts.verified import verified_edge_lines
+
+    return verified_edge_lines(r.T)
+
+
 def _heads_line(r: _Run) -> list[Line]:
     """The head with the largest excess over its shuffled null, its interval over seeds, and the count above 0."""
     t = r.T.get("heads")
@@ -313,6 +320,10 @@ def _rules(lines: list[Line], level: float, n_edges: int | None, min_excess: flo
     if "approximation" in have:
         out.append("Approximation: the Spearman interval's lower end ≥ 0.9 ranks like exact, ≥ 0.5 a rough guide; "
                    "its upper end below 0.5 does not; across 0.5 inconclusive.")
+    if "verified" in have:
+        out.append(f"Verified: intervals for the mean exact effect (PPI++, exact on a random subset of prompts); "
+                   f"edges: BH q ≤ {SIGNIFICANT_Q} over the verified edges; missed edges: a one-sided bound at the "
+                   "level stated.")
     if "heads" in have:
         out.append(f"Heads: above the null when a head's own interval over training seeds lies above the minimum "
                    f"excess {min_excess:g} (heads.min_excess / --min-excess); not adjusted over heads.")
@@ -350,8 +361,8 @@ def verdict(run_dir: str | Path, min_excess: float | None = None) -> Verdict:
     d = _min_excess(spec, min_excess)
     r = _Run(T, method, k, why, str(spec.get("ranking") or "absolute"), n, d)
     lines: list[Line] = []
-    for build in (_circuit_lines, _stability_line, _faithfulness_line, _approximation_lines, _heads_line,
-                  _claim_lines):
+    for build in (_circuit_lines, _stability_line, _faithfulness_line, _approximation_lines, _verified_lines,
+                  _heads_line, _claim_lines):
         lines += build(r)
     n_edges = where(es, method=method).num_rows if method and es is not None else None
     rules = _rules(lines, level, n_edges, d)

@@ -41,7 +41,8 @@ APPROX_RULES = ((0.9, "ranks edges like exact", "good"), (0.5, "a rough guide to
                 (-math.inf, "does not rank edges like exact", "bad"))
 CLAIM_SECTIONS = {"edge_in_circuit": "graph", "circuit_stability": "stability", "faithfulness": "faithfulness",
                   "edge_effect": "forest", "head_stability": "heads", "layer_stability": "heads",
-                  "approximation": "approximation"}  # the token kinds: "tokens"
+                  "approximation": "approximation", "verified_edge": "verified",
+                  "missed_edges": "verified"}  # the token kinds: "tokens"
 NEEDS_SEEDS = "needs ≥ 3 seeds"
 
 NBSP = "\u00a0"

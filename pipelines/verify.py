@@ -1,0 +1,171 @@
+"""Verified runs (docs/verified.md): exact patching on a random subset checks each approximate method.
+
+Phase 1 is an approximate method's scores on all N prompts (the audit's or attribute's scores stage);
+phase 2 is exact patching (circuitstat.circuits.verify.exact_subset) on ``n`` prompts drawn uniformly without
+replacement from a recorded seed, on every edge or on the top-m candidates by |approximate mean| plus a
+uniformly random r of the other edges. The statistics (PPI++ intervals, the missed-edges bound) are
+circuitstat.stats.verified's; this module only draws the subsets, runs exact on them and writes the tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["VerifyPlan", "draw_seed", "draw_rows", "choose_edges", "verify_plan", "verified_tables",
+           "MISSED_SPLIT"]
+
+MISSED_SPLIT = 0.5
+"""Share of the missed-edges bound's error rate spent on the hypergeometric bound; the rest goes to classifying
+the sampled edges (Bonferroni over them), so the bound holds at the run's confidence level."""
+
+
+@dataclass(frozen=True)
+class VerifyPlan:
+    """Which prompts and edges phase 2 patches exactly: ``rows`` (sorted), and per method its top and random edges."""
+
+    seed: int
+    rows: np.ndarray
+    top: dict[str, np.ndarray]
+    random: dict[str, np.ndarray]
+    all_edges: bool
+
+    def edges(self) -> np.ndarray | None:
+        """Return the union of every method's verified edges (sorted), or None for all edges."""
+        if self.all_edges:
+            return None
+        return np.unique(np.concatenate([*self.top.values(), *self.random.values()]))
+
+
+def draw_seed(seed: int | None, stage_seed: np.random.SeedSequence) -> int:
+    """Return the seed the subsets are drawn from: the spec's, else one derived from the run's stage seed."""
+    return int(seed) if seed is not None else int(stage_seed.generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+
+def draw_rows(N: int, n: int, seed: int) -> np.ndarray:
+    """Return ``n`` of ``N`` prompt indices drawn uniformly without replacement from ``seed``, sorted."""
+    return np.sort(np.random.default_rng(seed).choice(N, size=n, replace=False)).astype(np.int64)
+
+
+def choose_edges(approx_mean: np.ndarray, top: int, random: int, rng: np.random.Generator
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Return (the ``top`` edges by |mean| (the one top-k, ties at random from ``rng``), a uniform sample of
+    ``random`` of the other edges)."""
+    from circuitstat.core.topk import topk
+
+    E = approx_mean.size
+    head = np.sort(topk(approx_mean, top, ranking="absolute", seed=rng).indices) if top else np.zeros(0, np.int64)
+    rest = np.setdiff1d(np.arange(E), head)
+    return head.astype(np.int64), np.sort(rng.choice(rest, size=min(random, rest.size), replace=False)).astype(np.int64)
+
+
+def verify_plan(approx: dict[str, np.ndarray], verify, seed: int) -> VerifyPlan:
+    """Return the VerifyPlan of a ``verify`` spec over the methods' [N, E] scores ``approx``, drawn from ``seed``."""
+    N = next(iter(approx.values())).shape[0]
+    rows = draw_rows(N, verify.n, seed)
+    top: dict[str, np.ndarray] = {}
+    rand: dict[str, np.ndarray] = {}
+    if verify.edges is not None:
+        # one independent stream per method, spawned after the rows' draw: adding a method changes no other's edges
+        for i, (m, S) in enumerate(approx.items()):
+            rng = np.random.default_rng([seed, i + 1])
+            top[m], rand[m] = choose_edges(S.mean(0), verify.edges.top, verify.edges.random, rng)
+    return VerifyPlan(seed, rows, top, rand, verify.edges is None)
+
+
+def _with_method(table, method: str):
+    """Return ``table`` with a leading ``method`` column."""
+    import pyarrow as pa
+
+    return table.add_column(0, "method", pa.array([method] * table.num_rows, pa.string()))
+
+
+def _method_tables(S: np.ndarray, exact: np.ndarray, cols: np.ndarray, plan: VerifyPlan, method: str, names,
+                   level: float, tau: float | None):
+    """Return (the verified table, the missed_edges table or None) of one method from its scores ``S`` [N, E]
+    and exact on ``plan.rows`` for the edges ``cols`` (``exact`` [n, len(cols)])."""
+    import pyarrow as pa
+
+    from circuitstat.stats.verified import missed_edges_bound, verified_means
+    from circuitstat.stats.verified.missed import possibly_above
+
+    mine = np.arange(S.shape[1]) if plan.all_edges else np.union1d(plan.top[method], plan.random[method])
+    at = np.searchsorted(cols, mine)
+    res = verified_means(S[:, mine], exact[:, at], plan.rows, confidence_level=level,
+                         edge_names=[names[e] for e in mine])
+    table = _with_method(res.to_table("verified"), method)
+    table = table.set_column(table.schema.get_field_index("edge"), "edge", pa.array(mine, pa.int64()))
+    if plan.all_edges:
+        return table, None
+    sample = plan.random[method]
+    alpha = 1.0 - level
+    r = max(sample.size, 1)
+    at_r = np.searchsorted(cols, sample)
+    # the sampled edges' intervals hold simultaneously at 1 − α·(1 − split) (Bonferroni over the r edges)
+    cls = verified_means(S[:, sample], exact[:, at_r], plan.rows,
+                         confidence_level=1.0 - alpha * (1 - MISSED_SPLIT) / r)
+    above = possibly_above(cls.confidence_interval.low, cls.confidence_interval.high, tau)
+    bound = missed_edges_bound(np.asarray(above, bool), S.shape[1] - plan.top[method].size, tau=tau,
+                               n_top=plan.top[method].size, confidence_level=1.0 - alpha * MISSED_SPLIT,
+                               classification_level=1.0 - alpha * (1 - MISSED_SPLIT))
+    return table, _with_method(bound.to_table("missed_edges"), method)
+
+
+def verified_tables(approx: dict[str, np.ndarray], exact: np.ndarray, cols: np.ndarray, plan: VerifyPlan, names,
+                    *, confidence_level: float, tau: float | None) -> dict:
+    """Return {verified, verified_prompts[, missed_edges]} tables over every approximate method in ``approx``."""
+    import pyarrow as pa
+
+    parts = [_method_tables(S, exact, cols, plan, m, names, confidence_level, tau) for m, S in approx.items()]
+    N = next(iter(approx.values())).shape[0]
+    out = {"verified": pa.concat_tables([p[0] for p in parts]),
+           "verified_prompts": pa.table({"row": pa.array(plan.rows, pa.int64()),
+                                         "seed": pa.array([plan.seed] * plan.rows.size, pa.int64()),
+                                         "n_prompts": pa.array([N] * plan.rows.size, pa.int64())})}
+    if not plan.all_edges:
+        out["missed_edges"] = pa.concat_tables([p[1] for p in parts])
+    return out
+
+
+def run_exact(model, task, plan: VerifyPlan, **options):
+    """Return (exact [n, |edges|], the edge indices) on ``plan``'s prompts and edges (circuits.verify.exact_subset)."""
+    from circuitstat.circuits.verify import exact_subset
+
+    sub = exact_subset(model, task, rows=plan.rows, edges=plan.edges(), **options)
+    return np.asarray(sub.scores, np.float64), sub.edges
+
+
+def phase2_flops(cfg, spec, verify, *, n_methods: int) -> float:
+    """The expected FLOPs of ``verify``'s phase 2 on a model of config ``cfg`` (circuits.plan.verify_cost): the
+    methods share the prompts; with an edge subset each method adds its own top and random edges (at most)."""
+    from circuitstat.circuits.plan import verify_cost
+    from circuitstat.pipelines.build import task_positions
+
+    task = spec.task if not isinstance(spec.task, str) else None
+    name, options = (task.name, task.options) if task is not None else (spec.task, getattr(spec, "task_options", {}))
+    positions = task_positions(name, options or {}) or min(int(cfg.n_ctx), 64)
+    N = task.n if task is not None else spec.n
+    k = None if verify.edges is None else n_methods * (verify.edges.top + verify.edges.random)
+    return verify_cost(cfg, n=verify.n, N=N, positions=positions, n_edges=k, batch_size=spec.batch_size).flops
+
+
+def verify_from_options(n: int | None, edges: str | None, tau: float | None, seed: int | None):
+    """Return the VerifySpec of ``attribute``'s --verify N, --verify-edges TOP,RANDOM, --verify-tau and
+    --verify-seed (None without --verify); InputError naming the flag otherwise."""
+    from circuitstat.core.errors import InputError
+    from circuitstat.pipelines.spec import VerifySpec, validate_spec
+
+    if n is None:
+        if edges is not None or tau is not None or seed is not None:
+            raise InputError("--verify-edges, --verify-tau and --verify-seed need --verify N (the prompts to patch "
+                             "exactly)")
+        return None
+    doc: dict = {"n": n, "seed": seed, "tau": tau}
+    if edges is not None:
+        parts = edges.split(",")
+        if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+            raise InputError(f"--verify-edges must be TOP,RANDOM (two whole numbers, e.g. 50,200), got {edges!r}")
+        doc["edges"] = {"top": int(parts[0]), "random": int(parts[1])}
+    spec = validate_spec(VerifySpec, {k: v for k, v in doc.items() if v is not None}, "--verify", kind="option")
+    return spec

@@ -1,0 +1,48 @@
+"""The verified section: per approximate method, its verified edges (the mean exact effect, PPI++ on exact for a
+random subset of prompts) beside the approximation's own mean, and the bound on missed edges."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from circuitstat.reports.ci import Ci
+from circuitstat.reports.html.common import Tables, ci_html, html_table, note
+from circuitstat.reports.html.svg import esc
+from circuitstat.reports.tableset import methods_in, num, rows, where
+from circuitstat.reports.verdicts.verified import verified_edge_lines
+
+__all__ = ["verified_section"]
+
+SHOWN = 20  # verified edges listed per method (by |estimate|)
+
+
+def _method_table(T: Tables, method: str) -> str:
+    t = where(T.get("verified"), method=method)
+    order = np.argsort(-np.nan_to_num(np.abs(num(t, "estimate")), nan=-1.0), kind="stable")[:SHOWN]
+    body = []
+    for i in order:
+        r = t.slice(int(i), 1).to_pylist()[0]
+        body.append((str(r.get("edge_name") or r["edge"]),
+                     ci_html(Ci.of("verified", r, ("method", "edge"), est="estimate")), r["qvalue"], r["approx_mean"],
+                     r["lam"], "yes" if r["interval_reliable"] else "no"))
+    cols = (("edge", "text"), ("mean exact effect [CI]", "html"), ("q (BH)", "num"), (f"{method} mean", "num"),
+            ("λ", "num"), ("reliable", "text"))
+    est = str(t.column("estimand")[0]) if t.num_rows else ""
+    return (f"<h3>{esc(method)}: {esc(est)}</h3>" + html_table(cols, body, shown_note=f"{len(body)} of {t.num_rows} verified "
+                                                     "edges, largest |estimate| first"))
+
+
+def verified_section(T: Tables) -> str:
+    """Return the section's HTML: the verdict's verified lines, then each method's table and missed-edges bound."""
+    lines = "".join(f"<li>{esc(ln.text())}</li>" for ln in verified_edge_lines(T))
+    parts = [note("Intervals for the mean exact (activation-patching) effect: the approximation on every prompt, "
+                  "exact patching on a uniformly random subset, combined per edge by PPI++ (docs/verified.md). "
+                  "The approximation's own mean is a different estimand, shown beside it."),
+             f"<ul>{lines}</ul>"]
+    for m in methods_in(T.get("verified")):
+        parts.append(_method_table(T, m))
+        for r in rows(T.get("missed_edges"), method=m):
+            parts.append(note(f"{m}: {r['estimand']}: at most {int(r['missed_high'])} of {int(r['n_unverified'])} "
+                              f"unverified edges ({int(r['sampled_above'])} of {int(r['n_sampled'])} sampled edges "
+                              "possibly above τ)."))
+    return "".join(parts)

@@ -1,0 +1,73 @@
+"""The verdict's verified lines: per approximate method, how many edges' mean *exact* effect excludes 0 and, with an
+edge subset, the bound on missed edges above τ.
+
+Every number is read from the row the claims check reads: the ``verified`` table's ``qvalue`` (claim kind
+``verified_edge``, statistic qvalue), its ``n_labelled``/``n_prompts``/``estimand``, and the ``missed_edges``
+table's ``missed_high``, ``tau`` and ``level`` (claim kind ``missed_edges``, statistic missed_high).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from circuitstat.reports.ci import Ci, fmt
+from circuitstat.reports.tableset import Tables, methods_in, num, rows, where
+from circuitstat.reports.verdicts.model import SIGNIFICANT_Q, Line, Name, Part
+
+__all__ = ["verified_edge_lines", "verified_lines", "significant_verified"]
+
+
+def significant_verified(T: Tables, method: str, max_q: float = SIGNIFICANT_Q) -> tuple[int, int]:
+    """Return (edges of ``method`` with q ≤ ``max_q`` and a reliable interval: the verified_edge claims on the
+    q-value that hold, those with q ≤ ``max_q`` whose interval is flagged unreliable: claims refuse them)."""
+    t = where(T.get("verified"), method=method)
+    if t is None or not t.num_rows:
+        return 0, 0
+    q = num(t, "qvalue")
+    sig = np.isfinite(q) & (q <= max_q)
+    reliable = np.array([r is not False for r in t.column("interval_reliable").to_pylist()])
+    return int(np.sum(sig & reliable)), int(np.sum(sig & ~reliable))
+
+
+def _missed_parts(T: Tables, method: str) -> tuple[Part, ...]:
+    found = rows(T.get("missed_edges"), method=method)
+    if not found:
+        return ("; every edge verified",)
+    m = found[0]
+    return (f"; missed edges (unverified, |mean exact effect| > τ = {fmt(m['tau'])}) ≤ {int(m['missed_high'])} of "
+            f"{int(m['n_unverified'])} at level {fmt(m['level'])} (top {int(m['n_top'])} + {int(m['n_sampled'])} "
+            "random edges verified)",)
+
+
+def _method_line(T: Tables, method: str) -> Line | None:
+    t = where(T.get("verified"), method=method)
+    if t is None or not t.num_rows:
+        return None
+    vrows = t.to_pylist()
+    first = vrows[0]
+    n, N = int(first["n_labelled"]), int(first["n_prompts"])
+    k, shaky = significant_verified(T, method)
+    est = num(t, "estimate")
+    best = vrows[int(np.nanargmax(np.where(np.isfinite(est), np.abs(est), -math.inf)))]
+    parts: list[Part] = [f"{method} verified on {n} of {N} prompts: {k} of {len(vrows)} edges' mean exact effect "
+                         f"excludes 0 (BH q ≤ {SIGNIFICANT_Q}, reliable interval"
+                         + (f"; {shaky} more with an unreliable one" if shaky else "") + "); largest ", Name(str(best.get("edge_name") or best["edge"])),
+                         " ", Ci.of("verified", best, ("method", "edge"), est="estimate"),
+                         f" q = {fmt(best.get('qvalue'), 2)}", *_missed_parts(T, method)]
+    unreliable = sum(1 for r in vrows if r.get("interval_reliable") is False)
+    if unreliable:
+        parts.append(f"; {unreliable} intervals rest on a few prompts (!)")
+    return Line("verified", f"{method}: {k} edges ≠ 0", "info", tuple(parts), "verified")
+
+
+def verified_edge_lines(T: Tables) -> list[Line]:
+    """Return one verified line per approximate method of the run's ``verified`` table (none without it)."""
+    return [ln for ln in (_method_line(T, m) for m in methods_in(T.get("verified"))) if ln is not None]
+
+
+def verified_lines(run_dir: str | Path) -> list[str]:
+    """Return the verified lines of a run directory as plain text (``circuitstat attribute --verify`` prints them)."""
+    return [f"{ln.label}: {ln.text()}" for ln in verified_edge_lines(Tables(Path(run_dir)))]

@@ -1,0 +1,134 @@
+"""Verified audits (spec key ``verify``): the verified stage's tables against an independent computation from a
+full exact run, the recorded seed, the edge subset and its missed-edges bound, resume, and bad specs refused."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from circuitstat.core.errors import InputError
+from circuitstat.pipelines.audit.run import audit_stages, run_audit
+from circuitstat.pipelines.spec import parse_spec
+
+MODEL = "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=3"
+BASE = {"model": MODEL, "task": {"name": "induction", "n": 24, "options": {"seq_len": 5}}, "batch_size": 4,
+        "bootstrap": {"n_resamples": 40}, "k": [3, 6], "faithfulness": False}
+
+
+def _read(run, name):
+    return pq.read_table(run / f"{name}.parquet").to_pandas()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """An audit with exact on every prompt (the oracle) and two verified audits without it."""
+    root = tmp_path_factory.mktemp("verify")
+    full = root / "full"
+    run_audit(parse_spec({**BASE, "methods": ["exact", "eap"]}), full)
+    ver = root / "verified"
+    run_audit(parse_spec({**BASE, "methods": ["eap", "eap-ig-inputs"], "verify": {"n": 8, "seed": 11}}), ver)
+    sub = root / "subset"
+    run_audit(parse_spec({**BASE, "methods": ["eap"],
+                          "verify": {"n": 8, "seed": 11, "edges": {"top": 6, "random": 12}, "tau": 1e-4}}), sub)
+    return full, ver, sub
+
+
+def test_verified_table_equals_ppi_on_the_full_exact_run(runs):
+    """exact_subset's cells are the full exact run's: the stage's table equals verified_means computed from them."""
+    from circuitstat.core.tables import table_to_matrix
+    from circuitstat.stats.verified import verified_means
+
+    full, ver, _ = runs
+    exact = np.asarray(table_to_matrix(pq.read_table(full / "scores_exact.parquet")), np.float64)
+    eap = np.asarray(table_to_matrix(pq.read_table(ver / "scores_eap.parquet")), np.float64)
+    prompts = _read(ver, "verified_prompts")
+    rows = prompts["row"].to_numpy()
+    # the rows are the recorded seed's uniform draw, reproducible from the table alone
+    assert (prompts["seed"] == 11).all() and (prompts["n_prompts"] == 24).all()
+    assert np.array_equal(rows, np.sort(np.random.default_rng(11).choice(24, 8, replace=False)))
+    want = verified_means(eap, exact[rows], rows)
+    got = _read(ver, "verified")
+    assert sorted(set(got["method"])) == ["eap", "eap-ig-inputs"]
+    g = got[got["method"] == "eap"]
+    assert np.array_equal(g["edge"], np.arange(exact.shape[1]))
+    for col, ref in (("estimate", want.estimate), ("ci_low", want.confidence_interval.low),
+                     ("ci_high", want.confidence_interval.high), ("qvalue", want.qvalue), ("lam", want.lam)):
+        np.testing.assert_allclose(g[col].to_numpy(), ref, rtol=0, atol=1e-12, err_msg=col)
+    assert set(g["estimand"]) == {"mean exact effect, verified on 8 of 24 prompts"}
+
+
+def test_edge_subset_verifies_the_top_and_a_random_sample_and_bounds_the_rest(runs):
+    from circuitstat.core.tables import table_to_matrix
+    from circuitstat.stats.verified import missed_edges_bound, verified_means
+    from circuitstat.stats.verified.missed import possibly_above
+
+    full, _, sub = runs
+    exact = np.asarray(table_to_matrix(pq.read_table(full / "scores_exact.parquet")), np.float64)
+    eap = np.asarray(table_to_matrix(pq.read_table(sub / "scores_eap.parquet")), np.float64)
+    E = eap.shape[1]
+    got = _read(sub, "verified")
+    edges = got["edge"].to_numpy()
+    assert len(edges) == 18 and len(set(edges)) == 18
+    top6 = set(np.argsort(-np.abs(eap.mean(0)), kind="stable")[:6])
+    assert top6 <= set(edges)  # the top candidates by |EAP mean| are all verified
+    rows = _read(sub, "verified_prompts")["row"].to_numpy()
+    ref = verified_means(eap[:, edges], exact[np.ix_(rows, edges)], rows)
+    np.testing.assert_allclose(got["estimate"], ref.estimate, atol=1e-12)
+    # the bound: recomputed from the random part's simultaneous intervals (Bonferroni over r = 12 at 0.025)
+    sample = np.array(sorted(set(edges) - top6))
+    cls = verified_means(eap[:, sample], exact[np.ix_(rows, sample)], rows, confidence_level=1 - 0.025 / 12)
+    above = possibly_above(cls.confidence_interval.low, cls.confidence_interval.high, 1e-4)
+    want = missed_edges_bound(above, E - 6, tau=1e-4, n_top=6, confidence_level=0.975, classification_level=0.975)
+    m = _read(sub, "missed_edges")
+    assert list(m["method"]) == ["eap"] and m["n_remaining"][0] == E - 6 and m["n_sampled"][0] == 12
+    assert m["sampled_above"][0] == want.sampled_above and m["missed_high"][0] == want.bound
+    assert m["level"][0] == pytest.approx(0.95)
+
+
+def test_verified_stage_is_listed_resumes_and_records_its_seed(runs, tmp_path):
+    _, ver, _ = runs
+    spec = parse_spec({**BASE, "methods": ["eap", "eap-ig-inputs"], "verify": {"n": 8, "seed": 11}})
+    assert audit_stages(spec)[-1] == "verified"
+    manifest = json.loads((ver / "manifest.json").read_text())
+    assert manifest["stages"]["verified"]["status"] == "done"
+    before = (ver / "verified.parquet").read_bytes()
+    run_audit(spec, ver)  # resumed: nothing recomputed, same bytes
+    assert (ver / "verified.parquet").read_bytes() == before
+
+
+def test_default_seed_comes_from_the_run_seed(tmp_path):
+    """Without verify.seed the draw comes from the run's seed and the stage name: same run seed, same prompts;
+    another run seed, (here) other prompts."""
+    spec = {**BASE, "methods": ["eap"], "k": [3], "bootstrap": {"n_resamples": 20}, "verify": {"n": 6}}
+    rows = []
+    for i, seed in enumerate((0, 0, 5)):
+        out = tmp_path / f"r{i}"
+        run_audit(parse_spec({**spec, "seed": seed}), out)
+        p = _read(out, "verified_prompts")
+        assert np.array_equal(p["row"], np.sort(np.random.default_rng(int(p["seed"][0])).choice(24, 6, replace=False)))
+        rows.append(tuple(p["row"]))
+    assert rows[0] == rows[1] and rows[0] != rows[2]
+
+
+@pytest.mark.parametrize("verify, methods, words", [
+    ({"n": 3}, ["eap"], "greater than or equal to 4"),
+    ({"n": 23}, ["eap"], "verify.n <= 22"),
+    ({"n": 8}, ["exact"], "add eap"),
+    ({"n": 8, "edges": {"top": 2, "random": 3}}, ["eap"], "needs verify.tau"),
+    ({"n": 8, "tau": 0.1}, ["eap"], "remove tau"),
+    ({"n": 8, "edges": {"top": 2, "random": 0}, "tau": 0.1}, ["eap"], "verify.edges.random"),
+    ({"n": 8, "method": "exact"}, ["eap"], "verify.method: unknown key"),
+])
+def test_bad_verify_specs_are_refused_before_any_work(verify, methods, words):
+    with pytest.raises(InputError, match=words.replace(".", r"\.").replace("(", r"\(")):
+        parse_spec({**BASE, "methods": methods, "verify": verify})
+
+
+def test_too_many_edges_refused_before_the_run_directory(tmp_path):
+    spec = parse_spec({**BASE, "methods": ["eap"], "verify": {"n": 8, "edges": {"top": 40, "random": 40}, "tau": 0.1}})
+    with pytest.raises(InputError, match="lower top or random"):
+        run_audit(spec, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
