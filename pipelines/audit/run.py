@@ -207,11 +207,6 @@ def faithfulness_with_search(model, task, S: np.ndarray, method: str, ks: list[i
     return _concat([grid, *extra])
 
 
-def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: bool = False,
-                  inputs: RunInputs = LOCAL):
-    """(sources as named, model, task) of ``spec``, after every check that needs no run directory:
-
-
 def verify_outputs(verify) -> list[str]:
     """The tables a verified stage writes (missed_edges only when some edges go unverified)."""
     return ["verified", "verified_prompts"] + (["missed_edges"] if verify.edges is not None else [])
@@ -240,8 +235,9 @@ def _verify_stage(run, spec: AuditSpec, model, task, scores: dict, names: list[s
               depends_on=[f"scores_{m}" for m in spec.methods], force=force)
 
 
-def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: bool = False):
-    """(sources, model, task) of ``spec``, after every check that needs no run directory:
+def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: bool = False,
+                  inputs: RunInputs = LOCAL):
+    """(sources as named, model, task) of ``spec``, after every check that needs no run directory:
     device, sizes (lifted by ``allow_large``), task options, attribution options, k and the
     resampling scheme. InputError on the first problem."""
     from circuitstat.circuits.attribution import check_options
