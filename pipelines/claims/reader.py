@@ -19,6 +19,8 @@ TABLE_HINTS = {
     "stability_vs_k": "circuit stability comes from the audit's circuit-stability stage",
     "faithfulness_vs_k": "set 'faithfulness: true' in the spec",
     "approximation_summary": "approximation error needs 'exact' and the approximate method in the spec's methods",
+    "verified": "verified claims need a verified run: 'verify: {n: ...}' in the audit spec, or attribute --verify N",
+    "missed_edges": "a missed-edges bound needs a verified run of some edges: 'verify: {edges: {top, random}, tau}'",
     "heads": "head stability needs several seeds: list two or more models under 'models:' in the spec",
     "layers": "layer stability needs several seeds: list two or more models under 'models:' in the spec",
     **{t: "token and sink claims need a `circuitstat tokens --out DIR` run; pass --run DIR"

@@ -119,15 +119,15 @@ MODEL = "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&
 def test_check_end_to_end_on_a_verified_audit(tmp_path):
     """`circuitstat check` runs the verified audit from the spec and evaluates the claims: a structurally zero edge
     (input -> a1.h1<q> cannot reach the read-out of a 2-layer model) cannot be significant, so its claim fails."""
-    spec = {"model": MODEL, "task": {"name": "induction", "n": 24, "options": {"seq_len": 5}}, "methods": ["eap"],
+    spec = {"model": MODEL, "task": {"name": "induction", "n": 32, "options": {"seq_len": 5}}, "methods": ["eap"],
             "batch_size": 4, "bootstrap": {"n_resamples": 20}, "k": [3], "faithfulness": False,
-            "verify": {"n": 8, "seed": 3}}
+            "verify": {"n": 16, "seed": 3}}  # the flag passes no interval below 16 verified prompts
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
     claims = {"spec": "spec.yaml", "run": "run", "claims": [
         {"kind": "verified_edge", "edge": "a1.h1->logits", "method": "eap", "statistic": "qvalue", "max": 1.0}]}
     f = tmp_path / "c.yaml"
     f.write_text(yaml.safe_dump(claims, sort_keys=False))
-    r = _invoke("check", f)
+    r = _invoke("check", f, "--run-audit")  # check runs the audit only when asked to
     assert r.exit_code == 0, r.output
     run = tmp_path / "run"
     v = pq.read_table(run / "verified.parquet").to_pandas()

@@ -20,10 +20,9 @@ MODEL = "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&
 
 
 def _cfg():
-    from circuitstat.circuits.skeleton import load_skeleton
-    from circuitstat.pipelines.build import resolve_source
+    from circuitstat.pipelines.sources import LOCAL
 
-    return load_skeleton(resolve_source(MODEL)).cfg
+    return LOCAL.skeleton(MODEL).cfg
 
 
 @pytest.mark.parametrize("N, n, B", [(8, 3, 2), (9, 4, 4), (7, 7, 3), (10, 1, 3)])
@@ -102,7 +101,8 @@ def test_attribute_verify_writes_the_tables(tmp_path):
     by a separate exact attribution run."""
     from circuitstat.circuits import load_model
     from circuitstat.circuits.attribution import attribute
-    from circuitstat.pipelines.build import build_task, resolve_source
+    from circuitstat.pipelines.build import build_task
+    from circuitstat.pipelines.sources import LOCAL
     from circuitstat.stats.verified import verified_means
 
     out = tmp_path / "run"
@@ -112,7 +112,7 @@ def test_attribute_verify_writes_the_tables(tmp_path):
     assert "verified: eap verified on 6 of 20 prompts" in r.output
     rows = pq.read_table(out / "verified_prompts.parquet").column("row").to_numpy()
     assert np.array_equal(rows, np.sort(np.random.default_rng(2).choice(20, 6, replace=False)))
-    m = load_model(resolve_source(MODEL))
+    m = LOCAL.load(MODEL)
     t = build_task(m, "induction", n=20, seed=0, seq_len=5)
     exact = attribute(m, t, "exact", batch_size=4, progress=False).scores
     eap = attribute(m, t, "eap", batch_size=4, progress=False).scores
@@ -124,6 +124,7 @@ def test_attribute_verify_writes_the_tables(tmp_path):
 
 def test_service_accepts_and_prices_the_verify_spec():
     from circuitstat.pipelines.service.runner import check_work
+    from circuitstat.pipelines.sources import LOCAL
     from circuitstat.pipelines.service.submission import parse_kind
     from circuitstat.pipelines.build import task_positions
 
@@ -134,12 +135,12 @@ def test_service_accepts_and_prices_the_verify_spec():
     assert ver.verify.n == 16 and ver.verify.edges.random == 10
     cfg = _cfg()
     P = task_positions("induction", {"seq_len": 5})
-    extra = check_work("audit", ver, 1e30) - check_work("audit", plain, 1e30)
+    extra = check_work("audit", ver, 1e30, LOCAL) - check_work("audit", plain, 1e30, LOCAL)
     assert extra == pytest.approx(verify_cost(cfg, n=16, N=64, positions=P, n_edges=15, batch_size=8).flops, rel=1e-9)
     # with exact on every prompt already, verifying costs nothing more
     both = {**base, "methods": ["exact", "eap"]}
-    assert check_work("audit", parse_kind("audit", {**both, "verify": {"n": 16}}), 1e30) == pytest.approx(
-        check_work("audit", parse_kind("audit", both), 1e30))
+    assert check_work("audit", parse_kind("audit", {**both, "verify": {"n": 16}}), 1e30, LOCAL) == pytest.approx(
+        check_work("audit", parse_kind("audit", both), 1e30, LOCAL))
     att = parse_kind("attribute", {"model": MODEL, "n": 64, "batch_size": 8, "verify": {"n": 16}})
     assert att.verify.n == 16
     with pytest.raises(InputError, match="verify.n <= 62"):
