@@ -22,27 +22,11 @@ import shlex
 from pathlib import Path
 
 import pytest
+from doc_blocks import blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL = ("", "bash", "sh", "shell", "console")
-
-
-def blocks(path: Path, langs: tuple[str, ...]) -> list[str]:
-    """The fenced code blocks of ``path`` whose fence names one of ``langs`` ("" for unlabelled)."""
-    out, current = [], None
-    for line in path.read_text().splitlines():
-        if line.startswith("```"):
-            if current is None:
-                current = [] if line[3:].strip() in langs else False
-            else:
-                if current is not False:
-                    out.append("\n".join(current) + "\n")
-                current = None
-        elif isinstance(current, list):
-            current.append(line)
-    assert current is None, f"{path.name}: a code block is not closed"
-    return out
 
 
 def command_lines(path: Path) -> list[list[str]]:

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+from doc_blocks import blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -19,19 +20,7 @@ DOCS = tuple(sorted(p.name for p in (ROOT / "docs").glob("*.md")))  # every page
 
 def _blocks(lang: str, path: Path = README) -> list[str]:
     """The fenced code blocks of ``path`` whose fence names ``lang`` ("" for unlabelled), in order."""
-    blocks, current = [], None
-    for line in path.read_text().splitlines():
-        if line.startswith("```"):
-            if current is None:
-                current = [] if line[3:].strip() == lang else False  # False: inside another kind of block
-            else:
-                if current is not False:
-                    blocks.append("\n".join(current) + "\n")
-                current = None
-        elif isinstance(current, list):
-            current.append(line)
-    assert current is None, f"{path.name}: a code block is not closed"
-    return blocks
+    return blocks(path, (lang,))
 
 
 def test_readme_is_a_short_entry_point_with_the_two_commands() -> None:
