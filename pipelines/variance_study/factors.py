@@ -126,7 +126,7 @@ class _FactorStages:
         return sorted(set(ks) | set(self.ks) | {self.E})
 
     def selection_stage(self) -> dict:
-        from ..audit_tables import _concat, faithfulness_table
+        from ..audit.tables import _concat, faithfulness_table
 
         sp = self.spec
         model, task = self.sc.model(0), self.sc.task(0)

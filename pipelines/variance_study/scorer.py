@@ -125,7 +125,7 @@ class ModelScorer:
         return p
 
     def score_table(self, key: Key, n_jobs: int):
-        from ..audit import attribution_scores
+        from ..audit.run import attribution_scores
 
         spec = self.spec
         label, method, steps = next(x for x in spec.estimator_levels() if x[0] == key.estimator)

@@ -71,7 +71,7 @@ def check_study(spec: VarianceSpec, scorer) -> None:
     task without groups, or when the study's score matrices would exceed the memory limit."""
     from circuitstat.circuits.limits import check_bytes
 
-    from ..audit import check_scheme
+    from ..audit.run import check_scheme
 
     E = len(scorer.names)
     if spec.k[-1] >= E:
@@ -110,13 +110,13 @@ class _Study(_FactorStages, _SummaryStages):
         return self._cache[key.name]
 
     def plan(self, dataset: int):
-        from ..audit import resampling_plan
+        from ..audit.run import resampling_plan
 
         return resampling_plan(_view(self.spec), self.sc.n_obs(dataset), self.sc.groups(dataset),
                                self.run.stage_seed(f"resampling_d{dataset}"), for_intervals=True)
 
     def stage(self, name, fn, outputs, params, deps):
-        from ..audit import run_stage
+        from ..audit.run import run_stage
 
         return run_stage(self.run, name, fn, outputs, params=params, depends_on=deps, force=self.force)
 
@@ -162,7 +162,7 @@ class _Study(_FactorStages, _SummaryStages):
         return topk(mean, min(n, self.E), ranking=self.spec.ranking, seed=self.run.stage_seed("top_edges")).indices
 
     def intrinsic_stage(self) -> dict:
-        from ..audit_tables import _concat, edge_stats_table
+        from ..audit.tables import _concat, edge_stats_table
 
         S = self.S(self.ref)
         stats_parts = [edge_stats_table(self.S(Key(0, 0, 0, lab)), self.names, lab, self.plan0, _view(self.spec),
@@ -176,7 +176,7 @@ class _Study(_FactorStages, _SummaryStages):
 
     # -- dataset sampling: bootstrap stability of each estimator's circuits --
     def stability_stage(self) -> dict:
-        from ..audit_tables import _concat, stability_tables
+        from ..audit.tables import _concat, stability_tables
 
         parts = [stability_tables(self.S(Key(0, 0, 0, lab)), self.names, lab, self.plan0, self.ks, _view(self.spec),
                                   self.n_jobs) for lab in self.levels]
@@ -184,7 +184,7 @@ class _Study(_FactorStages, _SummaryStages):
 
     # -- estimator: approximation error against exact --
     def approximation_stage(self) -> dict:
-        from ..audit_tables import _concat, approximation_tables
+        from ..audit.tables import _concat, approximation_tables
 
         ex = self.S(self.ref)
         parts = [approximation_tables(ex, self.S(Key(0, 0, 0, lab)), self.names, lab, self.spec.k_summary,
@@ -231,7 +231,7 @@ class _Study(_FactorStages, _SummaryStages):
                                "interval": [PER_EDGE_COMPONENT_INTERVAL] * len(main["edge"])})
             anova_parts.append({"edge": anova["edge"] + s, "term": list(anova["term"]), "df": anova["df"],
                                 "mean_square": anova["mean_square"]})
-        from ..audit_tables import _concat
+        from ..audit.tables import _concat
 
         top = self.top_edges(self.spec.n_top)
         Yt, _ = self.design(top)
