@@ -509,6 +509,7 @@ def load_model(source, device: str | torch.device = "cpu", dtype: torch.dtype | 
         if doc.get("format") == "circuitstat":
             model, stored = load_own(path, doc, device, dtype, allow_large)
             model.source = name or str(path.resolve())
+            model.directory = path.resolve()
             _attach_tokenizer(model, str(path))
             model.use_weight_hash_memo(weight_hash_memo([path / "config.json", path / "model.safetensors"],
                                                         str(model.dtype), "circuitstat"))
@@ -529,5 +530,6 @@ def load_model(source, device: str | torch.device = "cpu", dtype: torch.dtype | 
         if converted is not None:
             save_conversion(model, converted)
     model.source = name or source
+    model.directory = path.resolve()
     _attach_tokenizer(model, str(path))
     return model

@@ -42,6 +42,7 @@ def load_skeleton(source: str | Path, *, allow_pickle: bool = False, allow_large
         meta = doc.get("meta", {})
         model.meta = meta if isinstance(meta, dict) else {}
         model.source = name or str(path.resolve())
+        model.directory = path.resolve()
     else:
         import transformers
 
@@ -52,5 +53,6 @@ def load_skeleton(source: str | Path, *, allow_pickle: bool = False, allow_large
                                                                trust_remote_code=False)
         model = from_hf(hf, device="meta")
         model.source = name or source
+        model.directory = path.resolve()
     _attach_tokenizer(model, str(path))
     return model

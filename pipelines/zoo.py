@@ -151,8 +151,9 @@ def frequent_tokens(model, min_count: int = 1000, at_least: int = 0) -> np.ndarr
     """Token ids seen at least ``min_count`` times in the model's training data (from the
     ``token_counts.npy`` its training wrote), without special tokens -- or the ``at_least`` most
     frequent ones if fewer pass; None if unknown."""
-    src = getattr(model, "source", None)
-    p = Path(str(src)) / "token_counts.npy" if src else None
+    # the directory it was loaded from: its source is the name the user gave it (zoo:..., served:...)
+    where = getattr(model, "directory", None)
+    p = Path(where) / "token_counts.npy" if where else None
     if p is None or not p.exists():
         return None
     counts = np.load(p, allow_pickle=False).astype(np.int64)

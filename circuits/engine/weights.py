@@ -83,7 +83,8 @@ class ModelWeights(nn.Module):
             if cfg.rope_local is not None:  # Gemma 3's sliding layers: their own base
                 self.register_buffer("inv_freq_local", rotary_inv_freq(cfg, local=True), persistent=False)
         self.tokenizer: Any = None
-        self.source: str = "memory"
+        self.source: str = "memory"  # as the user named it (recorded in runs)
+        self.directory: Path | None = None  # where it was loaded from (files beside the weights; never recorded)
         self.meta: dict = {}
 
     # ---- construction ----------------------------------------------------------------------

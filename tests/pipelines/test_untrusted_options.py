@@ -322,3 +322,26 @@ def test_served_source_exists_only_inside_a_server_job(tmp_path, monkeypatch):
     assert seen["at"] == str(tmp_path) and seen["name"] == "served:tiny"  # the name passed, as an argument
     m = real_load("random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64", name="served:tiny")
     assert m.source == "served:tiny" and "served:tiny" in str(m.identity())
+
+
+def test_a_model_named_by_a_name_still_finds_its_training_token_counts(tmp_path):
+    """The recorded source is the name (served:NAME, zoo:...), not a path: the files beside the weights (the
+    induction task's pool of tokens seen in training) are found through the directory the model came from."""
+    import numpy as np
+
+    from circuitstat.circuits.model import CircuitModel, ModelConfig
+    from circuitstat.pipelines.build import build_task
+    from circuitstat.pipelines.sources import RunInputs
+    from circuitstat.pipelines.zoo import frequent_tokens
+
+    cfg = ModelConfig(n_layers=1, n_heads=2, d_model=16, d_head=8, d_mlp=32, vocab_size=50, n_ctx=32)
+    CircuitModel(cfg).init_weights(1).save(tmp_path / "m")
+    counts = np.zeros(50, dtype=np.int64)
+    counts[[5, 7, 11, 13, 17, 19, 23, 29, 31, 37]] = 5000  # the only tokens "seen" in training
+    np.save(tmp_path / "m" / "token_counts.npy", counts)
+    model = RunInputs(served={"tiny": str(tmp_path / "m")}).load("served:tiny")
+    assert model.source == "served:tiny" and str(tmp_path) not in str(model.identity())
+    assert list(frequent_tokens(model)) == [5, 7, 11, 13, 17, 19, 23, 29, 31, 37]
+    task = build_task(model, "induction", n=8, seq_len=4)
+    used = set(task.clean[:, 1:].flatten().tolist())
+    assert used <= {5, 7, 11, 13, 17, 19, 23, 29, 31, 37}
