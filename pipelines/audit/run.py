@@ -9,6 +9,7 @@ circuitstat.pipelines.audit.tables, from the estimators of stats/ and circuits/.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -333,6 +334,17 @@ def _heads_stage(run, spec: AuditSpec, sources: list[str], model, task, force: b
         return {name: tables[name] for name in outputs}
 
     run_stage(run, "heads", compute, outputs, params=params, force=force)
+
+
+#: every stage name an audit can write, whatever its spec (its scores stages are scores_<method>)
+AUDIT_STAGE_NAMES = frozenset({"index", "edge_stats", "stability", "faithfulness", "approximation", "heads",
+                               "verified"})
+SCORES_STAGE = re.compile(r"scores_[a-z0-9*+-]+")
+
+
+def is_audit_stage(name: str) -> bool:
+    """True for a stage name an audit writes (circuitstat.pipelines.claims: which runs an audit may resume)."""
+    return name in AUDIT_STAGE_NAMES or SCORES_STAGE.fullmatch(name) is not None
 
 
 def audit_stages(spec: AuditSpec) -> list[str]:

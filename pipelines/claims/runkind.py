@@ -40,22 +40,6 @@ def _kind(manifest: dict | None) -> str | None:
     return recognise((manifest or {}).get("spec"))
 
 
-def _audit_stages(manifest: dict | None) -> set[str] | None:
-    """The stages an audit of the manifest's spec writes (the registry's declaration), or None when the spec is
-    not an audit spec that parses."""
-    import warnings
-
-    from circuitstat.pipelines.kinds import kind
-
-    audit = kind("audit")
-    try:
-        with warnings.catch_warnings():  # an old spec's renamed keys: read as they were when it ran
-            warnings.simplefilter("ignore")
-            return set(audit.stages(audit.parse((manifest or {}).get("spec"), "the run's manifest")))
-    except Exception:  # noqa: BLE001 - any spec that does not parse is not an audit's
-        return None
-
-
 def _kind_words(manifest: dict | None) -> str:
     names = sorted(_stages(manifest))
     stages = f"stages {names[:6]}{' ...' if len(names) > 6 else ''}"
@@ -98,8 +82,9 @@ def audit_target_problem(run_dir: Path) -> str | None:
         return f"{run_dir} is a file"
     manifest = _manifest(run_dir)
     stages = _stages(manifest)
-    planned = _audit_stages(manifest) if stages else set()
-    foreign = sorted(stages) if planned is None else sorted(n for n in stages if n not in planned)
+    from circuitstat.pipelines.audit.run import is_audit_stage
+
+    foreign = sorted(n for n in stages if not is_audit_stage(n))
     if foreign or _kind(manifest) not in (None, "audit"):
         return f"{run_dir} is not an audit's run: {_kind_words(manifest)}"
     return None

@@ -215,7 +215,7 @@ def fake_audit(monkeypatch):
         make_run(Path(out), heads=False)
         return Path(out)
 
-    monkeypatch.setitem(sys.modules, "circuitstat.pipelines.audit.run", types.SimpleNamespace(run_audit=run_audit))
+    monkeypatch.setattr("circuitstat.pipelines.audit.run.run_audit", run_audit)
     return calls
 
 

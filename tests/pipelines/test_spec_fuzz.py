@@ -185,7 +185,7 @@ def fake_audit():
     """circuitstat.pipelines.audit.run.run_audit replaced by a recorder that writes nothing."""
     calls = []
     mp = pytest.MonkeyPatch()
-    mp.setitem(sys.modules, "circuitstat.pipelines.audit.run", types.SimpleNamespace(run_audit=lambda spec, out, **kw: calls.append(out)))
+    mp.setattr("circuitstat.pipelines.audit.run.run_audit", lambda spec, out, **kw: calls.append(out))
     yield calls
     mp.undo()
 

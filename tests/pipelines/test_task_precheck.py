@@ -45,7 +45,7 @@ def invoke(*args):
 def test_text_task_on_a_small_vocabulary_is_refused_before_the_model_with_the_fix(tmp_path, no_model_built):
     """Before: the model was built first (76 s on a loaded machine), then 'needs a tokenizer ... a model directory'."""
     task = _write(tmp_path / "t.jsonl", ROWS)
-    r = invoke("attribute", "--model", SMALL_VOCAB, "--task", str(task), "--out", str(tmp_path / "out"))
+    r = invoke("attribute", "--model", SMALL_VOCAB, "--task", str(task), "--n", "6", "--out", str(tmp_path / "out"))
     assert r.exit_code == 2, r.output
     assert "vocab_size=50257" in r.output and "GPT-2 tokenizer" in r.output
     assert no_model_built == [] and not (tmp_path / "out").exists()
@@ -76,7 +76,7 @@ def test_empty_values_are_named_per_column_even_without_a_tokenizer(tmp_path, no
     rows[5]["clean"] = ""
     rows[0]["group"] = None
     task = _write(tmp_path / "t.jsonl", rows)
-    r = invoke("attribute", "--model", SMALL_VOCAB, "--task", str(task), "--out", str(tmp_path / "out"))
+    r = invoke("attribute", "--model", SMALL_VOCAB, "--task", str(task), "--n", "6", "--out", str(tmp_path / "out"))
     assert r.exit_code == 2, r.output
     msg = " ".join(r.output.split())
     assert "rows 2 have empty values in column 'wrong_answer'" in msg

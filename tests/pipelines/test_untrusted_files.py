@@ -109,7 +109,7 @@ def audit_like(monkeypatch):
                       ["faithfulness_vs_k"], depends_on=["index"])
         return Path(out)
 
-    monkeypatch.setitem(sys.modules, "circuitstat.pipelines.audit.run", types.SimpleNamespace(run_audit=run_audit))
+    monkeypatch.setattr("circuitstat.pipelines.audit.run.run_audit", run_audit)
     return calls
 
 
