@@ -58,16 +58,18 @@ def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", leve
                   ig_steps: int = 5, seed: int = 0, n_jobs: int = 1, device: str = "cpu", dtype: str = "float32",
                   max_memory: str | None = None, checkpoint_every: int | None = None, resume: bool = True,
                   force: bool = False, allow_pickle: bool = False, allow_large: bool = False, verify=None,
-                  inputs: RunInputs = LOCAL):
+                  task_options: dict | None = None, inputs: RunInputs = LOCAL):
     """The ScoreMatrix of ``circuitstat attribute`` with these options, written into run directory
     ``out`` (validated first; resumed from its checkpoints where it stopped); ``inputs`` resolves the model."""
+    task_options = dict(task_options or {})
     check_run_out(out, "attribute", force=force)
     m, t, budget, n_jobs = prepare_attribute(model, task, method=method, level=level, ablation=ablation, metric=metric,
                                              n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
                                              device=device, dtype=dtype, max_memory=max_memory,
-                                             allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs)
+                                             allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs,
+                                             task_options=task_options)
     check_attribute_verify(verify, m, method=method, level=level, n=n)
-    return attribute_into(m, t, out, model_arg=model, task_arg=task, task_options={}, method=method, level=level,
+    return attribute_into(m, t, out, model_arg=model, task_arg=task, task_options=task_options, method=method, level=level,
                           ablation=ablation, input_node=input_node, n=n, batch_size=batch_size,
                           ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
                           budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force,

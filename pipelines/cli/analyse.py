@@ -170,7 +170,7 @@ def attribute_command(
     from circuitstat.circuits.attribution import check_options
     from circuitstat.circuits.plan import parse_bytes
     from circuitstat.core.errors import InputError
-    from circuitstat.pipelines.attribute import attribute_into, check_attribute_verify, prepare_attribute
+    from circuitstat.pipelines.attribute import run_attribute
     from circuitstat.pipelines.build import check_device, check_n_jobs, parse_task_options
     from circuitstat.pipelines.spec import check_verify
     from circuitstat.pipelines.verify import verify_from_options
@@ -191,16 +191,11 @@ def attribute_command(
               ig_steps=ig_steps, budget=budget, n_jobs=check_n_jobs(n_jobs, "--n-jobs"), device=check_device(device), dtype=dtype,
               allow_pickle=allow_pickle, allow_large=allow_large, verify=vspec, method=method)
         return
-    check_out(out, "attribute", force=force)
-    m, t, budget, n_jobs = prepare_attribute(model, task, method=method, level=level, ablation=ablation, metric=metric,
-                                             n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
-                                             device=device, dtype=dtype, max_memory=max_memory,
-                                             allow_pickle=allow_pickle, allow_large=allow_large, task_options=options)
-    check_attribute_verify(vspec, m, method=method, level=level, n=n)
-    sm = attribute_into(m, t, out, model_arg=model, task_arg=task, task_options=options, method=method, level=level,
-                        ablation=ablation, input_node=input_node, n=n,
-                        batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
-                        budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force, verify=vspec)
+    sm = run_attribute(model, task, out, method=method, level=level, ablation=ablation, input_node=input_node,
+                       metric=metric, n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
+                       device=device, dtype=dtype, max_memory=max_memory, checkpoint_every=checkpoint_every,
+                       resume=resume, force=force, allow_pickle=allow_pickle, allow_large=allow_large, verify=vspec,
+                       task_options=options)
     _print_top(sm, method, level, out, ranking=ranking.value)
     if vspec is not None:
         from circuitstat.reports.verdicts.verified import verified_lines
