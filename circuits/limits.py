@@ -113,3 +113,20 @@ def check_budget(nbytes: int, option: str = "--max-memory", device: str | None =
         raise InputError(f"{option} {format_bytes(nbytes)} is more than this machine's memory ({format_bytes(have)}); "
                          f"give at most {format_bytes(have)}")
     return nbytes
+
+
+def check_fits_device(weights: int, device: str) -> None:
+    """None when a model's ``weights`` (bytes) fit on ``device``; InputError otherwise (a CUDA device only).
+
+    circuitstat keeps the whole model on one device and never splits it (no ``device_map``): every worker of a
+    run holds its own copy, so a model larger than one device is refused here, before its weights are read."""
+    if not str(device).startswith("cuda"):
+        return
+    import torch
+
+    have = int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
+    if weights > have:
+        raise InputError(f"the model's weights ({format_bytes(weights)}) do not fit on {device} ({format_bytes(have)}): "
+                         "circuitstat keeps a whole model on one device and does not split it across devices; use a "
+                         "device with more memory or a smaller --dtype (bfloat16 halves float32), and see --plan's "
+                         "memory column (per worker and device)")

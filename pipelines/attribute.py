@@ -47,6 +47,12 @@ def prepare_attribute(model: str, task: str, *, method: str, level: str, ablatio
 
     # a run's budget must fit where it runs (--plan may plan for a larger machine)
     budget = None if max_memory is None else check_budget(parse_bytes(max_memory), device=dev)
+    if dev.startswith("cuda"):  # refused from the config's shapes, before a weight is read onto the device
+        from circuitstat.circuits.limits import check_fits_device
+        from circuitstat.circuits.plan import weight_bytes
+
+        sk = inputs.skeleton(model, allow_pickle=allow_pickle, allow_large=allow_large)
+        check_fits_device(weight_bytes(sk.cfg, torch_dtype(dtype).itemsize), dev)
     m = inputs.load(model, device=dev, dtype=torch_dtype(dtype), allow_pickle=allow_pickle, allow_large=allow_large)
     check_work(m, n, level=level, positions=task_positions(task, options), allow_large=allow_large)
     return m, build_task(m, task, n=n, seed=seed, metric=metric, **options), budget, n_jobs
@@ -58,9 +64,12 @@ def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", leve
                   ig_steps: int = 5, seed: int = 0, n_jobs: int = 1, device: str = "cpu", dtype: str = "float32",
                   max_memory: str | None = None, checkpoint_every: int | None = None, resume: bool = True,
                   force: bool = False, allow_pickle: bool = False, allow_large: bool = False, verify=None,
-                  task_options: dict | None = None, inputs: RunInputs = LOCAL):
+                  task_options: dict | None = None, inputs: RunInputs = LOCAL, scheduler: str | None = None):
     """The ScoreMatrix of ``circuitstat attribute`` with these options, written into run directory
-    ``out`` (validated first; resumed from its checkpoints where it stopped); ``inputs`` resolves the model."""
+    ``out`` (validated first; resumed from its checkpoints where it stopped); ``inputs`` resolves the model;
+    ``scheduler`` (a Dask address, or 'local') runs the chunks on that cluster, with the same scores."""
+    from circuitstat.pipelines.parallel import backend
+
     task_options = dict(task_options or {})
     check_run_out(out, "attribute", force=force)
     m, t, budget, n_jobs = prepare_attribute(model, task, method=method, level=level, ablation=ablation, metric=metric,
@@ -69,11 +78,12 @@ def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", leve
                                              allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs,
                                              task_options=task_options)
     check_attribute_verify(verify, m, method=method, level=level, n=n)
-    return attribute_into(m, t, out, model_arg=model, task_arg=task, task_options=task_options, method=method, level=level,
-                          ablation=ablation, input_node=input_node, n=n, batch_size=batch_size,
-                          ig_steps=ig_steps, seed=seed, n_jobs=n_jobs, dtype=dtype,
-                          budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force,
-                          verify=verify)
+    with backend(n_jobs, scheduler) as workers:  # an unreachable scheduler is refused before --out is written
+        return attribute_into(m, t, out, model_arg=model, task_arg=task, task_options=task_options, method=method,
+                              level=level, ablation=ablation, input_node=input_node, n=n, batch_size=batch_size,
+                              ig_steps=ig_steps, seed=seed, n_jobs=workers, dtype=dtype,
+                              budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force,
+                              verify=verify)
 
 
 def check_attribute_verify(verify, m, *, method: str, level: str, n: int) -> None:

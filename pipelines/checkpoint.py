@@ -238,25 +238,27 @@ class CheckpointStore:
             parent.rmdir()
 
 
-def _score_chunk(bounds: tuple[int, int], store: CheckpointStore, model, task, method: str, kw: dict) -> None:
-    """Compute rows [start, stop) with attribute(rows=...) and store them (inside a worker when parallel)."""
+def _score_chunk(bounds: tuple[int, int], model, task, method: str, kw: dict) -> np.ndarray:
+    """Rows [start, stop) with attribute(rows=...), as float32 (inside a worker when parallel; the caller stores
+    them, so workers need no access to the run directory)."""
     from circuitstat.circuits.attribution import attribute
 
     start, stop = bounds
     sm = attribute(model, task, method, rows=np.arange(start, stop), progress=False, **kw)
-    store.write(start, stop, sm.scores)
+    return np.ascontiguousarray(sm.scores, dtype=np.float32)
 
 
 def run_checkpointed(store: CheckpointStore, model, task, method: str, kw: dict[str, Any], *,
                      reuse: list[tuple[int, int]], n_jobs: int = 1, run_id: str | None = None) -> np.ndarray:
     """The [n, columns] score matrix, computing only the chunks not in ``reuse`` (progress bar with ETA
-    over the chunks on a terminal), each chunk stored as soon as it is finished; the chunks are bound
-    to the run directory ``run_id`` (its RunDir's)."""
+    over the chunks on a terminal), each chunk stored here as soon as a worker returns it; the chunks are
+    bound to the run directory ``run_id`` (its RunDir's). Under a Dask backend the chunks run on the cluster."""
     from .parallel import run_chunks
 
     store.start(reuse, run_id)
     todo = [b for b in store.bounds if b not in set(reuse)]
     done_rows = sum(b - a for a, b in reuse)
     desc = f"{method} chunks" + (f" (resumed: {done_rows}/{store.job.n} examples done)" if reuse else "")
-    run_chunks(_score_chunk, todo, n_jobs, store, model, task, method, kw, desc=desc)
+    run_chunks(_score_chunk, todo, n_jobs, model, task, method, kw, desc=desc,
+               on_result=lambda b, scores: store.write(*b, scores))
     return store.assemble()

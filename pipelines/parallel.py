@@ -8,8 +8,12 @@ number of workers or on the scheduler.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
+
+_CLIENT: contextvars.ContextVar = contextvars.ContextVar("circuitstat_dask_client", default=None)
+"""The Dask client of the innermost :func:`backend` with a scheduler (None: joblib or serial)."""
 
 
 @contextlib.contextmanager
@@ -29,10 +33,12 @@ def backend(n_jobs: int = 1, scheduler: str | None = None) -> Iterator[int]:
                          "pip install 'circuitstat[dask]' (or dask[distributed])") from e
 
     client = _connect(Client, scheduler, n_jobs)
+    token = _CLIENT.set(client)
     try:
         with joblib.parallel_config(backend="dask"):
             yield max(1, len(client.scheduler_info().get("workers", {})) or n_jobs)
     finally:
+        _CLIENT.reset(token)
         client.close()
 
 
@@ -88,17 +94,62 @@ def _single_threaded(fn: Callable, *args: Any) -> Any:
         return fn(*args)
 
 
-def run_chunks(fn: Callable, chunks: Sequence[Any], n_jobs: int = 1, *args: Any, desc: str | None = None) -> list:
+def run_chunks(fn: Callable, chunks: Sequence[Any], n_jobs: int = 1, *args: Any, desc: str | None = None,
+               on_result: Callable[[Any, Any], None] | None = None) -> list:
     """[fn(chunk, *args) for chunk in chunks], in order, in parallel when n_jobs > 1 or under Dask
-    (serially with a progress bar named ``desc`` on a terminal)."""
+    (serially with a progress bar named ``desc`` on a terminal).
+
+    ``on_result(chunk, result)`` runs here, in the calling process, as each chunk finishes (in any order
+    when parallel): callers store results there, so workers never write to the run directory and need
+    no shared file system, and a lost worker costs only the chunks it had not returned. Results handed to
+    ``on_result`` are not kept (the list holds what it returns: None from a writer), so a large run holds one chunk at a time here.
+    """
+    if _CLIENT.get() is not None:
+        return _run_on_dask(_CLIENT.get(), fn, chunks, args, on_result)
     if n_jobs == 1 and not _dask_active():
         from tqdm.auto import tqdm
 
         bar = tqdm(chunks, desc=desc, leave=False, disable=True if desc is None else None)  # None: on a tty only
-        return [_single_threaded(fn, c, *args) for c in bar]
+        out = []
+        for c in bar:
+            r = _single_threaded(fn, c, *args)
+            out.append(r if on_result is None else on_result(c, r))
+        return out
     import joblib  # only here: a one-worker run does not pay its import
 
-    return joblib.Parallel(n_jobs=n_jobs)(joblib.delayed(_single_threaded)(fn, c, *args) for c in chunks)
+    results: list = [None] * len(chunks)
+    tagged = joblib.Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
+        joblib.delayed(_tagged)(i, fn, c, *args) for i, c in enumerate(chunks))
+    for i, r in tagged:
+        results[i] = r if on_result is None else on_result(chunks[i], r)
+    return results
+
+
+def _tagged(i: int, fn: Callable, *args: Any) -> tuple[int, Any]:
+    """(i, fn(*args) single-threaded): the chunk's index travels with its result."""
+    return i, _single_threaded(fn, *args)
+
+
+def _run_on_dask(client, fn: Callable, chunks: Sequence[Any], args: tuple, on_result) -> list:
+    """run_chunks on a Dask cluster: every non-scalar argument (the model, the task) is broadcast to each worker
+    once and kept there for the whole call, not shipped with every chunk; results come back as they finish."""
+    from distributed import as_completed
+
+    shared = [a if isinstance(a, (int, float, str, bool, type(None))) else client.scatter(a, broadcast=True, hash=False)
+              for a in args]
+    futures = [client.submit(_single_threaded, fn, c, *shared, pure=False) for c in chunks]
+    where = {f.key: i for i, f in enumerate(futures)}
+    results: list = [None] * len(chunks)
+    try:
+        for fut in as_completed(futures):
+            i = where[fut.key]
+            r = fut.result()
+            fut.release()
+            results[i] = r if on_result is None else on_result(chunks[i], r)
+    finally:
+        client.cancel([f for f in futures if not f.done()])
+        client.cancel([f for f in shared if hasattr(f, "key")])
+    return results
 
 
 def _dask_active() -> bool:

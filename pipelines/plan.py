@@ -431,7 +431,8 @@ def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_ste
     if verify is not None:
         lines += verify_lines(model, costs, verify, verify_method, n=n, P=P, batch_size=batch_size, seconds=seconds)
     return lines + ["forwards: full forwards (counterfactual, clean, gradient runs); suffix rows: exact patching's "
-                    f"(example, sender) suffix forwards; memory: estimated peak incl. weights; time: {time_is}"]
+                    f"(example, sender) suffix forwards; memory: estimated peak per worker and device, incl. a whole copy of "
+                    f"the weights (a model is never split across devices); time: {time_is}"]
 
 
 def calibration_cost_line(cal: Calibration) -> str:

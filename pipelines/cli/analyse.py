@@ -125,6 +125,9 @@ def attribute_command(
     seed: int = typer.Option(SEED.default, "--seed", **SEED.option),
     n_jobs: int = typer.Option(N_JOBS.default, "--n-jobs", min=N_JOBS.minimum,
                                help="parallel workers, 1 to this machine's CPU count; does not change the scores"),
+    scheduler: str | None = typer.Option(
+        None, "--scheduler", help="Dask scheduler tcp://HOST:PORT (or 'local'): the chunks run on its workers, "
+                                  "checkpointed here; the same scores as one process (docs/usage.md)"),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or mps"),
     dtype: DType = typer.Option("float32", "--dtype", help="model weights' dtype (scores accumulate in float32)"),
     out: Path | None = typer.Option(None, "--out", help="run directory to write (not needed with --plan)"),
@@ -195,7 +198,7 @@ def attribute_command(
                        metric=metric, n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
                        device=device, dtype=dtype, max_memory=max_memory, checkpoint_every=checkpoint_every,
                        resume=resume, force=force, allow_pickle=allow_pickle, allow_large=allow_large, verify=vspec,
-                       task_options=options)
+                       task_options=options, scheduler=scheduler)
     _print_top(sm, method, level, out, ranking=ranking.value)
     if vspec is not None:
         from circuitstat.reports.verdicts.verified import verified_lines
