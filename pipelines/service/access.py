@@ -3,8 +3,9 @@
 One rule, one place: every endpoint that takes a job id goes through :func:`visible_job` (read),
 :func:`owned_job` (change: sharing) or :func:`managed_job` (cancel, delete: the owner or an admin),
 and every listing through :func:`visible_jobs`. A malformed id is the same 404 as another user's
-job, so neither its existence nor the id format leaks. A deleted job is 410 to whoever could see or
-manage it, and the same 404 to everyone else; no listing shows it.
+job, so neither its existence nor the id format leaks. A deleted job is 410 to its owner (and to an
+admin cancelling or deleting it), the same 404 to everyone else (a tombstone is neither shared nor
+public), and in no listing.
 
 An admin's power is used only by :func:`managed_job` and the admin listing, and every use on another
 user's job is one ``admin action`` line in the service log (who, what, which job, whose).
@@ -28,7 +29,7 @@ log = logging.getLogger("circuitstat.service")
 
 
 def gone() -> Problem:
-    """The one 410 for a deleted job (told only to those who could see it)."""
+    """The one 410 for a deleted job (told only to its owner, and to admins managing it)."""
     return Problem(410, "this job was deleted: its run and uploads are gone; its id is not reused")
 
 

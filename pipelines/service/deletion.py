@@ -5,8 +5,9 @@ tombstone at once: state ``deleted``, spec and error cleared, its shares and sto
 dropped, its events and attempts kept (what happened to it stays on record), and its directory
 ``DATA/jobs/<id>/`` (uploads, run directory, log, claims files) removed. A running job is cancelled
 first: its server stops the worker, then makes the tombstone (:func:`finalize`), so no worker ever
-writes into a directory being removed. Ids are never reused (the row keeps the id); every endpoint
-then answers 410 to whoever could see the job, 404 to everyone else.
+writes into a directory being removed. Ids are never reused (the row keeps the id). A tombstone is
+no longer public nor shared: every endpoint answers 410 to its owner (and to an admin cancelling or
+deleting it), and the same 404 as for no job to everyone else.
 
 Removal is confined to the service's jobs directory: the path is built from the 32-hex-digit id,
 must resolve inside ``DATA/jobs``, and a symbolic link is unlinked, never followed.
@@ -44,12 +45,12 @@ def request_delete(s: Session, job: Job, reason: str) -> str:
 
 
 def tombstone(s: Session, job_id: str, reason: str) -> bool:
-    """Make a marked, not running job a tombstone; False when it is not one of those (one guarded UPDATE:
+    """Make a marked, not running job a tombstone (not public, not shared, no stored checks); False when it is not one of those (one guarded UPDATE:
     two servers never both do it)."""
     done = s.execute(update(Job).where(Job.id == job_id, Job.deleted_at.is_not(None), Job.state != "running",
                                        Job.state != DELETED)
-                     .values(state=DELETED, spec="{}", error=None, lease_owner=None, lease_expires=None,
-                             eta_seconds=None)).rowcount
+                     .values(state=DELETED, spec="{}", error=None, public=False, lease_owner=None,
+                             lease_expires=None, eta_seconds=None)).rowcount
     if not done:
         return False
     s.execute(delete(JobShare).where(JobShare.job_id == job_id))

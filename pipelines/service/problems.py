@@ -9,7 +9,7 @@ Status codes, each where it belongs:
 * 404 no such job, table or check among those the caller may see (another user's run included);
 * 409 the job is in the wrong state for the request (tables of an unfinished run, cancelling a
   finished job);
-* 410 a job that was deleted (to those who could see it; 404 to everyone else);
+* 410 a job that was deleted (to its owner and admins; the same 404 as no job to everyone else);
 * 413 the request body is larger than the caller's quota;
 * 422 the request is readable but refused: an invalid spec or claims file, a model source the
   allow-list does not name, a refused query (what the CLI would say with exit 2);

@@ -3,8 +3,10 @@
 Revision ID: 0002_tokens_admin_delete
 Revises: 0001
 
-Every new column has a server default or is nullable, so rows written by 0001 read on: existing
-tokens are ``full`` and never expire, no user is an admin, no job is deleted.
+Every new column is nullable or has a server default, so rows written under 0001 read on: existing
+tokens are ``full`` and never expire, no user is an admin, no job is deleted. Plain ``ADD COLUMN``
+on both backends: SQLite's batch mode would copy and drop ``users``, which the foreign keys of a
+database with rows refuse (tests/service/test_service_ops.py upgrades such a database).
 """
 
 from __future__ import annotations
@@ -19,21 +21,14 @@ depends_on = None
 
 
 def upgrade() -> None:
-    # batch mode: SQLite copies the table where it cannot ALTER in place; PostgreSQL alters directly
-    with op.batch_alter_table("users") as b:
-        b.add_column(sa.Column("admin", sa.Boolean(), nullable=False, server_default=sa.false()))
-    with op.batch_alter_table("tokens") as b:
-        b.add_column(sa.Column("scope", sa.String(16), nullable=False, server_default="full"))
-        b.add_column(sa.Column("expires_at", sa.Float(), nullable=True))
-    with op.batch_alter_table("jobs") as b:
-        b.add_column(sa.Column("deleted_at", sa.Float(), nullable=True))
+    op.add_column("users", sa.Column("admin", sa.Boolean(), nullable=False, server_default=sa.false()))
+    op.add_column("tokens", sa.Column("scope", sa.String(16), nullable=False, server_default="full"))
+    op.add_column("tokens", sa.Column("expires_at", sa.Float(), nullable=True))
+    op.add_column("jobs", sa.Column("deleted_at", sa.Float(), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("jobs") as b:
-        b.drop_column("deleted_at")
-    with op.batch_alter_table("tokens") as b:
-        b.drop_column("expires_at")
-        b.drop_column("scope")
-    with op.batch_alter_table("users") as b:
-        b.drop_column("admin")
+    op.drop_column("jobs", "deleted_at")
+    op.drop_column("tokens", "expires_at")
+    op.drop_column("tokens", "scope")
+    op.drop_column("users", "admin")
