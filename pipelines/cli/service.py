@@ -93,7 +93,7 @@ def users_token(name: str = typer.Argument(..., help="user name"),
                 scope: Scope = typer.Option(Scope("full"), "--scope", help="read: list, fetch, check and query only "
                                             "(for CI); full: also submit, cancel, delete, share and manage tokens"),
                 expires_days: float | None = typer.Option(None, "--expires-days", min=0.001, max=3650,
-                                                          help="the token expires after this many days (default never)"),
+                                                          help="it expires after this many days (default never)"),
                 data: Path | None = DATA, database: str | None = DATABASE, config: Path | None = CONFIG) -> None:
     """Create a bearer token for a user and print it once (only its hash is stored)."""
     from circuitstat.pipelines.service.accounts import create_token

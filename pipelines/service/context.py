@@ -73,7 +73,8 @@ def _check(svc: Service, value: str | None) -> tuple[Principal | None, str]:
 
 
 _REFUSALS = {"missing": "no token", "invalid": "the token is not valid (wrong or revoked)",
-             "expired": "the token has expired; ask the operator for a new one (or rotate a live one before it expires)"}
+             "expired": "the token has expired; ask the operator for a new one (or rotate a live one before it "
+                        "expires)"}
 SCOPE_HINTS = {"write": "this token is read-only (scope read): it may list, fetch, check and query, not submit, "
                         "cancel, delete, share or manage tokens; use a full token",
                "admin": "this needs an admin; the operator makes one with `circuitstat users admin NAME`"}

@@ -33,20 +33,22 @@ log = logging.getLogger("circuitstat.service")
 def request_delete(s: Session, job: Job, reason: str) -> str:
     """Mark ``job`` deleted (``reason`` goes into its events): ``"deleted"`` when it is a tombstone now,
     ``"deleting"`` when it runs and its server cancels it first (then :func:`finalize` makes the tombstone)."""
+    s.refresh(job, with_for_update=True)  # its state now, locked: a server claiming it waits (PostgreSQL)
     if job.deleted_at is None:
         job.deleted_at = now()
-    if job.state == "running":
-        job.cancel_requested = True
-        s.add(JobEvent(job_id=job.id, at=now(), state="running", message=f"{reason}: cancelling first"[:2000]))
-        return "deleting"
-    s.flush()
-    tombstone(s, job.id, reason)
-    return DELETED
+    if job.state != "running":
+        s.flush()
+        if tombstone(s, job.id, reason):
+            return DELETED
+        s.refresh(job)
+    job.cancel_requested = True
+    s.add(JobEvent(job_id=job.id, at=now(), state="running", message=f"{reason}: cancelling first"[:2000]))
+    return "deleting"
 
 
 def tombstone(s: Session, job_id: str, reason: str) -> bool:
-    """Make a marked, not running job a tombstone (not public, not shared, no stored checks); False when it is not one of those (one guarded UPDATE:
-    two servers never both do it)."""
+    """Make a marked, not running job a tombstone (not public, not shared, no stored checks); False when
+    it is not such a job (one guarded UPDATE: two servers never both do it)."""
     done = s.execute(update(Job).where(Job.id == job_id, Job.deleted_at.is_not(None), Job.state != "running",
                                        Job.state != DELETED)
                      .values(state=DELETED, spec="{}", error=None, public=False, lease_owner=None,
@@ -61,7 +63,7 @@ def tombstone(s: Session, job_id: str, reason: str) -> bool:
 
 def remove_files(jobs_dir: Path, job_id: str) -> bool:
     """Remove ``jobs_dir/<job_id>`` (confined to ``jobs_dir``, links unlinked, never followed); True when
-    something was there."""
+    it was there and is gone (False and a log line when it could not be removed: the sweep retries)."""
     if not JOB_ID.fullmatch(job_id or ""):
         raise ValueError(f"not a job id: {job_id!r}")
     folder = jobs_dir / job_id
@@ -73,7 +75,11 @@ def remove_files(jobs_dir: Path, job_id: str) -> bool:
     if not inside(folder, jobs_dir):  # a jobs directory that is itself a link elsewhere: leave it to the operator
         log.error("job directory outside the jobs directory, not removed", extra={"job": job_id})
         return False
-    shutil.rmtree(folder)  # unlinks symbolic links inside, never follows them
+    try:
+        shutil.rmtree(folder)  # unlinks symbolic links inside, never follows them
+    except OSError as e:  # the tombstone stands; the next sweep (finalize's leftovers) tries again
+        log.error("job directory not removed; the next sweep retries", extra={"job": job_id, "error": type(e).__name__})
+        return False
     return True
 
 

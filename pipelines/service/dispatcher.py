@@ -91,7 +91,10 @@ class Dispatcher:
             self._record_progress()
         if self._last_sweep is None or time.monotonic() - self._last_sweep >= self.cfg.sweep_seconds:
             self._last_sweep = time.monotonic()
-            self.sweep()
+            try:
+                self.sweep()
+            except Exception:  # noqa: BLE001 - retention never stops claims; the next sweep retries
+                log.exception("retention sweep failed")
         if not self.draining:
             self._claim()
 

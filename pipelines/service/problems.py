@@ -27,7 +27,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 MEDIA_TYPE = "application/problem+json"
 TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
-          409: "Conflict", 410: "Gone", 413: "Content Too Large", 422: "Unprocessable Content", 429: "Too Many Requests",
+          409: "Conflict", 410: "Gone", 413: "Content Too Large", 422: "Unprocessable Content",
+          429: "Too Many Requests",
           500: "Internal Server Error", 503: "Service Unavailable"}
 
 
