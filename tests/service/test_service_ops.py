@@ -100,6 +100,11 @@ def test_a_read_token_may_look_and_check_but_change_nothing(env):
         details = {_problem(r, 403)["detail"] for r in answers}  # the same for any job: the scope says no, not the job
         assert len(details) == 1 and "read-only" in details.pop(), path
         assert 'error="insufficient_scope"' in answers[0].headers["www-authenticate"]
+    reads = [(m, p, kw) for m, p, kw in _job_endpoints(job) if not p.endswith(("/sharing", "/cancel", job))]
+    assert len(reads) == 8  # log, manifest, tables, a table, report, claims (post and get), query; and status:
+    lenient = TestClient(env.app, headers=dict(ci.headers), raise_server_exceptions=False)  # an empty run: not scope
+    for method, path, kw in [*reads, ("GET", f"/api/v1/jobs/{job}", {})]:
+        assert lenient.request(method, path, **kw).status_code not in (401, 403), path  # the scope lets it through
     assert alice.get(f"/api/v1/jobs/{job}").json()["state"] == "completed"  # nothing changed
     assert alice.post("/api/v1/tokens", json={"scope": "read"}).status_code == 201  # the full token may
 
@@ -110,9 +115,11 @@ def test_an_expired_token_is_refused_saying_it_expired(env):
     assert alice.get("/api/v1/jobs").status_code == 200
     with env.db.session() as s:
         s.get(Token, ident).expires_at = now() - 1
-    for method, path in (("GET", "/api/v1/jobs"), ("POST", "/api/v1/jobs"), ("GET", "/api/v1/tokens")):
-        body = _problem(alice.request(method, path), 401)
-        assert "expired" in body["detail"]
+    job = env.job("alice")
+    every = [("GET", "/api/v1/jobs", {}), ("POST", "/api/v1/jobs", {}), ("GET", "/api/v1/tokens", {}),
+             ("POST", "/api/v1/tokens", {"json": {}}), ("GET", "/api/v1/me", {}), *_job_endpoints(job)]
+    for method, path, kw in every:
+        assert "expired" in _problem(alice.request(method, path, **kw), 401)["detail"], path
     token = env.tokens[alice]
     wrong = TestClient(env.app, headers={"Authorization": f"Bearer {token[:-1]}{'A' if token[-1] != 'A' else 'B'}"})
     assert "expired" not in _problem(wrong.get("/api/v1/jobs"), 401)["detail"]  # only the holder learns it expired
