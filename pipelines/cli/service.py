@@ -14,6 +14,7 @@ users_app = typer.Typer(no_args_is_help=True, help="Accounts of `circuitstat ser
 app.add_typer(users_app, name="users")
 
 Kind = choices("Kind", "audit", "variance", "calibration", "attribute")
+Scope = choices("Scope", "read", "full")
 
 
 @app.command("serve")
@@ -89,12 +90,18 @@ def users_add(name: str = typer.Argument(..., help="user name"), data: Path | No
 @users_app.command("token")
 def users_token(name: str = typer.Argument(..., help="user name"),
                 label: str = typer.Option("", "--label", help="what the token is for (e.g. ci)"),
+                scope: Scope = typer.Option(Scope("full"), "--scope", help="read: list, fetch, check and query only "
+                                            "(for CI); full: also submit, cancel, delete, share and manage tokens"),
+                expires_days: float | None = typer.Option(None, "--expires-days", min=0.001, max=3650,
+                                                          help="it expires after this many days (default never)"),
                 data: Path | None = DATA, database: str | None = DATABASE, config: Path | None = CONFIG) -> None:
     """Create a bearer token for a user and print it once (only its hash is stored)."""
     from circuitstat.pipelines.service.accounts import create_token
+    from circuitstat.pipelines.service.db import now
 
+    expires = None if expires_days is None else now() + expires_days * 86400
     with _database(data, database, config).session() as s:
-        token = create_token(s, name, label)
+        token = create_token(s, name, label, scope=scope.value, expires_at=expires)
     echo(token)
 
 
@@ -109,13 +116,58 @@ def users_revoke(token_id: str = typer.Argument(..., help="the token's id (from 
     echo("token revoked")
 
 
+@users_app.command("rotate")
+def users_rotate(token_id: str = typer.Argument(..., help="the token's id (from `users tokens`) or the token"),
+                 data: Path | None = DATA, database: str | None = DATABASE, config: Path | None = CONFIG) -> None:
+    """Replace a token by a new one (same user, label, scope and expiry), revoke the old one, print the new one once."""
+    from circuitstat.pipelines.service.accounts import rotate_token
+
+    with _database(data, database, config).session() as s:
+        token = rotate_token(s, token_id)
+    echo(token)
+
+
+def _when(t: float | None, never: str = "never") -> str:
+    import time
+
+    return never if t is None else time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
+
+
+@users_app.command("tokens")
+def users_tokens(name: str = typer.Argument(..., help="user name"), data: Path | None = DATA,
+                 database: str | None = DATABASE, config: Path | None = CONFIG) -> None:
+    """List a user's tokens: id, label, scope, created, expires, revoked (never a secret)."""
+    from circuitstat.pipelines.service.accounts import list_tokens, user_by_name
+
+    with _database(data, database, config).session() as s:
+        rows = list_tokens(s, user_by_name(s, name).id)
+    echo(f"{'id':<12}  {'scope':<5}  {'created':<20}  {'expires':<20}  {'state':<8}  label")
+    for r in rows:
+        state = "revoked" if r["revoked"] else "expired" if r["expired"] else "live"
+        echo(f"{r['id']:<12}  {r['scope']:<5}  {_when(r['created_at']):<20}  {_when(r['expires_at']):<20}  "
+             f"{state:<8}  {r['label']}")
+
+
+@users_app.command("admin")
+def users_admin(name: str = typer.Argument(..., help="user name"),
+                off: bool = typer.Option(False, "--off", help="take the admin role away instead"),
+                data: Path | None = DATA, database: str | None = DATABASE, config: Path | None = CONFIG) -> None:
+    """Make a user an admin (list, cancel and delete any job; each such action is logged), or not (--off)."""
+    from circuitstat.pipelines.service.accounts import set_admin
+
+    with _database(data, database, config).session() as s:
+        set_admin(s, name, not off)
+    echo(f"user {name} is {'no longer ' if off else ''}an admin")
+
+
 @users_app.command("list")
 def users_list(data: Path | None = DATA, database: str | None = DATABASE, config: Path | None = CONFIG) -> None:
-    """List the users and their tokens' ids (never a secret)."""
+    """List the users (admins marked) and their tokens' ids (never a secret)."""
     from circuitstat.pipelines.service.accounts import list_users
 
     with _database(data, database, config).session() as s:
         for u in list_users(s):
-            tokens = ", ".join(f"{t['id']}{' (revoked)' if t['revoked'] else ''}{' ' + t['label'] if t['label'] else ''}"
+            tokens = ", ".join(f"{t['id']}{' (revoked)' if t['revoked'] else ' (expired)' if t['expired'] else ''}"
+                               f"{' ' + t['label'] if t['label'] else ''}{' [read]' if t['scope'] == 'read' else ''}"
                                for t in u["tokens"]) or "no tokens"
-            echo(f"{u['name']}: {tokens}")
+            echo(f"{u['name']}{' (admin)' if u['admin'] else ''}: {tokens}")

@@ -6,6 +6,11 @@ A fast hash is the right one here: the secret is random, not a password, so ther
 guess. An unknown id still costs one comparison (against a dummy digest), so the time of a refusal
 does not say whether the id exists. Browser sessions work the same way (``css_<id>_<secret>``
 in an HttpOnly, SameSite=Strict cookie) and end with the token that opened them.
+
+A token has a scope (``read``: look at jobs, fetch results, check claims and query; ``full``: also
+submit, cancel, delete, share and manage tokens) and optionally an expiry time; a session has the
+scope and expiry of its token. Rotation replaces a token by a new one (new id and secret, same
+user, label, scope and expiry) and revokes the old one.
 """
 
 from __future__ import annotations
@@ -21,12 +26,15 @@ from sqlalchemy.orm import Session
 
 from circuitstat.core.errors import InputError
 
-from .db import BrowserSession, Token, User, now
+from .db import TOKEN_SCOPES, BrowserSession, Token, User, now
 
 TOKEN_PREFIX, SESSION_PREFIX = "csk", "css"
 TOKEN_PATTERN = re.compile(r"(csk|css)_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
 USER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 SESSION_SECONDS = 12 * 3600
+MAX_TOKENS = 100  # live (unrevoked, unexpired) tokens of one user
+GRANTS = {"read": frozenset({"read"}), "full": frozenset({"read", "write"})}
+"""What each token scope grants: the scopes endpoints ask for with ``Security(current_principal, scopes=[...])``."""
 _DUMMY_DIGEST = hashlib.sha256(b"no such credential").hexdigest()
 
 
@@ -37,6 +45,13 @@ class Principal:
     user_id: int
     name: str
     token_id: str
+    scope: str = "full"
+    admin: bool = False
+
+    @property
+    def grants(self) -> frozenset[str]:
+        """The endpoint scopes this caller holds: its token's, plus ``admin`` for an admin user."""
+        return GRANTS[self.scope] | ({"admin"} if self.admin else frozenset())
 
 
 def digest(secret: str) -> str:
@@ -75,23 +90,85 @@ def user_by_name(s: Session, name: str) -> User:
     return user
 
 
-def create_token(s: Session, user_name: str, label: str = "") -> str:
-    """A new bearer token for ``user_name`` (returned once, stored only as a hash)."""
+def _check_scope(scope: str) -> str:
+    if scope not in TOKEN_SCOPES:
+        raise InputError(f"token scope {scope!r} is not one of {', '.join(TOKEN_SCOPES)}; use read for CI that only "
+                         "checks and fetches, full to submit and change jobs")
+    return scope
+
+
+def _live_tokens(s: Session, user_id: int) -> int:
+    t = now()
+    return len([1 for row in s.scalars(select(Token).where(Token.user_id == user_id, Token.revoked_at.is_(None)))
+                if row.expires_at is None or row.expires_at > t])
+
+
+def create_token(s: Session, user_name: str, label: str = "", *, scope: str = "full",
+                 expires_at: float | None = None) -> str:
+    """A new bearer token for ``user_name`` (returned once, stored only as a hash) with ``scope``
+    (read or full) that expires at ``expires_at`` (UNIX seconds; None: never)."""
     user = user_by_name(s, user_name)
+    _check_scope(scope)
+    if expires_at is not None and not expires_at > now():
+        raise InputError("the token's expiry is in the past; give a time (or a number of days) in the future")
+    if _live_tokens(s, user.id) >= MAX_TOKENS:
+        raise InputError(f"user {user_name!r} has {MAX_TOKENS} live tokens, the most allowed; revoke unused ones first")
     ident, secret, token = _new_credential(TOKEN_PREFIX)
-    s.add(Token(id=ident, user_id=user.id, digest=digest(secret), label=label[:64], created_at=now()))
+    s.add(Token(id=ident, user_id=user.id, digest=digest(secret), label=label[:64], created_at=now(), scope=scope,
+                expires_at=expires_at))
     return token
 
 
-def revoke_token(s: Session, token_id: str) -> None:
+def token_row(s: Session, token_id: str, user_id: int | None = None) -> Token:
+    """The token whose public id is ``token_id`` (or the token itself), of ``user_id`` when given;
+    InputError when there is none (another user's token reads as none)."""
+    token_id = token_id.split("_")[1] if token_id.startswith(TOKEN_PREFIX + "_") and token_id.count("_") >= 2 \
+        else token_id
+    row = s.get(Token, token_id) if re.fullmatch(r"[0-9a-f]{12}", token_id or "") else None
+    if row is None or (user_id is not None and row.user_id != user_id):
+        raise InputError(f"no token with id {token_id[:16]!r}; `circuitstat users tokens NAME` shows the ids")
+    return row
+
+
+def revoke_token(s: Session, token_id: str, user_id: int | None = None) -> None:
     """Revoke the token with public id ``token_id`` (its browser sessions end with it); InputError if unknown."""
-    token_id = token_id.split("_")[1] if token_id.startswith(TOKEN_PREFIX + "_") else token_id
-    row = s.get(Token, token_id)
-    if row is None:
-        raise InputError(f"no token with id {token_id!r}; `circuitstat users list` shows the ids")
+    row = token_row(s, token_id, user_id)
     if row.revoked_at is None:
         row.revoked_at = now()
-    s.execute(update(BrowserSession).where(BrowserSession.token_id == token_id).values(expires_at=0.0))
+    s.execute(update(BrowserSession).where(BrowserSession.token_id == row.id).values(expires_at=0.0))
+
+
+def rotate_token(s: Session, token_id: str, user_id: int | None = None) -> str:
+    """A new token replacing ``token_id`` (same user, label, scope and expiry; new id and secret), the old
+    one revoked; InputError when it is unknown, revoked or expired (then make a new one)."""
+    row = token_row(s, token_id, user_id)
+    if row.revoked_at is not None or (row.expires_at is not None and row.expires_at <= now()):
+        raise InputError(f"token {row.id} is {'revoked' if row.revoked_at is not None else 'expired'}; only a live "
+                         "token is rotated: create a new one instead")
+    user = s.get(User, row.user_id)
+    revoke_token(s, row.id)
+    return create_token(s, user.name, row.label, scope=row.scope, expires_at=row.expires_at)
+
+
+def token_info(row: Token) -> dict:
+    """What may be shown of a token: never its secret nor its hash."""
+    t = now()
+    return {"id": row.id, "label": row.label, "scope": row.scope, "created_at": row.created_at,
+            "expires_at": row.expires_at, "revoked_at": row.revoked_at, "revoked": row.revoked_at is not None,
+            "expired": row.expires_at is not None and row.expires_at <= t}
+
+
+def list_tokens(s: Session, user_id: int) -> list[dict]:
+    """Every token of the user, oldest first, as :func:`token_info` shows them."""
+    return [token_info(r) for r in s.scalars(select(Token).where(Token.user_id == user_id)
+                                             .order_by(Token.created_at, Token.id))]
+
+
+def set_admin(s: Session, user_name: str, admin: bool) -> User:
+    """Make ``user_name`` an admin (or not); the user."""
+    user = user_by_name(s, user_name)
+    user.admin = bool(admin)
+    return user
 
 
 def _verify(stored: str | None, secret: str) -> bool:
@@ -100,38 +177,50 @@ def _verify(stored: str | None, secret: str) -> bool:
     return ok and stored is not None
 
 
-def authenticate(s: Session, credential: str | None) -> Principal | None:
-    """The Principal a bearer token or session cookie proves, or None (missing, malformed, wrong,
-    revoked, expired, or a disabled user)."""
-    m = TOKEN_PATTERN.fullmatch(credential or "")
+def check_credential(s: Session, credential: str | None) -> tuple[Principal | None, str]:
+    """(the Principal a bearer token or session cookie proves, "") or (None, why): "missing", "invalid"
+    (malformed, wrong, revoked, a disabled user) or "expired". Expiry is told only to a caller who
+    holds the right secret."""
+    if credential is None:
+        _verify(None, "")
+        return None, "missing"
+    m = TOKEN_PATTERN.fullmatch(credential)
     if m is None:
-        _verify(None, credential or "")  # the same work as a wrong secret
-        return None
+        _verify(None, credential)  # the same work as a wrong secret
+        return None, "invalid"
     kind, ident, secret = m.groups()
     if kind == SESSION_PREFIX:
         sess = s.get(BrowserSession, ident)
         if not _verify(sess.digest if sess else None, secret) or sess.expires_at < now():
-            return None
-        ident = sess.token_id
-        token = s.get(Token, ident)
+            return None, "invalid"
+        token = s.get(Token, sess.token_id)
     else:
         token = s.get(Token, ident)
         if not _verify(token.digest if token else None, secret):
-            return None
+            return None, "invalid"
     if token is None or token.revoked_at is not None:
-        return None
+        return None, "invalid"
     user = s.get(User, token.user_id)
     if user is None or user.disabled:
-        return None
-    return Principal(user.id, user.name, token.id)
+        return None, "invalid"
+    if token.expires_at is not None and token.expires_at <= now():
+        return None, "expired"
+    return Principal(user.id, user.name, token.id, token.scope, bool(user.admin)), ""
+
+
+def authenticate(s: Session, credential: str | None) -> Principal | None:
+    """The Principal a bearer token or session cookie proves, or None (missing, malformed, wrong,
+    revoked, expired, or a disabled user)."""
+    return check_credential(s, credential)[0]
 
 
 def open_session(s: Session, principal: Principal) -> str:
     """A new browser-session cookie value for ``principal`` (stored only as a hash)."""
     ident, secret, cookie = _new_credential(SESSION_PREFIX)
     t = now()
-    s.add(BrowserSession(id=ident, digest=digest(secret), token_id=principal.token_id, created_at=t,
-                         expires_at=t + SESSION_SECONDS))
+    token = s.get(Token, principal.token_id)
+    ends = t + SESSION_SECONDS if token.expires_at is None else min(t + SESSION_SECONDS, token.expires_at)
+    s.add(BrowserSession(id=ident, digest=digest(secret), token_id=principal.token_id, created_at=t, expires_at=ends))
     return cookie
 
 
@@ -143,10 +232,6 @@ def close_session(s: Session, cookie: str | None) -> None:
 
 
 def list_users(s: Session) -> list[dict]:
-    """Every user with its tokens' ids, labels and whether they are revoked (never a secret)."""
-    out = []
-    for user in s.scalars(select(User).order_by(User.name)):
-        tokens = s.scalars(select(Token).where(Token.user_id == user.id).order_by(Token.created_at))
-        out.append({"name": user.name, "tokens": [{"id": t.id, "label": t.label, "revoked": t.revoked_at is not None}
-                                                   for t in tokens]})
-    return out
+    """Every user, whether an admin, with its tokens as :func:`token_info` shows them (never a secret)."""
+    return [{"name": user.name, "admin": bool(user.admin), "tokens": list_tokens(s, user.id)}
+            for user in s.scalars(select(User).order_by(User.name))]

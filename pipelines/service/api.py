@@ -13,7 +13,7 @@ import shutil
 import uuid
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Security
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import func, select
@@ -26,6 +26,7 @@ from .context import Service, current_principal, service
 from .db import JOB_KINDS, JOB_STATES, Job, JobEvent, User, now
 from .problems import Problem
 from .quotas import check_active, check_body
+from .retention import check_disk, disk_usage
 from .runner import LOG
 from .submission import MAX_UPLOADS, Upload, prepare
 
@@ -143,6 +144,7 @@ def _create(svc: Service, principal: Principal, sub: dict, size: int) -> JobOut:
     public, share = _flag(sub["public"], "public"), _names(sub["share"])
     with svc.db.session() as s:
         check_active(queue.active_count(s, principal.user_id), quotas.max_active_jobs)
+        check_disk(s, svc.cfg, principal.user_id, quotas.max_disk_bytes, size)
     job_id = uuid.uuid4().hex
     job_dir = svc.cfg.jobs_dir / job_id
     try:
@@ -175,7 +177,7 @@ def _create(svc: Service, principal: Principal, sub: dict, size: int) -> JobOut:
                      "name": {"type": "string"}, "public": {"type": "boolean"},
                      "share": {"type": "string", "description": "comma-separated user names"}}}},
                  "application/json": {"schema": {"type": "object", "required": ["kind", "spec"]}}}}})
-async def submit(request: Request, principal: Principal = Depends(current_principal)) -> JobOut:
+async def submit(request: Request, principal: Principal = Security(current_principal, scopes=["write"])) -> JobOut:
     """Queue an audit, a study or an attribute run; 202 with the job."""
     svc = service(request)
     limit = svc.cfg.quotas_for(principal.name).max_request_bytes
@@ -229,10 +231,11 @@ def job_status(job_id: str, request: Request, principal: Principal = Depends(cur
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut)
-def cancel(job_id: str, request: Request, principal: Principal = Depends(current_principal)) -> JobOut:
-    """Cancel your queued or running job (409 when it has ended)."""
+def cancel(job_id: str, request: Request, principal: Principal = Security(current_principal, scopes=["write"])
+           ) -> JobOut:
+    """Cancel your queued or running job, or any job as an admin (409 when it has ended)."""
     with service(request).db.session() as s:
-        job = access.owned_job(s, principal, job_id)
+        job = access.managed_job(s, principal, job_id, "cancel")
         if job.state not in ("queued", "running"):
             raise Problem(409, f"the job is {job.state}; only queued or running jobs can be cancelled")
         queue.request_cancel(s, job)
@@ -240,7 +243,8 @@ def cancel(job_id: str, request: Request, principal: Principal = Depends(current
 
 
 @router.put("/jobs/{job_id}/sharing", response_model=JobOut)
-def share(job_id: str, body: Sharing, request: Request, principal: Principal = Depends(current_principal)) -> JobOut:
+def share(job_id: str, body: Sharing, request: Request,
+          principal: Principal = Security(current_principal, scopes=["write"])) -> JobOut:
     """Make your job public or not, and share it with exactly the users named."""
     with service(request).db.session() as s:
         job = access.owned_job(s, principal, job_id)
@@ -273,6 +277,9 @@ def job_log(job_id: str, request: Request, principal: Principal = Depends(curren
 
 @router.get("/me")
 def me(request: Request, principal: Principal = Depends(current_principal)) -> dict:
-    """Who the token belongs to, and that user's quotas."""
-    return {"user": principal.name, "token_id": principal.token_id,
-            "quotas": service(request).cfg.quotas_for(principal.name).model_dump()}
+    """Who the token belongs to, its scope, whether an admin, the disk the user's jobs use, and the quotas."""
+    svc = service(request)
+    with svc.db.session() as s:
+        used = disk_usage(s, svc.cfg, principal.user_id)
+    return {"user": principal.name, "token_id": principal.token_id, "scope": principal.scope, "admin": principal.admin,
+            "disk_bytes": used, "quotas": svc.cfg.quotas_for(principal.name).model_dump()}

@@ -69,7 +69,7 @@ class AccessLog:
 
 def create_app(cfg: ServiceConfig, *, start_workers: bool = True) -> FastAPI:
     """The ASGI app serving ``cfg``'s data directory and database."""
-    from . import api, api_runs, pages, problems
+    from . import api, api_manage, api_runs, api_tokens, pages, problems
     from .sources import check_config
 
     check_config(cfg.sources)
@@ -106,6 +106,8 @@ def create_app(cfg: ServiceConfig, *, start_workers: bool = True) -> FastAPI:
     problems.install(app)
     app.include_router(api.router)
     app.include_router(api_runs.router)
+    app.include_router(api_tokens.router)
+    app.include_router(api_manage.router)
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=Path(__file__).with_name("static")), name="static")
 

@@ -15,8 +15,10 @@ Example (every key is optional)::
       max_request_bytes: 8388608
       max_work_flops: 1.0e+15
       requests_per_minute: 600
+      max_disk_bytes: 10737418240  # uploads + runs of the user's jobs (default: no limit)
     users:
       ci-bot: {max_active_jobs: 2}
+    retention_days: 90             # finished jobs older than this are deleted (default: kept)
 
 The file is the operator's own (trusted, like a command-line option); nothing in a request can
 change any of it.
@@ -55,6 +57,7 @@ class Quotas(_Strict):
     max_request_bytes: int = Field(8 * 2**20, ge=1024, le=2**32)
     max_work_flops: float = Field(1e15, gt=0)  # estimated attribution FLOPs of one job (circuitstat.circuits.plan)
     requests_per_minute: int = Field(600, ge=1, le=10_000_000)
+    max_disk_bytes: int | None = Field(None, ge=0)  # bytes under the user's jobs' directories; None: no limit
 
 
 class QuotaOverride(_Strict):
@@ -64,6 +67,7 @@ class QuotaOverride(_Strict):
     max_request_bytes: int | None = Field(None, ge=1024, le=2**32)
     max_work_flops: float | None = Field(None, gt=0)
     requests_per_minute: int | None = Field(None, ge=1, le=10_000_000)
+    max_disk_bytes: int | None = Field(None, ge=0)
 
 
 class ServiceConfig(_Strict):
@@ -86,6 +90,8 @@ class ServiceConfig(_Strict):
     query_slots_per_user: int = Field(1, ge=1, le=64)  # of those, at most this many for one user
     query_timeout_seconds: float = Field(20.0, gt=0, le=3600)  # one query's run time (DuckDB is interrupted)
     query_wait_seconds: float = Field(30.0, ge=0, le=3600)  # how long a query waits for a slot, then 503
+    retention_days: float | None = Field(None, gt=0, le=36_500)  # finished jobs older than this are deleted
+    sweep_seconds: float = Field(600.0, gt=0.01, le=86_400)  # how often a server applies retention and deletions
     sources: SourcesConfig = SourcesConfig()
     quotas: Quotas = Quotas()
     users: dict[str, QuotaOverride] = Field(default_factory=dict)

@@ -4,6 +4,11 @@ The API takes ``Authorization: Bearer <token>``; a browser's session cookie is a
 only for reading (GET and HEAD), so a page can link to tables and reports and no other site can
 make a logged-in browser change anything (the cookie is also SameSite=Strict, and page forms check
 their Origin).
+
+Endpoints ask for what they need as FastAPI security scopes, ``Security(current_principal,
+scopes=["write"])``: ``read`` (every token), ``write`` (a ``full`` token: submit, cancel, delete,
+share, manage tokens) and ``admin`` (a user the operator made an admin). A caller without one gets
+403 with ``WWW-Authenticate: Bearer error="insufficient_scope"`` (RFC 6750), whatever the job.
 """
 
 from __future__ import annotations
@@ -11,9 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fastapi import Request
+from fastapi.security import SecurityScopes
 from starlette.concurrency import run_in_threadpool
 
-from .accounts import Principal, authenticate
+from .accounts import Principal, authenticate, check_credential
 from .config import ServiceConfig
 from .query_slots import FairSlots
 from .db import Database
@@ -61,17 +67,34 @@ def _identify(svc: Service, value: str | None) -> Principal | None:
         return authenticate(s, value)
 
 
-async def current_principal(request: Request) -> Principal:
-    """The caller of an API request (401 Problem when unauthenticated; 429 over the rate quota)."""
+def _check(svc: Service, value: str | None) -> tuple[Principal | None, str]:
+    with svc.db.session() as s:
+        return check_credential(s, value)
+
+
+_REFUSALS = {"missing": "no token", "invalid": "the token is not valid (wrong or revoked)",
+             "expired": "the token has expired; ask the operator for a new one (or rotate a live one before it "
+                        "expires)"}
+SCOPE_HINTS = {"write": "this token is read-only (scope read): it may list, fetch, check and query, not submit, "
+                        "cancel, delete, share or manage tokens; use a full token",
+               "admin": "this needs an admin; the operator makes one with `circuitstat users admin NAME`"}
+
+
+async def current_principal(request: Request, security_scopes: SecurityScopes) -> Principal:
+    """The caller of an API request holding every scope the endpoint asks for (401 Problem when
+    unauthenticated or expired; 403 without a scope; 429 over the rate quota)."""
     svc = service(request)
     value = credential(request, cookie_ok=request.method in SAFE_METHODS)
-    principal = await run_in_threadpool(_identify, svc, value)
+    principal, why = await run_in_threadpool(_check, svc, value)
     if principal is None:
-        what = "no token" if value is None else "the token is not valid (wrong, revoked or expired)"
-        raise Problem(401, f"{what}: send 'Authorization: Bearer <token>' with a token from the operator "
+        raise Problem(401, f"{_REFUSALS[why]}: send 'Authorization: Bearer <token>' with a token from the operator "
                            "(`circuitstat users token NAME`)", headers={"WWW-Authenticate": 'Bearer realm="circuitstat"'})
     request.state.user = principal.name
     svc.limiter.check(principal.name, svc.cfg.quotas_for(principal.name).requests_per_minute)
+    missing = [sc for sc in security_scopes.scopes if sc not in principal.grants]
+    if missing:
+        raise Problem(403, SCOPE_HINTS.get(missing[0], f"this needs the scope {missing[0]}"), headers={
+            "WWW-Authenticate": f'Bearer realm="circuitstat", error="insufficient_scope", scope="{missing[0]}"'})
     return principal
 
 

@@ -21,6 +21,8 @@ from circuitstat.pipelines.kinds import SERVED
 JOB_STATES = ("queued", "running", "completed", "failed", "cancelled")
 ACTIVE_STATES = ("queued", "running")
 FINAL_STATES = ("completed", "failed", "cancelled")
+DELETED = "deleted"  # a tombstone: the job's files are gone, its row keeps the id (never listed, 410 to its owner)
+TOKEN_SCOPES = ("read", "full")  # read: look and check only; full: also submit, cancel, delete, share, manage tokens
 JOB_KINDS = tuple(SERVED)  # the run kinds the service runs (circuitstat.pipelines.kinds)
 
 
@@ -34,6 +36,7 @@ class User(Base):
     name: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[float] = mapped_column(Float)
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)  # lists, cancels and deletes any job (0002)
 
 
 class Token(Base):
@@ -46,6 +49,8 @@ class Token(Base):
     label: Mapped[str] = mapped_column(String(64), default="")
     created_at: Mapped[float] = mapped_column(Float)
     revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    scope: Mapped[str] = mapped_column(String(16), default="full")  # one of TOKEN_SCOPES (0002)
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # None: never (0002)
 
 
 class BrowserSession(Base):
@@ -85,6 +90,7 @@ class Job(Base):
     max_work_flops: Mapped[float] = mapped_column(Float)  # the owner's quota when it was submitted
     work_flops: Mapped[float | None] = mapped_column(Float, nullable=True)  # the worker's estimate
     request_bytes: Mapped[int] = mapped_column(Integer, default=0)
+    deleted_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # delete asked for (0002)
 
     __table_args__ = (Index("ix_jobs_state_created", "state", "created_at"),)
 

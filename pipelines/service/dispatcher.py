@@ -4,6 +4,7 @@ One thread per server runs :meth:`Dispatcher.tick` every ``poll_seconds``; it is
 that talks to the pool. On each heartbeat (a third of the lease) it renews the leases of the jobs it
 runs, stops any whose lease another server took over, stops the ones their owners cancelled,
 records progress from their run directories, and requeues jobs whose server died (expired leases).
+Every ``sweep_seconds`` it applies retention (circuitstat.pipelines.service.retention.sweep).
 
 :meth:`drain` (SIGTERM): no new job starts; running jobs get ``drain_seconds`` to finish, then
 are interrupted, keep every finished stage, and go back to the queue to resume on the next start.
@@ -50,6 +51,7 @@ class Dispatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_beat = self._last_progress = 0.0
+        self._last_sweep: float | None = None  # the first tick sweeps
         self.heartbeat_seconds = cfg.lease_seconds / 3
         self.progress_seconds = cfg.progress_seconds
         self.pool_error: str | None = None  # why the pool could not start (/healthz says so)
@@ -87,8 +89,23 @@ class Dispatcher:
         if self.running and time.monotonic() - self._last_progress >= self.progress_seconds:
             self._last_progress = time.monotonic()
             self._record_progress()
+        if self._last_sweep is None or time.monotonic() - self._last_sweep >= self.cfg.sweep_seconds:
+            self._last_sweep = time.monotonic()
+            try:
+                self.sweep()
+            except Exception:  # noqa: BLE001 - retention never stops claims; the next sweep retries
+                log.exception("retention sweep failed")
         if not self.draining:
             self._claim()
+
+    def sweep(self) -> dict[str, int]:
+        """Apply retention and finish pending deletions (circuitstat.pipelines.service.retention.sweep)."""
+        from .retention import sweep
+
+        counts = sweep(self.cfg, self.db)
+        if any(counts.values()):
+            log.info("retention sweep", extra=counts)
+        return counts
 
     # -- steps ---------------------------------------------------------------------------------------
     def _claim(self) -> None:
@@ -137,6 +154,9 @@ class Dispatcher:
                               count_attempt=False)
             else:
                 queue.requeue(s, self.server, job_id, "worker died", max_attempts=self.cfg.max_attempts)
+        from .deletion import finalize
+
+        finalize(self.db, self.cfg.jobs_dir, [job_id])  # a job deleted while it ran: its tombstone, now it stopped
         final = "cancelled" if run.stopping == "cancel" else status
         log.info("job ended", extra={"job": job_id, "outcome": final, "error_kind": outcome.get("kind")})
         if self.metrics is not None:

@@ -177,6 +177,7 @@ def _job_context(svc, principal: Principal, job_id: str) -> dict:
     spec = json.dumps(json.loads(job.spec), indent=2)
     spec = spec.replace(str((svc.cfg.jobs_dir / job.id).resolve()), ".")
     return {"job": out, "own": job.owner_id == principal.user_id, "stages": _stages(run), "tables": tables,
+            "can_write": "write" in principal.grants,
             "spec": spec, "log": log_tail(svc, job, LOG_LINES), "log_lines": LOG_LINES, "checks": checks}
 
 
@@ -191,20 +192,66 @@ def job_page(job_id: str, request: Request, principal: Principal | None = Depend
     return render("job.html", user=principal.name, **ctx)
 
 
+def _change(request: Request, principal: Principal, job_id: str, action: str) -> Response:
+    """Cancel or delete a job from a page form (its owner or an admin, with a full token), then redirect."""
+    from . import deletion
+    from .context import SCOPE_HINTS
+
+    if not _same_origin(request):
+        return error_page(400, "the form was sent from another site", principal.name)
+    if "write" not in principal.grants:
+        return error_page(403, SCOPE_HINTS["write"], principal.name)
+    svc = service(request)
+    try:
+        with svc.db.session() as s:
+            job = access.managed_job(s, principal, job_id, action)
+            if action == "cancel" and job.state in ("queued", "running"):
+                queue.request_cancel(s, job)
+            elif action == "delete":
+                who = "its owner" if job.owner_id == principal.user_id else f"admin {principal.name}"
+                state = deletion.request_delete(s, job, f"deleted by {who}")
+    except Problem as p:
+        return error_page(p.status, p.detail, principal.name)
+    back = "/admin/jobs" if principal.admin and request.query_params.get("back") == "admin" else None
+    if action == "delete":
+        if state == "deleted":
+            deletion.remove_files(svc.cfg.jobs_dir, job_id)
+        return RedirectResponse(back or "/jobs", status_code=303)
+    return RedirectResponse(back or f"/jobs/{job_id}", status_code=303)
+
+
 @router.post("/jobs/{job_id}/cancel")
 def cancel_page(job_id: str, request: Request, principal: Principal | None = Depends(page_principal)):
     if principal is None:
         return _login_redirect()
-    if not _same_origin(request):
-        return error_page(400, "the form was sent from another site", principal.name)
-    try:
-        with service(request).db.session() as s:
-            job = access.owned_job(s, principal, job_id)
-            if job.state in ("queued", "running"):
-                queue.request_cancel(s, job)
-    except Problem as p:
-        return error_page(p.status, p.detail, principal.name)
-    return RedirectResponse(f"/jobs/{job_id}", status_code=303)
+    return _change(request, principal, job_id, "cancel")
+
+
+@router.post("/jobs/{job_id}/delete")
+def delete_page(job_id: str, request: Request, principal: Principal | None = Depends(page_principal)):
+    if principal is None:
+        return _login_redirect()
+    return _change(request, principal, job_id, "delete")
+
+
+@router.get("/admin/jobs")
+def admin_page(request: Request, state: str | None = None, principal: Principal | None = Depends(page_principal)):
+    """Every user's jobs, with cancel and delete buttons (admins only; each visit logged)."""
+    if principal is None:
+        return _login_redirect()
+    if not principal.admin:
+        from .context import SCOPE_HINTS
+
+        return error_page(403, SCOPE_HINTS["admin"], principal.name)
+    state = state if state in JOB_STATES else None
+    access.audit_admin(principal, "list page", state=state)
+    with service(request).db.session() as s:
+        q = select(Job).where(Job.deleted_at.is_(None)).order_by(Job.created_at.desc(), Job.id)
+        if state:
+            q = q.where(Job.state == state)
+        jobs = [job_out(s, j, principal) for j in s.scalars(q.limit(500))]
+    return render("admin.html", user=principal.name, jobs=jobs, total=len(jobs), states=JOB_STATES, state=state,
+                  can_write="write" in principal.grants)
 
 
 @router.get("/jobs/{job_id}/report")

@@ -3,10 +3,13 @@
 Status codes, each where it belongs:
 
 * 400 the request cannot be read (not JSON, a malformed form, YAML that does not parse);
-* 401 no token, or a wrong, revoked or expired one;
+* 401 no token, or a wrong, revoked or expired one (an expired one is named as such);
+* 403 the token lacks the scope (a read-only token asked to change something) or the caller is not
+  an admin on an admin endpoint;
 * 404 no such job, table or check among those the caller may see (another user's run included);
 * 409 the job is in the wrong state for the request (tables of an unfinished run, cancelling a
   finished job);
+* 410 a job that was deleted (to its owner and admins; the same 404 as no job to everyone else);
 * 413 the request body is larger than the caller's quota;
 * 422 the request is readable but refused: an invalid spec or claims file, a model source the
   allow-list does not name, a refused query (what the CLI would say with exit 2);
@@ -23,8 +26,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 MEDIA_TYPE = "application/problem+json"
-TITLES = {400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed", 409: "Conflict",
-          413: "Content Too Large", 422: "Unprocessable Content", 429: "Too Many Requests",
+TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
+          409: "Conflict", 410: "Gone", 413: "Content Too Large", 422: "Unprocessable Content",
+          429: "Too Many Requests",
           500: "Internal Server Error", 503: "Service Unavailable"}
 
 

@@ -26,7 +26,7 @@ def claim(s: Session, server: str, lease_seconds: float, limit: int, postgres: b
     if limit < 1:
         return []
     t = now()
-    q = (select(Job).where(Job.state == "queued", Job.not_before <= t)
+    q = (select(Job).where(Job.state == "queued", Job.not_before <= t, Job.deleted_at.is_(None))
          .order_by(Job.created_at, Job.id).limit(limit))
     if postgres:
         q = q.with_for_update(skip_locked=True)

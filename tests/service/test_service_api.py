@@ -360,6 +360,9 @@ def test_another_users_run_is_404_on_every_endpoint(env):
         assert theirs.json()["detail"] == nothing.json()["detail"]  # indistinguishable from no job at all
     assert job not in [j["id"] for j in bob.get("/api/v1/jobs").json()["jobs"]]
     assert bob.get("/api/v1/jobs").json()["total"] == len(bob.get("/api/v1/jobs").json()["jobs"])
+    theirs, nothing = bob.delete(f"/api/v1/jobs/{job}"), bob.delete(f"/api/v1/jobs/{missing}")  # DELETE too
+    assert theirs.status_code == 404 == nothing.status_code and theirs.json()["detail"] == nothing.json()["detail"]
+    assert alice.get(f"/api/v1/jobs/{job}").json()["state"] == "completed"  # (its owner's deletes: test_service_ops)
     browser = _browser_cookie(env, "bob")
     for path in (f"/jobs/{job}", f"/jobs/{job}/report", f"/jobs/{job}/claims/{check}"):
         r = httpx.get(env["server"].url + path, cookies=browser)
