@@ -358,7 +358,7 @@ def _add_data_level(per_k: dict[str, np.ndarray], S: np.ndarray, ks: np.ndarray,
     per_k.update(data_level_stability(S, ks, est, ranking=ranking, seed=seed, n_outer=n_outer,
                                       n_inner=n_inner, confidence_level=confidence_level,
                                       method=method, chunk_size=chunk_size, n_jobs=n_jobs,
-                                      max_bytes=max_bytes))
+                                      max_bytes=max_bytes, strata=plan.strata))
     return {"computed": True, "method": method, "n_outer": int(n_outer),
             "n_inner": int(n_inner), "seed": seed_record(seed)}
 
