@@ -95,6 +95,8 @@ __all__ = ["MIN_OBS", "MIN_OUTER", "MIN_INNER", "METHODS", "ESTIMANDS",
 
 #: fewest examples for a data-level interval (coverage was measured from N = 32 up)
 MIN_OBS = 32
+#: fewest examples a stratum of a stratified plan needs for the data-level draws (its quarters must not be empty)
+MIN_STRATUM = 4
 #: fewest outer resamples: the standard error and bias come from their spread and mean
 MIN_OUTER = 50
 #: fewest inner resamples per outer: pairwise Jaccard needs pairs, the jackknife needs >= 3
@@ -130,11 +132,15 @@ class DataLevelEstimates:
     phi_mc: np.ndarray
 
 
-def check_data_level(n_obs: int, plan_kind: str, n_outer: int, n_inner: int) -> str | None:
+def check_data_level(n_obs: int, plan_kind: str, n_outer: int, n_inner: int,
+                     strata: np.ndarray | None = None) -> str | None:
     """Return why a data-level interval cannot be computed here, every reason that applies (None when it can)."""
     why = []
     if n_obs < MIN_OBS:
         why.append(f"at least {MIN_OBS} examples, got N = {n_obs} (attribute more prompts)")
+    if strata is not None and np.bincount(strata).min() < MIN_STRATUM:
+        why.append(f"at least {MIN_STRATUM} examples in every stratum (its quarters are resampled), got "
+                   f"{np.bincount(strata).min()} (verify more prompts, or leave more unverified)")
     if plan_kind not in ("bootstrap", "stratified"):
         # the plug-in estimate of J_N is over size-N bootstrap resamples of the examples
         why.append(f"an ordinary bootstrap of the examples (or a stratified one), got a {plan_kind} plan"
@@ -300,7 +306,7 @@ def _draws(n_obs: int, n_outer: int, n_inner: int, n_double: int, seeds, strata:
     from .strata import check_strata, stratified_counts
 
     # every stratum needs 4 examples: its quarters must not be empty
-    return stratified_counts(check_strata(strata, n_obs, min_size=4), draw, c_nest)
+    return stratified_counts(check_strata(strata, n_obs, min_size=MIN_STRATUM), draw, c_nest)
 
 
 def data_level_stability(S: np.ndarray, ks: Sequence[int], estimates: DataLevelEstimates, *,

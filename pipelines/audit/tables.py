@@ -192,10 +192,18 @@ def _selected_columns(model, task, S: np.ndarray, ks: list[int], spec: AuditSpec
     if not use.any():
         return {**nan, "f_selected_note": ["k covers every edge: no selection to account for"] * C}
     known = (np.stack([c.edges for c in res.circuits]), res.m_circuit, res.m_clean, res.m_empty)
-    sel = selection_aware_faithfulness(S, evaluate, [k for k, u in zip(ks, use) if u], ranking=spec.ranking,
-                                       n_folds=n_folds, n_repeats=2, seed=seed,
-                                       confidence_level=spec.bootstrap.confidence_level, known=known,
-                                       groups=groups, strata=strata)
+    from circuitstat.core.errors import InputError
+
+    try:
+        sel = selection_aware_faithfulness(S, evaluate, [k for k, u in zip(ks, use) if u], ranking=spec.ranking,
+                                           n_folds=n_folds, n_repeats=2, seed=seed,
+                                           confidence_level=spec.bootstrap.confidence_level, known=known,
+                                           groups=groups, strata=strata)
+    except InputError as e:
+        if strata is None:  # plain methods: checked before the run (crossfit_folds)
+            raise
+        # a verified method's folds of whole groups can leave a training set without verified prompts
+        return {**nan, "f_selected_note": [f"not cross-fitted: {e}"] * C}
     folds = f"{n_folds}-fold cross-fitting{' of whole groups' if groups is not None else ''}, 2 repeats"
     if strata is not None:
         folds += ("; stratified by verified prompts, each fold's circuit the top-k of the PPI++ estimates on the "

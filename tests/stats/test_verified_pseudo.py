@@ -142,3 +142,13 @@ def test_bad_strata_are_refused() -> None:
         check_strata(np.zeros(5), 6)
     with pytest.raises(InputError, match="at least 4"):
         check_strata(np.r_[np.zeros(10), np.ones(2)], 12, min_size=4)
+
+
+def test_a_stratum_too_small_for_data_level_draws_gives_nan_with_the_reason() -> None:
+    rng = np.random.default_rng(5)
+    S = rng.standard_normal((40, 10))
+    strata = np.r_[np.ones(3, np.int64), np.zeros(37, np.int64)]
+    res = circuit_stability(S, ResamplingPlan.stratified(strata, 30, seed=1), [3], ranking="absolute")
+    assert not res.params["data_level"]["computed"]
+    assert "at least 4 examples in every stratum" in res.params["data_level"]["reason"]
+    assert np.isnan(res.per_k["jaccard_data_ci_low"]).all()
