@@ -28,6 +28,9 @@ __all__ = ["Column", "TableSchema", "SchemaError", "TABLES", "schema_for", "clai
 
 _METHOD = ("method", S, "attribution method (exact, eap, eap-ig-inputs, eap-ig-activations, clean-corrupted, atp-qkfix, atp-graddrop, atpstar)")
 _K = ("k", I, "circuit size: number of edges (or nodes) kept")
+_RANKED_BY = ("ranked_by", S, "what the circuits are the top-k of: the method's mean score, or for a verified method "
+              "(<approx>+verified) the PPI++ estimates, e.g. 'mean exact effect, verified on 16 of 512 prompts'",
+              False, True)
 
 TABLES: dict[str, TableSchema] = {t.name: t for t in (
     _table("edges", "the edge index of the graph: one row per edge, in score-column order",
@@ -74,7 +77,8 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("tie_rule", S, "how ties at the top-k cut-off were broken (circuitstat.core.topk)"),
            ("spearman_mean", F, "mean Spearman correlation of full resample score vectors (k-free)"),
            ("data_level_note", S, "why the data-level columns (jaccard_data*, jaccard_pop*, phi_data*) are NaN, "
-                                  "if they are")),
+                                  "if they are"),
+           _RANKED_BY),
     _table("inclusion", "how often each edge enters the top-k circuit over resamples (edges never selected: no row)",
            _METHOD, _K, ("edge", I, "edge index"), ("name", S, "edge name"),
            ("frequency", F, "share of resamples whose top-k circuit contains the edge")),
@@ -104,7 +108,8 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
             "circuit computes, so f = 0 up to rounding)"),
            ("circuit_note", S, "why f is what it is, when the circuit explains it (no input -> logits path)"),
            ("k_source", S, "grid: a k of the spec's grid; search: an extra k the circuit choice evaluated "
-            "(fixed-sequence test down every k from the grid's largest, spec key k_search)")),
+            "(fixed-sequence test down every k from the grid's largest, spec key k_search)"),
+           _RANKED_BY),
     _table("approximation", "per-edge error of an approximate method against exact patching",
            _METHOD, ("edge", I, "edge index"), ("name", S, "edge name"),
            ("exact_mean", F, "mean exact effect"), ("approx_mean", F, "mean approximate score"),

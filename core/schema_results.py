@@ -77,6 +77,11 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("interval_reliable", B, "false when a few prompts carry the estimate"),
            ("n_labelled", I, "prompts patched exactly (n)"), ("n_prompts", I, "prompts with the approximation (N)"),
            ("estimand", S, "what the interval covers, with n and N")),
+    _table("verified_pseudo", "pseudo-scores of a verified run (circuitstat.stats.verified.pseudo): column means are "
+           "the PPI++ estimates; not per-prompt effects. One row per method and prompt",
+           _VERIFIED_METHOD, ("example", I, "example index (row of the scores)"),
+           ("labelled", B, "patched exactly (the stratum resampling keeps apart)"),
+           ("scores", MATRIX, "(N/n)(Y - lam Yhat) on labelled prompts, (N/N_u) lam Yhat on the others, per edge")),
     _table("missed_edges", "circuitstat.stats.verified.MissedEdgesResult: bound on unverified edges above a threshold",
            _VERIFIED_METHOD, ("tau", F, "threshold on |mean exact effect|"), ("n_top", I, "top candidate edges verified"),
            ("n_remaining", I, "edges outside the top the random sample was drawn from (R)"),

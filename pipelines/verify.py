@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["VerifyPlan", "draw_seed", "draw_rows", "choose_edges", "verify_plan", "verified_tables",
-           "MISSED_SPLIT"]
+           "MISSED_SPLIT", "pseudo_table", "verified_method", "read_pseudo"]
 
 MISSED_SPLIT = 0.5
 """Share of the missed-edges bound's error rate spent on the hypergeometric bound; the rest goes to classifying
@@ -125,7 +125,39 @@ def verified_tables(approx: dict[str, np.ndarray], exact: np.ndarray, cols: np.n
                                          "n_prompts": pa.array([N] * plan.rows.size, pa.int64())})}
     if not plan.all_edges:
         out["missed_edges"] = pa.concat_tables([p[1] for p in parts])
+    else:  # every edge verified: circuits can be selected from the estimates (pseudo_scores)
+        out["verified_pseudo"] = pa.concat_tables([pseudo_table(S, exact, plan.rows, m) for m, S in approx.items()])
     return out
+
+
+def pseudo_table(S: np.ndarray, exact: np.ndarray, rows: np.ndarray, method: str):
+    """Return the verified_pseudo rows of ``method``: its pseudo-scores (column means = its verified estimates)."""
+    import pyarrow as pa
+
+    from circuitstat.core.tables import matrix_to_table
+    from circuitstat.stats.verified import verified_pseudo_scores
+
+    ps = verified_pseudo_scores(S, exact, rows)
+    N = S.shape[0]
+    return matrix_to_table(ps.scores, {"method": pa.array([method] * N, pa.string()),
+                                       "example": pa.array(np.arange(N), pa.int64()),
+                                       "labelled": pa.array(ps.strata == 1, pa.bool_())})
+
+
+def verified_method(method: str) -> str:
+    """Return the name a circuit analysis gives circuits selected from ``method``'s verified estimates."""
+    return f"{method}+verified"
+
+
+def read_pseudo(table, method: str) -> tuple[np.ndarray, np.ndarray]:
+    """Return (pseudo-scores [N, E] float64, strata [N]: 1 = labelled) of ``method`` from a verified_pseudo table."""
+    import pyarrow.compute as pc
+
+    from circuitstat.core.tables import table_to_matrix
+
+    mine = table.filter(pc.equal(table.column("method"), method)).sort_by("example")
+    return (np.asarray(table_to_matrix(mine), np.float64),
+            np.asarray(mine.column("labelled").to_numpy(zero_copy_only=False), np.int64))
 
 
 def run_exact(model, task, plan: VerifyPlan, **options):

@@ -50,6 +50,7 @@ from circuitstat.core.topk import ranking_key, topk
 from .folds import MIN_PER_FOLD, fold_split
 from .intervals import METHODS, acceleration_from_jackknife, intervals_from_distribution
 from .resampling import ResamplingPlan
+from .strata import check_strata, stratum_weighted_means
 
 __all__ = [
     "ESTIMAND_FIXED",
@@ -369,9 +370,10 @@ def _jaccard_to(masks: np.ndarray, ref: np.ndarray) -> np.ndarray:
 
 def _crossfit(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ranking: str, n_folds: int, n_repeats: int,
               seed: np.random.SeedSequence, tie_rng: np.random.Generator, full_masks: np.ndarray,
-              groups: np.ndarray | None) -> tuple[np.ndarray, list, np.ndarray]:
+              groups: np.ndarray | None, strata: np.ndarray | None = None) -> tuple[np.ndarray, list, np.ndarray]:
     """Return (held-out m(C) averaged over repeats [N, C], [(fold rows, m(C) [rows, C])] per repeat and fold,
-    mean Jaccard of the fold circuits to the full-data circuit [C])."""
+    mean Jaccard of the fold circuits to the full-data circuit [C]). With ``strata`` the folds are stratified
+    and each training set's means are stratum-weighted (circuitstat.stats.strata.stratum_weighted_means)."""
     n = S.shape[0]
     acc = np.zeros((n, len(ks)))
     jac = np.zeros(len(ks))
@@ -379,9 +381,12 @@ def _crossfit(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ranking: st
     rng = np.random.default_rng(seed)
     total = S.sum(0)
     for _ in range(n_repeats):
-        split = fold_split(rng, n, n_folds, groups)
+        split = fold_split(rng, n, n_folds, groups, strata)
         # each fold's circuit is selected from the mean scores of the other folds
-        means = np.stack([(total - S[f].sum(0)) / (n - f.size) for f in split])
+        if strata is None:
+            means = np.stack([(total - S[f].sum(0)) / (n - f.size) for f in split])
+        else:
+            means = np.stack([stratum_weighted_means(S, np.setdiff1d(np.arange(n), f), strata) for f in split])
         for rows, masks in zip(split, _topk_masks(means, ks, ranking, tie_rng)):
             jac += _jaccard_to(masks, full_masks)
             m = cache.get(masks, rows)
@@ -464,9 +469,11 @@ def _check_selection_settings(scheme: str, method: str, n: int, n_folds: int, n_
 def _crossfit_interval(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ranking: str, n_folds: int,
                        n_repeats: int, seed: np.random.SeedSequence, tie_rng: np.random.Generator,
                        full_masks: np.ndarray, groups: np.ndarray | None, plan_fn: Callable,
-                       method: str, confidence_level: float, rtol: float, atol: float) -> dict[str, Any]:
+                       method: str, confidence_level: float, rtol: float, atol: float,
+                       strata: np.ndarray | None = None) -> dict[str, Any]:
     """Return estimate, intervals, SE and extra columns of the cross-fitted faithfulness."""
-    held, folds, jac = _crossfit(S, cache, ks, ranking, n_folds, n_repeats, seed, tie_rng, full_masks, groups)
+    held, folds, jac = _crossfit(S, cache, ks, ranking, n_folds, n_repeats, seed, tie_rng, full_masks, groups,
+                                 strata)
     extra: dict[str, np.ndarray] = {"fold_circuit_jaccard": jac}
     if method != "corrected-t":
         # held-out values bootstrapped with the fold circuits held fixed (measured to undercover)
@@ -507,7 +514,7 @@ def selection_aware_faithfulness(S: np.ndarray, evaluate: Evaluate, ks: Sequence
                                  n_resamples: int = 1000, seed: Any = None, confidence_level: float = 0.95,
                                  known: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
                                  groups: np.ndarray | None = None, rtol: float = 1e-4,
-                                 atol: float = 1e-6) -> FaithfulnessInterval:
+                                 atol: float = 1e-6, strata: np.ndarray | None = None) -> FaithfulnessInterval:
     """Return the faithfulness of the top-k circuit of S [N, E] with an interval that includes its selection.
 
     ``evaluate(masks [C, E] bool, rows [n] int) -> (m_circuit [n, C], m_clean [n], m_empty [n])``
@@ -525,6 +532,10 @@ def selection_aware_faithfulness(S: np.ndarray, evaluate: Evaluate, ks: Sequence
     ``evaluated_circuit_rows`` counts the (example, circuit) pairs this call ran through ``evaluate``
     and ``cost_vs_fixed`` divides it by N × len(ks), the fixed-circuit path's count. ``groups`` [N]
     (templates): folds hold whole groups, so no template is both selected on and evaluated on.
+    ``strata`` [N] (a stratified sample such as a verified run's labelled and unlabelled prompts, with S
+    pseudo-scores whose stratum-weighted means are the estimates: circuitstat.stats.verified.pseudo):
+    the folds are stratified and each fold's circuit is the top-k of the other folds' stratum-weighted
+    means, i.e. of the same estimator run on the training prompts (crossfit only).
     """
     S, ks = _check_selection_inputs(S, ks, ranking, scheme)
     n, e = S.shape
@@ -543,6 +554,10 @@ def selection_aware_faithfulness(S: np.ndarray, evaluate: Evaluate, ks: Sequence
             raise InputError(f"groups must hold one label per example ({n}), got shape {groups.shape}")
         if scheme == "reselect":
             raise InputError("scheme 'reselect' resamples examples, not groups; use scheme 'crossfit' with groups")
+    if strata is not None:
+        if scheme == "reselect":
+            raise InputError("strata are supported by scheme 'crossfit' only; use scheme 'crossfit'")
+        strata = check_strata(strata, n, min_size=2)
     root = as_seed_sequence(seed)
     split_seed, plan_seed, tie_seed = spawn_seeds(root, 3)
     tie_rng = np.random.default_rng(tie_seed)  # top-k ties broken at random from the run's seed
@@ -559,8 +574,7 @@ def selection_aware_faithfulness(S: np.ndarray, evaluate: Evaluate, ks: Sequence
     full_masks = _topk_masks(S.sum(0) / n, ks, ranking, tie_rng)
     if scheme == "crossfit":
         r = _crossfit_interval(S, cache, ks, ranking, n_folds, n_repeats, split_seed, tie_rng, full_masks, groups,
-                               plan_fn, method,
-                               confidence_level, rtol, atol)
+                               plan_fn, method, confidence_level, rtol, atol, strata)
     else:
         r = _reselect_interval(S, cache, ks, ranking, plan_fn(), tie_rng, full_masks, confidence_level, rtol, atol)
     extra = {**r["extra"], "evaluated_circuit_rows": np.full(len(ks), cache.circuit_rows, dtype=np.int64),
@@ -570,7 +584,8 @@ def selection_aware_faithfulness(S: np.ndarray, evaluate: Evaluate, ks: Sequence
               "plan": r["plan"], "rtol": rtol, "atol": atol, "estimand": ESTIMAND_SELECTED,
               "selection": "top-k of the mean scores (circuitstat.core.topk.topk, ties at random from the seed)"}
     if scheme == "crossfit":
-        params.update(n_folds=n_folds, n_repeats=n_repeats, folds="whole groups" if groups is not None else "examples")
+        params.update(n_folds=n_folds, n_repeats=n_repeats, folds="whole groups" if groups is not None else
+                      ("examples, stratified" if strata is not None else "examples"))
     return FaithfulnessInterval(
         estimate=r["estimate"], confidence_interval=r["intervals"][method], intervals=r["intervals"],
         standard_error=r["se"], method=method, confidence_level=confidence_level, estimand=ESTIMAND_SELECTED,

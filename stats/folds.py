@@ -52,8 +52,17 @@ def fillable_folds(n: int, groups: np.ndarray | None, limit: int = DEFAULT_FOLDS
     return 0
 
 
-def fold_split(rng: np.random.Generator, n: int, n_folds: int, groups: np.ndarray | None) -> list[np.ndarray]:
-    """Return sorted example rows of each fold: a random split, or whole groups dealt to balance fold sizes."""
+def fold_split(rng: np.random.Generator, n: int, n_folds: int, groups: np.ndarray | None,
+               strata: np.ndarray | None = None) -> list[np.ndarray]:
+    """Return sorted example rows of each fold: a random split, or whole groups dealt to balance fold sizes.
+
+    ``strata`` (without groups): stratified folds, each stratum's rows in random order dealt round-robin
+    (stratum after stratum), so every fold holds each stratum's share to within one example and the fold
+    sizes are array_split's."""
+    if groups is None and strata is not None:
+        strata = np.asarray(strata)
+        order = np.concatenate([rng.permutation(np.flatnonzero(strata == s)) for s in np.unique(strata)])
+        return [np.sort(order[f::n_folds]) for f in range(n_folds)]
     if groups is None:
         return [np.sort(f) for f in np.array_split(rng.permutation(n), n_folds)]
     ids, sizes = np.unique(groups, return_counts=True)

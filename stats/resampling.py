@@ -44,7 +44,7 @@ DEFAULT_MAX_BYTES = 256 * 2**20
 # the weight of example n depends only on (seed, B, n), never on how a stream was batched.
 _POISSON_BLOCK = 256
 
-KINDS = ("bootstrap", "cluster", "subsample", "complementary_pairs", "poisson")
+KINDS = ("bootstrap", "cluster", "subsample", "complementary_pairs", "poisson", "stratified")
 
 
 # --- seeds ---------------------------------------------------------------------------------
@@ -66,6 +66,8 @@ class ResamplingPlan:
     groups: np.ndarray | None = None
     #: for complementary pairs: rows 2i and 2i+1 are the two disjoint halves of split i
     n_pairs: int | None = None
+    #: for a stratified bootstrap: the stratum (0..S-1) of each example; each resample keeps every stratum's size
+    strata: np.ndarray | None = None
     _totals: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -122,6 +124,8 @@ class ResamplingPlan:
             d["n_clusters"] = int(np.unique(self.groups).size)
         if self.n_pairs is not None:
             d["n_pairs"] = self.n_pairs
+        if self.strata is not None:
+            d["stratum_sizes"] = np.bincount(self.strata).tolist()
         return d
 
     # -- constructors --
@@ -162,6 +166,22 @@ class ResamplingPlan:
         gcounts = _counts_from_indices(rng.integers(0, n_groups, (n_resamples, n_groups)), n_groups)
         counts = gcounts[:, inv]  # every example of a drawn group gets that group's count
         return cls(counts, "cluster", seed_record(ss), groups=inv.astype(np.int64))
+
+    @classmethod
+    def stratified(cls, strata: Sequence[Any] | np.ndarray, n_resamples: int,
+                   seed: int | np.random.SeedSequence | None = None) -> "ResamplingPlan":
+        """Return a stratified bootstrap plan: each stratum's examples drawn with replacement among themselves.
+
+        Stratum s (labels sorted) draws ``bootstrap(n_s, n_resamples, child s of seed)``
+        (circuitstat.stats.strata), so every resample holds exactly n_s examples of stratum s.
+        """
+        from .strata import check_strata, stratified_counts
+
+        labels = check_strata(strata)
+        _check_sizes(labels.size, n_resamples)
+        ss = as_seed_sequence(seed)
+        counts = stratified_counts(labels, lambda n_s, c: cls.bootstrap(n_s, n_resamples, c).counts, ss)
+        return cls(counts, "stratified", seed_record(ss), strata=labels)
 
     @classmethod
     def subsample(cls, n_obs: int, n_resamples: int,

@@ -345,7 +345,7 @@ def _add_data_level(per_k: dict[str, np.ndarray], S: np.ndarray, ks: np.ndarray,
              for p in ("", "_se", "_bias", "_ci_low", "_ci_high", "_split", "_2n")
              if not (e == "jaccard_pop" and p in ("_split", "_2n"))]
     why = "not requested (data_level=False)" if wanted is False else check_data_level(
-        S.shape[0], plan.kind, n_outer, n_inner)
+        S.shape[0], plan.kind, n_outer, n_inner, plan.strata)
     if why is not None:
         if wanted:
             raise InputError(why)
@@ -358,7 +358,7 @@ def _add_data_level(per_k: dict[str, np.ndarray], S: np.ndarray, ks: np.ndarray,
     per_k.update(data_level_stability(S, ks, est, ranking=ranking, seed=seed, n_outer=n_outer,
                                       n_inner=n_inner, confidence_level=confidence_level,
                                       method=method, chunk_size=chunk_size, n_jobs=n_jobs,
-                                      max_bytes=max_bytes))
+                                      max_bytes=max_bytes, strata=plan.strata))
     return {"computed": True, "method": method, "n_outer": int(n_outer),
             "n_inner": int(n_inner), "seed": seed_record(seed)}
 

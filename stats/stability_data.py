@@ -95,6 +95,8 @@ __all__ = ["MIN_OBS", "MIN_OUTER", "MIN_INNER", "METHODS", "ESTIMANDS",
 
 #: fewest examples for a data-level interval (coverage was measured from N = 32 up)
 MIN_OBS = 32
+#: fewest examples a stratum of a stratified plan needs for the data-level draws (its quarters must not be empty)
+MIN_STRATUM = 4
 #: fewest outer resamples: the standard error and bias come from their spread and mean
 MIN_OUTER = 50
 #: fewest inner resamples per outer: pairwise Jaccard needs pairs, the jackknife needs >= 3
@@ -130,14 +132,18 @@ class DataLevelEstimates:
     phi_mc: np.ndarray
 
 
-def check_data_level(n_obs: int, plan_kind: str, n_outer: int, n_inner: int) -> str | None:
+def check_data_level(n_obs: int, plan_kind: str, n_outer: int, n_inner: int,
+                     strata: np.ndarray | None = None) -> str | None:
     """Return why a data-level interval cannot be computed here, every reason that applies (None when it can)."""
     why = []
     if n_obs < MIN_OBS:
         why.append(f"at least {MIN_OBS} examples, got N = {n_obs} (attribute more prompts)")
-    if plan_kind != "bootstrap":
+    if strata is not None and np.bincount(strata).min() < MIN_STRATUM:
+        why.append(f"at least {MIN_STRATUM} examples in every stratum (its quarters are resampled), got "
+                   f"{np.bincount(strata).min()} (verify more prompts, or leave more unverified)")
+    if plan_kind not in ("bootstrap", "stratified"):
         # the plug-in estimate of J_N is over size-N bootstrap resamples of the examples
-        why.append(f"an ordinary bootstrap of the examples, got a {plan_kind} plan"
+        why.append(f"an ordinary bootstrap of the examples (or a stratified one), got a {plan_kind} plan"
                    + (" (set bootstrap scheme 'examples')" if plan_kind == "cluster" else ""))
     return ("data-level intervals need " + ", and ".join(why)) if why else None
 
@@ -284,16 +290,39 @@ def pop_upper_from_data(jaccard_data_high: np.ndarray) -> np.ndarray:
     return r / (2 - r)
 
 
+def _draws(n_obs: int, n_outer: int, n_inner: int, n_double: int, seeds, strata: np.ndarray | None) -> tuple:
+    """Return the counts (outer, inner, splits[, size 2N]) of data_level_stability, drawn within ``strata`` if given."""
+    c_nest, c_split, c_double = seeds
+
+    def draw(n: int, seed) -> tuple:
+        # a stratum's child seeds derive from the three, so unstratified draws are unchanged
+        s_nest, s_split, s_double = (spawn_seeds(seed, 3) if strata is not None else (c_nest, c_split, c_double))
+        outer, inner = nested_bootstrap(n, n_outer, n_inner, s_nest)
+        out = (outer.counts, inner.counts, split_counts(n, N_SPLITS, s_split))
+        return out + ((double_size_counts(n, n_double, s_double),) if n_double else ())
+
+    if strata is None:
+        return draw(n_obs, None)
+    from .strata import check_strata, stratified_counts
+
+    # every stratum needs 4 examples: its quarters must not be empty
+    return stratified_counts(check_strata(strata, n_obs, min_size=MIN_STRATUM), draw, c_nest)
+
+
 def data_level_stability(S: np.ndarray, ks: Sequence[int], estimates: DataLevelEstimates, *,
                          ranking: str, seed: Any, n_outer: int = 100, n_inner: int = 20,
                          confidence_level: float = 0.95, method: str = "bracketed_2n",
                          chunk_size: int | None = None, n_jobs: int = 1,
-                         max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, np.ndarray]:
+                         max_bytes: int = DEFAULT_MAX_BYTES, strata: np.ndarray | None = None
+                         ) -> dict[str, np.ndarray]:
     """Return per-k data-level estimates and intervals (jaccard_data*, jaccard_pop*, phi_data*).
 
     S [N, E] is the score matrix, `estimates` the plug-in statistics of circuit_stability's
     resamples for the same ks; seed (SeedSequence/int) fixes the nested resamples, the splits,
-    the size-2N resamples and the ties.
+    the size-2N resamples and the ties. strata [N] (a stratified sample, e.g. a verified run's
+    labelled and unlabelled prompts): every draw (outer, inner, halves, quarters, size 2N) is made
+    within each stratum (circuitstat.stats.strata), so each keeps its stratum shares; the estimand
+    is then J_N of datasets drawn as this one was.
     """
     _check_counts(n_outer, n_inner, confidence_level, method)
     n_obs, n_edges = S.shape
@@ -303,14 +332,11 @@ def data_level_stability(S: np.ndarray, ks: Sequence[int], estimates: DataLevelE
     ks_arr = np.asarray(ks, dtype=np.int64)
     # a fifth child for the size-2N resamples: the first four are those of the other methods
     c_nest, _, c_ties, c_split, c_double = spawn_seeds(as_seed_sequence(seed), 5)
-    outer, inner = nested_bootstrap(n_obs, n_outer, n_inner, c_nest)
     n_nested = n_outer * (n_inner + 1)
     n_split_rows = 6 * N_SPLITS
     n_double = 2 * int(n_outer) if method == "bracketed_2n" else 0
     # one pass of the engine over every row: outer, inner, the halves and quarters, size 2N
-    blocks = [outer.counts, inner.counts, split_counts(n_obs, N_SPLITS, c_split)]
-    if n_double:
-        blocks.append(double_size_counts(n_obs, n_double, c_double))
+    blocks = list(_draws(n_obs, n_outer, n_inner, n_double, (c_nest, c_split, c_double), strata))
     plan = ResamplingPlan.from_counts(np.vstack(blocks))
     seeds = row_seeds(np.random.default_rng(c_ties), plan.n_resamples)
     state, _ = streaming_topk(S, plan, int(ks_arr.max()), ranking, seeds, chunk_size=chunk_size,

@@ -102,9 +102,9 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
                                                         provenance={"model": model.identity(),
                                                                     "task": task.describe()}) as run:
         names, scores = _score_stages(run, spec, model, task, workers, force)
-        _analysis_stages(run, spec, model, task, scores, names, workers, force)
-        if spec.verify is not None:
+        if spec.verify is not None:  # before the analyses: circuits selected from verified estimates join them
             _verify_stage(run, spec, model, task, scores, names, force)
+        _analysis_stages(run, spec, model, task, scores, names, workers, force)
         if len(sources) > 1:
             _heads_stage(run, spec, sources, model, task, force, allow_pickle=allow_pickle, allow_large=allow_large,
                          inputs=inputs)
@@ -143,6 +143,8 @@ def _analysis_stages(run, spec: AuditSpec, model, task, scores: dict, names: lis
     N = task.clean.shape[0]
     groups = None if task.group is None else task.group.numpy()
     rs = {"bootstrap": spec.bootstrap.model_dump(), "k": ks, "ranking": spec.ranking}
+    verified = verified_circuit_methods(run, spec)  # {name: (pseudo-scores, strata)}; reads the verified stage
+    circuit_deps = deps + (["verified"] if verified else [])
 
     def stats_stage():
         plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=True)
@@ -154,20 +156,28 @@ def _analysis_stages(run, spec: AuditSpec, model, task, scores: dict, names: lis
     def stability_stage():
         plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=False)
         parts = [stability_tables(scores[m], names, m, plan, ks, spec, workers) for m in spec.methods]
+        from circuitstat.stats import ResamplingPlan
+
+        for vm, (C, strata) in verified.items():  # labelled and unlabelled prompts resampled apart
+            vplan = ResamplingPlan.stratified(strata, spec.bootstrap.n_resamples, run.stage_seed("resampling"))
+            parts.append(stability_tables(C, names, vm, vplan, ks, spec, workers, ranked_by=_estimand(spec, strata)))
         return {"stability_vs_k": _concat([p[0] for p in parts]), "inclusion": _concat([p[1] for p in parts])}
 
-    run_stage(run, "stability", stability_stage, ["stability_vs_k", "inclusion"], params=rs, depends_on=deps,
+    run_stage(run, "stability", stability_stage, ["stability_vs_k", "inclusion"], params=rs, depends_on=circuit_deps,
               force=force)
 
     if spec.faithfulness:
         def faith_stage():
             plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=True)
-            return {"faithfulness_vs_k": _concat([faithfulness_with_search(model, task, scores[m], m, ks, plan, spec,
-                                                                           run.stage_seed("faithfulness"))
-                                                  for m in spec.methods])}
+            seed = run.stage_seed("faithfulness")
+            parts = [faithfulness_with_search(model, task, scores[m], m, ks, plan, spec, seed) for m in spec.methods]
+            parts += [faithfulness_with_search(model, task, C, vm, ks, plan, spec, seed, strata=strata,
+                                               ranked_by=_estimand(spec, strata))
+                      for vm, (C, strata) in verified.items()]
+            return {"faithfulness_vs_k": _concat(parts)}
 
         run_stage(run, "faithfulness", faith_stage, ["faithfulness_vs_k"], params={**rs, "k_search": spec.k_search},
-                  depends_on=deps, force=force)
+                  depends_on=circuit_deps, force=force)
 
     others = [m for m in spec.methods if m != "exact"]
     if "exact" in spec.methods and others:
@@ -184,20 +194,40 @@ def _analysis_stages(run, spec: AuditSpec, model, task, scores: dict, names: lis
                   depends_on=deps, force=force)
 
 
+def verified_circuit_methods(run, spec: AuditSpec) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{"<approx>+verified": (pseudo-scores [N, E], strata [N])} of a verified run on every edge, else {} (with
+    ``verify.edges`` only a sample of edges has estimates, so no circuit over the graph is selected from them)."""
+    from circuitstat.pipelines import verify as V
+
+    if spec.verify is None or spec.verify.edges is not None:
+        return {}
+    table = run.table("verified_pseudo")
+    return {V.verified_method(m): V.read_pseudo(table, m) for m in spec.methods if m != "exact"}
+
+
+def _estimand(spec: AuditSpec, strata: np.ndarray) -> str:
+    """The ranked_by words of a verified method: its estimates' estimand, with n and N."""
+    from circuitstat.stats.verified import verified_estimand
+
+    return f"{verified_estimand(int(strata.sum()), strata.size)} (PPI++ estimates)"
+
+
 def faithfulness_with_search(model, task, S: np.ndarray, method: str, ks: list[int], plan, spec: AuditSpec, seed,
-                             ) -> dict:
+                             strata: np.ndarray | None = None, ranked_by: str | None = None) -> dict:
     """faithfulness_vs_k columns of ``method`` on the spec's k grid, then the circuit choice's extra k values
-    (circuitstat.pipelines.k_search: fixed-sequence down every k from the grid's largest, at most spec.k_search of them)."""
+    (circuitstat.pipelines.k_search: fixed-sequence down every k from the grid's largest, at most spec.k_search of them).
+    ``strata``/``ranked_by``: a verified method's (faithfulness_table)."""
     from circuitstat.reports.verdicts.model import BAR
 
     from circuitstat.pipelines.k_search import search_k
 
-    grid = faithfulness_table(model, task, S, method, ks, plan, spec, seed=seed)
+    kw = {"strata": strata, "ranked_by": ranked_by}
+    grid = faithfulness_table(model, task, S, method, ks, plan, spec, seed=seed, **kw)
     if not spec.k_search:
         return grid
 
     def evaluate(k: int) -> dict:
-        row = faithfulness_table(model, task, S, method, [k], plan, spec, seed=seed)
+        row = faithfulness_table(model, task, S, method, [k], plan, spec, seed=seed, **kw)
         # CPR and CMD are areas under the grid's curve: the extra rows carry the grid's
         row.update(cpr=grid["cpr"][:1].copy(), cmd=grid["cmd"][:1].copy(), area_note=grid["area_note"][:1],
                    k_source=["search"])
@@ -209,8 +239,9 @@ def faithfulness_with_search(model, task, S: np.ndarray, method: str, ks: list[i
 
 
 def verify_outputs(verify) -> list[str]:
-    """The tables a verified stage writes (missed_edges only when some edges go unverified)."""
-    return ["verified", "verified_prompts"] + (["missed_edges"] if verify.edges is not None else [])
+    """The tables a verified stage writes: missed_edges when some edges go unverified, else verified_pseudo (the
+    pseudo-scores circuits are selected from: circuitstat.stats.verified.pseudo)."""
+    return ["verified", "verified_prompts"] + (["missed_edges"] if verify.edges is not None else ["verified_pseudo"])
 
 
 def _verify_stage(run, spec: AuditSpec, model, task, scores: dict, names: list[str], force: bool) -> None:
@@ -350,10 +381,11 @@ def is_audit_stage(name: str) -> bool:
 def audit_stages(spec: AuditSpec) -> list[str]:
     """The RunDir stages :func:`run_audit` writes for ``spec``, in order."""
     others = [m for m in spec.methods if m != "exact"]
-    return (["index", *(f"scores_{m}" for m in spec.methods), "edge_stats", "stability"]
+    return (["index", *(f"scores_{m}" for m in spec.methods)]
+            + (["verified"] if spec.verify is not None else [])
+            + ["edge_stats", "stability"]
             + (["faithfulness"] if spec.faithfulness else [])
             + (["approximation"] if "exact" in spec.methods and others else [])
-            + (["verified"] if spec.verify is not None else [])
             + (["heads"] if len(spec.sources) > 1 else []))
 
 

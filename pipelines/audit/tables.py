@@ -43,12 +43,18 @@ def edge_stats_table(S: np.ndarray, names: list[str], method: str, plan, spec: A
 # the per-k columns of circuit_stability that the stability_vs_k table carries (core/schema.py says what
 # each covers: jaccard_ci_* / phi_ci_* are Monte Carlo spread, jaccard_data* / jaccard_pop* / phi_data* data-level)
 STABILITY_COLUMNS = tuple(c for c in columns("stability_vs_k")
-                          if c not in ("method", "k", "spearman_mean", "tie_rule", "data_level_note"))
+                          if c not in ("method", "k", "spearman_mean", "tie_rule", "data_level_note", "ranked_by"))
+
+
+def plain_ranked_by(method: str) -> str:
+    """The ranked_by words of a plain method's circuits: the top-k of its mean score."""
+    return f"mean {method} score"
 
 
 def stability_tables(S: np.ndarray, names: list[str], method: str, plan, ks: list[int], spec: AuditSpec,
-                     n_jobs: int) -> tuple[dict, dict]:
-    """(stability_vs_k, inclusion) columns for one method."""
+                     n_jobs: int, ranked_by: str | None = None) -> tuple[dict, dict]:
+    """(stability_vs_k, inclusion) columns for one method; ``ranked_by`` names what S's column means estimate
+    (a verified method's estimand; default: the method's mean score)."""
     from circuitstat.stats import circuit_stability
 
     res = circuit_stability(S, plan, ks, ranking=spec.ranking, n_jobs=n_jobs, edge_names=names)
@@ -61,6 +67,7 @@ def stability_tables(S: np.ndarray, names: list[str], method: str, plan, ks: lis
     stab["tie_rule"] = [TIE_RULE] * len(res.ks)
     data_level = res.params.get("data_level") or {}
     stab["data_level_note"] = [data_level.get("reason") or ""] * len(res.ks)
+    stab["ranked_by"] = [ranked_by or plain_ranked_by(method)] * len(res.ks)
     ki, ei = np.nonzero(res.inclusion_counts)
     inc = {"method": [method] * len(ki), "k": res.ks[ki].astype(np.int64), "edge": ei.astype(np.int64),
            "name": [names[e] for e in ei], "frequency": res.inclusion_counts[ki, ei] / res.n_resamples}
@@ -85,11 +92,13 @@ def _ablation(model, task, spec):
 
 
 def faithfulness_table(model, task, S: np.ndarray, method: str, ks: list[int], plan, spec: AuditSpec,
-                       seed=None) -> dict:
+                       seed=None, strata: np.ndarray | None = None, ranked_by: str | None = None) -> dict:
     """Faithfulness of the top-k circuit of the mean scores at each k, with two labelled intervals:
     the bootstrap interval of this fixed circuit (selection not included) and the cross-fitted one of
     the circuit selected from N prompts (selection included; edge level). CPR/CMD are NaN, with the
-    reason in ``area_note``, when the grid has one k."""
+    reason in ``area_note``, when the grid has one k. ``strata``: S are a verified run's pseudo-scores
+    (circuitstat.stats.verified.pseudo), cross-fitted with stratified folds and stratum-weighted training
+    means; ``ranked_by`` names their estimand (default: the method's mean score)."""
     from circuitstat.circuits.faithfulness import faithfulness_curve
     from circuitstat.stats.faithfulness import fixed_circuit_interval
 
@@ -119,9 +128,10 @@ def faithfulness_table(model, task, S: np.ndarray, method: str, ks: list[int], p
            "n_undefined": np.full(C, res.n_undefined, dtype=np.int64), "tie_rule": ties["tie_rule"],
            "cutoff_ties": np.asarray(ties["cutoff_ties"], dtype=np.int64),
            "cutoff_ties_excluded": np.asarray(ties["cutoff_ties_excluded"], dtype=np.int64)}
-    out.update(_selected_columns(model, task, S, ks, spec, res, seed, C))
+    out.update(_selected_columns(model, task, S, ks, spec, res, seed, C, strata))
     out.update(_circuit_notes(model, res, out, level))
     out["k_source"] = ["grid"] * C
+    out["ranked_by"] = [ranked_by or plain_ranked_by(method)] * C
     return out
 
 
@@ -148,7 +158,8 @@ def _circuit_notes(model, res, out: dict, level: str) -> dict:
     return {"connected": connected, "circuit_note": notes}
 
 
-def _selected_columns(model, task, S: np.ndarray, ks: list[int], spec: AuditSpec, res, seed, C: int) -> dict:
+def _selected_columns(model, task, S: np.ndarray, ks: list[int], spec: AuditSpec, res, seed, C: int,
+                      strata: np.ndarray | None = None) -> dict:
     """The selection-aware faithfulness columns (circuitstat.stats.faithfulness, repeated cross-fitting), or NaN with why."""
     import warnings
 
@@ -181,11 +192,22 @@ def _selected_columns(model, task, S: np.ndarray, ks: list[int], spec: AuditSpec
     if not use.any():
         return {**nan, "f_selected_note": ["k covers every edge: no selection to account for"] * C}
     known = (np.stack([c.edges for c in res.circuits]), res.m_circuit, res.m_clean, res.m_empty)
-    sel = selection_aware_faithfulness(S, evaluate, [k for k, u in zip(ks, use) if u], ranking=spec.ranking,
-                                       n_folds=n_folds, n_repeats=2, seed=seed,
-                                       confidence_level=spec.bootstrap.confidence_level, known=known,
-                                       groups=groups)
+    from circuitstat.core.errors import InputError
+
+    try:
+        sel = selection_aware_faithfulness(S, evaluate, [k for k, u in zip(ks, use) if u], ranking=spec.ranking,
+                                           n_folds=n_folds, n_repeats=2, seed=seed,
+                                           confidence_level=spec.bootstrap.confidence_level, known=known,
+                                           groups=groups, strata=strata)
+    except InputError as e:
+        if strata is None:  # plain methods: checked before the run (crossfit_folds)
+            raise
+        # a verified method's folds of whole groups can leave a training set without verified prompts
+        return {**nan, "f_selected_note": [f"not cross-fitted: {e}"] * C}
     folds = f"{n_folds}-fold cross-fitting{' of whole groups' if groups is not None else ''}, 2 repeats"
+    if strata is not None:
+        folds += ("; stratified by verified prompts, each fold's circuit the top-k of the PPI++ estimates on the "
+                  "other folds (λ held at its full-sample value)")
     out = {**nan, "f_selected_method": [sel.method] * C,
            "f_selected_note": [folds if u else "k covers every edge: no "
                                "selection to account for" for u in use]}

@@ -37,7 +37,15 @@ def spec_problem(claim: Any, spec: Any) -> str | None:
         return (f"{kind} claims are answered by `circuitstat tokens`, which the audit does not run; "
                 "pass --run DIR of a tokens run")
     method = getattr(claim, "method", None)
-    if method is not None and method not in methods:
+    verify = getattr(spec, "verify", None)
+    if method is not None and method.endswith("+verified"):
+        approx = method.removesuffix("+verified")
+        if approx not in methods:
+            return f"method {method!r} verifies {approx!r}, which is not in the spec's methods {methods}; add it"
+        if verify is None or verify.edges is not None:
+            return (f"{method} circuits need a verified run on every edge; add verify: {{n: 16}} without 'edges' to "
+                    "the spec (docs/verified.md)")
+    elif method is not None and method not in methods:
         extra = " and 'exact'" if kind == "approximation" and "exact" not in methods else ""
         return f"method {method!r} is not in the spec's methods {methods}; add it{extra}"
     if kind == "approximation" and "exact" not in methods:
@@ -47,7 +55,6 @@ def spec_problem(claim: Any, spec: Any) -> str | None:
         return f"k={k} is not in the spec's k {list(spec.k)}; add it to the spec's k"
     if kind == "faithfulness" and not spec.faithfulness:
         return "the spec has 'faithfulness: false'; set it to true"
-    verify = getattr(spec, "verify", None)
     if kind in ("verified_edge", "missed_edges") and verify is None:
         return "verified claims need a verified run; add verify: {n: 16} to the spec (docs/verified.md)"
     if kind == "missed_edges" and verify.edges is None:

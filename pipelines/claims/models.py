@@ -25,6 +25,8 @@ __all__ = ["ClaimBase", "BoundedClaim", "EdgeInCircuitClaim", "CircuitStabilityC
            "KIND_MODELS", "Claim", "ClaimsFile", "model_label"]
 
 APPROX_METHOD = Literal[tuple(m for m in get_args(METHOD) if m != "exact")]
+#: circuits: a method's own, or those selected from an approximation's verified estimates ("eap+verified")
+CIRCUIT_METHOD = Literal[get_args(METHOD) + tuple(f"{m}+verified" for m in get_args(APPROX_METHOD))]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 
@@ -76,7 +78,7 @@ class EdgeInCircuitClaim(ClaimBase):
 
     kind: Literal["edge_in_circuit"]
     edge: str = Field(min_length=1)
-    method: METHOD
+    method: CIRCUIT_METHOD
     k: int = Field(ge=1)
     min_inclusion: Unit
 
@@ -93,7 +95,7 @@ class CircuitStabilityClaim(BoundedClaim):
     """A stability statistic of the top-k circuit under resampling."""
 
     kind: Literal["circuit_stability"]
-    method: METHOD
+    method: CIRCUIT_METHOD
     k: int = Field(ge=1)
     # *_ci_low of the Monte Carlo spread over resamples are not claimable: a claim about stability is about
     # data, so bounds come from the data-level intervals (expected Jaccard / Phi of two size-N datasets).
@@ -107,7 +109,7 @@ class FaithfulnessClaim(BoundedClaim):
     """Faithfulness of the top-k circuit (f_*), or the area-under-curve scores cpr/cmd."""
 
     kind: Literal["faithfulness"]
-    method: METHOD
+    method: CIRCUIT_METHOD
     k: int | None = Field(None, ge=1)
     # f_ci_*: this fixed circuit (selection not included); f_selected*: the circuit selected from N prompts
     statistic: Literal[statistics("faithfulness")]

@@ -5,6 +5,8 @@
 * circuitstat.stats.verified.result: ``verified_means`` and its ``VerifiedResult`` (the public entry point);
 * circuitstat.stats.verified.reliability: the per-edge reliability flag;
 * circuitstat.stats.verified.missed: an upper bound on the unverified edges whose mean exact effect exceeds a threshold;
+* circuitstat.stats.verified.pseudo: pseudo-scores whose column means are the estimates, for stability and
+  faithfulness of circuits selected from them (stratified resampling);
 * circuitstat.stats.verified.coverage: simulated coverage on paired populations (exact and approximation per prompt).
 """
 
@@ -18,5 +20,6 @@ _MODULES = {
              "DEFAULT_TUNING"],
     ".missed": ["MissedEdgesResult", "missed_edges_bound", "hypergeometric_upper"],
     ".coverage": ["paired_population", "simulate_verified"],
+    ".pseudo": ["VerifiedPseudoScores", "verified_pseudo_scores", "verified_strata"],
 }
 __all__, __getattr__ = lazy_names(__name__, _MODULES)

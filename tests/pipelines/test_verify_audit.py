@@ -91,12 +91,54 @@ def test_edge_subset_verifies_the_top_and_a_random_sample_and_bounds_the_rest(ru
 def test_verified_stage_is_listed_resumes_and_records_its_seed(runs, tmp_path):
     _, ver, _ = runs
     spec = parse_spec({**BASE, "methods": ["eap", "eap-ig-inputs"], "verify": {"n": 8, "seed": 11}})
-    assert audit_stages(spec)[-1] == "verified"
+    # right after the scores: the stability and faithfulness stages read its pseudo-scores
+    assert audit_stages(spec)[:5] == ["index", "scores_eap", "scores_eap-ig-inputs", "verified", "edge_stats"]
     manifest = json.loads((ver / "manifest.json").read_text())
     assert manifest["stages"]["verified"]["status"] == "done"
     before = (ver / "verified.parquet").read_bytes()
     run_audit(spec, ver)  # resumed: nothing recomputed, same bytes
     assert (ver / "verified.parquet").read_bytes() == before
+
+
+def test_circuits_selected_from_verified_estimates_get_stability_and_faithfulness(tmp_path):
+    """eap+verified rows in stability_vs_k (data level) and faithfulness_vs_k (selection-aware), named by their
+    estimand; the pseudo-scores they rank have the verified estimates as column means."""
+    from circuitstat.core.tables import table_to_matrix
+
+    out = tmp_path / "vc"
+    run_audit(parse_spec({**BASE, "task": {"name": "induction", "n": 40, "options": {"seq_len": 5}},
+                          "methods": ["eap"], "k": [3, 6], "faithfulness": True, "verify": {"n": 8, "seed": 2}}), out)
+    words = "mean exact effect, verified on 8 of 40 prompts (PPI++ estimates)"
+    stab = _read(out, "stability_vs_k")
+    v = stab[stab["method"] == "eap+verified"]
+    assert list(v["k"]) == [3, 6] and set(v["ranked_by"]) == {words}
+    assert set(stab.loc[stab["method"] == "eap", "ranked_by"]) == {"mean eap score"}
+    assert np.isfinite(v["jaccard_data_ci_low"]).all() and set(v["data_level_note"]) == {""}
+    faith = _read(out, "faithfulness_vs_k")
+    f = faith[faith["method"] == "eap+verified"]
+    assert set(f["ranked_by"]) == {words} and np.isfinite(f["f_selected_ci_low"]).all()
+    assert all("stratified by verified prompts" in note for note in f["f_selected_note"])
+    pseudo = pq.read_table(out / "verified_pseudo.parquet")
+    C = np.asarray(table_to_matrix(pseudo), np.float64)
+    assert int(np.asarray(pseudo.column("labelled")).sum()) == 8
+    est = _read(out, "verified")["estimate"].to_numpy()
+    np.testing.assert_allclose(C.mean(0), est, rtol=1e-5, atol=1e-6 * np.abs(est).max())
+    # claims read the same rows: a bound at the value holds, one just above it fails
+    import yaml
+    from typer.testing import CliRunner
+
+    from circuitstat.pipelines.cli import app
+
+    value = float(v.loc[v["k"] == 3, "jaccard_data"].iloc[0])
+    codes = []
+    for bound in (value - 1e-9, value + 1e-3):
+        f = tmp_path / f"claims{len(codes)}.yaml"
+        f.write_text(yaml.safe_dump({"claims": [{"kind": "circuit_stability", "method": "eap+verified", "k": 3,
+                                                 "statistic": "jaccard_data", "min": bound}]}))
+        r = CliRunner().invoke(app, ["check", str(f), "--run", str(out), "--allow-outside"])
+        assert "eap+verified" in r.output, r.output
+        codes.append(r.exit_code)
+    assert codes[0] == 0 and codes[1] not in (0, 2), codes
 
 
 def test_default_seed_comes_from_the_run_seed(tmp_path):

@@ -1,0 +1,105 @@
+"""How often the missed-edges bound holds, over datasets drawn from a population whose exact effects are known.
+
+A population is a paired matrix: exact effects X [P, E] and the approximation A [P, E] of the same P prompts
+(e.g. a planted ground-truth model's, tests/fixtures/groundtruth-verified-planted3.parquet); its mean exact
+effect per edge μ_e is the truth, so the edges above the threshold (|μ_e| > τ) and the nulls are known. Each
+dataset draws N prompts with replacement, verifies n of them uniformly at random, takes the top m edges by
+|approximation mean| plus a uniformly random r of the other R, and computes the bound of
+circuitstat.stats.verified.missed as a verified run does (circuitstat.pipelines.verify: half the error rate on
+the hypergeometric bound, half on the sampled edges' intervals, Bonferroni over them). The bound holds when
+the unverified edges (R − r) hold at most ``missed_high`` edges with |μ_e| > τ.
+
+With the sampled edges' effects known (``known=True``) the only randomness is the sample, and the failure
+probability given (R, K, r) is computable exactly: P(K_U(X) < K), X ~ Hypergeometric(R, K, r)
+(:func:`failure_probability`); its mean over datasets is the hold rate to expect, and shows whether the
+bound could fail at all on this population (it cannot where K is small: K_U(0) ≥ K for every sample).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from circuitstat.core.topk import topk
+from circuitstat.stats.verified.missed import _log_choose, hypergeometric_upper, missed_edges_bound, possibly_above
+
+__all__ = ["MissedStudy", "failure_probability", "missed_edges_study"]
+
+
+@lru_cache(maxsize=4096)
+def failure_probability(R: int, K: int, r: int, confidence_level: float) -> float:
+    """Return P(K_U(X) < K) for X ~ Hypergeometric(R, K, r): the exact chance the bound misses K (known effects)."""
+    x = np.arange(0, min(K, r) + 1)
+    upper = np.array([hypergeometric_upper(int(v), R, r, confidence_level) for v in x])
+    pmf = np.exp(_log_choose(K, x) + _log_choose(R - K, r - x) - _log_choose(R, r))
+    return float(pmf[upper < K].sum())
+
+
+@dataclass
+class MissedStudy:
+    """Per dataset: the truth (unverified edges above τ), the bound, the unverified count, whether it held,
+    and (known effects) its exact failure probability; ``summary()`` the hold rate with its MC SE."""
+
+    truth: np.ndarray
+    bound: np.ndarray
+    n_unverified: np.ndarray
+    holds: np.ndarray
+    fail_probability: np.ndarray  # NaN with estimated effects
+    level: float
+
+    def summary(self) -> dict:
+        """Return hold rate, its MC SE (dataset as the unit), the expected hold rate and medians."""
+        D = self.holds.size
+        p = float(self.holds.mean())
+        return {"datasets": D, "level": self.level, "hold_rate": p, "mc_se": float(np.sqrt(max(p * (1 - p), 1.0 / D) / D)),
+                "expected_hold_rate": float(1 - np.nanmean(self.fail_probability)) if np.isfinite(
+                    self.fail_probability).any() else float("nan"),
+                "median_truth": float(np.median(self.truth)), "median_bound": float(np.median(self.bound)),
+                "median_unverified": float(np.median(self.n_unverified)),
+                "share_bound_below_unverified": float(np.mean(self.bound < self.n_unverified)),
+                "share_truth_positive": float(np.mean(self.truth > 0))}
+
+
+def _one(X: np.ndarray, A: np.ndarray, mu: np.ndarray, rng: np.random.Generator, *, tau: float, n_top: int,
+         n_random: int, N: int, n: int, level: float, split: float, known: bool) -> tuple[int, int, int, float]:
+    """Return (truth, bound, unverified count, failure probability or NaN) of one dataset."""
+    from circuitstat.stats.verified import verified_means
+
+    idx = rng.integers(0, X.shape[0], N)
+    Ad = A[idx]
+    E = X.shape[1]
+    top = np.asarray(topk(Ad.mean(0), n_top, ranking="absolute", seed=rng).indices).reshape(-1)
+    rest = np.setdiff1d(np.arange(E), top)
+    sample = rng.choice(rest, size=n_random, replace=False)
+    alpha = 1.0 - level
+    if known:
+        above = np.abs(mu[sample]) > tau
+        res = missed_edges_bound(above, rest.size, tau=tau, n_top=n_top, confidence_level=level)
+    else:
+        rows = np.sort(rng.choice(N, n, replace=False))
+        cls = verified_means(Ad[:, sample], X[idx[rows]][:, sample], rows,
+                             confidence_level=1.0 - alpha * (1 - split) / n_random)
+        above = possibly_above(cls.confidence_interval.low, cls.confidence_interval.high, tau)
+        res = missed_edges_bound(np.asarray(above, bool), rest.size, tau=tau, n_top=n_top,
+                                 confidence_level=1.0 - alpha * split, classification_level=1.0 - alpha * (1 - split))
+    unverified = np.setdiff1d(rest, sample)
+    truth = int((np.abs(mu[unverified]) > tau).sum())
+    fail = failure_probability(rest.size, int((np.abs(mu[rest]) > tau).sum()), n_random, level) if known else np.nan
+    return truth, res.bound, unverified.size, fail
+
+
+def missed_edges_study(exact: np.ndarray, approx: np.ndarray, *, tau: float, n_top: int, n_random: int,
+                       n_prompts: int = 512, n_labelled: int = 16, n_datasets: int = 200, seed: int = 0,
+                       confidence_level: float = 0.95, split: float = 0.5, known: bool = True) -> MissedStudy:
+    """Return a MissedStudy of the missed-edges bound over ``n_datasets`` datasets drawn from the population
+    (``exact``, ``approx`` [P, E], the same prompts); ``known``: the sampled edges' effects are the truth, else
+    they are estimated by PPI++ from ``n_labelled`` of ``n_prompts`` prompts."""
+    X, A = np.asarray(exact, np.float64), np.asarray(approx, np.float64)
+    mu = X.mean(0)
+    rng = np.random.default_rng(seed)
+    out = np.array([_one(X, A, mu, rng, tau=tau, n_top=n_top, n_random=n_random, N=n_prompts, n=n_labelled,
+                         level=confidence_level, split=split, known=known) for _ in range(n_datasets)])
+    truth, bound, unv = (out[:, i].astype(np.int64) for i in range(3))
+    return MissedStudy(truth, bound, unv, truth <= bound, out[:, 3], confidence_level)
