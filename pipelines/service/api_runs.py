@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from circuitstat.core.errors import InputError
+from circuitstat.core.rundir import RunDirError
 
 from . import access
 from .accounts import Principal
@@ -144,12 +145,12 @@ def report_file(svc: Service, job: Job) -> Path:
     if not out.is_file():
         try:
             render_report(run, out, hide_paths=True)  # as the job's worker renders it: no server path on the page
-        except InputError as e:  # a table changed since the job wrote it (circuitstat.core.rundir.verify_outputs)
+        except (InputError, RunDirError) as e:  # a table changed since the job wrote it, or the run holds none
             raise _damaged(svc, job, e) from None
     return out
 
 
-def _damaged(svc: Service, job: Job, e: InputError) -> Problem:
+def _damaged(svc: Service, job: Job, e: Exception) -> Problem:
     """409 for a job whose run no longer reads back as it was written, naming the job, not the server's path."""
     run = run_dir(svc, job)
     detail = str(e).replace(str(run.resolve()), f"job {job.id}").replace(str(run), f"job {job.id}")

@@ -446,3 +446,11 @@ def test_migration_0002_upgrades_a_database_made_by_0001(backend, tmp_path, requ
         job = s.get(Job, "a" * 32)
         assert job.deleted_at is None and job.state == "completed"
     d.dispose()
+
+
+def test_the_report_of_a_completed_job_whose_run_holds_no_tables_is_409_not_500(env):
+    """Found while testing deletion: render_report's RunDirError escaped as an unhandled 500."""
+    alice = env.user("alice")
+    job_id = env.job("alice")  # completed, but its run directory holds no manifest or tables
+    body = _problem(alice.get(f"/api/v1/jobs/{job_id}/report"), 409)
+    assert str(env.cfg.data) not in json.dumps(body)  # names the job, never the server's folder
