@@ -21,10 +21,10 @@ from starlette.concurrency import run_in_threadpool
 from . import access, queue
 from .accounts import Principal, authenticate, close_session, open_session
 from .api import job_out, log_tail
-from .api_runs import claims_out, read_claims_body, report_csp, report_file, run_claims, run_dir, stored_check, tables_of
+from .api_runs import claims_out, compare_jobs, read_claims_body, report_csp, report_file, run_claims, run_dir, stored_check, tables_of
 from .context import SESSION_COOKIE, page_principal, service
 from .db import JOB_STATES, ClaimCheck, Job
-from .problems import TITLES, Problem
+from .problems import TITLES, Problem, not_found
 from .progress import read_stages
 
 PAGE_CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; form-action 'self'; "
@@ -62,7 +62,28 @@ def _fmt(x) -> str:
     return f"{x:.4g}" if isinstance(x, float) else str(x)
 
 
-_env.filters.update(age=_age, duration=_duration, observed=_observed)
+def _ci(row: dict, est: str, lo: str, hi: str, side: str) -> str:
+    """A comparison row's interval of run ``side`` as "value [low, high]" (circuitstat.core.interval_words)."""
+    from circuitstat.core.interval_words import interval_text
+
+    if not row.get(f"in_{side}"):
+        return "not in run"
+
+    def f(v) -> float:
+        return float("nan") if v is None else float(v)
+
+    return interval_text(f(row[f"{est}_{side}"]), f(row[f"{lo}_{side}"]), f(row[f"{hi}_{side}"]), digits=4)
+
+
+def _signed(v) -> str:
+    return "-" if v is None else f"{v:+.4g}"
+
+
+def _yesno(v) -> str:
+    return "-" if v is None else ("yes" if v else "NO")
+
+
+_env.filters.update(age=_age, duration=_duration, observed=_observed, ci=_ci, signed=_signed, yesno=_yesno)
 
 
 def render(name: str, code: int = 200, **context) -> HTMLResponse:
@@ -257,3 +278,41 @@ def claims_page(job_id: str, check_id: str, request: Request, principal: Princip
     except Problem as p:
         return error_page(p.status, p.detail, principal.name)
     return render("claims.html", user=principal.name, check=claims_out(row), job_name=job_name)
+
+
+COMPARE_ROWS = 200  # edge rows each table of the comparison page shows at most (the JSON has every one)
+
+
+@router.get("/jobs/{job_id}/compare")
+def compare_form(job_id: str, request: Request, principal: Principal | None = Depends(page_principal),
+                 other: str = ""):
+    """The job page's compare form: redirect to ``/jobs/{job_id}/compare/{other}``."""
+    if principal is None:
+        return _login_redirect()
+    other = other.strip()
+    if not access.JOB_ID.fullmatch(job_id) or not access.JOB_ID.fullmatch(other):
+        return error_page(404, not_found().detail, principal.name)
+    return RedirectResponse(f"/jobs/{job_id}/compare/{other}", status_code=303)
+
+
+@router.get("/jobs/{job_a}/compare/{job_b}")
+def compare_page(job_a: str, job_b: str, request: Request, principal: Principal | None = Depends(page_principal)):
+    """Two jobs side by side (the numbers of ``GET /api/v1/jobs/{a}/compare/{b}``)."""
+    if principal is None:
+        return _login_redirect()
+    from circuitstat.reports.compare_text import biggest
+
+    svc = service(request)
+    try:
+        comp = compare_jobs(svc, principal, job_a, job_b)
+        with svc.db.session() as s:
+            names = {"a": access.visible_job(s, principal, job_a).name, "b": access.visible_job(s, principal, job_b).name}
+    except Problem as p:
+        return error_page(p.status, p.detail, principal.name)
+    doc = comp.to_dict()
+    flagged = [r for r in doc["edges"] if r["overlap"] is False][:COMPARE_ROWS]
+    keys = {(r["method"], r["name"]) for r in biggest(comp, COMPARE_ROWS)}
+    largest = sorted((r for r in doc["edges"] if (r["method"], r["name"]) in keys),
+                     key=lambda r: (-abs(r["difference"]), r["method"], str(r["name"])))
+    return render("compare.html", user=principal.name, cmp=doc, names=names, flagged=flagged, largest=largest,
+                  top=COMPARE_ROWS)

@@ -343,6 +343,7 @@ def _endpoints(job: str, check: str) -> list[tuple[str, str, dict]]:
             ("GET", f"{api}/tables/edges.parquet", {}), ("GET", f"{api}/tables/edges.json", {}),
             ("GET", f"{api}/report", {}), ("POST", f"{api}/claims", {"files": {"claims": ("c.yaml", claims)}}),
             ("GET", f"{api}/claims/{check}", {}), ("GET", f"{api}/claims/{check}/junit.xml", {}),
+            ("GET", f"{api}/compare/{job}", {}),
             ("POST", "/api/v1/query", {"json": {"sql": "SELECT count(*) AS n FROM edges", "jobs": [job]}}),
             ("PUT", f"{api}/sharing", {"json": {"public": False}}), ("POST", f"{api}/cancel", {})]
 
@@ -361,7 +362,7 @@ def test_another_users_run_is_404_on_every_endpoint(env):
     assert job not in [j["id"] for j in bob.get("/api/v1/jobs").json()["jobs"]]
     assert bob.get("/api/v1/jobs").json()["total"] == len(bob.get("/api/v1/jobs").json()["jobs"])
     browser = _browser_cookie(env, "bob")
-    for path in (f"/jobs/{job}", f"/jobs/{job}/report", f"/jobs/{job}/claims/{check}"):
+    for path in (f"/jobs/{job}", f"/jobs/{job}/report", f"/jobs/{job}/claims/{check}", f"/jobs/{job}/compare/{job}"):
         r = httpx.get(env["server"].url + path, cookies=browser)
         assert r.status_code == 404 and job not in r.text.replace(path, ""), path
     assert job not in httpx.get(env["server"].url + "/jobs", cookies=browser).text
