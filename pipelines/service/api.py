@@ -53,6 +53,9 @@ class JobOut(BaseModel):
     attempts: int
     public: bool
     shared_with: list[str] | None = Field(None, description="only shown to the owner")
+    parent_id: str | None = Field(None, description="the job this one re-runs (POST /jobs/{id}/rerun), if any")
+    queue_position: int | None = Field(None, description="while queued: 1 + the queued jobs (of every user) the "
+                                       "server takes before this one, oldest first; null in every other state")
     links: dict[str, str]
 
 
@@ -73,11 +76,14 @@ def job_out(s: Session, job: Job, principal: Principal) -> JobOut:
     links = {"self": base, "log": f"{base}/log", "manifest": f"{base}/manifest", "tables": f"{base}/tables",
              "report": f"{base}/report", "claims": f"{base}/claims", "page": f"/jobs/{job.id}"}
     own = job.owner_id == principal.user_id
+    if job.parent_id:
+        links["parent"] = f"/api/v1/jobs/{job.parent_id}"
     return JobOut(id=job.id, kind=job.kind, name=job.name, owner=access.owner_name(s, job), model=job.model,
                   state=job.state, stage=job.stage, progress=job.progress, eta_seconds=job.eta_seconds,
                   created_at=job.created_at, started_at=job.started_at, finished_at=job.finished_at, error=job.error,
                   error_kind=job.error_kind, attempts=job.attempts, public=job.public,
-                  shared_with=access.shared_with(s, job) if own else None, links=links)
+                  shared_with=access.shared_with(s, job) if own else None, parent_id=job.parent_id,
+                  queue_position=queue.position(s, job), links=links)
 
 
 # ----- submit ---------------------------------------------------------------------------------------

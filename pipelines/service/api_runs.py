@@ -22,6 +22,7 @@ from circuitstat.core.errors import InputError
 
 from . import access
 from .accounts import Principal
+from .api import JobOut, job_out
 from .context import Service, current_principal, service
 from .db import ClaimCheck, Job, now
 from .problems import Problem, not_found
@@ -397,3 +398,17 @@ def get_compare(job_a: str, job_b: str, request: Request, principal: Principal =
     comp = compare_jobs(service(request), principal, job_a, job_b)
     return {**comp.to_dict(), "links": {"a": f"/api/v1/jobs/{job_a}", "b": f"/api/v1/jobs/{job_b}",
                                         "page": f"/jobs/{job_a}/compare/{job_b}"}}
+
+
+# ----- re-run ---------------------------------------------------------------------------------------------
+@router.post("/jobs/{job_id}/rerun", status_code=202, response_model=JobOut)
+def post_rerun(job_id: str, request: Request, principal: Principal = Depends(current_principal)) -> JobOut:
+    """Re-run your job: a new queued job with the same spec and uploaded task files, recording ``parent_id``
+    (202 with the new job; 404 when the job is not yours, 422 when its model is no longer allowed, 429 over
+    your active-job quota)."""
+    from .rerun import rerun
+
+    svc = service(request)
+    job = rerun(svc, principal, job_id)
+    with svc.db.session() as s:
+        return job_out(s, s.get(Job, job.id), principal)

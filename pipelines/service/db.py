@@ -85,6 +85,7 @@ class Job(Base):
     max_work_flops: Mapped[float] = mapped_column(Float)  # the owner's quota when it was submitted
     work_flops: Mapped[float | None] = mapped_column(Float, nullable=True)  # the worker's estimate
     request_bytes: Mapped[int] = mapped_column(Integer, default=0)
+    parent_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)  # re-run of this job
 
     __table_args__ = (Index("ix_jobs_state_created", "state", "created_at"),)
 

@@ -198,7 +198,19 @@ def _job_context(svc, principal: Principal, job_id: str) -> dict:
     spec = json.dumps(json.loads(job.spec), indent=2)
     spec = spec.replace(str((svc.cfg.jobs_dir / job.id).resolve()), ".")
     return {"job": out, "own": job.owner_id == principal.user_id, "stages": _stages(run), "tables": tables,
-            "spec": spec, "log": log_tail(svc, job, LOG_LINES), "log_lines": LOG_LINES, "checks": checks}
+            "spec": spec, "log": log_tail(svc, job, LOG_LINES), "log_lines": LOG_LINES, "checks": checks,
+            **_family(svc, principal, job)}
+
+
+def _family(svc, principal: Principal, job: Job) -> dict:
+    """The job's parent (when the caller may see it) and its re-runs the caller may see, newest first."""
+    with svc.db.session() as s:
+        parent = s.scalar(select(Job).where(Job.id == job.parent_id, access.visible_filter(principal))) \
+            if job.parent_id else None
+        reruns = list(s.scalars(select(Job).where(Job.parent_id == job.id, access.visible_filter(principal))
+                                .order_by(Job.created_at.desc()).limit(20)))
+    return {"parent": {"id": parent.id, "name": parent.name, "state": parent.state} if parent else None,
+            "reruns": [{"id": r.id, "name": r.name, "state": r.state, "created_at": r.created_at} for r in reruns]}
 
 
 @router.get("/jobs/{job_id}")
@@ -226,6 +238,22 @@ def cancel_page(job_id: str, request: Request, principal: Principal | None = Dep
     except Problem as p:
         return error_page(p.status, p.detail, principal.name)
     return RedirectResponse(f"/jobs/{job_id}", status_code=303)
+
+
+@router.post("/jobs/{job_id}/rerun")
+def rerun_page(job_id: str, request: Request, principal: Principal | None = Depends(page_principal)):
+    """The job page's re-run button: a new job with the same spec, then its page."""
+    if principal is None:
+        return _login_redirect()
+    if not _same_origin(request):
+        return error_page(400, "the form was sent from another site", principal.name)
+    from .rerun import rerun
+
+    try:
+        job = rerun(service(request), principal, job_id)
+    except Problem as p:
+        return error_page(p.status, p.detail, principal.name)
+    return RedirectResponse(f"/jobs/{job.id}", status_code=303)
 
 
 @router.get("/jobs/{job_id}/report")
