@@ -20,10 +20,11 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from . import access, queue
+from . import access, listing, queue
 from .accounts import Principal
 from .context import Service, current_principal, service
 from .db import JOB_KINDS, JOB_STATES, Job, JobEvent, User, now
+from .listing import JobQuery
 from .problems import Problem
 from .quotas import check_active, check_body
 from .runner import LOG
@@ -61,7 +62,8 @@ class JobOut(BaseModel):
 
 class JobList(BaseModel):
     jobs: list[JobOut]
-    total: int
+    total: int = Field(description="jobs matching the filters, on every page")
+    next_cursor: str | None = Field(None, description="pass as cursor for the next page; null on the last page")
 
 
 class Sharing(BaseModel):
@@ -198,22 +200,15 @@ async def submit(request: Request, principal: Principal = Depends(current_princi
 
 
 # ----- read and change ------------------------------------------------------------------------------------
-def _list(svc: Service, principal: Principal, state, kind, scope, model, limit, offset) -> JobList:
+def _list(svc: Service, principal: Principal, scope: str, q: JobQuery) -> JobList:
     with svc.db.session() as s:
-        q = access.visible_jobs(principal)
-        if state:
-            q = q.where(Job.state == state)
-        if kind:
-            q = q.where(Job.kind == kind)
-        if model:
-            q = q.where(Job.model.contains(model))
+        base = access.visible_jobs(principal)
         if scope == "own":
-            q = q.where(Job.owner_id == principal.user_id)
+            base = base.where(Job.owner_id == principal.user_id)
         elif scope == "others":
-            q = q.where(Job.owner_id != principal.user_id)
-        total = s.scalar(select(func.count()).select_from(q.order_by(None).subquery()))
-        jobs = list(s.scalars(q.limit(limit).offset(offset)))
-        return JobList(jobs=[job_out(s, j, principal) for j in jobs], total=total or 0)
+            base = base.where(Job.owner_id != principal.user_id)
+        jobs, total, cursor = listing.page(s, base, q)
+        return JobList(jobs=[job_out(s, j, principal) for j in jobs], total=total, next_cursor=cursor)
 
 
 @router.get("/jobs", response_model=JobList)
@@ -221,10 +216,25 @@ def list_jobs(request: Request, principal: Principal = Depends(current_principal
               state: str | None = Query(None, pattern="^(" + "|".join(JOB_STATES) + ")$"),
               kind: str | None = Query(None, pattern="^(" + "|".join(JOB_KINDS) + ")$"),
               scope: str = Query("all", pattern="^(all|own|others)$"),
-              model: str | None = Query(None, max_length=200),
-              limit: int = Query(50, ge=1, le=1000), offset: int = Query(0, ge=0)) -> JobList:
-    """The jobs you may see (your own, shared with you, public), newest first, filtered."""
-    return _list(service(request), principal, state, kind, scope, model, limit, offset)
+              name: str | None = Query(None, max_length=200, description="a substring of the name (any case)"),
+              model: str | None = Query(None, max_length=200, description="a substring of the model (any case)"),
+              created_after: str | None = Query(None, max_length=40, description="submitted at or after: UNIX "
+                                                "seconds or an ISO 8601 date or time (UTC unless it says)"),
+              created_before: str | None = Query(None, max_length=40, description="submitted before (as above)"),
+              sort: str = Query("created", pattern="^(" + "|".join(listing.SORTS) + ")$"),
+              order: str = Query("desc", pattern="^(asc|desc)$"),
+              limit: int = Query(listing.DEFAULT_PAGE_SIZE, ge=1, le=listing.MAX_PAGE_SIZE,
+                                 description=f"jobs per page, at most {listing.MAX_PAGE_SIZE}"),
+              cursor: str | None = Query(None, max_length=600, description="next_cursor of the previous page"),
+              page: int | None = Query(None, ge=1, le=1_000_000, description="1-based page (instead of cursor)"),
+              offset: int = Query(0, ge=0, le=10_000_000)) -> JobList:
+    """The jobs you may see (your own, shared with you, public), filtered by name, model, state, kind and
+    submission time, sorted by created, name or state, one page at a time (``next_cursor`` continues)."""
+    q = JobQuery(name=name, model=model, state=state, kind=kind,
+                 created_after=listing.parse_time(created_after, "created_after"),
+                 created_before=listing.parse_time(created_before, "created_before"), sort=sort, order=order,
+                 limit=limit, cursor=cursor, page=page, offset=offset)
+    return _list(service(request), principal, scope, q)
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)

@@ -157,17 +157,37 @@ async def logout(request: Request) -> Response:
 
 
 @router.get("/jobs")
-def jobs_page(request: Request, state: str | None = None, principal: Principal | None = Depends(page_principal)):
+def jobs_page(request: Request, principal: Principal | None = Depends(page_principal), state: str | None = None,
+              name: str = "", model: str = "", after: str = "", before: str = "", sort: str = "created",
+              order: str = "desc", page: str = "1"):
+    """The job list: filter by name, model, state and submission dates, sort, and page through it."""
     if principal is None:
         return _login_redirect()
+    from urllib.parse import urlencode
+
+    from .listing import DEFAULT_PAGE_SIZE, ORDERS, SORTS, JobQuery, page as list_page, parse_time
+
     svc = service(request)
-    state = state if state in JOB_STATES else None
-    with svc.db.session() as s:
-        q = access.visible_jobs(principal)
-        if state:
-            q = q.where(Job.state == state)
-        jobs = [job_out(s, j, principal) for j in s.scalars(q.limit(500))]
-    return render("jobs.html", user=principal.name, jobs=jobs, total=len(jobs), states=JOB_STATES, state=state)
+    form = {"name": name[:200], "model": model[:200], "state": state if state in JOB_STATES else "",
+            "after": after[:40], "before": before[:40], "sort": sort if sort in SORTS else "created",
+            "order": order if order in ORDERS else "desc"}
+    number = int(page) if page.isdigit() and 0 < int(page) <= 1_000_000 else 1
+    try:
+        q = JobQuery(name=form["name"] or None, model=form["model"] or None, state=form["state"] or None,
+                     created_after=parse_time(form["after"], "from"), created_before=parse_time(form["before"], "to"),
+                     sort=form["sort"], order=form["order"], limit=DEFAULT_PAGE_SIZE, page=number)
+        with svc.db.session() as s:
+            rows, total, more = list_page(s, access.visible_jobs(principal), q)
+            jobs = [job_out(s, j, principal) for j in rows]
+    except Problem as p:
+        return error_page(p.status, p.detail, principal.name)
+    kept = {k: v for k, v in form.items() if v}
+    link = lambda n: "/jobs?" + urlencode({**kept, "page": n})  # noqa: E731
+    pages = max(1, -(-total // DEFAULT_PAGE_SIZE))
+    return render("jobs.html", user=principal.name, jobs=jobs, total=total, states=JOB_STATES, state=form["state"],
+                  form=form, sorts=SORTS, page=number, pages=pages, prev=link(number - 1) if number > 1 else None,
+                  next=link(number + 1) if more else None, sort_link=lambda key: "/jobs?" + urlencode(
+                      {**kept, "sort": key, "order": "asc" if form["sort"] == key and form["order"] == "desc" else "desc"}))
 
 
 def _stages(run: Path) -> list[dict]:

@@ -5,6 +5,7 @@ job rows inserted as the API leaves them). What a worker does with a re-run is t
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 import pytest
 from sqlalchemy import select
@@ -107,3 +108,113 @@ def test_queue_position_counts_the_queued_jobs_taken_first(server) -> None:
         owner = "bob" if job in (ids[1], same_time) else "alice"
         assert server.get(owner, f"/api/v1/jobs/{job}").json()["queue_position"] == want[job]
     assert server.get("alice", f"/api/v1/jobs/{running}").json()["queue_position"] is None
+
+
+# ----- search, sort, pages --------------------------------------------------------------------------------
+NAMES = ["IOI audit", "ioi small", "50%_done", "5000done", "greater-than", "Induction", "induction b",
+         "' OR 1=1 --", "zeta", "alpha"]
+STATES = ["completed", "queued", "failed", "running", "cancelled"]
+DAY = 86400.0
+T0 = datetime(2026, 5, 28, tzinfo=timezone.utc).timestamp()
+
+
+@pytest.fixture
+def listed(server):
+    """Ten jobs of alice (names, models, states and days of NAMES, models a/b, STATES cycled) and one of bob."""
+    rows = []
+    for i, name in enumerate(NAMES):
+        model = "zoo:attn-only-2l/seed-0" if i % 2 else "random:gpt2?n_layer=1"
+        state, created = STATES[i % len(STATES)], T0 + (i % 7) * DAY  # days repeat: created ties happen
+        rows.append({"id": server.add_job("alice", name=name, model=model, state=state, created=created),
+                     "name": name, "model": model, "state": state, "created_at": created})
+    server.add_job("bob", name="IOI of bob", state="completed")
+    return rows
+
+
+def _ids(server: App, **params) -> list[str]:
+    r = server.get("alice", "/api/v1/jobs", params=params)
+    assert r.status_code == 200, r.text
+    return [j["id"] for j in r.json()["jobs"]]
+
+
+def test_filters_by_name_model_state_and_dates_as_parameters(server, listed) -> None:
+    def want(pred):
+        return sorted((r for r in listed if pred(r)), key=lambda r: (r["created_at"], r["id"]), reverse=True)
+
+    by_id = lambda rows: [r["id"] for r in rows]  # noqa: E731
+    assert _ids(server, name="ioi") == by_id(want(lambda r: "ioi" in r["name"].lower()))  # any case, bob's not
+    assert _ids(server, name="%_") == by_id(want(lambda r: "%_" in r["name"]))  # wildcards are literal
+    assert _ids(server, name="' OR 1=1 --") == by_id(want(lambda r: r["name"] == "' OR 1=1 --"))
+    assert _ids(server, model="ZOO:") == by_id(want(lambda r: r["model"].startswith("zoo")))
+    assert _ids(server, state="failed", model="random") == by_id(want(lambda r: r["state"] == "failed"
+                                                                        and r["model"].startswith("random")))
+    after, before = T0 + 2 * DAY, T0 + 5 * DAY
+    in_range = by_id(want(lambda r: after <= r["created_at"] < before))
+    assert _ids(server, created_after="2026-05-30", created_before="2026-06-02") == in_range
+    assert _ids(server, created_after=str(after), created_before=f"{before}") == in_range
+    bad = server.get("alice", "/api/v1/jobs", params={"created_after": "yesterday"})
+    assert bad.status_code == 422 and "ISO 8601" in bad.json()["detail"]
+    assert server.get("bob", "/api/v1/jobs", params={"name": "ioi"}).json()["total"] == 1  # his own only
+
+
+@pytest.mark.parametrize("sort,order", [("created", "desc"), ("created", "asc"), ("name", "asc"), ("name", "desc"),
+                                        ("state", "asc"), ("state", "desc")])
+def test_cursor_pages_walk_the_whole_sorted_list_once(server, listed, sort, order) -> None:
+    key = {"created": lambda r: r["created_at"], "name": lambda r: r["name"],
+           "state": lambda r: STATES_ORDER.index(r["state"])}[sort]
+    want = [r["id"] for r in sorted(listed, key=lambda r: (key(r), r["id"]), reverse=order == "desc")]
+    got, cursor, pages = [], None, 0
+    while True:
+        r = server.get("alice", "/api/v1/jobs", params={"sort": sort, "order": order, "limit": 3,
+                                                        **({"cursor": cursor} if cursor else {})}).json()
+        assert r["total"] == len(listed) + (pages >= 2) and len(r["jobs"]) <= 3  # the late job counts once there
+        got += [j["id"] for j in r["jobs"]]
+        pages += 1
+        cursor = r["next_cursor"]
+        if cursor is None:
+            break
+        if pages == 2:  # a job submitted mid-walk neither repeats nor shifts the rest of it
+            server.add_job("alice", name="late", state="queued", created=T0 + 3.5 * DAY)
+    assert [g for g in got if g in want] == want and len(got) == len(set(got))  # each once, in order
+    assert pages == 4
+    paged = server.get("alice", "/api/v1/jobs", params={"sort": sort, "order": order, "limit": 3, "page": 2}).json()
+    assert len(paged["jobs"]) == 3
+
+
+from circuitstat.pipelines.service.db import JOB_STATES as STATES_ORDER  # noqa: E402
+
+
+def test_the_page_size_is_bounded_and_cursors_are_checked(server, listed) -> None:
+    from circuitstat.pipelines.service.listing import MAX_PAGE_SIZE
+
+    r = server.get("alice", "/api/v1/jobs", params={"limit": MAX_PAGE_SIZE + 1})
+    assert r.status_code == 422  # no request lifts it
+    assert len(server.get("alice", "/api/v1/jobs", params={"limit": MAX_PAGE_SIZE}).json()["jobs"]) == len(listed)
+    first = server.get("alice", "/api/v1/jobs", params={"limit": 2, "sort": "name"}).json()
+    for params in ({"cursor": first["next_cursor"]},  # given for sort=name, used with created
+                   {"cursor": first["next_cursor"], "sort": "name", "page": 2},
+                   {"cursor": "not-a-cursor", "sort": "name"},
+                   {"cursor": "eyJzIjoibmFtZSIsIm8iOiJkZXNjIiwidiI6MSwiaSI6IngifQ", "sort": "name"}):  # v not a name
+        r = server.get("alice", "/api/v1/jobs", params={"limit": 2, **params})
+        assert r.status_code == 422, params
+    nxt = server.get("alice", "/api/v1/jobs", params={"limit": 2, "sort": "name", "cursor": first["next_cursor"]})
+    assert nxt.status_code == 200 and len(nxt.json()["jobs"]) == 2
+
+
+def test_the_jobs_page_searches_sorts_and_pages(server, listed) -> None:
+    page = server.page("alice", "/jobs", params={"name": "ioi", "sort": "name", "order": "asc"})
+    assert page.status_code == 200
+    import re
+
+    names = re.findall(r'<td><a href="/jobs/[0-9a-f]{32}">([^<]*)</a>', page.text)
+    assert names == sorted(n for n in NAMES if "ioi" in n.lower())
+    first = server.page("alice", "/jobs", params={"sort": "name", "order": "asc"})
+    assert first.text.count('<tr data-job="') == len(listed) and 'id="next"' not in first.text
+    for i in range(60 - len(listed)):
+        server.add_job("alice", name=f"bulk {i:02d}", created=T0 - i)
+    one = server.page("alice", "/jobs", params={"sort": "name", "order": "asc"})
+    two = server.page("alice", "/jobs", params={"sort": "name", "order": "asc", "page": "2"})
+    assert one.text.count('<tr data-job="') == 50 and two.text.count('<tr data-job="') == 10
+    assert 'id="next"' in one.text and "page=2" in one.text and 'id="prev"' in two.text
+    bad = server.page("alice", "/jobs", params={"after": "nonsense"})
+    assert bad.status_code == 422
