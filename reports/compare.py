@@ -185,6 +185,15 @@ class RunComparison:
                           "estimands": dict(self.estimands), "edges": self.edges, "stability": self.stability,
                           "faithfulness": self.faithfulness, "claims": self.claims})
 
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> RunComparison:
+        """Return the comparison that :meth:`to_dict` gave ``doc`` (the server's JSON), for its summary and page."""
+        runs = {k: RunInfo(str(r["label"]), tuple(r["models"]), tuple(r["methods"]), int(r["n_edges"]),
+                           r.get("confidence_level")) for k, r in doc["runs"].items()}
+        return cls(runs["a"], runs["b"], list(doc["edges"]), list(doc["stability"]), list(doc["faithfulness"]),
+                   None if doc.get("claims") is None else list(doc["claims"]), list(doc.get("notes", [])),
+                   dict(doc.get("estimands", {})))
+
     def summary(self, top: int = 20) -> str:
         """Return the comparison as text: the runs, counts and notes, then the edges whose intervals do not
         overlap and the ``top`` largest differences, stability and faithfulness against k, and claims."""

@@ -12,14 +12,16 @@ from .app import app, echo
 
 @app.command("compare")
 def compare_command(
-    run_a: Path = typer.Argument(..., help="run directory A (the --out of an audit)"),
-    run_b: Path = typer.Argument(..., help="run directory B; differences are B minus A"),
+    run_a: str = typer.Argument(..., help="run directory A (the --out of an audit), or a job id with --server"),
+    run_b: str = typer.Argument(..., help="run directory B (or job id); differences are B minus A"),
     json_out: bool = typer.Option(False, "--json", help="print the whole comparison (every edge) as JSON instead "
                                   "of the text summary"),
     html: Path | None = typer.Option(None, "--html", help="also write the comparison as a self-contained HTML page "
                                      "to this file"),
     top: int = typer.Option(20, "--top", min=1, max=10_000, help="edges the text shows: the largest differences, "
                             "and at most this many of those whose intervals do not overlap"),
+    server: str | None = typer.Option(None, "--server", help="compare two jobs on a circuitstat server (URL): RUN_A "
+                                      "and RUN_B are then job ids, the token comes from $CIRCUITSTAT_TOKEN"),
 ) -> None:
     """Compare two runs: per-edge estimates with intervals (joined on method and edge name), circuit stability
     and faithfulness against k, and claims verdicts where both runs have them; flags intervals that do not
@@ -27,7 +29,12 @@ def compare_command(
     from circuitstat.core.query import json_rows
     from circuitstat.reports.compare import compare_runs
 
-    comp = compare_runs(run_a, run_b)
+    if server is not None:
+        from circuitstat.pipelines.service.client import compare as compare_remote
+
+        comp = compare_remote(server, run_a, run_b)
+    else:
+        comp = compare_runs(Path(run_a), Path(run_b), labels=(run_a, run_b))
     if html is not None:
         from circuitstat.reports.html.compare import render_comparison
 

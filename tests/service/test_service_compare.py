@@ -84,3 +84,29 @@ def test_runs_sharing_no_edge_are_422_named_by_job(server, tmp_path) -> None:
     r = server.get("alice", f"/api/v1/jobs/{a}/compare/{b}")
     assert r.status_code == 422 and "share no edge" in r.json()["detail"] and a in r.json()["detail"]
     assert str(server.svc.cfg.data) not in r.text
+
+
+def test_the_compare_command_with_server_prints_the_servers_comparison(server, monkeypatch) -> None:
+    import httpx
+    from fastapi.testclient import TestClient
+    from typer.testing import CliRunner
+
+    from circuitstat.pipelines.cli import app as cli
+
+    a = server.add_job("alice", server.runs["a"], model="zoo:attn-only-2l/seed-0")
+    b = server.add_job("alice", server.runs["b"], model="zoo:attn-only-2l/seed-0")
+    monkeypatch.setattr(httpx, "Client", lambda base_url, timeout, headers: TestClient(
+        server.app, base_url=base_url, headers=headers))  # the client's requests go to the in-process app
+    monkeypatch.setenv("CIRCUITSTAT_TOKEN", server.tokens["alice"])
+    r = CliRunner().invoke(cli, ["compare", a, b, "--server", "http://testserver", "--json"])
+    assert r.exit_code == 0, r.output
+    api = server.get("alice", f"/api/v1/jobs/{a}/compare/{b}").json()
+    assert json.loads(r.output) == {k: v for k, v in api.items() if k != "links"}
+    local = CliRunner().invoke(cli, ["compare", str(server.runs["a"]), str(server.runs["b"]), "--top", "5"])
+    remote = CliRunner().invoke(cli, ["compare", a, b, "--server", "http://testserver", "--top", "5"])
+    assert remote.exit_code == 0 == local.exit_code
+    tail = lambda text: text.split("Edges whose intervals")[1]  # noqa: E731 - past the head naming the runs
+    assert tail(remote.output) == tail(local.output)  # the same text, row for row
+    monkeypatch.setenv("CIRCUITSTAT_TOKEN", server.tokens["bob"])
+    r = CliRunner().invoke(cli, ["compare", a, b, "--server", "http://testserver"])
+    assert r.exit_code == 2 and "404" in r.output
