@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from circuitstat.core.errors import InputError
@@ -64,47 +65,55 @@ def overlap(lo_a: float, hi_a: float, lo_b: float, hi_b: float) -> bool | None:
     return not (ends[1] < ends[2] or ends[3] < ends[0])
 
 
-def _keyed(t: pa.Table | None, keys: Sequence[str], values: Sequence[str]) -> dict[tuple, dict]:
-    """{key tuple: {value column: value}} of table ``t`` ({} without it); absent value columns are None."""
+def _side_table(t: pa.Table | None, keys: Sequence[str], values: Sequence[str], suffix: str) -> pa.Table | None:
+    """``t``'s key columns and the ``values`` it has (renamed ``<value>_<suffix>``) plus ``in_<suffix>``; None
+    without the table or a key column."""
     if t is None or any(k not in t.column_names for k in keys):
-        return {}
+        return None
     have = [c for c in values if c in t.column_names]
-    cols = {c: t.column(c).to_pylist() for c in [*keys, *have]}
-    out = {}
-    for i in range(t.num_rows):
-        out[tuple(cols[k][i] for k in keys)] = {c: (cols[c][i] if c in cols else None) for c in values}
-    return out
+    out = t.select([*keys, *have]).rename_columns([*keys, *(f"{c}_{suffix}" for c in have)])
+    return out.append_column(f"in_{suffix}", pa.array(np.ones(t.num_rows, dtype=bool)))
 
 
-def _side(row: dict | None, values: Sequence[str], suffix: str) -> dict:
-    return {f"{c}_{suffix}": (row or {}).get(c) for c in values}
+def _floats(t: pa.Table, col: str) -> np.ndarray:
+    """Column ``col`` of ``t`` as float64 (nulls, absent columns and non-numbers -> NaN)."""
+    if col not in t.column_names or not (pa.types.is_floating(t.column(col).type)
+                                         or pa.types.is_integer(t.column(col).type)):
+        return np.full(t.num_rows, np.nan)
+    return t.column(col).cast(pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64)
 
 
-def _difference(a: Any, b: Any) -> float | None:
-    d = _num(b) - _num(a)
-    return None if math.isnan(d) else d
+def _optional(values: np.ndarray, defined: np.ndarray) -> list:
+    """``values`` as Python values, None where not ``defined``."""
+    return [v if d else None for v, d in zip(values.tolist(), defined.tolist())]
 
 
 def _join(ta: pa.Table | None, tb: pa.Table | None, keys: Sequence[str], values: Sequence[str],
           lo: str | None, hi: str | None, estimate: str | None) -> list[dict]:
-    """Outer join of two tables on ``keys``: both sides' ``values``, B - A of ``estimate`` and the overlap of
-    the intervals ``lo``..``hi``; sorted by the keys."""
-    a, b = _keyed(ta, keys, values), _keyed(tb, keys, values)
-    rows = []
-    for key in sorted(set(a) | set(b), key=lambda k: tuple((v is None, str(v) if isinstance(v, str) else v)
-                                                           for v in k)):
-        ra, rb = a.get(key), b.get(key)
-        row = dict(zip(keys, key))
-        row.update(in_a=ra is not None, in_b=rb is not None)
-        row.update(_side(ra, values, "a"))
-        row.update(_side(rb, values, "b"))
-        if estimate is not None:
-            row["difference"] = _difference(row[f"{estimate}_a"], row[f"{estimate}_b"])
-        if lo is not None and hi is not None:
-            row["overlap"] = (overlap(row[f"{lo}_a"], row[f"{hi}_a"], row[f"{lo}_b"], row[f"{hi}_b"])
-                              if ra is not None and rb is not None else None)
-        rows.append(row)
-    return rows
+    """Full outer join of two tables on ``keys`` (pyarrow's hash join; a key repeated in a table gives a row per
+    pair, nothing is dropped): both sides' ``values``, B - A of ``estimate`` and whether the intervals
+    ``lo``..``hi`` overlap (None unless both ends of both are there); sorted by the keys."""
+    a, b = _side_table(ta, keys, values, "a"), _side_table(tb, keys, values, "b")
+    if a is None and b is None:
+        return []
+    if a is None or b is None:
+        j = a if b is None else b
+    else:
+        j = a.join(b, keys=list(keys), join_type="full outer", coalesce_keys=True)
+    j = j.sort_by([(k, "ascending") for k in keys])
+    in_a = np.asarray(j.column("in_a").fill_null(False)) if "in_a" in j.column_names else np.zeros(j.num_rows, bool)
+    in_b = np.asarray(j.column("in_b").fill_null(False)) if "in_b" in j.column_names else np.zeros(j.num_rows, bool)
+    rows = j.drop_columns([c for c in ("in_a", "in_b") if c in j.column_names]).to_pylist()
+    extra: dict[str, list] = {"in_a": in_a.tolist(), "in_b": in_b.tolist()}
+    if estimate is not None:
+        d = _floats(j, f"{estimate}_b") - _floats(j, f"{estimate}_a")
+        extra["difference"] = _optional(d, np.isfinite(d))
+    if lo is not None and hi is not None:
+        la, ha, lb, hb = (_floats(j, f"{c}_{s}") for s, c in (("a", lo), ("a", hi), ("b", lo), ("b", hi)))
+        defined = in_a & in_b & np.isfinite(la) & np.isfinite(ha) & np.isfinite(lb) & np.isfinite(hb)
+        extra["overlap"] = _optional(~((ha < lb) | (hb < la)), defined)
+    names = [*keys, "in_a", "in_b", *(f"{c}_{s}" for s in "ab" for c in values), *(k for k in extra if k not in ("in_a", "in_b"))]
+    return [{n: (extra[n][i] if n in extra else r.get(n)) for n in names} for i, r in enumerate(rows)]
 
 
 def _edge_names(tables: Mapping[str, pa.Table | None]) -> set[str]:
