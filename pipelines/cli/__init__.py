@@ -29,6 +29,7 @@ __all__ = ["app", "echo", "main", "study_app", "terminal_text", "user_error_mess
 from . import analyse, checks, studies  # noqa: E402,F401
 from . import tokens, zoo  # noqa: E402,F401
 from . import service  # noqa: E402,F401
+from . import compare  # noqa: E402,F401
 
 
 def main() -> None:

@@ -20,10 +20,11 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from . import access, queue
+from . import access, listing, queue
 from .accounts import Principal
 from .context import Service, current_principal, service
 from .db import JOB_KINDS, JOB_STATES, Job, JobEvent, User, now
+from .listing import JobQuery
 from .problems import Problem
 from .quotas import check_active, check_body
 from .retention import check_disk, disk_usage
@@ -54,12 +55,16 @@ class JobOut(BaseModel):
     attempts: int
     public: bool
     shared_with: list[str] | None = Field(None, description="only shown to the owner")
+    parent_id: str | None = Field(None, description="the job this one re-runs (POST /jobs/{id}/rerun), if any")
+    queue_position: int | None = Field(None, description="while queued: 1 + the queued jobs (of every user) the "
+                                       "server takes before this one, oldest first; null in every other state")
     links: dict[str, str]
 
 
 class JobList(BaseModel):
     jobs: list[JobOut]
-    total: int
+    total: int = Field(description="jobs matching the filters, on every page")
+    next_cursor: str | None = Field(None, description="pass as cursor for the next page; null on the last page")
 
 
 class Sharing(BaseModel):
@@ -74,11 +79,14 @@ def job_out(s: Session, job: Job, principal: Principal) -> JobOut:
     links = {"self": base, "log": f"{base}/log", "manifest": f"{base}/manifest", "tables": f"{base}/tables",
              "report": f"{base}/report", "claims": f"{base}/claims", "page": f"/jobs/{job.id}"}
     own = job.owner_id == principal.user_id
+    if job.parent_id:
+        links["parent"] = f"/api/v1/jobs/{job.parent_id}"
     return JobOut(id=job.id, kind=job.kind, name=job.name, owner=access.owner_name(s, job), model=job.model,
                   state=job.state, stage=job.stage, progress=job.progress, eta_seconds=job.eta_seconds,
                   created_at=job.created_at, started_at=job.started_at, finished_at=job.finished_at, error=job.error,
                   error_kind=job.error_kind, attempts=job.attempts, public=job.public,
-                  shared_with=access.shared_with(s, job) if own else None, links=links)
+                  shared_with=access.shared_with(s, job) if own else None, parent_id=job.parent_id,
+                  queue_position=queue.position(s, job), links=links)
 
 
 # ----- submit ---------------------------------------------------------------------------------------
@@ -194,22 +202,15 @@ async def submit(request: Request, principal: Principal = Security(current_princ
 
 
 # ----- read and change ------------------------------------------------------------------------------------
-def _list(svc: Service, principal: Principal, state, kind, scope, model, limit, offset) -> JobList:
+def _list(svc: Service, principal: Principal, scope: str, q: JobQuery) -> JobList:
     with svc.db.session() as s:
-        q = access.visible_jobs(principal)
-        if state:
-            q = q.where(Job.state == state)
-        if kind:
-            q = q.where(Job.kind == kind)
-        if model:
-            q = q.where(Job.model.contains(model))
+        base = access.visible_jobs(principal)
         if scope == "own":
-            q = q.where(Job.owner_id == principal.user_id)
+            base = base.where(Job.owner_id == principal.user_id)
         elif scope == "others":
-            q = q.where(Job.owner_id != principal.user_id)
-        total = s.scalar(select(func.count()).select_from(q.order_by(None).subquery()))
-        jobs = list(s.scalars(q.limit(limit).offset(offset)))
-        return JobList(jobs=[job_out(s, j, principal) for j in jobs], total=total or 0)
+            base = base.where(Job.owner_id != principal.user_id)
+        jobs, total, cursor = listing.page(s, base, q)
+        return JobList(jobs=[job_out(s, j, principal) for j in jobs], total=total, next_cursor=cursor)
 
 
 @router.get("/jobs", response_model=JobList)
@@ -217,10 +218,25 @@ def list_jobs(request: Request, principal: Principal = Depends(current_principal
               state: str | None = Query(None, pattern="^(" + "|".join(JOB_STATES) + ")$"),
               kind: str | None = Query(None, pattern="^(" + "|".join(JOB_KINDS) + ")$"),
               scope: str = Query("all", pattern="^(all|own|others)$"),
-              model: str | None = Query(None, max_length=200),
-              limit: int = Query(50, ge=1, le=1000), offset: int = Query(0, ge=0)) -> JobList:
-    """The jobs you may see (your own, shared with you, public), newest first, filtered."""
-    return _list(service(request), principal, state, kind, scope, model, limit, offset)
+              name: str | None = Query(None, max_length=200, description="a substring of the name (any case)"),
+              model: str | None = Query(None, max_length=200, description="a substring of the model (any case)"),
+              created_after: str | None = Query(None, max_length=40, description="submitted at or after: UNIX "
+                                                "seconds or an ISO 8601 date or time (UTC unless it says)"),
+              created_before: str | None = Query(None, max_length=40, description="submitted before (as above)"),
+              sort: str = Query("created", pattern="^(" + "|".join(listing.SORTS) + ")$"),
+              order: str = Query("desc", pattern="^(asc|desc)$"),
+              limit: int = Query(listing.DEFAULT_PAGE_SIZE, ge=1, le=listing.MAX_PAGE_SIZE,
+                                 description=f"jobs per page, at most {listing.MAX_PAGE_SIZE}"),
+              cursor: str | None = Query(None, max_length=600, description="next_cursor of the previous page"),
+              page: int | None = Query(None, ge=1, le=1_000_000, description="1-based page (instead of cursor)"),
+              offset: int = Query(0, ge=0, le=10_000_000)) -> JobList:
+    """The jobs you may see (your own, shared with you, public), filtered by name, model, state, kind and
+    submission time, sorted by created, name or state, one page at a time (``next_cursor`` continues)."""
+    q = JobQuery(name=name, model=model, state=state, kind=kind,
+                 created_after=listing.parse_time(created_after, "created_after"),
+                 created_before=listing.parse_time(created_before, "created_before"), sort=sort, order=order,
+                 limit=limit, cursor=cursor, page=page, offset=offset)
+    return _list(service(request), principal, scope, q)
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)

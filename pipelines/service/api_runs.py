@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Security
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
@@ -23,6 +23,7 @@ from circuitstat.core.rundir import RunDirError
 
 from . import access
 from .accounts import Principal
+from .api import JobOut, job_out
 from .context import Service, current_principal, service
 from .db import ClaimCheck, Job, now
 from .problems import Problem, not_found
@@ -364,3 +365,52 @@ def post_query(body: QueryIn, request: Request, principal: Principal = Depends(c
     """One SELECT over the tables of finished jobs you may see, with the CLI's locked-down DuckDB rules
     (`circuitstat query`); each table is a view by its name, with a ``run`` column naming the job."""
     return _query(service(request), principal, body)
+
+
+# ----- compare --------------------------------------------------------------------------------------------
+def compare_jobs(svc: Service, principal: Principal, job_a: str, job_b: str):
+    """The comparison (circuitstat.reports.compare.RunComparison) of two finished jobs ``principal`` may see,
+    B minus A, as `circuitstat compare` computes it on their run directories; 404 for a job the caller may
+    not see (either one, the same 404 as no job), 409 unfinished or damaged, 422 not comparable."""
+    from circuitstat.core.integrity import IntegrityError
+    from circuitstat.reports.compare import compare_runs
+
+    with svc.db.session() as s:
+        a, b = access.visible_job(s, principal, job_a), access.visible_job(s, principal, job_b)
+    for job in (a, b):
+        _finished(job, "tables")
+    try:
+        return compare_runs(run_dir(svc, a), run_dir(svc, b), labels=(a.id, b.id), models=([a.model], [b.model]))
+    except IntegrityError as e:  # a table changed on the server's disk: named by job id, as _damaged names it
+        detail = str(e)
+        for job in (a, b):
+            run = run_dir(svc, job)
+            detail = detail.replace(str(run.resolve()), f"job {job.id}").replace(str(run), f"job {job.id}")
+        raise Problem(409, f"{detail} (ask the operator: the server's copy of this job changed)") from None
+    except InputError as e:  # no edge_stats, or no shared edge: named by job id, never by path
+        raise Problem(422, str(e)) from None
+
+
+@router.get("/jobs/{job_a}/compare/{job_b}")
+def get_compare(job_a: str, job_b: str, request: Request, principal: Principal = Depends(current_principal)) -> dict:
+    """Two finished jobs side by side, B minus A (`circuitstat compare` on their runs, the same numbers): per-edge
+    estimates with intervals joined on method and edge name, stability and faithfulness against k, and claims
+    verdicts when both runs recorded them; ``overlap`` false flags intervals that do not overlap."""
+    comp = compare_jobs(service(request), principal, job_a, job_b)
+    return {**comp.to_dict(), "links": {"a": f"/api/v1/jobs/{job_a}", "b": f"/api/v1/jobs/{job_b}",
+                                        "page": f"/jobs/{job_a}/compare/{job_b}"}}
+
+
+# ----- re-run ---------------------------------------------------------------------------------------------
+@router.post("/jobs/{job_id}/rerun", status_code=202, response_model=JobOut)
+def post_rerun(job_id: str, request: Request,
+               principal: Principal = Security(current_principal, scopes=["write"])) -> JobOut:
+    """Re-run your job: a new queued job with the same spec and uploaded task files, recording ``parent_id``
+    (202 with the new job; 404 when the job is not yours, 422 when its model is no longer allowed, 429 over
+    your active-job quota)."""
+    from .rerun import rerun
+
+    svc = service(request)
+    job = rerun(svc, principal, job_id)
+    with svc.db.session() as s:
+        return job_out(s, s.get(Job, job.id), principal)

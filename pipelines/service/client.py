@@ -173,3 +173,16 @@ def check(server: str, claims: Path, job_id: str, junit: Path | None = None,
         atomic_write_bytes(junit, doc["junit"].encode())
         echo(f"JUnit XML -> {junit}")
     return int(doc["exit_code"])
+
+
+def compare(server: str, job_a: str, job_b: str):
+    """The comparison (circuitstat.reports.compare.RunComparison) of jobs ``job_a`` and ``job_b`` on ``server``, as
+    the server computed it (``GET /api/v1/jobs/{a}/compare/{b}``: the numbers of a local `compare`)."""
+    from circuitstat.reports.compare import RunComparison
+
+    client = Client(server)
+    try:
+        doc = client.request("GET", f"/api/v1/jobs/{job_a}/compare/{job_b}").json()
+    finally:
+        client.close()
+    return RunComparison.from_dict(doc)

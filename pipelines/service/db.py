@@ -91,6 +91,7 @@ class Job(Base):
     work_flops: Mapped[float | None] = mapped_column(Float, nullable=True)  # the worker's estimate
     request_bytes: Mapped[int] = mapped_column(Integer, default=0)
     deleted_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # delete asked for (0002)
+    parent_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)  # re-run of this job
 
     __table_args__ = (Index("ix_jobs_state_created", "state", "created_at"),)
 

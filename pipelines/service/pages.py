@@ -21,10 +21,10 @@ from starlette.concurrency import run_in_threadpool
 from . import access, queue
 from .accounts import Principal, authenticate, close_session, open_session
 from .api import job_out, log_tail
-from .api_runs import claims_out, read_claims_body, report_csp, report_file, run_claims, run_dir, stored_check, tables_of
+from .api_runs import claims_out, compare_jobs, read_claims_body, report_csp, report_file, run_claims, run_dir, stored_check, tables_of
 from .context import SESSION_COOKIE, page_principal, service
 from .db import JOB_STATES, ClaimCheck, Job
-from .problems import TITLES, Problem
+from .problems import TITLES, Problem, not_found
 from .progress import read_stages
 
 PAGE_CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; form-action 'self'; "
@@ -62,7 +62,28 @@ def _fmt(x) -> str:
     return f"{x:.4g}" if isinstance(x, float) else str(x)
 
 
-_env.filters.update(age=_age, duration=_duration, observed=_observed)
+def _ci(row: dict, est: str, lo: str, hi: str, side: str) -> str:
+    """A comparison row's interval of run ``side`` as "value [low, high]" (circuitstat.core.interval_words)."""
+    from circuitstat.core.interval_words import interval_text
+
+    if not row.get(f"in_{side}"):
+        return "not in run"
+
+    def f(v) -> float:
+        return float("nan") if v is None else float(v)
+
+    return interval_text(f(row[f"{est}_{side}"]), f(row[f"{lo}_{side}"]), f(row[f"{hi}_{side}"]), digits=4)
+
+
+def _signed(v) -> str:
+    return "-" if v is None else f"{v:+.4g}"
+
+
+def _yesno(v) -> str:
+    return "-" if v is None else ("yes" if v else "NO")
+
+
+_env.filters.update(age=_age, duration=_duration, observed=_observed, ci=_ci, signed=_signed, yesno=_yesno)
 
 
 def render(name: str, code: int = 200, **context) -> HTMLResponse:
@@ -136,17 +157,37 @@ async def logout(request: Request) -> Response:
 
 
 @router.get("/jobs")
-def jobs_page(request: Request, state: str | None = None, principal: Principal | None = Depends(page_principal)):
+def jobs_page(request: Request, principal: Principal | None = Depends(page_principal), state: str | None = None,
+              name: str = "", model: str = "", after: str = "", before: str = "", sort: str = "created",
+              order: str = "desc", page: str = "1"):
+    """The job list: filter by name, model, state and submission dates, sort, and page through it."""
     if principal is None:
         return _login_redirect()
+    from urllib.parse import urlencode
+
+    from .listing import DEFAULT_PAGE_SIZE, ORDERS, SORTS, JobQuery, page as list_page, parse_time
+
     svc = service(request)
-    state = state if state in JOB_STATES else None
-    with svc.db.session() as s:
-        q = access.visible_jobs(principal)
-        if state:
-            q = q.where(Job.state == state)
-        jobs = [job_out(s, j, principal) for j in s.scalars(q.limit(500))]
-    return render("jobs.html", user=principal.name, jobs=jobs, total=len(jobs), states=JOB_STATES, state=state)
+    form = {"name": name[:200], "model": model[:200], "state": state if state in JOB_STATES else "",
+            "after": after[:40], "before": before[:40], "sort": sort if sort in SORTS else "created",
+            "order": order if order in ORDERS else "desc"}
+    number = int(page) if page.isdigit() and 0 < int(page) <= 1_000_000 else 1
+    try:
+        q = JobQuery(name=form["name"] or None, model=form["model"] or None, state=form["state"] or None,
+                     created_after=parse_time(form["after"], "from"), created_before=parse_time(form["before"], "to"),
+                     sort=form["sort"], order=form["order"], limit=DEFAULT_PAGE_SIZE, page=number)
+        with svc.db.session() as s:
+            rows, total, more = list_page(s, access.visible_jobs(principal), q)
+            jobs = [job_out(s, j, principal) for j in rows]
+    except Problem as p:
+        return error_page(p.status, p.detail, principal.name)
+    kept = {k: v for k, v in form.items() if v}
+    link = lambda n: "/jobs?" + urlencode({**kept, "page": n})  # noqa: E731
+    pages = max(1, -(-total // DEFAULT_PAGE_SIZE))
+    return render("jobs.html", user=principal.name, jobs=jobs, total=total, states=JOB_STATES, state=form["state"],
+                  form=form, sorts=SORTS, page=number, pages=pages, prev=link(number - 1) if number > 1 else None,
+                  next=link(number + 1) if more else None, sort_link=lambda key: "/jobs?" + urlencode(
+                      {**kept, "sort": key, "order": "asc" if form["sort"] == key and form["order"] == "desc" else "desc"}))
 
 
 def _stages(run: Path) -> list[dict]:
@@ -178,7 +219,19 @@ def _job_context(svc, principal: Principal, job_id: str) -> dict:
     spec = spec.replace(str((svc.cfg.jobs_dir / job.id).resolve()), ".")
     return {"job": out, "own": job.owner_id == principal.user_id, "stages": _stages(run), "tables": tables,
             "can_write": "write" in principal.grants,
-            "spec": spec, "log": log_tail(svc, job, LOG_LINES), "log_lines": LOG_LINES, "checks": checks}
+            "spec": spec, "log": log_tail(svc, job, LOG_LINES), "log_lines": LOG_LINES, "checks": checks,
+            **_family(svc, principal, job)}
+
+
+def _family(svc, principal: Principal, job: Job) -> dict:
+    """The job's parent (when the caller may see it) and its re-runs the caller may see, newest first."""
+    with svc.db.session() as s:
+        parent = s.scalar(select(Job).where(Job.id == job.parent_id, access.visible_filter(principal), Job.deleted_at.is_(None))) \
+            if job.parent_id else None
+        reruns = list(s.scalars(select(Job).where(Job.parent_id == job.id, access.visible_filter(principal), Job.deleted_at.is_(None))
+                                .order_by(Job.created_at.desc()).limit(20)))
+    return {"parent": {"id": parent.id, "name": parent.name, "state": parent.state} if parent else None,
+            "reruns": [{"id": r.id, "name": r.name, "state": r.state, "created_at": r.created_at} for r in reruns]}
 
 
 @router.get("/jobs/{job_id}")
@@ -254,6 +307,26 @@ def admin_page(request: Request, state: str | None = None, principal: Principal 
                   can_write="write" in principal.grants)
 
 
+@router.post("/jobs/{job_id}/rerun")
+def rerun_page(job_id: str, request: Request, principal: Principal | None = Depends(page_principal)):
+    """The job page's re-run button: a new job with the same spec, then its page."""
+    if principal is None:
+        return _login_redirect()
+    if not _same_origin(request):
+        return error_page(400, "the form was sent from another site", principal.name)
+    from .context import SCOPE_HINTS
+    from .rerun import rerun
+
+    if "write" not in principal.grants:  # a read-only token may look, never start work
+        return error_page(403, SCOPE_HINTS["write"], principal.name)
+
+    try:
+        job = rerun(service(request), principal, job_id)
+    except Problem as p:
+        return error_page(p.status, p.detail, principal.name)
+    return RedirectResponse(f"/jobs/{job.id}", status_code=303)
+
+
 @router.get("/jobs/{job_id}/report")
 def report_page(job_id: str, request: Request, principal: Principal | None = Depends(page_principal)):
     if principal is None:
@@ -304,3 +377,41 @@ def claims_page(job_id: str, check_id: str, request: Request, principal: Princip
     except Problem as p:
         return error_page(p.status, p.detail, principal.name)
     return render("claims.html", user=principal.name, check=claims_out(row), job_name=job_name)
+
+
+COMPARE_ROWS = 200  # edge rows each table of the comparison page shows at most (the JSON has every one)
+
+
+@router.get("/jobs/{job_id}/compare")
+def compare_form(job_id: str, request: Request, principal: Principal | None = Depends(page_principal),
+                 other: str = ""):
+    """The job page's compare form: redirect to ``/jobs/{job_id}/compare/{other}``."""
+    if principal is None:
+        return _login_redirect()
+    other = other.strip()
+    if not access.JOB_ID.fullmatch(job_id) or not access.JOB_ID.fullmatch(other):
+        return error_page(404, not_found().detail, principal.name)
+    return RedirectResponse(f"/jobs/{job_id}/compare/{other}", status_code=303)
+
+
+@router.get("/jobs/{job_a}/compare/{job_b}")
+def compare_page(job_a: str, job_b: str, request: Request, principal: Principal | None = Depends(page_principal)):
+    """Two jobs side by side (the numbers of ``GET /api/v1/jobs/{a}/compare/{b}``)."""
+    if principal is None:
+        return _login_redirect()
+    from circuitstat.reports.compare_text import biggest
+
+    svc = service(request)
+    try:
+        comp = compare_jobs(svc, principal, job_a, job_b)
+        with svc.db.session() as s:
+            names = {"a": access.visible_job(s, principal, job_a).name, "b": access.visible_job(s, principal, job_b).name}
+    except Problem as p:
+        return error_page(p.status, p.detail, principal.name)
+    doc = comp.to_dict()
+    flagged = [r for r in doc["edges"] if r["overlap"] is False][:COMPARE_ROWS]
+    keys = {(r["method"], r["name"]) for r in biggest(comp, COMPARE_ROWS)}
+    largest = sorted((r for r in doc["edges"] if (r["method"], r["name"]) in keys),
+                     key=lambda r: (-abs(r["difference"]), r["method"], str(r["name"])))
+    return render("compare.html", user=principal.name, cmp=doc, names=names, flagged=flagged, largest=largest,
+                  top=COMPARE_ROWS)

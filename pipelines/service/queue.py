@@ -11,7 +11,7 @@ every transaction begins with ``BEGIN IMMEDIATE`` (circuitstat.pipelines.service
 
 from __future__ import annotations
 
-from sqlalchemy import func, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from .db import ACTIVE_STATES, Job, JobAttempt, JobEvent, now
@@ -160,3 +160,16 @@ def active_count(s: Session, user_id: int) -> int:
 def state_counts(s: Session) -> dict[str, int]:
     """Jobs per state (for /metrics)."""
     return {state: n for state, n in s.execute(select(Job.state, func.count()).group_by(Job.state))}
+
+
+def position(s: Session, job: Job) -> int | None:
+    """A queued job's place in the queue: 1 + the queued jobs :func:`claim` takes before it (every user's, in
+    its order: created_at, then id); None for a job in any other state. A job waiting out a retry delay
+    (``not_before``) keeps its place and is passed over until the delay ends, so the place is an upper
+    bound on how many jobs start before it, not a promise."""
+    if job.state != "queued":
+        return None
+    ahead = s.scalar(select(func.count()).select_from(Job).where(
+        Job.state == "queued", or_(Job.created_at < job.created_at,
+                                   and_(Job.created_at == job.created_at, Job.id < job.id))))
+    return int(ahead or 0) + 1

@@ -213,6 +213,16 @@ def test_a_variance_study_spec_runs_as_the_cli_runs_it(env, variance_cli, tmp_pa
     assert_same_tables(fetch_tables(c, job["id"], tmp_path / "got"), variance_cli)
 
 
+def test_a_rerun_runs_the_same_spec_into_the_same_tables(env, reference, tmp_path):
+    c, parent = env["c"]["alice"], env["job"]
+    r = c.post(f"/api/v1/jobs/{parent['id']}/rerun")
+    assert r.status_code == 202, r.text
+    child = wait_job(c, r.json()["id"])
+    assert child["state"] == "completed" and child["parent_id"] == parent["id"] and child["queue_position"] is None
+    assert_same_tables(fetch_tables(c, child["id"], tmp_path / "rerun"), reference)
+    assert manifest(_run_dir(env, child["id"]))["spec_sha256"] == manifest(_run_dir(env, parent["id"]))["spec_sha256"]
+
+
 def test_list_filter_cancel_and_conflicts(env):
     c = env["c"]["carol"]
     big = submit(c, {**AUDIT, "task": {"name": "induction", "n": 200, "options": {"seq_len": 8}},
@@ -343,6 +353,7 @@ def _endpoints(job: str, check: str) -> list[tuple[str, str, dict]]:
             ("GET", f"{api}/tables/edges.parquet", {}), ("GET", f"{api}/tables/edges.json", {}),
             ("GET", f"{api}/report", {}), ("POST", f"{api}/claims", {"files": {"claims": ("c.yaml", claims)}}),
             ("GET", f"{api}/claims/{check}", {}), ("GET", f"{api}/claims/{check}/junit.xml", {}),
+            ("GET", f"{api}/compare/{job}", {}), ("POST", f"{api}/rerun", {}),
             ("POST", "/api/v1/query", {"json": {"sql": "SELECT count(*) AS n FROM edges", "jobs": [job]}}),
             ("PUT", f"{api}/sharing", {"json": {"public": False}}), ("POST", f"{api}/cancel", {})]
 
@@ -352,7 +363,8 @@ def test_another_users_run_is_404_on_every_endpoint(env):
     check = alice.post(f"/api/v1/jobs/{job}/claims", content=yaml.safe_dump(CLAIMS).encode()).json()["id"]
     missing = "0" * 32
     for method, path, kw in _endpoints(job, check):
-        expect = 409 if path.endswith("/cancel") else (201 if method == "POST" and "claims" in path else 200)
+        expect = 409 if path.endswith("/cancel") else (201 if method == "POST" and "claims" in path else
+                                                       202 if path.endswith("/rerun") else 200)
         assert alice.request(method, path, **kw).status_code == expect, path  # the owner may
         theirs = bob.request(method, path, **kw)
         nothing = bob.request(method, path.replace(job, missing), **kw)
@@ -364,7 +376,7 @@ def test_another_users_run_is_404_on_every_endpoint(env):
     assert theirs.status_code == 404 == nothing.status_code and theirs.json()["detail"] == nothing.json()["detail"]
     assert alice.get(f"/api/v1/jobs/{job}").json()["state"] == "completed"  # (its owner's deletes: test_service_ops)
     browser = _browser_cookie(env, "bob")
-    for path in (f"/jobs/{job}", f"/jobs/{job}/report", f"/jobs/{job}/claims/{check}"):
+    for path in (f"/jobs/{job}", f"/jobs/{job}/report", f"/jobs/{job}/claims/{check}", f"/jobs/{job}/compare/{job}"):
         r = httpx.get(env["server"].url + path, cookies=browser)
         assert r.status_code == 404 and job not in r.text.replace(path, ""), path
     assert job not in httpx.get(env["server"].url + "/jobs", cookies=browser).text

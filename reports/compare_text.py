@@ -1,0 +1,96 @@
+"""The terminal text of a run comparison (circuitstat.reports.compare.RunComparison.summary)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from circuitstat.core.interval_words import interval_text
+
+RunComparison = Any  # circuitstat.reports.compare.RunComparison (not imported: it imports this module)
+
+__all__ = ["summary_text", "biggest"]
+
+
+def _ci(row: dict, est: str, lo: str, hi: str, side: str) -> str:
+    if not row[f"in_{side}"]:
+        return "(not in run)"
+    return interval_text(_f(row[f"{est}_{side}"]), _f(row[f"{lo}_{side}"]), _f(row[f"{hi}_{side}"]), digits=4)
+
+
+def _f(v: Any) -> float:
+    return math.nan if v is None or isinstance(v, str) else float(v)
+
+
+def _diff(v: Any) -> str:
+    return "-" if v is None or math.isnan(_f(v)) else f"{_f(v):+.4g}"
+
+
+def _apart(v: bool | None) -> str:
+    return "-" if v is None else ("yes" if v else "NO")
+
+
+def _grid(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    return ["  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+
+
+def biggest(comp: RunComparison, top: int) -> list[dict]:
+    """The ``top`` edge rows of both runs with the largest |B - A|, largest first (ties by method and name)."""
+    both = [r for r in comp.edges if r["difference"] is not None]
+    return sorted(both, key=lambda r: (-abs(r["difference"]), r["method"], str(r["name"])))[:top]
+
+
+def _edge_lines(rows: list[dict]) -> list[str]:
+    return _grid(["method", "edge", "A estimate [interval]", "B estimate [interval]", "B - A", "overlap"],
+                 [[r["method"], str(r["name"]), _ci(r, "estimate", "ci_low", "ci_high", "a"),
+                   _ci(r, "estimate", "ci_low", "ci_high", "b"), _diff(r["difference"]), _apart(r["overlap"])]
+                  for r in rows])
+
+
+def _k_lines(rows: list[dict], est: str, lo: str, hi: str) -> list[str]:
+    return _grid(["method", "k", "A", "B", "B - A", "overlap"],
+                 [[r["method"], str(r["k"]), _ci(r, est, lo, hi, "a"), _ci(r, est, lo, hi, "b"), _diff(r["difference"]),
+                   _apart(r["overlap"])] for r in rows])
+
+
+def _head(comp: RunComparison) -> list[str]:
+    c = comp.counts()
+    items = [("run A", comp.a.label), ("run B", comp.b.label),
+             ("models", f"A: {', '.join(comp.a.models) or '?'} | B: {', '.join(comp.b.models) or '?'}"),
+             ("methods", f"A: {', '.join(comp.a.methods)} | B: {', '.join(comp.b.methods)}"),
+             ("edge rows", f"{c['edges_both']} in both, {c['edges_only_a']} only in A, {c['edges_only_b']} only in B"),
+             ("intervals apart", f"{c['edges_flagged']} edge rows, {c['stability_flagged']} stability rows, "
+                                 f"{c['faithfulness_flagged']} faithfulness rows (a flag to look at, not a test)")]
+    if comp.claims is not None:
+        items.append(("claims changed", str(c["claims_changed"])))
+    items += [("note", n) for n in comp.notes]
+    width = max(len(k) for k, _ in items)
+    lines = [f"{k:<{width}}  {v}" for k, v in items]
+    bar = "=" * min(100, max(len(s) for s in lines))
+    return [bar, *lines, bar]
+
+
+def summary_text(comp: RunComparison, top: int = 20) -> str:
+    """Return the comparison as text: head, edges apart, the largest differences, stability, faithfulness, claims."""
+    lines = _head(comp)
+    flagged = comp.flagged_edges
+    lines += ["", f"Edges whose intervals do not overlap ({len(flagged)}; showing at most {top}):"]
+    lines += _edge_lines(flagged[:top]) if flagged else ["(none)"]
+    big = biggest(comp, top)
+    lines += ["", f"Largest differences B - A of the mean edge effect (top {len(big)} of "
+                  f"{sum(r['difference'] is not None for r in comp.edges)} edge rows; --json lists every edge):"]
+    lines += _edge_lines(big) if big else ["(none)"]
+    lines += ["", "Circuit stability against k: jaccard_data [interval] (" + comp.estimands["stability"].split(";")[0]
+              .removeprefix("jaccard_data: ") + "):"]
+    lines += _k_lines(comp.stability, "jaccard_data", "jaccard_data_ci_low", "jaccard_data_ci_high") \
+        if comp.stability else ["(neither run has stability_vs_k)"]
+    lines += ["", "Faithfulness against k: f_selected [interval] (selection included):"]
+    lines += _k_lines(comp.faithfulness, "f_selected", "f_selected_ci_low", "f_selected_ci_high") \
+        if comp.faithfulness else ["(neither run has faithfulness_vs_k)"]
+    if comp.claims is not None:
+        lines += ["", "Claims verdicts:"]
+        lines += _grid(["claim", "A", "B", "changed"],
+                       [[str(r["name"]), r["status_a"] or "(absent)", r["status_b"] or "(absent)",
+                         "CHANGED" if r["changed"] else ""] for r in comp.claims]) if comp.claims else ["(none)"]
+    return "\n".join(lines)
