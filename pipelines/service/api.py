@@ -146,7 +146,8 @@ def _create(svc: Service, principal: Principal, sub: dict, size: int) -> JobOut:
     job_id = uuid.uuid4().hex
     job_dir = svc.cfg.jobs_dir / job_id
     try:
-        prepared = prepare(kind, sub["spec_text"], sub["spec_data"], sub["files"], job_dir, svc.cfg.sources)
+        prepared = prepare(kind, sub["spec_text"], sub["spec_data"], sub["files"], job_dir, svc.cfg.sources,
+                           quotas)
         with svc.db.session() as s:
             # one submission per user at a time (a row lock; SQLite's BEGIN IMMEDIATE already serialises)
             s.execute(select(User.id).where(User.id == principal.user_id).with_for_update())

@@ -33,7 +33,8 @@ class _Running:
     spec: object
     job_dir: Path
     started_at: float
-    stopping: str | None = None  # "cancel" or "lost" once the server has stopped it
+    stopping: str | None = None  # "cancel", "lost" or "timeout" once the server has stopped it
+    max_seconds: float = float("inf")  # the owner's max_job_seconds (one attempt's wall time)
 
 
 class Dispatcher:
@@ -97,16 +98,21 @@ class Dispatcher:
             return
         from .submission import parse_kind
 
+        from .db import User
+
         with self.db.session() as s:
             jobs = queue.claim(s, self.server, self.cfg.lease_seconds, free, self.db.postgres)
-            claimed = [(j.id, j.kind, j.spec, j.max_work_flops) for j in jobs]
-        for job_id, kind, spec_json, max_work in claimed:
+            claimed = [(j.id, j.kind, j.spec, j.max_work_flops, self.cfg.quotas_for(s.get(User, j.owner_id).name))
+                       for j in jobs]
+        for job_id, kind, spec_json, max_work, quotas in claimed:
             import json
 
             spec = json.loads(spec_json)
             job_dir = self.cfg.jobs_dir / job_id
-            worker = self.pool.start(payload(job_id, kind, spec, job_dir, max_work, self.cfg.sources.models))
-            self.running[job_id] = _Running(kind, parse_kind(kind, spec), job_dir, time.time())
+            limits = {k: getattr(quotas, k) for k in ("max_parameters", "max_memory_bytes", "max_models_per_job")}
+            worker = self.pool.start(payload(job_id, kind, spec, job_dir, max_work, self.cfg.sources.models, limits))
+            self.running[job_id] = _Running(kind, parse_kind(kind, spec), job_dir, time.time(),
+                                            max_seconds=quotas.max_job_seconds)
             with self.db.session() as s:
                 queue.record_worker(s, job_id, self.server, worker)
             log.info("job started", extra={"job": job_id, "worker": worker})
@@ -126,6 +132,10 @@ class Dispatcher:
             if run.stopping == "cancel":
                 queue.finish(s, self.server, job_id, "cancelled", error="cancelled by its owner",
                              error_kind="cancelled")
+            elif run.stopping == "timeout" and status != "completed":
+                queue.finish(s, self.server, job_id, "failed", error_kind="limit", outcome="timeout",
+                             error=f"the job ran longer than its limit of {run.max_seconds:g} s of wall time "
+                                   "(max_job_seconds) and was stopped; its finished stages are kept in its run")
             elif status == "completed":
                 queue.finish(s, self.server, job_id, "completed", work_flops=outcome.get("work_flops"))
             elif status == "failed":
@@ -137,7 +147,7 @@ class Dispatcher:
                               count_attempt=False)
             else:
                 queue.requeue(s, self.server, job_id, "worker died", max_attempts=self.cfg.max_attempts)
-        final = "cancelled" if run.stopping == "cancel" else status
+        final = {"cancel": "cancelled", "timeout": "failed"}.get(run.stopping or "", status)
         log.info("job ended", extra={"job": job_id, "outcome": final, "error_kind": outcome.get("kind")})
         if self.metrics is not None:
             self.metrics.job_ended(final, outcome.get("kind"), time.time() - run.started_at)
@@ -156,6 +166,17 @@ class Dispatcher:
             elif job_id in cancels and run.stopping is None:
                 run.stopping = "cancel"
                 self.pool.abort(job_id, "cancelled")
+        self._stop_overdue()
+
+    def _stop_overdue(self) -> None:
+        """Stop every job running longer than its owner's max_job_seconds: it then fails with the reason, and its
+        run keeps the stages it finished (each stage is written whole, circuitstat.core.rundir)."""
+        t = time.time()
+        for job_id, run in self.running.items():
+            if run.stopping is None and t - run.started_at > run.max_seconds:
+                run.stopping = "timeout"
+                self.pool.abort(job_id, "timeout")
+                log.warning("job over its wall-time limit, stopped", extra={"job": job_id})
 
     def _record_progress(self) -> None:
         with self.db.session() as s:

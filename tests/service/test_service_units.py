@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import time
 from pathlib import Path
 
@@ -211,3 +212,179 @@ def test_the_operator_commands_add_users_make_and_revoke_tokens(tmp_path):
         assert accounts.authenticate(s, token) is None
     d.dispose()
     assert run(app, ["users", "token", "nobody", *data]).exit_code == 2
+
+
+def test_an_uploaded_task_file_runs_by_its_name_as_a_local_run_beside_it(tmp_path, monkeypatch):
+    """A spec naming an uploaded task file keeps the bare name: the worker runs in the job's inputs directory, so the
+    manifest (spec, stage params, task provenance), every table's provenance and the report record `ioi.jsonl`, never
+    the server's path, and spec_sha256 and the tables equal `circuitstat audit spec.yaml` run beside the file."""
+    import pyarrow.parquet as pq
+    import yaml
+    from support import AUDIT_FILE, IOI_FILE, assert_same_tables, manifest
+    from typer.testing import CliRunner
+
+    from circuitstat.pipelines.cli import app
+    from circuitstat.pipelines.service.runner import execute, payload
+    from circuitstat.pipelines.service.submission import Upload, prepare
+
+    job_dir = tmp_path / "data" / "jobs" / ("c" * 32)
+    text = yaml.safe_dump(AUDIT_FILE).encode()
+    prepared = prepare("audit", text, None, [Upload("ioi.jsonl", IOI_FILE)], job_dir, SourcesConfig())
+    assert prepared.spec["task"]["name"] == "ioi.jsonl"
+    outcome = execute(payload("c" * 32, "audit", prepared.spec, job_dir, 1e18))
+    assert outcome["status"] == "completed", (outcome, (job_dir / "log.txt").read_text())
+    local = tmp_path / "local"
+    local.mkdir()
+    (local / "spec.yaml").write_bytes(text)
+    (local / "ioi.jsonl").write_bytes(IOI_FILE)
+    monkeypatch.chdir(local)
+    r = CliRunner().invoke(app, ["audit", "spec.yaml", "--out", "run", "--no-report"])
+    assert r.exit_code == 0, r.output
+    got, want = manifest(job_dir / "run"), manifest(local / "run")
+    assert got["spec"] == want["spec"] and got["spec_sha256"] == want["spec_sha256"]
+    assert got["spec"]["task"]["name"] == "ioi.jsonl"
+    assert {json.dumps(st.get("params", {}).get("task", {}).get("name")) for st in got["stages"].values()} <= {
+        '"ioi.jsonl"', "null"}
+    assert_same_tables(job_dir / "run", local / "run")
+    secrets = (str(job_dir), str(job_dir.resolve()), str(tmp_path))
+    texts = {"manifest": json.dumps(got), "report": (job_dir / "run" / "report.html").read_text()}
+    for p in (job_dir / "run").glob("*.parquet"):
+        meta = pq.read_schema(p).metadata or {}
+        texts[p.name] = b" ".join(meta.values()).decode("utf-8", "replace")
+        assert b"ioi.jsonl" in b" ".join(meta.values()), p.name  # the task's provenance is there, by its name
+    for what, t in texts.items():
+        assert not [x for x in secrets if x in t], what
+    assert re.search(r"<title>[^<]*ioi\.jsonl", texts["report"]) and "ioi.jsonl" in got["provenance"]["task"]["meta"]["source"]
+
+
+GPT2_XL = "random:gpt2?n_layer=48&n_head=25&n_embd=1600&vocab_size=50257"
+GPT2_XL_PARAMETERS = 1_557_611_200  # GPT-2 XL's published count (tied embeddings): the oracle of the count below
+
+
+def test_a_job_too_large_to_price_under_the_limits_is_refused_at_submission(tmp_path, monkeypatch):
+    """A 1.5 B-parameter random: model and a 200-model list are 422s at submission naming the limit's key, priced from
+    the spec alone: nothing is built (the loaders would fail the test) and no torch is needed."""
+    import yaml
+
+    from circuitstat.circuits import loading, skeleton
+    from circuitstat.pipelines.service.config import Quotas
+    from circuitstat.pipelines.service.pricing import random_shape
+    from circuitstat.pipelines.service.problems import Problem
+    from circuitstat.pipelines.service.submission import prepare
+    from support import AUDIT, TINY
+
+    def built(*a, **k):
+        raise AssertionError("a model was built to price a submission")
+
+    monkeypatch.setattr(loading, "random_hf_model", built)
+    monkeypatch.setattr(skeleton, "load_skeleton", built)
+    xl = random_shape(GPT2_XL)
+    assert GPT2_XL_PARAMETERS <= xl.parameters <= 1.06 * GPT2_XL_PARAMETERS  # an upper bound, and a close one
+    quotas = Quotas()
+    for i, (spec, key) in enumerate([({**AUDIT, "model": GPT2_XL}, "max_parameters"),
+                                     ({**AUDIT, "model": None, "models": [TINY] * 200}, "max_models_per_job")]):
+        with pytest.raises(Problem) as e:
+            prepare("audit", yaml.safe_dump(spec).encode(), None, [], tmp_path / f"j{i}", SourcesConfig(), quotas)
+        assert e.value.status == 422 and key in e.value.detail, e.value.detail
+    with pytest.raises(Problem, match="max_memory_bytes"):
+        prepare("audit", yaml.safe_dump({**AUDIT, "model": GPT2_XL}).encode(), None, [], tmp_path / "m",
+                SourcesConfig(), Quotas(max_parameters=10**10, max_memory_bytes=2**30))
+    small = prepare("audit", yaml.safe_dump(AUDIT).encode(), None, [], tmp_path / "ok", SourcesConfig(), quotas)
+    assert small.spec["model"] == TINY
+
+
+def test_the_pricing_defaults_are_the_loaders_and_count_what_the_skeleton_holds():
+    """The torch-free shape defaults equal circuitstat.circuits.loading's, and a priced count bounds the skeleton's
+    own parameter count from above (the uniform form) for every family's small default."""
+    from circuitstat.circuits import loading
+    from circuitstat.circuits.skeleton import load_skeleton
+    from circuitstat.pipelines.service.pricing import GPT2_DEFAULTS, SMALL_DEFAULTS, random_shape
+
+    for arch, values in SMALL_DEFAULTS.items():
+        assert {k: loading._SMALL[arch][k] for k in values} == values, arch
+    import transformers
+
+    assert {k: getattr(transformers.GPT2Config(), k) for k in GPT2_DEFAULTS} == GPT2_DEFAULTS
+    for source in ("random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=100", "random:llama", "random:gpt_neox",
+                   "random:qwen3?hidden_size=64&num_attention_heads=4"):
+        model = load_skeleton(source)
+        held = sum(p.numel() for p in model.parameters())
+        assert held <= random_shape(source).parameters <= 2 * held, source
+
+
+def test_every_stage_is_priced_head_stability_included():
+    """max_work_flops prices the head-stability stage too: two models add exactly heads_flops, which grows with the
+    probe set and the pairs compared."""
+    from circuitstat.circuits.engine.config import ModelConfig
+    from circuitstat.pipelines.audit.run import audit_flops, heads_flops
+    from circuitstat.pipelines.spec import parse_spec
+    from support import AUDIT, TINY
+
+    cfg = ModelConfig(n_layers=2, n_heads=4, d_model=64, d_head=16, d_mlp=256, vocab_size=100, n_ctx=128)
+    one = parse_spec(AUDIT, "spec")
+    assert heads_flops(one, cfg) == 0.0
+    three = parse_spec({**AUDIT, "model": None, "models": [TINY] * 3}, "spec")
+    assert heads_flops(three, cfg) > 0 and audit_flops(three, cfg) == audit_flops(one, cfg) + heads_flops(three, cfg)
+    more = parse_spec({**AUDIT, "model": None, "models": [TINY] * 3, "heads": {"n_probe": 200, "pairs": "all"}},
+                      "spec")
+    assert heads_flops(more, cfg) > 2 * heads_flops(three, cfg)
+
+
+class FakePool:
+    """A pool that runs nothing: jobs stay running until aborted (the dispatcher's side of a worker pool)."""
+
+    def __init__(self) -> None:
+        self.started, self.ended, self.aborted = [], [], []
+
+    def ready(self) -> int:
+        return 1
+
+    def free(self) -> int:
+        return 1 - (len(self.started) - len(self.aborted))
+
+    def start(self, job: dict) -> str:
+        self.started.append(job)
+        return "fake worker"
+
+    def poll(self) -> list:
+        out, self.ended = self.ended, []
+        return out
+
+    def abort(self, job_id: str, why: str = "aborted") -> None:
+        self.aborted.append(job_id)
+        self.ended.append((job_id, {"status": why}))
+
+
+def test_a_job_over_its_wall_time_limit_fails_with_the_reason_and_keeps_its_stages(db, tmp_path):
+    """The owner's max_job_seconds is enforced by the server: a job running longer is stopped and ends failed, naming
+    the limit; its run directory (the stages it finished) is kept. The clock is moved, not waited for."""
+    from support import AUDIT
+
+    from circuitstat.pipelines.service.config import ServiceConfig
+    from circuitstat.pipelines.service.dispatcher import Dispatcher
+
+    cfg = ServiceConfig(data=tmp_path, users={"alice": {"max_job_seconds": 60, "max_parameters": 1000}})
+    with db.session() as s:
+        uid = accounts.add_user(s, "alice").id
+        _job(s, "d" * 32, uid).spec = json.dumps(AUDIT)
+    run = cfg.jobs_dir / ("d" * 32) / "run"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text('{"stages": {"index": {"status": "done"}}}')
+    pool = FakePool()
+    d = Dispatcher(cfg, db, lambda: pool)
+    d.pool = pool
+    d.tick()
+    assert [j["job_id"] for j in pool.started] == ["d" * 32] and pool.started[0]["limits"]["max_parameters"] == 1000
+    d._last_beat = -1e18
+    d.tick()
+    assert pool.aborted == []  # within its limit
+    d.running["d" * 32].started_at -= 61  # a minute later
+    d._last_beat = -1e18
+    d.tick()
+    d.tick()
+    assert pool.aborted == ["d" * 32] and not d.running
+    with db.session() as s:
+        job = s.get(Job, "d" * 32)
+        assert job.state == "failed" and job.error_kind == "limit" and "max_job_seconds" in job.error, job.error
+        assert "60 s" in job.error and "finished stages are kept" in job.error
+    assert (run / "manifest.json").is_file()
