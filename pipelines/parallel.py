@@ -88,14 +88,38 @@ def _single_threaded(fn: Callable, *args: Any) -> Any:
         return fn(*args)
 
 
+_UNITS: list[Callable[[str | None, int, int], None]] = []
+
+
+@contextlib.contextmanager
+def units_listener(fn: Callable[[str | None, int, int], None]) -> Iterator[None]:
+    """Context in which serial ``run_chunks`` calls ``fn(desc, done, total)`` before its first chunk and after each
+    one: a stage's own work units (the service records them as the running job's progress)."""
+    _UNITS.append(fn)
+    try:
+        yield
+    finally:
+        _UNITS.remove(fn)
+
+
+def _units(desc: str | None, done: int, total: int) -> None:
+    for fn in _UNITS:
+        fn(desc, done, total)
+
+
 def run_chunks(fn: Callable, chunks: Sequence[Any], n_jobs: int = 1, *args: Any, desc: str | None = None) -> list:
     """[fn(chunk, *args) for chunk in chunks], in order, in parallel when n_jobs > 1 or under Dask
-    (serially with a progress bar named ``desc`` on a terminal)."""
+    (serially with a progress bar named ``desc`` on a terminal, telling :func:`units_listener`'s listeners)."""
     if n_jobs == 1 and not _dask_active():
         from tqdm.auto import tqdm
 
         bar = tqdm(chunks, desc=desc, leave=False, disable=True if desc is None else None)  # None: on a tty only
-        return [_single_threaded(fn, c, *args) for c in bar]
+        out = []
+        _units(desc, 0, len(chunks))
+        for c in bar:
+            out.append(_single_threaded(fn, c, *args))
+            _units(desc, len(out), len(chunks))
+        return out
     import joblib  # only here: a one-worker run does not pay its import
 
     return joblib.Parallel(n_jobs=n_jobs)(joblib.delayed(_single_threaded)(fn, c, *args) for c in chunks)

@@ -21,7 +21,7 @@ from pathlib import Path
 from . import queue
 from .config import ServiceConfig
 from .db import Database, Job
-from .progress import progress
+from .progress import EtaClock, planned_stages, progress
 from .runner import RUN, payload
 
 log = logging.getLogger("circuitstat.service")
@@ -35,6 +35,7 @@ class _Running:
     started_at: float
     stopping: str | None = None  # "cancel", "lost" or "timeout" once the server has stopped it
     max_seconds: float = float("inf")  # the owner's max_job_seconds (one attempt's wall time)
+    clock: EtaClock | None = None  # the attempt's pace of progress (its ETA never rises while progress is flat)
 
 
 class Dispatcher:
@@ -136,8 +137,9 @@ class Dispatcher:
                 queue.finish(s, self.server, job_id, "failed", error_kind="limit", outcome="timeout",
                              error=f"the job ran longer than its limit of {run.max_seconds:g} s of wall time "
                                    "(max_job_seconds) and was stopped; its finished stages are kept in its run")
-            elif status == "completed":
-                queue.finish(s, self.server, job_id, "completed", work_flops=outcome.get("work_flops"))
+            elif status == "completed":  # its stage is the run's last, not whichever the last sample saw
+                queue.finish(s, self.server, job_id, "completed", work_flops=outcome.get("work_flops"),
+                             stage=(planned_stages(run.kind, run.spec) or [None])[-1])
             elif status == "failed":
                 queue.finish(s, self.server, job_id, "failed", error=outcome.get("error"),
                              error_kind=outcome.get("kind"))
@@ -182,7 +184,9 @@ class Dispatcher:
         with self.db.session() as s:
             for job_id, run in self.running.items():
                 if run.stopping is None:
-                    p = progress(run.kind, run.spec, run.job_dir / RUN, run.started_at)
+                    if run.clock is None:
+                        run.clock = EtaClock(run.started_at)
+                    p = progress(run.kind, run.spec, run.job_dir / RUN, run.started_at, clock=run.clock)
                     queue.set_progress(s, self.server, job_id, p.stage, p.fraction, p.eta_seconds)
 
     # -- shutdown -------------------------------------------------------------------------------------

@@ -30,6 +30,9 @@ from .progress import read_stages
 PAGE_CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; form-action 'self'; "
             "frame-ancestors 'none'")
 LOG_LINES = 60
+REFRESH_SECONDS = 5
+"""How often the page of a queued or running job reloads itself (a meta refresh: no script, the policy unchanged)."""
+ACTIVE = ("queued", "running")
 router = APIRouter(include_in_schema=False)
 _env = Environment(loader=FileSystemLoader(Path(__file__).with_name("templates")),
                    autoescape=select_autoescape(["html"], default=True))
@@ -146,7 +149,9 @@ def jobs_page(request: Request, state: str | None = None, principal: Principal |
         if state:
             q = q.where(Job.state == state)
         jobs = [job_out(s, j, principal) for j in s.scalars(q.limit(500))]
-    return render("jobs.html", user=principal.name, jobs=jobs, total=len(jobs), states=JOB_STATES, state=state)
+    refresh = REFRESH_SECONDS if any(j.state in ACTIVE for j in jobs) else None
+    return render("jobs.html", user=principal.name, jobs=jobs, total=len(jobs), states=JOB_STATES, state=state,
+                  refresh=refresh)
 
 
 def _stages(run: Path) -> list[dict]:
@@ -188,7 +193,8 @@ def job_page(job_id: str, request: Request, principal: Principal | None = Depend
         ctx = _job_context(service(request), principal, job_id)
     except Problem as p:
         return error_page(p.status, p.detail, principal.name)
-    return render("job.html", user=principal.name, **ctx)
+    refresh = REFRESH_SECONDS if ctx["job"].state in ACTIVE else None  # a finished job's page stays still
+    return render("job.html", user=principal.name, refresh=refresh, **ctx)
 
 
 @router.post("/jobs/{job_id}/cancel")

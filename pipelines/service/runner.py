@@ -20,6 +20,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from circuitstat.pipelines.parallel import units_listener
 from circuitstat.pipelines.sources import RunInputs
 
 RUN, LOG = "run", "log.txt"
@@ -117,6 +118,25 @@ def check_work(kind: str, spec, max_flops: float, inputs: RunInputs, limits: dic
     return flops
 
 
+class _UnitsFile:
+    """Records the running stage's work units in the job's units.json (read by circuitstat.pipelines.service.progress),
+    written whole (a temporary file renamed) at most every half second, and at each stage's first and last unit."""
+
+    def __init__(self, job_dir: Path) -> None:
+        self.path, self.last = job_dir / "units.json", 0.0
+
+    def __call__(self, desc: str | None, done: int, total: int) -> None:
+        import json
+
+        t = time.time()
+        if 0 < done < total and t - self.last < 0.5:
+            return
+        self.last = t
+        tmp = self.path.with_name(".units.json.tmp")
+        tmp.write_text(json.dumps({"desc": desc, "done": done, "total": total, "at": t}))
+        os.replace(tmp, self.path)
+
+
 def _run(kind: str, spec, out: Path, inputs: RunInputs) -> None:
     """Run job ``kind`` into ``out`` as its CLI command does (limits never lifted; the report where the command
     renders one), its sources resolved by ``inputs``."""
@@ -175,7 +195,7 @@ def _logged(job: dict, job_dir: Path) -> dict[str, Any]:
             # sources by their public names: no server path in the run's manifest, tables, report or errors
             inputs = RunInputs(served=dict(job.get("served", {})), hide_paths=True)
             spec = parse_kind(job["kind"], job["spec"])
-            with in_inputs(job_dir):
+            with in_inputs(job_dir), units_listener(_UnitsFile(job_dir)):
                 flops = check_work(job["kind"], spec, float(job["max_work_flops"]), inputs, job.get("limits"))
                 print(f"estimated work {flops:.3g} FLOPs", flush=True)
                 _run(job["kind"], spec, job_dir / RUN, inputs)

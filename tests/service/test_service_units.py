@@ -388,3 +388,96 @@ def test_a_job_over_its_wall_time_limit_fails_with_the_reason_and_keeps_its_stag
         assert job.state == "failed" and job.error_kind == "limit" and "max_job_seconds" in job.error, job.error
         assert "60 s" in job.error and "finished stages are kept" in job.error
     assert (run / "manifest.json").is_file()
+
+
+def _manifest_at(run: Path, stages: dict) -> None:
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "manifest.json").write_text(json.dumps({"stages": stages}))
+
+
+def test_progress_moves_within_a_stage_and_its_eta_counts_down_or_is_unknown(tmp_path):
+    """Progress counts the running stage's own work units (the chunks run_chunks reports, through the worker's
+    units.json), and the ETA comes from the pace of progress: while progress is flat it never rises, and once the flat
+    spell outlasts it the ETA is unknown (None), not a made-up number."""
+    from support import AUDIT
+
+    from circuitstat.core.provenance import utc_now
+    from circuitstat.pipelines.parallel import run_chunks, units_listener
+    from circuitstat.pipelines.service.progress import EtaClock, planned_stages, progress, read_units
+    from circuitstat.pipelines.service.runner import _UnitsFile
+    from circuitstat.pipelines.spec import parse_spec
+
+    spec = parse_spec(AUDIT, "spec")
+    planned = planned_stages("audit", spec)
+    job, run = tmp_path / "job", tmp_path / "job" / "run"
+    _manifest_at(run, {"index": {"status": "done"}, "scores_exact": {"status": "running", "started_utc": utc_now()}})
+    with units_listener(_UnitsFile(job)):  # the worker's listener: a stage's first and last unit are always written
+        seen = run_chunks(lambda c: read_units(job).get("done"), [1, 2, 3, 4])
+    assert seen == [0, 0, 0, 0] and read_units(job)["done"] == read_units(job)["total"] == 4
+    (job / "units.json").write_text(json.dumps({"done": 2, "total": 4, "at": time.time() + 1}))
+    p = progress("audit", spec, run, started_at=0.0, now=100.0)
+    assert p.stage == "scores_exact" and p.fraction == pytest.approx(1.5 / len(planned))  # not 1/len: within too
+    (job / "units.json").write_text(json.dumps({"done": 2, "total": 4, "at": 0.0}))  # from before the stage began
+    assert progress("audit", spec, run, started_at=0.0, now=100.0).fraction == pytest.approx(1 / len(planned))
+
+    clock, etas = EtaClock(started_at=0.0), []
+    for now in range(10, 400, 10):  # the same run directory sampled every 10 s: progress flat at 1/len
+        etas.append(progress("audit", spec, run, started_at=0.0, now=float(now), clock=clock).eta_seconds)
+    known = [e for e in etas if e is not None]
+    assert known and known == sorted(known, reverse=True) and etas[0] == pytest.approx(10 * (len(planned) - 1))
+    assert etas[-1] is None and etas.index(None) == len(known)  # unknown once overdue, and stays unknown
+    assert clock.update(2 / len(planned), 400.0) == pytest.approx(400.0 * (len(planned) - 2) / 2)  # moved: a new pace
+
+
+def test_a_completed_jobs_stage_is_its_runs_last(db, tmp_path):
+    """The stage a completed job shows is its run's last stage, not whichever stage the last progress sample saw."""
+    from support import AUDIT
+
+    from circuitstat.pipelines.service.config import ServiceConfig
+    from circuitstat.pipelines.service.dispatcher import Dispatcher
+    from circuitstat.pipelines.service.progress import planned_stages
+    from circuitstat.pipelines.spec import parse_spec
+
+    cfg = ServiceConfig(data=tmp_path)
+    with db.session() as s:
+        _job(s, "e" * 32, accounts.add_user(s, "alice").id).spec = json.dumps(AUDIT)
+    pool = FakePool()
+    d = Dispatcher(cfg, db, lambda: pool)
+    d.pool = pool
+    d.tick()
+    with db.session() as s:
+        queue.set_progress(s, d.server, "e" * 32, "scores_eap", 0.4, 3.0)
+    pool.ended.append(("e" * 32, {"status": "completed", "work_flops": 1.0}))
+    d.tick()
+    with db.session() as s:
+        job = s.get(Job, "e" * 32)
+        assert job.state == "completed" and job.progress == 1.0 and job.eta_seconds is None
+        assert job.stage == planned_stages("audit", parse_spec(AUDIT, "spec"))[-1] != "scores_eap"
+
+
+def test_pages_of_running_jobs_refresh_without_a_script_and_finished_ones_stay_still(db, tmp_path):
+    """A queued or running job's page (and a job list holding one) reloads itself by a meta refresh; a finished job's
+    page does not; the policy still allows no script."""
+    from fastapi.testclient import TestClient
+
+    from circuitstat.pipelines.service.app import create_app
+    from circuitstat.pipelines.service.config import ServiceConfig
+    from circuitstat.pipelines.service.context import SESSION_COOKIE
+
+    cfg = ServiceConfig(data=tmp_path, database=str(db.engine.url))
+    with db.session() as s:
+        uid = accounts.add_user(s, "alice").id
+        cookie = accounts.open_session(s, accounts.authenticate(s, accounts.create_token(s, "alice")))
+        _job(s, "f" * 32, uid).state = "running"
+    with TestClient(create_app(cfg, start_workers=False)) as client:
+        client.cookies.set(SESSION_COOKIE, cookie)
+        refresh = re.compile(r'<meta http-equiv="refresh" content="\d+">')
+        for path in ("/jobs/" + "f" * 32, "/jobs"):
+            r = client.get(path)
+            assert r.status_code == 200 and refresh.search(r.text), path
+            assert "<script" not in r.text and "script-src" not in r.headers["content-security-policy"]
+        assert "time left unknown" in client.get("/jobs/" + "f" * 32).text
+        with db.session() as s:
+            s.get(Job, "f" * 32).state = "completed"
+        for path in ("/jobs/" + "f" * 32, "/jobs"):
+            assert not refresh.search(client.get(path).text), path
