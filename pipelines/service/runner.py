@@ -118,6 +118,26 @@ def check_work(kind: str, spec, max_flops: float, inputs: RunInputs, limits: dic
     return flops
 
 
+@contextlib.contextmanager
+def job_warnings(log, job_dir: Path):
+    """Warnings go to the job's log as one line each, with no server detail: not the installation's file and line
+    (Python's default format), not the job's server path, and a stale lock of a crashed attempt without the host
+    name and process id the lock file holds."""
+    import warnings
+
+    from circuitstat.core.lock import StaleLockWarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        text = str(message).replace(str(job_dir), ".")
+        if issubclass(category, StaleLockWarning):
+            text = "the lock of an earlier attempt that stopped was taken over; the job resumes from its finished stages"
+        print(f"warning: {category.__name__}: {text}", file=log, flush=True)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
 class _UnitsFile:
     """Records the running stage's work units in the job's units.json (read by circuitstat.pipelines.service.progress),
     written whole (a temporary file renamed) at most every half second, and at each stage's first and last unit."""
@@ -142,8 +162,12 @@ def _run(kind: str, spec, out: Path, inputs: RunInputs) -> None:
     renders one), its sources resolved by ``inputs``."""
     from circuitstat.pipelines.kinds import kind as run_kind
 
+    from .submission import SERVICE_N_JOBS
+
     declared = run_kind(kind)
-    declared.run(spec, out, n_jobs=1, allow_pickle=False, allow_large=False, inputs=inputs)
+    if getattr(spec, "n_jobs", SERVICE_N_JOBS) != SERVICE_N_JOBS:  # a job queued before submission replaced it
+        spec = spec.model_copy(update={"n_jobs": SERVICE_N_JOBS})
+    declared.run(spec, out, n_jobs=SERVICE_N_JOBS, allow_pickle=False, allow_large=False, inputs=inputs)
     if declared.report:
         from circuitstat.reports.html import render_report
 
@@ -189,13 +213,12 @@ def _logged(job: dict, job_dir: Path) -> dict[str, Any]:
     t0 = time.time()
     with open(job_dir / LOG, "a", encoding="utf-8") as log, contextlib.redirect_stdout(log), \
             contextlib.redirect_stderr(log):
-        print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {job['kind']} job {job['job_id']} starting "
-              f"(pid {os.getpid()})", flush=True)
+        print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {job['kind']} job {job['job_id']} starting", flush=True)
         try:
             # sources by their public names: no server path in the run's manifest, tables, report or errors
             inputs = RunInputs(served=dict(job.get("served", {})), hide_paths=True)
             spec = parse_kind(job["kind"], job["spec"])
-            with in_inputs(job_dir), units_listener(_UnitsFile(job_dir)):
+            with in_inputs(job_dir), units_listener(_UnitsFile(job_dir)), job_warnings(log, job_dir):
                 flops = check_work(job["kind"], spec, float(job["max_work_flops"]), inputs, job.get("limits"))
                 print(f"estimated work {flops:.3g} FLOPs", flush=True)
                 _run(job["kind"], spec, job_dir / RUN, inputs)

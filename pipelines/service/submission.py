@@ -30,6 +30,8 @@ TASK_FILE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".parquet")
 UPLOAD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 MAX_UPLOADS = 8
 SPEC_FILE = "spec.yaml"
+SERVICE_N_JOBS = 1
+"""The n_jobs every job runs with (the pool runs jobs side by side); a spec's own n_jobs is replaced by it."""
 
 
 def parse_kind(kind: str, data: Any, source: str = SPEC_FILE):
@@ -133,6 +135,8 @@ def prepare(kind: str, spec_text: bytes | None, spec_data: Any, files: list[Uplo
     display = ", ".join(spec.sources)
     _confine_task(spec, uploads)
     spec = _with_sources(spec, sources)
+    if getattr(spec, "n_jobs", SERVICE_N_JOBS) != SERVICE_N_JOBS:  # what the job runs with, so its manifest says so
+        spec = spec.model_copy(update={"n_jobs": SERVICE_N_JOBS})
     if quotas is not None:
         from circuitstat.pipelines.kinds import kind as run_kind
 

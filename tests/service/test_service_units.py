@@ -481,3 +481,60 @@ def test_pages_of_running_jobs_refresh_without_a_script_and_finished_ones_stay_s
             s.get(Job, "f" * 32).state = "completed"
         for path in ("/jobs/" + "f" * 32, "/jobs"):
             assert not refresh.search(client.get(path).text), path
+
+
+def test_a_crashed_attempts_stale_lock_reaches_the_job_log_without_path_host_or_pid(tmp_path):
+    """The next attempt takes over the lock a killed worker left; the job's log says so in one line that names no
+    installation path, host name or process id (the lock file holds them)."""
+    import socket
+    import subprocess
+    import sys
+
+    from circuitstat.core.provenance import utc_now
+    from circuitstat.core.rundir import RunDir
+    from circuitstat.pipelines.service.runner import job_warnings
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    run = tmp_path / "job" / "run"
+    run.mkdir(parents=True)
+    (run / ".lock").write_text(json.dumps({"pid": int(dead), "host": socket.gethostname(), "created_utc": utc_now(),
+                                           "token": "0" * 32}))
+    with open(tmp_path / "log.txt", "w") as log, job_warnings(log, tmp_path / "job"):
+        with RunDir(run):
+            pass
+    text = (tmp_path / "log.txt").read_text()
+    assert "StaleLockWarning" in text and "taken over" in text and len(text.splitlines()) == 1
+    import circuitstat
+
+    for secret in (socket.gethostname(), dead, str(tmp_path), str(Path(circuitstat.__file__).parent), "lock.py"):
+        assert secret not in text, secret
+
+
+def test_an_unreachable_database_at_start_is_one_line_naming_the_setting_and_exit_2(tmp_path):
+    """`circuitstat serve` on a database that does not answer: the operator's configuration (exit 2, one line naming
+    the setting, no password), not "a bug in circuitstat" with a traceback (exit 3)."""
+    from typer.testing import CliRunner
+
+    from circuitstat.pipelines.cli import app
+
+    r = CliRunner().invoke(app, ["serve", "--data", str(tmp_path / "data"), "--port", "0",
+                                 "--database", "postgresql://someone:hunter2@127.0.0.1:1/nothing"])
+    assert r.exit_code == 2, r.output
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    text = " ".join(lines)
+    assert "database:" in text and "cannot reach the database" in text and "hunter2" not in text, r.output
+    assert "Traceback" not in r.output and "a bug" not in r.output and len(lines) <= 3
+
+
+def test_the_job_records_the_n_jobs_it_runs_with(tmp_path):
+    """A spec asking for n_jobs: 64 runs with the server's one worker per job; the job's spec (which the manifest
+    records) says 1, not the 64 it never ran with."""
+    import yaml
+    from support import AUDIT
+
+    from circuitstat.pipelines.service.submission import SERVICE_N_JOBS, prepare
+
+    prepared = prepare("audit", yaml.safe_dump({**AUDIT, "n_jobs": 64}).encode(), None, [], tmp_path / "j",
+                       SourcesConfig())
+    assert prepared.spec["n_jobs"] == SERVICE_N_JOBS == 1
