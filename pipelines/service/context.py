@@ -67,7 +67,7 @@ async def current_principal(request: Request) -> Principal:
     value = credential(request, cookie_ok=request.method in SAFE_METHODS)
     principal = await run_in_threadpool(_identify, svc, value)
     if principal is None:
-        what = "no token" if value is None else "the token is not valid (wrong, revoked or expired)"
+        what = "no token" if value is None else "the token is not valid: an unknown or revoked token"
         raise Problem(401, f"{what}: send 'Authorization: Bearer <token>' with a token from the operator "
                            "(`circuitstat users token NAME`)", headers={"WWW-Authenticate": 'Bearer realm="circuitstat"'})
     request.state.user = principal.name

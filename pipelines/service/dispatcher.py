@@ -55,6 +55,7 @@ class Dispatcher:
         self.heartbeat_seconds = cfg.lease_seconds / 3
         self.progress_seconds = cfg.progress_seconds
         self.pool_error: str | None = None  # why the pool could not start (/healthz says so)
+        self._drained, self._drain_lock = False, threading.Lock()
 
     # -- the loop ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -193,6 +194,10 @@ class Dispatcher:
     def drain(self, seconds: float) -> None:
         """Stop claiming; wait up to ``seconds`` for running jobs, interrupt the rest (they resume
         later from their run directories), then stop the loop and the pool."""
+        with self._drain_lock:  # once: SIGTERM drains while serving, and the lifespan's end calls it again
+            if self._drained:
+                return
+            self._drained = True
         self.draining = True
         log.info("draining", extra={"running": len(self.running), "seconds": seconds})
         deadline = time.monotonic() + seconds

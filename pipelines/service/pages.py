@@ -65,7 +65,19 @@ def _fmt(x) -> str:
     return f"{x:.4g}" if isinstance(x, float) else str(x)
 
 
-_env.filters.update(age=_age, duration=_duration, observed=_observed)
+MAX_MODEL_CHARS, MAX_MODELS_SHOWN = 60, 2
+
+
+def short_models(models: str) -> str:
+    """A job's model list (``a, b, c``) as the job list shows it: the first two, each cut to 60 characters, and how many
+    more (the whole list is the cell's title and on the job's page)."""
+    names = [m for m in str(models).split(", ") if m]
+    cut = [m if len(m) <= MAX_MODEL_CHARS else m[: MAX_MODEL_CHARS - 1] + "…" for m in names[:MAX_MODELS_SHOWN]]
+    more = len(names) - len(cut)
+    return ", ".join(cut) + (f" and {more} more" if more > 0 else "")
+
+
+_env.filters.update(age=_age, duration=_duration, observed=_observed, models=short_models)
 
 
 def render(name: str, code: int = 200, **context) -> HTMLResponse:
@@ -117,7 +129,7 @@ async def login(request: Request, token: str = Form("", max_length=200)) -> Resp
 
     principal, cookie = await run_in_threadpool(go)
     if principal is None:
-        return render("login.html", 401, user=None, error="That token is not valid (wrong, revoked or expired).")
+        return render("login.html", 401, user=None, error="That token is not valid: an unknown or revoked token.")
     request.state.user = principal.name
     resp = RedirectResponse("/jobs", status_code=303)
     resp.set_cookie(SESSION_COOKIE, cookie, httponly=True, samesite="strict", secure=svc.cfg.cookie_secure,

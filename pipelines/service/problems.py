@@ -3,7 +3,7 @@
 Status codes, each where it belongs:
 
 * 400 the request cannot be read (not JSON, a malformed form, YAML that does not parse);
-* 401 no token, or a wrong, revoked or expired one;
+* 401 no token, or an unknown or revoked one;
 * 404 no such job, table or check among those the caller may see (another user's run included);
 * 409 the job is in the wrong state for the request (tables of an unfinished run, cancelling a
   finished job);

@@ -1,9 +1,9 @@
 """Run the service under uvicorn: ``circuitstat serve``.
 
-uvicorn turns SIGTERM and SIGINT into a graceful shutdown: it stops accepting connections,
-finishes the requests in flight, and then the app's lifespan drains the job dispatcher (no new job
-starts; running jobs get ``drain_seconds``, then are interrupted and requeued, keeping every stage
-they finished).
+SIGTERM drains while the server still answers: no new job starts, every request gets a 503 problem+json
+with ``draining: true`` (so a load balancer moves on, and no client sees a refused connection), running jobs
+get ``drain_seconds``, then are interrupted and requeued, keeping every stage they finished; then uvicorn
+stops and the process exits 0. SIGINT stops uvicorn at once, and the app's lifespan drains the same way.
 """
 
 from __future__ import annotations
@@ -14,18 +14,7 @@ from .config import ServiceConfig
 def serve(cfg: ServiceConfig) -> None:
     """Serve ``cfg`` on its host and port until SIGTERM or SIGINT (blocks); after SIGTERM's drain the
     process exits 0 (uvicorn would raise the signal again, reporting a finished drain as a kill)."""
-    import signal
-
     import uvicorn
-
-    class Server(uvicorn.Server):
-        def handle_exit(self, sig, frame) -> None:
-            dispatcher = app.state.service.dispatcher
-            if dispatcher is not None:  # from the signal on, no new job starts (uvicorn first closes connections)
-                dispatcher.draining = True
-            super().handle_exit(sig, frame)
-            if sig == signal.SIGTERM:
-                self._captured_signals.remove(sig)
 
     from . import logs
     from .app import create_app
@@ -37,7 +26,41 @@ def serve(cfg: ServiceConfig) -> None:
     config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_config=None, access_log=False,
                             timeout_graceful_shutdown=max(5, int(cfg.drain_seconds) + 5), proxy_headers=False,
                             server_header=False)
-    Server(config).run()
+    draining_server(config, app, cfg.drain_seconds).run()
+
+
+def draining_server(config, app, drain_seconds: float):
+    """The uvicorn Server of ``app`` that drains on SIGTERM while it still serves (see the module's doc)."""
+    import signal
+    import threading
+
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            dispatcher = app.state.service.dispatcher
+            if sig == signal.SIGTERM and dispatcher is not None:
+                # drain while still serving: requests get 503 `draining` (app.Draining), not a refused connection;
+                # then uvicorn stops, and the process exits 0 (the signal is not raised again)
+                if not dispatcher.draining:
+                    dispatcher.draining = True
+                    self.drain_thread = threading.Thread(target=self._drain_then_exit, args=(dispatcher,),
+                                                         name="circuitstat-drain", daemon=True)
+                    self.drain_thread.start()
+                return
+            if dispatcher is not None:  # SIGINT: from the signal on, no new job starts
+                dispatcher.draining = True
+            super().handle_exit(sig, frame)
+            if sig == signal.SIGTERM:  # before the dispatcher started: a clean stop, exit 0
+                self._captured_signals.remove(sig)
+
+        def _drain_then_exit(self, dispatcher) -> None:
+            try:
+                dispatcher.drain(drain_seconds)
+            finally:
+                self.should_exit = True
+
+    return Server(config)
 
 
 def check_database(url: str) -> None:

@@ -64,10 +64,15 @@ def _relative(message: str, inputs: Path) -> str:
     return message.replace(str(inputs.resolve()) + "/", "").replace(str(inputs) + "/", "")
 
 
+def too_many_uploads(n: int | None = None) -> str:
+    """The 422's detail for a request with more task files than a job takes."""
+    return f"{'more than ' + str(MAX_UPLOADS) if n is None else n} files uploaded; at most {MAX_UPLOADS} task files per job"
+
+
 def save_uploads(files: list[Upload], inputs: Path) -> list[str]:
     """Write the uploaded task files into ``inputs``; their names. A 422 Problem for a bad name."""
     if len(files) > MAX_UPLOADS:
-        raise Problem(422, f"{len(files)} files uploaded; at most {MAX_UPLOADS} task files per job")
+        raise Problem(422, too_many_uploads(len(files)))
     names = []
     for f in files:
         name = f.name

@@ -538,3 +538,128 @@ def test_the_job_records_the_n_jobs_it_runs_with(tmp_path):
     prepared = prepare("audit", yaml.safe_dump({**AUDIT, "n_jobs": 64}).encode(), None, [], tmp_path / "j",
                        SourcesConfig())
     assert prepared.spec["n_jobs"] == SERVICE_N_JOBS == 1
+
+
+def test_sharing_refusals_do_not_tell_whether_a_user_exists(db):
+    """Sharing with a name that is no user and with a user it cannot be shared with (the owner) is the same 422, word
+    for word but the name: the refusal cannot be used to list user names."""
+    from circuitstat.pipelines.service import access
+    from circuitstat.pipelines.service.problems import Problem
+
+    with db.session() as s:
+        owner = accounts.add_user(s, "alice").id
+        accounts.add_user(s, "bob")
+        job = _job(s, "9" * 32, owner)
+        s.flush()
+        details = {}
+        for name in ("nobody-such", "alice"):
+            with pytest.raises(Problem) as e:
+                access.set_sharing(s, job, public=None, users=[name])
+            assert e.value.status == 422
+            details[name] = e.value.detail.replace(repr(name), "NAME")
+        assert details["nobody-such"] == details["alice"] and "unknown" not in details["alice"]
+        access.set_sharing(s, job, public=None, users=["bob"])
+        assert access.shared_with(s, job) == ["bob"]
+
+
+def test_a_draining_server_answers_503_draining_until_its_jobs_are_done(db, tmp_path):
+    """SIGTERM starts the drain while the server still serves: every request (the API, the pages, /healthz) is a 503
+    problem+json with `draining: true` and Retry-After, not a refused connection; once the dispatcher has drained,
+    uvicorn stops, and the signal is not raised again (exit 0)."""
+    import signal
+    import threading
+
+    import uvicorn
+    from fastapi.testclient import TestClient
+
+    from circuitstat.pipelines.service.app import create_app
+    from circuitstat.pipelines.service.config import ServiceConfig
+    from circuitstat.pipelines.service.server import draining_server
+
+    class Dispatcher:  # the dispatcher's side of a drain, with a job still running until released
+        draining, drained, release = False, [], threading.Event()
+
+        def drain(self, seconds):
+            self.release.wait(timeout=60)
+            self.drained.append(seconds)
+
+    app = create_app(ServiceConfig(data=tmp_path, database=str(db.engine.url)), start_workers=False)
+    with db.session() as s:
+        token = accounts.create_token(s, accounts.add_user(s, "alice").name)
+    with TestClient(app) as client:
+        assert client.get("/healthz").status_code == 200
+        d = app.state.service.dispatcher = Dispatcher()
+        server = draining_server(uvicorn.Config(app), app, drain_seconds=7.0)
+        server.handle_exit(signal.SIGTERM, None)
+        for path in ("/api/v1/jobs", "/healthz", "/jobs"):
+            r = client.get(path, headers={"Authorization": f"Bearer {token}"})
+            assert r.status_code == 503 and r.headers["content-type"] == "application/problem+json", path
+            assert r.json()["draining"] is True and r.headers["retry-after"], path
+        assert not server.should_exit  # still serving while the job runs
+        d.release.set()
+        server.drain_thread.join(timeout=60)
+        assert d.drained == [7.0] and server.should_exit and server._captured_signals == []
+
+
+@pytest.mark.parametrize("n_files", [9, 30])
+def test_too_many_uploads_are_the_documented_422(db, tmp_path, n_files):
+    """9 (or 30) task files: the documented 422 (at most 8 task files), never the multipart parser's 400."""
+    from fastapi.testclient import TestClient
+    from support import AUDIT
+
+    import yaml
+
+    from circuitstat.pipelines.service.app import create_app
+    from circuitstat.pipelines.service.config import ServiceConfig
+
+    with db.session() as s:
+        token = accounts.create_token(s, accounts.add_user(s, "alice").name)
+    app = create_app(ServiceConfig(data=tmp_path, database=str(db.engine.url)), start_workers=False)
+    files = [("spec", ("spec.yaml", yaml.safe_dump(AUDIT).encode()))]
+    files += [("files", (f"t{i}.jsonl", b"{}\n")) for i in range(n_files)]
+    with TestClient(app) as client:
+        r = client.post("/api/v1/jobs", data={"kind": "audit"}, files=files, headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json", r.text
+    assert "at most 8 task files" in r.json()["detail"]
+    assert not list(tmp_path.glob("jobs/*/inputs"))  # nothing left behind
+
+
+def test_the_job_list_shortens_long_model_lists(db, tmp_path):
+    """A job of 16 long random: sources shows the first two, cut, and how many more, in the job list's cell."""
+    from fastapi.testclient import TestClient
+
+    from circuitstat.pipelines.service.app import create_app
+    from circuitstat.pipelines.service.config import ServiceConfig
+    from circuitstat.pipelines.service.context import SESSION_COOKIE
+    from circuitstat.pipelines.service.pages import short_models
+
+    models = [f"random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&n_positions=64&seed={i}" for i in range(16)]
+    with db.session() as s:
+        uid = accounts.add_user(s, "alice").id
+        cookie = accounts.open_session(s, accounts.authenticate(s, accounts.create_token(s, "alice")))
+        _job(s, "7" * 32, uid).model = ", ".join(models)
+    with TestClient(create_app(ServiceConfig(data=tmp_path, database=str(db.engine.url)), start_workers=False)) as c:
+        c.cookies.set(SESSION_COOKIE, cookie)
+        page = c.get("/jobs").text
+    import html
+
+    cell = html.unescape(re.search(r'<td title="[^"]*">([^<]*)</td>', page).group(1))
+    assert cell.endswith(" and 14 more") and len(cell) < 2 * 60 + 20 and models[2] not in cell
+    assert short_models("zoo:attn-only-2l/seed-0") == "zoo:attn-only-2l/seed-0"  # a short list stays whole
+
+
+def test_a_refused_token_is_called_unknown_or_revoked_not_expired(db, tmp_path):
+    """No token has an expiry date, so no refusal says "expired": the API's 401 and the login page say an unknown or
+    revoked token."""
+    from fastapi.testclient import TestClient
+
+    from circuitstat.pipelines.service.app import create_app
+    from circuitstat.pipelines.service.config import ServiceConfig
+
+    bogus = "csk_000000000000_" + "x" * 43
+    with TestClient(create_app(ServiceConfig(data=tmp_path, database=str(db.engine.url)), start_workers=False)) as c:
+        api = c.get("/api/v1/jobs", headers={"Authorization": f"Bearer {bogus}"})
+        page = c.post("/login", data={"token": bogus}, follow_redirects=False)
+    assert api.status_code == 401 and page.status_code == 401
+    for text in (api.json()["detail"], page.text):
+        assert "unknown or revoked token" in text and "expired" not in text
