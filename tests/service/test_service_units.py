@@ -214,6 +214,7 @@ def test_the_operator_commands_add_users_make_and_revoke_tokens(tmp_path):
     assert run(app, ["users", "token", "nobody", *data]).exit_code == 2
 
 
+@pytest.mark.slow  # two small audits in this process (about 10 s of CPU); the API test runs the same job on a server
 def test_an_uploaded_task_file_runs_by_its_name_as_a_local_run_beside_it(tmp_path, monkeypatch):
     """A spec naming an uploaded task file keeps the bare name: the worker runs in the job's inputs directory, so the
     manifest (spec, stage params, task provenance), every table's provenance and the report record `ioi.jsonl`, never
@@ -228,7 +229,7 @@ def test_an_uploaded_task_file_runs_by_its_name_as_a_local_run_beside_it(tmp_pat
     from circuitstat.pipelines.service.submission import Upload, prepare
 
     job_dir = tmp_path / "data" / "jobs" / ("c" * 32)
-    text = yaml.safe_dump(AUDIT_FILE).encode()
+    text = yaml.safe_dump({**AUDIT_FILE, "methods": ["eap"], "k": [2]}).encode()  # the smallest audit of the file
     prepared = prepare("audit", text, None, [Upload("ioi.jsonl", IOI_FILE)], job_dir, SourcesConfig())
     assert prepared.spec["task"]["name"] == "ioi.jsonl"
     outcome = execute(payload("c" * 32, "audit", prepared.spec, job_dir, 1e18))
