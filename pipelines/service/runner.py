@@ -2,9 +2,10 @@
 
 :func:`execute` takes a plain payload (so it runs the same in a local worker process and on a Dask
 worker that shares the data directory), writes everything the run prints to the job's log, and
-returns an outcome; it never raises. Before any work it estimates the job's attribution FLOPs with
-:func:`circuitstat.circuits.plan.method_cost` (the ``--plan`` arithmetic) and refuses a job above its owner's
-quota. The run directory's stages make a rerun resume: a job interrupted by a drain, a killed worker
+returns an outcome; it never raises. It runs in the job's inputs directory (a spec names uploaded task files by
+their bare names). Before any work it prices each model on its skeleton (parameters, memory, models per job) and
+the FLOPs of every stage (the ``--plan`` arithmetic, head stability included), and refuses a job above its owner's
+quotas. The run directory's stages make a rerun resume: a job interrupted by a drain, a killed worker
 or a killed server ends with the tables an uninterrupted run writes.
 """
 
