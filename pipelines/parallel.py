@@ -94,10 +94,30 @@ def _single_threaded(fn: Callable, *args: Any) -> Any:
         return fn(*args)
 
 
+_UNITS: list[Callable[[str | None, int, int], None]] = []
+
+
+@contextlib.contextmanager
+def units_listener(fn: Callable[[str | None, int, int], None]) -> Iterator[None]:
+    """Context in which serial ``run_chunks`` calls ``fn(desc, done, total)`` before its first chunk and after each
+    one: a stage's own work units (the service records them as the running job's progress)."""
+    _UNITS.append(fn)
+    try:
+        yield
+    finally:
+        _UNITS.remove(fn)
+
+
+def _units(desc: str | None, done: int, total: int) -> None:
+    for fn in _UNITS:
+        fn(desc, done, total)
+
+
 def run_chunks(fn: Callable, chunks: Sequence[Any], n_jobs: int = 1, *args: Any, desc: str | None = None,
                on_result: Callable[[Any, Any], None] | None = None) -> list:
     """[fn(chunk, *args) for chunk in chunks], in order, in parallel when n_jobs > 1 or under Dask
-    (serially with a progress bar named ``desc`` on a terminal).
+    (serially with a progress bar named ``desc`` on a terminal); every path tells :func:`units_listener`'s
+    listeners how many chunks are done.
 
     ``on_result(chunk, result)`` runs here, in the calling process, as each chunk finishes (in any order
     when parallel): callers store results there, so workers never write to the run directory and need
@@ -105,23 +125,27 @@ def run_chunks(fn: Callable, chunks: Sequence[Any], n_jobs: int = 1, *args: Any,
     ``on_result`` are not kept (the list holds what it returns: None from a writer), so a large run holds one chunk at a time here.
     """
     if _CLIENT.get() is not None:
-        return _run_on_dask(_CLIENT.get(), fn, chunks, args, on_result)
+        return _run_on_dask(_CLIENT.get(), fn, chunks, args, on_result, desc)
     if n_jobs == 1 and not _dask_active():
         from tqdm.auto import tqdm
 
         bar = tqdm(chunks, desc=desc, leave=False, disable=True if desc is None else None)  # None: on a tty only
         out = []
+        _units(desc, 0, len(chunks))
         for c in bar:
             r = _single_threaded(fn, c, *args)
             out.append(r if on_result is None else on_result(c, r))
+            _units(desc, len(out), len(chunks))
         return out
     import joblib  # only here: a one-worker run does not pay its import
 
     results: list = [None] * len(chunks)
     tagged = joblib.Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
         joblib.delayed(_tagged)(i, fn, c, *args) for i, c in enumerate(chunks))
-    for i, r in tagged:
+    _units(desc, 0, len(chunks))
+    for done, (i, r) in enumerate(tagged, 1):
         results[i] = r if on_result is None else on_result(chunks[i], r)
+        _units(desc, done, len(chunks))
     return results
 
 
@@ -130,7 +154,7 @@ def _tagged(i: int, fn: Callable, *args: Any) -> tuple[int, Any]:
     return i, _single_threaded(fn, *args)
 
 
-def _run_on_dask(client, fn: Callable, chunks: Sequence[Any], args: tuple, on_result) -> list:
+def _run_on_dask(client, fn: Callable, chunks: Sequence[Any], args: tuple, on_result, desc: str | None) -> list:
     """run_chunks on a Dask cluster: every non-scalar argument (the model, the task) is broadcast to each worker
     once and kept there for the whole call, not shipped with every chunk; results come back as they finish."""
     from distributed import as_completed
@@ -140,12 +164,14 @@ def _run_on_dask(client, fn: Callable, chunks: Sequence[Any], args: tuple, on_re
     futures = [client.submit(_single_threaded, fn, c, *shared, pure=False) for c in chunks]
     where = {f.key: i for i, f in enumerate(futures)}
     results: list = [None] * len(chunks)
+    _units(desc, 0, len(chunks))
     try:
-        for fut in as_completed(futures):
+        for done, fut in enumerate(as_completed(futures), 1):
             i = where[fut.key]
             r = fut.result()
             fut.release()
             results[i] = r if on_result is None else on_result(chunks[i], r)
+            _units(desc, done, len(chunks))
     finally:
         client.cancel([f for f in futures if not f.done()])
         client.cancel([f for f in shared if hasattr(f, "key")])

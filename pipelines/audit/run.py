@@ -389,8 +389,30 @@ def audit_stages(spec: AuditSpec) -> list[str]:
             + (["heads"] if len(spec.sources) > 1 else []))
 
 
+HEADS_PROBE_LEN = 64  # HeadStability's default probe length (min(64, n_ctx)) when probe_len is unset
+HEADS_NULL_PERMUTATIONS = 50  # its prompts null's default n_null
+
+
+def heads_flops(spec: AuditSpec, cfg) -> float:
+    """The head-stability stage's FLOPs on the spec's models (each of config ``cfg``); 0 with one model. Each model's
+    forward over the probe set (2 FLOPs per weight per token, plus QK and AV), then every compared pair's attention
+    patterns matched head by head (H x H similarities over n_probe x T x T values per layer), for the refits and
+    again for each permutation of the prompts null (circuitstat.pipelines.heads.stability)."""
+    K = len(spec.sources)
+    if K < 2:
+        return 0.0
+    h = spec.heads
+    T = min(HEADS_PROBE_LEN, cfg.n_ctx)
+    weights = cfg.n_layers * (4 * cfg.d_model * cfg.n_heads * cfg.d_head + 3 * cfg.d_model * cfg.d_mlp)
+    forward = K * h.n_probe * T * (2 * weights + 4 * cfg.n_layers * cfg.n_heads * cfg.d_head * T)
+    pairs = K * (K - 1) if h.pairs == "all" else K - 1
+    match = pairs * cfg.n_layers * cfg.n_heads ** 2 * h.n_probe * T * T * 2
+    return float(forward + match * (1 + HEADS_NULL_PERMUTATIONS))
+
+
 def audit_flops(spec: AuditSpec, cfg) -> float:
-    """The attribution FLOPs of ``spec``'s methods on a model of config ``cfg``."""
+    """The FLOPs of every stage of ``spec`` on models of config ``cfg``: its methods' attribution, the verification's
+    second phase and head stability (the stage the issue-37 trial saw run 140 s past its estimate)."""
     from circuitstat.pipelines.build import attribution_flops
 
     total = sum(attribution_flops(cfg, spec, m, spec.task.n, ig_steps=spec.ig_steps, level=spec.level)
@@ -399,7 +421,7 @@ def audit_flops(spec: AuditSpec, cfg) -> float:
         from circuitstat.pipelines.verify import phase2_flops
 
         total += phase2_flops(cfg, spec, spec.verify, n_methods=sum(m != "exact" for m in spec.methods))
-    return total
+    return total + heads_flops(spec, cfg)
 
 
 def _run_kind(spec: AuditSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False,

@@ -100,19 +100,20 @@ def shared_with(s: Session, job: Job) -> list[str]:
 
 
 def set_sharing(s: Session, job: Job, *, public: bool | None, users: list[str] | None) -> None:
-    """Make ``job`` public or not and share it with exactly ``users`` (None leaves either as it is);
-    a 422 Problem naming unknown users."""
+    """Make ``job`` public or not and share it with exactly ``users`` (None leaves either as it is); a 422 Problem
+    for names it cannot be shared with, one message whether a name is no user or is the owner's own, so a refusal
+    never tells whether a user of that name exists."""
     if public is not None:
         job.public = bool(public)
     if users is None:
         return
     names = sorted(set(users))
     found = {u.name: u.id for u in s.scalars(select(User).where(User.name.in_(names)))} if names else {}
-    unknown = [n for n in names if n not in found]
-    if unknown:
-        raise Problem(422, f"cannot share with unknown users {unknown[:5]}; the operator adds users with "
-                           "`circuitstat users add NAME`")
+    refused = [n for n in names if n not in found or found[n] == job.owner_id]
+    if refused:
+        shown = ", ".join(repr(n[:64]) for n in refused[:5])
+        raise Problem(422, f"cannot share this job with {shown}: share it with other users of this server, by the "
+                           "user names the operator gave them (`circuitstat users list`)")
     s.query(JobShare).filter(JobShare.job_id == job.id).delete()
     for uid in found.values():
-        if uid != job.owner_id:
-            s.add(JobShare(job_id=job.id, user_id=uid))
+        s.add(JobShare(job_id=job.id, user_id=uid))

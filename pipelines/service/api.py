@@ -29,7 +29,7 @@ from .problems import Problem
 from .quotas import check_active, check_body
 from .retention import check_disk, disk_usage
 from .runner import LOG
-from .submission import MAX_UPLOADS, Upload, prepare
+from .submission import MAX_UPLOADS, Upload, prepare, too_many_uploads
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
 LOG_TAIL_LINES = 200
@@ -109,12 +109,16 @@ def _names(value: Any) -> list[str]:
 
 
 async def _read_multipart(request: Request, limit: int) -> dict:
+    from starlette.exceptions import HTTPException
     from starlette.formparsers import MultiPartException
 
-    try:
-        form = await request.form(max_files=MAX_UPLOADS + 1, max_fields=16, max_part_size=limit)
-    except MultiPartException as e:
-        raise Problem(400, f"the form cannot be read ({e.message}); send multipart/form-data with fields kind, spec "
+    try:  # the spec's file, the task files and one more: a form with too many is the documented 422 below
+        form = await request.form(max_files=MAX_UPLOADS + 2, max_fields=16, max_part_size=limit)
+    except (MultiPartException, HTTPException) as e:  # Starlette turns the parser's error into a 400 HTTPException
+        message = str(getattr(e, "message", None) or getattr(e, "detail", ""))
+        if "too many files" in message.lower():
+            raise Problem(422, too_many_uploads()) from None
+        raise Problem(400, f"the form cannot be read ({message}); send multipart/form-data with fields kind, spec "
                            "and files") from None
     spec = form.get("spec")
     spec_text = spec.encode() if isinstance(spec, str) else (await spec.read() if spec is not None else None)
@@ -156,7 +160,8 @@ def _create(svc: Service, principal: Principal, sub: dict, size: int) -> JobOut:
     job_id = uuid.uuid4().hex
     job_dir = svc.cfg.jobs_dir / job_id
     try:
-        prepared = prepare(kind, sub["spec_text"], sub["spec_data"], sub["files"], job_dir, svc.cfg.sources)
+        prepared = prepare(kind, sub["spec_text"], sub["spec_data"], sub["files"], job_dir, svc.cfg.sources,
+                           quotas)
         with svc.db.session() as s:
             # one submission per user at a time (a row lock; SQLite's BEGIN IMMEDIATE already serialises)
             s.execute(select(User.id).where(User.id == principal.user_id).with_for_update())

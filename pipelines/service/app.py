@@ -67,6 +67,25 @@ class AccessLog:
                                        "client": client[0] if client else None})
 
 
+class Draining:
+    """ASGI middleware: while the server drains (SIGTERM), every request is a 503 problem+json with ``draining:
+    true`` and Retry-After, so clients and load balancers go elsewhere instead of meeting a refused connection."""
+
+    def __init__(self, app, svc: Service) -> None:
+        self.app, self.svc = app, svc
+
+    async def __call__(self, scope, receive, send):
+        d = self.svc.dispatcher
+        if scope["type"] != "http" or d is None or not d.draining:
+            return await self.app(scope, receive, send)
+        from .problems import problem_response
+
+        response = problem_response(503, "the server is draining (shutting down): it takes no requests now; retry "
+                                         "on another server or once it has restarted", draining=True,
+                                    headers={"Retry-After": "10"})
+        await response(scope, receive, send)
+
+
 def create_app(cfg: ServiceConfig, *, start_workers: bool = True) -> FastAPI:
     """The ASGI app serving ``cfg``'s data directory and database."""
     from . import api, api_manage, api_runs, api_tokens, pages, problems
@@ -111,6 +130,7 @@ def create_app(cfg: ServiceConfig, *, start_workers: bool = True) -> FastAPI:
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=Path(__file__).with_name("static")), name="static")
 
+    app.add_middleware(Draining, svc=svc)
     app.add_middleware(AccessLog, metrics=svc.metrics)
     app.add_middleware(BodyLimit, limit=cfg.max_request_bytes)
 

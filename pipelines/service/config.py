@@ -13,9 +13,13 @@ Example (every key is optional)::
     quotas:                        # per user; `users:` overrides them for named users
       max_active_jobs: 8
       max_request_bytes: 8388608
-      max_work_flops: 1.0e+15
+      max_work_flops: 1.0e+15      # every stage's estimated FLOPs (head stability included)
       requests_per_minute: 600
       max_disk_bytes: 10737418240  # uploads + runs of the user's jobs (default: no limit)
+      max_parameters: 500000000    # per model, counted from its config (nothing is built to count it)
+      max_memory_bytes: 8589934592 # to load one model
+      max_models_per_job: 16
+      max_job_seconds: 21600       # one attempt's wall time: then the job fails, its finished stages kept
     users:
       ci-bot: {max_active_jobs: 2}
     retention_days: 90             # finished jobs older than this are deleted (default: kept)
@@ -55,9 +59,13 @@ class Quotas(_Strict):
 
     max_active_jobs: int = Field(8, ge=1, le=100_000)  # queued + running
     max_request_bytes: int = Field(8 * 2**20, ge=1024, le=2**32)
-    max_work_flops: float = Field(1e15, gt=0)  # estimated attribution FLOPs of one job (circuitstat.circuits.plan)
+    max_work_flops: float = Field(1e15, gt=0)  # estimated FLOPs of every stage of one job (the --plan arithmetic)
     requests_per_minute: int = Field(600, ge=1, le=10_000_000)
     max_disk_bytes: int | None = Field(None, ge=0)  # bytes under the user's jobs' directories; None: no limit
+    max_parameters: int = Field(500_000_000, ge=1)  # of each model a job loads (counted from its config)
+    max_memory_bytes: int = Field(8 * 2**30, ge=2**20)  # to load each model (float32, held twice while loading)
+    max_models_per_job: int = Field(16, ge=1, le=10_000)  # an audit's `models:` list
+    max_job_seconds: float = Field(6 * 3600.0, gt=0)  # one attempt's wall time; over it the job fails, stages kept
 
 
 class QuotaOverride(_Strict):
@@ -68,6 +76,10 @@ class QuotaOverride(_Strict):
     max_work_flops: float | None = Field(None, gt=0)
     requests_per_minute: int | None = Field(None, ge=1, le=10_000_000)
     max_disk_bytes: int | None = Field(None, ge=0)
+    max_parameters: int | None = Field(None, ge=1)
+    max_memory_bytes: int | None = Field(None, ge=2**20)
+    max_models_per_job: int | None = Field(None, ge=1, le=10_000)
+    max_job_seconds: float | None = Field(None, gt=0)
 
 
 class ServiceConfig(_Strict):

@@ -22,7 +22,7 @@ from pathlib import Path
 from . import queue
 from .config import ServiceConfig
 from .db import Database, Job
-from .progress import progress
+from .progress import EtaClock, planned_stages, progress
 from .runner import RUN, payload
 
 log = logging.getLogger("circuitstat.service")
@@ -34,7 +34,9 @@ class _Running:
     spec: object
     job_dir: Path
     started_at: float
-    stopping: str | None = None  # "cancel" or "lost" once the server has stopped it
+    stopping: str | None = None  # "cancel", "lost" or "timeout" once the server has stopped it
+    max_seconds: float = float("inf")  # the owner's max_job_seconds (one attempt's wall time)
+    clock: EtaClock | None = None  # the attempt's pace of progress (its ETA never rises while progress is flat)
 
 
 class Dispatcher:
@@ -55,6 +57,7 @@ class Dispatcher:
         self.heartbeat_seconds = cfg.lease_seconds / 3
         self.progress_seconds = cfg.progress_seconds
         self.pool_error: str | None = None  # why the pool could not start (/healthz says so)
+        self._drained, self._drain_lock = False, threading.Lock()
 
     # -- the loop ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -114,16 +117,21 @@ class Dispatcher:
             return
         from .submission import parse_kind
 
+        from .db import User
+
         with self.db.session() as s:
             jobs = queue.claim(s, self.server, self.cfg.lease_seconds, free, self.db.postgres)
-            claimed = [(j.id, j.kind, j.spec, j.max_work_flops) for j in jobs]
-        for job_id, kind, spec_json, max_work in claimed:
+            claimed = [(j.id, j.kind, j.spec, j.max_work_flops, self.cfg.quotas_for(s.get(User, j.owner_id).name))
+                       for j in jobs]
+        for job_id, kind, spec_json, max_work, quotas in claimed:
             import json
 
             spec = json.loads(spec_json)
             job_dir = self.cfg.jobs_dir / job_id
-            worker = self.pool.start(payload(job_id, kind, spec, job_dir, max_work, self.cfg.sources.models))
-            self.running[job_id] = _Running(kind, parse_kind(kind, spec), job_dir, time.time())
+            limits = {k: getattr(quotas, k) for k in ("max_parameters", "max_memory_bytes", "max_models_per_job")}
+            worker = self.pool.start(payload(job_id, kind, spec, job_dir, max_work, self.cfg.sources.models, limits))
+            self.running[job_id] = _Running(kind, parse_kind(kind, spec), job_dir, time.time(),
+                                            max_seconds=quotas.max_job_seconds)
             with self.db.session() as s:
                 queue.record_worker(s, job_id, self.server, worker)
             log.info("job started", extra={"job": job_id, "worker": worker})
@@ -143,8 +151,13 @@ class Dispatcher:
             if run.stopping == "cancel":
                 queue.finish(s, self.server, job_id, "cancelled", error="cancelled by its owner",
                              error_kind="cancelled")
-            elif status == "completed":
-                queue.finish(s, self.server, job_id, "completed", work_flops=outcome.get("work_flops"))
+            elif run.stopping == "timeout" and status != "completed":
+                queue.finish(s, self.server, job_id, "failed", error_kind="limit", outcome="timeout",
+                             error=f"the job ran longer than its limit of {run.max_seconds:g} s of wall time "
+                                   "(max_job_seconds) and was stopped; its finished stages are kept in its run")
+            elif status == "completed":  # its stage is the run's last, not whichever the last sample saw
+                queue.finish(s, self.server, job_id, "completed", work_flops=outcome.get("work_flops"),
+                             stage=(planned_stages(run.kind, run.spec) or [None])[-1])
             elif status == "failed":
                 queue.finish(s, self.server, job_id, "failed", error=outcome.get("error"),
                              error_kind=outcome.get("kind"))
@@ -157,7 +170,7 @@ class Dispatcher:
         from .deletion import finalize
 
         finalize(self.db, self.cfg.jobs_dir, [job_id])  # a job deleted while it ran: its tombstone, now it stopped
-        final = "cancelled" if run.stopping == "cancel" else status
+        final = {"cancel": "cancelled", "timeout": "failed"}.get(run.stopping or "", status)
         log.info("job ended", extra={"job": job_id, "outcome": final, "error_kind": outcome.get("kind")})
         if self.metrics is not None:
             self.metrics.job_ended(final, outcome.get("kind"), time.time() - run.started_at)
@@ -176,18 +189,35 @@ class Dispatcher:
             elif job_id in cancels and run.stopping is None:
                 run.stopping = "cancel"
                 self.pool.abort(job_id, "cancelled")
+        self._stop_overdue()
+
+    def _stop_overdue(self) -> None:
+        """Stop every job running longer than its owner's max_job_seconds: it then fails with the reason, and its
+        run keeps the stages it finished (each stage is written whole, circuitstat.core.rundir)."""
+        t = time.time()
+        for job_id, run in self.running.items():
+            if run.stopping is None and t - run.started_at > run.max_seconds:
+                run.stopping = "timeout"
+                self.pool.abort(job_id, "timeout")
+                log.warning("job over its wall-time limit, stopped", extra={"job": job_id})
 
     def _record_progress(self) -> None:
         with self.db.session() as s:
             for job_id, run in self.running.items():
                 if run.stopping is None:
-                    p = progress(run.kind, run.spec, run.job_dir / RUN, run.started_at)
+                    if run.clock is None:
+                        run.clock = EtaClock(run.started_at)
+                    p = progress(run.kind, run.spec, run.job_dir / RUN, run.started_at, clock=run.clock)
                     queue.set_progress(s, self.server, job_id, p.stage, p.fraction, p.eta_seconds)
 
     # -- shutdown -------------------------------------------------------------------------------------
     def drain(self, seconds: float) -> None:
         """Stop claiming; wait up to ``seconds`` for running jobs, interrupt the rest (they resume
         later from their run directories), then stop the loop and the pool."""
+        with self._drain_lock:  # once: SIGTERM drains while serving, and the lifespan's end calls it again
+            if self._drained:
+                return
+            self._drained = True
         self.draining = True
         log.info("draining", extra={"running": len(self.running), "seconds": seconds})
         deadline = time.monotonic() + seconds

@@ -30,6 +30,9 @@ from .progress import read_stages
 PAGE_CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; form-action 'self'; "
             "frame-ancestors 'none'")
 LOG_LINES = 60
+REFRESH_SECONDS = 5
+"""How often the page of a queued or running job reloads itself (a meta refresh: no script, the policy unchanged)."""
+ACTIVE = ("queued", "running")
 router = APIRouter(include_in_schema=False)
 _env = Environment(loader=FileSystemLoader(Path(__file__).with_name("templates")),
                    autoescape=select_autoescape(["html"], default=True))
@@ -83,7 +86,22 @@ def _yesno(v) -> str:
     return "-" if v is None else ("yes" if v else "NO")
 
 
-_env.filters.update(age=_age, duration=_duration, observed=_observed, ci=_ci, signed=_signed, yesno=_yesno)
+
+
+MAX_MODEL_CHARS, MAX_MODELS_SHOWN = 60, 2
+
+
+def short_models(models: str) -> str:
+    """A job's model list (``a, b, c``) as the job list shows it: the first two, each cut to 60 characters, and how many
+    more (the whole list is the cell's title and on the job's page)."""
+    names = [m for m in str(models).split(", ") if m]
+    cut = [m if len(m) <= MAX_MODEL_CHARS else m[: MAX_MODEL_CHARS - 1] + "…" for m in names[:MAX_MODELS_SHOWN]]
+    more = len(names) - len(cut)
+    return ", ".join(cut) + (f" and {more} more" if more > 0 else "")
+
+
+_env.filters.update(age=_age, duration=_duration, observed=_observed, ci=_ci, signed=_signed, yesno=_yesno,
+                    models=short_models)
 
 
 def render(name: str, code: int = 200, **context) -> HTMLResponse:
@@ -135,7 +153,7 @@ async def login(request: Request, token: str = Form("", max_length=200)) -> Resp
 
     principal, cookie = await run_in_threadpool(go)
     if principal is None:
-        return render("login.html", 401, user=None, error="That token is not valid (wrong, revoked or expired).")
+        return render("login.html", 401, user=None, error="That token is not valid: an unknown or revoked token.")
     request.state.user = principal.name
     resp = RedirectResponse("/jobs", status_code=303)
     resp.set_cookie(SESSION_COOKIE, cookie, httponly=True, samesite="strict", secure=svc.cfg.cookie_secure,
@@ -184,7 +202,9 @@ def jobs_page(request: Request, principal: Principal | None = Depends(page_princ
     kept = {k: v for k, v in form.items() if v}
     link = lambda n: "/jobs?" + urlencode({**kept, "page": n})  # noqa: E731
     pages = max(1, -(-total // DEFAULT_PAGE_SIZE))
+    refresh = REFRESH_SECONDS if any(j.state in ACTIVE for j in jobs) else None
     return render("jobs.html", user=principal.name, jobs=jobs, total=total, states=JOB_STATES, state=form["state"],
+                  refresh=refresh,
                   form=form, sorts=SORTS, page=number, pages=pages, prev=link(number - 1) if number > 1 else None,
                   next=link(number + 1) if more else None, sort_link=lambda key: "/jobs?" + urlencode(
                       {**kept, "sort": key, "order": "asc" if form["sort"] == key and form["order"] == "desc" else "desc"}))
@@ -242,7 +262,8 @@ def job_page(job_id: str, request: Request, principal: Principal | None = Depend
         ctx = _job_context(service(request), principal, job_id)
     except Problem as p:
         return error_page(p.status, p.detail, principal.name)
-    return render("job.html", user=principal.name, **ctx)
+    refresh = REFRESH_SECONDS if ctx["job"].state in ACTIVE else None  # a finished job's page stays still
+    return render("job.html", user=principal.name, refresh=refresh, **ctx)
 
 
 def _change(request: Request, principal: Principal, job_id: str, action: str) -> Response:

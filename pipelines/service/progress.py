@@ -1,7 +1,9 @@
 """A running job's stage, progress and ETA, read from its run directory (the worker never writes the database).
 
 The stages a job will run follow from its spec, as the CLI's runners run them; the manifest says
-which have finished. ``attribute`` has one stage whose checkpoint chunks give finer progress. The
+which have finished, and the worker's ``units.json`` how many of the running stage's own work units (the chunks
+of circuitstat.pipelines.parallel.run_chunks) are done. ``attribute`` has one stage whose checkpoint chunks give
+finer progress too. The ETA is :class:`EtaClock`'s (it never rises while progress is flat). The
 tests compare :func:`planned_stages` with the stages a finished run recorded, so the two cannot
 drift apart silently.
 """
@@ -14,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MANIFEST = "manifest.json"
+UNITS = "units.json"
+"""The worker's record of the running stage's work units (circuitstat.pipelines.service.runner), beside the run."""
 
 
 @dataclass(frozen=True)
@@ -52,18 +56,69 @@ def _chunks_done(run_dir: Path, spec) -> float:
     return min(1.0, done / total)
 
 
-def progress(kind: str, spec, run_dir: Path, started_at: float | None, now: float | None = None) -> Progress:
-    """The Progress of a job from its run directory; ETA by the pace so far."""
+def _epoch(utc: object) -> float | None:
+    """Seconds since the epoch of a manifest's ``started_utc`` (None when unreadable)."""
+    import datetime as dt
+
+    try:
+        return dt.datetime.fromisoformat(str(utc).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def read_units(job_dir: Path) -> dict:
+    """The worker's last record of work units done in the running stage ({} when none or unreadable)."""
+    try:
+        doc = json.loads((job_dir / UNITS).read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _within(run_dir: Path, stage: dict) -> float:
+    """The fraction of the running stage's own work units done (its chunks; 0 where it reports none): only a record
+    written since the stage started counts."""
+    units, started = read_units(run_dir.parent), _epoch(stage.get("started_utc"))
+    done, total, at = units.get("done"), units.get("total"), units.get("at")
+    if started is None or not all(isinstance(v, (int, float)) for v in (done, total, at)) or at < started:
+        return 0.0
+    return min(1.0, max(0.0, done / total)) if total > 0 else 0.0
+
+
+class EtaClock:
+    """Seconds left from the pace of work done: the time the progress took to reach its current value, less the
+    time since it last moved. While progress is flat the estimate counts down and never rises; once the flat spell
+    outlasts the estimate it is None ("unknown"), not a wrong number. Progress it reports never goes back."""
+
+    def __init__(self, started_at: float) -> None:
+        self.started_at, self.fraction, self.moved_at = started_at, 0.0, started_at
+
+    def update(self, fraction: float | None, now: float) -> float | None:
+        """Record ``fraction`` seen at ``now``; the ETA in seconds (None when unknown)."""
+        if fraction is not None and fraction > self.fraction:
+            self.fraction, self.moved_at = fraction, now
+        if not 0 < self.fraction < 1 or self.moved_at <= self.started_at:
+            return None
+        left = (1 - self.fraction) * (self.moved_at - self.started_at) / self.fraction - (now - self.moved_at)
+        return left if left > 0 else None
+
+
+def progress(kind: str, spec, run_dir: Path, started_at: float | None, now: float | None = None,
+             clock: EtaClock | None = None) -> Progress:
+    """The Progress of a job from its run directory: finished stages plus the running stage's own work units done
+    (an attribute run's checkpoint chunks; a stage's attribution chunks, which the worker records), each stage one
+    equal part; the ETA by ``clock`` (a fresh one, from ``started_at``, when None)."""
     planned = planned_stages(kind, spec)
     stages = read_stages(run_dir)
     done = [s for s in planned if stages.get(s, {}).get("status") == "done"]
     running = [s for s in planned if stages.get(s, {}).get("status") == "running"]
-    fraction = len(done) / len(planned)
+    within = _within(run_dir, stages[running[0]]) if running else 0.0
+    fraction = min(1.0, (len(done) + within) / len(planned))
     if kind == "attribute" and not done:
-        fraction = 0.99 * _chunks_done(run_dir, spec)
+        fraction = 0.99 * max(_chunks_done(run_dir, spec), within)
     stage = running[0] if running else (done[-1] if done else None)
-    eta = None
-    if started_at is not None and 0 < fraction < 1:
-        elapsed = (now or time.time()) - started_at
-        eta = elapsed * (1 - fraction) / fraction
-    return Progress(stage, fraction, eta)
+    now = time.time() if now is None else now
+    if clock is None:
+        clock = EtaClock(now if started_at is None else started_at)
+    eta = clock.update(fraction, now)
+    return Progress(stage, clock.fraction if clock.fraction > fraction else fraction, eta)

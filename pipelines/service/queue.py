@@ -71,14 +71,17 @@ def set_progress(s: Session, server: str, job_id: str, stage: str | None, fracti
 
 
 def finish(s: Session, server: str, job_id: str, state: str, *, error: str | None = None,
-           error_kind: str | None = None, work_flops: float | None = None, outcome: str | None = None) -> bool:
-    """End ``server``'s attempt at a job: ``state`` completed, failed or cancelled; False if the lease
-    was lost meanwhile (then nothing changes)."""
+           error_kind: str | None = None, work_flops: float | None = None, outcome: str | None = None,
+           stage: str | None = None) -> bool:
+    """End ``server``'s attempt at a job: ``state`` completed, failed or cancelled (a completed job's ``stage`` is
+    its run's last); False if the lease was lost meanwhile (then nothing changes)."""
     t = now()
     values = dict(state=state, lease_owner=None, lease_expires=None, finished_at=t, error=error,
                   error_kind=error_kind, eta_seconds=None)
     if state == "completed":
         values["progress"] = 1.0
+        if stage is not None:
+            values["stage"] = stage
     if work_flops is not None:
         values["work_flops"] = work_flops
     done = s.execute(update(Job).where(Job.id == job_id, Job.lease_owner == server, Job.state == "running")

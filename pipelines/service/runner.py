@@ -2,9 +2,10 @@
 
 :func:`execute` takes a plain payload (so it runs the same in a local worker process and on a Dask
 worker that shares the data directory), writes everything the run prints to the job's log, and
-returns an outcome; it never raises. Before any work it estimates the job's attribution FLOPs with
-:func:`circuitstat.circuits.plan.method_cost` (the ``--plan`` arithmetic) and refuses a job above its owner's
-quota. The run directory's stages make a rerun resume: a job interrupted by a drain, a killed worker
+returns an outcome; it never raises. It runs in the job's inputs directory (a spec names uploaded task files by
+their bare names). Before any work it prices each model on its skeleton (parameters, memory, models per job) and
+the FLOPs of every stage (the ``--plan`` arithmetic, head stability included), and refuses a job above its owner's
+quotas. The run directory's stages make a rerun resume: a job interrupted by a drain, a killed worker
 or a killed server ends with the tables an uninterrupted run writes.
 """
 
@@ -14,11 +15,13 @@ import contextlib
 import functools
 import os
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
+from circuitstat.pipelines.parallel import units_listener
 from circuitstat.pipelines.sources import RunInputs
 
 RUN, LOG = "run", "log.txt"
@@ -29,11 +32,38 @@ class WorkQuotaError(Exception):
 
 
 def payload(job_id: str, kind: str, spec: dict, job_dir: Path, max_work_flops: float,
-            served: dict[str, str] | None = None) -> dict:
+            served: dict[str, str] | None = None, limits: dict | None = None) -> dict:
     """The plain-data description of one job that :func:`execute` runs; ``served`` maps the operator's model
-    names to what the server loads for them (a spec names them ``served:NAME``, never by path)."""
-    return {"job_id": job_id, "kind": kind, "spec": spec, "job_dir": str(job_dir), "max_work_flops": max_work_flops,
-            "served": dict(served or {})}
+    names to what the server loads for them (a spec names them ``served:NAME``, never by path). Paths are made
+    absolute here, in the server's working directory: the worker runs the job in the job's inputs directory.
+    ``limits``: the owner's max_parameters, max_memory_bytes and max_models_per_job (checked on the skeletons)."""
+    served = {k: (os.path.abspath(v) if os.path.exists(v) else v) for k, v in (served or {}).items()}
+    return {"job_id": job_id, "kind": kind, "spec": spec, "job_dir": os.path.abspath(job_dir),
+            "max_work_flops": max_work_flops, "served": served, "limits": dict(limits or {})}
+
+
+INPUTS = "inputs"
+_CWD = threading.Lock()  # the working directory is the process's: one job at a time may move it
+
+
+@contextlib.contextmanager
+def in_inputs(job_dir: Path):
+    """Run the body in the job's inputs directory, where its uploaded task files are: a spec names them by their bare
+    names, and the run resolves and records them as `circuitstat audit spec.yaml` does beside them (so the manifest,
+    tables and report hold the name, never the server's path, and spec_sha256 equals a local run's)."""
+    cache = os.environ.get("CIRCUITSTAT_CACHE")
+    with _CWD:
+        before = os.getcwd()
+        if cache:  # a relative cache (the zoo's models) stays where it was
+            os.environ["CIRCUITSTAT_CACHE"] = os.path.abspath(cache)
+        (job_dir / INPUTS).mkdir(parents=True, exist_ok=True)
+        os.chdir(job_dir / INPUTS)
+        try:
+            yield
+        finally:
+            os.chdir(before)
+            if cache:
+                os.environ["CIRCUITSTAT_CACHE"] = cache
 
 
 def estimated_flops(kind: str, spec, cfg) -> float:
@@ -56,16 +86,76 @@ def model_config(source: str, inputs: RunInputs):
     return _config_at(inputs.resolve(source).location)
 
 
-def check_work(kind: str, spec, max_flops: float, inputs: RunInputs) -> float:
-    """The job's estimated FLOPs; WorkQuotaError when above ``max_flops``."""
+def check_work(kind: str, spec, max_flops: float, inputs: RunInputs, limits: dict | None = None) -> float:
+    """The job's estimated FLOPs (every stage); WorkQuotaError when above ``max_flops``, or when a model is above
+    ``limits`` (max_parameters, max_memory_bytes, max_models_per_job), priced on skeletons (nothing allocated)."""
+    from types import SimpleNamespace
+
     from circuitstat.pipelines.kinds import kind as run_kind
 
+    from .pricing import Shape, check_model_size
+    from .problems import Problem
+
     sources = run_kind(kind).sources(spec)
+    limits = dict(limits or {})
+    if limits:
+        quotas = SimpleNamespace(**limits)
+        try:
+            if len(sources) > quotas.max_models_per_job:
+                raise Problem(422, f"the spec names {len(sources)} models, above the limit of "
+                                   f"{quotas.max_models_per_job} models per job (max_models_per_job)")
+            for source in dict.fromkeys(sources):
+                c = model_config(source, inputs)
+                shape = Shape(c.n_layers, c.n_heads, c.d_model, c.d_head, c.d_mlp, c.vocab_size, c.n_ctx,
+                              2 if c.mlp == "standard" else 3)
+                check_model_size(source, shape.parameters, shape.memory_bytes, quotas)
+        except Problem as p:
+            raise WorkQuotaError(p.detail) from None
     flops = estimated_flops(kind, spec, model_config(sources[0], inputs)) if sources else 0.0
     if flops > max_flops:
-        raise WorkQuotaError(f"the job's estimated work is {flops:.3g} FLOPs (circuitstat.circuits.plan), above your quota of "
-                             f"{max_flops:.3g}; make it smaller (fewer examples or methods) or ask the operator")
+        raise WorkQuotaError(f"the job's estimated work is {flops:.3g} FLOPs (every stage, the --plan arithmetic), "
+                             f"above your quota of {max_flops:.3g} (max_work_flops); make it smaller (fewer "
+                             "examples, methods or models) or ask the operator")
     return flops
+
+
+@contextlib.contextmanager
+def job_warnings(log, job_dir: Path):
+    """Warnings go to the job's log as one line each, with no server detail: not the installation's file and line
+    (Python's default format), not the job's server path, and a stale lock of a crashed attempt without the host
+    name and process id the lock file holds."""
+    import warnings
+
+    from circuitstat.core.lock import StaleLockWarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        text = str(message).replace(str(job_dir), ".")
+        if issubclass(category, StaleLockWarning):
+            text = "the lock of an earlier attempt that stopped was taken over; the job resumes from its finished stages"
+        print(f"warning: {category.__name__}: {text}", file=log, flush=True)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
+class _UnitsFile:
+    """Records the running stage's work units in the job's units.json (read by circuitstat.pipelines.service.progress),
+    written whole (a temporary file renamed) at most every half second, and at each stage's first and last unit."""
+
+    def __init__(self, job_dir: Path) -> None:
+        self.path, self.last = job_dir / "units.json", 0.0
+
+    def __call__(self, desc: str | None, done: int, total: int) -> None:
+        import json
+
+        t = time.time()
+        if 0 < done < total and t - self.last < 0.5:
+            return
+        self.last = t
+        tmp = self.path.with_name(".units.json.tmp")
+        tmp.write_text(json.dumps({"desc": desc, "done": done, "total": total, "at": t}))
+        os.replace(tmp, self.path)
 
 
 def _run(kind: str, spec, out: Path, inputs: RunInputs) -> None:
@@ -73,8 +163,12 @@ def _run(kind: str, spec, out: Path, inputs: RunInputs) -> None:
     renders one), its sources resolved by ``inputs``."""
     from circuitstat.pipelines.kinds import kind as run_kind
 
+    from .submission import SERVICE_N_JOBS
+
     declared = run_kind(kind)
-    declared.run(spec, out, n_jobs=1, allow_pickle=False, allow_large=False, inputs=inputs)
+    if getattr(spec, "n_jobs", SERVICE_N_JOBS) != SERVICE_N_JOBS:  # a job queued before submission replaced it
+        spec = spec.model_copy(update={"n_jobs": SERVICE_N_JOBS})
+    declared.run(spec, out, n_jobs=SERVICE_N_JOBS, allow_pickle=False, allow_large=False, inputs=inputs)
     if declared.report:
         from circuitstat.reports.html import render_report
 
@@ -108,7 +202,7 @@ def execute(job: dict) -> dict[str, Any]:
     # the manifest records sys.argv as the run's command: the server's own (a database URL) must not leak
     sys.argv = ["circuitstat", "serve", "job", job["job_id"], job["kind"]]
     try:
-        return _logged(job, Path(job["job_dir"]))
+        return _logged(job, Path(job["job_dir"]).absolute())
     finally:
         sys.argv = argv
 
@@ -120,15 +214,15 @@ def _logged(job: dict, job_dir: Path) -> dict[str, Any]:
     t0 = time.time()
     with open(job_dir / LOG, "a", encoding="utf-8") as log, contextlib.redirect_stdout(log), \
             contextlib.redirect_stderr(log):
-        print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {job['kind']} job {job['job_id']} starting "
-              f"(pid {os.getpid()})", flush=True)
+        print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {job['kind']} job {job['job_id']} starting", flush=True)
         try:
             # sources by their public names: no server path in the run's manifest, tables, report or errors
             inputs = RunInputs(served=dict(job.get("served", {})), hide_paths=True)
             spec = parse_kind(job["kind"], job["spec"])
-            flops = check_work(job["kind"], spec, float(job["max_work_flops"]), inputs)
-            print(f"estimated work {flops:.3g} FLOPs", flush=True)
-            _run(job["kind"], spec, job_dir / RUN, inputs)
+            with in_inputs(job_dir), units_listener(_UnitsFile(job_dir)), job_warnings(log, job_dir):
+                flops = check_work(job["kind"], spec, float(job["max_work_flops"]), inputs, job.get("limits"))
+                print(f"estimated work {flops:.3g} FLOPs", flush=True)
+                _run(job["kind"], spec, job_dir / RUN, inputs)
             outcome: dict[str, Any] = {"status": "completed", "work_flops": flops}
         except BaseException as exc:  # noqa: BLE001 - the worker's boundary: every outcome is reported
             outcome = _outcome(exc)

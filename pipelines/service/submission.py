@@ -30,6 +30,8 @@ TASK_FILE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".parquet")
 UPLOAD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 MAX_UPLOADS = 8
 SPEC_FILE = "spec.yaml"
+SERVICE_N_JOBS = 1
+"""The n_jobs every job runs with (the pool runs jobs side by side); a spec's own n_jobs is replaced by it."""
 
 
 def parse_kind(kind: str, data: Any, source: str = SPEC_FILE):
@@ -62,10 +64,15 @@ def _relative(message: str, inputs: Path) -> str:
     return message.replace(str(inputs.resolve()) + "/", "").replace(str(inputs) + "/", "")
 
 
+def too_many_uploads(n: int | None = None) -> str:
+    """The 422's detail for a request with more task files than a job takes."""
+    return f"{'more than ' + str(MAX_UPLOADS) if n is None else n} files uploaded; at most {MAX_UPLOADS} task files per job"
+
+
 def save_uploads(files: list[Upload], inputs: Path) -> list[str]:
     """Write the uploaded task files into ``inputs``; their names. A 422 Problem for a bad name."""
     if len(files) > MAX_UPLOADS:
-        raise Problem(422, f"{len(files)} files uploaded; at most {MAX_UPLOADS} task files per job")
+        raise Problem(422, too_many_uploads(len(files)))
     names = []
     for f in files:
         name = f.name
@@ -85,21 +92,17 @@ def _task_name(spec) -> str:
     return task if isinstance(task, str) else task.name
 
 
-def _confine_task(spec, uploads: list[str], inputs: Path):
-    """``spec`` with its task file named by its path in ``inputs``; a 422 Problem when the task is
-    neither built in nor uploaded."""
+def _confine_task(spec, uploads: list[str]) -> None:
+    """None when the spec's task is built in or one of the uploaded files, by its bare name (the spec keeps that
+    name: the worker runs in the job's inputs directory, as `circuitstat audit spec.yaml` runs beside its task file,
+    so no server path reaches the manifest, tables or report); a 422 Problem otherwise."""
     name = _task_name(spec)
-    if name in BUILTIN_TASKS:
-        return spec
-    if name not in uploads:
-        hint = (f"upload it with the request (files={name})" if name.lower().endswith(TASK_FILE_SUFFIXES)
-                else f"use a built-in task ({', '.join(BUILTIN_TASKS[:3])}) or upload a task file")
-        raise Problem(422, f"task {name[:80]!r} is neither a built-in task nor a file uploaded with this request; "
-                           f"{hint} (a request cannot name a path on the server)")
-    path = str((inputs / name).resolve())
-    if isinstance(spec.task, str):
-        return spec.model_copy(update={"task": path})
-    return spec.model_copy(update={"task": spec.task.model_copy(update={"name": path})})
+    if name in BUILTIN_TASKS or name in uploads:
+        return
+    hint = (f"upload it with the request (files={name})" if name.lower().endswith(TASK_FILE_SUFFIXES)
+            else f"use a built-in task ({', '.join(BUILTIN_TASKS[:3])}) or upload a task file")
+    raise Problem(422, f"task {name[:80]!r} is neither a built-in task nor a file uploaded with this request; "
+                       f"{hint} (a request cannot name a path on the server)")
 
 
 def _with_sources(spec, sources: SourcesConfig):
@@ -114,9 +117,9 @@ def _with_sources(spec, sources: SourcesConfig):
 
 
 def prepare(kind: str, spec_text: bytes | None, spec_data: Any, files: list[Upload], job_dir: Path,
-            sources: SourcesConfig) -> Prepared:
+            sources: SourcesConfig, quotas=None) -> Prepared:
     """The validated submission written under ``job_dir/inputs``; a Problem (400 unreadable, 422
-    refused) saying what the CLI would say."""
+    refused: what the CLI would say, or a cost above ``quotas``, circuitstat.pipelines.service.pricing)."""
     from circuitstat.pipelines.yamlio import read_yaml_strict
 
     inputs = job_dir / "inputs"
@@ -135,5 +138,14 @@ def prepare(kind: str, spec_text: bytes | None, spec_data: Any, files: list[Uplo
     except InputError as e:
         raise Problem(422, _relative(str(e), inputs)) from None
     display = ", ".join(spec.sources)
-    spec = _with_sources(_confine_task(spec, uploads, inputs), sources)
+    _confine_task(spec, uploads)
+    spec = _with_sources(spec, sources)
+    if getattr(spec, "n_jobs", SERVICE_N_JOBS) != SERVICE_N_JOBS:  # what the job runs with, so its manifest says so
+        spec = spec.model_copy(update={"n_jobs": SERVICE_N_JOBS})
+    if quotas is not None:
+        from circuitstat.pipelines.kinds import kind as run_kind
+
+        from .pricing import check_job_cost
+
+        check_job_cost(run_kind(kind).sources(spec), quotas, sources.models)
     return Prepared(spec.model_dump(mode="json"), display[:1100])

@@ -22,6 +22,15 @@ TINY_BPE = "random:gpt2?n_layer=1&n_head=2&n_embd=16&n_positions=64&seed=1"
 AUDIT = {"model": TINY, "task": {"name": "induction", "n": 16, "options": {"seq_len": 5}},
          "methods": ["exact", "eap"], "bootstrap": {"n_resamples": 40}, "k": [2, 5]}
 FINAL = ("completed", "failed", "cancelled")
+_NAMES = [("Mary", "John"), ("Alice", "Bob"), ("Tom", "James"), ("Sarah", "David"), ("Paul", "Anna"),
+          ("Mark", "Lucy"), ("Kate", "Peter"), ("Jack", "Emma")]
+IOI_FILE = "".join(json.dumps({"clean": f"When {a} and {b} went to the store, {b} gave a drink to",
+                               "corrupted": f"When {a} and {b} went to the store, {a} gave a drink to",
+                               "answer": f" {a}", "wrong_answer": f" {b}"}) + "\n" for a, b in _NAMES).encode()
+"""An uploadable IOI-style task file of 8 rows (text prompts: it needs a model with GPT-2's tokenizer, TINY_BPE)."""
+AUDIT_FILE = {"model": TINY_BPE, "task": {"name": "ioi.jsonl", "n": 8}, "methods": ["exact", "eap"],
+              "bootstrap": {"n_resamples": 40}, "k": [2, 5]}
+"""An audit of the uploaded task file IOI_FILE."""
 POLL_S = 0.1
 
 
@@ -228,11 +237,14 @@ SETTINGS = {"users": {"quota": {"max_active_jobs": 1}, "ratey": {"requests_per_m
 
 SERVED_NAME = "lab-tiny"
 """The operator's named local model on the session's servers (a directory of TINY, saved by Fleet)."""
+SERVED_BPE = "lab-bpe"
+"""The operator's named model with GPT-2's tokenizer (a directory of TINY_BPE, beside SERVED_NAME's)."""
 
 
 def served_settings(served: Path) -> dict:
-    """SETTINGS with the operator's named model ``SERVED_NAME`` at ``served`` (zoo and random: as by default)."""
-    return {**SETTINGS, "sources": {"models": {SERVED_NAME: str(served)}}}
+    """SETTINGS with the operator's named models ``SERVED_NAME`` at ``served`` and ``SERVED_BPE`` beside it (zoo
+    and random: as by default)."""
+    return {**SETTINGS, "sources": {"models": {SERVED_NAME: str(served), SERVED_BPE: str(served.parent / SERVED_BPE)}}}
 
 
 class Fleet:
@@ -247,6 +259,9 @@ class Fleet:
         self.root, self.pg_url, self.count = root, None, 0
         self.served = root / "operator-models" / SERVED_NAME  # a path no user may see
         from_hf(load_hf(TINY)).save(self.served)
+        from circuitstat.pipelines.sources import LOCAL
+
+        LOCAL.load(TINY_BPE).save(self.served.parent / SERVED_BPE)  # with its tokenizer
         self.sqlite = Server(root / "sqlite" / "data", workers=2, settings=served_settings(self.served),
                              name="sqlite").start()
         self.pg_servers: list[Server] = []

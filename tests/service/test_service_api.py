@@ -116,7 +116,13 @@ def test_status_progress_and_log_while_running(env):
     fractions = [p["progress"] for p in polls if p["progress"] is not None]
     assert fractions == sorted(fractions) and all(0 <= f <= 1 for f in fractions)
     mid = [p for p in polls if p["progress"] and 0 < p["progress"] < 1]
-    assert mid and all(p["stage"] and p["eta_seconds"] is not None and p["eta_seconds"] >= 0 for p in mid)
+    assert mid and all(p["stage"] and (p["eta_seconds"] is None or p["eta_seconds"] >= 0) for p in mid)
+    for a, b in zip(mid, mid[1:]):  # while progress is flat the ETA counts down or becomes unknown, never rises
+        if a["progress"] == b["progress"] and a["eta_seconds"] is not None:
+            assert b["eta_seconds"] is None or b["eta_seconds"] <= a["eta_seconds"], (a, b)
+        if a["progress"] == b["progress"] and a["eta_seconds"] is None:
+            assert b["eta_seconds"] is None, (a, b)
+    assert seen["stage"] == list(c.get(f"/api/v1/jobs/{job['id']}/manifest").json()["stages"])[-1]  # the last stage
     log = c.get(f"/api/v1/jobs/{job['id']}/log").text
     assert "stage stability: done" in log and str(env["server"].data) not in log
 
@@ -434,27 +440,52 @@ def test_a_server_path_or_a_pickle_is_never_a_model_source(env, tmp_path, source
     assert len(list((env["server"].data / "jobs").iterdir())) == before  # nothing left behind
 
 
-def test_a_named_model_runs_and_no_server_path_reaches_its_user(env, fleet, tmp_path):
-    """The operator's model by its name: the CLI's tables on that directory, and its path (like the server's
-    data directory) in nothing the user can fetch: status, log, manifest, report, tables with their metadata."""
+def test_a_named_model_runs_and_no_server_path_reaches_its_user(env, fleet, tmp_path, monkeypatch):
+    """The operator's model by its name on an uploaded task file: the CLI's tables on that directory and file, and
+    no server path (the model's directory, the data directory, the job's inputs) in anything the user can fetch:
+    status, log, manifest, report, the job's pages, tables with their metadata, and /query over the catalog."""
     import shutil
 
-    from support import SERVED_NAME
+    from support import AUDIT_FILE, IOI_FILE, SERVED_BPE
 
     c = env["c"]["bob"]
-    r = submit(c, {**AUDIT, "model": SERVED_NAME})
+    r = submit(c, {**AUDIT_FILE, "model": SERVED_BPE}, files={"ioi.jsonl": IOI_FILE})
     assert r.status_code == 202, r.text
     job = wait_job(c, r.json()["id"])
-    assert job["state"] == "completed" and job["model"] == SERVED_NAME, job
+    assert job["state"] == "completed" and job["model"] == SERVED_BPE, job
     got = fetch_tables(c, job["id"], tmp_path / "got")
-    shutil.copytree(fleet.served, tmp_path / "cli" / "copy")  # the CLI's spec names a model beside it
-    assert_same_tables(got, run_cli_audit({**AUDIT, "model": "copy"}, tmp_path / "cli"))
+    local = tmp_path / "cli"
+    shutil.copytree(fleet.served.parent / SERVED_BPE, local / "copy")  # the CLI's spec names a model beside it
+    (local / "ioi.jsonl").write_bytes(IOI_FILE)
+    write_yaml(local / "spec.yaml", {**AUDIT_FILE, "model": "copy"})
+    monkeypatch.chdir(local)  # `circuitstat audit spec.yaml` beside its task file
+    cli = CliRunner().invoke(app, ["audit", "spec.yaml", "--out", "run", "--no-report"])
+    assert cli.exit_code == 0, cli.output
+    assert_same_tables(got, local / "run")
     api = f"/api/v1/jobs/{job['id']}"
+    cookie = _browser_cookie(env, "bob")
+    catalog = {sql: c.post("/api/v1/query", json={"sql": sql, "jobs": [job["id"]]}).text for sql in (
+        "SELECT * FROM duckdb_views()", "SELECT * FROM duckdb_tables()", "SELECT * FROM duckdb_databases()",
+        "SELECT * FROM duckdb_settings()", "SELECT * FROM edge_stats")}
     seen = {"status": json.dumps(c.get(api).json()), "log": c.get(f"{api}/log").text,
             "manifest": c.get(f"{api}/manifest").text, "report": c.get(f"{api}/report").text,
-            **{p.name: p.read_bytes().decode("latin-1") for p in got.glob("*.parquet")}}
-    assert f'"source":"served:{SERVED_NAME}"' in seen["manifest"].replace(": ", ":")  # what the run was asked for
-    secrets = (str(fleet.served), str(fleet.served.resolve()), str(env["server"].data.resolve()), str(fleet.root))
+            "tables": c.get(f"{api}/tables").text, "list": c.get("/api/v1/jobs").text,
+            "page": httpx.get(env["server"].url + f"/jobs/{job['id']}", cookies=cookie).text,
+            "report page": httpx.get(env["server"].url + f"/jobs/{job['id']}/report", cookies=cookie).text,
+            "jobs page": httpx.get(env["server"].url + "/jobs", cookies=cookie).text,
+            **catalog, **{p.name: p.read_bytes().decode("latin-1") for p in got.glob("*.parquet")}}
+    doc = json.loads(seen["manifest"])
+    assert doc["spec"]["model"] == f"served:{SERVED_BPE}"  # what the run was asked for
+    assert doc["spec"]["task"]["name"] == "ioi.jsonl" and doc["provenance"]["task"]["meta"]["source"] == "ioi.jsonl"
+    assert re.search(r"<title>[^<]*ioi\.jsonl", seen["report"])
+    want = manifest(local / "run")  # the same spec but the model's name: the same hash once the name is the same
+    from circuitstat.core.provenance import hash_json
+
+    assert doc["spec"] == {**want["spec"], "model": f"served:{SERVED_BPE}"}
+    assert doc["spec_sha256"] == hash_json(doc["spec"]) and want["spec_sha256"] == hash_json(want["spec"])
+    inputs = env["server"].data / "jobs" / job["id"] / "inputs"
+    secrets = (str(fleet.served.parent), str(fleet.served.resolve().parent), str(env["server"].data.resolve()),
+               str(fleet.root), str(inputs), str(inputs.resolve()))
     for what, text in seen.items():
         assert not [x for x in secrets if x in text], what
     # the server's copy damaged (a table edited on its disk): a claims check refuses it, naming the job, no path
@@ -487,9 +518,15 @@ def test_cli_only_limits_cannot_be_lifted_from_a_request(env):
         assert r.status_code == 422, r.text
     r = submit(c, {**AUDIT, "task": {"name": "file", "n": 4, "options": {"path": "/etc/passwd"}}})
     assert r.status_code == 422 and "neither a built-in task nor a file uploaded" in r.json()["detail"]
-    huge = "random:gpt2?n_layer=48&n_head=64&n_embd=16384&vocab_size=64&n_positions=64"
-    job = wait_job(c, submit(c, {**AUDIT, "model": huge}).json()["id"])
-    assert job["state"] == "failed" and job["error_kind"] == "input" and "--allow-large" in job["error"]
+    before = len(list((env["server"].data / "jobs").iterdir()))
+    for model in ("random:gpt2?n_layer=48&n_head=64&n_embd=16384&vocab_size=64&n_positions=64",
+                  "random:gpt2?n_layer=48&n_head=25&n_embd=1600&vocab_size=50257"):  # 1.5 B parameters (GPT-2 XL)
+        r = submit(c, {**AUDIT, "model": model})  # priced from the spec at submission: no job, no model built
+        assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json", r.text
+        assert "max_parameters" in r.json()["detail"], r.text
+    r = submit(c, {**AUDIT, "model": None, "models": [TINY] * 200})
+    assert r.status_code == 422 and "max_models_per_job" in r.json()["detail"], r.text
+    assert len(list((env["server"].data / "jobs").iterdir())) == before
 
 
 def test_html_injection_is_escaped_on_every_page(env):

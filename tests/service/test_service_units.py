@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import time
 from pathlib import Path
 
@@ -211,3 +212,455 @@ def test_the_operator_commands_add_users_make_and_revoke_tokens(tmp_path):
         assert accounts.authenticate(s, token) is None
     d.dispose()
     assert run(app, ["users", "token", "nobody", *data]).exit_code == 2
+
+
+@pytest.mark.slow  # two small audits in this process (about 10 s of CPU); the API test runs the same job on a server
+def test_an_uploaded_task_file_runs_by_its_name_as_a_local_run_beside_it(tmp_path, monkeypatch):
+    """A spec naming an uploaded task file keeps the bare name: the worker runs in the job's inputs directory, so the
+    manifest (spec, stage params, task provenance), every table's provenance and the report record `ioi.jsonl`, never
+    the server's path, and spec_sha256 and the tables equal `circuitstat audit spec.yaml` run beside the file."""
+    import pyarrow.parquet as pq
+    import yaml
+    from support import AUDIT_FILE, IOI_FILE, assert_same_tables, manifest
+    from typer.testing import CliRunner
+
+    from circuitstat.pipelines.cli import app
+    from circuitstat.pipelines.service.runner import execute, payload
+    from circuitstat.pipelines.service.submission import Upload, prepare
+
+    job_dir = tmp_path / "data" / "jobs" / ("c" * 32)
+    text = yaml.safe_dump({**AUDIT_FILE, "methods": ["eap"], "k": [2]}).encode()  # the smallest audit of the file
+    prepared = prepare("audit", text, None, [Upload("ioi.jsonl", IOI_FILE)], job_dir, SourcesConfig())
+    assert prepared.spec["task"]["name"] == "ioi.jsonl"
+    outcome = execute(payload("c" * 32, "audit", prepared.spec, job_dir, 1e18))
+    assert outcome["status"] == "completed", (outcome, (job_dir / "log.txt").read_text())
+    local = tmp_path / "local"
+    local.mkdir()
+    (local / "spec.yaml").write_bytes(text)
+    (local / "ioi.jsonl").write_bytes(IOI_FILE)
+    monkeypatch.chdir(local)
+    r = CliRunner().invoke(app, ["audit", "spec.yaml", "--out", "run", "--no-report"])
+    assert r.exit_code == 0, r.output
+    got, want = manifest(job_dir / "run"), manifest(local / "run")
+    assert got["spec"] == want["spec"] and got["spec_sha256"] == want["spec_sha256"]
+    assert got["spec"]["task"]["name"] == "ioi.jsonl"
+    assert {json.dumps(st.get("params", {}).get("task", {}).get("name")) for st in got["stages"].values()} <= {
+        '"ioi.jsonl"', "null"}
+    assert_same_tables(job_dir / "run", local / "run")
+    secrets = (str(job_dir), str(job_dir.resolve()), str(tmp_path))
+    texts = {"manifest": json.dumps(got), "report": (job_dir / "run" / "report.html").read_text()}
+    for p in (job_dir / "run").glob("*.parquet"):
+        meta = pq.read_schema(p).metadata or {}
+        texts[p.name] = b" ".join(meta.values()).decode("utf-8", "replace")
+        assert b"ioi.jsonl" in b" ".join(meta.values()), p.name  # the task's provenance is there, by its name
+    for what, t in texts.items():
+        assert not [x for x in secrets if x in t], what
+    assert re.search(r"<title>[^<]*ioi\.jsonl", texts["report"]) and "ioi.jsonl" in got["provenance"]["task"]["meta"]["source"]
+
+
+GPT2_XL = "random:gpt2?n_layer=48&n_head=25&n_embd=1600&vocab_size=50257"
+GPT2_XL_PARAMETERS = 1_557_611_200  # GPT-2 XL's published count (tied embeddings): the oracle of the count below
+
+
+def test_a_job_too_large_to_price_under_the_limits_is_refused_at_submission(tmp_path, monkeypatch):
+    """A 1.5 B-parameter random: model and a 200-model list are 422s at submission naming the limit's key, priced from
+    the spec alone: nothing is built (the loaders would fail the test) and no torch is needed."""
+    import yaml
+
+    from circuitstat.circuits import loading, skeleton
+    from circuitstat.pipelines.service.config import Quotas
+    from circuitstat.pipelines.service.pricing import random_shape
+    from circuitstat.pipelines.service.problems import Problem
+    from circuitstat.pipelines.service.submission import prepare
+    from support import AUDIT, TINY
+
+    def built(*a, **k):
+        raise AssertionError("a model was built to price a submission")
+
+    monkeypatch.setattr(loading, "random_hf_model", built)
+    monkeypatch.setattr(skeleton, "load_skeleton", built)
+    xl = random_shape(GPT2_XL)
+    assert GPT2_XL_PARAMETERS <= xl.parameters <= 1.06 * GPT2_XL_PARAMETERS  # an upper bound, and a close one
+    quotas = Quotas()
+    for i, (spec, key) in enumerate([({**AUDIT, "model": GPT2_XL}, "max_parameters"),
+                                     ({**AUDIT, "model": None, "models": [TINY] * 200}, "max_models_per_job")]):
+        with pytest.raises(Problem) as e:
+            prepare("audit", yaml.safe_dump(spec).encode(), None, [], tmp_path / f"j{i}", SourcesConfig(), quotas)
+        assert e.value.status == 422 and key in e.value.detail, e.value.detail
+    with pytest.raises(Problem, match="max_memory_bytes"):
+        prepare("audit", yaml.safe_dump({**AUDIT, "model": GPT2_XL}).encode(), None, [], tmp_path / "m",
+                SourcesConfig(), Quotas(max_parameters=10**10, max_memory_bytes=2**30))
+    small = prepare("audit", yaml.safe_dump(AUDIT).encode(), None, [], tmp_path / "ok", SourcesConfig(), quotas)
+    assert small.spec["model"] == TINY
+
+
+def test_the_pricing_defaults_are_the_loaders_and_count_what_the_skeleton_holds():
+    """The torch-free shape defaults equal circuitstat.circuits.loading's, and a priced count bounds the skeleton's
+    own parameter count from above (the uniform form) for every family's small default."""
+    from circuitstat.circuits import loading
+    from circuitstat.circuits.skeleton import load_skeleton
+    from circuitstat.pipelines.service.pricing import GPT2_DEFAULTS, SMALL_DEFAULTS, random_shape
+
+    for arch, values in SMALL_DEFAULTS.items():
+        assert {k: loading._SMALL[arch][k] for k in values} == values, arch
+    import transformers
+
+    assert {k: getattr(transformers.GPT2Config(), k) for k in GPT2_DEFAULTS} == GPT2_DEFAULTS
+    for source in ("random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=100", "random:llama", "random:gpt_neox",
+                   "random:qwen3?hidden_size=64&num_attention_heads=4"):
+        model = load_skeleton(source)
+        held = sum(p.numel() for p in model.parameters())
+        assert held <= random_shape(source).parameters <= 2 * held, source
+
+
+def test_every_stage_is_priced_head_stability_included():
+    """max_work_flops prices the head-stability stage too: two models add exactly heads_flops, which grows with the
+    probe set and the pairs compared."""
+    from circuitstat.circuits.engine.config import ModelConfig
+    from circuitstat.pipelines.audit.run import audit_flops, heads_flops
+    from circuitstat.pipelines.spec import parse_spec
+    from support import AUDIT, TINY
+
+    cfg = ModelConfig(n_layers=2, n_heads=4, d_model=64, d_head=16, d_mlp=256, vocab_size=100, n_ctx=128)
+    one = parse_spec(AUDIT, "spec")
+    assert heads_flops(one, cfg) == 0.0
+    three = parse_spec({**AUDIT, "model": None, "models": [TINY] * 3}, "spec")
+    assert heads_flops(three, cfg) > 0 and audit_flops(three, cfg) == audit_flops(one, cfg) + heads_flops(three, cfg)
+    more = parse_spec({**AUDIT, "model": None, "models": [TINY] * 3, "heads": {"n_probe": 200, "pairs": "all"}},
+                      "spec")
+    assert heads_flops(more, cfg) > 2 * heads_flops(three, cfg)
+
+
+class FakePool:
+    """A pool that runs nothing: jobs stay running until aborted (the dispatcher's side of a worker pool)."""
+
+    def __init__(self) -> None:
+        self.started, self.ended, self.aborted = [], [], []
+
+    def ready(self) -> int:
+        return 1
+
+    def free(self) -> int:
+        return 1 - (len(self.started) - len(self.aborted))
+
+    def start(self, job: dict) -> str:
+        self.started.append(job)
+        return "fake worker"
+
+    def poll(self) -> list:
+        out, self.ended = self.ended, []
+        return out
+
+    def abort(self, job_id: str, why: str = "aborted") -> None:
+        self.aborted.append(job_id)
+        self.ended.append((job_id, {"status": why}))
+
+
+def test_a_job_over_its_wall_time_limit_fails_with_the_reason_and_keeps_its_stages(db, tmp_path):
+    """The owner's max_job_seconds is enforced by the server: a job running longer is stopped and ends failed, naming
+    the limit; its run directory (the stages it finished) is kept. The clock is moved, not waited for."""
+    from support import AUDIT
+
+    from circuitstat.pipelines.service.config import ServiceConfig
+    from circuitstat.pipelines.service.dispatcher import Dispatcher
+
+    cfg = ServiceConfig(data=tmp_path, users={"alice": {"max_job_seconds": 60, "max_parameters": 1000}})
+    with db.session() as s:
+        uid = accounts.add_user(s, "alice").id
+        _job(s, "d" * 32, uid).spec = json.dumps(AUDIT)
+    run = cfg.jobs_dir / ("d" * 32) / "run"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text('{"stages": {"index": {"status": "done"}}}')
+    pool = FakePool()
+    d = Dispatcher(cfg, db, lambda: pool)
+    d.pool = pool
+    d.tick()
+    assert [j["job_id"] for j in pool.started] == ["d" * 32] and pool.started[0]["limits"]["max_parameters"] == 1000
+    d._last_beat = -1e18
+    d.tick()
+    assert pool.aborted == []  # within its limit
+    d.running["d" * 32].started_at -= 61  # a minute later
+    d._last_beat = -1e18
+    d.tick()
+    d.tick()
+    assert pool.aborted == ["d" * 32] and not d.running
+    with db.session() as s:
+        job = s.get(Job, "d" * 32)
+        assert job.state == "failed" and job.error_kind == "limit" and "max_job_seconds" in job.error, job.error
+        assert "60 s" in job.error and "finished stages are kept" in job.error
+    assert (run / "manifest.json").is_file()
+
+
+def _manifest_at(run: Path, stages: dict) -> None:
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "manifest.json").write_text(json.dumps({"stages": stages}))
+
+
+def test_progress_moves_within_a_stage_and_its_eta_counts_down_or_is_unknown(tmp_path):
+    """Progress counts the running stage's own work units (the chunks run_chunks reports, through the worker's
+    units.json), and the ETA comes from the pace of progress: while progress is flat it never rises, and once the flat
+    spell outlasts it the ETA is unknown (None), not a made-up number."""
+    from support import AUDIT
+
+    from circuitstat.core.provenance import utc_now
+    from circuitstat.pipelines.parallel import run_chunks, units_listener
+    from circuitstat.pipelines.service.progress import EtaClock, planned_stages, progress, read_units
+    from circuitstat.pipelines.service.runner import _UnitsFile
+    from circuitstat.pipelines.spec import parse_spec
+
+    spec = parse_spec(AUDIT, "spec")
+    planned = planned_stages("audit", spec)
+    job, run = tmp_path / "job", tmp_path / "job" / "run"
+    _manifest_at(run, {"index": {"status": "done"}, "scores_exact": {"status": "running", "started_utc": utc_now()}})
+    with units_listener(_UnitsFile(job)):  # the worker's listener: a stage's first and last unit are always written
+        seen = run_chunks(lambda c: read_units(job).get("done"), [1, 2, 3, 4])
+    assert seen == [0, 0, 0, 0] and read_units(job)["done"] == read_units(job)["total"] == 4
+    (job / "units.json").write_text(json.dumps({"done": 2, "total": 4, "at": time.time() + 1}))
+    p = progress("audit", spec, run, started_at=0.0, now=100.0)
+    assert p.stage == "scores_exact" and p.fraction == pytest.approx(1.5 / len(planned))  # not 1/len: within too
+    (job / "units.json").write_text(json.dumps({"done": 2, "total": 4, "at": 0.0}))  # from before the stage began
+    assert progress("audit", spec, run, started_at=0.0, now=100.0).fraction == pytest.approx(1 / len(planned))
+
+    clock, etas = EtaClock(started_at=0.0), []
+    for now in range(10, 400, 10):  # the same run directory sampled every 10 s: progress flat at 1/len
+        etas.append(progress("audit", spec, run, started_at=0.0, now=float(now), clock=clock).eta_seconds)
+    known = [e for e in etas if e is not None]
+    assert known and known == sorted(known, reverse=True) and etas[0] == pytest.approx(10 * (len(planned) - 1))
+    assert etas[-1] is None and etas.index(None) == len(known)  # unknown once overdue, and stays unknown
+    assert clock.update(2 / len(planned), 400.0) == pytest.approx(400.0 * (len(planned) - 2) / 2)  # moved: a new pace
+
+
+def test_a_completed_jobs_stage_is_its_runs_last(db, tmp_path):
+    """The stage a completed job shows is its run's last stage, not whichever stage the last progress sample saw."""
+    from support import AUDIT
+
+    from circuitstat.pipelines.service.config import ServiceConfig
+    from circuitstat.pipelines.service.dispatcher import Dispatcher
+    from circuitstat.pipelines.service.progress import planned_stages
+    from circuitstat.pipelines.spec import parse_spec
+
+    cfg = ServiceConfig(data=tmp_path)
+    with db.session() as s:
+        _job(s, "e" * 32, accounts.add_user(s, "alice").id).spec = json.dumps(AUDIT)
+    pool = FakePool()
+    d = Dispatcher(cfg, db, lambda: pool)
+    d.pool = pool
+    d.tick()
+    with db.session() as s:
+        queue.set_progress(s, d.server, "e" * 32, "scores_eap", 0.4, 3.0)
+    pool.ended.append(("e" * 32, {"status": "completed", "work_flops": 1.0}))
+    d.tick()
+    with db.session() as s:
+        job = s.get(Job, "e" * 32)
+        assert job.state == "completed" and job.progress == 1.0 and job.eta_seconds is None
+        assert job.stage == planned_stages("audit", parse_spec(AUDIT, "spec"))[-1] != "scores_eap"
+
+
+def test_pages_of_running_jobs_refresh_without_a_script_and_finished_ones_stay_still(db, tmp_path):
+    """A queued or running job's page (and a job list holding one) reloads itself by a meta refresh; a finished job's
+    page does not; the policy still allows no script."""
+    from fastapi.testclient import TestClient
+
+    from circuitstat.pipelines.service.app import create_app
+    from circuitstat.pipelines.service.config import ServiceConfig
+    from circuitstat.pipelines.service.context import SESSION_COOKIE
+
+    cfg = ServiceConfig(data=tmp_path, database=str(db.engine.url))
+    with db.session() as s:
+        uid = accounts.add_user(s, "alice").id
+        cookie = accounts.open_session(s, accounts.authenticate(s, accounts.create_token(s, "alice")))
+        _job(s, "f" * 32, uid).state = "running"
+    with TestClient(create_app(cfg, start_workers=False)) as client:
+        client.cookies.set(SESSION_COOKIE, cookie)
+        refresh = re.compile(r'<meta http-equiv="refresh" content="\d+">')
+        for path in ("/jobs/" + "f" * 32, "/jobs"):
+            r = client.get(path)
+            assert r.status_code == 200 and refresh.search(r.text), path
+            assert "<script" not in r.text and "script-src" not in r.headers["content-security-policy"]
+        assert "time left unknown" in client.get("/jobs/" + "f" * 32).text
+        with db.session() as s:
+            s.get(Job, "f" * 32).state = "completed"
+        for path in ("/jobs/" + "f" * 32, "/jobs"):
+            assert not refresh.search(client.get(path).text), path
+
+
+def test_a_crashed_attempts_stale_lock_reaches_the_job_log_without_path_host_or_pid(tmp_path):
+    """The next attempt takes over the lock a killed worker left; the job's log says so in one line that names no
+    installation path, host name or process id (the lock file holds them)."""
+    import socket
+    import subprocess
+    import sys
+
+    from circuitstat.core.provenance import utc_now
+    from circuitstat.core.rundir import RunDir
+    from circuitstat.pipelines.service.runner import job_warnings
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    run = tmp_path / "job" / "run"
+    run.mkdir(parents=True)
+    (run / ".lock").write_text(json.dumps({"pid": int(dead), "host": socket.gethostname(), "created_utc": utc_now(),
+                                           "token": "0" * 32}))
+    with open(tmp_path / "log.txt", "w") as log, job_warnings(log, tmp_path / "job"):
+        with RunDir(run):
+            pass
+    text = (tmp_path / "log.txt").read_text()
+    assert "StaleLockWarning" in text and "taken over" in text and len(text.splitlines()) == 1
+    import circuitstat
+
+    for secret in (socket.gethostname(), dead, str(tmp_path), str(Path(circuitstat.__file__).parent), "lock.py"):
+        assert secret not in text, secret
+
+
+def test_an_unreachable_database_at_start_is_one_line_naming_the_setting_and_exit_2(tmp_path):
+    """`circuitstat serve` on a database that does not answer: the operator's configuration (exit 2, one line naming
+    the setting, no password), not "a bug in circuitstat" with a traceback (exit 3)."""
+    from typer.testing import CliRunner
+
+    from circuitstat.pipelines.cli import app
+
+    r = CliRunner().invoke(app, ["serve", "--data", str(tmp_path / "data"), "--port", "0",
+                                 "--database", "postgresql://someone:hunter2@127.0.0.1:1/nothing"])
+    assert r.exit_code == 2, r.output
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    text = " ".join(lines)
+    assert "database:" in text and "cannot reach the database" in text and "hunter2" not in text, r.output
+    assert "Traceback" not in r.output and "a bug" not in r.output and len(lines) <= 3
+
+
+def test_the_job_records_the_n_jobs_it_runs_with(tmp_path):
+    """A spec asking for n_jobs: 64 runs with the server's one worker per job; the job's spec (which the manifest
+    records) says 1, not the 64 it never ran with."""
+    import yaml
+    from support import AUDIT
+
+    from circuitstat.pipelines.service.submission import SERVICE_N_JOBS, prepare
+
+    prepared = prepare("audit", yaml.safe_dump({**AUDIT, "n_jobs": 64}).encode(), None, [], tmp_path / "j",
+                       SourcesConfig())
+    assert prepared.spec["n_jobs"] == SERVICE_N_JOBS == 1
+
+
+def test_sharing_refusals_do_not_tell_whether_a_user_exists(db):
+    """Sharing with a name that is no user and with a user it cannot be shared with (the owner) is the same 422, word
+    for word but the name: the refusal cannot be used to list user names."""
+    from circuitstat.pipelines.service import access
+    from circuitstat.pipelines.service.problems import Problem
+
+    with db.session() as s:
+        owner = accounts.add_user(s, "alice").id
+        accounts.add_user(s, "bob")
+        job = _job(s, "9" * 32, owner)
+        s.flush()
+        details = {}
+        for name in ("nobody-such", "alice"):
+            with pytest.raises(Problem) as e:
+                access.set_sharing(s, job, public=None, users=[name])
+            assert e.value.status == 422
+            details[name] = e.value.detail.replace(repr(name), "NAME")
+        assert details["nobody-such"] == details["alice"] and "unknown" not in details["alice"]
+        access.set_sharing(s, job, public=None, users=["bob"])
+        assert access.shared_with(s, job) == ["bob"]
+
+
+def test_a_draining_server_answers_503_draining_until_its_jobs_are_done(db, tmp_path):
+    """SIGTERM starts the drain while the server still serves: every request (the API, the pages, /healthz) is a 503
+    problem+json with `draining: true` and Retry-After, not a refused connection; once the dispatcher has drained,
+    uvicorn stops, and the signal is not raised again (exit 0)."""
+    import signal
+    import threading
+
+    import uvicorn
+    from fastapi.testclient import TestClient
+
+    from circuitstat.pipelines.service.app import create_app
+    from circuitstat.pipelines.service.config import ServiceConfig
+    from circuitstat.pipelines.service.server import draining_server
+
+    class Dispatcher:  # the dispatcher's side of a drain, with a job still running until released
+        draining, drained, release = False, [], threading.Event()
+
+        def drain(self, seconds):
+            self.release.wait(timeout=60)
+            self.drained.append(seconds)
+
+    app = create_app(ServiceConfig(data=tmp_path, database=str(db.engine.url)), start_workers=False)
+    with db.session() as s:
+        token = accounts.create_token(s, accounts.add_user(s, "alice").name)
+    with TestClient(app) as client:
+        assert client.get("/healthz").status_code == 200
+        d = app.state.service.dispatcher = Dispatcher()
+        server = draining_server(uvicorn.Config(app), app, drain_seconds=7.0)
+        server.handle_exit(signal.SIGTERM, None)
+        for path in ("/api/v1/jobs", "/healthz", "/jobs"):
+            r = client.get(path, headers={"Authorization": f"Bearer {token}"})
+            assert r.status_code == 503 and r.headers["content-type"] == "application/problem+json", path
+            assert r.json()["draining"] is True and r.headers["retry-after"], path
+        assert not server.should_exit  # still serving while the job runs
+        d.release.set()
+        server.drain_thread.join(timeout=60)
+        assert d.drained == [7.0] and server.should_exit and server._captured_signals == []
+
+
+@pytest.mark.parametrize("n_files", [9, 30])
+def test_too_many_uploads_are_the_documented_422(db, tmp_path, n_files):
+    """9 (or 30) task files: the documented 422 (at most 8 task files), never the multipart parser's 400."""
+    from fastapi.testclient import TestClient
+    from support import AUDIT
+
+    import yaml
+
+    from circuitstat.pipelines.service.app import create_app
+    from circuitstat.pipelines.service.config import ServiceConfig
+
+    with db.session() as s:
+        token = accounts.create_token(s, accounts.add_user(s, "alice").name)
+    app = create_app(ServiceConfig(data=tmp_path, database=str(db.engine.url)), start_workers=False)
+    files = [("spec", ("spec.yaml", yaml.safe_dump(AUDIT).encode()))]
+    files += [("files", (f"t{i}.jsonl", b"{}\n")) for i in range(n_files)]
+    with TestClient(app) as client:
+        r = client.post("/api/v1/jobs", data={"kind": "audit"}, files=files, headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json", r.text
+    assert "at most 8 task files" in r.json()["detail"]
+    assert not list(tmp_path.glob("jobs/*/inputs"))  # nothing left behind
+
+
+def test_the_job_list_shortens_long_model_lists(db, tmp_path):
+    """A job of 16 long random: sources shows the first two, cut, and how many more, in the job list's cell."""
+    from fastapi.testclient import TestClient
+
+    from circuitstat.pipelines.service.app import create_app
+    from circuitstat.pipelines.service.config import ServiceConfig
+    from circuitstat.pipelines.service.context import SESSION_COOKIE
+    from circuitstat.pipelines.service.pages import short_models
+
+    models = [f"random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&n_positions=64&seed={i}" for i in range(16)]
+    with db.session() as s:
+        uid = accounts.add_user(s, "alice").id
+        cookie = accounts.open_session(s, accounts.authenticate(s, accounts.create_token(s, "alice")))
+        _job(s, "7" * 32, uid).model = ", ".join(models)
+    with TestClient(create_app(ServiceConfig(data=tmp_path, database=str(db.engine.url)), start_workers=False)) as c:
+        c.cookies.set(SESSION_COOKIE, cookie)
+        page = c.get("/jobs").text
+    import html
+
+    cell = html.unescape(re.search(r'<td title="[^"]*">([^<]*)</td>', page).group(1))
+    assert cell.endswith(" and 14 more") and len(cell) < 2 * 60 + 20 and models[2] not in cell
+    assert short_models("zoo:attn-only-2l/seed-0") == "zoo:attn-only-2l/seed-0"  # a short list stays whole
+
+
+def test_a_refused_token_is_called_unknown_or_revoked_not_expired(db, tmp_path):
+    """No token has an expiry date, so no refusal says "expired": the API's 401 and the login page say an unknown or
+    revoked token."""
+    from fastapi.testclient import TestClient
+
+    from circuitstat.pipelines.service.app import create_app
+    from circuitstat.pipelines.service.config import ServiceConfig
+
+    bogus = "csk_000000000000_" + "x" * 43
+    with TestClient(create_app(ServiceConfig(data=tmp_path, database=str(db.engine.url)), start_workers=False)) as c:
+        api = c.get("/api/v1/jobs", headers={"Authorization": f"Bearer {bogus}"})
+        page = c.post("/login", data={"token": bogus}, follow_redirects=False)
+    assert api.status_code == 401 and page.status_code == 401
+    for text in (api.json()["detail"], page.text):
+        assert "unknown or revoked token" in text and "expired" not in text

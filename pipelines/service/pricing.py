@@ -1,0 +1,151 @@
+"""What a job will cost, priced at submission from the model sources' configs alone (no torch, nothing built).
+
+The API process never imports torch, so a model's size is read here from what names it: a ``random:ARCH?...``
+source's keys over its family's default shape (the defaults :mod:`circuitstat.circuits.loading` builds from;
+``tests/service/test_service_units.py`` checks they agree), or an operator's named model's ``config.json``. The
+count is :func:`circuitstat.circuits.own_format.circuit_parameters`'s arithmetic (an upper bound for every
+supported family) and the memory the loader's estimate (float32, held twice while loading). A source this cannot
+price (a zoo model: the operator's own recipes, or an unreadable config) is priced by the worker from its skeleton
+before any weight is read (circuitstat.pipelines.service.runner), so no job escapes the limits.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qsl
+
+from .problems import Problem
+
+BYTES_PER_PARAM = 4 * 2
+"""float32, held twice while loading (circuitstat.circuits.loading.BYTES_PER_PARAM)."""
+GPT2_DEFAULTS = {"n_layer": 12, "n_head": 12, "n_embd": 768, "vocab_size": 50257, "n_positions": 1024}
+"""transformers.GPT2Config's shape (random:gpt2 starts from it)."""
+_LLAMA_SMALL = {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8, "intermediate_size": 688,
+                "vocab_size": 32000, "max_position_embeddings": 2048}
+SMALL_DEFAULTS = {"gpt_neox": {**_LLAMA_SMALL, "num_attention_heads": 4, "intermediate_size": 1024,
+                               "vocab_size": 50304},
+                  **{a: dict(_LLAMA_SMALL) for a in ("llama", "qwen2")},
+                  **{a: {**_LLAMA_SMALL, "head_dim": 32} for a in ("qwen3", "mistral", "gemma2", "gemma3_text")},
+                  **{a: dict(_LLAMA_SMALL) for a in ("phi3", "olmo2")}}
+"""The shape keys of circuitstat.circuits.loading._SMALL: what random:ARCH starts from for the other families."""
+GPT2_KEYS = ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "n_inner")
+HF_KEYS = ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size", "max_position_embeddings",
+           "intermediate_size")
+OWN_KEYS = ("n_layers", "n_heads", "d_model", "vocab_size", "n_ctx", "d_mlp")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A transformer's sizes: layers, heads, width, head width, MLP width, vocabulary, context."""
+
+    n_layers: int
+    n_heads: int
+    d_model: int
+    d_head: int
+    d_mlp: int
+    vocab: int
+    n_ctx: int
+    mlp_matrices: int = 3  # a gated MLP's 3 (the uniform form's bound); GPT-2's and NeoX's MLPs have 2
+
+    @property
+    def parameters(self) -> int:
+        """The parameter count (circuit_parameters' uniform form, an upper bound for every family, with the MLP's
+        own number of matrices)."""
+        d, h, e, f = self.d_model, self.n_heads, self.d_head, self.d_mlp
+        attn = 4 * h * d * e + 3 * h * e + d
+        mlp = self.mlp_matrices * d * f + f + d
+        return self.n_layers * (attn + mlp + 4 * d) + 2 * self.vocab * d + self.n_ctx * d + self.vocab + 2 * d
+
+    @property
+    def memory_bytes(self) -> int:
+        """The memory loading it takes (float32, held twice)."""
+        return self.parameters * BYTES_PER_PARAM
+
+
+def _int(value) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value > 0 else None
+    if isinstance(value, str) and value.isdigit():
+        return int(value) or None
+    return None
+
+
+def _shape(values: dict, keys: tuple[str, ...], mlp_matrices: int = 3) -> Shape | None:
+    """The Shape of a config ``values`` read under ``keys`` (layers, heads, width, vocab, context, MLP)."""
+    L, H, D, V, P = (_int(values.get(k)) for k in keys[:5])
+    if None in (L, H, D, V, P):
+        return None
+    F = _int(values.get(keys[5])) or 4 * D
+    E = _int(values.get("head_dim")) or _int(values.get("d_head")) or max(1, D // H)
+    return Shape(L, H, D, E, F, V, P, mlp_matrices)
+
+
+def random_shape(source: str) -> Shape | None:
+    """The Shape a ``random:ARCH?key=value&...`` source builds (None for an unknown family or unreadable keys)."""
+    arch, _, query = source[len("random:"):].partition("?")
+    arch = arch.strip().lower()
+    try:
+        given = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
+    except ValueError:
+        return None
+    if arch == "gpt2":
+        return _shape({**GPT2_DEFAULTS, **given}, GPT2_KEYS, 2)
+    if arch in SMALL_DEFAULTS:
+        return _shape({**SMALL_DEFAULTS[arch], **given}, HF_KEYS, 2 if arch == "gpt_neox" else 3)
+    return None
+
+
+def directory_shape(path: str | Path) -> Shape | None:
+    """The Shape in a model directory's config.json (circuitstat's format or a Hugging Face one; None if unread)."""
+    try:
+        doc = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    if doc.get("format") == "circuitstat":
+        cfg = doc.get("config")
+        return _shape(cfg, OWN_KEYS, 2 if cfg.get("mlp", "standard") == "standard" else 3) if isinstance(cfg, dict) \
+            else None
+    if doc.get("model_type") == "gpt2":
+        return _shape(doc, GPT2_KEYS, 2)
+    return _shape(doc, HF_KEYS, 2 if doc.get("model_type") == "gpt_neox" else 3)
+
+
+def source_shape(source: str, served: dict[str, str]) -> Shape | None:
+    """The Shape of a job's model source (``random:...`` or ``served:NAME``); None when it cannot be priced here."""
+    if source.startswith("random:"):
+        return random_shape(source)
+    if source.startswith("served:") and source[len("served:"):] in served:
+        return directory_shape(served[source[len("served:"):]])
+    return None
+
+
+def check_job_cost(sources: list[str], quotas, served: dict[str, str]) -> None:
+    """None; a 422 Problem naming the limit (and the config key) when the job's models are more, or larger, than
+    ``quotas`` allow: checked at submission, before a job exists or anything is built."""
+    if len(sources) > quotas.max_models_per_job:
+        raise Problem(422, f"the spec names {len(sources)} models, above the limit of {quotas.max_models_per_job} "
+                           "models per job (max_models_per_job); split it into several jobs or ask the operator")
+    for source in dict.fromkeys(sources):
+        shape = source_shape(source, served)
+        if shape is None:
+            continue  # priced by the worker from its skeleton, before any weight is read
+        check_model_size(source, shape.parameters, shape.memory_bytes, quotas)
+
+
+def check_model_size(source: str, parameters: int, memory_bytes: float, quotas) -> None:
+    """None; a 422 Problem when one model has more parameters or needs more memory than ``quotas`` allow."""
+    shown = source if len(source) <= 80 else source[:77] + "..."
+    if parameters > quotas.max_parameters:
+        raise Problem(422, f"model {shown} has about {parameters:,} parameters, above the limit of "
+                           f"{quotas.max_parameters:,} per model (max_parameters); use a smaller model or ask the "
+                           "operator")
+    if memory_bytes > quotas.max_memory_bytes:
+        raise Problem(422, f"model {shown} needs about {memory_bytes / 2**30:.1f} GiB of memory to load, above the "
+                           f"limit of {quotas.max_memory_bytes / 2**30:.1f} GiB (max_memory_bytes); use a smaller "
+                           "model or ask the operator")
