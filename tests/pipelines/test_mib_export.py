@@ -17,6 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from eapig_format import eapig_graph
+
 from circuitstat.pipelines.audit.run import run_audit
 from circuitstat.pipelines.cli import app
 from circuitstat.pipelines.spec import parse_spec
@@ -25,22 +27,6 @@ SPEC = {"model": "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_posi
         "task": {"name": "induction", "n": 12, "options": {"seq_len": 5}}, "methods": ["eap"], "batch_size": 4,
         "bootstrap": {"n_resamples": 20}, "k": [3, 6], "faithfulness": False, "ranking": "absolute"}
 MIB_GRID = (.001, .002, .005, .01, .02, .05, .1, .2, .5, 1)  # MIB_circuit_track/evaluation.py percentages
-
-
-def eapig_graph(cfg: dict) -> tuple[list[str], set[str]]:
-    """(node names, edge names) of EAP-IG's Graph.from_model(cfg): input, per layer heads then an MLP, logits;
-    a head's q/k/v and the MLP read every earlier node (the MLP also the same layer's heads unless parallel)."""
-    stream, edges, nodes = ["input"], set(), ["input"]
-    for layer in range(cfg["n_layers"]):
-        heads = [f"a{layer}.h{h}" for h in range(cfg["n_heads"])]
-        mlp = f"m{layer}"
-        nodes += heads + [mlp]
-        edges |= {f"{u}->{h}<{x}>" for u in stream for h in heads for x in "qkv"}
-        readers = stream if cfg["parallel_attn_mlp"] else stream + heads
-        edges |= {f"{u}->{mlp}" for u in readers}
-        stream = stream + heads + [mlp]
-    edges |= {f"{u}->logits" for u in stream}
-    return nodes + ["logits"], edges
 
 
 def strict_json(path: Path) -> dict:
@@ -57,7 +43,8 @@ def load_like_mib(path: Path) -> dict:
     assert all(k in d for k in ("cfg", "nodes", "edges")), "Bad input JSON format - Missing keys"
     for key in ("n_layers", "n_heads", "parallel_attn_mlp", "d_model"):  # what Graph.from_model reads from cfg
         assert key in d["cfg"], key
-    node_names, edge_names = eapig_graph(d["cfg"])
+    node_names, edge_list = eapig_graph(d["cfg"])
+    edge_names = set(edge_list)
     nodes = {}
     for name, entry in d["nodes"].items():
         if name == "logits":
