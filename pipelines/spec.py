@@ -241,10 +241,10 @@ class AuditSpec(_RunOptions):
     def _enough_resamples(self) -> "AuditSpec":
         # the faithfulness interval needs one resample beyond each quantile (circuitstat.stats.faithfulness.min_resamples)
         need = math.ceil(2 / (1 - self.bootstrap.confidence_level) - 1e-9)
-        if self.faithfulness and self.bootstrap.n_resamples < need:
+        if (self.faithfulness or self.circuit is not None) and self.bootstrap.n_resamples < need:
             raise ValueError(f"bootstrap.n_resamples={self.bootstrap.n_resamples} is too few for a "
                              f"{self.bootstrap.confidence_level:.0%} faithfulness interval: use at least {need} "
-                             "(or faithfulness: false)")
+                             "(or faithfulness: false" + (" and no circuit)" if self.circuit is not None else ")"))
         return self
 
     @model_validator(mode="after")
