@@ -35,7 +35,7 @@ def check_circuit_command(
     q: float = typer.Option(0.05, "--q", min=1e-6, max=0.999, help="an edge is supported when its BH q-value is at "
                                                                   "most this"),
     k: list[int] = typer.Option([], "--k", min=1, help="more circuit sizes for the audit's curve (repeatable; "
-                                                       "the circuit's size, half and double are always in)"),
+                                                       "default 1; the circuit's size, half and double are always in)"),
     n_resamples: int = typer.Option(1000, "--n-resamples", min=N_RESAMPLES.minimum, max=N_RESAMPLES.maximum,
                                     help="bootstrap resamples"),
     ranking: Ranking = typer.Option(Ranking("absolute"), "--ranking", help="ranking of the audit's top-k circuits "

@@ -116,3 +116,13 @@ def test_a_specs_circuit_file_stays_in_the_specs_tree(tmp_path):
     parsed = load_spec(spec)
     assert Path(parsed.circuit.file).resolve() == (tmp_path / "specs" / "c.txt").resolve()
     assert parsed.circuit.file_format == "edges"
+
+
+def test_a_circuit_needs_the_resamples_of_a_faithfulness_interval():
+    from circuitstat.core.errors import InputError
+    from circuitstat.pipelines.spec import parse_spec
+
+    doc = {"model": MODEL, "faithfulness": False, "bootstrap": {"n_resamples": 20}}
+    assert parse_spec(doc).circuit is None  # without a circuit, 20 resamples are enough
+    with pytest.raises(InputError, match="n_resamples=20 is too few"):
+        parse_spec({**doc, "circuit": {"file": "c.txt"}})
