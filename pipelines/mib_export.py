@@ -33,7 +33,7 @@ import numpy as np
 
 from circuitstat.core.errors import InputError
 
-__all__ = ["MIB_CIRCUIT_FRACTIONS", "MIB_MODELS", "MIB_TASKS", "MibExport", "export_mib", "mib_folder"]
+__all__ = ["MIB_CIRCUIT_FRACTIONS", "MIB_MODELS", "MIB_TASKS", "MibExport", "export_mib", "mib_folder", "mib_model_name"]
 
 #: The circuit sizes of a multiple-circuits submission: MIB's evaluation grid without its 100 % point.
 MIB_CIRCUIT_FRACTIONS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
@@ -52,6 +52,11 @@ _OURS = re.compile(r"importances\.json|edges_[0-9.]+pct\.json")
 def circuit_file(fraction: float) -> str:
     """The file name of the circuit of at most ``fraction`` of the edges (e.g. ``edges_0.1pct.json``)."""
     return f"edges_{100 * fraction:g}pct.json"
+
+
+def mib_model_name(source: str) -> str | None:
+    """MIB's short name of a model source as a run records it (``hf:org/name[@revision]``, a hub id), or None."""
+    return MIB_MODELS.get(source.removeprefix("hf:").split("@")[0])
 
 
 def mib_folder(task: str, model: str) -> str:
@@ -86,11 +91,10 @@ def _names(run: Path, task_name: str | None, model_name: str | None) -> tuple[st
     spec = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
     notes = []
     if model_name is None:
-        source = str(spec.get("model") or "")
-        if source not in MIB_MODELS:
+        model_name = mib_model_name(str(spec.get("model") or ""))
+        if model_name is None:
             raise InputError(f"{run}: the run's model is not one of MIB's ({', '.join(sorted(set(MIB_MODELS.values())))}"
                              "); pass --model-name with the name MIB's folder should carry")
-        model_name = MIB_MODELS[source]
     if task_name is None:
         task = spec.get("task")
         task_name = str(task.get("name", "")) if isinstance(task, dict) else ""

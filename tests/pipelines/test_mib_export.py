@@ -137,3 +137,15 @@ def test_existing_export_is_refused_without_force(run, tmp_path):
     assert len(read_submission(tmp_path)["induction_gpt2"]) == 9  # the old importances.json is gone
     r = _export(run, "--out", tmp_path / "x")  # a random model has no MIB name
     assert r.exit_code == 2 and "--model-name" in r.output and not (tmp_path / "x").exists()
+
+
+def test_mib_names_of_the_sources_a_run_records():
+    from circuitstat.core.errors import InputError
+    from circuitstat.pipelines.mib_export import mib_folder, mib_model_name
+
+    assert mib_model_name("hf:openai-community/gpt2") == "gpt2" and mib_model_name("hf:gpt2@main") == "gpt2"
+    assert mib_model_name("hf:Qwen/Qwen2.5-0.5B") == "qwen2.5" and mib_model_name("random:gpt2?n_layer=2") is None
+    assert mib_folder("arc_easy", "llama3") == "arc-easy_llama3"  # MIB writes the task's underscores as hyphens
+    for bad in ("../x", "a/b", ""):
+        with pytest.raises(InputError, match="--task-name"):
+            mib_folder(bad, "gpt2")
