@@ -63,6 +63,13 @@ def test_published_circuit_is_audited_by_the_audit_stages(checked):
     inc = pq.read_table(run / "inclusion.parquet").to_pandas()
     inc = inc[inc.k == len(CIRCUIT)].set_index("name")["frequency"]
     np.testing.assert_allclose(per["inclusion"], [inc.get(n, 0.0) for n in per["name"]])
+    from circuitstat.reports.html import render_report
+
+    page = render_report(run).read_text()
+    assert '<section id="published">' in page and "ioi-circuit.json" in page and "a0.h1-&gt;a1.h0&lt;k&gt;" in page
+    from interval_check import check_intervals
+
+    check_intervals(run, page)  # every interval printed reads back from its table, with its estimand
     ks = set(pq.read_table(run / "faithfulness_vs_k.parquet").column("k").to_pylist())
     assert {3, 6, 12} <= ks  # the curve around the circuit's size: half, size, double
 
