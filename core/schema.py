@@ -23,6 +23,10 @@ from circuitstat.core.schema_results import RESULT_TABLES
 # the agreement intervals' estimands, as circuitstat.stats.approximation states them (reports imports nothing from stats)
 AGREE_SPEARMAN = ("expected Spearman of the per-edge mean scores of N prompts from the task's distribution")
 AGREE_R2 = "pooled per-example R^2 over the task's prompt distribution"
+PUBLISHED_F = ("faithfulness of this fixed published circuit on the task's prompt distribution (not selected from "
+               "these prompts: no selection to account for)")
+PUBLISHED_CPR = ("the area under the faithfulness curve of the file's fixed score ranking, at MIB's percentages, "
+                 "over the task's prompt distribution")
 
 __all__ = ["Column", "TableSchema", "SchemaError", "TABLES", "schema_for", "claimable", "columns", "fill"]
 
@@ -82,6 +86,34 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
     _table("inclusion", "how often each edge enters the top-k circuit over resamples (edges never selected: no row)",
            _METHOD, _K, ("edge", I, "edge index"), ("name", S, "edge name"),
            ("frequency", F, "share of resamples whose top-k circuit contains the edge")),
+    _table("published_circuit", "a published circuit (spec key circuit) audited on this model and task, one row per "
+                                "method (circuitstat.pipelines.published)",
+           _METHOD, ("circuit", S, "the circuit file's name"), ("format", S, "eap-ig (EAP-IG/MIB JSON) or edges"),
+           ("n_edges", I, "edges in the circuit"), ("n_nodes", I, "nodes in the circuit"),
+           ("f_ratio", F, "ratio-of-means faithfulness of the circuit on this run's prompts", True),
+           ("f_mean", F, "mean per-example faithfulness"),
+           *_ci("f_ci", "f_ratio", PUBLISHED_F), ("f_se", F, "bootstrap standard error of f_ratio"),
+           ("f_ci_method", S, "interval method"), ("f_ci_estimand", S, "what the interval covers"),
+           ("cpr", F, "CPR of the file's scores at MIB's percentages (NaN without scores)", True),
+           *_ci("cpr_ci", "cpr", PUBLISHED_CPR),
+           ("cmd", F, "CMD of the file's scores at MIB's percentages (NaN without scores)", True),
+           *_ci("cmd_ci", "cmd", PUBLISHED_CPR), ("area_note", S, "how CPR/CMD were computed, or why they are NaN"),
+           ("q_level", F, "an edge is supported when its BH q-value is at most this (spec circuit.q)"),
+           ("n_unsupported", I, "circuit edges whose effect is not supported at q_level", True),
+           ("share_unsupported", F, "n_unsupported / n_edges", True),
+           ("inclusion_mean", F, "mean over the circuit's edges of their inclusion frequency in the audit's "
+                                 "top-k circuits of the same size over resamples", True),
+           ("inclusion_min", F, "least inclusion frequency of a circuit edge", True),
+           ("topk_jaccard", F, "Jaccard between the circuit and this run's top-k circuit of the same size", True),
+           ("topk_f_ratio", F, "faithfulness of this run's top-k circuit of the same size (faithfulness_vs_k)"),
+           ("topk_f_selected", F, "its selection-aware faithfulness (faithfulness_vs_k)"),
+           ("n_undefined", I, "prompts with m(clean) = m(empty): per-example f undefined")),
+    _table("published_circuit_edges", "each edge of a published circuit: effect, q-value, support and inclusion",
+           _METHOD, ("edge", I, "edge index"), ("name", S, "edge name"),
+           ("estimate", F, "mean per-example effect"), *_ci("ci", "the edge's mean effect", EDGE_ESTIMAND),
+           ("q", F, "Benjamini-Hochberg q-value over all edges (edge_stats)", True),
+           ("supported", B, "q <= q_level"),
+           ("inclusion", F, "share of resamples whose top-k circuit (k = the circuit's size) contains the edge", True)),
     _table("faithfulness_vs_k", "faithfulness of the top-k circuit of the mean scores, one row per method and k",
            _METHOD, _K, ("edge_fraction", F, "k / number of edges"),
            ("f_ratio", F, "ratio of means (m_circuit - m_empty) / (m_clean - m_empty)", True),

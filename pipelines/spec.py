@@ -181,6 +181,22 @@ def check_verify(verify: VerifySpec | None, *, methods, n_prompts: int, level: s
                          f"model's {n_edges}; lower top or random")
 
 
+class CircuitFileSpec(_Strict):
+    """A published circuit to audit (circuitstat.pipelines.published): its file, format and the q-level its edges
+    are checked at."""
+
+    _section: ClassVar[str] = "circuit."
+    file: str = Field(min_length=1)
+    # eap-ig: EAP-IG / MIB graph JSON (edges with in_graph true); edges: one sender->receiver per line
+    format: Literal["eap-ig", "edges"] | None = None  # None: eap-ig for .json, else edges
+    q: float = Field(0.05, gt=0, lt=1)  # an edge is supported when its BH q-value is at most this
+
+    @property
+    def file_format(self) -> str:
+        """The format, from the file's suffix when not given."""
+        return self.format or ("eap-ig" if self.file.lower().endswith(".json") else "edges")
+
+
 class AuditSpec(_RunOptions):
     """Everything one audit runs; see the module docstring."""
 
@@ -204,6 +220,7 @@ class AuditSpec(_RunOptions):
     k_search: int = Field(64, ge=0, le=1000)
     heads: HeadsSpec = HeadsSpec()
     verify: VerifySpec | None = None
+    circuit: CircuitFileSpec | None = None  # a published circuit to audit (docs/mib.md)
 
     @field_validator("methods")
     @classmethod
@@ -224,10 +241,10 @@ class AuditSpec(_RunOptions):
     def _enough_resamples(self) -> "AuditSpec":
         # the faithfulness interval needs one resample beyond each quantile (circuitstat.stats.faithfulness.min_resamples)
         need = math.ceil(2 / (1 - self.bootstrap.confidence_level) - 1e-9)
-        if self.faithfulness and self.bootstrap.n_resamples < need:
+        if (self.faithfulness or self.circuit is not None) and self.bootstrap.n_resamples < need:
             raise ValueError(f"bootstrap.n_resamples={self.bootstrap.n_resamples} is too few for a "
                              f"{self.bootstrap.confidence_level:.0%} faithfulness interval: use at least {need} "
-                             "(or faithfulness: false)")
+                             "(or faithfulness: false" + (" and no circuit)" if self.circuit is not None else ")"))
         return self
 
     @model_validator(mode="after")
@@ -357,4 +374,10 @@ def confine_paths(spec: Any, spec_file: str | Path, *, allow_outside: bool = Fal
     if task is not None and str(task.name).lower().endswith(TASK_FILE_SUFFIXES):
         update["task"] = task.model_copy(update={"name": _local_path(spec_file, task.name, "task.name",
                                                                      allow_outside)})
+    circuit = getattr(spec, "circuit", None)
+    if circuit is not None:  # a file, never a source: always resolved inside the spec's tree
+        from circuitstat.core.confine import resolve_inside
+
+        where = str(resolve_inside(spec_file, circuit.file, key="circuit.file", allow_outside=allow_outside))
+        update["circuit"] = circuit.model_copy(update={"file": where})
     return spec.model_copy(update=update) if update else spec

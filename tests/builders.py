@@ -17,7 +17,7 @@ EDGES = ["input->a0.h0<q>", "input->a1.h5<k>", "a0.h3->a1.h5<k>", "a0.h1->a1.h2<
 
 
 def audit_tables(methods=("exact", "eap"), ks=(5, 10, 20), heads=True, faithfulness=True, approximation=True,
-                 verified=False):
+                 verified=False, published=False):
     """Return {table name: columns} of a small audit with known values (six edges, the given methods and k)."""
     n = len(EDGES)
     t = {
@@ -104,6 +104,13 @@ def audit_tables(methods=("exact", "eap"), ks=(5, 10, 20), heads=True, faithfuln
                              "n_unverified": [1], "sampled_above": [1], "missed_low": [0], "missed_high": [1],
                              "remaining_above_high": [2], "level": [0.95],
                              "estimand": ["number of unverified edges whose mean exact effect exceeds the threshold"]}
+    if published:  # a published circuit of four edges audited on this run (spec key circuit)
+        m = list(methods)
+        t["published_circuit"] = {"method": m, "circuit": ["circuit.json"] * len(m), "n_edges": [4] * len(m),
+                                  "f_ratio": [0.8] * len(m), "f_ci_low": [0.7] * len(m), "f_ci_high": [0.9] * len(m),
+                                  "cpr": [0.6] * len(m), "cmd": [0.3] * len(m), "q_level": [0.05] * len(m),
+                                  "n_unsupported": [1] * len(m), "share_unsupported": [0.25] * len(m),
+                                  "inclusion_mean": [0.7] * len(m), "inclusion_min": [0.4] * len(m)}
     return t
 
 

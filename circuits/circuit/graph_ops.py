@@ -73,5 +73,5 @@ def unknown_message(kind: str, unknown: Sequence[str], valid: Sequence[str], gra
         hints.append(f"closest valid names to {first!r}: {close}")
     hints.append(f"the graph has {graph.n_layers} layers of {graph.n_heads} heads"
                  f"{'' if graph.has_mlp else ', no MLPs'}{', parallel blocks' if graph.parallel else ''}")
-    return f"unknown {kind} name(s) {shown}; " + "; ".join(hints)
+    return f"{len(unknown)} unknown {kind} name(s) {shown}; " + "; ".join(hints)
 

@@ -97,6 +97,7 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
     n_jobs = check_n_jobs(spec.n_jobs if n_jobs is None else n_jobs, "--n-jobs" if n_jobs is not None else "n_jobs")
     use_deterministic()  # CUBLAS_WORKSPACE_CONFIG too, before any model loads
     sources, model, task = prepare_audit(spec, allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs)
+    circuit, spec = published_circuit(spec, model)  # checked against the model's graph before the run directory
     spec_doc = spec.model_dump()
     with backend(n_jobs, scheduler) as workers, RunDir(out, spec=spec_doc, command=sys.argv, seed=spec.seed,
                                                         provenance={"model": model.identity(),
@@ -105,6 +106,8 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
         if spec.verify is not None:  # before the analyses: circuits selected from verified estimates join them
             _verify_stage(run, spec, model, task, scores, names, force)
         _analysis_stages(run, spec, model, task, scores, names, workers, force)
+        if circuit is not None:
+            _published_stage(run, spec, model, task, circuit, scores, force)
         if len(sources) > 1:
             _heads_stage(run, spec, sources, model, task, force, allow_pickle=allow_pickle, allow_large=allow_large,
                          inputs=inputs)
@@ -210,6 +213,45 @@ def _estimand(spec: AuditSpec, strata: np.ndarray) -> str:
     from circuitstat.stats.verified import verified_estimand
 
     return f"{verified_estimand(int(strata.sum()), strata.size)} (PPI++ estimates)"
+
+
+def published_circuit(spec: AuditSpec, model):
+    """(the spec's published circuit checked against the model's graph, the spec with its size, half and double
+    in the k grid), or (None, spec) when the spec names none (circuitstat.pipelines.published)."""
+    from circuitstat.core.errors import InputError
+    from circuitstat.pipelines.published import read_circuit_file, sizes_around
+
+    if spec.circuit is None:
+        return None, spec
+    if spec.level != "edge":
+        raise InputError("a published circuit is a set of edges: audit it with level: edge")
+    circuit = read_circuit_file(spec.circuit.file, spec.circuit.file_format, model.graph, d_model=model.cfg.d_model)
+    return circuit, spec.model_copy(update={"k": sizes_around(list(spec.k), circuit.n_edges, model.graph.n_edges)})
+
+
+def _published_stage(run, spec: AuditSpec, model, task, circuit, scores: dict, force: bool) -> None:
+    """The published stage: the published circuit's faithfulness, CPR/CMD, edge support and inclusion."""
+    import hashlib
+
+    from circuitstat.pipelines.published import published_tables
+
+    N = task.clean.shape[0]
+    groups = None if task.group is None else task.group.numpy()
+    digest = hashlib.sha256(circuit.edges.tobytes() + (b"" if circuit.scores is None else circuit.scores.tobytes()))
+    deps = ["edge_stats", "stability"] + (["faithfulness"] if spec.faithfulness else [])
+    params = {"circuit": {**spec.circuit.model_dump(exclude={"file"}), "sha256": digest.hexdigest()},
+              "bootstrap": spec.bootstrap.model_dump(), "ranking": spec.ranking, "k": list(spec.k)}
+
+    def compute():
+        plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=True)
+        tables = {t: run.table(t) for t in ("edge_stats", "inclusion")}
+        if spec.faithfulness:
+            tables["faithfulness_vs_k"] = run.table("faithfulness_vs_k")
+        return published_tables(model, task, circuit, scores, tables, plan, spec,
+                                source=Path(spec.circuit.file).name)
+
+    run_stage(run, "published", compute, ["published_circuit", "published_circuit_edges"], params=params,
+              depends_on=deps, force=force)
 
 
 def faithfulness_with_search(model, task, S: np.ndarray, method: str, ks: list[int], plan, spec: AuditSpec, seed,
@@ -369,7 +411,7 @@ def _heads_stage(run, spec: AuditSpec, sources: list[str], model, task, force: b
 
 #: every stage name an audit can write, whatever its spec (its scores stages are scores_<method>)
 AUDIT_STAGE_NAMES = frozenset({"index", "edge_stats", "stability", "faithfulness", "approximation", "heads",
-                               "verified"})
+                               "verified", "published"})
 SCORES_STAGE = re.compile(r"scores_[a-z0-9*+-]+")
 
 
@@ -386,6 +428,7 @@ def audit_stages(spec: AuditSpec) -> list[str]:
             + ["edge_stats", "stability"]
             + (["faithfulness"] if spec.faithfulness else [])
             + (["approximation"] if "exact" in spec.methods and others else [])
+            + (["published"] if spec.circuit is not None else [])
             + (["heads"] if len(spec.sources) > 1 else []))
 
 

@@ -39,6 +39,9 @@ in core/schema.py, the one schema of run tables (each kind names its tables once
   ``statistic`` (estimate, ci_low, ci_high of the mean exact effect, or qvalue), bounds.
 * ``missed_edges`` (a verified run with ``verify.edges``): ``method``, ``statistic`` (default
   ``missed_high``: the bound on unverified edges whose mean exact effect exceeds ``verify.tau``), bounds.
+* ``published_circuit`` (an audit with spec key ``circuit``; docs/mib.md): ``method``, ``statistic`` (f_ratio,
+  f_ci_low/high, cpr, cmd and their intervals, n_unsupported, share_unsupported, inclusion_mean, inclusion_min,
+  topk_jaccard), bounds.
 
 Kinds answered by a ``circuitstat tokens`` run (token contributions and attention sinks); in a
 cross-seed run (several ``--model``) each model's tables sit under ``model-<i>/`` and the claim

@@ -60,6 +60,8 @@ def spec_problem(claim: Any, spec: Any) -> str | None:
     if kind == "missed_edges" and verify.edges is None:
         return ("missed_edges claims need an edge subset; add edges: {top: m, random: r} and tau to the spec's "
                 "verify")
+    if kind == "published_circuit" and getattr(spec, "circuit", None) is None:
+        return "published_circuit claims need a published circuit; add circuit: {file: FILE} to the spec (docs/mib.md)"
     if kind in ("head_stability", "layer_stability") and len(spec.sources) < 2:
         return "head stability needs several seeds; list two or more models under 'models:' in the spec"
     if kind == "head_stability":

@@ -14,7 +14,7 @@ from circuitstat.core.schema import claimable
 
 from .bounds import bounded, cmp_text, fmt
 from .models import (ApproximationClaim, CircuitStabilityClaim, EdgeEffectClaim, EdgeInCircuitClaim, FaithfulnessClaim,
-                     HeadStabilityClaim, LayerStabilityClaim, MissedEdgesClaim, SinkClaim, VerifiedEdgeClaim, SinkStabilityClaim, TokenDropClaim,
+                     HeadStabilityClaim, LayerStabilityClaim, MissedEdgesClaim, PublishedCircuitClaim, SinkClaim, VerifiedEdgeClaim, SinkStabilityClaim, TokenDropClaim,
                      TokenImportanceClaim, TokenStabilityClaim, model_label)
 from .reader import ClaimError, RunReader, edge_known, need, require_reliable, scalar, token_part
 
@@ -168,6 +168,13 @@ def _eval_missed_edges(c: MissedEdgesClaim, run: RunReader) -> tuple[bool, dict,
     return ok, {c.statistic: v}, f"{reason} (of {r['n_unverified']} unverified edges, at level {fmt(r['level'])})"
 
 
+def _eval_published_circuit(c: PublishedCircuitClaim, run: RunReader) -> tuple[bool, dict, str]:
+    need(run, c.table, "method", c.method, "add it to the spec's methods (and give the spec a circuit: key)")
+    v = scalar(run, c.table, c.statistic, c.method, method=c.method)
+    ok, reason = bounded(v, c, f"{c.statistic} of the published circuit ({c.method})")
+    return ok, {c.statistic: v}, reason
+
+
 def _eval_sink(c: SinkClaim, run: RunReader) -> tuple[bool, dict, str]:
     part = run.part(c.model, c.table)
     node = f"a{c.layer}.h{c.head}"
@@ -268,6 +275,7 @@ EVALUATORS: dict[str, Callable[[Any, RunReader], tuple[bool, dict, str]]] = {
     "approximation": _eval_approximation,
     "verified_edge": _eval_verified_edge,
     "missed_edges": _eval_missed_edges,
+    "published_circuit": _eval_published_circuit,
     "sink": _eval_sink,
     "token_importance": _eval_token_importance,
     "token_drop": _eval_token_drop,

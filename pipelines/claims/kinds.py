@@ -48,6 +48,8 @@ KINDS: dict[str, ClaimKind] = {k.name: k for k in (
     # verified runs (spec key verify; docs/verified.md): the mean exact effect of an edge, and the missed-edges bound
     ClaimKind("verified_edge", ("verified",)),
     ClaimKind("missed_edges", ("missed_edges",)),
+    # a published circuit audited on this run (spec key circuit; docs/mib.md)
+    ClaimKind("published_circuit", ("published_circuit",)),
     ClaimKind("sink", ("sink_heads",), "tokens"),
     ClaimKind("token_importance", ("token_importance_diffs",), "tokens"),
     ClaimKind("token_drop", ("token_importance",), "tokens"),

@@ -20,7 +20,7 @@ from .kinds import KINDS, statistics
 
 __all__ = ["ClaimBase", "BoundedClaim", "EdgeInCircuitClaim", "CircuitStabilityClaim", "FaithfulnessClaim",
            "EdgeEffectClaim", "HeadStabilityClaim", "LayerStabilityClaim", "ApproximationClaim", "VerifiedEdgeClaim",
-           "MissedEdgesClaim", "SinkClaim",
+           "MissedEdgesClaim", "PublishedCircuitClaim", "SinkClaim",
            "TokenImportanceClaim", "TokenDropClaim", "SinkStabilityClaim", "TokenStabilityClaim", "CLAIM_MODELS",
            "KIND_MODELS", "Claim", "ClaimsFile", "model_label"]
 
@@ -251,6 +251,19 @@ class MissedEdgesClaim(BoundedClaim):
         return f"{self.method} {self.statistic}"
 
 
+class PublishedCircuitClaim(BoundedClaim):
+    """A bound on a statistic of the published circuit the audit checked (spec key ``circuit``): its
+    faithfulness (f_ratio, f_ci_low, ...), CPR/CMD, edges unsupported at q, inclusion or overlap with the
+    run's top-k circuit, for ``method``'s scores (faithfulness and CPR/CMD do not depend on the method)."""
+
+    kind: Literal["published_circuit"]
+    method: METHOD
+    statistic: Literal[statistics("published_circuit")]
+
+    def _auto_label(self) -> str:
+        return f"published circuit {self.statistic} ({self.method})"
+
+
 # Token contributions and attention sinks (``circuitstat tokens``; circuitstat.pipelines.contributions). A
 # cross-seed run keeps each model's tables under model-<i>/: ``model: i`` picks one.
 Model = Annotated[int | None, Field(None, ge=0)]
@@ -332,7 +345,7 @@ def model_label(model: int | None) -> str:
 
 
 CLAIM_MODELS = (EdgeInCircuitClaim, CircuitStabilityClaim, FaithfulnessClaim, EdgeEffectClaim, HeadStabilityClaim,
-                LayerStabilityClaim, ApproximationClaim, VerifiedEdgeClaim, MissedEdgesClaim, SinkClaim, TokenImportanceClaim, TokenDropClaim,
+                LayerStabilityClaim, ApproximationClaim, VerifiedEdgeClaim, MissedEdgesClaim, PublishedCircuitClaim, SinkClaim, TokenImportanceClaim, TokenDropClaim,
                 SinkStabilityClaim, TokenStabilityClaim)
 Claim = Annotated[
     Union[CLAIM_MODELS],

@@ -21,6 +21,8 @@ TABLE_HINTS = {
     "approximation_summary": "approximation error needs 'exact' and the approximate method in the spec's methods",
     "verified": "verified claims need a verified run: 'verify: {n: ...}' in the audit spec, or attribute --verify N",
     "missed_edges": "a missed-edges bound needs a verified run of some edges: 'verify: {edges: {top, random}, tau}'",
+    "published_circuit": "a published circuit is audited when the spec has 'circuit: {file: FILE}' "
+                         "(or `circuitstat check-circuit`)",
     "heads": "head stability needs several seeds: list two or more models under 'models:' in the spec",
     "layers": "layer stability needs several seeds: list two or more models under 'models:' in the spec",
     **{t: "token and sink claims need a `circuitstat tokens --out DIR` run; pass --run DIR"

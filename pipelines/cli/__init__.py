@@ -27,7 +27,7 @@ __all__ = ["app", "echo", "main", "study_app", "terminal_text", "user_error_mess
 # the commands register themselves on `app` / `study_app` when their modules are imported; each
 # imports what it runs inside its body, so `circuitstat --help`, `check` and `query` never load torch
 from . import analyse, checks, studies  # noqa: E402,F401
-from . import tokens, zoo  # noqa: E402,F401
+from . import export, published, tokens, zoo  # noqa: E402,F401
 from . import service  # noqa: E402,F401
 from . import compare  # noqa: E402,F401
 

@@ -137,6 +137,9 @@ def prepare(kind: str, spec_text: bytes | None, spec_data: Any, files: list[Uplo
         spec = parse_kind(kind, spec_data, SPEC_FILE)
     except InputError as e:
         raise Problem(422, _relative(str(e), inputs)) from None
+    if getattr(spec, "circuit", None) is not None:  # a file path on the server: never taken from a request
+        raise Problem(422, "the server does not audit circuit files (spec key circuit); run `circuitstat audit` "
+                           "or `circuitstat check-circuit` locally")
     display = ", ".join(spec.sources)
     _confine_task(spec, uploads)
     spec = _with_sources(spec, sources)

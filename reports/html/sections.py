@@ -26,6 +26,7 @@ from circuitstat.reports.html.svg import esc
 from circuitstat.reports.html.tokens import tokens_section
 from circuitstat.reports.html.variance import variance_part, variance_summary_part
 from circuitstat.reports.html.verdict import verdict_section
+from circuitstat.reports.html.published import published_section
 from circuitstat.reports.html.verified import verified_section
 from circuitstat.reports.verdicts import Verdict
 
@@ -87,6 +88,8 @@ REPORT_SECTIONS: tuple[Section, ...] = (
             ((_m(approximation_section), ()),)),
     Section("verified", "Verified: the mean exact effect from exact patching on a random subset", "verified",
             ((_t(verified_section), ("verified",)),)),
+    Section("published", "Published circuit: checked on this model and these prompts", "published",
+            ((_t(published_section), ("published_circuit",)),)),
     Section("heads", "Head and layer stability across seeds", "heads",
             ((_t(heads_part), ("heads",)), (_t(layers_part), ("layers",)), (_t(residual_part), ("residual",)),
              (_t(head_summary_part), ("summary",)))),

@@ -46,6 +46,7 @@ PASSING = {
         {"kind": "approximation", "method": "eap", "statistic": "top_k_overlap", "k": 20, "min": 0.6},
         {"kind": "verified_edge", "edge": "a0.h3->a1.h5<k>", "method": "eap", "statistic": "ci_low", "min": 0.5},
         {"kind": "missed_edges", "method": "eap", "max": 1},
+        {"kind": "published_circuit", "method": "eap", "statistic": "f_ci_low", "min": 0.6},
     ]
 }
 
@@ -66,7 +67,7 @@ def _invoke(*args):
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    return make_run(tmp_path_factory.mktemp("runs") / "zoo", verified=True)
+    return make_run(tmp_path_factory.mktemp("runs") / "zoo", verified=True, published=True)
 
 
 def test_every_claim_kind_passes_exit_0_and_junit(run_dir, tmp_path):
@@ -75,11 +76,11 @@ def test_every_claim_kind_passes_exit_0_and_junit(run_dir, tmp_path):
     junit = tmp_path / "out" / "claims.xml"
     r = _invoke("check", claims, "--run", run_dir, "--junit", junit)
     assert r.exit_code == 0, r.output
-    assert "14 claims: 14 hold, 0 fail, 0 cannot be evaluated" in r.output
+    assert "15 claims: 15 hold, 0 fail, 0 cannot be evaluated" in r.output
     assert "induction-k-composition" in r.output and "0.95" in r.output
     root = ET.parse(junit).getroot()
-    assert root.tag == "testsuites" and root.get("tests") == "14" and root.get("failures") == "0" and root.get("errors") == "0"
-    assert len(root.findall("./testsuite/testcase")) == 14
+    assert root.tag == "testsuites" and root.get("tests") == "15" and root.get("failures") == "0" and root.get("errors") == "0"
+    assert len(root.findall("./testsuite/testcase")) == 15
     assert not root.findall(".//failure") and not root.findall(".//error")
 
 

@@ -70,7 +70,7 @@ def test_report_is_one_self_contained_well_formed_file(rendered):
     assert "Content-Security-Policy" in page and "default-src 'none'" in page
     assert page.count("<script>") == 1
     # this run has the audit, heads and a variance study, not calibration, tokens or a claims check
-    assert p.h2 == [h for s, h in SECTIONS if s not in ("calibration", "tokens", "groundtruth", "verified")]
+    assert p.h2 == [h for s, h in SECTIONS if s not in ("calibration", "tokens", "groundtruth", "verified", "published")]
     check_intervals(run, page)
 
 

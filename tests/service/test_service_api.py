@@ -518,6 +518,8 @@ def test_cli_only_limits_cannot_be_lifted_from_a_request(env):
         assert r.status_code == 422, r.text
     r = submit(c, {**AUDIT, "task": {"name": "file", "n": 4, "options": {"path": "/etc/passwd"}}})
     assert r.status_code == 422 and "neither a built-in task nor a file uploaded" in r.json()["detail"]
+    r = submit(c, {**AUDIT, "circuit": {"file": "/etc/passwd"}})  # a published circuit is a path on the server
+    assert r.status_code == 422 and "circuit files" in r.json()["detail"] and "passwd" not in r.json()["detail"]
     before = len(list((env["server"].data / "jobs").iterdir()))
     for model in ("random:gpt2?n_layer=48&n_head=64&n_embd=16384&vocab_size=64&n_positions=64",
                   "random:gpt2?n_layer=48&n_head=25&n_embd=1600&vocab_size=50257"):  # 1.5 B parameters (GPT-2 XL)
