@@ -21,6 +21,9 @@ TABLE_HINTS = {
     "approximation_summary": "approximation error needs 'exact' and the approximate method in the spec's methods",
     "verified": "verified claims need a verified run: 'verify: {n: ...}' in the audit spec, or attribute --verify N",
     "missed_edges": "a missed-edges bound needs a verified run of some edges: 'verify: {edges: {top, random}, tau}'",
+    "circuit_tests": "circuit test claims need the audit's tests stage: add tests: {k: K} (or tests: {edges: [...]}) "
+                     "to the spec",
+    "circuit_minimality": "minimality claims need the audit's tests stage: add tests: {k: K} to the spec",
     "heads": "head stability needs several seeds: list two or more models under 'models:' in the spec",
     "layers": "layer stability needs several seeds: list two or more models under 'models:' in the spec",
     **{t: "token and sink claims need a `circuitstat tokens --out DIR` run; pass --run DIR"

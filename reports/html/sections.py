@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from circuitstat.reports.analyses import present
 from circuitstat.reports.html.approximation import approximation_section
 from circuitstat.reports.html.calibration import calibration_part
+from circuitstat.reports.html.circuit_tests import circuit_tests_section
 from circuitstat.reports.html.common import Tables, part
 from circuitstat.reports.html.faithfulness import faithfulness_section
 from circuitstat.reports.html.forest import forest_section
@@ -87,6 +88,8 @@ REPORT_SECTIONS: tuple[Section, ...] = (
             ((_m(approximation_section), ()),)),
     Section("verified", "Verified: the mean exact effect from exact patching on a random subset", "verified",
             ((_t(verified_section), ("verified",)),)),
+    Section("circuit_tests", "Hypothesis tests of the circuit: equivalence, independence, minimality, sufficiency",
+            "circuit_tests", ((_t(circuit_tests_section), ("circuit_tests",)),)),
     Section("heads", "Head and layer stability across seeds", "heads",
             ((_t(heads_part), ("heads",)), (_t(layers_part), ("layers",)), (_t(residual_part), ("residual",)),
              (_t(head_summary_part), ("summary",)))),
