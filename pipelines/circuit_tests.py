@@ -109,13 +109,13 @@ def choose_circuit(S: np.ndarray | None, cfg, names: list[str], *, ranking: str,
     return mask, sel, test, f"top-{cfg.k} ({ranking}) of the mean scores on the selection half; tested on the other"
 
 
-def evaluate_layout(model, task, layout: TestLayout, rows: np.ndarray, *, ablation, seed: int, batch_size: int
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def evaluate_layout(model, task, layout: TestLayout, rows: np.ndarray, *, ablation, seed: int, batch_size: int,
+                    max_rows: int = 64) -> tuple[np.ndarray, np.ndarray]:
     """Return (full model [N], every layout circuit [N, C]) per-prompt metrics on ``rows`` (the faithfulness engine)."""
     from circuitstat.circuits.faithfulness import faithfulness
 
     res = faithfulness(model, task, layout.masks, ablation=ablation, seed=seed, batch_size=batch_size,
-                       progress=False, rows=rows)
+                       max_rows=max_rows, progress=False, rows=rows)
     return res.m_clean.astype(np.float64), res.m_circuit.astype(np.float64)
 
 

@@ -382,9 +382,9 @@ def model_label(model: int | None) -> str:
 
 
 CLAIM_MODELS = (EdgeInCircuitClaim, CircuitStabilityClaim, FaithfulnessClaim, EdgeEffectClaim, HeadStabilityClaim,
-                LayerStabilityClaim, ApproximationClaim, VerifiedEdgeClaim, MissedEdgesClaim, SinkClaim, TokenImportanceClaim, TokenDropClaim,
-                SinkStabilityClaim, TokenStabilityClaim, CircuitEquivalentClaim, CircuitIndependentClaim,
-                CircuitMinimalClaim, CircuitSufficientClaim, CircuitPartiallyNecessaryClaim)
+                LayerStabilityClaim, ApproximationClaim, VerifiedEdgeClaim, MissedEdgesClaim, CircuitEquivalentClaim,
+                CircuitIndependentClaim, CircuitMinimalClaim, CircuitSufficientClaim, CircuitPartiallyNecessaryClaim,
+                SinkClaim, TokenImportanceClaim, TokenDropClaim, SinkStabilityClaim, TokenStabilityClaim)
 Claim = Annotated[
     Union[CLAIM_MODELS],
     Field(discriminator="kind"),
