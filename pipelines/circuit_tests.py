@@ -7,7 +7,7 @@ faithfulness engine (circuitstat.circuits.faithfulness) on the *testing* prompts
 arrays to circuitstat.stats.circuit_tests. Choosing and testing on separate prompts keeps selection from
 making the tests optimistic.
 
-The evaluated circuits, as columns of one metric matrix (:class:`TestLayout`): the circuit, its complement
+The evaluated circuits, as columns of one metric matrix (:class:`CircuitLayout`): the circuit, its complement
 (the circuit's edges ablated, every other edge live), the circuit minus each of its edges, the circuit plus
 each of ``n_random`` random outside edges (the reference code's ``sample_inflated(1)``), ``n_random`` random
 circuits of the circuit's size (``sample_circuit``) and their complements. The full model is the faithfulness
@@ -26,14 +26,14 @@ from circuitstat.core.errors import InputError
 from circuitstat.core.seeds import as_seed_sequence, spawn_seeds
 from circuitstat.stats import circuit_tests as T
 
-__all__ = ["TestLayout", "layout_masks", "split_rows", "choose_circuit", "evaluate_layout", "run_tests",
-           "test_tables", "circuit_tests_stage", "TEST_NAMES"]
+__all__ = ["CircuitLayout", "layout_masks", "split_rows", "choose_circuit", "evaluate_layout", "run_tests",
+           "result_tables", "circuit_tests_stage", "TEST_NAMES"]
 
 TEST_NAMES = ("equivalence", "independence", "minimality", "sufficiency", "partial_necessity")
 
 
 @dataclass(frozen=True)
-class TestLayout:
+class CircuitLayout:
     """Which column of the metric matrix holds which circuit, and the edges behind them."""
 
     circuit: np.ndarray  # [E] bool
@@ -53,7 +53,7 @@ class TestLayout:
                 "random": m[:, 2 + K + R:2 + K + 2 * R], "random_complement": m[:, 2 + K + 2 * R:2 + K + 3 * R]}
 
 
-def layout_masks(circuit: np.ndarray, n_random: int, seed: Any) -> TestLayout:
+def layout_masks(circuit: np.ndarray, n_random: int, seed: Any) -> CircuitLayout:
     """Return the masks every test needs for ``circuit`` [E] with ``n_random`` random edges and circuits from ``seed``."""
     circuit = np.asarray(circuit, dtype=bool)
     E, k = circuit.size, int(circuit.sum())
@@ -73,7 +73,7 @@ def layout_masks(circuit: np.ndarray, n_random: int, seed: Any) -> TestLayout:
     plus = np.repeat(circuit[None], n_random, axis=0)
     plus[np.arange(n_random), added] = True
     masks = np.concatenate([circuit[None], ~circuit[None], minus, plus, rand, ~rand])
-    return TestLayout(circuit, masks, inside, added)
+    return CircuitLayout(circuit, masks, inside, added)
 
 
 def split_rows(n: int, groups: np.ndarray | None, seed: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -109,7 +109,7 @@ def choose_circuit(S: np.ndarray | None, cfg, names: list[str], *, ranking: str,
     return mask, sel, test, f"top-{cfg.k} ({ranking}) of the mean scores on the selection half; tested on the other"
 
 
-def evaluate_layout(model, task, layout: TestLayout, rows: np.ndarray, *, ablation, seed: int, batch_size: int,
+def evaluate_layout(model, task, layout: CircuitLayout, rows: np.ndarray, *, ablation, seed: int, batch_size: int,
                     max_rows: int = 64) -> tuple[np.ndarray, np.ndarray]:
     """Return (full model [N], every layout circuit [N, C]) per-prompt metrics on ``rows`` (the faithfulness engine)."""
     from circuitstat.circuits.faithfulness import faithfulness
@@ -119,7 +119,7 @@ def evaluate_layout(model, task, layout: TestLayout, rows: np.ndarray, *, ablati
     return res.m_clean.astype(np.float64), res.m_circuit.astype(np.float64)
 
 
-def run_tests(full: np.ndarray, m: np.ndarray, layout: TestLayout, cfg, seed: Any) -> dict[str, Any]:
+def run_tests(full: np.ndarray, m: np.ndarray, layout: CircuitLayout, cfg, seed: Any) -> dict[str, Any]:
     """Return {test name: result} of the five tests on per-prompt metrics (``m`` columns as ``layout`` says)."""
     p = layout.split(m)
     eq_seed, perm_seed = spawn_seeds(seed, 2)
@@ -146,7 +146,7 @@ def _parameter(name: str, cfg) -> float:
     return float("nan")
 
 
-def test_tables(results: dict[str, Any], layout: TestLayout, names: list[str], cfg, *, method: str,
+def result_tables(results: dict[str, Any], layout: CircuitLayout, names: list[str], cfg, *, method: str,
                 n_select: int, n_test: int, selection: str, split_seed: Any) -> dict[str, dict]:
     """Return the columns of ``circuit_tests`` (one row per test) and ``circuit_minimality`` (one row per edge)."""
     from circuitstat.core.seeds import seed_record
@@ -192,5 +192,5 @@ def circuit_tests_stage(model, task, scores: dict[str, np.ndarray], names: list[
     full, m = evaluate_layout(model, task, layout, test, ablation=ablation, seed=spec.seed,
                               batch_size=spec.batch_size)
     results = run_tests(full, m, layout, cfg, test_seed)
-    return test_tables(results, layout, names, cfg, method=method if cfg.edges is None else "given",
+    return result_tables(results, layout, names, cfg, method=method if cfg.edges is None else "given",
                        n_select=int(sel.size), n_test=int(test.size), selection=how, split_seed=choose_seed)

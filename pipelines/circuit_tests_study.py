@@ -128,6 +128,25 @@ def calibration_rows(pool: dict, sizes: list[int], R: int, *, alpha: float = 0.0
     return rows
 
 
+def markdown(rows: list[dict]) -> str:
+    """Return the rows as one markdown table per test: rate ± 2 MC SE (and the exact size, where known) per N."""
+    sizes = sorted({r["n"] for r in rows})
+    out = []
+    for test in dict.fromkeys(r["test"] for r in rows):
+        out += [f"**{test}**", "", "| scenario | kind | " + " | ".join(f"N = {n}" for n in sizes) + " |",
+                "|---|---|" + "---|" * len(sizes)]
+        for scenario in dict.fromkeys(r["scenario"] for r in rows if r["test"] == test):
+            cells = []
+            for n in sizes:
+                (r,) = [r for r in rows if r["test"] == test and r["scenario"] == scenario and r["n"] == n]
+                exact = f" (exact {r['exact_size']:.3f})" if r.get("exact_size") is not None else ""
+                cells.append(f"{r['rate']:.3f} ± {2 * r['mc_se']:.3f}{exact}")
+            kind = next(r["kind"] for r in rows if r["test"] == test and r["scenario"] == scenario)
+            out.append(f"| {scenario} | {kind} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the calibration study and write its rows (JSON) to --out."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

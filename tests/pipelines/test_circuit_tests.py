@@ -93,3 +93,28 @@ def test_planted_circuit_stage_tables_claims_report(tmp_path):
     assert "chosen on 32 others" in report.results[0].reason
     html = render_report(out).read_text()
     assert 'id="circuit_tests"' in html and "a1.h0-&gt;logits" in html and "testing prompts: 32" in html
+
+
+AUDIT = {"model": "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=3",
+         "task": {"name": "induction", "n": 16, "options": {"seq_len": 5}}, "methods": ["exact"], "batch_size": 8,
+         "bootstrap": {"n_resamples": 20}, "k": [3], "faithfulness": False}
+
+
+@pytest.mark.slow  # a whole audit (scores, edge_stats, stability) around the stage: ~10 s unloaded
+def test_audit_runs_the_stage_and_refuses_unknown_edges_before_any_work(tmp_path):
+    import json
+
+    from circuitstat.pipelines.audit.run import audit_stages, run_audit
+
+    with pytest.raises(InputError, match="tests.edges names 'nope->logits'"):
+        run_audit(parse_spec({**AUDIT, "tests": {"edges": ["nope->logits"]}}), tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+    spec = parse_spec({**AUDIT, "tests": {"k": 3, "n_random": 10, "n_permutations": 19}})
+    assert audit_stages(spec)[-1] == "circuit_tests"
+    out = run_audit(spec, tmp_path / "run")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["stages"]["circuit_tests"]["status"] == "done"
+    tests = pq.read_table(out / "circuit_tests.parquet").to_pydict()
+    assert tests["test"] == ["equivalence", "independence", "minimality", "sufficiency", "partial_necessity"]
+    assert set(tests["n_select"]) == {8} and set(tests["n_test"]) == {8} and set(tests["k"]) == {3}
+    assert pq.read_table(out / "circuit_minimality.parquet").num_rows == 3
