@@ -66,7 +66,7 @@ def _equivalence_rows(pool: dict, n: int, R: int, alpha: float, seed: int) -> li
                 exact_size=C.equivalence_size(n, q, 0.1, alpha), q=q, margin=0.1)]
     for j, edge in enumerate(pool["truth_edges"]):  # power per removed true edge (the worst edge is the bar)
         minus = truth["minus"][:, j]
-        qj = float((minus > full).mean())
+        qj, _ = C.boundary_margin(full, minus)
         out.append(_row(f"truth minus {edge}, margin 0.1", "equivalence", "power", n,
                         C.simulate_equivalence(full, minus, n, R, margin=0.1, alpha=alpha, seed=seed + 2 + j),
                         exact_size=C.equivalence_size(n, qj, 0.1, alpha), q=qj, margin=0.1))

@@ -43,8 +43,10 @@ def rank_size(n_random: int, alpha: float) -> float:
 
 
 def boundary_margin(full: np.ndarray, circuit: np.ndarray) -> tuple[float, float]:
-    """Return (q, |q − 1/2|): the pool's P(circuit > model), and the margin that puts the pool on the null's boundary."""
-    q = float((np.asarray(circuit) > np.asarray(full)).mean())
+    """Return (q, |q − 1/2|): the pool's P(circuit > model) + P(tie)/2 (ties are split by a fair coin), and the
+    margin that puts the pool on the null's boundary."""
+    delta = np.asarray(circuit) - np.asarray(full)
+    q = float((delta > 0).mean() + 0.5 * (delta == 0).mean())
     return q, abs(q - 0.5)
 
 
