@@ -118,3 +118,16 @@ def test_audit_runs_the_stage_and_refuses_unknown_edges_before_any_work(tmp_path
     assert tests["test"] == ["equivalence", "independence", "minimality", "sufficiency", "partial_necessity"]
     assert set(tests["n_select"]) == {8} and set(tests["n_test"]) == {8} and set(tests["k"]) == {3}
     assert pq.read_table(out / "circuit_minimality.parquet").num_rows == 3
+
+
+def test_check_says_which_spec_can_answer_a_circuit_test_claim():
+    from circuitstat.pipelines.claims import parse_claims, spec_problem
+
+    claim, other = parse_claims({"claims": [{"kind": "circuit_minimal"},
+                                            {"kind": "circuit_sufficient", "method": "eap"}]}).claims
+    base = {"model": "random:gpt2?n_layer=1", "task": {"n": 16}, "methods": ["exact", "eap"]}
+    assert "add tests: {k: K}" in spec_problem(claim, parse_spec(base))
+    with_tests = parse_spec({**base, "tests": {"k": 3}})
+    assert spec_problem(claim, with_tests) is None
+    assert "set tests.method: eap" in spec_problem(other, with_tests)
+    assert spec_problem(other, parse_spec({**base, "tests": {"k": 3, "method": "eap"}})) is None
