@@ -464,6 +464,33 @@ TABLES.update({t.name: t for t in (
            *_ci("tpr_ci", "tpr", GT_DATASETS), ("estimand", S, "what the interval covers")),
 )})
 
+# Hypothesis tests of a circuit (circuitstat.pipelines.circuit_tests; Shi et al., NeurIPS 2024; issue 34)
+TABLES.update({t.name: t for t in (
+    _table("circuit_tests", "hypothesis tests of one circuit (equivalence, independence, minimality, sufficiency, "
+           "partial necessity), one row per test, on the testing prompts only",
+           _METHOD, ("test", S, "equivalence, independence, minimality, sufficiency or partial_necessity"),
+           ("statistic", F, "equivalence: share of prompts where the circuit scores above the model; independence: "
+                            "HSIC; minimality: the weakest edge's share of random added edges it beats; sufficiency "
+                            "/ partial_necessity: share of random circuits of the same size the circuit beats"),
+           ("pvalue", F, "p-value of the test's null (minimality: the smallest Holm/BH-adjusted edge p-value)", True),
+           ("null", S, "the null hypothesis"), ("rejection_means", S, "what rejecting the null says"),
+           ("parameter", F, "equivalence: margin; minimality: quantile; sufficiency / partial_necessity: quantile "
+                            "(NaN: exact rank p-value)"),
+           ("k", I, "edges in the circuit"), ("n_random", I, "random circuits / random added edges"),
+           ("n_test", I, "prompts the tests used"), ("n_select", I, "prompts the circuit was chosen on (disjoint)"),
+           ("correction", S, "multiplicity correction of the minimality family: holm (family-wise) or bh (FDR)"),
+           ("selection", S, "how the circuit was chosen"),
+           ("split_seed", S, "the seed of the selection/testing split and of the top-k ties (SeedSequence record)")),
+    _table("circuit_minimality", "minimality of one circuit: each edge's knockout against random added edges",
+           _METHOD, ("edge", I, "edge index"), ("name", S, "edge name"),
+           ("effect", F, "knockout effect: mean over prompts of (m(C) - m(C - e))^2"),
+           ("count", I, "random added edges whose knockout effect the edge's exceeds"),
+           ("pvalue", F, "P(Binomial(n_random, quantile) <= count): the null that the edge is needed"),
+           ("pvalue_adjusted", F, "pvalue adjusted over the circuit's edges (correction)", True),
+           ("correction", S, "holm (family-wise) or bh (FDR)"), ("quantile", F, "the null's quantile"),
+           ("n_random", I, "random added edges")),
+)})
+
 # The tables of the Result classes (Result.write validates against them); their names are unique
 assert not set(RESULT_TABLES) & set(TABLES), sorted(set(RESULT_TABLES) & set(TABLES))
 TABLES.update(RESULT_TABLES)

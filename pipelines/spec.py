@@ -197,6 +197,34 @@ class CircuitFileSpec(_Strict):
         return self.format or ("eap-ig" if self.file.lower().endswith(".json") else "edges")
 
 
+class CircuitTestsSpec(_Strict):
+    """Hypothesis tests of one circuit (circuitstat.pipelines.circuit_tests; Shi et al. 2024): which circuit, and the tests' settings.
+
+    The circuit is either the top-``k`` edges of ``method``'s mean scores on a selection half of the prompts,
+    tested on the other half (selection-honest), or the given ``edges`` (a published circuit), tested on
+    every prompt."""
+
+    _section: ClassVar[str] = "tests."
+    method: METHOD | None = None
+    k: int | None = Field(None, ge=1, le=100_000)
+    edges: list[Annotated[str, Field(min_length=1)]] | None = Field(None, min_length=1)
+    margin: float = Field(0.1, ge=0.0, lt=0.5, allow_inf_nan=False)
+    n_random: int = Field(50, ge=5, le=10_000)
+    n_permutations: int = Field(500, ge=19, le=100_000)
+    quantile: float = Field(0.9, gt=0.0, lt=1.0, allow_inf_nan=False)
+    random_quantile: float | None = Field(None, gt=0.0, lt=1.0, allow_inf_nan=False)
+    correction: Literal["holm", "bh"] = "holm"
+
+    @model_validator(mode="after")
+    def _one_circuit(self) -> "CircuitTestsSpec":
+        if (self.k is None) == (self.edges is None):
+            raise ValueError("give exactly one of tests.k (the top-k circuit, chosen on a selection split) or "
+                             "tests.edges (a given circuit's edge names)")
+        if self.edges is not None and len(set(self.edges)) != len(self.edges):
+            raise ValueError("tests.edges lists an edge more than once")
+        return self
+
+
 class AuditSpec(_RunOptions):
     """Everything one audit runs; see the module docstring."""
 
@@ -221,6 +249,8 @@ class AuditSpec(_RunOptions):
     heads: HeadsSpec = HeadsSpec()
     verify: VerifySpec | None = None
     circuit: CircuitFileSpec | None = None  # a published circuit to audit (docs/mib.md)
+    # hypothesis tests of a circuit (equivalence, independence, minimality, sufficiency, partial necessity)
+    tests: CircuitTestsSpec | None = None
 
     @field_validator("methods")
     @classmethod
@@ -253,6 +283,20 @@ class AuditSpec(_RunOptions):
             check_verify(self.verify, methods=self.methods, n_prompts=self.task.n, level=self.level)
         except InputError as e:
             raise ValueError(str(e)) from None
+        return self
+
+    @model_validator(mode="after")
+    def _tests_fit(self) -> "AuditSpec":
+        t = self.tests
+        if t is None:
+            return self
+        if self.level != "edge":
+            raise ValueError("tests need level: edge (the tests knock out edges)")
+        if t.method is not None and t.method not in self.methods:
+            raise ValueError(f"tests.method {t.method!r} is not in the spec's methods {self.methods}; add it")
+        if t.k is not None and self.task.n < 8:
+            raise ValueError("tests.k chooses the circuit on half the prompts and tests it on the other half: "
+                             "use task.n >= 8")
         return self
 
     @property

@@ -54,6 +54,8 @@ ANALYSES: tuple[Analysis, ...] = (
              "verify: {n: 16} in the audit spec, or attribute --verify 16", part_of_audit=False, offered=False),
     Analysis("published", "published circuit checked on this run", ("published_circuit",),
              "circuit: {file: FILE} in the audit spec, or circuitstat check-circuit", part_of_audit=False, offered=False),
+    Analysis("circuit_tests", "hypothesis tests of a circuit", ("circuit_tests",),
+             "tests: {k: K} in the audit spec", part_of_audit=False, offered=False),
     Analysis("claims", "claims check", ("claims",), "circuitstat check CLAIMS --run DIR", part_of_audit=False),
 )
 _BY_ID = {a.id: a for a in ANALYSES}

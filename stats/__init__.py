@@ -31,5 +31,7 @@ _MODULES = {
     ".head_pairs": ["PairSimilarities", "pair_similarities", "residual_cka"],
     ".study_claims": ["StudyDesign", "claims_table"],
     ".verified": ["VerifiedResult", "verified_means", "MissedEdgesResult", "missed_edges_bound"],
+    ".circuit_tests": ["CircuitTestResult", "MinimalityResult", "equivalence_test", "independence_test",
+                       "minimality_test", "sufficiency_test", "partial_necessity_test"],
 }
 __all__, __getattr__ = lazy_names(__name__, _MODULES)

@@ -17,7 +17,7 @@ EDGES = ["input->a0.h0<q>", "input->a1.h5<k>", "a0.h3->a1.h5<k>", "a0.h1->a1.h2<
 
 
 def audit_tables(methods=("exact", "eap"), ks=(5, 10, 20), heads=True, faithfulness=True, approximation=True,
-                 verified=False, published=False):
+                 verified=False, published=False, circuit_tests=False):
     """Return {table name: columns} of a small audit with known values (six edges, the given methods and k)."""
     n = len(EDGES)
     t = {
@@ -111,6 +111,16 @@ def audit_tables(methods=("exact", "eap"), ks=(5, 10, 20), heads=True, faithfuln
                                   "cpr": [0.6] * len(m), "cmd": [0.3] * len(m), "q_level": [0.05] * len(m),
                                   "n_unsupported": [1] * len(m), "share_unsupported": [0.25] * len(m),
                                   "inclusion_mean": [0.7] * len(m), "inclusion_min": [0.4] * len(m)}
+    if circuit_tests:
+        tests = ["equivalence", "independence", "minimality", "sufficiency", "partial_necessity"]
+        t["circuit_tests"] = {"method": ["exact"] * 5, "test": tests, "statistic": [0.55, 0.01, 0.9, 1.0, 0.95],
+                              "pvalue": [0.6, 0.3, 0.8, 0.02, 0.04], "k": [3] * 5, "n_random": [49] * 5,
+                              "n_test": [32] * 5, "n_select": [32] * 5, "correction": ["holm"] * 5,
+                              "null": ["H0"] * 5, "rejection_means": ["H0 is false"] * 5}
+        t["circuit_minimality"] = {"method": ["exact"] * 3, "edge": [2, 4, 5], "name": [EDGES[i] for i in (2, 4, 5)],
+                                   "effect": [1.0, 2.0, 0.5], "count": [45, 49, 44], "pvalue": [0.6, 1.0, 0.4],
+                                   "pvalue_adjusted": [0.8, 1.0, 0.8], "correction": ["holm"] * 3,
+                                   "quantile": [0.9] * 3, "n_random": [49] * 3}
     return t
 
 

@@ -108,6 +108,8 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
         _analysis_stages(run, spec, model, task, scores, names, workers, force)
         if circuit is not None:
             _published_stage(run, spec, model, task, circuit, scores, force)
+        if spec.tests is not None:
+            _tests_stage(run, spec, model, task, scores, names, force)
         if len(sources) > 1:
             _heads_stage(run, spec, sources, model, task, force, allow_pickle=allow_pickle, allow_large=allow_large,
                          inputs=inputs)
@@ -309,6 +311,20 @@ def _verify_stage(run, spec: AuditSpec, model, task, scores: dict, names: list[s
               depends_on=[f"scores_{m}" for m in spec.methods], force=force)
 
 
+def _tests_stage(run, spec: AuditSpec, model, task, scores: dict, names: list[str], force: bool) -> None:
+    """The circuit_tests stage: hypothesis tests of one circuit, chosen on a selection half of the prompts and
+    tested on the other (circuitstat.pipelines.circuit_tests)."""
+    from circuitstat.pipelines.audit.tables import _ablation
+    from circuitstat.pipelines.circuit_tests import circuit_tests_stage
+
+    method = spec.tests.method or spec.methods[0]
+    params = {"tests": spec.tests.model_dump(), "ranking": spec.ranking, "ablation": spec.ablation, "seed": spec.seed}
+    run_stage(run, "circuit_tests",
+              lambda: circuit_tests_stage(model, task, scores, names, spec, run.stage_seed("circuit_tests"),
+                                          _ablation(model, task, spec)),
+              ["circuit_tests", "circuit_minimality"], params=params, depends_on=[f"scores_{method}"], force=force)
+
+
 def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: bool = False,
                   inputs: RunInputs = LOCAL):
     """(sources as named, model, task) of ``spec``, after every check that needs no run directory:
@@ -340,6 +356,14 @@ def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: b
     check_verify(spec.verify, methods=spec.methods, n_prompts=task.clean.shape[0], level=spec.level, n_edges=n_cols)
     if spec.k[-1] >= n_cols:
         raise InputError(f"k={spec.k[-1]} is not below the number of {spec.level}s ({n_cols}); use smaller k")
+    if spec.tests is not None:  # the tested circuit must exist in this model's graph: before any work
+        if spec.tests.k is not None and spec.tests.k >= n_cols:
+            raise InputError(f"tests.k={spec.tests.k} is not below the model's {n_cols} edges; use a smaller k")
+        known = set(model.graph.edge_names)
+        unknown = [e for e in (spec.tests.edges or []) if e not in known]
+        if unknown:
+            raise InputError(f"tests.edges names {unknown[0]!r}, not an edge of the model; edges look like "
+                             f"{model.graph.edge_names[0]!r}")
     check_scheme(spec.bootstrap.scheme, task.group, task.name)
     if spec.faithfulness and spec.level == "edge":  # folds the groups cannot fill: refused before the run
         crossfit_folds(spec, task.clean.shape[0], None if task.group is None else task.group.numpy())
@@ -411,7 +435,7 @@ def _heads_stage(run, spec: AuditSpec, sources: list[str], model, task, force: b
 
 #: every stage name an audit can write, whatever its spec (its scores stages are scores_<method>)
 AUDIT_STAGE_NAMES = frozenset({"index", "edge_stats", "stability", "faithfulness", "approximation", "heads",
-                               "verified", "published"})
+                               "verified", "published", "circuit_tests"})
 SCORES_STAGE = re.compile(r"scores_[a-z0-9*+-]+")
 
 
@@ -429,6 +453,7 @@ def audit_stages(spec: AuditSpec) -> list[str]:
             + (["faithfulness"] if spec.faithfulness else [])
             + (["approximation"] if "exact" in spec.methods and others else [])
             + (["published"] if spec.circuit is not None else [])
+            + (["circuit_tests"] if spec.tests is not None else [])
             + (["heads"] if len(spec.sources) > 1 else []))
 
 

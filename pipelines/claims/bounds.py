@@ -50,6 +50,8 @@ def bound_text(claim: Any) -> str:
         return f"{s}, q <= {fmt(claim.max_q)}"
     if isinstance(claim, TokenImportanceClaim):
         return f"Holm verdict {claim.measure_a} > {claim.measure_b}"
+    if hasattr(claim, "test_bound"):  # a hypothesis test of a circuit: a p-value against alpha
+        return claim.test_bound()
     stat = getattr(claim, "statistic", "")
     parts = []
     if claim.min is not None:

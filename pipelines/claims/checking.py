@@ -22,7 +22,7 @@ from circuitstat.core.errors import InputError
 from ..yamlio import read_yaml_strict, redacted_failure, redacted_validation_message
 from .bounds import bound_text
 from .evaluation import ClaimResult, evaluate_claims
-from .kinds import TOKEN_KINDS
+from .kinds import CIRCUIT_TESTS, TOKEN_KINDS
 from .models import ClaimsFile
 from .parsing import load_claims
 
@@ -36,6 +36,14 @@ def spec_problem(claim: Any, spec: Any) -> str | None:
     if kind in TOKEN_KINDS:
         return (f"{kind} claims are answered by `circuitstat tokens`, which the audit does not run; "
                 "pass --run DIR of a tokens run")
+    if kind in CIRCUIT_TESTS:
+        tests = getattr(spec, "tests", None)
+        if tests is None:
+            return "circuit test claims need the audit's tests stage; add tests: {k: K} (or tests: {edges: [...]}) to the spec"
+        tested = "given" if tests.edges is not None else (tests.method or methods[0])
+        if claim.method is not None and claim.method != tested:
+            return f"the spec's tests run on {tested!r}, not {claim.method!r}; set tests.method: {claim.method}"
+        return None
     method = getattr(claim, "method", None)
     verify = getattr(spec, "verify", None)
     if method is not None and method.endswith("+verified"):

@@ -265,6 +265,45 @@ def _eval_token_stability(c: TokenStabilityClaim, run: RunReader) -> tuple[bool,
     return ok, {c.statistic: v}, f"{reason} (Jaccard {fmt(r['jaccard'])}, chance {fmt(r['chance'])})"
 
 
+def _eval_circuit_test(c: Any, run: RunReader) -> tuple[bool, dict, str]:
+    """A circuit test claim: the test's p-value against alpha (holds on rejection for sufficiency and partial
+    necessity, on non-rejection for equivalence, independence and minimality)."""
+    from .kinds import CIRCUIT_TESTS
+
+    test, want_reject = CIRCUIT_TESTS[c.kind]
+    methods = run.distinct(c.table, "method")
+    method = c.method
+    if method is None:
+        if len(methods) != 1:
+            raise ClaimError(f"the run tested circuits of {methods}; give the claim's 'method'")
+        method = methods[0]
+    need(run, c.table, "method", method, "set tests.method in the spec")
+    cols = ["statistic", "pvalue", "n_test", "n_select", "k", "parameter", "rejection_means"]
+    rows = run.rows(c.table, cols, method=method, test=test)
+    if len(rows) != 1:
+        raise ClaimError(f"the run's circuit_tests has {len(rows)} rows for {test} of {method}; re-run the audit",
+                         missing=True)
+    r = rows[0]
+    p = float(r["pvalue"])
+    if math.isnan(p):
+        raise ClaimError(f"the {test} p-value of {method}'s circuit is NaN in the run")
+    rejected = p <= c.alpha
+    obs = {"pvalue": p, "statistic": r["statistic"]}
+    where = (f"{test} of the {r['k']}-edge circuit ({method}) on {r['n_test']} testing prompts "
+             f"(chosen on {r['n_select']} others)")
+    text = f"{where}: p = {cmp_text(p, c.alpha, '<=' if rejected else '>')}"
+    if c.kind == "circuit_minimal" and rejected:
+        edges = run.rows("circuit_minimality", ["name", "pvalue_adjusted", "correction"], method=method)
+        bad = sorted((e for e in edges if e["pvalue_adjusted"] <= c.alpha), key=lambda e: e["pvalue_adjusted"])
+        text += (f"; redundant edges ({bad[0]['correction'] if bad else ''}): "
+                 + ", ".join(f"{e['name']} (p = {fmt(e['pvalue_adjusted'])})" for e in bad[:5]))
+    if rejected:
+        text += f": {r['rejection_means']}"
+    elif not want_reject:
+        text += ": not rejected (no evidence against it at this N; a pass is not proof)"
+    return rejected == want_reject, obs, text
+
+
 EVALUATORS: dict[str, Callable[[Any, RunReader], tuple[bool, dict, str]]] = {
     "edge_in_circuit": _eval_edge_in_circuit,
     "circuit_stability": _eval_circuit_stability,
@@ -281,4 +320,6 @@ EVALUATORS: dict[str, Callable[[Any, RunReader], tuple[bool, dict, str]]] = {
     "token_drop": _eval_token_drop,
     "sink_stability": _eval_sink_stability,
     "token_stability": _eval_token_stability,
+    **{k: _eval_circuit_test for k in ("circuit_equivalent", "circuit_independent", "circuit_minimal",
+                                       "circuit_sufficient", "circuit_partially_necessary")},
 }

@@ -13,7 +13,7 @@ from typing import Literal
 
 from circuitstat.core.schema import claimable
 
-__all__ = ["ClaimKind", "KINDS", "CLAIM_KINDS", "TOKEN_KINDS", "statistics"]
+__all__ = ["ClaimKind", "KINDS", "CLAIM_KINDS", "TOKEN_KINDS", "CIRCUIT_TESTS", "statistics"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,12 @@ KINDS: dict[str, ClaimKind] = {k.name: k for k in (
     ClaimKind("missed_edges", ("missed_edges",)),
     # a published circuit audited on this run (spec key circuit; docs/mib.md)
     ClaimKind("published_circuit", ("published_circuit",)),
+    # hypothesis tests of a circuit (spec key tests; docs/hypothesis-tests.md), one kind per test
+    ClaimKind("circuit_equivalent", ("circuit_tests",)),
+    ClaimKind("circuit_independent", ("circuit_tests",)),
+    ClaimKind("circuit_minimal", ("circuit_tests", "circuit_minimality")),
+    ClaimKind("circuit_sufficient", ("circuit_tests",)),
+    ClaimKind("circuit_partially_necessary", ("circuit_tests",)),
     ClaimKind("sink", ("sink_heads",), "tokens"),
     ClaimKind("token_importance", ("token_importance_diffs",), "tokens"),
     ClaimKind("token_drop", ("token_importance",), "tokens"),
@@ -60,6 +66,13 @@ KINDS: dict[str, ClaimKind] = {k.name: k for k in (
 CLAIM_KINDS: tuple[str, ...] = tuple(KINDS)
 #: kinds answered by a ``circuitstat tokens`` run, not by the audit
 TOKEN_KINDS: tuple[str, ...] = tuple(k.name for k in KINDS.values() if k.answered_by == "tokens")
+
+
+#: circuit-test claim kind -> (the test's row in circuit_tests, whether the claim holds when the null is rejected)
+CIRCUIT_TESTS: dict[str, tuple[str, bool]] = {
+    "circuit_equivalent": ("equivalence", False), "circuit_independent": ("independence", False),
+    "circuit_minimal": ("minimality", False), "circuit_sufficient": ("sufficiency", True),
+    "circuit_partially_necessary": ("partial_necessity", True)}
 
 
 def statistics(kind: str) -> tuple[str, ...]:

@@ -20,7 +20,8 @@ from .kinds import KINDS, statistics
 
 __all__ = ["ClaimBase", "BoundedClaim", "EdgeInCircuitClaim", "CircuitStabilityClaim", "FaithfulnessClaim",
            "EdgeEffectClaim", "HeadStabilityClaim", "LayerStabilityClaim", "ApproximationClaim", "VerifiedEdgeClaim",
-           "MissedEdgesClaim", "PublishedCircuitClaim", "SinkClaim",
+           "MissedEdgesClaim", "PublishedCircuitClaim", "SinkClaim", "CircuitEquivalentClaim", "CircuitIndependentClaim",
+           "CircuitMinimalClaim", "CircuitSufficientClaim", "CircuitPartiallyNecessaryClaim",
            "TokenImportanceClaim", "TokenDropClaim", "SinkStabilityClaim", "TokenStabilityClaim", "CLAIM_MODELS",
            "KIND_MODELS", "Claim", "ClaimsFile", "model_label"]
 
@@ -264,6 +265,57 @@ class PublishedCircuitClaim(BoundedClaim):
         return f"published circuit {self.statistic} ({self.method})"
 
 
+class _CircuitTestClaim(ClaimBase):
+    """A hypothesis test of the audit's tested circuit (spec key ``tests``) at level ``alpha``.
+
+    Equivalence, independence and minimality hold when their null is *not* rejected (their null is the
+    circuit hypothesis, as in Shi et al. 2024: a pass is no evidence against it, and its power depends on
+    N); sufficiency and partial necessity hold when their null (no better than random circuits) is rejected."""
+
+    method: METHOD | Literal["given"] | None = None  # None: the run's one tested circuit
+    alpha: float = Field(0.05, gt=0.0, lt=1.0, allow_inf_nan=False)
+
+    def _auto_label(self) -> str:
+        return f"{self.method + ' ' if self.method else ''}alpha={self.alpha:g}"
+
+    def test_bound(self) -> str:
+        """Return the claim's bound as the results table prints it."""
+        from .kinds import CIRCUIT_TESTS
+
+        test, want_reject = CIRCUIT_TESTS[self.kind]
+        return f"{test} p {'<=' if want_reject else '>'} {self.alpha:g}"
+
+
+class CircuitEquivalentClaim(_CircuitTestClaim):
+    """The circuit and the model perform alike up to the run's margin: equivalence not rejected at alpha."""
+
+    kind: Literal["circuit_equivalent"]
+
+
+class CircuitIndependentClaim(_CircuitTestClaim):
+    """The complement's output carries no detectable information about the model's: HSIC not rejected at alpha."""
+
+    kind: Literal["circuit_independent"]
+
+
+class CircuitMinimalClaim(_CircuitTestClaim):
+    """No edge of the circuit is redundant: no adjusted per-edge minimality p-value <= alpha."""
+
+    kind: Literal["circuit_minimal"]
+
+
+class CircuitSufficientClaim(_CircuitTestClaim):
+    """The circuit is more faithful than random circuits of its size: sufficiency p <= alpha."""
+
+    kind: Literal["circuit_sufficient"]
+
+
+class CircuitPartiallyNecessaryClaim(_CircuitTestClaim):
+    """Ablating the circuit hurts more than ablating random circuits of its size: p <= alpha."""
+
+    kind: Literal["circuit_partially_necessary"]
+
+
 # Token contributions and attention sinks (``circuitstat tokens``; circuitstat.pipelines.contributions). A
 # cross-seed run keeps each model's tables under model-<i>/: ``model: i`` picks one.
 Model = Annotated[int | None, Field(None, ge=0)]
@@ -345,8 +397,10 @@ def model_label(model: int | None) -> str:
 
 
 CLAIM_MODELS = (EdgeInCircuitClaim, CircuitStabilityClaim, FaithfulnessClaim, EdgeEffectClaim, HeadStabilityClaim,
-                LayerStabilityClaim, ApproximationClaim, VerifiedEdgeClaim, MissedEdgesClaim, PublishedCircuitClaim, SinkClaim, TokenImportanceClaim, TokenDropClaim,
-                SinkStabilityClaim, TokenStabilityClaim)
+                LayerStabilityClaim, ApproximationClaim, VerifiedEdgeClaim, MissedEdgesClaim, PublishedCircuitClaim,
+                CircuitEquivalentClaim, CircuitIndependentClaim, CircuitMinimalClaim, CircuitSufficientClaim,
+                CircuitPartiallyNecessaryClaim, SinkClaim, TokenImportanceClaim, TokenDropClaim, SinkStabilityClaim,
+                TokenStabilityClaim)
 Claim = Annotated[
     Union[CLAIM_MODELS],
     Field(discriminator="kind"),

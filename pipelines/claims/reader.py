@@ -23,6 +23,9 @@ TABLE_HINTS = {
     "missed_edges": "a missed-edges bound needs a verified run of some edges: 'verify: {edges: {top, random}, tau}'",
     "published_circuit": "a published circuit is audited when the spec has 'circuit: {file: FILE}' "
                          "(or `circuitstat check-circuit`)",
+    "circuit_tests": "circuit test claims need the audit's tests stage: add tests: {k: K} (or tests: {edges: [...]}) "
+                     "to the spec",
+    "circuit_minimality": "minimality claims need the audit's tests stage: add tests: {k: K} to the spec",
     "heads": "head stability needs several seeds: list two or more models under 'models:' in the spec",
     "layers": "layer stability needs several seeds: list two or more models under 'models:' in the spec",
     **{t: "token and sink claims need a `circuitstat tokens --out DIR` run; pass --run DIR"

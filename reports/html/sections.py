@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from circuitstat.reports.analyses import present
 from circuitstat.reports.html.approximation import approximation_section
 from circuitstat.reports.html.calibration import calibration_part
+from circuitstat.reports.html.circuit_tests import circuit_tests_section
 from circuitstat.reports.html.common import Tables, part
 from circuitstat.reports.html.faithfulness import faithfulness_section
 from circuitstat.reports.html.forest import forest_section
@@ -90,6 +91,8 @@ REPORT_SECTIONS: tuple[Section, ...] = (
             ((_t(verified_section), ("verified",)),)),
     Section("published", "Published circuit: checked on this model and these prompts", "published",
             ((_t(published_section), ("published_circuit",)),)),
+    Section("circuit_tests", "Hypothesis tests of the circuit: equivalence, independence, minimality, sufficiency",
+            "circuit_tests", ((_t(circuit_tests_section), ("circuit_tests",)),)),
     Section("heads", "Head and layer stability across seeds", "heads",
             ((_t(heads_part), ("heads",)), (_t(layers_part), ("layers",)), (_t(residual_part), ("residual",)),
              (_t(head_summary_part), ("summary",)))),

@@ -47,6 +47,11 @@ PASSING = {
         {"kind": "verified_edge", "edge": "a0.h3->a1.h5<k>", "method": "eap", "statistic": "ci_low", "min": 0.5},
         {"kind": "missed_edges", "method": "eap", "max": 1},
         {"kind": "published_circuit", "method": "eap", "statistic": "f_ci_low", "min": 0.6},
+        {"kind": "circuit_equivalent", "method": "exact"},
+        {"kind": "circuit_independent", "alpha": 0.1},
+        {"kind": "circuit_minimal"},
+        {"kind": "circuit_sufficient"},
+        {"kind": "circuit_partially_necessary", "alpha": 0.05},
     ]
 }
 
@@ -67,7 +72,7 @@ def _invoke(*args):
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    return make_run(tmp_path_factory.mktemp("runs") / "zoo", verified=True, published=True)
+    return make_run(tmp_path_factory.mktemp("runs") / "zoo", verified=True, published=True, circuit_tests=True)
 
 
 def test_every_claim_kind_passes_exit_0_and_junit(run_dir, tmp_path):
@@ -76,11 +81,11 @@ def test_every_claim_kind_passes_exit_0_and_junit(run_dir, tmp_path):
     junit = tmp_path / "out" / "claims.xml"
     r = _invoke("check", claims, "--run", run_dir, "--junit", junit)
     assert r.exit_code == 0, r.output
-    assert "15 claims: 15 hold, 0 fail, 0 cannot be evaluated" in r.output
+    assert "20 claims: 20 hold, 0 fail, 0 cannot be evaluated" in r.output
     assert "induction-k-composition" in r.output and "0.95" in r.output
     root = ET.parse(junit).getroot()
-    assert root.tag == "testsuites" and root.get("tests") == "15" and root.get("failures") == "0" and root.get("errors") == "0"
-    assert len(root.findall("./testsuite/testcase")) == 15
+    assert root.tag == "testsuites" and root.get("tests") == "20" and root.get("failures") == "0" and root.get("errors") == "0"
+    assert len(root.findall("./testsuite/testcase")) == 20
     assert not root.findall(".//failure") and not root.findall(".//error")
 
 
@@ -661,3 +666,16 @@ def test_record_of_a_check_that_cannot_evaluate_a_claim_writes_nothing(tmp_path)
     r = _invoke("check", _write(tmp_path / "c.yaml", doc), "--run", run, "--record")
     assert r.exit_code == 2 and "not recorded: 1 claim(s) cannot be evaluated" in r.output, r.output
     assert _files(run) == before
+
+
+def test_circuit_test_claims_fail_and_say_why(run_dir, tmp_path):
+    from circuitstat.pipelines.claims import check
+
+    doc = {"claims": [{"kind": "circuit_minimal", "alpha": 0.85}, {"kind": "circuit_sufficient", "alpha": 0.01},
+                      {"kind": "circuit_equivalent", "alpha": 0.7}]}
+    report = check(_write(tmp_path / "c.yaml", doc), run=run_dir)
+    assert [r.status for r in report.results] == ["fail", "fail", "fail"]
+    assert "a0.h3->a1.h5<k> (p = 0.8), a0.h3->logits (p = 0.8)" in report.results[0].reason
+    assert "p = 0.6 <= 0.7: H0 is false" in report.results[2].reason
+    bare = check(_write(tmp_path / "c.yaml", doc), run=make_run(tmp_path / "bare"))
+    assert all(r.status == "error" and "tests: {k: K}" in r.reason for r in bare.results)

@@ -69,8 +69,8 @@ def test_report_is_one_self_contained_well_formed_file(rendered):
     assert "@import" not in page and "url(" not in page
     assert "Content-Security-Policy" in page and "default-src 'none'" in page
     assert page.count("<script>") == 1
-    # this run has the audit, heads and a variance study, not calibration, tokens or a claims check
-    assert p.h2 == [h for s, h in SECTIONS if s not in ("calibration", "tokens", "groundtruth", "verified", "published")]
+    # this run has the audit, heads and a variance study, not calibration, tokens, a published circuit, circuit tests or a claims check
+    assert p.h2 == [h for s, h in SECTIONS if s not in ("calibration", "tokens", "groundtruth", "verified", "published", "circuit_tests")]
     check_intervals(run, page)
 
 
