@@ -26,7 +26,7 @@ AGREE_R2 = "pooled per-example R^2 over the task's prompt distribution"
 
 __all__ = ["Column", "TableSchema", "SchemaError", "TABLES", "schema_for", "claimable", "columns", "fill"]
 
-_METHOD = ("method", S, "attribution method (exact, eap, eap-ig-inputs, eap-ig-activations, clean-corrupted, atp-qkfix, atp-graddrop, atpstar)")
+_METHOD = ("method", S, "attribution method (exact, eap, eap-ig-inputs, eap-ig-activations, clean-corrupted, atp-qkfix, atp-graddrop, atpstar, ensemble)")
 _K = ("k", I, "circuit size: number of edges (or nodes) kept")
 
 TABLES: dict[str, TableSchema] = {t.name: t for t in (
