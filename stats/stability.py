@@ -571,7 +571,7 @@ def refit_stability(vectors: np.ndarray, plan: ResamplingPlan, ks: Sequence[int]
     agreement).  Their intervals are the same Monte Carlo intervals over resamples of one dataset; the
     data-level estimands need a double bootstrap of refits and are not computed (NaN, the reason in params).
     For a method with per-example scores S, ``vectors`` = the resampled means of S gives circuit_stability's
-    own per-k values.
+    own per-k values.  (``full_data_*`` compares each refit with the top-k of the refits' mean vector.)
     """
     V = np.asarray(vectors, dtype=np.float64)
     if V.ndim != 2 or V.shape[0] != plan.n_resamples:
