@@ -20,7 +20,8 @@ from pydantic import Field
 
 from circuitstat.pipelines.spec import _Strict
 
-__all__ = ["MASK_METHODS", "EdgePruningOptions", "pruning_rows", "refit_stability_rows", "pruning_flops"]
+__all__ = ["MASK_METHODS", "EdgePruningOptions", "refit_edge_pruning", "edge_pruning_stability", "pruning_rows",
+           "refit_stability_rows", "pruning_flops"]
 
 MASK_METHODS = ("edge-pruning",)
 
@@ -33,6 +34,29 @@ class EdgePruningOptions(_Strict):
     sparsity: float = Field(1.0, ge=0, le=10_000)
     init: float = Field(1.0, ge=-20, le=20)
     objective: Literal["mean_metric", "metric", "kl"] = "mean_metric"
+
+
+def refit_edge_pruning(model, task, plan, *, rows=None, seed: Any = 0, **options: Any) -> np.ndarray:
+    """[B, E] edge-pruning mask logits, one fit per resample of ``plan`` (its counts weight the prompts ``rows``,
+    all by default), each from its own child of ``seed`` (circuitstat.circuits.edge_pruning.fit_edge_pruning's
+    other options as given)."""
+    from circuitstat.circuits.edge_pruning import fit_edge_pruning
+    from circuitstat.core.seeds import spawn_seeds
+
+    rows = np.arange(int(task.clean.shape[0])) if rows is None else np.asarray(rows)
+    if plan.n_obs != len(rows):
+        raise ValueError(f"the plan resamples {plan.n_obs} prompts but {len(rows)} rows were given")
+    return np.stack([fit_edge_pruning(model, task, rows=rows, weights=plan.counts[b], seed=sb, **options).log_alpha
+                     for b, sb in enumerate(spawn_seeds(seed, plan.n_resamples))])
+
+
+def edge_pruning_stability(model, task, plan, ks, *, rows=None, seed: Any = 0, **options: Any):
+    """The circuitstat.stats.stability StabilityResult of edge pruning's top-k circuits (k in ``ks``), refitted on
+    every resample of ``plan`` (bootstrap over prompts, a fresh seed per refit; the logits ranked signed)."""
+    from circuitstat.stats.stability import refit_stability
+
+    vectors = refit_edge_pruning(model, task, plan, rows=rows, seed=seed, **options)
+    return refit_stability(vectors, plan, ks, ranking="signed", seed=seed)
 
 
 def _ks(gt, spec) -> list[int]:
@@ -75,10 +99,9 @@ def pruning_rows(gt, task, spec, seed) -> list[dict]:
                  for x, t in zip(ROC_GRID, roc_on_grid(fit.log_alpha.astype(np.float64), gt.truth, ROC_GRID))]
         if spec.refits >= 3:
             plan = ResamplingPlan.bootstrap(n, spec.refits, s_plan)
-            vectors = [fit_edge_pruning(gt.model, task, rows=rows, weights=plan.counts[b], seed=sb,
-                                        batch_size=spec.batch_size, **opts).log_alpha
-                       for b, sb in enumerate(spawn_seeds(s_fit, spec.refits))]
-            vals += refit_rows(np.stack(vectors), plan, gt.truth, ranking="signed", seed=s_plan)
+            vectors = refit_edge_pruning(gt.model, task, plan, rows=rows, seed=s_fit, batch_size=spec.batch_size,
+                                         **opts)
+            vals += refit_rows(vectors, plan, gt.truth, ranking="signed", seed=s_plan)
         out += _row("edge-pruning", n, r, vals)
     return out
 

@@ -53,3 +53,24 @@ def test_mask_method_spec_errors(tmp_path: Path) -> None:
                                  "--out", str(tmp_path / "c")])
     assert r.exit_code == 2 and "steps" in r.output
     assert not any((tmp_path / x).exists() for x in "abc")
+
+
+def test_edge_pruning_stability_refits_each_resample_with_its_weights() -> None:
+    """Refit b is the fit on resample b's counts with seed child b (bit for bit); the stability counts their top-k."""
+    from circuitstat.circuits.edge_pruning import fit_edge_pruning
+    from circuitstat.circuits.groundtruth.planted import PlantedSpec, planted_induction
+    from circuitstat.core.seeds import spawn_seeds
+    from circuitstat.pipelines.groundtruth_masks import edge_pruning_stability, refit_edge_pruning
+    from circuitstat.stats import ResamplingPlan
+
+    gt = planted_induction(PlantedSpec(background=0.25))
+    task = gt.task(6, 1)
+    plan = ResamplingPlan.bootstrap(6, 3, 5)
+    V = refit_edge_pruning(gt.model, task, plan, seed=9, steps=3)
+    for b, child in enumerate(spawn_seeds(9, 3)):
+        ref = fit_edge_pruning(gt.model, task, weights=plan.counts[b], seed=child, steps=3).log_alpha
+        np.testing.assert_array_equal(V[b], ref)
+    assert np.abs(V[0] - V[1]).max() > 0  # different resamples and seeds give different fits
+    res = edge_pruning_stability(gt.model, task, plan, [4], seed=9, steps=3)
+    assert res.n_resamples == 3 and res.params["plan"]["n_resamples"] == 3
+    assert res.inclusion_counts[0].sum() == 3 * 4 and res.ranking == "signed"
