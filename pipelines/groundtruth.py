@@ -291,7 +291,7 @@ def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int
                 models.append(_model_row(gt, m, population))
                 evals = population_evaluations(gt, tasks[m], spec) if spec.faithfulness_methods else None
                 if "edge-pruning" in spec.methods:
-                    per_dataset += _with_model(m, pruning_rows(gt, tasks[m], spec, run.stage_seed(f"prune:{m}")))
+                    per_dataset += _with_model(m, pruning_rows(gt, tasks[m], spec, run.stage_seed(f"prune:{m}"), ROC_GRID))
                 for method in _score_methods(spec):
                     S = np.asarray(table_to_matrix(run.table(f"scores_{_slug(m)}_{method.replace('-', '_')}")),
                                    dtype=np.float64)

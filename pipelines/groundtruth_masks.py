@@ -80,11 +80,11 @@ def _row(method: str, n: int, r: int, vals) -> list[dict]:
              "value": float(v)} for f, st, p, v in vals]
 
 
-def pruning_rows(gt, task, spec, seed) -> list[dict]:
-    """Every per-dataset row of edge pruning on one model: a fit per dataset, ``spec.refits`` refits per dataset."""
+def pruning_rows(gt, task, spec, seed, roc_grid: np.ndarray) -> list[dict]:
+    """Every per-dataset row of edge pruning on one model: a fit per dataset (ROC points at ``roc_grid``),
+    ``spec.refits`` refits per dataset."""
     from circuitstat.circuits.edge_pruning import fit_edge_pruning
     from circuitstat.core.seeds import spawn_seeds
-    from circuitstat.pipelines.groundtruth import ROC_GRID
     from circuitstat.stats import ResamplingPlan
     from circuitstat.stats.groundtruth import roc_on_grid
     from circuitstat.stats.groundtruth_scoring import refit_rows, score_vector_dataset
@@ -96,7 +96,7 @@ def pruning_rows(gt, task, spec, seed) -> list[dict]:
         fit = fit_edge_pruning(gt.model, task, rows=rows, seed=s_fit, batch_size=spec.batch_size, **opts)
         vals = score_vector_dataset(fit.log_alpha, gt.truth, ks=_ks(gt, spec), ranking="signed", seed=s_score)
         vals += [("roc", "tpr", f"fpr={x:.2f}", float(t))
-                 for x, t in zip(ROC_GRID, roc_on_grid(fit.log_alpha.astype(np.float64), gt.truth, ROC_GRID))]
+                 for x, t in zip(roc_grid, roc_on_grid(fit.log_alpha.astype(np.float64), gt.truth, roc_grid))]
         if spec.refits >= 3:
             plan = ResamplingPlan.bootstrap(n, spec.refits, s_plan)
             vectors = refit_edge_pruning(gt.model, task, plan, rows=rows, seed=s_fit, batch_size=spec.batch_size,
