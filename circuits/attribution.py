@@ -44,7 +44,13 @@ from .plan import suffix_flops
 from .threads import given_cores, sized_threads, split_calls
 
 METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted",
-           "atp-qkfix", "atp-graddrop", "atpstar")
+           "atp-qkfix", "atp-graddrop", "atpstar", "ensemble")
+ENSEMBLE_MEMBERS = ("eap", "eap-ig-inputs", "eap-ig-activations")
+"""The ``ensemble`` method's members: its per-example score is their plain mean (the parallel ensemble of
+Mondorf et al. 2025, BlackboxNLP MIB shared task, arXiv:2510.06811).  No rescaling before averaging: all
+three are first-order estimates of one quantity, the change of the same metric when the edge is patched,
+in the metric's units, so a per-method normalisation (z-score, min-max) would only reweight them by
+their spread on this dataset (and make a row's score depend on the other rows)."""
 ATP_METHODS = ("atp-qkfix", "atp-graddrop", "atpstar")  # AtP* (Kramár et al. 2024): circuitstat.circuits.atpstar
 LEVELS = ("edge", "node")
 
@@ -76,6 +82,11 @@ def check_options(method: str, level: str = "edge", ablation: "str | Ablation" =
         # the all-edges-patched point every receiver is cut off from its downstream path.
         raise InputError("clean-corrupted needs ablation 'counterfactual' (gradients at the clean and the "
                          f"corrupted input), got {kind!r}; use eap or eap-ig-inputs with this ablation")
+
+
+def uses_ig_steps(method: str) -> bool:
+    """True when ``method``'s scores depend on ig_steps (EAP-IG and the ensemble that contains it)."""
+    return method.startswith("eap-ig") or method == "ensemble"
 
 
 def edges_to_nodes(model: CircuitModel, edge_scores: torch.Tensor) -> torch.Tensor:
@@ -207,6 +218,15 @@ def _eap(model, data, batch, cf, method: str, steps: int, cf_owned: bool = False
             out += edge_scores_from_grads(model, delta * keep, [t / steps for t in total])
         return out
     raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+
+
+def _ensemble(model, data, batch, cf, steps: int) -> torch.Tensor:
+    """[B, E] the mean of the ENSEMBLE_MEMBERS' scores for one batch (``cf`` is shared, never overwritten)."""
+    total = None
+    for member in ENSEMBLE_MEMBERS:
+        s = _eap(model, data, batch, cf, member, steps, cf_owned=False)
+        total = s if total is None else total + s
+    return total / len(ENSEMBLE_MEMBERS)
 
 
 def _ig_groups(model) -> list[list[int]]:
@@ -505,6 +525,10 @@ def attribute(
             from .atpstar import atp_edges
 
             s = atp_edges(model, data, batch, cf, method)
+        elif method == "ensemble":
+            s = _ensemble(model, data, batch, cf, ig_steps)
+            if level == "node":
+                s = edges_to_nodes(model, s)
         else:
             # a counterfactual the built-in Ablation computed for this batch alone may be overwritten
             owned = isinstance(abl, Ablation) and abl.kind in ("counterfactual", "resample")
@@ -514,7 +538,7 @@ def attribute(
         scores[start : start + len(index)] = s.detach().float().cpu().numpy()
     params = {"batch_size": batch_size, "seed": seed, "max_rows": max_rows,
               "input_node": getattr(abl, "input_node", "embeddings")}
-    if method.startswith("eap-ig"):
+    if uses_ig_steps(method):
         params["ig_steps"] = ig_steps
     if keep is not None:
         params["edges_computed"] = int(keep.sum())

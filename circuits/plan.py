@@ -53,7 +53,8 @@ from .engine.config import ModelConfig
 from .limits import parse_bytes  # noqa: F401 - re-exported: sizes such as --max-memory 2GiB
 
 METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted",
-           "atp-qkfix", "atp-graddrop", "atpstar")
+           "atp-qkfix", "atp-graddrop", "atpstar", "ensemble")
+ENSEMBLE = ("eap", "eap-ig-inputs", "eap-ig-activations")  # circuitstat.circuits.attribution.ENSEMBLE_MEMBERS
 ATP = {"atp-qkfix": (True, False), "atp-graddrop": (False, True), "atpstar": (True, True)}  # (QK fix, GradDrop)
 def graph_of(cfg: ModelConfig) -> ComponentGraph:
     """The component graph of a model with config ``cfg``."""
@@ -276,6 +277,9 @@ def method_cost(cfg: ModelConfig, method: str, *, n: int, positions: int, level:
     """The Cost of ``method`` at ``level`` on ``n`` examples of ``positions`` tokens."""
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+    if method == "ensemble":
+        return _ensemble_cost(cfg, n=n, positions=positions, level=level, batch_size=batch_size, ig_steps=ig_steps,
+                              max_rows=max_rows, itemsize=itemsize)
     g, P, L = graph_of(cfg), positions, cfg.n_layers
     cols = g.n_edges if level == "edge" else g.n_senders
     batches = [min(batch_size, n - s) for s in range(0, n, batch_size)]
@@ -311,6 +315,15 @@ def method_cost(cfg: ModelConfig, method: str, *, n: int, positions: int, level:
     memory = (weight_bytes(cfg, itemsize) + B * exact_example_bytes(cfg, g, P, itemsize)
               + row_peak * exact_row_bytes(cfg, P, itemsize))
     return Cost(method, cols, 2 * n, 0, rows, float(flops), passes, memory, batch_size, max_rows)
+
+
+def _ensemble_cost(cfg: ModelConfig, **options) -> Cost:
+    """The ensemble's Cost: its three members run one after another on each batch (the sum of their work;
+    the peak memory of the largest, as each member's graph is freed before the next)."""
+    parts = [method_cost(cfg, m, **options) for m in ENSEMBLE]
+    return Cost("ensemble", parts[0].columns, sum(c.forwards for c in parts), sum(c.backwards for c in parts), 0,
+                float(sum(c.flops for c in parts)), sum(c.layer_passes for c in parts),
+                max(c.memory_peak for c in parts), parts[0].batch_size, parts[0].max_rows)
 
 
 ROWS_FIRST = 256

@@ -171,7 +171,9 @@ def attribute_into(m, t, out: Path, *, model_arg: str, task_arg: str, task_optio
                   "max_rows": max_rows}
             scores = run_checkpointed(store, m, t, method, kw, reuse=reuse, n_jobs=n_jobs, run_id=run.run_id)
             eparams = {"batch_size": batch_size, "seed": seed, "max_rows": max_rows, "input_node": input_node}
-            if method.startswith("eap-ig"):
+            from circuitstat.circuits.attribution import uses_ig_steps
+
+            if uses_ig_steps(method):
                 eparams["ig_steps"] = ig_steps
             sm = ScoreMatrix(scores, m.graph, level, method, ablation, t.metric_name, params=eparams,
                              provenance={"model": identity, "seconds": time.perf_counter() - t0,

@@ -14,6 +14,8 @@ of each size N drawn from the model's task, and scores each dataset against the 
     k_multiples: [0.5, 1, 2]   # top-k circuit sizes, as multiples of the true circuit's size
     faithfulness_methods: [exact]
     verify: [16]          # optional: each approximate method verified on 16 prompts per dataset ("eap+verify16")
+    refits: 10            # optional: bootstrap refits per dataset, the stability:refit family for every method
+    edge_pruning: {steps: 50, lr: 0.2, sparsity: 1.0}   # when methods include edge-pruning (mask learning)
 
 Per model the population is R x max(N) prompts of its task; method scores are computed once on it
 (a resumable stage per model and method) and dataset r of size N is the first N prompts of the r-th
@@ -40,6 +42,7 @@ from circuitstat.core.errors import InputError
 from circuitstat.pipelines.params import BATCH_SIZE, IG_STEPS, N_RESAMPLES, resamples_for_level
 from circuitstat.pipelines.spec import METHOD, KGrid, _RunOptions, load_yaml, validate_spec
 from circuitstat.pipelines.kinds import RunKind
+from circuitstat.pipelines.groundtruth_masks import MASK_METHODS, EdgePruningOptions
 
 if TYPE_CHECKING:
     from circuitstat.core.run_tables import RunTables
@@ -53,13 +56,15 @@ DEFAULT_MODELS = ["tracr:frac_prevs", "tracr:reverse", "tracr:hist", "tracr:sort
 TABLES = ("groundtruth_models", "groundtruth_datasets", "groundtruth_summary", "groundtruth_fdr", "groundtruth_roc")
 ROC_GRID = np.linspace(0.0, 1.0, 21)
 KEYS = ("model", "method", "n")
+# attribution methods, and methods without per-example scores (circuitstat.pipelines.groundtruth_masks)
+GT_METHOD = Literal[METHOD, "edge-pruning"]
 
 
 class GroundTruthSpec(_RunOptions):
     """What a ground-truth study runs; see the module docstring."""
 
     models: list[str] = Field(default_factory=lambda: list(DEFAULT_MODELS), min_length=1)
-    methods: list[METHOD] = Field(default_factory=lambda: ["exact", "eap", "eap-ig-inputs", "eap-ig-activations",
+    methods: list[GT_METHOD] = Field(default_factory=lambda: ["exact", "eap", "eap-ig-inputs", "eap-ig-activations",
                                                            "clean-corrupted", "atp-qkfix", "atp-graddrop", "atpstar"],
                                   min_length=1)
     sizes: KGrid = Field(default_factory=lambda: [16, 64, 256], min_length=1)
@@ -78,6 +83,9 @@ class GroundTruthSpec(_RunOptions):
     # scored as "<method>+verify<n>"; the exact cells come from the exact scores of the population (bit for bit
     # what circuitstat.circuits.verify.exact_subset computes), so "exact" must be among the methods
     verify: list[int] = Field(default_factory=list)
+    # bootstrap refits per dataset (0: none): edge pruning refitted on each, per-example methods' resampled means
+    refits: int = Field(0, ge=0, le=10_000)
+    edge_pruning: EdgePruningOptions = Field(default_factory=EdgePruningOptions)
 
     @property
     def level(self) -> str:
@@ -119,6 +127,9 @@ def parse_groundtruth_spec(data: Any, source: str = "<spec>") -> GroundTruthSpec
                              f"tables (scores_{_slug(m)}_*); list each model once, written differently")
     if spec.sizes[0] < 4:
         raise InputError(f"invalid ground-truth spec {source}: sizes must be at least 4 prompts")
+    if spec.refits in (1, 2):
+        raise InputError(f"invalid ground-truth spec {source}: refits must be 0 (none) or at least 3 (the pairwise "
+                         "Jaccard of refits and its jackknife need three)")
     if spec.verify and "exact" not in spec.methods:
         raise InputError(f"invalid ground-truth spec {source}: verify needs 'exact' among the methods (its cells on "
                          "the verified prompts)")
@@ -247,6 +258,7 @@ def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int
     from circuitstat.stats.groundtruth_scoring import fdr_rows, summarise
 
     from circuitstat.pipelines.audit.run import attribution_scores
+    from circuitstat.pipelines.groundtruth_masks import pruning_rows, refit_stability_rows
     from circuitstat.pipelines.training import use_deterministic
 
     use_deterministic()
@@ -259,13 +271,13 @@ def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int
     from circuitstat.pipelines.work import announce, check_groundtruth
 
     announce("study groundtruth", check_groundtruth(spec, loaded, allow_large=allow_large))  # before any work
-    doc = spec.model_dump(exclude=set() if spec.verify else {"verify"})  # older runs resume unchanged
+    doc = spec.model_dump(exclude=_unused_keys(spec))  # older runs resume unchanged
     population = spec.n_datasets * max(spec.sizes)
     with RunDir(out, spec=doc, command=sys.argv, seed=spec.seed,
                 provenance={"models": {m: gt.identity() for m, gt in loaded.items()}}) as run:
         tasks = {m: gt.task(population, _population_seed(run, m)) for m, gt in loaded.items()}
         for m, gt in loaded.items():
-            for method in spec.methods:
+            for method in _score_methods(spec):
                 name = f"scores_{_slug(m)}_{method.replace('-', '_')}"
                 params = {"weight_hash": gt.model.weight_hash(), "task_hash": tasks[m].content_hash, "method": method,
                           **{k: doc[k] for k in ("ig_steps", "batch_size", "seed")}}
@@ -278,7 +290,9 @@ def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int
             for m, gt in loaded.items():
                 models.append(_model_row(gt, m, population))
                 evals = population_evaluations(gt, tasks[m], spec) if spec.faithfulness_methods else None
-                for method in spec.methods:
+                if "edge-pruning" in spec.methods:
+                    per_dataset += _with_model(m, pruning_rows(gt, tasks[m], spec, run.stage_seed(f"prune:{m}"), ROC_GRID))
+                for method in _score_methods(spec):
                     S = np.asarray(table_to_matrix(run.table(f"scores_{_slug(m)}_{method.replace('-', '_')}")),
                                    dtype=np.float64)
                     rows = _dataset_rows(S, gt, spec, method, evals if method in spec.faithfulness_methods else None,
@@ -286,6 +300,9 @@ def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int
                     for r in rows:
                         r["model"] = m
                     per_dataset += rows
+                    if spec.refits >= 3:
+                        per_dataset += _with_model(m, refit_stability_rows(S, gt, spec, method,
+                                                                           run.stage_seed(f"refit:{m}:{method}")))
                     if method == "exact" or not spec.verify:
                         continue
                     X = np.asarray(table_to_matrix(run.table(f"scores_{_slug(m)}_exact")), dtype=np.float64)
@@ -301,10 +318,32 @@ def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int
                     "groundtruth_fdr": _columns(fdr_rows(per_dataset, KEYS)), "groundtruth_roc": _roc_table(summary)}
 
         keys = ("sizes", "n_datasets", "alphas", "k_multiples", "ranking", "n_resamples", "thresholds", "n_subsamples",
-                "faithfulness_methods", "confidence_level") + (("verify",) if spec.verify else ())
-        deps = [f"scores_{_slug(m)}_{method.replace('-', '_')}" for m in spec.models for method in spec.methods]
+                "faithfulness_methods", "confidence_level") + tuple(k for k in ("verify", "refits", "edge_pruning")
+                                                                   if k in doc)
+        deps = [f"scores_{_slug(m)}_{method.replace('-', '_')}" for m in spec.models for method in _score_methods(spec)]
         run.stage("evaluate", evaluate, list(TABLES), params={k: doc[k] for k in keys}, depends_on=deps, force=force)
     return RunTables(Path(out), TABLES, "groundtruth_summary", {"study": "groundtruth", "spec": doc})
+
+
+def _score_methods(spec: GroundTruthSpec) -> list[str]:
+    """The spec's methods with per-example scores (a scores stage each); mask methods are fitted per dataset."""
+    return [m for m in spec.methods if m not in MASK_METHODS]
+
+
+def _unused_keys(spec: GroundTruthSpec) -> set[str]:
+    """Spec keys left out of the recorded spec when unused, so runs from before they existed resume unchanged."""
+    out = set() if spec.verify else {"verify"}
+    if not spec.refits:
+        out.add("refits")
+    if "edge-pruning" not in spec.methods:
+        out.add("edge_pruning")
+    return out
+
+
+def _with_model(model: str, rows: list[dict]) -> list[dict]:
+    for r in rows:
+        r["model"] = model
+    return rows
 
 
 def _pick(summary: dict[str, list], model: str, method: str, n: int, family: str, statistic: str,

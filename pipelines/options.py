@@ -11,7 +11,8 @@ from typing import Literal
 __all__ = ["METHOD", "ABLATION", "LEVEL", "METRIC", "INPUT_NODE", "DTYPES"]
 
 METHOD = Literal["exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted",
-                 "atp-qkfix", "atp-graddrop", "atpstar"]  # the last three: AtP* (circuitstat.circuits.atpstar)
+                 "atp-qkfix", "atp-graddrop", "atpstar", "ensemble"]
+# atp-*: AtP* (circuitstat.circuits.atpstar); ensemble: the mean of eap, eap-ig-inputs and eap-ig-activations
 ABLATION = Literal["counterfactual", "mean", "mean-positional", "zero", "resample"]
 LEVEL = Literal["edge", "node"]
 INPUT_NODE = Literal["embeddings", "tokens"]  # circuitstat.circuits.ablation: what a zero/mean-ablated input sender is

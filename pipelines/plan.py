@@ -313,6 +313,13 @@ def estimate_seconds(cal: Calibration, model, cost: Cost, *, n: int, level: str 
     per_example = 1.0 / cal.batch_size  # a pass timed on a batch, per example it holds
     contraction = cal.contraction_s * per_example
     method = cost.method
+    if method == "ensemble":  # its members one after another (circuitstat.circuits.plan.ENSEMBLE)
+        from circuitstat.circuits.plan import ENSEMBLE
+
+        return sum(estimate_seconds(cal, model, method_cost(cfg, m, n=n, positions=positions or 1, level=level,
+                                                            batch_size=cost.batch_size, ig_steps=ig_steps,
+                                                            max_rows=cost.max_rows),
+                                    n=n, level=level, ig_steps=ig_steps, positions=positions) for m in ENSEMBLE)
     if method == "eap":
         return n * (per_example * (cal.forward_s + cal.gradient_s) + contraction)
     if method in ATP:

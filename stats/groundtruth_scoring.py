@@ -33,7 +33,8 @@ from .groundtruth import DATASET_ESTIMAND, auroc, fdr_check, over_datasets, pess
     topk_metrics
 from circuitstat.core.topk import ranking_key
 
-__all__ = ["Row", "score_dataset", "score_verified_dataset", "faithfulness_dataset", "summarise", "fdr_rows", "TESTS"]
+__all__ = ["Row", "score_dataset", "score_vector_dataset", "refit_rows", "score_verified_dataset",
+           "faithfulness_dataset", "summarise", "fdr_rows", "TESTS"]
 
 Row = tuple[str, str, str, float]  # (family, statistic, param, value)
 TESTS = ("bootstrap", "t")
@@ -80,6 +81,48 @@ def _stability(S: np.ndarray, truth: np.ndarray, k: int, thresholds: Sequence[fl
     return rows
 
 
+def _ranking_rows(key: np.ndarray, truth: np.ndarray, ks: Sequence[int], seed: Any) -> list[Row]:
+    """AUROC (plain and pessimistic) of a ranking key [E] and the top-k precision, recall and F1 at each k."""
+    rows: list[Row] = [("ranking", "auroc", "", auroc(key, truth)),
+                       ("ranking", "auroc_pessimistic", "", pessimistic_auroc(key, truth))]
+    top = topk_metrics(key, truth, ks, ranking="signed", seed=seed)  # key is already the ranking key
+    for i, k in enumerate(top["k"]):
+        rows += [("topk", stat, f"k={int(k)}", float(top[stat][i])) for stat in ("precision", "recall", "f1")]
+    return rows
+
+
+def score_vector_dataset(scores: np.ndarray, truth: np.ndarray, *, ks: Sequence[int], ranking: str = "absolute",
+                         seed: Any = 0) -> list[Row]:
+    """Rows of one dataset's single score vector [E] (a method without per-example scores, e.g. edge pruning's
+    mask logits): the ``ranking`` and ``topk`` families only (no per-edge test: nothing to resample within a fit)."""
+    from .resampling import spawn_seeds
+
+    s_tie = spawn_seeds(seed, 3)[1]  # the tie stream score_dataset uses
+    return _ranking_rows(ranking_key(np.asarray(scores, dtype=np.float64), ranking), np.asarray(truth, dtype=bool),
+                         ks, s_tie)
+
+
+def refit_rows(vectors: np.ndarray, plan: Any, truth: np.ndarray, *, ranking: str = "absolute",
+               seed: Any = 0) -> list[Row]:
+    """Family ``stability:refit`` at k = the truth's size: agreement of the top-k circuits of score vectors
+    refitted on each bootstrap resample of one dataset (circuitstat.stats.stability.refit_stability; for
+    per-example methods the resampled means), and how the consensus circuit {f >= 1/2} meets the truth."""
+    from .stability import refit_stability
+
+    truth = np.asarray(truth, dtype=bool)
+    k = int(truth.sum())
+    res = refit_stability(vectors, plan, [k], ranking=ranking, seed=seed, n_pair_resamples=plan.n_resamples,
+                          n_rank_resamples=0)  # rank correlations are not reported here
+    freq = res.inclusion_counts[0] / res.n_resamples
+    cons = freq >= 0.5
+    pk = res.per_k
+    return [("stability:refit", "jaccard_mean", f"k={k}", float(pk["jaccard_mean"][0])),
+            ("stability:refit", "jaccard_corrected", f"k={k}", float(pk["jaccard_corrected"][0])),
+            ("stability:refit", "phi", f"k={k}", float(pk["phi"][0])),
+            ("stability:refit", "consensus_recall", f"k={k}", float((cons & truth).sum() / k)),
+            ("stability:refit", "consensus_false_edges", f"k={k}", float((cons & ~truth).sum()))]
+
+
 def score_dataset(S: np.ndarray, truth: np.ndarray, *, ks: Sequence[int], alphas: Sequence[float] = (0.05, 0.1),
                   ranking: str = "absolute", n_resamples: int = 500, thresholds: Sequence[float] = (0.6, 0.75, 0.9),
                   n_subsamples: int = 100, seed: Any = 0) -> list[Row]:
@@ -89,12 +132,7 @@ def score_dataset(S: np.ndarray, truth: np.ndarray, *, ks: Sequence[int], alphas
     S = np.asarray(S, dtype=np.float64)
     truth = np.asarray(truth, dtype=bool)
     s_test, s_tie, s_stab = spawn_seeds(seed, 3)
-    key = ranking_key(S.sum(0) / S.shape[0], ranking)
-    rows: list[Row] = [("ranking", "auroc", "", auroc(key, truth)),
-                       ("ranking", "auroc_pessimistic", "", pessimistic_auroc(key, truth))]
-    top = topk_metrics(key, truth, ks, ranking="signed", seed=s_tie)  # key is already the ranking key
-    for i, k in enumerate(top["k"]):
-        rows += [("topk", stat, f"k={int(k)}", float(top[stat][i])) for stat in ("precision", "recall", "f1")]
+    rows = _ranking_rows(ranking_key(S.sum(0) / S.shape[0], ranking), truth, ks, s_tie)
     rows += _tests(S, truth, alphas, n_resamples, s_test)
     if S.shape[0] >= 4:
         rows += _stability(S, truth, int(truth.sum()), thresholds, n_subsamples, s_stab, ranking)

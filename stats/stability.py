@@ -49,6 +49,7 @@ __all__ = [
     "rank_biased_overlap",
     "pairwise_jaccard",
     "selection_error_bounds",
+    "refit_stability",
 ]
 
 # --- small, reusable pieces ----------------------------------------------------------------
@@ -556,3 +557,30 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
                            kendall=kendall, rank_pairs=rank_pairs, kendall_pairs=kendall_pairs,
                            n_pairs_cpss=plan.n_pairs, edge_names=edge_names, tie_seeds=seeds,
                            params=params)
+
+
+def refit_stability(vectors: np.ndarray, plan: ResamplingPlan, ks: Sequence[int], *, ranking: str,
+                    seed: Any = None, **options: Any) -> StabilityResult:
+    """Return the stability of top-k circuits of score vectors refitted on each resample of ``plan``.
+
+    ``vectors`` [B, E]: row b is a method's score vector fitted on resample b of ``plan`` (its counts as
+    example weights; e.g. a mask-learning method, circuitstat.circuits.edge_pruning, refitted with a fresh seed
+    per resample).  Such methods have no per-example scores whose resampled means would stand in for a
+    refit, so each resample's circuit is the top-k of its own vector: :func:`circuit_stability` runs on the
+    vectors with one resample per row (inclusion frequency, pairwise Jaccard against chance, Phi, rank
+    agreement).  Their intervals are the same Monte Carlo intervals over resamples of one dataset; the
+    data-level estimands need a double bootstrap of refits and are not computed (NaN, the reason in params).
+    For a method with per-example scores S, ``vectors`` = the resampled means of S gives circuit_stability's
+    own per-k values.  (``full_data_*`` compares each refit with the top-k of the refits' mean vector.)
+    """
+    V = np.asarray(vectors, dtype=np.float64)
+    if V.ndim != 2 or V.shape[0] != plan.n_resamples:
+        raise ValueError(f"vectors must be [{plan.n_resamples}, E], one per resample of the plan; got {V.shape}")
+    if seed is None and plan.seed is not None:
+        seed = _run_seed(plan, None)  # tie-breaking from the plan's recorded seed, as circuit_stability's
+    one_each = ResamplingPlan.from_counts(np.eye(V.shape[0], dtype=np.int32), kind=plan.kind)
+    res = circuit_stability(V, one_each, ks, ranking=ranking, seed=seed, data_level=False, **options)
+    res.params.update(plan=plan.describe(), estimator="refit_stability",
+                      refit="one score vector per resample, fitted on that resample (no per-example scores)",
+                      data_level="not computed for refitted vectors (it needs a double bootstrap of refits)")
+    return res

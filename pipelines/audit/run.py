@@ -54,7 +54,9 @@ def attribution_scores(model, task, method: str, spec: AuditSpec, n_jobs: int):
                        desc=f"{method} scores")
     params = {"batch_size": spec.batch_size, "seed": spec.seed, "max_rows": 256,
               "input_node": getattr(spec, "input_node", "embeddings")}
-    if method.startswith("eap-ig"):
+    from circuitstat.circuits.attribution import uses_ig_steps
+
+    if uses_ig_steps(method):
         params["ig_steps"] = spec.ig_steps
     return ScoreMatrix(np.concatenate(parts), model.graph, spec.level, method, spec.ablation, task.metric_name,
                        params=params, provenance={"model": model.identity(), "seconds": time.perf_counter() - t0})

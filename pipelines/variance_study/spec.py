@@ -123,7 +123,7 @@ class VarianceSpec(_RunOptions):
         """(label, method, ig_steps) of every estimator level, exact first."""
         out = []
         for m in self.estimators.methods:
-            if m.startswith("eap-ig"):
+            if m.startswith("eap-ig") or m == "ensemble":
                 out += [(f"{m}@{s}", m, s) for s in self.estimators.ig_steps]
             else:
                 out.append((m, m, 1))

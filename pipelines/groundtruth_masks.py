@@ -1,0 +1,137 @@
+"""The ground-truth study's rows for methods without per-example scores (edge pruning), and its
+``stability:refit`` family for every method.
+
+Edge pruning (circuitstat.circuits.edge_pruning) learns one mask logit per edge from a dataset: one vector, no
+per-example scores.  Per dataset it is fitted once on the dataset's prompts (ranking and top-k rows, the mask
+logits ranked signed: a larger logit is a more open gate) and, with ``refits`` >= 3, refitted on each of
+``refits`` bootstrap resamples of the dataset (the resample's counts as example weights, a fresh seed per
+refit: bootstrap over prompts and refits over seeds).  The refits' top-|C| circuits give the
+``stability:refit`` rows (circuitstat.stats.groundtruth_scoring.refit_rows).  Per-example methods get the same
+rows from the resampled means of their scores on the same kind of plan, so the column compares like with like.
+Per-edge tests and the faithfulness family need per-example scores and are not computed for edge pruning.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field
+
+from circuitstat.pipelines.spec import _Strict
+
+__all__ = ["MASK_METHODS", "EdgePruningOptions", "refit_edge_pruning", "edge_pruning_stability", "pruning_rows",
+           "refit_stability_rows", "pruning_flops"]
+
+MASK_METHODS = ("edge-pruning",)
+
+
+class EdgePruningOptions(_Strict):
+    """The options of each edge-pruning fit (circuitstat.circuits.edge_pruning.fit_edge_pruning)."""
+
+    steps: int = Field(50, ge=1, le=100_000)
+    lr: float = Field(0.2, gt=0, le=100)
+    sparsity: float = Field(1.0, ge=0, le=10_000)
+    init: float = Field(1.0, ge=-20, le=20)
+    objective: Literal["mean_metric", "metric", "kl"] = "mean_metric"
+
+
+def refit_edge_pruning(model, task, plan, *, rows=None, seed: Any = 0, **options: Any) -> np.ndarray:
+    """[B, E] edge-pruning mask logits, one fit per resample of ``plan`` (its counts weight the prompts ``rows``,
+    all by default), each from its own child of ``seed`` (circuitstat.circuits.edge_pruning.fit_edge_pruning's
+    other options as given)."""
+    from circuitstat.circuits.edge_pruning import fit_edge_pruning
+    from circuitstat.core.seeds import spawn_seeds
+
+    rows = np.arange(int(task.clean.shape[0])) if rows is None else np.asarray(rows)
+    if plan.n_obs != len(rows):
+        raise ValueError(f"the plan resamples {plan.n_obs} prompts but {len(rows)} rows were given")
+    return np.stack([fit_edge_pruning(model, task, rows=rows, weights=plan.counts[b], seed=sb, **options).log_alpha
+                     for b, sb in enumerate(spawn_seeds(seed, plan.n_resamples))])
+
+
+def edge_pruning_stability(model, task, plan, ks, *, rows=None, seed: Any = 0, **options: Any):
+    """The circuitstat.stats.stability StabilityResult of edge pruning's top-k circuits (k in ``ks``), refitted on
+    every resample of ``plan`` (bootstrap over prompts, a fresh seed per refit; the logits ranked signed)."""
+    from circuitstat.stats.stability import refit_stability
+
+    vectors = refit_edge_pruning(model, task, plan, rows=rows, seed=seed, **options)
+    return refit_stability(vectors, plan, ks, ranking="signed", seed=seed)
+
+
+def _ks(gt, spec) -> list[int]:
+    k_true = int(gt.truth.sum())
+    return sorted({max(1, int(round(m * k_true))) for m in spec.k_multiples} - {gt.truth.size})
+
+
+def _datasets(spec, seed):
+    """(n, r, population rows, seed) of every dataset, in the order and with the seeds of _dataset_rows."""
+    from circuitstat.core.seeds import spawn_seeds
+
+    block = max(spec.sizes)
+    seeds = iter(spawn_seeds(seed, len(spec.sizes) * spec.n_datasets))
+    for n in spec.sizes:
+        for r in range(spec.n_datasets):
+            yield n, r, np.arange(r * block, r * block + n), next(seeds)
+
+
+def _row(method: str, n: int, r: int, vals) -> list[dict]:
+    return [{"model": "", "method": method, "n": n, "dataset": r, "family": f, "statistic": st, "param": p,
+             "value": float(v)} for f, st, p, v in vals]
+
+
+def pruning_rows(gt, task, spec, seed, roc_grid: np.ndarray) -> list[dict]:
+    """Every per-dataset row of edge pruning on one model: a fit per dataset (ROC points at ``roc_grid``),
+    ``spec.refits`` refits per dataset."""
+    from circuitstat.circuits.edge_pruning import fit_edge_pruning
+    from circuitstat.core.seeds import spawn_seeds
+    from circuitstat.stats import ResamplingPlan
+    from circuitstat.stats.groundtruth import roc_on_grid
+    from circuitstat.stats.groundtruth_scoring import refit_rows, score_vector_dataset
+
+    opts = spec.edge_pruning.model_dump()
+    out = []
+    for n, r, rows, s in _datasets(spec, seed):
+        s_fit, s_plan, s_score = spawn_seeds(s, 3)
+        fit = fit_edge_pruning(gt.model, task, rows=rows, seed=s_fit, batch_size=spec.batch_size, **opts)
+        vals = score_vector_dataset(fit.log_alpha, gt.truth, ks=_ks(gt, spec), ranking="signed", seed=s_score)
+        vals += [("roc", "tpr", f"fpr={x:.2f}", float(t))
+                 for x, t in zip(roc_grid, roc_on_grid(fit.log_alpha.astype(np.float64), gt.truth, roc_grid))]
+        if spec.refits >= 3:
+            plan = ResamplingPlan.bootstrap(n, spec.refits, s_plan)
+            vectors = refit_edge_pruning(gt.model, task, plan, rows=rows, seed=s_fit, batch_size=spec.batch_size,
+                                         **opts)
+            vals += refit_rows(vectors, plan, gt.truth, ranking="signed", seed=s_plan)
+        out += _row("edge-pruning", n, r, vals)
+    return out
+
+
+def refit_stability_rows(S: np.ndarray, gt, spec, method: str, seed) -> list[dict]:
+    """``stability:refit`` rows of a per-example method: its resampled means on each dataset's bootstrap plan."""
+    from circuitstat.core.seeds import spawn_seeds
+    from circuitstat.stats import ResamplingPlan
+    from circuitstat.stats.groundtruth_scoring import refit_rows
+    from circuitstat.stats.resampling import resampled_means
+
+    out = []
+    for n, r, rows, s in _datasets(spec, seed):
+        s_plan = spawn_seeds(s, 3)[1]
+        plan = ResamplingPlan.bootstrap(n, spec.refits, s_plan)
+        vals = refit_rows(resampled_means(S[rows], plan).T, plan, gt.truth, ranking=spec.ranking, seed=s_plan)
+        out += _row(method, n, r, vals)
+    return out
+
+
+def pruning_flops(spec, cfg, n_edges: int) -> float:
+    """Operations of the study's edge-pruning fits on one model: per dataset 1 + refits fits of ``steps``
+    forward-and-backward passes (about 3 forwards) over its prompts, plus the clean and empty runs."""
+    from circuitstat.circuits.plan import forward_flops
+
+    fwd = forward_flops(cfg, int(cfg.n_ctx))
+    fits = 1 + (spec.refits if spec.refits >= 3 else 0)
+    return float(sum(spec.n_datasets * fits * n * fwd * (3 * spec.edge_pruning.steps + 2) for n in spec.sizes))
+
+
+def describe(spec: Any) -> dict:
+    """The spec keys this module reads, for the evaluate stage's parameters."""
+    return {"refits": spec.refits, "edge_pruning": spec.edge_pruning.model_dump()}

@@ -1,0 +1,76 @@
+"""``study groundtruth`` with a mask-learning method (edge pruning) and the stability:refit family."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import yaml
+from typer.testing import CliRunner
+
+from circuitstat.core.run_tables import RunTables
+from circuitstat.core.schema import schema_for
+from circuitstat.pipelines.cli import app
+from circuitstat.pipelines.groundtruth import TABLES
+
+
+def _spec(tmp_path: Path, **over) -> str:
+    doc = {"models": ["planted:induction?background=0.25"], "methods": ["eap", "edge-pruning"], "sizes": [8],
+           "n_datasets": 5, "n_resamples": 50, "n_subsamples": 10, "faithfulness_methods": [], "refits": 3,
+           "edge_pruning": {"steps": 3}, **over}
+    p = tmp_path / "gt.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return str(p)
+
+
+def test_edge_pruning_is_scored_with_refit_stability_beside_attribution(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    r = CliRunner().invoke(app, ["study", "groundtruth", _spec(tmp_path), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "edge-pruning" in r.output
+    tables = RunTables(out, TABLES, "groundtruth_summary", {}).tables()
+    for name, t in tables.items():
+        schema_for(name).validate(t)
+    d = tables["groundtruth_datasets"].to_pandas()
+    ep, eap = d[d.method == "edge-pruning"], d[d.method == "eap"]
+    assert set(ep.family) == {"ranking", "topk", "roc", "stability:refit"}  # no per-example tests or subsamples
+    assert {"test:bootstrap", "stability", "stability:refit"} <= set(eap.family)
+    for rows in (ep, eap):  # one refit-stability value per dataset and statistic, each a proper value
+        refit = rows[rows.family == "stability:refit"]
+        assert len(refit) == 5 * 5 and refit.value[refit.statistic == "jaccard_mean"].between(0, 1).all()
+    auc = ep.value[ep.statistic == "auroc"]
+    assert len(auc) == 5 and auc.between(0, 1).all() and auc.nunique() > 1  # a fit per dataset
+    assert not list(out.glob("**/scores_*edge_pruning*"))  # no per-example scores stage for a mask method
+
+
+def test_mask_method_spec_errors(tmp_path: Path) -> None:
+    r = CliRunner().invoke(app, ["study", "groundtruth", _spec(tmp_path, refits=2), "--out", str(tmp_path / "a")])
+    assert r.exit_code == 2 and "refits" in r.output
+    r = CliRunner().invoke(app, ["study", "groundtruth", _spec(tmp_path, faithfulness_methods=["edge-pruning"]),
+                                 "--out", str(tmp_path / "b")])
+    assert r.exit_code == 2 and "faithfulness_methods" in r.output
+    r = CliRunner().invoke(app, ["study", "groundtruth", _spec(tmp_path, edge_pruning={"steps": 0}),
+                                 "--out", str(tmp_path / "c")])
+    assert r.exit_code == 2 and "steps" in r.output
+    assert not any((tmp_path / x).exists() for x in "abc")
+
+
+def test_edge_pruning_stability_refits_each_resample_with_its_weights() -> None:
+    """Refit b is the fit on resample b's counts with seed child b (bit for bit); the stability counts their top-k."""
+    from circuitstat.circuits.edge_pruning import fit_edge_pruning
+    from circuitstat.circuits.groundtruth.planted import PlantedSpec, planted_induction
+    from circuitstat.core.seeds import spawn_seeds
+    from circuitstat.pipelines.groundtruth_masks import edge_pruning_stability, refit_edge_pruning
+    from circuitstat.stats import ResamplingPlan
+
+    gt = planted_induction(PlantedSpec(background=0.25))
+    task = gt.task(6, 1)
+    plan = ResamplingPlan.bootstrap(6, 3, 5)
+    V = refit_edge_pruning(gt.model, task, plan, seed=9, steps=3)
+    for b, child in enumerate(spawn_seeds(9, 3)):
+        ref = fit_edge_pruning(gt.model, task, weights=plan.counts[b], seed=child, steps=3).log_alpha
+        np.testing.assert_array_equal(V[b], ref)
+    assert np.abs(V[0] - V[1]).max() > 0  # different resamples and seeds give different fits
+    res = edge_pruning_stability(gt.model, task, plan, [4], seed=9, steps=3)
+    assert res.n_resamples == 3 and res.params["plan"]["n_resamples"] == 3
+    assert res.inclusion_counts[0].sum() == 3 * 4 and res.ranking == "signed"
