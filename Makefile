@@ -37,13 +37,16 @@ postgres:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq postgresql >/dev/null; }
 
+# Two worker processes (the CI machine's 2 cores; every test computes on one thread), whole files per worker so a
+# module's expensive fixtures are built once. TEST_WORKERS=0 runs the suite in this process.
+TEST_WORKERS ?= 2
 test: $(STAMP) browser postgres
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 # For development: everything but the slow-marked coverage simulations and end-to-end runs
 # (`make test` runs them all; CI runs `make test`). One folder per package: tests/circuits, stats, ...
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" tests
 
 demo: $(RUN_STAMP)
 	$(BIN)/circuitstat demo
