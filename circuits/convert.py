@@ -27,6 +27,22 @@ from .rope_config import rope_fields
 
 SUPPORTED = ("gpt2", "gpt_neox", "llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2")
 
+# model types that are not a family but hold one: where the supported family is, in the refusal
+POINTERS = {
+    "gemma3": "'gemma3' is Gemma 3's vision-language model (Gemma3ForConditionalGeneration); its text-only models "
+              "(Gemma3ForCausalLM, e.g. gemma-3-1b) are supported as model type 'gemma3_text': use a "
+              "gemma3_text checkpoint (or random:gemma3_text)",
+}
+
+
+def unsupported(kind: str, where: str = "") -> UnsupportedArchitectureError:
+    """The error (exit 2) refusing model type ``kind`` (``where``: the file or spec it came from), naming the
+    supported families and, for a type that wraps a supported one (``gemma3``), the one to use."""
+    head = f"{where}: " if where else ""
+    hint = f"; {POINTERS[kind]}" if kind in POINTERS else ""
+    return UnsupportedArchitectureError(
+        f"{head}architecture {kind!r} is not supported; supported: {', '.join(SUPPORTED)}{hint}")
+
 
 @dataclass(frozen=True)
 class Family:
@@ -272,9 +288,7 @@ def from_hf(hf_model, dtype: torch.dtype | None = None, device: str | torch.devi
     """A CircuitModel holding a copy of ``hf_model``'s weights in the uniform form."""
     kind = hf_model.config.model_type
     if kind not in _CONVERTERS:
-        raise UnsupportedArchitectureError(
-            f"architecture {kind!r} is not supported; supported: {', '.join(SUPPORTED)}"
-        )
+        raise unsupported(kind)
     from .config_values import check_config_values
 
     # a model in memory was built from a config nobody checked: its scales and rope settings, by name

@@ -31,7 +31,7 @@ from circuitstat.core.errors import InputError, UnsupportedArchitectureError
 
 from .cache import conversion_dir, weight_hash_memo
 from .config_values import check_config_values
-from .convert import FAMILIES, SUPPORTED, from_hf
+from .convert import FAMILIES, POINTERS, SUPPORTED, from_hf, unsupported
 from .limits import check_bytes
 from .model import CircuitModel, ModelConfig
 from .own_format import (MAX_CONFIG_BYTES, check_own_config, check_recorded_weight_hash, circuit_parameters,
@@ -84,8 +84,7 @@ def check_hf_config(model_type: str, values: dict, where: str, *, allow_large: b
     than :func:`circuitstat.circuits.limits.check_bytes` allows.
     """
     if model_type not in _SHAPE_KEYS:
-        raise UnsupportedArchitectureError(
-            f"{where}: architecture {model_type!r} is not supported; supported: {', '.join(SUPPORTED)}")
+        raise unsupported(model_type, where)
     k_layers, k_heads, k_width, k_vocab, k_pos, k_mlp = _SHAPE_KEYS[model_type]
     L, H, D, V, P = (positive_int(values.get(k), k, where) for k in (k_layers, k_heads, k_width, k_vocab, k_pos))
     F = positive_int(values.get(k_mlp), k_mlp, where, optional=model_type == "gpt2") or 4 * D
@@ -182,7 +181,7 @@ def parse_random_spec(source: str) -> tuple[str, dict, int]:
     if arch not in _SMALL:
         raise UnsupportedArchitectureError(
             f"unknown architecture {arch!r} in {source!r}; use random:ARCH with ARCH one of {', '.join(SUPPORTED)}"
-        )
+            + (f"; {POINTERS[arch]}" if arch in POINTERS else ""))
     values: dict = {}
     if query:
         for item in query.split("&"):
@@ -294,6 +293,11 @@ def _pickle_files(path: Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(PICKLE_SUFFIXES))
 
 
+def has_weights(path: Path) -> bool:
+    """Whether model directory ``path`` holds weights (safetensors or pickled); a config-only one can be planned."""
+    return bool(_safetensors_files(path) or _pickle_files(path))
+
+
 def _check_weight_shapes(config, shapes: dict[str, tuple[int, ...]], where: Path) -> None:
     """InputError when a stored tensor's shape differs from what the config builds."""
     import transformers
@@ -313,8 +317,12 @@ def _check_weight_shapes(config, shapes: dict[str, tuple[int, ...]], where: Path
                              f"{list(expected[target])}; the config and the weights do not belong together")
 
 
-def _validate_hf_dir(path: Path, *, allow_pickle: bool, allow_large: bool) -> tuple[dict, list[Path]]:
-    """(config dict, safetensors files) of a HF model directory, after every check that needs no weights."""
+def _validate_hf_dir(path: Path, *, allow_pickle: bool, allow_large: bool,
+                     weights: bool = True) -> tuple[dict, list[Path]]:
+    """(config dict, safetensors files) of a HF model directory, after every check that needs no weights.
+
+    ``weights=False`` (a plan, which reads none): a directory holding only config.json (and a tokenizer) passes,
+    with no files; weights that are there are still checked (pickles refused without ``allow_pickle``)."""
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
         raise InputError(f"{path} has no config.json; point to a Hugging Face model directory")
@@ -324,8 +332,7 @@ def _validate_hf_dir(path: Path, *, allow_pickle: bool, allow_large: bool) -> tu
     if not isinstance(model_type, str):
         raise InputError(f"{cfg_file}: model_type is missing or not a string; this is not a model config")
     if model_type not in SUPPORTED:
-        raise UnsupportedArchitectureError(
-            f"{cfg_file}: architecture {model_type!r} is not supported; supported: {', '.join(SUPPORTED)}")
+        raise unsupported(model_type, str(cfg_file))
     import transformers
 
     defaults = transformers.AutoConfig.for_model(model_type).to_dict()
@@ -334,6 +341,8 @@ def _validate_hf_dir(path: Path, *, allow_pickle: bool, allow_large: bool) -> tu
     if not files:
         pickles = _pickle_files(path)
         if not pickles:
+            if not weights:
+                return doc, []
             raise InputError(f"{path}: no weights (model.safetensors) found; download the complete model")
         if not allow_pickle:
             raise InputError(

@@ -13,10 +13,12 @@ from .model import CircuitModel
 
 
 def load_skeleton(source: str | Path, *, allow_pickle: bool = False, allow_large: bool = False,
-                  name: str | None = None) -> CircuitModel:
+                  name: str | None = None, weights: bool = True) -> CircuitModel:
     """The CircuitModel of ``source`` (as :func:`circuitstat.circuits.loading.load_model` accepts) on the meta device,
     after every check loading would make that needs no weights; its tokenizer attached. ``name``: the source as
-    the user named it, recorded as the model's source (circuitstat.pipelines.sources)."""
+    the user named it, recorded as the model's source (circuitstat.pipelines.sources). ``weights=False``: a HF
+    directory with only config.json (and a tokenizer) is accepted, as ``attribute --plan`` needs no weights; by
+    default a directory without weights is refused here, as loading it would be."""
     from .convert import from_hf
     from .loading import GPT2_VOCAB, _attach_tokenizer, _validate_hf_dir, random_hf_model, resolve_model_dir
     from .own_format import check_own_config, read_json_object
@@ -46,7 +48,7 @@ def load_skeleton(source: str | Path, *, allow_pickle: bool = False, allow_large
     else:
         import transformers
 
-        _validate_hf_dir(path, allow_pickle=allow_pickle, allow_large=allow_large)
+        _validate_hf_dir(path, allow_pickle=allow_pickle, allow_large=allow_large, weights=weights)
         config = transformers.AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
         with torch.device("meta"):
             hf = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager",

@@ -95,13 +95,15 @@ class RunInputs:
         return load_model(r.location, device=device, dtype=dtype, allow_pickle=allow_pickle, allow_large=allow_large,
                           name=r.name)
 
-    def skeleton(self, source: "str | os.PathLike", *, allow_pickle: bool = False,
-                 allow_large: bool = False) -> "CircuitModel":
-        """The model ``source`` names on the meta device (its config and shapes; no weight read or allocated)."""
+    def skeleton(self, source: "str | os.PathLike", *, allow_pickle: bool = False, allow_large: bool = False,
+                 weights: bool = True) -> "CircuitModel":
+        """The model ``source`` names on the meta device (its config and shapes; no weight read or allocated);
+        ``weights=False`` accepts a directory holding only config.json (and a tokenizer), for a plan."""
         from circuitstat.circuits.skeleton import load_skeleton
 
         r = self.resolve(source)
-        return load_skeleton(r.location, allow_pickle=allow_pickle, allow_large=allow_large, name=r.name)
+        return load_skeleton(r.location, allow_pickle=allow_pickle, allow_large=allow_large, name=r.name,
+                             weights=weights)
 
 
 LOCAL = RunInputs()

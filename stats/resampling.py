@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from circuitstat.core.score_columns import column_blocks
 from circuitstat.core.seeds import as_seed_sequence, seed_record, spawn_seeds
 
 __all__ = [
@@ -291,6 +292,8 @@ def poisson_weights(seed: int | np.random.SeedSequence, n_resamples: int, start:
 # --- chunked engine ------------------------------------------------------------------------
 def check_score_matrix(S: np.ndarray, plan: ResamplingPlan | None = None) -> np.ndarray:
     """Return S as a 2-D float array after checking shape, emptiness and finiteness."""
+    if hasattr(S, "blocks"):  # columns read in blocks (circuitstat.core.score_columns): checked block by block
+        return _check_blocks(S, plan)
     if not hasattr(S, "shape") or not hasattr(S, "dtype"):
         S = np.asarray(S)
     if S.ndim != 2:
@@ -308,6 +311,23 @@ def check_score_matrix(S: np.ndarray, plan: ResamplingPlan | None = None) -> np.
     if plan is not None and plan.n_obs != n:
         raise ValueError(f"plan has N = {plan.n_obs} examples but the score matrix has {n} rows; "
                          "build the plan with the score matrix's number of examples")
+    return S
+
+
+def _check_blocks(S: Any, plan: ResamplingPlan | None) -> Any:
+    """Return S (a ParquetColumns) after the checks of check_score_matrix, one block of edges at a time."""
+    n, e = S.shape
+    if n == 0 or e == 0:
+        raise ValueError(f"score matrix is empty (shape {S.shape}); run attribution on a "
+                         "non-empty dataset and edge set first")
+    if plan is not None and plan.n_obs != n:
+        raise ValueError(f"plan has N = {plan.n_obs} examples but the score matrix has {n} rows; "
+                         "build the plan with the score matrix's number of examples")
+    bad = [np.unique(np.nonzero(~np.isfinite(block))[1]) + sl.start for sl, block in column_blocks(S)]
+    bad = np.concatenate(bad)
+    if bad.size:
+        raise ValueError(f"score matrix has NaN/inf in {bad.size} edge(s) (first: {bad[:5]}); "
+                         "drop those edges or fix the metric before resampling")
     return S
 
 

@@ -33,6 +33,7 @@ from scipy.special import ndtri
 from circuitstat.core.errors import InputError
 from circuitstat.core.seeds import as_seed_sequence, seed_record, spawn_seeds
 from circuitstat.core.results import Result
+from circuitstat.core.score_columns import column_means
 from circuitstat.core.topk import TIE_RULE, ranking_key, row_seeds, select_topk, tie_priorities, topk
 
 from .resampling import DEFAULT_MAX_BYTES, ResamplingPlan, check_score_matrix
@@ -527,7 +528,7 @@ def circuit_stability(S: np.ndarray, plan: ResamplingPlan | None = None,
     state, full = streaming_topk(S, plan, K, ranking, seeds[:B], n_full=n_full,
                                  chunk_size=chunk_size, n_jobs=n_jobs, max_bytes=max_bytes)
 
-    theta = np.asarray(S, dtype=np.float64).mean(axis=0)
+    theta = column_means(S)  # block by block: no float64 copy of S
     full_top = select_topk(ranking_key(theta, ranking)[None, :],
                            tie_priorities(seeds[B:], np.arange(n_edges)), K)[0][0]
     m_pair = min(B, int(n_pair_resamples))

@@ -234,6 +234,7 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
     circuitstat.pipelines.plan.TIMING_BYTES; otherwise the time is priced by FLOPs (circuitstat.pipelines.plan.flop_rate)."""
     from circuitstat.pipelines.attribute import torch_dtype
     from circuitstat.circuits.limits import MAX_BYTES, format_bytes
+    from circuitstat.circuits.loading import has_weights
     from circuitstat.circuits.plan import weight_bytes
     from circuitstat.pipelines.build import build_task, check_work, precheck_task, task_positions
     from circuitstat.pipelines.plan import TIMING_BYTES, plan_lines
@@ -241,13 +242,16 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
 
     resolved = LOCAL.resolve(source)
     precheck_task(resolved.location, task, n=n, seed=seed, metric=metric, public=resolved.name, **options)
-    skeleton = LOCAL.skeleton(source, allow_pickle=allow_pickle, allow_large=allow_large)
+    # a plan reads no weights: a directory with only config.json (weights not downloaded yet) is planned too
+    skeleton = LOCAL.skeleton(source, allow_pickle=allow_pickle, allow_large=allow_large, weights=False)
     skeleton = skeleton.to(dtype=torch_dtype(dtype))  # on meta: only the itemsize changes
     check_work(skeleton, n, level=level, positions=task_positions(task, options), allow_large=allow_large)
     t = build_task(skeleton, task, n=n, seed=seed, metric=metric, **options)
     need = weight_bytes(skeleton.cfg, torch_dtype(dtype).itemsize)
     timing, why = None, ""
-    if need > MAX_BYTES:
+    if skeleton.directory is not None and not has_weights(skeleton.directory):
+        why = "the directory holds no weights yet (config.json only)"
+    elif need > MAX_BYTES:
         why = f"the weights ({format_bytes(need)}) exceed the memory limit of {format_bytes(MAX_BYTES)}"
     elif need > TIMING_BYTES:  # loading and timing a multi-GB model would take minutes: a plan takes seconds
         why = (f"the weights ({format_bytes(need)}) are over the {format_bytes(TIMING_BYTES)} a timing calibration "
