@@ -72,7 +72,7 @@ def _check(svc: Service, value: str | None) -> tuple[Principal | None, str]:
         return check_credential(s, value)
 
 
-_REFUSALS = {"missing": "no token", "invalid": "the token is not valid (wrong or revoked)",
+_REFUSALS = {"missing": "no token", "invalid": "the token is not valid: an unknown or revoked token",
              "expired": "the token has expired; ask the operator for a new one (or rotate a live one before it "
                         "expires)"}
 SCOPE_HINTS = {"write": "this token is read-only (scope read): it may list, fetch, check and query, not submit, "

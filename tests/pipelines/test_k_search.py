@@ -55,7 +55,7 @@ def test_search_walks_down_every_k_and_counts_its_evaluations():
 def test_audit_stage_adds_search_rows_and_the_verdict_chooses_the_smallest_k(tmp_path, monkeypatch):
     calls = []
 
-    def fake_table(model, task, S, method, ks, plan, spec, seed=None):
+    def fake_table(model, task, S, method, ks, plan, spec, seed=None, **kw):  # kw: a verified method's strata
         calls.append(list(ks))
         t = _table(ks)
         t["method"] = [method] * len(ks)
