@@ -53,6 +53,23 @@ def test_edge_pruning_is_scored_with_refit_stability_beside_attribution(tmp_path
     assert f.value[f.statistic == "selected_estimate"].nunique() > 1  # a cross-fit per dataset
 
 
+def test_a_study_of_mask_methods_alone_has_an_empty_fdr_table_and_a_summary() -> None:
+    """With only mask methods there are no per-edge tests: the FDR table is empty but valid, the summary prints."""
+    import pyarrow as pa
+
+    from circuitstat.pipelines.groundtruth import KEYS, _columns, summary_lines
+    from circuitstat.stats.groundtruth_scoring import summarise
+
+    rows = [{"model": "m", "method": "edge-pruning", "n": 8, "dataset": r, "family": "ranking", "statistic": "auroc",
+             "param": "", "value": 0.5 + 0.1 * r} for r in range(3)]
+    fdr = schema_for("groundtruth_fdr").validate(pa.table(_columns([], "groundtruth_fdr")))
+    assert fdr.num_rows == 0 and "fdr" in fdr.column_names
+    tables = {"groundtruth_summary": pa.table(_columns(summarise(rows, KEYS))), "groundtruth_fdr": fdr,
+              "groundtruth_models": pa.table({"model": ["m"], "n_true": [4]})}
+    text = "\n".join(summary_lines(tables))
+    assert "3 datasets" in text and "edge-pruning" in text and "0.60 [" in text
+
+
 def test_mask_method_spec_errors(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, ["study", "groundtruth", _spec(tmp_path, refits=2), "--out", str(tmp_path / "a")])
     assert r.exit_code == 2 and "refits" in r.output
