@@ -33,7 +33,7 @@ def _ratio_and_se(mc: np.ndarray, mM: np.ndarray, m0: np.ndarray) -> tuple[float
 
 def one_dataset(args: tuple) -> dict:
     """The coverage record of dataset ``r``."""
-    r, n, steps, lr, folds, pool = args
+    r, n, steps, lr, folds, pool, multiples = args
     import torch
 
     from circuitstat.circuits.edge_pruning import fit_edge_pruning
@@ -46,7 +46,7 @@ def one_dataset(args: tuple) -> dict:
     torch.set_num_threads(1)
     gt = load_groundtruth(SOURCE)
     task, fresh = gt.task(n, r), gt.task(pool, 10_000_000 + r)
-    k = int(gt.truth.sum())
+    ks = [int(m * gt.truth.sum()) for m in multiples]
     opts = {"steps": steps, "lr": lr, "sparsity": 1.0, "init": 1.0}
     s_fit, s_sel = spawn_seeds(r, 2)
     full = fit_edge_pruning(gt.model, task, seed=s_fit, **opts).log_alpha
@@ -55,17 +55,26 @@ def one_dataset(args: tuple) -> dict:
         res = faithfulness(gt.model, task, masks, rows=rows, progress=False)
         return res.m_circuit, res.m_clean, res.m_empty
 
-    sel = refit_selection_faithfulness(fold_refit(gt.model, task, np.arange(n), **opts), full, evaluate, [k],
+    sel = refit_selection_faithfulness(fold_refit(gt.model, task, np.arange(n), **opts), full, evaluate, ks,
                                        n_obs=n, n_folds=folds, seed=s_sel)
-    selected = np.zeros(gt.truth.size, dtype=bool)
-    selected[np.argsort(-full, kind="stable")[:k]] = True
-    res = faithfulness(gt.model, fresh, np.stack([selected, gt.truth]), batch_size=256, progress=False)
-    f_sel, se_sel = _ratio_and_se(res.m_circuit[:, 0], res.m_clean, res.m_empty)
-    f_true, _ = _ratio_and_se(res.m_circuit[:, 1], res.m_clean, res.m_empty)
-    lo, hi = (float(x) for x in sel.conf_int().to_array()[0, :2])
-    return {"dataset": r, "n": n, "estimate": float(sel.estimate[0]), "lo": lo, "hi": hi, "f_pop": f_sel,
-            "f_pop_se": se_sel, "covers": lo <= f_sel <= hi, "selected_is_truth": bool((selected == gt.truth).all()),
-            "true_circuit_f_pop": f_true, "fold_jaccard": float(sel.extra["fold_circuit_jaccard"][0])}
+    order = np.argsort(-full, kind="stable")
+    selected = np.zeros((len(ks), gt.truth.size), dtype=bool)
+    for i, k in enumerate(ks):
+        selected[i, order[:k]] = True
+    res = faithfulness(gt.model, fresh, np.vstack([selected, gt.truth[None]]), batch_size=256, progress=False)
+    f_true, _ = _ratio_and_se(res.m_circuit[:, -1], res.m_clean, res.m_empty)
+    ci = sel.conf_int().to_array()
+    out = []
+    for i, k in enumerate(ks):
+        f_sel, se_sel = _ratio_and_se(res.m_circuit[:, i], res.m_clean, res.m_empty)
+        lo, hi = float(ci[i, 0]), float(ci[i, 1])
+        out.append({"dataset": r, "n": n, "k": k, "estimate": float(sel.estimate[i]), "lo": lo, "hi": hi,
+                    "f_pop": f_sel, "f_pop_se": se_sel, "covers": lo <= f_sel <= hi,
+                    "contains_truth": bool(selected[i, gt.truth].all()),
+                    "selected_is_truth": bool((selected[i] == gt.truth).all()),
+                    "null_circuit": bool(np.ptp(res.m_circuit[:, i] - res.m_empty) == 0),
+                    "true_circuit_f_pop": f_true, "fold_jaccard": float(sel.extra["fold_circuit_jaccard"][i])})
+    return out
 
 
 def main() -> None:
@@ -79,21 +88,34 @@ def main() -> None:
     p.add_argument("--folds", type=int, default=4)
     p.add_argument("--pool", type=int, default=4096)
     p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--k-multiples", type=float, nargs="+", default=[1.0])
     p.add_argument("--out", default=None)
     a = p.parse_args()
-    todo = [(r, a.n, a.steps, a.lr, a.folds, a.pool) for r in range(a.start, a.start + a.datasets)]
+    todo = [(r, a.n, a.steps, a.lr, a.folds, a.pool, a.k_multiples) for r in range(a.start, a.start + a.datasets)]
     recs = []
     with Pool(a.jobs) as pool:
-        for rec in pool.imap_unordered(one_dataset, todo):
-            recs.append(rec)
-            print(json.dumps(rec), flush=True)
-            if a.out:
-                with open(a.out, "a") as fh:
-                    fh.write(json.dumps(rec) + "\n")
-    c = np.array([x["covers"] for x in recs], dtype=float)
-    w = np.array([x["hi"] - x["lo"] for x in recs])
-    print(f"coverage {c.mean():.3f} ± {c.std(ddof=1) / np.sqrt(c.size):.3f} (MC SE) over {c.size} datasets; "
-          f"median width {np.median(w):.2f}; selected = truth on {np.mean([x['selected_is_truth'] for x in recs]):.2f}")
+        for out in pool.imap_unordered(one_dataset, todo):
+            recs += out
+            for rec in out:
+                print(json.dumps(rec), flush=True)
+                if a.out:
+                    with open(a.out, "a") as fh:
+                        fh.write(json.dumps(rec) + "\n")
+    summarise(recs)
+
+
+def summarise(recs: list[dict]) -> None:
+    """Print coverage with its MC SE per k: all datasets, and those whose circuit moves the metric at all."""
+    for k in sorted({x["k"] for x in recs}):
+        at = [x for x in recs if x["k"] == k]
+        for name, sub in (("all", at), ("non-null circuits", [x for x in at if not x["null_circuit"]])):
+            if len(sub) < 2:
+                continue
+            c = np.array([x["covers"] for x in sub], dtype=float)
+            w = np.array([x["hi"] - x["lo"] for x in sub])
+            print(f"k={k} {name}: coverage {c.mean():.3f} ± {c.std(ddof=1) / np.sqrt(c.size):.3f} (MC SE) over "
+                  f"{c.size} datasets; median width {np.median(w):.2f}; circuit holds the truth on "
+                  f"{np.mean([x['contains_truth'] for x in sub]):.2f}; median f_pop {np.median([x['f_pop'] for x in sub]):.2f}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ of each size N drawn from the model's task, and scores each dataset against the 
     n_datasets: 20        # R: datasets of each size, disjoint, so they are independent draws
     alphas: [0.05, 0.1]   # FDR levels of the q-value selections
     k_multiples: [0.5, 1, 2]   # top-k circuit sizes, as multiples of the true circuit's size
-    faithfulness_methods: [exact]
+    faithfulness_methods: [exact]   # any of methods, edge-pruning too (cross-fitted with one refit per fold)
     verify: [16]          # optional: each approximate method verified on 16 prompts per dataset ("eap+verify16")
     refits: 10            # optional: bootstrap refits per dataset, the stability:refit family for every method
     edge_pruning: {steps: 50, lr: 0.2, sparsity: 1.0}   # when methods include edge-pruning (mask learning)
