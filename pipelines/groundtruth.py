@@ -12,7 +12,7 @@ of each size N drawn from the model's task, and scores each dataset against the 
     n_datasets: 20        # R: datasets of each size, disjoint, so they are independent draws
     alphas: [0.05, 0.1]   # FDR levels of the q-value selections
     k_multiples: [0.5, 1, 2]   # top-k circuit sizes, as multiples of the true circuit's size
-    faithfulness_methods: [exact]
+    faithfulness_methods: [exact]   # any of methods, edge-pruning too (cross-fitted with one refit per fold)
     verify: [16]          # optional: each approximate method verified on 16 prompts per dataset ("eap+verify16")
     refits: 10            # optional: bootstrap refits per dataset, the stability:refit family for every method
     edge_pruning: {steps: 50, lr: 0.2, sparsity: 1.0}   # when methods include edge-pruning (mask learning)
@@ -75,7 +75,7 @@ class GroundTruthSpec(_RunOptions):
     n_resamples: int = N_RESAMPLES.pydantic("groundtruth")  # the audit's default: its p-value floor 1/(B+1) lets BH reject
     thresholds: list[float] = Field(default_factory=lambda: [0.6, 0.75, 0.9], min_length=1)
     n_subsamples: int = Field(100, ge=10, le=100_000)
-    faithfulness_methods: list[METHOD] = Field(default_factory=lambda: ["exact"])
+    faithfulness_methods: list[GT_METHOD] = Field(default_factory=lambda: ["exact"])
     ig_steps: int = IG_STEPS.pydantic()
     confidence_level: float = Field(0.95, gt=0.5, lt=1.0)
     batch_size: int = BATCH_SIZE.pydantic("groundtruth")
@@ -241,8 +241,13 @@ def _roc_table(summary: list[dict]) -> dict[str, list]:
             "estimand": [r["estimand"] for r in rows]}
 
 
-def _columns(rows: list[dict]) -> dict[str, list]:
-    return {k: [r[k] for r in rows] for k in rows[0]} if rows else {}
+def _columns(rows: list[dict], table: str | None = None) -> dict[str, list]:
+    """Rows as columns; no rows (e.g. no FDR rows when every method is a mask method): the table's columns, empty."""
+    from circuitstat.core.schema import columns
+
+    if rows:
+        return {k: [r[k] for r in rows] for k in rows[0]}
+    return {c: [] for c in columns(table)} if table else {}
 
 
 def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int | None = None,
@@ -291,7 +296,9 @@ def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int
                 models.append(_model_row(gt, m, population))
                 evals = population_evaluations(gt, tasks[m], spec) if spec.faithfulness_methods else None
                 if "edge-pruning" in spec.methods:
-                    per_dataset += _with_model(m, pruning_rows(gt, tasks[m], spec, run.stage_seed(f"prune:{m}"), ROC_GRID))
+                    ep_evals = evals if "edge-pruning" in spec.faithfulness_methods else None
+                    per_dataset += _with_model(m, pruning_rows(gt, tasks[m], spec, run.stage_seed(f"prune:{m}"),
+                                                               ROC_GRID, ep_evals))
                 for method in _score_methods(spec):
                     S = np.asarray(table_to_matrix(run.table(f"scores_{_slug(m)}_{method.replace('-', '_')}")),
                                    dtype=np.float64)
@@ -315,7 +322,7 @@ def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int
             summary = summarise(per_dataset, KEYS, spec.confidence_level)
             return {"groundtruth_models": _columns(models), "groundtruth_datasets": _columns(per_dataset),
                     "groundtruth_summary": _columns([r for r in summary if r["family"] != "roc"]),
-                    "groundtruth_fdr": _columns(fdr_rows(per_dataset, KEYS)), "groundtruth_roc": _roc_table(summary)}
+                    "groundtruth_fdr": _columns(fdr_rows(per_dataset, KEYS), "groundtruth_fdr"), "groundtruth_roc": _roc_table(summary)}
 
         keys = ("sizes", "n_datasets", "alphas", "k_multiples", "ranking", "n_resamples", "thresholds", "n_subsamples",
                 "faithfulness_methods", "confidence_level") + tuple(k for k in ("verify", "refits", "edge_pruning")
@@ -365,7 +372,7 @@ def summary_lines(tables: dict[str, Any], alpha: float = 0.05) -> list[str]:
     def ci(v: tuple[float, float, float]) -> str:
         return f"{v[0]:.2f} [{v[1]:.2f},{v[2]:.2f}]" if np.isfinite(v[0]) else "—"
 
-    lines = [f"ground truth at N = {n} ({max(fdr['n_datasets'])} datasets; [..]: 95% t interval over datasets of "
+    lines = [f"ground truth at N = {n} ({max(s['n_datasets'])} datasets; [..]: 95% t interval over datasets of "
              f"the expected value for a dataset of N prompts)",
              f"{'model':<34} {'method':<19} {'AUROC':>17} {'pessimistic':>17} {'F1 top-|C|':>17} "
              f"{'FDR q=' + format(alpha, 'g'):>14} {'power':>6}"]

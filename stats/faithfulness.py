@@ -370,20 +370,25 @@ def _jaccard_to(masks: np.ndarray, ref: np.ndarray) -> np.ndarray:
 
 def _crossfit(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ranking: str, n_folds: int, n_repeats: int,
               seed: np.random.SeedSequence, tie_rng: np.random.Generator, full_masks: np.ndarray,
-              groups: np.ndarray | None, strata: np.ndarray | None = None) -> tuple[np.ndarray, list, np.ndarray]:
+              groups: np.ndarray | None, strata: np.ndarray | None = None,
+              fold_means: Callable[[list[np.ndarray]], np.ndarray] | None = None) -> tuple[np.ndarray, list, np.ndarray]:
     """Return (held-out m(C) averaged over repeats [N, C], [(fold rows, m(C) [rows, C])] per repeat and fold,
     mean Jaccard of the fold circuits to the full-data circuit [C]). With ``strata`` the folds are stratified
-    and each training set's means are stratum-weighted (circuitstat.stats.strata.stratum_weighted_means)."""
-    n = S.shape[0]
+    and each training set's means are stratum-weighted (circuitstat.stats.strata.stratum_weighted_means).
+    ``fold_means(split) -> [folds, E]``: the selection's score vectors, one per fold, each from the other folds
+    (a refitted selection such as learned masks: circuitstat.stats.faithfulness_refit); S is then ignored."""
+    n = len(cache.m_clean)
     acc = np.zeros((n, len(ks)))
     jac = np.zeros(len(ks))
     folds = []
     rng = np.random.default_rng(seed)
-    total = S.sum(0)
+    total = S.sum(0) if fold_means is None else None
     for _ in range(n_repeats):
         split = fold_split(rng, n, n_folds, groups, strata)
         # each fold's circuit is selected from the mean scores of the other folds
-        if strata is None:
+        if fold_means is not None:
+            means = np.asarray(fold_means(split), dtype=np.float64)
+        elif strata is None:
             means = np.stack([(total - S[f].sum(0)) / (n - f.size) for f in split])
         else:
             means = np.stack([stratum_weighted_means(S, np.setdiff1d(np.arange(n), f), strata) for f in split])

@@ -16,7 +16,8 @@ returns long rows ``(family, statistic, param, value)``:
 
 ``faithfulness_dataset`` adds the ``faithfulness`` family: whether the fixed-circuit interval of the
 true circuit covers its known faithfulness, and whether the selection-aware (cross-fitted) interval of
-the selected top-k circuit covers that circuit's population faithfulness and the true circuit's.
+the selected top-k circuit covers that circuit's population faithfulness and the true circuit's;
+``faithfulness_refit_dataset`` the same rows for a mask fit (one refit per cross-fitting fold).
 
 ``summarise`` turns the rows of R datasets into intervals over datasets (circuitstat.stats.groundtruth.over_datasets)
 and ``fdr_rows`` into the FDR calibration verdicts (circuitstat.stats.groundtruth.fdr_check).
@@ -34,7 +35,7 @@ from .groundtruth import DATASET_ESTIMAND, auroc, fdr_check, over_datasets, pess
 from circuitstat.core.topk import ranking_key
 
 __all__ = ["Row", "score_dataset", "score_vector_dataset", "refit_rows", "score_verified_dataset",
-           "faithfulness_dataset", "summarise", "fdr_rows", "TESTS"]
+           "faithfulness_dataset", "faithfulness_refit_dataset", "summarise", "fdr_rows", "TESTS"]
 
 Row = tuple[str, str, str, float]  # (family, statistic, param, value)
 TESTS = ("bootstrap", "t")
@@ -162,6 +163,33 @@ def score_verified_dataset(approx: np.ndarray, exact: np.ndarray, labelled: np.n
     return rows
 
 
+def _fixed_truth_rows(rows: np.ndarray, truth: np.ndarray, evaluations: Any, true_value: float, n_resamples: int,
+                      confidence_level: float, seed: Any) -> list[Row]:
+    """The fixed-circuit interval rows of the true circuit on the dataset's population ``rows``."""
+    from .faithfulness import fixed_circuit_interval
+    from .resampling import ResamplingPlan
+
+    mc, mM, m0 = evaluations.get(truth[None], rows)
+    fixed = fixed_circuit_interval(mc, mM, m0, ResamplingPlan.bootstrap(len(rows), n_resamples, seed),
+                                   confidence_level=confidence_level)
+    lo, hi = float(fixed.confidence_interval.low[0]), float(fixed.confidence_interval.high[0])
+    return [("faithfulness", "fixed_estimate", "", float(fixed.estimate[0])),
+            ("faithfulness", "fixed_covers_truth", "", float(lo <= true_value <= hi)),
+            ("faithfulness", "fixed_width", "", hi - lo)]
+
+
+def _selected_rows(sel: Any, key: np.ndarray, truth: np.ndarray, evaluations: Any, true_value: float) -> list[Row]:
+    """Coverage rows of a selection-aware interval ``sel`` of the top-|C| circuit of ranking ``key`` [E]."""
+    lo, hi = float(sel.confidence_interval.low[0]), float(sel.confidence_interval.high[0])
+    selected = np.zeros_like(truth)
+    selected[np.argsort(-key, kind="stable")[:int(truth.sum())]] = True
+    f_sel = float(evaluations.population_faithfulness(selected[None])[0])
+    return [("faithfulness", "selected_estimate", "", float(sel.estimate[0])),
+            ("faithfulness", "selected_covers_own", "", float(lo <= f_sel <= hi)),
+            ("faithfulness", "selected_covers_truth", "", float(lo <= true_value <= hi)),
+            ("faithfulness", "selected_is_truth", "", float((selected == truth).all()))]
+
+
 def faithfulness_dataset(S: np.ndarray, rows: np.ndarray, truth: np.ndarray, evaluations: Any, *, true_value: float,
                          ranking: str = "absolute", n_resamples: int = 500, confidence_level: float = 0.95,
                          seed: Any = 0) -> list[Row]:
@@ -171,33 +199,41 @@ def faithfulness_dataset(S: np.ndarray, rows: np.ndarray, truth: np.ndarray, eva
     drawn from; ``true_value``: the true circuit's faithfulness on the task's distribution (known by
     construction).
     """
-    from .faithfulness import MIN_PER_FOLD, fixed_circuit_interval, selection_aware_faithfulness
-    from .resampling import ResamplingPlan, spawn_seeds
+    from .faithfulness import MIN_PER_FOLD, selection_aware_faithfulness
+    from .resampling import spawn_seeds
 
     s_fix, s_sel = spawn_seeds(seed, 2)
     n, k = len(rows), int(truth.sum())
-    mc, mM, m0 = evaluations.get(truth[None], rows)
-    fixed = fixed_circuit_interval(mc, mM, m0, ResamplingPlan.bootstrap(n, n_resamples, s_fix),
-                                   confidence_level=confidence_level)
-    lo, hi = float(fixed.confidence_interval.low[0]), float(fixed.confidence_interval.high[0])
-    out: list[Row] = [("faithfulness", "fixed_estimate", "", float(fixed.estimate[0])),
-                      ("faithfulness", "fixed_covers_truth", "", float(lo <= true_value <= hi)),
-                      ("faithfulness", "fixed_width", "", hi - lo)]
+    out = _fixed_truth_rows(rows, truth, evaluations, true_value, n_resamples, confidence_level, s_fix)
     n_folds = min(5, n // MIN_PER_FOLD)
     if n_folds < 2:
         return out
     sel = selection_aware_faithfulness(S, lambda masks, r: evaluations.get(masks, rows[r]), [k], ranking=ranking,
                                        n_folds=n_folds, n_repeats=2, seed=s_sel, confidence_level=confidence_level)
-    lo, hi = float(sel.confidence_interval.low[0]), float(sel.confidence_interval.high[0])
-    mean = S.sum(0) / n
-    order = np.argsort(-ranking_key(mean, ranking), kind="stable")[:k]
-    selected = np.zeros_like(truth)
-    selected[order] = True
-    f_sel = float(evaluations.population_faithfulness(selected[None])[0])
-    return out + [("faithfulness", "selected_estimate", "", float(sel.estimate[0])),
-                  ("faithfulness", "selected_covers_own", "", float(lo <= f_sel <= hi)),
-                  ("faithfulness", "selected_covers_truth", "", float(lo <= true_value <= hi)),
-                  ("faithfulness", "selected_is_truth", "", float((selected == truth).all()))]
+    return out + _selected_rows(sel, ranking_key(S.sum(0) / n, ranking), truth, evaluations, true_value)
+
+
+def faithfulness_refit_dataset(scores: np.ndarray, refit: Any, rows: np.ndarray, truth: np.ndarray, evaluations: Any, *,
+                               true_value: float, ranking: str = "signed", n_folds: int = 4, n_repeats: int = 1,
+                               n_resamples: int = 500, confidence_level: float = 0.95, seed: Any = 0) -> list[Row]:
+    """``faithfulness_dataset``'s rows for a selection without per-example scores (a mask fit): ``scores`` [E]
+    its fit on the dataset, ``refit(train_rows, seed) -> [E]`` its fit on dataset rows ``train_rows``
+    (circuitstat.stats.faithfulness_refit: cross-fitted with one refit per fold)."""
+    from .faithfulness import MIN_PER_FOLD
+    from .faithfulness_refit import refit_selection_faithfulness
+    from .resampling import spawn_seeds
+
+    s_fix, s_sel = spawn_seeds(seed, 2)
+    n = len(rows)
+    out = _fixed_truth_rows(rows, truth, evaluations, true_value, n_resamples, confidence_level, s_fix)
+    n_folds = min(n_folds, n // MIN_PER_FOLD)
+    if n_folds < 2 or n_folds * n_repeats < 3:
+        return out
+    sel = refit_selection_faithfulness(refit, scores, lambda masks, r: evaluations.get(masks, rows[r]),
+                                       [int(truth.sum())], n_obs=n, ranking=ranking, n_folds=n_folds,
+                                       n_repeats=n_repeats, seed=s_sel, confidence_level=confidence_level)
+    return out + _selected_rows(sel, ranking_key(np.asarray(scores, dtype=np.float64), ranking), truth, evaluations,
+                                true_value)
 
 
 def summarise(rows: Sequence[dict], keys: Sequence[str], confidence_level: float = 0.95) -> list[dict]:

@@ -25,7 +25,8 @@ def _spec(tmp_path: Path, **over) -> str:
 
 def test_edge_pruning_is_scored_with_refit_stability_beside_attribution(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    r = CliRunner().invoke(app, ["study", "groundtruth", _spec(tmp_path), "--out", str(out)])
+    spec = _spec(tmp_path, faithfulness_methods=["edge-pruning"], sizes=[16])
+    r = CliRunner().invoke(app, ["study", "groundtruth", spec, "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert "edge-pruning" in r.output
     tables = RunTables(out, TABLES, "groundtruth_summary", {}).tables()
@@ -33,7 +34,9 @@ def test_edge_pruning_is_scored_with_refit_stability_beside_attribution(tmp_path
         schema_for(name).validate(t)
     d = tables["groundtruth_datasets"].to_pandas()
     ep, eap = d[d.method == "edge-pruning"], d[d.method == "eap"]
-    assert set(ep.family) == {"ranking", "topk", "roc", "stability:refit"}  # no per-example tests or subsamples
+    # no per-example tests or subsamples; the faithfulness family only where asked for
+    assert set(ep.family) == {"ranking", "topk", "roc", "stability:refit", "faithfulness"}
+    assert "faithfulness" not in set(eap.family)
     assert {"test:bootstrap", "stability", "stability:refit"} <= set(eap.family)
     for rows in (ep, eap):  # one refit-stability value per dataset and statistic, each a proper value
         refit = rows[rows.family == "stability:refit"]
@@ -41,14 +44,39 @@ def test_edge_pruning_is_scored_with_refit_stability_beside_attribution(tmp_path
     auc = ep.value[ep.statistic == "auroc"]
     assert len(auc) == 5 and auc.between(0, 1).all() and auc.nunique() > 1  # a fit per dataset
     assert not list(out.glob("**/scores_*edge_pruning*"))  # no per-example scores stage for a mask method
+    f = ep[ep.family == "faithfulness"]
+    assert set(f.statistic) == {"fixed_estimate", "fixed_covers_truth", "fixed_width", "selected_estimate",
+                                "selected_covers_own", "selected_covers_truth", "selected_is_truth"}
+    assert (f.groupby("statistic").size() == 5).all()  # one value per dataset
+    for st in ("fixed_covers_truth", "selected_covers_own", "selected_covers_truth", "selected_is_truth"):
+        assert f.value[f.statistic == st].isin([0.0, 1.0]).all()
+    assert f.value[f.statistic == "selected_estimate"].nunique() > 1  # a cross-fit per dataset
+
+
+def test_a_study_of_mask_methods_alone_has_an_empty_fdr_table_and_a_summary() -> None:
+    """With only mask methods there are no per-edge tests: the FDR table is empty but valid, the summary prints."""
+    import pyarrow as pa
+
+    from circuitstat.pipelines.groundtruth import KEYS, _columns, summary_lines
+    from circuitstat.stats.groundtruth_scoring import summarise
+
+    rows = [{"model": "m", "method": "edge-pruning", "n": 8, "dataset": r, "family": "ranking", "statistic": "auroc",
+             "param": "", "value": 0.5 + 0.1 * r} for r in range(3)]
+    fdr = schema_for("groundtruth_fdr").validate(pa.table(_columns([], "groundtruth_fdr")))
+    assert fdr.num_rows == 0 and "fdr" in fdr.column_names
+    tables = {"groundtruth_summary": pa.table(_columns(summarise(rows, KEYS))), "groundtruth_fdr": fdr,
+              "groundtruth_models": pa.table({"model": ["m"], "n_true": [4]})}
+    text = "\n".join(summary_lines(tables))
+    assert "3 datasets" in text and "edge-pruning" in text and "0.60 [" in text
 
 
 def test_mask_method_spec_errors(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, ["study", "groundtruth", _spec(tmp_path, refits=2), "--out", str(tmp_path / "a")])
     assert r.exit_code == 2 and "refits" in r.output
-    r = CliRunner().invoke(app, ["study", "groundtruth", _spec(tmp_path, faithfulness_methods=["edge-pruning"]),
+    r = CliRunner().invoke(app, ["study", "groundtruth", _spec(tmp_path, methods=["eap"],
+                                                               faithfulness_methods=["edge-pruning"]),
                                  "--out", str(tmp_path / "b")])
-    assert r.exit_code == 2 and "faithfulness_methods" in r.output
+    assert r.exit_code == 2 and "faithfulness_methods" in r.output  # only among the methods
     r = CliRunner().invoke(app, ["study", "groundtruth", _spec(tmp_path, edge_pruning={"steps": 0}),
                                  "--out", str(tmp_path / "c")])
     assert r.exit_code == 2 and "steps" in r.output
@@ -74,3 +102,37 @@ def test_edge_pruning_stability_refits_each_resample_with_its_weights() -> None:
     res = edge_pruning_stability(gt.model, task, plan, [4], seed=9, steps=3)
     assert res.n_resamples == 3 and res.params["plan"]["n_resamples"] == 3
     assert res.inclusion_counts[0].sum() == 3 * 4 and res.ranking == "signed"
+
+
+def test_edge_pruning_faithfulness_refits_once_per_fold_each_an_independent_fit() -> None:
+    """The cross-fit calls the refit once per fold; each fold's logits are bit for bit edge pruning fitted on the
+    other folds' prompts alone with that fold's seed; the folds' held-out prompts partition the dataset."""
+    from circuitstat.circuits.edge_pruning import fit_edge_pruning
+    from circuitstat.circuits.faithfulness import faithfulness
+    from circuitstat.circuits.groundtruth.planted import PlantedSpec, planted_induction
+    from circuitstat.pipelines.groundtruth_masks import fold_refit
+    from circuitstat.stats.faithfulness_refit import refit_selection_faithfulness
+
+    gt = planted_induction(PlantedSpec(background=0.25))
+    task = gt.task(24, 1)
+    rows = np.arange(4, 20)  # a dataset of 16 prompts inside the population
+    inner, calls = fold_refit(gt.model, task, rows, steps=3), []
+
+    def refit(train, seed):
+        calls.append((np.array(train), seed, inner(train, seed)))
+        return calls[-1][2]
+
+    def evaluate(masks, r):
+        res = faithfulness(gt.model, task, masks, rows=rows[r], progress=False)
+        return res.m_circuit, res.m_clean, res.m_empty
+
+    full = fit_edge_pruning(gt.model, task, rows=rows, steps=3, seed=0).log_alpha
+    sel = refit_selection_faithfulness(refit, full, evaluate, [4], n_obs=16, n_folds=4, seed=3)
+    assert len(calls) == 4 and sel.extra["refits"][0] == 4
+    held = [np.setdiff1d(np.arange(16), t) for t, _, _ in calls]
+    assert np.array_equal(np.sort(np.concatenate(held)), np.arange(16))
+    assert len({tuple(s.spawn_key) for _, s, _ in calls}) == 4
+    for train, seed, v in calls:
+        np.testing.assert_array_equal(v, fit_edge_pruning(gt.model, task, rows=rows[train], steps=3, seed=seed).log_alpha)
+    lo, hi = sel.conf_int().to_array()[0, :2]
+    assert lo < sel.estimate[0] < hi and np.isfinite([lo, hi]).all()

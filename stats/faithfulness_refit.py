@@ -1,0 +1,95 @@
+"""Selection-aware faithfulness of a circuit whose selection is a refit, not a top-k of per-example scores.
+
+A mask-learned circuit (edge pruning: circuitstat.circuits.edge_pruning) has no per-example scores whose
+training-fold means could select each fold's circuit, so circuitstat.stats.faithfulness's cross-fitting is run
+with the selection itself repeated: for each of ``n_repeats`` random splits into ``n_folds`` folds, the
+selection is refitted on the other folds' prompts (``refit(train_rows, seed)``: a fresh seed per refit, from
+the call's seed), its top-k circuit is evaluated on the held-out fold, and the corrected resampled t interval
+(Nadeau & Bengio 2003; circuitstat.stats.faithfulness._corrected_t) is taken over the splits.  Its variance
+inflation carries the variability of the refitted circuits (over prompts and over the optimisation's seeds),
+which is what the interval must include: the circuit a user reports is one draw of that optimisation on
+their N prompts.  With ``refit`` = top-k of the training folds' mean scores it is exactly
+``selection_aware_faithfulness(S, ...)`` (the tests check it), so the two intervals state the same estimand.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from circuitstat.core.errors import InputError
+from circuitstat.core.seeds import as_seed_sequence, seed_record, spawn_seeds
+from circuitstat.core.topk import ranking_key
+
+from .faithfulness import (ESTIMAND_SELECTED, Evaluate, FaithfulnessInterval, _check_selection_settings,
+                           _corrected_t, _crossfit, _EvaluationCache, _topk_masks, ratio_of_means)
+
+__all__ = ["Refit", "refit_selection_faithfulness"]
+
+#: ``refit(train_rows [n_train] int, seed) -> scores [E]``: the selection run on the training prompts only
+Refit = Callable[[np.ndarray, np.random.SeedSequence], np.ndarray]
+
+
+def _fold_means(refit: Refit, n: int, n_edges: int, seeds: list[np.random.SeedSequence], calls: list[int]):
+    """The cross-fit's ``fold_means``: one refit per fold on the other folds' rows, each with the next seed."""
+    def fold_means(split: list[np.ndarray]) -> np.ndarray:
+        out = []
+        for rows in split:
+            train = np.setdiff1d(np.arange(n), rows)
+            v = np.asarray(refit(train, seeds[calls[0]]), dtype=np.float64)
+            calls[0] += 1
+            if v.shape != (n_edges,) or not np.isfinite(v).all():
+                raise InputError(f"refit returned scores of shape {v.shape} (or NaN/inf); it must return [{n_edges}] "
+                                 "finite scores, one per edge")
+            out.append(v)
+        return np.stack(out)
+    return fold_means
+
+
+def refit_selection_faithfulness(refit: Refit, scores: np.ndarray, evaluate: Evaluate, ks: Sequence[int], *,
+                                 n_obs: int, ranking: str = "signed", n_folds: int = 4, n_repeats: int = 1,
+                                 seed: Any = None, confidence_level: float = 0.95, groups: np.ndarray | None = None,
+                                 rtol: float = 1e-4, atol: float = 1e-6) -> FaithfulnessInterval:
+    """Return the cross-fitted faithfulness of the top-k circuit of a refitted selection, with the corrected t interval.
+
+    ``refit(train_rows, seed) -> [E]`` selects on the given rows of the ``n_obs`` prompts (called exactly
+    ``n_folds x n_repeats`` times); ``scores`` [E]: the same selection on all of them (the circuit one
+    reports, compared with the fold circuits in ``fold_circuit_jaccard``); ``evaluate`` as in
+    circuitstat.stats.faithfulness.selection_aware_faithfulness; ``groups``: whole templates per fold.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    n, ks = int(n_obs), [int(k) for k in ks]
+    if scores.ndim != 1 or scores.size < 2 or not np.isfinite(scores).all():
+        raise InputError(f"scores must be one finite score per edge (at least 2 edges), got shape {scores.shape}")
+    ranking_key(np.zeros(1), ranking)  # raises InputError for an unknown ranking
+    if not ks or min(ks) < 1 or max(ks) >= scores.size:
+        raise InputError(f"every k must lie in [1, {scores.size - 1}] (fewer than the {scores.size} edges), got {ks}")
+    _check_selection_settings("crossfit", "corrected-t", n, n_folds, n_repeats, None, confidence_level)
+    if groups is not None and np.shape(groups) != (n,):
+        raise InputError(f"groups must hold one label per example ({n}), got shape {np.shape(groups)}")
+    root = as_seed_sequence(seed)
+    # the first three children are selection_aware_faithfulness's (splits, plan, ties): the same folds
+    split_seed, _, tie_seed, refit_seed = spawn_seeds(root, 4)
+    tie_rng = np.random.default_rng(tie_seed)
+    calls = [0]
+    fold_means = _fold_means(refit, n, scores.size, spawn_seeds(refit_seed, n_folds * n_repeats), calls)
+    cache = _EvaluationCache(evaluate, n, scores.size)
+    full_masks = _topk_masks(scores, ks, ranking, tie_rng)
+    held, folds, jac = _crossfit(None, cache, ks, ranking, n_folds, n_repeats, split_seed, tie_rng, full_masks,
+                                 None if groups is None else np.asarray(groups), fold_means=fold_means)
+    theta = ratio_of_means(held, cache.m_clean, cache.m_empty, rtol=rtol, atol=atol)
+    ci, se, df = _corrected_t(theta, folds, cache.m_clean, cache.m_empty, n_folds, confidence_level)
+    extra = {"fold_circuit_jaccard": jac, "t_df": np.full(len(ks), df, dtype=np.int64),
+             "refits": np.full(len(ks), calls[0], dtype=np.int64),
+             "evaluated_circuit_rows": np.full(len(ks), cache.circuit_rows, dtype=np.int64),
+             "cost_vs_fixed": np.full(len(ks), cache.circuit_rows / (n * len(ks)))}
+    params = {"estimator": "refit_selection_faithfulness", "scheme": "crossfit-refit", "ranking": ranking, "ks": ks,
+              "method": "corrected-t", "confidence_level": confidence_level, "seed": seed_record(root), "plan": None,
+              "rtol": rtol, "atol": atol, "estimand": ESTIMAND_SELECTED, "n_folds": n_folds, "n_repeats": n_repeats,
+              "folds": "whole groups" if groups is not None else "examples",
+              "selection": "top-k of a refit on the training folds (a fresh seed per refit)"}
+    return FaithfulnessInterval(
+        estimate=theta, confidence_interval=ci, intervals={"corrected-t": ci}, standard_error=se,
+        method="corrected-t", confidence_level=confidence_level, estimand=ESTIMAND_SELECTED, n_obs=n, n_resamples=0,
+        k=np.asarray(ks), extra=extra, params=params)
