@@ -480,9 +480,35 @@ def heads_flops(spec: AuditSpec, cfg) -> float:
     return float(forward + match * (1 + HEADS_NULL_PERMUTATIONS))
 
 
+FAITHFULNESS_PASSES = 3  # the curve over every prompt, then the cross-fitting's 2 repeats (each prompt held out once)
+
+
+def faithfulness_forwards(spec: AuditSpec) -> int:
+    """Upper bound on the example forwards of the faithfulness stage of ``spec``, per method: each pass runs, per batch,
+    the clean, the fully patched and the counterfactual run plus one patched run per circuit, over every prompt; each
+    extra k of the circuit choice's search (at most ``k_search``, below the grid's largest k) is one more circuit."""
+    C, extra = len(spec.k), min(spec.k_search, max(spec.k))
+    return FAITHFULNESS_PASSES * spec.task.n * ((C + 3) + 4 * extra)
+
+
+def faithfulness_flops(spec: AuditSpec, cfg) -> float:
+    """The faithfulness stage's FLOPs on a model of config ``cfg``: :func:`faithfulness_forwards` full forwards per
+    method (a verified method's circuits too), priced as ``--plan`` prices a forward; 0 without the stage."""
+    if not spec.faithfulness:
+        return 0.0
+    from circuitstat.circuits.plan import forward_flops
+    from circuitstat.pipelines.build import task_positions
+
+    positions = task_positions(spec.task.name, spec.task.options or {}) or min(int(cfg.n_ctx), 64)
+    methods = len(spec.methods) + (0 if spec.verify is None or spec.verify.edges is not None
+                                   else sum(m != "exact" for m in spec.methods))
+    return float(methods * faithfulness_forwards(spec) * forward_flops(cfg, positions))
+
+
 def audit_flops(spec: AuditSpec, cfg) -> float:
     """The FLOPs of every stage of ``spec`` on models of config ``cfg``: its methods' attribution, the verification's
-    second phase and head stability (the stage the issue-37 trial saw run 140 s past its estimate)."""
+    second phase, faithfulness (an upper bound) and head stability (the stage the issue-37 trial saw run 140 s past
+    its estimate)."""
     from circuitstat.pipelines.build import attribution_flops
 
     total = sum(attribution_flops(cfg, spec, m, spec.task.n, ig_steps=spec.ig_steps, level=spec.level)
@@ -491,7 +517,7 @@ def audit_flops(spec: AuditSpec, cfg) -> float:
         from circuitstat.pipelines.verify import phase2_flops
 
         total += phase2_flops(cfg, spec, spec.verify, n_methods=sum(m != "exact" for m in spec.methods))
-    return total + heads_flops(spec, cfg)
+    return total + faithfulness_flops(spec, cfg) + heads_flops(spec, cfg)
 
 
 def _run_kind(spec: AuditSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False,
