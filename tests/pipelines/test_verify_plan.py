@@ -137,10 +137,15 @@ def test_service_accepts_and_prices_the_verify_spec():
     P = task_positions("induction", {"seq_len": 5})
     extra = check_work("audit", ver, 1e30, LOCAL) - check_work("audit", plain, 1e30, LOCAL)
     assert extra == pytest.approx(verify_cost(cfg, n=16, N=64, positions=P, n_edges=15, batch_size=8).flops, rel=1e-9)
-    # with exact on every prompt already, verifying costs nothing more
+    # with exact on every prompt already, phase 2 costs nothing more: only the faithfulness of the circuits
+    # selected from the verified estimates (eap+verified) is added
+    from circuitstat.circuits.plan import forward_flops
+    from circuitstat.pipelines.audit.run import faithfulness_forwards
+
     both = {**base, "methods": ["exact", "eap"]}
-    assert check_work("audit", parse_kind("audit", {**both, "verify": {"n": 16}}), 1e30, LOCAL) == pytest.approx(
-        check_work("audit", parse_kind("audit", both), 1e30, LOCAL))
+    both_ver = parse_kind("audit", {**both, "verify": {"n": 16}})
+    assert check_work("audit", both_ver, 1e30, LOCAL) - check_work("audit", parse_kind("audit", both), 1e30, LOCAL) \
+        == pytest.approx(faithfulness_forwards(both_ver) * forward_flops(cfg, P), rel=1e-9)
     att = parse_kind("attribute", {"model": MODEL, "n": 64, "batch_size": 8, "verify": {"n": 16}})
     assert att.verify.n == 16
     with pytest.raises(InputError, match="verify.n <= 62"):
