@@ -8,7 +8,7 @@ Where this module departs from that code it says so:
 - equivalence uses the proportion statistic the paper's docstring defines, P̂(Δ > 0) with
   Δ = s(C(x)) − s(M(x)), not the mean score difference ``non_equivalence.py`` passes to its p-value;
 - the minimality test's per-edge family is adjusted (Holm by default, BH on request); the reference
-  code leaves this as "TODO: still need to add bonferroni correction";
+  code leaves that correction out (a comment there says it is still to be added);
 - the HSIC bandwidth is the median heuristic per variable (Gretton et al. 2007), not the median of the
   cross distances between the two variables, and the permutation p-value counts the observed statistic
   ((1 + #{null ≥ observed}) / (B + 1)), so it is never 0;

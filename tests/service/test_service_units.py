@@ -402,7 +402,8 @@ def test_progress_moves_within_a_stage_and_its_eta_counts_down_or_is_unknown(tmp
     spell outlasts it the ETA is unknown (None), not a made-up number."""
     from support import AUDIT
 
-    from circuitstat.core.provenance import utc_now
+    import datetime as _dt
+
     from circuitstat.pipelines.parallel import run_chunks, units_listener
     from circuitstat.pipelines.service.progress import EtaClock, planned_stages, progress, read_units
     from circuitstat.pipelines.service.runner import _UnitsFile
@@ -411,11 +412,13 @@ def test_progress_moves_within_a_stage_and_its_eta_counts_down_or_is_unknown(tmp
     spec = parse_spec(AUDIT, "spec")
     planned = planned_stages("audit", spec)
     job, run = tmp_path / "job", tmp_path / "job" / "run"
-    _manifest_at(run, {"index": {"status": "done"}, "scores_exact": {"status": "running", "started_utc": utc_now()}})
+    started = "2026-01-01T00:00:00.000000Z"  # a fixed stage start: the units record is dated relative to it
+    _manifest_at(run, {"index": {"status": "done"}, "scores_exact": {"status": "running", "started_utc": started}})
     with units_listener(_UnitsFile(job)):  # the worker's listener: a stage's first and last unit are always written
         seen = run_chunks(lambda c: read_units(job).get("done"), [1, 2, 3, 4])
     assert seen == [0, 0, 0, 0] and read_units(job)["done"] == read_units(job)["total"] == 4
-    (job / "units.json").write_text(json.dumps({"done": 2, "total": 4, "at": time.time() + 1}))
+    since = _dt.datetime(2026, 1, 1, tzinfo=_dt.timezone.utc).timestamp() + 1  # written after the stage began
+    (job / "units.json").write_text(json.dumps({"done": 2, "total": 4, "at": since}))
     p = progress("audit", spec, run, started_at=0.0, now=100.0)
     assert p.stage == "scores_exact" and p.fraction == pytest.approx(1.5 / len(planned))  # not 1/len: within too
     (job / "units.json").write_text(json.dumps({"done": 2, "total": 4, "at": 0.0}))  # from before the stage began
