@@ -30,6 +30,11 @@ SCALARS: dict[str, tuple[float, float, bool]] = {
     "rotary_emb_base": (0.0, INF, False),
     "attn_logit_softcapping": (0.0, INF, False),
     "final_logit_softcapping": (0.0, INF, False),
+    # Granite: scales of the embeddings, attention scores, residual writes; logits are divided by logits_scaling
+    "embedding_multiplier": (0.0, INF, False),
+    "attention_multiplier": (0.0, INF, False),
+    "residual_multiplier": (0.0, INF, False),
+    "logits_scaling": (0.0, INF, False),
 }
 ROPE_SCALARS: dict[str, tuple[float, float, bool]] = {
     "rope_theta": (0.0, INF, False),

@@ -25,7 +25,8 @@ from circuitstat.core.errors import UnsupportedArchitectureError
 from .model import CircuitModel, ModelConfig
 from .rope_config import rope_fields
 
-SUPPORTED = ("gpt2", "gpt_neox", "llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2")
+SUPPORTED = ("gpt2", "gpt_neox", "llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2",
+             "gemma", "granite")
 
 # model types that are not a family but hold one: where the supported family is, in the refusal
 POINTERS = {
@@ -54,6 +55,8 @@ class Family:
     qk_norm: str = "none"
     gemma: bool = False  # √d embedding scale, query_pre_attn_scalar, soft-caps
     fused: bool = False  # Phi-3's qkv_proj and gate_up_proj
+    scaled_embed: bool = False  # Gemma 1: the √d embedding scale alone (no query_pre_attn_scalar or soft-caps)
+    granite: bool = False  # embedding, attention and residual multipliers, logits_scaling
     act_key: str = "hidden_act"
     source: str = ""
 
@@ -70,6 +73,10 @@ FAMILIES = {
     "phi3": Family(fused=True, source="models/phi3/modeling_phi3.py"),
     "olmo2": Family(norm="rmsnorm_f32w", post_only=True, qk_norm="full",
                     source="models/olmo2/modeling_olmo2.py (q_norm/k_norm over the whole projection)"),
+    "gemma": Family(norm="rmsnorm_1p", scaled_embed=True,
+                    source="models/gemma/modeling_gemma.py (GemmaTextScaledWordEmbedding, GemmaRMSNorm's 1 + w)"),
+    "granite": Family(granite=True, source="models/granite/modeling_granite.py (multipliers; residual_multiplier "
+                                           "folded into each sender's output projection: writes stay additive)"),
 }
 
 # Fields that do not change the eval-mode forward pass of a single sequence without cache.
@@ -80,7 +87,9 @@ IRRELEVANT = {"initializer_range", "use_cache", "bos_token_id", "eos_token_id", 
 READ = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
         "head_dim", "vocab_size", "max_position_embeddings", "rms_norm_eps", "rope_parameters", "hidden_act",
         "hidden_activation", "attention_bias", "mlp_bias", "sliding_window", "layer_types", "query_pre_attn_scalar",
-        "attn_logit_softcapping", "final_logit_softcapping", "use_bidirectional_attention"}
+        "attn_logit_softcapping", "final_logit_softcapping", "use_bidirectional_attention",
+        # Granite (Family.granite): read by _decoder_config, residual_multiplier by _fold_residual_multiplier
+        "embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling"}
 
 
 def _refuse(kind: str, field: str, value, fix: str) -> UnsupportedArchitectureError:
@@ -206,6 +215,11 @@ def _decoder_config(c, fam: Family) -> ModelConfig:
         extra = dict(attn_scalar=float(c.query_pre_attn_scalar), embed_scale=float(D ** 0.5),
                      attn_softcap=getattr(c, "attn_logit_softcapping", None),
                      logit_softcap=getattr(c, "final_logit_softcapping", None))
+    elif fam.scaled_embed:  # GemmaModel: embed_scale=hidden_size**0.5, cast to the weights' dtype
+        extra = dict(embed_scale=float(D ** 0.5))
+    elif fam.granite:  # GraniteModel, GraniteAttention.scaling, GraniteForCausalLM
+        extra = dict(embed_multiplier=float(c.embedding_multiplier), attn_multiplier=float(c.attention_multiplier),
+                     logits_scaling=float(c.logits_scaling))
     return ModelConfig(
         n_layers=c.num_hidden_layers, n_heads=H, d_model=D, d_head=E, d_mlp=c.intermediate_size,
         vocab_size=c.vocab_size, n_ctx=c.max_position_embeddings, n_kv_heads=Hkv, norm=fam.norm,
@@ -266,7 +280,22 @@ def _decoder(hf) -> tuple[ModelConfig, dict]:
             sd.update({p + "ln1_w": b.input_layernorm.weight, p + "ln1_b": zeros(D),
                        p + "ln2_w": b.post_attention_layernorm.weight, p + "ln2_b": zeros(D)})
         sd.update(_mlp_weights(cfg, b.mlp, fam.fused, p))
+    if fam.granite:
+        _fold_residual_multiplier(sd, cfg.n_layers, float(c.residual_multiplier))
     return cfg, sd
+
+
+def _fold_residual_multiplier(sd: dict, n_layers: int, r: float) -> None:
+    """Granite's residual_multiplier folded into each sender's output projection, in place.
+
+    GraniteDecoderLayer adds ``residual + out * r`` for the attention output (Σ_h z_h W_O[h] + b_O) and the MLP
+    output, so each head's and MLP's write to the stream is r times its projection: W_O, b_O, W_out and b_out
+    scaled by r (in float32, one rounding) make the senders' outputs those writes, additive as in Llama.
+    """
+    for i in range(n_layers):
+        for name in ("W_O", "b_O", "W_out", "b_out"):
+            t = sd[f"blocks.{i}.{name}"]
+            sd[f"blocks.{i}.{name}"] = (t.float() * r).to(t.dtype)
 
 
 def _mlp_weights(cfg: ModelConfig, mlp, fused: bool, p: str) -> dict:

@@ -19,6 +19,8 @@ def feature_lines(cfg: ModelConfig) -> list[str]:
     attn = []
     if cfg.attn_scalar is not None:
         attn.append(f"scores x query_pre_attn_scalar^-1/2 ({cfg.attn_scalar:g})")
+    if cfg.attn_multiplier is not None:
+        attn.append(f"scores x attention_multiplier {cfg.attn_multiplier:g} (not d_head^-1/2)")
     if cfg.attn_softcap is not None:
         attn.append(f"tanh soft-cap {cfg.attn_softcap:g}")
     if cfg.sliding_window is not None:
@@ -46,6 +48,10 @@ def feature_lines(cfg: ModelConfig) -> list[str]:
         norms.append("norms on attention and MLP outputs" + (" (sandwich)" if cfg.pre_norm else ""))
     if cfg.embed_scale is not None:
         norms.append(f"embeddings x {cfg.embed_scale:.4g}")
+    if cfg.embed_multiplier is not None:
+        norms.append(f"embeddings x {cfg.embed_multiplier:g}")
+    if cfg.logits_scaling is not None:
+        norms.append(f"logits / {cfg.logits_scaling:g}")
     if cfg.logit_softcap is not None:
         norms.append(f"logits tanh soft-cap {cfg.logit_softcap:g}")
     if cfg.tied_embeddings:

@@ -42,6 +42,11 @@ FAMILIES = {
         "short_factor": [1.5, 3.0], "long_factor": [4.0, 8.0]})),
     # OLMo 2: q/k norms over the whole projection, norms on the attention and MLP outputs only
     "olmo2": ("olmo2", dict()),
+    # Gemma 1: (1 + w) RMSNorm, √d embedding scale, GeGLU (tanh GELU), head_dim (16) != hidden / heads (8), tied
+    "gemma": ("gemma", dict(head_dim=16)),
+    # Granite: every multiplier far from 1 (attention_multiplier 0.6 vs head_dim**-0.5 = 0.35)
+    "granite": ("granite", dict(embedding_multiplier=3.0, attention_multiplier=0.6, residual_multiplier=0.4,
+                                logits_scaling=2.0)),
 }
 
 

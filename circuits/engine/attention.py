@@ -124,10 +124,16 @@ def project_rows(cfg: ModelConfig, blk, x: torch.Tensor, local: torch.Tensor) ->
 def attention_pattern(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     """Attention pattern (float32) [B, H, Pq, Pk] of queries ``q`` over keys ``k``.
 
-    Scores are scaled by 1/sqrt(d_head), or by query_pre_attn_scalar**-0.5 (Gemma), then soft-capped
+    Scores are scaled by 1/sqrt(d_head), by query_pre_attn_scalar**-0.5 (Gemma) or by Granite's
+    attention_multiplier, then soft-capped
     as cap * tanh(s / cap) where the model does (Gemma 2: ``eager_attention_forward``'s softcap)."""
     scores = (q @ k.transpose(-1, -2)).float()
-    scores = scores / math.sqrt(cfg.d_head) if cfg.attn_scalar is None else scores * cfg.attn_scalar ** -0.5
+    if cfg.attn_multiplier is not None:  # Granite: scores * attention_multiplier (GraniteAttention.scaling)
+        scores = scores * cfg.attn_multiplier
+    elif cfg.attn_scalar is not None:
+        scores = scores * cfg.attn_scalar ** -0.5
+    else:
+        scores = scores / math.sqrt(cfg.d_head)
     if cfg.attn_softcap is not None:
         scores = torch.tanh(scores / cfg.attn_softcap) * cfg.attn_softcap
     scores = scores.masked_fill(~allowed, float("-inf"))

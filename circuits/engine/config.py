@@ -46,7 +46,9 @@ class ModelConfig:
     ``sliding_window`` with per-layer ``layer_types``, ``rope`` (the rotary schedule of full-attention
     layers: {"rope_type": ..., its parameters}) and ``rope_local`` (sliding layers' own schedule with
     its ``rope_theta``, Gemma 3), ``rope_max_positions`` (longest prompt whose rotary frequencies
-    are the ones implemented, for length-dependent schedules).
+    are the ones implemented, for length-dependent schedules), and Granite's ``attn_multiplier`` (scores
+    times it, in place of d_head**-0.5), ``embed_multiplier`` (token embeddings times it, a Python scalar as
+    in GraniteModel) and ``logits_scaling`` (logits divided by it).
     """
 
     n_layers: int
@@ -79,6 +81,9 @@ class ModelConfig:
     rope: dict | None = None
     rope_local: dict | None = None
     rope_max_positions: int | None = None
+    attn_multiplier: float | None = None
+    embed_multiplier: float | None = None
+    logits_scaling: float | None = None
 
     def __post_init__(self) -> None:
         for name, value, allowed in (
@@ -104,7 +109,8 @@ class ModelConfig:
 
     def _check_family_fields(self) -> None:
         """InputError naming the first of the newer fields that has a wrong type or value."""
-        for name in ("attn_scalar", "attn_softcap", "logit_softcap", "embed_scale"):
+        for name in ("attn_scalar", "attn_softcap", "logit_softcap", "embed_scale", "attn_multiplier",
+                     "embed_multiplier", "logits_scaling"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
                                   or v <= 0):

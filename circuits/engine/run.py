@@ -116,12 +116,14 @@ class Forward:
         return self.run(input_ids, attention_mask).logits
 
     def token_embedding(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """The token part of the ``input`` sender [..., D]: W_E rows (times Gemma's √d scale)."""
+        """The token part of the ``input`` sender [..., D]: W_E rows (times Gemma's √d scale, Granite's multiplier)."""
         x = self.W_E[input_ids]
         if self.cfg.embed_scale is not None:
             # Gemma: the √d normaliser is a float32 tensor cast to the weights' dtype (HF's
             # Gemma2TextScaledWordEmbedding), so bf16 models scale by the rounded value, as HF does
             x = x * torch.tensor(self.cfg.embed_scale, dtype=torch.float32, device=x.device).to(x.dtype)
+        if self.cfg.embed_multiplier is not None:  # GraniteModel: inputs_embeds * embedding_multiplier
+            x = x * self.cfg.embed_multiplier
         return x
 
     def embed(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -150,8 +152,11 @@ class Forward:
         return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
     def _unembed(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits from final residual vectors [..., D] (tanh soft-capped where the model does: Gemma)."""
+        """Logits from final residual vectors [..., D] (divided by Granite's logits_scaling; tanh soft-capped where
+        the model does: Gemma)."""
         logits = apply_norm(self.cfg, x, self.lnf_w, self.lnf_b) @ self.unembed + self.b_U
+        if self.cfg.logits_scaling is not None:  # GraniteForCausalLM: logits / logits_scaling
+            logits = logits / self.cfg.logits_scaling
         cap = self.cfg.logit_softcap
         return logits if cap is None else torch.tanh(logits / cap) * cap
 

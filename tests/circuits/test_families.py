@@ -234,6 +234,8 @@ REFUSED = {
                                   "short_factor": [1.0, 1.0], "long_factor": [1.0, 1.0], "mscale": 2.0}},
              "rope_parameters.mscale"),
     "olmo2": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
+    "gemma": ({"use_bidirectional_attention": True}, "use_bidirectional_attention=True"),
+    "granite": ({"mlp_bias": True}, "mlp_bias=True"),
 }
 
 
@@ -264,7 +266,7 @@ def test_token_ablation_removes_the_scaled_embedding():
     assert torch.equal(x[0, 1], m.embed(ids, m.positions(mask))[0, 1]) and x[0, 1].abs().max() > 0
 
 
-@pytest.mark.parametrize("arch", ["qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2"])
+@pytest.mark.parametrize("arch", ["qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2", "gemma", "granite"])
 def test_random_specs_have_small_defaults_and_parity(arch):
     """``random:ARCH`` builds a small model of each new family offline (transformers' own config class)."""
     from circuitstat.circuits import load_hf
