@@ -43,7 +43,7 @@ from .engine.attention import attention_pattern, project_shared, qk_normalize
 from .engine.gradients import GradientGates
 from .engine.masks import layer_masks
 from .engine.norms import attn_input_norm
-from .engine.rotary import apply_rotary, layer_rotary
+from .engine.rotary import apply_rotary, layer_rotary, rotary_of_layer
 
 ATP_METHODS = {"atp-qkfix": (True, False), "atp-graddrop": (False, True), "atpstar": (True, True)}
 """method: (qk_fix, graddrop)."""
@@ -104,8 +104,9 @@ def _patched_qk(model, layer: int, x: torch.Tensor, rot) -> tuple[torch.Tensor, 
     cfg, blk = model.cfg, model.blocks[layer]
     q, k, _ = project_shared(cfg, blk, attn_input_norm(cfg, blk, x))
     q, k = qk_normalize(cfg, blk, q, 0), qk_normalize(cfg, blk, k, 1)
+    rot = rotary_of_layer(cfg, rot, layer)
     if rot is not None:
-        cos, sin = rot[cfg.is_sliding(layer)]
+        cos, sin = rot
         q, k = apply_rotary(cfg, q, cos, sin), apply_rotary(cfg, k, cos, sin)
     return q, k
 

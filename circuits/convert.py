@@ -26,7 +26,7 @@ from .model import CircuitModel, ModelConfig
 from .rope_config import rope_fields
 
 SUPPORTED = ("gpt2", "gpt_neox", "llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2",
-             "gemma", "granite")
+             "gemma", "granite", "smollm3")
 
 # model types that are not a family but hold one: where the supported family is, in the refusal
 POINTERS = {
@@ -57,6 +57,7 @@ class Family:
     fused: bool = False  # Phi-3's qkv_proj and gate_up_proj
     scaled_embed: bool = False  # Gemma 1: the √d embedding scale alone (no query_pre_attn_scalar or soft-caps)
     granite: bool = False  # embedding, attention and residual multipliers, logits_scaling
+    nope: bool = False  # SmolLM3: no_rope_layers (layers without rotary embeddings)
     act_key: str = "hidden_act"
     source: str = ""
 
@@ -77,6 +78,8 @@ FAMILIES = {
                     source="models/gemma/modeling_gemma.py (GemmaTextScaledWordEmbedding, GemmaRMSNorm's 1 + w)"),
     "granite": Family(granite=True, source="models/granite/modeling_granite.py (multipliers; residual_multiplier "
                                            "folded into each sender's output projection: writes stay additive)"),
+    "smollm3": Family(nope=True, source="models/smollm3/modeling_smollm3.py (NoPE layers; windows on NoPE layers "
+                                        "with use_sliding_window, through layer_types)"),
 }
 
 # Fields that do not change the eval-mode forward pass of a single sequence without cache.
@@ -89,7 +92,9 @@ READ = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_
         "hidden_activation", "attention_bias", "mlp_bias", "sliding_window", "layer_types", "query_pre_attn_scalar",
         "attn_logit_softcapping", "final_logit_softcapping", "use_bidirectional_attention",
         # Granite (Family.granite): read by _decoder_config, residual_multiplier by _fold_residual_multiplier
-        "embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling"}
+        "embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling",
+        # SmolLM3 (Family.nope): no_rope_layers, which its config builds from no_rope_layer_interval when absent
+        "no_rope_layers", "no_rope_layer_interval"}
 
 
 def _refuse(kind: str, field: str, value, fix: str) -> UnsupportedArchitectureError:
@@ -226,8 +231,19 @@ def _decoder_config(c, fam: Family) -> ModelConfig:
         norm_eps=c.rms_norm_eps, positional="rotary", rotary_dim=rot, mlp="gated",
         act=getattr(c, fam.act_key), arch=c.model_type, tied_embeddings=_tied(c),
         pre_norm=not fam.post_only, post_norm=fam.sandwich or fam.post_only, qk_norm=fam.qk_norm,
-        **_windows(c, c.num_hidden_layers), **rope_fields(c), **extra,
+        **_windows(c, c.num_hidden_layers), **rope_fields(c), **extra, **_nope(c, fam),
     )
+
+
+def _nope(c, fam: Family) -> dict:
+    """SmolLM3's per-layer rotary switch (``no_rope_layers[i]`` 1: rotary, 0: NoPE), or nothing."""
+    if not fam.nope:
+        return {}
+    flags = [bool(v) for v in list(c.no_rope_layers)[: c.num_hidden_layers]]
+    if len(flags) < c.num_hidden_layers:
+        raise _refuse(c.model_type, "no_rope_layers", list(c.no_rope_layers),
+                      f"give one entry per layer ({c.num_hidden_layers})")
+    return {} if all(flags) else {"rope_layers": flags}
 
 
 def _tied(c) -> bool:

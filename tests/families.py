@@ -47,6 +47,8 @@ FAMILIES = {
     # Granite: every multiplier far from 1 (attention_multiplier 0.6 vs head_dim**-0.5 = 0.35)
     "granite": ("granite", dict(embedding_multiplier=3.0, attention_multiplier=0.6, residual_multiplier=0.4,
                                 logits_scaling=2.0)),
+    # SmolLM3: layer 1 is a NoPE layer (no rotary) with a window of 3 (use_sliding_window: windows on NoPE layers)
+    "smollm3": ("smollm3", dict(no_rope_layers=[1, 0], use_sliding_window=True, sliding_window=3)),
 }
 
 

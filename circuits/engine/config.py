@@ -48,7 +48,8 @@ class ModelConfig:
     its ``rope_theta``, Gemma 3), ``rope_max_positions`` (longest prompt whose rotary frequencies
     are the ones implemented, for length-dependent schedules), and Granite's ``attn_multiplier`` (scores
     times it, in place of d_head**-0.5), ``embed_multiplier`` (token embeddings times it, a Python scalar as
-    in GraniteModel) and ``logits_scaling`` (logits divided by it).
+    in GraniteModel) and ``logits_scaling`` (logits divided by it); ``rope_layers``: per layer whether its queries
+    and keys are rotated (SmolLM3's NoPE layers have no positional encoding at all; None: every layer).
     """
 
     n_layers: int
@@ -84,6 +85,7 @@ class ModelConfig:
     attn_multiplier: float | None = None
     embed_multiplier: float | None = None
     logits_scaling: float | None = None
+    rope_layers: list[bool] | None = None
 
     def __post_init__(self) -> None:
         for name, value, allowed in (
@@ -130,6 +132,13 @@ class ModelConfig:
             self.layer_types = list(self.layer_types)
             if "sliding_attention" in self.layer_types and self.sliding_window is None:
                 raise InputError("model config layer_types has sliding_attention layers but no sliding_window")
+        if self.rope_layers is not None:
+            if not isinstance(self.rope_layers, (list, tuple)) or len(self.rope_layers) != self.n_layers \
+                    or any(not isinstance(v, bool) for v in self.rope_layers):
+                raise InputError(f"model config rope_layers must list true or false per layer ({self.n_layers} entries)")
+            if self.positional != "rotary":
+                raise InputError("model config rope_layers needs positional='rotary'")
+            self.rope_layers = list(self.rope_layers)
         for name in ("rope", "rope_local"):
             v = getattr(self, name)
             if v is None:
@@ -156,6 +165,10 @@ class ModelConfig:
         if self.sliding_window is None:
             return False
         return self.layer_types is None or self.layer_types[layer] == "sliding_attention"
+
+    def is_rotary(self, layer: int) -> bool:
+        """Whether ``layer`` rotates its queries and keys (False for SmolLM3's NoPE layers)."""
+        return self.positional == "rotary" and (self.rope_layers is None or self.rope_layers[layer])
 
     @property
     def additive_writes(self) -> bool:

@@ -21,7 +21,7 @@ from .config import ModelConfig
 from .masks import layer_masks
 from .mlp import mlp
 from .norms import attn_input_norm, norm_jvp, post_norm
-from .rotary import apply_rotary, layer_rotary
+from .rotary import apply_rotary, layer_rotary, rotary_of_layer
 
 
 def edge_delta(model, mask, cf, blocks, layer, n_up, attention: bool, live, attn_pre=()):
@@ -166,8 +166,9 @@ class Patching:
         kind, h = local // H, local % H
         sliding = cfg.is_sliding(layer)
         new = project_rows(cfg, blk, attn_input_norm(cfg, blk, pre + delta), local)  # [R, T, E]
-        if w.rot is not None:
-            cos, sin = w.rot[sliding]
+        rot = rotary_of_layer(cfg, w.rot, layer)
+        if rot is not None:
+            cos, sin = rot
             turned = apply_rotary(cfg, new, cos[:, 0], sin[:, 0])
             new = torch.where((kind < 2)[:, None, None], turned, new)
         q, k, v = (t[rows, h, :e] for t in clean.qkv[layer])  # [R, e, E]
@@ -203,8 +204,9 @@ class Patching:
         sliding = cfg.is_sliding(layer)
         q, k, v = project_shared(cfg, blk, attn_input_norm(cfg, blk, resid))  # [R, H, T, E]
         q, k = qk_normalize(cfg, blk, q, 0), qk_normalize(cfg, blk, k, 1)
-        if w.rot is not None:
-            q, k = apply_rotary(cfg, q, *w.rot[sliding]), apply_rotary(cfg, k, *w.rot[sliding])
+        rot = rotary_of_layer(cfg, w.rot, layer)
+        if rot is not None:
+            q, k = apply_rotary(cfg, q, *rot), apply_rotary(cfg, k, *rot)
         if w.start:
             ck, cv = clean.qkv[layer][1], clean.qkv[layer][2]
             k = torch.cat((ck[w.rows, :, : w.start], k), dim=2)

@@ -123,6 +123,15 @@ def layer_rotary(model, positions: torch.Tensor) -> dict[bool, tuple[torch.Tenso
     return {False: full, True: rotary_tables(model.inv_freq_local, positions, rotary_scaling(cfg, True))}
 
 
+def rotary_of_layer(cfg: ModelConfig, rot: dict | None, layer: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The (cos, sin) ``layer`` rotates with, from :func:`layer_rotary`'s tables ``rot``; None where it does not
+    rotate (no rotary embedding, or a NoPE layer: SmolLM3Attention skips apply_rotary_pos_emb where
+    ``no_rope_layers[layer]`` is 0)."""
+    if rot is None or not cfg.is_rotary(layer):
+        return None
+    return rot[cfg.is_sliding(layer)]
+
+
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     """The last axis' halves swapped, the first negated: (x1, x2) -> (-x2, x1)."""
     half = x.shape[-1] // 2

@@ -38,7 +38,7 @@ from .masks import layer_masks
 from .mlp import mlp
 from .norms import apply_norm, post_norm
 from .patching import edge_delta, patch_senders
-from .rotary import layer_rotary
+from .rotary import layer_rotary, rotary_of_layer
 
 
 @dataclass
@@ -320,7 +320,7 @@ class Forward:
         q_at = r.logits_at if r.fast_last and layer == cfg.n_layers - 1 else None
         sliding = cfg.is_sliding(layer)
         z, attn_out, pattern = attention_block(cfg, blk, resid, dense, sparse, r.allowed[sliding],
-                                               None if r.rot is None else r.rot[sliding], r.per_head,
+                                               rotary_of_layer(cfg, r.rot, layer), r.per_head,
                                                q_at=q_at, keep=out.qkv if r.keep_qkv else None, probes=probes)
         if q_at is not None:  # from here on only the read-out position of each row
             resid = resid[torch.arange(B, device=resid.device), q_at][:, None]
