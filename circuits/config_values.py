@@ -35,6 +35,7 @@ SCALARS: dict[str, tuple[float, float, bool]] = {
     "attention_multiplier": (0.0, INF, False),
     "residual_multiplier": (0.0, INF, False),
     "logits_scaling": (0.0, INF, False),
+    "clip_qkv": (0.0, INF, False),  # OLMo 1: q, k and v clamped to [-clip_qkv, clip_qkv]
 }
 ROPE_SCALARS: dict[str, tuple[float, float, bool]] = {
     "rope_theta": (0.0, INF, False),

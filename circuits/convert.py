@@ -26,7 +26,7 @@ from .model import CircuitModel, ModelConfig
 from .rope_config import rope_fields
 
 SUPPORTED = ("gpt2", "gpt_neox", "llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2",
-             "gemma", "granite", "smollm3")
+             "gemma", "granite", "smollm3", "olmo")
 
 # model types that are not a family but hold one: where the supported family is, in the refusal
 POINTERS = {
@@ -58,6 +58,9 @@ class Family:
     scaled_embed: bool = False  # Gemma 1: the √d embedding scale alone (no query_pre_attn_scalar or soft-caps)
     granite: bool = False  # embedding, attention and residual multipliers, logits_scaling
     nope: bool = False  # SmolLM3: no_rope_layers (layers without rotary embeddings)
+    eps_key: str | None = "rms_norm_eps"  # the config field of the norms' epsilon; None: fixed_eps
+    fixed_eps: float = 1e-5  # OLMo 1: OlmoLayerNorm's eps=1e-5, not a config field
+    clip_qkv: bool = False  # OLMo 1: q, k and v clamped to ±clip_qkv
     act_key: str = "hidden_act"
     source: str = ""
 
@@ -80,6 +83,8 @@ FAMILIES = {
                                            "folded into each sender's output projection: writes stay additive)"),
     "smollm3": Family(nope=True, source="models/smollm3/modeling_smollm3.py (NoPE layers; windows on NoPE layers "
                                         "with use_sliding_window, through layer_types)"),
+    "olmo": Family(norm="layernorm", eps_key=None, clip_qkv=True,
+                   source="models/olmo/modeling_olmo.py (OlmoLayerNorm: no weight or bias, eps 1e-5; clip_qkv)"),
 }
 
 # Fields that do not change the eval-mode forward pass of a single sequence without cache.
@@ -94,7 +99,8 @@ READ = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_
         # Granite (Family.granite): read by _decoder_config, residual_multiplier by _fold_residual_multiplier
         "embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling",
         # SmolLM3 (Family.nope): no_rope_layers, which its config builds from no_rope_layer_interval when absent
-        "no_rope_layers", "no_rope_layer_interval"}
+        "no_rope_layers", "no_rope_layer_interval",
+        "clip_qkv"}  # OLMo 1 (Family.clip_qkv)
 
 
 def _refuse(kind: str, field: str, value, fix: str) -> UnsupportedArchitectureError:
@@ -222,13 +228,15 @@ def _decoder_config(c, fam: Family) -> ModelConfig:
                      logit_softcap=getattr(c, "final_logit_softcapping", None))
     elif fam.scaled_embed:  # GemmaModel: embed_scale=hidden_size**0.5, cast to the weights' dtype
         extra = dict(embed_scale=float(D ** 0.5))
-    elif fam.granite:  # GraniteModel, GraniteAttention.scaling, GraniteForCausalLM
+    if fam.clip_qkv and getattr(c, "clip_qkv", None) is not None:  # OlmoAttention: clamp_ after the projections
+        extra["clip_qkv"] = float(c.clip_qkv)
+    if fam.granite:  # GraniteModel, GraniteAttention.scaling, GraniteForCausalLM
         extra = dict(embed_multiplier=float(c.embedding_multiplier), attn_multiplier=float(c.attention_multiplier),
                      logits_scaling=float(c.logits_scaling))
     return ModelConfig(
         n_layers=c.num_hidden_layers, n_heads=H, d_model=D, d_head=E, d_mlp=c.intermediate_size,
         vocab_size=c.vocab_size, n_ctx=c.max_position_embeddings, n_kv_heads=Hkv, norm=fam.norm,
-        norm_eps=c.rms_norm_eps, positional="rotary", rotary_dim=rot, mlp="gated",
+        norm_eps=fam.fixed_eps if fam.eps_key is None else getattr(c, fam.eps_key), positional="rotary", rotary_dim=rot, mlp="gated",
         act=getattr(c, fam.act_key), arch=c.model_type, tied_embeddings=_tied(c),
         pre_norm=not fam.post_only, post_norm=fam.sandwich or fam.post_only, qk_norm=fam.qk_norm,
         **_windows(c, c.num_hidden_layers), **rope_fields(c), **extra, **_nope(c, fam),
@@ -268,7 +276,8 @@ def _decoder(hf) -> tuple[ModelConfig, dict]:
     D, H, Hkv, E = cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.d_head
     m = hf.model
     zeros = lambda *s: torch.zeros(*s)  # noqa: E731
-    sd = {"W_E": m.embed_tokens.weight, "lnf_w": m.norm.weight, "lnf_b": zeros(D), "b_U": zeros(c.vocab_size)}
+    sd = {"W_E": m.embed_tokens.weight, "b_U": zeros(c.vocab_size)}
+    sd["lnf_w"], sd["lnf_b"] = _norm_params(m.norm, D)
     if not cfg.tied_embeddings:
         sd["W_U"] = hf.get_output_embeddings().weight.T
     group = H // Hkv
@@ -293,8 +302,8 @@ def _decoder(hf) -> tuple[ModelConfig, dict]:
             sd.update({p + "ln1_post_w": b.post_attention_layernorm.weight,
                        p + "ln2_post_w": b.post_feedforward_layernorm.weight})
         else:  # LlamaDecoderLayer: post_attention_layernorm is the MLP's input norm
-            sd.update({p + "ln1_w": b.input_layernorm.weight, p + "ln1_b": zeros(D),
-                       p + "ln2_w": b.post_attention_layernorm.weight, p + "ln2_b": zeros(D)})
+            sd[p + "ln1_w"], sd[p + "ln1_b"] = _norm_params(b.input_layernorm, D)
+            sd[p + "ln2_w"], sd[p + "ln2_b"] = _norm_params(b.post_attention_layernorm, D)
         sd.update(_mlp_weights(cfg, b.mlp, fam.fused, p))
     if fam.granite:
         _fold_residual_multiplier(sd, cfg.n_layers, float(c.residual_multiplier))
@@ -312,6 +321,13 @@ def _fold_residual_multiplier(sd: dict, n_layers: int, r: float) -> None:
         for name in ("W_O", "b_O", "W_out", "b_out"):
             t = sd[f"blocks.{i}.{name}"]
             sd[f"blocks.{i}.{name}"] = (t.float() * r).to(t.dtype)
+
+
+def _norm_params(norm, D: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weight, bias) of a pre-norm: RMSNorm's weight and no bias, LayerNorm's weight and bias where it has them
+    (OLMo 1's OlmoLayerNorm has neither: a weight of ones and a bias of zeros, exact in any dtype)."""
+    w, b = getattr(norm, "weight", None), getattr(norm, "bias", None)
+    return (w if w is not None else torch.ones(D)), (b if b is not None else torch.zeros(D))
 
 
 def _mlp_weights(cfg: ModelConfig, mlp, fused: bool, p: str) -> dict:

@@ -50,8 +50,8 @@ _SMALL = {
 }
 # the decoder families of circuitstat.circuits.convert.FAMILIES: the same small shape (head_dim where the config
 # class has the field; Phi-3 and OLMo 2 use hidden_size // heads)
-for _arch in ("qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2", "gemma", "granite", "smollm3"):
-    _SMALL[_arch] = dict(_SMALL["llama"], **({} if _arch in ("phi3", "olmo2", "granite", "smollm3") else {"head_dim": 32}))
+for _arch in ("qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2", "gemma", "granite", "smollm3", "olmo"):
+    _SMALL[_arch] = dict(_SMALL["llama"], **({} if _arch in ("phi3", "olmo2", "granite", "smollm3", "olmo") else {"head_dim": 32}))
 _SMALL["phi3"].update(original_max_position_embeddings=2048)
 for _arch in ("gemma2", "gemma3_text"):
     _SMALL[_arch].update(query_pre_attn_scalar=32)

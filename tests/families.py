@@ -49,6 +49,8 @@ FAMILIES = {
                                 logits_scaling=2.0)),
     # SmolLM3: layer 1 is a NoPE layer (no rotary) with a window of 3 (use_sliding_window: windows on NoPE layers)
     "smollm3": ("smollm3", dict(no_rope_layers=[1, 0], use_sliding_window=True, sliding_window=3)),
+    # OLMo 1: non-parametric LayerNorm, q/k/v clamped at 1.5 (a good share of the projections is clamped)
+    "olmo": ("olmo", dict(clip_qkv=1.5)),
 }
 
 

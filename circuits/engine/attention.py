@@ -75,7 +75,13 @@ def full_projection(cfg: ModelConfig, blk, kind: int) -> tuple[torch.Tensor, tor
 
 
 def qk_normalize(cfg: ModelConfig, blk, t: torch.Tensor, kind: int) -> torch.Tensor:
-    """Queries (kind 0) or keys (1) [B, H, P, E] of a shared input after the model's q/k norm."""
+    """Queries (kind 0), keys (1) or values (2) [B, H, P, E] of a shared input after the model's clip_qkv clamp
+    and q/k norm.
+
+    OLMo 1's clamp (OlmoAttention: ``query_states.clamp_(-clip_qkv, clip_qkv)``, likewise keys and values) acts
+    on each head's projection alone, so it belongs to that head's q, k or v receiver, elementwise, like a per-head
+    q/k norm; gradient probes sit before it, so receiver gradients pass through it exactly (zero where clamped)."""
+    t = clip_qkv(cfg, t)
     if cfg.qk_norm == "none" or kind == 2:
         return t
     w = blk.lnq_w if kind == 0 else blk.lnk_w
@@ -86,6 +92,11 @@ def qk_normalize(cfg: ModelConfig, blk, t: torch.Tensor, kind: int) -> torch.Ten
     B, Hg, P, E = g.shape
     n = apply_norm(cfg, g.transpose(1, 2).reshape(B, P, Hg * E), w).view(B, P, Hg, E).transpose(1, 2)
     return n.repeat_interleave(group, 1) if group > 1 else n
+
+
+def clip_qkv(cfg: ModelConfig, t: torch.Tensor) -> torch.Tensor:
+    """``t`` clamped to [-clip_qkv, clip_qkv] where the model clamps its projections (OLMo 1), else ``t``."""
+    return t if cfg.clip_qkv is None else t.clamp(-cfg.clip_qkv, cfg.clip_qkv)
 
 
 def project_heads(cfg: ModelConfig, blk, x: torch.Tensor, kind: int) -> torch.Tensor:
@@ -107,7 +118,7 @@ def project_rows(cfg: ModelConfig, blk, x: torch.Tensor, local: torch.Tensor) ->
     kind, h = local // H, local % H
     W = torch.stack((blk.W_Q, blk.W_K, blk.W_V)).flatten(0, 1)[local]  # [R, D, E]: each row's own head
     b = torch.stack((blk.b_Q, blk.b_K, blk.b_V)).flatten(0, 1)[local]
-    new = torch.baddbmm(b[:, None], x, W)
+    new = clip_qkv(cfg, torch.baddbmm(b[:, None], x, W))
     if cfg.qk_norm == "head":
         for k, w in ((0, blk.lnq_w), (1, blk.lnk_w)):
             new = torch.where((kind == k)[:, None, None], apply_norm(cfg, new, w), new)
@@ -165,7 +176,7 @@ def attention_block(cfg: ModelConfig, blk, resid, dense, sparse, allowed, rot, p
         q, k_, v = project_shared(cfg, blk, norm(resid))
         if probes is not None and cfg.qk_norm != "full":
             q, k_, v = q + probes[0], k_ + probes[1], v + probes[2]
-        q, k_ = qk_normalize(cfg, blk, q, 0), qk_normalize(cfg, blk, k_, 1)
+        q, k_, v = qk_normalize(cfg, blk, q, 0), qk_normalize(cfg, blk, k_, 1), qk_normalize(cfg, blk, v, 2)
         if probes is not None and cfg.qk_norm == "full":
             q, k_, v = q + probes[0], k_ + probes[1], v + probes[2]
     else:

@@ -49,7 +49,8 @@ class ModelConfig:
     are the ones implemented, for length-dependent schedules), and Granite's ``attn_multiplier`` (scores
     times it, in place of d_head**-0.5), ``embed_multiplier`` (token embeddings times it, a Python scalar as
     in GraniteModel) and ``logits_scaling`` (logits divided by it); ``rope_layers``: per layer whether its queries
-    and keys are rotated (SmolLM3's NoPE layers have no positional encoding at all; None: every layer).
+    and keys are rotated (SmolLM3's NoPE layers have no positional encoding at all; None: every layer);
+    ``clip_qkv``: every query, key and value clamped to [-clip_qkv, clip_qkv] right after its projection (OLMo 1).
     """
 
     n_layers: int
@@ -86,6 +87,7 @@ class ModelConfig:
     embed_multiplier: float | None = None
     logits_scaling: float | None = None
     rope_layers: list[bool] | None = None
+    clip_qkv: float | None = None
 
     def __post_init__(self) -> None:
         for name, value, allowed in (
@@ -112,7 +114,7 @@ class ModelConfig:
     def _check_family_fields(self) -> None:
         """InputError naming the first of the newer fields that has a wrong type or value."""
         for name in ("attn_scalar", "attn_softcap", "logit_softcap", "embed_scale", "attn_multiplier",
-                     "embed_multiplier", "logits_scaling"):
+                     "embed_multiplier", "logits_scaling", "clip_qkv"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
                                   or v <= 0):
@@ -147,6 +149,9 @@ class ModelConfig:
                 raise InputError(f"model config {name} must be a dict with rope_type one of {', '.join(ROPE_TYPES)}")
             if self.positional != "rotary":
                 raise InputError(f"model config {name} needs positional='rotary'")
+        if self.clip_qkv is not None and self.qk_norm == "full":
+            raise InputError("model config clip_qkv with qk_norm='full' is not supported (the whole-projection norm's "
+                             "gradient does not pass a clamp); use one of them")
         if self.qk_norm == "full" and self.n_kv_heads not in (None, self.n_heads) and self.n_heads % self.n_kv_heads:
             raise InputError("model config n_heads must be a multiple of n_kv_heads")
 

@@ -203,7 +203,7 @@ class Patching:
         R = resid.shape[0]
         sliding = cfg.is_sliding(layer)
         q, k, v = project_shared(cfg, blk, attn_input_norm(cfg, blk, resid))  # [R, H, T, E]
-        q, k = qk_normalize(cfg, blk, q, 0), qk_normalize(cfg, blk, k, 1)
+        q, k, v = qk_normalize(cfg, blk, q, 0), qk_normalize(cfg, blk, k, 1), qk_normalize(cfg, blk, v, 2)
         rot = rotary_of_layer(cfg, w.rot, layer)
         if rot is not None:
             q, k = apply_rotary(cfg, q, *rot), apply_rotary(cfg, k, *rot)
