@@ -26,7 +26,7 @@ from .model import CircuitModel, ModelConfig
 from .rope_config import rope_fields
 
 SUPPORTED = ("gpt2", "gpt_neox", "llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2",
-             "gemma", "granite", "smollm3", "olmo")
+             "gemma", "granite", "smollm3", "olmo", "starcoder2")
 
 # model types that are not a family but hold one: where the supported family is, in the refusal
 POINTERS = {
@@ -61,6 +61,7 @@ class Family:
     eps_key: str | None = "rms_norm_eps"  # the config field of the norms' epsilon; None: fixed_eps
     fixed_eps: float = 1e-5  # OLMo 1: OlmoLayerNorm's eps=1e-5, not a config field
     clip_qkv: bool = False  # OLMo 1: q, k and v clamped to ±clip_qkv
+    gated: bool = True  # False: StarCoder2's c_fc -> act -> c_proj MLP with biases
     act_key: str = "hidden_act"
     source: str = ""
 
@@ -85,12 +86,16 @@ FAMILIES = {
                                         "with use_sliding_window, through layer_types)"),
     "olmo": Family(norm="layernorm", eps_key=None, clip_qkv=True,
                    source="models/olmo/modeling_olmo.py (OlmoLayerNorm: no weight or bias, eps 1e-5; clip_qkv)"),
+    "starcoder2": Family(norm="layernorm", eps_key="norm_epsilon", gated=False,
+                         source="models/starcoder2/modeling_starcoder2.py (nn.LayerNorm with bias, c_fc/c_proj MLP, "
+                                "use_bias on every projection, a window on every layer)"),
 }
 
 # Fields that do not change the eval-mode forward pass of a single sequence without cache.
 IRRELEVANT = {"initializer_range", "use_cache", "bos_token_id", "eos_token_id", "pad_token_id", "attention_dropout",
               "embd_pdrop", "resid_pdrop", "pretraining_tp", "max_window_layers", "_sliding_window_pattern",
-              "use_sliding_window", "tie_word_embeddings", "original_max_position_embeddings"}
+              "use_sliding_window", "tie_word_embeddings", "original_max_position_embeddings",
+              "residual_dropout", "embedding_dropout"}
 # Fields read by the decoder conversion (directly or through the module tree and rope_fields).
 READ = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
         "head_dim", "vocab_size", "max_position_embeddings", "rms_norm_eps", "rope_parameters", "hidden_act",
@@ -100,7 +105,8 @@ READ = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_
         "embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling",
         # SmolLM3 (Family.nope): no_rope_layers, which its config builds from no_rope_layer_interval when absent
         "no_rope_layers", "no_rope_layer_interval",
-        "clip_qkv"}  # OLMo 1 (Family.clip_qkv)
+        "clip_qkv",  # OLMo 1 (Family.clip_qkv)
+        "norm_epsilon", "use_bias"}  # StarCoder2: the norms' eps; biases read from the module tree
 
 
 def _refuse(kind: str, field: str, value, fix: str) -> UnsupportedArchitectureError:
@@ -236,7 +242,7 @@ def _decoder_config(c, fam: Family) -> ModelConfig:
     return ModelConfig(
         n_layers=c.num_hidden_layers, n_heads=H, d_model=D, d_head=E, d_mlp=c.intermediate_size,
         vocab_size=c.vocab_size, n_ctx=c.max_position_embeddings, n_kv_heads=Hkv, norm=fam.norm,
-        norm_eps=fam.fixed_eps if fam.eps_key is None else getattr(c, fam.eps_key), positional="rotary", rotary_dim=rot, mlp="gated",
+        norm_eps=fam.fixed_eps if fam.eps_key is None else getattr(c, fam.eps_key), positional="rotary", rotary_dim=rot, mlp="gated" if fam.gated else "standard",
         act=getattr(c, fam.act_key), arch=c.model_type, tied_embeddings=_tied(c),
         pre_norm=not fam.post_only, post_norm=fam.sandwich or fam.post_only, qk_norm=fam.qk_norm,
         **_windows(c, c.num_hidden_layers), **rope_fields(c), **extra, **_nope(c, fam),
@@ -331,8 +337,14 @@ def _norm_params(norm, D: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _mlp_weights(cfg: ModelConfig, mlp, fused: bool, p: str) -> dict:
-    """W_gate, W_in (up), b_in, W_out, b_out of a gated MLP (Phi-3: gate_up_proj = [gate | up])."""
+    """W_gate, W_in (up), b_in, W_out, b_out of a gated MLP (Phi-3: gate_up_proj = [gate | up]); W_in, b_in, W_out,
+    b_out of StarCoder2's ungated one."""
     F_, D = cfg.d_mlp, cfg.d_model
+    zeros = torch.zeros
+    if cfg.mlp == "standard":  # Starcoder2MLP: c_proj(act(c_fc(x))), biases where use_bias
+        fc, proj = mlp.c_fc, mlp.c_proj
+        return {p + "W_in": fc.weight.T, p + "b_in": fc.bias if fc.bias is not None else zeros(F_),
+                p + "W_out": proj.weight.T, p + "b_out": proj.bias if proj.bias is not None else zeros(D)}
     if fused:  # Phi3MLP: gate, up_states = gate_up_proj(x).chunk(2, dim=-1)
         gate, up, up_b = mlp.gate_up_proj.weight[:F_], mlp.gate_up_proj.weight[F_:], None
     else:

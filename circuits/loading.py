@@ -49,9 +49,10 @@ _SMALL = {
     "gpt2": {},
 }
 # the decoder families of circuitstat.circuits.convert.FAMILIES: the same small shape (head_dim where the config
-# class has the field; Phi-3 and OLMo 2 use hidden_size // heads)
-for _arch in ("qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2", "gemma", "granite", "smollm3", "olmo"):
-    _SMALL[_arch] = dict(_SMALL["llama"], **({} if _arch in ("phi3", "olmo2", "granite", "smollm3", "olmo") else {"head_dim": 32}))
+# class has the field; the others use hidden_size // heads)
+_NO_HEAD_DIM = ("phi3", "olmo2", "granite", "smollm3", "olmo", "starcoder2")
+for _arch in ("qwen3", "mistral", "gemma2", "gemma3_text", "gemma", *_NO_HEAD_DIM):
+    _SMALL[_arch] = dict(_SMALL["llama"], **({} if _arch in _NO_HEAD_DIM else {"head_dim": 32}))
 _SMALL["phi3"].update(original_max_position_embeddings=2048)
 for _arch in ("gemma2", "gemma3_text"):
     _SMALL[_arch].update(query_pre_attn_scalar=32)
@@ -66,7 +67,7 @@ _SHAPE_KEYS = {
 }
 for _arch in FAMILIES:
     _SHAPE_KEYS[_arch] = _SHAPE_KEYS["llama"]
-_EPS_KEYS = ("layer_norm_epsilon", "layer_norm_eps", "rms_norm_eps")
+_EPS_KEYS = ("layer_norm_epsilon", "layer_norm_eps", "rms_norm_eps", "norm_epsilon")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 BYTES_PER_PARAM = 4 * 2  # float32, held twice while loading (the HF model and its converted copy)
 

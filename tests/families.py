@@ -51,6 +51,8 @@ FAMILIES = {
     "smollm3": ("smollm3", dict(no_rope_layers=[1, 0], use_sliding_window=True, sliding_window=3)),
     # OLMo 1: non-parametric LayerNorm, q/k/v clamped at 1.5 (a good share of the projections is clamped)
     "olmo": ("olmo", dict(clip_qkv=1.5)),
+    # StarCoder2: LayerNorm with bias, ungated c_fc/c_proj MLP and every projection with a bias, a window of 3
+    "starcoder2": ("starcoder2", dict(sliding_window=3)),
 }
 
 

@@ -238,6 +238,7 @@ REFUSED = {
     "granite": ({"mlp_bias": True}, "mlp_bias=True"),
     "smollm3": ({"mlp_bias": True}, "mlp_bias=True"),
     "olmo": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
+    "starcoder2": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
 }
 
 
@@ -268,7 +269,8 @@ def test_token_ablation_removes_the_scaled_embedding():
     assert torch.equal(x[0, 1], m.embed(ids, m.positions(mask))[0, 1]) and x[0, 1].abs().max() > 0
 
 
-@pytest.mark.parametrize("arch", ["qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2", "gemma", "granite", "smollm3", "olmo"])
+@pytest.mark.parametrize("arch", ["qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2", "gemma", "granite", "smollm3", "olmo",
+                                  "starcoder2"])
 def test_random_specs_have_small_defaults_and_parity(arch):
     """``random:ARCH`` builds a small model of each new family offline (transformers' own config class)."""
     from circuitstat.circuits import load_hf
@@ -281,7 +283,7 @@ def test_random_specs_have_small_defaults_and_parity(arch):
 
 
 def test_fused_training_forward_falls_back_where_it_does_not_reproduce_the_family():
-    for family in ("gemma2", "olmo2", "qwen3", "mistral", "phi3", "granite", "smollm3", "olmo"):
+    for family in ("gemma2", "olmo2", "qwen3", "mistral", "phi3", "granite", "smollm3", "olmo", "starcoder2"):
         m = from_hf(hf_model(family))
         assert not m.has_fused_forward, family
         ids, _ = batch()
