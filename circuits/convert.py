@@ -4,7 +4,7 @@ One function per layout reads the HF module tree once; the forward pass never to
 Per-head layouts follow each family's modeling file in transformers 5 (``models/<family>/modeling_*.py``):
 GPT-2's Conv1D ``c_attn`` packs [Q | K | V] column blocks; GPT-NeoX's ``query_key_value`` packs
 per head [q | k | v] (view ``[H, 3, d_head]``); the decoder families (Llama, Qwen 2/3, Mistral,
-Gemma 2/3, Phi-3, OLMo 2) have q/k/v projections (Phi-3: one fused ``qkv_proj`` [q | k | v] and a
+Gemma 1/2/3, Phi-3, OLMo 1/2, Granite, SmolLM3, StarCoder2) have q/k/v projections (Phi-3: one fused ``qkv_proj`` [q | k | v] and a
 fused ``gate_up_proj`` [gate | up]) with ``num_key_value_heads`` K/V heads shared by groups of query
 heads (ungrouped here).  The family table (:data:`FAMILIES`) says which norms, q/k norms, soft-caps
 and scales each one has; :mod:`circuitstat.circuits.rope_config` reads its rotary schedule.

@@ -29,7 +29,9 @@ output (Gemma 2/3, OLMo 2) keep each layer's summed attention output S_l in the 
 clean-corrupted and EAP-IG contract every gradient run with its own linearised writes (one
 contraction per gradient run instead of one per batch or sender group).  Soft-caps, sliding windows
 (the scores are computed in full and masked), embedding scales and per-head q/k norms are
-elementwise.  Tied embeddings hold one [V, D] matrix.
+elementwise, as are Granite's multipliers (its residual_multiplier is folded into the weights), OLMo 1's
+clip_qkv clamp and SmolLM3's NoPE layers (no rotation).  Tied embeddings hold one [V, D] matrix; an ungated MLP
+(GPT-2, NeoX, StarCoder2) has two matrices, a gated one three.
 
 FLOPs count matrix multiplications (2 per multiply-add); elementwise work is left out. The backward
 of a run whose weights are frozen costs one matmul per linear map and two per attention product.

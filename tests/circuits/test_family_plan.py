@@ -73,6 +73,22 @@ def test_weight_bytes_equal_each_familys_tensors(family):
     assert weight_bytes(m.cfg) == sum(t.numel() * 4 for t in m.state_dict().values())
 
 
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_forward_flops_equal_torchs_count_for_each_family(family):
+    """The plan's FLOPs of a forward are the matmul FLOPs torch counts in the family's own forward (StarCoder2's
+    ungated MLP, explicit head_dims, windows and clamps included): logits at every position, one example."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from circuitstat.circuits.plan import forward_flops, unembed_flops
+
+    m = from_hf(hf_model(family))
+    ids = torch.arange(3, 12)[None]  # 9 tokens, longer than every window
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        m(ids, torch.ones_like(ids))
+    P = ids.shape[1]
+    assert counter.get_total_flops() == forward_flops(m.cfg, P) + (P - 1) * unembed_flops(m.cfg)
+
+
 def test_post_norm_methods_contract_once_per_gradient_run():
     """Gemma's gradient methods count one contraction per gradient run (per-point linearised writes)."""
     from circuitstat.circuits.plan import contraction_flops, graph_of
