@@ -27,17 +27,21 @@ def feature_lines(cfg: ModelConfig) -> list[str]:
         layers = [i for i in range(cfg.n_layers) if cfg.is_sliding(i)]
         where = "every layer" if len(layers) == cfg.n_layers else f"layers {layers}"
         attn.append(f"sliding window {cfg.sliding_window} on {where}")
+    if cfg.clip_qkv is not None:
+        attn.append(f"q, k and v clamped to ±{cfg.clip_qkv:g} (part of each head's receivers)")
     if cfg.qk_norm != "none":
         attn.append("q/k RMSNorm " + ("per head" if cfg.qk_norm == "head" else "over the whole projection "
                                        "(couples heads: a head's receiver projects every head from its input)"))
     if attn:
         out.append("attention     " + "; ".join(attn))
-    if cfg.positional == "rotary" and (cfg.rope or cfg.rope_local or cfg.rotary_dim != cfg.d_head):
+    if cfg.positional == "rotary" and (cfg.rope or cfg.rope_local or cfg.rotary_dim != cfg.d_head or cfg.rope_layers):
         rope = f"rotary {(cfg.rope or {}).get('rope_type', 'default')} base {cfg.rotary_base:g}"
         if cfg.rotary_dim != cfg.d_head:
             rope += f", {cfg.rotary_dim} of {cfg.d_head} dims"
         if cfg.rope_local is not None:
             rope += f"; sliding layers {cfg.rope_local.get('rope_type', 'default')} base {cfg.rope_local['rope_theta']:g}"
+        if cfg.rope_layers is not None:
+            rope += f"; no rotary (NoPE) on layers {[i for i in range(cfg.n_layers) if not cfg.is_rotary(i)]}"
         if cfg.rope_max_positions is not None:
             rope += f"; exact up to {cfg.rope_max_positions} tokens (longer prompts refused)"
         out.append("rotary        " + rope)

@@ -289,3 +289,14 @@ def test_fused_training_forward_falls_back_where_it_does_not_reproduce_the_famil
         ids, _ = batch()
         with torch.no_grad():
             assert torch.equal(m.fused_logits(ids), m(ids))
+
+
+def test_model_description_names_the_new_families_features():
+    """``circuitstat model`` states Granite's multipliers, OLMo 1's clamp and SmolLM3's NoPE layers."""
+    from circuitstat.circuits.describe import feature_lines
+
+    text = {f: "\n".join(feature_lines(from_hf(hf_model(f)).cfg)) for f in ("granite", "olmo", "smollm3")}
+    assert "attention_multiplier 0.6" in text["granite"] and "embeddings x 3" in text["granite"]
+    assert "logits / 2" in text["granite"]
+    assert "clamped to ±1.5" in text["olmo"]
+    assert "NoPE) on layers [1]" in text["smollm3"] and "sliding window 3 on layers [1]" in text["smollm3"]
