@@ -167,9 +167,10 @@ def _hf_edge_effect(hf, task, head: int, receiver: str) -> np.ndarray:
     clean = run(task.clean, [(l0.self_attn.o_proj, grab("mix"), True), (l1, grab("x1"), True)])
     mixed = got["mix"].clone()
     mixed[..., head * E : (head + 1) * E] = got["cf"][..., head * E : (head + 1) * E]
-    granite = hf.config.model_type == "granite"
-    with torch.no_grad():  # Granite: the write is residual_multiplier * o_proj(...), no post-norm
-        post = (lambda y: y * hf.config.residual_multiplier) if granite else l0.post_attention_layernorm
+    additive = hf.config.model_type in ("granite", "olmo")  # Llama-style layers: no post-norm
+    scale = getattr(hf.config, "residual_multiplier", 1.0)
+    with torch.no_grad():  # Granite: the write is residual_multiplier * o_proj(...); OLMo 1: o_proj(...)
+        post = (lambda y: y * scale) if additive else l0.post_attention_layernorm
         dw = post(l0.self_attn.o_proj(mixed)) - post(l0.self_attn.o_proj(got["mix"]))
 
     def add(module, args, kwargs):  # the receiver's input + Δw
@@ -177,7 +178,7 @@ def _hf_edge_effect(hf, task, head: int, receiver: str) -> np.ndarray:
             return (args[0] + dw, *args[1:]), kwargs
         return args, {**kwargs, "hidden_states": kwargs["hidden_states"] + dw}
 
-    mlp_in = lambda layer: (layer.post_attention_layernorm if granite  # noqa: E731 - Llama-style: the MLP's pre-norm
+    mlp_in = lambda layer: (layer.post_attention_layernorm if additive  # noqa: E731 - Llama-style: the MLP's pre-norm
                             else getattr(layer, "pre_feedforward_layernorm", None) or layer.mlp)
     if receiver in ("m0", "m1", "logits"):
         module = {"m0": mlp_in(l0), "m1": mlp_in(l1), "logits": base.norm}[receiver]
@@ -203,13 +204,13 @@ def _hf_edge_effect(hf, task, head: int, receiver: str) -> np.ndarray:
     return (task.score(patched, indices=ar, clean_logits=clean) - task.score(clean, indices=ar, clean_logits=clean)).numpy()
 
 
-@pytest.mark.parametrize("family", ["olmo2", "gemma2", "granite"])
+@pytest.mark.parametrize("family", ["olmo2", "gemma2", "granite", "olmo"])
 def test_post_norm_edge_definition_holds_in_hf(family):
     """Edges out of a head whose layer normalises its summed attention output (OLMo 2: also q/k norms over
     the whole projection) score exactly what the HF model gives when only that receiver's input gains the
     head's post-normed write difference (one K/V head per query head, so HF can isolate a k/v receiver).
     Granite: the receiver's input gains residual_multiplier times the head's o_proj difference (the fold that
-    keeps its writes additive)."""
+    keeps its writes additive). OLMo 1: HF clamps the recomputed q, k or v (clip_qkv) itself, as the receiver does."""
     hf = hf_model(family, seed=4, num_key_value_heads=4)
     m = from_hf(hf)
     task = _task()
