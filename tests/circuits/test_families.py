@@ -305,3 +305,22 @@ def test_model_description_names_the_new_families_features():
     assert "logits / 2" in text["granite"]
     assert "clamped to ±1.5" in text["olmo"]
     assert "NoPE) on layers [1]" in text["smollm3"] and "sliding window 3 on layers [1]" in text["smollm3"]
+
+
+def test_model_config_refuses_inconsistent_new_fields():
+    """A clamp under a whole-projection q/k norm (whose gradient mapping does not pass it), NoPE flags that do not
+    match the layers, and non-positive multipliers are refused by name."""
+    from circuitstat.circuits.engine.config import ModelConfig
+    from circuitstat.core.errors import InputError
+
+    base = dict(n_layers=2, n_heads=4, d_model=32, d_head=8, d_mlp=64, vocab_size=97, positional="rotary")
+    ModelConfig(**base, clip_qkv=1.0, rope_layers=[True, False], attn_multiplier=0.5)  # valid
+    with pytest.raises(InputError, match="clip_qkv"):
+        ModelConfig(**base, qk_norm="full", clip_qkv=1.0)
+    with pytest.raises(InputError, match="rope_layers"):
+        ModelConfig(**base, rope_layers=[True])
+    with pytest.raises(InputError, match="rope_layers"):
+        ModelConfig(**{**base, "positional": "learned"}, rope_layers=[True, False])
+    for name in ("attn_multiplier", "embed_multiplier", "logits_scaling", "clip_qkv"):
+        with pytest.raises(InputError, match=name):
+            ModelConfig(**base, **{name: 0.0})
