@@ -4,8 +4,9 @@ One function per layout reads the HF module tree once; the forward pass never to
 Per-head layouts follow each family's modeling file in transformers 5 (``models/<family>/modeling_*.py``):
 GPT-2's Conv1D ``c_attn`` packs [Q | K | V] column blocks; GPT-NeoX's ``query_key_value`` packs
 per head [q | k | v] (view ``[H, 3, d_head]``); the decoder families (Llama, Qwen 2/3, Mistral,
-Gemma 1/2/3, Phi-3, OLMo 1/2, Granite, SmolLM3, StarCoder2) have q/k/v projections (Phi-3: one fused ``qkv_proj`` [q | k | v] and a
-fused ``gate_up_proj`` [gate | up]) with ``num_key_value_heads`` K/V heads shared by groups of query
+Gemma 1/2/3, Phi-3, OLMo 1/2, Granite, SmolLM3, StarCoder2) have q/k/v projections (Phi-3: one fused
+``qkv_proj`` [q | k | v] and a fused ``gate_up_proj`` [gate | up]; StarCoder2 an ungated c_fc/c_proj MLP)
+with ``num_key_value_heads`` K/V heads shared by groups of query
 heads (ungrouped here).  The family table (:data:`FAMILIES`) says which norms, q/k norms, soft-caps
 and scales each one has; :mod:`circuitstat.circuits.rope_config` reads its rotary schedule.
 
@@ -227,26 +228,32 @@ def _decoder_config(c, fam: Family) -> ModelConfig:
     nested = isinstance(rope.get("full_attention"), dict)
     prf = (rope["full_attention"] if nested else rope).get("partial_rotary_factor", 1.0)
     rot = int(E * prf)
-    extra = {}
-    if fam.gemma:
-        extra = dict(attn_scalar=float(c.query_pre_attn_scalar), embed_scale=float(D ** 0.5),
-                     attn_softcap=getattr(c, "attn_logit_softcapping", None),
-                     logit_softcap=getattr(c, "final_logit_softcapping", None))
-    elif fam.scaled_embed:  # GemmaModel: embed_scale=hidden_size**0.5, cast to the weights' dtype
-        extra = dict(embed_scale=float(D ** 0.5))
-    if fam.clip_qkv and getattr(c, "clip_qkv", None) is not None:  # OlmoAttention: clamp_ after the projections
-        extra["clip_qkv"] = float(c.clip_qkv)
-    if fam.granite:  # GraniteModel, GraniteAttention.scaling, GraniteForCausalLM
-        extra = dict(embed_multiplier=float(c.embedding_multiplier), attn_multiplier=float(c.attention_multiplier),
-                     logits_scaling=float(c.logits_scaling))
     return ModelConfig(
         n_layers=c.num_hidden_layers, n_heads=H, d_model=D, d_head=E, d_mlp=c.intermediate_size,
         vocab_size=c.vocab_size, n_ctx=c.max_position_embeddings, n_kv_heads=Hkv, norm=fam.norm,
-        norm_eps=fam.fixed_eps if fam.eps_key is None else getattr(c, fam.eps_key), positional="rotary", rotary_dim=rot, mlp="gated" if fam.gated else "standard",
+        norm_eps=fam.fixed_eps if fam.eps_key is None else getattr(c, fam.eps_key), positional="rotary",
+        rotary_dim=rot, mlp="gated" if fam.gated else "standard",
         act=getattr(c, fam.act_key), arch=c.model_type, tied_embeddings=_tied(c),
         pre_norm=not fam.post_only, post_norm=fam.sandwich or fam.post_only, qk_norm=fam.qk_norm,
-        **_windows(c, c.num_hidden_layers), **rope_fields(c), **extra, **_nope(c, fam),
+        **_windows(c, c.num_hidden_layers), **rope_fields(c), **_family_extras(c, fam, D), **_nope(c, fam),
     )
+
+
+def _family_extras(c, fam: Family, D: int) -> dict:
+    """The ModelConfig scales and clamps of a family: Gemma's, Granite's multipliers, OLMo 1's clip_qkv."""
+    extra = {}
+    if fam.gemma:
+        extra.update(attn_scalar=float(c.query_pre_attn_scalar), embed_scale=float(D ** 0.5),
+                     attn_softcap=getattr(c, "attn_logit_softcapping", None),
+                     logit_softcap=getattr(c, "final_logit_softcapping", None))
+    elif fam.scaled_embed:  # GemmaModel: embed_scale=hidden_size**0.5, cast to the weights' dtype
+        extra.update(embed_scale=float(D ** 0.5))
+    if fam.clip_qkv and getattr(c, "clip_qkv", None) is not None:  # OlmoAttention: clamp_ after the projections
+        extra.update(clip_qkv=float(c.clip_qkv))
+    if fam.granite:  # GraniteModel, GraniteAttention.scaling, GraniteForCausalLM
+        extra.update(embed_multiplier=float(c.embedding_multiplier), attn_multiplier=float(c.attention_multiplier),
+                     logits_scaling=float(c.logits_scaling))
+    return extra
 
 
 def _nope(c, fam: Family) -> dict:

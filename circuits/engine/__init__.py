@@ -34,9 +34,11 @@ JVP :func:`.norms.norm_jvp`); rope scaling and Gemma 3's local schedule in :mod:
 (per head, or over the whole projection) in :func:`.attention.qk_normalize`,
 :func:`.attention.project_heads` and :func:`.attention.project_rows`, before rotary; norms on the
 attention output before the residual add, and the edge definition they require, in :mod:`.run`
-(module docstring), :func:`.patching.edge_delta` and ``Patching.sender_write_deltas``; Granite's attention
-multiplier in :func:`.attention.attention_pattern`, its embedding multiplier and logits_scaling in ``Forward.token_embedding``
-and ``Forward._unembed`` (its residual_multiplier is folded into the weights at conversion); OLMo 1's clip_qkv
-clamp in :func:`.attention.qk_normalize` and :func:`.attention.project_rows`, before q/k norms; SmolLM3's
-NoPE layers in :func:`.rotary.rotary_of_layer`, which every caller of :func:`.rotary.apply_rotary` asks.
+(module docstring), :func:`.patching.edge_delta` and ``Patching.sender_write_deltas``.
+
+Granite's attention multiplier is in :func:`.attention.attention_pattern`, its embedding multiplier and
+logits_scaling in ``Forward.token_embedding`` and ``Forward._unembed`` (its residual_multiplier is folded into the
+weights at conversion); OLMo 1's clip_qkv clamp in :func:`.attention.qk_normalize` and
+:func:`.attention.project_rows`, before q/k norms; SmolLM3's NoPE layers in :func:`.rotary.rotary_of_layer`, which
+every caller of :func:`.rotary.apply_rotary` asks.
 """

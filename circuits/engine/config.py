@@ -137,7 +137,8 @@ class ModelConfig:
         if self.rope_layers is not None:
             if not isinstance(self.rope_layers, (list, tuple)) or len(self.rope_layers) != self.n_layers \
                     or any(not isinstance(v, bool) for v in self.rope_layers):
-                raise InputError(f"model config rope_layers must list true or false per layer ({self.n_layers} entries)")
+                raise InputError(f"model config rope_layers must list true or false per layer "
+                                 f"({self.n_layers} entries)")
             if self.positional != "rotary":
                 raise InputError("model config rope_layers needs positional='rotary'")
             self.rope_layers = list(self.rope_layers)

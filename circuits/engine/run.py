@@ -116,7 +116,8 @@ class Forward:
         return self.run(input_ids, attention_mask).logits
 
     def token_embedding(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """The token part of the ``input`` sender [..., D]: W_E rows (times Gemma's √d scale, Granite's multiplier)."""
+        """The token part of the ``input`` sender [..., D]: W_E rows (times Gemma's √d scale or Granite's
+        embedding_multiplier)."""
         x = self.W_E[input_ids]
         if self.cfg.embed_scale is not None:
             # Gemma: the √d normaliser is a float32 tensor cast to the weights' dtype (HF's

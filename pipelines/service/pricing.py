@@ -27,7 +27,8 @@ _LLAMA_SMALL = {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads
 SMALL_DEFAULTS = {"gpt_neox": {**_LLAMA_SMALL, "num_attention_heads": 4, "intermediate_size": 1024,
                                "vocab_size": 50304},
                   **{a: dict(_LLAMA_SMALL) for a in ("llama", "qwen2")},
-                  **{a: {**_LLAMA_SMALL, "head_dim": 32} for a in ("qwen3", "mistral", "gemma2", "gemma3_text", "gemma")},
+                  **{a: {**_LLAMA_SMALL, "head_dim": 32}
+                     for a in ("qwen3", "mistral", "gemma2", "gemma3_text", "gemma")},
                   **{a: dict(_LLAMA_SMALL) for a in ("phi3", "olmo2", "granite", "smollm3", "olmo", "starcoder2")}}
 """The shape keys of circuitstat.circuits.loading._SMALL: what random:ARCH starts from for the other families."""
 GPT2_KEYS = ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "n_inner")
