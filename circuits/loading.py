@@ -66,6 +66,16 @@ _SHAPE_KEYS = {
 }
 for _arch in FAMILIES:
     _SHAPE_KEYS[_arch] = _SHAPE_KEYS["llama"]
+# the dense families of circuitstat.circuits.convert_dense: small shapes, each family's own key names
+for _arch in ("phi", "cohere", "stablelm"):
+    _SMALL[_arch] = dict(_SMALL["llama"])
+    _SHAPE_KEYS[_arch] = _SHAPE_KEYS["llama"]
+_SMALL["gptj"] = dict(n_embd=256, n_layer=4, n_head=8, rotary_dim=16, n_inner=1024, vocab_size=32000, n_positions=2048)
+_SHAPE_KEYS["gptj"] = _SHAPE_KEYS["gpt2"]
+_SMALL["falcon"] = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_kv_heads=8,
+                        ffn_hidden_size=1024, vocab_size=32000, max_position_embeddings=2048)
+_SHAPE_KEYS["falcon"] = ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size",
+                         "max_position_embeddings", "ffn_hidden_size")
 _EPS_KEYS = ("layer_norm_epsilon", "layer_norm_eps", "rms_norm_eps")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 BYTES_PER_PARAM = 4 * 2  # float32, held twice while loading (the HF model and its converted copy)

@@ -16,8 +16,10 @@ NORMS = ("layernorm", "rmsnorm", "rmsnorm_f32w", "rmsnorm_1p", "none")
 RMS_NORMS = ("rmsnorm", "rmsnorm_f32w", "rmsnorm_1p")
 POSITIONALS = ("learned", "rotary", "none")
 MLPS = ("standard", "gated", "none")
-#: per-head q/k RMSNorm over d_head (Qwen 3, Gemma 3), or over the whole projection (OLMo 2)
-QK_NORMS = ("none", "head", "full")
+#: per-head q/k RMSNorm over d_head (Qwen 3, Gemma 3), or over the whole projection (OLMo 2);
+#: ``each_head``: over d_head with each head's own weights [H, d_head] (Cohere's use_qk_norm, StableLM's
+#: qk_layernorm; K weights ungrouped).  Under ``norm="layernorm"`` q/k norms also have biases.
+QK_NORMS = ("none", "head", "full", "each_head")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 #: rotary frequency schedules (transformers' modeling_rope_utils); ``dynamic`` and ``longrope``
 #: change with the sequence length, so prompts beyond ``rope_max_positions`` are refused.
@@ -46,7 +48,9 @@ class ModelConfig:
     ``sliding_window`` with per-layer ``layer_types``, ``rope`` (the rotary schedule of full-attention
     layers: {"rope_type": ..., its parameters}) and ``rope_local`` (sliding layers' own schedule with
     its ``rope_theta``, Gemma 3), ``rope_max_positions`` (longest prompt whose rotary frequencies
-    are the ones implemented, for length-dependent schedules).
+    are the ones implemented, for length-dependent schedules), ``rotary_interleaved`` (rotation of
+    feature pairs (2i, 2i+1): GPT-J's rotate_every_two, Cohere; default: the halves, Llama's rotate_half),
+    ``logit_scale`` (Cohere: logits multiplied by it).
     """
 
     n_layers: int
@@ -79,6 +83,8 @@ class ModelConfig:
     rope: dict | None = None
     rope_local: dict | None = None
     rope_max_positions: int | None = None
+    rotary_interleaved: bool = False
+    logit_scale: float | None = None
 
     def __post_init__(self) -> None:
         for name, value, allowed in (
@@ -104,12 +110,12 @@ class ModelConfig:
 
     def _check_family_fields(self) -> None:
         """InputError naming the first of the newer fields that has a wrong type or value."""
-        for name in ("attn_scalar", "attn_softcap", "logit_softcap", "embed_scale"):
+        for name in ("attn_scalar", "attn_softcap", "logit_softcap", "embed_scale", "logit_scale"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
                                   or v <= 0):
                 raise InputError(f"model config {name} must be a positive number or null, got {v!r}")
-        for name in ("pre_norm", "post_norm"):
+        for name in ("pre_norm", "post_norm", "rotary_interleaved"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"model config {name} must be true or false")
         for name in ("sliding_window", "rope_max_positions"):
@@ -132,6 +138,8 @@ class ModelConfig:
                 raise InputError(f"model config {name} must be a dict with rope_type one of {', '.join(ROPE_TYPES)}")
             if self.positional != "rotary":
                 raise InputError(f"model config {name} needs positional='rotary'")
+        if self.qk_norm == "full" and self.norm not in RMS_NORMS:
+            raise InputError("model config qk_norm='full' needs an RMS norm")
         if self.qk_norm == "full" and self.n_kv_heads not in (None, self.n_heads) and self.n_heads % self.n_kv_heads:
             raise InputError("model config n_heads must be a multiple of n_kv_heads")
 

@@ -150,8 +150,10 @@ class Forward:
         return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
     def _unembed(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits from final residual vectors [..., D] (tanh soft-capped where the model does: Gemma)."""
+        """Logits from final residual vectors [..., D] (scaled, Cohere; tanh soft-capped, Gemma; where the model does)."""
         logits = apply_norm(self.cfg, x, self.lnf_w, self.lnf_b) @ self.unembed + self.b_U
+        if self.cfg.logit_scale is not None:  # Cohere: CohereForCausalLM's logits * logit_scale
+            logits = logits * self.cfg.logit_scale
         cap = self.cfg.logit_softcap
         return logits if cap is None else torch.tanh(logits / cap) * cap
 

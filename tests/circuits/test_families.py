@@ -234,6 +234,13 @@ REFUSED = {
                                   "short_factor": [1.0, 1.0], "long_factor": [1.0, 1.0], "mscale": 2.0}},
              "rope_parameters.mscale"),
     "olmo2": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
+    "phi": ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5,
+                                 "mrope_section": [1, 1]}}, "rope_parameters.mrope_section"),
+    "gptj": ({"rotary_dim": 12}, "rotary_dim=12"),  # wider than a head (8)
+    "cohere": ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}},
+               "rope_parameters.partial_rotary_factor=0.5"),
+    "stablelm": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
+    "falcon": ({"alibi": True}, "alibi=True"),
 }
 
 
