@@ -221,6 +221,29 @@ def test_post_norm_edge_definition_holds_in_hf(family):
     assert seen > 1e-2
 
 
+LAYOUTS = {  # the dense families' other layouts (the fixtures have one each)
+    "falcon-7b": ("falcon", dict(new_decoder_architecture=False, multi_query=True, parallel_attn=True)),
+    "falcon-per-head": ("falcon", dict(new_decoder_architecture=False, multi_query=False, num_kv_heads=4,
+                                       parallel_attn=False)),
+    "falcon-one-norm": ("falcon", dict(num_ln_in_parallel_attn=1)),
+    "stablelm-sequential": ("stablelm", dict(use_parallel_residual=False)),
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_dense_family_layouts_equal_hf(layout):
+    """Falcon's multi-query [q.. | k | v], per-head [q | k | v] (sequential block) and one-norm parallel layouts,
+    StableLM's sequential block: logits, receiver gradients against HF autograd, exact suffixes against full runs."""
+    from circuitstat.circuits.parity import check_parity
+
+    family, overrides = LAYOUTS[layout]
+    hf = hf_model(family, seed=5, **overrides)
+    m = from_hf(hf)
+    assert m.cfg.parallel == (layout != "falcon-per-head" and layout != "stablelm-sequential")
+    p = check_parity(hf, m, n_inputs=3, length=8, n_edges=12)
+    assert p.logits <= 1e-5 and p.gradients <= 1e-5 and p.exact <= 1e-5, (layout, p)
+
+
 _PROPORTIONAL = {"rope_parameters": {"rope_type": "proportional", "rope_theta": 10000.0}}
 REFUSED = {
     "llama3": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
@@ -280,6 +303,18 @@ def test_random_specs_have_small_defaults_and_parity(arch):
     hf = load_hf(f"random:{arch}?num_hidden_layers=1&vocab_size=128&seed=3")
     m = from_hf(hf)
     assert m.cfg.arch == arch and m.cfg.d_model == 256 and m.cfg.n_layers == 1
+    assert check_parity(hf, m, n_inputs=2, length=6, gradients=False).logits <= 1e-5
+
+
+@pytest.mark.parametrize("arch", ["phi", "gptj", "cohere", "stablelm", "falcon"])
+def test_random_specs_of_dense_families_have_parity(arch):
+    """``random:ARCH`` for the families of circuitstat.circuits.convert_dense: small defaults (width 256), parity."""
+    from circuitstat.circuits import load_hf
+    from circuitstat.circuits.parity import check_parity
+
+    hf = load_hf(f"random:{arch}?vocab_size=128&seed=3")
+    m = from_hf(hf)
+    assert m.cfg.arch == arch and m.cfg.d_model == 256 and m.cfg.n_layers == 4 and m.cfg.parallel != (arch == "stablelm")
     assert check_parity(hf, m, n_inputs=2, length=6, gradients=False).logits <= 1e-5
 
 
