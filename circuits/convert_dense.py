@@ -87,6 +87,10 @@ def _check(c) -> None:
 
 def _config(c, *, D: int, H: int, Hkv: int, E: int, rot: int, d_mlp: int, eps: float, act: str, parallel: bool,
             mlp: str, rope: dict, **extra) -> ModelConfig:
+    """The ModelConfig of a config with Llama-like field names (LayerNorm, rotary), K/V heads checked."""
+    if H % Hkv:  # each query head reads K/V group h // (H / Hkv)
+        field = "num_kv_heads" if c.model_type == "falcon" else "num_key_value_heads"
+        raise _refuse(c.model_type, field, Hkv, f"use a divisor of num_attention_heads={H}")
     return ModelConfig(
         n_layers=c.num_hidden_layers, n_heads=H, d_model=D, d_head=E, d_mlp=d_mlp, vocab_size=c.vocab_size,
         n_ctx=c.max_position_embeddings, n_kv_heads=Hkv, norm="layernorm", norm_eps=eps, positional="rotary",

@@ -165,6 +165,8 @@ FAMILY_NAMES = {
     "gemma2": ("gemma2", "Gemma 2", "Gemma-2"), "gemma3_text": ("gemma3_text", "Gemma 3", "Gemma-3"),
     "phi3": ("phi3", "Phi-3"), "olmo2": ("olmo2", "OLMo 2", "OLMo-2"),
 }
+FAMILY_NAMES.update({"phi": ("phi", "Phi-1", "Phi-2"), "gptj": ("gptj", "GPT-J"), "cohere": ("cohere", "Cohere"),
+                     "stablelm": ("stablelm", "StableLM"), "falcon": ("falcon", "Falcon")})
 LIST_WORDS = re.compile(r"support|ARCH is|famil(y|ies):", re.I)
 
 
