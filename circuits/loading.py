@@ -97,7 +97,8 @@ def check_hf_config(model_type: str, values: dict, where: str, *, allow_large: b
         raise unsupported(model_type, where)
     k_layers, k_heads, k_width, k_vocab, k_pos, k_mlp = _SHAPE_KEYS[model_type]
     L, H, D, V, P = (positive_int(values.get(k), k, where) for k in (k_layers, k_heads, k_width, k_vocab, k_pos))
-    F = positive_int(values.get(k_mlp), k_mlp, where, optional=model_type == "gpt2") or 4 * D
+    # GPT-2 and GPT-J: n_inner null means 4 x width (as Falcon's ffn_hidden_size)
+    F = positive_int(values.get(k_mlp), k_mlp, where, optional=model_type in ("gpt2", "gptj", "falcon")) or 4 * D
     E = positive_int(values.get("head_dim"), "head_dim", where, optional=True)
     if E is None:
         if D % H:

@@ -175,3 +175,24 @@ def test_dense_family_shapes_plan_from_config_alone(name):
     for method in METHODS:
         cost = method_cost(cfg, method, n=8, positions=16, batch_size=4, itemsize=2)
         assert cost.flops > 0 and cost.memory_peak > weight_bytes(cfg, 2), (name, method)
+
+
+def test_gptj_6b_config_alone_plans_through_the_command(tmp_path):
+    """``attribute --plan`` on a directory holding only GPT-J-6B's published config.json (n_inner null: 4 x width,
+    rotary_dim 64): a parallel graph of 28 layers x 16 heads, counted by formula."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from circuitstat.pipelines.cli import app
+
+    config = {"architectures": ["GPTJForCausalLM"], "model_type": "gptj", "n_embd": 4096, "n_layer": 28, "n_head": 16,
+              "n_inner": None, "rotary_dim": 64, "n_positions": 2048, "vocab_size": 50400,
+              "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "tie_word_embeddings": False}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    res = CliRunner().invoke(app, ["attribute", "--model", str(tmp_path), "--plan", "--allow-large", "--n", "8",
+                                   "--dtype", "bfloat16"])
+    assert res.exit_code == 0, res.output + res.stderr
+    L, H = 28, 16
+    edges = sum(3 * H * (1 + l * (H + 1)) + 1 + l * (H + 1) for l in range(L)) + 1 + L * (H + 1)
+    assert f"{edges:,} edges" in res.output and "counts from shapes only" in res.output
