@@ -195,4 +195,5 @@ def test_gptj_6b_config_alone_plans_through_the_command(tmp_path):
     assert res.exit_code == 0, res.output + res.stderr
     L, H = 28, 16
     edges = sum(3 * H * (1 + l * (H + 1)) + 1 + l * (H + 1) for l in range(L)) + 1 + L * (H + 1)
+    assert edges == 316_723  # docs/families.md
     assert f"{edges:,} edges" in res.output and "counts from shapes only" in res.output
