@@ -104,34 +104,36 @@ def branch_modules(hf) -> list:
     return out + [final]
 
 
+def _first_input(args: tuple, kwargs: dict) -> torch.Tensor:
+    """A module call's hidden states (its first positional argument, or ``hidden_states=``)."""
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def _with_first_input(args: tuple, kwargs: dict, x: torch.Tensor) -> tuple[tuple, dict]:
+    """The call's (args, kwargs) with its hidden states replaced by ``x``."""
+    return ((x, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": x})
+
+
 def hf_branch_gradients(hf, ids: torch.Tensor, mask: torch.Tensor, metric) -> list[torch.Tensor]:
     """∂metric/∂(input of each branch module) by autograd on ``hf`` (``metric``: logits [B, P, V] -> scalar)."""
     captured: list[torch.Tensor] = []
+    inputs: dict = {}  # layer id -> its input (shared-norm branches)
 
-    def hook(module, args, kwargs):
-        if args:
-            x = args[0] * 1.0
-            x.retain_grad()
-            captured.append(x)
-            return (x, *args[1:]), kwargs
-        x = kwargs["hidden_states"] * 1.0
+    def leaf(x: torch.Tensor) -> torch.Tensor:
+        x = x * 1.0
         x.retain_grad()
         captured.append(x)
-        return args, {**kwargs, "hidden_states": x}
+        return x
 
-    inputs: dict = {}
+    def hook(module, args, kwargs):
+        return _with_first_input(args, kwargs, leaf(_first_input(args, kwargs)))
 
     def layer_input(module, args, kwargs):
-        inputs[id(module)] = args[0] if args else kwargs["hidden_states"]
+        inputs[id(module)] = _first_input(args, kwargs)
 
     def shared(branch: SharedNorm):
         def hook(module, args, kwargs):
-            x = inputs[id(branch.layer)] * 1.0
-            x.retain_grad()
-            captured.append(x)
-            if args:
-                return (branch.norm(x), *args[1:]), kwargs
-            return args, {**kwargs, "hidden_states": branch.norm(x)}
+            return _with_first_input(args, kwargs, branch.norm(leaf(inputs[id(branch.layer)])))
         return hook
 
     handles, hooked = [], set()

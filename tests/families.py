@@ -1,6 +1,7 @@
 """Tiny random-weight Hugging Face models of every decoder family, built offline from transformers' own
 config classes, with every quirk switched on: grouped-query attention, windows shorter than the test
-prompts, soft-caps in their nonlinear range, scaled rotary schedules, q/k norms, sandwich norms.
+prompts, soft-caps in their nonlinear range, scaled rotary schedules, q/k norms, sandwich norms; the dense
+families' parallel blocks from one shared norm, interleaved rotary, per-head q/k LayerNorms and lm_head biases.
 
 Weights are redrawn (:func:`scramble`) so that nothing sits at a neutral value (norm weights of 1,
 Gemma's 0) and activations are large enough for the soft-caps and norms to bend: a conversion that
