@@ -10,7 +10,7 @@ q/k norms, sandwich and post-norms, scaled rotary schedules), in float32, eager 
 * exact: exact per-edge effects against brute force (one full run per edge, every edge), max |difference|
   relative to the largest effect (the effects are metric differences of order 1).
 
-Prints a markdown table.  ``python bench/parity.py``
+Prints a markdown table.  ``python bench/parity.py [FIXTURE ...]``
 """
 
 from __future__ import annotations
@@ -67,13 +67,14 @@ def measure(family: str) -> dict:
 
 
 def main() -> None:
-    """Print the table."""
+    """Print the table (of the fixtures named on the command line, or all)."""
     from families import FAMILIES
 
+    names = sys.argv[1:] or list(FAMILIES)
     print("| fixture | edges | max abs logit diff | EAP vs HF autograd (rel) | receiver grads vs HF (rel) "
           "| exact vs brute force (rel) |")
     print("|---|---|---|---|---|---|")
-    for family in FAMILIES:
+    for family in names:
         r = measure(family)
         print(f"| {r['family']} | {r['edges']} | {r['logits']:.1e} | {r['eap']:.1e} | {r['grads']:.1e} | "
               f"{r['exact']:.1e} |", flush=True)

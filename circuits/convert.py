@@ -23,11 +23,14 @@ from dataclasses import dataclass
 import torch
 
 from circuitstat.core.errors import UnsupportedArchitectureError
+from .config_fields import check_unread_fields, refuse
+from .convert_dense import CONVERTERS as DENSE_CONVERTERS
 from .model import CircuitModel, ModelConfig
 from .rope_config import rope_fields
 
 SUPPORTED = ("gpt2", "gpt_neox", "llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2",
              "gemma", "granite", "smollm3", "olmo", "starcoder2")
+SUPPORTED += ("phi", "gptj", "cohere", "stablelm", "falcon")  # circuits/convert_dense.py
 
 # model types that are not a family but hold one: where the supported family is, in the refusal
 POINTERS = {
@@ -110,24 +113,15 @@ READ = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_
         "norm_epsilon", "use_bias"}  # StarCoder2: the norms' eps; biases read from the module tree
 
 
-def _refuse(kind: str, field: str, value, fix: str) -> UnsupportedArchitectureError:
-    return UnsupportedArchitectureError(
-        f"{kind} config field {field}={value!r} is not reproduced by circuitstat; {fix}")
+_refuse = refuse
 
 
 def check_fields(c) -> None:
     """UnsupportedArchitectureError naming the first field of ``c`` (an HF config) that the conversion
     would not reproduce: a family field that is neither read nor irrelevant and differs from its default,
     or a value of a read field that is refused."""
-    import transformers
-
     kind = c.model_type
-    base = set(transformers.PretrainedConfig().to_dict())
-    defaults = type(c)().to_dict()
-    values = c.to_dict()
-    for field in sorted(set(defaults) - base - READ - IRRELEVANT):
-        if field in values and values[field] != defaults[field]:
-            raise _refuse(kind, field, values[field], f"set it to its default {defaults[field]!r} or use another model")
+    check_unread_fields(c, READ | IRRELEVANT)
     if getattr(c, "use_bidirectional_attention", False):
         raise _refuse(kind, "use_bidirectional_attention", True, "only causal attention is supported")
     if kind == "gemma3_text" and getattr(c, "attn_logit_softcapping", None) is not None:
@@ -362,6 +356,7 @@ def _mlp_weights(cfg: ModelConfig, mlp, fused: bool, p: str) -> dict:
 
 
 _CONVERTERS = {"gpt2": _gpt2, "gpt_neox": _gpt_neox, **{k: _decoder for k in FAMILIES}}
+_CONVERTERS.update(DENSE_CONVERTERS)
 
 
 def from_hf(hf_model, dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> CircuitModel:

@@ -30,12 +30,16 @@ def feature_lines(cfg: ModelConfig) -> list[str]:
     if cfg.clip_qkv is not None:
         attn.append(f"q, k and v clamped to ±{cfg.clip_qkv:g} (part of each head's receivers)")
     if cfg.qk_norm != "none":
-        attn.append("q/k RMSNorm " + ("per head" if cfg.qk_norm == "head" else "over the whole projection "
-                                       "(couples heads: a head's receiver projects every head from its input)"))
+        where = {"head": "per head", "each_head": "per head, each head its own weights",
+                 "full": "over the whole projection (couples heads: a head's receiver projects every head from its input)"}
+        attn.append(f"q/k {'LayerNorm' if cfg.norm == 'layernorm' else 'RMSNorm'} {where[cfg.qk_norm]}")
     if attn:
         out.append("attention     " + "; ".join(attn))
-    if cfg.positional == "rotary" and (cfg.rope or cfg.rope_local or cfg.rotary_dim != cfg.d_head or cfg.rope_layers):
+    if cfg.positional == "rotary" and (cfg.rope or cfg.rope_local or cfg.rotary_dim != cfg.d_head or cfg.rope_layers
+                                       or cfg.rotary_interleaved):
         rope = f"rotary {(cfg.rope or {}).get('rope_type', 'default')} base {cfg.rotary_base:g}"
+        if cfg.rotary_interleaved:
+            rope += ", interleaved pairs (2i, 2i+1)"
         if cfg.rotary_dim != cfg.d_head:
             rope += f", {cfg.rotary_dim} of {cfg.d_head} dims"
         if cfg.rope_local is not None:
@@ -56,6 +60,8 @@ def feature_lines(cfg: ModelConfig) -> list[str]:
         norms.append(f"embeddings x {cfg.embed_multiplier:g}")
     if cfg.logits_scaling is not None:
         norms.append(f"logits / {cfg.logits_scaling:g}")
+    if cfg.logit_scale is not None:
+        norms.append(f"logits x {cfg.logit_scale:g}")
     if cfg.logit_softcap is not None:
         norms.append(f"logits tanh soft-cap {cfg.logit_softcap:g}")
     if cfg.tied_embeddings:

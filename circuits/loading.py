@@ -67,6 +67,16 @@ _SHAPE_KEYS = {
 }
 for _arch in FAMILIES:
     _SHAPE_KEYS[_arch] = _SHAPE_KEYS["llama"]
+# the dense families of circuitstat.circuits.convert_dense: small shapes, each family's own key names
+for _arch in ("phi", "cohere", "stablelm"):
+    _SMALL[_arch] = dict(_SMALL["llama"])
+    _SHAPE_KEYS[_arch] = _SHAPE_KEYS["llama"]
+_SMALL["gptj"] = dict(n_embd=256, n_layer=4, n_head=8, rotary_dim=16, n_inner=1024, vocab_size=32000, n_positions=2048)
+_SHAPE_KEYS["gptj"] = _SHAPE_KEYS["gpt2"]
+_SMALL["falcon"] = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_kv_heads=8,
+                        ffn_hidden_size=1024, vocab_size=32000, max_position_embeddings=2048)
+_SHAPE_KEYS["falcon"] = ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size",
+                         "max_position_embeddings", "ffn_hidden_size")
 _EPS_KEYS = ("layer_norm_epsilon", "layer_norm_eps", "rms_norm_eps", "norm_epsilon")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 BYTES_PER_PARAM = 4 * 2  # float32, held twice while loading (the HF model and its converted copy)
@@ -88,7 +98,8 @@ def check_hf_config(model_type: str, values: dict, where: str, *, allow_large: b
         raise unsupported(model_type, where)
     k_layers, k_heads, k_width, k_vocab, k_pos, k_mlp = _SHAPE_KEYS[model_type]
     L, H, D, V, P = (positive_int(values.get(k), k, where) for k in (k_layers, k_heads, k_width, k_vocab, k_pos))
-    F = positive_int(values.get(k_mlp), k_mlp, where, optional=model_type == "gpt2") or 4 * D
+    # GPT-2 and GPT-J: n_inner null means 4 x width (as Falcon's ffn_hidden_size)
+    F = positive_int(values.get(k_mlp), k_mlp, where, optional=model_type in ("gpt2", "gptj", "falcon")) or 4 * D
     E = positive_int(values.get("head_dim"), "head_dim", where, optional=True)
     if E is None:
         if D % H:

@@ -39,9 +39,56 @@ def _decoder(hf):
     raise ValueError("not a supported Hugging Face causal LM")
 
 
+# (layers, attention module, its output projection, token embedding, final norm) where they are not
+# (layers, self_attn, o_proj, embed_tokens, norm): the dense families of circuitstat.circuits.convert_dense
+_LAYOUT = {"phi": ("layers", "self_attn", "dense", "embed_tokens", "final_layernorm"),
+           "gptj": ("h", "attn", "out_proj", "wte", "ln_f"),
+           "falcon": ("h", "self_attention", "dense", "word_embeddings", "ln_f")}
+_DEFAULT_LAYOUT = ("layers", "self_attn", "o_proj", "embed_tokens", "norm")
+
+
+@dataclass(frozen=True)
+class SharedNorm:
+    """A branch whose module (attention or MLP) reads ``norm`` of its ``layer``'s input, a norm both branches
+    share (Phi, GPT-J, Cohere, parallel StableLM and Falcon): the hook feeds ``module`` norm(copy of the
+    layer input), so the copy's gradient is that branch's alone."""
+
+    layer: object
+    module: object
+    norm: object
+
+
+def _shared_norm(hf, layer):
+    """The norm a layer's attention and MLP both read, or None where each has its own."""
+    kind = hf.config.model_type
+    if kind == "gptj":
+        return layer.ln_1
+    if kind in ("phi", "cohere") or (kind == "stablelm" and layer.use_parallel_residual):
+        return layer.input_layernorm
+    if kind == "falcon" and not hasattr(layer, "ln_attn") and hf.config.parallel_attn:
+        return layer.input_layernorm
+    return None
+
+
+def _dense_branches(hf, layer) -> list:
+    """The two branch readers of one layer of a family in circuitstat.circuits.convert_dense."""
+    _, attn, *_ = _LAYOUT.get(hf.config.model_type, _DEFAULT_LAYOUT)
+    shared = _shared_norm(hf, layer)
+    if shared is not None:
+        return [SharedNorm(layer, getattr(layer, attn), shared), SharedNorm(layer, layer.mlp, shared)]
+    if hasattr(layer, "ln_attn"):  # Falcon's new_decoder_architecture
+        return [layer.ln_attn, layer.ln_mlp]
+    return [layer.input_layernorm, layer.post_attention_layernorm]  # sequential StableLM / Falcon
+
+
 def branch_modules(hf) -> list:
-    """The HF modules reading each receiver group's input, in circuitstat's receiver-group order."""
+    """The HF modules reading each receiver group's input, in circuitstat's receiver-group order
+    (:class:`SharedNorm` where a layer's two branches read one norm)."""
     kind, base = hf.config.model_type, _decoder(hf)
+    if kind in ("phi", "gptj", "cohere", "stablelm", "falcon"):
+        names = _LAYOUT.get(kind, _DEFAULT_LAYOUT)
+        out = [m for layer in getattr(base, names[0]) for m in _dense_branches(hf, layer)]
+        return out + [getattr(base, names[4])]
     layers = base.h if kind == "gpt2" else base.layers
     out = []
     for layer in layers:
@@ -57,22 +104,47 @@ def branch_modules(hf) -> list:
     return out + [final]
 
 
+def _first_input(args: tuple, kwargs: dict) -> torch.Tensor:
+    """A module call's hidden states (its first positional argument, or ``hidden_states=``)."""
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def _with_first_input(args: tuple, kwargs: dict, x: torch.Tensor) -> tuple[tuple, dict]:
+    """The call's (args, kwargs) with its hidden states replaced by ``x``."""
+    return ((x, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": x})
+
+
 def hf_branch_gradients(hf, ids: torch.Tensor, mask: torch.Tensor, metric) -> list[torch.Tensor]:
     """∂metric/∂(input of each branch module) by autograd on ``hf`` (``metric``: logits [B, P, V] -> scalar)."""
     captured: list[torch.Tensor] = []
+    inputs: dict = {}  # layer id -> its input (shared-norm branches)
 
-    def hook(module, args, kwargs):
-        if args:
-            x = args[0] * 1.0
-            x.retain_grad()
-            captured.append(x)
-            return (x, *args[1:]), kwargs
-        x = kwargs["hidden_states"] * 1.0
+    def leaf(x: torch.Tensor) -> torch.Tensor:
+        x = x * 1.0
         x.retain_grad()
         captured.append(x)
-        return args, {**kwargs, "hidden_states": x}
+        return x
 
-    handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in branch_modules(hf)]
+    def hook(module, args, kwargs):
+        return _with_first_input(args, kwargs, leaf(_first_input(args, kwargs)))
+
+    def layer_input(module, args, kwargs):
+        inputs[id(module)] = _first_input(args, kwargs)
+
+    def shared(branch: SharedNorm):
+        def hook(module, args, kwargs):
+            return _with_first_input(args, kwargs, branch.norm(leaf(inputs[id(branch.layer)])))
+        return hook
+
+    handles, hooked = [], set()
+    for m in branch_modules(hf):
+        if isinstance(m, SharedNorm):
+            if id(m.layer) not in hooked:
+                hooked.add(id(m.layer))
+                handles.append(m.layer.register_forward_pre_hook(layer_input, with_kwargs=True))
+            handles.append(m.module.register_forward_pre_hook(shared(m), with_kwargs=True))
+        else:
+            handles.append(m.register_forward_pre_hook(hook, with_kwargs=True))
     try:
         with torch.enable_grad():
             metric(hf(ids, attention_mask=mask).logits).backward()
@@ -93,10 +165,11 @@ def model_branch_gradients(model, ids: torch.Tensor, mask: torch.Tensor, metric)
 def hf_sender_modules(hf) -> list:
     """(module, "out" | "in") whose output or input is each sender of a decoder-family HF model: the
     embeddings, each layer's o_proj input (the heads), its MLP write (after any post-feedforward norm)."""
-    base = hf.model
-    out = [(base.embed_tokens, "out")]
-    for layer in base.layers:
-        out.append((layer.self_attn.o_proj, "in"))
+    base = _decoder(hf)
+    layers, attn, proj, embed, _ = _LAYOUT.get(hf.config.model_type, _DEFAULT_LAYOUT)
+    out = [(getattr(base, embed), "out")]
+    for layer in getattr(base, layers):
+        out.append((getattr(getattr(layer, attn), proj), "in"))
         post = getattr(layer, "post_feedforward_layernorm", None)
         out.append((post if post is not None else layer.mlp, "out"))
     return out
@@ -115,7 +188,8 @@ def hf_node_eap(hf, task) -> np.ndarray:
                 if grad:
                     x.retain_grad()
                 store.append(x)
-                return (x,) if kind == "in" else x
+                # a copy goes on: Falcon adds the attention output into the MLP's output in place
+                return (x,) if kind == "in" else x * 1.0
             return hook
         return [m.register_forward_pre_hook(make("in")) if k == "in" else m.register_forward_hook(make("out"))
                 for m, k in mods]

@@ -212,7 +212,8 @@ def weight_bytes(cfg: ModelConfig, itemsize: int = 4) -> int:
     D, H, dh, L, V = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.n_layers, cfg.vocab_size
     norms = (2 if cfg.has_mlp else 1) * ((2 * D if cfg.pre_norm else 0) + (D if cfg.post_norm else 0))
     mlp = (cfg.d_mlp * D * (3 if cfg.mlp == "gated" else 2) + cfg.d_mlp + D) if cfg.has_mlp else 0
-    qk = {"none": 0, "head": 2 * dh, "full": (H + cfg.kv_heads) * dh}[cfg.qk_norm]
+    qk = {"none": 0, "head": 2 * dh, "full": (H + cfg.kv_heads) * dh, "each_head": 2 * H * dh}[cfg.qk_norm]
+    qk *= 2 if cfg.norm == "layernorm" else 1  # LayerNorm q/k norms: weights and biases
     per_layer = 4 * H * dh * D + 3 * H * dh + D + norms + qk + mlp  # W_QKVO, b_QKV, b_O, norms, q/k norms, MLP
     pos = cfg.n_ctx * D if cfg.positional == "learned" else 0
     embeddings = (1 if cfg.tied_embeddings else 2) * V * D

@@ -1,6 +1,7 @@
 """Tiny random-weight Hugging Face models of every decoder family, built offline from transformers' own
 config classes, with every quirk switched on: grouped-query attention, windows shorter than the test
-prompts, soft-caps in their nonlinear range, scaled rotary schedules, q/k norms, sandwich norms.
+prompts, soft-caps in their nonlinear range, scaled rotary schedules, q/k norms, sandwich norms; the dense
+families' parallel blocks from one shared norm, interleaved rotary, per-head q/k LayerNorms and lm_head biases.
 
 Weights are redrawn (:func:`scramble`) so that nothing sits at a neutral value (norm weights of 1,
 Gemma's 0) and activations are large enough for the soft-caps and norms to bend: a conversion that
@@ -53,13 +54,28 @@ FAMILIES = {
     "olmo": ("olmo", dict(clip_qkv=1.5)),
     # StarCoder2: LayerNorm with bias, ungated c_fc/c_proj MLP and every projection with a bias, a window of 3
     "starcoder2": ("starcoder2", dict(sliding_window=3)),
+    # Phi-2: parallel attention + MLP from one LayerNorm, partial rotary (0.5), biases, q/k LayerNorm, lm_head bias
+    "phi": ("phi", dict(qk_layernorm=True, hidden_act="gelu_new", rope_parameters={
+        "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})),
+    # GPT-J: parallel from ln_1, interleaved rotary over 4 of 8 features, no q/k/v biases, lm_head bias
+    "gptj": ("gptj", dict(n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_inner=64, n_positions=64)),
+    # Cohere: parallel from one bias-free LayerNorm, interleaved rotary (linear-scaled), per-head q/k norms, logit_scale
+    "cohere": ("cohere", dict(use_qk_norm=True, attention_bias=True, logit_scale=0.5, tie_word_embeddings=True,
+                              rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0})),
+    # StableLM 2: partial rotary (0.25 of 8 = 2), q/k/v biases, one LayerNorm per head on q and k, parallel residual
+    "stablelm": ("stablelm", dict(use_qkv_bias=True, qk_layernorm=True, use_parallel_residual=True)),
+    # Falcon 40B/180B layout: new_decoder_architecture (grouped fused qkv, ln_attn / ln_mlp), biases
+    "falcon": ("falcon", dict(new_decoder_architecture=True, num_kv_heads=2, bias=True, ffn_hidden_size=64,
+                              tie_word_embeddings=False)),
 }
 
 
 def hf_config(family: str, **overrides):
     """The transformers config of ``family`` (a key of FAMILIES) with ``overrides``."""
     model_type, extra = FAMILIES[family]
-    kw = {**BASE, **extra, **overrides}
+    base = {k: v for k, v in BASE.items() if model_type != "gptj" or k in ("vocab_size", "bos_token_id",
+                                                                         "eos_token_id", "pad_token_id")}
+    kw = {**base, **extra, **overrides}
     return transformers.AutoConfig.for_model(model_type, **kw)
 
 
@@ -69,7 +85,7 @@ def scramble(hf, seed: int, std: float = 0.35):
     with torch.no_grad():
         for name, p in hf.named_parameters():
             noise = torch.randn(p.shape, generator=gen)
-            if "norm" in name:
+            if "norm" in name or name.split(".")[-2].startswith("ln_"):  # GPT-J, Falcon: ln_1, ln_f, ln_attn
                 neutral = 0.0 if hf.config.model_type.startswith("gemma") else 1.0
                 p.copy_(neutral + 0.3 * noise)
             elif p.dim() == 1:  # biases

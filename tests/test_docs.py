@@ -167,6 +167,8 @@ FAMILY_NAMES = {
     "gemma": ("gemma", "Gemma 1"), "granite": ("granite", "Granite"), "smollm3": ("smollm3", "SmolLM3"),
     "olmo": ("olmo", "OLMo 1"), "starcoder2": ("starcoder2", "StarCoder2"),
 }
+FAMILY_NAMES.update({"phi": ("phi", "Phi-1", "Phi-2"), "gptj": ("gptj", "GPT-J"), "cohere": ("cohere", "Cohere"),
+                     "stablelm": ("stablelm", "StableLM"), "falcon": ("falcon", "Falcon")})
 LIST_WORDS = re.compile(r"support|ARCH is|famil(y|ies):", re.I)
 
 

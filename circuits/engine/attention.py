@@ -74,6 +74,17 @@ def full_projection(cfg: ModelConfig, blk, kind: int) -> tuple[torch.Tensor, tor
     return W.permute(1, 0, 2).reshape(W.shape[1], -1), b.reshape(-1), group
 
 
+def qk_norm_params(cfg: ModelConfig, blk, kind: int, heads: torch.Tensor | None = None):
+    """(weight, bias or None) of the q (kind 0) or k (1) norm; for ``each_head`` shaped to broadcast over
+    [B, H, P, E] (or, given ``heads`` [R], over rows [R, T, E] of those heads)."""
+    w = blk.lnq_w if kind == 0 else blk.lnk_w
+    b = getattr(blk, "lnq_b" if kind == 0 else "lnk_b", None)
+    if cfg.qk_norm == "each_head":
+        pick = (lambda t: t[:, None]) if heads is None else (lambda t: t[heads][:, None])  # noqa: E731
+        w, b = pick(w), None if b is None else pick(b)
+    return w, b
+
+
 def qk_normalize(cfg: ModelConfig, blk, t: torch.Tensor, kind: int) -> torch.Tensor:
     """Queries (kind 0), keys (1) or values (2) [B, H, P, E] of a shared input after the model's clip_qkv clamp
     and q/k norm.
@@ -84,9 +95,9 @@ def qk_normalize(cfg: ModelConfig, blk, t: torch.Tensor, kind: int) -> torch.Ten
     t = clip_qkv(cfg, t)
     if cfg.qk_norm == "none" or kind == 2:
         return t
+    if cfg.qk_norm in ("head", "each_head"):
+        return apply_norm(cfg, t, *qk_norm_params(cfg, blk, kind))
     w = blk.lnq_w if kind == 0 else blk.lnk_w
-    if cfg.qk_norm == "head":
-        return apply_norm(cfg, t, w)
     group = 1 if kind == 0 else cfg.n_heads // cfg.kv_heads
     g = t[:, ::group]  # keys: one copy per K/V group (the ungrouped copies are equal)
     B, Hg, P, E = g.shape
@@ -119,9 +130,9 @@ def project_rows(cfg: ModelConfig, blk, x: torch.Tensor, local: torch.Tensor) ->
     W = torch.stack((blk.W_Q, blk.W_K, blk.W_V)).flatten(0, 1)[local]  # [R, D, E]: each row's own head
     b = torch.stack((blk.b_Q, blk.b_K, blk.b_V)).flatten(0, 1)[local]
     new = clip_qkv(cfg, torch.baddbmm(b[:, None], x, W))
-    if cfg.qk_norm == "head":
-        for k, w in ((0, blk.lnq_w), (1, blk.lnk_w)):
-            new = torch.where((kind == k)[:, None, None], apply_norm(cfg, new, w), new)
+    if cfg.qk_norm in ("head", "each_head"):
+        for k in (0, 1):
+            new = torch.where((kind == k)[:, None, None], apply_norm(cfg, new, *qk_norm_params(cfg, blk, k, h)), new)
     elif cfg.qk_norm == "full":
         for k, w in ((0, blk.lnq_w), (1, blk.lnk_w)):
             rows = torch.nonzero(kind == k).flatten()

@@ -16,8 +16,10 @@ NORMS = ("layernorm", "rmsnorm", "rmsnorm_f32w", "rmsnorm_1p", "none")
 RMS_NORMS = ("rmsnorm", "rmsnorm_f32w", "rmsnorm_1p")
 POSITIONALS = ("learned", "rotary", "none")
 MLPS = ("standard", "gated", "none")
-#: per-head q/k RMSNorm over d_head (Qwen 3, Gemma 3), or over the whole projection (OLMo 2)
-QK_NORMS = ("none", "head", "full")
+#: per-head q/k RMSNorm over d_head (Qwen 3, Gemma 3), or over the whole projection (OLMo 2);
+#: ``each_head``: over d_head with each head's own weights [H, d_head] (Cohere's use_qk_norm, StableLM's
+#: qk_layernorm; K weights ungrouped).  Under ``norm="layernorm"`` q/k norms also have biases.
+QK_NORMS = ("none", "head", "full", "each_head")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 #: rotary frequency schedules (transformers' modeling_rope_utils); ``dynamic`` and ``longrope``
 #: change with the sequence length, so prompts beyond ``rope_max_positions`` are refused.
@@ -50,7 +52,9 @@ class ModelConfig:
     times it, in place of d_head**-0.5), ``embed_multiplier`` (token embeddings times it, a Python scalar as
     in GraniteModel) and ``logits_scaling`` (logits divided by it); ``rope_layers``: per layer whether its queries
     and keys are rotated (SmolLM3's NoPE layers have no positional encoding at all; None: every layer);
-    ``clip_qkv``: every query, key and value clamped to [-clip_qkv, clip_qkv] right after its projection (OLMo 1).
+    ``clip_qkv``: every query, key and value clamped to [-clip_qkv, clip_qkv] right after its projection (OLMo 1);
+    ``rotary_interleaved`` (rotation of feature pairs (2i, 2i+1): GPT-J's rotate_every_two, Cohere; default: the halves, Llama's rotate_half),
+    ``logit_scale`` (Cohere: logits multiplied by it).
     """
 
     n_layers: int
@@ -88,6 +92,8 @@ class ModelConfig:
     logits_scaling: float | None = None
     rope_layers: list[bool] | None = None
     clip_qkv: float | None = None
+    rotary_interleaved: bool = False
+    logit_scale: float | None = None
 
     def __post_init__(self) -> None:
         for name, value, allowed in (
@@ -114,12 +120,12 @@ class ModelConfig:
     def _check_family_fields(self) -> None:
         """InputError naming the first of the newer fields that has a wrong type or value."""
         for name in ("attn_scalar", "attn_softcap", "logit_softcap", "embed_scale", "attn_multiplier",
-                     "embed_multiplier", "logits_scaling", "clip_qkv"):
+                     "embed_multiplier", "logits_scaling", "clip_qkv", "logit_scale"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
                                   or v <= 0):
                 raise InputError(f"model config {name} must be a positive number or null, got {v!r}")
-        for name in ("pre_norm", "post_norm"):
+        for name in ("pre_norm", "post_norm", "rotary_interleaved"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"model config {name} must be true or false")
         for name in ("sliding_window", "rope_max_positions"):
@@ -153,6 +159,8 @@ class ModelConfig:
         if self.clip_qkv is not None and self.qk_norm == "full":
             raise InputError("model config clip_qkv with qk_norm='full' is not supported (the whole-projection norm's "
                              "gradient does not pass a clamp); use one of them")
+        if self.qk_norm == "full" and self.norm not in RMS_NORMS:
+            raise InputError("model config qk_norm='full' needs an RMS norm")
         if self.qk_norm == "full" and self.n_kv_heads not in (None, self.n_heads) and self.n_heads % self.n_kv_heads:
             raise InputError("model config n_heads must be a multiple of n_kv_heads")
 

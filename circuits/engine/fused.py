@@ -26,8 +26,8 @@ class FusedForward:
         # below no q/k or post-norms, embedding scale, scaled rotary tables or missing pre-norms
         newer = (cfg.attn_scalar, cfg.attn_softcap, cfg.logit_softcap, cfg.embed_scale, cfg.sliding_window,
                  cfg.rope, cfg.rope_local, cfg.attn_multiplier, cfg.embed_multiplier, cfg.logits_scaling,
-                 cfg.rope_layers, cfg.clip_qkv)
-        return (not cfg.parallel and cfg.positional in ("learned", "rotary", "none")
+                 cfg.rope_layers, cfg.clip_qkv, cfg.logit_scale)
+        return (not cfg.parallel and not cfg.rotary_interleaved and cfg.positional in ("learned", "rotary", "none")
                 and cfg.n_kv_heads in (None, cfg.n_heads) and all(v is None for v in newer)
                 and cfg.pre_norm and not cfg.post_norm and cfg.qk_norm == "none")
 

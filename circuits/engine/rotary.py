@@ -138,9 +138,22 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def rotate_every_two(x: torch.Tensor) -> torch.Tensor:
+    """Feature pairs (x_2i, x_2i+1) -> (-x_2i+1, x_2i): GPT-J's ``rotate_every_two``, Cohere's ``rotate_half``."""
+    return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+
+
 def apply_rotary(cfg: ModelConfig, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """``x`` [..., E] with its first ``rotary_dim`` features rotated (in float32, cast back)."""
+    """``x`` [..., E] with its first ``rotary_dim`` features rotated (in float32, cast back).
+
+    Interleaved models (``cfg.rotary_interleaved``: GPT-J, Cohere) rotate pairs (2i, 2i+1) with frequency i:
+    their cos/sin are HF's ``repeat_interleave(freqs, 2)`` tables, the same values as the first half of
+    the (freqs, freqs) tables here, so they are taken from it (bit-identical)."""
     rd = cfg.rotary_dim
     rot, rest = x[..., :rd], x[..., rd:]
-    rot = (rot.float() * cos + rotate_half(rot.float()) * sin).to(x.dtype)
+    if cfg.rotary_interleaved:
+        cos, sin = cos[..., : rd // 2].repeat_interleave(2, -1), sin[..., : rd // 2].repeat_interleave(2, -1)
+        rot = (rot.float() * cos + rotate_every_two(rot.float()) * sin).to(x.dtype)
+    else:
+        rot = (rot.float() * cos + rotate_half(rot.float()) * sin).to(x.dtype)
     return torch.cat((rot, rest), dim=-1) if rest.shape[-1] else rot

@@ -153,11 +153,13 @@ class Forward:
         return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
     def _unembed(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits from final residual vectors [..., D] (divided by Granite's logits_scaling; tanh soft-capped where
-        the model does: Gemma)."""
+        """Logits from final residual vectors [..., D] (divided by Granite's logits_scaling, multiplied by Cohere's
+        logit_scale; tanh soft-capped where the model does: Gemma)."""
         logits = apply_norm(self.cfg, x, self.lnf_w, self.lnf_b) @ self.unembed + self.b_U
         if self.cfg.logits_scaling is not None:  # GraniteForCausalLM: logits / logits_scaling
             logits = logits / self.cfg.logits_scaling
+        if self.cfg.logit_scale is not None:  # Cohere: CohereForCausalLM's logits * logit_scale
+            logits = logits * self.cfg.logit_scale
         cap = self.cfg.logit_softcap
         return logits if cap is None else torch.tanh(logits / cap) * cap
 

@@ -31,7 +31,8 @@ class Block(nn.Module):
     Norm weights are held as the family stores them (Gemma's ``w`` of the scale ``1 + w``); without
     pre-norms (OLMo 2) there is no ln1/ln2; ``ln1_post_w``/``ln2_post_w`` are the norms on the
     attention and MLP outputs, ``lnq_w``/``lnk_w`` the q/k norms ([d_head] per head, or over the whole
-    projection: [H d_head] and [H_kv d_head]).
+    projection: [H d_head] and [H_kv d_head], or [H, d_head]: each head its own), with ``lnq_b``/``lnk_b``
+    under LayerNorm.
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
@@ -48,6 +49,10 @@ class Block(nn.Module):
             self.lnq_w, self.lnk_w = one(E), one(E)
         elif cfg.qk_norm == "full":
             self.lnq_w, self.lnk_w = one(H * E), one(cfg.kv_heads * E)
+        elif cfg.qk_norm == "each_head":  # each head its own weights (K ungrouped)
+            self.lnq_w, self.lnk_w = one(H, E), one(H, E)
+        if cfg.qk_norm != "none" and cfg.norm == "layernorm":  # LayerNorm q/k norms have biases (Phi, StableLM)
+            self.lnq_b, self.lnk_b = p(*self.lnq_w.shape), p(*self.lnk_w.shape)
         if cfg.post_norm:
             self.ln1_post_w = one(D)
         if cfg.has_mlp:

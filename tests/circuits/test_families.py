@@ -226,6 +226,95 @@ def test_post_norm_edge_definition_holds_in_hf(family):
     assert seen > 1e-2
 
 
+def _hf_shared_norm_mlp_edges(hf, task, edges: list[tuple[str, int]]) -> list[np.ndarray]:
+    """Effects of edges (sender, MLP layer) built in HF alone: the MLP of that layer reads norm(x + Δz_u) with x
+    the layer's input and Δz_u the sender's corrupted-minus-clean write; attention keeps reading norm(x)."""
+    from circuitstat.circuits.parity import _DEFAULT_LAYOUT, _LAYOUT, _decoder, _shared_norm
+
+    names = _LAYOUT.get(hf.config.model_type, _DEFAULT_LAYOUT)
+    base = _decoder(hf)
+    layers = getattr(base, names[0])
+    ar, last = torch.arange(task.clean.shape[0]), last_index(task.attention_mask)
+
+    def run(ids, hooks):
+        handles = [mod.register_forward_pre_hook(h, with_kwargs=True) if pre else mod.register_forward_hook(h)
+                   for mod, h, pre in hooks]
+        try:
+            with torch.no_grad():
+                return hf(ids, attention_mask=task.attention_mask).logits[ar, last]
+        finally:
+            for h in handles:
+                h.remove()
+
+    def capture(store):
+        keep = lambda key: lambda mod, args, kwargs=None, out=None: store.__setitem__(  # noqa: E731
+            key, (args[0] if args else kwargs["hidden_states"]).clone())
+        hooks = [(getattr(base, names[3]), lambda mod, args, out: store.__setitem__("input", out.clone()), False)]
+        for i, layer in enumerate(layers):
+            proj = getattr(getattr(layer, names[1]), names[2])
+            hooks += [(layer, keep(f"x{i}"), True), (proj, keep(f"o{i}"), True),
+                      (layer.mlp, lambda mod, args, out, i=i: store.__setitem__(f"m{i}", out.clone()), False)]
+        return hooks
+
+    cf, cl = {}, {}
+    run(task.corrupted, capture(cf))
+    clean = run(task.clean, capture(cl))
+    E = hf.config.hidden_size // hf.config.num_attention_heads
+    out = []
+    for sender, layer in edges:
+        if sender.startswith("a"):  # a{l}.h{h}: its slice of the output projection's input, projected
+            lyr, h = int(sender[1]), int(sender[4])
+            W = getattr(getattr(layers[lyr], names[1]), names[2]).weight[:, h * E : (h + 1) * E]
+            delta = (cf[f"o{lyr}"] - cl[f"o{lyr}"])[..., h * E : (h + 1) * E] @ W.T
+        else:
+            delta = cf[sender] - cl[sender]
+        norm = _shared_norm(hf, layers[layer])
+        x = norm(cl[f"x{layer}"] + delta).detach()
+        patched = run(task.clean, [(layers[layer].mlp, lambda mod, args, kwargs, x=x: ((x, *args[1:]), kwargs), True)])
+        out.append((task.score(patched, indices=ar, clean_logits=clean)
+                    - task.score(clean, indices=ar, clean_logits=clean)).numpy())
+    return out
+
+
+@pytest.mark.parametrize("family", ["phi", "gptj", "cohere"])
+def test_shared_norm_mlp_receiver_edges_hold_in_hf(family):
+    """Where attention and MLP read one norm, an edge into the MLP receiver changes the MLP's input only: its
+    exact score equals HF's logits with only the MLP fed norm(layer input + Δz_u) (input, a head, an earlier MLP)."""
+    hf = hf_model(family, seed=4)
+    m = from_hf(hf)
+    task = _task()
+    scores = attribute(m, task, "exact", progress=False).scores
+    edges = [("input", 0), ("input", 1), ("a0.h1", 1), ("m0", 1)]
+    refs = _hf_shared_norm_mlp_edges(hf, task, edges)
+    for (sender, layer), ref in zip(edges, refs):
+        got = scores[:, m.graph.edge_index(f"{sender}->m{layer}")]
+        assert np.abs(got - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max()), (family, sender, layer, got, ref)
+    assert max(np.abs(r).max() for r in refs) > 1e-2
+
+
+LAYOUTS = {  # the dense families' other layouts (the fixtures have one each)
+    "falcon-7b": ("falcon", dict(new_decoder_architecture=False, multi_query=True, parallel_attn=True)),
+    "falcon-per-head": ("falcon", dict(new_decoder_architecture=False, multi_query=False, num_kv_heads=4,
+                                       parallel_attn=False)),
+    "falcon-one-norm": ("falcon", dict(num_ln_in_parallel_attn=1)),
+    "stablelm-sequential": ("stablelm", dict(use_parallel_residual=False)),
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_dense_family_layouts_equal_hf(layout):
+    """Falcon's multi-query [q.. | k | v], per-head [q | k | v] (sequential block) and one-norm parallel layouts,
+    StableLM's sequential block: logits, receiver gradients against HF autograd, exact suffixes against full runs."""
+    from circuitstat.circuits.parity import check_parity
+
+    family, overrides = LAYOUTS[layout]
+    hf = hf_model(family, seed=5, **overrides)
+    m = from_hf(hf)
+    assert m.cfg.parallel == (layout != "falcon-per-head" and layout != "stablelm-sequential")
+    p = check_parity(hf, m, n_inputs=3, length=8, n_edges=12)
+    assert p.logits <= 1e-5 and p.gradients <= 1e-5 and p.exact <= 1e-5, (layout, p)
+
+
 _PROPORTIONAL = {"rope_parameters": {"rope_type": "proportional", "rope_theta": 10000.0}}
 REFUSED = {
     "llama3": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
@@ -244,6 +333,13 @@ REFUSED = {
     "smollm3": ({"mlp_bias": True}, "mlp_bias=True"),
     "olmo": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
     "starcoder2": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
+    "phi": ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5,
+                                 "mrope_section": [1, 1]}}, "rope_parameters.mrope_section"),
+    "gptj": ({"rotary_dim": 12}, "rotary_dim=12"),  # wider than a head (8)
+    "cohere": ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}},
+               "rope_parameters.partial_rotary_factor=0.5"),
+    "stablelm": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
+    "falcon": ({"alibi": True}, "alibi=True"),
 }
 
 
@@ -284,6 +380,18 @@ def test_random_specs_have_small_defaults_and_parity(arch):
     hf = load_hf(f"random:{arch}?num_hidden_layers=1&vocab_size=128&seed=3")
     m = from_hf(hf)
     assert m.cfg.arch == arch and m.cfg.d_model == 256 and m.cfg.n_layers == 1
+    assert check_parity(hf, m, n_inputs=2, length=6, gradients=False).logits <= 1e-5
+
+
+@pytest.mark.parametrize("arch", ["phi", "gptj", "cohere", "stablelm", "falcon"])
+def test_random_specs_of_dense_families_have_parity(arch):
+    """``random:ARCH`` for the families of circuitstat.circuits.convert_dense: small defaults (width 256), parity."""
+    from circuitstat.circuits import load_hf
+    from circuitstat.circuits.parity import check_parity
+
+    hf = load_hf(f"random:{arch}?vocab_size=128&seed=3")
+    m = from_hf(hf)
+    assert m.cfg.arch == arch and m.cfg.d_model == 256 and m.cfg.n_layers == 4 and m.cfg.parallel != (arch == "stablelm")
     assert check_parity(hf, m, n_inputs=2, length=6, gradients=False).logits <= 1e-5
 
 

@@ -152,3 +152,64 @@ def test_attribute_plan_cli_on_the_shapes_allocates_no_weights(name):
         assert r[-3] == ">=" and r[7] == "GiB" and float(r[6]) <= 40.0, r  # memory within the budget
     grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
     assert grown < 2 * 2**30  # shapes and bookkeeping only: no 5-16 GiB of weights
+
+
+DENSE_SHAPES = {  # published config.json values of each dense family's best-known checkpoint
+    "phi-2": ("phi", dict(hidden_size=2560, intermediate_size=10240, num_hidden_layers=32, num_attention_heads=32,
+                          vocab_size=51200, max_position_embeddings=2048, rope_parameters={
+                              "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.4})),
+    "gpt-j-6b": ("gptj", dict(n_embd=4096, n_layer=28, n_head=16, rotary_dim=64, vocab_size=50400, n_positions=2048)),
+    "c4ai-command-r-v01": ("cohere", dict(hidden_size=8192, intermediate_size=22528, num_hidden_layers=40,
+                                          num_attention_heads=64, num_key_value_heads=64, vocab_size=256000,
+                                          max_position_embeddings=8192, logit_scale=0.0625,
+                                          rope_parameters={"rope_type": "default", "rope_theta": 8e6})),
+    "stablelm-2-1_6b": ("stablelm", dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
+                                         num_attention_heads=32, num_key_value_heads=32, vocab_size=100352,
+                                         max_position_embeddings=4096, use_qkv_bias=True, rope_parameters={
+                                             "rope_type": "default", "rope_theta": 10000.0,
+                                             "partial_rotary_factor": 0.25})),
+    "falcon-7b": ("falcon", dict(hidden_size=4544, num_hidden_layers=32, num_attention_heads=71, vocab_size=65024,
+                                 multi_query=True, parallel_attn=True, new_decoder_architecture=False, bias=False)),
+}
+
+
+@pytest.mark.parametrize("name", list(DENSE_SHAPES))
+def test_dense_family_shapes_plan_from_config_alone(name):
+    """Phi-2, GPT-J-6B, Command R, StableLM 2 and Falcon-7B converted on the meta device: the edge count by the
+    graph's formula (parallel blocks: no edge from a layer's heads into its own MLP), the weights as held, and
+    every method priced."""
+    family, values = DENSE_SHAPES[name]
+    with torch.device("meta"):
+        hf = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(family, **values))
+    m = from_hf(hf, dtype=torch.bfloat16, device="meta")
+    cfg, L, H = m.cfg, m.cfg.n_layers, m.cfg.n_heads
+    assert all(t.device.type == "meta" for t in m.parameters())
+    upstream = [1 + layer * (H + 1) for layer in range(L)]
+    edges = sum(3 * H * u + u + (0 if cfg.parallel else H) for u in upstream) + 1 + L * (H + 1)
+    assert cfg.parallel == (family != "stablelm") and m.graph.n_edges == edges
+    if name == "gpt-j-6b":
+        assert edges == 316_723  # docs/families.md
+    assert weight_bytes(cfg, 2) == sum(t.numel() * 2 for t in m.state_dict().values())
+    for method in METHODS:
+        cost = method_cost(cfg, method, n=8, positions=16, batch_size=4, itemsize=2)
+        assert cost.flops > 0 and cost.memory_peak > weight_bytes(cfg, 2), (name, method)
+
+
+def test_gptj_config_alone_plans_through_the_command(tmp_path):
+    """``attribute --plan`` on a directory holding only a GPT-J config.json with ``n_inner: null`` (as GPT-J-6B's:
+    4 x width, as transformers reads it): a parallel graph, counted by formula."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from circuitstat.pipelines.cli import app
+
+    config = {"architectures": ["GPTJForCausalLM"], "model_type": "gptj", "n_embd": 256, "n_layer": 3, "n_head": 8,
+              "n_inner": None, "rotary_dim": 16, "n_positions": 2048, "vocab_size": 1000,
+              "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "tie_word_embeddings": False}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    res = CliRunner().invoke(app, ["attribute", "--model", str(tmp_path), "--plan", "--n", "4"])
+    assert res.exit_code == 0, res.output + res.stderr
+    L, H = 3, 8
+    edges = sum(3 * H * (1 + l * (H + 1)) + 1 + l * (H + 1) for l in range(L)) + 1 + L * (H + 1)
+    assert f"{edges:,} edges" in res.output and "counts from shapes only" in res.output

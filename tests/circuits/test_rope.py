@@ -72,3 +72,33 @@ def test_length_dependent_schedules_exact_up_to_their_limit_refused_beyond(famil
 def test_unknown_rope_type_and_parameter_refused_by_name():
     with pytest.raises(UnsupportedArchitectureError, match=r"rope_parameters\.rope_type='proportional'"):
         from_hf(hf_model("llama3", rope_parameters={"rope_type": "proportional", "rope_theta": 10000.0}))
+
+
+@pytest.mark.parametrize("family", ["gptj", "cohere"])
+def test_interleaved_rotary_bit_identical_to_hf(family):
+    """GPT-J's rotate_every_two (over rotary_dim of d_head) and Cohere's interleaved rotate_half (after a linear
+    schedule): queries rotated here equal HF's own apply_rotary_pos_emb on HF's own tables, bit for bit."""
+    from importlib import import_module
+
+    from circuitstat.circuits.engine.rotary import apply_rotary, layer_rotary
+
+    hf = hf_model(family)
+    m = from_hf(hf)
+    mod = import_module(f"transformers.models.{family}.modeling_{family}")
+    B, P, H, E = 2, 9, m.cfg.n_heads, m.cfg.d_head
+    q = torch.randn(B, P, H, E, generator=torch.Generator().manual_seed(0)) * 3
+    pos = torch.arange(P).expand(B, P)
+    cos, sin = layer_rotary(m, pos)[False]
+    ours = apply_rotary(m.cfg, q.transpose(1, 2), cos, sin).transpose(1, 2)
+    if family == "gptj":  # sin/cos from create_sinusoidal_positions; [B, P, H, E], first rotary_dim rotated
+        hs, hc = hf.transformer.rotary_emb(q, pos)
+        rd = hf.config.rotary_dim
+        ref = torch.cat((mod.apply_rotary_pos_emb(q[..., :rd], hs, hc), q[..., rd:]), -1)
+        assert rd < E
+    else:  # CohereRotaryEmbedding: repeat_interleave'd tables; [B, H, P, E]
+        hc, hs = hf.model.rotary_emb(q, pos)
+        ref, _ = mod.apply_rotary_pos_emb(q.transpose(1, 2), q.transpose(1, 2), hc, hs)
+        ref = ref.transpose(1, 2)
+    assert torch.equal(ours, ref), family
+    m.cfg.rotary_interleaved = False  # the halves' rotation is another model
+    assert not torch.allclose(apply_rotary(m.cfg, q.transpose(1, 2), cos, sin).transpose(1, 2), ref, atol=1e-3)
