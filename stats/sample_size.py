@@ -1,0 +1,303 @@
+"""How many prompts do I need? Predictions at N from a pilot's per-example scores S [n0, E].
+
+Three predictions, each with a stated error (docs/sample-size.md has the measured calibration):
+
+* **Interval width per edge** (the default per-edge interval, the symmetric studentized bootstrap,
+  circuitstat.stats.intervals): its half-width is q_N * s_N / sqrt(N), q_N the level quantile of |t*|
+  and s_N the sample SD. From the pilot: q_0 = half-width * sqrt(n0) / s_0 of the pilot's own interval
+  (the same estimator), and q_N = z + (q_0 - z) n0 / N (the t-quantile's excess over z and the
+  symmetric bootstrap-t's skewness/kurtosis correction are both O(1/n): Hall 1992, sec. 3.6). The SD
+  of a small sample is biased low (E[s] < sigma, much more so with heavy tails), so sigma is
+  bias-corrected by the pilot's bootstrap: with m* the mean of the resampled SDs s*,
+  sigma = s_0 * s_0 / m* (ratio bootstrap bias correction, Efron & Tibshirani 1993 ch. 10), and the
+  SD at N is expected at sigma * (1 + (m*/s_0 - 1) n0 / N) (the bias is O(1/n)). Stated error: the
+  jackknife SD c_0 of log s_0 (leave-one-out SDs in closed form; by the Efron-Stein inequality the
+  jackknife variance is biased upwards, not downwards as the bootstrap's is under heavy tails: measured
+  coverage 0.75 / 0.81 where the bootstrap's gave 0.67 / 0.75, docs/sample-size.md), and that of log s_N,
+  c_0 sqrt(n0 / N); the prediction interval is width * exp(+- z_p c_0 sqrt(1 + n0 / N)), for the width
+  one dataset of N prompts will show (its own sampling variation included).
+* **Expected data-level Jaccard** J_N of the top-k circuit (the estimand of
+  circuitstat.stats.stability_data: E[Jaccard(top-k of D1, top-k of D2)] for two independent datasets of
+  N prompts). A parametric bootstrap from a model fitted to the pilot: a dataset of N is N of the
+  pilot's centred rows drawn with replacement, plus model means. Rows, not a Gaussian with the pilot's
+  covariance: both give the same covariance of the means at N, but per-example scores are skewed and
+  heavy-tailed, and resampling rows keeps the tail shape the pilot saw and the correlation across edges
+  without an E x E covariance. The model means are the pilot means *deconvolved*: the pilot means
+  spread wider than the true means by their own noise (E[(m - c)^2] = (mu - c)^2 + sigma^2 / n0), and
+  that false spread makes circuits at N > n0 look more stable than they are, so each mean is moved
+  towards c (0 for absolute ranking, the mean over edges for signed) to (m - c)^2 - s^2 / n0 (zero
+  where negative). ``means="pilot"`` keeps the plain means (measured worse: docs/sample-size.md).
+  Stated error: the spread of the same prediction over bootstrap resamples of the pilot's rows
+  (each refitted), less its Monte Carlo part; the interval is prediction +- z_p se.
+* **Chance the data-level interval's lower end clears a target**: the fraction of simulated datasets
+  of N (each from a model refitted to a bootstrap resample of the pilot, so the pilot's uncertainty
+  is in the probability) whose ``circuit_stability`` data-level interval has jaccard_data_ci_low >=
+  target, with its binomial Monte Carlo error.
+
+What a pilot cannot see it cannot predict: an edge whose mean rests on events rarer than 1/n0 looks
+light-tailed in the pilot, so its width and J_N at N are predicted too small / too stable
+(circuitstat.stats.reliability says the same of intervals).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+from scipy.special import ndtri
+
+from circuitstat.core.errors import InputError
+from circuitstat.core.seeds import as_seed_sequence, spawn_seeds
+from circuitstat.core.topk import ranking_key, row_seeds
+
+from .intervals import bootstrap_edges
+from .resampling import ResamplingPlan, check_score_matrix, map_edge_chunks, plan_weights
+from .stability import _jaccard_moments, chance_jaccard
+from .topk_stream import streaming_topk
+
+__all__ = ["MIN_PILOT", "MEANS", "PilotFit", "fit_pilot", "deconvolved_means", "simulated_datasets",
+           "predict_widths", "jackknife_log_sd", "predict_stability", "clear_probability", "check_pilot",
+           "expected_jaccard"]
+
+#: fewest pilot examples: the SD's bootstrap and the studentized interval need some spread to work on
+MIN_PILOT = 16
+MEANS = ("deconvolved", "pilot")
+WIDTH_COVERS = ("the width of the per-edge interval one dataset of n prompts will show (its own sampling "
+                "variation and the pilot's included)")
+JACCARD_COVERS = "the expected Jaccard between the top-k circuits of two independent datasets of n prompts"
+
+
+def check_pilot(S: np.ndarray, ns: Sequence[int], *, prediction_level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
+    """Return (S float64, sorted unique ns) or raise InputError naming the fix."""
+    S = np.asarray(check_score_matrix(S), dtype=np.float64)
+    if S.shape[0] < MIN_PILOT:
+        raise InputError(f"a pilot needs at least {MIN_PILOT} examples, got {S.shape[0]}; attribute more prompts "
+                         "(--n)")
+    ns_arr = np.unique(np.asarray(list(ns), dtype=np.int64))
+    if ns_arr.size == 0 or ns_arr.min() < 2:
+        raise InputError(f"the sizes N to predict at must be integers >= 2, got {list(ns)}")
+    if not 0 < prediction_level < 1:
+        raise InputError(f"prediction_level must lie in (0, 1), got {prediction_level}")
+    return S, ns_arr
+
+
+def deconvolved_means(mean: np.ndarray, sd: np.ndarray, n0: int, ranking: str) -> np.ndarray:
+    """Return means whose squared spread about c matches the truth's in expectation: (m-c)^2 - s^2/n0, floored at 0.
+
+    c is 0 for absolute ranking (the key is |mean|) and the mean over edges for signed ranking.
+    """
+    ranking_key(np.zeros(1), ranking)  # raises for an unknown ranking
+    centre = 0.0 if ranking == "absolute" else float(np.mean(mean))
+    d = np.asarray(mean, dtype=np.float64) - centre
+    return centre + np.sign(d) * np.sqrt(np.maximum(d * d - np.asarray(sd, dtype=np.float64) ** 2 / n0, 0.0))
+
+
+@dataclass
+class PilotFit:
+    """The population model fitted to a pilot: centred rows, plus the means a simulated dataset is centred on."""
+
+    residuals: np.ndarray  # [n0, E] pilot rows minus the pilot means
+    mean: np.ndarray  # pilot means [E]
+    sd: np.ndarray  # pilot SDs (ddof=1) [E]
+    model_means: np.ndarray  # means of the simulated population [E]
+
+    def dataset(self, rows: np.ndarray) -> np.ndarray:
+        """Return the simulated dataset made of pilot rows ``rows`` (centred) plus the model means."""
+        return self.residuals[rows] + self.model_means
+
+
+def fit_pilot(S: np.ndarray, *, ranking: str, means: str = "deconvolved") -> PilotFit:
+    """Return the PilotFit of S [n0, E]: its rows centred, and model means deconvolved (or the pilot's own)."""
+    if means not in MEANS:
+        raise InputError(f"unknown means {means!r}; use one of {MEANS}")
+    S = np.asarray(S, dtype=np.float64)
+    n0 = S.shape[0]
+    mean = S.mean(axis=0)
+    sd = S.std(axis=0, ddof=1)
+    model = deconvolved_means(mean, sd, n0, ranking) if means == "deconvolved" else mean
+    return PilotFit(S - mean, mean, sd, model)
+
+
+# --- widths ---------------------------------------------------------------------------------------------------
+def _mean_resampled_sd(S: np.ndarray, plan: ResamplingPlan) -> np.ndarray:
+    """Return the mean over the plan's resamples of each edge's resampled SD (ddof=1), from the engine."""
+    W, T = plan_weights(plan), plan.totals
+
+    def reduce(r: np.ndarray, sc: np.ndarray, sl: slice) -> np.ndarray:
+        theta = sc.mean(axis=1)
+        u = sc - theta[:, None]
+        d = r - theta[:, None]  # resampled mean minus the sample mean: centred sums, no cancellation
+        var = np.maximum(((u * u) @ W) / T - d * d, 0.0) * (T / (T - 1.0))
+        return np.sqrt(var).mean(axis=1)
+
+    return np.concatenate(list(map_edge_chunks(S, plan, reduce, check=False)))
+
+
+def jackknife_log_sd(S: np.ndarray) -> np.ndarray:
+    """Return the jackknife standard error of log SD (ddof=1) per column of S [n, E] (0 for a constant column).
+
+    Leave-one-out variances in closed form; a leave-one-out SD of 0 (every other value equal) is floored
+    at 1e-3 of the full SD, so a column carried by one example gets a large, finite error.
+    """
+    S = np.asarray(S, dtype=np.float64)
+    n = S.shape[0]
+    s = S.std(axis=0, ddof=1)
+    u = S - S.mean(axis=0)  # centred: no cancellation in the sums of squares
+    total, sq = u.sum(axis=0), (u * u).sum(axis=0)
+    var_i = (sq - u * u - (total - u) ** 2 / (n - 1)) / (n - 2)  # variance of the other n - 1 values
+    with np.errstate(divide="ignore"):
+        log_i = 0.5 * np.log(np.maximum(var_i, (1e-3 * s) ** 2))
+    out = np.sqrt((n - 1) / n * ((log_i - log_i.mean(axis=0)) ** 2).sum(axis=0))
+    return np.where(s > 0, out, 0.0)
+
+
+def predict_widths(S: np.ndarray, ns: Sequence[int], *, confidence_level: float = 0.95,
+                   prediction_level: float = 0.9, n_resamples: int = 999, seed: Any = None) -> dict[str, np.ndarray]:
+    """Return per (n, edge) the predicted width of the default per-edge interval at n, with its prediction interval.
+
+    Columns: n, edge, width (predicted), width_pi_low / width_pi_high (prediction interval at
+    prediction_level for the width one dataset of n will show), q (predicted |t*| quantile), sd (expected
+    SD at n), pilot_width, rel_error (the log-scale SD of the prediction). See the module docstring.
+    """
+    S, ns_arr = check_pilot(S, ns, prediction_level=prediction_level)
+    n0, E = S.shape
+    plan = ResamplingPlan.bootstrap(n0, n_resamples, seed)
+    boot = bootstrap_edges(S, plan, method="studentized_symmetric", confidence_level=confidence_level)
+    lo, hi = np.asarray(boot.confidence_interval.low), np.asarray(boot.confidence_interval.high)
+    s0 = S.std(axis=0, ddof=1)
+    m_star = _mean_resampled_sd(S, plan)
+    c0 = jackknife_log_sd(S)
+    ok = s0 > 0
+    z = float(ndtri(0.5 + confidence_level / 2))
+    zp = float(ndtri(0.5 + prediction_level / 2))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q0 = np.where(ok, (hi - lo) / 2 * np.sqrt(n0) / s0, z)
+        # ratio bias correction; a bootstrap mean SD below half the sample's is not trusted to correct by more
+        ratio = np.where(ok, np.clip(m_star / s0, 0.5, None), 1.0)
+    sigma = s0 / ratio
+    cols: dict[str, list] = {k: [] for k in ("n", "edge", "width", "width_pi_low", "width_pi_high", "q", "sd",
+                                             "pilot_width", "rel_error")}
+    for n in ns_arr:
+        shrink = n0 / float(n)
+        q = z + (q0 - z) * shrink
+        sd_n = sigma * (1.0 + (ratio - 1.0) * shrink)
+        width = 2 * q * sd_n / np.sqrt(n)
+        rel = c0 * np.sqrt(1.0 + shrink)
+        for key, v in (("n", np.full(E, n)), ("edge", np.arange(E)), ("width", width),
+                       ("width_pi_low", width * np.exp(-zp * rel)), ("width_pi_high", width * np.exp(zp * rel)),
+                       ("q", q), ("sd", sd_n), ("pilot_width", hi - lo), ("rel_error", rel)):
+            cols[key].append(v)
+    return {k: np.concatenate(v) for k, v in cols.items()}
+
+
+# --- circuit stability ----------------------------------------------------------------------------------------
+def _check_ks(ks: Sequence[int], n_edges: int) -> np.ndarray:
+    """Return sorted unique ks, or InputError when one is outside 1..E-1."""
+    ks_arr = np.unique(np.asarray(list(ks), dtype=np.int64))
+    if ks_arr.size == 0 or ks_arr.min() < 1 or ks_arr.max() >= n_edges:
+        raise InputError(f"circuit sizes k must lie in 1..{n_edges - 1} (the pilot has {n_edges} edges), "
+                         f"got {list(ks)}")
+    return ks_arr
+
+
+def expected_jaccard(P: np.ndarray, n: int, ks: Sequence[int], *, ranking: str, n_datasets: int,
+                     seed: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """Return (J_n per k, its jackknife Monte Carlo error): the mean pairwise Jaccard of the top-k circuits of
+    n_datasets datasets of n rows drawn with replacement from the finite population P [n_pop, E]."""
+    P = np.asarray(P, dtype=np.float64)
+    ks_arr = _check_ks(ks, P.shape[1])
+    rng = np.random.default_rng(as_seed_sequence(seed))
+    idx = rng.integers(0, P.shape[0], (int(n_datasets), int(n)))
+    plan = ResamplingPlan.from_indices(idx, n_obs=P.shape[0])  # the engine gives each dataset's means as W.P/n
+    state, _ = streaming_topk(P, plan, int(ks_arr.max()), ranking, row_seeds(rng, int(n_datasets)))
+    moments = [_jaccard_moments(state.idx[:, :k], int(k), P.shape[1], 2**26) for k in ks_arr]
+    return np.array([m[0] for m in moments]), np.array([m[2] for m in moments])
+
+
+def _dataset_jaccard(fit: PilotFit, n: int, n_sim: int, ks: np.ndarray, ranking: str,
+                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Return (mean pairwise Jaccard, its Monte Carlo error) per k over n_sim simulated datasets of n."""
+    return expected_jaccard(fit.residuals + fit.model_means, n, ks, ranking=ranking, n_datasets=n_sim,
+                            seed=int(rng.integers(2**63)))
+
+
+def predict_stability(S: np.ndarray, ns: Sequence[int], ks: Sequence[int], *, ranking: str, seed: Any = None,
+                      means: str = "deconvolved", n_outer: int = 40, n_sim: int = 50,
+                      prediction_level: float = 0.9) -> dict[str, np.ndarray]:
+    """Return per (n, k) the predicted expected data-level Jaccard J_n of the top-k circuit, with its error.
+
+    Columns: n, k, jaccard (from the model fitted to the pilot, n_sim simulated datasets per n),
+    jaccard_se (spread over n_outer bootstrap refits of the pilot, its Monte Carlo part removed),
+    jaccard_pi_low / jaccard_pi_high (jaccard +- z se at prediction_level, clipped to [0, 1]),
+    jaccard_chance (hypergeometric expectation of two random k-sets). See the module docstring.
+    """
+    S, ns_arr = check_pilot(S, ns, prediction_level=prediction_level)
+    n0, E = S.shape
+    ks_arr = _check_ks(ks, E)
+    if int(n_outer) < 10 or int(n_sim) < 10:
+        raise InputError(f"n_outer = {n_outer} and n_sim = {n_sim} must both be at least 10 (the prediction's "
+                         "error is their spread)")
+    c_point, c_plan, c_outer = spawn_seeds(as_seed_sequence(seed), 3)
+    rng = np.random.default_rng(c_point)
+    fit = fit_pilot(S, ranking=ranking, means=means)
+    point = np.array([_dataset_jaccard(fit, n, 2 * n_sim, ks_arr, ranking, rng) for n in ns_arr])  # [n, 2, k]
+    plan = ResamplingPlan.bootstrap(n0, int(n_outer), c_plan)
+    rng_o = np.random.default_rng(c_outer)
+    star = np.empty((int(n_outer), ns_arr.size, 2, ks_arr.size))
+    for o in range(int(n_outer)):
+        fit_o = fit_pilot(S[plan.indices(o)], ranking=ranking, means=means)
+        star[o] = [_dataset_jaccard(fit_o, n, n_sim, ks_arr, ranking, rng_o) for n in ns_arr]
+    raw = star[:, :, 0].var(axis=0, ddof=1)
+    # each refit's value carries its own Monte Carlo error: remove it, never more than half the spread
+    var = np.maximum(raw - np.mean(star[:, :, 1] ** 2, axis=0), raw / 2) + point[:, 1] ** 2
+    se = np.sqrt(var)
+    zp = float(ndtri(0.5 + prediction_level / 2))
+    J = point[:, 0]
+    nn, kk = np.meshgrid(ns_arr, ks_arr, indexing="ij")
+    chance = np.broadcast_to(np.asarray(chance_jaccard(E, ks_arr), dtype=np.float64), J.shape)
+    return {"n": nn.ravel(), "k": kk.ravel(), "jaccard": J.ravel(), "jaccard_se": se.ravel(),
+            "jaccard_pi_low": np.clip(J - zp * se, 0, 1).ravel(), "jaccard_pi_high": np.clip(J + zp * se, 0, 1).ravel(),
+            "jaccard_refit_mean": star[:, :, 0].mean(axis=0).ravel(), "jaccard_chance": chance.ravel()}
+
+
+def simulated_datasets(S: np.ndarray, n: int, n_datasets: int, *, ranking: str, seed: Any = None,
+                       means: str = "deconvolved") -> Iterator[np.ndarray]:
+    """Yield n_datasets simulated datasets [n, E], each drawn from the model refitted to a bootstrap resample
+    of the pilot's rows (so the pilot's own uncertainty is part of every probability computed over them)."""
+    S = np.asarray(S, dtype=np.float64)
+    n0 = S.shape[0]
+    c_plan, c_rows = spawn_seeds(as_seed_sequence(seed), 2)
+    plan = ResamplingPlan.bootstrap(n0, int(n_datasets), c_plan)
+    rng = np.random.default_rng(c_rows)
+    for d in range(int(n_datasets)):
+        fit = fit_pilot(S[plan.indices(d)], ranking=ranking, means=means)
+        yield fit.dataset(rng.integers(0, n0, int(n)))
+
+
+def clear_probability(S: np.ndarray, n: int, ks: Sequence[int], target: float, *, ranking: str,
+                      n_datasets: int = 20, seed: Any = None, means: str = "deconvolved",
+                      **stability: Any) -> dict[str, np.ndarray]:
+    """Return per k the chance that a dataset of n prompts gives jaccard_data_ci_low >= target, with its MC error.
+
+    Each of n_datasets simulated datasets (simulated_datasets) is run through circuit_stability with
+    data-level intervals (``stability``: its options, e.g. n_resamples, n_outer, n_inner).
+    """
+    from .stability import circuit_stability
+    from .stability_data import MIN_OBS
+
+    S, _ = check_pilot(S, [n])
+    ks_arr = _check_ks(ks, S.shape[1])
+    if int(n) < MIN_OBS:
+        raise InputError(f"the data-level interval needs N >= {MIN_OBS}; predict its chance at N >= {MIN_OBS}")
+    if not 0 <= target <= 1:
+        raise InputError(f"the Jaccard target must lie in [0, 1], got {target}")
+    c_data, c_stab = spawn_seeds(as_seed_sequence(seed), 2)
+    seeds = spawn_seeds(c_stab, int(n_datasets))
+    lows = np.array([circuit_stability(D, ks=ks_arr, ranking=ranking, seed=seeds[d], data_level=True,
+                                       **stability).per_k["jaccard_data_ci_low"]
+                     for d, D in enumerate(simulated_datasets(S, n, n_datasets, ranking=ranking, seed=c_data,
+                                                              means=means))])
+    p = (lows >= target).mean(axis=0)
+    return {"n": np.full(ks_arr.size, int(n)), "k": ks_arr, "p_clear": p,
+            "p_clear_se": np.sqrt(p * (1 - p) / int(n_datasets)), "n_datasets": np.full(ks_arr.size, int(n_datasets))}
