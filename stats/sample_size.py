@@ -57,7 +57,7 @@ from .stability import _jaccard_moments, chance_jaccard
 from .topk_stream import streaming_topk
 
 __all__ = ["MIN_PILOT", "MEANS", "PilotFit", "fit_pilot", "deconvolved_means", "simulated_datasets",
-           "predict_widths", "jackknife_log_sd", "predict_stability", "clear_probability", "check_pilot",
+           "predict_widths", "jackknife_log_sd", "predict_stability", "half_jaccard", "clear_probability", "check_pilot",
            "expected_jaccard"]
 
 #: fewest pilot examples: the SD's bootstrap and the studentized interval need some spread to work on
@@ -146,10 +146,11 @@ def jackknife_log_sd(S: np.ndarray) -> np.ndarray:
     u = S - S.mean(axis=0)  # centred: no cancellation in the sums of squares
     total, sq = u.sum(axis=0), (u * u).sum(axis=0)
     var_i = (sq - u * u - (total - u) ** 2 / (n - 1)) / (n - 2)  # variance of the other n - 1 values
-    with np.errstate(divide="ignore"):
-        log_i = 0.5 * np.log(np.maximum(var_i, (1e-3 * s) ** 2))
+    const = ~(s > 0)
+    floor = np.where(const, 1.0, 1e-3 * s) ** 2  # a constant column: any positive floor, its error is 0 anyway
+    log_i = 0.5 * np.log(np.maximum(var_i, floor))
     out = np.sqrt((n - 1) / n * ((log_i - log_i.mean(axis=0)) ** 2).sum(axis=0))
-    return np.where(s > 0, out, 0.0)
+    return np.where(const, 0.0, out)
 
 
 def predict_widths(S: np.ndarray, ns: Sequence[int], *, confidence_level: float = 0.95,
@@ -222,15 +223,53 @@ def _dataset_jaccard(fit: PilotFit, n: int, n_sim: int, ks: np.ndarray, ranking:
                             seed=int(rng.integers(2**63)))
 
 
+def _refit_se(S: np.ndarray, ns: np.ndarray, ks: np.ndarray, ranking: str, means: str, n_outer: int,
+              n_sim: int, seed: Any) -> np.ndarray:
+    """Return [n, k] the spread of the prediction over n_outer bootstrap refits of the pilot, less its MC part."""
+    c_plan, c_outer = spawn_seeds(as_seed_sequence(seed), 2)
+    plan = ResamplingPlan.bootstrap(S.shape[0], int(n_outer), c_plan)
+    rng = np.random.default_rng(c_outer)
+    star = np.empty((int(n_outer), ns.size, 2, ks.size))
+    for o in range(int(n_outer)):
+        fit_o = fit_pilot(S[plan.indices(o)], ranking=ranking, means=means)
+        star[o] = [_dataset_jaccard(fit_o, n, n_sim, ks, ranking, rng) for n in ns]
+    raw = star[:, :, 0].var(axis=0, ddof=1)
+    # each refit's value carries its own Monte Carlo error: remove it, never more than half the spread
+    return np.maximum(raw - np.mean(star[:, :, 1] ** 2, axis=0), raw / 2)
+
+
+def half_jaccard(S: np.ndarray, ks: Sequence[int], *, ranking: str, n_splits: int = 30,
+                 seed: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """Return (mean Jaccard, its SE) per k between the top-k circuits of disjoint random halves of S's rows:
+    unbiased for J_{n/2}, the data-level Jaccard at half the pilot's size (two independent datasets)."""
+    from .stability_data import split_counts
+
+    n0, E = S.shape
+    ks_arr = _check_ks(ks, E)
+    counts = split_counts(n0, int(n_splits), seed).reshape(int(n_splits), 6, n0)[:, :2].reshape(-1, n0)
+    rng = np.random.default_rng(as_seed_sequence(seed).spawn(1)[0])
+    state, _ = streaming_topk(S, ResamplingPlan.from_counts(counts, "subsample"), int(ks_arr.max()), ranking,
+                              row_seeds(rng, counts.shape[0]))
+    a, b = state.idx[0::2], state.idx[1::2]
+    out = []
+    for k in ks_arr:
+        inter = np.array([np.intersect1d(x[:k], y[:k]).size for x, y in zip(a, b)], dtype=np.float64)
+        j = inter / (2 * k - inter)
+        out.append((j.mean(), j.std(ddof=1) / np.sqrt(j.size)))
+    return np.array([o[0] for o in out]), np.array([o[1] for o in out])
+
+
 def predict_stability(S: np.ndarray, ns: Sequence[int], ks: Sequence[int], *, ranking: str, seed: Any = None,
                       means: str = "deconvolved", n_outer: int = 40, n_sim: int = 50,
                       prediction_level: float = 0.9) -> dict[str, np.ndarray]:
     """Return per (n, k) the predicted expected data-level Jaccard J_n of the top-k circuit, with its error.
 
-    Columns: n, k, jaccard (from the model fitted to the pilot, n_sim simulated datasets per n),
-    jaccard_se (spread over n_outer bootstrap refits of the pilot, its Monte Carlo part removed),
-    jaccard_pi_low / jaccard_pi_high (jaccard +- z se at prediction_level, clipped to [0, 1]),
-    jaccard_chance (hypergeometric expectation of two random k-sets). See the module docstring.
+    Columns: n, k, jaccard (the model fitted to the pilot, 2 n_sim simulated datasets per n),
+    jaccard_se (its spread over n_outer bootstrap refits of the pilot, Monte Carlo part removed),
+    jaccard_plugin (the same from the pilot's plain means), jaccard_half (J between disjoint halves of
+    the pilot: unbiased for J at n0/2, a lower bound for J_n where n >= n0/2 as J grows with n),
+    jaccard_pi_low / jaccard_pi_high = [min(jaccard, half) - z se, max(jaccard, plugin) + z se] at
+    prediction_level (clipped to [0, 1]), jaccard_chance (two random k-sets). See the module docstring.
     """
     S, ns_arr = check_pilot(S, ns, prediction_level=prediction_level)
     n0, E = S.shape
@@ -238,27 +277,26 @@ def predict_stability(S: np.ndarray, ns: Sequence[int], ks: Sequence[int], *, ra
     if int(n_outer) < 10 or int(n_sim) < 10:
         raise InputError(f"n_outer = {n_outer} and n_sim = {n_sim} must both be at least 10 (the prediction's "
                          "error is their spread)")
-    c_point, c_plan, c_outer = spawn_seeds(as_seed_sequence(seed), 3)
+    c_point, c_outer, c_half = spawn_seeds(as_seed_sequence(seed), 3)
     rng = np.random.default_rng(c_point)
     fit = fit_pilot(S, ranking=ranking, means=means)
     point = np.array([_dataset_jaccard(fit, n, 2 * n_sim, ks_arr, ranking, rng) for n in ns_arr])  # [n, 2, k]
-    plan = ResamplingPlan.bootstrap(n0, int(n_outer), c_plan)
-    rng_o = np.random.default_rng(c_outer)
-    star = np.empty((int(n_outer), ns_arr.size, 2, ks_arr.size))
-    for o in range(int(n_outer)):
-        fit_o = fit_pilot(S[plan.indices(o)], ranking=ranking, means=means)
-        star[o] = [_dataset_jaccard(fit_o, n, n_sim, ks_arr, ranking, rng_o) for n in ns_arr]
-    raw = star[:, :, 0].var(axis=0, ddof=1)
-    # each refit's value carries its own Monte Carlo error: remove it, never more than half the spread
-    var = np.maximum(raw - np.mean(star[:, :, 1] ** 2, axis=0), raw / 2) + point[:, 1] ** 2
-    se = np.sqrt(var)
+    plain = fit_pilot(S, ranking=ranking, means="pilot")
+    plugin = np.array([_dataset_jaccard(plain, n, 2 * n_sim, ks_arr, ranking, rng)[0] for n in ns_arr])
+    half, half_se = half_jaccard(S, ks_arr, ranking=ranking, seed=c_half)
+    se = np.sqrt(_refit_se(S, ns_arr, ks_arr, ranking, means, n_outer, n_sim, c_outer) + point[:, 1] ** 2)
     zp = float(ndtri(0.5 + prediction_level / 2))
     J = point[:, 0]
+    # J_n >= J_{n0/2} for n >= n0/2: the halves bound J_n from below without extrapolating the pilot's noise
+    below = np.where((ns_arr >= n0 / 2)[:, None], np.minimum(J, half[None, :]), J)
+    low = below - zp * np.where((ns_arr >= n0 / 2)[:, None] & (half[None, :] < J), np.hypot(se, half_se), se)
+    high = np.maximum(J, plugin) + zp * se
     nn, kk = np.meshgrid(ns_arr, ks_arr, indexing="ij")
     chance = np.broadcast_to(np.asarray(chance_jaccard(E, ks_arr), dtype=np.float64), J.shape)
     return {"n": nn.ravel(), "k": kk.ravel(), "jaccard": J.ravel(), "jaccard_se": se.ravel(),
-            "jaccard_pi_low": np.clip(J - zp * se, 0, 1).ravel(), "jaccard_pi_high": np.clip(J + zp * se, 0, 1).ravel(),
-            "jaccard_refit_mean": star[:, :, 0].mean(axis=0).ravel(), "jaccard_chance": chance.ravel()}
+            "jaccard_plugin": plugin.ravel(), "jaccard_half": np.broadcast_to(half, J.shape).ravel(),
+            "jaccard_pi_low": np.clip(low, 0, 1).ravel(), "jaccard_pi_high": np.clip(high, 0, 1).ravel(),
+            "jaccard_chance": chance.ravel()}
 
 
 def simulated_datasets(S: np.ndarray, n: int, n_datasets: int, *, ranking: str, seed: Any = None,
