@@ -5,8 +5,9 @@ Three predictions, each with a stated error (docs/sample-size.md has the measure
 * **Interval width per edge** (the default per-edge interval, the symmetric studentized bootstrap,
   circuitstat.stats.intervals): its half-width is q_N * s_N / sqrt(N), q_N the level quantile of |t*|
   and s_N the sample SD. From the pilot: q_0 = half-width * sqrt(n0) / s_0 of the pilot's own interval
-  (the same estimator), and q_N = z + (q_0 - z) n0 / N (the t-quantile's excess over z and the
-  symmetric bootstrap-t's skewness/kurtosis correction are both O(1/n): Hall 1992, sec. 3.6). The SD
+  (the same estimator), and q_N = t_N + (q_0 - t_0) min(1, n0 / N), t_n the Student t quantile with n - 1
+  degrees of freedom (the symmetric bootstrap-t's skewness/kurtosis correction to it is O(1/n): Hall 1992,
+  sec. 3.6; not amplified below n0, where it would multiply q_0's noise). The SD
   of a small sample is biased low (E[s] < sigma, much more so with heavy tails), so sigma is
   bias-corrected by the pilot's bootstrap: with m* the mean of the resampled SDs s*,
   sigma = s_0 * s_0 / m* (ratio bootstrap bias correction, Efron & Tibshirani 1993 ch. 10), and the
@@ -46,6 +47,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 from scipy.special import ndtri
+from scipy.stats import t as sps_t
 
 from circuitstat.core.errors import InputError
 from circuitstat.core.seeds import as_seed_sequence, spawn_seeds
@@ -179,9 +181,11 @@ def predict_widths(S: np.ndarray, ns: Sequence[int], *, confidence_level: float 
     sigma = s0 / ratio
     cols: dict[str, list] = {k: [] for k in ("n", "edge", "width", "width_pi_low", "width_pi_high", "q", "sd",
                                              "pilot_width", "rel_error")}
+    t0 = float(sps_t.ppf(0.5 + confidence_level / 2, n0 - 1))
     for n in ns_arr:
         shrink = n0 / float(n)
-        q = z + (q0 - z) * shrink
+        # the excess of q over Student's t is O(1/n): shrunk for n > n0, never amplified (noise in q_0) for n < n0
+        q = float(sps_t.ppf(0.5 + confidence_level / 2, n - 1)) + (q0 - t0) * min(1.0, shrink)
         sd_n = sigma * (1.0 + (ratio - 1.0) * shrink)
         width = 2 * q * sd_n / np.sqrt(n)
         rel = c0 * np.sqrt(1.0 + shrink)
