@@ -29,6 +29,9 @@ def sample_size_command(
                                  help="simulated datasets per N for the chances (their Monte Carlo error is printed)"),
     means: Means = typer.Option("deconvolved", "--means", help="model means of the simulated population: the pilot's "
                                 "means deconvolved of their noise, or as they are (docs/sample-size.md)"),
+    resamples: int | None = typer.Option(None, "--resamples", min=10, max=100_000,
+                                         help="bootstrap resamples of the full run's intervals, as its audit will "
+                                              "use them (default: the pilot audit's, else the audit default 1000)"),
     level: float = typer.Option(0.9, "--level", min=0.5, max=0.999, help="level of the prediction intervals"),
     plan: bool = typer.Option(False, "--plan", help="also price each N's exact and EAP attribution on the pilot's model"),
     model: str | None = typer.Option(None, "--model", help="with --plan: the model to price (default: the pilot's)"),
@@ -54,6 +57,11 @@ def sample_size_command(
         from circuitstat.pipelines.claims.parsing import load_claims
 
         cf = load_claims(claims)
+    if resamples is not None:
+        from circuitstat.pipelines.spec import AuditSpec
+
+        spec = spec or AuditSpec(model="pilot")
+        spec = spec.model_copy(update={"bootstrap": spec.bootstrap.model_copy(update={"n_resamples": resamples})})
     cost = _cost(sm, sorted(set(n)), model) if plan else None
     res = sample_size(sm.scores, sm.names, sm.method, n, k, target, claims=cf, spec=spec, n_datasets=datasets,
                       seed=seed, means=means.value, prediction_level=level, n_jobs=n_jobs, cost=cost)
