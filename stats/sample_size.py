@@ -27,9 +27,12 @@ Three predictions, each with a stated error (docs/sample-size.md has the measure
   spread wider than the true means by their own noise (E[(m - c)^2] = (mu - c)^2 + sigma^2 / n0), and
   that false spread makes circuits at N > n0 look more stable than they are, so each mean is moved
   towards c (0 for absolute ranking, the mean over edges for signed) to (m - c)^2 - s^2 / n0 (zero
-  where negative). ``means="pilot"`` keeps the plain means (measured worse: docs/sample-size.md).
-  Stated error: the spread of the same prediction over bootstrap resamples of the pilot's rows
-  (each refitted), less its Monte Carlo part; the interval is prediction +- z_p se.
+  where negative). ``means="pilot"`` keeps the plain means (compared in docs/sample-size.md).
+  Stated error: se, the spread of the same prediction over bootstrap resamples of the pilot's rows (each
+  refitted), less its Monte Carlo part; and the bias the pilot cannot see, bracketed as the data-level
+  interval brackets it (circuitstat.stats.stability_data): the interval is [min(J, J_half) - z_p se,
+  max(J, J_plugin) + z_p se], J_half the Jaccard of disjoint halves of the pilot (unbiased for J at n0/2,
+  a lower bound for J_N at N >= n0/2) and J_plugin the prediction from the plain pilot means.
 * **Chance the data-level interval's lower end clears a target**: the fraction of simulated datasets
   of N (each from a model refitted to a bootstrap resample of the pilot, so the pilot's uncertainty
   is in the probability) whose ``circuit_stability`` data-level interval has jaccard_data_ci_low >=
