@@ -6,8 +6,9 @@ data-level Jaccard J_N of the top-k circuit (with its stated error); then realis
 population: one dataset of N per pilot run through the default per-edge interval (bootstrap_edges), and the
 true J_N from n_truth datasets of N. Prints, per population and N, how often the realised width fell inside
 its prediction interval (pooled over edges and pilots, and the worst edge over pilots) and, per (N, k), how
-often the true J_N fell inside the prediction's interval, the mean predicted and true J_N, and the stated
-error beside the realised RMS error. Output recorded in docs/sample-size.md.
+often the true J_N fell inside the prediction's interval and how wide that interval was on average, the mean
+predicted and true J_N, and the stated error beside the realised RMS error. Output recorded in
+docs/sample-size.md.
 
     OMP_NUM_THREADS=1 nice python bench/sample_size.py [--pilots 100] [--n0 32] [--quick]
 """
@@ -52,6 +53,7 @@ def study(P: np.ndarray, *, n0: int, ns: list[int], ks: list[int], pilots: int, 
     j_pred = np.zeros((pilots, len(ns), len(ks)))
     j_se = np.zeros_like(j_pred)
     j_in = np.zeros_like(j_pred, dtype=bool)
+    j_width = np.zeros_like(j_pred)
     for r, c in enumerate(c_pilots.spawn(pilots)):
         c_rows, c_w, c_j, c_real = c.spawn(4)
         rng = np.random.default_rng(c_rows)
@@ -71,9 +73,10 @@ def study(P: np.ndarray, *, n0: int, ns: list[int], ks: list[int], pilots: int, 
         J = st["jaccard"].reshape(len(ns), len(ks))
         se = st["jaccard_se"].reshape(len(ns), len(ks))
         j_pred[r], j_se[r] = J, se
+        j_width[r] = (st["jaccard_pi_high"] - st["jaccard_pi_low"]).reshape(J.shape)
         j_in[r] = (truth >= st["jaccard_pi_low"].reshape(J.shape)) & (truth <= st["jaccard_pi_high"].reshape(J.shape))
     return {"truth": truth, "width_cover": inside_w / pilots, "width_ratio": [np.median(x) for x in ratio],
-            "j_pred": j_pred, "j_se": j_se, "j_in": j_in}
+            "j_pred": j_pred, "j_se": j_se, "j_in": j_in, "j_width": j_width}
 
 
 def report(name: str, out: dict, ns: list[int], ks: list[int], pilots: int, level: float) -> None:
@@ -85,13 +88,13 @@ def report(name: str, out: dict, ns: list[int], ks: list[int], pilots: int, leve
         c = out["width_cover"][i]
         print(f"         {n:<5} {c.mean():.3f}   {c.min():.3f}       {np.mean(c < 0.80):.2f}        "
               f"{out['width_ratio'][i]:.3f}")
-    print("  J_N    N     k    true    mean pred  stated SE  RMS error  PI covers")
+    print("  J_N    N     k    true    mean pred  stated SE  RMS error  PI covers  mean PI width")
     for i, n in enumerate(ns):
         for j, k in enumerate(ks):
             err = out["j_pred"][:, i, j] - out["truth"][i, j]
             print(f"         {n:<5} {k:<4} {out['truth'][i, j]:.3f}   {out['j_pred'][:, i, j].mean():.3f}      "
                   f"{np.sqrt(np.mean(out['j_se'][:, i, j] ** 2)):.3f}      {np.sqrt(np.mean(err ** 2)):.3f}      "
-                  f"{out['j_in'][:, i, j].mean():.3f}")
+                  f"{out['j_in'][:, i, j].mean():.3f}      {out['j_width'][:, i, j].mean():.3f}")
 
 
 def main() -> None:
