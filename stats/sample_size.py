@@ -63,8 +63,8 @@ from .stability import _jaccard_moments, chance_jaccard
 from .topk_stream import streaming_topk
 
 __all__ = ["MIN_PILOT", "MEANS", "PilotFit", "fit_pilot", "deconvolved_means", "simulated_datasets",
-           "predict_widths", "jackknife_log_sd", "predict_stability", "half_jaccard", "clear_probability", "check_pilot",
-           "expected_jaccard"]
+           "predict_widths", "jackknife_log_sd", "predict_stability", "half_jaccard", "clear_probability",
+           "check_pilot", "expected_jaccard"]
 
 #: fewest pilot examples: the SD's bootstrap and the studentized interval need some spread to work on
 MIN_PILOT = 16

@@ -33,7 +33,8 @@ def sample_size_command(
                                          help="bootstrap resamples of the full run's intervals, as its audit will "
                                               "use them (default: the pilot audit's, else the audit default 1000)"),
     level: float = typer.Option(0.9, "--level", min=0.5, max=0.999, help="level of the prediction intervals"),
-    plan: bool = typer.Option(False, "--plan", help="also price each N's exact and EAP attribution on the pilot's model"),
+    plan: bool = typer.Option(False, "--plan",
+                              help="also price each N's exact and EAP attribution on the pilot's model"),
     model: str | None = typer.Option(None, "--model", help="with --plan: the model to price (default: the pilot's)"),
     seed: int = typer.Option(0, "--seed", min=0),
     n_jobs: int = typer.Option(1, "--n-jobs", min=-1),

@@ -1,4 +1,4 @@
-"""The sample-size plot: predicted data-level Jaccard and interval width against N, from a pilot (circuitstat sample-size)."""
+"""The sample-size plot: predicted data-level Jaccard and interval width against N (circuitstat sample-size)."""
 
 from __future__ import annotations
 
