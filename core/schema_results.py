@@ -54,6 +54,10 @@ def _data_level(name: str, covers: str) -> tuple[tuple, ...]:
 
 VERIFIED_COVERS = ("the mean exact effect over the task's prompt distribution, verified on n of N prompts "
                    "(PPI++; column 'estimand' names n and N)")
+SAMPLE_WIDTH = ("the width of the per-edge interval one dataset of n prompts will show (a prediction interval "
+                "at the level in params, from the pilot)")
+SAMPLE_JACCARD = ("the expected Jaccard between the top-k circuits of two independent datasets of n prompts "
+                  "(a prediction interval from the pilot)")
 MISSED_COVERS = "the number of unverified edges whose mean exact effect exceeds tau (a one-sided bound; 'level' column)"
 
 # a verified audit or attribute run writes one verified / missed_edges table for all its approximate methods
@@ -215,6 +219,34 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("pvalue", F, "permutation p-value"), ("drop_bos", B, "BOS column dropped")),
     _table("head_match_similarity", "circuitstat.stats.similarity.HeadMatchResult: the head-by-head similarity matrix",
            ("head_a", I, "head of A"), ("head_b", I, "head of B"), ("similarity", F, "mean cosine over prompts")),
+    _table("sample_size_widths", "circuitstat.stats.sample_size.predict_widths: each edge's interval width at n",
+           ("n", I, "prompts of the full run predicted for"), _EDGE, ("name", S, "edge name"),
+           ("width", F, "predicted width of the default per-edge interval at n"),
+           *_ci("width_pi", "the width at n", SAMPLE_WIDTH, False),
+           ("q", F, "predicted |t*| quantile of the symmetric studentized bootstrap at n"),
+           ("sd", F, "expected SD of the scores at n (pilot SD, bootstrap bias-corrected)"),
+           ("pilot_width", F, "the pilot's own interval width"),
+           ("rel_error", F, "SD of the log width prediction (jackknife of the pilot's log SD, and at n)")),
+    _table("sample_size_stability", "circuitstat.stats.sample_size.predict_stability: expected data-level Jaccard at n",
+           ("n", I, "prompts of the full run predicted for"), _K,
+           ("jaccard", F, "predicted J_n from the model fitted to the pilot (deconvolved means, pilot rows)"),
+           ("jaccard_se", F, "its spread over bootstrap refits of the pilot (Monte Carlo part removed)"),
+           ("jaccard_plugin", F, "the same prediction from the pilot's plain means (upper end of the bracket)"),
+           ("jaccard_half", F, "J between disjoint halves of the pilot (unbiased for J at n0/2; lower end)"),
+           *_ci("jaccard_pi", "J_n", SAMPLE_JACCARD, False),
+           ("jaccard_chance", F, "expected Jaccard of two random k-sets"),
+           ("p_clear", F, "chance the data-level interval's lower end at n is >= target (simulated; NaN: n < 32)"),
+           ("p_clear_se", F, "binomial Monte Carlo error of p_clear"), ("target", F, "the Jaccard target")),
+    _table("sample_size_claims", "circuitstat.pipelines.sample_size: the chance each claim passes on n prompts",
+           ("claim", I, "claim index in the file"), ("label", S, "claim label"), ("kind", S, "claim kind"),
+           ("n", I, "prompts"), ("p_pass", F, "share of simulated datasets of n on which the claim passes"),
+           ("p_pass_se", F, "binomial Monte Carlo error of p_pass"), ("n_datasets", I, "simulated datasets"),
+           ("note", S, "why p_pass is NaN (kind not simulated, another method, n < 32)")),
+    _table("sample_size_cost", "circuitstat.pipelines.sample_size.cost_rows: each n's attribution cost on the model",
+           ("n", I, "prompts"), ("method", S, "attribution method"), ("forwards", I, "full forwards"),
+           ("backwards", I, "backwards"), ("suffix_rows", I, "exact patching's suffix rows"),
+           ("flops", F, "FLOPs (circuitstat.circuits.plan.method_cost)"),
+           ("seconds_at_rate", F, "the FLOPs at the machine's matmul rate (a lower bound)")),
     _table("scores", "circuitstat.circuits.scores.ScoreMatrix: per-example scores, one row per example",
            ("example", I, "example id", False, True), ("scores", MATRIX, "scores of every edge (or node), float32")),
     _table("nodes", "circuitstat.circuits.scores.ScoreMatrix: the node index of node-level scores, one row per sender",

@@ -31,6 +31,7 @@ _MODULES = {
     ".head_pairs": ["PairSimilarities", "pair_similarities", "residual_cka"],
     ".study_claims": ["StudyDesign", "claims_table"],
     ".verified": ["VerifiedResult", "verified_means", "MissedEdgesResult", "missed_edges_bound"],
+    ".sample_size": ["predict_widths", "predict_stability", "clear_probability"],
     ".circuit_tests": ["CircuitTestResult", "MinimalityResult", "equivalence_test", "independence_test",
                        "minimality_test", "sufficiency_test", "partial_necessity_test"],
 }

@@ -248,7 +248,23 @@ def missed_edges() -> Any:
                               confidence_level=0.975, classification_level=0.975)
 
 
+def sample_size() -> Any:
+    from circuitstat.circuits.graph import ComponentGraph
+    from circuitstat.pipelines.claims.parsing import parse_claims
+    from circuitstat.pipelines.sample_size import cost_rows, sample_size as predict
+    from circuitstat.pipelines.sources import LOCAL
+
+    g = ComponentGraph(1, 2)
+    S = RNG.standard_normal((20, g.n_edges))
+    claims = parse_claims({"claims": [{"kind": "faithfulness", "method": "eap", "k": 3, "statistic": "f_ci_low",
+                                       "min": 0.5}]})  # not simulated: a NaN row with its reason, no simulation
+    cfg = LOCAL.skeleton("random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&n_positions=32&seed=1").cfg
+    return predict(S, g.edge_names, "eap", [16, 24], [3], 0.5, claims=claims, n_datasets=2, seed=0,
+                   cost=cost_rows(cfg, [16, 24], 8, ["exact", "eap"], 1.0))
+
+
 FACTORIES: dict[str, Callable[..., Any]] = {
+    "SampleSizeResult": sample_size,
     "VerifiedResult": verified, "MissedEdgesResult": missed_edges,
     "BootstrapResult": bootstrap, "EdgeTestResult": edge_tests, "StabilityResult": stability,
     "ApproximationResult": approximation, "VarianceComponentsResult": variance, "ICCResult": icc,

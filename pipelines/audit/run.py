@@ -505,9 +505,35 @@ def faithfulness_flops(spec: AuditSpec, cfg) -> float:
     return float(methods * faithfulness_forwards(spec) * forward_flops(cfg, positions))
 
 
+def tests_forwards(spec: AuditSpec) -> int:
+    """Upper bound on the example forwards of the circuit_tests stage of ``spec`` (0 without it): the faithfulness
+    engine runs, per batch, the clean, fully patched and counterfactual runs plus one run per layout circuit
+    (circuitstat.pipelines.circuit_tests.CircuitLayout: the circuit, its complement, K minus-one, n_random plus-one,
+    random and random-complement circuits), on the testing rows: a half of the prompts when the circuit is chosen on
+    the other half (bounded by every prompt, as templates kept whole can make the halves uneven), every prompt for
+    given edges."""
+    if spec.tests is None:
+        return 0
+    t = spec.tests
+    K = int(t.k) if t.k is not None else len(t.edges or [])
+    return spec.task.n * ((2 + K + 3 * t.n_random) + 3)
+
+
+def tests_flops(spec: AuditSpec, cfg) -> float:
+    """The circuit_tests stage's FLOPs on a model of config ``cfg``: :func:`tests_forwards` full forwards priced as
+    ``--plan`` prices a forward; 0 without the stage."""
+    if spec.tests is None:
+        return 0.0
+    from circuitstat.circuits.plan import forward_flops
+    from circuitstat.pipelines.build import task_positions
+
+    positions = task_positions(spec.task.name, spec.task.options or {}) or min(int(cfg.n_ctx), 64)
+    return float(tests_forwards(spec) * forward_flops(cfg, positions))
+
+
 def audit_flops(spec: AuditSpec, cfg) -> float:
     """The FLOPs of every stage of ``spec`` on models of config ``cfg``: its methods' attribution, the verification's
-    second phase, faithfulness (an upper bound) and head stability (the stage the issue-37 trial saw run 140 s past
+    second phase, faithfulness and the circuit tests (upper bounds) and head stability (the stage the issue-37 trial saw run 140 s past
     its estimate)."""
     from circuitstat.pipelines.build import attribution_flops
 
@@ -517,7 +543,7 @@ def audit_flops(spec: AuditSpec, cfg) -> float:
         from circuitstat.pipelines.verify import phase2_flops
 
         total += phase2_flops(cfg, spec, spec.verify, n_methods=sum(m != "exact" for m in spec.methods))
-    return total + faithfulness_flops(spec, cfg) + heads_flops(spec, cfg)
+    return total + faithfulness_flops(spec, cfg) + tests_flops(spec, cfg) + heads_flops(spec, cfg)
 
 
 def _run_kind(spec: AuditSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False,

@@ -30,6 +30,7 @@ from . import analyse, checks, studies  # noqa: E402,F401
 from . import export, published, tokens, zoo  # noqa: E402,F401
 from . import service  # noqa: E402,F401
 from . import compare  # noqa: E402,F401
+from . import sample_size  # noqa: E402,F401
 
 
 def main() -> None:

@@ -57,3 +57,43 @@ def test_audit_flops_include_faithfulness_only_when_it_runs():
     assert audit.audit_flops(on, cfg) - audit.audit_flops(off, cfg) == pytest.approx(
         audit.faithfulness_forwards(on) * forward_flops(cfg, 10))  # induction, seq_len 5: 2 x 5 positions
     assert audit.faithfulness_flops(off, cfg) == 0.0
+
+
+@pytest.mark.parametrize("tests", [{"k": 3, "n_random": 5, "n_permutations": 19}])
+def test_the_priced_tests_forwards_bound_the_counted_ones(tmp_path, monkeypatch, tests):
+    # the circuit_tests stage's forwards, counted through CircuitModel.run inside evaluate_layout, against
+    # tests_forwards: the bound holds, within 2.2x (it bounds the testing half by every prompt)
+    from circuitstat.pipelines import circuit_tests as ct
+
+    spec = parse_spec({**BASE, "faithfulness": False, "tests": tests})
+    rows, inside = [0], [False]
+    run, evaluate = CircuitModel.run, ct.evaluate_layout
+
+    def counted_run(self, ids, *a, **kw):
+        if inside[0]:
+            rows[0] += int(ids.shape[0])
+        return run(self, ids, *a, **kw)
+
+    def counted_evaluate(*a, **kw):
+        inside[0] = True
+        try:
+            return evaluate(*a, **kw)
+        finally:
+            inside[0] = False
+
+    monkeypatch.setattr(CircuitModel, "run", counted_run)
+    monkeypatch.setattr(ct, "evaluate_layout", counted_evaluate)
+    audit.run_audit(spec, tmp_path / "run")
+    priced = audit.tests_forwards(spec)
+    assert 0 < rows[0] <= priced <= 2.2 * rows[0], (rows[0], priced)
+    assert audit.tests_forwards(parse_spec(BASE)) == 0
+
+
+def test_audit_flops_include_the_tests_stage_only_when_it_runs():
+    from circuitstat.circuits.plan import forward_flops
+    from circuitstat.pipelines.sources import LOCAL
+
+    cfg = LOCAL.skeleton(MODEL).cfg
+    on = parse_spec({**BASE, "tests": {"k": 3, "n_random": 5}})
+    assert audit.audit_flops(on, cfg) - audit.audit_flops(parse_spec(BASE), cfg) == pytest.approx(
+        audit.tests_forwards(on) * forward_flops(cfg, 10))

@@ -1,0 +1,122 @@
+"""Validation of circuitstat.stats.sample_size: predicted against realised width and Jaccard on known populations.
+
+For each population (a finite score matrix whose every estimand is known) and each of R pilots of n0 rows
+drawn from it: predict at each N the per-edge interval width (with its prediction interval) and the expected
+data-level Jaccard J_N of the top-k circuit (with its stated error); then realise at N by simulation from the
+population: one dataset of N per pilot run through the default per-edge interval (bootstrap_edges), and the
+true J_N from n_truth datasets of N. Prints, per population and N, how often the realised width fell inside
+its prediction interval (pooled over edges and pilots, and the worst edge over pilots) and, per (N, k), how
+often the true J_N fell inside the prediction's interval and how wide that interval was on average, the mean
+predicted and true J_N, and the stated error beside the realised RMS error. Output recorded in
+docs/sample-size.md.
+
+    OMP_NUM_THREADS=1 nice python bench/sample_size.py [--pilots 100] [--n0 32] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from circuitstat.stats.intervals import bootstrap_edges  # noqa: E402
+from circuitstat.stats.populations import spiky_population  # noqa: E402
+from circuitstat.stats.sample_size import expected_jaccard, predict_stability, predict_widths  # noqa: E402
+
+
+def populations() -> dict[str, np.ndarray]:
+    """The known populations: real exact zoo scores, the planted ground-truth models' exact scores, a spiky one."""
+    from fixture_populations import PLANTED_VERIFIED_FIXTURE, load_planted_pair, load_zoo_fixture
+
+    zoo, _ = load_zoo_fixture()
+    p3, _, _ = load_planted_pair()
+    p5, _, _ = load_planted_pair(PLANTED_VERIFIED_FIXTURE.with_name("groundtruth-verified-planted5.parquet"))
+    return {"zoo-induction-exact": zoo, "planted3-exact": p3, "planted5-exact": p5,
+            "spiky(2000, 80, seed 9)": spiky_population(2000, 80, seed=9)}
+
+
+def study(P: np.ndarray, *, n0: int, ns: list[int], ks: list[int], pilots: int, ranking: str, seed: int,
+          means: str = "deconvolved", n_truth: int = 400, n_outer: int = 40, n_sim: int = 50,
+          level: float = 0.9, n_resamples: int = 999) -> dict:
+    """Return the per-pilot predictions and realisations of one population."""
+    ss = np.random.SeedSequence(seed)
+    c_truth, c_pilots = ss.spawn(2)
+    truth = np.array([expected_jaccard(P, n, ks, ranking=ranking, n_datasets=n_truth, seed=c)[0]
+                      for n, c in zip(ns, c_truth.spawn(len(ns)))])  # [n, k]
+    inside_w = np.zeros((len(ns), P.shape[1]))
+    ratio = [[] for _ in ns]
+    j_pred = np.zeros((pilots, len(ns), len(ks)))
+    j_se = np.zeros_like(j_pred)
+    j_in = np.zeros_like(j_pred, dtype=bool)
+    j_width = np.zeros_like(j_pred)
+    for r, c in enumerate(c_pilots.spawn(pilots)):
+        c_rows, c_w, c_j, c_real = c.spawn(4)
+        rng = np.random.default_rng(c_rows)
+        pilot = P[rng.integers(0, P.shape[0], n0)]
+        w = predict_widths(pilot, ns, prediction_level=level, n_resamples=n_resamples, seed=c_w)
+        st = predict_stability(pilot, ns, ks, ranking=ranking, seed=c_j, means=means, n_outer=n_outer,
+                               n_sim=n_sim, prediction_level=level)
+        rr = np.random.default_rng(c_real)
+        for i, n in enumerate(ns):
+            D = P[rr.integers(0, P.shape[0], n)]
+            b = bootstrap_edges(D, n_resamples=n_resamples, seed=int(rr.integers(2**63)))
+            real = np.asarray(b.confidence_interval.high) - np.asarray(b.confidence_interval.low)
+            sel = w["n"] == n
+            inside_w[i] += (real >= w["width_pi_low"][sel]) & (real <= w["width_pi_high"][sel])
+            ok = w["width"][sel] > 0
+            ratio[i].append(np.median(real[ok] / w["width"][sel][ok]))
+        J = st["jaccard"].reshape(len(ns), len(ks))
+        se = st["jaccard_se"].reshape(len(ns), len(ks))
+        j_pred[r], j_se[r] = J, se
+        j_width[r] = (st["jaccard_pi_high"] - st["jaccard_pi_low"]).reshape(J.shape)
+        j_in[r] = (truth >= st["jaccard_pi_low"].reshape(J.shape)) & (truth <= st["jaccard_pi_high"].reshape(J.shape))
+    return {"truth": truth, "width_cover": inside_w / pilots, "width_ratio": [np.median(x) for x in ratio],
+            "j_pred": j_pred, "j_se": j_se, "j_in": j_in, "j_width": j_width}
+
+
+def report(name: str, out: dict, ns: list[int], ks: list[int], pilots: int, level: float) -> None:
+    """Print the population's rows."""
+    mc = np.sqrt(level * (1 - level) / pilots)
+    print(f"\n{name}: {pilots} pilots, nominal {level:.2f} (binomial MC SE {mc:.3f})")
+    print("  width  N     pooled  worst-edge  edges<0.80  median realised/predicted")
+    for i, n in enumerate(ns):
+        c = out["width_cover"][i]
+        print(f"         {n:<5} {c.mean():.3f}   {c.min():.3f}       {np.mean(c < 0.80):.2f}        "
+              f"{out['width_ratio'][i]:.3f}")
+    print("  J_N    N     k    true    mean pred  stated SE  RMS error  PI covers  mean PI width")
+    for i, n in enumerate(ns):
+        for j, k in enumerate(ks):
+            err = out["j_pred"][:, i, j] - out["truth"][i, j]
+            print(f"         {n:<5} {k:<4} {out['truth'][i, j]:.3f}   {out['j_pred'][:, i, j].mean():.3f}      "
+                  f"{np.sqrt(np.mean(out['j_se'][:, i, j] ** 2)):.3f}      {np.sqrt(np.mean(err ** 2)):.3f}      "
+                  f"{out['j_in'][:, i, j].mean():.3f}      {out['j_width'][:, i, j].mean():.3f}")
+
+
+def main() -> None:
+    """Run the study on every population and print the tables."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pilots", type=int, default=100)
+    ap.add_argument("--n0", type=int, default=32)
+    ap.add_argument("--means", default="deconvolved")
+    ap.add_argument("--quick", action="store_true", help="20 pilots, two populations")
+    a = ap.parse_args()
+    ns, ks, level = [64, 128, 256, 512], [5, 10], 0.9
+    pops = populations()
+    if a.quick:
+        a.pilots, pops = 20, dict(list(pops.items())[:2])
+    print(f"n0 = {a.n0}, N = {ns}, k = {ks}, means = {a.means}, ranking absolute, prediction level {level}")
+    for i, (name, P) in enumerate(pops.items()):
+        t0 = time.process_time()
+        out = study(P, n0=a.n0, ns=ns, ks=ks, pilots=a.pilots, ranking="absolute", seed=1000 + i, means=a.means,
+                    level=level)
+        report(name, out, ns, ks, a.pilots, level)
+        print(f"  ({time.process_time() - t0:.0f} CPU-s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,349 @@
+"""How many prompts do I need? Predictions at N from a pilot's per-example scores S [n0, E].
+
+Three predictions, each with a stated error (docs/sample-size.md has the measured calibration):
+
+* **Interval width per edge** (the default per-edge interval, the symmetric studentized bootstrap,
+  circuitstat.stats.intervals): its half-width is q_N * s_N / sqrt(N), q_N the level quantile of |t*|
+  and s_N the sample SD. From the pilot: q_0 = half-width * sqrt(n0) / s_0 of the pilot's own interval
+  (the same estimator), and q_N = t_N + (q_0 - t_0) min(1, n0 / N), t_n the Student t quantile with n - 1
+  degrees of freedom (the symmetric bootstrap-t's skewness/kurtosis correction to it is O(1/n): Hall 1992,
+  sec. 3.6; not amplified below n0, where it would multiply q_0's noise). The SD
+  of a small sample is biased low (E[s] < sigma, much more so with heavy tails), so sigma is
+  bias-corrected by the pilot's bootstrap: with m* the mean of the resampled SDs s*,
+  sigma = s_0 * s_0 / m* (ratio bootstrap bias correction, Efron & Tibshirani 1993 ch. 10), and the
+  SD at N is expected at sigma * (1 + (m*/s_0 - 1) n0 / N) (the bias is O(1/n)). Stated error: the
+  jackknife SD c_0 of log s_0 (leave-one-out SDs in closed form; by the Efron-Stein inequality the
+  jackknife variance is biased upwards, not downwards as the bootstrap's is under heavy tails: measured
+  coverage 0.75 / 0.81 where the bootstrap's gave 0.67 / 0.75, docs/sample-size.md), and that of log s_N,
+  c_0 sqrt(n0 / N); the prediction interval is width * exp(+- z_p c_0 sqrt(1 + n0 / N)), for the width
+  one dataset of N prompts will show (its own sampling variation included).
+* **Expected data-level Jaccard** J_N of the top-k circuit (the estimand of
+  circuitstat.stats.stability_data: E[Jaccard(top-k of D1, top-k of D2)] for two independent datasets of
+  N prompts). A parametric bootstrap from a model fitted to the pilot: a dataset of N is N of the
+  pilot's centred rows drawn with replacement, plus model means. Rows, not a Gaussian with the pilot's
+  covariance: both give the same covariance of the means at N, but per-example scores are skewed and
+  heavy-tailed, and resampling rows keeps the tail shape the pilot saw and the correlation across edges
+  without an E x E covariance. The model means are the pilot means *deconvolved*: the pilot means
+  spread wider than the true means by their own noise (E[(m - c)^2] = (mu - c)^2 + sigma^2 / n0), and
+  that false spread makes circuits at N > n0 look more stable than they are, so each mean is moved
+  towards c (0 for absolute ranking, the mean over edges for signed) to (m - c)^2 - s^2 / n0 (zero
+  where negative). ``means="pilot"`` keeps the plain means (its interval covered less: 6 of 32 cells below
+  0.90 against 3, docs/sample-size.md).
+  Stated error: se, the spread of the same prediction over bootstrap resamples of the pilot's rows (each
+  refitted), less its Monte Carlo part; and the bias the pilot cannot see, bracketed as the data-level
+  interval brackets it (circuitstat.stats.stability_data): the interval is [min(J, J_half) - z_p se,
+  max(J, J_plugin) + z_p se], J_half the Jaccard of disjoint halves of the pilot (unbiased for J at n0/2,
+  a lower bound for J_N at N >= n0/2) and J_plugin the prediction from the plain pilot means.
+* **Chance the data-level interval's lower end clears a target**: the fraction of simulated datasets
+  of N (each from a model refitted to a bootstrap resample of the pilot, so the pilot's uncertainty
+  is in the probability) whose ``circuit_stability`` data-level interval has jaccard_data_ci_low >=
+  target, with its binomial Monte Carlo error.
+
+What a pilot cannot see it cannot predict: an edge whose mean rests on events rarer than 1/n0 looks
+light-tailed in the pilot, so its width and J_N at N are predicted too small / too stable
+(circuitstat.stats.reliability says the same of intervals).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+from scipy.special import ndtri
+from scipy.stats import t as sps_t
+
+from circuitstat.core.errors import InputError
+from circuitstat.core.seeds import as_seed_sequence, spawn_seeds
+from circuitstat.core.topk import ranking_key, row_seeds
+
+from .intervals import bootstrap_edges
+from .resampling import ResamplingPlan, check_score_matrix, map_edge_chunks, plan_weights
+from .stability import _jaccard_moments, chance_jaccard
+from .topk_stream import streaming_topk
+
+__all__ = ["MIN_PILOT", "MEANS", "PilotFit", "fit_pilot", "deconvolved_means", "simulated_datasets",
+           "predict_widths", "jackknife_log_sd", "predict_stability", "half_jaccard", "clear_probability",
+           "check_pilot", "expected_jaccard"]
+
+#: fewest pilot examples: the SD's bootstrap and the studentized interval need some spread to work on
+MIN_PILOT = 16
+MEANS = ("deconvolved", "pilot")
+WIDTH_COVERS = ("the width of the per-edge interval one dataset of n prompts will show (its own sampling "
+                "variation and the pilot's included)")
+JACCARD_COVERS = "the expected Jaccard between the top-k circuits of two independent datasets of n prompts"
+
+
+def check_pilot(S: np.ndarray, ns: Sequence[int], *, prediction_level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
+    """Return (S float64, sorted unique ns) or raise InputError naming the fix."""
+    S = np.asarray(check_score_matrix(S), dtype=np.float64)
+    if S.shape[0] < MIN_PILOT:
+        raise InputError(f"a pilot needs at least {MIN_PILOT} examples, got {S.shape[0]}; attribute more prompts "
+                         "(--n)")
+    ns_arr = np.unique(np.asarray(list(ns), dtype=np.int64))
+    if ns_arr.size == 0 or ns_arr.min() < 2:
+        raise InputError(f"the sizes N to predict at must be integers >= 2, got {list(ns)}")
+    if not 0 < prediction_level < 1:
+        raise InputError(f"prediction_level must lie in (0, 1), got {prediction_level}")
+    return S, ns_arr
+
+
+def deconvolved_means(mean: np.ndarray, sd: np.ndarray, n0: int, ranking: str) -> np.ndarray:
+    """Return means whose squared spread about c matches the truth's in expectation: (m-c)^2 - s^2/n0, floored at 0.
+
+    c is 0 for absolute ranking (the key is |mean|) and the mean over edges for signed ranking.
+    """
+    ranking_key(np.zeros(1), ranking)  # raises for an unknown ranking
+    centre = 0.0 if ranking == "absolute" else float(np.mean(mean))
+    d = np.asarray(mean, dtype=np.float64) - centre
+    return centre + np.sign(d) * np.sqrt(np.maximum(d * d - np.asarray(sd, dtype=np.float64) ** 2 / n0, 0.0))
+
+
+@dataclass
+class PilotFit:
+    """The population model fitted to a pilot: centred rows, plus the means a simulated dataset is centred on."""
+
+    residuals: np.ndarray  # [n0, E] pilot rows minus the pilot means
+    mean: np.ndarray  # pilot means [E]
+    sd: np.ndarray  # pilot SDs (ddof=1) [E]
+    model_means: np.ndarray  # means of the simulated population [E]
+
+    def dataset(self, rows: np.ndarray) -> np.ndarray:
+        """Return the simulated dataset made of pilot rows ``rows`` (centred) plus the model means."""
+        return self.residuals[rows] + self.model_means
+
+
+def fit_pilot(S: np.ndarray, *, ranking: str, means: str = "deconvolved") -> PilotFit:
+    """Return the PilotFit of S [n0, E]: its rows centred, and model means deconvolved (or the pilot's own)."""
+    if means not in MEANS:
+        raise InputError(f"unknown means {means!r}; use one of {MEANS}")
+    S = np.asarray(S, dtype=np.float64)
+    n0 = S.shape[0]
+    mean = S.mean(axis=0)
+    sd = S.std(axis=0, ddof=1)
+    model = deconvolved_means(mean, sd, n0, ranking) if means == "deconvolved" else mean
+    return PilotFit(S - mean, mean, sd, model)
+
+
+# --- widths ---------------------------------------------------------------------------------------------------
+def _mean_resampled_sd(S: np.ndarray, plan: ResamplingPlan) -> np.ndarray:
+    """Return the mean over the plan's resamples of each edge's resampled SD (ddof=1), from the engine."""
+    W, T = plan_weights(plan), plan.totals
+
+    def reduce(r: np.ndarray, sc: np.ndarray, sl: slice) -> np.ndarray:
+        theta = sc.mean(axis=1)
+        u = sc - theta[:, None]
+        d = r - theta[:, None]  # resampled mean minus the sample mean: centred sums, no cancellation
+        var = np.maximum(((u * u) @ W) / T - d * d, 0.0) * (T / (T - 1.0))
+        return np.sqrt(var).mean(axis=1)
+
+    return np.concatenate(list(map_edge_chunks(S, plan, reduce, check=False)))
+
+
+def jackknife_log_sd(S: np.ndarray) -> np.ndarray:
+    """Return the jackknife standard error of log SD (ddof=1) per column of S [n, E] (0 for a constant column).
+
+    Leave-one-out variances in closed form; a leave-one-out SD of 0 (every other value equal) is floored
+    at 1e-3 of the full SD, so a column carried by one example gets a large, finite error.
+    """
+    S = np.asarray(S, dtype=np.float64)
+    n = S.shape[0]
+    s = S.std(axis=0, ddof=1)
+    u = S - S.mean(axis=0)  # centred: no cancellation in the sums of squares
+    total, sq = u.sum(axis=0), (u * u).sum(axis=0)
+    var_i = (sq - u * u - (total - u) ** 2 / (n - 1)) / (n - 2)  # variance of the other n - 1 values
+    const = ~(s > 0)
+    floor = np.where(const, 1.0, 1e-3 * s) ** 2  # a constant column: any positive floor, its error is 0 anyway
+    log_i = 0.5 * np.log(np.maximum(var_i, floor))
+    out = np.sqrt((n - 1) / n * ((log_i - log_i.mean(axis=0)) ** 2).sum(axis=0))
+    return np.where(const, 0.0, out)
+
+
+def predict_widths(S: np.ndarray, ns: Sequence[int], *, confidence_level: float = 0.95,
+                   prediction_level: float = 0.9, n_resamples: int = 999, seed: Any = None) -> dict[str, np.ndarray]:
+    """Return per (n, edge) the predicted width of the default per-edge interval at n, with its prediction interval.
+
+    Columns: n, edge, width (predicted), width_pi_low / width_pi_high (prediction interval at
+    prediction_level for the width one dataset of n will show), q (predicted |t*| quantile), sd (expected
+    SD at n), pilot_width, rel_error (the log-scale SD of the prediction). See the module docstring.
+    """
+    S, ns_arr = check_pilot(S, ns, prediction_level=prediction_level)
+    n0, E = S.shape
+    plan = ResamplingPlan.bootstrap(n0, n_resamples, seed)
+    boot = bootstrap_edges(S, plan, method="studentized_symmetric", confidence_level=confidence_level)
+    lo, hi = np.asarray(boot.confidence_interval.low), np.asarray(boot.confidence_interval.high)
+    s0 = S.std(axis=0, ddof=1)
+    m_star = _mean_resampled_sd(S, plan)
+    c0 = jackknife_log_sd(S)
+    ok = s0 > 0
+    z = float(ndtri(0.5 + confidence_level / 2))
+    zp = float(ndtri(0.5 + prediction_level / 2))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q0 = np.where(ok, (hi - lo) / 2 * np.sqrt(n0) / s0, z)
+        # ratio bias correction; a bootstrap mean SD below half the sample's is not trusted to correct by more
+        ratio = np.where(ok, np.clip(m_star / s0, 0.5, None), 1.0)
+    sigma = s0 / ratio
+    cols: dict[str, list] = {k: [] for k in ("n", "edge", "width", "width_pi_low", "width_pi_high", "q", "sd",
+                                             "pilot_width", "rel_error")}
+    t0 = float(sps_t.ppf(0.5 + confidence_level / 2, n0 - 1))
+    for n in ns_arr:
+        shrink = n0 / float(n)
+        # the excess of q over Student's t is O(1/n): shrunk for n > n0, never amplified (noise in q_0) for n < n0
+        q = float(sps_t.ppf(0.5 + confidence_level / 2, n - 1)) + (q0 - t0) * min(1.0, shrink)
+        sd_n = sigma * (1.0 + (ratio - 1.0) * shrink)
+        width = 2 * q * sd_n / np.sqrt(n)
+        rel = c0 * np.sqrt(1.0 + shrink)
+        for key, v in (("n", np.full(E, n)), ("edge", np.arange(E)), ("width", width),
+                       ("width_pi_low", width * np.exp(-zp * rel)), ("width_pi_high", width * np.exp(zp * rel)),
+                       ("q", q), ("sd", sd_n), ("pilot_width", hi - lo), ("rel_error", rel)):
+            cols[key].append(v)
+    return {k: np.concatenate(v) for k, v in cols.items()}
+
+
+# --- circuit stability ----------------------------------------------------------------------------------------
+def _check_ks(ks: Sequence[int], n_edges: int) -> np.ndarray:
+    """Return sorted unique ks, or InputError when one is outside 1..E-1."""
+    ks_arr = np.unique(np.asarray(list(ks), dtype=np.int64))
+    if ks_arr.size == 0 or ks_arr.min() < 1 or ks_arr.max() >= n_edges:
+        raise InputError(f"circuit sizes k must lie in 1..{n_edges - 1} (the pilot has {n_edges} edges), "
+                         f"got {list(ks)}")
+    return ks_arr
+
+
+def expected_jaccard(P: np.ndarray, n: int, ks: Sequence[int], *, ranking: str, n_datasets: int,
+                     seed: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """Return (J_n per k, its jackknife Monte Carlo error): the mean pairwise Jaccard of the top-k circuits of
+    n_datasets datasets of n rows drawn with replacement from the finite population P [n_pop, E]."""
+    P = np.asarray(P, dtype=np.float64)
+    ks_arr = _check_ks(ks, P.shape[1])
+    rng = np.random.default_rng(as_seed_sequence(seed))
+    idx = rng.integers(0, P.shape[0], (int(n_datasets), int(n)))
+    plan = ResamplingPlan.from_indices(idx, n_obs=P.shape[0])  # the engine gives each dataset's means as W.P/n
+    state, _ = streaming_topk(P, plan, int(ks_arr.max()), ranking, row_seeds(rng, int(n_datasets)))
+    moments = [_jaccard_moments(state.idx[:, :k], int(k), P.shape[1], 2**26) for k in ks_arr]
+    return np.array([m[0] for m in moments]), np.array([m[2] for m in moments])
+
+
+def _dataset_jaccard(fit: PilotFit, n: int, n_sim: int, ks: np.ndarray, ranking: str,
+                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Return (mean pairwise Jaccard, its Monte Carlo error) per k over n_sim simulated datasets of n."""
+    return expected_jaccard(fit.residuals + fit.model_means, n, ks, ranking=ranking, n_datasets=n_sim,
+                            seed=int(rng.integers(2**63)))
+
+
+def _refit_se(S: np.ndarray, ns: np.ndarray, ks: np.ndarray, ranking: str, means: str, n_outer: int,
+              n_sim: int, seed: Any) -> np.ndarray:
+    """Return [n, k] the spread of the prediction over n_outer bootstrap refits of the pilot, less its MC part."""
+    c_plan, c_outer = spawn_seeds(as_seed_sequence(seed), 2)
+    plan = ResamplingPlan.bootstrap(S.shape[0], int(n_outer), c_plan)
+    rng = np.random.default_rng(c_outer)
+    star = np.empty((int(n_outer), ns.size, 2, ks.size))
+    for o in range(int(n_outer)):
+        fit_o = fit_pilot(S[plan.indices(o)], ranking=ranking, means=means)
+        star[o] = [_dataset_jaccard(fit_o, n, n_sim, ks, ranking, rng) for n in ns]
+    raw = star[:, :, 0].var(axis=0, ddof=1)
+    # each refit's value carries its own Monte Carlo error: remove it, never more than half the spread
+    return np.maximum(raw - np.mean(star[:, :, 1] ** 2, axis=0), raw / 2)
+
+
+def half_jaccard(S: np.ndarray, ks: Sequence[int], *, ranking: str, n_splits: int = 30,
+                 seed: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """Return (mean Jaccard, its SE) per k between the top-k circuits of disjoint random halves of S's rows:
+    unbiased for J_{n/2}, the data-level Jaccard at half the pilot's size (two independent datasets)."""
+    from .stability_data import split_counts
+
+    n0, E = S.shape
+    ks_arr = _check_ks(ks, E)
+    counts = split_counts(n0, int(n_splits), seed).reshape(int(n_splits), 6, n0)[:, :2].reshape(-1, n0)
+    rng = np.random.default_rng(as_seed_sequence(seed).spawn(1)[0])
+    state, _ = streaming_topk(S, ResamplingPlan.from_counts(counts, "subsample"), int(ks_arr.max()), ranking,
+                              row_seeds(rng, counts.shape[0]))
+    a, b = state.idx[0::2], state.idx[1::2]
+    out = []
+    for k in ks_arr:
+        inter = np.array([np.intersect1d(x[:k], y[:k]).size for x, y in zip(a, b)], dtype=np.float64)
+        j = inter / (2 * k - inter)
+        out.append((j.mean(), j.std(ddof=1) / np.sqrt(j.size)))
+    return np.array([o[0] for o in out]), np.array([o[1] for o in out])
+
+
+def predict_stability(S: np.ndarray, ns: Sequence[int], ks: Sequence[int], *, ranking: str, seed: Any = None,
+                      means: str = "deconvolved", n_outer: int = 40, n_sim: int = 50,
+                      prediction_level: float = 0.9) -> dict[str, np.ndarray]:
+    """Return per (n, k) the predicted expected data-level Jaccard J_n of the top-k circuit, with its error.
+
+    Columns: n, k, jaccard (the model fitted to the pilot, 2 n_sim simulated datasets per n),
+    jaccard_se (its spread over n_outer bootstrap refits of the pilot, Monte Carlo part removed),
+    jaccard_plugin (the same from the pilot's plain means), jaccard_half (J between disjoint halves of
+    the pilot: unbiased for J at n0/2, a lower bound for J_n where n >= n0/2 as J grows with n),
+    jaccard_pi_low / jaccard_pi_high = [min(jaccard, half) - z se, max(jaccard, plugin) + z se] at
+    prediction_level (clipped to [0, 1]), jaccard_chance (two random k-sets). See the module docstring.
+    """
+    S, ns_arr = check_pilot(S, ns, prediction_level=prediction_level)
+    n0, E = S.shape
+    ks_arr = _check_ks(ks, E)
+    if int(n_outer) < 10 or int(n_sim) < 10:
+        raise InputError(f"n_outer = {n_outer} and n_sim = {n_sim} must both be at least 10 (the prediction's "
+                         "error is their spread)")
+    c_point, c_outer, c_half = spawn_seeds(as_seed_sequence(seed), 3)
+    rng = np.random.default_rng(c_point)
+    fit = fit_pilot(S, ranking=ranking, means=means)
+    point = np.array([_dataset_jaccard(fit, n, 2 * n_sim, ks_arr, ranking, rng) for n in ns_arr])  # [n, 2, k]
+    plain = fit_pilot(S, ranking=ranking, means="pilot")
+    plugin = np.array([_dataset_jaccard(plain, n, 2 * n_sim, ks_arr, ranking, rng)[0] for n in ns_arr])
+    half, half_se = half_jaccard(S, ks_arr, ranking=ranking, seed=c_half)
+    se = np.sqrt(_refit_se(S, ns_arr, ks_arr, ranking, means, n_outer, n_sim, c_outer) + point[:, 1] ** 2)
+    zp = float(ndtri(0.5 + prediction_level / 2))
+    J = point[:, 0]
+    # J_n >= J_{n0/2} for n >= n0/2: the halves bound J_n from below without extrapolating the pilot's noise
+    below = np.where((ns_arr >= n0 / 2)[:, None], np.minimum(J, half[None, :]), J)
+    low = below - zp * np.where((ns_arr >= n0 / 2)[:, None] & (half[None, :] < J), np.hypot(se, half_se), se)
+    high = np.maximum(J, plugin) + zp * se
+    nn, kk = np.meshgrid(ns_arr, ks_arr, indexing="ij")
+    chance = np.broadcast_to(np.asarray(chance_jaccard(E, ks_arr), dtype=np.float64), J.shape)
+    return {"n": nn.ravel(), "k": kk.ravel(), "jaccard": J.ravel(), "jaccard_se": se.ravel(),
+            "jaccard_plugin": plugin.ravel(), "jaccard_half": np.broadcast_to(half, J.shape).ravel(),
+            "jaccard_pi_low": np.clip(low, 0, 1).ravel(), "jaccard_pi_high": np.clip(high, 0, 1).ravel(),
+            "jaccard_chance": chance.ravel()}
+
+
+def simulated_datasets(S: np.ndarray, n: int, n_datasets: int, *, ranking: str, seed: Any = None,
+                       means: str = "deconvolved") -> Iterator[np.ndarray]:
+    """Yield n_datasets simulated datasets [n, E], each drawn from the model refitted to a bootstrap resample
+    of the pilot's rows (so the pilot's own uncertainty is part of every probability computed over them)."""
+    S = np.asarray(S, dtype=np.float64)
+    n0 = S.shape[0]
+    c_plan, c_rows = spawn_seeds(as_seed_sequence(seed), 2)
+    plan = ResamplingPlan.bootstrap(n0, int(n_datasets), c_plan)
+    rng = np.random.default_rng(c_rows)
+    for d in range(int(n_datasets)):
+        fit = fit_pilot(S[plan.indices(d)], ranking=ranking, means=means)
+        yield fit.dataset(rng.integers(0, n0, int(n)))
+
+
+def clear_probability(S: np.ndarray, n: int, ks: Sequence[int], target: float, *, ranking: str,
+                      n_datasets: int = 20, seed: Any = None, means: str = "deconvolved",
+                      **stability: Any) -> dict[str, np.ndarray]:
+    """Return per k the chance that a dataset of n prompts gives jaccard_data_ci_low >= target, with its MC error.
+
+    Each of n_datasets simulated datasets (simulated_datasets) is run through circuit_stability with
+    data-level intervals (``stability``: its options, e.g. n_resamples, n_outer, n_inner).
+    """
+    from .stability import circuit_stability
+    from .stability_data import MIN_OBS
+
+    S, _ = check_pilot(S, [n])
+    ks_arr = _check_ks(ks, S.shape[1])
+    if int(n) < MIN_OBS:
+        raise InputError(f"the data-level interval needs N >= {MIN_OBS}; predict its chance at N >= {MIN_OBS}")
+    if not 0 <= target <= 1:
+        raise InputError(f"the Jaccard target must lie in [0, 1], got {target}")
+    c_data, c_stab = spawn_seeds(as_seed_sequence(seed), 2)
+    seeds = spawn_seeds(c_stab, int(n_datasets))
+    lows = np.array([circuit_stability(D, ks=ks_arr, ranking=ranking, seed=seeds[d], data_level=True,
+                                       **stability).per_k["jaccard_data_ci_low"]
+                     for d, D in enumerate(simulated_datasets(S, n, n_datasets, ranking=ranking, seed=c_data,
+                                                              means=means))])
+    p = (lows >= target).mean(axis=0)
+    return {"n": np.full(ks_arr.size, int(n)), "k": ks_arr, "p_clear": p,
+            "p_clear_se": np.sqrt(p * (1 - p) / int(n_datasets)), "n_datasets": np.full(ks_arr.size, int(n_datasets))}
