@@ -27,16 +27,15 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.stats import binom, t as student_t
 
+from circuitstat.core.schema_core import MEDIAN_ESTIMAND, TRIMMED_ESTIMAND
+
 __all__ = ["ESTIMANDS", "DEFAULT_TRIM", "RobustInterval", "median_ranks", "median_interval",
            "trimmed_mean_interval"]
 
 #: share trimmed from each end by default (Wilcox's recommended 20%)
 DEFAULT_TRIM = 0.2
 #: what each robust interval covers
-ESTIMANDS = {
-    "median": "median effect over the task's prompt distribution (the effect on a typical prompt)",
-    "trimmed_mean": "20%-trimmed mean effect over the task's prompt distribution (mean of the middle 60%)",
-}
+ESTIMANDS = {"median": MEDIAN_ESTIMAND, "trimmed_mean": TRIMMED_ESTIMAND}
 
 
 @dataclass
@@ -51,6 +50,7 @@ class RobustInterval:
     confidence_level: float
     n_obs: int
     achieved_level: float  # the exact level of the median's interval; nominal for the trimmed mean
+    pvalue: np.ndarray  # two-sided p-value of a zero effect that inverts the interval (see each function)
     params: dict = field(default_factory=dict)
 
     def conf_int(self) -> tuple[np.ndarray, np.ndarray]:
@@ -89,8 +89,13 @@ def median_interval(S: np.ndarray, confidence_level: float = 0.95, axis: int = 0
     lo, hi, achieved = median_ranks(n, confidence_level)
     low = x[..., lo - 1] if lo >= 1 else np.full(x.shape[:-1], -np.inf)
     high = x[..., hi - 1] if hi <= n else np.full(x.shape[:-1], np.inf)
+    # the sign test, zeros counted on both sides: p <= 1 - confidence_level exactly when the interval
+    # excludes 0 (X_(l) > 0 iff at most l - 1 examples are <= 0, and l - 1 is the largest count whose
+    # binomial tail is <= alpha / 2)
+    count = np.minimum((x <= 0).sum(axis=-1), (x >= 0).sum(axis=-1))
+    pvalue = np.minimum(1.0, 2.0 * binom.cdf(count, n, 0.5))
     return RobustInterval(np.median(x, axis=-1), low, high, "median", ESTIMANDS["median"], confidence_level, n,
-                          achieved, {"method": "order statistics (binomial)", "ranks": (lo, hi)})
+                          achieved, pvalue, {"method": "order statistics (binomial); p: sign test", "ranks": (lo, hi)})
 
 
 def trimmed_mean_interval(S: np.ndarray, trim: float = DEFAULT_TRIM, confidence_level: float = 0.95,
@@ -108,8 +113,12 @@ def trimmed_mean_interval(S: np.ndarray, trim: float = DEFAULT_TRIM, confidence_
                            np.repeat(x[..., n - g - 1:n - g], g, axis=-1)], axis=-1)
     se = wins.std(axis=-1, ddof=1) / ((1.0 - 2.0 * trim) * math.sqrt(n))
     q = float(student_t.ppf(0.5 + confidence_level / 2, n - 2 * g - 1))
+    # Yuen's one-sample trimmed t test: p < 1 - confidence_level exactly when the interval excludes 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tstat = np.where(se > 0, np.abs(est) / np.where(se > 0, se, 1.0), np.where(est == 0, 0.0, np.inf))
+    pvalue = 2.0 * student_t.sf(tstat, n - 2 * g - 1)
     estimand = ESTIMANDS["trimmed_mean"] if trim == DEFAULT_TRIM else (
-        f"{trim:.0%}-trimmed mean effect over the task's prompt distribution")
+        f"the {trim:.0%}-trimmed mean effect over the task's prompt distribution")
     return RobustInterval(est, est - q * se, est + q * se, "trimmed_mean", estimand, confidence_level, n,
-                          confidence_level, {"method": "Tukey-McLaughlin (winsorized variance, t)", "trim": trim,
+                          confidence_level, pvalue, {"method": "Tukey-McLaughlin (winsorized variance, t)", "trim": trim,
                                              "n_trimmed_each_end": g, "df": n - 2 * g - 1})

@@ -57,3 +57,17 @@ def test_robust_intervals_cover_their_own_estimand_on_every_edge(make):
     assert cov.min() >= level - 3.5 * mc and cov.mean() <= level + 2 * mc / np.sqrt(pop.shape[1]) + 0.01, cov
     cov_t = _per_edge_coverage(pop, n, d, trimmed_mean_interval, stats.trim_mean(pop, 0.2, axis=0))
     assert 0.91 <= cov_t.min() and cov_t.max() <= 0.99 and 0.93 <= cov_t.mean() <= 0.97, cov_t
+
+
+@pytest.mark.parametrize("n", [9, 32, 64])
+def test_robust_pvalues_invert_their_intervals_and_match_scipy(n):
+    rng = np.random.default_rng(n)
+    x = rng.standard_t(3, (n, 200)) + rng.normal(0, 0.4, 200)  # effects near zero: both sides of the cut
+    x[:, :5] = np.round(x[:, :5])  # ties at zero count on both sides
+    med, tm = median_interval(x), trimmed_mean_interval(x)
+    excl = (med.low > 0) | (med.high < 0)
+    assert 0 < excl.sum() < 200 and np.array_equal(excl, med.pvalue <= 0.05)
+    excl_t = (tm.low > 0) | (tm.high < 0)
+    assert 0 < excl_t.sum() < 200 and np.array_equal(excl_t, tm.pvalue < 0.05)
+    for j in range(5, 10):  # no zeros: the sign test is scipy's binomial test
+        assert np.isclose(med.pvalue[j], stats.binomtest(int((x[:, j] > 0).sum()), n).pvalue)
