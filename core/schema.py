@@ -70,7 +70,9 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("q", F, "Benjamini-Hochberg q-value over edges", True), ("n", I, "number of prompts"),
            ("ci_method", S, "interval method"), ("estimand", S, "what the interval covers"),
            ("tail_share", F, "share of sum |x - median| carried by the ceil(sqrt N) most extreme prompts"),
-           ("interval_reliable", B, "false when tail_share > 0.6: a few prompts carry the estimate"),
+           ("interval_reliable", B, "false when tail_share > 0.6: a few prompts carry the estimate; true means only "
+                                    "that none visibly does, not that the interval covers (a prompt rarer than 1/N "
+                                    "carrying the mean is invisible to any sample; docs/calibration.md)"),
            ("n_clusters", I, "independent units resampled: the templates (groups) a cluster bootstrap resamples "
                              "whole; n when prompts are resampled one by one"),
            ("ci_method_note", S, "why this interval method (the spec's choice, or the default and why)"),

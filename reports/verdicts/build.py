@@ -340,7 +340,8 @@ def _rules(lines: list[Line], level: float, n_edges: int | None, min_excess: flo
                    "not faithful, across → inconclusive.")
     if "top edges" in have:
         out.append(f"Edges: Benjamini–Hochberg q ≤ {SIGNIFICANT_Q} over all {f'{n_edges:,}' if n_edges else 'the'} edges; ! = the "
-                   "interval rests on a few prompts (interval_reliable = false).")
+                   "interval rests on a few prompts (interval_reliable = false); no ! does not mean it covers: a prompt rarer than "
+                   "1 in N that carries a mean is invisible in the sample.")
     if "fragile means" in have:
         out.append(f"Fragile means: circuit edges whose mean rests on a few prompts (interval_reliable = false) also show "
                    f"their median (order-statistic interval) and 20%-trimmed mean (Tukey–McLaughlin), each {level:.0%}, "
