@@ -34,13 +34,13 @@ FLAGS = {
 }
 
 
-def _populations(parquets: list[str]) -> dict[str, np.ndarray]:
+def _populations(parquets: list[str], synthetic: bool = True) -> dict[str, np.ndarray]:
     """Return the populations by name: synthetic ones and any Parquet score tables (one column per edge)."""
     import pyarrow.parquet as pq
 
     out = {"spiky(2000,60,1)": spiky_population(2000, 60, seed=1),
            "smooth(2000,60,5)": smooth_tail_population(2000, 60, seed=5),
-           "single-spike(2048,40,0)": single_spike_population(2048, 40, seed=0)}
+           "single-spike(2048,40,0)": single_spike_population(2048, 40, seed=0)} if synthetic else {}
     for item in parquets:
         name, path = item.split("=", 1)
         t = pq.read_table(path)
@@ -88,8 +88,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, nargs="+", default=[32, 64, 128])
     ap.add_argument("--parquet", nargs="*", default=[], help="NAME=PATH of a score table (one column per edge)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-synthetic", action="store_true", help="only the --parquet populations")
     a = ap.parse_args()
-    for name, pop in _populations(a.parquet).items():
+    for name, pop in _populations(a.parquet, not a.no_synthetic).items():
         k = kurtosis(pop, axis=0)
         print(f"## {name}: {pop.shape[0]} prompts x {pop.shape[1]} edges; excess kurtosis deciles "
               + " ".join(f"{v:.0f}" for v in np.nanpercentile(k, np.arange(10, 100, 10))) + f", max {np.nanmax(k):.0f}")
