@@ -3,7 +3,7 @@
 A population whose top-2 circuit is nearly, but not perfectly, stable at N = 32 (a dataset's
 top-2 differs from the population's in about 0.1% of datasets, E[J] = 0.998): in many datasets
 every bootstrap resample gives the same top-2, the bracket's spread is 0 and the former interval
-was [1, 1], a miss. The lower end must now reach below the truth in every such dataset.
+was [1, 1], a miss. The lower end must now reach below the truth in every such dataset (2 of these 7 datasets gave [1, 1] before).
 """
 
 import numpy as np
@@ -22,7 +22,7 @@ def _population() -> np.ndarray:
     return pop - (pop.mean(axis=0) - means)
 
 
-def _truth(pop: np.ndarray, n_pairs: int = 100_000) -> float:
+def _truth(pop: np.ndarray, n_pairs: int = 50_000) -> float:
     """Monte Carlo E[Jaccard(top-2 of D1, top-2 of D2)] over independent size-N datasets (no ties: continuous)."""
     rng = np.random.default_rng(1)
     tops = [np.sort(np.argsort(-pop[rng.integers(0, len(pop), (n_pairs, N))].mean(axis=1), axis=1)[:, :K], axis=1)
@@ -37,7 +37,7 @@ def test_nearly_stable_circuit_gets_a_lower_end_below_one_that_covers():
     assert 0.995 < truth < 0.9999  # nearly, not perfectly, stable
     rng = np.random.default_rng(5)
     all_same, covered = 0, 0
-    for i in range(10):
+    for i in range(7):  # datasets 3 and 6 gave [1, 1] before
         r = circuit_stability(pop[rng.integers(0, len(pop), N)], None, [K], ranking="signed", n_resamples=200,
                               seed=i, n_rank_resamples=0, n_outer=50, n_inner=10)
         lo, hi = (v[0] for v in r.conf_int(which="jaccard_data_ci")[:2])
@@ -46,7 +46,7 @@ def test_nearly_stable_circuit_gets_a_lower_end_below_one_that_covers():
         assert lo < hi and p_lo < p_hi  # never zero width: the estimate is not exact
         covered += lo <= truth <= hi
     assert all_same >= 3  # the case the issue reports: every resample gave the same circuit
-    assert covered == 10
+    assert covered == 7
 
 
 def test_resolution_floor_is_the_clopper_pearson_bound_when_every_resample_agrees():
@@ -66,7 +66,7 @@ def test_resolution_floor_with_differing_resamples_is_a_metric_bound():
     assert np.isclose(j, 1 - 2 * q * 2 / 3)
     # the bound holds for the resamples' own mean pairwise Jaccard (triangle inequality), here by brute force
     rows = tops[rng.permutation(400)]
-    inter = np.array([[np.intersect1d(a, b).size for b in rows] for a in rows])
+    inter = (rows[:, None, :, None] == rows[None, :, None, :]).sum(axis=(2, 3))
     jac = inter / (4 - inter)
     assert j <= (jac.sum() - 400) / (400 * 399)
     tops[9, 1] = 3  # from MIN_EVENTS = 10 differing resamples on, the bracket's standard error resolves them
