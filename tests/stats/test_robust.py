@@ -71,3 +71,14 @@ def test_robust_pvalues_invert_their_intervals_and_match_scipy(n):
     assert 0 < excl_t.sum() < 200 and np.array_equal(excl_t, tm.pvalue < 0.05)
     for j in range(5, 10):  # no zeros: the sign test is scipy's binomial test
         assert np.isclose(med.pvalue[j], stats.binomtest(int((x[:, j] > 0).sum()), n).pvalue)
+
+
+def test_single_spike_population_puts_most_of_a_spiky_edges_mean_on_one_prompt():
+    pop = single_spike_population(2048, 30, seed=3)
+    dev = pop - np.median(pop, axis=0)
+    top = np.abs(dev).max(axis=0)
+    spiky = top > 50  # a spike of c m 2048 with |m| >= 0.3, c >= 0.5 is >= 307; the N(0, 1) body stays below 6
+    assert 5 <= spiky.sum() <= 25 and (top[~spiky] < 6).all()
+    share = (dev[np.abs(dev).argmax(axis=0), np.arange(30)] / 2048)[spiky] / pop.mean(axis=0)[spiky]
+    assert ((0.5 <= share) & (share <= 0.96)).all()  # the one prompt carries c_e in [0.5, 0.95] of the mean
+    assert (stats.kurtosis(pop[:, spiky]) > 1500).all()
