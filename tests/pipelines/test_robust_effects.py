@@ -1,6 +1,6 @@
 """Robust effects where users meet them (issue 34 part 3): on a tiny audit whose circuit edges' means rest on a few
-prompts, the terminal verdict, the HTML report and the claims check show the same median and trimmed-mean intervals,
-read from edge_stats' median_ci_* / trimmed_mean_ci_* columns."""
+prompts, the terminal verdict, the HTML report (its verdict and its edge table) and the claims check show the same
+median and trimmed-mean intervals, read from edge_stats' median_ci_* / trimmed_mean_ci_* columns."""
 
 from __future__ import annotations
 
@@ -39,12 +39,15 @@ def test_terminal_page_and_claims_agree_on_the_robust_effects(audit, tmp_path):
     line = next(ln for ln in v.lines if ln.label == "fragile means")  # the run's circuit has fragile means
     text = verdict_text(v)
     assert " ".join(text.split("\n", 1)[1].split()) in " ".join(printed.split())  # the audit printed this verdict
-    box = re.search(r'<section id="verdict">(.*?)</section>', (run / "report.html").read_text("utf-8"), re.S).group(1)
+    page = (run / "report.html").read_text("utf-8")
+    box = re.search(r'<section id="verdict">(.*?)</section>', page, re.S).group(1)
+    forest = re.search(r'<section id="forest">(.*?)</section>', page, re.S).group(1)
     robust = [ci for ci in line.cis if ci.low != "ci_low"]
     assert len(robust) == 2 * len([ci for ci in line.cis if ci.low == "ci_low"]) > 0
     for ci in line.cis:
         assert ci.text() in text and f'<span class="v">{ci.text()}</span>' in box
     for ci in robust:
+        assert f'<span class="v">{ci.text()}</span>' in forest  # the report's edge table shows the same interval
         row = es.loc[dict(ci.key)["edge"]]
         assert not row["interval_reliable"]  # shown only where a few prompts carry the mean
         est = ci.low[:-len("_ci_low")]
