@@ -74,7 +74,9 @@ whose truth was 0.9991-0.9996, issue 34): under both bracketed methods the lower
 phi_data are then also bounded by resolution_floor, a Clopper-Pearson bound on the chance a dataset's circuit
 differs, turned into a bound on J_N and Phi_N by the triangle inequality (both distances are metrics). With
 every resample alike and R = n_outer (n_inner + 1) resamples it is 1 - 2 (1 - 0.025^(1/R)): 0.9866 at R = 550,
-0.9965 at R = 2100 (Jaccard, 95%). An interval is zero-width only where the estimate is exact.
+0.9965 at R = 2100 (Jaccard, 95%). An interval is zero-width only where the estimate is exact. On the held-out
+tails mlp4l-rotary population (k = 5, N = 128, 60 datasets, truth 0.99997) zero-width intervals went from 7 to 0
+and coverage from 0.883 to 1.000, mean width 0.0590 -> 0.0594 (docs/calibration.md).
 Methods "bias_bounded" ([min(T, T - bias), max(T, T - bias)] +- z se),
 "plugin" (T +- z se) and "bias_corrected" (T - bias +- z se) are kept for comparison. Jaccard
 bounds are clipped to [0, 1], Phi bounds to [-1, 1] (the ranges of the statistics).
