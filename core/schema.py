@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from circuitstat.core.schema_core import (B, DATA_JACCARD, DATA_PHI, EDGE_ESTIMAND, F, FIXED_F, MC_JACCARD, POP_JACCARD, REFIT,
-                                 SELECTED_F, I, S, Column, SchemaError, TableSchema, _ci, _table)
+from circuitstat.core.schema_core import (B, DATA_JACCARD, DATA_PHI, EDGE_ESTIMAND, F, FIXED_F, MC_JACCARD,
+                                          MEDIAN_ESTIMAND, POP_JACCARD, REFIT, SELECTED_F, TRIMMED_ESTIMAND, I, S,
+                                          Column, SchemaError, TableSchema, _ci, _table)
 from circuitstat.core.schema_results import RESULT_TABLES
 
 # the agreement intervals' estimands, as circuitstat.stats.approximation states them (reports imports nothing from stats)
@@ -36,6 +37,24 @@ _RANKED_BY = ("ranked_by", S, "what the circuits are the top-k of: the method's 
               "(<approx>+verified) the PPI++ estimates, e.g. 'mean exact effect, verified on 16 of 512 prompts'",
               False, True)
 
+# robust estimands beside the mean (circuitstat.stats.robust; docs/calibration.md "Robust estimands"): optional, so
+# runs from before them still read; NaN with robust_note where they do not apply
+_ROBUST_EDGE_COLUMNS = (
+    ("median", F, "median per-example effect (the effect on a typical prompt; a few prompts cannot move it)", True, True),
+    *((c[0], c[1], c[2], True, True) for c in _ci("median_ci", "the edge's median effect", MEDIAN_ESTIMAND)),
+    ("median_p", F, "two-sided sign-test p-value of a zero median; <= 1 - level exactly when median_ci excludes 0",
+     False, True),
+    ("median_q", F, "Benjamini-Hochberg q-value of median_p over edges", True, True),
+    ("trimmed_mean", F, "20%-trimmed mean per-example effect (mean of the middle 60% of prompts)", True, True),
+    *((c[0], c[1], c[2], True, True) for c in _ci("trimmed_mean_ci", "the edge's trimmed mean effect",
+                                                   TRIMMED_ESTIMAND)),
+    ("trimmed_mean_p", F, "two-sided p-value of Yuen's trimmed t test; < 1 - level exactly when trimmed_mean_ci "
+                          "excludes 0", False, True),
+    ("trimmed_mean_q", F, "Benjamini-Hochberg q-value of trimmed_mean_p over edges", True, True),
+    ("robust_note", S, "why the robust columns are NaN ('' when computed): their intervals assume independent "
+                       "prompts, so a cluster bootstrap's run leaves them out", False, True),
+)
+
 TABLES: dict[str, TableSchema] = {t.name: t for t in (
     _table("edges", "the edge index of the graph: one row per edge, in score-column order",
            ("index", I, "position of the edge in every score vector"), ("name", S, "EAP-IG style edge name"),
@@ -51,12 +70,15 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("q", F, "Benjamini-Hochberg q-value over edges", True), ("n", I, "number of prompts"),
            ("ci_method", S, "interval method"), ("estimand", S, "what the interval covers"),
            ("tail_share", F, "share of sum |x - median| carried by the ceil(sqrt N) most extreme prompts"),
-           ("interval_reliable", B, "false when tail_share > 0.6: a few prompts carry the estimate"),
+           ("interval_reliable", B, "false when tail_share > 0.6: a few prompts carry the estimate; true means only "
+                                    "that none visibly does, not that the interval covers (a prompt rarer than 1/N "
+                                    "carrying the mean is invisible to any sample; docs/calibration.md)"),
            ("n_clusters", I, "independent units resampled: the templates (groups) a cluster bootstrap resamples "
                              "whole; n when prompts are resampled one by one"),
            ("ci_method_note", S, "why this interval method (the spec's choice, or the default and why)"),
            ("p_floor", F, "smallest p-value the method can give: 1/(B+1) for a resampling p-value, 0 for an "
-                          "analytic one; a p at the floor means the data's p-value is at most this")),
+                          "analytic one; a p at the floor means the data's p-value is at most this"),
+           *_ROBUST_EDGE_COLUMNS),
     _table("stability_vs_k", "circuit stability under resampling, one row per method and k",
            _METHOD, _K,
            ("jaccard_mean", F, "mean pairwise Jaccard of resample circuits (Meloux et al.)", True),

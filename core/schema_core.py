@@ -23,6 +23,9 @@ _COVERS = re.compile(r"\(covers: (.*)\)$")
 
 # What the intervals cover, shared by the run tables and the result tables
 EDGE_ESTIMAND = "the mean effect over the task's prompt distribution"
+#: the robust estimands beside the mean (circuitstat.stats.robust takes its words from here)
+MEDIAN_ESTIMAND = "the median effect over the task's prompt distribution (the effect on a typical prompt)"
+TRIMMED_ESTIMAND = "the 20%-trimmed mean effect over the task's prompt distribution (mean of the middle 60%)"
 MC_JACCARD = "Monte Carlo spread of resample circuits of this dataset, not a data-level interval"
 DATA_JACCARD = "the expected Jaccard between the top-k circuits of two independent size-N datasets"
 POP_JACCARD = "the Jaccard between this dataset's top-k circuit and the population's"

@@ -40,7 +40,7 @@ FLAGGED = {
                         "(interval_reliable = false)"),
 }
 FEW_PROMPTS = ("! few prompts", "a few prompts carry the estimate (interval_reliable = false): the interval cannot "
-               "back a claim")
+               "back a claim; no mark does not mean the interval covers (a prompt rarer than 1 in N is invisible)")
 _COVERS = re.compile(r"\(covers: (.*)\)\s*$")
 
 

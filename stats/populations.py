@@ -22,7 +22,8 @@ import numpy as np
 
 from circuitstat.core.seeds import as_seed_sequence
 
-__all__ = ["spiky_population", "smooth_tail_population", "draw_datasets", "stack_datasets"]
+__all__ = ["spiky_population", "smooth_tail_population", "single_spike_population", "draw_datasets",
+           "stack_datasets"]
 
 
 def _check_shape(n_pop: int, n_edges: int, null_share: float) -> None:
@@ -114,6 +115,32 @@ def smooth_tail_population(n_pop: int, n_edges: int, *, seed: int | np.random.Se
     pop[:, kt] = effect[kt] + rng.standard_t(2.5, (n_pop, kt.size)) / np.sqrt(5.0)
     pop = _center(pop, null)
     return (pop, null) if return_null else pop
+
+
+def single_spike_population(n_pop: int, n_edges: int, *, seed: int | np.random.SeedSequence,
+                            spike_share: float = 0.5, carried: tuple[float, float] = (0.5, 0.95)
+                            ) -> np.ndarray:
+    """Return a seeded population [n_pop, n_edges] in which one prompt carries most of some edges' means.
+
+    On a share `spike_share` of edges (at random) exactly one prompt (a random row) carries a share c_e,
+    uniform in `carried`, of the edge's population mean m_e (|m_e| uniform in [0.3, 1], random sign): the
+    other prompts are (1 - c_e) m_e + N(0, 1) noise, centred so the mean is exact. This is the edge of
+    issue 34 (one prompt in 2,048 carrying 91% of the mean): a dataset of N prompts misses that prompt with
+    chance (1 - 1/n_pop)^N and then looks Gaussian. The other edges are m_e + N(0, 1) with m_e ~ N(0, 0.5).
+    """
+    _check_shape(n_pop, n_edges, 0.0)
+    rng = np.random.default_rng(as_seed_sequence(seed))
+    spiky = rng.random(n_edges) < spike_share
+    mean = np.where(spiky, rng.uniform(0.3, 1.0, n_edges) * rng.choice([-1.0, 1.0], n_edges),
+                    rng.normal(0.0, 0.5, n_edges))
+    c = np.where(spiky, rng.uniform(carried[0], carried[1], n_edges), 0.0)
+    noise = rng.normal(0.0, 1.0, (n_pop, n_edges))
+    pop = (1.0 - c) * mean + noise - noise.mean(axis=0)  # the body's mean is exactly (1 - c) m
+    row = rng.integers(0, n_pop, n_edges)
+    cols = np.flatnonzero(spiky)
+    # the spike row's excess over the body: c m n_pop, so the column mean is exactly m
+    pop[row[cols], cols] += c[cols] * mean[cols] * n_pop
+    return pop
 
 
 def draw_datasets(population: np.ndarray, n: int, n_datasets: int, *,

@@ -22,6 +22,13 @@ findings shape how to read the flag:
   than 1/N that carry the mean): such a sample looks Gaussian and no per-edge sample
   diagnostic can see it. Only more prompts, or a calibration study on a larger population of
   the same task, can show it. "Reliable" therefore lowers, but cannot remove, that risk.
+
+Per edge it does not hold at all (issue 34, bench/tail_coverage.py, docs/calibration.md): among cells flagged
+reliable the worst edge covered 0.34-0.89 on the spiky, smooth, zoo and two trained 3-4-layer MLP populations and 0.00 on one
+where one prompt in 2,048 carries most of an edge's mean (98% of those cells flagged reliable); tail share <=
+0.4, excess kurtosis <= 3 and max |z| <= 3.5 did no better. No sample statistic can: a sample that missed the
+spike is a sample of the spike-free population. The median and trimmed mean (circuitstat.stats.robust) are the
+estimands a few prompts cannot move.
 """
 
 from __future__ import annotations

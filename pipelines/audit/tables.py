@@ -37,7 +37,28 @@ def edge_stats_table(S: np.ndarray, names: list[str], method: str, plan, spec: A
             "interval_reliable": np.asarray(boot.reliable, dtype=bool),
             "n_clusters": np.full(E, plan.describe().get("n_clusters", S.shape[0]), dtype=np.int64),
             "ci_method_note": [boot.params["method_reason"]] * E,
-            "p_floor": np.full(E, boot.params["pvalue_floor"], dtype=np.float64)}
+            "p_floor": np.full(E, boot.params["pvalue_floor"], dtype=np.float64),
+            **robust_edge_columns(S, plan, spec.bootstrap.confidence_level)}
+
+
+def robust_edge_columns(S: np.ndarray, plan, confidence_level: float) -> dict:
+    """The robust-estimand columns of edge_stats (median and 20%-trimmed mean, each with its interval, the p-value
+    that inverts it and BH q over edges); NaN with the reason in robust_note under a cluster bootstrap."""
+    from circuitstat.stats.robust import median_interval, trimmed_mean_interval
+    from circuitstat.stats.testing import bh_adjust
+
+    E = S.shape[1]
+    names = [c for c in columns("edge_stats") if c.startswith(("median", "trimmed_mean"))]
+    if plan.kind == "cluster":
+        note = ("not computed: the median's and trimmed mean's intervals assume independent prompts, and this run's "
+                "prompts share templates (cluster bootstrap)")
+        return {**{c: np.full(E, np.nan) for c in names}, "robust_note": [note] * E}
+    out: dict = {}
+    for prefix, r in (("median", median_interval(S, confidence_level)),
+                      ("trimmed_mean", trimmed_mean_interval(S, confidence_level=confidence_level))):
+        out.update({prefix: r.estimate, f"{prefix}_ci_low": r.low, f"{prefix}_ci_high": r.high,
+                    f"{prefix}_p": r.pvalue, f"{prefix}_q": bh_adjust(r.pvalue)})
+    return {**{c: np.asarray(out[c], dtype=np.float64) for c in names}, "robust_note": [""] * E}
 
 
 # the per-k columns of circuit_stability that the stability_vs_k table carries (core/schema.py says what

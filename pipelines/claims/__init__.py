@@ -27,7 +27,9 @@ in core/schema.py, the one schema of run tables (each kind names its tables once
   fixed circuit; f_selected[_ci_low/_ci_high] with selection included (cross-fitted); or
   cpr, cmd, which need no ``k``), bounds.
 * ``edge_effect``: ``edge``, ``method``, ``sign`` (positive, negative, nonzero), ``max_q``
-  (Benjamini-Hochberg q-value of the edge's effect).
+  (Benjamini-Hochberg q-value of the edge's effect), ``estimand`` (mean, the default; median or
+  trimmed_mean: the effect on a typical prompt, from edge_stats' median* / trimmed_mean* columns, which a
+  few prompts cannot move, so they are not refused where the mean's interval is flagged unreliable).
 * ``head_stability``: ``layer`` and ``head`` (or ``head: "1.5"``), ``statistic`` (stability,
   ci_low, ci_high, distinctness, excess[_ci_low/_ci_high] over the null, refit_ci_low/high), bounds;
   optional ``match``/``pairs`` when the run has several.

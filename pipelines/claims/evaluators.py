@@ -58,24 +58,41 @@ def _eval_faithfulness(c: FaithfulnessClaim, run: RunReader) -> tuple[bool, dict
     return ok, {c.statistic: v}, reason
 
 
+#: edge_effect's estimand -> its (estimate, ci_low, ci_high, q) columns in edge_stats
+EDGE_EFFECT_COLUMNS = {"mean": ("estimate", "ci_low", "ci_high", "q"),
+                       "median": ("median", "median_ci_low", "median_ci_high", "median_q"),
+                       "trimmed_mean": ("trimmed_mean", "trimmed_mean_ci_low", "trimmed_mean_ci_high", "trimmed_mean_q")}
+
+
 def _eval_edge_effect(c: EdgeEffectClaim, run: RunReader) -> tuple[bool, dict, str]:
     need(run, c.table, "method", c.method, _FIX_METHOD)
     edge_known(run, c.edge)
-    rows = run.rows(c.table, ["estimate", "ci_low", "ci_high", "q"], method=c.method, name=c.edge)
+    cols = EDGE_EFFECT_COLUMNS[c.estimand]
+    if not set(cols) <= set(run.table(c.table, []).column_names):
+        raise ClaimError(f"the run's {c.table} has no {c.estimand} columns (it predates the robust estimands); "
+                         "re-run the audit to claim the edge's " + c.estimand.replace("_", " "))
+    rows = run.rows(c.table, list(cols), method=c.method, name=c.edge)
     if not rows:
         raise ClaimError(f"edge {c.edge!r} has no row in {c.table}.parquet for {c.method}; re-run the audit", missing=True)
-    # the q-value inverts the interval: an interval flagged unreliable cannot back a significance claim
-    require_reliable(run, c.table, "ci_low", f"{c.edge} ({c.method})", method=c.method, name=c.edge)
+    if c.estimand == "mean":
+        # the q-value inverts the interval: an interval flagged unreliable cannot back a significance claim (the
+        # robust estimands' intervals do not rest on the few prompts that flag rests on)
+        require_reliable(run, c.table, "ci_low", f"{c.edge} ({c.method})", method=c.method, name=c.edge)
     r = rows[0]
-    est, q = r["estimate"], r["q"]
-    obs = {"estimate": est, "q": q, "ci_low": r["ci_low"], "ci_high": r["ci_high"]}
+    est, q = r[cols[0]], r[cols[3]]
+    obs = {"estimate": est, "q": q, "ci_low": r[cols[1]], "ci_high": r[cols[2]]}
     if est is None or q is None or math.isnan(est) or math.isnan(q):
-        raise ClaimError(f"the estimate or q-value of {c.edge} for {c.method} is undefined (NaN) in the run", observed=obs)
+        note = "; ".join(sorted({str(x["robust_note"]) for x in run.rows(c.table, ["robust_note"], method=c.method,
+                                                                            name=c.edge) if x.get("robust_note")})
+                         ) if c.estimand != "mean" else ""
+        raise ClaimError(f"the {c.estimand.replace('_', ' ')} or q-value of {c.edge} for {c.method} is undefined (NaN) "
+                         f"in the run" + (f": {note}" if note else ""), observed=obs)
     sign_ok = {"positive": est > 0, "negative": est < 0, "nonzero": est != 0}[c.sign]
-    label = f"{c.edge} ({c.method}): estimate {fmt(est)} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]"
+    what = "estimate" if c.estimand == "mean" else c.estimand.replace("_", " ")
+    label = f"{c.edge} ({c.method}): {what} {fmt(est)} [{fmt(obs['ci_low'])}, {fmt(obs['ci_high'])}]"
     if not sign_ok:
         return False, obs, f"{label} is not {c.sign}"
-    floor = _at_p_floor(run, c.table, method=c.method, name=c.edge)
+    floor = _at_p_floor(run, c.table, method=c.method, name=c.edge) if c.estimand == "mean" else ""
     if q > c.max_q:
         return False, obs, f"{label}, q = {cmp_text(q, c.max_q, '>')}: not significant after BH{floor}"
     return True, obs, f"{label} is {c.sign}, q = {cmp_text(q, c.max_q, '<=')}{floor}"

@@ -128,13 +128,16 @@ class FaithfulnessClaim(BoundedClaim):
 
 
 class EdgeEffectClaim(ClaimBase):
-    """The edge's mean effect has the given sign and is significant after BH (q <= max_q)."""
+    """The edge's effect has the given sign and is significant after BH (q <= max_q): its mean effect, or with
+    ``estimand: median`` / ``trimmed_mean`` the robust effect on a typical prompt (edge_stats' median* /
+    trimmed_mean* columns: its own interval and the BH q-value of the p-value that inverts it)."""
 
     kind: Literal["edge_effect"]
     edge: str = Field(min_length=1)
     method: METHOD
     sign: Literal["positive", "negative", "nonzero"]
     max_q: float = Field(gt=0.0, le=1.0, allow_inf_nan=False)
+    estimand: Literal["mean", "median", "trimmed_mean"] = "mean"
 
     @field_validator("edge")
     @classmethod
@@ -142,7 +145,7 @@ class EdgeEffectClaim(ClaimBase):
         return _normalise_edge(v)
 
     def _auto_label(self) -> str:
-        return f"{self.edge} {self.method} {self.sign}"
+        return f"{self.edge} {self.method} {self.sign}" + ("" if self.estimand == "mean" else f" {self.estimand}")
 
 
 _HEAD_RE = re.compile(r"^\s*(?:a?(\d+)\s*\.\s*h?(\d+))\s*$")

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from circuitstat.reports.ci import Ci
+from circuitstat.reports.ci import Ci, covers
 from circuitstat.reports.html.common import (TOP_FOREST, Tables, ci_attrs, colours, figure, html_table, ints, methods_in, num, shown,
                                  strs, sub)
 from circuitstat.reports.html.svg import FONT, Plot, data_range, esc, fmt_p, nice_domain, padded
@@ -25,6 +25,14 @@ def _top_edges(t, ref: str) -> tuple[np.ndarray, int]:
     ok = np.isfinite(est)
     order = np.argsort(-np.abs(np.where(ok, est, 0)), kind="stable")[: min(TOP_FOREST, int(ok.sum()))]
     return ints(r, "edge")[order], int(ok.sum())
+
+
+def _robust_cis(row: dict) -> list[Ci]:
+    """The edge's median and trimmed-mean intervals (edge_stats' median_ci_* / trimmed_mean_ci_*, as claims read
+    them; '—' for a run from before them or a cluster bootstrap's, whose robust_note says why)."""
+    why = "not computed: prompts share templates" if row.get("robust_note") else ""
+    return [Ci.of("edge_stats", row, ("method", "edge"), f"{p}_ci", est=p, flag="",
+                  estimand=covers("edge_stats", f"{p}_ci_low"), unavailable=why) for p in ("median", "trimmed_mean")]
 
 
 def forest_section(T: Tables, methods: Sequence[str]) -> str:
@@ -63,19 +71,22 @@ def forest_section(T: Tables, methods: Sequence[str]) -> str:
             r = per[m][e]
             units = r.get("n_clusters")  # absent (older runs) or unset: the prompts were the units
             table.append([name_of[e], m, c, r.get("se"), r.get("p"), r.get("q"), r.get("n"),
-                          units if units is not None and units > 0 else r.get("n")])
+                          units if units is not None and units > 0 else r.get("n"), *_robust_cis(r)])
         p.legend(m, col[m], "point")
     labels = [name_of.get(e, str(e)) for e in top.tolist()]
     p.axes("mean effect with 95% CI", "", yticks=[n - 1 - i for i in range(n)],
            ytick_labels=[s if len(s) <= 32 else s[:31] + "…" for s in labels])
     table.sort(key=lambda row: (labels.index(row[0]), meth.index(row[1])))
     cols = [("edge", "text"), ("method", "text"), ("estimate [95% CI]", "ci"), ("SE", "num"), ("p", "p"),
-            ("q (BH)", "p"), ("n", "int"), ("units resampled", "int")]
+            ("q (BH)", "p"), ("n", "int"), ("units resampled", "int"), ("median [95% CI]", "ci"),
+            ("20%-trimmed mean [95% CI]", "ci")]
     tbl = html_table(cols, table, shown_note=shown(n, n_edges, "edges", f"top by |estimate| of {ref}"))
     est = every[0].estimand if every else ""
     cap = (f"Top {n} edges by |estimate| of {ref}, each with its 95% interval per method (it covers {est}); q = "
            "Benjamini–Hochberg adjusted p-value over all edges; a hollow point and '! few prompts' mark an interval "
-           "a few prompts carry (interval_reliable = false), which cannot back a claim. The vertical line is zero.")
+           "a few prompts carry (interval_reliable = false), which cannot back a claim; no mark does not mean the interval "
+           "covers (a prompt rarer than 1 in N is invisible). The median and 20%-trimmed mean are the effect on a "
+           "typical prompt, each with its own interval, which a few prompts cannot move. The vertical line is zero.")
     from circuitstat.reports.verdicts.build import resampling_notes
 
     notes = resampling_notes(sub(t, np.array(strs(t, "method")) == ref))

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from circuitstat.reports.analyses import missing
-from circuitstat.reports.ci import Ci, fmt
+from circuitstat.reports.ci import Ci, covers, fmt
 from circuitstat.reports.tableset import Tables, ints, methods_in, num, order_methods, rows, where
 from circuitstat.reports.verdicts.model import (APPROX_RULES, BAR, CLAIM_SECTIONS, MIN_EXCESS, MIN_EXCESS_BOUNDS, NEEDS_SEEDS,
                                     SIGNIFICANT_Q, TOP_EDGES, Line, Name, Part, Quote, Verdict, against_bar, run_spec)
@@ -121,6 +121,30 @@ def _circuit_lines(r: _Run) -> list[Line]:
     parts.append(f" ({shown} of {len(edges)} shown)")
     top = Line("top edges", f"{n_sig} of {len(edges)} significant", "info", tuple(parts), "forest")
     return [circuit, top]
+
+
+def _robust_lines(r: _Run) -> list[Line]:
+    """Where a few prompts carry a circuit edge's mean (interval_reliable = false), say so and show its median and
+    trimmed mean with their own intervals (edge_stats' median_ci_* / trimmed_mean_ci_*, the columns claims read)."""
+    if r.method is None or r.k is None or not r.T.has("edge_stats"):
+        return []
+    edges = circuit_edges(r.T, r.method, r.k, r.ranking)
+    fragile = [e for e in edges if e.get("interval_reliable") is False and e.get("median") is not None
+               and math.isfinite(e["median"])]
+    if not fragile:
+        return []
+    parts: list[Part] = []
+    for i, e in enumerate(fragile[:TOP_EDGES]):
+        parts += ["; " if i else "", Name(e["name"]), " mean ",
+                  Ci.of("edge_stats", e, ("method", "edge"), est="estimate"), ", median ",
+                  Ci.of("edge_stats", e, ("method", "edge"), "median_ci", est="median", flag="",
+                        estimand=covers("edge_stats", "median_ci_low")), ", trimmed mean ",
+                  Ci.of("edge_stats", e, ("method", "edge"), "trimmed_mean_ci", est="trimmed_mean", flag="",
+                        estimand=covers("edge_stats", "trimmed_mean_ci_low"))]
+    parts.append(f" ({min(TOP_EDGES, len(fragile))} of {len(fragile)} shown). A few prompts carry these means, and "
+                 "prompts rarer than 1 in N that carry a mean are invisible in any sample: the median and trimmed mean "
+                 "are the effect on a typical prompt, each with its own interval.")
+    return [Line("fragile means", f"{len(fragile)} of {len(edges)} circuit edges", "unsure", tuple(parts), "forest")]
 
 
 def _stability_line(r: _Run) -> list[Line]:
@@ -316,7 +340,12 @@ def _rules(lines: list[Line], level: float, n_edges: int | None, min_excess: flo
                    "not faithful, across → inconclusive.")
     if "top edges" in have:
         out.append(f"Edges: Benjamini–Hochberg q ≤ {SIGNIFICANT_Q} over all {f'{n_edges:,}' if n_edges else 'the'} edges; ! = the "
-                   "interval rests on a few prompts (interval_reliable = false).")
+                   "interval rests on a few prompts (interval_reliable = false); no ! does not mean it covers: a prompt rarer than "
+                   "1 in N that carries a mean is invisible in the sample.")
+    if "fragile means" in have:
+        out.append(f"Fragile means: circuit edges whose mean rests on a few prompts (interval_reliable = false) also show "
+                   f"their median (order-statistic interval) and 20%-trimmed mean (Tukey–McLaughlin), each {level:.0%}, "
+                   "not adjusted across edges.")
     if "approximation" in have:
         out.append("Approximation: the Spearman interval's lower end ≥ 0.9 ranks like exact, ≥ 0.5 a rough guide; "
                    "its upper end below 0.5 does not; across 0.5 inconclusive.")
@@ -361,7 +390,7 @@ def verdict(run_dir: str | Path, min_excess: float | None = None) -> Verdict:
     d = _min_excess(spec, min_excess)
     r = _Run(T, method, k, why, str(spec.get("ranking") or "absolute"), n, d)
     lines: list[Line] = []
-    for build in (_circuit_lines, _stability_line, _faithfulness_line, _approximation_lines, _verified_lines,
+    for build in (_circuit_lines, _robust_lines, _stability_line, _faithfulness_line, _approximation_lines, _verified_lines,
                   _heads_line, _claim_lines):
         lines += build(r)
     n_edges = where(es, method=method).num_rows if method and es is not None else None

@@ -88,7 +88,8 @@ def test_forest_table_has_the_known_edge_with_its_ci_flag_and_q(rendered):
     _, _, page = rendered
     rows = table_rows(page, "forest")
     header, body = rows[0], rows[1:]
-    assert header == ["edge", "method", "estimate [95% CI]", "SE", "p", "q (BH)", "n", "units resampled"]
+    assert header == ["edge", "method", "estimate [95% CI]", "SE", "p", "q (BH)", "n", "units resampled",
+                      "median [95% CI]", "20%-trimmed mean [95% CI]"]
     exact = [r for r in body if r[1] == "exact"]
     assert len(exact) == 20 and len([r for r in body if r[1] == "eap"]) == 20
     # the planted edge is the second largest of 'exact': its interval and q, formatted, in the second row
