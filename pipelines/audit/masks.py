@@ -24,7 +24,7 @@ import numpy as np
 from circuitstat.pipelines.options import MASK_METHODS
 from circuitstat.pipelines.spec import AuditSpec
 
-__all__ = ["MASK_OUTPUTS", "mask_methods", "score_methods", "refit_plan", "mask_tables", "read_refits", "mask_stability_tables",
+__all__ = ["MASK_OUTPUTS", "mask_methods", "score_methods", "mask_tables", "read_refits", "mask_stability_tables",
            "mask_faithfulness_table", "NOT_APPLICABLE", "mask_ranked_by", "pruning_audit_flops"]
 
 #: the tables the masks stage writes
@@ -60,15 +60,6 @@ def score_methods(spec: AuditSpec) -> list[str]:
 def mask_ranked_by(method: str) -> str:
     """The ranked_by words of a mask-learned method's circuits."""
     return f"{method} mask logit (log alpha, signed: a larger logit is a more open gate)"
-
-
-def refit_plan(spec: AuditSpec, n: int, groups, seed):
-    """The refits' resampling plan: the stability layer's (spec.bootstrap.scheme, the run's resampling seed) with
-    ``edge_pruning.n_refits`` resamples."""
-    from circuitstat.pipelines.audit.run import resampling_plan
-
-    boot = spec.bootstrap.model_copy(update={"n_resamples": spec.edge_pruning.n_refits})
-    return resampling_plan(spec.model_copy(update={"bootstrap": boot}), n, groups, seed, for_intervals=False)
 
 
 def _fit_options(model, task, spec: AuditSpec) -> dict:

@@ -19,7 +19,7 @@ import numpy as np
 from circuitstat.pipelines.audit.tables import (_concat, approximation_tables, crossfit_folds, edge_stats_table, faithfulness_table,
                            stability_tables)
 from circuitstat.pipelines.audit.masks import (MASK_OUTPUTS, mask_faithfulness_table, mask_methods, mask_stability_tables,
-                                               pruning_audit_flops, read_refits, refit_plan, score_methods)
+                                               pruning_audit_flops, read_refits, score_methods)
 from circuitstat.pipelines.spec import AuditSpec
 from circuitstat.pipelines.kinds import RunKind
 from circuitstat.pipelines.sources import LOCAL, RunInputs
@@ -78,6 +78,13 @@ def resampling_plan(spec: AuditSpec, n: int, groups, seed, *, for_intervals: boo
     if b.scheme == "half-splits" and not for_intervals:
         return ResamplingPlan.subsample(n, b.n_resamples, seed)
     return ResamplingPlan.bootstrap(n, b.n_resamples, seed)
+
+
+def refit_plan(spec: AuditSpec, n: int, groups, seed):
+    """The refits' resampling plan: the stability layer's (spec.bootstrap.scheme, the run's resampling seed) with
+    ``edge_pruning.n_refits`` resamples."""
+    boot = spec.bootstrap.model_copy(update={"n_resamples": spec.edge_pruning.n_refits})
+    return resampling_plan(spec.model_copy(update={"bootstrap": boot}), n, groups, seed, for_intervals=False)
 
 
 def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, scheduler: str | None = None,
@@ -149,7 +156,7 @@ def _score_stages(run, spec: AuditSpec, model, task, workers: int, force: bool) 
 def _masks_stage(run, spec: AuditSpec, model, task, names: list[str], base: dict, force: bool) -> None:
     """The masks stage: every mask-learned method fitted on all prompts and refitted on the stability plan's
     resamples (circuitstat.pipelines.audit.masks)."""
-    from circuitstat.pipelines.audit.masks import mask_tables, refit_plan
+    from circuitstat.pipelines.audit.masks import mask_tables
 
     N = task.clean.shape[0]
     groups = None if task.group is None else task.group.numpy()

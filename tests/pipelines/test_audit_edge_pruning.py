@@ -101,8 +101,7 @@ def test_audit_edge_pruning_circuit_is_fit_edge_pruning_called_directly(run):
     from circuitstat.circuits.edge_pruning import fit_edge_pruning
     from circuitstat.core.rundir import RunDir
     from circuitstat.core.seeds import spawn_seeds
-    from circuitstat.pipelines.audit.masks import refit_plan
-    from circuitstat.pipelines.audit.run import prepare_audit
+    from circuitstat.pipelines.audit.run import prepare_audit, refit_plan
 
     spec = parse_spec(SPEC)
     _, model, task = prepare_audit(spec)
