@@ -194,15 +194,15 @@ class EdgePruningOptions(_Strict):
     init: float = PRUNING_INIT.pydantic()
     objective: OBJECTIVE = "mean_metric"
 
+    def fit_options(self) -> dict:
+        """The keyword arguments of every fit (fit_edge_pruning's steps, lr, sparsity, init, objective)."""
+        return self.model_dump(exclude={"n_refits"})
+
 
 class EdgePruningSpec(EdgePruningOptions):
     """An audit's edge-pruning options: each fit's, and the refits its stability stage runs (docs/edge-pruning.md)."""
 
     n_refits: int = N_REFITS.pydantic()
-
-    def fit_options(self) -> dict:
-        """The keyword arguments of every fit (fit_edge_pruning's steps, lr, sparsity, init, objective)."""
-        return self.model_dump(exclude={"n_refits"})
 
 
 class CircuitFileSpec(_Strict):

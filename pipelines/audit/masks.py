@@ -72,7 +72,9 @@ def _fit_options(model, task, spec: AuditSpec) -> dict:
 
 def mask_tables(model, task, spec: AuditSpec, names: list[str], plan) -> dict:
     """{edge_masks, mask_fits, method_notes} columns of every mask-learned method of ``spec``: a fit on all prompts
-    (seed spec.seed) and one refit per resample of ``plan`` (child i of spec.seed for refit i)."""
+    (seed spec.seed) and one refit per resample of ``plan`` (child i of spec.seed for refit i; None: no refits, the
+    refit columns NaN). ``spec``: an AuditSpec, or any object with its methods, ablation, input_node, seed,
+    batch_size and edge_pruning (the ``attribute`` command passes its options so)."""
     import torch
 
     from circuitstat.circuits.edge_pruning import fit_edge_pruning, gates
@@ -84,16 +86,18 @@ def mask_tables(model, task, spec: AuditSpec, names: list[str], plan) -> dict:
     for method in mask_methods(spec):
         opts = _fit_options(model, task, spec)
         fit = fit_edge_pruning(model, task, seed=spec.seed, **opts)
-        V = refit_edge_pruning(model, task, plan, seed=spec.seed, **opts)  # [R, E]
+        E = fit.log_alpha.size
+        V = np.zeros((0, E)) if plan is None else refit_edge_pruning(model, task, plan, seed=spec.seed, **opts)
         la = np.vstack([fit.log_alpha[None], V]).astype(np.float64)
         G = gates(torch.as_tensor(la)).numpy()
-        R, E = V.shape
+        R = V.shape[0]
         order = np.argsort(-fit.log_alpha, kind="stable")
         rank = np.empty(E, dtype=np.int64)
         rank[order] = np.arange(1, E + 1)
         masks.append({"method": [method] * E, "edge": np.arange(E, dtype=np.int64), "name": list(names),
                       "log_alpha": la[0], "gate": G[0], "in_mask": G[0] > 0.5, "rank": rank,
-                      "refit_frequency": (G[1:] > 0.5).mean(0), "refit_log_alpha_mean": la[1:].mean(0),
+                      "refit_frequency": (G[1:] > 0.5).mean(0) if R else np.full(E, np.nan),
+                      "refit_log_alpha_mean": la[1:].mean(0) if R else np.full(E, np.nan),
                       "refit_log_alpha_sd": la[1:].std(0, ddof=1) if R > 1 else np.full(E, np.nan),
                       "n_refits": np.full(E, R, dtype=np.int64), "n_prompts": np.full(E, N, dtype=np.int64),
                       "final_loss": np.full(E, float(fit.loss[-1]))})

@@ -164,3 +164,29 @@ def test_plan_prices_edge_pruning_fits_and_refits():
 def test_edge_pruning_spec_errors(change, words):
     with pytest.raises(InputError, match=words):
         parse_spec({**SPEC, **change})
+
+
+def test_attribute_command_fits_edge_pruning_and_refuses_its_options_elsewhere(tmp_path):
+    """`circuitstat attribute --method edge-pruning`: the mask of fit_edge_pruning at --seed, refits as asked; its
+    options with an attribution method are an input error (exit 2)."""
+    from typer.testing import CliRunner
+
+    from circuitstat.circuits.edge_pruning import fit_edge_pruning
+    from circuitstat.pipelines.audit.run import prepare_audit
+    from circuitstat.pipelines.cli import app
+    from circuitstat.pipelines.kinds import kind
+
+    args = ["attribute", "--model", SPEC["model"], "--task", "induction", "--task-option", "seq_len=5", "--n", "8",
+            "--seed", "2", "--steps", "3", "--objective", "metric"]
+    res = CliRunner().invoke(app, [*args, "--method", "edge-pruning", "--n-refits", "2", "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    assert "kept by" in res.output and "no per-example scores" in res.output
+    masks, fits = _read(tmp_path / "a", "edge_masks"), _read(tmp_path / "a", "mask_fits")
+    _, model, task = prepare_audit(
+        parse_spec({**SPEC, "task": {**SPEC["task"], "n": 8, "seed": 2}, "methods": ["eap"]}))  # --seed seeds the task too
+    want = fit_edge_pruning(model, task, steps=3, objective="metric", seed=2, batch_size=16).log_alpha
+    assert np.array_equal(masks.sort_values("edge")["log_alpha"].to_numpy(), want.astype(np.float64))
+    assert sorted(fits["fit"].unique()) == [0, 1, 2] and (masks["n_refits"] == 2).all()
+    assert kind("attribute").stages(kind("attribute").parse({"model": "m", "method": "edge-pruning"}, "x")) == ["masks"]
+    bad = CliRunner().invoke(app, [*args, "--method", "eap", "--out", str(tmp_path / "b")])
+    assert bad.exit_code == 2 and "--method edge-pruning" in bad.output and not (tmp_path / "b").exists()
