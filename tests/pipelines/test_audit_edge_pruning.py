@@ -190,3 +190,18 @@ def test_attribute_command_fits_edge_pruning_and_refuses_its_options_elsewhere(t
     assert kind("attribute").stages(kind("attribute").parse({"model": "m", "method": "edge-pruning"}, "x")) == ["masks"]
     bad = CliRunner().invoke(app, [*args, "--method", "eap", "--out", str(tmp_path / "b")])
     assert bad.exit_code == 2 and "--method edge-pruning" in bad.output and not (tmp_path / "b").exists()
+
+
+def test_attribute_plan_prices_edge_pruning_fits_and_refits():
+    """`attribute --method edge-pruning --plan`: an edge-pruning row of (1 + refits) fits, each (3 + steps) forwards
+    and steps backwards per prompt."""
+    from typer.testing import CliRunner
+
+    from circuitstat.pipelines.cli import app
+
+    res = CliRunner().invoke(app, ["attribute", "--model", SPEC["model"], "--task", "induction", "--task-option",
+                                   "seq_len=5", "--n", "8", "--method", "edge-pruning", "--steps", "7",
+                                   "--n-refits", "2", "--plan"])
+    assert res.exit_code == 0, res.output
+    row = next(line.split() for line in res.output.splitlines() if line.startswith("edge-pruning"))
+    assert row[2:4] == [f"{3 * 8 * (3 + 7):,}", f"{3 * 8 * 7:,}"]
