@@ -329,6 +329,24 @@ def _ensemble_cost(cfg: ModelConfig, **options) -> Cost:
                 max(c.memory_peak for c in parts), parts[0].batch_size, parts[0].max_rows)
 
 
+def pruning_cost(cfg: ModelConfig, *, n: int, positions: int, steps: int, fits: int = 1, batch_size: int = 16,
+                 itemsize: int = 4) -> Cost:
+    """The Cost of ``fits`` edge-pruning fits (circuitstat.circuits.edge_pruning) of ``steps`` full-batch Adam
+    steps on ``n`` examples: per fit and example the counterfactual, clean and fully patched forwards once,
+    then per step one masked forward (a forward plus the edge mixing, one edge contraction) and its backward
+    (activation gradients, as :func:`backward_flops`, plus the mask's gradient, another contraction).  Every
+    batch's autograd graph is kept until the step's one backward, so the peak holds all ``n`` examples'."""
+    g, P, L = graph_of(cfg), positions, cfg.n_layers
+    fwd, mix = forward_flops(cfg, P), contraction_flops(g, cfg, P)
+    setup = (fwd - unembed_flops(cfg)) + 2 * fwd
+    per_step = fwd + backward_flops(cfg, P) + 2 * mix
+    batches = -(-n // batch_size)
+    memory = weight_bytes(cfg, itemsize) + n * gradient_example_bytes(cfg, g, P, "eap", itemsize)
+    return Cost("edge-pruning", g.n_edges, fits * n * (3 + steps), fits * n * steps, 0,
+                float(fits * n * (setup + steps * per_step)), fits * batches * L * (3 + 2 * steps), memory,
+                batch_size, 0)
+
+
 ROWS_FIRST = 256
 """Suffix rows per call that ``fit_memory`` keeps room for before it keeps the batch size (exact)."""
 

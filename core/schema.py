@@ -31,7 +31,8 @@ PUBLISHED_CPR = ("the area under the faithfulness curve of the file's fixed scor
 
 __all__ = ["Column", "TableSchema", "SchemaError", "TABLES", "schema_for", "claimable", "columns", "fill"]
 
-_METHOD = ("method", S, "attribution method (exact, eap, eap-ig-inputs, eap-ig-activations, clean-corrupted, atp-qkfix, atp-graddrop, atpstar, ensemble)")
+_METHOD = ("method", S, "discovery method: attribution (exact, eap, eap-ig-inputs, eap-ig-activations, clean-corrupted, "
+           "atp-qkfix, atp-graddrop, atpstar, ensemble) or mask-learned (edge-pruning)")
 _K = ("k", I, "circuit size: number of edges (or nodes) kept")
 _RANKED_BY = ("ranked_by", S, "what the circuits are the top-k of: the method's mean score, or for a verified method "
               "(<approx>+verified) the PPI++ estimates, e.g. 'mean exact effect, verified on 16 of 512 prompts'",
@@ -108,6 +109,29 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
     _table("inclusion", "how often each edge enters the top-k circuit over resamples (edges never selected: no row)",
            _METHOD, _K, ("edge", I, "edge index"), ("name", S, "edge name"),
            ("frequency", F, "share of resamples whose top-k circuit contains the edge")),
+    _table("edge_masks", "a mask-learned method's learned mask, one row per method and edge (it has no per-example "
+           "scores: method_notes says which tables have no rows for it and why)",
+           _METHOD, ("edge", I, "edge index"), ("name", S, "edge name"),
+           ("log_alpha", F, "learned mask logit of the fit on every prompt (the ranking score; larger is more open)"),
+           ("gate", F, "its deterministic hard-concrete gate in [0, 1] (1: the edge carries the clean flow)"),
+           ("in_mask", B, "gate > 1/2: the edge is in the fit's own circuit (whose size the sparsity sets)"),
+           ("rank", I, "rank of log_alpha, 1 = largest (the order of the top-k circuits)"),
+           ("refit_frequency", F, "share of the refits (bootstrap resamples of the prompts, a fresh seed each) whose "
+                                  "mask keeps the edge (gate > 1/2)", True),
+           ("refit_log_alpha_mean", F, "mean of log_alpha over the refits"),
+           ("refit_log_alpha_sd", F, "SD of log_alpha over the refits (Monte Carlo spread over resamples and seeds, "
+                                     "not an interval of an estimand)"),
+           ("n_refits", I, "refits behind refit_frequency"), ("n_prompts", I, "prompts the fit used"),
+           ("final_loss", F, "the fit's loss at its last step (faithfulness term + sparsity x expected share kept)")),
+    _table("mask_fits", "every fit of a mask-learned method: one row per method, fit and edge",
+           _METHOD, ("fit", I, "0: the fit on every prompt; i >= 1: the refit on resample i of the stability plan "
+                               "(seed: child i - 1 of the run's seed)"),
+           ("edge", I, "edge index"), ("log_alpha", F, "learned mask logit"),
+           ("gate", F, "deterministic hard-concrete gate")),
+    _table("method_notes", "tables in which a method has no rows by design, and why (e.g. per-edge intervals of a "
+                           "mask-learned method, which has no per-example scores)",
+           _METHOD, ("table", S, "the table (or analysis) the method is absent from"),
+           ("reason", S, "why it does not apply to this method")),
     _table("published_circuit", "a published circuit (spec key circuit) audited on this model and task, one row per "
                                 "method (circuitstat.pipelines.published)",
            _METHOD, ("circuit", S, "the circuit file's name"), ("format", S, "eap-ig (EAP-IG/MIB JSON) or edges"),

@@ -14,10 +14,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from circuitstat.pipelines.kinds import RunKind, check_run_out
-from circuitstat.pipelines.options import ABLATION, DTYPES, LEVEL, METHOD, METRIC
-from circuitstat.pipelines.params import BATCH_SIZE, IG_STEPS, SEED
+from circuitstat.pipelines.options import ABLATION, DTYPES, LEVEL, MASK_METHODS, METHOD, METRIC
+from circuitstat.pipelines.params import BATCH_SIZE, IG_STEPS, N_REFITS, SEED
 from circuitstat.pipelines.sources import LOCAL, RunInputs
-from circuitstat.pipelines.spec import VerifySpec
+from circuitstat.pipelines.spec import EdgePruningOptions, VerifySpec
 
 
 def torch_dtype(name: str):
@@ -40,7 +40,7 @@ def prepare_attribute(model: str, task: str, *, method: str, level: str, ablatio
     options = dict(task_options or {})
     source = inputs.resolve(model)
     precheck_task(source.location, task, n=n, seed=seed, metric=metric, public=source.name, **options)  # before the model
-    check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
+    check_method_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
     n_jobs = check_n_jobs(n_jobs, "--n-jobs")
     dev = check_device(device)
     from circuitstat.circuits.limits import check_budget
@@ -58,19 +58,54 @@ def prepare_attribute(model: str, task: str, *, method: str, level: str, ablatio
     return m, build_task(m, task, n=n, seed=seed, metric=metric, **options), budget, n_jobs
 
 
+def check_method_options(method: str, level: str, ablation: str, *, batch_size: int, ig_steps: int) -> None:
+    """None; InputError naming the first option of ``method`` that cannot run (a mask-learned method: edges only)."""
+    from circuitstat.circuits.attribution import check_options
+    from circuitstat.core.errors import InputError
+
+    if method not in MASK_METHODS:
+        check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
+        return
+    check_options("eap", "edge", ablation, batch_size=batch_size, ig_steps=ig_steps)  # the ablation and sizes
+    if level != "edge":
+        raise InputError(f"{method} learns a mask over edges: use --level edge")
+
+
+def pruning_options(method: str, options: dict | None, n_refits: int | None):
+    """The EdgePruningOptions of a mask-learned ``method`` (``options``: steps, lr, sparsity, init, objective; unset:
+    the defaults of circuitstat.pipelines.params), checked; InputError when given for another method."""
+    from circuitstat.core.errors import InputError
+    from circuitstat.pipelines.spec import EdgePruningOptions, validate_spec
+
+    given = {k: v for k, v in (options or {}).items() if v is not None}
+    if method not in MASK_METHODS:
+        if given or n_refits is not None:
+            raise InputError(f"{', '.join(sorted(given)) or 'n_refits'} set the edge-pruning fit: use them with "
+                             f"--method edge-pruning, not {method}")
+        return None
+    if n_refits is not None:
+        N_REFITS.check(n_refits, "--n-refits")
+    return validate_spec(EdgePruningOptions, given, "edge-pruning options", kind="edge-pruning options",
+                         keys="steps, lr, sparsity, init, objective")
+
+
 def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", level: str = "edge",
                   ablation: str = "counterfactual", input_node: str = "embeddings", metric: str | None = None,
                   n: int = 64, batch_size: int = 16,
                   ig_steps: int = 5, seed: int = 0, n_jobs: int = 1, device: str = "cpu", dtype: str = "float32",
                   max_memory: str | None = None, checkpoint_every: int | None = None, resume: bool = True,
                   force: bool = False, allow_pickle: bool = False, allow_large: bool = False, verify=None,
-                  task_options: dict | None = None, inputs: RunInputs = LOCAL, scheduler: str | None = None):
+                  task_options: dict | None = None, inputs: RunInputs = LOCAL, scheduler: str | None = None,
+                  edge_pruning: dict | None = None, n_refits: int | None = None):
     """The ScoreMatrix of ``circuitstat attribute`` with these options, written into run directory
     ``out`` (validated first; resumed from its checkpoints where it stopped); ``inputs`` resolves the model;
-    ``scheduler`` (a Dask address, or 'local') runs the chunks on that cluster, with the same scores."""
+    ``scheduler`` (a Dask address, or 'local') runs the chunks on that cluster, with the same scores.
+    A mask-learned ``method`` (edge-pruning) writes its learned mask instead (:func:`masks_into`; options
+    ``edge_pruning`` and ``n_refits``) and returns the edge_masks table."""
     from circuitstat.pipelines.parallel import backend
 
     task_options = dict(task_options or {})
+    pruning = pruning_options(method, edge_pruning, n_refits)
     check_run_out(out, "attribute", force=force)
     m, t, budget, n_jobs = prepare_attribute(model, task, method=method, level=level, ablation=ablation, metric=metric,
                                              n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
@@ -78,12 +113,53 @@ def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", leve
                                              allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs,
                                              task_options=task_options)
     check_attribute_verify(verify, m, method=method, level=level, n=n)
+    if pruning is not None:
+        return masks_into(m, t, out, model_arg=model, task_arg=task, task_options=task_options, method=method,
+                          ablation=ablation, input_node=input_node, n=n, batch_size=batch_size, seed=seed, dtype=dtype,
+                          options=pruning, n_refits=n_refits, force=force)
     with backend(n_jobs, scheduler) as workers:  # an unreachable scheduler is refused before --out is written
         return attribute_into(m, t, out, model_arg=model, task_arg=task, task_options=task_options, method=method,
                               level=level, ablation=ablation, input_node=input_node, n=n, batch_size=batch_size,
                               ig_steps=ig_steps, seed=seed, n_jobs=workers, dtype=dtype,
                               budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force,
                               verify=verify)
+
+
+def masks_into(m, t, out: Path, *, model_arg: str, task_arg: str, task_options: dict, method: str, ablation: str,
+               input_node: str, n: int, batch_size: int, seed: int, dtype: str, options, n_refits: int | None,
+               force: bool):
+    """The edge_masks table of a mask-learned method's run written into ``out``: stage ``masks`` fits it on the n
+    prompts (seed ``seed``) and, with ``n_refits``, refits it on as many bootstrap resamples (the run's resampling
+    seed; child i of ``seed`` for refit i): tables edge_masks, mask_fits, method_notes
+    (circuitstat.pipelines.audit.masks; docs/edge-pruning.md)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from circuitstat.circuits.scores import ScoreMatrix
+    from circuitstat.core.rundir import RunDir
+    from circuitstat.pipelines.audit.masks import MASK_OUTPUTS, mask_tables
+    from circuitstat.stats import ResamplingPlan
+
+    spec = {"model": model_arg, "task": task_arg, "method": method, "level": "edge", "ablation": ablation,
+            "input_node": input_node, "metric": t.metric_name, "n": n, "batch_size": batch_size, "seed": seed,
+            "dtype": DTYPES[dtype], "max_rows": 0, "edge_pruning": options.model_dump(), "n_refits": n_refits}
+    if task_options:
+        spec["task_options"] = task_options
+    identity, task_record = m.identity(), _task_record(t)
+    params = {**spec, "weight_hash": identity["weight_hash"], "task_hash": t.content_hash}
+    fit = SimpleNamespace(methods=[method], ablation=ablation, input_node=input_node, seed=seed, batch_size=batch_size,
+                          edge_pruning=options)
+    edges = ScoreMatrix(np.zeros((1, m.graph.n_edges), np.float32), m.graph, "edge", method, ablation,
+                        t.metric_name).tables()["edges"]
+    with RunDir(out, spec=spec, command=sys.argv, seed=seed,
+                provenance={"model": identity, "task": task_record}) as run:
+        def compute():
+            plan = None if n_refits is None else ResamplingPlan.bootstrap(n, n_refits, run.stage_seed("resampling"))
+            return {"edges": edges, **mask_tables(m, t, fit, m.graph.edge_names, plan)}
+
+        run.stage("masks", compute, ["edges", *MASK_OUTPUTS], params=params, force=force)
+        return run.table("edge_masks")
 
 
 def check_attribute_verify(verify, m, *, method: str, level: str, n: int) -> None:
@@ -229,6 +305,9 @@ class AttributeSpec(BaseModel):
     checkpoint_every: int | None = Field(None, ge=1)
     max_memory: str | None = Field(None, max_length=32)
     verify: VerifySpec | None = None
+    # method edge-pruning: each fit's options (None: the defaults) and the bootstrap refits (None: one fit)
+    edge_pruning: EdgePruningOptions | None = None
+    n_refits: int | None = N_REFITS.pydantic(default=None)
 
     @model_validator(mode="after")
     def _verify_fits(self) -> "AttributeSpec":
@@ -237,6 +316,8 @@ class AttributeSpec(BaseModel):
 
         try:
             check_verify(self.verify, methods=[self.method], n_prompts=self.n, level=self.level)
+            pruning_options(self.method, None if self.edge_pruning is None else self.edge_pruning.model_dump(),
+                            self.n_refits)
         except InputError as e:
             raise ValueError(str(e)) from None
         return self
@@ -261,8 +342,17 @@ def _run_kind(spec: AttributeSpec, out, *, n_jobs: int = 1, allow_pickle: bool =
 
 
 def attribute_flops(spec: AttributeSpec, cfg) -> float:
-    """The FLOPs of ``spec``'s attribution on a model of config ``cfg``."""
-    from circuitstat.pipelines.build import attribution_flops
+    """The FLOPs of ``spec``'s attribution on a model of config ``cfg`` (a mask-learned method's fit and refits:
+    circuitstat.circuits.plan.pruning_cost)."""
+    from circuitstat.pipelines.build import attribution_flops, task_positions
+
+    if spec.method in MASK_METHODS:
+        from circuitstat.circuits.plan import pruning_cost
+
+        options = spec.edge_pruning or EdgePruningOptions()
+        positions = task_positions(spec.task, {}) or min(int(cfg.n_ctx), 64)
+        return pruning_cost(cfg, n=spec.n, positions=positions, steps=options.steps, fits=1 + (spec.n_refits or 0),
+                            batch_size=spec.batch_size).flops
 
     total = attribution_flops(cfg, spec, spec.method, spec.n, ig_steps=spec.ig_steps, level=spec.level)
     if spec.verify is not None:
@@ -273,5 +363,6 @@ def attribute_flops(spec: AttributeSpec, cfg) -> float:
 
 
 KIND = RunKind("attribute", "per-example attribution scores of one method", parse=_parse, run=_run_kind,
-               stages=lambda spec: ["scores"] + (["verified"] if spec.verify is not None else []),
+               stages=lambda spec: (["masks"] if spec.method in MASK_METHODS else
+                                    ["scores"] + (["verified"] if spec.verify is not None else [])),
                flops=attribute_flops)

@@ -183,7 +183,7 @@ def circuit_tests_stage(model, task, scores: dict[str, np.ndarray], names: list[
                         ablation: Any) -> dict[str, dict]:
     """Return the stage's two tables for the audit ``spec`` (its ``tests`` section) from the methods' scores."""
     cfg = spec.tests
-    method = cfg.method or spec.methods[0]
+    method = cfg.method or next(iter(scores))  # the first method with per-example scores
     choose_seed, layout_seed, test_seed = spawn_seeds(seed, 3)
     groups = None if task.group is None else task.group.numpy()
     S = scores[method]

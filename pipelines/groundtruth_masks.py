@@ -17,29 +17,18 @@ top-|C| circuit evaluated on the fold; circuitstat.stats.faithfulness_refit).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import Field
 
-from circuitstat.pipelines.spec import _Strict
+from circuitstat.pipelines.options import MASK_METHODS
+from circuitstat.pipelines.spec import EdgePruningOptions
 
 __all__ = ["MASK_METHODS", "FAITHFULNESS_FOLDS", "EdgePruningOptions", "refit_edge_pruning", "fold_refit", "edge_pruning_stability", "pruning_rows",
            "refit_stability_rows", "pruning_flops"]
 
-MASK_METHODS = ("edge-pruning",)
 #: cross-fitting folds of edge pruning's selection-aware faithfulness (one refit each, one repeat: fits are costly)
 FAITHFULNESS_FOLDS = 4
-
-
-class EdgePruningOptions(_Strict):
-    """The options of each edge-pruning fit (circuitstat.circuits.edge_pruning.fit_edge_pruning)."""
-
-    steps: int = Field(50, ge=1, le=100_000)
-    lr: float = Field(0.2, gt=0, le=100)
-    sparsity: float = Field(1.0, ge=0, le=10_000)
-    init: float = Field(1.0, ge=-20, le=20)
-    objective: Literal["mean_metric", "metric", "kl"] = "mean_metric"
 
 
 def refit_edge_pruning(model, task, plan, *, rows=None, seed: Any = 0, **options: Any) -> np.ndarray:

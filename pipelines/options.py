@@ -8,11 +8,18 @@ from __future__ import annotations
 
 from typing import Literal
 
-__all__ = ["METHOD", "ABLATION", "LEVEL", "METRIC", "INPUT_NODE", "DTYPES"]
+__all__ = ["METHOD", "SCORE_METHOD", "MASK_METHOD", "MASK_METHODS", "OBJECTIVE", "ABLATION", "LEVEL", "METRIC",
+           "INPUT_NODE", "DTYPES"]
 
-METHOD = Literal["exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted",
-                 "atp-qkfix", "atp-graddrop", "atpstar", "ensemble"]
+# methods with per-example scores [N, E] (attribution)
+SCORE_METHOD = Literal["exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted",
+                       "atp-qkfix", "atp-graddrop", "atpstar", "ensemble"]
 # atp-*: AtP* (circuitstat.circuits.atpstar); ensemble: the mean of eap, eap-ig-inputs and eap-ig-activations
+# mask-learned methods: one learned mask logit per edge per fit, no per-example scores (docs/edge-pruning.md)
+MASK_METHOD = Literal["edge-pruning"]
+MASK_METHODS = ("edge-pruning",)
+METHOD = Literal[SCORE_METHOD, MASK_METHOD]  # what attribute and audit accept
+OBJECTIVE = Literal["mean_metric", "metric", "kl"]  # edge pruning's faithfulness term (circuitstat.circuits.edge_pruning)
 ABLATION = Literal["counterfactual", "mean", "mean-positional", "zero", "resample"]
 LEVEL = Literal["edge", "node"]
 INPUT_NODE = Literal["embeddings", "tokens"]  # circuitstat.circuits.ablation: what a zero/mean-ablated input sender is

@@ -322,6 +322,10 @@ def estimate_seconds(cal: Calibration, model, cost: Cost, *, n: int, level: str 
                                     n=n, level=level, ig_steps=ig_steps, positions=positions) for m in ENSEMBLE)
     if method == "eap":
         return n * (per_example * (cal.forward_s + cal.gradient_s) + contraction)
+    if method == "edge-pruning":  # per fit: 3 forwards, then per step a masked forward and backward (two mixings)
+        steps = cost.backwards // max(n, 1)  # over every fit
+        fits = max(1, cost.forwards // max(n, 1) - steps) // 3
+        return n * (per_example * (3 * fits * cal.forward_s + steps * cal.gradient_s) + 2 * steps * contraction)
     if method in ATP:
         return _atp_seconds(cal, model, method, n, positions)
     k = contractions(cfg, method, ig_steps)  # post-norm models contract every gradient run (circuitstat.circuits.plan)
@@ -398,17 +402,23 @@ def _duration(seconds: float) -> str:
 def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_steps: int = 5,
                budget: int | None = None, n_jobs: int = 1, timing_model=None, untimed: str = "",
                device: str = "cpu", rate: tuple[float, str] | None = None, verify=None,
-               verify_method: str = "eap") -> list[str]:
+               verify_method: str = "eap", pruning: tuple[int, int] | None = None) -> list[str]:
     """The plan as printed lines: a header, the calibration, one row per method, a legend (and, with ``verify``
     (a VerifySpec), the verified run's two phases: ``verify_method`` on all N, exact on n of them).
 
     ``model`` may be a skeleton on the meta device (circuitstat.circuits.skeleton): the counts need only shapes.
     The time estimate is calibrated on ``timing_model`` (default ``model`` unless it is on the meta
     device); without one, ``untimed`` says why and the time is the FLOPs at ``rate`` (TFLOP/s, source;
-    default :func:`flop_rate` of ``device`` and the model's dtype), a lower bound.
+    default :func:`flop_rate` of ``device`` and the model's dtype), a lower bound. ``pruning`` (steps, fits) adds
+    an edge-pruning row: that many fits of that many steps (circuitstat.circuits.plan.pruning_cost).
     """
     n, P = int(data.clean.shape[0]), int(data.clean.shape[1])
     costs = plan_costs(model, data, level=level, batch_size=batch_size, ig_steps=ig_steps, budget=budget)
+    if pruning is not None:
+        from circuitstat.circuits.plan import pruning_cost
+
+        costs["edge-pruning"] = pruning_cost(model.cfg, n=n, positions=P, steps=pruning[0], fits=pruning[1],
+                                             batch_size=batch_size, itemsize=model.dtype.itemsize)
     fitted = [c.batch_size for c in costs.values() if isinstance(c, Cost)]
     if timing_model is None and model.device.type != "meta":
         timing_model = model

@@ -123,7 +123,7 @@ def published_tables(model, task, circuit, scores: dict, run_tables: dict, plan,
     k_c, idx, q_level = circuit.n_edges, circuit.edge_indices, spec.circuit.q
     summary: dict[str, list] = {}
     edges: dict[str, list] = {}
-    for m in spec.methods:
+    for m in scores:  # the methods with per-example scores (a mask-learned one has no q-values)
         es = _rows(run_tables["edge_stats"], m)
         order = np.argsort(es["edge"])
         est, lo, hi, q = (es[c][order][idx].astype(np.float64) for c in ("estimate", "ci_low", "ci_high", "q"))

@@ -22,8 +22,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from circuitstat.core.errors import InputError, warn_renamed
 from circuitstat.reports.thresholds import MIN_EXCESS, MIN_EXCESS_BOUNDS
 
-from .options import ABLATION, INPUT_NODE, LEVEL, METHOD, METRIC  # noqa: F401 - defined there once; re-exported
-from .params import BATCH_SIZE, IG_STEPS, N_JOBS, N_RESAMPLES, SEED
+from .options import ABLATION, INPUT_NODE, LEVEL, MASK_METHODS, METHOD, METRIC, OBJECTIVE, SCORE_METHOD  # noqa: F401 - defined there once; re-exported
+from .params import (BATCH_SIZE, IG_STEPS, N_JOBS, N_REFITS, N_RESAMPLES, PRUNING_INIT, PRUNING_LR, PRUNING_SPARSITY,
+                     PRUNING_STEPS, SEED)
 from .yamlio import read_yaml_strict
 
 DTYPE = Literal["float32", "bfloat16", "float16"]
@@ -171,14 +172,37 @@ def check_verify(verify: VerifySpec | None, *, methods, n_prompts: int, level: s
         return
     if level != "edge":
         raise InputError("verify needs level: edge (verified intervals are per edge)")
-    if not any(m != "exact" for m in methods):
-        raise InputError("verify checks an approximate method: add eap, eap-ig-inputs, atpstar, ... to the methods")
+    if not any(m != "exact" and m not in MASK_METHODS for m in methods):
+        raise InputError("verify checks an approximate method's per-example scores: add eap, eap-ig-inputs, atpstar, "
+                         "... to the methods (a mask-learned method such as edge-pruning has none)")
     if verify.n > n_prompts - 2:
         raise InputError(f"verify.n={verify.n} leaves fewer than 2 of the task's {n_prompts} prompts unverified; "
                          f"use verify.n <= {n_prompts - 2} or more prompts (task.n)")
     if n_edges is not None and verify.edges is not None and verify.edges.top + verify.edges.random > n_edges:
         raise InputError(f"verify.edges asks for {verify.edges.top} + {verify.edges.random} edges of the "
                          f"model's {n_edges}; lower top or random")
+
+
+class EdgePruningOptions(_Strict):
+    """The options of each edge-pruning fit (circuitstat.circuits.edge_pruning.fit_edge_pruning); bounds from
+    circuitstat.pipelines.params."""
+
+    _section: ClassVar[str] = "edge_pruning."
+    steps: int = PRUNING_STEPS.pydantic()
+    lr: float = PRUNING_LR.pydantic()
+    sparsity: float = PRUNING_SPARSITY.pydantic()
+    init: float = PRUNING_INIT.pydantic()
+    objective: OBJECTIVE = "mean_metric"
+
+    def fit_options(self) -> dict:
+        """The keyword arguments of every fit (fit_edge_pruning's steps, lr, sparsity, init, objective)."""
+        return self.model_dump(exclude={"n_refits"})
+
+
+class EdgePruningSpec(EdgePruningOptions):
+    """An audit's edge-pruning options: each fit's, and the refits its stability stage runs (docs/edge-pruning.md)."""
+
+    n_refits: int = N_REFITS.pydantic()
 
 
 class CircuitFileSpec(_Strict):
@@ -205,7 +229,7 @@ class CircuitTestsSpec(_Strict):
     every prompt."""
 
     _section: ClassVar[str] = "tests."
-    method: METHOD | None = None
+    method: SCORE_METHOD | None = None
     k: int | None = Field(None, ge=1, le=100_000)
     edges: list[Annotated[str, Field(min_length=1)]] | None = Field(None, min_length=1)
     margin: float = Field(0.1, ge=0.0, lt=0.5, allow_inf_nan=False)
@@ -251,6 +275,8 @@ class AuditSpec(_RunOptions):
     circuit: CircuitFileSpec | None = None  # a published circuit to audit (docs/mib.md)
     # hypothesis tests of a circuit (equivalence, independence, minimality, sufficiency, partial necessity)
     tests: CircuitTestsSpec | None = None
+    # edge pruning's options (when methods include edge-pruning): each fit's, and the stability stage's refits
+    edge_pruning: EdgePruningSpec = EdgePruningSpec()
 
     @field_validator("methods")
     @classmethod
@@ -283,6 +309,20 @@ class AuditSpec(_RunOptions):
             check_verify(self.verify, methods=self.methods, n_prompts=self.task.n, level=self.level)
         except InputError as e:
             raise ValueError(str(e)) from None
+        return self
+
+    @model_validator(mode="after")
+    def _masks_fit(self) -> "AuditSpec":
+        masked = [m for m in self.methods if m in MASK_METHODS]
+        if not masked:
+            return self
+        if self.level != "edge":
+            raise ValueError(f"{masked[0]} learns a mask over edges: use level: edge (or drop it from methods)")
+        if len(masked) == len(self.methods):
+            needs = [key for key, on in (("tests", self.tests), ("circuit", self.circuit)) if on is not None]
+            if needs:
+                raise ValueError(f"{needs[0]} reads per-example scores (q-values, the circuit's selection), which "
+                                 f"{masked[0]} does not have: add an attribution method (e.g. eap) to methods")
         return self
 
     @model_validator(mode="after")

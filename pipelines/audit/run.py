@@ -18,6 +18,8 @@ import numpy as np
 
 from circuitstat.pipelines.audit.tables import (_concat, approximation_tables, crossfit_folds, edge_stats_table, faithfulness_table,
                            stability_tables)
+from circuitstat.pipelines.audit.masks import (MASK_OUTPUTS, mask_faithfulness_table, mask_methods, mask_stability_tables,
+                                               pruning_audit_flops, read_refits, score_methods)
 from circuitstat.pipelines.spec import AuditSpec
 from circuitstat.pipelines.kinds import RunKind
 from circuitstat.pipelines.sources import LOCAL, RunInputs
@@ -78,6 +80,13 @@ def resampling_plan(spec: AuditSpec, n: int, groups, seed, *, for_intervals: boo
     return ResamplingPlan.bootstrap(n, b.n_resamples, seed)
 
 
+def refit_plan(spec: AuditSpec, n: int, groups, seed):
+    """The refits' resampling plan: the stability layer's (spec.bootstrap.scheme, the run's resampling seed) with
+    ``edge_pruning.n_refits`` resamples."""
+    boot = spec.bootstrap.model_copy(update={"n_resamples": spec.edge_pruning.n_refits})
+    return resampling_plan(spec.model_copy(update={"bootstrap": boot}), n, groups, seed, for_intervals=False)
+
+
 def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, scheduler: str | None = None,
               force: bool = False, allow_pickle: bool = False, allow_large: bool = False,
               inputs: RunInputs = LOCAL) -> Path:
@@ -131,22 +140,42 @@ def _score_stages(run, spec: AuditSpec, model, task, workers: int, force: bool) 
     run_stage(run, "index", lambda: {index_name: sm0.tables()[index_name]}, [index_name], params=base,
               force=force)
     attr_keys = ("level", "ablation", "input_node", "batch_size", "ig_steps", "seed")
-    for method in spec.methods:
+    for method in score_methods(spec):
         params = {**base, "method": method, "task": spec.task.model_dump(),
                   **{k: spec_doc[k] for k in attr_keys}}
         run_stage(run, f"scores_{method}",
                   lambda method=method: {f"scores_{method}": attribution_scores(
                       model, task, method, spec, workers).tables({"task": task.describe()})["scores"]},
                   [f"scores_{method}"], params=params, force=force)
-    scores = {m: np.asarray(table_to_matrix(run.table(f"scores_{m}"))) for m in spec.methods}
+    scores = {m: np.asarray(table_to_matrix(run.table(f"scores_{m}"))) for m in score_methods(spec)}
+    if mask_methods(spec):
+        _masks_stage(run, spec, model, task, sm0.names, base, force)
     return sm0.names, scores
+
+
+def _masks_stage(run, spec: AuditSpec, model, task, names: list[str], base: dict, force: bool) -> None:
+    """The masks stage: every mask-learned method fitted on all prompts and refitted on the stability plan's
+    resamples (circuitstat.pipelines.audit.masks)."""
+    from circuitstat.pipelines.audit.masks import mask_tables
+
+    N = task.clean.shape[0]
+    groups = None if task.group is None else task.group.numpy()
+    params = {**base, "methods": mask_methods(spec), "edge_pruning": spec.edge_pruning.model_dump(),
+              "task": spec.task.model_dump(), "bootstrap": spec.bootstrap.model_dump(),
+              **{k: getattr(spec, k) for k in ("ablation", "input_node", "batch_size", "seed")}}
+    run_stage(run, "masks",
+              lambda: mask_tables(model, task, spec, names,
+                                  refit_plan(spec, N, groups, run.stage_seed("resampling"))),
+              list(MASK_OUTPUTS), params=params, force=force)
 
 
 def _analysis_stages(run, spec: AuditSpec, model, task, scores: dict, names: list[str], workers: int,
                      force: bool) -> None:
     """Run the edge_stats, stability, faithfulness and approximation stages over the methods' scores."""
     ks = list(spec.k)
-    deps = [f"scores_{m}" for m in spec.methods]
+    scored, masked = score_methods(spec), mask_methods(spec)
+    deps = [f"scores_{m}" for m in scored]
+    mask_deps = ["masks"] if masked else []
     N = task.clean.shape[0]
     groups = None if task.group is None else task.group.numpy()
     rs = {"bootstrap": spec.bootstrap.model_dump(), "k": ks, "ranking": spec.ranking}
@@ -156,13 +185,18 @@ def _analysis_stages(run, spec: AuditSpec, model, task, scores: dict, names: lis
     def stats_stage():
         plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=True)
         return {"edge_stats": _concat([edge_stats_table(scores[m], names, m, plan, spec, workers)
-                                       for m in spec.methods])}
+                                       for m in scored])}
 
-    run_stage(run, "edge_stats", stats_stage, ["edge_stats"], params=rs, depends_on=deps, force=force)
+    if scored:  # a mask-learned method has no per-example scores: method_notes says so (masks stage)
+        run_stage(run, "edge_stats", stats_stage, ["edge_stats"], params=rs, depends_on=deps, force=force)
+    fits = {m: read_refits(run.table("mask_fits"), m) for m in masked}  # {method: (fit [E], refits [R, E])}
 
     def stability_stage():
         plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=False)
-        parts = [stability_tables(scores[m], names, m, plan, ks, spec, workers) for m in spec.methods]
+        parts = [stability_tables(scores[m], names, m, plan, ks, spec, workers) for m in scored]
+        if masked:  # refits over the same scheme's resamples, n_refits of them (the masks stage's plan)
+            rplan = refit_plan(spec, N, groups, run.stage_seed("resampling"))
+            parts += [mask_stability_tables(fits[m][1], names, m, rplan, ks) for m in masked]
         from circuitstat.stats import ResamplingPlan
 
         for vm, (C, strata) in verified.items():  # labelled and unlabelled prompts resampled apart
@@ -170,24 +204,25 @@ def _analysis_stages(run, spec: AuditSpec, model, task, scores: dict, names: lis
             parts.append(stability_tables(C, names, vm, vplan, ks, spec, workers, ranked_by=_estimand(spec, strata)))
         return {"stability_vs_k": _concat([p[0] for p in parts]), "inclusion": _concat([p[1] for p in parts])}
 
-    run_stage(run, "stability", stability_stage, ["stability_vs_k", "inclusion"], params=rs, depends_on=circuit_deps,
-              force=force)
+    run_stage(run, "stability", stability_stage, ["stability_vs_k", "inclusion"], params=rs,
+              depends_on=circuit_deps + mask_deps, force=force)
 
     if spec.faithfulness:
         def faith_stage():
             plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=True)
             seed = run.stage_seed("faithfulness")
-            parts = [faithfulness_with_search(model, task, scores[m], m, ks, plan, spec, seed) for m in spec.methods]
+            parts = [faithfulness_with_search(model, task, scores[m], m, ks, plan, spec, seed) for m in scored]
+            parts += [mask_faithfulness_table(model, task, fits[m][0], m, ks, plan, spec, seed) for m in masked]
             parts += [faithfulness_with_search(model, task, C, vm, ks, plan, spec, seed, strata=strata,
                                                ranked_by=_estimand(spec, strata))
                       for vm, (C, strata) in verified.items()]
             return {"faithfulness_vs_k": _concat(parts)}
 
         run_stage(run, "faithfulness", faith_stage, ["faithfulness_vs_k"], params={**rs, "k_search": spec.k_search},
-                  depends_on=circuit_deps, force=force)
+                  depends_on=circuit_deps + mask_deps, force=force)
 
-    others = [m for m in spec.methods if m != "exact"]
-    if "exact" in spec.methods and others:
+    others = [m for m in scored if m != "exact"]
+    if "exact" in scored and others:
         def approx_stage():
             # prompts resampled as for the edge intervals (clusters when the task has templates)
             plan = resampling_plan(spec, N, groups, run.stage_seed("approximation"), for_intervals=True)
@@ -209,7 +244,7 @@ def verified_circuit_methods(run, spec: AuditSpec) -> dict[str, tuple[np.ndarray
     if spec.verify is None or spec.verify.edges is not None:
         return {}
     table = run.table("verified_pseudo")
-    return {V.verified_method(m): V.read_pseudo(table, m) for m in spec.methods if m != "exact"}
+    return {V.verified_method(m): V.read_pseudo(table, m) for m in score_methods(spec) if m != "exact"}
 
 
 def _estimand(spec: AuditSpec, strata: np.ndarray) -> str:
@@ -294,7 +329,7 @@ def _verify_stage(run, spec: AuditSpec, model, task, scores: dict, names: list[s
     """The verified stage: exact patching on a random subset checks every approximate method (pipelines.verify)."""
     from circuitstat.pipelines import verify as V
 
-    approx = {m: scores[m] for m in spec.methods if m != "exact"}
+    approx = {m: scores[m] for m in score_methods(spec) if m != "exact"}
     seed = V.draw_seed(spec.verify.seed, run.stage_seed("verified"))
     params = {"verify": spec.verify.model_dump(), "seed": seed, "confidence_level": spec.bootstrap.confidence_level}
 
@@ -310,7 +345,7 @@ def _verify_stage(run, spec: AuditSpec, model, task, scores: dict, names: list[s
                                  tau=spec.verify.tau)
 
     run_stage(run, "verified", compute, verify_outputs(spec.verify), params=params,
-              depends_on=[f"scores_{m}" for m in spec.methods], force=force)
+              depends_on=[f"scores_{m}" for m in score_methods(spec)], force=force)
 
 
 def _tests_stage(run, spec: AuditSpec, model, task, scores: dict, names: list[str], force: bool) -> None:
@@ -319,7 +354,7 @@ def _tests_stage(run, spec: AuditSpec, model, task, scores: dict, names: list[st
     from circuitstat.pipelines.audit.tables import _ablation
     from circuitstat.pipelines.circuit_tests import circuit_tests_stage
 
-    method = spec.tests.method or spec.methods[0]
+    method = spec.tests.method or score_methods(spec)[0]
     params = {"tests": spec.tests.model_dump(), "ranking": spec.ranking, "ablation": spec.ablation, "seed": spec.seed}
     run_stage(run, "circuit_tests",
               lambda: circuit_tests_stage(model, task, scores, names, spec, run.stage_seed("circuit_tests"),
@@ -338,7 +373,7 @@ def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: b
     from circuitstat.pipelines.build import build_task, check_device, check_work, n_columns, precheck_task, task_positions
     from circuitstat.pipelines.spec import check_verify
 
-    for method in spec.methods:
+    for method in score_methods(spec):
         check_options(method, spec.level, spec.ablation, batch_size=spec.batch_size, ig_steps=spec.ig_steps)
     device = check_device(spec.device)
     sources = list(spec.sources)
@@ -349,7 +384,7 @@ def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: b
                   public=first.name, **spec.task.options)  # a bad task file or a missing tokenizer: before any model
     model = load_audit_model(spec, sources[0], device, allow_pickle=allow_pickle, allow_large=allow_large,
                              inputs=inputs)
-    check_work(model, spec.task.n, level=spec.level, n_matrices=len(spec.methods),
+    check_work(model, spec.task.n, level=spec.level, n_matrices=len(score_methods(spec)),
                positions=task_positions(spec.task.name, spec.task.options),
                n_resamples=spec.bootstrap.n_resamples, allow_large=allow_large)
     task = build_task(model, spec.task.name, n=spec.task.n, seed=spec.task.seed, metric=spec.task.metric,
@@ -436,7 +471,7 @@ def _heads_stage(run, spec: AuditSpec, sources: list[str], model, task, force: b
 
 
 #: every stage name an audit can write, whatever its spec (its scores stages are scores_<method>)
-AUDIT_STAGE_NAMES = frozenset({"index", "edge_stats", "stability", "faithfulness", "approximation", "heads",
+AUDIT_STAGE_NAMES = frozenset({"index", "masks", "edge_stats", "stability", "faithfulness", "approximation", "heads",
                                "verified", "published", "circuit_tests"})
 SCORES_STAGE = re.compile(r"scores_[a-z0-9*+-]+")
 
@@ -448,12 +483,14 @@ def is_audit_stage(name: str) -> bool:
 
 def audit_stages(spec: AuditSpec) -> list[str]:
     """The RunDir stages :func:`run_audit` writes for ``spec``, in order."""
-    others = [m for m in spec.methods if m != "exact"]
-    return (["index", *(f"scores_{m}" for m in spec.methods)]
+    scored = score_methods(spec)
+    others = [m for m in scored if m != "exact"]
+    return (["index", *(f"scores_{m}" for m in scored)]
+            + (["masks"] if mask_methods(spec) else [])
             + (["verified"] if spec.verify is not None else [])
-            + ["edge_stats", "stability"]
+            + (["edge_stats"] if scored else []) + ["stability"]
             + (["faithfulness"] if spec.faithfulness else [])
-            + (["approximation"] if "exact" in spec.methods and others else [])
+            + (["approximation"] if "exact" in scored and others else [])
             + (["published"] if spec.circuit is not None else [])
             + (["circuit_tests"] if spec.tests is not None else [])
             + (["heads"] if len(spec.sources) > 1 else []))
@@ -533,16 +570,19 @@ def tests_flops(spec: AuditSpec, cfg) -> float:
 
 def audit_flops(spec: AuditSpec, cfg) -> float:
     """The FLOPs of every stage of ``spec`` on models of config ``cfg``: its methods' attribution, the verification's
-    second phase, faithfulness and the circuit tests (upper bounds) and head stability (the stage the issue-37 trial saw run 140 s past
-    its estimate)."""
-    from circuitstat.pipelines.build import attribution_flops
+    second phase, edge pruning's fits, faithfulness and the circuit tests (upper bounds) and head stability (the
+    stage the issue-37 trial saw run 140 s past its estimate)."""
+    from circuitstat.pipelines.build import attribution_flops, task_positions
 
+    scored = score_methods(spec)
     total = sum(attribution_flops(cfg, spec, m, spec.task.n, ig_steps=spec.ig_steps, level=spec.level)
-                for m in spec.methods)
-    if spec.verify is not None and "exact" not in spec.methods:  # with exact on all prompts, phase 2 is free
+                for m in scored)
+    if spec.verify is not None and "exact" not in scored:  # with exact on all prompts, phase 2 is free
         from circuitstat.pipelines.verify import phase2_flops
 
-        total += phase2_flops(cfg, spec, spec.verify, n_methods=sum(m != "exact" for m in spec.methods))
+        total += phase2_flops(cfg, spec, spec.verify, n_methods=sum(m != "exact" for m in scored))
+    positions = task_positions(spec.task.name, spec.task.options or {}) or min(int(cfg.n_ctx), 64)
+    total += pruning_audit_flops(spec, cfg, positions)  # edge pruning's fits and refits
     return total + faithfulness_flops(spec, cfg) + tests_flops(spec, cfg) + heads_flops(spec, cfg)
 
 

@@ -79,6 +79,12 @@ def stability_tables(S: np.ndarray, names: list[str], method: str, plan, ks: lis
     from circuitstat.stats import circuit_stability
 
     res = circuit_stability(S, plan, ks, ranking=spec.ranking, n_jobs=n_jobs, edge_names=names)
+    return stability_columns(res, names, method, ranked_by or plain_ranked_by(method))
+
+
+def stability_columns(res, names: list[str], method: str, ranked_by: str) -> tuple[dict, dict]:
+    """(stability_vs_k, inclusion) columns of one method's StabilityResult ``res`` (circuitstat.stats.stability:
+    circuit_stability, or refit_stability for a mask-learned method, whose data-level note is a string)."""
     per = res.per_k
     stab = {"method": [method] * len(res.ks), "k": res.ks.astype(np.int64)}
     for c in STABILITY_COLUMNS:
@@ -87,8 +93,9 @@ def stability_tables(S: np.ndarray, names: list[str], method: str, plan, ks: lis
     stab["spearman_mean"] = np.full(len(res.ks), res.spearman_mean)
     stab["tie_rule"] = [TIE_RULE] * len(res.ks)
     data_level = res.params.get("data_level") or {}
-    stab["data_level_note"] = [data_level.get("reason") or ""] * len(res.ks)
-    stab["ranked_by"] = [ranked_by or plain_ranked_by(method)] * len(res.ks)
+    note = data_level if isinstance(data_level, str) else (data_level.get("reason") or "")
+    stab["data_level_note"] = [note] * len(res.ks)
+    stab["ranked_by"] = [ranked_by] * len(res.ks)
     ki, ei = np.nonzero(res.inclusion_counts)
     inc = {"method": [method] * len(ki), "k": res.ks[ki].astype(np.int64), "edge": ei.astype(np.int64),
            "name": [names[e] for e in ei], "frequency": res.inclusion_counts[ki, ei] / res.n_resamples}
@@ -120,14 +127,27 @@ def faithfulness_table(model, task, S: np.ndarray, method: str, ks: list[int], p
     reason in ``area_note``, when the grid has one k. ``strata``: S are a verified run's pseudo-scores
     (circuitstat.stats.verified.pseudo), cross-fitted with stratified folds and stratum-weighted training
     means; ``ranked_by`` names their estimand (default: the method's mean score)."""
+    level = getattr(spec, "level", "edge")
+    mean = S.astype(np.float64).sum(0) / S.shape[0]
+    seed = spec.seed if seed is None else seed
+    out, res = fixed_faithfulness_columns(model, task, mean, spec.ranking, method, ks, plan, spec, seed)
+    out.update(_selected_columns(model, task, S, ks, spec, res, seed, len(out["k"]), strata))
+    out.update(_circuit_notes(model, res, out, level))
+    out["k_source"] = ["grid"] * len(out["k"])
+    out["ranked_by"] = [ranked_by or plain_ranked_by(method)] * len(out["k"])
+    return out
+
+
+def fixed_faithfulness_columns(model, task, ranked: np.ndarray, ranking: str, method: str, ks: list[int], plan,
+                               spec: AuditSpec, seed) -> tuple[dict, object]:
+    """(the fixed-circuit columns of faithfulness_vs_k, the FaithfulnessCurve) of the top-k circuits of the vector
+    ``ranked`` [E] (a method's mean scores, or a mask-learned method's logits) under ``ranking``."""
     from circuitstat.circuits.faithfulness import faithfulness_curve
     from circuitstat.stats.faithfulness import fixed_circuit_interval
 
     level = getattr(spec, "level", "edge")
-    mean = S.astype(np.float64).sum(0) / S.shape[0]
-    seed = spec.seed if seed is None else seed
     # the one top-k (circuitstat.core.topk), ties at random from the seed: the rule stability and f_selected use
-    res = faithfulness_curve(model, task, mean.astype(np.float32), ranking=spec.ranking, ks=ks,
+    res = faithfulness_curve(model, task, ranked.astype(np.float32), ranking=ranking, ks=ks,
                              fractions=None, prune=False, ablation=_ablation(model, task, spec), seed=spec.seed,
                              batch_size=spec.batch_size, progress=sys.stderr.isatty(), level=level, tie_seed=seed)
     ties = res.to_table("faithfulness_circuits").select(["tie_rule", "cutoff_ties", "cutoff_ties_excluded"]).to_pydict()
@@ -149,11 +169,7 @@ def faithfulness_table(model, task, S: np.ndarray, method: str, ks: list[int], p
            "n_undefined": np.full(C, res.n_undefined, dtype=np.int64), "tie_rule": ties["tie_rule"],
            "cutoff_ties": np.asarray(ties["cutoff_ties"], dtype=np.int64),
            "cutoff_ties_excluded": np.asarray(ties["cutoff_ties_excluded"], dtype=np.int64)}
-    out.update(_selected_columns(model, task, S, ks, spec, res, seed, C, strata))
-    out.update(_circuit_notes(model, res, out, level))
-    out["k_source"] = ["grid"] * C
-    out["ranked_by"] = [ranked_by or plain_ranked_by(method)] * C
-    return out
+    return out, res
 
 
 DISCONNECTED = ("the top-{k} edges form no path from input to logits, so the circuit computes exactly what the empty "
@@ -182,9 +198,6 @@ def _circuit_notes(model, res, out: dict, level: str) -> dict:
 def _selected_columns(model, task, S: np.ndarray, ks: list[int], spec: AuditSpec, res, seed, C: int,
                       strata: np.ndarray | None = None) -> dict:
     """The selection-aware faithfulness columns (circuitstat.stats.faithfulness, repeated cross-fitting), or NaN with why."""
-    import warnings
-
-    from circuitstat.circuits.faithfulness import faithfulness
     from circuitstat.stats.faithfulness import ESTIMAND_SELECTED, selection_aware_faithfulness
 
     N = S.shape[0]
@@ -199,14 +212,7 @@ def _selected_columns(model, task, S: np.ndarray, ks: list[int], spec: AuditSpec
     if why:
         return {**nan, "f_selected_note": [why] * C}
 
-    abl = _ablation(model, task, spec)  # built once: mean ablations average the dataset once
-
-    def evaluate(masks: np.ndarray, rows: np.ndarray):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # the curve already warned about undefined examples
-            r = faithfulness(model, task, masks, ablation=abl, rows=rows, seed=spec.seed,
-                             batch_size=spec.batch_size, progress=False)
-        return r.m_circuit, r.m_clean, r.m_empty
+    evaluate = circuit_evaluator(model, task, spec)
 
     # the full circuit (k = all edges) involves no selection: its columns stay NaN with the reason
     use = np.asarray([1 <= k < S.shape[1] for k in ks])
@@ -239,6 +245,24 @@ def _selected_columns(model, task, S: np.ndarray, ks: list[int], spec: AuditSpec
         out[col] = out[col].copy()
         out[col][use] = np.asarray(values, np.float64)
     return out
+
+
+def circuit_evaluator(model, task, spec):
+    """``evaluate(masks [C, E], rows) -> (m_circuit, m_clean, m_empty)`` of circuitstat.stats.faithfulness: the
+    circuits' metric on the given prompts under the spec's ablation (built once: a mean ablation averages once)."""
+    import warnings
+
+    from circuitstat.circuits.faithfulness import faithfulness
+
+    abl = _ablation(model, task, spec)
+
+    def evaluate(masks: np.ndarray, rows: np.ndarray):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the curve already warned about undefined examples
+            r = faithfulness(model, task, masks, ablation=abl, rows=rows, seed=spec.seed,
+                             batch_size=spec.batch_size, progress=False)
+        return r.m_circuit, r.m_clean, r.m_empty
+    return evaluate
 
 
 def crossfit_folds(spec, n: int, groups) -> tuple[int, str]:

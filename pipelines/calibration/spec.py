@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 
 from circuitstat.core.errors import InputError
 from circuitstat.pipelines.params import IG_STEPS, N_RESAMPLES, resamples_for_level
-from circuitstat.pipelines.spec import ABLATION, METHOD, KGrid, TaskSpec, _RunOptions, load_yaml, validate_spec
+from circuitstat.pipelines.spec import ABLATION, SCORE_METHOD, KGrid, TaskSpec, _RunOptions, load_yaml, validate_spec
 
 __all__ = ["CalibrationSpec", "FROM_SCORES_RUN", "PER_EXAMPLE_ABLATIONS", "check_calibration_spec",
            "load_calibration_spec", "parse_calibration_spec"]
@@ -28,7 +28,7 @@ class CalibrationSpec(_RunOptions):
     model: str | None = None
     scores: str | None = None  # an attribution run directory whose scores are the population
     task: TaskSpec | None = None  # default (without scores): induction on 1024 prompts
-    method: METHOD = "exact"
+    method: SCORE_METHOD = "exact"
     ablation: ABLATION = "counterfactual"
     ig_steps: int = IG_STEPS.pydantic()
     sizes: KGrid = Field(default_factory=lambda: [32, 64, 128], min_length=1)

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TABLE_HINTS", "ClaimError", "RunReader", "edge_known", "need", "require_reliable", "scalar", "token_part"]
+__all__ = ["TABLE_HINTS", "ClaimError", "RunReader", "edge_known", "need", "not_applicable", "require_reliable", "scalar", "token_part"]
 
 TABLE_HINTS = {
     "edges": "the edge list comes from the attribution stage",
@@ -133,7 +133,11 @@ class RunReader:
 
 
 def need(run: RunReader, table: str, column: str, value: Any, fix: str, **eq: Any) -> None:
-    """Raise the 'add it to the spec' error if `value` is not among `column`'s values (given eq)."""
+    """Raise the 'add it to the spec' error if `value` is not among `column`'s values (given eq); for a method
+    absent from `table` by design (the run's method_notes), the error says why instead."""
+    why = not_applicable(run, value, table) if column == "method" else ""
+    if why:  # a mask-learned method has no per-example rows: say why, not "re-run the audit"
+        raise ClaimError(f"{table} has no rows for {value} by design, so it cannot back this claim: {why}")
     have = run.distinct(table, column, **eq)
     if value not in have:
         where = f" for {', '.join(f'{v}' for v in eq.values())}" if eq else ""
@@ -144,6 +148,14 @@ def need(run: RunReader, table: str, column: str, value: Any, fix: str, **eq: An
         else:
             msg = f"{column}={value!r} is not in the run's {table} (values: {have}){where}; {fix}"
         raise ClaimError(msg, missing=True)
+
+
+def not_applicable(run: RunReader, method: str, table: str) -> str:
+    """Why ``table`` has no rows for ``method`` by design, as the run's method_notes says ('' when it does not)."""
+    if not (run.path / "method_notes.parquet").is_file():
+        return ""
+    return "; ".join(r["reason"] for r in run.rows("method_notes", ["reason"], method=method,
+                                                    table=table.rsplit("/", 1)[-1]))
 
 
 def edge_known(run: RunReader, edge: str) -> None:

@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import sys
+import typing
 from pathlib import Path
 
 import typer
 
-from circuitstat.pipelines.params import BATCH_SIZE, IG_STEPS, N_JOBS, SEED
+from circuitstat.pipelines.options import OBJECTIVE
+from circuitstat.pipelines.params import (BATCH_SIZE, IG_STEPS, N_JOBS, N_REFITS, PRUNING_LR, PRUNING_SPARSITY,
+                                          PRUNING_STEPS, SEED)
 
 from .app import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, TASK_HELP, TASK_OPTION_HELP, Ablation, DType, Level,
                Method, MetricName, app, check_out, choices, echo, fail)
@@ -20,6 +23,7 @@ MIN_EXCESS_HELP = ("count a head as stable across seeds when its interval's lowe
 
 Rule = choices("Rule", "top-k", "greedy")  # how `circuit` selects edges
 InputNode = choices("InputNode", "embeddings", "tokens")  # circuitstat.circuits.ablation
+Objective = choices("Objective", *typing.get_args(OBJECTIVE))  # edge pruning's (circuitstat.pipelines.options)
 Ranking = choices("Ranking", "signed", "absolute")  # circuitstat.core.topk.RANKINGS: signed score or |score|
 
 
@@ -157,10 +161,25 @@ def attribute_command(
                                             help="threshold on |mean exact effect| the missed-edges bound counts"),
     verify_seed: int | None = typer.Option(None, "--verify-seed", min=0,
                                            help="seed of the verified prompts (default: from --seed)"),
+    steps: int | None = typer.Option(None, "--steps", **PRUNING_STEPS.option,
+                                     help=f"edge-pruning only: Adam steps of the fit (default {PRUNING_STEPS.default})"),
+    lr: float | None = typer.Option(None, "--lr", **PRUNING_LR.option,
+                                    help=f"edge-pruning only: learning rate (default {PRUNING_LR.default})"),
+    sparsity: float | None = typer.Option(
+        None, "--sparsity", **PRUNING_SPARSITY.option,
+        help=f"edge-pruning only: weight of the expected share of open gates (default {PRUNING_SPARSITY.default})"),
+    objective: Objective | None = typer.Option(
+        None, "--objective", help="edge-pruning only: faithfulness term (default mean_metric; docs/edge-pruning.md)"),
+    n_refits: int | None = typer.Option(
+        None, "--n-refits", **N_REFITS.option,
+        help="edge-pruning only: refit on this many bootstrap resamples of the prompts (refit_frequency per edge)"),
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
     """Per-example attribution scores: writes scores.parquet, edges.parquet and manifest.json.
+
+    --method edge-pruning learns one mask logit per edge instead (no per-example scores): writes
+    edge_masks.parquet, mask_fits.parquet and method_notes.parquet (docs/edge-pruning.md).
 
     A task file (.jsonl, .csv or .parquet) has one example per row with columns clean, corrupted
     (the same number of tokens), answer and wrong_answer (one token each, e.g. " Mary"), and
@@ -170,10 +189,9 @@ def attribute_command(
     every bad row and column named. The examples are computed in chunks, each saved in
     OUT/checkpoints as soon as it is finished: a killed run continues where it stopped when the same
     command is run again. Cost: --plan prints each method's estimated time on this machine first."""
-    from circuitstat.circuits.attribution import check_options
     from circuitstat.circuits.plan import parse_bytes
     from circuitstat.core.errors import InputError
-    from circuitstat.pipelines.attribute import run_attribute
+    from circuitstat.pipelines.attribute import check_method_options, pruning_options, run_attribute
     from circuitstat.pipelines.build import check_device, check_n_jobs, parse_task_options
     from circuitstat.pipelines.spec import check_verify
     from circuitstat.pipelines.verify import verify_from_options
@@ -184,15 +202,25 @@ def attribute_command(
     metric = None if metric is None else metric.value
     vspec = verify_from_options(verify, verify_edges, verify_tau, verify_seed)
     check_verify(vspec, methods=[method], n_prompts=n, level=level)
+    ep = {"steps": steps, "lr": lr, "sparsity": sparsity, "objective": None if objective is None else objective.value}
+    pruning = pruning_options(method, ep, n_refits)  # refused for an attribution method
     # everything is validated before the run directory exists
     if out is None and not plan:
         raise InputError("--out is required: give the run directory to write (or pass --plan to only plan the run)")
     if plan:  # on the meta device: no weights are allocated, whatever the model's size
-        check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
+        check_method_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
         budget = None if max_memory is None else parse_bytes(max_memory)
         _plan(model, task, options, n=n, seed=seed, metric=metric, level=level, batch_size=batch_size,
               ig_steps=ig_steps, budget=budget, n_jobs=check_n_jobs(n_jobs, "--n-jobs"), device=check_device(device), dtype=dtype,
-              allow_pickle=allow_pickle, allow_large=allow_large, verify=vspec, method=method)
+              allow_pickle=allow_pickle, allow_large=allow_large, verify=vspec, method=method,
+              pruning=None if pruning is None else (pruning.steps, 1 + (n_refits or 0)))
+        return
+    if pruning is not None:
+        masks = run_attribute(model, task, out, method=method, level=level, ablation=ablation, input_node=input_node,
+                              metric=metric, n=n, batch_size=batch_size, seed=seed, device=device, dtype=dtype,
+                              max_memory=max_memory, force=force, allow_pickle=allow_pickle, allow_large=allow_large,
+                              task_options=options, edge_pruning=pruning.model_dump(), n_refits=n_refits)
+        _print_masks(masks, method, out)
         return
     sm = run_attribute(model, task, out, method=method, level=level, ablation=ablation, input_node=input_node,
                        metric=metric, n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
@@ -205,6 +233,20 @@ def attribute_command(
 
         for line in verified_lines(out):
             echo(line)
+
+
+def _print_masks(masks, method: str, out: Path, top: int = 10) -> None:
+    """The ``top`` edges of a mask-learned method's fit by learned log alpha, with their gate and refit frequency."""
+    d = masks.to_pydict()
+    order = sorted(range(len(d["edge"])), key=lambda i: (-d["log_alpha"][i], d["edge"][i]))[:top]
+    kept = sum(bool(v) for v in d["in_mask"])
+    echo(f"{method}: {kept} of {len(d['edge'])} edges in its mask (gate > 1/2); top {len(order)} by log alpha "
+         "(no per-example scores, so no intervals: run an audit for stability and faithfulness)")
+    for i in order:
+        freq = d["refit_frequency"][i]
+        refit = "" if freq != freq else f"  kept by {freq:.0%} of {d['n_refits'][i]} refits"
+        echo(f"  {d['name'][i]:<32} log alpha {d['log_alpha'][i]:+.4f}  gate {d['gate'][i]:.3f}{refit}")
+    echo(f"wrote {out}")
 
 
 def _print_top(sm, method: str, level: str, out: Path, top: int = 10, ranking: str = "absolute") -> None:
@@ -227,7 +269,7 @@ def _print_top(sm, method: str, level: str, out: Path, top: int = 10, ranking: s
 
 def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, level: str, batch_size: int, ig_steps: int,
           budget, n_jobs: int, device: str, dtype: str, allow_pickle: bool, allow_large: bool, verify=None,
-          method: str = "eap") -> None:
+          method: str = "eap", pruning: tuple[int, int] | None = None) -> None:
     """Print the plan of an attribute run: counts from the model's skeleton on the meta device (no weight
     is read or allocated, whatever the config's size); timings from the loaded model only when its
     weights fit the memory limit (circuitstat.circuits.limits.MAX_BYTES, which --allow-large does not lift here) and
@@ -261,7 +303,7 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
                             allow_large=allow_large)
     for line in plan_lines(skeleton, t, level=level, batch_size=batch_size, ig_steps=ig_steps, budget=budget,
                            n_jobs=n_jobs, timing_model=timing, untimed=why, device=str(device), verify=verify,
-                           verify_method=method):
+                           verify_method=method, pruning=pruning):
         echo(line)
 
 

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ..spec import METHOD, BootstrapSpec, KGrid, TaskSpec, _RunOptions, _Strict, load_yaml, validate_spec
+from ..spec import SCORE_METHOD, BootstrapSpec, KGrid, TaskSpec, _RunOptions, _Strict, load_yaml, validate_spec
 
 __all__ = ["AGGREGATIONS", "EstimatorsSpec", "CounterfactualSpec", "DatasetSpec", "SelectionSpec", "VarianceSpec",
            "parse_variance_spec", "load_variance_spec"]
@@ -20,7 +20,7 @@ AGGREGATIONS = ("mean", "median", "trimmed_mean", "mean_abs")  # as circuitstat.
 class EstimatorsSpec(_Strict):
     """Estimators compared with exact patching (the reference, always first)."""
 
-    methods: list[METHOD] = Field(default_factory=lambda: ["exact", "eap", "eap-ig-inputs", "clean-corrupted"],
+    methods: list[SCORE_METHOD] = Field(default_factory=lambda: ["exact", "eap", "eap-ig-inputs", "clean-corrupted"],
                                   min_length=2)
     ig_steps: list[int] = Field(default_factory=lambda: [5], min_length=1)
 

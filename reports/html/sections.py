@@ -21,6 +21,7 @@ from circuitstat.reports.html.faithfulness import faithfulness_section
 from circuitstat.reports.html.forest import forest_section
 from circuitstat.reports.html.graph import graph_section
 from circuitstat.reports.html.groundtruth import groundtruth_part
+from circuitstat.reports.html.masks import masks_part
 from circuitstat.reports.html.heads import head_summary_part, heads_part, layers_part, residual_part
 from circuitstat.reports.html.stability import stability_section
 from circuitstat.reports.html.svg import esc
@@ -82,7 +83,7 @@ REPORT_SECTIONS: tuple[Section, ...] = (
     Section("verdict", "Verdict", None, ((lambda ctx: verdict_section(ctx.T, ctx.verdict, ctx.shown), ()),)),
     Section("graph", "Circuit graph", "audit", ((_m(graph_section), ()),)),
     Section("forest", "Edge effects: top edges with confidence intervals", "audit",
-            ((_m(forest_section), ("edge_stats",)),)),
+            ((_m(forest_section), ("edge_stats",)), (_m(masks_part), ("edge_masks",)))),
     Section("stability", "Circuit stability: data-level Jaccard vs k", "audit", ((_m(stability_section), ("stability_vs_k",)),)),
     Section("faithfulness", "Faithfulness vs circuit size", "faithfulness", ((_m(faithfulness_section), ()),)),
     Section("approximation", "Approximation error: exact vs approximate", "approximation",

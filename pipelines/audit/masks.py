@@ -1,0 +1,186 @@
+"""The audit's mask-learned methods (edge pruning): their fits, refits, stability and faithfulness columns.
+
+A mask-learned method (circuitstat.circuits.edge_pruning) learns one mask logit log α per edge from all prompts
+at once: one vector per fit, no per-example scores.  In an audit (docs/edge-pruning.md):
+
+* the ``masks`` stage fits it once on every prompt (seed = the spec's seed, so the circuit equals
+  ``fit_edge_pruning(model, task, seed=spec.seed, batch_size=spec.batch_size, **options)`` bit for bit) and refits
+  it on each of ``edge_pruning.n_refits`` resamples of the stability layer's plan (the spec's scheme; the
+  resample's counts as example weights; child i of the spec's seed for refit i): tables ``edge_masks`` (per
+  edge: the fit's log α and gate, the refits' inclusion frequency) and ``mask_fits`` (every fit's log α);
+* the stability stage ranks each refit's log α (signed: a larger logit is a more open gate) and compares their
+  top-k circuits (circuitstat.stats.stability.refit_stability): the Jaccard with its Monte Carlo interval, as
+  the ground-truth study's ``stability:refit`` family; the data-level columns are NaN with the reason;
+* the faithfulness stage evaluates the top-k circuit of the fit's log α with its fixed-circuit interval and the
+  selection-aware interval of circuitstat.stats.faithfulness_refit (one refit per cross-fitting fold, one repeat);
+* the per-example stages (per-edge intervals, p- and q-values, approximation error, verification) do not
+  apply: ``method_notes`` says so per table, and the claims and the report read the reason from it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from circuitstat.pipelines.options import MASK_METHODS
+from circuitstat.pipelines.spec import AuditSpec
+
+__all__ = ["MASK_OUTPUTS", "mask_methods", "score_methods", "mask_tables", "read_refits", "mask_stability_tables",
+           "mask_faithfulness_table", "NOT_APPLICABLE", "mask_ranked_by", "pruning_audit_flops"]
+
+#: the tables the masks stage writes
+MASK_OUTPUTS = ("edge_masks", "mask_fits", "method_notes")
+#: the tables a mask-learned method has no rows in, and why (written into method_notes)
+NOT_APPLICABLE = {
+    "scores": "no per-example score matrix: the method learns one mask logit per edge from all prompts at once "
+              "(edge_masks and mask_fits hold them)",
+    "edge_stats": "per-edge intervals, p- and q-values need per-example scores, which a mask-learned method does not "
+                  "have; its per-edge output is the learned log alpha and the refits' inclusion frequency "
+                  "(edge_masks); no interval is reported rather than one that covers nothing stated",
+    "approximation": "approximation error compares per-example scores with exact patching's; a mask-learned "
+                     "method has none",
+    "verified": "verification checks an approximation's per-example scores against exact patching; a mask-learned "
+                "method has none",
+    "published_circuit": "a published circuit's edge support reads per-edge q-values (edge_stats), which a "
+                         "mask-learned method does not have",
+    "k_search": "the circuit choice's extra k (k_search) are not searched for a mask-learned method: each k's "
+                "selection-aware interval would need its own refits; faithfulness_vs_k holds the grid's k only",
+}
+
+
+def mask_methods(spec: AuditSpec) -> list[str]:
+    """The spec's mask-learned methods (edge-pruning), in its order."""
+    return [m for m in spec.methods if m in MASK_METHODS]
+
+
+def score_methods(spec: AuditSpec) -> list[str]:
+    """The spec's methods with per-example scores, in its order."""
+    return [m for m in spec.methods if m not in MASK_METHODS]
+
+
+def mask_ranked_by(method: str) -> str:
+    """The ranked_by words of a mask-learned method's circuits."""
+    return f"{method} mask logit (log alpha, signed: a larger logit is a more open gate)"
+
+
+def _fit_options(model, task, spec: AuditSpec) -> dict:
+    """fit_edge_pruning's keyword arguments for every fit of this audit (one counterfactual builder for all)."""
+    from circuitstat.circuits.ablation import Ablation
+
+    abl = Ablation(spec.ablation, model, task, seed=spec.seed, batch_size=spec.batch_size, input_node=spec.input_node)
+    return {"batch_size": spec.batch_size, "ablation": abl, **spec.edge_pruning.fit_options()}
+
+
+def mask_tables(model, task, spec: AuditSpec, names: list[str], plan) -> dict:
+    """{edge_masks, mask_fits, method_notes} columns of every mask-learned method of ``spec``: a fit on all prompts
+    (seed spec.seed) and one refit per resample of ``plan`` (child i of spec.seed for refit i; None: no refits, the
+    refit columns NaN). ``spec``: an AuditSpec, or any object with its methods, ablation, input_node, seed,
+    batch_size and edge_pruning (the ``attribute`` command passes its options so)."""
+    import torch
+
+    from circuitstat.circuits.edge_pruning import fit_edge_pruning, gates
+    from circuitstat.pipelines.audit.tables import _concat
+    from circuitstat.pipelines.groundtruth_masks import refit_edge_pruning
+
+    masks, fits, notes = [], [], []
+    N = int(task.clean.shape[0])
+    for method in mask_methods(spec):
+        opts = _fit_options(model, task, spec)
+        fit = fit_edge_pruning(model, task, seed=spec.seed, **opts)
+        E = fit.log_alpha.size
+        V = np.zeros((0, E)) if plan is None else refit_edge_pruning(model, task, plan, seed=spec.seed, **opts)
+        la = np.vstack([fit.log_alpha[None], V]).astype(np.float64)
+        G = gates(torch.as_tensor(la)).numpy()
+        R = V.shape[0]
+        order = np.argsort(-fit.log_alpha, kind="stable")
+        rank = np.empty(E, dtype=np.int64)
+        rank[order] = np.arange(1, E + 1)
+        masks.append({"method": [method] * E, "edge": np.arange(E, dtype=np.int64), "name": list(names),
+                      "log_alpha": la[0], "gate": G[0], "in_mask": G[0] > 0.5, "rank": rank,
+                      "refit_frequency": (G[1:] > 0.5).mean(0) if R else np.full(E, np.nan),
+                      "refit_log_alpha_mean": la[1:].mean(0) if R else np.full(E, np.nan),
+                      "refit_log_alpha_sd": la[1:].std(0, ddof=1) if R > 1 else np.full(E, np.nan),
+                      "n_refits": np.full(E, R, dtype=np.int64), "n_prompts": np.full(E, N, dtype=np.int64),
+                      "final_loss": np.full(E, float(fit.loss[-1]))})
+        fits.append({"method": [method] * (E * (R + 1)), "fit": np.repeat(np.arange(R + 1, dtype=np.int64), E),
+                     "edge": np.tile(np.arange(E, dtype=np.int64), R + 1), "log_alpha": la.ravel(),
+                     "gate": G.ravel()})
+        notes.append({"method": [method] * len(NOT_APPLICABLE), "table": list(NOT_APPLICABLE),
+                      "reason": list(NOT_APPLICABLE.values())})
+    return {"edge_masks": _concat(masks), "mask_fits": _concat(fits), "method_notes": _concat(notes)}
+
+
+def read_refits(table, method: str) -> tuple[np.ndarray, np.ndarray]:
+    """(the fit's log α [E], the refits' [R, E]) of ``method`` from a mask_fits table."""
+    d = table.to_pydict()
+    sel = np.asarray(d["method"]) == method
+    fit, edge, la = (np.asarray(d[c])[sel] for c in ("fit", "edge", "log_alpha"))
+    E, F = int(edge.max()) + 1, int(fit.max()) + 1
+    out = np.full((F, E), np.nan)
+    out[fit, edge] = la
+    return out[0], out[1:]
+
+
+def mask_stability_tables(V: np.ndarray, names: list[str], method: str, plan, ks: list[int]) -> tuple[dict, dict]:
+    """(stability_vs_k, inclusion) columns of a mask-learned method from its refits ``V`` [R, E] on ``plan``."""
+    from circuitstat.pipelines.audit.tables import stability_columns
+    from circuitstat.stats.stability import refit_stability
+
+    res = refit_stability(V, plan, ks, ranking="signed", edge_names=names)
+    return stability_columns(res, names, method, mask_ranked_by(method))
+
+
+def mask_faithfulness_table(model, task, log_alpha: np.ndarray, method: str, ks: list[int], plan, spec: AuditSpec,
+                            seed) -> dict:
+    """faithfulness_vs_k columns of a mask-learned method: its fit's top-k circuits (fixed-circuit interval) and the
+    selection-aware interval of the circuit a refit selects (circuitstat.stats.faithfulness_refit; one refit per
+    cross-fitting fold, one repeat, a fresh seed per refit)."""
+    from circuitstat.pipelines.audit.tables import _circuit_notes, circuit_evaluator, crossfit_folds, fixed_faithfulness_columns
+    from circuitstat.pipelines.groundtruth_masks import fold_refit
+    from circuitstat.stats.faithfulness import ESTIMAND_SELECTED
+    from circuitstat.stats.faithfulness_refit import refit_selection_faithfulness
+
+    out, res = fixed_faithfulness_columns(model, task, log_alpha, "signed", method, ks, plan, spec, seed)
+    C, N = len(out["k"]), int(task.clean.shape[0])
+    groups = None if task.group is None else task.group.numpy()
+    n_folds, why = crossfit_folds(spec, N, groups)
+    sel = {"f_selected": np.full(C, np.nan), "f_selected_se": np.full(C, np.nan),
+           "f_selected_ci_low": np.full(C, np.nan), "f_selected_ci_high": np.full(C, np.nan),
+           "f_selected_method": ["corrected-t"] * C, "f_selected_estimand": [ESTIMAND_SELECTED] * C,
+           "fold_circuit_jaccard": np.full(C, np.nan), "f_selected_note": [why] * C}
+    if not why:
+        n_repeats = 1 if n_folds >= 3 else 2  # the corrected t needs 3 splits at least; refits are costly
+        refit = fold_refit(model, task, np.arange(N), **_fit_options(model, task, spec))
+        r = refit_selection_faithfulness(refit, log_alpha, circuit_evaluator(model, task, spec), ks, n_obs=N,
+                                         ranking="signed", n_folds=n_folds, n_repeats=n_repeats, seed=seed,
+                                         confidence_level=spec.bootstrap.confidence_level, groups=groups)
+        sel.update(f_selected=np.asarray(r.estimate, np.float64), f_selected_se=np.asarray(r.standard_error, np.float64),
+                   f_selected_ci_low=np.asarray(r.confidence_interval.low, np.float64),
+                   f_selected_ci_high=np.asarray(r.confidence_interval.high, np.float64),
+                   f_selected_method=[r.method] * C,
+                   fold_circuit_jaccard=np.asarray(r.extra["fold_circuit_jaccard"], np.float64),
+                   f_selected_note=[f"{n_folds}-fold cross-fitting{' of whole groups' if groups is not None else ''}, "
+                                    f"{n_repeats} repeat(s), {method} refitted on the other folds' prompts (a fresh seed per "
+                                    "refit; circuitstat.stats.faithfulness_refit)"] * C)
+    out.update(sel)
+    out.update(_circuit_notes(model, res, out, spec.level))
+    out["k_source"] = ["grid"] * C
+    out["ranked_by"] = [mask_ranked_by(method)] * C
+    return out
+
+
+def pruning_audit_flops(spec: AuditSpec, cfg, positions: int) -> float:
+    """FLOPs of an audit's edge-pruning work on a model of config ``cfg`` (circuitstat.circuits.plan.pruning_cost):
+    1 + n_refits fits on the task's prompts, plus with faithfulness one refit per cross-fitting fold on the other
+    folds' prompts (``faithfulness_folds``, else at most 5), and the evaluation of its circuits (faithfulness_flops
+    prices it as a method's)."""
+    from circuitstat.circuits.plan import pruning_cost
+
+    if not mask_methods(spec):
+        return 0.0
+    ep, n = spec.edge_pruning, spec.task.n
+    folds = spec.faithfulness_folds or 5
+    kw = {"positions": positions, "steps": ep.steps, "batch_size": spec.batch_size}
+    total = pruning_cost(cfg, n=n, fits=1 + ep.n_refits, **kw).flops
+    if spec.faithfulness and spec.level == "edge":
+        total += pruning_cost(cfg, n=max(1, n * (folds - 1) // folds), fits=folds, **kw).flops
+    return float(len(mask_methods(spec)) * total)
