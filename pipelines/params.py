@@ -18,7 +18,8 @@ from typing import Any, Mapping
 
 from circuitstat.core.errors import InputError
 
-__all__ = ["Param", "N_RESAMPLES", "SEED", "N_JOBS", "BATCH_SIZE", "IG_STEPS", "PARAMS", "resamples_for_level"]
+__all__ = ["Param", "N_RESAMPLES", "SEED", "N_JOBS", "BATCH_SIZE", "IG_STEPS", "INIT_STD", "REPEAT_FRACTION",
+           "WARMUP_STEPS", "D_MLP", "MIN_LR_RATIO", "PARAMS", "resamples_for_level"]
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,18 @@ BATCH_SIZE = Param("batch_size", 1, 4096, 16, "examples per forward; does not ch
                    defaults={"groundtruth": 64, "tokens": 32})
 IG_STEPS = Param("ig_steps", 1, 1000, 5, "EAP-IG's integration steps")
 
-PARAMS = {p.name: p for p in (N_RESAMPLES, SEED, N_JOBS, BATCH_SIZE, IG_STEPS)}
+# Training recipe parameters (circuitstat train, TrainRecipe, the zoo's recipes)
+INIT_STD = Param("init_std", 1e-6, 10.0, None,
+                 "std of the weight matrices at step 0 (default: GPT-2's 0.02); the zoo uses 1/sqrt(d_model)")
+REPEAT_FRACTION = Param("repeat_fraction", 0.0, 1.0, 0.0,
+                        "share of training sequences in which a span is copied later (a share: 0 to 1)")
+WARMUP_STEPS = Param("warmup_steps", 0, 10_000_000, 50, "steps of linear learning-rate warmup")
+D_MLP = Param("d_mlp", 1, 1_048_576, None, "MLP hidden width (default 4 d_model)")
+MIN_LR_RATIO = Param("min_lr_ratio", 0.0, 1.0, 0.1,
+                     "final learning rate of the cosine schedule as a share of the peak (1: constant after warmup)")
+
+PARAMS = {p.name: p for p in (N_RESAMPLES, SEED, N_JOBS, BATCH_SIZE, IG_STEPS, INIT_STD, REPEAT_FRACTION,
+                              WARMUP_STEPS, D_MLP, MIN_LR_RATIO)}
 
 
 def resamples_for_level(n_resamples: int, confidence_level: float, what: str = "n_resamples") -> int:
