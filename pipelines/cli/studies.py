@@ -299,7 +299,8 @@ def study_calibration_command(
         parsed = load_calibration_spec(spec, allow_outside=allow_outside, scores=scores)
     res = run_calibration_study(parsed, out, n_jobs=n_jobs, force=force, allow_pickle=allow_pickle,
                                 allow_large=allow_large)
-    for line in summary_lines(res.to_table("coverage").to_pylist(), parsed.confidence_level, out):
+    for line in summary_lines(res.to_table("coverage").to_pylist(), parsed.confidence_level, out,
+                              res.to_table("coverage_by_kurtosis").to_pylist()):
         echo(line)
 
 
