@@ -3,8 +3,9 @@ heavy-tailed populations (worst edge, edges below 0.90, the worst edge among cel
 unreliable cells, coverage by kurtosis decile).
 
 Run from the repository root after tests/fixtures/make_tails_populations.py (one thread; minutes per population):
-    OMP_NUM_THREADS=1 python docs/make_calibration_tails.py [DATASETS] [OUT_DIR] > /tmp/tails-tables.md
-DATASETS (default 1000) datasets per N; OUT_DIR (optional) keeps each population's result tables as Parquet.
+    OMP_NUM_THREADS=1 python docs/make_calibration_tails.py [DATASETS] [OUT_DIR] [POPULATION ...] > /tmp/tails.md
+DATASETS (default 1000) datasets per N; OUT_DIR (optional, "-" for none) keeps each population's result tables as
+Parquet; POPULATION: some of the names below (default all).
 Populations: tests/fixtures/zoo-induction-exact.parquet (attention-only, 2 layers, 1024 prompts),
 tails-mlp3l-induction-exact.parquet and tails-mlp4l-rotary-induction-exact.parquet (2,048 prompts each).
 """
@@ -50,9 +51,10 @@ def _row(pop: str, r: dict) -> str:
             f"{r['n_units_reliable_below_floor']} | {r['coverage_unreliable']:.3f} ± {r['coverage_unreliable_mc_se']:.3f} |")
 
 
-def main(n_datasets: int, out: Path | None) -> None:
+def main(n_datasets: int, out: Path | None, names: list[str] | None = None) -> None:
     facts, rows, deciles, worst = [], [], [], []
-    for pop, file in POPULATIONS.items():
+    for pop in names or list(POPULATIONS):
+        file = POPULATIONS[pop]
         tab = pq.read_table(ROOT / "tests" / "fixtures" / file)
         x = np.column_stack([tab.column(i).to_numpy() for i in range(tab.num_columns)]).astype(np.float64)
         facts.append(_facts(pop, x))
@@ -91,4 +93,5 @@ def main(n_datasets: int, out: Path | None) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1000, Path(sys.argv[2]) if len(sys.argv) > 2 else None)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1000,
+         Path(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2] != "-" else None, sys.argv[3:] or None)
