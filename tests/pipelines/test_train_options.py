@@ -61,6 +61,7 @@ def test_train_options_are_bounded(tmp_path, bad):
     res = CliRunner().invoke(_app(), BASE + ["--out", str(tmp_path / "m"), "--steps", "1"] + bad)
     # typer's bounds exit 2 here; the clash of --attn-only with an MLP option is an InputError (exit 2 in main)
     assert res.exit_code == 2 or isinstance(res.exception, InputError), res.output
+    assert "No such option" not in res.output  # refused for its value, not as an unknown option
     assert not (tmp_path / "m").exists()
 
 
