@@ -74,3 +74,21 @@ def test_recipe_shares_the_bounds_of_params():
                        ("min_lr_ratio", -0.5)):
         with pytest.raises(InputError, match=key):
             TrainRecipe(**{key: value})
+
+
+def test_the_zoo_recipe_as_a_command_in_the_docs_is_the_zoos(tmp_path, monkeypatch):
+    import shlex
+    from pathlib import Path
+
+    import circuitstat.pipelines.training as training
+    from circuitstat.pipelines.zoo import ZOO_RECIPES
+
+    usage = (Path(__file__).resolve().parents[2] / "docs" / "usage.md").read_text()
+    (line,) = [ln for ln in usage.splitlines() if ln.startswith("circuitstat train --layers 2 ")]
+    argv = shlex.split(line)[2:]
+    argv[argv.index("--out") + 1] = str(tmp_path / "m")
+    seen = []
+    monkeypatch.setattr(training, "train_models", lambda recipe, *a, **k: seen.append(recipe) or [])
+    res = CliRunner().invoke(_app(), argv)
+    assert res.exit_code == 0, res.output
+    assert seen == [ZOO_RECIPES["mlp-2l"]]  # every field, so the same recipe hash and zoo key
