@@ -19,7 +19,8 @@ from typing import Any, Mapping
 from circuitstat.core.errors import InputError
 
 __all__ = ["Param", "N_RESAMPLES", "SEED", "N_JOBS", "BATCH_SIZE", "IG_STEPS", "PRUNING_STEPS", "PRUNING_LR",
-           "PRUNING_SPARSITY", "PRUNING_INIT", "N_REFITS", "PRUNING_PARAMS", "PARAMS", "resamples_for_level"]
+           "PRUNING_SPARSITY", "PRUNING_INIT", "N_REFITS", "PRUNING_PARAMS", "INIT_STD", "REPEAT_FRACTION",
+           "WARMUP_STEPS", "D_MLP", "MIN_LR_RATIO", "PARAMS", "resamples_for_level"]
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,20 @@ N_REFITS = Param("n_refits", 2, 1000, 10, "edge-pruning refits on bootstrap resa
 """Refits of a mask-learned method in an audit's stability stage (``attribute`` writes one fit, no refits)."""
 PRUNING_PARAMS = {p.name: p for p in (PRUNING_STEPS, PRUNING_LR, PRUNING_SPARSITY, PRUNING_INIT)}
 
-PARAMS = {p.name: p for p in (N_RESAMPLES, SEED, N_JOBS, BATCH_SIZE, IG_STEPS, N_REFITS, *PRUNING_PARAMS.values())}
+
+# Training recipe parameters (circuitstat train, TrainRecipe, the zoo's recipes)
+INIT_STD = Param("init_std", 1e-6, 10.0, None,
+                 "std of the weight matrices at step 0 (default: GPT-2's 0.02); the zoo uses 1/sqrt(d_model)")
+REPEAT_FRACTION = Param("repeat_fraction", 0.0, 1.0, 0.0,
+                        "share of training sequences in which a span is copied later (a share: 0 to 1)")
+WARMUP_STEPS = Param("warmup_steps", 0, 10_000_000, 50, "steps of linear learning-rate warmup")
+D_MLP = Param("d_mlp", 1, 1_048_576, None, "MLP hidden width (default 4 d_model)")
+MIN_LR_RATIO = Param("min_lr_ratio", 0.0, 1.0, 0.1,
+                     "final learning rate of the cosine schedule as a share of the peak (1: constant after warmup)")
+
+
+PARAMS = {p.name: p for p in (N_RESAMPLES, SEED, N_JOBS, BATCH_SIZE, IG_STEPS, N_REFITS, *PRUNING_PARAMS.values(),
+                              INIT_STD, REPEAT_FRACTION, WARMUP_STEPS, D_MLP, MIN_LR_RATIO)}
 
 
 def resamples_for_level(n_resamples: int, confidence_level: float, what: str = "n_resamples") -> int:

@@ -21,19 +21,38 @@ the same as statsmodels' cluster-robust SE of an intercept-only regression on th
 test uses as the oracle): sqrt(Σ_d (a_d − R b_d)² / (D (D − 1))) / mean(b). When every dataset
 has the same m units this is the SD over datasets of each dataset's covered share, / sqrt(D).
 The per-unit table's SE is binomial over datasets, which are independent draws.
+
+Coverage is reported per unit, never only pooled (a pooled 0.95 can hide an edge at 0.40): each row names
+its worst unit and, where the kind describes its units (``unit_info``: for edges their |mean| rank, excess
+kurtosis and top-prompt share, circuitstat.stats.tails), that unit's description; how many units cover below
+``coverage_floor``; and, where the procedure flags cells (dataset, unit) as reliable, the worst unit among
+the cells flagged reliable (over units with at least ``min_reliable_cells`` such cells, so that one
+unlucky cell does not name a unit) and the coverage of the cells flagged unreliable. With an
+``excess_kurtosis`` in unit_info, a third table gives coverage by decile of the units' kurtosis.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from circuitstat.core.seeds import as_seed_sequence, seed_record
 from circuitstat.core.results import Result
 
-__all__ = ["IntervalKind", "CalibrationResult", "coverage_study", "shared_per_dataset", "clustered_rate"]
+__all__ = ["IntervalKind", "CalibrationResult", "coverage_study", "shared_per_dataset", "clustered_rate",
+           "COVERAGE_FLOOR", "MIN_RELIABLE_CELLS", "UNIT_INFO"]
+
+#: a unit (edge) covering below this is counted in ``n_units_below_floor`` (issue 34's target for reliable cells)
+COVERAGE_FLOOR = 0.90
+#: a unit's coverage among cells flagged reliable counts towards the worst reliable unit only with this many cells
+#: (binomial MC SE at most 0.07 at coverage 0.9)
+MIN_RELIABLE_CELLS = 20
+#: the unit descriptions the coverage table reports for its worst unit (NaN where a kind gives none)
+UNIT_INFO = ("abs_mean_rank", "excess_kurtosis", "top_prompt_share")
+_KURTOSIS_COLUMNS = ("kind", "n", "decile", "kurtosis_low", "kurtosis_high", "n_units", "coverage", "coverage_mc_se",
+                     "worst_unit_coverage", "coverage_reliable", "coverage_reliable_mc_se", "share_reliable")
 
 Intervals = dict[str, np.ndarray]
 """What an interval procedure returns for one dataset: ``low``, ``high`` ([m] each) and
@@ -68,7 +87,9 @@ class IntervalKind:
     (their rejection rate is a false-positive rate). Null units must carry information of their
     own: a copy of another unit shifted to the null adds nothing under a translation-equivariant
     interval (its rejection is exactly the original's non-coverage), so such copies are not units;
-    ``unit_labels`` name the units in the per-unit table (e.g. "k=10"; default: their index).
+    ``unit_labels`` name the units in the per-unit table (e.g. "k=10", an edge's name; default: their
+    index); ``unit_info`` describes them ([m] arrays by name, e.g. circuitstat.stats.tails.EdgeTails.unit_info),
+    copied into the per-unit table and used for the worst unit's description and the kurtosis deciles.
     """
 
     name: str
@@ -79,6 +100,7 @@ class IntervalKind:
     null_value: float = 0.0
     unit_labels: Sequence[str] | None = None
     with_rows: bool = False
+    unit_info: Mapping[str, np.ndarray] | None = None
 
 
 @dataclass(repr=False)
@@ -90,12 +112,16 @@ class CalibrationResult(Result):
     confidence_level: float
     params: dict = field(default_factory=dict)
     main_table: str = "coverage"
+    by_kurtosis: list[dict[str, Any]] = field(default_factory=list)
 
     def _tables(self) -> dict[str, dict[str, Any]]:
         def columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
             return {key: [r[key] for r in rows] for key in rows[0]} if rows else {}
 
-        return {"coverage": columns(self.rows), "coverage_per_unit": columns(self.per_unit)}
+        # a study without edge kinds has no kurtosis rows: an empty table with the columns, not a missing one
+        by_kurtosis = columns(self.by_kurtosis) or {key: [] for key in _KURTOSIS_COLUMNS}
+        return {"coverage": columns(self.rows), "coverage_per_unit": columns(self.per_unit),
+                "coverage_by_kurtosis": by_kurtosis}
 
     def _summary_items(self) -> list[tuple[str, Any]]:
         items: list[tuple[str, Any]] = [("nominal", self.confidence_level),
@@ -105,7 +131,9 @@ class CalibrationResult(Result):
             fpr = "" if np.isnan(r["null_rejection_rate"]) else f", null rejection {r['null_rejection_rate']:.3f}"
             items.append((f"{r['kind']} N={r['n']}",
                           f"coverage {r['coverage']:.3f} ± {r['coverage_mc_se']:.3f} (MC SE over datasets)"
-                          f"{reliable}{fpr}, mean finite width {r['mean_width']:.4g}"))
+                          f"{reliable}{fpr}, mean finite width {r['mean_width']:.4g}; worst unit {r['worst_unit']} "
+                          f"{r['worst_unit_coverage']:.3f}, {r['n_units_below_floor']} of {r['n_units']} below "
+                          f"{r['coverage_floor']:.2f}"))
         return items
 
 
@@ -158,7 +186,58 @@ def clustered_rate(numerator: np.ndarray, denominator: np.ndarray) -> tuple[floa
     return rate, float(np.sqrt(np.sum(resid ** 2) / (a.size * (a.size - 1))) / b.mean())
 
 
-def _summarise(kind: IntervalKind, n: int, a: dict[str, np.ndarray], level: float) -> dict[str, Any]:
+def _label(kind: IntervalKind, unit: int) -> str:
+    """The name of ``kind``'s unit ``unit`` (its index where the kind names none)."""
+    return str(unit) if kind.unit_labels is None else str(kind.unit_labels[unit])
+
+
+def _info(kind: IntervalKind, unit: int) -> dict[str, float]:
+    """``kind``'s description of unit ``unit`` (UNIT_INFO keys, NaN where it gives none)."""
+    info = kind.unit_info or {}
+    return {key: float(info[key][unit]) if key in info else np.nan for key in UNIT_INFO}
+
+
+def _per_unit_rates(a: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per unit [m]: coverage, and (where the kind flags cells) coverage and count of reliable and unreliable cells."""
+    hit, rel = a["hit"], a["reliable"]
+    out = {"coverage": hit.mean(0)}
+    m = hit.shape[1]
+    if rel.shape == hit.shape:
+        n_rel, n_unrel = rel.sum(0), (~rel).sum(0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out["coverage_reliable"] = np.where(n_rel > 0, (hit & rel).sum(0) / np.maximum(n_rel, 1), np.nan)
+            out["coverage_unreliable"] = np.where(n_unrel > 0, (hit & ~rel).sum(0) / np.maximum(n_unrel, 1), np.nan)
+        out["n_reliable_cells"], out["n_unreliable_cells"] = n_rel, n_unrel
+    else:
+        out["coverage_reliable"] = out["coverage_unreliable"] = np.full(m, np.nan)
+        out["n_reliable_cells"] = out["n_unreliable_cells"] = np.zeros(m, dtype=np.int64)
+    return out
+
+
+def _worst_units(kind: IntervalKind, a: dict[str, np.ndarray], floor: float, min_cells: int) -> dict[str, Any]:
+    """The worst unit overall and among cells flagged reliable, with counts of units below ``floor``."""
+    rates = _per_unit_rates(a)
+    cov = rates["coverage"]
+    worst = int(np.argmin(cov))
+    out: dict[str, Any] = {"worst_unit": _label(kind, worst), "worst_unit_coverage": float(cov[worst]),
+                           **{f"worst_unit_{k}": v for k, v in _info(kind, worst).items()},
+                           "n_units_below_floor": int(np.sum(cov < floor))}
+    enough = rates["n_reliable_cells"] >= min_cells
+    rel_cov = np.where(enough, rates["coverage_reliable"], np.inf)
+    if enough.any():
+        w = int(np.argmin(rel_cov))
+        out.update({"worst_reliable_unit": _label(kind, w), "worst_reliable_unit_coverage": float(rel_cov[w]),
+                    "worst_reliable_unit_cells": int(rates["n_reliable_cells"][w]),
+                    **{f"worst_reliable_unit_{k}": v for k, v in _info(kind, w).items()},
+                    "n_units_reliable_below_floor": int(np.sum(rel_cov < floor))})
+    else:
+        out.update({"worst_reliable_unit": "", "worst_reliable_unit_coverage": np.nan, "worst_reliable_unit_cells": 0,
+                    **{f"worst_reliable_unit_{k}": np.nan for k in UNIT_INFO}, "n_units_reliable_below_floor": 0})
+    return out
+
+
+def _summarise(kind: IntervalKind, n: int, a: dict[str, np.ndarray], level: float, floor: float = COVERAGE_FLOOR,
+               min_cells: int = MIN_RELIABLE_CELLS) -> dict[str, Any]:
     """One coverage row for ``kind`` at size ``n`` from its per-dataset arrays [D, m]."""
     hit, rel = a["hit"], a["reliable"]
     n_data, n_units = hit.shape
@@ -169,24 +248,74 @@ def _summarise(kind: IntervalKind, n: int, a: dict[str, np.ndarray], level: floa
         fpr, fpr_se = clustered_rate(a["reject"][:, null].sum(1), np.full(n_data, int(null.sum())))
     flags = rel.shape == hit.shape  # the kind flagged units in every dataset
     cov_rel, cov_rel_se = clustered_rate((hit & rel).sum(1), rel.sum(1)) if flags else (np.nan, np.nan)
+    cov_unrel, cov_unrel_se = clustered_rate((hit & ~rel).sum(1), (~rel).sum(1)) if flags else (np.nan, np.nan)
     return {"kind": kind.name, "estimand": kind.estimand, "n": int(n), "n_datasets": int(n_data),
             "n_units": int(n_units), "coverage": cov, "coverage_mc_se": cov_se,
-            "worst_unit_coverage": float(hit.mean(0).min()),
+            **_worst_units(kind, a, floor, min_cells),
             # an infinite interval (e.g. bootstrap-t on a near-constant edge) covers trivially: count it apart
             "mean_width": _finite_mean(a["width"]),
             "median_width": float(np.nanmedian(a["width"])), "share_infinite": float(np.mean(~np.isfinite(a["width"]))),
             "null_rejection_rate": fpr, "null_rejection_mc_se": fpr_se,
             "coverage_reliable": cov_rel, "coverage_reliable_mc_se": cov_rel_se,
             "share_reliable": float(rel.mean()) if flags else np.nan,
-            "confidence_level": float(level)}
+            "coverage_unreliable": cov_unrel, "coverage_unreliable_mc_se": cov_unrel_se,
+            "coverage_floor": float(floor), "confidence_level": float(level)}
+
+
+def _unit_rows(kind: IntervalKind, n: int, a: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """The per-unit table's rows of ``kind`` at size ``n``."""
+    rates, n_data = _per_unit_rates(a), a["hit"].shape[0]
+    rows = []
+    for unit, c in enumerate(rates["coverage"]):
+        rows.append({"kind": kind.name, "n": int(n), "unit": unit, "unit_label": _label(kind, unit),
+                     # datasets are independent draws: binomial over them
+                     "coverage": float(c), "coverage_mc_se": float(np.sqrt(c * (1 - c) / n_data)),
+                     "coverage_reliable": float(rates["coverage_reliable"][unit]),
+                     "n_reliable_cells": int(rates["n_reliable_cells"][unit]),
+                     "coverage_unreliable": float(rates["coverage_unreliable"][unit]),
+                     "n_unreliable_cells": int(rates["n_unreliable_cells"][unit]),
+                     "mean_width": _finite_mean(a["width"][:, unit]),
+                     # the estimand (its mean over datasets where it depends on the dataset)
+                     "truth": float(np.mean(a["truth"][:, unit])), **_info(kind, unit)})
+    return rows
+
+
+def _kurtosis_rows(kind: IntervalKind, n: int, a: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """Coverage by decile of the units' excess kurtosis (none when the kind does not give it)."""
+    from .tails import kurtosis_deciles
+
+    if not kind.unit_info or "excess_kurtosis" not in kind.unit_info:
+        return []
+    kurt = np.asarray(kind.unit_info["excess_kurtosis"], dtype=np.float64)
+    bins, edges = kurtosis_deciles(kurt)
+    hit, rel = a["hit"], a["reliable"]
+    flags = rel.shape == hit.shape
+    rows = []
+    for b in range(len(edges) - 1):
+        cols = bins == b
+        if not cols.any():
+            continue
+        h = hit[:, cols]
+        cov, se = clustered_rate(h.sum(1), np.full(h.shape[0], int(cols.sum())))
+        r = rel[:, cols] if flags else None
+        cov_rel, se_rel = clustered_rate((h & r).sum(1), r.sum(1)) if flags else (np.nan, np.nan)
+        rows.append({"kind": kind.name, "n": int(n), "decile": b + 1, "kurtosis_low": float(kurt[cols].min()),
+                     "kurtosis_high": float(kurt[cols].max()), "n_units": int(cols.sum()), "coverage": cov,
+                     "coverage_mc_se": se, "worst_unit_coverage": float(h.mean(0).min()),
+                     "coverage_reliable": cov_rel, "coverage_reliable_mc_se": se_rel,
+                     "share_reliable": float(r.mean()) if flags else np.nan})
+    return rows
 
 
 def coverage_study(population: np.ndarray, sizes: Sequence[int], kinds: Sequence[IntervalKind], *,
-                   n_datasets: int = 200, seed: Any = 0, confidence_level: float = 0.95) -> CalibrationResult:
+                   n_datasets: int = 200, seed: Any = 0, confidence_level: float = 0.95,
+                   coverage_floor: float = COVERAGE_FLOOR, min_reliable_cells: int = MIN_RELIABLE_CELLS
+                   ) -> CalibrationResult:
     """CalibrationResult: coverage of each interval kind over ``n_datasets`` datasets of each size.
 
     Datasets are drawn with replacement from the rows of ``population`` [P, E]; each (size,
     dataset) gets its own spawned seed, so results do not depend on the order of kinds or sizes.
+    ``coverage_floor`` and ``min_reliable_cells``: see the module docstring.
     """
     population = np.asarray(population, dtype=np.float64)
     if population.ndim != 2 or population.shape[0] < 2:
@@ -194,24 +323,21 @@ def coverage_study(population: np.ndarray, sizes: Sequence[int], kinds: Sequence
     if n_datasets < 20:
         raise ValueError(f"n_datasets={n_datasets} gives coverage to ±0.05 at best; use at least 20 (200 or more "
                          "to tell 0.90 from 0.95)")
+    if not 0.0 < coverage_floor < 1.0 or int(min_reliable_cells) < 1:
+        raise ValueError(f"coverage_floor must lie in (0, 1) and min_reliable_cells be at least 1, got "
+                         f"{coverage_floor}, {min_reliable_cells}")
     root = as_seed_sequence(seed)
-    rows, per_unit = [], []
+    rows, per_unit, by_kurtosis = [], [], []
     for n, ss in zip(sizes, root.spawn(len(sizes))):
         if int(n) < 2:
             raise ValueError(f"dataset size {n} is below 2; every interval needs at least 2 examples")
         for kind, a in zip(kinds, _one_size(population, int(n), n_datasets, kinds, ss)):
-            rows.append(_summarise(kind, int(n), a, confidence_level))
-            labels = kind.unit_labels
-            n_data = a["hit"].shape[0]
-            for unit, c in enumerate(a["hit"].mean(0)):
-                per_unit.append({"kind": kind.name, "n": int(n), "unit": unit,
-                                 "unit_label": str(unit) if labels is None else str(labels[unit]),
-                                 # datasets are independent draws: binomial over them
-                                 "coverage": float(c), "coverage_mc_se": float(np.sqrt(c * (1 - c) / n_data)),
-                                 "mean_width": _finite_mean(a["width"][:, unit]),
-                                 # the estimand (its mean over datasets where it depends on the dataset)
-                                 "truth": float(np.mean(a["truth"][:, unit]))})
+            rows.append(_summarise(kind, int(n), a, confidence_level, coverage_floor, int(min_reliable_cells)))
+            per_unit += _unit_rows(kind, int(n), a)
+            by_kurtosis += _kurtosis_rows(kind, int(n), a)
     params = {"estimator": "coverage_study", "sizes": [int(n) for n in sizes], "n_datasets": int(n_datasets),
               "population_rows": int(population.shape[0]), "confidence_level": confidence_level,
+              "coverage_floor": float(coverage_floor), "min_reliable_cells": int(min_reliable_cells),
               "kinds": [k.name for k in kinds], "seed": seed_record(root)}
-    return CalibrationResult(rows=rows, per_unit=per_unit, confidence_level=confidence_level, params=params)
+    return CalibrationResult(rows=rows, per_unit=per_unit, confidence_level=confidence_level, params=params,
+                             by_kurtosis=by_kurtosis)

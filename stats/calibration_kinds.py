@@ -46,10 +46,15 @@ from .calibration import IntervalKind, shared_per_dataset
 __all__ = ["edge_interval_kinds", "StabilityTruth", "stability_truth", "stability_interval_kinds", "check_circuit_sizes",
            "STABILITY_ESTIMANDS", "FAITHFULNESS_ESTIMANDS", "PopulationEvaluations", "faithfulness_interval_kinds"]
 
-def edge_interval_kinds(population: np.ndarray, *, n_resamples: int, confidence_level: float) -> list[IntervalKind]:
+def edge_interval_kinds(population: np.ndarray, *, n_resamples: int, confidence_level: float,
+                        edge_names: Sequence[str] | None = None,
+                        methods: Sequence[str] | None = None) -> list[IntervalKind]:
     """Return an IntervalKind per per-edge interval method; the truth of edge e is its population mean.
 
-    ``population`` is [P, E]. One bootstrap_edges call per dataset serves every method. There are
+    ``population`` is [P, E]; ``edge_names`` name the units of the per-unit table (default: column
+    indices); ``methods`` (default: all of circuitstat.stats.intervals.METHODS) the interval methods. Each
+    edge is described by its |mean| rank, excess kurtosis and top-prompt share (circuitstat.stats.tails),
+    for the study's worst edge and kurtosis deciles. One bootstrap_edges call per dataset serves every method. There are
     no null units: every method is translation-equivariant (the same resamples shifted by a
     constant give the same interval shifted; tests/stats/test_calibration.py checks it), so an
     edge centred to mean 0 would reject 0 exactly when the edge's own interval misses its mean.
@@ -57,13 +62,22 @@ def edge_interval_kinds(population: np.ndarray, *, n_resamples: int, confidence_
     therefore 1 − e's coverage, which the coverage columns already report.
     """
     from .intervals import DEFAULT_METHOD, ESTIMAND, METHODS, bootstrap_edges
+    from .tails import edge_tails
 
-    truth = np.asarray(population, dtype=np.float64).mean(0)
+    tails = edge_tails(population)
+    truth = tails.mean
+    todo = list(METHODS if methods is None else methods)
+    unknown = [m for m in todo if m not in METHODS]
+    if unknown or not todo:
+        raise InputError(f"unknown edge interval methods {unknown}; choose from {', '.join(METHODS)}")
+    if edge_names is not None and len(edge_names) != truth.shape[0]:
+        raise InputError(f"{len(edge_names)} edge names for a population of {truth.shape[0]} edges")
+    labels = None if edge_names is None else [str(n) for n in edge_names]
 
     @shared_per_dataset
     def all_methods(X: np.ndarray, seed) -> Any:
         return bootstrap_edges(X, n_resamples=n_resamples, seed=seed, method=DEFAULT_METHOD,
-                               methods=list(METHODS), confidence_level=confidence_level)
+                               methods=todo, confidence_level=confidence_level)
 
     def kind(method: str) -> IntervalKind:
         def compute(X: np.ndarray, seed) -> dict[str, np.ndarray]:
@@ -74,9 +88,10 @@ def edge_interval_kinds(population: np.ndarray, *, n_resamples: int, confidence_
                 out["reliable"] = np.asarray(res.reliable, bool)
             return out
 
-        return IntervalKind(f"edge/{method}", ESTIMAND, compute, truth=lambda n: truth)
+        return IntervalKind(f"edge/{method}", ESTIMAND, compute, truth=lambda n: truth, unit_labels=labels,
+                            unit_info=tails.unit_info())
 
-    return [kind(m) for m in METHODS]
+    return [kind(m) for m in todo]
 
 
 #: what each stability kind's interval is checked against (the estimand it claims, or for

@@ -34,6 +34,7 @@ class PopulationSource:
     model: Any = None  # None: a scores run without a model (edge and stability families only)
     task: Any = None
     provenance: dict = field(default_factory=dict)
+    edge_names: list[str] | None = None  # the units of the per-edge coverage table (EAP-IG names, a0.h1->m1)
 
 
 def prepare_population(spec: "CalibrationSpec", *, n_jobs: int | None, allow_pickle: bool,
@@ -81,7 +82,8 @@ def _attributed(spec: "CalibrationSpec", *, n_jobs: int | None, allow_pickle: bo
         return scores.tables({"task": task.describe()})["scores"]
 
     return PopulationSource(spec, table, params, model.graph.n_edges, model, task,
-                            {"model": model.identity(), "task": task.describe()})
+                            {"model": model.identity(), "task": task.describe()},
+                            edge_names=list(model.graph.edge_names))
 
 
 def read_scores_run(directory: str | Path):
@@ -133,7 +135,7 @@ def _from_scores_run(spec: "CalibrationSpec", *, allow_pickle: bool, allow_large
     provenance = {"model": model.identity() if model is not None else prov.get("model"),
                   "task": task.describe() if task is not None else prov.get("task"), "population": record}
     return PopulationSource(spec, lambda: sm.tables()["scores"], params, int(sm.scores.shape[1]), model, task,
-                            provenance)
+                            provenance, edge_names=[str(n) for n in sm.names])
 
 
 def _checked_model_and_task(spec: "CalibrationSpec", sm, allow_pickle: bool, allow_large: bool, inputs: RunInputs):

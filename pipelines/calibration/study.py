@@ -71,11 +71,17 @@ from circuitstat.pipelines.sources import LOCAL, RunInputs
 __all__ = ["CalibrationSpec", "parse_calibration_spec", "check_calibration_spec", "load_calibration_spec",
            "run_calibration_study", "summary_lines"]
 
-def edge_interval_kinds(population: np.ndarray, spec: CalibrationSpec) -> list:
-    """IntervalKinds for every per-edge interval method, against each edge's population mean."""
+#: the study's tables: coverage per kind and N, per unit, and by decile of the edges' kurtosis
+TABLES = ("coverage", "coverage_per_unit", "coverage_by_kurtosis")
+
+
+def edge_interval_kinds(population: np.ndarray, spec: CalibrationSpec, edge_names=None) -> list:
+    """IntervalKinds for every per-edge interval method, against each edge's population mean (units named by
+    ``edge_names``)."""
     from circuitstat.stats.calibration_kinds import edge_interval_kinds as kinds
 
-    return kinds(population, n_resamples=spec.n_resamples, confidence_level=spec.confidence_level)
+    return kinds(population, n_resamples=spec.n_resamples, confidence_level=spec.confidence_level,
+                 edge_names=edge_names)
 
 
 def stability_kinds(population: np.ndarray, spec: CalibrationSpec, seed) -> list:
@@ -109,9 +115,10 @@ def faithfulness_kinds(population: np.ndarray, spec: CalibrationSpec, model, tas
                                        confidence_level=spec.confidence_level)
 
 
-def interval_kinds(population: np.ndarray, spec: CalibrationSpec, truth_seed, model=None, task=None) -> list:
+def interval_kinds(population: np.ndarray, spec: CalibrationSpec, truth_seed, model=None, task=None,
+                   edge_names=None) -> list:
     """The IntervalKinds of every family in ``spec.intervals`` (each once, in the spec's order)."""
-    build = {"edge": lambda: edge_interval_kinds(population, spec),
+    build = {"edge": lambda: edge_interval_kinds(population, spec, edge_names),
              "stability": lambda: stability_kinds(population, spec, truth_seed),
              "faithfulness": lambda: faithfulness_kinds(population, spec, model, task)}
     return [k for family in dict.fromkeys(spec.intervals) for k in build[family]()]
@@ -147,23 +154,26 @@ def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int
         population = np.asarray(table_to_matrix(run.table(name)), dtype=np.float64)
 
         def calibrate() -> dict:
-            kinds = interval_kinds(population, spec, run.stage_seed("calibration-truth"), src.model, src.task)
+            kinds = interval_kinds(population, spec, run.stage_seed("calibration-truth"), src.model, src.task,
+                                   src.edge_names)
             res = coverage_study(population, spec.sizes, kinds, n_datasets=spec.n_datasets,
                                  seed=run.stage_seed("calibration"), confidence_level=spec.confidence_level)
             return res.tables()
 
         keys = ("sizes", "n_datasets", "n_resamples", "confidence_level", "intervals", "ks", "ranking",
                 "n_truth_pairs")
-        run.stage("calibration", calibrate, ["coverage", "coverage_per_unit"],
+        run.stage("calibration", calibrate, list(TABLES),
                   params={k: doc[k] for k in keys}, depends_on=[name], force=force)
     from circuitstat.core.run_tables import RunTables
 
-    return RunTables(Path(out), ("coverage", "coverage_per_unit"), "coverage",
+    return RunTables(Path(out), TABLES, "coverage",
                      {"study": "calibration", "spec": doc, "confidence_level": spec.confidence_level})
 
 
-def summary_lines(rows: list[dict], confidence_level: float, out: Path | str) -> list[str]:
-    """The one-screen summary: one line per interval kind and N, then what each family covers."""
+def summary_lines(rows: list[dict], confidence_level: float, out: Path | str,
+                  by_kurtosis: list[dict] | None = None) -> list[str]:
+    """The one-screen summary: one line per interval kind and N, the worst unit of each (overall and among cells
+    flagged reliable), coverage by kurtosis decile of the default edge method, then what each family covers."""
 
     def opt(v: float) -> str:
         return f"{v:>9.3f}" if np.isfinite(v) else f"{'—':>9}"  # the kind flags no unit reliable
@@ -174,6 +184,7 @@ def summary_lines(rows: list[dict], confidence_level: float, out: Path | str) ->
         lines.append(f"{r['kind']:<28} {r['n']:>5} {r['coverage']:>9.3f} {r['coverage_mc_se']:>6.3f} "
                      f"{r['worst_unit_coverage']:>6.3f} {opt(r['coverage_reliable'])} {r['mean_width']:>11.4g} "
                      f"{r['share_infinite']:>8.3f}")
+    lines += _worst_unit_lines(rows) + _kurtosis_lines(by_kurtosis or [])
     covers: dict[str, str] = {}
     for r in rows:  # the edge methods share one estimand: one line for all of them
         covers.setdefault("edge/*" if r["kind"].startswith("edge/") else r["kind"], r["estimand"])
@@ -181,6 +192,49 @@ def summary_lines(rows: list[dict], confidence_level: float, out: Path | str) ->
     lines.append(f"nominal {confidence_level}; ±MC: Monte Carlo SE of coverage, each dataset one unit; worst: the "
                  f"lowest coverage of one unit (edge or k); reliable: coverage of the units the interval flags "
                  f"reliable (— where it flags none); tables in {out}")
+    return lines
+
+
+def _worst_unit_lines(rows: list[dict]) -> list[str]:
+    """Per kind and N: the worst unit (name, coverage, |mean| rank, kurtosis), how many units cover below the
+    floor, the same among cells flagged reliable, and the coverage of the cells flagged unreliable."""
+    if not rows:
+        return []
+
+    def num(v: float, fmt: str, width: int) -> str:
+        return f"{v:>{width}{fmt}}" if v is not None and np.isfinite(v) else f"{'—':>{width}}"
+
+    floor = rows[0].get("coverage_floor", 0.9)
+    lines = [f"per unit: the worst unit, units below {floor:.2f}, the worst among cells flagged reliable "
+             f"(units with enough such cells), coverage of the cells flagged unreliable",
+             f"{'interval':<28} {'N':>5} {'worst unit':<22} {'cov':>6} {'rank':>5} {'kurt':>7} {'<floor':>6} "
+             f"{'worst reliable':<22} {'cov':>6} {'cells':>5} {'<floor':>6} {'unreliable':>10}"]
+    for r in rows:
+        rel = r["worst_reliable_unit"] or "—"
+        lines.append(
+            f"{r['kind']:<28} {r['n']:>5} {str(r['worst_unit'])[:22]:<22} {r['worst_unit_coverage']:>6.3f} "
+            f"{num(r['worst_unit_abs_mean_rank'], '.0f', 5)} {num(r['worst_unit_excess_kurtosis'], '.0f', 7)} "
+            f"{r['n_units_below_floor']:>6} {rel[:22]:<22} {num(r['worst_reliable_unit_coverage'], '.3f', 6)} "
+            f"{r['worst_reliable_unit_cells']:>5} {r['n_units_reliable_below_floor']:>6} "
+            f"{num(r['coverage_unreliable'], '.3f', 10)}")
+    return lines
+
+
+def _kurtosis_lines(by_kurtosis: list[dict]) -> list[str]:
+    """Coverage by decile of the edges' excess kurtosis, for the audit's default edge method, one line per N."""
+    from circuitstat.stats.intervals import DEFAULT_METHOD
+
+    mine = [r for r in by_kurtosis if r["kind"] == f"edge/{DEFAULT_METHOD}"]
+    if not mine:
+        return []
+    tops = ", ".join(f"{r['kurtosis_high']:.3g}" for r in mine if r["n"] == mine[0]["n"])
+    lines = [f"coverage by decile of the edges' excess kurtosis (edge/{DEFAULT_METHOD}; lightest first; "
+             f"kurtosis up to {tops})"]
+    for n in dict.fromkeys(r["n"] for r in mine):
+        cov = " ".join(f"{r['coverage']:.3f}" for r in mine if r["n"] == n)
+        rel = " ".join("—" if not np.isfinite(r["coverage_reliable"]) else f"{r['coverage_reliable']:.3f}"
+                       for r in mine if r["n"] == n)
+        lines += [f"N={n:<5} all       {cov}", f"N={n:<5} reliable  {rel}"]
     return lines
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import typer
 
 from circuitstat.core.errors import InputError
-from circuitstat.pipelines.params import N_JOBS, N_RESAMPLES, SEED
+from circuitstat.pipelines.params import (D_MLP, INIT_STD, MIN_LR_RATIO, N_JOBS, N_RESAMPLES, REPEAT_FRACTION, SEED,
+                                          WARMUP_STEPS)
 
 from .app import ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, app, check_out, choices, echo, study_app
 
@@ -23,6 +24,9 @@ CIOver = choices("CIOver", "both", "prompts", "refits")  # what the head bootstr
 Optimizer = choices("Optimizer", "adam", "adamw")
 Norm = choices("Norm", "layernorm", "rmsnorm", "none")
 Positional = choices("Positional", "learned", "rotary")
+# the MLP activations circuitstat.circuits.engine.config.ACTIVATIONS implements (without its aliases), written out so
+# that --help does not import torch; tests/pipelines/test_train_options.py checks they are a subset
+Activation = choices("Activation", "gelu_new", "gelu", "relu", "silu")
 
 
 @app.command("heads")
@@ -107,6 +111,18 @@ def train_command(
     n_ctx: int = typer.Option(128, "--n-ctx", min=2, help="sequence length (context)"),
     norm: Norm = typer.Option(Norm("layernorm"), "--norm", help="normalisation"),
     positional: Positional = typer.Option(Positional("learned"), "--positional", help="position encoding"),
+    d_mlp: int | None = typer.Option(None, "--d-mlp", **D_MLP.option, help="MLP hidden width (default 4 x d_model)"),
+    activation: Activation = typer.Option(Activation("gelu_new"), "--activation", help="MLP activation"),
+    init_std: float | None = typer.Option(None, "--init-std", **INIT_STD.option,
+                                          help="std of the weight matrices at step 0 (default GPT-2's 0.02; "
+                                               "the zoo: 1/sqrt(d_model))"),
+    warmup: int = typer.Option(WARMUP_STEPS.default, "--warmup", **WARMUP_STEPS.option,
+                               help="steps of linear learning-rate warmup"),
+    min_lr_ratio: float = typer.Option(MIN_LR_RATIO.default, "--min-lr-ratio", **MIN_LR_RATIO.option,
+                                       help="final learning rate as a share of --lr (cosine decay; 1: constant)"),
+    repeat_fraction: float = typer.Option(REPEAT_FRACTION.default, "--repeat-fraction", **REPEAT_FRACTION.option,
+                                          help="share of training sequences in which a span of the text is copied "
+                                               "later (the zoo: 1.0, so induction heads form)"),
     vocab_size: int = typer.Option(4096, "--vocab-size", min=2, help="size of the BPE trained on the corpus"),
     tokenizer: str = typer.Option("bpe", "--tokenizer", help="bpe (trained on the corpus), gpt2, or a tokenizer path"),
     corpus: str = typer.Option("stdlib", "--corpus", help="stdlib, a folder of text files, or a Parquet file (column text)"),
@@ -135,8 +151,12 @@ def train_command(
         n_layers=layers, n_heads=heads, d_model=d_model, attn_only=attn_only, n_ctx=n_ctx, norm=norm.value,
         positional=positional.value, tokenizer=tokenizer, vocab_size=vocab_size, corpus=corpus,
         optimizer=optimizer.value, lr=lr, weight_decay=weight_decay, batch_size=batch_size, steps=steps,
-        eval_every=eval_every, checkpoint_every=checkpoint_every, threads=threads,
+        eval_every=eval_every, checkpoint_every=checkpoint_every, threads=threads, d_mlp=d_mlp,
+        act=activation.value, init_std=init_std, warmup_steps=warmup, min_lr_ratio=min_lr_ratio,
+        repeat_fraction=repeat_fraction,
     )
+    if attn_only and (d_mlp is not None or activation.value != "gelu_new"):
+        raise InputError("--d-mlp and --activation set the MLP, and --attn-only has none; drop one of them")
     recipe.validate(allow_large=allow_large)
     from circuitstat.pipelines.work import check_training
 
@@ -279,7 +299,8 @@ def study_calibration_command(
         parsed = load_calibration_spec(spec, allow_outside=allow_outside, scores=scores)
     res = run_calibration_study(parsed, out, n_jobs=n_jobs, force=force, allow_pickle=allow_pickle,
                                 allow_large=allow_large)
-    for line in summary_lines(res.to_table("coverage").to_pylist(), parsed.confidence_level, out):
+    for line in summary_lines(res.to_table("coverage").to_pylist(), parsed.confidence_level, out,
+                              res.to_table("coverage_by_kurtosis").to_pylist()):
         echo(line)
 
 

@@ -56,10 +56,16 @@ class TrainRecipe:
                 raise InputError(f"training recipe: {name} must be a positive integer, got {getattr(self, name)!r}")
         if self.d_head is None and self.d_model % self.n_heads:
             raise InputError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; pass d_head")
-        if not 0.0 <= self.repeat_fraction <= 1.0:
-            raise InputError(f"repeat_fraction must be in [0, 1], got {self.repeat_fraction}")
-        if self.init_std is not None and not self.init_std > 0:
-            raise InputError(f"init_std must be positive, got {self.init_std}")
+        from circuitstat.pipelines.params import D_MLP, INIT_STD, MIN_LR_RATIO, REPEAT_FRACTION, WARMUP_STEPS
+
+        # the bounds every entry point shares (circuitstat.pipelines.params): the CLI, a recipe.json, the zoo
+        REPEAT_FRACTION.check(self.repeat_fraction)
+        MIN_LR_RATIO.check(self.min_lr_ratio)
+        WARMUP_STEPS.check(self.warmup_steps)
+        if self.init_std is not None:
+            INIT_STD.check(self.init_std)
+        if self.d_mlp is not None:
+            D_MLP.check(self.d_mlp)
         if not (math.isfinite(self.lr) and math.isfinite(self.weight_decay)) or self.weight_decay < 0 or self.lr <= 0:
             raise InputError("training recipe: lr must be a positive finite number and weight_decay a "
                              "non-negative one")

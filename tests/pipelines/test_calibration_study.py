@@ -36,6 +36,14 @@ def test_calibration_study_writes_coverage_per_method_and_size(tmp_path) -> None
         assert x["n_units"] == n_edges and np.isnan(x["null_rejection_rate"]) and x["coverage_mc_se"] > 0
     per_unit = pq.read_table(out / "coverage_per_unit.parquet")
     assert per_unit.num_rows == len(rows) * n_edges
+    # per edge: units named as the model's edges, each worst unit one of them, kurtosis deciles written
+    labels = set(per_unit.column("unit_label").to_pylist())
+    assert all("->" in u for u in labels) and {x["worst_unit"] for x in rows} <= labels
+    by_kurtosis = pq.read_table(out / "coverage_by_kurtosis.parquet").to_pylist()
+    assert {(x["kind"], x["n"]) for x in by_kurtosis} == {(x["kind"], x["n"]) for x in rows}
+    assert all(sum(d["n_units"] for d in by_kurtosis if (d["kind"], d["n"]) == (x["kind"], x["n"])) <= n_edges
+               for x in rows)
+    assert "per unit: the worst unit" in r.output and "coverage by decile of the edges' excess kurtosis" in r.output
     # a fresh run of the same spec reproduces the table exactly (seeds from the spec, not the clock)
     again = CliRunner().invoke(app, ["study", "calibration", _spec(tmp_path), "--out", str(tmp_path / "run2")])
     assert again.exit_code == 0, again.output
