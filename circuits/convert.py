@@ -22,10 +22,13 @@ from dataclasses import dataclass
 import torch
 
 from circuitstat.core.errors import UnsupportedArchitectureError
+from .convert_moe import MOE_IRRELEVANT, MOE_READ, MOE_TYPES, moe_config, moe_weights
+from .engine.moe import is_sparse
 from .model import CircuitModel, ModelConfig
 from .rope_config import rope_fields
 
 SUPPORTED = ("gpt2", "gpt_neox", "llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2")
+SUPPORTED += MOE_TYPES  # mixture-of-experts families (circuitstat.circuits.convert_moe)
 
 # model types that are not a family but hold one: where the supported family is, in the refusal
 POINTERS = {
@@ -71,6 +74,13 @@ FAMILIES = {
     "olmo2": Family(norm="rmsnorm_f32w", post_only=True, qk_norm="full",
                     source="models/olmo2/modeling_olmo2.py (q_norm/k_norm over the whole projection)"),
 }
+FAMILIES.update({  # mixture-of-experts: the MoE block is one MLP node (circuitstat.circuits.convert_moe)
+    "mixtral": Family(source="models/mixtral/modeling_mixtral.py (sparse MoE block, window on every layer)"),
+    "qwen2_moe": Family(source="models/qwen2_moe/modeling_qwen2_moe.py (shared expert, qkv_bias)"),
+    "qwen3_moe": Family(qk_norm="head", source="models/qwen3_moe/modeling_qwen3_moe.py (q_norm/k_norm over head_dim)"),
+    "olmoe": Family(qk_norm="full", source="models/olmoe/modeling_olmoe.py (q/k norm over the whole projection, "
+                                          "pre-norms)"),
+})
 
 # Fields that do not change the eval-mode forward pass of a single sequence without cache.
 IRRELEVANT = {"initializer_range", "use_cache", "bos_token_id", "eos_token_id", "pad_token_id", "attention_dropout",
@@ -98,7 +108,7 @@ def check_fields(c) -> None:
     base = set(transformers.PretrainedConfig().to_dict())
     defaults = type(c)().to_dict()
     values = c.to_dict()
-    for field in sorted(set(defaults) - base - READ - IRRELEVANT):
+    for field in sorted(set(defaults) - base - READ - IRRELEVANT - MOE_READ - MOE_IRRELEVANT):
         if field in values and values[field] != defaults[field]:
             raise _refuse(kind, field, values[field], f"set it to its default {defaults[field]!r} or use another model")
     if getattr(c, "use_bidirectional_attention", False):
@@ -212,7 +222,7 @@ def _decoder_config(c, fam: Family) -> ModelConfig:
         norm_eps=c.rms_norm_eps, positional="rotary", rotary_dim=rot, mlp="gated",
         act=getattr(c, fam.act_key), arch=c.model_type, tied_embeddings=_tied(c),
         pre_norm=not fam.post_only, post_norm=fam.sandwich or fam.post_only, qk_norm=fam.qk_norm,
-        **_windows(c, c.num_hidden_layers), **rope_fields(c), **extra,
+        **_windows(c, c.num_hidden_layers), **rope_fields(c), **extra, moe=moe_config(c),
     )
 
 
@@ -265,7 +275,10 @@ def _decoder(hf) -> tuple[ModelConfig, dict]:
         else:  # LlamaDecoderLayer: post_attention_layernorm is the MLP's input norm
             sd.update({p + "ln1_w": b.input_layernorm.weight, p + "ln1_b": zeros(D),
                        p + "ln2_w": b.post_attention_layernorm.weight, p + "ln2_b": zeros(D)})
-        sd.update(_mlp_weights(cfg, b.mlp, fam.fused, p))
+        if is_sparse(cfg, i):
+            sd.update(moe_weights(cfg, b.mlp, p))
+        else:
+            sd.update(_mlp_weights(cfg, b.mlp, fam.fused, p))
     return cfg, sd
 
 

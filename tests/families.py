@@ -42,6 +42,20 @@ FAMILIES = {
         "short_factor": [1.5, 3.0], "long_factor": [4.0, 8.0]})),
     # OLMo 2: q/k norms over the whole projection, norms on the attention and MLP outputs only
     "olmo2": ("olmo2", dict()),
+    # mixture-of-experts (circuitstat.circuits.engine.moe): 4 experts, more than one active per token, router
+    # weights scrambled so clean and corrupted prompts route differently (asserted in test_families.py)
+    # Mixtral: top-2 renormalised, a window of 3 on every layer
+    "mixtral": ("mixtral", dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=3)),
+    # Qwen2-MoE: layer 0 dense (mlp_only_layers), layer 1 sparse with a sigmoid-gated shared expert, top-2 not
+    # renormalised, q/k/v biases, a window of 3 on layer 1
+    "qwen2_moe": ("qwen2_moe", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                                    shared_expert_intermediate_size=24, mlp_only_layers=[0], norm_topk_prob=False,
+                                    use_sliding_window=True, sliding_window=3, max_window_layers=1)),
+    # Qwen3-MoE: per-head q/k norms, top-3 of 4 renormalised
+    "qwen3_moe": ("qwen3_moe", dict(head_dim=8, num_experts=4, num_experts_per_tok=3, moe_intermediate_size=16,
+                                    norm_topk_prob=True)),
+    # OLMoE: q/k norms over the whole projection with pre-norms, top-2 not renormalised
+    "olmoe": ("olmoe", dict(num_experts=4, num_experts_per_tok=2, norm_topk_prob=False)),
 }
 
 

@@ -46,7 +46,8 @@ class ModelConfig:
     ``sliding_window`` with per-layer ``layer_types``, ``rope`` (the rotary schedule of full-attention
     layers: {"rope_type": ..., its parameters}) and ``rope_local`` (sliding layers' own schedule with
     its ``rope_theta``, Gemma 3), ``rope_max_positions`` (longest prompt whose rotary frequencies
-    are the ones implemented, for length-dependent schedules).
+    are the ones implemented, for length-dependent schedules), ``moe`` (a mixture-of-experts MLP node on
+    the layers it names: circuitstat.circuits.engine.moe).
     """
 
     n_layers: int
@@ -79,6 +80,7 @@ class ModelConfig:
     rope: dict | None = None
     rope_local: dict | None = None
     rope_max_positions: int | None = None
+    moe: dict | None = None  # a mixture-of-experts MLP node (circuitstat.circuits.engine.moe.KEYS)
 
     def __post_init__(self) -> None:
         for name, value, allowed in (
@@ -132,6 +134,9 @@ class ModelConfig:
                 raise InputError(f"model config {name} must be a dict with rope_type one of {', '.join(ROPE_TYPES)}")
             if self.positional != "rotary":
                 raise InputError(f"model config {name} needs positional='rotary'")
+        from .moe import check_moe
+
+        check_moe(self)
         if self.qk_norm == "full" and self.n_kv_heads not in (None, self.n_heads) and self.n_heads % self.n_kv_heads:
             raise InputError("model config n_heads must be a multiple of n_kv_heads")
 

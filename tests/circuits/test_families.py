@@ -117,8 +117,11 @@ def test_projected_receiver_grads_equal_input_probes(pair):
         out = m.run(ids, mask, receiver_grads=mode, logits_at=last, keep_senders=True)
         metric = out.logits[:, 3].sum() - out.logits[:, 5].pow(2).sum()
         grads.append(m.receiver_input_grads(out, torch.autograd.grad(metric, out.grad_inputs)))
+    # the two modes' forwards differ by float32 rounding (logits ~4e-6); the routing softmax of an MoE block
+    # amplifies that into the gradients (Mixtral: 1.2e-5 relative at a layer-0 q input, routes identical)
+    rel = 2e-5 if m.cfg.moe is not None else 1e-5
     for a, b in zip(*grads):
-        assert (a - b).abs().max() <= 1e-5 * max(1.0, float(a.abs().max())), name
+        assert (a - b).abs().max() <= rel * max(1.0, float(a.abs().max())), name
 
 
 def test_sliding_window_matters():
