@@ -46,10 +46,10 @@ FAMILIES = {
     # weights scrambled so clean and corrupted prompts route differently (asserted in test_families.py)
     # Mixtral: top-2 renormalised, a window of 3 on every layer
     "mixtral": ("mixtral", dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=3)),
-    # Qwen2-MoE: layer 0 dense (mlp_only_layers), layer 1 sparse with a sigmoid-gated shared expert, top-2 not
+    # Qwen2-MoE: layer 0 sparse with a sigmoid-gated shared expert, layer 1 dense (mlp_only_layers), top-2 not
     # renormalised, q/k/v biases, a window of 3 on layer 1
     "qwen2_moe": ("qwen2_moe", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
-                                    shared_expert_intermediate_size=24, mlp_only_layers=[0], norm_topk_prob=False,
+                                    shared_expert_intermediate_size=24, mlp_only_layers=[1], norm_topk_prob=False,
                                     use_sliding_window=True, sliding_window=3, max_window_layers=1)),
     # Qwen3-MoE: per-head q/k norms, top-3 of 4 renormalised
     "qwen3_moe": ("qwen3_moe", dict(head_dim=8, num_experts=4, num_experts_per_tok=3, moe_intermediate_size=16,

@@ -237,6 +237,10 @@ REFUSED = {
                                   "short_factor": [1.0, 1.0], "long_factor": [1.0, 1.0], "mscale": 2.0}},
              "rope_parameters.mscale"),
     "olmo2": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
+    "mixtral": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
+    "qwen2_moe": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
+    "qwen3_moe": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
+    "olmoe": ({"clip_qkv": 4.0}, "clip_qkv=4.0"),  # OlmoeAttention clamps q, k and v: not reproduced
 }
 
 

@@ -1,0 +1,162 @@
+"""Mixture-of-experts families (circuitstat.circuits.engine.moe): the routing is HF's, clean and corrupted prompts
+route differently (so exact patching through the router is not vacuous), and an edge into a sparse MLP node
+scores what HF gives when only that MLP's input gains the sender's write -- with the router re-run on the
+patched input, which changes the experts some tokens use. The generic parity tests (logits, gradients and
+node EAP against HF autograd, exact against brute force) run on these fixtures in test_families.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from families import VOCAB, batch, hf_model
+
+from circuitstat.circuits.ablation import last_index
+from circuitstat.circuits.attribution import attribute
+from circuitstat.circuits.convert import from_hf
+from circuitstat.circuits.engine.moe import is_sparse, route
+from circuitstat.circuits.engine.norms import mlp_input_norm
+from circuitstat.circuits.tasks import make_task
+
+MOE = ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe"]
+
+
+def _task(n: int = 3):
+    return make_task("induction", vocab_size=VOCAB, n=n, seed=0, seq_len=4)
+
+
+def _hf_routes(hf, ids, mask) -> dict[int, torch.Tensor]:
+    """Per sparse layer, the experts HF's router selects [B, P, k] (sorted), from a hook on the router."""
+    got, handles = {}, []
+    for i, layer in enumerate(hf.model.layers):
+        gate = getattr(layer.mlp, "gate", None)
+        if gate is None or not hasattr(layer.mlp, "experts"):
+            continue
+
+        def hook(module, args, output, i=i):
+            got[i] = output[2].reshape(*ids.shape, -1).sort(-1).values
+        handles.append(gate.register_forward_hook(hook))
+    try:
+        with torch.no_grad():
+            hf(ids, attention_mask=mask)
+    finally:
+        for h in handles:
+            h.remove()
+    return got
+
+
+def _our_routes(m, ids, mask) -> dict[int, torch.Tensor]:
+    with torch.no_grad():
+        out = m.run(ids, mask, keep_resid=True)
+        routes = {}
+        for layer in range(m.cfg.n_layers):
+            if is_sparse(m.cfg, layer):
+                h = mlp_input_norm(m.cfg, m.blocks[layer], out.resid_mid[layer])
+                idx, _ = route(m.cfg, m.blocks[layer], h.reshape(-1, m.cfg.d_model))
+                routes[layer] = idx.reshape(*ids.shape, -1).sort(-1).values
+    return routes
+
+
+@pytest.mark.parametrize("family", MOE)
+def test_routing_is_hfs_and_differs_between_clean_and_corrupted(family):
+    hf = hf_model(family, seed=2)
+    m = from_hf(hf)
+    task = _task()
+    mask = task.attention_mask.bool()
+    clean, corrupted = _hf_routes(hf, task.clean, task.attention_mask), _hf_routes(hf, task.corrupted, mask.long())
+    ours = _our_routes(m, task.clean, task.attention_mask)
+    assert sorted(ours) == sorted(clean) == [i for i in range(m.cfg.n_layers) if is_sparse(m.cfg, i)]
+    assert m.cfg.moe["top_k"] >= 2 and m.cfg.moe["experts"] >= 4
+    for layer in clean:
+        assert torch.equal(ours[layer][mask], clean[layer][mask]), (family, layer)
+    moved = sum(int((clean[i] != corrupted[i]).any(-1)[mask].sum()) for i in clean)
+    assert moved >= 1, family  # at least one token's selected experts differ between the clean and corrupted runs
+
+
+def _hf_edge_into_mlp(hf, task, sender: str, layer: int) -> tuple[np.ndarray, int]:
+    """(effect of the edge ``sender`` (input or a0.h*) -> m{layer} built in HF alone, tokens whose experts the patch changed): the
+    MLP's input (its post_attention_layernorm's input) gains the sender's write difference, nothing else."""
+    base, cfg = hf.model, hf.config
+    E = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    ar, last = torch.arange(task.clean.shape[0]), last_index(task.attention_mask)
+    grabbed = {}
+
+    def run(ids, hooks):
+        handles = [mod.register_forward_pre_hook(h, with_kwargs=True) if pre else mod.register_forward_hook(h)
+                   for mod, h, pre in hooks]
+        try:
+            with torch.no_grad():
+                return hf(ids, attention_mask=task.attention_mask).logits[ar, last]
+        finally:
+            for h in handles:
+                h.remove()
+
+    def grab(key, kind):
+        def hook(module, args, *rest):
+            grabbed[key] = (args[0] if kind == "in" else rest[-1]).detach()
+        return hook
+
+    src = base.layers[0]
+    if sender.startswith("a0.h"):  # a head of layer 0: its slice of o_proj's input
+        mod, kind = src.self_attn.o_proj, "in"
+    else:  # the input sender: the token embeddings
+        mod, kind = base.embed_tokens, "out"
+    pre = kind == "in"
+    run(task.corrupted, [(mod, grab("cf", kind), pre)])
+    clean = run(task.clean, [(mod, grab("clean", kind), pre)])
+    if kind == "in":
+        h = int(sender[4:])
+        mixed = grabbed["clean"].clone()
+        mixed[..., h * E:(h + 1) * E] = grabbed["cf"][..., h * E:(h + 1) * E]
+        with torch.no_grad():
+            dw = src.self_attn.o_proj(mixed) - src.self_attn.o_proj(grabbed["clean"])
+    else:
+        dw = grabbed["cf"] - grabbed["clean"]
+
+    def add(module, args, kwargs):
+        if args:
+            return (args[0] + dw, *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": kwargs["hidden_states"] + dw}
+
+    target = base.layers[layer]
+    routes = {}
+    gate_hook = (target.mlp.gate, lambda mod, a, out: routes.__setitem__("r", out[2].reshape(*task.clean.shape, -1)
+                                                                          .sort(-1).values), False)
+    run(task.clean, [gate_hook])
+    before = routes["r"]
+    patched = run(task.clean, [(target.post_attention_layernorm, add, True), gate_hook])
+    changed = int((routes["r"] != before).any(-1)[task.attention_mask.bool()].sum())
+    effect = task.score(patched, indices=ar, clean_logits=clean) - task.score(clean, indices=ar, clean_logits=clean)
+    return effect.numpy(), changed
+
+
+@pytest.mark.parametrize("family", MOE)
+def test_exact_edge_into_a_sparse_mlp_goes_through_the_router_as_in_hf(family):
+    """Edges input -> m0 and a0.h* -> m0 (m0 an MoE block) against HF patched by hand; the patches change some
+    tokens' selected experts, so the agreement covers re-routing (its effect reaches the read-out through layer 1)."""
+    hf = hf_model(family, seed=2)
+    m = from_hf(hf)
+    assert is_sparse(m.cfg, 0)
+    task = _task()
+    scores = attribute(m, task, "exact", progress=False).scores
+    g, rerouted, seen = m.graph, 0, 0.0
+    for sender in ["input"] + [f"a0.h{h}" for h in range(m.cfg.n_heads)]:
+        ref, changed = _hf_edge_into_mlp(hf, task, sender, 0)
+        got = scores[:, g.edge_index(f"{sender}->m0")]
+        assert np.abs(got - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max()), (family, sender, got, ref)
+        rerouted += changed
+        seen = max(seen, np.abs(ref).max())
+    assert rerouted >= 1, family
+    assert seen > 1e-2, family
+
+
+@pytest.mark.parametrize("family", MOE)
+def test_training_only_router_fields_are_irrelevant_in_eval(family):
+    """router_aux_loss_coef, output_router_logits and router_jitter_noise change training only: read as
+    irrelevant (not refused), and the eval-mode logits still equal HF's."""
+    hf = hf_model(family, seed=5, router_aux_loss_coef=0.5, output_router_logits=True, router_jitter_noise=0.3)
+    m = from_hf(hf)
+    ids, mask = batch()
+    with torch.no_grad():
+        diff = (hf(ids, attention_mask=mask).logits - m(ids, mask)).abs()[mask.bool()].max()
+    assert diff <= 1e-5, family
