@@ -52,6 +52,19 @@ def feature_lines(cfg: ModelConfig) -> list[str]:
         norms.append("tied embeddings")
     if norms:
         out.append("stream        " + "; ".join(norms))
+    if cfg.moe is not None:
+        out.append("experts       " + moe_line(cfg))
     if not cfg.additive_writes:
         out.append("edge def      " + EDGE_DEFINITION)
     return out
+
+
+def moe_line(cfg: ModelConfig) -> str:
+    """The mixture-of-experts block in words, with the edge definition it keeps (one MLP node)."""
+    m = cfg.moe
+    where = "every layer" if len(m["sparse_layers"]) == cfg.n_layers else f"layers {m['sparse_layers']}"
+    routing = ("top-k of the router logits, softmax over them" if m["routing"] == "topk_softmax" else
+               "softmax, top-k" + (", renormalised" if m["norm_topk"] else ""))
+    shared = f" + sigmoid-gated shared expert (width {m['d_shared']})" if m["d_shared"] else ""
+    return (f"{m['top_k']} of {m['experts']} experts (width {m['d_expert']}) per token on {where}{shared}; "
+            f"router: {routing}; the block (router and experts) is one MLP node, so a patched input re-routes")

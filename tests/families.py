@@ -47,7 +47,7 @@ FAMILIES = {
     # Mixtral: top-2 renormalised, a window of 3 on every layer
     "mixtral": ("mixtral", dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=3)),
     # Qwen2-MoE: layer 0 sparse with a sigmoid-gated shared expert, layer 1 dense (mlp_only_layers), top-2 not
-    # renormalised, q/k/v biases, a window of 3 on layer 1
+    # renormalised, q/k/v biases, a window of 3 on layer 0 (Qwen2MoeConfig: even layers below max_window_layers)
     "qwen2_moe": ("qwen2_moe", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
                                     shared_expert_intermediate_size=24, mlp_only_layers=[1], norm_topk_prob=False,
                                     use_sliding_window=True, sliding_window=3, max_window_layers=1)),
