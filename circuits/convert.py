@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import torch
 
 from circuitstat.core.errors import UnsupportedArchitectureError
-from .convert_moe import MOE_IRRELEVANT, MOE_READ, MOE_TYPES, moe_config, moe_weights
+from .convert_moe import (MOE_IRRELEVANT, MOE_READ, MOE_TYPES, attention_extras, attention_weights, moe_config,
+                          moe_weights)
 from .engine.moe import is_sparse
 from .model import CircuitModel, ModelConfig
 from .rope_config import rope_fields
@@ -80,6 +81,8 @@ FAMILIES.update({  # mixture-of-experts: the MoE block is one MLP node (circuits
     "qwen3_moe": Family(qk_norm="head", source="models/qwen3_moe/modeling_qwen3_moe.py (q_norm/k_norm over head_dim)"),
     "olmoe": Family(qk_norm="full", source="models/olmoe/modeling_olmoe.py (q/k norm over the whole projection, "
                                           "pre-norms)"),
+    "gpt_oss": Family(norm="rmsnorm_f32w", source="models/gpt_oss/modeling_gpt_oss.py (attention sinks, router "
+                                                  "bias, clamped SwiGLU experts with biases)"),
 })
 
 # Fields that do not change the eval-mode forward pass of a single sequence without cache.
@@ -223,6 +226,7 @@ def _decoder_config(c, fam: Family) -> ModelConfig:
         act=getattr(c, fam.act_key), arch=c.model_type, tied_embeddings=_tied(c),
         pre_norm=not fam.post_only, post_norm=fam.sandwich or fam.post_only, qk_norm=fam.qk_norm,
         **_windows(c, c.num_hidden_layers), **rope_fields(c), **extra, moe=moe_config(c),
+        **attention_extras(c),
     )
 
 
@@ -262,6 +266,7 @@ def _decoder(hf) -> tuple[ModelConfig, dict]:
             sd[p + f"W_{name}"], sd[p + f"b_{name}"] = w, bias
         sd[p + "W_O"] = a.o_proj.weight.T.reshape(H, E, D)
         sd[p + "b_O"] = a.o_proj.bias if a.o_proj.bias is not None else zeros(D)
+        sd.update(attention_weights(cfg, a, p))
         if cfg.qk_norm != "none":
             sd[p + "lnq_w"], sd[p + "lnk_w"] = a.q_norm.weight, a.k_norm.weight
         if fam.sandwich:  # Gemma2DecoderLayer: input, post_attention, pre_feedforward, post_feedforward

@@ -13,7 +13,12 @@ The attention, norms and rotary schedules of these families are the decoder layo
   ``mlp_only_layers`` / ``decoder_sparse_step``, no shared expert;
 * ``olmoe`` (models/olmoe/modeling_olmoe.py): q/k RMSNorm over the whole projection (as OLMo 2) but
   Llama's pre-norms (input_layernorm, post_attention_layernorm) and no post-norms; ``norm_topk_prob``;
-  ``clip_qkv`` is refused (check_fields: not read, refused when set).
+  ``clip_qkv`` is refused (check_fields: not read, refused when set);
+* ``gpt_oss`` (models/gpt_oss/modeling_gpt_oss.py): GptOssTopKRouter (a router bias; top-k of the logits,
+  then a softmax over those k), GptOssExperts (biases; ``gate_up_proj`` [X, D, 2F] with gate and up
+  *interleaved* in its columns, ``down_proj`` [X, F, D]; the clamped SwiGLU with ``swiglu_alpha`` and
+  ``swiglu_limit``), attention sinks (``self_attn.sinks``, one logit per head), sliding and full layers
+  alternating (``layer_types``), yarn rope, RMSNorm weight applied in float32, biases on q/k/v/o.
 """
 
 from __future__ import annotations
@@ -22,11 +27,12 @@ import torch
 
 from circuitstat.core.errors import UnsupportedArchitectureError
 
-MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
+MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "gpt_oss")
 
 #: config fields the MoE conversion reads (in addition to circuitstat.circuits.convert.READ)
 MOE_READ = {"num_local_experts", "num_experts", "num_experts_per_tok", "norm_topk_prob", "moe_intermediate_size",
-            "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers", "qkv_bias"}
+            "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers", "qkv_bias", "swiglu_alpha",
+            "swiglu_limit"}
 #: training-only fields: the load-balancing loss, router logits returned for it, jitter noise (applied only in
 #: training mode: MixtralSparseMoeBlock.forward checks self.training)
 MOE_IRRELEVANT = {"router_aux_loss_coef", "output_router_logits", "router_jitter_noise"}
@@ -61,6 +67,10 @@ def moe_config(c) -> dict | None:
     if not 1 <= k <= X:
         raise UnsupportedArchitectureError(f"{kind} config num_experts_per_tok={k} must be in [1, {X}] experts")
     d_expert = getattr(c, "moe_intermediate_size", None) or c.intermediate_size
+    if kind == "gpt_oss":
+        return {"experts": X, "top_k": k, "d_expert": int(d_expert), "d_shared": 0, "norm_topk": False,
+                "routing": "topk_softmax", "router_bias": True, "expert_bias": True, "act": "swiglu_clamp",
+                "swiglu_alpha": float(c.swiglu_alpha), "swiglu_limit": float(c.swiglu_limit), "sparse_layers": layers}
     return {"experts": X, "top_k": k, "d_expert": int(d_expert),
             "d_shared": int(getattr(c, "shared_expert_intermediate_size", 0) or 0) if kind == "qwen2_moe" else 0,
             "norm_topk": True if kind == "mixtral" else bool(c.norm_topk_prob),
@@ -73,6 +83,11 @@ def moe_weights(cfg, block, p: str) -> dict:
     m, F_, D = cfg.moe, cfg.moe["d_expert"], cfg.d_model
     X = m["experts"]
     ex = block.experts
+    if hasattr(block, "router"):  # GptOssMLP: gate and up interleaved in gate_up_proj's columns, biases
+        gu, gub = ex.gate_up_proj, ex.gate_up_proj_bias  # [X, D, 2F], [X, 2F]
+        return {p + "W_router": block.router.weight.T, p + "b_router": block.router.bias,
+                p + "We_gate": gu[..., ::2], p + "We_in": gu[..., 1::2], p + "be_gate": gub[..., ::2],
+                p + "be_in": gub[..., 1::2], p + "We_out": ex.down_proj, p + "be_out": ex.down_proj_bias}
     gate_up, down = ex.gate_up_proj, ex.down_proj  # [X, 2F, D] ([gate | up] rows), [X, D, F]
     zeros = lambda *s: torch.zeros(*s, dtype=gate_up.dtype, device=gate_up.device)  # noqa: E731
     sd = {p + "W_router": block.gate.weight.T, p + "b_router": zeros(X),
@@ -84,3 +99,13 @@ def moe_weights(cfg, block, p: str) -> dict:
         sd.update({p + "Ws_gate": s.gate_proj.weight.T, p + "Ws_in": s.up_proj.weight.T,
                    p + "Ws_out": s.down_proj.weight.T, p + "w_shared": block.shared_expert_gate.weight[0]})
     return sd
+
+
+def attention_extras(c) -> dict:
+    """ModelConfig fields of a family's attention beyond the decoder layout: GPT-OSS's sinks."""
+    return {"attn_sinks": True} if c.model_type == "gpt_oss" else {}
+
+
+def attention_weights(cfg, attn, p: str) -> dict:
+    """The attention weights beyond the decoder layout under prefix ``p``: GPT-OSS's sink logits [H]."""
+    return {p + "sinks": attn.sinks} if cfg.attn_sinks else {}

@@ -111,11 +111,13 @@ def hf_node_eap(hf, task) -> np.ndarray:
     def capture(store, grad: bool):
         def make(kind):
             def hook(module, args, output=None):
-                x = (args[0] if kind == "in" else output) * 1.0
+                # GptOssMLP returns (hidden_states, router_scores): the sender is the first
+                rest = output[1:] if isinstance(output, tuple) else None
+                x = (args[0] if kind == "in" else (output[0] if rest is not None else output)) * 1.0
                 if grad:
                     x.retain_grad()
                 store.append(x)
-                return (x,) if kind == "in" else x
+                return (x,) if kind == "in" else (x if rest is None else (x, *rest))
             return hook
         return [m.register_forward_pre_hook(make("in")) if k == "in" else m.register_forward_hook(make("out"))
                 for m, k in mods]

@@ -56,6 +56,14 @@ FAMILIES = {
                                     norm_topk_prob=True)),
     # OLMoE: q/k norms over the whole projection with pre-norms, top-2 not renormalised
     "olmoe": ("olmoe", dict(num_experts=4, num_experts_per_tok=2, norm_topk_prob=False)),
+    # GPT-OSS: attention sinks, a window of 3 on the first (sliding) layer, full attention on the second, router
+    # bias, top-2 of 4 experts with biases and the clamped SwiGLU (limit 1.5: the scrambled activations reach it),
+    # yarn rope (original context 16)
+    "gpt_oss": ("gpt_oss", dict(head_dim=8, num_local_experts=4, num_experts_per_tok=2, sliding_window=3,
+                                layer_types=["sliding_attention", "full_attention"], swiglu_limit=1.5,
+                                rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                 "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                                                 "original_max_position_embeddings": 16})),
 }
 
 

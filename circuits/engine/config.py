@@ -47,7 +47,8 @@ class ModelConfig:
     layers: {"rope_type": ..., its parameters}) and ``rope_local`` (sliding layers' own schedule with
     its ``rope_theta``, Gemma 3), ``rope_max_positions`` (longest prompt whose rotary frequencies
     are the ones implemented, for length-dependent schedules), ``moe`` (a mixture-of-experts MLP node on
-    the layers it names: circuitstat.circuits.engine.moe).
+    the layers it names: circuitstat.circuits.engine.moe), ``attn_sinks`` (GPT-OSS's per-head sink logit,
+    a column of the softmax that no value is read from: circuitstat.circuits.engine.attention.attention_pattern).
     """
 
     n_layers: int
@@ -81,6 +82,7 @@ class ModelConfig:
     rope_local: dict | None = None
     rope_max_positions: int | None = None
     moe: dict | None = None  # a mixture-of-experts MLP node (circuitstat.circuits.engine.moe.KEYS)
+    attn_sinks: bool = False  # GPT-OSS: a learned per-head logit in each softmax's denominator
 
     def __post_init__(self) -> None:
         for name, value, allowed in (
@@ -111,7 +113,7 @@ class ModelConfig:
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
                                   or v <= 0):
                 raise InputError(f"model config {name} must be a positive number or null, got {v!r}")
-        for name in ("pre_norm", "post_norm"):
+        for name in ("pre_norm", "post_norm", "attn_sinks"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"model config {name} must be true or false")
         for name in ("sliding_window", "rope_max_positions"):

@@ -45,6 +45,8 @@ class Block(nn.Module):
         self.W_Q, self.W_K, self.W_V = p(H, D, E), p(H, D, E), p(H, D, E)
         self.b_Q, self.b_K, self.b_V = p(H, E), p(H, E), p(H, E)
         self.W_O, self.b_O = p(H, E, D), p(D)
+        if cfg.attn_sinks:
+            self.sinks = p(H)
         if cfg.qk_norm == "head":
             self.lnq_w, self.lnk_w = one(E), one(E)
         elif cfg.qk_norm == "full":

@@ -241,6 +241,7 @@ REFUSED = {
     "qwen2_moe": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
     "qwen3_moe": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
     "olmoe": ({"clip_qkv": 4.0}, "clip_qkv=4.0"),  # OlmoeAttention clamps q, k and v: not reproduced
+    "gpt_oss": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
 }
 
 

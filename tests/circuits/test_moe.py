@@ -18,7 +18,14 @@ from circuitstat.circuits.engine.moe import is_sparse, route
 from circuitstat.circuits.engine.norms import mlp_input_norm
 from circuitstat.circuits.tasks import make_task
 
-MOE = ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe"]
+MOE = ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "gpt_oss"]
+
+
+def _router(block):
+    """The router module of an HF sparse block (GPT-OSS: ``router``, the others: ``gate``), or None (dense MLP)."""
+    if not hasattr(block, "experts"):
+        return None
+    return getattr(block, "router", None) or getattr(block, "gate", None)
 
 
 def _task(n: int = 3):
@@ -29,8 +36,8 @@ def _hf_routes(hf, ids, mask) -> dict[int, torch.Tensor]:
     """Per sparse layer, the experts HF's router selects [B, P, k] (sorted), from a hook on the router."""
     got, handles = {}, []
     for i, layer in enumerate(hf.model.layers):
-        gate = getattr(layer.mlp, "gate", None)
-        if gate is None or not hasattr(layer.mlp, "experts"):
+        gate = _router(layer.mlp)
+        if gate is None:
             continue
 
         def hook(module, args, output, i=i):
@@ -120,7 +127,7 @@ def _hf_edge_into_mlp(hf, task, sender: str, layer: int) -> tuple[np.ndarray, in
 
     target = base.layers[layer]
     routes = {}
-    gate_hook = (target.mlp.gate, lambda mod, a, out: routes.__setitem__("r", out[2].reshape(*task.clean.shape, -1)
+    gate_hook = (_router(target.mlp), lambda mod, a, out: routes.__setitem__("r", out[2].reshape(*task.clean.shape, -1)
                                                                           .sort(-1).values), False)
     run(task.clean, [gate_hook])
     before = routes["r"]
@@ -160,3 +167,25 @@ def test_training_only_router_fields_are_irrelevant_in_eval(family):
     with torch.no_grad():
         diff = (hf(ids, attention_mask=mask).logits - m(ids, mask)).abs()[mask.bool()].max()
     assert diff <= 1e-5, family
+
+
+def test_gpt_oss_sinks_and_clamp_change_the_model_and_are_reproduced():
+    """GPT-OSS's attention sinks and the SwiGLU clamp are in their active range in the fixture: without them
+    (sinks at -1e4, a clamp above every activation) HF gives other logits, and circuitstat follows both."""
+    hf = hf_model("gpt_oss", seed=3)
+    no_sinks = hf_model("gpt_oss", seed=3)
+    no_clamp = hf_model("gpt_oss", seed=3, swiglu_limit=1e4)
+    no_clamp.load_state_dict(hf.state_dict())
+    with torch.no_grad():
+        for layer in no_sinks.model.layers:
+            layer.self_attn.sinks.fill_(-1e4)
+    ids, mask = batch()
+    real = mask.bool()
+    with torch.no_grad():
+        ref = hf(ids, attention_mask=mask).logits
+        for other in (no_sinks, no_clamp):
+            theirs = other(ids, attention_mask=mask).logits
+            assert (theirs - ref)[real].abs().max() > 0.1
+            tol = 1e-5 * max(1.0, float(theirs[real].abs().max()))  # float32 rounding of logits of size ~5
+            assert (from_hf(other)(ids, mask) - theirs)[real].abs().max() <= tol
+        assert (from_hf(hf)(ids, mask) - ref)[real].abs().max() <= 1e-5 * max(1.0, float(ref[real].abs().max()))
