@@ -109,3 +109,31 @@ def attention_extras(c) -> dict:
 def attention_weights(cfg, attn, p: str) -> dict:
     """The attention weights beyond the decoder layout under prefix ``p``: GPT-OSS's sink logits [H]."""
     return {p + "sinks": attn.sinks} if cfg.attn_sinks else {}
+
+
+# small shapes for random: specs (circuitstat.circuits.loading._SMALL): 4 experts, 2 active per token
+_LLAMA_SMALL = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
+                    intermediate_size=688, vocab_size=32000, max_position_embeddings=2048, num_experts_per_tok=2)
+MOE_SMALL = {
+    "mixtral": dict(_LLAMA_SMALL, head_dim=32, num_local_experts=4),
+    "qwen2_moe": dict(_LLAMA_SMALL, num_experts=4, moe_intermediate_size=172, shared_expert_intermediate_size=688),
+    "qwen3_moe": dict(_LLAMA_SMALL, head_dim=32, num_experts=4, moe_intermediate_size=172),
+    "olmoe": dict(_LLAMA_SMALL, num_experts=4),
+    # yarn's factor 32 over 4096 original positions: the context it implies (HF warns on any other)
+    "gpt_oss": dict(_LLAMA_SMALL, head_dim=32, num_local_experts=4, sliding_window=128, layer_types=None,
+                    max_position_embeddings=131072),
+}
+
+
+def moe_parameter_bound(model_type: str, values: dict) -> int:
+    """Parameters an MoE config adds beyond one dense gated MLP per layer (every expert held, router, shared expert,
+    expert biases), as an upper bound (every layer counted sparse) for the memory check before allocation."""
+    if model_type not in MOE_TYPES:
+        return 0
+    X = values.get("num_local_experts") or values.get("num_experts") or 0
+    D, L = values.get("hidden_size") or 0, values.get("num_hidden_layers") or 0
+    F_ = values.get("moe_intermediate_size") or values.get("intermediate_size") or 0
+    S = values.get("shared_expert_intermediate_size") or 0 if model_type == "qwen2_moe" else 0
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (X, D, L, F_, S)):
+        return 0  # the shape checks name the bad key
+    return L * (X * (3 * D * F_ + 2 * F_ + D) + X * (D + 1) + 3 * D * S + D)

@@ -25,6 +25,8 @@ def feature_lines(cfg: ModelConfig) -> list[str]:
         layers = [i for i in range(cfg.n_layers) if cfg.is_sliding(i)]
         where = "every layer" if len(layers) == cfg.n_layers else f"layers {layers}"
         attn.append(f"sliding window {cfg.sliding_window} on {where}")
+    if cfg.attn_sinks:
+        attn.append("a learned sink logit per head in the softmax's denominator")
     if cfg.qk_norm != "none":
         attn.append("q/k RMSNorm " + ("per head" if cfg.qk_norm == "head" else "over the whole projection "
                                        "(couples heads: a head's receiver projects every head from its input)"))
@@ -66,5 +68,7 @@ def moe_line(cfg: ModelConfig) -> str:
     routing = ("top-k of the router logits, softmax over them" if m["routing"] == "topk_softmax" else
                "softmax, top-k" + (", renormalised" if m["norm_topk"] else ""))
     shared = f" + sigmoid-gated shared expert (width {m['d_shared']})" if m["d_shared"] else ""
+    if m["act"] == "swiglu_clamp":
+        shared += f"; clamped SwiGLU (alpha {m['swiglu_alpha']:g}, limit {m['swiglu_limit']:g}) with biases"
     return (f"{m['top_k']} of {m['experts']} experts (width {m['d_expert']}) per token on {where}{shared}; "
             f"router: {routing}; the block (router and experts) is one MLP node, so a patched input re-routes")

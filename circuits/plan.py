@@ -218,6 +218,7 @@ def weight_bytes(cfg: ModelConfig, itemsize: int = 4) -> int:
     mlp = (cfg.d_mlp * D * (3 if cfg.mlp == "gated" else 2) + cfg.d_mlp + D) if cfg.has_mlp else 0
     qk = {"none": 0, "head": 2 * dh, "full": (H + cfg.kv_heads) * dh}[cfg.qk_norm]
     per_layer = 4 * H * dh * D + 3 * H * dh + D + norms + qk + mlp  # W_QKVO, b_QKV, b_O, norms, q/k norms, MLP
+    per_layer += H if cfg.attn_sinks else 0  # GPT-OSS's sink logits
     pos = cfg.n_ctx * D if cfg.positional == "learned" else 0
     embeddings = (1 if cfg.tied_embeddings else 2) * V * D
     layers = L * per_layer

@@ -272,7 +272,8 @@ def test_token_ablation_removes_the_scaled_embedding():
     assert torch.equal(x[0, 1], m.embed(ids, m.positions(mask))[0, 1]) and x[0, 1].abs().max() > 0
 
 
-@pytest.mark.parametrize("arch", ["qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2"])
+@pytest.mark.parametrize("arch", ["qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2", "mixtral", "qwen2_moe",
+                                  "qwen3_moe", "olmoe", "gpt_oss"])
 def test_random_specs_have_small_defaults_and_parity(arch):
     """``random:ARCH`` builds a small model of each new family offline (transformers' own config class)."""
     from circuitstat.circuits import load_hf
