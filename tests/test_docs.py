@@ -164,6 +164,8 @@ FAMILY_NAMES = {
     "qwen2": ("qwen2", "Qwen2", "Qwen 2"), "qwen3": ("qwen3", "Qwen3", "Qwen 3"), "mistral": ("mistral", "Mistral"),
     "gemma2": ("gemma2", "Gemma 2", "Gemma-2"), "gemma3_text": ("gemma3_text", "Gemma 3", "Gemma-3"),
     "phi3": ("phi3", "Phi-3"), "olmo2": ("olmo2", "OLMo 2", "OLMo-2"),
+    "mixtral": ("mixtral", "Mixtral"), "qwen2_moe": ("qwen2_moe", "Qwen2-MoE"), "qwen3_moe": ("qwen3_moe", "Qwen3-MoE"),
+    "olmoe": ("olmoe", "OLMoE"), "gpt_oss": ("gpt_oss", "GPT-OSS", "gpt-oss"),
 }
 LIST_WORDS = re.compile(r"support|ARCH is|famil(y|ies):", re.I)
 
