@@ -80,9 +80,10 @@ def test_routing_is_hfs_and_differs_between_clean_and_corrupted(family):
     assert moved >= 1, family  # at least one token's selected experts differ between the clean and corrupted runs
 
 
-def _hf_edge_into_mlp(hf, task, sender: str, layer: int) -> tuple[np.ndarray, int]:
+def _hf_edge_into_mlp(hf, task, sender: str, layer: int, frozen: bool = False) -> tuple[np.ndarray, int]:
     """(effect of the edge ``sender`` (input or a0.h*) -> m{layer} built in HF alone, tokens whose experts the patch changed): the
-    MLP's input (its post_attention_layernorm's input) gains the sender's write difference, nothing else."""
+    MLP's input (its post_attention_layernorm's input) gains the sender's write difference, nothing else.
+    ``frozen``: the router's output (selection and weights) is kept from the clean run instead of re-run."""
     base, cfg = hf.model, hf.config
     E = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     ar, last = torch.arange(task.clean.shape[0]), last_index(task.attention_mask)
@@ -129,9 +130,14 @@ def _hf_edge_into_mlp(hf, task, sender: str, layer: int) -> tuple[np.ndarray, in
     routes = {}
     gate_hook = (_router(target.mlp), lambda mod, a, out: routes.__setitem__("r", out[2].reshape(*task.clean.shape, -1)
                                                                           .sort(-1).values), False)
-    run(task.clean, [gate_hook])
+    kept = {}
+    keep_hook = (_router(target.mlp), lambda mod, a, out: kept.setdefault("out", out), False)
+    run(task.clean, [gate_hook, keep_hook])
     before = routes["r"]
-    patched = run(task.clean, [(target.post_attention_layernorm, add, True), gate_hook])
+    hooks = [(target.post_attention_layernorm, add, True), gate_hook]
+    if frozen:  # the clean run's router output replaces the patched one
+        hooks.append((_router(target.mlp), lambda mod, a, out: kept["out"], False))
+    patched = run(task.clean, hooks)
     changed = int((routes["r"] != before).any(-1)[task.attention_mask.bool()].sum())
     effect = task.score(patched, indices=ar, clean_logits=clean) - task.score(clean, indices=ar, clean_logits=clean)
     return effect.numpy(), changed
@@ -155,6 +161,11 @@ def test_exact_edge_into_a_sparse_mlp_goes_through_the_router_as_in_hf(family):
         seen = max(seen, np.abs(ref).max())
     assert rerouted >= 1, family
     assert seen > 1e-2, family
+    # the router matters to these effects: with HF's routing frozen at the clean run's, some edge's effect moves
+    # by far more than the tolerance above, so an engine that did not re-route would fail this test
+    moved = max(np.abs(_hf_edge_into_mlp(hf, task, s, 0, frozen=True)[0] - _hf_edge_into_mlp(hf, task, s, 0)[0]).max()
+                for s in ["input"] + [f"a0.h{h}" for h in range(m.cfg.n_heads)])
+    assert moved > 100 * 1e-5 * max(1.0, seen), (family, moved)
 
 
 @pytest.mark.parametrize("family", MOE)
