@@ -64,7 +64,7 @@ def check_moe(cfg) -> None:
     if not isinstance(layers, (list, tuple)) or any(isinstance(i, bool) or not isinstance(i, int)
                                                     or not 0 <= i < cfg.n_layers for i in layers):
         raise InputError(f"model config moe.sparse_layers must list layer indices in [0, {cfg.n_layers})")
-    moe["sparse_layers"] = sorted(set(layers))
+    cfg.moe = {**moe, "sparse_layers": sorted(set(layers))}  # a copy: the caller's dict stays as given
     if not cfg.has_mlp or cfg.mlp != "gated":
         raise InputError("model config moe needs mlp='gated' (dense layers are gated MLPs)")
 

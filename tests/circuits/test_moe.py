@@ -200,3 +200,32 @@ def test_gpt_oss_sinks_and_clamp_change_the_model_and_are_reproduced():
             tol = 1e-5 * max(1.0, float(theirs[real].abs().max()))  # float32 rounding of logits of size ~5
             assert (from_hf(other)(ids, mask) - theirs)[real].abs().max() <= tol
         assert (from_hf(hf)(ids, mask) - ref)[real].abs().max() <= 1e-5 * max(1.0, float(ref[real].abs().max()))
+
+
+def test_moe_models_save_and_load_in_the_own_format_bit_identically(tmp_path):
+    """The MoE block and GPT-OSS's sinks survive circuitstat's own format (config.json + safetensors)."""
+    from circuitstat.circuits import load_model
+
+    m = from_hf(hf_model("gpt_oss", seed=1))
+    m.save(tmp_path / "m")
+    back = load_model(tmp_path / "m")
+    assert back.cfg.moe == m.cfg.moe and back.cfg.attn_sinks
+    ids, mask = batch()
+    with torch.no_grad():
+        assert torch.equal(back(ids, mask), m(ids, mask))
+
+
+def test_a_malformed_moe_config_is_refused_naming_the_key():
+    from dataclasses import asdict
+
+    from circuitstat.circuits.engine.config import ModelConfig
+    from circuitstat.core.errors import InputError
+
+    good = asdict(from_hf(hf_model("mixtral")).cfg)
+    for change, words in (({"top_k": 5}, "moe.top_k=5 exceeds moe.experts=4"), ({"routing": "sinkhorn"}, "moe.routing"),
+                          ({"sparse_layers": [2]}, "moe.sparse_layers"), ({"experts": 0}, "moe.experts")):
+        with pytest.raises(InputError, match=words.replace(".", r"\.")):
+            ModelConfig.from_dict({**good, "moe": {**good["moe"], **change}})
+    missing = {k: v for k, v in good["moe"].items() if k != "d_shared"}
+    with pytest.raises(InputError, match="missing \\['d_shared'\\]"):
+        ModelConfig.from_dict({**good, "moe": missing})
