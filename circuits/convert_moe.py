@@ -83,6 +83,11 @@ def moe_weights(cfg, block, p: str) -> dict:
     m, F_, D = cfg.moe, cfg.moe["d_expert"], cfg.d_model
     X = m["experts"]
     ex = block.experts
+    if not isinstance(getattr(ex, "gate_up_proj", None), torch.Tensor) or not ex.gate_up_proj.is_floating_point():
+        # e.g. gpt-oss checkpoints' MXFP4 experts, replaced by a quantized module when loaded as stored
+        raise UnsupportedArchitectureError(
+            f"{cfg.arch}: the experts are quantized (quantization_config); circuitstat converts float weights only: "
+            "dequantize the checkpoint to bfloat16 or float32 first")
     if hasattr(block, "router"):  # GptOssMLP: gate and up interleaved in gate_up_proj's columns, biases
         gu, gub = ex.gate_up_proj, ex.gate_up_proj_bias  # [X, D, 2F], [X, 2F]
         return {p + "W_router": block.router.weight.T, p + "b_router": block.router.bias,
