@@ -20,9 +20,14 @@ dense gated MLP of width ``d_mlp`` (Qwen2/3-MoE's ``mlp_only_layers`` and ``deco
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from circuitstat.core.errors import InputError
+
+if TYPE_CHECKING:  # config.py imports this module to check ModelConfig.moe
+    from .config import ModelConfig
 
 ROUTINGS = ("softmax_topk", "topk_softmax")
 EXPERT_ACTS = ("gated", "swiglu_clamp")
@@ -43,7 +48,7 @@ KEYS = {
 }
 
 
-def check_moe(cfg) -> None:
+def check_moe(cfg: ModelConfig) -> None:
     """InputError naming the first key of ``cfg.moe`` that is missing, unknown or out of range."""
     moe = cfg.moe
     if moe is None:
@@ -69,12 +74,12 @@ def check_moe(cfg) -> None:
         raise InputError("model config moe needs mlp='gated' (dense layers are gated MLPs)")
 
 
-def is_sparse(cfg, layer: int) -> bool:
+def is_sparse(cfg: ModelConfig, layer: int) -> bool:
     """Whether ``layer``'s MLP node is the MoE block."""
     return cfg.moe is not None and layer in cfg.moe["sparse_layers"]
 
 
-def parameter_shapes(cfg) -> dict[str, tuple[int, ...]]:
+def parameter_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Name -> shape of an MoE layer's weights (x W convention: inputs on the left)."""
     m, D = cfg.moe, cfg.d_model
     X, F_, S = m["experts"], m["d_expert"], m["d_shared"]
@@ -85,7 +90,7 @@ def parameter_shapes(cfg) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def route(cfg, blk, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def route(cfg: ModelConfig, blk, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(selected experts [N, k], their weights [N, k] in float32 or wider) of tokens ``x`` [N, D]."""
     m = cfg.moe
     logits = x @ blk.W_router + blk.b_router
@@ -100,7 +105,7 @@ def route(cfg, blk, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return idx, top
 
 
-def _expert(cfg, blk, e: int, x: torch.Tensor, act) -> torch.Tensor:
+def _expert(cfg: ModelConfig, blk, e: int, x: torch.Tensor, act) -> torch.Tensor:
     """Expert ``e``'s output for tokens ``x`` [n, D]."""
     gate = x @ blk.We_gate[e] + blk.be_gate[e]
     up = x @ blk.We_in[e] + blk.be_in[e]
@@ -113,7 +118,7 @@ def _expert(cfg, blk, e: int, x: torch.Tensor, act) -> torch.Tensor:
     return hidden @ blk.We_out[e] + blk.be_out[e]
 
 
-def moe_block(cfg, blk, h: torch.Tensor, act) -> torch.Tensor:
+def moe_block(cfg: ModelConfig, blk, h: torch.Tensor, act) -> torch.Tensor:
     """The MoE block's output for normalised inputs ``h`` [..., D] (``act``: the experts' activation)."""
     shape = h.shape
     x = h.reshape(-1, shape[-1])
@@ -130,7 +135,7 @@ def moe_block(cfg, blk, h: torch.Tensor, act) -> torch.Tensor:
     return out.reshape(shape)
 
 
-def mlp_params(cfg, layer: int) -> int:
+def mlp_params(cfg: ModelConfig, layer: int) -> int:
     """Weights of ``layer``'s MLP node (without its norms): all experts held, router, shared expert."""
     if not is_sparse(cfg, layer):
         return cfg.d_mlp * cfg.d_model * 3 + cfg.d_mlp + cfg.d_model
@@ -143,7 +148,7 @@ def mlp_params(cfg, layer: int) -> int:
     return total
 
 
-def mlp_flops_per_token(cfg, layer: int) -> int:
+def mlp_flops_per_token(cfg: ModelConfig, layer: int) -> int:
     """Matmul FLOPs of ``layer``'s MLP node per token: the router, the top-k active experts and the shared expert
     (dense layers: the gated MLP)."""
     D = cfg.d_model
@@ -154,7 +159,7 @@ def mlp_flops_per_token(cfg, layer: int) -> int:
     return 2 * D * m["experts"] + m["top_k"] * 2 * D * m["d_expert"] * 3 + shared
 
 
-def active_width(cfg) -> int:
+def active_width(cfg: ModelConfig) -> int:
     """The widest hidden activation per token of any layer's MLP node (memory of one layer's activations)."""
     if cfg.moe is None:
         return cfg.d_mlp
