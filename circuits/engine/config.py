@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 import torch.nn.functional as F
 
 from circuitstat.core.errors import InputError
+from .moe_config import check_moe
 
 #: ``rmsnorm``: Llama's (normalise in float32, cast, then scale by w); ``rmsnorm_f32w``: OLMo 2's
 #: (scale by w in float32, then cast); ``rmsnorm_1p``: Gemma's (scale by 1 + w in float32, then cast).
@@ -81,7 +82,7 @@ class ModelConfig:
     rope: dict | None = None
     rope_local: dict | None = None
     rope_max_positions: int | None = None
-    moe: dict | None = None  # a mixture-of-experts MLP node (circuitstat.circuits.engine.moe.KEYS)
+    moe: dict | None = None  # a mixture-of-experts MLP node (circuitstat.circuits.engine.moe_config.KEYS)
     attn_sinks: bool = False  # GPT-OSS: a learned per-head logit in each softmax's denominator
 
     def __post_init__(self) -> None:
@@ -136,8 +137,6 @@ class ModelConfig:
                 raise InputError(f"model config {name} must be a dict with rope_type one of {', '.join(ROPE_TYPES)}")
             if self.positional != "rotary":
                 raise InputError(f"model config {name} needs positional='rotary'")
-        from .moe import check_moe
-
         check_moe(self)
         if self.qk_norm == "full" and self.n_kv_heads not in (None, self.n_heads) and self.n_heads % self.n_kv_heads:
             raise InputError("model config n_heads must be a multiple of n_kv_heads")
