@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import torch
 
-from .engine.attention import attention_pattern, project_shared, qk_normalize
+from .engine.attention import attention_pattern, head_sinks, project_shared, qk_normalize
 from .engine.gradients import GradientGates
 from .engine.masks import layer_masks
 from .engine.norms import attn_input_norm
@@ -143,7 +143,8 @@ def qk_fix_columns(model, out, mask: torch.Tensor, writes: torch.Tensor, head_gr
                 scores[:, (c[:, None] + torch.arange(U, device=c.device)).flatten()] = 0.0
             continue
         ok = allowed[cfg.is_sliding(layer)]
-        A0 = attention_pattern(cfg, q0, k0, ok)  # [B, H, P, P]
+        sinks = head_sinks(model.blocks[layer])  # GPT-OSS: the sink column of every pattern
+        A0 = attention_pattern(cfg, q0, k0, ok, sinks)  # [B, H, P, P]
         x = out.resid_pre[layer].detach()
         live = (writes[:, :U] != 0).flatten(2).any(-1)  # [B, U]: a zero write changes nothing, exactly
         step = max(1, PATTERN_CHUNK // max(1, B * H * P * P))
@@ -155,7 +156,9 @@ def qk_fix_columns(model, out, mask: torch.Tensor, writes: torch.Tensor, head_gr
             qn, kn = _patched_qk(model, layer, xs, rows)  # [B*u, H, P, E]
             qn, kn = (t.reshape(B, u * H, P, -1) for t in (qn, kn))
             rep = lambda t: t[:, None].expand(B, u, H, *t.shape[2:]).reshape(B, u * H, *t.shape[2:])  # noqa: E731
-            for kind, A in (("q", attention_pattern(cfg, qn, rep(k0), ok)), ("k", attention_pattern(cfg, rep(q0), kn, ok))):
+            su = None if sinks is None else sinks.repeat(1, u, 1, 1)  # [1, u H, 1, 1], as the heads' order
+            for kind, A in (("q", attention_pattern(cfg, qn, rep(k0), ok, su)),
+                            ("k", attention_pattern(cfg, rep(q0), kn, ok, su))):
                 d = ((A.view(B, u, H, P, P) - A0[:, None]) * GA[:, None]).sum((-1, -2))  # [B, u, H]
                 d = d * live[:, us, None]
                 idx = (cols[kind][None, :] + torch.arange(us.start, us.stop, device=scores.device)[:, None]).flatten()

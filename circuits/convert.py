@@ -25,12 +25,16 @@ import torch
 from circuitstat.core.errors import UnsupportedArchitectureError
 from .config_fields import check_unread_fields, refuse
 from .convert_dense import CONVERTERS as DENSE_CONVERTERS
+from .convert_moe import (MOE_IRRELEVANT, MOE_READ, MOE_TYPES, attention_extras, attention_weights, moe_config,
+                          moe_weights)
+from .engine.moe import is_sparse
 from .model import CircuitModel, ModelConfig
 from .rope_config import rope_fields
 
 SUPPORTED = ("gpt2", "gpt_neox", "llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2",
              "gemma", "granite", "smollm3", "olmo", "starcoder2")
 SUPPORTED += ("phi", "gptj", "cohere", "stablelm", "falcon")  # circuits/convert_dense.py
+SUPPORTED += MOE_TYPES  # mixture-of-experts families (circuitstat.circuits.convert_moe)
 
 # model types that are not a family but hold one: where the supported family is, in the refusal
 POINTERS = {
@@ -94,6 +98,15 @@ FAMILIES = {
                          source="models/starcoder2/modeling_starcoder2.py (nn.LayerNorm with bias, c_fc/c_proj MLP, "
                                 "use_bias on every projection, a window on every layer)"),
 }
+FAMILIES.update({  # mixture-of-experts: the MoE block is one MLP node (circuitstat.circuits.convert_moe)
+    "mixtral": Family(source="models/mixtral/modeling_mixtral.py (sparse MoE block, window on every layer)"),
+    "qwen2_moe": Family(source="models/qwen2_moe/modeling_qwen2_moe.py (shared expert, qkv_bias)"),
+    "qwen3_moe": Family(qk_norm="head", source="models/qwen3_moe/modeling_qwen3_moe.py (q_norm/k_norm over head_dim)"),
+    "olmoe": Family(qk_norm="full", source="models/olmoe/modeling_olmoe.py (q/k norm over the whole projection, "
+                                          "pre-norms)"),
+    "gpt_oss": Family(norm="rmsnorm_f32w", source="models/gpt_oss/modeling_gpt_oss.py (attention sinks, router "
+                                                  "bias, clamped SwiGLU experts with biases)"),
+})
 
 # Fields that do not change the eval-mode forward pass of a single sequence without cache.
 IRRELEVANT = {"initializer_range", "use_cache", "bos_token_id", "eos_token_id", "pad_token_id", "attention_dropout",
@@ -121,7 +134,7 @@ def check_fields(c) -> None:
     would not reproduce: a family field that is neither read nor irrelevant and differs from its default,
     or a value of a read field that is refused."""
     kind = c.model_type
-    check_unread_fields(c, READ | IRRELEVANT)
+    check_unread_fields(c, READ | IRRELEVANT | MOE_READ | MOE_IRRELEVANT)
     if getattr(c, "use_bidirectional_attention", False):
         raise _refuse(kind, "use_bidirectional_attention", True, "only causal attention is supported")
     if kind == "gemma3_text" and getattr(c, "attn_logit_softcapping", None) is not None:
@@ -230,6 +243,7 @@ def _decoder_config(c, fam: Family) -> ModelConfig:
         act=getattr(c, fam.act_key), arch=c.model_type, tied_embeddings=_tied(c),
         pre_norm=not fam.post_only, post_norm=fam.sandwich or fam.post_only, qk_norm=fam.qk_norm,
         **_windows(c, c.num_hidden_layers), **rope_fields(c), **_family_extras(c, fam, D), **_nope(c, fam),
+        moe=moe_config(c), **attention_extras(c),
     )
 
 
@@ -298,6 +312,7 @@ def _decoder(hf) -> tuple[ModelConfig, dict]:
             sd[p + f"W_{name}"], sd[p + f"b_{name}"] = w, bias
         sd[p + "W_O"] = a.o_proj.weight.T.reshape(H, E, D)
         sd[p + "b_O"] = a.o_proj.bias if a.o_proj.bias is not None else zeros(D)
+        sd.update(attention_weights(cfg, a, p))
         if cfg.qk_norm != "none":
             sd[p + "lnq_w"], sd[p + "lnk_w"] = a.q_norm.weight, a.k_norm.weight
         if fam.sandwich:  # Gemma2DecoderLayer: input, post_attention, pre_feedforward, post_feedforward
@@ -311,7 +326,10 @@ def _decoder(hf) -> tuple[ModelConfig, dict]:
         else:  # LlamaDecoderLayer: post_attention_layernorm is the MLP's input norm
             sd[p + "ln1_w"], sd[p + "ln1_b"] = _norm_params(b.input_layernorm, D)
             sd[p + "ln2_w"], sd[p + "ln2_b"] = _norm_params(b.post_attention_layernorm, D)
-        sd.update(_mlp_weights(cfg, b.mlp, fam.fused, p))
+        if is_sparse(cfg, i):
+            sd.update(moe_weights(cfg, b.mlp, p))
+        else:
+            sd.update(_mlp_weights(cfg, b.mlp, fam.fused, p))
     if fam.granite:
         _fold_residual_multiplier(sd, cfg.n_layers, float(c.residual_multiplier))
     return cfg, sd

@@ -29,6 +29,8 @@ def feature_lines(cfg: ModelConfig) -> list[str]:
         attn.append(f"sliding window {cfg.sliding_window} on {where}")
     if cfg.clip_qkv is not None:
         attn.append(f"q, k and v clamped to ±{cfg.clip_qkv:g} (part of each head's receivers)")
+    if cfg.attn_sinks:
+        attn.append("a learned sink logit per head in the softmax's denominator")
     if cfg.qk_norm != "none":
         where = {"head": "per head", "each_head": "per head, each head its own weights",
                  "full": "over the whole projection (couples heads: a head's receiver projects every head from its input)"}
@@ -68,6 +70,21 @@ def feature_lines(cfg: ModelConfig) -> list[str]:
         norms.append("tied embeddings")
     if norms:
         out.append("stream        " + "; ".join(norms))
+    if cfg.moe is not None:
+        out.append("experts       " + moe_line(cfg))
     if not cfg.additive_writes:
         out.append("edge def      " + EDGE_DEFINITION)
     return out
+
+
+def moe_line(cfg: ModelConfig) -> str:
+    """The mixture-of-experts block in words, with the edge definition it keeps (one MLP node)."""
+    m = cfg.moe
+    where = "every layer" if len(m["sparse_layers"]) == cfg.n_layers else f"layers {m['sparse_layers']}"
+    routing = ("top-k of the router logits, softmax over them" if m["routing"] == "topk_softmax" else
+               "softmax, top-k" + (", renormalised" if m["norm_topk"] else ""))
+    shared = f" + sigmoid-gated shared expert (width {m['d_shared']})" if m["d_shared"] else ""
+    if m["act"] == "swiglu_clamp":
+        shared += f"; clamped SwiGLU (alpha {m['swiglu_alpha']:g}, limit {m['swiglu_limit']:g}) with biases"
+    return (f"{m['top_k']} of {m['experts']} experts (width {m['d_expert']}) per token on {where}{shared}; "
+            f"router: {routing}; the block (router and experts) is one MLP node, so a patched input re-routes")

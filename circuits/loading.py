@@ -32,6 +32,7 @@ from circuitstat.core.errors import InputError, UnsupportedArchitectureError
 from .cache import conversion_dir, weight_hash_memo
 from .config_values import check_config_values
 from .convert import FAMILIES, POINTERS, SUPPORTED, from_hf, unsupported
+from .convert_moe import MOE_SMALL, moe_parameter_bound
 from .limits import check_bytes
 from .model import CircuitModel, ModelConfig
 from .own_format import (MAX_CONFIG_BYTES, check_own_config, check_recorded_weight_hash, circuit_parameters,
@@ -56,6 +57,7 @@ for _arch in ("qwen3", "mistral", "gemma2", "gemma3_text", "gemma", *_NO_HEAD_DI
 _SMALL["phi3"].update(original_max_position_embeddings=2048)
 for _arch in ("gemma2", "gemma3_text"):
     _SMALL[_arch].update(query_pre_attn_scalar=32)
+_SMALL.update(MOE_SMALL)  # mixture-of-experts families: 4 experts, 2 active (circuitstat.circuits.convert_moe)
 
 # Per family: (layers, heads, width, vocabulary, positions, MLP width) config keys.
 _SHAPE_KEYS = {
@@ -116,7 +118,7 @@ def check_hf_config(model_type: str, values: dict, where: str, *, allow_large: b
         if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float))
                                 or not math.isfinite(eps) or eps < 0):
             raise InputError(f"{where}: {key} must be a non-negative number; fix {key}")
-    n = circuit_parameters(L, H, D, E, F, V, P)
+    n = circuit_parameters(L, H, D, E, F, V, P) + moe_parameter_bound(model_type, values)
     check_bytes(n * BYTES_PER_PARAM, f"{where} ({n:,} parameters)", allow_large=allow_large)
     return n
 

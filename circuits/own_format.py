@@ -66,14 +66,19 @@ def check_own_config(data: dict, where: str, allow_large: bool) -> ModelConfig:
     for key in ("norm", "positional", "mlp", "act", "arch"):
         if not isinstance(data.get(key, ""), str):
             raise InputError(f"{where}: {key} must be a string; fix {key}")
-    n = circuit_parameters(L, H, D, E, d_mlp, V, P)
-    check_bytes(n * 4, f"{where} ({n:,} parameters)", allow_large=allow_large)
     try:
-        return ModelConfig.from_dict(data)
+        cfg = ModelConfig.from_dict(data)  # checks every field (a mixture-of-experts block's too); allocates nothing
     except InputError:
         raise
     except (TypeError, ValueError):
         raise InputError(f"{where}: a model config value has the wrong type; fix config.json") from None
+    n = circuit_parameters(L, H, D, E, d_mlp, V, P)
+    if cfg.moe is not None:  # every expert is held (circuitstat.circuits.engine.moe)
+        from .engine.moe import mlp_params
+
+        n += sum(mlp_params(cfg, layer) for layer in range(L))
+    check_bytes(n * 4, f"{where} ({n:,} parameters)", allow_large=allow_large)
+    return cfg
 
 
 def read_json_object(path: Path, what: str) -> dict:

@@ -184,12 +184,15 @@ def hf_node_eap(hf, task) -> np.ndarray:
     def capture(store, grad: bool):
         def make(kind):
             def hook(module, args, output=None):
-                x = (args[0] if kind == "in" else output) * 1.0
+                # GptOssMLP returns (hidden_states, router_scores): the sender is the first
+                rest = output[1:] if isinstance(output, tuple) else None
+                x = (args[0] if kind == "in" else (output[0] if rest is not None else output)) * 1.0
                 if grad:
                     x.retain_grad()
                 store.append(x)
-                # a copy goes on: Falcon adds the attention output into the MLP's output in place
-                return (x,) if kind == "in" else x * 1.0
+                # a copy goes on: Falcon adds the attention output into the MLP's output in place; GPT-OSS's MLP
+                # returns a tuple (its router scores ride along)
+                return (x,) if kind == "in" else (x * 1.0 if rest is None else (x * 1.0, *rest))
             return hook
         return [m.register_forward_pre_hook(make("in")) if k == "in" else m.register_forward_hook(make("out"))
                 for m, k in mods]

@@ -31,7 +31,10 @@ contraction per gradient run instead of one per batch or sender group).  Soft-ca
 (the scores are computed in full and masked), embedding scales and per-head q/k norms are
 elementwise, as are Granite's multipliers (its residual_multiplier is folded into the weights), OLMo 1's
 clip_qkv clamp and SmolLM3's NoPE layers (no rotation).  Tied embeddings hold one [V, D] matrix; an ungated MLP
-(GPT-2, NeoX, StarCoder2) has two matrices, a gated one three.
+(GPT-2, NeoX, StarCoder2) has two matrices, a gated one three.  A mixture-of-experts MLP node
+(circuitstat.circuits.engine.moe) costs per token its router, its top-k active experts and any shared
+expert (dense layers of the same model their gated MLP; the per-layer mean where the two mix), while
+its memory holds every expert; activations are as wide as the active experts.
 
 FLOPs count matrix multiplications (2 per multiply-add); elementwise work is left out. The backward
 of a run whose weights are frozen costs one matmul per linear map and two per attention product.
@@ -52,6 +55,7 @@ import numpy as np
 from circuitstat.core.errors import InputError
 from .graph import ComponentGraph
 from .engine.config import ModelConfig
+from .engine.moe import active_width, mlp_flops_per_token as moe_flops_per_token, mlp_params as moe_params
 from .limits import parse_bytes  # noqa: F401 - re-exported: sizes such as --max-memory 2GiB
 
 METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted",
@@ -68,6 +72,8 @@ def _mlp_flops(cfg: ModelConfig, q: int) -> int:
     """The MLP at ``q`` positions."""
     if not cfg.has_mlp:
         return 0
+    if cfg.moe is not None:  # per token: router, the top-k active experts, the shared expert; mean over layers
+        return round(q * sum(moe_flops_per_token(cfg, layer) for layer in range(cfg.n_layers)) / cfg.n_layers)
     return 2 * q * cfg.d_model * cfg.d_mlp * (3 if cfg.mlp == "gated" else 2)
 
 
@@ -215,9 +221,13 @@ def weight_bytes(cfg: ModelConfig, itemsize: int = 4) -> int:
     qk = {"none": 0, "head": 2 * dh, "full": (H + cfg.kv_heads) * dh, "each_head": 2 * H * dh}[cfg.qk_norm]
     qk *= 2 if cfg.norm == "layernorm" else 1  # LayerNorm q/k norms: weights and biases
     per_layer = 4 * H * dh * D + 3 * H * dh + D + norms + qk + mlp  # W_QKVO, b_QKV, b_O, norms, q/k norms, MLP
+    per_layer += H if cfg.attn_sinks else 0  # GPT-OSS's sink logits
     pos = cfg.n_ctx * D if cfg.positional == "learned" else 0
     embeddings = (1 if cfg.tied_embeddings else 2) * V * D
-    return itemsize * (L * per_layer + embeddings + V + 2 * D + pos)
+    layers = L * per_layer
+    if cfg.moe is not None:  # every expert is held, whichever a token uses: the MLP node per layer
+        layers += sum(moe_params(cfg, layer) for layer in range(L)) - L * mlp
+    return itemsize * (layers + embeddings + V + 2 * D + pos)
 
 
 def exact_example_bytes(cfg: ModelConfig, graph: ComponentGraph, P: int, itemsize: int = 4) -> int:
@@ -231,7 +241,7 @@ def exact_example_bytes(cfg: ModelConfig, graph: ComponentGraph, P: int, itemsiz
 def exact_row_bytes(cfg: ModelConfig, P: int, itemsize: int = 4) -> int:
     """One suffix-forward row at its peak: gathered residuals and Δz, one layer's activations, logits."""
     D, H, dh = cfg.d_model, cfg.n_heads, cfg.d_head
-    mlp = 3 * P * cfg.d_mlp if cfg.has_mlp else 0
+    mlp = 3 * P * active_width(cfg) if cfg.has_mlp else 0
     full = 2 * P * _qk_width(cfg, 0) if cfg.qk_norm == "full" else 0  # a row's whole normalised projection
     return itemsize * (8 * P * D + 4 * H * P * dh + 2 * H * P * P + mlp + full) + 4 * cfg.vocab_size
 
@@ -240,7 +250,7 @@ def gradient_example_bytes(cfg: ModelConfig, graph: ComponentGraph, P: int, meth
     """One example of a gradient method at its peak: the autograd graph of one run with per-head
     receiver inputs, the receiver gradients (and their running sum for IG), sender outputs and Δz."""
     D, H, dh, L, U = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.n_layers, graph.n_senders
-    mlp = 2 * P * cfg.d_mlp if cfg.has_mlp else 0
+    mlp = 2 * P * active_width(cfg) if cfg.has_mlp else 0
     saved = L * (12 * H * P * D + 3 * H * P * dh + 2 * H * P * P + H * P * D + 4 * P * D + mlp)
     if cfg.post_norm:
         saved += L * 3 * P * D  # S_l kept, and the post-norm's saved input and output

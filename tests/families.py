@@ -67,6 +67,28 @@ FAMILIES = {
     # Falcon 40B/180B layout: new_decoder_architecture (grouped fused qkv, ln_attn / ln_mlp), biases
     "falcon": ("falcon", dict(new_decoder_architecture=True, num_kv_heads=2, bias=True, ffn_hidden_size=64,
                               tie_word_embeddings=False)),
+    # mixture-of-experts (circuitstat.circuits.engine.moe): 4 experts, more than one active per token, router
+    # weights scrambled so clean and corrupted prompts route differently (asserted in test_families.py)
+    # Mixtral: top-2 renormalised, a window of 3 on every layer
+    "mixtral": ("mixtral", dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=3)),
+    # Qwen2-MoE: layer 0 sparse with a sigmoid-gated shared expert, layer 1 dense (mlp_only_layers), top-2 not
+    # renormalised, q/k/v biases, a window of 3 on layer 0 (Qwen2MoeConfig: even layers below max_window_layers)
+    "qwen2_moe": ("qwen2_moe", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                                    shared_expert_intermediate_size=24, mlp_only_layers=[1], norm_topk_prob=False,
+                                    use_sliding_window=True, sliding_window=3, max_window_layers=1)),
+    # Qwen3-MoE: per-head q/k norms, top-3 of 4 renormalised
+    "qwen3_moe": ("qwen3_moe", dict(head_dim=8, num_experts=4, num_experts_per_tok=3, moe_intermediate_size=16,
+                                    norm_topk_prob=True)),
+    # OLMoE: q/k norms over the whole projection with pre-norms, top-2 not renormalised
+    "olmoe": ("olmoe", dict(num_experts=4, num_experts_per_tok=2, norm_topk_prob=False)),
+    # GPT-OSS: attention sinks, a window of 3 on the first (sliding) layer, full attention on the second, router
+    # bias, top-2 of 4 experts with biases and the clamped SwiGLU (limit 1.5: the scrambled activations reach it),
+    # yarn rope (original context 16)
+    "gpt_oss": ("gpt_oss", dict(head_dim=8, num_local_experts=4, num_experts_per_tok=2, sliding_window=3,
+                                layer_types=["sliding_attention", "full_attention"], swiglu_limit=1.5,
+                                rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                 "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                                                 "original_max_position_embeddings": 16})),
 }
 
 

@@ -166,6 +166,8 @@ FAMILY_NAMES = {
     "phi3": ("phi3", "Phi-3"), "olmo2": ("olmo2", "OLMo 2", "OLMo-2"),
     "gemma": ("gemma", "Gemma 1"), "granite": ("granite", "Granite"), "smollm3": ("smollm3", "SmolLM3"),
     "olmo": ("olmo", "OLMo 1"), "starcoder2": ("starcoder2", "StarCoder2"),
+    "mixtral": ("mixtral", "Mixtral"), "qwen2_moe": ("qwen2_moe", "Qwen2-MoE"), "qwen3_moe": ("qwen3_moe", "Qwen3-MoE"),
+    "olmoe": ("olmoe", "OLMoE"), "gpt_oss": ("gpt_oss", "GPT-OSS", "gpt-oss"),
 }
 FAMILY_NAMES.update({"phi": ("phi", "Phi-1", "Phi-2"), "gptj": ("gptj", "GPT-J"), "cohere": ("cohere", "Cohere"),
                      "stablelm": ("stablelm", "StableLM"), "falcon": ("falcon", "Falcon")})

@@ -143,12 +143,15 @@ def project_rows(cfg: ModelConfig, blk, x: torch.Tensor, local: torch.Tensor) ->
     return new
 
 
-def attention_pattern(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+def attention_pattern(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor,
+                      sinks: torch.Tensor | None = None) -> torch.Tensor:
     """Attention pattern (float32) [B, H, Pq, Pk] of queries ``q`` over keys ``k``.
 
     Scores are scaled by 1/sqrt(d_head), by query_pre_attn_scalar**-0.5 (Gemma) or by Granite's
-    attention_multiplier, then soft-capped
-    as cap * tanh(s / cap) where the model does (Gemma 2: ``eager_attention_forward``'s softcap)."""
+    attention_multiplier, then soft-capped as cap * tanh(s / cap) where the model does (Gemma 2:
+    ``eager_attention_forward``'s softcap).
+    ``sinks`` (GPT-OSS, broadcastable to [B, H, Pq, 1]: each row's head's sink logit) is a column of the
+    softmax dropped afterwards, so a row's weights sum to less than 1 (GptOss ``eager_attention_forward``)."""
     scores = (q @ k.transpose(-1, -2)).float()
     if cfg.attn_multiplier is not None:  # Granite: scores * attention_multiplier (GraniteAttention.scaling)
         scores = scores * cfg.attn_multiplier
@@ -159,13 +162,26 @@ def attention_pattern(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, allowe
     if cfg.attn_softcap is not None:
         scores = torch.tanh(scores / cfg.attn_softcap) * cfg.attn_softcap
     scores = scores.masked_fill(~allowed, float("-inf"))
-    return scores.softmax(-1)
+    if sinks is None:
+        return scores.softmax(-1)
+    sink = sinks.float().expand(*scores.shape[:-1], 1)
+    return torch.cat((scores, sink), -1).softmax(-1)[..., :-1]
+
+
+def head_sinks(blk, heads: torch.Tensor | int | None = None) -> torch.Tensor | None:
+    """The sink logits of ``blk`` shaped for :func:`attention_pattern`: every head [1, H, 1, 1], or one head per
+    row (``heads`` [R] or an int) [R, 1, 1, 1]; None for a model without sinks."""
+    if not hasattr(blk, "sinks"):
+        return None
+    if heads is None:
+        return blk.sinks.view(1, -1, 1, 1)
+    return blk.sinks[heads].reshape(-1, 1, 1, 1)
 
 
 def attend(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-           allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+           allowed: torch.Tensor, sinks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention pattern (float32, :func:`attention_pattern`) and the heads' mixed values [B, H, Pq, E]."""
-    pattern = attention_pattern(cfg, q, k, allowed)
+    pattern = attention_pattern(cfg, q, k, allowed, sinks)
     return pattern, pattern.to(v.dtype) @ v
 
 
@@ -210,7 +226,7 @@ def attention_block(cfg: ModelConfig, blk, resid, dense, sparse, allowed, rot, p
         ar = torch.arange(q.shape[0], device=q.device)
         q = q[ar, :, q_at][:, :, None]  # [B, H, 1, E]
         allowed = allowed[ar, :, q_at][:, :, None]
-    pattern, zc = attend(cfg, q, k_, v, allowed)
+    pattern, zc = attend(cfg, q, k_, v, allowed, head_sinks(blk))
     if per_head:
         return per_head_bmm(zc, blk.W_O), None, pattern
     B, H, Pq, E = zc.shape

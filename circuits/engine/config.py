@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 import torch.nn.functional as F
 
 from circuitstat.core.errors import InputError
+from .moe_config import check_moe
 
 #: ``rmsnorm``: Llama's (normalise in float32, cast, then scale by w); ``rmsnorm_f32w``: OLMo 2's
 #: (scale by w in float32, then cast); ``rmsnorm_1p``: Gemma's (scale by 1 + w in float32, then cast).
@@ -54,7 +55,10 @@ class ModelConfig:
     and keys are rotated (SmolLM3's NoPE layers have no positional encoding at all; None: every layer);
     ``clip_qkv``: every query, key and value clamped to [-clip_qkv, clip_qkv] right after its projection (OLMo 1);
     ``rotary_interleaved`` (rotation of feature pairs (2i, 2i+1): GPT-J's rotate_every_two, Cohere; default: the halves, Llama's rotate_half),
-    ``logit_scale`` (Cohere: logits multiplied by it).
+    ``logit_scale`` (Cohere: logits multiplied by it);
+    ``moe`` (a mixture-of-experts MLP node on
+    the layers it names: circuitstat.circuits.engine.moe), ``attn_sinks`` (GPT-OSS's per-head sink logit,
+    a column of the softmax that no value is read from: circuitstat.circuits.engine.attention.attention_pattern).
     """
 
     n_layers: int
@@ -94,6 +98,8 @@ class ModelConfig:
     clip_qkv: float | None = None
     rotary_interleaved: bool = False
     logit_scale: float | None = None
+    moe: dict | None = None  # a mixture-of-experts MLP node (circuitstat.circuits.engine.moe_config.KEYS)
+    attn_sinks: bool = False  # GPT-OSS: a learned per-head logit in each softmax's denominator
 
     def __post_init__(self) -> None:
         for name, value, allowed in (
@@ -125,7 +131,7 @@ class ModelConfig:
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
                                   or v <= 0):
                 raise InputError(f"model config {name} must be a positive number or null, got {v!r}")
-        for name in ("pre_norm", "post_norm", "rotary_interleaved"):
+        for name in ("pre_norm", "post_norm", "rotary_interleaved", "attn_sinks"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"model config {name} must be true or false")
         for name in ("sliding_window", "rope_max_positions"):
@@ -161,6 +167,7 @@ class ModelConfig:
                              "gradient does not pass a clamp); use one of them")
         if self.qk_norm == "full" and self.norm not in RMS_NORMS:
             raise InputError("model config qk_norm='full' needs an RMS norm")
+        check_moe(self)
         if self.qk_norm == "full" and self.n_kv_heads not in (None, self.n_heads) and self.n_heads % self.n_kv_heads:
             raise InputError("model config n_heads must be a multiple of n_kv_heads")
 

@@ -26,7 +26,7 @@ class FusedForward:
         # below no q/k or post-norms, embedding scale, scaled rotary tables or missing pre-norms
         newer = (cfg.attn_scalar, cfg.attn_softcap, cfg.logit_softcap, cfg.embed_scale, cfg.sliding_window,
                  cfg.rope, cfg.rope_local, cfg.attn_multiplier, cfg.embed_multiplier, cfg.logits_scaling,
-                 cfg.rope_layers, cfg.clip_qkv, cfg.logit_scale)
+                 cfg.rope_layers, cfg.clip_qkv, cfg.logit_scale, cfg.moe or None, cfg.attn_sinks or None)
         return (not cfg.parallel and not cfg.rotary_interleaved and cfg.positional in ("learned", "rotary", "none")
                 and cfg.n_kv_heads in (None, cfg.n_heads) and all(v is None for v in newer)
                 and cfg.pre_norm and not cfg.post_norm and cfg.qk_norm == "none")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .config import ACTIVATIONS, ModelConfig
+from .moe import moe_block
 from .norms import mlp_input_norm, post_norm
 
 
@@ -15,6 +16,9 @@ def mlp(cfg: ModelConfig, blk, x: torch.Tensor) -> torch.Tensor:
     the MLP is one node, so its write stays additive."""
     h = mlp_input_norm(cfg, blk, x)
     act = ACTIVATIONS[cfg.act]
+    if hasattr(blk, "W_router"):  # a mixture-of-experts layer: router and experts inside the node
+        out = moe_block(cfg, blk, h, act)
+        return post_norm(cfg, blk.ln2_post_w, out) if cfg.post_norm else out
     if cfg.mlp == "gated":
         pre = act(h @ blk.W_gate) * (h @ blk.W_in + blk.b_in)
     else:

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..graph import ComponentGraph
-from .attention import attend, project_rows, project_shared, qk_normalize
+from .attention import attend, head_sinks, project_rows, project_shared, qk_normalize
 from .config import ModelConfig
 from .masks import layer_masks
 from .mlp import mlp
@@ -181,7 +181,7 @@ class Patching:
         allowed = w.allowed[sliding]
         if last_layer:
             q, allowed = q[ar, w.at][:, None], allowed[ar, :, w.at][:, :, None]
-        _, zc = attend(cfg, q[:, None], k[:, None], v[:, None], allowed)
+        _, zc = attend(cfg, q[:, None], k[:, None], v[:, None], allowed, head_sinks(blk, h))
         out_h = torch.bmm(zc[:, 0], blk.W_O[h])  # [R, Tq, D]
         head_block = 1 + layer * (2 if cfg.has_mlp else 1)  # clean.blocks: input, then per layer heads (, MLP)
         z_clean = at_read(clean.blocks[head_block][rows, h, s:e])
@@ -215,7 +215,7 @@ class Patching:
         if layer == cfg.n_layers - 1:  # from here on only the read-out position
             ar = torch.arange(R, device=resid.device)
             q, allowed, resid = q[ar, :, w.at][:, :, None], allowed[ar, :, w.at][:, :, None], resid[ar, w.at][:, None]
-        _, zc = attend(cfg, q, k, v, allowed)
+        _, zc = attend(cfg, q, k, v, allowed, head_sinks(blk))
         Tq, H, E = zc.shape[2], cfg.n_heads, cfg.d_head
         attn = torch.addmm(blk.b_O, zc.transpose(1, 2).reshape(R * Tq, H * E), blk.W_O.reshape(H * E, -1))
         attn = attn.view(R, Tq, -1)

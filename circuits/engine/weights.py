@@ -20,6 +20,7 @@ from torch import nn
 
 from ..graph import ComponentGraph
 from .config import ModelConfig
+from .moe import is_sparse, parameter_shapes
 from .rotary import rotary_inv_freq
 
 _Model = TypeVar("_Model", bound="ModelWeights")
@@ -35,7 +36,7 @@ class Block(nn.Module):
     under LayerNorm.
     """
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, layer: int = 0) -> None:
         super().__init__()
         H, D, E = cfg.n_heads, cfg.d_model, cfg.d_head
         p = lambda *shape: nn.Parameter(torch.zeros(*shape))  # noqa: E731
@@ -45,6 +46,8 @@ class Block(nn.Module):
         self.W_Q, self.W_K, self.W_V = p(H, D, E), p(H, D, E), p(H, D, E)
         self.b_Q, self.b_K, self.b_V = p(H, E), p(H, E), p(H, E)
         self.W_O, self.b_O = p(H, E, D), p(D)
+        if cfg.attn_sinks:
+            self.sinks = p(H)
         if cfg.qk_norm == "head":
             self.lnq_w, self.lnk_w = one(E), one(E)
         elif cfg.qk_norm == "full":
@@ -59,10 +62,14 @@ class Block(nn.Module):
             F_ = cfg.d_mlp
             if cfg.pre_norm:
                 self.ln2_w, self.ln2_b = one(D), p(D)
-            self.W_in, self.b_in = p(D, F_), p(F_)
-            if cfg.mlp == "gated":
-                self.W_gate = p(D, F_)
-            self.W_out, self.b_out = p(F_, D), p(D)
+            if is_sparse(cfg, layer):  # the MoE block (circuitstat.circuits.engine.moe): one MLP node
+                for name, shape in parameter_shapes(cfg).items():
+                    setattr(self, name, p(*shape))
+            else:
+                self.W_in, self.b_in = p(D, F_), p(F_)
+                if cfg.mlp == "gated":
+                    self.W_gate = p(D, F_)
+                self.W_out, self.b_out = p(F_, D), p(D)
             if cfg.post_norm:
                 self.ln2_post_w = one(D)
 
@@ -78,7 +85,7 @@ class ModelWeights(nn.Module):
         self.W_E = nn.Parameter(torch.zeros(V, D))
         if cfg.positional == "learned":
             self.W_pos = nn.Parameter(torch.zeros(cfg.n_ctx, D))
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layers))
         self.lnf_w, self.lnf_b = nn.Parameter(torch.ones(D)), nn.Parameter(torch.zeros(D))
         if not cfg.tied_embeddings:
             self.W_U = nn.Parameter(torch.zeros(D, V))

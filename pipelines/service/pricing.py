@@ -49,6 +49,7 @@ class Shape:
     vocab: int
     n_ctx: int
     mlp_matrices: int = 3  # a gated MLP's 3 (the uniform form's bound); GPT-2's and NeoX's MLPs have 2
+    experts: int = 0  # parameters a mixture-of-experts block adds (:func:`moe_parameters`)
 
     @property
     def parameters(self) -> int:
@@ -57,7 +58,8 @@ class Shape:
         d, h, e, f = self.d_model, self.n_heads, self.d_head, self.d_mlp
         attn = 4 * h * d * e + 3 * h * e + d
         mlp = self.mlp_matrices * d * f + f + d
-        return self.n_layers * (attn + mlp + 4 * d) + 2 * self.vocab * d + self.n_ctx * d + self.vocab + 2 * d
+        return (self.n_layers * (attn + mlp + 4 * d) + 2 * self.vocab * d + self.n_ctx * d + self.vocab + 2 * d
+                + self.experts)
 
     @property
     def memory_bytes(self) -> int:
@@ -75,6 +77,27 @@ def _int(value) -> int | None:
     return None
 
 
+def moe_parameters(n_layers: int, d_model: int, experts: int, d_expert: int, d_shared: int = 0) -> int:
+    """Parameters a mixture-of-experts block adds per model beyond one dense MLP per layer, as an upper bound
+    (every layer sparse): every expert's three matrices and biases, the router, a shared expert and its gate
+    (circuitstat.circuits.engine.moe holds every expert, whichever a token uses)."""
+    D, F = d_model, d_expert
+    return n_layers * (experts * (3 * D * F + 2 * F + D) + experts * (D + 1) + 3 * D * d_shared + D)
+
+
+def _experts(values: dict, L: int, D: int, F: int) -> int:
+    """moe_parameters of an HF config (``num_local_experts`` or ``num_experts``) or an own-format ``moe``; 0 if dense."""
+    moe = values.get("moe")
+    if isinstance(moe, dict):
+        X, Fe, S = (_int(moe.get(k)) or 0 for k in ("experts", "d_expert", "d_shared"))
+        return moe_parameters(L, D, X, Fe, S)
+    X = _int(values.get("num_local_experts")) or _int(values.get("num_experts")) or 0
+    if not X:
+        return 0
+    Fe = _int(values.get("moe_intermediate_size")) or F
+    return moe_parameters(L, D, X, Fe, _int(values.get("shared_expert_intermediate_size")) or 0)
+
+
 def _shape(values: dict, keys: tuple[str, ...], mlp_matrices: int = 3) -> Shape | None:
     """The Shape of a config ``values`` read under ``keys`` (layers, heads, width, vocab, context, MLP)."""
     L, H, D, V, P = (_int(values.get(k)) for k in keys[:5])
@@ -82,7 +105,7 @@ def _shape(values: dict, keys: tuple[str, ...], mlp_matrices: int = 3) -> Shape 
         return None
     F = _int(values.get(keys[5])) or 4 * D
     E = _int(values.get("head_dim")) or _int(values.get("d_head")) or max(1, D // H)
-    return Shape(L, H, D, E, F, V, P, mlp_matrices)
+    return Shape(L, H, D, E, F, V, P, mlp_matrices, _experts(values, L, D, F))
 
 
 def random_shape(source: str) -> Shape | None:

@@ -93,7 +93,7 @@ def check_work(kind: str, spec, max_flops: float, inputs: RunInputs, limits: dic
 
     from circuitstat.pipelines.kinds import kind as run_kind
 
-    from .pricing import Shape, check_model_size
+    from .pricing import Shape, check_model_size, moe_parameters
     from .problems import Problem
 
     sources = run_kind(kind).sources(spec)
@@ -106,8 +106,11 @@ def check_work(kind: str, spec, max_flops: float, inputs: RunInputs, limits: dic
                                    f"{quotas.max_models_per_job} models per job (max_models_per_job)")
             for source in dict.fromkeys(sources):
                 c = model_config(source, inputs)
+                m = c.moe or {}
                 shape = Shape(c.n_layers, c.n_heads, c.d_model, c.d_head, c.d_mlp, c.vocab_size, c.n_ctx,
-                              2 if c.mlp == "standard" else 3)
+                              2 if c.mlp == "standard" else 3,
+                              moe_parameters(c.n_layers, c.d_model, m["experts"], m["d_expert"], m["d_shared"])
+                              if m else 0)
                 check_model_size(source, shape.parameters, shape.memory_bytes, quotas)
         except Problem as p:
             raise WorkQuotaError(p.detail) from None

@@ -218,7 +218,7 @@ def test_atp_run_counts(model, monkeypatch):
         assert (cost.forwards, cost.backwards) == (4 * 2, 4 * backwards)
 
 
-@pytest.mark.parametrize("family", ["llama3", "qwen2", "qwen3", "gemma2", "gemma3", "olmo2",
+@pytest.mark.parametrize("family", ["llama3", "qwen2", "qwen3", "gemma2", "gemma3", "olmo2", "mixtral", "gpt_oss",
                                     "phi", "cohere"])  # + LayerNorm q/k norms with biases, each head's own; interleaved rotary
 def test_qk_fix_tends_to_eap_on_every_family(family):
     """Rotary, grouped K/V, q/k norms (per head, whole projection), soft-caps and post-norm writes go through

@@ -117,8 +117,11 @@ def test_projected_receiver_grads_equal_input_probes(pair):
         out = m.run(ids, mask, receiver_grads=mode, logits_at=last, keep_senders=True)
         metric = out.logits[:, 3].sum() - out.logits[:, 5].pow(2).sum()
         grads.append(m.receiver_input_grads(out, torch.autograd.grad(metric, out.grad_inputs)))
+    # the two modes' forwards differ by float32 rounding (logits ~4e-6); the routing softmax of an MoE block
+    # amplifies that into the gradients (Mixtral: 1.2e-5 relative at a layer-0 q input, routes identical)
+    rel = 2e-5 if m.cfg.moe is not None else 1e-5
     for a, b in zip(*grads):
-        assert (a - b).abs().max() <= 1e-5 * max(1.0, float(a.abs().max())), name
+        assert (a - b).abs().max() <= rel * max(1.0, float(a.abs().max())), name
 
 
 def test_sliding_window_matters():
@@ -340,6 +343,11 @@ REFUSED = {
                "rope_parameters.partial_rotary_factor=0.5"),
     "stablelm": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
     "falcon": ({"alibi": True}, "alibi=True"),
+    "mixtral": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
+    "qwen2_moe": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
+    "qwen3_moe": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
+    "olmoe": ({"clip_qkv": 4.0}, "clip_qkv=4.0"),  # OlmoeAttention clamps q, k and v: not reproduced
+    "gpt_oss": (_PROPORTIONAL, "rope_parameters.rope_type='proportional'"),
 }
 
 
@@ -371,7 +379,7 @@ def test_token_ablation_removes_the_scaled_embedding():
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2", "gemma", "granite",
-                                  "smollm3", "olmo", "starcoder2"])
+                                  "smollm3", "olmo", "starcoder2", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "gpt_oss"])
 def test_random_specs_have_small_defaults_and_parity(arch):
     """``random:ARCH`` builds a small model of each new family offline (transformers' own config class)."""
     from circuitstat.circuits import load_hf

@@ -213,3 +213,40 @@ def test_gptj_config_alone_plans_through_the_command(tmp_path):
     L, H = 3, 8
     edges = sum(3 * H * (1 + l * (H + 1)) + 1 + l * (H + 1) for l in range(L)) + 1 + L * (H + 1)
     assert f"{edges:,} edges" in res.output and "counts from shapes only" in res.output
+
+
+# mistralai/Mixtral-8x7B-v0.1 config.json: 8 experts of width 14336, 2 active per token
+MIXTRAL_8X7B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                    num_key_value_heads=8, vocab_size=32000, max_position_embeddings=32768, rms_norm_eps=1e-5,
+                    tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+
+
+def _meta(config, dtype=torch.bfloat16):
+    with torch.device("meta"):
+        hf = transformers.AutoModelForCausalLM.from_config(config)
+    return hf, from_hf(hf, dtype=dtype, device="meta")
+
+
+def test_mixtral_8x7b_plan_holds_every_expert_and_prices_the_active_ones():
+    """Memory: every expert's weights (the converted tensors on meta, counted; HF's own parameter count plus the
+    K/V copies of ungrouping). FLOPs: a forward equals that of the dense model whose MLP is top_k experts wide,
+    plus the router (2 D X per token and layer) -- the top-2 active experts, never all 8."""
+    from circuitstat.circuits.plan import forward_flops
+
+    hf, m = _meta(transformers.MixtralConfig(num_local_experts=8, num_experts_per_tok=2, **MIXTRAL_8X7B))
+    cfg = m.cfg
+    assert all(t.device.type == "meta" for t in m.parameters())
+    assert cfg.moe["experts"] == 8 and cfg.moe["top_k"] == 2 and cfg.moe["sparse_layers"] == list(range(32))
+    held = sum(t.numel() * 2 for t in m.state_dict().values())
+    assert weight_bytes(cfg, 2) == held
+    ungrouped = 32 * 2 * (32 - 8) * 128 * 4096  # K and V weights copied per query head
+    # zero biases of the uniform form, per layer: b_Q, b_K, b_V, b_O, ln1_b, ln2_b, the router's, the experts'
+    biases = 32 * (6 * 4096 + 8 + 8 * (2 * 14336 + 4096)) + 4096 + 32000  # + lnf_b, b_U
+    assert held == 2 * (sum(p.numel() for p in hf.parameters()) + ungrouped + biases)
+    _, dense = _meta(transformers.LlamaConfig(**{**MIXTRAL_8X7B, "intermediate_size": 2 * 14336}))
+    for P in (1, 39):
+        assert forward_flops(cfg, P) == forward_flops(dense.cfg, P) + 32 * P * 2 * 4096 * 8
+    for method in ("eap", "exact"):
+        b, rows = fit_memory(cfg, method, 160 * 2**30, positions=32, batch_size=64, max_rows=4096, itemsize=2)
+        cost = method_cost(cfg, method, n=64, positions=32, batch_size=b, max_rows=rows, itemsize=2)
+        assert weight_bytes(cfg, 2) < cost.memory_peak <= 160 * 2**30

@@ -63,6 +63,16 @@ def test_plan_of_llama_31_8b_from_its_config_alone_allocates_no_weights(tmp_path
     """Before: "no weights (model.safetensors) found". The plan runs in a child whose peak RSS its parent reads
     from the kernel's accounting (os.wait4): imports and a meta skeleton, never the 16 GB of bf16 weights."""
     d = config_dir(tmp_path, "llama-3.1-8b", LLAMA_31_8B)
+    code, out, peak = plan_in_child(d)
+    assert code == 0, out
+    assert planned_edges(out) == graph_edges(32, 32)
+    assert "no weights yet (config.json only)" in out and "counts from shapes only" in out
+    assert peak < 1.5 * 2**30, peak  # bf16 weights alone are 14.96 GiB
+
+
+def plan_in_child(d) -> tuple[int, str, int]:
+    """(exit code, output, peak RSS in bytes) of ``attribute --plan`` on directory ``d`` in a fresh process, its
+    peak resident memory read by the parent from the kernel's accounting (os.wait4)."""
     cmd = [sys.executable, "-m", "circuitstat", "attribute", "--model", str(d), "--plan", "--allow-large",
            "--n", "16", "--dtype", "bfloat16"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -70,11 +80,19 @@ def test_plan_of_llama_31_8b_from_its_config_alone_allocates_no_weights(tmp_path
         out = p.stdout.read()
         _, status, usage = os.wait4(p.pid, 0)
         p.returncode = os.waitstatus_to_exitcode(status)
-    assert p.returncode == 0, out
+    return p.returncode, out, usage.ru_maxrss * 1024  # KiB on Linux
+
+
+@pytest.mark.slow  # a fresh interpreter and a 47B-parameter skeleton: about 8 s of CPU
+def test_plan_of_mixtral_8x7b_from_its_config_alone_allocates_no_weights(tmp_path):
+    """The MoE block is one MLP node: Mixtral-8x7B has Llama-3.1-8B's graph (32 layers x 32 heads), planned from
+    config.json alone; its 87 GiB of bf16 weights (every expert) are never allocated (peak RSS via os.wait4)."""
+    d = config_dir(tmp_path, "mixtral-8x7b", MIXTRAL_8X7B)
+    code, out, peak = plan_in_child(d)
+    assert code == 0, out
     assert planned_edges(out) == graph_edges(32, 32)
     assert "no weights yet (config.json only)" in out and "counts from shapes only" in out
-    peak = usage.ru_maxrss * 1024  # KiB on Linux
-    assert peak < 1.5 * 2**30, peak  # bf16 weights alone are 14.96 GiB
+    assert peak < 1.5 * 2**30, peak
 
 
 def test_plan_of_a_small_config_only_directory_is_priced_by_flops(tmp_path):
@@ -91,17 +109,19 @@ def test_plan_of_a_small_config_only_directory_is_priced_by_flops(tmp_path):
     assert run.exit_code == 2 and "no weights" in run.output  # running it still needs the weights
 
 
-def test_plan_of_mixtral_from_its_config_plans_it_or_refuses_it_by_name(tmp_path):
-    """Mixtral-8x7B: planned with the MoE block as one MLP node once the family is converted; until then
-    refused with exit 2 naming the family (never planned as if it were dense)."""
+def test_plan_of_mixtral_from_its_config_plans_it_with_the_moe_block_as_one_node(tmp_path):
+    """Mixtral-8x7B: planned with the MoE block as one MLP node (before the family was converted: refused with
+    exit 2 naming it); its weights, every expert held, are priced in the plan's memory."""
+    assert "mixtral" in SUPPORTED
     d = config_dir(tmp_path, "mixtral-8x7b", MIXTRAL_8X7B)
-    res = CliRunner().invoke(app, ["attribute", "--model", str(d), "--plan", "--allow-large", "--n", "16"])
-    if "mixtral" in SUPPORTED:
-        assert res.exit_code == 0, res.output
-        assert planned_edges(res.output) == graph_edges(32, 32)
-    else:
-        assert res.exit_code == 2, res.output
-        assert "architecture 'mixtral' is not supported" in res.output and "edges" not in res.output
+    res = CliRunner().invoke(app, ["attribute", "--model", str(d), "--plan", "--allow-large", "--n", "16",
+                                   "--dtype", "bfloat16"])
+    assert res.exit_code == 0, res.output
+    assert planned_edges(res.output) == graph_edges(32, 32)
+    rows = [line.split() for line in res.output.splitlines() if line.startswith(("exact ", "eap "))]
+    assert len(rows) == 2
+    for r in rows:  # every expert held: 46.7 B parameters + K/V ungrouped are 88.5 GiB in bf16
+        assert r[7] == "GiB" and float(r[6]) > 88.5, r
 
 
 def test_gemma3_is_refused_pointing_to_gemma3_text(tmp_path):

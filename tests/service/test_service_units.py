@@ -667,3 +667,30 @@ def test_a_refused_token_is_called_unknown_or_revoked_not_expired(db, tmp_path):
     assert api.status_code == 401 and page.status_code == 401
     for text in (api.json()["detail"], page.text):
         assert "unknown or revoked token" in text and "expired" not in text
+
+
+def test_a_served_mixture_of_experts_model_is_priced_with_every_expert(tmp_path):
+    """Mixtral-8x7B's config.json (served by an operator) is priced at its 46.7 B parameters (every expert held),
+    not as the 7 B dense model its shape keys alone describe; a quota between the two refuses it."""
+    import json
+
+    from circuitstat.pipelines.service.pricing import directory_shape
+
+    cfg = {"model_type": "mixtral", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "intermediate_size": 14336, "num_local_experts": 8, "num_experts_per_tok": 2,
+           "vocab_size": 32000, "max_position_embeddings": 32768}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    moe = directory_shape(tmp_path)
+    dense = directory_shape_of({k: v for k, v in cfg.items() if k != "num_local_experts"}, tmp_path / "d")
+    # an upper bound (the uniform form: K/V ungrouped, the dense MLP counted too) within 15% of HF's own count
+    assert dense.parameters < 10e9 < 46_702_792_704 <= moe.parameters < 1.15 * 46_702_792_704
+
+
+def directory_shape_of(cfg: dict, d):
+    import json
+
+    from circuitstat.pipelines.service.pricing import directory_shape
+
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    return directory_shape(d)
