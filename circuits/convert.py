@@ -128,6 +128,24 @@ READ = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_
 
 _refuse = refuse
 
+# READ is shared by every decoder family, but these fields are reproduced only for the families named: another
+# family's config that sets one (OLMoE's clip_qkv) is refused, never read as if converted
+OWNED = {**dict.fromkeys(("embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling"),
+                         ("granite",)),
+         **dict.fromkeys(("no_rope_layers", "no_rope_layer_interval"), ("smollm3",)),
+         "clip_qkv": ("olmo",), **dict.fromkeys(("norm_epsilon", "use_bias"), ("starcoder2",))}
+
+
+def _check_owned_fields(c) -> None:
+    """UnsupportedArchitectureError naming a field of OWNED that ``c`` sets away from its class default although
+    its family does not reproduce it."""
+    defaults = type(c)().to_dict()
+    values = c.to_dict()
+    for field, owners in OWNED.items():
+        if c.model_type not in owners and field in values and values[field] != defaults.get(field):
+            raise _refuse(c.model_type, field, values[field], f"set it to its default {defaults.get(field)!r} "
+                          "or use another model")
+
 
 def check_fields(c) -> None:
     """UnsupportedArchitectureError naming the first field of ``c`` (an HF config) that the conversion
@@ -135,6 +153,7 @@ def check_fields(c) -> None:
     or a value of a read field that is refused."""
     kind = c.model_type
     check_unread_fields(c, READ | IRRELEVANT | MOE_READ | MOE_IRRELEVANT)
+    _check_owned_fields(c)
     if getattr(c, "use_bidirectional_attention", False):
         raise _refuse(kind, "use_bidirectional_attention", True, "only causal attention is supported")
     if kind == "gemma3_text" and getattr(c, "attn_logit_softcapping", None) is not None:

@@ -81,7 +81,7 @@ def moe_block(cfg: ModelConfig, blk, h: torch.Tensor, act) -> torch.Tensor:
         out = out.index_add(0, tok, (y * weights[tok, slot, None]).to(x.dtype))
     if cfg.moe["d_shared"]:  # Qwen2MoeSparseMoeBlock: sigmoid-gated shared expert, on every token
         shared = (act(x @ blk.Ws_gate) * (x @ blk.Ws_in)) @ blk.Ws_out
-        out = out + torch.sigmoid(x @ blk.w_shared)[:, None] * shared
+        out = out + torch.sigmoid(x @ blk.w_shared[:, None]) * shared  # a matmul: FLOPs counted as --plan counts them
     return out.reshape(shape)
 
 
