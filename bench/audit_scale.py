@@ -107,7 +107,8 @@ def main() -> None:
     if a.child:
         return child(a.child[0], a.child[1], int(a.child[2]))
     print(f"# bench/audit_scale.py: the audit's edge_stats + stability stages; N = {a.n}, B = {a.b}, k = {KS} "
-          "(data-level 50 x 10 + splits, size 2N); one thread; peak RSS of each child")
+          "(the audit's data-level defaults: double bootstrap 100 x 20 + splits, size 2N); one thread; peak RSS of each "
+          "child")
     print(f"{'E':>9} {'path':>6} {'cpu s':>8} {'wall s':>8} {'edge_stats':>10} {'stability':>9} {'peak GiB':>8} "
           f"{'whole':>5}  digest")
     rows = []
