@@ -102,3 +102,36 @@ def test_whole_stages_count_the_matrices_each_stage_holds():
     with pytest.raises(InputError, match=r"approximation \(.*audit exact and the approximations in separate runs"):
         audit_scores.check_whole_scores(spec, 100_000, 30_000)
     audit_scores.check_whole_scores(spec, 100_000, 30_000, allow_large=True)
+
+
+def test_circuit_command_selects_from_column_means_without_loading_the_scores(tmp_path, monkeypatch):
+    """`circuitstat circuit` reads a run's scores as column means in blocks (ScoreMatrix.read_means): the same
+    circuit and export as from the whole matrix, and no whole load."""
+    import json
+
+    from typer.testing import CliRunner
+
+    import circuitstat.core.tables as tables
+    from circuitstat.circuits.circuit import Circuit
+    from circuitstat.circuits.graph import ComponentGraph
+    from circuitstat.circuits.scores import ScoreMatrix
+    from circuitstat.pipelines.cli import app
+
+    run, g = tmp_path / "run", ComponentGraph(2, 2)
+    S = np.random.default_rng(4).standard_normal((9, g.n_edges)).astype(np.float32)
+    S[:, 3] = S[:, 4]  # a tie: the seeded tie rule must see the same means
+    ScoreMatrix(S, g, "edge", "eap", "counterfactual", "logit_diff",
+                provenance={"model": {"d_model": 16, "source": "random:test"}}).write(run)
+    whole = ScoreMatrix.read(run)
+    means = ScoreMatrix.read_means(run)
+    assert means.mean().tobytes() == whole.mean().tobytes() and means.describe() == whole.describe()
+    Circuit.top_k(whole, 5, ranking="absolute", seed=3).to_json(tmp_path / "expected.json")
+
+    def whole_load(*a, **k):
+        raise AssertionError("the circuit command loaded the score matrix whole")
+
+    monkeypatch.setattr(tables, "table_to_matrix", whole_load)
+    r = CliRunner().invoke(app, ["circuit", str(run), "--k", "5", "--ranking", "absolute", "--seed", "3", "--no-prune",
+                                 "--json", str(tmp_path / "got.json")])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "got.json").read_text()) == json.loads((tmp_path / "expected.json").read_text())
