@@ -126,10 +126,7 @@ class ScoreMatrix(Result):
         """
         from circuitstat.core.tables import read_provenance, read_table, table_to_matrix
 
-        path = Path(directory) / f"{name}.parquet"
-        if not path.exists():
-            raise FileNotFoundError(f"{path} not found; run `circuitstat attribute ... --out {directory}` first")
-        fix = "write it with `circuitstat attribute` or ScoreMatrix.write"
+        path, fix = _scores_path(directory, name)
         try:
             table = read_table(path)
             prov = read_provenance(table)
@@ -142,22 +139,86 @@ class ScoreMatrix(Result):
             matrix = table_to_matrix(table)
         except (TypeError, ValueError, KeyError) as e:
             raise InputError(f"{path} is not a circuitstat scores table ({_one_line(e)}); {fix}") from None
-        g, desc = _graph_from_provenance(prov, matrix.shape[1], path, fix), prov["scores"]
-        params = {k[len("param."):]: v for k, v in desc.items() if k.startswith("param.")}
+        return _built(cls, path, fix, prov, matrix, matrix.shape[1], table.column("example"))
+
+    @classmethod
+    def read_means(cls, directory: str | Path, name: str = "scores") -> "ScoreMeans":
+        """The column means of a scores table as a :class:`ScoreMeans` (its ``mean()`` is the ScoreMatrix's, bit
+        for bit; its ``describe()`` the same), read in blocks of columns and never whole
+        (circuitstat.core.score_columns): what selecting a circuit needs, at any graph size."""
+        from circuitstat.core.score_columns import ParquetColumns, column_means
+        from circuitstat.core.tables import read_provenance, read_table
+
+        path, fix = _scores_path(directory, name)
         try:
-            return cls(
-                scores=matrix, graph=g, level=desc["level"], method=str(desc["method"]),
-                ablation=str(desc["ablation"]), metric=str(desc["metric"]),
-                example_ids=np.asarray(table.column("example").to_numpy()), params=params,
-                provenance={k: v for k, v in prov.items() if k not in ("scores", "graph")},
-            )
-        except (KeyError, ValueError, TypeError) as e:
+            prov = read_provenance(path)  # the footer only
+            cols = ParquetColumns(path)
+            example = read_table(path, ["example"]).column("example")
+            means = column_means(cols)
+        except (OSError, ValueError) as e:
+            raise InputError(f"{path} is not a readable scores table ({type(e).__name__}: {_one_line(e)}); {fix}") from None
+        except (KeyError, TypeError) as e:
             raise InputError(f"{path} is not a circuitstat scores table ({_one_line(e)}); {fix}") from None
+        # ScoreMatrix.mean's float32 cast of the float64 mean: the same bits as the whole matrix's mean()
+        return _built(ScoreMeans, path, fix, prov, means.astype(np.float32)[None], cols.shape[1], example,
+                      n_rows=cols.shape[0])
 
     def __repr__(self) -> str:
         return (f"ScoreMatrix(method={self.method!r}, level={self.level!r}, N={self.n_examples}, "
                 f"columns={len(self.names)}, metric={self.metric!r}, ablation={self.ablation!r})")
 
+
+
+@dataclass(repr=False)
+class ScoreMeans:
+    """A scores table read as its column means only (:meth:`ScoreMatrix.read_means`): ``scores`` is the [1, E]
+    float32 mean and ``n_rows`` the examples it averages. Circuits select from it as from the ScoreMatrix
+    (circuitstat.circuits.circuit); it is not a Result: only the means were read, so there is nothing to write."""
+
+    scores: np.ndarray  # [1, E] float32: ScoreMatrix.mean() of the whole table, bit for bit
+    graph: ComponentGraph
+    level: str
+    method: str
+    ablation: str
+    metric: str
+    example_ids: np.ndarray | None = None
+    params: dict = field(default_factory=dict)
+    provenance: dict = field(default_factory=dict)
+    n_rows: int = 0
+
+    names = property(ScoreMatrix.names.fget)
+    describe = ScoreMatrix.describe
+
+    @property
+    def n_examples(self) -> int:
+        """Number of examples the means average (the table's rows)."""
+        return self.n_rows
+
+    def mean(self) -> np.ndarray:
+        """The dataset mean per column (float32), as ScoreMatrix.mean() of the whole table."""
+        return self.scores[0]
+
+
+def _scores_path(directory: str | Path, name: str) -> tuple[Path, str]:
+    """(the scores table's path, the fix an error names); FileNotFoundError when it is absent."""
+    path = Path(directory) / f"{name}.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found; run `circuitstat attribute ... --out {directory}` first")
+    return path, "write it with `circuitstat attribute` or ScoreMatrix.write"
+
+
+def _built(cls, path: Path, fix: str, prov: dict, matrix: np.ndarray, n_columns: int, example, **extra):
+    """``cls`` from a scores table's provenance, matrix and example column (InputError when they do not fit)."""
+    g = _graph_from_provenance(prov, n_columns, path, fix)
+    desc = prov["scores"]
+    params = {k[len("param."):]: v for k, v in desc.items() if k.startswith("param.")}
+    try:
+        return cls(scores=matrix, graph=g, level=desc["level"], method=str(desc["method"]),
+                   ablation=str(desc["ablation"]), metric=str(desc["metric"]),
+                   example_ids=np.asarray(example.to_numpy()), params=params,
+                   provenance={k: v for k, v in prov.items() if k not in ("scores", "graph")}, **extra)
+    except (KeyError, ValueError, TypeError) as e:
+        raise InputError(f"{path} is not a circuitstat scores table ({_one_line(e)}); {fix}") from None
 
 
 def _one_line(e: BaseException) -> str:

@@ -110,6 +110,7 @@ def published_tables(model, task, circuit, scores: dict, run_tables: dict, plan,
     name as shown (never its directory)."""
     from circuitstat.circuits.circuit import Circuit
     from circuitstat.circuits.faithfulness import faithfulness
+    from circuitstat.core.score_columns import column_means
     from circuitstat.pipelines.audit.tables import FIXED_CI_METHODS, _ablation
     from circuitstat.stats.faithfulness import fixed_circuit_interval
 
@@ -131,7 +132,7 @@ def published_tables(model, task, circuit, scores: dict, run_tables: dict, plan,
         freq_of = dict(zip(inc["edge"].tolist(), inc["frequency"].tolist()))
         freq = np.array([freq_of.get(int(e), 0.0) for e in idx])  # no row: never in a resample's top-k
         supported = q <= q_level
-        mean = scores[m].astype(np.float64).sum(0) / scores[m].shape[0]
+        mean = column_means(scores[m])  # block by block when the run streams its scores: the same bits
         top = Circuit.top_k(mean.astype(np.float32), k_c, ranking=spec.ranking, seed=spec.seed, graph=model.graph)
         jac = float((top.edges & circuit.edges).sum() / (top.edges | circuit.edges).sum())
         fv = run_tables.get("faithfulness_vs_k")

@@ -92,7 +92,10 @@ def strs(t: pa.Table, col: str) -> list[str]:
 
 def first(t: pa.Table, col: str) -> str:
     """Return the first row of text column `col` ('' for an empty table or an absent column)."""
-    return strs(t, col)[0] if t.num_rows else ""
+    if not t.num_rows or col not in t.column_names:
+        return ""
+    v = t.column(col)[0].as_py()  # one cell: a million-row table is not converted to get it
+    return "" if v is None else str(v)
 
 
 def flag(value: float) -> bool | None:
@@ -109,7 +112,8 @@ def methods_in(t: pa.Table | None) -> list[str]:
     """Return the methods of table `t` in order of first appearance ([] without the table or column)."""
     if t is None or "method" not in t.column_names:
         return []
-    return list(dict.fromkeys(strs(t, "method")))
+    uniq = pc.unique(t.column("method")).to_pylist()  # in order of first appearance, as dict.fromkeys
+    return list(dict.fromkeys("" if v is None else str(v) for v in uniq))
 
 
 def order_methods(names: Sequence[str]) -> list[str]:

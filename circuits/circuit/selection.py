@@ -45,11 +45,11 @@ def _top(values: np.ndarray, k: int, ranking: str, ss: np.random.SeedSequence) -
 
 def _score_vector(scores: Any, graph: ComponentGraph | None, level: str) -> tuple[np.ndarray, ComponentGraph, dict, int | None]:
     """(float32 vector, graph, provenance of the scores, d_model) from a ScoreMatrix or a vector."""
-    from ..scores import ScoreMatrix
+    from ..scores import ScoreMatrix, ScoreMeans
 
     prov: dict = {}
     d_model = None
-    if isinstance(scores, ScoreMatrix):
+    if isinstance(scores, (ScoreMatrix, ScoreMeans)):  # ScoreMeans: a table too large to load, read as its means
         if scores.level != level:
             raise InputError(f"this rule needs {level}-level scores, got a ScoreMatrix with level={scores.level!r}; "
                              f"run attribute(..., level={level!r})")

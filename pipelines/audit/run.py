@@ -20,6 +20,7 @@ from circuitstat.pipelines.audit.tables import (_concat, approximation_tables, c
                            stability_tables)
 from circuitstat.pipelines.audit.masks import (MASK_OUTPUTS, mask_faithfulness_table, mask_methods, mask_stability_tables,
                                                pruning_audit_flops, read_refits, score_methods)
+from circuitstat.pipelines.audit.scores import RunScores, check_whole_scores
 from circuitstat.pipelines.spec import AuditSpec
 from circuitstat.pipelines.kinds import RunKind
 from circuitstat.pipelines.sources import LOCAL, RunInputs
@@ -113,7 +114,7 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
     with backend(n_jobs, scheduler) as workers, RunDir(out, spec=spec_doc, command=sys.argv, seed=spec.seed,
                                                         provenance={"model": model.identity(),
                                                                     "task": task.describe()}) as run:
-        names, scores = _score_stages(run, spec, model, task, workers, force)
+        names, scores = _score_stages(run, spec, model, task, workers, force, allow_large=allow_large)
         if spec.verify is not None:  # before the analyses: circuits selected from verified estimates join them
             _verify_stage(run, spec, model, task, scores, names, force)
         _analysis_stages(run, spec, model, task, scores, names, workers, force)
@@ -127,10 +128,11 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
     return out
 
 
-def _score_stages(run, spec: AuditSpec, model, task, workers: int, force: bool) -> tuple[list[str], dict]:
-    """Run the index stage and one scores stage per method; return (edge or node names, {method: [N, E] scores})."""
+def _score_stages(run, spec: AuditSpec, model, task, workers: int, force: bool, *,
+                  allow_large: bool = False) -> tuple[list[str], RunScores]:
+    """Run the index stage and one scores stage per method; return (edge or node names, the methods' [N, E] scores
+    as RunScores: read in blocks, or whole within a bound, by the stages that follow)."""
     from circuitstat.circuits.scores import ScoreMatrix
-    from circuitstat.core.tables import table_to_matrix
 
     n_cols = model.graph.n_edges if spec.level == "edge" else model.graph.n_senders
     base = {"weight_hash": model.weight_hash(), "task_hash": task.content_hash}
@@ -147,10 +149,9 @@ def _score_stages(run, spec: AuditSpec, model, task, workers: int, force: bool) 
                   lambda method=method: {f"scores_{method}": attribution_scores(
                       model, task, method, spec, workers).tables({"task": task.describe()})["scores"]},
                   [f"scores_{method}"], params=params, force=force)
-    scores = {m: np.asarray(table_to_matrix(run.table(f"scores_{m}"))) for m in score_methods(spec)}
     if mask_methods(spec):
         _masks_stage(run, spec, model, task, sm0.names, base, force)
-    return sm0.names, scores
+    return sm0.names, RunScores(run, score_methods(spec), allow_large=allow_large)
 
 
 def _masks_stage(run, spec: AuditSpec, model, task, names: list[str], base: dict, force: bool) -> None:
@@ -169,7 +170,7 @@ def _masks_stage(run, spec: AuditSpec, model, task, names: list[str], base: dict
               list(MASK_OUTPUTS), params=params, force=force)
 
 
-def _analysis_stages(run, spec: AuditSpec, model, task, scores: dict, names: list[str], workers: int,
+def _analysis_stages(run, spec: AuditSpec, model, task, scores: RunScores, names: list[str], workers: int,
                      force: bool) -> None:
     """Run the edge_stats, stability, faithfulness and approximation stages over the methods' scores."""
     ks = list(spec.k)
@@ -184,7 +185,7 @@ def _analysis_stages(run, spec: AuditSpec, model, task, scores: dict, names: lis
 
     def stats_stage():
         plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=True)
-        return {"edge_stats": _concat([edge_stats_table(scores[m], names, m, plan, spec, workers)
+        return {"edge_stats": _concat([edge_stats_table(scores.columns(m), names, m, plan, spec, workers)
                                        for m in scored])}
 
     if scored:  # a mask-learned method has no per-example scores: method_notes says so (masks stage)
@@ -193,7 +194,7 @@ def _analysis_stages(run, spec: AuditSpec, model, task, scores: dict, names: lis
 
     def stability_stage():
         plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=False)
-        parts = [stability_tables(scores[m], names, m, plan, ks, spec, workers) for m in scored]
+        parts = [stability_tables(scores.columns(m), names, m, plan, ks, spec, workers) for m in scored]
         if masked:  # refits over the same scheme's resamples, n_refits of them (the masks stage's plan)
             rplan = refit_plan(spec, N, groups, run.stage_seed("resampling"))
             parts += [mask_stability_tables(fits[m][1], names, m, rplan, ks) for m in masked]
@@ -211,7 +212,8 @@ def _analysis_stages(run, spec: AuditSpec, model, task, scores: dict, names: lis
         def faith_stage():
             plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=True)
             seed = run.stage_seed("faithfulness")
-            parts = [faithfulness_with_search(model, task, scores[m], m, ks, plan, spec, seed) for m in scored]
+            parts = [faithfulness_with_search(model, task, scores.whole(m, "faithfulness"), m, ks, plan, spec, seed)
+                     for m in scored]
             parts += [mask_faithfulness_table(model, task, fits[m][0], m, ks, plan, spec, seed) for m in masked]
             parts += [faithfulness_with_search(model, task, C, vm, ks, plan, spec, seed, strata=strata,
                                                ranked_by=_estimand(spec, strata))
@@ -226,8 +228,10 @@ def _analysis_stages(run, spec: AuditSpec, model, task, scores: dict, names: lis
         def approx_stage():
             # prompts resampled as for the edge intervals (clusters when the task has templates)
             plan = resampling_plan(spec, N, groups, run.stage_seed("approximation"), for_intervals=True)
-            parts = [approximation_tables(scores["exact"], scores[m], names, m, ks[min(1, len(ks) - 1)],
-                                          spec.ranking, plan, spec.bootstrap.confidence_level) for m in others]
+            exact = scores.whole("exact", "approximation", held=2)
+            parts = [approximation_tables(exact, scores.whole(m, "approximation", held=2), names, m,
+                                          ks[min(1, len(ks) - 1)], spec.ranking, plan, spec.bootstrap.confidence_level)
+                     for m in others]
             return {"approximation": _concat([p[0] for p in parts]),
                     "approximation_summary": _concat([p[1] for p in parts])}
 
@@ -268,7 +272,7 @@ def published_circuit(spec: AuditSpec, model):
     return circuit, spec.model_copy(update={"k": sizes_around(list(spec.k), circuit.n_edges, model.graph.n_edges)})
 
 
-def _published_stage(run, spec: AuditSpec, model, task, circuit, scores: dict, force: bool) -> None:
+def _published_stage(run, spec: AuditSpec, model, task, circuit, scores: RunScores, force: bool) -> None:
     """The published stage: the published circuit's faithfulness, CPR/CMD, edge support and inclusion."""
     import hashlib
 
@@ -286,8 +290,8 @@ def _published_stage(run, spec: AuditSpec, model, task, circuit, scores: dict, f
         tables = {t: run.table(t) for t in ("edge_stats", "inclusion")}
         if spec.faithfulness:
             tables["faithfulness_vs_k"] = run.table("faithfulness_vs_k")
-        return published_tables(model, task, circuit, scores, tables, plan, spec,
-                                source=Path(spec.circuit.file).name)
+        means_of = {m: scores.columns(m) for m in scores.methods}  # the stage reads only their column means
+        return published_tables(model, task, circuit, means_of, tables, plan, spec, source=Path(spec.circuit.file).name)
 
     run_stage(run, "published", compute, ["published_circuit", "published_circuit_edges"], params=params,
               depends_on=deps, force=force)
@@ -325,19 +329,20 @@ def verify_outputs(verify) -> list[str]:
     return ["verified", "verified_prompts"] + (["missed_edges"] if verify.edges is not None else ["verified_pseudo"])
 
 
-def _verify_stage(run, spec: AuditSpec, model, task, scores: dict, names: list[str], force: bool) -> None:
+def _verify_stage(run, spec: AuditSpec, model, task, scores: RunScores, names: list[str], force: bool) -> None:
     """The verified stage: exact patching on a random subset checks every approximate method (pipelines.verify)."""
     from circuitstat.pipelines import verify as V
 
-    approx = {m: scores[m] for m in score_methods(spec) if m != "exact"}
+    held = len(score_methods(spec))
     seed = V.draw_seed(spec.verify.seed, run.stage_seed("verified"))
     params = {"verify": spec.verify.model_dump(), "seed": seed, "confidence_level": spec.bootstrap.confidence_level}
 
     def compute():
+        approx = {m: scores.whole(m, "verified", held) for m in score_methods(spec) if m != "exact"}
         plan = V.verify_plan(approx, spec.verify, seed)
-        if "exact" in scores:  # exact on every prompt already: its cells are the subset's, bit for bit
+        if "exact" in scores.methods:  # exact on every prompt already: its cells are the subset's, bit for bit
             cols = np.arange(len(names)) if plan.all_edges else plan.edges()
-            exact = scores["exact"][np.ix_(plan.rows, cols)].astype(np.float64)
+            exact = scores.whole("exact", "verified", held)[np.ix_(plan.rows, cols)].astype(np.float64)
         else:
             exact, cols = V.run_exact(model, task, plan, ablation=spec.ablation, seed=spec.seed,
                                       batch_size=spec.batch_size, input_node=spec.input_node)
@@ -348,7 +353,7 @@ def _verify_stage(run, spec: AuditSpec, model, task, scores: dict, names: list[s
               depends_on=[f"scores_{m}" for m in score_methods(spec)], force=force)
 
 
-def _tests_stage(run, spec: AuditSpec, model, task, scores: dict, names: list[str], force: bool) -> None:
+def _tests_stage(run, spec: AuditSpec, model, task, scores: RunScores, names: list[str], force: bool) -> None:
     """The circuit_tests stage: hypothesis tests of one circuit, chosen on a selection half of the prompts and
     tested on the other (circuitstat.pipelines.circuit_tests)."""
     from circuitstat.pipelines.audit.tables import _ablation
@@ -357,7 +362,8 @@ def _tests_stage(run, spec: AuditSpec, model, task, scores: dict, names: list[st
     method = spec.tests.method or score_methods(spec)[0]
     params = {"tests": spec.tests.model_dump(), "ranking": spec.ranking, "ablation": spec.ablation, "seed": spec.seed}
     run_stage(run, "circuit_tests",
-              lambda: circuit_tests_stage(model, task, scores, names, spec, run.stage_seed("circuit_tests"),
+              lambda: circuit_tests_stage(model, task, {method: scores.whole(method, "circuit_tests")}, names, spec,
+                                          run.stage_seed("circuit_tests"),
                                           _ablation(model, task, spec)),
               ["circuit_tests", "circuit_minimality"], params=params, depends_on=[f"scores_{method}"], force=force)
 
@@ -402,6 +408,7 @@ def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: b
             raise InputError(f"tests.edges names {unknown[0]!r}, not an edge of the model; edges look like "
                              f"{model.graph.edge_names[0]!r}")
     check_scheme(spec.bootstrap.scheme, task.group, task.name)
+    check_whole_scores(spec, task.clean.shape[0], n_cols, allow_large=allow_large)  # stages that load scores whole
     if spec.faithfulness and spec.level == "edge":  # folds the groups cannot fill: refused before the run
         crossfit_folds(spec, task.clean.shape[0], None if task.group is None else task.group.numpy())
     return sources, model, task

@@ -94,17 +94,25 @@ class RunReader:
         """Return the rows of table ``name`` whose columns equal ``eq``, as dicts of ``columns`` and ``eq``'s keys."""
         # One index per (table, key columns), built once: a file of 60,000 claims must not filter the
         # table 60,000 times. Null never equals anything (as in SQL and pyarrow.compute.equal).
+        # The index holds row positions from the key columns only: a million-edge edge_stats is not turned into
+        # a million dicts of every column; the matching rows' wanted columns are read when asked.
         want = columns + list(eq)
-        self.table(name, want)
+        t = self.table(name, want)
         keys = tuple(sorted(eq))
         index = self._index.get((name, keys))
         if index is None:
             index = self._index[(name, keys)] = {}
-            for r in self._tables[name].to_pylist():
-                index.setdefault(tuple(r[k] for k in keys), []).append(r)
+            for i, key in enumerate(zip(*(t.column(k).to_pylist() for k in keys)) if keys else [()] * t.num_rows):
+                index.setdefault(key, []).append(i)
         if any(v is None for v in eq.values()):
             return []
-        return [{c: r[c] for c in want} for r in index.get(tuple(eq[k] for k in keys), [])]
+        hits = index.get(tuple(eq[k] for k in keys), [])
+        if not hits:
+            return []
+        import pyarrow as pa
+
+        found = t.select(list(dict.fromkeys(want))).take(pa.array(hits, pa.int64())).to_pylist()
+        return [{c: r[c] for c in want} for r in found]
 
     def distinct(self, name: str, column: str, /, **eq: Any) -> list:
         """Return the sorted distinct non-null values of ``column`` in the rows of ``name`` matching ``eq``."""

@@ -392,7 +392,7 @@ def circuit_command(
     chosen, why = ranking_option(ranking, absolute, "circuit"), "as asked"
     if chosen is None:
         chosen, why = default_ranking(run)
-    sm = ScoreMatrix.read(run, choice.table)
+    sm = ScoreMatrix.read_means(run, choice.table)  # column means, read in blocks: any graph size
     make = Circuit.top_k if rule.value == "top-k" else Circuit.greedy
     selected = make(sm, k, ranking=chosen, seed=seed)
     circuit = selected.prune() if prune else selected

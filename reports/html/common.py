@@ -128,11 +128,14 @@ def html_table(cols: Sequence[Col], rows: Sequence[Sequence[Any]], *, shown_note
     return f'<table class="sortable {cls}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{extra}'
 
 
-def shown(n_shown: int, n_total: int, what: str, order: str) -> str:
-    """Return the caption saying how many of the rows a table shows, and in which order."""
+def shown(n_shown: int, n_total: int, what: str, order: str, table: str | None = None) -> str:
+    """Return the caption saying how many of the rows a table shows, and in which order; when it shows only some
+    and names its ``table``, where the rest are (a million-edge run's page lists the top rows, never all)."""
     if n_shown >= n_total:
         return f"all {n_total:,} {what}"
-    return f"showing {n_shown:,} of {n_total:,} {what} ({order})"
+    rest = (f"; query {table}.parquet for the rest, e.g. circuitstat query \"SELECT * FROM {table}\" RUN_DIR"
+            if table else "")
+    return f"showing {n_shown:,} of {n_total:,} {what} ({order}){rest}"
 
 
 def colours(methods: Sequence[str]) -> dict[str, str]:

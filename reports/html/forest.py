@@ -80,7 +80,8 @@ def forest_section(T: Tables, methods: Sequence[str]) -> str:
     cols = [("edge", "text"), ("method", "text"), ("estimate [95% CI]", "ci"), ("SE", "num"), ("p", "p"),
             ("q (BH)", "p"), ("n", "int"), ("units resampled", "int"), ("median [95% CI]", "ci"),
             ("20%-trimmed mean [95% CI]", "ci")]
-    tbl = html_table(cols, table, shown_note=shown(n, n_edges, "edges", f"top by |estimate| of {ref}"))
+    tbl = html_table(cols, table, shown_note=shown(n, n_edges, "edges", f"top by |estimate| of {ref}",
+                                                     "edge_stats"))
     est = every[0].estimand if every else ""
     cap = (f"Top {n} edges by |estimate| of {ref}, each with its 95% interval per method (it covers {est}); q = "
            "Benjamini–Hochberg adjusted p-value over all edges; a hollow point and '! few prompts' mark an interval "

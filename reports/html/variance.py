@@ -57,7 +57,7 @@ def variance_part(T: Tables) -> str:
     p.axes("share of variance", "", yticks=[n - 1 - i for i in range(n)], ytick_labels=short, grid=False)
     cols = [("edge", "text"), ("total variance", "num")] + [(s, "num") for s in sources]
     rows = [[nm[r], V[r], *S[r].tolist()] for r in top]
-    tbl = html_table(cols, rows, shown_note=shown(n, edge_ids.size, "edges", by))
+    tbl = html_table(cols, rows, shown_note=shown(n, edge_ids.size, "edges", by, "variance_components"))
     cap = f"Share of each edge's score variance by source (crossed random-effects design), for the {n} edges with the {by}."
     return "<h3>Variance components</h3>" + figure(p.svg(), cap, tbl, below=True) + _pooled_shares_table(T)
 
