@@ -44,6 +44,7 @@ def edge_stats_table(S: np.ndarray, names: list[str], method: str, plan, spec: A
 def robust_edge_columns(S: np.ndarray, plan, confidence_level: float) -> dict:
     """The robust-estimand columns of edge_stats (median and 20%-trimmed mean, each with its interval, the p-value
     that inverts it and BH q over edges); NaN with the reason in robust_note under a cluster bootstrap."""
+    from circuitstat.core.score_columns import column_blocks
     from circuitstat.stats.robust import median_interval, trimmed_mean_interval
     from circuitstat.stats.testing import bh_adjust
 
@@ -53,11 +54,15 @@ def robust_edge_columns(S: np.ndarray, plan, confidence_level: float) -> dict:
         note = ("not computed: the median's and trimmed mean's intervals assume independent prompts, and this run's "
                 "prompts share templates (cluster bootstrap)")
         return {**{c: np.full(E, np.nan) for c in names}, "robust_note": [note] * E}
-    out: dict = {}
-    for prefix, r in (("median", median_interval(S, confidence_level)),
-                      ("trimmed_mean", trimmed_mean_interval(S, confidence_level=confidence_level))):
-        out.update({prefix: r.estimate, f"{prefix}_ci_low": r.low, f"{prefix}_ci_high": r.high,
-                    f"{prefix}_p": r.pvalue, f"{prefix}_q": bh_adjust(r.pvalue)})
+    parts: dict = {}
+    for _, block in column_blocks(S):  # per-edge statistics: block by block, as a ParquetColumns is read
+        for prefix, r in (("median", median_interval(block, confidence_level)),
+                          ("trimmed_mean", trimmed_mean_interval(block, confidence_level=confidence_level))):
+            for key, v in ((prefix, r.estimate), (f"{prefix}_ci_low", r.low), (f"{prefix}_ci_high", r.high),
+                           (f"{prefix}_p", r.pvalue)):
+                parts.setdefault(key, []).append(np.asarray(v, dtype=np.float64))
+    out = {key: np.concatenate(v) for key, v in parts.items()}
+    out.update({f"{prefix}_q": bh_adjust(out[f"{prefix}_p"]) for prefix in ("median", "trimmed_mean")})
     return {**{c: np.asarray(out[c], dtype=np.float64) for c in names}, "robust_note": [""] * E}
 
 
