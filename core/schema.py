@@ -30,7 +30,7 @@ PUBLISHED_CPR = ("the area under the faithfulness curve of the file's fixed scor
                  "over the task's prompt distribution")
 
 __all__ = ["Column", "TableSchema", "SchemaError", "TABLES", "RENAMED_COLUMNS", "schema_for", "claimable", "columns",
-           "fill", "renamed", "stored_names"]
+           "fill", "renamed", "stored_names", "tail_flag"]
 
 _METHOD = ("method", S, "attribution method (exact, eap, eap-ig-inputs, eap-ig-activations, clean-corrupted, atp-qkfix, atp-graddrop, atpstar, ensemble)")
 _K = ("k", I, "circuit size: number of edges (or nodes) kept")
@@ -542,6 +542,13 @@ def renamed(name: str, table: Any) -> Any:
     # a file holding both the old and the current name keeps both as they are: nothing is overwritten
     out = table.rename_columns([old[c] if c in old and old[c] not in have else c for c in table.column_names])
     return out.replace_schema_metadata(table.schema.metadata)  # rename_columns drops it (the provenance)
+
+
+def tail_flag(name: str) -> str | None:
+    """Return the column of run table ``name`` (``model-<i>/`` prefix allowed) that is false where a few prompts carry
+    the estimate: no_tail_seen in the per-edge mean tables, interval_reliable in the others; None if it has none."""
+    schema = TABLES.get(name.rsplit("/", 1)[-1])
+    return next((c for c in ("no_tail_seen", "interval_reliable") if schema is not None and c in schema.names), None)
 
 
 def stored_names(name: str, wanted: list[str], stored: list[str]) -> list[str]:
