@@ -49,7 +49,7 @@ def test_terminal_page_and_claims_agree_on_the_robust_effects(audit, tmp_path):
     for ci in robust:
         assert f'<span class="v">{ci.text()}</span>' in forest  # the report's edge table shows the same interval
         row = es.loc[dict(ci.key)["edge"]]
-        assert not row["interval_reliable"]  # shown only where a few prompts carry the mean
+        assert not row["no_tail_seen"]  # shown only where a few prompts carry the mean
         est = ci.low[:-len("_ci_low")]
         assert ci.text() == f"{ci.number(row[est])} [{ci.number(row[ci.low])}, {ci.number(row[ci.high])}]"
         assert ci.estimand.startswith("the median" if est == "median" else "the 20%-trimmed mean")
