@@ -1,7 +1,7 @@
 """A synthetic run shaped like the demo's (an audit over seeds on a small graph), for the HTML report's tests.
 
 ``make_report_run`` writes every table the demo's audit writes — edges in the EAP-IG/MIB naming,
-edge_stats with some intervals flagged unreliable, the data-level stability columns, selection-aware
+edge_stats with some edges a few prompts carry (no_tail_seen false), the data-level stability columns, selection-aware
 faithfulness, approximation, heads and layers with their intervals over seeds, residual CKA and the
 heads stage's summary — and, optionally, a variance study's tables. Columns it does not set are filled
 from core/schema.py, so it cannot drift from what the audit writes.
