@@ -331,10 +331,11 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("null_rejection_rate", F, "share of null units whose interval excludes the null (NaN: the kind has no "
                                       "null units, as every kind of the calibration study)"),
            ("null_rejection_mc_se", F, "Monte Carlo SE of null_rejection_rate, the dataset as the unit"),
-           ("coverage_reliable", F, "coverage among units flagged reliable (NaN: the kind flags none)"),
+           ("coverage_reliable", F, "coverage among units the kind's flag passes (edge kinds: no_tail_seen true, which "
+                                 "does not make them cover; NaN: the kind flags none)"),
            ("coverage_reliable_mc_se", F, "Monte Carlo SE of coverage_reliable (ratio estimator, the dataset as "
                                           "the unit)"),
-           ("share_reliable", F, "share of units flagged reliable (NaN: the kind flags none)"),
+           ("share_reliable", F, "share of units the kind's flag passes (edge kinds: no_tail_seen true; NaN: none)"),
            ("confidence_level", F, "nominal level")),
     _table("coverage_per_unit", "calibration study: coverage of each unit (edge or k) per kind and N",
            ("kind", S, "interval kind"), ("n", I, "dataset size N"), ("unit", I, "unit index"),
