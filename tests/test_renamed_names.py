@@ -104,6 +104,7 @@ def test_old_runs_tail_flag_interval_reliable_is_read_reported_and_checked_as_no
     import pyarrow.parquet as pq
     from builders import make_run
 
+    from circuitstat.core.query import query
     from circuitstat.core.run_tables import RunTables
     from circuitstat.core.tables import read_provenance, read_table
     from circuitstat.pipelines.claims import evaluate_claims, parse_claims
@@ -138,3 +139,7 @@ def test_old_runs_tail_flag_interval_reliable_is_read_reported_and_checked_as_no
     edges = compare_runs(run, new).edges
     assert [r["no_tail_seen_a"] for r in edges] == [r["no_tail_seen_b"] for r in edges]
     assert sum(r["no_tail_seen_a"] is False for r in edges) == 2  # a1.h5->logits, for exact and eap
+    # queried: SQL over the old and the new run together sees one column, under the new name
+    q = query("SELECT run, count(*) AS n FROM edge_stats WHERE NOT no_tail_seen GROUP BY run ORDER BY run",
+              {"new": new, "old": run})
+    assert q.to_pydict() == {"run": ["new", "old"], "n": [2, 2]}
