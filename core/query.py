@@ -109,18 +109,25 @@ def connect(run_dirs: RunDirs, run_column: str = "run",
     """
     import duckdb  # imported on use: most callers of reports never query
 
+    from circuitstat.core.schema import RENAMED_COLUMNS
+
     con = duckdb.connect(":memory:")
     tables = list_tables(run_dirs)
     for name, files in tables.items():
         selects = []
         for run, path in files:
-            if run_column in pq.read_schema(path).names:
+            stored = pq.read_schema(path).names
+            if run_column in stored:
                 raise ValueError(
                     f"table {name!r} in {run} already has a column {run_column!r}; "
                     f"pass run_column='...' (e.g. 'run_dir') to name the added column differently"
                 )
+            # a run written before a column was renamed shows it under its current name (core/schema.py)
+            old = [(o, n) for o, n in RENAMED_COLUMNS.get(name, {}).items() if o in stored and n not in stored]
+            star = "*" + (" RENAME (" + ", ".join(f"{_quote_ident(o)} AS {_quote_ident(n)}" for o, n in old) + ")"
+                          if old else "")
             selects.append(
-                f"SELECT *, {_quote_str(run)} AS {_quote_ident(run_column)} "
+                f"SELECT {star}, {_quote_str(run)} AS {_quote_ident(run_column)} "
                 f"FROM read_parquet({_quote_str(str(path))})"
             )
         con.execute(f"CREATE VIEW {_quote_ident(name)} AS " + " UNION ALL BY NAME ".join(selects))

@@ -29,7 +29,8 @@ PUBLISHED_F = ("faithfulness of this fixed published circuit on the task's promp
 PUBLISHED_CPR = ("the area under the faithfulness curve of the file's fixed score ranking, at MIB's percentages, "
                  "over the task's prompt distribution")
 
-__all__ = ["Column", "TableSchema", "SchemaError", "TABLES", "schema_for", "claimable", "columns", "fill"]
+__all__ = ["Column", "TableSchema", "SchemaError", "TABLES", "RENAMED_COLUMNS", "schema_for", "claimable", "columns",
+           "fill", "renamed", "stored_names", "tail_flag"]
 
 _METHOD = ("method", S, "discovery method: attribution (exact, eap, eap-ig-inputs, eap-ig-activations, clean-corrupted, "
            "atp-qkfix, atp-graddrop, atpstar, ensemble) or mask-learned (edge-pruning)")
@@ -71,9 +72,10 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("q", F, "Benjamini-Hochberg q-value over edges", True), ("n", I, "number of prompts"),
            ("ci_method", S, "interval method"), ("estimand", S, "what the interval covers"),
            ("tail_share", F, "share of sum |x - median| carried by the ceil(sqrt N) most extreme prompts"),
-           ("interval_reliable", B, "false when tail_share > 0.6: a few prompts carry the estimate; true means only "
-                                    "that none visibly does, not that the interval covers (a prompt rarer than 1/N "
-                                    "carrying the mean is invisible to any sample; docs/calibration.md)"),
+           ("no_tail_seen", B, "true when tail_share <= 0.6: no few prompts carry the estimate in this sample. It "
+                               "does NOT mean the interval covers: a prompt rarer than 1/N carrying the mean is "
+                               "invisible to any sample (docs/calibration.md). Older runs call it "
+                               "interval_reliable; it is read as no_tail_seen (RENAMED_COLUMNS)"),
            ("n_clusters", I, "independent units resampled: the templates (groups) a cluster bootstrap resamples "
                              "whole; n when prompts are resampled one by one"),
            ("ci_method_note", S, "why this interval method (the spec's choice, or the default and why)"),
@@ -368,11 +370,12 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("null_rejection_rate", F, "share of null units whose interval excludes the null (NaN: the kind has no "
                                       "null units, as every kind of the calibration study)"),
            ("null_rejection_mc_se", F, "Monte Carlo SE of null_rejection_rate, the dataset as the unit"),
-           ("coverage_reliable", F, "coverage among units flagged reliable (NaN: the kind flags none)"),
+           ("coverage_reliable", F, "coverage among units the kind's flag passes (edge kinds: no_tail_seen true, which "
+                                 "does not make them cover; NaN: the kind flags none)"),
            ("coverage_reliable_mc_se", F, "Monte Carlo SE of coverage_reliable (ratio estimator, the dataset as "
                                           "the unit)"),
-           ("share_reliable", F, "share of units flagged reliable (NaN: the kind flags none)"),
-           ("coverage_unreliable", F, "coverage among cells flagged unreliable (NaN: the kind flags none)"),
+           ("share_reliable", F, "share of units the kind's flag passes (edge kinds: no_tail_seen true; NaN: none)"),
+           ("coverage_unreliable", F, "coverage among cells the kind's flag does not pass (NaN: the kind flags none)"),
            ("coverage_unreliable_mc_se", F, "Monte Carlo SE of coverage_unreliable (the dataset as the unit)"),
            ("coverage_floor", F, "the floor n_units_below_floor counts against"),
            ("confidence_level", F, "nominal level")),
@@ -578,6 +581,41 @@ assert not set(RESULT_TABLES) & set(TABLES), sorted(set(RESULT_TABLES) & set(TAB
 TABLES.update(RESULT_TABLES)
 
 SCORES_PREFIX = "scores_"
+
+#: columns renamed since runs were written, {table: {old name: current name}}. A run directory written before a
+#: rename still reads: circuitstat.core.tables.read_table, which every reader of run tables goes through, maps the
+#: old names to the current ones (:func:`renamed`), so claims, the report and compare see only current names.
+RENAMED_COLUMNS: dict[str, dict[str, str]] = {
+    # issue 34: no sample statistic can promise that a mean's interval covers (a spike the sample missed is
+    # invisible; docs/calibration.md), so the per-edge mean tables' flag says only what it sees
+    "edge_stats": {"interval_reliable": "no_tail_seen"},
+    "verified": {"interval_reliable": "no_tail_seen"},
+    "bootstrap": {"interval_reliable": "no_tail_seen"},
+}
+
+
+def renamed(name: str, table: Any) -> Any:
+    """Return pyarrow ``table`` (run table ``name``) with old column names (RENAMED_COLUMNS) replaced by current ones."""
+    old = RENAMED_COLUMNS.get(name, {})
+    have = set(table.column_names)
+    if not old or not have & set(old):
+        return table
+    # a file holding both the old and the current name keeps both as they are: nothing is overwritten
+    out = table.rename_columns([old[c] if c in old and old[c] not in have else c for c in table.column_names])
+    return out.replace_schema_metadata(table.schema.metadata)  # rename_columns drops it (the provenance)
+
+
+def tail_flag(name: str) -> str | None:
+    """Return the column of run table ``name`` (``model-<i>/`` prefix allowed) that is false where a few prompts carry
+    the estimate: no_tail_seen in the per-edge mean tables, interval_reliable in the others; None if it has none."""
+    schema = TABLES.get(name.rsplit("/", 1)[-1])
+    return next((c for c in ("no_tail_seen", "interval_reliable") if schema is not None and c in schema.names), None)
+
+
+def stored_names(name: str, wanted: list[str], stored: list[str]) -> list[str]:
+    """Return ``wanted`` (current column names of run table ``name``) as a file with columns ``stored`` spells them."""
+    back = {new: old for old, new in RENAMED_COLUMNS.get(name, {}).items()}
+    return [back[c] if c not in stored and back.get(c) in stored else c for c in wanted]
 
 
 def schema_for(name: str) -> TableSchema | None:

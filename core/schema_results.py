@@ -78,7 +78,9 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("approx_mean", F, "the approximation's own mean over all N prompts (not the verified estimand)"),
            ("rectifier_share", F, "share of the labelled rectifier's spread carried by its most extreme prompt"),
            ("approx_tail_share", F, "tail share of the approximation over the unlabelled prompts"),
-           ("interval_reliable", B, "false when a few prompts carry the estimate"),
+           ("no_tail_seen", B, "true when no few prompts carry the estimate in this sample (rectifier_share, "
+                               "approx_tail_share) and >= 16 were patched; not that the interval covers: an unseen "
+                               "spike is invisible. Older runs call it interval_reliable (read as no_tail_seen)"),
            ("n_labelled", I, "prompts patched exactly (n)"), ("n_prompts", I, "prompts with the approximation (N)"),
            ("estimand", S, "what the interval covers, with n and N")),
     _table("verified_pseudo", "pseudo-scores of a verified run (circuitstat.stats.verified.pseudo): column means are "
@@ -101,7 +103,9 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("pvalue", F, "two-sided p-value inverting the primary interval"),
            ("qvalue", F, "Benjamini-Hochberg q-value", False, True),
            ("tail_share", F, "share of sum |x - median| carried by the most extreme rows", False, True),
-           ("interval_reliable", B, "false when a few rows carry the estimate", False, True),
+           ("no_tail_seen", B, "true when no few rows carry the estimate (tail_share <= 0.6); not that the "
+                               "interval covers: an unseen spike is invisible. Formerly interval_reliable",
+            False, True),
            *_methods(ROW_MEAN), ("bca_z0", F, "BCa bias correction", False, True),
            ("bca_acceleration", F, "BCa acceleration", False, True),
            ("degenerate", B, "the primary interval could not be computed")),

@@ -93,8 +93,14 @@ def rows_per_group(table: pa.Table) -> int:
 
 
 def read_table(path: str | os.PathLike[str], columns: list[str] | None = None) -> pa.Table:
-    """Return the Parquet table at `path` (metadata incl. provenance kept in its schema)."""
-    return pq.read_table(path, columns=columns, memory_map=True)
+    """Return the Parquet table at `path` (metadata incl. provenance kept in its schema), with the current names
+    of columns renamed since it was written (core/schema.py RENAMED_COLUMNS; the table's name is the file's stem)."""
+    from circuitstat.core.schema import RENAMED_COLUMNS, renamed, stored_names
+
+    name = Path(path).stem
+    if columns is not None and name in RENAMED_COLUMNS:
+        columns = stored_names(name, list(columns), pq.read_schema(path).names)
+    return renamed(name, pq.read_table(path, columns=columns, memory_map=True))
 
 
 def read_provenance(source: str | os.PathLike[str] | pa.Table | pa.Schema) -> dict[str, Any]:

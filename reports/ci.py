@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from circuitstat.core.schema import schema_for
+from circuitstat.core.schema import schema_for, tail_flag
 
 __all__ = ["Ci", "LABELLED", "FLAGGED", "FEW_PROMPTS", "MONTE_CARLO", "covers", "fmt"]
 
@@ -32,15 +32,17 @@ LABELLED: dict[tuple[str, str], str] = {
     ("heads", "ci"): _ANCHOR,
     ("layers", "ci"): _ANCHOR,
 }
-#: what an interval flagged not reliable (interval_reliable = false) means in each table: (badge, hover text)
+#: what a row whose flag is false means in each table where the flag is not the tail flag: (badge, hover text)
 FLAGGED = {
     "residual": ("! biased kind", "linear and RBF CKA are biased in finite samples: this interval misses the "
                  "population CKA (interval_reliable = false)"),
     "variance_shares": ("! few levels", "the interval rests on the few levels of a non-example factor "
                         "(interval_reliable = false)"),
 }
-FEW_PROMPTS = ("! few prompts", "a few prompts carry the estimate (interval_reliable = false): the interval cannot "
-               "back a claim; no mark does not mean the interval covers (a prompt rarer than 1 in N is invisible)")
+#: (badge, hover text) of a row a few prompts carry; {flag} is the table's column (no_tail_seen in the per-edge mean
+#: tables, interval_reliable in the sink and token tables: core.schema.tail_flag)
+FEW_PROMPTS = ("! few prompts", "a few prompts carry the estimate ({flag} = false): the interval cannot back a claim; "
+               "no mark does not mean the interval covers (a prompt rarer than 1 in N is invisible)")
 _COVERS = re.compile(r"\(covers: (.*)\)\s*$")
 
 
@@ -104,12 +106,12 @@ class Ci:
 
     @classmethod
     def of(cls, table: str, row: Mapping[str, Any], key: Sequence[str], prefix: str = "ci", *, est: str = "",
-           estimand: str = "", flag: str = "interval_reliable", unavailable: str = "", role: str = "",
+           estimand: str = "", flag: str | None = None, unavailable: str = "", role: str = "",
            decimals: int | None = None) -> "Ci":
         """Return the interval ``{prefix}_low`` / ``{prefix}_high`` of `row` of `table`, keyed by the columns `key`.
 
-        `est` names the column of the estimate printed before it; `flag` the row's reliability column
-        (absent: no flag); `unavailable` is said instead of the interval when it is undefined; `role` labels an
+        `est` names the column of the estimate printed before it; `flag` the row's flag column (None: the table's
+        tail flag, core.schema.tail_flag, e.g. no_tail_seen of edge_stats; '' or absent: no flag); `unavailable` is said instead of the interval when it is undefined; `role` labels an
         interval the table does not mark (LABELLED does that for the known ones)."""
         low, high = f"{prefix}_low", f"{prefix}_high"
         base = prefix[:-3] if prefix.endswith("_ci") else prefix
@@ -119,6 +121,8 @@ class Ci:
                     estimand = str(row[col])
                     break
         estimand = estimand or covers(table, low)
+        if flag is None:
+            flag = tail_flag(table) or "interval_reliable"
         ok = row.get(flag) if flag else None
         reliable = None if ok is None or (isinstance(ok, float) and math.isnan(ok)) else bool(ok)
         return cls(table, tuple((k, _plain(row[k])) for k in key), low, high, _number(row.get(low)),
@@ -152,8 +156,9 @@ class Ci:
         return " ".join(parts) or "—"
 
     def flag_words(self) -> tuple[str, str]:
-        """Return (badge, hover text) of a row flagged not reliable, as its table means it."""
-        return FLAGGED.get(self.table.rsplit("/", 1)[-1], FEW_PROMPTS)
+        """Return (badge, hover text) of a row whose flag is false, as its table means it."""
+        badge, hover = FLAGGED.get(self.table.rsplit("/", 1)[-1], FEW_PROMPTS)
+        return badge, hover.format(flag=self.flag or "no_tail_seen")
 
     def where(self) -> str:
         """Return the row key as ``column=value`` pairs (for messages)."""

@@ -31,7 +31,7 @@ from circuitstat.core.schema_core import DATA_JACCARD, MC_JACCARD, SELECTED_F
 __all__ = ["RunInfo", "RunComparison", "compare_tables", "compare_runs", "read_run", "COMPARED_TABLES"]
 
 COMPARED_TABLES = ("edges", "edge_stats", "stability_vs_k", "faithfulness_vs_k", "claims")
-EDGE_VALUES = ("estimate", "ci_low", "ci_high", "q", "interval_reliable", "estimand")
+EDGE_VALUES = ("estimate", "ci_low", "ci_high", "q", "no_tail_seen", "estimand")
 STABILITY_VALUES = ("jaccard_data", "jaccard_data_ci_low", "jaccard_data_ci_high", "jaccard_mean")
 FAITH_VALUES = ("f_selected", "f_selected_ci_low", "f_selected_ci_high", "f_ratio", "f_ci_low", "f_ci_high", "cpr")
 

@@ -6,8 +6,10 @@ the k = ceil(sqrt(N)) examples farthest from the median. Gaussian samples give a
 0.31 / 0.25 at N = 32 / 64 / 128 (99.9th percentile 0.57 / 0.40 / 0.30); a sample whose mean
 rests on one spike gives nearly 1.
 
-`interval_reliable` is tail share <= `RELIABLE_MAX_TAIL_SHARE` = 0.6: above it, a few prompts
-carry the estimate, and Gaussian-like data essentially never get there at N >= 32.
+`no_tail_seen` (the edge tables' column; before issue 34 it was called ``interval_reliable``) is tail
+share <= `RELIABLE_MAX_TAIL_SHARE` = 0.6: above it, a few prompts carry the estimate, and Gaussian-like
+data essentially never get there at N >= 32. The name says what it can say: no tail was *seen* in this
+sample, not that the interval covers.
 
 What was measured (symmetric studentized bootstrap, 95%, 400 datasets, table in docs/calibration.md): the
 threshold was checked on a spike-free lognormal / Student-t(2.5) population (flagged-reliable
@@ -21,7 +23,7 @@ findings shape how to read the flag:
 * What makes intervals undercover is a spike that is *absent* from the sample (events rarer
   than 1/N that carry the mean): such a sample looks Gaussian and no per-edge sample
   diagnostic can see it. Only more prompts, or a calibration study on a larger population of
-  the same task, can show it. "Reliable" therefore lowers, but cannot remove, that risk.
+  the same task, can show it. "No tail seen" therefore lowers, but cannot remove, that risk.
 
 Per edge it does not hold at all (issue 34, bench/tail_coverage.py, docs/calibration.md): among cells flagged
 reliable the worst edge covered 0.34-0.89 on the spiky, smooth, zoo and two trained 3-4-layer MLP populations and 0.00 on one
@@ -37,9 +39,9 @@ import math
 
 import numpy as np
 
-__all__ = ["RELIABLE_MAX_TAIL_SHARE", "tail_count", "tail_share", "interval_reliable"]
+__all__ = ["RELIABLE_MAX_TAIL_SHARE", "tail_count", "tail_share", "no_tail_seen", "interval_reliable"]
 
-#: largest tail share (k = ceil(sqrt(N)) examples' share of sum |x - mean|) flagged reliable
+#: largest tail share (k = ceil(sqrt(N)) examples' share of sum |x - median|) with no_tail_seen true
 RELIABLE_MAX_TAIL_SHARE = 0.6
 
 
@@ -68,7 +70,13 @@ def tail_share(S: np.ndarray, k: int | None = None, axis: int = 0) -> np.ndarray
         return np.where(total > 0, top.sum(axis=-1) / np.where(total > 0, total, 1.0), 0.0)
 
 
-def interval_reliable(S: np.ndarray, threshold: float = RELIABLE_MAX_TAIL_SHARE,
-                      axis: int = 0) -> np.ndarray:
-    """Return True per edge where the tail share is at most `threshold` (interval trusted)."""
+def no_tail_seen(S: np.ndarray, threshold: float = RELIABLE_MAX_TAIL_SHARE, axis: int = 0) -> np.ndarray:
+    """Return True per edge where the tail share is at most `threshold`: no few examples visibly carry the mean.
+
+    True does not mean the interval covers: a spike absent from the sample is invisible (module docstring).
+    """
     return tail_share(S, axis=axis) <= threshold
+
+
+#: the old name of :func:`no_tail_seen` (kept so imports of it still work)
+interval_reliable = no_tail_seen

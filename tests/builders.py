@@ -26,7 +26,7 @@ def audit_tables(methods=("exact", "eap"), ks=(5, 10, 20), heads=True, faithfuln
                   "kind": ["q", "k", "k", "v", "logits", "logits"]},
     }
     es = {c: [] for c in ["method", "edge", "name", "estimate", "se", "ci_low", "ci_high", "p", "q", "n",
-                          "tail_share", "interval_reliable"]}
+                          "tail_share", "no_tail_seen"]}
     inc = {c: [] for c in ["method", "k", "edge", "name", "frequency"]}
     st = {c: [] for c in ["method", "k", "jaccard_mean", "jaccard_sd", "jaccard_ci_low", "jaccard_ci_high", "jaccard_chance",
                           "jaccard_corrected", "phi", "phi_ci_low", "phi_ci_high", "consensus_size", "consensus_jaccard_mean",
@@ -42,8 +42,8 @@ def audit_tables(methods=("exact", "eap"), ks=(5, 10, 20), heads=True, faithfuln
             es["se"].append(0.1), es["ci_low"].append(est - 0.2), es["ci_high"].append(est + 0.2)
             es["p"].append(0.001 if abs(est) > 0.1 else 0.6), es["q"].append(0.004 if abs(est) > 0.1 else 0.7)
             es["n"].append(32)
-            # a1.h5->logits (edge 4) rests on a few prompts: its interval is flagged unreliable
-            es["tail_share"].append(0.8 if i == 4 else 0.3), es["interval_reliable"].append(i != 4)
+            # a1.h5->logits (edge 4) rests on a few prompts: no_tail_seen is false
+            es["tail_share"].append(0.8 if i == 4 else 0.3), es["no_tail_seen"].append(i != 4)
         for k in ks:
             for i, e in enumerate(EDGES):
                 if i == 3:  # a0.h1->a1.h2<v> never selected: no row
@@ -98,7 +98,7 @@ def audit_tables(methods=("exact", "eap"), ks=(5, 10, 20), heads=True, faithfuln
         t["verified"] = {"method": ["eap"] * n_v, "edge": list(range(n_v)), "edge_name": EDGES[:n_v],
                          "estimate": [0.0, -0.4, 1.2, 0.3, 0.8], "ci_low": [-0.1, -0.6, 0.9, -0.2, 0.5],
                          "ci_high": [0.1, -0.2, 1.5, 0.8, 1.1], "qvalue": [0.9, 0.01, 0.001, 0.4, 0.02],
-                         "interval_reliable": [True] * n_v, "n_labelled": [16] * n_v, "n_prompts": [512] * n_v,
+                         "no_tail_seen": [True] * n_v, "n_labelled": [16] * n_v, "n_prompts": [512] * n_v,
                          "estimand": ["mean exact effect, verified on 16 of 512 prompts"] * n_v}
         t["missed_edges"] = {"method": ["eap"], "tau": [0.1], "n_top": [2], "n_remaining": [4], "n_sampled": [3],
                              "n_unverified": [1], "sampled_above": [1], "missed_low": [0], "missed_high": [1],

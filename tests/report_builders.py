@@ -1,7 +1,7 @@
 """A synthetic run shaped like the demo's (an audit over seeds on a small graph), for the HTML report's tests.
 
 ``make_report_run`` writes every table the demo's audit writes — edges in the EAP-IG/MIB naming,
-edge_stats with some intervals flagged unreliable, the data-level stability columns, selection-aware
+edge_stats with some edges a few prompts carry (no_tail_seen false), the data-level stability columns, selection-aware
 faithfulness, approximation, heads and layers with their intervals over seeds, residual CKA and the
 heads stage's summary — and, optionally, a variance study's tables. Columns it does not set are filled
 from core/schema.py, so it cannot drift from what the audit writes.
@@ -55,7 +55,7 @@ def write_filled(table: dict, path: Path) -> None:
 def _edge_stats(effect: np.ndarray, names: list[str], methods, second: int, rng) -> dict:
     E = len(effect)
     stats: dict[str, list] = {k: [] for k in ("method", "edge", "name", "estimate", "se", "ci_low", "ci_high", "p", "q",
-                                              "n", "ci_method", "estimand", "tail_share", "interval_reliable")}
+                                              "n", "ci_method", "estimand", "tail_share", "no_tail_seen")}
     for j, m in enumerate(methods):
         est = effect * (1 + 0.1 * j) + rng.standard_normal(E) * 0.01 * j
         se = 0.05 + 0.02 * rng.random(E)
@@ -70,7 +70,7 @@ def _edge_stats(effect: np.ndarray, names: list[str], methods, second: int, rng)
                      ("ci_low", lo), ("ci_high", hi), ("p", p), ("q", q), ("n", [64] * E),
                      ("ci_method", ["studentized_symmetric"] * E),
                      ("estimand", ["mean effect over the task's prompt distribution"] * E),
-                     ("tail_share", np.where(reliable, 0.3, 0.8)), ("interval_reliable", reliable)):
+                     ("tail_share", np.where(reliable, 0.3, 0.8)), ("no_tail_seen", reliable)):
             stats[k] += list(v)
     return stats
 

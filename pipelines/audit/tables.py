@@ -19,7 +19,7 @@ from circuitstat.pipelines.spec import AuditSpec
 
 
 def edge_stats_table(S: np.ndarray, names: list[str], method: str, plan, spec: AuditSpec, n_jobs: int) -> dict:
-    """Per-edge mean, bootstrap SE and CI, the p-value that inverts that CI, BH q, and the reliability flag."""
+    """Per-edge mean, bootstrap SE and CI, the p-value that inverts that CI, BH q, and the no_tail_seen flag."""
     from circuitstat.stats import bootstrap_edges
 
     boot = bootstrap_edges(S, plan, method=spec.bootstrap.ci_method, confidence_level=spec.bootstrap.confidence_level,
@@ -34,7 +34,7 @@ def edge_stats_table(S: np.ndarray, names: list[str], method: str, plan, spec: A
             "n": np.full(E, S.shape[0], dtype=np.int64),
             "ci_method": [boot.method] * E, "estimand": [boot.estimand] * E,
             "tail_share": np.asarray(boot.tail_share, dtype=np.float64),
-            "interval_reliable": np.asarray(boot.reliable, dtype=bool),
+            "no_tail_seen": np.asarray(boot.reliable, dtype=bool),
             "n_clusters": np.full(E, plan.describe().get("n_clusters", S.shape[0]), dtype=np.int64),
             "ci_method_note": [boot.params["method_reason"]] * E,
             "p_floor": np.full(E, boot.params["pvalue_floor"], dtype=np.float64),

@@ -190,8 +190,8 @@ def summary_lines(rows: list[dict], confidence_level: float, out: Path | str,
         covers.setdefault("edge/*" if r["kind"].startswith("edge/") else r["kind"], r["estimand"])
     lines += ["what each interval is checked against:"] + [f"  {kind}: {est}" for kind, est in covers.items()]
     lines.append(f"nominal {confidence_level}; ±MC: Monte Carlo SE of coverage, each dataset one unit; worst: the "
-                 f"lowest coverage of one unit (edge or k); reliable: coverage of the units the interval flags "
-                 f"reliable (— where it flags none); tables in {out}")
+                 f"lowest coverage of one unit (edge or k); reliable: coverage of the units the interval's flag passes "
+                 f"(edge kinds: no_tail_seen true, which does not make them cover; — where it flags none); tables in {out}")
     return lines
 
 

@@ -64,9 +64,13 @@ names it with ``model: i``:
 * ``token_stability`` (cross-seed run): ``measure``, ``k``, ``statistic`` (default
   ``excess_ci_low``, agreement above chance; jaccard[_ci_low/_ci_high], excess[_ci_high]), bounds.
 
-A bound on an interval (``ci_low``/``ci_high``), or a verdict, whose row is flagged
-``interval_reliable = false`` (a few prompts carry the estimate) is refused with an error: the
-interval cannot back the claim.
+A bound on an interval (``ci_low``/``ci_high``), or a verdict, whose row shows a few prompts carrying the
+estimate is refused with an error: the interval cannot back the claim. The flag is ``no_tail_seen = false``
+in the per-edge mean tables (edge_stats, verified; runs written before it was renamed call it
+``interval_reliable`` and are read the same) and ``interval_reliable = false`` in the sink and token tables.
+``no_tail_seen = true`` lets a claim through but does not mean the interval covers: a spike absent from the
+sample is invisible (docs/calibration.md). The check is :func:`~circuitstat.pipelines.claims.reader.require_no_tail_seen`
+(its old name ``require_reliable`` still imports).
 
 :func:`check` evaluates every claim against the run (running the audit via
 :func:`circuitstat.pipelines.audit.run.run_audit` when the run is missing or lacks what the claims need and a spec

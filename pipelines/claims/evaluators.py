@@ -16,7 +16,7 @@ from .bounds import bounded, cmp_text, fmt
 from .models import (ApproximationClaim, CircuitStabilityClaim, EdgeEffectClaim, EdgeInCircuitClaim, FaithfulnessClaim,
                      HeadStabilityClaim, LayerStabilityClaim, MissedEdgesClaim, PublishedCircuitClaim, SinkClaim, VerifiedEdgeClaim, SinkStabilityClaim, TokenDropClaim,
                      TokenImportanceClaim, TokenStabilityClaim, model_label)
-from .reader import ClaimError, RunReader, edge_known, need, require_reliable, scalar, token_part
+from .reader import ClaimError, RunReader, edge_known, need, require_no_tail_seen, scalar, token_part
 
 __all__ = ["EVALUATORS"]
 
@@ -75,9 +75,9 @@ def _eval_edge_effect(c: EdgeEffectClaim, run: RunReader) -> tuple[bool, dict, s
     if not rows:
         raise ClaimError(f"edge {c.edge!r} has no row in {c.table}.parquet for {c.method}; re-run the audit", missing=True)
     if c.estimand == "mean":
-        # the q-value inverts the interval: an interval flagged unreliable cannot back a significance claim (the
+        # the q-value inverts the interval: an interval a few prompts carry cannot back a significance claim (the
         # robust estimands' intervals do not rest on the few prompts that flag rests on)
-        require_reliable(run, c.table, "ci_low", f"{c.edge} ({c.method})", method=c.method, name=c.edge)
+        require_no_tail_seen(run, c.table, "ci_low", f"{c.edge} ({c.method})", method=c.method, name=c.edge)
     r = rows[0]
     est, q = r[cols[0]], r[cols[3]]
     obs = {"estimate": est, "q": q, "ci_low": r[cols[1]], "ci_high": r[cols[2]]}
@@ -166,9 +166,9 @@ def _eval_verified_edge(c: VerifiedEdgeClaim, run: RunReader) -> tuple[bool, dic
         raise ClaimError(f"edge {c.edge!r} was not verified for {c.method} (verify.edges verifies the top candidates "
                          "and a random sample); verify every edge (drop verify.edges) or raise verify.edges.top",
                          missing=True)
-    # the q-value inverts the interval: an interval flagged unreliable cannot back a bound on either
+    # the q-value inverts the interval: an interval a few prompts carry cannot back a bound on either
     stat = "ci_low" if c.statistic == "qvalue" else c.statistic
-    require_reliable(run, c.table, stat, f"{c.edge} ({c.method}, verified)", method=c.method, edge_name=c.edge)
+    require_no_tail_seen(run, c.table, stat, f"{c.edge} ({c.method}, verified)", method=c.method, edge_name=c.edge)
     v = scalar(run, c.table, c.statistic, f"{c.edge} ({c.method})", method=c.method, edge_name=c.edge)
     r = rows[0]
     ok, reason = bounded(v, c, f"{c.statistic} of {c.edge} ({c.method})")
@@ -203,7 +203,7 @@ def _eval_sink(c: SinkClaim, run: RunReader) -> tuple[bool, dict, str]:
                          f"heads {part.distinct(c.table, 'head')}); {hint}")
     where = node + model_label(c.model)
     v = scalar(part, c.table, c.statistic, where, layer=c.layer, head=c.head)
-    require_reliable(part, c.table, c.statistic, f"the sink rate of {where}", layer=c.layer, head=c.head)
+    require_no_tail_seen(part, c.table, c.statistic, f"the sink rate of {where}", layer=c.layer, head=c.head)
     (r,) = part.rows(c.table, ["sink_rate", "ci_low", "ci_high", "threshold"], layer=c.layer, head=c.head)
     ok, reason = bounded(v, c, f"{c.statistic} of {where}")
     rate = f"sink rate {fmt(r['sink_rate'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}] above {fmt(r['threshold'])}"
@@ -214,7 +214,7 @@ def _eval_token_drop(c: TokenDropClaim, run: RunReader) -> tuple[bool, dict, str
     part = token_part(run, c.model, c.table, c.k, [c.measure])
     where = f"the metric drop from ablating {c.measure}'s top-{c.k} tokens" + model_label(c.model)
     v = scalar(part, c.table, c.statistic, where, measure=c.measure, k=c.k)
-    require_reliable(part, c.table, c.statistic, where, measure=c.measure, k=c.k)
+    require_no_tail_seen(part, c.table, c.statistic, where, measure=c.measure, k=c.k)
     ok, reason = bounded(v, c, f"{c.statistic} of {where}")
     return ok, {c.statistic: v}, reason
 

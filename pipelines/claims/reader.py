@@ -10,7 +10,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TABLE_HINTS", "ClaimError", "RunReader", "edge_known", "need", "not_applicable", "require_reliable", "scalar", "token_part"]
+from circuitstat.core.schema import tail_flag
+
+__all__ = ["TABLE_HINTS", "ClaimError", "RunReader", "edge_known", "need", "not_applicable", "require_no_tail_seen",
+           "require_reliable", "scalar", "token_part"]
 
 TABLE_HINTS = {
     "edges": "the edge list comes from the attribution stage",
@@ -217,13 +220,22 @@ def nan_reason(run: RunReader, table: str, stat: str, eq: dict) -> str:
     return "; ".join(sorted(found))
 
 
-def require_reliable(run: RunReader, table: str, stat: str, what: str, **eq: Any) -> None:
-    """Refuse a bound on ci_low/ci_high of a row whose table flags its interval unreliable."""
-    if stat not in ("ci_low", "ci_high"):
+def require_no_tail_seen(run: RunReader, table: str, stat: str, what: str, **eq: Any) -> None:
+    """Refuse a bound on ci_low/ci_high of a row where a few prompts carry the estimate (its table's tail flag,
+    core.schema.tail_flag: no_tail_seen in the per-edge mean tables, interval_reliable in the others, is false)."""
+    flag = tail_flag(table)
+    if stat not in ("ci_low", "ci_high") or flag is None:
         return
-    if any(r["interval_reliable"] is False for r in run.rows(table, ["interval_reliable"], **eq)):
+    if any(r[flag] is False for r in run.rows(table, [flag], **eq)):
+        if flag == "no_tail_seen":
+            raise ClaimError(f"a few prompts carry the estimate of {what} in {table} (no_tail_seen = false), so its "
+                             "interval cannot back this claim; rerun with more prompts (--n)")
         raise ClaimError(f"the interval of {what} is flagged unreliable in {table} (interval_reliable = false: a few "
                          "prompts carry the estimate), so it cannot back this claim; rerun with more prompts (--n)")
+
+
+#: the old name of :func:`require_no_tail_seen` (kept so imports of it still work)
+require_reliable = require_no_tail_seen
 
 
 def token_part(run: RunReader, model: int | None, table: str, k: int, measures: list[str],

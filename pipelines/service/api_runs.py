@@ -99,11 +99,10 @@ def get_table(job_id: str, filename: str, request: Request, principal: Principal
 
 
 def _json_rows(path: Path, offset: int, limit: int) -> dict:
-    import pyarrow.parquet as pq
-
     from circuitstat.core.query import json_rows
+    from circuitstat.core.tables import read_table
 
-    table = pq.read_table(path)
+    table = read_table(path)  # columns renamed since the run was written under their current names
     part = table.slice(offset, limit)
     width = sum(_values_per_row(f.type, part.column(f.name)) for f in part.schema)
     if part.num_rows * width > MAX_JSON_VALUES:

@@ -85,7 +85,7 @@ def forest_section(T: Tables, methods: Sequence[str]) -> str:
     est = every[0].estimand if every else ""
     cap = (f"Top {n} edges by |estimate| of {ref}, each with its 95% interval per method (it covers {est}); q = "
            "Benjamini–Hochberg adjusted p-value over all edges; a hollow point and '! few prompts' mark an interval "
-           "a few prompts carry (interval_reliable = false), which cannot back a claim; no mark does not mean the interval "
+           "a few prompts carry (no_tail_seen = false), which cannot back a claim; no mark does not mean the interval "
            "covers (a prompt rarer than 1 in N is invisible). The median and 20%-trimmed mean are the effect on a "
            "typical prompt, each with its own interval, which a few prompts cannot move. The vertical line is zero.")
     from circuitstat.reports.verdicts.build import resampling_notes

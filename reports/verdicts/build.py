@@ -124,12 +124,12 @@ def _circuit_lines(r: _Run) -> list[Line]:
 
 
 def _robust_lines(r: _Run) -> list[Line]:
-    """Where a few prompts carry a circuit edge's mean (interval_reliable = false), say so and show its median and
+    """Where a few prompts carry a circuit edge's mean (no_tail_seen = false), say so and show its median and
     trimmed mean with their own intervals (edge_stats' median_ci_* / trimmed_mean_ci_*, the columns claims read)."""
     if r.method is None or r.k is None or not r.T.has("edge_stats"):
         return []
     edges = circuit_edges(r.T, r.method, r.k, r.ranking)
-    fragile = [e for e in edges if e.get("interval_reliable") is False and e.get("median") is not None
+    fragile = [e for e in edges if e.get("no_tail_seen") is False and e.get("median") is not None
                and math.isfinite(e["median"])]
     if not fragile:
         return []
@@ -340,10 +340,10 @@ def _rules(lines: list[Line], level: float, n_edges: int | None, min_excess: flo
                    "not faithful, across → inconclusive.")
     if "top edges" in have:
         out.append(f"Edges: Benjamini–Hochberg q ≤ {SIGNIFICANT_Q} over all {f'{n_edges:,}' if n_edges else 'the'} edges; ! = the "
-                   "interval rests on a few prompts (interval_reliable = false); no ! does not mean it covers: a prompt rarer than "
+                   "interval rests on a few prompts (no_tail_seen = false); no ! does not mean it covers: a prompt rarer than "
                    "1 in N that carries a mean is invisible in the sample.")
     if "fragile means" in have:
-        out.append(f"Fragile means: circuit edges whose mean rests on a few prompts (interval_reliable = false) also show "
+        out.append(f"Fragile means: circuit edges whose mean rests on a few prompts (no_tail_seen = false) also show "
                    f"their median (order-statistic interval) and 20%-trimmed mean (Tukey–McLaughlin), each {level:.0%}, "
                    "not adjusted across edges.")
     if "approximation" in have:

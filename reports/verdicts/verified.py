@@ -21,15 +21,15 @@ __all__ = ["verified_edge_lines", "verified_lines", "significant_verified"]
 
 
 def significant_verified(T: Tables, method: str, max_q: float = SIGNIFICANT_Q) -> tuple[int, int]:
-    """Return (edges of ``method`` with q ≤ ``max_q`` and a reliable interval: the verified_edge claims on the
-    q-value that hold, those with q ≤ ``max_q`` whose interval is flagged unreliable: claims refuse them)."""
+    """Return (edges of ``method`` with q ≤ ``max_q`` and no tail seen: the verified_edge claims on the q-value
+    that hold, those with q ≤ ``max_q`` a few prompts carry (no_tail_seen false): claims refuse them)."""
     t = where(T.get("verified"), method=method)
     if t is None or not t.num_rows:
         return 0, 0
     q = num(t, "qvalue")
     sig = np.isfinite(q) & (q <= max_q)
-    reliable = np.array([r is not False for r in t.column("interval_reliable").to_pylist()])
-    return int(np.sum(sig & reliable)), int(np.sum(sig & ~reliable))
+    no_tail = np.array([r is not False for r in t.column("no_tail_seen").to_pylist()])
+    return int(np.sum(sig & no_tail)), int(np.sum(sig & ~no_tail))
 
 
 def _missed_parts(T: Tables, method: str) -> tuple[Part, ...]:
@@ -53,13 +53,13 @@ def _method_line(T: Tables, method: str) -> Line | None:
     est = num(t, "estimate")
     best = vrows[int(np.nanargmax(np.where(np.isfinite(est), np.abs(est), -math.inf)))]
     parts: list[Part] = [f"{method} verified on {n} of {N} prompts: {k} of {len(vrows)} edges' mean exact effect "
-                         f"excludes 0 (BH q ≤ {SIGNIFICANT_Q}, reliable interval"
-                         + (f"; {shaky} more with an unreliable one" if shaky else "") + "); largest ", Name(str(best.get("edge_name") or best["edge"])),
+                         f"excludes 0 (BH q ≤ {SIGNIFICANT_Q}, no tail seen"
+                         + (f"; {shaky} more a few prompts carry" if shaky else "") + "); largest ", Name(str(best.get("edge_name") or best["edge"])),
                          " ", Ci.of("verified", best, ("method", "edge"), est="estimate"),
                          f" q = {fmt(best.get('qvalue'), 2)}", *_missed_parts(T, method)]
-    unreliable = sum(1 for r in vrows if r.get("interval_reliable") is False)
-    if unreliable:
-        parts.append(f"; {unreliable} intervals rest on a few prompts (!)")
+    tails = sum(1 for r in vrows if r.get("no_tail_seen") is False)
+    if tails:
+        parts.append(f"; {tails} intervals rest on a few prompts (!)")
     return Line("verified", f"{method}: {k} edges ≠ 0", "info", tuple(parts), "verified")
 
 

@@ -64,7 +64,7 @@ class BootstrapResult(MethodIntervals, Result):
             cols["qvalue"] = np.atleast_1d(self.qvalue)
         if self.reliable is not None:
             cols["tail_share"] = np.atleast_1d(self.tail_share)
-            cols["interval_reliable"] = np.atleast_1d(self.reliable)
+            cols["no_tail_seen"] = np.atleast_1d(self.reliable)
         for m, ci in self.intervals.items():
             if m != self.method:
                 cols[f"ci_{m}_low"] = np.atleast_1d(ci.low)
@@ -89,7 +89,7 @@ class BootstrapResult(MethodIntervals, Result):
                  ("degenerate intervals", int(np.sum(self.degenerate))),
                  ("median standard error", float(np.nanmedian(self.standard_error)))]
         if self.reliable is not None:
-            items.append(("intervals flagged unreliable", int(np.sum(~np.asarray(self.reliable)))))
+            items.append(("tail seen (no_tail_seen false)", int(np.sum(~np.asarray(self.reliable)))))
         items += [("measured coverage", COVERAGE_NOTE), ("note", RELIABILITY_NOTE)]
         return items
 
@@ -97,6 +97,6 @@ class BootstrapResult(MethodIntervals, Result):
 #: what the coverage simulation measured (docs/calibration.md; tests/stats/test_edge_coverage.py)
 COVERAGE_NOTE = ("95% coverage at N=64 on zoo scores: studentized_symmetric 0.947, t 0.931, "
                  "percentile 0.904, bca 0.880")
-RELIABILITY_NOTE = ("interval_reliable=False: a few prompts carry the mean; spikes absent from "
-                    "the sample are not detectable")
+RELIABILITY_NOTE = ("no_tail_seen=False: a few prompts carry the mean; no_tail_seen=True does not mean the "
+                    "interval covers: spikes absent from the sample are not detectable")
 

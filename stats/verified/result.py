@@ -73,7 +73,7 @@ class VerifiedResult(Result):
                     ci_low=self.confidence_interval.low, ci_high=self.confidence_interval.high, df=self.df,
                     pvalue=self.pvalue, qvalue=self.qvalue, lam=self.lam, approx_mean=self.approx_mean,
                     rectifier_share=self.rectifier_share, approx_tail_share=self.approx_tail_share,
-                    interval_reliable=self.reliable, n_labelled=np.full(E, self.n_labelled, dtype=np.int64),
+                    no_tail_seen=self.reliable, n_labelled=np.full(E, self.n_labelled, dtype=np.int64),
                     n_prompts=np.full(E, self.n_prompts, dtype=np.int64),
                     estimand=np.full(E, self.estimand, dtype=object))
         return {"verified": cols}
@@ -84,7 +84,7 @@ class VerifiedResult(Result):
             rejected = int(np.sum(self.qvalue <= 1 - level))
         return [("estimand", self.estimand), ("interval", f"{self.interval} ({level:.0%}), λ tuning {self.tuning}"),
                 ("edges", self.estimate.size), ("median λ", float(np.median(self.lam))),
-                ("flagged reliable", f"{int(self.reliable.sum())} of {self.reliable.size}"),
+                ("no tail seen (not: covers)", f"{int(self.reliable.sum())} of {self.reliable.size}"),
                 (f"q <= {1 - level:g} ({self.correction.upper()})", rejected)]
 
 

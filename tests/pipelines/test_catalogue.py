@@ -28,7 +28,7 @@ RANDOM = {"ioi-gpt2": GPT2_SHAPED, "greater-than-gpt2": GPT2_SHAPED,
 
 # the refusals a claim may give on random weights, where effects rest on a few prompts and f can be undefined:
 # the claim was read against the run, and the run's numbers cannot answer it (never a missing table or name)
-DATA_REFUSAL = re.compile(r"flagged unreliable|is NaN|undefined")
+DATA_REFUSAL = re.compile(r"flagged unreliable|no_tail_seen = false|is NaN|undefined")
 
 
 def test_the_catalogue_lists_these_entries():

@@ -132,14 +132,14 @@ def test_false_claim_exits_1_with_readable_reason(run_dir, tmp_path):
 
 
 def test_edge_effect_on_an_unreliable_interval_is_refused(run_dir, tmp_path):
-    """The q-value inverts the edge's interval; when the interval is flagged unreliable (a few prompts
-    carry the estimate) the claim cannot be evaluated (exit 2), even though q = 0.004 would pass."""
+    """The q-value inverts the edge's interval; when a few prompts carry the estimate (no_tail_seen = false)
+    the claim cannot be evaluated (exit 2), even though q = 0.004 would pass."""
     doc = {"claims": [PASSING["claims"][5],
                       {"kind": "edge_effect", "edge": "a1.h5->logits", "method": "exact", "sign": "positive",
                        "max_q": 0.05}]}
     r = _invoke("check", _write(tmp_path / "c.yaml", doc), "--run", run_dir)
     assert r.exit_code == 2, r.output
-    assert "a1.h5->logits (exact) is flagged unreliable in edge_stats" in r.output and "--n" in r.output
+    assert "of a1.h5->logits (exact) in edge_stats (no_tail_seen = false)" in r.output and "--n" in r.output
     assert "2 claims: 1 hold, 0 fail, 1 cannot be evaluated" in r.output
 
 

@@ -49,7 +49,7 @@ def test_terminal_page_and_claims_agree_on_the_robust_effects(audit, tmp_path):
     for ci in robust:
         assert f'<span class="v">{ci.text()}</span>' in forest  # the report's edge table shows the same interval
         row = es.loc[dict(ci.key)["edge"]]
-        assert not row["interval_reliable"]  # shown only where a few prompts carry the mean
+        assert not row["no_tail_seen"]  # shown only where a few prompts carry the mean
         est = ci.low[:-len("_ci_low")]
         assert ci.text() == f"{ci.number(row[est])} [{ci.number(row[ci.low])}, {ci.number(row[ci.high])}]"
         assert ci.estimand.startswith("the median" if est == "median" else "the 20%-trimmed mean")
@@ -58,7 +58,7 @@ def test_terminal_page_and_claims_agree_on_the_robust_effects(audit, tmp_path):
             f"  - kind: edge_effect\n    edge: '{row['name']}'\n    method: exact\n    sign: nonzero\n    max_q: 1.0\n"
             + (f"    estimand: {e}\n" if e else "") for e in (est, "")))
         robust_res, mean_res = check(claims, run).results
-        assert mean_res.status == "error" and "unreliable" in mean_res.reason  # the mean's interval cannot back it
+        assert mean_res.status == "error" and "no_tail_seen = false" in mean_res.reason  # the mean's interval cannot back it
         assert robust_res.status == ("pass" if row[est] != 0 else "fail"), robust_res.reason
         for key, col in (("estimate", est), ("ci_low", ci.low), ("ci_high", ci.high), ("q", f"{est}_q")):
             assert math.isclose(robust_res.observed[key], row[col])

@@ -78,8 +78,8 @@ def test_terminal_page_and_claims_agree(zoo_run, tmp_path):
     k = int(re.search(r"prompts: (\d+) of (\d+) edges", text).group(1))
     bound = int(re.search(r"≤ (\d+) of (\d+) at level", text).group(1))
     assert "eap verified on 16 of 512 prompts" in text and f"of {len(v)} edges" in text
-    # an independent count from the table: q <= 0.05 with a reliable interval
-    assert k == int(((v.qvalue <= 0.05) & v.interval_reliable).sum()) and k > 0
+    # an independent count from the table: q <= 0.05 with no tail seen
+    assert k == int(((v.qvalue <= 0.05) & v.no_tail_seen).sum()) and k > 0
     assert bound == int(m.missed_high[0])
     claims = [{"kind": "verified_edge", "edge": e, "method": "eap", "statistic": "qvalue", "max": 0.05}
               for e in v.edge_name]
@@ -97,7 +97,7 @@ def test_terminal_page_and_claims_agree(zoo_run, tmp_path):
 def test_verified_claims_read_the_exact_cell(zoo_run, tmp_path):
     """A bound equal to the table's cell holds; one a hair past it fails; an unverified edge is an error."""
     v = pq.read_table(zoo_run / "verified.parquet").to_pandas()
-    row = v[v.interval_reliable].iloc[int(np.argmax(np.abs(v[v.interval_reliable].estimate)))]
+    row = v[v.no_tail_seen].iloc[int(np.argmax(np.abs(v[v.no_tail_seen].estimate)))]
     lo = float(row.ci_low)
     ok = _claims(zoo_run, [{"kind": "verified_edge", "edge": row.edge_name, "method": "eap", "statistic": "ci_low",
                             "min": lo, "max": lo}], tmp_path)

@@ -96,7 +96,7 @@ def test_the_stability_table_and_claims_check_say_the_same_reason(audit, tmp_pat
     assert st["jaccard_data_ci_low"].isna().all() and (st["data_level_note"] == note).all()
     assert "at least 32 examples, got N = 16" in note and "cluster" in note  # both reasons, not the first only
     es = _edges(run)
-    edge = es[es["interval_reliable"] & (es["p"] <= es["p_floor"] * (1 + 1e-9))].iloc[0]["name"]
+    edge = es[es["no_tail_seen"] & (es["p"] <= es["p_floor"] * (1 + 1e-9))].iloc[0]["name"]
     claims = tmp_path / "claims.yaml"
     claims.write_text(f"claims:\n  - kind: circuit_stability\n    name: stable\n    method: exact\n    k: 6\n"
                       f"    statistic: jaccard_data_ci_low\n    min: 0.5\n"
@@ -136,8 +136,8 @@ def test_terminal_page_and_claims_agree_on_the_intervals(audit, tmp_path):
         claims.write_text(f"claims:\n  - kind: edge_effect\n    name: e\n    edge: '{row.name}'\n    method: exact\n"
                           "    sign: nonzero\n    max_q: 1.0\n")
         res = check(claims, run).results[0]
-        if not row["interval_reliable"]:  # the verdict marks it, and the claims check refuses it
-            assert res.status == "error" and "unreliable" in res.reason and ci.reliable is False
+        if not row["no_tail_seen"]:  # the verdict marks it, and the claims check refuses it
+            assert res.status == "error" and "no_tail_seen = false" in res.reason and ci.reliable is False
             continue
         compared += 1
         assert res.status == "pass", res.reason

@@ -44,14 +44,14 @@ def make_large_run(root: Path, seed: int = 0) -> tuple[Path, int]:
                 run / "edges.parquet")
     effect = 0.4 * rng.standard_normal(E) * np.exp(-rng.permutation(E) / 20.0)
     stats = {c: [] for c in ("method", "edge", "name", "estimate", "se", "ci_low", "ci_high", "p", "q", "n",
-                             "interval_reliable")}
+                             "no_tail_seen")}
     for j, m in enumerate(METHODS):
         est, se = effect * (1 + 0.1 * j), 0.05 + 0.02 * rng.random(E)
         p = np.clip(np.exp(-np.abs(est / se)), 1e-12, 1)
         for c, v in (("method", np.full(E, m, dtype=object)), ("edge", np.arange(E)), ("name", names),
                      ("estimate", est), ("se", se), ("ci_low", est - 1.96 * se), ("ci_high", est + 1.96 * se),
                      ("p", p), ("q", np.minimum(p * E / (np.argsort(np.argsort(p)) + 1), 1)),
-                     ("n", np.full(E, 64)), ("interval_reliable", np.ones(E, bool))):
+                     ("n", np.full(E, 64)), ("no_tail_seen", np.ones(E, bool))):
             stats[c].append(v)
     _write("edge_stats", {c: np.concatenate(v) for c, v in stats.items()}, run / "edge_stats.parquet")
     a = 0.8 * effect + rng.normal(0, 0.05, E)

@@ -50,7 +50,7 @@ def test_rundir_writes_a_table_that_matches(tmp_path: Path) -> None:
 def test_rundir_refuses_a_table_that_drifted(tmp_path: Path, change: str) -> None:
     t = _full("edge_stats")
     if change == "missing":
-        del t["interval_reliable"]
+        del t["no_tail_seen"]
     elif change == "extra":
         t["meets_0_8"] = [True, False]
     else:

@@ -113,7 +113,7 @@ def test_claims_lines_come_from_the_claims_table_a_check_writes(tmp_path):
     assert [(ln.verdict, ln.tone, ln.section) for ln in lines] == [
         ("holds", "good", "stability"), ("fails", "bad", "forest"), ("cannot be evaluated", "unsure", "forest")]
     assert lines[1].text().startswith("needed: input->a0.h0<q> (exact): estimate 2 [1.8, 2.2] is not negative")
-    assert "flagged unreliable" in lines[2].text()
+    assert "no_tail_seen = false" in lines[2].text()
     assert "claims check" not in " ".join(a.name for a in verdict(run).not_run)
     # on the page each reason is quoted from claims.parquet (its numbers are what the check read), and checked so
     from interval_check import check_intervals

@@ -142,7 +142,7 @@ def test_result_object_convention(skewed):
     t = res.to_table()
     assert t.num_rows == 7
     assert {"estimate", "standard_error", "ci_low", "ci_high", "ci_percentile_low",
-            "pvalue_percentile", "pvalue", "qvalue", "tail_share", "interval_reliable",
+            "pvalue_percentile", "pvalue", "qvalue", "tail_share", "no_tail_seen",
             "edge_name"} <= set(t.column_names)
     assert b"circuitstat.params" in t.schema.metadata
     assert b"mean effect over the task's prompt distribution" in t.schema.metadata[b"circuitstat.params"]
