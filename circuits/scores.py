@@ -149,7 +149,16 @@ class ScoreMatrix(Result):
         from circuitstat.core.score_columns import ParquetColumns, column_means
         from circuitstat.core.tables import read_provenance, read_table
 
+        import pyarrow.parquet as pq
+
         path, fix = _scores_path(directory, name)
+        try:
+            present = set(pq.read_schema(path).names)  # the footer only
+        except (OSError, ValueError) as e:
+            raise InputError(f"{path} is not a readable Parquet table ({type(e).__name__}); {fix}") from None
+        for column in ("example", "scores"):  # as read() says it, before any block is read
+            if column not in present:
+                raise InputError(f"{path} is not a circuitstat scores table (missing column {column!r}); {fix}")
         try:
             prov = read_provenance(path)  # the footer only
             cols = ParquetColumns(path)

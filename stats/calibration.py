@@ -103,6 +103,14 @@ class IntervalKind:
     unit_info: Mapping[str, np.ndarray] | None = None
 
 
+
+def _empty_kurtosis_columns() -> dict[str, np.ndarray]:
+    """Typed empty columns of coverage_by_kurtosis (a study without edge kinds): strings stay strings."""
+    from circuitstat.core.schema import schema_for
+
+    schema = schema_for("coverage_by_kurtosis")
+    return {c.name: np.array([], dtype=c.type.to_pandas_dtype()) for c in schema.columns if c.name in _KURTOSIS_COLUMNS}
+
 @dataclass(repr=False)
 class CalibrationResult(Result):
     """Coverage, width and null rejection rate per interval kind and dataset size."""
@@ -119,7 +127,7 @@ class CalibrationResult(Result):
             return {key: [r[key] for r in rows] for key in rows[0]} if rows else {}
 
         # a study without edge kinds has no kurtosis rows: an empty table with the columns, not a missing one
-        by_kurtosis = columns(self.by_kurtosis) or {key: [] for key in _KURTOSIS_COLUMNS}
+        by_kurtosis = columns(self.by_kurtosis) or _empty_kurtosis_columns()
         return {"coverage": columns(self.rows), "coverage_per_unit": columns(self.per_unit),
                 "coverage_by_kurtosis": by_kurtosis}
 
