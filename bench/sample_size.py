@@ -30,7 +30,7 @@ from circuitstat.stats.sample_size import expected_jaccard, predict_stability, p
 
 
 def populations() -> dict[str, np.ndarray]:
-    """The known populations: real exact zoo scores, the planted ground-truth models' exact scores, a spiky one, a normal one."""
+    """The known populations: real exact zoo scores, the planted models' exact scores, a spiky one, a normal one."""
     from fixture_populations import PLANTED_VERIFIED_FIXTURE, load_planted_pair, load_zoo_fixture
 
     zoo, _ = load_zoo_fixture()
