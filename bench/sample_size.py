@@ -30,14 +30,15 @@ from circuitstat.stats.sample_size import expected_jaccard, predict_stability, p
 
 
 def populations() -> dict[str, np.ndarray]:
-    """The known populations: real exact zoo scores, the planted ground-truth models' exact scores, a spiky one."""
+    """The known populations: real exact zoo scores, the planted models' exact scores, a spiky one, a normal one."""
     from fixture_populations import PLANTED_VERIFIED_FIXTURE, load_planted_pair, load_zoo_fixture
 
     zoo, _ = load_zoo_fixture()
     p3, _, _ = load_planted_pair()
     p5, _, _ = load_planted_pair(PLANTED_VERIFIED_FIXTURE.with_name("groundtruth-verified-planted5.parquet"))
     return {"zoo-induction-exact": zoo, "planted3-exact": p3, "planted5-exact": p5,
-            "spiky(2000, 80, seed 9)": spiky_population(2000, 80, seed=9)}
+            "spiky(2000, 80, seed 9)": spiky_population(2000, 80, seed=9),
+            "normal(4000, 40)": np.random.default_rng(4).normal(0.0, 1.0, (4000, 40))}
 
 
 def study(P: np.ndarray, *, n0: int, ns: list[int], ks: list[int], pilots: int, ranking: str, seed: int,
