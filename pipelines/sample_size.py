@@ -187,7 +187,7 @@ def sample_size(S: np.ndarray, names: Sequence[str], method: str, ns: Sequence[i
     root = as_seed_sequence(seed)
     c_w, c_s, c_sim = spawn_seeds(root, 3)
     widths = predict_widths(S, ns_arr, confidence_level=spec.bootstrap.confidence_level,
-                            prediction_level=prediction_level, seed=c_w)
+                            prediction_level=prediction_level, n_resamples=spec.bootstrap.n_resamples, seed=c_w)
     widths["name"] = np.asarray(names, dtype=object)[widths["edge"]]
     stab = predict_stability(S, ns_arr, ks, ranking=spec.ranking, seed=c_s, means=means,
                              prediction_level=prediction_level)
