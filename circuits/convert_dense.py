@@ -44,7 +44,10 @@ READ = {
     "falcon": {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_ln_in_parallel_attn",
                "layer_norm_epsilon", "num_kv_heads", "alibi", "new_decoder_architecture", "multi_query",
                "parallel_attn", "bias", "max_position_embeddings", "rope_parameters", "ffn_hidden_size",
-               "activation"},
+               "activation",
+               # transformers >= 5.25 derives it in FalconConfig.__post_init__ from num_kv_heads, multi_query and
+               # new_decoder_architecture (overwriting any stored value), all read by _falcon_layout
+               "num_key_value_heads"},
 }
 IRRELEVANT = {"resid_pdrop", "embd_pdrop", "attn_pdrop", "hidden_dropout", "attention_dropout"}
 # as circuitstat.circuits.convert.IRRELEVANT: initialisation, cache, special tokens, tying (read from the modules)
