@@ -19,7 +19,8 @@ import numpy as np
 from circuitstat.pipelines.audit.tables import (_concat, approximation_tables, crossfit_folds, edge_stats_table, faithfulness_table,
                            stability_tables)
 from circuitstat.pipelines.audit.masks import (MASK_OUTPUTS, mask_faithfulness_table, mask_methods, mask_stability_tables,
-                                               pruning_audit_flops, read_refits, score_methods)
+                                               read_refits, score_methods)
+from circuitstat.pipelines.audit.pricing import audit_flops
 from circuitstat.pipelines.audit.scores import RunScores, check_whole_scores
 from circuitstat.pipelines.spec import AuditSpec
 from circuitstat.pipelines.kinds import RunKind
@@ -501,96 +502,6 @@ def audit_stages(spec: AuditSpec) -> list[str]:
             + (["published"] if spec.circuit is not None else [])
             + (["circuit_tests"] if spec.tests is not None else [])
             + (["heads"] if len(spec.sources) > 1 else []))
-
-
-HEADS_PROBE_LEN = 64  # HeadStability's default probe length (min(64, n_ctx)) when probe_len is unset
-HEADS_NULL_PERMUTATIONS = 50  # its prompts null's default n_null
-
-
-def heads_flops(spec: AuditSpec, cfg) -> float:
-    """The head-stability stage's FLOPs on the spec's models (each of config ``cfg``); 0 with one model. Each model's
-    forward over the probe set (2 FLOPs per weight per token, plus QK and AV), then every compared pair's attention
-    patterns matched head by head (H x H similarities over n_probe x T x T values per layer), for the refits and
-    again for each permutation of the prompts null (circuitstat.pipelines.heads.stability)."""
-    K = len(spec.sources)
-    if K < 2:
-        return 0.0
-    h = spec.heads
-    T = min(HEADS_PROBE_LEN, cfg.n_ctx)
-    weights = cfg.n_layers * (4 * cfg.d_model * cfg.n_heads * cfg.d_head + 3 * cfg.d_model * cfg.d_mlp)
-    forward = K * h.n_probe * T * (2 * weights + 4 * cfg.n_layers * cfg.n_heads * cfg.d_head * T)
-    pairs = K * (K - 1) if h.pairs == "all" else K - 1
-    match = pairs * cfg.n_layers * cfg.n_heads ** 2 * h.n_probe * T * T * 2
-    return float(forward + match * (1 + HEADS_NULL_PERMUTATIONS))
-
-
-FAITHFULNESS_PASSES = 3  # the curve over every prompt, then the cross-fitting's 2 repeats (each prompt held out once)
-
-
-def faithfulness_forwards(spec: AuditSpec) -> int:
-    """Upper bound on the example forwards of the faithfulness stage of ``spec``, per method: each pass runs, per batch,
-    the clean, the fully patched and the counterfactual run plus one patched run per circuit, over every prompt; each
-    extra k of the circuit choice's search (at most ``k_search``, below the grid's largest k) is one more circuit."""
-    C, extra = len(spec.k), min(spec.k_search, max(spec.k))
-    return FAITHFULNESS_PASSES * spec.task.n * ((C + 3) + 4 * extra)
-
-
-def faithfulness_flops(spec: AuditSpec, cfg) -> float:
-    """The faithfulness stage's FLOPs on a model of config ``cfg``: :func:`faithfulness_forwards` full forwards per
-    method (a verified method's circuits too), priced as ``--plan`` prices a forward; 0 without the stage."""
-    if not spec.faithfulness:
-        return 0.0
-    from circuitstat.circuits.plan import forward_flops
-    from circuitstat.pipelines.build import task_positions
-
-    positions = task_positions(spec.task.name, spec.task.options or {}) or min(int(cfg.n_ctx), 64)
-    methods = len(spec.methods) + (0 if spec.verify is None or spec.verify.edges is not None
-                                   else sum(m != "exact" for m in spec.methods))
-    return float(methods * faithfulness_forwards(spec) * forward_flops(cfg, positions))
-
-
-def tests_forwards(spec: AuditSpec) -> int:
-    """Upper bound on the example forwards of the circuit_tests stage of ``spec`` (0 without it): the faithfulness
-    engine runs, per batch, the clean, fully patched and counterfactual runs plus one run per layout circuit
-    (circuitstat.pipelines.circuit_tests.CircuitLayout: the circuit, its complement, K minus-one, n_random plus-one,
-    random and random-complement circuits), on the testing rows: a half of the prompts when the circuit is chosen on
-    the other half (bounded by every prompt, as templates kept whole can make the halves uneven), every prompt for
-    given edges."""
-    if spec.tests is None:
-        return 0
-    t = spec.tests
-    K = int(t.k) if t.k is not None else len(t.edges or [])
-    return spec.task.n * ((2 + K + 3 * t.n_random) + 3)
-
-
-def tests_flops(spec: AuditSpec, cfg) -> float:
-    """The circuit_tests stage's FLOPs on a model of config ``cfg``: :func:`tests_forwards` full forwards priced as
-    ``--plan`` prices a forward; 0 without the stage."""
-    if spec.tests is None:
-        return 0.0
-    from circuitstat.circuits.plan import forward_flops
-    from circuitstat.pipelines.build import task_positions
-
-    positions = task_positions(spec.task.name, spec.task.options or {}) or min(int(cfg.n_ctx), 64)
-    return float(tests_forwards(spec) * forward_flops(cfg, positions))
-
-
-def audit_flops(spec: AuditSpec, cfg) -> float:
-    """The FLOPs of every stage of ``spec`` on models of config ``cfg``: its methods' attribution, the verification's
-    second phase, edge pruning's fits, faithfulness and the circuit tests (upper bounds) and head stability (the
-    stage the issue-37 trial saw run 140 s past its estimate)."""
-    from circuitstat.pipelines.build import attribution_flops, task_positions
-
-    scored = score_methods(spec)
-    total = sum(attribution_flops(cfg, spec, m, spec.task.n, ig_steps=spec.ig_steps, level=spec.level)
-                for m in scored)
-    if spec.verify is not None and "exact" not in scored:  # with exact on all prompts, phase 2 is free
-        from circuitstat.pipelines.verify import phase2_flops
-
-        total += phase2_flops(cfg, spec, spec.verify, n_methods=sum(m != "exact" for m in scored))
-    positions = task_positions(spec.task.name, spec.task.options or {}) or min(int(cfg.n_ctx), 64)
-    total += pruning_audit_flops(spec, cfg, positions)  # edge pruning's fits and refits
-    return total + faithfulness_flops(spec, cfg) + tests_flops(spec, cfg) + heads_flops(spec, cfg)
 
 
 def _run_kind(spec: AuditSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from circuitstat.circuits.model import CircuitModel
+from circuitstat.pipelines.audit import pricing
 from circuitstat.pipelines.audit import run as audit
 from circuitstat.pipelines.spec import parse_spec
 
@@ -41,7 +42,7 @@ def _counted_forwards(spec, out, monkeypatch) -> int:
 def test_the_priced_forwards_bound_the_counted_ones(tmp_path, monkeypatch, k_search):
     spec = parse_spec({**BASE, "k_search": k_search})
     counted = _counted_forwards(spec, tmp_path / "run", monkeypatch)
-    priced = audit.faithfulness_forwards(spec)
+    priced = pricing.faithfulness_forwards(spec)
     assert counted > 0
     assert counted <= priced  # a limit priced below the work would let a job pass that should not
     if k_search == 0:  # without the search the bound is tight: the curve and two cross-fitted repeats
@@ -54,9 +55,9 @@ def test_audit_flops_include_faithfulness_only_when_it_runs():
 
     cfg = LOCAL.skeleton(MODEL).cfg
     on, off = parse_spec(BASE), parse_spec({**BASE, "faithfulness": False})
-    assert audit.audit_flops(on, cfg) - audit.audit_flops(off, cfg) == pytest.approx(
-        audit.faithfulness_forwards(on) * forward_flops(cfg, 10))  # induction, seq_len 5: 2 x 5 positions
-    assert audit.faithfulness_flops(off, cfg) == 0.0
+    assert pricing.audit_flops(on, cfg) - pricing.audit_flops(off, cfg) == pytest.approx(
+        pricing.faithfulness_forwards(on) * forward_flops(cfg, 10))  # induction, seq_len 5: 2 x 5 positions
+    assert pricing.faithfulness_flops(off, cfg) == 0.0
 
 
 @pytest.mark.parametrize("tests", [{"k": 3, "n_random": 5, "n_permutations": 19}])
@@ -84,9 +85,9 @@ def test_the_priced_tests_forwards_bound_the_counted_ones(tmp_path, monkeypatch,
     monkeypatch.setattr(CircuitModel, "run", counted_run)
     monkeypatch.setattr(ct, "evaluate_layout", counted_evaluate)
     audit.run_audit(spec, tmp_path / "run")
-    priced = audit.tests_forwards(spec)
+    priced = pricing.tests_forwards(spec)
     assert 0 < rows[0] <= priced <= 2.2 * rows[0], (rows[0], priced)
-    assert audit.tests_forwards(parse_spec(BASE)) == 0
+    assert pricing.tests_forwards(parse_spec(BASE)) == 0
 
 
 def test_audit_flops_include_the_tests_stage_only_when_it_runs():
@@ -95,5 +96,5 @@ def test_audit_flops_include_the_tests_stage_only_when_it_runs():
 
     cfg = LOCAL.skeleton(MODEL).cfg
     on = parse_spec({**BASE, "tests": {"k": 3, "n_random": 5}})
-    assert audit.audit_flops(on, cfg) - audit.audit_flops(parse_spec(BASE), cfg) == pytest.approx(
-        audit.tests_forwards(on) * forward_flops(cfg, 10))
+    assert pricing.audit_flops(on, cfg) - pricing.audit_flops(parse_spec(BASE), cfg) == pytest.approx(
+        pricing.tests_forwards(on) * forward_flops(cfg, 10))
