@@ -133,3 +133,19 @@ def batch(seed: int = 0, B: int = 3, P: int = 9):
     mask[1, P - 3 :] = 0
     mask[2, P - 1 :] = 0
     return ids, mask
+
+
+def hooked_last_logits(hf, task, ids, hooks):
+    """HF's logits at each prompt's last real token for ``ids``, with ``hooks`` ((module, hook, is_pre) triples; pre
+    hooks take kwargs) registered for this one forward: the HF-only oracles build edges from them."""
+    from circuitstat.circuits.ablation import last_index
+
+    handles = [mod.register_forward_pre_hook(h, with_kwargs=True) if pre else mod.register_forward_hook(h)
+               for mod, h, pre in hooks]
+    try:
+        with torch.no_grad():
+            logits = hf(ids, attention_mask=task.attention_mask).logits
+        return logits[torch.arange(ids.shape[0]), last_index(task.attention_mask)]
+    finally:
+        for h in handles:
+            h.remove()

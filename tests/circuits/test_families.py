@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from families import FAMILIES, VOCAB, batch, hf_model
+from families import FAMILIES, VOCAB, batch, hf_model, hooked_last_logits
 
 from circuitstat.circuits import Intervention
 from circuitstat.circuits.ablation import last_index
@@ -148,7 +148,6 @@ def _hf_edge_effect(hf, task, head: int, receiver: str) -> np.ndarray:
     E = E or hf.config.hidden_size // hf.config.num_attention_heads
     l0, l1 = base.layers[0], base.layers[1]
     ar = torch.arange(task.clean.shape[0])
-    last = last_index(task.attention_mask)
     got = {}
 
     def grab(key):
@@ -157,14 +156,7 @@ def _hf_edge_effect(hf, task, head: int, receiver: str) -> np.ndarray:
         return hook
 
     def run(ids, hooks):
-        handles = [m.register_forward_pre_hook(h, with_kwargs=True) if pre else m.register_forward_hook(h)
-                   for m, h, pre in hooks]
-        try:
-            with torch.no_grad():
-                return hf(ids, attention_mask=task.attention_mask).logits[ar, last]
-        finally:
-            for h in handles:
-                h.remove()
+        return hooked_last_logits(hf, task, ids, hooks)
 
     run(task.corrupted, [(l0.self_attn.o_proj, grab("cf"), True)])
     clean = run(task.clean, [(l0.self_attn.o_proj, grab("mix"), True), (l1, grab("x1"), True)])
@@ -237,17 +229,10 @@ def _hf_shared_norm_mlp_edges(hf, task, edges: list[tuple[str, int]]) -> list[np
     names = _LAYOUT.get(hf.config.model_type, _DEFAULT_LAYOUT)
     base = _decoder(hf)
     layers = getattr(base, names[0])
-    ar, last = torch.arange(task.clean.shape[0]), last_index(task.attention_mask)
+    ar = torch.arange(task.clean.shape[0])
 
     def run(ids, hooks):
-        handles = [mod.register_forward_pre_hook(h, with_kwargs=True) if pre else mod.register_forward_hook(h)
-                   for mod, h, pre in hooks]
-        try:
-            with torch.no_grad():
-                return hf(ids, attention_mask=task.attention_mask).logits[ar, last]
-        finally:
-            for h in handles:
-                h.remove()
+        return hooked_last_logits(hf, task, ids, hooks)
 
     def capture(store):
         keep = lambda key: lambda mod, args, kwargs=None, out=None: store.__setitem__(  # noqa: E731

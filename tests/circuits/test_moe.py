@@ -9,9 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from families import VOCAB, batch, hf_model
+from families import VOCAB, batch, hf_model, hooked_last_logits
 
-from circuitstat.circuits.ablation import last_index
 from circuitstat.circuits.attribution import attribute
 from circuitstat.circuits.convert import from_hf
 from circuitstat.circuits.engine.moe import is_sparse, route
@@ -86,18 +85,11 @@ def _hf_edge_into_mlp(hf, task, sender: str, layer: int, frozen: bool = False) -
     ``frozen``: the router's output (selection and weights) is kept from the clean run instead of re-run."""
     base, cfg = hf.model, hf.config
     E = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    ar, last = torch.arange(task.clean.shape[0]), last_index(task.attention_mask)
+    ar = torch.arange(task.clean.shape[0])
     grabbed = {}
 
     def run(ids, hooks):
-        handles = [mod.register_forward_pre_hook(h, with_kwargs=True) if pre else mod.register_forward_hook(h)
-                   for mod, h, pre in hooks]
-        try:
-            with torch.no_grad():
-                return hf(ids, attention_mask=task.attention_mask).logits[ar, last]
-        finally:
-            for h in handles:
-                h.remove()
+        return hooked_last_logits(hf, task, ids, hooks)
 
     def grab(key, kind):
         def hook(module, args, *rest):
