@@ -25,3 +25,11 @@ def audit_run(tmp_path):
     from builders import make_run
 
     return make_run(tmp_path / "audit-run")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Files with slow-marked tests run first (stable order otherwise): under ``--dist loadfile`` a two-minute file
+    picked last would leave one core idle while the other finishes it."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
+

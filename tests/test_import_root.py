@@ -50,6 +50,7 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(args, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_readme_example_runs_beside_a_users_own_stats_py(tmp_path: Path) -> None:
     folder = _research_folder(tmp_path / "research")
     script = folder / "example.py"

@@ -8,12 +8,14 @@ induction fails here rather than in the README.
 """
 
 import numpy as np
+import pytest
 
 from circuitstat.circuits import load_model
 from circuitstat.pipelines.training import train_model
 from circuitstat.pipelines.zoo import ZOO_RECIPES, induction_metrics
 
 
+@pytest.mark.slow
 def test_attn_only_zoo_recipe_forms_induction_heads(tmp_path):
     recipe = ZOO_RECIPES["attn-only-2l"]
     path = train_model(recipe, 0, tmp_path / "seed-0", progress=False, cache=tmp_path / "cache")
