@@ -9,15 +9,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from circuitstat.pipelines.kinds import RunKind, check_run_out
-from circuitstat.pipelines.options import ABLATION, DTYPES, LEVEL, MASK_METHODS, METHOD, METRIC
+from circuitstat.pipelines.options import ABLATION, DTYPES, INPUT_NODE, LEVEL, MASK_METHODS, METHOD, METRIC
 from circuitstat.pipelines.params import BATCH_SIZE, IG_STEPS, N_REFITS, SEED
 from circuitstat.pipelines.sources import LOCAL, RunInputs
-from circuitstat.pipelines.spec import EdgePruningOptions, VerifySpec
+from circuitstat.pipelines.spec import EdgePruningOptions, VerifySpec, no_reserved_task_options
 
 
 def torch_dtype(name: str):
@@ -293,9 +293,11 @@ class AttributeSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     model: str
     task: str = "induction"
+    task_options: dict[str, Any] = Field(default_factory=dict)  # --task-option KEY=VALUE, typed as in an audit spec
     method: METHOD = "eap"
     level: LEVEL = "edge"
     ablation: ABLATION = "counterfactual"
+    input_node: INPUT_NODE = "embeddings"
     metric: METRIC | None = None
     n: int = Field(64, ge=1, le=1_000_000)
     batch_size: int = BATCH_SIZE.pydantic()
@@ -308,6 +310,11 @@ class AttributeSpec(BaseModel):
     # method edge-pruning: each fit's options (None: the defaults) and the bootstrap refits (None: one fit)
     edge_pruning: EdgePruningOptions | None = None
     n_refits: int | None = N_REFITS.pydantic(default=None)
+
+    @field_validator("task_options")
+    @classmethod
+    def _no_reserved(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return no_reserved_task_options(v, "")
 
     @model_validator(mode="after")
     def _verify_fits(self) -> "AttributeSpec":

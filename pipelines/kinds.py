@@ -38,19 +38,6 @@ class RunKind:
     sources: Callable[[Any], list[str]] = field(default=lambda spec: list(spec.sources))
     report: bool = False
 
-    def finished(self, run_dir: Path) -> bool:
-        """True when ``run_dir``'s manifest records a run of this kind whose every stage is done."""
-        from circuitstat.core.rundir import MANIFEST, RunDir
-
-        if not (run_dir / MANIFEST).is_file():
-            return False
-        doc = RunDir.read_manifest(run_dir)
-        if recognise(doc.get("spec")) != self.name:
-            return False
-        stages = doc.get("stages") or {}
-        names = self.stages(self.parse(doc["spec"], str(run_dir))) if self.stages and self.parse else list(stages)
-        return bool(names) and all(stages.get(s, {}).get("status") == "done" for s in names)
-
 
 # kind name -> (the module that declares it as ``KIND``, the spec keys only that kind's recorded spec has).
 # Most specific keys first: recognise() takes the first kind whose keys a recorded spec holds, without

@@ -88,6 +88,14 @@ class _RunOptions(_Strict):
         return v
 
 
+def no_reserved_task_options(options: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """``options`` unchanged; ValueError when one of them is set by its own key (``prefix`` + key) instead."""
+    clash = [k for k in RESERVED_TASK_OPTIONS if k in options]
+    if clash:
+        raise ValueError(f"{', '.join(clash)} cannot be an option; set {prefix}{clash[0]} instead")
+    return options
+
+
 class TaskSpec(_Strict):
     """Which task, how many examples, which metric."""
 
@@ -100,10 +108,7 @@ class TaskSpec(_Strict):
     @field_validator("options")
     @classmethod
     def _no_reserved(cls, v: dict[str, Any]) -> dict[str, Any]:
-        clash = [k for k in RESERVED_TASK_OPTIONS if k in v]
-        if clash:
-            raise ValueError(f"{', '.join(clash)} cannot be an option; set task.{clash[0]} instead")
-        return v
+        return no_reserved_task_options(v, "task.")
 
 
 class BootstrapSpec(_Strict):
