@@ -1,5 +1,5 @@
-"""``--moe-nodes`` on ``attribute`` and ``moe_nodes`` in the audit spec (circuitstat.circuits.moe_nodes): the same scores
-as the Python API on the split graph, recorded in the manifest only when 'experts' (a default run's records are
+"""``--moe-nodes`` on ``attribute`` and ``moe_nodes`` in the audit spec (circuitstat.circuits.moe_nodes): the same
+scores as the Python API on the split graph, recorded in the manifest only when 'experts' (a default run's records are
 as before the option existed); a dense model is refused before anything is written."""
 
 from __future__ import annotations
