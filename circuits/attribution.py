@@ -230,13 +230,13 @@ def _ensemble(model, data, batch, cf, steps: int) -> torch.Tensor:
 
 
 def _ig_groups(model) -> list[list[int]]:
-    """EAP-IG-activations' sender groups: the input, each layer's heads, each MLP."""
+    """EAP-IG-activations' sender groups: the input, each layer's heads, each MLP (all its expert senders)."""
     g = model.graph
     groups = [[0]]
     for layer in range(model.cfg.n_layers):
         groups.append([g.head_sender(layer, h) for h in range(model.cfg.n_heads)])
         if model.cfg.has_mlp:
-            groups.append([g.mlp_sender(layer)])
+            groups.append(list(g.mlp_senders(layer)))  # experts as nodes: a layer's experts together
     return groups
 
 

@@ -14,6 +14,11 @@ Two orderings make everything else cheap:
 Within a layer the receivers are ordered all q inputs, then all k, then all v, then the MLP, so
 a layer's attention receivers reshape to ``[3, H]``.  In a parallel block (GPT-NeoX/Pythia) the
 MLP reads the layer's input, so the same layer's heads do not feed it.
+
+Mixture-of-experts models may split a sparse layer's MLP *sender* into one sender per routed expert
+(``experts``: ``m{L}.e{J}``, then ``m{L}.shared`` with ``shared_expert``; docs/families.md, "Experts as
+nodes").  The layer keeps ONE MLP receiver ``m{L}`` (the experts share their input), so only the
+number of senders of such a layer changes; without ``experts`` every layer has one MLP sender.
 """
 
 from __future__ import annotations
@@ -34,6 +39,44 @@ class ComponentGraph:
     n_heads: int
     has_mlp: bool = True
     parallel: bool = False
+    experts: tuple[int, ...] = ()  # per layer: routed-expert senders of a split MoE MLP (0: one sender m{L})
+    shared_expert: bool = False  # split layers also have the shared-expert sender m{L}.shared
+
+    def __post_init__(self) -> None:
+        if self.experts and (len(self.experts) != self.n_layers or not self.has_mlp
+                             or any(type(x) is not int or x < 0 for x in self.experts) or not any(self.experts)):
+            raise ValueError(f"experts must give, for each of the {self.n_layers} MLP layers, a count >= 0 "
+                             f"(not all 0), got {self.experts!r}")
+        if self.shared_expert and not self.experts:
+            raise ValueError("shared_expert needs split layers (experts)")
+
+    # ---- per-layer MLP senders -------------------------------------------------------------
+    def mlp_count(self, layer: int) -> int:
+        """Number of MLP senders of ``layer``: 0 without MLPs, 1, or a split layer's experts (+ shared)."""
+        if not self.has_mlp:
+            return 0
+        x = self.experts[layer] if self.experts else 0
+        return x + int(self.shared_expert) if x else 1
+
+    def mlp_names(self, layer: int) -> list[str]:
+        """Names of ``layer``'s MLP senders: ``m{L}``, or ``m{L}.e0`` ... (``m{L}.shared``) when split."""
+        if not self.has_mlp:
+            return []
+        x = self.experts[layer] if self.experts else 0
+        if not x:
+            return [f"m{layer}"]
+        return [f"m{layer}.e{j}" for j in range(x)] + ([f"m{layer}.shared"] if self.shared_expert else [])
+
+    def mlp_senders(self, layer: int) -> range:
+        """Indices of ``layer``'s MLP senders in the sender list (one, or a split layer's several)."""
+        first = self.mlp_sender(layer)
+        return range(first, first + self.mlp_count(layer))
+
+    @cached_property
+    def _layer_first(self) -> np.ndarray:
+        """Index of each layer's first sender (its head 0); one more entry: the number of senders."""
+        per = [self.n_heads + self.mlp_count(layer) for layer in range(self.n_layers)]
+        return np.concatenate([[1], 1 + np.cumsum(per)]).astype(np.int64)
 
     # ---- senders ---------------------------------------------------------------------------
     @cached_property
@@ -42,8 +85,7 @@ class ComponentGraph:
         names = ["input"]
         for layer in range(self.n_layers):
             names += [f"a{layer}.h{h}" for h in range(self.n_heads)]
-            if self.has_mlp:
-                names.append(f"m{layer}")
+            names += self.mlp_names(layer)
         return names
 
     @property
@@ -53,22 +95,24 @@ class ComponentGraph:
 
     def head_sender(self, layer: int, head: int) -> int:
         """Index of head (layer, head) in the sender list."""
-        return 1 + layer * self.senders_per_layer + head
+        return int(self._layer_first[layer]) + head
 
     def mlp_sender(self, layer: int) -> int:
-        """Index of MLP ``layer`` in the sender list."""
+        """Index of MLP ``layer`` in the sender list (a split layer: its first expert)."""
         if not self.has_mlp:
             raise KeyError("this model has no MLP layers")
-        return 1 + layer * self.senders_per_layer + self.n_heads
+        return int(self._layer_first[layer]) + self.n_heads
 
     @property
     def senders_per_layer(self) -> int:
-        """Heads plus the MLP (if any) of one layer."""
+        """Heads plus the MLP (if any) of one layer (ValueError where split layers make it vary)."""
+        if self.experts:
+            raise ValueError("layers have different sender counts here (experts as nodes); use mlp_count(layer)")
         return self.n_heads + (1 if self.has_mlp else 0)
 
     def upstream_of_attention(self, layer: int) -> int:
         """Number of senders (a prefix) feeding the heads of ``layer``."""
-        return 1 + layer * self.senders_per_layer
+        return int(self._layer_first[layer])
 
     def upstream_of_mlp(self, layer: int) -> int:
         """Number of senders (a prefix) feeding MLP ``layer``."""
@@ -186,6 +230,20 @@ class ComponentGraph:
         return self.receivers[receiver].split("<")[0]
 
     @cached_property
+    def receiver_readers(self) -> list[np.ndarray]:
+        """Per receiver, the indices in ``nodes`` of the nodes reading it: its own node, or, for a split
+        layer's MLP input ``m{L}``, all of that layer's expert senders (they share the input)."""
+        lookup = {name: i for i, name in enumerate(self.nodes)}
+        out = []
+        for r in range(self.n_receivers):
+            layer = int(self.receiver_layer[r])
+            if layer < self.n_layers and self.has_mlp and r == self.mlp_receiver(layer):
+                out.append(np.asarray(self.mlp_senders(layer), dtype=np.int64))
+            else:
+                out.append(np.asarray([lookup[self.receiver_node(r)]], dtype=np.int64))
+        return out
+
+    @cached_property
     def nodes(self) -> list[str]:
         """Node names: the senders, then ``logits``."""
         return self.senders + ["logits"]
@@ -195,7 +253,7 @@ class ComponentGraph:
         """Layer of each sender (-1 for input)."""
         out = [-1]
         for layer in range(self.n_layers):
-            out += [layer] * self.senders_per_layer
+            out += [layer] * (self.n_heads + self.mlp_count(layer))
         return np.asarray(out, dtype=np.int64)
 
     def sender_out_edges(self, sender: int) -> np.ndarray:

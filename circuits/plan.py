@@ -56,15 +56,13 @@ from circuitstat.core.errors import InputError
 from .graph import ComponentGraph
 from .engine.config import ModelConfig
 from .engine.moe import active_width, mlp_flops_per_token as moe_flops_per_token, mlp_params as moe_params
+from .moe_nodes import graph_of  # noqa: F401 - the graph a config's costs count (moe_nodes kept)
 from .limits import parse_bytes  # noqa: F401 - re-exported: sizes such as --max-memory 2GiB
 
 METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted",
            "atp-qkfix", "atp-graddrop", "atpstar", "ensemble")
 ENSEMBLE = ("eap", "eap-ig-inputs", "eap-ig-activations")  # circuitstat.circuits.attribution.ENSEMBLE_MEMBERS
 ATP = {"atp-qkfix": (True, False), "atp-graddrop": (False, True), "atpstar": (True, True)}  # (QK fix, GradDrop)
-def graph_of(cfg: ModelConfig) -> ComponentGraph:
-    """The component graph of a model with config ``cfg``."""
-    return ComponentGraph(cfg.n_layers, cfg.n_heads, has_mlp=cfg.has_mlp, parallel=cfg.parallel)
 
 
 # ---- FLOPs of the pieces (per example) -----------------------------------------------------------

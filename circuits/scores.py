@@ -67,7 +67,10 @@ class ScoreMatrix(Result):
     def graph_config(self) -> dict:
         """The graph's shape, enough to rebuild the edge index."""
         g = self.graph
-        return {"n_layers": g.n_layers, "n_heads": g.n_heads, "has_mlp": g.has_mlp, "parallel": g.parallel}
+        from .circuit.graph_ops import split_cfg
+
+        return {"n_layers": g.n_layers, "n_heads": g.n_heads, "has_mlp": g.has_mlp, "parallel": g.parallel,
+                **split_cfg(g)}
 
     # ---- Result protocol and persistence ------------------------------------------------------
     main_table = "scores"
@@ -250,13 +253,20 @@ def _graph_from_provenance(prov: dict, n_columns: int, path: Path, fix: str) -> 
     if desc["level"] not in ("edge", "node"):
         raise InputError(f"{path} is not a circuitstat scores table (level is not 'edge' or 'node'); {fix}")
     shape = {k: graph.get(k) for k in ("n_layers", "n_heads")}
-    if any(type(v) is not int or v < 1 for v in shape.values()) or set(graph) - {"n_layers", "n_heads", "has_mlp", "parallel"}:
+    if any(type(v) is not int or v < 1 for v in shape.values()) or set(graph) - {"n_layers", "n_heads", "has_mlp",
+                                                                                  "parallel", "experts", "shared_expert"}:
         raise InputError(f"{path} is not a circuitstat scores table (its graph shape is not positive integers); {fix}")
     has_mlp, parallel = graph.get("has_mlp", True), graph.get("parallel", False)
     if type(has_mlp) is not bool or type(parallel) is not bool:
         raise InputError(f"{path} is not a circuitstat scores table (its graph flags are not booleans); {fix}")
+    from .circuit.graph_ops import split_from
+
+    split = split_from(graph, f"{path} is not a circuitstat scores table (its graph's split MoE layers)")
+    if split and not has_mlp:
+        raise InputError(f"{path} is not a circuitstat scores table (split MoE layers without MLPs); {fix}")
     n_senders = 1 + shape["n_layers"] * (shape["n_heads"] + int(has_mlp))
+    n_senders += sum(x + int(split["shared_expert"]) - 1 for x in split.get("experts", ()) if x)
     if n_senders > n_columns:
         raise InputError(f"{path} is not a circuitstat scores table (its graph has more components than the "
                          f"matrix has columns, {n_columns}); {fix}")
-    return ComponentGraph(shape["n_layers"], shape["n_heads"], has_mlp=has_mlp, parallel=parallel)
+    return ComponentGraph(shape["n_layers"], shape["n_heads"], has_mlp=has_mlp, parallel=parallel, **split)

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from circuitstat.pipelines.kinds import RunKind, check_run_out
-from circuitstat.pipelines.options import ABLATION, DTYPES, INPUT_NODE, LEVEL, MASK_METHODS, METHOD, METRIC
+from circuitstat.pipelines.options import ABLATION, DTYPES, INPUT_NODE, LEVEL, MASK_METHODS, METHOD, METRIC, MOE_NODES
 from circuitstat.pipelines.params import BATCH_SIZE, IG_STEPS, N_REFITS, SEED
 from circuitstat.pipelines.sources import LOCAL, RunInputs
 from circuitstat.pipelines.spec import EdgePruningOptions, VerifySpec, no_reserved_task_options
@@ -30,9 +30,10 @@ def torch_dtype(name: str):
 def prepare_attribute(model: str, task: str, *, method: str, level: str, ablation: str, metric: str | None, n: int,
                       batch_size: int, ig_steps: int, seed: int, n_jobs: int, device: str, dtype: str,
                       max_memory: str | None, allow_pickle: bool, allow_large: bool, task_options: dict | None = None,
-                      inputs: RunInputs = LOCAL):
+                      inputs: RunInputs = LOCAL, moe_nodes: str = "block"):
     """(model, task, memory budget, n_jobs) of an ``attribute`` run after every check that needs no
-    run directory (options, workers, device, sizes, the task and its options); InputError on the first problem."""
+    run directory (options, workers, device, sizes, the task and its options, ``moe_nodes``: the graph of a
+    mixture-of-experts model, circuitstat.circuits.moe_nodes); InputError on the first problem."""
     from circuitstat.circuits.attribution import check_options
     from circuitstat.circuits.plan import parse_bytes
     from circuitstat.pipelines.build import build_task, check_device, check_n_jobs, check_work, precheck_task, task_positions
@@ -53,7 +54,15 @@ def prepare_attribute(model: str, task: str, *, method: str, level: str, ablatio
 
         sk = inputs.skeleton(model, allow_pickle=allow_pickle, allow_large=allow_large)
         check_fits_device(weight_bytes(sk.cfg, torch_dtype(dtype).itemsize), dev)
+    if moe_nodes != "block":  # refused from the config, before a weight is read
+        from circuitstat.circuits.moe_nodes import check_moe_nodes
+
+        check_moe_nodes(inputs.skeleton(model, allow_pickle=allow_pickle, allow_large=allow_large).cfg, moe_nodes)
     m = inputs.load(model, device=dev, dtype=torch_dtype(dtype), allow_pickle=allow_pickle, allow_large=allow_large)
+    if moe_nodes != "block":
+        from circuitstat.circuits.moe_nodes import set_moe_nodes
+
+        set_moe_nodes(m, moe_nodes)
     check_work(m, n, level=level, positions=task_positions(task, options), allow_large=allow_large)
     return m, build_task(m, task, n=n, seed=seed, metric=metric, **options), budget, n_jobs
 
@@ -96,7 +105,7 @@ def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", leve
                   max_memory: str | None = None, checkpoint_every: int | None = None, resume: bool = True,
                   force: bool = False, allow_pickle: bool = False, allow_large: bool = False, verify=None,
                   task_options: dict | None = None, inputs: RunInputs = LOCAL, scheduler: str | None = None,
-                  edge_pruning: dict | None = None, n_refits: int | None = None):
+                  edge_pruning: dict | None = None, n_refits: int | None = None, moe_nodes: str = "block"):
     """The ScoreMatrix of ``circuitstat attribute`` with these options, written into run directory
     ``out`` (validated first; resumed from its checkpoints where it stopped); ``inputs`` resolves the model;
     ``scheduler`` (a Dask address, or 'local') runs the chunks on that cluster, with the same scores.
@@ -111,7 +120,7 @@ def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", leve
                                              n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
                                              device=device, dtype=dtype, max_memory=max_memory,
                                              allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs,
-                                             task_options=task_options)
+                                             task_options=task_options, moe_nodes=moe_nodes)
     check_attribute_verify(verify, m, method=method, level=level, n=n)
     if pruning is not None:
         return masks_into(m, t, out, model_arg=model, task_arg=task, task_options=task_options, method=method,
@@ -122,7 +131,7 @@ def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", leve
                               level=level, ablation=ablation, input_node=input_node, n=n, batch_size=batch_size,
                               ig_steps=ig_steps, seed=seed, n_jobs=workers, dtype=dtype,
                               budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force,
-                              verify=verify)
+                              verify=verify, moe_nodes=moe_nodes)
 
 
 def masks_into(m, t, out: Path, *, model_arg: str, task_arg: str, task_options: dict, method: str, ablation: str,
@@ -146,6 +155,8 @@ def masks_into(m, t, out: Path, *, model_arg: str, task_arg: str, task_options: 
             "dtype": DTYPES[dtype], "max_rows": 0, "edge_pruning": options.model_dump(), "n_refits": n_refits}
     if task_options:
         spec["task_options"] = task_options
+    if m.graph.experts:  # experts as nodes (circuitstat.circuits.moe_nodes): recorded only when chosen
+        spec["moe_nodes"] = "experts"
     identity, task_record = m.identity(), _task_record(t)
     params = {**spec, "weight_hash": identity["weight_hash"], "task_hash": t.content_hash}
     fit = SimpleNamespace(methods=[method], ablation=ablation, input_node=input_node, seed=seed, batch_size=batch_size,
@@ -208,7 +219,7 @@ def _task_record(t) -> dict:
 def attribute_into(m, t, out: Path, *, model_arg: str, task_arg: str, task_options: dict, method: str, level: str,
                    ablation: str, input_node: str, n: int,
                    batch_size: int, ig_steps: int, seed: int, n_jobs: int, dtype: str, budget: int | None,
-                   checkpoint_every: int | None, resume: bool, force: bool, verify=None):
+                   checkpoint_every: int | None, resume: bool, force: bool, verify=None, moe_nodes: str = "block"):
     """The ScoreMatrix of one checkpointed attribution run written into ``out`` (resumed where it stopped);
     with ``verify`` (a VerifySpec), a verified stage after it (pipelines.verify)."""
     from circuitstat.circuits.ablation import Ablation as Counterfactuals
@@ -227,6 +238,8 @@ def attribute_into(m, t, out: Path, *, model_arg: str, task_arg: str, task_optio
         spec["verify"] = verify.model_dump()
     options = {"batch_size": batch_size, "max_rows": max_rows, "ig_steps": ig_steps, "dtype": DTYPES[dtype],
                "device": m.device.type, "input_node": input_node}
+    if moe_nodes != "block":  # likewise: experts as nodes is another graph (circuitstat.circuits.moe_nodes)
+        spec["moe_nodes"] = options["moe_nodes"] = moe_nodes
     identity, task_record = m.identity(), _task_record(t)  # the model caches its weight hash
     job = AttributionJob(identity["weight_hash"], t.content_hash, t.metric_name, method, level, ablation, n,
                          len(m.graph.edge_names) if level == "edge" else m.graph.n_senders, seed, options)
@@ -247,6 +260,8 @@ def attribute_into(m, t, out: Path, *, model_arg: str, task_arg: str, task_optio
                   "max_rows": max_rows}
             scores = run_checkpointed(store, m, t, method, kw, reuse=reuse, n_jobs=n_jobs, run_id=run.run_id)
             eparams = {"batch_size": batch_size, "seed": seed, "max_rows": max_rows, "input_node": input_node}
+            if moe_nodes != "block":
+                eparams["moe_nodes"] = moe_nodes
             from circuitstat.circuits.attribution import uses_ig_steps
 
             if uses_ig_steps(method):
@@ -310,6 +325,7 @@ class AttributeSpec(BaseModel):
     # method edge-pruning: each fit's options (None: the defaults) and the bootstrap refits (None: one fit)
     edge_pruning: EdgePruningOptions | None = None
     n_refits: int | None = N_REFITS.pydantic(default=None)
+    moe_nodes: MOE_NODES = "block"  # experts: one sender per expert of a mixture-of-experts layer
 
     @field_validator("task_options")
     @classmethod

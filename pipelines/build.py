@@ -232,6 +232,15 @@ def attribution_flops(cfg, spec, method: str, n: int, *, ig_steps: int, level: s
     (circuitstat.circuits.plan: the ``--plan`` arithmetic; needs no weights)."""
     from circuitstat.circuits.plan import method_cost
 
+    moe_nodes = getattr(spec, "moe_nodes", "block")
+    if moe_nodes != "block":  # experts as nodes: the costs count that graph (circuitstat.circuits.moe_nodes.graph_of)
+        import copy
+
+        from circuitstat.circuits.moe_nodes import check_moe_nodes
+
+        check_moe_nodes(cfg, moe_nodes)
+        cfg = copy.copy(cfg)
+        cfg.moe_nodes = moe_nodes
     task = spec.task if not isinstance(spec.task, str) else None
     name, options = (task.name, task.options) if task is not None else (spec.task, getattr(spec, "task_options", {}))
     positions = task_positions(name, options or {}) or min(int(cfg.n_ctx), 64)

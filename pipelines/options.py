@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 __all__ = ["METHOD", "SCORE_METHOD", "MASK_METHOD", "MASK_METHODS", "OBJECTIVE", "ABLATION", "LEVEL", "METRIC",
-           "INPUT_NODE", "DTYPES"]
+           "INPUT_NODE", "MOE_NODES", "DTYPES"]
 
 # methods with per-example scores [N, E] (attribution)
 SCORE_METHOD = Literal["exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted",
@@ -23,6 +23,8 @@ OBJECTIVE = Literal["mean_metric", "metric", "kl"]  # edge pruning's faithfulnes
 ABLATION = Literal["counterfactual", "mean", "mean-positional", "zero", "resample"]
 LEVEL = Literal["edge", "node"]
 INPUT_NODE = Literal["embeddings", "tokens"]  # circuitstat.circuits.ablation: what a zero/mean-ablated input sender is
+# circuitstat.circuits.moe_nodes: a mixture-of-experts layer's MLP as one sender (block) or one per expert (experts)
+MOE_NODES = Literal["block", "experts"]
 METRIC = Literal["logit_diff", "prob_diff", "kl", "kl_mean", "cross_entropy"]
 # --dtype names and the torch dtype each means (the short names are aliases)
 DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",

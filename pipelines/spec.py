@@ -22,7 +22,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from circuitstat.core.errors import InputError, warn_renamed
 from circuitstat.reports.thresholds import MIN_EXCESS, MIN_EXCESS_BOUNDS
 
-from .options import ABLATION, INPUT_NODE, LEVEL, MASK_METHODS, METHOD, METRIC, OBJECTIVE, SCORE_METHOD  # noqa: F401 - defined there once; re-exported
+from .options import ABLATION, INPUT_NODE, LEVEL, MASK_METHODS, METHOD, METRIC, MOE_NODES, OBJECTIVE, SCORE_METHOD  # noqa: F401 - defined there once; re-exported
 from .params import (BATCH_SIZE, IG_STEPS, N_JOBS, N_REFITS, N_RESAMPLES, PRUNING_INIT, PRUNING_LR, PRUNING_SPARSITY,
                      PRUNING_STEPS, SEED)
 from .yamlio import read_yaml_strict
@@ -264,6 +264,9 @@ class AuditSpec(_RunOptions):
     level: LEVEL = "edge"
     ablation: ABLATION = "counterfactual"
     input_node: INPUT_NODE = "embeddings"  # "tokens": MIB/EAP-IG's input node (token embedding only)
+    # "experts": one sender per expert of a mixture-of-experts layer (circuitstat.circuits.moe_nodes); recorded in the
+    # run's spec only when chosen (audit_spec_doc), so the default's records are as before
+    moe_nodes: MOE_NODES = "block"
     ig_steps: int = IG_STEPS.pydantic()
     bootstrap: BootstrapSpec = BootstrapSpec()
     k: KGrid = Field(default_factory=lambda: [5, 10, 20, 50], min_length=1)

@@ -93,7 +93,9 @@ class CircuitExport:
             v = g.receiver_node(g.edge_receiver[e])
             for n in (u, v):
                 if n not in out:  # an edge of an unpruned circuit may touch a node outside the node set
-                    out.add_node(n, layer=int(layer_of[g.nodes.index(n)]), score=None)
+                    # (or a split MoE layer's input m{L}, read by its expert nodes: no sender of its own)
+                    layer = layer_of[g.nodes.index(n)] if n in g.nodes else g.receiver_layer[g.edge_receiver[e]]
+                    out.add_node(n, layer=int(layer), score=None)
             s = None if self.scores is None else float(self.scores[e])
             if not out.has_edge(u, v):
                 out.add_edge(u, v, receivers=[], qkv=[], names=[], scores=[], score=None)

@@ -11,44 +11,93 @@ from ..graph import ComponentGraph
 
 
 def receiver_node_index(graph: ComponentGraph) -> np.ndarray:
-    """Index in ``graph.nodes`` of the node each receiver belongs to: [R]."""
-    lookup = {name: i for i, name in enumerate(graph.nodes)}
-    return np.asarray([lookup[graph.receiver_node(r)] for r in range(graph.n_receivers)], dtype=np.int64)
+    """Index in ``graph.nodes`` of the (first) node reading each receiver: [R] (a split MoE layer's input is read
+    by all its experts: :func:`reader_pairs` lists them)."""
+    return np.asarray([readers[0] for readers in graph.receiver_readers], dtype=np.int64)
 
 
 def edge_endpoints(graph: ComponentGraph) -> tuple[np.ndarray, np.ndarray]:
-    """(sender node, receiver node) of every edge, as indices into ``graph.nodes``."""
+    """(sender node, receiver node) of every edge, as indices into ``graph.nodes`` (see receiver_node_index)."""
     return graph.edge_sender, receiver_node_index(graph)[graph.edge_receiver]
+
+
+def reader_pairs(graph: ComponentGraph) -> tuple[np.ndarray, np.ndarray]:
+    """(receiver, node) index pairs: each receiver with every node reading it (its own node, or all the experts
+    of a split MoE layer, which share its input: circuitstat.circuits.moe_nodes)."""
+    readers = graph.receiver_readers
+    return np.repeat(np.arange(graph.n_receivers), [len(x) for x in readers]), np.concatenate(readers)
+
+
+def receivers_read_by(graph: ComponentGraph, nodes: np.ndarray) -> np.ndarray:
+    """[R] bool: the receivers that some node of the mask ``nodes`` reads."""
+    r, n = reader_pairs(graph)
+    return np.bincount(r, weights=nodes[n], minlength=graph.n_receivers) > 0
+
+
+def nodes_reading(graph: ComponentGraph, receivers: np.ndarray) -> np.ndarray:
+    """[N] bool: the nodes that read some receiver of the mask ``receivers``."""
+    r, n = reader_pairs(graph)
+    return np.bincount(n, weights=receivers[r], minlength=len(graph.nodes)) > 0
 
 
 def graph_cfg(graph: ComponentGraph) -> dict:
     """The graph's shape (layers, heads, MLPs, parallel blocks): two graphs with equal shapes are the same."""
     return {"n_layers": graph.n_layers, "n_heads": graph.n_heads, "has_mlp": graph.has_mlp,
-            "parallel": graph.parallel}
+            "parallel": graph.parallel, **split_cfg(graph)}
+
+
+def split_cfg(graph: ComponentGraph) -> dict:
+    """The graph's split MoE layers (experts as nodes) as JSON fields: {} when none is split (the keys of
+    graphs written before the option are unchanged)."""
+    if not graph.experts:
+        return {}
+    return {"experts": list(graph.experts), "shared_expert": graph.shared_expert}
+
+
+def split_from(doc, where: str) -> dict:
+    """ComponentGraph's ``experts``/``shared_expert`` keywords from a JSON ``doc`` written by :func:`split_cfg`
+    (untrusted: InputError when malformed; the caller bounds the sender count)."""
+    from circuitstat.core.errors import InputError
+
+    if "experts" not in doc:
+        return {}
+    experts, shared = doc["experts"], doc.get("shared_expert", False)
+    n = doc.get("n_layers")
+    if (not isinstance(experts, list) or len(experts) != n or type(shared) is not bool
+            or any(type(x) is not int or not 0 <= x <= 1 << 16 for x in experts) or not any(experts)):
+        raise InputError(f"{where}: experts must list one expert count (>= 0, not all 0) per layer and "
+                         "shared_expert be a boolean")
+    return {"experts": tuple(experts), "shared_expert": shared}
 
 
 def touched_nodes(graph: ComponentGraph, edges: np.ndarray) -> np.ndarray:
-    """Boolean node mask: the endpoints of the chosen edges."""
-    src, dst = edge_endpoints(graph)
+    """Boolean node mask: the endpoints of the chosen edges (an edge into a split MoE layer touches its experts)."""
     nodes = np.zeros(len(graph.nodes), dtype=bool)
-    nodes[src[edges]] = True
-    nodes[dst[edges]] = True
-    return nodes
+    nodes[graph.edge_sender[edges]] = True
+    return nodes | nodes_reading(graph, _receivers_fed(graph, edges))
+
+
+def _receivers_fed(graph: ComponentGraph, edges: np.ndarray) -> np.ndarray:
+    """[R] bool: the receivers with a chosen in-edge."""
+    return np.bincount(graph.edge_receiver[edges], minlength=graph.n_receivers) > 0
 
 
 def prune_edges(graph: ComponentGraph, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Fixpoint of: keep nodes with an in-edge and an out-edge; drop edges touching dropped nodes."""
-    src, dst = edge_endpoints(graph)
+    """Fixpoint of: keep nodes with an in-edge and an out-edge; drop edges touching dropped nodes.
+
+    A node's in-edges are those into the receivers it reads; an edge into a receiver read by several nodes (a
+    split MoE layer's input) stays while one of them does."""
+    src, dst = graph.edge_sender, graph.edge_receiver
     n_nodes = len(graph.nodes)
     logits, inp = n_nodes - 1, 0
     edges = edges.copy()
     while True:
         has_out = np.bincount(src[edges], minlength=n_nodes) > 0
-        has_in = np.bincount(dst[edges], minlength=n_nodes) > 0
+        has_in = nodes_reading(graph, _receivers_fed(graph, edges))
         has_out[logits] = True
         has_in[inp] = True
         alive = has_out & has_in
-        new = edges & alive[src] & alive[dst]
+        new = edges & alive[src] & receivers_read_by(graph, alive)[dst]
         if np.array_equal(new, edges):
             return edges, alive
         edges = new

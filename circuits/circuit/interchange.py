@@ -12,7 +12,7 @@ from typing_extensions import Self  # the class a constructor is called on (Circ
 
 from circuitstat.core.errors import InputError
 from ..graph import ComponentGraph
-from .graph_ops import graph_cfg, is_mlp, unknown_message
+from .graph_ops import graph_cfg, is_mlp, split_cfg, split_from, unknown_message
 
 
 EAPIG_FORMAT_VERSION = 1
@@ -35,6 +35,7 @@ class MibJson:
                                "d_model": int(d_model)}
         if not g.has_mlp:
             cfg["has_mlp"] = False
+        cfg.update(split_cfg(g))  # experts as nodes (circuitstat's own keys; EAP-IG has no such nodes)
         nodes: dict[str, dict] = {}
         for i, name in enumerate(g.nodes):
             entry: dict[str, Any] = {"in_graph": bool(self.nodes[i])}
@@ -83,7 +84,9 @@ class MibJson:
             has_mlp = bool(cfg["has_mlp"])
         else:  # EAP-IG graphs always have MLPs; a foreign attention-only export may just lack m nodes
             has_mlp = any(is_mlp(n) for n in jnodes) or any(is_mlp(n.split("->")[-1]) for n in jedges) or not jnodes
-        built = ComponentGraph(int(cfg["n_layers"]), int(cfg["n_heads"]), has_mlp, bool(cfg.get("parallel_attn_mlp", False)))
+        split = split_from(cfg, where) if has_mlp else {}
+        built = ComponentGraph(int(cfg["n_layers"]), int(cfg["n_heads"]), has_mlp, bool(cfg.get("parallel_attn_mlp", False)),
+                               **split)
         if graph is None:
             graph = built
         elif graph_cfg(graph) != graph_cfg(built):

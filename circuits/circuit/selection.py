@@ -22,7 +22,7 @@ from circuitstat.core.seeds import as_seed_sequence, seed_record
 from circuitstat.core.topk import TIE_RULE, check_ranking, ranking_key, row_seeds, tie_priorities, topk
 
 from ..graph import ComponentGraph
-from .graph_ops import edge_endpoints, graph_cfg, receiver_node_index, unknown_message
+from .graph_ops import graph_cfg, reader_pairs, receivers_read_by, unknown_message
 
 
 
@@ -136,11 +136,10 @@ class SelectionRules:
         pri = tie_priorities(row_seeds(ss, 1), np.arange(graph.n_edges))[0]
         logits_node = len(graph.nodes) - 1
         # in-edges of each node: the edges into its receivers (one receiver, or a head's q, k, v)
-        rnode = receiver_node_index(graph)
         in_edges: list[list[int]] = [[] for _ in graph.nodes]
-        for r in range(graph.n_receivers):
+        for r, node in zip(*reader_pairs(graph)):  # a split MoE layer's input: in-edges of each of its experts
             off, n = int(graph.edge_offset[r]), int(graph.n_upstream[r])
-            in_edges[rnode[r]].extend(range(off, off + n))
+            in_edges[node].extend(range(off, off + n))
         in_circuit = np.zeros(len(graph.nodes), dtype=bool)
         edges = np.zeros(graph.n_edges, dtype=bool)
         heap: list[tuple[float, int]] = []
@@ -153,6 +152,8 @@ class SelectionRules:
         add_node(logits_node)
         for _ in range(k):
             *_, e = heapq.heappop(heap)  # every edge is reachable from the logits, so the heap never runs dry
+            while edges[e]:  # pushed again by another expert reading the same input (experts as nodes)
+                *_, e = heapq.heappop(heap)
             edges[e] = True
             u = int(graph.edge_sender[e])
             if not in_circuit[u]:
@@ -206,8 +207,7 @@ class SelectionRules:
         mask = np.zeros(len(graph.nodes), dtype=bool)
         mask[[lookup[n] for n in names]] = True
         mask[-1] = True  # logits
-        src, dst = edge_endpoints(graph)
-        edges = mask[src] & mask[dst]
+        edges = mask[graph.edge_sender] & receivers_read_by(graph, mask)[graph.edge_receiver]
         return cls(graph, edges, mask, node_scores=node_scores, rule="nodes", params={"nodes": sorted(set(names))},
                    d_model=d_model)
 

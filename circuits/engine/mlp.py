@@ -25,3 +25,10 @@ def mlp(cfg: ModelConfig, blk, x: torch.Tensor) -> torch.Tensor:
         pre = act(h @ blk.W_in + blk.b_in)
     out = pre @ blk.W_out + blk.b_out
     return post_norm(cfg, blk.ln2_post_w, out) if cfg.post_norm else out
+
+
+def mlp_parts(cfg: ModelConfig, blk, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the MoE layer's output [B, P, D] as :func:`mlp` gives it, each expert's write [B, X (+1), P, D]) for
+    receiver input x (experts as nodes; no post-norm: circuitstat.circuits.moe_nodes refuses it)."""
+    out, each = moe_block(cfg, blk, mlp_input_norm(cfg, blk, x), ACTIVATIONS[cfg.act], parts=True)
+    return out, each.movedim(-2, 1)

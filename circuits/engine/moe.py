@@ -68,20 +68,34 @@ def _expert(cfg: ModelConfig, blk, e: int, x: torch.Tensor, act) -> torch.Tensor
     return hidden @ blk.We_out[e] + blk.be_out[e]
 
 
-def moe_block(cfg: ModelConfig, blk, h: torch.Tensor, act) -> torch.Tensor:
-    """The MoE block's output for normalised inputs ``h`` [..., D] (``act``: the experts' activation)."""
+def moe_block(cfg: ModelConfig, blk, h: torch.Tensor, act, parts: bool = False):
+    """The MoE block's output for normalised inputs ``h`` [..., D] (``act``: the experts' activation).
+
+    ``parts``: also each expert's write [..., X (+1), D] (experts as nodes): w_J(x) expert_J(x) at the tokens
+    that selected J, else 0, then the shared expert's sigmoid(x w_s) shared(x); the output is computed as
+    without ``parts`` (bit for bit), and equals their sum up to rounding."""
     shape = h.shape
     x = h.reshape(-1, shape[-1])
     idx, weights = route(cfg, blk, x)
     out = torch.zeros_like(x)
+    n_parts = cfg.moe["experts"] + (1 if cfg.moe["d_shared"] else 0)
+    each = x.new_zeros(x.shape[0], n_parts, x.shape[1]) if parts else None
     # one pass per expert that some token selected (as HF's experts loop): tokens and their top-k slots
     for e in torch.unique(idx).tolist():
         tok, slot = torch.where(idx == e)
         y = _expert(cfg, blk, e, x[tok], act)
-        out = out.index_add(0, tok, (y * weights[tok, slot, None]).to(x.dtype))
+        write = (y * weights[tok, slot, None]).to(x.dtype)
+        out = out.index_add(0, tok, write)
+        if parts:
+            each[tok, e] = write  # a token selects an expert once (top-k indices are distinct)
     if cfg.moe["d_shared"]:  # Qwen2MoeSparseMoeBlock: sigmoid-gated shared expert, on every token
         shared = (act(x @ blk.Ws_gate) * (x @ blk.Ws_in)) @ blk.Ws_out
-        out = out + torch.sigmoid(x @ blk.w_shared[:, None]) * shared  # a matmul: FLOPs counted as --plan counts them
+        shared = torch.sigmoid(x @ blk.w_shared[:, None]) * shared  # a matmul: FLOPs counted as --plan counts them
+        out = out + shared
+        if parts:
+            each[:, -1] = shared
+    if parts:
+        return out.reshape(shape), each.reshape(*shape[:-1], n_parts, shape[-1])
     return out.reshape(shape)
 
 

@@ -194,6 +194,8 @@ class Patching:
         if not cfg.has_mlp:
             return mid
         if cfg.parallel:  # the MLP read the layer input, which did not change
+            if self.graph.mlp_count(layer) > 1:  # experts as nodes: the block's write, as the clean run's
+                return mid + mlp(cfg, blk, at_read(pre))
             return mid + at_read(clean.blocks[head_block + 1][rows, 0, s:e])
         return mid + mlp(cfg, blk, mid)
 

@@ -35,7 +35,7 @@ from .attention import attention_block
 from .config import ModelConfig
 from .gradients import grad_probe
 from .masks import layer_masks
-from .mlp import mlp
+from .mlp import mlp, mlp_parts
 from .norms import apply_norm, post_norm
 from .patching import edge_delta, patch_senders
 from .rotary import layer_rotary, rotary_of_layer
@@ -370,14 +370,39 @@ class Forward:
             mlp_in = mlp_in + g
         if r.rd is not None and r.rd == graph.mlp_receiver_safe(layer):
             mlp_in = mlp_in + r.iv.receiver_delta
-        z_mlp = mlp(cfg, blk, mlp_in)
-        if r.sender_mask is not None:
-            z_mlp = patch_senders(z_mlp[:, None], r.sender_mask, r.cf, graph.mlp_sender(layer), r.sender_live)[:, 0]
-        if r.sv is not None and r.sv == graph.mlp_sender(layer):
-            z_mlp = r.iv.sender_value.to(z_mlp.dtype)
-        if r.need_blocks:
-            out.blocks.append(z_mlp[:, None])
+        if graph.mlp_count(layer) > 1:  # experts as nodes: one sender per expert
+            z_mlp = self._expert_senders(layer, mlp_in, r, out)
+        else:
+            z_mlp = mlp(cfg, blk, mlp_in)
+            if r.sender_mask is not None:
+                z_mlp = patch_senders(z_mlp[:, None], r.sender_mask, r.cf, graph.mlp_sender(layer), r.sender_live)[:, 0]
+            if r.sv is not None and r.sv == graph.mlp_sender(layer):
+                z_mlp = r.iv.sender_value.to(z_mlp.dtype)
+            if r.need_blocks:
+                out.blocks.append(z_mlp[:, None])
         return mid + (z_mlp if r.grad_gates is None else r.grad_gates.gate(z_mlp, layer))
+
+    def _expert_senders(self, layer: int, mlp_in: torch.Tensor, r: _RunSetup, out: RunOutput) -> torch.Tensor:
+        """A split MoE layer's write for input ``mlp_in``, its expert senders patched and kept.
+
+        Unpatched, the write is the block's output as the unsplit layer computes it (bit for bit, so the
+        suffix recomputation's :func:`mlp` agrees with it); patched senders add their (new - own) writes."""
+        cfg, graph, blk = self.cfg, self.graph, self.blocks[layer]
+        if not r.per_head:
+            return mlp(cfg, blk, mlp_in)
+        write, parts = mlp_parts(cfg, blk, mlp_in)  # [B, P, D], [B, n, P, D]
+        first, n = graph.mlp_sender(layer), graph.mlp_count(layer)
+        new = parts
+        if r.sender_mask is not None:
+            new = patch_senders(parts, r.sender_mask, r.cf, first, r.sender_live)
+        if r.sv is not None and first <= r.sv < first + n:
+            j = r.sv - first
+            new = torch.cat((new[:, :j], r.iv.sender_value[:, None].to(new.dtype), new[:, j + 1:]), dim=1)
+        if new is not parts:
+            write = write + (new - parts).sum(1)
+        if r.need_blocks:
+            out.blocks.append(new)
+        return write
 
     def _run_logits_input(self, resid: torch.Tensor, r: _RunSetup, out: RunOutput) -> torch.Tensor:
         """The logits receiver's input: the final residual with its edge patches, probe and receiver patch."""

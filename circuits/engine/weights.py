@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from ..graph import ComponentGraph
+from ..moe_nodes import graph_of
 from .config import ModelConfig
 from .moe import is_sparse, parameter_shapes
 from .rotary import rotary_inv_freq
@@ -80,7 +80,7 @@ class ModelWeights(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.graph = ComponentGraph(cfg.n_layers, cfg.n_heads, cfg.has_mlp, cfg.parallel)
+        self.graph = graph_of(cfg)  # the block graph, or experts as nodes where the config was set so (moe_nodes)
         D, V = cfg.d_model, cfg.vocab_size
         self.W_E = nn.Parameter(torch.zeros(V, D))
         if cfg.positional == "learned":

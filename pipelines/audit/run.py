@@ -111,7 +111,7 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
     use_deterministic()  # CUBLAS_WORKSPACE_CONFIG too, before any model loads
     sources, model, task = prepare_audit(spec, allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs)
     circuit, spec = published_circuit(spec, model)  # checked against the model's graph before the run directory
-    spec_doc = spec.model_dump()
+    spec_doc = audit_spec_doc(spec)
     with backend(n_jobs, scheduler) as workers, RunDir(out, spec=spec_doc, command=sys.argv, seed=spec.seed,
                                                         provenance={"model": model.identity(),
                                                                     "task": task.describe()}) as run:
@@ -137,12 +137,13 @@ def _score_stages(run, spec: AuditSpec, model, task, workers: int, force: bool, 
 
     n_cols = model.graph.n_edges if spec.level == "edge" else model.graph.n_senders
     base = {"weight_hash": model.weight_hash(), "task_hash": task.content_hash}
-    spec_doc = spec.model_dump()
+    spec_doc = audit_spec_doc(spec)
     index_name = "edges" if spec.level == "edge" else "nodes"
     sm0 = ScoreMatrix(np.zeros((1, n_cols), np.float32), model.graph, spec.level, "none", spec.ablation, "none")
     run_stage(run, "index", lambda: {index_name: sm0.tables()[index_name]}, [index_name], params=base,
               force=force)
-    attr_keys = ("level", "ablation", "input_node", "batch_size", "ig_steps", "seed")
+    attr_keys = ("level", "ablation", "input_node", "batch_size", "ig_steps", "seed") + (
+        ("moe_nodes",) if spec.moe_nodes != "block" else ())
     for method in score_methods(spec):
         params = {**base, "method": method, "task": spec.task.model_dump(),
                   **{k: spec_doc[k] for k in attr_keys}}
@@ -418,8 +419,20 @@ def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: b
 def load_audit_model(spec: AuditSpec, source: str, device: str, *, allow_pickle: bool = False,
                      allow_large: bool = False, inputs: RunInputs = LOCAL):
     """Return ``source`` as a CircuitModel loaded as the audit loads each of its models: the spec's dtype,
-    on ``device`` (already through build.check_device), resolved by ``inputs``."""
-    return inputs.load(source, device=device, dtype=spec.dtype, allow_pickle=allow_pickle, allow_large=allow_large)
+    on ``device`` (already through build.check_device), resolved by ``inputs``, with the spec's ``moe_nodes``
+    graph (InputError for 'experts' on a model without mixture-of-experts layers, before its weights load)."""
+    from circuitstat.circuits.moe_nodes import check_moe_nodes, set_moe_nodes
+
+    if spec.moe_nodes != "block":
+        check_moe_nodes(inputs.skeleton(source, allow_pickle=allow_pickle, allow_large=allow_large).cfg, spec.moe_nodes)
+    model = inputs.load(source, device=device, dtype=spec.dtype, allow_pickle=allow_pickle, allow_large=allow_large)
+    return set_moe_nodes(model, spec.moe_nodes) if spec.moe_nodes != "block" else model
+
+
+def audit_spec_doc(spec: AuditSpec) -> dict:
+    """The spec as the run records it: ``moe_nodes`` only when not the default (records made before the option
+    existed stay the same, so their runs resume)."""
+    return spec.model_dump(exclude={"moe_nodes"} if spec.moe_nodes == "block" else None)
 
 
 def check_scheme(scheme: str, groups, task_name: str) -> None:

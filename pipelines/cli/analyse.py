@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from circuitstat.pipelines.options import OBJECTIVE
+from circuitstat.pipelines.options import MOE_NODES, OBJECTIVE
 from circuitstat.pipelines.params import (BATCH_SIZE, IG_STEPS, N_JOBS, N_REFITS, PRUNING_LR, PRUNING_SPARSITY,
                                           PRUNING_STEPS, SEED)
 
@@ -23,6 +23,7 @@ MIN_EXCESS_HELP = ("count a head as stable across seeds when its interval's lowe
 
 Rule = choices("Rule", "top-k", "greedy")  # how `circuit` selects edges
 InputNode = choices("InputNode", "embeddings", "tokens")  # circuitstat.circuits.ablation
+MoeNodes = choices("MoeNodes", *typing.get_args(MOE_NODES))  # circuitstat.circuits.moe_nodes (pipelines.options)
 Objective = choices("Objective", *typing.get_args(OBJECTIVE))  # edge pruning's (circuitstat.pipelines.options)
 Ranking = choices("Ranking", "signed", "absolute")  # circuitstat.core.topk.RANKINGS: signed score or |score|
 
@@ -122,6 +123,10 @@ def attribute_command(
              "embedding only, as EAP-IG and MIB)"),
     metric: MetricName | None = typer.Option(None, "--metric",
                                              help="task metric (default: the task's own, logit_diff for most)"),
+    moe_nodes: MoeNodes = typer.Option(
+        "block", "--moe-nodes",
+        help="mixture-of-experts layers: the MLP as one sender (block) or one sender per expert, m{L}.e{J} "
+             "(experts; docs/families.md)"),
     n: int = typer.Option(64, "--n", min=1, help="number of examples"),
     batch_size: int = typer.Option(BATCH_SIZE.default, "--batch-size", **BATCH_SIZE.option,
                                    help="examples per forward; does not change the scores"),
@@ -197,7 +202,7 @@ def attribute_command(
     from circuitstat.pipelines.verify import verify_from_options
 
     method, level, ablation, dtype = method.value, level.value, ablation.value, dtype.value
-    input_node = input_node.value
+    input_node, moe_nodes = input_node.value, moe_nodes.value
     options = parse_task_options(task, task_option)
     metric = None if metric is None else metric.value
     vspec = verify_from_options(verify, verify_edges, verify_tau, verify_seed)
@@ -213,20 +218,21 @@ def attribute_command(
         _plan(model, task, options, n=n, seed=seed, metric=metric, level=level, batch_size=batch_size,
               ig_steps=ig_steps, budget=budget, n_jobs=check_n_jobs(n_jobs, "--n-jobs"), device=check_device(device), dtype=dtype,
               allow_pickle=allow_pickle, allow_large=allow_large, verify=vspec, method=method,
-              pruning=None if pruning is None else (pruning.steps, 1 + (n_refits or 0)))
+              pruning=None if pruning is None else (pruning.steps, 1 + (n_refits or 0)), moe_nodes=moe_nodes)
         return
     if pruning is not None:
         masks = run_attribute(model, task, out, method=method, level=level, ablation=ablation, input_node=input_node,
                               metric=metric, n=n, batch_size=batch_size, seed=seed, device=device, dtype=dtype,
                               max_memory=max_memory, force=force, allow_pickle=allow_pickle, allow_large=allow_large,
-                              task_options=options, edge_pruning=pruning.model_dump(), n_refits=n_refits)
+                              task_options=options, edge_pruning=pruning.model_dump(), n_refits=n_refits,
+                              moe_nodes=moe_nodes)
         _print_masks(masks, method, out)
         return
     sm = run_attribute(model, task, out, method=method, level=level, ablation=ablation, input_node=input_node,
                        metric=metric, n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
                        device=device, dtype=dtype, max_memory=max_memory, checkpoint_every=checkpoint_every,
                        resume=resume, force=force, allow_pickle=allow_pickle, allow_large=allow_large, verify=vspec,
-                       task_options=options, scheduler=scheduler)
+                       task_options=options, scheduler=scheduler, moe_nodes=moe_nodes)
     _print_top(sm, method, level, out, ranking=ranking.value)
     if vspec is not None:
         from circuitstat.reports.verdicts.verified import verified_lines
@@ -269,7 +275,7 @@ def _print_top(sm, method: str, level: str, out: Path, top: int = 10, ranking: s
 
 def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, level: str, batch_size: int, ig_steps: int,
           budget, n_jobs: int, device: str, dtype: str, allow_pickle: bool, allow_large: bool, verify=None,
-          method: str = "eap", pruning: tuple[int, int] | None = None) -> None:
+          method: str = "eap", pruning: tuple[int, int] | None = None, moe_nodes: str = "block") -> None:
     """Print the plan of an attribute run: counts from the model's skeleton on the meta device (no weight
     is read or allocated, whatever the config's size); timings from the loaded model only when its
     weights fit the memory limit (circuitstat.circuits.limits.MAX_BYTES, which --allow-large does not lift here) and
@@ -287,6 +293,10 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
     # a plan reads no weights: a directory with only config.json (weights not downloaded yet) is planned too
     skeleton = LOCAL.skeleton(source, allow_pickle=allow_pickle, allow_large=allow_large, weights=False)
     skeleton = skeleton.to(dtype=torch_dtype(dtype))  # on meta: only the itemsize changes
+    if moe_nodes != "block":  # experts as nodes: the plan counts that graph's edges (InputError on a dense model)
+        from circuitstat.circuits.moe_nodes import set_moe_nodes
+
+        set_moe_nodes(skeleton, moe_nodes)
     check_work(skeleton, n, level=level, positions=task_positions(task, options), allow_large=allow_large)
     t = build_task(skeleton, task, n=n, seed=seed, metric=metric, **options)
     need = weight_bytes(skeleton.cfg, torch_dtype(dtype).itemsize)
@@ -301,6 +311,10 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
     else:
         timing = LOCAL.load(source, device=device, dtype=torch_dtype(dtype), allow_pickle=allow_pickle,
                             allow_large=allow_large)
+        if moe_nodes != "block":
+            from circuitstat.circuits.moe_nodes import set_moe_nodes
+
+            set_moe_nodes(timing, moe_nodes)
     for line in plan_lines(skeleton, t, level=level, batch_size=batch_size, ig_steps=ig_steps, budget=budget,
                            n_jobs=n_jobs, timing_model=timing, untimed=why, device=str(device), verify=verify,
                            verify_method=method, pruning=pruning):

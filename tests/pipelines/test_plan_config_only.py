@@ -40,6 +40,16 @@ def graph_edges(n_layers: int, n_heads: int) -> int:
     return total
 
 
+def split_graph_edges(n_heads: int, mlp_senders: list[int]) -> int:
+    """Edges when layer l has ``mlp_senders[l]`` MLP senders (experts as nodes: m{l}.e{j} and m{l}.shared) and still
+    one MLP receiver: q, k, v read every earlier sender, the MLP input also its layer's heads, logits every sender."""
+    total, upstream = 0, 1
+    for n_mlp in mlp_senders:
+        total += 3 * n_heads * upstream + upstream + n_heads
+        upstream += n_heads + n_mlp
+    return total + upstream  # logits
+
+
 def config_dir(tmp_path, name: str, config: dict):
     d = tmp_path / name
     d.mkdir()
@@ -133,3 +143,29 @@ def test_gemma3_is_refused_pointing_to_gemma3_text(tmp_path):
         res = CliRunner().invoke(app, ["attribute", "--model", source, "--plan"])
         assert res.exit_code == 2, res.output
         assert "'gemma3'" in res.output and "use a gemma3_text checkpoint" in res.output
+
+
+def test_plan_counts_the_expert_edges_by_formula_and_refuses_experts_on_a_dense_model(tmp_path):
+    """``attribute --plan --moe-nodes experts`` from config.json alone: Mixtral-8x7B (32 layers of 32 heads, 8
+    experts) and a Qwen2-MoE shape with a shared expert and dense layers; a dense model is refused (exit 2)."""
+    run = CliRunner()
+    mixtral = config_dir(tmp_path, "mixtral", MIXTRAL_8X7B)
+    args = ["attribute", "--model", str(mixtral), "--plan", "--allow-large", "--n", "16", "--dtype", "bfloat16"]
+    res = run.invoke(app, args + ["--moe-nodes", "experts"])
+    assert res.exit_code == 0, res.output
+    assert planned_edges(res.output) == split_graph_edges(32, [8] * 32) == 1_929_889  # block: graph_edges(32, 32)
+    assert split_graph_edges(32, [1] * 32) == graph_edges(32, 32)  # one sender per MLP: the block graph's count
+    qwen = config_dir(tmp_path, "qwen", {
+        "model_type": "qwen2_moe", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "intermediate_size": 128, "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 48, "num_experts": 6, "num_experts_per_tok": 2, "mlp_only_layers": [1],
+        "decoder_sparse_step": 1, "vocab_size": 1000, "max_position_embeddings": 256})
+    res = run.invoke(app, ["attribute", "--model", str(qwen), "--plan", "--n", "8", "--moe-nodes", "experts"])
+    assert res.exit_code == 0, res.output
+    assert planned_edges(res.output) == split_graph_edges(4, [7, 1, 7, 7])  # 6 experts + shared; layer 1 dense
+    dense = config_dir(tmp_path, "llama", LLAMA_31_8B)
+    res = run.invoke(app, ["attribute", "--model", str(dense), "--plan", "--allow-large", "--moe-nodes", "experts"])
+    assert res.exit_code == 2 and "no mixture-of-experts layer" in res.output and "'block'" in res.output
+    out = tmp_path / "run"
+    res = run.invoke(app, ["attribute", "--model", "random:llama", "--out", str(out), "--moe-nodes", "experts"])
+    assert res.exit_code == 2 and "no mixture-of-experts layer" in res.output and not out.exists()
