@@ -93,7 +93,9 @@ SPEARMAN_ESTIMAND = ("expected Spearman between the per-edge mean exact effects 
                      "means at this N understate)")
 R2_ESTIMAND = "pooled per-example R² of the approximate on the exact scores over the task's prompt distribution"
 AGREEMENT_CI_METHOD = ("bootstrap over prompts, paired (a prompt's exact and approximate scores move together); "
-                       "Spearman: percentile re-centred on the observed value; R²: percentile")
+                       "Spearman: percentile re-centred on the observed value, intersected with [-1, 1]; R²: percentile")
+
+
 def _row_ranks(x: np.ndarray) -> np.ndarray:
     """Average ranks of each row of ``x`` (ties share their mean rank, as scipy.stats.spearmanr)."""
     from scipy.stats import rankdata
@@ -148,7 +150,10 @@ def agreement_intervals(exact: np.ndarray, approx: np.ndarray, plan, confidence_
         # re-centring moves the bootstrap distribution's mean onto the observed Spearman: the bootstrap's own
         # attenuation (resampled means are noisier than the sample's) is not the sampling spread at N
         shift = observed["spearman"] - float(np.nanmean(reps["spearman"])) if name == "spearman" else 0.0
-        out[f"{name}_ci_low"], out[f"{name}_ci_high"] = float(lo) + shift, float(hi) + shift
+        lo, hi = float(lo) + shift, float(hi) + shift
+        if name == "spearman":  # the shift can carry an end past ±1, where the estimand (a correlation) never is:
+            lo, hi = max(lo, -1.0), min(hi, 1.0)  # the intersection covers whenever the shifted interval does
+        out[f"{name}_ci_low"], out[f"{name}_ci_high"] = lo, hi
     out.update({"ci_method": AGREEMENT_CI_METHOD, "spearman_estimand": SPEARMAN_ESTIMAND, "r2_estimand": R2_ESTIMAND,
                 "n_resamples": int(plan.n_resamples)})
     return out

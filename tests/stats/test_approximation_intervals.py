@@ -85,3 +85,21 @@ def test_a_claim_bounds_the_interval_the_verdict_reads(tmp_path):
     assert line.verdict == "eap: inconclusive: a rough guide or worse" and [c.low for c in line.cis] == [
         "spearman_ci_low", "r2_ci_low"]
     assert "0.600 [0.420, 0.740]" in line.text() and line.cis[0].estimand == SPEARMAN_ESTIMAND
+
+
+def test_spearman_interval_stays_within_the_range_of_a_correlation():
+    """Near-perfect agreement on few prompts: re-centring moves the percentile interval up by the bootstrap's
+    attenuation, which carried its upper end past 1 (observed in an audit: [0.776, 1.03]); a correlation's
+    interval ends at 1, and its lower end is the re-centred one."""
+    rng = np.random.default_rng(3)
+    ex, _ = _scores(rng, 24, 40)
+    ap = ex + rng.normal(0, 0.05, ex.shape)
+    plan = ResamplingPlan.bootstrap(24, 200, 5)
+    reps = agreement_replicates(ex, ap, plan)
+    observed = sps.spearmanr(ex.mean(0), ap.mean(0)).statistic
+    shift = observed - reps["spearman"].mean()
+    lo, hi = np.quantile(reps["spearman"], [0.025, 0.975]) + shift
+    assert hi > 1  # the case: the shifted upper end leaves the range
+    ci = agreement_intervals(ex, ap, plan)
+    assert ci["spearman_ci_high"] == 1.0
+    assert ci["spearman_ci_low"] == pytest.approx(lo, abs=1e-12)
