@@ -27,6 +27,7 @@ PORT_OFFSET = {"q": -0.3, "k": 0.0, "v": 0.3}
 LABEL_T = (0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2)
 _HEAD = re.compile(r"^a(\d+)\.h(\d+)$")
 _MLP = re.compile(r"^m(\d+)$")
+_EXPERT = re.compile(r"^m(\d+)\.(?:e(\d+)|shared)$")  # experts as nodes (circuitstat.circuits.moe_nodes)
 _PORT = re.compile(r"^(.*)<([^<>]*)>$")
 
 
@@ -44,7 +45,8 @@ class Drawn:
 
 
 def node_key(name: str, layer_hint: dict[str, int]) -> tuple[float, int, float, str]:
-    """Return (layer, sub-row, position, name): input lowest, then per layer heads then MLP, logits top."""
+    """Return (layer, sub-row, position, name): input lowest, then per layer heads then MLP (with its experts when they
+    are nodes), logits top."""
     if name == "input":
         return (-1, 0, 0, name)
     if name == "logits":
@@ -55,6 +57,9 @@ def node_key(name: str, layer_hint: dict[str, int]) -> tuple[float, int, float, 
     m = _MLP.match(name)
     if m:
         return (int(m.group(1)), 2, 0, name)
+    m = _EXPERT.match(name)
+    if m:  # beside the block's input m{L} on the layer's MLP row; the shared expert last
+        return (int(m.group(1)), 2, 1 + (int(m.group(2)) if m.group(2) is not None else 10**6), name)
     return (layer_hint.get(name, 0), 3, 0, name)
 
 

@@ -278,3 +278,16 @@ def test_rendering_needs_no_torch_circuits_or_stats(rendered, tmp_path):
     r = subprocess.run([sys.executable, "-c", code, str(run), str(tmp_path / "r.html")], capture_output=True, text=True, cwd=root, timeout=60)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "r.html").read_text() == (run / "report.html").read_text()  # deterministic
+
+
+def test_expert_nodes_sit_on_their_layers_mlp_row_in_expert_order():
+    """Experts as nodes (m{L}.e{J}, m{L}.shared) are drawn on layer L's MLP row beside the block's input m{L}, in
+    expert order with the shared expert last, not on a row of unknown nodes at layer 0."""
+    from circuitstat.reports.html.graph_draw import node_key, row_label
+
+    names = ["m1.shared", "m1.e10", "m1", "m1.e2", "m0.e1", "a1.h0"]
+    keys = {n: node_key(n, {}) for n in names}
+    assert {row_label(keys[n][:2]) for n in ("m1", "m1.e2", "m1.e10", "m1.shared")} == {"L1 mlp"}
+    assert row_label(keys["m0.e1"][:2]) == "L0 mlp"
+    assert [n for n in sorted(names, key=lambda n: keys[n]) if n.startswith("m1")] == ["m1", "m1.e2", "m1.e10",
+                                                                                          "m1.shared"]
