@@ -91,3 +91,15 @@ def test_attribute_command_fits_ugs_and_refuses_bad_options(tmp_path):
         bad = CliRunner().invoke(app, [*args[:-1], samples, "--method", method, "--out", str(tmp_path / method)])
         assert bad.exit_code == 2, (method, bad.output)
         assert not (tmp_path / method).exists()
+
+
+def test_plan_prices_a_ugs_step_as_n_samples_masked_passes():
+    from circuitstat.circuits.plan import pruning_cost
+    from circuitstat.pipelines.audit.pricing import audit_flops
+    from circuitstat.pipelines.sources import LOCAL
+
+    cfg = LOCAL.skeleton(SPEC["model"]).cfg
+    base = {**SPEC, "methods": ["eap", "ugs"], "faithfulness": False}
+    with_ugs, without = parse_spec(base), parse_spec({**base, "methods": ["eap"]})
+    one = pruning_cost(cfg, n=12, positions=10, steps=3 * 2, batch_size=6).flops  # 3 steps of 2 draws
+    assert audit_flops(with_ugs, cfg) - audit_flops(without, cfg) == pytest.approx(4 * one)  # the fit + 3 refits
