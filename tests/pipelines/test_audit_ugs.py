@@ -103,3 +103,17 @@ def test_plan_prices_a_ugs_step_as_n_samples_masked_passes():
     with_ugs, without = parse_spec(base), parse_spec({**base, "methods": ["eap"]})
     one = pruning_cost(cfg, n=12, positions=10, steps=3 * 2, batch_size=6).flops  # 3 steps of 2 draws
     assert audit_flops(with_ugs, cfg) - audit_flops(without, cfg) == pytest.approx(4 * one)  # the fit + 3 refits
+
+
+def test_attribute_jobs_take_ugs_options_and_check_them():
+    """The attribute kind's spec (service jobs, recorded runs): a ugs section for method ugs, checked as the command."""
+    from circuitstat.pipelines.kinds import kind
+
+    k = kind("attribute")
+    spec = k.parse({"model": "m", "method": "ugs", "ugs": {"n_samples": 3, "steps": 2}, "n_refits": 2}, "job")
+    assert spec.ugs.n_samples == 3 and k.stages(spec) == ["masks"]
+    for bad, words in (({"method": "ugs", "ugs": {"n_samples": 0}}, "n_samples"),
+                       ({"method": "eap", "ugs": {"steps": 2}}, "method ugs"),
+                       ({"method": "edge-pruning", "ugs": {"steps": 2}}, "method ugs")):
+        with pytest.raises(InputError, match=words):
+            k.parse({"model": "m", **bad}, "job")
