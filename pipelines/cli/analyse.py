@@ -167,21 +167,25 @@ def attribute_command(
     verify_seed: int | None = typer.Option(None, "--verify-seed", min=0,
                                            help="seed of the verified prompts (default: from --seed)"),
     steps: int | None = typer.Option(None, "--steps", **PRUNING_STEPS.option,
-                                     help=f"edge-pruning and ugs only: Adam steps of the fit (default {PRUNING_STEPS.default})"),
+                                     help=f"edge-pruning and ugs only: Adam steps of the fit "
+                                          f"(default {PRUNING_STEPS.default})"),
     lr: float | None = typer.Option(None, "--lr", **PRUNING_LR.option,
                                     help=f"edge-pruning and ugs only: learning rate (default {PRUNING_LR.default}; "
                                          f"ugs {PRUNING_LR.default_for('ugs')})"),
     sparsity: float | None = typer.Option(
         None, "--sparsity", **PRUNING_SPARSITY.option,
-        help=f"edge-pruning and ugs only: weight of the expected share of open gates (default {PRUNING_SPARSITY.default})"),
+        help=f"edge-pruning and ugs only: weight of the expected share of open gates "
+             f"(default {PRUNING_SPARSITY.default})"),
     objective: Objective | None = typer.Option(
-        None, "--objective", help="edge-pruning and ugs only: faithfulness term (default mean_metric; docs/edge-pruning.md)"),
+        None, "--objective",
+        help="edge-pruning and ugs only: faithfulness term (default mean_metric; docs/edge-pruning.md)"),
     n_samples: int | None = typer.Option(
         None, "--n-samples", **UGS_SAMPLES.option,
         help=f"ugs only: mask draws per prompt and step (default {UGS_SAMPLES.default})"),
     n_refits: int | None = typer.Option(
         None, "--n-refits", **N_REFITS.option,
-        help="edge-pruning and ugs only: refit on this many bootstrap resamples of the prompts (refit_frequency per edge)"),
+        help="edge-pruning and ugs only: refit on this many bootstrap resamples of the prompts "
+             "(refit_frequency per edge)"),
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
