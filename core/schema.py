@@ -33,7 +33,7 @@ __all__ = ["Column", "TableSchema", "SchemaError", "TABLES", "RENAMED_COLUMNS", 
            "fill", "renamed", "stored_names", "tail_flag"]
 
 _METHOD = ("method", S, "discovery method: attribution (exact, eap, eap-ig-inputs, eap-ig-activations, clean-corrupted, "
-           "atp-qkfix, atp-graddrop, atpstar, ensemble) or mask-learned (edge-pruning)")
+           "atp-qkfix, atp-graddrop, atpstar, ensemble) or mask-learned (edge-pruning, ugs)")
 _K = ("k", I, "circuit size: number of edges (or nodes) kept")
 _RANKED_BY = ("ranked_by", S, "what the circuits are the top-k of: the method's mean score, or for a verified method "
               "(<approx>+verified) the PPI++ estimates, e.g. 'mean exact effect, verified on 16 of 512 prompts'",

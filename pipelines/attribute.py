@@ -17,7 +17,7 @@ from circuitstat.pipelines.kinds import RunKind, check_run_out
 from circuitstat.pipelines.options import ABLATION, DTYPES, INPUT_NODE, LEVEL, MASK_METHODS, METHOD, METRIC, MOE_NODES
 from circuitstat.pipelines.params import BATCH_SIZE, IG_STEPS, N_REFITS, SEED
 from circuitstat.pipelines.sources import LOCAL, RunInputs
-from circuitstat.pipelines.spec import EdgePruningOptions, VerifySpec, no_reserved_task_options
+from circuitstat.pipelines.spec import EdgePruningOptions, UGSOptions, VerifySpec, no_reserved_task_options
 
 
 def torch_dtype(name: str):
@@ -81,21 +81,22 @@ def check_method_options(method: str, level: str, ablation: str, *, batch_size: 
 
 
 def pruning_options(method: str, options: dict | None, n_refits: int | None):
-    """The EdgePruningOptions of a mask-learned ``method`` (``options``: steps, lr, sparsity, init, objective; unset:
-    the defaults of circuitstat.pipelines.params), checked; InputError when given for another method."""
+    """The options (EdgePruningOptions, UGSOptions) of a mask-learned ``method`` (``options``: steps, lr, sparsity,
+    init, objective, and n_samples for ugs; unset: the defaults of circuitstat.pipelines.params), checked;
+    InputError when given for another method."""
     from circuitstat.core.errors import InputError
-    from circuitstat.pipelines.spec import EdgePruningOptions, validate_spec
+    from circuitstat.pipelines.spec import MASK_SECTIONS, validate_spec
 
     given = {k: v for k, v in (options or {}).items() if v is not None}
     if method not in MASK_METHODS:
         if given or n_refits is not None:
-            raise InputError(f"{', '.join(sorted(given)) or 'n_refits'} set the edge-pruning fit: use them with "
-                             f"--method edge-pruning, not {method}")
+            raise InputError(f"{', '.join(sorted(given)) or 'n_refits'} set a mask fit: use them with "
+                             f"--method edge-pruning or ugs, not {method}")
         return None
     if n_refits is not None:
         N_REFITS.check(n_refits, "--n-refits")
-    return validate_spec(EdgePruningOptions, given, "edge-pruning options", kind="edge-pruning options",
-                         keys="steps, lr, sparsity, init, objective")
+    cls = MASK_SECTIONS[method][1]
+    return validate_spec(cls, given, f"{method} options", kind=f"{method} options", keys=", ".join(cls.model_fields))
 
 
 def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", level: str = "edge",
@@ -105,16 +106,21 @@ def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", leve
                   max_memory: str | None = None, checkpoint_every: int | None = None, resume: bool = True,
                   force: bool = False, allow_pickle: bool = False, allow_large: bool = False, verify=None,
                   task_options: dict | None = None, inputs: RunInputs = LOCAL, scheduler: str | None = None,
-                  edge_pruning: dict | None = None, n_refits: int | None = None, moe_nodes: str = "block"):
+                  edge_pruning: dict | None = None, n_refits: int | None = None, moe_nodes: str = "block",
+                  ugs: dict | None = None):
     """The ScoreMatrix of ``circuitstat attribute`` with these options, written into run directory
     ``out`` (validated first; resumed from its checkpoints where it stopped); ``inputs`` resolves the model;
     ``scheduler`` (a Dask address, or 'local') runs the chunks on that cluster, with the same scores.
-    A mask-learned ``method`` (edge-pruning) writes its learned mask instead (:func:`masks_into`; options
-    ``edge_pruning`` and ``n_refits``) and returns the edge_masks table."""
+    A mask-learned ``method`` (edge-pruning, ugs) writes its learned mask instead (:func:`masks_into`; options
+    ``edge_pruning`` or ``ugs``, and ``n_refits``) and returns the edge_masks table."""
     from circuitstat.pipelines.parallel import backend
 
     task_options = dict(task_options or {})
-    pruning = pruning_options(method, edge_pruning, n_refits)
+    if method != "ugs" and ugs:
+        from circuitstat.core.errors import InputError
+
+        raise InputError(f"ugs options set UGS's fit: use them with --method ugs, not {method}")
+    pruning = pruning_options(method, ugs if method == "ugs" else edge_pruning, n_refits)
     check_run_out(out, "attribute", force=force)
     m, t, budget, n_jobs = prepare_attribute(model, task, method=method, level=level, ablation=ablation, metric=metric,
                                              n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
@@ -152,7 +158,8 @@ def masks_into(m, t, out: Path, *, model_arg: str, task_arg: str, task_options: 
 
     spec = {"model": model_arg, "task": task_arg, "method": method, "level": "edge", "ablation": ablation,
             "input_node": input_node, "metric": t.metric_name, "n": n, "batch_size": batch_size, "seed": seed,
-            "dtype": DTYPES[dtype], "max_rows": 0, "edge_pruning": options.model_dump(), "n_refits": n_refits}
+            "dtype": DTYPES[dtype], "max_rows": 0, "ugs" if method == "ugs" else "edge_pruning": options.model_dump(),
+            "n_refits": n_refits}
     if task_options:
         spec["task_options"] = task_options
     if m.graph.experts:  # experts as nodes (circuitstat.circuits.moe_nodes): recorded only when chosen
@@ -160,7 +167,7 @@ def masks_into(m, t, out: Path, *, model_arg: str, task_arg: str, task_options: 
     identity, task_record = m.identity(), _task_record(t)
     params = {**spec, "weight_hash": identity["weight_hash"], "task_hash": t.content_hash}
     fit = SimpleNamespace(methods=[method], ablation=ablation, input_node=input_node, seed=seed, batch_size=batch_size,
-                          edge_pruning=options)
+                          edge_pruning=options, ugs=options)
     edges = ScoreMatrix(np.zeros((1, m.graph.n_edges), np.float32), m.graph, "edge", method, ablation,
                         t.metric_name).tables()["edges"]
     with RunDir(out, spec=spec, command=sys.argv, seed=seed,
@@ -322,8 +329,9 @@ class AttributeSpec(BaseModel):
     checkpoint_every: int | None = Field(None, ge=1)
     max_memory: str | None = Field(None, max_length=32)
     verify: VerifySpec | None = None
-    # method edge-pruning: each fit's options (None: the defaults) and the bootstrap refits (None: one fit)
+    # method edge-pruning (ugs): each fit's options (None: the defaults) and the bootstrap refits (None: one fit)
     edge_pruning: EdgePruningOptions | None = None
+    ugs: UGSOptions | None = None
     n_refits: int | None = N_REFITS.pydantic(default=None)
     moe_nodes: MOE_NODES = "block"  # experts: one sender per expert of a mixture-of-experts layer
 
@@ -339,8 +347,10 @@ class AttributeSpec(BaseModel):
 
         try:
             check_verify(self.verify, methods=[self.method], n_prompts=self.n, level=self.level)
-            pruning_options(self.method, None if self.edge_pruning is None else self.edge_pruning.model_dump(),
-                            self.n_refits)
+            section = self.ugs if self.method == "ugs" else self.edge_pruning
+            if self.method != "ugs" and self.ugs is not None:
+                raise InputError(f"ugs options set UGS's fit: use them with method ugs, not {self.method}")
+            pruning_options(self.method, None if section is None else section.model_dump(), self.n_refits)
         except InputError as e:
             raise ValueError(str(e)) from None
         return self
@@ -372,9 +382,10 @@ def attribute_flops(spec: AttributeSpec, cfg) -> float:
     if spec.method in MASK_METHODS:
         from circuitstat.circuits.plan import pruning_cost
 
-        options = spec.edge_pruning or EdgePruningOptions()
+        options = (spec.ugs or UGSOptions()) if spec.method == "ugs" else (spec.edge_pruning or EdgePruningOptions())
         positions = task_positions(spec.task, {}) or min(int(cfg.n_ctx), 64)
-        return pruning_cost(cfg, n=spec.n, positions=positions, steps=options.steps, fits=1 + (spec.n_refits or 0),
+        steps = options.steps * getattr(options, "n_samples", 1)  # a UGS step: n_samples masked passes
+        return pruning_cost(cfg, n=spec.n, positions=positions, steps=steps, fits=1 + (spec.n_refits or 0),
                             batch_size=spec.batch_size).flops
 
     total = attribution_flops(cfg, spec, spec.method, spec.n, ig_steps=spec.ig_steps, level=spec.level)

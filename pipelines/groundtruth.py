@@ -16,6 +16,7 @@ of each size N drawn from the model's task, and scores each dataset against the 
     verify: [16]          # optional: each approximate method verified on 16 prompts per dataset ("eap+verify16")
     refits: 10            # optional: bootstrap refits per dataset, the stability:refit family for every method
     edge_pruning: {steps: 50, lr: 0.2, sparsity: 1.0}   # when methods include edge-pruning (mask learning)
+    ugs: {steps: 50, lr: 0.1, sparsity: 1.0, n_samples: 4}   # when methods include ugs (uniform gradient sampling)
 
 Per model the population is R x max(N) prompts of its task; method scores are computed once on it
 (a resumable stage per model and method) and dataset r of size N is the first N prompts of the r-th
@@ -43,6 +44,7 @@ from circuitstat.pipelines.params import BATCH_SIZE, IG_STEPS, N_RESAMPLES, resa
 from circuitstat.pipelines.spec import METHOD, KGrid, _RunOptions, load_yaml, validate_spec
 from circuitstat.pipelines.kinds import RunKind
 from circuitstat.pipelines.groundtruth_masks import MASK_METHODS, EdgePruningOptions
+from circuitstat.pipelines.spec import UGSOptions
 
 if TYPE_CHECKING:
     from circuitstat.core.run_tables import RunTables
@@ -86,6 +88,7 @@ class GroundTruthSpec(_RunOptions):
     # bootstrap refits per dataset (0: none): edge pruning refitted on each, per-example methods' resampled means
     refits: int = Field(0, ge=0, le=10_000)
     edge_pruning: EdgePruningOptions = Field(default_factory=EdgePruningOptions)
+    ugs: UGSOptions = Field(default_factory=UGSOptions)  # when methods include ugs (docs/edge-pruning.md)
 
     @property
     def level(self) -> str:
@@ -295,10 +298,11 @@ def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int
             for m, gt in loaded.items():
                 models.append(_model_row(gt, m, population))
                 evals = population_evaluations(gt, tasks[m], spec) if spec.faithfulness_methods else None
-                if "edge-pruning" in spec.methods:
-                    ep_evals = evals if "edge-pruning" in spec.faithfulness_methods else None
-                    per_dataset += _with_model(m, pruning_rows(gt, tasks[m], spec, run.stage_seed(f"prune:{m}"),
-                                                               ROC_GRID, ep_evals))
+                for mm, stage in (("edge-pruning", "prune"), ("ugs", "ugs")):  # the mask-learned methods
+                    if mm in spec.methods:
+                        ep_evals = evals if mm in spec.faithfulness_methods else None
+                        per_dataset += _with_model(m, pruning_rows(gt, tasks[m], spec, run.stage_seed(f"{stage}:{m}"),
+                                                                   ROC_GRID, ep_evals, method=mm))
                 for method in _score_methods(spec):
                     S = np.asarray(table_to_matrix(run.table(f"scores_{_slug(m)}_{method.replace('-', '_')}")),
                                    dtype=np.float64)
@@ -325,7 +329,7 @@ def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int
                     "groundtruth_fdr": _columns(fdr_rows(per_dataset, KEYS), "groundtruth_fdr"), "groundtruth_roc": _roc_table(summary)}
 
         keys = ("sizes", "n_datasets", "alphas", "k_multiples", "ranking", "n_resamples", "thresholds", "n_subsamples",
-                "faithfulness_methods", "confidence_level") + tuple(k for k in ("verify", "refits", "edge_pruning")
+                "faithfulness_methods", "confidence_level") + tuple(k for k in ("verify", "refits", "edge_pruning", "ugs")
                                                                    if k in doc)
         deps = [f"scores_{_slug(m)}_{method.replace('-', '_')}" for m in spec.models for method in _score_methods(spec)]
         run.stage("evaluate", evaluate, list(TABLES), params={k: doc[k] for k in keys}, depends_on=deps, force=force)
@@ -344,6 +348,8 @@ def _unused_keys(spec: GroundTruthSpec) -> set[str]:
         out.add("refits")
     if "edge-pruning" not in spec.methods:
         out.add("edge_pruning")
+    if "ugs" not in spec.methods:
+        out.add("ugs")
     return out
 
 

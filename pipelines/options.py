@@ -16,10 +16,10 @@ SCORE_METHOD = Literal["exact", "eap", "eap-ig-inputs", "eap-ig-activations", "c
                        "atp-qkfix", "atp-graddrop", "atpstar", "ensemble"]
 # atp-*: AtP* (circuitstat.circuits.atpstar); ensemble: the mean of eap, eap-ig-inputs and eap-ig-activations
 # mask-learned methods: one learned mask logit per edge per fit, no per-example scores (docs/edge-pruning.md)
-MASK_METHOD = Literal["edge-pruning"]
-MASK_METHODS = ("edge-pruning",)
+MASK_METHOD = Literal["edge-pruning", "ugs"]
+MASK_METHODS = ("edge-pruning", "ugs")  # ugs: uniform gradient sampling (circuitstat.circuits.ugs)
 METHOD = Literal[SCORE_METHOD, MASK_METHOD]  # what attribute and audit accept
-OBJECTIVE = Literal["mean_metric", "metric", "kl"]  # edge pruning's faithfulness term (circuitstat.circuits.edge_pruning)
+OBJECTIVE = Literal["mean_metric", "metric", "kl"]  # the mask methods' faithfulness term (circuitstat.circuits.edge_pruning)
 ABLATION = Literal["counterfactual", "mean", "mean-positional", "zero", "resample"]
 LEVEL = Literal["edge", "node"]
 INPUT_NODE = Literal["embeddings", "tokens"]  # circuitstat.circuits.ablation: what a zero/mean-ablated input sender is

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 from circuitstat.core.errors import InputError
 
 __all__ = ["Param", "N_RESAMPLES", "SEED", "N_JOBS", "BATCH_SIZE", "IG_STEPS", "PRUNING_STEPS", "PRUNING_LR",
-           "PRUNING_SPARSITY", "PRUNING_INIT", "N_REFITS", "PRUNING_PARAMS", "INIT_STD", "REPEAT_FRACTION",
+           "PRUNING_SPARSITY", "PRUNING_INIT", "N_REFITS", "PRUNING_PARAMS", "UGS_SAMPLES", "INIT_STD", "REPEAT_FRACTION",
            "WARMUP_STEPS", "D_MLP", "MIN_LR_RATIO", "PARAMS", "resamples_for_level"]
 
 
@@ -76,15 +76,20 @@ BATCH_SIZE = Param("batch_size", 1, 4096, 16, "examples per forward; does not ch
                    defaults={"groundtruth": 64, "tokens": 32})
 IG_STEPS = Param("ig_steps", 1, 1000, 5, "EAP-IG's integration steps")
 
-# edge pruning (circuitstat.circuits.edge_pruning): each fit's options, and how many refits the audit's stability runs
-PRUNING_STEPS = Param("steps", 1, 100_000, 50, "Adam steps of each edge-pruning fit (each about 3 forwards per prompt)")
-PRUNING_LR = Param("lr", 1e-6, 100.0, 0.2, "Adam's learning rate on the mask logits (0 would learn nothing)")
+# the mask-learned methods, edge pruning (circuitstat.circuits.edge_pruning) and UGS (circuitstat.circuits.ugs): each
+# fit's options (one bound for both; a default by kind where UGS's differs), and the refits the audit's stability runs
+PRUNING_STEPS = Param("steps", 1, 100_000, 50, "Adam steps of each mask fit (each about 3 forwards per prompt, "
+                      "n_samples masked ones for UGS)")
+PRUNING_LR = Param("lr", 1e-6, 100.0, 0.2, "Adam's learning rate on the mask logits (0 would learn nothing)",
+                   defaults={"ugs": 0.1})
 PRUNING_SPARSITY = Param("sparsity", 0.0, 10_000.0, 1.0, "weight of the expected share of open gates in the loss")
 PRUNING_INIT = Param("init", -20.0, 20.0, 1.0, "every mask logit's starting value (gates start open above -1.4)")
-N_REFITS = Param("n_refits", 2, 1000, 10, "edge-pruning refits on bootstrap resamples of the prompts (stability needs "
+N_REFITS = Param("n_refits", 2, 1000, 10, "mask-learned refits on bootstrap resamples of the prompts (stability needs "
                  "2 circuits to compare; each refit costs a whole fit)")
 """Refits of a mask-learned method in an audit's stability stage (``attribute`` writes one fit, no refits)."""
 PRUNING_PARAMS = {p.name: p for p in (PRUNING_STEPS, PRUNING_LR, PRUNING_SPARSITY, PRUNING_INIT)}
+UGS_SAMPLES = Param("n_samples", 1, 1000, 4, "UGS's mask draws per prompt and step (Li & Janson use 12; each is a "
+                    "masked forward and backward)")
 
 
 # Training recipe parameters (circuitstat train, TrainRecipe, the zoo's recipes)
@@ -99,7 +104,7 @@ MIN_LR_RATIO = Param("min_lr_ratio", 0.0, 1.0, 0.1,
 
 
 PARAMS = {p.name: p for p in (N_RESAMPLES, SEED, N_JOBS, BATCH_SIZE, IG_STEPS, N_REFITS, *PRUNING_PARAMS.values(),
-                              INIT_STD, REPEAT_FRACTION, WARMUP_STEPS, D_MLP, MIN_LR_RATIO)}
+                              UGS_SAMPLES,                              INIT_STD, REPEAT_FRACTION, WARMUP_STEPS, D_MLP, MIN_LR_RATIO)}
 
 
 def resamples_for_level(n_resamples: int, confidence_level: float, what: str = "n_resamples") -> int:

@@ -322,7 +322,7 @@ def estimate_seconds(cal: Calibration, model, cost: Cost, *, n: int, level: str 
                                     n=n, level=level, ig_steps=ig_steps, positions=positions) for m in ENSEMBLE)
     if method == "eap":
         return n * (per_example * (cal.forward_s + cal.gradient_s) + contraction)
-    if method == "edge-pruning":  # per fit: 3 forwards, then per step a masked forward and backward (two mixings)
+    if method in ("edge-pruning", "ugs"):  # per fit: 3 forwards, then per step a masked forward and backward (two mixings)
         steps = cost.backwards // max(n, 1)  # over every fit
         fits = max(1, cost.forwards // max(n, 1) - steps) // 3
         return n * (per_example * (3 * fits * cal.forward_s + steps * cal.gradient_s) + 2 * steps * contraction)
@@ -417,8 +417,13 @@ def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_ste
     if pruning is not None:
         from circuitstat.circuits.plan import pruning_cost
 
-        costs["edge-pruning"] = pruning_cost(model.cfg, n=n, positions=P, steps=pruning[0], fits=pruning[1],
-                                             batch_size=batch_size, itemsize=model.dtype.itemsize)
+        # a UGS fit is priced as edge pruning's with n_samples x steps (the caller multiplies them)
+        import dataclasses
+
+        name = "ugs" if verify_method == "ugs" else "edge-pruning"
+        costs[name] = dataclasses.replace(pruning_cost(model.cfg, n=n, positions=P, steps=pruning[0], fits=pruning[1],
+                                                       batch_size=batch_size, itemsize=model.dtype.itemsize),
+                                          method=name)
     fitted = [c.batch_size for c in costs.values() if isinstance(c, Cost)]
     if timing_model is None and model.device.type != "meta":
         timing_model = model

@@ -24,7 +24,7 @@ from circuitstat.reports.thresholds import MIN_EXCESS, MIN_EXCESS_BOUNDS
 
 from .options import ABLATION, INPUT_NODE, LEVEL, MASK_METHODS, METHOD, METRIC, MOE_NODES, OBJECTIVE, SCORE_METHOD  # noqa: F401 - defined there once; re-exported
 from .params import (BATCH_SIZE, IG_STEPS, N_JOBS, N_REFITS, N_RESAMPLES, PRUNING_INIT, PRUNING_LR, PRUNING_SPARSITY,
-                     PRUNING_STEPS, SEED)
+                     PRUNING_STEPS, SEED, UGS_SAMPLES)
 from .yamlio import read_yaml_strict
 
 DTYPE = Literal["float32", "bfloat16", "float16"]
@@ -210,6 +210,30 @@ class EdgePruningSpec(EdgePruningOptions):
     n_refits: int = N_REFITS.pydantic()
 
 
+class UGSOptions(EdgePruningOptions):
+    """The options of each UGS fit (circuitstat.circuits.ugs.fit_ugs): edge pruning's, with UGS's learning rate and its
+    mask draws per prompt; bounds from circuitstat.pipelines.params."""
+
+    _section: ClassVar[str] = "ugs."
+    lr: float = PRUNING_LR.pydantic("ugs")
+    n_samples: int = UGS_SAMPLES.pydantic()
+
+
+class UGSSpec(UGSOptions):
+    """An audit's UGS options: each fit's, and the refits its stability stage runs (docs/edge-pruning.md)."""
+
+    n_refits: int = N_REFITS.pydantic()
+
+
+#: a mask-learned method's options section in a spec, and its options class (fit options, without n_refits)
+MASK_SECTIONS = {"edge-pruning": ("edge_pruning", EdgePruningOptions), "ugs": ("ugs", UGSOptions)}
+
+
+def mask_spec(spec, method: str):
+    """``spec``'s options section of mask-learned ``method`` (spec.edge_pruning or spec.ugs)."""
+    return getattr(spec, MASK_SECTIONS[method][0])
+
+
 class CircuitFileSpec(_Strict):
     """A published circuit to audit (circuitstat.pipelines.published): its file, format and the q-level its edges
     are checked at."""
@@ -285,6 +309,7 @@ class AuditSpec(_RunOptions):
     tests: CircuitTestsSpec | None = None
     # edge pruning's options (when methods include edge-pruning): each fit's, and the stability stage's refits
     edge_pruning: EdgePruningSpec = EdgePruningSpec()
+    ugs: UGSSpec = UGSSpec()  # UGS's (when methods include ugs), as edge_pruning's
 
     @field_validator("methods")
     @classmethod

@@ -139,10 +139,10 @@ def groundtruth_operations(spec: Any, loaded: dict) -> float:
         P = int(cfg.n_ctx)  # every prompt fits the context: an upper bound of its length
         total += population * P * PER_CALL / 1e3  # building the prompts (a Python loop per prompt)
         for method in spec.methods:
-            if method == "edge-pruning":  # fitted per dataset (and refit), not attributed on the population
+            if method in ("edge-pruning", "ugs"):  # fitted per dataset (and refit), not attributed on the population
                 from circuitstat.pipelines.groundtruth_masks import pruning_flops
 
-                total += pruning_flops(spec, cfg, E) + spec.n_datasets * len(spec.sizes) * PER_CALL
+                total += pruning_flops(spec, cfg, E, method) + spec.n_datasets * len(spec.sizes) * PER_CALL
                 continue
             m = min(population, 4096)  # method_cost walks the batches: price a slice and scale (linear in n)
             total += method_cost(cfg, method, n=m, positions=P, ig_steps=spec.ig_steps).flops * population / m

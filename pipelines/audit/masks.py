@@ -1,11 +1,13 @@
-"""The audit's mask-learned methods (edge pruning): their fits, refits, stability and faithfulness columns.
+"""The audit's mask-learned methods (edge pruning, UGS): their fits, refits, stability and faithfulness columns.
 
-A mask-learned method (circuitstat.circuits.edge_pruning) learns one mask logit log α per edge from all prompts
-at once: one vector per fit, no per-example scores.  In an audit (docs/edge-pruning.md):
+A mask-learned method (circuitstat.circuits.edge_pruning, circuitstat.circuits.ugs; by name in
+circuitstat.circuits.mask_methods) learns one mask logit log α per edge from all prompts at once: one vector per
+fit, no per-example scores.  In an audit (docs/edge-pruning.md), per method, with its options section
+(``edge_pruning`` or ``ugs``):
 
 * the ``masks`` stage fits it once on every prompt (seed = the spec's seed, so the circuit equals
-  ``fit_edge_pruning(model, task, seed=spec.seed, batch_size=spec.batch_size, **options)`` bit for bit) and refits
-  it on each of ``edge_pruning.n_refits`` resamples of the stability layer's plan (the spec's scheme; the
+  ``fit_edge_pruning(model, task, seed=spec.seed, batch_size=spec.batch_size, **options)`` (``fit_ugs``) bit for
+  bit) and refits it on each of ``<section>.n_refits`` resamples of the stability layer's plan (the spec's scheme; the
   resample's counts as example weights; child i of the spec's seed for refit i): tables ``edge_masks`` (per
   edge: the fit's log α and gate, the refits' inclusion frequency) and ``mask_fits`` (every fit's log α);
 * the stability stage ranks each refit's log α (signed: a larger logit is a more open gate) and compares their
@@ -48,7 +50,7 @@ NOT_APPLICABLE = {
 
 
 def mask_methods(spec: AuditSpec) -> list[str]:
-    """The spec's mask-learned methods (edge-pruning), in its order."""
+    """The spec's mask-learned methods (edge-pruning, ugs), in its order."""
     return [m for m in spec.methods if m in MASK_METHODS]
 
 
@@ -62,34 +64,35 @@ def mask_ranked_by(method: str) -> str:
     return f"{method} mask logit (log alpha, signed: a larger logit is a more open gate)"
 
 
-def _fit_options(model, task, spec: AuditSpec) -> dict:
-    """fit_edge_pruning's keyword arguments for every fit of this audit (one counterfactual builder for all)."""
+def _fit_options(model, task, spec: AuditSpec, method: str) -> dict:
+    """``method``'s fit keyword arguments for every fit of this audit (one counterfactual builder for all)."""
     from circuitstat.circuits.ablation import Ablation
+    from circuitstat.pipelines.spec import mask_spec
 
     abl = Ablation(spec.ablation, model, task, seed=spec.seed, batch_size=spec.batch_size, input_node=spec.input_node)
-    return {"batch_size": spec.batch_size, "ablation": abl, **spec.edge_pruning.fit_options()}
+    return {"batch_size": spec.batch_size, "ablation": abl, **mask_spec(spec, method).fit_options()}
 
 
 def mask_tables(model, task, spec: AuditSpec, names: list[str], plan) -> dict:
     """{edge_masks, mask_fits, method_notes} columns of every mask-learned method of ``spec``: a fit on all prompts
-    (seed spec.seed) and one refit per resample of ``plan`` (child i of spec.seed for refit i; None: no refits, the
-    refit columns NaN). ``spec``: an AuditSpec, or any object with its methods, ablation, input_node, seed,
-    batch_size and edge_pruning (the ``attribute`` command passes its options so)."""
-    import torch
-
-    from circuitstat.circuits.edge_pruning import fit_edge_pruning, gates
+    (seed spec.seed) and one refit per resample of ``plan`` (a ResamplingPlan, or {method: plan}; child i of
+    spec.seed for refit i; None: no refits, the refit columns NaN). ``spec``: an AuditSpec, or any object with its
+    methods, ablation, input_node, seed, batch_size and options sections (the ``attribute`` command passes so)."""
+    from circuitstat.circuits.mask_methods import fit_mask, mask_gates
     from circuitstat.pipelines.audit.tables import _concat
     from circuitstat.pipelines.groundtruth_masks import refit_edge_pruning
 
     masks, fits, notes = [], [], []
     N = int(task.clean.shape[0])
     for method in mask_methods(spec):
-        opts = _fit_options(model, task, spec)
-        fit = fit_edge_pruning(model, task, seed=spec.seed, **opts)
+        opts = _fit_options(model, task, spec, method)
+        fit = fit_mask(method, model, task, seed=spec.seed, **opts)
         E = fit.log_alpha.size
-        V = np.zeros((0, E)) if plan is None else refit_edge_pruning(model, task, plan, seed=spec.seed, **opts)
+        mplan = plan.get(method) if isinstance(plan, dict) else plan
+        V = np.zeros((0, E)) if mplan is None else refit_edge_pruning(model, task, mplan, seed=spec.seed,
+                                                                      method=method, **opts)
         la = np.vstack([fit.log_alpha[None], V]).astype(np.float64)
-        G = gates(torch.as_tensor(la)).numpy()
+        G = mask_gates(method, la)
         R = V.shape[0]
         order = np.argsort(-fit.log_alpha, kind="stable")
         rank = np.empty(E, dtype=np.int64)
@@ -149,7 +152,7 @@ def mask_faithfulness_table(model, task, log_alpha: np.ndarray, method: str, ks:
            "fold_circuit_jaccard": np.full(C, np.nan), "f_selected_note": [why] * C}
     if not why:
         n_repeats = 1 if n_folds >= 3 else 2  # the corrected t needs 3 splits at least; refits are costly
-        refit = fold_refit(model, task, np.arange(N), **_fit_options(model, task, spec))
+        refit = fold_refit(model, task, np.arange(N), method, **_fit_options(model, task, spec, method))
         r = refit_selection_faithfulness(refit, log_alpha, circuit_evaluator(model, task, spec), ks, n_obs=N,
                                          ranking="signed", n_folds=n_folds, n_repeats=n_repeats, seed=seed,
                                          confidence_level=spec.bootstrap.confidence_level, groups=groups)
@@ -169,18 +172,19 @@ def mask_faithfulness_table(model, task, log_alpha: np.ndarray, method: str, ks:
 
 
 def pruning_audit_flops(spec: AuditSpec, cfg, positions: int) -> float:
-    """FLOPs of an audit's edge-pruning work on a model of config ``cfg`` (circuitstat.circuits.plan.pruning_cost):
-    1 + n_refits fits on the task's prompts, plus with faithfulness one refit per cross-fitting fold on the other
-    folds' prompts (``faithfulness_folds``, else at most 5), and the evaluation of its circuits (faithfulness_flops
-    prices it as a method's)."""
+    """FLOPs of an audit's mask-learning work on a model of config ``cfg`` (circuitstat.circuits.plan.pruning_cost;
+    a UGS step priced as n_samples edge-pruning steps): per method 1 + n_refits fits on the task's prompts, plus
+    with faithfulness one refit per cross-fitting fold on the other folds' prompts (``faithfulness_folds``, else at
+    most 5), and the evaluation of its circuits (faithfulness_flops prices it as a method's)."""
     from circuitstat.circuits.plan import pruning_cost
+    from circuitstat.pipelines.spec import mask_spec
 
-    if not mask_methods(spec):
-        return 0.0
-    ep, n = spec.edge_pruning, spec.task.n
+    total, n = 0.0, spec.task.n
     folds = spec.faithfulness_folds or 5
-    kw = {"positions": positions, "steps": ep.steps, "batch_size": spec.batch_size}
-    total = pruning_cost(cfg, n=n, fits=1 + ep.n_refits, **kw).flops
-    if spec.faithfulness and spec.level == "edge":
-        total += pruning_cost(cfg, n=max(1, n * (folds - 1) // folds), fits=folds, **kw).flops
-    return float(len(mask_methods(spec)) * total)
+    for method in mask_methods(spec):
+        ep = mask_spec(spec, method)
+        kw = {"positions": positions, "steps": ep.steps * getattr(ep, "n_samples", 1), "batch_size": spec.batch_size}
+        total += pruning_cost(cfg, n=n, fits=1 + ep.n_refits, **kw).flops
+        if spec.faithfulness and spec.level == "edge":
+            total += pruning_cost(cfg, n=max(1, n * (folds - 1) // folds), fits=folds, **kw).flops
+    return float(total)

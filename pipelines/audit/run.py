@@ -82,10 +82,12 @@ def resampling_plan(spec: AuditSpec, n: int, groups, seed, *, for_intervals: boo
     return ResamplingPlan.bootstrap(n, b.n_resamples, seed)
 
 
-def refit_plan(spec: AuditSpec, n: int, groups, seed):
-    """The refits' resampling plan: the stability layer's (spec.bootstrap.scheme, the run's resampling seed) with
-    ``edge_pruning.n_refits`` resamples."""
-    boot = spec.bootstrap.model_copy(update={"n_resamples": spec.edge_pruning.n_refits})
+def refit_plan(spec: AuditSpec, n: int, groups, seed, method: str = "edge-pruning"):
+    """The refits' resampling plan of mask-learned ``method``: the stability layer's (spec.bootstrap.scheme, the
+    run's resampling seed) with its section's ``n_refits`` resamples (``edge_pruning.n_refits``, ``ugs.n_refits``)."""
+    from circuitstat.pipelines.spec import mask_spec
+
+    boot = spec.bootstrap.model_copy(update={"n_resamples": mask_spec(spec, method).n_refits})
     return resampling_plan(spec.model_copy(update={"bootstrap": boot}), n, groups, seed, for_intervals=False)
 
 
@@ -164,11 +166,13 @@ def _masks_stage(run, spec: AuditSpec, model, task, names: list[str], base: dict
     N = task.clean.shape[0]
     groups = None if task.group is None else task.group.numpy()
     params = {**base, "methods": mask_methods(spec), "edge_pruning": spec.edge_pruning.model_dump(),
+              **({"ugs": spec.ugs.model_dump()} if "ugs" in spec.methods else {}),
               "task": spec.task.model_dump(), "bootstrap": spec.bootstrap.model_dump(),
               **{k: getattr(spec, k) for k in ("ablation", "input_node", "batch_size", "seed")}}
     run_stage(run, "masks",
               lambda: mask_tables(model, task, spec, names,
-                                  refit_plan(spec, N, groups, run.stage_seed("resampling"))),
+                                  {m: refit_plan(spec, N, groups, run.stage_seed("resampling"), m)
+                                   for m in mask_methods(spec)}),
               list(MASK_OUTPUTS), params=params, force=force)
 
 
@@ -198,8 +202,9 @@ def _analysis_stages(run, spec: AuditSpec, model, task, scores: RunScores, names
         plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=False)
         parts = [stability_tables(scores.columns(m), names, m, plan, ks, spec, workers) for m in scored]
         if masked:  # refits over the same scheme's resamples, n_refits of them (the masks stage's plan)
-            rplan = refit_plan(spec, N, groups, run.stage_seed("resampling"))
-            parts += [mask_stability_tables(fits[m][1], names, m, rplan, ks) for m in masked]
+            parts += [mask_stability_tables(fits[m][1], names, m,
+                                            refit_plan(spec, N, groups, run.stage_seed("resampling"), m), ks)
+                      for m in masked]
         from circuitstat.stats import ResamplingPlan
 
         for vm, (C, strata) in verified.items():  # labelled and unlabelled prompts resampled apart
@@ -430,9 +435,10 @@ def load_audit_model(spec: AuditSpec, source: str, device: str, *, allow_pickle:
 
 
 def audit_spec_doc(spec: AuditSpec) -> dict:
-    """The spec as the run records it: ``moe_nodes`` only when not the default (records made before the option
-    existed stay the same, so their runs resume)."""
-    return spec.model_dump(exclude={"moe_nodes"} if spec.moe_nodes == "block" else None)
+    """The spec as the run records it: ``moe_nodes`` only when not the default and ``ugs`` only when a method (records
+    made before the options existed stay the same, so their runs resume)."""
+    drop = ({"moe_nodes"} if spec.moe_nodes == "block" else set()) | (set() if "ugs" in spec.methods else {"ugs"})
+    return spec.model_dump(exclude=drop or None)
 
 
 def check_scheme(scheme: str, groups, task_name: str) -> None:

@@ -11,7 +11,7 @@ import typer
 
 from circuitstat.pipelines.options import MOE_NODES, OBJECTIVE
 from circuitstat.pipelines.params import (BATCH_SIZE, IG_STEPS, N_JOBS, N_REFITS, PRUNING_LR, PRUNING_SPARSITY,
-                                          PRUNING_STEPS, SEED)
+                                          PRUNING_STEPS, SEED, UGS_SAMPLES)
 
 from .app import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, TASK_HELP, TASK_OPTION_HELP, Ablation, DType, Level,
                Method, MetricName, app, check_out, choices, echo, fail)
@@ -167,23 +167,31 @@ def attribute_command(
     verify_seed: int | None = typer.Option(None, "--verify-seed", min=0,
                                            help="seed of the verified prompts (default: from --seed)"),
     steps: int | None = typer.Option(None, "--steps", **PRUNING_STEPS.option,
-                                     help=f"edge-pruning only: Adam steps of the fit (default {PRUNING_STEPS.default})"),
+                                     help=f"edge-pruning and ugs only: Adam steps of the fit "
+                                          f"(default {PRUNING_STEPS.default})"),
     lr: float | None = typer.Option(None, "--lr", **PRUNING_LR.option,
-                                    help=f"edge-pruning only: learning rate (default {PRUNING_LR.default})"),
+                                    help=f"edge-pruning and ugs only: learning rate (default {PRUNING_LR.default}; "
+                                         f"ugs {PRUNING_LR.default_for('ugs')})"),
     sparsity: float | None = typer.Option(
         None, "--sparsity", **PRUNING_SPARSITY.option,
-        help=f"edge-pruning only: weight of the expected share of open gates (default {PRUNING_SPARSITY.default})"),
+        help=f"edge-pruning and ugs only: weight of the expected share of open gates "
+             f"(default {PRUNING_SPARSITY.default})"),
     objective: Objective | None = typer.Option(
-        None, "--objective", help="edge-pruning only: faithfulness term (default mean_metric; docs/edge-pruning.md)"),
+        None, "--objective",
+        help="edge-pruning and ugs only: faithfulness term (default mean_metric; docs/edge-pruning.md)"),
+    n_samples: int | None = typer.Option(
+        None, "--n-samples", **UGS_SAMPLES.option,
+        help=f"ugs only: mask draws per prompt and step (default {UGS_SAMPLES.default})"),
     n_refits: int | None = typer.Option(
         None, "--n-refits", **N_REFITS.option,
-        help="edge-pruning only: refit on this many bootstrap resamples of the prompts (refit_frequency per edge)"),
+        help="edge-pruning and ugs only: refit on this many bootstrap resamples of the prompts "
+             "(refit_frequency per edge)"),
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
     """Per-example attribution scores: writes scores.parquet, edges.parquet and manifest.json.
 
-    --method edge-pruning learns one mask logit per edge instead (no per-example scores): writes
+    --method edge-pruning (or ugs) learns one mask logit per edge instead (no per-example scores): writes
     edge_masks.parquet, mask_fits.parquet and method_notes.parquet (docs/edge-pruning.md).
 
     A task file (.jsonl, .csv or .parquet) has one example per row with columns clean, corrupted
@@ -207,7 +215,10 @@ def attribute_command(
     metric = None if metric is None else metric.value
     vspec = verify_from_options(verify, verify_edges, verify_tau, verify_seed)
     check_verify(vspec, methods=[method], n_prompts=n, level=level)
-    ep = {"steps": steps, "lr": lr, "sparsity": sparsity, "objective": None if objective is None else objective.value}
+    ep = {"steps": steps, "lr": lr, "sparsity": sparsity, "objective": None if objective is None else objective.value,
+          "n_samples": n_samples}
+    if n_samples is not None and method != "ugs":
+        raise InputError(f"--n-samples sets UGS's mask draws: use it with --method ugs, not {method}")
     pruning = pruning_options(method, ep, n_refits)  # refused for an attribution method
     # everything is validated before the run directory exists
     if out is None and not plan:
@@ -218,14 +229,15 @@ def attribute_command(
         _plan(model, task, options, n=n, seed=seed, metric=metric, level=level, batch_size=batch_size,
               ig_steps=ig_steps, budget=budget, n_jobs=check_n_jobs(n_jobs, "--n-jobs"), device=check_device(device), dtype=dtype,
               allow_pickle=allow_pickle, allow_large=allow_large, verify=vspec, method=method,
-              pruning=None if pruning is None else (pruning.steps, 1 + (n_refits or 0)), moe_nodes=moe_nodes)
+              pruning=None if pruning is None else (pruning.steps * getattr(pruning, "n_samples", 1), 1 + (n_refits or 0)),
+              moe_nodes=moe_nodes)
         return
     if pruning is not None:
         masks = run_attribute(model, task, out, method=method, level=level, ablation=ablation, input_node=input_node,
                               metric=metric, n=n, batch_size=batch_size, seed=seed, device=device, dtype=dtype,
                               max_memory=max_memory, force=force, allow_pickle=allow_pickle, allow_large=allow_large,
-                              task_options=options, edge_pruning=pruning.model_dump(), n_refits=n_refits,
-                              moe_nodes=moe_nodes)
+                              task_options=options, n_refits=n_refits, moe_nodes=moe_nodes,
+                              **{"ugs" if method == "ugs" else "edge_pruning": pruning.model_dump()})
         _print_masks(masks, method, out)
         return
     sm = run_attribute(model, task, out, method=method, level=level, ablation=ablation, input_node=input_node,

@@ -136,3 +136,39 @@ def test_edge_pruning_faithfulness_refits_once_per_fold_each_an_independent_fit(
         np.testing.assert_array_equal(v, fit_edge_pruning(gt.model, task, rows=rows[train], steps=3, seed=seed).log_alpha)
     lo, hi = sel.conf_int().to_array()[0, :2]
     assert lo < sel.estimate[0] < hi and np.isfinite([lo, hi]).all()
+
+
+def test_ugs_is_scored_as_edge_pruning_is_and_its_bad_options_exit_2(tmp_path: Path) -> None:
+    """UGS (a mask method like edge pruning): a fit per dataset (ranking, top-k, ROC) and the refit family; its
+    options are checked before any work (exit 2)."""
+    from circuitstat.circuits.groundtruth import load_groundtruth
+    from circuitstat.circuits.ugs import fit_ugs
+    from circuitstat.core.seeds import spawn_seeds
+    from circuitstat.pipelines.groundtruth_masks import _datasets
+    from circuitstat.stats.groundtruth import auroc
+
+    out = tmp_path / "run"
+    spec = _spec(tmp_path, methods=["ugs"], ugs={"steps": 2, "n_samples": 1}, edge_pruning={})
+    r = CliRunner().invoke(app, ["study", "groundtruth", spec, "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    d = RunTables(out, TABLES, "groundtruth_summary", {}).tables()["groundtruth_datasets"].to_pandas()
+    assert set(d.method) == {"ugs"} and set(d.family) == {"ranking", "topk", "roc", "stability:refit"}
+    refit = d[d.family == "stability:refit"]
+    assert len(refit) == 5 * 5 and refit.value[refit.statistic == "jaccard_mean"].between(0, 1).all()
+    # dataset 0's AUROC is fit_ugs's on that dataset's prompts, at the study's seed for it (an independent call)
+    from circuitstat.core.rundir import RunDir
+    from circuitstat.pipelines.groundtruth import _population_seed, _unused_keys, parse_groundtruth_spec
+
+    gs = parse_groundtruth_spec(yaml.safe_load(Path(spec).read_text()), spec)
+    src = "planted:induction?background=0.25"
+    gt = load_groundtruth(src)
+    with RunDir(out, spec=gs.model_dump(exclude=_unused_keys(gs))) as run:
+        seed = run.stage_seed(f"ugs:{src}")
+        task = gt.task(5 * 8, _population_seed(run, src))
+    n, _, rows, s = next(iter(_datasets(gs, seed)))
+    fit = fit_ugs(gt.model, task, rows=rows, seed=spawn_seeds(s, 4)[0], batch_size=gs.batch_size, steps=2, n_samples=1)
+    got = d[(d.statistic == "auroc") & (d.dataset == 0)].value.iloc[0]
+    assert got == auroc(fit.log_alpha, gt.truth)
+    bad = CliRunner().invoke(app, ["study", "groundtruth", _spec(tmp_path, methods=["ugs"], ugs={"n_samples": 0}),
+                                   "--out", str(tmp_path / "bad")])
+    assert bad.exit_code == 2 and "n_samples" in bad.output and not (tmp_path / "bad").exists()
