@@ -180,6 +180,19 @@ def _rows_and_weights(n: int, rows, weights) -> tuple[np.ndarray, np.ndarray]:
     return rows, w
 
 
+def fit_setup(model: CircuitModel, data: PairData, rows, weights, ablation: "str | Ablation", seed, objective: str,
+              batch_size: int):
+    """(rows, seed sequence, torch generator, ablation, weighted batches, total weight, objective scale): what
+    every mask fit (edge pruning, UGS) prepares before its first step, checked."""
+    rows, w = _rows_and_weights(int(data.clean.shape[0]), rows, weights)
+    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(int(seed))
+    gen = torch.Generator().manual_seed(int(ss.generate_state(1)[0]))
+    abl = ablation if not isinstance(ablation, str) else Ablation(ablation, model, data, batch_size=batch_size)
+    batches = _batches(model, data, rows, w, abl, batch_size)
+    total_w = float(sum(b.weight.sum() for b in batches))
+    return rows, ss, gen, abl, batches, total_w, _scale(batches, objective, total_w)
+
+
 def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=None, steps: int = 50,
                      lr: float = 0.2, sparsity: float = 1.0, init: float = 1.0, objective: str = "mean_metric",
                      ablation: "str | Ablation" = "counterfactual", seed: int | np.random.SeedSequence = 0,
@@ -187,14 +200,9 @@ def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=
     """The EdgePruningFit of ``steps`` Adam steps on ``data``'s examples ``rows`` (all by default), each
     weighted by ``weights`` (counts; a bootstrap resample is one row of a ResamplingPlan's counts)."""
     _check(steps, lr, sparsity, objective, batch_size)
-    rows, w = _rows_and_weights(int(data.clean.shape[0]), rows, weights)
     t0 = time.perf_counter()
-    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(int(seed))
-    gen = torch.Generator().manual_seed(int(ss.generate_state(1)[0]))
-    abl = ablation if not isinstance(ablation, str) else Ablation(ablation, model, data, batch_size=batch_size)
-    batches = _batches(model, data, rows, w, abl, batch_size)
-    total_w = float(sum(b.weight.sum() for b in batches))
-    scale = _scale(batches, objective, total_w)
+    rows, ss, gen, abl, batches, total_w, scale = fit_setup(model, data, rows, weights, ablation, seed, objective,
+                                                            batch_size)
     E = model.graph.n_edges
     log_alpha = torch.full((E,), float(init), dtype=torch.float32, requires_grad=True)
     opt = torch.optim.Adam([log_alpha], lr=lr)

@@ -52,7 +52,7 @@ import torch
 from circuitstat.core.errors import InputError
 
 from .ablation import Ablation, PairData
-from .edge_pruning import EdgePruningFit, _batches, _check, _rows_and_weights, _scale, pruning_loss
+from .edge_pruning import EdgePruningFit, _check, fit_setup, pruning_loss
 from .model import CircuitModel
 
 __all__ = ["UGSFit", "fit_ugs", "ugs_sample", "ugs_gates", "ugs_loss", "ADAM_BETAS", "CLIP_NORM"]
@@ -103,14 +103,9 @@ def fit_ugs(model: CircuitModel, data: PairData, *, rows=None, weights=None, ste
     (counts), each step drawing ``n_samples`` masks per prompt from the fit's seed (deterministic given it)."""
     _check(steps, lr, sparsity, objective, batch_size)
     _check_samples(n_samples)
-    rows, w = _rows_and_weights(int(data.clean.shape[0]), rows, weights)
     t0 = time.perf_counter()
-    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(int(seed))
-    gen = torch.Generator().manual_seed(int(ss.generate_state(1)[0]))
-    abl = ablation if not isinstance(ablation, str) else Ablation(ablation, model, data, batch_size=batch_size)
-    batches = _batches(model, data, rows, w, abl, batch_size)
-    total_w = float(sum(b.weight.sum() for b in batches))
-    scale = _scale(batches, objective, total_w)
+    rows, ss, gen, abl, batches, total_w, scale = fit_setup(model, data, rows, weights, ablation, seed, objective,
+                                                            batch_size)
     E = model.graph.n_edges
     theta = torch.full((E,), float(init), dtype=torch.float32, requires_grad=True)
     opt = torch.optim.Adam([theta], lr=lr, betas=ADAM_BETAS)

@@ -36,7 +36,8 @@ def prepare_attribute(model: str, task: str, *, method: str, level: str, ablatio
     mixture-of-experts model, circuitstat.circuits.moe_nodes); InputError on the first problem."""
     from circuitstat.circuits.attribution import check_options
     from circuitstat.circuits.plan import parse_bytes
-    from circuitstat.pipelines.build import build_task, check_device, check_n_jobs, check_work, precheck_task, task_positions
+    from circuitstat.pipelines.build import (build_task, check_device, check_n_jobs, check_work, load_with_graph,
+                                             precheck_task, task_positions)
 
     options = dict(task_options or {})
     source = inputs.resolve(model)
@@ -54,15 +55,8 @@ def prepare_attribute(model: str, task: str, *, method: str, level: str, ablatio
 
         sk = inputs.skeleton(model, allow_pickle=allow_pickle, allow_large=allow_large)
         check_fits_device(weight_bytes(sk.cfg, torch_dtype(dtype).itemsize), dev)
-    if moe_nodes != "block":  # refused from the config, before a weight is read
-        from circuitstat.circuits.moe_nodes import check_moe_nodes
-
-        check_moe_nodes(inputs.skeleton(model, allow_pickle=allow_pickle, allow_large=allow_large).cfg, moe_nodes)
-    m = inputs.load(model, device=dev, dtype=torch_dtype(dtype), allow_pickle=allow_pickle, allow_large=allow_large)
-    if moe_nodes != "block":
-        from circuitstat.circuits.moe_nodes import set_moe_nodes
-
-        set_moe_nodes(m, moe_nodes)
+    m = load_with_graph(inputs, model, moe_nodes, device=dev, dtype=torch_dtype(dtype), allow_pickle=allow_pickle,
+                        allow_large=allow_large)
     check_work(m, n, level=level, positions=task_positions(task, options), allow_large=allow_large)
     return m, build_task(m, task, n=n, seed=seed, metric=metric, **options), budget, n_jobs
 

@@ -246,3 +246,15 @@ def attribution_flops(cfg, spec, method: str, n: int, *, ig_steps: int, level: s
     positions = task_positions(name, options or {}) or min(int(cfg.n_ctx), 64)
     return method_cost(cfg, method, n=n, positions=positions, level=level, batch_size=spec.batch_size,
                        ig_steps=ig_steps).flops
+
+
+def load_with_graph(inputs, source: str, moe_nodes: str, *, device: str, dtype, allow_pickle: bool = False,
+                    allow_large: bool = False):
+    """Return ``source`` loaded by ``inputs`` with the ``moe_nodes`` graph (circuitstat.circuits.moe_nodes); for
+    'experts', InputError on a model without mixture-of-experts layers, from its config before a weight is read."""
+    from circuitstat.circuits.moe_nodes import check_moe_nodes, set_moe_nodes
+
+    if moe_nodes != "block":
+        check_moe_nodes(inputs.skeleton(source, allow_pickle=allow_pickle, allow_large=allow_large).cfg, moe_nodes)
+    model = inputs.load(source, device=device, dtype=dtype, allow_pickle=allow_pickle, allow_large=allow_large)
+    return set_moe_nodes(model, moe_nodes) if moe_nodes != "block" else model

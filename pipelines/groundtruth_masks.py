@@ -25,14 +25,14 @@ import numpy as np
 from circuitstat.pipelines.options import MASK_METHODS
 from circuitstat.pipelines.spec import EdgePruningOptions
 
-__all__ = ["MASK_METHODS", "FAITHFULNESS_FOLDS", "EdgePruningOptions", "refit_edge_pruning", "fold_refit", "edge_pruning_stability", "pruning_rows",
+__all__ = ["MASK_METHODS", "FAITHFULNESS_FOLDS", "EdgePruningOptions", "refit_mask", "fold_refit", "edge_pruning_stability", "pruning_rows",
            "refit_stability_rows", "pruning_flops"]
 
 #: cross-fitting folds of edge pruning's selection-aware faithfulness (one refit each, one repeat: fits are costly)
 FAITHFULNESS_FOLDS = 4
 
 
-def refit_edge_pruning(model, task, plan, *, rows=None, seed: Any = 0, method: str = "edge-pruning",
+def refit_mask(model, task, plan, *, rows=None, seed: Any = 0, method: str = "edge-pruning",
                        **options: Any) -> np.ndarray:
     """[B, E] mask logits of ``method`` (edge-pruning or ugs), one fit per resample of ``plan`` (its counts weight
     the prompts ``rows``, all by default), each from its own child of ``seed`` (the fit's other options as given)."""
@@ -48,7 +48,7 @@ def refit_edge_pruning(model, task, plan, *, rows=None, seed: Any = 0, method: s
 
 def fold_refit(model, task, rows, method: str = "edge-pruning", **options: Any):
     """``refit(train, seed) -> [E]`` mask logits for circuitstat.stats.faithfulness_refit: ``method`` fitted on
-    the dataset ``rows`` with weight 1 on positions ``train`` and 0 elsewhere (as refit_edge_pruning weights a
+    the dataset ``rows`` with weight 1 on positions ``train`` and 0 elsewhere (as refit_mask weights a
     resample's counts; rows of weight 0 take no part in the fit)."""
     from circuitstat.circuits.mask_methods import fit_mask
 
@@ -66,7 +66,7 @@ def edge_pruning_stability(model, task, plan, ks, *, rows=None, seed: Any = 0, *
     every resample of ``plan`` (bootstrap over prompts, a fresh seed per refit; the logits ranked signed)."""
     from circuitstat.stats.stability import refit_stability
 
-    vectors = refit_edge_pruning(model, task, plan, rows=rows, seed=seed, **options)
+    vectors = refit_mask(model, task, plan, rows=rows, seed=seed, **options)
     return refit_stability(vectors, plan, ks, ranking="signed", seed=seed)
 
 
@@ -112,7 +112,7 @@ def pruning_rows(gt, task, spec, seed, roc_grid: np.ndarray, evals=None, method:
                  for x, t in zip(roc_grid, roc_on_grid(fit.log_alpha.astype(np.float64), gt.truth, roc_grid))]
         if spec.refits >= 3:
             plan = ResamplingPlan.bootstrap(n, spec.refits, s_plan)
-            vectors = refit_edge_pruning(gt.model, task, plan, rows=rows, seed=s_fit, batch_size=spec.batch_size,
+            vectors = refit_mask(gt.model, task, plan, rows=rows, seed=s_fit, batch_size=spec.batch_size,
                                          method=method, **opts)
             vals += refit_rows(vectors, plan, gt.truth, ranking="signed", seed=s_plan)
         if evals is not None:

@@ -6,7 +6,7 @@ pydantic (about 0.3 s of every command's start-up).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 __all__ = ["METHOD", "SCORE_METHOD", "MASK_METHOD", "MASK_METHODS", "OBJECTIVE", "ABLATION", "LEVEL", "METRIC",
            "INPUT_NODE", "MOE_NODES", "DTYPES"]
@@ -17,7 +17,7 @@ SCORE_METHOD = Literal["exact", "eap", "eap-ig-inputs", "eap-ig-activations", "c
 # atp-*: AtP* (circuitstat.circuits.atpstar); ensemble: the mean of eap, eap-ig-inputs and eap-ig-activations
 # mask-learned methods: one learned mask logit per edge per fit, no per-example scores (docs/edge-pruning.md)
 MASK_METHOD = Literal["edge-pruning", "ugs"]
-MASK_METHODS = ("edge-pruning", "ugs")  # ugs: uniform gradient sampling (circuitstat.circuits.ugs)
+MASK_METHODS = get_args(MASK_METHOD)  # ugs: uniform gradient sampling (circuitstat.circuits.ugs)
 METHOD = Literal[SCORE_METHOD, MASK_METHOD]  # what attribute and audit accept
 OBJECTIVE = Literal["mean_metric", "metric", "kl"]  # the mask methods' faithfulness term (circuitstat.circuits.edge_pruning)
 ABLATION = Literal["counterfactual", "mean", "mean-positional", "zero", "resample"]

@@ -80,7 +80,7 @@ def mask_tables(model, task, spec: AuditSpec, names: list[str], plan) -> dict:
     methods, ablation, input_node, seed, batch_size and options sections (the ``attribute`` command passes so)."""
     from circuitstat.circuits.mask_methods import fit_mask, mask_gates
     from circuitstat.pipelines.audit.tables import _concat
-    from circuitstat.pipelines.groundtruth_masks import refit_edge_pruning
+    from circuitstat.pipelines.groundtruth_masks import refit_mask
 
     masks, fits, notes = [], [], []
     N = int(task.clean.shape[0])
@@ -89,7 +89,7 @@ def mask_tables(model, task, spec: AuditSpec, names: list[str], plan) -> dict:
         fit = fit_mask(method, model, task, seed=spec.seed, **opts)
         E = fit.log_alpha.size
         mplan = plan.get(method) if isinstance(plan, dict) else plan
-        V = np.zeros((0, E)) if mplan is None else refit_edge_pruning(model, task, mplan, seed=spec.seed,
+        V = np.zeros((0, E)) if mplan is None else refit_mask(model, task, mplan, seed=spec.seed,
                                                                       method=method, **opts)
         la = np.vstack([fit.log_alpha[None], V]).astype(np.float64)
         G = mask_gates(method, la)

@@ -426,12 +426,10 @@ def load_audit_model(spec: AuditSpec, source: str, device: str, *, allow_pickle:
     """Return ``source`` as a CircuitModel loaded as the audit loads each of its models: the spec's dtype,
     on ``device`` (already through build.check_device), resolved by ``inputs``, with the spec's ``moe_nodes``
     graph (InputError for 'experts' on a model without mixture-of-experts layers, before its weights load)."""
-    from circuitstat.circuits.moe_nodes import check_moe_nodes, set_moe_nodes
+    from circuitstat.pipelines.build import load_with_graph
 
-    if spec.moe_nodes != "block":
-        check_moe_nodes(inputs.skeleton(source, allow_pickle=allow_pickle, allow_large=allow_large).cfg, spec.moe_nodes)
-    model = inputs.load(source, device=device, dtype=spec.dtype, allow_pickle=allow_pickle, allow_large=allow_large)
-    return set_moe_nodes(model, spec.moe_nodes) if spec.moe_nodes != "block" else model
+    return load_with_graph(inputs, source, spec.moe_nodes, device=device, dtype=spec.dtype, allow_pickle=allow_pickle,
+                           allow_large=allow_large)
 
 
 def audit_spec_doc(spec: AuditSpec) -> dict:

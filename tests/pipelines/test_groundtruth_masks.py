@@ -88,13 +88,13 @@ def test_edge_pruning_stability_refits_each_resample_with_its_weights() -> None:
     from circuitstat.circuits.edge_pruning import fit_edge_pruning
     from circuitstat.circuits.groundtruth.planted import PlantedSpec, planted_induction
     from circuitstat.core.seeds import spawn_seeds
-    from circuitstat.pipelines.groundtruth_masks import edge_pruning_stability, refit_edge_pruning
+    from circuitstat.pipelines.groundtruth_masks import edge_pruning_stability, refit_mask
     from circuitstat.stats import ResamplingPlan
 
     gt = planted_induction(PlantedSpec(background=0.25))
     task = gt.task(6, 1)
     plan = ResamplingPlan.bootstrap(6, 3, 5)
-    V = refit_edge_pruning(gt.model, task, plan, seed=9, steps=3)
+    V = refit_mask(gt.model, task, plan, seed=9, steps=3)
     for b, child in enumerate(spawn_seeds(9, 3)):
         ref = fit_edge_pruning(gt.model, task, weights=plan.counts[b], seed=child, steps=3).log_alpha
         np.testing.assert_array_equal(V[b], ref)
