@@ -496,3 +496,22 @@ def test_model_config_refuses_inconsistent_new_fields():
     for name in ("attn_multiplier", "embed_multiplier", "logits_scaling", "clip_qkv"):
         with pytest.raises(InputError, match=name):
             ModelConfig(**base, **{name: 0.0})
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama3"])
+def test_float64_mean_ablation_sums_in_float64(family):
+    """Mean ablation's sender means of a float64 model are float64 sums (a float32 sum is ~1e-8 away)."""
+    from circuitstat.circuits.ablation import sender_means
+
+    m = from_hf(hf_model_f64(family, seed=2))
+    task = _task(n=5)
+    means = sender_means(m, task, positional=False, batch_size=2)
+    with torch.no_grad():
+        z = m.run(task.clean, task.attention_mask, keep_senders=True).senders
+    assert means.dtype == z.dtype == torch.float64
+    w = task.attention_mask.double()[:, None, :, None]
+    ref = (z * w).sum((0, 2)) / w.sum()
+    scale = float(ref.abs().max())
+    assert float((means[0, :, 0] - ref).abs().max()) <= 1e-14 * scale
+    rounded = (z.float() * w.float()).sum((0, 2)) / w.float().sum()  # the float32 sum it replaced
+    assert float((rounded.double() - ref).abs().max()) > 1e-10 * scale
