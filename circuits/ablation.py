@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from circuitstat.core.errors import InputError
+from .engine.config import compute_dtype
 from .model import CircuitModel
 
 ABLATIONS = ("counterfactual", "mean", "mean-positional", "zero", "resample")
@@ -139,9 +140,9 @@ class Ablation:
 @torch.no_grad()
 def sender_means(model: CircuitModel, reference: PairData, positional: bool, batch_size: int = 32,
                  input_node: str = "embeddings") -> torch.Tensor:
-    """Mean output of every sender over the reference's clean prompts: [1, U, 1 or P, D] float32.
+    """Mean output of every sender over the reference's clean prompts: [1, U, 1 or P, D] in the model's dtype.
 
-    Sums in float32 over real tokens only and divides once by the total count; with
+    Sums in float32 (float64 for a float64 model) over real tokens only and divides once by the total count; with
     ``input_node="tokens"`` the input's mean is that of its token embeddings only.
     """
     check_input_node(input_node)
@@ -157,8 +158,9 @@ def sender_means(model: CircuitModel, reference: PairData, positional: bool, bat
         z = model.run(reference.clean[sl].to(model.device), mask, keep_senders=True, compute_logits=False).senders
         if input_node == "tokens":
             z[:, 0] -= model.position_embedding(mask)
-        w = mask.to(torch.float32)[:, None, :, None]
-        s = (z.float() * w).sum(0, keepdim=True)  # [1, U, P, D]
+        ct = compute_dtype(z.dtype)  # float32 sums (float64 for a float64 model)
+        w = mask.to(ct)[:, None, :, None]
+        s = (z.to(ct) * w).sum(0, keepdim=True)  # [1, U, P, D]
         if not positional:
             s = s.sum(2, keepdim=True)
             count += mask.sum()
@@ -167,5 +169,5 @@ def sender_means(model: CircuitModel, reference: PairData, positional: bool, bat
         total = s if total is None else total + s
     if positional and bool((count == 0).any()):  # one check after all batches
         raise InputError("mean-positional: some positions have no real token in the reference dataset")
-    denom = count.to(torch.float32)
+    denom = count.to(total.dtype)
     return (total / denom[None, None, :, None]).to(model.dtype)

@@ -27,6 +27,7 @@ from .config_fields import check_unread_fields, refuse
 from .convert_dense import CONVERTERS as DENSE_CONVERTERS
 from .convert_moe import (MOE_IRRELEVANT, MOE_READ, MOE_TYPES, attention_extras, attention_weights, moe_config,
                           moe_weights)
+from .engine.config import compute_dtype
 from .engine.moe import is_sparse
 from .model import CircuitModel, ModelConfig
 from .rope_config import rope_fields
@@ -359,12 +360,12 @@ def _fold_residual_multiplier(sd: dict, n_layers: int, r: float) -> None:
 
     GraniteDecoderLayer adds ``residual + out * r`` for the attention output (Σ_h z_h W_O[h] + b_O) and the MLP
     output, so each head's and MLP's write to the stream is r times its projection: W_O, b_O, W_out and b_out
-    scaled by r (in float32, one rounding) make the senders' outputs those writes, additive as in Llama.
+    scaled by r (in float32, or float64 for a float64 model: one rounding) make the senders' outputs those writes, additive as in Llama.
     """
     for i in range(n_layers):
         for name in ("W_O", "b_O", "W_out", "b_out"):
             t = sd[f"blocks.{i}.{name}"]
-            sd[f"blocks.{i}.{name}"] = (t.float() * r).to(t.dtype)
+            sd[f"blocks.{i}.{name}"] = (t.to(compute_dtype(t.dtype)) * r).to(t.dtype)
 
 
 def _norm_params(norm, D: int) -> tuple[torch.Tensor, torch.Tensor]:

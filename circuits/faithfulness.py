@@ -36,8 +36,8 @@ change the areas whenever pruning removes edges.  The integrals are trapezoid su
 ``[x_min, x_max]`` of the grid; ``log_x=True`` integrates over log x instead (MIB's option).
 CPR/CMD are computed on the ratio-of-means curve (MIB's numbers) and per example (NaN for undefined examples).
 
-Metric values accumulate in float32 whatever the model's dtype; means are float64 sums divided
-once by N.
+Metric values are float32 (float64 for a float64 model, so its CPR/CMD match MIB's float64 evaluation to
+1e-9: tests/circuits/test_faithfulness.py); means are float64 sums divided once by N.
 """
 
 from __future__ import annotations
@@ -96,11 +96,17 @@ def _undefined(num_scale_a: np.ndarray, num_scale_b: np.ndarray, den: np.ndarray
     return np.abs(den) <= atol + rtol * np.maximum(np.abs(num_scale_a), np.abs(num_scale_b))
 
 
+def metric_values(x) -> np.ndarray:
+    """Metric values as float32, or float64 when they are float64 (a float64 model's; never narrowed)."""
+    x = np.asarray(x)
+    return x if x.dtype == np.float64 else x.astype(np.float32)
+
+
 @dataclass(repr=False)
 class FaithfulnessResult(Result):
     """Metric values of circuits, the clean model and the empty circuit per example, and their faithfulness.
 
-    Attributes: ``m_circuit`` [N, C], ``m_clean`` [N], ``m_empty`` [N] (float32); ``per_example``
+    Attributes: ``m_circuit`` [N, C], ``m_clean`` [N], ``m_empty`` [N] (float32; float64 given float64); ``per_example``
     [N, C] f (NaN where undefined); ``undefined`` [N] mask and ``n_undefined``; ``ratio_of_means``
     [C]; ``mean_per_example`` [C] (over defined examples); ``n_edges`` [C], ``fraction`` [C] (edges
     evaluated after pruning / all edges); for curves ``k`` [C], ``x`` [C] (the nominal sizes CPR and
@@ -122,9 +128,8 @@ class FaithfulnessResult(Result):
     main_table = "faithfulness_circuits"
 
     def __post_init__(self) -> None:
-        self.m_circuit = np.asarray(self.m_circuit, dtype=np.float32)
-        self.m_clean = np.asarray(self.m_clean, dtype=np.float32)
-        self.m_empty = np.asarray(self.m_empty, dtype=np.float32)
+        self.m_circuit, self.m_clean, self.m_empty = (metric_values(v) for v in (self.m_circuit, self.m_clean,
+                                                                                 self.m_empty))
         N, C = self.m_circuit.shape
         if self.example_ids is None:
             self.example_ids = np.arange(N, dtype=np.int64)
@@ -311,9 +316,10 @@ def _evaluate(model, data, masks, labels, objs, *, ablation, reference, seed, ba
     dev = model.device
     patch = torch.as_tensor(~masks, device=dev).to(model.dtype)  # 1 = edge carries the counterfactual
     all_senders = torch.ones(g.n_senders, device=dev, dtype=model.dtype)
-    m_circuit = np.empty((N, C), dtype=np.float32)
-    m_clean = np.empty(N, dtype=np.float32)
-    m_empty = np.empty(N, dtype=np.float32)
+    mdt = np.float64 if model.dtype == torch.float64 else np.float32  # float64 models: float64 metrics
+    m_circuit = np.empty((N, C), dtype=mdt)
+    m_clean = np.empty(N, dtype=mdt)
+    m_empty = np.empty(N, dtype=mdt)
     for start in tqdm(range(0, N, batch_size), desc="faithfulness", disable=not progress, leave=False):
         index = torch.as_tensor(todo[start:start + batch_size])
         B = len(index)
@@ -321,17 +327,17 @@ def _evaluate(model, data, masks, labels, objs, *, ablation, reference, seed, ba
         am = data.attention_mask[index].to(dev)
         last = last_index(am)
         clean_last = model.run(ids, am, logits_at=last).logits
-        m_clean[start:start + B] = data.score(clean_last, indices=index, clean_logits=clean_last).float().cpu().numpy()
+        m_clean[start:start + B] = data.score(clean_last, indices=index, clean_logits=clean_last).cpu().numpy()
         cf = abl.senders(index)
         # m(∅) by replacing every sender's output: the same run as an all-patched edge mask, another code path
         empty_last = model.run(ids, am, intervention=Intervention.nodes(all_senders, cf), logits_at=last).logits
-        m_empty[start:start + B] = data.score(empty_last, indices=index, clean_logits=clean_last).float().cpu().numpy()
+        m_empty[start:start + B] = data.score(empty_last, indices=index, clean_logits=clean_last).cpu().numpy()
         rows = torch.arange(B * C, device=dev)
         for chunk in rows.split(max_rows):
             b, c = chunk // C, chunk % C
             cf_rows = cf[b] if cf.shape[0] > 1 else cf
             out = model.run(ids[b], am[b], intervention=Intervention.edges(patch[c], cf_rows), logits_at=last[b]).logits
-            m = data.score(out, indices=index[b.cpu()], clean_logits=clean_last[b]).float().cpu().numpy()
+            m = data.score(out, indices=index[b.cpu()], clean_logits=clean_last[b]).cpu().numpy()
             m_circuit[start + b.cpu().numpy(), c.cpu().numpy()] = m
     params = {"ablation": abl.kind, "metric": getattr(data, "metric_name", "metric"), "batch_size": batch_size,
               "max_rows": max_rows, "seed": seed, "rtol": rtol, "atol": atol,

@@ -1,7 +1,7 @@
 """Task metrics, read at each example's last real token.
 
-Every metric is ``metric(logits, batch, clean_logits=None, indices=None) -> Tensor[B]`` (float32,
-differentiable in ``logits``):
+Every metric is ``metric(logits, batch, clean_logits=None, indices=None) -> Tensor[B]`` (float32, float64 for
+float64 logits; differentiable in ``logits``):
 
 * ``logits``: ``[B, P, V]`` (read at ``batch.last_pos``) or already ``[B, V]`` at the last token;
 * ``batch``: a :class:`circuitstat.circuits.tasks.Task` with B rows (e.g. ``task.select(idx)``), or the whole
@@ -19,7 +19,7 @@ Built-in metrics (:data:`METRICS`):
 ``cross_entropy``  -log p[answer]
 
 :func:`get_metric` turns a name or a user callable into a :class:`Metric`, which checks shapes and
-NaNs and casts to float32.
+NaNs and casts to float32 (float64 logits keep float64: a float64 model's metrics are float64 end to end).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+
+from .engine.config import compute_dtype
 
 from circuitstat.core.errors import InputError
 
@@ -80,9 +82,10 @@ def _rows(batch, indices, device) -> _Rows:
 
 
 def last_token_logits(logits: torch.Tensor, batch, indices=None) -> torch.Tensor:
-    """``[B, V]`` float32 logits at each example's last real token (``[B, V]`` input passes through)."""
+    """``[B, V]`` float32 (float64 for float64) logits at each example's last real token (``[B, V]`` input passes
+    through)."""
     if logits.ndim == 2:
-        return logits.float()
+        return logits.to(compute_dtype(logits.dtype))
     if logits.ndim != 3:
         raise MetricError(f"logits must be [B, P, V] or [B, V], got shape {tuple(logits.shape)}")
     r = _rows(batch, indices, logits.device)
@@ -94,7 +97,7 @@ def last_token_logits(logits: torch.Tensor, batch, indices=None) -> torch.Tensor
     if int(r.last_pos.max()) >= logits.shape[1]:
         raise MetricError(f"logits have {logits.shape[1]} positions, fewer than the prompts' lengths")
     ar = torch.arange(logits.shape[0], device=logits.device)
-    return logits[ar, r.last_pos].float()
+    return logits[ar, r.last_pos].to(compute_dtype(logits.dtype))
 
 
 def _gather(x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -163,7 +166,8 @@ NEEDS_CLEAN = {"kl", "kl_mean"}
 
 @dataclass
 class Metric:
-    """A named metric: ``metric(logits, batch, clean_logits=None, indices=None) -> float32 [B]``."""
+    """A named metric: ``metric(logits, batch, clean_logits=None, indices=None) -> float32 [B]`` (float64 for
+    float64 logits)."""
 
     name: str
     fn: Callable
@@ -183,7 +187,7 @@ class Metric:
                 f"metric {self.name!r} returned shape {tuple(out.shape)}; a metric must return one "
                 f"value per example, shape ({b},)"
             )
-        out = out.float()
+        out = out.to(compute_dtype(logits.dtype)) if logits.dtype == torch.float64 else out.float()
         if self.check_nan:
             bad = ~torch.isfinite(out.detach())
             if bool(bad.any()):

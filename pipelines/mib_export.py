@@ -13,8 +13,18 @@ holding either
 Each ``.json`` is EAP-IG's graph format (``eap/graph.py``: ``Graph.to_json`` / ``from_json``), which
 :meth:`circuitstat.circuits.circuit.Circuit.to_json` writes; the submission keeps only the ``cfg``,
 ``nodes`` and ``edges`` keys EAP-IG's loader reads. The circuits are the top-k edges by the run's mean
-scores at ``int(fraction * n_edges)``, pruned as MIB's evaluation prunes (``apply_topn(..., prune=True)``),
-so each holds at most its share.
+scores at ``int(fraction * n_edges)`` (:func:`mib_circuits`), pruned as ``prune`` says, so each holds at most its
+share:
+
+* ``complete`` (default): to a fixpoint, every edge on an input -> logits path. This is the circuit MIB's evaluation
+  scores: ``evaluate_area_under_curve`` takes ``apply_topn(n, prune=True)`` and EAP-IG's ``evaluate_graph`` calls
+  ``graph.prune()`` again before patching, which completes it;
+* ``mib``: one pass, dangling edges kept: what ``apply_topn(n, prune=True)`` itself leaves (EAP-IG at the commit
+  MIB pins, 7af394a: its ``prune`` loop stops after the first pass) and what MIB counts as the circuit's size
+  (``weighted_edge_counts``).
+
+Both are checked edge for edge against EAP-IG's own ``Graph`` on all nine sizes
+(tests/fixtures/mib-prune-eapig-7af394a.json, built by tests/fixtures/make_mib_prune.py).
 
 What MIB has no place for travels beside it, in files MIB's loader does not read (it reads ``.json`` and
 ``.pt`` only): ``circuitstat-edges.parquet`` (each edge's mean effect, its interval, p and BH q-value,
@@ -31,9 +41,11 @@ from pathlib import Path
 
 import numpy as np
 
+from circuitstat.circuits.circuit.graph_ops import PRUNES
 from circuitstat.core.errors import InputError
 
-__all__ = ["MIB_CIRCUIT_FRACTIONS", "MIB_MODELS", "MIB_TASKS", "MibExport", "export_mib", "mib_folder", "mib_model_name"]
+__all__ = ["MIB_CIRCUIT_FRACTIONS", "MIB_MODELS", "MIB_PRUNES", "MIB_TASKS", "MibExport", "export_mib", "mib_circuits",
+           "mib_folder", "mib_model_name"]
 
 #: The circuit sizes of a multiple-circuits submission: MIB's evaluation grid without its 100 % point.
 MIB_CIRCUIT_FRACTIONS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
@@ -43,6 +55,8 @@ MIB_MODELS = {"gpt2": "gpt2", "openai-community/gpt2": "gpt2", "gpt2-small": "gp
               "Qwen/Qwen2.5-0.5B": "qwen2.5", "google/gemma-2-2b": "gemma2", "meta-llama/Llama-3.1-8B": "llama3"}
 #: MIB's task folder names (utils.py COL_MAPPING): the leaderboard scores these only.
 MIB_TASKS = ("ioi", "mcqa", "arithmetic-addition", "arithmetic-subtraction", "arc-easy", "arc-challenge")
+#: How the nine circuits are pruned (module doc): to a fixpoint, or MIB's one pass (Circuit.prune's modes).
+MIB_PRUNES = PRUNES
 IMPORTANCES = "importances.json"
 SIDECARS = ("circuitstat-edges.parquet", "circuitstat-faithfulness.parquet")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,63}")
@@ -57,6 +71,18 @@ def circuit_file(fraction: float) -> str:
 def mib_model_name(source: str) -> str | None:
     """MIB's short name of a model source as a run records it (``hf:org/name[@revision]``, a hub id), or None."""
     return MIB_MODELS.get(source.removeprefix("hf:").split("@")[0])
+
+
+def mib_circuits(scores, graph=None, *, ranking: str, seed: int = 0, prune: str = "complete") -> dict:
+    """{file name: Circuit} of the nine sizes: the top ``int(fraction * n_edges)`` edges of ``scores`` (a ScoreMatrix,
+    or a vector over ``graph``'s edges) by ``ranking``, ties at random from ``seed``, pruned as ``prune`` (module doc)."""
+    from circuitstat.circuits.circuit import Circuit
+
+    if prune not in MIB_PRUNES:
+        raise InputError(f"prune must be one of {', '.join(MIB_PRUNES)}, got {prune!r}")
+    n_edges = (graph if graph is not None else scores.graph).n_edges
+    return {circuit_file(f): Circuit.top_k(scores, int(f * n_edges), ranking=ranking, seed=seed, graph=graph)
+            .prune(prune) for f in MIB_CIRCUIT_FRACTIONS}
 
 
 def mib_folder(task: str, model: str) -> str:
@@ -149,7 +175,7 @@ def _sidecar(run: Path, table: str, method: str, provenance: dict):
 
 def export_mib(run: str | Path, out: str | Path, *, method: str | None = None, form: str = "importances",
                task_name: str | None = None, model_name: str | None = None, ranking: str | None = None,
-               seed: int = 0, force: bool = False) -> MibExport:
+               seed: int = 0, force: bool = False, prune: str = "complete") -> MibExport:
     """Write the run's mean edge scores of ``method`` as MIB's ``<task>_<model>`` folder under ``out`` (module
     doc), with the run's intervals beside them; returns what was written. Checks everything before writing."""
     from circuitstat.circuits.circuit import Circuit
@@ -162,6 +188,8 @@ def export_mib(run: str | Path, out: str | Path, *, method: str | None = None, f
     run, out = Path(run), Path(out)
     if form not in ("importances", "circuits"):
         raise InputError(f"form must be 'importances' or 'circuits', got {form!r}")
+    if prune not in MIB_PRUNES:
+        raise InputError(f"prune must be one of {', '.join(MIB_PRUNES)}, got {prune!r}")
     if not run.is_dir():
         raise InputError(f"{run} is not a run directory; give the --out of an audit or attribute run")
     verify_outputs(run)  # export what the run wrote (sha256 in its manifest), as check and report read it
@@ -184,9 +212,9 @@ def export_mib(run: str | Path, out: str | Path, *, method: str | None = None, f
         everything = np.ones(sm.graph.n_edges, dtype=bool)  # MIB ranks the scores itself; membership is unused
         docs = {IMPORTANCES: Circuit(sm.graph, everything, scores=mean, rule="importances", d_model=_d_model(sm))}
     else:
-        docs = {circuit_file(f): Circuit.top_k(sm, int(f * sm.graph.n_edges), ranking=chosen, seed=seed).prune()
-                for f in MIB_CIRCUIT_FRACTIONS}
+        docs = mib_circuits(sm, ranking=chosen, seed=seed, prune=prune)
     prov = {"run": str(run.name), "method": choice.method, "form": form, "ranking": chosen,
+            **({"prune": prune} if form == "circuits" else {}),
             "mib_folder": folder.name, "scores": sm.describe()}
     sides = {name: _sidecar(run, table, choice.method, prov)
              for name, table in zip(SIDECARS, ("edge_stats", "faithfulness_vs_k"))}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 import transformers
+from torch.overrides import TorchFunctionMode
 
 VOCAB = 97
 BASE = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
@@ -91,13 +92,21 @@ FAMILIES = {
                                                  "original_max_position_embeddings": 16})),
 }
 
+#: GPT-2 and GPT-NeoX (tested against HF in tests/circuits/test_model.py) for the float64 rows, which cover every family
+CLASSIC = {
+    "gpt2": ("gpt2", dict(n_embd=32, n_layer=2, n_head=4, n_inner=64, n_positions=64)),
+    "gpt_neox": ("gpt_neox", dict(num_key_value_heads=None)),
+}
+#: MoE families: HF's default grouped_mm experts take float32/bf16 only, its eager loop any dtype
+MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "gpt_oss")
+
 
 def hf_config(family: str, **overrides):
     """The transformers config of ``family`` (a key of FAMILIES) with ``overrides``."""
-    model_type, extra = FAMILIES[family]
-    base = {k: v for k, v in BASE.items() if model_type != "gptj" or k in ("vocab_size", "bos_token_id",
-                                                                         "eos_token_id", "pad_token_id")}
-    kw = {**base, **extra, **overrides}
+    model_type, extra = FAMILIES[family] if family in FAMILIES else CLASSIC[family]
+    base = {k: v for k, v in BASE.items() if model_type not in ("gptj", "gpt2") or k in (
+        "vocab_size", "bos_token_id", "eos_token_id", "pad_token_id")}
+    kw = {k: v for k, v in {**base, **extra, **overrides}.items() if v is not None}
     return transformers.AutoConfig.for_model(model_type, **kw)
 
 
@@ -123,6 +132,44 @@ def hf_model(family: str, seed: int = 0, **overrides):
     torch.manual_seed(seed)
     hf = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
     return scramble(hf, seed)
+
+
+class KeepFloat64(TorchFunctionMode):
+    """HF's forward as float64 as its weights: every cast of a float64 tensor to float32 is dropped.
+
+    HF's classes cast down on purpose (``LlamaRMSNorm``: ``hidden_states.to(torch.float32)``; eager attention:
+    ``softmax(..., dtype=torch.float32)``; routers: ``router_logits.float()``), so an HF model in float64 computes
+    its norms, softmaxes and rotary angles in float32 (logits ~3e-7 relative from float64's).  Under this mode an
+    op that reads a float64 tensor gets float64 where it asked for float32 (``.float()`` of a float64 tensor is the
+    tensor): the same formulas, in float64.  GPT-2's HF classes never cast down, so for GPT-2 the mode changes
+    nothing (checked in tests/circuits/test_families.py)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if any(isinstance(a, torch.Tensor) and a.dtype == torch.float64 for a in (*args, *kwargs.values())):
+            if func is torch.Tensor.float:
+                return args[0]
+            wide = lambda a: torch.float64 if a is torch.float32 else a  # noqa: E731
+            args, kwargs = tuple(wide(a) for a in args), {k: wide(v) for k, v in kwargs.items()}
+        return func(*args, **kwargs)
+
+
+def hf_model_f64(family: str, seed: int = 0, **overrides):
+    """``hf_model(family)`` in float64, to be run under :class:`KeepFloat64` (MoE experts through HF's eager loop).
+
+    GPT-J's sin/cos table is a buffer HF fills in float32 at construction (``create_sinusoidal_positions``); it is
+    refilled by the same formula in float64 (angles pos x inv_freq from the same float32 inverse frequencies),
+    which is what HF's other families compute under the mode and circuitstat computes in float64."""
+    if family in MOE:
+        overrides = {"experts_implementation": "eager", **overrides}
+    hf = hf_model(family, seed, **overrides).double()
+    for module in hf.modules():
+        if hasattr(module, "embed_positions"):  # GPTJRotaryEmbedding
+            n, dim = module.embed_positions.shape
+            inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, dtype=torch.int64) / dim))
+            angles = torch.arange(n, dtype=torch.float64)[:, None] * inv_freq.double()
+            module.embed_positions = torch.cat((angles.sin(), angles.cos()), dim=1)
+    return hf
 
 
 def batch(seed: int = 0, B: int = 3, P: int = 9):

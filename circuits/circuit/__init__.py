@@ -25,8 +25,9 @@ The node set of an edge-selected circuit is the set of nodes its edges touch.  :
 removes every node that has no path from ``input`` to ``logits`` inside the circuit, and every
 edge touching a removed node, iterated to a fixpoint (``input`` always counts as having inputs,
 ``logits`` as having outputs; a head counts as having inputs if any of its q/k/v inputs has an
-in-edge).  It is the EAP-IG library's ``Graph.prune``; afterwards every edge lies on an
-input -> logits path.
+in-edge).  It is the EAP-IG library's ``Graph.prune`` as it completes (what MIB's evaluation patches);
+afterwards every edge lies on an input -> logits path.  ``prune("mib")`` stops after the first pass, as
+``Graph.apply_topn(..., prune=True)`` does at the EAP-IG commit MIB pins (dangling edges kept; docs/mib.md).
 
 Exchange format: the EAP-IG / MIB JSON graph format (:meth:`to_json`, :meth:`from_json`)::
 

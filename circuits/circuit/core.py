@@ -54,11 +54,12 @@ class Circuit(SelectionRules, MibJson, CircuitExport, Result):
         self.d_model = None if d_model is None else int(d_model)
 
     # ---- operations --------------------------------------------------------------------------
-    def prune(self) -> "Circuit":
-        """Drop nodes without a path input -> node -> logits and the edges touching them (to a fixpoint)."""
-        edges, nodes = prune_edges(self.graph, self.edges)
+    def prune(self, mode: str = "complete") -> "Circuit":
+        """Drop nodes without a path input -> node -> logits and the edges touching them (``complete``: to a
+        fixpoint); ``mode="mib"``: one pass, as MIB's ``apply_topn(..., prune=True)`` (dangling edges kept)."""
+        edges, nodes = prune_edges(self.graph, self.edges, mode)
         return Circuit(self.graph, edges, nodes, scores=self.scores, node_scores=self.node_scores, rule=self.rule,
-                       params={**self.params, "pruned": True}, d_model=self.d_model)
+                       params={**self.params, "pruned": True if mode == "complete" else mode}, d_model=self.d_model)
 
     # ---- views -------------------------------------------------------------------------------
     @property

@@ -82,11 +82,19 @@ def _receivers_fed(graph: ComponentGraph, edges: np.ndarray) -> np.ndarray:
     return np.bincount(graph.edge_receiver[edges], minlength=graph.n_receivers) > 0
 
 
-def prune_edges(graph: ComponentGraph, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Fixpoint of: keep nodes with an in-edge and an out-edge; drop edges touching dropped nodes.
+PRUNES = ("complete", "mib")
+
+
+def prune_edges(graph: ComponentGraph, edges: np.ndarray, mode: str = "complete") -> tuple[np.ndarray, np.ndarray]:
+    """``complete``: fixpoint of: keep nodes with an in-edge and an out-edge; drop edges touching dropped nodes.
+    ``mib``: one such pass, as MIB's ``Graph.apply_topn(..., prune=True)`` leaves a circuit (EAP-IG at MIB's pinned
+    commit: its ``prune`` loop stops when a pass leaves the nodes apply_topn set, i.e. after the first pass), so
+    edges whose endpoint lost its last in- or out-edge in that pass stay (dangling).
 
     A node's in-edges are those into the receivers it reads; an edge into a receiver read by several nodes (a
     split MoE layer's input) stays while one of them does."""
+    if mode not in PRUNES:
+        raise ValueError(f"prune must be one of {PRUNES}, got {mode!r}")
     src, dst = graph.edge_sender, graph.edge_receiver
     n_nodes = len(graph.nodes)
     logits, inp = n_nodes - 1, 0
@@ -98,8 +106,8 @@ def prune_edges(graph: ComponentGraph, edges: np.ndarray) -> tuple[np.ndarray, n
         has_in[inp] = True
         alive = has_out & has_in
         new = edges & alive[src] & receivers_read_by(graph, alive)[dst]
-        if np.array_equal(new, edges):
-            return edges, alive
+        if mode == "mib" or np.array_equal(new, edges):
+            return new, alive
         edges = new
 
 

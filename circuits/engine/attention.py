@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from .config import ModelConfig
+from .config import ModelConfig, compute_dtype
 from .norms import apply_norm, attn_input_norm
 from .rotary import apply_rotary
 
@@ -145,14 +145,15 @@ def project_rows(cfg: ModelConfig, blk, x: torch.Tensor, local: torch.Tensor) ->
 
 def attention_pattern(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor,
                       sinks: torch.Tensor | None = None) -> torch.Tensor:
-    """Attention pattern (float32) [B, H, Pq, Pk] of queries ``q`` over keys ``k``.
+    """Attention pattern (float32, float64 for float64 ``q``) [B, H, Pq, Pk] of queries ``q`` over keys ``k``.
 
     Scores are scaled by 1/sqrt(d_head), by query_pre_attn_scalar**-0.5 (Gemma) or by Granite's
     attention_multiplier, then soft-capped as cap * tanh(s / cap) where the model does (Gemma 2:
     ``eager_attention_forward``'s softcap).
     ``sinks`` (GPT-OSS, broadcastable to [B, H, Pq, 1]: each row's head's sink logit) is a column of the
     softmax dropped afterwards, so a row's weights sum to less than 1 (GptOss ``eager_attention_forward``)."""
-    scores = (q @ k.transpose(-1, -2)).float()
+    ct = compute_dtype(q.dtype)
+    scores = (q @ k.transpose(-1, -2)).to(ct)
     if cfg.attn_multiplier is not None:  # Granite: scores * attention_multiplier (GraniteAttention.scaling)
         scores = scores * cfg.attn_multiplier
     elif cfg.attn_scalar is not None:
@@ -164,7 +165,7 @@ def attention_pattern(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, allowe
     scores = scores.masked_fill(~allowed, float("-inf"))
     if sinks is None:
         return scores.softmax(-1)
-    sink = sinks.float().expand(*scores.shape[:-1], 1)
+    sink = sinks.to(ct).expand(*scores.shape[:-1], 1)
     return torch.cat((scores, sink), -1).softmax(-1)[..., :-1]
 
 
@@ -180,7 +181,7 @@ def head_sinks(blk, heads: torch.Tensor | int | None = None) -> torch.Tensor | N
 
 def attend(cfg: ModelConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
            allowed: torch.Tensor, sinks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention pattern (float32, :func:`attention_pattern`) and the heads' mixed values [B, H, Pq, E]."""
+    """Attention pattern (float32 or float64, :func:`attention_pattern`) and the heads' mixed values [B, H, Pq, E]."""
     pattern = attention_pattern(cfg, q, k, allowed, sinks)
     return pattern, pattern.to(v.dtype) @ v
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+import torch
 import torch.nn.functional as F
 
 from circuitstat.core.errors import InputError
@@ -34,6 +35,12 @@ ACTIVATIONS = {
     "silu": F.silu,
     "swish": F.silu,
 }
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype norms, softmaxes, rotations and routers compute in: float32 for float32 and narrower (bf16 models
+    accumulate in float32, as HF), float64 for a float64 model (float64 end to end)."""
+    return torch.promote_types(dtype, torch.float32)
 
 
 @dataclass

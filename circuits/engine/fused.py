@@ -9,7 +9,7 @@ from torch import nn
 from .config import ModelConfig
 from .mlp import mlp
 from .norms import apply_norm
-from .rotary import apply_rotary, rotary_tables
+from .rotary import apply_rotary, model_inv_freq, rotary_tables
 
 
 class FusedForward:
@@ -47,7 +47,7 @@ class FusedForward:
             x = x + self.W_pos[:P]
         rot = None
         if cfg.positional == "rotary":
-            rot = rotary_tables(self.inv_freq, torch.arange(P, device=ids.device).expand(B, P))
+            rot = rotary_tables(model_inv_freq(self), torch.arange(P, device=ids.device).expand(B, P))
         H, E = cfg.n_heads, cfg.d_head
         for blk in self.blocks:
             h = apply_norm(cfg, x, blk.ln1_w, blk.ln1_b)

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from .attention import full_projection
-from .config import ModelConfig
+from .config import ModelConfig, compute_dtype
 from .norms import attn_input_norm, input_norm_kind, norm_scale, norm_vjp, norm_vjp_heads
 
 
@@ -84,7 +84,7 @@ def _full_qk_terms(cfg: ModelConfig, blk, x: torch.Tensor, gp: torch.Tensor) -> 
     """(gp with its q and k rows replaced by r s_h ⊙ g_h, the correction c_h J_lnᵀ (W pᵀ) [2H, B*P, D])
     for a q/k norm over the whole projection (see the module docstring)."""
     H, E, D = cfg.n_heads, cfg.d_head, cfg.d_model
-    ct = torch.promote_types(gp.dtype, torch.float32)
+    ct = compute_dtype(gp.dtype)
     x = x.detach()
     xn = attn_input_norm(cfg, blk, x).reshape(-1, D).to(ct)
     gp = gp.to(ct).clone()

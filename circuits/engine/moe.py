@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from .config import ModelConfig
+from .config import ModelConfig, compute_dtype
 
 def is_sparse(cfg: ModelConfig, layer: int) -> bool:
     """Whether ``layer``'s MLP node is the MoE block."""
@@ -44,7 +44,7 @@ def route(cfg: ModelConfig, blk, x: torch.Tensor) -> tuple[torch.Tensor, torch.T
     """(selected experts [N, k], their weights [N, k] in float32 or wider) of tokens ``x`` [N, D]."""
     m = cfg.moe
     logits = x @ blk.W_router + blk.b_router
-    wide = torch.promote_types(logits.dtype, torch.float32)  # float32 as HF, float64 kept for checks
+    wide = compute_dtype(logits.dtype)  # float32 as HF (float64 for a float64 model)
     if m["routing"] == "topk_softmax":  # GptOssTopKRouter: top-k of the logits, softmax over them
         top, idx = torch.topk(logits, m["top_k"], dim=-1)
         return idx, torch.softmax(top.to(wide), dim=-1)

@@ -11,6 +11,11 @@ RMSNorm variants (transformers 5): Llama/Qwen/Mistral/Phi-3 normalise in float32
 scale (``LlamaRMSNorm``: ``weight * hidden.to(input_dtype)``); OLMo 2 scales in float32 and then
 casts (``Olmo2RMSNorm``: ``(weight * hidden).to(input_dtype)``); Gemma 2/3 scale by ``1 + weight``
 in float32 (``Gemma2RMSNorm``: ``(norm(x.float()) * (1.0 + weight.float())).type_as(x)``).
+
+"float32" above means float32 *at least* (:func:`compute_dtype`): a float64 model normalises in float64.  HF's
+classes cast a float64 input down to float32 (``hidden_states.to(torch.float32)``), so HF in float64 is not float64;
+the float64 rows of tests/circuits/test_families.py compare with HF run under a mode that keeps float64 tensors
+float64 (tests/families.py ``KeepFloat64``).
 """
 
 from __future__ import annotations
@@ -18,23 +23,25 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .config import RMS_NORMS, ModelConfig
+from .config import RMS_NORMS, ModelConfig, compute_dtype
 
 
 def apply_norm(cfg: ModelConfig, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None,
                kind: str | None = None) -> torch.Tensor:
-    """``x`` normalised as ``kind`` (default ``cfg.norm``) says (in float32, cast back), scaled by ``w`` (+ ``b``)."""
+    """``x`` normalised as ``kind`` (default ``cfg.norm``) says (in float32, or float64 for float64 ``x``; cast
+    back), scaled by ``w`` (+ ``b``)."""
     kind, eps = kind or cfg.norm, cfg.norm_eps
     if kind == "none":
         return x
     dtype = x.dtype
-    h = x.float()
+    ct = compute_dtype(dtype)
+    h = x.to(ct)
     if kind == "layernorm":
         h = F.layer_norm(h, h.shape[-1:], None, None, eps)
-        return (h.to(dtype) * w + b) if dtype != torch.float32 else h * w + b
+        return (h.to(dtype) * w + b) if dtype != ct else h * w + b
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
     if kind == "rmsnorm_1p":
-        return (h * (1.0 + w.float())).to(dtype)
+        return (h * (1.0 + w.to(ct))).to(dtype)
     if kind == "rmsnorm_f32w":
         return (w * h).to(dtype)
     return w * h.to(dtype)  # Llama: normalise in float32, cast, then scale
@@ -72,7 +79,7 @@ def norm_jvp(cfg: ModelConfig, x: torch.Tensor, w: torch.Tensor, v: torch.Tensor
     With r = rsqrt(mean x² + eps) and x̂ = r x: J v = s ⊙ r (v - x̂ mean(x̂ v)), s the scale."""
     if cfg.norm not in RMS_NORMS:
         raise ValueError(f"norm_jvp is implemented for RMS norms, not {cfg.norm!r}")
-    ct = torch.promote_types(v.dtype, torch.float32)
+    ct = compute_dtype(v.dtype)
     xf, vf = x.to(ct), v.to(ct)
     r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + cfg.norm_eps)
     xh = xf * r
@@ -81,7 +88,7 @@ def norm_jvp(cfg: ModelConfig, x: torch.Tensor, w: torch.Tensor, v: torch.Tensor
 
 def norm_vjp(cfg: ModelConfig, kind: str, x: torch.Tensor, w: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """J_norm(x)ᵀ g (float32 at least) for a norm of ``kind`` with weight ``w`` at inputs x [..., n]."""
-    ct = torch.promote_types(g.dtype, torch.float32)
+    ct = compute_dtype(g.dtype)
     if kind == "none":
         return g.to(ct)
     gs = g.to(ct) * (norm_scale(cfg, w, ct) if kind in RMS_NORMS else w.to(ct))
@@ -103,7 +110,7 @@ def norm_vjp_heads(cfg: ModelConfig, x: torch.Tensor, w: torch.Tensor, gp: torch
     the [R, B*P, D] result.
     """
     kind = input_norm_kind(cfg)
-    ct = torch.promote_types(gp.dtype, torch.float32)  # float32 at least (float64 models stay so)
+    ct = compute_dtype(gp.dtype)  # float32 at least (float64 models stay so)
     Wt = W.transpose(1, 2).to(ct)  # [R, E, D]
     if kind == "none":
         return torch.bmm(gp.to(ct), Wt)

@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from .config import ModelConfig
+from .config import ModelConfig, compute_dtype
 
 
 def rope_params(cfg: ModelConfig, local: bool = False) -> dict:
@@ -101,7 +101,7 @@ def rotary_scaling(cfg: ModelConfig, local: bool = False) -> float:
 
 def rotary_tables(inv_freq: torch.Tensor, positions: torch.Tensor,
                   scaling: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(cos, sin) [B, 1, P, rotary_dim] for position ids [B, P]."""
+    """(cos, sin) [B, 1, P, rotary_dim] for position ids [B, P], in ``inv_freq``'s dtype (float32 or wider)."""
     freqs = positions.float()[..., None] * inv_freq  # [B, P, dim/2]
     emb = torch.cat((freqs, freqs), dim=-1)
     cos, sin = emb.cos(), emb.sin()
@@ -117,10 +117,19 @@ def layer_rotary(model, positions: torch.Tensor) -> dict[bool, tuple[torch.Tenso
     cfg = model.cfg
     if cfg.positional != "rotary":
         return None
-    full = rotary_tables(model.inv_freq, positions, rotary_scaling(cfg))
+    full = rotary_tables(model_inv_freq(model), positions, rotary_scaling(cfg))
     if cfg.rope_local is None:
         return {False: full, True: full}
-    return {False: full, True: rotary_tables(model.inv_freq_local, positions, rotary_scaling(cfg, True))}
+    return {False: full, True: rotary_tables(model_inv_freq(model, True), positions, rotary_scaling(cfg, True))}
+
+
+def model_inv_freq(model, local: bool = False) -> torch.Tensor:
+    """``model``'s inverse frequencies (sliding layers' with ``local``) in the dtype its tables are computed in.
+
+    The frequencies are HF's float32 values; angles, cos and sin are float32 (as HF computes them in every
+    dtype) except in a float64 model, which takes them in float64 (exact angles pos × inv_freq)."""
+    inv = model.inv_freq_local if local else model.inv_freq
+    return inv.to(compute_dtype(model.dtype))
 
 
 def rotary_of_layer(cfg: ModelConfig, rot: dict | None, layer: int) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -144,7 +153,7 @@ def rotate_every_two(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rotary(cfg: ModelConfig, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """``x`` [..., E] with its first ``rotary_dim`` features rotated (in float32, cast back).
+    """``x`` [..., E] with its first ``rotary_dim`` features rotated (in float32, float64 for float64 ``x``; cast back).
 
     Interleaved models (``cfg.rotary_interleaved``: GPT-J, Cohere) rotate pairs (2i, 2i+1) with frequency i:
     their cos/sin are HF's ``repeat_interleave(freqs, 2)`` tables, the same values as the first half of
@@ -153,7 +162,10 @@ def apply_rotary(cfg: ModelConfig, x: torch.Tensor, cos: torch.Tensor, sin: torc
     rot, rest = x[..., :rd], x[..., rd:]
     if cfg.rotary_interleaved:
         cos, sin = cos[..., : rd // 2].repeat_interleave(2, -1), sin[..., : rd // 2].repeat_interleave(2, -1)
-        rot = (rot.float() * cos + rotate_every_two(rot.float()) * sin).to(x.dtype)
+    ct = compute_dtype(x.dtype)
+    rot, cos, sin = rot.to(ct), cos.to(ct), sin.to(ct)
+    if cfg.rotary_interleaved:
+        rot = (rot * cos + rotate_every_two(rot) * sin).to(x.dtype)
     else:
-        rot = (rot.float() * cos + rotate_half(rot.float()) * sin).to(x.dtype)
+        rot = (rot * cos + rotate_half(rot) * sin).to(x.dtype)
     return torch.cat((rot, rest), dim=-1) if rest.shape[-1] else rot

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from circuitstat.pipelines.mib_export import MIB_PRUNES
 from circuitstat.pipelines.params import SEED
 
 from .analyse import Ranking
@@ -15,6 +16,7 @@ export_app = typer.Typer(cls=_Boundary, no_args_is_help=True, help="Export a run
 app.add_typer(export_app, name="export")
 
 MibForm = choices("MibForm", "importances", "circuits")
+MibPrune = choices("MibPrune", *MIB_PRUNES)
 
 
 @export_app.command("mib")
@@ -34,13 +36,18 @@ def export_mib_command(
                                                                     "audit's, else absolute)"),
     seed: int = typer.Option(SEED.default, "--seed", **SEED.option, help="seed of the tie-break at each cut-off"),
     force: bool = typer.Option(False, "--force", help="replace an earlier export in the same folder"),
+    prune: MibPrune = typer.Option(MibPrune("complete"), "--prune",
+                                   help="--form circuits: complete (to input -> logits paths, the circuit MIB's "
+                                        "evaluation patches) or mib (apply_topn's one pass, dangling edges kept, "
+                                        "the size MIB reports); docs/mib.md"),
 ) -> None:
     """Write a run's mean edge scores as a submission to MIB's circuit-localization leaderboard
     (docs/mib.md); the run's intervals go beside them in Parquet files MIB does not read."""
     from circuitstat.pipelines.mib_export import export_mib
 
     done = export_mib(run, out, method=method, form=form.value, task_name=task_name, model_name=model_name,
-                      ranking=None if ranking is None else ranking.value, seed=seed, force=force)
+                      ranking=None if ranking is None else ranking.value, seed=seed, force=force,
+                      prune=prune.value)
     echo(f"MIB {done.form} of {done.method} scores written to {done.folder}:")
     for f in done.files:
         echo(f"  {f.name}")

@@ -1,14 +1,15 @@
 """Every decoder family against Hugging Face (the oracle), on tiny scrambled configs with GQA, windows
 shorter than the prompts, soft-caps, q/k norms, sandwich and post-norms and scaled rotary schedules
-(tests/families.py): logits, EAP against autograd on the HF model, exact against brute force, and the
-fields the conversion refuses."""
+(tests/families.py): logits, EAP against autograd on the HF model, exact against brute force, float64 rows (logits
+and receiver gradients within 1e-12 of HF's float64 forward with its float32 casts removed), and the fields the
+conversion refuses."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-from families import FAMILIES, VOCAB, batch, hf_model, hooked_last_logits
+from families import CLASSIC, FAMILIES, VOCAB, KeepFloat64, batch, hf_model, hf_model_f64, hooked_last_logits
 
 from circuitstat.circuits import Intervention
 from circuitstat.circuits.ablation import last_index
@@ -38,6 +39,77 @@ def test_logits_equal_hf(pair):
     real = mask.bool()
     assert (ref - ours).abs()[real].max() <= 1e-5, name
     assert ref[real].std() > 0.3  # activations large enough for norms and caps to bend
+
+
+def _f64_logits(family: str, seed: int = 2) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(HF float64 under KeepFloat64, HF float64 as it runs, circuitstat's float64 conversion, the real-token mask)."""
+    hf = hf_model_f64(family, seed=seed)
+    m = from_hf(hf)
+    assert m.dtype == torch.float64 and m.W_E.dtype == torch.float64
+    ids, mask = batch()
+    # two padded tokens, not three: a padded query whose whole window is padding gets finfo(float64).min added to
+    # every score, which overflows to -inf in HF's float64 eager attention and spreads NaN through 0 x NaN
+    mask[1, -3] = 1
+    with torch.no_grad():
+        with KeepFloat64():
+            ref = hf(ids, attention_mask=mask).logits
+        plain = hf(ids, attention_mask=mask).logits
+        ours = m(ids, mask)
+    return ref, plain, ours, mask.bool()
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor, real: torch.Tensor) -> float:
+    return float((a - b).abs()[real].max() / b[real].abs().max())
+
+
+@pytest.mark.parametrize("family", list(FAMILIES) + list(CLASSIC))
+def test_float64_logits_equal_hf_float64(family):
+    """A float64 model is float64 end to end (norms, softmax, soft-caps, rotary angles, routers): its logits are
+    within 1e-12 relative of HF's float64 forward with HF's own float32 casts removed (tests/families.py KeepFloat64).
+    HF as it runs in float64 is ~1e-7 away for every family whose classes cast down (all but GPT-2)."""
+    ref, plain, ours, real = _f64_logits(family)
+    assert ours.dtype == torch.float64 and torch.isfinite(ref[real]).all(), family
+    assert _relative(ours, ref, real) <= 1e-12, (family, _relative(ours, ref, real))
+    assert ref[real].std() > 0.3, family  # activations large enough for norms and caps to bend
+    if family == "gpt2":  # HF's GPT-2 classes never cast down: the mode changes nothing
+        assert torch.equal(plain, ref)
+    else:  # the oracle is float64 where HF is not
+        assert _relative(plain, ref, real) > 1e-9, (family, _relative(plain, ref, real))
+
+
+@pytest.mark.parametrize("family", list(FAMILIES) + list(CLASSIC))
+def test_float64_receiver_gradients_equal_hf_float64_autograd(family):
+    """EAP's receiver gradients (norm VJPs, q/k-norm terms) of a float64 model: within 1e-12 relative of autograd on
+    HF's float64 forward under KeepFloat64, per receiver group."""
+    hf = hf_model_f64(family, seed=2)
+    m = from_hf(hf)
+    ids, mask = batch(1)
+    mask[1, -3] = 1  # two padded tokens (see _f64_logits)
+    last, ar = last_index(mask), torch.arange(ids.shape[0])
+
+    def metric(logits):
+        return (logits[ar, last, 5] - logits[ar, last, 7]).sum()
+
+    with KeepFloat64():
+        ref = hf_branch_gradients(hf, ids, mask, metric)
+    ours = model_branch_gradients(m, ids, mask, metric)
+    real = mask.bool()
+    for i, (a, b) in enumerate(zip(ref, ours)):
+        assert b.dtype == torch.float64 and a[real].abs().max() > 1e-3, (family, i)
+        assert _relative(b, a, real) <= 1e-12, (family, i, _relative(b, a, real))
+
+
+@pytest.mark.parametrize("family, module", [("llama3", "norms"), ("llama3", "attention"), ("llama3", "rotary"),
+                                            ("gpt2", "norms"), ("gpt2", "attention"),
+                                            ("mixtral", "moe")])
+def test_float64_row_fails_with_any_float32_step(family, module, monkeypatch):
+    """Negative control: one engine module computing in float32 (as apply_norm did) breaks the 1e-12 bound."""
+    import importlib
+
+    mod = importlib.import_module(f"circuitstat.circuits.engine.{module}")
+    monkeypatch.setattr(mod, "compute_dtype", lambda dtype: torch.float32)
+    ref, _, ours, real = _f64_logits(family)
+    assert _relative(ours, ref, real) > 1e-9, (family, module, _relative(ours, ref, real))
 
 
 def test_receiver_gradients_sum_to_hf_autograd(pair):
@@ -425,3 +497,22 @@ def test_model_config_refuses_inconsistent_new_fields():
     for name in ("attn_multiplier", "embed_multiplier", "logits_scaling", "clip_qkv"):
         with pytest.raises(InputError, match=name):
             ModelConfig(**base, **{name: 0.0})
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama3"])
+def test_float64_mean_ablation_sums_in_float64(family):
+    """Mean ablation's sender means of a float64 model are float64 sums (a float32 sum is ~1e-8 away)."""
+    from circuitstat.circuits.ablation import sender_means
+
+    m = from_hf(hf_model_f64(family, seed=2))
+    task = _task(n=5)
+    means = sender_means(m, task, positional=False, batch_size=2)
+    with torch.no_grad():
+        z = m.run(task.clean, task.attention_mask, keep_senders=True).senders
+    assert means.dtype == z.dtype == torch.float64
+    w = task.attention_mask.double()[:, None, :, None]
+    ref = (z * w).sum((0, 2)) / w.sum()
+    scale = float(ref.abs().max())
+    assert float((means[0, :, 0] - ref).abs().max()) <= 1e-14 * scale
+    rounded = (z.float() * w.float()).sum((0, 2)) / w.float().sum()  # the float32 sum it replaced
+    assert float((rounded.double() - ref).abs().max()) > 1e-10 * scale

@@ -149,3 +149,91 @@ def test_mib_names_of_the_sources_a_run_records():
     for bad in ("../x", "a/b", ""):
         with pytest.raises(InputError, match="--task-name"):
             mib_folder(bad, "gpt2")
+
+
+MIB_PRUNE_FIXTURE = Path(__file__).parents[1] / "fixtures" / "mib-prune-eapig-7af394a.json"
+
+
+def _digest(names) -> str:
+    import hashlib
+
+    return hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest()
+
+
+def _fixture_scores(case: dict, fixture: dict):
+    """(graph, the case's float32 scores), checked against the digest recorded with MIB's output."""
+    import hashlib
+
+    from circuitstat.circuits.graph import ComponentGraph
+
+    g = ComponentGraph(case["n_layers"], case["n_heads"], parallel=case["parallel"])
+    scores = np.random.default_rng(case["seed"]).standard_t(2, size=g.n_edges).astype(np.float32)
+    key = f"{case['n_layers']}x{case['n_heads']}-{case['seed']}"
+    assert hashlib.sha256(scores.tobytes()).hexdigest() == fixture["score_sha256"][key], \
+        "numpy's generator gives other scores than the fixture's: rerun tests/fixtures/make_mib_prune.py"
+    return g, scores
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_prune_mib_and_complete_equal_mibs_own_graph_on_all_nine_sizes(parallel):
+    """``prune: mib`` is EAP-IG's apply_topn(n, prune=True) (the commit MIB pins), ``prune: complete`` what its
+    evaluate_graph patches after pruning again: edge for edge and node for node against EAP-IG's own Graph, run
+    outside this repository (tests/fixtures/make_mib_prune.py), signed and absolute, on all nine sizes."""
+    from circuitstat.pipelines.mib_export import MIB_CIRCUIT_FRACTIONS, circuit_file, mib_circuits
+
+    fixture = json.loads(MIB_PRUNE_FIXTURE.read_text())
+    cases = [c for c in fixture["cases"] if c["parallel"] == parallel]
+    assert len(cases) == 2 * len(MIB_CIRCUIT_FRACTIONS)
+    g, scores = _fixture_scores(cases[0], fixture)
+    differ = 0
+    for absolute in (True, False):
+        ranking = "absolute" if absolute else "signed"
+        got = {mode: mib_circuits(scores, g, ranking=ranking, prune=mode) for mode in ("mib", "complete")}
+        for case in (c for c in cases if c["absolute"] == absolute):
+            name = circuit_file(case["fraction"])
+            assert case["n"] == int(case["fraction"] * g.n_edges)
+            for mode, want in (("mib", case["one_pass"]), ("complete", case["evaluated"])):
+                c = got[mode][name]
+                edges = [g.edge_names[i] for i in np.flatnonzero(c.edges)]
+                nodes = [g.nodes[i] for i in np.flatnonzero(c.nodes) if g.nodes[i] != "logits"]
+                assert (len(edges), len(nodes)) == (want["n_edges"], want["n_nodes"]), (ranking, name, mode)
+                assert _digest(edges) == want["sha256"] and _digest(nodes) == want["nodes_sha256"], (ranking, name, mode)
+                if want["edges"] is not None:
+                    assert sorted(edges) == want["edges"]
+            differ += case["one_pass"]["sha256"] != case["evaluated"]["sha256"]
+    assert differ >= 6  # the two modes are different circuits at most sizes: the fixture tells them apart
+
+
+def test_prune_mib_keeps_dangling_edges_that_complete_removes():
+    """Negative control on a hand-made circuit: a head fed only by a head that has no input of its own. One pass
+    removes a0.h0 (no in-edge), but a1.h0 had its in-edge when the pass looked, so a1.h0 -> logits stays."""
+    from circuitstat.circuits.circuit import Circuit
+    from circuitstat.circuits.graph import ComponentGraph
+
+    g = ComponentGraph(3, 2)
+    c = Circuit.from_edges(g, ["a0.h0->a1.h0<v>", "a1.h0->logits", "input->m2", "m2->logits"])
+    names = lambda circuit: sorted(g.edge_names[i] for i in np.flatnonzero(circuit.edges))  # noqa: E731
+    assert names(c.prune("mib")) == ["a1.h0->logits", "input->m2", "m2->logits"]
+    assert names(c.prune("complete")) == ["input->m2", "m2->logits"]
+    assert names(c.prune("mib").prune("mib")) == names(c.prune("complete"))  # MIB's second prune() completes it
+    with pytest.raises(ValueError, match="prune"):
+        c.prune("twice")
+
+
+def test_export_writes_the_chosen_pruning(run, tmp_path):
+    from circuitstat.circuits.scores import ScoreMatrix
+    from circuitstat.pipelines.mib_export import mib_circuits
+
+    sm = ScoreMatrix.read(run, "scores_eap")
+    for mode in ("mib", "complete"):
+        r = _export(run, "--out", tmp_path / mode, "--model-name", "gpt2", "--form", "circuits", "--prune", mode)
+        assert r.exit_code == 0, r.output
+        files = read_submission(tmp_path / mode)["induction_gpt2"]
+        want = mib_circuits(sm, ranking="absolute", prune=mode)
+        for name, c in want.items():
+            kept = {n for n, (_, inside) in files[name]["edges"].items() if inside}
+            assert kept == {sm.graph.edge_names[i] for i in np.flatnonzero(c.edges)}, (mode, name)
+        side = pq.read_table(tmp_path / mode / "induction_gpt2" / "circuitstat-edges.parquet")
+        assert json.loads(side.schema.metadata[b"circuitstat.provenance"])["prune"] == mode
+    r = _export(run, "--out", tmp_path / "x", "--model-name", "gpt2", "--form", "circuits", "--prune", "twice")
+    assert r.exit_code == 2 and not (tmp_path / "x").exists()
