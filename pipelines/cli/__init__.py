@@ -58,19 +58,20 @@ def main() -> None:
 
 
 def _old_names_as_one_line() -> None:
-    """Print a renamed option's warning as one ``warning:`` line naming the user's option and its new name,
-    not as Python's ``file:line: category`` with a line of circuitstat's source."""
+    """Print every Python warning as one ``warning:`` line (a renamed option's names the user's option and its new
+    name), once per message, not as Python's ``file:line: category`` with a line of circuitstat's source, and not
+    again when another call site raises the same message."""
     import warnings
 
-    from circuitstat.core.errors import DeprecatedNameWarning
-
-    shown = warnings.showwarning
+    seen: set[tuple[type, str]] = set()
 
     def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, DeprecatedNameWarning):
-            typer.echo(f"warning: {_one_line(str(message))}", err=True)
-        else:
-            shown(message, category, filename, lineno, file, line)
+        text = _one_line(str(message))
+        if (category, text) in seen:
+            return
+        seen.add((category, text))
+        plain = category in (UserWarning, RuntimeWarning) or category.__module__.startswith("circuitstat")
+        typer.echo(f"warning: {text}" if plain else f"warning ({category.__name__}): {text}", err=True)
 
     warnings.showwarning = show
 
