@@ -54,3 +54,31 @@ def test_loading_a_model_directory_prints_no_progress_bar(tmp_path, capfd):
     load_model(str(tmp_path / "m"))
     assert "Loading weights" not in capfd.readouterr().err
     assert hf_logging.is_progress_bar_enabled()  # the user's setting is restored
+
+
+TINY_MOE = ("random:qwen2_moe?hidden_size=16&num_hidden_layers=2&num_attention_heads=2&num_key_value_heads=1"
+            "&intermediate_size=16&moe_intermediate_size=8&shared_expert_intermediate_size=8&num_experts=3"
+            "&num_experts_per_tok=2&vocab_size=64&seed=1")
+
+
+def test_model_shows_the_expert_graphs_size_before_attribute():
+    """Before: `circuitstat model` had no --moe-nodes, so the expert graph's size was unseen until attribute."""
+    import re
+
+    from circuitstat.circuits import load_model
+    from circuitstat.circuits.moe_nodes import set_moe_nodes
+
+    block = load_model(TINY_MOE).graph
+    experts = set_moe_nodes(load_model(TINY_MOE), "experts").graph
+    assert experts.n_edges != block.n_edges
+    counts = {}
+    for choice in ("block", "experts"):
+        r = invoke("model", TINY_MOE, "--moe-nodes", choice)
+        assert r.exit_code == 0, r.output
+        counts[choice] = int(re.search(r"^edges\s+(\d+)", r.output, flags=re.M).group(1))
+        assert "exact check" in r.output and "FAILED" not in r.output  # the checks ran on that graph
+    assert counts == {"block": block.n_edges, "experts": experts.n_edges}
+    r = invoke("model", TINY_MOE, "--moe-nodes", "experts")
+    assert "own sender m{L}.e{J}" in r.output and "is one MLP node" not in r.output
+    r = invoke("model", "random:gpt2?n_layer=1&n_head=2&n_embd=16", "--moe-nodes", "experts")
+    assert r.exit_code == 2 and "no mixture-of-experts layer" in r.output
