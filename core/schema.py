@@ -543,7 +543,8 @@ TABLES.update({t.name: t for t in (
            ("verdict", S, "holds, exceeded, or trivial (no dataset made a false discovery)"),
            ("share_with_false", F, "share of datasets with at least one false discovery"),
            ("power", F, "mean recall of the true circuit", True),
-           *_ci("power_ci", "power", GT_DATASETS), ("n_datasets", I, "datasets")),
+           *_ci("power_ci", "power", GT_DATASETS + "; its ends kept within [0, 1], which the power cannot leave, "
+                "so its coverage is the t interval's"), ("n_datasets", I, "datasets")),
     _table("groundtruth_roc", "ground-truth study: edge ROC curves averaged over datasets (vertical averaging)",
            *_GT_KEYS, ("fpr", F, "false positive rate"), ("tpr", F, "mean true positive rate at that FPR"),
            *_ci("tpr_ci", "tpr", GT_DATASETS), ("estimand", S, "what the interval covers")),
