@@ -223,7 +223,7 @@ def attribute_command(
     options = parse_task_options(task, task_option)
     metric = None if metric is None else metric.value
     vspec = verify_from_options(verify, verify_edges, verify_tau, verify_seed)
-    check_verify(vspec, methods=[method], n_prompts=n, level=level)
+    check_verify(vspec, methods=[method], n_prompts=n, level=level, words="flags")
     ep = {"steps": steps, "lr": lr, "sparsity": sparsity, "objective": None if objective is None else objective.value,
           "n_samples": n_samples}
     if n_samples is not None and method != "ugs":
