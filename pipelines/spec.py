@@ -171,9 +171,9 @@ class VerifySpec(_Strict):
 
 
 #: how check_verify names what the user set: a spec's keys, or the command line's flags (attribute)
-VERIFY_WORDS = {"spec": {"verify": "verify", "n": "verify.n", "level": "level: edge", "methods": "the methods",
+VERIFY_WORDS = {"spec": {"verify": "verify", "n": "verify.n", "level": "level: edge", "methods": "to the methods",
                          "prompts": "task.n", "edges": "verify.edges"},
-                "flags": {"verify": "--verify", "n": "--verify", "level": "--level edge", "methods": "--method",
+                "flags": {"verify": "--verify", "n": "--verify", "level": "--level edge", "methods": "as --method",
                           "prompts": "--n", "edges": "--verify-edges"}}
 
 
@@ -187,8 +187,8 @@ def check_verify(verify: VerifySpec | None, *, methods, n_prompts: int, level: s
     if level != "edge":
         raise InputError(f"{w['verify']} needs {w['level']} (verified intervals are per edge)")
     if not any(m != "exact" and m not in MASK_METHODS for m in methods):
-        raise InputError(f"{w['verify']} checks an approximate method's per-example scores: {w['methods']} must include "
-                         "eap, eap-ig-inputs, atpstar, ... (a mask-learned method such as edge-pruning has none)")
+        raise InputError(f"{w['verify']} checks an approximate method's per-example scores: add eap, eap-ig-inputs, "
+                         f"atpstar, ... {w['methods']} (a mask-learned method such as edge-pruning has none)")
     if verify.n > n_prompts - 2:
         set_to = f"{w['n']} {verify.n}" if words == "flags" else f"{w['n']}={verify.n}"
         raise InputError(f"{set_to} leaves fewer than 2 of the task's {n_prompts} prompts unverified; "

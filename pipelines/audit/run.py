@@ -532,8 +532,8 @@ def audit_stages(spec: AuditSpec) -> list[str]:
     return (["index", *(f"scores_{m}" for m in scored)]
             + (["masks"] if mask_methods(spec) else [])
             + (["verified"] if spec.verify is not None else [])
-            + (["edge_stats"] if scored else []) + ["stability"]
-            + (["faithfulness"] if spec.faithfulness else [])
+            + (["edge_stats"] if scored else [])
+            + (["faithfulness"] if spec.faithfulness else []) + ["stability"]  # stability reads the chosen k
             + (["approximation"] if "exact" in scored and others else [])
             + (["published"] if spec.circuit is not None else [])
             + (["circuit_tests"] if spec.tests is not None else [])
