@@ -78,7 +78,8 @@ def feature_lines(cfg: ModelConfig) -> list[str]:
 
 
 def moe_line(cfg: ModelConfig) -> str:
-    """The mixture-of-experts block in words, with the edge definition it keeps (one MLP node)."""
+    """The mixture-of-experts block in words, with the edge definition its graph keeps (``cfg.moe_nodes``: one MLP
+    node, or one sender per expert; circuitstat.circuits.moe_nodes)."""
     m = cfg.moe
     where = "every layer" if len(m["sparse_layers"]) == cfg.n_layers else f"layers {m['sparse_layers']}"
     routing = ("top-k of the router logits, softmax over them" if m["routing"] == "topk_softmax" else
@@ -86,5 +87,8 @@ def moe_line(cfg: ModelConfig) -> str:
     shared = f" + sigmoid-gated shared expert (width {m['d_shared']})" if m["d_shared"] else ""
     if m["act"] == "swiglu_clamp":
         shared += f"; clamped SwiGLU (alpha {m['swiglu_alpha']:g}, limit {m['swiglu_limit']:g}) with biases"
+    nodes = ("each expert is its own sender m{L}.e{J} (the shared expert m{L}.shared), the receiver stays the "
+             "block's input m{L}" if getattr(cfg, "moe_nodes", "block") == "experts" else
+             "the block (router and experts) is one MLP node")
     return (f"{m['top_k']} of {m['experts']} experts (width {m['d_expert']}) per token on {where}{shared}; "
-            f"router: {routing}; the block (router and experts) is one MLP node, so a patched input re-routes")
+            f"router: {routing}; {nodes}, so a patched input re-routes")

@@ -20,6 +20,8 @@ the local Hugging Face cache.
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import math
 from pathlib import Path
@@ -365,6 +367,20 @@ def _validate_hf_dir(path: Path, *, allow_pickle: bool, allow_large: bool,
     return doc, files
 
 
+@contextlib.contextmanager
+def _no_progress_bars():
+    """transformers' progress bars off inside the block, restored after (a user's own setting is kept)."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def _hf_from_dir(path: Path, *, allow_pickle: bool, allow_large: bool):
     """The HF model in directory ``path``, validated before and after loading (eval mode)."""
     import transformers
@@ -378,10 +394,11 @@ def _hf_from_dir(path: Path, *, allow_pickle: bool, allow_large: bool):
     if files:
         _check_weight_shapes(config, safetensors_shapes(files), path)
     try:
-        hf, info = transformers.AutoModelForCausalLM.from_pretrained(
-            str(path), config=config, local_files_only=True, trust_remote_code=False, weights_only=True,
-            use_safetensors=True if files else False, dtype=torch.float32, attn_implementation="eager",
-            output_loading_info=True)
+        with _no_progress_bars():  # transformers' "Loading weights" bars: the command's own progress says enough
+            hf, info = transformers.AutoModelForCausalLM.from_pretrained(
+                str(path), config=config, local_files_only=True, trust_remote_code=False, weights_only=True,
+                use_safetensors=True if files else False, dtype=torch.float32, attn_implementation="eager",
+                output_loading_info=True)
     except Exception as e:  # noqa: BLE001 - any failure to read user weights is a bad input
         raise InputError(f"{path}: the weights could not be loaded ({type(e).__name__}); check that they are "
                          "complete and match config.json") from None

@@ -543,7 +543,8 @@ TABLES.update({t.name: t for t in (
            ("verdict", S, "holds, exceeded, or trivial (no dataset made a false discovery)"),
            ("share_with_false", F, "share of datasets with at least one false discovery"),
            ("power", F, "mean recall of the true circuit", True),
-           *_ci("power_ci", "power", GT_DATASETS), ("n_datasets", I, "datasets")),
+           *_ci("power_ci", "power", GT_DATASETS + "; its ends kept within [0, 1], which the power cannot leave, "
+                "so its coverage is the t interval's"), ("n_datasets", I, "datasets")),
     _table("groundtruth_roc", "ground-truth study: edge ROC curves averaged over datasets (vertical averaging)",
            *_GT_KEYS, ("fpr", F, "false positive rate"), ("tpr", F, "mean true positive rate at that FPR"),
            *_ci("tpr_ci", "tpr", GT_DATASETS), ("estimand", S, "what the interval covers")),
@@ -573,8 +574,14 @@ TABLES.update({t.name: t for t in (
            ("pvalue", F, "P(Binomial(n_random, quantile) <= count): the null that the edge is needed"),
            ("pvalue_adjusted", F, "pvalue adjusted over the circuit's edges (correction)", True),
            ("correction", S, "holm (family-wise) or bh (FDR)"), ("quantile", F, "the null's quantile"),
-           ("n_random", I, "random added edges")),
+           ("n_random", I, "random added edges"),
+           ("dangling", B, "the edge lies on no input -> logits path inside the circuit (an unpruned top-k keeps such "
+                           "edges), so its knockout cannot change the metric: its effect is 0 up to rounding and it "
+                           "is redundant by construction, not by measurement")),
 )})
+
+#: why a dangling minimality row is redundant, in the words the claims check and the report both print
+DANGLING_REASON = "dangling: on no input -> logits path inside the circuit, so its knockout changes nothing"
 
 # The tables of the Result classes (Result.write validates against them); their names are unique
 assert not set(RESULT_TABLES) & set(TABLES), sorted(set(RESULT_TABLES) & set(TABLES))

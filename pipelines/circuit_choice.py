@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from circuitstat.core.errors import InputError
+from circuitstat.core.words import counted
 
 PREFERRED_METHOD = "exact"
 """Taken first when a run has several methods: the other methods approximate it."""
@@ -100,7 +101,7 @@ def empty_explanation(scores: np.ndarray, selected: np.ndarray, k: int, ranking:
     if not pruned or not selected.any():
         return f"no edge was selected at k={k}; use a larger --k"
     picked = scores[selected]
-    parts = [f"the top {int(selected.sum())} edges by {'|score|' if absolute else 'signed score'} "
+    parts = [f"the top {counted(int(selected.sum()), 'edge')} by {'|score|' if absolute else 'signed score'} "
              f"(scores {picked.min():+.3g} to {picked.max():+.3g}) form no path from input to logits, so pruning "
              "removed every one"]
     finite = scores[np.isfinite(scores)]

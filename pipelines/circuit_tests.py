@@ -146,9 +146,19 @@ def _parameter(name: str, cfg) -> float:
     return float("nan")
 
 
+def dangling_edges(graph, circuit: np.ndarray) -> np.ndarray:
+    """[E] bool: the circuit's edges on no input -> logits path inside it (those the EAP-IG prune removes)."""
+    from circuitstat.circuits.circuit.graph_ops import prune_edges
+
+    kept, _ = prune_edges(graph, np.asarray(circuit, dtype=bool))
+    return np.asarray(circuit, dtype=bool) & ~kept
+
+
 def result_tables(results: dict[str, Any], layout: CircuitLayout, names: list[str], cfg, *, method: str,
-                n_select: int, n_test: int, selection: str, split_seed: Any) -> dict[str, dict]:
-    """Return the columns of ``circuit_tests`` (one row per test) and ``circuit_minimality`` (one row per edge)."""
+                  n_select: int, n_test: int, selection: str, split_seed: Any,
+                  dangling: np.ndarray | None = None) -> dict[str, dict]:
+    """Return the columns of ``circuit_tests`` (one row per test) and ``circuit_minimality`` (one row per edge);
+    ``dangling`` [E]: the circuit's edges on no input -> logits path (dangling_edges; None: none known)."""
     from circuitstat.core.seeds import seed_record
 
     mini = results["minimality"]
@@ -175,7 +185,9 @@ def result_tables(results: dict[str, Any], layout: CircuitLayout, names: list[st
                "name": [names[i] for i in layout.circuit_edges], "effect": mini.edge_effect,
                "count": mini.statistic, "pvalue": mini.pvalue, "pvalue_adjusted": mini.pvalue_adjusted,
                "correction": [cfg.correction] * K, "quantile": np.full(K, cfg.quantile),
-               "n_random": np.full(K, layout.n_random, dtype=np.int64)}
+               "n_random": np.full(K, layout.n_random, dtype=np.int64),
+               "dangling": (np.zeros(K, dtype=bool) if dangling is None
+                            else np.asarray(dangling, dtype=bool)[layout.circuit_edges])}
     return {"circuit_tests": tests, "circuit_minimality": minimal}
 
 
@@ -193,4 +205,5 @@ def circuit_tests_stage(model, task, scores: dict[str, np.ndarray], names: list[
                               batch_size=spec.batch_size)
     results = run_tests(full, m, layout, cfg, test_seed)
     return result_tables(results, layout, names, cfg, method=method if cfg.edges is None else "given",
-                       n_select=int(sel.size), n_test=int(test.size), selection=how, split_seed=choose_seed)
+                         n_select=int(sel.size), n_test=int(test.size), selection=how, split_seed=choose_seed,
+                         dangling=dangling_edges(model.graph, mask))

@@ -381,7 +381,7 @@ def summary_lines(tables: dict[str, Any], alpha: float = 0.05) -> list[str]:
     lines = [f"ground truth at N = {n} ({max(s['n_datasets'])} datasets; [..]: 95% t interval over datasets of "
              f"the expected value for a dataset of N prompts)",
              f"{'model':<34} {'method':<19} {'AUROC':>17} {'pessimistic':>17} {'F1 top-|C|':>17} "
-             f"{'FDR q=' + format(alpha, 'g'):>14} {'power':>6}"]
+             f"{'FDR q=' + format(alpha, 'g'):>14} {'power':>17}"]
     for i, m in enumerate(models["model"]):
         k = models["n_true"][i]
         for method in dict.fromkeys(s["method"]):
@@ -392,10 +392,10 @@ def summary_lines(tables: dict[str, Any], alpha: float = 0.05) -> list[str]:
             f = [j for j in range(len(fdr["model"])) if (fdr["model"][j], fdr["method"][j], fdr["n"][j],
                                                           fdr["test"][j], fdr["alpha"][j]) == (m, method, n,
                                                                                               test, alpha)]
-            fd = f"{fdr['fdr'][f[0]]:.3f} {fdr['verdict'][f[0]][:5]}" if f else "—"
-            pw = f"{fdr['power'][f[0]]:.2f}" if f else "—"
+            fd = f"{fdr['fdr'][f[0]]:.3f} {fdr['verdict'][f[0]]}" if f else "—"  # the whole verdict: 'trivial'
+            pw = ci((fdr["power"][f[0]], fdr["power_ci_low"][f[0]], fdr["power_ci_high"][f[0]])) if f else "—"
             lines.append(f"{m[:34]:<34} {method:<19} {ci(a):>17} {ci(_pick(s, m, method, n, 'ranking', 'auroc_pessimistic')):>17} "
-                         f"{ci(_pick(s, m, method, n, 'topk', 'f1', f'k={k}')):>17} {fd:>14} {pw:>6}")
+                         f"{ci(_pick(s, m, method, n, 'topk', 'f1', f'k={k}')):>17} {fd:>14} {pw:>17}")
     return lines
 
 

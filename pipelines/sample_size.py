@@ -20,7 +20,7 @@ import numpy as np
 from circuitstat.core.errors import InputError
 from circuitstat.core.results import Result
 
-__all__ = ["SIMULATED_KINDS", "SampleSizeResult", "read_pilot", "sample_size", "cost_rows"]
+__all__ = ["SIMULATED_KINDS", "SampleSizeResult", "read_pilot", "pilot_groups", "sample_size", "cost_rows"]
 
 #: claim kinds answered from simulated tables (the others need model runs: faithfulness, heads, tests ...)
 SIMULATED_KINDS = ("edge_effect", "circuit_stability", "edge_in_circuit")
@@ -48,6 +48,30 @@ def read_pilot(run: str | Path, method: str | None = None):
                          + (f"; it has {', '.join(found)}" if found else "") + " (--method)")
     sm = ScoreMatrix.read(path, f"scores_{method}")
     return sm, _audit_spec(path)
+
+
+def pilot_groups(sm, spec, run: str | Path) -> np.ndarray | None:
+    """The pilot's per-example groups (templates) when its audit resampled clusters, else None.
+
+    The scores table holds no groups, so the audit's task is rebuilt from its recorded spec (the model is
+    loaded for its tokenizer) and checked against the task hash the scores recorded; InputError naming the fix
+    when it cannot be rebuilt or has no groups."""
+    if spec is None or spec.bootstrap.scheme != "clusters":
+        return None
+    from circuitstat.pipelines.audit.run import load_audit_model
+    from circuitstat.pipelines.build import build_task
+
+    model = load_audit_model(spec, spec.sources[0], "cpu")
+    task = build_task(model, spec.task.name, n=spec.task.n, seed=spec.task.seed, metric=spec.task.metric,
+                      **spec.task.options)
+    recorded = (sm.provenance.get("task") or {}).get("content_hash")
+    if (recorded is not None and recorded != task.content_hash) or len(task) != sm.scores.shape[0]:
+        raise InputError(f"pilot run {run}: its task {spec.task.name!r} no longer builds the prompts the scores "
+                         "were computed on (the task file changed?); restore it, or rerun the pilot")
+    if task.group is None:
+        raise InputError(f"pilot run {run} resampled clusters, but its task {spec.task.name!r} has no group "
+                         "column; add one to the task file, or rerun the pilot with bootstrap.scheme 'examples'")
+    return task.group.numpy()
 
 
 def _audit_spec(path: Path):
@@ -88,15 +112,16 @@ class SampleSizeResult(Result):
 
 
 def _claims_pass(cf, D: np.ndarray, names: list[str], method: str, ks: list[int], spec, seed, n_jobs: int,
-                 need_edges: bool) -> tuple[np.ndarray, list[str]]:
-    """(jaccard_data_ci_low per k, status per claim) of one simulated dataset D, through the audit's table
-    builders and the claims' own evaluators (tables in a temporary directory, removed after)."""
+                 need_edges: bool, groups: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
+    """(jaccard_data_ci_low per k, status per claim) of one simulated dataset D (its rows' groups ``groups``
+    when the spec resamples clusters), through the audit's table builders and the claims' own evaluators
+    (tables in a temporary directory, removed after)."""
     from circuitstat.core.tables import write_table
     from circuitstat.pipelines.audit.run import resampling_plan
     from circuitstat.pipelines.audit.tables import edge_stats_table, stability_tables
     from circuitstat.pipelines.claims.evaluation import evaluate_claims
 
-    plan = resampling_plan(spec, D.shape[0], None, seed, for_intervals=True)
+    plan = resampling_plan(spec, D.shape[0], groups, seed, for_intervals=True)
     stab, inc = stability_tables(D, names, method, plan, ks, spec, n_jobs)
     if cf is None:
         return np.asarray(stab["jaccard_data_ci_low"]), []
@@ -110,17 +135,19 @@ def _claims_pass(cf, D: np.ndarray, names: list[str], method: str, ks: list[int]
 
 
 def _simulate(S: np.ndarray, names: list[str], method: str, n: int, ks: list[int], cf, spec, *, n_datasets: int,
-              seed: Any, means: str, n_jobs: int) -> tuple[np.ndarray, np.ndarray]:
-    """([n_datasets, k] data-level lower ends, [n_datasets, claims] passes) over simulated datasets of n."""
+              seed: Any, means: str, n_jobs: int, groups: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """([n_datasets, k] data-level lower ends, [n_datasets, claims] passes) over simulated datasets of n; each
+    simulated prompt keeps the group (template) of the pilot row it was drawn from."""
     from circuitstat.core.seeds import spawn_seeds
     from circuitstat.stats.sample_size import simulated_datasets
 
     c_data, c_plans = spawn_seeds(seed, 2)
     need_edges = cf is not None and any(c.kind == "edge_effect" for c in cf.claims)
     lows, passes = [], []
-    for d, D in enumerate(simulated_datasets(S, n, n_datasets, ranking=spec.ranking, seed=c_data, means=means)):
+    sims = simulated_datasets(S, n, n_datasets, ranking=spec.ranking, seed=c_data, means=means, with_rows=True)
+    for d, (D, rows) in enumerate(sims):
         low, status = _claims_pass(cf, D, names, method, ks, spec, spawn_seeds(c_plans, n_datasets)[d], n_jobs,
-                                   need_edges)
+                                   need_edges, None if groups is None else np.asarray(groups)[rows])
         lows.append(low)
         passes.append([s == "pass" for s in status])
     return np.asarray(lows), np.asarray(passes, dtype=bool).reshape(n_datasets, -1)
@@ -164,11 +191,12 @@ def _claims_table(cf, skip: dict, ns: np.ndarray, passes: dict, n_datasets: int)
 def sample_size(S: np.ndarray, names: Sequence[str], method: str, ns: Sequence[int], ks: Sequence[int],
                 target: float, *, claims=None, spec=None, n_datasets: int = 20, seed: Any = 0,
                 means: str = "deconvolved", prediction_level: float = 0.9, n_jobs: int = 1,
-                cost: dict | None = None) -> SampleSizeResult:
+                cost: dict | None = None, groups: np.ndarray | None = None) -> SampleSizeResult:
     """Return the SampleSizeResult of pilot scores S [n0, E] (method ``method``) at sizes ns and circuit sizes ks.
 
     spec: the audit settings the full run will use (its bootstrap and ranking; default AuditSpec's);
-    claims: a ClaimsFile whose simulated kinds get a pass probability; n_datasets simulated datasets per N.
+    claims: a ClaimsFile whose simulated kinds get a pass probability; n_datasets simulated datasets per N;
+    groups: the pilot rows' groups (pilot_groups), needed when the spec's bootstrap resamples clusters.
     """
     from circuitstat.core.seeds import as_seed_sequence, seed_record, spawn_seeds
     from circuitstat.pipelines.spec import AuditSpec
@@ -197,7 +225,7 @@ def sample_size(S: np.ndarray, names: Sequence[str], method: str, ns: Sequence[i
         if n < MIN_OBS:
             continue
         lows, passes[int(n)] = _simulate(S, list(names), method, int(n), ks_sim, cf, spec, n_datasets=n_datasets,
-                                         seed=c, means=means, n_jobs=n_jobs)
+                                         seed=c, means=means, n_jobs=n_jobs, groups=groups)
         for j, k in enumerate(ks_sim):
             p_clear[(stab["n"] == n) & (stab["k"] == k)] = (lows[:, j] >= target).mean()
     stab.update(p_clear=p_clear, p_clear_se=np.sqrt(p_clear * (1 - p_clear) / n_datasets),

@@ -170,21 +170,31 @@ class VerifySpec(_Strict):
         return self
 
 
-def check_verify(verify: VerifySpec | None, *, methods, n_prompts: int, level: str, n_edges: int | None = None
-                 ) -> None:
-    """None; InputError when a verified run cannot be made of these settings (before any work)."""
+#: how check_verify names what the user set: a spec's keys, or the command line's flags (attribute)
+VERIFY_WORDS = {"spec": {"verify": "verify", "n": "verify.n", "level": "level: edge", "methods": "to the methods",
+                         "prompts": "task.n", "edges": "verify.edges"},
+                "flags": {"verify": "--verify", "n": "--verify", "level": "--level edge", "methods": "as --method",
+                          "prompts": "--n", "edges": "--verify-edges"}}
+
+
+def check_verify(verify: VerifySpec | None, *, methods, n_prompts: int, level: str, n_edges: int | None = None,
+                 words: str = "spec") -> None:
+    """None; InputError when a verified run cannot be made of these settings (before any work); ``words``: name
+    the settings as a spec's keys ("spec") or as attribute's flags ("flags")."""
     if verify is None:
         return
+    w = VERIFY_WORDS[words]
     if level != "edge":
-        raise InputError("verify needs level: edge (verified intervals are per edge)")
+        raise InputError(f"{w['verify']} needs {w['level']} (verified intervals are per edge)")
     if not any(m != "exact" and m not in MASK_METHODS for m in methods):
-        raise InputError("verify checks an approximate method's per-example scores: add eap, eap-ig-inputs, atpstar, "
-                         "... to the methods (a mask-learned method such as edge-pruning has none)")
+        raise InputError(f"{w['verify']} checks an approximate method's per-example scores: add eap, eap-ig-inputs, "
+                         f"atpstar, ... {w['methods']} (a mask-learned method such as edge-pruning has none)")
     if verify.n > n_prompts - 2:
-        raise InputError(f"verify.n={verify.n} leaves fewer than 2 of the task's {n_prompts} prompts unverified; "
-                         f"use verify.n <= {n_prompts - 2} or more prompts (task.n)")
+        set_to = f"{w['n']} {verify.n}" if words == "flags" else f"{w['n']}={verify.n}"
+        raise InputError(f"{set_to} leaves fewer than 2 of the task's {n_prompts} prompts unverified; "
+                         f"use {w['n']} <= {n_prompts - 2} or more prompts ({w['prompts']})")
     if n_edges is not None and verify.edges is not None and verify.edges.top + verify.edges.random > n_edges:
-        raise InputError(f"verify.edges asks for {verify.edges.top} + {verify.edges.random} edges of the "
+        raise InputError(f"{w['edges']} asks for {verify.edges.top} + {verify.edges.random} edges of the "
                          f"model's {n_edges}; lower top or random")
 
 

@@ -45,6 +45,8 @@ class RunInfo:
     methods: tuple[str, ...]
     n_edges: int
     confidence_level: float | None = None
+    weight_hash: str | None = None  # the first model's, from the manifest's provenance: same weights, same model
+    spec: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)  # its differences become a note
 
 
 def _num(v: Any) -> float:
@@ -140,12 +142,56 @@ def _check_comparable(ta: Mapping, tb: Mapping, a: RunInfo, b: RunInfo) -> tuple
                          "compare two runs of the same model (or of models with the same graph)")
     notes = []
     if a.models != b.models:
-        notes.append(f"the runs are of different models ({', '.join(a.models) or '?'} vs "
-                     f"{', '.join(b.models) or '?'}); edges are joined by name")
+        notes.append(_model_note(a, b))
     if ea != eb:
         notes.append(f"the edge sets differ: {len(shared)} shared, {len(ea - eb)} only in A, {len(eb - ea)} only "
                      "in B; an edge in one run only has no difference")
     return shared, notes
+
+
+def _model_note(a: RunInfo, b: RunInfo) -> str:
+    """What differently named models are: the same weights (equal weight hashes), different ones, or unknown."""
+    names = f"{', '.join(a.models) or '?'} vs {', '.join(b.models) or '?'}"
+    if a.weight_hash and a.weight_hash == b.weight_hash:
+        return (f"the runs name their model differently ({names}) but its weights are the same (weight hash "
+                f"{a.weight_hash[:12]}): the same model")
+    if a.weight_hash and b.weight_hash:
+        return (f"the runs are of different models ({names}; weight hashes {a.weight_hash[:12]} and "
+                f"{b.weight_hash[:12]}); edges are joined by name")
+    return f"the runs name different models ({names}; no weight hash recorded to tell); edges are joined by name"
+
+
+#: spec keys whose difference between the runs is no explanation of their numbers (where outputs go, workers)
+_SPEC_IGNORED = ("models", "model", "n_jobs", "scheduler", "device")
+SPEC_SHOWN = 8
+
+
+def _flat(doc: Any, prefix: str = "") -> dict[str, Any]:
+    """``doc`` flattened to {"a.b": value} (lists kept whole)."""
+    if not isinstance(doc, Mapping):
+        return {prefix: doc}
+    out: dict[str, Any] = {}
+    for k, v in doc.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, Mapping) else {f"{prefix}{k}": v})
+    return out
+
+
+def spec_difference(spec_a: Mapping[str, Any] | None, spec_b: Mapping[str, Any] | None) -> list[str]:
+    """The spec keys whose values differ between two runs, as 'key (A: x, B: y)' (models, workers left out)."""
+    if not spec_a or not spec_b:
+        return []
+    fa, fb = _flat(spec_a), _flat(spec_b)
+    keys = sorted(k for k in set(fa) | set(fb) if k.split(".")[0] not in _SPEC_IGNORED and fa.get(k) != fb.get(k))
+    return [f"{k} (A: {fa.get(k, '-')}, B: {fb.get(k, '-')})" for k in keys]
+
+
+def _spec_note(a: RunInfo, b: RunInfo) -> list[str]:
+    diff = spec_difference(a.spec, b.spec)
+    if not diff:
+        return []
+    more = f", and {len(diff) - SPEC_SHOWN} more" if len(diff) > SPEC_SHOWN else ""
+    return [f"the specs differ in {'; '.join(diff[:SPEC_SHOWN])}{more}: what changes the intervals (e.g. "
+            "bootstrap.scheme: clusters resample whole templates) is among these"]
 
 
 def _estimand_notes(edges: list[dict]) -> list[str]:
@@ -189,7 +235,8 @@ class RunComparison:
         from circuitstat.core.query import json_rows
 
         info = {k: {"label": r.label, "models": list(r.models), "methods": list(r.methods), "n_edges": r.n_edges,
-                    "confidence_level": r.confidence_level} for k, r in (("a", self.a), ("b", self.b))}
+                    "confidence_level": r.confidence_level, "weight_hash": r.weight_hash}
+                for k, r in (("a", self.a), ("b", self.b))}
         return json_rows({"runs": info, "counts": self.counts(), "notes": list(self.notes),
                           "estimands": dict(self.estimands), "edges": self.edges, "stability": self.stability,
                           "faithfulness": self.faithfulness, "claims": self.claims})
@@ -198,7 +245,7 @@ class RunComparison:
     def from_dict(cls, doc: Mapping[str, Any]) -> RunComparison:
         """Return the comparison that :meth:`to_dict` gave ``doc`` (the server's JSON), for its summary and page."""
         runs = {k: RunInfo(str(r["label"]), tuple(r["models"]), tuple(r["methods"]), int(r["n_edges"]),
-                           r.get("confidence_level")) for k, r in doc["runs"].items()}
+                           r.get("confidence_level"), r.get("weight_hash")) for k, r in doc["runs"].items()}
         return cls(runs["a"], runs["b"], list(doc["edges"]), list(doc["stability"]), list(doc["faithfulness"]),
                    None if doc.get("claims") is None else list(doc["claims"]), list(doc.get("notes", [])),
                    dict(doc.get("estimands", {})))
@@ -232,6 +279,7 @@ def compare_tables(tables_a: Mapping[str, pa.Table | None], tables_b: Mapping[st
         missing = [i.label for t, i in ((tables_a, a), (tables_b, b)) if t.get("claims") is None]
         notes.append(f"no claims verdicts compared: no claims table in {' nor '.join(missing)} (run "
                      "`circuitstat check CLAIMS --run RUN` on both)")
+    notes += _spec_note(a, b)
     if a.confidence_level != b.confidence_level:
         notes.append(f"the runs' intervals have different levels ({a.confidence_level} vs {b.confidence_level})")
     notes += _estimand_notes(edges)
@@ -251,8 +299,12 @@ def _info(label: str, manifest: dict, tables: Mapping[str, pa.Table | None], mod
     methods = list(dict.fromkeys(t.column("method").to_pylist())) if t is not None and "method" in t.column_names else []
     boot = spec.get("bootstrap") if isinstance(spec.get("bootstrap"), dict) else {}
     level = boot.get("confidence_level", 0.95 if spec else None)
+    prov = manifest.get("provenance") if isinstance(manifest.get("provenance"), dict) else {}
+    model = prov.get("model") if isinstance(prov.get("model"), dict) else {}
+    digest = model.get("weight_hash")
     return RunInfo(label, tuple(models), tuple(methods), len(_edge_names(tables)),
-                   float(level) if isinstance(level, (int, float)) else None)
+                   float(level) if isinstance(level, (int, float)) else None,
+                   digest if isinstance(digest, str) and digest else None, spec or None)
 
 
 def read_run(path: str | os.PathLike[str], label: str | None = None,

@@ -9,7 +9,7 @@ from circuitstat.core.interval_words import interval_text
 
 RunComparison = Any  # circuitstat.reports.compare.RunComparison (not imported: it imports this module)
 
-__all__ = ["summary_text", "biggest"]
+__all__ = ["summary_text", "biggest", "edge_rows_text", "all_equal_text"]
 
 
 def _ci(row: dict, est: str, lo: str, hi: str, side: str) -> str:
@@ -54,12 +54,49 @@ def _k_lines(rows: list[dict], est: str, lo: str, hi: str) -> list[str]:
                    _apart(r["overlap"])] for r in rows])
 
 
+def edge_rows_text(comp: RunComparison) -> str:
+    """The edge-row counts in words: a row is one method's edge, so a method one run lacks gives rows in one run."""
+    c = comp.counts()
+
+    def only(side: str, this, other) -> str:
+        n = c[f"edges_only_{side}"]
+        lacks = [m for m in this.methods if m not in other.methods]
+        why = f" (method{'s' if len(lacks) != 1 else ''} {', '.join(lacks)}, which {'B' if side == 'a' else 'A'} " \
+              "has not)" if n and lacks else ""
+        return f"{n} in {side.upper()} only{why}"
+
+    return (f"one per method and edge: {c['edges_both']} in both runs, {only('a', comp.a, comp.b)}, "
+            f"{only('b', comp.b, comp.a)}")
+
+
+def all_equal_text(comp: RunComparison) -> str | None:
+    """One sentence when every edge row of both runs has the same estimate in A and B, else None."""
+    both = [r for r in comp.edges if r["difference"] is not None]
+    if not both or any(r["difference"] != 0 for r in both):
+        return None
+    ends = sum((r["ci_low_a"], r["ci_high_a"]) != (r["ci_low_b"], r["ci_high_b"]) for r in both)
+    return (f"All {len(both)} edge-row estimates are equal in A and B (B - A = 0); "
+            + (f"only the intervals differ ({ends} rows)." if ends else "the intervals are equal too."))
+
+
+def _difference_lines(comp: RunComparison, top: int) -> list[str]:
+    """The largest differences B - A, or one sentence when every shared estimate is equal."""
+    equal = all_equal_text(comp)
+    if equal is not None:
+        return ["", equal]
+    big = biggest(comp, top)
+    n = sum(r["difference"] is not None for r in comp.edges)
+    lines = ["", f"Largest differences B - A of the mean edge effect (top {len(big)} of {n} edge rows; --json "
+                 "lists every edge):"]
+    return lines + (_edge_lines(big) if big else ["(none)"])
+
+
 def _head(comp: RunComparison) -> list[str]:
     c = comp.counts()
     items = [("run A", comp.a.label), ("run B", comp.b.label),
              ("models", f"A: {', '.join(comp.a.models) or '?'} | B: {', '.join(comp.b.models) or '?'}"),
              ("methods", f"A: {', '.join(comp.a.methods)} | B: {', '.join(comp.b.methods)}"),
-             ("edge rows", f"{c['edges_both']} in both, {c['edges_only_a']} only in A, {c['edges_only_b']} only in B"),
+             ("edge rows", edge_rows_text(comp)),
              ("intervals apart", f"{c['edges_flagged']} edge rows, {c['stability_flagged']} stability rows, "
                                  f"{c['faithfulness_flagged']} faithfulness rows (a flag to look at, not a test)")]
     if comp.claims is not None:
@@ -77,10 +114,7 @@ def summary_text(comp: RunComparison, top: int = 20) -> str:
     flagged = comp.flagged_edges
     lines += ["", f"Edges whose intervals do not overlap ({len(flagged)}; showing at most {top}):"]
     lines += _edge_lines(flagged[:top]) if flagged else ["(none)"]
-    big = biggest(comp, top)
-    lines += ["", f"Largest differences B - A of the mean edge effect (top {len(big)} of "
-                  f"{sum(r['difference'] is not None for r in comp.edges)} edge rows; --json lists every edge):"]
-    lines += _edge_lines(big) if big else ["(none)"]
+    lines += _difference_lines(comp, top)
     lines += ["", "Circuit stability against k: jaccard_data [interval] (" + comp.estimands["stability"].split(";")[0]
               .removeprefix("jaccard_data: ") + "):"]
     lines += _k_lines(comp.stability, "jaccard_data", "jaccard_data_ci_low", "jaccard_data_ci_high") \

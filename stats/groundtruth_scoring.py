@@ -264,6 +264,9 @@ def fdr_rows(rows: Sequence[dict], keys: Sequence[str], z: float = 2.0) -> list[
         p = over_datasets(np.asarray(rec[g]))
         out.append({**dict(zip(list(keys) + ["test", "alpha"], g)), "fdr": c["fdr"], "fdr_mc_se": c["fdr_mc_se"],
                     "bound": c["bound"], "verdict": c["verdict"], "share_with_false": c["share_with_false"],
-                    "power": p["mean"], "power_ci_low": p["ci_low"], "power_ci_high": p["ci_high"],
+                    # a recall lies in [0, 1]: the t interval's ends are kept there (the schema says so); the
+                    # power cannot lie outside, so the kept interval covers exactly when the t interval does
+                    "power": p["mean"], "power_ci_low": float(np.clip(p["ci_low"], 0.0, 1.0)),
+                    "power_ci_high": float(np.clip(p["ci_high"], 0.0, 1.0)),
                     "n_datasets": c["n_datasets"]})
     return out

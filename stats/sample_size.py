@@ -339,9 +339,10 @@ def predict_stability(S: np.ndarray, ns: Sequence[int], ks: Sequence[int], *, ra
 
 
 def simulated_datasets(S: np.ndarray, n: int, n_datasets: int, *, ranking: str, seed: Any = None,
-                       means: str = "deconvolved") -> Iterator[np.ndarray]:
+                       means: str = "deconvolved", with_rows: bool = False) -> Iterator[Any]:
     """Yield n_datasets simulated datasets [n, E], each drawn from the model refitted to a bootstrap resample
-    of the pilot's rows (so the pilot's own uncertainty is part of every probability computed over them)."""
+    of the pilot's rows (so the pilot's own uncertainty is part of every probability computed over them);
+    with_rows: (dataset, the pilot row each simulated prompt came from) pairs."""
     S = np.asarray(S, dtype=np.float64)
     n0 = S.shape[0]
     c_plan, c_rows = spawn_seeds(as_seed_sequence(seed), 2)
@@ -349,7 +350,8 @@ def simulated_datasets(S: np.ndarray, n: int, n_datasets: int, *, ranking: str, 
     rng = np.random.default_rng(c_rows)
     for d in range(int(n_datasets)):
         fit = fit_pilot(S[plan.indices(d)], ranking=ranking, means=means)
-        yield fit.dataset(rng.integers(0, n0, int(n)))
+        rows = rng.integers(0, n0, int(n))
+        yield (fit.dataset(rows), rows) if with_rows else fit.dataset(rows)
 
 
 def clear_probability(S: np.ndarray, n: int, ks: Sequence[int], target: float, *, ranking: str,

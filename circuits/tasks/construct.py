@@ -27,7 +27,7 @@ def _length_problem(clean: Sequence[Sequence[int]], corrupted: Sequence[Sequence
     unequal = [i for i in range(n) if len(clean[i]) != len(corrupted[i])]
     if not unequal:
         return None
-    detail = "; ".join(f"row {i}: clean {len(clean[i])} tokens, corrupted {len(corrupted[i])}"
+    detail = "; ".join(f"row {i + 1}: clean {len(clean[i])} tokens, corrupted {len(corrupted[i])}"
                        for i in unequal[:MAX_ROWS_SHOWN])
     return (f"{len(unequal)} of {n} rows have clean and corrupted prompts of different "
             f"token lengths (rows {rows_str(unequal)}; {detail}). Fix: make each corrupted prompt "
@@ -88,7 +88,7 @@ def _answer_ids(tokenizer, values: Sequence, column: str) -> tuple[list[int], st
     if not bad:
         return ids, None
     detail = "; ".join(
-        f"row {i}: {v!r} -> {len(t)} tokens {[tokenizer.decode([x]) for x in t]}" for i, v, t in bad[:MAX_ROWS_SHOWN]
+        f"row {i + 1}: {v!r} -> {len(t)} tokens {[tokenizer.decode([x]) for x in t]}" for i, v, t in bad[:MAX_ROWS_SHOWN]
     )
     hint = ""
     if any(isinstance(v, str) and not v.startswith(" ") and len(tokenizer.encode(" " + v)) == 1 for _, v, _ in bad):

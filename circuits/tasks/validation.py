@@ -45,9 +45,11 @@ def check_bool(what: str, value: Any) -> bool:
 
 
 def rows_str(rows: Sequence[int]) -> str:
-    """Row numbers for a message: the first MAX_ROWS_SHOWN, then how many in all."""
+    """Row numbers (0-based indices) for a message, counted from 1 as a file's rows are and saying so: the first
+    MAX_ROWS_SHOWN, then how many in all."""
     rows = list(rows)
-    s = ", ".join(str(r) for r in rows[:MAX_ROWS_SHOWN])
-    return s + (f", ... ({len(rows)} rows in all)" if len(rows) > MAX_ROWS_SHOWN else "")
+    s = ", ".join(str(int(r) + 1) for r in rows[:MAX_ROWS_SHOWN])
+    return s + (f", ... ({len(rows)} rows in all, counting from 1)" if len(rows) > MAX_ROWS_SHOWN
+                else " (counting from 1)")
 
 

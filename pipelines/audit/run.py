@@ -198,23 +198,6 @@ def _analysis_stages(run, spec: AuditSpec, model, task, scores: RunScores, names
         run_stage(run, "edge_stats", stats_stage, ["edge_stats"], params=rs, depends_on=deps, force=force)
     fits = {m: read_refits(run.table("mask_fits"), m) for m in masked}  # {method: (fit [E], refits [R, E])}
 
-    def stability_stage():
-        plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=False)
-        parts = [stability_tables(scores.columns(m), names, m, plan, ks, spec, workers) for m in scored]
-        if masked:  # refits over the same scheme's resamples, n_refits of them (the masks stage's plan)
-            parts += [mask_stability_tables(fits[m][1], names, m,
-                                            refit_plan(spec, N, groups, run.stage_seed("resampling"), m), ks)
-                      for m in masked]
-        from circuitstat.stats import ResamplingPlan
-
-        for vm, (C, strata) in verified.items():  # labelled and unlabelled prompts resampled apart
-            vplan = ResamplingPlan.stratified(strata, spec.bootstrap.n_resamples, run.stage_seed("resampling"))
-            parts.append(stability_tables(C, names, vm, vplan, ks, spec, workers, ranked_by=_estimand(spec, strata)))
-        return {"stability_vs_k": _concat([p[0] for p in parts]), "inclusion": _concat([p[1] for p in parts])}
-
-    run_stage(run, "stability", stability_stage, ["stability_vs_k", "inclusion"], params=rs,
-              depends_on=circuit_deps + mask_deps, force=force)
-
     if spec.faithfulness:
         def faith_stage():
             plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=True)
@@ -229,6 +212,25 @@ def _analysis_stages(run, spec: AuditSpec, model, task, scores: RunScores, names
 
         run_stage(run, "faithfulness", faith_stage, ["faithfulness_vs_k"], params={**rs, "k_search": spec.k_search},
                   depends_on=circuit_deps + mask_deps, force=force)
+
+    def stability_stage():
+        plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=False)
+        at = _chosen_ks(run, spec, ks)
+        parts = [stability_tables(scores.columns(m), names, m, plan, at(m), spec, workers) for m in scored]
+        if masked:  # refits over the same scheme's resamples, n_refits of them (the masks stage's plan)
+            parts += [mask_stability_tables(fits[m][1], names, m,
+                                            refit_plan(spec, N, groups, run.stage_seed("resampling"), m), at(m))
+                      for m in masked]
+        from circuitstat.stats import ResamplingPlan
+
+        for vm, (C, strata) in verified.items():  # labelled and unlabelled prompts resampled apart
+            vplan = ResamplingPlan.stratified(strata, spec.bootstrap.n_resamples, run.stage_seed("resampling"))
+            parts.append(stability_tables(C, names, vm, vplan, at(vm), spec, workers,
+                                          ranked_by=_estimand(spec, strata)))
+        return {"stability_vs_k": _concat([p[0] for p in parts]), "inclusion": _concat([p[1] for p in parts])}
+
+    run_stage(run, "stability", stability_stage, ["stability_vs_k", "inclusion"], params=rs,
+              depends_on=circuit_deps + mask_deps + (["faithfulness"] if spec.faithfulness else []), force=force)
 
     others = [m for m in scored if m != "exact"]
     if "exact" in scored and others:
@@ -245,6 +247,23 @@ def _analysis_stages(run, spec: AuditSpec, model, task, scores: RunScores, names
         run_stage(run, "approximation", approx_stage, ["approximation", "approximation_summary"],
                   params={"k": ks, "ranking": spec.ranking, "bootstrap": spec.bootstrap.model_dump()},
                   depends_on=deps, force=force)
+
+
+def _chosen_ks(run, spec: AuditSpec, ks: list[int]):
+    """method -> the k grid plus the circuit size the verdict shows for it (a k the faithfulness search chose
+    beyond the grid), so the report reads stability and inclusion at the circuit's own k."""
+    if not spec.faithfulness:
+        return lambda method: ks
+    from circuitstat.reports.tableset import Tables
+    from circuitstat.reports.verdicts import choose_k
+
+    T = Tables(run.path)
+
+    def at(method: str) -> list[int]:
+        k, _ = choose_k(T, method)
+        return sorted(set(ks) | ({int(k)} if k is not None else set()))
+
+    return at
 
 
 def verified_circuit_methods(run, spec: AuditSpec) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -513,8 +532,8 @@ def audit_stages(spec: AuditSpec) -> list[str]:
     return (["index", *(f"scores_{m}" for m in scored)]
             + (["masks"] if mask_methods(spec) else [])
             + (["verified"] if spec.verify is not None else [])
-            + (["edge_stats"] if scored else []) + ["stability"]
-            + (["faithfulness"] if spec.faithfulness else [])
+            + (["edge_stats"] if scored else [])
+            + (["faithfulness"] if spec.faithfulness else []) + ["stability"]  # stability reads the chosen k
             + (["approximation"] if "exact" in scored and others else [])
             + (["published"] if spec.circuit is not None else [])
             + (["circuit_tests"] if spec.tests is not None else [])

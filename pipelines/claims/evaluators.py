@@ -10,7 +10,7 @@ import difflib
 import math
 from typing import Any, Callable
 
-from circuitstat.core.schema import claimable
+from circuitstat.core.schema import DANGLING_REASON, claimable
 
 from .bounds import bounded, cmp_text, fmt
 from .models import (ApproximationClaim, CircuitStabilityClaim, EdgeEffectClaim, EdgeInCircuitClaim, FaithfulnessClaim,
@@ -310,10 +310,13 @@ def _eval_circuit_test(c: Any, run: RunReader) -> tuple[bool, dict, str]:
              f"(chosen on {r['n_select']} others)")
     text = f"{where}: p = {cmp_text(p, c.alpha, '<=' if rejected else '>')}"
     if c.kind == "circuit_minimal" and rejected:
-        edges = run.rows("circuit_minimality", ["name", "pvalue_adjusted", "correction"], method=method)
+        old_run = not run.has_column("circuit_minimality", "dangling")  # written before the column existed
+        cols = ["name", "pvalue_adjusted", "correction"] + ([] if old_run else ["dangling"])
+        edges = run.rows("circuit_minimality", cols, method=method)
         bad = sorted((e for e in edges if e["pvalue_adjusted"] <= c.alpha), key=lambda e: e["pvalue_adjusted"])
         text += (f"; redundant edges ({bad[0]['correction'] if bad else ''}): "
-                 + ", ".join(f"{e['name']} (p = {fmt(e['pvalue_adjusted'])})" for e in bad[:5]))
+                 + ", ".join(f"{e['name']} (p = {fmt(e['pvalue_adjusted'])}{'; ' + DANGLING_REASON if e.get('dangling') else ''})"
+                             for e in bad[:5]))
     if rejected:
         text += f": {r['rejection_means']}"
     elif not want_reject:

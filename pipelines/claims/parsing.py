@@ -41,6 +41,14 @@ def _loc(loc: tuple) -> tuple[str, str | None]:
     return out or "(top level)", kind
 
 
+def _did_you_mean(given: Any, known) -> str:
+    """'did you mean 'x'? ' for the nearest known name (difflib), '' when none is near or ``given`` is no string."""
+    import difflib
+
+    close = difflib.get_close_matches(given, list(known), n=1, cutoff=0.6) if isinstance(given, str) else []
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
 def _format_validation(exc: ValidationError, source: str, data: Any) -> str:
     parts = []
     errors = exc.errors(include_url=False)
@@ -50,7 +58,7 @@ def _format_validation(exc: ValidationError, source: str, data: Any) -> str:
         if t == "extra_forbidden":
             fields = list(KIND_MODELS[kind].model_fields if kind else ClaimsFile.model_fields)
             fields.sort(key=lambda f: f != "kind")
-            msg = f"unknown key; allowed keys: {', '.join(fields)}"
+            msg = f"unknown key; {_did_you_mean(err['loc'][-1], fields)}allowed keys: {', '.join(fields)}"
         elif t == "missing":
             msg = "required key is missing"
         elif t == "invalid_key":
@@ -59,8 +67,9 @@ def _format_validation(exc: ValidationError, source: str, data: Any) -> str:
             msg = "list at least one claim"
         elif t == "union_tag_not_found":
             msg = f"every claim needs a 'kind'; kinds: {', '.join(CLAIM_KINDS)}"
-        elif t == "union_tag_invalid":
-            msg = f"unknown kind {err['input'].get('kind')!r}; kinds: {', '.join(CLAIM_KINDS)}" if isinstance(err.get("input"), dict) else msg
+        elif t == "union_tag_invalid" and isinstance(err.get("input"), dict):
+            msg = f"unknown kind {err['input'].get('kind')!r}; {_did_you_mean(err['input'].get('kind'), CLAIM_KINDS)}" \
+                  f"kinds: {', '.join(CLAIM_KINDS)}"
         elif t in ("model_attributes_type", "model_type", "dict_type") and where.startswith("claims["):
             msg = "each claim must be a mapping of keys (kind, method, ...), not " + type(err.get("input")).__name__
         elif t == "literal_error":

@@ -93,6 +93,10 @@ class RunReader:
                              "it was written by another version: re-run the audit", missing=True)
         return t
 
+    def has_column(self, name: str, column: str, /) -> bool:
+        """Whether table ``name`` (read once; ClaimError when absent) has ``column``."""
+        return column in self.table(name, []).column_names
+
     def rows(self, name: str, columns: list[str], /, **eq: Any) -> list[dict]:
         """Return the rows of table ``name`` whose columns equal ``eq``, as dicts of ``columns`` and ``eq``'s keys."""
         # One index per (table, key columns), built once: a file of 60,000 claims must not filter the

@@ -53,6 +53,10 @@ def model_command(
                                     help="max |logit difference| (and relative gradient difference) allowed"),
     logits_only: bool = typer.Option(False, "--logits-only",
                                      help="check logits only (skip the gradient and exact-patching parity checks)"),
+    moe_nodes: MoeNodes = typer.Option(
+        "block", "--moe-nodes",
+        help="the graph to describe: mixture-of-experts layers as one sender (block) or one per expert "
+             "(experts), as attribute --moe-nodes builds it; the checks run on that graph"),
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
@@ -75,6 +79,10 @@ def model_command(
         # the logits check then vouches for what attribute and audit compute with
         model = load_model(source, allow_pickle=allow_pickle, allow_large=allow_large)
     cfg, g = model.cfg, model.graph
+    if moe_nodes.value != "block":  # the graph attribute --moe-nodes builds (InputError on a dense model); the
+        from circuitstat.circuits.moe_nodes import set_moe_nodes  # checks below run on that graph
+
+        g = set_moe_nodes(model, moe_nodes.value).graph
     echo(f"source        {source}")
     echo(f"architecture  {cfg.arch}{' (parallel attention+MLP)' if cfg.parallel else ''}")
     echo(f"layers        {cfg.n_layers}")
@@ -87,7 +95,8 @@ def model_command(
     for line in feature_lines(cfg):
         echo(line)
     echo(f"nodes         {len(g.nodes)} ({g.n_senders} senders, {g.n_receivers} receivers)")
-    echo(f"edges         {g.n_edges}")
+    per = f" (--moe-nodes {moe_nodes.value}: one sender per expert, m{{L}}.e{{J}})" if moe_nodes.value != "block" else ""
+    echo(f"edges         {g.n_edges}{per}")
     echo(f"weight hash   {model.weight_hash()[:16]}")
     if hf is None:
         echo("logits check  skipped (a circuitstat model has no Hugging Face counterpart)")
@@ -214,7 +223,7 @@ def attribute_command(
     options = parse_task_options(task, task_option)
     metric = None if metric is None else metric.value
     vspec = verify_from_options(verify, verify_edges, verify_tau, verify_seed)
-    check_verify(vspec, methods=[method], n_prompts=n, level=level)
+    check_verify(vspec, methods=[method], n_prompts=n, level=level, words="flags")
     ep = {"steps": steps, "lr": lr, "sparsity": sparsity, "objective": None if objective is None else objective.value,
           "n_samples": n_samples}
     if n_samples is not None and method != "ugs":

@@ -16,6 +16,21 @@ from typer.core import TyperGroup
 from circuitstat.pipelines.options import ABLATION, DTYPES, LEVEL, METHOD, METRIC
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 3, 130, 143
+EXIT_PIPE = 141  # the reader of our output closed it (`circuitstat --help | head`): 128 + SIGPIPE, as other tools
+
+
+def reader_gone() -> typing.NoReturn:
+    """Exit EXIT_PIPE without a word: the reader of stdout closed it, which is no error of the user's or ours;
+    stdout is pointed at /dev/null first, so Python's flush at exit cannot raise again (Python's docs, "Note on
+    SIGPIPE")."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (a test's captured stdout): nothing to flush into a pipe
+        pass
+    raise typer.Exit(EXIT_PIPE)
 
 
 class Terminated(KeyboardInterrupt):
@@ -100,6 +115,8 @@ class _Boundary(TyperGroup):
             _die("terminated (SIGTERM); rerun the same command to resume", EXIT_TERMINATED)
         except (KeyboardInterrupt, typer.Abort):
             _die("interrupted; rerun the same command to resume", EXIT_INTERRUPTED)
+        except BrokenPipeError:  # the reader of our output went away (`| head`): not a path, permission or disk
+            reader_gone()
         except Exception as exc:  # noqa: BLE001 - this is the boundary
             message = user_error_message(exc)
             if message is not None:
@@ -124,7 +141,7 @@ def _die(message: str, code: int) -> typing.NoReturn:
 app = typer.Typer(cls=_Boundary, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Statistical circuit discovery and stability audits of transformer language models. "
                        "Exit codes: 0 ok, 1 a check or claim failed, 2 bad input (one-line error), "
-                       "3 internal error (a bug), 130 interrupted.")
+                       "3 internal error (a bug), 130 interrupted, 141 the reader of the output closed it.")
 
 
 @app.callback()

@@ -51,6 +51,7 @@ def check_circuit_command(
     """Audit a published circuit on your model and prompts: its faithfulness (fixed-circuit interval), CPR/CMD
     of its scores, which edges are not supported at q, how often resampling selects them; exit 1 when a
     --claims claim fails, 2 on bad input (unknown edges, a circuit for another model shape)."""
+    from circuitstat.core.errors import InputError
     from circuitstat.pipelines.audit.run import run_audit
     from circuitstat.pipelines.build import parse_task_options
     from circuitstat.pipelines.spec import parse_spec
@@ -61,7 +62,10 @@ def check_circuit_command(
            "bootstrap": {"n_resamples": n_resamples}, "ranking": ranking.value, "batch_size": batch_size, "seed": seed,
            "circuit": {"file": str(circuit.resolve()), "format": None if fmt is None else fmt.value, "q": q}}
     spec = parse_spec(doc, "<check-circuit options>")  # the user's own paths: nothing to confine
-    run_audit(spec, out, force=force, allow_pickle=allow_pickle, allow_large=allow_large)
+    try:
+        run_audit(spec, out, force=force, allow_pickle=allow_pickle, allow_large=allow_large)
+    except InputError as e:  # the spec holds the file's absolute path (a resumed run finds it from anywhere):
+        raise type(e)(as_given(str(e), circuit)) from None  # errors name it as the user gave it
     print_published(out)
     if claims is not None:
         from circuitstat.pipelines.claims import check, format_results
@@ -71,13 +75,22 @@ def check_circuit_command(
         raise typer.Exit(report.exit_code)
 
 
+def as_given(message: str, circuit: Path) -> str:
+    """``message`` with the circuit file's absolute path written as the CIRCUIT argument was given."""
+    return (message.replace(str(circuit.resolve()), str(circuit))
+            .replace("check circuit.file (relative to the spec)", "check the CIRCUIT argument"))
+
+
 def print_published(run: Path) -> None:
     """Print the run's published_circuit rows: faithfulness, CPR/CMD, unsupported edges and inclusion."""
     from circuitstat.core.tables import read_table
 
     t = read_table(run / "published_circuit.parquet").to_pylist()
     first = t[0]
-    echo(f"published circuit {first['circuit']} ({first['format']}): {first['n_edges']} edges, {first['n_nodes']} nodes")
+    from circuitstat.core.words import counted
+
+    echo(f"published circuit {first['circuit']} ({first['format']}): {counted(first['n_edges'], 'edge')}, "
+         f"{counted(first['n_nodes'], 'node')}")
     echo(f"  faithfulness {first['f_ratio']:.3f} [{first['f_ci_low']:.3f}, {first['f_ci_high']:.3f}] "
          f"({first['f_ci_method']}; covers: {first['f_ci_estimand']})")
     if first["cpr"] == first["cpr"]:

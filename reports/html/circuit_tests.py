@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 
+from circuitstat.core.schema import DANGLING_REASON
 from circuitstat.reports.html.common import Tables, html_table, note
 from circuitstat.reports.html.svg import esc
 from circuitstat.reports.tableset import methods_in, num, rows, where
@@ -49,8 +50,10 @@ def _minimality_table(T: Tables, method: str) -> str:
     body = []
     for i in order:
         r = t.slice(int(i), 1).to_pylist()[0]
-        body.append((r["name"], r["effect"], r["count"] / r["n_random"], r["pvalue"], r["pvalue_adjusted"],
-                     "redundant" if r["pvalue_adjusted"] <= ALPHA else "needed"))
+        decision = "redundant" if r["pvalue_adjusted"] <= ALPHA else "needed"
+        if r.get("dangling"):  # the reason the claims check gives too (runs before the column: no reason)
+            decision += f" ({DANGLING_REASON})"
+        body.append((r["name"], r["effect"], r["count"] / r["n_random"], r["pvalue"], r["pvalue_adjusted"], decision))
     cols = (("edge", "text"), ("knockout effect", "num"), ("share of random edges beaten", "num"), ("p", "num"),
             ("adjusted p", "num"), (f"at α = {ALPHA:g}", "text"))
     return html_table(cols, body, shown_note=f"{len(body)} of {t.num_rows} edges, smallest adjusted p first")

@@ -51,19 +51,19 @@ def _k_table(rows: list[dict], est: str, lo: str, hi: str, estimand: str) -> str
 def comparison_section(comp: RunComparison, top: int = MAX_ROWS) -> str:
     """Return the comparison as one HTML ``<section>``: runs, notes, edges apart, largest differences, stability,
     faithfulness and claims."""
-    from circuitstat.reports.compare_text import biggest
+    from circuitstat.reports.compare_text import all_equal_text, biggest, edge_rows_text
 
-    c = comp.counts()
+    equal = all_equal_text(comp)  # the terminal's words, so both say the same
     facts = (f"A: {comp.a.label} ({', '.join(comp.a.models) or '?'}) · B: {comp.b.label} "
-             f"({', '.join(comp.b.models) or '?'}) · {c['edges_both']} edge rows in both, {c['edges_only_a']} only in A, "
-             f"{c['edges_only_b']} only in B")
+             f"({', '.join(comp.b.models) or '?'}) · edge rows, {edge_rows_text(comp)}")
     parts = [f'<section id="compare"><h2>Comparison: B minus A</h2>{note(facts, "facts")}',
              *(note(n) for n in comp.notes),
              note("Non-overlapping intervals are a flag to look at, not a test: with many edges some are apart by "
                   "chance."),
              f"<h3>Edges whose intervals do not overlap ({len(comp.flagged_edges)})</h3>",
              _edge_table(comp.flagged_edges[:top]) if comp.flagged_edges else note("none"),
-             f"<h3>Largest differences of the mean edge effect (top {top})</h3>", _edge_table(biggest(comp, top)),
+             f"<h3>Largest differences of the mean edge effect (top {top})</h3>",
+             note(equal) if equal is not None else _edge_table(biggest(comp, top)),
              "<h3>Circuit stability against k (jaccard_data, data level)</h3>",
              _k_table(comp.stability, "jaccard_data", "jaccard_data_ci_low", "jaccard_data_ci_high",
                       comp.estimands["stability"]) if comp.stability else note("neither run has stability_vs_k"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from circuitstat.core.words import counted
 from circuitstat.reports.ci import Ci
 from circuitstat.reports.html.common import Tables, ci_html, html_table
 from circuitstat.reports.html.graph import circuit_figure, graph_data
@@ -83,7 +84,7 @@ def _circuit_edge_table(T: Tables, v: Verdict) -> str:
              Ci.of("edge_stats", e, ("method", "edge"), est="estimate"), e.get("q")] for i, e in enumerate(edges)]
     tbl = html_table([("rank", "int"), ("edge", "html"), ("mean effect [95% CI]", "ci"), ("BH q", "num")], body)
     rank = "|effect|" if ranking == "absolute" else "signed effect"
-    cap = (f"The top-{v.k} circuit's {len(edges)} edges by {rank} ({v.method}; scroll for all); q ≤ {SIGNIFICANT_Q} is "
+    cap = (f"The top-{v.k} circuit's {counted(len(edges), 'edge')} by {rank} ({v.method}; scroll for all); q ≤ {SIGNIFICANT_Q} is "
            "significant. Each interval covers the edge's mean effect over the task's prompt distribution.")
     return f'<div class="cedges">{tbl}</div><p class="caption">{esc(cap)}</p>'
 

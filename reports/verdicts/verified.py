@@ -60,7 +60,9 @@ def _method_line(T: Tables, method: str) -> Line | None:
     tails = sum(1 for r in vrows if r.get("no_tail_seen") is False)
     if tails:
         parts.append(f"; {tails} intervals rest on a few prompts (!)")
-    return Line("verified", f"{method}: {k} edges ≠ 0", "info", tuple(parts), "verified")
+    from circuitstat.core.words import counted
+
+    return Line("verified", f"{method}: {counted(k, 'edge')} ≠ 0", "info", tuple(parts), "verified")
 
 
 def verified_edge_lines(T: Tables) -> list[Line]:

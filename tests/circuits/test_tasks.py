@@ -145,18 +145,18 @@ def test_unequal_lengths_names_rows(tmp_path, gpt2):
     with pytest.raises(TaskValidationError) as e:
         file_task(_write(tmp_path / "t.jsonl", rows, "jsonl"), gpt2)
     msg = str(e.value)
-    assert "different token lengths" in msg and "row 1" in msg and "Fix" in msg
-    assert "row 0" not in msg
+    assert "different token lengths" in msg and "rows 2 (counting from 1)" in msg and "row 2:" in msg and "Fix" in msg
+    assert "row 1" not in msg and "rows 1 " not in msg  # the file's second row, counted from 1 as it says
 
 
 def test_answers_not_single_tokens(tmp_path, gpt2):
     rows = [dict(r) for r in ROWS]
     rows[2]["answer"] = " Sarah Connor"
     rows[0]["wrong_answer"] = "Johnathanson"
-    with pytest.raises(TaskValidationError, match=r"answer values are not single tokens.*row 2"):
+    with pytest.raises(TaskValidationError, match=r"answer values are not single tokens.*row 3"):
         file_task(_write(tmp_path / "a.jsonl", rows, "jsonl"), gpt2)
     rows[2]["answer"] = " Sarah"
-    with pytest.raises(TaskValidationError, match=r"wrong_answer values are not single tokens.*row 0"):
+    with pytest.raises(TaskValidationError, match=r"wrong_answer values are not single tokens.*row 1:"):
         file_task(_write(tmp_path / "b.jsonl", rows, "jsonl"), gpt2)
 
 
@@ -178,7 +178,7 @@ def test_missing_columns_and_nulls(tmp_path, gpt2):
         file_task(_write(tmp_path / "m.parquet", rows, "parquet"), gpt2)
     rows = [dict(r) for r in ROWS]
     rows[1]["clean"] = None
-    with pytest.raises(TaskValidationError, match="rows 1 have empty values"):
+    with pytest.raises(TaskValidationError, match=r"rows 2 \(counting from 1\) have empty values"):
         file_task(_write(tmp_path / "n.jsonl", rows, "jsonl"), gpt2)
     with pytest.raises(TaskValidationError, match="does not exist"):
         file_task(tmp_path / "nope.jsonl", gpt2)
@@ -194,7 +194,7 @@ def test_errors_are_input_errors():
 
 
 def test_token_list_validation():
-    with pytest.raises(TaskValidationError, match=r"rows 1;.*clean 2 tokens, corrupted 3"):
+    with pytest.raises(TaskValidationError, match=r"rows 2 \(counting from 1\);.*row 2: clean 2 tokens, corrupted 3"):
         task_from_token_lists("x", [[1, 2], [1, 2]], [[1, 3], [1, 3, 4]], [5, 5], [6, 6])
     with pytest.raises(TaskValidationError, match="empty clean or corrupted"):
         task_from_token_lists("x", [[1], []], [[2], []], [5, 5], [6, 6])
@@ -219,9 +219,9 @@ def test_task_structure_checks():
 def test_validate_against_model_sizes():
     t = task_from_token_lists("x", [[1, 2, 3], [1, 9]], [[1, 2, 4], [1, 8]], [5, 70], [6, 6])
     t.validate(vocab_size=100, n_ctx=3)
-    with pytest.raises(TaskValidationError, match=r"answer ids in rows 1 .* vocabulary size 50"):
+    with pytest.raises(TaskValidationError, match=r"answer ids in rows 2 \(counting from 1\) .* vocabulary size 50"):
         t.validate(vocab_size=50)
-    with pytest.raises(TaskValidationError, match=r"rows 0 are longer than the model's context of 2"):
+    with pytest.raises(TaskValidationError, match=r"rows 1 \(counting from 1\) are longer than the model's context of 2"):
         t.validate(n_ctx=2)
 
     class Cfg:
@@ -230,7 +230,7 @@ def test_validate_against_model_sizes():
     class M:
         cfg = Cfg()
 
-    with pytest.raises(TaskValidationError, match="clean prompts in rows 1"):
+    with pytest.raises(TaskValidationError, match=r"clean prompts in rows 2 \(counting from 1\)"):
         t.validate(M())
 
 

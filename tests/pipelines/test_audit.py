@@ -26,7 +26,7 @@ SPEC = {
 }
 TABLES = ["edges", "scores_exact", "scores_eap", "edge_stats", "stability_vs_k", "inclusion", "faithfulness_vs_k",
           "approximation", "approximation_summary"]
-STAGES = ["index", "scores_exact", "scores_eap", "edge_stats", "stability", "faithfulness", "approximation"]
+STAGES = ["index", "scores_exact", "scores_eap", "edge_stats", "faithfulness", "stability", "approximation"]
 
 
 def _tables(run: Path) -> dict:

@@ -293,9 +293,10 @@ def test_file_level_errors_name_the_key(tmp_path):
     cases = [
         ("claims: [{kind: circuit_stability, method: exact, k: 20, statistic: jacard, min: 0.8}]",
          "claims[0].statistic: must be 'jaccard_mean'"),
-        ("claims: [{kind: circuit_stabilty}]", "unknown kind 'circuit_stabilty'; kinds: edge_in_circuit"),
+        ("claims: [{kind: circuit_stabilty}]",
+         "unknown kind 'circuit_stabilty'; did you mean 'circuit_stability'? kinds: edge_in_circuit"),
         ("claims: [{kind: faithfulness, method: exact, k: 20, statistic: f_ratio, min: 0.8, minimum: 1}]",
-         "claims[0].minimum: unknown key; allowed keys: kind, name"),
+         "claims[0].minimum: unknown key; did you mean 'min'? allowed keys: kind, name"),
         ("claims: [{kind: circuit_stability, method: exact, k: true, statistic: phi, min: 0.8}]", "claims[0].k: must be a valid integer"),
         ("claims: [{kind: head_stability, head: 1.5, statistic: stability, min: 0.8}]", 'head: "1.5" (quoted)'),
         ("claims: [{kind: edge_effect, edge: x, method: eap, sign: up, max_q: 0.05}]", "sign: must be 'positive', 'negative' or 'nonzero'"),

@@ -64,9 +64,9 @@ def test_audit_refuses_a_bad_task_file_before_the_model(tmp_path, no_model_built
     assert r.exit_code == 2, r.output
     msg = " ".join(r.output.split())
     # every bad row and column in one message, not the first one only
-    assert "3 problems" in msg and "answer values are not single tokens" in msg and "(rows 1;" in msg
-    assert "wrong_answer values are not single tokens" in msg and "(rows 4;" in msg
-    assert "different token lengths (rows 3;" in msg
+    assert "3 problems" in msg and "answer values are not single tokens" in msg and "(rows 2 (counting from 1);" in msg
+    assert "wrong_answer values are not single tokens" in msg and "(rows 5 (counting from 1);" in msg
+    assert "different token lengths (rows 4 (counting from 1); row 4:" in msg
     assert no_model_built == [] and not (tmp_path / "run").exists()
 
 
@@ -79,9 +79,9 @@ def test_empty_values_are_named_per_column_even_without_a_tokenizer(tmp_path, no
     r = invoke("attribute", "--model", SMALL_VOCAB, "--task", str(task), "--n", "6", "--out", str(tmp_path / "out"))
     assert r.exit_code == 2, r.output
     msg = " ".join(r.output.split())
-    assert "rows 2 have empty values in column 'wrong_answer'" in msg
-    assert "rows 5 have an empty prompt in column 'clean'" in msg
-    assert "rows 0 have empty values in column 'group'" in msg
+    assert "rows 3 (counting from 1) have empty values in column 'wrong_answer'" in msg
+    assert "rows 6 (counting from 1) have an empty prompt in column 'clean'" in msg
+    assert "rows 1 (counting from 1) have empty values in column 'group'" in msg
     assert no_model_built == []
 
 
