@@ -33,8 +33,9 @@ from scipy import special
 from circuitstat.core.errors import InputError
 from circuitstat.stats.reliability import tail_share
 
-__all__ = ["PPIFit", "max_sample_kurtosis", "column_excess_kurtosis", "sd_without_extreme", "TUNINGS", "DEFAULT_TUNING", "INTERVALS", "DEFAULT_INTERVAL", "power_tuning", "ppi_fit",
-           "ppi_intervals", "check_ppi_inputs"]
+__all__ = ["PPIFit", "max_sample_kurtosis", "kurtosis_floor_cap", "column_excess_kurtosis", "sd_without_extreme",
+           "TUNINGS", "DEFAULT_TUNING", "INTERVALS", "DEFAULT_INTERVAL", "power_tuning", "ppi_fit", "ppi_intervals",
+           "check_ppi_inputs"]
 
 #: how λ's variance term is estimated: "pooled" (ppi_py: labelled and unlabelled approximations together)
 #: or "labelled" (the labelled prompts only, the sample Cov(Y, Yhat) comes from: the slope of the
@@ -53,10 +54,11 @@ DEFAULT_TUNING = "labelled"
 #: "tka": tk with that kurtosis at least the approximation's own over the unlabelled prompts (a sample
 #: of n cannot show a heavy tail; N_u prompts of the approximation can, and the rectifier of an edge
 #: whose approximation is heavy-tailed is heavy-tailed too on every population measured). "tkb": tka with
-#: that floor bounded by the largest excess kurtosis any sample of n prompts can show (``max_sample_kurtosis``):
-#: the floor stands in for the tail the labelled sample missed, and no n-prompt sample could show more, so
-#: the rectifier's df never falls below about 2.4 at n = 16 (tka's fell below 1 for approximations with
-#: excess kurtosis > 30, and its t quantile exploded: issue 48).
+#: that floor bounded so that the rectifier's df stay at least 2 (``kurtosis_floor_cap``): the floor stands in
+#: for the tail the labelled sample missed, but below 2 df Student's t has no variance and its quantile
+#: explodes (tka's fell below 1 df for approximations with excess kurtosis > 30 at n = 16, up to 4e17 times exact
+#: on all N: issue 48). The rectifier's own sample kurtosis never reaches the cap (a sample of n has at most
+#: ``max_sample_kurtosis(n)``), so only the borrowed floor is bounded.
 INTERVALS = ("z", "t", "t2", "tk", "tka", "tkb")
 DEFAULT_INTERVAL = "tkb"
 
@@ -156,6 +158,11 @@ def max_sample_kurtosis(n: int) -> float:
     return n - 5.0 + 1.0 / (n - 1.0)
 
 
+def kurtosis_floor_cap(n: int, k: int) -> float:
+    """Return the excess kurtosis at which ``_kurtosis_df`` gives 2 degrees of freedom: n (1 − 2 / (n − k))."""
+    return n * (1.0 - 2.0 / (n - k))
+
+
 def _kurtosis_df(dev: np.ndarray, m2: np.ndarray, n: int, k: int, floor: np.ndarray | None) -> np.ndarray:
     """Return the rectifier variance's effective degrees of freedom under its excess kurtosis κ.
 
@@ -183,7 +190,7 @@ def _se_df(fit: PPIFit, method: str) -> tuple[np.ndarray, np.ndarray]:
     df_r = np.full(b.shape, float(n - k))
     if method in ("tk", "tka", "tkb"):
         floor = {"tk": None, "tka": fit.imputed_kurtosis,
-                 "tkb": np.minimum(fit.imputed_kurtosis, max_sample_kurtosis(n))}[method]
+                 "tkb": np.minimum(fit.imputed_kurtosis, kurtosis_floor_cap(n, k))}[method]
         df_r = np.minimum(df_r, _kurtosis_df(dev, m2, n, k, floor))
     with np.errstate(divide="ignore", invalid="ignore"):  # Welch-Satterthwaite; a constant edge gets df_r
         df = np.where(a + b > 0, (a + b) ** 2 / (a**2 / (N - 1) + b**2 / df_r), df_r)

@@ -1,8 +1,9 @@
 """Issue 48: a verified interval that cannot explode, a flag that refuses a useless one, and cross-fitted λ.
 
-* ``tkb`` bounds ``tka``'s kurtosis floor by the largest excess kurtosis a sample of n can show
-  (``max_sample_kurtosis``, checked by brute force); an edge whose approximation has excess kurtosis > 30
-  at n = 16 no longer gets an astronomical interval (tka, the negative control, does).
+* ``tkb`` bounds ``tka``'s kurtosis floor so that the rectifier keeps at least 2 df (``kurtosis_floor_cap``;
+  the rectifier's own sample kurtosis cannot reach it: ``max_sample_kurtosis``, checked by brute force); an edge
+  whose approximation has excess kurtosis > 30 at n = 16 no longer gets an astronomical interval (tka, the
+  negative control, does).
 * the flag refuses an interval wider than 2 × exact on the labelled prompts, which tka's exploded one is
   (the flag without that rule, the negative control, passed it).
 * cross-fitted (leave-one-out) λ̂: the closed form equals λ̂ refitted without each prompt, and it removes the
@@ -16,8 +17,8 @@ import pytest
 
 from circuitstat.stats.verified import verified_means
 from circuitstat.stats.verified.crossfit import crossfit_fit, loo_power_tuning
-from circuitstat.stats.verified.ppi import (column_excess_kurtosis, max_sample_kurtosis, power_tuning, ppi_fit,
-                                            ppi_intervals, sd_without_extreme)
+from circuitstat.stats.verified.ppi import (column_excess_kurtosis, kurtosis_floor_cap, max_sample_kurtosis,
+                                            power_tuning, ppi_fit, ppi_intervals, sd_without_extreme)
 from circuitstat.stats.verified.reliability import RELIABLE_MAX_WIDTH_RATIO, exact_on_labelled_width, verified_reliability
 
 
@@ -32,6 +33,8 @@ def test_max_sample_kurtosis_is_attained_by_one_outlier_and_never_exceeded(n: in
     k = column_excess_kurtosis(draws)
     assert k.max() <= max_sample_kurtosis(n) + 1e-9
     assert k.max() > max_sample_kurtosis(n) - 0.5  # the bound is tight, not a loose cap
+    # so tkb's cap (2 df) binds only the floor borrowed from the approximation, never the rectifier's own kurtosis
+    assert max_sample_kurtosis(n) < kurtosis_floor_cap(n, 2)
 
 
 def test_sd_without_extreme_drops_the_value_farthest_from_the_median() -> None:
@@ -61,8 +64,10 @@ def test_a_heavy_approximation_with_lambda_zero_gets_a_bounded_interval() -> Non
     w = {m: (lambda c: float(c["high"][0] - c["low"][0]))(ppi_intervals(fit, m)) for m in ("t2", "tka", "tkb")}
     # negative control: tka's floor drives the rectifier's df below 1, and its t quantile explodes
     assert w["tka"] > 100 * exact_all
-    # tkb: df at least the bound's (about 2.4 at n = 16), so at most t(2.4) / t(14) times t2's width
-    assert w["tkb"] < 2.0 * w["t2"] and w["tkb"] < 15 * exact_all
+    # tkb: the rectifier keeps 2 df, so at most t(2) / t(15) = 2.02 times t2's width (λ given: 15 df)
+    tkb = ppi_intervals(fit, "tkb")
+    assert tkb["df"][0] >= 2 - 1e-9 and tkb["df"][0] == pytest.approx(2, abs=0.05)
+    assert w["tkb"] <= 2.03 * w["t2"] and w["tkb"] < 15 * exact_all
     # the flag refuses tka's interval: thousands of times exact on the same 16 prompts
     rel = {m: verified_reliability(fit, np.array([w[m]])) for m in ("tka", "tkb")}
     assert not rel["tka"]["reliable"][0] and rel["tka"]["width_ratio"][0] > 1000
