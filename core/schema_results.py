@@ -72,14 +72,20 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            _VERIFIED_METHOD, _EDGE, _EDGE_NAME, ("estimate", F, "PPI++ estimate of the mean exact effect", True),
            ("standard_error", F, "its standard error"), *_ci("ci", "the estimate", VERIFIED_COVERS, True),
            ("df", F, "degrees of freedom of the interval's t quantile (inf for z)"),
-           ("pvalue", F, "two-sided p-value of mean exact effect 0, inverting the interval"),
+           ("pvalue", F, "two-sided p-value of mean exact effect 0: the interval form applied to the cross-fitted "
+                         "estimate (estimate_crossfit; params: pvalues), or inverting the interval in older runs"),
            ("qvalue", F, "FDR-adjusted p-value over edges (params: correction)", True),
            ("lam", F, "power-tuning weight (0: exact only, 1: plain PPI)"),
            ("approx_mean", F, "the approximation's own mean over all N prompts (not the verified estimand)"),
            ("rectifier_share", F, "share of the labelled rectifier's spread carried by its most extreme prompt"),
            ("approx_tail_share", F, "tail share of the approximation over the unlabelled prompts"),
+           ("width_vs_exact_on_labelled", F, "interval width over the t interval of exact on the n labelled prompts "
+                                             "(SD without the most extreme one); absent before issue 48", False, True),
+           ("estimate_crossfit", F, "PPI++ estimate with λ left out per labelled prompt (unbiased; the p-value's); "
+                                    "absent before issue 48", False, True),
            ("no_tail_seen", B, "true when no few prompts carry the estimate in this sample (rectifier_share, "
-                               "approx_tail_share) and >= 16 were patched; not that the interval covers: an unseen "
+                               "approx_tail_share), the interval is at most 2x exact on the labelled prompts "
+                               "(width_vs_exact_on_labelled) and >= 16 were patched; not that the interval covers: an unseen "
                                "spike is invisible. Older runs call it interval_reliable (read as no_tail_seen)"),
            ("n_labelled", I, "prompts patched exactly (n)"), ("n_prompts", I, "prompts with the approximation (N)"),
            ("estimand", S, "what the interval covers, with n and N")),

@@ -18,7 +18,7 @@ __all__ = ["VerifyPlan", "draw_seed", "draw_rows", "choose_edges", "verify_plan"
 
 MISSED_SPLIT = 0.5
 """Share of the missed-edges bound's error rate spent on the hypergeometric bound; the rest goes to classifying
-the sampled edges (Bonferroni over them), so the bound holds at the run's confidence level."""
+the sampled edges (TOST with Holm over them), so the bound holds at the run's confidence level."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def _method_tables(S: np.ndarray, exact: np.ndarray, cols: np.ndarray, plan: Ver
     import pyarrow as pa
 
     from circuitstat.stats.verified import missed_edges_bound, verified_means
-    from circuitstat.stats.verified.missed import possibly_above
+    from circuitstat.stats.verified.missed import tost_holm_possibly_above
 
     mine = np.arange(S.shape[1]) if plan.all_edges else np.union1d(plan.top[method], plan.random[method])
     at = np.searchsorted(cols, mine)
@@ -100,12 +100,10 @@ def _method_tables(S: np.ndarray, exact: np.ndarray, cols: np.ndarray, plan: Ver
         return table, None
     sample = plan.random[method]
     alpha = 1.0 - level
-    r = max(sample.size, 1)
     at_r = np.searchsorted(cols, sample)
-    # the sampled edges' intervals hold simultaneously at 1 − α·(1 − split) (Bonferroni over the r edges)
-    cls = verified_means(S[:, sample], exact[:, at_r], plan.rows,
-                         confidence_level=1.0 - alpha * (1 - MISSED_SPLIT) / r)
-    above = possibly_above(cls.confidence_interval.low, cls.confidence_interval.high, tau)
+    # the sampled edges classified below τ with family-wise error α·(1 − split): TOST p-values, Holm over the r edges
+    cls = verified_means(S[:, sample], exact[:, at_r], plan.rows)
+    above = tost_holm_possibly_above(cls.estimate, cls.standard_error, cls.df, tau, alpha * (1 - MISSED_SPLIT))
     bound = missed_edges_bound(np.asarray(above, bool), S.shape[1] - plan.top[method].size, tau=tau,
                                n_top=plan.top[method].size, confidence_level=1.0 - alpha * MISSED_SPLIT,
                                classification_level=1.0 - alpha * (1 - MISSED_SPLIT))

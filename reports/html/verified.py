@@ -26,7 +26,7 @@ def _method_table(T: Tables, method: str) -> str:
                      ci_html(Ci.of("verified", r, ("method", "edge"), est="estimate")), r["qvalue"], r["approx_mean"],
                      r["lam"], "yes" if r["no_tail_seen"] else "no"))
     cols = (("edge", "text"), ("mean exact effect [CI]", "html"), ("q (BH)", "num"), (f"{method} mean", "num"),
-            ("λ", "num"), ("no tail seen", "text"))
+            ("λ", "num"), ("no tail seen, informative (≤ 2× exact on the verified prompts)", "text"))
     est = str(t.column("estimand")[0]) if t.num_rows else ""
     return (f"<h3>{esc(method)}: {esc(est)}</h3>" + html_table(cols, body, shown_note=f"{len(body)} of {t.num_rows} verified "
                                                      "edges, largest |estimate| first"))

@@ -59,7 +59,7 @@ def _method_line(T: Tables, method: str) -> Line | None:
                          f" q = {fmt(best.get('qvalue'), 2)}", *_missed_parts(T, method)]
     tails = sum(1 for r in vrows if r.get("no_tail_seen") is False)
     if tails:
-        parts.append(f"; {tails} intervals rest on a few prompts (!)")
+        parts.append(f"; {tails} intervals rest on a few prompts or are wider than 2× exact on the verified prompts (!)")
     from circuitstat.core.words import counted
 
     return Line("verified", f"{method}: {counted(k, 'edge')} ≠ 0", "info", tuple(parts), "verified")

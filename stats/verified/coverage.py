@@ -26,6 +26,7 @@ from scipy import special
 from circuitstat.core.seeds import as_seed_sequence, spawn_seeds
 from circuitstat.stats.populations import spiky_population
 
+from .crossfit import crossfit_fit
 from .ppi import DEFAULT_INTERVAL, DEFAULT_TUNING, ppi_fit, ppi_intervals
 from .reliability import verified_reliability
 
@@ -68,13 +69,14 @@ def _t_covered(S: np.ndarray, truth: np.ndarray, level: float, d: int, E: int) -
 
 def simulate_verified(X: np.ndarray, A: np.ndarray, N: int, n: int, n_datasets: int, *,
                       seed: int | np.random.SeedSequence, methods: Sequence[str] = (DEFAULT_INTERVAL,),
-                      confidence_level: float = 0.95, tuning: str = DEFAULT_TUNING, chunk: int = 100
-                      ) -> dict[str, dict[str, np.ndarray]]:
+                      confidence_level: float = 0.95, tuning: str = DEFAULT_TUNING, chunk: int = 100,
+                      crossfit: bool = False) -> dict[str, dict[str, np.ndarray]]:
     """Return {method: {covered, width, reliable, lam}} ([n_datasets, E] each) of simulated verified runs.
 
     Also {"exact_all": {covered, width}} and {"exact_n": {covered, width}}: the t intervals of exact on
     all N prompts and on the n labelled ones (``REFERENCES``). ``reliable`` is
-    circuitstat.stats.verified.reliability's flag of each (dataset, edge) cell.
+    circuitstat.stats.verified.reliability's flag of each (dataset, edge) cell. ``crossfit``: λ̂ left out per
+    labelled prompt (circuitstat.stats.verified.crossfit) instead of fitted on all of them.
     """
     X, A = np.asarray(X, np.float64), np.asarray(A, np.float64)
     if X.shape != A.shape or X.ndim != 2:
@@ -91,10 +93,10 @@ def simulate_verified(X: np.ndarray, A: np.ndarray, N: int, n: int, n_datasets: 
         rows = idx[d0:d0 + chunk].T  # [N, d]
         d = rows.shape[1]
         Xs, As = X[rows].reshape(N, d * E), A[rows].reshape(N, d * E)
-        fit = ppi_fit(Xs[:n], As[:n], As[n:], tuning=tuning)
-        rel = verified_reliability(fit)["reliable"].reshape(d, E)
+        fit = (crossfit_fit if crossfit else ppi_fit)(Xs[:n], As[:n], As[n:], tuning=tuning)
         for m in methods:
             r = ppi_intervals(fit, m, confidence_level)
+            rel = verified_reliability(fit, r["high"] - r["low"], confidence_level)["reliable"].reshape(d, E)
             lo, hi = r["low"].reshape(d, E), r["high"].reshape(d, E)
             for k, v in zip(keys, ((lo <= truth) & (truth <= hi), hi - lo, rel, fit.lam.reshape(d, E))):
                 out[m][k].append(v)

@@ -23,7 +23,8 @@ from functools import lru_cache
 import numpy as np
 
 from circuitstat.core.topk import topk
-from circuitstat.stats.verified.missed import _log_choose, hypergeometric_upper, missed_edges_bound, possibly_above
+from circuitstat.stats.verified.missed import (log_choose, hypergeometric_upper, missed_edges_bound, possibly_above,
+                                              tost_holm_possibly_above)
 
 __all__ = ["MissedStudy", "failure_probability", "missed_edges_study"]
 
@@ -33,7 +34,7 @@ def failure_probability(R: int, K: int, r: int, confidence_level: float) -> floa
     """Return P(K_U(X) < K) for X ~ Hypergeometric(R, K, r): the exact chance the bound misses K (known effects)."""
     x = np.arange(0, min(K, r) + 1)
     upper = np.array([hypergeometric_upper(int(v), R, r, confidence_level) for v in x])
-    pmf = np.exp(_log_choose(K, x) + _log_choose(R - K, r - x) - _log_choose(R, r))
+    pmf = np.exp(log_choose(K, x) + log_choose(R - K, r - x) - log_choose(R, r))
     return float(pmf[upper < K].sum())
 
 
@@ -63,7 +64,8 @@ class MissedStudy:
 
 
 def _one(X: np.ndarray, A: np.ndarray, mu: np.ndarray, rng: np.random.Generator, *, tau: float, n_top: int,
-         n_random: int, N: int, n: int, level: float, split: float, known: bool) -> tuple[int, int, int, float]:
+         n_random: int, N: int, n: int, level: float, split: float, known: bool,
+         classify: str = "tost-holm") -> tuple[int, int, int, float]:
     """Return (truth, bound, unverified count, failure probability or NaN) of one dataset."""
     from circuitstat.stats.verified import verified_means
 
@@ -79,9 +81,13 @@ def _one(X: np.ndarray, A: np.ndarray, mu: np.ndarray, rng: np.random.Generator,
         res = missed_edges_bound(above, rest.size, tau=tau, n_top=n_top, confidence_level=level)
     else:
         rows = np.sort(rng.choice(N, n, replace=False))
-        cls = verified_means(Ad[:, sample], X[idx[rows]][:, sample], rows,
-                             confidence_level=1.0 - alpha * (1 - split) / n_random)
-        above = possibly_above(cls.confidence_interval.low, cls.confidence_interval.high, tau)
+        if classify == "bonferroni":
+            cls = verified_means(Ad[:, sample], X[idx[rows]][:, sample], rows,
+                                 confidence_level=1.0 - alpha * (1 - split) / n_random)
+            above = possibly_above(cls.confidence_interval.low, cls.confidence_interval.high, tau)
+        else:
+            cls = verified_means(Ad[:, sample], X[idx[rows]][:, sample], rows)
+            above = tost_holm_possibly_above(cls.estimate, cls.standard_error, cls.df, tau, alpha * (1 - split))
         res = missed_edges_bound(np.asarray(above, bool), rest.size, tau=tau, n_top=n_top,
                                  confidence_level=1.0 - alpha * split, classification_level=1.0 - alpha * (1 - split))
     unverified = np.setdiff1d(rest, sample)
@@ -92,14 +98,17 @@ def _one(X: np.ndarray, A: np.ndarray, mu: np.ndarray, rng: np.random.Generator,
 
 def missed_edges_study(exact: np.ndarray, approx: np.ndarray, *, tau: float, n_top: int, n_random: int,
                        n_prompts: int = 512, n_labelled: int = 16, n_datasets: int = 200, seed: int = 0,
-                       confidence_level: float = 0.95, split: float = 0.5, known: bool = True) -> MissedStudy:
+                       confidence_level: float = 0.95, split: float = 0.5, known: bool = True,
+                       classify: str = "tost-holm") -> MissedStudy:
     """Return a MissedStudy of the missed-edges bound over ``n_datasets`` datasets drawn from the population
     (``exact``, ``approx`` [P, E], the same prompts); ``known``: the sampled edges' effects are the truth, else
-    they are estimated by PPI++ from ``n_labelled`` of ``n_prompts`` prompts."""
+    they are estimated by PPI++ from ``n_labelled`` of ``n_prompts`` prompts and classified by ``classify``
+    ("tost-holm", the pipelines' rule, or "bonferroni": intervals inside (−τ, τ))."""
     X, A = np.asarray(exact, np.float64), np.asarray(approx, np.float64)
     mu = X.mean(0)
     rng = np.random.default_rng(seed)
     out = np.array([_one(X, A, mu, rng, tau=tau, n_top=n_top, n_random=n_random, N=n_prompts, n=n_labelled,
-                         level=confidence_level, split=split, known=known) for _ in range(n_datasets)])
+                         level=confidence_level, split=split, known=known, classify=classify)
+                    for _ in range(n_datasets)])
     truth, bound, unv = (out[:, i].astype(np.int64) for i in range(3))
     return MissedStudy(truth, bound, unv, truth <= bound, out[:, 3], confidence_level)

@@ -33,8 +33,9 @@ from scipy import special
 from circuitstat.core.errors import InputError
 from circuitstat.stats.reliability import tail_share
 
-__all__ = ["PPIFit", "TUNINGS", "DEFAULT_TUNING", "INTERVALS", "DEFAULT_INTERVAL", "power_tuning", "ppi_fit",
-           "ppi_intervals", "check_ppi_inputs"]
+__all__ = ["PPIFit", "max_sample_kurtosis", "kurtosis_floor_cap", "column_excess_kurtosis", "sd_without_extreme",
+           "TUNINGS", "DEFAULT_TUNING", "INTERVALS", "DEFAULT_INTERVAL", "power_tuning", "ppi_fit", "ppi_intervals",
+           "check_ppi_inputs"]
 
 #: how λ's variance term is estimated: "pooled" (ppi_py: labelled and unlabelled approximations together)
 #: or "labelled" (the labelled prompts only, the sample Cov(Y, Yhat) comes from: the slope of the
@@ -52,9 +53,14 @@ DEFAULT_TUNING = "labelled"
 #: estimator). "tk": t2 with the rectifier's df lowered by its sample excess kurtosis (``_kurtosis_df``).
 #: "tka": tk with that kurtosis at least the approximation's own over the unlabelled prompts (a sample
 #: of n cannot show a heavy tail; N_u prompts of the approximation can, and the rectifier of an edge
-#: whose approximation is heavy-tailed is heavy-tailed too on every population measured).
-INTERVALS = ("z", "t", "t2", "tk", "tka")
-DEFAULT_INTERVAL = "tka"
+#: whose approximation is heavy-tailed is heavy-tailed too on every population measured). "tkb": tka with
+#: that floor bounded so that the rectifier's df stay at least 2 (``kurtosis_floor_cap``): the floor stands in
+#: for the tail the labelled sample missed, but below 2 df Student's t has no variance and its quantile
+#: explodes (tka's fell below 1 df for approximations with excess kurtosis > 30 at n = 16, up to 4e17 times exact
+#: on all N: issue 48). The rectifier's own sample kurtosis never reaches the cap (a sample of n has at most
+#: ``max_sample_kurtosis(n)``), so only the borrowed floor is bounded.
+INTERVALS = ("z", "t", "t2", "tk", "tka", "tkb")
+DEFAULT_INTERVAL = "tkb"
 
 
 @dataclass
@@ -72,6 +78,7 @@ class PPIFit:
     n_unlabelled: int
     tuned: bool                   # λ estimated from the data (False: given)
     tuning: str
+    exact_ref_sd: np.ndarray | None = None  # SD of Y on the labelled prompts less the most extreme one (the flag's yardstick)
 
 
 def _pooled_var(Yhat: np.ndarray, Yhat_u: np.ndarray) -> np.ndarray:
@@ -113,12 +120,20 @@ def check_ppi_inputs(Y: np.ndarray, Yhat: np.ndarray, Yhat_u: np.ndarray) -> tup
     return Y, Yhat, Yhat_u
 
 
-def _excess_kurtosis(x: np.ndarray) -> np.ndarray:
+def column_excess_kurtosis(x: np.ndarray) -> np.ndarray:
     """Return the sample excess kurtosis per column (m4 / m2² − 3; 0 for a constant column)."""
     d = x - x.mean(0)
     m2, m4 = (d**2).mean(0), (d**4).mean(0)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(m2 > 0, m4 / np.where(m2 > 0, m2, 1.0) ** 2 - 3.0, 0.0)
+
+
+def sd_without_extreme(Y: np.ndarray) -> np.ndarray:
+    """Return per column the SD (ddof 1) of Y [n, E] without its value farthest from the column median."""
+    far = np.abs(Y - np.median(Y, 0)).argmax(0)
+    keep = np.ones(Y.shape, dtype=bool)
+    keep[far, np.arange(Y.shape[1])] = False
+    return Y.T[keep.T].reshape(Y.shape[1], Y.shape[0] - 1).std(1, ddof=1)
 
 
 def ppi_fit(Y: np.ndarray, Yhat: np.ndarray, Yhat_u: np.ndarray, lam: float | np.ndarray | None = None,
@@ -130,8 +145,22 @@ def ppi_fit(Y: np.ndarray, Yhat: np.ndarray, Yhat_u: np.ndarray, lam: float | np
         np.asarray(lam, np.float64), (E,)).copy()
     rect = Y - lam * Yhat
     mu = Yhat_u.mean(0)
-    return PPIFit(lam * mu + rect.mean(0), lam, mu, Yhat_u.var(0, ddof=1), _excess_kurtosis(Yhat_u),
-                  tail_share(Yhat_u), rect, Y.shape[0], Yhat_u.shape[0], tuned, tuning)
+    return PPIFit(lam * mu + rect.mean(0), lam, mu, Yhat_u.var(0, ddof=1), column_excess_kurtosis(Yhat_u),
+                  tail_share(Yhat_u), rect, Y.shape[0], Yhat_u.shape[0], tuned, tuning, sd_without_extreme(Y))
+
+
+def max_sample_kurtosis(n: int) -> float:
+    """Return the largest sample excess kurtosis (m4 / m2² − 3, divisor n) any sample of n values can have.
+
+    m4 / m2² ≤ n − 2 + 1 / (n − 1), with equality for one value apart from n − 1 equal others (one
+    outlier: m4 / m2² = ((n − 1)³ + 1) / (n (n − 1)) = n − 2 + 1 / (n − 1)).
+    """
+    return n - 5.0 + 1.0 / (n - 1.0)
+
+
+def kurtosis_floor_cap(n: int, k: int) -> float:
+    """Return the excess kurtosis at which ``_kurtosis_df`` gives 2 degrees of freedom: n (1 − 2 / (n − k))."""
+    return n * (1.0 - 2.0 / (n - k))
 
 
 def _kurtosis_df(dev: np.ndarray, m2: np.ndarray, n: int, k: int, floor: np.ndarray | None) -> np.ndarray:
@@ -159,8 +188,10 @@ def _se_df(fit: PPIFit, method: str) -> tuple[np.ndarray, np.ndarray]:
     k = 2 if (method != "t" and fit.tuned) else 1
     a, b = fit.lam**2 * fit.imputed_var / N, m2 / (n - k) / n
     df_r = np.full(b.shape, float(n - k))
-    if method in ("tk", "tka"):
-        df_r = np.minimum(df_r, _kurtosis_df(dev, m2, n, k, fit.imputed_kurtosis if method == "tka" else None))
+    if method in ("tk", "tka", "tkb"):
+        floor = {"tk": None, "tka": fit.imputed_kurtosis,
+                 "tkb": np.minimum(fit.imputed_kurtosis, kurtosis_floor_cap(n, k))}[method]
+        df_r = np.minimum(df_r, _kurtosis_df(dev, m2, n, k, floor))
     with np.errstate(divide="ignore", invalid="ignore"):  # Welch-Satterthwaite; a constant edge gets df_r
         df = np.where(a + b > 0, (a + b) ** 2 / (a**2 / (N - 1) + b**2 / df_r), df_r)
     return np.sqrt(a + b), df

@@ -17,6 +17,7 @@ import pytest
 
 from fixture_populations import load_planted_pair, load_zoo_pair
 from circuitstat.stats.verified.coverage import simulate_verified
+from circuitstat.stats.verified.ppi import DEFAULT_INTERVAL
 
 N, D = 512, 300
 
@@ -39,7 +40,9 @@ def _pooled(covered: np.ndarray) -> tuple[float, float]:
 def test_verified_interval_covers_the_mean_exact_effect(populations, pop: str, n: int) -> None:
     X, A, names = populations[pop]
     r = simulate_verified(X, A, N, n, D, seed=1000 + n)
-    cov, rel = r["tka"]["covered"], r["tka"]["reliable"]
+    cov, rel = r[DEFAULT_INTERVAL]["covered"], r[DEFAULT_INTERVAL]["reliable"]
+    ok = r["exact_all"]["width"] > 0
+    ratio = r[DEFAULT_INTERVAL]["width"][ok] / r["exact_all"]["width"][ok]  # against exact on all N, per cell
     pooled, se = _pooled(cov)
     edge = cov.mean(0)
     ref = r["exact_all"]["covered"].mean(0)
@@ -48,6 +51,14 @@ def test_verified_interval_covers_the_mean_exact_effect(populations, pop: str, n
           f"(exact on all N there: {ref[edge.argmin()]:.3f}); flagged reliable {rel.mean():.2f} of cells")
     # both sides: too narrow and uselessly wide both fail
     assert 0.93 <= pooled <= 0.98
+    # issue 48: no interval that says nothing (tka had 3.6% of cells > 100x on the zoo at n = 16, up to 4e17x)
+    print(f"  width / exact on all N: > 10x {np.mean(ratio > 10):.4f}, > 100x {np.mean(ratio > 100):.4f}, "
+          f"max {ratio.max():.1f}; flagged max {ratio[rel[ok]].max() if rel.any() else 0:.1f}")
+    assert np.mean(ratio > 100) <= 0.005
+    # the flag's width rule (<= 2x exact on the labelled prompts) cannot see exact on all N's width, so a flagged
+    # interval can exceed 20x it where the labelled prompts are unusually spread; measured: at most 1 cell in
+    # 3000 and never 25x (docs/verified.md). Without the rule the flag passed tka's 2.6e14x (issue 48)
+    assert np.mean(rel[ok] & (ratio > 20)) <= 5e-4 and not (rel[ok] & (ratio > 25)).any()
     if n < 16:  # too few labelled prompts for the flag to pass any edge (where measured, it failed at n = 8)
         assert not rel.any()
         return
@@ -60,6 +71,16 @@ def test_verified_interval_covers_the_mean_exact_effect(populations, pop: str, n
     bad = [(names[e], round(float(rel_edge[e]), 3), int(counts[e])) for e in np.flatnonzero(assessable & (rel_edge < floor))]
     assert bad == []
     assert rel.mean() > 0.3  # the flag passes cells at all: a flag that passes nothing would satisfy the check above
+
+
+def test_the_unbounded_floor_explodes_where_the_bounded_one_does_not(populations) -> None:
+    # negative control of the width checks above: tka (the floor unbounded) fails them on the same datasets
+    X, A, _ = populations["zoo"]
+    r = simulate_verified(X, A, N, 16, D, seed=1016, methods=("tka",))
+    ok = r["exact_all"]["width"] > 0
+    ratio = r["tka"]["width"][ok] / r["exact_all"]["width"][ok]
+    assert np.mean(ratio > 100) > 0.01 and ratio.max() > 1e6
+    assert ratio[r["tka"]["reliable"][ok]].max() <= 25  # the flag's width rule refuses the exploded ones
 
 
 def test_ppi_py_form_undercovers_where_the_chosen_form_covers(populations) -> None:
