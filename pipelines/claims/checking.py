@@ -193,12 +193,45 @@ def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[st
         run_dir = default_run_dir(spec, spec_path)
     if run_dir.exists() and not run_dir.is_dir():
         raise InputError(f"run directory {run_dir} is a file; pass the run directory")
-    if not run_audit:
-        return _read_only(cf, run_dir, spec_path, source)
-    if spec is None:
+    if run_audit and spec is None:
         raise InputError(f"--run-audit runs the audit of the claims file's 'spec:', and {source} has none; "
                          "add 'spec: AUDIT.yaml' to it, or drop --run-audit")
-    return _with_audit(cf, run_dir, spec, spec_path, source, say=echo or (lambda msg: None), theirs=theirs)
+    notes = _binding_notes(run_dir, spec, spec_path, source)
+    if not run_audit:
+        report = _read_only(cf, run_dir, spec_path, source)
+    else:
+        report = _with_audit(cf, run_dir, spec, spec_path, source, say=echo or (lambda msg: None), theirs=theirs)
+    report.notes[:0] = notes
+    return report
+
+
+def _binding_notes(run_dir: Path, spec: Any, spec_path: Path | None, source: str) -> list[str]:
+    """Notes on how the claims file is bound to the run; InputError when its spec did not make the run (issue 47)."""
+    from circuitstat.core.rundir import MANIFEST, RunDir, RunDirError
+
+    from .binding import BINDING_KEY, spec_binding, spec_differences
+
+    if not (run_dir / MANIFEST).is_file():
+        return []  # no run yet: the read-only check refuses it, --run-audit makes it from the spec
+    try:
+        manifest = RunDir.read_manifest(run_dir)
+    except RunDirError as e:
+        raise InputError(str(e)) from None
+    rec = (manifest.get("provenance") or {}).get(BINDING_KEY)
+    if spec is None:
+        return [f"{source} names no 'spec:', so nothing ties its claims to the run {run_dir}; add 'spec: AUDIT.yaml' "
+                "(the spec the run was made from) so that check refuses a run made from another spec"]
+    if not isinstance(rec, dict) or not isinstance(rec.get("doc"), dict):
+        return [f"the run {run_dir} records no spec binding (written before circuitstat recorded one, or not by "
+                f"`circuitstat audit`), so check cannot tell whether {spec_path} made it; rerun the audit to bind them"]
+    want = spec_binding(spec)
+    if want["sha256"] == rec.get("sha256"):
+        return []
+    diffs = spec_differences(want["doc"], rec["doc"]) or ["the recorded hashes differ"]
+    more = f" (and {len(diffs) - 8} more)" if len(diffs) > 8 else ""
+    raise InputError(f"the run {run_dir} was not made from {spec_path} (the spec named by 'spec:' in {source}): "
+                     f"{'; '.join(diffs[:8])}{more}; pass --run DIR of the run made from it, or make one with "
+                     f"`circuitstat audit {spec_path} --out DIR`")
 
 
 def _read_only(cf: ClaimsFile, run_dir: Path, spec_path: Path | None, source: str) -> CheckReport:
