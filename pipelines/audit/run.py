@@ -114,7 +114,7 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
     sources, model, task = prepare_audit(spec, allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs)
     from circuitstat.pipelines.claims.binding import BINDING_KEY, spec_binding
 
-    binding = spec_binding(spec)  # the spec as asked for, before k gains the circuit's sizes (check compares it)
+    binding = spec_binding(audit_spec_doc(spec))  # the spec as asked for, before k gains the circuit's sizes (check compares it)
     circuit, spec = published_circuit(spec, model)  # checked against the model's graph before the run directory
     spec_doc = audit_spec_doc(spec)
     with backend(n_jobs, scheduler) as workers, RunDir(out, spec=spec_doc, command=sys.argv, seed=spec.seed,

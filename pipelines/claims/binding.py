@@ -33,12 +33,12 @@ def _portable(value: str) -> Any:
     return value
 
 
-def spec_binding(spec: Any) -> dict[str, Any]:
-    """Return {"sha256", "doc"}: the spec as asked for (before the audit adds sizes to k), portable across machines."""
+def spec_binding(spec_doc: dict[str, Any]) -> dict[str, Any]:
+    """Return {"sha256", "doc"} of an audit's spec document (audit_spec_doc of the spec as asked for, before the audit
+    adds the circuit's sizes to k), portable across machines."""
     from circuitstat.core.provenance import hash_json
-    from circuitstat.pipelines.audit.run import audit_spec_doc
 
-    doc = audit_spec_doc(spec)
+    doc = dict(spec_doc)
     for key in _IGNORED:
         doc.pop(key, None)
     if doc.get("model") is not None:

@@ -224,7 +224,9 @@ def _binding_notes(run_dir: Path, spec: Any, spec_path: Path | None, source: str
     if not isinstance(rec, dict) or not isinstance(rec.get("doc"), dict):
         return [f"the run {run_dir} records no spec binding (written before circuitstat recorded one, or not by "
                 f"`circuitstat audit`), so check cannot tell whether {spec_path} made it; rerun the audit to bind them"]
-    want = spec_binding(spec)
+    from circuitstat.pipelines.audit.run import audit_spec_doc  # torch-free
+
+    want = spec_binding(audit_spec_doc(spec))
     if want["sha256"] == rec.get("sha256"):
         return []
     diffs = spec_differences(want["doc"], rec["doc"]) or ["the recorded hashes differ"]
