@@ -88,7 +88,7 @@ models), ``parsing`` (reading and validating a file), ``reader`` (a run's tables
 from __future__ import annotations
 
 from ..yamlio import read_yaml_strict
-from .checking import CheckReport, check, default_run_dir, spec_problem
+from .checking import CheckReport, check, claim_sizes, default_run_dir, preflight, spec_problem
 from .evaluation import ClaimResult, evaluate_claims
 from .kinds import CLAIM_KINDS, KINDS, TOKEN_KINDS, ClaimKind
 from .models import (
@@ -132,12 +132,14 @@ __all__ = [
     "TokenImportanceClaim",
     "TokenStabilityClaim",
     "check",
+    "claim_sizes",
     "default_run_dir",
     "evaluate_claims",
     "format_results",
     "junit_xml",
     "load_claims",
     "parse_claims",
+    "preflight",
     "read_yaml_strict",
     "record_check",
     "spec_problem",

@@ -26,7 +26,7 @@ from .kinds import CIRCUIT_TESTS, TOKEN_KINDS
 from .models import ClaimsFile
 from .parsing import load_claims
 
-__all__ = ["CheckReport", "check", "default_run_dir", "spec_problem"]
+__all__ = ["CheckReport", "check", "claim_sizes", "default_run_dir", "preflight", "spec_problem"]
 
 
 def spec_problem(claim: Any, spec: Any) -> str | None:
@@ -78,6 +78,32 @@ def spec_problem(claim: Any, spec: Any) -> str | None:
             if want is not None and getattr(spec.heads, key) != want:
                 return f"the claim asks for {key}={want!r} but the spec has heads.{key}: {getattr(spec.heads, key)}"
     return None
+
+
+def claim_sizes(cf: ClaimsFile) -> list[int]:
+    """Return the circuit sizes k the claims ask about (an audit's k grid must hold them; approximation's k is not one)."""
+    return sorted({c.k for c in cf.claims if getattr(c, "k", None) is not None and c.kind != "approximation"})
+
+
+def preflight(cf: ClaimsFile, spec: Any, what: str) -> None:
+    """None when the audit of `spec` can answer every claim of `cf` (and `cf`'s own spec, if any, is `spec`);
+    else InputError listing each claim it cannot answer, before any work (issue 47: 186 s spent first)."""
+    from circuitstat.pipelines.audit.run import audit_spec_doc
+
+    from .binding import spec_binding, spec_differences
+
+    problems = [f"{c.label(i)}: {p}" for i, c in enumerate(cf.claims) if (p := spec_problem(c, spec))]
+    own = cf.spec_path(False) if cf.spec is not None else None
+    if own is not None and own.is_file():
+        theirs = spec_binding(audit_spec_doc(_load_spec(own)))
+        mine = spec_binding(audit_spec_doc(spec))
+        if theirs["sha256"] != mine["sha256"]:
+            diffs = spec_differences(theirs["doc"], mine["doc"])
+            problems.append(f"the claims name spec {own}, which differs from {what}: " + "; ".join(diffs[:8]))
+    if problems:
+        more = f" (and {len(problems) - 6} more)" if len(problems) > 6 else ""
+        raise InputError(f"{what} cannot answer {len(problems)} claim(s) of {cf.source or '<claims>'}, so nothing "
+                         f"was run: " + "; ".join(problems[:6]) + more)
 
 
 def _load_spec(path: Path, *, redact: bool = True, allow_outside: bool = False):
