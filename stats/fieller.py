@@ -31,7 +31,8 @@ __all__ = ["FIELLER_ESTIMAND", "FiellerInterval", "fieller_faithfulness", "fiell
 
 #: the verdict when the denominator is not distinguishable from 0 (the set is a union or the whole line)
 UNDISTINGUISHABLE = "the full model's effect over the empty circuit is not distinguishable from 0 on these prompts"
-FIELLER_ESTIMAND = "the ratio (circuit − empty) / (full − empty) of mean effects on the prompt distribution"
+FIELLER_ESTIMAND = ("faithfulness of this fixed circuit: the ratio (circuit − empty) / (full − empty) of mean effects "
+                    "on the prompt distribution (selection not included)")
 
 
 @dataclass(frozen=True)

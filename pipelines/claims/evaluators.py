@@ -189,6 +189,9 @@ def _eval_published_circuit(c: PublishedCircuitClaim, run: RunReader) -> tuple[b
     need(run, c.table, "method", c.method, "add it to the spec's methods (and give the spec a circuit: key)")
     v = scalar(run, c.table, c.statistic, c.method, method=c.method)
     ok, reason = bounded(v, c, f"{c.statistic} of the published circuit ({c.method})")
+    if c.statistic.startswith("f_ci_") and "f_ci_note" in run.table(c.table, []).column_names:
+        notes = [r["f_ci_note"] for r in run.rows(c.table, ["f_ci_note"], method=c.method) if r["f_ci_note"]]
+        reason += f" ({notes[0]})" if notes else ""  # Fieller's set is unbounded: say why the end is infinite
     return ok, {c.statistic: v}, reason
 
 
