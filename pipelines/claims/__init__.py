@@ -72,6 +72,11 @@ in the per-edge mean tables (edge_stats, verified; runs written before it was re
 sample is invisible (docs/calibration.md). The check is :func:`~circuitstat.pipelines.claims.reader.require_no_tail_seen`
 (its old name ``require_reliable`` still imports).
 
+A claims file is bound to its run: the audit records the spec it was asked to run (portable: local files by
+name and sha256; :mod:`~circuitstat.pipelines.claims.binding`) in the manifest's provenance, and when the file
+names a ``spec:`` that did not make the run, ``check`` is exit 2 naming both and each key that differs. A run
+that records no binding (older, or synthetic) and a claims file without ``spec:`` are checked with a note.
+
 :func:`check` evaluates every claim against the run (running the audit via
 :func:`circuitstat.pipelines.audit.run.run_audit` when the run is missing or lacks what the claims need and a spec
 is given) and returns a :class:`CheckReport`: per claim a status (pass, fail, error), the observed
