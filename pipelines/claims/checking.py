@@ -190,7 +190,7 @@ def _fix(spec_path: Path | None, run_dir: Path, source: str) -> str:
 
 
 def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[str] | None = None,
-          *, echo=None, allow_outside: bool = False, run_audit: bool = False) -> CheckReport:
+          *, echo=None, allow_outside: bool = False, run_audit: bool = False, bind: bool = True) -> CheckReport:
     """Load the claims (InputError if malformed), find the run, evaluate every claim.
 
     `run` overrides the file's ``run:``. Without `run_audit` (``--run-audit``) a check only reads: a
@@ -198,7 +198,9 @@ def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[st
     fix, and nothing is written. With it, the audit of the file's ``spec:`` (circuitstat.pipelines.audit.run.run_audit) runs
     into a new directory, or resumes an audit's run that is unfinished or lacks what a claim needs, after
     the spec was checked to contain everything the claims need. The file's ``run:`` and ``spec:`` must stay
-    inside its directory tree unless `allow_outside` (``--allow-outside``).
+    inside its directory tree unless `allow_outside` (``--allow-outside``). With `bind` (the default) a file whose
+    ``spec:`` did not make the run is an InputError and a file without one gets a note (:mod:`.binding`); the
+    service, which checks the claims against the job it names, passes False.
     """
     cf = claims if isinstance(claims, ClaimsFile) else load_claims(claims)
     source = cf.source or "<claims>"
@@ -222,7 +224,7 @@ def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[st
     if run_audit and spec is None:
         raise InputError(f"--run-audit runs the audit of the claims file's 'spec:', and {source} has none; "
                          "add 'spec: AUDIT.yaml' to it, or drop --run-audit")
-    notes = _binding_notes(run_dir, spec, spec_path, source)
+    notes = _binding_notes(run_dir, spec, spec_path, source) if bind else []
     if not run_audit:
         report = _read_only(cf, run_dir, spec_path, source)
     else:
