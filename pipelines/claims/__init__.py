@@ -29,7 +29,10 @@ in core/schema.py, the one schema of run tables (each kind names its tables once
 * ``edge_effect``: ``edge``, ``method``, ``sign`` (positive, negative, nonzero), ``max_q``
   (Benjamini-Hochberg q-value of the edge's effect), ``estimand`` (mean, the default; median or
   trimmed_mean: the effect on a typical prompt, from edge_stats' median* / trimmed_mean* columns, which a
-  few prompts cannot move, so they are not refused where the mean's interval is flagged unreliable).
+  few prompts cannot move, so they are not refused where the mean's interval is flagged unreliable); optional
+  ``min_abs``, an effect size: the interval's end nearer 0, in the claimed direction, must be at least
+  ``min_abs`` in size (``min_abs_of: estimate`` reads |estimate| instead). Sign and q alone let a claim pass on
+  random weights (issue 47: estimate -4.6e-7, q = 0.013).
 * ``head_stability``: ``layer`` and ``head`` (or ``head: "1.5"``), ``statistic`` (stability,
   ci_low, ci_high, distinctness, excess[_ci_low/_ci_high] over the null, refit_ci_low/high), bounds;
   optional ``match``/``pairs`` when the run has several.
@@ -42,7 +45,8 @@ in core/schema.py, the one schema of run tables (each kind names its tables once
 * ``missed_edges`` (a verified run with ``verify.edges``): ``method``, ``statistic`` (default
   ``missed_high``: the bound on unverified edges whose mean exact effect exceeds ``verify.tau``), bounds.
 * ``published_circuit`` (an audit with spec key ``circuit``; docs/mib.md): ``method``, ``statistic`` (f_ratio,
-  f_ci_low/high, cpr, cmd and their intervals, n_unsupported, share_unsupported, inclusion_mean, inclusion_min,
+  f_ci_low/high -- Fieller's set, with -inf/inf ends and the reason quoted when the full model's effect over the
+  empty circuit is not distinguishable from 0 --, cpr, cmd and their intervals, n_unsupported, share_unsupported, inclusion_mean, inclusion_min,
   topk_jaccard), bounds.
 
 Kinds answered by a ``circuitstat tokens`` run (token contributions and attention sinks); in a
