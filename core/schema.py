@@ -141,7 +141,11 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("f_ratio", F, "ratio-of-means faithfulness of the circuit on this run's prompts", True),
            ("f_mean", F, "mean per-example faithfulness"),
            *_ci("f_ci", "f_ratio", PUBLISHED_F), ("f_se", F, "bootstrap standard error of f_ratio"),
-           ("f_ci_method", S, "interval method"), ("f_ci_estimand", S, "what the interval covers"),
+           ("f_ci_method", S, "interval method (fieller: Fieller's set of a ratio of means; -inf/inf ends when the "
+                              "denominator is not distinguishable from 0)"),
+           ("f_ci_estimand", S, "what the interval covers"),
+           ("f_ci_note", S, "empty when Fieller's set is a bounded interval; else that the full model's effect over "
+                            "the empty circuit is not distinguishable from 0, and what the set is"),
            ("cpr", F, "CPR of the file's scores at MIB's percentages (NaN without scores)", True),
            *_ci("cpr_ci", "cpr", PUBLISHED_CPR),
            ("cmd", F, "CMD of the file's scores at MIB's percentages (NaN without scores)", True),

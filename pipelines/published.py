@@ -95,13 +95,29 @@ def _cpr_cmd(model, task, circuit, plan, spec, ablation) -> dict:
                                   confidence_level=spec.bootstrap.confidence_level,
                                   keep_distribution=True).bootstrap_distribution
     dist = np.asarray(dist, dtype=np.float64)  # [C, B]: one row per circuit size
-    cpr_b, cmd_b = curve_areas(res.x, dist.T)
+    _, cmd_b = curve_areas(res.x, dist.T)
     a = (1 - spec.bootstrap.confidence_level) / 2
     lo, hi = (lambda v: float(np.nanquantile(v, a)), lambda v: float(np.nanquantile(v, 1 - a)))
-    return {"cpr": res.cpr, "cpr_ci_low": lo(cpr_b), "cpr_ci_high": hi(cpr_b), "cmd": res.cmd,
+    # CPR is linear in the curve, so it is a ratio of means over the shared denominator: Fieller's set. CMD sums
+    # |1 - f|, which is not a ratio: its interval stays the bootstrap percentile one.
+    m0 = np.asarray(res.m_empty, dtype=np.float64)
+    cpr_num, _ = curve_areas(res.x, np.asarray(res.m_circuit, dtype=np.float64) - m0[:, None])
+    cpr = _fieller(cpr_num, res.m_clean, m0, plan, spec.bootstrap.confidence_level)
+    note = cpr.notes()[0]
+    return {"cpr": res.cpr, "cpr_ci_low": float(cpr.low[0]), "cpr_ci_high": float(cpr.high[0]), "cmd": res.cmd,
             "cmd_ci_low": lo(cmd_b), "cmd_ci_high": hi(cmd_b),
             "area_note": f"the file's scores ranked {spec.ranking}, pruned, trapezoids over MIB's nominal percentages; "
-                         f"percentile interval over {plan.n_resamples} resamples (covers: {CPR_ESTIMAND})"}
+                         f"CPR: Fieller's interval (a ratio of means); CMD: percentile interval over {plan.n_resamples} "
+                         f"resamples (covers: {CPR_ESTIMAND})" + (f"; CPR: {note}" if note else "")}
+
+
+def _fieller(num, m_clean, m_empty, plan, level: float):
+    """Fieller's set for mean(num) / mean(m_clean - m_empty), over the plan's clusters when it resamples clusters."""
+    from circuitstat.stats.fieller import fieller_interval
+
+    groups = plan.groups if plan.kind == "cluster" else None
+    den = np.asarray(m_clean, dtype=np.float64) - np.asarray(m_empty, dtype=np.float64)
+    return fieller_interval(np.asarray(num, dtype=np.float64), den, confidence_level=level, groups=groups)
 
 
 def published_tables(model, task, circuit, scores: dict, run_tables: dict, plan, spec, *, source: str) -> dict:
@@ -113,13 +129,17 @@ def published_tables(model, task, circuit, scores: dict, run_tables: dict, plan,
     from circuitstat.core.score_columns import column_means
     from circuitstat.pipelines.audit.tables import FIXED_CI_METHODS, _ablation
     from circuitstat.stats.faithfulness import fixed_circuit_interval
+    from circuitstat.stats.fieller import FIELLER_ESTIMAND
 
     ablation = _ablation(model, task, spec)
     res = faithfulness(model, task, circuit, ablation=ablation, seed=spec.seed, batch_size=spec.batch_size,
                        progress=False)
     ci_method = spec.bootstrap.ci_method if spec.bootstrap.ci_method in FIXED_CI_METHODS else "bca"
     fixed = fixed_circuit_interval(res.m_circuit, res.m_clean, res.m_empty, plan, method=ci_method,
-                                   confidence_level=spec.bootstrap.confidence_level)
+                                   confidence_level=spec.bootstrap.confidence_level)  # its standard error
+    m0 = np.asarray(res.m_empty, dtype=np.float64)
+    fie = _fieller(np.asarray(res.m_circuit, dtype=np.float64) - m0[:, None], res.m_clean, m0, plan,
+                   spec.bootstrap.confidence_level)
     areas = _cpr_cmd(model, task, circuit, plan, spec, ablation)
     k_c, idx, q_level = circuit.n_edges, circuit.edge_indices, spec.circuit.q
     summary: dict[str, list] = {}
@@ -139,9 +159,10 @@ def published_tables(model, task, circuit, scores: dict, run_tables: dict, plan,
         f_rows = _rows(fv, m, k=k_c) if fv is not None else {}
         row = {"method": m, "circuit": source, "format": spec.circuit.file_format, "n_edges": k_c,
                "n_nodes": circuit.n_nodes, "f_ratio": float(res.ratio_of_means[0]),
-               "f_mean": float(res.mean_per_example[0]), "f_ci_low": float(fixed.confidence_interval.low[0]),
-               "f_ci_high": float(fixed.confidence_interval.high[0]), "f_se": float(fixed.standard_error[0]),
-               "f_ci_method": fixed.method, "f_ci_estimand": fixed.estimand, **areas, "q_level": q_level,
+               "f_mean": float(res.mean_per_example[0]), "f_ci_low": float(fie.low[0]),
+               "f_ci_high": float(fie.high[0]), "f_se": float(fixed.standard_error[0]),
+               "f_ci_method": "fieller", "f_ci_estimand": FIELLER_ESTIMAND, "f_ci_note": fie.notes()[0],
+               **areas, "q_level": q_level,
                "n_unsupported": int((~supported).sum()), "share_unsupported": float((~supported).mean()),
                "inclusion_mean": float(freq.mean()), "inclusion_min": float(freq.min()), "topk_jaccard": jac,
                "topk_f_ratio": float(f_rows["f_ratio"][0]) if len(f_rows.get("f_ratio", [])) else np.nan,

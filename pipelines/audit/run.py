@@ -112,11 +112,15 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
     n_jobs = check_n_jobs(spec.n_jobs if n_jobs is None else n_jobs, "--n-jobs" if n_jobs is not None else "n_jobs")
     use_deterministic()  # CUBLAS_WORKSPACE_CONFIG too, before any model loads
     sources, model, task = prepare_audit(spec, allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs)
+    from circuitstat.pipelines.claims.binding import BINDING_KEY, spec_binding
+
+    binding = spec_binding(audit_spec_doc(spec))  # the spec as asked for, before k gains the circuit's sizes (check compares it)
     circuit, spec = published_circuit(spec, model)  # checked against the model's graph before the run directory
     spec_doc = audit_spec_doc(spec)
     with backend(n_jobs, scheduler) as workers, RunDir(out, spec=spec_doc, command=sys.argv, seed=spec.seed,
                                                         provenance={"model": model.identity(),
-                                                                    "task": task.describe()}) as run:
+                                                                    "task": task.describe(),
+                                                                    BINDING_KEY: binding}) as run:
         names, scores = _score_stages(run, spec, model, task, workers, force, allow_large=allow_large)
         if spec.verify is not None:  # before the analyses: circuits selected from verified estimates join them
             _verify_stage(run, spec, model, task, scores, names, force)

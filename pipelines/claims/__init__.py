@@ -29,7 +29,10 @@ in core/schema.py, the one schema of run tables (each kind names its tables once
 * ``edge_effect``: ``edge``, ``method``, ``sign`` (positive, negative, nonzero), ``max_q``
   (Benjamini-Hochberg q-value of the edge's effect), ``estimand`` (mean, the default; median or
   trimmed_mean: the effect on a typical prompt, from edge_stats' median* / trimmed_mean* columns, which a
-  few prompts cannot move, so they are not refused where the mean's interval is flagged unreliable).
+  few prompts cannot move, so they are not refused where the mean's interval is flagged unreliable); optional
+  ``min_abs``, an effect size: the interval's end nearer 0, in the claimed direction, must be at least
+  ``min_abs`` in size (``min_abs_of: estimate`` reads |estimate| instead). Sign and q alone let a claim pass on
+  random weights (issue 47: estimate -4.6e-7, q = 0.013).
 * ``head_stability``: ``layer`` and ``head`` (or ``head: "1.5"``), ``statistic`` (stability,
   ci_low, ci_high, distinctness, excess[_ci_low/_ci_high] over the null, refit_ci_low/high), bounds;
   optional ``match``/``pairs`` when the run has several.
@@ -42,7 +45,8 @@ in core/schema.py, the one schema of run tables (each kind names its tables once
 * ``missed_edges`` (a verified run with ``verify.edges``): ``method``, ``statistic`` (default
   ``missed_high``: the bound on unverified edges whose mean exact effect exceeds ``verify.tau``), bounds.
 * ``published_circuit`` (an audit with spec key ``circuit``; docs/mib.md): ``method``, ``statistic`` (f_ratio,
-  f_ci_low/high, cpr, cmd and their intervals, n_unsupported, share_unsupported, inclusion_mean, inclusion_min,
+  f_ci_low/high -- Fieller's set, with -inf/inf ends and the reason quoted when the full model's effect over the
+  empty circuit is not distinguishable from 0 --, cpr, cmd and their intervals, n_unsupported, share_unsupported, inclusion_mean, inclusion_min,
   topk_jaccard), bounds.
 
 Kinds answered by a ``circuitstat tokens`` run (token contributions and attention sinks); in a
@@ -72,6 +76,11 @@ in the per-edge mean tables (edge_stats, verified; runs written before it was re
 sample is invisible (docs/calibration.md). The check is :func:`~circuitstat.pipelines.claims.reader.require_no_tail_seen`
 (its old name ``require_reliable`` still imports).
 
+A claims file is bound to its run: the audit records the spec it was asked to run (portable: local files by
+name and sha256; :mod:`~circuitstat.pipelines.claims.binding`) in the manifest's provenance, and when the file
+names a ``spec:`` that did not make the run, ``check`` is exit 2 naming both and each key that differs. A run
+that records no binding (older, or synthetic) and a claims file without ``spec:`` are checked with a note.
+
 :func:`check` evaluates every claim against the run (running the audit via
 :func:`circuitstat.pipelines.audit.run.run_audit` when the run is missing or lacks what the claims need and a spec
 is given) and returns a :class:`CheckReport`: per claim a status (pass, fail, error), the observed
@@ -88,7 +97,7 @@ models), ``parsing`` (reading and validating a file), ``reader`` (a run's tables
 from __future__ import annotations
 
 from ..yamlio import read_yaml_strict
-from .checking import CheckReport, check, default_run_dir, spec_problem
+from .checking import CheckReport, check, claim_sizes, default_run_dir, preflight, spec_problem
 from .evaluation import ClaimResult, evaluate_claims
 from .kinds import CLAIM_KINDS, KINDS, TOKEN_KINDS, ClaimKind
 from .models import (
@@ -132,12 +141,14 @@ __all__ = [
     "TokenImportanceClaim",
     "TokenStabilityClaim",
     "check",
+    "claim_sizes",
     "default_run_dir",
     "evaluate_claims",
     "format_results",
     "junit_xml",
     "load_claims",
     "parse_claims",
+    "preflight",
     "read_yaml_strict",
     "record_check",
     "spec_problem",

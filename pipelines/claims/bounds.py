@@ -47,7 +47,9 @@ def bound_text(claim: Any) -> str:
         return f"inclusion >= {fmt(claim.min_inclusion)}"
     if isinstance(claim, EdgeEffectClaim):
         s = {"positive": "estimate > 0", "negative": "estimate < 0", "nonzero": "estimate != 0"}[claim.sign]
-        return f"{s}, q <= {fmt(claim.max_q)}"
+        size = "" if claim.min_abs is None else (f", |{'estimate' if claim.min_abs_of == 'estimate' else 'inner end'}|"
+                                                  f" >= {fmt(claim.min_abs)}")
+        return f"{s}, q <= {fmt(claim.max_q)}{size}"
     if isinstance(claim, TokenImportanceClaim):
         return f"Holm verdict {claim.measure_a} > {claim.measure_b}"
     if hasattr(claim, "test_bound"):  # a hypothesis test of a circuit: a p-value against alpha

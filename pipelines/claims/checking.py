@@ -26,7 +26,7 @@ from .kinds import CIRCUIT_TESTS, TOKEN_KINDS
 from .models import ClaimsFile
 from .parsing import load_claims
 
-__all__ = ["CheckReport", "check", "default_run_dir", "spec_problem"]
+__all__ = ["CheckReport", "check", "claim_sizes", "default_run_dir", "preflight", "spec_problem"]
 
 
 def spec_problem(claim: Any, spec: Any) -> str | None:
@@ -78,6 +78,32 @@ def spec_problem(claim: Any, spec: Any) -> str | None:
             if want is not None and getattr(spec.heads, key) != want:
                 return f"the claim asks for {key}={want!r} but the spec has heads.{key}: {getattr(spec.heads, key)}"
     return None
+
+
+def claim_sizes(cf: ClaimsFile) -> list[int]:
+    """Return the circuit sizes k the claims ask about (an audit's k grid must hold them; approximation's k is not one)."""
+    return sorted({c.k for c in cf.claims if getattr(c, "k", None) is not None and c.kind != "approximation"})
+
+
+def preflight(cf: ClaimsFile, spec: Any, what: str) -> None:
+    """None when the audit of `spec` can answer every claim of `cf` (and `cf`'s own spec, if any, is `spec`);
+    else InputError listing each claim it cannot answer, before any work (issue 47: 186 s spent first)."""
+    from circuitstat.pipelines.audit.run import audit_spec_doc
+
+    from .binding import spec_binding, spec_differences
+
+    problems = [f"{c.label(i)}: {p}" for i, c in enumerate(cf.claims) if (p := spec_problem(c, spec))]
+    own = cf.spec_path(False) if cf.spec is not None else None
+    if own is not None and own.is_file():
+        theirs = spec_binding(audit_spec_doc(_load_spec(own)))
+        mine = spec_binding(audit_spec_doc(spec))
+        if theirs["sha256"] != mine["sha256"]:
+            diffs = spec_differences(theirs["doc"], mine["doc"])
+            problems.append(f"the claims name spec {own}, which differs from {what}: " + "; ".join(diffs[:8]))
+    if problems:
+        more = f" (and {len(problems) - 6} more)" if len(problems) > 6 else ""
+        raise InputError(f"{what} cannot answer {len(problems)} claim(s) of {cf.source or '<claims>'}, so nothing "
+                         f"was run: " + "; ".join(problems[:6]) + more)
 
 
 def _load_spec(path: Path, *, redact: bool = True, allow_outside: bool = False):
@@ -164,7 +190,7 @@ def _fix(spec_path: Path | None, run_dir: Path, source: str) -> str:
 
 
 def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[str] | None = None,
-          *, echo=None, allow_outside: bool = False, run_audit: bool = False) -> CheckReport:
+          *, echo=None, allow_outside: bool = False, run_audit: bool = False, bind: bool = True) -> CheckReport:
     """Load the claims (InputError if malformed), find the run, evaluate every claim.
 
     `run` overrides the file's ``run:``. Without `run_audit` (``--run-audit``) a check only reads: a
@@ -172,7 +198,9 @@ def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[st
     fix, and nothing is written. With it, the audit of the file's ``spec:`` (circuitstat.pipelines.audit.run.run_audit) runs
     into a new directory, or resumes an audit's run that is unfinished or lacks what a claim needs, after
     the spec was checked to contain everything the claims need. The file's ``run:`` and ``spec:`` must stay
-    inside its directory tree unless `allow_outside` (``--allow-outside``).
+    inside its directory tree unless `allow_outside` (``--allow-outside``). With `bind` (the default) a file whose
+    ``spec:`` did not make the run is an InputError and a file without one gets a note (:mod:`.binding`); the
+    service, which checks the claims against the job it names, passes False.
     """
     cf = claims if isinstance(claims, ClaimsFile) else load_claims(claims)
     source = cf.source or "<claims>"
@@ -193,12 +221,47 @@ def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[st
         run_dir = default_run_dir(spec, spec_path)
     if run_dir.exists() and not run_dir.is_dir():
         raise InputError(f"run directory {run_dir} is a file; pass the run directory")
-    if not run_audit:
-        return _read_only(cf, run_dir, spec_path, source)
-    if spec is None:
+    if run_audit and spec is None:
         raise InputError(f"--run-audit runs the audit of the claims file's 'spec:', and {source} has none; "
                          "add 'spec: AUDIT.yaml' to it, or drop --run-audit")
-    return _with_audit(cf, run_dir, spec, spec_path, source, say=echo or (lambda msg: None), theirs=theirs)
+    notes = _binding_notes(run_dir, spec, spec_path, source) if bind else []
+    if not run_audit:
+        report = _read_only(cf, run_dir, spec_path, source)
+    else:
+        report = _with_audit(cf, run_dir, spec, spec_path, source, say=echo or (lambda msg: None), theirs=theirs)
+    report.notes[:0] = notes
+    return report
+
+
+def _binding_notes(run_dir: Path, spec: Any, spec_path: Path | None, source: str) -> list[str]:
+    """Notes on how the claims file is bound to the run; InputError when its spec did not make the run (issue 47)."""
+    from circuitstat.core.rundir import MANIFEST, RunDir, RunDirError
+
+    from .binding import BINDING_KEY, spec_binding, spec_differences
+
+    if not (run_dir / MANIFEST).is_file():
+        return []  # no run yet: the read-only check refuses it, --run-audit makes it from the spec
+    try:
+        manifest = RunDir.read_manifest(run_dir)
+    except RunDirError as e:
+        raise InputError(str(e)) from None
+    rec = (manifest.get("provenance") or {}).get(BINDING_KEY)
+    if spec is None:
+        return [f"{source} names no 'spec:', so nothing ties its claims to the run {run_dir}; add 'spec: AUDIT.yaml' "
+                "(the spec the run was made from) so that check refuses a run made from another spec"]
+    if not isinstance(rec, dict) or not isinstance(rec.get("doc"), dict):
+        return [f"the run {run_dir} records no spec binding (written before circuitstat recorded one, or not by "
+                f"`circuitstat audit`), so check cannot tell whether {spec_path} made it; rerun the audit to bind them"]
+    from circuitstat.pipelines.audit.run import audit_spec_doc  # torch-free
+
+    want = spec_binding(audit_spec_doc(spec))
+    if want["sha256"] == rec.get("sha256"):
+        return []
+    diffs = spec_differences(want["doc"], rec["doc"]) or ["the recorded hashes differ"]
+    more = f" (and {len(diffs) - 8} more)" if len(diffs) > 8 else ""
+    raise InputError(f"the run {run_dir} was not made from {spec_path} (the spec named by 'spec:' in {source}): "
+                     f"{'; '.join(diffs[:8])}{more}; pass --run DIR of the run made from it, or make one with "
+                     f"`circuitstat audit {spec_path} --out DIR`")
 
 
 def _read_only(cf: ClaimsFile, run_dir: Path, spec_path: Path | None, source: str) -> CheckReport:

@@ -95,7 +95,22 @@ def _eval_edge_effect(c: EdgeEffectClaim, run: RunReader) -> tuple[bool, dict, s
     floor = _at_p_floor(run, c.table, method=c.method, name=c.edge) if c.estimand == "mean" else ""
     if q > c.max_q:
         return False, obs, f"{label}, q = {cmp_text(q, c.max_q, '>')}: not significant after BH{floor}"
-    return True, obs, f"{label} is {c.sign}, q = {cmp_text(q, c.max_q, '<=')}{floor}"
+    size = ""
+    if c.min_abs is not None:
+        mag, what = effect_size(est, obs["ci_low"], obs["ci_high"], c.sign, c.min_abs_of)
+        if mag < c.min_abs:
+            return False, obs, f"{label}: {what} {cmp_text(mag, c.min_abs, '<')}, below the claimed effect size"
+        size = f", {what} {cmp_text(mag, c.min_abs, '>=')}"
+    return True, obs, f"{label} is {c.sign}, q = {cmp_text(q, c.max_q, '<=')}{size}{floor}"
+
+
+def effect_size(est: float, low: float, high: float, sign: str, of: str) -> tuple[float, str]:
+    """Return (the effect size a min_abs bound reads, its words): |estimate|, or the interval's end nearer 0 in the
+    claimed direction (0 when the interval holds 0 or lies on the other side)."""
+    if of == "estimate":
+        return abs(est), "|estimate|"
+    inner = {"positive": low, "negative": -high}.get(sign, max(low, -high))
+    return max(float(inner), 0.0), "the interval's inner end (in size)"
 
 
 def _at_p_floor(run: RunReader, table: str, **eq) -> str:
@@ -189,6 +204,9 @@ def _eval_published_circuit(c: PublishedCircuitClaim, run: RunReader) -> tuple[b
     need(run, c.table, "method", c.method, "add it to the spec's methods (and give the spec a circuit: key)")
     v = scalar(run, c.table, c.statistic, c.method, method=c.method)
     ok, reason = bounded(v, c, f"{c.statistic} of the published circuit ({c.method})")
+    if c.statistic.startswith("f_ci_") and "f_ci_note" in run.table(c.table, []).column_names:
+        notes = [r["f_ci_note"] for r in run.rows(c.table, ["f_ci_note"], method=c.method) if r["f_ci_note"]]
+        reason += f" ({notes[0]})" if notes else ""  # Fieller's set is unbounded: say why the end is infinite
     return ok, {c.statistic: v}, reason
 
 

@@ -138,6 +138,10 @@ class EdgeEffectClaim(ClaimBase):
     sign: Literal["positive", "negative", "nonzero"]
     max_q: float = Field(gt=0.0, le=1.0, allow_inf_nan=False)
     estimand: Literal["mean", "median", "trimmed_mean"] = "mean"
+    # an effect size (issue 47: sign and q alone passed on random weights): |effect| >= min_abs, read on the
+    # interval's inner end (the end nearer 0, by default) or on the estimate
+    min_abs: float | None = Field(None, ge=0.0, allow_inf_nan=False)
+    min_abs_of: Literal["interval", "estimate"] = "interval"
 
     @field_validator("edge")
     @classmethod

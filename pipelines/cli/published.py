@@ -57,21 +57,31 @@ def check_circuit_command(
     from circuitstat.pipelines.spec import parse_spec
 
     check_out(out, "audit", force=force)
+    cf = None
+    if claims is not None:
+        from circuitstat.pipelines.claims import claim_sizes, load_claims
+
+        cf = load_claims(claims)  # a malformed file is exit 2 before any work
+        k = list(k) + claim_sizes(cf)  # the k grid holds every size the claims ask about
     doc = {"model": model, "task": {"name": task, "n": n, "seed": seed, "options": parse_task_options(task, task_option)},
            "methods": list(dict.fromkeys(m.value for m in method)), "k": sorted(set(k)) or [1],
            "bootstrap": {"n_resamples": n_resamples}, "ranking": ranking.value, "batch_size": batch_size, "seed": seed,
            "circuit": {"file": str(circuit.resolve()), "format": None if fmt is None else fmt.value, "q": q}}
     spec = parse_spec(doc, "<check-circuit options>")  # the user's own paths: nothing to confine
+    if cf is not None:
+        from circuitstat.pipelines.claims import preflight
+
+        preflight(cf, spec, "the audit these options describe (--method, --k, ...)")  # exit 2 before any work
     try:
         run_audit(spec, out, force=force, allow_pickle=allow_pickle, allow_large=allow_large)
     except InputError as e:  # the spec holds the file's absolute path (a resumed run finds it from anywhere):
         raise type(e)(as_given(str(e), circuit)) from None  # errors name it as the user gave it
     print_published(out)
-    if claims is not None:
+    if cf is not None:
         from circuitstat.pipelines.claims import check, format_results
 
-        report = check(claims, out, echo=lambda m: echo(m, err=True))
-        echo(format_results(report.results))
+        report = check(cf, out, echo=lambda m: echo(m, err=True))
+        echo(format_results(report.results))  # its notes (on binding a claims file to a run) do not apply here
         raise typer.Exit(report.exit_code)
 
 
@@ -93,6 +103,8 @@ def print_published(run: Path) -> None:
          f"{counted(first['n_nodes'], 'node')}")
     echo(f"  faithfulness {first['f_ratio']:.3f} [{first['f_ci_low']:.3f}, {first['f_ci_high']:.3f}] "
          f"({first['f_ci_method']}; covers: {first['f_ci_estimand']})")
+    if first.get("f_ci_note"):
+        echo(f"  faithfulness: {first['f_ci_note']}")
     if first["cpr"] == first["cpr"]:
         echo(f"  CPR {first['cpr']:.3f} [{first['cpr_ci_low']:.3f}, {first['cpr_ci_high']:.3f}], "
              f"CMD {first['cmd']:.3f} [{first['cmd_ci_low']:.3f}, {first['cmd_ci_high']:.3f}]")

@@ -216,7 +216,7 @@ def run_claims(svc: Service, principal: Principal, job: Job, text: bytes, name: 
         detail = problem.replace(str(run.resolve()), f"job {job.id}").replace(str(run), f"job {job.id}")
         raise Problem(422, f"{detail}; claims are checked on an audit or tokens job")
     try:
-        report = check(cf, run)
+        report = check(cf, run, bind=False)  # the job is the run: no spec to bind, and no server path in a note
     except IntegrityError as e:  # the run, not the claims file: a table changed since the job wrote it
         raise _damaged(svc, job, e) from None
     notes = [f"'{k}:' in the file is not used by the service: the run is job {job.id}" for k in ignored]

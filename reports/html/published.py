@@ -18,6 +18,8 @@ def _summary(r: dict) -> str:
              note(f"The interval covers: {r['f_ci_estimand']}. The circuit was not selected from these prompts, so "
                   "there is no selection to account for; the selection-aware interval of this run's own top-k "
                   "circuit of the same size is in the faithfulness section.")]
+    if r.get("f_ci_note"):  # Fieller's set is no bounded interval: say why instead of printing an exploded one
+        parts.append(f'<p class="verdict-warning">Faithfulness: {esc(r["f_ci_note"])}.</p>')
     if r["cpr"] == r["cpr"]:
         cpr = ci_html(Ci.of("published_circuit", r, ("method",), "cpr_ci", est="cpr", flag=""))
         cmd = ci_html(Ci.of("published_circuit", r, ("method",), "cmd_ci", est="cmd", flag=""))

@@ -389,7 +389,9 @@ def verdict(run_dir: str | Path, min_excess: float | None = None) -> Verdict:
     n = int(np.nanmax(num(es, "n"))) if es is not None and es.num_rows and np.isfinite(num(es, "n")).any() else None
     d = _min_excess(spec, min_excess)
     r = _Run(T, method, k, why, str(spec.get("ranking") or "absolute"), n, d)
-    lines: list[Line] = []
+    from circuitstat.reports.verdicts.published import published_lines
+
+    lines: list[Line] = published_lines(T, method)  # what was asked first: the published circuit, when given
     for build in (_circuit_lines, _robust_lines, _stability_line, _faithfulness_line, _approximation_lines, _verified_lines,
                   _heads_line, _claim_lines):
         lines += build(r)

@@ -4,7 +4,8 @@ Each entry's spec, circuit file and claims are used as shipped; only the model i
 weights (GPT-2 small's 12 layers of 12 heads with a tiny width, so every head the papers name exists) and the
 sizes made small. The verdicts mean nothing on random weights: the test checks that each task builds, the
 circuit file fits the graph, every claim evaluates (holds or fails, never 'cannot be evaluated'), and that a
-deliberately false claim fails.
+deliberately false claim fails, and (the negative control of issue 47) that none of the entry's own claims
+passes there.
 """
 
 from __future__ import annotations
@@ -56,4 +57,8 @@ def test_catalogue_entry_runs_and_its_claims_evaluate(entry, tmp_path):
         assert r.status in ("pass", "fail") or (not r.missing and DATA_REFUSAL.search(r.reason)), (r.name, r.reason)
     status = {r.claim.name: r.status for r in report.results}
     assert status["deliberately false"] == "fail"
+    # the negative control (issue 47): no claim of the entry passes on random weights of its shape -- a claim that
+    # did would be no evidence about the trained model (sign and q alone passed there; effect sizes do not)
+    passing = [(r.claim.name, r.reason) for r in report.results if r.status == "pass"]
+    assert not passing, f"claims of {entry} pass on random weights: {passing}"
     assert report.exit_code == (2 if "error" in status.values() else 1)  # a refused claim outranks a failed one
