@@ -122,6 +122,14 @@ def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", leve
                                              allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs,
                                              task_options=task_options, moe_nodes=moe_nodes)
     check_attribute_verify(verify, m, method=method, level=level, n=n)
+    from circuitstat.pipelines.work import check_run_work
+
+    priced = AttributeSpec.model_construct(  # as the service's spec, priced on the loaded config before any pass
+        model=model, task=task, task_options=task_options, method=method, level=level, n=n, batch_size=batch_size,
+        ig_steps=ig_steps, verify=verify, n_refits=n_refits, moe_nodes=moe_nodes,
+        edge_pruning=pruning if method == "edge-pruning" else None, ugs=pruning if method == "ugs" else None)
+    check_run_work("attribute", priced, m.cfg, allow_large=allow_large,
+                   shrink="--n, --steps, --n-samples, --n-refits, --ig-steps or the --verify sizes")
     if pruning is not None:
         return masks_into(m, t, out, model_arg=model, task_arg=task, task_options=task_options, method=method,
                           ablation=ablation, input_node=input_node, n=n, batch_size=batch_size, seed=seed, dtype=dtype,
@@ -377,7 +385,7 @@ def attribute_flops(spec: AttributeSpec, cfg) -> float:
         from circuitstat.circuits.plan import pruning_cost
 
         options = (spec.ugs or UGSOptions()) if spec.method == "ugs" else (spec.edge_pruning or EdgePruningOptions())
-        positions = task_positions(spec.task, {}) or min(int(cfg.n_ctx), 64)
+        positions = task_positions(spec.task, spec.task_options or {}) or min(int(cfg.n_ctx), 64)
         steps = options.steps * getattr(options, "n_samples", 1)  # a UGS step: n_samples masked passes
         return pruning_cost(cfg, n=spec.n, positions=positions, steps=steps, fits=1 + (spec.n_refits or 0),
                             batch_size=spec.batch_size).flops

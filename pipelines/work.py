@@ -207,3 +207,64 @@ def check_tokens(est: Any, models: list, positions: int | None, *, allow_large: 
                f"{len(est.measures) + int(est.n_random)} orders)", allow_large=allow_large,
                shrink="--n, --k, --measures, --n-random or --n-resamples")
     return ops
+
+
+def check_run_work(name: str, spec: Any, cfg: Any, *, allow_large: bool = False, shrink: str = "") -> float:
+    """The estimated FLOPs of a run of kind ``name`` with ``spec`` on a model of config ``cfg`` (the kind's
+    ``flops``: the ``--plan`` arithmetic, circuitstat.circuits.plan); InputError above the work limit, before any
+    work starts (``allow_large`` lifts it); announced on stderr when it takes more than a few seconds."""
+    from circuitstat.pipelines.kinds import kind
+
+    ops = float(kind(name).flops(spec, cfg))
+    hours = ops / WORK_RATE / 3600
+    check_work(ops, f"this {name} run (priced by the --plan arithmetic: about {hours:.3g} h at {WORK_RATE:.0e} "
+               "operations per second)", allow_large=allow_large, shrink=shrink)
+    announce(name, ops)
+    return ops
+
+
+WORK_RATE = 1e10
+"""Operations per second the work limit assumes (circuitstat.circuits.limits.MAX_WORK: 1e15, about a day)."""
+
+
+def sample_size_operations(n0: int, n_edges: int, ns: Any, *, n_datasets: int, n_resamples: int, n_ks: int,
+                           edge_claims: bool = False) -> tuple[float, float]:
+    """(operations, peak bytes) of ``sample-size`` on a pilot of ``n0`` prompts x ``n_edges`` edges at each N of
+    ``ns``: per N the stability prediction's simulated datasets (index draws of N rows and their W.P means over the
+    pilot, circuitstat.stats.sample_size.predict_stability), then, from N = MIN_OBS on, ``n_datasets`` simulated
+    datasets [N, E] each with the audit's bootstrap of ``n_resamples`` resamples (edge intervals too with
+    ``edge_claims``) and their top-k at ``n_ks`` sizes; the peak holds one index draw, one dataset and its plan."""
+    import inspect
+
+    from circuitstat.stats.sample_size import predict_stability
+    from circuitstat.stats.stability_data import MIN_OBS
+
+    defaults = inspect.signature(predict_stability).parameters
+    n_sim, n_outer = int(defaults["n_sim"].default), int(defaults["n_outer"].default)
+    draws = 4 * n_sim + n_outer * n_sim  # point and plug-in (2 n_sim each), and every refit's n_sim
+    B, E, total, peak = int(n_resamples), int(n_edges), 0.0, 0.0
+    for N in (int(v) for v in ns):
+        total += draws * (N + 2 * n0 * E) + n_outer * n0 * E
+        peak = max(peak, 2 * n_sim * N * 8.0)
+        if N < MIN_OBS:
+            continue
+        per = 4 * N * E + 2 * B * N + 2 * B * N * E * (5 if edge_claims else 1) + n_ks * B * E + PER_CALL
+        total += n_datasets * per
+        peak = max(peak, N * E * 8.0 + B * N * 12.0)
+    return float(total), float(peak)
+
+
+def check_sample_size(n0: int, n_edges: int, ns: Any, *, n_datasets: int, n_resamples: int, n_ks: int,
+                      edge_claims: bool = False, allow_large: bool = False) -> float:
+    """The estimated operations of ``sample-size`` (:func:`sample_size_operations`); InputError above the memory or
+    work limit (``allow_large`` lifts both), before anything is simulated."""
+    from circuitstat.circuits.limits import check_bytes
+
+    ops, peak = sample_size_operations(n0, n_edges, ns, n_datasets=n_datasets, n_resamples=n_resamples, n_ks=n_ks,
+                                       edge_claims=edge_claims)
+    what = (f"sample-size up to N = {max(int(v) for v in ns):,} ({n_datasets:,} datasets x {n_resamples:,} "
+            f"resamples on {n_edges:,} edges)")
+    check_bytes(peak, what, allow_large=allow_large)
+    check_work(ops, what, allow_large=allow_large, shrink="--n, --datasets, --resamples or --k")
+    announce("sample-size", ops)
+    return ops
