@@ -155,7 +155,7 @@ class VerifySpec(_Strict):
     _section = "verify."
 
     n: int = Field(16, ge=4, le=100_000)
-    seed: int | None = Field(None, ge=0)
+    seed: int | None = SEED.pydantic(default=None)  # numpy's SeedSequence and torch: non-negative 63-bit
     edges: VerifyEdgesSpec | None = None
     tau: float | None = Field(None, gt=0.0, allow_inf_nan=False)
 

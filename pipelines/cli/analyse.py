@@ -164,7 +164,7 @@ def attribute_command(
                                      "rest, and bound the unverified edges above --verify-tau (missed_edges.parquet)"),
     verify_tau: float | None = typer.Option(None, "--verify-tau", min=0.0,
                                             help="threshold on |mean exact effect| the missed-edges bound counts"),
-    verify_seed: int | None = typer.Option(None, "--verify-seed", min=0,
+    verify_seed: int | None = typer.Option(None, "--verify-seed", **SEED.option,
                                            help="seed of the verified prompts (default: from --seed)"),
     steps: int | None = typer.Option(None, "--steps", **PRUNING_STEPS.option,
                                      help=f"edge-pruning and ugs only: Adam steps of the fit "
