@@ -439,8 +439,14 @@ def validate_spec(model: type[_M], data: Any, source: str, *, kind: str = "spec"
 
 
 def parse_spec(data: Any, source: str = "<spec>") -> AuditSpec:
-    """An AuditSpec from parsed YAML, or InputError naming each bad key and the allowed values."""
-    return validate_spec(AuditSpec, data, source, keys="model, task, methods, ...")
+    """An AuditSpec from parsed YAML, or InputError naming each bad key and the allowed values (and an options
+    section of a mask-learned method the spec does not run: its settings would be ignored without a word)."""
+    spec = validate_spec(AuditSpec, data, source, keys="model, task, methods, ...")
+    for method, (section, _) in MASK_SECTIONS.items():
+        if section in data and method not in spec.methods:
+            raise InputError(f"invalid spec {source}: the {section}: section sets {method}'s fits, but methods "
+                             f"{spec.methods} do not include {method}; add {method} to methods or remove the section")
+    return spec
 
 
 def load_yaml(path: str | Path) -> Any:

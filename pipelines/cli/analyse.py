@@ -310,6 +310,9 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
 
         set_moe_nodes(skeleton, moe_nodes)
     check_work(skeleton, n, level=level, positions=task_positions(task, options), allow_large=allow_large)
+    from circuitstat.pipelines.attribute import check_attribute_verify
+
+    check_attribute_verify(verify, skeleton, method=method, level=level, n=n)  # refused as the run refuses it
     t = build_task(skeleton, task, n=n, seed=seed, metric=metric, **options)
     need = weight_bytes(skeleton.cfg, torch_dtype(dtype).itemsize)
     timing, why = None, ""
