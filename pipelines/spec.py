@@ -443,7 +443,8 @@ def parse_spec(data: Any, source: str = "<spec>") -> AuditSpec:
     section of a mask-learned method the spec does not run: its settings would be ignored without a word)."""
     spec = validate_spec(AuditSpec, data, source, keys="model, task, methods, ...")
     for method, (section, _) in MASK_SECTIONS.items():
-        if section in data and method not in spec.methods:
+        given = getattr(spec, section)
+        if section in data and method not in spec.methods and given != type(given)():  # a written-out default: no-op
             raise InputError(f"invalid spec {source}: the {section}: section sets {method}'s fits, but methods "
                              f"{spec.methods} do not include {method}; add {method} to methods or remove the section")
     return spec
