@@ -45,21 +45,46 @@ def head_study_operations(plan: Any) -> float:
     """Operations of a head study: training every condition's seeds, then per condition the probe
     forwards, all-pairs pattern similarities (every refit an anchor), their bootstrap and
     shuffled-prompt null, the residual CKA and its bootstrap, and the permutation tests."""
-    from circuitstat.circuits.plan import forward_flops
-
     total = 0.0
     K, n, T = len(plan.seeds), plan.n_probe, plan.probe_len
     for _, recipe in plan.conditions():
         total += K * training_operations(recipe)
-        cfg = recipe.model_config(_recipe_vocab(recipe))
-        heads = cfg.n_layers * cfg.n_heads * cfg.n_heads  # same-layer head pairs of two refits
-        total += K * n * forward_flops(cfg, min(T, cfg.n_ctx))
-        similarity = heads * n * T * T  # cosine of lower-triangle patterns, per prompt
-        total += K * K * similarity * (1 + plan.n_null) + plan.n_resamples * K * K * heads * n
-        tokens = n * T
-        total += 2 * K * K * tokens * tokens * (cfg.d_model + plan.n_resamples_cka)  # two hooks: Gram matrices, resampled
-        total += plan.n_permutations * cfg.n_layers * cfg.n_heads * K
+        total += head_analysis_operations(recipe.model_config(_recipe_vocab(recipe)), K, n, T, n_null=plan.n_null,
+                                          n_resamples=plan.n_resamples, n_resamples_cka=plan.n_resamples_cka,
+                                          n_permutations=plan.n_permutations)
     return total
+
+
+def head_analysis_operations(cfg: Any, K: int, n: int, T: int, *, n_null: int, n_resamples: int,
+                             n_resamples_cka: int, n_permutations: int) -> float:
+    """Operations of one head-stability analysis of ``K`` models of config ``cfg`` on ``n`` probe prompts of ``T``
+    tokens: the probe forwards, all-pairs pattern similarities (every refit an anchor), their bootstrap and
+    shuffled-prompt null, the residual CKA and its resamples (two hooks), and the permutation tests."""
+    from circuitstat.circuits.plan import forward_flops
+
+    heads = cfg.n_layers * cfg.n_heads * cfg.n_heads  # same-layer head pairs of two refits
+    total = K * n * forward_flops(cfg, min(T, cfg.n_ctx))
+    similarity = heads * n * T * T  # cosine of lower-triangle patterns, per prompt
+    total += K * K * similarity * (1 + n_null) + n_resamples * K * K * heads * n
+    tokens = n * T
+    total += 2 * K * K * tokens * tokens * (cfg.d_model + n_resamples_cka)  # two hooks: Gram matrices, resampled
+    return float(total + n_permutations * cfg.n_layers * cfg.n_heads * K)
+
+
+def check_heads(est: Any, models: list, *, allow_large: bool = False) -> float:
+    """The estimated operations of ``heads`` (a HeadStability ``est`` on loaded ``models``); InputError above the
+    work limit, before the probe set is built."""
+    cfg, K = models[0].cfg, len(models)
+    T = min(64, int(cfg.n_ctx)) if est.probe_len is None else int(est.probe_len)
+    n_null = (50 if est.null == "prompts" else max(2, K - 1)) if est.n_null is None else int(est.n_null)
+    ops = head_analysis_operations(cfg, K, int(est.n_probe), T, n_null=n_null if est.null != "none" else 0,
+                                   n_resamples=int(est.n_resamples),
+                                   n_resamples_cka=int(est.n_resamples_cka or est.n_resamples),
+                                   n_permutations=int(est.n_permutations))
+    check_work(ops, f"heads ({K} models x {int(est.n_probe):,} probe prompts of {T} tokens)", allow_large=allow_large,
+               shrink="--n-probe, --probe-len, --n-resamples or the models")
+    announce("heads", ops)
+    return ops
 
 
 MAX_MODELS = 1000

@@ -163,3 +163,35 @@ def test_the_sample_size_price_grows_with_its_work():
     assert sample_size_operations(32, 110, [6400], n_datasets=20, n_resamples=1000, n_ks=3)[0] > 50 * base[0]
     assert sample_size_operations(32, 110, [64], n_datasets=200, n_resamples=1000, n_ks=3)[0] > 5 * base[0]
     assert sample_size_operations(32, 110, [16], n_datasets=20, n_resamples=1000, n_ks=3)[0] < base[0] / 10
+
+
+def test_heads_with_millions_of_probe_prompts_is_refused_before_any_pass(tmp_path, monkeypatch, passes):
+    from circuitstat.pipelines.heads.stability import HeadStability
+
+    def reached(self, *a, **k):
+        raise Reached
+
+    monkeypatch.setattr(HeadStability, "fit", reached)
+    models = ["--models", f"{M}&seed=1", "--models", f"{M}&seed=2"]
+    out = tmp_path / "run"
+    _refused(["heads", *models, "--n-probe", "10000000", "--out", out], "heads (2 models x 10,000,000 probe prompts")
+    assert passes[0] == 0 and not out.exists()
+    for extra in (["--n-probe", "100"], ["--n-probe", "10000000", "--allow-large"]):  # the negative controls
+        res = runner.invoke(app, ["heads", *models, *extra, "--out", str(out)])
+        assert _reached(res), res.output
+
+
+def test_the_head_study_and_heads_share_one_analysis_price():
+    from types import SimpleNamespace
+
+    from circuitstat.pipelines.sources import LOCAL
+    from circuitstat.pipelines.work import check_heads, head_analysis_operations
+
+    cfg = LOCAL.skeleton(M, weights=False).cfg
+    est = SimpleNamespace(probe_len=None, null="prompts", n_null=None, n_probe=100, n_resamples=200,
+                          n_resamples_cka=None, n_permutations=9999)
+    models = [SimpleNamespace(cfg=cfg)] * 3
+    assert check_heads(est, models) == head_analysis_operations(cfg, 3, 100, 64, n_null=50, n_resamples=200,
+                                                                n_resamples_cka=200, n_permutations=9999)
+    more = SimpleNamespace(**{**vars(est), "n_probe": 1000})
+    assert check_heads(more, models) > 10 * check_heads(est, models)  # the CKA term is quadratic in the prompts
