@@ -237,14 +237,13 @@ def check_tokens(est: Any, models: list, positions: int | None, *, allow_large: 
 def check_run_work(name: str, spec: Any, cfg: Any, *, allow_large: bool = False, shrink: str = "") -> float:
     """The estimated FLOPs of a run of kind ``name`` with ``spec`` on a model of config ``cfg`` (the kind's
     ``flops``: the ``--plan`` arithmetic, circuitstat.circuits.plan); InputError above the work limit, before any
-    work starts (``allow_large`` lifts it); announced on stderr when it takes more than a few seconds."""
+    work starts (``allow_large`` lifts it)."""
     from circuitstat.pipelines.kinds import kind
 
     ops = float(kind(name).flops(spec, cfg))
     hours = ops / WORK_RATE / 3600
     check_work(ops, f"this {name} run (priced by the --plan arithmetic: about {hours:.3g} h at {WORK_RATE:.0e} "
                "operations per second)", allow_large=allow_large, shrink=shrink)
-    announce(name, ops)
     return ops
 
 

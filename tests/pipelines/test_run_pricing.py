@@ -90,6 +90,21 @@ def test_a_small_mask_fit_is_not_refused_and_allow_large_lifts_the_limit(tmp_pat
     assert passes[0] == 0
 
 
+@pytest.mark.parametrize("method", ["exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted",
+                                    "atp-qkfix", "atp-graddrop", "atpstar", "ensemble"])
+def test_every_attribution_method_is_priced_before_its_model_loads(tmp_path, monkeypatch, method):
+    import circuitstat.pipelines.build as build
+
+    def loaded(*a, **k):
+        raise AssertionError("the model was loaded before the run was priced")
+
+    monkeypatch.setattr(build, "load_with_graph", loaded)  # the weights are never read: priced from the shapes
+    wide = "random:gpt2?n_layer=6&n_head=8&n_embd=512&vocab_size=512&n_positions=64"  # shapes only: no weights
+    out = tmp_path / "run"
+    _refused(["attribute", "--model", wide, "--method", method, "--n", "1000000", "--out", out], "attribute run")
+    assert not out.exists()
+
+
 def _audit(tmp_path, **extra) -> list:
     doc = {"model": M, "task": {"name": "induction", "n": 4096}, "methods": ["eap"], "k": [3],
            "bootstrap": {"n_resamples": 100}, "faithfulness": False, **extra}
