@@ -179,8 +179,19 @@ def _nest(values: dict, source: str) -> dict:
     return out
 
 
-def _merged(default: dict, given: dict) -> dict:
-    """``default`` updated key by key (recursively for mappings) with ``given``."""
+def _merged(default: dict, given: object, what: str = "a nested config field") -> dict | None:
+    """``default`` updated key by key (recursively for mappings) with ``given``: a mapping, the JSON text of one
+    (``rope_scaling={"rope_type":"linear","factor":2}``), or None (the field unset); InputError for anything else."""
+    if given is None:
+        return None
+    if isinstance(given, str):
+        try:
+            given = json.loads(given) if len(given) <= 10_000 else None
+        except (ValueError, RecursionError):
+            given = None
+    if not isinstance(given, dict):
+        raise InputError(f"{what} must be a mapping: give it as JSON ({what}={{\"rope_type\":\"linear\",\"factor\":2}}) "
+                         f"or key by key ({what}.rope_type=linear&{what}.factor=2)")
     out = dict(default)
     for key, value in given.items():
         both = isinstance(value, dict) and isinstance(out.get(key), dict)
@@ -224,7 +235,7 @@ def random_hf_model(source: str, *, allow_large: bool = False):
     base = dict(_SMALL[arch])
     base.update(values)
     for key in NESTED & set(values):  # FIELD.key=value changes those keys of the family's default, keeps the rest
-        base[key] = _merged(getattr(defaults, key, None) or {}, values[key])
+        base[key] = _merged(getattr(defaults, key, None) or {}, values[key], key)
     valid = set(defaults.to_dict())
     unknown = [k for k in values if k not in valid and not hasattr(defaults, k)]
     if unknown:

@@ -30,10 +30,11 @@ def torch_dtype(name: str):
 def prepare_attribute(model: str, task: str, *, method: str, level: str, ablation: str, metric: str | None, n: int,
                       batch_size: int, ig_steps: int, seed: int, n_jobs: int, device: str, dtype: str,
                       max_memory: str | None, allow_pickle: bool, allow_large: bool, task_options: dict | None = None,
-                      inputs: RunInputs = LOCAL, moe_nodes: str = "block"):
+                      inputs: RunInputs = LOCAL, moe_nodes: str = "block", priced: Any = None):
     """(model, task, memory budget, n_jobs) of an ``attribute`` run after every check that needs no
     run directory (options, workers, device, sizes, the task and its options, ``moe_nodes``: the graph of a
-    mixture-of-experts model, circuitstat.circuits.moe_nodes); InputError on the first problem."""
+    mixture-of-experts model, circuitstat.circuits.moe_nodes; with ``priced``, the run's AttributeSpec, its work by
+    the --plan arithmetic, from the config before a weight is read); InputError on the first problem."""
     from circuitstat.circuits.attribution import check_options
     from circuitstat.circuits.plan import parse_bytes
     from circuitstat.pipelines.build import (build_task, check_device, check_n_jobs, check_work, load_with_graph,
@@ -49,6 +50,13 @@ def prepare_attribute(model: str, task: str, *, method: str, level: str, ablatio
 
     # a run's budget must fit where it runs (--plan may plan for a larger machine)
     budget = None if max_memory is None else check_budget(parse_bytes(max_memory), device=dev)
+    if priced is not None:
+        from circuitstat.pipelines.work import check_run_work
+
+        sk = inputs.skeleton(model, allow_pickle=allow_pickle, allow_large=allow_large, weights=False)
+        check_work(sk, n, level=level, positions=task_positions(task, options), allow_large=allow_large)  # counts
+        check_run_work("attribute", priced, sk.cfg, allow_large=allow_large,
+                       shrink="--n, --steps, --n-samples, --n-refits, --ig-steps or the --verify sizes")
     if dev.startswith("cuda"):  # refused from the config's shapes, before a weight is read onto the device
         from circuitstat.circuits.limits import check_fits_device
         from circuitstat.circuits.plan import weight_bytes
@@ -116,11 +124,15 @@ def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", leve
         raise InputError(f"ugs options set UGS's fit: use them with --method ugs, not {method}")
     pruning = pruning_options(method, ugs if method == "ugs" else edge_pruning, n_refits)
     check_run_out(out, "attribute", force=force)
+    priced = AttributeSpec.model_construct(  # as the service's spec, priced from the config before a weight is read
+        model=model, task=task, task_options=task_options, method=method, level=level, n=n, batch_size=batch_size,
+        ig_steps=ig_steps, verify=verify, n_refits=n_refits, moe_nodes=moe_nodes,
+        edge_pruning=pruning if method == "edge-pruning" else None, ugs=pruning if method == "ugs" else None)
     m, t, budget, n_jobs = prepare_attribute(model, task, method=method, level=level, ablation=ablation, metric=metric,
                                              n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
                                              device=device, dtype=dtype, max_memory=max_memory,
                                              allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs,
-                                             task_options=task_options, moe_nodes=moe_nodes)
+                                             task_options=task_options, moe_nodes=moe_nodes, priced=priced)
     check_attribute_verify(verify, m, method=method, level=level, n=n)
     if pruning is not None:
         return masks_into(m, t, out, model_arg=model, task_arg=task, task_options=task_options, method=method,
@@ -377,7 +389,7 @@ def attribute_flops(spec: AttributeSpec, cfg) -> float:
         from circuitstat.circuits.plan import pruning_cost
 
         options = (spec.ugs or UGSOptions()) if spec.method == "ugs" else (spec.edge_pruning or EdgePruningOptions())
-        positions = task_positions(spec.task, {}) or min(int(cfg.n_ctx), 64)
+        positions = task_positions(spec.task, spec.task_options or {}) or min(int(cfg.n_ctx), 64)
         steps = options.steps * getattr(options, "n_samples", 1)  # a UGS step: n_samples masked passes
         return pruning_cost(cfg, n=spec.n, positions=positions, steps=steps, fits=1 + (spec.n_refits or 0),
                             batch_size=spec.batch_size).flops

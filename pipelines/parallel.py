@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -49,6 +50,7 @@ def _connect(Client, scheduler: str, n_jobs: int):
 
     if scheduler == "local":
         return Client(n_workers=max(1, n_jobs), threads_per_worker=1, processes=True, dashboard_address=None)
+    probe_scheduler(scheduler)  # a peer that is not a Dask scheduler is refused before Dask reads its bytes
     try:
         return Client(scheduler, timeout=CONNECT_TIMEOUT_S)
     except (OSError, ValueError, TypeError) as e:  # timeouts are OSErrors; a malformed address a ValueError
@@ -56,8 +58,65 @@ def _connect(Client, scheduler: str, n_jobs: int):
                          "address (tcp://HOST:PORT) and that the scheduler runs, or use --scheduler local") from None
 
 
-CONNECT_TIMEOUT_S = 10
-"""Seconds to wait for a Dask scheduler before the run is refused."""
+CONNECT_TIMEOUT_S = float(os.environ.get("CIRCUITSTAT_SCHEDULER_TIMEOUT", 5))
+"""Seconds to wait for a Dask scheduler (to connect, and for its first bytes) before the run is refused
+(``CIRCUITSTAT_SCHEDULER_TIMEOUT`` overrides)."""
+
+MAX_HANDSHAKE_BYTES = 2**20
+"""Largest first message a Dask scheduler's handshake may announce (its own is a few hundred bytes)."""
+
+
+def _address(scheduler: str) -> tuple[str, int] | None:
+    """(host, port) of a ``tcp://HOST:PORT`` (or ``HOST:PORT``) address; None for Dask's other schemes."""
+    from circuitstat.core.errors import InputError
+
+    body = scheduler[len("tcp://"):] if scheduler.startswith("tcp://") else scheduler
+    if "://" in body:
+        return None  # tls://, ucx://, inproc://: Dask's own checks
+    host, sep, port = body.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not host.strip("[]"):
+        raise InputError(f"--scheduler {scheduler!r} is not an address; give tcp://HOST:PORT (or 'local')")
+    return host.strip("[]"), int(port)
+
+
+def probe_scheduler(scheduler: str, timeout: float | None = None) -> None:
+    """None when the peer at ``scheduler`` opens with a Dask handshake frame within ``timeout`` seconds (default
+    :data:`CONNECT_TIMEOUT_S`); InputError naming the address otherwise: nothing listening, nothing said (a
+    listener that never answers, or an HTTP server, which waits for a request), or bytes that are not Dask's
+    framing (a length prefix above :data:`MAX_HANDSHAKE_BYTES`). A Dask scheduler writes its handshake first
+    (distributed.comm.core: the listener's on_connection writes, then reads)."""
+    import socket
+    import struct
+    import time
+
+    from circuitstat.core.errors import InputError
+
+    addr = _address(scheduler)
+    if addr is None:
+        return
+    timeout = CONNECT_TIMEOUT_S if timeout is None else float(timeout)
+    fix = "check the address (tcp://HOST:PORT) and that a Dask scheduler runs there, or use --scheduler local"
+    head, deadline = b"", time.monotonic() + timeout
+    try:
+        with socket.create_connection(addr, timeout=timeout) as conn:
+            while len(head) < 8 and time.monotonic() < deadline:
+                conn.settimeout(max(deadline - time.monotonic(), 0.01))
+                chunk = conn.recv(8 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+    except socket.timeout:
+        pass
+    except OSError as e:
+        raise InputError(f"cannot reach the Dask scheduler at {scheduler!r} ({e.strerror or type(e).__name__}); "
+                         f"{fix}") from None
+    if len(head) < 8:
+        raise InputError(f"the peer at {scheduler!r} sent no Dask handshake within {timeout:g} s (it is not a Dask "
+                         f"scheduler, or it does not answer); {fix}")
+    (length,) = struct.unpack("Q", head)
+    if not 0 < length <= MAX_HANDSHAKE_BYTES:
+        raise InputError(f"the peer at {scheduler!r} answered, but not with Dask's protocol (its first bytes announce "
+                         f"a {length:,}-byte message); {fix}")
 
 
 @contextlib.contextmanager

@@ -53,6 +53,11 @@ def read_circuit_file(path: str | Path, fmt: str, graph, d_model: int | None = N
         except UnicodeDecodeError:
             raise InputError(f"{p} is not text; an edge list has one sender->receiver per line") from None
         names = list(dict.fromkeys(s for s in (line.split("#")[0].strip() for line in lines) if s))
+        bad = next((i for i, name in enumerate(names) if "->" not in name or len(name) > 200), None)
+        if bad is not None:  # named by its position, never quoted: the file may be anything
+            looks = " (the file looks like JSON: use format eap-ig, --format eap-ig)" if names[bad][:1] in "{[" else ""
+            raise InputError(f"{p}: entry {bad + 1} is not an edge name sender->receiver such as "
+                             f"{graph.edge_names[0]!r}{looks}")
         unknown = [n for n in names if n not in graph._edge_lookup]
         if unknown:
             raise InputError(f"{p}: " + unknown_message("edge", unknown, graph.edge_names, graph))

@@ -191,12 +191,14 @@ def _claims_table(cf, skip: dict, ns: np.ndarray, passes: dict, n_datasets: int)
 def sample_size(S: np.ndarray, names: Sequence[str], method: str, ns: Sequence[int], ks: Sequence[int],
                 target: float, *, claims=None, spec=None, n_datasets: int = 20, seed: Any = 0,
                 means: str = "deconvolved", prediction_level: float = 0.9, n_jobs: int = 1,
-                cost: dict | None = None, groups: np.ndarray | None = None) -> SampleSizeResult:
+                cost: dict | None = None, groups: np.ndarray | None = None,
+                allow_large: bool = False) -> SampleSizeResult:
     """Return the SampleSizeResult of pilot scores S [n0, E] (method ``method``) at sizes ns and circuit sizes ks.
 
     spec: the audit settings the full run will use (its bootstrap and ranking; default AuditSpec's);
     claims: a ClaimsFile whose simulated kinds get a pass probability; n_datasets simulated datasets per N;
     groups: the pilot rows' groups (pilot_groups), needed when the spec's bootstrap resamples clusters.
+    The work is priced first (circuitstat.pipelines.work.check_sample_size; ``allow_large`` lifts the limits).
     """
     from circuitstat.core.seeds import as_seed_sequence, seed_record, spawn_seeds
     from circuitstat.pipelines.spec import AuditSpec
@@ -212,6 +214,11 @@ def sample_size(S: np.ndarray, names: Sequence[str], method: str, ns: Sequence[i
     cf, skip = _split_claims(claims, method) if claims is not None else (None, {})
     claim_ks = sorted({c.k for c in (cf.claims if cf is not None else []) if getattr(c, "k", None) is not None})
     ks_sim = sorted(set(int(k) for k in ks) | set(claim_ks))
+    from circuitstat.pipelines.work import check_sample_size
+
+    check_sample_size(S.shape[0], S.shape[1], ns_arr, n_datasets=int(n_datasets), n_resamples=spec.bootstrap.n_resamples,
+                      n_ks=len(ks_sim), edge_claims=cf is not None and any(c.kind == "edge_effect" for c in cf.claims),
+                      allow_large=allow_large)
     root = as_seed_sequence(seed)
     c_w, c_s, c_sim = spawn_seeds(root, 3)
     widths = predict_widths(S, ns_arr, confidence_level=spec.bootstrap.confidence_level,

@@ -155,7 +155,7 @@ class VerifySpec(_Strict):
     _section = "verify."
 
     n: int = Field(16, ge=4, le=100_000)
-    seed: int | None = Field(None, ge=0)
+    seed: int | None = SEED.pydantic(default=None)  # numpy's SeedSequence and torch: non-negative 63-bit
     edges: VerifyEdgesSpec | None = None
     tau: float | None = Field(None, gt=0.0, allow_inf_nan=False)
 
@@ -449,8 +449,15 @@ def validate_spec(model: type[_M], data: Any, source: str, *, kind: str = "spec"
 
 
 def parse_spec(data: Any, source: str = "<spec>") -> AuditSpec:
-    """An AuditSpec from parsed YAML, or InputError naming each bad key and the allowed values."""
-    return validate_spec(AuditSpec, data, source, keys="model, task, methods, ...")
+    """An AuditSpec from parsed YAML, or InputError naming each bad key and the allowed values (and an options
+    section of a mask-learned method the spec does not run: its settings would be ignored without a word)."""
+    spec = validate_spec(AuditSpec, data, source, keys="model, task, methods, ...")
+    for method, (section, _) in MASK_SECTIONS.items():
+        given = getattr(spec, section)
+        if section in data and method not in spec.methods and given != type(given)():  # a written-out default: no-op
+            raise InputError(f"invalid spec {source}: the {section}: section sets {method}'s fits, but methods "
+                             f"{spec.methods} do not include {method}; add {method} to methods or remove the section")
+    return spec
 
 
 def load_yaml(path: str | Path) -> Any:

@@ -45,21 +45,46 @@ def head_study_operations(plan: Any) -> float:
     """Operations of a head study: training every condition's seeds, then per condition the probe
     forwards, all-pairs pattern similarities (every refit an anchor), their bootstrap and
     shuffled-prompt null, the residual CKA and its bootstrap, and the permutation tests."""
-    from circuitstat.circuits.plan import forward_flops
-
     total = 0.0
     K, n, T = len(plan.seeds), plan.n_probe, plan.probe_len
     for _, recipe in plan.conditions():
         total += K * training_operations(recipe)
-        cfg = recipe.model_config(_recipe_vocab(recipe))
-        heads = cfg.n_layers * cfg.n_heads * cfg.n_heads  # same-layer head pairs of two refits
-        total += K * n * forward_flops(cfg, min(T, cfg.n_ctx))
-        similarity = heads * n * T * T  # cosine of lower-triangle patterns, per prompt
-        total += K * K * similarity * (1 + plan.n_null) + plan.n_resamples * K * K * heads * n
-        tokens = n * T
-        total += 2 * K * K * tokens * tokens * (cfg.d_model + plan.n_resamples_cka)  # two hooks: Gram matrices, resampled
-        total += plan.n_permutations * cfg.n_layers * cfg.n_heads * K
+        total += head_analysis_operations(recipe.model_config(_recipe_vocab(recipe)), K, n, T, n_null=plan.n_null,
+                                          n_resamples=plan.n_resamples, n_resamples_cka=plan.n_resamples_cka,
+                                          n_permutations=plan.n_permutations)
     return total
+
+
+def head_analysis_operations(cfg: Any, K: int, n: int, T: int, *, n_null: int, n_resamples: int,
+                             n_resamples_cka: int, n_permutations: int) -> float:
+    """Operations of one head-stability analysis of ``K`` models of config ``cfg`` on ``n`` probe prompts of ``T``
+    tokens: the probe forwards, all-pairs pattern similarities (every refit an anchor), their bootstrap and
+    shuffled-prompt null, the residual CKA and its resamples (two hooks), and the permutation tests."""
+    from circuitstat.circuits.plan import forward_flops
+
+    heads = cfg.n_layers * cfg.n_heads * cfg.n_heads  # same-layer head pairs of two refits
+    total = K * n * forward_flops(cfg, min(T, cfg.n_ctx))
+    similarity = heads * n * T * T  # cosine of lower-triangle patterns, per prompt
+    total += K * K * similarity * (1 + n_null) + n_resamples * K * K * heads * n
+    tokens = n * T
+    total += 2 * K * K * tokens * tokens * (cfg.d_model + n_resamples_cka)  # two hooks: Gram matrices, resampled
+    return float(total + n_permutations * cfg.n_layers * cfg.n_heads * K)
+
+
+def check_heads(est: Any, models: list, *, allow_large: bool = False) -> float:
+    """The estimated operations of ``heads`` (a HeadStability ``est`` on loaded ``models``); InputError above the
+    work limit, before the probe set is built."""
+    cfg, K = models[0].cfg, len(models)
+    T = min(64, int(cfg.n_ctx)) if est.probe_len is None else int(est.probe_len)
+    n_null = (50 if est.null == "prompts" else max(2, K - 1)) if est.n_null is None else int(est.n_null)
+    ops = head_analysis_operations(cfg, K, int(est.n_probe), T, n_null=n_null if est.null != "none" else 0,
+                                   n_resamples=int(est.n_resamples),
+                                   n_resamples_cka=int(est.n_resamples_cka or est.n_resamples),
+                                   n_permutations=int(est.n_permutations))
+    check_work(ops, f"heads ({K} models x {int(est.n_probe):,} probe prompts of {T} tokens)", allow_large=allow_large,
+               shrink="--n-probe, --probe-len, --n-resamples or the models")
+    announce("heads", ops)
+    return ops
 
 
 MAX_MODELS = 1000
@@ -206,4 +231,64 @@ def check_tokens(est: Any, models: list, positions: int | None, *, allow_large: 
     check_work(ops, f"tokens ({len(models)} model(s) x {int(est.n):,} prompts x {len(est.ks)} k x "
                f"{len(est.measures) + int(est.n_random)} orders)", allow_large=allow_large,
                shrink="--n, --k, --measures, --n-random or --n-resamples")
+    return ops
+
+
+def check_run_work(name: str, spec: Any, cfg: Any, *, allow_large: bool = False, shrink: str = "") -> float:
+    """The estimated FLOPs of a run of kind ``name`` with ``spec`` on a model of config ``cfg`` (the kind's
+    ``flops``: the ``--plan`` arithmetic, circuitstat.circuits.plan); InputError above the work limit, before any
+    work starts (``allow_large`` lifts it)."""
+    from circuitstat.pipelines.kinds import kind
+
+    ops = float(kind(name).flops(spec, cfg))
+    hours = ops / WORK_RATE / 3600
+    check_work(ops, f"this {name} run (priced by the --plan arithmetic: about {hours:.3g} h at {WORK_RATE:.0e} "
+               "operations per second)", allow_large=allow_large, shrink=shrink)
+    return ops
+
+
+WORK_RATE = 1e10
+"""Operations per second the work limit assumes (circuitstat.circuits.limits.MAX_WORK: 1e15, about a day)."""
+
+
+def sample_size_operations(n0: int, n_edges: int, ns: Any, *, n_datasets: int, n_resamples: int, n_ks: int,
+                           edge_claims: bool = False) -> tuple[float, float]:
+    """(operations, peak bytes) of ``sample-size`` on a pilot of ``n0`` prompts x ``n_edges`` edges at each N of
+    ``ns``: per N the stability prediction's simulated datasets (index draws of N rows and their W.P means over the
+    pilot, circuitstat.stats.sample_size.predict_stability), then, from N = MIN_OBS on, ``n_datasets`` simulated
+    datasets [N, E] each with the audit's bootstrap of ``n_resamples`` resamples (edge intervals too with
+    ``edge_claims``) and their top-k at ``n_ks`` sizes; the peak holds one index draw, one dataset and its plan."""
+    import inspect
+
+    from circuitstat.stats.sample_size import predict_stability
+    from circuitstat.stats.stability_data import MIN_OBS
+
+    defaults = inspect.signature(predict_stability).parameters
+    n_sim, n_outer = int(defaults["n_sim"].default), int(defaults["n_outer"].default)
+    draws = 4 * n_sim + n_outer * n_sim  # point and plug-in (2 n_sim each), and every refit's n_sim
+    B, E, total, peak = int(n_resamples), int(n_edges), 0.0, 0.0
+    for N in (int(v) for v in ns):
+        total += draws * (N + 2 * n0 * E) + n_outer * n0 * E
+        peak = max(peak, 2 * n_sim * N * 8.0)
+        if N < MIN_OBS:
+            continue
+        per = 4 * N * E + 2 * B * N + 2 * B * N * E * (5 if edge_claims else 1) + n_ks * B * E + PER_CALL
+        total += n_datasets * per
+        peak = max(peak, N * E * 8.0 + B * N * 12.0)
+    return float(total), float(peak)
+
+
+def check_sample_size(n0: int, n_edges: int, ns: Any, *, n_datasets: int, n_resamples: int, n_ks: int,
+                      edge_claims: bool = False, allow_large: bool = False) -> float:
+    """The estimated operations of ``sample-size`` (:func:`sample_size_operations`); InputError above the memory or
+    work limit (``allow_large`` lifts both), before anything is simulated."""
+    from circuitstat.circuits.limits import check_bytes
+
+    ops, peak = sample_size_operations(n0, n_edges, ns, n_datasets=n_datasets, n_resamples=n_resamples, n_ks=n_ks,
+                                       edge_claims=edge_claims)
+    what = (f"sample-size up to N = {max(int(v) for v in ns):,} ({n_datasets:,} datasets x {n_resamples:,} "
+            f"resamples on {n_edges:,} edges)")
+    check_bytes(peak, what, allow_large=allow_large)
+    check_work(ops, what, allow_large=allow_large, shrink="--n, --datasets, --resamples or --k")
+    announce("sample-size", ops)
     return ops

@@ -78,7 +78,11 @@ JACCARD_COVERS = "the expected Jaccard between the top-k circuits of two indepen
 
 def check_pilot(S: np.ndarray, ns: Sequence[int], *, prediction_level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
     """Return (S float64, sorted unique ns) or raise InputError naming the fix."""
-    S = np.asarray(check_score_matrix(S), dtype=np.float64)
+    try:
+        S = np.asarray(check_score_matrix(S), dtype=np.float64)
+    except ValueError as e:  # NaN or inf scores, an empty or ragged matrix: the pilot's problem, named
+        raise InputError(f"the pilot's scores cannot be used: {e}; rerun the pilot (a metric that is finite on "
+                         "every prompt)") from None
     if S.shape[0] < MIN_PILOT:
         raise InputError(f"a pilot needs at least {MIN_PILOT} examples, got {S.shape[0]}; attribute more prompts "
                          "(--n)")

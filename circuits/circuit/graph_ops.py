@@ -118,6 +118,7 @@ def is_mlp(name: str) -> bool:
 
 def unknown_message(kind: str, unknown: Sequence[str], valid: Sequence[str], graph: ComponentGraph) -> str:
     """A message naming unknown node or edge names, with the closest valid names and hints on the naming."""
+    unknown = [n if len(n) <= 80 else n[:60] + f"... ({len(n):,} characters)" for n in unknown]  # never a whole file
     shown = ", ".join(repr(n) for n in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
     hints = []
     first = unknown[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -64,11 +65,7 @@ class MibJson:
             p = Path(source)
             if not p.exists():
                 raise InputError(f"circuit file {p} not found")
-            try:
-                doc = json.loads(p.read_text())
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{p} is not valid JSON ({exc}); expected an EAP-IG/MIB graph file") from None
-            where = str(p)
+            doc, where = parse_graph_json(p.read_text(), str(p)), str(p)
         if not isinstance(doc, Mapping):
             raise InputError(f"{where}: expected a JSON object with keys cfg, nodes, edges")
         missing = [k for k in ("cfg", "nodes", "edges") if k not in doc]
@@ -134,22 +131,51 @@ class MibJson:
                    d_model=int(d_model) if isinstance(d_model, int) else None)
 
 
+def _unique_keys(pairs: list) -> dict:
+    """A JSON object's pairs as a dict; InputError when a key repeats (JSON would keep the last silently)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            shown = key if len(key) <= 60 else key[:57] + "..."
+            raise InputError(f"key {shown!r} appears more than once in one JSON object; give each key once "
+                             "(which value was meant is not knowable)")
+        out[key] = value
+    return out
+
+
+def parse_graph_json(text: str, where: str) -> Any:
+    """The parsed JSON of a circuit file ``where``; InputError (never the file's text) when it is not JSON, nests
+    deeper than the parser recurses, repeats a key in one object, or holds a number Python will not convert."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except InputError as exc:  # a repeated key
+        raise InputError(f"{where}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{where} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); expected an "
+                         "EAP-IG/MIB graph file") from None
+    except RecursionError:
+        raise InputError(f"{where} nests arrays or objects too deeply to read; an EAP-IG/MIB graph file nests 3 deep "
+                         "(cfg, nodes, edges)") from None
+    except ValueError:  # an integer of more digits than Python converts
+        raise InputError(f"{where} holds a number too long to read (over 4,300 digits); a score is a float") from None
+
+
 def _in_graph(entry: Any, what: str) -> bool:
     if not isinstance(entry, Mapping) or "in_graph" not in entry:
-        raise InputError(f"{what}: expected an object with 'in_graph' (and 'score'), got {entry!r}")
+        raise InputError(f"{what}: expected an object with 'in_graph' (and 'score'), got a {type(entry).__name__}")
     v = entry["in_graph"]
     if isinstance(v, bool):
         return v
-    if isinstance(v, int) and v in (0, 1):
-        return bool(v)
-    raise InputError(f"{what}: in_graph must be true or false, got {v!r}")
+    raise InputError(f"{what}: in_graph must be true or false (a JSON boolean), got a {type(v).__name__}")
 
 
 def _score(v: Any, what: str) -> float:
     if v is None:
         return float("nan")
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise InputError(f"{what}: score must be a number, got {v!r}")
+        raise InputError(f"{what}: score must be a number, got a {type(v).__name__}")
+    if not math.isfinite(float(v)):  # a huge integer becomes inf: not a score
+        raise InputError(f"{what}: score must be a finite number")
     return float(v)
 
 

@@ -80,7 +80,10 @@ def tests_flops(spec: AuditSpec, cfg) -> float:
     from circuitstat.pipelines.build import task_positions
 
     positions = task_positions(spec.task.name, spec.task.options or {}) or min(int(cfg.n_ctx), 64)
-    return float(tests_forwards(spec) * forward_flops(cfg, positions))
+    # the independence test's permutations: one [n, n] Gram product per permutation on the testing rows (at most
+    # every prompt), circuitstat.stats.circuit_tests.independence_test
+    permutations = 3.0 * spec.tests.n_permutations * spec.task.n ** 2
+    return float(tests_forwards(spec) * forward_flops(cfg, positions)) + permutations
 
 
 def audit_flops(spec: AuditSpec, cfg) -> float:

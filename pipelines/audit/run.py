@@ -423,6 +423,10 @@ def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: b
     check_work(model, spec.task.n, level=spec.level, n_matrices=len(score_methods(spec)),
                positions=task_positions(spec.task.name, spec.task.options),
                n_resamples=spec.bootstrap.n_resamples, allow_large=allow_large)
+    from circuitstat.pipelines.work import check_run_work
+
+    check_run_work("audit", spec, model.cfg, allow_large=allow_large,  # every stage, before the first forward
+                   shrink="task.n, methods, k, the ugs:/edge_pruning: steps, n_samples and n_refits, or tests: sizes")
     task = build_task(model, spec.task.name, n=spec.task.n, seed=spec.task.seed, metric=spec.task.metric,
                       **spec.task.options)
     n_cols = n_columns(model, spec.level)

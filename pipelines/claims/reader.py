@@ -66,6 +66,12 @@ class RunReader:
 
             self.manifest = RunDir.read_manifest(path)  # RunDirError on a corrupt manifest
             stages = self.manifest.get("stages", {})
+            if not isinstance(stages, dict):  # a hand-edited manifest: its tables' records cannot be read
+                from circuitstat.core.errors import InputError
+
+                raise InputError(f"{mpath} records its stages as a {type(stages).__name__}, not a mapping of stage "
+                                 "records, so the run's tables cannot be checked against it; rerun the command that "
+                                 "wrote the run")
             self.unfinished = sorted(n for n, s in stages.items() if isinstance(s, dict) and s.get("status") != "done")
 
     def table(self, name: str, columns: list[str], /):

@@ -173,7 +173,7 @@ def attribute_command(
                                      "rest, and bound the unverified edges above --verify-tau (missed_edges.parquet)"),
     verify_tau: float | None = typer.Option(None, "--verify-tau", min=0.0,
                                             help="threshold on |mean exact effect| the missed-edges bound counts"),
-    verify_seed: int | None = typer.Option(None, "--verify-seed", min=0,
+    verify_seed: int | None = typer.Option(None, "--verify-seed", **SEED.option,
                                            help="seed of the verified prompts (default: from --seed)"),
     steps: int | None = typer.Option(None, "--steps", **PRUNING_STEPS.option,
                                      help=f"edge-pruning and ugs only: Adam steps of the fit "
@@ -319,6 +319,9 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
 
         set_moe_nodes(skeleton, moe_nodes)
     check_work(skeleton, n, level=level, positions=task_positions(task, options), allow_large=allow_large)
+    from circuitstat.pipelines.attribute import check_attribute_verify
+
+    check_attribute_verify(verify, skeleton, method=method, level=level, n=n)  # refused as the run refuses it
     t = build_task(skeleton, task, n=n, seed=seed, metric=metric, **options)
     need = weight_bytes(skeleton.cfg, torch_dtype(dtype).itemsize)
     timing, why = None, ""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from .app import app, check_out, choices, echo
+from .app import ALLOW_LARGE_HELP, app, check_out, choices, echo
 
 Means = choices("Means", "deconvolved", "pilot")
 
@@ -39,6 +39,7 @@ def sample_size_command(
     seed: int = typer.Option(0, "--seed", min=0),
     n_jobs: int = typer.Option(1, "--n-jobs", min=-1),
     force: bool = typer.Option(False, "--force", help="write into an --out that holds another kind of run"),
+    allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
     """Predict, from a pilot run's per-example scores, each edge's interval width, the expected data-level
     Jaccard of the top-k circuit (and the chance its interval's lower end clears --target), and the chance a
@@ -66,7 +67,7 @@ def sample_size_command(
     cost = _cost(sm, sorted(set(n)), model) if plan else None
     res = sample_size(sm.scores, sm.names, sm.method, n, k, target, claims=cf, spec=spec, n_datasets=datasets,
                       seed=seed, means=means.value, prediction_level=level, n_jobs=n_jobs, cost=cost,
-                      groups=pilot_groups(sm, spec, pilot))
+                      groups=pilot_groups(sm, spec, pilot), allow_large=allow_large)
     _print(res, target)
     if out is not None:
         from circuitstat.core.atomic import atomic_write

@@ -61,13 +61,37 @@ def submit_command(
                             echo=echo))
 
 
-def _database(data: Path | None, database: str | None, config: Path | None):
+def _database(data: Path | None, database: str | None, config: Path | None, *, create: bool = False):
+    """The server's database, its schema upgraded; InputError (exit 2) for a URL no driver opens, a file that is not
+    a database, or (unless ``create``: ``users add``) a SQLite database that does not exist yet, before anything
+    is created. Errors name the URL's scheme, never the URL (it may hold a password)."""
+    from sqlalchemy.exc import ArgumentError, DatabaseError
+
+    from circuitstat.core.errors import InputError
     from circuitstat.pipelines.service.config import load_config
     from circuitstat.pipelines.service.db import Database, migrate
 
     cfg = load_config(config, need_data=False, data=data, database=database)
-    db = Database(cfg.database_url)
-    migrate(db.engine)
+    url = cfg.database_url
+    scheme = url.split(":", 1)[0]
+    if scheme.startswith("sqlite") and not create:
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:" and not Path(path).is_file():
+            raise InputError(f"there is no service database at {path}; give the server's --data (or --database), or "
+                             "create the first user with `circuitstat users add NAME --data DIR`")
+    try:
+        db = Database(url)
+        migrate(db.engine)
+    except ArgumentError:  # NoSuchModuleError too: an unknown scheme
+        raise InputError(f"--database: no database driver for the scheme {scheme!r}; give sqlite:///PATH or "
+                         "postgresql://USER@HOST/DB") from None
+    except ImportError as e:
+        raise InputError(f"--database: the driver for {scheme!r} is not installed ({e.name}); install it or use "
+                         "sqlite:///PATH") from None
+    except DatabaseError as e:
+        what = "is not a SQLite database" if scheme.startswith("sqlite") else "cannot be opened"
+        raise InputError(f"the service database ({scheme}) {what}: {type(e.orig or e).__name__}; give the server's "
+                         "database (--data DIR or --database URL)") from None
     return db
 
 
@@ -82,7 +106,7 @@ def users_add(name: str = typer.Argument(..., help="user name"), data: Path | No
     """Add a user."""
     from circuitstat.pipelines.service.accounts import add_user
 
-    with _database(data, database, config).session() as s:
+    with _database(data, database, config, create=True).session() as s:
         add_user(s, name)
     echo(f"user {name} added; give them a token with `circuitstat users token {name}`")
 

@@ -85,6 +85,9 @@ def heads_command(
                         probe_file=str(probe_file) if probe_file else None, corpus=corpus,
                         hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), seed=seed,
                         n_jobs=n_jobs)
+    from circuitstat.pipelines.work import check_heads
+
+    check_heads(est, loaded, allow_large=allow_large)  # before the probe set is built or a model runs
     res = est.fit(loaded).result_
     # threads change no result: the spec (which a rerun must match) leaves them out
     spec = {k: v for k, v in est.get_params().items() if k != "n_jobs"}

@@ -103,10 +103,16 @@ def _live_tokens(s: Session, user_id: int) -> int:
                 if row.expires_at is None or row.expires_at > t])
 
 
+MAX_LABEL = 64
+"""Longest token label (what the token is for, e.g. 'ci')."""
+
+
 def create_token(s: Session, user_name: str, label: str = "", *, scope: str = "full",
                  expires_at: float | None = None) -> str:
     """A new bearer token for ``user_name`` (returned once, stored only as a hash) with ``scope``
     (read or full) that expires at ``expires_at`` (UNIX seconds; None: never)."""
+    if len(label) > MAX_LABEL:  # refused, never cut: the operator reads the label back to tell tokens apart
+        raise InputError(f"the token's label is {len(label):,} characters; give at most {MAX_LABEL}")
     user = user_by_name(s, user_name)
     _check_scope(scope)
     if expires_at is not None and not expires_at > now():
@@ -114,7 +120,7 @@ def create_token(s: Session, user_name: str, label: str = "", *, scope: str = "f
     if _live_tokens(s, user.id) >= MAX_TOKENS:
         raise InputError(f"user {user_name!r} has {MAX_TOKENS} live tokens, the most allowed; revoke unused ones first")
     ident, secret, token = _new_credential(TOKEN_PREFIX)
-    s.add(Token(id=ident, user_id=user.id, digest=digest(secret), label=label[:64], created_at=now(), scope=scope,
+    s.add(Token(id=ident, user_id=user.id, digest=digest(secret), label=label, created_at=now(), scope=scope,
                 expires_at=expires_at))
     return token
 

@@ -141,7 +141,10 @@ def load_config(path: str | os.PathLike[str] | None, *, need_data: bool = True, 
     data: dict[str, Any] = {}
     if path is not None:
         doc = read_yaml_strict(path)
-        data = {} if doc is None else doc
+        if doc is not None and not isinstance(doc, dict):
+            raise InputError(f"invalid service config {path}: the top level is a {type(doc).__name__}; it must be a "
+                             "mapping of keys (data, database, sources, quotas, ...)")
+        data = {} if doc is None else dict(doc)
     data.update({k: v for k, v in overrides.items() if v is not None})
     if data.get("database") is None and os.environ.get(DATABASE_ENV):
         data["database"] = os.environ[DATABASE_ENV]

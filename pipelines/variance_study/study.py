@@ -55,6 +55,11 @@ def run_variance_study(spec: VarianceSpec, out: str | Path, n_jobs: int | None =
                                                        allow_pickle=allow_pickle, allow_large=allow_large,
                                                        inputs=inputs)
     check_study(spec, sc)  # before the run directory exists
+    if scorer is None:  # priced as the service prices it (the --plan arithmetic), before any attribution
+        from circuitstat.pipelines.work import check_run_work
+
+        check_run_work("study variance", spec, sc.model(0).cfg, allow_large=allow_large,
+                       shrink="sources, counterfactual.n_draws, estimators, task.n or dataset.n_fresh")
     with RunDir(out, spec=spec_doc, command=sys.argv, seed=spec.seed,
                 provenance=getattr(sc, "provenance", {"scores": "user scorer"})) as run:
         box["run"] = run

@@ -26,6 +26,11 @@ SPEC = {
 }
 
 
+def _without(doc: dict, key: str) -> dict:
+    """``doc`` without ``key``: a mask method's section is refused when its method is not run (issue 45 item 6)."""
+    return {k: v for k, v in doc.items() if k != key}
+
+
 def _read(out, name):
     return pq.read_table(out / f"{name}.parquet").to_pandas()
 
@@ -124,7 +129,7 @@ def test_pruning_cost_counts_the_forwards_a_fit_runs(monkeypatch):
     from circuitstat.circuits.plan import pruning_cost
     from circuitstat.pipelines.audit.run import prepare_audit
 
-    spec = parse_spec({**SPEC, "methods": ["eap"]})
+    spec = parse_spec({**_without(SPEC, "edge_pruning"), "methods": ["eap"]})
     _, model, task = prepare_audit(spec)
     rows = []
     real = type(model).run
@@ -146,7 +151,7 @@ def test_plan_prices_edge_pruning_fits_and_refits():
 
     cfg = LOCAL.skeleton(SPEC["model"]).cfg
     base = {**SPEC, "faithfulness": False}
-    with_ep, without = parse_spec(base), parse_spec({**base, "methods": ["eap"]})
+    with_ep, without = parse_spec(base), parse_spec({**_without(base, "edge_pruning"), "methods": ["eap"]})
     more = parse_spec({**base, "edge_pruning": {**SPEC["edge_pruning"], "n_refits": 7}})
     one = pruning_cost(cfg, n=12, positions=10, steps=4, batch_size=6).flops
     assert audit_flops(with_ep, cfg) - audit_flops(without, cfg) == pytest.approx(4 * one)  # the fit + 3 refits
@@ -183,7 +188,7 @@ def test_attribute_command_fits_edge_pruning_and_refuses_its_options_elsewhere(t
     assert "kept by" in res.output and "no per-example scores" in res.output
     masks, fits = _read(tmp_path / "a", "edge_masks"), _read(tmp_path / "a", "mask_fits")
     _, model, task = prepare_audit(
-        parse_spec({**SPEC, "task": {**SPEC["task"], "n": 8, "seed": 2}, "methods": ["eap"]}))  # --seed seeds the task too
+        parse_spec({**_without(SPEC, "edge_pruning"), "task": {**SPEC["task"], "n": 8, "seed": 2}, "methods": ["eap"]}))  # --seed seeds the task too
     want = fit_edge_pruning(model, task, steps=3, objective="metric", seed=2, batch_size=16).log_alpha
     assert np.array_equal(masks.sort_values("edge")["log_alpha"].to_numpy(), want.astype(np.float64))
     assert sorted(fits["fit"].unique()) == [0, 1, 2] and (masks["n_refits"] == 2).all()

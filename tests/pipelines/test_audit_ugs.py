@@ -24,6 +24,11 @@ SPEC = {
 }
 
 
+def _without(doc: dict, key: str) -> dict:
+    """``doc`` without ``key``: a mask method's section is refused when its method is not run (issue 45 item 6)."""
+    return {k: v for k, v in doc.items() if k != key}
+
+
 def _read(out, name):
     return pq.read_table(out / f"{name}.parquet").to_pandas()
 
@@ -84,7 +89,7 @@ def test_attribute_command_fits_ugs_and_refuses_bad_options(tmp_path):
     assert res.exit_code == 0, res.output
     masks = _read(tmp_path / "a", "edge_masks")
     _, model, task = prepare_audit(
-        parse_spec({**SPEC, "task": {**SPEC["task"], "n": 8, "seed": 2}, "methods": ["eap"]}))
+        parse_spec({**_without(SPEC, "ugs"), "task": {**SPEC["task"], "n": 8, "seed": 2}, "methods": ["eap"]}))
     want = fit_ugs(model, task, steps=3, n_samples=2, seed=2, batch_size=16).log_alpha
     assert np.array_equal(masks.sort_values("edge")["log_alpha"].to_numpy(), want.astype(np.float64))
     for method, samples in (("edge-pruning", "2"), ("eap", "2"), ("ugs", "0")):
@@ -100,7 +105,7 @@ def test_plan_prices_a_ugs_step_as_n_samples_masked_passes():
 
     cfg = LOCAL.skeleton(SPEC["model"]).cfg
     base = {**SPEC, "methods": ["eap", "ugs"], "faithfulness": False}
-    with_ugs, without = parse_spec(base), parse_spec({**base, "methods": ["eap"]})
+    with_ugs, without = parse_spec(base), parse_spec({**_without(base, "ugs"), "methods": ["eap"]})
     one = pruning_cost(cfg, n=12, positions=10, steps=3 * 2, batch_size=6).flops  # 3 steps of 2 draws
     assert audit_flops(with_ugs, cfg) - audit_flops(without, cfg) == pytest.approx(4 * one)  # the fit + 3 refits
 

@@ -97,4 +97,4 @@ def test_audit_flops_include_the_tests_stage_only_when_it_runs():
     cfg = LOCAL.skeleton(MODEL).cfg
     on = parse_spec({**BASE, "tests": {"k": 3, "n_random": 5}})
     assert pricing.audit_flops(on, cfg) - pricing.audit_flops(parse_spec(BASE), cfg) == pytest.approx(
-        pricing.tests_forwards(on) * forward_flops(cfg, 10))
+        pricing.tests_forwards(on) * forward_flops(cfg, 10) + 3.0 * on.tests.n_permutations * on.task.n ** 2)
