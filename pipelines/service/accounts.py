@@ -11,6 +11,10 @@ A token has a scope (``read``: look at jobs, fetch results, check claims and que
 submit, cancel, delete, share and manage tokens) and optionally an expiry time; a session has the
 scope and expiry of its token. Rotation replaces a token by a new one (new id and secret, same
 user, label, scope and expiry) and revokes the old one.
+
+A token minted through the API by another token (its parent) has a scope and an expiry within the parent's,
+and revoking a token revokes every token minted from it, at any depth (a leaked token's descendants end
+with it); rotation hands the children to the new token.
 """
 
 from __future__ import annotations
@@ -103,19 +107,36 @@ def _live_tokens(s: Session, user_id: int) -> int:
                 if row.expires_at is None or row.expires_at > t])
 
 
+def _within_parent(parent: Token, scope: str, expires_at: float | None) -> float | None:
+    """The expiry of a token that ``parent`` mints with ``scope``: none asked is the parent's; InputError when
+    the scope or the expiry asked for would exceed the parent's (a minted token never outlives its parent)."""
+    if not GRANTS[scope] <= GRANTS[parent.scope]:
+        raise InputError(f"a {parent.scope} token cannot mint a {scope} token; use a full token")
+    if expires_at is None:
+        return parent.expires_at
+    if parent.expires_at is not None and expires_at > parent.expires_at:
+        left = max(parent.expires_at - now(), 0.0) / 86400
+        raise InputError(f"the new token would outlive the token that mints it (it expires in {left:.4g} days); "
+                         f"ask for at most {left:.4g} days, or omit the expiry to take the parent's")
+    return expires_at
+
+
 def create_token(s: Session, user_name: str, label: str = "", *, scope: str = "full",
-                 expires_at: float | None = None) -> str:
+                 expires_at: float | None = None, parent: Token | None = None) -> str:
     """A new bearer token for ``user_name`` (returned once, stored only as a hash) with ``scope``
-    (read or full) that expires at ``expires_at`` (UNIX seconds; None: never)."""
+    (read or full) that expires at ``expires_at`` (UNIX seconds; None: never, or the parent's); minted by the
+    token ``parent`` (None: by the operator), its scope and expiry are within the parent's."""
     user = user_by_name(s, user_name)
     _check_scope(scope)
+    if parent is not None:
+        expires_at = _within_parent(parent, scope, expires_at)
     if expires_at is not None and not expires_at > now():
         raise InputError("the token's expiry is in the past; give a time (or a number of days) in the future")
     if _live_tokens(s, user.id) >= MAX_TOKENS:
         raise InputError(f"user {user_name!r} has {MAX_TOKENS} live tokens, the most allowed; revoke unused ones first")
     ident, secret, token = _new_credential(TOKEN_PREFIX)
     s.add(Token(id=ident, user_id=user.id, digest=digest(secret), label=label[:64], created_at=now(), scope=scope,
-                expires_at=expires_at))
+                expires_at=expires_at, parent_id=parent.id if parent is not None else None))
     return token
 
 
@@ -131,11 +152,15 @@ def token_row(s: Session, token_id: str, user_id: int | None = None) -> Token:
 
 
 def revoke_token(s: Session, token_id: str, user_id: int | None = None) -> None:
-    """Revoke the token with public id ``token_id`` (its browser sessions end with it); InputError if unknown."""
-    row = token_row(s, token_id, user_id)
-    if row.revoked_at is None:
-        row.revoked_at = now()
-    s.execute(update(BrowserSession).where(BrowserSession.token_id == row.id).values(expires_at=0.0))
+    """Revoke the token with public id ``token_id`` and every token minted from it, at any depth (their browser
+    sessions end with them); InputError if unknown."""
+    rows, t = [token_row(s, token_id, user_id)], now()
+    while rows:
+        row = rows.pop()
+        if row.revoked_at is None:
+            row.revoked_at = t
+        s.execute(update(BrowserSession).where(BrowserSession.token_id == row.id).values(expires_at=0.0))
+        rows += list(s.scalars(select(Token).where(Token.parent_id == row.id, Token.revoked_at.is_(None))))
 
 
 def rotate_token(s: Session, token_id: str, user_id: int | None = None) -> str:
@@ -146,8 +171,14 @@ def rotate_token(s: Session, token_id: str, user_id: int | None = None) -> str:
         raise InputError(f"token {row.id} is {'revoked' if row.revoked_at is not None else 'expired'}; only a live "
                          "token is rotated: create a new one instead")
     user = s.get(User, row.user_id)
-    revoke_token(s, row.id)
-    return create_token(s, user.name, row.label, scope=row.scope, expires_at=row.expires_at)
+    token = create_token(s, user.name, row.label, scope=row.scope, expires_at=row.expires_at)
+    s.flush()
+    new = token_row(s, token)
+    new.parent_id = row.parent_id  # the new token takes the old one's place: same parent, and its children
+    s.execute(update(Token).where(Token.parent_id == row.id).values(parent_id=new.id))
+    row.revoked_at = now()
+    s.execute(update(BrowserSession).where(BrowserSession.token_id == row.id).values(expires_at=0.0))
+    return token
 
 
 def token_info(row: Token) -> dict:
@@ -155,7 +186,7 @@ def token_info(row: Token) -> dict:
     t = now()
     return {"id": row.id, "label": row.label, "scope": row.scope, "created_at": row.created_at,
             "expires_at": row.expires_at, "revoked_at": row.revoked_at, "revoked": row.revoked_at is not None,
-            "expired": row.expires_at is not None and row.expires_at <= t}
+            "expired": row.expires_at is not None and row.expires_at <= t, "parent_id": row.parent_id}
 
 
 def list_tokens(s: Session, user_id: int) -> list[dict]:

@@ -299,24 +299,11 @@ class QueryIn(BaseModel):
     jobs: list[str] = Field(min_length=1, max_length=MAX_QUERY_JOBS)
 
 
-def _hide_paths(value: Any, paths: list[str]) -> Any:
-    """``value`` (result rows, an error text) with every server path in ``paths`` replaced by ``<server>``:
-    a query must not learn where the server keeps runs, through any table function or error."""
-    if isinstance(value, str):
-        for p in paths:
-            value = value.replace(p, "<server>")
-        return value
-    if isinstance(value, list):
-        return [_hide_paths(v, paths) for v in value]
-    if isinstance(value, dict):
-        return {_hide_paths(k, paths): _hide_paths(v, paths) for k, v in value.items()}
-    return value
-
-
 def _query(svc: Service, principal: Principal, body: QueryIn) -> dict:
     import dataclasses
 
     import duckdb
+    import pyarrow as pa
 
     from circuitstat.core.integrity import IntegrityError
     from circuitstat.core.query import DEFAULT_LIMITS, json_rows, query
@@ -329,15 +316,6 @@ def _query(svc: Service, principal: Principal, body: QueryIn) -> dict:
             job = access.visible_job(s, principal, job_id)
             _finished(job, "tables")
             runs[job.id] = run_dir(svc, job)
-    # longest first, so a run directory is hidden whole before the data directory that holds it; the
-    # server's home, working directory and installation too (DuckDB's settings name its extension and
-    # secret directories under the home)
-    import os
-    import sys
-
-    paths = sorted({str(p) for d in runs.values() for p in (d, d.resolve())}
-                   | {str(svc.cfg.data), str(svc.cfg.data.resolve()), str(Path.home()), os.getcwd(), sys.prefix,
-                      sys.base_prefix} - {"/", ""}, key=len, reverse=True)
     limits = dataclasses.replace(DEFAULT_LIMITS, timeout_s=svc.cfg.query_timeout_seconds)
     try:
         with svc.query_slots.slot(principal.name, wait_s=svc.cfg.query_wait_seconds):
@@ -345,18 +323,20 @@ def _query(svc: Service, principal: Principal, body: QueryIn) -> dict:
     except QueryBusy as e:
         raise Problem(503, str(e), headers={"Retry-After": "5"}) from None
     except IntegrityError as e:  # a job's table changed on the server's disk (named by its job id)
-        raise Problem(409, _hide_paths(f"{e} (ask the operator: the server's copy of this job changed)", paths)) from None
+        raise Problem(409, f"{e} (ask the operator: the server's copy of this job changed)") from None
     except ValueError as e:  # not one SELECT, unknown table (lists the available ones), a column clash
-        raise Problem(422, _hide_paths(str(e), paths)) from None
+        raise Problem(422, str(e)) from None
     except AttributeError:
         raise Problem(422, "the SQL returns no rows; give a query such as SELECT ... FROM edge_stats") from None
     except duckdb.Error as e:
-        raise Problem(422, _hide_paths(f"{type(e).__name__}: {str(e).strip()}", paths)) from None
+        raise Problem(422, f"{type(e).__name__}: {str(e).strip()}") from None
+    except (OSError, pa.ArrowException):  # a table unreadable on the server's disk: its text would name the file
+        raise Problem(409, f"a table of job(s) {', '.join(runs)} could not be read on the server; ask the operator "
+                           "(the server's copy of the job is damaged)") from None
     if result.num_rows > MAX_QUERY_ROWS:
         raise Problem(422, f"the query returns {result.num_rows:,} rows, more than {MAX_QUERY_ROWS:,}; add a LIMIT or "
                            "aggregate")
-    return {"columns": _hide_paths(result.column_names, paths),
-            "rows": _hide_paths(json_rows(result.to_pylist()), paths), "row_count": result.num_rows}
+    return {"columns": result.column_names, "rows": json_rows(result.to_pylist()), "row_count": result.num_rows}
 
 
 @router.post("/query")

@@ -50,9 +50,9 @@ class App:
 
     def add_job(self, owner: str, run: Path | None = None, *, state: str = "completed", name: str = "job",
                 model: str = "random:gpt2?n_layer=1", spec: dict | None = None, created: float | None = None,
-                kind: str = "audit") -> str:
+                kind: str = "audit", job_id: str | None = None) -> str:
         """A job row of ``owner`` in ``state`` with ``run`` copied as its run directory; its id."""
-        job_id = uuid.uuid4().hex
+        job_id = job_id or uuid.uuid4().hex
         (self.svc.cfg.jobs_dir / job_id).mkdir(parents=True)
         if run is not None:
             shutil.copytree(run, self.svc.cfg.jobs_dir / job_id / "run")
