@@ -208,15 +208,16 @@ def _verify(stored: str | None, secret: str) -> bool:
     return ok and stored is not None
 
 
-def check_credential(s: Session, credential: str | None) -> tuple[Principal | None, str]:
-    """(the Principal a bearer token or session cookie proves, "") or (None, why): "missing", "invalid"
-    (malformed, wrong, revoked, a disabled user) or "expired". Expiry is told only to a caller who
-    holds the right secret."""
+def check_credential(s: Session, credential: str | None, kind: str = TOKEN_PREFIX) -> tuple[Principal | None, str]:
+    """(the Principal a credential of ``kind`` proves, "") or (None, why): "missing", "invalid" (malformed, of
+    the other kind, wrong, revoked, a disabled user) or "expired". ``kind`` is TOKEN_PREFIX for a bearer token
+    (the API) and SESSION_PREFIX for a session cookie (the pages): a token is never a session, nor a session a
+    token. Expiry is told only to a caller who holds the right secret."""
     if credential is None:
         _verify(None, "")
         return None, "missing"
     m = TOKEN_PATTERN.fullmatch(credential)
-    if m is None:
+    if m is None or m.group(1) != kind:
         _verify(None, credential)  # the same work as a wrong secret
         return None, "invalid"
     kind, ident, secret = m.groups()
@@ -239,10 +240,10 @@ def check_credential(s: Session, credential: str | None) -> tuple[Principal | No
     return Principal(user.id, user.name, token.id, token.scope, bool(user.admin)), ""
 
 
-def authenticate(s: Session, credential: str | None) -> Principal | None:
-    """The Principal a bearer token or session cookie proves, or None (missing, malformed, wrong,
-    revoked, expired, or a disabled user)."""
-    return check_credential(s, credential)[0]
+def authenticate(s: Session, credential: str | None, kind: str = TOKEN_PREFIX) -> Principal | None:
+    """The Principal a bearer token (or, with ``kind=SESSION_PREFIX``, a session cookie) proves, or None
+    (missing, malformed, of the other kind, wrong, revoked, expired, or a disabled user)."""
+    return check_credential(s, credential, kind)[0]
 
 
 def open_session(s: Session, principal: Principal) -> str:

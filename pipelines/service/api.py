@@ -57,7 +57,8 @@ class JobOut(BaseModel):
     shared_with: list[str] | None = Field(None, description="only shown to the owner")
     parent_id: str | None = Field(None, description="the job this one re-runs (POST /jobs/{id}/rerun), if any")
     queue_position: int | None = Field(None, description="while queued: 1 + the queued jobs (of every user) the "
-                                       "server takes before this one, oldest first; null in every other state")
+                                       "server takes before this one now, round-robin by user; null in every "
+                                       "other state")
     links: dict[str, str]
 
 

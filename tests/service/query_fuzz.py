@@ -114,8 +114,9 @@ class Fuzz:
             return out
         for name, outer in self.pairs().items():
             f = self.functions[name]
-            cols = ", ".join(f"bit_xor(hash(coalesce(try({self.functions[n].format(x='x')}), chr(0)))) AS \"{n}\""
-                             for n in outer)
+            # a digest of the set of values per pair, as text ('h...': the comparison sets numbers aside)
+            cols = ", ".join(f"'h' || bit_xor(hash(coalesce(try({self.functions[n].format(x='x')}), chr(0)))) "
+                             f"AS \"{n}\"" for n in outer)
             out[f"layer2 {name}"] = self.ask(f"WITH {dynamic}, l1 AS (SELECT DISTINCT try({f.format(x='s')}) AS x "
                                              f"FROM src) SELECT count(*) AS n, {cols} FROM l1")
         return out

@@ -72,6 +72,7 @@ def test_no_transform_of_a_server_path_in_any_query_result_or_error(pair):
     assert {"reverse", "upper", "hex", "to_base64", "replace", "string_split"} <= set(f.functions)
     assert sum(k.startswith("error ") for k in a) == sum(k.startswith("layer2 ") for k in a) == len(f.functions)
     assert sum('"rows"' in t for t in a.values()) > 0.8 * len(a)  # most queries ran (not all refused)
+    assert all('"rows"' in t for k, t in a.items() if k.startswith("layer2 "))
     assert differences(a, b) == []
     found = transforms(f.functions, secrets)
     assert leaks(a, found) == [] and leaks(b, found) == []
@@ -100,6 +101,7 @@ def test_the_fuzz_catches_a_planted_leak(pair, monkeypatch, how):
     _planted(monkeypatch, how)
     outs = {name: Fuzz(ask, few).run(layers=2) for name, (_, _, ask) in servers.items()}
     diff = differences(*outs.values())
+    assert all('"rows"' in t for k, t in outs["sqlite"].items() if k.startswith("layer2 "))
     for f in few:
         assert f"error {f}" in diff and f"layer2 {f}" in diff, (f, diff)  # one layer and two layers
     found = transforms(Fuzz(servers["sqlite"][2], few).functions, secrets)

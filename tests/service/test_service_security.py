@@ -76,3 +76,123 @@ def test_revoking_a_token_revokes_every_token_minted_from_it_and_rotation_keeps_
     assert _as(server, sibling, "GET", "/api/v1/jobs").status_code == 200
     listed = {t["id"]: t for t in _as(server, sibling, "GET", "/api/v1/tokens").json()}
     assert listed[grandchild["id"]]["revoked"] and listed[rotated["id"]]["revoked"]
+
+
+def _logged_in(server: App, user: str):
+    """A fresh browser-like client of ``server`` logged in as ``user`` (its session cookie kept)."""
+    from fastapi.testclient import TestClient
+
+    c = TestClient(server.app, base_url="http://testserver")
+    r = c.post("/login", data={"token": server.tokens[user]}, headers={"Origin": "http://testserver"},
+               follow_redirects=False)
+    assert r.status_code == 303, r.text
+    return c, r
+
+
+def test_a_cross_site_form_post_is_refused_and_a_same_origin_one_works(server):
+    job = server.add_job("alice")
+    c, _ = _logged_in(server, "alice")
+    refused = {"no Origin, no Referer": {}, "a foreign Origin": {"Origin": "http://evil.example"},
+               "another port of this host": {"Origin": "http://testserver:8081"}, "Origin null": {"Origin": "null"},
+               "a foreign Referer": {"Referer": "http://evil.example/form.html"}}
+    for what, headers in refused.items():
+        for action in ("delete", "cancel", "rerun"):
+            r = c.post(f"/jobs/{job}/{action}", headers=headers, follow_redirects=False)
+            assert r.status_code == 400 and "another site" in r.text, (what, action, r.status_code)
+    assert server.get("alice", f"/api/v1/jobs/{job}").status_code == 200  # the job is still there
+    r = c.post("/login", data={"token": server.tokens["bob"]}, headers={"Origin": "http://evil.example"})
+    assert r.status_code == 400  # no login forced on a browser from another site either
+    # the negative control: the same post from the server's own page (Origin, or only a Referer) goes through
+    r = c.post(f"/jobs/{job}/delete", headers={"Referer": f"http://testserver/jobs/{job}"}, follow_redirects=False)
+    assert r.status_code == 303, r.text
+    assert server.get("alice", f"/api/v1/jobs/{job}").status_code == 410  # deleted: gone
+
+
+def test_a_session_is_not_a_token_and_its_cookie_is_httponly_strict_and_secure_behind_tls(server):
+    from fastapi.testclient import TestClient
+
+    job = server.add_job("alice")
+    token = server.tokens["alice"]
+    # the raw bearer token as the session cookie: no page, no form, no API call
+    c = TestClient(server.app, cookies={"circuitstat_session": token})
+    assert c.get("/jobs", follow_redirects=False).status_code == 303  # to /login
+    r = c.post(f"/jobs/{job}/delete", headers={"Origin": "http://testserver"}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/login"
+    assert c.get("/api/v1/jobs").status_code == 401
+    assert server.get("alice", f"/api/v1/jobs/{job}").json()["state"] == "completed"  # not deleted
+    # a session cookie is not a bearer token
+    b, login = _logged_in(server, "alice")
+    session = b.cookies.get("circuitstat_session")
+    assert session.startswith("css_") and session != token
+    assert b.get("/jobs", follow_redirects=False).status_code == 200  # the session opens pages
+    r = server.client.get("/api/v1/jobs", headers={"Authorization": f"Bearer {session}"})
+    assert r.status_code == 401
+    cookie = login.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie and "secure" not in cookie.replace("; path", "")
+    tls = TestClient(server.app, base_url="https://testserver")
+    r = tls.post("/login", data={"token": token}, headers={"Origin": "https://testserver"}, follow_redirects=False)
+    assert r.status_code == 303 and "; secure" in r.headers["set-cookie"].lower()
+
+
+def _serve(app, port: int):
+    """``app`` under a real uvicorn on 127.0.0.1:``port`` in a thread (its lifespan already ran); the server."""
+    import threading
+
+    import uvicorn
+
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_config=None))
+    threading.Thread(target=srv.run, daemon=True).start()
+    return srv
+
+
+@pytest.mark.slow  # headless Chromium
+def test_in_chromium_a_cross_site_form_cannot_delete_and_a_token_cookie_opens_nothing(server, tmp_path):
+    """Another origin on this host (the same *site* to SameSite) posts a delete form into a logged-in browser:
+    refused by the Origin check; the raw token planted as the cookie opens no page; the page's own form works."""
+    import functools
+    import http.server
+    import threading
+    import time
+
+    import httpx
+    from browser import chrome
+    from support import free_port
+
+    job, mine = server.add_job("alice"), server.add_job("alice")
+    port, evil_port = free_port(), free_port()
+    srv = _serve(server.app, port)
+    site = f"http://127.0.0.1:{port}"
+    (tmp_path / "evil.html").write_text(f'<form method="post" action="{site}/jobs/{job}/delete">'
+                                        '<button type="submit" id="go">win a prize</button></form>')
+    evil = http.server.ThreadingHTTPServer(("127.0.0.1", evil_port), functools.partial(
+        http.server.SimpleHTTPRequestHandler, directory=str(tmp_path)))
+    threading.Thread(target=evil.serve_forever, daemon=True).start()
+    try:
+        for _ in range(200):
+            if srv.started:
+                break
+            time.sleep(0.05)
+        with chrome() as driver:
+            driver.get(site + "/login")
+            driver.find_element("id", "token").send_keys(server.tokens["alice"])
+            driver.find_element("id", "login").click()
+            assert driver.find_element("id", "user").text == "alice"
+            cookie = driver.get_cookie("circuitstat_session")
+            assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["value"].startswith("css_")
+            driver.get(f"http://127.0.0.1:{evil_port}/evil.html")
+            driver.find_element("id", "go").click()
+            assert "another site" in driver.find_element("tag name", "body").text
+            assert server.get("alice", f"/api/v1/jobs/{job}").status_code == 200  # not deleted
+            driver.get(f"{site}/jobs/{mine}")  # the control: the page's own delete form works
+            driver.find_element("id", "delete").click()
+            assert server.get("alice", f"/api/v1/jobs/{mine}").status_code == 410
+            driver.delete_all_cookies()
+            driver.add_cookie({"name": "circuitstat_session", "value": server.tokens["alice"], "path": "/"})
+            driver.get(f"{site}/jobs/{job}")
+            assert driver.current_url.endswith("/login")  # the bearer token is no session
+        r = httpx.post(f"{site}/jobs/{job}/delete", cookies={"circuitstat_session": cookie["value"]})
+        assert r.status_code == 400  # plain HTTP with the live session, no Origin nor Referer: refused too
+        assert server.get("alice", f"/api/v1/jobs/{job}").status_code == 200
+    finally:
+        evil.shutdown()
+        srv.should_exit = True

@@ -65,10 +65,13 @@ def test_tokens_are_stored_only_as_hashes_and_revocation_works(db):
         principal = accounts.authenticate(s, token)
         cookie = accounts.open_session(s, principal)
     with db.session() as s:
-        assert accounts.authenticate(s, cookie).name == "alice"
+        assert accounts.authenticate(s, cookie, accounts.SESSION_PREFIX).name == "alice"
+        assert accounts.authenticate(s, cookie) is None  # a session is no bearer token
+        assert accounts.authenticate(s, token, accounts.SESSION_PREFIX) is None  # nor a token a session
         accounts.revoke_token(s, ident)
     with db.session() as s:
-        assert accounts.authenticate(s, token) is None and accounts.authenticate(s, cookie) is None
+        assert accounts.authenticate(s, token) is None
+        assert accounts.authenticate(s, cookie, accounts.SESSION_PREFIX) is None
         with pytest.raises(InputError, match="no token"):
             accounts.revoke_token(s, "000000000000")
         with pytest.raises(InputError, match="exists already"):
@@ -663,7 +666,7 @@ def test_a_refused_token_is_called_unknown_or_revoked_not_expired(db, tmp_path):
     bogus = "csk_000000000000_" + "x" * 43
     with TestClient(create_app(ServiceConfig(data=tmp_path, database=str(db.engine.url)), start_workers=False)) as c:
         api = c.get("/api/v1/jobs", headers={"Authorization": f"Bearer {bogus}"})
-        page = c.post("/login", data={"token": bogus}, follow_redirects=False)
+        page = c.post("/login", data={"token": bogus}, headers={"Origin": "http://testserver"}, follow_redirects=False)
     assert api.status_code == 401 and page.status_code == 401
     for text in (api.json()["detail"], page.text):
         assert "unknown or revoked token" in text and "expired" not in text
