@@ -260,7 +260,7 @@ def cancel(job_id: str, request: Request, principal: Principal = Security(curren
         job = access.managed_job(s, principal, job_id, "cancel")
         if job.state not in ("queued", "running"):
             raise Problem(409, f"the job is {job.state}; only queued or running jobs can be cancelled")
-        queue.request_cancel(s, job)
+        queue.request_cancel(s, job, "its owner" if job.owner_id == principal.user_id else f"admin {principal.name}")
         return job_out(s, job, principal)
 
 

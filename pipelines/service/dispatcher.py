@@ -150,7 +150,7 @@ class Dispatcher:
             if run.stopping == "lost":
                 return
             if run.stopping == "cancel":
-                queue.finish(s, self.server, job_id, "cancelled", error="cancelled by its owner",
+                queue.finish(s, self.server, job_id, "cancelled", error=f"cancelled by {queue.cancelled_by(s, job_id)}",
                              error_kind="cancelled")
             elif run.stopping == "timeout" and status != "completed":
                 queue.finish(s, self.server, job_id, "failed", error_kind="limit", outcome="timeout",

@@ -283,10 +283,10 @@ def _change(request: Request, principal: Principal, job_id: str, action: str) ->
     try:
         with svc.db.session() as s:
             job = access.managed_job(s, principal, job_id, action)
+            who = "its owner" if job.owner_id == principal.user_id else f"admin {principal.name}"
             if action == "cancel" and job.state in ("queued", "running"):
-                queue.request_cancel(s, job)
+                queue.request_cancel(s, job, who)
             elif action == "delete":
-                who = "its owner" if job.owner_id == principal.user_id else f"admin {principal.name}"
                 state = deletion.request_delete(s, job, f"deleted by {who}")
     except Problem as p:
         return error_page(p.status, p.detail, principal.name)

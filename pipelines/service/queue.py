@@ -161,18 +161,30 @@ def expire_leases(s: Session, max_attempts: int, postgres: bool) -> list[str]:
     return ids
 
 
-def request_cancel(s: Session, job: Job) -> str:
-    """Cancel ``job``: a queued job at once, a running one by its server; the resulting state."""
+CANCEL_REQUESTED = "cancel requested by "
+
+
+def request_cancel(s: Session, job: Job, by: str = "its owner") -> str:
+    """Cancel ``job`` on behalf of ``by`` ("its owner", "admin NAME"): a queued job at once, a running one by
+    its server; the resulting state."""
     if job.state == "queued":
         s.execute(update(Job).where(Job.id == job.id, Job.state == "queued")
-                  .values(state="cancelled", finished_at=now(), error="cancelled by its owner", error_kind="cancelled"))
-        _event(s, job.id, "cancelled", "cancelled while queued")
+                  .values(state="cancelled", finished_at=now(), error=f"cancelled by {by}", error_kind="cancelled"))
+        _event(s, job.id, "cancelled", f"cancelled while queued by {by}")
         s.refresh(job)
         return job.state
     if job.state == "running":
         job.cancel_requested = True
-        _event(s, job.id, "running", "cancel requested")
+        _event(s, job.id, "running", CANCEL_REQUESTED + by)
     return job.state
+
+
+def cancelled_by(s: Session, job_id: str) -> str:
+    """Who asked to cancel the running job ``job_id`` ("its owner" when no request names anyone)."""
+    msg = s.scalar(select(JobEvent.message).where(JobEvent.job_id == job_id,
+                                                  JobEvent.message.startswith(CANCEL_REQUESTED))
+                   .order_by(JobEvent.at.desc(), JobEvent.id.desc()).limit(1))
+    return msg[len(CANCEL_REQUESTED):] if msg else "its owner"
 
 
 def cancel_requested(s: Session, server: str) -> list[str]:

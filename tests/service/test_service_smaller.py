@@ -1,0 +1,63 @@
+"""The smaller defects of issue 44, in process (inprocess.App, no workers)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from inprocess import App
+from support import AUDIT
+
+from circuitstat.pipelines.service import accounts, queue
+from circuitstat.pipelines.service.db import Job
+
+
+@pytest.fixture
+def server(tmp_path):
+    app = App(tmp_path / "data", users=("alice", "root"))
+    with app.svc.db.session() as s:
+        accounts.set_admin(s, "root", True)
+    yield app
+    app.close()
+
+
+def test_an_admins_cancel_is_named_as_the_admins_not_the_owners(server):
+    queued, running, own = (server.add_job("alice", state=st) for st in ("queued", "running", "queued"))
+    assert server.post("root", f"/api/v1/jobs/{queued}/cancel").json()["error"] == "cancelled by admin root"
+    assert server.post("root", f"/api/v1/jobs/{running}/cancel").status_code == 200
+    assert server.post("alice", f"/api/v1/jobs/{own}/cancel").json()["error"] == "cancelled by its owner"
+    with server.svc.db.session() as s:  # what the worker writes when the running job stops
+        assert queue.cancelled_by(s, running) == "admin root"
+        assert s.get(Job, own).error == "cancelled by its owner"
+
+
+def _submit(server: App, spec: dict):
+    files = [("spec", ("spec.yaml", yaml.safe_dump(spec).encode()))]
+    return server.post("alice", "/api/v1/jobs", data={"kind": "audit"}, files=files)
+
+
+def test_the_k_list_is_capped_at_submission(server):
+    r = _submit(server, {**AUDIT, "k": list(range(1, 66))})
+    assert r.status_code == 422 and "65 circuit sizes, above the limit of 64" in r.json()["detail"], r.text
+    ok = _submit(server, {**AUDIT, "k": list(range(1, 65))})  # the control: at the limit it is taken
+    assert ok.status_code == 202, ok.text
+
+
+@pytest.mark.parametrize("field", ["name", "model"])
+def test_a_control_character_in_a_search_is_422_not_every_job(server, field):
+    server.add_job("alice", name="one")
+    server.add_job("alice", name="two")
+    for bad in ("\x00", "a\x00", "\x1f"):
+        r = server.get("alice", "/api/v1/jobs", params={field: bad})
+        assert r.status_code == 422 and "control character" in r.json()["detail"], r.text
+    assert server.get("alice", "/api/v1/jobs", params={"name": "one"}).json()["total"] == 1  # the control
+
+
+def test_the_openapi_document_lists_its_security_schemes(server):
+    doc = server.client.get("/api/v1/openapi.json").json()
+    schemes = doc["components"]["securitySchemes"]
+    assert schemes["bearer"] == {**schemes["bearer"], "type": "http", "scheme": "bearer"}
+    assert schemes["session"]["in"] == "cookie" and schemes["session"]["name"] == "circuitstat_session"
+    ops = [(path, m, op) for path, o in doc["paths"].items() if path.startswith("/api/v1/") for m, op in o.items()]
+    assert len(ops) > 20 and all({"bearer": []} in op["security"] for _, _, op in ops)
+    assert all(({"session": []} in op["security"]) == (m in ("get", "head")) for _, m, op in ops)
