@@ -125,12 +125,22 @@ def _values_per_row(type_, column) -> int:
 
 @router.get("/jobs/{job_id}/manifest")
 def get_manifest(job_id: str, request: Request, principal: Principal = Depends(current_principal)) -> JSONResponse:
-    """The run's manifest.json (stages, seeds, provenance); there as soon as the run has started."""
+    """The run's manifest.json (stages, seeds, provenance); there as soon as the run has started. Its
+    ``history`` shows when each attempt opened the run and with what spec, without the server's host name and
+    process id (HOST_FIELDS): those describe the server, not the run."""
     svc, job = _job(request, principal, job_id)
     path = run_dir(svc, job) / "manifest.json"
     if not path.is_file() or path.is_symlink():
         raise Problem(409, f"the job is {job.state} and its run has no manifest yet; try again once it runs")
-    return JSONResponse(json.loads(path.read_text()))
+    doc = json.loads(path.read_text())
+    if isinstance(doc, dict) and isinstance(doc.get("history"), list):
+        doc["history"] = [{k: v for k, v in h.items() if k not in HOST_FIELDS} if isinstance(h, dict) else h
+                          for h in doc["history"]]
+    return JSONResponse(doc)
+
+
+HOST_FIELDS = ("host", "pid")
+"""The fields of a manifest's history entries (core.rundir) that name the server's machine and process."""
 
 
 def report_file(svc: Service, job: Job) -> Path:

@@ -61,3 +61,23 @@ def test_the_openapi_document_lists_its_security_schemes(server):
     ops = [(path, m, op) for path, o in doc["paths"].items() if path.startswith("/api/v1/") for m, op in o.items()]
     assert len(ops) > 20 and all({"bearer": []} in op["security"] for _, _, op in ops)
     assert all(({"session": []} in op["security"]) == (m in ("get", "head")) for _, m, op in ops)
+
+
+def test_the_served_manifest_history_names_no_host_and_no_process(server, tmp_path):
+    import json
+    import os
+    import socket
+
+    from circuitstat.core.rundir import RunDir
+
+    run = tmp_path / "run"
+    for _ in range(2):  # two attempts open the run
+        with RunDir(run, seed=0) as r:
+            r.stage("effects", lambda: {"effects": {"edge": ["a"], "estimate": [1.0]}}, ["effects"])
+    job = server.add_job("alice", run)
+    stored = json.loads((server.svc.cfg.jobs_dir / job / "run" / "manifest.json").read_text())
+    assert stored["history"][0]["host"] == socket.gethostname() and stored["history"][0]["pid"] == os.getpid()
+    served = server.get("alice", f"/api/v1/jobs/{job}/manifest").json()
+    assert len(served["history"]) == len(stored["history"]) >= 1
+    for h, s in zip(served["history"], stored["history"]):
+        assert "host" not in h and "pid" not in h and h == {k: v for k, v in s.items() if k not in ("host", "pid")}
