@@ -697,3 +697,25 @@ def directory_shape_of(cfg: dict, d):
     d.mkdir()
     (d / "config.json").write_text(json.dumps(cfg))
     return directory_shape(d)
+
+
+def test_the_eta_never_rises_when_progress_steps_at_a_slowing_pace():
+    """Issue 44: the ETA rose at every progress step (41 -> 74 s) while the time left fell. Stages that each take
+    longer than the last: the raw pace estimate rises at each step (the control), the shown ETA never does."""
+    from circuitstat.pipelines.service.progress import EtaClock
+
+    clock, shown, raw, now, fraction = EtaClock(started_at=0.0), [], [], 0.0, 0.0
+    for stage in range(1, 6):  # 5 equal parts taking 10, 20, 30, 40, 50 s
+        for _ in range(stage):
+            now += 10.0
+            shown.append(clock.update(fraction, now))
+        fraction = stage / 5
+        raw.append((1 - fraction) * now / fraction if fraction < 1 else 0.0)
+        shown.append(clock.update(fraction, now))
+    assert any(b > a for a, b in zip(raw, raw[1:4]))  # the pace alone would rise
+    known = [e for e in shown if e is not None]
+    ticks = [(i, e) for i, e in enumerate(shown) if e is not None]
+    assert len(known) >= 4
+    for (i, a), (j, b) in zip(ticks, ticks[1:]):  # between any two shown values, no rise
+        if all(shown[k] is not None for k in range(i, j + 1)):
+            assert b <= a + 1e-9, (i, a, j, b)
