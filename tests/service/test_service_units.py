@@ -719,3 +719,36 @@ def test_the_eta_never_rises_when_progress_steps_at_a_slowing_pace():
     for (i, a), (j, b) in zip(ticks, ticks[1:]):  # between any two shown values, no rise
         if all(shown[k] is not None for k in range(i, j + 1)):
             assert b <= a + 1e-9, (i, a, j, b)
+
+
+def test_servers_racing_on_a_deletion_remove_each_directory_once_and_log_no_error(db, tmp_path, monkeypatch, caplog):
+    """Issue 44: two servers' first sweeps logged 13 'directory not removed' errors. A removal is claimed (an
+    atomic rename) before it runs: the second server, arriving while the first removes, finds it claimed."""
+    import logging
+    import shutil
+    import uuid as _uuid
+
+    from circuitstat.pipelines.service import deletion
+
+    jobs = tmp_path / "jobs"
+    ids = [_uuid.uuid4().hex for _ in range(3)]
+    for job_id in ids:
+        (jobs / job_id / "run").mkdir(parents=True)
+        (jobs / job_id / "run" / "t.parquet").write_bytes(b"x" * 100)
+    removed, real = [], shutil.rmtree
+
+    def racing_rmtree(path, *a, **kw):  # the other server's sweep runs while this one removes
+        removed.append(path)
+        assert all(deletion.remove_files(jobs, job_id) is False for job_id in ids if job_id in str(path))
+        real(path, *a, **kw)
+
+    monkeypatch.setattr(deletion.shutil, "rmtree", racing_rmtree)
+    with caplog.at_level(logging.INFO, logger="circuitstat.service"):
+        assert [deletion.remove_files(jobs, job_id) for job_id in ids] == [True] * 3
+    assert len(removed) == 3 and not any(caplog.records) and list(jobs.iterdir()) == []
+    # a claimed removal that a server left unfinished is finished by the next sweep
+    left = jobs / f".deleting-{ids[0]}-0123abcd"
+    (left / "run").mkdir(parents=True)
+    monkeypatch.setattr(deletion.shutil, "rmtree", real)
+    deletion.finalize(db, jobs)
+    assert list(jobs.iterdir()) == []
