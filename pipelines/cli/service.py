@@ -65,7 +65,10 @@ def _database(data: Path | None, database: str | None, config: Path | None):
     from circuitstat.pipelines.service.config import load_config
     from circuitstat.pipelines.service.db import Database, migrate
 
+    from circuitstat.pipelines.service.server import check_database
+
     cfg = load_config(config, need_data=False, data=data, database=database)
+    check_database(cfg.database_url)  # an unreachable database is one line and exit 2, not a traceback
     db = Database(cfg.database_url)
     migrate(db.engine)
     return db

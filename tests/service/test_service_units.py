@@ -752,3 +752,33 @@ def test_servers_racing_on_a_deletion_remove_each_directory_once_and_log_no_erro
     monkeypatch.setattr(deletion.shutil, "rmtree", real)
     deletion.finalize(db, jobs)
     assert list(jobs.iterdir()) == []
+
+
+def test_users_commands_on_an_unreachable_database_are_one_line_and_exit_2():
+    from typer.testing import CliRunner
+
+    from circuitstat.pipelines.cli import app
+
+    for args in (["users", "add", "x"], ["users", "list"], ["users", "token", "x"]):
+        r = CliRunner().invoke(app, [*args, "--database", "postgresql://someone:hunter2@127.0.0.1:1/nothing"])
+        assert r.exit_code == 2, (args, r.output)
+        assert "cannot reach the database" in r.output and "hunter2" not in r.output, r.output
+        assert "Traceback" not in r.output and len([x for x in r.output.splitlines() if x.strip()]) <= 3
+
+
+def test_a_server_on_a_port_in_use_stops_before_its_start_up(tmp_path):
+    """The bind comes first: a second server on a used port exits 2 naming the port, and has not created its data
+    directory, migrated a database or started a worker."""
+    import socket
+
+    from typer.testing import CliRunner
+
+    from circuitstat.pipelines.cli import app
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        r = CliRunner().invoke(app, ["serve", "--data", str(tmp_path / "data"), "--port", str(port)])
+    assert r.exit_code == 2 and f"127.0.0.1:{port}" in r.output and "--port" in r.output, r.output
+    assert "Traceback" not in r.output and not (tmp_path / "data").exists()  # no start-up ran
