@@ -81,3 +81,25 @@ def test_the_served_manifest_history_names_no_host_and_no_process(server, tmp_pa
     assert len(served["history"]) == len(stored["history"]) >= 1
     for h, s in zip(served["history"], stored["history"]):
         assert "host" not in h and "pid" not in h and h == {k: v for k, v in s.items() if k not in ("host", "pid")}
+
+
+def test_a_large_mixtral_is_priced_at_submission_and_no_server_error_advises_a_cli_flag(server):
+    """Issue 44: a random:mixtral was not priced at submission (the worker refused it), and a worker's size error
+    advised --allow-large, which server users do not have."""
+    from circuitstat.circuits.limits import LIFT, check_bytes
+    from circuitstat.core.errors import InputError
+    from circuitstat.pipelines.service.pricing import random_shape
+    from circuitstat.pipelines.service.runner import _outcome
+
+    big = "random:mixtral?hidden_size=1024&num_hidden_layers=16&intermediate_size=4096&num_local_experts=8"
+    assert random_shape(big).parameters > 8 * 16 * 3 * 1024 * 4096  # every expert counted
+    r = _submit(server, {**AUDIT, "model": big})
+    assert r.status_code == 422 and "max_parameters" in r.json()["detail"], r.text
+    small = _submit(server, {**AUDIT, "model": "random:mixtral?num_hidden_layers=1"})
+    assert small.status_code == 202, small.text  # the control: a small one is taken
+    try:
+        check_bytes(1e12, "the model")
+    except InputError as e:
+        assert LIFT in str(e)  # the CLI's advice
+        out = _outcome(e)
+    assert out["kind"] == "quota" and LIFT not in out["error"] and "ask the operator" in out["error"], out

@@ -310,7 +310,8 @@ def test_the_pricing_defaults_are_the_loaders_and_count_what_the_skeleton_holds(
 
     assert {k: getattr(transformers.GPT2Config(), k) for k in GPT2_DEFAULTS} == GPT2_DEFAULTS
     for source in ("random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=100", "random:llama", "random:gpt_neox",
-                   "random:qwen3?hidden_size=64&num_attention_heads=4"):
+                   "random:qwen3?hidden_size=64&num_attention_heads=4", "random:mixtral", "random:qwen2_moe",
+                   "random:gptj", "random:falcon", "random:phi"):
         model = load_skeleton(source)
         held = sum(p.numel() for p in model.parameters())
         assert held <= random_shape(source).parameters <= 2 * held, source
