@@ -11,7 +11,7 @@ every transaction begins with ``BEGIN IMMEDIATE`` (circuitstat.pipelines.service
 
 from __future__ import annotations
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from .db import ACTIVE_STATES, Job, JobAttempt, JobEvent, now
