@@ -122,28 +122,37 @@ class Fuzz:
         return out
 
 
-def transforms(functions: dict[str, str], secrets: Iterable[str]) -> dict[str, str]:
-    """{transformed secret: what it is} for every one-layer transform of every secret (DuckDB without limits
-    computes them), those of 12 characters or more (shorter ones occur by chance)."""
+def transforms(functions: dict[str, str], secrets: Iterable[str]) -> dict[str, dict[str, str]]:
+    """{function: {transformed secret: what it is}} for every one-layer transform of every secret (DuckDB without
+    limits computes them), those of 12 characters or more (shorter ones occur by chance); under "" the secrets."""
     import duckdb
 
     con = duckdb.connect()
-    found = {}
-    for s in secrets:
-        found[s] = s
-        for name, f in functions.items():
+    secrets = list(secrets)
+    found: dict[str, dict[str, str]] = {"": {s: s for s in secrets}}
+    for name, f in functions.items():
+        found[name] = {}
+        for s in secrets:
             try:
                 v = con.execute(f"SELECT {f.format(x=_q(s))}").fetchone()[0]
             except duckdb.Error:
                 continue
             if isinstance(v, str) and len(v) >= 12:
-                found[v] = f"{name}({s})"
+                found[name][v] = f"{name}({s})"
     return found
 
 
-def leaks(out: dict[str, str], found: dict[str, str]) -> list[str]:
-    """Where a secret or a transform of one appears: 'key: what'."""
-    return [f"{key}: {what}" for key, text in out.items() for v, what in found.items() if v in text]
+def leaks(out: dict[str, str], found: dict[str, dict[str, str]]) -> list[str]:
+    """Where a secret or a transform of one appears: 'key: what'. Every response is searched for the secrets; the
+    error channel of a function ("error NAME", which carries NAME of every source string) also for NAME of them.
+    (A table's or setting's strings are all sources, so their transforms are searched there.)"""
+    hits = []
+    for key, text in out.items():
+        name = key[len("error "):] if key.startswith("error ") else ""
+        for v, what in {**found[""], **found.get(name, {})}.items():
+            if v in text:
+                hits.append(f"{key}: {what}")
+    return hits
 
 
 def _canonical(text: str) -> str:

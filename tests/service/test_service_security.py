@@ -156,6 +156,7 @@ def test_in_chromium_a_cross_site_form_cannot_delete_and_a_token_cookie_opens_no
 
     import httpx
     from browser import chrome
+    from selenium.webdriver.support.ui import WebDriverWait
     from support import free_port
 
     job, mine = server.add_job("alice"), server.add_job("alice")
@@ -181,10 +182,12 @@ def test_in_chromium_a_cross_site_form_cannot_delete_and_a_token_cookie_opens_no
             assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["value"].startswith("css_")
             driver.get(f"http://127.0.0.1:{evil_port}/evil.html")
             driver.find_element("id", "go").click()
+            WebDriverWait(driver, 60).until(lambda d: d.current_url.startswith(site))  # the post's answer arrived
             assert "another site" in driver.find_element("tag name", "body").text
             assert server.get("alice", f"/api/v1/jobs/{job}").status_code == 200  # not deleted
             driver.get(f"{site}/jobs/{mine}")  # the control: the page's own delete form works
             driver.find_element("id", "delete").click()
+            WebDriverWait(driver, 60).until(lambda d: d.current_url.rstrip("/").endswith("/jobs"))  # redirected
             assert server.get("alice", f"/api/v1/jobs/{mine}").status_code == 410
             driver.delete_all_cookies()
             driver.add_cookie({"name": "circuitstat_session", "value": server.tokens["alice"], "path": "/"})
