@@ -98,21 +98,53 @@ def list_tables(run_dirs: RunDirs) -> dict[str, list[tuple[str, Path]]]:
     return tables
 
 
+NEUTRAL_SETTINGS: dict[str, Any] = {
+    "home_directory": "/nonexistent/home",
+    "extension_directory": "/nonexistent/extensions",
+    "secret_directory": "/nonexistent/secrets",
+    "temp_directory": "",
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+}
+"""DuckDB's settings that otherwise name directories of the machine (the home, extension and secret directories
+default to ``$HOME/.duckdb/...``): fixed values that name no directory of any machine, set before the
+configuration is locked, so ``current_setting``, ``duckdb_settings()`` and the errors of the functions that
+use them show these and nothing of the host."""
+
+
+def _dataset(path: Path):
+    """A lazy pyarrow dataset over the already opened (memory-mapped) Parquet file ``path``: DuckDB scans it
+    through Arrow (projections and filters pushed down) and never learns a file name."""
+    import pyarrow.dataset as ds
+
+    fmt = ds.ParquetFileFormat()
+    frag = fmt.make_fragment(pa.memory_map(str(path)))
+    # a per-example matrix (fixed-size list) reads as a list, as DuckDB's own Parquet reader shows it, so runs
+    # with different numbers of edges union
+    schema = pa.schema([pa.field(f.name, pa.list_(f.type.value_type), f.nullable, f.metadata)
+                        if pa.types.is_fixed_size_list(f.type) else f for f in frag.physical_schema])
+    return ds.FileSystemDataset([frag], schema=schema, format=fmt)
+
+
 def connect(run_dirs: RunDirs, run_column: str = "run",
             limits: QueryLimits = DEFAULT_LIMITS) -> duckdb.DuckDBPyConnection:
     """Return an in-memory DuckDB connection with one view per table name, unioned over `run_dirs`.
 
-    Each view has an extra column `run_column` naming the run directory a row came from. Once the
-    views exist the connection is locked down: it reads those Parquet files and nothing else, within
-    ``limits``' memory and threads. Tables with the same name but different columns are unioned by
-    column name (missing -> NULL).
+    Each view has an extra column `run_column` naming the run a row came from. No file path reaches the
+    connection: each table is an Arrow dataset over a file opened here, registered under a neutral name
+    (``__t0``, ``__t1``, ...), the views select from those names, and the settings that would name host
+    directories hold NEUTRAL_SETTINGS; then the connection is locked down (no file access, no setting
+    changes) within ``limits``' memory and threads. So nothing a query can read (catalog, settings, errors)
+    holds a path of the host, whatever function transforms it. Tables with the same name but different
+    columns are unioned by column name (missing -> NULL).
     """
     import duckdb  # imported on use: most callers of reports never query
 
     from circuitstat.core.schema import RENAMED_COLUMNS
 
-    con = duckdb.connect(":memory:")
+    con = duckdb.connect(":memory:", config=dict(NEUTRAL_SETTINGS))
     tables = list_tables(run_dirs)
+    count = 0
     for name, files in tables.items():
         selects = []
         for run, path in files:
@@ -126,35 +158,32 @@ def connect(run_dirs: RunDirs, run_column: str = "run",
             old = [(o, n) for o, n in RENAMED_COLUMNS.get(name, {}).items() if o in stored and n not in stored]
             star = "*" + (" RENAME (" + ", ".join(f"{_quote_ident(o)} AS {_quote_ident(n)}" for o, n in old) + ")"
                           if old else "")
-            selects.append(
-                f"SELECT {star}, {_quote_str(run)} AS {_quote_ident(run_column)} "
-                f"FROM read_parquet({_quote_str(str(path))})"
-            )
+            source, count = f"__t{count}", count + 1
+            con.register(source, _dataset(path))
+            selects.append(f"SELECT {star}, {_quote_str(run)} AS {_quote_ident(run_column)} FROM {source}")
         con.execute(f"CREATE VIEW {_quote_ident(name)} AS " + " UNION ALL BY NAME ".join(selects))
-    _lock_down(con, [path for files in tables.values() for _, path in files], limits)
+    _lock_down(con, limits)
     return con
 
 
-def _lock_down(con: duckdb.DuckDBPyConnection, readable: list[Path], limits: QueryLimits = DEFAULT_LIMITS) -> None:
-    """Confine `con` to reading the `readable` files within `limits`: no other file, extension, attach,
-    spilling to disk, or setting.
+def _lock_down(con: duckdb.DuckDBPyConnection, limits: QueryLimits = DEFAULT_LIMITS) -> None:
+    """Confine `con` to its registered tables within `limits`: no file, extension, attach, spilling to disk,
+    or setting.
 
-    External access off stops COPY ... TO, read_text/read_csv of other files, INSTALL/LOAD and
-    ATTACH of files; the views still read the run's own tables through allowed_paths; no temporary
-    directory means no spilling past the memory limit; the locked configuration stops SQL from
-    turning any of it back on (SET and RESET of any option are refused).
+    External access off stops COPY ... TO, read_text/read_csv/read_parquet/glob of any file, INSTALL/LOAD
+    and ATTACH; the views read their tables through Arrow, not through DuckDB's file system; no temporary
+    directory means no spilling past the memory limit; the locked configuration stops SQL from turning
+    any of it back on (SET and RESET of any option are refused).
     """
     con.execute(f"SET memory_limit = '{int(limits.memory_bytes)}B'")
     con.execute(f"SET threads = {int(limits.threads)}")
-    con.execute("SET temp_directory = ''")
     con.execute("SET enable_progress_bar = false")
-    con.execute(f"SET allowed_paths = [{', '.join(_quote_str(str(p)) for p in readable)}]")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
 
 
 def check_read_only(sql: str) -> None:
-    """Raise ValueError unless `sql` is one SELECT statement (allowed_paths would let COPY overwrite a table)."""
+    """Raise ValueError unless `sql` is one SELECT statement (the query reads and never writes)."""
     import duckdb
 
     kinds = [st.type for st in duckdb.extract_statements(sql)]

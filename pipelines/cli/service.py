@@ -70,6 +70,7 @@ def _database(data: Path | None, database: str | None, config: Path | None, *, c
     from circuitstat.core.errors import InputError
     from circuitstat.pipelines.service.config import load_config
     from circuitstat.pipelines.service.db import Database, migrate
+    from circuitstat.pipelines.service.server import check_database
 
     cfg = load_config(config, need_data=False, data=data, database=database)
     url = cfg.database_url
@@ -81,13 +82,15 @@ def _database(data: Path | None, database: str | None, config: Path | None, *, c
                              "create the first user with `circuitstat users add NAME --data DIR`")
     try:
         db = Database(url)
-        migrate(db.engine)
     except ArgumentError:  # NoSuchModuleError too: an unknown scheme
         raise InputError(f"--database: no database driver for the scheme {scheme!r}; give sqlite:///PATH or "
                          "postgresql://USER@HOST/DB") from None
     except ImportError as e:
         raise InputError(f"--database: the driver for {scheme!r} is not installed ({e.name}); install it or use "
                          "sqlite:///PATH") from None
+    check_database(url)  # an unreachable database is one line and exit 2, not a traceback
+    try:
+        migrate(db.engine)
     except DatabaseError as e:
         what = "is not a SQLite database" if scheme.startswith("sqlite") else "cannot be opened"
         raise InputError(f"the service database ({scheme}) {what}: {type(e.orig or e).__name__}; give the server's "

@@ -11,6 +11,10 @@ A token has a scope (``read``: look at jobs, fetch results, check claims and que
 submit, cancel, delete, share and manage tokens) and optionally an expiry time; a session has the
 scope and expiry of its token. Rotation replaces a token by a new one (new id and secret, same
 user, label, scope and expiry) and revokes the old one.
+
+A token minted through the API by another token (its parent) has a scope and an expiry within the parent's,
+and revoking a token revokes every token minted from it, at any depth (a leaked token's descendants end
+with it); rotation hands the children to the new token.
 """
 
 from __future__ import annotations
@@ -107,21 +111,38 @@ MAX_LABEL = 64
 """Longest token label (what the token is for, e.g. 'ci')."""
 
 
+def _within_parent(parent: Token, scope: str, expires_at: float | None) -> float | None:
+    """The expiry of a token that ``parent`` mints with ``scope``: none asked is the parent's; InputError when
+    the scope or the expiry asked for would exceed the parent's (a minted token never outlives its parent)."""
+    if not GRANTS[scope] <= GRANTS[parent.scope]:
+        raise InputError(f"a {parent.scope} token cannot mint a {scope} token; use a full token")
+    if expires_at is None:
+        return parent.expires_at
+    if parent.expires_at is not None and expires_at > parent.expires_at:
+        left = max(parent.expires_at - now(), 0.0) / 86400
+        raise InputError(f"the new token would outlive the token that mints it (it expires in {left:.4g} days); "
+                         f"ask for at most {left:.4g} days, or omit the expiry to take the parent's")
+    return expires_at
+
+
 def create_token(s: Session, user_name: str, label: str = "", *, scope: str = "full",
-                 expires_at: float | None = None) -> str:
+                 expires_at: float | None = None, parent: Token | None = None) -> str:
     """A new bearer token for ``user_name`` (returned once, stored only as a hash) with ``scope``
-    (read or full) that expires at ``expires_at`` (UNIX seconds; None: never)."""
+    (read or full) that expires at ``expires_at`` (UNIX seconds; None: never, or the parent's); minted by the
+    token ``parent`` (None: by the operator), its scope and expiry are within the parent's."""
     if len(label) > MAX_LABEL:  # refused, never cut: the operator reads the label back to tell tokens apart
         raise InputError(f"the token's label is {len(label):,} characters; give at most {MAX_LABEL}")
     user = user_by_name(s, user_name)
     _check_scope(scope)
+    if parent is not None:
+        expires_at = _within_parent(parent, scope, expires_at)
     if expires_at is not None and not expires_at > now():
         raise InputError("the token's expiry is in the past; give a time (or a number of days) in the future")
     if _live_tokens(s, user.id) >= MAX_TOKENS:
         raise InputError(f"user {user_name!r} has {MAX_TOKENS} live tokens, the most allowed; revoke unused ones first")
     ident, secret, token = _new_credential(TOKEN_PREFIX)
     s.add(Token(id=ident, user_id=user.id, digest=digest(secret), label=label, created_at=now(), scope=scope,
-                expires_at=expires_at))
+                expires_at=expires_at, parent_id=parent.id if parent is not None else None))
     return token
 
 
@@ -137,11 +158,15 @@ def token_row(s: Session, token_id: str, user_id: int | None = None) -> Token:
 
 
 def revoke_token(s: Session, token_id: str, user_id: int | None = None) -> None:
-    """Revoke the token with public id ``token_id`` (its browser sessions end with it); InputError if unknown."""
-    row = token_row(s, token_id, user_id)
-    if row.revoked_at is None:
-        row.revoked_at = now()
-    s.execute(update(BrowserSession).where(BrowserSession.token_id == row.id).values(expires_at=0.0))
+    """Revoke the token with public id ``token_id`` and every token minted from it, at any depth (their browser
+    sessions end with them); InputError if unknown."""
+    rows, t = [token_row(s, token_id, user_id)], now()
+    while rows:
+        row = rows.pop()
+        if row.revoked_at is None:
+            row.revoked_at = t
+        s.execute(update(BrowserSession).where(BrowserSession.token_id == row.id).values(expires_at=0.0))
+        rows += list(s.scalars(select(Token).where(Token.parent_id == row.id, Token.revoked_at.is_(None))))
 
 
 def rotate_token(s: Session, token_id: str, user_id: int | None = None) -> str:
@@ -152,8 +177,14 @@ def rotate_token(s: Session, token_id: str, user_id: int | None = None) -> str:
         raise InputError(f"token {row.id} is {'revoked' if row.revoked_at is not None else 'expired'}; only a live "
                          "token is rotated: create a new one instead")
     user = s.get(User, row.user_id)
-    revoke_token(s, row.id)
-    return create_token(s, user.name, row.label, scope=row.scope, expires_at=row.expires_at)
+    token = create_token(s, user.name, row.label, scope=row.scope, expires_at=row.expires_at)
+    s.flush()
+    new = token_row(s, token)
+    new.parent_id = row.parent_id  # the new token takes the old one's place: same parent, and its children
+    s.execute(update(Token).where(Token.parent_id == row.id).values(parent_id=new.id))
+    row.revoked_at = now()
+    s.execute(update(BrowserSession).where(BrowserSession.token_id == row.id).values(expires_at=0.0))
+    return token
 
 
 def token_info(row: Token) -> dict:
@@ -161,7 +192,7 @@ def token_info(row: Token) -> dict:
     t = now()
     return {"id": row.id, "label": row.label, "scope": row.scope, "created_at": row.created_at,
             "expires_at": row.expires_at, "revoked_at": row.revoked_at, "revoked": row.revoked_at is not None,
-            "expired": row.expires_at is not None and row.expires_at <= t}
+            "expired": row.expires_at is not None and row.expires_at <= t, "parent_id": row.parent_id}
 
 
 def list_tokens(s: Session, user_id: int) -> list[dict]:
@@ -183,15 +214,16 @@ def _verify(stored: str | None, secret: str) -> bool:
     return ok and stored is not None
 
 
-def check_credential(s: Session, credential: str | None) -> tuple[Principal | None, str]:
-    """(the Principal a bearer token or session cookie proves, "") or (None, why): "missing", "invalid"
-    (malformed, wrong, revoked, a disabled user) or "expired". Expiry is told only to a caller who
-    holds the right secret."""
+def check_credential(s: Session, credential: str | None, kind: str = TOKEN_PREFIX) -> tuple[Principal | None, str]:
+    """(the Principal a credential of ``kind`` proves, "") or (None, why): "missing", "invalid" (malformed, of
+    the other kind, wrong, revoked, a disabled user) or "expired". ``kind`` is TOKEN_PREFIX for a bearer token
+    (the API) and SESSION_PREFIX for a session cookie (the pages): a token is never a session, nor a session a
+    token. Expiry is told only to a caller who holds the right secret."""
     if credential is None:
         _verify(None, "")
         return None, "missing"
     m = TOKEN_PATTERN.fullmatch(credential)
-    if m is None:
+    if m is None or m.group(1) != kind:
         _verify(None, credential)  # the same work as a wrong secret
         return None, "invalid"
     kind, ident, secret = m.groups()
@@ -214,10 +246,10 @@ def check_credential(s: Session, credential: str | None) -> tuple[Principal | No
     return Principal(user.id, user.name, token.id, token.scope, bool(user.admin)), ""
 
 
-def authenticate(s: Session, credential: str | None) -> Principal | None:
-    """The Principal a bearer token or session cookie proves, or None (missing, malformed, wrong,
-    revoked, expired, or a disabled user)."""
-    return check_credential(s, credential)[0]
+def authenticate(s: Session, credential: str | None, kind: str = TOKEN_PREFIX) -> Principal | None:
+    """The Principal a bearer token (or, with ``kind=SESSION_PREFIX``, a session cookie) proves, or None
+    (missing, malformed, of the other kind, wrong, revoked, expired, or a disabled user)."""
+    return check_credential(s, credential, kind)[0]
 
 
 def open_session(s: Session, principal: Principal) -> str:

@@ -57,7 +57,8 @@ class JobOut(BaseModel):
     shared_with: list[str] | None = Field(None, description="only shown to the owner")
     parent_id: str | None = Field(None, description="the job this one re-runs (POST /jobs/{id}/rerun), if any")
     queue_position: int | None = Field(None, description="while queued: 1 + the queued jobs (of every user) the "
-                                       "server takes before this one, oldest first; null in every other state")
+                                       "server takes before this one now, round-robin by user; null in every "
+                                       "other state")
     links: dict[str, str]
 
 
@@ -259,7 +260,7 @@ def cancel(job_id: str, request: Request, principal: Principal = Security(curren
         job = access.managed_job(s, principal, job_id, "cancel")
         if job.state not in ("queued", "running"):
             raise Problem(409, f"the job is {job.state}; only queued or running jobs can be cancelled")
-        queue.request_cancel(s, job)
+        queue.request_cancel(s, job, "its owner" if job.owner_id == principal.user_id else f"admin {principal.name}")
         return job_out(s, job, principal)
 
 

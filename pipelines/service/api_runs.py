@@ -125,12 +125,22 @@ def _values_per_row(type_, column) -> int:
 
 @router.get("/jobs/{job_id}/manifest")
 def get_manifest(job_id: str, request: Request, principal: Principal = Depends(current_principal)) -> JSONResponse:
-    """The run's manifest.json (stages, seeds, provenance); there as soon as the run has started."""
+    """The run's manifest.json (stages, seeds, provenance); there as soon as the run has started. Its
+    ``history`` shows when each attempt opened the run and with what spec, without the server's host name and
+    process id (HOST_FIELDS): those describe the server, not the run."""
     svc, job = _job(request, principal, job_id)
     path = run_dir(svc, job) / "manifest.json"
     if not path.is_file() or path.is_symlink():
         raise Problem(409, f"the job is {job.state} and its run has no manifest yet; try again once it runs")
-    return JSONResponse(json.loads(path.read_text()))
+    doc = json.loads(path.read_text())
+    if isinstance(doc, dict) and isinstance(doc.get("history"), list):
+        doc["history"] = [{k: v for k, v in h.items() if k not in HOST_FIELDS} if isinstance(h, dict) else h
+                          for h in doc["history"]]
+    return JSONResponse(doc)
+
+
+HOST_FIELDS = ("host", "pid")
+"""The fields of a manifest's history entries (core.rundir) that name the server's machine and process."""
 
 
 def report_file(svc: Service, job: Job) -> Path:
@@ -299,24 +309,11 @@ class QueryIn(BaseModel):
     jobs: list[str] = Field(min_length=1, max_length=MAX_QUERY_JOBS)
 
 
-def _hide_paths(value: Any, paths: list[str]) -> Any:
-    """``value`` (result rows, an error text) with every server path in ``paths`` replaced by ``<server>``:
-    a query must not learn where the server keeps runs, through any table function or error."""
-    if isinstance(value, str):
-        for p in paths:
-            value = value.replace(p, "<server>")
-        return value
-    if isinstance(value, list):
-        return [_hide_paths(v, paths) for v in value]
-    if isinstance(value, dict):
-        return {_hide_paths(k, paths): _hide_paths(v, paths) for k, v in value.items()}
-    return value
-
-
 def _query(svc: Service, principal: Principal, body: QueryIn) -> dict:
     import dataclasses
 
     import duckdb
+    import pyarrow as pa
 
     from circuitstat.core.integrity import IntegrityError
     from circuitstat.core.query import DEFAULT_LIMITS, json_rows, query
@@ -329,15 +326,6 @@ def _query(svc: Service, principal: Principal, body: QueryIn) -> dict:
             job = access.visible_job(s, principal, job_id)
             _finished(job, "tables")
             runs[job.id] = run_dir(svc, job)
-    # longest first, so a run directory is hidden whole before the data directory that holds it; the
-    # server's home, working directory and installation too (DuckDB's settings name its extension and
-    # secret directories under the home)
-    import os
-    import sys
-
-    paths = sorted({str(p) for d in runs.values() for p in (d, d.resolve())}
-                   | {str(svc.cfg.data), str(svc.cfg.data.resolve()), str(Path.home()), os.getcwd(), sys.prefix,
-                      sys.base_prefix} - {"/", ""}, key=len, reverse=True)
     limits = dataclasses.replace(DEFAULT_LIMITS, timeout_s=svc.cfg.query_timeout_seconds)
     try:
         with svc.query_slots.slot(principal.name, wait_s=svc.cfg.query_wait_seconds):
@@ -345,18 +333,20 @@ def _query(svc: Service, principal: Principal, body: QueryIn) -> dict:
     except QueryBusy as e:
         raise Problem(503, str(e), headers={"Retry-After": "5"}) from None
     except IntegrityError as e:  # a job's table changed on the server's disk (named by its job id)
-        raise Problem(409, _hide_paths(f"{e} (ask the operator: the server's copy of this job changed)", paths)) from None
+        raise Problem(409, f"{e} (ask the operator: the server's copy of this job changed)") from None
     except ValueError as e:  # not one SELECT, unknown table (lists the available ones), a column clash
-        raise Problem(422, _hide_paths(str(e), paths)) from None
+        raise Problem(422, str(e)) from None
     except AttributeError:
         raise Problem(422, "the SQL returns no rows; give a query such as SELECT ... FROM edge_stats") from None
     except duckdb.Error as e:
-        raise Problem(422, _hide_paths(f"{type(e).__name__}: {str(e).strip()}", paths)) from None
+        raise Problem(422, f"{type(e).__name__}: {str(e).strip()}") from None
+    except (OSError, pa.ArrowException):  # a table unreadable on the server's disk: its text would name the file
+        raise Problem(409, f"a table of job(s) {', '.join(runs)} could not be read on the server; ask the operator "
+                           "(the server's copy of the job is damaged)") from None
     if result.num_rows > MAX_QUERY_ROWS:
         raise Problem(422, f"the query returns {result.num_rows:,} rows, more than {MAX_QUERY_ROWS:,}; add a LIMIT or "
                            "aggregate")
-    return {"columns": _hide_paths(result.column_names, paths),
-            "rows": _hide_paths(json_rows(result.to_pylist()), paths), "row_count": result.num_rows}
+    return {"columns": result.column_names, "rows": json_rows(result.to_pylist()), "row_count": result.num_rows}
 
 
 @router.post("/query")

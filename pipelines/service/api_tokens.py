@@ -1,7 +1,8 @@
 """A user's own tokens under ``/api/v1/tokens``: list (never a secret), create, rotate and revoke.
 
 Listing needs any token; the rest need a ``full`` one (a read-only CI token cannot mint itself a
-stronger one). Another user's token id is the same 404 as an unknown one.
+stronger one). A minted token's scope and expiry are within those of the token that mints it, and revoking a
+token revokes every token minted from it (accounts.py). Another user's token id is the same 404 as an unknown one.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class TokenOut(BaseModel):
     revoked_at: float | None
     revoked: bool
     expired: bool
+    parent_id: str | None = Field(None, description="the token that minted it (none: the operator made it)")
 
 
 class NewToken(TokenOut):
@@ -43,7 +45,8 @@ class TokenIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     label: str = Field("", max_length=64)
     scope: str = Field("read", pattern="^(read|full)$")
-    expires_in_days: float | None = Field(None, gt=0, le=MAX_DAYS, description="none: the token never expires")
+    expires_in_days: float | None = Field(None, gt=0, le=MAX_DAYS, description="none: the expiry of the token that "
+                                          "mints it (never, when that one never expires); at most that")
 
 
 def _not_found() -> Problem:
@@ -77,7 +80,8 @@ async def create_token(body: TokenIn, request: Request,
     expires = None if body.expires_in_days is None else now() + body.expires_in_days * 86400
 
     def make(s):
-        return accounts.create_token(s, principal.name, body.label, scope=body.scope, expires_at=expires)
+        return accounts.create_token(s, principal.name, body.label, scope=body.scope, expires_at=expires,
+                                     parent=accounts.token_row(s, principal.token_id))
 
     return await run_in_threadpool(_new, service(request), principal, make)
 
@@ -96,7 +100,7 @@ async def rotate_token(token_id: str, request: Request,
 @router.delete("/tokens/{token_id}", response_model=TokenOut)
 def revoke_token(token_id: str, request: Request,
                  principal: Principal = Security(current_principal, scopes=["write"])) -> TokenOut:
-    """Revoke your token ``token_id`` (its browser sessions end with it)."""
+    """Revoke your token ``token_id`` and every token minted from it (their browser sessions end with them)."""
     with service(request).db.session() as s:
         try:
             accounts.revoke_token(s, token_id, principal.user_id)

@@ -130,6 +130,7 @@ def create_app(cfg: ServiceConfig, *, start_workers: bool = True) -> FastAPI:
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=Path(__file__).with_name("static")), name="static")
 
+    app.openapi = lambda: _openapi(app)
     app.add_middleware(Draining, svc=svc)
     app.add_middleware(AccessLog, metrics=svc.metrics)
     app.add_middleware(BodyLimit, limit=cfg.max_request_bytes)
@@ -155,6 +156,32 @@ def create_app(cfg: ServiceConfig, *, start_workers: bool = True) -> FastAPI:
         return Response(svc.metrics.render(), media_type=CONTENT_TYPE)
 
     return app
+
+
+SECURITY_SCHEMES = {
+    "bearer": {"type": "http", "scheme": "bearer", "description": "a token `csk_<id>_<secret>` from the operator "
+               "(`circuitstat users token NAME`) or POST /api/v1/tokens; scope read: list, fetch, check, query; "
+               "scope full: also submit, cancel, delete, share and manage tokens; an admin user also sees every job"},
+    "session": {"type": "apiKey", "in": "cookie", "name": "circuitstat_session", "description": "a browser session "
+                "(`css_...`, from POST /login): GET and HEAD only; an API token sent as this cookie is refused"},
+}
+"""The OpenAPI security schemes: what every /api/v1 operation takes (context.current_principal checks them)."""
+
+
+def _openapi(app: FastAPI) -> dict:
+    """The OpenAPI document with its security schemes: every /api/v1 operation needs a bearer token (reads also
+    take the session cookie)."""
+    if app.openapi_schema is None:
+        from fastapi.openapi.utils import get_openapi
+
+        doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        doc.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEMES
+        for path, ops in doc.get("paths", {}).items():
+            if path.startswith("/api/v1/"):
+                for method, op in ops.items():
+                    op["security"] = [{"bearer": []}] + ([{"session": []}] if method in ("get", "head") else [])
+        app.openapi_schema = doc
+    return app.openapi_schema
 
 
 def _version() -> str:

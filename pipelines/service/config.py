@@ -100,6 +100,7 @@ class ServiceConfig(_Strict):
     cookie_secure: bool = False  # set behind HTTPS: the session cookie is then sent over HTTPS only
     query_slots: int = Field(2, ge=1, le=64)  # DuckDB queries at once, server-wide (each takes its memory cap)
     query_slots_per_user: int = Field(1, ge=1, le=64)  # of those, at most this many for one user
+    jobs_running_per_user: int | None = Field(None, ge=1, le=100_000)  # one user's running jobs, all servers; None: no cap
     query_timeout_seconds: float = Field(20.0, gt=0, le=3600)  # one query's run time (DuckDB is interrupted)
     query_wait_seconds: float = Field(30.0, ge=0, le=3600)  # how long a query waits for a slot, then 503
     retention_days: float | None = Field(None, gt=0, le=36_500)  # finished jobs older than this are deleted

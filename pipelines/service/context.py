@@ -3,7 +3,8 @@
 The API takes ``Authorization: Bearer <token>``; a browser's session cookie is accepted too, but
 only for reading (GET and HEAD), so a page can link to tables and reports and no other site can
 make a logged-in browser change anything (the cookie is also SameSite=Strict, and page forms check
-their Origin).
+their Origin or Referer). A session is not a token: a bearer token sent as the cookie opens no page,
+and a session cookie sent as a bearer token calls no API.
 
 Endpoints ask for what they need as FastAPI security scopes, ``Security(current_principal,
 scopes=["write"])``: ``read`` (every token), ``write`` (a ``full`` token: submit, cancel, delete,
@@ -19,7 +20,7 @@ from fastapi import Request
 from fastapi.security import SecurityScopes
 from starlette.concurrency import run_in_threadpool
 
-from .accounts import Principal, authenticate, check_credential
+from .accounts import SESSION_PREFIX, TOKEN_PREFIX, Principal, authenticate, check_credential
 from .config import ServiceConfig
 from .query_slots import FairSlots
 from .db import Database
@@ -54,22 +55,24 @@ def _bearer(request: Request) -> str | None:
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
-def credential(request: Request, *, cookie_ok: bool) -> str | None:
-    """The bearer token of ``request``, else (when ``cookie_ok``) its session cookie."""
+def credential(request: Request, *, cookie_ok: bool) -> tuple[str | None, str]:
+    """(the bearer token of ``request``, TOKEN_PREFIX), else (when ``cookie_ok``) (its session cookie,
+    SESSION_PREFIX): the kind the value must be (a token sent as a cookie is no session)."""
     token = _bearer(request)
-    if token is None and cookie_ok:
-        token = request.cookies.get(SESSION_COOKIE)
-    return token
+    if token is None and cookie_ok and SESSION_COOKIE in request.cookies:
+        return request.cookies.get(SESSION_COOKIE), SESSION_PREFIX
+    return token, TOKEN_PREFIX
 
 
 def _identify(svc: Service, value: str | None) -> Principal | None:
+    """The principal of a browser's session cookie ``value`` (never of an API token sent as one)."""
     with svc.db.session() as s:
-        return authenticate(s, value)
+        return authenticate(s, value, SESSION_PREFIX)
 
 
-def _check(svc: Service, value: str | None) -> tuple[Principal | None, str]:
+def _check(svc: Service, value: str | None, kind: str) -> tuple[Principal | None, str]:
     with svc.db.session() as s:
-        return check_credential(s, value)
+        return check_credential(s, value, kind)
 
 
 _REFUSALS = {"missing": "no token", "invalid": "the token is not valid: an unknown or revoked token",
@@ -84,8 +87,8 @@ async def current_principal(request: Request, security_scopes: SecurityScopes) -
     """The caller of an API request holding every scope the endpoint asks for (401 Problem when
     unauthenticated or expired; 403 without a scope; 429 over the rate quota)."""
     svc = service(request)
-    value = credential(request, cookie_ok=request.method in SAFE_METHODS)
-    principal, why = await run_in_threadpool(_check, svc, value)
+    value, kind = credential(request, cookie_ok=request.method in SAFE_METHODS)
+    principal, why = await run_in_threadpool(_check, svc, value, kind)
     if principal is None:
         raise Problem(401, f"{_REFUSALS[why]}: send 'Authorization: Bearer <token>' with a token from the operator "
                            "(`circuitstat users token NAME`)", headers={"WWW-Authenticate": 'Bearer realm="circuitstat"'})

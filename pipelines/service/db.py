@@ -51,6 +51,7 @@ class Token(Base):
     revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     scope: Mapped[str] = mapped_column(String(16), default="full")  # one of TOKEN_SCOPES (0002)
     expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # None: never (0002)
+    parent_id: Mapped[str | None] = mapped_column(String(16), nullable=True, index=True)  # the minting token (0004)
 
 
 class BrowserSession(Base):

@@ -16,7 +16,10 @@ must resolve inside ``DATA/jobs``, and a symbolic link is unlinked, never follow
 from __future__ import annotations
 
 import logging
+import os
+import re
 import shutil
+import uuid
 from pathlib import Path
 
 from sqlalchemy import delete, select, update
@@ -75,9 +78,27 @@ def remove_files(jobs_dir: Path, job_id: str) -> bool:
     if not inside(folder, jobs_dir):  # a jobs directory that is itself a link elsewhere: leave it to the operator
         log.error("job directory outside the jobs directory, not removed", extra={"job": job_id})
         return False
+    return _claim_and_remove(folder, jobs_dir, job_id)
+
+
+CLAIMED = re.compile(r"\.deleting-([0-9a-f]{32})-[0-9a-f]{8}")
+"""The name a job directory is renamed to by the server that claims its removal."""
+
+
+def _claim_and_remove(folder: Path, jobs_dir: Path, job_id: str) -> bool:
+    """Claim ``folder``'s removal by renaming it (atomic: of servers racing, one wins, as a job's claim in the
+    queue), then remove it; True when this server removed it. The losers return False without a word."""
+    claimed = jobs_dir / f".deleting-{job_id}-{uuid.uuid4().hex[:8]}"
     try:
-        shutil.rmtree(folder)  # unlinks symbolic links inside, never follows them
-    except OSError as e:  # the tombstone stands; the next sweep (finalize's leftovers) tries again
+        os.rename(folder, claimed)
+    except FileNotFoundError:  # another server claimed it first
+        return False
+    except OSError as e:
+        log.error("job directory not removed; the next sweep retries", extra={"job": job_id, "error": type(e).__name__})
+        return False
+    try:
+        shutil.rmtree(claimed)  # unlinks symbolic links inside, never follows them
+    except OSError as e:  # the tombstone stands; the next sweep (finalize's leftovers) claims it again
         log.error("job directory not removed; the next sweep retries", extra={"job": job_id, "error": type(e).__name__})
         return False
     return True
@@ -94,6 +115,11 @@ def finalize(db: Database, jobs_dir: Path, job_ids: list[str] | None = None) -> 
     gone = done if job_ids is not None else [*done, *_leftovers(db, jobs_dir)]
     for job_id in dict.fromkeys(gone):
         remove_files(jobs_dir, job_id)
+    if job_ids is None and jobs_dir.is_dir():  # claimed removals a server did not finish (it died, or rmtree failed)
+        for p in jobs_dir.iterdir():
+            m = CLAIMED.fullmatch(p.name)
+            if m and not p.is_symlink() and p.is_dir():
+                _claim_and_remove(p, jobs_dir, m.group(1))
     return done
 
 

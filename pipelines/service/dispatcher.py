@@ -120,7 +120,8 @@ class Dispatcher:
         from .db import User
 
         with self.db.session() as s:
-            jobs = queue.claim(s, self.server, self.cfg.lease_seconds, free, self.db.postgres)
+            jobs = queue.claim(s, self.server, self.cfg.lease_seconds, free, self.db.postgres,
+                               per_user=self.cfg.jobs_running_per_user)
             claimed = [(j.id, j.kind, j.spec, j.max_work_flops, self.cfg.quotas_for(s.get(User, j.owner_id).name))
                        for j in jobs]
         for job_id, kind, spec_json, max_work, quotas in claimed:
@@ -149,7 +150,7 @@ class Dispatcher:
             if run.stopping == "lost":
                 return
             if run.stopping == "cancel":
-                queue.finish(s, self.server, job_id, "cancelled", error="cancelled by its owner",
+                queue.finish(s, self.server, job_id, "cancelled", error=f"cancelled by {queue.cancelled_by(s, job_id)}",
                              error_kind="cancelled")
             elif run.stopping == "timeout" and status != "completed":
                 queue.finish(s, self.server, job_id, "failed", error_kind="limit", outcome="timeout",

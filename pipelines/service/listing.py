@@ -115,6 +115,10 @@ def check(q: JobQuery) -> None:
                            "follow next_cursor for more")
     if q.cursor is not None and (q.page is not None or q.offset):
         raise Problem(422, "give either cursor or page/offset, not both")
+    for what, text in (("name", q.name), ("model", q.model)):
+        if text and any(ord(c) < 32 or ord(c) == 127 for c in text):  # a NUL ends SQLite's LIKE pattern: all match
+            raise Problem(422, f"the {what} search contains a control character (such as %00); search for "
+                               "printable text")
 
 
 def filtered(base: Select, q: JobQuery) -> Select:

@@ -116,13 +116,16 @@ def error_page(status: int, detail: str, user: str | None) -> HTMLResponse:
 
 
 def _same_origin(request: Request) -> bool:
-    """False when a form post comes from another origin (with SameSite=Strict cookies, a second guard).
-    Browsers send Origin with every form post (the pages' Referrer-Policy is same-origin, so not "null");
-    a request without one is not from a browser's form."""
+    """True only when a form post shows it comes from this server's own pages: its Origin, or else its Referer,
+    names this host. One with neither, a "null" Origin, or another origin is refused: SameSite=Strict does
+    not tell two ports of one host apart (one site), and a post that proves no origin proves nothing.
+    Browsers send Origin with every form post (and the pages' Referrer-Policy keeps Referer same-origin)."""
+    host = request.headers.get("host", "")
     origin = request.headers.get("origin")
-    if origin is None:
-        return True
-    return origin != "null" and urlsplit(origin).netloc == request.headers.get("host", "")
+    if origin is not None:
+        return origin != "null" and urlsplit(origin).netloc == host and bool(host)
+    referer = request.headers.get("referer")
+    return referer is not None and urlsplit(referer).netloc == host and bool(host)
 
 
 def _login_redirect() -> RedirectResponse:
@@ -148,7 +151,7 @@ async def login(request: Request, token: str = Form("", max_length=200)) -> Resp
 
     def go():
         with svc.db.session() as s:
-            p = authenticate(s, token.strip())
+            p = authenticate(s, token.strip())  # an API token opens a session: the cookie is the session's own
             return (p, open_session(s, p)) if p is not None else (None, None)
 
     principal, cookie = await run_in_threadpool(go)
@@ -156,7 +159,8 @@ async def login(request: Request, token: str = Form("", max_length=200)) -> Resp
         return render("login.html", 401, user=None, error="That token is not valid: an unknown or revoked token.")
     request.state.user = principal.name
     resp = RedirectResponse("/jobs", status_code=303)
-    resp.set_cookie(SESSION_COOKIE, cookie, httponly=True, samesite="strict", secure=svc.cfg.cookie_secure,
+    secure = svc.cfg.cookie_secure or request.url.scheme == "https"  # Secure behind TLS
+    resp.set_cookie(SESSION_COOKIE, cookie, httponly=True, samesite="strict", secure=secure,
                     max_age=12 * 3600, path="/")
     return resp
 
@@ -279,10 +283,10 @@ def _change(request: Request, principal: Principal, job_id: str, action: str) ->
     try:
         with svc.db.session() as s:
             job = access.managed_job(s, principal, job_id, action)
+            who = "its owner" if job.owner_id == principal.user_id else f"admin {principal.name}"
             if action == "cancel" and job.state in ("queued", "running"):
-                queue.request_cancel(s, job)
+                queue.request_cancel(s, job, who)
             elif action == "delete":
-                who = "its owner" if job.owner_id == principal.user_id else f"admin {principal.name}"
                 state = deletion.request_delete(s, job, f"deleted by {who}")
     except Problem as p:
         return error_page(p.status, p.detail, principal.name)

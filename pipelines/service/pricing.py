@@ -29,12 +29,29 @@ SMALL_DEFAULTS = {"gpt_neox": {**_LLAMA_SMALL, "num_attention_heads": 4, "interm
                   **{a: dict(_LLAMA_SMALL) for a in ("llama", "qwen2")},
                   **{a: {**_LLAMA_SMALL, "head_dim": 32}
                      for a in ("qwen3", "mistral", "gemma2", "gemma3_text", "gemma")},
-                  **{a: dict(_LLAMA_SMALL) for a in ("phi3", "olmo2", "granite", "smollm3", "olmo", "starcoder2")}}
+                  **{a: dict(_LLAMA_SMALL) for a in ("phi3", "olmo2", "granite", "smollm3", "olmo", "starcoder2",
+                                                     "cohere", "phi", "stablelm")},
+                  # mixture-of-experts families (circuitstat.circuits.convert_moe.MOE_SMALL): every expert priced
+                  "mixtral": {**_LLAMA_SMALL, "head_dim": 32, "num_local_experts": 4},
+                  "qwen2_moe": {**_LLAMA_SMALL, "num_experts": 4, "moe_intermediate_size": 172,
+                                "shared_expert_intermediate_size": 688},
+                  "qwen3_moe": {**_LLAMA_SMALL, "head_dim": 32, "num_experts": 4, "moe_intermediate_size": 172},
+                  "olmoe": {**_LLAMA_SMALL, "num_experts": 4},
+                  "gpt_oss": {**_LLAMA_SMALL, "head_dim": 32, "num_local_experts": 4, "max_position_embeddings": 131072},
+                  "gptj": {"n_embd": 256, "n_layer": 4, "n_head": 8, "n_inner": 1024, "vocab_size": 32000,
+                           "n_positions": 2048},
+                  "falcon": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,
+                             "ffn_hidden_size": 1024, "vocab_size": 32000, "max_position_embeddings": 2048}}
 """The shape keys of circuitstat.circuits.loading._SMALL: what random:ARCH starts from for the other families."""
 GPT2_KEYS = ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "n_inner")
 HF_KEYS = ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size", "max_position_embeddings",
            "intermediate_size")
 OWN_KEYS = ("n_layers", "n_heads", "d_model", "vocab_size", "n_ctx", "d_mlp")
+FAMILY_KEYS = {"gptj": GPT2_KEYS, "falcon": ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size",
+                                            "max_position_embeddings", "ffn_hidden_size")}
+"""The families whose shape keys are not HF_KEYS (circuitstat.circuits.loading._SHAPE_KEYS)."""
+TWO_MATRIX_MLP = ("gpt_neox", "gptj", "falcon", "phi")
+"""Families whose MLP is two matrices (in and out), not a gated three."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +136,7 @@ def random_shape(source: str) -> Shape | None:
     if arch == "gpt2":
         return _shape({**GPT2_DEFAULTS, **given}, GPT2_KEYS, 2)
     if arch in SMALL_DEFAULTS:
-        return _shape({**SMALL_DEFAULTS[arch], **given}, HF_KEYS, 2 if arch == "gpt_neox" else 3)
+        return _shape({**SMALL_DEFAULTS[arch], **given}, FAMILY_KEYS.get(arch, HF_KEYS), 2 if arch in TWO_MATRIX_MLP else 3)
     return None
 
 

@@ -86,20 +86,29 @@ def _within(run_dir: Path, stage: dict) -> float:
 
 
 class EtaClock:
-    """Seconds left from the pace of work done: the time the progress took to reach its current value, less the
-    time since it last moved. While progress is flat the estimate counts down and never rises; once the flat spell
-    outlasts the estimate it is None ("unknown"), not a wrong number. Progress it reports never goes back."""
+    """Seconds left, monotone: the pace of work done gives an estimated finish time (the time the progress took to
+    reach its current value, scaled to the rest), and the finish time shown only ever moves earlier: a step of
+    progress at a slower pace does not push it later, so the ETA counts down and never rises. Once the finish time
+    passes with work left the ETA is None ("unknown"), not a wrong number, until progress moves again (then a new
+    estimate from the pace so far). Progress it reports never goes back."""
 
     def __init__(self, started_at: float) -> None:
         self.started_at, self.fraction, self.moved_at = started_at, 0.0, started_at
+        self.finish_at: float | None = None
 
     def update(self, fraction: float | None, now: float) -> float | None:
         """Record ``fraction`` seen at ``now``; the ETA in seconds (None when unknown)."""
-        if fraction is not None and fraction > self.fraction:
+        moved = fraction is not None and fraction > self.fraction
+        if moved:
             self.fraction, self.moved_at = fraction, now
         if not 0 < self.fraction < 1 or self.moved_at <= self.started_at:
             return None
-        left = (1 - self.fraction) * (self.moved_at - self.started_at) / self.fraction - (now - self.moved_at)
+        pace = self.moved_at + (1 - self.fraction) * (self.moved_at - self.started_at) / self.fraction
+        if self.finish_at is None or (moved and self.finish_at <= now):
+            self.finish_at = pace  # the first estimate, or a fresh one after an overdue spell (shown as unknown)
+        else:
+            self.finish_at = min(self.finish_at, pace)  # never later than shown before
+        left = self.finish_at - now
         return left if left > 0 else None
 
 

@@ -1,10 +1,10 @@
 """Fair query slots: the server runs at most ``total`` DuckDB queries at once, and one user at most ``per_user``.
 
-One process-wide semaphore let one user's two heavy queries hold both slots while another user's one-row
-query waited for them. Here a waiting query may start only when a slot is free *and* its user holds fewer
-than ``per_user`` slots; among the queries that may start, the one that came first goes first. So a user
-with queries running never delays another user's query for longer than a slot takes to free, and one
-user alone still gets ``per_user`` slots.
+Waiting queries are served round-robin by user (fair share), not first come first served: when a slot frees,
+among the waiting queries whose user is under ``per_user``, the one whose user was served least recently goes
+first (a user never served goes before everyone), and a user's own queries keep their order. So two users
+flooding the slots cannot starve a third: the third user's query is the next one served, before either
+flooder's next query; and one user alone still gets ``per_user`` slots.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class QueryBusy(Exception):
 
 
 class FairSlots:
-    """``total`` slots shared fairly between users, at most ``per_user`` each; FIFO among those that may run."""
+    """``total`` slots shared fairly between users, at most ``per_user`` each; round-robin by user."""
 
     def __init__(self, total: int = 2, per_user: int = 1) -> None:
         if total < 1 or per_user < 1:
@@ -33,15 +33,16 @@ class FairSlots:
         self._held: Counter[str] = Counter()
         self._waiting: list[tuple[int, str]] = []  # (ticket, user), in arrival order
         self._tickets = itertools.count()
+        self._served: dict[str, int] = {}  # user -> the serial number of their last query that started
+        self._serial = itertools.count()
 
     def _may_start(self, ticket: int, user: str) -> bool:
         if sum(self._held.values()) >= self.total or self._held[user] >= self.per_user:
             return False
-        # the first waiting query whose user is under its share goes first
-        for t, u in self._waiting:
-            if self._held[u] < self.per_user:
-                return t == ticket
-        return False
+        # round-robin: of the waiting queries whose user is under its share, the user served least recently
+        # (never: first) goes first, and within a user the oldest query
+        eligible = [(self._served.get(u, -1), t) for t, u in self._waiting if self._held[u] < self.per_user]
+        return bool(eligible) and min(eligible)[1] == ticket
 
     @contextlib.contextmanager
     def slot(self, user: str, wait_s: float | None = None) -> Iterator[None]:
@@ -51,10 +52,12 @@ class FairSlots:
             self._waiting.append((ticket, user))
             try:
                 if not self._cond.wait_for(lambda: self._may_start(ticket, user), timeout=wait_s):
-                    raise QueryBusy(f"all {self.total} query slots are busy; try again shortly")
+                    raise QueryBusy(self._busy(user))
             finally:
                 self._waiting.remove((ticket, user))
+                self._cond.notify_all()  # the next in turn may be another user's query
             self._held[user] += 1
+            self._served[user] = next(self._serial)
             self._cond.notify_all()
         try:
             yield
@@ -64,6 +67,13 @@ class FairSlots:
                 if self._held[user] == 0:
                     del self._held[user]
                 self._cond.notify_all()
+
+    def _busy(self, user: str) -> str:
+        """Why ``user``'s query got no slot: their own slots, or the server's."""
+        if self._held[user] >= self.per_user:
+            return (f"your {self.per_user} query slot{'s are' if self.per_user > 1 else ' is'} busy with your other "
+                    "queries; wait for one to finish, then try again")
+        return f"all {self.total} query slots of the server are busy; try again shortly"
 
     def held(self) -> dict[str, int]:
         """The slots each user holds now (a snapshot)."""

@@ -11,7 +11,7 @@ every transaction begins with ``BEGIN IMMEDIATE`` (circuitstat.pipelines.service
 
 from __future__ import annotations
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from .db import ACTIVE_STATES, Job, JobAttempt, JobEvent, now
@@ -21,16 +21,44 @@ def _event(s: Session, job_id: str, state: str, message: str = "") -> None:
     s.add(JobEvent(job_id=job_id, at=now(), state=state, message=message[:2000]))
 
 
-def claim(s: Session, server: str, lease_seconds: float, limit: int, postgres: bool) -> list[Job]:
-    """Take up to ``limit`` queued jobs (oldest first) for ``server``: running, leased, one attempt each."""
+def fair_order(s: Session, per_user: int | None = None, t: float | None = None) -> list[tuple[str, int]]:
+    """The queued jobs (id, owner) in the order :func:`claim` takes them: round-robin by user (fair share), not
+    first come first served. A job's key is (its owner's running jobs + its place in its owner's queue, created,
+    id): every user's first queued job comes before anyone's second, so one user's 8 queued jobs delay another
+    user's first job by at most one job, and a user with jobs running yields to one without. With ``per_user``,
+    a user's jobs past that many running are left out (the per-user concurrency cap). Jobs waiting out a retry
+    delay (``not_before`` after ``t``) are left out when ``t`` is given."""
+    q = select(Job.id, Job.owner_id, Job.created_at).where(Job.state == "queued", Job.deleted_at.is_(None))
+    if t is not None:
+        q = q.where(Job.not_before <= t)
+    queued = s.execute(q.order_by(Job.created_at, Job.id)).all()
+    running = dict(s.execute(select(Job.owner_id, func.count()).where(Job.state == "running")
+                             .group_by(Job.owner_id)).all())
+    place: dict[int, int] = {}
+    keyed = []
+    for job_id, owner, created in queued:
+        k = running.get(owner, 0) + place.get(owner, 0)
+        place[owner] = place.get(owner, 0) + 1
+        if per_user is None or k < per_user:
+            keyed.append(((k, created, job_id), owner))
+    return [(key[2], owner) for key, owner in sorted(keyed)]
+
+
+def claim(s: Session, server: str, lease_seconds: float, limit: int, postgres: bool,
+          per_user: int | None = None) -> list[Job]:
+    """Take up to ``limit`` queued jobs for ``server`` in :func:`fair_order` (round-robin by user, at most
+    ``per_user`` running per user): running, leased, one attempt each."""
     if limit < 1:
         return []
     t = now()
-    q = (select(Job).where(Job.state == "queued", Job.not_before <= t, Job.deleted_at.is_(None))
-         .order_by(Job.created_at, Job.id).limit(limit))
+    order = [job_id for job_id, _ in fair_order(s, per_user, t)][:4 * limit + 16]
+    if not order:
+        return []
+    q = select(Job).where(Job.id.in_(order), Job.state == "queued")
     if postgres:
-        q = q.with_for_update(skip_locked=True)
-    jobs = list(s.scalars(q))
+        q = q.with_for_update(skip_locked=True)  # another server's claim of one of them is skipped, not waited on
+    rank = {job_id: i for i, job_id in enumerate(order)}
+    jobs = sorted(s.scalars(q), key=lambda j: rank[j.id])[:limit]
     for job in jobs:
         job.state, job.lease_owner, job.lease_expires = "running", server, t + lease_seconds
         job.attempts += 1
@@ -133,18 +161,30 @@ def expire_leases(s: Session, max_attempts: int, postgres: bool) -> list[str]:
     return ids
 
 
-def request_cancel(s: Session, job: Job) -> str:
-    """Cancel ``job``: a queued job at once, a running one by its server; the resulting state."""
+CANCEL_REQUESTED = "cancel requested by "
+
+
+def request_cancel(s: Session, job: Job, by: str = "its owner") -> str:
+    """Cancel ``job`` on behalf of ``by`` ("its owner", "admin NAME"): a queued job at once, a running one by
+    its server; the resulting state."""
     if job.state == "queued":
         s.execute(update(Job).where(Job.id == job.id, Job.state == "queued")
-                  .values(state="cancelled", finished_at=now(), error="cancelled by its owner", error_kind="cancelled"))
-        _event(s, job.id, "cancelled", "cancelled while queued")
+                  .values(state="cancelled", finished_at=now(), error=f"cancelled by {by}", error_kind="cancelled"))
+        _event(s, job.id, "cancelled", f"cancelled while queued by {by}")
         s.refresh(job)
         return job.state
     if job.state == "running":
         job.cancel_requested = True
-        _event(s, job.id, "running", "cancel requested")
+        _event(s, job.id, "running", CANCEL_REQUESTED + by)
     return job.state
+
+
+def cancelled_by(s: Session, job_id: str) -> str:
+    """Who asked to cancel the running job ``job_id`` ("its owner" when no request names anyone)."""
+    msg = s.scalar(select(JobEvent.message).where(JobEvent.job_id == job_id,
+                                                  JobEvent.message.startswith(CANCEL_REQUESTED))
+                   .order_by(JobEvent.at.desc(), JobEvent.id.desc()).limit(1))
+    return msg[len(CANCEL_REQUESTED):] if msg else "its owner"
 
 
 def cancel_requested(s: Session, server: str) -> list[str]:
@@ -166,13 +206,11 @@ def state_counts(s: Session) -> dict[str, int]:
 
 
 def position(s: Session, job: Job) -> int | None:
-    """A queued job's place in the queue: 1 + the queued jobs :func:`claim` takes before it (every user's, in
-    its order: created_at, then id); None for a job in any other state. A job waiting out a retry delay
-    (``not_before``) keeps its place and is passed over until the delay ends, so the place is an upper
-    bound on how many jobs start before it, not a promise."""
+    """A queued job's place in the queue: 1 + the queued jobs :func:`claim` takes before it now (every user's,
+    in :func:`fair_order`: round-robin by user); None for a job in any other state. Jobs submitted later by a
+    user with fewer jobs queued may still go ahead of it, and one waiting out a retry delay is counted, so the
+    place is a guide, not a promise."""
     if job.state != "queued":
         return None
-    ahead = s.scalar(select(func.count()).select_from(Job).where(
-        Job.state == "queued", or_(Job.created_at < job.created_at,
-                                   and_(Job.created_at == job.created_at, Job.id < job.id))))
-    return int(ahead or 0) + 1
+    ids = [job_id for job_id, _ in fair_order(s)]
+    return ids.index(job.id) + 1 if job.id in ids else None

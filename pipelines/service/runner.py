@@ -191,11 +191,23 @@ def _outcome(exc: BaseException) -> dict[str, Any]:
         return {"status": "failed", "kind": "quota", "error": str(exc)}
     message = user_error_message(exc)
     if message is not None:
-        return {"status": "failed", "kind": "input", "error": " ".join(message.split())}
+        return _server_advice(" ".join(message.split()))
     traceback.print_exception(exc, file=sys.__stderr__)  # the operator's log, not the user's
     return {"status": "failed", "kind": "internal",
             "error": f"internal error (a bug in circuitstat, not in your input): {type(exc).__name__}; the operator's "
                      "log has the traceback"}
+
+
+def _server_advice(message: str) -> dict[str, Any]:
+    """A failed job's outcome for the CLI's ``message``: a size limit that the CLI lifts with a flag is the server's
+    quota (kind quota), and its advice names what a server user can do, never the CLI-only flag."""
+    from circuitstat.circuits.limits import LIFT
+
+    if LIFT not in message:
+        return {"status": "failed", "kind": "input", "error": message}
+    message = message.replace(f"pass {LIFT} to lift the limit", "ask the operator: this server keeps the limit")
+    message = message.replace(LIFT, "a higher limit (ask the operator)")
+    return {"status": "failed", "kind": "quota", "error": message}
 
 
 def execute(job: dict) -> dict[str, Any]:

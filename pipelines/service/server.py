@@ -19,6 +19,7 @@ def serve(cfg: ServiceConfig) -> None:
     from . import logs
     from .app import create_app
 
+    sock = bind(cfg.host, cfg.port)  # first: a port in use stops the server before any start-up runs
     cfg.data.mkdir(parents=True, exist_ok=True)
     check_database(cfg.database_url)
     logs.configure(cfg.log_file)
@@ -26,7 +27,28 @@ def serve(cfg: ServiceConfig) -> None:
     config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_config=None, access_log=False,
                             timeout_graceful_shutdown=max(5, int(cfg.drain_seconds) + 5), proxy_headers=False,
                             server_header=False)
-    draining_server(config, app, cfg.drain_seconds).run()
+    draining_server(config, app, cfg.drain_seconds).run(sockets=[sock])
+
+
+def bind(host: str, port: int):
+    """A listening socket on ``host``:``port`` (uvicorn serves on it); InputError (exit 2) naming the port when
+    it is in use or cannot be bound, before the server migrates its database or starts a worker."""
+    import socket
+
+    from circuitstat.core.errors import InputError
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as e:
+        raise InputError(f"cannot listen on {host}:{port} ({e.strerror or e}); another server may use that port: "
+                         "choose another with --port (or `port:` in --config), or stop the other one") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def draining_server(config, app, drain_seconds: float):

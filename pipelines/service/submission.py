@@ -34,6 +34,10 @@ SERVICE_N_JOBS = 1
 """The n_jobs every job runs with (the pool runs jobs side by side); a spec's own n_jobs is replaced by it."""
 
 
+MAX_K_VALUES = 64
+"""Most circuit sizes (the spec's ``k`` list) one job may ask for."""
+
+
 def parse_kind(kind: str, data: Any, source: str = SPEC_FILE):
     """The spec object of job kind ``kind`` validated from parsed YAML (InputError naming each bad key)."""
     from circuitstat.pipelines.kinds import SERVED, kind as run_kind
@@ -140,6 +144,10 @@ def prepare(kind: str, spec_text: bytes | None, spec_data: Any, files: list[Uplo
     if getattr(spec, "circuit", None) is not None:  # a file path on the server: never taken from a request
         raise Problem(422, "the server does not audit circuit files (spec key circuit); run `circuitstat audit` "
                            "or `circuitstat check-circuit` locally")
+    k = getattr(spec, "k", None)
+    if isinstance(k, (list, tuple)) and len(k) > MAX_K_VALUES:
+        raise Problem(422, f"the spec's k lists {len(k)} circuit sizes, above the limit of {MAX_K_VALUES} per job "
+                           "(each is a circuit per resample); give fewer sizes, or split them into several jobs")
     display = ", ".join(spec.sources)
     _confine_task(spec, uploads)
     spec = _with_sources(spec, sources)

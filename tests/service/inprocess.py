@@ -44,15 +44,16 @@ class App:
 
     def page(self, user: str, path: str, method: str = "GET", **kw):
         """``path`` as ``user``'s logged-in browser (the client keeps the session cookie)."""
-        r = self.client.post("/login", data={"token": self.tokens[user]}, follow_redirects=False)
+        same = {"Origin": "http://testserver"}  # a form of the server's own page (pages.py refuses one without)
+        r = self.client.post("/login", data={"token": self.tokens[user]}, headers=same, follow_redirects=False)
         assert r.status_code == 303
-        return self.client.request(method, path, **kw)
+        return self.client.request(method, path, **{"headers": same, **kw})
 
     def add_job(self, owner: str, run: Path | None = None, *, state: str = "completed", name: str = "job",
                 model: str = "random:gpt2?n_layer=1", spec: dict | None = None, created: float | None = None,
-                kind: str = "audit") -> str:
+                kind: str = "audit", job_id: str | None = None) -> str:
         """A job row of ``owner`` in ``state`` with ``run`` copied as its run directory; its id."""
-        job_id = uuid.uuid4().hex
+        job_id = job_id or uuid.uuid4().hex
         (self.svc.cfg.jobs_dir / job_id).mkdir(parents=True)
         if run is not None:
             shutil.copytree(run, self.svc.cfg.jobs_dir / job_id / "run")

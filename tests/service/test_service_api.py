@@ -389,7 +389,8 @@ def test_another_users_run_is_404_on_every_endpoint(env):
 
 
 def _browser_cookie(env, user: str) -> dict:
-    r = httpx.post(env["server"].url + "/login", data={"token": env["tokens"][user]}, follow_redirects=False)
+    r = httpx.post(env["server"].url + "/login", data={"token": env["tokens"][user]}, follow_redirects=False,
+                   headers={"Origin": env["server"].url})
     assert r.status_code == 303, r.text
     return {"circuitstat_session": r.cookies["circuitstat_session"]}
 

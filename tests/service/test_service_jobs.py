@@ -99,8 +99,9 @@ def test_queue_position_counts_the_queued_jobs_taken_first(server) -> None:
     from circuitstat.pipelines.service import queue
 
     with server.svc.db.session() as s:
-        order = [j.id for j in s.scalars(select(Job).where(Job.state == "queued")
-                                         .order_by(Job.created_at, Job.id))]
+        order = [job_id for job_id, _ in queue.fair_order(s)]
+        # round-robin by user: bob (nothing running) first, then alice's first (one running) beside bob's second
+        assert order[0] in (ids[1], same_time) and order[1] == ids[0] and order[3] == ids[2]
         assert order == [j.id for j in queue.claim(s, "probe", 5.0, 10, False)]  # the order the server takes them
         s.rollback()
     want = {job: i + 1 for i, job in enumerate(order)}

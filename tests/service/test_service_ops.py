@@ -34,7 +34,7 @@ class Env:
             if admin:
                 accounts.set_admin(s, name, True)
             token = accounts.create_token(s, name, "test", scope=scope, expires_at=expires_at)
-        c = TestClient(self.app, headers={"Authorization": f"Bearer {token}"})
+        c = TestClient(self.app, headers={"Authorization": f"Bearer {token}", "Origin": "http://testserver"})
         self.tokens[c] = token
         return c
 
@@ -146,7 +146,7 @@ def test_tokens_are_listed_without_secrets_created_rotated_and_revoked(env):
     secret = new["token"].split("_", 2)[2]
     assert secret not in listed.text and accounts.digest(secret) not in listed.text
     assert set(listed.json()[1]) == {"id", "label", "scope", "created_at", "expires_at", "revoked_at", "revoked",
-                                     "expired"}
+                                     "expired", "parent_id"}
     ci = TestClient(env.app, headers={"Authorization": f"Bearer {new['token']}"})
     assert ci.get("/api/v1/me").json()["user"] == "alice"
     rotated = alice.post(f"/api/v1/tokens/{new['id']}/rotate").json()
@@ -310,7 +310,7 @@ def test_an_admin_lists_cancels_and_deletes_any_job_and_each_action_is_logged(en
 def _login(env, client: TestClient) -> TestClient:
     r = client.post("/login", data={"token": env.tokens[client]}, follow_redirects=False)
     assert r.status_code == 303, r.text
-    browser = TestClient(env.app, follow_redirects=False)
+    browser = TestClient(env.app, follow_redirects=False, headers={"Origin": "http://testserver"})  # its own pages
     browser.cookies.set("circuitstat_session", r.cookies["circuitstat_session"])
     return browser
 

@@ -65,10 +65,13 @@ def test_tokens_are_stored_only_as_hashes_and_revocation_works(db):
         principal = accounts.authenticate(s, token)
         cookie = accounts.open_session(s, principal)
     with db.session() as s:
-        assert accounts.authenticate(s, cookie).name == "alice"
+        assert accounts.authenticate(s, cookie, accounts.SESSION_PREFIX).name == "alice"
+        assert accounts.authenticate(s, cookie) is None  # a session is no bearer token
+        assert accounts.authenticate(s, token, accounts.SESSION_PREFIX) is None  # nor a token a session
         accounts.revoke_token(s, ident)
     with db.session() as s:
-        assert accounts.authenticate(s, token) is None and accounts.authenticate(s, cookie) is None
+        assert accounts.authenticate(s, token) is None
+        assert accounts.authenticate(s, cookie, accounts.SESSION_PREFIX) is None
         with pytest.raises(InputError, match="no token"):
             accounts.revoke_token(s, "000000000000")
         with pytest.raises(InputError, match="exists already"):
@@ -307,7 +310,8 @@ def test_the_pricing_defaults_are_the_loaders_and_count_what_the_skeleton_holds(
 
     assert {k: getattr(transformers.GPT2Config(), k) for k in GPT2_DEFAULTS} == GPT2_DEFAULTS
     for source in ("random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=100", "random:llama", "random:gpt_neox",
-                   "random:qwen3?hidden_size=64&num_attention_heads=4"):
+                   "random:qwen3?hidden_size=64&num_attention_heads=4", "random:mixtral", "random:qwen2_moe",
+                   "random:gptj", "random:falcon", "random:phi"):
         model = load_skeleton(source)
         held = sum(p.numel() for p in model.parameters())
         assert held <= random_shape(source).parameters <= 2 * held, source
@@ -663,7 +667,7 @@ def test_a_refused_token_is_called_unknown_or_revoked_not_expired(db, tmp_path):
     bogus = "csk_000000000000_" + "x" * 43
     with TestClient(create_app(ServiceConfig(data=tmp_path, database=str(db.engine.url)), start_workers=False)) as c:
         api = c.get("/api/v1/jobs", headers={"Authorization": f"Bearer {bogus}"})
-        page = c.post("/login", data={"token": bogus}, follow_redirects=False)
+        page = c.post("/login", data={"token": bogus}, headers={"Origin": "http://testserver"}, follow_redirects=False)
     assert api.status_code == 401 and page.status_code == 401
     for text in (api.json()["detail"], page.text):
         assert "unknown or revoked token" in text and "expired" not in text
@@ -694,3 +698,88 @@ def directory_shape_of(cfg: dict, d):
     d.mkdir()
     (d / "config.json").write_text(json.dumps(cfg))
     return directory_shape(d)
+
+
+def test_the_eta_never_rises_when_progress_steps_at_a_slowing_pace():
+    """Issue 44: the ETA rose at every progress step (41 -> 74 s) while the time left fell. Stages that each take
+    longer than the last: the raw pace estimate rises at each step (the control), the shown ETA never does."""
+    from circuitstat.pipelines.service.progress import EtaClock
+
+    clock, shown, raw, now, fraction = EtaClock(started_at=0.0), [], [], 0.0, 0.0
+    for stage in range(1, 6):  # 5 equal parts taking 10, 20, 30, 40, 50 s
+        for _ in range(stage):
+            now += 10.0
+            shown.append(clock.update(fraction, now))
+        fraction = stage / 5
+        raw.append((1 - fraction) * now / fraction if fraction < 1 else 0.0)
+        shown.append(clock.update(fraction, now))
+    assert any(b > a for a, b in zip(raw, raw[1:4]))  # the pace alone would rise
+    known = [e for e in shown if e is not None]
+    ticks = [(i, e) for i, e in enumerate(shown) if e is not None]
+    assert len(known) >= 4
+    for (i, a), (j, b) in zip(ticks, ticks[1:]):  # between any two shown values, no rise
+        if all(shown[k] is not None for k in range(i, j + 1)):
+            assert b <= a + 1e-9, (i, a, j, b)
+
+
+def test_servers_racing_on_a_deletion_remove_each_directory_once_and_log_no_error(db, tmp_path, monkeypatch, caplog):
+    """Issue 44: two servers' first sweeps logged 13 'directory not removed' errors. A removal is claimed (an
+    atomic rename) before it runs: the second server, arriving while the first removes, finds it claimed."""
+    import logging
+    import shutil
+    import uuid as _uuid
+
+    from circuitstat.pipelines.service import deletion
+
+    jobs = tmp_path / "jobs"
+    ids = [_uuid.uuid4().hex for _ in range(3)]
+    for job_id in ids:
+        (jobs / job_id / "run").mkdir(parents=True)
+        (jobs / job_id / "run" / "t.parquet").write_bytes(b"x" * 100)
+    removed, real = [], shutil.rmtree
+
+    def racing_rmtree(path, *a, **kw):  # the other server's sweep runs while this one removes
+        removed.append(path)
+        assert all(deletion.remove_files(jobs, job_id) is False for job_id in ids if job_id in str(path))
+        real(path, *a, **kw)
+
+    monkeypatch.setattr(deletion.shutil, "rmtree", racing_rmtree)
+    with caplog.at_level(logging.INFO, logger="circuitstat.service"):
+        assert [deletion.remove_files(jobs, job_id) for job_id in ids] == [True] * 3
+    assert len(removed) == 3 and not any(caplog.records) and list(jobs.iterdir()) == []
+    # a claimed removal that a server left unfinished is finished by the next sweep
+    left = jobs / f".deleting-{ids[0]}-0123abcd"
+    (left / "run").mkdir(parents=True)
+    monkeypatch.setattr(deletion.shutil, "rmtree", real)
+    deletion.finalize(db, jobs)
+    assert list(jobs.iterdir()) == []
+
+
+def test_users_commands_on_an_unreachable_database_are_one_line_and_exit_2():
+    from typer.testing import CliRunner
+
+    from circuitstat.pipelines.cli import app
+
+    for args in (["users", "add", "x"], ["users", "list"], ["users", "token", "x"]):
+        r = CliRunner().invoke(app, [*args, "--database", "postgresql://someone:hunter2@127.0.0.1:1/nothing"])
+        assert r.exit_code == 2, (args, r.output)
+        assert "cannot reach the database" in r.output and "hunter2" not in r.output, r.output
+        assert "Traceback" not in r.output and len([x for x in r.output.splitlines() if x.strip()]) <= 3
+
+
+def test_a_server_on_a_port_in_use_stops_before_its_start_up(tmp_path):
+    """The bind comes first: a second server on a used port exits 2 naming the port, and has not created its data
+    directory, migrated a database or started a worker."""
+    import socket
+
+    from typer.testing import CliRunner
+
+    from circuitstat.pipelines.cli import app
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        r = CliRunner().invoke(app, ["serve", "--data", str(tmp_path / "data"), "--port", str(port)])
+    assert r.exit_code == 2 and f"127.0.0.1:{port}" in r.output and "--port" in r.output, r.output
+    assert "Traceback" not in r.output and not (tmp_path / "data").exists()  # no start-up ran
