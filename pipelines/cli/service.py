@@ -88,7 +88,8 @@ def _database(data: Path | None, database: str | None, config: Path | None, *, c
     except ImportError as e:
         raise InputError(f"--database: the driver for {scheme!r} is not installed ({e.name}); install it or use "
                          "sqlite:///PATH") from None
-    check_database(url)  # an unreachable database is one line and exit 2, not a traceback
+    if not scheme.startswith("sqlite"):  # a server that does not answer is one line and exit 2, not a traceback
+        check_database(url)
     try:
         migrate(db.engine)
     except DatabaseError as e:
