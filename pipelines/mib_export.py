@@ -149,13 +149,13 @@ def _sidecar(run: Path, table: str, method: str, provenance: dict):
 
 def export_mib(run: str | Path, out: str | Path, *, method: str | None = None, form: str = "importances",
                task_name: str | None = None, model_name: str | None = None, ranking: str | None = None,
-               seed: int = 0, force: bool = False) -> MibExport:
+               seed: int = 0, force: bool = False, trust_unrecorded: bool = False) -> MibExport:
     """Write the run's mean edge scores of ``method`` as MIB's ``<task>_<model>`` folder under ``out`` (module
     doc), with the run's intervals beside them; returns what was written. Checks everything before writing."""
     from circuitstat.circuits.circuit import Circuit
     from circuitstat.circuits.scores import ScoreMatrix
     from circuitstat.core.atomic import atomic_write_bytes
-    from circuitstat.core.rundir import verify_outputs
+    from circuitstat.core.run_check import verify_outputs
     from circuitstat.core.tables import write_table
     from circuitstat.pipelines.circuit_choice import choose_scores, default_ranking
 
@@ -164,7 +164,7 @@ def export_mib(run: str | Path, out: str | Path, *, method: str | None = None, f
         raise InputError(f"form must be 'importances' or 'circuits', got {form!r}")
     if not run.is_dir():
         raise InputError(f"{run} is not a run directory; give the --out of an audit or attribute run")
-    verify_outputs(run)  # export what the run wrote (sha256 in its manifest), as check and report read it
+    verify_outputs(run, trust_unrecorded=trust_unrecorded)  # export what the run wrote (sha256 in its manifest), as check and report read it
     task, model, notes = _names(run, task_name, model_name)
     folder = out / mib_folder(task, model)
     choice = choose_scores(run, method)

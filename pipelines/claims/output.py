@@ -99,7 +99,8 @@ def record_check(results: list[ClaimResult], run_dir: str | os.PathLike[str]) ->
     from circuitstat.core.errors import InputError
     from circuitstat.reports.html import render_report
     from circuitstat.core.lock import DirLock, RunLockedError
-    from circuitstat.core.rundir import LOCK, verify_outputs
+    from circuitstat.core.rundir import LOCK, MANIFEST
+    from circuitstat.core.run_check import record_tables, verify_outputs
 
     run_dir = Path(run_dir)
     lock = DirLock(run_dir / LOCK)
@@ -109,18 +110,20 @@ def record_check(results: list[ClaimResult], run_dir: str | os.PathLike[str]) ->
         raise InputError(f"not recorded: {e}") from None
     try:
         verify_outputs(run_dir)  # again under the lock: the verdicts are about the tables now there
-        claims = run_dir / "claims.parquet"
+        claims, manifest = run_dir / "claims.parquet", (run_dir / MANIFEST).read_bytes()
         before = claims.read_bytes() if claims.is_file() else None
-        table = write_claims_table(results, run_dir)
         try:
+            table = write_claims_table(results, run_dir)
+            record_tables(run_dir, [table])  # the readers (report, compare, query) accept what check wrote
             page = render_report(run_dir)
         except BaseException:
+            from circuitstat.core.atomic import atomic_write_bytes
+
             if before is None:
                 claims.unlink(missing_ok=True)
             else:
-                from circuitstat.core.atomic import atomic_write_bytes
-
                 atomic_write_bytes(claims, before)
+            atomic_write_bytes(run_dir / MANIFEST, manifest)
             raise
         return table, page
     finally:

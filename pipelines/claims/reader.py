@@ -65,7 +65,8 @@ class RunReader:
             from circuitstat.core.rundir import RunDir
 
             self.manifest = RunDir.read_manifest(path)  # RunDirError on a corrupt manifest
-            stages = self.manifest.get("stages", {})
+            stages = self.manifest.get("stages")
+            stages = stages if isinstance(stages, dict) else {}  # a malformed one: verify_outputs refuses it
             self.unfinished = sorted(n for n, s in stages.items() if isinstance(s, dict) and s.get("status") != "done")
 
     def table(self, name: str, columns: list[str], /):

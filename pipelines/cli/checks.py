@@ -12,7 +12,7 @@ import typer
 
 from circuitstat.core.errors import InputError
 
-from .app import app, choices, echo
+from .app import app, choices, echo, trust_option, verified
 
 
 Format = choices("Format", "table", "csv", "json")  # output formats of `query`
@@ -37,6 +37,7 @@ def check_command(
     record: bool = typer.Option(False, "--record",
                                 help="write the verdicts into the run (claims.parquet) and re-render its report, "
                                      "whose verdict then lists one line per claim"),
+    trust_unrecorded: bool = trust_option(),
 ) -> None:
     """Check published claims against a finished audit run: exit 0 all hold, 1 any fails, 2 error.
 
@@ -57,11 +58,13 @@ def check_command(
         raise InputError(f"--junit {junit} is a directory; give a file path such as claims.xml")
     try:
         report = check(claims, run, echo=lambda m: echo(m, err=True), allow_outside=allow_outside,
-                       run_audit=run_audit)
+                       run_audit=run_audit, trust_unrecorded=trust_unrecorded)
     except ValueError as e:  # a lower layer's refusal that is not an InputError is still the input's fault here
         if isinstance(e, InputError):
             raise
         raise InputError(f"{type(e).__name__}: {e}") from None
+    if trust_unrecorded:
+        verified(report.run_dir, True)
     echo(f"claims {report.source} against run {report.run_dir}"
                + (" (audit run now)" if report.ran_audit else ""))
     echo(format_results(report.results))
@@ -94,6 +97,7 @@ def query_command(
     timeout: float = typer.Option(60.0, "--timeout", min=0.1, max=86400.0, help="seconds before the query is stopped"),
     max_memory: str = typer.Option("2GiB", "--max-memory", help="memory the query may use (DuckDB's memory_limit)"),
     max_rows: int = typer.Option(1_000_000, "--max-rows", min=1, max=100_000_000, help="most rows returned"),
+    trust_unrecorded: bool = trust_option(),
 ) -> None:
     """Run one SELECT (DuckDB) over the Parquet tables of one or many run directories; reads nothing else.
 
@@ -111,7 +115,10 @@ def query_command(
     limits = QueryLimits(memory_bytes=check_budget(parse_bytes(max_memory)), timeout_s=timeout, max_rows=max_rows)
     watchdog = _watchdog(2 * timeout + 5)
     try:
-        result = query(sql, dirs, limits=limits)
+        for d in dirs:
+            if d.is_dir():
+                verified(d, trust_unrecorded)
+        result = query(sql, dirs, limits=limits, trust_unrecorded=trust_unrecorded)
     except ValueError as e:  # unknown table (lists the available ones), missing run dir, column clash
         raise InputError(str(e)) from None
     except AttributeError:  # DuckDB returns no relation for statements such as CREATE or SET

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from .app import app, echo
+from .app import app, echo, trust_option, verified
 
 
 @app.command("compare")
@@ -22,6 +22,7 @@ def compare_command(
                             "and at most this many of those whose intervals do not overlap"),
     server: str | None = typer.Option(None, "--server", help="compare two jobs on a circuitstat server (URL): RUN_A "
                                       "and RUN_B are then job ids, the token comes from $CIRCUITSTAT_TOKEN"),
+    trust_unrecorded: bool = trust_option(),
 ) -> None:
     """Compare two runs: per-edge estimates with intervals (joined on method and edge name), circuit stability
     and faithfulness against k, and claims verdicts where both runs have them; flags intervals that do not
@@ -34,7 +35,10 @@ def compare_command(
 
         comp = compare_remote(server, run_a, run_b)
     else:
-        comp = compare_runs(Path(run_a), Path(run_b), labels=(run_a, run_b))
+        for r in (run_a, run_b):
+            if Path(r).is_dir():
+                verified(Path(r), trust_unrecorded)
+        comp = compare_runs(Path(run_a), Path(run_b), labels=(run_a, run_b), trust_unrecorded=trust_unrecorded)
     if html is not None:
         from circuitstat.reports.html.compare import render_comparison
 

@@ -9,7 +9,7 @@ import typer
 from circuitstat.pipelines.params import SEED
 
 from .analyse import Ranking
-from .app import _Boundary, app, choices, echo
+from .app import _Boundary, app, choices, echo, trust_option, verified
 
 export_app = typer.Typer(cls=_Boundary, no_args_is_help=True, help="Export a run's results in other tools' formats.")
 app.add_typer(export_app, name="export")
@@ -34,12 +34,15 @@ def export_mib_command(
                                                                     "audit's, else absolute)"),
     seed: int = typer.Option(SEED.default, "--seed", **SEED.option, help="seed of the tie-break at each cut-off"),
     force: bool = typer.Option(False, "--force", help="replace an earlier export in the same folder"),
+    trust_unrecorded: bool = trust_option(),
 ) -> None:
     """Write a run's mean edge scores as a submission to MIB's circuit-localization leaderboard
     (docs/mib.md); the run's intervals go beside them in Parquet files MIB does not read."""
     from circuitstat.pipelines.mib_export import export_mib
 
-    done = export_mib(run, out, method=method, form=form.value, task_name=task_name, model_name=model_name,
+    if run.is_dir():
+        verified(run, trust_unrecorded)
+    done = export_mib(run, out, trust_unrecorded=trust_unrecorded, method=method, form=form.value, task_name=task_name, model_name=model_name,
                       ranking=None if ranking is None else ranking.value, seed=seed, force=force)
     echo(f"MIB {done.form} of {done.method} scores written to {done.folder}:")
     for f in done.files:

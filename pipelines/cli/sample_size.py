@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from .app import app, check_out, choices, echo
+from .app import app, check_out, choices, echo, trust_option, verified
 
 Means = choices("Means", "deconvolved", "pilot")
 
@@ -39,6 +39,7 @@ def sample_size_command(
     seed: int = typer.Option(0, "--seed", min=0),
     n_jobs: int = typer.Option(1, "--n-jobs", min=-1),
     force: bool = typer.Option(False, "--force", help="write into an --out that holds another kind of run"),
+    trust_unrecorded: bool = trust_option(),
 ) -> None:
     """Predict, from a pilot run's per-example scores, each edge's interval width, the expected data-level
     Jaccard of the top-k circuit (and the chance its interval's lower end clears --target), and the chance a
@@ -49,7 +50,9 @@ def sample_size_command(
 
     if out is not None:
         check_out(out, force=force)
-    sm, spec = read_pilot(pilot, method)
+    if pilot.is_dir():
+        verified(pilot, trust_unrecorded)
+    sm, spec = read_pilot(pilot, method, trust_unrecorded=trust_unrecorded)
     if sm.level != "edge":
         raise InputError(f"the pilot {pilot} scored {sm.level}s; sample-size needs edge scores "
                          "(`circuitstat attribute --level edge`)")

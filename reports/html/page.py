@@ -23,7 +23,8 @@ from circuitstat.reports.analyses import has_tokens
 from circuitstat.reports.html.common import Tables, methods_in, note, num, order_methods
 from circuitstat.reports.html.sections import SECTIONS, Context, shown_sections
 from circuitstat.reports.html.svg import esc
-from circuitstat.core.rundir import MANIFEST, RunDir, RunDirError, verify_outputs
+from circuitstat.core.rundir import MANIFEST, RunDir, RunDirError
+from circuitstat.core.run_check import verify_outputs
 from circuitstat.core.tables import read_provenance
 from circuitstat.reports.verdicts import verdict
 
@@ -108,7 +109,7 @@ def _header(run_dir: Path, manifest: dict[str, Any], T: Tables, methods: list[st
 
 # ----- page -------------------------------------------------------------------------------------
 def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
-                  min_excess: float | None = None, *, hide_paths: bool = False) -> Path:
+                  min_excess: float | None = None, *, hide_paths: bool = False, trust_unrecorded: bool = False) -> Path:
     """Write the self-contained HTML report of run directory `run_dir` and return its path.
 
     `out` (a file, or a directory to hold report.html: see report_path) defaults to ``run_dir/report.html``;
@@ -120,7 +121,7 @@ def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] |
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory {run_dir} does not exist; pass the --out directory of an audit run")
     path = report_path(run_dir, out)  # checked before the tables are read
-    verify_outputs(run_dir)  # the tables are the ones the run wrote (sha256 in the manifest)
+    verify_outputs(run_dir, trust_unrecorded=trust_unrecorded)  # the tables are the ones the run wrote (sha256 in the manifest)
     T = Tables(run_dir)
     has_manifest = (run_dir / MANIFEST).exists()
     if not has_manifest and not any(T.path(t).exists() for t in TABLES) and not has_tokens(T):
