@@ -329,6 +329,16 @@ class RunDir:
             self._write_manifest()
         return path
 
+    def remove_table(self, name: str) -> None:
+        """Remove output `name` written outside a stage, and its record in the manifest (a result replaced)."""
+        self._require_open()
+        path = self.output_path(name)
+        if self._pending:
+            self._write_manifest()
+        path.unlink(missing_ok=True)
+        self._manifest.get("tables", {}).pop(path.relative_to(self.path).as_posix(), None)
+        self._write_manifest()
+
     def table(self, name: str) -> pa.Table:
         """Return output table `name` read from the run directory."""
         return read_table(self.output_path(name))

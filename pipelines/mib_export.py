@@ -25,6 +25,7 @@ run's faithfulness curve with its fixed-circuit and selection-aware intervals an
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +105,17 @@ def _names(run: Path, task_name: str | None, model_name: str | None) -> tuple[st
         notes.append(f"task {task_name!r} is not one of MIB's ({', '.join(MIB_TASKS)}): its leaderboard will not "
                      "score this folder")
     return task_name, model_name, notes
+
+
+def _check_out(out: Path, folder: Path, writing: list[str]) -> None:
+    """InputError unless --out is a directory or a new name in one, and nothing below it that the export writes
+    through or replaces is a link or a special file (the one output-path policy, circuitstat.core.outpath)."""
+    from circuitstat.core.outpath import check_no_links
+
+    if not out.is_dir() and (os.path.lexists(out) or not out.parent.is_dir()):
+        raise InputError(f"--out {out} is not a directory, nor a new name in an existing one; give a directory")
+    for name in writing:
+        check_no_links(out, folder / name, flag="--out")
 
 
 def _check_folder(folder: Path, writing: list[str], force: bool) -> None:
@@ -194,6 +206,7 @@ def export_mib(run: str | Path, out: str | Path, *, method: str | None = None, f
         notes.append("the run has no edge_stats (an attribute run): no intervals travel with it; "
                      "export an audit run for them")
     writing = [*docs, *(n for n, t in sides.items() if t is not None)]
+    _check_out(out, folder, writing)
     _check_folder(folder, writing, force)
     folder.mkdir(parents=True, exist_ok=True)
     files = [atomic_write_bytes(folder / name, _mib_doc(c)) for name, c in docs.items()]

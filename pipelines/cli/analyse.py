@@ -415,7 +415,10 @@ def circuit_command(
     from circuitstat.circuits.circuit import Circuit
     from circuitstat.circuits.scores import ScoreMatrix
     from circuitstat.pipelines.circuit_choice import choose_scores, default_ranking, empty_explanation, header_line
+    from circuitstat.core.outpath import check_output_file
 
+    if json_out is not None:
+        check_output_file(json_out, flag="--json")  # before any work: never a device, FIFO, link or a run's record
     verified(run, trust_unrecorded)  # the scores are the ones the run wrote (sha256 in its manifest)
     choice = choose_scores(run, None if method is None else method.value)
     chosen, why = ranking_option(ranking, absolute, "circuit"), "as asked"

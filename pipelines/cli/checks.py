@@ -54,8 +54,10 @@ def check_command(
         raise typer.Exit(check_remote(server, claims, str(run), junit, echo=echo))
     from circuitstat.pipelines.claims import check, format_results, record_check, write_junit
 
-    if junit is not None and junit.is_dir():
-        raise InputError(f"--junit {junit} is a directory; give a file path such as claims.xml")
+    if junit is not None:
+        from circuitstat.core.outpath import check_output_file
+
+        check_output_file(junit, flag="--junit")  # a directory, device, FIFO or link is refused before the check
     try:
         report = check(claims, run, echo=lambda m: echo(m, err=True), allow_outside=allow_outside,
                        run_audit=run_audit, trust_unrecorded=trust_unrecorded)

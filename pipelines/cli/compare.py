@@ -30,6 +30,10 @@ def compare_command(
     from circuitstat.core.query import json_rows
     from circuitstat.reports.compare import compare_runs
 
+    if html is not None:
+        from circuitstat.core.outpath import check_output_file
+
+        check_output_file(html, flag="--html")  # before any work: never a device, FIFO, link or a run's record
     if server is not None:
         from circuitstat.pipelines.service.client import compare as compare_remote
 

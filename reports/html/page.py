@@ -200,8 +200,10 @@ def report_path(run_dir: Path, out: str | os.PathLike[str] | None) -> Path:
     makes reports/run1/report.html); a name with a suffix (``--out run1.html``) is the file. A path
     through an existing file, or an existing file that is not .html, is an InputError.
     """
+    from circuitstat.core.outpath import check_output_file
+
     if out is None:
-        return run_dir / REPORT_NAME
+        return check_output_file(run_dir / REPORT_NAME, flag="report")
     path = Path(out)
     if path.is_dir() or str(out).endswith(("/", os.sep)) or (not path.exists() and not path.suffix):
         path = path / REPORT_NAME
@@ -213,4 +215,5 @@ def report_path(run_dir: Path, out: str | os.PathLike[str] | None) -> Path:
     blocking = next(a for a in path.parents if a.exists())
     if not blocking.is_dir():
         raise _input_error(f"--out {out}: {blocking} is a file, not a directory; give another --out")
-    return path
+    # the one output-path policy: a regular file or a new name; its directory exists or is the one new --out
+    return check_output_file(path, flag="--out", new_dir=out is not None and path.parent == Path(out))
