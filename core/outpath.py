@@ -27,14 +27,14 @@ from pathlib import Path
 
 from circuitstat.core.errors import InputError
 
-__all__ = ["check_output_file", "check_no_links", "replaceable", "RUN_RECORDS"]
+__all__ = ["check_output_file", "check_no_links", "replaceable", "what_is", "RUN_RECORDS"]
 
 RUN_RECORDS = ("manifest.json", ".lock")
 """Files of a run directory that no output option may name (its tables, ``*.parquet``, neither)."""
 
 
-def _what(mode: int) -> str:
-    """The kind of a non-regular file, in words."""
+def what_is(mode: int) -> str:
+    """The kind of a non-regular file (an ``st_mode``), in words: "a directory", "a FIFO", "a device", ..."""
     for test, words in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a device"),
                         (stat.S_ISBLK, "a device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
         if test(mode):
@@ -50,7 +50,7 @@ def replaceable(path: str | os.PathLike[str]) -> None:
     except FileNotFoundError:
         return
     if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-        raise InputError(f"{path} is {_what(mode)}, not a regular file; it is never replaced by a write: give a new "
+        raise InputError(f"{path} is {what_is(mode)}, not a regular file; it is never replaced by a write: give a new "
                          "file name")
 
 
@@ -64,7 +64,7 @@ def check_output_file(path: str | os.PathLike[str], *, flag: str, new_dir: bool 
         mode = None
     if mode is not None and not stat.S_ISREG(mode):
         fix = "the file it points to" if stat.S_ISLNK(mode) else "a new file name"
-        raise InputError(f"{flag} {p} is {_what(mode)}, not a regular file; it is never replaced or written through: "
+        raise InputError(f"{flag} {p} is {what_is(mode)}, not a regular file; it is never replaced or written through: "
                          f"give {fix}")
     parent = p.parent
     if not parent.is_dir():
@@ -93,4 +93,4 @@ def check_no_links(root: str | os.PathLike[str], path: str | os.PathLike[str], *
             raise InputError(f"{flag} {root}: {at} is a symbolic link; nothing is written through a link inside the "
                              "output directory: remove it or give a new directory")
         if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
-            raise InputError(f"{flag} {root}: {at} is {_what(mode)}; give a new directory")
+            raise InputError(f"{flag} {root}: {at} is {what_is(mode)}; give a new directory")
