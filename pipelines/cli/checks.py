@@ -43,6 +43,10 @@ def check_command(
 
     check only reads the run, unless --run-audit (runs the audit of the file's spec first) or --record
     (writes the verdicts into the run, under its lock)."""
+    if junit is not None:
+        from circuitstat.core.outpath import check_output_file
+
+        check_output_file(junit, flag="--junit")  # a directory, device, FIFO or link is refused before the check
     if server is not None:
         from circuitstat.pipelines.service.client import check as check_remote
 
@@ -54,10 +58,6 @@ def check_command(
         raise typer.Exit(check_remote(server, claims, str(run), junit, echo=echo))
     from circuitstat.pipelines.claims import check, format_results, record_check, write_junit
 
-    if junit is not None:
-        from circuitstat.core.outpath import check_output_file
-
-        check_output_file(junit, flag="--junit")  # a directory, device, FIFO or link is refused before the check
     try:
         report = check(claims, run, echo=lambda m: echo(m, err=True), allow_outside=allow_outside,
                        run_audit=run_audit, trust_unrecorded=trust_unrecorded)
