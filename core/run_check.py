@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunCheck", "TRUST_FLAG", "verify_outputs", "changed_outputs", "recorded_outputs", "record_tables"]
+__all__ = ["RunCheck", "TRUST_FLAG", "verify_outputs", "recorded_outputs", "record_tables"]
 
 TRUST_FLAG = "--trust-unrecorded"
 
@@ -44,20 +44,6 @@ class RunCheck:
             return None
         return (f"{label}: {len(self.unchecked)} table(s) read unchecked ({TRUST_FLAG}: no manifest record of "
                 f"them to check): {', '.join(self.unchecked)}")
-
-
-def changed_outputs(root: Path, outputs: Iterable[Any]) -> list[str]:
-    """The recorded paths among ``outputs`` (output records) that are no longer the regular file inside ``root``
-    whose sha256 was recorded (re-hashed only when the file identity changed)."""
-    from circuitstat.core.integrity import IntegrityError, check_file
-
-    changed = []
-    for o in outputs:
-        try:
-            check_file(root / o["path"], {"sha256": o.get("sha256"), "identity": o.get("identity")}, root=root)
-        except (IntegrityError, OSError, KeyError, TypeError, ValueError):
-            changed.append(str(o.get("path") if isinstance(o, dict) else o))
-    return changed
 
 
 def recorded_outputs(manifest: dict) -> dict[str, tuple[str, dict]]:
@@ -110,6 +96,7 @@ def verify_outputs(path: str | os.PathLike[str], *, trust_unrecorded: bool = Fal
     the tables and the fix when a table changed, the manifest cannot be read, or a table has no record
     (unless ``trust_unrecorded``: then returned as unchecked)."""
     from circuitstat.core.integrity import IntegrityError
+    from circuitstat.core.rundir import changed_outputs
 
     root = Path(path)
     present = _present(root)

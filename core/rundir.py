@@ -29,7 +29,8 @@ MANIFEST = "manifest.json"
 LOCK = ".lock"
 FORMAT = "circuitstat.run/1"
 
-__all__ = ["RunDir", "RunDirError", "RunLockedError", "StageSpecChangedError", "StageOutputError", "output_record"]
+__all__ = ["RunDir", "RunDirError", "RunLockedError", "StageSpecChangedError", "StageOutputError", "output_record",
+           "changed_outputs"]
 
 
 class RunDirError(RuntimeError):
@@ -359,8 +360,6 @@ class RunDir:
         rec = (self._manifest or {}).get("stages", {}).get(name)
         if not rec or rec.get("status") != "done":
             return False
-        from circuitstat.core.run_check import changed_outputs
-
         return not changed_outputs(self.path, rec.get("outputs", {}).values())
 
     def fingerprint(self, params: Any = None, outputs: Iterable[str] = (), depends_on: Iterable[str] = ()) -> str:
@@ -522,3 +521,17 @@ def output_record(root: Path, p: Path) -> dict[str, Any]:
     identity = file_identity(p)  # before hashing: a later change of the file changes it
     return {"path": p.relative_to(root).as_posix(), "bytes": p.stat().st_size, "sha256": hash_file(p),
             "identity": identity}
+
+
+def changed_outputs(root: Path, outputs: Iterable[Any]) -> list[str]:
+    """The recorded paths among ``outputs`` (output records) that are no longer the regular file inside ``root``
+    whose sha256 was recorded (re-hashed only when the file identity changed)."""
+    from circuitstat.core.integrity import IntegrityError, check_file
+
+    changed = []
+    for o in outputs:
+        try:
+            check_file(root / o["path"], {"sha256": o.get("sha256"), "identity": o.get("identity")}, root=root)
+        except (IntegrityError, OSError, KeyError, TypeError, ValueError):
+            changed.append(str(o.get("path") if isinstance(o, dict) else o))
+    return changed

@@ -431,9 +431,12 @@ def test_scores_parquet_of_the_wrong_schema(tmp_path):
 
 def test_report_out_as_a_directory_or_a_file(tmp_path):
     run = make_run(tmp_path / "run")
-    code, out = invoke("report", run, "--out", f"{tmp_path / 'newdir' / 'sub'}/")
+    code, out = invoke("report", run, "--out", f"{tmp_path / 'newdir' / 'sub'}/")  # two new levels: not made
+    assert_one_line_error(code, out, "does not exist; create it first")
+    assert not (tmp_path / "newdir").exists()
+    code, out = invoke("report", run, "--out", f"{tmp_path / 'newdir'}/")  # one new directory, as --out names it
     assert code == 0, out
-    assert (tmp_path / "newdir" / "sub" / "report.html").is_file()
+    assert (tmp_path / "newdir" / "report.html").is_file()
     code, out = invoke("report", run, "--out", tmp_path / "named.html")
     assert code == 0 and (tmp_path / "named.html").is_file()
     (tmp_path / "plain").write_text("keep me")
