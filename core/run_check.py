@@ -72,6 +72,8 @@ def _read_manifest(root: Path) -> tuple[dict | None, str | None]:
 
     if not os.path.lexists(root / MANIFEST):
         return None, None
+    if not (root / MANIFEST).is_file() or (root / MANIFEST).is_symlink():  # a FIFO would block the read
+        return None, f"its {MANIFEST} is not a regular file"
     try:
         manifest = RunDir.read_manifest(root)
         recorded_outputs(manifest)
@@ -112,13 +114,32 @@ def verify_outputs(path: str | os.PathLike[str], *, trust_unrecorded: bool = Fal
                              f"{', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''}; their sha256 no longer "
                              "matches manifest.json. Restore them, or rerun the command that made the run "
                              "(it redoes the changed stages)")
-    unrecorded = [n for n in present if n not in records]
+    unrecorded = [n for n in present if n not in records and not _alias(root, n, records)]
     if unrecorded and not trust_unrecorded:
+        unrecorded = [n + _what(root / n) for n in unrecorded]
         why = "it has no manifest.json" if manifest is None else "no finished stage in its manifest.json records them"
         raise IntegrityError(f"{root}: {len(unrecorded)} table(s) not written by the run: {_names(unrecorded)} "
                              f"({why}). Rerun the command that made the run (or remove them); pass {TRUST_FLAG} "
                              "only to read tables you made yourself, unchecked")
     return RunCheck(len(records), tuple(unrecorded))
+
+
+def _alias(root: Path, name: str, records: dict) -> bool:
+    """True when ``name`` is a symbolic link to a recorded table inside the run (its own view of that table)."""
+    p = root / name
+    if not p.is_symlink():
+        return False
+    try:
+        return p.resolve(strict=True).relative_to(root.resolve()).as_posix() in records
+    except (OSError, ValueError, RuntimeError):
+        return False
+
+
+def _what(p: Path) -> str:
+    """'' for a regular file, else what ``p`` is, in parentheses (a planted link or FIFO is named as such)."""
+    if p.is_symlink():
+        return " (a symbolic link)"
+    return "" if p.is_file() else " (not a regular file)"
 
 
 def _names(names: list[str], limit: int = 5) -> str:
