@@ -151,7 +151,7 @@ TRUST_UNRECORDED_HELP = ("read tables the run's manifest has no record of (table
                          "refused (exit 2)")
 
 
-def trust_option():
+def trust_option() -> typer.models.OptionInfo:
     """The ``--trust-unrecorded`` option of every command that reads a run (circuitstat.core.run_check)."""
     return typer.Option(False, "--trust-unrecorded", help=TRUST_UNRECORDED_HELP)
 

@@ -121,7 +121,7 @@ def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] |
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory {run_dir} does not exist; pass the --out directory of an audit run")
     path = report_path(run_dir, out)  # checked before the tables are read
-    verify_outputs(run_dir, trust_unrecorded=trust_unrecorded)  # the tables are the ones the run wrote (sha256 in the manifest)
+    checked = verify_outputs(run_dir, trust_unrecorded=trust_unrecorded)  # the tables the run wrote (sha256 in the manifest)
     T = Tables(run_dir)
     has_manifest = (run_dir / MANIFEST).exists()
     if not has_manifest and not any(T.path(t).exists() for t in TABLES) and not has_tokens(T):
@@ -130,6 +130,8 @@ def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] |
             "is it the output directory of `circuitstat audit`?"
         )
     manifest, manifest_note = _manifest(run_dir, has_manifest)
+    unchecked = checked.note("this run" if hide_paths else str(run_dir))
+    manifest_note += note(unchecked + "; their numbers are shown as they are.") if unchecked else ""
     spec = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
     methods = _methods(T, spec)
     title, header = _header(run_dir, manifest, T, methods, hide_paths)

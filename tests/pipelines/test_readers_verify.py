@@ -205,6 +205,12 @@ def test_trust_unrecorded_reads_a_hand_made_table_and_says_so(audit_run, tmp_pat
     assert good.exit_code == 0 and "read unchecked" not in good.stderr, good.output + good.stderr
     got, want = float(res.stdout.split()[-1]), float(good.stdout.split()[-1])
     assert got == pytest.approx(1000 * want, rel=1e-5)  # the hand-made table itself, as the user asked
+    # the report names them too, and a run read as it was written has no such note
+    res = _invoke(["report", bad, "--out", tmp_path / "bad.html", "--trust-unrecorded"])
+    assert res.exit_code == 0 and "read unchecked" in (tmp_path / "bad.html").read_text(), res.output + res.stderr
+    assert "scores_exact.parquet" in (tmp_path / "bad.html").read_text()
+    assert _invoke(["report", audit_run, "--out", tmp_path / "good.html", "--trust-unrecorded"]).exit_code == 0
+    assert "read unchecked" not in (tmp_path / "good.html").read_text()
     # a recorded table is checked even with the flag: trusting the unrecorded does not unlock an edited one
     edited = _scaled(audit_run, tmp_path / "edited")
     res = _invoke(["query", sql, edited, "--trust-unrecorded"])

@@ -185,6 +185,7 @@ def test_sections_a_run_lacks_are_not_shown_and_a_broken_table_is_a_note(tmp_pat
     page = render_report(run, tmp_path / "out.html", trust_unrecorded=True).read_text()
     assert shown_headings(page) == [h for s, h in SECTIONS if s in ("verdict", "graph", "forest", "stability")]
     assert "omitted" not in page and "manifest.json is missing" in page
+    assert "read unchecked (--trust-unrecorded" in page and "edge_stats.parquet" in page  # named on the page too
     notrun = re.search(r'<p class="notrun">(.*?)</p>', page).group(1)
     for text in ("faithfulness", "approximation error", "head stability across seeds", "variance study"):
         assert text in notrun, text
