@@ -68,7 +68,7 @@ def list_tables(job_id: str, request: Request, principal: Principal = Depends(cu
     svc, job = _job(request, principal, job_id)
     _finished(job, "tables")
     out = []
-    for name, path in tables_of(run_dir(svc, job)).items():
+    for name, path in tables_of(verified_run(svc, job)).items():
         meta = pq.read_metadata(path)
         base = f"/api/v1/jobs/{job.id}/tables/{name}"
         out.append({"name": name, "bytes": path.stat().st_size, "rows": meta.num_rows, "columns": meta.num_columns,
@@ -76,8 +76,21 @@ def list_tables(job_id: str, request: Request, principal: Principal = Depends(cu
     return {"tables": out}
 
 
+def verified_run(svc: Service, job: Job) -> Path:
+    """The run directory of ``job`` once the one verified reader (circuitstat.core.run_check) accepts its tables; 409
+    naming the job when a table changed, has no record, or the manifest cannot be read."""
+    from circuitstat.core.run_check import verify_outputs
+
+    run = run_dir(svc, job)
+    try:
+        verify_outputs(run)
+    except InputError as e:
+        raise _damaged(svc, job, e) from None
+    return run
+
+
 def _table_path(svc: Service, job: Job, name: str) -> Path:
-    path = tables_of(run_dir(svc, job)).get(name)
+    path = tables_of(verified_run(svc, job)).get(name)
     if path is None:
         raise not_found("table")
     return path
