@@ -79,6 +79,7 @@ def test_every_claim_kind_passes_exit_0_and_junit(run_dir, tmp_path):
     assert {c["kind"] for c in PASSING["claims"]} == set(CLAIM_KINDS) - set(TOKEN_KINDS)  # tokens runs: below
     claims = _write(tmp_path / "claims.yaml", PASSING)
     junit = tmp_path / "out" / "claims.xml"
+    junit.parent.mkdir()  # an output file goes into an existing directory (core/outpath.py)
     r = _invoke("check", claims, "--run", run_dir, "--junit", junit)
     assert r.exit_code == 0, r.output
     assert "20 claims: 20 hold, 0 fail, 0 cannot be evaluated" in r.output
