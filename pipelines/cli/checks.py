@@ -106,7 +106,8 @@ def query_command(
     Every ``*.parquet`` table of the run directories is a view by its name (``edges``,
     ``edge_stats``, ``stability_vs_k``, ...), unioned over the runs, with a ``run`` column. The query
     runs within --timeout, --max-memory and --max-rows, which SQL cannot change. A run whose tables changed
-    since it wrote them (sha256 in its manifest) is refused (exit 2), as check and report refuse it.
+    since it wrote them (sha256 in its manifest), whose manifest cannot be read, or that holds a table no record
+    names, is refused (exit 2), as check and report refuse it; --trust-unrecorded reads hand-made tables.
     """
     import duckdb
 
