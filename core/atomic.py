@@ -35,12 +35,16 @@ def _fsync_dir(directory: Path) -> None:
 
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
-    """Yield a binary file; on clean exit it is fsynced and renamed onto `path`, else removed.
+    """Yield a binary file; on clean exit it is fsynced and renamed onto `path`, else removed. A `path` that is a
+    device, FIFO, socket or directory is refused (InputError) before anything is written, never replaced.
 
     Readers see either the old file or the complete new one, never a partial file, even if the
     process is killed (a kill leaves only a hidden temp file, removed by cleanup_temp_files).
     """
+    from circuitstat.core.outpath import replaceable
+
     path = Path(path)
+    replaceable(path)  # a device, FIFO or directory is never replaced by the rename (core/outpath.py)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path_for(path)
     try:
@@ -48,6 +52,7 @@ def atomic_write(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
             yield f
             f.flush()
             os.fsync(f.fileno())
+        replaceable(path)  # again: it may have appeared while the file was written
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -264,25 +264,26 @@ def _execute(con: duckdb.DuckDBPyConnection, sql: str, limits: QueryLimits) -> p
 
 
 def query(sql: str, run_dirs: RunDirs, run_column: str = "run",
-          limits: QueryLimits = DEFAULT_LIMITS) -> pa.Table:
+          limits: QueryLimits = DEFAULT_LIMITS, *, trust_unrecorded: bool = False) -> pa.Table:
     """Return the result of `sql` as a pyarrow Table, with every table of `run_dirs` available as a view.
 
     Only one SELECT statement runs, on a connection that can read nothing but those tables (see
     connect), within ``limits`` (time, memory, threads, rows; QueryLimitError past one). Unknown table
     names raise a ValueError listing the tables available. A run whose tables changed since it wrote
-    them (sha256 in its manifest: circuitstat.core.rundir.verify_outputs) is refused (IntegrityError naming the run
+    them (sha256 in its manifest: circuitstat.core.run_check.verify_outputs), or holds a table it has no
+    record of (unless ``trust_unrecorded``), is refused (IntegrityError naming the run
     as given, never read), as check and report refuse it.
     """
     import duckdb
 
     from circuitstat.core.integrity import IntegrityError
-    from circuitstat.core.rundir import verify_outputs
+    from circuitstat.core.run_check import verify_outputs
 
     run_dirs = dict(_named(run_dirs))
     check_read_only(sql)
     for name, d in run_dirs.items():
         try:
-            verify_outputs(d)
+            verify_outputs(d, trust_unrecorded=trust_unrecorded)
         except IntegrityError as e:
             raise IntegrityError(str(e).replace(str(d), name)) from None
     con = connect(run_dirs, run_column, limits)

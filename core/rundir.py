@@ -29,8 +29,8 @@ MANIFEST = "manifest.json"
 LOCK = ".lock"
 FORMAT = "circuitstat.run/1"
 
-__all__ = ["RunDir", "RunDirError", "RunLockedError", "StageSpecChangedError", "StageOutputError", "changed_outputs",
-           "verify_outputs"]
+__all__ = ["RunDir", "RunDirError", "RunLockedError", "StageSpecChangedError", "StageOutputError", "output_record",
+           "changed_outputs"]
 
 
 class RunDirError(RuntimeError):
@@ -323,7 +323,22 @@ class RunDir:
             prov["seed"] = seed_record(self.seed)
         prov.update(read_provenance(t))
         prov.update(to_jsonable(dict(provenance or {})))
-        return write_table(t, self.output_path(name), prov)
+        path = write_table(t, self.output_path(name), prov)
+        if self._current_stage is None:  # a table written outside a stage is recorded now (the readers check it)
+            rec = output_record(self.path, path)
+            self._manifest.setdefault("tables", {})[rec["path"]] = rec
+            self._write_manifest()
+        return path
+
+    def remove_table(self, name: str) -> None:
+        """Remove output `name` written outside a stage, and its record in the manifest (a result replaced)."""
+        self._require_open()
+        path = self.output_path(name)
+        if self._pending:
+            self._write_manifest()
+        path.unlink(missing_ok=True)
+        self._manifest.get("tables", {}).pop(path.relative_to(self.path).as_posix(), None)
+        self._write_manifest()
 
     def table(self, name: str) -> pa.Table:
         """Return output table `name` read from the run directory."""
@@ -471,18 +486,12 @@ class RunDir:
         finally:
             self._current_stage, self._current_outputs = None, []
 
-        rec["outputs"] = {o: self._output_record(p) for o, p in paths.items()}
+        rec["outputs"] = {o: output_record(self.path, p) for o, p in paths.items()}
+        for r in rec["outputs"].values():  # this stage's record of a table replaces one written outside a stage
+            self._manifest.get("tables", {}).pop(r["path"], None)
         rec.update(status="done", finished_utc=utc_now(), seconds=time.perf_counter() - t0)
         self._write_manifest()  # the commit point: only now is the stage done
         return paths
-
-    def _output_record(self, p: Path) -> dict[str, Any]:
-        """What a finished stage records of output file ``p``: path, size, sha256 and file identity."""
-        from circuitstat.core.integrity import file_identity
-
-        identity = file_identity(p)  # before hashing: a later change of the file changes it
-        return {"path": p.relative_to(self.path).as_posix(), "bytes": p.stat().st_size, "sha256": hash_file(p),
-                "identity": identity}
 
     def _store_outputs(self, name: str, result: Mapping[str, TableLike] | None, outputs: list[str],
                        paths: dict[str, Path]) -> None:
@@ -505,46 +514,24 @@ class RunDir:
         return f"RunDir({str(self.path)!r}, run_id={self.run_id!r})"
 
 
+def output_record(root: Path, p: Path) -> dict[str, Any]:
+    """What a run records of its output file ``p`` (inside ``root``): path, size, sha256 and file identity."""
+    from circuitstat.core.integrity import file_identity
+
+    identity = file_identity(p)  # before hashing: a later change of the file changes it
+    return {"path": p.relative_to(root).as_posix(), "bytes": p.stat().st_size, "sha256": hash_file(p),
+            "identity": identity}
+
+
 def changed_outputs(root: Path, outputs: Iterable[Any]) -> list[str]:
-    """The recorded paths among ``outputs`` (a stage's output records) that are no longer the regular file
-    inside ``root`` whose sha256 was recorded (re-hashed only when the file identity changed)."""
+    """The recorded paths among ``outputs`` (output records) that are no longer the regular file inside ``root``
+    whose sha256 was recorded (re-hashed only when the file identity changed)."""
     from circuitstat.core.integrity import IntegrityError, check_file
 
     changed = []
     for o in outputs:
         try:
             check_file(root / o["path"], {"sha256": o.get("sha256"), "identity": o.get("identity")}, root=root)
-        except (IntegrityError, OSError, KeyError, TypeError):
+        except (IntegrityError, OSError, KeyError, TypeError, ValueError):
             changed.append(str(o.get("path") if isinstance(o, dict) else o))
     return changed
-
-
-def verify_outputs(path: str | os.PathLike[str]) -> int:
-    """The number of recorded stage outputs of the run at ``path`` that were checked; IntegrityError naming
-    those that changed since their stage finished (what `check` and `report` read must be what the run wrote).
-
-    A run without a manifest (tables from elsewhere) has nothing recorded and passes; each table is checked
-    as :meth:`RunDir.is_done` checks a stage's outputs (:func:`changed_outputs`).
-    """
-    from circuitstat.core.integrity import IntegrityError
-
-    root = Path(path)
-    try:
-        manifest = RunDir.read_manifest(root)
-    except RunDirError:
-        return 0
-    stages = manifest.get("stages") if isinstance(manifest.get("stages"), dict) else {}
-    changed, checked = [], 0
-    for name, rec in stages.items():
-        if not isinstance(rec, dict) or rec.get("status") != "done" or not isinstance(rec.get("outputs"), dict):
-            continue
-        tables = [o for o in rec["outputs"].values()
-                  if isinstance(o, dict) and str(o.get("path", "")).endswith(".parquet")]
-        checked += len(tables)
-        changed += [f"{p} (stage {name})" for p in changed_outputs(root, tables)]
-    if changed:
-        raise IntegrityError(f"{root}: {len(changed)} table(s) changed since the run wrote them: "
-                             f"{', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''}; their sha256 no longer "
-                             "matches manifest.json. Restore them, or rerun the command that made the run "
-                             "(it redoes the changed stages)")
-    return checked

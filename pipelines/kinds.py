@@ -53,6 +53,8 @@ _REGISTRY = {
     "heads": ("circuitstat.pipelines.heads.stability", ("match", "pairs", "null")),
 }
 KINDS = tuple(_REGISTRY)
+# outputs written by a Result (core/results.py: spec {"result": class name, ...}) that a command owns as its kind
+RESULT_KINDS = {"SampleSizeResult": "sample-size"}
 # the service's job kinds and the run kind each runs
 SERVED = {"audit": "audit", "variance": "study variance", "calibration": "study calibration",
           "attribute": "attribute"}
@@ -73,22 +75,30 @@ def recognise(spec: Any) -> str | None:
     """The kind whose run recorded ``spec`` (a manifest's spec), or None when none matches."""
     if not isinstance(spec, dict):
         return None
+    if isinstance(spec.get("result"), str) and spec["result"] in RESULT_KINDS:
+        return RESULT_KINDS[spec["result"]]
     return next((k for k in KINDS if all(key in spec for key in _REGISTRY[k][1])), None)
 
 
 def check_run_out(out: Path, name: str | None = None, *, force: bool = False) -> None:
-    """InputError when ``out`` exists and is not a directory, or (with ``name``, the command's kind) when it
-    holds a run of another kind and ``force`` is not given: resuming into it would merge both kinds' stages
-    into one manifest and replace its spec. Checked before anything is loaded."""
+    """InputError when ``out`` is a symbolic link or exists and is not a directory, or (with ``name``, the command's
+    kind) when it holds a run of another kind: writing into it would merge both kinds' stages into one manifest
+    and replace its spec, so ``force`` never lifts that (it only recomputes a run of the same kind; the one
+    output-path policy, circuitstat.core.outpath). Checked before anything is loaded."""
+    import os
+
     out = Path(out)
+    if os.path.islink(out):
+        raise InputError(f"--out {out} is a symbolic link; a run is never written through a link: give the directory "
+                         "it points to, or a new one")
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file, not a directory; give a new or existing run directory")
-    if name is None or force or not (out / "manifest.json").is_file():
+    if name is None or not (out / "manifest.json").is_file():
         return
     from circuitstat.core.rundir import RunDir
 
     other = recognise(RunDir.read_manifest(out).get("spec"))
     if other != name:
         what = f"a `circuitstat {other}` run" if other else "a run of another command"
-        raise InputError(f"--out {out} holds {what}, not a `circuitstat {name}` run; give a new --out, or pass "
-                         "--force to add this run's stages to it (its spec is then replaced)")
+        raise InputError(f"--out {out} holds {what}, not a `circuitstat {name}` run; give a new --out (--force only "
+                         "recomputes a run of the same kind, never writes into another command's run)")

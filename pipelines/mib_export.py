@@ -35,6 +35,7 @@ run's faithfulness curve with its fixed-circuit and selection-aware intervals an
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,6 +133,17 @@ def _names(run: Path, task_name: str | None, model_name: str | None) -> tuple[st
     return task_name, model_name, notes
 
 
+def _check_out(out: Path, folder: Path, writing: list[str]) -> None:
+    """InputError unless --out is a directory or a new name in one, and nothing below it that the export writes
+    through or replaces is a link or a special file (the one output-path policy, circuitstat.core.outpath)."""
+    from circuitstat.core.outpath import check_no_links
+
+    if not out.is_dir() and (os.path.lexists(out) or not out.parent.is_dir()):
+        raise InputError(f"--out {out} is not a directory, nor a new name in an existing one; give a directory")
+    for name in writing:
+        check_no_links(out, folder / name, flag="--out")
+
+
 def _check_folder(folder: Path, writing: list[str], force: bool) -> None:
     """InputError when ``folder`` already holds an export (without ``force``) or circuit files MIB would also read."""
     if folder.exists() and not folder.is_dir():
@@ -175,13 +187,14 @@ def _sidecar(run: Path, table: str, method: str, provenance: dict):
 
 def export_mib(run: str | Path, out: str | Path, *, method: str | None = None, form: str = "importances",
                task_name: str | None = None, model_name: str | None = None, ranking: str | None = None,
-               seed: int = 0, force: bool = False, prune: str = "complete") -> MibExport:
+               seed: int = 0, force: bool = False, prune: str = "complete",
+               trust_unrecorded: bool = False) -> MibExport:
     """Write the run's mean edge scores of ``method`` as MIB's ``<task>_<model>`` folder under ``out`` (module
     doc), with the run's intervals beside them; returns what was written. Checks everything before writing."""
     from circuitstat.circuits.circuit import Circuit
     from circuitstat.circuits.scores import ScoreMatrix
     from circuitstat.core.atomic import atomic_write_bytes
-    from circuitstat.core.rundir import verify_outputs
+    from circuitstat.core.run_check import verify_outputs
     from circuitstat.core.tables import write_table
     from circuitstat.pipelines.circuit_choice import choose_scores, default_ranking
 
@@ -192,7 +205,8 @@ def export_mib(run: str | Path, out: str | Path, *, method: str | None = None, f
         raise InputError(f"prune must be one of {', '.join(MIB_PRUNES)}, got {prune!r}")
     if not run.is_dir():
         raise InputError(f"{run} is not a run directory; give the --out of an audit or attribute run")
-    verify_outputs(run)  # export what the run wrote (sha256 in its manifest), as check and report read it
+    # export what the run wrote (sha256 in its manifest), as check and report read it
+    verify_outputs(run, trust_unrecorded=trust_unrecorded)
     task, model, notes = _names(run, task_name, model_name)
     folder = out / mib_folder(task, model)
     choice = choose_scores(run, method)
@@ -222,6 +236,7 @@ def export_mib(run: str | Path, out: str | Path, *, method: str | None = None, f
         notes.append("the run has no edge_stats (an attribute run): no intervals travel with it; "
                      "export an audit run for them")
     writing = [*docs, *(n for n, t in sides.items() if t is not None)]
+    _check_out(out, folder, writing)
     _check_folder(folder, writing, force)
     folder.mkdir(parents=True, exist_ok=True)
     files = [atomic_write_bytes(folder / name, _mib_doc(c)) for name, c in docs.items()]

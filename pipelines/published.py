@@ -40,9 +40,21 @@ def read_circuit_file(path: str | Path, fmt: str, graph, d_model: int | None = N
     from circuitstat.circuits.circuit import Circuit
     from circuitstat.circuits.circuit.graph_ops import unknown_message
 
+    import os
+    import stat
+
+    from circuitstat.core.outpath import what_is
+
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"circuit file {p} not found; check circuit.file (relative to the spec)")
+    try:
+        mode = os.stat(p).st_mode
+    except FileNotFoundError:
+        raise InputError(f"circuit file {p} not found; check circuit.file (relative to the spec)") from None
+    except OSError as e:
+        raise InputError(f"circuit file {p} cannot be read ({e.strerror or e}); give a readable circuit file") from None
+    if not stat.S_ISREG(mode):  # a directory, FIFO or device is never opened (a FIFO would block, /dev/zero never end)
+        raise InputError(f"circuit file {p} is {what_is(mode)}, not a regular file; give the circuit's JSON or "
+                         "edge-list file")
     if p.stat().st_size > MAX_CIRCUIT_BYTES:
         raise InputError(f"circuit file {p} is larger than {MAX_CIRCUIT_BYTES // 2**20} MiB; not a circuit file")
     if fmt == "eap-ig":

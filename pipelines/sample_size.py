@@ -26,14 +26,17 @@ __all__ = ["SIMULATED_KINDS", "SampleSizeResult", "read_pilot", "pilot_groups", 
 SIMULATED_KINDS = ("edge_effect", "circuit_stability", "edge_in_circuit")
 
 
-def read_pilot(run: str | Path, method: str | None = None):
-    """Return (ScoreMatrix, the run's AuditSpec or None) of a pilot run directory; InputError naming the fix."""
+def read_pilot(run: str | Path, method: str | None = None, *, trust_unrecorded: bool = False):
+    """Return (ScoreMatrix, the run's AuditSpec or None) of a pilot run directory; InputError naming the fix,
+    IntegrityError when its tables are not the ones it recorded (circuitstat.core.run_check)."""
     from circuitstat.circuits.scores import ScoreMatrix
+    from circuitstat.core.run_check import verify_outputs
 
     path = Path(run)
     if not path.is_dir():
         raise InputError(f"pilot run {path} is not a directory; give the --out of `circuitstat attribute` or "
                          "`circuitstat audit`")
+    verify_outputs(path, trust_unrecorded=trust_unrecorded)  # the pilot's scores are the ones it wrote
     if (path / "scores.parquet").is_file() and method is None:
         return ScoreMatrix.read(path), None
     found = sorted(p.stem[len("scores_"):] for p in path.glob("scores_*.parquet"))
@@ -130,7 +133,7 @@ def _claims_pass(cf, D: np.ndarray, names: list[str], method: str, ks: list[int]
         write_table(inc, Path(tmp) / "inclusion.parquet")
         if need_edges:
             write_table(edge_stats_table(D, names, method, plan, spec, n_jobs), Path(tmp) / "edge_stats.parquet")
-        results = evaluate_claims(cf, tmp)
+        results = evaluate_claims(cf, tmp, trust_unrecorded=True)  # tables made just now, in a private directory
     return np.asarray(stab["jaccard_data_ci_low"]), [r.status for r in results]
 
 

@@ -308,17 +308,20 @@ def _info(label: str, manifest: dict, tables: Mapping[str, pa.Table | None], mod
 
 
 def read_run(path: str | os.PathLike[str], label: str | None = None,
-             models: Sequence[str] | None = None) -> tuple[dict[str, pa.Table | None], RunInfo]:
+             models: Sequence[str] | None = None, *,
+             trust_unrecorded: bool = False) -> tuple[dict[str, pa.Table | None], RunInfo]:
     """Return ({table name: table or None}, RunInfo) of the run directory ``path``, after checking its tables
-    are the ones it wrote (IntegrityError otherwise); ``label`` and ``models`` override what is shown."""
-    from circuitstat.core.rundir import RunDir, RunDirError, verify_outputs
+    are the ones it wrote (IntegrityError otherwise; circuitstat.core.run_check); ``label`` and ``models``
+    override what is shown."""
+    from circuitstat.core.rundir import RunDir, RunDirError
+    from circuitstat.core.run_check import verify_outputs
     from circuitstat.core.tables import read_table
 
     run = Path(path)
     label = str(path) if label is None else label
     if not run.is_dir():
         raise InputError(f"run directory {label} does not exist; give the --out directory of an audit")
-    verify_outputs(run)
+    verify_outputs(run, trust_unrecorded=trust_unrecorded)
     tables = {n: (read_table(run / f"{n}.parquet") if (run / f"{n}.parquet").is_file() else None)
               for n in COMPARED_TABLES}
     try:
@@ -330,10 +333,11 @@ def read_run(path: str | os.PathLike[str], label: str | None = None,
 
 def compare_runs(run_a: str | os.PathLike[str], run_b: str | os.PathLike[str], *,
                  labels: Sequence[str] | None = None,
-                 models: Sequence[Sequence[str] | None] = (None, None)) -> RunComparison:
+                 models: Sequence[Sequence[str] | None] = (None, None),
+                 trust_unrecorded: bool = False) -> RunComparison:
     """Return the comparison of run directories ``run_a`` and ``run_b`` (B minus A); ``labels`` name them
     in the output (default: the paths as given), ``models`` override the models the manifests name."""
     la, lb = labels if labels is not None else (str(run_a), str(run_b))
-    ta, ia = read_run(run_a, la, models[0])
-    tb, ib = read_run(run_b, lb, models[1])
+    ta, ia = read_run(run_a, la, models[0], trust_unrecorded=trust_unrecorded)
+    tb, ib = read_run(run_b, lb, models[1], trust_unrecorded=trust_unrecorded)
     return compare_tables(ta, tb, ia, ib)

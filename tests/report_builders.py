@@ -46,10 +46,22 @@ def graph_edges(n_layers: int, n_heads: int) -> dict[str, list]:
     return cols
 
 
+def write_recorded(table: dict, path: Path) -> None:
+    """Write ``table`` as it is into run ``path.parent`` and record it in the run's manifest (a table the run wrote)."""
+    from circuitstat.core.run_check import record_tables
+
+    write_table(table, path)
+    record_tables(path.parent, [path])
+
+
 def write_filled(table: dict, path: Path) -> None:
     """Write a fixture table, completed to its registered schema (core/schema.py) when it has one."""
     n = len(next(iter(table.values())))
     write_table(fill(path.stem, table, n) if schema_for(path.stem) else table, path)
+    if (path.parent / "manifest.json").is_file():  # a run's own table: recorded, as RunDir records what it writes
+        from circuitstat.core.run_check import record_tables
+
+        record_tables(path.parent, [path])
 
 
 def _edge_stats(effect: np.ndarray, names: list[str], methods, second: int, rng) -> dict:

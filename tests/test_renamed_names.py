@@ -96,6 +96,9 @@ def _old_name(path, false_at: str | None = None) -> None:
         flag = [f and n != false_at for f, n in zip(flag, names)]
     old = t.drop_columns(["no_tail_seen"]).append_column("interval_reliable", pa.array(flag, pa.bool_()))
     pq.write_table(old.replace_schema_metadata(t.schema.metadata), path)
+    from circuitstat.core.run_check import record_tables
+
+    record_tables(path.parent, [path])  # written by that old run: recorded in its manifest
 
 
 def test_old_runs_tail_flag_interval_reliable_is_read_reported_and_checked_as_no_tail_seen(tmp_path) -> None:

@@ -190,7 +190,8 @@ def _fix(spec_path: Path | None, run_dir: Path, source: str) -> str:
 
 
 def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[str] | None = None,
-          *, echo=None, allow_outside: bool = False, run_audit: bool = False, bind: bool = True) -> CheckReport:
+          *, echo=None, allow_outside: bool = False, run_audit: bool = False, bind: bool = True,
+          trust_unrecorded: bool = False) -> CheckReport:
     """Load the claims (InputError if malformed), find the run, evaluate every claim.
 
     `run` overrides the file's ``run:``. Without `run_audit` (``--run-audit``) a check only reads: a
@@ -200,7 +201,8 @@ def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[st
     the spec was checked to contain everything the claims need. The file's ``run:`` and ``spec:`` must stay
     inside its directory tree unless `allow_outside` (``--allow-outside``). With `bind` (the default) a file whose
     ``spec:`` did not make the run is an InputError and a file without one gets a note (:mod:`.binding`); the
-    service, which checks the claims against the job it names, passes False.
+    service, which checks the claims against the job it names, passes False. `trust_unrecorded`
+    (``--trust-unrecorded``) reads tables the run has no record of (circuitstat.core.run_check).
     """
     cf = claims if isinstance(claims, ClaimsFile) else load_claims(claims)
     source = cf.source or "<claims>"
@@ -226,7 +228,7 @@ def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[st
                          "add 'spec: AUDIT.yaml' to it, or drop --run-audit")
     notes = _binding_notes(run_dir, spec, spec_path, source) if bind else []
     if not run_audit:
-        report = _read_only(cf, run_dir, spec_path, source)
+        report = _read_only(cf, run_dir, spec_path, source, trust_unrecorded)
     else:
         report = _with_audit(cf, run_dir, spec, spec_path, source, say=echo or (lambda msg: None), theirs=theirs)
     report.notes[:0] = notes
@@ -264,7 +266,8 @@ def _binding_notes(run_dir: Path, spec: Any, spec_path: Path | None, source: str
                      f"`circuitstat audit {spec_path} --out DIR`")
 
 
-def _read_only(cf: ClaimsFile, run_dir: Path, spec_path: Path | None, source: str) -> CheckReport:
+def _read_only(cf: ClaimsFile, run_dir: Path, spec_path: Path | None, source: str,
+               trust_unrecorded: bool = False) -> CheckReport:
     """The check of a finished run, writing nothing; InputError when ``run_dir`` is none."""
     from .runkind import audit_target_problem, finished_run_problem
 
@@ -273,7 +276,7 @@ def _read_only(cf: ClaimsFile, run_dir: Path, spec_path: Path | None, source: st
         foreign = run_dir.is_dir() and audit_target_problem(run_dir) is not None
         fix = "pass --run DIR of a finished audit (or tokens run)" if foreign else _fix(spec_path, run_dir, source)
         raise InputError(f"{problem}; check reads a finished run and writes nothing: {fix}")
-    report = CheckReport(evaluate_claims(cf, run_dir), run_dir, source)
+    report = CheckReport(evaluate_claims(cf, run_dir, trust_unrecorded=trust_unrecorded), run_dir, source)
     if any(r.missing and r.claim.kind not in TOKEN_KINDS for r in report.results):
         report.notes.append(f"pass --run-audit to let check run the audit of {spec_path} into {run_dir} for the "
                             "claims it cannot answer yet" if spec_path is not None else

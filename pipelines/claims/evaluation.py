@@ -49,22 +49,25 @@ class ClaimResult:
                 "description": getattr(self.claim, "description", None)}
 
 
-def evaluate_claims(claims: ClaimsFile | list, run_dir: str | os.PathLike[str]) -> list[ClaimResult]:
+def evaluate_claims(claims: ClaimsFile | list, run_dir: str | os.PathLike[str], *,
+                    trust_unrecorded: bool = False) -> list[ClaimResult]:
     """Evaluate every claim against the run directory `run_dir`; never raises for a single claim.
 
-    Raises InputError only when `run_dir` is not a readable run directory.
+    Raises InputError only when `run_dir` is not a readable run directory, or its tables are not the ones
+    it recorded (circuitstat.core.run_check; ``trust_unrecorded`` reads tables it has no record of).
     """
-    from circuitstat.core.rundir import RunDirError, verify_outputs
+    from circuitstat.core.rundir import RunDirError
+    from circuitstat.core.run_check import verify_outputs
 
     items = claims.claims if isinstance(claims, ClaimsFile) else list(claims)
     path = Path(run_dir)
     if not path.is_dir():
         raise InputError(f"run directory {path} does not exist")
+    verify_outputs(path, trust_unrecorded=trust_unrecorded)  # a claim is checked against the tables the run wrote, not edited ones
     try:
         run = RunReader(path)
     except RunDirError as e:
         raise InputError(str(e)) from None
-    verify_outputs(path)  # a claim is checked against the tables the run wrote, not edited ones
     if run.manifest is None and not any(path.glob("*.parquet")):
         raise InputError(f"{path} is not a run directory (no manifest.json and no Parquet tables)")
     results = []

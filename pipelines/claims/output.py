@@ -86,8 +86,13 @@ def write_claims_table(results: list[ClaimResult], run_dir: str | os.PathLike[st
             "bound": [_one_line(r.bound) for r in results], "reason": [_one_line(r.reason) for r in results],
             "description": [str(getattr(r.claim, "description", None) or "") for r in results]}
     table = schema_for("claims").validate(to_arrow(cols))
-    return write_table(table, Path(run_dir) / "claims.parquet", provenance(method="claims check",
+    path = write_table(table, Path(run_dir) / "claims.parquet", provenance(method="claims check",
                                                                           params={"n_claims": len(results)}))
+    if (Path(run_dir) / "manifest.json").is_file():  # recorded, so the readers (report, compare, query) accept it
+        from circuitstat.core.run_check import record_tables
+
+        record_tables(run_dir, [path])
+    return path
 
 
 def record_check(results: list[ClaimResult], run_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
@@ -99,7 +104,8 @@ def record_check(results: list[ClaimResult], run_dir: str | os.PathLike[str]) ->
     from circuitstat.core.errors import InputError
     from circuitstat.reports.html import render_report
     from circuitstat.core.lock import DirLock, RunLockedError
-    from circuitstat.core.rundir import LOCK, verify_outputs
+    from circuitstat.core.rundir import LOCK
+    from circuitstat.core.run_check import verify_outputs
 
     run_dir = Path(run_dir)
     lock = DirLock(run_dir / LOCK)
@@ -109,18 +115,21 @@ def record_check(results: list[ClaimResult], run_dir: str | os.PathLike[str]) ->
         raise InputError(f"not recorded: {e}") from None
     try:
         verify_outputs(run_dir)  # again under the lock: the verdicts are about the tables now there
-        claims = run_dir / "claims.parquet"
+        claims, mpath = run_dir / "claims.parquet", run_dir / "manifest.json"
+        manifest = mpath.read_bytes() if mpath.is_file() else None
         before = claims.read_bytes() if claims.is_file() else None
-        table = write_claims_table(results, run_dir)
         try:
+            table = write_claims_table(results, run_dir)  # recorded in the manifest
             page = render_report(run_dir)
         except BaseException:
+            from circuitstat.core.atomic import atomic_write_bytes
+
             if before is None:
                 claims.unlink(missing_ok=True)
             else:
-                from circuitstat.core.atomic import atomic_write_bytes
-
                 atomic_write_bytes(claims, before)
+            if manifest is not None:
+                atomic_write_bytes(mpath, manifest)
             raise
         return table, page
     finally:

@@ -13,7 +13,7 @@ from circuitstat.pipelines.options import MOE_NODES, OBJECTIVE
 from circuitstat.pipelines.params import (BATCH_SIZE, IG_STEPS, N_JOBS, N_REFITS, PRUNING_LR, PRUNING_SPARSITY,
                                           PRUNING_STEPS, SEED, UGS_SAMPLES)
 
-from .app import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, TASK_HELP, TASK_OPTION_HELP, Ablation, DType, Level,
+from .app import (trust_option, verified, ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, TASK_HELP, TASK_OPTION_HELP, Ablation, DType, Level,
                Method, MetricName, app, check_out, choices, echo, fail)
 from circuitstat.reports.thresholds import MIN_EXCESS, MIN_EXCESS_BOUNDS
 
@@ -396,11 +396,14 @@ def report_command(
     min_excess: float | None = typer.Option(None, "--min-excess", min=MIN_EXCESS_BOUNDS[0], max=MIN_EXCESS_BOUNDS[1],
                                             help=MIN_EXCESS_HELP + " (default: the run spec's heads.min_excess, "
                                             f"else {MIN_EXCESS:g})"),
+    trust_unrecorded: bool = trust_option(),
 ) -> None:
     """Write one self-contained report.html for a run directory."""
     from circuitstat.reports.html import render_report
 
-    echo(str(render_report(run, out, min_excess=min_excess)))
+    if run.is_dir():
+        verified(run, trust_unrecorded)
+    echo(str(render_report(run, out, min_excess=min_excess, trust_unrecorded=trust_unrecorded)))
 
 
 @app.command("circuit")
@@ -416,6 +419,7 @@ def circuit_command(
     rule: Rule = typer.Option(Rule("top-k"), "--rule", help="top-k edges, or greedy growth from the logits"),
     prune: bool = typer.Option(True, "--prune/--no-prune", help="drop nodes with no path input -> logits"),
     json_out: Path | None = typer.Option(None, "--json", help="export to EAP-IG / MIB JSON"),
+    trust_unrecorded: bool = trust_option(),
 ) -> None:
     """Print (and export) the circuit of the top-k edges of a run's mean scores, saying which method and
     ranking it used; an empty circuit says why and what to pass instead. A run whose tables changed since
@@ -423,9 +427,11 @@ def circuit_command(
     from circuitstat.circuits.circuit import Circuit
     from circuitstat.circuits.scores import ScoreMatrix
     from circuitstat.pipelines.circuit_choice import choose_scores, default_ranking, empty_explanation, header_line
-    from circuitstat.core.rundir import verify_outputs
+    from circuitstat.core.outpath import check_output_file
 
-    verify_outputs(run)  # the scores are the ones the run wrote (sha256 in its manifest), as check and report read
+    if json_out is not None:
+        check_output_file(json_out, flag="--json")  # before any work: never a device, FIFO, link or a run's record
+    verified(run, trust_unrecorded)  # the scores are the ones the run wrote (sha256 in its manifest)
     choice = choose_scores(run, None if method is None else method.value)
     chosen, why = ranking_option(ranking, absolute, "circuit"), "as asked"
     if chosen is None:

@@ -163,6 +163,26 @@ ALLOW_PICKLE_HELP = "allow pickled weights (.bin/.pt): loading them can run code
 ALLOW_LARGE_HELP = "lift the limits on memory and work (sizes from files are refused above them)"
 
 
+TRUST_UNRECORDED_HELP = ("read tables the run's manifest has no record of (tables you made yourself), unchecked; "
+                         "they are named in the output. Without it such a table, or an unreadable manifest, is "
+                         "refused (exit 2)")
+
+
+def trust_option() -> typer.models.OptionInfo:
+    """The ``--trust-unrecorded`` option of every command that reads a run (circuitstat.core.run_check)."""
+    return typer.Option(False, "--trust-unrecorded", help=TRUST_UNRECORDED_HELP)
+
+
+def verified(run: Path, trust_unrecorded: bool = False, label: str | None = None) -> None:
+    """Check run directory ``run`` with the one verified reader before it is read (exit 2 when its tables are not
+    the ones it recorded); name on stderr the tables read unchecked under ``--trust-unrecorded``."""
+    from circuitstat.core.run_check import verify_outputs
+
+    note = verify_outputs(run, trust_unrecorded=trust_unrecorded).note(label or str(run))
+    if note is not None:
+        echo(f"warning: {note}", err=True)
+
+
 def check_out(out: Path, kind: str | None = None, *, force: bool = False) -> None:
     """InputError when ``out`` cannot take a run of ``kind`` (circuitstat.pipelines.kinds.check_run_out)."""
     from circuitstat.pipelines.kinds import check_run_out

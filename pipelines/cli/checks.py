@@ -12,7 +12,7 @@ import typer
 
 from circuitstat.core.errors import InputError
 
-from .app import app, choices, echo
+from .app import app, choices, echo, trust_option, verified
 
 
 Format = choices("Format", "table", "csv", "json")  # output formats of `query`
@@ -37,11 +37,16 @@ def check_command(
     record: bool = typer.Option(False, "--record",
                                 help="write the verdicts into the run (claims.parquet) and re-render its report, "
                                      "whose verdict then lists one line per claim"),
+    trust_unrecorded: bool = trust_option(),
 ) -> None:
     """Check published claims against a finished audit run: exit 0 all hold, 1 any fails, 2 error.
 
     check only reads the run, unless --run-audit (runs the audit of the file's spec first) or --record
     (writes the verdicts into the run, under its lock)."""
+    if junit is not None:
+        from circuitstat.core.outpath import check_output_file
+
+        check_output_file(junit, flag="--junit")  # a directory, device, FIFO or link is refused before the check
     if server is not None:
         from circuitstat.pipelines.service.client import check as check_remote
 
@@ -53,15 +58,15 @@ def check_command(
         raise typer.Exit(check_remote(server, claims, str(run), junit, echo=echo))
     from circuitstat.pipelines.claims import check, format_results, record_check, write_junit
 
-    if junit is not None and junit.is_dir():
-        raise InputError(f"--junit {junit} is a directory; give a file path such as claims.xml")
     try:
         report = check(claims, run, echo=lambda m: echo(m, err=True), allow_outside=allow_outside,
-                       run_audit=run_audit)
+                       run_audit=run_audit, trust_unrecorded=trust_unrecorded)
     except ValueError as e:  # a lower layer's refusal that is not an InputError is still the input's fault here
         if isinstance(e, InputError):
             raise
         raise InputError(f"{type(e).__name__}: {e}") from None
+    if trust_unrecorded:
+        verified(report.run_dir, True)
     echo(f"claims {report.source} against run {report.run_dir}"
                + (" (audit run now)" if report.ran_audit else ""))
     echo(format_results(report.results))
@@ -94,13 +99,15 @@ def query_command(
     timeout: float = typer.Option(60.0, "--timeout", min=0.1, max=86400.0, help="seconds before the query is stopped"),
     max_memory: str = typer.Option("2GiB", "--max-memory", help="memory the query may use (DuckDB's memory_limit)"),
     max_rows: int = typer.Option(1_000_000, "--max-rows", min=1, max=100_000_000, help="most rows returned"),
+    trust_unrecorded: bool = trust_option(),
 ) -> None:
     """Run one SELECT (DuckDB) over the Parquet tables of one or many run directories; reads nothing else.
 
     Every ``*.parquet`` table of the run directories is a view by its name (``edges``,
     ``edge_stats``, ``stability_vs_k``, ...), unioned over the runs, with a ``run`` column. The query
     runs within --timeout, --max-memory and --max-rows, which SQL cannot change. A run whose tables changed
-    since it wrote them (sha256 in its manifest) is refused (exit 2), as check and report refuse it.
+    since it wrote them (sha256 in its manifest), whose manifest cannot be read, or that holds a table no record
+    names, is refused (exit 2), as check and report refuse it; --trust-unrecorded reads hand-made tables.
     """
     import duckdb
 
@@ -111,7 +118,10 @@ def query_command(
     limits = QueryLimits(memory_bytes=check_budget(parse_bytes(max_memory)), timeout_s=timeout, max_rows=max_rows)
     watchdog = _watchdog(2 * timeout + 5)
     try:
-        result = query(sql, dirs, limits=limits)
+        for d in dirs:
+            if d.is_dir():
+                verified(d, trust_unrecorded)
+        result = query(sql, dirs, limits=limits, trust_unrecorded=trust_unrecorded)
     except ValueError as e:  # unknown table (lists the available ones), missing run dir, column clash
         raise InputError(str(e)) from None
     except AttributeError:  # DuckDB returns no relation for statements such as CREATE or SET

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from .app import app, echo
+from .app import app, echo, trust_option, verified
 
 
 @app.command("compare")
@@ -22,6 +22,7 @@ def compare_command(
                             "and at most this many of those whose intervals do not overlap"),
     server: str | None = typer.Option(None, "--server", help="compare two jobs on a circuitstat server (URL): RUN_A "
                                       "and RUN_B are then job ids, the token comes from $CIRCUITSTAT_TOKEN"),
+    trust_unrecorded: bool = trust_option(),
 ) -> None:
     """Compare two runs: per-edge estimates with intervals (joined on method and edge name), circuit stability
     and faithfulness against k, and claims verdicts where both runs have them; flags intervals that do not
@@ -29,12 +30,19 @@ def compare_command(
     from circuitstat.core.query import json_rows
     from circuitstat.reports.compare import compare_runs
 
+    if html is not None:
+        from circuitstat.core.outpath import check_output_file
+
+        check_output_file(html, flag="--html")  # before any work: never a device, FIFO, link or a run's record
     if server is not None:
         from circuitstat.pipelines.service.client import compare as compare_remote
 
         comp = compare_remote(server, run_a, run_b)
     else:
-        comp = compare_runs(Path(run_a), Path(run_b), labels=(run_a, run_b))
+        for r in (run_a, run_b):
+            if Path(r).is_dir():
+                verified(Path(r), trust_unrecorded)
+        comp = compare_runs(Path(run_a), Path(run_b), labels=(run_a, run_b), trust_unrecorded=trust_unrecorded)
     if html is not None:
         from circuitstat.reports.html.compare import render_comparison
 

@@ -10,7 +10,7 @@ from circuitstat.pipelines.mib_export import MIB_PRUNES
 from circuitstat.pipelines.params import SEED
 
 from .analyse import Ranking
-from .app import _Boundary, app, choices, echo
+from .app import _Boundary, app, choices, echo, trust_option, verified
 
 export_app = typer.Typer(cls=_Boundary, no_args_is_help=True, help="Export a run's results in other tools' formats.")
 app.add_typer(export_app, name="export")
@@ -40,14 +40,17 @@ def export_mib_command(
                                    help="--form circuits: complete (to input -> logits paths, the circuit MIB's "
                                         "evaluation patches) or mib (apply_topn's one pass, dangling edges kept, "
                                         "the size MIB reports); docs/mib.md"),
+    trust_unrecorded: bool = trust_option(),
 ) -> None:
     """Write a run's mean edge scores as a submission to MIB's circuit-localization leaderboard
     (docs/mib.md); the run's intervals go beside them in Parquet files MIB does not read."""
     from circuitstat.pipelines.mib_export import export_mib
 
+    if run.is_dir():
+        verified(run, trust_unrecorded)
     done = export_mib(run, out, method=method, form=form.value, task_name=task_name, model_name=model_name,
                       ranking=None if ranking is None else ranking.value, seed=seed, force=force,
-                      prune=prune.value)
+                      prune=prune.value, trust_unrecorded=trust_unrecorded)
     echo(f"MIB {done.form} of {done.method} scores written to {done.folder}:")
     for f in done.files:
         echo(f"  {f.name}")

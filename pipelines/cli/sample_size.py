@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from .app import ALLOW_LARGE_HELP, app, check_out, choices, echo
+from .app import ALLOW_LARGE_HELP, app, check_out, choices, echo, trust_option, verified
 
 Means = choices("Means", "deconvolved", "pilot")
 
@@ -38,8 +38,10 @@ def sample_size_command(
     model: str | None = typer.Option(None, "--model", help="with --plan: the model to price (default: the pilot's)"),
     seed: int = typer.Option(0, "--seed", min=0),
     n_jobs: int = typer.Option(1, "--n-jobs", min=-1),
-    force: bool = typer.Option(False, "--force", help="write into an --out that holds another kind of run"),
+    force: bool = typer.Option(False, "--force", help="replace an earlier sample-size output in --out (never "
+                                                      "another command's run)"),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
+    trust_unrecorded: bool = trust_option(),
 ) -> None:
     """Predict, from a pilot run's per-example scores, each edge's interval width, the expected data-level
     Jaccard of the top-k circuit (and the chance its interval's lower end clears --target), and the chance a
@@ -49,8 +51,10 @@ def sample_size_command(
     from circuitstat.pipelines.sample_size import pilot_groups, read_pilot, sample_size
 
     if out is not None:
-        check_out(out, force=force)
-    sm, spec = read_pilot(pilot, method)
+        _check_sample_out(out, force)
+    if pilot.is_dir():
+        verified(pilot, trust_unrecorded)
+    sm, spec = read_pilot(pilot, method, trust_unrecorded=trust_unrecorded)
     if sm.level != "edge":
         raise InputError(f"the pilot {pilot} scored {sm.level}s; sample-size needs edge scores "
                          "(`circuitstat attribute --level edge`)")
@@ -73,11 +77,32 @@ def sample_size_command(
         from circuitstat.core.atomic import atomic_write
         from circuitstat.reports.html.sample_size import sample_size_svg
 
-        paths = res.write(out)
+        paths = _write(res, out)
         svg = out / "sample_size.svg"
         with atomic_write(svg) as f:
             f.write(sample_size_svg(res.stability, res.widths, target=target, level=level).encode())
         echo(f"wrote {', '.join(p.name for p in paths.values())} and {svg.name} -> {out}")
+
+
+def _check_sample_out(out: Path, force: bool) -> None:
+    """InputError when --out is not new, empty or (with --force) an earlier sample-size output (core/outpath.py)."""
+    from circuitstat.core.errors import InputError
+
+    check_out(out, "sample-size", force=force)  # a link, a file or another command's run: refused, --force or not
+    if not force and (out / "manifest.json").is_file():
+        raise InputError(f"--out {out} holds an earlier sample-size output; give a new --out or pass --force to "
+                         "replace it")
+
+
+def _write(res, out: Path) -> dict:
+    """Write ``res`` into ``out`` through RunDir; an earlier output's tables this result does not have go, records too."""
+    from circuitstat.core.rundir import RunDir
+
+    with RunDir(out, spec=res.run_spec()) as run:
+        for stale in sorted(out.glob("sample_size_*.parquet")):
+            if stale.stem not in res.tables():
+                run.remove_table(stale.stem)
+        return res.write(run)
 
 
 def _cost(sm, ns: list[int], source: str | None) -> dict:

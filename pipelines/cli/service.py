@@ -55,8 +55,11 @@ def submit_command(
 ) -> None:
     """Submit a spec to a circuitstat server (token from $CIRCUITSTAT_TOKEN); exit as the job ended
     (0 completed, 1 cancelled, 2 bad input or over quota, 3 internal error)."""
+    from circuitstat.pipelines.kinds import SERVED, check_run_out
     from circuitstat.pipelines.service.client import submit
 
+    if out is not None:  # the one output-path policy: no link, no file, no run of another kind
+        check_run_out(out, SERVED[kind.value])
     raise typer.Exit(submit(server, spec, kind=kind.value, name=name, public=public, wait=wait, out=out,
                             echo=echo))
 

@@ -68,7 +68,7 @@ def list_tables(job_id: str, request: Request, principal: Principal = Depends(cu
     svc, job = _job(request, principal, job_id)
     _finished(job, "tables")
     out = []
-    for name, path in tables_of(run_dir(svc, job)).items():
+    for name, path in verified_tables(svc, job).items():
         meta = pq.read_metadata(path)
         base = f"/api/v1/jobs/{job.id}/tables/{name}"
         out.append({"name": name, "bytes": path.stat().st_size, "rows": meta.num_rows, "columns": meta.num_columns,
@@ -76,8 +76,26 @@ def list_tables(job_id: str, request: Request, principal: Principal = Depends(cu
     return {"tables": out}
 
 
+def verified_tables(svc: Service, job: Job) -> dict[str, Path]:
+    """:func:`tables_of` the run of ``job``, only those its manifest records, once the one verified reader
+    (circuitstat.core.run_check) accepts them: 409 naming the job when a recorded table changed or the manifest cannot
+    be read; a file no record names (planted beside them) is never served."""
+    from circuitstat.core.run_check import verify_outputs
+
+    run = run_dir(svc, job)
+    if not run.is_dir():
+        return {}
+    try:
+        check = verify_outputs(run, trust_unrecorded=True)
+        if check.unchecked and not check.checked:  # tables, but no readable record of any: the manifest is damaged
+            raise InputError(f"{run}: its manifest.json records none of its tables ({', '.join(check.unchecked[:3])})")
+    except InputError as e:
+        raise _damaged(svc, job, e) from None
+    return {n: p for n, p in tables_of(run).items() if p.name not in set(check.unchecked)}
+
+
 def _table_path(svc: Service, job: Job, name: str) -> Path:
-    path = tables_of(run_dir(svc, job)).get(name)
+    path = verified_tables(svc, job).get(name)
     if path is None:
         raise not_found("table")
     return path

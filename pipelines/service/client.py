@@ -134,17 +134,26 @@ def _follow(client: Client, job: dict, poll: float = 1.0) -> dict:
 
 
 def fetch_run(client: Client, job_id: str, folder: Path) -> list[Path]:
-    """Download the job's tables (Parquet), manifest.json and report.html into ``folder``; their paths."""
+    """Download the job's tables (Parquet), manifest.json and report.html into ``folder``; their paths. Each is
+    written atomically under a plain name (a server's table name is untrusted), never through a link or over a
+    special file (circuitstat.core.outpath)."""
+    import re
+
+    from circuitstat.core.atomic import atomic_write_bytes
+    from circuitstat.core.outpath import check_no_links
+
     folder.mkdir(parents=True, exist_ok=True)
+    tables = client.request("GET", f"/api/v1/jobs/{job_id}/tables").json()["tables"]
+    names = [f"{t['name']}.parquet" for t in tables]
+    bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9_.-]{1,200}\.parquet", n) or n.startswith(".")]
+    if bad:
+        raise InputError(f"the server names a table {bad[0][:80]!r}, not a plain file name; nothing downloaded")
     written = []
-    for t in client.request("GET", f"/api/v1/jobs/{job_id}/tables").json()["tables"]:
-        path = folder / f"{t['name']}.parquet"
-        path.write_bytes(client.request("GET", t["parquet"]).content)
-        written.append(path)
-    for name, url in (("manifest.json", "manifest"), ("report.html", "report")):
-        path = folder / name
-        path.write_bytes(client.request("GET", f"/api/v1/jobs/{job_id}/{url}").content)
-        written.append(path)
+    for name, url in [*zip(names, (t["parquet"] for t in tables)),
+                      ("manifest.json", f"/api/v1/jobs/{job_id}/manifest"),
+                      ("report.html", f"/api/v1/jobs/{job_id}/report")]:
+        check_no_links(folder, folder / name, flag="--out")
+        written.append(atomic_write_bytes(folder / name, client.request("GET", url).content))
     return written
 
 

@@ -23,7 +23,8 @@ from circuitstat.reports.analyses import has_tokens
 from circuitstat.reports.html.common import Tables, methods_in, note, num, order_methods
 from circuitstat.reports.html.sections import SECTIONS, Context, shown_sections
 from circuitstat.reports.html.svg import esc
-from circuitstat.core.rundir import MANIFEST, RunDir, RunDirError, verify_outputs
+from circuitstat.core.rundir import MANIFEST, RunDir, RunDirError
+from circuitstat.core.run_check import verify_outputs
 from circuitstat.core.tables import read_provenance
 from circuitstat.reports.verdicts import verdict
 
@@ -108,7 +109,7 @@ def _header(run_dir: Path, manifest: dict[str, Any], T: Tables, methods: list[st
 
 # ----- page -------------------------------------------------------------------------------------
 def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
-                  min_excess: float | None = None, *, hide_paths: bool = False) -> Path:
+                  min_excess: float | None = None, *, hide_paths: bool = False, trust_unrecorded: bool = False) -> Path:
     """Write the self-contained HTML report of run directory `run_dir` and return its path.
 
     `out` (a file, or a directory to hold report.html: see report_path) defaults to ``run_dir/report.html``;
@@ -120,7 +121,7 @@ def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] |
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory {run_dir} does not exist; pass the --out directory of an audit run")
     path = report_path(run_dir, out)  # checked before the tables are read
-    verify_outputs(run_dir)  # the tables are the ones the run wrote (sha256 in the manifest)
+    checked = verify_outputs(run_dir, trust_unrecorded=trust_unrecorded)  # the tables the run wrote (sha256 in the manifest)
     T = Tables(run_dir)
     has_manifest = (run_dir / MANIFEST).exists()
     if not has_manifest and not any(T.path(t).exists() for t in TABLES) and not has_tokens(T):
@@ -129,6 +130,8 @@ def render_report(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] |
             "is it the output directory of `circuitstat audit`?"
         )
     manifest, manifest_note = _manifest(run_dir, has_manifest)
+    unchecked = checked.note("this run" if hide_paths else str(run_dir))
+    manifest_note += note(unchecked + "; their numbers are shown as they are.") if unchecked else ""
     spec = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
     methods = _methods(T, spec)
     title, header = _header(run_dir, manifest, T, methods, hide_paths)
@@ -199,8 +202,10 @@ def report_path(run_dir: Path, out: str | os.PathLike[str] | None) -> Path:
     makes reports/run1/report.html); a name with a suffix (``--out run1.html``) is the file. A path
     through an existing file, or an existing file that is not .html, is an InputError.
     """
+    from circuitstat.core.outpath import check_output_file
+
     if out is None:
-        return run_dir / REPORT_NAME
+        return check_output_file(run_dir / REPORT_NAME, flag="report")
     path = Path(out)
     if path.is_dir() or str(out).endswith(("/", os.sep)) or (not path.exists() and not path.suffix):
         path = path / REPORT_NAME
@@ -212,4 +217,5 @@ def report_path(run_dir: Path, out: str | os.PathLike[str] | None) -> Path:
     blocking = next(a for a in path.parents if a.exists())
     if not blocking.is_dir():
         raise _input_error(f"--out {out}: {blocking} is a file, not a directory; give another --out")
-    return path
+    # the one output-path policy: a regular file or a new name; its directory exists or is the one new --out
+    return check_output_file(path, flag="--out", new_dir=out is not None and path.parent == Path(out))

@@ -218,11 +218,11 @@ def test_check_and_report_refuse_a_table_changed_since_the_run_wrote_it(referenc
     from typer.testing import CliRunner
 
     from circuitstat.pipelines.cli import app
-    from circuitstat.core.rundir import verify_outputs
+    from circuitstat.core.run_check import verify_outputs
 
     run = tmp_path / "run"
     shutil.copytree(reference[0], run)
-    assert verify_outputs(run) >= len(TABLES)  # every table of the audit is a recorded stage output
+    assert verify_outputs(run).checked >= len(TABLES)  # every table of the audit is a recorded stage output
     claims = tmp_path / "claims.yaml"
     claims.write_text("claims:\n  - {kind: circuit_stability, method: exact, k: 3, statistic: jaccard_mean, min: 0.99}\n")
     assert CliRunner().invoke(app, ["check", str(claims), "--run", str(run)]).exit_code == 1  # the claim is false

@@ -400,14 +400,22 @@ def test_circuit_json_naming_a_directory_is_exit_2(tmp_path):
     assert code == 0 and (tmp_path / "c.json").is_file()
 
 
+def _trusted_circuit(run: Path) -> tuple[int, str]:
+    """`circuit RUN --k 1 --trust-unrecorded`: (exit code, output after the warning naming the unchecked table)."""
+    code, out = invoke("circuit", run, "--k", 1, "--trust-unrecorded")
+    warning, _, rest = out.partition("\n")
+    assert warning.startswith("warning: ") and "read unchecked (--trust-unrecorded" in warning and "scores.parquet" in warning
+    return code, rest
+
+
 def test_scores_parquet_of_the_wrong_schema(tmp_path):
     run = tmp_path / "run"
-    run.mkdir()
+    run.mkdir()  # tables made by hand (no manifest): read with --trust-unrecorded
     pq.write_table(pa.table({"edge": [1, 2], "value": [0.1, 0.2]}), run / "scores.parquet")
-    code, out = invoke("circuit", run, "--k", 1)
+    code, out = _trusted_circuit(run)
     assert_one_line_error(code, out, "is not a circuitstat scores table (missing column 'example')")
     (run / "scores.parquet").write_bytes(b"PAR1 not really")
-    code, out = invoke("circuit", run, "--k", 1)
+    code, out = _trusted_circuit(run)
     assert_one_line_error(code, out, "is not a readable Parquet table")
     # a real scores table whose provenance claims a huge graph: refused before the graph is built
     scores_run(tmp_path / "good")
@@ -417,15 +425,18 @@ def test_scores_parquet_of_the_wrong_schema(tmp_path):
     meta[key] = meta[key].replace(b'"n_layers": 1', b'"n_layers": 1000000000')
     assert meta[key] != dict(t.schema.metadata)[key]
     pq.write_table(t.replace_schema_metadata(meta), run / "scores.parquet")
-    code, out = invoke("circuit", run, "--k", 1)
+    code, out = _trusted_circuit(run)
     assert_one_line_error(code, out, "more components than the matrix has columns")
 
 
 def test_report_out_as_a_directory_or_a_file(tmp_path):
     run = make_run(tmp_path / "run")
-    code, out = invoke("report", run, "--out", f"{tmp_path / 'newdir' / 'sub'}/")
+    code, out = invoke("report", run, "--out", f"{tmp_path / 'newdir' / 'sub'}/")  # two new levels: not made
+    assert_one_line_error(code, out, "does not exist; create it first")
+    assert not (tmp_path / "newdir").exists()
+    code, out = invoke("report", run, "--out", f"{tmp_path / 'newdir'}/")  # one new directory, as --out names it
     assert code == 0, out
-    assert (tmp_path / "newdir" / "sub" / "report.html").is_file()
+    assert (tmp_path / "newdir" / "report.html").is_file()
     code, out = invoke("report", run, "--out", tmp_path / "named.html")
     assert code == 0 and (tmp_path / "named.html").is_file()
     (tmp_path / "plain").write_text("keep me")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from interval_check import check_intervals
 from page_tools import dump_dom_cmd, parse, section_html, table_rows
-from report_builders import EVIL, KNOWN, graph_edges, make_report_run
+from report_builders import EVIL, KNOWN, graph_edges, make_report_run, write_recorded
 
 from circuitstat.reports.html import SECTIONS, render_report
 from circuitstat.reports.html.svg import Scale, colour_legend, fmt, fmt_p
@@ -164,9 +164,9 @@ def test_hostile_names_are_escaped(rendered):
 def test_hostile_method_and_label_names_are_escaped(tmp_path):
     bad = '<img src=x onerror=alert(1)>'
     run = make_report_run(tmp_path, methods=("exact", bad), evil=False)
-    write_table({"layer": [0, 0], "hook": [bad, "post"], "kind": ["linear", bad], "cka": [0.5, 0.6], "ci_low": [0.4, 0.5],
+    write_recorded({"layer": [0, 0], "hook": [bad, "post"], "kind": ["linear", bad], "cka": [0.5, 0.6], "ci_low": [0.4, 0.5],
                  "ci_high": [0.6, 0.7]}, run / "residual.parquet")
-    write_table({"factor": [bad], "jaccard_to_reference": [0.5], "ci_low": [0.4], "ci_high": [0.6], "bar": [0.8], "meets_bar": [False],
+    write_recorded({"factor": [bad], "jaccard_to_reference": [0.5], "ci_low": [0.4], "ci_high": [0.6], "bar": [0.8], "meets_bar": [False],
                  "verdict": [bad], "estimand": [bad], "k": [5]},
                 run / "variance_summary.parquet")
     page = render_report(run).read_text()
@@ -181,10 +181,11 @@ def test_sections_a_run_lacks_are_not_shown_and_a_broken_table_is_a_note(tmp_pat
     run = make_report_run(tmp_path, methods=("exact",), evil=False, variance=False)
     for name in ("approximation", "approximation_summary", "faithfulness_vs_k", "heads", "layers", "residual", "summary"):
         (run / f"{name}.parquet").unlink(missing_ok=True)  # a run with one method has no approximation
-    (run / "manifest.json").unlink()
-    page = render_report(run, tmp_path / "out.html").read_text()
+    (run / "manifest.json").unlink()  # tables made by hand: read with trust_unrecorded, unchecked
+    page = render_report(run, tmp_path / "out.html", trust_unrecorded=True).read_text()
     assert shown_headings(page) == [h for s, h in SECTIONS if s in ("verdict", "graph", "forest", "stability")]
     assert "omitted" not in page and "manifest.json is missing" in page
+    assert "read unchecked (--trust-unrecorded" in page and "edge_stats.parquet" in page  # named on the page too
     notrun = re.search(r'<p class="notrun">(.*?)</p>', page).group(1)
     for text in ("faithfulness", "approximation error", "head stability across seeds", "variance study"):
         assert text in notrun, text
@@ -192,12 +193,12 @@ def test_sections_a_run_lacks_are_not_shown_and_a_broken_table_is_a_note(tmp_pat
     assert section_html(page, "graph").count("k = 5: faithfulness was not run, so the smallest k of the grid") == 1
     # a table that is there but lacks a column is a note in its section
     write_table({"layer": [0, 1]}, run / "layers.parquet")
-    page = render_report(run).read_text()
+    page = render_report(run, trust_unrecorded=True).read_text()
     assert "layers.parquet lacks column(s) stability" in section_html(page, "heads")
     # without inclusion and edges the circuit is drawn grey from the edge names
     (run / "inclusion.parquet").unlink()
     (run / "edges.parquet").unlink()
-    graph = section_html(render_report(run).read_text(), "graph")
+    graph = section_html(render_report(run, trust_unrecorded=True).read_text(), "graph")
     assert "edges.parquet is missing" in graph and graph.count('<path class="edge"') == 5 and "#888888" in graph
 
 
@@ -215,7 +216,7 @@ def test_empty_or_missing_directories(tmp_path):
 
 def test_nan_values_render_as_dashes_or_say_why(tmp_path):
     run = make_report_run(tmp_path, methods=("exact",), evil=False, variance=False)
-    write_table({"layer": [0, 1], "stability": [float("nan"), 0.5], "ci_low": [float("nan"), 0.4], "ci_high": [float("nan"), 0.6],
+    write_recorded({"layer": [0, 1], "stability": [float("nan"), 0.5], "ci_low": [float("nan"), 0.4], "ci_high": [float("nan"), 0.6],
                  "null_mean": [0.3, float("nan")], "stability_all_anchors": [0.4, 0.5], "refit_ci_low": [float("nan")] * 2,
                  "refit_ci_high": [float("nan")] * 2, "n_refits": [2, 2]}, run / "layers.parquet")
     page = render_report(run).read_text()

@@ -16,6 +16,7 @@ from circuitstat.core.rundir import RunDir
 from circuitstat.core.schema import TABLES
 from circuitstat.core.tables import write_table
 from circuitstat.reports.html import render_report
+from circuitstat.core.run_check import record_tables
 
 LAYERS, HEADS = 24, 16
 METHODS = ("exact", "eap")
@@ -27,6 +28,12 @@ def _write(name: str, cols: dict, path: Path) -> None:
     blank = {pa.float64(): np.full(n, np.nan), pa.int64(): np.full(n, -1), pa.string(): np.full(n, "", object),
              pa.bool_(): np.zeros(n, bool)}
     write_table({c.name: cols[c.name] if c.name in cols else blank[c.type] for c in TABLES[name].columns}, path)
+    record_tables(path.parent, [path])  # a table the run wrote: recorded in its manifest
+
+
+def _write_edges(edges: dict, path: Path) -> None:
+    write_table(edges, path)
+    record_tables(path.parent, [path])
 
 
 def make_large_run(root: Path, seed: int = 0) -> tuple[Path, int]:
@@ -40,8 +47,8 @@ def make_large_run(root: Path, seed: int = 0) -> tuple[Path, int]:
     edges = graph_edges(LAYERS, HEADS)
     E = len(edges["index"])
     names = np.asarray(edges["name"], dtype=object)
-    write_table({k: np.asarray(v, dtype=object if isinstance(v[0], str) else None) for k, v in edges.items()},
-                run / "edges.parquet")
+    _write_edges({k: np.asarray(v, dtype=object if isinstance(v[0], str) else None) for k, v in edges.items()},
+                 run / "edges.parquet")
     effect = 0.4 * rng.standard_normal(E) * np.exp(-rng.permutation(E) / 20.0)
     stats = {c: [] for c in ("method", "edge", "name", "estimate", "se", "ci_low", "ci_high", "p", "q", "n",
                              "no_tail_seen")}
