@@ -18,6 +18,13 @@ torch.set_num_threads(1)
 # Set before any test runs, so subprocesses (CLI tests) inherit it.
 os.environ.setdefault("CIRCUITSTAT_CONVERSION_CACHE", "0")
 
+# transformers binds its log handler to the sys.stderr of the moment it first configures its logger. Inside a
+# CliRunner invocation that is the runner's stream, closed when the invocation ends, and a later warning then prints
+# "--- Logging error ---" with a traceback into another test's output: configure it now, on the session's stderr.
+import transformers.utils.logging as _hf_logging  # noqa: E402
+
+_hf_logging.get_verbosity()
+
 
 @pytest.fixture
 def audit_run(tmp_path):
