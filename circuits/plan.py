@@ -275,6 +275,7 @@ class Cost:
     memory_peak: int  # bytes
     batch_size: int
     max_rows: int
+    optimizer_steps: int = 0  # mask methods: Adam steps over every fit
 
 
 def _gradient_runs(cfg: ModelConfig, method: str, steps: int) -> tuple[int, int]:
@@ -337,22 +338,52 @@ def _ensemble_cost(cfg: ModelConfig, **options) -> Cost:
                 max(c.memory_peak for c in parts), parts[0].batch_size, parts[0].max_rows)
 
 
+def masked_flops(cfg: ModelConfig, graph: ComponentGraph, P: int) -> tuple[int, int]:
+    """(forward, backward) FLOPs of one example's masked run (circuitstat.circuits.engine.patching.edge_delta) and
+    the backward of its loss to the mask. Forward: a forward plus, per receiver, its upstream Δz mixed by the mask
+    (one edge contraction); on post-norm models each upstream layer's heads are mixed again on their own, inside
+    the norm; under a whole-projection q/k norm each head's q/k input projects every head (and back). Backward: every linear map's input gradient and two per attention product (the per-head receiver
+    inputs all depend on the mask), the unembedding, the mask's gradient (a contraction) and Δz's gradient for
+    every receiver whose upstream holds more than the input (whose Δz does not depend on the mask)."""
+    linear, products = layer_flops(cfg, P)
+    mix = contraction_flops(graph, cfg, P)
+    first = [r for r in range(graph.n_receivers)  # layer 0's q/k/v: mixed while only the input is upstream
+             if int(graph.receiver_layer[r]) == 0 and r != graph.mlp_receiver_safe(0)]
+    diff = 2 * P * cfg.d_model * (graph.n_edges - int(graph.n_upstream[first].sum()))
+    forward = forward_flops(cfg, P) + mix
+    if cfg.qk_norm == "full":  # each head's own q and k input projects the whole normalised projection
+        forward += cfg.n_layers * cfg.n_heads * 2 * P * cfg.d_model * (_qk_width(cfg, 0) + _qk_width(cfg, 1)
+                                                                         - 2 * cfg.d_head)
+    backward = forward - forward_flops(cfg, P) - mix + cfg.n_layers * (linear + 2 * products) + unembed_flops(cfg) \
+        + mix + diff
+    if not cfg.additive_writes:  # each upstream layer's heads, mixed again inside its post-norm
+        is_head = np.zeros(graph.n_senders, dtype=bool)
+        for layer in range(cfg.n_layers):
+            first = graph.head_sender(layer, 0)
+            is_head[first:first + cfg.n_heads] = True
+        heads = 2 * P * cfg.d_model * int(is_head[graph.edge_sender].sum())
+        forward += heads
+        backward += 2 * heads
+    return forward, backward
+
+
 def pruning_cost(cfg: ModelConfig, *, n: int, positions: int, steps: int, fits: int = 1, batch_size: int = 16,
-                 itemsize: int = 4) -> Cost:
-    """The Cost of ``fits`` edge-pruning fits (circuitstat.circuits.edge_pruning) of ``steps`` full-batch Adam
-    steps on ``n`` examples: per fit and example the counterfactual, clean and fully patched forwards once,
-    then per step one masked forward (a forward plus the edge mixing, one edge contraction) and its backward
-    (activation gradients, as :func:`backward_flops`, plus the mask's gradient, another contraction).  Every
-    batch's autograd graph is kept until the step's one backward, so the peak holds all ``n`` examples'."""
+                 itemsize: int = 4, method: str = "edge-pruning", draws: int = 1) -> Cost:
+    """The Cost of ``fits`` mask fits (circuitstat.circuits.edge_pruning; ``method="ugs"``: circuitstat.circuits.ugs,
+    ``draws`` masks per prompt and step) of ``steps`` full-batch Adam steps on ``n`` examples: per fit and example
+    the counterfactual, clean and fully patched forwards once, then per step and draw one masked run and its
+    backward (:func:`masked_flops`), one optimiser step per fit and step (``optimizer_steps``). Every batch's
+    autograd graph is kept until the step's one backward, so the peak holds all ``n`` examples' (every draw's)."""
     g, P, L = graph_of(cfg), positions, cfg.n_layers
-    fwd, mix = forward_flops(cfg, P), contraction_flops(g, cfg, P)
+    fwd = forward_flops(cfg, P)
     setup = (fwd - unembed_flops(cfg)) + 2 * fwd
-    per_step = fwd + backward_flops(cfg, P) + 2 * mix
+    runs = steps * draws  # masked runs per example and fit
+    per_run = sum(masked_flops(cfg, g, P))
     batches = -(-n // batch_size)
-    memory = weight_bytes(cfg, itemsize) + n * gradient_example_bytes(cfg, g, P, "eap", itemsize)
-    return Cost("edge-pruning", g.n_edges, fits * n * (3 + steps), fits * n * steps, 0,
-                float(fits * n * (setup + steps * per_step)), fits * batches * L * (3 + 2 * steps), memory,
-                batch_size, 0)
+    memory = weight_bytes(cfg, itemsize) + draws * n * gradient_example_bytes(cfg, g, P, "eap", itemsize)
+    return Cost(method, g.n_edges, fits * n * (3 + runs), fits * n * runs, 0,
+                float(fits * n * (setup + runs * per_run)), fits * batches * L * (3 + 2 * runs), memory,
+                batch_size, 0, optimizer_steps=fits * steps)
 
 
 ROWS_FIRST = 256

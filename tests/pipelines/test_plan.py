@@ -13,7 +13,7 @@ from circuitstat.circuits import load_model
 from circuitstat.circuits.plan import METHODS, method_cost, weight_bytes
 from circuitstat.pipelines.build import build_task
 from circuitstat.pipelines.cli import app
-from circuitstat.pipelines.plan import plan_costs
+from circuitstat.pipelines.plan import fit_mark, plan_costs, run_limits
 
 TINY = "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=1"
 SMALL = "random:gpt2?n_layer=2&n_head=4&n_embd=64&vocab_size=256&n_positions=64&seed=0"
@@ -41,8 +41,13 @@ def test_plan_with_a_budget_shrinks_the_batch():
     free = plan_costs(model, task, batch_size=32)
     tight = plan_costs(model, task, batch_size=32, budget=free["eap"].memory_peak // 2)
     assert tight["eap"].batch_size < 32 and tight["eap"].memory_peak <= free["eap"].memory_peak // 2
-    tiny = plan_costs(model, task, batch_size=32, budget=weight_bytes(model.cfg) + 1)
-    assert all(isinstance(v, str) and "give at least" in v for v in tiny.values())  # each refusal, not a crash
+    budget = weight_bytes(model.cfg) + 1
+    tiny = plan_costs(model, task, batch_size=32, budget=budget)
+    limits = run_limits(budget, allow_large=False)
+    for method, cost in tiny.items():  # priced at its smallest run (one example, one suffix row) and marked
+        assert cost.batch_size == 1 and cost.memory_peak > budget, method
+        assert fit_mark(cost, limits) == "no:mem"
+        assert fit_mark(free[method], run_limits(free[method].memory_peak, allow_large=False)) == "yes"  # control
 
 
 def test_plan_states_its_clock_load_and_its_own_cost_in_counted_model_passes(tmp_path, monkeypatch):
