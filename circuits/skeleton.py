@@ -146,12 +146,12 @@ def _mlp_parameters(config, t: str, layer: int, D: int) -> int:
     total = X * D + X * 3 * D * Fx  # router and experts
     if t == "gpt_oss":
         total += X + X * (2 * Fx + D)  # router bias, expert biases
-    if t == "qwen2_moe" and config.shared_expert_intermediate_size:
-        total += 3 * D * config.shared_expert_intermediate_size + D  # the shared expert and its sigmoid gate
+    if t == "qwen2_moe":  # the shared expert and its sigmoid gate (a gate even where the expert's width is 0)
+        total += 3 * D * (config.shared_expert_intermediate_size or 0) + D
     return total
 
 
-def checkpoint_parameters(config) -> int:
+def checkpoint_parameters(config: "transformers.PretrainedConfig") -> int:
     """The parameters of the Hugging Face checkpoint that transformers config ``config`` describes, counted from
     its fields (tied embeddings once, K/V grouped as stored, every expert): what ``sum(p.numel())`` of the model
     would give, before building it."""
