@@ -96,10 +96,12 @@ def unembed_flops(cfg: ModelConfig) -> int:
 
 
 def forward_flops(cfg: ModelConfig, P: int, *, fast_last: bool = False) -> int:
-    """One forward of one example; ``fast_last``: the last layer at the read-out position only."""
+    """One forward of one example; ``fast_last``: the last layer's attention, W_O and MLP at the read-out position
+    only (its fused q/k/v projection still at every position, as a suffix's last layer)."""
     total = unembed_flops(cfg)
     for layer in range(cfg.n_layers):
-        total += sum(layer_flops(cfg, P, 1 if fast_last and layer == cfg.n_layers - 1 else None))
+        last = layer == cfg.n_layers - 1
+        total += _suffix_layer_flops(cfg, P, True) if fast_last and last else sum(layer_flops(cfg, P))
     return total
 
 
@@ -376,7 +378,8 @@ def pruning_cost(cfg: ModelConfig, *, n: int, positions: int, steps: int, fits: 
     autograd graph is kept until the step's one backward, so the peak holds all ``n`` examples' (every draw's)."""
     g, P, L = graph_of(cfg), positions, cfg.n_layers
     fwd = forward_flops(cfg, P)
-    setup = (fwd - unembed_flops(cfg)) + 2 * fwd
+    # the counterfactual's senders, the clean logits (last layer at the read-out only), the empty circuit's logits
+    setup = (fwd - unembed_flops(cfg)) + forward_flops(cfg, P, fast_last=True) + fwd
     runs = steps * draws  # masked runs per example and fit
     per_run = sum(masked_flops(cfg, g, P))
     batches = -(-n // batch_size)
