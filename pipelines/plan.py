@@ -529,7 +529,8 @@ def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_ste
     else:  # the calibration itself stays within the budget
         cal = calibrate(timing_model, data, min(fitted, default=1), mask=pruning is not None)
         how = (f"calibration on {cal.batch_size} examples, one thread, {cal.clock}: forward {cal.forward_s * 1e3:.3g} ms, "
-               f"gradient run {cal.gradient_s * 1e3:.3g} ms, suffix row from layer 0 {cal.suffix_s[0][1] * 1e3:.3g} ms")
+               f"gradient run {cal.gradient_s * 1e3:.3g} ms, suffix row from layer 0 {cal.suffix_s[0][1] * 1e3:.3g} ms"
+               + (f", masked step {cal.mask_step_s * 1e3:.3g} ms" if cal.mask_step_s else ""))
         def seconds(c):
             if c.method == "exact-verify":
                 return _verify_seconds(cal, model, c, positions=P), ""

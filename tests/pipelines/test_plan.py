@@ -73,3 +73,35 @@ def test_plan_states_its_clock_load_and_its_own_cost_in_counted_model_passes(tmp
     # every pass of the command is the calibration's (the counts come from shapes), the exact probe included
     assert passes == len(calls) and 0 < passes <= 22, (passes, calls)  # 38 before issue 38
     assert re.search(r"load average \d+\.\d on \d+ cores?; wall / CPU", line), line
+
+
+def test_a_mask_fit_is_priced_by_its_calibrated_masked_step(tmp_path, monkeypatch):
+    """Issue 43: edge pruning's time was priced from EAP's gradient run (a masked run feeds every head its own
+    q/k/v input and backpropagates to every gate: 1.04 CPU-s planned, 90 measured). The calibration now times that
+    masked step, and a fit's steps and draws are priced with it; without it the plan refuses to guess."""
+    import dataclasses
+
+    import pytest
+
+    from circuitstat.circuits.plan import pruning_cost
+    from circuitstat.pipelines.plan import calibrate, estimate_seconds
+
+    model = load_model(TINY)
+    task = build_task(model, "induction", n=6)
+    P = int(task.clean.shape[1])
+    cal = calibrate(model, task, 3, mask=True)
+    assert cal.mask_step_s > 0 and calibrate(model, task, 3).mask_step_s == 0.0  # timed only when asked
+    cost = pruning_cost(model.cfg, n=6, positions=P, steps=4, fits=2, batch_size=3, method="ugs", draws=3)
+    assert (cost.forwards, cost.backwards, cost.optimizer_steps) == (2 * 6 * (3 + 12), 2 * 6 * 12, 8)
+    est = estimate_seconds(cal, model, cost, n=6)
+    assert est == pytest.approx(6 / cal.batch_size * (3 * 2 * cal.forward_s + 2 * 4 * 3 * cal.mask_step_s))
+    with pytest.raises(ValueError, match="masked step"):
+        estimate_seconds(dataclasses.replace(cal, mask_step_s=0.0), model, cost, n=6)
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app, ["attribute", "--model", TINY, "--n", "6", "--batch-size", "3", "--plan",
+                                   "--method", "ugs", "--steps", "4", "--n-samples", "3"])
+    assert res.exit_code == 0, res.output
+    row = next(line.split() for line in res.stdout.splitlines() if line.startswith("ugs "))
+    one_fit = dataclasses.replace(cost, forwards=cost.forwards // 2, backwards=cost.backwards // 2)
+    assert [int(x.replace(",", "")) for x in row[1:4]] == [cost.columns, one_fit.forwards, one_fit.backwards]
+    assert ", masked step " in res.stdout and list(tmp_path.iterdir()) == []
