@@ -287,19 +287,17 @@ def _print_top(sm, method: str, level: str, out: Path, top: int = 10, ranking: s
 
 def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, level: str, batch_size: int, ig_steps: int,
           budget, n_jobs: int, device: str, dtype: str, allow_pickle: bool, allow_large: bool, verify=None,
-          method: str = "eap", pruning: tuple[int, int] | None = None, moe_nodes: str = "block") -> None:
+          method: str = "eap", pruning: tuple[int, ...] | None = None, moe_nodes: str = "block") -> None:
     """Print the plan of an attribute run: counts from the model's skeleton on the meta device (no weight
     is read or allocated, whatever the config's size); timings from the loaded model only when its
     weights fit the memory limit (circuitstat.circuits.limits.MAX_BYTES, which --allow-large does not lift here) and
-    circuitstat.pipelines.plan.TIMING_BYTES; otherwise the time is priced by FLOPs (circuitstat.pipelines.plan.flop_rate).
+    circuitstat.pipelines.plan_fit.TIMING_BYTES; otherwise the time is priced by FLOPs (circuitstat.pipelines.plan.flop_rate).
     A plan never refuses a size: the rows over this machine's limits are marked (--allow-large is for running)."""
-    from circuitstat.pipelines.attribute import torch_dtype
-    from circuitstat.circuits.limits import MAX_BYTES, format_bytes
-    from circuitstat.circuits.loading import has_weights
-    from circuitstat.circuits.plan import weight_bytes
-    from circuitstat.pipelines.build import build_task, check_work, precheck_task, task_positions
     from circuitstat.core.errors import InputError
-    from circuitstat.pipelines.plan import TIMING_BYTES, parameters_line, plan_lines, run_limits
+    from circuitstat.pipelines.attribute import torch_dtype
+    from circuitstat.pipelines.build import build_task, check_work, precheck_task, task_positions
+    from circuitstat.pipelines.plan import plan_lines
+    from circuitstat.pipelines.plan_fit import parameters_line, run_limits, untimed_reason
     from circuitstat.pipelines.sources import LOCAL
 
     resolved = LOCAL.resolve(source)
@@ -317,16 +315,9 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
     except InputError as e:
         refused = f"does not fit: a run would be refused: {e}"
     t = build_task(skeleton, task, n=n, seed=seed, metric=metric, **options)
-    need = weight_bytes(skeleton.cfg, torch_dtype(dtype).itemsize)
-    timing, why = None, ""
-    if skeleton.directory is not None and not has_weights(skeleton.directory):
-        why = "the directory holds no weights yet (config.json only)"
-    elif need > MAX_BYTES:
-        why = f"the weights ({format_bytes(need)}) exceed the memory limit of {format_bytes(MAX_BYTES)}"
-    elif need > TIMING_BYTES:  # loading and timing a multi-GB model would take minutes: a plan takes seconds
-        why = (f"the weights ({format_bytes(need)}) are over the {format_bytes(TIMING_BYTES)} a timing calibration "
-               "loads")
-    else:
+    why = untimed_reason(skeleton, skeleton.directory)
+    timing = None
+    if not why:
         timing = LOCAL.load(source, device=device, dtype=torch_dtype(dtype), allow_pickle=allow_pickle,
                             allow_large=allow_large)
         if moe_nodes != "block":

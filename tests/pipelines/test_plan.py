@@ -13,7 +13,8 @@ from circuitstat.circuits import load_model
 from circuitstat.circuits.plan import METHODS, method_cost, weight_bytes
 from circuitstat.pipelines.build import build_task
 from circuitstat.pipelines.cli import app
-from circuitstat.pipelines.plan import fit_mark, plan_costs, run_limits
+from circuitstat.pipelines.plan import plan_costs
+from circuitstat.pipelines.plan_fit import fit_mark, run_limits
 
 TINY = "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=1"
 SMALL = "random:gpt2?n_layer=2&n_head=4&n_embd=64&vocab_size=256&n_positions=64&seed=0"

@@ -226,7 +226,7 @@ def test_plan_without_allow_large_prints_the_full_table_and_marks_what_does_not_
 def test_memory_follows_the_dtype_and_allow_large_lifts_the_marks_not_the_table(tmp_path):
     """float32 against bfloat16: the weights and every row's memory grow (each peak holds a copy of the weights);
     with --allow-large the memory limit becomes the machine's own memory and the work limit is lifted."""
-    from circuitstat.pipelines.plan import device_memory
+    from circuitstat.pipelines.plan_fit import device_memory
 
     d = config_dir(tmp_path, "llama", LLAMA_31_8B)
     run = CliRunner()
