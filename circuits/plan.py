@@ -344,28 +344,26 @@ def masked_flops(cfg: ModelConfig, graph: ComponentGraph, P: int) -> tuple[int, 
     """(forward, backward) FLOPs of one example's masked run (circuitstat.circuits.engine.patching.edge_delta) and
     the backward of its loss to the mask. Forward: a forward plus, per receiver, its upstream Δz mixed by the mask
     (one edge contraction); on post-norm models each upstream layer's heads are mixed again on their own, inside
-    the norm; under a whole-projection q/k norm each head's q/k input projects every head (and back). Backward: every linear map's input gradient and two per attention product (the per-head receiver
-    inputs all depend on the mask), the unembedding, the mask's gradient (a contraction) and Δz's gradient for
-    every receiver whose upstream holds more than the input (whose Δz does not depend on the mask)."""
+    the norm; under a whole-projection q/k norm each head's q/k input projects every head (and back).
+    Backward: every linear map's input gradient and two per attention product (the per-head receiver inputs all
+    depend on the mask), the unembedding, the mask's gradient (a contraction) and Δz's gradient for every
+    receiver but layer 0's q/k/v (mixed while only the input, which does not depend on the mask, is upstream)."""
     linear, products = layer_flops(cfg, P)
-    mix = contraction_flops(graph, cfg, P)
-    first = [r for r in range(graph.n_receivers)  # layer 0's q/k/v: mixed while only the input is upstream
+    D, mix = cfg.d_model, contraction_flops(graph, cfg, P)
+    first = [r for r in range(graph.n_receivers)
              if int(graph.receiver_layer[r]) == 0 and r != graph.mlp_receiver_safe(0)]
-    diff = 2 * P * cfg.d_model * (graph.n_edges - int(graph.n_upstream[first].sum()))
-    forward = forward_flops(cfg, P) + mix
-    if cfg.qk_norm == "full":  # each head's own q and k input projects the whole normalised projection
-        forward += cfg.n_layers * cfg.n_heads * 2 * P * cfg.d_model * (_qk_width(cfg, 0) + _qk_width(cfg, 1)
-                                                                         - 2 * cfg.d_head)
-    backward = forward - forward_flops(cfg, P) - mix + cfg.n_layers * (linear + 2 * products) + unembed_flops(cfg) \
-        + mix + diff
+    diff = 2 * P * D * (graph.n_edges - int(graph.n_upstream[first].sum()))
+    extra = 0  # work of the masked run beyond a forward and the mixing, done again in its backward
+    if cfg.qk_norm == "full":
+        extra += cfg.n_layers * cfg.n_heads * 2 * P * D * (_qk_width(cfg, 0) + _qk_width(cfg, 1) - 2 * cfg.d_head)
+    post = 0
     if not cfg.additive_writes:  # each upstream layer's heads, mixed again inside its post-norm
         is_head = np.zeros(graph.n_senders, dtype=bool)
         for layer in range(cfg.n_layers):
-            first = graph.head_sender(layer, 0)
-            is_head[first:first + cfg.n_heads] = True
-        heads = 2 * P * cfg.d_model * int(is_head[graph.edge_sender].sum())
-        forward += heads
-        backward += 2 * heads
+            is_head[graph.head_sender(layer, 0):graph.head_sender(layer, 0) + cfg.n_heads] = True
+        post = 2 * P * D * int(is_head[graph.edge_sender].sum())
+    forward = forward_flops(cfg, P) + mix + extra + post
+    backward = cfg.n_layers * (linear + 2 * products) + unembed_flops(cfg) + mix + diff + extra + 2 * post
     return forward, backward
 
 
