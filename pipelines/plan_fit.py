@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from circuitstat.circuits.plan import Cost
+
+if TYPE_CHECKING:
+    from circuitstat.circuits.model import CircuitModel
 
 TIMING_BYTES = 2 * 2**30
 """Largest weights ``attribute --plan`` loads to time the passes (GPT-2 small is 0.5 GB); a larger model
@@ -25,17 +30,19 @@ class Limits:
 
 
 def run_limits(budget: int | None, *, allow_large: bool, device: str = "cpu") -> Limits:
-    """The Limits a run with these options meets: ``--max-memory`` when given, else circuitstat's memory limit
-    (circuitstat.circuits.limits.MAX_BYTES), or the device's own memory when --allow-large lifts that; the work
-    limit (MAX_WORK) unless lifted."""
+    """The Limits a run with these options meets: ``--max-memory`` when given, else the smaller of circuitstat's
+    memory limit (circuitstat.circuits.limits.MAX_BYTES) and the device's own memory (the device's alone when
+    --allow-large lifts the limit); the work limit (MAX_WORK) unless lifted."""
     from circuitstat.circuits.limits import MAX_BYTES, MAX_WORK
 
     work = None if allow_large else MAX_WORK
     if budget is not None:
         return Limits(float(budget), "--max-memory", work)
-    if not allow_large:
-        return Limits(float(MAX_BYTES), "circuitstat's limit; --allow-large lifts it", work)
-    return Limits(float(device_memory(device)), f"the memory of this {device.split(':')[0]} device", work)
+    own = float(device_memory(device))
+    where = "this machine's memory" if device.startswith("cpu") else f"the memory of {device}"
+    if allow_large or own < MAX_BYTES:
+        return Limits(own, where, work)
+    return Limits(float(MAX_BYTES), "circuitstat's limit; --allow-large lifts it", work)
 
 
 def device_memory(device: str) -> int:
@@ -55,7 +62,7 @@ def fit_mark(cost: Cost, limits: Limits) -> str:
     return "yes" if not over else "no:" + "+".join(over)
 
 
-def parameters_line(model) -> str:
+def parameters_line(model: "CircuitModel") -> str:
     """The model's parameter count as its checkpoint stores them (circuitstat.circuits.skeleton.checkpoint_parameters)
     and the weights' memory in the model's dtype: as stored, and as CircuitModel holds them (K/V ungrouped)."""
     from circuitstat.circuits.limits import format_bytes
@@ -78,7 +85,7 @@ def limits_line(limits: Limits) -> str:
             "no:mem / no:work rows are priced for a larger machine and would not run here as given")
 
 
-def untimed_reason(model, source_directory=None) -> str:
+def untimed_reason(model: "CircuitModel", source_directory: "Path | None" = None) -> str:
     """Why ``model`` (a skeleton of the model to plan) cannot be loaded and timed here: its directory holds no
     weights, or its weights exceed the memory limit or what a timing calibration loads; "" when it can be."""
     from circuitstat.circuits.limits import MAX_BYTES, format_bytes

@@ -106,3 +106,18 @@ def test_a_mask_fit_is_priced_by_its_calibrated_masked_step(tmp_path, monkeypatc
     one_fit = dataclasses.replace(cost, forwards=cost.forwards // 2, backwards=cost.backwards // 2)
     assert [int(x.replace(",", "")) for x in row[1:4]] == [cost.columns, one_fit.forwards, one_fit.backwards]
     assert ", masked step " in res.stdout and list(tmp_path.iterdir()) == []
+
+
+def test_the_limits_a_plan_marks_against(monkeypatch):
+    """--max-memory when given; else circuitstat's 16 GiB or this machine's memory, whichever is less; with
+    --allow-large the machine's memory alone and no work limit."""
+    import circuitstat.pipelines.plan_fit as plan_fit
+    from circuitstat.circuits.limits import MAX_BYTES, MAX_WORK
+
+    monkeypatch.setattr(plan_fit, "device_memory", lambda device: 8 * 2**30)  # a small machine
+    assert plan_fit.run_limits(None, allow_large=False) == plan_fit.Limits(8 * 2**30, "this machine's memory", MAX_WORK)
+    assert plan_fit.run_limits(2**30, allow_large=False).memory == 2**30
+    monkeypatch.setattr(plan_fit, "device_memory", lambda device: 512 * 2**30)  # a large one
+    assert plan_fit.run_limits(None, allow_large=False).memory == MAX_BYTES
+    lifted = plan_fit.run_limits(None, allow_large=True, device="cuda:1")
+    assert lifted == plan_fit.Limits(512 * 2**30, "the memory of cuda:1", None)

@@ -199,10 +199,13 @@ def row_bytes(words: list[str]) -> float:
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_plan_without_allow_large_prints_the_full_table_and_marks_what_does_not_fit(tmp_path, name):
     """Before: ``attribute --plan --dtype bf16`` on Llama-3.1-8B's config exited 2 ("needs about 69.8 GiB ... pass
-    --allow-large"). Now exit 0, every method priced, each row marked against the 16 GiB limit and the work limit
+    --allow-large"). Now exit 0, every method priced, each row marked against the memory limit (16 GiB) and the work limit
     by its own numbers; the parameter count is the checkpoint's, its bf16 weights 2 bytes each."""
-    from circuitstat.circuits.limits import MAX_BYTES, MAX_WORK
+    from circuitstat.circuits.limits import MAX_WORK, format_bytes
     from circuitstat.circuits.plan import METHODS
+    from circuitstat.pipelines.plan_fit import run_limits
+
+    limit = run_limits(None, allow_large=False).memory  # 16 GiB, or this machine's memory where that is less
 
     d = config_dir(tmp_path, name, CONFIGS[name])
     res = CliRunner().invoke(app, ["attribute", "--model", str(d), "--plan", "--n", "16", "--dtype", "bf16"])
@@ -211,16 +214,14 @@ def test_plan_without_allow_large_prints_the_full_table_and_marks_what_does_not_
     assert sorted(rows) == sorted(METHODS)
     marks = set()
     for method, w in rows.items():
-        over = [k for k, bad in (("mem", row_bytes(w) > MAX_BYTES), ("work", float(w[5]) > MAX_WORK)) if bad]
+        over = [k for k, bad in (("mem", row_bytes(w) > limit), ("work", float(w[5]) > MAX_WORK)) if bad]
         assert w[9] == ("no:" + "+".join(over) if over else "yes"), w
         marks.add(w[9])
     assert any(m.startswith("no:") for m in marks)  # each of these models has rows that do not fit 16 GiB
     n = PUBLISHED_COUNTS[name]
     assert f"model: {n:,} parameters; weights" in res.output
-    from circuitstat.circuits.limits import format_bytes
-
     assert f"{format_bytes(2 * n)} in bfloat16 as stored" in res.output
-    assert "fits: within memory 16.0 GiB per worker" in res.output
+    assert f"fits: within memory {format_bytes(limit)} per worker" in res.output
 
 
 def test_memory_follows_the_dtype_and_allow_large_lifts_the_marks_not_the_table(tmp_path):
