@@ -335,10 +335,11 @@ def estimate_seconds(cal: Calibration, model, cost: Cost, *, n: int, level: str 
     if method == "ensemble":  # its members one after another (circuitstat.circuits.plan.ENSEMBLE)
         from circuitstat.circuits.plan import ENSEMBLE
 
-        return sum(estimate_seconds(cal, model, method_cost(cfg, m, n=n, positions=positions or 1, level=level,
-                                                            batch_size=cost.batch_size, ig_steps=ig_steps,
-                                                            max_rows=cost.max_rows),
-                                    n=n, level=level, ig_steps=ig_steps, positions=positions) for m in ENSEMBLE)
+        members = sum(estimate_seconds(cal, model, method_cost(cfg, m, n=n, positions=positions or 1, level=level,
+                                                               batch_size=cost.batch_size, ig_steps=ig_steps,
+                                                               max_rows=cost.max_rows),
+                                       n=n, level=level, ig_steps=ig_steps, positions=positions) for m in ENSEMBLE)
+        return members - 4 * n * per_example * cal.forward_s  # the forwards the members share (plan._ensemble_cost)
     if method == "eap":
         return n * (per_example * (cal.forward_s + cal.gradient_s) + contraction)
     if method in ("edge-pruning", "ugs"):  # per fit: 3 forwards, then per step and draw a masked run and its backward

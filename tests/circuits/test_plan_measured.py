@@ -28,7 +28,7 @@ SOURCES = {
                  "&intermediate_size=64&vocab_size=97&seed=3",
 }
 RUNS = [("exact", "edge"), ("exact", "node"), ("eap", "edge"), ("clean-corrupted", "edge"),
-        ("eap-ig-inputs", "edge"), ("eap-ig-activations", "edge")]
+        ("eap-ig-inputs", "edge"), ("eap-ig-activations", "edge"), ("ensemble", "edge"), ("atp-graddrop", "edge")]
 N, P, BATCH, STEPS = 3, 6, 2, 2  # a short last batch (3 = 2 + 1)
 
 
