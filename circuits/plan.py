@@ -187,15 +187,15 @@ def atp_backwards(cfg: ModelConfig, method: str) -> int:
 
 
 def qk_fix_flops(cfg: ModelConfig, graph: ComponentGraph, P: int, backwards: int) -> int:
-    """The QK fix for one example: per layer, ∂m/∂A of every head (once per backward) and, per upstream
-    sender, its patched q and k for every head, two patterns per head and their contraction with
-    ∂m/∂A (once per backward)."""
+    """The QK fix for one example, once per backward (circuitstat.circuits.atpstar.qk_fix_columns runs after each of
+    GradDrop's backwards): per layer, ∂m/∂A of every head and, per upstream sender, its patched q and k for every
+    head, two patterns per head and their contraction with ∂m/∂A."""
     H, dh, D = cfg.n_heads, cfg.d_head, cfg.d_model
     pattern_grad = 2 * H * P * D * dh + 2 * H * P * P * dh
     # the shared fused projection (q, k and v of every head; a whole-projection q/k norm is elementwise on it)
-    per_sender = 2 * P * D * 3 * H * dh + 2 * 2 * H * P * P * dh + backwards * 2 * 2 * H * P * P
-    return sum(backwards * pattern_grad + graph.upstream_of_attention(layer) * per_sender
-               for layer in range(cfg.n_layers))
+    per_sender = 2 * P * D * 3 * H * dh + 2 * 2 * H * P * P * dh + 2 * 2 * H * P * P
+    return backwards * sum(pattern_grad + graph.upstream_of_attention(layer) * per_sender
+                           for layer in range(cfg.n_layers))
 
 
 def contractions(cfg: ModelConfig, method: str, steps: int) -> int:
