@@ -96,10 +96,12 @@ def unembed_flops(cfg: ModelConfig) -> int:
 
 
 def forward_flops(cfg: ModelConfig, P: int, *, fast_last: bool = False) -> int:
-    """One forward of one example; ``fast_last``: the last layer at the read-out position only."""
+    """One forward of one example; ``fast_last``: the last layer's attention, W_O and MLP at the read-out position
+    only (its fused q/k/v projection still at every position, as a suffix's last layer)."""
     total = unembed_flops(cfg)
     for layer in range(cfg.n_layers):
-        total += sum(layer_flops(cfg, P, 1 if fast_last and layer == cfg.n_layers - 1 else None))
+        last = layer == cfg.n_layers - 1
+        total += _suffix_layer_flops(cfg, P, True) if fast_last and last else sum(layer_flops(cfg, P))
     return total
 
 
@@ -185,15 +187,15 @@ def atp_backwards(cfg: ModelConfig, method: str) -> int:
 
 
 def qk_fix_flops(cfg: ModelConfig, graph: ComponentGraph, P: int, backwards: int) -> int:
-    """The QK fix for one example: per layer, ∂m/∂A of every head (once per backward) and, per upstream
-    sender, its patched q and k for every head, two patterns per head and their contraction with
-    ∂m/∂A (once per backward)."""
+    """The QK fix for one example, once per backward (circuitstat.circuits.atpstar.qk_fix_columns runs after each of
+    GradDrop's backwards): per layer, ∂m/∂A of every head and, per upstream sender, its patched q and k for every
+    head, two patterns per head and their contraction with ∂m/∂A."""
     H, dh, D = cfg.n_heads, cfg.d_head, cfg.d_model
     pattern_grad = 2 * H * P * D * dh + 2 * H * P * P * dh
     # the shared fused projection (q, k and v of every head; a whole-projection q/k norm is elementwise on it)
-    per_sender = 2 * P * D * 3 * H * dh + 2 * 2 * H * P * P * dh + backwards * 2 * 2 * H * P * P
-    return sum(backwards * pattern_grad + graph.upstream_of_attention(layer) * per_sender
-               for layer in range(cfg.n_layers))
+    per_sender = 2 * P * D * 3 * H * dh + 2 * 2 * H * P * P * dh + 2 * 2 * H * P * P
+    return backwards * sum(pattern_grad + graph.upstream_of_attention(layer) * per_sender
+                           for layer in range(cfg.n_layers))
 
 
 def contractions(cfg: ModelConfig, method: str, steps: int) -> int:
@@ -275,6 +277,7 @@ class Cost:
     memory_peak: int  # bytes
     batch_size: int
     max_rows: int
+    optimizer_steps: int = 0  # mask methods: Adam steps over every fit
 
 
 def _gradient_runs(cfg: ModelConfig, method: str, steps: int) -> tuple[int, int]:
@@ -329,30 +332,65 @@ def method_cost(cfg: ModelConfig, method: str, *, n: int, positions: int, level:
 
 
 def _ensemble_cost(cfg: ModelConfig, **options) -> Cost:
-    """The ensemble's Cost: its three members run one after another on each batch (the sum of their work;
-    the peak memory of the largest, as each member's graph is freed before the next)."""
+    """The ensemble's Cost: its three members run one after another on each batch (the sum of their work, less
+    what they share: one counterfactual forward instead of three, and EAP's gradient run's clean sender outputs
+    instead of each EAP-IG member's clean forward (circuitstat.circuits.attribution._ensemble); the peak memory of
+    the largest, as each member's graph is freed before the next)."""
     parts = [method_cost(cfg, m, **options) for m in ENSEMBLE]
-    return Cost("ensemble", parts[0].columns, sum(c.forwards for c in parts), sum(c.backwards for c in parts), 0,
-                float(sum(c.flops for c in parts)), sum(c.layer_passes for c in parts),
+    n, P, L = options["n"], options["positions"], cfg.n_layers
+    fwd = forward_flops(cfg, P)
+    shared = 2 * (fwd - unembed_flops(cfg)) + 2 * fwd  # two counterfactual and two clean forwards not run again
+    batches = -(-n // options.get("batch_size", 16))
+    return Cost("ensemble", parts[0].columns, sum(c.forwards for c in parts) - 4 * n, sum(c.backwards for c in parts),
+                0, float(sum(c.flops for c in parts) - n * shared), sum(c.layer_passes for c in parts) - 4 * L * batches,
                 max(c.memory_peak for c in parts), parts[0].batch_size, parts[0].max_rows)
 
 
+def masked_flops(cfg: ModelConfig, graph: ComponentGraph, P: int) -> tuple[int, int]:
+    """(forward, backward) FLOPs of one example's masked run (circuitstat.circuits.engine.patching.edge_delta) and
+    the backward of its loss to the mask. Forward: a forward plus, per receiver, its upstream Δz mixed by the mask
+    (one edge contraction); on post-norm models each upstream layer's heads are mixed again on their own, inside
+    the norm; under a whole-projection q/k norm each head's q/k input projects every head (and back).
+    Backward: every linear map's input gradient and two per attention product (the per-head receiver inputs all
+    depend on the mask), the unembedding, the mask's gradient (a contraction) and Δz's gradient for every
+    receiver but layer 0's q/k/v (mixed while only the input, which does not depend on the mask, is upstream)."""
+    linear, products = layer_flops(cfg, P)
+    D, mix = cfg.d_model, contraction_flops(graph, cfg, P)
+    first = [r for r in range(graph.n_receivers)
+             if int(graph.receiver_layer[r]) == 0 and r != graph.mlp_receiver_safe(0)]
+    diff = 2 * P * D * (graph.n_edges - int(graph.n_upstream[first].sum()))
+    extra = 0  # work of the masked run beyond a forward and the mixing, done again in its backward
+    if cfg.qk_norm == "full":
+        extra += cfg.n_layers * cfg.n_heads * 2 * P * D * (_qk_width(cfg, 0) + _qk_width(cfg, 1) - 2 * cfg.d_head)
+    post = 0
+    if not cfg.additive_writes:  # each upstream layer's heads, mixed again inside its post-norm
+        is_head = np.zeros(graph.n_senders, dtype=bool)
+        for layer in range(cfg.n_layers):
+            is_head[graph.head_sender(layer, 0):graph.head_sender(layer, 0) + cfg.n_heads] = True
+        post = 2 * P * D * int(is_head[graph.edge_sender].sum())
+    forward = forward_flops(cfg, P) + mix + extra + post
+    backward = cfg.n_layers * (linear + 2 * products) + unembed_flops(cfg) + mix + diff + extra + 2 * post
+    return forward, backward
+
+
 def pruning_cost(cfg: ModelConfig, *, n: int, positions: int, steps: int, fits: int = 1, batch_size: int = 16,
-                 itemsize: int = 4) -> Cost:
-    """The Cost of ``fits`` edge-pruning fits (circuitstat.circuits.edge_pruning) of ``steps`` full-batch Adam
-    steps on ``n`` examples: per fit and example the counterfactual, clean and fully patched forwards once,
-    then per step one masked forward (a forward plus the edge mixing, one edge contraction) and its backward
-    (activation gradients, as :func:`backward_flops`, plus the mask's gradient, another contraction).  Every
-    batch's autograd graph is kept until the step's one backward, so the peak holds all ``n`` examples'."""
+                 itemsize: int = 4, method: str = "edge-pruning", draws: int = 1) -> Cost:
+    """The Cost of ``fits`` mask fits (circuitstat.circuits.edge_pruning; ``method="ugs"``: circuitstat.circuits.ugs,
+    ``draws`` masks per prompt and step) of ``steps`` full-batch Adam steps on ``n`` examples: per fit and example
+    the counterfactual, clean and fully patched forwards once, then per step and draw one masked run and its
+    backward (:func:`masked_flops`), one optimiser step per fit and step (``optimizer_steps``). Every batch's
+    autograd graph is kept until the step's one backward, so the peak holds all ``n`` examples' (every draw's)."""
     g, P, L = graph_of(cfg), positions, cfg.n_layers
-    fwd, mix = forward_flops(cfg, P), contraction_flops(g, cfg, P)
-    setup = (fwd - unembed_flops(cfg)) + 2 * fwd
-    per_step = fwd + backward_flops(cfg, P) + 2 * mix
+    fwd = forward_flops(cfg, P)
+    # the counterfactual's senders, the clean logits (last layer at the read-out only), the empty circuit's logits
+    setup = (fwd - unembed_flops(cfg)) + forward_flops(cfg, P, fast_last=True) + fwd
+    runs = steps * draws  # masked runs per example and fit
+    per_run = sum(masked_flops(cfg, g, P))
     batches = -(-n // batch_size)
-    memory = weight_bytes(cfg, itemsize) + n * gradient_example_bytes(cfg, g, P, "eap", itemsize)
-    return Cost("edge-pruning", g.n_edges, fits * n * (3 + steps), fits * n * steps, 0,
-                float(fits * n * (setup + steps * per_step)), fits * batches * L * (3 + 2 * steps), memory,
-                batch_size, 0)
+    memory = weight_bytes(cfg, itemsize) + draws * n * gradient_example_bytes(cfg, g, P, "eap", itemsize)
+    return Cost(method, g.n_edges, fits * n * (3 + runs), fits * n * runs, 0,
+                float(fits * n * (setup + runs * per_run)), fits * batches * L * (3 + 2 * runs), memory,
+                batch_size, 0, optimizer_steps=fits * steps)
 
 
 ROWS_FIRST = 256

@@ -39,6 +39,8 @@ from typing import Callable, Iterator
 from circuitstat.circuits.plan import (ATP, METHODS, Cost, atp_backwards, contraction_flops, contractions, fit_memory, method_cost,
                            qk_fix_flops, sender_groups)
 
+from .plan_fit import TIMING_BYTES, Limits, fit_mark, limits_line, run_limits  # noqa: F401 - TIMING_BYTES re-exported
+
 
 @dataclass(frozen=True)
 class Calibration:
@@ -51,6 +53,7 @@ class Calibration:
     suffix_s: tuple[tuple[float, float], ...]  # per start layer (0..L-1): (seconds per call, seconds per row)
     patch_call_s: float = 0.0  # exact's extra cost per receiver call (gathers, patched layer), from a probe
     contraction_s: float = 0.0  # Σ_pos Δz_u · g_v for every edge of the batch
+    mask_step_s: float = 0.0  # a mask fit's masked run and its backward to the mask (0: not timed)
     clock: str = "CPU time"  # what the seconds are: "CPU time" (on a CPU) or "wall time" (on a GPU)
     passes: int = 0  # model passes (CircuitModel.run calls) the calibration itself ran
     wall_s: float = 0.0  # the calibration's own wall time
@@ -63,10 +66,6 @@ class Calibration:
         call, row = self.suffix_s[min(layer, len(self.suffix_s) - 1)]
         return self.patch_call_s + call + row * rows
 
-
-TIMING_BYTES = 2 * 2**30
-"""Largest weights ``attribute --plan`` loads to time the passes (GPT-2 small is 0.5 GB); a larger model
-(Gemma-2-2B: 5 GiB in bf16) is planned from its shapes alone, its time priced by FLOPs."""
 
 # Dense (not sparse) tensor-core peaks from the vendors' datasheets, TFLOP/s: (bf16/fp16, fp32 without TF32).
 PEAKS = {"H200": (989.0, 67.0), "H100 PCIe": (756.0, 51.0), "H100": (989.0, 67.0), "A100": (312.0, 19.5),
@@ -197,18 +196,20 @@ def _counting_passes(model) -> Iterator[list[int]]:
             model.__dict__["run"] = own
 
 
-def calibrate(model, data, batch_size: int, *, repeats: int = 1, probe_s: float = 2.0) -> Calibration:
+def calibrate(model, data, batch_size: int, *, repeats: int = 1, probe_s: float = 2.0,
+              mask: bool = False) -> Calibration:
     """A Calibration from timed passes of ``model`` on the first ``batch_size`` examples of ``data`` (fewer
     on a large model: :func:`calibration_batch`, then rescaled to the batch by one timed forward of it), and
     exact patching of one example when that is predicted to take under ``probe_s`` seconds; with the
     calibration's own cost (model passes, wall and CPU time) and the machine's load while it ran.
     Each pass is timed once after a warm-up (``repeats``): CPU time is not disturbed by other processes as
-    wall time is, so the fastest of several repeats is no longer needed."""
+    wall time is, so the fastest of several repeats is no longer needed. ``mask``: also time a mask fit's step
+    (edge pruning, UGS: a masked run with per-head receiver inputs and its backward, :func:`_mask_step_time`)."""
     from circuitstat.circuits.threads import available_cores
 
     wall0, cpu0 = time.perf_counter(), time.process_time()
     with _counting_passes(model) as passes:
-        cal = _calibrate(model, data, batch_size, repeats, probe_s)
+        cal = _calibrate(model, data, batch_size, repeats, probe_s, mask)
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):  # no load average on this platform
@@ -218,7 +219,7 @@ def calibrate(model, data, batch_size: int, *, repeats: int = 1, probe_s: float 
                                cores=available_cores())
 
 
-def _calibrate(model, data, batch_size: int, repeats: int, probe_s: float) -> Calibration:
+def _calibrate(model, data, batch_size: int, repeats: int, probe_s: float, mask_step: bool = False) -> Calibration:
     """The timed passes of :func:`calibrate`."""
     import torch
 
@@ -256,8 +257,25 @@ def _calibrate(model, data, batch_size: int, repeats: int, probe_s: float) -> Ca
         with torch.no_grad():
             delta = cf - model.run(ids, mask, keep_senders=True, compute_logits=False).senders
             contraction = _best_time(lambda: edge_scores_from_grads(model, delta, grads), repeats, clock)
-    cal = Calibration(B, forward, grad, ig, tuple(suffix), contraction_s=contraction)
+        step = _mask_step_time(model, ids, mask, cf, repeats) if mask_step else 0.0
+    cal = Calibration(B, forward, grad, ig, tuple(suffix), contraction_s=contraction, mask_step_s=step)
     return _probe_exact(_to_full_batch(cal, model, data, batch_size), model, data, probe_s)
+
+
+def _mask_step_time(model, ids, mask, cf, repeats: int) -> float:
+    """Time of one mask-fit step's model work on the batch: the masked run of every edge at gate 0.7
+    (circuitstat.circuits.edge_pruning.masked_logits) and the backward of its logits to the gates."""
+    import torch
+
+    from circuitstat.circuits.edge_pruning import masked_logits
+
+    keep = torch.full((model.graph.n_edges,), 0.7, device=model.device, requires_grad=True)
+
+    def step():
+        with torch.enable_grad():
+            torch.autograd.grad(masked_logits(model, ids, mask, cf, keep)[:, 0].sum(), keep)
+
+    return _best_time(step, repeats, clock_for(model.device)[1])
 
 
 def _to_full_batch(cal: Calibration, model, data, batch_size: int) -> Calibration:
@@ -280,7 +298,8 @@ def _to_full_batch(cal: Calibration, model, data, batch_size: int) -> Calibratio
     grow = forward / cal.forward_s  # the batch's time over the calibration batch's (per-pass scale)
     # the suffix runs were timed on a full batch of rows already (_suffix_times)
     return dataclasses.replace(cal, batch_size=full, forward_s=forward, gradient_s=cal.gradient_s * grow,
-                               ig_gradient_s=cal.ig_gradient_s * grow, contraction_s=cal.contraction_s * grow)
+                               ig_gradient_s=cal.ig_gradient_s * grow, contraction_s=cal.contraction_s * grow,
+                               mask_step_s=cal.mask_step_s * grow)
 
 
 def _probe_exact(cal: Calibration, model, data, probe_s: float) -> Calibration:
@@ -316,16 +335,19 @@ def estimate_seconds(cal: Calibration, model, cost: Cost, *, n: int, level: str 
     if method == "ensemble":  # its members one after another (circuitstat.circuits.plan.ENSEMBLE)
         from circuitstat.circuits.plan import ENSEMBLE
 
-        return sum(estimate_seconds(cal, model, method_cost(cfg, m, n=n, positions=positions or 1, level=level,
-                                                            batch_size=cost.batch_size, ig_steps=ig_steps,
-                                                            max_rows=cost.max_rows),
-                                    n=n, level=level, ig_steps=ig_steps, positions=positions) for m in ENSEMBLE)
+        members = sum(estimate_seconds(cal, model, method_cost(cfg, m, n=n, positions=positions or 1, level=level,
+                                                               batch_size=cost.batch_size, ig_steps=ig_steps,
+                                                               max_rows=cost.max_rows),
+                                       n=n, level=level, ig_steps=ig_steps, positions=positions) for m in ENSEMBLE)
+        return members - 4 * n * per_example * cal.forward_s  # the forwards the members share (plan._ensemble_cost)
     if method == "eap":
         return n * (per_example * (cal.forward_s + cal.gradient_s) + contraction)
-    if method in ("edge-pruning", "ugs"):  # per fit: 3 forwards, then per step a masked forward and backward (two mixings)
-        steps = cost.backwards // max(n, 1)  # over every fit
-        fits = max(1, cost.forwards // max(n, 1) - steps) // 3
-        return n * (per_example * (3 * fits * cal.forward_s + steps * cal.gradient_s) + 2 * steps * contraction)
+    if method in ("edge-pruning", "ugs"):  # per fit: 3 forwards, then per step and draw a masked run and its backward
+        runs = cost.backwards // max(n, 1)  # over every fit
+        fits = max(1, cost.forwards // max(n, 1) - runs) // 3
+        if cal.mask_step_s <= 0:
+            raise ValueError("pricing a mask fit needs a calibration with its masked step (calibrate(mask=True))")
+        return n * per_example * (3 * fits * cal.forward_s + runs * cal.mask_step_s)
     if method in ATP:
         return _atp_seconds(cal, model, method, n, positions)
     k = contractions(cfg, method, ig_steps)  # post-norm models contract every gradient run (circuitstat.circuits.plan)
@@ -367,15 +389,16 @@ def _atp_seconds(cal: Calibration, model, method: str, n: int, positions: int | 
 
 
 def plan_costs(model, data, *, level: str = "edge", batch_size: int = 16, ig_steps: int = 5,
-               budget: int | None = None, methods=METHODS) -> dict[str, "Cost | str"]:
-    """{method: its Cost on ``data``}, batch size and exact's rows fitted to ``budget`` bytes when given;
-    a method that cannot fit the budget maps to the refusal's message instead."""
+               budget: int | None = None, methods=METHODS) -> dict[str, Cost]:
+    """{method: its Cost on ``data``}, batch size and exact's rows fitted to ``budget`` bytes when given; a method
+    that cannot fit the budget even with one example (and one suffix row) is priced at that minimum, its memory
+    over the budget (:func:`fit_mark` marks it: a plan prices what it cannot run here, for a larger machine)."""
     from circuitstat.core.errors import InputError
 
     cfg = model.cfg
     n, P = int(data.clean.shape[0]), int(data.clean.shape[1])
     itemsize = model.dtype.itemsize
-    costs: dict[str, Cost | str] = {}
+    costs: dict[str, Cost] = {}
     for method in methods:
         b, rows = batch_size, 256
         if budget is not None:
@@ -383,9 +406,8 @@ def plan_costs(model, data, *, level: str = "edge", batch_size: int = 16, ig_ste
             try:
                 b, rows = fit_memory(cfg, method, budget, positions=P, level=level, batch_size=batch_size,
                                      max_rows=widest, itemsize=itemsize)
-            except InputError as e:
-                costs[method] = str(e)
-                continue
+            except InputError:  # not even one example fits: the smallest run, marked as over the budget
+                b, rows = 1, 1
         costs[method] = method_cost(cfg, method, n=n, positions=P, level=level, batch_size=b, ig_steps=ig_steps,
                                     max_rows=rows, itemsize=itemsize)
     return costs
@@ -402,29 +424,31 @@ def _duration(seconds: float) -> str:
 def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_steps: int = 5,
                budget: int | None = None, n_jobs: int = 1, timing_model=None, untimed: str = "",
                device: str = "cpu", rate: tuple[float, str] | None = None, verify=None,
-               verify_method: str = "eap", pruning: tuple[int, int] | None = None) -> list[str]:
+               verify_method: str = "eap", pruning: tuple[int, ...] | None = None,
+               limits: Limits | None = None, header: tuple[str, ...] = ()) -> list[str]:
     """The plan as printed lines: a header, the calibration, one row per method, a legend (and, with ``verify``
     (a VerifySpec), the verified run's two phases: ``verify_method`` on all N, exact on n of them).
 
     ``model`` may be a skeleton on the meta device (circuitstat.circuits.skeleton): the counts need only shapes.
     The time estimate is calibrated on ``timing_model`` (default ``model`` unless it is on the meta
     device); without one, ``untimed`` says why and the time is the FLOPs at ``rate`` (TFLOP/s, source;
-    default :func:`flop_rate` of ``device`` and the model's dtype), a lower bound. ``pruning`` (steps, fits) adds
-    an edge-pruning row: that many fits of that many steps (circuitstat.circuits.plan.pruning_cost).
+    default :func:`flop_rate` of ``device`` and the model's dtype), a lower bound. ``pruning`` (steps, fits[, draws])
+    adds the mask method's row (``verify_method``: edge-pruning or ugs): that many fits of that many steps, ``draws``
+    masks per prompt and step for UGS (circuitstat.circuits.plan.pruning_cost), timed by a calibrated masked step. ``limits``
+    (default: :func:`run_limits` of ``budget``) marks each row that does not fit (:func:`fit_mark`); ``header``:
+    lines printed after the first (the model's parameters).
     """
+    limits = limits or run_limits(budget, allow_large=False, device=device)
     n, P = int(data.clean.shape[0]), int(data.clean.shape[1])
     costs = plan_costs(model, data, level=level, batch_size=batch_size, ig_steps=ig_steps, budget=budget)
     if pruning is not None:
         from circuitstat.circuits.plan import pruning_cost
 
-        # a UGS fit is priced as edge pruning's with n_samples x steps (the caller multiplies them)
-        import dataclasses
-
         name = "ugs" if verify_method == "ugs" else "edge-pruning"
-        costs[name] = dataclasses.replace(pruning_cost(model.cfg, n=n, positions=P, steps=pruning[0], fits=pruning[1],
-                                                       batch_size=batch_size, itemsize=model.dtype.itemsize),
-                                          method=name)
-    fitted = [c.batch_size for c in costs.values() if isinstance(c, Cost)]
+        steps, fits, draws = (*pruning, 1)[:3]
+        costs[name] = pruning_cost(model.cfg, n=n, positions=P, steps=steps, fits=fits, batch_size=batch_size,
+                                   itemsize=model.dtype.itemsize, method=name, draws=draws)
+    fitted = [c.batch_size for c in costs.values()]
     if timing_model is None and model.device.type != "meta":
         timing_model = model
     if timing_model is None:
@@ -435,24 +459,25 @@ def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_ste
             return c.flops / (rate[0] * 1e12), ">= "
 
         lines = _cost_table(model, costs, n, P, level, ig_steps, budget, n_jobs,
-                            f", {str(model.dtype).replace('torch.', '')}", [how], seconds)
+                            f", {str(model.dtype).replace('torch.', '')}", [*header, how], seconds, limits)
         time_is = "FLOPs at the rate above"
     else:  # the calibration itself stays within the budget
-        cal = calibrate(timing_model, data, min(fitted, default=1))
+        cal = calibrate(timing_model, data, min(fitted, default=1), mask=pruning is not None)
         how = (f"calibration on {cal.batch_size} examples, one thread, {cal.clock}: forward {cal.forward_s * 1e3:.3g} ms, "
-               f"gradient run {cal.gradient_s * 1e3:.3g} ms, suffix row from layer 0 {cal.suffix_s[0][1] * 1e3:.3g} ms")
+               f"gradient run {cal.gradient_s * 1e3:.3g} ms, suffix row from layer 0 {cal.suffix_s[0][1] * 1e3:.3g} ms"
+               + (f", masked step {cal.mask_step_s * 1e3:.3g} ms" if cal.mask_step_s else ""))
         def seconds(c):
             if c.method == "exact-verify":
                 return _verify_seconds(cal, model, c, positions=P), ""
             return estimate_seconds(cal, model, c, n=n, level=level, ig_steps=ig_steps, positions=P), ""
 
-        lines = _cost_table(model, costs, n, P, level, ig_steps, budget, n_jobs, "", [how, calibration_cost_line(cal)],
-                            seconds)
+        lines = _cost_table(model, costs, n, P, level, ig_steps, budget, n_jobs, "",
+                            [*header, how, calibration_cost_line(cal)], seconds, limits)
         time_is = (f"{cal.clock} of one thread per worker, calibrated on this machine" + (
             "; on a busy machine a run's wall time is longer" if cal.clock == "CPU time" else ""))
     if verify is not None:
         lines += verify_lines(model, costs, verify, verify_method, n=n, P=P, batch_size=batch_size, seconds=seconds)
-    return lines + ["forwards: full forwards (counterfactual, clean, gradient runs); suffix rows: exact patching's "
+    return lines + [limits_line(limits), "forwards: full forwards (counterfactual, clean, gradient runs); suffix rows: exact patching's "
                     f"(example, sender) suffix forwards; memory: estimated peak per worker and device, incl. a whole copy of "
                     f"the weights (a model is never split across devices); time: {time_is}"]
 
@@ -484,8 +509,8 @@ def verify_lines(model, costs: dict, verify, method: str, *, n: int, P: int, bat
 
     k = None if verify.edges is None else verify.edges.top + verify.edges.random
     p1, exact = costs.get(method), costs.get("exact")
-    if not isinstance(p1, Cost) or not isinstance(exact, Cost):
-        return [f"verified run: not priced ({method} or exact does not fit the memory budget)"]
+    if p1 is None or exact is None:
+        return [f"verified run: not priced ({method} or exact is not in the plan)"]
     p2 = verify_cost(model.cfg, n=verify.n, N=n, positions=P, n_edges=k, batch_size=exact.batch_size,
                      max_rows=exact.max_rows, itemsize=model.dtype.itemsize)
     (t1, pre), (t2, _), (te, _) = seconds(p1), seconds(p2), seconds(exact)
@@ -499,9 +524,10 @@ def verify_lines(model, costs: dict, verify, method: str, *, n: int, P: int, bat
 
 
 def _cost_table(model, costs: dict, n: int, P: int, level: str, ig_steps: int, budget, n_jobs: int, dtype: str,
-                how: list[str], seconds) -> list[str]:
+                how: list[str], seconds, limits: Limits) -> list[str]:
     """The plan's header, ``how`` the time is estimated, and one row per method; ``seconds(cost)`` gives the
-    one-worker time and its prefix (">= " for a lower bound), divided over the workers its chunks can use."""
+    one-worker time and its prefix (">= " for a lower bound), divided over the workers its chunks can use;
+    ``fits`` marks the rows over ``limits``."""
     from circuitstat.circuits.limits import format_bytes
 
     unit = "edges" if level == "edge" else "nodes"
@@ -510,14 +536,11 @@ def _cost_table(model, costs: dict, n: int, P: int, level: str, ig_steps: int, b
              f"{n_jobs} worker{'s' if n_jobs > 1 else ''}{dtype}"
              + ("" if budget is None else f", --max-memory {format_bytes(budget)}"), *how,
              f"{'method':<19} {unit:>9} {'forwards':>9} {'backwards':>9} {'suffix rows':>12} {'FLOPs':>9} "
-             f"{'memory':>10} {'batch':>5} {'est. time':>10}"]
-    for method, c in costs.items():
-        if not isinstance(c, Cost):
-            lines.append(f"{method:<19} does not fit: {c}")
-            continue
+             f"{'memory':>10} {'batch':>5} {'fits':>12} {'est. time':>10}"]
+    for c in costs.values():
         one, prefix = seconds(c)
         est = one / min(n_jobs, -(-n // c.batch_size))
         lines.append(f"{c.method:<19} {c.columns:>9,} {c.forwards:>9,} {c.backwards:>9,} {c.suffix_rows:>12,} "
                      f"{c.flops:>9.3g} {format_bytes(c.memory_peak):>10} {c.batch_size:>5} "
-                     f"{prefix + _duration(est):>10}")
+                     f"{fit_mark(c, limits):>12} {prefix + _duration(est):>10}")
     return lines

@@ -238,7 +238,7 @@ def attribute_command(
         _plan(model, task, options, n=n, seed=seed, metric=metric, level=level, batch_size=batch_size,
               ig_steps=ig_steps, budget=budget, n_jobs=check_n_jobs(n_jobs, "--n-jobs"), device=check_device(device), dtype=dtype,
               allow_pickle=allow_pickle, allow_large=allow_large, verify=vspec, method=method,
-              pruning=None if pruning is None else (pruning.steps * getattr(pruning, "n_samples", 1), 1 + (n_refits or 0)),
+              pruning=None if pruning is None else (pruning.steps, 1 + (n_refits or 0), getattr(pruning, "n_samples", 1)),
               moe_nodes=moe_nodes)
         return
     if pruning is not None:
@@ -296,43 +296,40 @@ def _print_top(sm, method: str, level: str, out: Path, top: int = 10, ranking: s
 
 def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, level: str, batch_size: int, ig_steps: int,
           budget, n_jobs: int, device: str, dtype: str, allow_pickle: bool, allow_large: bool, verify=None,
-          method: str = "eap", pruning: tuple[int, int] | None = None, moe_nodes: str = "block") -> None:
+          method: str = "eap", pruning: tuple[int, ...] | None = None, moe_nodes: str = "block") -> None:
     """Print the plan of an attribute run: counts from the model's skeleton on the meta device (no weight
     is read or allocated, whatever the config's size); timings from the loaded model only when its
     weights fit the memory limit (circuitstat.circuits.limits.MAX_BYTES, which --allow-large does not lift here) and
-    circuitstat.pipelines.plan.TIMING_BYTES; otherwise the time is priced by FLOPs (circuitstat.pipelines.plan.flop_rate)."""
+    circuitstat.pipelines.plan_fit.TIMING_BYTES; otherwise the time is priced by FLOPs (circuitstat.pipelines.plan.flop_rate).
+    A plan never refuses a size: the rows over this machine's limits are marked (--allow-large is for running)."""
+    from circuitstat.core.errors import InputError
     from circuitstat.pipelines.attribute import torch_dtype
-    from circuitstat.circuits.limits import MAX_BYTES, format_bytes
-    from circuitstat.circuits.loading import has_weights
-    from circuitstat.circuits.plan import weight_bytes
     from circuitstat.pipelines.build import build_task, check_work, precheck_task, task_positions
-    from circuitstat.pipelines.plan import TIMING_BYTES, plan_lines
+    from circuitstat.pipelines.plan import plan_lines
+    from circuitstat.pipelines.plan_fit import parameters_line, run_limits, untimed_reason
     from circuitstat.pipelines.sources import LOCAL
 
     resolved = LOCAL.resolve(source)
     precheck_task(resolved.location, task, n=n, seed=seed, metric=metric, public=resolved.name, **options)
     # a plan reads no weights: a directory with only config.json (weights not downloaded yet) is planned too
-    skeleton = LOCAL.skeleton(source, allow_pickle=allow_pickle, allow_large=allow_large, weights=False)
+    skeleton = LOCAL.skeleton(source, allow_pickle=allow_pickle, allow_large=True, weights=False)
     skeleton = skeleton.to(dtype=torch_dtype(dtype))  # on meta: only the itemsize changes
     if moe_nodes != "block":  # experts as nodes: the plan counts that graph's edges (InputError on a dense model)
         from circuitstat.circuits.moe_nodes import set_moe_nodes
 
         set_moe_nodes(skeleton, moe_nodes)
-    check_work(skeleton, n, level=level, positions=task_positions(task, options), allow_large=allow_large)
+    try:  # a run's score matrices over the limit: said after the table, not refused
+        check_work(skeleton, n, level=level, positions=task_positions(task, options), allow_large=allow_large)
+        refused = ""
+    except InputError as e:
+        refused = f"does not fit: a run would be refused: {e}"
     from circuitstat.pipelines.attribute import check_attribute_verify
 
     check_attribute_verify(verify, skeleton, method=method, level=level, n=n)  # refused as the run refuses it
     t = build_task(skeleton, task, n=n, seed=seed, metric=metric, **options)
-    need = weight_bytes(skeleton.cfg, torch_dtype(dtype).itemsize)
-    timing, why = None, ""
-    if skeleton.directory is not None and not has_weights(skeleton.directory):
-        why = "the directory holds no weights yet (config.json only)"
-    elif need > MAX_BYTES:
-        why = f"the weights ({format_bytes(need)}) exceed the memory limit of {format_bytes(MAX_BYTES)}"
-    elif need > TIMING_BYTES:  # loading and timing a multi-GB model would take minutes: a plan takes seconds
-        why = (f"the weights ({format_bytes(need)}) are over the {format_bytes(TIMING_BYTES)} a timing calibration "
-               "loads")
-    else:
+    why = untimed_reason(skeleton, skeleton.directory)
+    timing = None
+    if not why:
         timing = LOCAL.load(source, device=device, dtype=torch_dtype(dtype), allow_pickle=allow_pickle,
                             allow_large=allow_large)
         if moe_nodes != "block":
@@ -341,8 +338,12 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
             set_moe_nodes(timing, moe_nodes)
     for line in plan_lines(skeleton, t, level=level, batch_size=batch_size, ig_steps=ig_steps, budget=budget,
                            n_jobs=n_jobs, timing_model=timing, untimed=why, device=str(device), verify=verify,
-                           verify_method=method, pruning=pruning):
+                           verify_method=method, pruning=pruning,
+                           limits=run_limits(budget, allow_large=allow_large, device=str(device)),
+                           header=(parameters_line(skeleton),)):
         echo(line)
+    if refused:
+        echo(refused)
 
 
 @app.command("audit")

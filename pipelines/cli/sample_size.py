@@ -117,7 +117,7 @@ def _cost(sm, ns: list[int], source: str | None) -> dict:
     source = source or (sm.provenance.get("model") or {}).get("source")
     if not source:
         raise InputError("the pilot records no model source to price; pass --model")
-    skeleton = LOCAL.skeleton(source, weights=False)
+    skeleton = LOCAL.skeleton(source, weights=False, allow_large=True)  # shapes on meta: no size to refuse
     positions = int((sm.provenance.get("task") or {}).get("n_positions") or 0)
     if positions < 1:
         raise InputError("the pilot records no prompt length (task n_positions) to price; rerun the pilot with "

@@ -108,16 +108,19 @@ def test_plan_lines_price_a_meta_model_by_flops(shape):
     time as FLOPs at the given rate (stated, a lower bound)."""
     from circuitstat.circuits.plan import parse_bytes  # (circuitstat.circuits.limits after the ground-floor move)
     from circuitstat.pipelines.build import build_task
+    from circuitstat.circuits.limits import MAX_WORK
     from circuitstat.pipelines.plan import flop_rate, plan_lines
 
     name, m = shape
     task = build_task(m, "induction", n=32, seed=0, metric=None)
     lines = plan_lines(m, task, batch_size=16, budget=parse_bytes("80GiB"), rate=(989.0, "a test peak"))
     assert "counts from shapes only" in lines[1] and "989 TFLOP/s (a test peak)" in lines[1]
-    rows = {line.split()[0]: line for line in lines[3:-1]}
+    rows = {line.split()[0]: line for line in lines[3:-2]}
     assert set(rows) == set(METHODS)
     for line in rows.values():
-        assert ">=" in line and "does not fit" not in line
+        flops, mark = float(line.split()[5]), line.split()[-4]
+        assert ">=" in line and "mem" not in mark  # within the 80 GiB budget
+        assert (mark == "no:work") == (flops > MAX_WORK), line  # over the work limit (not lifted here): marked
     tflops, how = flop_rate("cpu", torch.float32, size=128)
     assert tflops > 0 and "matmul on cpu" in how
 

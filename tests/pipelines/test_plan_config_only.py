@@ -169,3 +169,91 @@ def test_plan_counts_the_expert_edges_by_formula_and_refuses_experts_on_a_dense_
     out = tmp_path / "run"
     res = run.invoke(app, ["attribute", "--model", "random:llama", "--out", str(out), "--moe-nodes", "experts"])
     assert res.exit_code == 2 and "no mixture-of-experts layer" in res.output and not out.exists()
+
+
+# ---- issue 43, item 2: a plan prices what does not fit, marks it and exits 0 -------------------------------------
+GEMMA_2_2B = {"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "hidden_size": 2304,
+              "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+              "intermediate_size": 9216, "vocab_size": 256000, "max_position_embeddings": 8192,
+              "query_pre_attn_scalar": 256, "sliding_window": 4096, "attn_logit_softcapping": 50.0,
+              "final_logit_softcapping": 30.0, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+              "torch_dtype": "bfloat16"}
+PUBLISHED_COUNTS = {"llama-3.1-8b": 8_030_261_248, "mixtral-8x7b": 46_702_792_704, "gemma-2-2b": 2_614_341_888}
+CONFIGS = {"llama-3.1-8b": LLAMA_31_8B, "mixtral-8x7b": MIXTRAL_8X7B, "gemma-2-2b": GEMMA_2_2B}
+
+
+def plan_rows(output: str) -> dict[str, list[str]]:
+    """{method: its row's words} of a printed plan."""
+    from circuitstat.circuits.plan import METHODS
+
+    return {w[0]: w for w in (line.split() for line in output.splitlines()) if w[:1] and w[0] in METHODS}
+
+
+def row_bytes(words: list[str]) -> float:
+    """The memory column of a plan row (words 6 and 7: value and unit), in bytes."""
+    from circuitstat.circuits.limits import parse_bytes
+
+    return parse_bytes(words[6] + words[7])
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_plan_without_allow_large_prints_the_full_table_and_marks_what_does_not_fit(tmp_path, name):
+    """Before: ``attribute --plan --dtype bf16`` on Llama-3.1-8B's config exited 2 ("needs about 69.8 GiB ... pass
+    --allow-large"). Now exit 0, every method priced, each row marked against the memory limit (16 GiB) and the work limit
+    by its own numbers; the parameter count is the checkpoint's, its bf16 weights 2 bytes each."""
+    from circuitstat.circuits.limits import MAX_WORK, format_bytes
+    from circuitstat.circuits.plan import METHODS
+    from circuitstat.pipelines.plan_fit import run_limits
+
+    limit = run_limits(None, allow_large=False).memory  # 16 GiB, or this machine's memory where that is less
+
+    d = config_dir(tmp_path, name, CONFIGS[name])
+    res = CliRunner().invoke(app, ["attribute", "--model", str(d), "--plan", "--n", "16", "--dtype", "bf16"])
+    assert res.exit_code == 0, res.output
+    rows = plan_rows(res.output)
+    assert sorted(rows) == sorted(METHODS)
+    marks = set()
+    for method, w in rows.items():
+        over = [k for k, bad in (("mem", row_bytes(w) > limit), ("work", float(w[5]) > MAX_WORK)) if bad]
+        assert w[9] == ("no:" + "+".join(over) if over else "yes"), w
+        marks.add(w[9])
+    assert any(m.startswith("no:") for m in marks)  # each of these models has rows that do not fit 16 GiB
+    n = PUBLISHED_COUNTS[name]
+    assert f"model: {n:,} parameters; weights" in res.output
+    assert f"{format_bytes(2 * n)} in bfloat16 as stored" in res.output
+    assert f"fits: within memory {format_bytes(limit)} per worker" in res.output
+
+
+def test_memory_follows_the_dtype_and_allow_large_lifts_the_marks_not_the_table(tmp_path):
+    """float32 against bfloat16: the weights and every row's memory grow (each peak holds a copy of the weights);
+    with --allow-large the memory limit becomes the machine's own memory and the work limit is lifted."""
+    from circuitstat.pipelines.plan_fit import device_memory
+
+    d = config_dir(tmp_path, "llama", LLAMA_31_8B)
+    run = CliRunner()
+    base = ["attribute", "--model", str(d), "--plan", "--n", "16"]
+    bf16, fp32 = (run.invoke(app, base + ["--dtype", t]) for t in ("bf16", "float32"))
+    assert bf16.exit_code == fp32.exit_code == 0
+    assert "29.9 GiB in float32 as stored" in fp32.output and "15.0 GiB in bfloat16 as stored" in bf16.output
+    a, b = plan_rows(bf16.output), plan_rows(fp32.output)
+    for method in a:  # the weights' part doubles: 16.5 GiB more for the ungrouped 8B weights in float32
+        assert row_bytes(b[method]) - row_bytes(a[method]) >= 16 * 2**30, method
+    lifted = run.invoke(app, base + ["--dtype", "bf16", "--allow-large"])
+    assert lifted.exit_code == 0
+    limit = device_memory("cpu")
+    for w in plan_rows(lifted.output).values():
+        assert w[9] == ("no:mem" if row_bytes(w) > limit else "yes"), w  # no work mark: lifted
+    assert "lifted by --allow-large" in lifted.output
+
+
+def test_running_still_needs_allow_large(tmp_path):
+    """Negative control: --allow-large is for running. The same 8B shape as a random: model, run without it, is
+    refused before anything is allocated (exit 2, no run directory)."""
+    src = ("random:llama?hidden_size=4096&intermediate_size=14336&num_hidden_layers=32&num_attention_heads=32"
+           "&num_key_value_heads=8&vocab_size=128256&max_position_embeddings=131072")
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["attribute", "--model", src, "--out", str(out), "--n", "4"])
+    assert res.exit_code == 2 and "--allow-large" in res.output and not out.exists()
+    plan = CliRunner().invoke(app, ["attribute", "--model", src, "--plan", "--n", "4", "--dtype", "bf16"])
+    assert plan.exit_code == 0, plan.output
+    assert "model: 8,030,261,248 parameters" in plan.output

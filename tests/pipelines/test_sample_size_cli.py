@@ -72,3 +72,27 @@ def test_bad_input_exits_2_naming_the_fix(tmp_path, args, match):
     assert r.exit_code == 2, r.output
     assert match in r.output
     assert not (tmp_path / "out").exists()
+
+
+def test_plan_prices_a_model_larger_than_the_memory_limit(tmp_path):
+    """Issue 43: a plan never refuses a size. ``sample-size --plan --model`` on Llama-3.1-8B's config.json alone
+    (69.8 GiB by the pre-allocation bound, over the 16 GiB limit) prices each N instead of exiting 2."""
+    import json
+
+    from circuitstat.circuits.graph import ComponentGraph
+    from circuitstat.circuits.scores import ScoreMatrix
+
+    g = ComponentGraph(1, 2)
+    S = np.random.default_rng(0).standard_normal((32, g.n_edges)).astype(np.float32)
+    ScoreMatrix(S, g, "edge", "eap", "counterfactual", "logit_diff",
+                provenance={"task": {"n_positions": 39}}).write(tmp_path / "pilot")
+    model = tmp_path / "llama"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+        "max_position_embeddings": 131072}))
+    r = CliRunner().invoke(app, ["sample-size", str(tmp_path / "pilot"), "--n", "64", "--k", "3", "--plan",
+                                 "--model", str(model), "--datasets", "2"])
+    assert r.exit_code == 0, r.output
+    assert "cost priced at" in r.output and "--allow-large" not in r.output
