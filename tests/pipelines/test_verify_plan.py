@@ -86,7 +86,7 @@ def test_attribute_plan_prices_both_phases():
     (["--verify-edges", "3,4"], "need --verify N"),
     (["--verify", 8, "--verify-edges", "3"], "TOP,RANDOM"),
     (["--verify", 8, "--verify-edges", "3,4"], "needs verify.tau"),
-    (["--verify", 63], "verify.n <= 62"),
+    (["--verify", 63], "--verify <= 62"),
     (["--verify", 8, "--method", "exact"], "add eap"),
 ])
 def test_attribute_verify_options_refused_before_work(tmp_path, args, words):
