@@ -189,8 +189,9 @@ def test_no_k_reaching_the_bar_is_a_whole_sentence(tmp_path):
 def test_data_level_reasons_are_all_given():
     from circuitstat.stats.stability_data import check_data_level
 
-    why = check_data_level(16, "cluster", 50, 50)
-    assert "at least 32 examples, got N = 16" in why and "cluster" in why
+    why = check_data_level(16, "cluster", 50, 50, n_groups=4)
+    assert "at least 32 examples, got N = 16" in why and "at least 32 templates" in why and "G = 4" in why
+    assert check_data_level(64, "cluster", 50, 50, n_groups=32) is None  # whole templates are resampled
     assert check_data_level(64, "bootstrap", 50, 50) is None
     why = check_data_level(64, "subsample", 50, 50)
     assert "subsample" in why and "at least 32" not in why

@@ -192,3 +192,36 @@ def test_five_correlated_templates_no_longer_give_a_narrower_interval_than_examp
     sig = lambda iv: (iv.low > 0) | (iv.high < 0)  # noqa: E731
     assert sig(cl.confidence_interval).sum() <= sig(ex.confidence_interval).sum()
     assert sig(cl.confidence_interval).sum() < sig(cl.intervals["bca"]).sum()
+
+
+# --- data-level stability under the cluster scheme: whole templates resampled ---------------------------------
+def test_data_level_stability_resamples_whole_templates():
+    """Oracle: templates whose prompts are identical copies; resampling whole templates must give what resampling
+    the distinct rows gives (same draws at the template level); resampling the copies one by one must not."""
+    from circuitstat.stats.stability_data import DataLevelEstimates, data_level_stability
+
+    rng = np.random.default_rng(7)
+    G, m, E = 40, 3, 30
+    base = rng.normal(0, 1, (G, E)) + np.linspace(1.0, 0.0, E)
+    dup = np.repeat(base, m, axis=0)
+    groups = np.repeat(np.arange(G), m)
+    est = DataLevelEstimates(*(np.full(2, v) for v in (0.5, 0.01, 0.5, 0.01, 0.4, 0.01)))
+    kw = dict(ranking="absolute", seed=3, n_outer=50, n_inner=10)
+    whole = data_level_stability(dup, [5, 10], est, groups=groups, **kw)
+    distinct = data_level_stability(base, [5, 10], est, **kw)
+    for c in ("jaccard_data_ci_low", "jaccard_data_ci_high", "jaccard_data_split", "phi_data_se"):
+        np.testing.assert_allclose(whole[c], distinct[c], rtol=1e-9, atol=1e-12)
+    copies = data_level_stability(dup, [5, 10], est, **kw)  # negative control: prompts treated as independent
+    assert not np.allclose(copies["jaccard_data_split"], distinct["jaccard_data_split"])
+
+
+def test_cluster_stability_has_data_level_intervals_with_enough_templates():
+    from circuitstat.stats import circuit_stability
+
+    rng = np.random.default_rng(8)
+    x = rng.normal(0, 1, (96, 20)) + np.linspace(1.0, 0.0, 20)
+    res = circuit_stability(x, ResamplingPlan.cluster(np.arange(96) // 3, 100, seed=1), [3, 5], ranking="absolute")
+    assert np.isfinite(res.per_k["jaccard_data_ci_low"]).all()
+    few = circuit_stability(x, ResamplingPlan.cluster(np.arange(96) // 24, 100, seed=1), [3, 5], ranking="absolute")
+    assert np.isnan(few.per_k["jaccard_data_ci_low"]).all()
+    assert "at least 32 templates" in few.params["data_level"]["reason"] and "G = 4" in few.params["data_level"]["reason"]
