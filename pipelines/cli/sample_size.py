@@ -45,7 +45,7 @@ def sample_size_command(
     claims file passes, at each N; with --plan, what each N costs. Every prediction has a stated error, and
     docs/sample-size.md says how well they held on populations where the truth is known."""
     from circuitstat.core.errors import InputError
-    from circuitstat.pipelines.sample_size import read_pilot, sample_size
+    from circuitstat.pipelines.sample_size import pilot_groups, read_pilot, sample_size
 
     if out is not None:
         check_out(out, force=force)
@@ -65,7 +65,8 @@ def sample_size_command(
         spec = spec.model_copy(update={"bootstrap": spec.bootstrap.model_copy(update={"n_resamples": resamples})})
     cost = _cost(sm, sorted(set(n)), model) if plan else None
     res = sample_size(sm.scores, sm.names, sm.method, n, k, target, claims=cf, spec=spec, n_datasets=datasets,
-                      seed=seed, means=means.value, prediction_level=level, n_jobs=n_jobs, cost=cost)
+                      seed=seed, means=means.value, prediction_level=level, n_jobs=n_jobs, cost=cost,
+                      groups=pilot_groups(sm))
     _print(res, target)
     if out is not None:
         from circuitstat.core.atomic import atomic_write
