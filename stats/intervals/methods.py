@@ -73,8 +73,8 @@ def _check_plan_for_methods(plan: ResamplingPlan, todo: Sequence[str],
     bad = [m for m in todo if m in IID_METHODS]
     if plan.kind == "cluster" and bad:
         raise InputError(f"interval method(s) {bad} use the independent-example standard error, "
-                         "which is wrong under the cluster bootstrap; use method 'percentile', "
-                         "'basic' or 'bca' with a cluster plan")
+                         "which is wrong under the cluster bootstrap; use method 'wild_cluster_t' (the "
+                         "default), 'cr2_t', 'percentile', 'basic' or 'bca' with a cluster plan")
     clustered = [m for m in todo if m in CLUSTER_METHODS]
     if clustered and (plan.kind != "cluster" or plan.groups is None):
         raise InputError(f"interval method(s) {clustered} studentize with the cluster-robust (CR2) standard error "
