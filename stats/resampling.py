@@ -262,7 +262,8 @@ def nested_bootstrap(n_obs: int, n_outer: int, n_inner: int,
     return outer, inner
 
 
-#: below this many groups the wild cluster bootstrap uses Webb's 6-point weights, else Rademacher (MacKinnon & Webb 2017)
+#: below this many groups the wild cluster bootstrap uses Webb's 6-point weights, else Rademacher
+#: (MacKinnon & Webb 2017)
 WEBB_BELOW = 12
 _WEBB = np.array([-np.sqrt(1.5), -1.0, -np.sqrt(0.5), np.sqrt(0.5), 1.0, np.sqrt(1.5)])
 

@@ -382,7 +382,8 @@ def clear_probability(S: np.ndarray, n: int, ks: Sequence[int], target: float, *
 
 # --- templated pilots (the cluster scheme) -------------------------------------------------------------------
 def template_means(S: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """Return the per-template mean scores [G, E] of S [n0, E] (templates in label order): the cluster scheme's units."""
+    """Return the per-template mean scores [G, E] of S [n0, E] (templates in label order): the cluster scheme's
+    units."""
     _, inv = np.unique(np.asarray(groups), return_inverse=True)
     S = np.asarray(S, dtype=np.float64)
     sums = np.zeros((int(inv.max()) + 1, S.shape[1]))

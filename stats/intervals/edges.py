@@ -16,8 +16,8 @@ from ..resampling import (DEFAULT_MAX_BYTES, ResamplingPlan, _resolve_jobs, chec
 from ..testing import bh_adjust
 from .bounds import _frac_below, _intervals_sorted
 from .jackknife import acceleration_from_jackknife, mean_acceleration
-from .methods import (CLUSTER_DEFAULT_METHOD, DEFAULT_METHOD, EDGE_METHODS, ESTIMAND, IID_METHODS, STUDENTIZED, _check_methods, _check_plan_for_methods,
-                      _plan_for, _tail_levels)
+from .methods import (CLUSTER_DEFAULT_METHOD, DEFAULT_METHOD, EDGE_METHODS, ESTIMAND, IID_METHODS, STUDENTIZED,
+                      _check_methods, _check_plan_for_methods, _plan_for, _tail_levels)
 from .pvalues import _pvalues_sorted
 from .result import BootstrapResult
 from .wild import CLUSTER_METHODS, ClusterSums, cluster_intervals, cluster_pvalues, cr2_se, weight_family, wild_t
@@ -36,8 +36,8 @@ def bootstrap_edges(S: np.ndarray, plan: ResamplingPlan | None = None, *,
     Estimand: the mean effect over the task's prompt distribution. `method` gives
     `confidence_interval` and `pvalue` (default None: the symmetric studentized bootstrap,
     chosen by simulated coverage; for cluster plans the wild cluster bootstrap-t with CR2 standard
-    errors and G - 1 df, circuitstat.stats.intervals.wild); `methods` adds more interval types. The estimate is the plain
-    mean for every plan; for cluster/Poisson plans the resampled mean is the weighted mean
+    errors and G - 1 df, circuitstat.stats.intervals.wild); `methods` adds more interval types. The
+    estimate is the plain mean for every plan; for cluster/Poisson plans the resampled mean is the weighted mean
     sum(w s) / sum(w).
     The interval is computed in edge chunks (one or, for the studentized bootstrap, three
     matrix products per chunk).

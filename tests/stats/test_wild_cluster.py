@@ -28,7 +28,8 @@ from fixture_populations import load_zoo_fixture  # noqa: E402
 
 
 def _cr2_by_matrices(x: np.ndarray, groups: np.ndarray) -> float:
-    """CR2 SE of the mean of x by the general formula: X = 1, A_g = (I - H_gg)^(-1/2), V = sum (X_g' A_g u_g)^2 / N^2."""
+    """CR2 SE of the mean of x by the general formula: X = 1, A_g = (I - H_gg)^(-1/2),
+    V = sum (X_g' A_g u_g)^2 / N^2."""
     n = x.size
     u = x - x.mean()
     meat = 0.0
@@ -225,4 +226,5 @@ def test_cluster_stability_has_data_level_intervals_with_enough_templates():
     assert np.isfinite(res.per_k["jaccard_data_ci_low"]).all()
     few = circuit_stability(x, ResamplingPlan.cluster(np.arange(96) // 24, 100, seed=1), [3, 5], ranking="absolute")
     assert np.isnan(few.per_k["jaccard_data_ci_low"]).all()
-    assert "at least 32 templates" in few.params["data_level"]["reason"] and "G = 4" in few.params["data_level"]["reason"]
+    why = few.params["data_level"]["reason"]
+    assert "at least 32 templates" in why and "G = 4" in why
