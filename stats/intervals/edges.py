@@ -52,7 +52,8 @@ def bootstrap_edges(S: np.ndarray, plan: ResamplingPlan | None = None, *,
     method_reason = "as asked"
     if method is None:
         method = CLUSTER_DEFAULT_METHOD if plan.kind == "cluster" else DEFAULT_METHOD
-        method_reason = (cluster_reason(plan) if plan.kind == "cluster"
+        method_reason = (cluster_reason(plan) if plan.kind == "cluster" and plan.wild is not None
+                         else "the default for a cluster bootstrap" if plan.kind == "cluster"
                          else "the default, chosen by simulated coverage")
     if not 0.0 <= reliable_max_tail_share <= 1.0:
         raise ValueError(f"reliable_max_tail_share is a share of the total deviation and must "

@@ -132,6 +132,9 @@ def test_cluster_methods_need_a_cluster_plan():
     x = np.random.default_rng(0).normal(size=(20, 3))
     with pytest.raises(InputError, match="need a cluster plan"):
         bootstrap_edges(x, n_resamples=200, seed=0, method="wild_cluster_t")
+    bare = ResamplingPlan.from_counts(ResamplingPlan.cluster(np.arange(20) // 4, 200, seed=0).counts, kind="cluster")
+    with pytest.raises(InputError, match="need a cluster plan"):  # counts alone: no groups, no wild weights
+        bootstrap_edges(x, bare)
     with pytest.raises(InputError, match="wrong under the cluster bootstrap"):
         bootstrap_edges(x, ResamplingPlan.cluster(np.arange(20) // 4, 200, seed=0), method="t")
 
