@@ -66,7 +66,9 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("kind", S, "receiver input kind: q, k, v, mlp or logits")),
     _table("edge_stats", "per-edge mean effect with its interval, p- and q-value, one row per method and edge",
            _METHOD, ("edge", I, "edge index"), ("name", S, "edge name"),
-           ("estimate", F, "mean per-example effect"), ("se", F, "bootstrap standard error of the mean"),
+           ("estimate", F, "mean per-example effect"),
+           ("se", F, "standard error of the mean: the bootstrap SE, or under the cluster scheme's wild_cluster_t / "
+                     "cr2_t the CR2 cluster-robust SE the interval uses"),
            *_ci("ci", "the edge's mean effect", EDGE_ESTIMAND),
            ("p", F, "two-sided p-value of zero effect, inverting the reported interval"),
            ("q", F, "Benjamini-Hochberg q-value over edges", True), ("n", I, "number of prompts"),

@@ -53,28 +53,17 @@ def read_pilot(run: str | Path, method: str | None = None, *, trust_unrecorded: 
     return sm, _audit_spec(path)
 
 
-def pilot_groups(sm, spec, run: str | Path) -> np.ndarray | None:
-    """The pilot's per-example groups (templates) when its audit resampled clusters, else None.
-
-    The scores table holds no groups, so the audit's task is rebuilt from its recorded spec (the model is
-    loaded for its tokenizer) and checked against the task hash the scores recorded; InputError naming the fix
-    when it cannot be rebuilt or has no groups."""
-    if spec is None or spec.bootstrap.scheme != "clusters":
+def pilot_groups(sm) -> np.ndarray | None:
+    """The templates an audit recorded with its scores (one integer label per prompt), None where it recorded none;
+    the file is untrusted, so anything else is an InputError (its content is not echoed)."""
+    groups = (sm.provenance or {}).get("groups")
+    if groups is None:
         return None
-    from circuitstat.pipelines.audit.run import load_audit_model
-    from circuitstat.pipelines.build import build_task
-
-    model = load_audit_model(spec, spec.sources[0], "cpu")
-    task = build_task(model, spec.task.name, n=spec.task.n, seed=spec.task.seed, metric=spec.task.metric,
-                      **spec.task.options)
-    recorded = (sm.provenance.get("task") or {}).get("content_hash")
-    if (recorded is not None and recorded != task.content_hash) or len(task) != sm.scores.shape[0]:
-        raise InputError(f"pilot run {run}: its task {spec.task.name!r} no longer builds the prompts the scores "
-                         "were computed on (the task file changed?); restore it, or rerun the pilot")
-    if task.group is None:
-        raise InputError(f"pilot run {run} resampled clusters, but its task {spec.task.name!r} has no group "
-                         "column; add one to the task file, or rerun the pilot with bootstrap.scheme 'examples'")
-    return task.group.numpy()
+    if not isinstance(groups, list) or len(groups) != sm.scores.shape[0] or not all(
+            isinstance(g, int) and not isinstance(g, bool) for g in groups):
+        raise InputError(f"the pilot's recorded templates are not one integer per prompt ({sm.scores.shape[0]}); "
+                         "rerun its scores stage (`circuitstat audit SPEC --out RUN --force`)")
+    return np.asarray(groups, dtype=np.int64)
 
 
 def _audit_spec(path: Path):
@@ -116,9 +105,9 @@ class SampleSizeResult(Result):
 
 def _claims_pass(cf, D: np.ndarray, names: list[str], method: str, ks: list[int], spec, seed, n_jobs: int,
                  need_edges: bool, groups: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
-    """(jaccard_data_ci_low per k, status per claim) of one simulated dataset D (its rows' groups ``groups``
-    when the spec resamples clusters), through the audit's table builders and the claims' own evaluators
-    (tables in a temporary directory, removed after)."""
+    """(jaccard_data_ci_low per k, status per claim) of one simulated dataset D (its templates ``groups`` under the
+    cluster scheme), through the audit's table builders and the claims' own evaluators (tables in a temporary
+    directory, removed after)."""
     from circuitstat.core.tables import write_table
     from circuitstat.pipelines.audit.run import resampling_plan
     from circuitstat.pipelines.audit.tables import edge_stats_table, stability_tables
@@ -139,18 +128,23 @@ def _claims_pass(cf, D: np.ndarray, names: list[str], method: str, ks: list[int]
 
 def _simulate(S: np.ndarray, names: list[str], method: str, n: int, ks: list[int], cf, spec, *, n_datasets: int,
               seed: Any, means: str, n_jobs: int, groups: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """([n_datasets, k] data-level lower ends, [n_datasets, claims] passes) over simulated datasets of n; each
-    simulated prompt keeps the group (template) of the pilot row it was drawn from."""
+    """([n_datasets, k] data-level lower ends, [n_datasets, claims] passes) over simulated datasets of n (with the
+    pilot's templates ``groups``: of whole templates, as many as n prompts hold at the pilot's prompts per template)."""
     from circuitstat.core.seeds import spawn_seeds
-    from circuitstat.stats.sample_size import simulated_datasets
+    from circuitstat.stats.sample_size import simulated_datasets, simulated_template_datasets, template_counts
 
     c_data, c_plans = spawn_seeds(seed, 2)
     need_edges = cf is not None and any(c.kind == "edge_effect" for c in cf.claims)
+    if groups is None:
+        data = ((D, None) for D in simulated_datasets(S, n, n_datasets, ranking=spec.ranking, seed=c_data,
+                                                       means=means))
+    else:
+        g = int(template_counts([n], S.shape[0], np.unique(groups).size)[0])
+        data = simulated_template_datasets(S, groups, g, n_datasets, ranking=spec.ranking, seed=c_data, means=means)
     lows, passes = [], []
-    sims = simulated_datasets(S, n, n_datasets, ranking=spec.ranking, seed=c_data, means=means, with_rows=True)
-    for d, (D, rows) in enumerate(sims):
+    for d, (D, labels) in enumerate(data):
         low, status = _claims_pass(cf, D, names, method, ks, spec, spawn_seeds(c_plans, n_datasets)[d], n_jobs,
-                                   need_edges, None if groups is None else np.asarray(groups)[rows])
+                                   need_edges, labels)
         lows.append(low)
         passes.append([s == "pass" for s in status])
     return np.asarray(lows), np.asarray(passes, dtype=bool).reshape(n_datasets, -1)
@@ -199,8 +193,10 @@ def sample_size(S: np.ndarray, names: Sequence[str], method: str, ns: Sequence[i
     """Return the SampleSizeResult of pilot scores S [n0, E] (method ``method``) at sizes ns and circuit sizes ks.
 
     spec: the audit settings the full run will use (its bootstrap and ranking; default AuditSpec's);
-    claims: a ClaimsFile whose simulated kinds get a pass probability; n_datasets simulated datasets per N;
-    groups: the pilot rows' groups (pilot_groups), needed when the spec's bootstrap resamples clusters.
+    claims: a ClaimsFile whose simulated kinds get a pass probability; n_datasets simulated datasets per N.
+    groups [n0]: the pilot's templates; under the cluster scheme (spec.bootstrap.scheme 'clusters') a dataset of N
+    prompts holds round(N G0 / n0) whole templates, the widths and Jaccard are predicted from the template means
+    as units, and the claims are simulated on datasets of whole pilot templates with the cluster scheme's tables.
     The work is priced first (circuitstat.pipelines.work.check_sample_size; ``allow_large`` lifts the limits).
     """
     from circuitstat.core.seeds import as_seed_sequence, seed_record, spawn_seeds
@@ -224,11 +220,15 @@ def sample_size(S: np.ndarray, names: Sequence[str], method: str, ns: Sequence[i
                       allow_large=allow_large)
     root = as_seed_sequence(seed)
     c_w, c_s, c_sim = spawn_seeds(root, 3)
-    widths = predict_widths(S, ns_arr, confidence_level=spec.bootstrap.confidence_level,
+    groups = _pilot_groups(spec, groups, S.shape[0])
+    units, unit_ns = (S, ns_arr) if groups is None else _template_units(S, groups, ns_arr)
+    widths = predict_widths(units, unit_ns, confidence_level=spec.bootstrap.confidence_level,
                             prediction_level=prediction_level, n_resamples=spec.bootstrap.n_resamples, seed=c_w)
-    widths["name"] = np.asarray(names, dtype=object)[widths["edge"]]
-    stab = predict_stability(S, ns_arr, ks, ranking=spec.ranking, seed=c_s, means=means,
+    stab = predict_stability(units, unit_ns, ks, ranking=spec.ranking, seed=c_s, means=means,
                              prediction_level=prediction_level)
+    for table in (widths, stab):  # rows by units (templates under the cluster scheme) back to prompts
+        table["n"] = ns_arr[np.searchsorted(unit_ns, table["n"])]
+    widths["name"] = np.asarray(names, dtype=object)[widths["edge"]]
     p_clear = np.full(stab["n"].size, np.nan)
     passes = {}
     for n, c in zip(ns_arr, spawn_seeds(c_sim, ns_arr.size)):
@@ -244,8 +244,43 @@ def sample_size(S: np.ndarray, names: Sequence[str], method: str, ns: Sequence[i
               "ks": list(ks), "target": float(target), "n_datasets": int(n_datasets), "means": means,
               "prediction_level": prediction_level, "ranking": spec.ranking, "seed": seed_record(root),
               "bootstrap": spec.bootstrap.model_dump(), "confidence_level": prediction_level}
+    if groups is not None:
+        from circuitstat.stats.sample_size import template_counts
+
+        params.update(unit="templates", n_templates_pilot=int(np.unique(groups).size),
+                      n_templates=template_counts(ns_arr, S.shape[0], np.unique(groups).size))
     table = _claims_table(claims, skip, ns_arr, passes, int(n_datasets)) if claims is not None else None
     return SampleSizeResult(widths, stab, table, cost, params)
+
+
+def _pilot_groups(spec, groups, n0: int) -> np.ndarray | None:
+    """The pilot's templates when the full run resamples them (scheme 'clusters'), checked; None otherwise."""
+    if spec.bootstrap.scheme != "clusters":
+        return None
+    if groups is None:
+        raise InputError("the full run resamples templates (bootstrap scheme 'clusters') but the pilot's scores do not "
+                         "record them; rerun the pilot's scores stage (`circuitstat audit SPEC --out RUN --force`) "
+                         "with a task that has a group column")
+    groups = np.asarray(groups)
+    if groups.ndim != 1 or groups.size != n0:
+        raise InputError(f"the pilot's templates must give one label per prompt ({n0}), got {groups.size}; rerun its "
+                         "scores stage")
+    return groups
+
+
+def _template_units(S: np.ndarray, groups: np.ndarray, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(template means [G0, E], the template count of each n): the cluster scheme's units, at the pilot's size."""
+    from circuitstat.stats.sample_size import MIN_PILOT, template_counts, template_means
+
+    M = template_means(S, groups)
+    if M.shape[0] < MIN_PILOT:
+        raise InputError(f"under the cluster scheme a pilot's units are its templates: it needs at least {MIN_PILOT}, "
+                         f"got G = {M.shape[0]}; add templates to the pilot's task, or plan with scheme 'examples'")
+    unit_ns = template_counts(ns, S.shape[0], M.shape[0])
+    if np.unique(unit_ns).size != unit_ns.size:
+        raise InputError(f"the sizes N {ns.tolist()} give the same number of templates ({unit_ns.tolist()}) at "
+                         f"{S.shape[0] / M.shape[0]:.3g} prompts per template; give sizes further apart")
+    return M, unit_ns
 
 
 def cost_rows(cfg, ns: Sequence[int], positions: int, methods: Sequence[str], rate_tflops: float,

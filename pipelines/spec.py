@@ -117,9 +117,11 @@ class BootstrapSpec(_Strict):
     n_resamples: int = N_RESAMPLES.pydantic("audit")
     scheme: Literal["examples", "clusters", "half-splits"] = "examples"
     confidence_level: float = Field(0.95, gt=0.5, lt=1.0)
-    # None: the library's default, chosen by simulated coverage (symmetric studentized bootstrap; BCa for
-    # the cluster scheme, whose templates are not i.i.d. examples). See circuitstat.stats.intervals.
-    ci_method: Literal["percentile", "basic", "bca", "t", "studentized", "studentized_symmetric"] | None = None
+    # None: the library's default, chosen by simulated coverage (symmetric studentized bootstrap; for the cluster
+    # scheme, whose templates are not i.i.d. examples, the wild cluster bootstrap-t with CR2 SEs and G - 1 df,
+    # which 'wild_cluster_t' and 'cr2_t' need). See circuitstat.stats.intervals.
+    ci_method: Literal["percentile", "basic", "bca", "t", "studentized", "studentized_symmetric", "wild_cluster_t",
+                       "cr2_t"] | None = None
 
 
 class HeadsSpec(_Strict):

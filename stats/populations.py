@@ -23,7 +23,7 @@ import numpy as np
 from circuitstat.core.seeds import as_seed_sequence
 
 __all__ = ["spiky_population", "smooth_tail_population", "single_spike_population", "draw_datasets",
-           "stack_datasets"]
+           "stack_datasets", "templated_datasets"]
 
 
 def _check_shape(n_pop: int, n_edges: int, null_share: float) -> None:
@@ -164,3 +164,28 @@ def stack_datasets(population: np.ndarray, indices: np.ndarray) -> np.ndarray:
     idx = np.asarray(indices)
     d, n = idx.shape
     return pop[idx.T].reshape(n, d * pop.shape[1])
+
+
+def templated_datasets(population: np.ndarray, n_groups: int, per_group: int, icc: float, n_datasets: int, *,
+                       seed: int | np.random.SeedSequence) -> tuple[np.ndarray, np.ndarray]:
+    """Return (datasets [n, n_datasets * E] side by side as stack_datasets lays them out, groups [n]) of templated prompts.
+
+    Each dataset draws `n_groups` templates and `per_group` prompts per template; a prompt's scores are
+    mu + sqrt(icc) (P[r_g] - mu) + sqrt(1 - icc) (P[r_i] - mu), with r_g (the template's row) and r_i (the
+    prompt's row) drawn uniformly from the population P's rows and mu = P.mean(axis=0). Every edge keeps P's
+    variance and tails, prompts of one template correlate by `icc`, and the estimand (the mean over the
+    template and prompt distribution) is exactly mu."""
+    pop = np.asarray(population, dtype=np.float64)
+    if not 0.0 <= icc <= 1.0:
+        raise ValueError(f"icc must lie in [0, 1], got {icc}")
+    if int(n_groups) < 1 or int(per_group) < 1 or int(n_datasets) < 1:
+        raise ValueError(f"need n_groups, per_group, n_datasets >= 1, got {n_groups}, {per_group}, {n_datasets}")
+    rng = np.random.default_rng(as_seed_sequence(seed))
+    mu = pop.mean(axis=0)
+    dev = pop - mu
+    n = int(n_groups) * int(per_group)
+    groups = np.repeat(np.arange(int(n_groups)), int(per_group))
+    rg = rng.integers(0, pop.shape[0], (int(n_datasets), int(n_groups)))
+    ri = rng.integers(0, pop.shape[0], (int(n_datasets), n))
+    x = mu + np.sqrt(icc) * dev[rg[:, groups]] + np.sqrt(1.0 - icc) * dev[ri]  # [D, n, E]
+    return np.ascontiguousarray(x.transpose(1, 0, 2).reshape(n, -1)), groups

@@ -36,6 +36,8 @@ __all__ = [
     "PoissonBootstrapAccumulator",
     "plan_weights",
     "studentized_resamples",
+    "wild_weights",
+    "WEBB_BELOW",
 ]
 
 #: default working-memory budget for one pass over edge chunks (all workers together)
@@ -69,6 +71,8 @@ class ResamplingPlan:
     n_pairs: int | None = None
     #: for a stratified bootstrap: the stratum (0..S-1) of each example; each resample keeps every stratum's size
     strata: np.ndarray | None = None
+    #: for a cluster plan: wild cluster bootstrap weights [B_w, G] (wild_weights), one column per group
+    wild: np.ndarray | None = None
     _totals: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -166,7 +170,9 @@ class ResamplingPlan:
         rng = np.random.default_rng(ss)
         gcounts = _counts_from_indices(rng.integers(0, n_groups, (n_resamples, n_groups)), n_groups)
         counts = gcounts[:, inv]  # every example of a drawn group gets that group's count
-        return cls(counts, "cluster", seed_record(ss), groups=inv.astype(np.int64))
+        # the wild weights come from a child seed, so the group draws stay those of earlier releases
+        wild = wild_weights(n_groups, n_resamples, spawn_seeds(ss, 1)[0])
+        return cls(counts, "cluster", seed_record(ss), groups=inv.astype(np.int64), wild=wild)
 
     @classmethod
     def stratified(cls, strata: Sequence[Any] | np.ndarray, n_resamples: int,
@@ -254,6 +260,32 @@ def nested_bootstrap(n_obs: int, n_outer: int, n_inner: int,
                            {**seed_record(c_inner), "nested_in": seed_record(c_outer),
                             "n_inner": int(n_inner)})
     return outer, inner
+
+
+#: below this many groups the wild cluster bootstrap uses Webb's 6-point weights, else Rademacher
+#: (MacKinnon & Webb 2017)
+WEBB_BELOW = 12
+_WEBB = np.array([-np.sqrt(1.5), -1.0, -np.sqrt(0.5), np.sqrt(0.5), 1.0, np.sqrt(1.5)])
+
+
+def wild_weights(n_groups: int, n_resamples: int,
+                 seed: int | np.random.SeedSequence | None = None) -> np.ndarray:
+    """Return wild cluster bootstrap weights [B_w, G]: Webb's 6 points for G < 12, else Rademacher +-1.
+
+    Every weight has mean 0 and variance 1 (Webb 2013; Cameron, Gelbach & Miller 2008). When the
+    distinct weight vectors (6^G or 2^G) are no more than `n_resamples`, all of them are returned
+    once each (B_w = 6^G or 2^G: the exact wild bootstrap distribution, no Monte Carlo error);
+    otherwise n_resamples rows are drawn at random.
+    """
+    g = int(n_groups)
+    if g < 1:
+        raise ValueError("the wild cluster bootstrap needs at least one group")
+    _check_sizes(g, n_resamples)
+    vals = _WEBB if g < WEBB_BELOW else np.array([-1.0, 1.0])
+    if g * np.log(vals.size) <= np.log(int(n_resamples)) + 1e-12:
+        codes = np.arange(vals.size ** g)[:, None] // vals.size ** np.arange(g)[None, :] % vals.size
+        return vals[codes]
+    return vals[np.random.default_rng(as_seed_sequence(seed)).integers(0, vals.size, (int(n_resamples), g))]
 
 
 def _check_sizes(n_obs: int, n_resamples: int) -> None:

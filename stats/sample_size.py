@@ -66,7 +66,7 @@ from .topk_stream import streaming_topk
 
 __all__ = ["MIN_PILOT", "MEANS", "PilotFit", "fit_pilot", "deconvolved_means", "simulated_datasets",
            "predict_widths", "jackknife_log_sd", "predict_stability", "half_jaccard", "clear_probability",
-           "check_pilot", "expected_jaccard"]
+           "check_pilot", "expected_jaccard", "template_means", "template_counts", "simulated_template_datasets"]
 
 #: fewest pilot examples: the SD's bootstrap and the studentized interval need some spread to work on
 MIN_PILOT = 16
@@ -343,10 +343,9 @@ def predict_stability(S: np.ndarray, ns: Sequence[int], ks: Sequence[int], *, ra
 
 
 def simulated_datasets(S: np.ndarray, n: int, n_datasets: int, *, ranking: str, seed: Any = None,
-                       means: str = "deconvolved", with_rows: bool = False) -> Iterator[Any]:
+                       means: str = "deconvolved") -> Iterator[np.ndarray]:
     """Yield n_datasets simulated datasets [n, E], each drawn from the model refitted to a bootstrap resample
-    of the pilot's rows (so the pilot's own uncertainty is part of every probability computed over them);
-    with_rows: (dataset, the pilot row each simulated prompt came from) pairs."""
+    of the pilot's rows (so the pilot's own uncertainty is part of every probability computed over them)."""
     S = np.asarray(S, dtype=np.float64)
     n0 = S.shape[0]
     c_plan, c_rows = spawn_seeds(as_seed_sequence(seed), 2)
@@ -354,8 +353,7 @@ def simulated_datasets(S: np.ndarray, n: int, n_datasets: int, *, ranking: str, 
     rng = np.random.default_rng(c_rows)
     for d in range(int(n_datasets)):
         fit = fit_pilot(S[plan.indices(d)], ranking=ranking, means=means)
-        rows = rng.integers(0, n0, int(n))
-        yield (fit.dataset(rows), rows) if with_rows else fit.dataset(rows)
+        yield fit.dataset(rng.integers(0, n0, int(n)))
 
 
 def clear_probability(S: np.ndarray, n: int, ks: Sequence[int], target: float, *, ranking: str,
@@ -384,3 +382,43 @@ def clear_probability(S: np.ndarray, n: int, ks: Sequence[int], target: float, *
     p = (lows >= target).mean(axis=0)
     return {"n": np.full(ks_arr.size, int(n)), "k": ks_arr, "p_clear": p,
             "p_clear_se": np.sqrt(p * (1 - p) / int(n_datasets)), "n_datasets": np.full(ks_arr.size, int(n_datasets))}
+
+
+# --- templated pilots (the cluster scheme) -------------------------------------------------------------------
+def template_means(S: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Return the per-template mean scores [G, E] of S [n0, E] (templates in label order): the cluster scheme's
+    units."""
+    _, inv = np.unique(np.asarray(groups), return_inverse=True)
+    S = np.asarray(S, dtype=np.float64)
+    sums = np.zeros((int(inv.max()) + 1, S.shape[1]))
+    np.add.at(sums, inv, S)
+    return sums / np.bincount(inv)[:, None]
+
+
+def template_counts(ns: np.ndarray, n0: int, n_templates: int) -> np.ndarray:
+    """Return the templates a dataset of each n holds at the pilot's prompts per template: max(2, round(n G0 / n0))."""
+    return np.maximum(2, np.rint(np.asarray(ns, dtype=np.float64) * n_templates / n0)).astype(np.int64)
+
+
+def simulated_template_datasets(S: np.ndarray, groups: np.ndarray, n_templates: int, n_datasets: int, *,
+                                ranking: str, seed: Any = None, means: str = "deconvolved"
+                                ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Yield n_datasets (dataset [n, E], its templates [n]) of `n_templates` whole pilot templates each.
+
+    As simulated_datasets, at the template level: the model is refitted to a resample of the pilot's templates
+    drawn with replacement (each copy a template of its own), and a dataset draws n_templates of those copies
+    with replacement, every prompt of a drawn template included, so prompts of one template stay correlated."""
+    S = np.asarray(S, dtype=np.float64)
+    _, inv = np.unique(np.asarray(groups), return_inverse=True)
+    members = [np.flatnonzero(inv == g) for g in range(int(inv.max()) + 1)]
+    c_plan, c_rows = spawn_seeds(as_seed_sequence(seed), 2)
+    r_plan, rng = np.random.default_rng(c_plan), np.random.default_rng(c_rows)
+    for _ in range(int(n_datasets)):
+        copies = r_plan.integers(0, len(members), len(members))
+        rows = [members[g] for g in copies]
+        starts = np.cumsum([0] + [r.size for r in rows])
+        fit = fit_pilot(S[np.concatenate(rows)], ranking=ranking, means=means)
+        drawn = rng.integers(0, len(rows), int(n_templates))
+        idx = np.concatenate([np.arange(starts[c], starts[c + 1]) for c in drawn])
+        labels = np.repeat(np.arange(int(n_templates)), [rows[c].size for c in drawn])
+        yield fit.dataset(idx), labels

@@ -346,8 +346,10 @@ def _add_data_level(per_k: dict[str, np.ndarray], S: np.ndarray, ks: np.ndarray,
     names = [f"{e}{p}" for e in ("jaccard_data", "jaccard_pop", "phi_data")
              for p in ("", "_se", "_bias", "_ci_low", "_ci_high", "_split", "_2n")
              if not (e == "jaccard_pop" and p in ("_split", "_2n"))]
+    groups = plan.groups if plan.kind == "cluster" else None  # whole templates, as the plan resamples them
     why = "not requested (data_level=False)" if wanted is False else check_data_level(
-        S.shape[0], plan.kind, n_outer, n_inner, plan.strata)
+        S.shape[0], plan.kind, n_outer, n_inner, plan.strata,
+        None if groups is None else int(np.unique(groups).size))
     if why is not None:
         if wanted:
             raise InputError(why)
@@ -360,7 +362,7 @@ def _add_data_level(per_k: dict[str, np.ndarray], S: np.ndarray, ks: np.ndarray,
     per_k.update(data_level_stability(S, ks, est, ranking=ranking, seed=seed, n_outer=n_outer,
                                       n_inner=n_inner, confidence_level=confidence_level,
                                       method=method, chunk_size=chunk_size, n_jobs=n_jobs,
-                                      max_bytes=max_bytes, strata=plan.strata))
+                                      max_bytes=max_bytes, strata=plan.strata, groups=groups))
     return {"computed": True, "method": method, "n_outer": int(n_outer),
             "n_inner": int(n_inner), "seed": seed_record(seed)}
 

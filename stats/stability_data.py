@@ -145,18 +145,23 @@ class DataLevelEstimates:
 
 
 def check_data_level(n_obs: int, plan_kind: str, n_outer: int, n_inner: int,
-                     strata: np.ndarray | None = None) -> str | None:
-    """Return why a data-level interval cannot be computed here, every reason that applies (None when it can)."""
+                     strata: np.ndarray | None = None, n_groups: int | None = None) -> str | None:
+    """Return why a data-level interval cannot be computed here, every reason that applies (None when it can).
+
+    A cluster plan's units are its n_groups templates: every draw resamples whole templates, so they must
+    number MIN_OBS (the smallest count of units at which coverage was measured)."""
     why = []
     if n_obs < MIN_OBS:
         why.append(f"at least {MIN_OBS} examples, got N = {n_obs} (attribute more prompts)")
+    if plan_kind == "cluster" and n_groups is not None and n_groups < MIN_OBS:
+        why.append(f"at least {MIN_OBS} templates under the cluster scheme (whole templates are resampled), got "
+                   f"G = {n_groups} (add templates, i.e. groups)")
     if strata is not None and np.bincount(strata).min() < MIN_STRATUM:
         why.append(f"at least {MIN_STRATUM} examples in every stratum (its quarters are resampled), got "
                    f"{np.bincount(strata).min()} (verify more prompts, or leave more unverified)")
-    if plan_kind not in ("bootstrap", "stratified"):
-        # the plug-in estimate of J_N is over size-N bootstrap resamples of the examples
-        why.append(f"an ordinary bootstrap of the examples (or a stratified one), got a {plan_kind} plan"
-                   + (" (set bootstrap scheme 'examples')" if plan_kind == "cluster" else ""))
+    if plan_kind not in ("bootstrap", "stratified", "cluster"):
+        # the plug-in estimate of J_N is over size-N bootstrap resamples of the examples (or of whole templates)
+        why.append(f"an ordinary bootstrap of the examples (or a stratified or cluster one), got a {plan_kind} plan")
     return ("data-level intervals need " + ", and ".join(why)) if why else None
 
 
@@ -335,9 +340,14 @@ def pop_upper_from_data(jaccard_data_high: np.ndarray) -> np.ndarray:
     return r / (2 - r)
 
 
-def _draws(n_obs: int, n_outer: int, n_inner: int, n_double: int, seeds, strata: np.ndarray | None) -> tuple:
-    """Return the counts (outer, inner, splits[, size 2N]) of data_level_stability, drawn within ``strata`` if given."""
+def _draws(n_obs: int, n_outer: int, n_inner: int, n_double: int, seeds, strata: np.ndarray | None,
+           groups: np.ndarray | None = None) -> tuple:
+    """Return the counts (outer, inner, splits[, size 2N]) of data_level_stability, drawn within ``strata`` if given;
+    with ``groups`` (labels 0..G-1) every draw is of whole groups, each example getting its group's count."""
     c_nest, c_split, c_double = seeds
+    if groups is not None:
+        g = np.unique(np.asarray(groups), return_inverse=True)[1].astype(np.int64)
+        return tuple(c[:, g] for c in _draws(int(g.max()) + 1, n_outer, n_inner, n_double, seeds, strata))
 
     def draw(n: int, seed) -> tuple:
         # a stratum's child seeds derive from the three, so unstratified draws are unchanged
@@ -358,8 +368,8 @@ def data_level_stability(S: np.ndarray, ks: Sequence[int], estimates: DataLevelE
                          ranking: str, seed: Any, n_outer: int = 100, n_inner: int = 20,
                          confidence_level: float = 0.95, method: str = "bracketed_2n",
                          chunk_size: int | None = None, n_jobs: int = 1,
-                         max_bytes: int = DEFAULT_MAX_BYTES, strata: np.ndarray | None = None
-                         ) -> dict[str, np.ndarray]:
+                         max_bytes: int = DEFAULT_MAX_BYTES, strata: np.ndarray | None = None,
+                         groups: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Return per-k data-level estimates and intervals (jaccard_data*, jaccard_pop*, phi_data*).
 
     S [N, E] is the score matrix, `estimates` the plug-in statistics of circuit_stability's
@@ -367,11 +377,17 @@ def data_level_stability(S: np.ndarray, ks: Sequence[int], estimates: DataLevelE
     the size-2N resamples and the ties. strata [N] (a stratified sample, e.g. a verified run's
     labelled and unlabelled prompts): every draw (outer, inner, halves, quarters, size 2N) is made
     within each stratum (circuitstat.stats.strata), so each keeps its stratum shares; the estimand
-    is then J_N of datasets drawn as this one was.
+    is then J_N of datasets drawn as this one was. groups [N] (a cluster plan's templates, labels 0..G-1): every
+    draw resamples whole templates (halves are halves of the templates), so the estimand is J of datasets of G
+    templates drawn from the template distribution, each with its prompts.
     """
     _check_counts(n_outer, n_inner, confidence_level, method)
     n_obs, n_edges = S.shape
-    why = check_data_level(n_obs, "bootstrap", n_outer, n_inner)
+    if strata is not None and groups is not None:
+        raise InputError("data-level stability resamples strata or templates, not both; drop one of them")
+    n_groups = None if groups is None else int(np.unique(groups).size)
+    why = check_data_level(n_obs, "bootstrap" if groups is None else "cluster", n_outer, n_inner,
+                           n_groups=n_groups)
     if why:
         raise InputError(why)
     ks_arr = np.asarray(ks, dtype=np.int64)
@@ -381,7 +397,7 @@ def data_level_stability(S: np.ndarray, ks: Sequence[int], estimates: DataLevelE
     n_split_rows = 6 * N_SPLITS
     n_double = 2 * int(n_outer) if method == "bracketed_2n" else 0
     # one pass of the engine over every row: outer, inner, the halves and quarters, size 2N
-    blocks = list(_draws(n_obs, n_outer, n_inner, n_double, (c_nest, c_split, c_double), strata))
+    blocks = list(_draws(n_obs, n_outer, n_inner, n_double, (c_nest, c_split, c_double), strata, groups))
     plan = ResamplingPlan.from_counts(np.vstack(blocks))
     seeds = row_seeds(np.random.default_rng(c_ties), plan.n_resamples)
     state, _ = streaming_topk(S, plan, int(ks_arr.max()), ranking, seeds, chunk_size=chunk_size,

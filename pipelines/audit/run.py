@@ -155,11 +155,20 @@ def _score_stages(run, spec: AuditSpec, model, task, workers: int, force: bool, 
                   **{k: spec_doc[k] for k in attr_keys}}
         run_stage(run, f"scores_{method}",
                   lambda method=method: {f"scores_{method}": attribution_scores(
-                      model, task, method, spec, workers).tables({"task": task.describe()})["scores"]},
+                      model, task, method, spec, workers).tables(_scores_provenance(task))["scores"]},
                   [f"scores_{method}"], params=params, force=force)
     if mask_methods(spec):
         _masks_stage(run, spec, model, task, sm0.names, base, force)
     return sm0.names, RunScores(run, score_methods(spec), allow_large=allow_large)
+
+
+def _scores_provenance(task) -> dict:
+    """The scores tables' provenance: the task, and its templates (one label per prompt) where it has them, so a
+    cluster-scheme run is a sample-size pilot (circuitstat.pipelines.sample_size)."""
+    out = {"task": task.describe()}
+    if task.group is not None:
+        out["groups"] = [int(g) for g in task.group.tolist()]
+    return out
 
 
 def _masks_stage(run, spec: AuditSpec, model, task, names: list[str], base: dict, force: bool) -> None:

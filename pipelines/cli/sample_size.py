@@ -71,7 +71,7 @@ def sample_size_command(
     cost = _cost(sm, sorted(set(n)), model) if plan else None
     res = sample_size(sm.scores, sm.names, sm.method, n, k, target, claims=cf, spec=spec, n_datasets=datasets,
                       seed=seed, means=means.value, prediction_level=level, n_jobs=n_jobs, cost=cost,
-                      groups=pilot_groups(sm, spec, pilot), allow_large=allow_large)
+                      groups=pilot_groups(sm), allow_large=allow_large)
     _print(res, target)
     if out is not None:
         from circuitstat.core.atomic import atomic_write

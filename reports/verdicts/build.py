@@ -298,8 +298,12 @@ def resampling_notes(es: pa.Table | None) -> tuple[str, ...]:
     method = str(es.column("ci_method")[0].as_py()) if "ci_method" in cols else "?"
     note = str(es.column("ci_method_note")[0].as_py() or "") if "ci_method_note" in cols else ""
     clustered = bool(n and units and 0 < units < n)
-    distinct = math.comb(2 * units - 1, units) if clustered else 0
-    if clustered:
+    wild = method in ("wild_cluster_t", "cr2_t")  # CR2-studentized: the note says what G allows (stats.intervals.wild)
+    distinct = math.comb(2 * units - 1, units) if clustered and not wild else 0
+    if clustered and wild:
+        out.append(f"Edges: the {units} templates, not the {n} prompts, are the independent units (n = {n}, {units} "
+                   f"independent units); interval {method}" + (f": {note}" if note else "."))
+    elif clustered:
         out.append(f"Edges: a cluster bootstrap resampled the {units} templates whole, not the {n} prompts (n = {n}, "
                    f"{units} independent units; at most {distinct:,} distinct resamples); interval {method}"
                    + (f": {note}." if note else "."))
@@ -312,7 +316,10 @@ def resampling_notes(es: pa.Table | None) -> tuple[str, ...]:
             qs = q[at & np.isfinite(q)]
             qtext = f"q = {fmt(float(qs.min()), 2)}" if qs.size and qs.min() == qs.max() else (
                 f"q {fmt(float(qs.min()), 2)} to {fmt(float(qs.max()), 2)}" if qs.size else "q undefined")
-            if clustered and distinct <= b:  # the resampled means take at most `distinct` values
+            if clustered and wild and "all enumerated" in note:  # every wild weight pattern was used
+                fix = (f"More resamples cannot resolve them: {units} templates allow no more weight patterns than "
+                       "the wild bootstrap used; add templates (groups).")
+            elif clustered and not wild and distinct <= b:  # the resampled means take at most `distinct` values
                 fix = (f"More resamples cannot resolve them: {units} templates allow at most {distinct:,} distinct "
                        "resamples; add templates (groups).")
             else:

@@ -16,10 +16,11 @@ from ..resampling import (DEFAULT_MAX_BYTES, ResamplingPlan, _resolve_jobs, chec
 from ..testing import bh_adjust
 from .bounds import _frac_below, _intervals_sorted
 from .jackknife import acceleration_from_jackknife, mean_acceleration
-from .methods import (DEFAULT_METHOD, ESTIMAND, IID_METHODS, STUDENTIZED, _check_methods, _check_plan_for_methods,
-                      _plan_for, _tail_levels)
+from .methods import (CLUSTER_DEFAULT_METHOD, DEFAULT_METHOD, EDGE_METHODS, ESTIMAND, IID_METHODS, STUDENTIZED,
+                      _check_methods, _check_plan_for_methods, _plan_for, _tail_levels)
 from .pvalues import _pvalues_sorted
 from .result import BootstrapResult
+from .wild import CLUSTER_METHODS, ClusterSums, cluster_intervals, cluster_pvalues, cr2_se, weight_family, wild_t
 
 
 def bootstrap_edges(S: np.ndarray, plan: ResamplingPlan | None = None, *,
@@ -34,9 +35,9 @@ def bootstrap_edges(S: np.ndarray, plan: ResamplingPlan | None = None, *,
 
     Estimand: the mean effect over the task's prompt distribution. `method` gives
     `confidence_interval` and `pvalue` (default None: the symmetric studentized bootstrap,
-    chosen by simulated coverage; BCa for cluster plans, where the i.i.d. standard error that
-    studentizes does not hold); `methods` adds more interval types. The estimate is the plain
-    mean for every plan; for cluster/Poisson plans the resampled mean is the weighted mean
+    chosen by simulated coverage; for cluster plans the wild cluster bootstrap-t with CR2 standard
+    errors and G - 1 df, circuitstat.stats.intervals.wild); `methods` adds more interval types. The
+    estimate is the plain mean for every plan; for cluster/Poisson plans the resampled mean is the weighted mean
     sum(w s) / sum(w).
     The interval is computed in edge chunks (one or, for the studentized bootstrap, three
     matrix products per chunk).
@@ -50,14 +51,14 @@ def bootstrap_edges(S: np.ndarray, plan: ResamplingPlan | None = None, *,
         raise ValueError("the bootstrap needs at least 2 examples (N >= 2)")
     method_reason = "as asked"
     if method is None:
-        method = "bca" if plan.kind == "cluster" else DEFAULT_METHOD
-        method_reason = ("the default for a cluster bootstrap: the i.i.d. standard error that studentizes does not "
-                         "hold when prompts share a template" if plan.kind == "cluster"
+        method = CLUSTER_DEFAULT_METHOD if plan.kind == "cluster" else DEFAULT_METHOD
+        method_reason = (cluster_reason(plan) if plan.kind == "cluster" and plan.wild is not None
+                         else "the default for a cluster bootstrap" if plan.kind == "cluster"
                          else "the default, chosen by simulated coverage")
     if not 0.0 <= reliable_max_tail_share <= 1.0:
         raise ValueError(f"reliable_max_tail_share is a share of the total deviation and must "
                          f"lie in [0, 1], got {reliable_max_tail_share}")
-    todo = _check_methods(method, methods)
+    todo = _check_methods(method, methods, EDGE_METHODS)
     alpha = _tail_levels(confidence_level, alternative)
     _check_plan_for_methods(plan, todo, confidence_level)
     b = plan.n_resamples
@@ -79,15 +80,34 @@ def bootstrap_edges(S: np.ndarray, plan: ResamplingPlan | None = None, *,
               "n_obs": n_obs, "n_edges": n_edges,
               "method_reason": method_reason,
               "pvalue": f"inverts the {method} interval; qvalue = Benjamini-Hochberg",
-              "pvalue_floor": pvalue_floor(method, b),
+              "pvalue_floor": pvalue_floor(method, b if plan.wild is None else plan.wild.shape[0]),
               "reliable_max_tail_share": reliable_max_tail_share}
     return _edge_result(parts, reduce, method, confidence_level, b, edge_names, params, reliable_max_tail_share)
 
 
 def pvalue_floor(method: str, n_resamples: int) -> float:
     """The smallest p-value ``method``'s interval-inverting p-value can take: 1/(B+1) for a resampling one
-    (circuitstat.stats.intervals.pvalues never reports less), 0 for the analytic t."""
-    return 0.0 if method == "t" else 1.0 / (int(n_resamples) + 1.0)
+    (circuitstat.stats.intervals.pvalues never reports less; B the wild weight rows for 'wild_cluster_t'), 0 for
+    the analytic t and CR2 t."""
+    return 0.0 if method in ("t", "cr2_t") else 1.0 / (int(n_resamples) + 1.0)
+
+
+def cluster_reason(plan: ResamplingPlan) -> str:
+    """Why a cluster plan's default interval is the wild cluster bootstrap-t, with what its G groups allow."""
+    g = int(plan.wild.shape[1])
+    fam = weight_family(g)
+    distinct = (6 if fam.startswith("Webb") else 2) ** g
+    exact = plan.wild.shape[0] == distinct
+    few = (f" With G = {g} templates only {distinct:,} distinct weight patterns exist"
+           + (" (all enumerated: the bootstrap distribution is exact)" if exact else "")
+           + f", and the interval cannot be narrower than +-t({g - 1} df) x SE: G templates allow no less."
+           if g <= 5 else "")
+    return (f"the default for a cluster bootstrap: the templates (G = {g}), not the prompts, are the independent "
+            f"units, so the interval studentizes with the CR2 cluster-robust SE and refers it to a wild cluster "
+            f"bootstrap-t ({fam} weights, {plan.wild.shape[0]:,} draws) and to Student t with G - 1 = {g - 1} df, "
+            "whichever is wider (Cameron, Gelbach and Miller 2008; MacKinnon and Webb 2017). Trust it over an "
+            "example bootstrap, whose SE treats prompts of one template as independent, and over a percentile or "
+            "BCa cluster bootstrap, which under-cover with few templates." + few)
 
 
 @dataclass
@@ -102,6 +122,8 @@ class _EdgeChunk:
     totals: np.ndarray  # the plan's resample sizes
     cluster_info: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # (order, starts, sizes) of clusters, for BCa
     weights: np.ndarray | None  # the plan's weights, for the studentized bootstrap
+    clusters: ClusterSums | None = None  # the plan's groups, for the CR2 methods
+    wild: np.ndarray | None = None  # the plan's wild weights [B_w, G], for wild_cluster_t
 
     @classmethod
     def for_plan(cls, plan: ResamplingPlan, todo: list[str], alpha: float, alternative: str,
@@ -115,7 +137,10 @@ class _EdgeChunk:
             sizes = np.diff(np.r_[starts, n_obs]).astype(np.float64)
             cluster_info = (order, starts, sizes)
         weights = plan_weights(plan) if set(todo) & set(STUDENTIZED) else None
-        return cls(todo, alpha, alternative, keep_distribution, n_obs, plan.totals, cluster_info, weights)
+        clusters = ClusterSums(plan.groups) if set(todo) & set(CLUSTER_METHODS) else None
+        wild = plan.wild if "wild_cluster_t" in todo else None
+        return cls(todo, alpha, alternative, keep_distribution, n_obs, plan.totals, cluster_info, weights,
+                   clusters, wild)
 
     def __call__(self, r: np.ndarray, sc: np.ndarray, sl: slice) -> dict[str, Any]:
         """Return the chunk's estimates, SEs, tail shares, BCa pieces, intervals and p-values (r [c, B], sc [c, N])."""
@@ -146,11 +171,27 @@ class _EdgeChunk:
             out["accel"] = accel
         df = float(n_obs - 1)
         r.sort(axis=1)
-        out["ci"] = _intervals_sorted(r, theta, out.get("frac"), accel, todo, self.alpha, self.alternative,
+        plain = [m for m in todo if m not in CLUSTER_METHODS]
+        out["ci"] = _intervals_sorted(r, theta, out.get("frac"), accel, plain, self.alpha, self.alternative,
                                       ts=ts, abs_ts=abs_ts, se=se, df=df)
         out["p"] = {m: _pvalues_sorted(m, r, theta, 0.0, out.get("frac"), accel, self.alternative,
-                                       ts=ts, abs_ts=abs_ts, se=se, df=df) for m in todo}
+                                       ts=ts, abs_ts=abs_ts, se=se, df=df) for m in plain}
+        if self.clusters is not None:
+            self._cluster_methods(out, sc, theta)
         return out
+
+    def _cluster_methods(self, out: dict[str, Any], sc: np.ndarray, theta: np.ndarray) -> None:
+        """Add the CR2-studentized methods' intervals and p-values to a chunk's `out` (and the CR2 SE as `se`
+        when one of them is the primary method: the SE the interval uses)."""
+        cs = self.clusters
+        U = cs.residual_sums(sc)
+        se = cr2_se(U, cs)
+        abs_wild = np.sort(np.abs(wild_t(U, cs, self.wild)), axis=1) if self.wild is not None else None
+        todo = [m for m in self.todo if m in CLUSTER_METHODS]
+        out["ci"].update(cluster_intervals(theta, se, abs_wild, cs.n_groups, todo, self.alpha, self.alternative))
+        out["p"].update({m: cluster_pvalues(m, theta, se, abs_wild, cs.n_groups, self.alternative) for m in todo})
+        if self.todo[0] in CLUSTER_METHODS:
+            out["se"] = se
 
 
 def _edge_result(parts: list[dict[str, Any]], reduce: _EdgeChunk, method: str, confidence_level: float,

@@ -11,6 +11,10 @@ from ..resampling import ResamplingPlan
 from ..testing import _check_alternative
 
 METHODS = ("percentile", "basic", "bca", "t", "studentized", "studentized_symmetric")
+#: methods that need a cluster plan's groups: studentized by the CR2 cluster-robust SE (circuitstat.stats.intervals.wild)
+CLUSTER_METHODS = ("wild_cluster_t", "cr2_t")
+#: every per-edge method bootstrap_edges offers
+EDGE_METHODS = METHODS + CLUSTER_METHODS
 #: methods whose interval rests on the resampled means (need enough resamples)
 RESAMPLING_METHODS = ("percentile", "basic", "bca", "studentized", "studentized_symmetric")
 #: methods that studentize with the i.i.d. standard error (not valid for cluster plans)
@@ -19,6 +23,8 @@ STUDENTIZED = ("studentized", "studentized_symmetric")
 #: methods available for a general statistic's bootstrap distribution (no per-example SE)
 RESAMPLING_ONLY = ("percentile", "basic", "bca")
 DEFAULT_METHOD = "studentized_symmetric"
+#: the default under a cluster plan: wild cluster bootstrap-t, CR2 SE, G - 1 df (circuitstat.stats.intervals.wild)
+CLUSTER_DEFAULT_METHOD = "wild_cluster_t"
 ESTIMAND = "mean effect over the task's prompt distribution"
 
 
@@ -67,8 +73,16 @@ def _check_plan_for_methods(plan: ResamplingPlan, todo: Sequence[str],
     bad = [m for m in todo if m in IID_METHODS]
     if plan.kind == "cluster" and bad:
         raise InputError(f"interval method(s) {bad} use the independent-example standard error, "
-                         "which is wrong under the cluster bootstrap; use method 'percentile', "
-                         "'basic' or 'bca' with a cluster plan")
+                         "which is wrong under the cluster bootstrap; use method 'wild_cluster_t' (the "
+                         "default), 'cr2_t', 'percentile', 'basic' or 'bca' with a cluster plan")
+    clustered = [m for m in todo if m in CLUSTER_METHODS]
+    if clustered and (plan.kind != "cluster" or plan.groups is None):
+        raise InputError(f"interval method(s) {clustered} studentize with the cluster-robust (CR2) standard error "
+                         f"and need a cluster plan (the templates); this plan is {plan.kind!r}: use "
+                         "ResamplingPlan.cluster(groups, ...) (bootstrap scheme 'clusters') or another method")
+    if "wild_cluster_t" in todo and plan.wild is None:
+        raise InputError("method 'wild_cluster_t' needs the plan's wild weights; build the plan with "
+                         "ResamplingPlan.cluster(groups, ...)")
     if any(m in RESAMPLING_METHODS for m in todo):
         # the smallest p-value, 1/(B+1), must lie below 1 - level (a margin absorbs the
         # rounding of 1 - 0.95), else an interval could exclude 0 while p >= 1 - level

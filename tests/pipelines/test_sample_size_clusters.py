@@ -1,5 +1,6 @@
-"""``sample-size`` on a pilot audit that resampled templates (issue 43 item 3): the pilot's groups are read from its
-task, every simulated dataset is resampled by those templates, and a task that changed since the pilot is refused."""
+"""A cluster-scheme audit is a ``sample-size`` pilot (issue 49): the audit records its templates with its scores,
+and sample-size plans in whole templates (template means as units; claims simulated on datasets of whole
+templates with the cluster scheme's own tables)."""
 
 from __future__ import annotations
 
@@ -12,76 +13,89 @@ from typer.testing import CliRunner
 from circuitstat.pipelines.cli import app
 
 MODEL = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=50257&n_positions=64&seed=1"
-TEMPLATES = {"store": "When {a} and {b} went to the store, {b} gave a drink to",
-             "park": "After {a} and {b} met at the park, {b} handed a book to",
-             "office": "Then {a} and {b} sat in the office, and {b} passed a note to",
-             "school": "While {a} and {b} walked to the school, {b} threw a ball to",
-             "lake": "As {a} and {b} swam in the lake, {b} tossed a stone to"}
-NAMES = [("Mary", "John", "Alice"), ("Tom", "Anna", "David"), ("Sarah", "James", "Mark"), ("Paul", "Lisa", "Emma"),
-         ("Kate", "Mike", "Jack"), ("Bob", "Jane", "Sam"), ("Ann", "Tim", "Joe"), ("Mary", "Paul", "Alice")]
+PLACES = ["store", "park", "office", "school", "beach", "bank", "zoo", "farm", "shop", "lake", "church", "house",
+          "market", "hotel", "garden", "library"]
+NAMES = [("Mary", "John", "Alice"), ("Tom", "Anna", "David")]
 
 
-def _rows(group: bool = True) -> list[dict]:
-    """40 IOI-style pairs from 5 templates (8 each); the corrupted prompt swaps the repeated name."""
-    out = []
-    for g, t in TEMPLATES.items():
+def _audit(d, places) -> object:
+    """Run a cluster-scheme audit of len(places) templates x 2 prompts; return the run directory."""
+    rows = []
+    for place in places:
         for a, b, c in NAMES:
-            head, tail = t.format(a=a, b=b).rsplit(f" {b} ", 1)
-            row = {"clean": t.format(a=a, b=b), "corrupted": f"{head} {c} {tail}", "answer": " " + a,
-                   "wrong_answer": " " + b}
-            out.append({**row, "group": g} if group else row)
-    return out
+            clean = f"When {a} and {b} went to the {place}, {b} gave a drink to"
+            rows.append({"clean": clean, "corrupted": clean.replace(f", {b} ", f", {c} "), "answer": " " + a,
+                         "wrong_answer": " " + b, "group": place})
+    (d / "t.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    (d / "spec.yaml").write_text(
+        f"models: ['{MODEL}']\ntask: {{name: t.jsonl, n: {len(rows)}}}\nmethods: [eap]\nk: [3, 6]\n"
+        "bootstrap: {n_resamples: 200, scheme: clusters}\nranking: absolute\nseed: 0\nn_jobs: 1\n")
+    r = CliRunner().invoke(app, ["audit", str(d / "spec.yaml"), "--out", str(d / "run")])
+    assert r.exit_code == 0, r.output
+    return d / "run"
 
 
 @pytest.fixture(scope="module")
 def pilot(tmp_path_factory):
-    """An EAP audit of 40 prompts in 5 templates with a cluster bootstrap: the pilot of the issue's report."""
-    d = tmp_path_factory.mktemp("pilot")
-    (d / "ioi40.jsonl").write_text("\n".join(json.dumps(r) for r in _rows()))
-    (d / "spec.yaml").write_text(
-        f"models: ['{MODEL}']\ntask: {{name: ioi40.jsonl, n: 40}}\nmethods: [eap]\nk: [3, 6]\nfaithfulness: false\n"
-        "bootstrap: {n_resamples: 100, scheme: clusters}\nranking: absolute\nseed: 0\nn_jobs: 1\n")
-    r = CliRunner().invoke(app, ["audit", str(d / "spec.yaml"), "--out", str(d / "run")])
+    return _audit(tmp_path_factory.mktemp("cl16"), PLACES)
+
+
+def test_a_cluster_audit_is_a_sample_size_pilot(pilot, tmp_path):
+    from circuitstat.circuits.scores import ScoreMatrix
+    from circuitstat.core.tables import read_table
+
+    sm = ScoreMatrix.read(pilot, "scores_eap")
+    g = sm.provenance["groups"]  # the templates, one label per prompt (two prompts each, in row order)
+    assert len(g) == 32 and len(set(g)) == 16 and g[0::2] == g[1::2]
+    es = read_table(pilot / "edge_stats.parquet").to_pydict()
+    name = es["name"][int(np.argmax(np.abs(es["estimate"])))]
+    claims = tmp_path / "claims.yaml"
+    claims.write_text(f"claims:\n  - {{kind: edge_effect, method: eap, edge: '{name}', sign: nonzero, max_q: 0.5}}\n")
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["sample-size", str(pilot), "--n", "32", "--n", "64", "--k", "3", "--target", "0.5",
+                                 "--claims", str(claims), "--datasets", "3", "--out", str(out)])
     assert r.exit_code == 0, r.output
-    return d
+    w = read_table(out / "sample_size_widths.parquet").to_pydict()
+    assert sorted(set(w["n"])) == [32, 64]
+    w32 = np.array(w["width"])[np.array(w["n"]) == 32]
+    w64 = np.array(w["width"])[np.array(w["n"]) == 64]
+    live = w32 > 0  # edges whose scores vary (the others are 0 on every prompt)
+    assert live.sum() >= 5 and np.all(w64[live] < w32[live]) and np.all(w64[~live] == 0)  # twice the templates
+    c = read_table(out / "sample_size_claims.parquet").to_pydict()
+    p = dict(zip(c["n"], c["p_pass"]))
+    assert 0.0 <= p[32] <= 1.0 and 0.0 <= p[64] <= 1.0  # simulated, not skipped
 
 
-def test_a_cluster_pilot_is_simulated_with_its_own_templates(pilot, monkeypatch):
-    """Before: 'bootstrap scheme clusters needs a task with groups' although the task has 5 templates."""
-    from circuitstat.stats import ResamplingPlan
+def test_the_pilot_widths_are_template_level(pilot):
+    """Oracle: at the pilot's own size the pilot width is the default interval of the G template means (built by
+    hand), not of the n prompts (negative control: the examples scheme's differs)."""
+    from circuitstat.circuits.scores import ScoreMatrix
+    from circuitstat.core.seeds import spawn_seeds
+    from circuitstat.pipelines.sample_size import pilot_groups, sample_size
+    from circuitstat.pipelines.spec import AuditSpec
+    from circuitstat.stats import ResamplingPlan, bootstrap_edges
 
-    seen = []
-    cluster = ResamplingPlan.cluster.__func__
-
-    def spy(cls, groups, *a, **kw):
-        seen.append(np.asarray(groups))
-        return cluster(cls, groups, *a, **kw)
-
-    monkeypatch.setattr(ResamplingPlan, "cluster", classmethod(spy))
-    r = CliRunner().invoke(app, ["sample-size", str(pilot / "run"), "--n", "40", "--k", "3", "--datasets", "2",
-                                 "--resamples", "50"])
-    assert r.exit_code == 0, r.output
-    assert "needs a task with groups" not in r.output
-    assert len(seen) == 2  # one cluster plan per simulated dataset
-    truth = np.repeat(np.arange(5), 8)  # the file's rows, in order: 8 per template
-    for g in seen:
-        assert g.shape == (40,) and set(np.unique(g)) <= set(range(5)) and np.unique(g).size >= 4
-    # each simulated prompt keeps its pilot row's template: the pilot's groups are the file's, row for row
-    from circuitstat.pipelines.sample_size import pilot_groups, read_pilot
-
-    sm, spec = read_pilot(pilot / "run")
-    groups = pilot_groups(sm, spec, pilot / "run")
-    assert all(np.array_equal(groups == groups[8 * j], truth == j) for j in range(5))
+    sm = ScoreMatrix.read(pilot, "scores_eap")
+    groups = pilot_groups(sm)
+    spec = AuditSpec.model_validate({"model": "pilot", "bootstrap": {"scheme": "clusters", "n_resamples": 200}})
+    plain = AuditSpec.model_validate({"model": "pilot", "bootstrap": {"n_resamples": 200}})
+    cl = sample_size(sm.scores, sm.names, "eap", [32], [3], 0.5, spec=spec, groups=groups, n_datasets=2)
+    ex = sample_size(sm.scores, sm.names, "eap", [32], [3], 0.5, spec=plain, n_datasets=2)
+    assert cl.params["unit"] == "templates" and list(cl.params["n_templates"]) == [16]
+    S = np.asarray(sm.scores, dtype=np.float64)
+    M = np.stack([S[groups == g].mean(axis=0) for g in np.unique(groups)])  # template means, label order
+    c_w = spawn_seeds(np.random.SeedSequence(0), 3)[0]  # sample_size's widths child of seed 0
+    want = bootstrap_edges(M, ResamplingPlan.bootstrap(16, 200, c_w), method="studentized_symmetric")
+    np.testing.assert_allclose(cl.widths["pilot_width"], want.confidence_interval.high - want.confidence_interval.low,
+                               rtol=1e-9, atol=1e-15)
+    live = ex.widths["pilot_width"] > 0
+    assert not np.allclose(cl.widths["pilot_width"][live], ex.widths["pilot_width"][live])
+    with pytest.raises(Exception, match="do not record"):
+        sample_size(sm.scores, sm.names, "eap", [32], [3], 0.5, spec=spec, groups=None, n_datasets=2)
 
 
-def test_a_task_file_changed_since_the_pilot_is_refused(pilot):
-    """Negative control: the pilot's file without its group column no longer builds the pilot's prompts."""
-    path = pilot / "ioi40.jsonl"
-    kept = path.read_text()
-    try:
-        path.write_text("\n".join(json.dumps(r) for r in _rows(group=False)))
-        r = CliRunner().invoke(app, ["sample-size", str(pilot / "run"), "--n", "40", "--k", "3", "--datasets", "2"])
-    finally:
-        path.write_text(kept)
+def test_too_few_templates_exit_2_naming_templates(tmp_path):
+    run = _audit(tmp_path, PLACES[:8])  # 16 prompts: enough prompts, too few templates
+    r = CliRunner().invoke(app, ["sample-size", str(run), "--n", "32", "--k", "3", "--datasets", "2"])
     assert r.exit_code == 2, r.output
-    assert "no longer builds the prompts" in r.output or "no group column" in r.output
+    assert "at least 16, got G = 8" in " ".join(r.output.split())

@@ -62,7 +62,8 @@ def test_edge_stats_records_the_clusters_the_method_and_the_p_value_floor(audit)
     run, _ = audit
     es = _edges(run)
     assert (es["n"] == 16).all() and (es["n_clusters"] == 4).all()
-    assert (es["ci_method"] == "bca").all() and es["ci_method_note"].str.contains("cluster bootstrap").all()
+    assert (es["ci_method"] == "wild_cluster_t").all() and es["ci_method_note"].str.contains("cluster bootstrap").all()
+    # 4 templates: Webb's 6^4 = 1296 weight patterns exceed B = 200, so B of them are drawn
     assert np.allclose(es["p_floor"], 1 / (B + 1)) and (es["p"] >= es["p_floor"] - 1e-15).all()
 
 
@@ -72,16 +73,18 @@ def test_the_verdict_says_why_stability_has_no_interval_and_what_was_resampled(a
     text = " ".join(printed.split())
     assert "undefined in stability_vs_k" not in text
     assert "data-level intervals need at least 32 examples, got N = 16" in text
-    assert "a cluster bootstrap resampled the 4 templates whole, not the 16 prompts" in text
-    assert "interval bca: the default for a cluster bootstrap" in text
+    assert "the 4 templates, not the 16 prompts, are the independent units" in text
+    assert "interval wild_cluster_t: the default for a cluster bootstrap" in text
+    assert "With G = 4 templates only 1,296 distinct weight patterns exist" in text
+    assert "cannot be narrower than +-t(3 df) x SE" in text
     es = _edges(run)
     at_floor = int((es["p"] <= es["p_floor"] * (1 + 1e-9)).sum())  # counted from the table, independently
     assert at_floor > 0, "the fixture should have edges at the floor"
     assert f"{at_floor} of {len(es)} edges sit at the resampling floor 1/(B+1) = 1/{B + 1}" in text
     lone = min(1.0, len(es) / (B + 1))
     assert f"an edge alone at the floor would get q = {lone:.2g}" in text or f"q = {lone:.3g}" in text
-    # 4 templates: the means of the resamples take at most C(7, 4) = 35 values, so more resamples cannot help
-    assert "More resamples cannot resolve them: 4 templates allow at most 35 distinct resamples" in text
+    # 200 of the 1296 weight patterns were drawn: more resamples lower the floor
+    assert "More resamples (bootstrap.n_resamples) resolve them." in text
 
 
 def test_the_stability_table_and_claims_check_say_the_same_reason(audit, tmp_path):
@@ -161,7 +164,7 @@ def test_the_rendered_page_shows_the_reasons(audit):
     assert "data-level intervals need at least 32 examples, got N = 16" in flat(verdict)
     assert "No data-level interval: data-level intervals need at least 32 examples" in flat(stability)
     for where in (flat(verdict), flat(forest)):
-        assert "a cluster bootstrap resampled the 4 templates whole" in where
+        assert "the 4 templates, not the 16 prompts, are the independent units" in where
         assert f"sit at the resampling floor 1/(B+1) = 1/{B + 1}" in where
     assert "units resampled" in forest and "undefined in stability_vs_k" not in flat(verdict)
 
@@ -186,8 +189,9 @@ def test_no_k_reaching_the_bar_is_a_whole_sentence(tmp_path):
 def test_data_level_reasons_are_all_given():
     from circuitstat.stats.stability_data import check_data_level
 
-    why = check_data_level(16, "cluster", 50, 50)
-    assert "at least 32 examples, got N = 16" in why and "cluster" in why
+    why = check_data_level(16, "cluster", 50, 50, n_groups=4)
+    assert "at least 32 examples, got N = 16" in why and "at least 32 templates" in why and "G = 4" in why
+    assert check_data_level(64, "cluster", 50, 50, n_groups=32) is None  # whole templates are resampled
     assert check_data_level(64, "bootstrap", 50, 50) is None
     why = check_data_level(64, "subsample", 50, 50)
     assert "subsample" in why and "at least 32" not in why

@@ -118,9 +118,9 @@ def test_q_values_are_bh_of_the_interval_pvalues(small):
     assert res.to_table().column("qvalue").to_pylist() == list(res.qvalue)
 
 
-def test_cluster_plans_refuse_iid_studentization_and_default_to_bca(small):
+def test_cluster_plans_refuse_iid_studentization_and_default_to_wild_cluster_t(small):
     plan = ResamplingPlan.cluster(np.arange(17) // 3, 200, seed=0)
-    assert bootstrap_edges(small, plan).method == "bca"
+    assert bootstrap_edges(small, plan).method == "wild_cluster_t"
     with pytest.raises(ValueError, match="cluster"):
         bootstrap_edges(small, plan, method="studentized_symmetric")
 

@@ -122,7 +122,7 @@ def test_bootstrap_pvalue_never_below_one_over_b_plus_one(method):
 def test_cluster_bca_uses_leave_one_cluster_out(skewed):
     groups = np.arange(skewed.shape[0]) // 5
     plan = ResamplingPlan.cluster(groups, 300, seed=3)
-    res = bootstrap_edges(skewed, plan)
+    res = bootstrap_edges(skewed, plan, method="bca")
     # leave-one-cluster-out jackknife of the mean, by brute force
     jack = np.stack([skewed[groups != g].mean(0) for g in np.unique(groups)], axis=-1)
     np.testing.assert_allclose(res.acceleration, acceleration_from_jackknife(jack), rtol=1e-10)

@@ -1,0 +1,233 @@
+"""The cluster scheme's default interval: wild cluster bootstrap-t with CR2 standard errors and G - 1 df.
+
+Oracles: the CR2 standard error against the matrix formula (I - H_gg)^(-1/2) built by eigendecomposition, and
+against statsmodels' CR0 cluster SE scaled per cluster; the wild t* against bootstrap samples built example by
+example; the weight sets against their definition (Webb 2013's six points, Rademacher) and exact enumeration.
+Coverage is bounded from both sides on a small templated population of real zoo scores, with the former BCa
+default and the example bootstrap as negative controls (they under-cover on the same datasets).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from circuitstat.core.errors import InputError
+from circuitstat.stats.calibration import clustered_rate
+from circuitstat.stats.intervals import bootstrap_edges
+from circuitstat.stats.intervals.wild import ClusterSums, cr2_se, wild_t
+from circuitstat.stats.populations import templated_datasets
+from circuitstat.stats.resampling import ResamplingPlan, wild_weights
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from fixture_populations import load_zoo_fixture  # noqa: E402
+
+
+def _cr2_by_matrices(x: np.ndarray, groups: np.ndarray) -> float:
+    """CR2 SE of the mean of x by the general formula: X = 1, A_g = (I - H_gg)^(-1/2),
+    V = sum (X_g' A_g u_g)^2 / N^2."""
+    n = x.size
+    u = x - x.mean()
+    meat = 0.0
+    for g in np.unique(groups):
+        ug = u[groups == g]
+        m = ug.size
+        vals, vecs = np.linalg.eigh(np.eye(m) - np.full((m, m), 1.0 / n))
+        a = vecs @ np.diag(vals ** -0.5) @ vecs.T
+        meat += (np.ones(m) @ a @ ug) ** 2
+    return float(np.sqrt(meat) / n)
+
+
+def test_cr2_matches_the_matrix_formula_and_statsmodels_cr0_scaled():
+    import statsmodels.api as sm
+
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(6), [2, 3, 5, 7, 4, 9])
+    x = rng.standard_t(3, (groups.size, 3)) + rng.normal(size=(6, 3))[groups]
+    cs = ClusterSums(groups)
+    se = cr2_se(cs.residual_sums(x.T), cs)
+    for j in range(3):
+        np.testing.assert_allclose(se[j], _cr2_by_matrices(x[:, j], groups), rtol=1e-12)
+        fit = sm.OLS(x[:, j], np.ones(groups.size)).fit(cov_type="cluster", cov_kwds={"groups": groups,
+                                                                                       "use_correction": False})
+        cr0 = float(fit.bse[0])
+        # CR2 scales each cluster's squared residual sum by 1 / (1 - n_g / N): between CR0 and CR0 / (1 - max h)
+        assert cr0 < se[j] < cr0 / np.sqrt(1 - 9 / groups.size)
+    # equal sizes: CR2 = CR0 / sqrt(1 - 1/G) exactly (negative control: CR0 itself is not CR2)
+    eq = np.repeat(np.arange(5), 4)
+    y = rng.normal(size=eq.size)
+    cs = ClusterSums(eq)
+    fit = sm.OLS(y, np.ones(eq.size)).fit(cov_type="cluster", cov_kwds={"groups": eq, "use_correction": False})
+    got = cr2_se(cs.residual_sums(y[None, :]), cs)[0]
+    np.testing.assert_allclose(got, fit.bse[0] / np.sqrt(1 - 1 / 5), rtol=1e-12)
+    assert abs(got - fit.bse[0]) > 0.05 * got
+
+
+def test_wild_t_matches_bootstrap_samples_built_one_by_one():
+    rng = np.random.default_rng(1)
+    groups = np.repeat(np.arange(5), [3, 4, 2, 6, 5])
+    x = rng.lognormal(size=(groups.size, 2))
+    w = wild_weights(5, 50, seed=2)[:50]
+    cs = ClusterSums(groups)
+    t = wild_t(cs.residual_sums(x.T), cs, w)
+    for j in range(2):
+        xbar = x[:, j].mean()
+        u = x[:, j] - xbar
+        for b in range(0, 50, 7):
+            xs = xbar + w[b][groups] * u  # the unrestricted wild sample
+            want = (xs.mean() - xbar) / _cr2_by_matrices(xs, groups)
+            np.testing.assert_allclose(t[j, b], want, rtol=1e-9)
+
+
+def test_wild_weights_enumerate_all_patterns_when_few_and_have_unit_variance():
+    w = wild_weights(4, 2000, seed=0)  # Webb for G < 12: 6^4 = 1296 patterns, each once
+    assert w.shape == (6 ** 4, 4) and np.unique(w, axis=0).shape[0] == 6 ** 4
+    np.testing.assert_allclose(np.unique(w), [-np.sqrt(1.5), -1, -np.sqrt(.5), np.sqrt(.5), 1, np.sqrt(1.5)])
+    np.testing.assert_allclose(w.mean(axis=0), 0, atol=1e-12)
+    np.testing.assert_allclose((w ** 2).mean(axis=0), 1, rtol=1e-12)
+    w5 = wild_weights(5, 2000, seed=0)  # 7776 > 2000: drawn at random
+    assert w5.shape == (2000, 5) and np.unique(w5, axis=0).shape[0] > 1700
+    r = wild_weights(12, 5000, seed=0)  # Rademacher from G = 12: 4096 patterns, enumerated
+    assert r.shape == (4096, 12) and set(np.unique(r)) == {-1.0, 1.0}
+    assert np.unique(r, axis=0).shape[0] == 4096
+    plan = ResamplingPlan.cluster(np.arange(20) // 5, 2000, seed=3)
+    assert plan.wild.shape == (1296, 4)
+    # the group draws are those a plan drew before the wild weights existed (child seed for the weights)
+    rng = np.random.default_rng(np.random.SeedSequence(3))
+    idx = rng.integers(0, 4, (2000, 4))
+    np.testing.assert_array_equal(plan.counts[:, ::5], np.stack([np.bincount(r_, minlength=4) for r_ in idx]))
+
+
+def test_cluster_default_is_wild_and_its_pvalue_inverts_its_interval():
+    rng = np.random.default_rng(4)
+    groups = np.repeat(np.arange(5), 6)
+    x = rng.normal(0.3, 1, (30, 40)) + rng.normal(0, 0.5, (5, 40))[groups]
+    plan = ResamplingPlan.cluster(groups, 999, seed=5)
+    res = bootstrap_edges(x, plan, methods=["cr2_t"])
+    assert res.method == "wild_cluster_t"
+    lo, hi = res.confidence_interval.low, res.confidence_interval.high
+    excl = (lo > 0) | (hi < 0)
+    np.testing.assert_array_equal(excl, res.pvalue < 0.05)
+    assert 0 < excl.sum() < 40  # both kinds of edge present: the equality above is not vacuous
+    # never narrower than CR2 with t(G - 1): the interval G templates allow
+    cr = res.intervals["cr2_t"]
+    assert np.all(hi - lo >= cr.high - cr.low - 1e-12)
+    se = res.standard_error
+    np.testing.assert_allclose(cr.high - cr.low, 2 * stats.t.ppf(0.975, 4) * se, rtol=1e-10)
+    np.testing.assert_allclose(res.pvalues["cr2_t"], 2 * stats.t.sf(np.abs(res.estimate / se), 4), rtol=1e-10)
+    for alt in ("greater", "less"):
+        one = bootstrap_edges(x, plan, alternative=alt)
+        bound = one.confidence_interval.low if alt == "greater" else one.confidence_interval.high
+        np.testing.assert_array_equal((bound > 0) if alt == "greater" else (bound < 0), one.pvalue < 0.05)
+    note = res.params["method_reason"]
+    assert "G = 5 templates only 7,776 distinct weight patterns exist" in note and "cannot be narrower" in note
+    assert "Trust it over an example bootstrap" in note
+
+
+def test_cluster_methods_need_a_cluster_plan():
+    x = np.random.default_rng(0).normal(size=(20, 3))
+    with pytest.raises(InputError, match="need a cluster plan"):
+        bootstrap_edges(x, n_resamples=200, seed=0, method="wild_cluster_t")
+    bare = ResamplingPlan.from_counts(ResamplingPlan.cluster(np.arange(20) // 4, 200, seed=0).counts, kind="cluster")
+    with pytest.raises(InputError, match="need a cluster plan"):  # counts alone: no groups, no wild weights
+        bootstrap_edges(x, bare)
+    with pytest.raises(InputError, match="wrong under the cluster bootstrap"):
+        bootstrap_edges(x, ResamplingPlan.cluster(np.arange(20) // 4, 200, seed=0), method="t")
+
+
+@pytest.fixture(scope="module")
+def zoo():
+    pop = load_zoo_fixture()[0]
+    return pop[:, pop.std(axis=0) > 0]
+
+
+def _coverage(zoo, n_groups, icc, n_datasets, seed):
+    """{method: (coverage, MC SE)} pooled over edges, datasets the unit, and the datasets' intervals."""
+    x, groups = templated_datasets(zoo, n_groups, 8, icc, n_datasets, seed=seed)
+    e = zoo.shape[1]
+    mu = np.tile(zoo.mean(axis=0), n_datasets)
+    cl = bootstrap_edges(x, ResamplingPlan.cluster(groups, 999, seed + 1), methods=["bca"])
+    ex = bootstrap_edges(x, ResamplingPlan.bootstrap(x.shape[0], 999, seed + 2))
+    ivs = {"wild": cl.confidence_interval, "bca": cl.intervals["bca"], "example": ex.confidence_interval}
+    out = {}
+    for m, iv in ivs.items():
+        cov = ((iv.low <= mu) & (mu <= iv.high)).reshape(n_datasets, e)
+        out[m] = clustered_rate(cov.sum(axis=1), np.full(n_datasets, e))
+    return out, ivs
+
+
+@pytest.mark.parametrize("n_groups,icc", [(5, 0.3), (8, 0.7)])
+def test_wild_default_covers_on_templated_zoo_scores_from_both_sides(zoo, n_groups, icc):
+    """Measured (bench/cluster_coverage.py, 100 datasets): 0.948 at G = 5 (icc 0.3) and 0.935 at G = 8 (icc 0.7);
+    BCa 0.783 and 0.809, the example bootstrap 0.752 and 0.576 in the same cells."""
+    cov, ivs = _coverage(zoo, n_groups, icc, 60, seed=10 * n_groups)
+    rate, se = cov["wild"]
+    assert se < 0.012  # the bounds below are about 3 MC SE wide on each side at most
+    assert 0.915 <= rate <= 0.985, cov
+    # negative controls: the former default and the example bootstrap miss on the same datasets
+    assert cov["bca"][0] < 0.9 and cov["example"][0] < 0.9, cov
+    assert cov["bca"][0] + 3 * cov["bca"][1] < rate
+
+
+def test_five_correlated_templates_no_longer_give_a_narrower_interval_than_examples(zoo):
+    """Issue 49's example: 5 templates, BCa narrower than the example bootstrap; the default is not, on every edge
+    whose templates the data show to be correlated (a design effect of 1.5 or more: CR2 variance over the i.i.d.
+    variance of the mean) and whose mean no few prompts
+    carry (no_tail_seen: where a spike carries it, the example bootstrap-t's own interval is several times wider)."""
+    x, groups = templated_datasets(zoo, 5, 20, 0.3, 1, seed=49)
+    x = x[:, x.std(axis=0) > 0]
+    cl = bootstrap_edges(x, ResamplingPlan.cluster(groups, 2000, seed=1), methods=["bca"])
+    ex = bootstrap_edges(x, ResamplingPlan.bootstrap(x.shape[0], 2000, seed=2))
+    deff = (cl.standard_error / (x.std(axis=0, ddof=1) / np.sqrt(x.shape[0]))) ** 2
+    correlated = (deff >= 1.5) & ex.reliable
+    assert correlated.mean() > 0.3  # the population has icc 0.3: many edges show it
+    wid = lambda iv: (iv.high - iv.low)[correlated]  # noqa: E731
+    ratio = wid(cl.confidence_interval) / wid(ex.confidence_interval)
+    assert np.all(ratio >= 1.0), np.sort(ratio)[:5]
+    assert np.median(ratio) > 1.5
+    # negative control: the former default (BCa over resampled templates) is narrower than the example bootstrap on
+    # many of the edges whose means no few prompts carry; the default is narrower on none of those it should not be
+    rel = lambda iv: (iv.high - iv.low)[ex.reliable]  # noqa: E731
+    assert np.mean(rel(cl.intervals["bca"]) < rel(ex.confidence_interval)) > 0.1
+    # and significance is not inflated: no more edges exclude 0 than under the example bootstrap
+    sig = lambda iv: (iv.low > 0) | (iv.high < 0)  # noqa: E731
+    assert sig(cl.confidence_interval).sum() <= sig(ex.confidence_interval).sum()
+    assert sig(cl.confidence_interval).sum() < sig(cl.intervals["bca"]).sum()
+
+
+# --- data-level stability under the cluster scheme: whole templates resampled ---------------------------------
+def test_data_level_stability_resamples_whole_templates():
+    """Oracle: templates whose prompts are identical copies; resampling whole templates must give what resampling
+    the distinct rows gives (same draws at the template level); resampling the copies one by one must not."""
+    from circuitstat.stats.stability_data import DataLevelEstimates, data_level_stability
+
+    rng = np.random.default_rng(7)
+    G, m, E = 40, 3, 30
+    base = rng.normal(0, 1, (G, E)) + np.linspace(1.0, 0.0, E)
+    dup = np.repeat(base, m, axis=0)
+    groups = np.repeat(np.arange(G), m)
+    est = DataLevelEstimates(*(np.full(2, v) for v in (0.5, 0.01, 0.5, 0.01, 0.4, 0.01)))
+    kw = dict(ranking="absolute", seed=3, n_outer=50, n_inner=10)
+    whole = data_level_stability(dup, [5, 10], est, groups=groups, **kw)
+    distinct = data_level_stability(base, [5, 10], est, **kw)
+    for c in ("jaccard_data_ci_low", "jaccard_data_ci_high", "jaccard_data_split", "phi_data_se"):
+        np.testing.assert_allclose(whole[c], distinct[c], rtol=1e-9, atol=1e-12)
+    copies = data_level_stability(dup, [5, 10], est, **kw)  # negative control: prompts treated as independent
+    assert not np.allclose(copies["jaccard_data_split"], distinct["jaccard_data_split"])
+
+
+def test_cluster_stability_has_data_level_intervals_with_enough_templates():
+    from circuitstat.stats import circuit_stability
+
+    rng = np.random.default_rng(8)
+    x = rng.normal(0, 1, (96, 20)) + np.linspace(1.0, 0.0, 20)
+    res = circuit_stability(x, ResamplingPlan.cluster(np.arange(96) // 3, 100, seed=1), [3, 5], ranking="absolute")
+    assert np.isfinite(res.per_k["jaccard_data_ci_low"]).all()
+    few = circuit_stability(x, ResamplingPlan.cluster(np.arange(96) // 24, 100, seed=1), [3, 5], ranking="absolute")
+    assert np.isnan(few.per_k["jaccard_data_ci_low"]).all()
+    why = few.params["data_level"]["reason"]
+    assert "at least 32 templates" in why and "G = 4" in why
