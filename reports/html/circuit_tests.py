@@ -11,21 +11,16 @@ from circuitstat.core.schema import DANGLING_REASON
 from circuitstat.reports.html.common import Tables, html_table, note
 from circuitstat.reports.html.svg import esc
 from circuitstat.reports.tableset import methods_in, num, rows, where
+from circuitstat.reports.verdicts.circuit_tests import ALPHA, test_decision
 
 __all__ = ["circuit_tests_section", "ALPHA"]
 
-ALPHA = 0.05  # the level the section's decisions are shown at (claims choose their own)
 SHOWN = 30  # minimality edges listed per method (smallest adjusted p-value first)
-#: whether the circuit hypothesis is supported when the test's null is rejected
-_REJECT_SUPPORTS = {"equivalence": False, "equivalence_tost": True, "independence": False, "minimality": False,
-                    "sufficiency": True, "partial_necessity": True}
 
 
 def _decision(test: str, p: float) -> str:
-    """Return the section's word for a test at ALPHA: passes or fails (what the circuit hypothesis needs)."""
-    rejected = p <= ALPHA
-    ok = rejected == _REJECT_SUPPORTS.get(test, True)
-    return ("passes" if ok else "fails") + (" (null rejected)" if rejected else " (null not rejected)")
+    """Return the section's word for a test at ALPHA (the verdict's rule: circuitstat.reports.verdicts)."""
+    return test_decision(test, p)[1]
 
 
 def _interval(r: dict) -> str:

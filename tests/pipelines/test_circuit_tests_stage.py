@@ -118,6 +118,22 @@ def test_planted_circuit_stage_tables_claims_report(tmp_path):
     assert "chosen on 32 others" in report.results[0].reason
     html = render_report(out).read_text()
     assert 'id="circuit_tests"' in html and "a1.h0-&gt;logits" in html and "testing prompts: 32" in html
+    # the verdict: one line per test, its decision the claims' (at their alpha) and the page's, with the
+    # statistic's Clopper-Pearson interval from the table
+    from circuitstat.reports.verdicts import verdict, verdict_text
+
+    v = verdict(out)
+    lines = {ln.text().split()[2]: ln for ln in v.lines if ln.section == "circuit_tests"}
+    assert list(lines) == list(tests.index)
+    for claim, test in zip(report.results, ("equivalence", "sufficiency", "minimality", "partial_necessity")):
+        assert lines[test].verdict.startswith("passes" if claim.status == "pass" else "fails")
+    assert lines["equivalence_tost"].verdict.startswith(
+        "passes" if tests.loc["equivalence_tost", "pvalue"] <= 0.05 else "fails")
+    text = verdict_text(v)
+    row = tests.loc["sufficiency"]
+    assert f"{row['statistic_low']:.3f}" in text and f"{row['statistic_high']:.3f}" in text
+    assert 0 <= row["statistic_low"] <= row["statistic"] <= row["statistic_high"] <= 1
+    assert text.count("circuit test ") == 6 and max(len(ln.label) for ln in lines.values()) < 14
 
 
 AUDIT = {"model": "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=3",
