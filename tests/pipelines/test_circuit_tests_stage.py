@@ -84,6 +84,12 @@ def test_spec_needs_one_circuit_and_edge_level():
         parse_spec({**base, "tests": {"k": 3, "n_random": 10, "random_quantile": None}})
 
 
+def _tost_claims(tmp_path):
+    path = tmp_path / "tost.yaml"
+    path.write_text("run: run\nclaims:\n  - kind: circuit_equivalent_tost\n")
+    return path
+
+
 def test_planted_circuit_stage_tables_claims_report(tmp_path):
     from circuitstat.circuits.attribution import attribute
     from circuitstat.circuits.groundtruth import load_groundtruth
@@ -127,8 +133,9 @@ def test_planted_circuit_stage_tables_claims_report(tmp_path):
     assert list(lines) == list(tests.index)
     for claim, test in zip(report.results, ("equivalence", "sufficiency", "minimality", "partial_necessity")):
         assert lines[test].verdict.startswith("passes" if claim.status == "pass" else "fails")
-    assert lines["equivalence_tost"].verdict.startswith(
-        "passes" if tests.loc["equivalence_tost", "pvalue"] <= 0.05 else "fails")
+    tost = check(_tost_claims(tmp_path)).results[0]
+    assert lines["equivalence_tost"].verdict.startswith("passes" if tost.status == "pass" else "fails")
+    assert (tost.status == "pass") == (tests.loc["equivalence_tost", "pvalue"] <= 0.05)
     text = verdict_text(v)
     row = tests.loc["sufficiency"]
     assert f"{row['statistic_low']:.3f}" in text and f"{row['statistic_high']:.3f}" in text
