@@ -64,7 +64,7 @@ def _minimality_table(T: Tables, method: str) -> str:
 
 
 def circuit_tests_section(T: Tables) -> str:
-    """Return the section's HTML: per tested circuit, the five tests and the minimality family."""
+    """Return the section's HTML: per tested circuit, its tests and the minimality family."""
     parts = [note("Equivalence (the paper's direction), independence and minimality take the circuit hypothesis as "
                   "their null: passing them is no evidence against the circuit, not proof of it (their power grows "
                   "with the testing prompts; docs/hypothesis-tests.md). equivalence_tost swaps the null: it passes "
