@@ -560,27 +560,35 @@ TABLES.update({t.name: t for t in (
 TABLES.update({t.name: t for t in (
     _table("circuit_tests", "hypothesis tests of one circuit (equivalence, independence, minimality, sufficiency, "
            "partial necessity), one row per test, on the testing prompts only",
-           _METHOD, ("test", S, "equivalence, independence, minimality, sufficiency or partial_necessity"),
-           ("statistic", F, "equivalence: share of prompts where the circuit scores above the model; independence: "
-                            "HSIC; minimality: the weakest edge's share of random added edges it beats; sufficiency "
-                            "/ partial_necessity: share of random circuits of the same size the circuit beats"),
+           _METHOD, ("test", S, "equivalence, equivalence_tost, independence, minimality, sufficiency or "
+                                "partial_necessity"),
+           ("statistic", F, "equivalence / equivalence_tost: P̂(Δ > 0), the share of prompts where the circuit "
+                            "scores above the model; independence: HSIC; minimality: the weakest edge's share of "
+                            "references (an edge of a random path added to the circuit) it beats; sufficiency / "
+                            "partial_necessity: Ĝ, the share of random connected circuits of its size it beats"),
+           ("statistic_low", F, "lower end of the interval for the statistic (covers: the test's binomial "
+                                "proportion, P(Δ > 0) or G; Clopper-Pearson 95%; NaN for independence)", False, True),
+           ("statistic_high", F, "upper end of the interval for the statistic (covers: the test's binomial "
+                                 "proportion, P(Δ > 0) or G; Clopper-Pearson 95%; NaN for independence)", False, True),
            ("pvalue", F, "p-value of the test's null (minimality: the smallest Holm/BH-adjusted edge p-value)", True),
            ("null", S, "the null hypothesis"), ("rejection_means", S, "what rejecting the null says"),
-           ("parameter", F, "equivalence: margin; minimality: quantile; sufficiency / partial_necessity: quantile "
-                            "(NaN: exact rank p-value)"),
-           ("k", I, "edges in the circuit"), ("n_random", I, "random circuits / random added edges"),
+           ("parameter", F, "equivalence / equivalence_tost: margin; minimality: quantile; sufficiency / "
+                            "partial_necessity: quantile (default 0.9, the paper's; NaN: exact rank p-value)"),
+           ("k", I, "edges in the circuit"),
+           ("n_random", I, "random connected circuits / inflated circuits (random paths added)"),
            ("n_test", I, "prompts the tests used"), ("n_select", I, "prompts the circuit was chosen on (disjoint)"),
            ("correction", S, "multiplicity correction of the minimality family: holm (family-wise) or bh (FDR)"),
            ("selection", S, "how the circuit was chosen"),
            ("split_seed", S, "the seed of the selection/testing split and of the top-k ties (SeedSequence record)")),
-    _table("circuit_minimality", "minimality of one circuit: each edge's knockout against random added edges",
+    _table("circuit_minimality", "minimality of one circuit: each edge's knockout against references (one "
+           "new edge knocked out of the circuit plus a random input -> logits path)",
            _METHOD, ("edge", I, "edge index"), ("name", S, "edge name"),
            ("effect", F, "knockout effect: mean over prompts of (m(C) - m(C - e))^2"),
-           ("count", I, "random added edges whose knockout effect the edge's exceeds"),
+           ("count", I, "references whose knockout effect the edge's exceeds beyond float rounding"),
            ("pvalue", F, "P(Binomial(n_random, quantile) <= count): the null that the edge is needed"),
            ("pvalue_adjusted", F, "pvalue adjusted over the circuit's edges (correction)", True),
            ("correction", S, "holm (family-wise) or bh (FDR)"), ("quantile", F, "the null's quantile"),
-           ("n_random", I, "random added edges"),
+           ("n_random", I, "references (inflated circuits)"),
            ("dangling", B, "the edge lies on no input -> logits path inside the circuit (an unpruned top-k keeps such "
                            "edges), so its knockout cannot change the metric: its effect is 0 up to rounding and it "
                            "is redundant by construction, not by measurement")),

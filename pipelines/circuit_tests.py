@@ -8,10 +8,11 @@ arrays to circuitstat.stats.circuit_tests. Choosing and testing on separate prom
 making the tests optimistic.
 
 The evaluated circuits, as columns of one metric matrix (:class:`CircuitLayout`): the circuit, its complement
-(the circuit's edges ablated, every other edge live), the circuit minus each of its edges, the circuit plus
-each of ``n_random`` random outside edges (the reference code's ``sample_inflated(1)``), ``n_random`` random
-circuits of the circuit's size (``sample_circuit``) and their complements. The full model is the faithfulness
-engine's clean run.
+(the circuit's edges ablated, every other edge live), the circuit minus each of its edges, ``n_random`` inflated
+circuits (the circuit plus a random input -> logits path with at least one new edge, the reference code's
+``sample_inflated(1)``) and each of them minus one uniformly random newly added edge, ``n_random`` random connected
+circuits of at least the circuit's size (unions of random input -> logits paths, ``sample_circuit``) and their
+complements (circuitstat.stats.circuit_paths). The full model is the faithfulness engine's clean run.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from circuitstat.stats import circuit_tests as T
 __all__ = ["CircuitLayout", "layout_masks", "split_rows", "choose_circuit", "evaluate_layout", "run_tests",
            "result_tables", "circuit_tests_stage", "TEST_NAMES"]
 
-TEST_NAMES = ("equivalence", "independence", "minimality", "sufficiency", "partial_necessity")
+TEST_NAMES = ("equivalence", "equivalence_tost", "independence", "minimality", "sufficiency", "partial_necessity")
 
 
 @dataclass(frozen=True)
@@ -39,40 +40,47 @@ class CircuitLayout:
     circuit: np.ndarray  # [E] bool
     masks: np.ndarray  # [C, E] bool, True = edge live
     circuit_edges: np.ndarray  # edge index of each "minus" column
-    added_edges: np.ndarray  # the random edge of each "plus" column
+    added_edges: np.ndarray  # the newly added edge knocked out of each inflated circuit ("inflated_minus" column)
 
     @property
     def n_random(self) -> int:
-        """Return the number of random circuits (and of random added edges)."""
+        """Return the number of random circuits (and of inflated circuits)."""
         return int(self.added_edges.size)
 
     def split(self, m: np.ndarray) -> dict[str, np.ndarray]:
         """Return the metric matrix [N, C] cut into its named parts."""
         K, R = self.circuit_edges.size, self.n_random
-        return {"circuit": m[:, 0], "complement": m[:, 1], "minus": m[:, 2:2 + K], "plus": m[:, 2 + K:2 + K + R],
-                "random": m[:, 2 + K + R:2 + K + 2 * R], "random_complement": m[:, 2 + K + 2 * R:2 + K + 3 * R]}
+        cut = np.cumsum([2, K, R, R, R, R])
+        return {"circuit": m[:, 0], "complement": m[:, 1], "minus": m[:, cut[0]:cut[1]],
+                "inflated": m[:, cut[1]:cut[2]], "inflated_minus": m[:, cut[2]:cut[3]],
+                "random": m[:, cut[3]:cut[4]], "random_complement": m[:, cut[4]:cut[5]]}
 
 
-def layout_masks(circuit: np.ndarray, n_random: int, seed: Any) -> CircuitLayout:
-    """Return the masks every test needs for ``circuit`` [E] with ``n_random`` random edges and circuits from ``seed``."""
+def layout_masks(circuit: np.ndarray, n_random: int, seed: Any, names: list[str]) -> CircuitLayout:
+    """Return the masks every test needs for ``circuit`` [E] (edge ``names``), ``n_random`` inflated and random
+    connected circuits drawn from ``seed`` (circuitstat.stats.circuit_paths)."""
+    from circuitstat.stats.circuit_paths import path_graph, sample_circuit, sample_inflated
+
     circuit = np.asarray(circuit, dtype=bool)
     E, k = circuit.size, int(circuit.sum())
-    outside = np.flatnonzero(~circuit)
-    if k < 1 or outside.size < 1:
+    if k < 1 or k >= E:
         raise InputError(f"the circuit has {k} of the graph's {E} edges; tests need at least one edge in it and one out")
+    if len(names) != E:
+        raise InputError(f"{len(names)} edge names for a circuit mask of {E} edges")
+    g = path_graph(names)
     rng = np.random.default_rng(as_seed_sequence(seed))
-    # added edges drawn with replacement when there are fewer outside edges than n_random (each draw is one
-    # Monte Carlo sample of "a random edge added to the circuit")
-    added = rng.choice(outside, size=n_random, replace=outside.size < n_random)
-    rand = np.zeros((n_random, E), dtype=bool)
+    inflated = np.empty((n_random, E), dtype=bool)
+    added = np.empty(n_random, dtype=np.int64)
     for j in range(n_random):
-        rand[j, rng.choice(E, size=k, replace=False)] = True
+        inflated[j], new = sample_inflated(g, circuit, rng)
+        added[j] = rng.choice(new)
+    inflated_minus = inflated.copy()
+    inflated_minus[np.arange(n_random), added] = False
+    rand = np.stack([sample_circuit(g, k, rng) for _ in range(n_random)]) if n_random else np.zeros((0, E), bool)
     inside = np.flatnonzero(circuit)
     minus = np.repeat(circuit[None], k, axis=0)
     minus[np.arange(k), inside] = False
-    plus = np.repeat(circuit[None], n_random, axis=0)
-    plus[np.arange(n_random), added] = True
-    masks = np.concatenate([circuit[None], ~circuit[None], minus, plus, rand, ~rand])
+    masks = np.concatenate([circuit[None], ~circuit[None], minus, inflated, inflated_minus, rand, ~rand])
     return CircuitLayout(circuit, masks, inside, added)
 
 
@@ -120,15 +128,17 @@ def evaluate_layout(model, task, layout: CircuitLayout, rows: np.ndarray, *, abl
 
 
 def run_tests(full: np.ndarray, m: np.ndarray, layout: CircuitLayout, cfg, seed: Any) -> dict[str, Any]:
-    """Return {test name: result} of the five tests on per-prompt metrics (``m`` columns as ``layout`` says)."""
+    """Return {test name: result} of the tests on per-prompt metrics (``m`` columns as ``layout`` says); the paper's
+    equivalence and the TOST split ties by the same coin."""
     p = layout.split(m)
     eq_seed, perm_seed = spawn_seeds(seed, 2)
     return {
         "equivalence": T.equivalence_test(full, p["circuit"], margin=cfg.margin, random_state=eq_seed),
+        "equivalence_tost": T.equivalence_tost(full, p["circuit"], margin=cfg.margin, random_state=eq_seed),
         "independence": T.independence_test(full, p["complement"], n_permutations=cfg.n_permutations,
                                             random_state=perm_seed),
-        "minimality": T.minimality_test(p["circuit"], p["minus"], p["plus"], quantile=cfg.quantile,
-                                        correction=cfg.correction),
+        "minimality": T.minimality_test(p["circuit"], p["minus"], p["inflated"], p["inflated_minus"],
+                                        quantile=cfg.quantile, correction=cfg.correction),
         "sufficiency": T.sufficiency_test(full, p["circuit"], p["random"], quantile=cfg.random_quantile),
         "partial_necessity": T.partial_necessity_test(full, p["complement"], p["random_complement"],
                                                       quantile=cfg.random_quantile),
@@ -137,7 +147,7 @@ def run_tests(full: np.ndarray, m: np.ndarray, layout: CircuitLayout, cfg, seed:
 
 def _parameter(name: str, cfg) -> float:
     """Return the test's one tuning number: the margin, the minimality quantile, or the random-circuit quantile."""
-    if name == "equivalence":
+    if name in ("equivalence", "equivalence_tost"):
         return float(cfg.margin)
     if name == "minimality":
         return float(cfg.quantile)
@@ -157,20 +167,30 @@ def dangling_edges(graph, circuit: np.ndarray) -> np.ndarray:
 def result_tables(results: dict[str, Any], layout: CircuitLayout, names: list[str], cfg, *, method: str,
                   n_select: int, n_test: int, selection: str, split_seed: Any,
                   dangling: np.ndarray | None = None) -> dict[str, dict]:
-    """Return the columns of ``circuit_tests`` (one row per test) and ``circuit_minimality`` (one row per edge);
+    """Return the columns of ``circuit_tests`` (one row per test, its proportion with a Clopper-Pearson interval)
+    and ``circuit_minimality`` (one row per edge);
     ``dangling`` [E]: the circuit's edges on no input -> logits path (dangling_edges; None: none known)."""
     from circuitstat.core.seeds import seed_record
 
     mini = results["minimality"]
-    rows = {c: [] for c in ("test", "statistic", "pvalue", "null", "rejection_means")}
+    rows = {c: [] for c in ("test", "statistic", "statistic_low", "statistic_high", "pvalue", "null",
+                            "rejection_means")}
     for name in TEST_NAMES:
         r = results[name]
         rows["test"].append(name)
-        # minimality's row: the weakest edge's share of random added edges it beats, and the family's p-value
-        # (the smallest adjusted one: minimality is rejected at alpha exactly when it is <= alpha)
-        rows["statistic"].append(float(mini.statistic.min() / layout.n_random) if name == "minimality"
-                                 else float(r.statistic))
-        rows["pvalue"].append(mini.pvalue_min if name == "minimality" else float(r.pvalue))
+        if name == "minimality":
+            # the weakest edge's share of references it beats, with its interval, and the family's p-value (the
+            # smallest adjusted one: minimality is rejected at alpha exactly when it is <= alpha)
+            weakest = int(mini.statistic.min())
+            low, high = T.clopper_pearson(weakest, layout.n_random)
+            rows["statistic"].append(weakest / layout.n_random)
+            rows["pvalue"].append(mini.pvalue_min)
+        else:
+            low, high = r.details.get("ci_low", float("nan")), r.details.get("ci_high", float("nan"))
+            rows["statistic"].append(float(r.statistic))
+            rows["pvalue"].append(float(r.pvalue))
+        rows["statistic_low"].append(float(low))
+        rows["statistic_high"].append(float(high))
         rows["null"].append(r.null)
         rows["rejection_means"].append(r.rejection_means)
     n = len(TEST_NAMES)
@@ -200,7 +220,7 @@ def circuit_tests_stage(model, task, scores: dict[str, np.ndarray], names: list[
     groups = None if task.group is None else task.group.numpy()
     S = scores[method]
     mask, sel, test, how = choose_circuit(S, cfg, names, ranking=spec.ranking, groups=groups, seed=choose_seed)
-    layout = layout_masks(mask, cfg.n_random, layout_seed)
+    layout = layout_masks(mask, cfg.n_random, layout_seed, names)
     full, m = evaluate_layout(model, task, layout, test, ablation=ablation, seed=spec.seed,
                               batch_size=spec.batch_size)
     results = run_tests(full, m, layout, cfg, test_seed)

@@ -2,8 +2,9 @@
 
 The planted (or tracr) model's per-prompt metrics are evaluated once on a pool of prompts for three circuits
 (the true circuit; the true circuit plus an inert null edge, whose effect is exactly zero on every prompt;
-the true circuit plus a null edge with per-prompt effects of mean zero), each with its complement, minus-edge,
-plus-random-edge and random-circuit columns (circuitstat.pipelines.circuit_tests). Datasets are then resamples
+the true circuit plus a weak redundant path: the weakest background path input -> X -> logits, whose edges have
+per-prompt effects of mean zero), each with its complement, minus-edge,
+inflated-circuit and random-connected-circuit columns (circuitstat.pipelines.circuit_tests). Datasets are then resamples
 of the pool (circuitstat.stats.circuit_tests_calibration), so R >= 200 datasets per N cost seconds.
 
 ``python -m circuitstat.pipelines.circuit_tests_study --out FILE.json`` runs the study docs/hypothesis-tests.md
@@ -26,21 +27,57 @@ from circuitstat.stats import circuit_tests_calibration as C
 __all__ = ["evaluation_pool", "calibration_rows", "main"]
 
 
+def _weak_path(gt, task, n_pool: int, seed: int, batch_size: int) -> np.ndarray | None:
+    """Return [E] bool: the weakest live background path input -> X -> logits (both edges per-prompt nulls, mean
+    effect 0) as a redundant addition to the true circuit, or None when the model has none. Weakest: the smallest
+    loss of knocking its X -> logits edge out of truth + path on the pool, above float rounding."""
+    from circuitstat.circuits.faithfulness import faithfulness
+    from circuitstat.stats.circuit_tests import float_tolerance
+
+    if gt.per_example_nulls is None:
+        return None
+    names = list(gt.model.graph.edge_names)
+    index = {n: i for i, n in enumerate(names)}
+    paths = []
+    for e in np.flatnonzero(gt.per_example_nulls):
+        sender, receiver = names[e].split("->", 1)
+        into = [index[n] for n in (f"input->{sender}", f"input->{sender}<v>") if n in index]
+        if receiver == "logits" and sender != "input" and into and gt.per_example_nulls[into[0]]:
+            paths.append((into[0], int(e)))
+    if not paths:
+        return None
+    masks = []
+    for a, b in paths:
+        m = gt.truth.copy()
+        m[[a, b]] = True
+        masks += [m, m & (np.arange(m.size) != b)]
+    res = faithfulness(gt.model, task, np.stack(masks), ablation="counterfactual", seed=seed, batch_size=batch_size,
+                       max_rows=256, progress=False, rows=np.arange(n_pool))
+    mc = res.m_circuit.astype(np.float64)
+    loss = ((mc[:, 0::2] - mc[:, 1::2]) ** 2).mean(0)
+    live = np.sqrt(loss) > float_tolerance(mc)
+    if not live.any():
+        return None
+    a, b = paths[int(np.flatnonzero(live)[np.argmin(loss[live])])]
+    return np.isin(np.arange(gt.truth.size), [a, b])
+
+
 def evaluation_pool(gt, n_pool: int, n_random: int, seed: int, batch_size: int = 16) -> dict[str, Any]:
     """Return the pool: the full model's metric and, per circuit label, the layout's metric parts on ``n_pool`` prompts."""
     task = gt.task(n_pool, seed)
     rng = np.random.default_rng(seed)
     inert = gt.null_edges & ~(gt.per_example_nulls if gt.per_example_nulls is not None else False)
+    idx = np.arange(gt.truth.size)
     circuits = {"truth": gt.truth.copy()}
     if inert.any():
         circuits["plus_inert"] = gt.truth | (np.arange(gt.truth.size) == rng.choice(np.flatnonzero(inert)))
-    if gt.per_example_nulls is not None and gt.per_example_nulls.any():
-        pick = rng.choice(np.flatnonzero(gt.per_example_nulls))
-        circuits["plus_null"] = gt.truth | (np.arange(gt.truth.size) == pick)
+    weak = _weak_path(gt, task, n_pool, seed, batch_size)
+    if weak is not None:
+        circuits["plus_null"] = gt.truth | weak
     rows = np.arange(n_pool)
     pool: dict[str, Any] = {"n_pool": n_pool, "n_random": n_random, "model": gt.name}
     for (label, mask), s in zip(circuits.items(), spawn_seeds(seed, len(circuits))):
-        lay = layout_masks(mask, n_random, s)
+        lay = layout_masks(mask, n_random, s, list(gt.model.graph.edge_names))
         full, m = evaluate_layout(gt.model, task, lay, rows, ablation="counterfactual", seed=seed,
                                   batch_size=batch_size, max_rows=256)
         pool["full"] = full
@@ -58,39 +95,43 @@ def _row(scenario: str, test: str, kind: str, n: int, hits: np.ndarray, **extra:
 def _equivalence_rows(pool: dict, n: int, R: int, alpha: float, seed: int) -> list[dict]:
     full, truth = pool["full"], pool["truth"]
     q, boundary = C.boundary_margin(full, truth["circuit"])
-    out = [_row("truth, margin at the pool's boundary |q - 1/2|", "equivalence", "type-I", n,
-                C.simulate_equivalence(full, truth["circuit"], n, R, margin=boundary, alpha=alpha, seed=seed),
-                exact_size=C.equivalence_size(n, q, boundary, alpha), q=q, margin=boundary),
-           _row("truth, margin 0.1", "equivalence", "type-I", n,
-                C.simulate_equivalence(full, truth["circuit"], n, R, margin=0.1, alpha=alpha, seed=seed + 1),
-                exact_size=C.equivalence_size(n, q, 0.1, alpha), q=q, margin=0.1)]
-    for j, edge in enumerate(pool["truth_edges"]):  # power per removed true edge (the worst edge is the bar)
-        minus = truth["minus"][:, j]
-        qj, _ = C.boundary_margin(full, minus)
-        out.append(_row(f"truth minus {edge}, margin 0.1", "equivalence", "power", n,
-                        C.simulate_equivalence(full, minus, n, R, margin=0.1, alpha=alpha, seed=seed + 2 + j),
-                        exact_size=C.equivalence_size(n, qj, 0.1, alpha), q=qj, margin=0.1))
+    out = []
+    for tost, test in ((False, "equivalence"), (True, "equivalence (TOST)")):
+        size = C.tost_size if tost else C.equivalence_size
+        # at the pool's boundary |q - 1/2| both nulls hold (each includes its boundary); at margin 0.1 the paper's
+        # null holds and the TOST's is false (the truth is equivalent: power)
+        out.append(_row("truth, margin at the pool's boundary |q - 1/2|", test, "type-I", n,
+                        C.simulate_equivalence(full, truth["circuit"], n, R, margin=boundary, alpha=alpha,
+                                               seed=seed, tost=tost),
+                        exact_size=size(n, q, boundary, alpha), q=q, margin=boundary))
+        out.append(_row("truth, margin 0.1", test, "power" if tost else "type-I", n,
+                        C.simulate_equivalence(full, truth["circuit"], n, R, margin=0.1, alpha=alpha, seed=seed + 1,
+                                               tost=tost), exact_size=size(n, q, 0.1, alpha), q=q, margin=0.1))
+        for j, edge in enumerate(pool["truth_edges"]):  # per removed true edge (the worst edge is the bar)
+            minus = truth["minus"][:, j]
+            qj, _ = C.boundary_margin(full, minus)
+            out.append(_row(f"truth minus {edge}, margin 0.1", test, "type-I" if tost else "power", n,
+                            C.simulate_equivalence(full, minus, n, R, margin=0.1, alpha=alpha, seed=seed + 2 + j,
+                                                   tost=tost), exact_size=size(n, qj, 0.1, alpha), q=qj, margin=0.1))
     return out
 
 
 def _random_rows(pool: dict, n: int, R: int, alpha: float, n_random: int, seed: int) -> list[dict]:
     full, t = pool["full"], pool["truth"]
-    size = C.rank_size(n_random, alpha)
-    return [
-        _row("a random circuit against random circuits of its size", "sufficiency", "type-I", n,
-             C.simulate_random_rank(full, t["circuit"], t["random"], n, R, n_random=n_random, alpha=alpha,
-                                    seed=seed, exchangeable=True), exact_size=size),
-        _row("truth", "sufficiency", "power", n,
-             C.simulate_random_rank(full, t["circuit"], t["random"], n, R, n_random=n_random, alpha=alpha,
-                                    seed=seed + 1)),
-        _row("a random circuit's complement against random complements", "partial_necessity", "type-I", n,
-             C.simulate_random_rank(full, t["complement"], t["random_complement"], n, R, n_random=n_random,
-                                    alpha=alpha, seed=seed + 2, test="partial_necessity", exchangeable=True),
-             exact_size=size),
-        _row("truth", "partial_necessity", "power", n,
-             C.simulate_random_rank(full, t["complement"], t["random_complement"], n, R, n_random=n_random,
-                                    alpha=alpha, seed=seed + 3, test="partial_necessity")),
-    ]
+    out = []
+    for quantile, label in ((0.9, "q = 0.9"), (None, "exact rank")):
+        size = {"exact_size": C.rank_size(n_random, alpha)} if quantile is None else {}
+        for test, cand, rand, what in (("sufficiency", t["circuit"], t["random"], "a random connected circuit"),
+                                       ("partial_necessity", t["complement"], t["random_complement"],
+                                        "a random connected circuit's complement")):
+            kw = dict(n_random=n_random, alpha=alpha, test=test, quantile=quantile)
+            out.append(_row(f"{what} against random ones of its size", f"{test} ({label})", "type-I", n,
+                            C.simulate_random_rank(full, cand, rand, n, R, seed=seed, exchangeable=True, **kw),
+                            **size))
+            out.append(_row("truth", f"{test} ({label})", "power", n,
+                            C.simulate_random_rank(full, cand, rand, n, R, seed=seed + 1, **kw)))
+            seed += 2
+    return out
 
 
 def _other_rows(pool: dict, n: int, R: int, alpha: float, n_random: int, n_perm: int, seed: int) -> list[dict]:
@@ -102,10 +143,11 @@ def _other_rows(pool: dict, n: int, R: int, alpha: float, n_random: int, n_perm:
         p = pool[label]
         for corr in ("holm", "bh"):
             out.append(_row({"truth": "truth", "plus_inert": "truth plus an inert null edge",
-                             "plus_null": "truth plus a per-prompt null edge (mean effect 0)"}[label],
+                             "plus_null": "truth plus a weak redundant path (per-prompt effects, mean 0)"}[label],
                             f"minimality ({corr})", kind, n,
-                            C.simulate_minimality(p["circuit"], p["minus"], p["plus"], n, R, n_random=n_random,
-                                                  quantile=0.9, alpha=alpha, correction=corr, seed=seed)))
+                            C.simulate_minimality(p["circuit"], p["minus"], p["inflated"], p["inflated_minus"], n, R,
+                                                  n_random=n_random, quantile=0.9, alpha=alpha, correction=corr,
+                                                  seed=seed)))
     t = pool["truth"]
     out.append(_row("full model against another prompt's complement", "independence", "type-I", n,
                     C.simulate_independence(full, t["complement"], n, R, n_permutations=n_perm, alpha=alpha,

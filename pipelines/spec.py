@@ -12,8 +12,8 @@ head stability across them.
 
 from __future__ import annotations
 
-import re
 import math
+import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
@@ -277,7 +277,8 @@ class CircuitTestsSpec(_Strict):
     n_random: int = Field(50, ge=5, le=10_000)
     n_permutations: int = Field(500, ge=19, le=100_000)
     quantile: float = Field(0.9, gt=0.0, lt=1.0, allow_inf_nan=False)
-    random_quantile: float | None = Field(None, gt=0.0, lt=1.0, allow_inf_nan=False)
+    # the paper's fixed q = 0.9 (Shi et al. 2024); null: the exact rank test under exchangeability instead
+    random_quantile: float | None = Field(0.9, gt=0.0, lt=1.0, allow_inf_nan=False)
     correction: Literal["holm", "bh"] = "holm"
 
     @model_validator(mode="after")
@@ -287,6 +288,12 @@ class CircuitTestsSpec(_Strict):
                              "tests.edges (a given circuit's edge names)")
         if self.edges is not None and len(set(self.edges)) != len(self.edges):
             raise ValueError("tests.edges lists an edge more than once")
+        q, R = self.random_quantile, self.n_random
+        p_min = 1.0 / (R + 1) if q is None else q ** R  # sufficiency's smallest p: beating every random circuit
+        if p_min > 0.05:
+            need = 19 if q is None else math.ceil(math.log(0.05) / math.log(q))
+            raise ValueError(f"tests.n_random={R} random circuits can never show sufficiency or partial necessity at "
+                             f"alpha 0.05 (the smallest p-value is {p_min:.3g}); use tests.n_random >= {need}")
         return self
 
 

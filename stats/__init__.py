@@ -32,7 +32,7 @@ _MODULES = {
     ".study_claims": ["StudyDesign", "claims_table"],
     ".verified": ["VerifiedResult", "verified_means", "MissedEdgesResult", "missed_edges_bound"],
     ".sample_size": ["predict_widths", "predict_stability", "clear_probability"],
-    ".circuit_tests": ["CircuitTestResult", "MinimalityResult", "equivalence_test", "independence_test",
-                       "minimality_test", "sufficiency_test", "partial_necessity_test"],
+    ".circuit_tests": ["CircuitTestResult", "MinimalityResult", "equivalence_test", "equivalence_tost",
+                       "independence_test", "minimality_test", "sufficiency_test", "partial_necessity_test"],
 }
 __all__, __getattr__ = lazy_names(__name__, _MODULES)

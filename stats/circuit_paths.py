@@ -8,12 +8,9 @@ the current node until it reaches the logits (``_sample_path``); ``sample_inflat
 until at least one edge is new. This module follows those definitions on circuitstat's edge names
 (``sender->receiver``; a head's q/k/v receiver ``aL.hH<q>`` leads to the sender ``aL.hH``). Own code.
 
-Not yet the tests stage's reference (circuitstat.pipelines.circuit_tests.layout_masks still draws uniform edge
-subsets): swapping it in moves sufficiency's and partial necessity's calibration (measured: planted induction,
-sufficiency's size 0.03-0.055 over N = 8-128, truth's power 0.87 at N = 8; tracr reverse, the true circuit's
-partial necessity 1.0 -> 0.0), and it re-batches the layout's evaluations, which moves minimality against a
-per-prompt null edge through float ties at 0 (0.53-0.71 -> 0.36-0.03); docs/hypothesis-tests.md is republished
-with it once that tie sensitivity is resolved.
+The tests stage's reference circuits (circuitstat.pipelines.circuit_tests.layout_masks): sufficiency and partial
+necessity compare against ``sample_circuit`` circuits of the tested circuit's size, minimality against
+``sample_inflated`` circuits with one newly added edge knocked out (docs/hypothesis-tests.md has the calibration).
 """
 
 from __future__ import annotations

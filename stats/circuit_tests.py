@@ -12,9 +12,15 @@ Where this module departs from that code it says so:
 - the HSIC bandwidth is the median heuristic per variable (Gretton et al. 2007), not the median of the
   cross distances between the two variables, and the permutation p-value counts the observed statistic
   ((1 + #{null ≥ observed}) / (B + 1)), so it is never 0;
-- sufficiency and partial necessity count ties against the circuit (conservative); with
-  ``quantile=None`` they give the exact rank p-value of the circuit among random circuits of its size
-  (exchangeability null) instead of the reference code's binomial test against a quantile.
+- sufficiency and partial necessity count ties against the circuit (conservative); their default is the
+  paper's binomial test against the fixed quantile q = 0.9, reported with Ĝ (the share of random circuits
+  beaten) and its Clopper-Pearson interval; ``quantile=None`` gives the exact rank p-value among random
+  circuits of its size (an exchangeability null) instead;
+- the equivalence test is also run as a TOST (two one-sided binomial tests, Schuirmann 1987), whose null is
+  non-equivalence, so that "equivalent" can be affirmed; both report P̂(Δ > 0) with its Clopper-Pearson interval;
+- losses that are equal in exact arithmetic (two circuits that compute the same function, evaluated in
+  different batches) differ by float rounding; comparisons of losses treat root-mean-square losses within
+  ``FLOAT_RTOL`` times the metric's magnitude as ties, instead of letting rounding noise order them.
 
 Every input is an array of per-prompt metric values (one model evaluation per prompt); nothing here
 runs a model. The faithfulness loss between two evaluations is the reference code's
@@ -33,11 +39,20 @@ from circuitstat.core.errors import InputError
 from circuitstat.stats.testing import bh_adjust, holm_adjust
 
 __all__ = ["CircuitTestResult", "MinimalityResult", "faithfulness_loss", "equivalence_pvalue", "equivalence_test",
-           "hsic_statistic", "independence_test", "minimality_from_effects", "minimality_test",
-           "sufficiency_test", "partial_necessity_test", "versus_random", "CORRECTIONS"]
+           "tost_pvalue", "equivalence_tost", "clopper_pearson", "float_tolerance", "hsic_statistic",
+           "independence_test", "minimality_from_effects", "minimality_test", "sufficiency_test",
+           "partial_necessity_test", "versus_random", "CORRECTIONS", "PAPER_QUANTILE", "FLOAT_RTOL"]
 
 #: multiplicity corrections of the minimality family: Holm (family-wise, any dependence) or BH (FDR)
 CORRECTIONS = ("holm", "bh")
+#: the fixed quantile of the paper's sufficiency / partial necessity / minimality tests (Shi et al. 2024)
+PAPER_QUANTILE = 0.9
+#: rounding tolerance of loss comparisons, relative to the metric's magnitude: 128 float32 ulps. The metrics come
+#: from float32 forwards, so two circuits that compute the same function differ by a few ulps of the metric
+#: (measured: ~1e-6 on metrics of order 1, re-batched); their RMS losses differ by no more.
+FLOAT_RTOL = 128 * float(np.finfo(np.float32).eps)
+#: level of the Clopper-Pearson intervals of P̂(Δ > 0), Ĝ and the minimality shares reported beside the tests
+CI_LEVEL = 0.95
 
 
 @dataclass(frozen=True)
@@ -70,8 +85,8 @@ class MinimalityResult:
     quantile: float
     alpha: float
     correction: str
-    null: str = ("edge e is needed: its knockout effect exceeds a random added edge's with probability "
-                 ">= quantile")
+    null: str = ("edge e is needed: its knockout effect exceeds that of a random edge of a random input -> logits "
+                 "path added to the circuit, with probability >= quantile")
     rejection_means: str = "edge e is redundant (the circuit is not minimal)"
 
     @property
@@ -107,6 +122,25 @@ def _matrix(x: Any, n: int, name: str) -> np.ndarray:
     return a
 
 
+def clopper_pearson(k: int, n: int, level: float = CI_LEVEL) -> tuple[float, float]:
+    """Return the exact (Clopper-Pearson) interval of a binomial proportion k / n (scipy's binomtest)."""
+    if n < 1:
+        return float("nan"), float("nan")
+    ci = stats.binomtest(int(k), int(n)).proportion_ci(confidence_level=level, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def float_tolerance(*arrays: Any) -> float:
+    """Return the RMS-loss tie tolerance for metrics ``arrays``: FLOAT_RTOL times their largest magnitude."""
+    scale = max((float(np.max(np.abs(a))) for a in arrays if np.size(a)), default=0.0)
+    return FLOAT_RTOL * scale
+
+
+def _exceeds(a: np.ndarray, b: np.ndarray, tol: float) -> np.ndarray:
+    """Return a > b for losses (>= 0), where RMS losses within ``tol`` of each other count as ties (False)."""
+    return (a > b) & (np.sqrt(np.maximum(a, 0)) - np.sqrt(np.maximum(b, 0)) > tol)
+
+
 def faithfulness_loss(reference: Any, candidate: Any) -> np.ndarray:
     """Return the mean over prompts (axis 0) of (candidate − reference)², per column of ``candidate``."""
     ref = np.asarray(reference, dtype=np.float64)
@@ -137,16 +171,23 @@ def equivalence_pvalue(k: int, n: int, margin: float) -> float:
     return float(min(1.0, stats.binom.sf(hi - 1, n, p0) + stats.binom.cdf(lo, n, p0)))
 
 
-def equivalence_test(full: Any, circuit: Any, *, margin: float = 0.1, ties: str = "random",
-                     random_state: Any = None) -> CircuitTestResult:
-    """Return the test of H0 |P(s(C) > s(M)) − 1/2| <= margin (circuit and model alike); rejecting means not equivalent.
+def tost_pvalue(k: int, n: int, margin: float) -> float:
+    """Return the TOST p-value of H0 |p − 1/2| >= margin from k of n: max(P(K >= k | 1/2 − margin), P(K <= k | 1/2 + margin)).
 
-    ``full``/``circuit``: per-prompt metric of the full model and the circuit on the same prompts. The
-    statistic is the proportion of prompts on which the circuit scores higher. ``ties`` (Δ = 0 exactly,
-    e.g. a circuit that reproduces the model): "random" splits each tie by a fair coin (seeded by
-    ``random_state``), so the count stays Binomial(n, P(Δ > 0) + P(Δ = 0)/2); "drop" leaves them out and
-    tests the conditional proportion (all ties: p-value 1).
+    Two one-sided exact binomial tests (Schuirmann 1987); rejecting both affirms |p − 1/2| < margin. Its rejection
+    region is the Clopper-Pearson (1 − 2α) interval lying inside (1/2 − margin, 1/2 + margin).
     """
+    if n < 1 or not 0 <= k <= n:
+        raise InputError(f"need 0 <= k <= n and n >= 1, got k={k}, n={n}")
+    if not 0 <= margin < 0.5:
+        raise InputError(f"margin must lie in [0, 0.5), got {margin}")
+    low = stats.binom.sf(int(k) - 1, n, 0.5 - margin)  # H0: p <= 1/2 - margin, reject for large k
+    high = stats.binom.cdf(int(k), n, 0.5 + margin)  # H0: p >= 1/2 + margin, reject for small k
+    return float(min(1.0, max(low, high)))
+
+
+def _proportion(full: Any, circuit: Any, ties: str, random_state: Any) -> tuple[int, int, dict]:
+    """Return (k, n, details): prompts where the circuit scores above the model, ties split or dropped."""
     full, circuit = _vector(full, "full"), _vector(circuit, "circuit")
     if full.shape != circuit.shape:
         raise InputError(f"full {full.shape} and circuit {circuit.shape} must hold the same prompts")
@@ -158,12 +199,42 @@ def equivalence_test(full: Any, circuit: Any, *, margin: float = 0.1, ties: str 
         k, n = n_greater + int(np.random.default_rng(random_state).binomial(n_ties, 0.5)), delta.size
     else:
         k, n = n_greater, delta.size - n_ties
+    low, high = clopper_pearson(k, n)
+    return k, n, {"k": k, "n_used": n, "n_greater": n_greater, "n_ties": n_ties, "ties": ties,
+                  "mean_difference": float(delta.mean()), "p_hat": k / n if n else float("nan"),
+                  "ci_low": low, "ci_high": high, "ci_level": CI_LEVEL}
+
+
+def equivalence_test(full: Any, circuit: Any, *, margin: float = 0.1, ties: str = "random",
+                     random_state: Any = None) -> CircuitTestResult:
+    """Return the test of H0 |P(s(C) > s(M)) − 1/2| <= margin (circuit and model alike); rejecting means not equivalent.
+
+    ``full``/``circuit``: per-prompt metric of the full model and the circuit on the same prompts. The
+    statistic is the proportion of prompts on which the circuit scores higher. ``ties`` (Δ = 0 exactly,
+    e.g. a circuit that reproduces the model): "random" splits each tie by a fair coin (seeded by
+    ``random_state``), so the count stays Binomial(n, P(Δ > 0) + P(Δ = 0)/2); "drop" leaves them out and
+    tests the conditional proportion (all ties: p-value 1).
+    """
+    k, n, details = _proportion(full, circuit, ties, random_state)
     p = 1.0 if n == 0 else equivalence_pvalue(k, n, margin)
     return CircuitTestResult(
         "equivalence", k / n if n else 0.5, p, f"|P(circuit > model) - 1/2| <= {margin:g}",
-        "the circuit and the model are not equivalent", int(delta.size),
-        {"k": k, "n_used": n, "n_greater": n_greater, "n_ties": n_ties, "ties": ties, "margin": margin,
-         "mean_difference": float(delta.mean())})
+        "the circuit and the model are not equivalent", int(np.size(full)), {**details, "margin": margin})
+
+
+def equivalence_tost(full: Any, circuit: Any, *, margin: float = 0.1, ties: str = "random",
+                     random_state: Any = None) -> CircuitTestResult:
+    """Return the TOST of H0 |P(s(C) > s(M)) − 1/2| >= margin; rejecting affirms that circuit and model are equivalent.
+
+    The paper's direction (:func:`equivalence_test`) cannot affirm equivalence: at low power it passes. This is
+    the same proportion (ties handled alike; the same ``random_state`` splits them identically) with the null
+    and the alternative swapped.
+    """
+    k, n, details = _proportion(full, circuit, ties, random_state)
+    p = 1.0 if n == 0 else tost_pvalue(k, n, margin)
+    return CircuitTestResult(
+        "equivalence_tost", k / n if n else 0.5, p, f"|P(circuit > model) - 1/2| >= {margin:g} (not equivalent)",
+        "the circuit and the model are equivalent (TOST)", int(np.size(full)), {**details, "margin": margin})
 
 
 # ---- independence (HSIC) ---------------------------------------------------------------------------
@@ -227,44 +298,54 @@ def independence_test(full: Any, complement: Any, *, n_permutations: int = 1000,
 
 # ---- minimality ------------------------------------------------------------------------------------
 
-def minimality_from_effects(edge_effect: Any, reference_effect: Any, *, quantile: float = 0.9, alpha: float = 0.05,
-                            correction: str = "holm") -> MinimalityResult:
-    """Return the per-edge minimality family from knockout effects (edge e's, and each random added edge's).
+def minimality_from_effects(edge_effect: Any, reference_effect: Any, *, quantile: float = PAPER_QUANTILE,
+                            alpha: float = 0.05, correction: str = "holm", tol: float = 0.0) -> MinimalityResult:
+    """Return the per-edge minimality family from knockout effects (losses >= 0: edge e's, and each reference's).
 
-    For edge e, T_e = #{j : effect_e > reference_j} ~ Binomial(R, π_e) over the random edges;
+    For edge e, T_e = #{j : effect_e > reference_j} ~ Binomial(R, π_e) over the references;
     H0_e: π_e >= quantile, p_e = P(Binomial(R, quantile) <= T_e) (the reference code's
-    ``binomtest(..., alternative="less")``). ``correction``: "holm" controls the family-wise error of
-    declaring any needed edge redundant under any dependence (the R reference edges are shared); "bh"
-    controls the false discovery rate (valid under positive dependence only).
+    ``binomtest(..., alternative="less")``). ``tol``: RMS losses within it count as ties, which count against
+    the edge (it does not beat a reference it only equals). ``correction``: "holm" controls the family-wise error
+    of declaring any needed edge redundant under any dependence (the R references are shared); "bh" controls
+    the false discovery rate (valid under positive dependence only).
     """
     e = np.asarray(edge_effect, dtype=np.float64).ravel()
     r = np.asarray(reference_effect, dtype=np.float64).ravel()
     if e.size < 1 or r.size < 1 or not (np.isfinite(e).all() and np.isfinite(r).all()):
         raise InputError("need >= 1 finite edge effect and >= 1 finite reference effect")
+    if (e < 0).any() or (r < 0).any():
+        raise InputError("knockout effects are faithfulness losses, >= 0; got a negative one")
     if not 0 < quantile < 1 or not 0 < alpha < 1:
         raise InputError(f"quantile and alpha must lie in (0, 1), got {quantile}, {alpha}")
     if correction not in CORRECTIONS:
         raise InputError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
-    counts = (e[:, None] > r[None, :]).sum(axis=1)
+    counts = _exceeds(e[:, None], r[None, :], float(tol)).sum(axis=1)
     pvalue = stats.binom.cdf(counts, r.size, quantile)
     adjusted = holm_adjust(pvalue) if correction == "holm" else bh_adjust(pvalue)
     return MinimalityResult(counts.astype(np.int64), pvalue, adjusted, adjusted <= alpha, e, r,
                             float(quantile), float(alpha), correction)
 
 
-def minimality_test(circuit: Any, minus_edge: Any, plus_random_edge: Any, *, quantile: float = 0.9,
-                    alpha: float = 0.05, correction: str = "holm") -> MinimalityResult:
-    """Return the minimality family from per-prompt metrics of the circuit, C − e per edge, and C + r per random edge.
+def minimality_test(circuit: Any, minus_edge: Any, inflated: Any, inflated_minus: Any, *,
+                    quantile: float = PAPER_QUANTILE, alpha: float = 0.05, correction: str = "holm"
+                    ) -> MinimalityResult:
+    """Return the minimality family from per-prompt metrics of C, C − e per edge, and R inflated circuits with and
+    without one of their added edges.
 
-    Effects are faithfulness losses against the circuit: edge e's is loss(C, C − e); the reference
-    edge r_j's is loss(C + r_j, C), knocking r_j back out of the inflated circuit (the reference code's
-    ``sample_inflated(1)`` then removal of the added edge).
+    Edge e's effect is loss(C, C − e). Reference j follows the paper (blei-lab/circuitry ``sample_inflated(1)``):
+    C + P_j is the circuit with a random input → logits path added, r_j one uniformly random newly added edge of
+    it, and the reference effect loss(C + P_j, C + P_j − r_j). Ties within float rounding (:func:`float_tolerance`
+    of every metric given) count against the edge.
     """
     circuit = _vector(circuit, "circuit")
     minus = _matrix(minus_edge, circuit.size, "minus_edge")
-    plus = _matrix(plus_random_edge, circuit.size, "plus_random_edge")
-    return minimality_from_effects(faithfulness_loss(circuit, minus), faithfulness_loss(circuit, plus),
-                                   quantile=quantile, alpha=alpha, correction=correction)
+    infl = _matrix(inflated, circuit.size, "inflated")
+    infl_minus = _matrix(inflated_minus, circuit.size, "inflated_minus")
+    if infl.shape != infl_minus.shape:
+        raise InputError(f"inflated {infl.shape} and inflated_minus {infl_minus.shape} must pair column by column")
+    ref = ((infl - infl_minus) ** 2).mean(axis=0)
+    return minimality_from_effects(faithfulness_loss(circuit, minus), ref, quantile=quantile, alpha=alpha,
+                                   correction=correction, tol=float_tolerance(circuit, minus, infl, infl_minus))
 
 
 # ---- sufficiency and partial necessity --------------------------------------------------------------
@@ -272,9 +353,9 @@ def minimality_test(circuit: Any, minus_edge: Any, plus_random_edge: Any, *, qua
 def versus_random(count: int, n_random: int, quantile: float | None) -> float:
     """Return the p-value of a circuit that beats ``count`` of ``n_random`` random circuits (ties counted as losses).
 
-    ``quantile=None``: the exact rank p-value under exchangeability with the random circuits,
-    (1 + n_random − count) / (n_random + 1). A quantile q: P(Binomial(n_random, q) >= count), the null
-    that the circuit beats a random circuit with probability <= q (the reference code's binomial test).
+    A quantile q (the paper's, 0.9 by default in the tests): P(Binomial(n_random, q) >= count), the null that the
+    circuit beats a random circuit with probability G <= q. ``quantile=None``: the exact rank p-value under
+    exchangeability with the random circuits, (1 + n_random − count) / (n_random + 1).
     """
     if quantile is None:
         return (1.0 + n_random - count) / (n_random + 1.0)
@@ -284,34 +365,44 @@ def versus_random(count: int, n_random: int, quantile: float | None) -> float:
 
 
 def _random_test(name: str, own: float, others: np.ndarray, better: str, quantile: float | None, n: int,
-                 null: str, means: str) -> CircuitTestResult:
+                 null: str, means: str, tol: float) -> CircuitTestResult:
     """Return the result of comparing one loss with random circuits' losses (``better``: "lower" or "higher")."""
-    count = int((own < others).sum() if better == "lower" else (own > others).sum())
+    beats = _exceeds(others, np.asarray(own), tol) if better == "lower" else _exceeds(np.asarray(own), others, tol)
+    count = int(beats.sum())
+    low, high = clopper_pearson(count, others.size)
     details = {"loss": own, "random_losses": others, "count": count, "n_random": int(others.size),
-               "quantile": quantile}
+               "quantile": quantile, "g_hat": count / others.size, "ci_low": low, "ci_high": high,
+               "ci_level": CI_LEVEL, "tolerance": tol}
     return CircuitTestResult(name, count / others.size, versus_random(count, others.size, quantile), null, means, n,
                              details)
 
 
-def sufficiency_test(full: Any, circuit: Any, random_circuits: Any, *, quantile: float | None = None
+def _null_text(base: str, quantile: float | None) -> str:
+    """Return the null's words: against the quantile G <= q, or exchangeability (the exact rank test)."""
+    if quantile is None:
+        return base + " (exchangeable with them: exact rank test)"
+    return base + f": it beats one with probability G <= {quantile:g}"
+
+
+def sufficiency_test(full: Any, circuit: Any, random_circuits: Any, *, quantile: float | None = PAPER_QUANTILE
                      ) -> CircuitTestResult:
     """Return the test that the circuit is more faithful than random circuits of its size (lower loss to the model).
 
-    ``random_circuits``: [prompts, R] per-prompt metric of R random circuits with the circuit's edge count.
-    The statistic is the fraction of random circuits whose loss is strictly higher. Rejecting means the
-    circuit is sufficient beyond chance.
+    ``random_circuits``: [prompts, R] per-prompt metric of R random connected circuits with at least the
+    circuit's edge count (circuitstat.stats.circuit_paths.sample_circuit). The statistic Ĝ is the fraction of
+    random circuits whose loss is higher beyond float rounding. Rejecting means the circuit is sufficient.
     """
     full, circuit = _vector(full, "full"), _vector(circuit, "circuit")
     rand = _matrix(random_circuits, full.size, "random_circuits")
     own = float(faithfulness_loss(full, circuit))
-    null = "the circuit is no more faithful than a random circuit of its size" + (
-        "" if quantile is None else f" at quantile {quantile:g}")
-    return _random_test("sufficiency", own, faithfulness_loss(full, rand), "lower", quantile, full.size, null,
-                        "the circuit is sufficient (more faithful than random circuits)")
+    return _random_test("sufficiency", own, faithfulness_loss(full, rand), "lower", quantile, full.size,
+                        _null_text("the circuit is no more faithful than a random circuit of its size", quantile),
+                        "the circuit is sufficient (more faithful than random circuits)",
+                        float_tolerance(full, circuit, rand))
 
 
-def partial_necessity_test(full: Any, complement: Any, random_complements: Any, *, quantile: float | None = None
-                           ) -> CircuitTestResult:
+def partial_necessity_test(full: Any, complement: Any, random_complements: Any, *,
+                           quantile: float | None = PAPER_QUANTILE) -> CircuitTestResult:
     """Return the test that knocking out the circuit hurts more than knocking out random circuits of its size.
 
     ``complement``: per-prompt metric with the circuit's edges ablated; ``random_complements``: [prompts, R]
@@ -320,7 +411,7 @@ def partial_necessity_test(full: Any, complement: Any, random_complements: Any, 
     full, complement = _vector(full, "full"), _vector(complement, "complement")
     rand = _matrix(random_complements, full.size, "random_complements")
     own = float(faithfulness_loss(full, complement))
-    null = "ablating the circuit hurts no more than ablating a random circuit of its size" + (
-        "" if quantile is None else f" at quantile {quantile:g}")
-    return _random_test("partial_necessity", own, faithfulness_loss(full, rand), "higher", quantile, full.size, null,
-                        "the circuit is partially necessary")
+    return _random_test("partial_necessity", own, faithfulness_loss(full, rand), "higher", quantile, full.size,
+                        _null_text("ablating the circuit hurts no more than ablating a random circuit of its size",
+                                   quantile),
+                        "the circuit is partially necessary", float_tolerance(full, complement, rand))

@@ -112,11 +112,12 @@ def audit_tables(methods=("exact", "eap"), ks=(5, 10, 20), heads=True, faithfuln
                                   "n_unsupported": [1] * len(m), "share_unsupported": [0.25] * len(m),
                                   "inclusion_mean": [0.7] * len(m), "inclusion_min": [0.4] * len(m)}
     if circuit_tests:
-        tests = ["equivalence", "independence", "minimality", "sufficiency", "partial_necessity"]
-        t["circuit_tests"] = {"method": ["exact"] * 5, "test": tests, "statistic": [0.55, 0.01, 0.9, 1.0, 0.95],
-                              "pvalue": [0.6, 0.3, 0.8, 0.02, 0.04], "k": [3] * 5, "n_random": [49] * 5,
-                              "n_test": [32] * 5, "n_select": [32] * 5, "correction": ["holm"] * 5,
-                              "null": ["H0"] * 5, "rejection_means": ["H0 is false"] * 5}
+        tests = ["equivalence", "equivalence_tost", "independence", "minimality", "sufficiency", "partial_necessity"]
+        t["circuit_tests"] = {"method": ["exact"] * 6, "test": tests,
+                              "statistic": [0.55, 0.55, 0.01, 0.9, 1.0, 0.95],
+                              "pvalue": [0.6, 0.01, 0.3, 0.8, 0.02, 0.04], "k": [3] * 6, "n_random": [49] * 6,
+                              "n_test": [32] * 6, "n_select": [32] * 6, "correction": ["holm"] * 6,
+                              "null": ["H0"] * 6, "rejection_means": ["H0 is false"] * 6}
         t["circuit_minimality"] = {"method": ["exact"] * 3, "edge": [2, 4, 5], "name": [EDGES[i] for i in (2, 4, 5)],
                                    "effect": [1.0, 2.0, 0.5], "count": [45, 49, 44], "pvalue": [0.6, 1.0, 0.4],
                                    "pvalue_adjusted": [0.8, 1.0, 0.8], "correction": ["holm"] * 3,

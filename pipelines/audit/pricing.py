@@ -60,15 +60,15 @@ def faithfulness_flops(spec: AuditSpec, cfg) -> float:
 def tests_forwards(spec: AuditSpec) -> int:
     """Upper bound on the example forwards of the circuit_tests stage of ``spec`` (0 without it): the faithfulness
     engine runs, per batch, the clean, fully patched and counterfactual runs plus one run per layout circuit
-    (circuitstat.pipelines.circuit_tests.CircuitLayout: the circuit, its complement, K minus-one, n_random plus-one,
-    random and random-complement circuits), on the testing rows: a half of the prompts when the circuit is chosen on
+    (circuitstat.pipelines.circuit_tests.CircuitLayout: the circuit, its complement, K minus-one, n_random inflated,
+    inflated-minus-one, random and random-complement circuits), on the testing rows: a half of the prompts when the circuit is chosen on
     the other half (bounded by every prompt, as templates kept whole can make the halves uneven), every prompt for
     given edges."""
     if spec.tests is None:
         return 0
     t = spec.tests
     K = int(t.k) if t.k is not None else len(t.edges or [])
-    return spec.task.n * ((2 + K + 3 * t.n_random) + 3)
+    return spec.task.n * ((2 + K + 4 * t.n_random) + 3)
 
 
 def tests_flops(spec: AuditSpec, cfg) -> float:

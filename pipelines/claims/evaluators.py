@@ -358,6 +358,6 @@ EVALUATORS: dict[str, Callable[[Any, RunReader], tuple[bool, dict, str]]] = {
     "token_drop": _eval_token_drop,
     "sink_stability": _eval_sink_stability,
     "token_stability": _eval_token_stability,
-    **{k: _eval_circuit_test for k in ("circuit_equivalent", "circuit_independent", "circuit_minimal",
-                                       "circuit_sufficient", "circuit_partially_necessary")},
+    **{k: _eval_circuit_test for k in ("circuit_equivalent", "circuit_equivalent_tost", "circuit_independent",
+                                       "circuit_minimal", "circuit_sufficient", "circuit_partially_necessary")},
 }

@@ -52,6 +52,7 @@ KINDS: dict[str, ClaimKind] = {k.name: k for k in (
     ClaimKind("published_circuit", ("published_circuit",)),
     # hypothesis tests of a circuit (spec key tests; docs/hypothesis-tests.md), one kind per test
     ClaimKind("circuit_equivalent", ("circuit_tests",)),
+    ClaimKind("circuit_equivalent_tost", ("circuit_tests",)),
     ClaimKind("circuit_independent", ("circuit_tests",)),
     ClaimKind("circuit_minimal", ("circuit_tests", "circuit_minimality")),
     ClaimKind("circuit_sufficient", ("circuit_tests",)),
@@ -70,7 +71,8 @@ TOKEN_KINDS: tuple[str, ...] = tuple(k.name for k in KINDS.values() if k.answere
 
 #: circuit-test claim kind -> (the test's row in circuit_tests, whether the claim holds when the null is rejected)
 CIRCUIT_TESTS: dict[str, tuple[str, bool]] = {
-    "circuit_equivalent": ("equivalence", False), "circuit_independent": ("independence", False),
+    "circuit_equivalent": ("equivalence", False), "circuit_equivalent_tost": ("equivalence_tost", True),
+    "circuit_independent": ("independence", False),
     "circuit_minimal": ("minimality", False), "circuit_sufficient": ("sufficiency", True),
     "circuit_partially_necessary": ("partial_necessity", True)}
 

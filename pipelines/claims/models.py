@@ -20,8 +20,8 @@ from .kinds import KINDS, statistics
 
 __all__ = ["ClaimBase", "BoundedClaim", "EdgeInCircuitClaim", "CircuitStabilityClaim", "FaithfulnessClaim",
            "EdgeEffectClaim", "HeadStabilityClaim", "LayerStabilityClaim", "ApproximationClaim", "VerifiedEdgeClaim",
-           "MissedEdgesClaim", "PublishedCircuitClaim", "SinkClaim", "CircuitEquivalentClaim", "CircuitIndependentClaim",
-           "CircuitMinimalClaim", "CircuitSufficientClaim", "CircuitPartiallyNecessaryClaim",
+           "MissedEdgesClaim", "PublishedCircuitClaim", "SinkClaim", "CircuitEquivalentClaim",
+           "CircuitEquivalentTostClaim", "CircuitIndependentClaim", "CircuitMinimalClaim", "CircuitSufficientClaim", "CircuitPartiallyNecessaryClaim",
            "TokenImportanceClaim", "TokenDropClaim", "SinkStabilityClaim", "TokenStabilityClaim", "CLAIM_MODELS",
            "KIND_MODELS", "Claim", "ClaimsFile", "model_label"]
 
@@ -299,6 +299,12 @@ class CircuitEquivalentClaim(_CircuitTestClaim):
     kind: Literal["circuit_equivalent"]
 
 
+class CircuitEquivalentTostClaim(_CircuitTestClaim):
+    """Equivalence affirmed: the TOST rejects non-equivalence (|P(circuit > model) − 1/2| >= margin) at alpha."""
+
+    kind: Literal["circuit_equivalent_tost"]
+
+
 class CircuitIndependentClaim(_CircuitTestClaim):
     """The complement's output carries no detectable information about the model's: HSIC not rejected at alpha."""
 
@@ -405,7 +411,8 @@ def model_label(model: int | None) -> str:
 
 CLAIM_MODELS = (EdgeInCircuitClaim, CircuitStabilityClaim, FaithfulnessClaim, EdgeEffectClaim, HeadStabilityClaim,
                 LayerStabilityClaim, ApproximationClaim, VerifiedEdgeClaim, MissedEdgesClaim, PublishedCircuitClaim,
-                CircuitEquivalentClaim, CircuitIndependentClaim, CircuitMinimalClaim, CircuitSufficientClaim,
+                CircuitEquivalentClaim, CircuitEquivalentTostClaim, CircuitIndependentClaim, CircuitMinimalClaim,
+                CircuitSufficientClaim,
                 CircuitPartiallyNecessaryClaim, SinkClaim, TokenImportanceClaim, TokenDropClaim, SinkStabilityClaim,
                 TokenStabilityClaim)
 Claim = Annotated[

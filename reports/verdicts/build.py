@@ -398,7 +398,10 @@ def verdict(run_dir: str | Path, min_excess: float | None = None) -> Verdict:
     r = _Run(T, method, k, why, str(spec.get("ranking") or "absolute"), n, d)
     from circuitstat.reports.verdicts.published import published_lines
 
+    from circuitstat.reports.verdicts.circuit_tests import circuit_test_lines
+
     lines: list[Line] = published_lines(T, method)  # what was asked first: the published circuit, when given
+    lines += circuit_test_lines(T)  # and its hypothesis tests, one line per test
     for build in (_circuit_lines, _robust_lines, _stability_line, _faithfulness_line, _approximation_lines, _verified_lines,
                   _heads_line, _claim_lines):
         lines += build(r)

@@ -37,17 +37,36 @@ def test_circuit_is_chosen_on_the_selection_half_only():
         choose_circuit(S, CircuitTestsSpec(edges=["nope"]), names, ranking="absolute", groups=None, seed=7)
 
 
-def test_layout_masks():
-    circuit = np.zeros(12, dtype=bool)
-    circuit[[1, 4, 7]] = True
-    lay = layout_masks(circuit, 6, seed=3)
+def test_layout_masks_draw_connected_random_and_inflated_circuits():
+    from circuitstat.circuits.groundtruth import load_groundtruth
+    from circuitstat.stats.circuit_paths import on_paths, path_graph
+
+    names = list(load_groundtruth("planted:induction?background=0.3").model.graph.edge_names)
+    E = len(names)
+    circuit = np.zeros(E, dtype=bool)
+    circuit[[names.index("input->a0.h0<v>"), names.index("a0.h0->a1.h0<k>"), names.index("a1.h0->logits")]] = True
+    lay = layout_masks(circuit, 30, seed=3, names=names)
     parts = lay.split(lay.masks.T)  # columns of a fake metric matrix [E, C]: one per mask
+    g = path_graph(names)
     np.testing.assert_array_equal(parts["circuit"], circuit)
     np.testing.assert_array_equal(parts["complement"], ~circuit)
     assert (parts["minus"].sum(0) == 2).all() and not (parts["minus"].T & ~circuit).any()
-    assert (parts["plus"].sum(0) == 4).all() and not circuit[lay.added_edges].any()
-    assert (parts["random"].sum(0) == 3).all()
+    infl, infl_minus = parts["inflated"].T, parts["inflated_minus"].T
+    assert (infl[:, circuit]).all() and (infl.sum(1) > 3).all()  # the circuit plus at least one new edge
+    # each inflated circuit minus exactly one of its newly added edges
+    np.testing.assert_array_equal(infl & ~infl_minus, np.eye(E, dtype=bool)[lay.added_edges])
+    assert not circuit[lay.added_edges].any()
+    rand = parts["random"].T
+    assert (rand.sum(1) >= 3).all()
+    # every random circuit is a union of input -> logits paths: all its edges are live (connected), unlike a
+    # uniform 3-subset of the 75 edges (negative control: most of those have no live edge at all)
+    assert all((on_paths(g, r) == r).all() for r in rand)
+    rng = np.random.default_rng(0)
+    uniform = [np.isin(np.arange(E), rng.choice(E, 3, replace=False)) for _ in range(200)]
+    assert np.mean([(on_paths(g, u) == u).all() for u in uniform]) < 0.1
     np.testing.assert_array_equal(parts["random_complement"], ~parts["random"])
+    with pytest.raises(InputError, match="edge names"):
+        layout_masks(circuit, 5, seed=3, names=names[:-1])
 
 
 def test_spec_needs_one_circuit_and_edge_level():
@@ -57,6 +76,18 @@ def test_spec_needs_one_circuit_and_edge_level():
     with pytest.raises(InputError, match="level: edge"):
         parse_spec({**base, "level": "node", "tests": {"k": 3}})
     assert parse_spec({**base, "tests": {"k": 3}}).tests.correction == "holm"
+    assert parse_spec({**base, "tests": {"k": 3}}).tests.random_quantile == 0.9  # the paper's fixed q
+    # 20 random circuits: beating all of them gives p = 0.9^20 = 0.12 at q = 0.9, so the test could never pass
+    with pytest.raises(InputError, match="n_random >= 29"):
+        parse_spec({**base, "tests": {"k": 3, "n_random": 20}})
+    with pytest.raises(InputError, match="n_random >= 19"):
+        parse_spec({**base, "tests": {"k": 3, "n_random": 10, "random_quantile": None}})
+
+
+def _tost_claims(tmp_path):
+    path = tmp_path / "tost.yaml"
+    path.write_text("run: run\nclaims:\n  - kind: circuit_equivalent_tost\n")
+    return path
 
 
 def test_planted_circuit_stage_tables_claims_report(tmp_path):
@@ -70,7 +101,7 @@ def test_planted_circuit_stage_tables_claims_report(tmp_path):
     gt = load_groundtruth("planted:induction?background=0.3")
     task = gt.task(64, 1)
     S = attribute(gt.model, task, "exact", batch_size=64, progress=False).scores
-    spec = SimpleNamespace(tests=CircuitTestsSpec(k=4, n_random=20, n_permutations=99), methods=["exact"],
+    spec = SimpleNamespace(tests=CircuitTestsSpec(k=4, n_random=40, n_permutations=99), methods=["exact"],
                            ranking="absolute", seed=0, batch_size=64)
     names = list(gt.model.graph.edge_names)
     out = tmp_path / "run"
@@ -93,6 +124,23 @@ def test_planted_circuit_stage_tables_claims_report(tmp_path):
     assert "chosen on 32 others" in report.results[0].reason
     html = render_report(out).read_text()
     assert 'id="circuit_tests"' in html and "a1.h0-&gt;logits" in html and "testing prompts: 32" in html
+    # the verdict: one line per test, its decision the claims' (at their alpha) and the page's, with the
+    # statistic's Clopper-Pearson interval from the table
+    from circuitstat.reports.verdicts import verdict, verdict_text
+
+    v = verdict(out)
+    lines = {ln.text().split()[2]: ln for ln in v.lines if ln.section == "circuit_tests"}
+    assert list(lines) == list(tests.index)
+    for claim, test in zip(report.results, ("equivalence", "sufficiency", "minimality", "partial_necessity")):
+        assert lines[test].verdict.startswith("passes" if claim.status == "pass" else "fails")
+    tost = check(_tost_claims(tmp_path)).results[0]
+    assert lines["equivalence_tost"].verdict.startswith("passes" if tost.status == "pass" else "fails")
+    assert (tost.status == "pass") == (tests.loc["equivalence_tost", "pvalue"] <= 0.05)
+    text = verdict_text(v)
+    row = tests.loc["sufficiency"]
+    assert f"{row['statistic_low']:.3f}" in text and f"{row['statistic_high']:.3f}" in text
+    assert 0 <= row["statistic_low"] <= row["statistic"] <= row["statistic_high"] <= 1
+    assert text.count("circuit test ") == 6 and max(len(ln.label) for ln in lines.values()) < 14
 
 
 AUDIT = {"model": "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=3",
@@ -109,13 +157,14 @@ def test_audit_runs_the_stage_and_refuses_unknown_edges_before_any_work(tmp_path
     with pytest.raises(InputError, match="tests.edges names 'nope->logits'"):
         run_audit(parse_spec({**AUDIT, "tests": {"edges": ["nope->logits"]}}), tmp_path / "bad")
     assert not (tmp_path / "bad").exists()
-    spec = parse_spec({**AUDIT, "tests": {"k": 3, "n_random": 10, "n_permutations": 19}})
+    spec = parse_spec({**AUDIT, "tests": {"k": 3, "n_random": 30, "n_permutations": 19}})
     assert audit_stages(spec)[-1] == "circuit_tests"
     out = run_audit(spec, tmp_path / "run")
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["stages"]["circuit_tests"]["status"] == "done"
     tests = pq.read_table(out / "circuit_tests.parquet").to_pydict()
-    assert tests["test"] == ["equivalence", "independence", "minimality", "sufficiency", "partial_necessity"]
+    assert tests["test"] == ["equivalence", "equivalence_tost", "independence", "minimality", "sufficiency",
+                             "partial_necessity"]
     assert set(tests["n_select"]) == {8} and set(tests["n_test"]) == {8} and set(tests["k"]) == {3}
     assert pq.read_table(out / "circuit_minimality.parquet").num_rows == 3
 

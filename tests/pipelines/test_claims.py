@@ -48,6 +48,7 @@ PASSING = {
         {"kind": "missed_edges", "method": "eap", "max": 1},
         {"kind": "published_circuit", "method": "eap", "statistic": "f_ci_low", "min": 0.6},
         {"kind": "circuit_equivalent", "method": "exact"},
+        {"kind": "circuit_equivalent_tost"},
         {"kind": "circuit_independent", "alpha": 0.1},
         {"kind": "circuit_minimal"},
         {"kind": "circuit_sufficient"},
@@ -82,11 +83,11 @@ def test_every_claim_kind_passes_exit_0_and_junit(run_dir, tmp_path):
     junit.parent.mkdir()  # an output file goes into an existing directory (core/outpath.py)
     r = _invoke("check", claims, "--run", run_dir, "--junit", junit)
     assert r.exit_code == 0, r.output
-    assert "20 claims: 20 hold, 0 fail, 0 cannot be evaluated" in r.output
+    assert "21 claims: 21 hold, 0 fail, 0 cannot be evaluated" in r.output
     assert "induction-k-composition" in r.output and "0.95" in r.output
     root = ET.parse(junit).getroot()
-    assert root.tag == "testsuites" and root.get("tests") == "20" and root.get("failures") == "0" and root.get("errors") == "0"
-    assert len(root.findall("./testsuite/testcase")) == 20
+    assert root.tag == "testsuites" and root.get("tests") == "21" and root.get("failures") == "0" and root.get("errors") == "0"
+    assert len(root.findall("./testsuite/testcase")) == 21
     assert not root.findall(".//failure") and not root.findall(".//error")
 
 
@@ -675,9 +676,11 @@ def test_circuit_test_claims_fail_and_say_why(run_dir, tmp_path):
     from circuitstat.pipelines.claims import check
 
     doc = {"claims": [{"kind": "circuit_minimal", "alpha": 0.85}, {"kind": "circuit_sufficient", "alpha": 0.01},
-                      {"kind": "circuit_equivalent", "alpha": 0.7}]}
+                      {"kind": "circuit_equivalent", "alpha": 0.7},
+                      {"kind": "circuit_equivalent_tost", "alpha": 0.005}]}  # TOST p = 0.01: not affirmed at 0.005
     report = check(_write(tmp_path / "c.yaml", doc), run=run_dir)
-    assert [r.status for r in report.results] == ["fail", "fail", "fail"]
+    assert [r.status for r in report.results] == ["fail", "fail", "fail", "fail"]
+    assert "equivalence_tost" in report.results[3].reason and "p = 0.01 > 0.005" in report.results[3].reason
     assert "a0.h3->a1.h5<k> (p = 0.8), a0.h3->logits (p = 0.8)" in report.results[0].reason
     assert "p = 0.6 <= 0.7: H0 is false" in report.results[2].reason
     bare = check(_write(tmp_path / "c.yaml", doc), run=make_run(tmp_path / "bare"))

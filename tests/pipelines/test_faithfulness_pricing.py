@@ -60,7 +60,7 @@ def test_audit_flops_include_faithfulness_only_when_it_runs():
     assert pricing.faithfulness_flops(off, cfg) == 0.0
 
 
-@pytest.mark.parametrize("tests", [{"k": 3, "n_random": 5, "n_permutations": 19}])
+@pytest.mark.parametrize("tests", [{"k": 3, "n_random": 19, "random_quantile": None, "n_permutations": 19}])
 def test_the_priced_tests_forwards_bound_the_counted_ones(tmp_path, monkeypatch, tests):
     # the circuit_tests stage's forwards, counted through CircuitModel.run inside evaluate_layout, against
     # tests_forwards: the bound holds, within 2.2x (it bounds the testing half by every prompt)
@@ -95,6 +95,6 @@ def test_audit_flops_include_the_tests_stage_only_when_it_runs():
     from circuitstat.pipelines.sources import LOCAL
 
     cfg = LOCAL.skeleton(MODEL).cfg
-    on = parse_spec({**BASE, "tests": {"k": 3, "n_random": 5}})
+    on = parse_spec({**BASE, "tests": {"k": 3, "n_random": 19, "random_quantile": None}})
     assert pricing.audit_flops(on, cfg) - pricing.audit_flops(parse_spec(BASE), cfg) == pytest.approx(
         pricing.tests_forwards(on) * forward_flops(cfg, 10) + 3.0 * on.tests.n_permutations * on.task.n ** 2)

@@ -150,11 +150,44 @@ def test_minimality_from_per_prompt_metrics():
     rng = np.random.default_rng(8)
     circuit = rng.standard_normal(30)
     minus = circuit[:, None] + rng.normal(0, [1.0, 1.5, 0.001], size=(30, 3))  # the third edge does nothing
-    plus = circuit[:, None] + rng.normal(0, 0.05, size=(30, 50))
-    res = minimality_test(circuit, minus, plus)
+    inflated = circuit[:, None] + rng.normal(0, 1.0, size=(30, 50))
+    inflated_minus = inflated + rng.normal(0, 0.05, size=(30, 50))  # knocking a new edge out moves it a little
+    res = minimality_test(circuit, minus, inflated, inflated_minus)
     np.testing.assert_allclose(res.edge_effect, ((minus - circuit[:, None]) ** 2).mean(0), rtol=1e-12)
+    # the reference is loss(C + path, C + path - r), not loss(C, C + path): the inflated columns' distance from
+    # the circuit (~1) would make every edge look redundant
+    np.testing.assert_allclose(res.reference_effect, ((inflated - inflated_minus) ** 2).mean(0), rtol=1e-12)
     assert list(res.reject) == [False, False, True]
-    assert minimality_test(circuit, minus[:, :2], plus).minimal
+    assert minimality_test(circuit, minus[:, :2], inflated, inflated_minus).minimal
+    with pytest.raises(InputError, match="pair column by column"):
+        minimality_test(circuit, minus, inflated, inflated_minus[:, :-1])
+
+
+def test_float_ties_count_against_the_edge_and_the_circuit():
+    # losses equal in exact arithmetic, apart by float32 rounding: an inert edge (effect ~1e-14) against inert
+    # references (~1e-13 and exact 0) beats none of them, however rounding orders them
+    rng = np.random.default_rng(12)
+    circuit = rng.standard_normal(40).astype(np.float32).astype(np.float64)
+    ulp = np.spacing(np.float32(4.0))
+    noise = lambda shape: rng.integers(-2, 3, size=shape) * ulp  # a few ulps of the metric
+    minus = circuit[:, None] + noise((40, 1))
+    inflated = circuit[:, None] + rng.standard_normal((40, 30))
+    inflated_minus = inflated + noise((40, 30))
+    inflated_minus[:, :3] = inflated[:, :3]  # exact zeros
+    res = minimality_test(circuit, minus, inflated, inflated_minus, quantile=0.9)
+    assert res.statistic[0] == 0 and res.reject[0]
+    # negative control: with no tolerance, rounding noise decides the count
+    raw = minimality_from_effects(res.edge_effect, res.reference_effect, quantile=0.9)
+    assert raw.statistic[0] > 0
+    # sufficiency: random circuits that compute the circuit's function up to rounding are ties, not beaten
+    full = circuit + rng.standard_normal(40)
+    same = circuit[:, None] + noise((40, 19))
+    tied = sufficiency_test(full, circuit, same, quantile=None)
+    assert tied.details["count"] == 0 and tied.pvalue == 1.0
+    assert (tied.details["random_losses"] > tied.details["loss"]).sum() > 0  # what exact comparison would count
+    # and a random circuit that is worse by more than rounding is still beaten
+    worse = sufficiency_test(full, circuit, np.column_stack([same, circuit + 1e-3 * np.sign(circuit - full)]), quantile=None)
+    assert worse.details["count"] == 1
 
 
 def test_sufficiency_and_partial_necessity_rank_and_quantile_pvalues():
@@ -163,14 +196,17 @@ def test_sufficiency_and_partial_necessity_rank_and_quantile_pvalues():
     circuit = full + 0.01 * rng.standard_normal(50)
     rand = full[:, None] + rng.normal(0, 1, size=(50, 99))
     rand[:, 0] = circuit  # a tie counts against the circuit
-    res = sufficiency_test(full, circuit, rand)
+    res = sufficiency_test(full, circuit, rand, quantile=None)
     assert res.details["count"] == 98 and res.pvalue == pytest.approx(2 / 100)
-    q = sufficiency_test(full, circuit, rand, quantile=0.9)
+    q = sufficiency_test(full, circuit, rand)  # the paper's q = 0.9 is the default
     assert q.pvalue == pytest.approx(stats.binomtest(98, 99, 0.9, alternative="greater").pvalue, abs=1e-12)
-    worse = sufficiency_test(full, full + 5.0, rand)
+    ci = stats.binomtest(98, 99).proportion_ci(confidence_level=0.95, method="exact")
+    assert q.statistic == pytest.approx(98 / 99) and q.details["g_hat"] == pytest.approx(98 / 99)
+    assert (q.details["ci_low"], q.details["ci_high"]) == pytest.approx((ci.low, ci.high), abs=1e-12)
+    worse = sufficiency_test(full, full + 5.0, rand, quantile=None)
     assert worse.pvalue == 1.0 and worse.statistic == 0.0
     # partial necessity: the complement far from the model, random complements close to it
-    nec = partial_necessity_test(full, full + 3.0, full[:, None] + rng.normal(0, 0.5, (50, 19)))
+    nec = partial_necessity_test(full, full + 3.0, full[:, None] + rng.normal(0, 0.5, (50, 19)), quantile=None)
     assert nec.details["count"] == 19 and nec.pvalue == pytest.approx(1 / 20)
     with pytest.raises(InputError, match="random_circuits"):
         sufficiency_test(full, circuit, rand[:-1])
@@ -183,6 +219,61 @@ def test_rank_pvalue_is_uniform_under_exchangeability():
     for _ in range(reps):
         full = rng.standard_normal(10)
         all_c = full[:, None] + rng.normal(0, 1, size=(10, 10))
-        hits += sufficiency_test(full, all_c[:, 0], all_c[:, 1:]).pvalue <= 0.2
+        hits += sufficiency_test(full, all_c[:, 0], all_c[:, 1:], quantile=None).pvalue <= 0.2
     se = math.sqrt(0.2 * 0.8 / reps)
     assert abs(hits / reps - 0.2) <= 3 * se
+
+
+@pytest.mark.parametrize("n", [5, 24, 80])
+@pytest.mark.parametrize("margin", [0.05, 0.1, 0.25])
+def test_tost_matches_two_binomtests_and_the_clopper_pearson_interval(n, margin):
+    from circuitstat.stats.circuit_tests import tost_pvalue
+
+    alpha = 0.05
+    for k in range(n + 1):
+        ref = max(stats.binomtest(k, n, 0.5 - margin, alternative="greater").pvalue,
+                  stats.binomtest(k, n, 0.5 + margin, alternative="less").pvalue)
+        got = tost_pvalue(k, n, margin)
+        assert got == pytest.approx(min(ref, 1.0), abs=1e-12)
+        # duality: TOST at alpha rejects exactly when the (1 - 2 alpha) Clopper-Pearson interval lies in the margin
+        ci = stats.binomtest(k, n).proportion_ci(confidence_level=1 - 2 * alpha, method="exact")
+        inside = 0.5 - margin < ci.low and ci.high < 0.5 + margin
+        assert (got <= alpha) == inside, (k, got, ci)
+
+
+def test_tost_affirms_equivalence_where_the_papers_direction_only_fails_to_reject():
+    from circuitstat.stats.circuit_tests import equivalence_tost
+
+    rng = np.random.default_rng(21)
+    full = rng.standard_normal(400)
+    close = full + rng.normal(0, 0.1, 400)  # P(Δ > 0) = 1/2
+    res = equivalence_tost(full, close, margin=0.1)
+    assert res.reject(0.05) and 0.4 < res.details["ci_low"] < res.details["p_hat"] < res.details["ci_high"]
+    # negative control: few prompts -> the paper's direction passes (no rejection), the TOST cannot affirm
+    few_paper = equivalence_test(full[:12], close[:12], margin=0.1)
+    few_tost = equivalence_tost(full[:12], close[:12], margin=0.1)
+    assert not few_paper.reject(0.05) and not few_tost.reject(0.05)
+    # a circuit that is worse on 70% of prompts is not affirmed equivalent at any n
+    worse = full - np.where(rng.uniform(size=400) < 0.7, 1.0, -1.0) * 0.1
+    assert not equivalence_tost(full, worse, margin=0.1).reject(0.05)
+    # ties: both directions split them with the same coin, so they report the same P-hat and interval
+    same_p = equivalence_test(full, full.copy(), margin=0.1, random_state=5)
+    same_t = equivalence_tost(full, full.copy(), margin=0.1, random_state=5)
+    assert same_p.details["k"] == same_t.details["k"] and same_p.details["ci_low"] == same_t.details["ci_low"]
+
+
+def test_tost_size_at_the_margin_is_at_most_alpha_and_matches_its_exact_value():
+    from circuitstat.stats.circuit_tests_calibration import tost_size
+
+    from circuitstat.stats.circuit_tests import equivalence_tost
+
+    n, margin, alpha, R = 120, 0.1, 0.05, 1200
+    q = 0.5 + margin  # the least favourable point of the TOST's null
+    exact = tost_size(n, q, margin, alpha)
+    assert 0.02 < exact <= alpha
+    rng = np.random.default_rng(13)
+    hits = 0
+    for _ in range(R):
+        delta = np.where(rng.uniform(size=n) < q, 1.0, -1.0) * rng.exponential(size=n)
+        hits += equivalence_tost(np.zeros(n), delta, margin=margin).reject(alpha)
+    assert abs(hits / R - exact) <= 3 * math.sqrt(exact * (1 - exact) / R)
