@@ -1,7 +1,7 @@
 """Print docs/verified.md's tail miss rates of verified intervals at the levels BH over many edges leans on (0.99, 0.998).
 
 Run from the repository root (about 2 minutes on one core):
-    OMP_NUM_THREADS=1 PYTHONPATH=. python docs/make_verified_tails.py
+    OMP_NUM_THREADS=1 PYTHONPATH=. python docs/make_verified_tails.py ["mlp3l next-token" ...]
 """
 
 from __future__ import annotations
@@ -22,6 +22,11 @@ def main(N: int = 512, D: int = 1000) -> None:
     U, V = paired_population(2000, 60, seed=11, fail_share=0.6)
     pops = {"zoo induction": load_zoo_pair()[:2], "planted bg 3": load_planted_pair()[:2],
             "synthetic (seed 7)": (S, T), "synthetic (seed 11)": (U, V)}
+    fx = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
+    for m in ("mlp3l", "mlp4l"):  # the held-out next-token pairs (tests/fixtures/make_verified_nexttoken.py)
+        pops[f"{m} next-token"] = load_planted_pair(fx / f"verified-{m}-nexttoken.parquet")[:2]
+    if sys.argv[1:]:  # measure only the populations named on the command line
+        pops = {k: v for k, v in pops.items() if k in sys.argv[1:]}
     print("| population | n | level | miss rate ± MC SE | / nominal | exact on all N: miss rate | edges > 3× nominal |")
     print("|---|---|---|---|---|---|---|")
     for pop, (X, A) in pops.items():

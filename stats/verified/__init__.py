@@ -7,7 +7,9 @@
 * circuitstat.stats.verified.missed: an upper bound on the unverified edges whose mean exact effect exceeds a threshold;
 * circuitstat.stats.verified.pseudo: pseudo-scores whose column means are the estimates, for stability and
   faithfulness of circuits selected from them (stratified resampling);
-* circuitstat.stats.verified.coverage: simulated coverage on paired populations (exact and approximation per prompt).
+* circuitstat.stats.verified.coverage: simulated coverage on paired populations (exact and approximation per prompt);
+* circuitstat.stats.verified.active: active verification (exact cells sampled with probabilities from the approximation,
+  Horvitz–Thompson weighted; Zrnic & Candès 2024).
 """
 
 from __future__ import annotations
@@ -21,5 +23,6 @@ _MODULES = {
     ".missed": ["MissedEdgesResult", "missed_edges_bound", "hypergeometric_upper"],
     ".coverage": ["paired_population", "simulate_verified"],
     ".pseudo": ["VerifiedPseudoScores", "verified_pseudo_scores", "verified_strata"],
+    ".active": ["active_probabilities", "active_sample", "active_means"],
 }
 __all__, __getattr__ = lazy_names(__name__, _MODULES)
