@@ -52,8 +52,9 @@ import torch
 from circuitstat.core.errors import InputError
 
 from .ablation import Ablation, PairData
-from .edge_pruning import EdgePruningFit, _check, fit_setup, pruning_loss
+from .edge_pruning import EdgePruningFit, _check, ablation_label, constants_optimizer, fit_setup, pruning_loss
 from .model import CircuitModel
+from .optimal_ablation import LR_CONSTANTS, check_lr_constants, is_optimal
 
 __all__ = ["UGSFit", "fit_ugs", "ugs_sample", "ugs_gates", "ugs_loss", "ADAM_BETAS", "CLIP_NORM"]
 
@@ -76,11 +77,11 @@ def ugs_sample(theta: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 
 def ugs_loss(model, data: PairData, batches, masks: list[list[torch.Tensor]], objective: str, total_w: float,
-             scale: float) -> torch.Tensor:
+             scale: float, cf: torch.Tensor | None = None) -> torch.Tensor:
     """The scale-free faithfulness term F averaged over the draws: ``masks[s][b]`` [B_b, E] is draw s's mask of
-    batch b's prompts (one mask per prompt)."""
+    batch b's prompts (one mask per prompt); ablated edges carry ``cf`` (optimal-ablation constants) when given."""
     S = len(masks)
-    total = sum(pruning_loss(model, data, b, keep, objective) for draw in masks for b, keep in zip(batches, draw))
+    total = sum(pruning_loss(model, data, b, keep, objective, cf) for draw in masks for b, keep in zip(batches, draw))
     total = total / (S * total_w)
     return (total ** 2 if objective == "mean_metric" else total) / scale
 
@@ -98,33 +99,44 @@ def _check_samples(n_samples: int) -> None:
 def fit_ugs(model: CircuitModel, data: PairData, *, rows=None, weights=None, steps: int = 50, lr: float = 0.1,
             sparsity: float = 1.0, init: float = 1.0, objective: str = "mean_metric", n_samples: int = 4,
             ablation: "str | Ablation" = "counterfactual", seed: int | np.random.SeedSequence = 0,
-            batch_size: int = 64) -> UGSFit:
+            batch_size: int = 64, lr_constants: float = LR_CONSTANTS) -> UGSFit:
     """The UGSFit of ``steps`` Adam steps on ``data``'s examples ``rows`` (all by default) weighted by ``weights``
-    (counts), each step drawing ``n_samples`` masks per prompt from the fit's seed (deterministic given it)."""
+    (counts), each step drawing ``n_samples`` masks per prompt from the fit's seed (deterministic given it); with
+    ``ablation="optimal"`` the ablated edges carry constants learned jointly (Li & Janson's optimal ablation)."""
     _check(steps, lr, sparsity, objective, batch_size)
     _check_samples(n_samples)
+    check_lr_constants(lr_constants)
     t0 = time.perf_counter()
     rows, ss, gen, abl, batches, total_w, scale = fit_setup(model, data, rows, weights, ablation, seed, objective,
                                                             batch_size)
     E = model.graph.n_edges
     theta = torch.full((E,), float(init), dtype=torch.float32, requires_grad=True)
     opt = torch.optim.Adam([theta], lr=lr, betas=ADAM_BETAS)
+    cf, opt_c = constants_optimizer(abl, lr_constants)
     losses = np.empty(steps)
     for step in range(steps):
         opt.zero_grad()
+        if opt_c is not None:
+            opt_c.zero_grad()
         masks = [[ugs_sample(theta, torch.rand(len(b.index), E, generator=gen)).to(model.device) for b in batches]
                  for _ in range(n_samples)]
-        loss = ugs_loss(model, data, batches, masks, objective, total_w, scale).cpu() \
+        loss = ugs_loss(model, data, batches, masks, objective, total_w, scale, cf).cpu() \
             + sparsity * ugs_gates(theta).mean()
         loss.backward()
         torch.nn.utils.clip_grad_norm_([theta], CLIP_NORM)
         opt.step()
+        if opt_c is not None:
+            opt_c.step()
         losses[step] = float(loss.detach())
     th = theta.detach()
-    params = {"method": "ugs", "steps": steps, "lr": lr, "sparsity": sparsity, "init": init, "objective": objective,
+    label = "UGS (optimal ablation)" if is_optimal(abl) else f"UGS optimiser, {ablation_label(abl)}"
+    params = {"method": "ugs", "label": label, "steps": steps, "lr": lr, "sparsity": sparsity, "init": init, "objective": objective,
               "n_samples": n_samples, "batch_size": batch_size, "n_examples": int(len(rows)),
               "weights": "given" if weights is not None else "uniform", "ablation": getattr(abl, "kind", "custom"),
               "seed_entropy": str(ss.entropy), "seed_spawn_key": list(ss.spawn_key),
               "seconds": time.perf_counter() - t0,
               "sampler": "uniform gradient sampling (window p(1-p); Adam betas 0.9, 0.995; grad norm clip 5)"}
-    return UGSFit(th.numpy().copy(), ugs_gates(th).numpy().copy(), losses, params)
+    if is_optimal(abl):
+        params.update(abl.describe(), lr_constants=lr_constants)
+    return UGSFit(th.numpy().copy(), ugs_gates(th).numpy().copy(), losses, params,
+                  None if cf is None else cf.detach().cpu().numpy().copy())
