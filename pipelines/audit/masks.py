@@ -67,10 +67,17 @@ def mask_ranked_by(method: str) -> str:
 def _fit_options(model, task, spec: AuditSpec, method: str) -> dict:
     """``method``'s fit keyword arguments for every fit of this audit (one counterfactual builder for all)."""
     from circuitstat.circuits.ablation import Ablation
+    from circuitstat.core.errors import InputError
     from circuitstat.pipelines.spec import mask_spec
 
+    options = mask_spec(spec, method).fit_options()
+    if options.get("ablation") == "optimal":  # learned constants replace the run's ablation (Li & Janson 2024)
+        if spec.input_node != "embeddings":
+            raise InputError(f"{method} with ablation: optimal learns one constant for the whole input embedding; "
+                             "use input_node: embeddings")
+        return {"batch_size": spec.batch_size, **options}
     abl = Ablation(spec.ablation, model, task, seed=spec.seed, batch_size=spec.batch_size, input_node=spec.input_node)
-    return {"batch_size": spec.batch_size, "ablation": abl, **mask_spec(spec, method).fit_options()}
+    return {"batch_size": spec.batch_size, "ablation": abl, **options}
 
 
 def mask_tables(model, task, spec: AuditSpec, names: list[str], plan) -> dict:

@@ -141,3 +141,18 @@ def test_bad_options_are_refused() -> None:
             fit_edge_pruning(gt.model, task, steps=5, **kw)
     with pytest.raises(InputError, match="lr_constants"):
         fit_ugs(gt.model, task, steps=1, lr_constants=-1.0, ablation="optimal")
+
+
+def test_options_sections_carry_optimal_ablation_and_the_target_and_refuse_misuse() -> None:
+    from circuitstat.pipelines.attribute import pruning_options
+
+    ep = pruning_options("edge-pruning", {"ablation": "optimal", "target": 0.9, "warmup": 10}, None)
+    assert ep.fit_options() == {"steps": 50, "lr": 0.2, "sparsity": None, "init": 1.0, "objective": "mean_metric",
+                                "ablation": "optimal", "lr_constants": 1e-3, "target": 0.9, "warmup": 10,
+                                "lr_lambda": None}
+    assert "ablation" not in pruning_options("ugs", {}, None).fit_options()  # the run's ablation is passed instead
+    assert pruning_options("ugs", {"ablation": "optimal"}, None).fit_options()["ablation"] == "optimal"
+    for method, bad in (("ugs", {"target": 0.5}), ("edge-pruning", {"warmup": 5}), ("edge-pruning", {"target": 1.0}),
+                        ("edge-pruning", {"ablation": "mean"}), ("edge-pruning", {"target": 0.5, "warmup": 60})):
+        with pytest.raises(InputError):
+            pruning_options(method, bad, None)
