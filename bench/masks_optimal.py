@@ -5,7 +5,7 @@ Per ground-truth model: one fit on N prompts (edge AUROC of its logits against t
 fits on bootstrap resamples of them (mean pairwise Jaccard of their top-|C| circuits: refit stability), and the
 CPU seconds of one fit (single thread).  Prints a markdown table (docs/edge-pruning.md).
 
-    python bench/masks_optimal.py [--n 32] [--steps 40] [--refits 3]
+    python bench/masks_optimal.py [--n 32] [--steps 40] [--refits 3] [--only target] [--models planted:...,tracr:...]
 """
 
 from __future__ import annotations
@@ -46,16 +46,20 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--refits", type=int, default=3)
     ap.add_argument("--n-samples", type=int, default=4)
+    ap.add_argument("--only", default="", help="run only the configurations whose name contains this")
+    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated ground-truth sources")
     args = ap.parse_args()
     print("| model | edges | |C| | configuration | AUROC | refit Jaccard (top-|C|) | kept / target | s per fit |")
     print("|---|---|---|---|---|---|---|---|")
     with single_threaded():
-        for source in MODELS:
+        for source in args.models.split(","):
             gt = load_groundtruth(source)
             task = gt.task(args.n, 0)
             k = int(gt.truth.sum())
             plan = ResamplingPlan.bootstrap(args.n, args.refits, 1)
             for name, (method, opts) in CONFIGS.items():
+                if args.only not in name:
+                    continue
                 opts = {"steps": args.steps, **opts, **({"n_samples": args.n_samples} if method == "ugs" else {})}
                 t0 = time.process_time()
                 fit = fit_mask(method, gt.model, task, seed=0, **opts)
