@@ -37,7 +37,7 @@ E[F(α)] = F(p) exactly.
 
 Deviations from the source, stated: a fixed sparsity weight on the *mean* of p_e (the source sums, λ · Σ_e p_e:
 the same with λ = sparsity / E), full-batch steps over the prompts (the source streams batches of 5), no dangling-
-edge pruning of the sampled masks, and a fixed window (the source's optional dynamic window is off by default).
+edge pruning of the sampled masks by default (``prune_dangling_edges=True`` is the source's), and a fixed window (the source's optional dynamic window is off by default).
 The paper's other choices are options: ``n_samples=12`` (default 4), ``objective="kl"`` (default ``mean_metric``)
 and ``ablation="optimal"`` (learned constants fitted jointly with the mask, circuitstat.circuits.optimal_ablation;
 Li & Janson's method).  With any other ablation the fit is labelled "UGS optimiser, <kind> ablation", not UGS
@@ -90,6 +90,46 @@ def ugs_loss(model, data: PairData, batches, masks: list[list[torch.Tensor]], ob
     return (total ** 2 if objective == "mean_metric" else total) / scale
 
 
+def dangling_structure(graph) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(reads [R, U]: receiver r feeds sender u's node, to_logits [R], edge_sender [E], edge_receiver [E] as one
+    tuple's parts) of ``graph``, what prune_dangling walks."""
+    U, R = graph.n_senders, graph.n_receivers
+    reads = torch.zeros(R, U)
+    for r, readers in enumerate(graph.receiver_readers):
+        for node in readers:
+            if node < U:  # nodes list the senders first, then logits
+                reads[r, node] = 1.0
+    to_logits = torch.zeros(R)
+    to_logits[graph.logits_receiver] = 1.0
+    return reads, to_logits, (torch.as_tensor(graph.edge_sender), torch.as_tensor(graph.edge_receiver))
+
+
+def prune_dangling(graph, alpha: torch.Tensor) -> torch.Tensor:
+    """``alpha`` [..., E] with dangling edges set to 0: an edge is kept only while alpha > 0, its sender is reached
+    from the input through kept edges and its receiver's node reaches the logits through kept edges (Li & Janson's
+    ``prune_dangling_edges`` applied to each sampled mask; the 0/1 factor carries no gradient)."""
+    reads, to_logits, (es, er) = dangling_structure(graph)
+    on = (alpha.detach() > 0).to(reads.dtype)
+    U, R = reads.shape[1], reads.shape[0]
+    shape = on.shape[:-1]
+    alive = torch.zeros(*shape, U)
+    alive[..., 0] = 1.0  # the input
+    for _ in range(U):  # reached from the input: a node is alive when a kept edge from an alive sender feeds it
+        fed = torch.zeros(*shape, R).index_add_(-1, er, on * alive[..., es])
+        new = torch.maximum(alive, ((fed > 0).to(reads.dtype) @ reads).clamp(max=1.0))
+        if torch.equal(new, alive):
+            break
+        alive = new
+    useful_r = to_logits.expand(*shape, R).clone()  # receivers that reach the logits
+    for _ in range(U + 1):
+        useful_u = torch.zeros(*shape, U).index_add_(-1, es, on * useful_r[..., er]).gt(0).to(reads.dtype)
+        new = torch.maximum(to_logits.expand(*shape, R), (useful_u @ reads.T).clamp(max=1.0))
+        if torch.equal(new, useful_r):
+            break
+        useful_r = new
+    return alpha * (on * alive[..., es] * useful_r[..., er]).to(alpha.dtype)
+
+
 class UGSFit(EdgePruningFit):
     """One UGS fit: ``log_alpha`` [E] the learned logits θ (the ranking scores), ``keep`` [E] = sigmoid(θ), the
     loss per step and the options it ran with."""
@@ -100,10 +140,16 @@ def _check_samples(n_samples: int) -> None:
         raise InputError(f"n_samples must be a positive integer (mask draws per prompt and step), got {n_samples!r}")
 
 
+def _draw(model, theta: torch.Tensor, u: torch.Tensor, dangling: bool) -> torch.Tensor:
+    """One batch's sampled masks, dangling edges pruned when asked, on the model's device."""
+    alpha = ugs_sample(theta, u)
+    return (prune_dangling(model.graph, alpha) if dangling else alpha).to(model.device)
+
+
 def fit_ugs(model: CircuitModel, data: PairData, *, rows=None, weights=None, steps: int = 50, lr: float = 0.1,
             sparsity: float = 1.0, init: float = 1.0, objective: str = "mean_metric", n_samples: int = 4,
             ablation: "str | Ablation" = "counterfactual", seed: int | np.random.SeedSequence = 0,
-            batch_size: int = 64, lr_constants: float = LR_CONSTANTS) -> UGSFit:
+            batch_size: int = 64, lr_constants: float = LR_CONSTANTS, prune_dangling_edges: bool = False) -> UGSFit:
     """The UGSFit of ``steps`` Adam steps on ``data``'s examples ``rows`` (all by default) weighted by ``weights``
     (counts), each step drawing ``n_samples`` masks per prompt from the fit's seed (deterministic given it); with
     ``ablation="optimal"`` the ablated edges carry constants learned jointly (Li & Janson's optimal ablation)."""
@@ -122,8 +168,8 @@ def fit_ugs(model: CircuitModel, data: PairData, *, rows=None, weights=None, ste
         opt.zero_grad()
         if opt_c is not None:
             opt_c.zero_grad()
-        masks = [[ugs_sample(theta, torch.rand(len(b.index), E, generator=gen)).to(model.device) for b in batches]
-                 for _ in range(n_samples)]
+        masks = [[_draw(model, theta, torch.rand(len(b.index), E, generator=gen), prune_dangling_edges)
+                  for b in batches] for _ in range(n_samples)]
         loss = ugs_loss(model, data, batches, masks, objective, total_w, scale, cf).cpu() \
             + sparsity * ugs_gates(theta).mean()
         loss.backward()
@@ -135,7 +181,7 @@ def fit_ugs(model: CircuitModel, data: PairData, *, rows=None, weights=None, ste
     th = theta.detach()
     label = "UGS (optimal ablation)" if is_optimal(abl) else f"UGS optimiser, {ablation_label(abl)}"
     params = {"method": "ugs", "label": label, "steps": steps, "lr": lr, "sparsity": sparsity, "init": init, "objective": objective,
-              "n_samples": n_samples, "batch_size": batch_size, "n_examples": int(len(rows)),
+              "n_samples": n_samples, "prune_dangling_edges": bool(prune_dangling_edges), "batch_size": batch_size, "n_examples": int(len(rows)),
               "weights": "given" if weights is not None else "uniform", "ablation": getattr(abl, "kind", "custom"),
               "seed_entropy": str(ss.entropy), "seed_spawn_key": list(ss.spawn_key),
               "seconds": time.perf_counter() - t0,

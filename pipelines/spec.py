@@ -253,6 +253,7 @@ class UGSOptions(_MaskOptions):
     _section: ClassVar[str] = "ugs."
     lr: float = PRUNING_LR.pydantic("ugs")
     n_samples: int = UGS_SAMPLES.pydantic()
+    prune_dangling_edges: bool = False  # Li & Janson prune each sampled mask's dangling edges (docs/edge-pruning.md)
 
 
 class UGSSpec(UGSOptions):

@@ -156,3 +156,49 @@ def test_options_sections_carry_optimal_ablation_and_the_target_and_refuse_misus
                         ("edge-pruning", {"ablation": "mean"}), ("edge-pruning", {"target": 0.5, "warmup": 60})):
         with pytest.raises(InputError):
             pruning_options(method, bad, None)
+
+
+def test_prune_dangling_matches_graph_reachability() -> None:
+    import networkx as nx
+
+    from circuitstat.circuits import load_model
+    from circuitstat.circuits.ugs import prune_dangling
+
+    g = load_model("random:gpt2?n_layer=3&n_head=2&n_embd=16&vocab_size=31&n_positions=16&seed=1").graph
+    E = g.n_edges
+    rng = np.random.default_rng(0)
+    alpha = torch.as_tensor(rng.random((40, E)) * (rng.random((40, E)) < 0.15), dtype=torch.float64)
+    got = prune_dangling(g, alpha)
+    changed = 0
+    for b in range(alpha.shape[0]):
+        G = nx.DiGraph()  # nodes: sender names and logits; a receiver belongs to its node
+        kept = np.flatnonzero(alpha[b].numpy() > 0)
+        for e in kept:
+            G.add_edge(g.senders[g.edge_sender[e]], g.receiver_node(g.edge_receiver[e]))
+        ok = np.zeros(E, dtype=bool)
+        for e in kept:
+            u, v = g.senders[g.edge_sender[e]], g.receiver_node(g.edge_receiver[e])
+            ok[e] = (u == "input" or ("input" in G and nx.has_path(G, "input", u))) and \
+                (v == "logits" or ("logits" in G and nx.has_path(G, v, "logits")))
+        want = np.where(ok, alpha[b].numpy(), 0.0)
+        np.testing.assert_array_equal(got[b].numpy(), want)
+        changed += int((want != alpha[b].numpy()).any())
+    assert changed > 10  # the masks had dangling edges to prune: the comparison can fail
+
+
+def test_ugs_with_the_papers_options_runs_and_records_them() -> None:
+    gt = planted_induction(PlantedSpec(background=1.0))
+    fit = fit_ugs(gt.model, gt.task(8, 0), steps=3, n_samples=12, objective="kl", ablation="optimal",
+                  prune_dangling_edges=True)
+    p = fit.params
+    assert (p["n_samples"], p["objective"], p["ablation"], p["prune_dangling_edges"]) == (12, "kl", "optimal", True)
+    assert p["label"] == "UGS (optimal ablation)" and np.isfinite(fit.loss).all()
+
+
+def test_ugs_section_takes_the_papers_dangling_edge_pruning() -> None:
+    from circuitstat.pipelines.attribute import pruning_options
+
+    opts = pruning_options("ugs", {"prune_dangling_edges": True, "n_samples": 12, "objective": "kl"}, None)
+    assert opts.fit_options()["prune_dangling_edges"] is True
+    with pytest.raises(InputError):
+        pruning_options("edge-pruning", {"prune_dangling_edges": True}, None)
