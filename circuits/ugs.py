@@ -37,7 +37,8 @@ E[F(α)] = F(p) exactly.
 
 Deviations from the source, stated: a fixed sparsity weight on the *mean* of p_e (the source sums, λ · Σ_e p_e:
 the same with λ = sparsity / E), full-batch steps over the prompts (the source streams batches of 5), no dangling-
-edge pruning of the sampled masks by default (``prune_dangling_edges=True`` is the source's), and a fixed window (the source's optional dynamic window is off by default).
+edge pruning of the sampled masks by default (``prune_dangling_edges=True`` is the source's), and a fixed
+window (the source's optional dynamic window is off by default).
 The paper's other choices are options: ``n_samples=12`` (default 4), ``objective="kl"`` (default ``mean_metric``)
 and ``ablation="optimal"`` (learned constants fitted jointly with the mask, circuitstat.circuits.optimal_ablation;
 Li & Janson's method).  With any other ablation the fit is labelled "UGS optimiser, <kind> ablation", not UGS

@@ -110,7 +110,10 @@ def mask_tables(model, task, spec: AuditSpec, names: list[str], plan) -> dict:
                       "refit_log_alpha_mean": la[1:].mean(0) if R else np.full(E, np.nan),
                       "refit_log_alpha_sd": la[1:].std(0, ddof=1) if R > 1 else np.full(E, np.nan),
                       "n_refits": np.full(E, R, dtype=np.int64), "n_prompts": np.full(E, N, dtype=np.int64),
-                      "final_loss": np.full(E, float(fit.loss[-1]))})
+                      "final_loss": np.full(E, float(fit.loss[-1])), "label": [fit.params["label"]] * E,
+                      "target_sparsity": np.full(E, np.nan if fit.params.get("target") is None
+                                                 else float(fit.params["target"])),
+                      "reached_sparsity": np.full(E, float((G[0] <= 0.5).mean()))})
         fits.append({"method": [method] * (E * (R + 1)), "fit": np.repeat(np.arange(R + 1, dtype=np.int64), E),
                      "edge": np.tile(np.arange(E, dtype=np.int64), R + 1), "log_alpha": la.ravel(),
                      "gate": G.ravel()})
