@@ -202,3 +202,25 @@ def test_ugs_section_takes_the_papers_dangling_edge_pruning() -> None:
     assert opts.fit_options()["prune_dangling_edges"] is True
     with pytest.raises(InputError):
         pruning_options("edge-pruning", {"prune_dangling_edges": True}, None)
+
+
+def test_attribute_flags_write_the_label_and_refuse_misuse_with_exit_2(tmp_path) -> None:
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from circuitstat.pipelines.cli import app
+
+    runner = CliRunner()
+    base = ["attribute", "--model", "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=97&n_positions=64&seed=1",
+            "--task", "induction", "--n", "4", "--steps", "3"]
+    res = runner.invoke(app, base + ["--method", "edge-pruning", "--mask-ablation", "optimal", "--target", "0.5",
+                                     "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    t = pq.read_table(tmp_path / "a" / "edge_masks.parquet").to_pandas()
+    assert set(t["label"]) == {"edge pruning, optimal ablation, target sparsity 0.5 (Lagrangian)"}
+    assert (t["target_sparsity"] == 0.5).all()
+    for bad in (["--method", "ugs", "--target", "0.5"], ["--method", "edge-pruning", "--warmup", "2"],
+                ["--method", "ugs", "--mask-ablation", "mean"],
+                ["--method", "edge-pruning", "--mask-ablation", "optimal", "--input-node", "tokens"]):
+        res = runner.invoke(app, base + bad + ["--out", str(tmp_path / "b")])
+        assert res.exit_code == 2, (bad, res.exit_code, res.output)
