@@ -37,7 +37,12 @@ E[F(α)] = F(p) exactly.
 
 Deviations from the source, stated: a fixed sparsity weight on the *mean* of p_e (the source sums, λ · Σ_e p_e:
 the same with λ = sparsity / E), full-batch steps over the prompts (the source streams batches of 5), no dangling-
-edge pruning of the sampled masks, and a fixed window (the source's optional dynamic window is off by default).
+edge pruning of the sampled masks by default (``prune_dangling_edges=True`` is the source's), and a fixed
+window (the source's optional dynamic window is off by default).
+The paper's other choices are options: ``n_samples=12`` (default 4), ``objective="kl"`` (default ``mean_metric``)
+and ``ablation="optimal"`` (learned constants fitted jointly with the mask, circuitstat.circuits.optimal_ablation;
+Li & Janson's method).  With any other ablation the fit is labelled "UGS optimiser, <kind> ablation", not UGS
+(``params["label"]``).
 The ranking score of an edge is θ_e (``log_alpha`` in the shared tables), its deterministic gate p_e; the circuit
 is {e : p_e > 1/2}.  Example weights refit on a bootstrap resample, as for edge pruning.
 """
@@ -52,8 +57,9 @@ import torch
 from circuitstat.core.errors import InputError
 
 from .ablation import Ablation, PairData
-from .edge_pruning import EdgePruningFit, _check, fit_setup, pruning_loss
+from .edge_pruning import EdgePruningFit, _check, ablation_label, constants_optimizer, fit_setup, pruning_loss
 from .model import CircuitModel
+from .optimal_ablation import LR_CONSTANTS, check_lr_constants, is_optimal
 
 __all__ = ["UGSFit", "fit_ugs", "ugs_sample", "ugs_gates", "ugs_loss", "ADAM_BETAS", "CLIP_NORM"]
 
@@ -76,13 +82,53 @@ def ugs_sample(theta: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 
 def ugs_loss(model, data: PairData, batches, masks: list[list[torch.Tensor]], objective: str, total_w: float,
-             scale: float) -> torch.Tensor:
+             scale: float, cf: torch.Tensor | None = None) -> torch.Tensor:
     """The scale-free faithfulness term F averaged over the draws: ``masks[s][b]`` [B_b, E] is draw s's mask of
-    batch b's prompts (one mask per prompt)."""
+    batch b's prompts (one mask per prompt); ablated edges carry ``cf`` (optimal-ablation constants) when given."""
     S = len(masks)
-    total = sum(pruning_loss(model, data, b, keep, objective) for draw in masks for b, keep in zip(batches, draw))
+    total = sum(pruning_loss(model, data, b, keep, objective, cf) for draw in masks for b, keep in zip(batches, draw))
     total = total / (S * total_w)
     return (total ** 2 if objective == "mean_metric" else total) / scale
+
+
+def dangling_structure(graph) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(reads [R, U]: receiver r feeds sender u's node, to_logits [R], edge_sender [E], edge_receiver [E] as one
+    tuple's parts) of ``graph``, what prune_dangling walks."""
+    U, R = graph.n_senders, graph.n_receivers
+    reads = torch.zeros(R, U)
+    for r, readers in enumerate(graph.receiver_readers):
+        for node in readers:
+            if node < U:  # nodes list the senders first, then logits
+                reads[r, node] = 1.0
+    to_logits = torch.zeros(R)
+    to_logits[graph.logits_receiver] = 1.0
+    return reads, to_logits, (torch.as_tensor(graph.edge_sender), torch.as_tensor(graph.edge_receiver))
+
+
+def prune_dangling(graph, alpha: torch.Tensor) -> torch.Tensor:
+    """``alpha`` [..., E] with dangling edges set to 0: an edge is kept only while alpha > 0, its sender is reached
+    from the input through kept edges and its receiver's node reaches the logits through kept edges (Li & Janson's
+    ``prune_dangling_edges`` applied to each sampled mask; the 0/1 factor carries no gradient)."""
+    reads, to_logits, (es, er) = dangling_structure(graph)
+    on = (alpha.detach() > 0).to(reads.dtype)
+    U, R = reads.shape[1], reads.shape[0]
+    shape = on.shape[:-1]
+    alive = torch.zeros(*shape, U)
+    alive[..., 0] = 1.0  # the input
+    for _ in range(U):  # reached from the input: a node is alive when a kept edge from an alive sender feeds it
+        fed = torch.zeros(*shape, R).index_add_(-1, er, on * alive[..., es])
+        new = torch.maximum(alive, ((fed > 0).to(reads.dtype) @ reads).clamp(max=1.0))
+        if torch.equal(new, alive):
+            break
+        alive = new
+    useful_r = to_logits.expand(*shape, R).clone()  # receivers that reach the logits
+    for _ in range(U + 1):
+        useful_u = torch.zeros(*shape, U).index_add_(-1, es, on * useful_r[..., er]).gt(0).to(reads.dtype)
+        new = torch.maximum(to_logits.expand(*shape, R), (useful_u @ reads.T).clamp(max=1.0))
+        if torch.equal(new, useful_r):
+            break
+        useful_r = new
+    return alpha * (on * alive[..., es] * useful_r[..., er]).to(alpha.dtype)
 
 
 class UGSFit(EdgePruningFit):
@@ -95,36 +141,53 @@ def _check_samples(n_samples: int) -> None:
         raise InputError(f"n_samples must be a positive integer (mask draws per prompt and step), got {n_samples!r}")
 
 
+def _draw(model, theta: torch.Tensor, u: torch.Tensor, dangling: bool) -> torch.Tensor:
+    """One batch's sampled masks, dangling edges pruned when asked, on the model's device."""
+    alpha = ugs_sample(theta, u)
+    return (prune_dangling(model.graph, alpha) if dangling else alpha).to(model.device)
+
+
 def fit_ugs(model: CircuitModel, data: PairData, *, rows=None, weights=None, steps: int = 50, lr: float = 0.1,
             sparsity: float = 1.0, init: float = 1.0, objective: str = "mean_metric", n_samples: int = 4,
             ablation: "str | Ablation" = "counterfactual", seed: int | np.random.SeedSequence = 0,
-            batch_size: int = 64) -> UGSFit:
+            batch_size: int = 64, lr_constants: float = LR_CONSTANTS, prune_dangling_edges: bool = False) -> UGSFit:
     """The UGSFit of ``steps`` Adam steps on ``data``'s examples ``rows`` (all by default) weighted by ``weights``
-    (counts), each step drawing ``n_samples`` masks per prompt from the fit's seed (deterministic given it)."""
+    (counts), each step drawing ``n_samples`` masks per prompt from the fit's seed (deterministic given it); with
+    ``ablation="optimal"`` the ablated edges carry constants learned jointly (Li & Janson's optimal ablation)."""
     _check(steps, lr, sparsity, objective, batch_size)
     _check_samples(n_samples)
+    check_lr_constants(lr_constants)
     t0 = time.perf_counter()
     rows, ss, gen, abl, batches, total_w, scale = fit_setup(model, data, rows, weights, ablation, seed, objective,
                                                             batch_size)
     E = model.graph.n_edges
     theta = torch.full((E,), float(init), dtype=torch.float32, requires_grad=True)
     opt = torch.optim.Adam([theta], lr=lr, betas=ADAM_BETAS)
+    cf, opt_c = constants_optimizer(abl, lr_constants)
     losses = np.empty(steps)
     for step in range(steps):
         opt.zero_grad()
-        masks = [[ugs_sample(theta, torch.rand(len(b.index), E, generator=gen)).to(model.device) for b in batches]
-                 for _ in range(n_samples)]
-        loss = ugs_loss(model, data, batches, masks, objective, total_w, scale).cpu() \
+        if opt_c is not None:
+            opt_c.zero_grad()
+        masks = [[_draw(model, theta, torch.rand(len(b.index), E, generator=gen), prune_dangling_edges)
+                  for b in batches] for _ in range(n_samples)]
+        loss = ugs_loss(model, data, batches, masks, objective, total_w, scale, cf).cpu() \
             + sparsity * ugs_gates(theta).mean()
         loss.backward()
         torch.nn.utils.clip_grad_norm_([theta], CLIP_NORM)
         opt.step()
+        if opt_c is not None:
+            opt_c.step()
         losses[step] = float(loss.detach())
     th = theta.detach()
-    params = {"method": "ugs", "steps": steps, "lr": lr, "sparsity": sparsity, "init": init, "objective": objective,
-              "n_samples": n_samples, "batch_size": batch_size, "n_examples": int(len(rows)),
+    label = "UGS (optimal ablation)" if is_optimal(abl) else f"UGS optimiser, {ablation_label(abl)}"
+    params = {"method": "ugs", "label": label, "steps": steps, "lr": lr, "sparsity": sparsity, "init": init, "objective": objective,
+              "n_samples": n_samples, "prune_dangling_edges": bool(prune_dangling_edges), "batch_size": batch_size, "n_examples": int(len(rows)),
               "weights": "given" if weights is not None else "uniform", "ablation": getattr(abl, "kind", "custom"),
               "seed_entropy": str(ss.entropy), "seed_spawn_key": list(ss.spawn_key),
               "seconds": time.perf_counter() - t0,
               "sampler": "uniform gradient sampling (window p(1-p); Adam betas 0.9, 0.995; grad norm clip 5)"}
-    return UGSFit(th.numpy().copy(), ugs_gates(th).numpy().copy(), losses, params)
+    if is_optimal(abl):
+        params.update(abl.describe(), lr_constants=lr_constants)
+    return UGSFit(th.numpy().copy(), ugs_gates(th).numpy().copy(), losses, params,
+                  None if cf is None else cf.detach().cpu().numpy().copy())

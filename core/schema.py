@@ -126,7 +126,12 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("refit_log_alpha_sd", F, "SD of log_alpha over the refits (Monte Carlo spread over resamples and seeds, "
                                      "not an interval of an estimand)"),
            ("n_refits", I, "refits behind refit_frequency"), ("n_prompts", I, "prompts the fit used"),
-           ("final_loss", F, "the fit's loss at its last step (faithfulness term + sparsity x expected share kept)")),
+           ("final_loss", F, "the fit's loss at its last step (faithfulness term + sparsity x expected share kept)"),
+           ("label", S, "what ran: e.g. 'UGS (optimal ablation)', 'UGS optimiser, counterfactual ablation', 'edge "
+                        "pruning, counterfactual ablation, target sparsity 0.9 (Lagrangian)'"),
+           ("target_sparsity", F, "edge pruning's target share of edges removed (NaN: no target)"),
+           ("reached_sparsity", F, "share of edges the fit's own mask removes (gate <= 1/2), to set against the "
+                                   "target")),
     _table("mask_fits", "every fit of a mask-learned method: one row per method, fit and edge",
            _METHOD, ("fit", I, "0: the fit on every prompt; i >= 1: the refit on resample i of the stability plan "
                                "(seed: child i - 1 of the run's seed)"),

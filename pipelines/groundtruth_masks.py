@@ -102,7 +102,7 @@ def pruning_rows(gt, task, spec, seed, roc_grid: np.ndarray, evals=None, method:
     from circuitstat.stats.groundtruth import roc_on_grid
     from circuitstat.stats.groundtruth_scoring import faithfulness_refit_dataset, refit_rows, score_vector_dataset
 
-    opts = mask_spec(spec, method).model_dump()
+    opts = mask_spec(spec, method).fit_options()
     out = []
     for n, r, rows, s in _datasets(spec, seed):
         s_fit, s_plan, s_score, s_faith = spawn_seeds(s, 4)  # the first three as before the faithfulness family

@@ -88,6 +88,14 @@ N_REFITS = Param("n_refits", 2, 1000, 10, "mask-learned refits on bootstrap resa
                  "2 circuits to compare; each refit costs a whole fit)")
 """Refits of a mask-learned method in an audit's stability stage (``attribute`` writes one fit, no refits)."""
 PRUNING_PARAMS = {p.name: p for p in (PRUNING_STEPS, PRUNING_LR, PRUNING_SPARSITY, PRUNING_INIT)}
+PRUNING_TARGET = Param("target", 0.0, 0.999, None, "edge pruning's target share of edges removed (Bhaskar et al.'s "
+                       "Lagrangian; unset: a fixed sparsity penalty)")
+PRUNING_WARMUP = Param("warmup", 0, 100_000, None, "steps over which the target sparsity rises linearly from 0 "
+                       "(default: half the steps)")
+PRUNING_LR_LAMBDA = Param("lr_lambda", 1e-6, 100.0, None, "learning rate of the Lagrange multipliers' gradient "
+                          "ascent (default: lr)")
+LR_CONSTANTS = Param("lr_constants", 0.0, 100.0, 1e-3, "Adam's learning rate on the optimal-ablation constants "
+                     "(Li & Janson's lr_modes 1e-3)")
 UGS_SAMPLES = Param("n_samples", 1, 1000, 4, "UGS's mask draws per prompt and step (Li & Janson use 12; each is a "
                     "masked forward and backward)")
 

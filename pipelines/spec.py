@@ -23,7 +23,8 @@ from circuitstat.core.errors import InputError, warn_renamed
 from circuitstat.reports.thresholds import MIN_EXCESS, MIN_EXCESS_BOUNDS
 
 from .options import ABLATION, INPUT_NODE, LEVEL, MASK_METHODS, METHOD, METRIC, MOE_NODES, OBJECTIVE, SCORE_METHOD  # noqa: F401 - defined there once; re-exported
-from .params import (BATCH_SIZE, IG_STEPS, N_JOBS, N_REFITS, N_RESAMPLES, PRUNING_INIT, PRUNING_LR, PRUNING_SPARSITY,
+from .params import (BATCH_SIZE, IG_STEPS, LR_CONSTANTS, N_JOBS, N_REFITS, N_RESAMPLES, PRUNING_INIT, PRUNING_LR,
+                     PRUNING_LR_LAMBDA, PRUNING_SPARSITY, PRUNING_TARGET, PRUNING_WARMUP,
                      PRUNING_STEPS, SEED, UGS_SAMPLES)
 from .yamlio import read_yaml_strict
 
@@ -200,20 +201,45 @@ def check_verify(verify: VerifySpec | None, *, methods, n_prompts: int, level: s
                          f"model's {n_edges}; lower top or random")
 
 
-class EdgePruningOptions(_Strict):
-    """The options of each edge-pruning fit (circuitstat.circuits.edge_pruning.fit_edge_pruning); bounds from
-    circuitstat.pipelines.params."""
+class _MaskOptions(_Strict):
+    """The options every mask-learned fit shares; ``ablation``: ``run`` (the run's ablation, e.g. counterfactual) or
+    ``optimal`` (learned constants, Li & Janson 2024: circuitstat.circuits.optimal_ablation)."""
 
-    _section: ClassVar[str] = "edge_pruning."
     steps: int = PRUNING_STEPS.pydantic()
     lr: float = PRUNING_LR.pydantic()
     sparsity: float = PRUNING_SPARSITY.pydantic()
     init: float = PRUNING_INIT.pydantic()
     objective: OBJECTIVE = "mean_metric"
+    ablation: Literal["run", "optimal"] = "run"
+    lr_constants: float = LR_CONSTANTS.pydantic()
 
     def fit_options(self) -> dict:
-        """The keyword arguments of every fit (fit_edge_pruning's steps, lr, sparsity, init, objective)."""
-        return self.model_dump(exclude={"n_refits"})
+        """The keyword arguments of every fit (steps, lr, sparsity, init, objective, ...; ``ablation`` only when
+        optimal: otherwise the caller passes the run's)."""
+        out = self.model_dump(exclude={"n_refits"})
+        if out["ablation"] == "run":
+            del out["ablation"]
+        return out
+
+
+class EdgePruningOptions(_MaskOptions):
+    """The options of each edge-pruning fit (circuitstat.circuits.edge_pruning.fit_edge_pruning); bounds from
+    circuitstat.pipelines.params.  With ``target`` the sparsity is driven to it by Bhaskar et al.'s Lagrangian
+    (``sparsity`` unset: no fixed penalty beside it)."""
+
+    _section: ClassVar[str] = "edge_pruning."
+    sparsity: float | None = PRUNING_SPARSITY.pydantic(default=None)
+    target: float | None = PRUNING_TARGET.pydantic()
+    warmup: int | None = PRUNING_WARMUP.pydantic()
+    lr_lambda: float | None = PRUNING_LR_LAMBDA.pydantic()
+
+    @model_validator(mode="after")
+    def _lagrangian(self):
+        if self.target is None and (self.warmup is not None or self.lr_lambda is not None):
+            raise ValueError("warmup and lr_lambda belong to the target-sparsity Lagrangian: give target too")
+        if self.target is not None and self.warmup is not None and self.warmup > self.steps:
+            raise ValueError(f"warmup ({self.warmup}) must not exceed steps ({self.steps})")
+        return self
 
 
 class EdgePruningSpec(EdgePruningOptions):
@@ -222,13 +248,14 @@ class EdgePruningSpec(EdgePruningOptions):
     n_refits: int = N_REFITS.pydantic()
 
 
-class UGSOptions(EdgePruningOptions):
+class UGSOptions(_MaskOptions):
     """The options of each UGS fit (circuitstat.circuits.ugs.fit_ugs): edge pruning's, with UGS's learning rate and its
     mask draws per prompt; bounds from circuitstat.pipelines.params."""
 
     _section: ClassVar[str] = "ugs."
     lr: float = PRUNING_LR.pydantic("ugs")
     n_samples: int = UGS_SAMPLES.pydantic()
+    prune_dangling_edges: bool = False  # Li & Janson prune each sampled mask's dangling edges (docs/edge-pruning.md)
 
 
 class UGSSpec(UGSOptions):

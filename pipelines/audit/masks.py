@@ -67,10 +67,17 @@ def mask_ranked_by(method: str) -> str:
 def _fit_options(model, task, spec: AuditSpec, method: str) -> dict:
     """``method``'s fit keyword arguments for every fit of this audit (one counterfactual builder for all)."""
     from circuitstat.circuits.ablation import Ablation
+    from circuitstat.core.errors import InputError
     from circuitstat.pipelines.spec import mask_spec
 
+    options = mask_spec(spec, method).fit_options()
+    if options.get("ablation") == "optimal":  # learned constants replace the run's ablation (Li & Janson 2024)
+        if spec.input_node != "embeddings":
+            raise InputError(f"{method} with ablation: optimal learns one constant for the whole input embedding; "
+                             "use input_node: embeddings")
+        return {"batch_size": spec.batch_size, **options}
     abl = Ablation(spec.ablation, model, task, seed=spec.seed, batch_size=spec.batch_size, input_node=spec.input_node)
-    return {"batch_size": spec.batch_size, "ablation": abl, **mask_spec(spec, method).fit_options()}
+    return {"batch_size": spec.batch_size, "ablation": abl, **options}
 
 
 def mask_tables(model, task, spec: AuditSpec, names: list[str], plan) -> dict:
@@ -103,7 +110,10 @@ def mask_tables(model, task, spec: AuditSpec, names: list[str], plan) -> dict:
                       "refit_log_alpha_mean": la[1:].mean(0) if R else np.full(E, np.nan),
                       "refit_log_alpha_sd": la[1:].std(0, ddof=1) if R > 1 else np.full(E, np.nan),
                       "n_refits": np.full(E, R, dtype=np.int64), "n_prompts": np.full(E, N, dtype=np.int64),
-                      "final_loss": np.full(E, float(fit.loss[-1]))})
+                      "final_loss": np.full(E, float(fit.loss[-1])), "label": [fit.params["label"]] * E,
+                      "target_sparsity": np.full(E, np.nan if fit.params.get("target") is None
+                                                 else float(fit.params["target"])),
+                      "reached_sparsity": np.full(E, float((G[0] <= 0.5).mean()))})
         fits.append({"method": [method] * (E * (R + 1)), "fit": np.repeat(np.arange(R + 1, dtype=np.int64), E),
                      "edge": np.tile(np.arange(E, dtype=np.int64), R + 1), "log_alpha": la.ravel(),
                      "gate": G.ravel()})

@@ -10,7 +10,8 @@ from pathlib import Path
 import typer
 
 from circuitstat.pipelines.options import MOE_NODES, OBJECTIVE
-from circuitstat.pipelines.params import (BATCH_SIZE, IG_STEPS, N_JOBS, N_REFITS, PRUNING_LR, PRUNING_SPARSITY,
+from circuitstat.pipelines.params import (BATCH_SIZE, IG_STEPS, LR_CONSTANTS, N_JOBS, N_REFITS, PRUNING_LR,
+                                           PRUNING_SPARSITY, PRUNING_TARGET, PRUNING_WARMUP,
                                           PRUNING_STEPS, SEED, UGS_SAMPLES)
 
 from .app import (trust_option, verified, ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, TASK_HELP, TASK_OPTION_HELP, Ablation, DType, Level,
@@ -191,6 +192,20 @@ def attribute_command(
     n_samples: int | None = typer.Option(
         None, "--n-samples", **UGS_SAMPLES.option,
         help=f"ugs only: mask draws per prompt and step (default {UGS_SAMPLES.default})"),
+    mask_ablation: str | None = typer.Option(
+        None, "--mask-ablation",
+        help="edge-pruning and ugs only: 'run' (ablated edges carry --ablation's values, the default) or 'optimal' "
+             "(learned constants, Li & Janson 2024; docs/edge-pruning.md)"),
+    lr_constants: float | None = typer.Option(
+        None, "--lr-constants", **LR_CONSTANTS.option,
+        help=f"edge-pruning and ugs only: learning rate of the optimal-ablation constants "
+             f"(default {LR_CONSTANTS.default})"),
+    target: float | None = typer.Option(
+        None, "--target", **PRUNING_TARGET.option,
+        help="edge-pruning only: target share of edges removed (Bhaskar et al.'s Lagrangian; unset: fixed penalty)"),
+    warmup: int | None = typer.Option(
+        None, "--warmup", **PRUNING_WARMUP.option,
+        help="edge-pruning only: steps of the target's linear warm-up (default half the steps; needs --target)"),
     n_refits: int | None = typer.Option(
         None, "--n-refits", **N_REFITS.option,
         help="edge-pruning and ugs only: refit on this many bootstrap resamples of the prompts "
@@ -225,7 +240,8 @@ def attribute_command(
     vspec = verify_from_options(verify, verify_edges, verify_tau, verify_seed)
     check_verify(vspec, methods=[method], n_prompts=n, level=level, words="flags")
     ep = {"steps": steps, "lr": lr, "sparsity": sparsity, "objective": None if objective is None else objective.value,
-          "n_samples": n_samples}
+          "n_samples": n_samples, "ablation": mask_ablation, "lr_constants": lr_constants, "target": target,
+          "warmup": warmup}
     if n_samples is not None and method != "ugs":
         raise InputError(f"--n-samples sets UGS's mask draws: use it with --method ugs, not {method}")
     pruning = pruning_options(method, ep, n_refits)  # refused for an attribution method

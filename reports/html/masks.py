@@ -39,7 +39,8 @@ def masks_part(T: Tables, methods: list[str]) -> str:
         cols = [("edge", "text"), ("log alpha", "num"), ("gate", "num"), ("in its mask", "bool"),
                 (f"kept by refits (of {n_refits})", "num")]
         why = _reason(T, m, "edge_stats") or "it has no per-example scores"
-        out.append(f"<h3>{esc(m)}: learned edge mask</h3>"
+        ran = strs(r, "label")[0] if "label" in r.column_names and r.num_rows else m
+        out.append(f"<h3>{esc(m)}: learned edge mask ({esc(ran)})</h3>"
                    + note(f"No per-edge interval, p- or q-value for {m}: {why}. Its circuits are the top-k edges by "
                           f"log alpha; their stability over {n_refits} refits (bootstrap resamples of the prompts, a "
                           "fresh seed each) and their selection-aware faithfulness are in the sections below.")

@@ -87,7 +87,7 @@ def test_report_renders_edge_pruning_and_claims_evaluate(run, tmp_path):
     from circuitstat.reports.html.page import render_report
 
     html = render_report(run, tmp_path / "report.html").read_text()
-    assert "edge-pruning: learned edge mask" in html and "No per-edge interval, p- or q-value" in html
+    assert "edge-pruning: learned edge mask (edge pruning, counterfactual ablation, fixed sparsity penalty)" in html and "No per-edge interval, p- or q-value" in html
     jac = float(_read(run, "stability_vs_k").query("method == 'edge-pruning' and k == 6")["jaccard_mean"].iloc[0])
     claims = parse_claims({"claims": [
         {"kind": "circuit_stability", "method": "edge-pruning", "k": 6, "statistic": "jaccard_mean", "min": 0.0},

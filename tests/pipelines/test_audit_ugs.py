@@ -44,6 +44,10 @@ def test_audit_with_ugs_writes_the_mask_tables_and_its_fits_are_fit_ugs(tmp_path
     masks, fits, notes = _read(out, "edge_masks"), _read(out, "mask_fits"), _read(out, "method_notes")
     assert set(masks["method"]) == {"ugs"} and sorted(fits["fit"].unique()) == [0, 1, 2, 3]
     assert {"edge_stats", "approximation"} <= set(notes["table"])
+    # what ran is named: the UGS optimiser under the run's counterfactual ablation is not Li & Janson's UGS
+    assert set(masks["label"]) == {"UGS optimiser, counterfactual ablation"}
+    assert masks["target_sparsity"].isna().all()
+    assert np.allclose(masks["reached_sparsity"], 1 - masks["in_mask"].mean())
     G = np.stack([fits[fits.fit == f].sort_values("edge")["gate"].to_numpy() for f in range(4)])
     L = np.stack([fits[fits.fit == f].sort_values("edge")["log_alpha"].to_numpy() for f in range(4)])
     np.testing.assert_allclose(G, 1 / (1 + np.exp(-L)), rtol=1e-12)  # UGS's gate is the keep probability
