@@ -7,9 +7,14 @@ selection is refitted on the other folds' prompts (``refit(train_rows, seed)``: 
 the call's seed), its top-k circuit is evaluated on the held-out fold, and the corrected resampled t interval
 (Nadeau & Bengio 2003; circuitstat.stats.faithfulness._corrected_t) is taken over the splits.  Its variance
 inflation carries the variability of the refitted circuits (over prompts and over the optimisation's seeds),
-which is what the interval must include: the circuit a user reports is one draw of that optimisation on
-their N prompts.  With ``refit`` = top-k of the training folds' mean scores it is exactly
+so its estimand is procedure-level: the faithfulness of the selection procedure at N, averaged over refits
+(ESTIMAND_SELECTED; Bates, Hastie & Tibshirani 2023 for cross-validation), not that of the one circuit a user
+reports.  With ``refit`` = top-k of the training folds' mean scores it is exactly
 ``selection_aware_faithfulness(S, ...)`` (the tests check it), so the two intervals state the same estimand.
+
+:func:`conditional_faithfulness` is the interval for the reported circuit itself (ESTIMAND_CONDITIONAL): one fit
+on a random half of the prompts, whose top-k circuit is the one reported, and its fixed-circuit Fieller interval
+(circuitstat.stats.fieller) on the other half.  Measured coverage: docs/edge-pruning.md, "Two estimands".
 """
 
 from __future__ import annotations
