@@ -265,6 +265,10 @@ def test_conditional_interval_reaches_the_page_the_verdict_and_claims(run, tmp_p
     html = render_report(run, tmp_path / "report.html").read_text()
     assert "reported circuit f (mask fit on half, Fieller on the other half)" in html
     assert "procedure-level" in html
+    from circuitstat.reports.ci import Ci
+
+    ci = Ci.of("faithfulness_vs_k", row.to_dict(), ("method", "k"), "f_conditional_ci", est="f_conditional", decimals=3)
+    assert ci.bounds() and ci.bounds() in html  # the page prints the interval the table (and the claim) hold
     claims = parse_claims({"claims": [
         {"kind": "faithfulness", "method": "edge-pruning", "k": 6, "statistic": "f_conditional", "min": -1e9},
         {"kind": "faithfulness", "method": "edge-pruning", "k": 6, "statistic": "f_conditional_ci_low", "min": 0.5}]})
