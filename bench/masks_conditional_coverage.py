@@ -16,8 +16,9 @@ N (what a user would compute without splitting), against its own truth.
 1024 prompts x 81 edges, heavy-tailed) taken as a finite population, in the additive model m(C) = m(∅) + Σ_{e∈C} s_e
 (plus a per-prompt m(∅) noise), where the faithfulness of a top-k circuit is exactly Σ_{e∈C} μ_e / Σ_e μ_e and lies
 strictly between 0 and 1. The fit is a stand-in for a mask fit (the top-k of the fit half's mean scores plus a seed's
-jitter of 0.05 SD of the means; effects here are negative, so the fit ranks −mean); beside the conditional interval, the in-sample Fieller interval of the circuit fitted on
-all N, and the procedure-level cross-fit interval (f_selected) read as an interval for the reported circuit.
+jitter of 0.05 SD of the means; effects here are negative, so the fit ranks −mean); beside the conditional interval,
+the in-sample Fieller interval of the circuit fitted on all N, and the procedure-level cross-fit interval
+(f_selected) read as an interval for that circuit.
 
     python bench/masks_conditional_coverage.py --additive --datasets 1000 --ns 16 32 64 --ks 5 10 20
 """

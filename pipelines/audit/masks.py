@@ -193,7 +193,8 @@ def conditional_mask_columns(model, task, method: str, ks: list[int], spec: Audi
     if fillable_folds(N, groups, 2) < 2 or (groups is not None and len(np.unique(groups)) < 4):
         unit = f"{N} prompts" + (f" in {len(np.unique(groups))} groups" if groups is not None else "")
         return conditional_columns(C, f"the conditional interval needs two halves of at least {MIN_PER_FOLD} "
-                                      f"prompts (two groups each, when prompts share templates) and {unit} do not fill them: add prompts")
+                                      "prompts (two groups each, when prompts share templates) and "
+                                      f"{unit} do not fill them: add prompts")
     refit = fold_refit(model, task, np.arange(N), method, **_fit_options(model, task, spec, method))
     r = conditional_faithfulness(refit, circuit_evaluator(model, task, spec), ks, n_obs=N, ranking="signed",
                                  seed=spawn_seeds(as_seed_sequence(seed), 5)[4],
