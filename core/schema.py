@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from circuitstat.core.schema_core import (B, DATA_JACCARD, DATA_PHI, EDGE_ESTIMAND, F, FIXED_F, MC_JACCARD,
-                                          MEDIAN_ESTIMAND, POP_JACCARD, REFIT, SELECTED_F, TRIMMED_ESTIMAND, I, S,
-                                          Column, SchemaError, TableSchema, _ci, _table)
+                                          MEDIAN_ESTIMAND, POP_JACCARD, REFIT, SELECTED_F, CONDITIONAL_F, TRIMMED_ESTIMAND,
+                                          I, S, Column, SchemaError, TableSchema, _ci, _table)
 from circuitstat.core.schema_results import RESULT_TABLES
 
 # the agreement intervals' estimands, as circuitstat.stats.approximation states them (reports imports nothing from stats)
@@ -192,6 +192,14 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("f_selected_estimand", S, "what f_selected_ci covers"),
            ("fold_circuit_jaccard", F, "mean Jaccard between the circuits selected on different folds"),
            ("f_selected_note", S, "how f_selected was computed, or why it is NaN"),
+           ("f_conditional", F, "a mask-learned method's reported circuit: the top-k of one fit on half the prompts, "
+            "its ratio-of-means faithfulness on the other half", True),
+           *_ci("f_conditional_ci", "f_conditional", CONDITIONAL_F),
+           ("f_conditional_shape", S, "the Fieller set of f_conditional: bounded, union or unbounded (hull stored)"),
+           ("f_conditional_estimand", S, "what f_conditional_ci covers"),
+           ("conditional_circuit_jaccard", F, "Jaccard between the half-fit circuit (f_conditional's) and the fit on "
+            "every prompt (f_ratio's)"),
+           ("f_conditional_note", S, "how f_conditional was computed, or why it is NaN"),
            ("tie_rule", S, "how ties at the top-k cut-off were broken (circuitstat.core.topk), the rule of every circuit here"),
            ("cutoff_ties", I, "edges (nodes) whose mean score ties the k-th one of the fixed circuit"),
            ("cutoff_ties_excluded", I, "of those, left out of the fixed circuit by the tie rule"),

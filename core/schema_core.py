@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 __all__ = ["Column", "TableSchema", "SchemaError", "S", "I", "F", "B", "MATRIX", "EDGE_ESTIMAND", "MC_JACCARD",
-           "DATA_JACCARD", "POP_JACCARD", "DATA_PHI", "FIXED_F", "SELECTED_F", "REFIT"]
+           "DATA_JACCARD", "POP_JACCARD", "DATA_PHI", "FIXED_F", "SELECTED_F", "CONDITIONAL_F", "REFIT"]
 
 S, I, F, B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
 #: registered type of a per-example matrix column: fixed-size lists of float32 (one row per example)
@@ -31,7 +31,11 @@ DATA_JACCARD = "the expected Jaccard between the top-k circuits of two independe
 POP_JACCARD = "the Jaccard between this dataset's top-k circuit and the population's"
 DATA_PHI = "the expected Phi between the top-k circuits of two independent size-N datasets"
 FIXED_F = "faithfulness of this fixed circuit on the prompt distribution (selection not included)"
-SELECTED_F = "faithfulness on the prompt distribution of the top-k circuit selected from N prompts"
+SELECTED_F = ("faithfulness of the selection procedure at N, averaged over refits: the expected faithfulness on the "
+              "prompt distribution of the top-k circuit selected from N prompts")
+#: the reported circuit's own interval: a mask-learned method fitted on half the prompts, Fieller on the other half
+CONDITIONAL_F = ("faithfulness on the prompt distribution of the reported circuit (fitted on half the prompts, "
+                 "evaluated on the other half)")
 REFIT = "stability over the distribution of training seeds (every refit an anchor)"
 
 

@@ -66,8 +66,9 @@ __all__ = [
 #: estimand of the interval that holds the circuit fixed
 ESTIMAND_FIXED = "faithfulness of this fixed circuit on the prompt distribution (selection not included)"
 #: estimand of the selection-aware interval
-ESTIMAND_SELECTED = ("faithfulness on the prompt distribution of the top-k circuit selected from N prompts "
-                     "(selection included)")
+ESTIMAND_SELECTED = ("faithfulness of the selection procedure at N, averaged over refits: the expected faithfulness "
+                     "on the prompt distribution of the top-k circuit selected from N prompts (selection included; "
+                     "not the faithfulness of the one circuit reported)")
 
 SCHEMES = ("crossfit", "reselect")
 #: interval methods per scheme, default first

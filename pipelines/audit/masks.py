@@ -13,8 +13,11 @@ fit, no per-example scores.  In an audit (docs/edge-pruning.md), per method, wit
 * the stability stage ranks each refit's log α (signed: a larger logit is a more open gate) and compares their
   top-k circuits (circuitstat.stats.stability.refit_stability): the Jaccard with its Monte Carlo interval, as
   the ground-truth study's ``stability:refit`` family; the data-level columns are NaN with the reason;
-* the faithfulness stage evaluates the top-k circuit of the fit's log α with its fixed-circuit interval and the
-  selection-aware interval of circuitstat.stats.faithfulness_refit (one refit per cross-fitting fold, one repeat);
+* the faithfulness stage evaluates the top-k circuit of the fit's log α with its fixed-circuit interval; the
+  procedure-level interval of circuitstat.stats.faithfulness_refit (f_selected: one refit per cross-fitting fold,
+  one repeat; the faithfulness of the selection procedure at N, averaged over refits); and the conditional interval
+  of the reported circuit (f_conditional: one fit on a random half of the prompts, whose top-k circuit is the one
+  reported in those columns, and its Fieller interval on the other half);
 * the per-example stages (per-edge intervals, p- and q-values, approximation error, verification) do not
   apply: ``method_notes`` says so per table, and the claims and the report read the reason from it.
 """
@@ -27,7 +30,7 @@ from circuitstat.pipelines.options import MASK_METHODS
 from circuitstat.pipelines.spec import AuditSpec
 
 __all__ = ["MASK_OUTPUTS", "mask_methods", "score_methods", "mask_tables", "read_refits", "mask_stability_tables",
-           "mask_faithfulness_table", "NOT_APPLICABLE", "mask_ranked_by", "pruning_audit_flops"]
+           "mask_faithfulness_table", "conditional_mask_columns", "NOT_APPLICABLE", "mask_ranked_by", "pruning_audit_flops"]
 
 #: the tables the masks stage writes
 MASK_OUTPUTS = ("edge_masks", "mask_fits", "method_notes")
@@ -175,9 +178,46 @@ def mask_faithfulness_table(model, task, log_alpha: np.ndarray, method: str, ks:
                                     f"{n_repeats} repeat(s), {method} refitted on the other folds' prompts (a fresh seed per "
                                     "refit; circuitstat.stats.faithfulness_refit)"] * C)
     out.update(sel)
+    out.update(conditional_mask_columns(model, task, method, ks, spec, seed, [c.edges for c in res.circuits]))
     out.update(_circuit_notes(model, res, out, spec.level))
     out["k_source"] = ["grid"] * C
     out["ranked_by"] = [mask_ranked_by(method)] * C
+    return out
+
+
+def conditional_mask_columns(model, task, method: str, ks: list[int], spec: AuditSpec, seed,
+                             full_circuits: list) -> dict:
+    """The f_conditional columns: ``method`` fitted once on a random half of the prompts (whole groups), its top-k
+    circuits (the reported circuits of these columns) and their Fieller interval on the other half
+    (circuitstat.stats.faithfulness_refit.conditional_faithfulness); NaN with why when the prompts cannot be halved."""
+    from circuitstat.core.seeds import as_seed_sequence, spawn_seeds
+    from circuitstat.pipelines.audit.tables import circuit_evaluator, conditional_columns
+    from circuitstat.pipelines.groundtruth_masks import fold_refit
+    from circuitstat.stats.faithfulness_refit import conditional_faithfulness
+    from circuitstat.stats.folds import MIN_PER_FOLD, fillable_folds
+
+    C, N = len(ks), int(task.clean.shape[0])
+    groups = None if task.group is None else task.group.numpy()
+    if spec.level != "edge":
+        return conditional_columns(C, "node-level circuits are not refitted on half the prompts")
+    if fillable_folds(N, groups, 2) < 2 or (groups is not None and len(np.unique(groups)) < 4):
+        unit = f"{N} prompts" + (f" in {len(np.unique(groups))} groups" if groups is not None else "")
+        return conditional_columns(C, f"the conditional interval needs two halves of at least {MIN_PER_FOLD} "
+                                      "prompts (two groups each, when prompts share templates) and "
+                                      f"{unit} do not fill them: add prompts")
+    refit = fold_refit(model, task, np.arange(N), method, **_fit_options(model, task, spec, method))
+    r = conditional_faithfulness(refit, circuit_evaluator(model, task, spec), ks, n_obs=N, ranking="signed",
+                                 seed=spawn_seeds(as_seed_sequence(seed), 5)[4],
+                                 confidence_level=spec.bootstrap.confidence_level, groups=groups)
+    full = np.asarray([np.asarray(c, bool) for c in full_circuits])
+    inter, union = (r.masks & full).sum(1), (r.masks | full).sum(1)
+    out = conditional_columns(C, "")
+    out.update(f_conditional=np.asarray(r.estimate, np.float64), f_conditional_ci_low=np.asarray(r.interval.low, float),
+               f_conditional_ci_high=np.asarray(r.interval.high, float),
+               f_conditional_shape=[str(x) for x in r.interval.shape],
+               conditional_circuit_jaccard=np.where(union > 0, inter / np.maximum(union, 1), 1.0),
+               f_conditional_note=[r.note(i) + f" ({method} refitted once; that half-fit circuit is the reported one "
+                                               "here, not the fit on every prompt)" for i in range(C)])
     return out
 
 
@@ -197,4 +237,5 @@ def pruning_audit_flops(spec: AuditSpec, cfg, positions: int) -> float:
         total += pruning_cost(cfg, n=n, fits=1 + ep.n_refits, **kw).flops
         if spec.faithfulness and spec.level == "edge":
             total += pruning_cost(cfg, n=max(1, n * (folds - 1) // folds), fits=folds, **kw).flops
+            total += pruning_cost(cfg, n=max(1, n // 2), fits=1, **kw).flops  # the conditional interval's half fit
     return float(total)

@@ -137,10 +137,25 @@ def faithfulness_table(model, task, S: np.ndarray, method: str, ks: list[int], p
     seed = spec.seed if seed is None else seed
     out, res = fixed_faithfulness_columns(model, task, mean, spec.ranking, method, ks, plan, spec, seed)
     out.update(_selected_columns(model, task, S, ks, spec, res, seed, len(out["k"]), strata))
+    out.update(conditional_columns(len(out["k"]), NOT_REFITTED))
     out.update(_circuit_notes(model, res, out, level))
     out["k_source"] = ["grid"] * len(out["k"])
     out["ranked_by"] = [ranked_by or plain_ranked_by(method)] * len(out["k"])
     return out
+
+
+NOT_REFITTED = ("a mask-learned method's column: this circuit is the top-k of the mean scores, and its fixed-circuit "
+                "interval (f_ci) is the one for the circuit reported")
+
+
+def conditional_columns(C: int, why: str) -> dict:
+    """The f_conditional columns of faithfulness_vs_k, NaN with ``why`` (circuitstat.pipelines.audit.masks fills them)."""
+    from circuitstat.stats.faithfulness_refit import ESTIMAND_CONDITIONAL
+
+    return {"f_conditional": np.full(C, np.nan), "f_conditional_ci_low": np.full(C, np.nan),
+            "f_conditional_ci_high": np.full(C, np.nan), "f_conditional_shape": [""] * C,
+            "f_conditional_estimand": [ESTIMAND_CONDITIONAL] * C, "conditional_circuit_jaccard": np.full(C, np.nan),
+            "f_conditional_note": [why] * C}
 
 
 def fixed_faithfulness_columns(model, task, ranked: np.ndarray, ranking: str, method: str, ks: list[int], plan,

@@ -24,8 +24,9 @@ in core/schema.py, the one schema of run tables (each kind names its tables once
   consensus_jaccard_mean, or the data-level jaccard_data[_ci_low/_ci_high], jaccard_pop[_ci_low/_ci_high],
   phi_data[_ci_low/_ci_high]), bounds. The Monte Carlo jaccard_ci_low / phi_ci_low are not claimable.
 * ``faithfulness``: ``method``, ``k``, ``statistic`` (f_ratio, f_mean, f_ci_low, f_ci_high of the
-  fixed circuit; f_selected[_ci_low/_ci_high] with selection included (cross-fitted); or
-  cpr, cmd, which need no ``k``), bounds.
+  fixed circuit; f_selected[_ci_low/_ci_high] with selection included (cross-fitted: the procedure at N,
+  averaged over refits); f_conditional[_ci_low/_ci_high] of a mask-learned method's reported circuit (fitted on
+  half the prompts, Fieller on the other half); or cpr, cmd, which need no ``k``), bounds.
 * ``edge_effect``: ``edge``, ``method``, ``sign`` (positive, negative, nonzero), ``max_q``
   (Benjamini-Hochberg q-value of the edge's effect), ``estimand`` (mean, the default; median or
   trimmed_mean: the effect on a typical prompt, from edge_stats' median* / trimmed_mean* columns, which a

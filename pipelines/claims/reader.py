@@ -224,6 +224,8 @@ def nan_reason(run: RunReader, table: str, stat: str, eq: dict) -> str:
     prefixes, note = NAN_NOTES.get(table.rsplit("/", 1)[-1], ((), ""))
     if table.endswith("faithfulness_vs_k") and stat in ("cpr", "cmd"):
         note, prefixes = "area_note", (stat,)
+    if table.endswith("faithfulness_vs_k") and stat.startswith(("f_conditional", "conditional_")):
+        note, prefixes = "f_conditional_note", ("f_conditional", "conditional_")
     if not note or not stat.startswith(prefixes) or note not in run.table(table, []).column_names:
         return ""
     found = {str(r[note]) for r in run.rows(table, [note], **eq) if r.get(note)}

@@ -19,9 +19,11 @@ from circuitstat.reports.tableset import rows
 
 __all__ = ["faithfulness_section"]
 
-COLS = [("method", "text"), ("k", "int"), ("edge fraction", "num"), ("selection-aware f [95% CI]", "ci"),
-        ("fixed circuit f (ratio of means) [95% CI]", "ci"), ("mean per-example f", "num"), ("fold Jaccard", "num"),
-        ("note", "text")]
+COLS = [("method", "text"), ("k", "int"), ("edge fraction", "num"),
+        ("selection-aware f, procedure-level (averaged over refits) [95% CI]", "ci"),
+        ("fixed circuit f (ratio of means) [95% CI]", "ci"),
+        ("reported circuit f (mask fit on half, Fieller on the other half) [95% CI]", "ci"),
+        ("mean per-example f", "num"), ("fold Jaccard", "num"), ("note", "text")]
 
 
 def _share(v: float | None) -> float | None:
@@ -33,6 +35,17 @@ def _cis(r: dict) -> tuple[Ci, Ci]:
     key = ("method", "k")
     return (Ci.of("faithfulness_vs_k", r, key, "f_selected_ci", est="f_selected", decimals=3),
             Ci.of("faithfulness_vs_k", r, key, "f_ci", est="f_ratio", decimals=3))
+
+
+def _conditional(r: dict) -> Ci:
+    """The reported circuit's conditional interval (f_conditional_ci_*; a mask-learned method's rows only)."""
+    return Ci.of("faithfulness_vs_k", r, ("method", "k"), "f_conditional_ci", est="f_conditional", decimals=3,
+                 unavailable="not a mask-learned method" if not r.get("f_conditional_shape") else "")
+
+
+def _conditional_note(r: dict) -> str:
+    """The f_conditional note of a mask-learned method's row ('' for the others: their f_ci is the reported one)."""
+    return str(r.get("f_conditional_note") or "") if r.get("f_conditional_shape") else ""
 
 
 def faithfulness_section(T: Tables, methods: Sequence[str]) -> str:
@@ -67,8 +80,9 @@ def faithfulness_section(T: Tables, methods: Sequence[str]) -> str:
         p.legend(f"{m}: fixed circuit (selection not included)", col[m], "dash")
         first = per[m][0] if per[m] else {}
         areas.append(f"{m}: CPR {fmt(first.get('cpr'))}, CMD {fmt(first.get('cmd'))}")
-        table += [[m, r["k"], r.get("edge_fraction"), s, f, _share(r.get("f_mean")), r.get("fold_circuit_jaccard"),
-                   "; ".join(x for x in (r.get("circuit_note"), r.get("f_selected_note"),
+        table += [[m, r["k"], r.get("edge_fraction"), s, f, _conditional(r), _share(r.get("f_mean")),
+                   r.get("fold_circuit_jaccard"),
+                   "; ".join(x for x in (r.get("circuit_note"), r.get("f_selected_note"), _conditional_note(r),
                                          "a k of the circuit choice's search" if r.get("k_source") == "search" else "")
                              if x)] for r, (s, f) in zip(per[m], cis[m])]
     p.legend(f"bar {BAR}", "#b00", "dash")
@@ -77,7 +91,10 @@ def faithfulness_section(T: Tables, methods: Sequence[str]) -> str:
     est = next((c[0].estimand for m in meth for c in cis[m] if c[0].estimand), "")
     fixed_est = next((c[1].estimand for m in meth for c in cis[m] if c[1].estimand), "")
     no_sel = all(not c[0].defined for m in meth for c in cis[m])
-    cap = (f"Selection-aware faithfulness of the top-k circuit (solid, with its 95% band): it covers {est}. Dashed "
+    cap = (f"Selection-aware faithfulness of the top-k circuit (solid, with its 95% band): it covers {est} — a "
+           "procedure-level estimand, the average over refits, not the one circuit reported. For a mask-learned "
+           "method the table's 'reported circuit' column is that circuit's own interval: the mask fitted on half the "
+           "prompts, its Fieller interval on the other half. Dashed "
            f"with bars: the fixed circuit's ratio of means and its interval, which covers {fixed_est} — labelled, "
            f"since it leaves out the selection. Red: the {BAR} bar the verdict reads. " + "; ".join(areas)
            + " (CPR: area under f, higher is better; CMD: area under |1 − f|, lower is better). faithfulness_vs_k "

@@ -210,3 +210,69 @@ def test_attribute_plan_prices_edge_pruning_fits_and_refits():
     assert res.exit_code == 0, res.output
     row = next(line.split() for line in res.output.splitlines() if line.startswith("edge-pruning"))
     assert row[2:4] == [f"{3 * 8 * (3 + 7):,}", f"{3 * 8 * 7:,}"]
+
+
+def test_conditional_columns_are_one_half_fit_and_fieller_on_the_other_half(run):
+    """Oracle (issue 47, item 8): f_conditional is fit_edge_pruning called directly on one half of the prompts (weight
+    1 there, 0 elsewhere), its top-k circuit evaluated by circuits.faithfulness on the other half, and Fieller's set
+    of those metrics; the score method's rows are NaN with why; the verdict, the page and a claim read the same."""
+    from circuitstat.circuits.edge_pruning import fit_edge_pruning
+    from circuitstat.circuits.faithfulness import faithfulness
+    from circuitstat.core.rundir import RunDir
+    from circuitstat.core.seeds import as_seed_sequence, spawn_seeds
+    from circuitstat.pipelines.audit.run import prepare_audit
+    from circuitstat.stats.faithfulness_refit import conditional_faithfulness
+    from circuitstat.stats.fieller import fieller_faithfulness
+
+    spec = parse_spec(SPEC)
+    _, model, task = prepare_audit(spec)
+    with RunDir(run, spec=spec.model_dump()) as rd:
+        seed = rd.stage_seed("faithfulness")
+    halves: list = []
+
+    def refit(rows, s):
+        w = np.zeros(12)
+        w[rows] = 1.0
+        return fit_edge_pruning(model, task, weights=w, seed=s, steps=4, lr=0.3, batch_size=6).log_alpha
+
+    def evaluate(masks, rows):
+        halves.append(rows)
+        r = faithfulness(model, task, masks, rows=rows, seed=5, batch_size=6, progress=False)
+        return r.m_circuit, r.m_clean, r.m_empty
+
+    want = conditional_faithfulness(refit, evaluate, [3, 6], n_obs=12, seed=spawn_seeds(as_seed_sequence(seed), 5)[4])
+    r = faithfulness(model, task, want.masks, rows=halves[0], seed=5, batch_size=6, progress=False)
+    fi = fieller_faithfulness(r.m_circuit, r.m_clean, r.m_empty)
+    f = _read(run, "faithfulness_vs_k").set_index(["method", "k"])
+    for i, k in enumerate((3, 6)):
+        row = f.loc[("edge-pruning", k)]
+        assert row["f_conditional"] == pytest.approx(float(fi.estimate[i]), rel=1e-9, abs=1e-12)
+        assert row["f_conditional_ci_low"] == fi.low[i] or row["f_conditional_ci_low"] == pytest.approx(fi.low[i])
+        assert row["f_conditional_ci_high"] == fi.high[i] or row["f_conditional_ci_high"] == pytest.approx(fi.high[i])
+        assert row["f_conditional_shape"] == fi.shape[i]
+        assert "half-fit circuit is the reported one" in row["f_conditional_note"]
+        assert "procedure" in row["f_selected_estimand"] and "reported circuit" in row["f_conditional_estimand"]
+        eap = f.loc[("eap", k)]
+        assert np.isnan(eap["f_conditional"]) and "mask-learned" in eap["f_conditional_note"]
+    assert len(halves[0]) == 6  # the other half of the 12 prompts
+
+
+def test_conditional_interval_reaches_the_page_the_verdict_and_claims(run, tmp_path):
+    from circuitstat.pipelines.claims import evaluate_claims, parse_claims
+    from circuitstat.reports.html.page import render_report
+
+    row = _read(run, "faithfulness_vs_k").query("method == 'edge-pruning' and k == 6").iloc[0]
+    html = render_report(run, tmp_path / "report.html").read_text()
+    assert "reported circuit f (mask fit on half, Fieller on the other half)" in html
+    assert "procedure-level" in html
+    from circuitstat.reports.ci import Ci
+
+    ci = Ci.of("faithfulness_vs_k", row.to_dict(), ("method", "k"), "f_conditional_ci", est="f_conditional", decimals=3)
+    assert ci.bounds() and ci.bounds() in html  # the page prints the interval the table (and the claim) hold
+    claims = parse_claims({"claims": [
+        {"kind": "faithfulness", "method": "edge-pruning", "k": 6, "statistic": "f_conditional", "min": -1e9},
+        {"kind": "faithfulness", "method": "edge-pruning", "k": 6, "statistic": "f_conditional_ci_low", "min": 0.5}]})
+    est, low = evaluate_claims(claims, run)
+    assert est.status == "pass" and est.observed["f_conditional"] == pytest.approx(row["f_conditional"])
+    # the lower end the table holds decides the claim: a finite end above 0.5 passes, else (an unbounded set) it fails
+    assert low.status == ("pass" if row["f_conditional_ci_low"] >= 0.5 else "fail")
