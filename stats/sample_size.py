@@ -53,6 +53,8 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 from scipy.special import ndtri
+from scipy.stats import chi2 as sps_chi2
+from scipy.stats import f as sps_f
 from scipy.stats import t as sps_t
 
 from circuitstat.core.errors import InputError
@@ -65,7 +67,8 @@ from .stability import _jaccard_moments, chance_jaccard
 from .topk_stream import streaming_topk
 
 __all__ = ["MIN_PILOT", "MEANS", "PilotFit", "fit_pilot", "deconvolved_means", "simulated_datasets",
-           "predict_widths", "jackknife_log_sd", "predict_stability", "half_jaccard", "clear_probability",
+           "predict_widths", "jackknife_log_sd", "edge_kurtosis", "satterthwaite_df", "log_sd_ratio_upper",
+           "self_calibration", "kurtosis_growth", "predict_stability", "half_jaccard", "clear_probability",
            "check_pilot", "expected_jaccard", "template_means", "template_counts", "simulated_template_datasets"]
 
 #: fewest pilot examples: the SD's bootstrap and the studentized interval need some spread to work on
@@ -165,6 +168,83 @@ def jackknife_log_sd(S: np.ndarray) -> np.ndarray:
     return np.where(const, 0.0, out)
 
 
+def edge_kurtosis(S: np.ndarray) -> tuple[np.ndarray, float]:
+    """Return (per-edge kurtosis shrunk halfway to the pooled one and floored at 3, the pooled kurtosis) of S [n, E].
+
+    The kurtosis b2 = n sum u^4 / (sum u^2)^2 of each column's residuals u; pooled: the mean of b2 over the
+    non-constant columns (the edges' standardised residuals pooled); a constant column gets the pooled value.
+    The floor at 3 (the normal's) stops a pilot claiming lighter-than-normal tails on noise.
+    """
+    S = np.asarray(S, dtype=np.float64)
+    u = S - S.mean(axis=0)
+    m2 = (u * u).sum(axis=0)
+    ok = m2 > 0
+    b2 = np.where(ok, S.shape[0] * (u**4).sum(axis=0) / np.where(ok, m2, 1.0) ** 2, np.nan)
+    pooled = float(np.nanmean(b2)) if ok.any() else 3.0
+    return np.maximum(np.where(ok, (b2 + pooled) / 2, pooled), 3.0), max(pooled, 3.0)
+
+
+def satterthwaite_df(n: int | np.ndarray, kurtosis: np.ndarray) -> np.ndarray:
+    """Return the df d with s^2 / sigma^2 ~ chi2_d / d matching Var(s^2) / sigma^4 = (kappa - (n-3)/(n-1)) / n.
+
+    Satterthwaite's moment match (n - 1 at kappa = 3, the normal's exact law; fewer with heavier tails).
+    """
+    n = np.asarray(n, dtype=np.float64)
+    return 2.0 * n / (np.asarray(kurtosis, dtype=np.float64) - (n - 3.0) / (n - 1.0))
+
+
+def log_sd_ratio_upper(n_from: int, n_to: int, kurtosis: np.ndarray, level: float) -> np.ndarray:
+    """Return the level upper quantile of log(s_to / s_from), two independent samples' SDs, per kurtosis.
+
+    s_to^2 / s_from^2 is a ratio of scaled chi-squares, F(d_to, d_from) with Satterthwaite's df: skewed, its
+    long right tail the pilot's SD drawn low (exact under normality, where both df are n - 1).
+    """
+    d_to, d_from = satterthwaite_df(n_to, kurtosis), satterthwaite_df(n_from, kurtosis)
+    return 0.5 * np.log(sps_f.ppf(level, d_to, d_from))
+
+
+def self_calibration(S: np.ndarray, level: float, *, n_draws: int = 40, seed: Any = None) -> float:
+    """Return the factor c >= 1 on the log scale that makes the SD bound hold inside the pilot, the pilot as truth.
+
+    The pilot's rows stand for the population (its SD, ddof=0, is then sigma exactly). For n_draws random
+    halves (n0 // 2 rows drawn with replacement: an i.i.d. sample of that population) the bound on
+    log(sigma / s_half) predicted from the half alone (its own kurtosis; the F bound as the full run's df
+    grow, 0.5 log(d / chi2_{d, 1 - level})) standardises the realised log ratio; c is the level quantile of
+    those standardised errors pooled over edges and draws (1 where the model holds). The spikes a half misses
+    are the pilot's, as those the pilot misses are the population's. A half constant where the pilot is not
+    counts with its SD floored at 1e-3 of the pilot's (a large error).
+    """
+    S = np.asarray(S, dtype=np.float64)
+    n0 = S.shape[0]
+    h = n0 // 2
+    sigma = S.std(axis=0)
+    keep = sigma > 0
+    if not keep.any():
+        return 1.0
+    rng = np.random.default_rng(as_seed_sequence(seed))
+    errs = []
+    for _ in range(int(n_draws)):
+        A = S[rng.integers(0, n0, h)][:, keep]
+        s_a = np.maximum(A.std(axis=0, ddof=1), 1e-3 * sigma[keep])
+        d = satterthwaite_df(h, edge_kurtosis(A)[0])
+        errs.append(np.log(sigma[keep] / s_a) / (0.5 * np.log(d / sps_chi2.ppf(1.0 - level, d))))
+    return max(1.0, float(np.quantile(np.concatenate(errs), level)))
+
+def kurtosis_growth(S: np.ndarray, *, n_draws: int = 20, seed: Any = None) -> float:
+    """Return the pilot's pooled kurtosis over the mean pooled kurtosis of its halves (>= 1).
+
+    A sample's kurtosis cannot exceed about its size, so under heavy tails the apparent kurtosis grows with n
+    and the pilot's understates the population's. Assumed self-similar: the pilot understates the
+    population's by the factor its halves (n0 // 2 rows drawn with replacement) understate the pilot's.
+    1 on light tails (floored: a normal half's kurtosis is biased low too, by a factor about 1.06 at n0 = 32).
+    """
+    S = np.asarray(S, dtype=np.float64)
+    n0 = S.shape[0]
+    rng = np.random.default_rng(as_seed_sequence(seed))
+    halves = np.mean([edge_kurtosis(S[rng.integers(0, n0, n0 // 2)])[1] for _ in range(int(n_draws))])
+    return max(1.0, edge_kurtosis(S)[1] / float(halves))
+
+
 def log_width_variance(c0: np.ndarray, n0: int, n: int, *, n_resamples: int,
                        confidence_level: float) -> np.ndarray:
     """Return the variance of log(realised width at n / predicted width) per edge: the stated error squared.
@@ -181,8 +261,17 @@ def log_width_variance(c0: np.ndarray, n0: int, n: int, *, n_resamples: int,
     density at a far-out q_0 would make the term explode). (3) The same for the pilot's quantile, which
     enters q_n shrunk by min(1, n0 / n).
     """
-    shrink = min(1.0, n0 / float(n))
     var_s = np.maximum(c0**2, 1.0 / (2.0 * (n0 - 1))) * (1.0 + n0 / float(n))
+    mc = quantile_mc_variance(n0, n, n_resamples=n_resamples, confidence_level=confidence_level)
+    return np.where(c0 > 0, var_s + mc, 0.0)
+
+
+def quantile_mc_variance(n0: int, n: int, *, n_resamples: int, confidence_level: float) -> float:
+    """Return the Monte Carlo variance of log q from the realised and the pilot's bootstrap quantiles of |t*|.
+
+    Parts (2) and (3) of log_width_variance: p (1 - p) / (B f(q)^2 q^2) with |t*| ~ |T|, T ~ t_{n-1}, the
+    pilot's shrunk by min(1, n0 / n) as q_0 enters q_n.
+    """
     p = confidence_level
 
     def mc(df: int) -> float:
@@ -190,15 +279,18 @@ def log_width_variance(c0: np.ndarray, n0: int, n: int, *, n_resamples: int,
         f = 2.0 * float(sps_t.pdf(tq, df))  # density of |T| at its p quantile
         return p * (1.0 - p) / (n_resamples * f**2 * tq**2)
 
-    return np.where(c0 > 0, var_s + mc(n - 1) + shrink**2 * mc(n0 - 1), 0.0)
+    return mc(n - 1) + min(1.0, n0 / float(n)) ** 2 * mc(n0 - 1)
 
 
 def predict_widths(S: np.ndarray, ns: Sequence[int], *, confidence_level: float = 0.95,
                    prediction_level: float = 0.9, n_resamples: int = 999, seed: Any = None) -> dict[str, np.ndarray]:
     """Return per (n, edge) the predicted width of the default per-edge interval at n, with its prediction interval.
 
-    Columns: n, edge, width (predicted), width_pi_low / width_pi_high (prediction interval at
-    prediction_level for the width one dataset of n will show), q (predicted |t*| quantile), sd (expected
+    Columns: n, edge, width (predicted), width_upper (the planning number: a one-sided upper prediction
+    bound at prediction_level for the width one dataset of n will show, from the skewed F law of s_n / s_0
+    with Satterthwaite df at the edge's kurtosis, inflated by the pilot's self_calibration), kurtosis (the
+    edge's, shrunk to the pooled, times kurtosis_growth), calibration (that factor), width_pi_low /
+    width_pi_high (prediction interval at prediction_level, log-normal), q (predicted |t*| quantile), sd (expected
     SD at n), pilot_width, rel_error (the log-scale SD of the prediction). See the module docstring.
     """
     S, ns_arr = check_pilot(S, ns, prediction_level=prediction_level)
@@ -217,9 +309,14 @@ def predict_widths(S: np.ndarray, ns: Sequence[int], *, confidence_level: float 
         # ratio bias correction; a bootstrap mean SD below half the sample's is not trusted to correct by more
         ratio = np.where(ok, np.clip(m_star / s0, 0.5, None), 1.0)
     sigma = s0 / ratio
-    cols: dict[str, list] = {k: [] for k in ("n", "edge", "width", "width_pi_low", "width_pi_high", "q", "sd",
-                                             "pilot_width", "rel_error")}
+    cols: dict[str, list] = {k: [] for k in ("n", "edge", "width", "width_upper", "kurtosis", "calibration",
+                                             "width_pi_low", "width_pi_high", "q", "sd", "pilot_width",
+                                             "rel_error")}
     t0 = float(sps_t.ppf(0.5 + confidence_level / 2, n0 - 1))
+    c_cal, c_growth = spawn_seeds(spawn_seeds(seed, 2)[1], 2)
+    kappa = edge_kurtosis(S)[0] * kurtosis_growth(S, seed=c_growth)
+    calib = self_calibration(S, prediction_level, seed=c_cal)
+    z1 = float(ndtri(prediction_level))
     for n in ns_arr:
         shrink = n0 / float(n)
         # the excess of q over Student's t is O(1/n): shrunk for n > n0, never amplified (noise in q_0) for n < n0
@@ -228,7 +325,12 @@ def predict_widths(S: np.ndarray, ns: Sequence[int], *, confidence_level: float 
         width = 2 * q * sd_n / np.sqrt(n)
         rel = np.sqrt(log_width_variance(c0, n0, int(n), n_resamples=n_resamples,
                                          confidence_level=confidence_level))
-        for key, v in (("n", np.full(E, n)), ("edge", np.arange(E)), ("width", width),
+        # the planning number: s_0 times the F bound on s_n / s_0, self-calibrated, and the quantiles' MC error
+        log_up = calib * log_sd_ratio_upper(n0, int(n), kappa, prediction_level) + z1 * np.sqrt(
+            quantile_mc_variance(n0, int(n), n_resamples=n_resamples, confidence_level=confidence_level))
+        upper = 2 * q * s0 / np.sqrt(n) * np.exp(log_up)
+        for key, v in (("n", np.full(E, n)), ("edge", np.arange(E)), ("width", width), ("width_upper", upper),
+                       ("kurtosis", kappa), ("calibration", np.full(E, calib)),
                        ("width_pi_low", width * np.exp(-zp * rel)), ("width_pi_high", width * np.exp(zp * rel)),
                        ("q", q), ("sd", sd_n), ("pilot_width", hi - lo), ("rel_error", rel)):
             cols[key].append(v)

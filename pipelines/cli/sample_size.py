@@ -135,11 +135,11 @@ def _print(res, target: float) -> None:
     w, s = res.widths, res.stability
     level = res.params["prediction_level"]
     echo(f"pilot: {res.params['n_pilot']} prompts ({res.params['method']}); prediction intervals at {level:.0%}")
-    echo(f"{'N':>7}  {'median width':>12}  {'[prediction interval]':>22}")
+    echo(f"{'N':>7}  {'median width':>12}  {'[prediction interval]':>22}  {'upper bound (plan)':>18}")
     for n in np.unique(w["n"]):
         sel = w["n"] == n
         echo(f"{n:>7}  {np.median(w['width'][sel]):>12.4g}  [{np.median(w['width_pi_low'][sel]):.4g}, "
-             f"{np.median(w['width_pi_high'][sel]):.4g}]")
+             f"{np.median(w['width_pi_high'][sel]):.4g}]  {np.median(w['width_upper'][sel]):>18.4g}")
     echo(f"{'N':>7}  {'k':>4}  {'J_N':>6}  {'[prediction interval]':>16}  P(lower end >= {target:g})")
     for i in range(len(s["n"])):
         p = s["p_clear"][i]
