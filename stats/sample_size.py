@@ -73,7 +73,9 @@ __all__ = ["MIN_PILOT", "MEANS", "PilotFit", "fit_pilot", "deconvolved_means", "
 
 #: fewest pilot examples: the SD's bootstrap and the studentized interval need some spread to work on
 MIN_PILOT = 16
-MEANS = ("deconvolved", "pilot")
+MEANS = ("deconvolved", "pilot", "posterior")
+#: posterior draws of the means per simulated J_N (each shared by its datasets, as the truth is by two datasets)
+N_DRAWS = 5
 WIDTH_COVERS = ("the width of the per-edge interval one dataset of n prompts will show (its own sampling "
                 "variation and the pilot's included)")
 JACCARD_COVERS = "the expected Jaccard between the top-k circuits of two independent datasets of n prompts"
@@ -115,11 +117,14 @@ class PilotFit:
     residuals: np.ndarray  # [n0, E] pilot rows minus the pilot means
     mean: np.ndarray  # pilot means [E]
     sd: np.ndarray  # pilot SDs (ddof=1) [E]
-    model_means: np.ndarray  # means of the simulated population [E]
+    model_means: np.ndarray  # means of the simulated population [E] (the posterior means for means="posterior")
+    prior: Any = None  # the g-model (circuitstat.stats.gmodel.GModel) whose posterior draws replace model_means
 
-    def dataset(self, rows: np.ndarray) -> np.ndarray:
-        """Return the simulated dataset made of pilot rows ``rows`` (centred) plus the model means."""
-        return self.residuals[rows] + self.model_means
+    def dataset(self, rows: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+        """Return the simulated dataset made of pilot rows ``rows`` (centred) plus the model means (with a prior
+        and an rng: one posterior draw of them)."""
+        mu = self.model_means if self.prior is None or rng is None else self.prior.draw(rng, 1)[0]
+        return self.residuals[rows] + mu
 
 
 def fit_pilot(S: np.ndarray, *, ranking: str, means: str = "deconvolved") -> PilotFit:
@@ -130,6 +135,12 @@ def fit_pilot(S: np.ndarray, *, ranking: str, means: str = "deconvolved") -> Pil
     n0 = S.shape[0]
     mean = S.mean(axis=0)
     sd = S.std(axis=0, ddof=1)
+    if means == "posterior":
+        from .gmodel import npmle
+
+        ranking_key(np.zeros(1), ranking)  # raises for an unknown ranking
+        g = npmle(mean, sd / np.sqrt(n0))
+        return PilotFit(S - mean, mean, sd, g.mean(), g)
     model = deconvolved_means(mean, sd, n0, ranking) if means == "deconvolved" else mean
     return PilotFit(S - mean, mean, sd, model)
 
@@ -364,8 +375,14 @@ def expected_jaccard(P: np.ndarray, n: int, ks: Sequence[int], *, ranking: str, 
 def _dataset_jaccard(fit: PilotFit, n: int, n_sim: int, ks: np.ndarray, ranking: str,
                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Return (mean pairwise Jaccard, its Monte Carlo error) per k over n_sim simulated datasets of n."""
-    return expected_jaccard(fit.residuals + fit.model_means, n, ks, ranking=ranking, n_datasets=n_sim,
-                            seed=int(rng.integers(2**63)))
+    if fit.prior is None:
+        return expected_jaccard(fit.residuals + fit.model_means, n, ks, ranking=ranking, n_datasets=n_sim,
+                                seed=int(rng.integers(2**63)))
+    # J_N averaged over posterior draws of the means, each draw's datasets sharing it; MC error over draws
+    per = max(2, int(n_sim) // N_DRAWS)
+    J = np.array([expected_jaccard(fit.residuals + mu, n, ks, ranking=ranking, n_datasets=per,
+                                   seed=int(rng.integers(2**63)))[0] for mu in fit.prior.draw(rng, N_DRAWS)])
+    return J.mean(axis=0), J.std(axis=0, ddof=1) / np.sqrt(N_DRAWS)
 
 
 def _refit_se(S: np.ndarray, ns: np.ndarray, ks: np.ndarray, ranking: str, means: str, n_outer: int,
@@ -455,7 +472,7 @@ def simulated_datasets(S: np.ndarray, n: int, n_datasets: int, *, ranking: str, 
     rng = np.random.default_rng(c_rows)
     for d in range(int(n_datasets)):
         fit = fit_pilot(S[plan.indices(d)], ranking=ranking, means=means)
-        yield fit.dataset(rng.integers(0, n0, int(n)))
+        yield fit.dataset(rng.integers(0, n0, int(n)), rng)
 
 
 def clear_probability(S: np.ndarray, n: int, ks: Sequence[int], target: float, *, ranking: str,
@@ -523,4 +540,4 @@ def simulated_template_datasets(S: np.ndarray, groups: np.ndarray, n_templates: 
         drawn = rng.integers(0, len(rows), int(n_templates))
         idx = np.concatenate([np.arange(starts[c], starts[c + 1]) for c in drawn])
         labels = np.repeat(np.arange(int(n_templates)), [rows[c].size for c in drawn])
-        yield fit.dataset(idx), labels
+        yield fit.dataset(idx, rng), labels

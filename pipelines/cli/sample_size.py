@@ -8,7 +8,7 @@ import typer
 
 from .app import ALLOW_LARGE_HELP, app, check_out, choices, echo, trust_option, verified
 
-Means = choices("Means", "deconvolved", "pilot")
+Means = choices("Means", "deconvolved", "pilot", "posterior")
 
 
 @app.command("sample-size")
@@ -28,7 +28,8 @@ def sample_size_command(
     datasets: int = typer.Option(20, "--datasets", min=2, max=10_000,
                                  help="simulated datasets per N for the chances (their Monte Carlo error is printed)"),
     means: Means = typer.Option("deconvolved", "--means", help="model means of the simulated population: the pilot's "
-                                "means deconvolved of their noise, or as they are (docs/sample-size.md)"),
+                                "means deconvolved of their noise, as they are, or posterior draws from "
+                                "an NPMLE g-model (docs/sample-size.md)"),
     resamples: int | None = typer.Option(None, "--resamples", min=10, max=100_000,
                                          help="bootstrap resamples of the full run's intervals, as its audit will "
                                               "use them (default: the pilot audit's, else the audit default 1000)"),
