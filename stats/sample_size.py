@@ -19,6 +19,9 @@ Three predictions, each with a stated error (docs/sample-size.md has the measure
   c_0 sqrt(n0 / N); plus the Monte Carlo variance of the realised and the pilot's bootstrap quantiles of
   |t*| (log_width_variance). The prediction interval is width * exp(+- z_p rel_error), for the width
   one dataset of N prompts will show (its own sampling variation included).
+  The planning number is the one-sided upper bound width_upper: s_0 times the level quantile of s_N / s_0
+  under F(d_N, d_0), Satterthwaite df from the edge's kurtosis (edge_kurtosis, kurtosis_growth), inflated
+  on the log scale by self_calibration (the pilot's rows as the population, its halves as pilots).
 * **Expected data-level Jaccard** J_N of the top-k circuit (the estimand of
   circuitstat.stats.stability_data: E[Jaccard(top-k of D1, top-k of D2)] for two independent datasets of
   N prompts). A parametric bootstrap from a model fitted to the pilot: a dataset of N is N of the
@@ -29,7 +32,9 @@ Three predictions, each with a stated error (docs/sample-size.md has the measure
   spread wider than the true means by their own noise (E[(m - c)^2] = (mu - c)^2 + sigma^2 / n0), and
   that false spread makes circuits at N > n0 look more stable than they are, so each mean is moved
   towards c (0 for absolute ranking, the mean over edges for signed) to (m - c)^2 - s^2 / n0 (zero
-  where negative). ``means="pilot"`` keeps the plain means (its interval covered less: 6 of 32 cells below
+  where negative). ``means="posterior"`` instead draws the means, per simulated J_N, from the posterior of
+  an empirical-Bayes g-model (the grid NPMLE of the means' prior, circuitstat.stats.gmodel), so the pilot's
+  order of near-tied edges is redrawn rather than kept. ``means="pilot"`` keeps the plain means (its interval covered less: 6 of 32 cells below
   0.90 against 3, docs/sample-size.md).
   Stated error: se, the spread of the same prediction over bootstrap resamples of the pilot's rows (each
   refitted), less its Monte Carlo part; and the bias the pilot cannot see, bracketed as the data-level
