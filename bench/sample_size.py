@@ -5,7 +5,8 @@ drawn from it: predict at each N the per-edge interval width (with its predictio
 data-level Jaccard J_N of the top-k circuit (with its stated error); then realise at N by simulation from the
 population: one dataset of N per pilot run through the default per-edge interval (bootstrap_edges), and the
 true J_N from n_truth datasets of N. Prints, per population and N, how often the realised width fell inside
-its prediction interval (pooled over edges and pilots, and the worst edge over pilots) and, per (N, k), how
+its prediction interval (pooled over edges and pilots, and the worst edge over pilots), how often it fell at or
+under the upper bound width_upper and the median realised / upper, and, per (N, k), how
 often the true J_N fell inside the prediction's interval and how wide that interval was on average, the mean
 predicted and true J_N, and the stated error beside the realised RMS error. Output recorded in
 docs/sample-size.md.
