@@ -5,12 +5,14 @@ drawn from it: predict at each N the per-edge interval width (with its predictio
 data-level Jaccard J_N of the top-k circuit (with its stated error); then realise at N by simulation from the
 population: one dataset of N per pilot run through the default per-edge interval (bootstrap_edges), and the
 true J_N from n_truth datasets of N. Prints, per population and N, how often the realised width fell inside
-its prediction interval (pooled over edges and pilots, and the worst edge over pilots) and, per (N, k), how
+its prediction interval (pooled over edges and pilots, and the worst edge over pilots), how often it fell at or
+under the upper bound width_upper and the median realised / upper, and, per (N, k), how
 often the true J_N fell inside the prediction's interval and how wide that interval was on average, the mean
 predicted and true J_N, and the stated error beside the realised RMS error. Output recorded in
 docs/sample-size.md.
 
-    OMP_NUM_THREADS=1 nice python bench/sample_size.py [--pilots 100] [--n0 32] [--quick]
+    OMP_NUM_THREADS=1 nice python bench/sample_size.py [--pilots 100] [--n0 32] [--quick] [--widths-only]
+        [--held-out]
 """
 
 from __future__ import annotations
@@ -41,16 +43,26 @@ def populations() -> dict[str, np.ndarray]:
             "normal(4000, 40)": np.random.default_rng(4).normal(0.0, 1.0, (4000, 40))}
 
 
+def held_out() -> dict[str, np.ndarray]:
+    """Populations the upper width bound was not tuned on: the tails and verified next-token models' exact scores."""
+    from fixture_populations import ZOO_FIXTURE, load_planted_pair, load_zoo_fixture
+
+    tails, _ = load_zoo_fixture(ZOO_FIXTURE.with_name("tails-mlp3l-induction-exact.parquet"))
+    nt, _, _ = load_planted_pair(ZOO_FIXTURE.with_name("verified-mlp4l-nexttoken.parquet"))
+    return {"tails-mlp3l-exact (held out)": tails, "verified-mlp4l-nexttoken (held out)": nt}
+
+
 def study(P: np.ndarray, *, n0: int, ns: list[int], ks: list[int], pilots: int, ranking: str, seed: int,
           means: str = "deconvolved", n_truth: int = 400, n_outer: int = 40, n_sim: int = 50,
-          level: float = 0.9, n_resamples: int = 999) -> dict:
+          level: float = 0.9, n_resamples: int = 999, widths_only: bool = False) -> dict:
     """Return the per-pilot predictions and realisations of one population."""
     ss = np.random.SeedSequence(seed)
     c_truth, c_pilots = ss.spawn(2)
-    truth = np.array([expected_jaccard(P, n, ks, ranking=ranking, n_datasets=n_truth, seed=c)[0]
-                      for n, c in zip(ns, c_truth.spawn(len(ns)))])  # [n, k]
+    truth = None if widths_only else np.array([expected_jaccard(P, n, ks, ranking=ranking, n_datasets=n_truth,
+                                                                seed=c)[0] for n, c in zip(ns, c_truth.spawn(len(ns)))])
     inside_w = np.zeros((len(ns), P.shape[1]))
-    ratio = [[] for _ in ns]
+    under_up = np.zeros((len(ns), P.shape[1]))
+    ratio, up_ratio = [[] for _ in ns], [[] for _ in ns]
     j_pred = np.zeros((pilots, len(ns), len(ks)))
     j_se = np.zeros_like(j_pred)
     j_in = np.zeros_like(j_pred, dtype=bool)
@@ -60,8 +72,8 @@ def study(P: np.ndarray, *, n0: int, ns: list[int], ks: list[int], pilots: int, 
         rng = np.random.default_rng(c_rows)
         pilot = P[rng.integers(0, P.shape[0], n0)]
         w = predict_widths(pilot, ns, prediction_level=level, n_resamples=n_resamples, seed=c_w)
-        st = predict_stability(pilot, ns, ks, ranking=ranking, seed=c_j, means=means, n_outer=n_outer,
-                               n_sim=n_sim, prediction_level=level)
+        st = None if widths_only else predict_stability(pilot, ns, ks, ranking=ranking, seed=c_j, means=means,
+                                                        n_outer=n_outer, n_sim=n_sim, prediction_level=level)
         rr = np.random.default_rng(c_real)
         for i, n in enumerate(ns):
             D = P[rr.integers(0, P.shape[0], n)]
@@ -71,12 +83,17 @@ def study(P: np.ndarray, *, n0: int, ns: list[int], ks: list[int], pilots: int, 
             inside_w[i] += (real >= w["width_pi_low"][sel]) & (real <= w["width_pi_high"][sel])
             ok = w["width"][sel] > 0
             ratio[i].append(np.median(real[ok] / w["width"][sel][ok]))
+            under_up[i] += real <= w["width_upper"][sel]
+            up_ratio[i].append(np.median(real[ok] / w["width_upper"][sel][ok]))
+        if widths_only:
+            continue
         J = st["jaccard"].reshape(len(ns), len(ks))
         se = st["jaccard_se"].reshape(len(ns), len(ks))
         j_pred[r], j_se[r] = J, se
         j_width[r] = (st["jaccard_pi_high"] - st["jaccard_pi_low"]).reshape(J.shape)
         j_in[r] = (truth >= st["jaccard_pi_low"].reshape(J.shape)) & (truth <= st["jaccard_pi_high"].reshape(J.shape))
     return {"truth": truth, "width_cover": inside_w / pilots, "width_ratio": [np.median(x) for x in ratio],
+            "upper_cover": under_up / pilots, "upper_ratio": [np.median(x) for x in up_ratio],
             "j_pred": j_pred, "j_se": j_se, "j_in": j_in, "j_width": j_width}
 
 
@@ -84,11 +101,15 @@ def report(name: str, out: dict, ns: list[int], ks: list[int], pilots: int, leve
     """Print the population's rows."""
     mc = np.sqrt(level * (1 - level) / pilots)
     print(f"\n{name}: {pilots} pilots, nominal {level:.2f} (binomial MC SE {mc:.3f})")
-    print("  width  N     pooled  worst-edge  edges<0.80  median realised/predicted")
+    print("  width  N     pooled  worst-edge  edges<0.80  median realised/predicted  upper bound holds  "
+          "median realised/upper")
     for i, n in enumerate(ns):
         c = out["width_cover"][i]
         print(f"         {n:<5} {c.mean():.3f}   {c.min():.3f}       {np.mean(c < 0.80):.2f}        "
-              f"{out['width_ratio'][i]:.3f}")
+              f"{out['width_ratio'][i]:.3f}                      {out['upper_cover'][i].mean():.3f}              "
+              f"{out['upper_ratio'][i]:.3f}")
+    if out["truth"] is None:
+        return
     print("  J_N    N     k    true    mean pred  stated SE  RMS error  PI covers  mean PI width")
     for i, n in enumerate(ns):
         for j, k in enumerate(ks):
@@ -105,16 +126,18 @@ def main() -> None:
     ap.add_argument("--n0", type=int, default=32)
     ap.add_argument("--means", default="deconvolved")
     ap.add_argument("--quick", action="store_true", help="20 pilots, two populations")
+    ap.add_argument("--widths-only", action="store_true", help="the width predictions only (no J_N)")
+    ap.add_argument("--held-out", action="store_true", help="the held-out populations only")
     a = ap.parse_args()
     ns, ks, level = [64, 128, 256, 512], [5, 10], 0.9
-    pops = populations()
+    pops = held_out() if a.held_out else populations()
     if a.quick:
         a.pilots, pops = 20, dict(list(pops.items())[:2])
     print(f"n0 = {a.n0}, N = {ns}, k = {ks}, means = {a.means}, ranking absolute, prediction level {level}")
     for i, (name, P) in enumerate(pops.items()):
         t0 = time.process_time()
         out = study(P, n0=a.n0, ns=ns, ks=ks, pilots=a.pilots, ranking="absolute", seed=1000 + i, means=a.means,
-                    level=level)
+                    level=level, widths_only=a.widths_only)
         report(name, out, ns, ks, a.pilots, level)
         print(f"  ({time.process_time() - t0:.0f} CPU-s)")
 

@@ -19,6 +19,9 @@ Three predictions, each with a stated error (docs/sample-size.md has the measure
   c_0 sqrt(n0 / N); plus the Monte Carlo variance of the realised and the pilot's bootstrap quantiles of
   |t*| (log_width_variance). The prediction interval is width * exp(+- z_p rel_error), for the width
   one dataset of N prompts will show (its own sampling variation included).
+  The planning number is the one-sided upper bound width_upper: s_0 times the level quantile of s_N / s_0
+  under F(d_N, d_0), Satterthwaite df from the edge's kurtosis (edge_kurtosis, kurtosis_growth), inflated
+  on the log scale by self_calibration (the pilot's rows as the population, its halves as pilots).
 * **Expected data-level Jaccard** J_N of the top-k circuit (the estimand of
   circuitstat.stats.stability_data: E[Jaccard(top-k of D1, top-k of D2)] for two independent datasets of
   N prompts). A parametric bootstrap from a model fitted to the pilot: a dataset of N is N of the
@@ -29,7 +32,9 @@ Three predictions, each with a stated error (docs/sample-size.md has the measure
   spread wider than the true means by their own noise (E[(m - c)^2] = (mu - c)^2 + sigma^2 / n0), and
   that false spread makes circuits at N > n0 look more stable than they are, so each mean is moved
   towards c (0 for absolute ranking, the mean over edges for signed) to (m - c)^2 - s^2 / n0 (zero
-  where negative). ``means="pilot"`` keeps the plain means (its interval covered less: 6 of 32 cells below
+  where negative). ``means="posterior"`` instead draws the means, per simulated J_N, from the posterior of
+  an empirical-Bayes g-model (the grid NPMLE of the means' prior, circuitstat.stats.gmodel), so the pilot's
+  order of near-tied edges is redrawn rather than kept. ``means="pilot"`` keeps the plain means (its interval covered less: 6 of 32 cells below
   0.90 against 3, docs/sample-size.md).
   Stated error: se, the spread of the same prediction over bootstrap resamples of the pilot's rows (each
   refitted), less its Monte Carlo part; and the bias the pilot cannot see, bracketed as the data-level
@@ -53,6 +58,8 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 from scipy.special import ndtri
+from scipy.stats import chi2 as sps_chi2
+from scipy.stats import f as sps_f
 from scipy.stats import t as sps_t
 
 from circuitstat.core.errors import InputError
@@ -65,12 +72,15 @@ from .stability import _jaccard_moments, chance_jaccard
 from .topk_stream import streaming_topk
 
 __all__ = ["MIN_PILOT", "MEANS", "PilotFit", "fit_pilot", "deconvolved_means", "simulated_datasets",
-           "predict_widths", "jackknife_log_sd", "predict_stability", "half_jaccard", "clear_probability",
+           "predict_widths", "jackknife_log_sd", "edge_kurtosis", "satterthwaite_df", "log_sd_ratio_upper",
+           "self_calibration", "kurtosis_growth", "predict_stability", "half_jaccard", "clear_probability",
            "check_pilot", "expected_jaccard", "template_means", "template_counts", "simulated_template_datasets"]
 
 #: fewest pilot examples: the SD's bootstrap and the studentized interval need some spread to work on
 MIN_PILOT = 16
-MEANS = ("deconvolved", "pilot")
+MEANS = ("deconvolved", "pilot", "posterior")
+#: posterior draws of the means per simulated J_N (each shared by its datasets, as the truth is by two datasets)
+N_DRAWS = 5
 WIDTH_COVERS = ("the width of the per-edge interval one dataset of n prompts will show (its own sampling "
                 "variation and the pilot's included)")
 JACCARD_COVERS = "the expected Jaccard between the top-k circuits of two independent datasets of n prompts"
@@ -112,11 +122,14 @@ class PilotFit:
     residuals: np.ndarray  # [n0, E] pilot rows minus the pilot means
     mean: np.ndarray  # pilot means [E]
     sd: np.ndarray  # pilot SDs (ddof=1) [E]
-    model_means: np.ndarray  # means of the simulated population [E]
+    model_means: np.ndarray  # means of the simulated population [E] (the posterior means for means="posterior")
+    prior: Any = None  # the g-model (circuitstat.stats.gmodel.GModel) whose posterior draws replace model_means
 
-    def dataset(self, rows: np.ndarray) -> np.ndarray:
-        """Return the simulated dataset made of pilot rows ``rows`` (centred) plus the model means."""
-        return self.residuals[rows] + self.model_means
+    def dataset(self, rows: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+        """Return the simulated dataset made of pilot rows ``rows`` (centred) plus the model means (with a prior
+        and an rng: one posterior draw of them)."""
+        mu = self.model_means if self.prior is None or rng is None else self.prior.draw(rng, 1)[0]
+        return self.residuals[rows] + mu
 
 
 def fit_pilot(S: np.ndarray, *, ranking: str, means: str = "deconvolved") -> PilotFit:
@@ -127,6 +140,12 @@ def fit_pilot(S: np.ndarray, *, ranking: str, means: str = "deconvolved") -> Pil
     n0 = S.shape[0]
     mean = S.mean(axis=0)
     sd = S.std(axis=0, ddof=1)
+    if means == "posterior":
+        from .gmodel import npmle
+
+        ranking_key(np.zeros(1), ranking)  # raises for an unknown ranking
+        g = npmle(mean, sd / np.sqrt(n0))
+        return PilotFit(S - mean, mean, sd, g.mean(), g)
     model = deconvolved_means(mean, sd, n0, ranking) if means == "deconvolved" else mean
     return PilotFit(S - mean, mean, sd, model)
 
@@ -165,6 +184,83 @@ def jackknife_log_sd(S: np.ndarray) -> np.ndarray:
     return np.where(const, 0.0, out)
 
 
+def edge_kurtosis(S: np.ndarray) -> tuple[np.ndarray, float]:
+    """Return (per-edge kurtosis shrunk halfway to the pooled one and floored at 3, the pooled kurtosis) of S [n, E].
+
+    The kurtosis b2 = n sum u^4 / (sum u^2)^2 of each column's residuals u; pooled: the mean of b2 over the
+    non-constant columns (the edges' standardised residuals pooled); a constant column gets the pooled value.
+    The floor at 3 (the normal's) stops a pilot claiming lighter-than-normal tails on noise.
+    """
+    S = np.asarray(S, dtype=np.float64)
+    u = S - S.mean(axis=0)
+    m2 = (u * u).sum(axis=0)
+    ok = m2 > 0
+    b2 = np.where(ok, S.shape[0] * (u**4).sum(axis=0) / np.where(ok, m2, 1.0) ** 2, np.nan)
+    pooled = float(np.nanmean(b2)) if ok.any() else 3.0
+    return np.maximum(np.where(ok, (b2 + pooled) / 2, pooled), 3.0), max(pooled, 3.0)
+
+
+def satterthwaite_df(n: int | np.ndarray, kurtosis: np.ndarray) -> np.ndarray:
+    """Return the df d with s^2 / sigma^2 ~ chi2_d / d matching Var(s^2) / sigma^4 = (kappa - (n-3)/(n-1)) / n.
+
+    Satterthwaite's moment match (n - 1 at kappa = 3, the normal's exact law; fewer with heavier tails).
+    """
+    n = np.asarray(n, dtype=np.float64)
+    return 2.0 * n / (np.asarray(kurtosis, dtype=np.float64) - (n - 3.0) / (n - 1.0))
+
+
+def log_sd_ratio_upper(n_from: int, n_to: int, kurtosis: np.ndarray, level: float) -> np.ndarray:
+    """Return the level upper quantile of log(s_to / s_from), two independent samples' SDs, per kurtosis.
+
+    s_to^2 / s_from^2 is a ratio of scaled chi-squares, F(d_to, d_from) with Satterthwaite's df: skewed, its
+    long right tail the pilot's SD drawn low (exact under normality, where both df are n - 1).
+    """
+    d_to, d_from = satterthwaite_df(n_to, kurtosis), satterthwaite_df(n_from, kurtosis)
+    return 0.5 * np.log(sps_f.ppf(level, d_to, d_from))
+
+
+def self_calibration(S: np.ndarray, level: float, *, n_draws: int = 40, seed: Any = None) -> float:
+    """Return the factor c >= 1 on the log scale that makes the SD bound hold inside the pilot, the pilot as truth.
+
+    The pilot's rows stand for the population (its SD, ddof=0, is then sigma exactly). For n_draws random
+    halves (n0 // 2 rows drawn with replacement: an i.i.d. sample of that population) the bound on
+    log(sigma / s_half) predicted from the half alone (its own kurtosis; the F bound as the full run's df
+    grow, 0.5 log(d / chi2_{d, 1 - level})) standardises the realised log ratio; c is the level quantile of
+    those standardised errors pooled over edges and draws (1 where the model holds). The spikes a half misses
+    are the pilot's, as those the pilot misses are the population's. A half constant where the pilot is not
+    counts with its SD floored at 1e-3 of the pilot's (a large error).
+    """
+    S = np.asarray(S, dtype=np.float64)
+    n0 = S.shape[0]
+    h = n0 // 2
+    sigma = S.std(axis=0)
+    keep = sigma > 0
+    if not keep.any():
+        return 1.0
+    rng = np.random.default_rng(as_seed_sequence(seed))
+    errs = []
+    for _ in range(int(n_draws)):
+        A = S[rng.integers(0, n0, h)][:, keep]
+        s_a = np.maximum(A.std(axis=0, ddof=1), 1e-3 * sigma[keep])
+        d = satterthwaite_df(h, edge_kurtosis(A)[0])
+        errs.append(np.log(sigma[keep] / s_a) / (0.5 * np.log(d / sps_chi2.ppf(1.0 - level, d))))
+    return max(1.0, float(np.quantile(np.concatenate(errs), level)))
+
+def kurtosis_growth(S: np.ndarray, *, n_draws: int = 20, seed: Any = None) -> float:
+    """Return the pilot's pooled kurtosis over the mean pooled kurtosis of its halves (>= 1).
+
+    A sample's kurtosis cannot exceed about its size, so under heavy tails the apparent kurtosis grows with n
+    and the pilot's understates the population's. Assumed self-similar: the pilot understates the
+    population's by the factor its halves (n0 // 2 rows drawn with replacement) understate the pilot's.
+    1 on light tails (floored: a normal half's kurtosis is biased low too, by a factor about 1.06 at n0 = 32).
+    """
+    S = np.asarray(S, dtype=np.float64)
+    n0 = S.shape[0]
+    rng = np.random.default_rng(as_seed_sequence(seed))
+    halves = np.mean([edge_kurtosis(S[rng.integers(0, n0, n0 // 2)])[1] for _ in range(int(n_draws))])
+    return max(1.0, edge_kurtosis(S)[1] / float(halves))
+
+
 def log_width_variance(c0: np.ndarray, n0: int, n: int, *, n_resamples: int,
                        confidence_level: float) -> np.ndarray:
     """Return the variance of log(realised width at n / predicted width) per edge: the stated error squared.
@@ -181,8 +277,17 @@ def log_width_variance(c0: np.ndarray, n0: int, n: int, *, n_resamples: int,
     density at a far-out q_0 would make the term explode). (3) The same for the pilot's quantile, which
     enters q_n shrunk by min(1, n0 / n).
     """
-    shrink = min(1.0, n0 / float(n))
     var_s = np.maximum(c0**2, 1.0 / (2.0 * (n0 - 1))) * (1.0 + n0 / float(n))
+    mc = quantile_mc_variance(n0, n, n_resamples=n_resamples, confidence_level=confidence_level)
+    return np.where(c0 > 0, var_s + mc, 0.0)
+
+
+def quantile_mc_variance(n0: int, n: int, *, n_resamples: int, confidence_level: float) -> float:
+    """Return the Monte Carlo variance of log q from the realised and the pilot's bootstrap quantiles of |t*|.
+
+    Parts (2) and (3) of log_width_variance: p (1 - p) / (B f(q)^2 q^2) with |t*| ~ |T|, T ~ t_{n-1}, the
+    pilot's shrunk by min(1, n0 / n) as q_0 enters q_n.
+    """
     p = confidence_level
 
     def mc(df: int) -> float:
@@ -190,15 +295,18 @@ def log_width_variance(c0: np.ndarray, n0: int, n: int, *, n_resamples: int,
         f = 2.0 * float(sps_t.pdf(tq, df))  # density of |T| at its p quantile
         return p * (1.0 - p) / (n_resamples * f**2 * tq**2)
 
-    return np.where(c0 > 0, var_s + mc(n - 1) + shrink**2 * mc(n0 - 1), 0.0)
+    return mc(n - 1) + min(1.0, n0 / float(n)) ** 2 * mc(n0 - 1)
 
 
 def predict_widths(S: np.ndarray, ns: Sequence[int], *, confidence_level: float = 0.95,
                    prediction_level: float = 0.9, n_resamples: int = 999, seed: Any = None) -> dict[str, np.ndarray]:
     """Return per (n, edge) the predicted width of the default per-edge interval at n, with its prediction interval.
 
-    Columns: n, edge, width (predicted), width_pi_low / width_pi_high (prediction interval at
-    prediction_level for the width one dataset of n will show), q (predicted |t*| quantile), sd (expected
+    Columns: n, edge, width (predicted), width_upper (the planning number: a one-sided upper prediction
+    bound at prediction_level for the width one dataset of n will show, from the skewed F law of s_n / s_0
+    with Satterthwaite df at the edge's kurtosis, inflated by the pilot's self_calibration), kurtosis (the
+    edge's, shrunk to the pooled, times kurtosis_growth), calibration (that factor), width_pi_low /
+    width_pi_high (prediction interval at prediction_level, log-normal), q (predicted |t*| quantile), sd (expected
     SD at n), pilot_width, rel_error (the log-scale SD of the prediction). See the module docstring.
     """
     S, ns_arr = check_pilot(S, ns, prediction_level=prediction_level)
@@ -217,9 +325,14 @@ def predict_widths(S: np.ndarray, ns: Sequence[int], *, confidence_level: float 
         # ratio bias correction; a bootstrap mean SD below half the sample's is not trusted to correct by more
         ratio = np.where(ok, np.clip(m_star / s0, 0.5, None), 1.0)
     sigma = s0 / ratio
-    cols: dict[str, list] = {k: [] for k in ("n", "edge", "width", "width_pi_low", "width_pi_high", "q", "sd",
-                                             "pilot_width", "rel_error")}
+    cols: dict[str, list] = {k: [] for k in ("n", "edge", "width", "width_upper", "kurtosis", "calibration",
+                                             "width_pi_low", "width_pi_high", "q", "sd", "pilot_width",
+                                             "rel_error")}
     t0 = float(sps_t.ppf(0.5 + confidence_level / 2, n0 - 1))
+    c_cal, c_growth = spawn_seeds(spawn_seeds(seed, 2)[1], 2)
+    kappa = edge_kurtosis(S)[0] * kurtosis_growth(S, seed=c_growth)
+    calib = self_calibration(S, prediction_level, seed=c_cal)
+    z1 = float(ndtri(prediction_level))
     for n in ns_arr:
         shrink = n0 / float(n)
         # the excess of q over Student's t is O(1/n): shrunk for n > n0, never amplified (noise in q_0) for n < n0
@@ -228,7 +341,12 @@ def predict_widths(S: np.ndarray, ns: Sequence[int], *, confidence_level: float 
         width = 2 * q * sd_n / np.sqrt(n)
         rel = np.sqrt(log_width_variance(c0, n0, int(n), n_resamples=n_resamples,
                                          confidence_level=confidence_level))
-        for key, v in (("n", np.full(E, n)), ("edge", np.arange(E)), ("width", width),
+        # the planning number: s_0 times the F bound on s_n / s_0, self-calibrated, and the quantiles' MC error
+        log_up = calib * log_sd_ratio_upper(n0, int(n), kappa, prediction_level) + z1 * np.sqrt(
+            quantile_mc_variance(n0, int(n), n_resamples=n_resamples, confidence_level=confidence_level))
+        upper = 2 * q * s0 / np.sqrt(n) * np.exp(log_up)
+        for key, v in (("n", np.full(E, n)), ("edge", np.arange(E)), ("width", width), ("width_upper", upper),
+                       ("kurtosis", kappa), ("calibration", np.full(E, calib)),
                        ("width_pi_low", width * np.exp(-zp * rel)), ("width_pi_high", width * np.exp(zp * rel)),
                        ("q", q), ("sd", sd_n), ("pilot_width", hi - lo), ("rel_error", rel)):
             cols[key].append(v)
@@ -262,8 +380,14 @@ def expected_jaccard(P: np.ndarray, n: int, ks: Sequence[int], *, ranking: str, 
 def _dataset_jaccard(fit: PilotFit, n: int, n_sim: int, ks: np.ndarray, ranking: str,
                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Return (mean pairwise Jaccard, its Monte Carlo error) per k over n_sim simulated datasets of n."""
-    return expected_jaccard(fit.residuals + fit.model_means, n, ks, ranking=ranking, n_datasets=n_sim,
-                            seed=int(rng.integers(2**63)))
+    if fit.prior is None:
+        return expected_jaccard(fit.residuals + fit.model_means, n, ks, ranking=ranking, n_datasets=n_sim,
+                                seed=int(rng.integers(2**63)))
+    # J_N averaged over posterior draws of the means, each draw's datasets sharing it; MC error over draws
+    per = max(2, int(n_sim) // N_DRAWS)
+    J = np.array([expected_jaccard(fit.residuals + mu, n, ks, ranking=ranking, n_datasets=per,
+                                   seed=int(rng.integers(2**63)))[0] for mu in fit.prior.draw(rng, N_DRAWS)])
+    return J.mean(axis=0), J.std(axis=0, ddof=1) / np.sqrt(N_DRAWS)
 
 
 def _refit_se(S: np.ndarray, ns: np.ndarray, ks: np.ndarray, ranking: str, means: str, n_outer: int,
@@ -353,7 +477,7 @@ def simulated_datasets(S: np.ndarray, n: int, n_datasets: int, *, ranking: str, 
     rng = np.random.default_rng(c_rows)
     for d in range(int(n_datasets)):
         fit = fit_pilot(S[plan.indices(d)], ranking=ranking, means=means)
-        yield fit.dataset(rng.integers(0, n0, int(n)))
+        yield fit.dataset(rng.integers(0, n0, int(n)), rng)
 
 
 def clear_probability(S: np.ndarray, n: int, ks: Sequence[int], target: float, *, ranking: str,
@@ -421,4 +545,4 @@ def simulated_template_datasets(S: np.ndarray, groups: np.ndarray, n_templates: 
         drawn = rng.integers(0, len(rows), int(n_templates))
         idx = np.concatenate([np.arange(starts[c], starts[c + 1]) for c in drawn])
         labels = np.repeat(np.arange(int(n_templates)), [rows[c].size for c in drawn])
-        yield fit.dataset(idx), labels
+        yield fit.dataset(idx, rng), labels

@@ -8,7 +8,7 @@ import typer
 
 from .app import ALLOW_LARGE_HELP, app, check_out, choices, echo, trust_option, verified
 
-Means = choices("Means", "deconvolved", "pilot")
+Means = choices("Means", "deconvolved", "pilot", "posterior")
 
 
 @app.command("sample-size")
@@ -28,7 +28,8 @@ def sample_size_command(
     datasets: int = typer.Option(20, "--datasets", min=2, max=10_000,
                                  help="simulated datasets per N for the chances (their Monte Carlo error is printed)"),
     means: Means = typer.Option("deconvolved", "--means", help="model means of the simulated population: the pilot's "
-                                "means deconvolved of their noise, or as they are (docs/sample-size.md)"),
+                                "means deconvolved of their noise, as they are, or posterior draws from "
+                                "an NPMLE g-model (docs/sample-size.md)"),
     resamples: int | None = typer.Option(None, "--resamples", min=10, max=100_000,
                                          help="bootstrap resamples of the full run's intervals, as its audit will "
                                               "use them (default: the pilot audit's, else the audit default 1000)"),
@@ -135,11 +136,11 @@ def _print(res, target: float) -> None:
     w, s = res.widths, res.stability
     level = res.params["prediction_level"]
     echo(f"pilot: {res.params['n_pilot']} prompts ({res.params['method']}); prediction intervals at {level:.0%}")
-    echo(f"{'N':>7}  {'median width':>12}  {'[prediction interval]':>22}")
+    echo(f"{'N':>7}  {'median width':>12}  {'[prediction interval]':>22}  {'upper bound (plan)':>18}")
     for n in np.unique(w["n"]):
         sel = w["n"] == n
         echo(f"{n:>7}  {np.median(w['width'][sel]):>12.4g}  [{np.median(w['width_pi_low'][sel]):.4g}, "
-             f"{np.median(w['width_pi_high'][sel]):.4g}]")
+             f"{np.median(w['width_pi_high'][sel]):.4g}]  {np.median(w['width_upper'][sel]):>18.4g}")
     echo(f"{'N':>7}  {'k':>4}  {'J_N':>6}  {'[prediction interval]':>16}  P(lower end >= {target:g})")
     for i in range(len(s["n"])):
         p = s["p_clear"][i]

@@ -12,8 +12,10 @@ from scipy import stats as sps
 
 from circuitstat.core.errors import InputError
 from circuitstat.stats.intervals import bootstrap_edges
-from circuitstat.stats.sample_size import (clear_probability, deconvolved_means, expected_jaccard, fit_pilot,
-                                           half_jaccard, jackknife_log_sd, predict_stability, predict_widths)
+from circuitstat.stats.sample_size import (clear_probability, deconvolved_means, edge_kurtosis, expected_jaccard,
+                                           fit_pilot, half_jaccard, jackknife_log_sd, kurtosis_growth,
+                                           log_sd_ratio_upper, predict_stability, predict_widths, satterthwaite_df,
+                                           self_calibration)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fixture_populations import load_planted_pair  # noqa: E402
@@ -168,3 +170,113 @@ def test_bad_requests_name_the_fix(bad, match):
     args.update(bad)
     with pytest.raises(InputError, match=match):
         predict_stability(args["S"], args["ns"], args["ks"], ranking="absolute")
+
+
+# --- the upper prediction bound for the width (the planning number) ---------------------------------------------
+def test_edge_kurtosis_matches_scipy_shrunk_halfway_to_the_pooled_and_floored():
+    rng = np.random.default_rng(12)
+    X = np.column_stack([rng.standard_t(3, 40), rng.normal(size=40), rng.uniform(size=40), np.full(40, 2.0)])
+    b2 = sps.kurtosis(X[:, :3], axis=0, fisher=False, bias=True)  # independent oracle
+    kappa, pooled = edge_kurtosis(X)
+    assert pooled == pytest.approx(max(b2.mean(), 3.0), rel=1e-12)  # the constant column is left out of the pool
+    np.testing.assert_allclose(kappa[:3], np.maximum((b2 + b2.mean()) / 2, 3.0), rtol=1e-12)
+    assert kappa[3] == pytest.approx(pooled)
+    heavy = X.copy()
+    heavy[0, 0] += 100.0  # one outlier: its column's kurtosis near n, and the pool above 3
+    k2, p2 = edge_kurtosis(heavy)
+    b2h = sps.kurtosis(heavy[:, :3], axis=0, fisher=False, bias=True)
+    assert p2 == pytest.approx(b2h.mean(), rel=1e-12) and p2 > 3.0
+    np.testing.assert_allclose(k2[:3], np.maximum((b2h + p2) / 2, 3.0), rtol=1e-12)
+    assert kappa[2] >= 3.0  # the uniform's 1.8 never claims lighter-than-normal tails
+
+
+def test_the_bound_is_the_exact_f_law_under_normality_and_widens_with_kurtosis():
+    # analytic oracle: kappa = 3 gives df n - 1, and log(s_N / s_0) has the exact upper quantile 0.5 log F_p
+    assert satterthwaite_df(32, 3.0) == pytest.approx(31.0)
+    want = 0.5 * np.log(sps.f.ppf(0.9, 127, 31))
+    assert log_sd_ratio_upper(32, 128, np.array([3.0]), 0.9)[0] == pytest.approx(want, rel=1e-12)
+    # moment match: Var(s^2)/sigma^4 = (kappa - (n-3)/(n-1))/n equals 2/d, the scaled chi-square's
+    d = satterthwaite_df(32, 9.0)
+    assert 2 / d == pytest.approx((9.0 - 29 / 31) / 32)
+    assert log_sd_ratio_upper(32, 128, np.array([9.0]), 0.9)[0] > 1.5 * want  # heavier tails, wider bound
+    # a normal sample's bound holds at its level (Monte Carlo, 20000 pairs: SE 0.002)
+    rng = np.random.default_rng(13)
+    r = 0.5 * np.log(rng.chisquare(127, 20000) / 127 / (rng.chisquare(31, 20000) / 31))
+    assert abs(np.mean(r <= want) - 0.9) < 0.01
+
+
+def test_self_calibration_is_one_on_normal_pilots_and_inflates_on_a_spike_it_can_see():
+    rng = np.random.default_rng(14)
+    cs = [self_calibration(rng.normal(size=(32, 60)), 0.9, seed=r) for r in range(5)]
+    assert max(cs) <= 1.25 and min(cs) >= 1.0  # the model holds: the floor 1 or barely above
+    X = rng.normal(size=(32, 60))
+    X[rng.integers(0, 32, 60), np.arange(60)] += 30.0  # one spike per edge: halves miss it about 60% of the time
+    assert self_calibration(X, 0.9, seed=0) > 2.0
+    assert kurtosis_growth(X, seed=0) > 1.3 and kurtosis_growth(rng.normal(size=(32, 60)), seed=0) < 1.15
+
+
+def _upper_cover(P: np.ndarray, pilots: int, n: int, seed: int) -> tuple[float, float, float]:
+    """(share of realised widths under width_upper, the same for the bare F bound at the pilot's kurtosis,
+    median realised / upper) over pilots of 32 rows x edges."""
+    rng = np.random.default_rng(seed)
+    under, bare, ratio = [], [], []
+    for r in range(pilots):
+        pilot = P[rng.integers(0, P.shape[0], 32)]
+        w = predict_widths(pilot, [n], n_resamples=999, seed=r)
+        b = bootstrap_edges(P[rng.integers(0, P.shape[0], n)], n_resamples=999, seed=r)
+        real = np.asarray(b.confidence_interval.high) - np.asarray(b.confidence_interval.low)
+        s0 = pilot.std(axis=0, ddof=1)
+        raw = 2 * w["q"] * s0 / np.sqrt(n) * np.exp(log_sd_ratio_upper(32, n, edge_kurtosis(pilot)[0], 0.9))
+        ok = s0 > 0
+        under.append(real[ok] <= w["width_upper"][ok])
+        bare.append(real[ok] <= raw[ok])
+        ratio.append(real[ok] / w["width_upper"][ok])
+    return np.mean(np.concatenate(under)), np.mean(np.concatenate(bare)), np.median(np.concatenate(ratio))
+
+
+def test_width_upper_bound_holds_on_planted_heavy_tails_and_the_bare_f_bound_does_not():
+    # planted3 exact scores, N = 256, nominal 0.90: measured 0.97 (docs/sample-size.md, 60 pilots); the
+    # negative control, the F bound at the pilot's own kurtosis with no self-calibration nor growth, ~0.8
+    P, _, _ = load_planted_pair()
+    cover, bare, ratio = _upper_cover(P, 12, 256, 15)
+    assert 0.90 <= cover <= 0.995
+    assert bare < 0.88
+    assert 0.3 <= ratio <= 0.8  # a bound, not infinity: the realised width is a sizeable share of it
+
+
+def test_width_upper_bound_on_a_normal_population_is_not_loose():
+    # the F law is exact here and the calibration stays ~1: measured 0.95 (the MC term added linearly)
+    P = np.random.default_rng(4).normal(0.0, 1.0, (4000, 40))
+    cover, bare, ratio = _upper_cover(P, 15, 128, 16)
+    assert 0.90 <= cover <= 0.985
+    assert ratio >= 0.65
+
+
+def test_posterior_draws_remove_most_of_the_near_tie_bias_that_deconvolution_keeps():
+    # the normal population: every mean 0, true J_512 at k = 5 is the chance level 0.074 (docs/sample-size.md).
+    # Deconvolved means keep the pilot's order of tied edges (measured mean prediction 0.68); posterior draws
+    # from the NPMLE g-model re-draw it each time (measured 0.24 over these 8 pilots, 0.28 over 40 in the bench)
+    P = np.random.default_rng(4).normal(0.0, 1.0, (4000, 40))
+    rng = np.random.default_rng(17)
+    post, deco = [], []
+    for r in range(8):
+        S = P[rng.integers(0, P.shape[0], 32)]
+        for means, out in (("posterior", post), ("deconvolved", deco)):
+            out.append(predict_stability(S, [512], [5], ranking="absolute", seed=r, means=means, n_outer=10,
+                                         n_sim=20)["jaccard"][0])
+    assert 0.03 <= np.mean(post) <= 0.40
+    assert np.mean(deco) >= 0.5  # the negative control: the old point deconvolution's bias
+
+
+def test_posterior_means_keep_a_clear_gap_and_simulated_datasets_draw_them():
+    rng = np.random.default_rng(18)
+    S = rng.normal(0.0, 1.0, (32, 30))
+    S[:, :4] += 20.0
+    s = predict_stability(S, [128], [4], ranking="absolute", seed=1, means="posterior", n_outer=10, n_sim=20)
+    assert s["jaccard"][0] == 1.0
+    fit = fit_pilot(S, ranking="absolute", means="posterior")
+    rows = np.arange(32)
+    a, b = fit.dataset(rows, np.random.default_rng(0)), fit.dataset(rows, np.random.default_rng(1))
+    assert not np.allclose(a, b)  # two posterior draws of the means
+    # the same rows, shifted by one per-edge draw
+    np.testing.assert_allclose(a - b, np.broadcast_to((a - b)[0], a.shape), atol=1e-12)
