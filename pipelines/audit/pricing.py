@@ -4,7 +4,6 @@ registry and the service's ``max_work_flops``."""
 
 from __future__ import annotations
 
-from circuitstat.pipelines.audit.masks import pruning_audit_flops, score_methods
 from circuitstat.pipelines.spec import AuditSpec
 
 __all__ = ["HEADS_PROBE_LEN", "HEADS_NULL_PERMUTATIONS", "FAITHFULNESS_PASSES", "heads_flops", "faithfulness_forwards",
@@ -87,18 +86,10 @@ def tests_flops(spec: AuditSpec, cfg) -> float:
 
 
 def audit_flops(spec: AuditSpec, cfg) -> float:
-    """The FLOPs of every stage of ``spec`` on models of config ``cfg``: its methods' attribution, the verification's
-    second phase, edge pruning's fits, faithfulness and the circuit tests (upper bounds) and head stability (the
-    stage the issue-37 trial saw run 140 s past its estimate)."""
-    from circuitstat.pipelines.build import attribution_flops, task_positions
+    """The FLOPs of every stage of ``spec`` on models of config ``cfg``, summed over the stages that run
+    (circuitstat.pipelines.audit.stages.STAGES): its methods' attribution, mask fits, the verification's second
+    phase, faithfulness and the circuit tests (upper bounds) and head stability (the stage the issue-37 trial saw
+    run 140 s past its estimate)."""
+    from circuitstat.pipelines.audit.stages import stage_flops
 
-    scored = score_methods(spec)
-    total = sum(attribution_flops(cfg, spec, m, spec.task.n, ig_steps=spec.ig_steps, level=spec.level)
-                for m in scored)
-    if spec.verify is not None and "exact" not in scored:  # with exact on all prompts, phase 2 is free
-        from circuitstat.pipelines.verify import phase2_flops
-
-        total += phase2_flops(cfg, spec, spec.verify, n_methods=sum(m != "exact" for m in scored))
-    positions = task_positions(spec.task.name, spec.task.options or {}) or min(int(cfg.n_ctx), 64)
-    total += pruning_audit_flops(spec, cfg, positions)  # edge pruning's fits and refits
-    return total + faithfulness_flops(spec, cfg) + tests_flops(spec, cfg) + heads_flops(spec, cfg)
+    return stage_flops(spec, cfg)

@@ -16,12 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from circuitstat.pipelines.audit.tables import (_concat, approximation_tables, crossfit_folds, edge_stats_table, faithfulness_table,
-                           stability_tables)
-from circuitstat.pipelines.audit.masks import (MASK_OUTPUTS, mask_faithfulness_table, mask_methods, mask_stability_tables,
-                                               read_refits, score_methods)
+from circuitstat.pipelines.audit.tables import concat_parts, crossfit_folds, faithfulness_table
+from circuitstat.pipelines.audit.masks import score_methods
 from circuitstat.pipelines.audit.pricing import audit_flops
-from circuitstat.pipelines.audit.scores import RunScores, check_whole_scores
+from circuitstat.pipelines.audit.scores import check_whole_scores
 from circuitstat.pipelines.spec import AuditSpec
 from circuitstat.pipelines.kinds import RunKind
 from circuitstat.pipelines.sources import LOCAL, RunInputs
@@ -121,180 +119,15 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
                                                         provenance={"model": model.identity(),
                                                                     "task": task.describe(),
                                                                     BINDING_KEY: binding}) as run:
-        names, scores = _score_stages(run, spec, model, task, workers, force, allow_large=allow_large)
-        if spec.verify is not None:  # before the analyses: circuits selected from verified estimates join them
-            _verify_stage(run, spec, model, task, scores, names, force)
-        _analysis_stages(run, spec, model, task, scores, names, workers, force)
-        if circuit is not None:
-            _published_stage(run, spec, model, task, circuit, scores, force)
-        if spec.tests is not None:
-            _tests_stage(run, spec, model, task, scores, names, force)
-        if len(sources) > 1:
-            _heads_stage(run, spec, sources, model, task, force, allow_pickle=allow_pickle, allow_large=allow_large,
-                         inputs=inputs)
+        from circuitstat.pipelines.audit.stages import STAGES, AuditContext
+
+        ctx = AuditContext(run, spec, model, task, workers, force, sources, circuit, allow_pickle=allow_pickle,
+                           allow_large=allow_large, inputs=inputs)
+        for stage in STAGES:  # the one list of stages: audit_stages() and audit_flops() read it too
+            if stage.when(spec):
+                ctx.stage = stage
+                stage.run(ctx)
     return out
-
-
-def _score_stages(run, spec: AuditSpec, model, task, workers: int, force: bool, *,
-                  allow_large: bool = False) -> tuple[list[str], RunScores]:
-    """Run the index stage and one scores stage per method; return (edge or node names, the methods' [N, E] scores
-    as RunScores: read in blocks, or whole within a bound, by the stages that follow)."""
-    from circuitstat.circuits.scores import ScoreMatrix
-
-    n_cols = model.graph.n_edges if spec.level == "edge" else model.graph.n_senders
-    base = {"weight_hash": model.weight_hash(), "task_hash": task.content_hash}
-    spec_doc = audit_spec_doc(spec)
-    index_name = "edges" if spec.level == "edge" else "nodes"
-    sm0 = ScoreMatrix(np.zeros((1, n_cols), np.float32), model.graph, spec.level, "none", spec.ablation, "none")
-    run_stage(run, "index", lambda: {index_name: sm0.tables()[index_name]}, [index_name], params=base,
-              force=force)
-    attr_keys = ("level", "ablation", "input_node", "batch_size", "ig_steps", "seed") + (
-        ("moe_nodes",) if spec.moe_nodes != "block" else ())
-    for method in score_methods(spec):
-        params = {**base, "method": method, "task": spec.task.model_dump(),
-                  **{k: spec_doc[k] for k in attr_keys}}
-        run_stage(run, f"scores_{method}",
-                  lambda method=method: {f"scores_{method}": attribution_scores(
-                      model, task, method, spec, workers).tables(_scores_provenance(task))["scores"]},
-                  [f"scores_{method}"], params=params, force=force)
-    if mask_methods(spec):
-        _masks_stage(run, spec, model, task, sm0.names, base, force)
-    return sm0.names, RunScores(run, score_methods(spec), allow_large=allow_large)
-
-
-def _scores_provenance(task) -> dict:
-    """The scores tables' provenance: the task, and its templates (one label per prompt) where it has them, so a
-    cluster-scheme run is a sample-size pilot (circuitstat.pipelines.sample_size)."""
-    out = {"task": task.describe()}
-    if task.group is not None:
-        out["groups"] = [int(g) for g in task.group.tolist()]
-    return out
-
-
-def _masks_stage(run, spec: AuditSpec, model, task, names: list[str], base: dict, force: bool) -> None:
-    """The masks stage: every mask-learned method fitted on all prompts and refitted on the stability plan's
-    resamples (circuitstat.pipelines.audit.masks)."""
-    from circuitstat.pipelines.audit.masks import mask_tables
-
-    N = task.clean.shape[0]
-    groups = None if task.group is None else task.group.numpy()
-    params = {**base, "methods": mask_methods(spec), "edge_pruning": spec.edge_pruning.model_dump(),
-              **({"ugs": spec.ugs.model_dump()} if "ugs" in spec.methods else {}),
-              "task": spec.task.model_dump(), "bootstrap": spec.bootstrap.model_dump(),
-              **{k: getattr(spec, k) for k in ("ablation", "input_node", "batch_size", "seed")}}
-    run_stage(run, "masks",
-              lambda: mask_tables(model, task, spec, names,
-                                  {m: refit_plan(spec, N, groups, run.stage_seed("resampling"), m)
-                                   for m in mask_methods(spec)}),
-              list(MASK_OUTPUTS), params=params, force=force)
-
-
-def _analysis_stages(run, spec: AuditSpec, model, task, scores: RunScores, names: list[str], workers: int,
-                     force: bool) -> None:
-    """Run the edge_stats, stability, faithfulness and approximation stages over the methods' scores."""
-    ks = list(spec.k)
-    scored, masked = score_methods(spec), mask_methods(spec)
-    deps = [f"scores_{m}" for m in scored]
-    mask_deps = ["masks"] if masked else []
-    N = task.clean.shape[0]
-    groups = None if task.group is None else task.group.numpy()
-    rs = {"bootstrap": spec.bootstrap.model_dump(), "k": ks, "ranking": spec.ranking}
-    verified = verified_circuit_methods(run, spec)  # {name: (pseudo-scores, strata)}; reads the verified stage
-    circuit_deps = deps + (["verified"] if verified else [])
-
-    def stats_stage():
-        plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=True)
-        return {"edge_stats": _concat([edge_stats_table(scores.columns(m), names, m, plan, spec, workers)
-                                       for m in scored])}
-
-    if scored:  # a mask-learned method has no per-example scores: method_notes says so (masks stage)
-        run_stage(run, "edge_stats", stats_stage, ["edge_stats"], params=rs, depends_on=deps, force=force)
-    fits = {m: read_refits(run.table("mask_fits"), m) for m in masked}  # {method: (fit [E], refits [R, E])}
-
-    if spec.faithfulness:
-        def faith_stage():
-            plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=True)
-            seed = run.stage_seed("faithfulness")
-            parts = [faithfulness_with_search(model, task, scores.whole(m, "faithfulness"), m, ks, plan, spec, seed)
-                     for m in scored]
-            parts += [mask_faithfulness_table(model, task, fits[m][0], m, ks, plan, spec, seed) for m in masked]
-            parts += [faithfulness_with_search(model, task, C, vm, ks, plan, spec, seed, strata=strata,
-                                               ranked_by=_estimand(spec, strata))
-                      for vm, (C, strata) in verified.items()]
-            return {"faithfulness_vs_k": _concat(parts)}
-
-        run_stage(run, "faithfulness", faith_stage, ["faithfulness_vs_k"], params={**rs, "k_search": spec.k_search},
-                  depends_on=circuit_deps + mask_deps, force=force)
-
-    def stability_stage():
-        plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=False)
-        at = _chosen_ks(run, spec, ks)
-        parts = [stability_tables(scores.columns(m), names, m, plan, at(m), spec, workers) for m in scored]
-        if masked:  # refits over the same scheme's resamples, n_refits of them (the masks stage's plan)
-            parts += [mask_stability_tables(fits[m][1], names, m,
-                                            refit_plan(spec, N, groups, run.stage_seed("resampling"), m), at(m))
-                      for m in masked]
-        from circuitstat.stats import ResamplingPlan
-
-        for vm, (C, strata) in verified.items():  # labelled and unlabelled prompts resampled apart
-            vplan = ResamplingPlan.stratified(strata, spec.bootstrap.n_resamples, run.stage_seed("resampling"))
-            parts.append(stability_tables(C, names, vm, vplan, at(vm), spec, workers,
-                                          ranked_by=_estimand(spec, strata)))
-        return {"stability_vs_k": _concat([p[0] for p in parts]), "inclusion": _concat([p[1] for p in parts])}
-
-    run_stage(run, "stability", stability_stage, ["stability_vs_k", "inclusion"], params=rs,
-              depends_on=circuit_deps + mask_deps + (["faithfulness"] if spec.faithfulness else []), force=force)
-
-    others = [m for m in scored if m != "exact"]
-    if "exact" in scored and others:
-        def approx_stage():
-            # prompts resampled as for the edge intervals (clusters when the task has templates)
-            plan = resampling_plan(spec, N, groups, run.stage_seed("approximation"), for_intervals=True)
-            exact = scores.whole("exact", "approximation", held=2)
-            parts = [approximation_tables(exact, scores.whole(m, "approximation", held=2), names, m,
-                                          ks[min(1, len(ks) - 1)], spec.ranking, plan, spec.bootstrap.confidence_level)
-                     for m in others]
-            return {"approximation": _concat([p[0] for p in parts]),
-                    "approximation_summary": _concat([p[1] for p in parts])}
-
-        run_stage(run, "approximation", approx_stage, ["approximation", "approximation_summary"],
-                  params={"k": ks, "ranking": spec.ranking, "bootstrap": spec.bootstrap.model_dump()},
-                  depends_on=deps, force=force)
-
-
-def _chosen_ks(run, spec: AuditSpec, ks: list[int]):
-    """method -> the k grid plus the circuit size the verdict shows for it (a k the faithfulness search chose
-    beyond the grid), so the report reads stability and inclusion at the circuit's own k."""
-    if not spec.faithfulness:
-        return lambda method: ks
-    from circuitstat.reports.tableset import Tables
-    from circuitstat.reports.verdicts import choose_k
-
-    T = Tables(run.path)
-
-    def at(method: str) -> list[int]:
-        k, _ = choose_k(T, method)
-        return sorted(set(ks) | ({int(k)} if k is not None else set()))
-
-    return at
-
-
-def verified_circuit_methods(run, spec: AuditSpec) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """{"<approx>+verified": (pseudo-scores [N, E], strata [N])} of a verified run on every edge, else {} (with
-    ``verify.edges`` only a sample of edges has estimates, so no circuit over the graph is selected from them)."""
-    from circuitstat.pipelines import verify as V
-
-    if spec.verify is None or spec.verify.edges is not None:
-        return {}
-    table = run.table("verified_pseudo")
-    return {V.verified_method(m): V.read_pseudo(table, m) for m in score_methods(spec) if m != "exact"}
-
-
-def _estimand(spec: AuditSpec, strata: np.ndarray) -> str:
-    """The ranked_by words of a verified method: its estimates' estimand, with n and N."""
-    from circuitstat.stats.verified import verified_estimand
-
-    return f"{verified_estimand(int(strata.sum()), strata.size)} (PPI++ estimates)"
 
 
 def published_circuit(spec: AuditSpec, model):
@@ -309,31 +142,6 @@ def published_circuit(spec: AuditSpec, model):
         raise InputError("a published circuit is a set of edges: audit it with level: edge")
     circuit = read_circuit_file(spec.circuit.file, spec.circuit.file_format, model.graph, d_model=model.cfg.d_model)
     return circuit, spec.model_copy(update={"k": sizes_around(list(spec.k), circuit.n_edges, model.graph.n_edges)})
-
-
-def _published_stage(run, spec: AuditSpec, model, task, circuit, scores: RunScores, force: bool) -> None:
-    """The published stage: the published circuit's faithfulness, CPR/CMD, edge support and inclusion."""
-    import hashlib
-
-    from circuitstat.pipelines.published import published_tables
-
-    N = task.clean.shape[0]
-    groups = None if task.group is None else task.group.numpy()
-    digest = hashlib.sha256(circuit.edges.tobytes() + (b"" if circuit.scores is None else circuit.scores.tobytes()))
-    deps = ["edge_stats", "stability"] + (["faithfulness"] if spec.faithfulness else [])
-    params = {"circuit": {**spec.circuit.model_dump(exclude={"file"}), "sha256": digest.hexdigest()},
-              "bootstrap": spec.bootstrap.model_dump(), "ranking": spec.ranking, "k": list(spec.k)}
-
-    def compute():
-        plan = resampling_plan(spec, N, groups, run.stage_seed("resampling"), for_intervals=True)
-        tables = {t: run.table(t) for t in ("edge_stats", "inclusion")}
-        if spec.faithfulness:
-            tables["faithfulness_vs_k"] = run.table("faithfulness_vs_k")
-        means_of = {m: scores.columns(m) for m in scores.methods}  # the stage reads only their column means
-        return published_tables(model, task, circuit, means_of, tables, plan, spec, source=Path(spec.circuit.file).name)
-
-    run_stage(run, "published", compute, ["published_circuit", "published_circuit_edges"], params=params,
-              depends_on=deps, force=force)
 
 
 def faithfulness_with_search(model, task, S: np.ndarray, method: str, ks: list[int], plan, spec: AuditSpec, seed,
@@ -359,52 +167,13 @@ def faithfulness_with_search(model, task, S: np.ndarray, method: str, ks: list[i
 
     extra, why = search_k(evaluate, grid, spec.k_search, BAR)
     print(f"faithfulness {method}: {len(extra)} extra k evaluated below k = {max(ks)}; {why}", file=sys.stderr)
-    return _concat([grid, *extra])
+    return concat_parts([grid, *extra])
 
 
 def verify_outputs(verify) -> list[str]:
     """The tables a verified stage writes: missed_edges when some edges go unverified, else verified_pseudo (the
     pseudo-scores circuits are selected from: circuitstat.stats.verified.pseudo)."""
     return ["verified", "verified_prompts"] + (["missed_edges"] if verify.edges is not None else ["verified_pseudo"])
-
-
-def _verify_stage(run, spec: AuditSpec, model, task, scores: RunScores, names: list[str], force: bool) -> None:
-    """The verified stage: exact patching on a random subset checks every approximate method (pipelines.verify)."""
-    from circuitstat.pipelines import verify as V
-
-    held = len(score_methods(spec))
-    seed = V.draw_seed(spec.verify.seed, run.stage_seed("verified"))
-    params = {"verify": spec.verify.model_dump(), "seed": seed, "confidence_level": spec.bootstrap.confidence_level}
-
-    def compute():
-        approx = {m: scores.whole(m, "verified", held) for m in score_methods(spec) if m != "exact"}
-        plan = V.verify_plan(approx, spec.verify, seed)
-        if "exact" in scores.methods:  # exact on every prompt already: its cells are the subset's, bit for bit
-            cols = np.arange(len(names)) if plan.all_edges else plan.edges()
-            exact = scores.whole("exact", "verified", held)[np.ix_(plan.rows, cols)].astype(np.float64)
-        else:
-            exact, cols = V.run_exact(model, task, plan, ablation=spec.ablation, seed=spec.seed,
-                                      batch_size=spec.batch_size, input_node=spec.input_node)
-        return V.verified_tables(approx, exact, cols, plan, names, confidence_level=spec.bootstrap.confidence_level,
-                                 tau=spec.verify.tau)
-
-    run_stage(run, "verified", compute, verify_outputs(spec.verify), params=params,
-              depends_on=[f"scores_{m}" for m in score_methods(spec)], force=force)
-
-
-def _tests_stage(run, spec: AuditSpec, model, task, scores: RunScores, names: list[str], force: bool) -> None:
-    """The circuit_tests stage: hypothesis tests of one circuit, chosen on a selection half of the prompts and
-    tested on the other (circuitstat.pipelines.circuit_tests)."""
-    from circuitstat.pipelines.audit.tables import _ablation
-    from circuitstat.pipelines.circuit_tests import circuit_tests_stage
-
-    method = spec.tests.method or score_methods(spec)[0]
-    params = {"tests": spec.tests.model_dump(), "ranking": spec.ranking, "ablation": spec.ablation, "seed": spec.seed}
-    run_stage(run, "circuit_tests",
-              lambda: circuit_tests_stage(model, task, {method: scores.whole(method, "circuit_tests")}, names, spec,
-                                          run.stage_seed("circuit_tests"),
-                                          _ablation(model, task, spec)),
-              ["circuit_tests", "circuit_minimality"], params=params, depends_on=[f"scores_{method}"], force=force)
 
 
 def prepare_audit(spec: AuditSpec, *, allow_pickle: bool = False, allow_large: bool = False,
@@ -503,58 +272,21 @@ def run_stage(run, name: str, fn, outputs, **kw) -> None:
     print(f"stage {name}: {what}", file=sys.stderr, flush=True)
 
 
-def _heads_stage(run, spec: AuditSpec, sources: list[str], model, task, force: bool, *, allow_pickle: bool = False,
-                 allow_large: bool = False, inputs: RunInputs = LOCAL) -> None:
-    """Head stability across the spec's models (the heads estimator of circuitstat.pipelines.heads.stability). ``model`` is
-    ``sources[0]`` as prepare_audit loaded it; the other refits load the same way (the spec's dtype, on
-    model 0's checked device), and only when the stage runs."""
-    from circuitstat.pipelines.heads import stability as heads_mod
-
-    # min_excess is the verdict's threshold, not the stage's: changing it recomputes nothing
-    params = {"models": spec.sources, **spec.heads.model_dump(exclude={"min_excess"}), "seed": spec.seed}
-    outputs = ["heads", "layers", "residual", "head_details", "correlation", "summary"]
-
-    def compute():
-        h = spec.heads
-        est = heads_mod.HeadStability(match=h.match, pairs=h.pairs, drop_bos=h.drop_bos, n_probe=h.n_probe,
-                                      n_resamples=h.n_resamples, seed=spec.seed)
-        models = [model, *(load_audit_model(spec, s, str(model.device), allow_pickle=allow_pickle,
-                                            allow_large=allow_large, inputs=inputs)
-                           for s in sources[1:])]
-        # Without a tokenizer there are no corpus snippets: the task's clean prompts are the probe set.
-        full = task.attention_mask.bool().all(1).numpy()
-        probe = None if models[0].tokenizer is not None else heads_mod.ProbeSet.from_ids(
-            task.clean.numpy()[full][: h.n_probe], source=f"task:{task.name}")
-        tables = est.fit(models, probe).tables()
-        return {name: tables[name] for name in outputs}
-
-    run_stage(run, "heads", compute, outputs, params=params, force=force)
-
-
-#: every stage name an audit can write, whatever its spec (its scores stages are scores_<method>)
-AUDIT_STAGE_NAMES = frozenset({"index", "masks", "edge_stats", "stability", "faithfulness", "approximation", "heads",
-                               "verified", "published", "circuit_tests"})
 SCORES_STAGE = re.compile(r"scores_[a-z0-9*+-]+")
 
 
 def is_audit_stage(name: str) -> bool:
     """True for a stage name an audit writes (circuitstat.pipelines.claims: which runs an audit may resume)."""
-    return name in AUDIT_STAGE_NAMES or SCORES_STAGE.fullmatch(name) is not None
+    from circuitstat.pipelines.audit.stages import STAGES
+
+    return any(name == st.name for st in STAGES if st.names is None) or SCORES_STAGE.fullmatch(name) is not None
 
 
 def audit_stages(spec: AuditSpec) -> list[str]:
-    """The RunDir stages :func:`run_audit` writes for ``spec``, in order."""
-    scored = score_methods(spec)
-    others = [m for m in scored if m != "exact"]
-    return (["index", *(f"scores_{m}" for m in scored)]
-            + (["masks"] if mask_methods(spec) else [])
-            + (["verified"] if spec.verify is not None else [])
-            + (["edge_stats"] if scored else [])
-            + (["faithfulness"] if spec.faithfulness else []) + ["stability"]  # stability reads the chosen k
-            + (["approximation"] if "exact" in scored and others else [])
-            + (["published"] if spec.circuit is not None else [])
-            + (["circuit_tests"] if spec.tests is not None else [])
-            + (["heads"] if len(spec.sources) > 1 else []))
+    """The RunDir stages :func:`run_audit` writes for ``spec``, in order (circuitstat.pipelines.audit.stages.STAGES)."""
+    from circuitstat.pipelines.audit.stages import stage_names
+
+    return stage_names(spec)
 
 
 def _run_kind(spec: AuditSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False,
