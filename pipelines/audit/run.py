@@ -115,7 +115,7 @@ def run_audit(spec: AuditSpec, out: str | Path, *, n_jobs: int | None = None, sc
     binding = spec_binding(audit_spec_doc(spec))  # the spec as asked for, before k gains the circuit's sizes (check compares it)
     circuit, spec = published_circuit(spec, model)  # checked against the model's graph before the run directory
     spec_doc = audit_spec_doc(spec)
-    with backend(n_jobs, scheduler) as workers, RunDir(out, spec=spec_doc, command=sys.argv, seed=spec.seed,
+    with backend(n_jobs, scheduler) as workers, RunDir(out, spec=spec_doc, command=sys.argv, seed=spec.seed, kind="audit",
                                                         provenance={"model": model.identity(),
                                                                     "task": task.describe(),
                                                                     BINDING_KEY: binding}) as run:
