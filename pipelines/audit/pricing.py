@@ -1,5 +1,5 @@
 """What an audit costs before it runs: each stage's forwards and FLOPs, priced as ``attribute --plan`` prices a
-forward (upper bounds where a stage's work depends on its data), summed by :func:`audit_flops` for the run-kind
+forward (upper bounds where a stage's work depends on its data), summed by circuitstat.pipelines.audit.stages.audit_flops for the run-kind
 registry and the service's ``max_work_flops``."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from circuitstat.pipelines.spec import AuditSpec
 
 __all__ = ["HEADS_PROBE_LEN", "HEADS_NULL_PERMUTATIONS", "FAITHFULNESS_PASSES", "heads_flops", "faithfulness_forwards",
-           "faithfulness_flops", "tests_forwards", "tests_flops", "audit_flops"]
+           "faithfulness_flops", "tests_forwards", "tests_flops"]
 
 
 HEADS_PROBE_LEN = 64  # HeadStability's default probe length (min(64, n_ctx)) when probe_len is unset
@@ -83,13 +83,3 @@ def tests_flops(spec: AuditSpec, cfg) -> float:
     # every prompt), circuitstat.stats.circuit_tests.independence_test
     permutations = 3.0 * spec.tests.n_permutations * spec.task.n ** 2
     return float(tests_forwards(spec) * forward_flops(cfg, positions)) + permutations
-
-
-def audit_flops(spec: AuditSpec, cfg) -> float:
-    """The FLOPs of every stage of ``spec`` on models of config ``cfg``, summed over the stages that run
-    (circuitstat.pipelines.audit.stages.STAGES): its methods' attribution, mask fits, the verification's second
-    phase, faithfulness and the circuit tests (upper bounds) and head stability (the stage the issue-37 trial saw
-    run 140 s past its estimate)."""
-    from circuitstat.pipelines.audit.stages import stage_flops
-
-    return stage_flops(spec, cfg)

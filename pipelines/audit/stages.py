@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from circuitstat.pipelines.audit import run as R
+from circuitstat.pipelines.audit import common as R
 from circuitstat.pipelines.audit.masks import MASK_OUTPUTS, mask_faithfulness_table, mask_methods, mask_stability_tables, \
     pruning_audit_flops, read_refits, score_methods
 from circuitstat.pipelines.audit.pricing import faithfulness_flops, heads_flops, tests_flops
@@ -24,7 +24,7 @@ from circuitstat.pipelines.audit.tables import approximation_tables, concat_part
 from circuitstat.pipelines.spec import AuditSpec
 from circuitstat.pipelines.sources import LOCAL, RunInputs
 
-__all__ = ["Stage", "AuditContext", "STAGES", "HEADS_OUTPUTS", "stage_names", "stage_flops"]
+__all__ = ["Stage", "AuditContext", "STAGES", "HEADS_OUTPUTS", "stage_names", "audit_flops"]
 
 HEADS_OUTPUTS = ("heads", "layers", "residual", "head_details", "correlation", "summary")
 
@@ -425,6 +425,8 @@ def stage_names(spec: AuditSpec) -> list[str]:
     return [n for st in STAGES for n in st.stage_names(spec)]
 
 
-def stage_flops(spec: AuditSpec, cfg) -> float:
-    """The FLOPs of every stage of ``spec`` that runs, on models of config ``cfg`` (from :data:`STAGES`)."""
+def audit_flops(spec: AuditSpec, cfg) -> float:
+    """The FLOPs of every stage of ``spec`` that runs, on models of config ``cfg``, summed over :data:`STAGES`: its
+    methods' attribution, mask fits, the verification's second phase, faithfulness and the circuit tests (upper
+    bounds) and head stability (circuitstat.pipelines.audit.pricing prices each)."""
     return float(sum(st.flops(spec, cfg) for st in STAGES if st.when(spec)))

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from circuitstat.pipelines.audit.pricing import audit_flops
+from circuitstat.pipelines.audit.stages import audit_flops
 from circuitstat.pipelines.audit.run import audit_stages, is_audit_stage, run_audit
 from circuitstat.pipelines.audit.stages import STAGES, Stage
 from circuitstat.pipelines.spec import parse_spec
