@@ -94,6 +94,8 @@ class Result:
     main_table: str = "main"
     #: the interval ``conf_int()`` returns without ``which`` (None: the main table's first declared one)
     primary_interval: str | None = None
+    #: the run kind a run directory ``write`` creates records in its manifest (None: not a command's run)
+    run_kind: str | None = None
 
     params: dict
 
@@ -224,7 +226,7 @@ class Result:
             raise SchemaError(f"{type(self).__name__} tables {missing} have no registered schema; register them in "
                               "core/schema_results.py so write can check them")
         if not isinstance(run_dir, RunDir):
-            with RunDir(run_dir, spec=self.run_spec()) as run:
+            with RunDir(run_dir, spec=self.run_spec(), kind=self.run_kind) as run:
                 return self.write(run, under=under)
         prov = self.table_provenance()
         return {n: run_dir.write_table(f"{under}/{n}" if under else n, t, provenance=prov or None)

@@ -90,8 +90,10 @@ class RunDir:
         command: str | list[str] | None = None,
         seed: int | np.random.SeedSequence | None = None,
         provenance: Mapping[str, Any] | None = None,
+        kind: str | None = None,
     ) -> None:
         self.path = Path(path)
+        self.kind = kind  # the run kind recorded in the manifest (circuitstat.pipelines.kinds); None records none
         self.spec = to_jsonable(spec)
         self.command = command
         self._seed_arg = seed
@@ -221,6 +223,7 @@ class RunDir:
                 )
             manifest = {
                 "format": FORMAT,
+                "kind": self.kind,
                 "run_id": uuid.uuid4().hex,
                 "created_utc": utc_now(),
                 "command": None,
@@ -238,6 +241,11 @@ class RunDir:
                     f"{self.path} was started with seed entropy {have['entropy']} but this run asks for "
                     f"{want['entropy']}; resume with the same seed (or none) or use a new output directory"
                 )
+        if self.kind is not None and manifest.get("kind") not in (None, self.kind):
+            raise RunDirError(f"{self.path} holds a `{manifest['kind']}` run, not a `{self.kind}` run; "
+                              "use a new output directory")
+        if self.kind is not None:
+            manifest["kind"] = self.kind
         spec_hash = hash_json(self.spec)
         manifest["command"] = self.command
         manifest["spec"] = self.spec

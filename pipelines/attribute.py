@@ -176,7 +176,7 @@ def masks_into(m, t, out: Path, *, model_arg: str, task_arg: str, task_options: 
                           edge_pruning=options, ugs=options)
     edges = ScoreMatrix(np.zeros((1, m.graph.n_edges), np.float32), m.graph, "edge", method, ablation,
                         t.metric_name).tables()["edges"]
-    with RunDir(out, spec=spec, command=sys.argv, seed=seed,
+    with RunDir(out, spec=spec, command=sys.argv, seed=seed, kind="attribute",
                 provenance={"model": identity, "task": task_record}) as run:
         def compute():
             plan = None if n_refits is None else ResamplingPlan.bootstrap(n, n_refits, run.stage_seed("resampling"))
@@ -261,7 +261,7 @@ def attribute_into(m, t, out: Path, *, model_arg: str, task_arg: str, task_optio
     params = {**spec, "weight_hash": job.weight_hash, "task_hash": job.task_hash}
     index = "edges" if level == "edge" else "nodes"
     computed = []  # the ScoreMatrix when this call computes it (a finished stage is read back instead)
-    with RunDir(out, spec=spec, command=sys.argv, seed=seed,
+    with RunDir(out, spec=spec, command=sys.argv, seed=seed, kind="attribute",
                 provenance={"model": identity, "task": task_record}) as run:
         def compute():
             import time

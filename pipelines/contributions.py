@@ -395,7 +395,7 @@ class TokenContributions(Estimator):
         task = self.build_task(model) if task is None else task
         self.check_sizes(task, allow_large=allow_large)
         seed = self.seed if isinstance(self.seed, int) else None
-        with RunDir(out, spec=self._spec([str(getattr(model, "source", "memory"))]),
+        with RunDir(out, spec=self._spec([str(getattr(model, "source", "memory"))]), kind="tokens",
                     command=command if command is not None else sys.argv, seed=seed,
                     provenance={"model": model.identity(), "task": task.describe()}) as run:
             result, _ = self._stages(run, model, task, force=force)
@@ -429,7 +429,7 @@ class TokenContributions(Estimator):
                              "tokenizer (refits of one recipe)")
         seed = self.seed if isinstance(self.seed, int) else None
         sources = [str(getattr(m, "source", "memory")) for m in models]
-        with RunDir(out, spec=self._spec(sources), command=command if command is not None else sys.argv, seed=seed,
+        with RunDir(out, spec=self._spec(sources), kind="tokens", command=command if command is not None else sys.argv, seed=seed,
                     provenance={"models": [m.identity() for m in models], "task": tasks[0].describe()}) as run:
             per_model = [self._stages(run, m, t, prefix=f"model-{i}/", stage_prefix=f"model{i}_", force=force)
                          for i, (m, t) in enumerate(zip(models, tasks))]

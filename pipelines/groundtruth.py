@@ -281,7 +281,7 @@ def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int
     announce("study groundtruth", check_groundtruth(spec, loaded, allow_large=allow_large))  # before any work
     doc = spec.model_dump(exclude=_unused_keys(spec))  # older runs resume unchanged
     population = spec.n_datasets * max(spec.sizes)
-    with RunDir(out, spec=doc, command=sys.argv, seed=spec.seed,
+    with RunDir(out, spec=doc, command=sys.argv, seed=spec.seed, kind="study groundtruth",
                 provenance={"models": {m: gt.identity() for m, gt in loaded.items()}}) as run:
         tasks = {m: gt.task(population, _population_seed(run, m)) for m, gt in loaded.items()}
         for m, gt in loaded.items():

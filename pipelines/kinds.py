@@ -2,8 +2,8 @@
 
 A run kind is what a command writes into a run directory (``attribute``, ``audit``, ``study variance``, ...).
 Each kind declares once, in its own module, a :class:`RunKind`: how its spec is read, what runs it, the
-stages it writes (in order), what it costs (the ``--plan`` arithmetic, from the model's config alone) and
-the spec keys its manifest records. The command line, ``check`` and the service read it here, so a kind is
+stages it writes (in order) and what it costs (the ``--plan`` arithmetic, from the model's config alone);
+every run records its kind in its manifest. The command line, ``check`` and the service read it here, so a kind is
 never dispatched by a chain of ``if kind == ...`` elsewhere. Light to import: a kind's module is imported
 only when its declaration is asked for.
 """
@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from circuitstat.core.errors import InputError
 
-__all__ = ["RunKind", "KINDS", "SERVED", "kind", "recognise", "check_run_out"]
+__all__ = ["RunKind", "KINDS", "SERVED", "NO_KIND", "kind", "recorded_kind", "check_run_out"]
 
 
 @dataclass(frozen=True)
@@ -39,22 +39,22 @@ class RunKind:
     report: bool = False
 
 
-# kind name -> (the module that declares it as ``KIND``, the spec keys only that kind's recorded spec has).
-# Most specific keys first: recognise() takes the first kind whose keys a recorded spec holds, without
-# importing any kind's module.
+# kind name -> the module that declares it as ``KIND``. A run records its kind in its manifest (RunDir's ``kind``),
+# so a run directory's kind is read, never guessed from its spec's keys.
 _REGISTRY = {
-    "study heads": ("circuitstat.pipelines.heads.study", ("study", "plan")),
-    "study groundtruth": ("circuitstat.pipelines.groundtruth", ("sizes", "n_datasets", "alphas", "k_multiples")),
-    "study calibration": ("circuitstat.pipelines.calibration.study", ("sizes", "n_datasets")),
-    "study variance": ("circuitstat.pipelines.variance_study.study", ("estimators", "counterfactual")),
-    "audit": ("circuitstat.pipelines.audit.run", ("methods", "bootstrap")),
-    "attribute": ("circuitstat.pipelines.attribute", ("method", "level", "ablation", "max_rows")),
-    "tokens": ("circuitstat.pipelines.contributions", ("measures", "ks")),
-    "heads": ("circuitstat.pipelines.heads.stability", ("match", "pairs", "null")),
+    "study heads": "circuitstat.pipelines.heads.study",
+    "study groundtruth": "circuitstat.pipelines.groundtruth",
+    "study calibration": "circuitstat.pipelines.calibration.study",
+    "study variance": "circuitstat.pipelines.variance_study.study",
+    "audit": "circuitstat.pipelines.audit.run",
+    "attribute": "circuitstat.pipelines.attribute",
+    "tokens": "circuitstat.pipelines.contributions",
+    "heads": "circuitstat.pipelines.heads.stability",
 }
 KINDS = tuple(_REGISTRY)
-# outputs written by a Result (core/results.py: spec {"result": class name, ...}) that a command owns as its kind
-RESULT_KINDS = {"SampleSizeResult": "sample-size"}
+#: what a run recorded before its manifest held its kind is told (check_run_out refuses to write into it)
+NO_KIND = ("was written before circuitstat recorded a run's kind in manifest.json, so what it holds cannot be "
+           "checked; give a new --out (rerun the command there), or read it as it is")
 # the service's job kinds and the run kind each runs
 SERVED = {"audit": "audit", "variance": "study variance", "calibration": "study calibration",
           "attribute": "attribute"}
@@ -65,19 +65,17 @@ def kind(name: str) -> RunKind:
     name = SERVED.get(name, name)
     if name not in _REGISTRY:
         raise InputError(f"unknown run kind {name!r}; kinds: {', '.join(KINDS)}")
-    declared = importlib.import_module(_REGISTRY[name][0]).KIND
+    declared = importlib.import_module(_REGISTRY[name]).KIND
     if declared.name != name:  # a module declaring another kind is a bug in this table
-        raise RuntimeError(f"{_REGISTRY[name][0]} declares {declared.name!r}, not {name!r}")
+        raise RuntimeError(f"{_REGISTRY[name]} declares {declared.name!r}, not {name!r}")
     return declared
 
 
-def recognise(spec: Any) -> str | None:
-    """The kind whose run recorded ``spec`` (a manifest's spec), or None when none matches."""
-    if not isinstance(spec, dict):
-        return None
-    if isinstance(spec.get("result"), str) and spec["result"] in RESULT_KINDS:
-        return RESULT_KINDS[spec["result"]]
-    return next((k for k in KINDS if all(key in spec for key in _REGISTRY[k][1])), None)
+def recorded_kind(manifest: Any) -> str | None:
+    """The run kind a run's manifest records (RunDir ``kind``), or None when it records none (a run written before
+    kinds were recorded, or not a command's run)."""
+    kind_ = manifest.get("kind") if isinstance(manifest, dict) else None
+    return kind_ if isinstance(kind_, str) else None
 
 
 def check_run_out(out: Path, name: str | None = None, *, force: bool = False) -> None:
@@ -97,7 +95,10 @@ def check_run_out(out: Path, name: str | None = None, *, force: bool = False) ->
         return
     from circuitstat.core.rundir import RunDir
 
-    other = recognise(RunDir.read_manifest(out).get("spec"))
+    manifest = RunDir.read_manifest(out)
+    if "kind" not in manifest:
+        raise InputError(f"--out {out} {NO_KIND}")
+    other = recorded_kind(manifest)
     if other != name:
         what = f"a `circuitstat {other}` run" if other else "a run of another command"
         raise InputError(f"--out {out} holds {what}, not a `circuitstat {name}` run; give a new --out (--force only "

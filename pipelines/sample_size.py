@@ -84,6 +84,8 @@ def _audit_spec(path: Path):
 class SampleSizeResult(Result):
     """Predictions at each N from a pilot: per-edge widths, stability, claims and (with --plan) cost tables."""
 
+    run_kind = "sample-size"  # the run kind its run directory records (circuitstat.pipelines.kinds)
+
     widths: dict
     stability: dict
     claims: dict | None = None

@@ -89,7 +89,7 @@ def mask_tables(model, task, spec: AuditSpec, names: list[str], plan) -> dict:
     spec.seed for refit i; None: no refits, the refit columns NaN). ``spec``: an AuditSpec, or any object with its
     methods, ablation, input_node, seed, batch_size and options sections (the ``attribute`` command passes so)."""
     from circuitstat.circuits.mask_methods import fit_mask, mask_gates
-    from circuitstat.pipelines.audit.tables import _concat
+    from circuitstat.pipelines.audit.tables import concat_parts as _concat
     from circuitstat.pipelines.groundtruth_masks import refit_mask
 
     masks, fits, notes = [], [], []

@@ -1,14 +1,13 @@
 """What an audit costs before it runs: each stage's forwards and FLOPs, priced as ``attribute --plan`` prices a
-forward (upper bounds where a stage's work depends on its data), summed by :func:`audit_flops` for the run-kind
+forward (upper bounds where a stage's work depends on its data), summed by circuitstat.pipelines.audit.stages.audit_flops for the run-kind
 registry and the service's ``max_work_flops``."""
 
 from __future__ import annotations
 
-from circuitstat.pipelines.audit.masks import pruning_audit_flops, score_methods
 from circuitstat.pipelines.spec import AuditSpec
 
 __all__ = ["HEADS_PROBE_LEN", "HEADS_NULL_PERMUTATIONS", "FAITHFULNESS_PASSES", "heads_flops", "faithfulness_forwards",
-           "faithfulness_flops", "tests_forwards", "tests_flops", "audit_flops"]
+           "faithfulness_flops", "tests_forwards", "tests_flops"]
 
 
 HEADS_PROBE_LEN = 64  # HeadStability's default probe length (min(64, n_ctx)) when probe_len is unset
@@ -84,21 +83,3 @@ def tests_flops(spec: AuditSpec, cfg) -> float:
     # every prompt), circuitstat.stats.circuit_tests.independence_test
     permutations = 3.0 * spec.tests.n_permutations * spec.task.n ** 2
     return float(tests_forwards(spec) * forward_flops(cfg, positions)) + permutations
-
-
-def audit_flops(spec: AuditSpec, cfg) -> float:
-    """The FLOPs of every stage of ``spec`` on models of config ``cfg``: its methods' attribution, the verification's
-    second phase, edge pruning's fits, faithfulness and the circuit tests (upper bounds) and head stability (the
-    stage the issue-37 trial saw run 140 s past its estimate)."""
-    from circuitstat.pipelines.build import attribution_flops, task_positions
-
-    scored = score_methods(spec)
-    total = sum(attribution_flops(cfg, spec, m, spec.task.n, ig_steps=spec.ig_steps, level=spec.level)
-                for m in scored)
-    if spec.verify is not None and "exact" not in scored:  # with exact on all prompts, phase 2 is free
-        from circuitstat.pipelines.verify import phase2_flops
-
-        total += phase2_flops(cfg, spec, spec.verify, n_methods=sum(m != "exact" for m in scored))
-    positions = task_positions(spec.task.name, spec.task.options or {}) or min(int(cfg.n_ctx), 64)
-    total += pruning_audit_flops(spec, cfg, positions)  # edge pruning's fits and refits
-    return total + faithfulness_flops(spec, cfg) + tests_flops(spec, cfg) + heads_flops(spec, cfg)

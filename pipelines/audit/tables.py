@@ -2,7 +2,7 @@
 approximation and approximation_summary, built from score matrices by the estimators of stats/ and
 circuits/ (circuitstat.pipelines.audit.run runs them as resumable stages; the variance study reuses them).
 
-Each builder returns ``{column: values}`` in the order core/schema.py registers; :func:`_concat`
+Each builder returns ``{column: values}`` in the order core/schema.py registers; :func:`concat_parts`
 stacks the per-method parts of one table.
 """
 
@@ -113,7 +113,7 @@ AREA_NEEDS_TWO_K = "CPR and CMD are areas under the faithfulness curve and need 
 FIXED_CI_METHODS = ("percentile", "basic", "bca")
 
 
-def _ablation(model, task, spec):
+def ablation_of(model, task, spec):
     """The spec's ablation for circuitstat.circuits.faithfulness: its name, or an Ablation object when the input node
     is MIB's token embedding (``input_node: tokens``), so circuits are evaluated as they were scored."""
     node = getattr(spec, "input_node", "embeddings")
@@ -168,7 +168,7 @@ def fixed_faithfulness_columns(model, task, ranked: np.ndarray, ranking: str, me
     level = getattr(spec, "level", "edge")
     # the one top-k (circuitstat.core.topk), ties at random from the seed: the rule stability and f_selected use
     res = faithfulness_curve(model, task, ranked.astype(np.float32), ranking=ranking, ks=ks,
-                             fractions=None, prune=False, ablation=_ablation(model, task, spec), seed=spec.seed,
+                             fractions=None, prune=False, ablation=ablation_of(model, task, spec), seed=spec.seed,
                              batch_size=spec.batch_size, progress=sys.stderr.isatty(), level=level, tie_seed=seed)
     ties = res.to_table("faithfulness_circuits").select(["tie_rule", "cutoff_ties", "cutoff_ties_excluded"]).to_pydict()
     ci_method = spec.bootstrap.ci_method if spec.bootstrap.ci_method in FIXED_CI_METHODS else "bca"
@@ -274,7 +274,7 @@ def circuit_evaluator(model, task, spec):
 
     from circuitstat.circuits.faithfulness import faithfulness
 
-    abl = _ablation(model, task, spec)
+    abl = ablation_of(model, task, spec)
 
     def evaluate(masks: np.ndarray, rows: np.ndarray):
         with warnings.catch_warnings():
@@ -324,10 +324,13 @@ def approximation_tables(exact: np.ndarray, approx: np.ndarray, names: list[str]
     return {"method": [method] * len(names), **per}, {"method": [method], **summ, **{c: [v] for c, v in ci.items()}}
 
 
-def _concat(parts: list[dict]) -> dict:
+def concat_parts(parts: list[dict]) -> dict:
     """Return the per-method parts of one table stacked column by column (lists of strings stay lists)."""
     out: dict = {}
     for p in parts:
         for key, v in p.items():
             out.setdefault(key, []).append(np.asarray(v) if not isinstance(v, list) else np.asarray(v, dtype=object))
     return {k: (np.concatenate(v).tolist() if v[0].dtype == object else np.concatenate(v)) for k, v in out.items()}
+
+
+_concat, _ablation = concat_parts, ablation_of  # the old names, still imported by variance_study and published

@@ -148,7 +148,7 @@ def run_calibration_study(spec: CalibrationSpec, out: str | Path, *, n_jobs: int
     spec = src.spec  # with what a scores run decides (method, ablation) filled in
     check_ks(spec, src.n_edges)
     doc = spec.model_dump()
-    with RunDir(out, spec=doc, command=sys.argv, seed=spec.seed, provenance=src.provenance) as run:
+    with RunDir(out, spec=doc, command=sys.argv, seed=spec.seed, kind="study calibration", provenance=src.provenance) as run:
         name = f"scores_{spec.method}"
         run.stage(name, lambda: {name: src.scores_table()}, [name], params=src.params, force=force)
         population = np.asarray(table_to_matrix(run.table(name)), dtype=np.float64)

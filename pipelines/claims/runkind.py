@@ -34,10 +34,10 @@ def _stages(manifest: dict | None) -> dict:
 
 
 def _kind(manifest: dict | None) -> str | None:
-    """The kind of run (circuitstat.pipelines.kinds.recognise, from the spec its manifest records)."""
-    from circuitstat.pipelines.kinds import recognise  # the one registry of which kind's spec has which keys
+    """The kind of run its manifest records (circuitstat.pipelines.kinds.recorded_kind); None when it records none."""
+    from circuitstat.pipelines.kinds import recorded_kind
 
-    return recognise((manifest or {}).get("spec"))
+    return recorded_kind(manifest)
 
 
 def _kind_words(manifest: dict | None) -> str:
@@ -45,7 +45,8 @@ def _kind_words(manifest: dict | None) -> str:
     stages = f"stages {names[:6]}{' ...' if len(names) > 6 else ''}"
     kind = _kind(manifest)
     if kind is None:
-        return f"its {stages}"
+        unrecorded = manifest is not None and "kind" not in manifest
+        return f"its {stages}" + (" (a run from before run kinds were recorded)" if unrecorded else "")
     return f"it is {'an' if kind[0] in 'aeiou' else 'a'} `{kind}` run ({stages})"
 
 
@@ -84,6 +85,10 @@ def audit_target_problem(run_dir: Path) -> str | None:
     stages = _stages(manifest)
     from circuitstat.pipelines.audit.run import is_audit_stage
 
+    from circuitstat.pipelines.kinds import NO_KIND
+
+    if manifest is not None and "kind" not in manifest:
+        return f"{run_dir} {NO_KIND}"
     foreign = sorted(n for n in stages if not is_audit_stage(n))
     if foreign or _kind(manifest) not in (None, "audit"):
         return f"{run_dir} is not an audit's run: {_kind_words(manifest)}"

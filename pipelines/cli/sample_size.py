@@ -99,7 +99,7 @@ def _write(res, out: Path) -> dict:
     """Write ``res`` into ``out`` through RunDir; an earlier output's tables this result does not have go, records too."""
     from circuitstat.core.rundir import RunDir
 
-    with RunDir(out, spec=res.run_spec()) as run:
+    with RunDir(out, spec=res.run_spec(), kind=res.run_kind) as run:
         for stale in sorted(out.glob("sample_size_*.parquet")):
             if stale.stem not in res.tables():
                 run.remove_table(stale.stem)

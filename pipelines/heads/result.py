@@ -82,6 +82,8 @@ class HeadStabilityResult(Result):
     estimates (``estimate:<name>``), so results on the same seeds can be compared refit by refit.
     """
 
+    run_kind = "heads"  # the run kind its run directory records (circuitstat.pipelines.kinds)
+
     n_layers: int
     n_heads: int
     heads: dict

@@ -458,7 +458,7 @@ def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2,
     timings["train_s"] = round(time.time() - t0, 1)
     names = [n for n, _ in plan.conditions()]
     headline = condition_name(max(plan.depths), *plan.optimizers[-1])
-    with RunDir(out, spec=spec, command=command, seed=plan.seed,
+    with RunDir(out, spec=spec, command=command, seed=plan.seed, kind="study heads",
                 provenance={"study": plan.name, "corpus": {"name": corpus_obj.name, "sha256": corpus_obj.content_hash}}) as run:
         weights = {n: [json.loads((Path(p) / "config.json").read_text())["weight_hash"] for p in paths[n]] for n in names}
         run.stage("models", lambda: {"models": _models_table(plan, paths)}, ["models"], params={"weights": weights})

@@ -60,7 +60,7 @@ def run_variance_study(spec: VarianceSpec, out: str | Path, n_jobs: int | None =
 
         check_run_work("study variance", spec, sc.model(0).cfg, allow_large=allow_large,
                        shrink="sources, counterfactual.n_draws, estimators, task.n or dataset.n_fresh")
-    with RunDir(out, spec=spec_doc, command=sys.argv, seed=spec.seed,
+    with RunDir(out, spec=spec_doc, command=sys.argv, seed=spec.seed, kind="study variance",
                 provenance=getattr(sc, "provenance", {"scores": "user scorer"})) as run:
         box["run"] = run
         _Study(spec, run, sc, n_jobs, force).execute()

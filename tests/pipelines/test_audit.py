@@ -89,10 +89,10 @@ def _killer_script(out: Path, target: str) -> str:
     """A driver that runs the audit and SIGKILLs itself inside stage ``target``."""
     hooks = {
         "scores_exact": "circuitstat.pipelines.audit.run.attribution_scores",
-        "edge_stats": "circuitstat.pipelines.audit.run.edge_stats_table",
-        "stability": "circuitstat.pipelines.audit.run.stability_tables",
+        "edge_stats": "circuitstat.pipelines.audit.stages.edge_stats_table",  # the stages' module calls them
+        "stability": "circuitstat.pipelines.audit.stages.stability_tables",
         "faithfulness": "circuitstat.pipelines.audit.run.faithfulness_table",
-        "approximation": "circuitstat.pipelines.audit.run.approximation_tables",
+        "approximation": "circuitstat.pipelines.audit.stages.approximation_tables",
     }
     mod, fn = hooks[target].rsplit(".", 1)
     return textwrap.dedent(f"""
@@ -102,7 +102,8 @@ def _killer_script(out: Path, target: str) -> str:
             os.kill(os.getpid(), signal.SIGKILL)
         setattr(m, {fn!r}, boom)
         from circuitstat.pipelines.spec import parse_spec
-        m.run_audit(parse_spec({SPEC!r}), {str(out)!r})
+        from circuitstat.pipelines.audit.run import run_audit
+        run_audit(parse_spec({SPEC!r}), {str(out)!r})
     """)
 
 

@@ -146,7 +146,7 @@ def test_pruning_cost_counts_the_forwards_a_fit_runs(monkeypatch):
 
 def test_plan_prices_edge_pruning_fits_and_refits():
     from circuitstat.circuits.plan import pruning_cost
-    from circuitstat.pipelines.audit.pricing import audit_flops
+    from circuitstat.pipelines.audit.stages import audit_flops
     from circuitstat.pipelines.sources import LOCAL
 
     cfg = LOCAL.skeleton(SPEC["model"]).cfg

@@ -104,7 +104,7 @@ def test_attribute_command_fits_ugs_and_refuses_bad_options(tmp_path):
 
 def test_plan_prices_a_ugs_step_as_n_samples_masked_passes():
     from circuitstat.circuits.plan import pruning_cost
-    from circuitstat.pipelines.audit.pricing import audit_flops
+    from circuitstat.pipelines.audit.stages import audit_flops
     from circuitstat.pipelines.sources import LOCAL
 
     cfg = LOCAL.skeleton(SPEC["model"]).cfg

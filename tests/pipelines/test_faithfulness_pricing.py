@@ -7,6 +7,7 @@ import pytest
 
 from circuitstat.circuits.model import CircuitModel
 from circuitstat.pipelines.audit import pricing
+from circuitstat.pipelines.audit import common, stages
 from circuitstat.pipelines.audit import run as audit
 from circuitstat.pipelines.spec import parse_spec
 
@@ -18,7 +19,7 @@ BASE = {"model": MODEL, "task": {"name": "induction", "n": 24, "options": {"seq_
 def _counted_forwards(spec, out, monkeypatch) -> int:
     """Example rows run through the model inside the faithfulness stage of an audit of ``spec``."""
     rows, inside = [0], [False]
-    run, search = CircuitModel.run, audit.faithfulness_with_search
+    run, search = CircuitModel.run, common.faithfulness_with_search
 
     def counted_run(self, ids, *a, **kw):
         if inside[0]:
@@ -33,7 +34,7 @@ def _counted_forwards(spec, out, monkeypatch) -> int:
             inside[0] = False
 
     monkeypatch.setattr(CircuitModel, "run", counted_run)
-    monkeypatch.setattr(audit, "faithfulness_with_search", counted_search)
+    monkeypatch.setattr(common, "faithfulness_with_search", counted_search)  # the stages call it there
     audit.run_audit(spec, out)
     return rows[0]
 
@@ -55,7 +56,7 @@ def test_audit_flops_include_faithfulness_only_when_it_runs():
 
     cfg = LOCAL.skeleton(MODEL).cfg
     on, off = parse_spec(BASE), parse_spec({**BASE, "faithfulness": False})
-    assert pricing.audit_flops(on, cfg) - pricing.audit_flops(off, cfg) == pytest.approx(
+    assert stages.audit_flops(on, cfg) - stages.audit_flops(off, cfg) == pytest.approx(
         pricing.faithfulness_forwards(on) * forward_flops(cfg, 10))  # induction, seq_len 5: 2 x 5 positions
     assert pricing.faithfulness_flops(off, cfg) == 0.0
 
@@ -96,5 +97,5 @@ def test_audit_flops_include_the_tests_stage_only_when_it_runs():
 
     cfg = LOCAL.skeleton(MODEL).cfg
     on = parse_spec({**BASE, "tests": {"k": 3, "n_random": 19, "random_quantile": None}})
-    assert pricing.audit_flops(on, cfg) - pricing.audit_flops(parse_spec(BASE), cfg) == pytest.approx(
+    assert stages.audit_flops(on, cfg) - stages.audit_flops(parse_spec(BASE), cfg) == pytest.approx(
         pricing.tests_forwards(on) * forward_flops(cfg, 10) + 3.0 * on.tests.n_permutations * on.task.n ** 2)

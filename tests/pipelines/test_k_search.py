@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-import circuitstat.pipelines.audit.run as audit
+import circuitstat.pipelines.audit.common as audit  # faithfulness_with_search and the faithfulness_table it calls
 from circuitstat.pipelines.k_search import search_k
 from circuitstat.pipelines.spec import parse_spec
 from circuitstat.core.rundir import RunDir

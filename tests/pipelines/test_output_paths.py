@@ -174,7 +174,7 @@ def test_sample_size_never_writes_into_another_run(attribute_run, tmp_path):
 
 def test_force_never_writes_into_a_run_of_another_kind(tmp_path):
     """--force only recomputes a run of the same kind: attribute --force into an audit's run is refused."""
-    with RunDir(tmp_path / "audit", spec={"methods": ["eap"], "bootstrap": {}}, seed=0):
+    with RunDir(tmp_path / "audit", spec={"methods": ["eap"], "bootstrap": {}}, seed=0, kind="audit"):
         pass
     before = (tmp_path / "audit" / "manifest.json").read_bytes()
     res = _invoke(["attribute", "--model", MODEL, "--method", "eap", "--n", "4", "--out", tmp_path / "audit",

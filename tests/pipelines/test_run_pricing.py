@@ -125,7 +125,7 @@ def test_an_audit_section_of_absurd_size_is_refused_before_any_pass(tmp_path, pa
 
 
 def test_the_same_audit_with_small_sections_passes_its_price(tmp_path, monkeypatch, passes):
-    import circuitstat.pipelines.audit.run as run
+    import circuitstat.pipelines.audit.common as run  # the audit's stages call attribution_scores there
 
     def reached(*a, **k):
         raise Reached
