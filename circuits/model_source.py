@@ -36,6 +36,9 @@ SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 """An operator's model name (``served:NAME``)."""
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")
 SHAPES = ("random:ARCH?key=value&...", "zoo:RECIPE/seed-S", "a model directory", "a hub id org/name[@revision]")
+SIZE_KEYS = {"n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "num_hidden_layers", "num_attention_heads",
+             "hidden_size", "max_position_embeddings"}
+"""The sizes every family's model needs as positive integers (layers, heads, width, vocabulary, context)."""
 NESTED = {"rope_parameters", "rope_scaling"}
 """Config fields a ``random:`` spec may set key by key, as ``rope_parameters.factor=2`` (``rope_scaling``
 is transformers' old name for ``rope_parameters``; a second dot reaches a layer type's schedule,
@@ -209,4 +212,9 @@ def parse_random_spec(source: str) -> Random:
     seed = values.pop("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise InputError(f"seed in {source!r} must be an integer, got {seed!r}")
+    for key in SIZE_KEYS & set(values):  # what the loader's size check (check_hf_config) requires, read here first
+        value = values[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            shown = repr(value) if isinstance(value, (int, float)) else f"a {type(value).__name__}"
+            raise InputError(f"random: spec {source!r}: {key} must be a positive integer, got {shown}; fix {key}")
     return Random(source, arch, values, seed)
