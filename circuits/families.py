@@ -53,6 +53,11 @@ SMALL["gptj"] = dict(n_embd=256, n_layer=4, n_head=8, rotary_dim=16, n_inner=102
 SMALL["falcon"] = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_kv_heads=8,
                        ffn_hidden_size=1024, vocab_size=32000, max_position_embeddings=2048)
 
+# the supported families, in the order refusals list them (circuitstat.circuits.convert.SUPPORTED reads it)
+SMALL = {arch: SMALL[arch] for arch in ("gpt2", "gpt_neox", "llama", "qwen2", "qwen3", "mistral", "gemma2",
+                                        "gemma3_text", "phi3", "olmo2", "gemma", "granite", "smollm3", "olmo",
+                                        "starcoder2", "phi", "gptj", "cohere", "stablelm", "falcon", *MOE_SMALL)}
+
 # model types that are not a family but hold one: where the supported family is, in the refusal
 POINTERS = {
     "gemma3": "'gemma3' is Gemma 3's vision-language model (Gemma3ForConditionalGeneration); its text-only models "
