@@ -29,21 +29,12 @@ from .convert_moe import (MOE_IRRELEVANT, MOE_READ, MOE_TYPES, attention_extras,
                           moe_weights)
 from .engine.config import compute_dtype
 from .engine.moe import is_sparse
+from .families import POINTERS, SMALL  # model types that are not a family but hold one: the refusal names it
 from .model import CircuitModel, ModelConfig
 from .rope_config import rope_fields
 
-SUPPORTED = ("gpt2", "gpt_neox", "llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2",
-             "gemma", "granite", "smollm3", "olmo", "starcoder2")
-SUPPORTED += ("phi", "gptj", "cohere", "stablelm", "falcon")  # circuits/convert_dense.py
-SUPPORTED += MOE_TYPES  # mixture-of-experts families (circuitstat.circuits.convert_moe)
-
-# model types that are not a family but hold one: where the supported family is, in the refusal
-POINTERS = {
-    "gemma3": "'gemma3' is Gemma 3's vision-language model (Gemma3ForConditionalGeneration); its text-only models "
-              "(Gemma3ForCausalLM, e.g. gemma-3-1b) are supported as model type 'gemma3_text': use a "
-              "gemma3_text checkpoint (or random:gemma3_text)",
-}
-
+SUPPORTED = tuple(SMALL)  # every family random: builds (circuitstat.circuits.families): decoders, dense, MoE
+assert set(MOE_TYPES) <= set(SUPPORTED)  # mixture-of-experts families (circuitstat.circuits.convert_moe)
 
 def unsupported(kind: str, where: str = "") -> UnsupportedArchitectureError:
     """The error (exit 2) refusing model type ``kind`` (``where``: the file or spec it came from), naming the

@@ -116,18 +116,7 @@ def attention_weights(cfg, attn, p: str) -> dict:
     return {p + "sinks": attn.sinks} if cfg.attn_sinks else {}
 
 
-# small shapes for random: specs (circuitstat.circuits.loading._SMALL): 4 experts, 2 active per token
-_LLAMA_SMALL = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
-                    intermediate_size=688, vocab_size=32000, max_position_embeddings=2048, num_experts_per_tok=2)
-MOE_SMALL = {
-    "mixtral": dict(_LLAMA_SMALL, head_dim=32, num_local_experts=4),
-    "qwen2_moe": dict(_LLAMA_SMALL, num_experts=4, moe_intermediate_size=172, shared_expert_intermediate_size=688),
-    "qwen3_moe": dict(_LLAMA_SMALL, head_dim=32, num_experts=4, moe_intermediate_size=172),
-    "olmoe": dict(_LLAMA_SMALL, num_experts=4),
-    # yarn's factor 32 over 4096 original positions: the context it implies (HF warns on any other)
-    "gpt_oss": dict(_LLAMA_SMALL, head_dim=32, num_local_experts=4, sliding_window=128, layer_types=None,
-                    max_position_embeddings=131072),
-}
+# small shapes for random: specs: circuitstat.circuits.families.MOE_SMALL (torch-free, read by pricing too)
 
 
 def moe_parameter_bound(model_type: str, values: dict) -> int:

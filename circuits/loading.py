@@ -25,41 +25,22 @@ import contextlib
 import json
 import math
 from pathlib import Path
-from urllib.parse import parse_qsl
 
 import torch
 
-from circuitstat.core.errors import InputError, UnsupportedArchitectureError
+from circuitstat.core.errors import InputError
 
 from .cache import conversion_dir, weight_hash_memo
+from .checkpoint_count import checkpoint_parameters
 from .config_values import check_config_values
-from .convert import FAMILIES, POINTERS, SUPPORTED, from_hf, unsupported
-from .convert_moe import MOE_SMALL, moe_parameter_bound
+from .convert import FAMILIES, SUPPORTED, from_hf, unsupported
+from .convert_moe import moe_parameter_bound
+from .families import BYTES_PER_PARAM, SMALL
+from .model_source import NESTED, Dir, Hub, Random, Source, parse_random_spec, parse_source
 from .limits import check_bytes
 from .model import CircuitModel, ModelConfig
 from .own_format import (MAX_CONFIG_BYTES, check_own_config, check_recorded_weight_hash, circuit_parameters,
                          load_own, positive_int, read_json_object, safetensors_shapes)
-
-# HF defaults for these families describe multi-billion-parameter models; random: specs start
-# from small shapes instead (every key can still be overridden in the spec).
-_SMALL = {
-    "gpt_neox": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
-                     vocab_size=50304, max_position_embeddings=2048),
-    "llama": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
-                  intermediate_size=688, vocab_size=32000, max_position_embeddings=2048),
-    "qwen2": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
-                  intermediate_size=688, vocab_size=32000, max_position_embeddings=2048),
-    "gpt2": {},
-}
-# the decoder families of circuitstat.circuits.convert.FAMILIES: the same small shape (head_dim where the config
-# class has the field; the others use hidden_size // heads)
-_NO_HEAD_DIM = ("phi3", "olmo2", "granite", "smollm3", "olmo", "starcoder2")
-for _arch in ("qwen3", "mistral", "gemma2", "gemma3_text", "gemma", *_NO_HEAD_DIM):
-    _SMALL[_arch] = dict(_SMALL["llama"], **({} if _arch in _NO_HEAD_DIM else {"head_dim": 32}))
-_SMALL["phi3"].update(original_max_position_embeddings=2048)
-for _arch in ("gemma2", "gemma3_text"):
-    _SMALL[_arch].update(query_pre_attn_scalar=32)
-_SMALL.update(MOE_SMALL)  # mixture-of-experts families: 4 experts, 2 active (circuitstat.circuits.convert_moe)
 
 # Per family: (layers, heads, width, vocabulary, positions, MLP width) config keys.
 _SHAPE_KEYS = {
@@ -73,17 +54,12 @@ for _arch in FAMILIES:
     _SHAPE_KEYS[_arch] = _SHAPE_KEYS["llama"]
 # the dense families of circuitstat.circuits.convert_dense: small shapes, each family's own key names
 for _arch in ("phi", "cohere", "stablelm"):
-    _SMALL[_arch] = dict(_SMALL["llama"])
     _SHAPE_KEYS[_arch] = _SHAPE_KEYS["llama"]
-_SMALL["gptj"] = dict(n_embd=256, n_layer=4, n_head=8, rotary_dim=16, n_inner=1024, vocab_size=32000, n_positions=2048)
 _SHAPE_KEYS["gptj"] = _SHAPE_KEYS["gpt2"]
-_SMALL["falcon"] = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_kv_heads=8,
-                        ffn_hidden_size=1024, vocab_size=32000, max_position_embeddings=2048)
 _SHAPE_KEYS["falcon"] = ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size",
                          "max_position_embeddings", "ffn_hidden_size")
 _EPS_KEYS = ("layer_norm_epsilon", "layer_norm_eps", "rms_norm_eps", "norm_epsilon")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
-BYTES_PER_PARAM = 4 * 2  # float32, held twice while loading (the HF model and its converted copy)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -130,55 +106,6 @@ def check_hf_config(model_type: str, values: dict, where: str, *, allow_large: b
 # ----------------------------------------------------------------------------------------------
 
 
-def _parse_value(text: str):
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("none", "null"):
-        return None
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
-
-
-NESTED = {"rope_parameters", "rope_scaling"}
-"""Config fields a ``random:`` spec may set key by key, as ``rope_parameters.factor=2`` (``rope_scaling``
-is transformers' old name for ``rope_parameters``; a second dot reaches a layer type's schedule,
-``rope_parameters.full_attention.factor=2``)."""
-
-
-def _nest(values: dict, source: str) -> dict:
-    """``values`` with every ``FIELD.key=value`` gathered into a dict under FIELD (InputError for a field
-    that is not in :data:`NESTED`, or one set both whole and key by key)."""
-    out: dict = {}
-    for key, value in values.items():
-        if "." not in key:
-            if key in out:
-                raise InputError(f"random: spec {source!r} sets {key} both whole and key by key; give one")
-            out[key] = value
-            continue
-        head, *path = key.split(".")
-        if head not in NESTED or not all(path):
-            raise InputError(f"random: spec {source!r}: {key!r} is not a nested config field; only "
-                             f"{', '.join(sorted(NESTED))} take FIELD.key=value")
-        node = out.setdefault(head, {})
-        if not isinstance(node, dict):
-            raise InputError(f"random: spec {source!r} sets {head} both whole and key by key; give one")
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise InputError(f"random: spec {source!r} sets {key} both as a value and as a mapping")
-        node[path[-1]] = value
-    if "rope_scaling" in out:  # transformers 5 reads the old name into rope_parameters
-        if "rope_parameters" in out:
-            raise InputError(f"random: spec {source!r} sets both rope_scaling and rope_parameters; give one")
-        out["rope_parameters"] = out.pop("rope_scaling")
-    return out
-
-
 def _merged(default: dict, given: object, what: str = "a nested config field") -> dict | None:
     """``default`` updated key by key (recursively for mappings) with ``given``: a mapping, the JSON text of one
     (``rope_scaling={"rope_type":"linear","factor":2}``), or None (the field unset); InputError for anything else."""
@@ -199,40 +126,16 @@ def _merged(default: dict, given: object, what: str = "a nested config field") -
     return out
 
 
-def parse_random_spec(source: str) -> tuple[str, dict, int]:
-    """(arch, config overrides, seed) from ``random:ARCH?key=value&...``; ``FIELD.key=value`` sets one
-    key of a nested field (:data:`NESTED`), e.g. ``rope_parameters.rope_type=linear&rope_parameters.factor=2``."""
-    body = source[len("random:"):]
-    arch, _, query = body.partition("?")
-    arch = arch.strip().lower()
-    if arch not in _SMALL:
-        raise UnsupportedArchitectureError(
-            f"unknown architecture {arch!r} in {source!r}; use random:ARCH with ARCH one of {', '.join(SUPPORTED)}"
-            + (f"; {POINTERS[arch]}" if arch in POINTERS else ""))
-    values: dict = {}
-    if query:
-        for item in query.split("&"):
-            if "=" not in item or not item.split("=", 1)[0]:
-                raise InputError(f"malformed random: spec {source!r}: expected key=value pairs joined by '&', got {item!r}")
-        pairs = parse_qsl(query, keep_blank_values=True)
-        repeated = sorted({k for k, _ in pairs if [q for q, _ in pairs].count(k) > 1})
-        if repeated:  # the last value would silently win
-            raise InputError(f"random: spec {source!r} sets {repeated[0]} more than once; give it once")
-        values = _nest({k: _parse_value(v) for k, v in pairs}, source)
-    seed = values.pop("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise InputError(f"seed in {source!r} must be an integer, got {seed!r}")
-    return arch, values, seed
-
-
-def random_hf_model(source: str, *, allow_large: bool = False):
-    """A Hugging Face model with random weights built from a ``random:`` spec, in eval mode."""
+def random_hf_model(source: "str | Random", *, allow_large: bool = False):
+    """A Hugging Face model with random weights built from a ``random:`` spec (its text or its parse), in eval mode."""
     import transformers
 
-    arch, values, seed = parse_random_spec(source)
+    spec = source if isinstance(source, Random) else parse_random_spec(source)
+    source = spec.text
+    arch, values, seed = spec.arch, spec.values, spec.seed
     config_cls = transformers.AutoConfig.for_model(arch).__class__
     defaults = config_cls()
-    base = dict(_SMALL[arch])
+    base = dict(SMALL[arch])
     base.update(values)
     for key in NESTED & set(values):  # FIELD.key=value changes those keys of the family's default, keeps the rest
         base[key] = _merged(getattr(defaults, key, None) or {}, values[key], key)
@@ -422,25 +325,14 @@ def _hf_from_dir(path: Path, *, allow_pickle: bool, allow_large: bool):
     return hf.eval()
 
 
-def split_revision(source: str) -> tuple[str, str | None]:
-    """(hub id, revision or None) from ``org/name`` or ``org/name@revision``."""
-    repo, at, rev = source.rpartition("@")
-    if not at:
-        return source, None
-    if not repo or not rev:
-        raise InputError(f"{source!r}: expected org/name@revision")
-    return repo, rev
-
-
-def _looks_like_hub_id(source: str) -> bool:
-    return "/" in source and not source.startswith((".", "/", "~")) and not Path(source).expanduser().exists()
-
-
-def hub_snapshot(source: str) -> Path:
-    """The local cache directory of hub id ``org/name[@revision]``; never downloads."""
+def hub_snapshot(source: "str | Hub") -> Path:
+    """The local cache directory of hub id ``org/name[@revision]`` (or ``hf:`` that); never downloads."""
     from huggingface_hub import snapshot_download
 
-    repo, rev = split_revision(source)
+    hub = source if isinstance(source, Hub) else parse_source(str(source))
+    if not isinstance(hub, Hub):
+        raise InputError(f"{hub.text!r}: expected a hub id org/name or org/name@revision")
+    repo, rev = hub.repo, hub.revision
     try:
         return Path(snapshot_download(repo, revision=rev, local_files_only=True))
     except Exception:  # noqa: BLE001 - not cached, bad id or bad revision: all mean "not available offline"
@@ -449,31 +341,41 @@ def hub_snapshot(source: str) -> Path:
                          "download it on a machine with network access and pass its directory") from None
 
 
-HUB_PREFIX = "hf:"
-"""``hf:org/name[@revision]``: a hub id looked up only in the local Hugging Face cache (specs name hub ids so)."""
+def source_dir(source: Source) -> Path | None:
+    """The local directory a parsed Dir or Hub source names (a directory or a cached hub id), or None."""
+    if isinstance(source, Hub):
+        return hub_snapshot(source)
+    if isinstance(source, Dir):
+        path = Path(source.path).expanduser()
+        return path if path.is_dir() else None
+    return None
 
 
 def resolve_model_dir(source: str) -> Path | None:
     """The local directory a non-random source names (a directory or a cached hub id), or None."""
-    if source.startswith(HUB_PREFIX):
-        return hub_snapshot(source[len(HUB_PREFIX):])
-    path = Path(source).expanduser()
-    if path.is_dir():
-        return path
-    if _looks_like_hub_id(source):
-        return hub_snapshot(source)
-    return None
+    return source_dir(parse_source(str(source), base="."))
+
+
+def not_found(source: Source) -> InputError:
+    """The error for a source that names no model this process can load (a missing directory, a zoo:, served:
+    or memory: name, which circuitstat.pipelines.sources resolves), naming what to pass instead."""
+    if isinstance(source, (Dir, Hub)):
+        return InputError(f"model source {source.text!r} not found: pass a model directory, a cached hub id "
+                          "or random:ARCH?...")
+    kind = source.text.partition(":")[0]
+    return InputError(f"model source {source.text!r}: {kind}: names are resolved by a command, a spec or a server "
+                      "job (circuitstat.pipelines.sources.RunInputs), not by load_model; pass a model directory, a "
+                      "cached hub id or random:ARCH?...")
 
 
 def load_hf(source: str, *, allow_pickle: bool = False, allow_large: bool = False):
     """The Hugging Face model behind a source (random spec, local dir, or cached ``org/name[@rev]``), eval mode."""
-    source = str(source)
-    if source.startswith("random:"):
-        return random_hf_model(source, allow_large=allow_large)
-    path = resolve_model_dir(source)
+    src = parse_source(str(source), base=".")
+    if isinstance(src, Random):
+        return random_hf_model(src, allow_large=allow_large)
+    path = source_dir(src)
     if path is None:
-        raise InputError(f"model source {source!r} not found: pass a model directory, a cached hub id "
-                         "or random:ARCH?...")
+        raise not_found(src)
     return _hf_from_dir(path, allow_pickle=allow_pickle, allow_large=allow_large)
 
 
@@ -502,11 +404,12 @@ def _attach_tokenizer(model: CircuitModel, source: str) -> None:
 
 def random_spec_vocab(source: str) -> int | None:
     """The vocabulary size of the model a ``random:`` spec builds (its vocab_size, else the family's default)."""
-    arch, values, _ = parse_random_spec(source)
+    spec = parse_random_spec(source)
+    arch, values = spec.arch, spec.values
     if "vocab_size" in values:
         return values["vocab_size"]
-    if "vocab_size" in _SMALL[arch]:
-        return _SMALL[arch]["vocab_size"]
+    if "vocab_size" in SMALL[arch]:
+        return SMALL[arch]["vocab_size"]
     import transformers
 
     return getattr(transformers.AutoConfig.for_model(arch), "vocab_size", None)
@@ -515,10 +418,10 @@ def random_spec_vocab(source: str) -> int | None:
 def source_tokenizer(source: str):
     """The tokenizer :func:`load_model` attaches to the model of ``source`` (None when it has none), found
     without building the model: task files are checked against it before any weight is made or read."""
-    source = str(source)
-    if source.startswith("random:"):
-        return _tokenizer_or_none("gpt2") if random_spec_vocab(source) == GPT2_VOCAB else None
-    path = resolve_model_dir(source)
+    src = parse_source(str(source), base=".")
+    if isinstance(src, Random):
+        return _tokenizer_or_none("gpt2") if random_spec_vocab(src.text) == GPT2_VOCAB else None
+    path = source_dir(src)
     return None if path is None else _tokenizer_or_none(str(path))
 
 
@@ -543,29 +446,68 @@ def load_model(source, device: str | torch.device = "cpu", dtype: torch.dtype | 
     if tokenizer is not None:
         raise InputError("tokenizer= goes with a model in memory; a model source brings its own tokenizer (set "
                          "model.tokenizer = circuitstat.circuits.inmemory.as_tokenizer(tok) afterwards to replace it)")
-    source = str(source)
-    if source.startswith("random:"):
-        hf = load_hf(source, allow_large=allow_large)
-        model = from_hf(hf, dtype=dtype or torch.float32, device=device)
-        model.source = name or source
+    return materialise(parse_source(str(source), base="."), device, dtype, allow_pickle=allow_pickle,
+                       allow_large=allow_large, name=name)
+
+
+def materialise(source: Source, device: "str | torch.device" = "cpu", dtype: "torch.dtype | None" = None, *,
+                allow_pickle: bool = False, allow_large: bool = False, name: str | None = None,
+                weights: bool = True) -> CircuitModel:
+    """The CircuitModel ``source`` names on ``device``, its tokenizer attached: its weights, or on ``"meta"`` its
+    skeleton (config and shapes only, no weight read; ``weights=False`` accepts a config-only directory). The one
+    dispatch of :func:`load_model` and :func:`circuitstat.circuits.skeleton.load_skeleton`."""
+    meta = str(device) == "meta"
+    if isinstance(source, Random):
+        if meta:
+            with torch.device("meta"):
+                hf = random_hf_model(source, allow_large=allow_large)
+            model = from_hf(hf, device="meta")
+            model.checkpoint_parameters = checkpoint_parameters(hf.config)
+        else:
+            model = from_hf(random_hf_model(source, allow_large=allow_large), dtype=dtype or torch.float32,
+                            device=device)
+        model.source = name or source.text
         if model.cfg.vocab_size == GPT2_VOCAB:
             _attach_tokenizer(model, "gpt2")
         return model
-    path = resolve_model_dir(source)
+    path = source_dir(source)
     if path is None:
-        raise InputError(f"model source {source!r} not found: pass a model directory, a cached hub id "
-                         "or random:ARCH?...")
-    if (path / "config.json").is_file():
-        doc = read_json_object(path / "config.json", "config.json")
-        if doc.get("format") == "circuitstat":
-            model, stored = load_own(path, doc, device, dtype, allow_large)
-            model.source = name or str(path.resolve())
-            model.directory = path.resolve()
-            _attach_tokenizer(model, str(path))
-            model.use_weight_hash_memo(weight_hash_memo([path / "config.json", path / "model.safetensors"],
-                                                        str(model.dtype), "circuitstat"))
-            check_recorded_weight_hash(model, doc, stored, path / "model.safetensors")
-            return model
+        raise not_found(source)
+    doc = read_json_object(path / "config.json", "config.json") if (path / "config.json").is_file() else {}
+    if doc.get("format") == "circuitstat":
+        model = _own_skeleton(path, doc, allow_large) if meta else _own_model(path, doc, device, dtype, allow_large)
+        model.source = name or str(path.resolve())
+    else:
+        model = (_hf_skeleton(path, allow_pickle, allow_large, weights) if meta
+                 else _hf_model(path, device, dtype, allow_pickle, allow_large))
+        model.source = name or source.text
+    model.directory = path.resolve()
+    _attach_tokenizer(model, str(path))
+    return model
+
+
+def _own_model(path: Path, doc: dict, device, dtype, allow_large: bool) -> CircuitModel:
+    """circuitstat's own model in ``path`` (config ``doc``), its recorded weight hash checked."""
+    model, stored = load_own(path, doc, device, dtype, allow_large)
+    model.use_weight_hash_memo(weight_hash_memo([path / "config.json", path / "model.safetensors"],
+                                                str(model.dtype), "circuitstat"))
+    check_recorded_weight_hash(model, doc, stored, path / "model.safetensors")
+    return model
+
+
+def _own_skeleton(path: Path, doc: dict, allow_large: bool) -> CircuitModel:
+    """circuitstat's own model in ``path`` on the meta device, from its config ``doc`` alone."""
+    cfg = check_own_config(doc.get("config"), str(path / "config.json"), allow_large)
+    with torch.device("meta"):
+        model = CircuitModel(cfg)
+    model.checkpoint_parameters = sum(p.numel() for p in model.parameters())  # stored as CircuitModel holds it
+    meta = doc.get("meta", {})
+    model.meta = meta if isinstance(meta, dict) else {}
+    return model
+
+
+def _hf_model(path: Path, device, dtype, allow_pickle: bool, allow_large: bool) -> CircuitModel:
+    """The Hugging Face model in ``path`` converted (through the conversion cache where its weights are safetensors)."""
     from .conversion_cache import load_conversion, save_conversion
 
     files = _safetensors_files(path)
@@ -580,7 +522,18 @@ def load_model(source, device: str | torch.device = "cpu", dtype: torch.dtype | 
             model.use_weight_hash_memo(memo(model))
         if converted is not None:
             save_conversion(model, converted)
-    model.source = name or source
-    model.directory = path.resolve()
-    _attach_tokenizer(model, str(path))
+    return model
+
+
+def _hf_skeleton(path: Path, allow_pickle: bool, allow_large: bool, weights: bool) -> CircuitModel:
+    """The Hugging Face model in ``path`` on the meta device, after every check that needs no weights."""
+    import transformers
+
+    _validate_hf_dir(path, allow_pickle=allow_pickle, allow_large=allow_large, weights=weights)
+    config = transformers.AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
+    with torch.device("meta"):
+        hf = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager",
+                                                           trust_remote_code=False)
+    model = from_hf(hf, device="meta")
+    model.checkpoint_parameters = checkpoint_parameters(config)
     return model

@@ -66,11 +66,14 @@ def build_task(model: CircuitModel, name: str, *, n: int = 64, seed: int = 0, me
 def no_tokenizer_message(task: str, source: str) -> str:
     """The error for task ``task`` (text prompts) on the model of ``source``, which has no tokenizer: the fix
     that applies to that kind of source."""
+    from circuitstat.circuits.model_source import Memory, Random, parse_source
+
     head = f"task {task!r} has text prompts, which need a tokenizer, and the model {source} has none; "
-    if source.startswith("memory:"):
+    kind = parse_source(source)
+    if isinstance(kind, Memory):
         fix = ("pass its tokenizer: circuits.load_model(hf_model, tokenizer=tok) (a transformers tokenizer or a "
                "circuitstat one), or set model.tokenizer = circuitstat.circuits.inmemory.as_tokenizer(tok)")
-    elif source.startswith("random:"):
+    elif isinstance(kind, Random):
         fix = ("add vocab_size=50257 to the random: spec, which attaches the bundled GPT-2 tokenizer "
                "(e.g. random:gpt2?n_layer=2&n_head=4&n_embd=64&vocab_size=50257), or use a model directory with "
                "a tokenizer")
@@ -104,9 +107,6 @@ def precheck_task(source: str, name: str, *, n: int = 64, seed: int = 0, metric:
     if is_file:
         kwargs = dict(options) if metric is None else {**options, "metric": metric}
         make_task(name, tokenizer=tok, n=n, seed=seed, **kwargs)
-
-
-"""The model part of a ``zoo:RECIPE/seed-S`` source: a seed, never a path."""
 
 
 def parse_task_options(task: str, pairs: "list[str] | tuple[str, ...]") -> dict[str, Any]:

@@ -11,10 +11,10 @@ source as it was named (``zoo:...``, ``served:...``), so a server's paths reach 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
 
+from circuitstat.circuits.model_source import Served, Zoo, parse_source
 from circuitstat.core.errors import InputError
 
 if TYPE_CHECKING:
@@ -22,9 +22,7 @@ if TYPE_CHECKING:
 
     from circuitstat.circuits.model import CircuitModel
 
-__all__ = ["LOCAL", "Resolved", "RunInputs", "ZOO_MODEL"]
-
-ZOO_MODEL = re.compile(r"seed-(0|[1-9][0-9]{0,8})")
+__all__ = ["LOCAL", "Resolved", "RunInputs"]
 
 
 @dataclass(frozen=True)
@@ -44,37 +42,35 @@ class RunInputs:
     hide_paths: bool = False
 
     def resolve(self, source: "str | os.PathLike") -> Resolved:
-        """The location and the recorded name of ``source`` (InputError for a bad zoo: or served: name)."""
+        """The location and the recorded name of ``source`` (InputError for a string the source grammar refuses,
+        circuitstat.circuits.model_source, or a zoo: or served: name that names no model here)."""
         source = str(source)
-        if source.startswith("served:"):
-            name = source[len("served:"):]
-            if name not in self.served:
+        src = parse_source(source, base=".")
+        if isinstance(src, Served):
+            if src.name not in self.served:
                 raise InputError(f"{source}: 'served:' names a model of a circuitstat server, inside one of its jobs "
                                  "only; give a model directory, a hub id, random:ARCH?... or zoo:RECIPE/seed-S")
-            return Resolved(str(self.served[name]), source)
-        if source.startswith("zoo:"):
-            return Resolved(self._zoo_dir(source), source)
+            return Resolved(str(self.served[src.name]), source)
+        if isinstance(src, Zoo):
+            return Resolved(self._zoo_dir(src), source)
         return Resolved(source, source)
 
-    def _zoo_dir(self, source: str) -> str:
-        """The directory of zoo model ``source`` (``zoo:RECIPE/seed-S``), inside its recipe's cache folder."""
+    def _zoo_dir(self, src: Zoo) -> str:
+        """The directory of zoo model ``src`` (``zoo:RECIPE/seed-S``), inside its recipe's cache folder."""
         from circuitstat.core.confine import inside
 
         from .zoo import ZOO_RECIPES, recipe_dir
 
-        name, _, model = source[len("zoo:"):].partition("/")
-        shape = f"sources look like zoo:RECIPE/seed-S (recipes: {', '.join(ZOO_RECIPES)}; S a seed number)"
+        name, model = src.recipe, f"seed-{src.seed}"
         if name not in ZOO_RECIPES:
-            raise InputError(f"not a zoo recipe: {shape}")
-        if not ZOO_MODEL.fullmatch(model):
-            raise InputError(f"zoo:{name}/...: not a zoo model: {shape} (nothing else may follow the recipe)")
+            raise InputError(f"not a zoo recipe: sources look like zoo:RECIPE/seed-S (recipes: "
+                             f"{', '.join(ZOO_RECIPES)}; S a seed number)")
         root = recipe_dir(name)
         path = root / model
         where = "in this server's zoo cache" if self.hide_paths else f"at {path}"
         if not (path / "model.safetensors").exists():
-            seed = model.removeprefix("seed-")
-            raise InputError(f"{source}: not trained yet (no model {where}); train just this one with "
-                             f"`circuitstat zoo build {name} --seed {seed}` (about 2.5 minutes on one core, cached), "
+            raise InputError(f"{src.text}: not trained yet (no model {where}); train just this one with "
+                             f"`circuitstat zoo build {name} --seed {src.seed}` (about 2.5 minutes on one core, cached), "
                              "or the whole zoo with `python -m circuitstat.pipelines.zoo` (10 models, about 12 minutes "
                              "on 2 cores)")
         if not inside(path, root):

@@ -506,21 +506,31 @@ def load_spec(path: str | Path, *, allow_outside: bool = False) -> AuditSpec:
     return confine_paths(parse_spec(load_yaml(path), str(path)), path, allow_outside=allow_outside)
 
 
-HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*(@[A-Za-z0-9][A-Za-z0-9._/-]*)?")
-"""A Hugging Face hub id ``org/name[@revision]`` as a spec may name one."""
+SOURCE_KINDS = ("random:", "zoo:", "hf:", "served:", "memory:")
+"""The prefixes of the model sources that are not paths (circuitstat.circuits.model_source)."""
 TASK_FILE_SUFFIXES = (".jsonl", ".csv", ".parquet", ".json", ".tsv")
 
 
 def _local_path(spec_file: str | Path, value: str, key: str, allow_outside: bool) -> str:
     """``value`` resolved against the spec's directory (see confine_paths); a hub id becomes ``hf:ID``."""
+    from circuitstat.circuits.model_source import Dir, Hub, parse_source
     from circuitstat.core.confine import looks_like_path, resolve_inside
 
-    if value.startswith(("random:", "zoo:", "hf:", "served:")):
-        return value  # not paths: zoo:/served: names are checked where they resolve (circuitstat.pipelines.build)
-    if key == "task.name" or looks_like_path(value) or (Path(spec_file).parent / value).exists():
+    if key == "task.name":
         return str(resolve_inside(spec_file, value, key=key, allow_outside=allow_outside))
-    if HUB_ID.fullmatch(value):
-        return f"hf:{value}"  # read from the local Hugging Face cache only, never from the current directory
+    try:
+        src = parse_source(value, base=Path(spec_file).parent)  # the one source grammar
+    except InputError as e:
+        if value.startswith(SOURCE_KINDS):
+            return value  # refused by the same grammar where the run resolves it, so `check` can withhold it
+        raise InputError(f"'{key}:' in {spec_file}: {e}") from None  # the grammar's message quotes no value
+    if isinstance(src, Hub):
+        # read from the local Hugging Face cache only, never from the current directory
+        return src.text if src.text.startswith("hf:") else f"hf:{value}"
+    if not isinstance(src, Dir):
+        return value  # not paths: zoo:/served: names are checked where they resolve (circuitstat.pipelines.sources)
+    if looks_like_path(value) or (Path(spec_file).parent / value).exists():
+        return str(resolve_inside(spec_file, value, key=key, allow_outside=allow_outside))
     raise InputError(f"'{key}:' in {spec_file} names nothing in the spec's directory and is not a source "
                      "(random:ARCH?..., zoo:RECIPE/seed-S or a hub id org/name); paths are relative to the spec")
 

@@ -1,8 +1,8 @@
 """What a job will cost, priced at submission from the model sources' configs alone (no torch, nothing built).
 
 The API process never imports torch, so a model's size is read here from what names it: a ``random:ARCH?...``
-source's keys over its family's default shape (the defaults :mod:`circuitstat.circuits.loading` builds from;
-``tests/service/test_service_units.py`` checks they agree), or an operator's named model's ``config.json``. The
+source's keys over its family's default shape (:mod:`circuitstat.circuits.families`, the shapes the loader builds
+from), or an operator's named model's ``config.json``. The
 count is :func:`circuitstat.circuits.own_format.circuit_parameters`'s arithmetic (an upper bound for every
 supported family) and the memory the loader's estimate (float32, held twice while loading). A source this cannot
 price (a zoo model: the operator's own recipes, or an unreadable config) is priced by the worker from its skeleton
@@ -14,42 +14,19 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import parse_qsl
+
+from circuitstat.circuits.families import BYTES_PER_PARAM, GPT2_CONFIG, SMALL
+from circuitstat.circuits.model_source import Random, Served, parse_source
 
 from .problems import Problem
 
-BYTES_PER_PARAM = 4 * 2
-"""float32, held twice while loading (circuitstat.circuits.loading.BYTES_PER_PARAM)."""
-GPT2_DEFAULTS = {"n_layer": 12, "n_head": 12, "n_embd": 768, "vocab_size": 50257, "n_positions": 1024}
-"""transformers.GPT2Config's shape (random:gpt2 starts from it)."""
-_LLAMA_SMALL = {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8, "intermediate_size": 688,
-                "vocab_size": 32000, "max_position_embeddings": 2048}
-SMALL_DEFAULTS = {"gpt_neox": {**_LLAMA_SMALL, "num_attention_heads": 4, "intermediate_size": 1024,
-                               "vocab_size": 50304},
-                  **{a: dict(_LLAMA_SMALL) for a in ("llama", "qwen2")},
-                  **{a: {**_LLAMA_SMALL, "head_dim": 32}
-                     for a in ("qwen3", "mistral", "gemma2", "gemma3_text", "gemma")},
-                  **{a: dict(_LLAMA_SMALL) for a in ("phi3", "olmo2", "granite", "smollm3", "olmo", "starcoder2",
-                                                     "cohere", "phi", "stablelm")},
-                  # mixture-of-experts families (circuitstat.circuits.convert_moe.MOE_SMALL): every expert priced
-                  "mixtral": {**_LLAMA_SMALL, "head_dim": 32, "num_local_experts": 4},
-                  "qwen2_moe": {**_LLAMA_SMALL, "num_experts": 4, "moe_intermediate_size": 172,
-                                "shared_expert_intermediate_size": 688},
-                  "qwen3_moe": {**_LLAMA_SMALL, "head_dim": 32, "num_experts": 4, "moe_intermediate_size": 172},
-                  "olmoe": {**_LLAMA_SMALL, "num_experts": 4},
-                  "gpt_oss": {**_LLAMA_SMALL, "head_dim": 32, "num_local_experts": 4, "max_position_embeddings": 131072},
-                  "gptj": {"n_embd": 256, "n_layer": 4, "n_head": 8, "n_inner": 1024, "vocab_size": 32000,
-                           "n_positions": 2048},
-                  "falcon": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,
-                             "ffn_hidden_size": 1024, "vocab_size": 32000, "max_position_embeddings": 2048}}
-"""The shape keys of circuitstat.circuits.loading._SMALL: what random:ARCH starts from for the other families."""
 GPT2_KEYS = ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "n_inner")
 HF_KEYS = ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size", "max_position_embeddings",
            "intermediate_size")
 OWN_KEYS = ("n_layers", "n_heads", "d_model", "vocab_size", "n_ctx", "d_mlp")
 FAMILY_KEYS = {"gptj": GPT2_KEYS, "falcon": ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size",
                                             "max_position_embeddings", "ffn_hidden_size")}
-"""The families whose shape keys are not HF_KEYS (circuitstat.circuits.loading._SHAPE_KEYS)."""
+"""The families whose shape keys are not HF_KEYS (as circuitstat.circuits.loading.check_hf_config reads them)."""
 TWO_MATRIX_MLP = ("gpt_neox", "gptj", "falcon", "phi")
 """Families whose MLP is two matrices (in and out), not a gated three."""
 
@@ -125,19 +102,16 @@ def _shape(values: dict, keys: tuple[str, ...], mlp_matrices: int = 3) -> Shape 
     return Shape(L, H, D, E, F, V, P, mlp_matrices, _experts(values, L, D, F))
 
 
-def random_shape(source: str) -> Shape | None:
-    """The Shape a ``random:ARCH?key=value&...`` source builds (None for an unknown family or unreadable keys)."""
-    arch, _, query = source[len("random:"):].partition("?")
-    arch = arch.strip().lower()
-    try:
-        given = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
-    except ValueError:
+def random_shape(source: "str | Random") -> Shape | None:
+    """The Shape a ``random:ARCH?key=value&...`` source builds (InputError where the source grammar refuses it;
+    None for keys that give no positive sizes, which the worker refuses)."""
+    src = source if isinstance(source, Random) else parse_source(source)
+    if not isinstance(src, Random):
         return None
-    if arch == "gpt2":
-        return _shape({**GPT2_DEFAULTS, **given}, GPT2_KEYS, 2)
-    if arch in SMALL_DEFAULTS:
-        return _shape({**SMALL_DEFAULTS[arch], **given}, FAMILY_KEYS.get(arch, HF_KEYS), 2 if arch in TWO_MATRIX_MLP else 3)
-    return None
+    if src.arch == "gpt2":
+        return _shape({**GPT2_CONFIG, **src.values}, GPT2_KEYS, 2)
+    return _shape({**SMALL[src.arch], **src.values}, FAMILY_KEYS.get(src.arch, HF_KEYS),
+                  2 if src.arch in TWO_MATRIX_MLP else 3)
 
 
 def directory_shape(path: str | Path) -> Shape | None:
@@ -158,11 +132,13 @@ def directory_shape(path: str | Path) -> Shape | None:
 
 
 def source_shape(source: str, served: dict[str, str]) -> Shape | None:
-    """The Shape of a job's model source (``random:...`` or ``served:NAME``); None when it cannot be priced here."""
-    if source.startswith("random:"):
-        return random_shape(source)
-    if source.startswith("served:") and source[len("served:"):] in served:
-        return directory_shape(served[source[len("served:"):]])
+    """The Shape of a job's model source (``random:...`` or ``served:NAME``); None when it cannot be priced here
+    (InputError where the source grammar, circuitstat.circuits.model_source, refuses it)."""
+    src = parse_source(source)
+    if isinstance(src, Random):
+        return random_shape(src)
+    if isinstance(src, Served) and src.name in served:
+        return directory_shape(served[src.name])
     return None
 
 

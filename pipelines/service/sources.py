@@ -2,8 +2,7 @@
 
 A request names one of:
 
-* ``zoo:RECIPE/seed-S`` for a recipe the operator lists (RECIPE and S are checked character by
-  character: no path segment can reach another directory);
+* ``zoo:RECIPE/seed-S`` for a recipe the operator lists;
 * ``random:ARCH?key=value&...`` when the operator allows it (sizes stay under the CLI's limits:
   ``--allow-large`` cannot be lifted from a request);
 * a named local model, by the name the operator gave it; the spec then says ``served:NAME``, and the
@@ -11,25 +10,17 @@ A request names one of:
   ``allow_pickle=False`` always. The run records ``served:NAME`` as the model's source, never the path.
 
 Anything else (a server path, ``~``, ``..``, a hub id the operator did not name, a pickle) is
-refused before a job exists.
+refused before a job exists. The string is read by the one source grammar every entry point reads
+(circuitstat.circuits.model_source.parse_source: no path segment can reach another directory, a zoo seed has no
+leading zero); this module adds the operator's policy only.
 """
 
 from __future__ import annotations
 
-import re
-
+from circuitstat.circuits.model_source import SERVED_NAME, Dir, Random, Zoo, parse_source
 from circuitstat.core.errors import InputError
 
 from .config import SourcesConfig
-
-ZOO_SOURCE = re.compile(r"zoo:([a-z0-9][a-z0-9-]{0,63})/seed-([0-9]{1,6})")
-RANDOM_SOURCE = re.compile(r"random:[a-z0-9_]{1,32}(\?[A-Za-z0-9_.=&+-]{0,1000})?")
-MAX_SOURCE_CHARS = 1100
-
-
-def _short(value: str, n: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= n else text[: n - 4] + "...'"
 
 
 def allowed_text(sources: SourcesConfig) -> str:
@@ -43,17 +34,20 @@ def allowed_text(sources: SourcesConfig) -> str:
 
 def allowed_source(source: object, sources: SourcesConfig) -> str:
     """The source a job's spec holds for the request's model source ``source`` (``served:NAME`` for a named
-    model); InputError when the operator's allow-list does not name it."""
-    if not isinstance(source, str) or not source or len(source) > MAX_SOURCE_CHARS:
-        raise InputError(f"a model source must be a short string; this server accepts {allowed_text(sources)}")
-    zoo = ZOO_SOURCE.fullmatch(source)
-    if zoo is not None and zoo.group(1) in sources.zoo:
+    model); InputError when the source grammar (circuitstat.circuits.model_source) refuses it, or when the
+    operator's allow-list does not name it (policy only: the grammar is the one every entry point reads)."""
+    if not isinstance(source, str):
+        raise InputError(f"a model source must be a string; this server accepts {allowed_text(sources)}")
+    src = parse_source(source)  # no base: a bare org/name is a hub id here, never a server path
+    if isinstance(src, Zoo) and src.recipe in sources.zoo:
         return source
-    if RANDOM_SOURCE.fullmatch(source) is not None and sources.random:
+    if isinstance(src, Random) and sources.random:
         return source
-    if source in sources.models:  # the worker resolves it (circuitstat.pipelines.sources): no path in the spec
+    # a request names an operator's model by its bare name (served:NAME is what the spec then holds, not a request)
+    if isinstance(src, Dir) and source in sources.models:  # the worker resolves it (circuitstat.pipelines.sources)
         return f"served:{source}"
-    raise InputError(f"model source {_short(source)} is not allowed on this server (a request cannot name a server "
+    shown = source if len(source) <= 80 else source[:77] + "..."
+    raise InputError(f"model source {shown!r} is not allowed on this server (a request cannot name a server "
                      f"path, a pickle or an unlisted model); it accepts {allowed_text(sources)}")
 
 
@@ -65,6 +59,6 @@ def check_config(sources: SourcesConfig) -> None:
     if unknown:
         raise InputError(f"sources.zoo names unknown recipes {unknown}; recipes: {', '.join(ZOO_RECIPES)}")
     for name in sources.models:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name) or name.startswith(("zoo", "random")):
+        if not SERVED_NAME.fullmatch(name) or name.startswith(("zoo", "random")):
             raise InputError(f"sources.models: {name!r} is not a model name; use letters, digits, '.', '_' and '-' "
                              "(not starting with zoo or random)")

@@ -9,7 +9,8 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from circuitstat.circuits.loading import load_model, parse_random_spec, random_hf_model
+from circuitstat.circuits.loading import load_model, random_hf_model
+from circuitstat.circuits.model_source import parse_random_spec
 from circuitstat.core.errors import InputError
 
 SHAPE = "hidden_size=32&num_hidden_layers=1&num_attention_heads=2&num_key_value_heads=1&intermediate_size=64&" \
@@ -93,7 +94,7 @@ def test_random_sets_nested_rope_fields_and_they_take_effect() -> None:
 
     from circuitstat.circuits.convert import from_hf
 
-    arch, values, _ = parse_random_spec(f"{LLAMA}&rope_scaling.rope_type=linear&rope_scaling.factor=2")
+    values = parse_random_spec(f"{LLAMA}&rope_scaling.rope_type=linear&rope_scaling.factor=2").values
     assert values["rope_parameters"] == {"rope_type": "linear", "factor": 2}
     hf = random_hf_model(f"{LLAMA}&rope_parameters.rope_type=linear&rope_parameters.factor=4")
     assert hf.config.rope_parameters["factor"] == 4 and hf.config.rope_parameters["rope_theta"] == 10000.0

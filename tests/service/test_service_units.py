@@ -127,11 +127,16 @@ def test_the_allow_list():
     assert allowed_source("gpt2-small", sources) == "served:gpt2-small"  # the worker loads the path; no spec holds it
     tiny = "random:gpt2?n_layer=1&n_head=2&n_embd=16"
     assert allowed_source(tiny, sources) == tiny
-    for bad in ("served:gpt2-small", "zoo:mlp-2l/seed-0", "zoo:attn-only-2l/seed-0/..", "zoo:attn-only-2l/../x",
-                "/srv/models/gpt2", "gpt2", "./gpt2-small", "gpt2-small/", "random:gpt2?x=/etc/passwd", "random:../x",
-                "", None, 3):
-        with pytest.raises(InputError, match="not allowed|short string"):
+    for bad in ("served:gpt2-small", "zoo:mlp-2l/seed-0", "/srv/models/gpt2", "gpt2", "./gpt2-small", "gpt2-small/",
+                None, 3):
+        with pytest.raises(InputError, match="not allowed|must be a string"):
             allowed_source(bad, sources)
+    # what the source grammar refuses (circuitstat.circuits.model_source), with its message, as every entry point
+    for bad in ("zoo:attn-only-2l/seed-0/..", "zoo:attn-only-2l/../x", "zoo:attn-only-2l/seed-07", "random:../x", ""):
+        with pytest.raises(InputError, match="not a model source|unknown architecture"):
+            allowed_source(bad, sources)
+    # a random: spec's keys are checked by the worker's loader before anything is built; a value is never a path
+    assert allowed_source("random:gpt2?x=/etc/passwd", sources) == "random:gpt2?x=/etc/passwd"
     with pytest.raises(InputError, match="not allowed"):
         allowed_source(tiny, SourcesConfig(random=False))
 
@@ -297,18 +302,17 @@ def test_a_job_too_large_to_price_under_the_limits_is_refused_at_submission(tmp_
     assert small.spec["model"] == TINY
 
 
-def test_the_pricing_defaults_are_the_loaders_and_count_what_the_skeleton_holds():
-    """The torch-free shape defaults equal circuitstat.circuits.loading's, and a priced count bounds the skeleton's
-    own parameter count from above (the uniform form) for every family's small default."""
-    from circuitstat.circuits import loading
+def test_the_pricing_counts_bound_what_the_skeleton_holds():
+    """Pricing and the loader read one table of family shapes (circuitstat.circuits.families); its GPT-2 shape is
+    transformers' GPT2Config, and a priced count bounds the skeleton's own parameter count from above (the uniform
+    form) for every family's small default."""
+    from circuitstat.circuits.families import GPT2_CONFIG
     from circuitstat.circuits.skeleton import load_skeleton
-    from circuitstat.pipelines.service.pricing import GPT2_DEFAULTS, SMALL_DEFAULTS, random_shape
+    from circuitstat.pipelines.service.pricing import random_shape
 
-    for arch, values in SMALL_DEFAULTS.items():
-        assert {k: loading._SMALL[arch][k] for k in values} == values, arch
     import transformers
 
-    assert {k: getattr(transformers.GPT2Config(), k) for k in GPT2_DEFAULTS} == GPT2_DEFAULTS
+    assert {k: getattr(transformers.GPT2Config(), k) for k in GPT2_CONFIG} == GPT2_CONFIG
     for source in ("random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=100", "random:llama", "random:gpt_neox",
                    "random:qwen3?hidden_size=64&num_attention_heads=4", "random:mixtral", "random:qwen2_moe",
                    "random:gptj", "random:falcon", "random:phi"):
