@@ -131,7 +131,7 @@ def test_the_same_audit_with_small_sections_passes_its_price(tmp_path, monkeypat
         raise Reached
 
     monkeypatch.setattr(run, "attribution_scores", reached)
-    res = runner.invoke(app, [str(a) for a in _audit(tmp_path, tests={"k": 3, "n_random": 5})])
+    res = runner.invoke(app, [str(a) for a in _audit(tmp_path, tests={"k": 3, "n_random": 29})])
     assert _reached(res), res.output
     res = runner.invoke(app, [str(a) for a in _audit(tmp_path, tests={"k": 3, "n_random": 10_000,
                                                                      "n_permutations": 100_000})] + ["--allow-large"])
