@@ -33,9 +33,9 @@ def test_claims_check_and_report_give_the_reason(tmp_path):
     from circuitstat.pipelines.claims import check
     from circuitstat.reports.html.page import render_report
 
-    from circuitstat.core.tables import write_table
+    from report_builders import write_recorded as write_table  # edits recorded, as the run records what it writes
 
-    run = make_run(tmp_path / "run", manifest=False, circuit_tests=True)
+    run = make_run(tmp_path / "run", circuit_tests=True)
     mini = pq.read_table(run / "circuit_minimality.parquet").to_pydict()
     assert mini["dangling"] == [False] * 3  # the builder fills the new column from the schema
     mini["pvalue_adjusted"] = [0.001, 1.0, 0.8]

@@ -78,6 +78,8 @@ def test_edge_rows_only_in_one_run_say_which_method_makes_them(base):
 
 
 def test_two_names_of_one_model_are_recognised_by_its_weights(base, tmp_path):
+    from circuitstat.core.run_check import record_tables
+
     """Before: the demo against a catalogue run of the same seed-0 model said 'the runs are of different models'."""
     ta = _tables(base)
     same = compare_tables(ta, ta, _info("A"), _info("B", models=("catalogue:zoo-induction",)))
@@ -96,6 +98,7 @@ def test_two_names_of_one_model_are_recognised_by_its_weights(base, tmp_path):
             pass
         for table in base.glob("*.parquet"):  # the tables as make_report_run writes them: after the manifest
             shutil.copy(table, run / table.name)
+        record_tables(run, sorted(run.glob("*.parquet")))  # the run's own tables: recorded as RunDir records them
         runs.append(run)
     comp = compare_runs(*runs)
     assert comp.a.weight_hash == "ef" * 32 and any("its weights are the same" in n for n in comp.notes)
