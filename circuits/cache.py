@@ -113,6 +113,8 @@ class WeightHashMemo:
         if not _HEX64.fullmatch(digest) or not writable_below(self.path.parent):
             return
         try:
+            if self.path.is_symlink() or (self.path.exists() and not self.path.is_file()):
+                self.path.unlink()  # a planted link or FIFO in circuitstat's own cache: removed, never written through
             write_sealed(self.path, {**self.binding, "weight_hash": digest})
         except OSError:
             pass
