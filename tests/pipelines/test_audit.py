@@ -88,10 +88,10 @@ def test_audit_command_ends_with_the_verdict_demo_prints(reference, tmp_path):
 def _killer_script(out: Path, target: str) -> str:
     """A driver that runs the audit and SIGKILLs itself inside stage ``target``."""
     hooks = {
-        "scores_exact": "circuitstat.pipelines.audit.run.attribution_scores",
+        "scores_exact": "circuitstat.pipelines.audit.common.attribution_scores",  # the stages call it there
         "edge_stats": "circuitstat.pipelines.audit.stages.edge_stats_table",  # the stages' module calls them
         "stability": "circuitstat.pipelines.audit.stages.stability_tables",
-        "faithfulness": "circuitstat.pipelines.audit.run.faithfulness_table",
+        "faithfulness": "circuitstat.pipelines.audit.common.faithfulness_table",
         "approximation": "circuitstat.pipelines.audit.stages.approximation_tables",
     }
     mod, fn = hooks[target].rsplit(".", 1)

@@ -245,7 +245,7 @@ def test_zoo_sources_resolve_to_the_recipe_cache(tmp_path, monkeypatch):
     assert resolve_source("random:gpt2") == "random:gpt2"
     with pytest.raises(InputError, match="recipes: attn-only-2l, mlp-2l"):
         resolve_source("zoo:nope/seed-0")
-    with pytest.raises(InputError, match="not a zoo model"):
+    with pytest.raises(InputError, match="zoo sources look like zoo:RECIPE/seed-S"):
         resolve_source("zoo:attn-only-2l")
     with pytest.raises(InputError, match="python -m circuitstat.pipelines.zoo"):
         resolve_source("zoo:attn-only-2l/seed-0")
