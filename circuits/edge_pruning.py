@@ -173,7 +173,8 @@ class EdgePruningFit:
         return self.keep > 0.5
 
 
-def _check(steps: int, lr: float, sparsity: float, objective: str, batch_size: int) -> None:
+def check_fit_options(steps: int, lr: float, sparsity: float, objective: str, batch_size: int) -> None:
+    """None when a mask fit's common options are valid; InputError naming the bad one otherwise."""
     if objective not in OBJECTIVES:
         raise InputError(f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
     if not (isinstance(steps, int) and steps >= 1 and isinstance(batch_size, int) and batch_size >= 1):
@@ -279,7 +280,7 @@ def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=
     ``target`` the sparsity is driven to it by Bhaskar et al.'s Lagrangian (TargetSparsity); with ``ablation=
     "optimal"`` the ablated edges carry learned constants (circuitstat.circuits.optimal_ablation)."""
     sparsity = resolve_sparsity(sparsity, target)
-    _check(steps, lr, sparsity, objective, batch_size)
+    check_fit_options(steps, lr, sparsity, objective, batch_size)
     check_target(target, warmup, steps, lr_lambda)
     check_lr_constants(lr_constants)
     t0 = time.perf_counter()

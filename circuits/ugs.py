@@ -57,7 +57,7 @@ import torch
 from circuitstat.core.errors import InputError
 
 from .ablation import Ablation, PairData
-from .edge_pruning import EdgePruningFit, _check, ablation_label, constants_optimizer, fit_setup, pruning_loss
+from .edge_pruning import EdgePruningFit, ablation_label, check_fit_options, constants_optimizer, fit_setup, pruning_loss
 from .model import CircuitModel
 from .optimal_ablation import LR_CONSTANTS, check_lr_constants, is_optimal
 
@@ -154,7 +154,7 @@ def fit_ugs(model: CircuitModel, data: PairData, *, rows=None, weights=None, ste
     """The UGSFit of ``steps`` Adam steps on ``data``'s examples ``rows`` (all by default) weighted by ``weights``
     (counts), each step drawing ``n_samples`` masks per prompt from the fit's seed (deterministic given it); with
     ``ablation="optimal"`` the ablated edges carry constants learned jointly (Li & Janson's optimal ablation)."""
-    _check(steps, lr, sparsity, objective, batch_size)
+    check_fit_options(steps, lr, sparsity, objective, batch_size)
     _check_samples(n_samples)
     check_lr_constants(lr_constants)
     t0 = time.perf_counter()

@@ -89,7 +89,7 @@ def mask_tables(model, task, spec: AuditSpec, names: list[str], plan) -> dict:
     spec.seed for refit i; None: no refits, the refit columns NaN). ``spec``: an AuditSpec, or any object with its
     methods, ablation, input_node, seed, batch_size and options sections (the ``attribute`` command passes so)."""
     from circuitstat.circuits.mask_methods import fit_mask, mask_gates
-    from circuitstat.pipelines.audit.tables import concat_parts as _concat
+    from circuitstat.pipelines.audit.tables import concat_parts
     from circuitstat.pipelines.groundtruth_masks import refit_mask
 
     masks, fits, notes = [], [], []
@@ -122,7 +122,7 @@ def mask_tables(model, task, spec: AuditSpec, names: list[str], plan) -> dict:
                      "gate": G.ravel()})
         notes.append({"method": [method] * len(NOT_APPLICABLE), "table": list(NOT_APPLICABLE),
                       "reason": list(NOT_APPLICABLE.values())})
-    return {"edge_masks": _concat(masks), "mask_fits": _concat(fits), "method_notes": _concat(notes)}
+    return {"edge_masks": concat_parts(masks), "mask_fits": concat_parts(fits), "method_notes": concat_parts(notes)}
 
 
 def read_refits(table, method: str) -> tuple[np.ndarray, np.ndarray]:

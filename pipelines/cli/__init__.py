@@ -20,7 +20,7 @@ import typer
 
 from circuitstat.pipelines.errors import user_error_message
 
-from .app import (EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_PIPE, EXIT_TERMINATED, Terminated, _one_line, _usage_message, app,
+from .app import (EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_PIPE, EXIT_TERMINATED, Terminated, one_line, usage_message, app,
                   echo, reader_gone, study_app, terminal_text)
 
 __all__ = ["app", "echo", "main", "study_app", "terminal_text", "user_error_message"]
@@ -48,7 +48,7 @@ def main() -> None:
     except typer.Exit as exc:
         code = exc.exit_code
     except typer.TyperException as exc:  # before any command runs: an unknown command or top-level option
-        typer.echo(f"error: {_one_line(_usage_message(exc))}", err=True)
+        typer.echo(f"error: {one_line(usage_message(exc))}", err=True)
         code = EXIT_INPUT
     except Terminated:
         typer.echo("error: terminated (SIGTERM); rerun the same command to resume", err=True)
@@ -95,7 +95,7 @@ def _old_names_as_one_line() -> None:
     seen: set[tuple[type, str]] = set()
 
     def show(message, category, filename, lineno, file=None, line=None):
-        text = _one_line(str(message))
+        text = one_line(str(message))
         if (category, text) in seen:
             return
         seen.add((category, text))

@@ -96,7 +96,8 @@ def shorten_values(text: str) -> str:
     return out if len(out) <= LINE_MAX else f"{out[:LINE_MAX]}… ({len(out):,} characters)"
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
+    """``text`` as one line for the terminal: control characters escaped, white space collapsed, long values shortened."""
     return shorten_values(" ".join(terminal_text(text).split()))
 
 
@@ -110,7 +111,7 @@ class _Boundary(TyperGroup):
         except (typer.Exit, SystemExit):
             raise
         except typer.TyperException as exc:  # a bad option value (typer's usage errors): one line
-            _die(_usage_message(exc), EXIT_INPUT)
+            _die(usage_message(exc), EXIT_INPUT)
         except Terminated:
             _die("terminated (SIGTERM); rerun the same command to resume", EXIT_TERMINATED)
         except (KeyboardInterrupt, typer.Abort):
@@ -126,7 +127,7 @@ class _Boundary(TyperGroup):
                  "please report it with the traceback above", EXIT_INTERNAL)
 
 
-def _usage_message(exc: Exception) -> str:
+def usage_message(exc: Exception) -> str:
     """One line for a usage error: click's message and where to read the command's help."""
     message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
     ctx = getattr(exc, "ctx", None)
@@ -134,7 +135,7 @@ def _usage_message(exc: Exception) -> str:
 
 
 def _die(message: str, code: int) -> typing.NoReturn:
-    typer.echo(f"error: {_one_line(message)}", err=True)
+    typer.echo(f"error: {one_line(message)}", err=True)
     raise typer.Exit(code)
 
 
