@@ -9,7 +9,7 @@ import numpy as np
 from scipy.special import ndtr, ndtri, stdtrit
 
 
-def _quantile_sorted(xs: np.ndarray, p: np.ndarray | float) -> np.ndarray:
+def quantile_sorted(xs: np.ndarray, p: np.ndarray | float) -> np.ndarray:
     """Return type-7 (linear) quantiles of each row of sorted `xs` [c, B] at probability p [c]."""
     c, b = xs.shape
     p = np.broadcast_to(np.asarray(p, dtype=np.float64), (c,))
@@ -51,7 +51,7 @@ def _intervals_sorted(xs: np.ndarray, theta: np.ndarray, frac_below: np.ndarray 
     """
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     if "percentile" in methods or "basic" in methods:
-        ql, qh = _quantile_sorted(xs, alpha), _quantile_sorted(xs, 1 - alpha)
+        ql, qh = quantile_sorted(xs, alpha), quantile_sorted(xs, 1 - alpha)
         if "percentile" in methods:
             out["percentile"] = (ql, qh)
         if "basic" in methods:
@@ -63,18 +63,18 @@ def _intervals_sorted(xs: np.ndarray, theta: np.ndarray, frac_below: np.ndarray 
             n1, n2 = z0 + za, z0 - za
             a1 = ndtr(z0 + n1 / (1 - accel * n1))
             a2 = ndtr(z0 + n2 / (1 - accel * n2))
-        out["bca"] = (_quantile_sorted(xs, a1), _quantile_sorted(xs, a2))
+        out["bca"] = (quantile_sorted(xs, a1), quantile_sorted(xs, a2))
     if "t" in methods:
         half = stdtrit(df, 1 - alpha) * se
         out["t"] = (theta - half, theta + half)
     if "studentized" in methods or "studentized_symmetric" in methods:
-        tl, th = _quantile_sorted(ts, alpha), _quantile_sorted(ts, 1 - alpha)
+        tl, th = quantile_sorted(ts, alpha), quantile_sorted(ts, 1 - alpha)
         out["studentized"] = (theta - th * se, theta - tl * se)
         if "studentized_symmetric" in methods:
             # two-sided: quantile of |t*| at the confidence level (Hall's symmetric bootstrap-t);
             # one-sided bounds are the equal-tailed bootstrap-t's
             if alternative == "two-sided":
-                half = _quantile_sorted(abs_ts, 1 - 2 * alpha) * se
+                half = quantile_sorted(abs_ts, 1 - 2 * alpha) * se
                 out["studentized_symmetric"] = (theta - half, theta + half)
             else:
                 out["studentized_symmetric"] = out["studentized"]

@@ -21,7 +21,7 @@ def _level_at_most(xs: np.ndarray, v: np.ndarray) -> np.ndarray:
     return _interp_level(xs, v, j, b)
 
 
-def _level_at_least(xs: np.ndarray, v: np.ndarray) -> np.ndarray:
+def level_at_least(xs: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Return H(v) = inf{p : q(p) >= v} per row of sorted xs [c, B] (0 if v <= min, 1 if > max)."""
     c, b = xs.shape
     j = (xs < v[:, None]).sum(axis=1)
@@ -68,26 +68,26 @@ def _pvalues_sorted(method: str, xs: np.ndarray, theta: np.ndarray, null: float,
     """
     v = np.full(theta.shape, float(null))
     if method == "t":
-        t0 = _t_statistic(theta, se, null)
+        t0 = t_statistic(theta, se, null)
         lo_side, hi_side = _t_cdf(df, -t0), _t_cdf(df, t0)
     elif method == "percentile":
-        lo_side, hi_side = _level_at_most(xs, v), 1 - _level_at_least(xs, v)
+        lo_side, hi_side = _level_at_most(xs, v), 1 - level_at_least(xs, v)
     elif method == "basic":
         w = 2 * theta - null
-        lo_side, hi_side = 1 - _level_at_least(xs, w), _level_at_most(xs, w)
+        lo_side, hi_side = 1 - level_at_least(xs, w), _level_at_most(xs, w)
     elif method == "studentized_symmetric" and alternative == "two-sided":
         # |T0| > q_c(|t*|) exactly when c < H(|T0|): p = 1 - H(|T0|)
-        t0 = np.abs(_t_statistic(theta, se, null))
-        p = 1 - _level_at_least(abs_ts, t0)
+        t0 = np.abs(t_statistic(theta, se, null))
+        p = 1 - level_at_least(abs_ts, t0)
         b = abs_ts.shape[1]
         return np.where(np.isnan(p), p, np.maximum(p, 1.0 / (b + 1.0)))
     elif method in STUDENTIZED:
-        t0 = _t_statistic(theta, se, null)
-        lo_side, hi_side = 1 - _level_at_least(ts, t0), _level_at_most(ts, t0)
+        t0 = t_statistic(theta, se, null)
+        lo_side, hi_side = 1 - level_at_least(ts, t0), _level_at_most(ts, t0)
     elif method == "bca":
         z0 = ndtri(frac_below)
         lo_side = _bca_level(_level_at_most(xs, v), z0, accel, upper=False)
-        hi_side = _bca_level(_level_at_least(xs, v), z0, accel, upper=True)
+        hi_side = _bca_level(level_at_least(xs, v), z0, accel, upper=True)
     else:
         raise ValueError(f"unknown interval method {method!r}; choose from {METHODS}")
     if alternative == "greater":
@@ -102,7 +102,7 @@ def _pvalues_sorted(method: str, xs: np.ndarray, theta: np.ndarray, null: float,
     return p
 
 
-def _t_statistic(theta: np.ndarray, se: np.ndarray, null: float) -> np.ndarray:
+def t_statistic(theta: np.ndarray, se: np.ndarray, null: float) -> np.ndarray:
     """Return (theta - null) / se; where se = 0, +-inf by the sign of theta - null (0 if equal)."""
     diff = theta - null
     with np.errstate(divide="ignore", invalid="ignore"):

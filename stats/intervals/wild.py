@@ -23,7 +23,7 @@ import numpy as np
 from scipy.special import stdtr, stdtrit
 
 from ..resampling import WEBB_BELOW
-from .bounds import _quantile_sorted
+from .bounds import quantile_sorted
 from .methods import CLUSTER_METHODS
 
 __all__ = ["CLUSTER_METHODS", "ClusterSums", "cr2_se", "wild_t", "weight_family", "cluster_intervals",
@@ -86,7 +86,7 @@ def cluster_intervals(theta: np.ndarray, se: np.ndarray, abs_ts: np.ndarray | No
         if m == "wild_cluster_t":
             # the t* distribution is symmetric (weights +-w are equally likely), so |t*|'s 1 - 2 alpha
             # quantile is t*'s 1 - alpha quantile, two-sided and one-sided alike
-            q = np.maximum(q, _quantile_sorted(abs_ts, 1.0 - 2.0 * alpha))
+            q = np.maximum(q, quantile_sorted(abs_ts, 1.0 - 2.0 * alpha))
         lo, hi = theta - q * se, theta + q * se
         if alternative == "less":
             lo = np.full_like(lo, -np.inf)
@@ -99,9 +99,9 @@ def cluster_intervals(theta: np.ndarray, se: np.ndarray, abs_ts: np.ndarray | No
 def cluster_pvalues(method: str, theta: np.ndarray, se: np.ndarray, abs_ts: np.ndarray | None, n_groups: int,
                     alternative: str, null: float = 0.0) -> np.ndarray:
     """Return the p-value that inverts `method`'s interval at `null` (the interval excludes it iff p < 1 - level)."""
-    from .pvalues import _level_at_least, _t_statistic
+    from .pvalues import level_at_least, t_statistic
 
-    t0 = _t_statistic(theta, se, null)
+    t0 = t_statistic(theta, se, null)
     a0 = np.abs(t0)
     df = n_groups - 1.0
     tail_t = stdtr(df, -a0)  # P(T_{G-1} >= |t0|)
@@ -109,7 +109,7 @@ def cluster_pvalues(method: str, theta: np.ndarray, se: np.ndarray, abs_ts: np.n
     if method == "wild_cluster_t":
         b = abs_ts.shape[1]
         # the bound passes the null once the level's |t*| quantile and t's both lie below |t0|
-        tail = np.maximum(tail_t, np.maximum((1.0 - _level_at_least(abs_ts, a0)) / 2.0, 0.5 / (b + 1.0)))
+        tail = np.maximum(tail_t, np.maximum((1.0 - level_at_least(abs_ts, a0)) / 2.0, 0.5 / (b + 1.0)))
     if alternative == "two-sided":
         return np.minimum(1.0, 2.0 * tail)
     right = t0 > 0 if alternative == "greater" else t0 < 0
