@@ -107,9 +107,13 @@ class Fuzz:
         out: dict[str, str] = {}
         every, dynamic = self.sources(out)
         for name, f in self.functions.items():
-            # every transformed value through the error channel, or the function's own first error
-            out[f"error {name}"] = self.ask(f"WITH {every} SELECT error(string_agg(coalesce({f.format(x='s')}, "
-                                            f"'<null>'), chr(31) ORDER BY s)) AS e FROM src")
+            # every transformed value through the error channel (try(): a function's own error would depend on
+            # which string DuckDB evaluates first, which differs between two runs of one query)
+            out[f"error {name}"] = text = self.ask(f"WITH {every} SELECT error(string_agg(coalesce(try("
+                                                   f"{f.format(x='s')}), '<null>'), chr(31) ORDER BY s)) AS e FROM src")
+            if "<null>" in text:  # and the function's own error, on the first string (in order) it fails on
+                out[f"raise {name}"] = self.ask(f"WITH {every} SELECT {f.format(x='s')} AS v FROM (SELECT s FROM src "
+                                                f"WHERE try({f.format(x='s')}) IS NULL ORDER BY s LIMIT 1)")
         if layers < 2:
             return out
         for name, outer in self.pairs().items():
@@ -144,11 +148,12 @@ def transforms(functions: dict[str, str], secrets: Iterable[str]) -> dict[str, d
 
 def leaks(out: dict[str, str], found: dict[str, dict[str, str]]) -> list[str]:
     """Where a secret or a transform of one appears: 'key: what'. Every response is searched for the secrets; the
-    error channel of a function ("error NAME", which carries NAME of every source string) also for NAME of them.
+    channels of a function ("error NAME", which carries NAME of every source string, and "raise NAME", its own
+    error on the first string it fails on) also for NAME of them.
     (A table's or setting's strings are all sources, so their transforms are searched there.)"""
     hits = []
     for key, text in out.items():
-        name = key[len("error "):] if key.startswith("error ") else ""
+        name = key.split(" ", 1)[1] if key.startswith(("error ", "raise ")) else ""
         for v, what in {**found[""], **found.get(name, {})}.items():
             if v in text:
                 hits.append(f"{key}: {what}")
