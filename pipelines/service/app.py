@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from .config import ServiceConfig
-from .context import Service
+from .context import LoginRequired, Service
 from .db import Database, migrate
 from .metrics import CONTENT_TYPE, Metrics
 from .query_slots import FairSlots
@@ -122,7 +122,8 @@ def create_app(cfg: ServiceConfig, *, start_workers: bool = True) -> FastAPI:
                   description="Statistical circuit audits as a service: submit audits, studies and attribution "
                               "runs, follow them, fetch their tables and reports, and check claims against them.")
     app.state.service = svc
-    problems.install(app)
+    problems.install(app, page=pages.problem_page)  # a page's Problem is an HTML page; /api's stays problem+json
+    app.add_exception_handler(LoginRequired, pages.to_login)
     app.include_router(api.router)
     app.include_router(api_runs.router)
     app.include_router(api_tokens.router)

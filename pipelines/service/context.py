@@ -101,11 +101,16 @@ async def current_principal(request: Request, security_scopes: SecurityScopes) -
     return principal
 
 
-async def page_principal(request: Request) -> Principal | None:
-    """The logged-in browser's caller, or None (the page then redirects to /login)."""
+class LoginRequired(Exception):
+    """A page request without a live session (the pages' handler answers it with a redirect to /login)."""
+
+
+async def page_principal(request: Request) -> Principal:
+    """The logged-in browser's caller; LoginRequired (a 303 to /login) when the request carries no live session."""
     svc = service(request)
     principal = await run_in_threadpool(_identify, svc, request.cookies.get(SESSION_COOKIE))
-    if principal is not None:
-        request.state.user = principal.name
-        svc.limiter.check(principal.name, svc.cfg.quotas_for(principal.name).requests_per_minute)
+    if principal is None:
+        raise LoginRequired()
+    request.state.user = principal.name
+    svc.limiter.check(principal.name, svc.cfg.quotas_for(principal.name).requests_per_minute)
     return principal

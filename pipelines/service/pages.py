@@ -22,7 +22,7 @@ from . import access, queue
 from .accounts import Principal, authenticate, close_session, open_session
 from .api import job_out, log_tail
 from .api_runs import claims_out, compare_jobs, read_claims_body, report_csp, report_file, run_claims, run_dir, stored_check, tables_of
-from .context import SESSION_COOKIE, page_principal, service
+from .context import SCOPE_HINTS, SESSION_COOKIE, LoginRequired, page_principal, service
 from .db import JOB_STATES, ClaimCheck, Job
 from .problems import TITLES, Problem, not_found
 from .progress import read_stages
@@ -110,9 +110,21 @@ def render(name: str, code: int = 200, **context) -> HTMLResponse:
     return HTMLResponse(html, status_code=code, headers={"Content-Security-Policy": PAGE_CSP})
 
 
-def error_page(status: int, detail: str, user: str | None) -> HTMLResponse:
+def error_page(status: int, detail: str, user: str | None, headers: dict[str, str] | None = None) -> HTMLResponse:
     """An HTML error page (the pages' counterpart of problem+json)."""
-    return render("error.html", status, status=status, title=TITLES.get(status, "Error"), detail=detail, user=user)
+    page = render("error.html", status, status=status, title=TITLES.get(status, "Error"), detail=detail, user=user)
+    page.headers.update(headers or {})
+    return page
+
+
+def problem_page(request: Request, problem: Problem) -> HTMLResponse:
+    """``problem`` raised by a page route as its HTML error page, for the user the request logged in as (if any)."""
+    return error_page(problem.status, problem.detail, getattr(request.state, "user", None), problem.headers)
+
+
+async def to_login(request: Request, exc: LoginRequired) -> RedirectResponse:
+    """The answer to a page request without a session: 303 to /login."""
+    return RedirectResponse("/login", status_code=303)
 
 
 def _same_origin(request: Request) -> bool:
@@ -128,8 +140,30 @@ def _same_origin(request: Request) -> bool:
     return referer is not None and urlsplit(referer).netloc == host and bool(host)
 
 
-def _login_redirect() -> RedirectResponse:
-    return RedirectResponse("/login", status_code=303)
+def check_same_origin(request: Request) -> None:
+    """Nothing when a form post comes from this server's own pages; a 400 Problem otherwise."""
+    if not _same_origin(request):
+        raise Problem(400, "the form was sent from another site")
+
+
+async def form_principal(request: Request, principal: Principal = Depends(page_principal)) -> Principal:
+    """The logged-in caller of a page's form post, sent from this server's own pages (400 otherwise)."""
+    check_same_origin(request)
+    return principal
+
+
+async def writer_principal(principal: Principal = Depends(form_principal)) -> Principal:
+    """The caller of a form that starts or changes work: a full token's session (403 for a read-only one)."""
+    if "write" not in principal.grants:  # a read-only token may look, never start work
+        raise Problem(403, SCOPE_HINTS["write"])
+    return principal
+
+
+async def admin_principal(principal: Principal = Depends(page_principal)) -> Principal:
+    """The logged-in caller of an admin page (403 for anyone not an admin)."""
+    if not principal.admin:
+        raise Problem(403, SCOPE_HINTS["admin"])
+    return principal
 
 
 @router.get("/")
@@ -146,8 +180,7 @@ async def login_page(request: Request) -> HTMLResponse:
 async def login(request: Request, token: str = Form("", max_length=200)) -> Response:
     """Trade a bearer token for a session cookie (HttpOnly, SameSite=Strict)."""
     svc = service(request)
-    if not _same_origin(request):
-        return error_page(400, "the form was sent from another site", None)
+    check_same_origin(request)
 
     def go():
         with svc.db.session() as s:
@@ -179,12 +212,10 @@ async def logout(request: Request) -> Response:
 
 
 @router.get("/jobs")
-def jobs_page(request: Request, principal: Principal | None = Depends(page_principal), state: str | None = None,
+def jobs_page(request: Request, principal: Principal = Depends(page_principal), state: str | None = None,
               name: str = "", model: str = "", after: str = "", before: str = "", sort: str = "created",
               order: str = "desc", page: str = "1"):
     """The job list: filter by name, model, state and submission dates, sort, and page through it."""
-    if principal is None:
-        return _login_redirect()
     from urllib.parse import urlencode
 
     from .listing import DEFAULT_PAGE_SIZE, ORDERS, SORTS, JobQuery, page as list_page, parse_time
@@ -194,15 +225,12 @@ def jobs_page(request: Request, principal: Principal | None = Depends(page_princ
             "after": after[:40], "before": before[:40], "sort": sort if sort in SORTS else "created",
             "order": order if order in ORDERS else "desc"}
     number = int(page) if page.isdigit() and 0 < int(page) <= 1_000_000 else 1
-    try:
-        q = JobQuery(name=form["name"] or None, model=form["model"] or None, state=form["state"] or None,
-                     created_after=parse_time(form["after"], "from"), created_before=parse_time(form["before"], "to"),
-                     sort=form["sort"], order=form["order"], limit=DEFAULT_PAGE_SIZE, page=number)
-        with svc.db.session() as s:
-            rows, total, more = list_page(s, access.visible_jobs(principal), q)
-            jobs = [job_out(s, j, principal) for j in rows]
-    except Problem as p:
-        return error_page(p.status, p.detail, principal.name)
+    q = JobQuery(name=form["name"] or None, model=form["model"] or None, state=form["state"] or None,
+                 created_after=parse_time(form["after"], "from"), created_before=parse_time(form["before"], "to"),
+                 sort=form["sort"], order=form["order"], limit=DEFAULT_PAGE_SIZE, page=number)
+    with svc.db.session() as s:
+        rows, total, more = list_page(s, access.visible_jobs(principal), q)
+        jobs = [job_out(s, j, principal) for j in rows]
     kept = {k: v for k, v in form.items() if v}
     link = lambda n: "/jobs?" + urlencode({**kept, "page": n})  # noqa: E731
     pages = max(1, -(-total // DEFAULT_PAGE_SIZE))
@@ -259,37 +287,25 @@ def _family(svc, principal: Principal, job: Job) -> dict:
 
 
 @router.get("/jobs/{job_id}")
-def job_page(job_id: str, request: Request, principal: Principal | None = Depends(page_principal)):
-    if principal is None:
-        return _login_redirect()
-    try:
-        ctx = _job_context(service(request), principal, job_id)
-    except Problem as p:
-        return error_page(p.status, p.detail, principal.name)
+def job_page(job_id: str, request: Request, principal: Principal = Depends(page_principal)):
+    ctx = _job_context(service(request), principal, job_id)
     refresh = REFRESH_SECONDS if ctx["job"].state in ACTIVE else None  # a finished job's page stays still
     return render("job.html", user=principal.name, refresh=refresh, **ctx)
 
 
 def _change(request: Request, principal: Principal, job_id: str, action: str) -> Response:
-    """Cancel or delete a job from a page form (its owner or an admin, with a full token), then redirect."""
+    """Cancel or delete a job from a page form (its owner or an admin; ``principal`` from writer_principal), then
+    redirect."""
     from . import deletion
-    from .context import SCOPE_HINTS
 
-    if not _same_origin(request):
-        return error_page(400, "the form was sent from another site", principal.name)
-    if "write" not in principal.grants:
-        return error_page(403, SCOPE_HINTS["write"], principal.name)
     svc = service(request)
-    try:
-        with svc.db.session() as s:
-            job = access.managed_job(s, principal, job_id, action)
-            who = "its owner" if job.owner_id == principal.user_id else f"admin {principal.name}"
-            if action == "cancel" and job.state in ("queued", "running"):
-                queue.request_cancel(s, job, who)
-            elif action == "delete":
-                state = deletion.request_delete(s, job, f"deleted by {who}")
-    except Problem as p:
-        return error_page(p.status, p.detail, principal.name)
+    with svc.db.session() as s:
+        job = access.managed_job(s, principal, job_id, action)
+        who = "its owner" if job.owner_id == principal.user_id else f"admin {principal.name}"
+        if action == "cancel" and job.state in ("queued", "running"):
+            queue.request_cancel(s, job, who)
+        elif action == "delete":
+            state = deletion.request_delete(s, job, f"deleted by {who}")
     back = "/admin/jobs" if principal.admin and request.query_params.get("back") == "admin" else None
     if action == "delete":
         if state == "deleted":
@@ -299,28 +315,18 @@ def _change(request: Request, principal: Principal, job_id: str, action: str) ->
 
 
 @router.post("/jobs/{job_id}/cancel")
-def cancel_page(job_id: str, request: Request, principal: Principal | None = Depends(page_principal)):
-    if principal is None:
-        return _login_redirect()
+def cancel_page(job_id: str, request: Request, principal: Principal = Depends(writer_principal)):
     return _change(request, principal, job_id, "cancel")
 
 
 @router.post("/jobs/{job_id}/delete")
-def delete_page(job_id: str, request: Request, principal: Principal | None = Depends(page_principal)):
-    if principal is None:
-        return _login_redirect()
+def delete_page(job_id: str, request: Request, principal: Principal = Depends(writer_principal)):
     return _change(request, principal, job_id, "delete")
 
 
 @router.get("/admin/jobs")
-def admin_page(request: Request, state: str | None = None, principal: Principal | None = Depends(page_principal)):
+def admin_page(request: Request, state: str | None = None, principal: Principal = Depends(admin_principal)):
     """Every user's jobs, with cancel and delete buttons (admins only; each visit logged)."""
-    if principal is None:
-        return _login_redirect()
-    if not principal.admin:
-        from .context import SCOPE_HINTS
-
-        return error_page(403, SCOPE_HINTS["admin"], principal.name)
     state = state if state in JOB_STATES else None
     access.audit_admin(principal, "list page", state=state)
     with service(request).db.session() as s:
@@ -333,74 +339,47 @@ def admin_page(request: Request, state: str | None = None, principal: Principal 
 
 
 @router.post("/jobs/{job_id}/rerun")
-def rerun_page(job_id: str, request: Request, principal: Principal | None = Depends(page_principal)):
+def rerun_page(job_id: str, request: Request, principal: Principal = Depends(writer_principal)):
     """The job page's re-run button: a new job with the same spec, then its page."""
-    if principal is None:
-        return _login_redirect()
-    if not _same_origin(request):
-        return error_page(400, "the form was sent from another site", principal.name)
-    from .context import SCOPE_HINTS
     from .rerun import rerun
 
-    if "write" not in principal.grants:  # a read-only token may look, never start work
-        return error_page(403, SCOPE_HINTS["write"], principal.name)
-
-    try:
-        job = rerun(service(request), principal, job_id)
-    except Problem as p:
-        return error_page(p.status, p.detail, principal.name)
+    job = rerun(service(request), principal, job_id)
     return RedirectResponse(f"/jobs/{job.id}", status_code=303)
 
 
 @router.get("/jobs/{job_id}/report")
-def report_page(job_id: str, request: Request, principal: Principal | None = Depends(page_principal)):
-    if principal is None:
-        return _login_redirect()
+def report_page(job_id: str, request: Request, principal: Principal = Depends(page_principal)):
     svc = service(request)
-    try:
-        with svc.db.session() as s:
-            job = access.visible_job(s, principal, job_id)
-        if job.state != "completed":
-            raise Problem(409, f"the job is {job.state}; its report is there once it has completed")
-        path = report_file(svc, job)
-    except Problem as p:
-        return error_page(p.status, p.detail, principal.name)
+    with svc.db.session() as s:
+        job = access.visible_job(s, principal, job_id)
+    if job.state != "completed":
+        raise Problem(409, f"the job is {job.state}; its report is there once it has completed")
+    path = report_file(svc, job)
     return HTMLResponse(path.read_text(encoding="utf-8"), headers={"Content-Security-Policy": report_csp()})
 
 
 @router.post("/jobs/{job_id}/claims")
-async def claims_post_page(job_id: str, request: Request, principal: Principal | None = Depends(page_principal)):
-    if principal is None:
-        return _login_redirect()
+async def claims_post_page(job_id: str, request: Request, principal: Principal = Depends(form_principal)):
     svc = service(request)
-    if not _same_origin(request):
-        return error_page(400, "the form was sent from another site", principal.name)
-    try:
-        def find():
-            with svc.db.session() as s:
-                return access.visible_job(s, principal, job_id)
 
-        job = await run_in_threadpool(find)
-        if job.state != "completed":
-            raise Problem(409, f"the job is {job.state}; claims are checked once it has completed")
-        text, name = await read_claims_body(request)
-        row = await run_in_threadpool(run_claims, svc, principal, job, text, name)
-    except Problem as p:
-        return error_page(p.status, p.detail, principal.name)
+    def find():
+        with svc.db.session() as s:
+            return access.visible_job(s, principal, job_id)
+
+    job = await run_in_threadpool(find)
+    if job.state != "completed":
+        raise Problem(409, f"the job is {job.state}; claims are checked once it has completed")
+    text, name = await read_claims_body(request)
+    row = await run_in_threadpool(run_claims, svc, principal, job, text, name)
     return RedirectResponse(f"/jobs/{job_id}/claims/{row.id}", status_code=303)
 
 
 @router.get("/jobs/{job_id}/claims/{check_id}")
-def claims_page(job_id: str, check_id: str, request: Request, principal: Principal | None = Depends(page_principal)):
-    if principal is None:
-        return _login_redirect()
+def claims_page(job_id: str, check_id: str, request: Request, principal: Principal = Depends(page_principal)):
     svc = service(request)
-    try:
-        row = stored_check(svc, principal, job_id, check_id)
-        with svc.db.session() as s:
-            job_name = access.visible_job(s, principal, job_id).name
-    except Problem as p:
-        return error_page(p.status, p.detail, principal.name)
+    row = stored_check(svc, principal, job_id, check_id)
+    with svc.db.session() as s:
+        job_name = access.visible_job(s, principal, job_id).name
     return render("claims.html", user=principal.name, check=claims_out(row), job_name=job_name)
 
 
@@ -408,31 +387,23 @@ COMPARE_ROWS = 200  # edge rows each table of the comparison page shows at most 
 
 
 @router.get("/jobs/{job_id}/compare")
-def compare_form(job_id: str, request: Request, principal: Principal | None = Depends(page_principal),
-                 other: str = ""):
+def compare_form(job_id: str, request: Request, principal: Principal = Depends(page_principal), other: str = ""):
     """The job page's compare form: redirect to ``/jobs/{job_id}/compare/{other}``."""
-    if principal is None:
-        return _login_redirect()
     other = other.strip()
     if not access.JOB_ID.fullmatch(job_id) or not access.JOB_ID.fullmatch(other):
-        return error_page(404, not_found().detail, principal.name)
+        raise not_found()
     return RedirectResponse(f"/jobs/{job_id}/compare/{other}", status_code=303)
 
 
 @router.get("/jobs/{job_a}/compare/{job_b}")
-def compare_page(job_a: str, job_b: str, request: Request, principal: Principal | None = Depends(page_principal)):
+def compare_page(job_a: str, job_b: str, request: Request, principal: Principal = Depends(page_principal)):
     """Two jobs side by side (the numbers of ``GET /api/v1/jobs/{a}/compare/{b}``)."""
-    if principal is None:
-        return _login_redirect()
     from circuitstat.reports.compare_text import biggest
 
     svc = service(request)
-    try:
-        comp = compare_jobs(svc, principal, job_a, job_b)
-        with svc.db.session() as s:
-            names = {"a": access.visible_job(s, principal, job_a).name, "b": access.visible_job(s, principal, job_b).name}
-    except Problem as p:
-        return error_page(p.status, p.detail, principal.name)
+    comp = compare_jobs(svc, principal, job_a, job_b)
+    with svc.db.session() as s:
+        names = {"a": access.visible_job(s, principal, job_a).name, "b": access.visible_job(s, principal, job_b).name}
     doc = comp.to_dict()
     flagged = [r for r in doc["edges"] if r["overlap"] is False][:COMPARE_ROWS]
     keys = {(r["method"], r["name"]) for r in biggest(comp, COMPARE_ROWS)}

@@ -18,14 +18,16 @@ Status codes, each where it belongs:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 MEDIA_TYPE = "application/problem+json"
+API_PREFIX = "/api/"
+"""Every path of the JSON API starts here; a Problem anywhere else is a page's, rendered as HTML."""
 TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
           409: "Conflict", 410: "Gone", 413: "Content Too Large", 422: "Unprocessable Content",
           429: "Too Many Requests",
@@ -55,11 +57,14 @@ def problem_response(status: int, detail: str, *, headers: dict[str, str] | None
     return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers)
 
 
-def install(app) -> None:
-    """Register the handlers that turn every error into problem+json."""
+def install(app, page: Callable[[Request, Problem], Response] | None = None) -> None:
+    """Register the handlers that turn every error into problem+json; a Problem raised outside /api becomes
+    ``page(request, problem)`` (the pages' HTML error page) when ``page`` is given."""
 
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem):
+        if page is not None and not request.url.path.startswith(API_PREFIX):
+            return page(request, exc)
         return problem_response(exc.status, exc.detail, headers=exc.headers, **exc.extra)
 
     @app.exception_handler(StarletteHTTPException)
