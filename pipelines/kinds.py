@@ -60,14 +60,21 @@ SERVED = {"audit": "audit", "variance": "study variance", "calibration": "study 
           "attribute": "attribute"}
 
 
-def kind(name: str) -> RunKind:
-    """The declaration of run kind ``name`` (a command's name, or a service job kind); InputError if unknown."""
+def module_of(name: str) -> str:
+    """The dotted name of the module that declares run kind ``name`` (a command's name, or a service job kind)."""
     name = SERVED.get(name, name)
     if name not in _REGISTRY:
         raise InputError(f"unknown run kind {name!r}; kinds: {', '.join(KINDS)}")
-    declared = importlib.import_module(_REGISTRY[name]).KIND
+    return _REGISTRY[name]
+
+
+def kind(name: str) -> RunKind:
+    """The declaration of run kind ``name`` (a command's name, or a service job kind); InputError if unknown."""
+    module = module_of(name)
+    name = SERVED.get(name, name)
+    declared = importlib.import_module(module).KIND
     if declared.name != name:  # a module declaring another kind is a bug in this table
-        raise RuntimeError(f"{_REGISTRY[name]} declares {declared.name!r}, not {name!r}")
+        raise RuntimeError(f"{module} declares {declared.name!r}, not {name!r}")
     return declared
 
 

@@ -1,8 +1,9 @@
 """The audit service: ``circuitstat serve``, a thin, durable HTTP front over the CLI's own code.
 
-A job is a spec plus an owner; running it calls the function the CLI command calls
-(:func:`circuitstat.pipelines.audit.run.run_audit`, the study runners, :func:`circuitstat.pipelines.cli.analyse.run_attribute`)
-in a worker, writing a run directory under the data directory. Nothing here computes statistics.
+A job is a spec plus an owner; running it calls what the CLI command calls, its run kind's declaration
+(``circuitstat.pipelines.kinds``: :func:`circuitstat.pipelines.audit.run.run_audit`, the study runners,
+:func:`circuitstat.pipelines.attribute.run_attribute`), in a worker, writing a run directory under the data
+directory. Nothing here computes statistics.
 
 Modules (one idea each):
 

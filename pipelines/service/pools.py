@@ -27,9 +27,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-PRELOAD = ["torch", "transformers", "circuitstat.circuits.loading", "circuitstat.circuits.attribution", "circuitstat.pipelines.audit.run",
-           "circuitstat.pipelines.variance_study", "circuitstat.pipelines.calibration.study", "circuitstat.pipelines.cli.analyse", "circuitstat.reports.html",
-           "circuitstat.pipelines.service.runner", "circuitstat.pipelines.service.warmup"]
+from circuitstat.pipelines.kinds import SERVED, module_of
+
+PRELOAD = ["torch", "transformers", "circuitstat.circuits.loading", "circuitstat.circuits.attribution",
+           *(module_of(k) for k in SERVED), "circuitstat.reports.html", "circuitstat.pipelines.service.runner",
+           "circuitstat.pipelines.service.warmup"]
+"""What the forkserver imports before it forks a worker: the modules of every run kind the service runs (the runner
+calls their ``KIND.run``, as the CLI does), the report's renderer, and the warm-up (last: it runs a tiny audit)."""
 
 
 def _watch_lifeline(lifeline) -> None:
