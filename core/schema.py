@@ -4,7 +4,7 @@ Writers (``RunDir.write_table``) validate a table against its schema before writ
 misspelt or missing column is a bug caught where it is made, not a blank part of a report. Readers
 (claims, the HTML report, the demo summary, the query command's documentation, test fixtures)
 take table and column names from here; the claimable statistics of each claim kind are the
-columns marked ``claimable``. Interval columns say what they cover in ``doc`` (DESIGN.md: every
+columns marked ``claimable``. Interval columns say what they cover in ``doc`` (docs/calibration.md: every
 interval names its estimand).
 
 Tables not registered here (a study's own tables) are written unvalidated; registering one is

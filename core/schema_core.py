@@ -2,7 +2,7 @@
 
 The registries (core/schema.py: run tables; core/schema_results.py: the tables of every
 Result class) are built from these. An interval is a ``<prefix>_low`` / ``<prefix>_high`` column
-pair declared with :func:`_ci`, whose doc says what it covers (DESIGN.md: every interval names its
+pair declared with :func:`_ci`, whose doc says what it covers (docs/calibration.md: every interval names its
 estimand); :meth:`TableSchema.intervals` finds them, so ``Result.conf_int`` needs no per-class code.
 """
 

@@ -50,7 +50,7 @@ RANDOM = "random"
 MAX_RANDOM_ORDERS = 1000  # random token orders per prompt (the null), without --allow-large
 READOUT_TABLES = ("token_weights", "token_drops", "sink_prompts")
 #: cross-seed sink matching drops the first (BOS) column of the patterns: with it every sink head resembles every
-#: other and the sink agreement would be built into the matching (DESIGN.md pitfalls: BOS sinks inflate cosines)
+#: other and the sink agreement would be built into the matching (docs/results.md, "Token contributions and attention sinks")
 MATCH_DROP_BOS = True
 STAT_TABLES = ("token_importance", "token_importance_diffs", "sink_heads", "sink_fit", "summary")
 

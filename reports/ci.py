@@ -5,7 +5,7 @@ run table, so the page can say where each number came from (the report writes th
 column names into data attributes and a test reads every interval back from its table). `Ci.of`
 takes the estimand from the row's own ``estimand`` column where the table has one, else from the
 column's ``covers:`` text in core/schema.py, and gives an interval that is not the calibrated
-one of its table the visible label in `LABELLED` (DESIGN.md, "Estimands and calibration").
+one of its table the visible label in `LABELLED` (docs/calibration.md).
 """
 
 from __future__ import annotations

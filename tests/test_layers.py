@@ -1,4 +1,4 @@
-"""Layering rules: one import root, and imports run one way (DESIGN.md, "Layout").
+"""Layering rules: one import root, and imports run one way (docs/design.md, "Architecture").
 
 Every layer installs under ``circuitstat`` (tests/test_import_root.py checks that no bare ``stats`` or
 ``reports`` is installed). The floors, from the bottom:

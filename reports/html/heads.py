@@ -1,9 +1,9 @@
 """The heads section: head stability across seeds ranked by excess over the null, layers, residual CKA, summary.
 
-A stability claim is a claim about excess over its null (DESIGN.md): heads are ranked by their
-excess over the shuffled-prompt null, with the interval over training seeds (every refit an anchor:
-excess_ci_*, refit_ci_*), the one the claims check reads. Runs written before those columns show
-the anchor-fixed interval, labelled as such.
+A stability claim is a claim about excess over its null (docs/results.md, "Head stability across seeds"):
+heads are ranked by their excess over the shuffled-prompt null, with the interval over training seeds (every
+refit an anchor: excess_ci_*, refit_ci_*), the one the claims check reads. Runs written before those columns
+show the anchor-fixed interval, labelled as such.
 """
 
 from __future__ import annotations

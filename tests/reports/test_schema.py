@@ -29,7 +29,7 @@ def test_every_schema_builds_and_has_unique_column_names() -> None:
 
 
 def test_interval_columns_name_what_they_cover() -> None:
-    # DESIGN.md: every interval names its estimand; a *_ci_low/_high column without "covers" fails
+    # docs/calibration.md: every interval names its estimand; a *_ci_low/_high column without "covers" fails
     for t in TABLES.values():
         for c in t.columns:
             if c.name.endswith(("_ci_low", "_ci_high")) or c.name in ("ci_low", "ci_high"):
