@@ -32,6 +32,7 @@ import torch
 from tqdm.auto import tqdm
 
 from circuitstat.core.errors import InputError
+from circuitstat.core.params import BATCH_SIZE, IG_STEPS, SEED
 
 from .ablation import ABLATIONS, Ablation, PairData, check_input_node, last_index
 from .interventions import Intervention
@@ -61,7 +62,7 @@ def _positive_int(what: str, value) -> None:
 
 
 def check_options(method: str, level: str = "edge", ablation: "str | Ablation" = "counterfactual", *,
-                  batch_size: int = 16, ig_steps: int = 5) -> None:
+                  batch_size: int = BATCH_SIZE.default, ig_steps: int = IG_STEPS.default) -> None:
     """None; InputError naming the first attribution option that is unknown, out of range or
     incompatible with another (checked before any work or any file is written)."""
     if method not in METHODS:
@@ -463,10 +464,10 @@ def attribute(
     level: str = "edge",
     ablation: "str | Ablation" = "counterfactual",
     reference: PairData | None = None,
-    batch_size: int = 16,
-    ig_steps: int = 5,
+    batch_size: int = BATCH_SIZE.default,
+    ig_steps: int = IG_STEPS.default,
     max_rows: int = 256,
-    seed: int = 0,
+    seed: int = SEED.default,
     metric_name: str | None = None,
     progress: bool = True,
     rows: "np.ndarray | None" = None,

@@ -48,11 +48,12 @@ import numpy as np
 import torch
 
 from circuitstat.core.errors import InputError
+from circuitstat.core.params import LR_CONSTANTS, PRUNING_INIT, PRUNING_LR, PRUNING_STEPS, SEED
 
 from .ablation import Ablation, PairData, last_index
 from .interventions import Intervention
 from .model import CircuitModel
-from .optimal_ablation import LR_CONSTANTS, OptimalAblation, check_lr_constants, is_optimal
+from .optimal_ablation import OptimalAblation, check_lr_constants, is_optimal
 
 __all__ = ["EdgePruningFit", "OBJECTIVES", "fit_edge_pruning", "gates", "expected_l0", "masked_logits", "pruning_loss"]
 
@@ -269,12 +270,13 @@ def _ep_label(abl, target) -> str:
     return f"edge pruning, {ablation_label(abl)}, {how}"
 
 
-def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=None, steps: int = 50,
-                     lr: float = 0.2, sparsity: float | None = None, init: float = 1.0,
+def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=None,
+                     steps: int = PRUNING_STEPS.default, lr: float = PRUNING_LR.default,
+                     sparsity: float | None = None, init: float = PRUNING_INIT.default,
                      objective: str = "mean_metric", ablation: "str | Ablation" = "counterfactual",
-                     seed: int | np.random.SeedSequence = 0, batch_size: int = 64, stochastic: bool = True,
+                     seed: int | np.random.SeedSequence = SEED.default, batch_size: int = 64, stochastic: bool = True,
                      target: float | None = None, warmup: int | None = None, lr_lambda: float | None = None,
-                     lr_constants: float = LR_CONSTANTS) -> EdgePruningFit:
+                     lr_constants: float = LR_CONSTANTS.default) -> EdgePruningFit:
     """The EdgePruningFit of ``steps`` Adam steps on ``data``'s examples ``rows`` (all by default), each
     weighted by ``weights`` (counts; a bootstrap resample is one row of a ResamplingPlan's counts); with
     ``target`` the sparsity is driven to it by Bhaskar et al.'s Lagrangian (TargetSparsity); with ``ablation=

@@ -31,10 +31,9 @@ from circuitstat.core.errors import InputError
 from .ablation import sender_means
 from .model import CircuitModel
 
-__all__ = ["OPTIMAL", "LR_CONSTANTS", "OptimalAblation", "is_optimal"]
+__all__ = ["OPTIMAL", "OptimalAblation", "is_optimal"]
 
 OPTIMAL = "optimal"
-LR_CONSTANTS = 1e-3  # utils/MaskConfig.py's lr_modes (EdgeInferenceConfig)
 
 
 def is_optimal(ablation) -> bool:

@@ -55,11 +55,12 @@ import numpy as np
 import torch
 
 from circuitstat.core.errors import InputError
+from circuitstat.core.params import LR_CONSTANTS, PRUNING_INIT, PRUNING_LR, PRUNING_SPARSITY, PRUNING_STEPS, SEED, UGS_SAMPLES
 
 from .ablation import Ablation, PairData
 from .edge_pruning import EdgePruningFit, ablation_label, check_fit_options, constants_optimizer, fit_setup, pruning_loss
 from .model import CircuitModel
-from .optimal_ablation import LR_CONSTANTS, check_lr_constants, is_optimal
+from .optimal_ablation import check_lr_constants, is_optimal
 
 __all__ = ["UGSFit", "fit_ugs", "ugs_sample", "ugs_gates", "ugs_loss", "ADAM_BETAS", "CLIP_NORM"]
 
@@ -147,10 +148,12 @@ def _draw(model, theta: torch.Tensor, u: torch.Tensor, dangling: bool) -> torch.
     return (prune_dangling(model.graph, alpha) if dangling else alpha).to(model.device)
 
 
-def fit_ugs(model: CircuitModel, data: PairData, *, rows=None, weights=None, steps: int = 50, lr: float = 0.1,
-            sparsity: float = 1.0, init: float = 1.0, objective: str = "mean_metric", n_samples: int = 4,
-            ablation: "str | Ablation" = "counterfactual", seed: int | np.random.SeedSequence = 0,
-            batch_size: int = 64, lr_constants: float = LR_CONSTANTS, prune_dangling_edges: bool = False) -> UGSFit:
+def fit_ugs(model: CircuitModel, data: PairData, *, rows=None, weights=None, steps: int = PRUNING_STEPS.default,
+            lr: float = PRUNING_LR.default_for("ugs"), sparsity: float = PRUNING_SPARSITY.default,
+            init: float = PRUNING_INIT.default, objective: str = "mean_metric", n_samples: int = UGS_SAMPLES.default,
+            ablation: "str | Ablation" = "counterfactual", seed: int | np.random.SeedSequence = SEED.default,
+            batch_size: int = 64, lr_constants: float = LR_CONSTANTS.default,
+            prune_dangling_edges: bool = False) -> UGSFit:
     """The UGSFit of ``steps`` Adam steps on ``data``'s examples ``rows`` (all by default) weighted by ``weights``
     (counts), each step drawing ``n_samples`` masks per prompt from the fit's seed (deterministic given it); with
     ``ablation="optimal"`` the ablated edges carry constants learned jointly (Li & Janson's optimal ablation)."""

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from circuitstat.pipelines.kinds import RunKind, check_run_out
 from circuitstat.pipelines.options import ABLATION, DTYPES, INPUT_NODE, LEVEL, MASK_METHODS, METHOD, METRIC, MOE_NODES
-from circuitstat.pipelines.params import BATCH_SIZE, IG_STEPS, N_REFITS, SEED
+from circuitstat.core.params import BATCH_SIZE, IG_STEPS, N_JOBS, N_REFITS, SEED
 from circuitstat.pipelines.sources import LOCAL, RunInputs
 from circuitstat.pipelines.spec import EdgePruningOptions, UGSOptions, VerifySpec, no_reserved_task_options
 
@@ -84,7 +84,7 @@ def check_method_options(method: str, level: str, ablation: str, *, batch_size: 
 
 def pruning_options(method: str, options: dict | None, n_refits: int | None):
     """The options (EdgePruningOptions, UGSOptions) of a mask-learned ``method`` (``options``: steps, lr, sparsity,
-    init, objective, and n_samples for ugs; unset: the defaults of circuitstat.pipelines.params), checked;
+    init, objective, and n_samples for ugs; unset: the defaults of circuitstat.core.params), checked;
     InputError when given for another method."""
     from circuitstat.core.errors import InputError
     from circuitstat.pipelines.spec import MASK_SECTIONS, validate_spec
@@ -103,8 +103,8 @@ def pruning_options(method: str, options: dict | None, n_refits: int | None):
 
 def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", level: str = "edge",
                   ablation: str = "counterfactual", input_node: str = "embeddings", metric: str | None = None,
-                  n: int = 64, batch_size: int = 16,
-                  ig_steps: int = 5, seed: int = 0, n_jobs: int = 1, device: str = "cpu", dtype: str = "float32",
+                  n: int = 64, batch_size: int = BATCH_SIZE.default, ig_steps: int = IG_STEPS.default,
+                  seed: int = SEED.default, n_jobs: int = N_JOBS.default, device: str = "cpu", dtype: str = "float32",
                   max_memory: str | None = None, checkpoint_every: int | None = None, resume: bool = True,
                   force: bool = False, allow_pickle: bool = False, allow_large: bool = False, verify=None,
                   task_options: dict | None = None, inputs: RunInputs = LOCAL, scheduler: str | None = None,

@@ -38,6 +38,10 @@ from circuitstat.stats.resampling import ResamplingPlan
 from circuitstat.stats.sinks import DEFAULT_THRESHOLD, SinkResult, confidence_gap, position_means, sink_relation, sink_shares
 from circuitstat.stats.token_importance import TokenImportanceResult, token_importance_faithfulness
 from circuitstat.pipelines.kinds import RunKind
+from circuitstat.core.params import BATCH_SIZE, N_RESAMPLES, SEED
+
+KIND_NAME = "tokens"
+"""This run kind's name (circuitstat.pipelines.kinds), by which core.params names its defaults."""
 
 __all__ = ["TokenContributions", "ContributionsResult", "CrossSeedResult", "READOUT_TABLES", "STAT_TABLES", "MEASURES",
            "RANDOM"]
@@ -50,7 +54,8 @@ RANDOM = "random"
 MAX_RANDOM_ORDERS = 1000  # random token orders per prompt (the null), without --allow-large
 READOUT_TABLES = ("token_weights", "token_drops", "sink_prompts")
 #: cross-seed sink matching drops the first (BOS) column of the patterns: with it every sink head resembles every
-#: other and the sink agreement would be built into the matching (docs/results.md, "Token contributions and attention sinks")
+#: other and the sink agreement would be built into the matching (docs/results.md, "Token contributions and
+#: attention sinks")
 MATCH_DROP_BOS = True
 STAT_TABLES = ("token_importance", "token_importance_diffs", "sink_heads", "sink_fit", "summary")
 
@@ -202,9 +207,9 @@ class TokenContributions(Estimator):
                  task_options: dict | None = None, ks: Sequence[int] = (1, 2, 3, 5), measures: Sequence[str] = MEASURES,
                  n_random: int = 5, ablation: str = "zero", exclude_first: bool = False, exclude_readout: bool = False,
                  pairs: Sequence[str] | None = None, sink: str = "first", sink_threshold: float = DEFAULT_THRESHOLD,
-                 n_resamples: int = 2000,
-                 confidence_level: float = 0.95, alpha: float = 0.05, batch_size: int = 32,
-                 seed: int | None = 0) -> None:
+                 n_resamples: int = N_RESAMPLES.default_for(KIND_NAME),
+                 confidence_level: float = 0.95, alpha: float = 0.05,
+                 batch_size: int = BATCH_SIZE.default_for(KIND_NAME), seed: int | None = SEED.default) -> None:
         self.task = task
         self.n = n
         self.task_seed = task_seed
@@ -257,7 +262,7 @@ class TokenContributions(Estimator):
         makes every measure's top-k the same set) and the memory of the draws."""
         from circuitstat.circuits.limits import check_bytes, check_range
 
-        from .params import N_RESAMPLES, resamples_for_level
+        from circuitstat.core.params import resamples_for_level
 
         check_range(int(self.n_resamples), N_RESAMPLES.minimum, N_RESAMPLES.maximum, "n_resamples (--n-resamples)",
                     allow_large=allow_large)
@@ -520,4 +525,4 @@ class CrossSeedResult(Result):
         return items
 
 
-KIND = RunKind("tokens", "token contribution weights and attention sinks")
+KIND = RunKind(KIND_NAME, "token contribution weights and attention sinks")

@@ -40,7 +40,7 @@ from pydantic import Field
 
 from circuitstat.core.errors import InputError
 
-from circuitstat.pipelines.params import BATCH_SIZE, IG_STEPS, N_RESAMPLES, resamples_for_level
+from circuitstat.core.params import BATCH_SIZE, IG_STEPS, N_RESAMPLES, resamples_for_level
 from circuitstat.pipelines.spec import METHOD, KGrid, _RunOptions, load_yaml, validate_spec
 from circuitstat.pipelines.kinds import RunKind
 from circuitstat.pipelines.groundtruth_masks import MASK_METHODS, EdgePruningOptions

@@ -23,7 +23,7 @@ from circuitstat.core.errors import InputError, warn_renamed
 from circuitstat.reports.thresholds import MIN_EXCESS, MIN_EXCESS_BOUNDS
 
 from .options import ABLATION, INPUT_NODE, LEVEL, MASK_METHODS, METHOD, METRIC, MOE_NODES, OBJECTIVE, SCORE_METHOD  # noqa: F401 - defined there once; re-exported
-from .params import (BATCH_SIZE, IG_STEPS, LR_CONSTANTS, N_JOBS, N_REFITS, N_RESAMPLES, PRUNING_INIT, PRUNING_LR,
+from circuitstat.core.params import (BATCH_SIZE, IG_STEPS, LR_CONSTANTS, N_JOBS, N_REFITS, N_RESAMPLES, PRUNING_INIT, PRUNING_LR,
                      PRUNING_LR_LAMBDA, PRUNING_SPARSITY, PRUNING_TARGET, PRUNING_WARMUP,
                      PRUNING_STEPS, SEED, UGS_SAMPLES)
 from .yamlio import read_yaml_strict
@@ -224,7 +224,7 @@ class _MaskOptions(_Strict):
 
 class EdgePruningOptions(_MaskOptions):
     """The options of each edge-pruning fit (circuitstat.circuits.edge_pruning.fit_edge_pruning); bounds from
-    circuitstat.pipelines.params.  With ``target`` the sparsity is driven to it by Bhaskar et al.'s Lagrangian
+    circuitstat.core.params.  With ``target`` the sparsity is driven to it by Bhaskar et al.'s Lagrangian
     (``sparsity`` unset: no fixed penalty beside it)."""
 
     _section: ClassVar[str] = "edge_pruning."
@@ -250,7 +250,7 @@ class EdgePruningSpec(EdgePruningOptions):
 
 class UGSOptions(_MaskOptions):
     """The options of each UGS fit (circuitstat.circuits.ugs.fit_ugs): edge pruning's, with UGS's learning rate and its
-    mask draws per prompt; bounds from circuitstat.pipelines.params."""
+    mask draws per prompt; bounds from circuitstat.core.params."""
 
     _section: ClassVar[str] = "ugs."
     lr: float = PRUNING_LR.pydantic("ugs")

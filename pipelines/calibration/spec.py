@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from circuitstat.core.errors import InputError
-from circuitstat.pipelines.params import IG_STEPS, N_RESAMPLES, resamples_for_level
+from circuitstat.core.params import IG_STEPS, N_RESAMPLES, resamples_for_level
 from circuitstat.pipelines.spec import ABLATION, SCORE_METHOD, KGrid, TaskSpec, _RunOptions, load_yaml, validate_spec
 
 __all__ = ["CalibrationSpec", "FROM_SCORES_RUN", "PER_EXAMPLE_ABLATIONS", "check_calibration_spec",

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from circuitstat.pipelines.mib_export import MIB_PRUNES
-from circuitstat.pipelines.params import SEED
+from circuitstat.core.params import SEED
 
 from .analyse import Ranking
 from .app import _Boundary, app, choices, echo, trust_option, verified

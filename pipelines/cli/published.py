@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from circuitstat.pipelines.params import BATCH_SIZE, N_RESAMPLES, SEED
+from circuitstat.core.params import BATCH_SIZE, N_RESAMPLES, SEED
 
 from .analyse import Method, Ranking
 from .app import ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, TASK_HELP, TASK_OPTION_HELP, app, check_out, choices, echo
@@ -36,11 +36,11 @@ def check_circuit_command(
                                                                   "most this"),
     k: list[int] = typer.Option([], "--k", min=1, help="more circuit sizes for the audit's curve (repeatable; "
                                                        "default 1; the circuit's size, half and double are always in)"),
-    n_resamples: int = typer.Option(1000, "--n-resamples", min=N_RESAMPLES.minimum, max=N_RESAMPLES.maximum,
+    n_resamples: int = typer.Option(N_RESAMPLES.default, "--n-resamples", **N_RESAMPLES.option,
                                     help="bootstrap resamples"),
     ranking: Ranking = typer.Option(Ranking("absolute"), "--ranking", help="ranking of the audit's top-k circuits "
                                                                           "and of the file's scores for CPR/CMD"),
-    batch_size: int = typer.Option(BATCH_SIZE.default, "--batch-size", min=BATCH_SIZE.minimum, max=BATCH_SIZE.maximum),
+    batch_size: int = typer.Option(BATCH_SIZE.default, "--batch-size", **BATCH_SIZE.option),
     seed: int = typer.Option(SEED.default, "--seed", **SEED.option),
     claims: Path | None = typer.Option(None, "--claims", help="claims file to check against the run afterwards "
                                                              "(kind published_circuit, and any other audit kind)"),

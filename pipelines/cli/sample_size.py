@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from circuitstat.core.params import N_JOBS, SEED
+
 from .app import ALLOW_LARGE_HELP, app, check_out, choices, echo, trust_option, verified
 
 Means = choices("Means", "deconvolved", "pilot", "posterior")
@@ -18,8 +20,8 @@ def sample_size_command(
     n: list[int] = typer.Option([64, 128, 256, 512], "--n", min=2, max=10_000_000,
                                 help="prompts N to predict at (repeatable)"),
     k: list[int] = typer.Option([5, 10, 20], "--k", min=1, help="circuit sizes (repeatable)"),
-    target: float = typer.Option(0.5, "--target", min=0.0, max=1.0,
-                                 help="Jaccard the data-level interval's lower end should clear"),
+    target_jaccard: float = typer.Option(0.5, "--target", min=0.0, max=1.0,
+                                         help="Jaccard the data-level interval's lower end should clear"),
     claims: Path | None = typer.Option(None, "--claims", help="a claims file: the chance each claim passes at N "
                                        f"(kinds edge_effect, circuit_stability, edge_in_circuit are simulated)"),
     out: Path | None = typer.Option(None, "--out", help="directory to write sample_size_*.parquet and "
@@ -37,8 +39,8 @@ def sample_size_command(
     plan: bool = typer.Option(False, "--plan",
                               help="also price each N's exact and EAP attribution on the pilot's model"),
     model: str | None = typer.Option(None, "--model", help="with --plan: the model to price (default: the pilot's)"),
-    seed: int = typer.Option(0, "--seed", min=0),
-    n_jobs: int = typer.Option(1, "--n-jobs", min=-1),
+    seed: int = typer.Option(SEED.default, "--seed", **SEED.option),
+    n_jobs: int = typer.Option(N_JOBS.default, "--n-jobs", **N_JOBS.option),
     force: bool = typer.Option(False, "--force", help="replace an earlier sample-size output in --out (never "
                                                       "another command's run)"),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
@@ -70,10 +72,10 @@ def sample_size_command(
         spec = spec or AuditSpec(model="pilot")
         spec = spec.model_copy(update={"bootstrap": spec.bootstrap.model_copy(update={"n_resamples": resamples})})
     cost = _cost(sm, sorted(set(n)), model) if plan else None
-    res = sample_size(sm.scores, sm.names, sm.method, n, k, target, claims=cf, spec=spec, n_datasets=datasets,
+    res = sample_size(sm.scores, sm.names, sm.method, n, k, target_jaccard, claims=cf, spec=spec, n_datasets=datasets,
                       seed=seed, means=means.value, prediction_level=level, n_jobs=n_jobs, cost=cost,
                       groups=pilot_groups(sm), allow_large=allow_large)
-    _print(res, target)
+    _print(res, target_jaccard)
     if out is not None:
         from circuitstat.core.atomic import atomic_write
         from circuitstat.reports.html.sample_size import sample_size_svg
@@ -81,7 +83,7 @@ def sample_size_command(
         paths = _write(res, out)
         svg = out / "sample_size.svg"
         with atomic_write(svg) as f:
-            f.write(sample_size_svg(res.stability, res.widths, target=target, level=level).encode())
+            f.write(sample_size_svg(res.stability, res.widths, target=target_jaccard, level=level).encode())
         echo(f"wrote {', '.join(p.name for p in paths.values())} and {svg.name} -> {out}")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from circuitstat.core.errors import InputError
-from circuitstat.pipelines.params import (D_MLP, INIT_STD, MIN_LR_RATIO, N_JOBS, N_RESAMPLES, REPEAT_FRACTION, SEED,
+from circuitstat.core.params import (D_MLP, INIT_STD, MIN_LR_RATIO, N_JOBS, N_RESAMPLES, REPEAT_FRACTION, SEED,
                                           WARMUP_STEPS)
 
 from .app import ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, app, check_out, choices, echo, study_app
@@ -51,7 +51,7 @@ def heads_command(
     ci_over: CIOver = typer.Option(CIOver("both"), "--ci-over", help="what the bootstrap resamples"),
     seed: int = typer.Option(SEED.default, "--seed", **SEED.option),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or mps"),
-    n_jobs: int = typer.Option(1, "--n-jobs", min=N_JOBS.minimum, help="BLAS / torch threads inside the fit (1 to the CPU count)"),
+    n_jobs: int = typer.Option(N_JOBS.default, "--n-jobs", **N_JOBS.option, help="BLAS / torch threads inside the fit (1 to the CPU count)"),
     out: Path = typer.Option(..., "--out", help="run directory: heads/layers/residual.parquet and more, manifest.json"),
     force: bool = typer.Option(False, "--force", help="recompute if the directory holds a different spec"),
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
@@ -105,12 +105,13 @@ def train_command(
     optimizer: Optimizer = typer.Option(Optimizer("adamw"), "--optimizer", help="optimizer"),
     weight_decay: float = typer.Option(0.01, "--weight-decay", min=0.0,
                                        help="weight decay (decoupled for adamw, L2 for adam)"),
-    steps: int = typer.Option(1000, "--steps", min=1, help="optimizer steps"),
+    # training steps, learning rate and batch are TrainRecipe's own, not the mask fits' Params of the same names
+    train_steps: int = typer.Option(1000, "--steps", min=1, help="optimizer steps"),
     seeds: str = typer.Option("0-4", "--seeds", help=f"seeds, e.g. 0-4 or 0,2,5; one model per seed (at most "
                               f"{MAX_SEEDS_HELP} without --allow-large)"),
     out: Path = typer.Option(..., "--out", help="output folder; models go to OUT/seed-S"),
-    lr: float = typer.Option(1e-3, "--lr", min=0.0, help="peak learning rate"),
-    batch_size: int = typer.Option(16, "--batch-size", min=1, help="sequences per step"),
+    peak_lr: float = typer.Option(1e-3, "--lr", min=0.0, help="peak learning rate"),
+    train_batch_size: int = typer.Option(16, "--batch-size", min=1, help="sequences per step"),
     n_ctx: int = typer.Option(128, "--n-ctx", min=2, help="sequence length (context)"),
     norm: Norm = typer.Option(Norm("layernorm"), "--norm", help="normalisation"),
     positional: Positional = typer.Option(Positional("learned"), "--positional", help="position encoding"),
@@ -119,8 +120,8 @@ def train_command(
     init_std: float | None = typer.Option(None, "--init-std", **INIT_STD.option,
                                           help="std of the weight matrices at step 0 (default GPT-2's 0.02; "
                                                "the zoo: 1/sqrt(d_model))"),
-    warmup: int = typer.Option(WARMUP_STEPS.default, "--warmup", **WARMUP_STEPS.option,
-                               help="steps of linear learning-rate warmup"),
+    warmup_steps: int = typer.Option(WARMUP_STEPS.default, "--warmup", **WARMUP_STEPS.option,
+                                     help="steps of linear learning-rate warmup"),
     min_lr_ratio: float = typer.Option(MIN_LR_RATIO.default, "--min-lr-ratio", **MIN_LR_RATIO.option,
                                        help="final learning rate as a share of --lr (cosine decay; 1: constant)"),
     repeat_fraction: float = typer.Option(REPEAT_FRACTION.default, "--repeat-fraction", **REPEAT_FRACTION.option,
@@ -132,7 +133,7 @@ def train_command(
     checkpoint_every: int = typer.Option(100, "--checkpoint-every", min=1, help="steps between checkpoints"),
     eval_every: int = typer.Option(100, "--eval-every", min=1, help="steps between validation-loss evaluations"),
     threads: int = typer.Option(1, "--threads", min=1, help="torch threads per model (fixed for reproducibility)"),
-    n_jobs: int = typer.Option(1, "--n-jobs", min=N_JOBS.minimum, help="models trained in parallel (1 to the CPU count)"),
+    n_jobs: int = typer.Option(N_JOBS.default, "--n-jobs", **N_JOBS.option, help="models trained in parallel (1 to the CPU count)"),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP + " and on the number of seeds"),
 ) -> None:
@@ -153,9 +154,9 @@ def train_command(
     recipe = TrainRecipe(
         n_layers=layers, n_heads=heads, d_model=d_model, attn_only=attn_only, n_ctx=n_ctx, norm=norm.value,
         positional=positional.value, tokenizer=tokenizer, vocab_size=vocab_size, corpus=corpus,
-        optimizer=optimizer.value, lr=lr, weight_decay=weight_decay, batch_size=batch_size, steps=steps,
+        optimizer=optimizer.value, lr=peak_lr, weight_decay=weight_decay, batch_size=train_batch_size, steps=train_steps,
         eval_every=eval_every, checkpoint_every=checkpoint_every, threads=threads, d_mlp=d_mlp,
-        act=activation.value, init_std=init_std, warmup_steps=warmup, min_lr_ratio=min_lr_ratio,
+        act=activation.value, init_std=init_std, warmup_steps=warmup_steps, min_lr_ratio=min_lr_ratio,
         repeat_fraction=repeat_fraction,
     )
     if attn_only and (d_mlp is not None or activation.value != "gelu_new"):
@@ -174,7 +175,7 @@ def train_command(
 @app.command("demo")
 def demo_command(
     out: Path = typer.Option(Path("runs/demo"), "--out", help="run directory"),
-    n_jobs: int | None = typer.Option(None, "--n-jobs", min=N_JOBS.minimum,
+    n_jobs: int | None = typer.Option(None, "--n-jobs", **N_JOBS.option,
                                       help="parallel workers, 1 to this machine's CPU count (default: up to 2)"),
     quick: bool = typer.Option(False, "--quick", help="fewer examples and resamples"),
 ) -> None:
@@ -206,7 +207,8 @@ def study_heads_command(
                                        "default: the full study of docs/results.md"),
     out: Path = typer.Option(..., "--out", help="run directory of the study"),
     quick: bool = typer.Option(False, "--quick", help="a tiny version (1/2/4 layers, 3 seeds, a few steps) for smoke tests"),
-    n_jobs: int = typer.Option(2, "--n-jobs", min=N_JOBS.minimum, help="parallel training / analysis processes"),
+    n_jobs: int = typer.Option(N_JOBS.default_for("study heads"), "--n-jobs", **N_JOBS.option,
+                               help="parallel training / analysis processes"),
     device: str = typer.Option("cpu", "--device", help="training device"),
     force: bool = typer.Option(False, "--force", help="recompute analyses that already finished with a different spec"),
     allow_outside: bool = typer.Option(False, "--allow-outside",
@@ -242,7 +244,7 @@ def study_heads_command(
 def study_variance_command(
     spec: Path = typer.Argument(..., help="variance-study spec (YAML)"),
     out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
-    n_jobs: int | None = typer.Option(None, "--n-jobs", min=N_JOBS.minimum,
+    n_jobs: int | None = typer.Option(None, "--n-jobs", **N_JOBS.option,
                                       help="parallel workers, 1 to this machine's CPU count (default: the spec's)"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
     report: bool = typer.Option(True, "--report/--no-report", help="write report.html at the end"),
@@ -278,7 +280,7 @@ def study_calibration_command(
     scores: Path | None = typer.Option(None, "--scores",
                                        help="an attribution run (`circuitstat attribute --out DIR`) whose "
                                             "per-example scores are the population (overrides the spec's scores)"),
-    n_jobs: int | None = typer.Option(None, "--n-jobs", min=N_JOBS.minimum, help="parallel workers for the attribution"),
+    n_jobs: int | None = typer.Option(None, "--n-jobs", **N_JOBS.option, help="parallel workers for the attribution"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
     allow_outside: bool = typer.Option(False, "--allow-outside",
                                        help="let paths in the spec leave its directory (absolute, .., ~)"),
@@ -311,7 +313,7 @@ def study_calibration_command(
 def study_groundtruth_command(
     spec: Path = typer.Argument(..., help="ground-truth spec (YAML; see circuitstat.pipelines.groundtruth): models, methods, sizes"),
     out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
-    n_jobs: int | None = typer.Option(None, "--n-jobs", min=N_JOBS.minimum, help="parallel workers for the attribution"),
+    n_jobs: int | None = typer.Option(None, "--n-jobs", **N_JOBS.option, help="parallel workers for the attribution"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from circuitstat.pipelines.params import BATCH_SIZE, N_RESAMPLES, SEED
+from circuitstat.core.params import BATCH_SIZE, N_RESAMPLES, SEED
 
 from .app import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, TASK_HELP, TASK_OPTION_HELP, MetricName, app, check_out, choices,
                echo)

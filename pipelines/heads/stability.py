@@ -65,6 +65,10 @@ from circuitstat.pipelines.sources import LOCAL
 from circuitstat.pipelines.heads.result import (FitContext, ESTIMANDS, HeadStabilityResult, refit_replicates, refits_table, result_params,
                           result_tables, summary_rows)
 from circuitstat.pipelines.kinds import RunKind
+from circuitstat.core.params import BATCH_SIZE, N_JOBS, N_RESAMPLES, SEED
+
+KIND_NAME = "heads"
+"""This run kind's name (circuitstat.pipelines.kinds), by which core.params names its defaults."""
 
 __all__ = [
     "write_heads_run",
@@ -159,14 +163,16 @@ class HeadStability(Estimator):
                 "random_state": "seed"}
 
     def __init__(self, match: str = "max", pairs: str = "anchor", anchor: int = 0, drop_bos: bool = False,
-                 null: str = "prompts", n_null: int | None = None, n_resamples: int = 200,
+                 null: str = "prompts", n_null: int | None = None,
+                 n_resamples: int = N_RESAMPLES.default_for(KIND_NAME),
                  n_resamples_cka: int | None = None,
                  ci_over: str = "both", confidence_level: float = 0.95, importance: bool = True,
                  residual: bool = True, hooks: Sequence[str] = ("pre", "post"), corr_refits: str = "all",
                  cka: Sequence[str] = ("linear", "rbf", "debiased"), cka_tokens: int = 4, corr: str = "pearson",
                  n_permutations: int = 9999, n_probe: int = 100, probe_len: int | None = None, bos: bool = True,
-                 probe_file: str | None = None, corpus: Any = None, probe_seed: int = 0, batch_size: int = 50,
-                 seed: int | None = 0, n_jobs: int = 1) -> None:
+                 probe_file: str | None = None, corpus: Any = None, probe_seed: int = 0,
+                 batch_size: int = BATCH_SIZE.default_for(KIND_NAME), seed: int | None = SEED.default,
+                 n_jobs: int = N_JOBS.default) -> None:
         self.match = match
         self.pairs = pairs
         self.anchor = anchor
@@ -212,8 +218,6 @@ class HeadStability(Estimator):
         for k in self.cka:
             if k not in CKA_KINDS:
                 raise _input_error(f"CKA kind {k!r} is not supported; use {', '.join(CKA_KINDS)}")
-        from circuitstat.pipelines.params import N_RESAMPLES
-
         for name in ("n_resamples", "n_resamples_cka"):
             if getattr(self, name) is not None:
                 N_RESAMPLES.check(getattr(self, name), name)
@@ -459,4 +463,4 @@ def write_heads_run(result: HeadStabilityResult, out: str | os.PathLike, *, spec
                                  "probe": prov["probe"].get("sha256")}, force=force)
 
 
-KIND = RunKind("heads", "cross-seed stability of attention heads and of the residual stream")
+KIND = RunKind(KIND_NAME, "cross-seed stability of attention heads and of the residual stream")

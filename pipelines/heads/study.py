@@ -50,7 +50,7 @@ import numpy as np
 from pydantic import Field
 
 from circuitstat.core.errors import InputError
-from circuitstat.pipelines.params import N_RESAMPLES, SEED
+from circuitstat.core.params import N_JOBS, N_RESAMPLES, SEED
 from circuitstat.pipelines.spec import _Strict
 from circuitstat.pipelines.training import TrainRecipe, cache_dir
 from circuitstat.core.run_tables import RunTables
@@ -61,6 +61,8 @@ from circuitstat.pipelines.kinds import RunKind
 __all__ = ["StudyPlan", "HeadStudyResult", "full_plan", "quick_plan", "run_head_study",
            "claims_summary"]
 
+KIND_NAME = "study heads"
+"""This run kind's name (circuitstat.pipelines.kinds), by which core.params names its defaults."""
 SUMMARY_COLUMNS = ("item", "value", "ci_low", "ci_high", "verdict", "pvalue", "pvalue_holm", "interval", "multiplicity")
 
 
@@ -74,11 +76,11 @@ class StudyPlan:
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     n_probe: int = 100
     probe_len: int = 64
-    n_resamples: int = 200
+    n_resamples: int = N_RESAMPLES.default_for("heads")  # each cell is a HeadStability fit
     n_resamples_cka: int = 100
     n_null: int = 50
     n_permutations: int = 2000
-    seed: int = 0
+    seed: int = SEED.default
     name: str = "full"
 
     def conditions(self) -> list[tuple[str, TrainRecipe]]:
@@ -219,7 +221,7 @@ def load_head_study_plan(path: str | os.PathLike, *, allow_outside: bool = False
 # =============================================================================================
 # Training
 # =============================================================================================
-def train_grid(plan: StudyPlan, n_jobs: int = 2, cache: str | os.PathLike | None = None, corpus=None,
+def train_grid(plan: StudyPlan, n_jobs: int = N_JOBS.default_for(KIND_NAME), cache: str | os.PathLike | None = None, corpus=None,
                device: str = "cpu", progress: bool = False) -> dict[str, list[Path]]:
     """Model directories per condition (trained the first time, one joblib pool over every job)."""
     from circuitstat.pipelines.training import TrainJob, is_complete, prepare_data, run_train_jobs
@@ -426,7 +428,7 @@ def _models_table(plan: StudyPlan, paths: dict[str, list[Path]]) -> dict[str, li
     return rows
 
 
-def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2, plan: StudyPlan | None = None,
+def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = N_JOBS.default_for(KIND_NAME), plan: StudyPlan | None = None,
                    cache: str | os.PathLike | None = None, corpus=None, device: str = "cpu", force: bool = False,
                    progress: bool = False, command: Any = None, allow_large: bool = False) -> HeadStudyResult:
     """Train (cached), analyse every condition, write the study's run directory; return a :class:`HeadStudyResult`.
@@ -497,4 +499,4 @@ def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = 2,
                            timings=timings, plan=plan)
 
 
-KIND = RunKind("study heads", "do the claims of Bali et al. (2026) on head stability hold on models trained here?")
+KIND = RunKind(KIND_NAME, "do the claims of Bali et al. (2026) on head stability hold on models trained here?")

@@ -135,7 +135,7 @@ def parse_seeds(spec: str | int | Sequence[int], *, allow_large: bool = False) -
     """
     from circuitstat.circuits.limits import check_count
 
-    from circuitstat.pipelines.params import SEED
+    from circuitstat.core.params import SEED
 
     if not isinstance(spec, str):
         return [SEED.check(s, "seed") for s in ([spec] if isinstance(spec, numbers.Integral) else spec)]

@@ -10,6 +10,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from circuitstat.core.errors import InputError
+from circuitstat.core.params import D_MLP, INIT_STD, MIN_LR_RATIO, REPEAT_FRACTION, WARMUP_STEPS
 
 __all__ = ["TrainRecipe", "DataSpec"]
 
@@ -35,10 +36,10 @@ class TrainRecipe:
     lr: float = 1e-3
     weight_decay: float = 0.01
     betas: tuple[float, float] = (0.9, 0.99)
-    warmup_steps: int = 50
-    min_lr_ratio: float = 0.1
+    warmup_steps: int = WARMUP_STEPS.default
+    min_lr_ratio: float = MIN_LR_RATIO.default
     grad_clip: float = 1.0
-    repeat_fraction: float = 0.0  # share of training sequences in which a span is copied later (see _repeat_spans)
+    repeat_fraction: float = REPEAT_FRACTION.default  # share of training sequences in which a span is copied later (see _repeat_spans)
     init_std: float | None = None  # None: CircuitModel.init_weights (GPT-2, std 0.02); else weight matrices rescaled to this std
     batch_size: int = 16
     steps: int = 1000
@@ -56,9 +57,7 @@ class TrainRecipe:
                 raise InputError(f"training recipe: {name} must be a positive integer, got {getattr(self, name)!r}")
         if self.d_head is None and self.d_model % self.n_heads:
             raise InputError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; pass d_head")
-        from circuitstat.pipelines.params import D_MLP, INIT_STD, MIN_LR_RATIO, REPEAT_FRACTION, WARMUP_STEPS
-
-        # the bounds every entry point shares (circuitstat.pipelines.params): the CLI, a recipe.json, the zoo
+        # the bounds every entry point shares (circuitstat.core.params): the CLI, a recipe.json, the zoo
         REPEAT_FRACTION.check(self.repeat_fraction)
         MIN_LR_RATIO.check(self.min_lr_ratio)
         WARMUP_STEPS.check(self.warmup_steps)

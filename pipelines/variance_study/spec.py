@@ -9,7 +9,12 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from circuitstat.core.params import N_RESAMPLES
+
 from ..spec import SCORE_METHOD, BootstrapSpec, KGrid, TaskSpec, _RunOptions, _Strict, load_yaml, validate_spec
+
+KIND_NAME = "study variance"
+"""The study's run kind (circuitstat.pipelines.kinds), by which core.params names its own defaults and minimums."""
 
 __all__ = ["AGGREGATIONS", "EstimatorsSpec", "CounterfactualSpec", "DatasetSpec", "SelectionSpec", "VarianceSpec",
            "parse_variance_spec", "load_variance_spec"]
@@ -82,7 +87,7 @@ class VarianceSpec(_RunOptions):
     aggregations: list[Literal["mean", "median", "trimmed_mean", "mean_abs"]] = Field(
         default_factory=lambda: list(AGGREGATIONS), min_length=1)
     trim: float = Field(0.1, ge=0.0, lt=0.5)
-    bootstrap: BootstrapSpec = BootstrapSpec(n_resamples=200, ci_method="percentile")
+    bootstrap: BootstrapSpec = BootstrapSpec(n_resamples=N_RESAMPLES.default_for(KIND_NAME), ci_method="percentile")
     k: KGrid = Field(default_factory=lambda: [5, 10, 20], min_length=1)
     summary_k: int | None = None
     ranking: Literal["absolute", "signed"] = "absolute"
@@ -101,8 +106,9 @@ class VarianceSpec(_RunOptions):
             raise ValueError("give exactly one of 'model' (one source) or 'models' (several seeds of one model)")
         if self.models is not None and len(self.models) == 0:
             raise ValueError("'models' is empty; list at least one model")
-        if self.bootstrap.n_resamples < 100:
-            raise ValueError("bootstrap.n_resamples must be at least 100 for the variance study")
+        if self.bootstrap.n_resamples < N_RESAMPLES.minimum_for(KIND_NAME):
+            raise ValueError(f"bootstrap.n_resamples must be at least {N_RESAMPLES.minimum_for(KIND_NAME)} for the "
+                             "variance study (its dataset-sampling source is a variance over the resampled datasets)")
         if self.bootstrap.scheme == "half-splits":
             raise ValueError("bootstrap.scheme 'half-splits' does not apply here; use 'examples' or 'clusters'")
         if self.summary_k is not None and self.summary_k not in self.k:

@@ -14,7 +14,7 @@ from circuitstat.pipelines.sources import LOCAL, RunInputs
 
 from .factors import _FactorStages
 from .scorer import Key, ModelScorer, Scorer
-from .spec import VarianceSpec, _view
+from .spec import KIND_NAME, VarianceSpec, _view
 from .summary import _SummaryStages
 
 if TYPE_CHECKING:  # the result type; imported when the study returns
@@ -287,5 +287,5 @@ def _parse(data, source: str) -> VarianceSpec:
     return parse_variance_spec(data, source)
 
 
-KIND = RunKind("study variance", "the share of each source of variation in the scores (crossed random effects)",
+KIND = RunKind(KIND_NAME, "the share of each source of variation in the scores (crossed random effects)",
                parse=_parse, run=_run_kind, stages=variance_stages, flops=variance_flops, report=True)

@@ -1,4 +1,4 @@
-"""Each parameter's bounds are declared once (circuitstat.pipelines.params) and every entry point refuses the same values.
+"""Each parameter's bounds are declared once (circuitstat.core.params) and every entry point refuses the same values.
 
 Before the declaration, n_resamples's lower bound was 2 (``heads --n-resamples``), 10 (audit spec),
 40 (``tokens``), 50 (calibration and ground-truth specs) or 1 (HeadStability), and its upper bound
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from circuitstat.pipelines.params import N_RESAMPLES, SEED, resamples_for_level
+from circuitstat.core.params import N_RESAMPLES, SEED, resamples_for_level
 from circuitstat.core.errors import InputError
 
 RANDOM = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64"

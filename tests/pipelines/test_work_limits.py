@@ -68,7 +68,7 @@ def test_training_steps_are_bounded_before_anything_is_written(tmp_path, no_work
 
 
 @pytest.mark.parametrize("option, value, needles", [
-    # the resample count's bounds are circuitstat.pipelines.params.N_RESAMPLES's, the same for every entry point
+    # the resample count's bounds are circuitstat.core.params.N_RESAMPLES's, the same for every entry point
     ("--n-resamples", "1000000000", ("--n-resamples", "100000")),
     ("--n-random", "100000000", ("use 1 to 1,000", "--allow-large")),
 ])

@@ -1,12 +1,16 @@
 """Each numeric parameter's bounds and defaults, declared once for every entry point.
 
 The command line (typer's ``min``/``max``), the YAML specs (pydantic's ``ge``/``le``), the Python
-estimators and the service (which runs specs) read the same :class:`Param`, so a value one entry point
-refuses is refused by all of them, with the same range in the message.  Where a kind of run has its
-own default (the audit resamples 1000 times, ``heads`` 200), the default is named here by kind,
-with the bounds beside it; the minimum is what the computation needs, the maximum a work limit.
+estimators, the mask fits of circuitstat.circuits and the service (which runs specs) read the same
+:class:`Param`, so a value one entry point refuses is refused by all of them, with the same range in the
+message, and a default is typed once.  Where a kind of run has its own default (the audit resamples 1000
+times, ``heads`` 200) or its own minimum (the variance study's 100), it is named here by kind (the run
+kind's or the command's name, ``study variance``), with the bounds beside it; the minimum is what the
+computation needs, the maximum a work limit.  tests/pipelines/test_param_defaults.py checks that every
+estimator's and command's default and bounds are these.
 
-Kept free of pydantic and typer (as circuitstat.pipelines.options) so that the command line starts fast.
+In core (the ground floor) so that circuits/ and stats/ read the same declarations as pipelines/; kept free
+of pydantic and typer (as circuitstat.pipelines.options) so that the command line starts fast.
 """
 
 from __future__ import annotations
@@ -19,13 +23,14 @@ from typing import Any, Mapping
 from circuitstat.core.errors import InputError
 
 __all__ = ["Param", "N_RESAMPLES", "SEED", "N_JOBS", "BATCH_SIZE", "IG_STEPS", "PRUNING_STEPS", "PRUNING_LR",
-           "PRUNING_SPARSITY", "PRUNING_INIT", "N_REFITS", "PRUNING_PARAMS", "UGS_SAMPLES", "INIT_STD", "REPEAT_FRACTION",
-           "WARMUP_STEPS", "D_MLP", "MIN_LR_RATIO", "PARAMS", "resamples_for_level"]
+           "PRUNING_SPARSITY", "PRUNING_INIT", "N_REFITS", "PRUNING_PARAMS", "PRUNING_TARGET", "PRUNING_WARMUP",
+           "PRUNING_LR_LAMBDA", "LR_CONSTANTS", "UGS_SAMPLES", "INIT_STD", "REPEAT_FRACTION", "WARMUP_STEPS", "D_MLP",
+           "MIN_LR_RATIO", "PARAMS", "resamples_for_level"]
 
 
 @dataclass(frozen=True)
 class Param:
-    """One numeric parameter: its name, inclusive bounds, default, and per-kind defaults."""
+    """One numeric parameter: its name, inclusive bounds, default, and per-kind defaults and minimums."""
 
     name: str
     minimum: int | float
@@ -33,16 +38,21 @@ class Param:
     default: Any
     why: str
     defaults: Mapping[str, Any] = field(default_factory=dict)
+    minimums: Mapping[str, int | float] = field(default_factory=dict)
 
     def default_for(self, kind: str | None = None) -> Any:
         """The default of this parameter for a kind of run (its own, else the common default)."""
         return self.defaults.get(kind, self.default) if kind else self.default
 
+    def minimum_for(self, kind: str | None = None) -> int | float:
+        """The smallest value a kind of run takes (its own minimum, else the common one)."""
+        return self.minimums.get(kind, self.minimum) if kind else self.minimum
+
     def pydantic(self, kind: str | None = None, *, default: Any = ...) -> Any:
-        """A pydantic ``Field`` with this parameter's bounds and the kind's default (``default`` overrides)."""
+        """A pydantic ``Field`` with the kind's bounds and default (``default`` overrides)."""
         from pydantic import Field
 
-        return Field(self.default_for(kind) if default is ... else default, ge=self.minimum, le=self.maximum)
+        return Field(self.default_for(kind) if default is ... else default, ge=self.minimum_for(kind), le=self.maximum)
 
     @property
     def option(self) -> dict:
@@ -66,14 +76,17 @@ class Param:
 N_RESAMPLES = Param(
     "n_resamples", 10, 100_000, 1000,
     "fewer than 10 resamples estimate no spread; more than 100,000 add nothing but time",
-    defaults={"audit": 1000, "groundtruth": 1000, "heads": 200, "calibration": 500, "tokens": 2000})
+    defaults={"audit": 1000, "groundtruth": 1000, "heads": 200, "calibration": 500, "tokens": 2000,
+              "study variance": 200},
+    minimums={"study variance": 100})
 """Bootstrap (or subsampling) resamples. An interval at confidence level c needs more
-(:func:`resamples_for_level`): one resample beyond each quantile."""
+(:func:`resamples_for_level`): one resample beyond each quantile. The variance study's dataset-sampling source is
+a variance over its B bootstrap datasets, so it takes at least 100 (circuitstat.pipelines.variance_study)."""
 
 SEED = Param("seed", 0, 2**63 - 1, 0, "numpy's SeedSequence and torch take non-negative 63-bit seeds")
-N_JOBS = Param("n_jobs", 1, 256, 1, "parallel workers")
+N_JOBS = Param("n_jobs", 1, 256, 1, "parallel workers", defaults={"study heads": 2})
 BATCH_SIZE = Param("batch_size", 1, 4096, 16, "examples per forward; does not change the scores",
-                   defaults={"groundtruth": 64, "tokens": 32})
+                   defaults={"groundtruth": 64, "tokens": 32, "heads": 50})
 IG_STEPS = Param("ig_steps", 1, 1000, 5, "EAP-IG's integration steps")
 
 # the mask-learned methods, edge pruning (circuitstat.circuits.edge_pruning) and UGS (circuitstat.circuits.ugs): each
@@ -112,7 +125,10 @@ MIN_LR_RATIO = Param("min_lr_ratio", 0.0, 1.0, 0.1,
 
 
 PARAMS = {p.name: p for p in (N_RESAMPLES, SEED, N_JOBS, BATCH_SIZE, IG_STEPS, N_REFITS, *PRUNING_PARAMS.values(),
-                              UGS_SAMPLES,                              INIT_STD, REPEAT_FRACTION, WARMUP_STEPS, D_MLP, MIN_LR_RATIO)}
+                              PRUNING_TARGET, PRUNING_WARMUP, PRUNING_LR_LAMBDA, LR_CONSTANTS, UGS_SAMPLES, INIT_STD,
+                              REPEAT_FRACTION, WARMUP_STEPS, D_MLP, MIN_LR_RATIO)}
+"""Every Param by its name: a command's option or an estimator's parameter of that name takes its default and bounds
+(tests/pipelines/test_param_defaults.py)."""
 
 
 def resamples_for_level(n_resamples: int, confidence_level: float, what: str = "n_resamples") -> int:
