@@ -142,7 +142,7 @@ def attribute_command(
                                    help="examples per forward; does not change the scores"),
     ig_steps: int = typer.Option(IG_STEPS.default, "--ig-steps", **IG_STEPS.option, help="integration steps for EAP-IG"),
     seed: int = typer.Option(SEED.default, "--seed", **SEED.option),
-    n_jobs: int = typer.Option(N_JOBS.default, "--n-jobs", **N_JOBS.option,
+    n_jobs: int = typer.Option(N_JOBS.default, "--n-jobs", min=N_JOBS.minimum,
                                help="parallel workers, 1 to this machine's CPU count; does not change the scores"),
     scheduler: str | None = typer.Option(
         None, "--scheduler", help="Dask scheduler tcp://HOST:PORT (or 'local'): the chunks run on its workers, "
@@ -366,7 +366,7 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
 def audit_command(
     spec: Path = typer.Argument(..., help="audit spec (YAML)"),
     out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
-    n_jobs: int | None = typer.Option(None, "--n-jobs", **N_JOBS.option,
+    n_jobs: int | None = typer.Option(None, "--n-jobs", min=N_JOBS.minimum,
                                       help="parallel workers, 1 to this machine's CPU count (default: the spec's)"),
     scheduler: str | None = typer.Option(None, "--scheduler", help="Dask scheduler ADDRESS, or 'local'"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),

@@ -51,7 +51,7 @@ def heads_command(
     ci_over: CIOver = typer.Option(CIOver("both"), "--ci-over", help="what the bootstrap resamples"),
     seed: int = typer.Option(SEED.default, "--seed", **SEED.option),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or mps"),
-    n_jobs: int = typer.Option(N_JOBS.default, "--n-jobs", **N_JOBS.option, help="BLAS / torch threads inside the fit (1 to the CPU count)"),
+    n_jobs: int = typer.Option(N_JOBS.default, "--n-jobs", min=N_JOBS.minimum, help="BLAS / torch threads inside the fit (1 to the CPU count)"),
     out: Path = typer.Option(..., "--out", help="run directory: heads/layers/residual.parquet and more, manifest.json"),
     force: bool = typer.Option(False, "--force", help="recompute if the directory holds a different spec"),
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
@@ -133,7 +133,7 @@ def train_command(
     checkpoint_every: int = typer.Option(100, "--checkpoint-every", min=1, help="steps between checkpoints"),
     eval_every: int = typer.Option(100, "--eval-every", min=1, help="steps between validation-loss evaluations"),
     threads: int = typer.Option(1, "--threads", min=1, help="torch threads per model (fixed for reproducibility)"),
-    n_jobs: int = typer.Option(N_JOBS.default, "--n-jobs", **N_JOBS.option, help="models trained in parallel (1 to the CPU count)"),
+    n_jobs: int = typer.Option(N_JOBS.default, "--n-jobs", min=N_JOBS.minimum, help="models trained in parallel (1 to the CPU count)"),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP + " and on the number of seeds"),
 ) -> None:
@@ -175,7 +175,7 @@ def train_command(
 @app.command("demo")
 def demo_command(
     out: Path = typer.Option(Path("runs/demo"), "--out", help="run directory"),
-    n_jobs: int | None = typer.Option(None, "--n-jobs", **N_JOBS.option,
+    n_jobs: int | None = typer.Option(None, "--n-jobs", min=N_JOBS.minimum,
                                       help="parallel workers, 1 to this machine's CPU count (default: up to 2)"),
     quick: bool = typer.Option(False, "--quick", help="fewer examples and resamples"),
 ) -> None:
@@ -207,7 +207,7 @@ def study_heads_command(
                                        "default: the full study of docs/results.md"),
     out: Path = typer.Option(..., "--out", help="run directory of the study"),
     quick: bool = typer.Option(False, "--quick", help="a tiny version (1/2/4 layers, 3 seeds, a few steps) for smoke tests"),
-    n_jobs: int = typer.Option(N_JOBS.default_for("study heads"), "--n-jobs", **N_JOBS.option,
+    n_jobs: int = typer.Option(N_JOBS.default_for("study heads"), "--n-jobs", min=N_JOBS.minimum,
                                help="parallel training / analysis processes"),
     device: str = typer.Option("cpu", "--device", help="training device"),
     force: bool = typer.Option(False, "--force", help="recompute analyses that already finished with a different spec"),
@@ -244,7 +244,7 @@ def study_heads_command(
 def study_variance_command(
     spec: Path = typer.Argument(..., help="variance-study spec (YAML)"),
     out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
-    n_jobs: int | None = typer.Option(None, "--n-jobs", **N_JOBS.option,
+    n_jobs: int | None = typer.Option(None, "--n-jobs", min=N_JOBS.minimum,
                                       help="parallel workers, 1 to this machine's CPU count (default: the spec's)"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
     report: bool = typer.Option(True, "--report/--no-report", help="write report.html at the end"),
@@ -280,7 +280,7 @@ def study_calibration_command(
     scores: Path | None = typer.Option(None, "--scores",
                                        help="an attribution run (`circuitstat attribute --out DIR`) whose "
                                             "per-example scores are the population (overrides the spec's scores)"),
-    n_jobs: int | None = typer.Option(None, "--n-jobs", **N_JOBS.option, help="parallel workers for the attribution"),
+    n_jobs: int | None = typer.Option(None, "--n-jobs", min=N_JOBS.minimum, help="parallel workers for the attribution"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
     allow_outside: bool = typer.Option(False, "--allow-outside",
                                        help="let paths in the spec leave its directory (absolute, .., ~)"),
@@ -313,7 +313,7 @@ def study_calibration_command(
 def study_groundtruth_command(
     spec: Path = typer.Argument(..., help="ground-truth spec (YAML; see circuitstat.pipelines.groundtruth): models, methods, sizes"),
     out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
-    n_jobs: int | None = typer.Option(None, "--n-jobs", **N_JOBS.option, help="parallel workers for the attribution"),
+    n_jobs: int | None = typer.Option(None, "--n-jobs", min=N_JOBS.minimum, help="parallel workers for the attribution"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:

@@ -21,7 +21,7 @@ ZOO_RECIPES_HELP = "attn-only-2l or mlp-2l"  # circuitstat.pipelines.zoo.ZOO_REC
 def zoo_build_command(
     recipe: str | None = typer.Argument(None, help=f"the recipe ({ZOO_RECIPES_HELP}); default: every recipe"),
     seeds: str = typer.Option("0-4", "--seed", "--seeds", help="seeds to train, e.g. 1, 0-4 or 0,2"),
-    n_jobs: int = typer.Option(N_JOBS.default, "--n-jobs", **N_JOBS.option, help="models trained in parallel (1 to the CPU count)"),
+    n_jobs: int = typer.Option(N_JOBS.default, "--n-jobs", min=N_JOBS.minimum, help="models trained in parallel (1 to the CPU count)"),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
 ) -> None:
     """Train (or reuse) the zoo's models of one recipe and seed, e.g. `zoo build attn-only-2l --seed 1`.

@@ -3,7 +3,8 @@
 Enumerated, never hand-listed: every command of ``circuitstat`` (typer's tree) and every Estimator subclass of the run
 kinds' modules. An option or ``__init__`` parameter named after a Param takes that Param's default for the command's
 or the run kind's name (``Param.default_for``), or None (resolved later from the same Param), and an option carries
-exactly the Param's bounds. Before, ``HeadStability(batch_size=50)``, ``check-circuit --n-resamples 1000``,
+the Param's minimum and its maximum or none (``--n-jobs`` leaves its ceiling to check_n_jobs, the machine's CPU
+count, which names it). Before, ``HeadStability(batch_size=50)``, ``check-circuit --n-resamples 1000``,
 ``study heads --n-jobs 2`` and ``sample-size --seed`` (no maximum) and ``--n-jobs`` (minimum -1) were typed anew.
 """
 
@@ -42,10 +43,10 @@ def option_mismatches(app: typer.Typer) -> tuple[list[str], int]:
             want = param.default_for(path)
             if opt.default is not None and opt.default != want:
                 bad.append(f"{path} {opt.opts[0]}: default {opt.default!r}, the Param's {want!r}")
-            bounds, want_bounds = (getattr(opt, "min", None), getattr(opt, "max", None)), (param.minimum_for(path),
-                                                                                            param.maximum)
-            if bounds != want_bounds:
-                bad.append(f"{path} {opt.opts[0]}: bounds {bounds}, the Param's {want_bounds}")
+            low, high = getattr(opt, "min", None), getattr(opt, "max", None)
+            if low != param.minimum_for(path) or high not in (None, param.maximum):
+                bad.append(f"{path} {opt.opts[0]}: bounds {(low, high)}, the Param's "
+                           f"{(param.minimum_for(path), param.maximum)}")
     return bad, seen
 
 
@@ -96,13 +97,13 @@ def test_every_run_kinds_estimator_takes_its_params_defaults():
 
 
 def test_the_checks_catch_a_literal_default_or_bound():
-    """Negative controls: a command with its own resample count and a seed without the maximum, and an estimator of
+    """Negative controls: a command with its own resample count and a seed with its own minimum, and an estimator of
     the tokens kind with the audit's resample count, are each reported."""
     app = typer.Typer()
 
     @app.command("tokens")
     def tokens(n_resamples: int = typer.Option(1000, "--n-resamples", min=10, max=100_000),
-               seed: int = typer.Option(0, "--seed", min=0), batch_size: int | None = typer.Option(None, "--batch-size",
+               seed: int = typer.Option(0, "--seed", min=1), batch_size: int | None = typer.Option(None, "--batch-size",
                                                                                                    min=1, max=4096)):
         pass
 
@@ -113,7 +114,7 @@ def test_the_checks_catch_a_literal_default_or_bound():
     bad, seen = option_mismatches(app)
     assert seen == 3 and len(bad) == 2, bad
     assert "tokens --n-resamples: default 1000, the Param's 2000" in bad[0]
-    assert "tokens --seed: bounds (0, None)" in bad[1]
+    assert "tokens --seed: bounds (1, None)" in bad[1]
 
     class Literal(Estimator):
         def __init__(self, n_resamples: int = 1000, seed: int | None = 0, n_jobs: int | None = None) -> None:
