@@ -150,8 +150,9 @@ class MissedEdgesResult(Result):
             m = self.mass
             out.update({"mass_low": [0.0], "mass_high": [m.high], "mass_estimate": [m.estimate],
                         "mass_strata": [m.n_strata], "mass_level": [m.level],
-                        "mass_method": [f"stratified Horvitz-Thompson, {m.n_strata} rank blocks, {m.method}"]})
-            estimand += f"; {MASS_ESTIMAND}, at level {m.level:.3g}"
+                        "mass_method": [f"stratified Horvitz-Thompson, {m.n_strata} rank blocks, {m.method}; "
+                                        "approximate: an unsampled edge larger than the sampled ones is invisible"]})
+            estimand += f"; {MASS_ESTIMAND}, at level {m.level:.3g} (approximate)"
         out["estimand"] = [estimand]
         return {"missed_edges": out}
 
