@@ -105,7 +105,7 @@ def test_missed_mass_in_the_verdict_and_claims(zoo_run, tmp_path):
     high = float(m.mass_high[0])
     assert np.isfinite(high) and high > 0 and m.mass_level[0] == pytest.approx(0.95)
     (line,) = [ln for ln in verdict(zoo_run).lines if ln.label == "verified"]
-    assert f"their summed |mean exact effect| ≤ {fmt(high)} at level 0.95 (approximate)" in line.text()
+    assert f"their summed |mean exact effect| ≤ {fmt(high)} at level {fmt(0.95)} (approximate)" in line.text()
     page = html.unescape(re.sub(r"<[^>]+>", "", render_report(zoo_run).read_text()))
     assert f"summed |mean exact effect| is at most {fmt(high)}" in page
     ok = _claims(zoo_run, [{"kind": "missed_edges", "method": "eap", "statistic": "mass_high", "max": high}], tmp_path)
