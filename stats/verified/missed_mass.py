@@ -28,11 +28,11 @@ are small when the sample misses the few large edges, so neither sees an edge th
 sample misses (the planted model's two true edges that EAP reads as 0 are the measured counter-example,
 docs/verified.md). The output says "approximate". Measured with the sampled effects known (the bound's only
 randomness the edge sample; docs/make_missed_mass_table.py): 0.98-1.00 at level 0.95 with 60 of 1000 synthetic
-edges, but 0.67-0.95 with 15 sampled edges on the planted, zoo and next-token populations, and 0.85-0.995 with
+edges, but 0.67-0.95 with 15 sampled edges on the planted, zoo and next-token populations, and 0.82-1.00 with
 40-60; with the effects estimated from 16 or 64 prompts (the verified run's case) 0.94-1.00 on all five, the
-measurement term's slack carrying it. Ranking by the approximation puts the edges it reads as large in their own block, where they
-are not rare; it cannot help where the approximation ranks a large edge last. Σ μ² (an even heavier tail)
-undercovered with either factor and is not offered.
+measurement term's slack carrying it. Ranking by the approximation puts the edges it reads as large in their own
+block, where they are not rare; it cannot help where the approximation ranks a large edge last. Σ μ² (an even
+heavier tail) undercovered with either factor and is not offered.
 """
 
 from __future__ import annotations
