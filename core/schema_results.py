@@ -59,6 +59,8 @@ SAMPLE_WIDTH = ("the width of the per-edge interval one dataset of n prompts wil
 SAMPLE_JACCARD = ("the expected Jaccard between the top-k circuits of two independent datasets of n prompts "
                   "(a prediction interval from the pilot)")
 MISSED_COVERS = "the number of unverified edges whose mean exact effect exceeds tau (a one-sided bound; 'level' column)"
+MASS_COVERS = ("the sum of |mean exact effect| over the unverified edges (a one-sided bound; 'mass_level' column; "
+               "absent before issue 48 item 5)")
 
 # a verified audit or attribute run writes one verified / missed_edges table for all its approximate methods
 _VERIFIED_METHOD = ("method", S, "the approximate method verified (a run's tables; absent from a lone result)", False, True)
@@ -102,6 +104,12 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            *_ci("missed", "the count of unverified edges above tau", MISSED_COVERS, True),
            ("remaining_above_high", I, "upper bound on all R remaining edges above tau"),
            ("level", F, "level the bound holds at (hypergeometric and classification errors, Bonferroni)"),
+           *_optional(_ci("mass", "the summed |mean exact effect| of the unverified edges", MASS_COVERS, True)),
+           ("mass_estimate", F, "prediction of that mass (|cross-fitted estimates|, Horvitz-Thompson; biased up)",
+            False, True),
+           ("mass_strata", I, "approximation-rank blocks the edge sample was post-stratified into", False, True),
+           ("mass_level", F, "level the mass bound holds at (on its own)", False, True),
+           ("mass_method", S, "how the mass bound was made (blocks, Cantelli or t)", False, True),
            ("estimand", S, "what the bound covers")),
     _table("bootstrap", "circuitstat.stats.intervals.BootstrapResult: per column (edge) estimate, SE, intervals and p-values",
            _EDGE, _EDGE_NAME, ("estimate", F, "mean over rows"), ("standard_error", F, "bootstrap standard error"),

@@ -89,6 +89,7 @@ def _method_tables(S: np.ndarray, exact: np.ndarray, cols: np.ndarray, plan: Ver
 
     from circuitstat.stats.verified import missed_edges_bound, verified_means
     from circuitstat.stats.verified.missed import tost_holm_possibly_above
+    from circuitstat.stats.verified.missed_mass import missed_mass_bound, sampled_effects
 
     mine = np.arange(S.shape[1]) if plan.all_edges else np.union1d(plan.top[method], plan.random[method])
     at = np.searchsorted(cols, mine)
@@ -104,9 +105,16 @@ def _method_tables(S: np.ndarray, exact: np.ndarray, cols: np.ndarray, plan: Ver
     # the sampled edges classified below τ with family-wise error α·(1 − split): TOST p-values, Holm over the r edges
     cls = verified_means(S[:, sample], exact[:, at_r], plan.rows)
     above = tost_holm_possibly_above(cls.estimate, cls.standard_error, cls.df, tau, alpha * (1 - MISSED_SPLIT))
-    bound = missed_edges_bound(np.asarray(above, bool), S.shape[1] - plan.top[method].size, tau=tau,
+    # the missed mass (Σ|μ| over the unverified edges) at the run's level on its own: the sample post-stratified
+    # by the approximation's |mean| rank among the edges outside the top (circuitstat.stats.verified.missed_mass);
+    # one sampled edge has no spread to read (verify.edges.random: 1), so its table has no mass columns, the
+    # verdict says nothing of the mass, and every method of the run is alike (they share top and random)
+    rest = np.setdiff1d(np.arange(S.shape[1]), plan.top[method])
+    mass = missed_mass_bound(*sampled_effects(S[:, sample], exact[:, at_r], plan.rows), np.searchsorted(rest, sample),
+                             S[:, rest].mean(0), confidence_level=level) if sample.size >= 2 else None
+    bound = missed_edges_bound(np.asarray(above, bool), rest.size, tau=tau,
                                n_top=plan.top[method].size, confidence_level=1.0 - alpha * MISSED_SPLIT,
-                               classification_level=1.0 - alpha * (1 - MISSED_SPLIT))
+                               classification_level=1.0 - alpha * (1 - MISSED_SPLIT), mass=mass)
     return table, _with_method(bound.to_table("missed_edges"), method)
 
 

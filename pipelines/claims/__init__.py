@@ -44,7 +44,8 @@ in core/schema.py, the one schema of run tables (each kind names its tables once
 * ``verified_edge`` (a verified run, spec key ``verify``): ``edge``, ``method`` (the approximation verified),
   ``statistic`` (estimate, ci_low, ci_high of the mean exact effect, or qvalue), bounds.
 * ``missed_edges`` (a verified run with ``verify.edges``): ``method``, ``statistic`` (default
-  ``missed_high``: the bound on unverified edges whose mean exact effect exceeds ``verify.tau``), bounds.
+  ``missed_high``: the bound on unverified edges whose mean exact effect exceeds ``verify.tau``; or ``mass_high``,
+  the approximate bound on their summed |mean exact effect|), bounds.
 * ``published_circuit`` (an audit with spec key ``circuit``; docs/mib.md): ``method``, ``statistic`` (f_ratio,
   f_ci_low/high -- Fieller's set, with -inf/inf ends and the reason quoted when the full model's effect over the
   empty circuit is not distinguishable from 0 --, cpr, cmd and their intervals, n_unsupported, share_unsupported, inclusion_mean, inclusion_min,

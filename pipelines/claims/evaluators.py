@@ -195,8 +195,9 @@ def _eval_missed_edges(c: MissedEdgesClaim, run: RunReader) -> tuple[bool, dict,
     need(run, c.table, "method", c.method, "verify it with verify: {n: 16, edges: {top: m, random: r}, tau: t}")
     v = scalar(run, c.table, c.statistic, f"{c.method}", method=c.method)
     (r,) = run.rows(c.table, ["tau", "level", "n_unverified"], method=c.method)
-    ok, reason = bounded(v, c, f"{c.statistic} (unverified edges of {c.method} with |mean exact effect| > "
-                               f"{fmt(r['tau'])})")
+    what = (f"summed |mean exact effect| of {c.method}'s unverified edges" if c.statistic.startswith("mass_") else
+            f"unverified edges of {c.method} with |mean exact effect| > {fmt(r['tau'])}")
+    ok, reason = bounded(v, c, f"{c.statistic} ({what})")
     return ok, {c.statistic: v}, f"{reason} (of {r['n_unverified']} unverified edges, at level {fmt(r['level'])})"
 
 

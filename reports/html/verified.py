@@ -7,7 +7,7 @@ import numpy as np
 
 from circuitstat.reports.ci import Ci
 from circuitstat.reports.html.common import Tables, ci_html, html_table, note
-from circuitstat.reports.html.svg import esc
+from circuitstat.reports.html.svg import esc, fmt
 from circuitstat.reports.tableset import methods_in, num, rows, where
 from circuitstat.reports.verdicts.verified import verified_edge_lines
 
@@ -44,5 +44,8 @@ def verified_section(T: Tables) -> str:
         for r in rows(T.get("missed_edges"), method=m):
             parts.append(note(f"{m}: {r['estimand']}: at most {int(r['missed_high'])} of {int(r['n_unverified'])} "
                               f"unverified edges ({int(r['sampled_above'])} of {int(r['n_sampled'])} sampled edges "
-                              "possibly above τ)."))
+                              "possibly above τ)" + (f"; their summed |mean exact effect| is at most "
+                                                     f"{fmt(r['mass_high'])} (level {fmt(r['mass_level'])}, "
+                                                     f"{r['mass_method']})" if r.get("mass_high") is not None
+                                                     else "") + "."))
     return "".join(parts)

@@ -37,9 +37,13 @@ def _missed_parts(T: Tables, method: str) -> tuple[Part, ...]:
     if not found:
         return ("; every edge verified",)
     m = found[0]
+    # the missed-mass bound (issue 48 item 5) is absent from older runs
+    mass = (f"; their summed |mean exact effect| ≤ {fmt(m['mass_high'])} at level {fmt(m['mass_level'])} "
+            "(approximate)"
+            if m.get("mass_high") is not None else "")
     return (f"; missed edges (unverified, |mean exact effect| > τ = {fmt(m['tau'])}) ≤ {int(m['missed_high'])} of "
             f"{int(m['n_unverified'])} at level {fmt(m['level'])} (top {int(m['n_top'])} + {int(m['n_sampled'])} "
-            "random edges verified)",)
+            f"random edges verified){mass}",)
 
 
 def _method_line(T: Tables, method: str) -> Line | None:

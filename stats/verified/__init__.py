@@ -5,6 +5,7 @@
 * circuitstat.stats.verified.result: ``verified_means`` and its ``VerifiedResult`` (the public entry point);
 * circuitstat.stats.verified.reliability: the per-edge reliability flag;
 * circuitstat.stats.verified.missed: an upper bound on the unverified edges whose mean exact effect exceeds a threshold;
+* circuitstat.stats.verified.missed_mass: an upper bound on their summed |mean exact effect| (stratified Horvitz–Thompson);
 * circuitstat.stats.verified.pseudo: pseudo-scores whose column means are the estimates, for stability and
   faithfulness of circuits selected from them (stratified resampling);
 * circuitstat.stats.verified.coverage: simulated coverage on paired populations (exact and approximation per prompt);
@@ -21,6 +22,7 @@ _MODULES = {
     ".ppi": ["ppi_fit", "ppi_intervals", "power_tuning", "INTERVALS", "DEFAULT_INTERVAL", "TUNINGS",
              "DEFAULT_TUNING"],
     ".missed": ["MissedEdgesResult", "missed_edges_bound", "hypergeometric_upper"],
+    ".missed_mass": ["MissedMass", "missed_mass_bound"],
     ".coverage": ["paired_population", "simulate_verified"],
     ".pseudo": ["VerifiedPseudoScores", "verified_pseudo_scores", "verified_strata"],
     ".active": ["active_probabilities", "active_sample", "active_means"],

@@ -32,6 +32,7 @@ from scipy import special
 
 from circuitstat.core.errors import InputError
 from circuitstat.core.results import Result
+from circuitstat.stats.verified.missed_mass import MASS_ESTIMAND
 
 __all__ = ["log_choose", "hypergeometric_cdf", "hypergeometric_upper", "possibly_above", "tost_pvalues", "holm_reject",
            "tost_holm_possibly_above", "MissedEdgesResult",
@@ -126,6 +127,7 @@ class MissedEdgesResult(Result):
     confidence_level: float
     classification_level: float
     params: dict = field(default_factory=dict)
+    mass: Any = None  # circuitstat.stats.verified.missed_mass.MissedMass, or None (count only)
     main_table = "missed_edges"
 
     @property
@@ -138,27 +140,40 @@ class MissedEdgesResult(Result):
         return self.level
 
     def _tables(self) -> dict[str, dict[str, Any]]:
-        return {"missed_edges": {
+        estimand = f"{MISSED_ESTIMAND}: |mean exact effect| > {self.tau:g}, at level {self.level:.3g}"
+        out: dict[str, list] = {
             "tau": [self.tau], "n_top": [self.n_top], "n_remaining": [self.n_remaining],
             "n_sampled": [self.n_sampled], "n_unverified": [self.n_remaining - self.n_sampled],
             "sampled_above": [self.sampled_above], "missed_low": [0], "missed_high": [self.bound],
-            "remaining_above_high": [self.bound_remaining], "level": [self.level],
-            "estimand": [f"{MISSED_ESTIMAND}: |mean exact effect| > {self.tau:g}, at level {self.level:.3g}"]}}
+            "remaining_above_high": [self.bound_remaining], "level": [self.level]}
+        if self.mass is not None:
+            m = self.mass
+            out.update({"mass_low": [0.0], "mass_high": [m.high], "mass_estimate": [m.estimate],
+                        "mass_strata": [m.n_strata], "mass_level": [m.level],
+                        "mass_method": [f"stratified Horvitz-Thompson, {m.n_strata} rank blocks, {m.method}; "
+                                        "approximate: an unsampled edge larger than the sampled ones is invisible"]})
+            estimand += f"; {MASS_ESTIMAND}, at level {m.level:.3g} (approximate)"
+        out["estimand"] = [estimand]
+        return {"missed_edges": out}
 
     def _summary_items(self) -> list[tuple[str, Any]]:
         return [("estimand", MISSED_ESTIMAND), ("threshold τ", self.tau),
                 ("verified", f"top {self.n_top} + random {self.n_sampled} of the other {self.n_remaining}"),
                 ("sampled edges possibly above τ", self.sampled_above),
-                (f"unverified edges above τ (≤, level {self.level:.3g})", self.bound)]
+                (f"unverified edges above τ (≤, level {self.level:.3g})", self.bound)] + (
+            [] if self.mass is None else [(f"Σ|mean exact effect| over unverified edges (≤, level {self.mass.level:.3g})",
+                                           self.mass.high)])
 
 
 def missed_edges_bound(sample_above: np.ndarray, n_remaining: int, *, tau: float, n_top: int = 0,
-                       confidence_level: float = 0.975, classification_level: float = 1.0) -> MissedEdgesResult:
+                       confidence_level: float = 0.975, classification_level: float = 1.0,
+                       mass: Any = None) -> MissedEdgesResult:
     """Return the upper bound on unverified edges above τ from the random sample's classification.
 
     ``sample_above`` [r] bool: each sampled edge possibly above τ (`possibly_above` on intervals that hold
     simultaneously at ``classification_level``; 1.0 when the sampled edges' effects are known exactly).
-    ``n_remaining`` is R, the edges outside the top ``n_top`` the sample was drawn from uniformly.
+    ``n_remaining`` is R, the edges outside the top ``n_top`` the sample was drawn from uniformly. ``mass``: the
+    missed-mass bound of the same sample (circuitstat.stats.verified.missed_mass.missed_mass_bound), reported beside.
     """
     above = np.asarray(sample_above)
     if above.ndim != 1 or above.dtype != bool:
@@ -173,4 +188,4 @@ def missed_edges_bound(sample_above: np.ndarray, n_remaining: int, *, tau: float
     params = {"estimator": "missed_edges_bound", "tau": float(tau), "confidence_level": confidence_level,
               "classification_level": classification_level, "estimand": MISSED_ESTIMAND}
     return MissedEdgesResult(k_upper - x, k_upper, x, r, R, int(n_top), float(tau), float(confidence_level),
-                             float(classification_level), params)
+                             float(classification_level), params, mass)

@@ -25,6 +25,7 @@ import numpy as np
 from circuitstat.core.topk import topk
 from circuitstat.stats.verified.missed import (log_choose, hypergeometric_upper, missed_edges_bound, possibly_above,
                                               tost_holm_possibly_above)
+from circuitstat.stats.verified.missed_mass import missed_mass_bound, sampled_effects
 
 __all__ = ["MissedStudy", "failure_probability", "missed_edges_study"]
 
@@ -49,6 +50,9 @@ class MissedStudy:
     holds: np.ndarray
     fail_probability: np.ndarray  # NaN with estimated effects
     level: float
+    mass_truth: np.ndarray  # Σ|μ_e| over the unverified edges
+    mass_high: np.ndarray  # the missed-mass bound (circuitstat.stats.verified.missed_mass)
+    top_mass: np.ndarray  # Σ|μ_e| over the top m edges: the mass the verified candidates carry
 
     def summary(self) -> dict:
         """Return hold rate, its MC SE (dataset as the unit), the expected hold rate and medians."""
@@ -60,13 +64,24 @@ class MissedStudy:
                 "median_truth": float(np.median(self.truth)), "median_bound": float(np.median(self.bound)),
                 "median_unverified": float(np.median(self.n_unverified)),
                 "share_bound_below_unverified": float(np.mean(self.bound < self.n_unverified)),
-                "share_truth_positive": float(np.mean(self.truth > 0))}
+                "share_truth_positive": float(np.mean(self.truth > 0)), **self.mass_summary()}
+
+    def mass_summary(self) -> dict:
+        """Return the missed-mass bound's hold rate with its MC SE, its median ratio to the truth, and the shares
+        of datasets where it is below τ × the unverified count (the count's scale) and below the top edges' mass."""
+        D = self.holds.size
+        p = float(np.mean(self.mass_truth <= self.mass_high))
+        return {"mass_hold_rate": p, "mass_mc_se": float(np.sqrt(max(p * (1 - p), 1.0 / D) / D)),
+                "mass_median_ratio": float(np.median(self.mass_high / np.maximum(self.mass_truth, 1e-300))),
+                "mass_median_high": float(np.median(self.mass_high)), "mass_median_truth": float(np.median(self.mass_truth)),
+                "mass_below_top": float(np.mean(self.mass_high < self.top_mass))}
 
 
 def _one(X: np.ndarray, A: np.ndarray, mu: np.ndarray, rng: np.random.Generator, *, tau: float, n_top: int,
          n_random: int, N: int, n: int, level: float, split: float, known: bool,
-         classify: str = "tost-holm") -> tuple[int, int, int, float]:
-    """Return (truth, bound, unverified count, failure probability or NaN) of one dataset."""
+         classify: str = "tost-holm") -> tuple[int, int, int, float, float, float, float]:
+    """Return (truth, bound, unverified count, failure probability or NaN, missed mass, its bound, top mass) of one
+    dataset."""
     from circuitstat.stats.verified import verified_means
 
     idx = rng.integers(0, X.shape[0], N)
@@ -76,9 +91,12 @@ def _one(X: np.ndarray, A: np.ndarray, mu: np.ndarray, rng: np.random.Generator,
     rest = np.setdiff1d(np.arange(E), top)
     sample = rng.choice(rest, size=n_random, replace=False)
     alpha = 1.0 - level
+    rank = np.abs(Ad.mean(0)[rest])
+    at = np.searchsorted(rest, sample)
     if known:
         above = np.abs(mu[sample]) > tau
         res = missed_edges_bound(above, rest.size, tau=tau, n_top=n_top, confidence_level=level)
+        mass = missed_mass_bound(np.abs(mu[sample]), np.zeros(sample.size), at, rank, confidence_level=level)
     else:
         rows = np.sort(rng.choice(N, n, replace=False))
         if classify == "bonferroni":
@@ -90,10 +108,13 @@ def _one(X: np.ndarray, A: np.ndarray, mu: np.ndarray, rng: np.random.Generator,
             above = tost_holm_possibly_above(cls.estimate, cls.standard_error, cls.df, tau, alpha * (1 - split))
         res = missed_edges_bound(np.asarray(above, bool), rest.size, tau=tau, n_top=n_top,
                                  confidence_level=1.0 - alpha * split, classification_level=1.0 - alpha * (1 - split))
+        mass = missed_mass_bound(*sampled_effects(Ad[:, sample], X[idx[rows]][:, sample], rows), at, rank,
+                                 confidence_level=level)
     unverified = np.setdiff1d(rest, sample)
     truth = int((np.abs(mu[unverified]) > tau).sum())
     fail = failure_probability(rest.size, int((np.abs(mu[rest]) > tau).sum()), n_random, level) if known else np.nan
-    return truth, res.bound, unverified.size, fail
+    return (truth, res.bound, unverified.size, fail, float(np.abs(mu[unverified]).sum()), mass.high,
+            float(np.abs(mu[top]).sum()))
 
 
 def missed_edges_study(exact: np.ndarray, approx: np.ndarray, *, tau: float, n_top: int, n_random: int,
@@ -111,4 +132,4 @@ def missed_edges_study(exact: np.ndarray, approx: np.ndarray, *, tau: float, n_t
                          level=confidence_level, split=split, known=known, classify=classify)
                     for _ in range(n_datasets)])
     truth, bound, unv = (out[:, i].astype(np.int64) for i in range(3))
-    return MissedStudy(truth, bound, unv, truth <= bound, out[:, 3], confidence_level)
+    return MissedStudy(truth, bound, unv, truth <= bound, out[:, 3], confidence_level, out[:, 4], out[:, 5], out[:, 6])

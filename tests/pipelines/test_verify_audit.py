@@ -86,6 +86,15 @@ def test_edge_subset_verifies_the_top_and_a_random_sample_and_bounds_the_rest(ru
     assert list(m["method"]) == ["eap"] and m["n_remaining"][0] == E - 6 and m["n_sampled"][0] == 12
     assert m["sampled_above"][0] == want.sampled_above and m["missed_high"][0] == want.bound
     assert m["level"][0] == pytest.approx(0.95)
+    # the missed mass, recomputed from the sample: |cross-fitted estimates| post-stratified by EAP's rank among the
+    # edges outside the top (one block per 10 sampled edges: 1 here)
+    from circuitstat.stats.verified.missed_mass import missed_mass_bound, sampled_effects
+
+    rest = np.setdiff1d(np.arange(E), sorted(top6))
+    mass = missed_mass_bound(*sampled_effects(eap[:, sample], exact[np.ix_(rows, sample)], rows),
+                             np.searchsorted(rest, sample), eap[:, rest].mean(0), confidence_level=0.95)
+    assert m["mass_high"][0] == pytest.approx(mass.high, rel=1e-12) and m["mass_strata"][0] == 1
+    assert 0 <= m["mass_estimate"][0] <= m["mass_high"][0] and m["mass_level"][0] == pytest.approx(0.95)
 
 
 def test_verified_stage_is_listed_resumes_and_records_its_seed(runs, tmp_path):

@@ -94,6 +94,27 @@ def test_terminal_page_and_claims_agree(zoo_run, tmp_path):
     assert " ".join(text.split()) in " ".join(page.split())
 
 
+def test_missed_mass_in_the_verdict_and_claims(zoo_run, tmp_path):
+    """The missed-mass bound (Σ|mean exact effect| over the unverified edges) is in the table, the verdict line and
+    the page, and a missed_edges claim on mass_high passes at the cell and fails a hair below it."""
+    from circuitstat.reports.ci import fmt
+    from circuitstat.reports.html.page import render_report
+    from circuitstat.reports.verdicts import verdict
+
+    m = pq.read_table(zoo_run / "missed_edges.parquet").to_pandas()
+    high = float(m.mass_high[0])
+    assert np.isfinite(high) and high > 0 and m.mass_level[0] == pytest.approx(0.95)
+    (line,) = [ln for ln in verdict(zoo_run).lines if ln.label == "verified"]
+    assert f"their summed |mean exact effect| ≤ {fmt(high)} at level {fmt(0.95)} (approximate)" in line.text()
+    page = html.unescape(re.sub(r"<[^>]+>", "", render_report(zoo_run).read_text()))
+    assert f"summed |mean exact effect| is at most {fmt(high)}" in page
+    ok = _claims(zoo_run, [{"kind": "missed_edges", "method": "eap", "statistic": "mass_high", "max": high}], tmp_path)
+    bad = _claims(zoo_run, [{"kind": "missed_edges", "method": "eap", "statistic": "mass_high",
+                             "max": high * (1 - 1e-6)}], tmp_path)
+    assert ok.exit_code == 0 and bad.exit_code == 1, (ok.output, bad.output)
+    assert "summed |mean exact effect|" in bad.output
+
+
 def test_verified_claims_read_the_exact_cell(zoo_run, tmp_path):
     """A bound equal to the table's cell holds; one a hair past it fails; an unverified edge is an error."""
     v = pq.read_table(zoo_run / "verified.parquet").to_pandas()
