@@ -85,3 +85,35 @@ def test_unknown_method_names_the_known_ones():
 
     with pytest.raises(InputError, match="use one of exact, eap"):
         method("eap-typo")
+
+
+@pytest.mark.parametrize("name", [m.name for m in METHOD_RECORDS])
+def test_every_method_parses_on_the_command_line_and_round_trips_a_spec(name):
+    """The CLI's --method and both specs (attribute, audit) accept every registered method and keep it."""
+    import typer
+
+    from circuitstat.pipelines.attribute import AttributeSpec
+    from circuitstat.pipelines.cli import app
+    from circuitstat.pipelines.spec import parse_spec
+
+    cmd = typer.main.get_command(app).commands["attribute"]
+    ctx = cmd.make_context("attribute", ["--model", "random:gpt2", "--method", name])
+    assert ctx.params["method"] == name
+    spec = AttributeSpec(model="random:gpt2", method=name)
+    assert AttributeSpec(**spec.model_dump()).method == name
+    methods = ["eap", name] if name != "eap" else ["eap"]  # an audit needs a score method besides exact
+    audit = parse_spec({"model": "random:gpt2", "methods": methods})
+    assert parse_spec(audit.model_dump(exclude_none=True)).methods == audit.methods == methods
+
+
+def test_help_lists_every_method_and_the_cli_refuses_others():
+    import typer
+    from typer.testing import CliRunner
+
+    from circuitstat.pipelines.cli import app
+
+    out = CliRunner().invoke(app, ["attribute", "--help"], env={"COLUMNS": "1000", "TERMINAL_WIDTH": "1000"}).output
+    assert all(m.name in out for m in METHOD_RECORDS), out
+    cmd = typer.main.get_command(app).commands["attribute"]
+    with pytest.raises(Exception, match="'eap-typo' is not one of 'exact', 'eap'"):  # typer's BadParameter
+        cmd.make_context("attribute", ["--model", "random:gpt2", "--method", "eap-typo"])
