@@ -513,6 +513,9 @@ def attribute(
 
     require_circuit_model(model, "attribute")
     check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
+    if method_record(method).additive_only and not model.cfg.additive_writes:
+        raise InputError(f"{method} is defined where each sender's write is added to the residual stream; this model "
+                         "normalises its attention output after the heads (post-norm); use eap or exact here")
     N = int(data.clean.shape[0])
     if N == 0:
         raise InputError("the dataset is empty; give at least one example")
@@ -543,7 +546,7 @@ def attribute(
     for start in tqdm(starts, desc=f"{method} ({level})", disable=not progress, leave=False):
         index = torch.as_tensor(todo[start : start + batch_size], device="cpu")  # indexes the (CPU) dataset
         batch = _Batch(model, data, index, keep_resid=rec.passes.suffix)
-        cf = abl.senders(index).to(device=model.device, dtype=model.dtype)
+        cf = abl.senders(index).to(device=model.device, dtype=model.dtype) if rec.counterfactual else None
         job = BatchJob(method, level, ig_steps, max_rows, None if keep is None else keep[start : start + len(index)],
                        cf_owned=owned)
         s = score(model, data, batch, cf, job)
@@ -555,7 +558,8 @@ def attribute(
     if keep is not None:
         params["edges_computed"] = int(keep.sum())
     return ScoreMatrix(
-        scores=scores, graph=model.graph, level=level, method=method, ablation=abl.kind, example_ids=todo,
+        scores=scores, graph=model.graph, level=level, method=method, example_ids=todo,
+        ablation=abl.kind if rec.counterfactual else "none",  # a method that reads no counterfactual says so
         metric=metric_name or getattr(data, "metric_name", "metric"),
         params=params, provenance={"model": model.identity(), "seconds": time.perf_counter() - t0},
     )

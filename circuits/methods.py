@@ -66,6 +66,8 @@ class Method:
     ablations: tuple[str, ...] = ABLATIONS
     ig_steps: bool = False  # its scores depend on ig_steps
     members: tuple[str, ...] = ()  # an ensemble: the methods whose per-example scores it averages
+    counterfactual: bool = True  # it reads the ablation's sender outputs (False: its scorer gets cf=None, none computed)
+    additive_only: bool = False  # defined only where every sender's write is additive (not on post-norm models)
     summary: str = ""
     reference: str = ""
 
