@@ -251,15 +251,19 @@ def exact_row_bytes(cfg: ModelConfig, P: int, itemsize: int = 4) -> int:
 
 def gradient_example_bytes(cfg: ModelConfig, graph: ComponentGraph, P: int, method: str, itemsize: int = 4) -> int:
     """One example of a gradient method at its peak: the autograd graph of one run with per-head
-    receiver inputs, the receiver gradients (and their running sum for IG), sender outputs and Δz."""
+    receiver inputs, the receiver gradients (and their running sum for IG), sender outputs and Δz (a method
+    without gradient runs: its kept forward, the senders in float32 and one sender-sized difference)."""
     D, H, dh, L, U = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.n_layers, graph.n_senders
+    passes = method_record(method).passes
+    if count(passes.runs, steps=1, groups=1, layers=1, draws=1) == 0:  # no gradient run: no autograd graph held
+        # the kept run (sender outputs, every residual), a float32 copy of the senders and one [U, P, D] difference
+        return itemsize * P * D * (U + 2 * L + 1) + 4 * 2 * U * P * D + 4 * graph.n_edges
     mlp = 2 * P * active_width(cfg) if cfg.has_mlp else 0
     saved = L * (12 * H * P * D + 3 * H * P * dh + 2 * H * P * P + H * P * D + 4 * P * D + mlp)
     if cfg.post_norm:
         saved += L * 3 * P * D  # S_l kept, and the post-norm's saved input and output
     if cfg.qk_norm == "full":
         saved += L * 2 * H * P * D  # the coupling term of q and k, [2H, P, D] while a layer maps back
-    passes = method_record(method).passes
     grads = (L * (3 * H + 1) + 1) * P * D * passes.grad_buffers
     qk = 0
     if passes.qk_fix:  # the QK fix: patterns, their change and ∂m/∂A per sender (float32)
