@@ -386,13 +386,17 @@ def _exact_seconds(cal: Calibration, model, cost: Cost, *, n: int, level: str) -
 
 
 def plan_costs(model, data, *, level: str = "edge", batch_size: int = 16, ig_steps: int = 5,
-               budget: int | None = None, methods=METHODS) -> dict[str, Cost]:
+               budget: int | None = None, methods=None) -> dict[str, Cost]:
     """{method: its Cost on ``data``}, batch size and exact's rows fitted to ``budget`` bytes when given; a method
     that cannot fit the budget even with one example (and one suffix row) is priced at that minimum, its memory
-    over the budget (:func:`fit_mark` marks it: a plan prices what it cannot run here, for a larger machine)."""
+    over the budget (:func:`fit_mark` marks it: a plan prices what it cannot run here, for a larger machine).
+    ``methods`` default: every method the model can run (one defined on additive writes only is left out on a
+    post-norm model, which attribute refuses)."""
     from circuitstat.core.errors import InputError
 
     cfg = model.cfg
+    if methods is None:
+        methods = [m for m in METHODS if cfg.additive_writes or not method_record(m).additive_only]
     n, P = int(data.clean.shape[0]), int(data.clean.shape[1])
     itemsize = model.dtype.itemsize
     costs: dict[str, Cost] = {}
