@@ -120,6 +120,12 @@ METHOD_RECORDS: tuple[Method, ...] = (
            members=("eap", "eap-ig-inputs", "eap-ig-activations"), ig_steps=True,
            summary="the plain mean of its members' per-example scores",
            reference="Mondorf et al. 2025, arXiv:2510.06811"),
+    Method("information-flow-routes", "score", "circuitstat.circuits.flow_routes:score_flow_routes",
+           Passes(forwards=1, runs="0", contractions="0", contractions_post_norm="0", grad_buffers=1),
+           levels=("edge",), ablations=("counterfactual",), counterfactual=False, additive_only=True,
+           summary="each sender's share of its receiver's input by L1 proximity, averaged over positions (one clean "
+                   "forward; no metric, gradient or counterfactual)",
+           reference="Ferrando & Voita 2024, arXiv:2403.00824; EAP-IG library's get_scores_information_flow_routes"),
     Method("edge-pruning", "mask", "circuitstat.circuits.edge_pruning:fit_edge_pruning,gates",
            Passes(forwards=3, runs="draws", grad_buffers=1), levels=("edge",),
            summary="a learned hard-concrete edge mask", reference="Bhaskar et al. 2024"),
