@@ -535,15 +535,16 @@ def _cost_table(model, costs: dict, n: int, P: int, level: str, ig_steps: int, b
 
     unit = "edges" if level == "edge" else "nodes"
     cols = model.graph.n_edges if level == "edge" else model.graph.n_senders
+    w = max(19, *(len(c.method) for c in costs.values()))  # the method column fits its longest name
     lines = [f"plan: {n} examples x {P} positions, {cols:,} {unit}, ig steps {ig_steps}, "
              f"{n_jobs} worker{'s' if n_jobs > 1 else ''}{dtype}"
              + ("" if budget is None else f", --max-memory {format_bytes(budget)}"), *how,
-             f"{'method':<19} {unit:>9} {'forwards':>9} {'backwards':>9} {'suffix rows':>12} {'FLOPs':>9} "
+             f"{'method':<{w}} {unit:>9} {'forwards':>9} {'backwards':>9} {'suffix rows':>12} {'FLOPs':>9} "
              f"{'memory':>10} {'batch':>5} {'fits':>12} {'est. time':>10}"]
     for c in costs.values():
         one, prefix = seconds(c)
         est = one / min(n_jobs, -(-n // c.batch_size))
-        lines.append(f"{c.method:<19} {c.columns:>9,} {c.forwards:>9,} {c.backwards:>9,} {c.suffix_rows:>12,} "
+        lines.append(f"{c.method:<{w}} {c.columns:>9,} {c.forwards:>9,} {c.backwards:>9,} {c.suffix_rows:>12,} "
                      f"{c.flops:>9.3g} {format_bytes(c.memory_peak):>10} {c.batch_size:>5} "
                      f"{fit_mark(c, limits):>12} {prefix + _duration(est):>10}")
     return lines
