@@ -19,7 +19,7 @@ from circuitstat.core.errors import InputError
 from dataclasses import dataclass, field
 
 __all__ = ["Method", "Passes", "METHOD_RECORDS", "ABLATIONS", "METHODS", "SCORE_METHODS", "MASK_METHODS", "ATP_METHODS",
-           "ENSEMBLE_MEMBERS", "LEVELS", "method", "count", "runner"]
+           "ENSEMBLE_MEMBERS", "LEVELS", "method", "methods_for", "count", "runner"]
 
 LEVELS = ("edge", "node")
 ABLATIONS = ("counterfactual", "mean", "mean-positional", "zero", "resample")  # circuitstat.circuits.ablation computes them
@@ -68,6 +68,7 @@ class Method:
     members: tuple[str, ...] = ()  # an ensemble: the methods whose per-example scores it averages
     counterfactual: bool = True  # it reads the ablation's sender outputs (False: its scorer gets cf=None, none computed)
     additive_only: bool = False  # defined only where every sender's write is additive (not on post-norm models)
+    draws_option: str = ""  # a mask method: the option giving its masks per prompt and step (its Passes' "draws")
     summary: str = ""
     reference: str = ""
 
@@ -130,7 +131,7 @@ METHOD_RECORDS: tuple[Method, ...] = (
            Passes(forwards=3, runs="draws", grad_buffers=1), levels=("edge",),
            summary="a learned hard-concrete edge mask", reference="Bhaskar et al. 2024"),
     Method("ugs", "mask", "circuitstat.circuits.ugs:fit_ugs,ugs_gates",
-           Passes(forwards=3, runs="draws", grad_buffers=1), levels=("edge",),
+           Passes(forwards=3, runs="draws", grad_buffers=1), levels=("edge",), draws_option="n_samples",
            summary="uniform gradient sampling of an edge mask", reference="circuitstat.circuits.ugs"),
 )
 
@@ -148,6 +149,12 @@ def method(name: str) -> Method:
         return _BY_NAME[name]
     except KeyError:
         raise InputError(f"unknown method {name!r}; use one of {', '.join(_BY_NAME)}") from None
+
+
+def methods_for(cfg) -> tuple[str, ...]:
+    """The score methods defined on a model of config ``cfg`` (one defined on additive writes only is left out of a
+    post-norm model's)."""
+    return tuple(m for m in METHODS if cfg.additive_writes or not _BY_NAME[m].additive_only)
 
 
 def runner(name: str, which: int = 0):

@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from circuitstat.circuits.methods import method as method_record
+from circuitstat.circuits.methods import method as method_record, methods_for
 from circuitstat.circuits.plan import (METHODS, Cost, contraction_flops, fit_memory, method_cost, pass_counts,
                                        qk_fix_flops)
 
@@ -396,7 +396,7 @@ def plan_costs(model, data, *, level: str = "edge", batch_size: int = 16, ig_ste
 
     cfg = model.cfg
     if methods is None:
-        methods = [m for m in METHODS if cfg.additive_writes or not method_record(m).additive_only]
+        methods = methods_for(cfg)
     n, P = int(data.clean.shape[0]), int(data.clean.shape[1])
     itemsize = model.dtype.itemsize
     costs: dict[str, Cost] = {}

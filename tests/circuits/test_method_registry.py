@@ -117,3 +117,16 @@ def test_help_lists_every_method_and_the_cli_refuses_others():
     cmd = typer.main.get_command(app).commands["attribute"]
     with pytest.raises(Exception, match="'eap-typo' is not one of 'exact', 'eap'"):  # typer's BadParameter
         cmd.make_context("attribute", ["--model", "random:gpt2", "--method", "eap-typo"])
+
+
+def test_mask_draws_read_the_option_the_record_names():
+    """A mask fit's step costs one masked run per draw: UGS's n_samples (its record's draws_option), else 1; every
+    mask method has an options section in a spec."""
+    from circuitstat.pipelines.spec import MASK_SECTIONS, UGSOptions, mask_draws
+
+    assert set(MASK_SECTIONS) == set(MASK_METHODS)
+    assert mask_draws("ugs", UGSOptions(n_samples=3)) == 3 and mask_draws("ugs", UGSOptions(n_samples=1)) == 1
+    assert mask_draws("edge-pruning", MASK_SECTIONS["edge-pruning"][1]()) == 1
+    for name in MASK_METHODS:
+        opt = method(name).draws_option
+        assert not opt or opt in MASK_SECTIONS[name][1].model_fields
