@@ -245,11 +245,11 @@ def score_exact(model, data, batch, cf, job: BatchJob) -> torch.Tensor:
 
 def _ensemble(model, data, batch, cf, steps: int) -> torch.Tensor:
     """[B, E] the mean of the ENSEMBLE_MEMBERS' scores for one batch (``cf`` is shared, never overwritten)."""
-    total = None
-    for member in method_record("ensemble").members:
+    total, members = None, method_record("ensemble").members
+    for member in members:
         s = _eap(model, data, batch, cf, member, steps, cf_owned=False)
         total = s if total is None else total + s
-    return total / len(ENSEMBLE_MEMBERS)
+    return total / len(members)
 
 
 def _ig_groups(model) -> list[list[int]]:
