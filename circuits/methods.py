@@ -18,7 +18,7 @@ import importlib
 from circuitstat.core.errors import InputError
 from dataclasses import dataclass, field
 
-__all__ = ["Method", "Passes", "METHOD_RECORDS", "ABLATIONS", "METHODS", "SCORE_METHODS", "MASK_METHODS", "ATP_METHODS",
+__all__ = ["Method", "Passes", "METHOD_RECORDS", "ABLATIONS", "METHODS", "MASK_METHODS", "ATP_METHODS",
            "ENSEMBLE_MEMBERS", "LEVELS", "method", "methods_for", "count", "runner"]
 
 LEVELS = ("edge", "node")
@@ -137,7 +137,6 @@ METHOD_RECORDS: tuple[Method, ...] = (
 
 _BY_NAME = {m.name: m for m in METHOD_RECORDS}
 METHODS = tuple(m.name for m in METHOD_RECORDS if m.family == "score")  # attribute()'s methods (per-example scores)
-SCORE_METHODS = METHODS
 MASK_METHODS = tuple(m.name for m in METHOD_RECORDS if m.family == "mask")
 ATP_METHODS = tuple(m.name for m in METHOD_RECORDS if m.runner == _ATP)
 ENSEMBLE_MEMBERS = _BY_NAME["ensemble"].members

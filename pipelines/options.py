@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from circuitstat.circuits.methods import ABLATIONS, LEVELS, MASK_METHODS, SCORE_METHODS
+from circuitstat.circuits.methods import ABLATIONS, LEVELS, MASK_METHODS, METHODS
 
 __all__ = ["METHOD", "SCORE_METHOD", "MASK_METHOD", "MASK_METHODS", "OBJECTIVE", "ABLATION", "LEVEL", "METRIC",
            "INPUT_NODE", "MOE_NODES", "DTYPES"]
@@ -16,7 +16,7 @@ __all__ = ["METHOD", "SCORE_METHOD", "MASK_METHOD", "MASK_METHODS", "OBJECTIVE",
 # the methods' names come from their records (circuitstat.circuits.methods: torch- and pydantic-free)
 # methods with per-example scores [N, E] (attribution); atp-*: AtP* (circuitstat.circuits.atpstar); ensemble: the
 # mean of eap, eap-ig-inputs and eap-ig-activations
-SCORE_METHOD = Literal[SCORE_METHODS]
+SCORE_METHOD = Literal[METHODS]
 # mask-learned methods: one learned mask logit per edge per fit, no per-example scores (docs/edge-pruning.md)
 MASK_METHOD = Literal[MASK_METHODS]  # ugs: uniform gradient sampling (circuitstat.circuits.ugs)
 METHOD = Literal[SCORE_METHOD, MASK_METHOD]  # what attribute and audit accept
