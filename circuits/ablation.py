@@ -30,9 +30,9 @@ import torch
 
 from circuitstat.core.errors import InputError
 from .engine.config import compute_dtype
+from .methods import ABLATIONS  # noqa: F401 - declared once with the methods (torch-free, read by the CLI)
 from .model import CircuitModel
 
-ABLATIONS = ("counterfactual", "mean", "mean-positional", "zero", "resample")
 INPUT_NODES = ("embeddings", "tokens")
 
 

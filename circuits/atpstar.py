@@ -45,8 +45,12 @@ from .engine.masks import layer_masks
 from .engine.norms import attn_input_norm
 from .engine.rotary import apply_rotary, layer_rotary, rotary_of_layer
 
-ATP_METHODS = {"atp-qkfix": (True, False), "atp-graddrop": (False, True), "atpstar": (True, True)}
-"""method: (qk_fix, graddrop)."""
+def variant(method: str) -> tuple[bool, bool]:
+    """(qk_fix, graddrop) of AtP* ``method``, as its record (circuitstat.circuits.methods) declares them."""
+    from .methods import method as method_record
+
+    passes = method_record(method).passes
+    return passes.qk_fix, passes.backwards == "layers"  # GradDrop: one backward per dropped layer
 
 PATTERN_CHUNK = 1 << 24
 """Pattern elements the QK fix holds at once (senders are chunked to stay below it)."""
@@ -62,11 +66,16 @@ def head_block(model, layer: int) -> int:
     return 1 + layer * (2 if model.cfg.has_mlp else 1)
 
 
+def score_atp(model, data, batch, cf: torch.Tensor, job) -> torch.Tensor:
+    """[B, E] AtP* scores of one batch (``job``: circuitstat.circuits.attribution.BatchJob; edge level only)."""
+    return atp_edges(model, data, batch, cf, job.method)
+
+
 def atp_edges(model, data, batch, cf: torch.Tensor, method: str) -> torch.Tensor:
-    """[B, E] AtP* scores (``method`` one of ATP_METHODS) of one batch (circuitstat.circuits.attribution._Batch)."""
+    """[B, E] AtP* scores (``method`` one of circuitstat.circuits.methods.ATP_METHODS) of one batch (circuitstat.circuits.attribution._Batch)."""
     from .contraction import check_metric, edge_scores_from_grads
 
-    qk_fix, graddrop = ATP_METHODS[method]
+    qk_fix, graddrop = variant(method)
     L = model.cfg.n_layers
     gates = GradientGates() if graddrop else None
     with torch.enable_grad():

@@ -26,6 +26,7 @@ receiver can reach the read-out are not computed and score exactly 0.0.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -34,26 +35,28 @@ from tqdm.auto import tqdm
 from circuitstat.core.errors import InputError
 from circuitstat.core.params import BATCH_SIZE, IG_STEPS, SEED
 
-from .ablation import ABLATIONS, Ablation, PairData, check_input_node, last_index
+from .ablation import Ablation, PairData, check_input_node, last_index
 from .interventions import Intervention
 from .engine.masks import allowed_keys
 from .engine.run import RunState
 from .contraction import check_metric, edge_scores_from_grads
+# the methods, their levels, ablations and runners: records in circuitstat.circuits.methods (names re-exported)
+from .methods import ABLATIONS, ATP_METHODS, ENSEMBLE_MEMBERS, LEVELS, METHODS, method as method_record, runner  # noqa: F401
 from .model import CircuitModel
 from .scores import ScoreMatrix
 from .plan import suffix_flops
 from .threads import given_cores, sized_threads, split_calls
 
-METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted",
-           "atp-qkfix", "atp-graddrop", "atpstar", "ensemble")
-ENSEMBLE_MEMBERS = ("eap", "eap-ig-inputs", "eap-ig-activations")
-"""The ``ensemble`` method's members: its per-example score is their plain mean (the parallel ensemble of
-Mondorf et al. 2025, BlackboxNLP MIB shared task, arXiv:2510.06811).  No rescaling before averaging: all
-three are first-order estimates of one quantity, the change of the same metric when the edge is patched,
-in the metric's units, so a per-method normalisation (z-score, min-max) would only reweight them by
-their spread on this dataset (and make a row's score depend on the other rows)."""
-ATP_METHODS = ("atp-qkfix", "atp-graddrop", "atpstar")  # AtP* (Kramár et al. 2024): circuitstat.circuits.atpstar
-LEVELS = ("edge", "node")
+@dataclass(frozen=True)
+class BatchJob:
+    """What a method's batch scorer needs beyond the batch: the method, level and options of the run."""
+
+    method: str
+    level: str
+    ig_steps: int
+    max_rows: int
+    keep: "np.ndarray | None" = None  # exact: the (example, edge) cells of this batch to compute (None: all)
+    cf_owned: bool = False  # the counterfactual senders were computed for this batch alone and may be overwritten
 
 
 def _positive_int(what: str, value) -> None:
@@ -73,21 +76,22 @@ def check_options(method: str, level: str = "edge", ablation: "str | Ablation" =
         raise InputError(f"unknown ablation {ablation!r}; use one of {', '.join(ABLATIONS)}")
     _positive_int("batch_size", batch_size)
     _positive_int("ig_steps", ig_steps)
-    if method in ATP_METHODS and level != "edge":
-        # GradDrop sums absolute values per edge, so a node's score is not the sum of its out-edges'
-        raise InputError(f"{method} scores edges only (AtP*'s GradDrop and QK fix are defined per edge here); "
-                         "use level 'edge', or eap for node scores")
+    rec = method_record(method)
+    if level not in rec.levels:
+        # e.g. AtP*'s GradDrop sums absolute values per edge, so a node's score is not the sum of its out-edges'
+        raise InputError(f"{method} scores {' and '.join(x + 's' for x in rec.levels)} only ({rec.summary}); use level "
+                         f"{rec.levels[0]!r}, or eap for {level} scores")
     kind = ablation if isinstance(ablation, str) else getattr(ablation, "kind", "custom")
-    if method == "clean-corrupted" and kind != "counterfactual":
-        # With mean/zero/resample values there is no corrupted *input* to take a gradient at, and at
-        # the all-edges-patched point every receiver is cut off from its downstream path.
-        raise InputError("clean-corrupted needs ablation 'counterfactual' (gradients at the clean and the "
-                         f"corrupted input), got {kind!r}; use eap or eap-ig-inputs with this ablation")
+    if rec.ablations != ABLATIONS and kind not in rec.ablations:  # a custom Ablation object: any unrestricted method
+        # clean-corrupted: with mean/zero/resample values there is no corrupted *input* to take a gradient at, and
+        # at the all-edges-patched point every receiver is cut off from its downstream path
+        raise InputError(f"{method} needs ablation {' or '.join(map(repr, rec.ablations))} ({rec.summary}), "
+                         f"got {kind!r}; use eap or eap-ig-inputs with this ablation")
 
 
 def uses_ig_steps(method: str) -> bool:
-    """True when ``method``'s scores depend on ig_steps (EAP-IG and the ensemble that contains it)."""
-    return method.startswith("eap-ig") or method == "ensemble"
+    """True when ``method``'s scores depend on ig_steps (its record says: EAP-IG and the ensemble that contains it)."""
+    return method_record(method).ig_steps
 
 
 def edges_to_nodes(model: CircuitModel, edge_scores: torch.Tensor) -> torch.Tensor:
@@ -221,13 +225,32 @@ def _eap(model, data, batch, cf, method: str, steps: int, cf_owned: bool = False
     raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
 
 
+def score_gradient(model, data, batch, cf, job: BatchJob) -> torch.Tensor:
+    """[B, E] (or [B, U] at node level: each sender's out-edges summed) scores of EAP, EAP-IG or clean-corrupted."""
+    s = _eap(model, data, batch, cf, job.method, job.ig_steps, cf_owned=job.cf_owned)
+    return edges_to_nodes(model, s) if job.level == "node" else s
+
+
+def score_ensemble(model, data, batch, cf, job: BatchJob) -> torch.Tensor:
+    """[B, E] (or [B, U]) the ensemble's scores: the mean of its members' (``cf`` shared, never overwritten)."""
+    s = _ensemble(model, data, batch, cf, job.ig_steps)
+    return edges_to_nodes(model, s) if job.level == "node" else s
+
+
+def score_exact(model, data, batch, cf, job: BatchJob) -> torch.Tensor:
+    """[B, E] exact edge effects by batched suffix recomputation, or [B, U] node effects."""
+    if job.level == "edge":
+        return _exact_edges(model, data, batch, cf, job.max_rows, job.keep)
+    return _exact_nodes(model, data, batch, cf)
+
+
 def _ensemble(model, data, batch, cf, steps: int) -> torch.Tensor:
     """[B, E] the mean of the ENSEMBLE_MEMBERS' scores for one batch (``cf`` is shared, never overwritten)."""
-    total = None
-    for member in ENSEMBLE_MEMBERS:
+    total, members = None, method_record("ensemble").members
+    for member in members:
         s = _eap(model, data, batch, cf, member, steps, cf_owned=False)
         total = s if total is None else total + s
-    return total / len(ENSEMBLE_MEMBERS)
+    return total / len(members)
 
 
 def _ig_groups(model) -> list[list[int]]:
@@ -431,7 +454,7 @@ def _edge_selection(model: CircuitModel, method: str, level: str, edges, n_rows:
     ``edges``: edge indices (for every row) or an [n_rows, E] bool mask (per row)."""
     if edges is None:
         return None
-    if method != "exact" or level != "edge":
+    if not method_record(method).passes.suffix or level != "edge":
         raise InputError("edges= selects exact patching's edges; use method 'exact' at level 'edge'")
     idx, E = np.asarray(edges), model.graph.n_edges
     if idx.dtype == bool and idx.shape == (n_rows, E):
@@ -491,6 +514,9 @@ def attribute(
 
     require_circuit_model(model, "attribute")
     check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
+    if method_record(method).additive_only and not model.cfg.additive_writes:
+        raise InputError(f"{method} is defined where each sender's write is added to the residual stream; this model "
+                         "normalises its attention output after the heads (post-norm); use eap or exact here")
     N = int(data.clean.shape[0])
     if N == 0:
         raise InputError("the dataset is empty; give at least one example")
@@ -515,27 +541,16 @@ def attribute(
     cols = model.graph.n_edges if level == "edge" else model.graph.n_senders
     scores = np.empty((len(todo), cols), dtype=np.float32)
     starts = range(0, len(todo), batch_size)
+    rec, score = method_record(method), runner(method)  # its batch scorer (circuitstat.circuits.methods)
+    # a counterfactual the built-in Ablation computed for this batch alone may be overwritten
+    owned = isinstance(abl, Ablation) and abl.kind in ("counterfactual", "resample")
     for start in tqdm(starts, desc=f"{method} ({level})", disable=not progress, leave=False):
         index = torch.as_tensor(todo[start : start + batch_size], device="cpu")  # indexes the (CPU) dataset
-        batch = _Batch(model, data, index, keep_resid=method == "exact")
-        cf = abl.senders(index).to(device=model.device, dtype=model.dtype)
-        if method == "exact":
-            part = None if keep is None else keep[start : start + len(index)]
-            s = _exact_edges(model, data, batch, cf, max_rows, part) if level == "edge" else _exact_nodes(model, data, batch, cf)
-        elif method in ATP_METHODS:
-            from .atpstar import atp_edges
-
-            s = atp_edges(model, data, batch, cf, method)
-        elif method == "ensemble":
-            s = _ensemble(model, data, batch, cf, ig_steps)
-            if level == "node":
-                s = edges_to_nodes(model, s)
-        else:
-            # a counterfactual the built-in Ablation computed for this batch alone may be overwritten
-            owned = isinstance(abl, Ablation) and abl.kind in ("counterfactual", "resample")
-            s = _eap(model, data, batch, cf, method, ig_steps, cf_owned=owned)
-            if level == "node":
-                s = edges_to_nodes(model, s)
+        batch = _Batch(model, data, index, keep_resid=rec.passes.suffix)
+        cf = abl.senders(index).to(device=model.device, dtype=model.dtype) if rec.counterfactual else None
+        job = BatchJob(method, level, ig_steps, max_rows, None if keep is None else keep[start : start + len(index)],
+                       cf_owned=owned)
+        s = score(model, data, batch, cf, job)
         scores[start : start + len(index)] = s.detach().float().cpu().numpy()
     params = {"batch_size": batch_size, "seed": seed, "max_rows": max_rows,
               "input_node": getattr(abl, "input_node", "embeddings")}
@@ -544,7 +559,8 @@ def attribute(
     if keep is not None:
         params["edges_computed"] = int(keep.sum())
     return ScoreMatrix(
-        scores=scores, graph=model.graph, level=level, method=method, ablation=abl.kind, example_ids=todo,
+        scores=scores, graph=model.graph, level=level, method=method, example_ids=todo,
+        ablation=abl.kind if rec.counterfactual else "none",  # a method that reads no counterfactual says so
         metric=metric_name or getattr(data, "metric_name", "metric"),
         params=params, provenance={"model": model.identity(), "seconds": time.perf_counter() - t0},
     )

@@ -8,13 +8,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .edge_pruning import EdgePruningFit, fit_edge_pruning, gates
-from .ugs import fit_ugs, ugs_gates
+from .edge_pruning import EdgePruningFit
+from .methods import MASK_METHODS, runner
 
 __all__ = ["MASK_FITS", "fit_mask", "mask_gates"]
 
-#: method name -> (its fit function, its deterministic gates of the logits)
-MASK_FITS = {"edge-pruning": (fit_edge_pruning, gates), "ugs": (fit_ugs, ugs_gates)}
+#: method name -> (its fit function, its deterministic gates of the logits), from the methods' records
+MASK_FITS = {name: (runner(name, 0), runner(name, 1)) for name in MASK_METHODS}
 
 
 def fit_mask(method: str, model, data, **options) -> EdgePruningFit:

@@ -59,10 +59,7 @@ from .engine.moe import active_width, mlp_flops_per_token as moe_flops_per_token
 from .moe_nodes import graph_of  # noqa: F401 - the graph a config's costs count (moe_nodes kept)
 from .limits import parse_bytes  # noqa: F401 - re-exported: sizes such as --max-memory 2GiB
 
-METHODS = ("exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted",
-           "atp-qkfix", "atp-graddrop", "atpstar", "ensemble")
-ENSEMBLE = ("eap", "eap-ig-inputs", "eap-ig-activations")  # circuitstat.circuits.attribution.ENSEMBLE_MEMBERS
-ATP = {"atp-qkfix": (True, False), "atp-graddrop": (False, True), "atpstar": (True, True)}  # (QK fix, GradDrop)
+from .methods import METHODS, Method, count, method as method_record  # noqa: F401 - METHODS re-exported
 
 
 # ---- FLOPs of the pieces (per example) -----------------------------------------------------------
@@ -181,9 +178,21 @@ def sender_groups(cfg: ModelConfig) -> int:
     return 1 + cfg.n_layers * (2 if cfg.has_mlp else 1)
 
 
+def pass_counts(cfg: ModelConfig, method: str, steps: int) -> dict[str, int]:
+    """{forwards, runs, backwards, contractions} per example of score ``method``, from its record's Passes
+    (circuitstat.circuits.methods): plain forwards, gradient runs, backwards and edge contractions."""
+    p = method_record(method).passes
+    sym = {"steps": steps, "groups": sender_groups(cfg), "layers": cfg.n_layers}
+    sym["runs"] = count(p.runs, **sym)
+    sym["backwards"] = count(p.backwards, **sym)
+    # post-norm models contract every gradient run with its own linearised writes (module docstring)
+    contracted = count(p.contractions if cfg.additive_writes else p.contractions_post_norm, **sym)
+    return {"forwards": p.forwards, "runs": sym["runs"], "backwards": sym["backwards"], "contractions": contracted}
+
+
 def atp_backwards(cfg: ModelConfig, method: str) -> int:
-    """Backward passes of an AtP* method per example: L with GradDrop (one per dropped layer), else 1."""
-    return cfg.n_layers if ATP[method][1] else 1
+    """Backward passes of a method's gradient run per example: L with AtP*'s GradDrop (one per dropped layer), else its runs."""
+    return pass_counts(cfg, method, 1)["backwards"]
 
 
 def qk_fix_flops(cfg: ModelConfig, graph: ComponentGraph, P: int, backwards: int) -> int:
@@ -201,14 +210,8 @@ def qk_fix_flops(cfg: ModelConfig, graph: ComponentGraph, P: int, backwards: int
 def contractions(cfg: ModelConfig, method: str, steps: int) -> int:
     """Edge contractions per example: one per batch (EAP, pooled gradients) or sender group (EAP-IG-
     activations); on post-norm models one per gradient run (each with its own linearised writes);
-    AtP* one per backward."""
-    if method == "eap":
-        return 1
-    if method in ATP:
-        return atp_backwards(cfg, method)
-    if cfg.additive_writes:
-        return sender_groups(cfg) if method == "eap-ig-activations" else 1
-    return {"clean-corrupted": 2, "eap-ig-inputs": steps, "eap-ig-activations": steps * sender_groups(cfg)}[method]
+    AtP* one per backward (the method's record says which: circuitstat.circuits.methods.Passes)."""
+    return pass_counts(cfg, method, steps)["contractions"]
 
 
 # ---- memory (bytes) ------------------------------------------------------------------------------
@@ -248,17 +251,22 @@ def exact_row_bytes(cfg: ModelConfig, P: int, itemsize: int = 4) -> int:
 
 def gradient_example_bytes(cfg: ModelConfig, graph: ComponentGraph, P: int, method: str, itemsize: int = 4) -> int:
     """One example of a gradient method at its peak: the autograd graph of one run with per-head
-    receiver inputs, the receiver gradients (and their running sum for IG), sender outputs and Δz."""
+    receiver inputs, the receiver gradients (and their running sum for IG), sender outputs and Δz (a method
+    without gradient runs: its kept forward, the senders in float32 and one sender-sized difference)."""
     D, H, dh, L, U = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.n_layers, graph.n_senders
+    passes = method_record(method).passes
+    if count(passes.runs, steps=1, groups=1, layers=1, draws=1) == 0:  # no gradient run: no autograd graph held
+        # the kept run (sender outputs, every residual), a float32 copy of the senders and one [U, P, D] difference
+        return itemsize * P * D * (U + 2 * L + 1) + 4 * 2 * U * P * D + 4 * graph.n_edges
     mlp = 2 * P * active_width(cfg) if cfg.has_mlp else 0
     saved = L * (12 * H * P * D + 3 * H * P * dh + 2 * H * P * P + H * P * D + 4 * P * D + mlp)
     if cfg.post_norm:
         saved += L * 3 * P * D  # S_l kept, and the post-norm's saved input and output
     if cfg.qk_norm == "full":
         saved += L * 2 * H * P * D  # the coupling term of q and k, [2H, P, D] while a layer maps back
-    grads = (L * (3 * H + 1) + 1) * P * D * (1 if method == "eap" else 2)
+    grads = (L * (3 * H + 1) + 1) * P * D * passes.grad_buffers
     qk = 0
-    if method in ATP and ATP[method][0]:  # the QK fix: patterns, their change and ∂m/∂A per sender (float32)
+    if passes.qk_fix:  # the QK fix: patterns, their change and ∂m/∂A per sender (float32)
         qk = 4 * 4 * H * P * P * U + 4 * 2 * U * P * D  # and the exact writes, the patched q/k inputs
     return itemsize * (saved + grads + 3 * U * P * D) + 4 * graph.n_edges + qk
 
@@ -280,36 +288,48 @@ class Cost:
     optimizer_steps: int = 0  # mask methods: Adam steps over every fit
 
 
-def _gradient_runs(cfg: ModelConfig, method: str, steps: int) -> tuple[int, int]:
-    """(plain forwards, gradient runs) per example of a gradient method."""
-    return {"eap": (1, 1), "clean-corrupted": (1, 2), "eap-ig-inputs": (2, steps),
-            "eap-ig-activations": (2, steps * sender_groups(cfg))}.get(method, (1, 1))
-
-
 def method_cost(cfg: ModelConfig, method: str, *, n: int, positions: int, level: str = "edge",
                 batch_size: int = 16, ig_steps: int = 5, max_rows: int = 256, itemsize: int = 4) -> Cost:
-    """The Cost of ``method`` at ``level`` on ``n`` examples of ``positions`` tokens."""
+    """The Cost of ``method`` at ``level`` on ``n`` examples of ``positions`` tokens (priced from its record)."""
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
-    if method == "ensemble":
-        return _ensemble_cost(cfg, n=n, positions=positions, level=level, batch_size=batch_size, ig_steps=ig_steps,
-                              max_rows=max_rows, itemsize=itemsize)
+    rec = method_record(method)
+    options = dict(n=n, positions=positions, level=level, batch_size=batch_size, ig_steps=ig_steps,
+                   max_rows=max_rows, itemsize=itemsize)
+    if rec.members:
+        return _ensemble_cost(cfg, rec, **options)
+    return (_exact_cost if rec.passes.suffix else _gradient_cost)(cfg, rec, **options)
+
+
+def _gradient_cost(cfg: ModelConfig, rec: Method, *, n: int, positions: int, level: str, batch_size: int,
+                   ig_steps: int, max_rows: int, itemsize: int) -> Cost:
+    """The Cost of a gradient method: its plain forwards, gradient runs, backwards and contractions (its record's
+    Passes), plus AtP*'s QK fix."""
+    g, P, L = graph_of(cfg), positions, cfg.n_layers
+    cols = g.n_edges if level == "edge" else g.n_senders
+    batches = [min(batch_size, n - s) for s in range(0, n, batch_size)]
+    fwd = forward_flops(cfg, P)
+    counterfactual = fwd - unembed_flops(cfg)  # the ablation's forward keeps sender outputs, needs no logits
+    k = pass_counts(cfg, rec.name, ig_steps)
+    plain, runs, backs = k["forwards"], k["runs"], k["backwards"]
+    flops = n * (counterfactual + (plain - 1) * fwd + runs * fwd + backs * backward_flops(cfg, P)
+                 + k["contractions"] * contraction_flops(g, cfg, P))
+    if rec.passes.qk_fix:
+        flops += n * qk_fix_flops(cfg, g, P, backs)
+    memory = weight_bytes(cfg, itemsize) + max(batches) * gradient_example_bytes(cfg, g, P, rec.name, itemsize)
+    return Cost(rec.name, cols, n * (plain + runs), n * backs, 0, float(flops),
+                len(batches) * (plain * L + runs * L + backs * L), memory, batch_size, max_rows)
+
+
+def _exact_cost(cfg: ModelConfig, rec: Method, *, n: int, positions: int, level: str, batch_size: int,
+                ig_steps: int, max_rows: int, itemsize: int) -> Cost:
+    """The Cost of exact patching: the counterfactual and clean forwards, then its suffix rows (module docstring)."""
     g, P, L = graph_of(cfg), positions, cfg.n_layers
     cols = g.n_edges if level == "edge" else g.n_senders
     batches = [min(batch_size, n - s) for s in range(0, n, batch_size)]
     B = max(batches)
     fwd = forward_flops(cfg, P)
-    counterfactual = fwd - unembed_flops(cfg)  # the ablation's forward keeps sender outputs, needs no logits
-    if method != "exact":
-        plain, runs = _gradient_runs(cfg, method, ig_steps)
-        backs = atp_backwards(cfg, method) if method in ATP else runs  # AtP*: L backwards through one forward
-        flops = n * (counterfactual + (plain - 1) * fwd + runs * fwd + backs * backward_flops(cfg, P)
-                     + contractions(cfg, method, ig_steps) * contraction_flops(g, cfg, P))
-        if method in ATP and ATP[method][0]:
-            flops += n * qk_fix_flops(cfg, g, P, backs)
-        memory = weight_bytes(cfg, itemsize) + B * gradient_example_bytes(cfg, g, P, method, itemsize)
-        return Cost(method, cols, n * (plain + runs), n * backs, 0, float(flops),
-                    len(batches) * (plain * L + runs * L + backs * L), memory, batch_size, max_rows)
+    counterfactual = fwd - unembed_flops(cfg)
     flops, rows, passes = n * (counterfactual + fwd), 0, 2 * L * len(batches)
     if level == "edge":
         for layer, group in _exact_row_groups(g):
@@ -328,20 +348,20 @@ def method_cost(cfg: ModelConfig, method: str, *, n: int, positions: int, level:
         row_peak = B
     memory = (weight_bytes(cfg, itemsize) + B * exact_example_bytes(cfg, g, P, itemsize)
               + row_peak * exact_row_bytes(cfg, P, itemsize))
-    return Cost(method, cols, 2 * n, 0, rows, float(flops), passes, memory, batch_size, max_rows)
+    return Cost(rec.name, cols, rec.passes.forwards * n, 0, rows, float(flops), passes, memory, batch_size, max_rows)
 
 
-def _ensemble_cost(cfg: ModelConfig, **options) -> Cost:
+def _ensemble_cost(cfg: ModelConfig, rec: Method, **options) -> Cost:
     """The ensemble's Cost: its three members run one after another on each batch (the sum of their work, less
     what they share: one counterfactual forward instead of three, and EAP's gradient run's clean sender outputs
-    instead of each EAP-IG member's clean forward (circuitstat.circuits.attribution._ensemble); the peak memory of
-    the largest, as each member's graph is freed before the next)."""
-    parts = [method_cost(cfg, m, **options) for m in ENSEMBLE]
+    instead of each EAP-IG member's clean forward (circuitstat.circuits.attribution.score_ensemble); the peak memory
+    of the largest, as each member's graph is freed before the next)."""
+    parts = [method_cost(cfg, m, **options) for m in rec.members]
     n, P, L = options["n"], options["positions"], cfg.n_layers
     fwd = forward_flops(cfg, P)
     shared = 2 * (fwd - unembed_flops(cfg)) + 2 * fwd  # two counterfactual and two clean forwards not run again
     batches = -(-n // options.get("batch_size", 16))
-    return Cost("ensemble", parts[0].columns, sum(c.forwards for c in parts) - 4 * n, sum(c.backwards for c in parts),
+    return Cost(rec.name, parts[0].columns, sum(c.forwards for c in parts) - 4 * n, sum(c.backwards for c in parts),
                 0, float(sum(c.flops for c in parts) - n * shared), sum(c.layer_passes for c in parts) - 4 * L * batches,
                 max(c.memory_peak for c in parts), parts[0].batch_size, parts[0].max_rows)
 
@@ -380,16 +400,20 @@ def pruning_cost(cfg: ModelConfig, *, n: int, positions: int, steps: int, fits: 
     the counterfactual, clean and fully patched forwards once, then per step and draw one masked run and its
     backward (:func:`masked_flops`), one optimiser step per fit and step (``optimizer_steps``). Every batch's
     autograd graph is kept until the step's one backward, so the peak holds all ``n`` examples' (every draw's)."""
+    rec = method_record(method)
+    if rec.family != "mask":
+        raise InputError(f"pruning_cost prices mask-learned methods; {method!r} is a {rec.family} method (method_cost)")
     g, P, L = graph_of(cfg), positions, cfg.n_layers
     fwd = forward_flops(cfg, P)
     # the counterfactual's senders, the clean logits (last layer at the read-out only), the empty circuit's logits
     setup = (fwd - unembed_flops(cfg)) + forward_flops(cfg, P, fast_last=True) + fwd
-    runs = steps * draws  # masked runs per example and fit
+    plain = rec.passes.forwards  # those three, per fit
+    runs = steps * count(rec.passes.runs, draws=draws)  # masked runs per example and fit
     per_run = sum(masked_flops(cfg, g, P))
     batches = -(-n // batch_size)
-    memory = weight_bytes(cfg, itemsize) + draws * n * gradient_example_bytes(cfg, g, P, "eap", itemsize)
-    return Cost(method, g.n_edges, fits * n * (3 + runs), fits * n * runs, 0,
-                float(fits * n * (setup + runs * per_run)), fits * batches * L * (3 + 2 * runs), memory,
+    memory = weight_bytes(cfg, itemsize) + draws * n * gradient_example_bytes(cfg, g, P, method, itemsize)
+    return Cost(method, g.n_edges, fits * n * (plain + runs), fits * n * runs, 0,
+                float(fits * n * (setup + runs * per_run)), fits * batches * L * (plain + 2 * runs), memory,
                 batch_size, 0, optimizer_steps=fits * steps)
 
 

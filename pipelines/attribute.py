@@ -17,7 +17,8 @@ from circuitstat.pipelines.kinds import RunKind, check_run_out
 from circuitstat.pipelines.options import ABLATION, DTYPES, INPUT_NODE, LEVEL, MASK_METHODS, METHOD, METRIC, MOE_NODES
 from circuitstat.core.params import BATCH_SIZE, IG_STEPS, N_JOBS, N_REFITS, SEED
 from circuitstat.pipelines.sources import LOCAL, RunInputs
-from circuitstat.pipelines.spec import EdgePruningOptions, UGSOptions, VerifySpec, no_reserved_task_options
+from circuitstat.pipelines.spec import (MASK_SECTIONS, EdgePruningOptions, UGSOptions, VerifySpec, mask_draws,
+                                        no_reserved_task_options)
 
 
 def torch_dtype(name: str):
@@ -164,7 +165,7 @@ def masks_into(m, t, out: Path, *, model_arg: str, task_arg: str, task_options: 
 
     spec = {"model": model_arg, "task": task_arg, "method": method, "level": "edge", "ablation": ablation,
             "input_node": input_node, "metric": t.metric_name, "n": n, "batch_size": batch_size, "seed": seed,
-            "dtype": DTYPES[dtype], "max_rows": 0, "ugs" if method == "ugs" else "edge_pruning": options.model_dump(),
+            "dtype": DTYPES[dtype], "max_rows": 0, MASK_SECTIONS[method][0]: options.model_dump(),
             "n_refits": n_refits}
     if task_options:
         spec["task_options"] = task_options
@@ -388,9 +389,10 @@ def attribute_flops(spec: AttributeSpec, cfg) -> float:
     if spec.method in MASK_METHODS:
         from circuitstat.circuits.plan import pruning_cost
 
-        options = (spec.ugs or UGSOptions()) if spec.method == "ugs" else (spec.edge_pruning or EdgePruningOptions())
+        section, options_class = MASK_SECTIONS[spec.method]
+        options = getattr(spec, section) or options_class()
         positions = task_positions(spec.task, spec.task_options or {}) or min(int(cfg.n_ctx), 64)
-        steps = options.steps * getattr(options, "n_samples", 1)  # a UGS step: n_samples masked passes
+        steps = options.steps * mask_draws(spec.method, options)  # a step: one masked run per draw
         return pruning_cost(cfg, n=spec.n, positions=positions, steps=steps, fits=1 + (spec.n_refits or 0),
                             batch_size=spec.batch_size).flops
 

@@ -147,13 +147,13 @@ def pruning_flops(spec, cfg, n_edges: int, method: str = "edge-pruning") -> floa
     them) over its prompts, plus the clean and empty runs, plus the faithfulness family's circuit runs on the
     population."""
     from circuitstat.circuits.plan import forward_flops
-    from circuitstat.pipelines.spec import mask_spec
+    from circuitstat.pipelines.spec import mask_draws, mask_spec
 
     if method not in spec.methods:
         return 0.0
     fwd = forward_flops(cfg, int(cfg.n_ctx))
     opts = mask_spec(spec, method)
-    passes = opts.steps * getattr(opts, "n_samples", 1)
+    passes = opts.steps * mask_draws(method, opts)
     fits = 1 + (spec.refits if spec.refits >= 3 else 0)
     if method in spec.faithfulness_methods:  # one refit per fold, and the circuits' runs on the population
         fits += FAITHFULNESS_FOLDS

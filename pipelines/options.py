@@ -6,22 +6,23 @@ pydantic (about 0.3 s of every command's start-up).
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Literal
+
+from circuitstat.circuits.methods import ABLATIONS, LEVELS, MASK_METHODS, METHODS
 
 __all__ = ["METHOD", "SCORE_METHOD", "MASK_METHOD", "MASK_METHODS", "OBJECTIVE", "ABLATION", "LEVEL", "METRIC",
            "INPUT_NODE", "MOE_NODES", "DTYPES"]
 
-# methods with per-example scores [N, E] (attribution)
-SCORE_METHOD = Literal["exact", "eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted",
-                       "atp-qkfix", "atp-graddrop", "atpstar", "ensemble"]
-# atp-*: AtP* (circuitstat.circuits.atpstar); ensemble: the mean of eap, eap-ig-inputs and eap-ig-activations
+# the methods' names come from their records (circuitstat.circuits.methods: torch- and pydantic-free)
+# methods with per-example scores [N, E] (attribution); atp-*: AtP* (circuitstat.circuits.atpstar); ensemble: the
+# mean of eap, eap-ig-inputs and eap-ig-activations
+SCORE_METHOD = Literal[METHODS]
 # mask-learned methods: one learned mask logit per edge per fit, no per-example scores (docs/edge-pruning.md)
-MASK_METHOD = Literal["edge-pruning", "ugs"]
-MASK_METHODS = get_args(MASK_METHOD)  # ugs: uniform gradient sampling (circuitstat.circuits.ugs)
+MASK_METHOD = Literal[MASK_METHODS]  # ugs: uniform gradient sampling (circuitstat.circuits.ugs)
 METHOD = Literal[SCORE_METHOD, MASK_METHOD]  # what attribute and audit accept
 OBJECTIVE = Literal["mean_metric", "metric", "kl"]  # the mask methods' faithfulness term (circuitstat.circuits.edge_pruning)
-ABLATION = Literal["counterfactual", "mean", "mean-positional", "zero", "resample"]
-LEVEL = Literal["edge", "node"]
+ABLATION = Literal[ABLATIONS]
+LEVEL = Literal[LEVELS]
 INPUT_NODE = Literal["embeddings", "tokens"]  # circuitstat.circuits.ablation: what a zero/mean-ablated input sender is
 # circuitstat.circuits.moe_nodes: a mixture-of-experts layer's MLP as one sender (block) or one per expert (experts)
 MOE_NODES = Literal["block", "experts"]

@@ -36,8 +36,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from circuitstat.circuits.plan import (ATP, METHODS, Cost, atp_backwards, contraction_flops, contractions, fit_memory, method_cost,
-                           qk_fix_flops, sender_groups)
+from circuitstat.circuits.methods import method as method_record, methods_for
+from circuitstat.circuits.plan import (METHODS, Cost, contraction_flops, fit_memory, method_cost, pass_counts,
+                                       qk_fix_flops)
 
 from .plan_fit import TIMING_BYTES, Limits, fit_mark, limits_line, run_limits  # noqa: F401 - TIMING_BYTES re-exported
 
@@ -326,40 +327,52 @@ def _probe_exact(cal: Calibration, model, data, probe_s: float) -> Calibration:
 
 def estimate_seconds(cal: Calibration, model, cost: Cost, *, n: int, level: str = "edge",
                      ig_steps: int = 5, positions: int | None = None) -> float:
-    """The single-worker time of ``cost`` on ``n`` examples, priced by ``cal``'s timed passes
-    (``positions``: the prompts' length, needed to price AtP*'s QK fix)."""
-    cfg, g = model.cfg, model.graph
+    """The single-worker time of ``cost`` on ``n`` examples, priced by ``cal``'s timed passes of the method's
+    record (circuitstat.circuits.methods) (``positions``: the prompts' length, needed to price AtP*'s QK fix)."""
     per_example = 1.0 / cal.batch_size  # a pass timed on a batch, per example it holds
-    contraction = cal.contraction_s * per_example
-    method = cost.method
-    if method == "ensemble":  # its members one after another (circuitstat.circuits.plan.ENSEMBLE)
-        from circuitstat.circuits.plan import ENSEMBLE
-
-        members = sum(estimate_seconds(cal, model, method_cost(cfg, m, n=n, positions=positions or 1, level=level,
+    rec = method_record(cost.method)
+    if rec.members:  # its members one after another (circuitstat.circuits.plan._ensemble_cost)
+        members = sum(estimate_seconds(cal, model, method_cost(model.cfg, m, n=n, positions=positions or 1, level=level,
                                                                batch_size=cost.batch_size, ig_steps=ig_steps,
                                                                max_rows=cost.max_rows),
-                                       n=n, level=level, ig_steps=ig_steps, positions=positions) for m in ENSEMBLE)
+                                       n=n, level=level, ig_steps=ig_steps, positions=positions) for m in rec.members)
         return members - 4 * n * per_example * cal.forward_s  # the forwards the members share (plan._ensemble_cost)
-    if method == "eap":
-        return n * (per_example * (cal.forward_s + cal.gradient_s) + contraction)
-    if method in ("edge-pruning", "ugs"):  # per fit: 3 forwards, then per step and draw a masked run and its backward
+    if rec.family == "mask":  # per fit: its forwards, then per step and draw a masked run and its backward
         runs = cost.backwards // max(n, 1)  # over every fit
-        fits = max(1, cost.forwards // max(n, 1) - runs) // 3
+        fits = max(1, cost.forwards // max(n, 1) - runs) // rec.passes.forwards
         if cal.mask_step_s <= 0:
             raise ValueError("pricing a mask fit needs a calibration with its masked step (calibrate(mask=True))")
-        return n * per_example * (3 * fits * cal.forward_s + runs * cal.mask_step_s)
-    if method in ATP:
-        return _atp_seconds(cal, model, method, n, positions)
-    k = contractions(cfg, method, ig_steps)  # post-norm models contract every gradient run (circuitstat.circuits.plan)
-    if method == "clean-corrupted":
-        return n * (per_example * (cal.forward_s + 2 * cal.gradient_s) + k * contraction)
-    if method == "eap-ig-inputs":
-        return n * (per_example * (2 * cal.forward_s + ig_steps * cal.ig_gradient_s) + k * contraction)
-    if method == "eap-ig-activations":
-        groups = sender_groups(cfg)
-        return n * (per_example * (2 * cal.forward_s + groups * ig_steps * cal.ig_gradient_s) + k * contraction)
+        return n * per_example * (rec.passes.forwards * fits * cal.forward_s + runs * cal.mask_step_s)
+    if rec.passes.suffix:
+        return _exact_seconds(cal, model, cost, n=n, level=level)
+    return _gradient_seconds(cal, model, rec.name, n, ig_steps, positions)
+
+
+def _gradient_seconds(cal: Calibration, model, method: str, n: int, ig_steps: int, positions: int | None) -> float:
+    """A gradient method's time: its plain forwards and gradient runs (timed with a sender intervention for IG's
+    interpolated runs), its backwards beyond one per run (AtP*'s GradDrop: a gradient run less a forward each),
+    a contraction per contraction it makes, and AtP*'s QK fix priced at the contraction's FLOP rate."""
+    cfg, g = model.cfg, model.graph
+    per_example = 1.0 / cal.batch_size
+    passes = method_record(method).passes
+    k = pass_counts(cfg, method, ig_steps)  # post-norm models contract every gradient run (circuitstat.circuits.plan)
+    run_s = cal.ig_gradient_s if passes.intervened else cal.gradient_s
+    contraction = cal.contraction_s * per_example
+    backward_s = max(cal.gradient_s - cal.forward_s, 0.0)
+    total = (per_example * (k["forwards"] * cal.forward_s + k["runs"] * run_s + (k["backwards"] - k["runs"]) * backward_s)
+             + k["contractions"] * contraction)
+    if passes.qk_fix:
+        if positions is None:
+            raise ValueError("pricing the QK fix needs the prompts' length (positions)")
+        total += contraction * qk_fix_flops(cfg, g, positions, k["backwards"]) / contraction_flops(g, cfg, positions)
+    return n * total
+
+
+def _exact_seconds(cal: Calibration, model, cost: Cost, *, n: int, level: str) -> float:
+    """Exact patching's time: its two forwards, then every receiver's suffix calls (rows of a batch, max_rows at a time)."""
+    g = model.graph
     batches = [min(cost.batch_size, n - s) for s in range(0, n, cost.batch_size)]
-    total = 2 * n * per_example * cal.forward_s
+    total = 2 * n * (1.0 / cal.batch_size) * cal.forward_s
     for b in batches:
         if level == "edge":
             for r in range(g.n_receivers):
@@ -372,30 +385,18 @@ def estimate_seconds(cal: Calibration, model, cost: Cost, *, n: int, level: str 
     return total
 
 
-def _atp_seconds(cal: Calibration, model, method: str, n: int, positions: int | None) -> float:
-    """AtP*'s time: the counterfactual forward, one gradient run, L − 1 more backwards (a gradient run
-    less a forward each), a contraction per backward and the QK fix priced at the contraction's FLOP rate."""
-    cfg, g = model.cfg, model.graph
-    per_example = 1.0 / cal.batch_size
-    backs = atp_backwards(cfg, method)
-    backward_s = max(cal.gradient_s - cal.forward_s, 0.0)
-    contraction = cal.contraction_s * per_example
-    total = per_example * (cal.forward_s + cal.gradient_s + (backs - 1) * backward_s) + backs * contraction
-    if ATP[method][0]:
-        if positions is None:
-            raise ValueError("pricing the QK fix needs the prompts' length (positions)")
-        total += contraction * qk_fix_flops(cfg, g, positions, backs) / contraction_flops(g, cfg, positions)
-    return n * total
-
-
 def plan_costs(model, data, *, level: str = "edge", batch_size: int = 16, ig_steps: int = 5,
-               budget: int | None = None, methods=METHODS) -> dict[str, Cost]:
+               budget: int | None = None, methods=None) -> dict[str, Cost]:
     """{method: its Cost on ``data``}, batch size and exact's rows fitted to ``budget`` bytes when given; a method
     that cannot fit the budget even with one example (and one suffix row) is priced at that minimum, its memory
-    over the budget (:func:`fit_mark` marks it: a plan prices what it cannot run here, for a larger machine)."""
+    over the budget (:func:`fit_mark` marks it: a plan prices what it cannot run here, for a larger machine).
+    ``methods`` default: every method the model can run (one defined on additive writes only is left out on a
+    post-norm model, which attribute refuses)."""
     from circuitstat.core.errors import InputError
 
     cfg = model.cfg
+    if methods is None:
+        methods = methods_for(cfg)
     n, P = int(data.clean.shape[0]), int(data.clean.shape[1])
     itemsize = model.dtype.itemsize
     costs: dict[str, Cost] = {}
@@ -444,7 +445,9 @@ def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_ste
     if pruning is not None:
         from circuitstat.circuits.plan import pruning_cost
 
-        name = "ugs" if verify_method == "ugs" else "edge-pruning"
+        from circuitstat.circuits.methods import MASK_METHODS
+
+        name = verify_method if verify_method in MASK_METHODS else MASK_METHODS[0]  # edge-pruning unless a mask method
         steps, fits, draws = (*pruning, 1)[:3]
         costs[name] = pruning_cost(model.cfg, n=n, positions=P, steps=steps, fits=fits, batch_size=batch_size,
                                    itemsize=model.dtype.itemsize, method=name, draws=draws)
@@ -532,15 +535,16 @@ def _cost_table(model, costs: dict, n: int, P: int, level: str, ig_steps: int, b
 
     unit = "edges" if level == "edge" else "nodes"
     cols = model.graph.n_edges if level == "edge" else model.graph.n_senders
+    w = max(19, *(len(c.method) for c in costs.values()))  # the method column fits its longest name
     lines = [f"plan: {n} examples x {P} positions, {cols:,} {unit}, ig steps {ig_steps}, "
              f"{n_jobs} worker{'s' if n_jobs > 1 else ''}{dtype}"
              + ("" if budget is None else f", --max-memory {format_bytes(budget)}"), *how,
-             f"{'method':<19} {unit:>9} {'forwards':>9} {'backwards':>9} {'suffix rows':>12} {'FLOPs':>9} "
+             f"{'method':<{w}} {unit:>9} {'forwards':>9} {'backwards':>9} {'suffix rows':>12} {'FLOPs':>9} "
              f"{'memory':>10} {'batch':>5} {'fits':>12} {'est. time':>10}"]
     for c in costs.values():
         one, prefix = seconds(c)
         est = one / min(n_jobs, -(-n // c.batch_size))
-        lines.append(f"{c.method:<19} {c.columns:>9,} {c.forwards:>9,} {c.backwards:>9,} {c.suffix_rows:>12,} "
+        lines.append(f"{c.method:<{w}} {c.columns:>9,} {c.forwards:>9,} {c.backwards:>9,} {c.suffix_rows:>12,} "
                      f"{c.flops:>9.3g} {format_bytes(c.memory_peak):>10} {c.batch_size:>5} "
                      f"{fit_mark(c, limits):>12} {prefix + _duration(est):>10}")
     return lines

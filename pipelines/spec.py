@@ -273,6 +273,15 @@ def mask_spec(spec, method: str):
     return getattr(spec, MASK_SECTIONS[method][0])
 
 
+def mask_draws(method: str, options) -> int:
+    """Masks mask-learned ``method`` draws per prompt and step with ``options``: the option its record names
+    (UGS's n_samples; circuitstat.circuits.methods.Method.draws_option), else 1. A step costs that many masked runs."""
+    from circuitstat.circuits.methods import method as method_record
+
+    name = method_record(method).draws_option
+    return int(getattr(options, name)) if name else 1
+
+
 class CircuitFileSpec(_Strict):
     """A published circuit to audit (circuitstat.pipelines.published): its file, format and the q-level its edges
     are checked at."""

@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from circuitstat.circuits.limits import check_work
+from circuitstat.circuits.methods import MASK_METHODS
 
 GPT2_VOCAB = 50257
 
@@ -164,7 +165,7 @@ def groundtruth_operations(spec: Any, loaded: dict) -> float:
         P = int(cfg.n_ctx)  # every prompt fits the context: an upper bound of its length
         total += population * P * PER_CALL / 1e3  # building the prompts (a Python loop per prompt)
         for method in spec.methods:
-            if method in ("edge-pruning", "ugs"):  # fitted per dataset (and refit), not attributed on the population
+            if method in MASK_METHODS:  # fitted per dataset (and refit), not attributed on the population
                 from circuitstat.pipelines.groundtruth_masks import pruning_flops
 
                 total += pruning_flops(spec, cfg, E, method) + spec.n_datasets * len(spec.sizes) * PER_CALL

@@ -227,13 +227,13 @@ def pruning_audit_flops(spec: AuditSpec, cfg, positions: int) -> float:
     with faithfulness one refit per cross-fitting fold on the other folds' prompts (``faithfulness_folds``, else at
     most 5), and the evaluation of its circuits (faithfulness_flops prices it as a method's)."""
     from circuitstat.circuits.plan import pruning_cost
-    from circuitstat.pipelines.spec import mask_spec
+    from circuitstat.pipelines.spec import mask_draws, mask_spec
 
     total, n = 0.0, spec.task.n
     folds = spec.faithfulness_folds or 5
     for method in mask_methods(spec):
         ep = mask_spec(spec, method)
-        kw = {"positions": positions, "steps": ep.steps * getattr(ep, "n_samples", 1), "batch_size": spec.batch_size}
+        kw = {"positions": positions, "steps": ep.steps * mask_draws(method, ep), "batch_size": spec.batch_size}
         total += pruning_cost(cfg, n=n, fits=1 + ep.n_refits, **kw).flops
         if spec.faithfulness and spec.level == "edge":
             total += pruning_cost(cfg, n=max(1, n * (folds - 1) // folds), fits=folds, **kw).flops

@@ -230,7 +230,7 @@ def attribute_command(
     from circuitstat.core.errors import InputError
     from circuitstat.pipelines.attribute import check_method_options, pruning_options, run_attribute
     from circuitstat.pipelines.build import check_device, check_n_jobs, parse_task_options
-    from circuitstat.pipelines.spec import check_verify
+    from circuitstat.pipelines.spec import MASK_SECTIONS, check_verify, mask_draws
     from circuitstat.pipelines.verify import verify_from_options
 
     method, level, ablation, dtype = method.value, level.value, ablation.value, dtype.value
@@ -254,7 +254,7 @@ def attribute_command(
         _plan(model, task, options, n=n, seed=seed, metric=metric, level=level, batch_size=batch_size,
               ig_steps=ig_steps, budget=budget, n_jobs=check_n_jobs(n_jobs, "--n-jobs"), device=check_device(device), dtype=dtype,
               allow_pickle=allow_pickle, allow_large=allow_large, verify=vspec, method=method,
-              pruning=None if pruning is None else (pruning.steps, 1 + (n_refits or 0), getattr(pruning, "n_samples", 1)),
+              pruning=None if pruning is None else (pruning.steps, 1 + (n_refits or 0), mask_draws(method, pruning)),
               moe_nodes=moe_nodes)
         return
     if pruning is not None:
@@ -262,7 +262,7 @@ def attribute_command(
                               metric=metric, n=n, batch_size=batch_size, seed=seed, device=device, dtype=dtype,
                               max_memory=max_memory, force=force, allow_pickle=allow_pickle, allow_large=allow_large,
                               task_options=options, n_refits=n_refits, moe_nodes=moe_nodes,
-                              **{"ugs" if method == "ugs" else "edge_pruning": pruning.model_dump()})
+                              **{MASK_SECTIONS[method][0]: pruning.model_dump()})
         _print_masks(masks, method, out)
         return
     sm = run_attribute(model, task, out, method=method, level=level, ablation=ablation, input_node=input_node,

@@ -16,7 +16,8 @@ import torch
 
 from circuitstat.circuits import load_model
 from circuitstat.circuits.ablation import Ablation
-from circuitstat.circuits.attribution import ATP_METHODS, METHODS, attribute
+from circuitstat.circuits.attribution import METHODS, attribute
+from circuitstat.circuits.methods import method as method_record
 from circuitstat.core.errors import InputError
 from circuitstat.circuits.tasks import make_task
 
@@ -39,8 +40,9 @@ def test_every_method_runs_with_a_meta_default_device(model, task, method, level
     small = task.__class__(name="t", clean=task.clean[:3], corrupted=task.corrupted[:3],
                            attention_mask=task.attention_mask[:3], answer=task.answer[:3],
                            wrong_answer=task.wrong_answer[:3])
-    ablations = ["counterfactual"] if method == "clean-corrupted" else ["counterfactual", "mean"]
-    if method in ATP_METHODS and level == "node":  # AtP* is defined per edge (circuitstat.circuits.atpstar)
+    rec = method_record(method)
+    ablations = [a for a in ("counterfactual", "mean") if a in rec.ablations]
+    if level not in rec.levels:  # e.g. AtP* is defined per edge (circuitstat.circuits.atpstar)
         with pytest.raises(InputError, match="scores edges only"):
             attribute(model, small, method, level=level, progress=False)
         return
