@@ -180,7 +180,11 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("f_ci_low", F, f"lower end of the interval of f_ratio (covers: {FIXED_F})", True),
            ("f_ci_high", F, f"upper end of the interval of f_ratio (covers: {FIXED_F})", True),
            ("f_se", F, "bootstrap standard error of f_ratio"),
-           ("f_ci_method", S, "interval method of f_ci"), ("f_ci_estimand", S, "what f_ci covers"),
+           ("f_ci_method", S, "interval method of f_ci (fieller: Fieller's set of a ratio of means; -inf/inf ends "
+                              "when the denominator is not distinguishable from 0)"),
+           ("f_ci_estimand", S, "what f_ci covers"),
+           ("f_ci_note", S, "empty when Fieller's set is a bounded interval; else that the full model's effect over "
+                            "the empty circuit is not distinguishable from 0, and what the set is"),
            ("cpr", F, "circuit performance ratio: area under the faithfulness curve", True),
            ("cmd", F, "circuit-model distance: area between the curve and 1", True),
            ("area_note", S, "why cpr/cmd are NaN, if they are"),
