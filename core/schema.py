@@ -364,7 +364,7 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
     _table("selection", "smallest circuit reaching the faithfulness target, per method",
            _METHOD, ("target", F, "faithfulness target"), ("k_star", I, "smallest k with f_ratio >= target (-1: none)"),
            ("k_low", I, "smallest k whose upper f bound reaches the target"),
-           ("k_high", I, "smallest k whose lower f bound reaches the target"),
+           ("k_high", I, "smallest k whose lower f bound reaches the target (-1: none does)"),
            ("f_at_k_star", F, "f_ratio at k_star"), ("reached", B, "whether any k reached the target")),
     _table("coverage", "calibration study: empirical coverage of each interval kind at each dataset size N",
            ("kind", S, "interval family/method, e.g. edge/studentized_symmetric, stability/jaccard_data"),
