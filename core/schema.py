@@ -180,7 +180,11 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("f_ci_low", F, f"lower end of the interval of f_ratio (covers: {FIXED_F})", True),
            ("f_ci_high", F, f"upper end of the interval of f_ratio (covers: {FIXED_F})", True),
            ("f_se", F, "bootstrap standard error of f_ratio"),
-           ("f_ci_method", S, "interval method of f_ci"), ("f_ci_estimand", S, "what f_ci covers"),
+           ("f_ci_method", S, "interval method of f_ci (fieller: Fieller's set of a ratio of means; -inf/inf ends "
+                              "when the denominator is not distinguishable from 0)"),
+           ("f_ci_estimand", S, "what f_ci covers"),
+           ("f_ci_note", S, "empty when Fieller's set is a bounded interval; else that the full model's effect over "
+                            "the empty circuit is not distinguishable from 0, and what the set is"),
            ("cpr", F, "circuit performance ratio: area under the faithfulness curve", True),
            ("cmd", F, "circuit-model distance: area between the curve and 1", True),
            ("area_note", S, "why cpr/cmd are NaN, if they are"),
@@ -360,7 +364,7 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
     _table("selection", "smallest circuit reaching the faithfulness target, per method",
            _METHOD, ("target", F, "faithfulness target"), ("k_star", I, "smallest k with f_ratio >= target (-1: none)"),
            ("k_low", I, "smallest k whose upper f bound reaches the target"),
-           ("k_high", I, "smallest k whose lower f bound reaches the target"),
+           ("k_high", I, "smallest k whose lower f bound reaches the target (-1: none does)"),
            ("f_at_k_star", F, "f_ratio at k_star"), ("reached", B, "whether any k reached the target")),
     _table("coverage", "calibration study: empirical coverage of each interval kind at each dataset size N",
            ("kind", S, "interval family/method, e.g. edge/studentized_symmetric, stability/jaccard_data"),

@@ -197,18 +197,25 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--pool-random", type=int, default=100)
     ap.add_argument("--sizes", default="8,16,32,64,128,256")
     ap.add_argument("--R", type=int, default=200)
+    ap.add_argument("--n-random", type=int, default=None,
+                    help="random (and inflated) circuits per dataset, drawn from the pool's --pool-random "
+                         "(default: the spec's tests.n_random)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     from circuitstat.circuits.groundtruth import load_groundtruth
+    from circuitstat.pipelines.spec import CircuitTestsSpec
 
+    n_random = CircuitTestsSpec.model_fields["n_random"].default if a.n_random is None else a.n_random
+    if n_random >= a.pool_random:  # each dataset draws its circuits from the pool's without replacement
+        ap.error(f"--n-random {n_random} needs a larger pool: give --pool-random above it (e.g. {n_random + 28})")
     gt = load_groundtruth(a.model)
     pool = evaluation_pool(gt, a.pool, a.pool_random, a.seed)
     print(f"pool of {a.pool} prompts evaluated", file=sys.stderr, flush=True)
-    rows = calibration_rows(pool, [int(s) for s in a.sizes.split(",")], a.R, seed=a.seed)
+    rows = calibration_rows(pool, [int(s) for s in a.sizes.split(",")], a.R, seed=a.seed, n_random=n_random)
     with open(a.out, "w") as f:
-        json.dump({"model": a.model, "pool": a.pool, "pool_random": a.pool_random, "R": a.R, "rows": rows}, f,
-                  indent=1)
+        json.dump({"model": a.model, "pool": a.pool, "pool_random": a.pool_random, "n_random": n_random, "R": a.R,
+                   "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

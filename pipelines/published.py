@@ -101,6 +101,7 @@ def _cpr_cmd(model, task, circuit, plan, spec, ablation) -> dict:
     """CPR/CMD of the file's scores at MIB's percentages with percentile intervals (NaN with a note without scores)."""
     from circuitstat.circuits.faithfulness import MIB_FRACTIONS, curve_areas, faithfulness_curve
     from circuitstat.stats.faithfulness import fixed_circuit_interval
+    from circuitstat.stats.fieller import fieller_over_plan
 
     nan = {"cpr": np.nan, "cpr_ci_low": np.nan, "cpr_ci_high": np.nan, "cmd": np.nan, "cmd_ci_low": np.nan,
            "cmd_ci_high": np.nan}
@@ -119,22 +120,13 @@ def _cpr_cmd(model, task, circuit, plan, spec, ablation) -> dict:
     # |1 - f|, which is not a ratio: its interval stays the bootstrap percentile one.
     m0 = np.asarray(res.m_empty, dtype=np.float64)
     cpr_num, _ = curve_areas(res.x, np.asarray(res.m_circuit, dtype=np.float64) - m0[:, None])
-    cpr = _fieller(cpr_num, res.m_clean, m0, plan, spec.bootstrap.confidence_level)
+    cpr = fieller_over_plan(cpr_num, res.m_clean, m0, plan, confidence_level=spec.bootstrap.confidence_level)
     note = cpr.notes()[0]
     return {"cpr": res.cpr, "cpr_ci_low": float(cpr.low[0]), "cpr_ci_high": float(cpr.high[0]), "cmd": res.cmd,
             "cmd_ci_low": lo(cmd_b), "cmd_ci_high": hi(cmd_b),
             "area_note": f"the file's scores ranked {spec.ranking}, pruned, trapezoids over MIB's nominal percentages; "
                          f"CPR: Fieller's interval (a ratio of means); CMD: percentile interval over {plan.n_resamples} "
                          f"resamples (covers: {CPR_ESTIMAND})" + (f"; CPR: {note}" if note else "")}
-
-
-def _fieller(num, m_clean, m_empty, plan, level: float):
-    """Fieller's set for mean(num) / mean(m_clean - m_empty), over the plan's clusters when it resamples clusters."""
-    from circuitstat.stats.fieller import fieller_interval
-
-    groups = plan.groups if plan.kind == "cluster" else None
-    den = np.asarray(m_clean, dtype=np.float64) - np.asarray(m_empty, dtype=np.float64)
-    return fieller_interval(np.asarray(num, dtype=np.float64), den, confidence_level=level, groups=groups)
 
 
 def published_tables(model, task, circuit, scores: dict, run_tables: dict, plan, spec, *, source: str) -> dict:
@@ -144,19 +136,18 @@ def published_tables(model, task, circuit, scores: dict, run_tables: dict, plan,
     from circuitstat.circuits.circuit import Circuit
     from circuitstat.circuits.faithfulness import faithfulness
     from circuitstat.core.score_columns import column_means
-    from circuitstat.pipelines.audit.tables import FIXED_CI_METHODS, _ablation
+    from circuitstat.pipelines.audit.tables import ablation_of
     from circuitstat.stats.faithfulness import fixed_circuit_interval
-    from circuitstat.stats.fieller import FIELLER_ESTIMAND
+    from circuitstat.stats.fieller import FIELLER_ESTIMAND, fieller_over_plan
 
-    ablation = _ablation(model, task, spec)
+    ablation = ablation_of(model, task, spec)
     res = faithfulness(model, task, circuit, ablation=ablation, seed=spec.seed, batch_size=spec.batch_size,
                        progress=False)
-    ci_method = spec.bootstrap.ci_method if spec.bootstrap.ci_method in FIXED_CI_METHODS else "bca"
-    fixed = fixed_circuit_interval(res.m_circuit, res.m_clean, res.m_empty, plan, method=ci_method,
+    fixed = fixed_circuit_interval(res.m_circuit, res.m_clean, res.m_empty, plan, method="percentile",
                                    confidence_level=spec.bootstrap.confidence_level)  # its standard error
     m0 = np.asarray(res.m_empty, dtype=np.float64)
-    fie = _fieller(np.asarray(res.m_circuit, dtype=np.float64) - m0[:, None], res.m_clean, m0, plan,
-                   spec.bootstrap.confidence_level)
+    fie = fieller_over_plan(np.asarray(res.m_circuit, dtype=np.float64) - m0[:, None], res.m_clean, m0, plan,
+                            confidence_level=spec.bootstrap.confidence_level)
     areas = _cpr_cmd(model, task, circuit, plan, spec, ablation)
     k_c, idx, q_level = circuit.n_edges, circuit.edge_indices, spec.circuit.q
     summary: dict[str, list] = {}

@@ -27,7 +27,7 @@ from scipy import stats as sps
 from circuitstat.core.errors import InputError
 
 __all__ = ["FIELLER_ESTIMAND", "FiellerInterval", "fieller_faithfulness", "fieller_interval", "fieller_note",
-           "UNDISTINGUISHABLE"]
+           "fieller_over_plan", "UNDISTINGUISHABLE"]
 
 #: the verdict when the denominator is not distinguishable from 0 (the set is a union or the whole line)
 UNDISTINGUISHABLE = "the full model's effect over the empty circuit is not distinguishable from 0 on these prompts"
@@ -129,3 +129,12 @@ def fieller_faithfulness(m_circuit: Any, m_clean: Any, m_empty: Any, *, confiden
     m0 = np.asarray(m_empty, dtype=np.float64)
     return fieller_interval(mc - m0[:, None], np.asarray(m_clean, dtype=np.float64) - m0,
                             confidence_level=confidence_level, groups=groups)
+
+
+def fieller_over_plan(num: Any, m_clean: Any, m_empty: Any, plan: Any, *, confidence_level: float) -> FiellerInterval:
+    """Return Fieller's set for mean(num) / mean(m_clean − m_empty), with the plan's clusters as clusters when it
+    resamples whole clusters (a cluster plan), else one example per unit: the interval the run's bootstrap would
+    resample over, inverted analytically."""
+    groups = plan.groups if getattr(plan, "kind", None) == "cluster" else None
+    den = np.asarray(m_clean, dtype=np.float64) - np.asarray(m_empty, dtype=np.float64)
+    return fieller_interval(np.asarray(num, dtype=np.float64), den, confidence_level=confidence_level, groups=groups)

@@ -13,6 +13,9 @@ from circuitstat.core.rundir import RunDir
 from circuitstat.core.schema import fill
 from circuitstat.core.tables import write_table
 
+# GPT-2 small's 12 layers of 12 heads with a tiny width (every head a paper names exists); initializer_range 1: logits
+# far from uniform, so a probability-difference metric moves (greater-than). The catalogue's random-weight stand-in.
+GPT2_SHAPED = "random:gpt2?n_layer=12&n_head=12&n_embd=24&n_positions=64&initializer_range=1.0&seed=0"
 EDGES = ["input->a0.h0<q>", "input->a1.h5<k>", "a0.h3->a1.h5<k>", "a0.h1->a1.h2<v>", "a1.h5->logits", "a0.h3->logits"]
 
 

@@ -55,7 +55,15 @@ def _eval_faithfulness(c: FaithfulnessClaim, run: RunReader) -> tuple[bool, dict
     v = scalar(run, c.table, c.statistic, " ".join(f"{a}={b}" for a, b in eq.items()), **eq)
     where = f" at k={c.k}" if c.k is not None else ""
     ok, reason = bounded(v, c, f"{c.statistic}{where} for {c.method}")
-    return ok, {c.statistic: v}, reason
+    return ok, {c.statistic: v}, reason + fieller_reason(c.statistic, c.table, run, eq)
+
+
+def fieller_reason(statistic: str, table: str, run: RunReader, eq: dict[str, Any]) -> str:
+    """Return ' (the Fieller note)' when a bound on f_ci_* reads a row whose Fieller set is unbounded, else ''."""
+    if not statistic.startswith("f_ci_") or "f_ci_note" not in run.table(table, []).column_names:
+        return ""
+    notes = [r["f_ci_note"] for r in run.rows(table, ["f_ci_note"], **eq) if r["f_ci_note"]]
+    return f" ({notes[0]})" if notes else ""  # Fieller's set is unbounded: say why the end is infinite
 
 
 #: edge_effect's estimand -> its (estimate, ci_low, ci_high, q) columns in edge_stats
@@ -205,10 +213,7 @@ def _eval_published_circuit(c: PublishedCircuitClaim, run: RunReader) -> tuple[b
     need(run, c.table, "method", c.method, "add it to the spec's methods (and give the spec a circuit: key)")
     v = scalar(run, c.table, c.statistic, c.method, method=c.method)
     ok, reason = bounded(v, c, f"{c.statistic} of the published circuit ({c.method})")
-    if c.statistic.startswith("f_ci_") and "f_ci_note" in run.table(c.table, []).column_names:
-        notes = [r["f_ci_note"] for r in run.rows(c.table, ["f_ci_note"], method=c.method) if r["f_ci_note"]]
-        reason += f" ({notes[0]})" if notes else ""  # Fieller's set is unbounded: say why the end is infinite
-    return ok, {c.statistic: v}, reason
+    return ok, {c.statistic: v}, reason + fieller_reason(c.statistic, c.table, run, {"method": c.method})
 
 
 def _eval_sink(c: SinkClaim, run: RunReader) -> tuple[bool, dict, str]:

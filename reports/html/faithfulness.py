@@ -2,7 +2,8 @@
 
 The interval that covers what a reader takes faithfulness to mean is f_selected_ci_* (the circuit a
 user would select from N prompts, selection included by cross-fitting); the bootstrap interval of
-the one fixed circuit (f_ci_*, around the ratio of means f_ratio) is drawn dashed and labelled.
+the one fixed circuit (f_ci_*, Fieller's set around the ratio of means f_ratio; its note says when the set is
+unbounded) is drawn dashed and labelled.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ __all__ = ["faithfulness_section"]
 
 COLS = [("method", "text"), ("k", "int"), ("edge fraction", "num"),
         ("selection-aware f, procedure-level (averaged over refits) [95% CI]", "ci"),
-        ("fixed circuit f (ratio of means) [95% CI]", "ci"),
+        ("fixed circuit f (ratio of means, Fieller) [95% CI]", "ci"),
         ("reported circuit f (mask fit on half, Fieller on the other half) [95% CI]", "ci"),
         ("mean per-example f", "num"), ("fold Jaccard", "num"), ("note", "text")]
 
@@ -41,6 +42,11 @@ def _conditional(r: dict) -> Ci:
     """The reported circuit's conditional interval (f_conditional_ci_*; a mask-learned method's rows only)."""
     return Ci.of("faithfulness_vs_k", r, ("method", "k"), "f_conditional_ci", est="f_conditional", decimals=3,
                  unavailable="not a mask-learned method" if not r.get("f_conditional_shape") else "")
+
+
+def _fixed_note(r: dict) -> str:
+    """The fixed circuit's Fieller caveat ('' when its set is a bounded interval): why its ends are infinite."""
+    return f"fixed circuit: {r['f_ci_note']}" if r.get("f_ci_note") else ""
 
 
 def _conditional_note(r: dict) -> str:
@@ -75,14 +81,16 @@ def faithfulness_section(T: Tables, methods: Sequence[str]) -> str:
         for a, c in zip(k, fixed):
             p.vbar(a, c.lo, c.hi, col[m], width=1.0)
         p.points(k, [c.value for c in fixed], col[m], r=2.2, attrs=[ci_attrs(c) for c in fixed],
-                 titles=[f"{m} k={int(a)}: fixed circuit f {c.text()} ({c.role})" for a, c in zip(k, fixed)])
+                 titles=[f"{m} k={int(a)}: fixed circuit f {c.text()} ({c.role}){_fixed_note(r) and '; '}"
+                         f"{_fixed_note(r)}" for a, c, r in zip(k, fixed, per[m])])
         p.legend(f"{m}: selection-aware f + 95% CI", col[m])
         p.legend(f"{m}: fixed circuit (selection not included)", col[m], "dash")
         first = per[m][0] if per[m] else {}
         areas.append(f"{m}: CPR {fmt(first.get('cpr'))}, CMD {fmt(first.get('cmd'))}")
         table += [[m, r["k"], r.get("edge_fraction"), s, f, _conditional(r), _share(r.get("f_mean")),
                    r.get("fold_circuit_jaccard"),
-                   "; ".join(x for x in (r.get("circuit_note"), r.get("f_selected_note"), _conditional_note(r),
+                   "; ".join(x for x in (r.get("circuit_note"), _fixed_note(r), r.get("f_selected_note"),
+                                         _conditional_note(r),
                                          "a k of the circuit choice's search" if r.get("k_source") == "search" else "")
                              if x)] for r, (s, f) in zip(per[m], cis[m])]
     p.legend(f"bar {BAR}", "#b00", "dash")

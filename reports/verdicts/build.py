@@ -43,7 +43,7 @@ def choose_k(T: Tables, method: str) -> tuple[int | None, str]:
     for col, what in (("f_selected_ci_low", "selection-aware"), ("f_ci_low", "fixed-circuit")):
         low = {k: math.nan if r.get(col) is None else float(r[col]) for k, r in f.items()
                if r.get("k_source") != "search"}  # which column: the one the grid has, as the search chose it
-        if not any(math.isfinite(v) for v in low.values()):
+        if all(math.isnan(v) for v in low.values()):  # an infinite end (Fieller's unbounded set) was measured
             continue
         low = {k: math.nan if r.get(col) is None else float(r[col]) for k, r in f.items()}
         grid = sorted(low, reverse=True)
@@ -198,7 +198,13 @@ def _faithfulness_line(r: _Run) -> list[Line]:
     else:
         ci = Ci.of("faithfulness_vs_k", row, ("method", "k"), "f_ci", est="f_ratio", decimals=3)
         why = row.get("f_selected_note") or "not computed"
-        parts = (f"no selection-aware interval ({why}); this fixed top-{r.k} circuit ", ci, f"; bar {BAR}")
+        head = f"no selection-aware interval ({why}); this fixed top-{r.k} circuit "
+        if row.get("f_ci_note"):  # Fieller's set is no bounded interval: the words the table, page and claims quote
+            quote = Quote("faithfulness_vs_k", (("method", r.method), ("k", int(row["k"]))), "f_ci_note",
+                          str(row["f_ci_note"]))
+            parts = (head, f"{row['f_ratio']:.3f}, but ", quote)
+            return [Line("faithfulness", "no interval", "unsure", parts, "faithfulness")]
+        parts = (head, ci, f"; bar {BAR}")
     verdict, tone = against_bar(ci, "faithful", "not faithful")
     return [Line("faithfulness", verdict, tone, parts, "faithfulness")]
 

@@ -16,13 +16,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from builders import GPT2_SHAPED
 from circuitstat.pipelines.audit.run import run_audit
 from circuitstat.pipelines.claims import check
 from circuitstat.pipelines.spec import load_spec
 
 CATALOGUE = Path(__file__).resolve().parents[2] / "examples" / "catalogue"
-# initializer_range 1: logits far from uniform, so a probability-difference metric moves (greater-than)
-GPT2_SHAPED = "random:gpt2?n_layer=12&n_head=12&n_embd=24&n_positions=64&initializer_range=1.0&seed=0"
 RANDOM = {"ioi-gpt2": GPT2_SHAPED, "greater-than-gpt2": GPT2_SHAPED,
           "induction-zoo": "random:gpt2?n_layer=2&n_head=4&n_embd=32&vocab_size=128&n_positions=64&seed=3"}
 

@@ -310,7 +310,13 @@ def test_random_gpt2_end_to_end(tiny_run):
     sel = _table(out, "selection")
     assert set(sel["method"]) == {"exact", "eap", "eap-ig-inputs@2", "clean-corrupted"}
     reached = sel[sel["reached"]]
-    assert (reached["k_low"] <= reached["k_star"]).all() and (reached["k_star"] <= reached["k_high"]).all()
+    assert (reached["k_low"] <= reached["k_star"]).all()
+    # k_high = -1: no k's lower bound reaches the target (Fieller's set unbounded where this random model's full
+    # effect over the empty circuit is not distinguishable from 0, on 12 prompts); else it is at least k_star
+    fv = _table(out, "faithfulness_vs_k")
+    for _, r in reached.iterrows():
+        lows = fv.loc[fv["method"] == r["method"], "f_ci_low"]
+        assert (r["k_high"] == -1 and (lows < r["target"]).all()) or r["k_star"] <= r["k_high"], r
     summary = _table(out, "summary")
     assert summary["item"].str.startswith("Jaccard to reference").sum() >= 5
     lines = summary_lines(out)

@@ -121,3 +121,24 @@ def test_coverage_where_the_denominator_is_small_and_width_where_it_is_not():
     assert 0.05 < bounded < 0.5  # bounded and unbounded sets are both exercised
     fie, _, bounded, ratio = _coverage(3.0, reps=1000)
     assert bounded == 1.0 and 0.925 <= fie <= 0.975 and 0.98 < ratio < 1.15, (fie, bounded, ratio)
+
+
+def test_over_plan_is_the_set_per_column_with_the_plans_clusters():
+    """fieller_over_plan (the audit's top-k curve and the published circuit): each column of a curve over one shared
+    denominator is that column's own set, cluster-robust exactly when the plan resamples clusters."""
+    from circuitstat.stats.fieller import fieller_over_plan
+    from circuitstat.stats.resampling import ResamplingPlan
+
+    rng = np.random.default_rng(5)
+    groups = np.repeat(np.arange(10), 4)
+    a, b = _sample(rng, 40, 1.5, c=3)
+    a += np.repeat(rng.standard_normal((10, 1)), 4, axis=0)  # a cluster effect: the two variances differ
+    m0 = rng.standard_normal(40)  # m_empty; the numerator is m_circuit - m_empty, the denominator m_clean - m_empty
+    for plan, g in ((ResamplingPlan.bootstrap(40, 50, 0), None), (ResamplingPlan.cluster(groups, 50, 0), groups)):
+        got = fieller_over_plan(a, b + m0, m0, plan, confidence_level=0.9)
+        for j in range(3):
+            one = fieller_interval(a[:, j], b, groups=g, confidence_level=0.9)
+            assert got.low[j] == pytest.approx(one.low[0], rel=1e-9) and got.high[j] == pytest.approx(one.high[0], rel=1e-9)
+        assert got.df == (39 if g is None else 9)
+    iid = fieller_over_plan(a, b + m0, m0, ResamplingPlan.bootstrap(40, 50, 0), confidence_level=0.9)
+    assert not np.allclose(iid.low, got.low)  # negative control: the clusters change the set
