@@ -171,8 +171,8 @@ def halves_stability(S: np.ndarray, ks: Sequence[int], *, ranking: str, seed: An
     if n_units < 4:
         raise InputError(f"J_(N/2) needs at least 4 independent units (examples or templates), got {n_units}")
     ks_arr = np.asarray(ks, dtype=np.int64)
-    if ks_arr.size == 0 or ks_arr.min() < 1 or ks_arr.max() >= n_edges:
-        raise InputError(f"every k must lie in 1..{n_edges - 1} for the halves' Jaccard, got {list(ks_arr)}")
+    if ks_arr.size == 0 or ks_arr.min() < 1 or ks_arr.max() > n_edges:
+        raise InputError(f"every k must lie in 1..{n_edges} (the edges), got {list(ks_arr)}; lower the largest k")
     g = int(min(n_blocks, n_units))
     c_blocks, c_splits, c_ties = spawn_seeds(as_seed_sequence(seed), 3)
     blocks = _unit_blocks(n_units, g, np.random.default_rng(c_blocks), unit_strata)
