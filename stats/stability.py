@@ -12,11 +12,10 @@ asymptotic (again Monte Carlo) interval, and rank-biased overlap. Spearman and K
 score vectors of a few resamples. Stability-selection error bounds (Meinshausen & Buhlmann 2010,
 Shah & Samworth 2013) are given only for half-size subsamples, where they hold.
 
-Data-level estimands with intervals that cover them: primary, jaccard_half* (J_{N/2}, the expected Jaccard between
-the top-k circuits of two independent datasets of N/2 prompts, exactly estimable from disjoint halves;
-circuitstat.stats.stability_halves, grouped jackknife); beside it (circuitstat.stats.stability_data, double
-bootstrap) jaccard_data* (J_N for datasets of N prompts, an extrapolation: bracketed), jaccard_pop* (between a
-dataset's circuit and the population's) and phi_data*. The
+Data-level estimands with intervals that cover them: primary, jaccard_half* (J_{N/2}: expected Jaccard of the top-k
+circuits of two independent datasets of N/2 prompts, exact from disjoint halves; stats.stability_halves); beside it
+(stats.stability_data, double bootstrap) jaccard_data* (J_N at N prompts, extrapolated: bracketed), jaccard_pop*
+(a dataset's circuit vs the population's) and phi_data*. The
 estimand of every interval is named in the tables' schema metadata (circuitstat.estimands).
 
 Whether circuits are chosen by signed score or by |score| is an explicit, recorded argument.
