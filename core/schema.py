@@ -105,7 +105,7 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
                                      "NOT an interval for the data)"),
            ("jaccard_half_floor", F, "sampling-aware lower bound on J_{N/2} from the score gaps at the cut-off "
                                      "(circuitstat.stats.flip_bound); it lowers jaccard_half_ci_low only where fewer "
-                                     "than 10 splits' Jaccards differ from their most frequent value"),
+                                     "than 10 splits' Jaccards differ from their most frequent value, and is NaN (not computed) elsewhere"),
            ("jaccard_half_units", F, "units (examples, or templates under the cluster scheme) in each half"),
            ("jaccard_data", F, f"estimate of {DATA_JACCARD}: J_N (extrapolated, bracketed double bootstrap; "
                                "J_{N/2} is jaccard_half)", True),

@@ -142,7 +142,7 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("jaccard_half_se", F, "standard error of jaccard_half (grouped jackknife plus Monte Carlo error)"),
            *_ci("jaccard_half_ci", "jaccard_half", HALF_JACCARD, claimable=False),
            ("jaccard_half_mc_se", F, "Monte Carlo error of jaccard_half over its random splits"),
-           ("jaccard_half_floor", F, "lower bound on J_{N/2} from the score gaps at the cut-off"),
+           ("jaccard_half_floor", F, "lower bound on J_{N/2} from the score gaps at the cut-off (NaN where not needed)"),
            ("jaccard_half_units", F, "units (examples or templates) in each half"),
            *_data_level("jaccard_data", DATA_JACCARD), ("jaccard_data_split", F, "split-half estimate"),
            ("jaccard_data_2n", F, "estimate at twice the sample size"), *_data_level("jaccard_pop", POP_JACCARD),

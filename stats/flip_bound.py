@@ -24,58 +24,84 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import log_ndtr, ndtri
 
-__all__ = ["flip_pair_sums", "jaccard_gap_floor"]
+from circuitstat.core.score_columns import column_blocks
 
-#: edge columns per block of the [K, block] pair matrices (bounded memory at 32k edges)
-_BLOCK = 4096
+__all__ = ["flip_pair_sums", "jaccard_gap_floor", "unit_means_order"]
 
 
-def flip_pair_sums(S: np.ndarray, order: np.ndarray, ks: np.ndarray, m: int, ranking: str,
-                   confidence_level: float) -> np.ndarray:
-    """Return, per k, the sum over (top-k, non-top-k) edge pairs of the approximate chance the pair flips on m prompts.
+def _unit_block(block, unit: np.ndarray | None, n_units: int) -> np.ndarray:
+    """Return a C-contiguous float64 block [units, c]: the rows themselves, or each unit's mean row."""
+    b = np.ascontiguousarray(np.asarray(block, dtype=np.float64))
+    if unit is None:
+        return b
+    out = np.zeros((n_units, b.shape[1]))
+    np.add.at(out, unit, b)
+    return out / np.bincount(unit, minlength=n_units)[:, None]
 
-    S [N, E] are per-example scores, order [>= max(ks)] the full data's ranking (best first; its first k are
-    M), m the size of the hypothetical datasets, ranking "signed" or "absolute". Each term is Phi(-(gap - z se_N) / se_m), z the one-sided
-    normal quantile at confidence_level, se_n = sd(x_t - x_u) / sqrt(n) for the (sign-aligned) difference.
+
+def unit_means_order(S, ranking: str, unit: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Return (mean per edge over units, the edges in ranking order, best first) of S [N, E] read block by block.
+
+    unit [N] (labels 0..U-1, e.g. a cluster plan's templates): means of unit means. Axis-0 reductions of
+    C-contiguous blocks only, so the result has the same bits however S is split into column blocks.
     """
-    S = np.asarray(S, dtype=np.float64)
-    n_obs, n_edges = S.shape
-    mean = S.mean(axis=0)
+    n_units = S.shape[0] if unit is None else int(unit.max()) + 1
+    mean = np.concatenate([_unit_block(b, unit, n_units).mean(axis=0) for _, b in column_blocks(S)])
+    key = np.abs(mean) if ranking == "absolute" else mean
+    return mean, np.argsort(-key, kind="stable")
+
+
+def flip_pair_sums(S, order: np.ndarray, ks: np.ndarray, m: int, ranking: str, confidence_level: float,
+                   unit: np.ndarray | None = None) -> np.ndarray:
+    """Return, per k, the sum over (top-k, non-top-k) edge pairs of the approximate chance the pair flips on m units.
+
+    S [N, E] are per-example scores (an array or column blocks), order [>= max(ks)] the full data's ranking
+    (best first; its first k are M), m the size of the hypothetical datasets in units, ranking "signed" or
+    "absolute", unit [N] optional unit labels (scores averaged per unit first). Each term is
+    Phi(-(gap - z se_U) / se_m), z the one-sided normal quantile at confidence_level, se_n = sd(x_t - x_u) /
+    sqrt(n) for the (sign-aligned) difference over the U units. Elementwise, block by block (no matrix product):
+    the same bits however S is split into column blocks.
+    """
+    n_units = S.shape[0] if unit is None else int(unit.max()) + 1
+    n_edges = S.shape[1]
+    mean, _ = unit_means_order(S, ranking, unit)
     # under "absolute" the key |mean| moves with the sign-aligned scores to first order
     sign = np.where(mean < 0, -1.0, 1.0) if ranking == "absolute" else np.ones(n_edges)
-    C = (S - mean) * sign
     key = mean * sign
-    K = int(np.max(ks))
+    ks = np.asarray(ks, dtype=np.int64)
+    K = int(ks.max())
     top = np.asarray(order[:K], dtype=np.int64)
-    z = float(ndtri(confidence_level))
-    var = np.einsum("ne,ne->e", C, C) / max(n_obs - 1, 1)
-    out = np.zeros(len(ks))
     rank = np.full(n_edges, n_edges, dtype=np.int64)
     rank[top] = np.arange(K)
-    for start in range(0, n_edges, _BLOCK):
-        cols = np.arange(start, min(start + _BLOCK, n_edges))
-        cov = C[:, top].T @ C[:, cols] / max(n_obs - 1, 1)  # [K, block]
-        var_d = np.maximum(var[top][:, None] + var[cols][None, :] - 2 * cov, 0.0)
-        sd = np.sqrt(var_d)
-        gap = key[top][:, None] - key[cols][None, :]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            t = np.where(sd > 0, (gap - z * sd / np.sqrt(n_obs)) / (sd / np.sqrt(m)),
-                         np.where(gap > 0, np.inf, -np.inf))
-        p = np.exp(log_ndtr(-t))
-        for i, k in enumerate(np.asarray(ks, dtype=np.int64)):
-            # pairs (t among the first k, u outside them)
-            pk = p[:k][:, rank[cols] >= k]
-            out[i] += pk.sum()
-    return out
+    C_top = np.empty((n_units, K))
+    for sl, b in column_blocks(S):  # the top edges' centred, sign-aligned unit scores
+        inside = (top >= sl.start) & (top < sl.stop)
+        C_top[:, inside] = (_unit_block(b, unit, n_units)[:, top[inside] - sl.start] - mean[top[inside]]) * sign[top[inside]]
+    z = float(ndtri(confidence_level))
+    per_col = np.zeros((ks.size, n_edges))
+    for sl, b in column_blocks(S):
+        C = (_unit_block(b, unit, n_units) - mean[sl]) * sign[sl]
+        for j in range(K):
+            d = C_top[:, j:j + 1] - C
+            sd = np.sqrt(((d - d.mean(axis=0)) ** 2).sum(axis=0) / max(n_units - 1, 1))
+            gap = key[top[j]] - key[sl]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t = np.where(sd > 0, (gap - z * sd / np.sqrt(n_units)) / (sd / np.sqrt(m)),
+                             np.where(gap > 0, np.inf, -np.inf))
+            p = np.exp(log_ndtr(-t))
+            for i, k in enumerate(ks):
+                if j < k:  # pairs (t among the first k, u outside them)
+                    per_col[i, sl] += np.where(rank[sl] >= k, p, 0.0)
+    return per_col.sum(axis=1)
 
 
-def jaccard_gap_floor(S: np.ndarray, order: np.ndarray, ks: np.ndarray, m: int, ranking: str,
-                      confidence_level: float) -> np.ndarray:
+def jaccard_gap_floor(S, order: np.ndarray, ks: np.ndarray, m: int, ranking: str,
+                      confidence_level: float, unit: np.ndarray | None = None) -> np.ndarray:
     """Return, per k, the lower bound 1 - 4 / (k + 1) * sum of pair flip chances on J_m (floored at 0).
 
     A flip chance below float64's resolution is reported as machine epsilon, so the bound is always below 1:
     an interval floored by it never has zero width.
     """
     ks = np.asarray(ks, dtype=np.int64)
-    q = np.maximum(flip_pair_sums(S, order, ks, m, ranking, confidence_level), np.finfo(np.float64).eps)
+    q = np.maximum(flip_pair_sums(S, order, ks, m, ranking, confidence_level, unit), np.finfo(np.float64).eps)
     return np.clip(1.0 - 4.0 / (ks + 1) * q, 0.0, 1.0 - np.finfo(np.float64).eps)

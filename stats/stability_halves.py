@@ -57,23 +57,20 @@ from circuitstat.core.errors import InputError
 from circuitstat.core.seeds import as_seed_sequence, spawn_seeds
 from circuitstat.core.topk import row_seeds
 
-from .flip_bound import jaccard_gap_floor
+from .flip_bound import jaccard_gap_floor, unit_means_order
 from .resampling import DEFAULT_MAX_BYTES, ResamplingPlan
 from .topk_stream import streaming_topk
 
-__all__ = ["HALF_COLUMNS", "HALF_ESTIMAND", "N_BATCHES", "N_BLOCKS", "PERMS_PER_BATCH", "MIN_EVENTS",
+__all__ = ["HALF_COLUMNS", "N_BATCHES", "N_BLOCKS", "PERMS_PER_BATCH", "MIN_EVENTS",
            "half_split_rows", "halves_from_tops", "pair_jaccard", "halves_stability"]
 
-#: the estimand of jaccard_half_ci, written into the tables' metadata
-HALF_ESTIMAND = ("J_{N/2}: E[Jaccard(top-k of D1, top-k of D2)] for two independent datasets of N/2 prompts "
-                 "(disjoint halves; grouped jackknife interval)")
 #: blocks of the grouped jackknife (G; fewer when there are fewer units)
 N_BLOCKS = 16
 #: independent batches of splits (the Monte Carlo share of the jackknife deviations comes from their spread)
 N_BATCHES = 8
 #: random splits per batch
 PERMS_PER_BATCH = 8
-#: differing halves' circuits below which the lower end is also bounded by the gap bound
+#: splits with a Jaccard other than its most frequent value, below which the gap bound also bounds the lower end
 MIN_EVENTS = 10
 #: the columns halves_stability returns (one value per k)
 HALF_COLUMNS = ("jaccard_half", "jaccard_half_se", "jaccard_half_mc_se", "jaccard_half_ci_low",
@@ -172,6 +169,9 @@ def halves_stability(S: np.ndarray, ks: Sequence[int], *, ranking: str, seed: An
     """
     if not 0 < confidence_level < 1:
         raise InputError(f"confidence_level must lie in (0, 1), got {confidence_level}")
+    if int(n_blocks) < 2 or int(n_batches) < 2 or int(perms_per_batch) < 1:
+        raise InputError(f"the jackknife needs n_blocks >= 2, n_batches >= 2 and perms_per_batch >= 1, got "
+                         f"{n_blocks}, {n_batches}, {perms_per_batch}")
     n_obs, n_edges = S.shape
     unit, n_units, unit_strata = _units(n_obs, strata, groups)
     if n_units < 4:
@@ -191,18 +191,19 @@ def halves_stability(S: np.ndarray, ks: Sequence[int], *, ranking: str, seed: An
     # width on the design populations (coverage 0.90-1.00, 100 datasets per cell; bench/halves_coverage.py), and
     # the jackknife is conservative in expectation already (Efron-Stein)
     quantile = float(ndtri(0.5 + confidence_level / 2))
-    # the gap bound on units: template means under a cluster plan (their noise is the unit of sampling)
-    unit_scores = S if groups is None else np.stack([S[unit == u].mean(axis=0) for u in range(n_units)])
-    order = np.argsort(-np.abs(unit_scores.mean(axis=0)) if ranking == "absolute" else -unit_scores.mean(axis=0),
-                       kind="stable")
-    floors = jaccard_gap_floor(unit_scores, order, ks_arr, max(n_units // 2, 1), ranking, confidence_level)
     cols = {c: np.empty(ks_arr.size) for c in HALF_COLUMNS}
-    for i, k in enumerate(ks_arr):
-        tops = state.idx[:, :k]
-        r = halves_from_tops(tops, n_perms, g, int(n_batches), quantile)
+    res = [halves_from_tops(state.idx[:, :k], n_perms, g, int(n_batches), quantile) for k in ks_arr]
+    # the spread rests on too few flips: the gaps bound the lower end (computed only there: K x E pairs)
+    few = np.array([r["events"] < MIN_EVENTS for r in res])
+    floors = np.full(ks_arr.size, np.nan)
+    if few.any():
+        _, order = unit_means_order(S, ranking, None if groups is None else unit)
+        floors[few] = jaccard_gap_floor(S, order, ks_arr[few], max(n_units // 2, 1), ranking, confidence_level,
+                                        None if groups is None else unit)
+    for i, r in enumerate(res):
         lo, hi = r["est"] - r["half"], r["est"] + r["half"]
-        if r["events"] < MIN_EVENTS:
-            lo = min(lo, floors[i])  # the spread rests on too few flips: the gaps bound the lower end
+        if few[i]:
+            lo = min(lo, floors[i])
         cols["jaccard_half"][i], cols["jaccard_half_se"][i], cols["jaccard_half_mc_se"][i] = r["est"], r["se"], r["mc"]
         cols["jaccard_half_ci_low"][i], cols["jaccard_half_ci_high"][i] = max(lo, 0.0), min(hi, 1.0)
         cols["jaccard_half_floor"][i] = floors[i]
