@@ -97,8 +97,6 @@ def edge_interval_kinds(population: np.ndarray, *, n_resamples: int, confidence_
 #: what each stability kind's interval is checked against (the estimand it claims, or for
 #: jaccard_mc the data-level estimand it is often mistaken for)
 STABILITY_ESTIMANDS = {
-    "jaccard_half": "J_{N/2}: E[Jaccard(top-k of D1, top-k of D2)], two independent datasets of N/2 prompts "
-                    "(disjoint halves; the primary data-level interval)",
     "jaccard_data": "E[Jaccard(top-k of D1, top-k of D2)], two independent datasets of N prompts",
     "jaccard_pop": "E[Jaccard(top-k of a dataset of N prompts, top-k of the population)]",
     "phi_data": "Phi (Nogueira) of top-k circuits of independent datasets of N prompts (expected Kuncheva index)",
@@ -106,10 +104,10 @@ STABILITY_ESTIMANDS = {
                   "E[Jaccard(D1, D2)]: NOT an interval for it",
 }
 #: circuit_stability's interval names read by each kind
-_CONF_INT = {"jaccard_half": "jaccard_half_ci", "jaccard_data": "jaccard_data_ci", "jaccard_pop": "jaccard_pop_ci", "phi_data": "phi_data_ci",
+_CONF_INT = {"jaccard_data": "jaccard_data_ci", "jaccard_pop": "jaccard_pop_ci", "phi_data": "phi_data_ci",
              "jaccard_mc": "jaccard_ci"}
-#: the truth each kind is checked against (jaccard_half: the data-level Jaccard at half the dataset size)
-_TRUTH_OF = {"jaccard_half": "jaccard_data", "jaccard_data": "jaccard_data", "jaccard_pop": "jaccard_pop", "phi_data": "phi_data",
+#: the truth each kind is checked against
+_TRUTH_OF = {"jaccard_data": "jaccard_data", "jaccard_pop": "jaccard_pop", "phi_data": "phi_data",
              "jaccard_mc": "jaccard_data"}
 
 
@@ -194,11 +192,11 @@ def stability_truth(population: np.ndarray, n: int, ks: Sequence[int], *, rankin
 def stability_interval_kinds(population: np.ndarray, ks: Sequence[int], *, ranking: str, n_resamples: int,
                              confidence_level: float = 0.95, n_truth_pairs: int = 4000,
                              seed: Any = 0) -> list[IntervalKind]:
-    """IntervalKinds stability/{jaccard_half, jaccard_data, jaccard_pop, phi_data, jaccard_mc}, one unit per k.
+    """IntervalKinds stability/{jaccard_data, jaccard_pop, phi_data, jaccard_mc}, one unit per k.
 
     population [P, E] is the calibration population, the circuits chosen from its edges. Each dataset runs one
     circuit_stability(..., data_level=True) (n_resamples bootstrap resamples plus its default
-    double bootstrap and its halves), shared by the five kinds; truths come from `stability_truth` per N, with a
+    double bootstrap), shared by the four kinds; truths come from `stability_truth` per N, with a
     seed derived from ``seed`` and N so that every N's truth is reproducible on its own.
     """
     from .stability import circuit_stability  # the public API: method changes there flow in
@@ -224,9 +222,8 @@ def stability_interval_kinds(population: np.ndarray, ks: Sequence[int], *, ranki
             ci = stability(X, ds_seed).conf_int(which=_CONF_INT[name])
             return {"low": np.asarray(ci.low, np.float64), "high": np.asarray(ci.high, np.float64)}
 
-        size = (lambda n: int(n) // 2) if name == "jaccard_half" else int  # J_{N/2}: datasets of N/2 prompts
         return IntervalKind(f"stability/{name}", STABILITY_ESTIMANDS[name], compute,
-                            truth=lambda n: getattr(truth_at(size(n)), _TRUTH_OF[name]),
+                            truth=lambda n: getattr(truth_at(int(n)), _TRUTH_OF[name]),
                             unit_labels=[f"k={k}" for k in ks_list])
 
     return [kind(name) for name in STABILITY_ESTIMANDS]

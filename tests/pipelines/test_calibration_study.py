@@ -60,8 +60,7 @@ def test_calibration_spec_refuses_sizes_above_population(tmp_path) -> None:
     assert r.exit_code == 2 and "task.n" in r.output and not out.exists()
 
 
-STABILITY_KINDS = {f"stability/{name}" for name in ("jaccard_half", "jaccard_data", "jaccard_pop", "phi_data",
-                                                     "jaccard_mc")}
+STABILITY_KINDS = {f"stability/{name}" for name in ("jaccard_data", "jaccard_pop", "phi_data", "jaccard_mc")}
 FAITHFULNESS_KINDS = {"faithfulness/selected", "faithfulness/fixed"}
 
 
