@@ -178,3 +178,15 @@ def test_gap_floor_is_a_valid_lower_bound_and_tightens_with_the_gap():
         assert (floors < 1).all()
         if want_above is not None:
             assert np.median(floors) > want_above  # a clear gap gives a tight bound, not a vacuous one
+
+
+def test_a_stratified_plan_halves_every_stratum():
+    rng = np.random.default_rng(4)
+    strata = np.r_[np.zeros(10, dtype=np.int64), np.ones(31, dtype=np.int64)]
+    blocks = np.arange(41) % 8
+    rows = half_split_rows(41, 20, blocks, rng, strata).reshape(20, 9, 2, 41)[:, 0]
+    for s, want in ((0, 5), (1, 15)):  # floor(n_s / 2) of each stratum in each half (31: one sits out)
+        assert (rows[:, :, strata == s].sum(axis=2) == want).all()
+    X = rng.normal(size=(41, 12)) + np.linspace(1, 0, 12)
+    out = halves_stability(X, [3], ranking="absolute", seed=0, strata=strata)
+    assert out["jaccard_half_units"][0] == 20 and 0 <= out["jaccard_half_ci_low"][0] < out["jaccard_half_ci_high"][0]
