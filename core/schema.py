@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from circuitstat.core.schema_core import (B, DATA_JACCARD, DATA_PHI, EDGE_ESTIMAND, F, FIXED_F, MC_JACCARD,
+from circuitstat.core.schema_core import (B, DATA_JACCARD, DATA_PHI, HALF_JACCARD, EDGE_ESTIMAND, F, FIXED_F, MC_JACCARD,
                                           MEDIAN_ESTIMAND, POP_JACCARD, REFIT, SELECTED_F, CONDITIONAL_F, TRIMMED_ESTIMAND,
                                           I, S, Column, SchemaError, TableSchema, _ci, _table)
 from circuitstat.core.schema_results import RESULT_TABLES
@@ -96,7 +96,19 @@ TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("consensus_size", I, "edges in at least the consensus threshold of resample circuits"),
            ("consensus_jaccard_mean", F, "mean Jaccard of resample circuits to the consensus circuit", True),
            ("rbo_mean", F, "mean rank-biased overlap of resample rankings"),
-           ("jaccard_data", F, f"estimate of {DATA_JACCARD}", True),
+           ("jaccard_half", F, f"estimate of {HALF_JACCARD}: the primary data-level stability (mean Jaccard of "
+                               "the top-k circuits of disjoint halves over random splits)", True),
+           ("jaccard_half_se", F, "standard error of jaccard_half (grouped jackknife over examples or templates, "
+                                  "plus its Monte Carlo error)"),
+           *_ci("jaccard_half_ci", "jaccard_half", HALF_JACCARD),
+           ("jaccard_half_mc_se", F, "Monte Carlo error of jaccard_half over its random splits (part of its se; "
+                                     "NOT an interval for the data)"),
+           ("jaccard_half_floor", F, "sampling-aware lower bound on J_{N/2} from the score gaps at the cut-off "
+                                     "(circuitstat.stats.flip_bound); it lowers jaccard_half_ci_low only where fewer "
+                                     "than 10 splits' Jaccards differ from their most frequent value, and is NaN (not computed) elsewhere"),
+           ("jaccard_half_units", F, "units (examples, or templates under the cluster scheme) in each half"),
+           ("jaccard_data", F, f"estimate of {DATA_JACCARD}: J_N (extrapolated, bracketed double bootstrap; "
+                               "J_{N/2} is jaccard_half)", True),
            ("jaccard_data_se", F, "standard error of jaccard_data"),
            *_ci("jaccard_data_ci", "jaccard_data", DATA_JACCARD),
            ("jaccard_pop", F, f"estimate of {POP_JACCARD}", True),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 __all__ = ["Column", "TableSchema", "SchemaError", "S", "I", "F", "B", "MATRIX", "EDGE_ESTIMAND", "MC_JACCARD",
-           "DATA_JACCARD", "POP_JACCARD", "DATA_PHI", "FIXED_F", "SELECTED_F", "CONDITIONAL_F", "REFIT"]
+           "DATA_JACCARD", "HALF_JACCARD", "POP_JACCARD", "DATA_PHI", "FIXED_F", "SELECTED_F", "CONDITIONAL_F", "REFIT"]
 
 S, I, F, B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
 #: registered type of a per-example matrix column: fixed-size lists of float32 (one row per example)
@@ -28,6 +28,8 @@ MEDIAN_ESTIMAND = "the median effect over the task's prompt distribution (the ef
 TRIMMED_ESTIMAND = "the 20%-trimmed mean effect over the task's prompt distribution (mean of the middle 60%)"
 MC_JACCARD = "Monte Carlo spread of resample circuits of this dataset, not a data-level interval"
 DATA_JACCARD = "the expected Jaccard between the top-k circuits of two independent size-N datasets"
+HALF_JACCARD = ("J_{N/2}: the expected Jaccard between the top-k circuits of two independent datasets of N/2 "
+                "prompts (disjoint halves, exactly estimable; grouped jackknife)")
 POP_JACCARD = "the Jaccard between this dataset's top-k circuit and the population's"
 DATA_PHI = "the expected Phi between the top-k circuits of two independent size-N datasets"
 FIXED_F = "faithfulness of this fixed circuit on the prompt distribution (selection not included)"

@@ -10,7 +10,7 @@ what ``Result.conf_int`` reports as the estimand.
 
 from __future__ import annotations
 
-from circuitstat.core.schema_core import (B, DATA_JACCARD, DATA_PHI, F, I, MATRIX, MC_JACCARD, POP_JACCARD, S, TableSchema,
+from circuitstat.core.schema_core import (B, DATA_JACCARD, DATA_PHI, HALF_JACCARD, F, I, MATRIX, MC_JACCARD, POP_JACCARD, S, TableSchema,
                                  _ci, _table)
 
 __all__ = ["RESULT_TABLES", "INTERVAL_METHODS"]
@@ -146,6 +146,12 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("cutoff_ties_excluded_mean", F, "mean number of tied edges left out"),
            ("cutoff_ties_excluded_max", I, "most tied edges left out in one resample"),
            ("tie_rule", S, "how ties at the top-k cut-off were broken (circuitstat.core.topk)"),
+           ("jaccard_half", F, f"estimate of {HALF_JACCARD} (the primary data-level stability)"),
+           ("jaccard_half_se", F, "standard error of jaccard_half (grouped jackknife plus Monte Carlo error)"),
+           *_ci("jaccard_half_ci", "jaccard_half", HALF_JACCARD, claimable=False),
+           ("jaccard_half_mc_se", F, "Monte Carlo error of jaccard_half over its random splits"),
+           ("jaccard_half_floor", F, "lower bound on J_{N/2} from the score gaps at the cut-off (NaN where not needed)"),
+           ("jaccard_half_units", F, "units (examples or templates) in each half"),
            *_data_level("jaccard_data", DATA_JACCARD), ("jaccard_data_split", F, "split-half estimate"),
            ("jaccard_data_2n", F, "estimate at twice the sample size"), *_data_level("jaccard_pop", POP_JACCARD),
            *_data_level("phi_data", DATA_PHI), ("phi_data_split", F, "split-half estimate"),

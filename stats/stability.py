@@ -12,9 +12,10 @@ asymptotic (again Monte Carlo) interval, and rank-biased overlap. Spearman and K
 score vectors of a few resamples. Stability-selection error bounds (Meinshausen & Buhlmann 2010,
 Shah & Samworth 2013) are given only for half-size subsamples, where they hold.
 
-Data-level estimands with intervals that cover them (circuitstat.stats.stability_data, double bootstrap):
-jaccard_data* (expected Jaccard between the top-k circuits of two independent datasets of N
-prompts), jaccard_pop* (between a dataset's circuit and the population's) and phi_data*. The
+Data-level estimands with intervals that cover them: primary, jaccard_half* (J_{N/2}: expected Jaccard of the top-k
+circuits of two independent datasets of N/2 prompts, exact from disjoint halves; stats.stability_halves); beside it
+(stats.stability_data, double bootstrap) jaccard_data* (J_N at N prompts, extrapolated: bracketed), jaccard_pop*
+(a dataset's circuit vs the population's) and phi_data*. The
 estimand of every interval is named in the tables' schema metadata (circuitstat.estimands).
 
 Whether circuits are chosen by signed score or by |score| is an explicit, recorded argument.
@@ -39,6 +40,7 @@ from circuitstat.core.topk import TIE_RULE, ranking_key, row_seeds, select_topk,
 from .resampling import DEFAULT_MAX_BYTES, ResamplingPlan, check_score_matrix
 from .stability_data import (ESTIMANDS, DataLevelEstimates, check_data_level,
                              data_level_stability)
+from .stability_halves import HALF_COLUMNS, halves_stability
 from .topk_stream import streaming_topk
 
 __all__ = [
@@ -227,8 +229,9 @@ class StabilityResult(Result):
     kendall_pairs: np.ndarray
     n_pairs_cpss: int | None = None
     edge_names: Sequence[str] | None = None
-    #: data-level interval of the expected Jaccard between two datasets' circuits (``conf_int()``'s default)
-    primary_interval = "jaccard_data_ci"
+    #: data-level interval of J_{N/2}, the expected Jaccard between the circuits of two independent datasets of N/2
+    #: prompts, exactly estimable from disjoint halves (``conf_int()``'s default; J_N is jaccard_data_ci)
+    primary_interval = "jaccard_half_ci"
     main_table = "stability"
     #: uint64 tie-breaking seeds (circuitstat.core.topk.tie_priorities): one per resample, then the data's
     tie_seeds: np.ndarray | None = None
@@ -325,7 +328,10 @@ class StabilityResult(Result):
                                     f"|consensus|={self.per_k['consensus_size'][i]}"))
             if np.isfinite(self.per_k["jaccard_data_ci_low"][i]):
                 items.append((f"  k={k} data level", (
-                    f"J(D1,D2) {self.per_k['jaccard_data'][i]:.3f} "
+                    f"J_N/2 (halves) {self.per_k['jaccard_half'][i]:.3f} "
+                    f"[{self.per_k['jaccard_half_ci_low'][i]:.3f}, "
+                    f"{self.per_k['jaccard_half_ci_high'][i]:.3f}]  "
+                    f"J_N (extrapolated, bracketed) {self.per_k['jaccard_data'][i]:.3f} "
                     f"[{self.per_k['jaccard_data_ci_low'][i]:.3f}, "
                     f"{self.per_k['jaccard_data_ci_high'][i]:.3f}]  J(D,pop) "
                     f"[{self.per_k['jaccard_pop_ci_low'][i]:.3f}, "
@@ -345,7 +351,7 @@ def _add_data_level(per_k: dict[str, np.ndarray], S: np.ndarray, ks: np.ndarray,
     """Add the data-level columns to per_k in place; return what was done (for params)."""
     names = [f"{e}{p}" for e in ("jaccard_data", "jaccard_pop", "phi_data")
              for p in ("", "_se", "_bias", "_ci_low", "_ci_high", "_split", "_2n")
-             if not (e == "jaccard_pop" and p in ("_split", "_2n"))]
+             if not (e == "jaccard_pop" and p in ("_split", "_2n"))] + list(HALF_COLUMNS)
     groups = plan.groups if plan.kind == "cluster" else None  # whole templates, as the plan resamples them
     why = "not requested (data_level=False)" if wanted is False else check_data_level(
         S.shape[0], plan.kind, n_outer, n_inner, plan.strata,
@@ -363,6 +369,11 @@ def _add_data_level(per_k: dict[str, np.ndarray], S: np.ndarray, ks: np.ndarray,
                                       n_inner=n_inner, confidence_level=confidence_level,
                                       method=method, chunk_size=chunk_size, n_jobs=n_jobs,
                                       max_bytes=max_bytes, strata=plan.strata, groups=groups))
+    # the primary data-level quantity: J_{N/2} from disjoint halves (its own seed child: the first five are
+    # data_level_stability's)
+    per_k.update(halves_stability(S, ks, ranking=ranking, seed=spawn_seeds(seed, 6)[5],
+                                  confidence_level=confidence_level, strata=plan.strata, groups=groups,
+                                  chunk_size=chunk_size, n_jobs=n_jobs, max_bytes=max_bytes))
     return {"computed": True, "method": method, "n_outer": int(n_outer),
             "n_inner": int(n_inner), "seed": seed_record(seed)}
 

@@ -1,4 +1,10 @@
-"""Data-level circuit stability: intervals for the estimands a reader has in mind.
+"""Data-level circuit stability at size N: J_N as an extrapolation, J to the population, Phi_N.
+
+The primary data-level quantity is J_{N/2}, exactly estimable from disjoint halves, with a grouped-jackknife
+interval (circuitstat.stats.stability_halves: about 1.0-1.6 x the width of a correct normal interval where this
+module's bracket was 4.4-15 SD, median 9.4; docs/calibration.md). J_N = E[Jaccard] of two independent size-N
+datasets has no unbiased estimator from one dataset of N; it is reported here as an extrapolation, labelled
+"J_N (extrapolated, bracketed double bootstrap)" in the tables' estimands.
 
 The mean pairwise Jaccard over bootstrap resamples (Méloux et al.) is the bootstrap plug-in
 estimate of J_N = E[Jaccard(top-k of D1, top-k of D2)] for two independent datasets D1, D2 of N
@@ -121,8 +127,11 @@ N_SPLITS = 30
 ESTIMANDS = {
     "jaccard_ci": "Monte Carlo error of jaccard_mean over these resamples of one dataset "
                   "(jackknife over resamples); NOT an interval for a data-level quantity",
-    "jaccard_data_ci": "E[Jaccard(top-k of D1, top-k of D2)] for two independent datasets of "
-                       "N prompts from the prompt distribution (double bootstrap)",
+    "jaccard_half_ci": "J_{N/2} = E[Jaccard(top-k of D1, top-k of D2)] for two independent datasets of N/2 "
+                       "prompts: disjoint halves, exactly estimable; grouped jackknife (the primary data-level "
+                       "interval, circuitstat.stats.stability_halves)",
+    "jaccard_data_ci": "J_N (extrapolated, bracketed double bootstrap): E[Jaccard(top-k of D1, top-k of D2)] "
+                       "for two independent datasets of N prompts from the prompt distribution",
     "jaccard_pop_ci": "E[Jaccard(top-k of a dataset of N prompts, top-k of the population "
                       "mean scores)] (double bootstrap)",
     "phi_ci": "Monte Carlo error of Phi over these resamples (Nogueira et al. 2018 asymptotic "
@@ -364,6 +373,83 @@ def _draws(n_obs: int, n_outer: int, n_inner: int, n_double: int, seeds, strata:
     return stratified_counts(check_strata(strata, n_obs, min_size=MIN_STRATUM), draw, c_nest)
 
 
+def _engine_pass(S: np.ndarray, ks_arr: np.ndarray, *, ranking: str, seed: Any, n_outer: int, n_inner: int,
+                 method: str, confidence_level: float, chunk_size: int | None, n_jobs: int, max_bytes: int,
+                 strata: np.ndarray | None, groups: np.ndarray | None) -> dict[str, np.ndarray]:
+    """Return the per-k raw statistics of one engine pass: star [len(ks), n_outer, 6], halves [len(ks), 4],
+    double [len(ks), 2] or None, floors [len(ks), 2] (the Monte Carlo resolution floor of J and Phi)."""
+    n_edges = S.shape[1]
+    # a fifth child for the size-2N resamples: the first four are those of the other methods
+    c_nest, _, c_ties, c_split, c_double = spawn_seeds(as_seed_sequence(seed), 5)
+    n_nested = n_outer * (n_inner + 1)
+    n_split_rows = 6 * N_SPLITS
+    n_double = 2 * int(n_outer) if method == "bracketed_2n" else 0
+    # one pass of the engine over every row: outer, inner, the halves and quarters, size 2N
+    blocks = list(_draws(S.shape[0], n_outer, n_inner, n_double, (c_nest, c_split, c_double), strata, groups))
+    plan = ResamplingPlan.from_counts(np.vstack(blocks))
+    seeds = row_seeds(np.random.default_rng(c_ties), plan.n_resamples)
+    state, _ = streaming_topk(S, plan, int(ks_arr.max()), ranking, seeds, chunk_size=chunk_size,
+                              n_jobs=n_jobs, max_bytes=max_bytes)
+    star = np.stack([_outer_statistics(state.idx[:n_nested], n_outer, n_inner, int(k), n_edges)
+                     for k in ks_arr])  # [len(ks), n_outer, 6]
+    split_idx = state.idx[n_nested:n_nested + n_split_rows]
+    halves = np.array([_split_statistics(split_idx, N_SPLITS, int(k), n_edges)
+                       for k in ks_arr])  # [len(ks), 4]: J, Phi at N/2; J, Phi at N/4
+    double = (np.array([_double_statistics(state.idx[n_nested + n_split_rows:], int(k), n_edges)
+                        for k in ks_arr]) if n_double else None)  # [len(ks), 2]: J, Phi
+    # the lower ends never claim more agreement than the nested resamples can resolve (resolution_floor)
+    floors = np.array([resolution_floor(state.idx[:n_nested], int(k), n_edges, confidence_level)
+                       for k in ks_arr])
+    return {"star": star, "halves": halves, "double": double, "floors": floors}
+
+
+def _split_extrapolation(halves: np.ndarray, method: str) -> tuple[np.ndarray, np.ndarray]:
+    """Return the split-half values (J, Phi) per k: extrapolated linearly in 1/m to m = N from N/2 and N/4."""
+    split_j = halves[:, 0] + (halves[:, 0] - halves[:, 2]) / 2
+    split_phi = halves[:, 1] + (halves[:, 1] - halves[:, 3]) / 2
+    if method == "bracketed_2n":
+        # J_N >= J_{N/2} (more data, more agreement) and the halves' value is unbiased for
+        # J_{N/2}; the extrapolation alone left the lower end above the truth in 12-15% of
+        # spiky datasets (Phi at N = 32, k = 10; Jaccard at N = 64, k = 10 of a second seed)
+        split_j = np.minimum(split_j, halves[:, 0])
+        split_phi = np.minimum(split_phi, halves[:, 1])
+    return split_j, split_phi
+
+
+def _assemble(estimates: DataLevelEstimates, raw: dict[str, np.ndarray], z: float, method: str,
+              n_k: int) -> dict[str, np.ndarray]:
+    """Return the jaccard_data*, jaccard_pop* and phi_data* columns from the engine pass's raw statistics."""
+    star, double, floors = raw["star"], raw["double"], raw["floors"]
+    split_j, split_phi = _split_extrapolation(raw["halves"], method)
+    cols: dict[str, np.ndarray] = {}
+    for name, est, mc, j, split, lo_bound, dbl in (
+            ("jaccard_data", estimates.jaccard, estimates.jaccard_mc, 0, split_j, 0.0, 0),
+            ("jaccard_pop", estimates.jaccard_pop, estimates.jaccard_pop_mc, 2, None, 0.0, None),
+            ("phi_data", estimates.phi, estimates.phi_mc, 4, split_phi, -1.0, 1)):
+        d = double[:, dbl] if double is not None and dbl is not None else None
+        iv = _interval(np.asarray(est, dtype=np.float64), np.asarray(mc, dtype=np.float64),
+                       star[:, :, j], star[:, :, j + 1], split, z, method, lo_bound, d)
+        if dbl is not None and method in ("bracketed", "bracketed_2n"):
+            floor = np.maximum(floors[:, dbl], lo_bound)
+            iv["ci_low"] = np.where(np.isnan(floor), iv["ci_low"], np.fmin(iv["ci_low"], floor))
+        cols[name] = np.asarray(est, dtype=np.float64)
+        for part, v in iv.items():
+            cols[f"{name}_{part}"] = v
+        if dbl is not None:
+            cols[f"{name}_2n"] = d if d is not None else np.full(n_k, np.nan)
+    if method in ("bracketed", "bracketed_2n"):
+        # the population's circuit is never seen, so J to it has no split analogue; its lower
+        # end is bounded by the data-level one: J(sample, population) >= J(sample, sample)
+        # held in every population measured (to 0.002 where the population has near-ties)
+        cols["jaccard_pop_ci_low"] = np.minimum(cols["jaccard_pop_ci_low"],
+                                                cols["jaccard_data_ci_low"])
+    if method == "bracketed_2n":
+        # and its upper end by the data-level one through the overlap bound (pop_upper_from_data)
+        cols["jaccard_pop_ci_high"] = np.maximum(
+            cols["jaccard_pop_ci_high"], pop_upper_from_data(cols["jaccard_data_ci_high"]))
+    return cols
+
+
 def data_level_stability(S: np.ndarray, ks: Sequence[int], estimates: DataLevelEstimates, *,
                          ranking: str, seed: Any, n_outer: int = 100, n_inner: int = 20,
                          confidence_level: float = 0.95, method: str = "bracketed_2n",
@@ -382,7 +468,7 @@ def data_level_stability(S: np.ndarray, ks: Sequence[int], estimates: DataLevelE
     templates drawn from the template distribution, each with its prompts.
     """
     _check_counts(n_outer, n_inner, confidence_level, method)
-    n_obs, n_edges = S.shape
+    n_obs = S.shape[0]
     if strata is not None and groups is not None:
         raise InputError("data-level stability resamples strata or templates, not both; drop one of them")
     n_groups = None if groups is None else int(np.unique(groups).size)
@@ -391,61 +477,7 @@ def data_level_stability(S: np.ndarray, ks: Sequence[int], estimates: DataLevelE
     if why:
         raise InputError(why)
     ks_arr = np.asarray(ks, dtype=np.int64)
-    # a fifth child for the size-2N resamples: the first four are those of the other methods
-    c_nest, _, c_ties, c_split, c_double = spawn_seeds(as_seed_sequence(seed), 5)
-    n_nested = n_outer * (n_inner + 1)
-    n_split_rows = 6 * N_SPLITS
-    n_double = 2 * int(n_outer) if method == "bracketed_2n" else 0
-    # one pass of the engine over every row: outer, inner, the halves and quarters, size 2N
-    blocks = list(_draws(n_obs, n_outer, n_inner, n_double, (c_nest, c_split, c_double), strata, groups))
-    plan = ResamplingPlan.from_counts(np.vstack(blocks))
-    seeds = row_seeds(np.random.default_rng(c_ties), plan.n_resamples)
-    state, _ = streaming_topk(S, plan, int(ks_arr.max()), ranking, seeds, chunk_size=chunk_size,
-                              n_jobs=n_jobs, max_bytes=max_bytes)
-    star = np.stack([_outer_statistics(state.idx[:n_nested], n_outer, n_inner, int(k), n_edges)
-                     for k in ks_arr])  # [len(ks), n_outer, 6]
-    split_idx = state.idx[n_nested:n_nested + n_split_rows]
-    halves = np.array([_split_statistics(split_idx, N_SPLITS, int(k), n_edges)
-                       for k in ks_arr])  # [len(ks), 4]: J, Phi at N/2; J, Phi at N/4
-    # linear in 1/m from the unbiased values at m = N/2 and N/4 to m = N
-    split_j = halves[:, 0] + (halves[:, 0] - halves[:, 2]) / 2
-    split_phi = halves[:, 1] + (halves[:, 1] - halves[:, 3]) / 2
-    if method == "bracketed_2n":
-        # J_N >= J_{N/2} (more data, more agreement) and the halves' value is unbiased for
-        # J_{N/2}; the extrapolation alone left the lower end above the truth in 12-15% of
-        # spiky datasets (Phi at N = 32, k = 10; Jaccard at N = 64, k = 10 of a second seed)
-        split_j = np.minimum(split_j, halves[:, 0])
-        split_phi = np.minimum(split_phi, halves[:, 1])
-    double = (np.array([_double_statistics(state.idx[n_nested + n_split_rows:], int(k), n_edges)
-                        for k in ks_arr]) if n_double else None)  # [len(ks), 2]: J, Phi
-    z = float(ndtri(0.5 + confidence_level / 2))
-    # the lower ends never claim more agreement than the nested resamples can resolve (resolution_floor)
-    floors = np.array([resolution_floor(state.idx[:n_nested], int(k), n_edges, confidence_level)
-                       for k in ks_arr])  # [len(ks), 2]: J, Phi
-    cols: dict[str, np.ndarray] = {}
-    for name, est, mc, j, split, lo_bound, dbl in (
-            ("jaccard_data", estimates.jaccard, estimates.jaccard_mc, 0, split_j, 0.0, 0),
-            ("jaccard_pop", estimates.jaccard_pop, estimates.jaccard_pop_mc, 2, None, 0.0, None),
-            ("phi_data", estimates.phi, estimates.phi_mc, 4, split_phi, -1.0, 1)):
-        d = double[:, dbl] if double is not None and dbl is not None else None
-        iv = _interval(np.asarray(est, dtype=np.float64), np.asarray(mc, dtype=np.float64),
-                       star[:, :, j], star[:, :, j + 1], split, z, method, lo_bound, d)
-        if dbl is not None and method in ("bracketed", "bracketed_2n"):
-            floor = np.maximum(floors[:, dbl], lo_bound)
-            iv["ci_low"] = np.where(np.isnan(floor), iv["ci_low"], np.fmin(iv["ci_low"], floor))
-        cols[name] = np.asarray(est, dtype=np.float64)
-        for part, v in iv.items():
-            cols[f"{name}_{part}"] = v
-        if dbl is not None:
-            cols[f"{name}_2n"] = d if d is not None else np.full(ks_arr.size, np.nan)
-    if method in ("bracketed", "bracketed_2n"):
-        # the population's circuit is never seen, so J to it has no split analogue; its lower
-        # end is bounded by the data-level one: J(sample, population) >= J(sample, sample)
-        # held in every population measured (to 0.002 where the population has near-ties)
-        cols["jaccard_pop_ci_low"] = np.minimum(cols["jaccard_pop_ci_low"],
-                                                cols["jaccard_data_ci_low"])
-    if method == "bracketed_2n":
-        # and its upper end by the data-level one through the overlap bound (pop_upper_from_data)
-        cols["jaccard_pop_ci_high"] = np.maximum(
-            cols["jaccard_pop_ci_high"], pop_upper_from_data(cols["jaccard_data_ci_high"]))
-    return cols
+    raw = _engine_pass(S, ks_arr, ranking=ranking, seed=seed, n_outer=n_outer, n_inner=n_inner, method=method,
+                       confidence_level=confidence_level, chunk_size=chunk_size, n_jobs=n_jobs,
+                       max_bytes=max_bytes, strata=strata, groups=groups)
+    return _assemble(estimates, raw, float(ndtri(0.5 + confidence_level / 2)), method, ks_arr.size)

@@ -94,6 +94,7 @@ def _stability(effect: np.ndarray, names: list[str], methods, rng) -> tuple[dict
     stab: dict[str, list] = {k: [] for k in (
         "method", "k", "jaccard_mean", "jaccard_sd", "jaccard_ci_low", "jaccard_ci_high", "jaccard_chance",
         "jaccard_corrected", "phi", "phi_ci_low", "phi_ci_high", "consensus_size", "consensus_jaccard_mean",
+        "jaccard_half", "jaccard_half_ci_low", "jaccard_half_ci_high",
         "jaccard_data", "jaccard_data_ci_low", "jaccard_data_ci_high", "jaccard_pop", "jaccard_pop_ci_low",
         "jaccard_pop_ci_high", "phi_data", "phi_data_ci_low", "phi_data_ci_high", "cutoff_ties_mean")}
     faith: dict[str, list] = {k: [] for k in (
@@ -110,7 +111,9 @@ def _stability(effect: np.ndarray, names: list[str], methods, rng) -> tuple[dict
             for c, v in (("method", m), ("k", k), ("jaccard_mean", jm), ("jaccard_sd", 0.05), ("jaccard_ci_low", jm - 0.01),
                          ("jaccard_ci_high", jm + 0.01), ("jaccard_chance", ch), ("jaccard_corrected", (jm - ch) / (1 - ch)),
                          ("phi", jm - 0.02), ("phi_ci_low", jm - 0.03), ("phi_ci_high", jm), ("consensus_size", int((freq >= 0.5).sum())),
-                         ("consensus_jaccard_mean", jm + 0.02), ("jaccard_data", jm - 0.01), ("jaccard_data_ci_low", jm - 0.12),
+                         ("consensus_jaccard_mean", jm + 0.02), ("jaccard_half", jm - 0.04),
+                         ("jaccard_half_ci_low", jm - 0.1), ("jaccard_half_ci_high", min(jm + 0.02, 1.0)),
+                         ("jaccard_data", jm - 0.01), ("jaccard_data_ci_low", jm - 0.12),
                          ("jaccard_data_ci_high", min(jm + 0.04, 1.0)), ("jaccard_pop", jm), ("jaccard_pop_ci_low", jm - 0.1),
                          ("jaccard_pop_ci_high", min(jm + 0.05, 1.0)), ("phi_data", jm - 0.03), ("phi_data_ci_low", jm - 0.15),
                          ("phi_data_ci_high", jm + 0.02), ("cutoff_ties_mean", 1.0)):

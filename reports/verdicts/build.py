@@ -148,7 +148,8 @@ def _robust_lines(r: _Run) -> list[Line]:
 
 
 def _stability_line(r: _Run) -> list[Line]:
-    """Data-level stability of the top-k circuit (jaccard_data_ci_*) against the bar, with chance beside it."""
+    """Data-level stability of the top-k circuit (jaccard_half_ci_*, J_{N/2}; jaccard_data_ci_* in runs before it)
+    against the bar, with chance beside it."""
     found = rows(r.T.get("stability_vs_k"), method=r.method, k=r.k) if r.k is not None else []
     at = ""
     if not found and r.k is not None:  # a k of the circuit choice's search: stability is measured on the grid only
@@ -166,14 +167,19 @@ def _stability_line(r: _Run) -> list[Line]:
         return [Line("stability", "no data-level interval", "unsure",
                      ("this run predates data-level stability intervals; rerun the audit to get them",), "stability")]
     note = str(row.get("data_level_note") or "")  # why the stage computed no data-level interval, as it said
-    ci = Ci.of("stability_vs_k", row, ("method", "k"), "jaccard_data_ci", est="jaccard_data",
+    # the primary data-level interval: J_{N/2} from disjoint halves (exactly estimable); runs before it: J_N
+    half = isinstance(row.get("jaccard_half_ci_low"), (int, float)) and not math.isnan(row["jaccard_half_ci_low"])
+    prefix, est = ("jaccard_half_ci", "jaccard_half") if half else ("jaccard_data_ci", "jaccard_data")
+    ci = Ci.of("stability_vs_k", row, ("method", "k"), prefix, est=est,
                unavailable="not computed" if note else "undefined in stability_vs_k")
     chance = row.get("jaccard_chance")
     verdict, tone = against_bar(ci, "stable", "unstable")
     if tone == "good" and chance is not None and not ci.lo > chance:
         verdict, tone = "no better than chance", "bad"
     why = f": {note}" if note and not ci.defined else ""
-    parts = (f"{at}expected Jaccard between the top-{k} circuits of two independent sets of {_prompts(r)} ", ci,
+    sets = (f"two independent halves of {_prompts(r)} (J_N/2; J_N for the full size is at least as large where more "
+            "prompts give more agreement)" if half else f"two independent sets of {_prompts(r)}")
+    parts = (f"{at}expected Jaccard between the top-{k} circuits of {sets} ", ci,
              f"{why}; bar {BAR}, chance {fmt(chance)}")
     return [Line("stability", verdict, tone, parts, "stability")]
 

@@ -7,9 +7,10 @@ Verdict rules (also stated in the summary itself):
 * k: fixed-sequence testing down the spec's k grid — the smallest k such that it and every larger k
   have a selection-aware faithfulness lower bound at or above the bar (0.8); this controls the
   family-wise error over the grid without adjustment. No k passes: the largest k. No faithfulness: the smallest k.
-* stability: the data-level interval of the expected Jaccard between the top-k circuits of two
-  independent datasets of N prompts (jaccard_data_ci_*): stable above the bar, unstable below it,
-  inconclusive across it; chance (the null) is stated beside it.
+* stability: the data-level interval of J_{N/2}, the expected Jaccard between the top-k circuits of two
+  independent datasets of N/2 prompts (jaccard_half_ci_*, exactly estimable from disjoint halves; runs from
+  before it: J_N, jaccard_data_ci_*): stable above the bar, unstable below it, inconclusive across it; chance
+  (the null) is stated beside it.
 * faithfulness: f_selected_ci_* (the circuit selected from N prompts, selection included) against the
   same bar; the fixed-circuit f_ci_* only where the run has no selection-aware interval, labelled.
 * edges: Benjamini-Hochberg q <= 0.05 over every edge; "!" marks intervals a few prompts carry.

@@ -122,9 +122,10 @@ def test_each_section_shows_its_numbers(rendered):
     stab = section_html(page, "stability")
     assert "bar 0.8" in stab and "<polygon" in stab and "chance" in stab and "Monte Carlo spread" in stab
     rows = table_rows(page, "stability")
-    assert rows[0][:6] == ["method", "k", "Jaccard, data level [95% CI]", "chance", "Jaccard to population [95% CI]",
-                           "Φ, data level [95% CI]"]
-    assert rows[3][:6] == ["exact", "20", "0.860 [0.750, 0.910]", "0.182", "0.870 [0.770, 0.920]", "0.840 [0.720, 0.890]"]
+    assert rows[0][:7] == ["method", "k", "J_N/2, halves [95% CI]", "J_N (extrapolated, bracketed) [95% CI]", "chance",
+                           "Jaccard to population [95% CI]", "Φ, data level [95% CI]"]
+    assert rows[3][:7] == ["exact", "20", "0.830 [0.770, 0.890]", "0.860 [0.750, 0.910]", "0.182",
+                           "0.870 [0.770, 0.920]", "0.840 [0.720, 0.890]"]
     appr = section_html(page, "approximation")
     assert "Slope 0.812, R² 0.934" in appr and "y = x" in appr and "0.765" in appr
     faith = section_html(page, "faithfulness")

@@ -31,7 +31,8 @@ def test_every_interval_on_the_page_is_its_table_column(demo):
     shown = check_intervals(run, page)
     cols = {(s.attrs["data-table"], s.attrs["data-lo"]) for s in shown}
     # the calibrated intervals are there, the Monte Carlo spread of one dataset's statistic is not
-    for want in [("stability_vs_k", "jaccard_data_ci_low"), ("faithfulness_vs_k", "f_selected_ci_low"),
+    for want in [("stability_vs_k", "jaccard_half_ci_low"), ("stability_vs_k", "jaccard_data_ci_low"),
+                 ("faithfulness_vs_k", "f_selected_ci_low"),
                  ("edge_stats", "ci_low"), ("heads", "excess_ci_low"), ("layers", "refit_ci_low")]:
         assert want in cols, want
     assert not {c for c in cols if c[1] in ("jaccard_ci_low", "phi_ci_low")}
@@ -41,7 +42,7 @@ def test_every_interval_on_the_page_is_its_table_column(demo):
            and s.text and s is not None]
     v = verdict(run)
     lows = {ln.label: [c.low for c in ln.cis] for ln in v.lines}
-    assert lows["stability"] == ["jaccard_data_ci_low"] and lows["faithfulness"][0] == "f_selected_ci_low"
+    assert lows["stability"] == ["jaccard_half_ci_low"] and lows["faithfulness"][0] == "f_selected_ci_low"
     assert set(lows["top edges"]) == {"ci_low"} and lows["heads"] == ["excess_ci_low"]
     assert box
 

@@ -73,6 +73,18 @@ def test_stability_verdict_reads_the_data_level_interval_against_the_bar(tmp_pat
     assert "0.950 [0.950" not in line.text()  # the Monte Carlo interval is not shown
 
 
+def test_stability_verdict_reads_j_half_where_the_run_has_it_and_j_n_only_in_older_runs(tmp_path):
+    stab = {**_stab(20, 0.5, 0.6), "jaccard_half": [0.9], "jaccard_half_ci_low": [0.85], "jaccard_half_ci_high": [0.95]}
+    line = next(ln for ln in verdict(_run(tmp_path, stability_vs_k=stab)).lines if ln.label == "stability")
+    (ci,) = line.cis
+    assert (ci.low, ci.lo, ci.hi) == ("jaccard_half_ci_low", 0.85, 0.95) and line.verdict == "stable"
+    assert "two independent halves" in line.text() and "J_N/2" in line.text()
+    # negative control: the same row without the J_{N/2} columns is read as J_N (an older run), here unstable
+    old = next(ln for ln in verdict(_run(tmp_path, "old", stability_vs_k=_stab(20, 0.5, 0.6))).lines
+               if ln.label == "stability")
+    assert old.cis[0].low == "jaccard_data_ci_low" and old.verdict == "unstable"
+
+
 @pytest.mark.parametrize("lo, hi, words", [(0.81, 0.9, "faithful"), (0.4, 0.79, "not faithful"), (0.7, 0.9, "inconclusive")])
 def test_faithfulness_verdict_reads_the_selection_aware_interval(tmp_path, lo, hi, words):
     f = _faith({20: lo})

@@ -1,0 +1,212 @@
+"""Data-level circuit stability from disjoint halves: J_{N/2}, exactly estimable, with a jackknife interval.
+
+J_m = E[Jaccard(top-k of D1, top-k of D2)] for two independent datasets of m prompts. From one dataset of N
+prompts, J_N has no unbiased estimator (two independent size-N datasets would need 2N prompts), but J_{N/2}
+has one: for a random split of the N prompts into two disjoint halves A and B, the halves are independent
+size-N/2 datasets, so E[J(A, B)] = J_{N/2} exactly, and so is the average over any number of random splits
+(T, the reported jaccard_half). Under a cluster plan the units are whole templates (halves of the templates);
+under a stratified plan every stratum is halved (each half keeps the stratum shares). With an odd number of
+units one unit sits out of each split (a different one each time), so the halves have floor(U/2) units.
+
+The standard error of T is not the SD over splits: splits of one dataset share its noise, and that SD measures
+the Monte Carlo error of the split average, not how T varies from dataset to dataset (the naive interval
+T -+ z sd / sqrt(splits) covers far too rarely; tests/stats/test_stability_halves.py). T is a symmetric function
+of all N prompts (a U-statistic whose kernel has degree N), and an unbiased variance estimator for such a
+statistic does not exist (Wang & Lindsay 2014, "Variance estimation of a general U-statistic with application
+to cross-validation", Statistica Sinica 24: one needs kernel degree <= N/2). We use the delete-a-group
+jackknife (Shao & Wu 1989, Ann. Statist. 17; Efron & Stein 1981, Ann. Statist. 9): the units are dealt at
+random into G blocks; T_(g) is the same split average on the data without block g, with the same random splits
+restricted to the remaining units (common random numbers: the Monte Carlo noise of T_(g) - T_(h) stays
+small); then
+
+    v_J = (G - 1) / G * sum_g (T_(g) - mean_h T_(h))^2.
+
+By the Efron-Stein inequality (with the iid blocks as units) E[v_J] >= (G - 1) / G Var(T on G - 1 blocks),
+about Var(T) where the variance falls like 1 / N: conservative in expectation, never knowingly too small. The
+splits come in R independent batches; the deviations' Monte Carlo share is estimated from their spread over
+batches and removed (never below zero), and T's own Monte Carlo variance (the SD of J over splits divided
+by sqrt(splits)) is added. The interval is T -+ z se (normal quantile: with t_{G-1} it was
+about 8% wider still, see below), clipped to [0, 1] (the range of J).
+
+Where fewer than MIN_EVENTS splits have a Jaccard other than its most frequent value, the spread cannot
+resolve the flips (every split alike gives a zero-width interval; so do halves that always disagree by the
+same edge, as a near-tie at the cut-off makes them: the halves partition one dataset, so their gaps have
+opposite signs) and the lower end is also bounded by the
+sampling-aware gap bound circuitstat.stats.flip_bound.jaccard_gap_floor at m = N/2. No interval has zero
+width: that bound is below 1 by at least machine epsilon.
+
+Measured (bench/halves_coverage.py, 200 datasets per cell, N = 32/64/128, k = 5/10/20; docs/calibration.md):
+on the four design populations coverage 0.920-1.000, width 0.97-5.62 x a correct normal interval (median 1.27);
+on six held-out populations 0.885-0.995 (below 0.93 in 4 of 54 cells, all at k <= 10 and mostly with the truth
+above), width 0.97-2.09 x (median 1.31; above 1.3 x in 28 of 54 cells). The widest cells are where the gap bound
+applied. No zero-width interval in 18,000.
+
+J_N itself is reported beside it as an extrapolation (jaccard_data*, circuitstat.stats.stability_data: the
+bracketed double bootstrap, its method named in jaccard_data_method). J_{N/2} <= J_N where more data gives
+more agreement (typical; not guaranteed where a population has near-ties at the cut-off).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from scipy.special import ndtri
+
+from circuitstat.core.errors import InputError
+from circuitstat.core.seeds import as_seed_sequence, spawn_seeds
+from circuitstat.core.topk import row_seeds
+
+from .flip_bound import jaccard_gap_floor, unit_means_order
+from .resampling import DEFAULT_MAX_BYTES, ResamplingPlan
+from .topk_stream import streaming_topk
+
+__all__ = ["HALF_COLUMNS", "N_BATCHES", "N_BLOCKS", "PERMS_PER_BATCH", "MIN_EVENTS",
+           "half_split_rows", "halves_from_tops", "pair_jaccard", "halves_stability"]
+
+#: blocks of the grouped jackknife (G; fewer when there are fewer units)
+N_BLOCKS = 16
+#: independent batches of splits (the Monte Carlo share of the jackknife deviations comes from their spread)
+N_BATCHES = 8
+#: random splits per batch
+PERMS_PER_BATCH = 8
+#: splits with a Jaccard other than its most frequent value, below which the gap bound also bounds the lower end
+MIN_EVENTS = 10
+#: the columns halves_stability returns (one value per k)
+HALF_COLUMNS = ("jaccard_half", "jaccard_half_se", "jaccard_half_mc_se", "jaccard_half_ci_low",
+                "jaccard_half_ci_high", "jaccard_half_floor", "jaccard_half_units")
+
+
+def _unit_blocks(n_units: int, n_blocks: int, rng: np.random.Generator,
+                 strata: np.ndarray | None) -> np.ndarray:
+    """Return each unit's jackknife block (0..G-1), dealt at random (round robin within each stratum)."""
+    block = np.empty(n_units, dtype=np.int64)
+    labels = np.zeros(n_units, dtype=np.int64) if strata is None else strata
+    offset = 0
+    for s in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == s))
+        block[members] = (offset + np.arange(members.size)) % n_blocks
+        offset += members.size  # continue the deal, so blocks stay within one unit of equal size
+    return block
+
+
+def half_split_rows(n_units: int, n_perms: int, blocks: np.ndarray, rng: np.random.Generator,
+                    strata: np.ndarray | None = None) -> np.ndarray:
+    """Return 0/1 unit weights [n_perms * (G + 1) * 2, n_units]: per split, halves (A, B), then (A, B) minus each block.
+
+    Each split deals every stratum's units (all units when strata is None) in random order: the first
+    floor(n_s / 2) to A, the next floor(n_s / 2) to B (with n_s odd, one sits out).
+    """
+    n_blocks = int(blocks.max()) + 1
+    labels = np.zeros(n_units, dtype=np.int64) if strata is None else np.asarray(strata)
+    halves = np.zeros((n_perms, 2, n_units), dtype=np.int8)
+    for s in np.unique(labels):
+        members = np.flatnonzero(labels == s)
+        h = members.size // 2
+        order = members[np.argsort(rng.random((n_perms, members.size)), axis=1)]
+        np.put_along_axis(halves[:, 0], order[:, :h], 1, axis=1)
+        np.put_along_axis(halves[:, 1], order[:, h:2 * h], 1, axis=1)
+    keep = np.vstack([np.ones(n_units, dtype=np.int8)] +
+                     [(blocks != g).astype(np.int8) for g in range(n_blocks)])  # [G + 1, U]
+    rows = halves[:, None, :, :] * keep[None, :, None, :]  # [P, G + 1, 2, U]
+    return rows.reshape(-1, n_units)
+
+
+def pair_jaccard(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Return the Jaccard index of each row pair of equal-size edge sets a, b [rows, k]."""
+    k = a.shape[1]
+    both = np.sort(np.concatenate([a, b], axis=1), axis=1)
+    inter = (both[:, 1:] == both[:, :-1]).sum(axis=1)  # each set has distinct edges: a repeat is a shared edge
+    return inter / (2 * k - inter)
+
+
+def halves_from_tops(tops: np.ndarray, n_perms: int, n_blocks: int, n_batches: int,
+                     quantile: float) -> dict[str, float]:
+    """Return T, its jackknife se, Monte Carlo se and the interval half-width from halves' top-k rows.
+
+    tops [n_perms * (G + 1) * 2, k] in the row order of half_split_rows; quantile the interval's critical value;
+    events: the splits whose Jaccard differs from its most frequent value.
+    """
+    k = tops.shape[1]
+    pairs = tops.reshape(n_perms, n_blocks + 1, 2, k)
+    jac = pair_jaccard(pairs[:, :, 0].reshape(-1, k), pairs[:, :, 1].reshape(-1, k)).reshape(n_perms, n_blocks + 1)
+    est = float(jac[:, 0].mean())
+    mc = float(jac[:, 0].std(ddof=1) / np.sqrt(n_perms))
+    # per batch r: the leave-block-out averages T_(g)^(r) and their deviations from their mean over g
+    per_batch = jac[:, 1:].reshape(n_batches, n_perms // n_batches, n_blocks).mean(axis=1)  # [R, G]
+    dev = per_batch - per_batch.mean(axis=1, keepdims=True)
+    dbar = dev.mean(axis=0)
+    mc_share = dev.var(axis=0, ddof=1) / n_batches  # Monte Carlo variance of each averaged deviation
+    g = n_blocks
+    var_j = max((g - 1) / g * float(np.sum(dbar ** 2 - mc_share)), 0.0)
+    se = float(np.sqrt(var_j + mc ** 2))
+    _, counts = np.unique(jac[:, 0], return_counts=True)
+    # splits whose Jaccard differs from the most frequent value: the events the spread rests on
+    events = int(n_perms - counts.max())
+    return {"est": est, "se": se, "mc": mc, "half": quantile * se, "events": events}
+
+
+def _units(n_obs: int, strata: np.ndarray | None, groups: np.ndarray | None) -> tuple:
+    """Return (unit of each example, number of units, strata per unit or None)."""
+    if strata is not None and groups is not None:
+        raise InputError("data-level stability halves strata or templates, not both; drop one of them")
+    if groups is not None:
+        unit = np.unique(np.asarray(groups), return_inverse=True)[1].astype(np.int64)
+        return unit, int(unit.max()) + 1, None
+    st = None if strata is None else np.unique(np.asarray(strata), return_inverse=True)[1].astype(np.int64)
+    return np.arange(n_obs), n_obs, st
+
+
+def halves_stability(S: np.ndarray, ks: Sequence[int], *, ranking: str, seed: Any,
+                     confidence_level: float = 0.95, strata: np.ndarray | None = None,
+                     groups: np.ndarray | None = None, n_blocks: int = N_BLOCKS, n_batches: int = N_BATCHES,
+                     perms_per_batch: int = PERMS_PER_BATCH, chunk_size: int | None = None, n_jobs: int = 1,
+                     max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, np.ndarray]:
+    """Return per-k columns HALF_COLUMNS: J_{N/2} from disjoint halves, its jackknife se and interval.
+
+    S [N, E] scores; seed (SeedSequence/int) fixes the blocks, splits and ties; strata [N] halve each stratum;
+    groups [N] (a cluster plan's templates) make whole templates the units.
+    """
+    if not 0 < confidence_level < 1:
+        raise InputError(f"confidence_level must lie in (0, 1), got {confidence_level}")
+    if int(n_blocks) < 2 or int(n_batches) < 2 or int(perms_per_batch) < 1:
+        raise InputError(f"the jackknife needs n_blocks >= 2, n_batches >= 2 and perms_per_batch >= 1, got "
+                         f"{n_blocks}, {n_batches}, {perms_per_batch}")
+    n_obs, n_edges = S.shape
+    unit, n_units, unit_strata = _units(n_obs, strata, groups)
+    if n_units < 4:
+        raise InputError(f"J_(N/2) needs at least 4 independent units (examples or templates), got {n_units}")
+    ks_arr = np.asarray(ks, dtype=np.int64)
+    if ks_arr.size == 0 or ks_arr.min() < 1 or ks_arr.max() > n_edges:
+        raise InputError(f"every k must lie in 1..{n_edges} (the edges), got {list(ks_arr)}; lower the largest k")
+    g = int(min(n_blocks, n_units))
+    c_blocks, c_splits, c_ties = spawn_seeds(as_seed_sequence(seed), 3)
+    blocks = _unit_blocks(n_units, g, np.random.default_rng(c_blocks), unit_strata)
+    n_perms = int(n_batches) * int(perms_per_batch)
+    rows = half_split_rows(n_units, n_perms, blocks, np.random.default_rng(c_splits), unit_strata)
+    plan = ResamplingPlan.from_counts(rows[:, unit].astype(np.int32))
+    state, _ = streaming_topk(S, plan, int(ks_arr.max()), ranking, row_seeds(np.random.default_rng(c_ties),
+                              plan.n_resamples), chunk_size=chunk_size, n_jobs=n_jobs, max_bytes=max_bytes)
+    # normal quantile: with t_{G-1} (one partition's degrees of freedom) the widths were 1.07-1.8 x the correct
+    # width on the design populations (coverage 0.90-1.00, 100 datasets per cell; bench/halves_coverage.py), and
+    # the jackknife is conservative in expectation already (Efron-Stein)
+    quantile = float(ndtri(0.5 + confidence_level / 2))
+    cols = {c: np.empty(ks_arr.size) for c in HALF_COLUMNS}
+    res = [halves_from_tops(state.idx[:, :k], n_perms, g, int(n_batches), quantile) for k in ks_arr]
+    # the spread rests on too few flips: the gaps bound the lower end (computed only there: K x E pairs)
+    few = np.array([r["events"] < MIN_EVENTS for r in res])
+    floors = np.full(ks_arr.size, np.nan)
+    if few.any():
+        _, order = unit_means_order(S, ranking, None if groups is None else unit)
+        floors[few] = jaccard_gap_floor(S, order, ks_arr[few], max(n_units // 2, 1), ranking, confidence_level,
+                                        None if groups is None else unit)
+    for i, r in enumerate(res):
+        lo, hi = r["est"] - r["half"], r["est"] + r["half"]
+        if few[i]:
+            lo = min(lo, floors[i])
+        cols["jaccard_half"][i], cols["jaccard_half_se"][i], cols["jaccard_half_mc_se"][i] = r["est"], r["se"], r["mc"]
+        cols["jaccard_half_ci_low"][i], cols["jaccard_half_ci_high"][i] = max(lo, 0.0), min(hi, 1.0)
+        cols["jaccard_half_floor"][i] = floors[i]
+    labels = np.zeros(n_units, dtype=np.int64) if unit_strata is None else unit_strata
+    cols["jaccard_half_units"][:] = int(np.sum(np.bincount(labels) // 2))  # units in each half
+    return cols
