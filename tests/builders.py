@@ -143,3 +143,11 @@ def make_run(path: Path, manifest: bool = True, **kw) -> Path:
         for name, t in tables.items():
             write_table(t, path / f"{name}.parquet")
     return path
+
+
+def small_mask_audit_spec(methods: list[str], **sections: dict) -> dict:
+    """A 2-layer random GPT-2 induction audit small enough for a mask fit in seconds, running ``methods`` with the
+    given method sections (e.g. ``edge_pruning={...}``); shared by the mask-method audit and report tests."""
+    return {"model": "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=3",
+            "task": {"name": "induction", "n": 12, "options": {"seq_len": 5}}, "methods": list(methods),
+            "batch_size": 6, "bootstrap": {"n_resamples": 40}, "k": [3, 6], "k_search": 0, "seed": 5, **sections}

@@ -7,21 +7,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from builders import small_mask_audit_spec
 from circuitstat.core.errors import InputError
 from circuitstat.pipelines.audit.run import run_audit
 from circuitstat.pipelines.spec import parse_spec
 
-SPEC = {
-    "model": "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=3",
-    "task": {"name": "induction", "n": 12, "options": {"seq_len": 5}},
-    "methods": ["ugs"],
-    "batch_size": 6,
-    "bootstrap": {"n_resamples": 40},
-    "k": [3, 6],
-    "k_search": 0,
-    "seed": 5,
-    "ugs": {"steps": 3, "n_refits": 3, "n_samples": 2},
-}
+SPEC = small_mask_audit_spec(["ugs"], ugs={"steps": 3, "n_refits": 3, "n_samples": 2})
 
 
 def _without(doc: dict, key: str) -> dict:

@@ -16,23 +16,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from builders import small_mask_audit_spec
 from page_tools import dump_dom_cmd, table_rows
 from report_builders import write_recorded
 from typer.testing import CliRunner
 
 from circuitstat.reports.ci import Ci
 
-SPEC = {
-    "model": "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=3",
-    "task": {"name": "induction", "n": 12, "options": {"seq_len": 5}},
-    "methods": ["edge-pruning"],  # the verdict's method (the terminal prints the primary method's lines)
-    "batch_size": 6,
-    "bootstrap": {"n_resamples": 40},
-    "k": [3, 6],
-    "k_search": 0,
-    "seed": 5,
-    "edge_pruning": {"steps": 4, "n_refits": 3, "lr": 0.3},
-}
+# the verdict's method alone (the terminal prints the primary method's lines)
+SPEC = small_mask_audit_spec(["edge-pruning"], edge_pruning={"steps": 4, "n_refits": 3, "lr": 0.3})
 COLUMN = "reported circuit f (mask fit on half, Fieller on the other half) [95% CI]"
 
 
