@@ -479,6 +479,39 @@ def _in_dtype(model: CircuitModel, dtype: torch.dtype | None) -> CircuitModel:
 
 
 @sized_threads  # small calls on one thread, large ones on the cores (circuitstat.circuits.threads)
+def _check_inputs(model: CircuitModel, data: PairData, method: str, level: str, ablation, *, batch_size: int,
+                  ig_steps: int, max_rows: int) -> None:
+    """Refuse (InputError) what ``attribute`` cannot run: a non-circuit model, bad options, an empty or mis-shaped dataset."""
+    from .inmemory import require_circuit_model
+
+    require_circuit_model(model, "attribute")
+    check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
+    if method_record(method).additive_only and not model.cfg.additive_writes:
+        raise InputError(f"{method} is defined where each sender's write is added to the residual stream; this model "
+                         "normalises its attention output after the heads (post-norm); use eap or exact here")
+    if int(data.clean.shape[0]) == 0:
+        raise InputError("the dataset is empty; give at least one example")
+    if data.corrupted.shape != data.clean.shape:
+        raise InputError(f"clean {tuple(data.clean.shape)} and corrupted {tuple(data.corrupted.shape)} ids differ in shape")
+    _positive_int("max_rows", max_rows)
+
+
+def _resolve_ablation(ablation, model: CircuitModel, data: PairData, *, reference: PairData | None, seed: int,
+                      batch_size: int, input_node: str | None):
+    """The Ablation that gives each batch's counterfactual senders: built from its name, or the given object (anything
+    with .kind and .senders(index): custom counterfactuals), whose own input node wins."""
+    if input_node is not None:
+        check_input_node(input_node)
+    if not isinstance(ablation, str):
+        own = getattr(ablation, "input_node", "embeddings")
+        if input_node is not None and input_node != own:
+            raise InputError(f"input_node={input_node!r} differs from the given ablation's {own!r}; "
+                             "set it on the Ablation object only")
+        return ablation
+    return Ablation(ablation, model, data, reference=reference, seed=seed, batch_size=batch_size,
+                    input_node=input_node or "embeddings")
+
+
 def attribute(
     model: CircuitModel,
     data: PairData,
@@ -510,34 +543,13 @@ def attribute(
     ``edges`` (exact, edge level): compute only these edge indices; the other columns are NaN
     (not computed).  A row or an edge gets the same bits as in the full run (circuitstat.circuits.verify).
     """
-    from .inmemory import require_circuit_model
-
-    require_circuit_model(model, "attribute")
-    check_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
-    if method_record(method).additive_only and not model.cfg.additive_writes:
-        raise InputError(f"{method} is defined where each sender's write is added to the residual stream; this model "
-                         "normalises its attention output after the heads (post-norm); use eap or exact here")
-    N = int(data.clean.shape[0])
-    if N == 0:
-        raise InputError("the dataset is empty; give at least one example")
-    if data.corrupted.shape != data.clean.shape:
-        raise InputError(f"clean {tuple(data.clean.shape)} and corrupted {tuple(data.corrupted.shape)} ids differ in shape")
-    _positive_int("max_rows", max_rows)
-    todo = np.arange(N) if rows is None else np.asarray(rows, dtype=np.int64)
+    _check_inputs(model, data, method, level, ablation, batch_size=batch_size, ig_steps=ig_steps, max_rows=max_rows)
+    todo = np.arange(int(data.clean.shape[0])) if rows is None else np.asarray(rows, dtype=np.int64)
     keep = _edge_selection(model, method, level, edges, len(todo))
     model = _in_dtype(model, dtype)
     t0 = time.perf_counter()
-    # An Ablation object (anything with .kind and .senders(index)) gives custom counterfactuals.
-    if input_node is not None:
-        check_input_node(input_node)
-    if not isinstance(ablation, str):
-        own = getattr(ablation, "input_node", "embeddings")
-        if input_node is not None and input_node != own:
-            raise InputError(f"input_node={input_node!r} differs from the given ablation's {own!r}; "
-                             "set it on the Ablation object only")
-    abl = ablation if not isinstance(ablation, str) else Ablation(
-        ablation, model, data, reference=reference, seed=seed, batch_size=batch_size,
-        input_node=input_node or "embeddings")
+    abl = _resolve_ablation(ablation, model, data, reference=reference, seed=seed, batch_size=batch_size,
+                            input_node=input_node)
     cols = model.graph.n_edges if level == "edge" else model.graph.n_senders
     scores = np.empty((len(todo), cols), dtype=np.float32)
     starts = range(0, len(todo), batch_size)
