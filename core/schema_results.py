@@ -4,14 +4,14 @@ A result's table names are run-table names: ``result.write(run_dir)`` writes ``<
 through :class:`circuitstat.core.rundir.RunDir`, which checks each against its entry here, so a result
 whose columns drift fails where it is written. Results that produce run tables the audit or a study
 also writes (``heads``, ``token_importance``, ``coverage``, ...) use those entries in
-core/schema.py. Interval columns are declared with ``_ci`` and say what they cover, which is
+core/schema.py. Interval columns are declared with ``ci_columns`` and say what they cover, which is
 what ``Result.conf_int`` reports as the estimand.
 """
 
 from __future__ import annotations
 
 from circuitstat.core.schema_core import (B, DATA_JACCARD, DATA_PHI, F, I, MATRIX, MC_JACCARD, POP_JACCARD, S, TableSchema,
-                                 _ci, _table)
+                                 ci_columns, table_schema)
 
 __all__ = ["RESULT_TABLES", "INTERVAL_METHODS"]
 
@@ -40,7 +40,7 @@ def _methods(covers: str) -> tuple[tuple, ...]:
     """Optional secondary intervals and their p-values, one per interval method."""
     out: tuple[tuple, ...] = ()
     for m in INTERVAL_METHODS:
-        out += _optional(_ci(f"ci_{m}", f"the estimate by the {m} method", covers, claimable=False))
+        out += _optional(ci_columns(f"ci_{m}", f"the estimate by the {m} method", covers, claimable=False))
         out += ((f"pvalue_{m}", F, f"p-value inverting the {m} interval", False, True),)
     return out
 
@@ -49,7 +49,7 @@ def _data_level(name: str, covers: str) -> tuple[tuple, ...]:
     """The data-level estimate of ``name`` with its SE, bias, interval, split-half and 2N values."""
     return ((name, F, f"estimate of {covers}"), (f"{name}_se", F, f"standard error of {name}"),
             (f"{name}_bias", F, f"double-bootstrap bias estimate of {name}"),
-            *_ci(f"{name}_ci", name, covers, claimable=False))
+            *ci_columns(f"{name}_ci", name, covers, claimable=False))
 
 
 VERIFIED_COVERS = ("the mean exact effect over the task's prompt distribution, verified on n of N prompts "
@@ -64,13 +64,13 @@ MISSED_COVERS = "the number of unverified edges whose mean exact effect exceeds 
 _VERIFIED_METHOD = ("method", S, "the approximate method verified (a run's tables; absent from a lone result)", False, True)
 
 RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
-    _table("verified_prompts", "the prompts a verified run patched exactly: drawn uniformly from a recorded seed",
+    table_schema("verified_prompts", "the prompts a verified run patched exactly: drawn uniformly from a recorded seed",
            ("row", I, "example index (row of the scores)"),
            ("seed", I, "the seed the rows were drawn from: numpy.random.default_rng(seed), without replacement"),
            ("n_prompts", I, "prompts the approximation was computed on (N)")),
-    _table("verified", "circuitstat.stats.verified.VerifiedResult: per-edge PPI++ estimate of the mean exact effect",
+    table_schema("verified", "circuitstat.stats.verified.VerifiedResult: per-edge PPI++ estimate of the mean exact effect",
            _VERIFIED_METHOD, _EDGE, _EDGE_NAME, ("estimate", F, "PPI++ estimate of the mean exact effect", True),
-           ("standard_error", F, "its standard error"), *_ci("ci", "the estimate", VERIFIED_COVERS, True),
+           ("standard_error", F, "its standard error"), *ci_columns("ci", "the estimate", VERIFIED_COVERS, True),
            ("df", F, "degrees of freedom of the interval's t quantile (inf for z)"),
            ("pvalue", F, "two-sided p-value of mean exact effect 0: the interval form applied to the cross-fitted "
                          "estimate (estimate_crossfit; params: pvalues), or inverting the interval in older runs"),
@@ -89,23 +89,23 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
                                "spike is invisible. Older runs call it interval_reliable (read as no_tail_seen)"),
            ("n_labelled", I, "prompts patched exactly (n)"), ("n_prompts", I, "prompts with the approximation (N)"),
            ("estimand", S, "what the interval covers, with n and N")),
-    _table("verified_pseudo", "pseudo-scores of a verified run (circuitstat.stats.verified.pseudo): column means are "
+    table_schema("verified_pseudo", "pseudo-scores of a verified run (circuitstat.stats.verified.pseudo): column means are "
            "the PPI++ estimates; not per-prompt effects. One row per method and prompt",
            _VERIFIED_METHOD, ("example", I, "example index (row of the scores)"),
            ("labelled", B, "patched exactly (the stratum resampling keeps apart)"),
            ("scores", MATRIX, "(N/n)(Y - lam Yhat) on labelled prompts, (N/N_u) lam Yhat on the others, per edge")),
-    _table("missed_edges", "circuitstat.stats.verified.MissedEdgesResult: bound on unverified edges above a threshold",
+    table_schema("missed_edges", "circuitstat.stats.verified.MissedEdgesResult: bound on unverified edges above a threshold",
            _VERIFIED_METHOD, ("tau", F, "threshold on |mean exact effect|"), ("n_top", I, "top candidate edges verified"),
            ("n_remaining", I, "edges outside the top the random sample was drawn from (R)"),
            ("n_sampled", I, "randomly sampled edges verified (r)"), ("n_unverified", I, "R - r"),
            ("sampled_above", I, "sampled edges whose interval does not exclude |effect| > tau"),
-           *_ci("missed", "the count of unverified edges above tau", MISSED_COVERS, True),
+           *ci_columns("missed", "the count of unverified edges above tau", MISSED_COVERS, True),
            ("remaining_above_high", I, "upper bound on all R remaining edges above tau"),
            ("level", F, "level the bound holds at (hypergeometric and classification errors, Bonferroni)"),
            ("estimand", S, "what the bound covers")),
-    _table("bootstrap", "circuitstat.stats.intervals.BootstrapResult: per column (edge) estimate, SE, intervals and p-values",
+    table_schema("bootstrap", "circuitstat.stats.intervals.BootstrapResult: per column (edge) estimate, SE, intervals and p-values",
            _EDGE, _EDGE_NAME, ("estimate", F, "mean over rows"), ("standard_error", F, "bootstrap standard error"),
-           ("bias", F, "bootstrap bias estimate"), *_ci("ci", "the estimate (primary method)", ROW_MEAN, False),
+           ("bias", F, "bootstrap bias estimate"), *ci_columns("ci", "the estimate (primary method)", ROW_MEAN, False),
            ("pvalue", F, "two-sided p-value inverting the primary interval"),
            ("qvalue", F, "Benjamini-Hochberg q-value", False, True),
            ("tail_share", F, "share of sum |x - median| carried by the most extreme rows", False, True),
@@ -115,14 +115,14 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            *_methods(ROW_MEAN), ("bca_z0", F, "BCa bias correction", False, True),
            ("bca_acceleration", F, "BCa acceleration", False, True),
            ("degenerate", B, "the primary interval could not be computed")),
-    _table("edge_tests", "circuitstat.stats.testing.EdgeTestResult: per-edge test statistic, p-value and FDR decision",
+    table_schema("edge_tests", "circuitstat.stats.testing.EdgeTestResult: per-edge test statistic, p-value and FDR decision",
            _EDGE, _EDGE_NAME, ("estimate", F, "mean"), ("standard_error", F, "standard error"),
            ("statistic", F, "t or z statistic"), ("pvalue", F, "p-value"),
            ("pvalue_adjusted", F, "FDR-adjusted p-value"), ("reject", B, "rejected at the FDR level")),
-    _table("stability", "circuitstat.stats.stability.StabilityResult: circuit stability under resampling, one row per k", _K,
+    table_schema("stability", "circuitstat.stats.stability.StabilityResult: circuit stability under resampling, one row per k", _K,
            ("jaccard_mean", F, "mean pairwise Jaccard of resample circuits"), ("jaccard_sd", F, "SD of the Jaccards"),
            ("jaccard_se", F, "standard error of jaccard_mean"),
-           *_ci("jaccard_ci", "jaccard_mean", MC_JACCARD, False), ("jaccard_pairs", I, "resample pairs compared"),
+           *ci_columns("jaccard_ci", "jaccard_mean", MC_JACCARD, False), ("jaccard_pairs", I, "resample pairs compared"),
            ("jaccard_chance", F, "expected Jaccard of two random k-subsets"),
            ("jaccard_corrected", F, "(jaccard_mean - chance) / (1 - chance)"),
            ("consensus_size", I, "edges in at least the consensus threshold of resample circuits"),
@@ -131,7 +131,7 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("consensus_jaccard_median", F, "their median"), ("consensus_jaccard_q95", F, "their 95% point"),
            ("full_data_jaccard_mean", F, "mean Jaccard of resample circuits to the full-data circuit"),
            ("full_data_jaccard_se", F, "its standard error"), ("phi", F, "Nogueira's stability Phi"),
-           ("phi_variance", F, "variance of Phi"), *_ci("phi_ci", "phi", MC_JACCARD, False),
+           ("phi_variance", F, "variance of Phi"), *ci_columns("phi_ci", "phi", MC_JACCARD, False),
            ("rbo_mean", F, "mean rank-biased overlap"), ("rbo_sd", F, "its SD"), ("rbo_p", F, "RBO persistence p"),
            ("resamples_with_cutoff_ties", I, "resamples whose k-th edge is tied with one left out"),
            ("cutoff_ties_mean", F, "mean number of edges tied at the cut-off (ties broken at random)"),
@@ -142,19 +142,19 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("jaccard_data_2n", F, "estimate at twice the sample size"), *_data_level("jaccard_pop", POP_JACCARD),
            *_data_level("phi_data", DATA_PHI), ("phi_data_split", F, "split-half estimate"),
            ("phi_data_2n", F, "estimate at twice the sample size")),
-    _table("stability_inclusion", "circuitstat.stats.stability.StabilityResult: how often each edge enters the top-k circuit",
+    table_schema("stability_inclusion", "circuitstat.stats.stability.StabilityResult: how often each edge enters the top-k circuit",
            _K, _EDGE, _EDGE_NAME, ("count", I, "resamples whose top-k circuit holds the edge"),
            ("frequency", F, "count / resamples"), ("in_consensus", B, "frequency at or above the consensus threshold")),
-    _table("rank_correlation", "circuitstat.stats.stability.StabilityResult: rank agreement of full resampled score vectors",
+    table_schema("rank_correlation", "circuitstat.stats.stability.StabilityResult: rank agreement of full resampled score vectors",
            ("resample_a", I, "first resample"), ("resample_b", I, "second resample"),
            ("spearman", F, "Spearman correlation"), ("kendall", F, "Kendall tau (NaN for pairs not computed)")),
-    _table("selection_bounds", "circuitstat.stats.stability.StabilityResult: stability-selection error bounds (half-size "
+    table_schema("selection_bounds", "circuitstat.stats.stability.StabilityResult: stability-selection error bounds (half-size "
            "subsamples only)", _K, ("threshold", F, "inclusion-frequency threshold"),
            ("pfer_mb", F, "Meinshausen-Buhlmann bound on the expected false selections"),
            ("pfer_cpss", F, "Shah-Samworth bound (complementary pairs)", False, True),
            ("pfer_cpss_unimodal", F, "Shah-Samworth bound under unimodality", False, True),
            ("n_selected", I, "edges at or above the threshold")),
-    _table("approximation_agreement", "circuitstat.stats.approximation.ApproximationResult: agreement with exact, one row",
+    table_schema("approximation_agreement", "circuitstat.stats.approximation.ApproximationResult: agreement with exact, one row",
            ("spearman", F, "Spearman of mean scores against exact"), ("kendall", F, "Kendall tau of mean scores"),
            ("slope", F, "pooled per-example regression slope"), ("r2", F, "pooled per-example R^2"),
            ("bias_mean", F, "mean error over prompts and edges"),
@@ -162,27 +162,27 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("tie_rule", S, "how ties at the top-k cut-off were broken (circuitstat.core.topk)"),
            ("cutoff_ties", I, "edges whose exact mean ties the k-th one"),
            ("cutoff_ties_approx", I, "edges whose approximate mean ties the k-th one")),
-    _table("approximation_edges", "circuitstat.stats.approximation.ApproximationResult: per-edge error against exact",
+    table_schema("approximation_edges", "circuitstat.stats.approximation.ApproximationResult: per-edge error against exact",
            _EDGE, ("name", S, "edge name", False, True), ("exact_mean", F, "mean exact effect"),
            ("approx_mean", F, "mean approximate score"), ("bias", F, "mean of approx - exact"),
            ("error_sd", F, "SD over prompts of approx - exact"), ("slope", F, "regression slope of approx on exact"),
            ("intercept", F, "regression intercept"), ("r2", F, "per-example R^2")),
-    _table("variance_estimates", "circuitstat.stats.variance.VarianceComponentsResult: per-edge components with intervals",
+    table_schema("variance_estimates", "circuitstat.stats.variance.VarianceComponentsResult: per-edge components with intervals",
            _EDGE, _EDGE_NAME, ("component", S, "factor, interaction or residual"),
            ("variance", F, "ANOVA estimate"), ("standard_error", F, "normal-theory standard error"),
-           *_ci("ci", "variance", COMPONENT, False), ("df_satterthwaite", F, "Satterthwaite degrees of freedom"),
+           *ci_columns("ci", "variance", COMPONENT, False), ("df_satterthwaite", F, "Satterthwaite degrees of freedom"),
            ("share", F, "component / total"), ("negative_estimate", B, "the raw estimate was negative")),
-    _table("variance_ems", "circuitstat.stats.variance.VarianceComponentsResult: expected-mean-square coefficients",
+    table_schema("variance_ems", "circuitstat.stats.variance.VarianceComponentsResult: expected-mean-square coefficients",
            ("term", S, "mean square"), ("component", S, "variance component"), ("coefficient", F, "its coefficient")),
-    _table("icc", "circuitstat.stats.variance.ICCResult: the six ICCs per edge with F tests and intervals",
+    table_schema("icc", "circuitstat.stats.variance.ICCResult: the six ICCs per edge with F tests and intervals",
            _EDGE, _EDGE_NAME, ("type", S, "ICC1 ... ICC3k"), ("label", S, "Shrout-Fleiss / McGraw-Wong label"),
            ("icc", F, "intraclass correlation"), ("F", F, "F statistic"), ("df1", F, "numerator df"),
-           ("df2", F, "denominator df"), ("pvalue", F, "p-value of the F test"), *_ci("ci", "icc", ICC_COVERS, False)),
-    _table("faithfulness_intervals", "circuitstat.stats.faithfulness.FaithfulnessInterval: faithfulness per circuit with "
+           ("df2", F, "denominator df"), ("pvalue", F, "p-value of the F test"), *ci_columns("ci", "icc", ICC_COVERS, False)),
+    table_schema("faithfulness_intervals", "circuitstat.stats.faithfulness.FaithfulnessInterval: faithfulness per circuit with "
            "its interval", ("circuit", I, "circuit index"), ("k", I, "circuit size", False, True),
            ("label", S, "circuit label", False, True), ("estimate", F, "faithfulness (ratio of means)"),
-           ("standard_error", F, "standard error"), *_ci("ci", "estimate (primary method)", ROW_ESTIMAND, False),
-           *_optional(tuple(c for m in INTERVAL_METHODS for c in _ci(f"ci_{m}", f"estimate by {m}", ROW_ESTIMAND,
+           ("standard_error", F, "standard error"), *ci_columns("ci", "estimate (primary method)", ROW_ESTIMAND, False),
+           *_optional(tuple(c for m in INTERVAL_METHODS for c in ci_columns(f"ci_{m}", f"estimate by {m}", ROW_ESTIMAND,
                                                                       False))),
            ("fold_circuit_jaccard", F, "mean Jaccard between circuits selected on different folds", False, True),
            ("t_df", I, "degrees of freedom of the corrected t", False, True),
@@ -193,7 +193,7 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("scheme", S, "fixed circuit, crossfit or reselect"), ("interval_method", S, "primary interval method"),
            ("estimand", S, "what the interval covers"), ("n", I, "prompts"), ("n_resamples", I, "resamples drawn"),
            ("n_undefined_resamples", I, "resamples left out: m(M) ~ m(empty)")),
-    _table("faithfulness_circuits", "circuitstat.circuits.faithfulness.FaithfulnessResult: faithfulness of each circuit",
+    table_schema("faithfulness_circuits", "circuitstat.circuits.faithfulness.FaithfulnessResult: faithfulness of each circuit",
            ("circuit", I, "circuit index"), ("label", S, "circuit label"), ("k", I, "grid size (-1: not a curve)"),
            ("n_edges", I, "edges evaluated"), ("fraction", F, "n_edges / edges of the graph (after pruning)"),
            ("x", F, "nominal size CPR and CMD integrate over: the requested fraction of all edges (MIB's "
@@ -205,74 +205,74 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("tie_rule", S, "how ties at the top-k cut-off were broken (circuitstat.core.topk; empty: not a top-k circuit)"),
            ("cutoff_ties", I, "edges (nodes) whose score ties the k-th one (-1: not a top-k circuit)"),
            ("cutoff_ties_excluded", I, "of those, left out by the tie rule (-1: not a top-k circuit)")),
-    _table("faithfulness_examples", "circuitstat.circuits.faithfulness.FaithfulnessResult: per-example metrics, one row per "
+    table_schema("faithfulness_examples", "circuitstat.circuits.faithfulness.FaithfulnessResult: per-example metrics, one row per "
            "example", ("example", I, "example index"), ("m_clean", F32, "metric of the clean run"),
            ("m_empty", F32, "metric with every edge patched"), ("undefined", B, "m(M) ~ m(empty): f undefined"),
            ("faithfulness", MATRIX, "per-example faithfulness of each circuit (NaN where undefined)"),
            ("m_circuit", MATRIX, "per-example metric of each circuit")),
-    _table("faithfulness_areas", "circuitstat.circuits.faithfulness.FaithfulnessResult: MIB's CPR and CMD of the curve",
+    table_schema("faithfulness_areas", "circuitstat.circuits.faithfulness.FaithfulnessResult: MIB's CPR and CMD of the curve",
            ("statistic", S, "cpr or cmd"), ("ratio_of_means", F, "area under the ratio-of-means curve"),
            ("mean_per_example", F, "mean of the per-example areas"), ("n_defined", I, "examples with a defined area"),
            ("log_x", B, "integrated over log edge fraction")),
-    _table("similarity_test", "circuitstat.stats.similarity.SimilarityResult: a similarity with its permutation null",
+    table_schema("similarity_test", "circuitstat.stats.similarity.SimilarityResult: a similarity with its permutation null",
            ("measure", S, "similarity measure"), ("estimate", F, "similarity"), ("null_mean", F, "mean of the null"),
-           *_ci("null", "the null distribution", NULL_COVERS, False), ("pvalue", F, "permutation p-value"),
+           *ci_columns("null", "the null distribution", NULL_COVERS, False), ("pvalue", F, "permutation p-value"),
            ("n_permutations", I, "permutations"), ("n_samples", I, "rows")),
-    _table("similarity_null", "circuitstat.stats.similarity.SimilarityResult: the permutation null distribution",
+    table_schema("similarity_null", "circuitstat.stats.similarity.SimilarityResult: the permutation null distribution",
            ("permutation", I, "permutation index"), ("value", F, "similarity with the rows of Y shuffled")),
-    _table("head_match", "circuitstat.stats.similarity.HeadMatchResult: each head of A matched to a head of B",
+    table_schema("head_match", "circuitstat.stats.similarity.HeadMatchResult: each head of A matched to a head of B",
            ("head", I, "head of A"), ("match", I, "matched head of B (-1: none)"), ("score", F, "matched similarity"),
-           *_ci("ci", "score", MATCH_COVERS, False), ("null_mean", F, "matched similarity, prompts of B shuffled")),
-    _table("head_match_layer", "circuitstat.stats.similarity.HeadMatchResult: the mean matched similarity of the layer",
+           *ci_columns("ci", "score", MATCH_COVERS, False), ("null_mean", F, "matched similarity, prompts of B shuffled")),
+    table_schema("head_match_layer", "circuitstat.stats.similarity.HeadMatchResult: the mean matched similarity of the layer",
            ("method", S, "max or hungarian"), ("estimate", F, "mean matched similarity"),
-           *_ci("ci", "estimate", MATCH_COVERS, False), ("null_mean", F, "its null mean"),
+           *ci_columns("ci", "estimate", MATCH_COVERS, False), ("null_mean", F, "its null mean"),
            ("pvalue", F, "permutation p-value"), ("drop_bos", B, "BOS column dropped")),
-    _table("head_match_similarity", "circuitstat.stats.similarity.HeadMatchResult: the head-by-head similarity matrix",
+    table_schema("head_match_similarity", "circuitstat.stats.similarity.HeadMatchResult: the head-by-head similarity matrix",
            ("head_a", I, "head of A"), ("head_b", I, "head of B"), ("similarity", F, "mean cosine over prompts")),
-    _table("sample_size_widths", "circuitstat.stats.sample_size.predict_widths: each edge's interval width at n",
+    table_schema("sample_size_widths", "circuitstat.stats.sample_size.predict_widths: each edge's interval width at n",
            ("n", I, "prompts of the full run predicted for"), _EDGE, ("name", S, "edge name"),
            ("width", F, "predicted width of the default per-edge interval at n"),
            ("width_upper", F, "upper prediction bound for the width at n at the prediction level (plan with this)"),
            ("kurtosis", F, "the edge's kurtosis, shrunk halfway to the pooled (floor 3), times the pilot's growth factor"),
            ("calibration", F, "log-scale inflation of the bound measured inside the pilot, half to half (>= 1)"),
-           *_ci("width_pi", "the width at n", SAMPLE_WIDTH, False),
+           *ci_columns("width_pi", "the width at n", SAMPLE_WIDTH, False),
            ("q", F, "predicted |t*| quantile of the symmetric studentized bootstrap at n"),
            ("sd", F, "expected SD of the scores at n (pilot SD, bootstrap bias-corrected)"),
            ("pilot_width", F, "the pilot's own interval width"),
            ("rel_error", F, "SD of the log width prediction (jackknife of the pilot's log SD, and at n)")),
-    _table("sample_size_stability", "circuitstat.stats.sample_size.predict_stability: expected data-level Jaccard at n",
+    table_schema("sample_size_stability", "circuitstat.stats.sample_size.predict_stability: expected data-level Jaccard at n",
            ("n", I, "prompts of the full run predicted for"), _K,
            ("jaccard", F, "predicted J_n from the model fitted to the pilot (deconvolved means, pilot rows)"),
            ("jaccard_se", F, "its spread over bootstrap refits of the pilot (Monte Carlo part removed)"),
            ("jaccard_plugin", F, "the same prediction from the pilot's plain means (upper end of the bracket)"),
            ("jaccard_half", F, "J between disjoint halves of the pilot (unbiased for J at n0/2; lower end)"),
-           *_ci("jaccard_pi", "J_n", SAMPLE_JACCARD, False),
+           *ci_columns("jaccard_pi", "J_n", SAMPLE_JACCARD, False),
            ("jaccard_chance", F, "expected Jaccard of two random k-sets"),
            ("p_clear", F, "chance the data-level interval's lower end at n is >= target (simulated; NaN: n < 32)"),
            ("p_clear_se", F, "binomial Monte Carlo error of p_clear"), ("target", F, "the Jaccard target")),
-    _table("sample_size_claims", "circuitstat.pipelines.sample_size: the chance each claim passes on n prompts",
+    table_schema("sample_size_claims", "circuitstat.pipelines.sample_size: the chance each claim passes on n prompts",
            ("claim", I, "claim index in the file"), ("label", S, "claim label"), ("kind", S, "claim kind"),
            ("n", I, "prompts"), ("p_pass", F, "share of simulated datasets of n on which the claim passes"),
            ("p_pass_se", F, "binomial Monte Carlo error of p_pass"), ("n_datasets", I, "simulated datasets"),
            ("note", S, "why p_pass is NaN (kind not simulated, another method, n < 32)")),
-    _table("sample_size_cost", "circuitstat.pipelines.sample_size.cost_rows: each n's attribution cost on the model",
+    table_schema("sample_size_cost", "circuitstat.pipelines.sample_size.cost_rows: each n's attribution cost on the model",
            ("n", I, "prompts"), ("method", S, "attribution method"), ("forwards", I, "full forwards"),
            ("backwards", I, "backwards"), ("suffix_rows", I, "exact patching's suffix rows"),
            ("flops", F, "FLOPs (circuitstat.circuits.plan.method_cost)"),
            ("seconds_at_rate", F, "the FLOPs at the machine's matmul rate (a lower bound)")),
-    _table("scores", "circuitstat.circuits.scores.ScoreMatrix: per-example scores, one row per example",
+    table_schema("scores", "circuitstat.circuits.scores.ScoreMatrix: per-example scores, one row per example",
            ("example", I, "example id", False, True), ("scores", MATRIX, "scores of every edge (or node), float32")),
-    _table("nodes", "circuitstat.circuits.scores.ScoreMatrix: the node index of node-level scores, one row per sender",
+    table_schema("nodes", "circuitstat.circuits.scores.ScoreMatrix: the node index of node-level scores, one row per sender",
            ("index", I, "position in every score vector"), ("name", S, "sender name"), ("layer", I, "layer"),
            ("kind", S, "input, head or mlp")),
-    _table("circuit", "circuitstat.circuits.circuit.Circuit: one row per graph edge, with its score and membership",
+    table_schema("circuit", "circuitstat.circuits.circuit.Circuit: one row per graph edge, with its score and membership",
            ("index", I, "edge index"), ("name", S, "edge name"), ("sender", S, "sending node"),
            ("receiver", S, "receiving node"), ("kind", S, "receiver input kind"), ("sender_layer", I, "sender layer"),
            ("receiver_layer", I, "receiver layer"), ("score", F32, "score the rule ranked (NaN: none)"),
            ("in_circuit", B, "the edge is in the circuit"),
            ("tied_at_cutoff", B, "top-k rule: the edge's score ties the k-th one, so the seeded random tie "
                                  "break (circuitstat.core.topk) decided whether it is in")),
-    _table("circuit_nodes", "circuitstat.circuits.circuit.Circuit: one row per node",
+    table_schema("circuit_nodes", "circuitstat.circuits.circuit.Circuit: one row per node",
            ("name", S, "node name"), ("layer", I, "layer"), ("score", F32, "node score (NaN: none)"),
            ("in_circuit", B, "the node is in the circuit")),
 )}
