@@ -41,7 +41,7 @@ from pydantic import Field
 from circuitstat.core.errors import InputError
 
 from circuitstat.pipelines.params import BATCH_SIZE, IG_STEPS, N_RESAMPLES, resamples_for_level
-from circuitstat.pipelines.spec import METHOD, KGrid, _RunOptions, load_yaml, validate_spec
+from circuitstat.pipelines.spec import METHOD, KGrid, RunOptions, load_yaml, validate_spec
 from circuitstat.pipelines.kinds import RunKind
 from circuitstat.pipelines.groundtruth_masks import MASK_METHODS, EdgePruningOptions
 from circuitstat.pipelines.spec import UGSOptions
@@ -62,7 +62,7 @@ KEYS = ("model", "method", "n")
 GT_METHOD = Literal[METHOD, "edge-pruning"]
 
 
-class GroundTruthSpec(_RunOptions):
+class GroundTruthSpec(RunOptions):
     """What a ground-truth study runs; see the module docstring."""
 
     models: list[str] = Field(default_factory=lambda: list(DEFAULT_MODELS), min_length=1)

@@ -144,11 +144,11 @@ def published_tables(model, task, circuit, scores: dict, run_tables: dict, plan,
     from circuitstat.circuits.circuit import Circuit
     from circuitstat.circuits.faithfulness import faithfulness
     from circuitstat.core.score_columns import column_means
-    from circuitstat.pipelines.audit.tables import FIXED_CI_METHODS, _ablation
+    from circuitstat.pipelines.audit.tables import FIXED_CI_METHODS, ablation_of
     from circuitstat.stats.faithfulness import fixed_circuit_interval
     from circuitstat.stats.fieller import FIELLER_ESTIMAND
 
-    ablation = _ablation(model, task, spec)
+    ablation = ablation_of(model, task, spec)
     res = faithfulness(model, task, circuit, ablation=ablation, seed=spec.seed, batch_size=spec.batch_size,
                        progress=False)
     ci_method = spec.bootstrap.ci_method if spec.bootstrap.ci_method in FIXED_CI_METHODS else "bca"

@@ -291,7 +291,7 @@ def fixed_circuit_interval(m_circuit: np.ndarray, m_clean: np.ndarray, m_empty: 
 
 
 # --- selection-aware -----------------------------------------------------------------------
-class _EvaluationCache:
+class EvaluationCache:
     """Metric values per (circuit mask, example), filled by `evaluate` only where still unknown."""
 
     def __init__(self, evaluate: Evaluate, n_obs: int, n_edges: int) -> None:
@@ -332,7 +332,7 @@ class _EvaluationCache:
         return np.stack([self.values[key][rows] for key in keys], axis=1)
 
 
-def _topk_masks(means: np.ndarray, ks: Sequence[int], ranking: str, tie_rng: np.random.Generator) -> np.ndarray:
+def topk_masks(means: np.ndarray, ks: Sequence[int], ranking: str, tie_rng: np.random.Generator) -> np.ndarray:
     """Return boolean masks [..., len(ks), E] of the top-k edges of score vectors [..., E] for every k.
 
     One circuitstat.core.topk call per batch of rows at the largest k; smaller circuits are its prefixes, so
@@ -369,7 +369,7 @@ def _jaccard_to(masks: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return inter / np.maximum(union, 1)
 
 
-def _crossfit(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ranking: str, n_folds: int, n_repeats: int,
+def crossfit(S: np.ndarray, cache: EvaluationCache, ks: list[int], ranking: str, n_folds: int, n_repeats: int,
               seed: np.random.SeedSequence, tie_rng: np.random.Generator, full_masks: np.ndarray,
               groups: np.ndarray | None, strata: np.ndarray | None = None,
               fold_means: Callable[[list[np.ndarray]], np.ndarray] | None = None) -> tuple[np.ndarray, list, np.ndarray]:
@@ -393,7 +393,7 @@ def _crossfit(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ranking: st
             means = np.stack([(total - S[f].sum(0)) / (n - f.size) for f in split])
         else:
             means = np.stack([stratum_weighted_means(S, np.setdiff1d(np.arange(n), f), strata) for f in split])
-        for rows, masks in zip(split, _topk_masks(means, ks, ranking, tie_rng)):
+        for rows, masks in zip(split, topk_masks(means, ks, ranking, tie_rng)):
             jac += _jaccard_to(masks, full_masks)
             m = cache.get(masks, rows)
             acc[rows] += m
@@ -401,7 +401,7 @@ def _crossfit(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ranking: st
     return acc / n_repeats, folds, jac / (n_repeats * n_folds)
 
 
-def _corrected_t(theta: np.ndarray, folds: list, m_clean: np.ndarray, m_empty: np.ndarray, n_folds: int,
+def corrected_t(theta: np.ndarray, folds: list, m_clean: np.ndarray, m_empty: np.ndarray, n_folds: int,
                  confidence_level: float) -> tuple[ConfidenceInterval, np.ndarray, int]:
     """Return (interval, standard error, df) of the cross-fitted ratio by the corrected resampled t.
 
@@ -425,7 +425,7 @@ def _corrected_t(theta: np.ndarray, folds: list, m_clean: np.ndarray, m_empty: n
     return ConfidenceInterval(theta - q * se, theta + q * se), se, j - 1
 
 
-def _reselect(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ranking: str, plan: ResamplingPlan,
+def _reselect(S: np.ndarray, cache: EvaluationCache, ks: list[int], ranking: str, plan: ResamplingPlan,
               tie_rng: np.random.Generator, full_masks: np.ndarray, rtol: float, atol: float) -> dict[str, np.ndarray]:
     """Return the in-sample estimate [C], the resampled selection errors [C, B] and distinct circuits [C].
 
@@ -437,7 +437,7 @@ def _reselect(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ranking: st
     rows = np.arange(n)
     w = plan.counts.astype(np.float64)
     means = (w @ S) / plan.totals[:, None]  # [B, E]
-    masks = _topk_masks(means, ks, ranking, tie_rng)  # [B, C, E]
+    masks = topk_masks(means, ks, ranking, tie_rng)  # [B, C, E]
     f_hat = ratio_of_means(cache.get(full_masks, rows), cache.m_clean, cache.m_empty, rtol=rtol, atol=atol)
     err = np.empty((len(ks), plan.n_resamples))
     distinct = np.zeros(len(ks), dtype=np.int64)
@@ -452,7 +452,7 @@ def _reselect(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ranking: st
     return {"f_hat": f_hat, "err": err, "distinct": distinct}
 
 
-def _check_selection_settings(scheme: str, method: str, n: int, n_folds: int, n_repeats: int,
+def check_selection_settings(scheme: str, method: str, n: int, n_folds: int, n_repeats: int,
                               n_resamples: int | None, confidence_level: float) -> None:
     """Raise InputError for an interval method the scheme lacks, too few resamples or too few examples per fold."""
     allowed = SCHEME_METHODS[scheme]
@@ -472,13 +472,13 @@ def _check_selection_settings(scheme: str, method: str, n: int, n_folds: int, n_
                              "more prompts")
 
 
-def _crossfit_interval(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ranking: str, n_folds: int,
+def _crossfit_interval(S: np.ndarray, cache: EvaluationCache, ks: list[int], ranking: str, n_folds: int,
                        n_repeats: int, seed: np.random.SeedSequence, tie_rng: np.random.Generator,
                        full_masks: np.ndarray, groups: np.ndarray | None, plan_fn: Callable,
                        method: str, confidence_level: float, rtol: float, atol: float,
                        strata: np.ndarray | None = None) -> dict[str, Any]:
     """Return estimate, intervals, SE and extra columns of the cross-fitted faithfulness."""
-    held, folds, jac = _crossfit(S, cache, ks, ranking, n_folds, n_repeats, seed, tie_rng, full_masks, groups,
+    held, folds, jac = crossfit(S, cache, ks, ranking, n_folds, n_repeats, seed, tie_rng, full_masks, groups,
                                  strata)
     extra: dict[str, np.ndarray] = {"fold_circuit_jaccard": jac}
     if method != "corrected-t":
@@ -489,13 +489,13 @@ def _crossfit_interval(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ra
         return {"estimate": r["estimate"], "intervals": r["intervals"], "se": r["se"], "n_bad": r["n_bad"],
                 "extra": extra, "n_resamples": plan.n_resamples, "plan": plan.describe()}
     theta = ratio_of_means(held, cache.m_clean, cache.m_empty, rtol=rtol, atol=atol)
-    ci, se, df = _corrected_t(theta, folds, cache.m_clean, cache.m_empty, n_folds, confidence_level)
+    ci, se, df = corrected_t(theta, folds, cache.m_clean, cache.m_empty, n_folds, confidence_level)
     extra["t_df"] = np.full(len(ks), df, dtype=np.int64)
     return {"estimate": theta, "intervals": {method: ci}, "se": se, "n_bad": 0, "extra": extra,
             "n_resamples": 0, "plan": None}
 
 
-def _reselect_interval(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ranking: str, plan: ResamplingPlan,
+def _reselect_interval(S: np.ndarray, cache: EvaluationCache, ks: list[int], ranking: str, plan: ResamplingPlan,
                        tie_rng: np.random.Generator, full_masks: np.ndarray, confidence_level: float, rtol: float, atol: float) -> dict[str, Any]:
     """Return estimate, interval, SE and extra columns of the re-selection bootstrap."""
     rs = _reselect(S, cache, ks, ranking, plan, tie_rng, full_masks, rtol, atol)
@@ -528,7 +528,7 @@ def selection_aware_faithfulness(S: np.ndarray, evaluate: Evaluate, ks: Sequence
     ``n_folds`` folds, each fold's top-k circuit is selected from the other folds' mean scores and
     evaluated on the fold; the estimate is the ratio of means of the held-out m(C) (averaged over
     repeats per example). ``method='corrected-t'`` (default) is the corrected resampled t interval
-    (:func:`_corrected_t`); 'percentile' / 'basic' / 'bca' bootstrap the held-out rows with the fold
+    (:func:`corrected_t`); 'percentile' / 'basic' / 'bca' bootstrap the held-out rows with the fold
     circuits held fixed (kept for comparison: they undercover). ``scheme='reselect'``
     (``method='basic'``): every bootstrap resample (``plan`` or ``n_resamples`` from ``seed``)
     re-selects its circuit, and the interval is the in-sample estimate minus the quantiles of the
@@ -551,7 +551,7 @@ def selection_aware_faithfulness(S: np.ndarray, evaluate: Evaluate, ks: Sequence
         raise InputError("method 'corrected-t' draws no resamples; drop plan (or pick a bootstrap method)")
     if plan is not None and seed is not None:
         raise InputError("pass either a plan or a seed, not both: the plan already fixes the resamples")
-    _check_selection_settings(scheme, method, n, n_folds, n_repeats,
+    check_selection_settings(scheme, method, n, n_folds, n_repeats,
                               (plan.n_resamples if plan is not None else int(n_resamples)) if uses_plan else None,
                               confidence_level)
     if groups is not None:
@@ -573,11 +573,11 @@ def selection_aware_faithfulness(S: np.ndarray, evaluate: Evaluate, ks: Sequence
         _check_plan(p, n)
         return p
 
-    cache = _EvaluationCache(evaluate, n, e)
+    cache = EvaluationCache(evaluate, n, e)
     if known is not None:
         masks_k, mc_k, mM_k, m0_k = known
         cache.add(np.atleast_2d(np.asarray(masks_k, dtype=bool)), np.arange(n), mc_k, mM_k, m0_k)
-    full_masks = _topk_masks(S.sum(0) / n, ks, ranking, tie_rng)
+    full_masks = topk_masks(S.sum(0) / n, ks, ranking, tie_rng)
     if scheme == "crossfit":
         r = _crossfit_interval(S, cache, ks, ranking, n_folds, n_repeats, split_seed, tie_rng, full_masks, groups,
                                plan_fn, method, confidence_level, rtol, atol, strata)

@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 
 from circuitstat.core.errors import InputError
 from circuitstat.pipelines.params import IG_STEPS, N_RESAMPLES, resamples_for_level
-from circuitstat.pipelines.spec import ABLATION, SCORE_METHOD, KGrid, TaskSpec, _RunOptions, load_yaml, validate_spec
+from circuitstat.pipelines.spec import ABLATION, SCORE_METHOD, KGrid, TaskSpec, RunOptions, load_yaml, validate_spec
 
 __all__ = ["CalibrationSpec", "FROM_SCORES_RUN", "PER_EXAMPLE_ABLATIONS", "check_calibration_spec",
            "load_calibration_spec", "parse_calibration_spec"]
@@ -22,7 +22,7 @@ __all__ = ["CalibrationSpec", "FROM_SCORES_RUN", "PER_EXAMPLE_ABLATIONS", "check
 PER_EXAMPLE_ABLATIONS = ("counterfactual", "zero")
 
 
-class CalibrationSpec(_RunOptions):
+class CalibrationSpec(RunOptions):
     """What a calibration study runs; see the module docstring."""
 
     model: str | None = None

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from ..spec import METHOD, _Strict  # the one spec base: strict, frozen, no unknown keys
+from ..spec import METHOD, StrictSpec  # the one spec base: strict, frozen, no unknown keys
 from ..yamlio import resolve_inside
 from .kinds import KINDS, statistics
 
@@ -32,7 +32,7 @@ Finite = Annotated[float, Field(allow_inf_nan=False)]
 Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 
 
-class ClaimBase(_Strict):
+class ClaimBase(StrictSpec):
     """What every claim has: an optional name and description, its kind, and the run table(s) of that kind."""
 
     name: str | None = Field(None, min_length=1, max_length=200)
@@ -425,7 +425,7 @@ KIND_MODELS: dict[str, type[ClaimBase]] = {
 }
 
 
-class ClaimsFile(_Strict):
+class ClaimsFile(StrictSpec):
     """A claims file: where the run is (or the spec to make it) and the claims."""
 
     run: str | None = Field(None, min_length=1)
