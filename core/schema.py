@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from circuitstat.core.schema_audit import AUDIT_TABLES, CHECK_TABLES, CIRCUIT_TEST_TABLES, DANGLING_REASON
+from circuitstat.core.schema_audit import AUDIT_TABLES, CHECK_TABLES, CIRCUIT_TEST_TABLES, DANGLING_REASON  # noqa: F401 - read from here
 from circuitstat.core.schema_core import B, F, I, S, Column, SchemaError, TableSchema
 from circuitstat.core.schema_results import RESULT_TABLES
 from circuitstat.core.schema_studies import GROUNDTRUTH_TABLES, STUDY_TABLES

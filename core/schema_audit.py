@@ -6,8 +6,8 @@ hypothesis tests of a circuit, and the tables ``circuitstat check`` and the summ
 from __future__ import annotations
 
 from circuitstat.core.schema_core import (B, DATA_JACCARD, DATA_PHI, EDGE_ESTIMAND, F, FIXED_F, MC_JACCARD,
-                                          MEDIAN_ESTIMAND, POP_JACCARD, REFIT, SELECTED_F, CONDITIONAL_F, TRIMMED_ESTIMAND,
-                                          I, S, K_COLUMN, METHOD_COLUMN, TableSchema, ci_columns, table_schema)
+                                         MEDIAN_ESTIMAND, POP_JACCARD, SELECTED_F, CONDITIONAL_F, TRIMMED_ESTIMAND,
+                                         I, S, K_COLUMN, METHOD_COLUMN, TableSchema, ci_columns, table_schema)
 
 __all__ = ["AUDIT_TABLES", "CHECK_TABLES", "CIRCUIT_TEST_TABLES", "DANGLING_REASON"]
 

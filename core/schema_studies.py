@@ -5,9 +5,8 @@ calibration study and the ground-truth study.
 
 from __future__ import annotations
 
-from circuitstat.core.schema_core import (B, DATA_JACCARD, DATA_PHI, EDGE_ESTIMAND, F, FIXED_F, MC_JACCARD,
-                                          MEDIAN_ESTIMAND, POP_JACCARD, REFIT, SELECTED_F, CONDITIONAL_F, TRIMMED_ESTIMAND,
-                                          I, S, K_COLUMN, METHOD_COLUMN, TableSchema, ci_columns, table_schema)
+from circuitstat.core.schema_core import (B, F, REFIT, I, S, K_COLUMN, METHOD_COLUMN, TableSchema, ci_columns,
+                                         table_schema)
 
 __all__ = ["STUDY_TABLES", "GROUNDTRUTH_TABLES"]
 

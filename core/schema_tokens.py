@@ -4,9 +4,7 @@ contribution weights, token-ablation drops, attention sinks and their stability 
 
 from __future__ import annotations
 
-from circuitstat.core.schema_core import (B, DATA_JACCARD, DATA_PHI, EDGE_ESTIMAND, F, FIXED_F, MC_JACCARD,
-                                          MEDIAN_ESTIMAND, POP_JACCARD, REFIT, SELECTED_F, CONDITIONAL_F, TRIMMED_ESTIMAND,
-                                          I, S, K_COLUMN, METHOD_COLUMN, TableSchema, ci_columns, table_schema)
+from circuitstat.core.schema_core import B, F, I, S, K_COLUMN, TableSchema, ci_columns, table_schema
 
 __all__ = ["TOKEN_TABLES"]
 

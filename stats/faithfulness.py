@@ -36,7 +36,6 @@ takes boolean edge masks [C, E] (True = edge live) and example indices, and retu
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -45,12 +44,14 @@ import numpy as np
 from circuitstat.core.errors import InputError
 from circuitstat.core.seeds import as_seed_sequence, seed_record, spawn_seeds
 from circuitstat.core.results import ConfidenceInterval, MethodIntervals, Result
-from circuitstat.core.topk import ranking_key, topk
+from circuitstat.core.topk import topk
 
-from .folds import MIN_PER_FOLD, fold_split
-from .intervals import METHODS, acceleration_from_jackknife, intervals_from_distribution
+from .faithfulness_settings import (SCHEME_METHODS, check_interval_settings, check_selection_design, check_selection_inputs,
+                                   min_resamples)
+from .folds import fold_split
+from .intervals import acceleration_from_jackknife, intervals_from_distribution
 from .resampling import ResamplingPlan
-from .strata import check_strata, stratum_weighted_means
+from .strata import stratum_weighted_means
 
 __all__ = [
     "ESTIMAND_FIXED",
@@ -70,21 +71,10 @@ ESTIMAND_SELECTED = ("faithfulness of the selection procedure at N, averaged ove
                      "on the prompt distribution of the top-k circuit selected from N prompts (selection included; "
                      "not the faithfulness of the one circuit reported)")
 
-SCHEMES = ("crossfit", "reselect")
-#: interval methods per scheme, default first
-SCHEME_METHODS = {"crossfit": ("corrected-t", *METHODS), "reselect": ("basic",)}
-
 Evaluate = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
 # --- building blocks -----------------------------------------------------------------------
-def min_resamples(confidence_level: float) -> int:
-    """Return the fewest resamples a two-sided interval needs: one resample beyond each quantile."""
-    alpha = 1.0 - confidence_level
-    # 2 / alpha resamples put B * alpha / 2 = 1 resample in each tail; round away float noise
-    return int(math.ceil(2.0 / alpha - 1e-9))
-
-
 def _undefined(den: np.ndarray, mean_clean: np.ndarray, mean_empty: np.ndarray, rtol: float,
                atol: float) -> np.ndarray:
     """Return True where m(M) − m(∅) is ~0 (circuitstat.circuits.faithfulness's rule): f is undefined."""
@@ -118,18 +108,6 @@ def _as_arrays(m_circuit: Any, m_clean: Any, m_empty: Any) -> tuple[np.ndarray, 
         if not np.isfinite(a).all():
             raise InputError(f"{name} has NaN/inf values; fix the metric (or drop those examples) first")
     return mc, mM, m0
-
-
-def _check_interval_settings(method: str, confidence_level: float, n_resamples: int) -> None:
-    """Raise InputError for an unknown method, a bad level or too few resamples."""
-    if method not in METHODS:
-        raise InputError(f"unknown interval method {method!r}; choose from {METHODS}")
-    if not 0.5 < confidence_level < 1:
-        raise InputError(f"confidence_level must lie in (0.5, 1), got {confidence_level}")
-    need = min_resamples(confidence_level)
-    if n_resamples < need:
-        raise InputError(f"{n_resamples} resamples are too few for a {confidence_level:.0%} {method} interval: "
-                         f"it needs at least {need} (one beyond each quantile); raise n_resamples")
 
 
 def _check_plan(plan: ResamplingPlan, n_obs: int) -> None:
@@ -274,9 +252,9 @@ def fixed_circuit_interval(m_circuit: np.ndarray, m_clean: np.ndarray, m_empty: 
     example, or one cluster for a cluster plan, out) in closed form. Resamples whose mean
     m(M) − m(∅) is ~0 are left out and counted (``n_undefined_resamples``).
     """
-    _check_interval_settings(method, confidence_level, plan.n_resamples)
+    check_interval_settings(method, confidence_level, plan.n_resamples)
     for m in methods or []:
-        _check_interval_settings(m, confidence_level, plan.n_resamples)
+        check_interval_settings(m, confidence_level, plan.n_resamples)
     mc, mM, m0 = _as_arrays(m_circuit, m_clean, m_empty)
     r = _ratio_interval(mc, mM, m0, plan, method=method, methods=methods, confidence_level=confidence_level,
                         rtol=rtol, atol=atol, keep_distribution=keep_distribution)
@@ -344,22 +322,6 @@ def topk_masks(means: np.ndarray, ks: Sequence[int], ranking: str, tie_rng: np.r
     for i, k in enumerate(ks):
         np.put_along_axis(masks[:, i], idx[:, :k], True, axis=1)
     return masks if np.ndim(means) == 2 else masks[0]
-
-
-def _check_selection_inputs(S: np.ndarray, ks: Sequence[int], ranking: str, scheme: str) -> tuple[np.ndarray, list[int]]:
-    """Return (S as float64, ks as ints) after checking them; raise InputError otherwise."""
-    S = np.asarray(S, dtype=np.float64)
-    if S.ndim != 2 or S.shape[0] < 2 or S.shape[1] < 2:
-        raise InputError(f"scores must be [N >= 2 examples, E >= 2 edges], got shape {S.shape}")
-    if not np.isfinite(S).all():
-        raise InputError("scores have NaN/inf values; fix or drop those edges before selecting circuits")
-    ranking_key(np.zeros(1), ranking)  # raises InputError for an unknown ranking
-    if scheme not in SCHEMES:
-        raise InputError(f"unknown scheme {scheme!r}; choose from {SCHEMES}")
-    ks = [int(k) for k in ks]
-    if not ks or min(ks) < 1 or max(ks) >= S.shape[1]:
-        raise InputError(f"every k must lie in [1, {S.shape[1] - 1}] (fewer than the {S.shape[1]} edges), got {ks}")
-    return S, ks
 
 
 def _jaccard_to(masks: np.ndarray, ref: np.ndarray) -> np.ndarray:
@@ -452,26 +414,6 @@ def _reselect(S: np.ndarray, cache: EvaluationCache, ks: list[int], ranking: str
     return {"f_hat": f_hat, "err": err, "distinct": distinct}
 
 
-def check_selection_settings(scheme: str, method: str, n: int, n_folds: int, n_repeats: int,
-                              n_resamples: int | None, confidence_level: float) -> None:
-    """Raise InputError for an interval method the scheme lacks, too few resamples or too few examples per fold."""
-    allowed = SCHEME_METHODS[scheme]
-    if method not in allowed:
-        raise InputError(f"scheme {scheme!r} offers methods {allowed}, got {method!r}")
-    if not 0.5 < confidence_level < 1:
-        raise InputError(f"confidence_level must lie in (0.5, 1), got {confidence_level}")
-    if n_resamples is not None:
-        _check_interval_settings(method if method in METHODS else "percentile", confidence_level, n_resamples)
-    if scheme == "crossfit":
-        if n_folds < 2 or n_repeats < 1 or n_folds * n_repeats < 3:
-            raise InputError(f"cross-fitting needs n_folds >= 2, n_repeats >= 1 and at least 3 splits in all, "
-                             f"got n_folds={n_folds}, n_repeats={n_repeats}")
-        if n // n_folds < MIN_PER_FOLD:
-            raise InputError(f"{n} examples give folds of {n // n_folds} with n_folds={n_folds}; each fold needs at "
-                             f"least {MIN_PER_FOLD} examples (N >= {MIN_PER_FOLD * n_folds}): use fewer folds or "
-                             "more prompts")
-
-
 def _crossfit_interval(S: np.ndarray, cache: EvaluationCache, ks: list[int], ranking: str, n_folds: int,
                        n_repeats: int, seed: np.random.SeedSequence, tie_rng: np.random.Generator,
                        full_masks: np.ndarray, groups: np.ndarray | None, plan_fn: Callable,
@@ -543,27 +485,11 @@ def selection_aware_faithfulness(S: np.ndarray, evaluate: Evaluate, ks: Sequence
     the folds are stratified and each fold's circuit is the top-k of the other folds' stratum-weighted
     means, i.e. of the same estimator run on the training prompts (crossfit only).
     """
-    S, ks = _check_selection_inputs(S, ks, ranking, scheme)
+    S, ks = check_selection_inputs(S, ks, ranking, scheme)
     n, e = S.shape
     method = method or SCHEME_METHODS[scheme][0]
-    uses_plan = scheme == "reselect" or method != "corrected-t"
-    if plan is not None and not uses_plan:
-        raise InputError("method 'corrected-t' draws no resamples; drop plan (or pick a bootstrap method)")
-    if plan is not None and seed is not None:
-        raise InputError("pass either a plan or a seed, not both: the plan already fixes the resamples")
-    check_selection_settings(scheme, method, n, n_folds, n_repeats,
-                              (plan.n_resamples if plan is not None else int(n_resamples)) if uses_plan else None,
-                              confidence_level)
-    if groups is not None:
-        groups = np.asarray(groups)
-        if groups.shape != (n,):
-            raise InputError(f"groups must hold one label per example ({n}), got shape {groups.shape}")
-        if scheme == "reselect":
-            raise InputError("scheme 'reselect' resamples examples, not groups; use scheme 'crossfit' with groups")
-    if strata is not None:
-        if scheme == "reselect":
-            raise InputError("strata are supported by scheme 'crossfit' only; use scheme 'crossfit'")
-        strata = check_strata(strata, n, min_size=2)
+    groups, strata = check_selection_design(scheme, method, n, n_folds, n_repeats, plan, n_resamples, seed,
+                                             confidence_level, groups, strata)
     root = as_seed_sequence(seed)
     split_seed, plan_seed, tie_seed = spawn_seeds(root, 3)
     tie_rng = np.random.default_rng(tie_seed)  # top-k ties broken at random from the run's seed

@@ -28,8 +28,9 @@ from circuitstat.core.errors import InputError
 from circuitstat.core.seeds import as_seed_sequence, seed_record, spawn_seeds
 from circuitstat.core.topk import ranking_key, topk_mask
 
-from .faithfulness import (ESTIMAND_SELECTED, Evaluate, FaithfulnessInterval, check_selection_settings,
-                           corrected_t, crossfit, EvaluationCache, topk_masks, ratio_of_means)
+from .faithfulness import (ESTIMAND_SELECTED, Evaluate, FaithfulnessInterval, corrected_t, crossfit, EvaluationCache,
+                           topk_masks, ratio_of_means)
+from .faithfulness_settings import check_selection_settings
 from .fieller import FiellerInterval, fieller_faithfulness
 from .folds import MIN_PER_FOLD, fold_split
 

@@ -88,7 +88,7 @@ def check_calibration_spec(spec: CalibrationSpec, source: str = "<spec>") -> Non
             raise InputError(f"{bad} the stability intervals need datasets of at least "
                              f"{MIN_OBS} prompts, but sizes start at {spec.sizes[0]}; drop the smaller sizes")
     if "faithfulness" in spec.intervals:
-        from circuitstat.stats.faithfulness import MIN_PER_FOLD
+        from circuitstat.stats.folds import MIN_PER_FOLD
 
         if spec.scores is None and spec.ablation not in PER_EXAMPLE_ABLATIONS:
             raise InputError(f"{bad} the faithfulness intervals need a per-example "
