@@ -78,7 +78,10 @@ QUOTE_MAX = 400
 longer ones show their two ends."""
 LINE_MAX = 4000
 """Characters of an error line at most (a message quoting many long values)."""
-_LONG = re.compile(r"""'[^'\n]{%d,}'|"[^"\n]{%d,}"|\S{%d,}""" % (QUOTE_MAX + 3, QUOTE_MAX + 3, QUOTE_MAX + 3))
+# a quoted value opens at a quote no letter precedes and closes at one no letter follows: the text between two short
+# quoted words ("needs a 'kind'; kinds: ...; give a bound: 'min'") or two apostrophes is not one value
+_LONG = re.compile(r"""(?<!\w)'[^'\n]{%d,}'(?!\w)|(?<!\w)"[^"\n]{%d,}"(?!\w)|\S{%d,}"""
+                   % (QUOTE_MAX + 3, QUOTE_MAX + 3, QUOTE_MAX + 3))
 
 
 def shorten_values(text: str) -> str:
