@@ -49,6 +49,9 @@ the registry is :mod:`circuitstat.pipelines.claims.kinds`):
   f_ci_low/high -- Fieller's set, with -inf/inf ends and the reason quoted when the full model's effect over the
   empty circuit is not distinguishable from 0 --, cpr, cmd and their intervals, n_unsupported, share_unsupported, inclusion_mean, inclusion_min,
   topk_jaccard), bounds.
+* ``published_edge`` (the same audit): ``edge`` (an edge of the published circuit), ``method``, ``statistic`` (q, the
+  edge's BH q-value; ci_low, ci_high of its mean effect -- edge_stats' own, refused where no_tail_seen is false --;
+  or inclusion, how often it enters the top-k circuits of the circuit's size over resamples), bounds.
 
 Kinds answered by a ``circuitstat tokens`` run (token contributions and attention sinks); in a
 cross-seed run (several ``--model``) each model's tables sit under ``model-<i>/`` and the claim

@@ -6,7 +6,7 @@ bound are the columns core/schema.py marks claimable in those tables), its evalu
 computed to answer it (``requires(claim, spec)``, the preflight of ``check --run-audit`` and ``check-circuit``)
 and the hint a run lacking its table gets. The claims file's ``Claim`` union (claimsfile.py), the evaluation
 (evaluation.py), the preflight (checking.py) and the reader's hints are all read from here, so a new kind is one
-module (its model and evaluator) and one entry below.
+module (its model and evaluator, e.g. kind_published_edge.py) and one entry below.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 from . import evaluators as ev
+from . import kind_published_edge as pe
 from . import models as m
 from . import requirements as req
 
@@ -98,6 +99,7 @@ KINDS: dict[str, ClaimKind] = {k.name: k for k in (
               "a missed-edges bound needs a verified run of some edges: 'verify: {edges: {top, random}, tau}'"),
     # a published circuit audited on this run (spec key circuit; docs/mib.md)
     ClaimKind(m.PublishedCircuitClaim, ev.evaluate_published_circuit, req.published_circuit, req.PUBLISHED_HINT),
+    ClaimKind(pe.PublishedEdgeClaim, pe.evaluate_published_edge, req.published_circuit, req.PUBLISHED_HINT),
     # hypothesis tests of a circuit (spec key tests; docs/hypothesis-tests.md), one kind per test
     ClaimKind(m.CircuitEquivalentClaim, ev.evaluate_circuit_test, req.tests_stage, _TESTS_STAGE),
     ClaimKind(m.CircuitEquivalentTostClaim, ev.evaluate_circuit_test, req.tests_stage, _TESTS_STAGE),
