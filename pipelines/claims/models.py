@@ -7,8 +7,8 @@ Every model is strict (no unknown keys) and frozen. Each names the run table(s) 
 (``HeadStabilityClaim`` is a claim about circuitstat.pipelines.heads.stability.HeadStability's tables).
 """
 
-# no ``from __future__ import annotations``: a model's ``statistic: Literal[claimable_in(TABLES)]`` is evaluated
-# in its class body, where ``TABLES`` is, so the field's annotation is the Literal itself, not a string
+from __future__ import annotations
+
 import re
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
