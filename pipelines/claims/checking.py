@@ -20,10 +20,9 @@ from typing import Any
 from circuitstat.core.errors import InputError
 
 from ..yamlio import read_yaml_strict, redacted_failure, redacted_validation_message
-from .bounds import bound_text
 from .evaluation import ClaimResult, evaluate_claims
 from .claimsfile import ClaimsFile
-from .kinds import KINDS, TOKEN_KINDS
+from .kinds import KINDS, TOKEN_KINDS, bound_text
 from .parsing import load_claims
 
 __all__ = ["CheckReport", "check", "claim_sizes", "default_run_dir", "preflight", "spec_problem"]

@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from circuitstat.core.errors import InputError
 
-from .bounds import bound_text, fmt
+from .bounds import fmt
 from .claimsfile import ClaimsFile
-from .kinds import KINDS, TABLE_HINTS
+from .kinds import KINDS, TABLE_HINTS, bound_text
 from .reader import ClaimError, RunReader
 
 __all__ = ["ClaimResult", "evaluate_claims"]

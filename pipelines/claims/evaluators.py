@@ -29,7 +29,8 @@ _FIX_METHOD = "add it to the spec's methods"
 
 
 def evaluate_edge_in_circuit(c: EdgeInCircuitClaim, run: RunReader) -> tuple[bool, dict, str]:
-    """Return (holds, observed, reason) of a edge_in_circuit claim on ``run``: the edge's inclusion frequency in the top-k circuit against min_inclusion."""
+    """Return (holds, observed, reason) of an edge_in_circuit claim on ``run``: the edge's inclusion frequency in the
+    top-k circuit against min_inclusion."""
     need(run, c.table, "method", c.method, _FIX_METHOD)
     need(run, c.table, "k", c.k, "", method=c.method)
     edge_known(run, c.edge)
@@ -45,7 +46,8 @@ def evaluate_edge_in_circuit(c: EdgeInCircuitClaim, run: RunReader) -> tuple[boo
 
 
 def evaluate_circuit_stability(c: CircuitStabilityClaim, run: RunReader) -> tuple[bool, dict, str]:
-    """Return (holds, observed, reason) of a circuit_stability claim on ``run``: a stability statistic of the top-k circuit against its bounds."""
+    """Return (holds, observed, reason) of a circuit_stability claim on ``run``: a stability statistic of the top-k
+    circuit against its bounds."""
     need(run, c.table, "method", c.method, _FIX_METHOD)
     need(run, c.table, "k", c.k, "", method=c.method)
     v = scalar(run, c.table, c.statistic, f"{c.method} k={c.k}", method=c.method, k=c.k)
@@ -54,7 +56,8 @@ def evaluate_circuit_stability(c: CircuitStabilityClaim, run: RunReader) -> tupl
 
 
 def evaluate_faithfulness(c: FaithfulnessClaim, run: RunReader) -> tuple[bool, dict, str]:
-    """Return (holds, observed, reason) of a faithfulness claim on ``run``: a faithfulness statistic (per k, or CPR/CMD) against its bounds."""
+    """Return (holds, observed, reason) of a faithfulness claim on ``run``: a faithfulness statistic (per k, or
+    CPR/CMD) against its bounds."""
     need(run, c.table, "method", c.method, _FIX_METHOD)
     eq: dict[str, Any] = {"method": c.method}
     if c.k is not None:
@@ -73,7 +76,8 @@ EDGE_EFFECT_COLUMNS = {"mean": ("estimate", "ci_low", "ci_high", "q"),
 
 
 def evaluate_edge_effect(c: EdgeEffectClaim, run: RunReader) -> tuple[bool, dict, str]:
-    """Return (holds, observed, reason) of a edge_effect claim on ``run``: the edge's effect: its sign, BH q-value and (optionally) size."""
+    """Return (holds, observed, reason) of an edge_effect claim on ``run``: the edge's effect: its sign, BH q-value and
+    (optionally) size."""
     need(run, c.table, "method", c.method, _FIX_METHOD)
     edge_known(run, c.edge)
     cols = EDGE_EFFECT_COLUMNS[c.estimand]
@@ -134,7 +138,7 @@ def _at_p_floor(run: RunReader, table: str, **eq) -> str:
 
 
 def evaluate_head_stability(c: HeadStabilityClaim, run: RunReader) -> tuple[bool, dict, str]:
-    """Return (holds, observed, reason) of a head_stability claim on ``run``: a head's stability statistic against its bounds."""
+    """Return (holds, observed, reason) of a head_stability claim: a head's stability statistic against its bounds."""
     cols = [c.statistic]
     if not run.rows(c.table, cols, layer=c.layer, head=c.head):
         layers = run.distinct(c.table, "layer")
@@ -153,7 +157,8 @@ def evaluate_head_stability(c: HeadStabilityClaim, run: RunReader) -> tuple[bool
 
 
 def evaluate_layer_stability(c: LayerStabilityClaim, run: RunReader) -> tuple[bool, dict, str]:
-    """Return (holds, observed, reason) of a layer_stability claim on ``run``: a layer's stability statistic against its bounds."""
+    """Return (holds, observed, reason) of a layer_stability claim: a layer's stability statistic against its
+    bounds."""
     if not run.rows(c.table, [c.statistic], layer=c.layer):
         raise ClaimError(f"layer {c.layer} is not in the run's {c.table} table (layers {run.distinct(c.table, 'layer')}); "
                          "check the claim's layer")
@@ -163,7 +168,8 @@ def evaluate_layer_stability(c: LayerStabilityClaim, run: RunReader) -> tuple[bo
 
 
 def evaluate_approximation(c: ApproximationClaim, run: RunReader) -> tuple[bool, dict, str]:
-    """Return (holds, observed, reason) of a approximation claim on ``run``: an approximation's agreement with exact against its bounds."""
+    """Return (holds, observed, reason) of an approximation claim on ``run``: an approximation's agreement with exact
+    against its bounds."""
     need(run, c.table, "method", c.method, "add it and 'exact' to the spec's methods")
     eq: dict[str, Any] = {"method": c.method}
     if c.k is not None:
@@ -185,7 +191,7 @@ _FIX_VERIFY = "add it to the spec's methods with verify: {n: 16} (or run attribu
 
 
 def evaluate_verified_edge(c: VerifiedEdgeClaim, run: RunReader) -> tuple[bool, dict, str]:
-    """Return (holds, observed, reason) of a verified_edge claim on ``run``: an edge's verified statistic against its bounds."""
+    """Return (holds, observed, reason) of a verified_edge claim: an edge's verified statistic against its bounds."""
     need(run, c.table, "method", c.method, _FIX_VERIFY)
     edge_known(run, c.edge)
     cols = ["estimate", "ci_low", "ci_high", "qvalue", "estimand"]
@@ -205,7 +211,8 @@ def evaluate_verified_edge(c: VerifiedEdgeClaim, run: RunReader) -> tuple[bool, 
 
 
 def evaluate_missed_edges(c: MissedEdgesClaim, run: RunReader) -> tuple[bool, dict, str]:
-    """Return (holds, observed, reason) of a missed_edges claim on ``run``: the missed-edges bound of a verified run against its bounds."""
+    """Return (holds, observed, reason) of a missed_edges claim on ``run``: the missed-edges bound of a verified run
+    against its bounds."""
     need(run, c.table, "method", c.method, "verify it with verify: {n: 16, edges: {top: m, random: r}, tau: t}")
     v = scalar(run, c.table, c.statistic, f"{c.method}", method=c.method)
     (r,) = run.rows(c.table, ["tau", "level", "n_unverified"], method=c.method)
@@ -215,7 +222,8 @@ def evaluate_missed_edges(c: MissedEdgesClaim, run: RunReader) -> tuple[bool, di
 
 
 def evaluate_published_circuit(c: PublishedCircuitClaim, run: RunReader) -> tuple[bool, dict, str]:
-    """Return (holds, observed, reason) of a published_circuit claim on ``run``: a statistic of the published circuit against its bounds."""
+    """Return (holds, observed, reason) of a published_circuit claim on ``run``: a statistic of the published circuit
+    against its bounds."""
     need(run, c.table, "method", c.method, "add it to the spec's methods (and give the spec a circuit: key)")
     v = scalar(run, c.table, c.statistic, c.method, method=c.method)
     ok, reason = bounded(v, c, f"{c.statistic} of the published circuit ({c.method})")
@@ -226,7 +234,7 @@ def evaluate_published_circuit(c: PublishedCircuitClaim, run: RunReader) -> tupl
 
 
 def evaluate_sink(c: SinkClaim, run: RunReader) -> tuple[bool, dict, str]:
-    """Return (holds, observed, reason) of a sink claim on ``run``: a head's sink statistic against its bounds."""
+    """Return (holds, observed, reason) of a sink claim: a head's sink statistic against its bounds."""
     part = run.part(c.model, c.table)
     node = f"a{c.layer}.h{c.head}"
     if not part.rows(c.table, ["node"], layer=c.layer, head=c.head):
@@ -245,7 +253,7 @@ def evaluate_sink(c: SinkClaim, run: RunReader) -> tuple[bool, dict, str]:
 
 
 def evaluate_token_drop(c: TokenDropClaim, run: RunReader) -> tuple[bool, dict, str]:
-    """Return (holds, observed, reason) of a token_drop claim on ``run``: a token-ablation drop statistic against its bounds."""
+    """Return (holds, observed, reason) of a token_drop claim: a token-ablation drop statistic against its bounds."""
     part = token_part(run, c.model, c.table, c.k, [c.measure])
     where = f"the metric drop from ablating {c.measure}'s top-{c.k} tokens" + model_label(c.model)
     v = scalar(part, c.table, c.statistic, where, measure=c.measure, k=c.k)
@@ -255,7 +263,8 @@ def evaluate_token_drop(c: TokenDropClaim, run: RunReader) -> tuple[bool, dict, 
 
 
 def evaluate_token_importance(c: TokenImportanceClaim, run: RunReader) -> tuple[bool, dict, str]:
-    """Return (holds, observed, reason) of a token_importance claim on ``run``: the Holm verdict that measure_a's tokens matter more than measure_b's."""
+    """Return (holds, observed, reason) of a token_importance claim on ``run``: the Holm verdict that measure_a's
+    tokens matter more than measure_b's."""
     a, b = c.measure_a, c.measure_b
     part = token_part(run, c.model, c.table, c.k, [a, b], ("measure_a", "measure_b"))
     cols = ["difference", "ci_low", "ci_high", "pvalue_holm", "verdict", "interval_reliable", "multiplicity"]
@@ -283,7 +292,8 @@ def evaluate_token_importance(c: TokenImportanceClaim, run: RunReader) -> tuple[
 
 
 def evaluate_sink_stability(c: SinkStabilityClaim, run: RunReader) -> tuple[bool, dict, str]:
-    """Return (holds, observed, reason) of a sink_stability claim on ``run``: an item of sink_stability or sink_matching against its bounds."""
+    """Return (holds, observed, reason) of a sink_stability claim on ``run``: an item of sink_stability or
+    sink_matching against its bounds."""
     from circuitstat.stats.sink_matching import ITEMS as MATCHED_ITEMS
 
     plain, matched = c.tables  # sink_stability, sink_matching: an item of either
@@ -311,7 +321,8 @@ def evaluate_sink_stability(c: SinkStabilityClaim, run: RunReader) -> tuple[bool
 
 
 def evaluate_token_stability(c: TokenStabilityClaim, run: RunReader) -> tuple[bool, dict, str]:
-    """Return (holds, observed, reason) of a token_stability claim on ``run``: the seeds' top-k token agreement against its bounds."""
+    """Return (holds, observed, reason) of a token_stability claim on ``run``: the seeds' top-k token agreement
+    against its bounds."""
     part = token_part(run, None, c.table, c.k, [c.measure])
     where = f"the top-{c.k} {c.measure} token Jaccard between seeds"
     v = scalar(part, c.table, c.statistic, where, measure=c.measure, k=c.k)

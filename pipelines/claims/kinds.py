@@ -3,10 +3,11 @@
 A kind's entry carries everything every entry point needs to know about it: its pydantic model (the model's
 ``kind`` literal is the kind's name, its ``TABLES`` the run tables that answer it, and the statistics it may
 bound are the columns core/schema.py marks claimable in those tables), its evaluator, what the run must have
-computed to answer it (``requires(claim, spec)``, the preflight of ``check --run-audit`` and ``check-circuit``)
-and the hint a run lacking its table gets. The claims file's ``Claim`` union (claimsfile.py), the evaluation
-(evaluation.py), the preflight (checking.py) and the reader's hints are all read from here, so a new kind is one
-module (its model and evaluator, e.g. kind_published_edge.py) and one entry below.
+computed to answer it (``requires(claim, spec)``, the preflight of ``check --run-audit`` and ``check-circuit``),
+the hint a run lacking its table gets and the text of its bound in the results. The claims file's ``Claim`` union
+(claimsfile.py), the evaluation (evaluation.py), the preflight (checking.py), the reader's hints and the bound
+texts are all read from here, so a new kind is one module (its model and evaluator, e.g. kind_published_edge.py)
+and one entry below.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
+from . import bounds as b
 from . import evaluators as ev
 from . import kind_published_edge as pe
 from . import models as m
 from . import requirements as req
 
-__all__ = ["ClaimKind", "KINDS", "CLAIM_KINDS", "TOKEN_KINDS", "CIRCUIT_TESTS", "TABLE_HINTS", "statistics"]
+__all__ = ["ClaimKind", "KINDS", "CLAIM_KINDS", "TOKEN_KINDS", "CIRCUIT_TESTS", "TABLE_HINTS", "bound_text", "statistics"]
 
 #: (holds, observed values, reason) of one claim on one run; an evaluator raises ClaimError when it cannot answer
 Evaluator = Callable[[Any, Any], tuple[bool, dict, str]]
@@ -42,6 +44,8 @@ class ClaimKind:
     hint: str | tuple[str, ...]
     #: "audit" (``circuitstat audit`` / ``check`` with a spec) or "tokens" (``circuitstat tokens``)
     answered_by: Literal["audit", "tokens"] = "audit"
+    #: claim -> its bound as the results print it (default: the statistic against min/max)
+    bound: Callable[[Any], str] = b.statistic_bound
 
     def __post_init__(self) -> None:
         if isinstance(self.hint, tuple) and len(self.hint) != len(self.tables):
@@ -82,12 +86,12 @@ _SEVERAL_SEEDS = "stability needs several seeds: list two or more models under '
 
 KINDS: dict[str, ClaimKind] = {k.name: k for k in (
     ClaimKind(m.EdgeInCircuitClaim, ev.evaluate_edge_in_circuit, req.method_and_k,
-              "inclusion frequencies come from the audit's circuit-stability stage"),
+              "inclusion frequencies come from the audit's circuit-stability stage", bound=b.inclusion_bound),
     ClaimKind(m.CircuitStabilityClaim, ev.evaluate_circuit_stability, req.method_and_k,
               "circuit stability comes from the audit's circuit-stability stage"),
     ClaimKind(m.FaithfulnessClaim, ev.evaluate_faithfulness, req.faithfulness, "set 'faithfulness: true' in the spec"),
     ClaimKind(m.EdgeEffectClaim, ev.evaluate_edge_effect, req.method_and_k,
-              "edge estimates, CIs and q-values come from the audit's resampling stage"),
+              "edge estimates, CIs and q-values come from the audit's resampling stage", bound=b.effect_bound),
     ClaimKind(m.HeadStabilityClaim, ev.evaluate_head_stability, req.head_stability, f"head {_SEVERAL_SEEDS}"),
     ClaimKind(m.LayerStabilityClaim, ev.evaluate_layer_stability, req.several_seeds, f"layer {_SEVERAL_SEEDS}"),
     ClaimKind(m.ApproximationClaim, ev.evaluate_approximation, req.approximation,
@@ -101,15 +105,17 @@ KINDS: dict[str, ClaimKind] = {k.name: k for k in (
     ClaimKind(m.PublishedCircuitClaim, ev.evaluate_published_circuit, req.published_circuit, req.PUBLISHED_HINT),
     ClaimKind(pe.PublishedEdgeClaim, pe.evaluate_published_edge, req.published_circuit, req.PUBLISHED_HINT),
     # hypothesis tests of a circuit (spec key tests; docs/hypothesis-tests.md), one kind per test
-    ClaimKind(m.CircuitEquivalentClaim, ev.evaluate_circuit_test, req.tests_stage, _TESTS_STAGE),
-    ClaimKind(m.CircuitEquivalentTostClaim, ev.evaluate_circuit_test, req.tests_stage, _TESTS_STAGE),
-    ClaimKind(m.CircuitIndependentClaim, ev.evaluate_circuit_test, req.tests_stage, _TESTS_STAGE),
+    ClaimKind(m.CircuitEquivalentClaim, ev.evaluate_circuit_test, req.tests_stage, _TESTS_STAGE, bound=b.circuit_test_bound),
+    ClaimKind(m.CircuitEquivalentTostClaim, ev.evaluate_circuit_test, req.tests_stage, _TESTS_STAGE, bound=b.circuit_test_bound),
+    ClaimKind(m.CircuitIndependentClaim, ev.evaluate_circuit_test, req.tests_stage, _TESTS_STAGE, bound=b.circuit_test_bound),
     ClaimKind(m.CircuitMinimalClaim, ev.evaluate_circuit_test, req.tests_stage,
-              (_TESTS_STAGE, "minimality claims need the audit's tests stage: add tests: {k: K} to the spec")),
-    ClaimKind(m.CircuitSufficientClaim, ev.evaluate_circuit_test, req.tests_stage, _TESTS_STAGE),
-    ClaimKind(m.CircuitPartiallyNecessaryClaim, ev.evaluate_circuit_test, req.tests_stage, _TESTS_STAGE),
+              (_TESTS_STAGE, "minimality claims need the audit's tests stage: add tests: {k: K} to the spec"),
+              bound=b.circuit_test_bound),
+    ClaimKind(m.CircuitSufficientClaim, ev.evaluate_circuit_test, req.tests_stage, _TESTS_STAGE, bound=b.circuit_test_bound),
+    ClaimKind(m.CircuitPartiallyNecessaryClaim, ev.evaluate_circuit_test, req.tests_stage, _TESTS_STAGE, bound=b.circuit_test_bound),
     ClaimKind(m.SinkClaim, ev.evaluate_sink, req.tokens_run, _TOKENS_RUN, "tokens"),
-    ClaimKind(m.TokenImportanceClaim, ev.evaluate_token_importance, req.tokens_run, _TOKENS_RUN, "tokens"),
+    ClaimKind(m.TokenImportanceClaim, ev.evaluate_token_importance, req.tokens_run, _TOKENS_RUN, "tokens",
+              bound=b.verdict_bound),
     ClaimKind(m.TokenDropClaim, ev.evaluate_token_drop, req.tokens_run, _TOKENS_RUN, "tokens"),
     # an item of sink_stability, or of sink_matching (sink heads matched across seeds): either table's columns
     ClaimKind(m.SinkStabilityClaim, ev.evaluate_sink_stability, req.tokens_run,
@@ -138,6 +144,11 @@ def _table_hints() -> dict[str, str]:
 
 #: what makes each table a claim reads, for the error of a run that lacks it (circuitstat.pipelines.claims.reader)
 TABLE_HINTS: dict[str, str] = _table_hints()
+
+
+def bound_text(claim: Any) -> str:
+    """Return the claim's bound as the results table prints it (its kind's ``bound``)."""
+    return KINDS[claim.kind].bound(claim)
 
 
 def statistics(kind: str) -> tuple[str, ...]:

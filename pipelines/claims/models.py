@@ -309,10 +309,6 @@ class _CircuitTestClaim(ClaimBase):
     def _auto_label(self) -> str:
         return f"{self.method + ' ' if self.method else ''}alpha={self.alpha:g}"
 
-    def test_bound(self) -> str:
-        """Return the claim's bound as the results table prints it."""
-        return f"{self.TEST} p {'<=' if self.WANT_REJECT else '>'} {self.alpha:g}"
-
 
 class CircuitEquivalentClaim(_CircuitTestClaim):
     """The circuit and the model perform alike up to the run's margin: equivalence not rejected at alpha."""
