@@ -34,8 +34,9 @@ def spec_problem(claim: Any, spec: Any) -> str | None:
 
 
 def claim_sizes(cf: ClaimsFile) -> list[int]:
-    """Return the circuit sizes k the claims ask about (an audit's k grid must hold them; approximation's k is not one)."""
-    return sorted({c.k for c in cf.claims if getattr(c, "k", None) is not None and c.kind != "approximation"})
+    """Return the circuit sizes k the claims ask about (an audit's k grid must hold them; a kind whose k is not a
+    circuit size, approximation's top_k_overlap, says so in its registry entry)."""
+    return sorted({c.k for c in cf.claims if getattr(c, "k", None) is not None and KINDS[c.kind].k_is_circuit_size})
 
 
 def preflight(cf: ClaimsFile, spec: Any, what: str) -> None:

@@ -46,6 +46,8 @@ class ClaimKind:
     answered_by: Literal["audit", "tokens"] = "audit"
     #: claim -> its bound as the results print it (default: the statistic against min/max)
     bound: Callable[[Any], str] = b.statistic_bound
+    #: whether a claim's ``k`` is a circuit size the audit's k grid must hold (approximation's is top_k_overlap's)
+    k_is_circuit_size: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.hint, tuple) and len(self.hint) != len(self.tables):
@@ -95,7 +97,8 @@ KINDS: dict[str, ClaimKind] = {k.name: k for k in (
     ClaimKind(m.HeadStabilityClaim, ev.evaluate_head_stability, req.head_stability, f"head {_SEVERAL_SEEDS}"),
     ClaimKind(m.LayerStabilityClaim, ev.evaluate_layer_stability, req.several_seeds, f"layer {_SEVERAL_SEEDS}"),
     ClaimKind(m.ApproximationClaim, ev.evaluate_approximation, req.approximation,
-              "approximation error needs 'exact' and the approximate method in the spec's methods"),
+              "approximation error needs 'exact' and the approximate method in the spec's methods",
+              k_is_circuit_size=False),
     # verified runs (spec key verify; docs/verified.md): the mean exact effect of an edge, and the missed-edges bound
     ClaimKind(m.VerifiedEdgeClaim, ev.evaluate_verified_edge, req.verified_edge,
               "verified claims need a verified run: 'verify: {n: ...}' in the audit spec, or attribute --verify N"),

@@ -367,6 +367,12 @@ def test_the_registry_declares_each_kind_and_its_tables_once():
     # a claim reads the table its kind declares
     claim = parse_claims({"claims": [PASSING["claims"][1]]}).claims[0]
     assert claim.table == KINDS["circuit_stability"].table == "stability_vs_k"
+    # the k grid an audit needs holds the claims' circuit sizes, not approximation's top_k_overlap k
+    from circuitstat.pipelines.claims import claim_sizes
+
+    sized = parse_claims({"claims": [PASSING["claims"][0], {**PASSING["claims"][11], "k": 30}, {**PASSING["claims"][1], "k": 7}]})
+    assert [c.kind for c in sized.claims] == ["edge_in_circuit", "approximation", "circuit_stability"]
+    assert claim_sizes(sized) == [7, 20] and sized.claims[1].k == 30 and not KINDS["approximation"].k_is_circuit_size
     # an entry whose hints do not match its tables is refused where it is declared
     with pytest.raises(ValueError, match="2 hints for 1 tables"):
         ClaimKind(KINDS["faithfulness"].model, KINDS["faithfulness"].evaluate, KINDS["faithfulness"].requires, ("a", "b"))
