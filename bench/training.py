@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from circuitstat.circuits.model import CircuitModel
 from circuitstat.pipelines.training import prepare_data, train_model
-from circuitstat.pipelines.training.data import _Batches
+from circuitstat.pipelines.training.data import Batches
 from circuitstat.pipelines.training.loop import _init
 from circuitstat.pipelines.zoo import ZOO_RECIPES
 
@@ -38,7 +38,7 @@ def plain_loop(recipe, data, steps: int, seed: int = 0, fused: bool = True) -> f
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=recipe.betas,
                             weight_decay=recipe.weight_decay, foreach=False)
-    batches = _Batches(np.load(data.train_tokens, mmap_mode="r"), recipe.n_ctx + 1, recipe.batch_size, seed)
+    batches = Batches(np.load(data.train_tokens, mmap_mode="r"), recipe.n_ctx + 1, recipe.batch_size, seed)
     fwd = model.fused_logits if fused else model
     t0 = time.perf_counter()
     for step in range(steps):

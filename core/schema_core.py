@@ -2,7 +2,7 @@
 
 The registries (core/schema.py: run tables; core/schema_results.py: the tables of every
 Result class) are built from these. An interval is a ``<prefix>_low`` / ``<prefix>_high`` column
-pair declared with :func:`_ci`, whose doc says what it covers (docs/calibration.md: every interval names its
+pair declared with :func:`ci_columns`, whose doc says what it covers (DESIGN.md: every interval names its
 estimand); :meth:`TableSchema.intervals` finds them, so ``Result.conf_int`` needs no per-class code.
 """
 
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 __all__ = ["Column", "TableSchema", "SchemaError", "S", "I", "F", "B", "MATRIX", "EDGE_ESTIMAND", "MC_JACCARD",
-           "DATA_JACCARD", "HALF_JACCARD", "POP_JACCARD", "DATA_PHI", "FIXED_F", "SELECTED_F", "CONDITIONAL_F", "REFIT"]
+           "DATA_JACCARD", "HALF_JACCARD", "POP_JACCARD", "DATA_PHI", "FIXED_F", "SELECTED_F", "CONDITIONAL_F", "REFIT",
+           "METHOD_COLUMN", "K_COLUMN", "table_schema", "ci_columns"]
 
 S, I, F, B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
 #: registered type of a per-example matrix column: fixed-size lists of float32 (one row per example)
@@ -39,6 +40,11 @@ SELECTED_F = ("faithfulness of the selection procedure at N, averaged over refit
 CONDITIONAL_F = ("faithfulness on the prompt distribution of the reported circuit (fitted on half the prompts, "
                  "evaluated on the other half)")
 REFIT = "stability over the distribution of training seeds (every refit an anchor)"
+
+# the key columns most run tables share (a column is a (name, type, doc[, claimable, optional]) tuple)
+METHOD_COLUMN = ("method", S, "discovery method: attribution (exact, eap, eap-ig-inputs, eap-ig-activations, clean-corrupted, "
+           "atp-qkfix, atp-graddrop, atpstar, ensemble) or mask-learned (edge-pruning, ugs)")
+K_COLUMN = ("k", I, "circuit size: number of edges (or nodes) kept")
 
 
 class SchemaError(ValueError):
@@ -125,10 +131,12 @@ def _castable(got: pa.DataType, want: pa.DataType) -> bool:
     return pa.types.is_integer(got) and pa.types.is_floating(want)
 
 
-def _table(name: str, doc: str, *cols: tuple) -> TableSchema:
+def table_schema(name: str, doc: str, *cols: tuple) -> TableSchema:
+    """Return the TableSchema of table ``name`` from column tuples (name, type, doc[, claimable, optional])."""
     return TableSchema(name, doc, tuple(Column(*c) for c in cols))
 
 
-def _ci(prefix: str, of: str, covers: str, claimable: bool = True) -> tuple[tuple, tuple]:
+def ci_columns(prefix: str, of: str, covers: str, claimable: bool = True) -> tuple[tuple, tuple]:
+    """Return the column tuples of an interval ``<prefix>_low/_high`` for ``of``, whose docs say what it covers."""
     return ((f"{prefix}_low", F, f"lower end of the interval for {of} (covers: {covers})", claimable),
             (f"{prefix}_high", F, f"upper end of the interval for {of} (covers: {covers})", claimable))

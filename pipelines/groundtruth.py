@@ -41,7 +41,7 @@ from pydantic import Field
 from circuitstat.core.errors import InputError
 
 from circuitstat.core.params import BATCH_SIZE, IG_STEPS, N_RESAMPLES, resamples_for_level
-from circuitstat.pipelines.spec import METHOD, KGrid, _RunOptions, load_yaml, validate_spec
+from circuitstat.pipelines.spec import METHOD, KGrid, RunOptions, load_yaml, validate_spec
 from circuitstat.pipelines.kinds import RunKind
 from circuitstat.pipelines.groundtruth_masks import MASK_METHODS, EdgePruningOptions
 from circuitstat.pipelines.spec import UGSOptions
@@ -62,7 +62,7 @@ KEYS = ("model", "method", "n")
 GT_METHOD = Literal[METHOD, "edge-pruning"]
 
 
-class GroundTruthSpec(_RunOptions):
+class GroundTruthSpec(RunOptions):
     """What a ground-truth study runs; see the module docstring."""
 
     models: list[str] = Field(default_factory=lambda: list(DEFAULT_MODELS), min_length=1)
@@ -253,6 +253,16 @@ def _columns(rows: list[dict], table: str | None = None) -> dict[str, list]:
     return {c: [] for c in columns(table)} if table else {}
 
 
+def _check_circuit_sizes(spec: GroundTruthSpec, loaded: dict) -> None:
+    """Raise InputError when a circuit size the study selects (k_multiples x the true circuit's size) exceeds a
+    model's graph; None when every size fits."""
+    for m, gt in loaded.items():
+        k_true, n_edges = int(gt.truth.sum()), int(gt.truth.size)
+        if max(1, round(max(spec.k_multiples) * k_true)) > n_edges:
+            raise InputError(f"k_multiples up to {max(spec.k_multiples):g} x the true circuit ({k_true} edges) exceed "
+                             f"the {n_edges} edges of {m}; use k_multiples of at most {n_edges / k_true:g}")
+
+
 def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int | None = None,
                           force: bool = False, allow_large: bool = False) -> RunTables:
     """Run (or resume) the ground-truth study of ``spec`` into run directory ``out``; return its tables.
@@ -271,11 +281,7 @@ def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int
 
     use_deterministic()
     loaded = {m: load_groundtruth(m) for m in spec.models}  # every source is checked before anything is written
-    for m, gt in loaded.items():  # every circuit size fits the model's graph, before any attribution
-        k_true, n_edges = int(gt.truth.sum()), int(gt.truth.size)
-        if max(1, round(max(spec.k_multiples) * k_true)) > n_edges:
-            raise InputError(f"k_multiples up to {max(spec.k_multiples):g} x the true circuit ({k_true} edges) exceed "
-                             f"the {n_edges} edges of {m}; use k_multiples of at most {n_edges / k_true:g}")
+    _check_circuit_sizes(spec, loaded)  # before any attribution
     from circuitstat.pipelines.work import announce, check_groundtruth
 
     announce("study groundtruth", check_groundtruth(spec, loaded, allow_large=allow_large))  # before any work

@@ -154,7 +154,7 @@ def _simulate(S: np.ndarray, names: list[str], method: str, n: int, ks: list[int
 
 def _split_claims(cf, method: str):
     """(the claims file of the simulated claims or None, {claim index: why it is not simulated})."""
-    from circuitstat.pipelines.claims.models import ClaimsFile
+    from circuitstat.pipelines.claims.claimsfile import ClaimsFile
 
     skip = {}
     for i, c in enumerate(cf.claims):

@@ -34,7 +34,9 @@ RESERVED_TASK_OPTIONS = ("n", "seed", "metric", "tokenizer")
 """Task settings with their own spec key (task.n, task.seed, task.metric): never in task.options."""
 
 
-class _Strict(BaseModel):
+class StrictSpec(BaseModel):
+    """The base of every spec section: strict types, frozen, no unknown keys (old keys read with a warning)."""
+
     # strict: no silent coercion (true -> 1, "3" -> 3); ints are still accepted for floats.
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     #: old key -> new key of this section: an old key is still read, with a warning naming the new one
@@ -71,7 +73,7 @@ KGrid = Annotated[list[int], AfterValidator(_k_grid)]
 """Circuit sizes: positive, deduplicated and sorted."""
 
 
-class _RunOptions(_Strict):
+class RunOptions(StrictSpec):
     """How a spec runs, shared by every spec: batch size, seed, workers, device, dtype."""
 
     batch_size: int = BATCH_SIZE.pydantic()
@@ -97,7 +99,7 @@ def no_reserved_task_options(options: dict[str, Any], prefix: str) -> dict[str, 
     return options
 
 
-class TaskSpec(_Strict):
+class TaskSpec(StrictSpec):
     """Which task, how many examples, which metric."""
 
     name: str = "induction"
@@ -112,7 +114,7 @@ class TaskSpec(_Strict):
         return no_reserved_task_options(v, "task.")
 
 
-class BootstrapSpec(_Strict):
+class BootstrapSpec(StrictSpec):
     """Resampling over examples: bootstrap, cluster bootstrap over task groups, or half-splits."""
 
     n_resamples: int = N_RESAMPLES.pydantic("audit")
@@ -125,7 +127,7 @@ class BootstrapSpec(_Strict):
                        "cr2_t"] | None = None
 
 
-class HeadsSpec(_Strict):
+class HeadsSpec(StrictSpec):
     """Head stability across the spec's models (needs two or more)."""
 
     _renamed = {"n_boot": "n_resamples"}
@@ -141,7 +143,7 @@ class HeadsSpec(_Strict):
     min_excess: float = Field(MIN_EXCESS, ge=MIN_EXCESS_BOUNDS[0], le=MIN_EXCESS_BOUNDS[1])
 
 
-class VerifyEdgesSpec(_Strict):
+class VerifyEdgesSpec(StrictSpec):
     """Verify some edges only: the top-``top`` candidates by |approximate mean| plus ``random`` of the rest."""
 
     _section = "verify.edges."
@@ -150,7 +152,7 @@ class VerifyEdgesSpec(_Strict):
     random: int = Field(ge=1, le=1_000_000)
 
 
-class VerifySpec(_Strict):
+class VerifySpec(StrictSpec):
     """A verified run (docs/verified.md): exact patching on ``n`` uniformly random prompts (drawn from ``seed``,
     or from the run's seed and the stage's name) checks each approximate method; PPI++ intervals for the mean
     exact effect. ``edges``: verify only some edges, and bound the unverified ones above ``tau``."""
@@ -201,7 +203,7 @@ def check_verify(verify: VerifySpec | None, *, methods, n_prompts: int, level: s
                          f"model's {n_edges}; lower top or random")
 
 
-class _MaskOptions(_Strict):
+class _MaskOptions(StrictSpec):
     """The options every mask-learned fit shares; ``ablation``: ``run`` (the run's ablation, e.g. counterfactual) or
     ``optimal`` (learned constants, Li & Janson 2024: circuitstat.circuits.optimal_ablation)."""
 
@@ -282,7 +284,7 @@ def mask_draws(method: str, options) -> int:
     return int(getattr(options, name)) if name else 1
 
 
-class CircuitFileSpec(_Strict):
+class CircuitFileSpec(StrictSpec):
     """A published circuit to audit (circuitstat.pipelines.published): its file, format and the q-level its edges
     are checked at."""
 
@@ -298,7 +300,7 @@ class CircuitFileSpec(_Strict):
         return self.format or ("eap-ig" if self.file.lower().endswith(".json") else "edges")
 
 
-class CircuitTestsSpec(_Strict):
+class CircuitTestsSpec(StrictSpec):
     """Hypothesis tests of one circuit (circuitstat.pipelines.circuit_tests; Shi et al. 2024): which circuit, and the tests' settings.
 
     The circuit is either the top-``k`` edges of ``method``'s mean scores on a selection half of the prompts,
@@ -337,7 +339,7 @@ class CircuitTestsSpec(_Strict):
         return self
 
 
-class AuditSpec(_RunOptions):
+class AuditSpec(RunOptions):
     """Everything one audit runs; see the module docstring."""
 
     model: str | None = None

@@ -300,7 +300,8 @@ def faithfulness_interval_kinds(evaluations: PopulationEvaluations, ks: Sequence
     selection-aware interval (circuitstat.stats.faithfulness.selection_aware_faithfulness: min(5, N // 4) folds,
     2 repeats, as the audit runs it); and the truth f_pop(C(D)) from every population prompt.
     """
-    from .faithfulness import (MIN_PER_FOLD, fixed_circuit_interval, selection_aware_faithfulness)
+    from .faithfulness import fixed_circuit_interval, selection_aware_faithfulness
+    from .folds import MIN_PER_FOLD
     from .resampling import ResamplingPlan
     from circuitstat.core.seeds import spawn_seeds
 

@@ -36,7 +36,6 @@ takes boolean edge masks [C, E] (True = edge live) and example indices, and retu
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -45,12 +44,14 @@ import numpy as np
 from circuitstat.core.errors import InputError
 from circuitstat.core.seeds import as_seed_sequence, seed_record, spawn_seeds
 from circuitstat.core.results import ConfidenceInterval, MethodIntervals, Result
-from circuitstat.core.topk import ranking_key, topk
+from circuitstat.core.topk import topk
 
-from .folds import MIN_PER_FOLD, fold_split
-from .intervals import METHODS, acceleration_from_jackknife, intervals_from_distribution
+from .faithfulness_settings import (SCHEME_METHODS, check_interval_settings, check_selection_design, check_selection_inputs,
+                                   min_resamples)
+from .folds import fold_split
+from .intervals import acceleration_from_jackknife, intervals_from_distribution
 from .resampling import ResamplingPlan
-from .strata import check_strata, stratum_weighted_means
+from .strata import stratum_weighted_means
 
 __all__ = [
     "ESTIMAND_FIXED",
@@ -70,21 +71,10 @@ ESTIMAND_SELECTED = ("faithfulness of the selection procedure at N, averaged ove
                      "on the prompt distribution of the top-k circuit selected from N prompts (selection included; "
                      "not the faithfulness of the one circuit reported)")
 
-SCHEMES = ("crossfit", "reselect")
-#: interval methods per scheme, default first
-SCHEME_METHODS = {"crossfit": ("corrected-t", *METHODS), "reselect": ("basic",)}
-
 Evaluate = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
 # --- building blocks -----------------------------------------------------------------------
-def min_resamples(confidence_level: float) -> int:
-    """Return the fewest resamples a two-sided interval needs: one resample beyond each quantile."""
-    alpha = 1.0 - confidence_level
-    # 2 / alpha resamples put B * alpha / 2 = 1 resample in each tail; round away float noise
-    return int(math.ceil(2.0 / alpha - 1e-9))
-
-
 def _undefined(den: np.ndarray, mean_clean: np.ndarray, mean_empty: np.ndarray, rtol: float,
                atol: float) -> np.ndarray:
     """Return True where m(M) − m(∅) is ~0 (circuitstat.circuits.faithfulness's rule): f is undefined."""
@@ -118,18 +108,6 @@ def _as_arrays(m_circuit: Any, m_clean: Any, m_empty: Any) -> tuple[np.ndarray, 
         if not np.isfinite(a).all():
             raise InputError(f"{name} has NaN/inf values; fix the metric (or drop those examples) first")
     return mc, mM, m0
-
-
-def _check_interval_settings(method: str, confidence_level: float, n_resamples: int) -> None:
-    """Raise InputError for an unknown method, a bad level or too few resamples."""
-    if method not in METHODS:
-        raise InputError(f"unknown interval method {method!r}; choose from {METHODS}")
-    if not 0.5 < confidence_level < 1:
-        raise InputError(f"confidence_level must lie in (0.5, 1), got {confidence_level}")
-    need = min_resamples(confidence_level)
-    if n_resamples < need:
-        raise InputError(f"{n_resamples} resamples are too few for a {confidence_level:.0%} {method} interval: "
-                         f"it needs at least {need} (one beyond each quantile); raise n_resamples")
 
 
 def _check_plan(plan: ResamplingPlan, n_obs: int) -> None:
@@ -274,9 +252,9 @@ def fixed_circuit_interval(m_circuit: np.ndarray, m_clean: np.ndarray, m_empty: 
     example, or one cluster for a cluster plan, out) in closed form. Resamples whose mean
     m(M) − m(∅) is ~0 are left out and counted (``n_undefined_resamples``).
     """
-    _check_interval_settings(method, confidence_level, plan.n_resamples)
+    check_interval_settings(method, confidence_level, plan.n_resamples)
     for m in methods or []:
-        _check_interval_settings(m, confidence_level, plan.n_resamples)
+        check_interval_settings(m, confidence_level, plan.n_resamples)
     mc, mM, m0 = _as_arrays(m_circuit, m_clean, m_empty)
     r = _ratio_interval(mc, mM, m0, plan, method=method, methods=methods, confidence_level=confidence_level,
                         rtol=rtol, atol=atol, keep_distribution=keep_distribution)
@@ -291,7 +269,7 @@ def fixed_circuit_interval(m_circuit: np.ndarray, m_clean: np.ndarray, m_empty: 
 
 
 # --- selection-aware -----------------------------------------------------------------------
-class _EvaluationCache:
+class EvaluationCache:
     """Metric values per (circuit mask, example), filled by `evaluate` only where still unknown."""
 
     def __init__(self, evaluate: Evaluate, n_obs: int, n_edges: int) -> None:
@@ -332,7 +310,7 @@ class _EvaluationCache:
         return np.stack([self.values[key][rows] for key in keys], axis=1)
 
 
-def _topk_masks(means: np.ndarray, ks: Sequence[int], ranking: str, tie_rng: np.random.Generator) -> np.ndarray:
+def topk_masks(means: np.ndarray, ks: Sequence[int], ranking: str, tie_rng: np.random.Generator) -> np.ndarray:
     """Return boolean masks [..., len(ks), E] of the top-k edges of score vectors [..., E] for every k.
 
     One circuitstat.core.topk call per batch of rows at the largest k; smaller circuits are its prefixes, so
@@ -346,22 +324,6 @@ def _topk_masks(means: np.ndarray, ks: Sequence[int], ranking: str, tie_rng: np.
     return masks if np.ndim(means) == 2 else masks[0]
 
 
-def _check_selection_inputs(S: np.ndarray, ks: Sequence[int], ranking: str, scheme: str) -> tuple[np.ndarray, list[int]]:
-    """Return (S as float64, ks as ints) after checking them; raise InputError otherwise."""
-    S = np.asarray(S, dtype=np.float64)
-    if S.ndim != 2 or S.shape[0] < 2 or S.shape[1] < 2:
-        raise InputError(f"scores must be [N >= 2 examples, E >= 2 edges], got shape {S.shape}")
-    if not np.isfinite(S).all():
-        raise InputError("scores have NaN/inf values; fix or drop those edges before selecting circuits")
-    ranking_key(np.zeros(1), ranking)  # raises InputError for an unknown ranking
-    if scheme not in SCHEMES:
-        raise InputError(f"unknown scheme {scheme!r}; choose from {SCHEMES}")
-    ks = [int(k) for k in ks]
-    if not ks or min(ks) < 1 or max(ks) >= S.shape[1]:
-        raise InputError(f"every k must lie in [1, {S.shape[1] - 1}] (fewer than the {S.shape[1]} edges), got {ks}")
-    return S, ks
-
-
 def _jaccard_to(masks: np.ndarray, ref: np.ndarray) -> np.ndarray:
     """Return the Jaccard index of each mask [.., E] with the reference mask [E]."""
     inter = (masks & ref).sum(-1)
@@ -369,7 +331,7 @@ def _jaccard_to(masks: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return inter / np.maximum(union, 1)
 
 
-def _crossfit(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ranking: str, n_folds: int, n_repeats: int,
+def crossfit(S: np.ndarray, cache: EvaluationCache, ks: list[int], ranking: str, n_folds: int, n_repeats: int,
               seed: np.random.SeedSequence, tie_rng: np.random.Generator, full_masks: np.ndarray,
               groups: np.ndarray | None, strata: np.ndarray | None = None,
               fold_means: Callable[[list[np.ndarray]], np.ndarray] | None = None) -> tuple[np.ndarray, list, np.ndarray]:
@@ -393,7 +355,7 @@ def _crossfit(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ranking: st
             means = np.stack([(total - S[f].sum(0)) / (n - f.size) for f in split])
         else:
             means = np.stack([stratum_weighted_means(S, np.setdiff1d(np.arange(n), f), strata) for f in split])
-        for rows, masks in zip(split, _topk_masks(means, ks, ranking, tie_rng)):
+        for rows, masks in zip(split, topk_masks(means, ks, ranking, tie_rng)):
             jac += _jaccard_to(masks, full_masks)
             m = cache.get(masks, rows)
             acc[rows] += m
@@ -401,7 +363,7 @@ def _crossfit(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ranking: st
     return acc / n_repeats, folds, jac / (n_repeats * n_folds)
 
 
-def _corrected_t(theta: np.ndarray, folds: list, m_clean: np.ndarray, m_empty: np.ndarray, n_folds: int,
+def corrected_t(theta: np.ndarray, folds: list, m_clean: np.ndarray, m_empty: np.ndarray, n_folds: int,
                  confidence_level: float) -> tuple[ConfidenceInterval, np.ndarray, int]:
     """Return (interval, standard error, df) of the cross-fitted ratio by the corrected resampled t.
 
@@ -425,7 +387,7 @@ def _corrected_t(theta: np.ndarray, folds: list, m_clean: np.ndarray, m_empty: n
     return ConfidenceInterval(theta - q * se, theta + q * se), se, j - 1
 
 
-def _reselect(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ranking: str, plan: ResamplingPlan,
+def _reselect(S: np.ndarray, cache: EvaluationCache, ks: list[int], ranking: str, plan: ResamplingPlan,
               tie_rng: np.random.Generator, full_masks: np.ndarray, rtol: float, atol: float) -> dict[str, np.ndarray]:
     """Return the in-sample estimate [C], the resampled selection errors [C, B] and distinct circuits [C].
 
@@ -437,7 +399,7 @@ def _reselect(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ranking: st
     rows = np.arange(n)
     w = plan.counts.astype(np.float64)
     means = (w @ S) / plan.totals[:, None]  # [B, E]
-    masks = _topk_masks(means, ks, ranking, tie_rng)  # [B, C, E]
+    masks = topk_masks(means, ks, ranking, tie_rng)  # [B, C, E]
     f_hat = ratio_of_means(cache.get(full_masks, rows), cache.m_clean, cache.m_empty, rtol=rtol, atol=atol)
     err = np.empty((len(ks), plan.n_resamples))
     distinct = np.zeros(len(ks), dtype=np.int64)
@@ -452,33 +414,13 @@ def _reselect(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ranking: st
     return {"f_hat": f_hat, "err": err, "distinct": distinct}
 
 
-def _check_selection_settings(scheme: str, method: str, n: int, n_folds: int, n_repeats: int,
-                              n_resamples: int | None, confidence_level: float) -> None:
-    """Raise InputError for an interval method the scheme lacks, too few resamples or too few examples per fold."""
-    allowed = SCHEME_METHODS[scheme]
-    if method not in allowed:
-        raise InputError(f"scheme {scheme!r} offers methods {allowed}, got {method!r}")
-    if not 0.5 < confidence_level < 1:
-        raise InputError(f"confidence_level must lie in (0.5, 1), got {confidence_level}")
-    if n_resamples is not None:
-        _check_interval_settings(method if method in METHODS else "percentile", confidence_level, n_resamples)
-    if scheme == "crossfit":
-        if n_folds < 2 or n_repeats < 1 or n_folds * n_repeats < 3:
-            raise InputError(f"cross-fitting needs n_folds >= 2, n_repeats >= 1 and at least 3 splits in all, "
-                             f"got n_folds={n_folds}, n_repeats={n_repeats}")
-        if n // n_folds < MIN_PER_FOLD:
-            raise InputError(f"{n} examples give folds of {n // n_folds} with n_folds={n_folds}; each fold needs at "
-                             f"least {MIN_PER_FOLD} examples (N >= {MIN_PER_FOLD * n_folds}): use fewer folds or "
-                             "more prompts")
-
-
-def _crossfit_interval(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ranking: str, n_folds: int,
+def _crossfit_interval(S: np.ndarray, cache: EvaluationCache, ks: list[int], ranking: str, n_folds: int,
                        n_repeats: int, seed: np.random.SeedSequence, tie_rng: np.random.Generator,
                        full_masks: np.ndarray, groups: np.ndarray | None, plan_fn: Callable,
                        method: str, confidence_level: float, rtol: float, atol: float,
                        strata: np.ndarray | None = None) -> dict[str, Any]:
     """Return estimate, intervals, SE and extra columns of the cross-fitted faithfulness."""
-    held, folds, jac = _crossfit(S, cache, ks, ranking, n_folds, n_repeats, seed, tie_rng, full_masks, groups,
+    held, folds, jac = crossfit(S, cache, ks, ranking, n_folds, n_repeats, seed, tie_rng, full_masks, groups,
                                  strata)
     extra: dict[str, np.ndarray] = {"fold_circuit_jaccard": jac}
     if method != "corrected-t":
@@ -489,13 +431,13 @@ def _crossfit_interval(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ra
         return {"estimate": r["estimate"], "intervals": r["intervals"], "se": r["se"], "n_bad": r["n_bad"],
                 "extra": extra, "n_resamples": plan.n_resamples, "plan": plan.describe()}
     theta = ratio_of_means(held, cache.m_clean, cache.m_empty, rtol=rtol, atol=atol)
-    ci, se, df = _corrected_t(theta, folds, cache.m_clean, cache.m_empty, n_folds, confidence_level)
+    ci, se, df = corrected_t(theta, folds, cache.m_clean, cache.m_empty, n_folds, confidence_level)
     extra["t_df"] = np.full(len(ks), df, dtype=np.int64)
     return {"estimate": theta, "intervals": {method: ci}, "se": se, "n_bad": 0, "extra": extra,
             "n_resamples": 0, "plan": None}
 
 
-def _reselect_interval(S: np.ndarray, cache: _EvaluationCache, ks: list[int], ranking: str, plan: ResamplingPlan,
+def _reselect_interval(S: np.ndarray, cache: EvaluationCache, ks: list[int], ranking: str, plan: ResamplingPlan,
                        tie_rng: np.random.Generator, full_masks: np.ndarray, confidence_level: float, rtol: float, atol: float) -> dict[str, Any]:
     """Return estimate, interval, SE and extra columns of the re-selection bootstrap."""
     rs = _reselect(S, cache, ks, ranking, plan, tie_rng, full_masks, rtol, atol)
@@ -528,7 +470,7 @@ def selection_aware_faithfulness(S: np.ndarray, evaluate: Evaluate, ks: Sequence
     ``n_folds`` folds, each fold's top-k circuit is selected from the other folds' mean scores and
     evaluated on the fold; the estimate is the ratio of means of the held-out m(C) (averaged over
     repeats per example). ``method='corrected-t'`` (default) is the corrected resampled t interval
-    (:func:`_corrected_t`); 'percentile' / 'basic' / 'bca' bootstrap the held-out rows with the fold
+    (:func:`corrected_t`); 'percentile' / 'basic' / 'bca' bootstrap the held-out rows with the fold
     circuits held fixed (kept for comparison: they undercover). ``scheme='reselect'``
     (``method='basic'``): every bootstrap resample (``plan`` or ``n_resamples`` from ``seed``)
     re-selects its circuit, and the interval is the in-sample estimate minus the quantiles of the
@@ -543,27 +485,11 @@ def selection_aware_faithfulness(S: np.ndarray, evaluate: Evaluate, ks: Sequence
     the folds are stratified and each fold's circuit is the top-k of the other folds' stratum-weighted
     means, i.e. of the same estimator run on the training prompts (crossfit only).
     """
-    S, ks = _check_selection_inputs(S, ks, ranking, scheme)
+    S, ks = check_selection_inputs(S, ks, ranking, scheme)
     n, e = S.shape
     method = method or SCHEME_METHODS[scheme][0]
-    uses_plan = scheme == "reselect" or method != "corrected-t"
-    if plan is not None and not uses_plan:
-        raise InputError("method 'corrected-t' draws no resamples; drop plan (or pick a bootstrap method)")
-    if plan is not None and seed is not None:
-        raise InputError("pass either a plan or a seed, not both: the plan already fixes the resamples")
-    _check_selection_settings(scheme, method, n, n_folds, n_repeats,
-                              (plan.n_resamples if plan is not None else int(n_resamples)) if uses_plan else None,
-                              confidence_level)
-    if groups is not None:
-        groups = np.asarray(groups)
-        if groups.shape != (n,):
-            raise InputError(f"groups must hold one label per example ({n}), got shape {groups.shape}")
-        if scheme == "reselect":
-            raise InputError("scheme 'reselect' resamples examples, not groups; use scheme 'crossfit' with groups")
-    if strata is not None:
-        if scheme == "reselect":
-            raise InputError("strata are supported by scheme 'crossfit' only; use scheme 'crossfit'")
-        strata = check_strata(strata, n, min_size=2)
+    groups, strata = check_selection_design(scheme, method, n, n_folds, n_repeats, plan, n_resamples, seed,
+                                             confidence_level, groups, strata)
     root = as_seed_sequence(seed)
     split_seed, plan_seed, tie_seed = spawn_seeds(root, 3)
     tie_rng = np.random.default_rng(tie_seed)  # top-k ties broken at random from the run's seed
@@ -573,11 +499,11 @@ def selection_aware_faithfulness(S: np.ndarray, evaluate: Evaluate, ks: Sequence
         _check_plan(p, n)
         return p
 
-    cache = _EvaluationCache(evaluate, n, e)
+    cache = EvaluationCache(evaluate, n, e)
     if known is not None:
         masks_k, mc_k, mM_k, m0_k = known
         cache.add(np.atleast_2d(np.asarray(masks_k, dtype=bool)), np.arange(n), mc_k, mM_k, m0_k)
-    full_masks = _topk_masks(S.sum(0) / n, ks, ranking, tie_rng)
+    full_masks = topk_masks(S.sum(0) / n, ks, ranking, tie_rng)
     if scheme == "crossfit":
         r = _crossfit_interval(S, cache, ks, ranking, n_folds, n_repeats, split_seed, tie_rng, full_masks, groups,
                                plan_fn, method, confidence_level, rtol, atol, strata)

@@ -5,7 +5,7 @@ training-fold means could select each fold's circuit, so circuitstat.stats.faith
 with the selection itself repeated: for each of ``n_repeats`` random splits into ``n_folds`` folds, the
 selection is refitted on the other folds' prompts (``refit(train_rows, seed)``: a fresh seed per refit, from
 the call's seed), its top-k circuit is evaluated on the held-out fold, and the corrected resampled t interval
-(Nadeau & Bengio 2003; circuitstat.stats.faithfulness._corrected_t) is taken over the splits.  Its variance
+(Nadeau & Bengio 2003; circuitstat.stats.faithfulness.corrected_t) is taken over the splits.  Its variance
 inflation carries the variability of the refitted circuits (over prompts and over the optimisation's seeds),
 so its estimand is procedure-level: the faithfulness of the selection procedure at N, averaged over refits
 (ESTIMAND_SELECTED; Bates, Hastie & Tibshirani 2023 for cross-validation), not that of the one circuit a user
@@ -28,8 +28,9 @@ from circuitstat.core.errors import InputError
 from circuitstat.core.seeds import as_seed_sequence, seed_record, spawn_seeds
 from circuitstat.core.topk import ranking_key, topk_mask
 
-from .faithfulness import (ESTIMAND_SELECTED, Evaluate, FaithfulnessInterval, _check_selection_settings,
-                           _corrected_t, _crossfit, _EvaluationCache, _topk_masks, ratio_of_means)
+from .faithfulness import (ESTIMAND_SELECTED, Evaluate, FaithfulnessInterval, corrected_t, crossfit, EvaluationCache,
+                           topk_masks, ratio_of_means)
+from .faithfulness_settings import check_selection_settings
 from .fieller import FiellerInterval, fieller_faithfulness
 from .folds import MIN_PER_FOLD, fold_split
 
@@ -74,7 +75,7 @@ def refit_selection_faithfulness(refit: Refit, scores: np.ndarray, evaluate: Eva
     ranking_key(np.zeros(1), ranking)  # raises InputError for an unknown ranking
     if not ks or min(ks) < 1 or max(ks) >= scores.size:
         raise InputError(f"every k must lie in [1, {scores.size - 1}] (fewer than the {scores.size} edges), got {ks}")
-    _check_selection_settings("crossfit", "corrected-t", n, n_folds, n_repeats, None, confidence_level)
+    check_selection_settings("crossfit", "corrected-t", n, n_folds, n_repeats, None, confidence_level)
     if groups is not None and np.shape(groups) != (n,):
         raise InputError(f"groups must hold one label per example ({n}), got shape {np.shape(groups)}")
     root = as_seed_sequence(seed)
@@ -83,12 +84,12 @@ def refit_selection_faithfulness(refit: Refit, scores: np.ndarray, evaluate: Eva
     tie_rng = np.random.default_rng(tie_seed)
     calls = [0]
     fold_means = _fold_means(refit, n, scores.size, spawn_seeds(refit_seed, n_folds * n_repeats), calls)
-    cache = _EvaluationCache(evaluate, n, scores.size)
-    full_masks = _topk_masks(scores, ks, ranking, tie_rng)
-    held, folds, jac = _crossfit(None, cache, ks, ranking, n_folds, n_repeats, split_seed, tie_rng, full_masks,
+    cache = EvaluationCache(evaluate, n, scores.size)
+    full_masks = topk_masks(scores, ks, ranking, tie_rng)
+    held, folds, jac = crossfit(None, cache, ks, ranking, n_folds, n_repeats, split_seed, tie_rng, full_masks,
                                  None if groups is None else np.asarray(groups), fold_means=fold_means)
     theta = ratio_of_means(held, cache.m_clean, cache.m_empty, rtol=rtol, atol=atol)
-    ci, se, df = _corrected_t(theta, folds, cache.m_clean, cache.m_empty, n_folds, confidence_level)
+    ci, se, df = corrected_t(theta, folds, cache.m_clean, cache.m_empty, n_folds, confidence_level)
     extra = {"fold_circuit_jaccard": jac, "t_df": np.full(len(ks), df, dtype=np.int64),
              "refits": np.full(len(ks), calls[0], dtype=np.int64),
              "evaluated_circuit_rows": np.full(len(ks), cache.circuit_rows, dtype=np.int64),

@@ -199,7 +199,8 @@ def faithfulness_dataset(S: np.ndarray, rows: np.ndarray, truth: np.ndarray, eva
     drawn from; ``true_value``: the true circuit's faithfulness on the task's distribution (known by
     construction).
     """
-    from .faithfulness import MIN_PER_FOLD, selection_aware_faithfulness
+    from .faithfulness import selection_aware_faithfulness
+    from .folds import MIN_PER_FOLD
     from .resampling import spawn_seeds
 
     s_fix, s_sel = spawn_seeds(seed, 2)
@@ -219,7 +220,7 @@ def faithfulness_refit_dataset(scores: np.ndarray, refit: Any, rows: np.ndarray,
     """``faithfulness_dataset``'s rows for a selection without per-example scores (a mask fit): ``scores`` [E]
     its fit on the dataset, ``refit(train_rows, seed) -> [E]`` its fit on dataset rows ``train_rows``
     (circuitstat.stats.faithfulness_refit: cross-fitted with one refit per fold)."""
-    from .faithfulness import MIN_PER_FOLD
+    from .folds import MIN_PER_FOLD
     from .faithfulness_refit import refit_selection_faithfulness
     from .resampling import spawn_seeds
 

@@ -377,7 +377,7 @@ def default_chunk_size(n_obs: int, n_resamples: int, n_jobs: int = 1,
     return max(1, int(max_bytes // (max(1, n_jobs) * per_edge)))
 
 
-def _resolve_jobs(n_jobs: int) -> int:
+def resolve_jobs(n_jobs: int) -> int:
     """Return a positive worker count (joblib convention: -1 means all cores)."""
     import os
 
@@ -404,7 +404,7 @@ def map_edge_chunks(S: np.ndarray, plan: ResamplingPlan,
     if check:  # callers that already validated S pass check=False to skip a full pass
         S = check_score_matrix(S, plan)
     n_obs, n_edges = S.shape
-    jobs = _resolve_jobs(n_jobs)
+    jobs = resolve_jobs(n_jobs)
     if chunk_size is None:
         chunk_size = default_chunk_size(n_obs, plan.n_resamples, jobs, max_bytes)
     slices = edge_chunks(n_edges, chunk_size)
@@ -444,7 +444,7 @@ def resampled_means(S: np.ndarray, plan: ResamplingPlan, *,
 
 
 # --- general statistics --------------------------------------------------------------------
-def _is_vectorized(statistic: Callable, vectorized: bool | None) -> bool:
+def is_vectorized(statistic: Callable, vectorized: bool | None) -> bool:
     """Return whether `statistic` accepts an `axis` keyword (scipy's rule when None)."""
     if vectorized is not None:
         return bool(vectorized)
@@ -467,7 +467,7 @@ def resample_statistic(data: np.ndarray, statistic: Callable[..., Any], plan: Re
     if data.shape[0] != plan.n_obs:
         raise ValueError(f"data has {data.shape[0]} observations along axis {axis} but the plan "
                          f"has N = {plan.n_obs}")
-    vec = _is_vectorized(statistic, vectorized)
+    vec = is_vectorized(statistic, vectorized)
     equal = bool(np.all(plan.totals == plan.totals[0]))
     size = int(plan.totals[0])
     if batch is None:
@@ -485,7 +485,7 @@ def resample_statistic(data: np.ndarray, statistic: Callable[..., Any], plan: Re
                          for b in range(b0, b1)])
 
     bounds = [(b, min(b + batch, plan.n_resamples)) for b in range(0, plan.n_resamples, batch)]
-    jobs = _resolve_jobs(n_jobs)
+    jobs = resolve_jobs(n_jobs)
     if jobs == 1:
         parts = [work(b0, b1) for b0, b1 in bounds]
     else:

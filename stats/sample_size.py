@@ -68,7 +68,7 @@ from circuitstat.core.topk import ranking_key, row_seeds
 
 from .intervals import bootstrap_edges
 from .resampling import ResamplingPlan, check_score_matrix, map_edge_chunks, plan_weights
-from .stability import _jaccard_moments, chance_jaccard
+from .stability import jaccard_moments, chance_jaccard
 from .topk_stream import streaming_topk
 
 __all__ = ["MIN_PILOT", "MEANS", "PilotFit", "fit_pilot", "deconvolved_means", "simulated_datasets",
@@ -373,7 +373,7 @@ def expected_jaccard(P: np.ndarray, n: int, ks: Sequence[int], *, ranking: str, 
     idx = rng.integers(0, P.shape[0], (int(n_datasets), int(n)))
     plan = ResamplingPlan.from_indices(idx, n_obs=P.shape[0])  # the engine gives each dataset's means as W.P/n
     state, _ = streaming_topk(P, plan, int(ks_arr.max()), ranking, row_seeds(rng, int(n_datasets)))
-    moments = [_jaccard_moments(state.idx[:, :k], int(k), P.shape[1], 2**26) for k in ks_arr]
+    moments = [jaccard_moments(state.idx[:, :k], int(k), P.shape[1], 2**26) for k in ks_arr]
     return np.array([m[0] for m in moments]), np.array([m[2] for m in moments])
 
 

@@ -19,7 +19,7 @@ from scipy.optimize import linear_sum_assignment
 from circuitstat.core.seeds import as_seed_sequence, seed_record, spawn_seeds
 from circuitstat.core.results import ConfidenceInterval, Result
 
-from .resampling import ResamplingPlan, _resolve_jobs, resampled_means
+from .resampling import ResamplingPlan, resolve_jobs, resampled_means
 from .intervals import interval_text
 from .testing import resampling_pvalue
 
@@ -104,13 +104,13 @@ def _check_xy(X: np.ndarray, Y: np.ndarray, min_n: int = 2) -> tuple[np.ndarray,
     return X, Y
 
 
-def _center_gram(K: np.ndarray) -> np.ndarray:
+def center_gram(K: np.ndarray) -> np.ndarray:
     """Return H K H (double-centred Gram matrix)."""
     K = K - K.mean(axis=0, keepdims=True)
     return K - K.mean(axis=1, keepdims=True)
 
 
-def _u_center_gram(K: np.ndarray) -> np.ndarray:
+def u_center_gram(K: np.ndarray) -> np.ndarray:
     """Return the U-centred Gram matrix (Székely & Rizzo 2014): <U(K), U(L)>/(n(n-3)) is unbiased HSIC."""
     n = K.shape[0]
     K = K.copy()
@@ -123,7 +123,7 @@ def _u_center_gram(K: np.ndarray) -> np.ndarray:
     return K
 
 
-def _cka_from_centered(Kc: np.ndarray, Lc: np.ndarray) -> float:
+def cka_from_centered(Kc: np.ndarray, Lc: np.ndarray) -> float:
     """Return <Kc, Lc> / (||Kc|| ||Lc||) for centred Gram matrices."""
     num = float(np.vdot(Kc, Lc))
     den = np.sqrt(float(np.vdot(Kc, Kc)) * float(np.vdot(Lc, Lc)))
@@ -143,10 +143,10 @@ def linear_cka(X: np.ndarray, Y: np.ndarray) -> float:
 def debiased_cka(X: np.ndarray, Y: np.ndarray) -> float:
     """Return linear CKA from unbiased HSIC (U-centred Grams); near 0 for independent data."""
     X, Y = _check_xy(X, Y, min_n=4)
-    return _cka_from_centered(_u_center_gram(X @ X.T), _u_center_gram(Y @ Y.T))
+    return cka_from_centered(u_center_gram(X @ X.T), u_center_gram(Y @ Y.T))
 
 
-def _rbf_gram(X: np.ndarray, threshold: float) -> np.ndarray:
+def rbf_gram(X: np.ndarray, threshold: float) -> np.ndarray:
     """Return the RBF Gram matrix with bandwidth^2 = threshold^2 * median squared distance."""
     sq = np.sum(X**2, axis=1)
     d2 = np.maximum(sq[:, None] + sq[None, :] - 2 * X @ X.T, 0.0)
@@ -160,8 +160,8 @@ def _rbf_gram(X: np.ndarray, threshold: float) -> np.ndarray:
 def rbf_cka(X: np.ndarray, Y: np.ndarray, *, threshold: float = 1.0) -> float:
     """Return RBF-kernel CKA with the median-heuristic bandwidth (scaled by `threshold`)."""
     X, Y = _check_xy(X, Y)
-    return _cka_from_centered(_center_gram(_rbf_gram(X, threshold)),
-                              _center_gram(_rbf_gram(Y, threshold)))
+    return cka_from_centered(center_gram(rbf_gram(X, threshold)),
+                              center_gram(rbf_gram(Y, threshold)))
 
 
 def procrustes_distance(X: np.ndarray, Y: np.ndarray) -> float:
@@ -182,16 +182,16 @@ def _prepared(measure: str, X: np.ndarray, Y: np.ndarray,
     """Return (score(perm) for a row permutation of Y (None: identity), higher_is_more_similar)."""
     if measure in ("linear_cka", "debiased_cka", "rbf_cka"):
         if measure == "linear_cka":
-            Kc, L, center = _center_gram(X @ X.T), Y @ Y.T, _center_gram
+            Kc, L, center = center_gram(X @ X.T), Y @ Y.T, center_gram
         elif measure == "debiased_cka":
-            Kc, L, center = _u_center_gram(X @ X.T), Y @ Y.T, _u_center_gram
+            Kc, L, center = u_center_gram(X @ X.T), Y @ Y.T, u_center_gram
         else:
-            Kc, L, center = _center_gram(_rbf_gram(X, threshold)), _rbf_gram(Y, threshold), \
-                _center_gram
+            Kc, L, center = center_gram(rbf_gram(X, threshold)), rbf_gram(Y, threshold), \
+                center_gram
 
         def score(perm: np.ndarray | None) -> float:
             Lp = L if perm is None else L[np.ix_(perm, perm)]
-            return _cka_from_centered(Kc, center(Lp))
+            return cka_from_centered(Kc, center(Lp))
 
         return score, True
     if measure == "procrustes":
@@ -210,7 +210,7 @@ def _prepared(measure: str, X: np.ndarray, Y: np.ndarray,
 
 def _run_draws(fn: Callable[[np.random.SeedSequence], Any], seeds: list, n_jobs: int) -> list:
     """Return [fn(seed) for seed in seeds], in order, with joblib threads when n_jobs > 1."""
-    jobs = _resolve_jobs(n_jobs)
+    jobs = resolve_jobs(n_jobs)
     if jobs == 1:
         return [fn(s) for s in seeds]
     from joblib import Parallel, delayed

@@ -132,7 +132,7 @@ def rank_biased_overlap(a: np.ndarray, b: np.ndarray, p: float) -> np.ndarray:
     return rbo if np.ndim(a) == 2 else rbo[0]
 
 
-def _jaccard_moments(rows_idx: np.ndarray, k: int, n_edges: int,
+def jaccard_moments(rows_idx: np.ndarray, k: int, n_edges: int,
                      max_bytes: int) -> tuple[float, float, float, int]:
     """Return (mean, SD, jackknife SE, pairs) of pairwise Jaccard of equal-size sets [M, k]."""
     m = rows_idx.shape[0]
@@ -419,7 +419,7 @@ def _per_k_columns(state, ks_arr: np.ndarray, n_edges: int, full_top: np.ndarray
         cols["cutoff_ties_mean"].append(float(np.mean(inside + outside)))
         cols["cutoff_ties_excluded_mean"].append(float(outside.mean()))
         cols["cutoff_ties_excluded_max"].append(int(outside.max()))
-        mean, sd, se, npairs = _jaccard_moments(top[:m_pair], int(k), n_edges, max_bytes)
+        mean, sd, se, npairs = jaccard_moments(top[:m_pair], int(k), n_edges, max_bytes)
         chance = float(chance_jaccard(n_edges, int(k)))
         cols["jaccard_mean"].append(mean)
         cols["jaccard_sd"].append(sd)

@@ -40,7 +40,7 @@ __all__ = [
 ALTERNATIVES = ("two-sided", "less", "greater")
 
 
-def _check_alternative(alternative: str) -> None:
+def check_alternative(alternative: str) -> None:
     """Raise ValueError for an unknown alternative."""
     if alternative not in ALTERNATIVES:
         raise ValueError(f"alternative must be one of {ALTERNATIVES}, got {alternative!r}")
@@ -97,7 +97,7 @@ def adjust_pvalues(pvalues: np.ndarray, method: str = "bh",
 def resampling_pvalue(null: np.ndarray, observed: np.ndarray | float,
                       alternative: str = "greater") -> np.ndarray:
     """Return (1 + #null at least as extreme) / (B + 1), never below 1/(B+1); null on last axis."""
-    _check_alternative(alternative)
+    check_alternative(alternative)
     null = np.asarray(null, dtype=np.float64)
     obs = np.asarray(observed, dtype=np.float64)[..., None]
     b = null.shape[-1]
@@ -160,7 +160,7 @@ def t_test_edges(S: np.ndarray, popmean: float = 0.0, *, alternative: str = "two
     """Return one-sample t tests of each edge's mean score (S [N, E]) with FDR adjustment."""
     from .resampling import check_score_matrix
 
-    _check_alternative(alternative)
+    check_alternative(alternative)
     S = check_score_matrix(S)
     n = S.shape[0]
     if n < 2:
@@ -185,7 +185,7 @@ def z_test_edges(estimate: np.ndarray, standard_error: np.ndarray, null: float =
                  alternative: str = "two-sided", correction: str = "bh", alpha: float = 0.05,
                  edge_names: Sequence[str] | None = None) -> EdgeTestResult:
     """Return z tests (estimate - null) / SE per edge, e.g. with bootstrap SEs, FDR-adjusted."""
-    _check_alternative(alternative)
+    check_alternative(alternative)
     est = np.asarray(estimate, dtype=np.float64)
     se = np.asarray(standard_error, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):

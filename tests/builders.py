@@ -114,6 +114,18 @@ def audit_tables(methods=("exact", "eap"), ks=(5, 10, 20), heads=True, faithfuln
                                   "cpr": [0.6] * len(m), "cmd": [0.3] * len(m), "q_level": [0.05] * len(m),
                                   "n_unsupported": [1] * len(m), "share_unsupported": [0.25] * len(m),
                                   "inclusion_mean": [0.7] * len(m), "inclusion_min": [0.4] * len(m)}
+        # its edges: input->a1.h5<k>, a0.h3->a1.h5<k>, a0.h1->a1.h2<v> (q 0.7: the one unsupported edge, never
+        # selected) and a1.h5->logits (whose mean a few prompts carry); estimates, intervals and q from edge_stats
+        pce = {c: [] for c in ("method", "edge", "name", "estimate", "ci_low", "ci_high", "q", "supported", "inclusion")}
+        for j, method in enumerate(m):
+            for i in (1, 2, 3, 4):
+                row = j * len(EDGES) + i  # edge_stats holds one row per method and edge, in that order
+                for c in ("estimate", "ci_low", "ci_high", "q"):
+                    pce[c].append(es[c][row])
+                pce["method"].append(method), pce["edge"].append(i), pce["name"].append(EDGES[i])
+                pce["supported"].append(es["q"][row] <= 0.05)
+                pce["inclusion"].append({2: 0.95, 3: 0.0}.get(i, 0.5))
+        t["published_circuit_edges"] = pce
     if circuit_tests:
         tests = ["equivalence", "equivalence_tost", "independence", "minimality", "sufficiency", "partial_necessity"]
         t["circuit_tests"] = {"method": ["exact"] * 6, "test": tests,

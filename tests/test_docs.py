@@ -111,7 +111,7 @@ def deprecated_names() -> dict[str, str]:
     from circuitstat.core.estimator import Estimator
     from circuitstat.core.topk import RENAMED_KEYWORDS
     from circuitstat.pipelines.cli import app
-    from circuitstat.pipelines.spec import _Strict
+    from circuitstat.pipelines.spec import StrictSpec
 
     old: dict[str, str] = {}
 
@@ -124,7 +124,7 @@ def deprecated_names() -> dict[str, str]:
             walk(sub)
 
     walk(typer.main.get_command(app))
-    for base in (Estimator, _Strict):
+    for base in (Estimator, StrictSpec):
         _import_every_module()
         todo = [base]
         while todo:

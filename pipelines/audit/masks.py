@@ -150,7 +150,7 @@ def mask_faithfulness_table(model, task, log_alpha: np.ndarray, method: str, ks:
     """faithfulness_vs_k columns of a mask-learned method: its fit's top-k circuits (fixed-circuit interval) and the
     selection-aware interval of the circuit a refit selects (circuitstat.stats.faithfulness_refit; one refit per
     cross-fitting fold, one repeat, a fresh seed per refit)."""
-    from circuitstat.pipelines.audit.tables import _circuit_notes, circuit_evaluator, crossfit_folds, fixed_faithfulness_columns
+    from circuitstat.pipelines.audit.tables import circuit_notes, circuit_evaluator, crossfit_folds, fixed_faithfulness_columns
     from circuitstat.pipelines.groundtruth_masks import fold_refit
     from circuitstat.stats.faithfulness import ESTIMAND_SELECTED
     from circuitstat.stats.faithfulness_refit import refit_selection_faithfulness
@@ -179,7 +179,7 @@ def mask_faithfulness_table(model, task, log_alpha: np.ndarray, method: str, ks:
                                     "refit; circuitstat.stats.faithfulness_refit)"] * C)
     out.update(sel)
     out.update(conditional_mask_columns(model, task, method, ks, spec, seed, [c.edges for c in res.circuits]))
-    out.update(_circuit_notes(model, res, out, spec.level))
+    out.update(circuit_notes(model, res, out, spec.level))
     out["k_source"] = ["grid"] * C
     out["ranked_by"] = [mask_ranked_by(method)] * C
     return out

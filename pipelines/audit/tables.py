@@ -9,6 +9,7 @@ stacks the per-method parts of one table.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -110,8 +111,8 @@ def stability_columns(res, names: list[str], method: str, ranked_by: str) -> tup
 AREA_NEEDS_TWO_K = "CPR and CMD are areas under the faithfulness curve and need at least two k"
 
 
-def ablation_of(model, task, spec):
-    """The spec's ablation for circuitstat.circuits.faithfulness: its name, or an Ablation object when the input node
+def ablation_of(model: Any, task: Any, spec: Any) -> Any:
+    """Return the spec's ablation for circuitstat.circuits.faithfulness: its name, or an Ablation object when the input node
     is MIB's token embedding (``input_node: tokens``), so circuits are evaluated as they were scored."""
     node = getattr(spec, "input_node", "embeddings")
     if node == "embeddings":
@@ -135,7 +136,7 @@ def faithfulness_table(model, task, S: np.ndarray, method: str, ks: list[int], p
     out, res = fixed_faithfulness_columns(model, task, mean, spec.ranking, method, ks, plan, spec, seed)
     out.update(_selected_columns(model, task, S, ks, spec, res, seed, len(out["k"]), strata))
     out.update(conditional_columns(len(out["k"]), NOT_REFITTED))
-    out.update(_circuit_notes(model, res, out, level))
+    out.update(circuit_notes(model, res, out, level))
     out["k_source"] = ["grid"] * len(out["k"])
     out["ranked_by"] = [ranked_by or plain_ranked_by(method)] * len(out["k"])
     return out
@@ -199,8 +200,8 @@ DISCONNECTED = ("the top-{k} edges form no path from input to logits, so the cir
                 "circuit computes: f = 0 by construction (up to float rounding), in every resample")
 
 
-def _circuit_notes(model, res, out: dict, level: str) -> dict:
-    """Whether each fixed circuit connects input to logits, and the note that explains f = 0 when it does not
+def circuit_notes(model: Any, res: Any, out: dict, level: str) -> dict:
+    """Return whether each fixed circuit connects input to logits, and the note that explains f = 0 when it does not
     (a circuit whose edges reach the logits from no input carries only the counterfactual's values)."""
     from circuitstat.circuits.circuit.graph_ops import prune_edges
 
@@ -336,4 +337,3 @@ def concat_parts(parts: list[dict]) -> dict:
     return {k: (np.concatenate(v).tolist() if v[0].dtype == object else np.concatenate(v)) for k, v in out.items()}
 
 
-_concat, _ablation = concat_parts, ablation_of  # the old names, still imported by variance_study and published

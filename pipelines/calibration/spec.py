@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 
 from circuitstat.core.errors import InputError
 from circuitstat.core.params import IG_STEPS, N_RESAMPLES, resamples_for_level
-from circuitstat.pipelines.spec import ABLATION, SCORE_METHOD, KGrid, TaskSpec, _RunOptions, load_yaml, validate_spec
+from circuitstat.pipelines.spec import ABLATION, SCORE_METHOD, KGrid, TaskSpec, RunOptions, load_yaml, validate_spec
 
 __all__ = ["CalibrationSpec", "FROM_SCORES_RUN", "PER_EXAMPLE_ABLATIONS", "check_calibration_spec",
            "load_calibration_spec", "parse_calibration_spec"]
@@ -22,7 +22,7 @@ __all__ = ["CalibrationSpec", "FROM_SCORES_RUN", "PER_EXAMPLE_ABLATIONS", "check
 PER_EXAMPLE_ABLATIONS = ("counterfactual", "zero")
 
 
-class CalibrationSpec(_RunOptions):
+class CalibrationSpec(RunOptions):
     """What a calibration study runs; see the module docstring."""
 
     model: str | None = None
@@ -88,7 +88,7 @@ def check_calibration_spec(spec: CalibrationSpec, source: str = "<spec>") -> Non
             raise InputError(f"{bad} the stability intervals need datasets of at least "
                              f"{MIN_OBS} prompts, but sizes start at {spec.sizes[0]}; drop the smaller sizes")
     if "faithfulness" in spec.intervals:
-        from circuitstat.stats.faithfulness import MIN_PER_FOLD
+        from circuitstat.stats.folds import MIN_PER_FOLD
 
         if spec.scores is None and spec.ablation not in PER_EXAMPLE_ABLATIONS:
             raise InputError(f"{bad} the faithfulness intervals need a per-example "

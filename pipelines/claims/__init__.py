@@ -15,8 +15,8 @@ A claims file (YAML)::
 
 Claim kinds (every one takes an optional ``name`` and ``description``; bounds are ``min`` and/or
 ``max``, both inclusive). The statistics a kind accepts are the columns its table marks claimable
-in core/schema.py, the one schema of run tables (each kind names its tables once, in
-:mod:`circuitstat.pipelines.claims.kinds`):
+in core/schema.py, the one schema of run tables (each kind names its tables once, as its model's ``TABLES``;
+the registry is :mod:`circuitstat.pipelines.claims.kinds`):
 
 * ``edge_in_circuit``: ``edge``, ``method``, ``k``, ``min_inclusion`` — the edge's inclusion
   frequency in the top-k circuit over resamples (0 when it never entered it).
@@ -50,6 +50,9 @@ in core/schema.py, the one schema of run tables (each kind names its tables once
   f_ci_low/high -- Fieller's set, with -inf/inf ends and the reason quoted when the full model's effect over the
   empty circuit is not distinguishable from 0 --, cpr, cmd and their intervals, n_unsupported, share_unsupported, inclusion_mean, inclusion_min,
   topk_jaccard), bounds.
+* ``published_edge`` (the same audit): ``edge`` (an edge of the published circuit), ``method``, ``statistic`` (q, the
+  edge's BH q-value; ci_low, ci_high of its mean effect -- edge_stats' own, refused where no_tail_seen is false --;
+  or inclusion, how often it enters the top-k circuits of the circuit's size over resamples), bounds.
 
 Kinds answered by a ``circuitstat tokens`` run (token contributions and attention sinks); in a
 cross-seed run (several ``--model``) each model's tables sit under ``model-<i>/`` and the claim
@@ -90,23 +93,25 @@ value(s), the bound and a reason. Exit codes of ``circuitstat check``: 0 all hol
 2 an error (bad file, no run, a claim the run cannot answer: the reason names what the audit must
 include).
 
-Modules: ``kinds`` (the registry of kinds and their tables), ``models`` (the claims file as pydantic
-models), ``parsing`` (reading and validating a file), ``reader`` (a run's tables), ``bounds``,
-``evaluators`` (one function per kind), ``evaluation`` (ClaimResult, evaluate_claims), ``checking``
-(check, spec_problem) and ``output`` (text table, JUnit XML).
+Modules: ``kinds`` (the registry: one :class:`~circuitstat.pipelines.claims.kinds.ClaimKind` entry per kind,
+carrying its model, evaluator, ``requires(claim, spec)`` and hint), ``models`` (one pydantic model per kind, each
+naming its tables once), ``claimsfile`` (the ``Claim`` union and ``ClaimsFile``, built from the registry),
+``requirements`` (what an audit must compute for each kind: the preflight), ``parsing`` (reading and validating a
+file), ``reader`` (a run's tables), ``bounds``, ``evaluators`` (one function per kind), ``evaluation``
+(ClaimResult, evaluate_claims), ``checking`` (check, spec_problem) and ``output`` (text table, JUnit XML). A new
+kind is one module (its model and evaluator) and one entry in the registry.
 """
 
 from __future__ import annotations
 
 from ..yamlio import read_yaml_strict
 from .checking import CheckReport, check, claim_sizes, default_run_dir, preflight, spec_problem
+from .claimsfile import Claim, ClaimsFile
 from .evaluation import ClaimResult, evaluate_claims
 from .kinds import CLAIM_KINDS, KINDS, TOKEN_KINDS, ClaimKind
 from .models import (
     ApproximationClaim,
     CircuitStabilityClaim,
-    Claim,
-    ClaimsFile,
     EdgeEffectClaim,
     EdgeInCircuitClaim,
     FaithfulnessClaim,

@@ -1,13 +1,15 @@
-"""A claim's bound: testing an observed value against it, and the text of values and bounds in results."""
+"""A claim's bound: testing an observed value against it, and the text of values and bounds in results (each kind's
+bound text is one of the ``*_bound`` functions, named by its registry entry)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from .models import BoundedClaim, EdgeEffectClaim, EdgeInCircuitClaim, TokenImportanceClaim
+from .models import BoundedClaim
 
-__all__ = ["bound_text", "bounded", "cmp_text", "fmt"]
+__all__ = ["bounded", "cmp_text", "effect_bound", "fmt", "inclusion_bound", "statistic_bound", "circuit_test_bound",
+           "verdict_bound"]
 
 
 def fmt(v: Any) -> str:
@@ -41,19 +43,8 @@ def bounded(value: float, claim: BoundedClaim, label: str) -> tuple[bool, str]:
     return True, f"{label} is {' and '.join(parts)}"
 
 
-def bound_text(claim: Any) -> str:
-    """Return the claim's bound as the results table prints it."""
-    if isinstance(claim, EdgeInCircuitClaim):
-        return f"inclusion >= {fmt(claim.min_inclusion)}"
-    if isinstance(claim, EdgeEffectClaim):
-        s = {"positive": "estimate > 0", "negative": "estimate < 0", "nonzero": "estimate != 0"}[claim.sign]
-        size = "" if claim.min_abs is None else (f", |{'estimate' if claim.min_abs_of == 'estimate' else 'inner end'}|"
-                                                  f" >= {fmt(claim.min_abs)}")
-        return f"{s}, q <= {fmt(claim.max_q)}{size}"
-    if isinstance(claim, TokenImportanceClaim):
-        return f"Holm verdict {claim.measure_a} > {claim.measure_b}"
-    if hasattr(claim, "test_bound"):  # a hypothesis test of a circuit: a p-value against alpha
-        return claim.test_bound()
+def statistic_bound(claim: Any) -> str:
+    """Return a bound on one statistic as the results table prints it ("f_ci_low >= 0.7 and <= 1")."""
     stat = getattr(claim, "statistic", "")
     parts = []
     if claim.min is not None:
@@ -61,3 +52,26 @@ def bound_text(claim: Any) -> str:
     if claim.max is not None:
         parts.append(f"<= {fmt(claim.max)}")
     return f"{stat} " + " and ".join(parts)
+
+
+def inclusion_bound(claim: Any) -> str:
+    """Return an edge_in_circuit claim's bound as the results table prints it."""
+    return f"inclusion >= {fmt(claim.min_inclusion)}"
+
+
+def effect_bound(claim: Any) -> str:
+    """Return an edge_effect claim's bound (sign, q-value and effect size) as the results table prints it."""
+    s = {"positive": "estimate > 0", "negative": "estimate < 0", "nonzero": "estimate != 0"}[claim.sign]
+    size = "" if claim.min_abs is None else (f", |{'estimate' if claim.min_abs_of == 'estimate' else 'inner end'}|"
+                                              f" >= {fmt(claim.min_abs)}")
+    return f"{s}, q <= {fmt(claim.max_q)}{size}"
+
+
+def verdict_bound(claim: Any) -> str:
+    """Return a token_importance claim's bound (the Holm verdict it needs) as the results table prints it."""
+    return f"Holm verdict {claim.measure_a} > {claim.measure_b}"
+
+
+def circuit_test_bound(claim: Any) -> str:
+    """Return a circuit test claim's bound (its p-value against alpha) as the results table prints it."""
+    return f"{claim.TEST} p {'<=' if claim.WANT_REJECT else '>'} {claim.alpha:g}"

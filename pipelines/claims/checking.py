@@ -20,69 +20,23 @@ from typing import Any
 from circuitstat.core.errors import InputError
 
 from ..yamlio import read_yaml_strict, redacted_failure, redacted_validation_message
-from .bounds import bound_text
 from .evaluation import ClaimResult, evaluate_claims
-from .kinds import CIRCUIT_TESTS, TOKEN_KINDS
-from .models import ClaimsFile
+from .claimsfile import ClaimsFile
+from .kinds import KINDS, TOKEN_KINDS, bound_text
 from .parsing import load_claims
 
 __all__ = ["CheckReport", "check", "claim_sizes", "default_run_dir", "preflight", "spec_problem"]
 
 
 def spec_problem(claim: Any, spec: Any) -> str | None:
-    """Why running the audit of `spec` cannot answer `claim` (None when it can)."""
-    methods = list(spec.methods)
-    kind = claim.kind
-    if kind in TOKEN_KINDS:
-        return (f"{kind} claims are answered by `circuitstat tokens`, which the audit does not run; "
-                "pass --run DIR of a tokens run")
-    if kind in CIRCUIT_TESTS:
-        tests = getattr(spec, "tests", None)
-        if tests is None:
-            return "circuit test claims need the audit's tests stage; add tests: {k: K} (or tests: {edges: [...]}) to the spec"
-        tested = "given" if tests.edges is not None else (tests.method or methods[0])
-        if claim.method is not None and claim.method != tested:
-            return f"the spec's tests run on {tested!r}, not {claim.method!r}; set tests.method: {claim.method}"
-        return None
-    method = getattr(claim, "method", None)
-    verify = getattr(spec, "verify", None)
-    if method is not None and method.endswith("+verified"):
-        approx = method.removesuffix("+verified")
-        if approx not in methods:
-            return f"method {method!r} verifies {approx!r}, which is not in the spec's methods {methods}; add it"
-        if verify is None or verify.edges is not None:
-            return (f"{method} circuits need a verified run on every edge; add verify: {{n: 16}} without 'edges' to "
-                    "the spec (docs/verified.md)")
-    elif method is not None and method not in methods:
-        extra = " and 'exact'" if kind == "approximation" and "exact" not in methods else ""
-        return f"method {method!r} is not in the spec's methods {methods}; add it{extra}"
-    if kind == "approximation" and "exact" not in methods:
-        return f"approximation is measured against 'exact', which is not in the spec's methods {methods}; add it"
-    k = getattr(claim, "k", None)
-    if k is not None and kind != "approximation" and k not in spec.k:
-        return f"k={k} is not in the spec's k {list(spec.k)}; add it to the spec's k"
-    if kind == "faithfulness" and not spec.faithfulness:
-        return "the spec has 'faithfulness: false'; set it to true"
-    if kind in ("verified_edge", "missed_edges") and verify is None:
-        return "verified claims need a verified run; add verify: {n: 16} to the spec (docs/verified.md)"
-    if kind == "missed_edges" and verify.edges is None:
-        return ("missed_edges claims need an edge subset; add edges: {top: m, random: r} and tau to the spec's "
-                "verify")
-    if kind == "published_circuit" and getattr(spec, "circuit", None) is None:
-        return "published_circuit claims need a published circuit; add circuit: {file: FILE} to the spec (docs/mib.md)"
-    if kind in ("head_stability", "layer_stability") and len(spec.sources) < 2:
-        return "head stability needs several seeds; list two or more models under 'models:' in the spec"
-    if kind == "head_stability":
-        for key in ("match", "pairs"):
-            want = getattr(claim, key)
-            if want is not None and getattr(spec.heads, key) != want:
-                return f"the claim asks for {key}={want!r} but the spec has heads.{key}: {getattr(spec.heads, key)}"
-    return None
+    """Why running the audit of `spec` cannot answer `claim` (None when it can): its kind's ``requires``."""
+    return KINDS[claim.kind].requires(claim, spec)
 
 
 def claim_sizes(cf: ClaimsFile) -> list[int]:
-    """Return the circuit sizes k the claims ask about (an audit's k grid must hold them; approximation's k is not one)."""
-    return sorted({c.k for c in cf.claims if getattr(c, "k", None) is not None and c.kind != "approximation"})
+    """Return the circuit sizes k the claims ask about (an audit's k grid must hold them; a kind whose k is not a
+    circuit size, approximation's top_k_overlap, says so in its registry entry)."""
+    return sorted({c.k for c in cf.claims if getattr(c, "k", None) is not None and KINDS[c.kind].k_is_circuit_size})
 
 
 def preflight(cf: ClaimsFile, spec: Any, what: str) -> None:

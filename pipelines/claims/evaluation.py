@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from circuitstat.core.errors import InputError
 
-from .bounds import bound_text, fmt
-from .evaluators import EVALUATORS
-from .models import ClaimsFile
+from .bounds import fmt
+from .claimsfile import ClaimsFile
+from .kinds import KINDS, TABLE_HINTS, bound_text
 from .reader import ClaimError, RunReader
 
 __all__ = ["ClaimResult", "evaluate_claims"]
@@ -65,7 +65,7 @@ def evaluate_claims(claims: ClaimsFile | list, run_dir: str | os.PathLike[str], 
         raise InputError(f"run directory {path} does not exist")
     verify_outputs(path, trust_unrecorded=trust_unrecorded)  # a claim is checked against the tables the run wrote, not edited ones
     try:
-        run = RunReader(path)
+        run = RunReader(path, TABLE_HINTS)
     except RunDirError as e:
         raise InputError(str(e)) from None
     if run.manifest is None and not any(path.glob("*.parquet")):
@@ -74,7 +74,7 @@ def evaluate_claims(claims: ClaimsFile | list, run_dir: str | os.PathLike[str], 
     for i, c in enumerate(items):
         t0 = time.perf_counter()
         try:
-            ok, obs, reason = EVALUATORS[c.kind](c, run)
+            ok, obs, reason = KINDS[c.kind].evaluate(c, run)
             status, missing = ("pass" if ok else "fail"), False
         except ClaimError as e:
             status, obs, reason, missing = "error", e.observed, e.reason, e.missing

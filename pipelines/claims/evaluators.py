@@ -1,14 +1,15 @@
 """Evaluation of each claim kind against a run: one function per kind, each returning
 (holds, observed values, reason) or raising ClaimError with what the run lacks and the fix.
 
-Every evaluator reads its kind's own table as ``c.table`` (declared once, in circuitstat.pipelines.claims.kinds).
+Every evaluator reads its kind's own table as ``c.table`` (declared once, as its model's ``TABLES``); the registry
+(circuitstat.pipelines.claims.kinds) names each kind's evaluator.
 """
 
 from __future__ import annotations
 
 import difflib
 import math
-from typing import Any, Callable
+from typing import Any
 
 from circuitstat.core.schema import DANGLING_REASON, claimable
 
@@ -18,12 +19,18 @@ from .models import (ApproximationClaim, CircuitStabilityClaim, EdgeEffectClaim,
                      TokenImportanceClaim, TokenStabilityClaim, model_label)
 from .reader import ClaimError, RunReader, edge_known, need, require_no_tail_seen, scalar, token_part
 
-__all__ = ["EVALUATORS"]
+__all__ = ["EDGE_EFFECT_COLUMNS", "effect_size", "evaluate_edge_in_circuit", "evaluate_circuit_stability",
+           "evaluate_faithfulness", "evaluate_edge_effect", "evaluate_head_stability", "evaluate_layer_stability",
+           "evaluate_approximation", "evaluate_verified_edge", "evaluate_missed_edges", "evaluate_published_circuit",
+           "evaluate_sink", "evaluate_token_drop", "evaluate_token_importance", "evaluate_sink_stability",
+           "evaluate_token_stability", "evaluate_circuit_test"]
 
 _FIX_METHOD = "add it to the spec's methods"
 
 
-def _eval_edge_in_circuit(c: EdgeInCircuitClaim, run: RunReader) -> tuple[bool, dict, str]:
+def evaluate_edge_in_circuit(c: EdgeInCircuitClaim, run: RunReader) -> tuple[bool, dict, str]:
+    """Return (holds, observed, reason) of an edge_in_circuit claim on ``run``: the edge's inclusion frequency in the
+    top-k circuit against min_inclusion."""
     need(run, c.table, "method", c.method, _FIX_METHOD)
     need(run, c.table, "k", c.k, "", method=c.method)
     edge_known(run, c.edge)
@@ -38,7 +45,9 @@ def _eval_edge_in_circuit(c: EdgeInCircuitClaim, run: RunReader) -> tuple[bool, 
     return ok, {"inclusion": freq}, f"{label} is {cmp_text(freq, c.min_inclusion, '>=' if ok else '<')}"
 
 
-def _eval_circuit_stability(c: CircuitStabilityClaim, run: RunReader) -> tuple[bool, dict, str]:
+def evaluate_circuit_stability(c: CircuitStabilityClaim, run: RunReader) -> tuple[bool, dict, str]:
+    """Return (holds, observed, reason) of a circuit_stability claim on ``run``: a stability statistic of the top-k
+    circuit against its bounds."""
     need(run, c.table, "method", c.method, _FIX_METHOD)
     need(run, c.table, "k", c.k, "", method=c.method)
     v = scalar(run, c.table, c.statistic, f"{c.method} k={c.k}", method=c.method, k=c.k)
@@ -46,7 +55,9 @@ def _eval_circuit_stability(c: CircuitStabilityClaim, run: RunReader) -> tuple[b
     return ok, {c.statistic: v}, reason
 
 
-def _eval_faithfulness(c: FaithfulnessClaim, run: RunReader) -> tuple[bool, dict, str]:
+def evaluate_faithfulness(c: FaithfulnessClaim, run: RunReader) -> tuple[bool, dict, str]:
+    """Return (holds, observed, reason) of a faithfulness claim on ``run``: a faithfulness statistic (per k, or
+    CPR/CMD) against its bounds."""
     need(run, c.table, "method", c.method, _FIX_METHOD)
     eq: dict[str, Any] = {"method": c.method}
     if c.k is not None:
@@ -72,7 +83,9 @@ EDGE_EFFECT_COLUMNS = {"mean": ("estimate", "ci_low", "ci_high", "q"),
                        "trimmed_mean": ("trimmed_mean", "trimmed_mean_ci_low", "trimmed_mean_ci_high", "trimmed_mean_q")}
 
 
-def _eval_edge_effect(c: EdgeEffectClaim, run: RunReader) -> tuple[bool, dict, str]:
+def evaluate_edge_effect(c: EdgeEffectClaim, run: RunReader) -> tuple[bool, dict, str]:
+    """Return (holds, observed, reason) of an edge_effect claim on ``run``: the edge's effect: its sign, BH q-value and
+    (optionally) size."""
     need(run, c.table, "method", c.method, _FIX_METHOD)
     edge_known(run, c.edge)
     cols = EDGE_EFFECT_COLUMNS[c.estimand]
@@ -132,7 +145,8 @@ def _at_p_floor(run: RunReader, table: str, **eq) -> str:
     return f" (its p-value sits at the resampling floor 1/(B+1) = 1/{round(1 / f):,}: the resample count sets q)"
 
 
-def _eval_head_stability(c: HeadStabilityClaim, run: RunReader) -> tuple[bool, dict, str]:
+def evaluate_head_stability(c: HeadStabilityClaim, run: RunReader) -> tuple[bool, dict, str]:
+    """Return (holds, observed, reason) of a head_stability claim: a head's stability statistic against its bounds."""
     cols = [c.statistic]
     if not run.rows(c.table, cols, layer=c.layer, head=c.head):
         layers = run.distinct(c.table, "layer")
@@ -150,7 +164,9 @@ def _eval_head_stability(c: HeadStabilityClaim, run: RunReader) -> tuple[bool, d
     return ok, {c.statistic: v}, reason
 
 
-def _eval_layer_stability(c: LayerStabilityClaim, run: RunReader) -> tuple[bool, dict, str]:
+def evaluate_layer_stability(c: LayerStabilityClaim, run: RunReader) -> tuple[bool, dict, str]:
+    """Return (holds, observed, reason) of a layer_stability claim: a layer's stability statistic against its
+    bounds."""
     if not run.rows(c.table, [c.statistic], layer=c.layer):
         raise ClaimError(f"layer {c.layer} is not in the run's {c.table} table (layers {run.distinct(c.table, 'layer')}); "
                          "check the claim's layer")
@@ -159,7 +175,9 @@ def _eval_layer_stability(c: LayerStabilityClaim, run: RunReader) -> tuple[bool,
     return ok, {c.statistic: v}, reason
 
 
-def _eval_approximation(c: ApproximationClaim, run: RunReader) -> tuple[bool, dict, str]:
+def evaluate_approximation(c: ApproximationClaim, run: RunReader) -> tuple[bool, dict, str]:
+    """Return (holds, observed, reason) of an approximation claim on ``run``: an approximation's agreement with exact
+    against its bounds."""
     need(run, c.table, "method", c.method, "add it and 'exact' to the spec's methods")
     eq: dict[str, Any] = {"method": c.method}
     if c.k is not None:
@@ -180,7 +198,8 @@ def _eval_approximation(c: ApproximationClaim, run: RunReader) -> tuple[bool, di
 _FIX_VERIFY = "add it to the spec's methods with verify: {n: 16} (or run attribute --verify)"
 
 
-def _eval_verified_edge(c: VerifiedEdgeClaim, run: RunReader) -> tuple[bool, dict, str]:
+def evaluate_verified_edge(c: VerifiedEdgeClaim, run: RunReader) -> tuple[bool, dict, str]:
+    """Return (holds, observed, reason) of a verified_edge claim: an edge's verified statistic against its bounds."""
     need(run, c.table, "method", c.method, _FIX_VERIFY)
     edge_known(run, c.edge)
     cols = ["estimate", "ci_low", "ci_high", "qvalue", "estimand"]
@@ -199,7 +218,9 @@ def _eval_verified_edge(c: VerifiedEdgeClaim, run: RunReader) -> tuple[bool, dic
     return ok, {c.statistic: v}, f"{reason} ({detail})"
 
 
-def _eval_missed_edges(c: MissedEdgesClaim, run: RunReader) -> tuple[bool, dict, str]:
+def evaluate_missed_edges(c: MissedEdgesClaim, run: RunReader) -> tuple[bool, dict, str]:
+    """Return (holds, observed, reason) of a missed_edges claim on ``run``: the missed-edges bound of a verified run
+    against its bounds."""
     need(run, c.table, "method", c.method, "verify it with verify: {n: 16, edges: {top: m, random: r}, tau: t}")
     v = scalar(run, c.table, c.statistic, f"{c.method}", method=c.method)
     (r,) = run.rows(c.table, ["tau", "level", "n_unverified"], method=c.method)
@@ -209,14 +230,17 @@ def _eval_missed_edges(c: MissedEdgesClaim, run: RunReader) -> tuple[bool, dict,
     return ok, {c.statistic: v}, f"{reason} (of {r['n_unverified']} unverified edges, at level {fmt(r['level'])})"
 
 
-def _eval_published_circuit(c: PublishedCircuitClaim, run: RunReader) -> tuple[bool, dict, str]:
+def evaluate_published_circuit(c: PublishedCircuitClaim, run: RunReader) -> tuple[bool, dict, str]:
+    """Return (holds, observed, reason) of a published_circuit claim on ``run``: a statistic of the published circuit
+    against its bounds."""
     need(run, c.table, "method", c.method, "add it to the spec's methods (and give the spec a circuit: key)")
     v = scalar(run, c.table, c.statistic, c.method, method=c.method)
     ok, reason = bounded(v, c, f"{c.statistic} of the published circuit ({c.method})")
     return ok, {c.statistic: v}, reason + fieller_reason(c.statistic, c.table, run, {"method": c.method})
 
 
-def _eval_sink(c: SinkClaim, run: RunReader) -> tuple[bool, dict, str]:
+def evaluate_sink(c: SinkClaim, run: RunReader) -> tuple[bool, dict, str]:
+    """Return (holds, observed, reason) of a sink claim: a head's sink statistic against its bounds."""
     part = run.part(c.model, c.table)
     node = f"a{c.layer}.h{c.head}"
     if not part.rows(c.table, ["node"], layer=c.layer, head=c.head):
@@ -234,7 +258,8 @@ def _eval_sink(c: SinkClaim, run: RunReader) -> tuple[bool, dict, str]:
     return ok, {c.statistic: v}, f"{reason} ({rate})"
 
 
-def _eval_token_drop(c: TokenDropClaim, run: RunReader) -> tuple[bool, dict, str]:
+def evaluate_token_drop(c: TokenDropClaim, run: RunReader) -> tuple[bool, dict, str]:
+    """Return (holds, observed, reason) of a token_drop claim: a token-ablation drop statistic against its bounds."""
     part = token_part(run, c.model, c.table, c.k, [c.measure])
     where = f"the metric drop from ablating {c.measure}'s top-{c.k} tokens" + model_label(c.model)
     v = scalar(part, c.table, c.statistic, where, measure=c.measure, k=c.k)
@@ -243,7 +268,9 @@ def _eval_token_drop(c: TokenDropClaim, run: RunReader) -> tuple[bool, dict, str
     return ok, {c.statistic: v}, reason
 
 
-def _eval_token_importance(c: TokenImportanceClaim, run: RunReader) -> tuple[bool, dict, str]:
+def evaluate_token_importance(c: TokenImportanceClaim, run: RunReader) -> tuple[bool, dict, str]:
+    """Return (holds, observed, reason) of a token_importance claim on ``run``: the Holm verdict that measure_a's
+    tokens matter more than measure_b's."""
     a, b = c.measure_a, c.measure_b
     part = token_part(run, c.model, c.table, c.k, [a, b], ("measure_a", "measure_b"))
     cols = ["difference", "ci_low", "ci_high", "pvalue_holm", "verdict", "interval_reliable", "multiplicity"]
@@ -270,7 +297,9 @@ def _eval_token_importance(c: TokenImportanceClaim, run: RunReader) -> tuple[boo
     return holds, obs, text if holds else f"{text}, not '{a} > {b}'"
 
 
-def _eval_sink_stability(c: SinkStabilityClaim, run: RunReader) -> tuple[bool, dict, str]:
+def evaluate_sink_stability(c: SinkStabilityClaim, run: RunReader) -> tuple[bool, dict, str]:
+    """Return (holds, observed, reason) of a sink_stability claim on ``run``: an item of sink_stability or
+    sink_matching against its bounds."""
     from circuitstat.stats.sink_matching import ITEMS as MATCHED_ITEMS
 
     plain, matched = c.tables  # sink_stability, sink_matching: an item of either
@@ -297,7 +326,9 @@ def _eval_sink_stability(c: SinkStabilityClaim, run: RunReader) -> tuple[bool, d
     return ok, {c.statistic: v}, f"{reason} ({detail})"
 
 
-def _eval_token_stability(c: TokenStabilityClaim, run: RunReader) -> tuple[bool, dict, str]:
+def evaluate_token_stability(c: TokenStabilityClaim, run: RunReader) -> tuple[bool, dict, str]:
+    """Return (holds, observed, reason) of a token_stability claim on ``run``: the seeds' top-k token agreement
+    against its bounds."""
     part = token_part(run, None, c.table, c.k, [c.measure])
     where = f"the top-{c.k} {c.measure} token Jaccard between seeds"
     v = scalar(part, c.table, c.statistic, where, measure=c.measure, k=c.k)
@@ -306,12 +337,10 @@ def _eval_token_stability(c: TokenStabilityClaim, run: RunReader) -> tuple[bool,
     return ok, {c.statistic: v}, f"{reason} (Jaccard {fmt(r['jaccard'])}, chance {fmt(r['chance'])})"
 
 
-def _eval_circuit_test(c: Any, run: RunReader) -> tuple[bool, dict, str]:
+def evaluate_circuit_test(c: Any, run: RunReader) -> tuple[bool, dict, str]:
     """A circuit test claim: the test's p-value against alpha (holds on rejection for sufficiency and partial
     necessity, on non-rejection for equivalence, independence and minimality)."""
-    from .kinds import CIRCUIT_TESTS
-
-    test, want_reject = CIRCUIT_TESTS[c.kind]
+    test, want_reject = c.TEST, c.WANT_REJECT
     methods = run.distinct(c.table, "method")
     method = c.method
     if method is None:
@@ -346,24 +375,3 @@ def _eval_circuit_test(c: Any, run: RunReader) -> tuple[bool, dict, str]:
     elif not want_reject:
         text += ": not rejected (no evidence against it at this N; a pass is not proof)"
     return rejected == want_reject, obs, text
-
-
-EVALUATORS: dict[str, Callable[[Any, RunReader], tuple[bool, dict, str]]] = {
-    "edge_in_circuit": _eval_edge_in_circuit,
-    "circuit_stability": _eval_circuit_stability,
-    "faithfulness": _eval_faithfulness,
-    "edge_effect": _eval_edge_effect,
-    "head_stability": _eval_head_stability,
-    "layer_stability": _eval_layer_stability,
-    "approximation": _eval_approximation,
-    "verified_edge": _eval_verified_edge,
-    "missed_edges": _eval_missed_edges,
-    "published_circuit": _eval_published_circuit,
-    "sink": _eval_sink,
-    "token_importance": _eval_token_importance,
-    "token_drop": _eval_token_drop,
-    "sink_stability": _eval_sink_stability,
-    "token_stability": _eval_token_stability,
-    **{k: _eval_circuit_test for k in ("circuit_equivalent", "circuit_equivalent_tost", "circuit_independent",
-                                       "circuit_minimal", "circuit_sufficient", "circuit_partially_necessary")},
-}

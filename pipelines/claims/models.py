@@ -1,29 +1,29 @@
-"""The claims file as pydantic models: one model per claim kind, the ``Claim`` union and ``ClaimsFile``.
+"""One pydantic model per claim kind (the ``Claim`` union and ``ClaimsFile`` are in claimsfile.py, built from the
+registry of kinds, circuitstat.pipelines.claims.kinds).
 
-Every model is strict (no unknown keys) and frozen. The statistics a kind accepts are the claimable
-columns of its table(s), read from the registry (circuitstat.pipelines.claims.kinds), which is the one place a
-kind names its tables. Class names end in ``Claim`` so none shares a name with an estimator
+Every model is strict (no unknown keys) and frozen. Each names the run table(s) its kind is answered from once, as
+``TABLES``; the statistics it accepts are the columns core/schema.py marks claimable in them
+(:func:`claimable_in`). Class names end in ``Claim`` so none shares a name with an estimator
 (``HeadStabilityClaim`` is a claim about circuitstat.pipelines.heads.stability.HeadStability's tables).
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from ..spec import METHOD, _Strict  # the one spec base: strict, frozen, no unknown keys
-from ..yamlio import resolve_inside
-from .kinds import KINDS, statistics
+from circuitstat.core.schema import claimable
+
+from ..spec import METHOD, StrictSpec  # the one spec base: strict, frozen, no unknown keys
 
 __all__ = ["ClaimBase", "BoundedClaim", "EdgeInCircuitClaim", "CircuitStabilityClaim", "FaithfulnessClaim",
            "EdgeEffectClaim", "HeadStabilityClaim", "LayerStabilityClaim", "ApproximationClaim", "VerifiedEdgeClaim",
            "MissedEdgesClaim", "PublishedCircuitClaim", "SinkClaim", "CircuitEquivalentClaim",
            "CircuitEquivalentTostClaim", "CircuitIndependentClaim", "CircuitMinimalClaim", "CircuitSufficientClaim", "CircuitPartiallyNecessaryClaim",
-           "TokenImportanceClaim", "TokenDropClaim", "SinkStabilityClaim", "TokenStabilityClaim", "CLAIM_MODELS",
-           "KIND_MODELS", "Claim", "ClaimsFile", "model_label"]
+           "TokenImportanceClaim", "TokenDropClaim", "SinkStabilityClaim", "TokenStabilityClaim", "claimable_in",
+           "model_label", "normalise_edge"]
 
 APPROX_METHOD = Literal[tuple(m for m in get_args(METHOD) if m != "exact")]
 #: circuits: a method's own, or those selected from an approximation's verified estimates ("eap+verified")
@@ -32,21 +32,30 @@ Finite = Annotated[float, Field(allow_inf_nan=False)]
 Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 
 
-class ClaimBase(_Strict):
+def claimable_in(tables: tuple[str, ...]) -> tuple[str, ...]:
+    """Return the claimable columns of ``tables`` (core/schema.py), in schema order, each once."""
+    return tuple(dict.fromkeys(c for t in tables for c in claimable(t)))
+
+
+class ClaimBase(StrictSpec):
     """What every claim has: an optional name and description, its kind, and the run table(s) of that kind."""
 
     name: str | None = Field(None, min_length=1, max_length=200)
     description: str | None = None
 
+    #: the run tables a claim of this kind is answered from, declared once per kind here; its ``statistic`` (when it
+    #: has one) is a claimable column of one of them (core/schema.py)
+    TABLES: ClassVar[tuple[str, ...]]
+
     @property
     def tables(self) -> tuple[str, ...]:
-        """Return the run tables this claim is answered from (the registry's declaration of its kind)."""
-        return KINDS[self.kind].tables
+        """Return the run tables this claim is answered from (its kind's ``TABLES``)."""
+        return self.TABLES
 
     @property
     def table(self) -> str:
         """Return the run table this claim is answered from (the first of ``tables``)."""
-        return KINDS[self.kind].table
+        return self.TABLES[0]
 
     def label(self, index: int) -> str:
         return self.name or f"#{index + 1} {self.kind} {self._auto_label()}".strip()
@@ -70,7 +79,8 @@ class BoundedClaim(ClaimBase):
         return self
 
 
-def _normalise_edge(v: str) -> str:
+def normalise_edge(v: str) -> str:
+    """Return an edge name without spaces, with "→" written "->" (claims may spell edges either way)."""
     return re.sub(r"\s+", "", v.replace("→", "->"))
 
 
@@ -78,6 +88,7 @@ class EdgeInCircuitClaim(ClaimBase):
     """The edge is in the top-k circuit with inclusion frequency >= min_inclusion."""
 
     kind: Literal["edge_in_circuit"]
+    TABLES: ClassVar[tuple[str, ...]] = ("inclusion",)
     edge: str = Field(min_length=1)
     method: CIRCUIT_METHOD
     k: int = Field(ge=1)
@@ -86,7 +97,7 @@ class EdgeInCircuitClaim(ClaimBase):
     @field_validator("edge")
     @classmethod
     def _edge(cls, v: str) -> str:
-        return _normalise_edge(v)
+        return normalise_edge(v)
 
     def _auto_label(self) -> str:
         return f"{self.edge} {self.method} k={self.k}"
@@ -96,11 +107,12 @@ class CircuitStabilityClaim(BoundedClaim):
     """A stability statistic of the top-k circuit under resampling."""
 
     kind: Literal["circuit_stability"]
+    TABLES: ClassVar[tuple[str, ...]] = ("stability_vs_k",)
     method: CIRCUIT_METHOD
     k: int = Field(ge=1)
     # *_ci_low of the Monte Carlo spread over resamples are not claimable: a claim about stability is about
     # data, so bounds come from the data-level intervals (expected Jaccard / Phi of two size-N datasets).
-    statistic: Literal[statistics("circuit_stability")]
+    statistic: Literal[claimable_in(TABLES)]
 
     def _auto_label(self) -> str:
         return f"{self.statistic} {self.method} k={self.k}"
@@ -110,10 +122,11 @@ class FaithfulnessClaim(BoundedClaim):
     """Faithfulness of the top-k circuit (f_*), or the area-under-curve scores cpr/cmd."""
 
     kind: Literal["faithfulness"]
+    TABLES: ClassVar[tuple[str, ...]] = ("faithfulness_vs_k",)
     method: CIRCUIT_METHOD
     k: int | None = Field(None, ge=1)
     # f_ci_*: this fixed circuit (selection not included); f_selected*: the circuit selected from N prompts
-    statistic: Literal[statistics("faithfulness")]
+    statistic: Literal[claimable_in(TABLES)]
 
     @model_validator(mode="after")
     def _needs_k(self):
@@ -133,6 +146,7 @@ class EdgeEffectClaim(ClaimBase):
     trimmed_mean* columns: its own interval and the BH q-value of the p-value that inverts it)."""
 
     kind: Literal["edge_effect"]
+    TABLES: ClassVar[tuple[str, ...]] = ("edge_stats",)
     edge: str = Field(min_length=1)
     method: METHOD
     sign: Literal["positive", "negative", "nonzero"]
@@ -146,7 +160,7 @@ class EdgeEffectClaim(ClaimBase):
     @field_validator("edge")
     @classmethod
     def _edge(cls, v: str) -> str:
-        return _normalise_edge(v)
+        return normalise_edge(v)
 
     def _auto_label(self) -> str:
         return f"{self.edge} {self.method} {self.sign}" + ("" if self.estimand == "mean" else f" {self.estimand}")
@@ -197,8 +211,9 @@ class HeadStabilityClaim(_HeadRef):
     """Stability of one attention head across independently trained seeds."""
 
     kind: Literal["head_stability"]
+    TABLES: ClassVar[tuple[str, ...]] = ("heads",)
     # excess*: stability above its shuffled-prompt null; refit_*: every refit an anchor (seed-level interval)
-    statistic: Literal[statistics("head_stability")]
+    statistic: Literal[claimable_in(TABLES)]
     match: Literal["max", "hungarian"] | None = None
     pairs: Literal["anchor", "all"] | None = None
 
@@ -210,8 +225,9 @@ class LayerStabilityClaim(BoundedClaim):
     """Mean stability of a layer's heads across seeds."""
 
     kind: Literal["layer_stability"]
+    TABLES: ClassVar[tuple[str, ...]] = ("layers",)
     layer: int = Field(ge=0)
-    statistic: Literal[statistics("layer_stability")]
+    statistic: Literal[claimable_in(TABLES)]
 
     def _auto_label(self) -> str:
         return f"layer {self.layer} {self.statistic}"
@@ -221,8 +237,9 @@ class ApproximationClaim(BoundedClaim):
     """Agreement of an approximate method's scores with exact activation patching."""
 
     kind: Literal["approximation"]
+    TABLES: ClassVar[tuple[str, ...]] = ("approximation_summary",)
     method: APPROX_METHOD
-    statistic: Literal[statistics("approximation")]
+    statistic: Literal[claimable_in(TABLES)]
     k: int | None = Field(None, ge=1)
 
     def _auto_label(self) -> str:
@@ -234,14 +251,15 @@ class VerifiedEdgeClaim(BoundedClaim):
     from a verified run of ``method`` (spec key ``verify``)."""
 
     kind: Literal["verified_edge"]
+    TABLES: ClassVar[tuple[str, ...]] = ("verified",)
     edge: str = Field(min_length=1)
     method: APPROX_METHOD
-    statistic: Literal[statistics("verified_edge")]
+    statistic: Literal[claimable_in(TABLES)]
 
     @field_validator("edge")
     @classmethod
     def _edge(cls, v: str) -> str:
-        return _normalise_edge(v)
+        return normalise_edge(v)
 
     def _auto_label(self) -> str:
         return f"{self.edge} {self.method} {self.statistic}"
@@ -252,8 +270,9 @@ class MissedEdgesClaim(BoundedClaim):
     end of its one-sided bound (missed_high), e.g. ``max: 5``."""
 
     kind: Literal["missed_edges"]
+    TABLES: ClassVar[tuple[str, ...]] = ("missed_edges",)
     method: APPROX_METHOD
-    statistic: Literal[statistics("missed_edges")] = "missed_high"
+    statistic: Literal[claimable_in(TABLES)] = "missed_high"
 
     def _auto_label(self) -> str:
         return f"{self.method} {self.statistic}"
@@ -265,8 +284,9 @@ class PublishedCircuitClaim(BoundedClaim):
     run's top-k circuit, for ``method``'s scores (faithfulness and CPR/CMD do not depend on the method)."""
 
     kind: Literal["published_circuit"]
+    TABLES: ClassVar[tuple[str, ...]] = ("published_circuit",)
     method: METHOD
-    statistic: Literal[statistics("published_circuit")]
+    statistic: Literal[claimable_in(TABLES)]
 
     def _auto_label(self) -> str:
         return f"published circuit {self.statistic} ({self.method})"
@@ -279,54 +299,64 @@ class _CircuitTestClaim(ClaimBase):
     circuit hypothesis, as in Shi et al. 2024: a pass is no evidence against it, and its power depends on
     N); sufficiency and partial necessity hold when their null (no better than random circuits) is rejected."""
 
+    TABLES: ClassVar[tuple[str, ...]] = ("circuit_tests",)
+    #: the test's row in circuit_tests, and whether the claim holds when its null is rejected
+    TEST: ClassVar[str]
+    WANT_REJECT: ClassVar[bool]
     method: METHOD | Literal["given"] | None = None  # None: the run's one tested circuit
     alpha: float = Field(0.05, gt=0.0, lt=1.0, allow_inf_nan=False)
 
     def _auto_label(self) -> str:
         return f"{self.method + ' ' if self.method else ''}alpha={self.alpha:g}"
 
-    def test_bound(self) -> str:
-        """Return the claim's bound as the results table prints it."""
-        from .kinds import CIRCUIT_TESTS
-
-        test, want_reject = CIRCUIT_TESTS[self.kind]
-        return f"{test} p {'<=' if want_reject else '>'} {self.alpha:g}"
-
 
 class CircuitEquivalentClaim(_CircuitTestClaim):
     """The circuit and the model perform alike up to the run's margin: equivalence not rejected at alpha."""
 
     kind: Literal["circuit_equivalent"]
+    TEST: ClassVar[str] = "equivalence"
+    WANT_REJECT: ClassVar[bool] = False
 
 
 class CircuitEquivalentTostClaim(_CircuitTestClaim):
     """Equivalence affirmed: the TOST rejects non-equivalence (|P(circuit > model) − 1/2| >= margin) at alpha."""
 
     kind: Literal["circuit_equivalent_tost"]
+    TEST: ClassVar[str] = "equivalence_tost"
+    WANT_REJECT: ClassVar[bool] = True
 
 
 class CircuitIndependentClaim(_CircuitTestClaim):
     """The complement's output carries no detectable information about the model's: HSIC not rejected at alpha."""
 
     kind: Literal["circuit_independent"]
+    TEST: ClassVar[str] = "independence"
+    WANT_REJECT: ClassVar[bool] = False
 
 
 class CircuitMinimalClaim(_CircuitTestClaim):
     """No edge of the circuit is redundant: no adjusted per-edge minimality p-value <= alpha."""
 
     kind: Literal["circuit_minimal"]
+    TEST: ClassVar[str] = "minimality"
+    WANT_REJECT: ClassVar[bool] = False
+    TABLES: ClassVar[tuple[str, ...]] = ("circuit_tests", "circuit_minimality")
 
 
 class CircuitSufficientClaim(_CircuitTestClaim):
     """The circuit is more faithful than random circuits of its size: sufficiency p <= alpha."""
 
     kind: Literal["circuit_sufficient"]
+    TEST: ClassVar[str] = "sufficiency"
+    WANT_REJECT: ClassVar[bool] = True
 
 
 class CircuitPartiallyNecessaryClaim(_CircuitTestClaim):
     """Ablating the circuit hurts more than ablating random circuits of its size: p <= alpha."""
 
     kind: Literal["circuit_partially_necessary"]
+    TEST: ClassVar[str] = "partial_necessity"
+    WANT_REJECT: ClassVar[bool] = True
 
 
 # Token contributions and attention sinks (``circuitstat tokens``; circuitstat.pipelines.contributions). A
@@ -338,8 +368,9 @@ class SinkClaim(_HeadRef):
     """One head is an attention sink: a bound on its sink rate, by default on its interval's lower end."""
 
     kind: Literal["sink"]
+    TABLES: ClassVar[tuple[str, ...]] = ("sink_heads",)
     # ci_low (the default): "a sink with rate >= min" holds only when the whole interval is above min
-    statistic: Literal[statistics("sink")] = "ci_low"
+    statistic: Literal[claimable_in(TABLES)] = "ci_low"
     model: Model
 
     def _auto_label(self) -> str:
@@ -350,6 +381,7 @@ class TokenImportanceClaim(ClaimBase):
     """Ablating measure_a's top-k tokens drops the metric more than measure_b's (the Holm verdict says a > b)."""
 
     kind: Literal["token_importance"]
+    TABLES: ClassVar[tuple[str, ...]] = ("token_importance_diffs",)
     measure_a: str = Field(min_length=1, max_length=100)
     measure_b: str = Field(min_length=1, max_length=100)
     k: int = Field(ge=1)
@@ -369,9 +401,10 @@ class TokenDropClaim(BoundedClaim):
     """The mean metric drop when a measure's top-k tokens are ablated, by default its interval's lower end."""
 
     kind: Literal["token_drop"]
+    TABLES: ClassVar[tuple[str, ...]] = ("token_importance",)
     measure: str = Field(min_length=1, max_length=100)
     k: int = Field(ge=1)
-    statistic: Literal[statistics("token_drop")] = "ci_low"
+    statistic: Literal[claimable_in(TABLES)] = "ci_low"
     model: Model
 
     def _auto_label(self) -> str:
@@ -383,9 +416,10 @@ class SinkStabilityClaim(BoundedClaim):
     interval's lower end."""
 
     kind: Literal["sink_stability"]
+    TABLES: ClassVar[tuple[str, ...]] = ("sink_stability", "sink_matching")
     layer: int = Field(ge=-1)  # -1: the whole model (the sink-norm relation per seed; sink_matching: layers pooled)
     item: str = Field(min_length=1, max_length=200)  # e.g. "rank 1 sink rate", "sink-head Jaccard"
-    statistic: Literal[statistics("sink_stability")] = "ci_low"
+    statistic: Literal[claimable_in(TABLES)] = "ci_low"
 
     def _auto_label(self) -> str:
         return f"layer {self.layer} {self.item} {self.statistic}"
@@ -395,10 +429,11 @@ class TokenStabilityClaim(BoundedClaim):
     """Do the seeds pick the same top-k tokens? By default the lower end of the excess over chance."""
 
     kind: Literal["token_stability"]
+    TABLES: ClassVar[tuple[str, ...]] = ("token_stability",)
     measure: str = Field(min_length=1, max_length=100)
     k: int = Field(ge=1)
     # excess*: agreement above the hypergeometric chance of two random k-subsets (a stability claim is about excess)
-    statistic: Literal[statistics("token_stability")] = "excess_ci_low"
+    statistic: Literal[claimable_in(TABLES)] = "excess_ci_low"
 
     def _auto_label(self) -> str:
         return f"{self.measure} k={self.k} {self.statistic}"
@@ -407,50 +442,3 @@ class TokenStabilityClaim(BoundedClaim):
 def model_label(model: int | None) -> str:
     """Return " (model i)" for a claim about model i of a cross-seed run, "" for a single-model run."""
     return "" if model is None else f" (model {model})"
-
-
-CLAIM_MODELS = (EdgeInCircuitClaim, CircuitStabilityClaim, FaithfulnessClaim, EdgeEffectClaim, HeadStabilityClaim,
-                LayerStabilityClaim, ApproximationClaim, VerifiedEdgeClaim, MissedEdgesClaim, PublishedCircuitClaim,
-                CircuitEquivalentClaim, CircuitEquivalentTostClaim, CircuitIndependentClaim, CircuitMinimalClaim,
-                CircuitSufficientClaim,
-                CircuitPartiallyNecessaryClaim, SinkClaim, TokenImportanceClaim, TokenDropClaim, SinkStabilityClaim,
-                TokenStabilityClaim)
-Claim = Annotated[
-    Union[CLAIM_MODELS],
-    Field(discriminator="kind"),
-]
-KIND_MODELS: dict[str, type[ClaimBase]] = {
-    m.model_fields["kind"].annotation.__args__[0]: m  # type: ignore[union-attr]
-    for m in CLAIM_MODELS
-}
-
-
-class ClaimsFile(_Strict):
-    """A claims file: where the run is (or the spec to make it) and the claims."""
-
-    run: str | None = Field(None, min_length=1)
-    spec: str | None = Field(None, min_length=1)
-    claims: list[Claim] = Field(min_length=1)
-    _source: str | None = PrivateAttr(None)  # the file it came from (set by parse_claims)
-
-    @property
-    def source(self) -> str | None:
-        return self._source
-
-    @property
-    def base(self) -> Path:
-        """The directory relative paths in the file are relative to."""
-        return Path(self.source).parent if self.source else Path(".")
-
-    def run_path(self, allow_outside: bool = False) -> Path | None:
-        """``run:`` relative to this file, confined to its directory tree unless `allow_outside`."""
-        return None if self.run is None else self._inside(self.run, "run", allow_outside)
-
-    def spec_path(self, allow_outside: bool = False) -> Path | None:
-        """``spec:`` relative to this file, confined to its directory tree unless `allow_outside`."""
-        return None if self.spec is None else self._inside(self.spec, "spec", allow_outside)
-
-    def _inside(self, value: str, key: str, allow_outside: bool) -> Path:
-        # A claims file may come from someone else (a CI job checks published findings): it must
-        # not make check read or write outside the tree it was placed in (see resolve_inside).
-        return resolve_inside(self.source or Path(".") / "<claims>", value, key=key, allow_outside=allow_outside)

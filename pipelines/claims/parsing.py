@@ -13,8 +13,8 @@ from pydantic import ValidationError
 from circuitstat.core.errors import InputError
 
 from ..yamlio import read_yaml_strict
+from .claimsfile import KIND_MODELS, ClaimsFile
 from .kinds import CLAIM_KINDS
-from .models import KIND_MODELS, ClaimsFile
 
 __all__ = ["load_claims", "parse_claims"]
 

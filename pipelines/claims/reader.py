@@ -8,37 +8,12 @@ import difflib
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from circuitstat.core.schema import tail_flag
 
-__all__ = ["TABLE_HINTS", "ClaimError", "RunReader", "edge_known", "need", "not_applicable", "require_no_tail_seen",
+__all__ = ["ClaimError", "RunReader", "edge_known", "need", "not_applicable", "require_no_tail_seen",
            "require_reliable", "scalar", "token_part"]
-
-TABLE_HINTS = {
-    "edges": "the edge list comes from the attribution stage",
-    "edge_stats": "edge estimates, CIs and q-values come from the audit's resampling stage",
-    "inclusion": "inclusion frequencies come from the audit's circuit-stability stage",
-    "stability_vs_k": "circuit stability comes from the audit's circuit-stability stage",
-    "faithfulness_vs_k": "set 'faithfulness: true' in the spec",
-    "approximation_summary": "approximation error needs 'exact' and the approximate method in the spec's methods",
-    "verified": "verified claims need a verified run: 'verify: {n: ...}' in the audit spec, or attribute --verify N",
-    "missed_edges": "a missed-edges bound needs a verified run of some edges: 'verify: {edges: {top, random}, tau}'",
-    "published_circuit": "a published circuit is audited when the spec has 'circuit: {file: FILE}' "
-                         "(or `circuitstat check-circuit`)",
-    "circuit_tests": "circuit test claims need the audit's tests stage: add tests: {k: K} (or tests: {edges: [...]}) "
-                     "to the spec",
-    "circuit_minimality": "minimality claims need the audit's tests stage: add tests: {k: K} to the spec",
-    "heads": "head stability needs several seeds: list two or more models under 'models:' in the spec",
-    "layers": "layer stability needs several seeds: list two or more models under 'models:' in the spec",
-    **{t: "token and sink claims need a `circuitstat tokens --out DIR` run; pass --run DIR"
-       for t in ("sink_heads", "token_importance", "token_importance_diffs")},
-    **{t: "claims across seeds need a cross-seed run: `circuitstat tokens` with two or more --model refits"
-       for t in ("sink_stability", "token_stability")},
-    "sink_matching": "claims across seeds need a cross-seed run: `circuitstat tokens` with two or more --model refits "
-                     "(a cross-seed run made before sink_matching existed: run it again on the same --out to add it; "
-                     "finished stages resume)",
-}
 
 
 class ClaimError(Exception):
@@ -50,10 +25,12 @@ class ClaimError(Exception):
 
 
 class RunReader:
-    """Lazy, cached access to a run directory's tables."""
+    """Lazy, cached access to a run directory's tables. ``hints``: {table: what makes it}, quoted when the run lacks
+    a table (the registry of claim kinds declares them: circuitstat.pipelines.claims.kinds.TABLE_HINTS)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, hints: Mapping[str, str] | None = None):
         self.path = path
+        self.hints: Mapping[str, str] = hints or {}
         self._tables: dict[str, Any] = {}
         self._parts: dict[int, RunReader] = {}  # model-<i>/ of a cross-seed tokens run
         self._index: dict[tuple, dict] = {}  # (table, key columns) -> key values -> rows (see rows)
@@ -82,7 +59,7 @@ class RunReader:
                 note = ""
                 if self.unfinished:
                     note = f" (the run is incomplete: stage(s) {', '.join(self.unfinished)} did not finish; resume the audit)"
-                raise ClaimError(f"the run {self.path} has no {name}.parquet; {TABLE_HINTS.get(name, 'run the audit')}{note}",
+                raise ClaimError(f"the run {self.path} has no {name}.parquet; {self.hints.get(name, 'run the audit')}{note}",
                                  missing=True)
             try:
                 from circuitstat.core.tables import read_table
@@ -149,7 +126,7 @@ class RunReader:
             where = f"its models are {models}" if models else "it holds one model: remove 'model:'"
             raise ClaimError(f"model {model} is not in the run {self.path} ({where})")
         if model not in self._parts:
-            self._parts[model] = RunReader(self.path / f"model-{model}")
+            self._parts[model] = RunReader(self.path / f"model-{model}", self.hints)
         return self._parts[model]
 
 

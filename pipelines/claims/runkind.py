@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .reader import TABLE_HINTS
+from .kinds import TABLE_HINTS
 
 __all__ = ["audit_target_problem", "finished_run_problem"]
 

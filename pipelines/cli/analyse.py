@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import typing
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -119,6 +120,93 @@ def model_command(
         raise typer.Exit(1)
 
 
+# `attribute`'s options that take more than a line, by concept: what is scored
+INPUT_NODE_OPTION = typer.Option(
+    "embeddings", "--input-node",
+    help="what a zero/mean-ablated input sender is: embeddings (token + position) or tokens (token "
+         "embedding only, as EAP-IG and MIB)")
+METRIC_OPTION = typer.Option(None, "--metric",
+                             help="task metric (default: the task's own, logit_diff for most)")
+MOE_NODES_OPTION = typer.Option(
+    "block", "--moe-nodes",
+    help="mixture-of-experts layers: the MLP as one sender (block) or one sender per expert, m{L}.e{J} "
+         "(experts; docs/families.md)")
+
+# ... how the run is computed, written and printed
+BATCH_SIZE_OPTION = typer.Option(BATCH_SIZE.default, "--batch-size", **BATCH_SIZE.option,
+                                 help="examples per forward; does not change the scores")
+N_JOBS_OPTION = typer.Option(N_JOBS.default, "--n-jobs", min=N_JOBS.minimum,
+                             help="parallel workers, 1 to this machine's CPU count; does not change the scores")
+SCHEDULER_OPTION = typer.Option(
+    None, "--scheduler", help="Dask scheduler tcp://HOST:PORT (or 'local'): the chunks run on its workers, "
+                              "checkpointed here; the same scores as one process (docs/usage.md)")
+FORCE_OPTION = typer.Option(False, "--force",
+                            help="recompute even if the directory holds a different spec or other checkpoints")
+CHECKPOINT_EVERY_OPTION = typer.Option(
+    None, "--checkpoint-every", min=1,
+    help="examples per checkpoint (rounded up to whole batches; default one batch)")
+RESUME_OPTION = typer.Option(True, "--resume/--no-resume",
+                             help="reuse the finished chunks of an interrupted run in --out (--no-resume refuses "
+                                  "to; --force discards them)")
+MAX_MEMORY_OPTION = typer.Option(
+    None, "--max-memory", help="memory budget such as 2GiB: batch size and exact's rows are chosen to fit it")
+PLAN_OPTION = typer.Option(False, "--plan",
+                           help="print each method's edges, passes, FLOPs, memory and estimated time; run nothing")
+RANKING_OPTION = typer.Option("absolute", "--ranking",
+                              help="order of the printed top 10: by |mean| (absolute) or by signed mean "
+                                   "(signed); the scores written do not depend on it")
+
+# ... a verified run (docs/verified.md)
+VERIFY_OPTION = typer.Option(
+    None, "--verify", min=4,
+    help="verify the method on N random prompts with exact patching: intervals for the mean exact effect "
+         "(verified.parquet; docs/verified.md)")
+VERIFY_EDGES_OPTION = typer.Option(
+    None, "--verify-edges", help="TOP,RANDOM: verify only the top candidate edges and a random sample of the "
+                                 "rest, and bound the unverified edges above --verify-tau (missed_edges.parquet)")
+VERIFY_TAU_OPTION = typer.Option(None, "--verify-tau", min=0.0,
+                                 help="threshold on |mean exact effect| the missed-edges bound counts")
+VERIFY_SEED_OPTION = typer.Option(None, "--verify-seed", **SEED.option,
+                                  help="seed of the verified prompts (default: from --seed)")
+
+# ... the mask-learned methods, edge-pruning and ugs (circuitstat.pipelines.attribute.pruning_options;
+# docs/edge-pruning.md)
+STEPS_OPTION = typer.Option(None, "--steps", **PRUNING_STEPS.option,
+                            help=f"edge-pruning and ugs only: Adam steps of the fit "
+                                 f"(default {PRUNING_STEPS.default})")
+LR_OPTION = typer.Option(None, "--lr", **PRUNING_LR.option,
+                         help=f"edge-pruning and ugs only: learning rate (default {PRUNING_LR.default}; "
+                              f"ugs {PRUNING_LR.default_for('ugs')})")
+SPARSITY_OPTION = typer.Option(
+    None, "--sparsity", **PRUNING_SPARSITY.option,
+    help=f"edge-pruning and ugs only: weight of the expected share of open gates "
+         f"(default {PRUNING_SPARSITY.default})")
+OBJECTIVE_OPTION = typer.Option(
+    None, "--objective",
+    help="edge-pruning and ugs only: faithfulness term (default mean_metric; docs/edge-pruning.md)")
+N_SAMPLES_OPTION = typer.Option(
+    None, "--n-samples", **UGS_SAMPLES.option,
+    help=f"ugs only: mask draws per prompt and step (default {UGS_SAMPLES.default})")
+MASK_ABLATION_OPTION = typer.Option(
+    None, "--mask-ablation",
+    help="edge-pruning and ugs only: 'run' (ablated edges carry --ablation's values, the default) or 'optimal' "
+         "(learned constants, Li & Janson 2024; docs/edge-pruning.md)")
+LR_CONSTANTS_OPTION = typer.Option(
+    None, "--lr-constants", **LR_CONSTANTS.option,
+    help=f"edge-pruning and ugs only: learning rate of the optimal-ablation constants "
+         f"(default {LR_CONSTANTS.default})")
+TARGET_OPTION = typer.Option(
+    None, "--target", **PRUNING_TARGET.option,
+    help="edge-pruning only: target share of edges removed (Bhaskar et al.'s Lagrangian; unset: fixed penalty)")
+WARMUP_OPTION = typer.Option(
+    None, "--warmup", **PRUNING_WARMUP.option,
+    help="edge-pruning only: steps of the target's linear warm-up (default half the steps; needs --target)")
+N_REFITS_OPTION = typer.Option(
+    None, "--n-refits", **N_REFITS.option,
+    help="edge-pruning and ugs only: refit on this many bootstrap resamples of the prompts "
+         "(refit_frequency per edge)")
+
+
 @app.command("attribute")
 def attribute_command(
     model: str = typer.Option(..., "--model", help="model directory, cached hub id, or random:ARCH?..."),
@@ -127,89 +215,38 @@ def attribute_command(
     method: Method = typer.Option("eap", "--method", help="attribution method"),
     level: Level = typer.Option("edge", "--level", help="score edges or nodes (senders)"),
     ablation: Ablation = typer.Option("counterfactual", "--ablation", help="what a patched component carries"),
-    input_node: InputNode = typer.Option(
-        "embeddings", "--input-node",
-        help="what a zero/mean-ablated input sender is: embeddings (token + position) or tokens (token "
-             "embedding only, as EAP-IG and MIB)"),
-    metric: MetricName | None = typer.Option(None, "--metric",
-                                             help="task metric (default: the task's own, logit_diff for most)"),
-    moe_nodes: MoeNodes = typer.Option(
-        "block", "--moe-nodes",
-        help="mixture-of-experts layers: the MLP as one sender (block) or one sender per expert, m{L}.e{J} "
-             "(experts; docs/families.md)"),
+    input_node: InputNode = INPUT_NODE_OPTION,
+    metric: MetricName | None = METRIC_OPTION,
+    moe_nodes: MoeNodes = MOE_NODES_OPTION,
     n: int = typer.Option(64, "--n", min=1, help="number of examples"),
-    batch_size: int = typer.Option(BATCH_SIZE.default, "--batch-size", **BATCH_SIZE.option,
-                                   help="examples per forward; does not change the scores"),
+    batch_size: int = BATCH_SIZE_OPTION,
     ig_steps: int = typer.Option(IG_STEPS.default, "--ig-steps", **IG_STEPS.option, help="integration steps for EAP-IG"),
     seed: int = typer.Option(SEED.default, "--seed", **SEED.option),
-    n_jobs: int = typer.Option(N_JOBS.default, "--n-jobs", min=N_JOBS.minimum,
-                               help="parallel workers, 1 to this machine's CPU count; does not change the scores"),
-    scheduler: str | None = typer.Option(
-        None, "--scheduler", help="Dask scheduler tcp://HOST:PORT (or 'local'): the chunks run on its workers, "
-                                  "checkpointed here; the same scores as one process (docs/usage.md)"),
+    n_jobs: int = N_JOBS_OPTION,
+    scheduler: str | None = SCHEDULER_OPTION,
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or mps"),
     dtype: DType = typer.Option("float32", "--dtype", help="model weights' dtype (scores accumulate in float32)"),
     out: Path | None = typer.Option(None, "--out", help="run directory to write (not needed with --plan)"),
-    force: bool = typer.Option(False, "--force",
-                               help="recompute even if the directory holds a different spec or other checkpoints"),
-    checkpoint_every: int | None = typer.Option(
-        None, "--checkpoint-every", min=1,
-        help="examples per checkpoint (rounded up to whole batches; default one batch)"),
-    resume: bool = typer.Option(True, "--resume/--no-resume",
-                                help="reuse the finished chunks of an interrupted run in --out (--no-resume refuses "
-                                     "to; --force discards them)"),
-    max_memory: str | None = typer.Option(
-        None, "--max-memory", help="memory budget such as 2GiB: batch size and exact's rows are chosen to fit it"),
-    plan: bool = typer.Option(False, "--plan",
-                              help="print each method's edges, passes, FLOPs, memory and estimated time; run nothing"),
-    ranking: Ranking = typer.Option("absolute", "--ranking",
-                                    help="order of the printed top 10: by |mean| (absolute) or by signed mean "
-                                         "(signed); the scores written do not depend on it"),
-    verify: int | None = typer.Option(
-        None, "--verify", min=4,
-        help="verify the method on N random prompts with exact patching: intervals for the mean exact effect "
-             "(verified.parquet; docs/verified.md)"),
-    verify_edges: str | None = typer.Option(
-        None, "--verify-edges", help="TOP,RANDOM: verify only the top candidate edges and a random sample of the "
-                                     "rest, and bound the unverified edges above --verify-tau (missed_edges.parquet)"),
-    verify_tau: float | None = typer.Option(None, "--verify-tau", min=0.0,
-                                            help="threshold on |mean exact effect| the missed-edges bound counts"),
-    verify_seed: int | None = typer.Option(None, "--verify-seed", **SEED.option,
-                                           help="seed of the verified prompts (default: from --seed)"),
-    steps: int | None = typer.Option(None, "--steps", **PRUNING_STEPS.option,
-                                     help=f"edge-pruning and ugs only: Adam steps of the fit "
-                                          f"(default {PRUNING_STEPS.default})"),
-    lr: float | None = typer.Option(None, "--lr", **PRUNING_LR.option,
-                                    help=f"edge-pruning and ugs only: learning rate (default {PRUNING_LR.default}; "
-                                         f"ugs {PRUNING_LR.default_for('ugs')})"),
-    sparsity: float | None = typer.Option(
-        None, "--sparsity", **PRUNING_SPARSITY.option,
-        help=f"edge-pruning and ugs only: weight of the expected share of open gates "
-             f"(default {PRUNING_SPARSITY.default})"),
-    objective: Objective | None = typer.Option(
-        None, "--objective",
-        help="edge-pruning and ugs only: faithfulness term (default mean_metric; docs/edge-pruning.md)"),
-    n_samples: int | None = typer.Option(
-        None, "--n-samples", **UGS_SAMPLES.option,
-        help=f"ugs only: mask draws per prompt and step (default {UGS_SAMPLES.default})"),
-    mask_ablation: str | None = typer.Option(
-        None, "--mask-ablation",
-        help="edge-pruning and ugs only: 'run' (ablated edges carry --ablation's values, the default) or 'optimal' "
-             "(learned constants, Li & Janson 2024; docs/edge-pruning.md)"),
-    lr_constants: float | None = typer.Option(
-        None, "--lr-constants", **LR_CONSTANTS.option,
-        help=f"edge-pruning and ugs only: learning rate of the optimal-ablation constants "
-             f"(default {LR_CONSTANTS.default})"),
-    target: float | None = typer.Option(
-        None, "--target", **PRUNING_TARGET.option,
-        help="edge-pruning only: target share of edges removed (Bhaskar et al.'s Lagrangian; unset: fixed penalty)"),
-    warmup: int | None = typer.Option(
-        None, "--warmup", **PRUNING_WARMUP.option,
-        help="edge-pruning only: steps of the target's linear warm-up (default half the steps; needs --target)"),
-    n_refits: int | None = typer.Option(
-        None, "--n-refits", **N_REFITS.option,
-        help="edge-pruning and ugs only: refit on this many bootstrap resamples of the prompts "
-             "(refit_frequency per edge)"),
+    force: bool = FORCE_OPTION,
+    checkpoint_every: int | None = CHECKPOINT_EVERY_OPTION,
+    resume: bool = RESUME_OPTION,
+    max_memory: str | None = MAX_MEMORY_OPTION,
+    plan: bool = PLAN_OPTION,
+    ranking: Ranking = RANKING_OPTION,
+    verify: int | None = VERIFY_OPTION,
+    verify_edges: str | None = VERIFY_EDGES_OPTION,
+    verify_tau: float | None = VERIFY_TAU_OPTION,
+    verify_seed: int | None = VERIFY_SEED_OPTION,
+    steps: int | None = STEPS_OPTION,
+    lr: float | None = LR_OPTION,
+    sparsity: float | None = SPARSITY_OPTION,
+    objective: Objective | None = OBJECTIVE_OPTION,
+    n_samples: int | None = N_SAMPLES_OPTION,
+    mask_ablation: str | None = MASK_ABLATION_OPTION,
+    lr_constants: float | None = LR_CONSTANTS_OPTION,
+    target: float | None = TARGET_OPTION,
+    warmup: int | None = WARMUP_OPTION,
+    n_refits: int | None = N_REFITS_OPTION,
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
@@ -226,55 +263,86 @@ def attribute_command(
     every bad row and column named. The examples are computed in chunks, each saved in
     OUT/checkpoints as soon as it is finished: a killed run continues where it stopped when the same
     command is run again. Cost: --plan prints each method's estimated time on this machine first."""
-    from circuitstat.circuits.plan import parse_bytes
+    from types import SimpleNamespace
+
+    # every option by name, a choice as its name: the steps below (check, then plan, fit masks or score) read them
+    o = SimpleNamespace(**{k: getattr(v, "value", v) for k, v in locals().items()})
+    vspec, pruning, options = _checked_attribute_options(o)
+    if o.plan:
+        _plan_attribute(o, options, vspec, pruning)
+    elif pruning is not None:
+        _fit_masks(o, options, pruning)
+    else:
+        _score(o, options, vspec)
+
+
+def _checked_attribute_options(o: Any) -> tuple[Any, Any, dict]:
+    """Return (the verified-run spec or None, the mask-learning options or None, the task options) of `attribute`'s
+    options ``o``; InputError naming a bad one: everything is checked before the run directory exists."""
     from circuitstat.core.errors import InputError
-    from circuitstat.pipelines.attribute import check_method_options, pruning_options, run_attribute
-    from circuitstat.pipelines.build import check_device, check_n_jobs, parse_task_options
-    from circuitstat.pipelines.spec import MASK_SECTIONS, check_verify, mask_draws
+    from circuitstat.pipelines.attribute import pruning_options
+    from circuitstat.pipelines.build import parse_task_options
+    from circuitstat.pipelines.spec import check_verify
     from circuitstat.pipelines.verify import verify_from_options
 
-    method, level, ablation, dtype = method.value, level.value, ablation.value, dtype.value
-    input_node, moe_nodes = input_node.value, moe_nodes.value
-    options = parse_task_options(task, task_option)
-    metric = None if metric is None else metric.value
-    vspec = verify_from_options(verify, verify_edges, verify_tau, verify_seed)
-    check_verify(vspec, methods=[method], n_prompts=n, level=level, words="flags")
-    ep = {"steps": steps, "lr": lr, "sparsity": sparsity, "objective": None if objective is None else objective.value,
-          "n_samples": n_samples, "ablation": mask_ablation, "lr_constants": lr_constants, "target": target,
-          "warmup": warmup}
-    if n_samples is not None and method != "ugs":
-        raise InputError(f"--n-samples sets UGS's mask draws: use it with --method ugs, not {method}")
-    pruning = pruning_options(method, ep, n_refits)  # refused for an attribution method
-    # everything is validated before the run directory exists
-    if out is None and not plan:
+    options = parse_task_options(o.task, o.task_option)
+    vspec = verify_from_options(o.verify, o.verify_edges, o.verify_tau, o.verify_seed)
+    check_verify(vspec, methods=[o.method], n_prompts=o.n, level=o.level, words="flags")
+    ep = {"steps": o.steps, "lr": o.lr, "sparsity": o.sparsity, "objective": o.objective, "n_samples": o.n_samples,
+          "ablation": o.mask_ablation, "lr_constants": o.lr_constants, "target": o.target, "warmup": o.warmup}
+    if o.n_samples is not None and o.method != "ugs":
+        raise InputError(f"--n-samples sets UGS's mask draws: use it with --method ugs, not {o.method}")
+    pruning = pruning_options(o.method, ep, o.n_refits)  # refused for an attribution method
+    if o.out is None and not o.plan:
         raise InputError("--out is required: give the run directory to write (or pass --plan to only plan the run)")
-    if plan:  # on the meta device: no weights are allocated, whatever the model's size
-        check_method_options(method, level, ablation, batch_size=batch_size, ig_steps=ig_steps)
-        budget = None if max_memory is None else parse_bytes(max_memory)
-        _plan(model, task, options, n=n, seed=seed, metric=metric, level=level, batch_size=batch_size,
-              ig_steps=ig_steps, budget=budget, n_jobs=check_n_jobs(n_jobs, "--n-jobs"), device=check_device(device), dtype=dtype,
-              allow_pickle=allow_pickle, allow_large=allow_large, verify=vspec, method=method,
-              pruning=None if pruning is None else (pruning.steps, 1 + (n_refits or 0), mask_draws(method, pruning)),
-              moe_nodes=moe_nodes)
-        return
-    if pruning is not None:
-        masks = run_attribute(model, task, out, method=method, level=level, ablation=ablation, input_node=input_node,
-                              metric=metric, n=n, batch_size=batch_size, seed=seed, device=device, dtype=dtype,
-                              max_memory=max_memory, force=force, allow_pickle=allow_pickle, allow_large=allow_large,
-                              task_options=options, n_refits=n_refits, moe_nodes=moe_nodes,
-                              **{MASK_SECTIONS[method][0]: pruning.model_dump()})
-        _print_masks(masks, method, out)
-        return
-    sm = run_attribute(model, task, out, method=method, level=level, ablation=ablation, input_node=input_node,
-                       metric=metric, n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
-                       device=device, dtype=dtype, max_memory=max_memory, checkpoint_every=checkpoint_every,
-                       resume=resume, force=force, allow_pickle=allow_pickle, allow_large=allow_large, verify=vspec,
-                       task_options=options, scheduler=scheduler, moe_nodes=moe_nodes)
-    _print_top(sm, method, level, out, ranking=ranking.value)
+    return vspec, pruning, options
+
+
+def _plan_attribute(o: Any, options: dict, vspec: Any, pruning: Any) -> None:
+    """Print the plan of the attribute run ``o`` describes (on the meta device: no weights are allocated)."""
+    from circuitstat.circuits.plan import parse_bytes
+    from circuitstat.pipelines.attribute import check_method_options
+    from circuitstat.pipelines.build import check_device, check_n_jobs
+    from circuitstat.pipelines.spec import mask_draws
+
+    check_method_options(o.method, o.level, o.ablation, batch_size=o.batch_size, ig_steps=o.ig_steps)
+    budget = None if o.max_memory is None else parse_bytes(o.max_memory)
+    _plan(o.model, o.task, options, n=o.n, seed=o.seed, metric=o.metric, level=o.level, batch_size=o.batch_size,
+          ig_steps=o.ig_steps, budget=budget, n_jobs=check_n_jobs(o.n_jobs, "--n-jobs"), device=check_device(o.device),
+          dtype=o.dtype, allow_pickle=o.allow_pickle, allow_large=o.allow_large, verify=vspec, method=o.method,
+          pruning=None if pruning is None else (pruning.steps, 1 + (o.n_refits or 0), mask_draws(o.method, pruning)),
+          moe_nodes=o.moe_nodes)
+
+
+def _fit_masks(o: Any, options: dict, pruning: Any) -> None:
+    """Fit the mask-learned method (edge-pruning or ugs) of ``o`` into its run directory and print its top edges."""
+    from circuitstat.pipelines.attribute import run_attribute
+    from circuitstat.pipelines.spec import MASK_SECTIONS
+
+    masks = run_attribute(o.model, o.task, o.out, method=o.method, level=o.level, ablation=o.ablation,
+                          input_node=o.input_node, metric=o.metric, n=o.n, batch_size=o.batch_size, seed=o.seed,
+                          device=o.device, dtype=o.dtype, max_memory=o.max_memory, force=o.force,
+                          allow_pickle=o.allow_pickle, allow_large=o.allow_large, task_options=options,
+                          n_refits=o.n_refits, moe_nodes=o.moe_nodes,
+                          **{MASK_SECTIONS[o.method][0]: pruning.model_dump()})
+    _print_masks(masks, o.method, o.out)
+
+
+def _score(o: Any, options: dict, vspec: Any) -> None:
+    """Compute the per-example scores of the attribution run ``o`` (and its verified run) and print the top ones."""
+    from circuitstat.pipelines.attribute import run_attribute
+
+    sm = run_attribute(o.model, o.task, o.out, method=o.method, level=o.level, ablation=o.ablation,
+                       input_node=o.input_node, metric=o.metric, n=o.n, batch_size=o.batch_size, ig_steps=o.ig_steps,
+                       seed=o.seed, n_jobs=o.n_jobs, device=o.device, dtype=o.dtype, max_memory=o.max_memory,
+                       checkpoint_every=o.checkpoint_every, resume=o.resume, force=o.force,
+                       allow_pickle=o.allow_pickle, allow_large=o.allow_large, verify=vspec, task_options=options,
+                       scheduler=o.scheduler, moe_nodes=o.moe_nodes)
+    _print_top(sm, o.method, o.level, o.out, ranking=o.ranking)
     if vspec is not None:
         from circuitstat.reports.verdicts.verified import verified_lines
 
-        for line in verified_lines(out):
+        for line in verified_lines(o.out):
             echo(line)
 
 

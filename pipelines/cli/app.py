@@ -78,7 +78,10 @@ QUOTE_MAX = 400
 longer ones show their two ends."""
 LINE_MAX = 4000
 """Characters of an error line at most (a message quoting many long values)."""
-_LONG = re.compile(r"""'[^'\n]{%d,}'|"[^"\n]{%d,}"|\S{%d,}""" % (QUOTE_MAX + 3, QUOTE_MAX + 3, QUOTE_MAX + 3))
+# a quoted value opens at a quote no letter precedes and closes at one no letter follows: the text between two short
+# quoted words ("needs a 'kind'; kinds: ...; give a bound: 'min'") or two apostrophes is not one value
+_LONG = re.compile(r"""(?<!\w)'[^'\n]{%d,}'(?!\w)|(?<!\w)"[^"\n]{%d,}"(?!\w)|\S{%d,}"""
+                   % (QUOTE_MAX + 3, QUOTE_MAX + 3, QUOTE_MAX + 3))
 
 
 def shorten_values(text: str) -> str:
@@ -101,7 +104,7 @@ def one_line(text: str) -> str:
     return shorten_values(" ".join(terminal_text(text).split()))
 
 
-class _Boundary(TyperGroup):
+class BoundaryGroup(TyperGroup):
     """The CLI's one error boundary: every command runs inside it, whether started by ``main()``
     or by a test's CliRunner, and leaves with one of the documented exit codes."""
 
@@ -139,7 +142,7 @@ def _die(message: str, code: int) -> typing.NoReturn:
     raise typer.Exit(code)
 
 
-app = typer.Typer(cls=_Boundary, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(cls=BoundaryGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Statistical circuit discovery and stability audits of transformer language models. "
                        "Exit codes: 0 ok, 1 a check or claim failed, 2 bad input (one-line error), "
                        "3 internal error (a bug), 130 interrupted, 141 the reader of the output closed it.")
@@ -191,5 +194,5 @@ def check_out(out: Path, kind: str | None = None, *, force: bool = False) -> Non
     check_run_out(out, kind, force=force)
 
 
-study_app = typer.Typer(cls=_Boundary, no_args_is_help=True, help="Studies: where uncertainty comes from, head stability.")
+study_app = typer.Typer(cls=BoundaryGroup, no_args_is_help=True, help="Studies: where uncertainty comes from, head stability.")
 app.add_typer(study_app, name="study")

@@ -10,9 +10,9 @@ from circuitstat.pipelines.mib_export import MIB_PRUNES
 from circuitstat.core.params import SEED
 
 from .analyse import Ranking
-from .app import _Boundary, app, choices, echo, trust_option, verified
+from .app import BoundaryGroup, app, choices, echo, trust_option, verified
 
-export_app = typer.Typer(cls=_Boundary, no_args_is_help=True, help="Export a run's results in other tools' formats.")
+export_app = typer.Typer(cls=BoundaryGroup, no_args_is_help=True, help="Export a run's results in other tools' formats.")
 app.add_typer(export_app, name="export")
 
 MibForm = choices("MibForm", "importances", "circuits")

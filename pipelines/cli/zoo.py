@@ -7,9 +7,9 @@ import typer
 
 from circuitstat.core.params import N_JOBS
 
-from .app import _Boundary, app, echo
+from .app import BoundaryGroup, app, echo
 
-zoo_app = typer.Typer(cls=_Boundary, no_args_is_help=True,
+zoo_app = typer.Typer(cls=BoundaryGroup, no_args_is_help=True,
                       help="The default zoo (small models trained on the standard library's source, cached): "
                            "build one recipe and seed, or list what is trained.")
 app.add_typer(zoo_app, name="zoo")

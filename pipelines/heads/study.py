@@ -51,7 +51,7 @@ from pydantic import Field
 
 from circuitstat.core.errors import InputError
 from circuitstat.core.params import N_JOBS, N_RESAMPLES, SEED
-from circuitstat.pipelines.spec import _Strict
+from circuitstat.pipelines.spec import StrictSpec
 from circuitstat.pipelines.training import TrainRecipe, cache_dir
 from circuitstat.core.run_tables import RunTables
 from circuitstat.stats.head_stability import bootstrap_z_summary, jackknife_summary
@@ -130,12 +130,12 @@ def quick_plan() -> StudyPlan:
                      n_resamples_cka=10, n_null=5, n_permutations=99, name="quick")
 
 
-class _OptimizerSpec(_Strict):
+class _OptimizerSpec(StrictSpec):
     name: Literal["adam", "adamw"]
     weight_decay: float = Field(0.0, ge=0.0, le=10.0)
 
 
-class HeadStudySpec(_Strict):
+class HeadStudySpec(StrictSpec):
     """A head-study plan in YAML (``circuitstat study heads PLAN --out DIR``); absent keys keep the value of
     the built-in plan named by ``start``::
 

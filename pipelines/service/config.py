@@ -42,11 +42,11 @@ DATABASE_ENV = "CIRCUITSTAT_DATABASE"
 """Environment variable holding the database URL (keeps a password off the command line and out of ps)."""
 
 
-class _Strict(BaseModel):
+class StrictSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class SourcesConfig(_Strict):
+class SourcesConfig(StrictSpec):
     """Which model sources a request may name."""
 
     zoo: list[str] = Field(default_factory=lambda: ["attn-only-2l", "mlp-2l"])
@@ -54,7 +54,7 @@ class SourcesConfig(_Strict):
     models: dict[str, str] = Field(default_factory=dict)
 
 
-class Quotas(_Strict):
+class Quotas(StrictSpec):
     """One user's limits."""
 
     max_active_jobs: int = Field(8, ge=1, le=100_000)  # queued + running
@@ -68,7 +68,7 @@ class Quotas(_Strict):
     max_job_seconds: float = Field(6 * 3600.0, gt=0)  # one attempt's wall time; over it the job fails, stages kept
 
 
-class QuotaOverride(_Strict):
+class QuotaOverride(StrictSpec):
     """Per-user changes to the default quotas."""
 
     max_active_jobs: int | None = Field(None, ge=1, le=100_000)
@@ -82,7 +82,7 @@ class QuotaOverride(_Strict):
     max_job_seconds: float | None = Field(None, gt=0)
 
 
-class ServiceConfig(_Strict):
+class ServiceConfig(StrictSpec):
     """Everything ``circuitstat serve`` runs with."""
 
     data: Path

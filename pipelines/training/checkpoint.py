@@ -24,7 +24,7 @@ import json
 import os
 import random
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
 
@@ -93,7 +93,7 @@ def _doc_digest(doc: dict) -> str:
     return digest_bytes(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
 
 
-def _save_checkpoint(path: Path, model, opt, info: dict) -> None:
+def save_checkpoint(path: Path, model: Any, opt: Any, info: dict) -> None:
     """Write model, optimizer and RNG state plus ``info`` (JSON-able) atomically to ``path``, with the
     digests of the tensors and of the JSON."""
     import torch
@@ -167,7 +167,7 @@ def read_checkpoint_info(path: str | os.PathLike) -> dict:
     return _header_doc(head, path)
 
 
-def _restore_checkpoint(path: Path, doc: dict, model, opt, recipe: "TrainRecipe", device) -> dict:
+def restore_checkpoint(path: Path, doc: dict, model: Any, opt: Any, recipe: "TrainRecipe", device: Any) -> dict:
     """Load a checked checkpoint into ``model``, ``opt`` and the RNGs; returns its counters
     (step, log, elapsed_s, run_loss, run_n, cpu_s). InputError when anything in it does not fit."""
     try:
@@ -251,7 +251,7 @@ def _restore(path: Path, doc: dict, model, opt, recipe: "TrainRecipe", device) -
     return counters
 
 
-def _resume_state(ck: Path, recipe: "TrainRecipe", seed: int, data_hash: str) -> dict | None:
+def resume_state(ck: Path, recipe: "TrainRecipe", seed: int, data_hash: str) -> dict | None:
     """The checkpoint's JSON when it is this run's (recipe, seed, data), else None (with a warning).
 
     Raises InputError for a file that is not a circuitstat checkpoint. A legacy pickle checkpoint

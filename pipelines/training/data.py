@@ -18,7 +18,8 @@ from .recipe import DataSpec, TrainRecipe
 __all__ = ["prepare_data"]
 
 
-def _save_npy_atomic(path: Path, arr: np.ndarray) -> None:
+def save_npy_atomic(path: Path, arr: np.ndarray) -> None:
+    """Write ``arr`` to ``path`` as .npy atomically (temporary file, then rename); returns None."""
     from circuitstat.core.atomic import atomic_write
 
     buf = io.BytesIO()
@@ -114,14 +115,14 @@ def prepare_data(recipe: TrainRecipe, corpus=None, cache: str | os.PathLike | No
             arr = corpus.tokens(tok, split)
             if tok.vocab_size > np.iinfo(np.int32).max:  # pragma: no cover
                 raise InputError("vocabulary too large")
-            _save_npy_atomic(p, arr.astype(np.int32))
+            save_npy_atomic(p, arr.astype(np.int32))
             _seal(p, cache, {"kind": "tokens", "key": p.name})
         if split == "train":
             arr = np.load(p, mmap_mode="r", allow_pickle=False)
             n_train = int(arr.shape[0])
             cp = p.with_name(p.stem + "-counts.npy")
             if not _cached(cp, cache, {"kind": "token-counts", "key": cp.name}):
-                _save_npy_atomic(cp, np.bincount(np.asarray(arr), minlength=tok.vocab_size).astype(np.int64))
+                save_npy_atomic(cp, np.bincount(np.asarray(arr), minlength=tok.vocab_size).astype(np.int64))
                 _seal(cp, cache, {"kind": "token-counts", "key": cp.name})
             paths["counts"] = str(cp)
         paths[split] = str(p)
@@ -132,11 +133,11 @@ def prepare_data(recipe: TrainRecipe, corpus=None, cache: str | os.PathLike | No
     )
 
 
-class _Batches:
+class Batches:
     """Deterministic batches: the order of training sequences is a pure function of (seed, step)."""
 
     def __init__(self, tokens: np.ndarray, seq_len: int, batch_size: int, seed: int):
-        self.seqs = _chunk(tokens, seq_len)
+        self.seqs = chunk_tokens(tokens, seq_len)
         self.n = self.seqs.shape[0]
         if self.n < batch_size:
             raise InputError(
@@ -191,7 +192,7 @@ def _repeat_spans(x: np.ndarray, fraction: float, rng: np.random.Generator) -> N
         x[i, dst:dst + length] = x[i, src:src + length]
 
 
-def _load_tokens(path: str, vocab_size: int) -> np.ndarray:
+def load_tokens(path: str, vocab_size: int) -> np.ndarray:
     """A cached token stream (memory-mapped) after checking it holds token ids of this vocabulary:
     the cache is shared, and a planted file must not crash training or index out of range."""
     try:
@@ -206,6 +207,7 @@ def _load_tokens(path: str, vocab_size: int) -> np.ndarray:
     return arr
 
 
-def _chunk(tokens: np.ndarray, seq_len: int) -> np.ndarray:
+def chunk_tokens(tokens: np.ndarray, seq_len: int) -> np.ndarray:
+    """Return ``tokens`` cut into rows of ``seq_len`` (the tail shorter than one row dropped: a training batch is whole)."""
     n = len(tokens) // seq_len
     return np.asarray(tokens[: n * seq_len]).reshape(n, seq_len)

@@ -10,7 +10,8 @@ __all__ = ["use_deterministic"]
 
 
 @contextlib.contextmanager
-def _deterministic(threads: int) -> Iterator[None]:
+def deterministic(threads: int) -> Iterator[None]:
+    """Return a context in which torch runs deterministic algorithms on ``threads`` threads (restored on exit)."""
     import torch
 
     prev_det = torch.are_deterministic_algorithms_enabled()

@@ -12,10 +12,10 @@ import numpy as np
 
 from circuitstat.core.errors import InputError
 
-from .checkpoint import CHECKPOINT, _restore_checkpoint, _resume_state, _save_checkpoint
-from .data import _Batches, _chunk, _load_tokens, prepare_data
-from .determinism import _deterministic
-from .model_dir import _finish, _write_log, check_out_dir, is_complete
+from .checkpoint import CHECKPOINT, restore_checkpoint, resume_state, save_checkpoint
+from .data import Batches, chunk_tokens, load_tokens, prepare_data
+from .determinism import deterministic
+from .model_dir import finish_model_dir, write_training_log, check_out_dir, is_complete
 from .recipe import DataSpec, TrainRecipe
 
 __all__ = ["GPT2_INIT_STD", "train_model"]
@@ -77,7 +77,7 @@ def _loss(model, batch):
 def _eval_loss(model, val: np.ndarray, recipe: TrainRecipe, device) -> float:
     import torch
 
-    seqs = _chunk(val, recipe.n_ctx + 1)
+    seqs = chunk_tokens(val, recipe.n_ctx + 1)
     n = min(len(seqs), recipe.eval_batches * recipe.batch_size)
     if n == 0:
         return float("nan")
@@ -112,7 +112,7 @@ class _Run:
 
     def restore(self, doc: dict) -> None:
         """Load the checked checkpoint ``doc`` of this run into the model, optimizer, RNGs and counters."""
-        c = _restore_checkpoint(self.ck, doc, self.model, self.opt, self.recipe, self.device)
+        c = restore_checkpoint(self.ck, doc, self.model, self.opt, self.recipe, self.device)
         self.step, self.log, self.elapsed0, self.run_loss, self.run_n, self.cpu0 = (
             c[k] for k in ("step", "log", "elapsed_s", "run_loss", "run_n", "cpu_s"))
 
@@ -126,13 +126,13 @@ class _Run:
 
     def checkpoint(self) -> None:
         """Write the checkpoint of the current step."""
-        _save_checkpoint(self.ck, self.model, self.opt, {
+        save_checkpoint(self.ck, self.model, self.opt, {
             "step": self.step, "log": self.log, "elapsed_s": self.elapsed(),
             "run_loss": self.run_loss, "run_n": self.run_n, "recipe_hash": self.recipe.content_hash,
             "seed": self.seed, "cpu_s": self.cpu(), "data_hash": self.data.content_hash,
         })
 
-    def train_step(self, batches: _Batches) -> float:
+    def train_step(self, batches: Batches) -> float:
         """One optimizer step on the batch of the current step; return its learning rate."""
         import torch
 
@@ -162,10 +162,10 @@ class _Run:
         self.log.append({"step": step, "train_loss": self.run_loss / max(self.run_n, 1), "val_loss": val, "lr": lr,
                          "tokens": step * recipe.batch_size * recipe.n_ctx, "elapsed_s": self.elapsed()})
         self.run_loss, self.run_n = 0.0, 0
-        _write_log(self.out, self.log, self.prov)
+        write_training_log(self.out, self.log, self.prov)
         return val
 
-    def loop(self, batches: _Batches, val_tokens: np.ndarray, progress: bool, stop_after: int | None) -> bool:
+    def loop(self, batches: Batches, val_tokens: np.ndarray, progress: bool, stop_after: int | None) -> bool:
         """Train to the recipe's last step (True), or checkpoint and stop at ``stop_after`` (False)."""
         from tqdm.auto import tqdm
 
@@ -215,25 +215,25 @@ def train_model(
     recipe.validate(data.vocab_size, allow_large=allow_large)
     out.mkdir(parents=True, exist_ok=True)
     tok = load_tokenizer(data.tokenizer_dir)
-    train_tokens = _load_tokens(data.train_tokens, data.vocab_size)
-    val_tokens = np.asarray(_load_tokens(data.val_tokens, data.vocab_size))
+    train_tokens = load_tokens(data.train_tokens, data.vocab_size)
+    val_tokens = np.asarray(load_tokens(data.val_tokens, data.vocab_size))
     t_start = time.time()
     c_start = time.process_time()
 
-    with _deterministic(recipe.threads):
+    with deterministic(recipe.threads):
         model = CircuitModel(recipe.model_config(data.vocab_size))
         _init(model, int(seed), recipe.init_std)
         model.to(device).train()
         opt = _make_optimizer(recipe, model)
-        batches = _Batches(train_tokens, recipe.n_ctx + 1, recipe.batch_size, seed)
+        batches = Batches(train_tokens, recipe.n_ctx + 1, recipe.batch_size, seed)
         run = _Run(recipe, seed, out, data, device, model, opt, t_start, c_start)
-        resume = _resume_state(run.ck, recipe, seed, data.content_hash)
+        resume = resume_state(run.ck, recipe, seed, data.content_hash)
         if resume is not None:
             run.restore(resume)
         if not run.loop(batches, val_tokens, progress, stop_after):
             return out
         model.eval()
         model.tokenizer = tok
-        _finish(model, out, recipe, int(seed), data, run.log, device, keep_checkpoint,
+        finish_model_dir(model, out, recipe, int(seed), data, run.log, device, keep_checkpoint,
                 train_seconds=run.elapsed(), cpu_seconds=run.cpu())
     return out

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from circuitstat.core.errors import InputError
 
 from .checkpoint import CHECKPOINT
-from .data import _save_npy_atomic
+from .data import save_npy_atomic
 from .recipe import DataSpec, TrainRecipe
 
 __all__ = ["LOG_TABLE", "model_dir_name", "is_complete", "check_out_dir"]
@@ -19,7 +20,8 @@ __all__ = ["LOG_TABLE", "model_dir_name", "is_complete", "check_out_dir"]
 LOG_TABLE = "train_log.parquet"
 
 
-def _write_log(out: Path, rows: list[dict], provenance: dict) -> None:
+def write_training_log(out: Path, rows: list[dict], provenance: dict) -> None:
+    """Write the training log rows (step, losses, lr, tokens, time) to ``out`` as Parquet with ``provenance``."""
     import pyarrow as pa
 
     cols = ["step", "train_loss", "val_loss", "lr", "tokens", "elapsed_s"]
@@ -65,7 +67,7 @@ def is_complete(directory: str | os.PathLike, recipe: TrainRecipe | None = None,
     return True
 
 
-def _finish(model, out: Path, recipe: TrainRecipe, seed: int, data: DataSpec, log: list[dict], device: str,
+def finish_model_dir(model: Any, out: Path, recipe: TrainRecipe, seed: int, data: DataSpec, log: list[dict], device: str,
             keep_checkpoint: bool, *, train_seconds: float, cpu_seconds: float) -> None:
     """Save the trained model with its training record (and token counts); drop the checkpoint."""
     import torch
@@ -91,7 +93,7 @@ def _finish(model, out: Path, recipe: TrainRecipe, seed: int, data: DataSpec, lo
     model.save(out, meta=meta)
     if data.token_counts and Path(data.token_counts).exists():
         # which tokens the model saw how often (e.g. to draw induction tokens it was trained on)
-        _save_npy_atomic(out / "token_counts.npy", np.load(data.token_counts, allow_pickle=False))
+        save_npy_atomic(out / "token_counts.npy", np.load(data.token_counts, allow_pickle=False))
     ck = out / CHECKPOINT
     if not keep_checkpoint and ck.exists():
         ck.unlink()

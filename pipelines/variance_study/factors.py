@@ -14,9 +14,9 @@ import numpy as np
 from circuitstat.core.topk import TIE_RULE
 
 from .scorer import Key
-from .spec import _view
+from .spec import spec_view
 
-class _FactorStages:
+class FactorStages:
     """Per-factor Jaccard to the reference circuit and selection at fixed faithfulness."""
 
     # -- per-factor Jaccard to the reference circuit --
@@ -126,14 +126,14 @@ class _FactorStages:
         return sorted(set(ks) | set(self.ks) | {self.E})
 
     def selection_stage(self) -> dict:
-        from ..audit.tables import _concat, faithfulness_table
+        from ..audit.tables import concat_parts, faithfulness_table
 
         sp = self.spec
         model, task = self.sc.model(0), self.sc.task(0)
         ks = self.selection_ks()
         parts, sel = [], {c: [] for c in ("method", "target", "k_star", "k_low", "k_high", "f_at_k_star", "reached")}
         for lab in self.levels:
-            t = faithfulness_table(model, task, self.S(Key(0, 0, 0, lab)), lab, ks, self.plan0, _view(sp), seed=sp.seed)
+            t = faithfulness_table(model, task, self.S(Key(0, 0, 0, lab)), lab, ks, self.plan0, spec_view(sp), seed=sp.seed)
             parts.append(t)
             k_arr, f, lo, hi = (np.asarray(t[c]) for c in ("k", "f_ratio", "f_ci_low", "f_ci_high"))
             first = lambda ok: int(k_arr[np.argmax(ok)]) if ok.any() else -1  # noqa: E731
@@ -142,4 +142,4 @@ class _FactorStages:
                                   float(f[np.argmax(f >= sp.selection.target)]) if ks_ > 0 else np.nan, ks_ > 0)):
                 sel[c].append(v)
         sel = {c: (np.asarray(v, dtype=np.int64) if c.startswith("k_") else v) for c, v in sel.items()}
-        return {"faithfulness_vs_k": _concat(parts), "selection": sel}
+        return {"faithfulness_vs_k": concat_parts(parts), "selection": sel}

@@ -14,7 +14,7 @@ from circuitstat.core.errors import InputError
 from circuitstat.core.seeds import spawn_seeds
 
 from ..sources import LOCAL, RunInputs
-from .spec import VarianceSpec, _view
+from .spec import VarianceSpec, spec_view
 
 __all__ = ["Key", "Scorer", "ModelScorer"]
 
@@ -132,7 +132,7 @@ class ModelScorer:
         model, task = self.model(key.seed), self.task(key.dataset)
         if key.draw:
             task = with_counterfactual(task, self.draws()[key.draw])
-        sm = attribution_scores(model, task, method, _view(spec, ig_steps=steps), n_jobs)
+        sm = attribution_scores(model, task, method, spec_view(spec, ig_steps=steps), n_jobs)
         sm.method = label
         return sm.tables({"task": task.describe(), "study": {"seed": key.seed, "dataset": key.dataset,
                                                              "draw": key.draw, "estimator": label}})["scores"]

@@ -11,7 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from circuitstat.core.params import N_RESAMPLES
 
-from ..spec import SCORE_METHOD, BootstrapSpec, KGrid, TaskSpec, _RunOptions, _Strict, load_yaml, validate_spec
+from ..spec import SCORE_METHOD, BootstrapSpec, KGrid, TaskSpec, RunOptions, StrictSpec, load_yaml, validate_spec
 
 KIND_NAME = "study variance"
 """The study's run kind (circuitstat.pipelines.kinds), by which core.params names its own defaults and minimums."""
@@ -22,7 +22,7 @@ __all__ = ["AGGREGATIONS", "EstimatorsSpec", "CounterfactualSpec", "DatasetSpec"
 AGGREGATIONS = ("mean", "median", "trimmed_mean", "mean_abs")  # as circuitstat.stats.factor_stability.AGGREGATIONS
 
 
-class EstimatorsSpec(_Strict):
+class EstimatorsSpec(StrictSpec):
     """Estimators compared with exact patching (the reference, always first)."""
 
     methods: list[SCORE_METHOD] = Field(default_factory=lambda: ["exact", "eap", "eap-ig-inputs", "clean-corrupted"],
@@ -46,20 +46,20 @@ class EstimatorsSpec(_Strict):
         return sorted(set(v))
 
 
-class CounterfactualSpec(_Strict):
+class CounterfactualSpec(StrictSpec):
     """Several corrupted inputs per clean input."""
 
     n_draws: int = Field(3, ge=1, le=64)
     scheme: Literal["auto", "redraw", "shuffle"] = "auto"
 
 
-class DatasetSpec(_Strict):
+class DatasetSpec(StrictSpec):
     """Fresh draws of the whole dataset (task seeds seed+1 .. seed+n_fresh)."""
 
     n_fresh: int = Field(2, ge=0, le=64)
 
 
-class SelectionSpec(_Strict):
+class SelectionSpec(StrictSpec):
     """Selection at fixed faithfulness: the smallest k whose circuit reaches ``target``."""
 
     enabled: bool = True
@@ -74,7 +74,7 @@ class SelectionSpec(_Strict):
         return None if v is None else sorted(set(v))
 
 
-class VarianceSpec(_RunOptions):
+class VarianceSpec(RunOptions):
     """Everything one variance study runs; see the module docstring."""
 
     model: str | None = None
@@ -148,7 +148,7 @@ def load_variance_spec(path: str | Path, *, allow_outside: bool = False) -> Vari
     return confine_paths(parse_variance_spec(load_yaml(path), str(path)), path, allow_outside=allow_outside)
 
 
-def _view(spec: VarianceSpec, **over) -> SimpleNamespace:
+def spec_view(spec: VarianceSpec, **over) -> SimpleNamespace:
     """The fields circuitstat.pipelines.audit.run's helpers read from an audit spec."""
     base = dict(level=spec.level, ablation="counterfactual", batch_size=spec.batch_size, ig_steps=1,
                 seed=spec.seed, bootstrap=spec.bootstrap, ranking=spec.ranking)

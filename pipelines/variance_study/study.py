@@ -12,10 +12,10 @@ from circuitstat.core.errors import InputError
 from circuitstat.pipelines.kinds import RunKind
 from circuitstat.pipelines.sources import LOCAL, RunInputs
 
-from .factors import _FactorStages
+from .factors import FactorStages
 from .scorer import Key, ModelScorer, Scorer
-from .spec import KIND_NAME, VarianceSpec, _view
-from .summary import _SummaryStages
+from .spec import KIND_NAME, VarianceSpec, spec_view
+from .summary import SummaryStages
 
 if TYPE_CHECKING:  # the result type; imported when the study returns
     from circuitstat.core.run_tables import RunTables
@@ -87,7 +87,7 @@ def check_study(spec: VarianceSpec, scorer) -> None:
 
 
 
-class _Study(_FactorStages, _SummaryStages):
+class _Study(FactorStages, SummaryStages):
     """The stages of one study over a RunDir (see the module docstring for the tables)."""
 
     def __init__(self, spec: VarianceSpec, run, scorer, n_jobs: int, force: bool) -> None:
@@ -117,7 +117,7 @@ class _Study(_FactorStages, _SummaryStages):
     def plan(self, dataset: int):
         from ..audit.run import resampling_plan
 
-        return resampling_plan(_view(self.spec), self.sc.n_obs(dataset), self.sc.groups(dataset),
+        return resampling_plan(spec_view(self.spec), self.sc.n_obs(dataset), self.sc.groups(dataset),
                                self.run.stage_seed(f"resampling_d{dataset}"), for_intervals=True)
 
     def stage(self, name, fn, outputs, params, deps):
@@ -167,35 +167,35 @@ class _Study(_FactorStages, _SummaryStages):
         return topk(mean, min(n, self.E), ranking=self.spec.ranking, seed=self.run.stage_seed("top_edges")).indices
 
     def intrinsic_stage(self) -> dict:
-        from ..audit.tables import _concat, edge_stats_table
+        from ..audit.tables import concat_parts, edge_stats_table
 
         S = self.S(self.ref)
-        stats_parts = [edge_stats_table(self.S(Key(0, 0, 0, lab)), self.names, lab, self.plan0, _view(self.spec),
+        stats_parts = [edge_stats_table(self.S(Key(0, 0, 0, lab)), self.names, lab, self.plan0, spec_view(self.spec),
                                         self.n_jobs) for lab in self.levels]
         from circuitstat.stats.intrinsic import intrinsic_table
 
         tab = intrinsic_table(S, self.names)
         tab["rank"] = np.empty(self.E, dtype=np.int64)
         tab["rank"][self.top_edges(self.E)] = np.arange(1, self.E + 1)
-        return {"intrinsic": tab, "edge_stats": _concat(stats_parts)}
+        return {"intrinsic": tab, "edge_stats": concat_parts(stats_parts)}
 
     # -- dataset sampling: bootstrap stability of each estimator's circuits --
     def stability_stage(self) -> dict:
-        from ..audit.tables import _concat, stability_tables
+        from ..audit.tables import concat_parts, stability_tables
 
-        parts = [stability_tables(self.S(Key(0, 0, 0, lab)), self.names, lab, self.plan0, self.ks, _view(self.spec),
+        parts = [stability_tables(self.S(Key(0, 0, 0, lab)), self.names, lab, self.plan0, self.ks, spec_view(self.spec),
                                   self.n_jobs) for lab in self.levels]
-        return {"stability_vs_k": _concat([p[0] for p in parts]), "inclusion": _concat([p[1] for p in parts])}
+        return {"stability_vs_k": concat_parts([p[0] for p in parts]), "inclusion": concat_parts([p[1] for p in parts])}
 
     # -- estimator: approximation error against exact --
     def approximation_stage(self) -> dict:
-        from ..audit.tables import _concat, approximation_tables
+        from ..audit.tables import concat_parts, approximation_tables
 
         ex = self.S(self.ref)
         parts = [approximation_tables(ex, self.S(Key(0, 0, 0, lab)), self.names, lab, self.spec.k_summary,
                                       self.spec.ranking) for lab in self.levels[1:]]
-        return {"approximation": _concat([p[0] for p in parts]),
-                "approximation_summary": _concat([p[1] for p in parts])}
+        return {"approximation": concat_parts([p[0] for p in parts]),
+                "approximation_summary": concat_parts([p[1] for p in parts])}
 
     # -- variance components of the crossed design --
     def design(self, edges: np.ndarray | slice = slice(None)) -> tuple[np.ndarray, list[str]]:
@@ -236,7 +236,7 @@ class _Study(_FactorStages, _SummaryStages):
                                "interval": [PER_EDGE_COMPONENT_INTERVAL] * len(main["edge"])})
             anova_parts.append({"edge": anova["edge"] + s, "term": list(anova["term"]), "df": anova["df"],
                                 "mean_square": anova["mean_square"]})
-        from ..audit.tables import _concat
+        from ..audit.tables import concat_parts
 
         top = self.top_edges(self.spec.n_top)
         Yt, _ = self.design(top)
@@ -244,7 +244,7 @@ class _Study(_FactorStages, _SummaryStages):
 
         shares = pooled_shares(Yt, factors, confidence_level=self.cl, seed=self.run.stage_seed("variance_shares"))
         shares["factors"] = [" x ".join(factors)] * len(shares["source"])
-        return {"variance_components": _concat(comp_parts), "variance_anova": _concat(anova_parts),
+        return {"variance_components": concat_parts(comp_parts), "variance_anova": concat_parts(anova_parts),
                 "variance_shares": shares}
 
 

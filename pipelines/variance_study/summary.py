@@ -1,6 +1,6 @@
 """The study's summary stage (``variance_summary``, ``summary``) and its text lines for the command line.
 
-``_SummaryStages`` is a mixin of the study (:class:`circuitstat.pipelines.variance_study.study._Study`).
+``SummaryStages`` is a mixin of the study (:class:`circuitstat.pipelines.variance_study.study._Study`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ __all__ = ["MULTIPLICITY", "summary_lines"]
 MULTIPLICITY = "none: each verdict reads its own interval at the stated confidence level"
 
 
-class _SummaryStages:
+class SummaryStages:
     """The summary tables: per-factor verdicts against the bar and the headline items with intervals."""
 
     # -- summary --

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..resampling import ResamplingPlan
-from ..similarity import _center_gram, _cka_from_centered, _rbf_gram, _u_center_gram, debiased_cka, linear_cka, rbf_cka
+from ..similarity import center_gram, cka_from_centered, rbf_gram, u_center_gram, debiased_cka, linear_cka, rbf_cka
 from .quiet import quiet_nanmean
 
 
@@ -36,16 +36,16 @@ def cka_half_samples(representations: dict[Any, np.ndarray], pairs: list[tuple[A
     bandwidth.
     """
     if kind == "rbf":
-        grams = {m: _rbf_gram(np.asarray(x, dtype=np.float64), 1.0) for m, x in representations.items()}
+        grams = {m: rbf_gram(np.asarray(x, dtype=np.float64), 1.0) for m, x in representations.items()}
     else:
         grams = {m: np.asarray(x, dtype=np.float64) @ np.asarray(x, dtype=np.float64).T
                  for m, x in representations.items()}
-    center = _u_center_gram if kind == "debiased" else _center_gram
+    center = u_center_gram if kind == "debiased" else center_gram
     out = np.zeros((plan.n_resamples, len(pairs)))
     for b in range(plan.n_resamples):
         rows = _row_index(np.flatnonzero(plan.counts[b]), rows_per_prompt)
         centred = {m: center(gram[np.ix_(rows, rows)]) for m, gram in grams.items()}
-        out[b] = [_cka_from_centered(centred[a], centred[c]) for a, c in pairs]
+        out[b] = [cka_from_centered(centred[a], centred[c]) for a, c in pairs]
     return out
 
 

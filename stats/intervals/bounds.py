@@ -31,14 +31,14 @@ def quantile_sorted(xs: np.ndarray, p: np.ndarray | float) -> np.ndarray:
     return out
 
 
-def _frac_below(r: np.ndarray, theta: np.ndarray) -> np.ndarray:
+def frac_below(r: np.ndarray, theta: np.ndarray) -> np.ndarray:
     """Return the share of resampled values below theta per row, ties counted one half."""
     t = theta[:, None]
     b = r.shape[1]
     return ((r < t).sum(axis=1) + (r <= t).sum(axis=1)) / (2.0 * b)
 
 
-def _intervals_sorted(xs: np.ndarray, theta: np.ndarray, frac_below: np.ndarray | None,
+def intervals_sorted(xs: np.ndarray, theta: np.ndarray, frac_below: np.ndarray | None,
                       accel: np.ndarray | None, methods: Sequence[str], alpha: float,
                       alternative: str, *, ts: np.ndarray | None = None,
                       abs_ts: np.ndarray | None = None, se: np.ndarray | None = None,

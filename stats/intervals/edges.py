@@ -11,14 +11,14 @@ from scipy.special import ndtri
 from circuitstat.core.results import ConfidenceInterval
 
 from ..reliability import RELIABLE_MAX_TAIL_SHARE, tail_share
-from ..resampling import (DEFAULT_MAX_BYTES, ResamplingPlan, _resolve_jobs, check_score_matrix, default_chunk_size,
+from ..resampling import (DEFAULT_MAX_BYTES, ResamplingPlan, resolve_jobs, check_score_matrix, default_chunk_size,
                           map_edge_chunks, plan_weights, studentized_resamples)
 from ..testing import bh_adjust
-from .bounds import _frac_below, _intervals_sorted
+from .bounds import frac_below, intervals_sorted
 from .jackknife import acceleration_from_jackknife, mean_acceleration
 from .methods import (CLUSTER_DEFAULT_METHOD, DEFAULT_METHOD, EDGE_METHODS, ESTIMAND, IID_METHODS, STUDENTIZED,
-                      _check_methods, _check_plan_for_methods, _plan_for, _tail_levels)
-from .pvalues import _pvalues_sorted
+                      check_methods, check_plan_for_methods, plan_for, tail_levels)
+from .pvalues import pvalues_sorted
 from .result import BootstrapResult
 from .wild import CLUSTER_METHODS, ClusterSums, cluster_intervals, cluster_pvalues, cr2_se, weight_family, wild_t
 
@@ -44,7 +44,7 @@ def bootstrap_edges(S: np.ndarray, plan: ResamplingPlan | None = None, *,
     """
     S = check_score_matrix(S)
     n_obs, n_edges = S.shape
-    plan = _plan_for(n_obs, plan, n_resamples, seed)
+    plan = plan_for(n_obs, plan, n_resamples, seed)
     if plan.n_obs != n_obs:
         check_score_matrix(S, plan)  # raises with the fix named
     if n_obs < 2:
@@ -58,9 +58,9 @@ def bootstrap_edges(S: np.ndarray, plan: ResamplingPlan | None = None, *,
     if not 0.0 <= reliable_max_tail_share <= 1.0:
         raise ValueError(f"reliable_max_tail_share is a share of the total deviation and must "
                          f"lie in [0, 1], got {reliable_max_tail_share}")
-    todo = _check_methods(method, methods, EDGE_METHODS)
-    alpha = _tail_levels(confidence_level, alternative)
-    _check_plan_for_methods(plan, todo, confidence_level)
+    todo = check_methods(method, methods, EDGE_METHODS)
+    alpha = tail_levels(confidence_level, alternative)
+    check_plan_for_methods(plan, todo, confidence_level)
     b = plan.n_resamples
     if keep_distribution and 8 * n_edges * b > max(max_bytes, 4 * 2**30):
         raise MemoryError(
@@ -71,7 +71,7 @@ def bootstrap_edges(S: np.ndarray, plan: ResamplingPlan | None = None, *,
     if reduce.weights is not None and chunk_size is None:
         # t*, |t*| and the centred and squared resampled sums: about three times the
         # per-edge workspace default_chunk_size budgets for
-        chunk_size = default_chunk_size(n_obs, b, _resolve_jobs(n_jobs), max_bytes // 3)
+        chunk_size = default_chunk_size(n_obs, b, resolve_jobs(n_jobs), max_bytes // 3)
     parts = list(map_edge_chunks(S, plan, reduce, chunk_size=chunk_size, n_jobs=n_jobs,
                                  max_bytes=max_bytes, check=False))
     params = {"estimator": "bootstrap_edges", "statistic": "mean", "estimand": ESTIMAND,
@@ -159,7 +159,7 @@ class _EdgeChunk:
             ts.sort(axis=1)
         accel = None
         if "bca" in todo:
-            out["frac"] = _frac_below(r, theta)
+            out["frac"] = frac_below(r, theta)
             if self.cluster_info is None:
                 accel = mean_acceleration(sc, axis=1)
             else:
@@ -172,9 +172,9 @@ class _EdgeChunk:
         df = float(n_obs - 1)
         r.sort(axis=1)
         plain = [m for m in todo if m not in CLUSTER_METHODS]
-        out["ci"] = _intervals_sorted(r, theta, out.get("frac"), accel, plain, self.alpha, self.alternative,
+        out["ci"] = intervals_sorted(r, theta, out.get("frac"), accel, plain, self.alpha, self.alternative,
                                       ts=ts, abs_ts=abs_ts, se=se, df=df)
-        out["p"] = {m: _pvalues_sorted(m, r, theta, 0.0, out.get("frac"), accel, self.alternative,
+        out["p"] = {m: pvalues_sorted(m, r, theta, 0.0, out.get("frac"), accel, self.alternative,
                                        ts=ts, abs_ts=abs_ts, se=se, df=df) for m in plain}
         if self.clusters is not None:
             self._cluster_methods(out, sc, theta)

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..resampling import _is_vectorized
+from ..resampling import is_vectorized
 
 
 def mean_acceleration(x: np.ndarray, axis: int = 0) -> np.ndarray:
@@ -38,7 +38,7 @@ def jackknife_statistic(data: np.ndarray, statistic: Callable[..., Any], *, axis
     n = data.shape[0]
     if n < 2:
         raise ValueError("the jackknife needs at least 2 observations")
-    vec = _is_vectorized(statistic, vectorized)
+    vec = is_vectorized(statistic, vectorized)
     if batch is None:
         per = max(1, (n - 1) * int(np.prod(data.shape[1:], dtype=np.int64)) * data.itemsize)
         batch = max(1, (64 * 2**20) // per)

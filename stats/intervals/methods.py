@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..resampling import ResamplingPlan
-from ..testing import _check_alternative
+from ..testing import check_alternative
 
 METHODS = ("percentile", "basic", "bca", "t", "studentized", "studentized_symmetric")
 #: methods that need a cluster plan's groups: studentized by the CR2 cluster-robust SE (circuitstat.stats.intervals.wild)
@@ -28,15 +28,15 @@ CLUSTER_DEFAULT_METHOD = "wild_cluster_t"
 ESTIMAND = "mean effect over the task's prompt distribution"
 
 
-def _tail_levels(confidence_level: float, alternative: str) -> float:
+def tail_levels(confidence_level: float, alternative: str) -> float:
     """Return the lower tail probability alpha used for the two quantiles (scipy's rule)."""
     if not 0 < confidence_level < 1:
         raise ValueError("confidence_level must lie strictly between 0 and 1")
-    _check_alternative(alternative)
+    check_alternative(alternative)
     return (1 - confidence_level) / 2 if alternative == "two-sided" else 1 - confidence_level
 
 
-def _check_methods(method: str, methods: Sequence[str] | None,
+def check_methods(method: str, methods: Sequence[str] | None,
                    allowed: Sequence[str] = METHODS) -> list[str]:
     """Return the list of interval methods to compute, primary first."""
     out = [method] + [m for m in (methods or []) if m != method]
@@ -49,7 +49,7 @@ def _check_methods(method: str, methods: Sequence[str] | None,
     return out
 
 
-def _plan_for(n_obs: int, plan: ResamplingPlan | None, n_resamples: int,
+def plan_for(n_obs: int, plan: ResamplingPlan | None, n_resamples: int,
               seed: Any) -> ResamplingPlan:
     """Return `plan`, or a fresh bootstrap plan; refuse subsample plans for intervals."""
     if plan is None:
@@ -65,7 +65,7 @@ def _plan_for(n_obs: int, plan: ResamplingPlan | None, n_resamples: int,
     return plan
 
 
-def _check_plan_for_methods(plan: ResamplingPlan, todo: Sequence[str],
+def check_plan_for_methods(plan: ResamplingPlan, todo: Sequence[str],
                             confidence_level: float) -> None:
     """Raise InputError when the plan cannot support a requested method."""
     from circuitstat.core.errors import InputError

@@ -57,7 +57,7 @@ def _bca_level(g: np.ndarray, z0: np.ndarray, accel: np.ndarray, upper: bool) ->
     return np.where(g >= 1, 1.0 if not upper else 0.0, level)
 
 
-def _pvalues_sorted(method: str, xs: np.ndarray, theta: np.ndarray, null: float,
+def pvalues_sorted(method: str, xs: np.ndarray, theta: np.ndarray, null: float,
                     frac_below: np.ndarray | None, accel: np.ndarray | None, alternative: str,
                     *, ts: np.ndarray | None = None, abs_ts: np.ndarray | None = None,
                     se: np.ndarray | None = None, df: float | None = None) -> np.ndarray:
@@ -121,6 +121,6 @@ def _t_cdf(df: float, t: np.ndarray) -> np.ndarray:
 _OPPOSITE_TAIL = {"greater": "less", "less": "greater", "two-sided": "two-sided"}
 
 
-def _boot_pvalue(r: np.ndarray, alternative: str, null: float = 0.0) -> np.ndarray:
+def boot_pvalue(r: np.ndarray, alternative: str, null: float = 0.0) -> np.ndarray:
     """Return the percentile-bootstrap p-value per row of r [c, B] for H0: statistic = null, never below 1/(B+1)."""
     return resampling_pvalue(r, null, _OPPOSITE_TAIL.get(alternative, alternative))

@@ -9,11 +9,11 @@ from scipy.special import ndtri
 
 from circuitstat.core.results import ConfidenceInterval
 
-from ..resampling import ResamplingPlan, _is_vectorized, resample_statistic
-from .bounds import _frac_below, _intervals_sorted
+from ..resampling import ResamplingPlan, is_vectorized, resample_statistic
+from .bounds import frac_below, intervals_sorted
 from .jackknife import acceleration_from_jackknife, jackknife_statistic
-from .methods import RESAMPLING_ONLY, _check_methods, _plan_for, _tail_levels
-from .pvalues import _boot_pvalue
+from .methods import RESAMPLING_ONLY, check_methods, plan_for, tail_levels
+from .pvalues import boot_pvalue
 from .result import BootstrapResult
 
 
@@ -23,8 +23,8 @@ def intervals_from_distribution(theta_b: np.ndarray, theta_hat: np.ndarray, *,
                                 acceleration: np.ndarray | None = None
                                 ) -> dict[str, ConfidenceInterval]:
     """Return {method: ConfidenceInterval} from a bootstrap distribution (resamples last)."""
-    todo = _check_methods(method, methods, RESAMPLING_ONLY)
-    alpha = _tail_levels(confidence_level, alternative)
+    todo = check_methods(method, methods, RESAMPLING_ONLY)
+    alpha = tail_levels(confidence_level, alternative)
     theta_b = np.asarray(theta_b, dtype=np.float64)
     shape = theta_b.shape[:-1]
     r = theta_b.reshape(-1, theta_b.shape[-1])
@@ -33,10 +33,10 @@ def intervals_from_distribution(theta_b: np.ndarray, theta_hat: np.ndarray, *,
     if "bca" in todo:
         if acceleration is None:
             raise ValueError("BCa needs the acceleration (jackknife); pass acceleration=")
-        frac = _frac_below(r, th)
+        frac = frac_below(r, th)
         accel = np.broadcast_to(np.asarray(acceleration, dtype=np.float64), shape).reshape(-1)
     xs = np.sort(r, axis=1)
-    out = _intervals_sorted(xs, th, frac, accel, todo, alpha, alternative)
+    out = intervals_sorted(xs, th, frac, accel, todo, alpha, alternative)
     return {m: ConfidenceInterval(lo.reshape(shape)[()], hi.reshape(shape)[()])
             for m, (lo, hi) in out.items()}
 
@@ -51,9 +51,9 @@ def bootstrap_statistic(data: np.ndarray, statistic: Callable[..., Any],
     """Return bootstrap CIs for any symmetric statistic (median, trimmed mean, ...) of data."""
     data = np.asarray(data)
     n_obs = data.shape[axis]
-    plan = _plan_for(n_obs, plan, n_resamples, seed)
-    todo = _check_methods(method, methods, RESAMPLING_ONLY)
-    vec = _is_vectorized(statistic, vectorized)
+    plan = plan_for(n_obs, plan, n_resamples, seed)
+    todo = check_methods(method, methods, RESAMPLING_ONLY)
+    vec = is_vectorized(statistic, vectorized)
     theta_hat = np.asarray(statistic(data, axis=axis) if vec else statistic(data), dtype=np.float64)
     theta_b = resample_statistic(data, statistic, plan, axis=axis, vectorized=vec, batch=batch,
                                  n_jobs=n_jobs).astype(np.float64)
@@ -73,7 +73,7 @@ def bootstrap_statistic(data: np.ndarray, statistic: Callable[..., Any],
     r = theta_b.reshape(-1, theta_b.shape[-1])
     th = np.broadcast_to(theta_hat, theta_b.shape[:-1]).reshape(-1)
     shape = theta_b.shape[:-1]
-    z0 = ndtri(_frac_below(r, th)).reshape(shape)[()] if "bca" in todo else None
+    z0 = ndtri(frac_below(r, th)).reshape(shape)[()] if "bca" in todo else None
     params = {"estimator": "bootstrap_statistic", "statistic": getattr(statistic, "__name__",
               repr(statistic)), "plan": plan.describe(), "method": method, "methods": todo,
               "confidence_level": confidence_level, "alternative": alternative, "n_obs": n_obs}
@@ -81,7 +81,7 @@ def bootstrap_statistic(data: np.ndarray, statistic: Callable[..., Any],
         estimate=theta_hat[()], confidence_interval=ivs[method],
         standard_error=np.std(theta_b, axis=-1, ddof=1)[()],
         bias=(theta_b.mean(axis=-1) - theta_hat)[()],
-        pvalue=_boot_pvalue(r, alternative).reshape(shape)[()], intervals=ivs, method=method,
+        pvalue=boot_pvalue(r, alternative).reshape(shape)[()], intervals=ivs, method=method,
         confidence_level=confidence_level, alternative=alternative, n_obs=n_obs,
         n_resamples=plan.n_resamples, z0=z0, acceleration=accel,
         bootstrap_distribution=theta_b if keep_distribution else None, params=params)

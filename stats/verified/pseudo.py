@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from circuitstat.stats.verified.ppi import DEFAULT_TUNING, ppi_fit
-from circuitstat.stats.verified.result import _labelled_rows, verified_estimand
+from circuitstat.stats.verified.result import labelled_rows, verified_estimand
 
 __all__ = ["VerifiedPseudoScores", "verified_pseudo_scores", "verified_strata", "LABELLED", "UNLABELLED"]
 
@@ -57,7 +57,7 @@ class VerifiedPseudoScores:
 
 def verified_strata(labelled, n_prompts: int) -> np.ndarray:
     """Return the stratum of each of ``n_prompts`` prompts: LABELLED for the rows ``labelled``, else UNLABELLED."""
-    rows = _labelled_rows(labelled, n_prompts)
+    rows = labelled_rows(labelled, n_prompts)
     strata = np.full(n_prompts, UNLABELLED, dtype=np.int64)
     strata[rows] = LABELLED
     return strata
@@ -72,7 +72,7 @@ def verified_pseudo_scores(approx: np.ndarray, exact: np.ndarray, labelled, *, t
     """
     A = np.asarray(approx, dtype=np.float64)
     N = A.shape[0]
-    rows = _labelled_rows(labelled, N)
+    rows = labelled_rows(labelled, N)
     strata = verified_strata(rows, N)
     unl = strata == UNLABELLED
     fit = ppi_fit(np.asarray(exact, dtype=np.float64), A[rows], A[unl], lam=lam, tuning=tuning)

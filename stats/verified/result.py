@@ -91,7 +91,7 @@ class VerifiedResult(Result):
                 (f"q <= {1 - level:g} ({self.correction.upper()})", rejected)]
 
 
-def _labelled_rows(labelled: Any, N: int) -> np.ndarray:
+def labelled_rows(labelled: Any, N: int) -> np.ndarray:
     """Return the labelled row indices as int64; ValueError for duplicates, out-of-range or too few/many rows."""
     rows = np.asarray(labelled)
     if rows.dtype == bool:
@@ -133,7 +133,7 @@ def verified_means(approx: np.ndarray, exact: np.ndarray, labelled: Any, *, conf
         raise InputError(f"interval must be one of {INTERVALS} and tuning one of {TUNINGS}; got {interval!r}, "
                          f"{tuning!r}")
     N, E = A.shape
-    rows = _labelled_rows(labelled, N)
+    rows = labelled_rows(labelled, N)
     Y = np.asarray(exact, dtype=np.float64)
     if Y.shape != (rows.size, E):
         raise InputError(f"exact must be [n labelled = {rows.size}, E = {E}] (one row per labelled prompt, in "

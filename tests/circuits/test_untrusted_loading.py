@@ -473,7 +473,7 @@ def test_rng_states_round_trip_exactly(tmp_path):
     torch.manual_seed(11), np.random.seed(12), random.seed(13)
     np.random.standard_normal(1)  # leaves a cached Gaussian in the legacy numpy state
     ck = tmp_path / CHECKPOINT
-    training_checkpoint._save_checkpoint(ck, model, opt, {"step": 1, "log": [], "elapsed_s": 0.0, "run_loss": 0.1,
+    training_checkpoint.save_checkpoint(ck, model, opt, {"step": 1, "log": [], "elapsed_s": 0.0, "run_loss": 0.1,
                                                           "run_n": 1, "cpu_s": 0.0, "recipe_hash": "r", "seed": 0,
                                                           "data_hash": "d"})
     expected = (torch.rand(5), np.random.standard_normal(3), [random.random() for _ in range(3)])
@@ -481,7 +481,7 @@ def test_rng_states_round_trip_exactly(tmp_path):
     torch.manual_seed(0), np.random.seed(0), random.seed(0)
     fresh = CircuitModel(TINY.model_config(50))
     fresh_opt = training_loop._make_optimizer(TINY, fresh)
-    counters = training_checkpoint._restore_checkpoint(ck, read_checkpoint_info(ck), fresh, fresh_opt, TINY, "cpu")
+    counters = training_checkpoint.restore_checkpoint(ck, read_checkpoint_info(ck), fresh, fresh_opt, TINY, "cpu")
     assert counters["step"] == 1 and counters["run_loss"] == 0.1
     got = (torch.rand(5), np.random.standard_normal(3), [random.random() for _ in range(3)])
     assert torch.equal(got[0], expected[0]) and np.array_equal(got[1], expected[1]) and got[2] == expected[2]

@@ -47,6 +47,7 @@ PASSING = {
         {"kind": "verified_edge", "edge": "a0.h3->a1.h5<k>", "method": "eap", "statistic": "ci_low", "min": 0.5},
         {"kind": "missed_edges", "method": "eap", "max": 1},
         {"kind": "published_circuit", "method": "eap", "statistic": "f_ci_low", "min": 0.6},
+        {"kind": "published_edge", "edge": "a0.h3->a1.h5<k>", "method": "exact", "statistic": "q", "max": 0.05},
         {"kind": "circuit_equivalent", "method": "exact"},
         {"kind": "circuit_equivalent_tost"},
         {"kind": "circuit_independent", "alpha": 0.1},
@@ -83,11 +84,11 @@ def test_every_claim_kind_passes_exit_0_and_junit(run_dir, tmp_path):
     junit.parent.mkdir()  # an output file goes into an existing directory (core/outpath.py)
     r = _invoke("check", claims, "--run", run_dir, "--junit", junit)
     assert r.exit_code == 0, r.output
-    assert "21 claims: 21 hold, 0 fail, 0 cannot be evaluated" in r.output
+    assert f"{len(PASSING['claims'])} claims: {len(PASSING['claims'])} hold, 0 fail, 0 cannot be evaluated" in r.output
     assert "induction-k-composition" in r.output and "0.95" in r.output
     root = ET.parse(junit).getroot()
-    assert root.tag == "testsuites" and root.get("tests") == "21" and root.get("failures") == "0" and root.get("errors") == "0"
-    assert len(root.findall("./testsuite/testcase")) == 21
+    assert root.tag == "testsuites" and root.get("tests") == "22" and root.get("failures") == "0" and root.get("errors") == "0"
+    assert len(root.findall("./testsuite/testcase")) == len(PASSING["claims"]) == 22
     assert not root.findall(".//failure") and not root.findall(".//error")
 
 
@@ -339,26 +340,42 @@ def test_junit_is_well_formed_with_hostile_text(run_dir):
 
 
 def test_the_registry_declares_each_kind_and_its_tables_once():
-    """Every kind has one model, one evaluator and one registry entry; the model's statistics are the registry's."""
+    """Every kind is one registry entry carrying its model, evaluator, requirement and hint; the claims file's union,
+    the evaluation, the preflight and the reader's hints are all read from it."""
     import typing
 
     import circuitstat.pipelines.heads.stability
     import circuitstat.stats as stats
+    from circuitstat.core.schema import schema_for
     from circuitstat.pipelines.claims import KINDS
-    from circuitstat.pipelines.claims.evaluators import EVALUATORS
-    from circuitstat.pipelines.claims.models import KIND_MODELS
+    from circuitstat.pipelines.claims.claimsfile import KIND_MODELS
+    from circuitstat.pipelines.claims.kinds import TABLE_HINTS, ClaimKind
 
-    assert tuple(KIND_MODELS) == CLAIM_KINDS == tuple(KINDS) and set(EVALUATORS) == set(CLAIM_KINDS)
+    assert tuple(KIND_MODELS) == CLAIM_KINDS == tuple(KINDS)
     assert TOKEN_KINDS == ("sink", "token_importance", "token_drop", "sink_stability", "token_stability")
-    for kind, model in KIND_MODELS.items():
-        if "statistic" in model.model_fields:
-            assert typing.get_args(model.model_fields["statistic"].annotation) == KINDS[kind].statistics, kind
+    assert len({k.model for k in KINDS.values()}) == len(KINDS)  # one model per kind
+    for kind, entry in KINDS.items():
+        assert entry.name == kind and KIND_MODELS[kind] is entry.model
+        assert all(schema_for(t) is not None for t in entry.tables), kind  # its tables are registered run tables
+        assert set(entry.tables) <= set(TABLE_HINTS), kind  # a run lacking one gets the kind's fix
+        assert callable(entry.evaluate) and callable(entry.requires)
+        if "statistic" in entry.model.model_fields:
+            assert typing.get_args(entry.model.model_fields["statistic"].annotation) == entry.statistics, kind
     # claims and estimators never share a class name (HeadStabilityClaim is about circuitstat.pipelines.heads.stability.HeadStability)
     estimators = {n for mod in (stats, circuitstat.pipelines.heads.stability) for n in dir(mod) if n[:1].isupper()}
     assert not {m.__name__ for m in KIND_MODELS.values()} & estimators and "HeadStability" in estimators
     # a claim reads the table its kind declares
     claim = parse_claims({"claims": [PASSING["claims"][1]]}).claims[0]
     assert claim.table == KINDS["circuit_stability"].table == "stability_vs_k"
+    # the k grid an audit needs holds the claims' circuit sizes, not approximation's top_k_overlap k
+    from circuitstat.pipelines.claims import claim_sizes
+
+    sized = parse_claims({"claims": [PASSING["claims"][0], {**PASSING["claims"][11], "k": 30}, {**PASSING["claims"][1], "k": 7}]})
+    assert [c.kind for c in sized.claims] == ["edge_in_circuit", "approximation", "circuit_stability"]
+    assert claim_sizes(sized) == [7, 20] and sized.claims[1].k == 30 and not KINDS["approximation"].k_is_circuit_size
+    # an entry whose hints do not match its tables is refused where it is declared
+    with pytest.raises(ValueError, match="2 hints for 1 tables"):
+        ClaimKind(KINDS["faithfulness"].model, KINDS["faithfulness"].evaluate, KINDS["faithfulness"].requires, ("a", "b"))
 
 
 def test_example_files_are_the_demo_spec_and_the_claims_fit_it():

@@ -38,8 +38,14 @@ def test_an_error_quoting_a_100_kb_value_shows_its_ends_and_length() -> None:
     assert len(err) < 3 * QUOTE_MAX and f"({len(template):,} characters)" in err, err
     assert "When [A] and [B] went" in err  # the start of the value names it
     # short values, paths and messages pass unchanged
-    for text in ("bad 'abc' in \"def\"", "/tmp/" + "d" * 200 + "/run: no such file", "x " * 1000):
+    for text in ("bad 'abc' in \"def\"", "/tmp/" + "d" * 200 + "/run: no such file", "x " * 1000,
+                 # two short quoted words (or apostrophes) around a long list are not one long value
+                 "claims[9]: every claim needs a 'kind'; kinds: " + ", ".join(["edge_in_circuit"] * 40)
+                 + "; claims[12]: give a bound: 'min' and/or 'max'", "the run's " + "edge " * 120 + "the model's"):
         assert shorten_values(text) == text
+    long = "'" + "v" * (2 * QUOTE_MAX) + "'"
+    assert shorten_values(f"bad value {long}") == f"bad value '{'v' * (QUOTE_MAX // 2)}…{'v' * (QUOTE_MAX // 2)}' " \
+                                                  f"({2 * QUOTE_MAX:,} characters)"
 
 
 def test_query_max_memory_is_bounded_by_the_machine(tmp_path) -> None:

@@ -133,10 +133,9 @@ def _string_calls(path: Path, method: str, own_tables: dict[str, str] | None = N
 
 def test_readers_ask_only_for_registered_columns() -> None:
     """The HTML report (Tables.need) and the claims (run.rows) read names the schema knows."""
-    from circuitstat.pipelines.claims.evaluators import EVALUATORS
     from circuitstat.pipelines.claims.kinds import KINDS
 
-    own = {fn.__name__: KINDS[kind].table for kind, fn in EVALUATORS.items()}  # evaluators read c.table
+    own = {k.evaluate.__name__: k.table for k in KINDS.values()}  # evaluators read c.table
     claims_dir = ROOT / "pipelines" / "claims"
     checked = claims_checked = 0
     readers = [(p, "need") for p in sorted((ROOT / "reports" / "html").glob("*.py"))]  # the report's sections
