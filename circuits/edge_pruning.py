@@ -201,7 +201,7 @@ def fit_setup(model: CircuitModel, data: PairData, rows, weights, ablation: "str
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(int(seed))
     gen = torch.Generator().manual_seed(int(ss.generate_state(1)[0]))
     if is_optimal(ablation) and isinstance(ablation, str):
-        abl = OptimalAblation(model, data, rows[w > 0], batch_size=batch_size)
+        abl = OptimalAblation(model, data, rows[w > 0], weights=w[w > 0], batch_size=batch_size)
     else:
         abl = ablation if not isinstance(ablation, str) else Ablation(ablation, model, data, batch_size=batch_size)
     batches = _batches(model, data, rows, w, abl, batch_size)
@@ -258,10 +258,11 @@ def ablation_label(abl) -> str:
 
 
 def constants_optimizer(abl, lr_constants: float):
-    """(the live constants, their optimiser) of an optimal ablation; (None, None) for a fixed counterfactual."""
+    """(a function giving the live constants [1, U, 1, D] (differentiable, recomputed every step), their
+    optimiser) of an optimal ablation; (a function giving None, None) for a fixed counterfactual."""
     if not is_optimal(abl):
-        return None, None
-    return abl.constants, abl.optimizer(lr_constants)
+        return (lambda: None), None
+    return abl.current, abl.optimizer(lr_constants)
 
 
 def _ep_label(abl, target) -> str:
@@ -300,7 +301,7 @@ def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=
         u = torch.rand(E, generator=gen).clamp(1e-6, 1 - 1e-6) if stochastic else None
         keep = gates(log_alpha, u).to(model.device)
         l0 = expected_l0(log_alpha).mean()
-        loss = _faithfulness(model, data, batches, keep, objective, total_w, scale, cf).cpu() + sparsity * l0
+        loss = _faithfulness(model, data, batches, keep, objective, total_w, scale, cf()).cpu() + sparsity * l0
         if lag is not None:
             loss = loss + lag.term(step, 1.0 - l0)
         loss.backward()
@@ -322,4 +323,4 @@ def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=
     if is_optimal(abl):
         params.update(abl.describe(), lr_constants=lr_constants)
     return EdgePruningFit(la.numpy().copy(), keep.numpy().copy(), losses, params,
-                          None if cf is None else cf.detach().cpu().numpy().copy())
+                          abl.constants.cpu().numpy().copy() if is_optimal(abl) else None)

@@ -171,7 +171,7 @@ def fit_ugs(model: CircuitModel, data: PairData, *, rows=None, weights=None, ste
             opt_c.zero_grad()
         masks = [[_draw(model, theta, torch.rand(len(b.index), E, generator=gen), prune_dangling_edges)
                   for b in batches] for _ in range(n_samples)]
-        loss = ugs_loss(model, data, batches, masks, objective, total_w, scale, cf).cpu() \
+        loss = ugs_loss(model, data, batches, masks, objective, total_w, scale, cf()).cpu() \
             + sparsity * ugs_gates(theta).mean()
         loss.backward()
         torch.nn.utils.clip_grad_norm_([theta], CLIP_NORM)
@@ -190,4 +190,4 @@ def fit_ugs(model: CircuitModel, data: PairData, *, rows=None, weights=None, ste
     if is_optimal(abl):
         params.update(abl.describe(), lr_constants=lr_constants)
     return UGSFit(th.numpy().copy(), ugs_gates(th).numpy().copy(), losses, params,
-                  None if cf is None else cf.detach().cpu().numpy().copy())
+                  abl.constants.cpu().numpy().copy() if is_optimal(abl) else None)
