@@ -54,7 +54,7 @@ from .interventions import Intervention
 from .model import CircuitModel
 from .optimal_ablation import LR_CONSTANTS, OptimalAblation, check_lr_constants, is_optimal
 
-__all__ = ["EdgePruningFit", "OBJECTIVES", "fit_edge_pruning", "gates", "expected_l0", "masked_logits", "pruning_loss"]
+__all__ = ["EdgePruningFit", "NodeMasks", "OBJECTIVES", "fit_edge_pruning", "gates", "expected_l0", "masked_logits", "pruning_loss"]
 
 BETA, GAMMA, ZETA = 2.0 / 3.0, -0.1, 1.1  # hard-concrete constants (Louizos et al. 2018; Bhaskar et al. 2024)
 OBJECTIVES = ("mean_metric", "metric", "kl")
@@ -265,9 +265,55 @@ def constants_optimizer(abl, lr_constants: float):
     return abl.current, abl.optimizer(lr_constants)
 
 
-def _ep_label(abl, target) -> str:
+class NodeMasks:
+    """Bhaskar et al.'s node masks: one hard-concrete gate z_u per sender (their writer masks,
+    princeton-nlp/Edge-Pruning ``attn_write_log_alphas``, ``mlp_write_log_alphas``, ``token_write_log_alpha``)
+    that multiplies every edge leaving u: the sender writes z_u x_u + (1 − z_u) x̃_u and each reader gates that
+    by z_e, so edge e = u → v carries z_e z_u of the clean flow.  Their noise comes from the fit's seed's child 1
+    (its own stream: the edge gates' noise is the same with and without node masks)."""
+
+    def __init__(self, graph, init: float, ss: np.random.SeedSequence) -> None:
+        self.log_alpha = torch.full((graph.n_senders,), float(init), dtype=torch.float32, requires_grad=True)
+        self.edge_sender = torch.as_tensor(np.asarray(graph.edge_sender), dtype=torch.long)
+        # child 1 of the fit's seed, made without spawning (the fit's own seed sequence stays untouched)
+        child = np.random.SeedSequence(ss.entropy, spawn_key=tuple(ss.spawn_key) + (1,))
+        self.gen = torch.Generator().manual_seed(int(child.generate_state(1)[0]))
+
+    def edge_gates(self, stochastic: bool) -> torch.Tensor:
+        """Each edge's sender gate [E] (stochastic: fresh uniform noise per sender from the masks' stream)."""
+        u = torch.rand(len(self.log_alpha), generator=self.gen).clamp(1e-6, 1 - 1e-6) if stochastic else None
+        return gates(self.log_alpha, u)[self.edge_sender]
+
+    def l0(self) -> torch.Tensor:
+        """Expected share of senders kept, mean_u P(z_u ≠ 0)."""
+        return expected_l0(self.log_alpha).mean()
+
+
+def check_node_options(node_masks: bool, node_sparsity: float, node_init: float | None = None) -> None:
+    """InputError unless node_masks is a bool, node_sparsity a finite non-negative weight and node_init finite."""
+    if not isinstance(node_masks, bool):
+        raise InputError(f"node_masks must be true or false, got {node_masks!r}")
+    if node_init is not None and not (isinstance(node_init, (int, float)) and math.isfinite(node_init)):
+        raise InputError(f"node_init must be a finite logit, got {node_init!r}")
+    if not (isinstance(node_sparsity, (int, float)) and math.isfinite(node_sparsity) and node_sparsity >= 0):
+        raise InputError(f"node_sparsity must be a finite non-negative weight, got {node_sparsity!r}")
+
+
+def nodes_init(init: float, node_init: float | None) -> float:
+    """The node logits' starting value: ``node_init``, else the edges' ``init``."""
+    return init if node_init is None else node_init
+
+
+def _ep_label(abl, target, nodes: "NodeMasks | None" = None) -> str:
     how = "fixed sparsity penalty" if target is None else f"target sparsity {target:g} (Lagrangian)"
-    return f"edge pruning, {ablation_label(abl)}, {how}"
+    return f"edge pruning, {ablation_label(abl)}, {how}" + (", node masks" if nodes is not None else "")
+
+
+def _final_logits(log_alpha: torch.Tensor, nodes: "NodeMasks | None") -> torch.Tensor:
+    """The ranking logits [E]: log α_e, or with node masks min(log α_e, log α_u) (an edge ranks no higher than
+    its sender's gate, and its deterministic gate is open only where both are)."""
+    la = log_alpha.detach()
+    return la if nodes is None else torch.minimum(la, nodes.log_alpha.detach()[nodes.edge_sender])
 
 
 def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=None, steps: int = 50,
@@ -275,12 +321,16 @@ def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=
                      objective: str = "mean_metric", ablation: "str | Ablation" = "counterfactual",
                      seed: int | np.random.SeedSequence = 0, batch_size: int = 64, stochastic: bool = True,
                      target: float | None = None, warmup: int | None = None, lr_lambda: float | None = None,
-                     lr_constants: float = LR_CONSTANTS) -> EdgePruningFit:
+                     lr_constants: float = LR_CONSTANTS, node_masks: bool = False,
+                     node_sparsity: float = 1.0, node_init: float | None = None) -> EdgePruningFit:
     """The EdgePruningFit of ``steps`` Adam steps on ``data``'s examples ``rows`` (all by default), each
     weighted by ``weights`` (counts; a bootstrap resample is one row of a ResamplingPlan's counts); with
     ``target`` the sparsity is driven to it by Bhaskar et al.'s Lagrangian (TargetSparsity); with ``ablation=
-    "optimal"`` the ablated edges carry learned constants (circuitstat.circuits.optimal_ablation)."""
+    "optimal"`` the ablated edges carry learned constants (circuitstat.circuits.optimal_ablation); with
+    ``node_masks`` every sender also gets a gate on all its outgoing edges (NodeMasks), penalised by
+    ``node_sparsity`` · mean_u P(z_u ≠ 0), their logits starting at ``node_init`` (default ``init``)."""
     sparsity = resolve_sparsity(sparsity, target)
+    check_node_options(node_masks, node_sparsity, node_init)
     check_fit_options(steps, lr, sparsity, objective, batch_size)
     check_target(target, warmup, steps, lr_lambda)
     check_lr_constants(lr_constants)
@@ -289,7 +339,8 @@ def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=
                                                             batch_size)
     E = model.graph.n_edges
     log_alpha = torch.full((E,), float(init), dtype=torch.float32, requires_grad=True)
-    opt = torch.optim.Adam([log_alpha], lr=lr)
+    nodes = NodeMasks(model.graph, nodes_init(init, node_init), ss) if node_masks else None
+    opt = torch.optim.Adam([log_alpha] + ([nodes.log_alpha] if nodes is not None else []), lr=lr)
     warmup = steps // 2 if warmup is None and target is not None else warmup
     lag = None if target is None else TargetSparsity(target, warmup, lr if lr_lambda is None else lr_lambda)
     cf, opt_c = constants_optimizer(abl, lr_constants)
@@ -299,9 +350,12 @@ def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=
             if o is not None:
                 o.zero_grad()
         u = torch.rand(E, generator=gen).clamp(1e-6, 1 - 1e-6) if stochastic else None
-        keep = gates(log_alpha, u).to(model.device)
+        keep = gates(log_alpha, u) if nodes is None else gates(log_alpha, u) * nodes.edge_gates(stochastic)
         l0 = expected_l0(log_alpha).mean()
-        loss = _faithfulness(model, data, batches, keep, objective, total_w, scale, cf()).cpu() + sparsity * l0
+        loss = _faithfulness(model, data, batches, keep.to(model.device), objective, total_w, scale, cf()).cpu() \
+            + sparsity * l0
+        if nodes is not None:
+            loss = loss + node_sparsity * nodes.l0()
         if lag is not None:
             loss = loss + lag.term(step, 1.0 - l0)
         loss.backward()
@@ -309,9 +363,9 @@ def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=
             if o is not None:
                 o.step()
         losses[step] = float(loss.detach())
-    la = log_alpha.detach()
+    la = _final_logits(log_alpha, nodes)
     keep = gates(la)
-    params = {"method": "edge-pruning", "label": _ep_label(abl, target), "steps": steps, "lr": lr,
+    params = {"method": "edge-pruning", "label": _ep_label(abl, target, nodes), "steps": steps, "lr": lr,
               "sparsity": sparsity, "init": init, "objective": objective, "stochastic": stochastic,
               "batch_size": batch_size, "n_examples": int(len(rows)),
               "weights": "given" if weights is not None else "uniform", "ablation": getattr(abl, "kind", "custom"),
@@ -322,5 +376,9 @@ def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=
               "lambdas": None if lag is None else lag.lambdas.detach().tolist()}
     if is_optimal(abl):
         params.update(abl.describe(), lr_constants=lr_constants)
+    if nodes is not None:
+        params.update(node_masks=True, node_sparsity=float(node_sparsity), node_init=float(nodes_init(init, node_init)),
+                      node_log_alpha=nodes.log_alpha.detach().tolist(),
+                      expected_node_sparsity=float(1.0 - nodes.l0().detach()))
     return EdgePruningFit(la.numpy().copy(), keep.numpy().copy(), losses, params,
                           abl.constants.cpu().numpy().copy() if is_optimal(abl) else None)
