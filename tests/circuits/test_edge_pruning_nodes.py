@@ -83,3 +83,17 @@ def test_bad_node_options_are_refused(planted) -> None:
                {"node_masks": True, "node_init": float("inf")}):
         with pytest.raises(InputError, match="node_"):
             fit_edge_pruning(gt.model, task, steps=1, **kw)
+
+
+def test_the_edge_pruning_section_carries_node_masks_only_when_asked() -> None:
+    from circuitstat.pipelines.attribute import pruning_options
+
+    on = pruning_options("edge-pruning", {"node_masks": True, "node_sparsity": 2.0}, None).fit_options()
+    assert (on["node_masks"], on["node_sparsity"]) == (True, 2.0)
+    off = pruning_options("edge-pruning", {}, None).fit_options()
+    assert "node_masks" not in off and "node_sparsity" not in off  # the same fit call as before node masks
+    for bad in ({"node_sparsity": -1.0}, {"node_masks": "sometimes"}):
+        with pytest.raises(InputError):
+            pruning_options("edge-pruning", bad, None)
+    with pytest.raises(InputError):
+        pruning_options("ugs", {"node_masks": True}, None)  # UGS has no node masks
