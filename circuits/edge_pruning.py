@@ -28,9 +28,10 @@ Bhaskar et al.'s sparsity control is ``target``: the fixed penalty is replaced b
 λ₁ (s − t) + λ₂ (s − t)², s = 1 − mean_e P(z_e ≠ 0), the target t warmed up linearly from 0 over ``warmup``
 steps (default half of them), the multipliers trained by gradient ascent (TargetSparsity); the reached sparsity
 (share of deterministic gates ≤ 1/2) is recorded beside the target.  ``ablation="optimal"`` makes ablated edges
-carry learned constants (circuitstat.circuits.optimal_ablation).  Deviations from the paper, stated: edge gates
-only (no node gates), full-batch Adam steps, the default 50 steps against their thousands, and the default
-objective ``mean_metric`` (``kl`` is theirs); ``params["label"]`` names the ablation and the sparsity control.
+carry learned constants (circuitstat.circuits.optimal_ablation).  ``node_masks=True`` adds the paper's node
+(writer) gates, one per sender on all its outgoing edges, with their own penalty (NodeMasks; no node target).
+Deviations from the paper, stated: node gates off by default, full-batch Adam steps, the default 50 steps
+against their thousands, and the default objective ``mean_metric`` (``kl`` is theirs); ``params["label"]`` names the ablation and the sparsity control.
 
 The ranking score of an edge is its learned log α (one vector per fit: there are no per-example scores).
 Example weights (``weights``: integer counts, e.g. one row of a circuitstat.stats ResamplingPlan) refit on a
