@@ -206,6 +206,13 @@ def attribute_command(
     warmup: int | None = typer.Option(
         None, "--warmup", **PRUNING_WARMUP.option,
         help="edge-pruning only: steps of the target's linear warm-up (default half the steps; needs --target)"),
+    node_masks: bool = typer.Option(
+        False, "--node-masks",
+        help="edge-pruning only: also learn a gate per sender on all its outgoing edges (Bhaskar et al.'s node "
+             "masks; docs/edge-pruning.md)"),
+    node_sparsity: float | None = typer.Option(
+        None, "--node-sparsity", min=0.0,
+        help="edge-pruning only, with --node-masks: weight of the expected share of open node gates (default 1.0)"),
     n_refits: int | None = typer.Option(
         None, "--n-refits", **N_REFITS.option,
         help="edge-pruning and ugs only: refit on this many bootstrap resamples of the prompts "
@@ -241,7 +248,9 @@ def attribute_command(
     check_verify(vspec, methods=[method], n_prompts=n, level=level, words="flags")
     ep = {"steps": steps, "lr": lr, "sparsity": sparsity, "objective": None if objective is None else objective.value,
           "n_samples": n_samples, "ablation": mask_ablation, "lr_constants": lr_constants, "target": target,
-          "warmup": warmup}
+          "warmup": warmup, "node_masks": True if node_masks else None, "node_sparsity": node_sparsity}
+    if node_sparsity is not None and not node_masks:
+        raise InputError("--node-sparsity weighs the node gates: give --node-masks too")
     if n_samples is not None and method != "ugs":
         raise InputError(f"--n-samples sets UGS's mask draws: use it with --method ugs, not {method}")
     pruning = pruning_options(method, ep, n_refits)  # refused for an attribution method

@@ -97,3 +97,23 @@ def test_the_edge_pruning_section_carries_node_masks_only_when_asked() -> None:
             pruning_options("edge-pruning", bad, None)
     with pytest.raises(InputError):
         pruning_options("ugs", {"node_masks": True}, None)  # UGS has no node masks
+
+
+def test_attribute_node_masks_flag_writes_the_label_and_refuses_misuse_with_exit_2(tmp_path) -> None:
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from circuitstat.pipelines.cli import app
+
+    runner = CliRunner()
+    base = ["attribute", "--model", "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=97&n_positions=64&seed=1",
+            "--task", "induction", "--n", "4", "--steps", "3"]
+    res = runner.invoke(app, base + ["--method", "edge-pruning", "--node-masks", "--node-sparsity", "2",
+                                     "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    t = pq.read_table(tmp_path / "a" / "edge_masks.parquet").to_pandas()
+    assert set(t["label"]) == {"edge pruning, counterfactual ablation, fixed sparsity penalty, node masks"}
+    for bad in (["--method", "ugs", "--node-masks"], ["--method", "edge-pruning", "--node-sparsity", "2"],
+                ["--method", "eap", "--node-masks"]):
+        res = runner.invoke(app, base + bad + ["--out", str(tmp_path / "b")])
+        assert res.exit_code == 2, (bad, res.exit_code, res.output)
