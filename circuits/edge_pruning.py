@@ -255,7 +255,9 @@ def resolve_sparsity(sparsity, target) -> float:
 
 def ablation_label(abl) -> str:
     """What ablated edges carry, for a fit's label: 'optimal ablation' or '<kind> ablation'."""
-    return "optimal ablation" if is_optimal(abl) else f"{getattr(abl, 'kind', 'custom')} ablation"
+    if is_optimal(abl):  # post-norm heads: constants in d_model, not the source's d_head (a deviation, named)
+        return "optimal ablation" + ("" if abl.heads is not None else " (head constants in d_model)")
+    return f"{getattr(abl, 'kind', 'custom')} ablation"
 
 
 def constants_optimizer(abl, lr_constants: float):

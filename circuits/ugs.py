@@ -180,7 +180,7 @@ def fit_ugs(model: CircuitModel, data: PairData, *, rows=None, weights=None, ste
             opt_c.step()
         losses[step] = float(loss.detach())
     th = theta.detach()
-    label = "UGS (optimal ablation)" if is_optimal(abl) else f"UGS optimiser, {ablation_label(abl)}"
+    label = f"UGS ({ablation_label(abl)})" if is_optimal(abl) else f"UGS optimiser, {ablation_label(abl)}"
     params = {"method": "ugs", "label": label, "steps": steps, "lr": lr, "sparsity": sparsity, "init": init, "objective": objective,
               "n_samples": n_samples, "prune_dangling_edges": bool(prune_dangling_edges), "batch_size": batch_size, "n_examples": int(len(rows)),
               "weights": "given" if weights is not None else "uniform", "ablation": getattr(abl, "kind", "custom"),

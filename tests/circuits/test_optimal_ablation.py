@@ -268,6 +268,14 @@ def test_post_norm_heads_keep_d_model_constants_and_say_so() -> None:
     model = load_model("random:gemma2?hidden_size=32&num_hidden_layers=1&num_attention_heads=2&num_key_value_heads=1"
                        "&intermediate_size=64&head_dim=16&vocab_size=64")
     assert model.cfg.post_norm and head_directions(model) is None
+    from circuitstat.circuits.tasks.induction import induction_task
+
+    task = induction_task(n=4, seq_len=5, vocab_size=64, bos_id=0)
+    ep = fit_edge_pruning(model, task, steps=2, ablation="optimal")
+    ugs = fit_ugs(model, task, steps=2, n_samples=1, ablation="optimal")
+    assert ep.params["label"] == "edge pruning, optimal ablation (head constants in d_model), fixed sparsity penalty"
+    assert ugs.params["label"] == "UGS (optimal ablation (head constants in d_model))"
+    assert ep.params["constants_space"].startswith("every sender in d_model")
     gt = planted_induction(PlantedSpec(background=1.0))
     index, W = head_directions(gt.model)
     assert W.shape == (len(index), gt.model.cfg.d_head, gt.model.cfg.d_model)
