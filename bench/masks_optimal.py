@@ -82,7 +82,8 @@ def _ms(x) -> str:
 
 def _measure(args) -> dict:
     """{(source, configuration): [per-dataset dicts]}, printing the first table's rows as they come."""
-    print("| model | edges | |C| | configuration | AUROC | top-|C| true share | refit Jaccard (top-|C|) | refit AUROC | "
+    print("| model | edges | |C| | configuration | AUROC | top-|C| true share | refit Jaccard (top-|C|) | "
+          "refit AUROC | "
           "refit top-|C| true share | kept | s / fit |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     out = {}

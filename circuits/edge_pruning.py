@@ -31,7 +31,8 @@ steps (default half of them), the multipliers trained by gradient ascent (Target
 carry learned constants (circuitstat.circuits.optimal_ablation).  ``node_masks=True`` adds the paper's node
 (writer) gates, one per sender on all its outgoing edges, with their own penalty (NodeMasks; no node target).
 Deviations from the paper, stated: node gates off by default, full-batch Adam steps, the default 50 steps
-against their thousands, and the default objective ``mean_metric`` (``kl`` is theirs); ``params["label"]`` names the ablation and the sparsity control.
+against their thousands, and the default objective ``mean_metric`` (``kl`` is theirs); ``params["label"]`` names
+the ablation, the sparsity control and node masks.
 
 The ranking score of an edge is its learned log α (one vector per fit: there are no per-example scores).
 Example weights (``weights``: integer counts, e.g. one row of a circuitstat.stats ResamplingPlan) refit on a
@@ -55,7 +56,8 @@ from .interventions import Intervention
 from .model import CircuitModel
 from .optimal_ablation import LR_CONSTANTS, OptimalAblation, check_lr_constants, is_optimal
 
-__all__ = ["EdgePruningFit", "NodeMasks", "OBJECTIVES", "fit_edge_pruning", "gates", "expected_l0", "masked_logits", "pruning_loss"]
+__all__ = ["EdgePruningFit", "NodeMasks", "OBJECTIVES", "fit_edge_pruning", "gates", "expected_l0", "masked_logits",
+           "pruning_loss"]
 
 BETA, GAMMA, ZETA = 2.0 / 3.0, -0.1, 1.1  # hard-concrete constants (Louizos et al. 2018; Bhaskar et al. 2024)
 OBJECTIVES = ("mean_metric", "metric", "kl")

@@ -132,7 +132,8 @@ class OptimalAblation:
     def describe(self) -> dict:
         """Provenance of the constants: their kind, space and how far training moved them from the mean."""
         moved = float((self.constants - self.initial).norm() / self.initial.norm().clamp_min(1e-30))
-        return {"ablation": OPTIMAL, "input_node": self.input_node, "constants_init": "mean over the fit's prompts (weighted as the loss)",
+        return {"ablation": OPTIMAL, "input_node": self.input_node,
+                "constants_init": "mean over the fit's prompts (weighted as the loss)",
                 "constants_space": self.space, "constants_relative_change": moved}
 
 
