@@ -10,7 +10,8 @@ second table gives the paired difference optimal − counterfactual per method (
 
 The configuration "... optimal ablation, constants frozen" is ``lr_constants: 0``: the constants stay at the
 fit's mean outputs (mean ablation on the fit's prompts), the control that separates "a constant instead of a
-counterfactual" from "the constant learned".
+counterfactual" from "the constant learned"; "... reference means" starts the constants of every fit and refit at
+the mean outputs over a separate reference draw of 256 prompts (the source's ``compute_means.py`` procedure).
 
     python bench/masks_optimal.py [--n 32] [--steps 40] [--datasets 8] [--refits 3] [--only UGS]
         [--models planted:...,tracr:...]
@@ -26,6 +27,7 @@ import numpy as np
 
 from circuitstat.circuits.groundtruth import load_groundtruth
 from circuitstat.circuits.mask_methods import fit_mask
+from circuitstat.circuits.optimal_ablation import OptimalAblation
 from circuitstat.pipelines.groundtruth_masks import refit_mask
 from circuitstat.pipelines.parallel import single_threaded
 from circuitstat.stats import ResamplingPlan
@@ -40,7 +42,10 @@ CONFIGS = {  # name -> (method, options)
     "edge pruning, optimal ablation, fixed penalty": ("edge-pruning", {"ablation": "optimal"}),
     "edge pruning, optimal ablation, constants frozen": ("edge-pruning", {"ablation": "optimal", "lr_constants": 0.0}),
     "edge pruning, counterfactual, target 0.9 (Lagrangian, KL)": ("edge-pruning", {"target": 0.9, "objective": "kl"}),
+    "UGS, optimal ablation, reference means": ("ugs", {"ablation": "reference"}),
+    "edge pruning, optimal ablation, reference means": ("edge-pruning", {"ablation": "reference"}),
 }
+REFERENCE_N, REFERENCE_SEED = 256, 10_000  # the source's means: a separate pass over the task (not a dataset's)
 PAIRS = {  # method -> (counterfactual configuration, optimal configuration)
     "UGS": ("UGS optimiser, counterfactual ablation", "UGS (optimal ablation)"),
     "edge pruning": ("edge pruning, counterfactual, fixed penalty", "edge pruning, optimal ablation, fixed penalty"),
@@ -93,6 +98,8 @@ def _measure(args) -> dict:
             if args.only not in name:
                 continue
             opts = {"steps": args.steps, **opts, **({"n_samples": args.n_samples} if method == "ugs" else {})}
+            if opts.get("ablation") == "reference":  # one start for every dataset and refit
+                opts["ablation"] = OptimalAblation.from_reference(gt.model, gt.task(REFERENCE_N, REFERENCE_SEED))
             rows = [_one_dataset(gt, args.n, d, method, opts, args.refits) for d in range(args.datasets)]
             out[(source, name)] = rows
             col = {key: [r[key] for r in rows] for key in rows[0]}

@@ -205,6 +205,8 @@ def fit_setup(model: CircuitModel, data: PairData, rows, weights, ablation: "str
     gen = torch.Generator().manual_seed(int(ss.generate_state(1)[0]))
     if is_optimal(ablation) and isinstance(ablation, str):
         abl = OptimalAblation(model, data, rows[w > 0], weights=w[w > 0], batch_size=batch_size)
+    elif is_optimal(ablation):  # a prepared one (e.g. from_reference): this fit trains its own copy
+        abl = ablation.fresh()
     else:
         abl = ablation if not isinstance(ablation, str) else Ablation(ablation, model, data, batch_size=batch_size)
     batches = _batches(model, data, rows, w, abl, batch_size)

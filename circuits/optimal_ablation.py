@@ -31,6 +31,8 @@ d·z_n: the constant is the mean of the component's output where the read-out se
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 
@@ -102,6 +104,25 @@ class OptimalAblation:
         self.offset = torch.zeros_like(init).requires_grad_(True)
         self.space = ("heads in d_head (through W_O), input and MLPs in d_model" if self.heads is not None
                       else "every sender in d_model (post-norm heads: deviation from the source's d_head)")
+        self.init_from = "mean over the fit's prompts (weighted as the loss)"
+
+    @classmethod
+    def from_reference(cls, model: CircuitModel, reference, *, batch_size: int = 32) -> "OptimalAblation":
+        """An OptimalAblation whose constants start at the mean outputs over every prompt of ``reference`` (the
+        source's procedure: means from a separate pass over the task, the same start for every fit and refit)."""
+        n = int(reference.clean.shape[0])
+        out = cls(model, reference, np.arange(n), batch_size=batch_size)
+        out.init_from = f"mean over a reference dataset of {n} prompts"
+        return out
+
+    def fresh(self) -> "OptimalAblation":
+        """A copy at the starting constants with its own trainable parameters (each fit trains its own: a prepared
+        OptimalAblation passed to several fits is never trained in place)."""
+        new = copy.copy(self)
+        new.offset = torch.zeros_like(self.initial).requires_grad_(True)
+        if self.heads is not None:
+            new.delta = torch.zeros_like(self.delta).requires_grad_(True)
+        return new
 
     def parameters(self) -> list[torch.Tensor]:
         """The trainable tensors: the free d_model offsets and, where heads move through W_O, their δ."""
@@ -133,7 +154,7 @@ class OptimalAblation:
         """Provenance of the constants: their kind, space and how far training moved them from the mean."""
         moved = float((self.constants - self.initial).norm() / self.initial.norm().clamp_min(1e-30))
         return {"ablation": OPTIMAL, "input_node": self.input_node,
-                "constants_init": "mean over the fit's prompts (weighted as the loss)",
+                "constants_init": self.init_from,
                 "constants_space": self.space, "constants_relative_change": moved}
 
 

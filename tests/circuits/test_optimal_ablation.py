@@ -297,3 +297,20 @@ def test_weighted_sender_means_equal_the_mean_over_repeated_prompts() -> None:
     assert (got - plain).abs().max() > 1e-3  # negative control: the weights change the means
     with pytest.raises(InputError, match="row_weights"):
         sender_means(model, task, positional=False, row_weights=w[:3])
+
+
+def test_a_prepared_reference_ablation_starts_every_fit_at_the_reference_means_and_is_never_trained_in_place():
+    from circuitstat.circuits.ablation import sender_means
+    from circuitstat.circuits.optimal_ablation import OptimalAblation
+
+    gt = planted_induction(PlantedSpec(background=1.0))
+    reference, task = gt.task(16, 9), gt.task(8, 1)
+    abl = OptimalAblation.from_reference(gt.model, reference)
+    torch.testing.assert_close(abl.constants, sender_means(gt.model, reference, positional=False))
+    start = abl.constants.clone()
+    a = fit_edge_pruning(gt.model, task, steps=4, ablation=abl, lr_constants=0.05, seed=1)
+    b = fit_edge_pruning(gt.model, task, steps=4, ablation=abl, lr_constants=0.05, seed=1)
+    assert torch.equal(abl.constants, start)  # the prepared constants untouched
+    np.testing.assert_array_equal(a.constants, b.constants)  # so a second fit starts where the first did
+    assert not np.allclose(a.constants, start.numpy())  # and each fit did train its copy
+    assert a.params["constants_init"] == "mean over a reference dataset of 16 prompts"
