@@ -139,11 +139,12 @@ class Ablation:
 
 @torch.no_grad()
 def sender_means(model: CircuitModel, reference: PairData, positional: bool, batch_size: int = 32,
-                 input_node: str = "embeddings") -> torch.Tensor:
+                 input_node: str = "embeddings", row_weights: np.ndarray | None = None) -> torch.Tensor:
     """Mean output of every sender over the reference's clean prompts: [1, U, 1 or P, D] in the model's dtype.
 
     Sums in float32 (float64 for a float64 model) over real tokens only and divides once by the total count; with
-    ``input_node="tokens"`` the input's mean is that of its token embeddings only.
+    ``input_node="tokens"`` the input's mean is that of its token embeddings only; with ``row_weights`` (one
+    non-negative weight per prompt, e.g. a bootstrap resample's counts) every token of prompt n counts w_n times.
     """
     check_input_node(input_node)
     N, P = reference.clean.shape
@@ -151,7 +152,14 @@ def sender_means(model: CircuitModel, reference: PairData, positional: bool, bat
         raise InputError("the reference dataset for mean ablation is empty")
     total = None
     # token counts stay on the model's device (no host sync per batch)
-    count = torch.zeros(P if positional else 1, dtype=torch.int64, device=model.device)
+    weighted = row_weights is not None
+    if weighted:
+        row_weights = torch.as_tensor(np.asarray(row_weights, dtype=np.float64), device=model.device)
+        if row_weights.shape != (N,):
+            raise InputError(f"row_weights must give one weight per reference prompt ({N}), "
+                             f"got shape {tuple(row_weights.shape)}")
+    count = torch.zeros(P if positional else 1, dtype=compute_dtype(model.dtype) if weighted else torch.int64,
+                        device=model.device)
     for start in range(0, N, batch_size):
         sl = slice(start, start + batch_size)
         mask = reference.attention_mask[sl].to(model.device)
@@ -159,13 +167,15 @@ def sender_means(model: CircuitModel, reference: PairData, positional: bool, bat
         if input_node == "tokens":
             z[:, 0] -= model.position_embedding(mask)
         ct = compute_dtype(z.dtype)  # float32 sums (float64 for a float64 model)
-        w = mask.to(ct)[:, None, :, None]
+        # prompt n's real tokens count w_n times (sums and counts alike)
+        tokens = mask.to(ct) * row_weights[sl, None].to(ct) if weighted else mask
+        w = tokens.to(ct)[:, None, :, None]
         s = (z.to(ct) * w).sum(0, keepdim=True)  # [1, U, P, D]
         if not positional:
             s = s.sum(2, keepdim=True)
-            count += mask.sum()
+            count += tokens.sum().to(count.dtype)
         else:
-            count += mask.sum(0)
+            count += tokens.sum(0).to(count.dtype)
         total = s if total is None else total + s
     if positional and bool((count == 0).any()):  # one check after all batches
         raise InputError("mean-positional: some positions have no real token in the reference dataset")

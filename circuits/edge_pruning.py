@@ -28,9 +28,11 @@ Bhaskar et al.'s sparsity control is ``target``: the fixed penalty is replaced b
 λ₁ (s − t) + λ₂ (s − t)², s = 1 − mean_e P(z_e ≠ 0), the target t warmed up linearly from 0 over ``warmup``
 steps (default half of them), the multipliers trained by gradient ascent (TargetSparsity); the reached sparsity
 (share of deterministic gates ≤ 1/2) is recorded beside the target.  ``ablation="optimal"`` makes ablated edges
-carry learned constants (circuitstat.circuits.optimal_ablation).  Deviations from the paper, stated: edge gates
-only (no node gates), full-batch Adam steps, the default 50 steps against their thousands, and the default
-objective ``mean_metric`` (``kl`` is theirs); ``params["label"]`` names the ablation and the sparsity control.
+carry learned constants (circuitstat.circuits.optimal_ablation).  ``node_masks=True`` adds the paper's node
+(writer) gates, one per sender on all its outgoing edges, with their own penalty (NodeMasks; no node target).
+Deviations from the paper, stated: node gates off by default, full-batch Adam steps, the default 50 steps
+against their thousands, and the default objective ``mean_metric`` (``kl`` is theirs); ``params["label"]`` names
+the ablation, the sparsity control and node masks.
 
 The ranking score of an edge is its learned log α (one vector per fit: there are no per-example scores).
 Example weights (``weights``: integer counts, e.g. one row of a circuitstat.stats ResamplingPlan) refit on a
@@ -55,7 +57,8 @@ from .interventions import Intervention
 from .model import CircuitModel
 from .optimal_ablation import OptimalAblation, check_lr_constants, is_optimal
 
-__all__ = ["EdgePruningFit", "OBJECTIVES", "fit_edge_pruning", "gates", "expected_l0", "masked_logits", "pruning_loss"]
+__all__ = ["EdgePruningFit", "NodeMasks", "OBJECTIVES", "fit_edge_pruning", "gates", "expected_l0", "masked_logits",
+           "pruning_loss"]
 
 BETA, GAMMA, ZETA = 2.0 / 3.0, -0.1, 1.1  # hard-concrete constants (Louizos et al. 2018; Bhaskar et al. 2024)
 OBJECTIVES = ("mean_metric", "metric", "kl")
@@ -202,7 +205,9 @@ def fit_setup(model: CircuitModel, data: PairData, rows, weights, ablation: "str
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(int(seed))
     gen = torch.Generator().manual_seed(int(ss.generate_state(1)[0]))
     if is_optimal(ablation) and isinstance(ablation, str):
-        abl = OptimalAblation(model, data, rows[w > 0], batch_size=batch_size)
+        abl = OptimalAblation(model, data, rows[w > 0], weights=w[w > 0], batch_size=batch_size)
+    elif is_optimal(ablation):  # a prepared one (e.g. from_reference): this fit trains its own copy
+        abl = ablation.fresh()
     else:
         abl = ablation if not isinstance(ablation, str) else Ablation(ablation, model, data, batch_size=batch_size)
     batches = _batches(model, data, rows, w, abl, batch_size)
@@ -255,19 +260,68 @@ def resolve_sparsity(sparsity, target) -> float:
 
 def ablation_label(abl) -> str:
     """What ablated edges carry, for a fit's label: 'optimal ablation' or '<kind> ablation'."""
-    return "optimal ablation" if is_optimal(abl) else f"{getattr(abl, 'kind', 'custom')} ablation"
+    if is_optimal(abl):  # post-norm heads: constants in d_model, not the source's d_head (a deviation, named)
+        return "optimal ablation" + ("" if abl.heads is not None else " (head constants in d_model)")
+    return f"{getattr(abl, 'kind', 'custom')} ablation"
 
 
 def constants_optimizer(abl, lr_constants: float):
-    """(the live constants, their optimiser) of an optimal ablation; (None, None) for a fixed counterfactual."""
+    """(a function giving the live constants [1, U, 1, D] (differentiable, recomputed every step), their
+    optimiser) of an optimal ablation; (a function giving None, None) for a fixed counterfactual."""
     if not is_optimal(abl):
-        return None, None
-    return abl.constants, abl.optimizer(lr_constants)
+        return (lambda: None), None
+    return abl.current, abl.optimizer(lr_constants)
 
 
-def _ep_label(abl, target) -> str:
+class NodeMasks:
+    """Bhaskar et al.'s node masks: one hard-concrete gate z_u per sender (their writer masks,
+    princeton-nlp/Edge-Pruning ``attn_write_log_alphas``, ``mlp_write_log_alphas``, ``token_write_log_alpha``)
+    that multiplies every edge leaving u: the sender writes z_u x_u + (1 − z_u) x̃_u and each reader gates that
+    by z_e, so edge e = u → v carries z_e z_u of the clean flow.  Their noise comes from the fit's seed's child 1
+    (its own stream: the edge gates' noise is the same with and without node masks)."""
+
+    def __init__(self, graph, init: float, ss: np.random.SeedSequence) -> None:
+        self.log_alpha = torch.full((graph.n_senders,), float(init), dtype=torch.float32, requires_grad=True)
+        self.edge_sender = torch.as_tensor(np.asarray(graph.edge_sender), dtype=torch.long)
+        # child 1 of the fit's seed, made without spawning (the fit's own seed sequence stays untouched)
+        child = np.random.SeedSequence(ss.entropy, spawn_key=tuple(ss.spawn_key) + (1,))
+        self.gen = torch.Generator().manual_seed(int(child.generate_state(1)[0]))
+
+    def edge_gates(self, stochastic: bool) -> torch.Tensor:
+        """Each edge's sender gate [E] (stochastic: fresh uniform noise per sender from the masks' stream)."""
+        u = torch.rand(len(self.log_alpha), generator=self.gen).clamp(1e-6, 1 - 1e-6) if stochastic else None
+        return gates(self.log_alpha, u)[self.edge_sender]
+
+    def l0(self) -> torch.Tensor:
+        """Expected share of senders kept, mean_u P(z_u ≠ 0)."""
+        return expected_l0(self.log_alpha).mean()
+
+
+def check_node_options(node_masks: bool, node_sparsity: float, node_init: float | None = None) -> None:
+    """InputError unless node_masks is a bool, node_sparsity a finite non-negative weight and node_init finite."""
+    if not isinstance(node_masks, bool):
+        raise InputError(f"node_masks must be true or false, got {node_masks!r}")
+    if node_init is not None and not (isinstance(node_init, (int, float)) and math.isfinite(node_init)):
+        raise InputError(f"node_init must be a finite logit, got {node_init!r}")
+    if not (isinstance(node_sparsity, (int, float)) and math.isfinite(node_sparsity) and node_sparsity >= 0):
+        raise InputError(f"node_sparsity must be a finite non-negative weight, got {node_sparsity!r}")
+
+
+def nodes_init(init: float, node_init: float | None) -> float:
+    """The node logits' starting value: ``node_init``, else the edges' ``init``."""
+    return init if node_init is None else node_init
+
+
+def _ep_label(abl, target, nodes: "NodeMasks | None" = None) -> str:
     how = "fixed sparsity penalty" if target is None else f"target sparsity {target:g} (Lagrangian)"
-    return f"edge pruning, {ablation_label(abl)}, {how}"
+    return f"edge pruning, {ablation_label(abl)}, {how}" + (", node masks" if nodes is not None else "")
+
+
+def _final_logits(log_alpha: torch.Tensor, nodes: "NodeMasks | None") -> torch.Tensor:
+    """The ranking logits [E]: log α_e, or with node masks min(log α_e, log α_u) (an edge ranks no higher than
+    its sender's gate, and its deterministic gate is open only where both are)."""
+    la = log_alpha.detach()
+    return la if nodes is None else torch.minimum(la, nodes.log_alpha.detach()[nodes.edge_sender])
 
 
 def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=None,
@@ -276,12 +330,16 @@ def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=
                      objective: str = "mean_metric", ablation: "str | Ablation" = "counterfactual",
                      seed: int | np.random.SeedSequence = SEED.default, batch_size: int = 64, stochastic: bool = True,
                      target: float | None = None, warmup: int | None = None, lr_lambda: float | None = None,
-                     lr_constants: float = LR_CONSTANTS.default) -> EdgePruningFit:
+                     lr_constants: float = LR_CONSTANTS.default, node_masks: bool = False,
+                     node_sparsity: float = 1.0, node_init: float | None = None) -> EdgePruningFit:
     """The EdgePruningFit of ``steps`` Adam steps on ``data``'s examples ``rows`` (all by default), each
     weighted by ``weights`` (counts; a bootstrap resample is one row of a ResamplingPlan's counts); with
     ``target`` the sparsity is driven to it by Bhaskar et al.'s Lagrangian (TargetSparsity); with ``ablation=
-    "optimal"`` the ablated edges carry learned constants (circuitstat.circuits.optimal_ablation)."""
+    "optimal"`` the ablated edges carry learned constants (circuitstat.circuits.optimal_ablation); with
+    ``node_masks`` every sender also gets a gate on all its outgoing edges (NodeMasks), penalised by
+    ``node_sparsity`` · mean_u P(z_u ≠ 0), their logits starting at ``node_init`` (default ``init``)."""
     sparsity = resolve_sparsity(sparsity, target)
+    check_node_options(node_masks, node_sparsity, node_init)
     check_fit_options(steps, lr, sparsity, objective, batch_size)
     check_target(target, warmup, steps, lr_lambda)
     check_lr_constants(lr_constants)
@@ -290,7 +348,8 @@ def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=
                                                             batch_size)
     E = model.graph.n_edges
     log_alpha = torch.full((E,), float(init), dtype=torch.float32, requires_grad=True)
-    opt = torch.optim.Adam([log_alpha], lr=lr)
+    nodes = NodeMasks(model.graph, nodes_init(init, node_init), ss) if node_masks else None
+    opt = torch.optim.Adam([log_alpha] + ([nodes.log_alpha] if nodes is not None else []), lr=lr)
     warmup = steps // 2 if warmup is None and target is not None else warmup
     lag = None if target is None else TargetSparsity(target, warmup, lr if lr_lambda is None else lr_lambda)
     cf, opt_c = constants_optimizer(abl, lr_constants)
@@ -300,9 +359,12 @@ def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=
             if o is not None:
                 o.zero_grad()
         u = torch.rand(E, generator=gen).clamp(1e-6, 1 - 1e-6) if stochastic else None
-        keep = gates(log_alpha, u).to(model.device)
+        keep = gates(log_alpha, u) if nodes is None else gates(log_alpha, u) * nodes.edge_gates(stochastic)
         l0 = expected_l0(log_alpha).mean()
-        loss = _faithfulness(model, data, batches, keep, objective, total_w, scale, cf).cpu() + sparsity * l0
+        loss = _faithfulness(model, data, batches, keep.to(model.device), objective, total_w, scale, cf()).cpu() \
+            + sparsity * l0
+        if nodes is not None:
+            loss = loss + node_sparsity * nodes.l0()
         if lag is not None:
             loss = loss + lag.term(step, 1.0 - l0)
         loss.backward()
@@ -310,9 +372,9 @@ def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=
             if o is not None:
                 o.step()
         losses[step] = float(loss.detach())
-    la = log_alpha.detach()
+    la = _final_logits(log_alpha, nodes)
     keep = gates(la)
-    params = {"method": "edge-pruning", "label": _ep_label(abl, target), "steps": steps, "lr": lr,
+    params = {"method": "edge-pruning", "label": _ep_label(abl, target, nodes), "steps": steps, "lr": lr,
               "sparsity": sparsity, "init": init, "objective": objective, "stochastic": stochastic,
               "batch_size": batch_size, "n_examples": int(len(rows)),
               "weights": "given" if weights is not None else "uniform", "ablation": getattr(abl, "kind", "custom"),
@@ -323,5 +385,9 @@ def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=
               "lambdas": None if lag is None else lag.lambdas.detach().tolist()}
     if is_optimal(abl):
         params.update(abl.describe(), lr_constants=lr_constants)
+    if nodes is not None:
+        params.update(node_masks=True, node_sparsity=float(node_sparsity), node_init=float(nodes_init(init, node_init)),
+                      node_log_alpha=nodes.log_alpha.detach().tolist(),
+                      expected_node_sparsity=float(1.0 - nodes.l0().detach()))
     return EdgePruningFit(la.numpy().copy(), keep.numpy().copy(), losses, params,
-                          None if cf is None else cf.detach().cpu().numpy().copy())
+                          abl.constants.cpu().numpy().copy() if is_optimal(abl) else None)

@@ -174,7 +174,7 @@ def fit_ugs(model: CircuitModel, data: PairData, *, rows=None, weights=None, ste
             opt_c.zero_grad()
         masks = [[_draw(model, theta, torch.rand(len(b.index), E, generator=gen), prune_dangling_edges)
                   for b in batches] for _ in range(n_samples)]
-        loss = ugs_loss(model, data, batches, masks, objective, total_w, scale, cf).cpu() \
+        loss = ugs_loss(model, data, batches, masks, objective, total_w, scale, cf()).cpu() \
             + sparsity * ugs_gates(theta).mean()
         loss.backward()
         torch.nn.utils.clip_grad_norm_([theta], CLIP_NORM)
@@ -183,7 +183,7 @@ def fit_ugs(model: CircuitModel, data: PairData, *, rows=None, weights=None, ste
             opt_c.step()
         losses[step] = float(loss.detach())
     th = theta.detach()
-    label = "UGS (optimal ablation)" if is_optimal(abl) else f"UGS optimiser, {ablation_label(abl)}"
+    label = f"UGS ({ablation_label(abl)})" if is_optimal(abl) else f"UGS optimiser, {ablation_label(abl)}"
     params = {"method": "ugs", "label": label, "steps": steps, "lr": lr, "sparsity": sparsity, "init": init, "objective": objective,
               "n_samples": n_samples, "prune_dangling_edges": bool(prune_dangling_edges), "batch_size": batch_size, "n_examples": int(len(rows)),
               "weights": "given" if weights is not None else "uniform", "ablation": getattr(abl, "kind", "custom"),
@@ -193,4 +193,4 @@ def fit_ugs(model: CircuitModel, data: PairData, *, rows=None, weights=None, ste
     if is_optimal(abl):
         params.update(abl.describe(), lr_constants=lr_constants)
     return UGSFit(th.numpy().copy(), ugs_gates(th).numpy().copy(), losses, params,
-                  None if cf is None else cf.detach().cpu().numpy().copy())
+                  abl.constants.cpu().numpy().copy() if is_optimal(abl) else None)

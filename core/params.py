@@ -108,7 +108,7 @@ PRUNING_WARMUP = Param("warmup", 0, 100_000, None, "steps over which the target 
 PRUNING_LR_LAMBDA = Param("lr_lambda", 1e-6, 100.0, None, "learning rate of the Lagrange multipliers' gradient "
                           "ascent (default: lr)")
 LR_CONSTANTS = Param("lr_constants", 0.0, 100.0, 1e-3, "Adam's learning rate on the optimal-ablation constants "
-                     "(Li & Janson's lr_modes 1e-3)")
+                     "(Li & Janson's lr_modes in utils/MaskConfig.py: 1e-3 before commit ac02e85, 2e-3 after)")
 UGS_SAMPLES = Param("n_samples", 1, 1000, 4, "UGS's mask draws per prompt and step (Li & Janson use 12; each is a "
                     "masked forward and backward)")
 

@@ -234,6 +234,17 @@ class EdgePruningOptions(_MaskOptions):
     target: float | None = PRUNING_TARGET.pydantic()
     warmup: int | None = PRUNING_WARMUP.pydantic()
     lr_lambda: float | None = PRUNING_LR_LAMBDA.pydantic()
+    # Bhaskar et al.'s node masks: a gate per sender on all its outgoing edges, with its own penalty weight
+    node_masks: bool = False
+    node_sparsity: float = Field(1.0, ge=0, le=1e6)
+
+    def fit_options(self) -> dict:
+        """The fit's keyword arguments; the node-mask options only when node masks are on (fits without them are
+        the same calls as before they existed)."""
+        out = super().fit_options()
+        if not out["node_masks"]:
+            del out["node_masks"], out["node_sparsity"]
+        return out
 
     @model_validator(mode="after")
     def _lagrangian(self):

@@ -201,6 +201,13 @@ TARGET_OPTION = typer.Option(
 WARMUP_OPTION = typer.Option(
     None, "--warmup", **PRUNING_WARMUP.option,
     help="edge-pruning only: steps of the target's linear warm-up (default half the steps; needs --target)")
+NODE_MASKS_OPTION = typer.Option(
+    False, "--node-masks",
+    help="edge-pruning only: also learn a gate per sender on all its outgoing edges (Bhaskar et al.'s node "
+         "masks; docs/edge-pruning.md)")
+NODE_SPARSITY_OPTION = typer.Option(
+    None, "--node-sparsity", min=0.0,
+    help="edge-pruning only, with --node-masks: weight of the expected share of open node gates (default 1.0)")
 N_REFITS_OPTION = typer.Option(
     None, "--n-refits", **N_REFITS.option,
     help="edge-pruning and ugs only: refit on this many bootstrap resamples of the prompts "
@@ -246,6 +253,8 @@ def attribute_command(
     lr_constants: float | None = LR_CONSTANTS_OPTION,
     target: float | None = TARGET_OPTION,
     warmup: int | None = WARMUP_OPTION,
+    node_masks: bool = NODE_MASKS_OPTION,
+    node_sparsity: float | None = NODE_SPARSITY_OPTION,
     n_refits: int | None = N_REFITS_OPTION,
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
@@ -289,7 +298,10 @@ def _checked_attribute_options(o: Any) -> tuple[Any, Any, dict]:
     vspec = verify_from_options(o.verify, o.verify_edges, o.verify_tau, o.verify_seed)
     check_verify(vspec, methods=[o.method], n_prompts=o.n, level=o.level, words="flags")
     ep = {"steps": o.steps, "lr": o.lr, "sparsity": o.sparsity, "objective": o.objective, "n_samples": o.n_samples,
-          "ablation": o.mask_ablation, "lr_constants": o.lr_constants, "target": o.target, "warmup": o.warmup}
+          "ablation": o.mask_ablation, "lr_constants": o.lr_constants, "target": o.target, "warmup": o.warmup,
+          "node_masks": True if o.node_masks else None, "node_sparsity": o.node_sparsity}
+    if o.node_sparsity is not None and not o.node_masks:
+        raise InputError("--node-sparsity weighs the node gates: give --node-masks too")
     if o.n_samples is not None and o.method != "ugs":
         raise InputError(f"--n-samples sets UGS's mask draws: use it with --method ugs, not {o.method}")
     pruning = pruning_options(o.method, ep, o.n_refits)  # refused for an attribution method

@@ -24,7 +24,7 @@ MACHINE = {"n_jobs", "scheduler", "device", "out", "force", "resume", "plan", "r
 GROUPED = {"verify": "verify", "verify_edges": "verify", "verify_tau": "verify", "verify_seed": "verify",
            "steps": "edge_pruning", "lr": "edge_pruning", "sparsity": "edge_pruning", "objective": "edge_pruning",
            "n_samples": "ugs", "mask_ablation": "edge_pruning", "lr_constants": "edge_pruning", "target": "edge_pruning",
-           "warmup": "edge_pruning",
+           "warmup": "edge_pruning", "node_masks": "edge_pruning", "node_sparsity": "edge_pruning",
            "task_option": "task_options"}
 
 
