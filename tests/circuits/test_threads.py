@@ -70,7 +70,7 @@ def test_the_rule_scales_with_work_and_respects_a_users_choice(default_threads, 
 
 
 def _exact_with_threads_seen(model, task, monkeypatch):
-    """(scores, {Python thread: torch intra-op threads} seen by exact's suffix calls) of one exact run."""
+    """(scores, {Python thread's name: torch intra-op threads} seen by exact's suffix calls) of one exact run."""
     import threading
 
     from circuitstat.circuits.attribution import attribute
@@ -79,7 +79,8 @@ def _exact_with_threads_seen(model, task, monkeypatch):
     real = cls.patched_layer_logits
 
     def spy(self, *a, **kw):
-        seen.setdefault(threading.get_ident(), set()).add(torch.get_num_threads())
+        # by name: a pool per call gives new threads (and idents) per call, named {prefix}_{i} in each pool
+        seen.setdefault(threading.current_thread().name, set()).add(torch.get_num_threads())
         return real(self, *a, **kw)
 
     monkeypatch.setattr(cls, "patched_layer_logits", spy)
