@@ -17,11 +17,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator
-
 from ..spec import METHOD
 from .bounds import bounded, fmt
-from .models import BoundedClaim, claimable_in, normalise_edge
+from .models import BoundedClaim, EdgeName, claimable_in
 from .reader import ClaimError, RunReader, edge_known, need, require_no_tail_seen, scalar
 
 __all__ = ["PublishedEdgeClaim", "evaluate_published_edge"]
@@ -33,14 +31,9 @@ class PublishedEdgeClaim(BoundedClaim):
 
     kind: Literal["published_edge"]
     TABLES: ClassVar[tuple[str, ...]] = ("published_circuit_edges",)
-    edge: str = Field(min_length=1)
+    edge: EdgeName
     method: METHOD
     statistic: Literal[claimable_in(TABLES)]
-
-    @field_validator("edge")
-    @classmethod
-    def _edge(cls, v: str) -> str:
-        return normalise_edge(v)
 
     def _auto_label(self) -> str:
         return f"{self.edge} {self.method} {self.statistic}"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from circuitstat.core.schema import claimable
 
@@ -22,7 +22,7 @@ __all__ = ["ClaimBase", "BoundedClaim", "EdgeInCircuitClaim", "CircuitStabilityC
            "EdgeEffectClaim", "HeadStabilityClaim", "LayerStabilityClaim", "ApproximationClaim", "VerifiedEdgeClaim",
            "MissedEdgesClaim", "PublishedCircuitClaim", "SinkClaim", "CircuitEquivalentClaim",
            "CircuitEquivalentTostClaim", "CircuitIndependentClaim", "CircuitMinimalClaim", "CircuitSufficientClaim", "CircuitPartiallyNecessaryClaim",
-           "TokenImportanceClaim", "TokenDropClaim", "SinkStabilityClaim", "TokenStabilityClaim", "claimable_in",
+           "TokenImportanceClaim", "TokenDropClaim", "SinkStabilityClaim", "TokenStabilityClaim", "EdgeName", "claimable_in",
            "model_label", "normalise_edge"]
 
 APPROX_METHOD = Literal[tuple(m for m in get_args(METHOD) if m != "exact")]
@@ -84,20 +84,19 @@ def normalise_edge(v: str) -> str:
     return re.sub(r"\s+", "", v.replace("→", "->"))
 
 
+#: an edge as a claim names it: not empty, normalised by normalise_edge (spaces dropped, "→" read as "->")
+EdgeName = Annotated[str, Field(min_length=1), AfterValidator(normalise_edge)]
+
+
 class EdgeInCircuitClaim(ClaimBase):
     """The edge is in the top-k circuit with inclusion frequency >= min_inclusion."""
 
     kind: Literal["edge_in_circuit"]
     TABLES: ClassVar[tuple[str, ...]] = ("inclusion",)
-    edge: str = Field(min_length=1)
+    edge: EdgeName
     method: CIRCUIT_METHOD
     k: int = Field(ge=1)
     min_inclusion: Unit
-
-    @field_validator("edge")
-    @classmethod
-    def _edge(cls, v: str) -> str:
-        return normalise_edge(v)
 
     def _auto_label(self) -> str:
         return f"{self.edge} {self.method} k={self.k}"
@@ -147,7 +146,7 @@ class EdgeEffectClaim(ClaimBase):
 
     kind: Literal["edge_effect"]
     TABLES: ClassVar[tuple[str, ...]] = ("edge_stats",)
-    edge: str = Field(min_length=1)
+    edge: EdgeName
     method: METHOD
     sign: Literal["positive", "negative", "nonzero"]
     max_q: float = Field(gt=0.0, le=1.0, allow_inf_nan=False)
@@ -156,11 +155,6 @@ class EdgeEffectClaim(ClaimBase):
     # interval's inner end (the end nearer 0, by default) or on the estimate
     min_abs: float | None = Field(None, ge=0.0, allow_inf_nan=False)
     min_abs_of: Literal["interval", "estimate"] = "interval"
-
-    @field_validator("edge")
-    @classmethod
-    def _edge(cls, v: str) -> str:
-        return normalise_edge(v)
 
     def _auto_label(self) -> str:
         return f"{self.edge} {self.method} {self.sign}" + ("" if self.estimand == "mean" else f" {self.estimand}")
@@ -252,14 +246,9 @@ class VerifiedEdgeClaim(BoundedClaim):
 
     kind: Literal["verified_edge"]
     TABLES: ClassVar[tuple[str, ...]] = ("verified",)
-    edge: str = Field(min_length=1)
+    edge: EdgeName
     method: APPROX_METHOD
     statistic: Literal[claimable_in(TABLES)]
-
-    @field_validator("edge")
-    @classmethod
-    def _edge(cls, v: str) -> str:
-        return normalise_edge(v)
 
     def _auto_label(self) -> str:
         return f"{self.edge} {self.method} {self.statistic}"
