@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -218,9 +219,13 @@ def _run_on_dask(client, fn: Callable, chunks: Sequence[Any], args: tuple, on_re
     once and kept there for the whole call, not shipped with every chunk; results come back as they finish."""
     from distributed import as_completed
 
-    shared = [a if isinstance(a, (int, float, str, bool, type(None))) else client.scatter(a, broadcast=True, hash=False)
-              for a in args]
-    futures = [client.submit(_single_threaded, fn, c, *shared, pure=False) for c in chunks]
+    # each non-scalar argument travels as its pickled bytes (Packed): Dask copies a scattered object between
+    # workers by serialising the worker's own copy, which a task on that worker may be using at the time; a torch
+    # module's dicts changing under that serialisation failed the copy ("dictionary changed size during
+    # iteration"), and the task waiting for it on the other worker then waited forever. Bytes cannot change.
+    shared = [a if isinstance(a, (int, float, str, bool, type(None))) else
+              client.scatter(Packed.of(a), broadcast=True, hash=False) for a in args]
+    futures = [client.submit(_run_unpacked, fn, c, *shared, pure=False) for c in chunks]
     where = {f.key: i for i, f in enumerate(futures)}
     results: list = [None] * len(chunks)
     _units(desc, 0, len(chunks))
@@ -235,6 +240,58 @@ def _run_on_dask(client, fn: Callable, chunks: Sequence[Any], args: tuple, on_re
         client.cancel([f for f in futures if not f.done()])
         client.cancel([f for f in shared if hasattr(f, "key")])
     return results
+
+
+class Packed:
+    """An argument of a Dask run as its pickled bytes and a token naming it; each worker unpickles it once."""
+
+    __slots__ = ("token", "blob")
+
+    def __init__(self, token: str, blob: bytes) -> None:
+        self.token, self.blob = token, blob
+
+    def __reduce__(self) -> tuple:
+        return (Packed, (self.token, self.blob))
+
+    @classmethod
+    def of(cls, value: Any) -> "Packed":
+        """Return ``value`` pickled, with a new token."""
+        import pickle
+        import uuid
+
+        return cls(uuid.uuid4().hex, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+_UNPACKED: dict[tuple[str, str], Any] = {}  # (worker, token) -> the unpickled argument, newest last
+_UNPACKED_MAX = 8  # a run holds a few (the model, the task); older runs' arguments are dropped
+_UNPACK_LOCK = threading.Lock()
+
+
+def unpacked(value: Any) -> Any:
+    """Return ``value``, or for a Packed argument its unpickled object: one per worker and token (a worker's tasks
+    share it, as they shared a scattered object; two workers in one process each get their own)."""
+    if not isinstance(value, Packed):
+        return value
+    import pickle
+
+    try:
+        from distributed import get_worker
+
+        worker = get_worker().id
+    except (ImportError, ValueError):
+        worker = ""
+    key = (worker, value.token)
+    with _UNPACK_LOCK:
+        if key not in _UNPACKED:
+            _UNPACKED[key] = pickle.loads(value.blob)
+            while len(_UNPACKED) > _UNPACKED_MAX:
+                del _UNPACKED[next(iter(_UNPACKED))]
+        return _UNPACKED[key]
+
+
+def _run_unpacked(fn: Callable, chunk: Any, *args: Any) -> Any:
+    """fn(chunk, *args) single-threaded, with its Packed arguments unpickled (a Dask task)."""
+    return _single_threaded(fn, chunk, *(unpacked(a) for a in args))
 
 
 def _dask_active() -> bool:

@@ -69,16 +69,41 @@ def test_scores_on_a_cluster_equal_one_process_bit_for_bit(tmp_path, cluster, se
 def test_the_model_travels_to_each_worker_once_not_with_every_chunk(tmp_path, cluster, monkeypatch):
     from distributed import Client
 
+    import pickle
+
+    from circuitstat.pipelines.parallel import Packed
+
     scattered, submitted = [], []
     real_scatter, real_submit = Client.scatter, Client.submit
-    monkeypatch.setattr(Client, "scatter", lambda self, data, **kw: scattered.append((type(data).__name__, kw))
+    monkeypatch.setattr(Client, "scatter", lambda self, data, **kw: scattered.append((data, kw))
                         or real_scatter(self, data, **kw))
     monkeypatch.setattr(Client, "submit", lambda self, fn, *a, **kw: submitted.append(a) or real_submit(self, fn, *a, **kw))
     run_attribute(MODEL, "induction", tmp_path / "run", scheduler=cluster.scheduler_address, **ARGS)
-    assert [name for name, _ in scattered].count("CircuitModel") == 1
+    # every non-scalar argument travels as bytes (a worker's copy of a live torch module can change while Dask
+    # copies it to another worker), the model once
+    assert scattered and all(isinstance(data, Packed) for data, _ in scattered)
+    assert [type(pickle.loads(data.blob)).__name__ for data, _ in scattered].count("CircuitModel") == 1
     assert all(kw.get("broadcast") for _, kw in scattered)
     assert len(submitted) == 6
-    assert not any(type(a).__name__ == "CircuitModel" for args in submitted for a in args)  # futures, not copies
+    assert not any(type(a).__name__ in ("CircuitModel", "Packed", "bytes") for args in submitted for a in args)  # futures
+
+
+def test_a_packed_argument_is_unpickled_once_per_worker_and_token(monkeypatch):
+    import pickle
+
+    import circuitstat.pipelines.parallel as parallel
+
+    loads, real = [], pickle.loads
+    monkeypatch.setattr(pickle, "loads", lambda b: loads.append(1) or real(b))
+    monkeypatch.setattr(parallel, "_UNPACKED", {})
+    a, b = parallel.Packed.of({"w": [1.0, 2.0]}), parallel.Packed.of({"w": [1.0, 2.0]})
+    first = parallel.unpacked(a)
+    assert first == {"w": [1.0, 2.0]} and parallel.unpacked(a) is first and len(loads) == 1  # cached per token
+    assert parallel.unpacked(b) is not first and len(loads) == 2  # another run's argument: its own object
+    assert parallel.unpacked(3) == 3  # scalars travel as they are
+    for _ in range(parallel._UNPACKED_MAX + 2):  # a long-lived cluster does not keep every run's model
+        parallel.unpacked(parallel.Packed.of(0))
+    assert len(parallel._UNPACKED) == parallel._UNPACKED_MAX
 
 
 def test_a_worker_lost_mid_run_costs_only_its_chunks(tmp_path, serial, monkeypatch):
