@@ -478,7 +478,6 @@ def _in_dtype(model: CircuitModel, dtype: torch.dtype | None) -> CircuitModel:
     return copy.deepcopy(model).to(dtype)
 
 
-@sized_threads  # small calls on one thread, large ones on the cores (circuitstat.circuits.threads)
 def _check_inputs(model: CircuitModel, data: PairData, method: str, level: str, ablation, *, batch_size: int,
                   ig_steps: int, max_rows: int) -> None:
     """Refuse (InputError) what ``attribute`` cannot run: a non-circuit model, bad options, an empty or mis-shaped dataset."""
@@ -512,6 +511,7 @@ def _resolve_ablation(ablation, model: CircuitModel, data: PairData, *, referenc
                     input_node=input_node or "embeddings")
 
 
+@sized_threads  # small calls on one thread, large ones on the cores (circuitstat.circuits.threads)
 def attribute(
     model: CircuitModel,
     data: PairData,

@@ -114,3 +114,26 @@ def test_exact_splits_its_suffix_calls_over_the_given_cores_with_bit_identical_s
     with single_threaded():  # the CLI's stages: one thread per worker, parallel over workers instead
         assert len(_exact_with_threads_seen(model, task, monkeypatch)[1]) == 1
     assert torch.get_num_threads() == 2
+
+
+def test_attribute_sizes_its_threads_to_its_batch(monkeypatch):
+    """attribute() runs its batches under sized_threads: the threads its FLOPs choose hold while the model runs (a
+    refactor once moved the decorator onto an input-checking helper, and the model ran on the caller's threads)."""
+    import circuitstat.circuits.threads as th
+    from circuitstat.circuits import load_model
+    from circuitstat.circuits.attribution import attribute
+    from circuitstat.pipelines.build import build_task
+
+    model = load_model("random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&n_positions=32&seed=1")
+    task = build_task(model, "induction", n=4, seq_len=4)
+    during, real_run = [], type(model).run
+    monkeypatch.setattr(type(model), "run", lambda self, *a, **k: during.append(torch.get_num_threads())
+                        or real_run(self, *a, **k))
+    monkeypatch.setattr(th, "threads_for", lambda flops: 1)  # what the sizing chooses
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # the caller's setting, which the sizing must override while the model runs
+    try:
+        attribute(model, task, "eap", batch_size=2, progress=False)
+    finally:
+        torch.set_num_threads(before)
+    assert during and set(during) == {1}
