@@ -16,7 +16,8 @@ from pathlib import Path
 
 #: table -> (key columns, value columns) quoted in prose
 QUOTED = {"edge_stats": (("method", "name"), ("estimate", "ci_low", "ci_high", "q")),
-          "stability_vs_k": (("method", "k"), ("jaccard_data", "jaccard_data_ci_low", "jaccard_data_ci_high",
+          "stability_vs_k": (("method", "k"), ("jaccard_half", "jaccard_half_ci_low", "jaccard_half_ci_high",
+                                                "jaccard_data", "jaccard_data_ci_low", "jaccard_data_ci_high",
                                                 "jaccard_chance")),
           "faithfulness_vs_k": (("method", "k"), ("f_selected", "f_selected_ci_low", "f_selected_ci_high", "f_ratio",
                                                    "f_ci_low", "f_ci_high")),

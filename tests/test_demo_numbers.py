@@ -16,9 +16,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 NUMBERS = ROOT / "docs" / "demo-numbers.json"
 
-#: placeholder kind -> (table, estimate, lower end, upper end): rendered "est [lo, hi]"
+#: interval field kind -> (table, estimate, lower end, upper end): rendered "est [lo, hi]"
 CI = {"edge": ("edge_stats", "estimate", "ci_low", "ci_high"),
       "stab": ("stability_vs_k", "jaccard_data", "jaccard_data_ci_low", "jaccard_data_ci_high"),
+      "half": ("stability_vs_k", "jaccard_half", "jaccard_half_ci_low", "jaccard_half_ci_high"),
       "fsel": ("faithfulness_vs_k", "f_selected", "f_selected_ci_low", "f_selected_ci_high"),
       "ffix": ("faithfulness_vs_k", "f_ratio", "f_ci_low", "f_ci_high"),
       "spearman": ("approximation_summary", "spearman", "spearman_ci_low", "spearman_ci_high"),
@@ -29,6 +30,7 @@ TABLES = {"e": "edge_stats", "s": "stability_vs_k", "f": "faithfulness_vs_k", "a
 QUOTES = [
     ("README.md", "(`a0.h0->a1.h0<k>` {edge:exact|a0.h0->a1.h0<k>})"),
     ("README.md", "(`a1.h0->logits` {edge:exact|a1.h0->logits})"),
+    ("README.md", "at the circuit's own k = 35 {half:exact|35}, chance {v:s:exact|35:jaccard_chance:2}, inconclusive (bar 0.8)"),
     ("README.md", "k = 20: {stab:exact|20}, chance {v:s:exact|20:jaccard_chance:2}"),
     ("README.md", "at the circuit's own k = 35: {stab:exact|35}, chance {v:s:exact|35:jaccard_chance:2}"),
     ("README.md", "top-35 {fsel:exact|35}, top-50 {fsel:exact|50}, top-20 {fsel:exact|20}"),
@@ -40,6 +42,8 @@ QUOTES = [
     ("docs/results.md", "k = 5 {stab:exact|5} ({v:s:exact|5:jaccard_chance:2}), k = 10 {stab:exact|10} "
                         "({v:s:exact|10:jaccard_chance:2}), k = 20 {stab:exact|20} ({v:s:exact|20:jaccard_chance:2}), "
                         "k = 50 {stab:exact|50} ({v:s:exact|50:jaccard_chance:2}); EAP k = 20 {stab:eap|20}"),
+    ("docs/results.md", "k = 5 {half:exact|5}, k = 20 {half:exact|20}, k = 35 {half:exact|35}, k = 50 {half:exact|50}; "
+                        "at k = 10 {half:exact|10}"),
     ("docs/results.md", "at the circuit's own k = 35, {stab:exact|35} ({v:s:exact|35:jaccard_chance:2})"),
     ("docs/results.md", "top-20 {fsel:exact|20}, top-50 {fsel:exact|50}; holding the selected circuit fixed gives "
                         "top-20 {ffix:exact|20}, top-50 {ffix:exact|50}"),
@@ -59,7 +63,7 @@ def _fmt(x: float, decimals: int) -> str:
 
 
 def render(quote: str, numbers: dict) -> str:
-    """The quote with its placeholders replaced by the numbers they name."""
+    """The quote with its fields replaced by the numbers they name."""
     def one(m: re.Match) -> str:
         parts = m.group(1).split(":")
         if parts[0] == "v":
