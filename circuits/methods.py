@@ -19,7 +19,7 @@ from circuitstat.core.errors import InputError
 from dataclasses import dataclass, field
 
 __all__ = ["Method", "Passes", "METHOD_RECORDS", "ABLATIONS", "METHODS", "MASK_METHODS", "ATP_METHODS",
-           "ENSEMBLE_MEMBERS", "LEVELS", "method", "methods_for", "count", "runner"]
+           "ENSEMBLE_MEMBERS", "LEVELS", "method", "methods_for", "not_effects", "count", "runner"]
 
 LEVELS = ("edge", "node")
 ABLATIONS = ("counterfactual", "mean", "mean-positional", "zero", "resample")  # circuitstat.circuits.ablation computes them
@@ -67,6 +67,9 @@ class Method:
     ig_steps: bool = False  # its scores depend on ig_steps
     members: tuple[str, ...] = ()  # an ensemble: the methods whose per-example scores it averages
     counterfactual: bool = True  # it reads the ablation's sender outputs (False: its scorer gets cf=None, none computed)
+    # its scores estimate each edge's effect on the metric (False: a score of another kind, which the audit's and the
+    # studies' intervals, labelled as covering an edge's mean effect, would mislabel)
+    effect: bool = True
     additive_only: bool = False  # defined only where every sender's write is additive (not on post-norm models)
     draws_option: str = ""  # a mask method: the option giving its masks per prompt and step (its Passes' "draws")
     summary: str = ""
@@ -123,7 +126,7 @@ METHOD_RECORDS: tuple[Method, ...] = (
            reference="Mondorf et al. 2025, arXiv:2510.06811"),
     Method("information-flow-routes", "score", "circuitstat.circuits.flow_routes:score_flow_routes",
            Passes(forwards=1, runs="0", contractions="0", contractions_post_norm="0", grad_buffers=1),
-           levels=("edge",), ablations=("counterfactual",), counterfactual=False, additive_only=True,
+           levels=("edge",), ablations=("counterfactual",), counterfactual=False, additive_only=True, effect=False,
            summary="each sender's share of its receiver's input by L1 proximity, averaged over positions (one clean "
                    "forward; no metric, gradient or counterfactual)",
            reference="Ferrando & Voita 2024, arXiv:2403.00824; EAP-IG library's get_scores_information_flow_routes"),
@@ -148,6 +151,16 @@ def method(name: str) -> Method:
         return _BY_NAME[name]
     except KeyError:
         raise InputError(f"unknown method {name!r}; use one of {', '.join(_BY_NAME)}") from None
+
+
+def not_effects(names) -> str:
+    """An error message when some of ``names`` score something other than an edge's effect, else ''."""
+    bad = [n for n in names if n in _BY_NAME and not _BY_NAME[n].effect]
+    if not bad:
+        return ""
+    what = "; ".join(f"{n}: {_BY_NAME[n].summary}" for n in bad)
+    return (f"{', '.join(bad)} do not estimate edges' effects ({what}), and this run's intervals, q-values and verdict "
+            "are about effects; score them with `circuitstat attribute --method NAME`")
 
 
 def methods_for(cfg) -> tuple[str, ...]:

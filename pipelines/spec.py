@@ -386,8 +386,12 @@ class AuditSpec(RunOptions):
     @field_validator("methods")
     @classmethod
     def _unique(cls, v: list[str]) -> list[str]:
+        from circuitstat.circuits.methods import not_effects
+
         if len(set(v)) != len(v):
             raise ValueError("methods are listed more than once")
+        if problem := not_effects(v):
+            raise ValueError(problem)
         return v
 
     @model_validator(mode="after")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from circuitstat.core.errors import InputError
 from circuitstat.core.params import IG_STEPS, N_RESAMPLES, resamples_for_level
@@ -40,6 +40,15 @@ class CalibrationSpec(RunOptions):
     ks: KGrid = Field(default_factory=lambda: [5, 10, 20], min_length=1)
     ranking: Literal["absolute", "signed"] = "absolute"
     n_truth_pairs: int = Field(4000, ge=200, le=1_000_000)
+
+    @field_validator("method")
+    @classmethod
+    def _an_effect(cls, v: str) -> str:
+        from circuitstat.circuits.methods import not_effects
+
+        if problem := not_effects([v]):
+            raise ValueError(problem)
+        return v
 
     @property
     def level(self) -> str:

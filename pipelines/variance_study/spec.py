@@ -36,6 +36,10 @@ class EstimatorsSpec(StrictSpec):
             raise ValueError("methods are listed more than once")
         if "exact" not in v:
             raise ValueError("methods must include 'exact' (the reference the others are compared with)")
+        from circuitstat.circuits.methods import not_effects
+
+        if problem := not_effects(v):
+            raise ValueError(problem)
         return ["exact"] + [m for m in v if m != "exact"]
 
     @field_validator("ig_steps")

@@ -135,3 +135,23 @@ def test_post_norm_models_are_refused():
     task = task_from_token_lists("t", [[3, 4, 5, 6]], [[4, 5, 6, 7]], [5], [8])
     with pytest.raises(InputError, match="post-norm"):
         attribute(gemma, task, "information-flow-routes", progress=False)
+
+
+@pytest.mark.parametrize("kind, doc", [
+    ("audit", {"model": "random:gpt2", "methods": ["exact", "{m}"]}),
+    ("study variance", {"model": "random:gpt2", "estimators": {"methods": ["exact", "{m}"]}}),
+    ("study calibration", {"model": "random:gpt2", "method": "{m}"}),
+])
+def test_runs_whose_intervals_cover_effects_refuse_it(kind, doc):
+    """Its scores are proximity shares, not effects: an audit's or a study's intervals (each labelled as covering an
+    edge's mean effect) and verdict would mislabel them, so those specs refuse it, naming attribute; an effect
+    method in its place is accepted (negative control)."""
+    import json
+
+    from circuitstat.core.errors import InputError
+    from circuitstat.pipelines.kinds import kind as run_kind
+
+    parse = run_kind(kind).parse
+    with pytest.raises(InputError, match="do not estimate edges' effects.*circuitstat attribute"):
+        parse(json.loads(json.dumps(doc).replace("{m}", "information-flow-routes")), "spec.yaml")
+    parse(json.loads(json.dumps(doc).replace("{m}", "eap")), "spec.yaml")
