@@ -26,13 +26,18 @@ import numpy as np
 import pyarrow as pa
 
 from circuitstat.core.errors import InputError
-from circuitstat.core.schema_core import DATA_JACCARD, MC_JACCARD, SELECTED_F
+from circuitstat.core.schema_core import DATA_JACCARD, HALF_JACCARD, MC_JACCARD, SELECTED_F
 
 __all__ = ["RunInfo", "RunComparison", "compare_tables", "compare_runs", "read_run", "COMPARED_TABLES"]
 
 COMPARED_TABLES = ("edges", "edge_stats", "stability_vs_k", "faithfulness_vs_k", "claims")
 EDGE_VALUES = ("estimate", "ci_low", "ci_high", "q", "no_tail_seen", "estimand")
-STABILITY_VALUES = ("jaccard_data", "jaccard_data_ci_low", "jaccard_data_ci_high", "jaccard_mean")
+# the primary data-level stability first (J_{N/2}, exactly estimable), then J_N (extrapolated) and the MC point
+STABILITY_VALUES = ("jaccard_half", "jaccard_half_ci_low", "jaccard_half_ci_high", "jaccard_data",
+                    "jaccard_data_ci_low", "jaccard_data_ci_high", "jaccard_mean")
+# (the column compared, its interval's ends, its estimand): J_{N/2}, else (a run written before it) J_N
+STABILITY_LEADS = (("jaccard_half", "jaccard_half_ci_low", "jaccard_half_ci_high", HALF_JACCARD),
+                   ("jaccard_data", "jaccard_data_ci_low", "jaccard_data_ci_high", DATA_JACCARD))
 FAITH_VALUES = ("f_selected", "f_selected_ci_low", "f_selected_ci_high", "f_ratio", "f_ci_low", "f_ci_high", "cpr")
 
 
@@ -265,8 +270,10 @@ def compare_tables(tables_a: Mapping[str, pa.Table | None], tables_b: Mapping[st
     _, notes = _check_comparable(tables_a, tables_b, a, b)
     edges = _join(tables_a.get("edge_stats"), tables_b.get("edge_stats"), ("method", "name"), EDGE_VALUES,
                   "ci_low", "ci_high", "estimate")
+    lead, lo, hi, lead_estimand, lead_note = _stability_lead(tables_a, tables_b, a, b)
     stability = _join(tables_a.get("stability_vs_k"), tables_b.get("stability_vs_k"), ("method", "k"),
-                      STABILITY_VALUES, "jaccard_data_ci_low", "jaccard_data_ci_high", "jaccard_data")
+                      STABILITY_VALUES, lo, hi, lead)
+    notes += lead_note
     faith = _join(tables_a.get("faithfulness_vs_k"), tables_b.get("faithfulness_vs_k"), ("method", "k"),
                   FAITH_VALUES, "f_selected_ci_low", "f_selected_ci_high", "f_selected")
     claims = None
@@ -284,10 +291,29 @@ def compare_tables(tables_a: Mapping[str, pa.Table | None], tables_b: Mapping[st
         notes.append(f"the runs' intervals have different levels ({a.confidence_level} vs {b.confidence_level})")
     notes += _estimand_notes(edges)
     estimands = {"edges": "each run's edge_stats.estimand (columns estimand_a, estimand_b)",
-                 "stability": f"jaccard_data: {DATA_JACCARD}; jaccard_mean: point estimate only ({MC_JACCARD})",
+                 "stability": f"{lead}: {lead_estimand}; "
+                              + ("" if lead == "jaccard_data" else f"jaccard_data: {DATA_JACCARD} (extrapolated); ")
+                              + f"jaccard_mean: point estimate only ({MC_JACCARD})",
                  "faithfulness": f"f_selected: {SELECTED_F}; f_ratio with f_ci: the fixed circuit (selection not "
                                  "included)"}
     return RunComparison(a, b, edges, stability, faith, claims, notes, estimands)
+
+
+def _stability_lead(ta: Mapping, tb: Mapping, a: RunInfo, b: RunInfo) -> tuple[str, str, str, str, list[str]]:
+    """(column, interval ends, estimand, notes) the stability rows are compared on: J_{N/2} when both runs have it,
+    else J_N (extrapolated), with a note naming the run that lacks J_{N/2} (one written before it existed)."""
+    lacking = [i.label for t, i in ((ta, a), (tb, b)) if t.get("stability_vs_k") is not None
+               and not _has_values(t["stability_vs_k"], STABILITY_LEADS[0][0])]
+    if not lacking:
+        return (*STABILITY_LEADS[0], [])
+    return (*STABILITY_LEADS[1], [f"stability compared on J_N (jaccard_data, extrapolated), not J_{{N/2}}: "
+                                  f"{' nor '.join(lacking)} has no jaccard_half (written before J_{{N/2}} existed, or "
+                                  "without data-level intervals); rerun it to compare the primary quantity"])
+
+
+def _has_values(t: pa.Table, col: str) -> bool:
+    """Whether table ``t`` has column ``col`` with at least one finite value."""
+    return bool(np.isfinite(_floats(t, col)).any())
 
 
 def _info(label: str, manifest: dict, tables: Mapping[str, pa.Table | None], models: Sequence[str] | None) -> RunInfo:

@@ -9,7 +9,13 @@ from circuitstat.core.interval_words import interval_text
 
 RunComparison = Any  # circuitstat.reports.compare.RunComparison (not imported: it imports this module)
 
-__all__ = ["summary_text", "biggest", "edge_rows_text", "all_equal_text"]
+__all__ = ["summary_text", "biggest", "edge_rows_text", "all_equal_text", "stability_lead"]
+
+
+def stability_lead(comp: RunComparison) -> str:
+    """The stability column a comparison's rows were compared on (``jaccard_half``, or ``jaccard_data`` when a run
+    lacks J_{N/2}): the first name of its stability estimand."""
+    return comp.estimands["stability"].split(":", 1)[0]
 
 
 def _ci(row: dict, est: str, lo: str, hi: str, side: str) -> str:
@@ -115,9 +121,10 @@ def summary_text(comp: RunComparison, top: int = 20) -> str:
     lines += ["", f"Edges whose intervals do not overlap ({len(flagged)}; showing at most {top}):"]
     lines += _edge_lines(flagged[:top]) if flagged else ["(none)"]
     lines += _difference_lines(comp, top)
-    lines += ["", "Circuit stability against k: jaccard_data [interval] (" + comp.estimands["stability"].split(";")[0]
-              .removeprefix("jaccard_data: ") + "):"]
-    lines += _k_lines(comp.stability, "jaccard_data", "jaccard_data_ci_low", "jaccard_data_ci_high") \
+    lead = stability_lead(comp)
+    lines += ["", f"Circuit stability against k: {lead} [interval] (" + comp.estimands["stability"].split(";")[0]
+              .removeprefix(f"{lead}: ") + "):"]
+    lines += _k_lines(comp.stability, lead, f"{lead}_ci_low", f"{lead}_ci_high") \
         if comp.stability else ["(neither run has stability_vs_k)"]
     lines += ["", "Faithfulness against k: f_selected [interval] (selection included):"]
     lines += _k_lines(comp.faithfulness, "f_selected", "f_selected_ci_low", "f_selected_ci_high") \

@@ -398,7 +398,7 @@ def compare_form(job_id: str, request: Request, principal: Principal = Depends(p
 @router.get("/jobs/{job_a}/compare/{job_b}")
 def compare_page(job_a: str, job_b: str, request: Request, principal: Principal = Depends(page_principal)):
     """Two jobs side by side (the numbers of ``GET /api/v1/jobs/{a}/compare/{b}``)."""
-    from circuitstat.reports.compare_text import biggest
+    from circuitstat.reports.compare_text import biggest, stability_lead
 
     svc = service(request)
     comp = compare_jobs(svc, principal, job_a, job_b)
@@ -410,4 +410,4 @@ def compare_page(job_a: str, job_b: str, request: Request, principal: Principal 
     largest = sorted((r for r in doc["edges"] if (r["method"], r["name"]) in keys),
                      key=lambda r: (-abs(r["difference"]), r["method"], str(r["name"])))
     return render("compare.html", user=principal.name, cmp=doc, names=names, flagged=flagged, largest=largest,
-                  top=COMPARE_ROWS)
+                  top=COMPARE_ROWS, lead=stability_lead(comp))

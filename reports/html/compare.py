@@ -51,9 +51,10 @@ def _k_table(rows: list[dict], est: str, lo: str, hi: str, estimand: str) -> str
 def comparison_section(comp: RunComparison, top: int = MAX_ROWS) -> str:
     """Return the comparison as one HTML ``<section>``: runs, notes, edges apart, largest differences, stability,
     faithfulness and claims."""
-    from circuitstat.reports.compare_text import all_equal_text, biggest, edge_rows_text
+    from circuitstat.reports.compare_text import all_equal_text, biggest, edge_rows_text, stability_lead
 
     equal = all_equal_text(comp)  # the terminal's words, so both say the same
+    lead = stability_lead(comp)  # the column the terminal compares, so both compare the same
     facts = (f"A: {comp.a.label} ({', '.join(comp.a.models) or '?'}) · B: {comp.b.label} "
              f"({', '.join(comp.b.models) or '?'}) · edge rows, {edge_rows_text(comp)}")
     parts = [f'<section id="compare"><h2>Comparison: B minus A</h2>{note(facts, "facts")}',
@@ -64,8 +65,8 @@ def comparison_section(comp: RunComparison, top: int = MAX_ROWS) -> str:
              _edge_table(comp.flagged_edges[:top]) if comp.flagged_edges else note("none"),
              f"<h3>Largest differences of the mean edge effect (top {top})</h3>",
              note(equal) if equal is not None else _edge_table(biggest(comp, top)),
-             "<h3>Circuit stability against k (jaccard_data, data level)</h3>",
-             _k_table(comp.stability, "jaccard_data", "jaccard_data_ci_low", "jaccard_data_ci_high",
+             f"<h3>Circuit stability against k ({lead}, data level)</h3>",
+             _k_table(comp.stability, lead, f"{lead}_ci_low", f"{lead}_ci_high",
                       comp.estimands["stability"]) if comp.stability else note("neither run has stability_vs_k"),
              "<h3>Faithfulness against k (f_selected, selection included)</h3>",
              _k_table(comp.faithfulness, "f_selected", "f_selected_ci_low", "f_selected_ci_high",

@@ -31,7 +31,10 @@ def runs(tmp_path_factory) -> tuple[Path, Path]:
     b = make_report_run(root / "b", seed=1, variance=False)
     stab = pq.read_table(b / "stability_vs_k.parquet").to_pydict()
     i = next(j for j, (m, k) in enumerate(zip(stab["method"], stab["k"])) if (m, k) == ("exact", 10))
-    stab["jaccard_data"][i], stab["jaccard_data_ci_low"][i], stab["jaccard_data_ci_high"][i] = 0.1, 0.05, 0.15
+    stab["jaccard_half"][i], stab["jaccard_half_ci_low"][i], stab["jaccard_half_ci_high"][i] = 0.1, 0.05, 0.15
+    # J_N (extrapolated) moved at another k: the comparison leads with J_{N/2}, so this row is not flagged
+    j = next(j for j, (m, k) in enumerate(zip(stab["method"], stab["k"])) if (m, k) == ("exact", 5))
+    stab["jaccard_data"][j], stab["jaccard_data_ci_low"][j], stab["jaccard_data_ci_high"][j] = 0.1, 0.05, 0.15
     write_filled(stab, b / "stability_vs_k.parquet")
     return a, b
 
@@ -78,9 +81,12 @@ def test_stability_and_faithfulness_are_joined_on_method_and_k(runs) -> None:
     apart = [(r["method"], r["k"]) for r in comp.stability if r["overlap"] is False]
     assert apart == [("exact", 10)]  # the one row moved, and only it
     row = next(r for r in comp.stability if (r["method"], r["k"]) == ("exact", 10))
-    want = sb.set_index(["method", "k"]).loc[("exact", 10), "jaccard_data"] - \
-        sa.set_index(["method", "k"]).loc[("exact", 10), "jaccard_data"]
+    want = sb.set_index(["method", "k"]).loc[("exact", 10), "jaccard_half"] - \
+        sa.set_index(["method", "k"]).loc[("exact", 10), "jaccard_half"]
     assert row["difference"] == pytest.approx(want) and row["jaccard_mean_a"] is not None
+    assert row["jaccard_data_b"] is not None  # J_N travels beside it, labelled as the extrapolation
+    assert comp.estimands["stability"].startswith("jaccard_half: J_{N/2}")
+    assert "jaccard_data: " in comp.estimands["stability"] and "(extrapolated)" in comp.estimands["stability"]
     assert len(comp.faithfulness) == len(pd.read_parquet(a / "faithfulness_vs_k.parquet"))
     assert all(r["overlap"] is True and r["difference"] == pytest.approx(0) for r in comp.faithfulness)
     assert comp.claims is None and any("no claims verdicts" in n for n in comp.notes)
@@ -128,3 +134,30 @@ def test_the_command_prints_text_json_and_an_escaped_html_page(tmp_path, runs) -
     text = page.read_text()
     assert EVIL not in text and "&lt;script&gt;" in text and 'id="compare"' in text
     assert text.count("<table") == 4  # edges apart, largest differences, stability, faithfulness (no claims)
+
+
+def test_stability_falls_back_to_j_n_with_a_note_when_a_run_lacks_j_half(runs, tmp_path) -> None:
+    """A run written before J_{N/2} existed is compared on J_N, and a note names it; the text and the page say
+    which column they compare (negative control for the lead: here the J_N row moved at k = 5 is the one apart)."""
+    import shutil
+
+    from circuitstat.reports.html.compare import comparison_section
+
+    a, b = runs
+    old = tmp_path / "old"
+    shutil.copytree(b, old)
+    stab = pq.read_table(old / "stability_vs_k.parquet").to_pydict()
+    for col in ("jaccard_half", "jaccard_half_ci_low", "jaccard_half_ci_high"):
+        stab[col] = [float("nan")] * len(stab[col])
+    write_filled(stab, old / "stability_vs_k.parquet")
+    comp = compare_runs(a, old)
+    assert [(r["method"], r["k"]) for r in comp.stability if r["overlap"] is False] == [("exact", 5)]
+    assert comp.estimands["stability"].startswith("jaccard_data: ")
+    assert any("compared on J_N" in n and str(old) in n for n in comp.notes)
+    text = comp.summary()
+    assert "Circuit stability against k: jaccard_data [interval]" in text
+    assert "Circuit stability against k (jaccard_data, data level)" in comparison_section(comp)
+    lead = compare_runs(a, b)
+    assert "Circuit stability against k: jaccard_half [interval]" in lead.summary()
+    assert "Circuit stability against k (jaccard_half, data level)" in comparison_section(lead)
+    assert not any("compared on J_N" in n for n in lead.notes)

@@ -50,6 +50,9 @@ def test_the_server_compares_two_jobs_with_the_local_commands_numbers(server) ->
     assert EVIL not in page.text and "&lt;script&gt;" in page.text and data not in page.text
     flagged = page.text.split('id="flagged"')[1].split("</table>")[0]
     assert flagged.count("<tr>") == 1 + r.json()["counts"]["edges_flagged"]  # header + every flagged edge
+    # the page compares stability on the column the local command leads with (J_{N/2} for these runs)
+    assert r.json()["estimands"]["stability"].startswith("jaccard_half: ")
+    assert "jaccard_half with its interval" in page.text
     form = server.page("alice", f"/jobs/{a}/compare", params={"other": b}, follow_redirects=False)
     assert form.status_code == 303 and form.headers["location"] == f"/jobs/{a}/compare/{b}"
 
