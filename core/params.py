@@ -7,7 +7,7 @@ message, and a default is typed once.  Where a kind of run has its own default (
 times, ``heads`` 200) or its own minimum (the variance study's 100), it is named here by kind (the run
 kind's or the command's name, ``study variance``), with the bounds beside it; the minimum is what the
 computation needs, the maximum a work limit.  tests/pipelines/test_param_defaults.py checks that every
-estimator's and command's default and bounds are these.
+estimator's, command's and library function's default and bounds are these.
 
 In core (the ground floor) so that circuits/ and stats/ read the same declarations as pipelines/; kept free
 of pydantic and typer (as circuitstat.pipelines.options) so that the command line starts fast.
