@@ -51,6 +51,7 @@ import numpy as np
 import torch
 
 from circuitstat.core.errors import InputError
+from circuitstat.core.params import BATCH_SIZE
 from .interventions import Intervention
 
 __all__ = ["MEASURES", "TOKEN_ABLATIONS", "EMBEDDING_ABLATIONS", "TokenWeights", "head_weight_matrices",
@@ -212,7 +213,8 @@ def _grad_input(model, task, rows: torch.Tensor, ids, mask, last, ablation: str)
     return ((x - x_abl) * g).sum(-1).detach().float()
 
 
-def token_weights(model, task, *, ablation: str = "zero", batch_size: int = 32) -> TokenWeights:
+def token_weights(model, task, *, ablation: str = "zero",
+                  batch_size: int = BATCH_SIZE.default_for("tokens")) -> TokenWeights:
     """Return every measure's token weights at each prompt's read-out position (last real token).
 
     ``ablation`` sets grad_input's baseline (``mask``: the zero baseline, see the module docstring).
@@ -352,7 +354,7 @@ def _detect_sink(patterns: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def sink_readouts(model, ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *, sink: str = "first",
-                  batch_size: int = 32) -> SinkReadout:
+                  batch_size: int = BATCH_SIZE.default_for("tokens")) -> SinkReadout:
     """Return attention to the sink token, head output norms and confidence for every prompt and position.
 
     ``sink='first'``: the first real token of each prompt (BOS when there is one); ``'detected'``:

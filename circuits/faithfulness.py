@@ -52,6 +52,7 @@ import torch
 from tqdm.auto import tqdm
 
 from circuitstat.core.errors import InputError
+from circuitstat.core.params import BATCH_SIZE, SEED
 from circuitstat.core.results import Result
 from circuitstat.core.seeds import as_seed_sequence, seed_record
 from circuitstat.core.topk import TIE_RULE, check_ranking, topk
@@ -271,8 +272,8 @@ def faithfulness(
     *,
     ablation: "str | Ablation" = "counterfactual",
     reference: PairData | None = None,
-    seed: int = 0,
-    batch_size: int = 16,
+    seed: int = SEED.default,
+    batch_size: int = BATCH_SIZE.default,
     max_rows: int = 64,
     rtol: float = 1e-4,
     atol: float = 1e-6,
@@ -373,8 +374,8 @@ def faithfulness_curve(
     log_x: bool = False,
     ablation: "str | Ablation" = "counterfactual",
     reference: PairData | None = None,
-    seed: int = 0,
-    batch_size: int = 16,
+    seed: int = SEED.default,
+    batch_size: int = BATCH_SIZE.default,
     max_rows: int = 64,
     rtol: float = 1e-4,
     atol: float = 1e-6,

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from circuitstat.core.errors import InputError
+from circuitstat.core.params import BATCH_SIZE, IG_STEPS
 from .graph import ComponentGraph
 from .engine.config import ModelConfig
 from .engine.moe import active_width, mlp_flops_per_token as moe_flops_per_token, mlp_params as moe_params
@@ -289,7 +290,8 @@ class Cost:
 
 
 def method_cost(cfg: ModelConfig, method: str, *, n: int, positions: int, level: str = "edge",
-                batch_size: int = 16, ig_steps: int = 5, max_rows: int = 256, itemsize: int = 4) -> Cost:
+                batch_size: int = BATCH_SIZE.default, ig_steps: int = IG_STEPS.default, max_rows: int = 256,
+                itemsize: int = 4) -> Cost:
     """The Cost of ``method`` at ``level`` on ``n`` examples of ``positions`` tokens (priced from its record)."""
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
@@ -360,7 +362,7 @@ def _ensemble_cost(cfg: ModelConfig, rec: Method, **options) -> Cost:
     n, P, L = options["n"], options["positions"], cfg.n_layers
     fwd = forward_flops(cfg, P)
     shared = 2 * (fwd - unembed_flops(cfg)) + 2 * fwd  # two counterfactual and two clean forwards not run again
-    batches = -(-n // options.get("batch_size", 16))
+    batches = -(-n // options.get("batch_size", BATCH_SIZE.default))
     return Cost(rec.name, parts[0].columns, sum(c.forwards for c in parts) - 4 * n, sum(c.backwards for c in parts),
                 0, float(sum(c.flops for c in parts) - n * shared), sum(c.layer_passes for c in parts) - 4 * L * batches,
                 max(c.memory_peak for c in parts), parts[0].batch_size, parts[0].max_rows)
@@ -393,8 +395,8 @@ def masked_flops(cfg: ModelConfig, graph: ComponentGraph, P: int) -> tuple[int, 
     return forward, backward
 
 
-def pruning_cost(cfg: ModelConfig, *, n: int, positions: int, steps: int, fits: int = 1, batch_size: int = 16,
-                 itemsize: int = 4, method: str = "edge-pruning", draws: int = 1) -> Cost:
+def pruning_cost(cfg: ModelConfig, *, n: int, positions: int, steps: int, fits: int = 1,
+                 batch_size: int = BATCH_SIZE.default, itemsize: int = 4, method: str = "edge-pruning", draws: int = 1) -> Cost:
     """The Cost of ``fits`` mask fits (circuitstat.circuits.edge_pruning; ``method="ugs"``: circuitstat.circuits.ugs,
     ``draws`` masks per prompt and step) of ``steps`` full-batch Adam steps on ``n`` examples: per fit and example
     the counterfactual, clean and fully patched forwards once, then per step and draw one masked run and its
@@ -422,7 +424,7 @@ ROWS_FIRST = 256
 
 
 def fit_memory(cfg: ModelConfig, method: str, budget: int, *, positions: int, level: str = "edge",
-               batch_size: int = 16, max_rows: int = 256, itemsize: int = 4) -> tuple[int, int]:
+               batch_size: int = BATCH_SIZE.default, max_rows: int = 256, itemsize: int = 4) -> tuple[int, int]:
     """(batch_size, max_rows) no larger than asked whose estimated peak fits ``budget`` bytes;
     InputError naming the minimum budget when not even one example (and one row) fits."""
     g, P = graph_of(cfg), positions
@@ -449,7 +451,7 @@ def fit_memory(cfg: ModelConfig, method: str, budget: int, *, positions: int, le
 
 
 def exact_subset_cost(cfg: ModelConfig, edges, *, n: int, positions: int, batch_examples: int | None = None,
-                      batch_size: int = 16, max_rows: int = 256, itemsize: int = 4) -> Cost:
+                      batch_size: int = BATCH_SIZE.default, max_rows: int = 256, itemsize: int = 4) -> Cost:
     """The Cost of exact patching on ``n`` examples and the edge indices ``edges`` (circuitstat.circuits.verify): one
     suffix row per (example, edge) from the edge's receiver layer on, and the clean and counterfactual
     forwards of ``batch_examples`` examples (the whole batches that hold them; default ``n``)."""
@@ -487,7 +489,7 @@ def expected_batch_examples(N: int, n: int, batch_size: int) -> float:
 
 
 def verify_cost(cfg: ModelConfig, *, n: int, N: int, positions: int, n_edges: int | None = None,
-                batch_size: int = 16, max_rows: int = 256, itemsize: int = 4) -> Cost:
+                batch_size: int = BATCH_SIZE.default, max_rows: int = 256, itemsize: int = 4) -> Cost:
     """The expected Cost of a verified run's phase 2: exact patching on ``n`` of ``N`` random examples, on every edge
     or (``n_edges``) on that many edges priced at the average edge's suffix (which edges phase 1 ranks on top is
     not known before it runs)."""

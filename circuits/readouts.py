@@ -11,6 +11,8 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
+from circuitstat.core.params import BATCH_SIZE
+
 __all__ = ["HOOKS", "attention_patterns", "cka_positions", "residual_rows", "prompt_losses", "head_importance"]
 
 #: residual-stream read-out points: ``pre`` = input of a layer, ``post`` = after its attention
@@ -22,7 +24,7 @@ def _batches(n: int, batch_size: int) -> Iterator[slice]:
         yield slice(start, min(n, start + batch_size))
 
 
-def attention_patterns(model, ids: np.ndarray, batch_size: int = 50) -> np.ndarray:
+def attention_patterns(model, ids: np.ndarray, batch_size: int = BATCH_SIZE.default_for("heads")) -> np.ndarray:
     """Return attention probabilities ``[L, H, N, T, T]`` (float32) of every head on every prompt."""
     out = []
     with torch.no_grad():
@@ -39,7 +41,7 @@ def cka_positions(length: int, n_tokens: int) -> np.ndarray:
 
 
 def residual_rows(model, ids: np.ndarray, positions: np.ndarray, hooks: Sequence[str] = HOOKS,
-                  batch_size: int = 50) -> dict[str, np.ndarray]:
+                  batch_size: int = BATCH_SIZE.default_for("heads")) -> dict[str, np.ndarray]:
     """Return the residual stream ``{hook: [L, N * len(positions), D]}`` (float64), rows prompt-major.
 
     ``pre``: the input of layer l (before attention); ``post``: after layer l's attention.
@@ -69,7 +71,7 @@ def prompt_losses(model, tokens: torch.Tensor, intervention=None) -> np.ndarray:
     return nll.view(tokens.shape[0], -1).mean(1).double().cpu().numpy()
 
 
-def head_importance(model, ids: np.ndarray, batch_size: int = 50) -> tuple[np.ndarray, np.ndarray]:
+def head_importance(model, ids: np.ndarray, batch_size: int = BATCH_SIZE.default_for("heads")) -> tuple[np.ndarray, np.ndarray]:
     """Return per-prompt mean next-token loss: clean ``[N]`` and with each head zero-ablated ``[L, H, N]``.
 
     Zero ablation replaces the head's output (its pattern-weighted values times W_O) by zeros in

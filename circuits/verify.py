@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from circuitstat.core.errors import InputError
+from circuitstat.core.params import BATCH_SIZE
 
 from .attribution import attribute
 from .model import CircuitModel
@@ -68,8 +69,9 @@ def subset_edges(model: CircuitModel, edges=None, receivers=None) -> np.ndarray:
     return np.unique(np.concatenate(out))
 
 
-def exact_subset(model: CircuitModel, data, *, rows=None, edges=None, receivers=None, batch_size: int = 16,
-                 max_rows: int = 256, progress: bool = False, **options) -> SubsetExact:
+def exact_subset(model: CircuitModel, data, *, rows=None, edges=None, receivers=None,
+                 batch_size: int = BATCH_SIZE.default, max_rows: int = 256, progress: bool = False,
+                 **options) -> SubsetExact:
     """Exact per-example edge effects on ``rows`` (example indices; None: all) and the selected edges
     (``edges`` indices and/or all edges into ``receivers``; None: all), equal bit for bit to the full
     exact run (same ``batch_size``) restricted to them.  ``options`` go to attribute (ablation, seed, ...)."""

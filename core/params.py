@@ -7,7 +7,7 @@ message, and a default is typed once.  Where a kind of run has its own default (
 times, ``heads`` 200) or its own minimum (the variance study's 100), it is named here by kind (the run
 kind's or the command's name, ``study variance``), with the bounds beside it; the minimum is what the
 computation needs, the maximum a work limit.  tests/pipelines/test_param_defaults.py checks that every
-estimator's and command's default and bounds are these.
+estimator's, command's and library function's default and bounds are these.
 
 In core (the ground floor) so that circuits/ and stats/ read the same declarations as pipelines/; kept free
 of pydantic and typer (as circuitstat.pipelines.options) so that the command line starts fast.
@@ -25,7 +25,7 @@ from circuitstat.core.errors import InputError
 __all__ = ["Param", "N_RESAMPLES", "SEED", "N_JOBS", "BATCH_SIZE", "IG_STEPS", "PRUNING_STEPS", "PRUNING_LR",
            "PRUNING_SPARSITY", "PRUNING_INIT", "N_REFITS", "PRUNING_PARAMS", "PRUNING_TARGET", "PRUNING_WARMUP",
            "PRUNING_LR_LAMBDA", "LR_CONSTANTS", "UGS_SAMPLES", "INIT_STD", "REPEAT_FRACTION", "WARMUP_STEPS", "D_MLP",
-           "MIN_LR_RATIO", "PARAMS", "resamples_for_level"]
+           "MIN_LR_RATIO", "PARAMS", "tail_resamples", "resamples_for_level"]
 
 
 @dataclass(frozen=True)
@@ -131,10 +131,16 @@ PARAMS = {p.name: p for p in (N_RESAMPLES, SEED, N_JOBS, BATCH_SIZE, IG_STEPS, N
 (tests/pipelines/test_param_defaults.py)."""
 
 
+def tail_resamples(confidence_level: float) -> int:
+    """Return the fewest resamples a two-sided interval at ``confidence_level`` needs: one beyond each quantile."""
+    # 2 / alpha resamples put B * alpha / 2 = 1 resample in each tail; round away float noise
+    return int(math.ceil(2.0 / (1.0 - confidence_level) - 1e-9))
+
+
 def resamples_for_level(n_resamples: int, confidence_level: float, what: str = "n_resamples") -> int:
     """``n_resamples`` when a two-sided interval at ``confidence_level`` has a resample beyond each quantile
-    (circuitstat.stats.faithfulness.min_resamples); InputError naming the fewest that do otherwise."""
-    need = max(int(N_RESAMPLES.minimum), int(math.ceil(2.0 / (1.0 - confidence_level) - 1e-9)))
+    (:func:`tail_resamples`, and at least the Param's minimum); InputError naming the fewest that do otherwise."""
+    need = max(int(N_RESAMPLES.minimum), tail_resamples(confidence_level))
     if n_resamples < need:
         raise InputError(f"{what}={n_resamples} is too few for a {confidence_level:.3g} interval: use at least {need} "
                          "(one resample beyond each quantile)")

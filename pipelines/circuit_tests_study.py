@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from circuitstat.core.params import BATCH_SIZE, SEED
 from circuitstat.core.seeds import spawn_seeds
 from circuitstat.pipelines.circuit_tests import evaluate_layout, layout_masks
 from circuitstat.stats import circuit_tests_calibration as C
@@ -62,7 +63,8 @@ def _weak_path(gt, task, n_pool: int, seed: int, batch_size: int) -> np.ndarray 
     return np.isin(np.arange(gt.truth.size), [a, b])
 
 
-def evaluation_pool(gt, n_pool: int, n_random: int, seed: int, batch_size: int = 16) -> dict[str, Any]:
+def evaluation_pool(gt, n_pool: int, n_random: int, seed: int,
+                    batch_size: int = BATCH_SIZE.default) -> dict[str, Any]:
     """Return the pool: the full model's metric and, per circuit label, the layout's metric parts on ``n_pool`` prompts."""
     task = gt.task(n_pool, seed)
     rng = np.random.default_rng(seed)
@@ -159,7 +161,7 @@ def _other_rows(pool: dict, n: int, R: int, alpha: float, n_random: int, n_perm:
 
 
 def calibration_rows(pool: dict, sizes: list[int], R: int, *, alpha: float = 0.05, n_random: int = 39,
-                     n_permutations: int = 199, seed: int = 0) -> list[dict]:
+                     n_permutations: int = 199, seed: int = SEED.default) -> list[dict]:
     """Return one row per (scenario, test, N): rejection rate over R datasets with its MC SE and, where known, exact size."""
     rows: list[dict] = []
     for i, n in enumerate(sizes):
@@ -200,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n-random", type=int, default=None,
                     help="random (and inflated) circuits per dataset, drawn from the pool's --pool-random "
                          "(default: the spec's tests.n_random)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=SEED.default)
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     from circuitstat.circuits.groundtruth import load_groundtruth

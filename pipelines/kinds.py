@@ -6,6 +6,10 @@ stages it writes (in order) and what it costs (the ``--plan`` arithmetic, from t
 every run records its kind in its manifest. The command line, ``check`` and the service read it here, so a kind is
 never dispatched by a chain of ``if kind == ...`` elsewhere. Light to import: a kind's module is imported
 only when its declaration is asked for.
+
+A run-like entry point that writes no run directory (no manifest records a kind, so ``check`` has nothing to read and
+``--out`` names a file) is a :class:`Script`, listed once in :data:`SCRIPTS`: ``circuitstat scripts`` prints them,
+and docs/usage.md lists each (tests/pipelines/test_scripts.py checks both, and that no other module runs as one).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any, Callable
 
 from circuitstat.core.errors import InputError
 
-__all__ = ["RunKind", "KINDS", "SERVED", "NO_KIND", "kind", "recorded_kind", "check_run_out"]
+__all__ = ["RunKind", "KINDS", "SERVED", "NO_KIND", "Script", "SCRIPTS", "kind", "recorded_kind", "check_run_out"]
 
 
 @dataclass(frozen=True)
@@ -50,11 +54,47 @@ _REGISTRY = {
     "attribute": "circuitstat.pipelines.attribute",
     "tokens": "circuitstat.pipelines.contributions",
     "heads": "circuitstat.pipelines.heads.stability",
+    "sample-size": "circuitstat.pipelines.sample_size_run",
 }
 KINDS = tuple(_REGISTRY)
 #: what a run recorded before its manifest held its kind is told (check_run_out refuses to write into it)
 NO_KIND = ("was written before circuitstat recorded a run's kind in manifest.json, so what it holds cannot be "
            "checked; give a new --out (rerun the command there), or read it as it is")
+
+
+@dataclass(frozen=True)
+class Script:
+    """A ``python -m MODULE`` entry point that is not a run kind: it writes no run directory, so no manifest records
+    what made its output and nothing checks or resumes it; ``writes`` says what it leaves, ``doc`` where it is
+    documented."""
+
+    name: str
+    module: str
+    summary: str
+    writes: str
+    doc: str
+
+    @property
+    def command(self) -> str:
+        """The shell command that runs it (its own ``--help`` lists its options)."""
+        return f"python -m {self.module}"
+
+
+SCRIPTS = {s.name: s for s in (
+    # a calibration study whose rows docs/hypothesis-tests.md quotes: one JSON file, no stages to resume (its pool is
+    # evaluated once and the datasets are resamples of it, seconds each)
+    Script("circuit-tests-study", "circuitstat.pipelines.circuit_tests_study",
+           "type-I error and power of the circuit hypothesis tests against N on a ground-truth model",
+           "a JSON file of rows (--out FILE.json)", "docs/hypothesis-tests.md"),
+    Script("zoo", "circuitstat.pipelines.zoo", "builds or reuses the whole default zoo and prints its induction table",
+           "models in the zoo's cache (as `circuitstat zoo build`, one model per call)", "docs/usage.md"),
+    Script("tracr-convert", "circuitstat.circuits.groundtruth.tracr_convert",
+           "compiles the ground-truth RASP programs with tracr (the tracr extra) into fixtures",
+           "one fixture directory per program (--out DIR)", "docs/groundtruth.md"),
+)}
+"""Every run-like entry point that is not a run kind, by name; a module that runs as ``python -m`` is either the
+command line or listed here."""
+
 # the service's job kinds and the run kind each runs
 SERVED = {"audit": "audit", "variance": "study variance", "calibration": "study calibration",
           "attribute": "attribute"}

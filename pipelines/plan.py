@@ -39,6 +39,7 @@ from typing import Callable, Iterator
 from circuitstat.circuits.methods import method as method_record, methods_for
 from circuitstat.circuits.plan import (METHODS, Cost, contraction_flops, fit_memory, method_cost, pass_counts,
                                        qk_fix_flops)
+from circuitstat.core.params import BATCH_SIZE, IG_STEPS, N_JOBS
 
 from .plan_fit import TIMING_BYTES, Limits, fit_mark, limits_line, run_limits  # noqa: F401 - TIMING_BYTES re-exported
 
@@ -326,7 +327,7 @@ def _probe_exact(cal: Calibration, model, data, probe_s: float) -> Calibration:
 
 
 def estimate_seconds(cal: Calibration, model, cost: Cost, *, n: int, level: str = "edge",
-                     ig_steps: int = 5, positions: int | None = None) -> float:
+                     ig_steps: int = IG_STEPS.default, positions: int | None = None) -> float:
     """The single-worker time of ``cost`` on ``n`` examples, priced by ``cal``'s timed passes of the method's
     record (circuitstat.circuits.methods) (``positions``: the prompts' length, needed to price AtP*'s QK fix)."""
     per_example = 1.0 / cal.batch_size  # a pass timed on a batch, per example it holds
@@ -385,8 +386,8 @@ def _exact_seconds(cal: Calibration, model, cost: Cost, *, n: int, level: str) -
     return total
 
 
-def plan_costs(model, data, *, level: str = "edge", batch_size: int = 16, ig_steps: int = 5,
-               budget: int | None = None, methods=None) -> dict[str, Cost]:
+def plan_costs(model, data, *, level: str = "edge", batch_size: int = BATCH_SIZE.default,
+               ig_steps: int = IG_STEPS.default, budget: int | None = None, methods=None) -> dict[str, Cost]:
     """{method: its Cost on ``data``}, batch size and exact's rows fitted to ``budget`` bytes when given; a method
     that cannot fit the budget even with one example (and one suffix row) is priced at that minimum, its memory
     over the budget (:func:`fit_mark` marks it: a plan prices what it cannot run here, for a larger machine).
@@ -422,8 +423,9 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.3g} h"
 
 
-def plan_lines(model, data, *, level: str = "edge", batch_size: int = 16, ig_steps: int = 5,
-               budget: int | None = None, n_jobs: int = 1, timing_model=None, untimed: str = "",
+def plan_lines(model, data, *, level: str = "edge", batch_size: int = BATCH_SIZE.default,
+               ig_steps: int = IG_STEPS.default, budget: int | None = None, n_jobs: int = N_JOBS.default,
+               timing_model=None, untimed: str = "",
                device: str = "cpu", rate: tuple[float, str] | None = None, verify=None,
                verify_method: str = "eap", pruning: tuple[int, ...] | None = None,
                limits: Limits | None = None, header: tuple[str, ...] = ()) -> list[str]:

@@ -18,7 +18,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from circuitstat.core.errors import InputError
+from circuitstat.core.params import BATCH_SIZE, IG_STEPS, N_JOBS, SEED
 from circuitstat.core.results import Result
+from circuitstat.pipelines.options import SAMPLE_SIZE_DATASETS, SAMPLE_SIZE_LEVEL, SAMPLE_SIZE_MEANS
 
 __all__ = ["SIMULATED_KINDS", "SampleSizeResult", "read_pilot", "pilot_groups", "sample_size", "cost_rows"]
 
@@ -188,8 +190,9 @@ def _claims_table(cf, skip: dict, ns: np.ndarray, passes: dict, n_datasets: int)
 
 
 def sample_size(S: np.ndarray, names: Sequence[str], method: str, ns: Sequence[int], ks: Sequence[int],
-                target: float, *, claims=None, spec=None, n_datasets: int = 20, seed: Any = 0,
-                means: str = "deconvolved", prediction_level: float = 0.9, n_jobs: int = 1,
+                target: float, *, claims=None, spec=None, n_datasets: int = SAMPLE_SIZE_DATASETS,
+                seed: Any = SEED.default, means: str = SAMPLE_SIZE_MEANS[0],
+                prediction_level: float = SAMPLE_SIZE_LEVEL, n_jobs: int = N_JOBS.default,
                 cost: dict | None = None, groups: np.ndarray | None = None,
                 allow_large: bool = False) -> SampleSizeResult:
     """Return the SampleSizeResult of pilot scores S [n0, E] (method ``method``) at sizes ns and circuit sizes ks.
@@ -286,7 +289,7 @@ def _template_units(S: np.ndarray, groups: np.ndarray, ns: np.ndarray) -> tuple[
 
 
 def cost_rows(cfg, ns: Sequence[int], positions: int, methods: Sequence[str], rate_tflops: float,
-              *, batch_size: int = 16, ig_steps: int = 5) -> dict:
+              *, batch_size: int = BATCH_SIZE.default, ig_steps: int = IG_STEPS.default) -> dict:
     """Rows per (n, method): the cost model's passes and FLOPs (circuitstat.circuits.plan.method_cost) and
     the seconds they take at ``rate_tflops`` (a lower bound: per-call overhead and memory-bound work left out)."""
     from circuitstat.circuits.plan import method_cost

@@ -25,7 +25,7 @@ from circuitstat.reports.thresholds import MIN_EXCESS, MIN_EXCESS_BOUNDS
 from .options import ABLATION, INPUT_NODE, LEVEL, MASK_METHODS, METHOD, METRIC, MOE_NODES, OBJECTIVE, SCORE_METHOD  # noqa: F401 - defined there once; re-exported
 from circuitstat.core.params import (BATCH_SIZE, IG_STEPS, LR_CONSTANTS, N_JOBS, N_REFITS, N_RESAMPLES, PRUNING_INIT, PRUNING_LR,
                      PRUNING_LR_LAMBDA, PRUNING_SPARSITY, PRUNING_TARGET, PRUNING_WARMUP,
-                     PRUNING_STEPS, SEED, UGS_SAMPLES)
+                     PRUNING_STEPS, SEED, UGS_SAMPLES, tail_resamples)
 from .yamlio import read_yaml_strict
 
 DTYPE = Literal["float32", "bfloat16", "float16"]
@@ -404,8 +404,7 @@ class AuditSpec(RunOptions):
 
     @model_validator(mode="after")
     def _enough_resamples(self) -> "AuditSpec":
-        # the faithfulness interval needs one resample beyond each quantile (circuitstat.stats.faithfulness.min_resamples)
-        need = math.ceil(2 / (1 - self.bootstrap.confidence_level) - 1e-9)
+        need = tail_resamples(self.bootstrap.confidence_level)  # the faithfulness interval: one beyond each quantile
         if (self.faithfulness or self.circuit is not None) and self.bootstrap.n_resamples < need:
             raise ValueError(f"bootstrap.n_resamples={self.bootstrap.n_resamples} is too few for a "
                              f"{self.bootstrap.confidence_level:.0%} faithfulness interval: use at least {need} "

@@ -42,6 +42,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from circuitstat.core.errors import InputError
+from circuitstat.core.params import N_RESAMPLES
 from circuitstat.core.seeds import as_seed_sequence, seed_record, spawn_seeds
 from circuitstat.core.results import ConfidenceInterval, MethodIntervals, Result
 from circuitstat.core.topk import topk
@@ -459,7 +460,7 @@ def _reselect_interval(S: np.ndarray, cache: EvaluationCache, ks: list[int], ran
 def selection_aware_faithfulness(S: np.ndarray, evaluate: Evaluate, ks: Sequence[int], *, ranking: str,
                                  scheme: str = "crossfit", n_folds: int = 5, n_repeats: int = 2,
                                  method: str | None = None, plan: ResamplingPlan | None = None,
-                                 n_resamples: int = 1000, seed: Any = None, confidence_level: float = 0.95,
+                                 n_resamples: int = N_RESAMPLES.default, seed: Any = None, confidence_level: float = 0.95,
                                  known: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
                                  groups: np.ndarray | None = None, rtol: float = 1e-4,
                                  atol: float = 1e-6, strata: np.ndarray | None = None) -> FaithfulnessInterval:

@@ -3,12 +3,12 @@ interval methods, levels and resamples, the selection-aware schemes and their fo
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 import numpy as np
 
 from circuitstat.core.errors import InputError
+from circuitstat.core.params import tail_resamples
 from circuitstat.core.topk import ranking_key
 
 from .folds import MIN_PER_FOLD
@@ -25,10 +25,9 @@ SCHEME_METHODS = {"crossfit": ("corrected-t", *METHODS), "reselect": ("basic",)}
 
 
 def min_resamples(confidence_level: float) -> int:
-    """Return the fewest resamples a two-sided interval needs: one resample beyond each quantile."""
-    alpha = 1.0 - confidence_level
-    # 2 / alpha resamples put B * alpha / 2 = 1 resample in each tail; round away float noise
-    return int(math.ceil(2.0 / alpha - 1e-9))
+    """Return the fewest resamples a two-sided interval needs: one resample beyond each quantile (the one rule,
+    circuitstat.core.params.tail_resamples)."""
+    return tail_resamples(confidence_level)
 
 
 def check_interval_settings(method: str, confidence_level: float, n_resamples: int) -> None:

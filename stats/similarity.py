@@ -18,6 +18,7 @@ from scipy.optimize import linear_sum_assignment
 
 from circuitstat.core.seeds import as_seed_sequence, seed_record, spawn_seeds
 from circuitstat.core.results import ConfidenceInterval, Result
+from circuitstat.core.params import N_RESAMPLES
 
 from .resampling import ResamplingPlan, resolve_jobs, resampled_means
 from .intervals import interval_text
@@ -348,7 +349,8 @@ class HeadMatchResult(Result):
 
 
 def head_matching(A: np.ndarray, B: np.ndarray, *, method: str = "hungarian",
-                  drop_bos: bool = False, n_permutations: int = 200, n_resamples: int = 200,
+                  drop_bos: bool = False, n_permutations: int = 200,
+                  n_resamples: int = N_RESAMPLES.default_for("heads"),
                   seed: Any = None, confidence_level: float = 0.95,
                   n_jobs: int = 1) -> HeadMatchResult:
     """Return matching of heads A [H1, P, T, T] to heads B [H2, P, T, T] of another refit.

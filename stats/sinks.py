@@ -34,6 +34,7 @@ import numpy as np
 from scipy import stats as sps
 
 from circuitstat.core.results import Result
+from circuitstat.core.params import N_RESAMPLES
 
 from .intervals import (BootstrapResult, acceleration_from_jackknife, bootstrap_edges,
                         interval_text, interval_verdict, intervals_from_distribution)
@@ -190,7 +191,7 @@ def _head_level(share: np.ndarray, norm: np.ndarray, plan: ResamplingPlan) -> tu
 
 def sink_relation(share: np.ndarray, norm: np.ndarray, head_names: Sequence[str], *,
                   gap: np.ndarray | None = None, threshold: float = DEFAULT_THRESHOLD,
-                  plan: ResamplingPlan | None = None, n_resamples: int = 2000, seed: Any = None,
+                  plan: ResamplingPlan | None = None, n_resamples: int = N_RESAMPLES.default_for("tokens"), seed: Any = None,
                   confidence_level: float = 0.95) -> SinkResult:
     """Return per-head sink rates and output norms with intervals, and the quadratic and Spearman relation.
 

@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from circuitstat.core.results import Result
+from circuitstat.core.params import N_RESAMPLES
 
 from .intervals import BootstrapResult, bootstrap_edges, interval_text
 from .resampling import ResamplingPlan
@@ -158,7 +159,7 @@ def _verdicts(estimate: np.ndarray, adjusted: np.ndarray, alpha: float, pairs: l
 
 def token_importance_faithfulness(drops: np.ndarray, measures: Sequence[str], ks: Sequence[int], *,
                                   pairs: Sequence[tuple[str, str]] | None = None, plan: ResamplingPlan | None = None,
-                                  n_resamples: int = 2000, seed: Any = None, method: str | None = None,
+                                  n_resamples: int = N_RESAMPLES.default_for("tokens"), seed: Any = None, method: str | None = None,
                                   confidence_level: float = 0.95, alpha: float = 0.05) -> TokenImportanceResult:
     """Return mean drops per measure and k and paired differences, with intervals over prompts and Holm verdicts.
 

@@ -21,6 +21,7 @@ import numpy as np
 from scipy import stats
 
 from circuitstat.core.results import ConfidenceInterval, Result
+from circuitstat.core.params import N_RESAMPLES
 
 __all__ = ["VarianceComponentsResult", "variance_components", "ICCResult", "icc", "pooled_shares",
            "SHARES_ESTIMAND"]
@@ -401,7 +402,7 @@ def _bootstrap_pooled_ms(Y: np.ndarray, terms: list[tuple[int, ...]], df: np.nda
 
 
 def pooled_shares(Y: np.ndarray, factors: Sequence[str], *, confidence_level: float = 0.95,
-                  n_resamples: int = 1000, seed: Any = None, method: str = "basic") -> dict[str, Any]:
+                  n_resamples: int = N_RESAMPLES.default, seed: Any = None, method: str = "basic") -> dict[str, Any]:
     """Return variance shares pooled over the edges of Y [..factor levels.., E] with intervals.
 
     factors[0] must be the examples (prompts): the random factor crossed with every other.

@@ -16,6 +16,7 @@ from dataclasses import fields
 from urllib.parse import parse_qsl
 
 from circuitstat.core.errors import InputError
+from circuitstat.core.params import SEED
 
 from .truth import GroundTruthModel, edge_mask
 
@@ -29,7 +30,7 @@ PLANTED_RANGES = {
     # scales (signal > 0): their ratios set the difficulty; beyond 1e3 the float32 logits lose the signal
     "signal": (0.0, 1e3), "signal_noise": (0.0, 1e3), "background": (0.0, 1e3),
     "resample": (0.0, 1.0),  # a share of background tokens
-    "seed": (0, 2**63 - 1),
+    "seed": (SEED.minimum, SEED.maximum),
 }
 """Inclusive range of every PlantedSpec knob a ``planted:`` source may set (signal must be positive)."""
 MAX_PLANTED_VOCAB = 100_001  # token ids of n_signal x n_background pairs and BOS

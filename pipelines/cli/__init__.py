@@ -32,6 +32,7 @@ from . import export, published, tokens, zoo  # noqa: E402,F401
 from . import service  # noqa: E402,F401
 from . import compare  # noqa: E402,F401
 from . import sample_size  # noqa: E402,F401
+from . import scripts  # noqa: E402,F401
 
 
 def main() -> None:

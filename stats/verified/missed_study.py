@@ -22,6 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from circuitstat.core.params import SEED
 from circuitstat.core.topk import topk
 from circuitstat.stats.verified.missed import (log_choose, hypergeometric_upper, missed_edges_bound, possibly_above,
                                               tost_holm_possibly_above)
@@ -118,7 +119,7 @@ def _one(X: np.ndarray, A: np.ndarray, mu: np.ndarray, rng: np.random.Generator,
 
 
 def missed_edges_study(exact: np.ndarray, approx: np.ndarray, *, tau: float, n_top: int, n_random: int,
-                       n_prompts: int = 512, n_labelled: int = 16, n_datasets: int = 200, seed: int = 0,
+                       n_prompts: int = 512, n_labelled: int = 16, n_datasets: int = 200, seed: int = SEED.default,
                        confidence_level: float = 0.95, split: float = 0.5, known: bool = True,
                        classify: str = "tost-holm") -> MissedStudy:
     """Return a MissedStudy of the missed-edges bound over ``n_datasets`` datasets drawn from the population

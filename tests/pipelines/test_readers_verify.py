@@ -93,7 +93,7 @@ NOT_READERS = {
     "check-circuit": "reads a circuit file, writes a run", "tokens": "writes a run", "serve": "the service",
     "submit": "sends a spec to a server", "study heads": "writes a run", "study variance": "writes a run",
     "study calibration": "writes a run", "study groundtruth": "writes a run", "zoo build": "trains models",
-    "zoo list": "lists the model cache", **{f"users {c}": "the service's accounts"
+    "zoo list": "lists the model cache", "scripts": "lists the python -m scripts", **{f"users {c}": "the service's accounts"
                                           for c in ("add", "token", "revoke", "rotate", "tokens", "admin", "list")},
 }
 

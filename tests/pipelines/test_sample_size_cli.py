@@ -96,3 +96,62 @@ def test_plan_prices_a_model_larger_than_the_memory_limit(tmp_path):
                                  "--model", str(model), "--datasets", "2"])
     assert r.exit_code == 0, r.output
     assert "cost priced at" in r.output and "--allow-large" not in r.output
+
+
+def test_sample_size_is_a_run_kind_whose_run_records_its_kind_and_spec(tmp_path):
+    """Issue 46: ``sample-size`` writes a run directory, so it is a run kind: its spec reads back (from the manifest
+    too), its run records its kind, and the command line goes through it (its manifest holds the kind's spec)."""
+    import json
+
+    from circuitstat.core.tables import read_table
+    from circuitstat.pipelines.kinds import KINDS, kind, recorded_kind
+
+    _pilot(tmp_path / "pilot")
+    k = kind("sample-size")
+    assert "sample-size" in KINDS and k.name == "sample-size"
+    spec = k.parse({"pilot": str(tmp_path / "pilot"), "n": [16, 40], "k": [3], "datasets": 2, "resamples": 200,
+                    "seed": 3}, "a test")
+    assert k.parse(spec.model_dump(mode="json"), "its dump") == spec
+    assert k.parse({"pilot": spec.pilot}, "defaults").model_dump() == {  # the command's defaults
+        "pilot": spec.pilot, "n": [64, 128, 256, 512], "k": [5, 10, 20], "target": 0.5, "claims": None, "method": None,
+        "datasets": 20, "means": "deconvolved", "resamples": None, "level": 0.9, "plan": False, "model": None,
+        "seed": 0}
+    assert k.stages(spec) == [] and k.sources(spec) == []
+    res = k.run(spec, tmp_path / "kind")
+    manifest = json.loads((tmp_path / "kind" / "manifest.json").read_text())
+    assert recorded_kind(manifest) == "sample-size" and k.parse(manifest["spec"], "the manifest") == spec
+    r = CliRunner().invoke(app, ["sample-size", spec.pilot, "--n", "16", "--n", "40", "--k", "3", "--datasets", "2",
+                                 "--resamples", "200", "--seed", "3", "--out", str(tmp_path / "cli")])
+    assert r.exit_code == 0, r.output
+    cli_manifest = json.loads((tmp_path / "cli" / "manifest.json").read_text())
+    assert recorded_kind(cli_manifest) == "sample-size" and k.parse(cli_manifest["spec"], "the CLI's") == spec
+    for name in res.tables():  # the same spec, the same numbers (NaN where NaN), whichever entry point ran it
+        a, b = (read_table(tmp_path / d / f"{name}.parquet").to_pydict() for d in ("cli", "kind"))
+        assert list(a) == list(b)
+        for column in a:
+            np.testing.assert_array_equal(np.asarray(a[column]), np.asarray(b[column]), err_msg=f"{name}.{column}")
+
+
+def test_the_sample_size_kind_refuses_a_bad_spec_and_another_kinds_out(tmp_path):
+    """Negative controls: an unknown key, a value out of bounds and another kind's run directory are refused, and
+    nothing is written into that run."""
+    from circuitstat.core.errors import InputError
+    from circuitstat.core.rundir import RunDir
+    from circuitstat.pipelines.kinds import kind
+
+    _pilot(tmp_path / "pilot")
+    k = kind("sample-size")
+    with pytest.raises(InputError, match="bootstrap"):
+        k.parse({"pilot": str(tmp_path / "pilot"), "bootstrap": {"n_resamples": 200}}, "a test")
+    with pytest.raises(InputError, match="datasets"):
+        k.parse({"pilot": str(tmp_path / "pilot"), "datasets": 1}, "a test")
+    with pytest.raises(InputError, match="resamples"):
+        k.parse({"pilot": str(tmp_path / "pilot"), "resamples": 9}, "a test")
+    with RunDir(tmp_path / "attr", spec={"method": "eap"}, seed=0, kind="attribute"):
+        pass
+    before = (tmp_path / "attr" / "manifest.json").read_bytes()
+    spec = k.parse({"pilot": str(tmp_path / "pilot"), "n": [16], "k": [3], "datasets": 2}, "a test")
+    with pytest.raises(InputError, match="holds a `circuitstat attribute` run, not a `circuitstat sample-size` run"):
+        k.run(spec, tmp_path / "attr", force=True)
+    assert (tmp_path / "attr" / "manifest.json").read_bytes() == before
+    assert not list((tmp_path / "attr").glob("sample_size*"))
