@@ -29,7 +29,10 @@ Bhaskar et al.'s sparsity control is ``target``: the fixed penalty is replaced b
 steps (default half of them), the multipliers trained by gradient ascent (TargetSparsity); the reached sparsity
 (share of deterministic gates ≤ 1/2) is recorded beside the target.  ``ablation="optimal"`` makes ablated edges
 carry learned constants (circuitstat.circuits.optimal_ablation).  ``node_masks=True`` adds the paper's node
-(writer) gates, one per sender on all its outgoing edges, with their own penalty (NodeMasks; no node target).
+(writer) gates, one per sender on all its outgoing edges (NodeMasks), with a fixed penalty ``node_sparsity`` or,
+with ``node_target``, the paper's second Lagrangian λ₃ (s_n − t_n) + λ₄ (s_n − t_n)² on the node sparsity s_n = 1 −
+mean_u P(z_u ≠ 0) (princeton-nlp/Edge-Pruning's ``node_loss`` in modeling_fpt2.py, ``target_layer_sparsity`` in
+src/prune/fpt2_ioi.py; its target warmed up over the same steps, its multipliers at the edges' rate).
 Deviations from the paper, stated: node gates off by default, full-batch Adam steps, the default 50 steps
 against their thousands, and the default objective ``mean_metric`` (``kl`` is theirs); ``params["label"]`` names
 the ablation, the sparsity control and node masks.
@@ -297,10 +300,17 @@ class NodeMasks:
         return expected_l0(self.log_alpha).mean()
 
 
-def check_node_options(node_masks: bool, node_sparsity: float, node_init: float | None = None) -> None:
-    """InputError unless node_masks is a bool, node_sparsity a finite non-negative weight and node_init finite."""
+def check_node_options(node_masks: bool, node_sparsity: float, node_init: float | None = None,
+                       node_target: float | None = None) -> None:
+    """InputError unless node_masks is a bool, node_sparsity a finite non-negative weight, node_init finite and
+    node_target (which needs node masks) in [0, 1)."""
     if not isinstance(node_masks, bool):
         raise InputError(f"node_masks must be true or false, got {node_masks!r}")
+    if node_target is not None:
+        if not node_masks:
+            raise InputError("node_target is the node gates' target sparsity: give node_masks too")
+        if not (isinstance(node_target, (int, float)) and 0 <= node_target < 1):
+            raise InputError(f"node_target (the share of nodes to remove) must be in [0, 1), got {node_target!r}")
     if node_init is not None and not (isinstance(node_init, (int, float)) and math.isfinite(node_init)):
         raise InputError(f"node_init must be a finite logit, got {node_init!r}")
     if not (isinstance(node_sparsity, (int, float)) and math.isfinite(node_sparsity) and node_sparsity >= 0):
@@ -312,9 +322,10 @@ def nodes_init(init: float, node_init: float | None) -> float:
     return init if node_init is None else node_init
 
 
-def _ep_label(abl, target, nodes: "NodeMasks | None" = None) -> str:
+def _ep_label(abl, target, nodes: "NodeMasks | None" = None, node_target: float | None = None) -> str:
     how = "fixed sparsity penalty" if target is None else f"target sparsity {target:g} (Lagrangian)"
-    return f"edge pruning, {ablation_label(abl)}, {how}" + (", node masks" if nodes is not None else "")
+    node = "" if nodes is None else ", node masks" + ("" if node_target is None else f" (target {node_target:g})")
+    return f"edge pruning, {ablation_label(abl)}, {how}{node}"
 
 
 def _final_logits(log_alpha: torch.Tensor, nodes: "NodeMasks | None") -> torch.Tensor:
@@ -331,15 +342,18 @@ def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=
                      seed: int | np.random.SeedSequence = SEED.default, batch_size: int = 64, stochastic: bool = True,
                      target: float | None = None, warmup: int | None = None, lr_lambda: float | None = None,
                      lr_constants: float = LR_CONSTANTS.default, node_masks: bool = False,
-                     node_sparsity: float = 1.0, node_init: float | None = None) -> EdgePruningFit:
+                     node_sparsity: float | None = None, node_init: float | None = None,
+                     node_target: float | None = None) -> EdgePruningFit:
     """The EdgePruningFit of ``steps`` Adam steps on ``data``'s examples ``rows`` (all by default), each
     weighted by ``weights`` (counts; a bootstrap resample is one row of a ResamplingPlan's counts); with
     ``target`` the sparsity is driven to it by Bhaskar et al.'s Lagrangian (TargetSparsity); with ``ablation=
     "optimal"`` the ablated edges carry learned constants (circuitstat.circuits.optimal_ablation); with
     ``node_masks`` every sender also gets a gate on all its outgoing edges (NodeMasks), penalised by
-    ``node_sparsity`` · mean_u P(z_u ≠ 0), their logits starting at ``node_init`` (default ``init``)."""
+    ``node_sparsity`` · mean_u P(z_u ≠ 0) (default 1, 0 with ``node_target``) and, with ``node_target``, driven to
+    that node sparsity by the second Lagrangian; their logits start at ``node_init`` (default ``init``)."""
     sparsity = resolve_sparsity(sparsity, target)
-    check_node_options(node_masks, node_sparsity, node_init)
+    node_sparsity = resolve_sparsity(node_sparsity, node_target)
+    check_node_options(node_masks, node_sparsity, node_init, node_target)
     check_fit_options(steps, lr, sparsity, objective, batch_size)
     check_target(target, warmup, steps, lr_lambda)
     check_lr_constants(lr_constants)
@@ -351,13 +365,17 @@ def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=
     nodes = NodeMasks(model.graph, nodes_init(init, node_init), ss) if node_masks else None
     opt = torch.optim.Adam([log_alpha] + ([nodes.log_alpha] if nodes is not None else []), lr=lr)
     warmup = steps // 2 if warmup is None and target is not None else warmup
-    lag = None if target is None else TargetSparsity(target, warmup, lr if lr_lambda is None else lr_lambda)
+    lr_lambda = lr if lr_lambda is None else lr_lambda
+    lag = None if target is None else TargetSparsity(target, warmup, lr_lambda)
+    # the node target warms up over the edges' warm-up (half the steps by default), as the paper's trainer does
+    node_lag = None if node_target is None else TargetSparsity(node_target, steps // 2 if warmup is None else warmup,
+                                                               lr_lambda)
     cf, opt_c = constants_optimizer(abl, lr_constants)
     losses = np.empty(steps)
+    optimisers = [o for o in (opt, opt_c, lag and lag.opt, node_lag and node_lag.opt) if o is not None]
     for step in range(steps):
-        for o in (opt, opt_c, lag and lag.opt):
-            if o is not None:
-                o.zero_grad()
+        for o in optimisers:
+            o.zero_grad()
         u = torch.rand(E, generator=gen).clamp(1e-6, 1 - 1e-6) if stochastic else None
         keep = gates(log_alpha, u) if nodes is None else gates(log_alpha, u) * nodes.edge_gates(stochastic)
         l0 = expected_l0(log_alpha).mean()
@@ -367,14 +385,15 @@ def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=
             loss = loss + node_sparsity * nodes.l0()
         if lag is not None:
             loss = loss + lag.term(step, 1.0 - l0)
+        if node_lag is not None:
+            loss = loss + node_lag.term(step, 1.0 - nodes.l0())
         loss.backward()
-        for o in (opt, opt_c, lag and lag.opt):
-            if o is not None:
-                o.step()
+        for o in optimisers:
+            o.step()
         losses[step] = float(loss.detach())
     la = _final_logits(log_alpha, nodes)
     keep = gates(la)
-    params = {"method": "edge-pruning", "label": _ep_label(abl, target, nodes), "steps": steps, "lr": lr,
+    params = {"method": "edge-pruning", "label": _ep_label(abl, target, nodes, node_target), "steps": steps, "lr": lr,
               "sparsity": sparsity, "init": init, "objective": objective, "stochastic": stochastic,
               "batch_size": batch_size, "n_examples": int(len(rows)),
               "weights": "given" if weights is not None else "uniform", "ablation": getattr(abl, "kind", "custom"),
@@ -388,6 +407,8 @@ def fit_edge_pruning(model: CircuitModel, data: PairData, *, rows=None, weights=
     if nodes is not None:
         params.update(node_masks=True, node_sparsity=float(node_sparsity), node_init=float(nodes_init(init, node_init)),
                       node_log_alpha=nodes.log_alpha.detach().tolist(),
-                      expected_node_sparsity=float(1.0 - nodes.l0().detach()))
+                      expected_node_sparsity=float(1.0 - nodes.l0().detach()), node_target=node_target,
+                      reached_node_sparsity=float((gates(nodes.log_alpha.detach()) <= 0.5).double().mean()),
+                      node_lambdas=None if node_lag is None else node_lag.lambdas.detach().tolist())
     return EdgePruningFit(la.numpy().copy(), keep.numpy().copy(), losses, params,
                           abl.constants.cpu().numpy().copy() if is_optimal(abl) else None)

@@ -24,8 +24,8 @@ from circuitstat.core.errors import InputError
 
 __all__ = ["Param", "N_RESAMPLES", "SEED", "N_JOBS", "BATCH_SIZE", "IG_STEPS", "PRUNING_STEPS", "PRUNING_LR",
            "PRUNING_SPARSITY", "PRUNING_INIT", "N_REFITS", "PRUNING_PARAMS", "PRUNING_TARGET", "PRUNING_WARMUP",
-           "PRUNING_LR_LAMBDA", "LR_CONSTANTS", "UGS_SAMPLES", "INIT_STD", "REPEAT_FRACTION", "WARMUP_STEPS", "D_MLP",
-           "MIN_LR_RATIO", "PARAMS", "tail_resamples", "resamples_for_level"]
+           "NODE_TARGET", "PRUNING_LR_LAMBDA", "LR_CONSTANTS", "UGS_SAMPLES", "INIT_STD", "REPEAT_FRACTION",
+           "WARMUP_STEPS", "D_MLP", "MIN_LR_RATIO", "PARAMS", "tail_resamples", "resamples_for_level"]
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,8 @@ N_REFITS = Param("n_refits", 2, 1000, 10, "mask-learned refits on bootstrap resa
 PRUNING_PARAMS = {p.name: p for p in (PRUNING_STEPS, PRUNING_LR, PRUNING_SPARSITY, PRUNING_INIT)}
 PRUNING_TARGET = Param("target", 0.0, 0.999, None, "edge pruning's target share of edges removed (Bhaskar et al.'s "
                        "Lagrangian; unset: a fixed sparsity penalty)")
+NODE_TARGET = Param("node_target", 0.0, 0.999, None, "edge pruning's target share of node (sender) gates closed, "
+                    "with node masks (Bhaskar et al.'s second Lagrangian; unset: the fixed node_sparsity penalty)")
 PRUNING_WARMUP = Param("warmup", 0, 100_000, None, "steps over which the target sparsity rises linearly from 0 "
                        "(default: half the steps)")
 PRUNING_LR_LAMBDA = Param("lr_lambda", 1e-6, 100.0, None, "learning rate of the Lagrange multipliers' gradient "
@@ -125,8 +127,8 @@ MIN_LR_RATIO = Param("min_lr_ratio", 0.0, 1.0, 0.1,
 
 
 PARAMS = {p.name: p for p in (N_RESAMPLES, SEED, N_JOBS, BATCH_SIZE, IG_STEPS, N_REFITS, *PRUNING_PARAMS.values(),
-                              PRUNING_TARGET, PRUNING_WARMUP, PRUNING_LR_LAMBDA, LR_CONSTANTS, UGS_SAMPLES, INIT_STD,
-                              REPEAT_FRACTION, WARMUP_STEPS, D_MLP, MIN_LR_RATIO)}
+                              PRUNING_TARGET, NODE_TARGET, PRUNING_WARMUP, PRUNING_LR_LAMBDA, LR_CONSTANTS, UGS_SAMPLES,
+                              INIT_STD, REPEAT_FRACTION, WARMUP_STEPS, D_MLP, MIN_LR_RATIO)}
 """Every Param by its name: a command's option or an estimator's parameter of that name takes its default and bounds
 (tests/pipelines/test_param_defaults.py)."""
 

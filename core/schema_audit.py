@@ -128,7 +128,11 @@ AUDIT_TABLES: tuple[TableSchema, ...] = (
                         "pruning, counterfactual ablation, target sparsity 0.9 (Lagrangian)'"),
            ("target_sparsity", F, "edge pruning's target share of edges removed (NaN: no target)"),
            ("reached_sparsity", F, "share of edges the fit's own mask removes (gate <= 1/2), to set against the "
-                                   "target")),
+                                   "target"),
+           ("node_target_sparsity", F, "edge pruning's target share of node (sender) gates closed (NaN: no node "
+                                       "target)"),
+           ("reached_node_sparsity", F, "share of node gates the fit's own mask closes (gate <= 1/2; NaN: no node "
+                                        "masks)")),
     table_schema("mask_fits", "every fit of a mask-learned method: one row per method, fit and edge",
            METHOD_COLUMN, ("fit", I, "0: the fit on every prompt; i >= 1: the refit on resample i of the stability plan "
                                "(seed: child i - 1 of the run's seed)"),

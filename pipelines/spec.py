@@ -25,7 +25,7 @@ from circuitstat.reports.thresholds import MIN_EXCESS, MIN_EXCESS_BOUNDS
 from .options import ABLATION, INPUT_NODE, LEVEL, MASK_METHODS, METHOD, METRIC, MOE_NODES, OBJECTIVE, SCORE_METHOD  # noqa: F401 - defined there once; re-exported
 from circuitstat.core.params import (BATCH_SIZE, IG_STEPS, LR_CONSTANTS, N_JOBS, N_REFITS, N_RESAMPLES, PRUNING_INIT, PRUNING_LR,
                      PRUNING_LR_LAMBDA, PRUNING_SPARSITY, PRUNING_TARGET, PRUNING_WARMUP,
-                     PRUNING_STEPS, SEED, UGS_SAMPLES, tail_resamples)
+                     PRUNING_STEPS, SEED, UGS_SAMPLES, NODE_TARGET, tail_resamples)
 from .yamlio import read_yaml_strict
 
 DTYPE = Literal["float32", "bfloat16", "float16"]
@@ -236,14 +236,15 @@ class EdgePruningOptions(_MaskOptions):
     lr_lambda: float | None = PRUNING_LR_LAMBDA.pydantic()
     # Bhaskar et al.'s node masks: a gate per sender on all its outgoing edges, with its own penalty weight
     node_masks: bool = False
-    node_sparsity: float = Field(1.0, ge=0, le=1e6)
+    node_sparsity: float | None = Field(None, ge=0, le=1e6)  # unset: 1, or 0 with node_target (the fit's rule)
+    node_target: float | None = NODE_TARGET.pydantic()
 
     def fit_options(self) -> dict:
         """The fit's keyword arguments; the node-mask options only when node masks are on (fits without them are
         the same calls as before they existed)."""
         out = super().fit_options()
         if not out["node_masks"]:
-            del out["node_masks"], out["node_sparsity"]
+            del out["node_masks"], out["node_sparsity"], out["node_target"]
         return out
 
     @model_validator(mode="after")
@@ -252,6 +253,8 @@ class EdgePruningOptions(_MaskOptions):
             raise ValueError("warmup and lr_lambda belong to the target-sparsity Lagrangian: give target too")
         if self.target is not None and self.warmup is not None and self.warmup > self.steps:
             raise ValueError(f"warmup ({self.warmup}) must not exceed steps ({self.steps})")
+        if self.node_target is not None and not self.node_masks:
+            raise ValueError("node_target is the node gates' target sparsity: give node_masks: true too")
         return self
 
 

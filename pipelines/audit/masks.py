@@ -116,13 +116,22 @@ def mask_tables(model, task, spec: AuditSpec, names: list[str], plan) -> dict:
                       "final_loss": np.full(E, float(fit.loss[-1])), "label": [fit.params["label"]] * E,
                       "target_sparsity": np.full(E, np.nan if fit.params.get("target") is None
                                                  else float(fit.params["target"])),
-                      "reached_sparsity": np.full(E, float((G[0] <= 0.5).mean()))})
+                      "reached_sparsity": np.full(E, float((G[0] <= 0.5).mean())), **node_columns(fit.params, E)})
         fits.append({"method": [method] * (E * (R + 1)), "fit": np.repeat(np.arange(R + 1, dtype=np.int64), E),
                      "edge": np.tile(np.arange(E, dtype=np.int64), R + 1), "log_alpha": la.ravel(),
                      "gate": G.ravel()})
         notes.append({"method": [method] * len(NOT_APPLICABLE), "table": list(NOT_APPLICABLE),
                       "reason": list(NOT_APPLICABLE.values())})
     return {"edge_masks": concat_parts(masks), "mask_fits": concat_parts(fits), "method_notes": concat_parts(notes)}
+
+
+def node_columns(params: dict, E: int) -> dict:
+    """edge_masks' node-gate columns for one fit (E rows): its node target and the share of node gates its own
+    mask closes; NaN for a fit without node masks (UGS, or edge pruning without them)."""
+    target = params.get("node_target")
+    reached = params.get("reached_node_sparsity")
+    return {"node_target_sparsity": np.full(E, np.nan if target is None else float(target)),
+            "reached_node_sparsity": np.full(E, np.nan if reached is None else float(reached))}
 
 
 def read_refits(table, method: str) -> tuple[np.ndarray, np.ndarray]:

@@ -117,3 +117,39 @@ def test_attribute_node_masks_flag_writes_the_label_and_refuses_misuse_with_exit
                 ["--method", "eap", "--node-masks"]):
         res = runner.invoke(app, base + bad + ["--out", str(tmp_path / "b")])
         assert res.exit_code == 2, (bad, res.exit_code, res.output)
+
+
+def test_the_node_target_drives_the_closed_share_of_nodes_to_it() -> None:
+    """Bhaskar et al.'s second Lagrangian: with ``node_target`` the share of node gates the fit closes lands within
+    one node of the target (9 senders here, so 5% of the count is below one node), and the fixed node penalty at
+    the same steps lands elsewhere (the check can fail)."""
+    gt = planted_induction(PlantedSpec(background=1.0))
+    task = gt.task(16, 5)
+    n = gt.model.graph.n_senders
+    base = dict(steps=300, lr=0.2, objective="kl", seed=0, node_masks=True)
+    for target in (0.2, 0.7):  # measured: 2 and 7 of 9 closed (targets 1.8 and 6.3)
+        fit = fit_edge_pruning(gt.model, task, node_target=target, **base)
+        closed = fit.params["reached_node_sparsity"] * n
+        assert abs(closed - target * n) <= 1.0, (target, closed)
+        assert fit.params["node_target"] == target and fit.params["node_sparsity"] == 0.0  # no fixed penalty beside it
+        assert fit.params["label"].endswith(f"node masks (target {target:g})")
+        assert len(fit.params["node_lambdas"]) == 2
+    free = fit_edge_pruning(gt.model, task, **base)  # the fixed node penalty (1.0): measured 5 of 9 closed
+    closed = free.params["reached_node_sparsity"] * n
+    assert all(abs(closed - t * n) > 1.0 for t in (0.2, 0.7)), closed
+    assert free.params["node_target"] is None and free.params["node_lambdas"] is None
+
+
+def test_a_node_target_needs_node_masks_and_a_share_below_one(planted) -> None:
+    gt, _, task = planted
+    for kw in ({"node_target": 0.5}, {"node_masks": True, "node_target": 1.0},
+               {"node_masks": True, "node_target": -0.1}):
+        with pytest.raises(InputError, match="node_target"):
+            fit_edge_pruning(gt.model, task, steps=1, **kw)
+    from circuitstat.pipelines.attribute import pruning_options
+
+    with pytest.raises(InputError, match="node_target"):
+        pruning_options("edge-pruning", {"node_target": 0.5}, None)
+    on = pruning_options("edge-pruning", {"node_masks": True, "node_target": 0.5}, None).fit_options()
+    assert (on["node_target"], on["node_sparsity"]) == (0.5, None)
+    assert "node_target" not in pruning_options("edge-pruning", {}, None).fit_options()
