@@ -42,6 +42,11 @@ CONFIGS = {  # name -> (method, options)
     "edge pruning, optimal ablation, fixed penalty": ("edge-pruning", {"ablation": "optimal"}),
     "edge pruning, optimal ablation, constants frozen": ("edge-pruning", {"ablation": "optimal", "lr_constants": 0.0}),
     "edge pruning, counterfactual, target 0.9 (Lagrangian, KL)": ("edge-pruning", {"target": 0.9, "objective": "kl"}),
+    "edge pruning, optimal ablation, target 0.9 (Lagrangian, KL)": ("edge-pruning", {"target": 0.9, "objective": "kl",
+                                                                                     "ablation": "optimal"}),
+    # the paper's node target default (target_layer_sparsity 0.72, princeton-nlp/Edge-Pruning src/prune/fpt2_ioi.py)
+    "edge pruning, counterfactual, target 0.9, node masks (target 0.72) (Lagrangian, KL)": (
+        "edge-pruning", {"target": 0.9, "objective": "kl", "node_masks": True, "node_target": 0.72}),
     "UGS, optimal ablation, reference means": ("ugs", {"ablation": "reference"}),
     "edge pruning, optimal ablation, reference means": ("edge-pruning", {"ablation": "reference"}),
 }
