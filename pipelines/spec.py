@@ -489,7 +489,8 @@ def _unknown_key(loc: tuple, model: Any) -> str:
     return f"unknown key; {hint}the keys here are {', '.join(allowed)}"
 
 
-def _format_error(exc: ValidationError, source: str, model: Any = None) -> str:
+def format_error(exc: ValidationError, source: str, model: Any = None) -> str:
+    """One line naming each of ``exc``'s bad keys (at most 5) of a spec read from ``source``."""
     parts = []
     for err in exc.errors()[:5]:
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
@@ -511,7 +512,7 @@ def validate_spec(model: type[_M], data: Any, source: str, *, kind: str = "spec"
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise InputError(_format_error(exc, source, model).replace("invalid spec", f"invalid {kind}", 1)) from None
+        raise InputError(format_error(exc, source, model).replace("invalid spec", f"invalid {kind}", 1)) from None
 
 
 def parse_spec(data: Any, source: str = "<spec>") -> AuditSpec:

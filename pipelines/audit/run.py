@@ -151,11 +151,6 @@ def audit_stages(spec: AuditSpec) -> list[str]:
     return stage_names(spec)
 
 
-def _run_kind(spec: AuditSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False,
-              inputs: RunInputs = LOCAL) -> None:
-    run_audit(spec, out, n_jobs=n_jobs, allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs)
-
-
 def _parse(data, source: str) -> AuditSpec:
     from circuitstat.pipelines.spec import parse_spec
 
@@ -163,4 +158,4 @@ def _parse(data, source: str) -> AuditSpec:
 
 
 KIND = RunKind("audit", "attribution, intervals, stability, faithfulness, approximation and heads of one task",
-               parse=_parse, run=_run_kind, stages=audit_stages, flops=audit_flops, report=True)
+               parse=_parse, run=run_audit, stages=audit_stages, flops=audit_flops, report=True)
