@@ -279,7 +279,12 @@ def attribute_command(
     spec = _attribute_spec(o)
     if o.plan:
         _plan_attribute(o, spec)
-        return
+    else:
+        _run_attribute(o, spec)
+
+
+def _run_attribute(o: Any, spec: Any) -> None:
+    """Run the attribute spec ``spec`` into ``o.out`` through the kind's run and print its top scores (or edges)."""
     from circuitstat.pipelines.kinds import kind
 
     # the run as the service runs a job: the kind's run of the spec; what only this machine decides (workers,

@@ -1,0 +1,165 @@
+"""Issue 46: every command that writes a run of a registered kind builds that kind's spec and runs it through
+``kind(name).run``, as the service does; and "an option of another mask method" is refused by one guard
+(circuitstat.pipelines.mask_options.check_mask_options), with one message from the command line, a spec (the
+service's jobs) and the library."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from circuitstat.core.errors import InputError
+from circuitstat.pipelines import kinds
+from circuitstat.pipelines.cli import app
+
+MODEL = "random:gpt2?n_layer=1&n_head=2&n_embd=16&n_positions=64&vocab_size=97"
+
+
+class Reached(Exception):
+    """Raised by the spied run: the command got as far as the kind's run (nothing is computed)."""
+
+
+def _spy(monkeypatch, name: str) -> list:
+    """The calls (spec, out, keyword arguments) that reach run kind ``name``'s run, which is replaced by a spy."""
+    calls: list = []
+    module = importlib.import_module(kinds.module_of(name))
+
+    def run(spec, out, **kw):
+        calls.append((spec, Path(out), kw))
+        raise Reached
+
+    monkeypatch.setattr(module, "KIND", dataclasses.replace(module.KIND, run=run))
+    return calls
+
+
+def _write(tmp_path: Path, name: str, doc: dict) -> str:
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(doc))
+    return str(p)
+
+
+def _commands(tmp_path: Path) -> dict[str, list[str]]:
+    """A command line per run kind whose command line runs a spec (the spec files are valid; nothing runs)."""
+    audit = _write(tmp_path, "audit.yaml", {"model": MODEL, "task": {"name": "induction", "n": 8}, "methods": ["eap"]})
+    variance = _write(tmp_path, "variance.yaml", {"model": MODEL, "task": {"name": "induction", "n": 8}})
+    calibration = _write(tmp_path, "cal.yaml", {"model": MODEL, "task": {"name": "induction", "n": 64},
+                                               "method": "exact", "sizes": [16], "n_datasets": 20})
+    truth = _write(tmp_path, "gt.yaml", {"models": ["planted:induction?background=1"], "methods": ["exact", "eap"],
+                                        "sizes": [8], "n_datasets": 5, "n_resamples": 100, "n_subsamples": 10})
+    return {
+        "attribute": ["attribute", "--model", MODEL, "--n", "4", "--method", "eap", "--seed", "3"],
+        "audit": ["audit", audit, "--no-report"],
+        "study variance": ["study", "variance", variance, "--no-report"],
+        "study calibration": ["study", "calibration", calibration],
+        "study groundtruth": ["study", "groundtruth", truth],
+    }
+
+
+@pytest.mark.parametrize("name", ["attribute", "audit", "study variance", "study calibration", "study groundtruth"])
+def test_each_command_runs_its_spec_through_the_kinds_run(tmp_path, monkeypatch, name):
+    calls = _spy(monkeypatch, name)
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, [*_commands(tmp_path)[name], "--out", str(out), "--force"])
+    assert "Reached" in res.output and len(calls) == 1, res.output  # stopped by the spy, as reached
+    spec, where, kw = calls[0]
+    assert where == out and kw["force"] is True  # the command's own option reaches the run as a keyword
+    assert type(spec).__name__ == SPEC_CLASSES[name]  # the kind's own spec object, as a service job is parsed into
+
+
+SPEC_CLASSES = {"attribute": "AttributeSpec", "audit": "AuditSpec", "study variance": "VarianceSpec",
+                "study calibration": "CalibrationSpec", "study groundtruth": "GroundTruthSpec"}
+
+
+def test_attribute_builds_the_services_spec_from_its_options(tmp_path, monkeypatch):
+    """The command's spec equals the one a service job with the same request options is parsed into."""
+    calls = _spy(monkeypatch, "attribute")
+    CliRunner().invoke(app, ["attribute", "--model", MODEL, "--method", "ugs", "--n", "8", "--steps", "3",
+                             "--n-samples", "2", "--n-refits", "2", "--task-option", "seq_len=6", "--dtype", "fp32",
+                             "--device", "cpu", "--out", str(tmp_path / "o")])
+    spec, _, kw = calls[0]
+    job = kinds.kind("attribute").parse({"model": MODEL, "method": "ugs", "n": 8, "ugs": {"steps": 3, "n_samples": 2},
+                                         "n_refits": 2, "task_options": {"seq_len": 6}}, "job")
+    assert spec == job
+    assert kw["device"] == "cpu" and "device" not in type(spec).model_fields  # the machine's, not the request's
+
+
+def test_a_command_that_bypasses_the_kind_is_caught(tmp_path, monkeypatch):
+    """Negative control: the library's direct road (run_attribute, not kind(...).run) writes a run while the spy
+    sees no call, so a command taking that road would fail the test above."""
+    from circuitstat.pipelines.attribute import run_attribute
+
+    calls = _spy(monkeypatch, "attribute")
+    run_attribute(MODEL, "induction", tmp_path / "direct", n=4, method="eap")
+    assert (tmp_path / "direct" / "scores.parquet").is_file() and calls == []
+
+
+GUARD_CASES = [  # (command-line flags, spec/library keyword arguments, the method)
+    (["--n-samples", "2"], {"ugs": {"n_samples": 2}}, "eap"),
+    (["--n-samples", "2"], {"ugs": {"n_samples": 2}}, "edge-pruning"),
+    (["--target", "0.5"], {"edge_pruning": {"target": 0.5}}, "ugs"),
+    (["--steps", "3"], {"edge_pruning": {"steps": 3}}, "exact"),
+    (["--n-refits", "2"], {"n_refits": 2}, "eap"),
+]
+
+
+def _three_roads(flags: list[str], options: dict, method: str, tmp_path: Path) -> tuple[str, str, str]:
+    """The error of the command line, of a service job's spec and of the library for one misplaced option."""
+    res = CliRunner().invoke(app, ["attribute", "--model", MODEL, "--method", method, *flags,
+                                   "--out", str(tmp_path / "cli")])
+    cli = f"exit {res.exit_code}: {res.output}"
+    try:
+        kinds.kind("attribute").parse({"model": MODEL, "method": method, **options}, "job")
+        spec = "accepted"
+    except InputError as e:
+        spec = str(e)
+    from circuitstat.pipelines.attribute import run_attribute
+
+    try:
+        run_attribute("/no/such/model", "induction", tmp_path / "lib", method=method, n=4, **options)
+        lib = "ran"
+    except InputError as e:
+        lib = str(e)
+    return cli, spec, lib
+
+
+@pytest.mark.parametrize("flags, options, method", GUARD_CASES)
+def test_an_option_of_another_method_gets_one_message_everywhere(tmp_path, flags, options, method):
+    from circuitstat.pipelines.mask_options import check_mask_options
+
+    with pytest.raises(InputError) as want:  # the guard's own message
+        check_mask_options(method, {k: list(v) for k, v in options.items() if isinstance(v, dict)},
+                           refits="n_refits" in options)
+    cli, spec, lib = _three_roads(flags, options, method, tmp_path)
+    assert cli.startswith("exit 2:") and str(want.value) in " ".join(cli.split())
+    assert str(want.value) in spec and lib == str(want.value)
+    assert not (tmp_path / "cli").exists() and not (tmp_path / "lib").exists()
+
+
+def test_the_guard_is_the_only_place_that_refuses(tmp_path, monkeypatch):
+    """Negative control: with the guard switched off, neither the command line, nor a spec, nor the library refuses
+    a UGS option given with eap (so no second copy of the check is left anywhere)."""
+    from circuitstat.pipelines import mask_options
+
+    monkeypatch.setattr(mask_options, "check_mask_options", lambda *a, **k: None)
+    cli, spec, lib = _three_roads(["--n-samples", "2"], {"ugs": {"n_samples": 2}}, "eap", tmp_path)
+    for got in (cli, spec, lib):
+        assert "n_samples" not in got and "--n-samples" not in got
+    assert spec == "accepted"  # the spec took it; the command line and the library went on to the model
+    assert "/no/such/model" in lib
+
+
+def test_mask_options_are_derived_from_the_method_records_and_options_classes():
+    from circuitstat.circuits.methods import METHOD_RECORDS
+    from circuitstat.pipelines.mask_options import owners
+    from circuitstat.pipelines.spec import UGSOptions
+
+    masks = tuple(m.name for m in METHOD_RECORDS if m.family == "mask")
+    assert owners("n_refits") == masks
+    assert owners("steps") == masks  # every mask fit takes its steps
+    assert owners("n_samples") == ("ugs",) and "n_samples" in UGSOptions.model_fields
+    assert owners("target") == ("edge-pruning",) and owners("no_such_option") == ()
