@@ -120,7 +120,7 @@ def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", leve
         "ablation": ablation, "input_node": input_node, "metric": metric, "n": n, "batch_size": batch_size,
         "ig_steps": ig_steps, "seed": seed, "dtype": DTYPES.get(dtype, dtype), "checkpoint_every": checkpoint_every,
         "max_memory": max_memory, "verify": verify, "edge_pruning": edge_pruning, "ugs": ugs, "n_refits": n_refits,
-        "moe_nodes": moe_nodes}, "(run_attribute)")
+        "moe_nodes": moe_nodes}, "(run_attribute)", allow_large=allow_large)
     return run_attribute_spec(spec, out, n_jobs=n_jobs, device=device, scheduler=scheduler, force=force,
                               resume=resume, allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs)
 
@@ -324,6 +324,10 @@ def _verify_stage(run, m, t, verify, *, method: str, force: bool, **exact_option
               depends_on=["scores"], force=force)
 
 
+N_MAX = 1_000_000
+"""The most prompts an attribute spec asks for (a service job can never lift it; the command line's --allow-large can)."""
+
+
 class AttributeSpec(BaseModel):
     """The options of ``circuitstat attribute`` as a spec (``--out``, ``--plan``, ``--device`` and the
     CLI-only ``--allow-*`` flags are the server's, not the request's)."""
@@ -337,7 +341,7 @@ class AttributeSpec(BaseModel):
     ablation: ABLATION = "counterfactual"
     input_node: INPUT_NODE = "embeddings"
     metric: METRIC | None = None
-    n: int = Field(64, ge=1, le=1_000_000)
+    n: int = Field(64, ge=1)  # at most N_MAX prompts: the command line's --allow-large lifts that (_n_limit)
     batch_size: int = BATCH_SIZE.pydantic()
     ig_steps: int = IG_STEPS.pydantic()
     seed: int = SEED.pydantic()
@@ -350,6 +354,18 @@ class AttributeSpec(BaseModel):
     ugs: UGSOptions | None = None
     n_refits: int | None = N_REFITS.pydantic(default=None)
     moe_nodes: MOE_NODES = "block"  # experts: one sender per expert of a mixture-of-experts layer
+
+    @field_validator("n")
+    @classmethod
+    def _n_limit(cls, v: int, info: ValidationInfo) -> int:
+        # a request's limit; only the command line's --allow-large (validation context) lifts it, never a spec's key
+        context = info.context or {}
+        if v > N_MAX and not context.get("allow_large"):
+            from circuitstat.core.errors import InputError
+
+            raise InputError(f"--n {v} is above {N_MAX:,} prompts; --allow-large lifts this limit"
+                             if context.get("words") == "flags" else f"must be at most {N_MAX}")
+        return v
 
     @field_validator("task_options")
     @classmethod
@@ -402,7 +418,7 @@ def _parse(data, source: str) -> AttributeSpec:
     return validate_spec(AttributeSpec, data, source, kind="attribute spec", keys="model, task, method, ...")
 
 
-def attribute_spec(data: dict, source: str, *, words: str = "spec") -> AttributeSpec:
+def attribute_spec(data: dict, source: str, *, words: str = "spec", allow_large: bool = False) -> AttributeSpec:
     """The AttributeSpec of ``data`` (validated: the one check of attribute's options, for the command line with
     ``words="flags"``, and the library); InputError with a rule's own message (a verified run that cannot be made,
     an option of another method, ...), else naming each bad option (as a flag with ``words="flags"``)."""
@@ -412,7 +428,7 @@ def attribute_spec(data: dict, source: str, *, words: str = "spec") -> Attribute
     from circuitstat.pipelines.spec import format_error
 
     try:
-        return AttributeSpec.model_validate(data, context={"words": words})
+        return AttributeSpec.model_validate(data, context={"words": words, "allow_large": allow_large})
     except ValidationError as exc:
         for err in exc.errors():
             rule = (err.get("ctx") or {}).get("error")

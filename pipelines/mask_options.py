@@ -54,9 +54,9 @@ def check_mask_options(method: str, sections: Mapping[str, Iterable[str]], refit
     for section in sections:
         other = by_section.get(section, method)
         if other != method:  # keys that the method takes, but in another method's section (or an empty section)
-            instead = f"give them as {section_of(method)} options" if method in by_section.values() else \
-                f"use them with method {other}, not {method}"
-            raise InputError(f"the {section} options set {other}'s fits, and the method is {method}: {instead}")
+            instead = f" (or give them as {section_of(method)} options)" if method in by_section.values() else ""
+            raise InputError(f"the {section} options set {other}'s fits: use them with method {other}, not "
+                             f"{method}{instead}")
 
 
 def section_of(method: str) -> str:

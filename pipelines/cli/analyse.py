@@ -323,7 +323,7 @@ def _attribute_spec(o: Any) -> Any:
             "max_memory": o.max_memory, "n_refits": o.n_refits,
             "verify": verify_from_options(o.verify, o.verify_edges, o.verify_tau, o.verify_seed),
             **place_mask_options(o.method, mask)}
-    spec = attribute_spec(data, "the command line", words="flags")
+    spec = attribute_spec(data, "the command line", words="flags", allow_large=o.allow_large)
     if o.out is None and not o.plan:
         raise InputError("--out is required: give the run directory to write (or pass --plan to only plan the run)")
     return spec

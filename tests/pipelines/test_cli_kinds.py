@@ -163,3 +163,20 @@ def test_mask_options_are_derived_from_the_method_records_and_options_classes():
     assert owners("steps") == masks  # every mask fit takes its steps
     assert owners("n_samples") == ("ugs",) and "n_samples" in UGSOptions.model_fields
     assert owners("target") == ("edge-pruning",) and owners("no_such_option") == ()
+
+
+def test_the_prompt_limit_is_lifted_by_the_command_lines_allow_large_only(tmp_path, monkeypatch):
+    """--n above 1,000,000: refused naming --allow-large, which lifts it on the command line; a service job's spec
+    has no key that lifts it (a request never lifts a CLI-only limit)."""
+    from circuitstat.pipelines.attribute import N_MAX
+
+    calls = _spy(monkeypatch, "attribute")
+    args = ["attribute", "--model", MODEL, "--n", str(N_MAX + 1), "--out", str(tmp_path / "o")]
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 2 and "--allow-large" in refused.output and calls == []
+    CliRunner().invoke(app, [*args, "--allow-large"])
+    assert len(calls) == 1 and calls[0][0].n == N_MAX + 1 and calls[0][2]["allow_large"] is True
+    for data in ({"n": N_MAX + 1}, {"n": N_MAX + 1, "allow_large": True}):
+        with pytest.raises(InputError, match="n"):
+            kinds.kind("attribute").parse({"model": MODEL, **data}, "job")
+    assert kinds.kind("attribute").parse({"model": MODEL, "n": N_MAX}, "job").n == N_MAX
