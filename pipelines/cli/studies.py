@@ -63,17 +63,9 @@ def heads_command(
 
     Cost: about a minute for 5 zoo-sized models with the default 100 probe prompts and 200 resamples
     (scales with models x probe prompts x resamples); across-seed intervals need at least 3 models."""
-    from circuitstat.pipelines.build import check_device, check_n_jobs
-    from circuitstat.pipelines.sources import LOCAL
-    from circuitstat.pipelines.heads.stability import HeadStability, write_heads_run
+    from circuitstat.pipelines.build import check_n_jobs
+    from circuitstat.pipelines.heads.stability import HeadsSpec, HeadStability
 
-    models = [p for m in models for p in str(m).split(",") if p]
-    if len(models) < 2:
-        raise InputError("pass at least 2 models (--models DIR --models DIR ..., or --models DIR,DIR,...)")
-    check_out(out, "heads", force=force)
-    device = check_device(device)
-    n_jobs = check_n_jobs(n_jobs, "--n-jobs")
-    loaded = [LOCAL.load(m, device=device, allow_pickle=allow_pickle, allow_large=allow_large) for m in models]
     if n_boot is not None:
         from circuitstat.core.errors import warn_renamed
 
@@ -86,14 +78,10 @@ def heads_command(
                         n_probe=n_probe, probe_len=probe_len, bos=bos,
                         probe_file=str(probe_file) if probe_file else None, corpus=corpus,
                         hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), seed=seed,
-                        n_jobs=n_jobs)
-    from circuitstat.pipelines.work import check_heads
-
-    check_heads(est, loaded, allow_large=allow_large)  # before the probe set is built or a model runs
-    res = est.fit(loaded).result_
-    # threads change no result: the spec (which a rerun must match) leaves them out
-    spec = {k: v for k, v in est.get_params().items() if k != "n_jobs"}
-    write_heads_run(res, out, spec={"models": list(models), **spec}, command=sys.argv, force=force)
+                        n_jobs=check_n_jobs(n_jobs, "--n-jobs"))
+    spec = HeadsSpec(est, tuple(p for m in models for p in str(m).split(",") if p))
+    res = kind("heads").run(spec, out, device=device, force=force, command=sys.argv, allow_pickle=allow_pickle,
+                            allow_large=allow_large)
     echo(res.summary())
     echo(f"-> {out}")
 
@@ -222,15 +210,14 @@ def study_heads_command(
     machine, 115 min on a loaded one, then about 4 min of analysis; cached models are reused. --quick:
     about 15 s."""
     from circuitstat.pipelines.build import check_device, check_n_jobs
-    from circuitstat.pipelines.heads.study import load_head_study_plan, run_head_study
+    from circuitstat.pipelines.heads.study import HeadStudyRun, load_head_study_plan
 
-    if plan is not None and quick:
-        raise InputError("give a plan file or --quick, not both (--quick is the built-in tiny plan)")
     check_out(out, "study heads", force=force)
     n_jobs, device = check_n_jobs(n_jobs), check_device(device)
     study_plan = load_head_study_plan(plan, allow_outside=allow_outside) if plan is not None else None
-    res = run_head_study(out, quick=quick, plan=study_plan, n_jobs=n_jobs, device=device, force=force,
-                         command=sys.argv, allow_large=allow_large)  # its work is checked before any training
+    spec = HeadStudyRun(plan=study_plan, quick=quick)  # refuses a plan and --quick together
+    res = kind("study heads").run(spec, out, n_jobs=n_jobs, device=device,
+                                  force=force, command=sys.argv, allow_large=allow_large)  # work checked first
     from circuitstat.stats.intervals import interval_text
 
     t = res.to_table("summary").to_pydict()

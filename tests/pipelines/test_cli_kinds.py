@@ -44,7 +44,7 @@ def _write(tmp_path: Path, name: str, doc: dict) -> str:
 
 
 def _commands(tmp_path: Path) -> dict[str, list[str]]:
-    """A command line per run kind whose command line runs a spec (the spec files are valid; nothing runs)."""
+    """A command line per run kind (every kind of the registry; the spec files are valid; nothing runs)."""
     audit = _write(tmp_path, "audit.yaml", {"model": MODEL, "task": {"name": "induction", "n": 8}, "methods": ["eap"]})
     variance = _write(tmp_path, "variance.yaml", {"model": MODEL, "task": {"name": "induction", "n": 8}})
     calibration = _write(tmp_path, "cal.yaml", {"model": MODEL, "task": {"name": "induction", "n": 64},
@@ -57,10 +57,13 @@ def _commands(tmp_path: Path) -> dict[str, list[str]]:
         "study variance": ["study", "variance", variance, "--no-report"],
         "study calibration": ["study", "calibration", calibration],
         "study groundtruth": ["study", "groundtruth", truth],
+        "study heads": ["study", "heads", "--quick"],
+        "tokens": ["tokens", "--model", MODEL, "--n", "4"],
+        "heads": ["heads", "--models", f"{MODEL},{MODEL}"],
     }
 
 
-@pytest.mark.parametrize("name", ["attribute", "audit", "study variance", "study calibration", "study groundtruth"])
+@pytest.mark.parametrize("name", [k for k in kinds.KINDS])
 def test_each_command_runs_its_spec_through_the_kinds_run(tmp_path, monkeypatch, name):
     calls = _spy(monkeypatch, name)
     out = tmp_path / "run"
@@ -72,7 +75,8 @@ def test_each_command_runs_its_spec_through_the_kinds_run(tmp_path, monkeypatch,
 
 
 SPEC_CLASSES = {"attribute": "AttributeSpec", "audit": "AuditSpec", "study variance": "VarianceSpec",
-                "study calibration": "CalibrationSpec", "study groundtruth": "GroundTruthSpec"}
+                "study calibration": "CalibrationSpec", "study groundtruth": "GroundTruthSpec",
+                "study heads": "HeadStudyRun", "tokens": "TokensSpec", "heads": "HeadsSpec"}
 
 
 def test_attribute_builds_the_services_spec_from_its_options(tmp_path, monkeypatch):
@@ -180,3 +184,13 @@ def test_the_prompt_limit_is_lifted_by_the_command_lines_allow_large_only(tmp_pa
         with pytest.raises(InputError, match="n"):
             kinds.kind("attribute").parse({"model": MODEL, **data}, "job")
     assert kinds.kind("attribute").parse({"model": MODEL, "n": N_MAX}, "job").n == N_MAX
+
+
+def test_the_demo_runs_its_audit_through_the_kind(tmp_path, monkeypatch):
+    from circuitstat.pipelines import zoo
+
+    monkeypatch.setattr(zoo, "default_zoo", lambda **kw: None)  # the zoo's training is not what is tested here
+    calls = _spy(monkeypatch, "audit")
+    res = CliRunner().invoke(app, ["demo", "--quick", "--out", str(tmp_path / "demo")])
+    assert "Reached" in res.output and len(calls) == 1, res.output
+    assert type(calls[0][0]).__name__ == "AuditSpec" and calls[0][2] == {"n_jobs": None}
