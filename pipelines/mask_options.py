@@ -49,13 +49,13 @@ def check_mask_options(method: str, sections: Mapping[str, Iterable[str]], refit
         takes = owners(key)
         if method not in takes:
             who = " or ".join(takes) if takes else "no method"
-            raise InputError(f"{key} ({flag(key)}) sets a mask fit of {who} only: use it with method {who}, "
+            raise InputError(f"{key} ({flag(key)}) sets a mask fit of {who} only: use it with --method {who}, "
                              f"not {method}")
     for section in sections:
         other = by_section.get(section, method)
         if other != method:  # keys that the method takes, but in another method's section (or an empty section)
             instead = f" (or give them as {section_of(method)} options)" if method in by_section.values() else ""
-            raise InputError(f"the {section} options set {other}'s fits: use them with method {other}, not "
+            raise InputError(f"the {section} options set {other}'s fits: use them with --method {other}, not "
                              f"{method}{instead}")
 
 
