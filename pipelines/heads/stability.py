@@ -456,7 +456,8 @@ def write_heads_run(result: HeadStabilityResult, out: str | os.PathLike, *, spec
     prov = result.table_provenance()
     spec = spec if spec is not None else {k: v for k, v in result.params.items() if k != "models"}
     seed = result.params.get("seed")
-    with RunDir(out, spec=spec, command=command, seed=seed if isinstance(seed, int) else None,
+    # the run's kind recorded, so that `heads` can resume or --force its own run (check_run_out refuses a kindless one)
+    with RunDir(out, spec=spec, command=command, seed=seed if isinstance(seed, int) else None, kind=KIND_NAME,
                 provenance={"models": prov["models"], "probe": prov["probe"]}) as run:
         return run.stage("heads", lambda: result.write(run) and None, result.table_names(),
                          params={"spec": spec, "weights": [m.get("weight_hash") for m in prov["models"]],

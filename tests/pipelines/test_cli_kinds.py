@@ -194,3 +194,17 @@ def test_the_demo_runs_its_audit_through_the_kind(tmp_path, monkeypatch):
     res = CliRunner().invoke(app, ["demo", "--quick", "--out", str(tmp_path / "demo")])
     assert "Reached" in res.output and len(calls) == 1, res.output
     assert type(calls[0][0]).__name__ == "AuditSpec" and calls[0][2] == {"n_jobs": None}
+
+
+def test_a_heads_run_records_its_kind_and_can_be_run_again(tmp_path):
+    """`heads` wrote no kind, so its own check_run_out refused a second run into the same --out (even --force)."""
+    import json
+
+    gpt2 = MODEL.replace("vocab_size=97", "vocab_size=50257")  # the bundled GPT-2 tokenizer builds the probes
+    argv = ["heads", "--models", f"{gpt2}&seed=1,{gpt2}&seed=2", "--n-probe", "4", "--n-resamples", "20",
+            "--out", str(tmp_path / "h")]
+    first = CliRunner().invoke(app, argv)
+    assert first.exit_code == 0, first.output
+    assert json.loads((tmp_path / "h" / "manifest.json").read_text())["kind"] == "heads"
+    again = CliRunner().invoke(app, argv)
+    assert again.exit_code == 0, again.output
