@@ -169,7 +169,7 @@ VERIFY_TAU_OPTION = typer.Option(None, "--verify-tau", min=0.0,
 VERIFY_SEED_OPTION = typer.Option(None, "--verify-seed", **SEED.option,
                                   help="seed of the verified prompts (default: from --seed)")
 
-# ... the mask-learned methods, edge-pruning and ugs (circuitstat.pipelines.attribute.pruning_options;
+# ... the mask-learned methods, edge-pruning and ugs (which takes which: circuitstat.pipelines.mask_options;
 # docs/edge-pruning.md)
 STEPS_OPTION = typer.Option(None, "--steps", **PRUNING_STEPS.option,
                             help=f"edge-pruning and ugs only: Adam steps of the fit "
@@ -323,7 +323,8 @@ def _attribute_spec(o: Any) -> Any:
             "max_memory": o.max_memory, "n_refits": o.n_refits,
             "verify": verify_from_options(o.verify, o.verify_edges, o.verify_tau, o.verify_seed),
             **place_mask_options(o.method, mask)}
-    spec = attribute_spec(data, "the command line", words="flags", allow_large=o.allow_large)
+    # a plan prices any size (the rows over this machine's limits are marked, not refused): only a run is limited
+    spec = attribute_spec(data, "the command line", words="flags", allow_large=o.allow_large or o.plan)
     if o.out is None and not o.plan:
         raise InputError("--out is required: give the run directory to write (or pass --plan to only plan the run)")
     return spec
