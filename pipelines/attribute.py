@@ -443,7 +443,7 @@ def attribute_spec(data: dict, source: str, *, words: str = "spec", allow_large:
 def option_errors(exc) -> str:
     """The errors of a ValidationError of attribute's options, each named by its flag (a mask fit's options by
     theirs: circuitstat.pipelines.mask_options.flag)."""
-    from circuitstat.pipelines.mask_options import flag
+    from circuitstat.pipelines.mask_options import named
 
     parts = []
     for err in exc.errors()[:5]:
@@ -452,7 +452,7 @@ def option_errors(exc) -> str:
         if len(keys) == 1 and keys[0] in MASK_SECTIONS_BY_NAME:  # a rule of a mask fit's options as a whole
             parts.append(msg)
         else:
-            parts.append(f"{flag(keys[-1]) if keys else '(options)'}: {msg}")
+            parts.append(f"{named(keys[-1]) if keys else '(options)'}: {msg}")
     return "; ".join(parts)
 
 

@@ -14,11 +14,13 @@ from typing import Any, Iterable, Mapping
 from circuitstat.core.errors import InputError
 from circuitstat.pipelines.options import MASK_METHODS
 
-__all__ = ["REFITS", "owners", "flag", "check_mask_options", "place_mask_options", "section_of"]
+__all__ = ["REFITS", "NO_FLAG", "owners", "flag", "named", "check_mask_options", "place_mask_options", "section_of"]
 
 REFITS = "n_refits"  # bootstrap refits: an option of every mask-learned method, beside its options section
 # an option whose command-line flag is not --KEY (the mask fits' ablation would clash with --ablation, the run's)
 _FLAGS = {"ablation": "--mask-ablation"}
+# options a spec sets but the command line does not (tests/pipelines/test_cli_kinds.py checks both lists against it)
+NO_FLAG = ("init", "lr_lambda", "prune_dangling_edges")
 
 
 def _classes() -> dict[str, Any]:
@@ -34,9 +36,14 @@ def owners(key: str) -> tuple[str, ...]:
     return tuple(m for m, (_, cls) in _classes().items() if key in cls.model_fields)
 
 
-def flag(key: str) -> str:
-    """The command-line flag that sets mask option ``key`` (``steps`` -> ``--steps``)."""
-    return _FLAGS.get(key, "--" + key.replace("_", "-"))
+def flag(key: str) -> str | None:
+    """The command-line flag that sets mask option ``key`` (``steps`` -> ``--steps``); None for a spec-only one."""
+    return None if key in NO_FLAG else _FLAGS.get(key, "--" + key.replace("_", "-"))
+
+
+def named(key: str) -> str:
+    """``key`` as a message names it: with its flag where the command line has one (``n_samples (--n-samples)``)."""
+    return key if flag(key) is None else f"{key} ({flag(key)})"
 
 
 def check_mask_options(method: str, sections: Mapping[str, Iterable[str]], refits: bool = False) -> None:
@@ -49,7 +56,7 @@ def check_mask_options(method: str, sections: Mapping[str, Iterable[str]], refit
         takes = owners(key)
         if method not in takes:
             who = " or ".join(takes) if takes else "no method"
-            raise InputError(f"{key} ({flag(key)}) sets a mask fit of {who} only: use it with --method {who}, "
+            raise InputError(f"{named(key)} sets a mask fit of {who} only: use it with --method {who}, "
                              f"not {method}")
     for section in sections:
         other = by_section.get(section, method)

@@ -208,3 +208,17 @@ def test_a_heads_run_records_its_kind_and_can_be_run_again(tmp_path):
     assert json.loads((tmp_path / "h" / "manifest.json").read_text())["kind"] == "heads"
     again = CliRunner().invoke(app, argv)
     assert again.exit_code == 0, again.output
+
+
+def test_every_mask_option_with_a_flag_is_an_option_of_the_attribute_command():
+    """The guard names an option by its flag: each flag it names exists, and each spec-only option has none."""
+    import typer
+
+    from circuitstat.pipelines.mask_options import NO_FLAG, REFITS, flag
+    from circuitstat.pipelines.spec import MASK_SECTIONS
+
+    command = typer.main.get_command(app).commands["attribute"]
+    flags = {o for p in command.params for o in getattr(p, "opts", ())}
+    keys = {REFITS} | {k for _, cls in MASK_SECTIONS.values() for k in cls.model_fields}
+    assert {k for k in keys if flag(k) is not None and flag(k) not in flags} == set()
+    assert set(NO_FLAG) <= keys and all(f"--{k.replace('_', '-')}" not in flags for k in NO_FLAG)
