@@ -28,7 +28,7 @@ from .yamlio import read_yaml_strict
 from .strict import StrictSpec  # noqa: F401 - the base of every spec section, defined there; re-exported
 # the mask-learned methods' options, defined with the guard of which method takes which; re-exported
 from .mask_options import (MASK_SECTIONS, EdgePruningOptions, EdgePruningSpec, UGSOptions, UGSSpec,  # noqa: F401
-                           check_mask_options, mask_draws, mask_spec)
+                           mask_draws, mask_spec)
 
 DTYPE = Literal["float32", "bfloat16", "float16"]
 DEVICE_PATTERN = re.compile(r"cpu|cuda(:\d+)?|mps")
@@ -402,6 +402,8 @@ def validate_spec(model: type[_M], data: Any, source: str, *, kind: str = "spec"
 def parse_spec(data: Any, source: str = "<spec>") -> AuditSpec:
     """An AuditSpec from parsed YAML, or InputError naming each bad key and the allowed values (and an options
     section of a mask-learned method the spec does not run: its settings would be ignored without a word)."""
+    from circuitstat.pipelines.mask_options import check_mask_options
+
     spec = validate_spec(AuditSpec, data, source, keys="model, task, methods, ...")
     sections = {section: list(data[section]) for section, _ in MASK_SECTIONS.values()  # a written-out default: no-op
                 if isinstance(data.get(section), dict) and getattr(spec, section) != type(getattr(spec, section))()}

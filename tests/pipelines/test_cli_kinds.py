@@ -111,6 +111,18 @@ GUARD_CASES = [  # (command-line flags, spec/library keyword arguments, the meth
 ]
 
 
+def _audit_road(options: dict, method: str) -> str:
+    """The error of an audit spec running ``method`` (with eap) for one misplaced option, or 'accepted'."""
+    from circuitstat.pipelines.spec import parse_spec
+
+    sections = {k: {**v, "steps": 7} for k, v in options.items() if isinstance(v, dict)}  # not a written-out default
+    try:
+        parse_spec({"model": MODEL, "methods": sorted({"eap", method}), **sections}, "audit.yaml")
+        return "accepted"
+    except InputError as e:
+        return str(e)
+
+
 def _three_roads(flags: list[str], options: dict, method: str, tmp_path: Path) -> tuple[str, str, str]:
     """The error of the command line, of a service job's spec and of the library for one misplaced option."""
     res = CliRunner().invoke(app, ["attribute", "--model", MODEL, "--method", method, *flags,
@@ -142,18 +154,24 @@ def test_an_option_of_another_method_gets_one_message_everywhere(tmp_path, flags
     assert cli.startswith("exit 2:") and str(want.value) in " ".join(cli.split())
     assert str(want.value) in spec and lib == str(want.value)
     assert not (tmp_path / "cli").exists() and not (tmp_path / "lib").exists()
+    if any(isinstance(v, dict) for v in options.values()):  # an audit spec's sections: the same guard
+        with pytest.raises(InputError) as audit_want:
+            check_mask_options(sorted({"eap", method}), {k: [*v, "steps"] for k, v in options.items()
+                                                         if isinstance(v, dict)})
+        assert str(audit_want.value) in _audit_road(options, method)
 
 
 def test_the_guard_is_the_only_place_that_refuses(tmp_path, monkeypatch):
-    """Negative control: with the guard switched off, neither the command line, nor a spec, nor the library refuses
-    a UGS option given with eap (so no second copy of the check is left anywhere)."""
+    """Negative control: with the guard switched off, neither the command line, nor a spec (an attribute job's or an
+    audit's), nor the library refuses a UGS option given with eap (so no second copy of the check is left)."""
     from circuitstat.pipelines import mask_options
 
     monkeypatch.setattr(mask_options, "check_mask_options", lambda *a, **k: None)
     cli, spec, lib = _three_roads(["--n-samples", "2"], {"ugs": {"n_samples": 2}}, "eap", tmp_path)
-    for got in (cli, spec, lib):
+    audit = _audit_road({"ugs": {"n_samples": 2}}, "eap")
+    for got in (cli, spec, lib, audit):
         assert "n_samples" not in got and "--n-samples" not in got
-    assert spec == "accepted"  # the spec took it; the command line and the library went on to the model
+    assert spec == "accepted" and audit == "accepted"  # the spec took it; the command line and the library went on to the model
     assert "/no/such/model" in lib
 
 
