@@ -204,6 +204,21 @@ def test_the_prompt_limit_is_lifted_by_the_command_lines_allow_large_only(tmp_pa
     assert kinds.kind("attribute").parse({"model": MODEL, "n": N_MAX}, "job").n == N_MAX
 
 
+def test_check_run_audit_and_check_circuit_run_their_audits_through_the_kind(tmp_path, monkeypatch):
+    """`check --run-audit` and `check-circuit` write audit runs: through kind("audit").run as well."""
+    calls = _spy(monkeypatch, "audit")
+    spec = _write(tmp_path, "audit.yaml", {"model": MODEL, "task": {"name": "induction", "n": 8}, "methods": ["eap"]})
+    claims = _write(tmp_path, "claims.yaml", {"spec": Path(spec).name, "run": "runs/a", "claims": [
+        {"kind": "circuit_stability", "method": "eap", "k": 5, "statistic": "jaccard_mean", "min": 0.0}]})
+    res = CliRunner().invoke(app, ["check", claims, "--run-audit"])
+    assert len(calls) == 1 and calls[0][1] == tmp_path / "runs" / "a", res.output
+    (tmp_path / "c.txt").write_text("input->logits\n")
+    res = CliRunner().invoke(app, ["check-circuit", str(tmp_path / "c.txt"), "--model", MODEL, "--task", "induction",
+                                   "--out", str(tmp_path / "cc")])
+    assert len(calls) == 2 and type(calls[1][0]).__name__ == "AuditSpec" and calls[1][0].circuit is not None, \
+        res.output
+
+
 def test_the_demo_runs_its_audit_through_the_kind(tmp_path, monkeypatch):
     from circuitstat.pipelines import zoo
 
