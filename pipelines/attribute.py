@@ -7,11 +7,12 @@
 from __future__ import annotations
 
 import sys
+import typing
 from pathlib import Path
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from circuitstat.pipelines.kinds import RunKind, check_run_out
 from circuitstat.pipelines.options import ABLATION, DTYPES, INPUT_NODE, LEVEL, MASK_METHODS, METHOD, METRIC, MOE_NODES
@@ -85,19 +86,16 @@ def check_method_options(method: str, level: str, ablation: str, *, batch_size: 
 
 def pruning_options(method: str, options: dict | None, n_refits: int | None):
     """The options (EdgePruningOptions, UGSOptions) of a mask-learned ``method`` (``options``: steps, lr, sparsity,
-    init, objective, and n_samples for ugs; unset: the defaults of circuitstat.core.params), checked;
-    InputError when given for another method."""
-    from circuitstat.core.errors import InputError
+    init, objective, and n_samples for ugs; unset: the defaults of circuitstat.core.params), checked; None for a
+    score method; InputError when one is given for a method that does not take it (the one guard,
+    circuitstat.pipelines.mask_options.check_mask_options)."""
+    from circuitstat.pipelines.mask_options import check_mask_options, place_mask_options
     from circuitstat.pipelines.spec import MASK_SECTIONS, validate_spec
 
     given = {k: v for k, v in (options or {}).items() if v is not None}
+    check_mask_options(method, place_mask_options(method, given), refits=n_refits is not None)
     if method not in MASK_METHODS:
-        if given or n_refits is not None:
-            raise InputError(f"{', '.join(sorted(given)) or 'n_refits'} set a mask fit: use them with "
-                             f"--method edge-pruning or ugs, not {method}")
         return None
-    if n_refits is not None:
-        N_REFITS.check(n_refits, "--n-refits")
     cls = MASK_SECTIONS[method][1]
     return validate_spec(cls, given, f"{method} options", kind=f"{method} options", keys=", ".join(cls.model_fields))
 
@@ -115,36 +113,47 @@ def run_attribute(model: str, task: str, out: Path, *, method: str = "eap", leve
     ``out`` (validated first; resumed from its checkpoints where it stopped); ``inputs`` resolves the model;
     ``scheduler`` (a Dask address, or 'local') runs the chunks on that cluster, with the same scores.
     A mask-learned ``method`` (edge-pruning, ugs) writes its learned mask instead (:func:`masks_into`; options
-    ``edge_pruning`` or ``ugs``, and ``n_refits``) and returns the edge_masks table."""
+    ``edge_pruning`` or ``ugs``, and ``n_refits``) and returns the edge_masks table. The options become the
+    kind's AttributeSpec (validated there, as the command's and a service job's are) and run as it runs them."""
+    spec = attribute_spec({
+        "model": model, "task": task, "task_options": dict(task_options or {}), "method": method, "level": level,
+        "ablation": ablation, "input_node": input_node, "metric": metric, "n": n, "batch_size": batch_size,
+        "ig_steps": ig_steps, "seed": seed, "dtype": DTYPES.get(dtype, dtype), "checkpoint_every": checkpoint_every,
+        "max_memory": max_memory, "verify": verify, "edge_pruning": edge_pruning, "ugs": ugs, "n_refits": n_refits,
+        "moe_nodes": moe_nodes}, "(run_attribute)", allow_large=allow_large)
+    return run_attribute_spec(spec, out, n_jobs=n_jobs, device=device, scheduler=scheduler, force=force,
+                              resume=resume, allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs)
+
+
+def run_attribute_spec(spec: "AttributeSpec", out: Path, *, n_jobs: int = N_JOBS.default, device: str = "cpu",
+                       scheduler: str | None = None, force: bool = False, resume: bool = True,
+                       allow_pickle: bool = False, allow_large: bool = False, inputs: RunInputs = LOCAL):
+    """The ScoreMatrix (a mask-learned method: the edge_masks table) of the attribute run ``spec`` written into
+    ``out``: the kind's run, for the command line, the library and the service alike. The keyword arguments are
+    the machine's, never the request's: workers, device, Dask ``scheduler``, ``force``, ``resume`` and the
+    ``allow_*`` limits (the service passes its own)."""
     from circuitstat.pipelines.parallel import backend
 
-    task_options = dict(task_options or {})
-    if method != "ugs" and ugs:
-        from circuitstat.core.errors import InputError
-
-        raise InputError(f"ugs options set UGS's fit: use them with --method ugs, not {method}")
-    pruning = pruning_options(method, ugs if method == "ugs" else edge_pruning, n_refits)
+    pruning = None
+    if spec.method in MASK_METHODS:
+        section, options_class = MASK_SECTIONS[spec.method]
+        pruning = getattr(spec, section) or options_class()
     check_run_out(out, "attribute", force=force)
-    priced = AttributeSpec.model_construct(  # as the service's spec, priced from the config before a weight is read
-        model=model, task=task, task_options=task_options, method=method, level=level, n=n, batch_size=batch_size,
-        ig_steps=ig_steps, verify=verify, n_refits=n_refits, moe_nodes=moe_nodes,
-        edge_pruning=pruning if method == "edge-pruning" else None, ugs=pruning if method == "ugs" else None)
-    m, t, budget, n_jobs = prepare_attribute(model, task, method=method, level=level, ablation=ablation, metric=metric,
-                                             n=n, batch_size=batch_size, ig_steps=ig_steps, seed=seed, n_jobs=n_jobs,
-                                             device=device, dtype=dtype, max_memory=max_memory,
-                                             allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs,
-                                             task_options=task_options, moe_nodes=moe_nodes, priced=priced)
-    check_attribute_verify(verify, m, method=method, level=level, n=n)
+    m, t, budget, n_jobs = prepare_attribute(
+        spec.model, spec.task, method=spec.method, level=spec.level, ablation=spec.ablation, metric=spec.metric,
+        n=spec.n, batch_size=spec.batch_size, ig_steps=spec.ig_steps, seed=spec.seed, n_jobs=n_jobs, device=device,
+        dtype=spec.dtype, max_memory=spec.max_memory, allow_pickle=allow_pickle, allow_large=allow_large,
+        inputs=inputs, task_options=spec.task_options, moe_nodes=spec.moe_nodes, priced=spec)
+    check_attribute_verify(spec.verify, m, method=spec.method, level=spec.level, n=spec.n)
+    common = {"model_arg": spec.model, "task_arg": spec.task, "task_options": spec.task_options,
+              "method": spec.method, "ablation": spec.ablation, "input_node": spec.input_node, "n": spec.n,
+              "batch_size": spec.batch_size, "seed": spec.seed, "dtype": spec.dtype, "force": force}
     if pruning is not None:
-        return masks_into(m, t, out, model_arg=model, task_arg=task, task_options=task_options, method=method,
-                          ablation=ablation, input_node=input_node, n=n, batch_size=batch_size, seed=seed, dtype=dtype,
-                          options=pruning, n_refits=n_refits, force=force)
+        return masks_into(m, t, out, options=pruning, n_refits=spec.n_refits, **common)
     with backend(n_jobs, scheduler) as workers:  # an unreachable scheduler is refused before --out is written
-        return attribute_into(m, t, out, model_arg=model, task_arg=task, task_options=task_options, method=method,
-                              level=level, ablation=ablation, input_node=input_node, n=n, batch_size=batch_size,
-                              ig_steps=ig_steps, seed=seed, n_jobs=workers, dtype=dtype,
-                              budget=budget, checkpoint_every=checkpoint_every, resume=resume, force=force,
-                              verify=verify, moe_nodes=moe_nodes)
+        return attribute_into(m, t, out, level=spec.level, ig_steps=spec.ig_steps, n_jobs=workers, budget=budget,
+                              checkpoint_every=spec.checkpoint_every, resume=resume, verify=spec.verify,
+                              moe_nodes=spec.moe_nodes, **common)
 
 
 def masks_into(m, t, out: Path, *, model_arg: str, task_arg: str, task_options: dict, method: str, ablation: str,
@@ -315,6 +324,10 @@ def _verify_stage(run, m, t, verify, *, method: str, force: bool, **exact_option
               depends_on=["scores"], force=force)
 
 
+N_MAX = 1_000_000
+"""The most prompts an attribute spec asks for (a service job can never lift it; the command line's --allow-large can)."""
+
+
 class AttributeSpec(BaseModel):
     """The options of ``circuitstat attribute`` as a spec (``--out``, ``--plan``, ``--device`` and the
     CLI-only ``--allow-*`` flags are the server's, not the request's)."""
@@ -328,7 +341,7 @@ class AttributeSpec(BaseModel):
     ablation: ABLATION = "counterfactual"
     input_node: INPUT_NODE = "embeddings"
     metric: METRIC | None = None
-    n: int = Field(64, ge=1, le=1_000_000)
+    n: int = Field(64, ge=1)  # at most N_MAX prompts: the command line's --allow-large lifts that (_n_limit)
     batch_size: int = BATCH_SIZE.pydantic()
     ig_steps: int = IG_STEPS.pydantic()
     seed: int = SEED.pydantic()
@@ -342,24 +355,57 @@ class AttributeSpec(BaseModel):
     n_refits: int | None = N_REFITS.pydantic(default=None)
     moe_nodes: MOE_NODES = "block"  # experts: one sender per expert of a mixture-of-experts layer
 
+    @field_validator("n")
+    @classmethod
+    def _n_limit(cls, v: int, info: ValidationInfo) -> int:
+        # a request's limit; only the command line's --allow-large (validation context) lifts it, never a spec's key
+        context = info.context or {}
+        if v > N_MAX and not context.get("allow_large"):
+            from circuitstat.core.errors import InputError
+
+            raise InputError(f"--n {v} is above {N_MAX:,} prompts; --allow-large lifts this limit"
+                             if context.get("words") == "flags" else f"must be at most {N_MAX}")
+        return v
+
     @field_validator("task_options")
     @classmethod
     def _no_reserved(cls, v: dict[str, Any]) -> dict[str, Any]:
         return no_reserved_task_options(v, "")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _mask_options_fit(cls, data: Any) -> Any:
+        # before the sections are validated: an option of another method is named as such, not as that method's
+        # options' error (the one guard, circuitstat.pipelines.mask_options)
+        from circuitstat.pipelines.mask_options import check_mask_options, section_of
+
+        method = data.get("method", cls.model_fields["method"].default) if isinstance(data, dict) else None
+        if method in typing.get_args(METHOD):  # an unknown method is named by the method field's own error
+            sections = {}
+            for name in {section_of(m) for m in MASK_METHODS}:
+                given = data.get(name)
+                if given is not None:
+                    sections[name] = list(given) if isinstance(given, dict) else sorted(
+                        getattr(given, "model_fields_set", ()))
+            check_mask_options(method, sections, refits=data.get("n_refits") is not None)
+        return data
+
     @model_validator(mode="after")
-    def _verify_fits(self) -> "AttributeSpec":
-        from circuitstat.core.errors import InputError
+    def _options_fit(self, info: ValidationInfo) -> "AttributeSpec":
+        # the rules across options, checked here once for the command line, the library and the service; an
+        # InputError keeps its own message (attribute_spec), worded for flags when the command line built the spec
         from circuitstat.pipelines.spec import check_verify
 
-        try:
-            check_verify(self.verify, methods=[self.method], n_prompts=self.n, level=self.level)
-            section = self.ugs if self.method == "ugs" else self.edge_pruning
-            if self.method != "ugs" and self.ugs is not None:
-                raise InputError(f"ugs options set UGS's fit: use them with method ugs, not {self.method}")
-            pruning_options(self.method, None if section is None else section.model_dump(), self.n_refits)
-        except InputError as e:
-            raise ValueError(str(e)) from None
+        words = (info.context or {}).get("words", "spec")
+        check_verify(self.verify, methods=[self.method], n_prompts=self.n, level=self.level, words=words)
+        ep = self.edge_pruning
+        for key in ("node_sparsity", "node_target"):  # options of the node gates, which need node masks
+            if ep is not None and key in ep.model_fields_set and getattr(ep, key) is not None and not ep.node_masks:
+                from circuitstat.core.errors import InputError
+
+                flag = "--" + key.replace("_", "-")
+                raise InputError(f"{flag} sets the node gates: give --node-masks too" if words == "flags" else
+                                 f"edge_pruning.{key} sets the node gates: give edge_pruning.node_masks: true too")
         return self
 
     @property
@@ -374,11 +420,45 @@ def _parse(data, source: str) -> AttributeSpec:
     return validate_spec(AttributeSpec, data, source, kind="attribute spec", keys="model, task, method, ...")
 
 
-def _run_kind(spec: AttributeSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False,
-              inputs: RunInputs = LOCAL):
-    return run_attribute(spec.model, spec.task, out, **spec.model_dump(exclude={"model", "task", "verify"}),
-                         verify=spec.verify, n_jobs=n_jobs, allow_pickle=allow_pickle, allow_large=allow_large,
-                         inputs=inputs)
+def attribute_spec(data: dict, source: str, *, words: str = "spec", allow_large: bool = False) -> AttributeSpec:
+    """The AttributeSpec of ``data`` (validated: the one check of attribute's options, for the command line with
+    ``words="flags"``, and the library); InputError with a rule's own message (a verified run that cannot be made,
+    an option of another method, ...), else naming each bad option (as a flag with ``words="flags"``)."""
+    from pydantic import ValidationError
+
+    from circuitstat.core.errors import InputError
+    from circuitstat.pipelines.spec import format_error
+
+    try:
+        return AttributeSpec.model_validate(data, context={"words": words, "allow_large": allow_large})
+    except ValidationError as exc:
+        for err in exc.errors():
+            rule = (err.get("ctx") or {}).get("error")
+            if isinstance(rule, InputError):  # a rule across options (_options_fit): its message as it is
+                raise InputError(str(rule)) from None
+        if words == "flags":
+            raise InputError("invalid options: " + option_errors(exc)) from None
+        raise InputError(format_error(exc, source, AttributeSpec).replace("invalid spec", "invalid attribute spec",
+                                                                          1)) from None
+
+
+def option_errors(exc) -> str:
+    """The errors of a ValidationError of attribute's options, each named by its flag (a mask fit's options by
+    theirs: circuitstat.pipelines.mask_options.flag)."""
+    from circuitstat.pipelines.mask_options import named
+
+    parts = []
+    for err in exc.errors()[:5]:
+        keys = [str(p) for p in err["loc"] if isinstance(p, str)]
+        msg = err["msg"].removeprefix("Value error, ").replace("Input should be", "must be")
+        if len(keys) == 1 and keys[0] in MASK_SECTIONS_BY_NAME:  # a rule of a mask fit's options as a whole
+            parts.append(msg)
+        else:
+            parts.append(f"{named(keys[-1]) if keys else '(options)'}: {msg}")
+    return "; ".join(parts)
+
+
+MASK_SECTIONS_BY_NAME = {section for section, _ in MASK_SECTIONS.values()}
 
 
 def attribute_flops(spec: AttributeSpec, cfg) -> float:
@@ -404,7 +484,7 @@ def attribute_flops(spec: AttributeSpec, cfg) -> float:
     return total
 
 
-KIND = RunKind("attribute", "per-example attribution scores of one method", parse=_parse, run=_run_kind,
+KIND = RunKind("attribute", "per-example attribution scores of one method", parse=_parse, run=run_attribute_spec,
                stages=lambda spec: (["masks"] if spec.method in MASK_METHODS else
                                     ["scores"] + (["verified"] if spec.verify is not None else [])),
                flops=attribute_flops)

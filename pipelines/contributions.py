@@ -525,4 +525,42 @@ class CrossSeedResult(Result):
         return items
 
 
-KIND = RunKind(KIND_NAME, "token contribution weights and attention sinks")
+@dataclass(frozen=True)
+class TokensSpec:
+    """A ``tokens`` run: its estimator (every option, checked by TokenContributions.validate) and the sources of
+    the models it runs on (several: refits of one recipe, compared across seeds)."""
+
+    estimator: TokenContributions
+    models: tuple[str, ...]
+
+    @property
+    def sources(self) -> list[str]:
+        """The model sources, in order."""
+        return list(self.models)
+
+
+def run_tokens(spec: TokensSpec, out: str | os.PathLike, *, device: str = "cpu", force: bool = False,
+               command: Any = None, allow_pickle: bool = False, allow_large: bool = False, inputs: Any = None):
+    """The result (TokenImportanceResult; several models: CrossSeedResult) of the tokens run ``spec`` written into
+    ``out``: the kind's run. Its options and sizes are checked before ``out`` is, the models' work before any runs."""
+    from circuitstat.pipelines.build import check_device, check_work, task_positions
+    from circuitstat.pipelines.kinds import check_run_out
+    from circuitstat.pipelines.sources import LOCAL
+    from circuitstat.pipelines.work import announce, check_tokens
+
+    est, inputs = spec.estimator, inputs or LOCAL
+    est.validate()  # every option is checked before the model loads or anything is written
+    est.check_sizes(allow_large=allow_large)
+    check_run_out(out, KIND_NAME, force=force)
+    dev = check_device(device)
+    loaded = [inputs.load(s, device=dev, allow_pickle=allow_pickle, allow_large=allow_large) for s in spec.models]
+    positions = task_positions(est.task, est.task_options or {})
+    for m in loaded:
+        check_work(m, est.n, level="node", positions=positions, allow_large=allow_large)
+    announce("tokens", check_tokens(est, loaded, positions, allow_large=allow_large))
+    if len(loaded) == 1:
+        return est.run(loaded[0], out, command=command, force=force, allow_large=allow_large)
+    return est.cross_seed(loaded, out, command=command, force=force, allow_large=allow_large)
+
+
+KIND = RunKind(KIND_NAME, "token contribution weights and attention sinks", run=run_tokens)

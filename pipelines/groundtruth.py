@@ -405,9 +405,10 @@ def summary_lines(tables: dict[str, Any], alpha: float = 0.05) -> list[str]:
     return lines
 
 
-def _run_kind(spec: GroundTruthSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False,
-              allow_large: bool = False, inputs=None) -> RunTables:  # its models are built in, not sources
-    return run_groundtruth_study(spec, out, n_jobs=n_jobs, allow_large=allow_large)
+def _run_kind(spec: GroundTruthSpec, out, *, n_jobs: int | None = None, force: bool = False,
+              allow_pickle: bool = False, allow_large: bool = False, inputs=None) -> RunTables:
+    # its models are built in (no sources to resolve, no pickles to read): allow_pickle and inputs have no use here
+    return run_groundtruth_study(spec, out, n_jobs=n_jobs, force=force, allow_large=allow_large)
 
 
 KIND = RunKind("study groundtruth", "discovery methods and circuitstat's own error statements against known circuits",

@@ -29,7 +29,9 @@ class RunKind:
     """One kind of run and what every entry point needs of it.
 
     ``parse(data, source)`` validates a spec (parsed YAML) into the kind's spec object; ``run(spec, out, *,
-    n_jobs, allow_pickle, allow_large)`` writes the run into ``out``; ``stages(spec)`` lists the RunDir stages
+    n_jobs, allow_pickle, allow_large, inputs)`` writes the run into ``out``, for the service and the command line
+    alike (the command line builds the same spec from its options, and passes what only its machine decides, such
+    as ``force`` or a Dask ``scheduler``, as further keyword arguments); ``stages(spec)`` lists the RunDir stages
     it writes, in order; ``flops(spec, cfg)`` prices its attribution work from a model config; ``sources(spec)``
     lists the models it loads; ``report`` says whether ``report.html`` is rendered after it."""
 

@@ -17,47 +17,23 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, Field, ValidationError, field_validator, model_validator
 
-from circuitstat.core.errors import InputError, warn_renamed
+from circuitstat.core.errors import InputError
 from circuitstat.reports.thresholds import MIN_EXCESS, MIN_EXCESS_BOUNDS
 
 from .options import ABLATION, INPUT_NODE, LEVEL, MASK_METHODS, METHOD, METRIC, MOE_NODES, OBJECTIVE, SCORE_METHOD  # noqa: F401 - defined there once; re-exported
-from circuitstat.core.params import (BATCH_SIZE, IG_STEPS, LR_CONSTANTS, N_JOBS, N_REFITS, N_RESAMPLES, PRUNING_INIT, PRUNING_LR,
-                     PRUNING_LR_LAMBDA, PRUNING_SPARSITY, PRUNING_TARGET, PRUNING_WARMUP,
-                     PRUNING_STEPS, SEED, UGS_SAMPLES, NODE_TARGET, tail_resamples)
+from circuitstat.core.params import BATCH_SIZE, IG_STEPS, N_JOBS, N_RESAMPLES, SEED, tail_resamples
 from .yamlio import read_yaml_strict
+from .strict import StrictSpec  # noqa: F401 - the base of every spec section, defined there; re-exported
+# the mask-learned methods' options, defined with the guard of which method takes which; re-exported
+from .mask_options import (MASK_SECTIONS, EdgePruningOptions, EdgePruningSpec, UGSOptions, UGSSpec,  # noqa: F401
+                           mask_draws, mask_spec)
 
 DTYPE = Literal["float32", "bfloat16", "float16"]
 DEVICE_PATTERN = re.compile(r"cpu|cuda(:\d+)?|mps")
 RESERVED_TASK_OPTIONS = ("n", "seed", "metric", "tokenizer")
 """Task settings with their own spec key (task.n, task.seed, task.metric): never in task.options."""
-
-
-class StrictSpec(BaseModel):
-    """The base of every spec section: strict types, frozen, no unknown keys (old keys read with a warning)."""
-
-    # strict: no silent coercion (true -> 1, "3" -> 3); ints are still accepted for floats.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    #: old key -> new key of this section: an old key is still read, with a warning naming the new one
-    _renamed: ClassVar[dict[str, str]] = {}
-    #: how a key of this section is named in messages ("heads." for the audit spec's heads section)
-    _section: ClassVar[str] = ""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _read_renamed_keys(cls, data: Any) -> Any:
-        """``data`` with each old key renamed to its new one (one name per concept; old specs keep working)."""
-        if not isinstance(data, dict) or not any(old in data for old in cls._renamed):
-            return data
-        data = dict(data)
-        for old, new in cls._renamed.items():
-            if old in data:
-                if new in data:
-                    raise ValueError(f"give {cls._section}{new} only ({cls._section}{old} is its old name)")
-                warn_renamed(f"{cls._section}{old}", f"{cls._section}{new}", "spec", stacklevel=2)
-                data[new] = data.pop(old)
-        return data
 
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -201,101 +177,6 @@ def check_verify(verify: VerifySpec | None, *, methods, n_prompts: int, level: s
     if n_edges is not None and verify.edges is not None and verify.edges.top + verify.edges.random > n_edges:
         raise InputError(f"{w['edges']} asks for {verify.edges.top} + {verify.edges.random} edges of the "
                          f"model's {n_edges}; lower top or random")
-
-
-class _MaskOptions(StrictSpec):
-    """The options every mask-learned fit shares; ``ablation``: ``run`` (the run's ablation, e.g. counterfactual) or
-    ``optimal`` (learned constants, Li & Janson 2024: circuitstat.circuits.optimal_ablation)."""
-
-    steps: int = PRUNING_STEPS.pydantic()
-    lr: float = PRUNING_LR.pydantic()
-    sparsity: float = PRUNING_SPARSITY.pydantic()
-    init: float = PRUNING_INIT.pydantic()
-    objective: OBJECTIVE = "mean_metric"
-    ablation: Literal["run", "optimal"] = "run"
-    lr_constants: float = LR_CONSTANTS.pydantic()
-
-    def fit_options(self) -> dict:
-        """The keyword arguments of every fit (steps, lr, sparsity, init, objective, ...; ``ablation`` only when
-        optimal: otherwise the caller passes the run's)."""
-        out = self.model_dump(exclude={"n_refits"})
-        if out["ablation"] == "run":
-            del out["ablation"]
-        return out
-
-
-class EdgePruningOptions(_MaskOptions):
-    """The options of each edge-pruning fit (circuitstat.circuits.edge_pruning.fit_edge_pruning); bounds from
-    circuitstat.core.params.  With ``target`` the sparsity is driven to it by Bhaskar et al.'s Lagrangian
-    (``sparsity`` unset: no fixed penalty beside it)."""
-
-    _section: ClassVar[str] = "edge_pruning."
-    sparsity: float | None = PRUNING_SPARSITY.pydantic(default=None)
-    target: float | None = PRUNING_TARGET.pydantic()
-    warmup: int | None = PRUNING_WARMUP.pydantic()
-    lr_lambda: float | None = PRUNING_LR_LAMBDA.pydantic()
-    # Bhaskar et al.'s node masks: a gate per sender on all its outgoing edges, with its own penalty weight
-    node_masks: bool = False
-    node_sparsity: float | None = Field(None, ge=0, le=1e6)  # unset: 1, or 0 with node_target (the fit's rule)
-    node_target: float | None = NODE_TARGET.pydantic()
-
-    def fit_options(self) -> dict:
-        """The fit's keyword arguments; the node-mask options only when node masks are on (fits without them are
-        the same calls as before they existed)."""
-        out = super().fit_options()
-        if not out["node_masks"]:
-            del out["node_masks"], out["node_sparsity"], out["node_target"]
-        return out
-
-    @model_validator(mode="after")
-    def _lagrangian(self):
-        if self.target is None and (self.warmup is not None or self.lr_lambda is not None):
-            raise ValueError("warmup and lr_lambda belong to the target-sparsity Lagrangian: give target too")
-        if self.target is not None and self.warmup is not None and self.warmup > self.steps:
-            raise ValueError(f"warmup ({self.warmup}) must not exceed steps ({self.steps})")
-        if self.node_target is not None and not self.node_masks:
-            raise ValueError("node_target is the node gates' target sparsity: give node_masks: true too")
-        return self
-
-
-class EdgePruningSpec(EdgePruningOptions):
-    """An audit's edge-pruning options: each fit's, and the refits its stability stage runs (docs/edge-pruning.md)."""
-
-    n_refits: int = N_REFITS.pydantic()
-
-
-class UGSOptions(_MaskOptions):
-    """The options of each UGS fit (circuitstat.circuits.ugs.fit_ugs): edge pruning's, with UGS's learning rate and its
-    mask draws per prompt; bounds from circuitstat.core.params."""
-
-    _section: ClassVar[str] = "ugs."
-    lr: float = PRUNING_LR.pydantic("ugs")
-    n_samples: int = UGS_SAMPLES.pydantic()
-    prune_dangling_edges: bool = False  # Li & Janson prune each sampled mask's dangling edges (docs/edge-pruning.md)
-
-
-class UGSSpec(UGSOptions):
-    """An audit's UGS options: each fit's, and the refits its stability stage runs (docs/edge-pruning.md)."""
-
-    n_refits: int = N_REFITS.pydantic()
-
-
-#: a mask-learned method's options section in a spec, and its options class (fit options, without n_refits)
-MASK_SECTIONS = {"edge-pruning": ("edge_pruning", EdgePruningOptions), "ugs": ("ugs", UGSOptions)}
-
-
-def mask_spec(spec, method: str):
-    """``spec``'s options section of mask-learned ``method`` (spec.edge_pruning or spec.ugs)."""
-    return getattr(spec, MASK_SECTIONS[method][0])
-
-
-def mask_draws(method: str, options) -> int:
-    """Masks mask-learned ``method`` draws per prompt and step with ``options``: the option its record names
-    (UGS's n_samples; circuitstat.circuits.methods.Method.draws_option), else 1. A step costs that many masked runs."""
-    from circuitstat.circuits.methods import method as method_record
-
-    name = method_record(method).draws_option
-    return int(getattr(options, name)) if name else 1
 
 
 class CircuitFileSpec(StrictSpec):
@@ -491,7 +372,8 @@ def _unknown_key(loc: tuple, model: Any) -> str:
     return f"unknown key; {hint}the keys here are {', '.join(allowed)}"
 
 
-def _format_error(exc: ValidationError, source: str, model: Any = None) -> str:
+def format_error(exc: ValidationError, source: str, model: Any = None) -> str:
+    """One line naming each of ``exc``'s bad keys (at most 5) of a spec read from ``source``."""
     parts = []
     for err in exc.errors()[:5]:
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
@@ -513,18 +395,21 @@ def validate_spec(model: type[_M], data: Any, source: str, *, kind: str = "spec"
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise InputError(_format_error(exc, source, model).replace("invalid spec", f"invalid {kind}", 1)) from None
+        raise InputError(format_error(exc, source, model).replace("invalid spec", f"invalid {kind}", 1)) from None
 
 
 def parse_spec(data: Any, source: str = "<spec>") -> AuditSpec:
     """An AuditSpec from parsed YAML, or InputError naming each bad key and the allowed values (and an options
     section of a mask-learned method the spec does not run: its settings would be ignored without a word)."""
+    from circuitstat.pipelines.mask_options import check_mask_options
+
     spec = validate_spec(AuditSpec, data, source, keys="model, task, methods, ...")
-    for method, (section, _) in MASK_SECTIONS.items():
-        given = getattr(spec, section)
-        if section in data and method not in spec.methods and given != type(given)():  # a written-out default: no-op
-            raise InputError(f"invalid spec {source}: the {section}: section sets {method}'s fits, but methods "
-                             f"{spec.methods} do not include {method}; add {method} to methods or remove the section")
+    sections = {section: list(data[section]) for section, _ in MASK_SECTIONS.values()  # a written-out default: no-op
+                if isinstance(data.get(section), dict) and getattr(spec, section) != type(getattr(spec, section))()}
+    try:
+        check_mask_options(spec.methods, sections)  # the one guard (attribute's command line, spec and library too)
+    except InputError as e:
+        raise InputError(f"invalid spec {source}: {e}") from None
     return spec
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from circuitstat.pipelines.audit.common import (attribution_scores, audit_spec_doc, faithfulness_with_search,  # noqa: F401
                                                 load_audit_model, refit_plan, resampling_plan, run_stage,
@@ -151,16 +152,17 @@ def audit_stages(spec: AuditSpec) -> list[str]:
     return stage_names(spec)
 
 
-def _run_kind(spec: AuditSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False,
-              inputs: RunInputs = LOCAL) -> None:
-    run_audit(spec, out, n_jobs=n_jobs, allow_pickle=allow_pickle, allow_large=allow_large, inputs=inputs)
-
-
 def _parse(data, source: str) -> AuditSpec:
     from circuitstat.pipelines.spec import parse_spec
 
     return parse_spec(data, source)
 
 
+def run_audit_kind(spec: AuditSpec, out: str | Path, **options: Any) -> Path:
+    """``out`` with the audit ``spec`` run into it: the kind's run (run_audit, looked up when called, so that a test's
+    stand-in for run_audit is what the command line, ``check --run-audit`` and the service run)."""
+    return run_audit(spec, out, **options)
+
+
 KIND = RunKind("audit", "attribution, intervals, stability, faithfulness, approximation and heads of one task",
-               parse=_parse, run=_run_kind, stages=audit_stages, flops=audit_flops, report=True)
+               parse=_parse, run=run_audit_kind, stages=audit_stages, flops=audit_flops, report=True)

@@ -252,12 +252,6 @@ def calibration_flops(spec: CalibrationSpec, cfg) -> float:
     return attribution_flops(cfg, spec, spec.method, spec.task.n, ig_steps=spec.ig_steps)
 
 
-def _run_kind(spec: CalibrationSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False,
-              inputs: RunInputs = LOCAL):
-    return run_calibration_study(spec, out, n_jobs=n_jobs, allow_pickle=allow_pickle, allow_large=allow_large,
-                                 inputs=inputs)
-
-
 KIND = RunKind("study calibration", "do the audit's intervals cover on this model and task, at this N?",
-               parse=parse_calibration_spec, run=_run_kind, stages=calibration_stages, flops=calibration_flops,
+               parse=parse_calibration_spec, run=run_calibration_study, stages=calibration_stages, flops=calibration_flops,
                sources=lambda spec: [] if spec.model is None else [spec.model])

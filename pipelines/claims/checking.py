@@ -261,11 +261,11 @@ def _with_audit(cf: ClaimsFile, run_dir: Path, spec: Any, spec_path: Path, sourc
         report.results = _unanswerable(cf, report.results, problems, spec_path)
         return report
 
-    from circuitstat.pipelines.audit.run import run_audit  # heavy (torch); only when an audit is needed
+    from circuitstat.pipelines.kinds import kind  # the audit's module is heavy (torch); only when an audit is needed
 
     say(f"running the audit of {spec_path} into {run_dir} ...")
     try:
-        run_audit(spec, run_dir)
+        kind("audit").run(spec, run_dir)  # as `circuitstat audit` and the service run it
     except Exception as e:  # noqa: BLE001 - errors from building its model or task may quote the spec's values
         if theirs and isinstance(e, (InputError, RunDirError, RunLockedError, OSError)):
             raise InputError(f"running the audit of {spec_path}: {e}") from None

@@ -10,9 +10,9 @@ from typing import Any
 
 import typer
 
-from circuitstat.pipelines.options import MOE_NODES, OBJECTIVE
+from circuitstat.pipelines.options import MASK_METHODS, MOE_NODES, OBJECTIVE
 from circuitstat.core.params import (BATCH_SIZE, IG_STEPS, LR_CONSTANTS, N_JOBS, N_REFITS, PRUNING_LR,
-                                           PRUNING_SPARSITY, PRUNING_TARGET, PRUNING_WARMUP,
+                                           PRUNING_SPARSITY, PRUNING_TARGET, PRUNING_WARMUP, NODE_TARGET,
                                           PRUNING_STEPS, SEED, UGS_SAMPLES)
 
 from .app import (trust_option, verified, ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, TASK_HELP, TASK_OPTION_HELP, Ablation, DType, Level,
@@ -169,7 +169,7 @@ VERIFY_TAU_OPTION = typer.Option(None, "--verify-tau", min=0.0,
 VERIFY_SEED_OPTION = typer.Option(None, "--verify-seed", **SEED.option,
                                   help="seed of the verified prompts (default: from --seed)")
 
-# ... the mask-learned methods, edge-pruning and ugs (circuitstat.pipelines.attribute.pruning_options;
+# ... the mask-learned methods, edge-pruning and ugs (which takes which: circuitstat.pipelines.mask_options;
 # docs/edge-pruning.md)
 STEPS_OPTION = typer.Option(None, "--steps", **PRUNING_STEPS.option,
                             help=f"edge-pruning and ugs only: Adam steps of the fit "
@@ -208,6 +208,10 @@ NODE_MASKS_OPTION = typer.Option(
 NODE_SPARSITY_OPTION = typer.Option(
     None, "--node-sparsity", min=0.0,
     help="edge-pruning only, with --node-masks: weight of the expected share of open node gates (default 1.0)")
+NODE_TARGET_OPTION = typer.Option(
+    None, "--node-target", **NODE_TARGET.option,
+    help="edge-pruning only, with --node-masks: target share of node gates closed (Bhaskar et al.'s second "
+         "Lagrangian; the fixed node penalty then defaults to 0)")
 N_REFITS_OPTION = typer.Option(
     None, "--n-refits", **N_REFITS.option,
     help="edge-pruning and ugs only: refit on this many bootstrap resamples of the prompts "
@@ -255,6 +259,7 @@ def attribute_command(
     warmup: int | None = WARMUP_OPTION,
     node_masks: bool = NODE_MASKS_OPTION,
     node_sparsity: float | None = NODE_SPARSITY_OPTION,
+    node_target: float | None = NODE_TARGET_OPTION,
     n_refits: int | None = N_REFITS_OPTION,
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help=ALLOW_PICKLE_HELP),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
@@ -274,88 +279,81 @@ def attribute_command(
     command is run again. Cost: --plan prints each method's estimated time on this machine first."""
     from types import SimpleNamespace
 
-    # every option by name, a choice as its name: the steps below (check, then plan, fit masks or score) read them
+    # every option by name, a choice as its name: the spec is built of them (and checked there), then planned or run
     o = SimpleNamespace(**{k: getattr(v, "value", v) for k, v in locals().items()})
-    vspec, pruning, options = _checked_attribute_options(o)
+    spec = _attribute_spec(o)
     if o.plan:
-        _plan_attribute(o, options, vspec, pruning)
-    elif pruning is not None:
-        _fit_masks(o, options, pruning)
+        _plan_attribute(o, spec)
     else:
-        _score(o, options, vspec)
+        _run_attribute(o, spec)
 
 
-def _checked_attribute_options(o: Any) -> tuple[Any, Any, dict]:
-    """Return (the verified-run spec or None, the mask-learning options or None, the task options) of `attribute`'s
-    options ``o``; InputError naming a bad one: everything is checked before the run directory exists."""
-    from circuitstat.core.errors import InputError
-    from circuitstat.pipelines.attribute import pruning_options
-    from circuitstat.pipelines.build import parse_task_options
-    from circuitstat.pipelines.spec import check_verify
-    from circuitstat.pipelines.verify import verify_from_options
+def _run_attribute(o: Any, spec: Any) -> None:
+    """Run the attribute spec ``spec`` into ``o.out`` through the kind's run and print its top scores (or edges)."""
+    from circuitstat.pipelines.kinds import kind
 
-    options = parse_task_options(o.task, o.task_option)
-    vspec = verify_from_options(o.verify, o.verify_edges, o.verify_tau, o.verify_seed)
-    check_verify(vspec, methods=[o.method], n_prompts=o.n, level=o.level, words="flags")
-    ep = {"steps": o.steps, "lr": o.lr, "sparsity": o.sparsity, "objective": o.objective, "n_samples": o.n_samples,
-          "ablation": o.mask_ablation, "lr_constants": o.lr_constants, "target": o.target, "warmup": o.warmup,
-          "node_masks": True if o.node_masks else None, "node_sparsity": o.node_sparsity}
-    if o.node_sparsity is not None and not o.node_masks:
-        raise InputError("--node-sparsity weighs the node gates: give --node-masks too")
-    if o.n_samples is not None and o.method != "ugs":
-        raise InputError(f"--n-samples sets UGS's mask draws: use it with --method ugs, not {o.method}")
-    pruning = pruning_options(o.method, ep, o.n_refits)  # refused for an attribution method
-    if o.out is None and not o.plan:
-        raise InputError("--out is required: give the run directory to write (or pass --plan to only plan the run)")
-    return vspec, pruning, options
-
-
-def _plan_attribute(o: Any, options: dict, vspec: Any, pruning: Any) -> None:
-    """Print the plan of the attribute run ``o`` describes (on the meta device: no weights are allocated)."""
-    from circuitstat.circuits.plan import parse_bytes
-    from circuitstat.pipelines.attribute import check_method_options
-    from circuitstat.pipelines.build import check_device, check_n_jobs
-    from circuitstat.pipelines.spec import mask_draws
-
-    check_method_options(o.method, o.level, o.ablation, batch_size=o.batch_size, ig_steps=o.ig_steps)
-    budget = None if o.max_memory is None else parse_bytes(o.max_memory)
-    _plan(o.model, o.task, options, n=o.n, seed=o.seed, metric=o.metric, level=o.level, batch_size=o.batch_size,
-          ig_steps=o.ig_steps, budget=budget, n_jobs=check_n_jobs(o.n_jobs, "--n-jobs"), device=check_device(o.device),
-          dtype=o.dtype, allow_pickle=o.allow_pickle, allow_large=o.allow_large, verify=vspec, method=o.method,
-          pruning=None if pruning is None else (pruning.steps, 1 + (o.n_refits or 0), mask_draws(o.method, pruning)),
-          moe_nodes=o.moe_nodes)
-
-
-def _fit_masks(o: Any, options: dict, pruning: Any) -> None:
-    """Fit the mask-learned method (edge-pruning or ugs) of ``o`` into its run directory and print its top edges."""
-    from circuitstat.pipelines.attribute import run_attribute
-    from circuitstat.pipelines.spec import MASK_SECTIONS
-
-    masks = run_attribute(o.model, o.task, o.out, method=o.method, level=o.level, ablation=o.ablation,
-                          input_node=o.input_node, metric=o.metric, n=o.n, batch_size=o.batch_size, seed=o.seed,
-                          device=o.device, dtype=o.dtype, max_memory=o.max_memory, force=o.force,
-                          allow_pickle=o.allow_pickle, allow_large=o.allow_large, task_options=options,
-                          n_refits=o.n_refits, moe_nodes=o.moe_nodes,
-                          **{MASK_SECTIONS[o.method][0]: pruning.model_dump()})
-    _print_masks(masks, o.method, o.out)
-
-
-def _score(o: Any, options: dict, vspec: Any) -> None:
-    """Compute the per-example scores of the attribution run ``o`` (and its verified run) and print the top ones."""
-    from circuitstat.pipelines.attribute import run_attribute
-
-    sm = run_attribute(o.model, o.task, o.out, method=o.method, level=o.level, ablation=o.ablation,
-                       input_node=o.input_node, metric=o.metric, n=o.n, batch_size=o.batch_size, ig_steps=o.ig_steps,
-                       seed=o.seed, n_jobs=o.n_jobs, device=o.device, dtype=o.dtype, max_memory=o.max_memory,
-                       checkpoint_every=o.checkpoint_every, resume=o.resume, force=o.force,
-                       allow_pickle=o.allow_pickle, allow_large=o.allow_large, verify=vspec, task_options=options,
-                       scheduler=o.scheduler, moe_nodes=o.moe_nodes)
-    _print_top(sm, o.method, o.level, o.out, ranking=o.ranking)
-    if vspec is not None:
+    # the run as the service runs a job: the kind's run of the spec; what only this machine decides (workers,
+    # device, Dask scheduler, --force, --resume, the --allow-* limits) are its keyword arguments
+    result = kind("attribute").run(spec, o.out, n_jobs=o.n_jobs, device=o.device, scheduler=o.scheduler,
+                                   force=o.force, resume=o.resume, allow_pickle=o.allow_pickle,
+                                   allow_large=o.allow_large)
+    if spec.method in MASK_METHODS:
+        _print_masks(result, spec.method, o.out)
+        return
+    _print_top(result, spec.method, spec.level, o.out, ranking=o.ranking)
+    if spec.verify is not None:
         from circuitstat.reports.verdicts.verified import verified_lines
 
         for line in verified_lines(o.out):
             echo(line)
+
+
+def _attribute_spec(o: Any) -> Any:
+    """The AttributeSpec of `attribute`'s options ``o`` (the one the service's attribute jobs are read into),
+    validated there; InputError naming a bad option: everything is checked before the run directory exists."""
+    from circuitstat.core.errors import InputError
+    from circuitstat.pipelines.attribute import attribute_spec
+    from circuitstat.pipelines.build import parse_task_options
+    from circuitstat.pipelines.mask_options import place_mask_options
+    from circuitstat.pipelines.options import DTYPES
+    from circuitstat.pipelines.verify import verify_from_options
+
+    mask = {"steps": o.steps, "lr": o.lr, "sparsity": o.sparsity, "objective": o.objective, "n_samples": o.n_samples,
+            "ablation": o.mask_ablation, "lr_constants": o.lr_constants, "target": o.target, "warmup": o.warmup,
+            "node_masks": True if o.node_masks else None, "node_sparsity": o.node_sparsity,
+            "node_target": o.node_target}
+    data = {"model": o.model, "task": o.task, "task_options": parse_task_options(o.task, o.task_option),
+            "method": o.method, "level": o.level, "ablation": o.ablation, "input_node": o.input_node,
+            "metric": o.metric, "moe_nodes": o.moe_nodes, "n": o.n, "batch_size": o.batch_size,
+            "ig_steps": o.ig_steps, "seed": o.seed, "dtype": DTYPES[o.dtype], "checkpoint_every": o.checkpoint_every,
+            "max_memory": o.max_memory, "n_refits": o.n_refits,
+            "verify": verify_from_options(o.verify, o.verify_edges, o.verify_tau, o.verify_seed),
+            **place_mask_options(o.method, mask)}
+    # a plan prices any size (the rows over this machine's limits are marked, not refused): only a run is limited
+    spec = attribute_spec(data, "the command line", words="flags", allow_large=o.allow_large or o.plan)
+    if o.out is None and not o.plan:
+        raise InputError("--out is required: give the run directory to write (or pass --plan to only plan the run)")
+    return spec
+
+
+def _plan_attribute(o: Any, spec: Any) -> None:
+    """Print the plan of the attribute run ``spec`` (on the meta device: no weights are allocated)."""
+    from circuitstat.circuits.plan import parse_bytes
+    from circuitstat.pipelines.attribute import check_method_options
+    from circuitstat.pipelines.build import check_device, check_n_jobs
+    from circuitstat.pipelines.spec import MASK_SECTIONS, mask_draws
+
+    check_method_options(spec.method, spec.level, spec.ablation, batch_size=spec.batch_size, ig_steps=spec.ig_steps)
+    budget = None if spec.max_memory is None else parse_bytes(spec.max_memory)
+    pruning = None
+    if spec.method in MASK_METHODS:
+        section, options_class = MASK_SECTIONS[spec.method]
+        options = getattr(spec, section) or options_class()
+        pruning = (options.steps, 1 + (spec.n_refits or 0), mask_draws(spec.method, options))
+    _plan(spec.model, spec.task, spec.task_options, n=spec.n, seed=spec.seed, metric=spec.metric, level=spec.level,
+          batch_size=spec.batch_size, ig_steps=spec.ig_steps, budget=budget, n_jobs=check_n_jobs(o.n_jobs, "--n-jobs"),
+          device=check_device(o.device), dtype=spec.dtype, allow_pickle=o.allow_pickle, allow_large=o.allow_large,
+          verify=spec.verify, method=spec.method, pruning=pruning, moe_nodes=spec.moe_nodes)
 
 
 def _print_masks(masks, method: str, out: Path, top: int = 10) -> None:
@@ -467,15 +465,15 @@ def audit_command(
     folds keep a group whole, faithfulness_folds sets their number); docs/usage.md has a five-row example.
     Cost: minutes for the zoo's 2-layer models (the demo's audit of 64 prompts: about 35 s); exact
     patching grows with the edges, so plan a large model with `circuitstat attribute --plan` first."""
-    from circuitstat.pipelines.audit.run import run_audit
+    from circuitstat.pipelines.kinds import kind
     from circuitstat.pipelines.spec import load_spec
 
     check_out(out, "audit", force=force)
     parsed = load_spec(spec, allow_outside=allow_outside)  # validated before anything is created
     if min_excess is not None:  # recorded in the run's spec, where the verdict and the report read it
         parsed = parsed.model_copy(update={"heads": parsed.heads.model_copy(update={"min_excess": min_excess})})
-    run_audit(parsed, out, n_jobs=n_jobs, scheduler=scheduler, force=force, allow_pickle=allow_pickle,
-              allow_large=allow_large)
+    kind("audit").run(parsed, out, n_jobs=n_jobs, scheduler=scheduler, force=force, allow_pickle=allow_pickle,
+                      allow_large=allow_large)
     echo(f"audit written to {out}")
     if report:
         from circuitstat.reports.html import render_report

@@ -52,8 +52,8 @@ def check_circuit_command(
     of its scores, which edges are not supported at q, how often resampling selects them; exit 1 when a
     --claims claim fails, 2 on bad input (unknown edges, a circuit for another model shape)."""
     from circuitstat.core.errors import InputError
-    from circuitstat.pipelines.audit.run import run_audit
     from circuitstat.pipelines.build import parse_task_options
+    from circuitstat.pipelines.kinds import kind
     from circuitstat.pipelines.spec import parse_spec
 
     check_out(out, "audit", force=force)
@@ -73,7 +73,7 @@ def check_circuit_command(
 
         preflight(cf, spec, "the audit these options describe (--method, --k, ...)")  # exit 2 before any work
     try:
-        run_audit(spec, out, force=force, allow_pickle=allow_pickle, allow_large=allow_large)
+        kind("audit").run(spec, out, force=force, allow_pickle=allow_pickle, allow_large=allow_large)  # the audit's road
     except InputError as e:  # the spec holds the file's absolute path (a resumed run finds it from anywhere):
         raise type(e)(as_given(str(e), circuit)) from None  # errors name it as the user gave it
     print_published(out)

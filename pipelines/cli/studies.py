@@ -12,6 +12,8 @@ from circuitstat.core.errors import InputError
 from circuitstat.core.params import (D_MLP, INIT_STD, MIN_LR_RATIO, N_JOBS, N_RESAMPLES, REPEAT_FRACTION, SEED,
                                           WARMUP_STEPS)
 
+from circuitstat.pipelines.kinds import kind
+
 from .app import ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, app, check_out, choices, echo, study_app
 
 MAX_SEEDS_HELP = "1000"  # circuitstat.pipelines.training.MAX_SEEDS, written out so that --help does not import training
@@ -61,17 +63,9 @@ def heads_command(
 
     Cost: about a minute for 5 zoo-sized models with the default 100 probe prompts and 200 resamples
     (scales with models x probe prompts x resamples); across-seed intervals need at least 3 models."""
-    from circuitstat.pipelines.build import check_device, check_n_jobs
-    from circuitstat.pipelines.sources import LOCAL
-    from circuitstat.pipelines.heads.stability import HeadStability, write_heads_run
+    from circuitstat.pipelines.build import check_n_jobs
+    from circuitstat.pipelines.heads.stability import HeadsSpec, HeadStability
 
-    models = [p for m in models for p in str(m).split(",") if p]
-    if len(models) < 2:
-        raise InputError("pass at least 2 models (--models DIR --models DIR ..., or --models DIR,DIR,...)")
-    check_out(out, "heads", force=force)
-    device = check_device(device)
-    n_jobs = check_n_jobs(n_jobs, "--n-jobs")
-    loaded = [LOCAL.load(m, device=device, allow_pickle=allow_pickle, allow_large=allow_large) for m in models]
     if n_boot is not None:
         from circuitstat.core.errors import warn_renamed
 
@@ -84,14 +78,10 @@ def heads_command(
                         n_probe=n_probe, probe_len=probe_len, bos=bos,
                         probe_file=str(probe_file) if probe_file else None, corpus=corpus,
                         hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), seed=seed,
-                        n_jobs=n_jobs)
-    from circuitstat.pipelines.work import check_heads
-
-    check_heads(est, loaded, allow_large=allow_large)  # before the probe set is built or a model runs
-    res = est.fit(loaded).result_
-    # threads change no result: the spec (which a rerun must match) leaves them out
-    spec = {k: v for k, v in est.get_params().items() if k != "n_jobs"}
-    write_heads_run(res, out, spec={"models": list(models), **spec}, command=sys.argv, force=force)
+                        n_jobs=check_n_jobs(n_jobs, "--n-jobs"))
+    spec = HeadsSpec(est, tuple(p for m in models for p in str(m).split(",") if p))
+    res = kind("heads").run(spec, out, device=device, force=force, command=sys.argv, allow_pickle=allow_pickle,
+                            allow_large=allow_large)
     echo(res.summary())
     echo(f"-> {out}")
 
@@ -183,7 +173,6 @@ def demo_command(
 
     Cost: from an empty cache about 9 min on 2 cores (training 5 models about 6.3 min, audit and report
     about 35 s); with the models cached, about 35 s."""
-    from circuitstat.pipelines.audit.run import run_audit
     from circuitstat.pipelines.build import check_n_jobs, max_jobs
     from circuitstat.pipelines.demo import DEMO_RECIPE, demo_spec, print_summary
     from circuitstat.pipelines.zoo import ZOO_RECIPES, ZOO_SEEDS, default_zoo
@@ -195,7 +184,7 @@ def demo_command(
                "minutes on 2 cores, then cached) → induction-circuit audit with exact patching and EAP → head "
                "stability across seeds → HTML report")
     default_zoo(n_jobs=n_jobs, recipes={DEMO_RECIPE: ZOO_RECIPES[DEMO_RECIPE]})  # only what the demo audits
-    run_audit(demo_spec(n_jobs, quick), out)
+    kind("audit").run(demo_spec(n_jobs, quick), out, n_jobs=None)  # the spec's workers
     report = render_report(out)
     print_summary(out, echo=echo)
     echo(f"\nreport: {report.resolve()}")
@@ -221,15 +210,14 @@ def study_heads_command(
     machine, 115 min on a loaded one, then about 4 min of analysis; cached models are reused. --quick:
     about 15 s."""
     from circuitstat.pipelines.build import check_device, check_n_jobs
-    from circuitstat.pipelines.heads.study import load_head_study_plan, run_head_study
+    from circuitstat.pipelines.heads.study import HeadStudyRun, load_head_study_plan
 
-    if plan is not None and quick:
-        raise InputError("give a plan file or --quick, not both (--quick is the built-in tiny plan)")
     check_out(out, "study heads", force=force)
     n_jobs, device = check_n_jobs(n_jobs), check_device(device)
     study_plan = load_head_study_plan(plan, allow_outside=allow_outside) if plan is not None else None
-    res = run_head_study(out, quick=quick, plan=study_plan, n_jobs=n_jobs, device=device, force=force,
-                         command=sys.argv, allow_large=allow_large)  # its work is checked before any training
+    spec = HeadStudyRun(plan=study_plan, quick=quick)  # refuses a plan and --quick together
+    res = kind("study heads").run(spec, out, n_jobs=n_jobs, device=device,
+                                  force=force, command=sys.argv, allow_large=allow_large)  # work checked first
     from circuitstat.stats.intervals import interval_text
 
     t = res.to_table("summary").to_pydict()
@@ -258,11 +246,12 @@ def study_variance_command(
     Cost: examples/variance-zoo.yaml computes score matrices for every estimator, seed and counterfactual
     draw, then 3-4 min of statistics on 2 cores (mostly the selection stage's faithfulness curves); it
     needs the zoo's attention-only seeds 0-2 (trained on first use). A killed run resumes."""
-    from circuitstat.pipelines.variance_study import load_variance_spec, run_variance_study, summary_lines
+    from circuitstat.pipelines.variance_study import load_variance_spec, summary_lines
 
     check_out(out, "study variance", force=force)
     parsed = load_variance_spec(spec, allow_outside=allow_outside)  # validated before anything is created
-    run_variance_study(parsed, out, n_jobs=n_jobs, force=force, allow_pickle=allow_pickle, allow_large=allow_large)
+    kind("study variance").run(parsed, out, n_jobs=n_jobs, force=force, allow_pickle=allow_pickle,
+                               allow_large=allow_large)
     echo(f"variance study written to {out}")
     for line in summary_lines(Path(out)):
         echo(line)
@@ -292,8 +281,7 @@ def study_calibration_command(
     Cost: exact attribution of the whole population first (1024 prompts in examples/calibration-zoo.yaml),
     then the resampled datasets: about 3 min of CPU for that example (165 s: edge kinds ~4 s, stability
     ~46 s, the rest faithfulness; docs/calibration.md). Drop kinds from `intervals` to go faster."""
-    from circuitstat.pipelines.calibration.study import (load_calibration_spec, parse_calibration_spec, run_calibration_study,
-                                             summary_lines)
+    from circuitstat.pipelines.calibration.study import load_calibration_spec, parse_calibration_spec, summary_lines
 
     check_out(out, "study calibration", force=force)
     if spec is None and scores is None:
@@ -302,8 +290,8 @@ def study_calibration_command(
         parsed = parse_calibration_spec({"scores": str(scores)}, "--scores")
     else:
         parsed = load_calibration_spec(spec, allow_outside=allow_outside, scores=scores)
-    res = run_calibration_study(parsed, out, n_jobs=n_jobs, force=force, allow_pickle=allow_pickle,
-                                allow_large=allow_large)
+    res = kind("study calibration").run(parsed, out, n_jobs=n_jobs, force=force, allow_pickle=allow_pickle,
+                                        allow_large=allow_large)
     for line in summary_lines(res.to_table("coverage").to_pylist(), parsed.confidence_level, out,
                               res.to_table("coverage_by_kurtosis").to_pylist()):
         echo(line)
@@ -318,12 +306,12 @@ def study_groundtruth_command(
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
     """Score discovery methods and circuitstat's error statements against models whose circuit is known."""
-    from circuitstat.pipelines.groundtruth import load_groundtruth_spec, run_groundtruth_study, summary_lines
+    from circuitstat.pipelines.groundtruth import load_groundtruth_spec, summary_lines
     from circuitstat.reports.html import render_report
 
     check_out(out, "study groundtruth", force=force)
     parsed = load_groundtruth_spec(spec)
-    res = run_groundtruth_study(parsed, out, n_jobs=n_jobs, force=force, allow_large=allow_large)
+    res = kind("study groundtruth").run(parsed, out, n_jobs=n_jobs, force=force, allow_large=allow_large)
     for line in summary_lines(res.tables(), parsed.alphas[0]):
         echo(line)
     echo(f"-> {out}\nreport: {render_report(out)}")

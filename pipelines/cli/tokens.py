@@ -9,7 +9,7 @@ import typer
 
 from circuitstat.core.params import BATCH_SIZE, N_RESAMPLES, SEED
 
-from .app import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, TASK_HELP, TASK_OPTION_HELP, MetricName, app, check_out, choices,
+from .app import (ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, TASK_HELP, TASK_OPTION_HELP, MetricName, app, choices,
                echo)
 
 TokenAblation = choices("TokenAblation", "zero", "mean", "mask")  # what an ablated token's embedding becomes
@@ -78,23 +78,11 @@ def tokens_command(
                              n_random=n_random, ablation=ablation.value, exclude_first=exclude_first,
                              exclude_readout=exclude_readout, sink=sink.value, sink_threshold=sink_threshold,
                              n_resamples=n_resamples, batch_size=batch_size, seed=seed)
-    est.validate()  # every option is checked before the model loads or anything is written
-    est.check_sizes(allow_large=allow_large)
-    check_out(out, "tokens", force=force)
-    from circuitstat.pipelines.build import check_device, check_work, task_positions
-    from circuitstat.pipelines.sources import LOCAL
+    from circuitstat.pipelines.contributions import TokensSpec
+    from circuitstat.pipelines.kinds import kind
 
-    dev = check_device(device)
-    sources = [p for m in models for p in str(m).split(",") if p]
-    loaded = [LOCAL.load(s, device=dev, allow_pickle=allow_pickle, allow_large=allow_large) for s in sources]
-    for m in loaded:
-        check_work(m, n, level="node", positions=task_positions(task, options), allow_large=allow_large)
-    from circuitstat.pipelines.work import announce, check_tokens
-
-    announce("tokens", check_tokens(est, loaded, task_positions(task, options), allow_large=allow_large))
-    if len(loaded) == 1:
-        res = est.run(loaded[0], out, command=sys.argv, force=force, allow_large=allow_large)
-    else:
-        res = est.cross_seed(loaded, out, command=sys.argv, force=force, allow_large=allow_large)
+    spec = TokensSpec(est, tuple(p for m in models for p in str(m).split(",") if p))
+    res = kind("tokens").run(spec, out, device=device, force=force, command=sys.argv, allow_pickle=allow_pickle,
+                             allow_large=allow_large)
     echo(res.summary())
     echo(f"-> {out}")

@@ -456,11 +456,51 @@ def write_heads_run(result: HeadStabilityResult, out: str | os.PathLike, *, spec
     prov = result.table_provenance()
     spec = spec if spec is not None else {k: v for k, v in result.params.items() if k != "models"}
     seed = result.params.get("seed")
-    with RunDir(out, spec=spec, command=command, seed=seed if isinstance(seed, int) else None,
+    # the run's kind recorded, so that `heads` can resume or --force its own run (check_run_out refuses a kindless one)
+    with RunDir(out, spec=spec, command=command, seed=seed if isinstance(seed, int) else None, kind=KIND_NAME,
                 provenance={"models": prov["models"], "probe": prov["probe"]}) as run:
         return run.stage("heads", lambda: result.write(run) and None, result.table_names(),
                          params={"spec": spec, "weights": [m.get("weight_hash") for m in prov["models"]],
                                  "probe": prov["probe"].get("sha256")}, force=force)
 
 
-KIND = RunKind(KIND_NAME, "cross-seed stability of attention heads and of the residual stream")
+@dataclass(frozen=True)
+class HeadsSpec:
+    """A ``heads`` run: its estimator (every option) and the sources of the refits it compares (the first is the
+    anchor)."""
+
+    estimator: HeadStability
+    models: tuple[str, ...]
+
+    @property
+    def sources(self) -> list[str]:
+        """The model sources, in order."""
+        return list(self.models)
+
+
+def run_heads(spec: HeadsSpec, out: str | os.PathLike, *, device: str = "cpu", force: bool = False,
+              command: Any = None, allow_pickle: bool = False, allow_large: bool = False,
+              inputs: Any = None) -> HeadStabilityResult:
+    """The HeadStabilityResult of the heads run ``spec`` written into ``out``: the kind's run (its work is checked
+    before the probe set is built or a model runs)."""
+    from circuitstat.core.errors import InputError
+    from circuitstat.pipelines.build import check_device
+    from circuitstat.pipelines.kinds import check_run_out
+    from circuitstat.pipelines.sources import LOCAL
+    from circuitstat.pipelines.work import check_heads
+
+    if len(spec.models) < 2:
+        raise InputError("pass at least 2 models (--models DIR --models DIR ..., or --models DIR,DIR,...)")
+    check_run_out(out, KIND_NAME, force=force)
+    device, inputs = check_device(device), inputs or LOCAL
+    loaded = [inputs.load(m, device=device, allow_pickle=allow_pickle, allow_large=allow_large) for m in spec.models]
+    est = spec.estimator
+    check_heads(est, loaded, allow_large=allow_large)
+    res = est.fit(loaded).result_
+    # threads change no result: the spec (which a rerun must match) leaves them out
+    params = {k: v for k, v in est.get_params().items() if k != "n_jobs"}
+    write_heads_run(res, out, spec={"models": list(spec.models), **params}, command=command, force=force)
+    return res
+
+
+KIND = RunKind(KIND_NAME, "cross-seed stability of attention heads and of the residual stream", run=run_heads)

@@ -499,4 +499,32 @@ def run_head_study(out: str | os.PathLike, quick: bool = False, n_jobs: int = N_
                            timings=timings, plan=plan)
 
 
-KIND = RunKind(KIND_NAME, "do the claims of Bali et al. (2026) on head stability hold on models trained here?")
+@dataclass(frozen=True)
+class HeadStudyRun:
+    """A ``study heads`` run: its plan (None: the full study of docs/results.md), or ``quick``, the built-in tiny
+    plan (not both). Its models are trained by the study, so it loads no model source."""
+
+    plan: StudyPlan | None = None
+    quick: bool = False
+
+    def __post_init__(self) -> None:
+        if self.plan is not None and self.quick:
+            raise InputError("give a plan file or --quick, not both (--quick is the built-in tiny plan)")
+
+    @property
+    def sources(self) -> list[str]:
+        """No model source: the study trains its models."""
+        return []
+
+
+def run_head_study_spec(spec: HeadStudyRun, out: str | os.PathLike, *, n_jobs: int = N_JOBS.default_for(KIND_NAME),
+                        device: str = "cpu", force: bool = False, command: Any = None, allow_large: bool = False,
+                        allow_pickle: bool = False, inputs: Any = None) -> HeadStudyResult:
+    """The HeadStudyResult of the study ``spec`` written into ``out``: the kind's run (run_head_study; the study
+    trains its own models, so ``allow_pickle`` and ``inputs`` have no use here)."""
+    return run_head_study(out, quick=spec.quick, plan=spec.plan, n_jobs=n_jobs, device=device, force=force,
+                          command=command, allow_large=allow_large)
+
+
+KIND = RunKind(KIND_NAME, "do the claims of Bali et al. (2026) on head stability hold on models trained here?",
+               run=run_head_study_spec, sources=lambda spec: spec.sources)

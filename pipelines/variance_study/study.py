@@ -275,12 +275,6 @@ def variance_flops(spec: VarianceSpec, cfg) -> float:
     return len(spec.sources) * spec.counterfactual.n_draws * per_draw + fresh
 
 
-def _run_kind(spec: VarianceSpec, out, *, n_jobs: int = 1, allow_pickle: bool = False, allow_large: bool = False,
-              inputs: RunInputs = LOCAL):
-    return run_variance_study(spec, out, n_jobs=n_jobs, allow_pickle=allow_pickle, allow_large=allow_large,
-                              inputs=inputs)
-
-
 def _parse(data, source: str) -> VarianceSpec:
     from .spec import parse_variance_spec
 
@@ -288,4 +282,4 @@ def _parse(data, source: str) -> VarianceSpec:
 
 
 KIND = RunKind(KIND_NAME, "the share of each source of variation in the scores (crossed random effects)",
-               parse=_parse, run=_run_kind, stages=variance_stages, flops=variance_flops, report=True)
+               parse=_parse, run=run_variance_study, stages=variance_stages, flops=variance_flops, report=True)

@@ -113,8 +113,18 @@ def test_attribute_node_masks_flag_writes_the_label_and_refuses_misuse_with_exit
     assert res.exit_code == 0, res.output
     t = pq.read_table(tmp_path / "a" / "edge_masks.parquet").to_pandas()
     assert set(t["label"]) == {"edge pruning, counterfactual ablation, fixed sparsity penalty, node masks"}
+    res = runner.invoke(app, base + ["--method", "edge-pruning", "--node-masks", "--node-target", "0.5",
+                                     "--out", str(tmp_path / "t")])
+    assert res.exit_code == 0, res.output
+    t = pq.read_table(tmp_path / "t" / "edge_masks.parquet").to_pandas()
+    assert set(t["label"]) == {"edge pruning, counterfactual ablation, fixed sparsity penalty, node masks (target 0.5)"}
+    assert set(t["node_target_sparsity"]) == {0.5} and t["reached_node_sparsity"].between(0, 1).all()
+    assert t["node_target_sparsity"].notna().all()
+    plain = pq.read_table(tmp_path / "a" / "edge_masks.parquet").to_pandas()
+    assert plain["node_target_sparsity"].isna().all() and plain["reached_node_sparsity"].notna().all()
     for bad in (["--method", "ugs", "--node-masks"], ["--method", "edge-pruning", "--node-sparsity", "2"],
-                ["--method", "eap", "--node-masks"]):
+                ["--method", "eap", "--node-masks"], ["--method", "edge-pruning", "--node-target", "0.5"],
+                ["--method", "edge-pruning", "--node-masks", "--node-target", "1"]):
         res = runner.invoke(app, base + bad + ["--out", str(tmp_path / "b")])
         assert res.exit_code == 2, (bad, res.exit_code, res.output)
 

@@ -113,7 +113,7 @@ def test_attribute_jobs_take_ugs_options_and_check_them():
     spec = k.parse({"model": "m", "method": "ugs", "ugs": {"n_samples": 3, "steps": 2}, "n_refits": 2}, "job")
     assert spec.ugs.n_samples == 3 and k.stages(spec) == ["masks"]
     for bad, words in (({"method": "ugs", "ugs": {"n_samples": 0}}, "n_samples"),
-                       ({"method": "eap", "ugs": {"steps": 2}}, "method ugs"),
+                       ({"method": "eap", "ugs": {"steps": 2}}, "method edge-pruning or ugs, not eap"),
                        ({"method": "edge-pruning", "ugs": {"steps": 2}}, "method ugs")):
         with pytest.raises(InputError, match=words):
             k.parse({"model": "m", **bad}, "job")

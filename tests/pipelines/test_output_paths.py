@@ -76,7 +76,7 @@ def test_every_output_option_is_under_the_policy():
 
 
 # run outputs whose refusal the tests below show by running the command (their check sits in a helper)
-BY_BEHAVIOUR = {"attribute --out", "sample-size --out", "check-circuit --out"}
+BY_BEHAVIOUR = {"attribute --out", "sample-size --out", "check-circuit --out", "tokens --out", "heads --out"}
 
 
 @pytest.fixture
@@ -177,14 +177,16 @@ def test_force_never_writes_into_a_run_of_another_kind(tmp_path):
     with RunDir(tmp_path / "audit", spec={"methods": ["eap"], "bootstrap": {}}, seed=0, kind="audit"):
         pass
     before = (tmp_path / "audit" / "manifest.json").read_bytes()
-    res = _invoke(["attribute", "--model", MODEL, "--method", "eap", "--n", "4", "--out", tmp_path / "audit",
-                   "--force"])
-    assert res.exit_code == 2 and "holds a `circuitstat audit` run" in res.stderr, res.output
-    assert (tmp_path / "audit" / "manifest.json").read_bytes() == before
+    # attribute, tokens and heads check --out in their kind's run (circuitstat.pipelines.kinds.check_run_out)
+    runs = (["attribute", "--model", MODEL, "--method", "eap", "--n", "4"], ["tokens", "--model", MODEL, "--n", "4"],
+            ["heads", "--models", f"{MODEL},{MODEL}"])
+    for argv in runs:
+        res = _invoke([*argv, "--out", tmp_path / "audit", "--force"])
+        assert res.exit_code == 2 and "holds a `circuitstat audit` run" in res.stderr, (argv, res.output)
+        assert (tmp_path / "audit" / "manifest.json").read_bytes() == before
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "audit", target_is_directory=True)
-    for argv in (["attribute", "--model", MODEL, "--method", "eap", "--n", "4"],
-                 ["check-circuit", tmp_path / "c.json", "--model", MODEL, "--task", "induction"]):
+    for argv in (*runs, ["check-circuit", tmp_path / "c.json", "--model", MODEL, "--task", "induction"]):
         res = _invoke([*argv, "--out", link])
         assert res.exit_code == 2 and "is a symbolic link" in res.stderr, res.output
 

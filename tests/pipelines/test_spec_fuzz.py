@@ -182,10 +182,15 @@ def run_dir(base_dir):
 
 @pytest.fixture(scope="module")
 def fake_audit():
-    """circuitstat.pipelines.audit.run.run_audit replaced by a recorder that writes nothing."""
+    """The audit kind's run (what `circuitstat audit` calls: kind("audit").run) replaced by a recorder that writes
+    nothing."""
+    import dataclasses
+
+    from circuitstat.pipelines.audit import run as audit_run
+
     calls = []
     mp = pytest.MonkeyPatch()
-    mp.setattr("circuitstat.pipelines.audit.run.run_audit", lambda spec, out, **kw: calls.append(out))
+    mp.setattr(audit_run, "KIND", dataclasses.replace(audit_run.KIND, run=lambda spec, out, **kw: calls.append(out)))
     yield calls
     mp.undo()
 
