@@ -64,7 +64,7 @@ def heads_command(
     Cost: about a minute for 5 zoo-sized models with the default 100 probe prompts and 200 resamples
     (scales with models x probe prompts x resamples); across-seed intervals need at least 3 models."""
     from circuitstat.pipelines.build import check_n_jobs
-    from circuitstat.pipelines.heads.stability import HeadsSpec, HeadStability
+    from circuitstat.pipelines.heads.stability import HeadsRun, HeadStability
 
     if n_boot is not None:
         from circuitstat.core.errors import warn_renamed
@@ -79,7 +79,7 @@ def heads_command(
                         probe_file=str(probe_file) if probe_file else None, corpus=corpus,
                         hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), seed=seed,
                         n_jobs=check_n_jobs(n_jobs, "--n-jobs"))
-    spec = HeadsSpec(est, tuple(p for m in models for p in str(m).split(",") if p))
+    spec = HeadsRun(est, tuple(p for m in models for p in str(m).split(",") if p))
     res = kind("heads").run(spec, out, device=device, force=force, command=sys.argv, allow_pickle=allow_pickle,
                             allow_large=allow_large)
     echo(res.summary())

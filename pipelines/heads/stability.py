@@ -465,7 +465,7 @@ def write_heads_run(result: HeadStabilityResult, out: str | os.PathLike, *, spec
 
 
 @dataclass(frozen=True)
-class HeadsSpec:
+class HeadsRun:
     """A ``heads`` run: its estimator (every option) and the sources of the refits it compares (the first is the
     anchor)."""
 
@@ -478,7 +478,7 @@ class HeadsSpec:
         return list(self.models)
 
 
-def run_heads(spec: HeadsSpec, out: str | os.PathLike, *, device: str = "cpu", force: bool = False,
+def run_heads(spec: HeadsRun, out: str | os.PathLike, *, device: str = "cpu", force: bool = False,
               command: Any = None, allow_pickle: bool = False, allow_large: bool = False,
               inputs: Any = None) -> HeadStabilityResult:
     """The HeadStabilityResult of the heads run ``spec`` written into ``out``: the kind's run (its work is checked

@@ -60,6 +60,7 @@ def _commands(tmp_path: Path) -> dict[str, list[str]]:
         "study heads": ["study", "heads", "--quick"],
         "tokens": ["tokens", "--model", MODEL, "--n", "4"],
         "heads": ["heads", "--models", f"{MODEL},{MODEL}"],
+        "sample-size": ["sample-size", str(tmp_path), "--n", "64"],  # the pilot is read in the run (spied)
     }
 
 
@@ -76,7 +77,8 @@ def test_each_command_runs_its_spec_through_the_kinds_run(tmp_path, monkeypatch,
 
 SPEC_CLASSES = {"attribute": "AttributeSpec", "audit": "AuditSpec", "study variance": "VarianceSpec",
                 "study calibration": "CalibrationSpec", "study groundtruth": "GroundTruthSpec",
-                "study heads": "HeadStudyRun", "tokens": "TokensSpec", "heads": "HeadsSpec"}
+                "study heads": "HeadStudyRun", "tokens": "TokensSpec", "heads": "HeadsRun",
+                "sample-size": "SampleSizeSpec"}
 
 
 def test_attribute_builds_the_services_spec_from_its_options(tmp_path, monkeypatch):

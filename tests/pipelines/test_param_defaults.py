@@ -146,7 +146,7 @@ SERVES = {
     "circuitstat.stats.sinks": "tokens",
     "circuitstat.stats.token_importance": "tokens",
     "circuitstat.circuits.ugs": "ugs",
-    "circuitstat.pipelines.spec.UGS": "ugs",  # UGSOptions, UGSSpec
+    "circuitstat.pipelines.mask_options.UGS": "ugs",  # UGSOptions, UGSSpec
     "circuitstat.pipelines.calibration.spec": "calibration",
     "circuitstat.pipelines.groundtruth.GroundTruthSpec": "groundtruth",
 }
