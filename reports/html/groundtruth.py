@@ -84,7 +84,7 @@ def _summary_table(summary: list[dict], models: list[dict], n: int, methods: Seq
                          _ci(get("topk", "precision", f"k={k}")), _ci(get("topk", "recall", f"k={k}")),
                          _ci(get("faithfulness", "fixed_covers_truth"))])
     cols = [("model", "text"), ("method", "text"), ("AUROC", "text"), ("pessimistic AUROC", "text"),
-            ("precision top-|C|", "text"), ("recall top-|C|", "text"), ("f(C) interval covers 1", "text")]
+            ("precision top-|C|", "text"), ("recall top-|C|", "text"), ("f(C) Fieller set covers 1", "text")]
     return html_table(cols, rows)
 
 
