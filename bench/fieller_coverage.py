@@ -40,8 +40,7 @@ def cell(mu_b: float, heavy: bool, reps: int, n: int = 32, seed: int = 0) -> dic
         a, b = _draw(rng, n, mu_b, heavy)
         f = fieller_interval(a, b)
         s = f.shape[0]
-        hit["fieller"] += bool(f.low[0] <= 0.8 <= f.high[0]) if s == "bounded" else \
-            bool(0.8 <= f.inner_low[0] or 0.8 >= f.inner_high[0]) if s == "union" else 1
+        hit["fieller"] += bool(f.covers(0.8)[0])
         res = fixed_circuit_interval(a, b, np.zeros(n), ResamplingPlan.bootstrap(n, 999, r), method="bca",
                                      methods=["percentile"])
         for m in ("bca", "percentile"):
@@ -57,14 +56,6 @@ def cell(mu_b: float, heavy: bool, reps: int, n: int = 32, seed: int = 0) -> dic
 THETAS = np.array([0.1, 0.4, 0.8, 1.0])
 
 
-def _covers(f, j: int, theta: float) -> bool:
-    """Whether Fieller's set j (bounded, union of two rays, or the whole line) holds theta."""
-    s = f.shape[j]
-    if s == "bounded":
-        return bool(f.low[j] <= theta <= f.high[j])
-    return bool(theta <= f.inner_low[j] or theta >= f.inner_high[j]) if s == "union" else True
-
-
 def curve_cell(mu_b: float, heavy: bool, reps: int, n: int = 32, seed: int = 0) -> dict:
     """Per-k coverage of θ_j by the audit's Fieller columns and by its former BCa columns, over `reps` curves."""
     rng = np.random.default_rng(seed)
@@ -75,7 +66,7 @@ def curve_cell(mu_b: float, heavy: bool, reps: int, n: int = 32, seed: int = 0) 
         mc = THETAS * b[:, None] + 0.7 * e((n, THETAS.size))  # m_circuit with m_empty = 0, m_clean = b
         plan = ResamplingPlan.bootstrap(n, 999, r)
         f = fieller_over_plan(mc, b, np.zeros(n), plan, confidence_level=0.95)
-        fie += [_covers(f, j, t) for j, t in enumerate(THETAS)]
+        fie += f.covers(THETAS)
         old = fixed_circuit_interval(mc, b, np.zeros(n), plan, method="bca").confidence_interval
         bca += (old.low <= THETAS) & (THETAS <= old.high)
         bounded += f.shape[0] == "bounded"  # the shared denominator decides the shape of every k's set

@@ -54,9 +54,11 @@ UNIT_INFO = ("abs_mean_rank", "excess_kurtosis", "top_prompt_share")
 _KURTOSIS_COLUMNS = ("kind", "n", "decile", "kurtosis_low", "kurtosis_high", "n_units", "coverage", "coverage_mc_se",
                      "worst_unit_coverage", "coverage_reliable", "coverage_reliable_mc_se", "share_reliable")
 
-Intervals = dict[str, np.ndarray]
+Intervals = dict[str, Any]
 """What an interval procedure returns for one dataset: ``low``, ``high`` ([m] each) and
-optionally ``reliable`` ([m] bool) and ``truth`` ([m], a dataset-dependent estimand)."""
+optionally ``reliable`` ([m] bool), ``truth`` ([m], a dataset-dependent estimand) and ``covers``
+(a callable values [m] -> [m] bool, for confidence sets that are not intervals: [low, high] is then
+their hull, the width, and ``covers`` decides coverage and rejection)."""
 
 
 def shared_per_dataset(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -161,9 +163,12 @@ def _one_size(population: np.ndarray, n: int, n_datasets: int, kinds: Sequence[I
                 raise ValueError(f"interval kind {kind.name!r} gives neither truth(N) nor a per-dataset 'truth'")
             lo, hi = np.asarray(out["low"], np.float64), np.asarray(out["high"], np.float64)
             a["truth"].append(truth)
-            a["hit"].append((lo <= truth) & (truth <= hi))
+            # a set that is not an interval (Fieller's union of two rays) says which values it holds: its hull
+            # [low, high] would count the gap between the rays as covered
+            a["hit"].append(out["covers"](truth) if "covers" in out else (lo <= truth) & (truth <= hi))
             a["width"].append(hi - lo)
-            a["reject"].append((lo > kind.null_value) | (hi < kind.null_value))
+            a["reject"].append(~out["covers"](np.full(truth.shape, kind.null_value)) if "covers" in out
+                               else (lo > kind.null_value) | (hi < kind.null_value))
             if "reliable" in out:  # kinds that never flag units get no reliable coverage (NaN), not a copy
                 a["reliable"].append(np.asarray(out["reliable"], bool))
     return [{key: np.asarray(v) for key, v in a.items()} for a in acc]

@@ -235,8 +235,10 @@ def stability_interval_kinds(population: np.ndarray, ks: Sequence[int], *, ranki
 FAITHFULNESS_ESTIMANDS = {
     "selected": "faithfulness on the prompt distribution of the top-k circuit selected from N prompts "
                 "(selection included; repeated cross-fitting, corrected t)",
-    "fixed": "the same f_pop(C(D)); this interval holds the selected circuit fixed (bootstrap, selection not "
-             "included)",
+    "fixed": "the same f_pop(C(D)); Fieller's set for the selected circuit held fixed (the audit's f_ci_*; "
+             "selection not included; reliable = the set is bounded)",
+    "fixed_bca": "the same f_pop(C(D)); the former fixed-circuit interval, BCa of the bootstrap ratio (selection "
+                 "not included; no longer reported by the audit, kept for comparison)",
 }
 
 PopulationEvaluate = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
@@ -290,17 +292,19 @@ class PopulationEvaluations:
 
 
 def faithfulness_interval_kinds(evaluations: PopulationEvaluations, ks: Sequence[int], *, ranking: str,
-                                n_resamples: int, confidence_level: float = 0.95,
-                                fixed_method: str = "bca") -> list[IntervalKind]:
-    """IntervalKinds faithfulness/{selected, fixed}, one unit per k, truth f_pop(C(D)) per dataset.
+                                n_resamples: int, confidence_level: float = 0.95) -> list[IntervalKind]:
+    """IntervalKinds faithfulness/{selected, fixed, fixed_bca}, one unit per k, truth f_pop(C(D)) per dataset.
 
     Per dataset D (its population rows come with it): C(D) = top-k of D's mean scores (ties at
-    random from the dataset's seed); the fixed-circuit
-    interval (``fixed_method``, n_resamples bootstrap resamples) of C(D) on D's prompts; the
-    selection-aware interval (circuitstat.stats.faithfulness.selection_aware_faithfulness: min(5, N // 4) folds,
-    2 repeats, as the audit runs it); and the truth f_pop(C(D)) from every population prompt.
+    random from the dataset's seed); the fixed-circuit set of C(D) on D's prompts as the audit computes it
+    (circuitstat.stats.fieller.fieller_over_plan over a size-N bootstrap plan: Fieller's set, which covers by
+    membership, a union of two rays not holding its gap; flagged reliable where bounded); the former BCa
+    interval of the bootstrap ratio (n_resamples resamples), named as such; the selection-aware interval
+    (circuitstat.stats.faithfulness.selection_aware_faithfulness: min(5, N // 4) folds, 2 repeats, as the audit
+    runs it); and the truth f_pop(C(D)) from every population prompt.
     """
     from .faithfulness import fixed_circuit_interval, selection_aware_faithfulness
+    from .fieller import fieller_over_plan
     from .folds import MIN_PER_FOLD
     from .resampling import ResamplingPlan
     from circuitstat.core.seeds import spawn_seeds
@@ -317,16 +321,20 @@ def faithfulness_interval_kinds(evaluations: PopulationEvaluations, ks: Sequence
         for i, k in enumerate(ks_list):  # nested circuits: the top-k is the first k of the top-K
             masks[i, order[:k]] = True
         mc, mM, m0 = evaluations.get(masks, rows)
-        fixed = fixed_circuit_interval(mc, mM, m0, ResamplingPlan.bootstrap(n, n_resamples, plan_seed),
-                                       method=fixed_method, confidence_level=confidence_level)
+        plan = ResamplingPlan.bootstrap(n, n_resamples, plan_seed)
+        bca = fixed_circuit_interval(mc, mM, m0, plan, method="bca", confidence_level=confidence_level)
+        fie = fieller_over_plan(mc - m0[:, None], mM, m0, plan, confidence_level=confidence_level)
         sel = selection_aware_faithfulness(
             S, lambda m, r: evaluations.get(m, rows[r]), ks_list, ranking=ranking,
             n_folds=min(5, n // MIN_PER_FOLD), n_repeats=2, seed=sel_seed, confidence_level=confidence_level,
             known=(masks, mc, mM, m0))
         truth = evaluations.population_faithfulness(masks)
-        return {name: {"low": np.asarray(r.confidence_interval.low, np.float64),
-                       "high": np.asarray(r.confidence_interval.high, np.float64), "truth": truth}
-                for name, r in (("selected", sel), ("fixed", fixed))}
+        out = {name: {"low": np.asarray(r.confidence_interval.low, np.float64),
+                      "high": np.asarray(r.confidence_interval.high, np.float64), "truth": truth}
+               for name, r in (("selected", sel), ("fixed_bca", bca))}
+        out["fixed"] = {"low": np.asarray(fie.low, np.float64), "high": np.asarray(fie.high, np.float64),
+                        "truth": truth, "covers": fie.covers, "reliable": fie.shape == "bounded"}
+        return out
 
     def kind(name: str) -> IntervalKind:
         return IntervalKind(f"faithfulness/{name}", FAITHFULNESS_ESTIMANDS[name],

@@ -54,6 +54,15 @@ class FiellerInterval:
         """Return one sentence per ratio: empty when bounded, else what the set is and why."""
         return [fieller_note(s, lo, hi) for s, lo, hi in zip(self.shape, self.inner_low, self.inner_high)]
 
+    def covers(self, theta: Any) -> np.ndarray:
+        """Return bool [C] (theta a scalar or [C]; a grid [G, 1] gives [G, C]): whether each set holds theta. A union
+        of two rays does not hold the values between its inner ends, which its hull (−inf, inf) would."""
+        theta = np.asarray(theta, dtype=np.float64)
+        in_hull = (self.low <= theta) & (theta <= self.high)
+        with np.errstate(invalid="ignore"):
+            in_rays = (theta <= self.inner_low) | (theta >= self.inner_high)
+        return np.where(self.shape == "union", in_rays, in_hull).astype(bool)
+
 
 def fieller_note(shape: str, inner_low: float = float("nan"), inner_high: float = float("nan")) -> str:
     """Return the sentence a report prints for a Fieller set of this shape ('' when bounded)."""

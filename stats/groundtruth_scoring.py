@@ -15,7 +15,8 @@ returns long rows ``(family, statistic, param, value)``:
   Meinshausen-Buhlmann bound on its expectation (circuitstat.stats.stability.selection_error_bounds, valid there).
 
 ``faithfulness_dataset`` adds the ``faithfulness`` family: whether the fixed-circuit interval of the
-true circuit covers its known faithfulness, and whether the selection-aware (cross-fitted) interval of
+true circuit (Fieller's set, with how often it is bounded; the former BCa interval beside it as ``fixed_bca_*``)
+covers its known faithfulness, and whether the selection-aware (cross-fitted) interval of
 the selected top-k circuit covers that circuit's population faithfulness and the true circuit's;
 ``faithfulness_refit_dataset`` the same rows for a mask fit (one refit per cross-fitting fold).
 
@@ -165,17 +166,28 @@ def score_verified_dataset(approx: np.ndarray, exact: np.ndarray, labelled: np.n
 
 def _fixed_truth_rows(rows: np.ndarray, truth: np.ndarray, evaluations: Any, true_value: float, n_resamples: int,
                       confidence_level: float, seed: Any) -> list[Row]:
-    """The fixed-circuit interval rows of the true circuit on the dataset's population ``rows``."""
+    """The fixed-circuit interval rows of the true circuit on the dataset's population ``rows``: Fieller's set, the
+    audit's fixed-circuit interval (circuitstat.stats.fieller; an unbounded set covers trivially, so the share bounded
+    and the coverage among bounded sets are rows of their own, NaN where unbounded), and the former BCa interval of
+    the bootstrap ratio beside it, named ``fixed_bca_*``."""
     from .faithfulness import fixed_circuit_interval
+    from .fieller import fieller_over_plan
     from .resampling import ResamplingPlan
 
     mc, mM, m0 = evaluations.get(truth[None], rows)
-    fixed = fixed_circuit_interval(mc, mM, m0, ResamplingPlan.bootstrap(len(rows), n_resamples, seed),
-                                   confidence_level=confidence_level)
-    lo, hi = float(fixed.confidence_interval.low[0]), float(fixed.confidence_interval.high[0])
-    return [("faithfulness", "fixed_estimate", "", float(fixed.estimate[0])),
-            ("faithfulness", "fixed_covers_truth", "", float(lo <= true_value <= hi)),
-            ("faithfulness", "fixed_width", "", hi - lo)]
+    plan = ResamplingPlan.bootstrap(len(rows), n_resamples, seed)
+    bca = fixed_circuit_interval(mc, mM, m0, plan, method="bca", confidence_level=confidence_level)
+    lo, hi = float(bca.confidence_interval.low[0]), float(bca.confidence_interval.high[0])
+    fie = fieller_over_plan(mc - m0[:, None], mM, m0, plan, confidence_level=confidence_level)
+    bounded = fie.shape[0] == "bounded"
+    covers = float(fie.covers(true_value)[0])
+    return [("faithfulness", "fixed_estimate", "", float(fie.estimate[0])),
+            ("faithfulness", "fixed_covers_truth", "", covers),
+            ("faithfulness", "fixed_bounded", "", float(bounded)),
+            ("faithfulness", "fixed_covers_truth_bounded", "", covers if bounded else float("nan")),
+            ("faithfulness", "fixed_width_bounded", "", float(fie.high[0] - fie.low[0]) if bounded else float("nan")),
+            ("faithfulness", "fixed_bca_covers_truth", "", float(lo <= true_value <= hi)),
+            ("faithfulness", "fixed_bca_width", "", hi - lo)]
 
 
 def _selected_rows(sel: Any, key: np.ndarray, truth: np.ndarray, evaluations: Any, true_value: float) -> list[Row]:

@@ -34,7 +34,8 @@ Interval families (``intervals``):
   (jaccard_ci_*), labelled as Monte Carlo error, against the same J_N to show it does not cover it.
   Circuits are chosen by ``ranking`` (as the audit's spec).
 * ``faithfulness``: the audit's two faithfulness intervals at each k of ``ks`` (the fixed-circuit
-  BCa bootstrap and the selection-aware cross-fitted one) against f_pop(C(D)), the faithfulness
+  Fieller set, with the former BCa bootstrap beside it as ``fixed_bca``, and the selection-aware cross-fitted
+  one) against f_pop(C(D)), the faithfulness
   over the whole population of the top-k circuit selected from each dataset. Every distinct
   selected circuit is run on every population prompt once (cached per prompt), so this family
   costs model forwards: on the zoo about 150 distinct circuits x 1024 prompts plus the

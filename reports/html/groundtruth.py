@@ -82,9 +82,10 @@ def _summary_table(summary: list[dict], models: list[dict], n: int, methods: Seq
                 continue
             rows.append([mod["model"], m, _ci(get("ranking", "auroc")), _ci(get("ranking", "auroc_pessimistic")),
                          _ci(get("topk", "precision", f"k={k}")), _ci(get("topk", "recall", f"k={k}")),
-                         _ci(get("faithfulness", "fixed_covers_truth"))])
+                         _ci(get("faithfulness", "fixed_covers_truth")), _ci(get("faithfulness", "fixed_bounded"))])
     cols = [("model", "text"), ("method", "text"), ("AUROC", "text"), ("pessimistic AUROC", "text"),
-            ("precision top-|C|", "text"), ("recall top-|C|", "text"), ("f(C) interval covers 1", "text")]
+            ("precision top-|C|", "text"), ("recall top-|C|", "text"), ("f(C) Fieller set covers 1", "text"),
+            ("Fieller set bounded (an unbounded set covers trivially)", "text")]
     return html_table(cols, rows)
 
 

@@ -61,7 +61,7 @@ def test_calibration_spec_refuses_sizes_above_population(tmp_path) -> None:
 
 
 STABILITY_KINDS = {f"stability/{name}" for name in ("jaccard_data", "jaccard_pop", "phi_data", "jaccard_mc")}
-FAITHFULNESS_KINDS = {"faithfulness/selected", "faithfulness/fixed"}
+FAITHFULNESS_KINDS = {"faithfulness/selected", "faithfulness/fixed", "faithfulness/fixed_bca"}
 
 
 def test_calibration_study_with_stability_and_faithfulness_kinds(tmp_path) -> None:
@@ -75,6 +75,10 @@ def test_calibration_study_with_stability_and_faithfulness_kinds(tmp_path) -> No
     for kind in FAITHFULNESS_KINDS:
         assert rows[kind]["n_units"] == 2 and 0.0 <= rows[kind]["coverage"] <= 1.0 and kind in r.output
         assert "selected from N prompts" in rows[kind]["estimand"] or "f_pop(C(D))" in rows[kind]["estimand"]
+    # Fieller's set flags bounded sets (coverage among them is its 'reliable' column); the BCa kind flags nothing
+    assert 0.0 <= rows["faithfulness/fixed"]["share_reliable"] <= 1.0
+    bca = rows["faithfulness/fixed_bca"]
+    assert np.isnan(bca["share_reliable"]) and "BCa" in bca["estimand"]
     for kind in STABILITY_KINDS:
         x = rows[kind]
         assert x["n_units"] == 2 and x["n_datasets"] == 20 and 0.0 <= x["coverage"] <= 1.0
@@ -89,7 +93,8 @@ def test_calibration_study_with_stability_and_faithfulness_kinds(tmp_path) -> No
     lines = summary_lines(list(rows.values()), 0.95, out)  # the one-screen summary
     for kind, x in rows.items():
         line = next(ln for ln in lines if ln.startswith(kind + " "))
-        assert ("—" in line) == kind.startswith(("stability/", "faithfulness/"))  # no reliability flags there
+        # no reliability flags there, but for Fieller's set, which flags its bounded sets
+        assert ("—" in line) == (kind.startswith(("stability/", "faithfulness/")) and kind != "faithfulness/fixed")
         assert f"  {kind}: {x['estimand']}" in lines or kind.startswith("edge/")
     assert f"  edge/*: {rows['edge/t']['estimand']}" in lines
     per_unit = pq.read_table(out / "coverage_per_unit.parquet").to_pylist()
@@ -148,7 +153,7 @@ def test_calibration_on_an_attribution_run_equals_the_study_that_attributes_itse
         r = CliRunner().invoke(app, ["study", "calibration", spec, "--out", str(tmp_path / out)])
         assert r.exit_code == 0, r.output
     a, b = (pq.read_table(tmp_path / d / "coverage.parquet").to_pylist() for d in ("run-own", "run-reuse"))
-    assert {x["kind"] for x in b} >= FAITHFULNESS_KINDS and len(b) == len(METHODS) + 2
+    assert {x["kind"] for x in b} >= FAITHFULNESS_KINDS and len(b) == len(METHODS) + 3
     np.testing.assert_equal(a, b)  # the same population and seeds: the same table, faithfulness re-run included
     # the run records where its population came from, and the scores run's method and ablation
     import json

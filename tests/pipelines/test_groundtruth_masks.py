@@ -45,11 +45,15 @@ def test_edge_pruning_is_scored_with_refit_stability_beside_attribution(tmp_path
     assert len(auc) == 5 and auc.between(0, 1).all() and auc.nunique() > 1  # a fit per dataset
     assert not list(out.glob("**/scores_*edge_pruning*"))  # no per-example scores stage for a mask method
     f = ep[ep.family == "faithfulness"]
-    assert set(f.statistic) == {"fixed_estimate", "fixed_covers_truth", "fixed_width", "selected_estimate",
+    assert set(f.statistic) == {"fixed_estimate", "fixed_covers_truth", "fixed_bounded", "fixed_covers_truth_bounded",
+                                "fixed_width_bounded", "fixed_bca_covers_truth", "fixed_bca_width", "selected_estimate",
                                 "selected_covers_own", "selected_covers_truth", "selected_is_truth"}
     assert (f.groupby("statistic").size() == 5).all()  # one value per dataset
-    for st in ("fixed_covers_truth", "selected_covers_own", "selected_covers_truth", "selected_is_truth"):
+    for st in ("fixed_covers_truth", "fixed_bounded", "fixed_bca_covers_truth", "selected_covers_own",
+               "selected_covers_truth", "selected_is_truth"):
         assert f.value[f.statistic == st].isin([0.0, 1.0]).all()
+    bounded = f.value[f.statistic == "fixed_bounded"].to_numpy() == 1.0  # NaN exactly where the set is unbounded
+    assert np.array_equal(~np.isnan(f.value[f.statistic == "fixed_covers_truth_bounded"].to_numpy()), bounded)
     assert f.value[f.statistic == "selected_estimate"].nunique() > 1  # a cross-fit per dataset
 
 

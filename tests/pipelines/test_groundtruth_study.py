@@ -50,6 +50,7 @@ def test_study_writes_its_tables_summary_and_html(tmp_path: Path) -> None:
     html = groundtruth_section(tables)
     assert html.count("<svg") == 6 and "FDR calibration" in html and "planted:induction" in html
     assert "t interval over R independent datasets" in html  # the estimand is named beside the figures
+    assert "Fieller set covers 1" in html and "Fieller set bounded" in html  # a trivial cover is not read as one
     page = (out / "report.html").read_text()  # the study's report shows the section, and nothing the run lacks
     assert 'id="groundtruth"' in page and 'href="#groundtruth"' in page and 'id="stability"' not in page
 

@@ -236,7 +236,7 @@ def test_faithfulness_kinds_truth_is_population_faithfulness_of_the_selected_cir
     calls: list = []
     ev = PopulationEvaluations(_additive(pop, base, calls), 400, 15)
     kinds = faithfulness_interval_kinds(ev, [3, 6], ranking="absolute", n_resamples=100)
-    assert [k.name for k in kinds] == ["faithfulness/selected", "faithfulness/fixed"]
+    assert [k.name for k in kinds] == ["faithfulness/selected", "faithfulness/fixed", "faithfulness/fixed_bca"]
     rows = rng.integers(0, 400, 40)
     X = pop[rows]
     out = {k.name: k.compute(X, np.random.SeedSequence(1), rows) for k in kinds}
@@ -248,7 +248,19 @@ def test_faithfulness_kinds_truth_is_population_faithfulness_of_the_selected_cir
         assert np.all(out[name]["low"] < out[name]["high"])
     # the fixed-circuit interval is centred near the in-sample faithfulness of the selected circuit
     in_sample = [X.mean(0)[order[:k]].sum() / X.mean(0).sum() for k in (3, 6)]
-    assert np.all((out["faithfulness/fixed"]["low"] <= in_sample) & (in_sample <= out["faithfulness/fixed"]["high"]))
+    for name in ("faithfulness/fixed", "faithfulness/fixed_bca"):
+        assert np.all((out[name]["low"] <= in_sample) & (in_sample <= out[name]["high"]))
+    # the fixed kind is the audit's Fieller set of the selected circuits on the dataset's prompts (oracle: the
+    # set computed directly), flagged reliable where bounded, covering by membership
+    from circuitstat.stats.fieller import fieller_faithfulness
+
+    masks = np.stack([np.isin(np.arange(15), order[:k]) for k in (3, 6)])
+    ref = fieller_faithfulness(X @ masks.T.astype(float) + base[rows, None], X.sum(1) + base[rows], base[rows])
+    fixed = out["faithfulness/fixed"]
+    np.testing.assert_allclose(fixed["low"], ref.low, rtol=1e-9)
+    np.testing.assert_allclose(fixed["high"], ref.high, rtol=1e-9)
+    assert np.array_equal(fixed["reliable"], ref.shape == "bounded")
+    assert np.array_equal(fixed["covers"](fixed["truth"]), ref.covers(fixed["truth"]))
     # each (circuit, prompt) pair runs through evaluate at most once, however often it is asked for
     before = ev.circuit_rows
     again = ev.get(np.vstack([np.arange(15) < 3, np.arange(15) < 3]), rows)[0]
@@ -292,3 +304,24 @@ def test_faithfulness_kinds_coverage_in_an_additive_model_on_real_zoo_scores() -
     assert 0.90 <= sel["coverage"] <= 0.995, sel["coverage"]  # 450 cells: MC SE ~0.01
     assert fixed["coverage"] < sel["coverage"]  # the fixed circuit's interval ignores the selection
     assert sel["mean_width"] < 3 * fixed["mean_width"]  # not bought by a uselessly wide interval
+
+
+def test_a_set_that_is_not_an_interval_covers_by_membership_not_by_its_hull() -> None:
+    """A kind returning ``covers`` (Fieller's union of two rays) is counted by it: truth in the gap between the rays
+    is a miss although the hull (−inf, inf) holds it (negative control: the same kind without ``covers`` counts the
+    hull and reports coverage 1), and null rejection reads the same membership."""
+    pop = np.random.default_rng(0).normal(size=(50, 2))
+    gap = lambda v: (np.asarray(v) <= -1.0) | (np.asarray(v) >= 1.0)  # noqa: E731  (−inf, −1] ∪ [1, inf)
+
+    def union(X, seed):
+        return {"low": np.full(2, -np.inf), "high": np.full(2, np.inf), "truth": np.array([0.5, 2.0]), "covers": gap}
+
+    def hull(X, seed):
+        return {k: v for k, v in union(X, seed).items() if k != "covers"}
+
+    kinds = [IntervalKind("union", "test", union, null=np.array([True, True])),
+             IntervalKind("hull", "test", hull, null=np.array([True, True]))]
+    by = {r["kind"]: r for r in coverage_study(pop, [10], kinds, n_datasets=20, seed=0).rows}
+    assert by["union"]["coverage"] == 0.5 and by["hull"]["coverage"] == 1.0  # 0.5 is in the gap, 2.0 on a ray
+    assert by["union"]["null_rejection_rate"] == 1.0 and by["hull"]["null_rejection_rate"] == 0.0  # 0 in the gap
+    assert by["union"]["share_infinite"] == 1.0

@@ -23,11 +23,7 @@ def _brute(a, b, grid, level):
 
 
 def _inside(res, j, grid):
-    if res.shape[j] == "bounded":
-        return (grid >= res.low[j]) & (grid <= res.high[j])
-    if res.shape[j] == "union":
-        return (grid <= res.inner_low[j]) | (grid >= res.inner_high[j])
-    return np.ones(grid.size, bool)
+    return res.covers(grid[:, None])[:, j]  # FiellerInterval.covers: the membership every coverage count uses
 
 
 @pytest.mark.parametrize("mu_b, want", [(1.5, "bounded"), (0.05, "union"), (0.0, "unbounded")])
@@ -48,6 +44,10 @@ def test_the_set_is_the_inversion_of_the_t_test(mu_b, want):
             got, ref = _inside(res, j, grid), _brute(a[:, j], b, grid, 0.9)
             # boundaries fall between grid points: allow the grid points next to the set's ends to differ
             assert (got != ref).sum() <= 2, (res.shape[j], res.low[j], res.high[j])
+            if res.shape[j] == "union":  # the gap between the rays is in the hull (−inf, inf) but not in the set
+                gap = (res.inner_low[j] + res.inner_high[j]) / 2
+                assert res.low[j] <= gap <= res.high[j] and not res.covers(gap)[j]
+                assert not _brute(a[:, j], b, np.array([gap]), 0.9)[0]
     assert want in seen, seen
 
 
