@@ -149,14 +149,21 @@ def named(key: str) -> str:
 
 
 def check_mask_options(methods: str | Sequence[str], sections: Mapping[str, Iterable[str]],
-                       refits: bool = False) -> None:
+                       refits: bool = False, *, words: str = "flags") -> None:
     """None; InputError naming the first option that none of ``methods`` (one method, or an audit's list) takes.
     ``sections``: the keys given in each options section (``edge_pruning``, ``ugs``); ``refits``: whether n_refits
     is set. One message from the command line, a spec and the library alike: the option by its key and its flag,
-    and the methods that take it."""
+    and the methods that take it; ``words="methods"`` (an audit spec, whose methods are a list) names the section
+    whose method the list lacks and says to add it there."""
     chosen = (methods,) if isinstance(methods, str) else tuple(methods)
     name = ", ".join(chosen)
     by_section = {section: m for m, (section, _) in _classes().items()}
+    if words == "methods":  # an audit spec: a section is its method's, whichever keys it holds
+        for section in sections:
+            method = by_section.get(section)
+            if method is not None and method not in chosen:
+                raise InputError(f"the {section}: section sets {method}'s fits, but methods {list(chosen)} do not "
+                                 f"include {method}; add {method} to methods or remove the section")
     given = [(section, key) for section, keys in sections.items() for key in keys]
     for section, key in given + ([(None, REFITS)] if refits else []):
         takes = owners(key)

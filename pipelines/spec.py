@@ -407,7 +407,7 @@ def parse_spec(data: Any, source: str = "<spec>") -> AuditSpec:
     sections = {section: list(data[section]) for section, _ in MASK_SECTIONS.values()  # a written-out default: no-op
                 if isinstance(data.get(section), dict) and getattr(spec, section) != type(getattr(spec, section))()}
     try:
-        check_mask_options(spec.methods, sections)  # the one guard (attribute's command line, spec and library too)
+        check_mask_options(spec.methods, sections, words="methods")  # the one guard (attribute's too)
     except InputError as e:
         raise InputError(f"invalid spec {source}: {e}") from None
     return spec

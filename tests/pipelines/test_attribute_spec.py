@@ -25,6 +25,7 @@ GROUPED = {"verify": "verify", "verify_edges": "verify", "verify_tau": "verify",
            "steps": "edge_pruning", "lr": "edge_pruning", "sparsity": "edge_pruning", "objective": "edge_pruning",
            "n_samples": "ugs", "mask_ablation": "edge_pruning", "lr_constants": "edge_pruning", "target": "edge_pruning",
            "warmup": "edge_pruning", "node_masks": "edge_pruning", "node_sparsity": "edge_pruning",
+           "node_target": "edge_pruning",
            "task_option": "task_options"}
 
 

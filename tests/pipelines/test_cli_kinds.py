@@ -159,7 +159,7 @@ def test_an_option_of_another_method_gets_one_message_everywhere(tmp_path, flags
     if any(isinstance(v, dict) for v in options.values()):  # an audit spec's sections: the same guard
         with pytest.raises(InputError) as audit_want:
             check_mask_options(sorted({"eap", method}), {k: [*v, "steps"] for k, v in options.items()
-                                                         if isinstance(v, dict)})
+                                                         if isinstance(v, dict)}, words="methods")
         assert str(audit_want.value) in _audit_road(options, method)
 
 
