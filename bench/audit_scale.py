@@ -5,9 +5,9 @@ Run: OMP_NUM_THREADS=1 nice python bench/audit_scale.py [--edges 100000 400000] 
 
 No model: for each edge count E a heavy-tailed [N, E] float32 score table is written as the audit writes
 ``scores_<method>.parquet`` (bench/scale.py's generator: zstd, row groups of at most 64 MiB). Then one fresh process
-per (E, path) runs what the audit's edge_stats and stability stages run (circuitstat.pipelines.audit.run
-._analysis_stages): the scores through circuitstat.pipelines.audit.scores.RunScores, the run's resampling plans
-(B = --b, the spec's bootstrap.n_resamples), pipelines.audit.tables.edge_stats_table (per-edge intervals, p- and
+per (E, path) runs what the audit's edge_stats and stability stages run (circuitstat.pipelines.runs.audit.run
+._analysis_stages): the scores through circuitstat.pipelines.runs.audit.scores.RunScores, the run's resampling plans
+(B = --b, the spec's bootstrap.n_resamples), pipelines.runs.audit.tables.edge_stats_table (per-edge intervals, p- and
 q-values, the reliability flag) and stability_tables (stability vs k at k = 100, 1000, 10000 with the data-level
 intervals, inclusion), and writes the three tables into a run directory as the stages do (schema-checked
 Parquet). Paths: "blocks" is the audit's (RunScores.columns: ParquetColumns keeping 1 GiB of columns); "memory"
@@ -47,9 +47,9 @@ def _spec(b: int):
 def child(root: str, how: str, b: int) -> None:
     """The audit's edge_stats and stability stages on ``root``/scores_eap.parquet; print one JSON line."""
     from circuitstat.core.rundir import RunDir
-    from circuitstat.pipelines.audit import scores as audit_scores
-    from circuitstat.pipelines.audit.run import resampling_plan
-    from circuitstat.pipelines.audit.tables import edge_stats_table, stability_tables
+    from circuitstat.pipelines.runs.audit import scores as audit_scores
+    from circuitstat.pipelines.runs.audit.run import resampling_plan
+    from circuitstat.pipelines.runs.audit.tables import edge_stats_table, stability_tables
 
     spec = _spec(b)
     if how == "memory":

@@ -28,7 +28,7 @@ def _timed(fn, repeats: int) -> tuple[float, object]:
 def main() -> None:
     import torch
 
-    from circuitstat.pipelines.contributions import TokenContributions
+    from circuitstat.pipelines.runs.tokens.run import TokenContributions
     from circuitstat.pipelines.sources import LOCAL
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -25,7 +25,7 @@ import torch
 from circuitstat.circuits.attribution import METHODS, attribute
 from circuitstat.circuits.groundtruth import load_groundtruth
 from circuitstat.circuits.groundtruth.compiled import compiled_names
-from circuitstat.pipelines.groundtruth import DEFAULT_MODELS, GroundTruthSpec
+from circuitstat.pipelines.runs.groundtruth.study import DEFAULT_MODELS, GroundTruthSpec
 from circuitstat.pipelines.parallel import single_threaded
 from circuitstat.stats.groundtruth_scoring import score_dataset
 
@@ -72,7 +72,7 @@ def scoring_costs(sizes: list[int], repeats: int, spec: GroundTruthSpec) -> dict
 
 def faithfulness_cost(n: int, spec: GroundTruthSpec) -> float:
     """Seconds of the faithfulness family for one dataset of N prompts (planted model, population cached)."""
-    from circuitstat.pipelines.groundtruth import population_evaluations
+    from circuitstat.pipelines.runs.groundtruth.study import population_evaluations
     from circuitstat.stats.groundtruth_scoring import faithfulness_dataset
 
     gt = load_groundtruth(DEFAULT_MODELS[-2])

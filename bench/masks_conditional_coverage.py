@@ -42,7 +42,7 @@ def one_dataset(args: tuple) -> list[dict]:
     from circuitstat.circuits.groundtruth import load_groundtruth
     from circuitstat.core.seeds import spawn_seeds
     from circuitstat.core.topk import topk_mask
-    from circuitstat.pipelines.groundtruth_masks import fold_refit
+    from circuitstat.pipelines.runs.groundtruth.masks import fold_refit
     from circuitstat.stats.faithfulness_refit import conditional_faithfulness
     from circuitstat.stats.fieller import fieller_faithfulness
 

@@ -4,7 +4,7 @@ study, not a timing).
 Per dataset r (``--datasets`` of them, each N fresh prompt pairs of the planted induction model's task, drawn
 from seed r): edge pruning is fitted on the N prompts (its top-|C| circuit by mask logit is the circuit one
 reports), and its selection-aware interval is cross-fitted with one refit per fold
-(circuitstat.stats.faithfulness_refit via circuitstat.pipelines.groundtruth_masks.fold_refit, as
+(circuitstat.stats.faithfulness_refit via circuitstat.pipelines.runs.groundtruth.masks.fold_refit, as
 ``study groundtruth`` runs it).  The truth is that circuit's faithfulness on ``--pool`` fresh prompts (ratio of
 means; its own standard error, from the linearised ratio, is recorded beside it).  Prints the share of
 datasets whose interval covers it, with its Monte Carlo SE (per k of ``--k-multiples`` x |C|), and writes one JSON
@@ -41,7 +41,7 @@ def one_dataset(args: tuple) -> dict:
     from circuitstat.circuits.faithfulness import faithfulness
     from circuitstat.circuits.groundtruth import load_groundtruth
     from circuitstat.core.seeds import spawn_seeds
-    from circuitstat.pipelines.groundtruth_masks import fold_refit
+    from circuitstat.pipelines.runs.groundtruth.masks import fold_refit
     from circuitstat.stats.faithfulness_refit import refit_selection_faithfulness
 
     torch.set_num_threads(1)

@@ -28,7 +28,7 @@ import numpy as np
 from circuitstat.circuits.groundtruth import load_groundtruth
 from circuitstat.circuits.mask_methods import fit_mask
 from circuitstat.circuits.optimal_ablation import OptimalAblation
-from circuitstat.pipelines.groundtruth_masks import refit_mask
+from circuitstat.pipelines.runs.groundtruth.masks import refit_mask
 from circuitstat.pipelines.parallel import single_threaded
 from circuitstat.stats import ResamplingPlan
 from circuitstat.stats.groundtruth import auroc

@@ -2,7 +2,7 @@
 
 The prompts are tokenised with the models' tokenizer: held-out snippets of a corpus' probe split
 (default) or a prompt file (one per line, ``.txt``, or ``{"text": ...}`` per line, ``.jsonl``).
-Read by :class:`circuitstat.pipelines.heads.stability.HeadStability` (and the audit's heads stage); nothing here needs torch.
+Read by :class:`circuitstat.pipelines.runs.heads.stability.HeadStability` (and the audit's heads stage); nothing here needs torch.
 """
 
 from __future__ import annotations

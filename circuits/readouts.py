@@ -1,6 +1,6 @@
 """Model read-outs on a fixed probe set: attention patterns, residual rows, head importance.
 
-These are the torch-side inputs of head-stability analysis (``circuitstat.pipelines.heads.stability``); the
+These are the torch-side inputs of head-stability analysis (``circuitstat.pipelines.runs.heads.stability``); the
 statistics computed from them live in ``circuitstat.stats.head_stability`` and ``circuitstat.stats.similarity``.
 """
 

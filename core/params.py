@@ -81,7 +81,7 @@ N_RESAMPLES = Param(
     minimums={"study variance": 100})
 """Bootstrap (or subsampling) resamples. An interval at confidence level c needs more
 (:func:`resamples_for_level`): one resample beyond each quantile. The variance study's dataset-sampling source is
-a variance over its B bootstrap datasets, so it takes at least 100 (circuitstat.pipelines.variance_study)."""
+a variance over its B bootstrap datasets, so it takes at least 100 (circuitstat.pipelines.runs.variance)."""
 
 SEED = Param("seed", 0, 2**63 - 1, 0, "numpy's SeedSequence and torch take non-negative 63-bit seeds")
 N_JOBS = Param("n_jobs", 1, 256, 1, "parallel workers", defaults={"study heads": 2})

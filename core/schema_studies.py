@@ -207,7 +207,7 @@ STUDY_TABLES: tuple[TableSchema, ...] = (
            ("share_reliable", F, "share of the decile's cells flagged reliable")),
 )
 
-# Ground-truth study (circuitstat.pipelines.groundtruth; issue 27)
+# Ground-truth study (circuitstat.pipelines.runs.groundtruth.study; issue 27)
 GT_DATASETS = ("the expected value of the statistic for a dataset of N prompts from the task's distribution "
                "(t interval over R independent datasets)")
 _GT_KEYS = (("model", S, "model with a known circuit (tracr:NAME or planted:...)"), METHOD_COLUMN,

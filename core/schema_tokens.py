@@ -8,7 +8,7 @@ from circuitstat.core.schema_core import B, F, I, S, K_COLUMN, TableSchema, ci_c
 
 __all__ = ["TOKEN_TABLES"]
 
-# Token contribution weights and attention sinks (circuitstat.pipelines.contributions; issue 16)
+# Token contribution weights and attention sinks (circuitstat.pipelines.runs.tokens.run; issue 16)
 DROP = "the mean metric drop over the task's prompt distribution when the measure's top-k tokens are ablated"
 DROP_DIFF = "the mean paired difference of drops between the two measures over the prompt distribution"
 SINK_RATE = "the head's sink rate (share of query positions above the threshold) over the prompt distribution"

@@ -48,15 +48,15 @@ class RunKind:
 # kind name -> the module that declares it as ``KIND``. A run records its kind in its manifest (RunDir's ``kind``),
 # so a run directory's kind is read, never guessed from its spec's keys.
 _REGISTRY = {
-    "study heads": "circuitstat.pipelines.heads.study",
-    "study groundtruth": "circuitstat.pipelines.groundtruth",
-    "study calibration": "circuitstat.pipelines.calibration.study",
-    "study variance": "circuitstat.pipelines.variance_study.study",
-    "audit": "circuitstat.pipelines.audit.run",
-    "attribute": "circuitstat.pipelines.attribute",
-    "tokens": "circuitstat.pipelines.contributions",
-    "heads": "circuitstat.pipelines.heads.stability",
-    "sample-size": "circuitstat.pipelines.sample_size_run",
+    "study heads": "circuitstat.pipelines.runs.heads.study",
+    "study groundtruth": "circuitstat.pipelines.runs.groundtruth.study",
+    "study calibration": "circuitstat.pipelines.runs.calibration.study",
+    "study variance": "circuitstat.pipelines.runs.variance.study",
+    "audit": "circuitstat.pipelines.runs.audit.run",
+    "attribute": "circuitstat.pipelines.runs.attribute.run",
+    "tokens": "circuitstat.pipelines.runs.tokens.run",
+    "heads": "circuitstat.pipelines.runs.heads.stability",
+    "sample-size": "circuitstat.pipelines.runs.sample_size.run",
 }
 KINDS = tuple(_REGISTRY)
 #: what a run recorded before its manifest held its kind is told (check_run_out refuses to write into it)

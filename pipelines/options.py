@@ -33,7 +33,7 @@ METRIC = Literal["logit_diff", "prob_diff", "kl", "kl_mean", "cross_entropy"]
 DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
           "float16": "float16", "fp16": "float16"}
 
-# sample-size (circuitstat.pipelines.sample_size_run): the defaults and bounds its spec and its command's options share
+# sample-size (circuitstat.pipelines.runs.sample_size.run): the defaults and bounds its spec and its command's options share
 SAMPLE_SIZE_MEANS = ("deconvolved", "pilot", "posterior")  # the simulated population's means (docs/sample-size.md)
 SAMPLE_SIZE_NS = (64, 128, 256, 512)  # prompts N predicted at
 SAMPLE_SIZE_N_RANGE = (2, 10_000_000)

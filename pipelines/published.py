@@ -1,7 +1,7 @@
 """Auditing a published circuit: a circuit someone else found (an EAP-IG / MIB graph JSON, or a plain edge list)
 checked on the user's model and prompts by the audit's own stages.
 
-The audit (circuitstat.pipelines.audit.run) reads the file right after loading the model, before any run
+The audit (circuitstat.pipelines.runs.audit.run) reads the file right after loading the model, before any run
 directory exists: every name must be an edge of the model's graph and a JSON must describe the model's
 shape (both InputError, exit 2). It adds the circuit's size, half and double to the k grid, so the
 stability, inclusion and faithfulness tables have the curve around the circuit's size, and then writes
@@ -136,7 +136,7 @@ def published_tables(model, task, circuit, scores: dict, run_tables: dict, plan,
     from circuitstat.circuits.circuit import Circuit
     from circuitstat.circuits.faithfulness import faithfulness
     from circuitstat.core.score_columns import column_means
-    from circuitstat.pipelines.audit.tables import ablation_of
+    from circuitstat.pipelines.runs.audit.tables import ablation_of
     from circuitstat.stats.faithfulness import fixed_circuit_interval
     from circuitstat.stats.fieller import FIELLER_ESTIMAND, fieller_over_plan
 

@@ -166,7 +166,7 @@ def groundtruth_operations(spec: Any, loaded: dict) -> float:
         total += population * P * PER_CALL / 1e3  # building the prompts (a Python loop per prompt)
         for method in spec.methods:
             if method in MASK_METHODS:  # fitted per dataset (and refit), not attributed on the population
-                from circuitstat.pipelines.groundtruth_masks import pruning_flops
+                from circuitstat.pipelines.runs.groundtruth.masks import pruning_flops
 
                 total += pruning_flops(spec, cfg, E, method) + spec.n_datasets * len(spec.sizes) * PER_CALL
                 continue

@@ -1,6 +1,6 @@
 """Nulls, permutation tests and refit-level contrasts of cross-seed head stability (numpy only).
 
-The pieces of :class:`circuitstat.pipelines.heads.stability.HeadStability` that are statistics rather than
+The pieces of :class:`circuitstat.pipelines.runs.heads.stability.HeadStability` that are statistics rather than
 orchestration: the prompt-shuffle and untrained-model nulls as ordered-pair matrices
 ``[K, K, L, H]``, the layer summaries with the gap a layer-structure-free model would show (head
 stabilities shuffled across layers), the permutation correlation of stability and importance per

@@ -3,7 +3,7 @@ pair of refits, their nulls and the residual stream's CKA per layer.
 
 Array code only (attention patterns and residual rows in, similarities and intervals out); the
 read-outs that produce the arrays are in circuitstat.circuits.readouts, the estimator that orchestrates
-both is circuitstat.pipelines.heads.stability.HeadStability. Moved here from pipelines/heads/stability.py unchanged in its
+both is circuitstat.pipelines.runs.heads.stability.HeadStability. Moved here from pipelines/runs/heads/stability.py unchanged in its
 numbers (same seeds, same order of operations).
 """
 

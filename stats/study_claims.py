@@ -4,7 +4,7 @@ Array code only: per condition, bootstrap replicates and point estimates of the 
 statistics, leave-one-seed-out values where the study has them, and the deep-layer
 correlations go in; the summary table (value, unadjusted interval, p-value, Holm-adjusted
 p-value and verdict per claim row) comes out. The study's training and fitting are in
-circuitstat.pipelines.heads.study, which states the claims; moved from there unchanged in its numbers.
+circuitstat.pipelines.runs.heads.study, which states the claims; moved from there unchanged in its numbers.
 """
 
 from __future__ import annotations

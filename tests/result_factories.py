@@ -155,14 +155,14 @@ def token_stability() -> Any:
 
 
 def contributions() -> Any:
-    from circuitstat.pipelines.contributions import ContributionsResult
+    from circuitstat.pipelines.runs.tokens.run import ContributionsResult
 
     return ContributionsResult(token_importance(), sinks(), {"estimator": "TokenContributions",
                                                               "confidence_level": 0.95})
 
 
 def cross_seed() -> Any:
-    from circuitstat.pipelines.contributions import CrossSeedResult
+    from circuitstat.pipelines.runs.tokens.run import CrossSeedResult
     from circuitstat.stats.sink_matching import sink_matching
     from circuitstat.stats.sinks import sink_stability
 
@@ -184,7 +184,7 @@ def faithfulness_curve() -> Any:
 
 
 def head_stability() -> Any:
-    from circuitstat.pipelines.heads.stability import HeadStability
+    from circuitstat.pipelines.runs.heads.stability import HeadStability
 
     models = [_model(s) for s in range(3)]
     ids = RNG.integers(0, 50, (10, 8))
@@ -226,7 +226,7 @@ def run_tables(tmp: Path) -> Any:
 
 
 def head_study(tmp: Path) -> Any:
-    from circuitstat.pipelines.heads.study import HeadStudyResult
+    from circuitstat.pipelines.runs.heads.study import HeadStudyResult
 
     return _run_tables(HeadStudyResult, tmp)
 
@@ -251,7 +251,7 @@ def missed_edges() -> Any:
 def sample_size() -> Any:
     from circuitstat.circuits.graph import ComponentGraph
     from circuitstat.pipelines.claims.parsing import parse_claims
-    from circuitstat.pipelines.sample_size import cost_rows, sample_size as predict
+    from circuitstat.pipelines.runs.sample_size.simulate import cost_rows, sample_size as predict
     from circuitstat.pipelines.sources import LOCAL
 
     g = ComponentGraph(1, 2)

@@ -230,13 +230,13 @@ def test_the_rules_catch_planted_bad_imports(tmp_path: Path) -> None:
         "from circuitstat.core.results import Result\n"             # allowed everywhere
         "from circuitstat.circuits.model import CircuitModel\n"     # stats -> circuits: forbidden
         "def f():\n"
-        "    from circuitstat.pipelines.audit.run import run_audit\n"   # lazy, still forbidden
+        "    from circuitstat.pipelines.runs.audit.run import run_audit\n"   # lazy, still forbidden
         "    import torch\n"                                        # stats never imports torch
         "    return importlib.import_module('circuitstat.circuits.scores')\n"
         "from .resampling import ResamplingPlan\n"                  # relative: inside the package
         "from stats.intervals import bootstrap_edges\n")            # a bare layer name
     assert layer_violations(bad, "stats") == [
-        "bad.py:3 stats imports circuitstat.circuits.model", "bad.py:5 stats imports circuitstat.pipelines.audit.run",
+        "bad.py:3 stats imports circuitstat.circuits.model", "bad.py:5 stats imports circuitstat.pipelines.runs.audit.run",
         "bad.py:6 stats imports torch", "bad.py:7 stats imports circuitstat.circuits.scores",
         "bad.py:9 stats imports bare stats.intervals"]
     assert layer_violations(bad, "pipelines") == ["bad.py:9 pipelines imports bare stats.intervals"]
@@ -294,3 +294,38 @@ def test_every_import_resolves() -> None:
                     continue  # a submodule of a package
                 bad.append(f"{path.relative_to(ROOT)}:{line} {module} has no {n}")
     assert bad == [], "\n".join(bad)
+
+
+def kind_declarations(root: Path) -> list[str]:
+    """The files under ``root`` (relative paths) that assign a module-level ``KIND``: a run kind's declaration."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        if any(isinstance(node, (ast.Assign, ast.AnnAssign))
+               and any(isinstance(t, ast.Name) and t.id == "KIND"
+                       for t in (node.targets if isinstance(node, ast.Assign) else [node.target]))
+               for node in tree.body):
+            found.append(path.relative_to(root).as_posix())
+    return found
+
+
+def test_each_run_kind_is_declared_in_its_own_package_under_runs() -> None:
+    """pipelines/ is sorted by run kind: every registered kind's module is in ``pipelines/runs/<kind>/``, and no
+    module outside ``runs/`` declares a ``KIND`` (the infrastructure shared by kinds stays at the top)."""
+    from circuitstat.pipelines.kinds import module_of, KINDS
+
+    pipelines = ROOT / FOLDERS["pipelines"]
+    declared = kind_declarations(pipelines)
+    registered = sorted({module_of(name).removeprefix(f"{ROOTPKG}.pipelines.").replace(".", "/") + ".py"
+                         for name in KINDS})
+    assert sorted(declared) == registered
+    assert all(path.startswith("runs/") and path.count("/") >= 2 for path in declared), declared
+
+
+def test_the_kind_rule_finds_a_planted_declaration_outside_runs(tmp_path: Path) -> None:
+    """Negative control: a ``KIND`` assigned in an infrastructure module is found, with its annotated form."""
+    (tmp_path / "runs" / "audit").mkdir(parents=True)
+    (tmp_path / "runs" / "audit" / "run.py").write_text("KIND = object()\n")
+    (tmp_path / "plan.py").write_text("from x import RunKind\nKIND: RunKind = RunKind('plan')\n")
+    (tmp_path / "spec.py").write_text("def f():\n    KIND = 1\n    return KIND\n")  # not module level
+    assert kind_declarations(tmp_path) == ["plan.py", "runs/audit/run.py"]

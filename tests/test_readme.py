@@ -98,7 +98,7 @@ def test_readme_python_example_runs(tmp_path, monkeypatch) -> None:
 
 # --- the moved documents against the code and the examples ------------------------------------------
 def test_calibration_doc_output_is_the_study_summary_format_with_todays_estimands() -> None:
-    from circuitstat.pipelines.calibration.study import summary_lines
+    from circuitstat.pipelines.runs.calibration.study import summary_lines
     from circuitstat.stats.calibration_kinds import FAITHFULNESS_ESTIMANDS, STABILITY_ESTIMANDS
     from circuitstat.stats.intervals import ESTIMAND
 

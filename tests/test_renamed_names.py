@@ -34,7 +34,7 @@ def test_old_audit_spec_key_is_read_with_a_warning_naming_the_new_one() -> None:
 
 
 def test_old_head_study_plan_key_is_read(tmp_path) -> None:
-    from circuitstat.pipelines.heads.study import load_head_study_plan
+    from circuitstat.pipelines.runs.heads.study import load_head_study_plan
 
     path = tmp_path / "plan.yaml"
     path.write_text("start: quick\nn_perm: 199\n")
@@ -43,8 +43,8 @@ def test_old_head_study_plan_key_is_read(tmp_path) -> None:
 
 
 def test_old_estimator_parameters_are_read() -> None:
-    from circuitstat.pipelines.contributions import TokenContributions
-    from circuitstat.pipelines.heads.stability import HeadStability
+    from circuitstat.pipelines.runs.tokens.run import TokenContributions
+    from circuitstat.pipelines.runs.heads.stability import HeadStability
 
     est, msgs = _read(lambda: HeadStability(n_boot=30, n_boot_cka=5, n_perm=199, random_state=7))
     assert (est.n_resamples, est.n_resamples_cka, est.n_permutations, est.seed) == (30, 5, 199, 7)

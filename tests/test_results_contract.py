@@ -183,8 +183,8 @@ def test_every_estimator_follows_scikit_learn_conventions() -> None:
 
 
 def test_init_stores_verbatim_and_set_params_validates_names() -> None:
-    from circuitstat.pipelines.contributions import TokenContributions
-    from circuitstat.pipelines.heads.stability import HeadStability
+    from circuitstat.pipelines.runs.tokens.run import TokenContributions
+    from circuitstat.pipelines.runs.heads.stability import HeadStability
 
     hooks, cka = ["post"], ["linear"]
     est = HeadStability(hooks=hooks, cka=cka, n_null=3)

@@ -87,7 +87,7 @@ names a ``spec:`` that did not make the run, ``check`` is exit 2 naming both and
 that records no binding (older, or synthetic) and a claims file without ``spec:`` are checked with a note.
 
 :func:`check` evaluates every claim against the run (running the audit via
-:func:`circuitstat.pipelines.audit.run.run_audit` when the run is missing or lacks what the claims need and a spec
+:func:`circuitstat.pipelines.runs.audit.run.run_audit` when the run is missing or lacks what the claims need and a spec
 is given) and returns a :class:`CheckReport`: per claim a status (pass, fail, error), the observed
 value(s), the bound and a reason. Exit codes of ``circuitstat check``: 0 all hold, 1 any fails,
 2 an error (bad file, no run, a claim the run cannot answer: the reason names what the audit must

@@ -42,7 +42,7 @@ def claim_sizes(cf: ClaimsFile) -> list[int]:
 def preflight(cf: ClaimsFile, spec: Any, what: str) -> None:
     """None when the audit of `spec` can answer every claim of `cf` (and `cf`'s own spec, if any, is `spec`);
     else InputError listing each claim it cannot answer, before any work (issue 47: 186 s spent first)."""
-    from circuitstat.pipelines.audit.run import audit_spec_doc
+    from circuitstat.pipelines.runs.audit.run import audit_spec_doc
 
     from .binding import spec_binding, spec_differences
 
@@ -150,7 +150,7 @@ def check(claims: str | os.PathLike[str] | ClaimsFile, run: str | os.PathLike[st
 
     `run` overrides the file's ``run:``. Without `run_audit` (``--run-audit``) a check only reads: a
     missing, unfinished or foreign run (an ``attribute`` run) is an InputError naming the problem and the
-    fix, and nothing is written. With it, the audit of the file's ``spec:`` (circuitstat.pipelines.audit.run.run_audit) runs
+    fix, and nothing is written. With it, the audit of the file's ``spec:`` (circuitstat.pipelines.runs.audit.run.run_audit) runs
     into a new directory, or resumes an audit's run that is unfinished or lacks what a claim needs, after
     the spec was checked to contain everything the claims need. The file's ``run:`` and ``spec:`` must stay
     inside its directory tree unless `allow_outside` (``--allow-outside``). With `bind` (the default) a file whose
@@ -208,7 +208,7 @@ def _binding_notes(run_dir: Path, spec: Any, spec_path: Path | None, source: str
     if not isinstance(rec, dict) or not isinstance(rec.get("doc"), dict):
         return [f"the run {run_dir} records no spec binding (written before circuitstat recorded one, or not by "
                 f"`circuitstat audit`), so check cannot tell whether {spec_path} made it; rerun the audit to bind them"]
-    from circuitstat.pipelines.audit.run import audit_spec_doc  # torch-free
+    from circuitstat.pipelines.runs.audit.run import audit_spec_doc  # torch-free
 
     want = spec_binding(audit_spec_doc(spec))
     if want["sha256"] == rec.get("sha256"):

@@ -4,7 +4,7 @@ registry of kinds, circuitstat.pipelines.claims.kinds).
 Every model is strict (no unknown keys) and frozen. Each names the run table(s) its kind is answered from once, as
 ``TABLES``; the statistics it accepts are the columns core/schema.py marks claimable in them
 (:func:`claimable_in`). Class names end in ``Claim`` so none shares a name with an estimator
-(``HeadStabilityClaim`` is a claim about circuitstat.pipelines.heads.stability.HeadStability's tables).
+(``HeadStabilityClaim`` is a claim about circuitstat.pipelines.runs.heads.stability.HeadStability's tables).
 """
 
 from __future__ import annotations
@@ -348,7 +348,7 @@ class CircuitPartiallyNecessaryClaim(_CircuitTestClaim):
     WANT_REJECT: ClassVar[bool] = True
 
 
-# Token contributions and attention sinks (``circuitstat tokens``; circuitstat.pipelines.contributions). A
+# Token contributions and attention sinks (``circuitstat tokens``; circuitstat.pipelines.runs.tokens.run). A
 # cross-seed run keeps each model's tables under model-<i>/: ``model: i`` picks one.
 Model = Annotated[int | None, Field(None, ge=0)]
 

@@ -83,7 +83,7 @@ def audit_target_problem(run_dir: Path) -> str | None:
         return f"{run_dir} is a file"
     manifest = _manifest(run_dir)
     stages = _stages(manifest)
-    from circuitstat.pipelines.audit.run import is_audit_stage
+    from circuitstat.pipelines.runs.audit.run import is_audit_stage
 
     from circuitstat.pipelines.kinds import NO_KIND
 

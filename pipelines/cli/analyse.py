@@ -312,7 +312,7 @@ def _attribute_spec(o: Any) -> Any:
     """The AttributeSpec of `attribute`'s options ``o`` (the one the service's attribute jobs are read into),
     validated there; InputError naming a bad option: everything is checked before the run directory exists."""
     from circuitstat.core.errors import InputError
-    from circuitstat.pipelines.attribute import attribute_spec
+    from circuitstat.pipelines.runs.attribute.run import attribute_spec
     from circuitstat.pipelines.build import parse_task_options
     from circuitstat.pipelines.mask_options import place_mask_options
     from circuitstat.pipelines.options import DTYPES
@@ -339,7 +339,7 @@ def _attribute_spec(o: Any) -> Any:
 def _plan_attribute(o: Any, spec: Any) -> None:
     """Print the plan of the attribute run ``spec`` (on the meta device: no weights are allocated)."""
     from circuitstat.circuits.plan import parse_bytes
-    from circuitstat.pipelines.attribute import check_method_options
+    from circuitstat.pipelines.runs.attribute.run import check_method_options
     from circuitstat.pipelines.build import check_device, check_n_jobs
     from circuitstat.pipelines.spec import MASK_SECTIONS, mask_draws
 
@@ -397,7 +397,7 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
     circuitstat.pipelines.plan_fit.TIMING_BYTES; otherwise the time is priced by FLOPs (circuitstat.pipelines.plan.flop_rate).
     A plan never refuses a size: the rows over this machine's limits are marked (--allow-large is for running)."""
     from circuitstat.core.errors import InputError
-    from circuitstat.pipelines.attribute import torch_dtype
+    from circuitstat.pipelines.runs.attribute.run import torch_dtype
     from circuitstat.pipelines.build import build_task, check_work, precheck_task, task_positions
     from circuitstat.pipelines.plan import plan_lines
     from circuitstat.pipelines.plan_fit import parameters_line, run_limits, untimed_reason
@@ -417,7 +417,7 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
         refused = ""
     except InputError as e:
         refused = f"does not fit: a run would be refused: {e}"
-    from circuitstat.pipelines.attribute import check_attribute_verify
+    from circuitstat.pipelines.runs.attribute.run import check_attribute_verify
 
     check_attribute_verify(verify, skeleton, method=method, level=level, n=n)  # refused as the run refuses it
     t = build_task(skeleton, task, n=n, seed=seed, metric=metric, **options)

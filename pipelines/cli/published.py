@@ -1,7 +1,7 @@
 """``circuitstat check-circuit``: audit a published circuit (EAP-IG / MIB JSON or an edge list) on a model and task.
 
 It writes the audit spec the options describe (with ``circuit: {file, format, q}``) into the run, runs the
-audit's own stages (circuitstat.pipelines.audit.run) and prints the ``published_circuit`` row; with
+audit's own stages (circuitstat.pipelines.runs.audit.run) and prints the ``published_circuit`` row; with
 ``--claims`` it then checks a claims file against the run, as ``circuitstat check`` does.
 """
 

@@ -1,5 +1,5 @@
 """``sample-size``: how many prompts a run needs, predicted from a pilot run: the command builds the kind's spec and
-calls its ``run`` (circuitstat.pipelines.sample_size_run), and prints what it predicted."""
+calls its ``run`` (circuitstat.pipelines.runs.sample_size.run), and prints what it predicted."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def sample_size_command(
     claims file passes, at each N; with --plan, what each N costs. Every prediction has a stated error, and
     docs/sample-size.md says how well they held on populations where the truth is known."""
     from circuitstat.pipelines.kinds import kind
-    from circuitstat.pipelines.sample_size_run import check_sample_out
+    from circuitstat.pipelines.runs.sample_size.run import check_sample_out
 
     if out is not None:
         check_sample_out(out, force)  # before the pilot is read

@@ -64,7 +64,7 @@ def heads_command(
     Cost: about a minute for 5 zoo-sized models with the default 100 probe prompts and 200 resamples
     (scales with models x probe prompts x resamples); across-seed intervals need at least 3 models."""
     from circuitstat.pipelines.build import check_n_jobs
-    from circuitstat.pipelines.heads.stability import HeadsRun, HeadStability
+    from circuitstat.pipelines.runs.heads.stability import HeadsRun, HeadStability
 
     if n_boot is not None:
         from circuitstat.core.errors import warn_renamed
@@ -192,7 +192,7 @@ def demo_command(
 
 @study_app.command("heads")
 def study_heads_command(
-    plan: Path | None = typer.Argument(None, help="study plan (YAML; see circuitstat.pipelines.heads.study.HeadStudySpec); "
+    plan: Path | None = typer.Argument(None, help="study plan (YAML; see circuitstat.pipelines.runs.heads.study.HeadStudySpec); "
                                        "default: the full study of docs/results.md"),
     out: Path = typer.Option(..., "--out", help="run directory of the study"),
     quick: bool = typer.Option(False, "--quick", help="a tiny version (1/2/4 layers, 3 seeds, a few steps) for smoke tests"),
@@ -210,7 +210,7 @@ def study_heads_command(
     machine, 115 min on a loaded one, then about 4 min of analysis; cached models are reused. --quick:
     about 15 s."""
     from circuitstat.pipelines.build import check_device, check_n_jobs
-    from circuitstat.pipelines.heads.study import HeadStudyRun, load_head_study_plan
+    from circuitstat.pipelines.runs.heads.study import HeadStudyRun, load_head_study_plan
 
     check_out(out, "study heads", force=force)
     n_jobs, device = check_n_jobs(n_jobs), check_device(device)
@@ -246,7 +246,7 @@ def study_variance_command(
     Cost: examples/variance-zoo.yaml computes score matrices for every estimator, seed and counterfactual
     draw, then 3-4 min of statistics on 2 cores (mostly the selection stage's faithfulness curves); it
     needs the zoo's attention-only seeds 0-2 (trained on first use). A killed run resumes."""
-    from circuitstat.pipelines.variance_study import load_variance_spec, summary_lines
+    from circuitstat.pipelines.runs.variance import load_variance_spec, summary_lines
 
     check_out(out, "study variance", force=force)
     parsed = load_variance_spec(spec, allow_outside=allow_outside)  # validated before anything is created
@@ -281,7 +281,7 @@ def study_calibration_command(
     Cost: exact attribution of the whole population first (1024 prompts in examples/calibration-zoo.yaml),
     then the resampled datasets: about 3 min of CPU for that example (165 s: edge kinds ~4 s, stability
     ~46 s, the rest faithfulness; docs/calibration.md). Drop kinds from `intervals` to go faster."""
-    from circuitstat.pipelines.calibration.study import load_calibration_spec, parse_calibration_spec, summary_lines
+    from circuitstat.pipelines.runs.calibration.study import load_calibration_spec, parse_calibration_spec, summary_lines
 
     check_out(out, "study calibration", force=force)
     if spec is None and scores is None:
@@ -299,14 +299,14 @@ def study_calibration_command(
 
 @study_app.command("groundtruth")
 def study_groundtruth_command(
-    spec: Path = typer.Argument(..., help="ground-truth spec (YAML; see circuitstat.pipelines.groundtruth): models, methods, sizes"),
+    spec: Path = typer.Argument(..., help="ground-truth spec (YAML; see circuitstat.pipelines.runs.groundtruth.study): models, methods, sizes"),
     out: Path = typer.Option(..., "--out", help="run directory (resumes if it exists)"),
     n_jobs: int | None = typer.Option(None, "--n-jobs", min=N_JOBS.minimum, help="parallel workers for the attribution"),
     force: bool = typer.Option(False, "--force", help="recompute stages whose spec changed"),
     allow_large: bool = typer.Option(False, "--allow-large", help=ALLOW_LARGE_HELP),
 ) -> None:
     """Score discovery methods and circuitstat's error statements against models whose circuit is known."""
-    from circuitstat.pipelines.groundtruth import load_groundtruth_spec, summary_lines
+    from circuitstat.pipelines.runs.groundtruth.study import load_groundtruth_spec, summary_lines
     from circuitstat.reports.html import render_report
 
     check_out(out, "study groundtruth", force=force)

@@ -68,7 +68,7 @@ def tokens_command(
     tokens and on the sink heads. A killed run resumes from the stage it finished.
     """
     from circuitstat.pipelines.build import parse_task_options
-    from circuitstat.pipelines.contributions import TokenContributions  # numpy and scipy only: bad options fail fast
+    from circuitstat.pipelines.runs.tokens.run import TokenContributions  # numpy and scipy only: bad options fail fast
 
     options = parse_task_options(task, task_option)
     est = TokenContributions(task=task, n=n, task_seed=seed, metric=None if metric is None else metric.value,
@@ -78,7 +78,7 @@ def tokens_command(
                              n_random=n_random, ablation=ablation.value, exclude_first=exclude_first,
                              exclude_readout=exclude_readout, sink=sink.value, sink_threshold=sink_threshold,
                              n_resamples=n_resamples, batch_size=batch_size, seed=seed)
-    from circuitstat.pipelines.contributions import TokensSpec
+    from circuitstat.pipelines.runs.tokens.run import TokensSpec
     from circuitstat.pipelines.kinds import kind
 
     spec = TokensSpec(est, tuple(p for m in models for p in str(m).split(",") if p))

@@ -1,8 +1,8 @@
 """The audit service: ``circuitstat serve``, a thin, durable HTTP front over the CLI's own code.
 
 A job is a spec plus an owner; running it calls what the CLI command calls, its run kind's declaration
-(``circuitstat.pipelines.kinds``: :func:`circuitstat.pipelines.audit.run.run_audit`, the study runners,
-:func:`circuitstat.pipelines.attribute.run_attribute`), in a worker, writing a run directory under the data
+(``circuitstat.pipelines.kinds``: :func:`circuitstat.pipelines.runs.audit.run.run_audit`, the study runners,
+:func:`circuitstat.pipelines.runs.attribute.run.run_attribute`), in a worker, writing a run directory under the data
 directory. Nothing here computes statistics.
 
 Modules (one idea each):

@@ -86,7 +86,7 @@ def test_bad_node_options_are_refused(planted) -> None:
 
 
 def test_the_edge_pruning_section_carries_node_masks_only_when_asked() -> None:
-    from circuitstat.pipelines.attribute import pruning_options
+    from circuitstat.pipelines.runs.attribute.run import pruning_options
 
     on = pruning_options("edge-pruning", {"node_masks": True, "node_sparsity": 2.0}, None).fit_options()
     assert (on["node_masks"], on["node_sparsity"]) == (True, 2.0)
@@ -156,7 +156,7 @@ def test_a_node_target_needs_node_masks_and_a_share_below_one(planted) -> None:
                {"node_masks": True, "node_target": -0.1}):
         with pytest.raises(InputError, match="node_target"):
             fit_edge_pruning(gt.model, task, steps=1, **kw)
-    from circuitstat.pipelines.attribute import pruning_options
+    from circuitstat.pipelines.runs.attribute.run import pruning_options
 
     with pytest.raises(InputError, match="node_target"):
         pruning_options("edge-pruning", {"node_target": 0.5}, None)

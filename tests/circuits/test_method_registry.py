@@ -92,7 +92,7 @@ def test_every_method_parses_on_the_command_line_and_round_trips_a_spec(name):
     """The CLI's --method and both specs (attribute, audit) accept every registered method and keep it."""
     import typer
 
-    from circuitstat.pipelines.attribute import AttributeSpec
+    from circuitstat.pipelines.runs.attribute.run import AttributeSpec
     from circuitstat.pipelines.cli import app
     from circuitstat.pipelines.spec import parse_spec
 

@@ -145,7 +145,7 @@ def test_bad_options_are_refused() -> None:
 
 
 def test_options_sections_carry_optimal_ablation_and_the_target_and_refuse_misuse() -> None:
-    from circuitstat.pipelines.attribute import pruning_options
+    from circuitstat.pipelines.runs.attribute.run import pruning_options
 
     ep = pruning_options("edge-pruning", {"ablation": "optimal", "target": 0.9, "warmup": 10}, None)
     assert ep.fit_options() == {"steps": 50, "lr": 0.2, "sparsity": None, "init": 1.0, "objective": "mean_metric",
@@ -197,7 +197,7 @@ def test_ugs_with_the_papers_options_runs_and_records_them() -> None:
 
 
 def test_ugs_section_takes_the_papers_dangling_edge_pruning() -> None:
-    from circuitstat.pipelines.attribute import pruning_options
+    from circuitstat.pipelines.runs.attribute.run import pruning_options
 
     opts = pruning_options("ugs", {"prune_dangling_edges": True, "n_samples": 12, "objective": "kl"}, None)
     assert opts.fit_options()["prune_dangling_edges"] is True

@@ -12,7 +12,7 @@ import pytest
 
 from circuitstat.circuits.scores import ScoreMatrix
 from circuitstat.core.errors import InputError
-from circuitstat.pipelines.attribute import AttributeSpec
+from circuitstat.pipelines.runs.attribute.run import AttributeSpec
 from circuitstat.pipelines.cli.analyse import attribute_command
 from circuitstat.pipelines.kinds import kind
 

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from circuitstat.pipelines.audit.run import run_audit
+from circuitstat.pipelines.runs.audit.run import run_audit
 from circuitstat.pipelines.spec import parse_spec
 
 SPEC = {
@@ -88,11 +88,11 @@ def test_audit_command_ends_with_the_verdict_demo_prints(reference, tmp_path):
 def _killer_script(out: Path, target: str) -> str:
     """A driver that runs the audit and SIGKILLs itself inside stage ``target``."""
     hooks = {
-        "scores_exact": "circuitstat.pipelines.audit.common.attribution_scores",  # the stages call it there
-        "edge_stats": "circuitstat.pipelines.audit.stages.edge_stats_table",  # the stages' module calls them
-        "stability": "circuitstat.pipelines.audit.stages.stability_tables",
-        "faithfulness": "circuitstat.pipelines.audit.common.faithfulness_table",
-        "approximation": "circuitstat.pipelines.audit.stages.approximation_tables",
+        "scores_exact": "circuitstat.pipelines.runs.audit.common.attribution_scores",  # the stages call it there
+        "edge_stats": "circuitstat.pipelines.runs.audit.stages.edge_stats_table",  # the stages' module calls them
+        "stability": "circuitstat.pipelines.runs.audit.stages.stability_tables",
+        "faithfulness": "circuitstat.pipelines.runs.audit.common.faithfulness_table",
+        "approximation": "circuitstat.pipelines.runs.audit.stages.approximation_tables",
     }
     mod, fn = hooks[target].rsplit(".", 1)
     return textwrap.dedent(f"""
@@ -102,7 +102,7 @@ def _killer_script(out: Path, target: str) -> str:
             os.kill(os.getpid(), signal.SIGKILL)
         setattr(m, {fn!r}, boom)
         from circuitstat.pipelines.spec import parse_spec
-        from circuitstat.pipelines.audit.run import run_audit
+        from circuitstat.pipelines.runs.audit.run import run_audit
         run_audit(parse_spec({SPEC!r}), {str(out)!r})
     """)
 

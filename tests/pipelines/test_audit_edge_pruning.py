@@ -1,5 +1,5 @@
 """Edge pruning as an audit method: its tables, the stages that do not apply to it, the report, claims, and
-its circuit against fit_edge_pruning called directly (circuitstat.pipelines.audit.masks)."""
+its circuit against fit_edge_pruning called directly (circuitstat.pipelines.runs.audit.masks)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from builders import small_mask_audit_spec
 from circuitstat.core.errors import InputError
-from circuitstat.pipelines.audit.run import run_audit
+from circuitstat.pipelines.runs.audit.run import run_audit
 from circuitstat.pipelines.spec import parse_spec
 
 SPEC = small_mask_audit_spec(["eap", "edge-pruning"], edge_pruning={"steps": 4, "n_refits": 3, "lr": 0.3})
@@ -97,7 +97,7 @@ def test_audit_edge_pruning_circuit_is_fit_edge_pruning_called_directly(run):
     from circuitstat.circuits.edge_pruning import fit_edge_pruning
     from circuitstat.core.rundir import RunDir
     from circuitstat.core.seeds import spawn_seeds
-    from circuitstat.pipelines.audit.run import prepare_audit, refit_plan
+    from circuitstat.pipelines.runs.audit.run import prepare_audit, refit_plan
 
     spec = parse_spec(SPEC)
     _, model, task = prepare_audit(spec)
@@ -118,7 +118,7 @@ def test_pruning_cost_counts_the_forwards_a_fit_runs(monkeypatch):
     """circuits/plan.py's pruning_cost: example forwards of one fit, counted on the model's run calls."""
     from circuitstat.circuits.edge_pruning import fit_edge_pruning
     from circuitstat.circuits.plan import pruning_cost
-    from circuitstat.pipelines.audit.run import prepare_audit
+    from circuitstat.pipelines.runs.audit.run import prepare_audit
 
     spec = parse_spec({**_without(SPEC, "edge_pruning"), "methods": ["eap"]})
     _, model, task = prepare_audit(spec)
@@ -137,7 +137,7 @@ def test_pruning_cost_counts_the_forwards_a_fit_runs(monkeypatch):
 
 def test_plan_prices_edge_pruning_fits_and_refits():
     from circuitstat.circuits.plan import pruning_cost
-    from circuitstat.pipelines.audit.stages import audit_flops
+    from circuitstat.pipelines.runs.audit.stages import audit_flops
     from circuitstat.pipelines.sources import LOCAL
 
     cfg = LOCAL.skeleton(SPEC["model"]).cfg
@@ -168,7 +168,7 @@ def test_attribute_command_fits_edge_pruning_and_refuses_its_options_elsewhere(t
     from typer.testing import CliRunner
 
     from circuitstat.circuits.edge_pruning import fit_edge_pruning
-    from circuitstat.pipelines.audit.run import prepare_audit
+    from circuitstat.pipelines.runs.audit.run import prepare_audit
     from circuitstat.pipelines.cli import app
     from circuitstat.pipelines.kinds import kind
 
@@ -211,7 +211,7 @@ def test_conditional_columns_are_one_half_fit_and_fieller_on_the_other_half(run)
     from circuitstat.circuits.faithfulness import faithfulness
     from circuitstat.core.rundir import RunDir
     from circuitstat.core.seeds import as_seed_sequence, spawn_seeds
-    from circuitstat.pipelines.audit.run import prepare_audit
+    from circuitstat.pipelines.runs.audit.run import prepare_audit
     from circuitstat.stats.faithfulness_refit import conditional_faithfulness
     from circuitstat.stats.fieller import fieller_faithfulness
 

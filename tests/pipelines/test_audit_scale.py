@@ -1,5 +1,5 @@
 """The audit at a large graph's size (issue 36, item 4): its statistics stages read the score tables in blocks of
-edge columns (circuitstat.pipelines.audit.scores), writing the tables the in-memory path writes, bit for bit; the
+edge columns (circuitstat.pipelines.runs.audit.scores), writing the tables the in-memory path writes, bit for bit; the
 stages that need whole matrices are refused, before the run, when they would load more than the bound."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from circuitstat.core.errors import InputError
 from circuitstat.core.score_columns import ParquetColumns
-from circuitstat.pipelines.audit import scores as audit_scores
-from circuitstat.pipelines.audit.run import run_audit
+from circuitstat.pipelines.runs.audit import scores as audit_scores
+from circuitstat.pipelines.runs.audit.run import run_audit
 from circuitstat.pipelines.spec import parse_spec
 
 SPEC = {

@@ -1,4 +1,4 @@
-"""The audit's stages are declared once (circuitstat.pipelines.audit.stages.STAGES): for every stage, the stage list
+"""The audit's stages are declared once (circuitstat.pipelines.runs.audit.stages.STAGES): for every stage, the stage list
 (audit_stages), the pricing (audit_flops) and what run_audit really writes (the manifest) agree, on real audits of a
 tiny model that between them run every stage and leave each optional one out."""
 
@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from circuitstat.pipelines.audit.stages import audit_flops
-from circuitstat.pipelines.audit.run import audit_stages, is_audit_stage, run_audit
-from circuitstat.pipelines.audit.stages import STAGES, Stage
+from circuitstat.pipelines.runs.audit.stages import audit_flops
+from circuitstat.pipelines.runs.audit.run import audit_stages, is_audit_stage, run_audit
+from circuitstat.pipelines.runs.audit.stages import STAGES, Stage
 from circuitstat.pipelines.spec import parse_spec
 
 MODEL = "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=3"
@@ -116,7 +116,7 @@ def test_each_stage_name_is_declared_once_and_recognised():
 
 def test_a_stage_left_out_is_not_priced():
     """Without faithfulness, tests or heads, those stages' prices are absent from audit_flops; with them, present."""
-    from circuitstat.pipelines.audit.pricing import faithfulness_flops, heads_flops, tests_flops
+    from circuitstat.pipelines.runs.audit.pricing import faithfulness_flops, heads_flops, tests_flops
 
     cfg = _cfg()
     base = parse_spec({**BASE, "model": MODEL, "methods": ["eap"]})

@@ -9,7 +9,7 @@ import pytest
 
 from builders import small_mask_audit_spec
 from circuitstat.core.errors import InputError
-from circuitstat.pipelines.audit.run import run_audit
+from circuitstat.pipelines.runs.audit.run import run_audit
 from circuitstat.pipelines.spec import parse_spec
 
 SPEC = small_mask_audit_spec(["ugs"], ugs={"steps": 3, "n_refits": 3, "n_samples": 2})
@@ -28,7 +28,7 @@ def test_audit_with_ugs_writes_the_mask_tables_and_its_fits_are_fit_ugs(tmp_path
     from circuitstat.circuits.ugs import fit_ugs
     from circuitstat.core.rundir import RunDir
     from circuitstat.core.seeds import spawn_seeds
-    from circuitstat.pipelines.audit.run import prepare_audit, refit_plan
+    from circuitstat.pipelines.runs.audit.run import prepare_audit, refit_plan
 
     spec = parse_spec(SPEC)
     out = run_audit(spec, tmp_path / "run")
@@ -75,7 +75,7 @@ def test_attribute_command_fits_ugs_and_refuses_bad_options(tmp_path):
     from typer.testing import CliRunner
 
     from circuitstat.circuits.ugs import fit_ugs
-    from circuitstat.pipelines.audit.run import prepare_audit
+    from circuitstat.pipelines.runs.audit.run import prepare_audit
     from circuitstat.pipelines.cli import app
 
     args = ["attribute", "--model", SPEC["model"], "--task", "induction", "--task-option", "seq_len=5", "--n", "8",
@@ -95,7 +95,7 @@ def test_attribute_command_fits_ugs_and_refuses_bad_options(tmp_path):
 
 def test_plan_prices_a_ugs_step_as_n_samples_masked_passes():
     from circuitstat.circuits.plan import pruning_cost
-    from circuitstat.pipelines.audit.stages import audit_flops
+    from circuitstat.pipelines.runs.audit.stages import audit_flops
     from circuitstat.pipelines.sources import LOCAL
 
     cfg = LOCAL.skeleton(SPEC["model"]).cfg

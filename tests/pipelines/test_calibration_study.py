@@ -8,7 +8,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from circuitstat.pipelines.calibration.study import summary_lines
+from circuitstat.pipelines.runs.calibration.study import summary_lines
 from circuitstat.pipelines.cli import app
 from circuitstat.stats.intervals import METHODS
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from builders import GPT2_SHAPED
-from circuitstat.pipelines.audit.run import run_audit
+from circuitstat.pipelines.runs.audit.run import run_audit
 from circuitstat.pipelines.claims import check
 from circuitstat.pipelines.spec import load_spec
 

@@ -41,7 +41,7 @@ def _claims(entry: str) -> list[dict]:
 def _run(tmp: Path, entry: str, names: list[str], scale: dict[str, float]) -> Path:
     """A run whose edge_stats the audit's statistics computed from numpy-drawn effects: every edge an effect of the
     random-weight size, the claimed edges ``scale[edge]`` in the claimed direction (sd a fifth of it)."""
-    from circuitstat.pipelines.audit.tables import edge_stats_table
+    from circuitstat.pipelines.runs.audit.tables import edge_stats_table
     from circuitstat.pipelines.spec import load_spec
     from circuitstat.stats import ResamplingPlan
 

@@ -28,7 +28,7 @@ def forwards(monkeypatch):
         calls["forward"] += 1
         return run(self, *a, **kw)
 
-    import circuitstat.pipelines.audit.run as audit
+    import circuitstat.pipelines.runs.audit.run as audit
 
     real_audit = audit.run_audit
 

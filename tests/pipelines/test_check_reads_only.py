@@ -41,7 +41,7 @@ def attribute_run(tmp_path_factory) -> Path:
 def audits(monkeypatch) -> list:
     """Record every audit check would start (none may start without --run-audit)."""
     calls = []
-    monkeypatch.setattr("circuitstat.pipelines.audit.run.run_audit", lambda spec, out, **kw: calls.append(Path(out)))
+    monkeypatch.setattr("circuitstat.pipelines.runs.audit.run.run_audit", lambda spec, out, **kw: calls.append(Path(out)))
     return calls
 
 

@@ -152,7 +152,7 @@ AUDIT = {"model": "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_pos
 def test_audit_runs_the_stage_and_refuses_unknown_edges_before_any_work(tmp_path):
     import json
 
-    from circuitstat.pipelines.audit.run import audit_stages, run_audit
+    from circuitstat.pipelines.runs.audit.run import audit_stages, run_audit
 
     with pytest.raises(InputError, match="tests.edges names 'nope->logits'"):
         run_audit(parse_spec({**AUDIT, "tests": {"edges": ["nope->logits"]}}), tmp_path / "bad")

@@ -217,7 +217,7 @@ SPEC = {"model": "random:gpt2?n_layer=2&n_head=4&n_embd=64&vocab_size=512&n_posi
 
 @pytest.fixture
 def fake_audit(monkeypatch):
-    """Install a stand-in circuitstat.pipelines.audit.run whose run_audit writes a synthetic run."""
+    """Install a stand-in circuitstat.pipelines.runs.audit.run whose run_audit writes a synthetic run."""
     calls = []
 
     def run_audit(spec, out, *, n_jobs=None, scheduler=None):
@@ -225,7 +225,7 @@ def fake_audit(monkeypatch):
         make_run(Path(out), heads=False)
         return Path(out)
 
-    monkeypatch.setattr("circuitstat.pipelines.audit.run.run_audit", run_audit)
+    monkeypatch.setattr("circuitstat.pipelines.runs.audit.run.run_audit", run_audit)
     return calls
 
 
@@ -344,7 +344,7 @@ def test_the_registry_declares_each_kind_and_its_tables_once():
     the evaluation, the preflight and the reader's hints are all read from it."""
     import typing
 
-    import circuitstat.pipelines.heads.stability
+    import circuitstat.pipelines.runs.heads.stability
     import circuitstat.stats as stats
     from circuitstat.core.schema import schema_for
     from circuitstat.pipelines.claims import KINDS
@@ -361,8 +361,8 @@ def test_the_registry_declares_each_kind_and_its_tables_once():
         assert callable(entry.evaluate) and callable(entry.requires)
         if "statistic" in entry.model.model_fields:
             assert typing.get_args(entry.model.model_fields["statistic"].annotation) == entry.statistics, kind
-    # claims and estimators never share a class name (HeadStabilityClaim is about circuitstat.pipelines.heads.stability.HeadStability)
-    estimators = {n for mod in (stats, circuitstat.pipelines.heads.stability) for n in dir(mod) if n[:1].isupper()}
+    # claims and estimators never share a class name (HeadStabilityClaim is about circuitstat.pipelines.runs.heads.stability.HeadStability)
+    estimators = {n for mod in (stats, circuitstat.pipelines.runs.heads.stability) for n in dir(mod) if n[:1].isupper()}
     assert not {m.__name__ for m in KIND_MODELS.values()} & estimators and "HeadStability" in estimators
     # a claim reads the table its kind declares
     claim = parse_claims({"claims": [PASSING["claims"][1]]}).claims[0]
@@ -625,7 +625,7 @@ def test_token_claims_on_a_real_run(tmp_path):
     import torch
 
     from circuitstat.circuits.model import CircuitModel, ModelConfig
-    from circuitstat.pipelines.contributions import TokenContributions
+    from circuitstat.pipelines.runs.tokens.run import TokenContributions
 
     cfg = ModelConfig(n_layers=2, n_heads=2, d_model=16, d_head=8, d_mlp=32, vocab_size=50, n_ctx=32, act="relu")
     m = CircuitModel(cfg).init_weights(0)

@@ -97,7 +97,7 @@ def test_attribute_builds_the_services_spec_from_its_options(tmp_path, monkeypat
 def test_a_command_that_bypasses_the_kind_is_caught(tmp_path, monkeypatch):
     """Negative control: the library's direct road (run_attribute, not kind(...).run) writes a run while the spy
     sees no call, so a command taking that road would fail the test above."""
-    from circuitstat.pipelines.attribute import run_attribute
+    from circuitstat.pipelines.runs.attribute.run import run_attribute
 
     calls = _spy(monkeypatch, "attribute")
     run_attribute(MODEL, "induction", tmp_path / "direct", n=4, method="eap")
@@ -135,7 +135,7 @@ def _three_roads(flags: list[str], options: dict, method: str, tmp_path: Path) -
         spec = "accepted"
     except InputError as e:
         spec = str(e)
-    from circuitstat.pipelines.attribute import run_attribute
+    from circuitstat.pipelines.runs.attribute.run import run_attribute
 
     try:
         run_attribute("/no/such/model", "induction", tmp_path / "lib", method=method, n=4, **options)
@@ -192,7 +192,7 @@ def test_mask_options_are_derived_from_the_method_records_and_options_classes():
 def test_the_prompt_limit_is_lifted_by_the_command_lines_allow_large_only(tmp_path, monkeypatch):
     """--n above 1,000,000: refused naming --allow-large, which lifts it on the command line; a service job's spec
     has no key that lifts it (a request never lifts a CLI-only limit)."""
-    from circuitstat.pipelines.attribute import N_MAX
+    from circuitstat.pipelines.runs.attribute.run import N_MAX
 
     calls = _spy(monkeypatch, "attribute")
     args = ["attribute", "--model", MODEL, "--n", str(N_MAX + 1), "--out", str(tmp_path / "o")]

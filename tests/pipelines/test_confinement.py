@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from circuitstat.core.errors import InputError
 from circuitstat.pipelines.sources import LOCAL
 from circuitstat.pipelines.cli import app
-from circuitstat.pipelines.heads.study import load_head_study_plan
+from circuitstat.pipelines.runs.heads.study import load_head_study_plan
 from circuitstat.pipelines.spec import load_spec
 from circuitstat.core.query import connect, query
 from circuitstat.core.rundir import RunDir

@@ -12,7 +12,7 @@ import pytest
 
 from circuitstat.core.errors import InputError
 from circuitstat.pipelines import checkpoint
-from circuitstat.pipelines.attribute import run_attribute
+from circuitstat.pipelines.runs.attribute.run import run_attribute
 from circuitstat.pipelines.checkpoint import CheckpointStore
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import torch
 
 from circuitstat.circuits.plan import weight_bytes
 from circuitstat.core.errors import InputError
-from circuitstat.pipelines.attribute import prepare_attribute
+from circuitstat.pipelines.runs.attribute.run import prepare_attribute
 from circuitstat.pipelines.sources import LOCAL
 
 MODEL = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=50257&n_positions=64&seed=1"

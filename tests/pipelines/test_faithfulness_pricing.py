@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from circuitstat.circuits.model import CircuitModel
-from circuitstat.pipelines.audit import pricing
-from circuitstat.pipelines.audit import common, stages
-from circuitstat.pipelines.audit import run as audit
+from circuitstat.pipelines.runs.audit import pricing
+from circuitstat.pipelines.runs.audit import common, stages
+from circuitstat.pipelines.runs.audit import run as audit
 from circuitstat.pipelines.spec import parse_spec
 
 MODEL = "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=3"

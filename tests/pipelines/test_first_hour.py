@@ -118,7 +118,7 @@ def test_a_task_with_three_groups_audits_with_three_folds(tmp_path):
     folds ... use fewer folds') and no spec key sets the folds."""
     import pyarrow.parquet as pq
 
-    from circuitstat.pipelines.audit.run import run_audit
+    from circuitstat.pipelines.runs.audit.run import run_audit
     from circuitstat.pipelines.spec import parse_spec
 
     out = run_audit(parse_spec(_grouped_spec(tmp_path)), tmp_path / "run")
@@ -128,7 +128,7 @@ def test_a_task_with_three_groups_audits_with_three_folds(tmp_path):
 
 def test_faithfulness_folds_is_a_spec_key_and_its_error_names_it(tmp_path):
     from circuitstat.core.errors import InputError
-    from circuitstat.pipelines.audit.run import prepare_audit
+    from circuitstat.pipelines.runs.audit.run import prepare_audit
     from circuitstat.pipelines.spec import parse_spec
 
     assert parse_spec(_grouped_spec(tmp_path, faithfulness_folds=2)).faithfulness_folds == 2

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from circuitstat.core.run_tables import RunTables
 from circuitstat.core.schema import schema_for
 from circuitstat.pipelines.cli import app
-from circuitstat.pipelines.groundtruth import TABLES
+from circuitstat.pipelines.runs.groundtruth.study import TABLES
 
 
 def _spec(tmp_path: Path, **over) -> str:
@@ -61,7 +61,7 @@ def test_a_study_of_mask_methods_alone_has_an_empty_fdr_table_and_a_summary() ->
     """With only mask methods there are no per-edge tests: the FDR table is empty but valid, the summary prints."""
     import pyarrow as pa
 
-    from circuitstat.pipelines.groundtruth import KEYS, _columns, summary_lines
+    from circuitstat.pipelines.runs.groundtruth.study import KEYS, _columns, summary_lines
     from circuitstat.stats.groundtruth_scoring import summarise
 
     rows = [{"model": "m", "method": "edge-pruning", "n": 8, "dataset": r, "family": "ranking", "statistic": "auroc",
@@ -92,7 +92,7 @@ def test_edge_pruning_stability_refits_each_resample_with_its_weights() -> None:
     from circuitstat.circuits.edge_pruning import fit_edge_pruning
     from circuitstat.circuits.groundtruth.planted import PlantedSpec, planted_induction
     from circuitstat.core.seeds import spawn_seeds
-    from circuitstat.pipelines.groundtruth_masks import edge_pruning_stability, refit_mask
+    from circuitstat.pipelines.runs.groundtruth.masks import edge_pruning_stability, refit_mask
     from circuitstat.stats import ResamplingPlan
 
     gt = planted_induction(PlantedSpec(background=0.25))
@@ -114,7 +114,7 @@ def test_edge_pruning_faithfulness_refits_once_per_fold_each_an_independent_fit(
     from circuitstat.circuits.edge_pruning import fit_edge_pruning
     from circuitstat.circuits.faithfulness import faithfulness
     from circuitstat.circuits.groundtruth.planted import PlantedSpec, planted_induction
-    from circuitstat.pipelines.groundtruth_masks import fold_refit
+    from circuitstat.pipelines.runs.groundtruth.masks import fold_refit
     from circuitstat.stats.faithfulness_refit import refit_selection_faithfulness
 
     gt = planted_induction(PlantedSpec(background=0.25))
@@ -148,7 +148,7 @@ def test_ugs_is_scored_as_edge_pruning_is_and_its_bad_options_exit_2(tmp_path: P
     from circuitstat.circuits.groundtruth import load_groundtruth
     from circuitstat.circuits.ugs import fit_ugs
     from circuitstat.core.seeds import spawn_seeds
-    from circuitstat.pipelines.groundtruth_masks import _datasets
+    from circuitstat.pipelines.runs.groundtruth.masks import _datasets
     from circuitstat.stats.groundtruth import auroc
 
     out = tmp_path / "run"
@@ -161,7 +161,7 @@ def test_ugs_is_scored_as_edge_pruning_is_and_its_bad_options_exit_2(tmp_path: P
     assert len(refit) == 5 * 5 and refit.value[refit.statistic == "jaccard_mean"].between(0, 1).all()
     # dataset 0's AUROC is fit_ugs's on that dataset's prompts, at the study's seed for it (an independent call)
     from circuitstat.core.rundir import RunDir
-    from circuitstat.pipelines.groundtruth import _population_seed, _unused_keys, parse_groundtruth_spec
+    from circuitstat.pipelines.runs.groundtruth.study import _population_seed, _unused_keys, parse_groundtruth_spec
 
     gs = parse_groundtruth_spec(yaml.safe_load(Path(spec).read_text()), spec)
     src = "planted:induction?background=0.25"

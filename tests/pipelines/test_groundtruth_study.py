@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from circuitstat.circuits.attribution import attribute
 from circuitstat.circuits.groundtruth.planted import PlantedSpec, planted_induction
 from circuitstat.pipelines.cli import app
-from circuitstat.pipelines.groundtruth import TABLES
+from circuitstat.pipelines.runs.groundtruth.study import TABLES
 from circuitstat.reports.html.groundtruth import groundtruth_section
 from circuitstat.core.run_tables import RunTables
 from circuitstat.core.schema import schema_for

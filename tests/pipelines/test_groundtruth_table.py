@@ -31,7 +31,7 @@ def test_power_interval_stays_within_0_and_1_and_keeps_its_lower_end():
 
 
 def test_the_summary_prints_the_whole_verdict_and_the_power_interval():
-    from circuitstat.pipelines.groundtruth import summary_lines
+    from circuitstat.pipelines.runs.groundtruth.study import summary_lines
     from circuitstat.stats.groundtruth_scoring import fdr_rows
 
     fdr = fdr_rows(_recall_rows(RECALLS, [0.0] * 10), ["model", "method", "n"])

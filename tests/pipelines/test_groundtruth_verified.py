@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from circuitstat.core.errors import InputError
-from circuitstat.pipelines.groundtruth import parse_groundtruth_spec, run_groundtruth_study
+from circuitstat.pipelines.runs.groundtruth.study import parse_groundtruth_spec, run_groundtruth_study
 from circuitstat.stats.groundtruth import fdr_check
 
 MODELS = ["tracr:sort", "tracr:hist", "tracr:detect_abc", "planted:induction?background=3"]
@@ -57,7 +57,7 @@ def test_a_wrong_truth_label_makes_the_check_fail(study):
     """Relabel as false the true edge the verified selection always keeps: the realised FDR then exceeds q + 2 SE."""
     from circuitstat.circuits.groundtruth import load_groundtruth
     from circuitstat.core.tables import table_to_matrix
-    from circuitstat.pipelines.groundtruth import _slug
+    from circuitstat.pipelines.runs.groundtruth.study import _slug
     import pyarrow.parquet as pq
 
     from circuitstat.stats.groundtruth_scoring import score_verified_dataset

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from circuitstat.circuits.corpus import Corpus
-from circuitstat.pipelines.heads.study import StudyPlan, claims_summary, condition_name, quick_plan, run_head_study
+from circuitstat.pipelines.runs.heads.study import StudyPlan, claims_summary, condition_name, quick_plan, run_head_study
 
 SUMMARY_COLUMNS = ["item", "value", "ci_low", "ci_high", "verdict", "pvalue", "pvalue_holm", "interval", "multiplicity"]
 LAYERS_COLUMNS = ["layer", "stability", "ci_low", "ci_high", "null_mean", "stability_all_anchors", "refit_ci_low",
@@ -164,7 +164,7 @@ def _write_plan(tmp_path, text: str):
 
 
 def test_a_yaml_plan_overrides_the_built_in_one(tmp_path):
-    from circuitstat.pipelines.heads.study import full_plan, load_head_study_plan
+    from circuitstat.pipelines.runs.heads.study import full_plan, load_head_study_plan
 
     plan = load_head_study_plan(_write_plan(tmp_path, """
 start: full
@@ -210,7 +210,7 @@ def test_a_bad_plan_is_refused_with_exit_2_before_anything_is_written(tmp_path, 
 def test_the_example_plan_loads():
     from pathlib import Path
 
-    from circuitstat.pipelines.heads.study import load_head_study_plan
+    from circuitstat.pipelines.runs.heads.study import load_head_study_plan
 
     plan = load_head_study_plan(Path(__file__).resolve().parents[2] / "examples" / "head-study-seeds.yaml")
     assert plan.depths == (2, 4) and len(plan.seeds) == 10 and len(plan.conditions()) == 4

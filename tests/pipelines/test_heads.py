@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from circuitstat.circuits.model import CircuitModel, ModelConfig
-from circuitstat.pipelines.heads.stability import HeadStability, ProbeSet, build_probe, fisher_interval, permutation_correlation
+from circuitstat.pipelines.runs.heads.stability import HeadStability, ProbeSet, build_probe, fisher_interval, permutation_correlation
 
 CFG = ModelConfig(n_layers=2, n_heads=4, d_model=32, d_head=8, d_mlp=64, vocab_size=97, n_ctx=32)
 # the original columns first (readers depend on them), then the refit-level and excess columns

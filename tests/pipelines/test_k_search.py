@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-import circuitstat.pipelines.audit.common as audit  # faithfulness_with_search and the faithfulness_table it calls
+import circuitstat.pipelines.runs.audit.common as audit  # faithfulness_with_search and the faithfulness_table it calls
 from circuitstat.pipelines.k_search import search_k
 from circuitstat.pipelines.spec import parse_spec
 from circuitstat.core.rundir import RunDir
@@ -93,7 +93,7 @@ def test_choice_never_skips_an_unevaluated_k(tmp_path):
 
 def test_a_circuit_without_an_input_to_logits_path_says_why_f_is_zero():
     from circuitstat.circuits import load_model
-    from circuitstat.pipelines.audit.tables import faithfulness_table
+    from circuitstat.pipelines.runs.audit.tables import faithfulness_table
     from circuitstat.pipelines.build import build_task
     from circuitstat.stats import ResamplingPlan
 

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from eapig_format import eapig_graph
 
-from circuitstat.pipelines.audit.run import run_audit
+from circuitstat.pipelines.runs.audit.run import run_audit
 from circuitstat.pipelines.cli import app
 from circuitstat.pipelines.spec import parse_spec
 

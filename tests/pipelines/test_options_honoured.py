@@ -150,7 +150,7 @@ SPEC = {"model": TINY, "task": {"name": "induction", "n": 6, "options": {"seq_le
 
 
 def _audit(tmp: Path, name: str, spec: dict) -> dict:
-    from circuitstat.pipelines.audit.run import run_audit
+    from circuitstat.pipelines.runs.audit.run import run_audit
     from circuitstat.pipelines.spec import parse_spec
 
     out = tmp / name

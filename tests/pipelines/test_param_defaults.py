@@ -141,14 +141,14 @@ SERVES = {
     "circuitstat.circuits.readouts": "heads",  # the heads kind's readouts (HeadStability passes its batch)
     "circuitstat.stats.similarity.head_matching": "heads",
     "circuitstat.pipelines.spec.HeadsSpec": "heads",
-    "circuitstat.pipelines.heads.study.StudyPlan": "heads",  # each cell is a HeadStability fit
+    "circuitstat.pipelines.runs.heads.study.StudyPlan": "heads",  # each cell is a HeadStability fit
     "circuitstat.circuits.contributions": "tokens",
     "circuitstat.stats.sinks": "tokens",
     "circuitstat.stats.token_importance": "tokens",
     "circuitstat.circuits.ugs": "ugs",
     "circuitstat.pipelines.mask_options.UGS": "ugs",  # UGSOptions, UGSSpec
-    "circuitstat.pipelines.calibration.spec": "calibration",
-    "circuitstat.pipelines.groundtruth.GroundTruthSpec": "groundtruth",
+    "circuitstat.pipelines.runs.calibration.spec": "calibration",
+    "circuitstat.pipelines.runs.groundtruth.study.GroundTruthSpec": "groundtruth",
 }
 
 #: (qualified name, parameter) -> (its own default, why it is not the Param's): reviewed, never a silent copy
@@ -179,8 +179,8 @@ OWN_DEFAULTS = {
     ("circuitstat.pipelines.training.recipe.TrainRecipe", "lr"): (1e-3, "the training learning rate"),
     ("circuitstat.pipelines.training.recipe.TrainRecipe", "steps"): (1000, "training steps"),
     ("circuitstat.pipelines.build.check_work", "n_resamples"): (0, "resampling weights priced (0: none)"),
-    ("circuitstat.pipelines.sample_size_run.SampleSizeSpec", "target"): (0.5, "a Jaccard to clear"),
-    ("circuitstat.pipelines.variance_study.spec.SelectionSpec", "target"): (0.8, "a share of the variance"),
+    ("circuitstat.pipelines.runs.sample_size.run.SampleSizeSpec", "target"): (0.5, "a Jaccard to clear"),
+    ("circuitstat.pipelines.runs.variance.spec.SelectionSpec", "target"): (0.8, "a share of the variance"),
 }
 
 

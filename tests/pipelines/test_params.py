@@ -30,19 +30,19 @@ def _audit_heads(b):
 
 
 def _calibration(b):
-    from circuitstat.pipelines.calibration.study import parse_calibration_spec
+    from circuitstat.pipelines.runs.calibration.study import parse_calibration_spec
 
     return parse_calibration_spec({"model": RANDOM, "task": {"name": "induction", "n": 512}, "n_resamples": b})
 
 
 def _groundtruth(b):
-    from circuitstat.pipelines.groundtruth import parse_groundtruth_spec
+    from circuitstat.pipelines.runs.groundtruth.study import parse_groundtruth_spec
 
     return parse_groundtruth_spec({"models": ["planted:induction"], "n_resamples": b})
 
 
 def _head_study(b):
-    from circuitstat.pipelines.heads.study import HeadStudySpec
+    from circuitstat.pipelines.runs.heads.study import HeadStudySpec
     from circuitstat.pipelines.spec import validate_spec
 
     return validate_spec(HeadStudySpec, {"start": "quick", "n_resamples": b}, "<plan>", kind="head-study plan")
@@ -55,13 +55,13 @@ def _service(b):
 
 
 def _head_estimator(b):
-    from circuitstat.pipelines.heads.stability import HeadStability
+    from circuitstat.pipelines.runs.heads.stability import HeadStability
 
     return HeadStability(n_resamples=b)._validate()
 
 
 def _tokens_estimator(b):
-    from circuitstat.pipelines.contributions import TokenContributions
+    from circuitstat.pipelines.runs.tokens.run import TokenContributions
 
     return TokenContributions(n_resamples=b).check_sizes()
 

@@ -269,7 +269,7 @@ def test_check_record_writes_a_claims_table_the_readers_accept(audit_run, tmp_pa
 def test_sample_size_refuses_an_edited_pilot(audit_run, tmp_path):
     """Issue 45 item 2: sample-size read its pilot without the digest check (widths 1000 x too wide)."""
     from circuitstat.core.integrity import IntegrityError
-    from circuitstat.pipelines.sample_size import read_pilot
+    from circuitstat.pipelines.runs.sample_size.simulate import read_pilot
 
     sm, _ = read_pilot(audit_run)  # the control: the pilot as written is read
     assert sm.scores.shape[0] == AUDIT["task"]["n"]

@@ -92,8 +92,8 @@ def test_the_cli_refuses_an_old_run_as_out_exit_2(tmp_path):
 
 def test_a_result_run_records_its_kind(tmp_path):
     """sample-size and heads write a Result: its class's run_kind is the kind its run directory records."""
-    from circuitstat.pipelines.heads.result import HeadStabilityResult
-    from circuitstat.pipelines.sample_size import SampleSizeResult
+    from circuitstat.pipelines.runs.heads.result import HeadStabilityResult
+    from circuitstat.pipelines.runs.sample_size.simulate import SampleSizeResult
 
     assert SampleSizeResult.run_kind == "sample-size" and HeadStabilityResult.run_kind == "heads"
     res = result_factories.sample_size()

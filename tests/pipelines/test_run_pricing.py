@@ -78,7 +78,7 @@ def test_edge_pruning_with_many_steps_and_refits_is_refused(tmp_path, passes):
 
 
 def test_a_small_mask_fit_is_not_refused_and_allow_large_lifts_the_limit(tmp_path, monkeypatch, passes):
-    import circuitstat.pipelines.attribute as attribute
+    import circuitstat.pipelines.runs.attribute.run as attribute
 
     def reached(*a, **k):
         raise Reached
@@ -125,7 +125,7 @@ def test_an_audit_section_of_absurd_size_is_refused_before_any_pass(tmp_path, pa
 
 
 def test_the_same_audit_with_small_sections_passes_its_price(tmp_path, monkeypatch, passes):
-    import circuitstat.pipelines.audit.common as run  # the audit's stages call attribution_scores there
+    import circuitstat.pipelines.runs.audit.common as run  # the audit's stages call attribution_scores there
 
     def reached(*a, **k):
         raise Reached
@@ -156,7 +156,7 @@ def _pilot() -> tuple[np.ndarray, list[str]]:
 def test_sample_size_at_ten_million_prompts_is_refused_before_simulating(monkeypatch):
     import circuitstat.stats.sample_size as stats_ss
     from circuitstat.core.errors import InputError
-    from circuitstat.pipelines.sample_size import sample_size
+    from circuitstat.pipelines.runs.sample_size.simulate import sample_size
 
     def reached(*a, **k):
         raise Reached
@@ -181,7 +181,7 @@ def test_the_sample_size_price_grows_with_its_work():
 
 
 def test_heads_with_millions_of_probe_prompts_is_refused_before_any_pass(tmp_path, monkeypatch, passes):
-    from circuitstat.pipelines.heads.stability import HeadStability
+    from circuitstat.pipelines.runs.heads.stability import HeadStability
 
     def reached(self, *a, **k):
         raise Reached

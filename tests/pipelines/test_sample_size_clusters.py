@@ -71,7 +71,7 @@ def test_the_pilot_widths_are_template_level(pilot):
     hand), not of the n prompts (negative control: the examples scheme's differs)."""
     from circuitstat.circuits.scores import ScoreMatrix
     from circuitstat.core.seeds import spawn_seeds
-    from circuitstat.pipelines.sample_size import pilot_groups, sample_size
+    from circuitstat.pipelines.runs.sample_size.simulate import pilot_groups, sample_size
     from circuitstat.pipelines.spec import AuditSpec
     from circuitstat.stats import ResamplingPlan, bootstrap_edges
 

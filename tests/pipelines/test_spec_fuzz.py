@@ -186,7 +186,7 @@ def fake_audit():
     nothing."""
     import dataclasses
 
-    from circuitstat.pipelines.audit import run as audit_run
+    from circuitstat.pipelines.runs.audit import run as audit_run
 
     calls = []
     mp = pytest.MonkeyPatch()

@@ -20,12 +20,12 @@ runner = CliRunner()
 def no_work(monkeypatch):
     """Any attribution or task building fails the test at once (the old code started them)."""
     import circuitstat.circuits.groundtruth.truth
-    import circuitstat.pipelines.audit.run
+    import circuitstat.pipelines.runs.audit.run
 
     def started(*a, **k):
         raise AssertionError("work started before the study was priced")
 
-    monkeypatch.setattr(circuitstat.pipelines.audit.run, "attribution_scores", started)
+    monkeypatch.setattr(circuitstat.pipelines.runs.audit.run, "attribution_scores", started)
     monkeypatch.setattr(circuitstat.circuits.groundtruth.truth.GroundTruthModel, "task", started)
 
 
@@ -102,7 +102,7 @@ def test_two_sources_that_would_share_table_names_are_refused(tmp_path, no_work)
 def test_a_small_study_is_priced_below_the_limit_and_the_price_grows_with_each_size() -> None:
     from circuitstat.circuits.groundtruth import load_groundtruth
     from circuitstat.circuits.limits import MAX_WORK
-    from circuitstat.pipelines.groundtruth import parse_groundtruth_spec
+    from circuitstat.pipelines.runs.groundtruth.study import parse_groundtruth_spec
     from circuitstat.pipelines.work import groundtruth_operations
 
     doc = {"models": ["planted:induction"], "methods": ["eap"], "sizes": [16, 32], "n_datasets": 5,
@@ -122,15 +122,15 @@ TINY = "random:gpt2?n_layer=1&n_head=2&n_embd=16&vocab_size=64&n_positions=64&se
 
 def test_calibration_and_tokens_say_what_they_cost_before_starting(tmp_path, monkeypatch):
     """task.n 1,000,000 with 100,000 datasets, and tokens --n 1,000,000, ran for minutes in silence."""
-    import circuitstat.pipelines.calibration.population
-    import circuitstat.pipelines.contributions
+    import circuitstat.pipelines.runs.calibration.population
+    import circuitstat.pipelines.runs.tokens.run
     from circuitstat.core.errors import InputError
 
     def stop(*a, **k):
         raise InputError("stopped here by the test")
 
-    monkeypatch.setattr(circuitstat.pipelines.calibration.population, "_build_task", stop)
-    monkeypatch.setattr(circuitstat.pipelines.contributions.TokenContributions, "run", stop)
+    monkeypatch.setattr(circuitstat.pipelines.runs.calibration.population, "_build_task", stop)
+    monkeypatch.setattr(circuitstat.pipelines.runs.tokens.run.TokenContributions, "run", stop)
     spec = tmp_path / "cal.yaml"
     spec.write_text(yaml.safe_dump({"model": TINY, "task": {"name": "induction", "n": 1_000_000}, "method": "eap",
                                     "sizes": [32], "n_datasets": 100_000}))
@@ -147,7 +147,7 @@ def test_calibration_and_tokens_say_what_they_cost_before_starting(tmp_path, mon
 
 def test_the_calibration_price_counts_every_dataset() -> None:
     """100,000 datasets of 32 prompts cost minutes of interval calls: the price grows with their number."""
-    from circuitstat.pipelines.calibration.study import parse_calibration_spec
+    from circuitstat.pipelines.runs.calibration.study import parse_calibration_spec
     from circuitstat.pipelines.work import PER_CALL, check_calibration
     from circuitstat.circuits.model import ModelConfig
 

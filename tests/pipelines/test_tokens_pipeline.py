@@ -12,7 +12,7 @@ import torch
 from circuitstat.core.errors import InputError
 from circuitstat.circuits.model import CircuitModel, ModelConfig
 from circuitstat.circuits.tasks import task_from_token_lists
-from circuitstat.pipelines.contributions import READOUT_TABLES, STAT_TABLES, TokenContributions
+from circuitstat.pipelines.runs.tokens.run import READOUT_TABLES, STAT_TABLES, TokenContributions
 from circuitstat.core.rundir import StageSpecChangedError
 from circuitstat.core.schema import schema_for
 
@@ -121,7 +121,7 @@ def test_bad_parameters_are_refused_before_any_work(params, match):
 
 def test_mask_ablation_runs_through_the_estimator_and_differs_from_zero():
     from circuitstat.circuits.contributions import TOKEN_ABLATIONS
-    from circuitstat.pipelines.contributions import TOKEN_ABLATIONS as MIRRORED
+    from circuitstat.pipelines.runs.tokens.run import TOKEN_ABLATIONS as MIRRORED
 
     assert MIRRORED == TOKEN_ABLATIONS  # the torch-free copy the validation uses
     model = _model()

@@ -242,7 +242,7 @@ def test_users_token_on_a_new_directory_creates_nothing_and_labels_are_capped(tm
 
 # ---- sample-size on NaN scores, check on "stages": [] ---------------------------------------------------------
 def test_sample_size_on_nan_scores_is_an_input_error():
-    from circuitstat.pipelines.sample_size import sample_size
+    from circuitstat.pipelines.runs.sample_size.simulate import sample_size
 
     S = np.random.default_rng(0).standard_normal((32, 20))
     S[3, 4] = np.nan
@@ -275,7 +275,7 @@ def test_plan_refuses_verify_edges_the_run_refuses(tmp_path):
 
 @pytest.mark.parametrize("section, method", [("ugs", "ugs"), ("edge_pruning", "edge-pruning")])
 def test_a_mask_section_without_its_method_is_refused(section, method):
-    from circuitstat.pipelines.audit.run import audit_spec_doc
+    from circuitstat.pipelines.runs.audit.run import audit_spec_doc
     from circuitstat.pipelines.spec import AuditSpec, parse_spec
 
     doc = {"model": M, "methods": ["eap"], section: {"steps": 3}}  # (a section of its defaults changes nothing)

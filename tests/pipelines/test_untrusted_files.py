@@ -94,7 +94,7 @@ def make_run(path: Path, spec: dict | None = None) -> Path:
 
 @pytest.fixture
 def audit_like(monkeypatch):
-    """circuitstat.pipelines.audit.run.run_audit replaced by one that uses RunDir as the real audit does (index
+    """circuitstat.pipelines.runs.audit.run.run_audit replaced by one that uses RunDir as the real audit does (index
     stage fingerprinted by the model, then the other stages), without loading a model."""
     calls = []
 
@@ -109,7 +109,7 @@ def audit_like(monkeypatch):
                       ["faithfulness_vs_k"], depends_on=["index"])
         return Path(out)
 
-    monkeypatch.setattr("circuitstat.pipelines.audit.run.run_audit", run_audit)
+    monkeypatch.setattr("circuitstat.pipelines.runs.audit.run.run_audit", run_audit)
     return calls
 
 

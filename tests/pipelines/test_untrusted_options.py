@@ -267,7 +267,7 @@ def test_every_stage_runs_on_one_thread_and_says_how_long(tmp_path, capsys):
     import torch
     from threadpoolctl import threadpool_info
 
-    from circuitstat.pipelines.audit.run import run_stage
+    from circuitstat.pipelines.runs.audit.run import run_stage
     from circuitstat.core.rundir import RunDir
 
     seen = {}

@@ -11,7 +11,7 @@ import torch
 
 from circuitstat.circuits.counterfactuals import counterfactual_corruptions, with_counterfactual
 from circuitstat.core.errors import InputError
-from circuitstat.pipelines.variance_study import Key, parse_variance_spec, run_variance_study, summary_lines
+from circuitstat.pipelines.runs.variance import Key, parse_variance_spec, run_variance_study, summary_lines
 from circuitstat.core.schema import fill
 from circuitstat.core.tables import matrix_to_table
 from circuitstat.stats.intrinsic import intrinsic_table
@@ -374,7 +374,7 @@ def test_tables_do_not_depend_on_the_number_of_workers(tiny_run, tmp_path):
 def test_example_specs_parse():
     from pathlib import Path
 
-    from circuitstat.pipelines.variance_study import load_variance_spec
+    from circuitstat.pipelines.runs.variance import load_variance_spec
 
     root = Path(__file__).resolve().parents[2] / "examples"
     for name in ("variance-random.yaml", "variance-zoo.yaml"):

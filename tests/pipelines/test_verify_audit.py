@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from circuitstat.core.errors import InputError
-from circuitstat.pipelines.audit.run import audit_stages, run_audit
+from circuitstat.pipelines.runs.audit.run import audit_stages, run_audit
 from circuitstat.pipelines.spec import parse_spec
 
 MODEL = "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=3"

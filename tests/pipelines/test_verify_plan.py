@@ -140,7 +140,7 @@ def test_service_accepts_and_prices_the_verify_spec():
     # with exact on every prompt already, phase 2 costs nothing more: only the faithfulness of the circuits
     # selected from the verified estimates (eap+verified) is added
     from circuitstat.circuits.plan import forward_flops
-    from circuitstat.pipelines.audit.pricing import faithfulness_forwards
+    from circuitstat.pipelines.runs.audit.pricing import faithfulness_forwards
 
     both = {**base, "methods": ["exact", "eap"]}
     both_ver = parse_kind("audit", {**both, "verify": {"n": 16}})

@@ -28,13 +28,13 @@ def _refused(args: list[str], *needles: str) -> str:
 @pytest.fixture
 def no_work(monkeypatch):
     """Any attribution, training or tokenizing fails the test at once (today's code would start it)."""
-    import circuitstat.pipelines.audit.run
+    import circuitstat.pipelines.runs.audit.run
     import circuitstat.pipelines.training
 
     def started(*a, **k):
         raise AssertionError("work started before the sizes were checked")
 
-    monkeypatch.setattr(circuitstat.pipelines.audit.run, "attribution_scores", started)
+    monkeypatch.setattr(circuitstat.pipelines.runs.audit.run, "attribution_scores", started)
     monkeypatch.setattr(circuitstat.pipelines.training, "prepare_data", started)
     monkeypatch.setattr(circuitstat.pipelines.training, "run_train_jobs", started)
 
@@ -91,7 +91,7 @@ def test_tokens_k_is_bounded_by_the_shortest_prompt(tmp_path):
 def test_the_estimates_are_of_the_order_of_the_work(tmp_path):
     """The defaults of every study stay well below the limit; the refused sizes far above it."""
     from circuitstat.circuits.limits import MAX_WORK
-    from circuitstat.pipelines.heads.study import full_plan, quick_plan
+    from circuitstat.pipelines.runs.heads.study import full_plan, quick_plan
     from circuitstat.pipelines.training import TrainRecipe
     from circuitstat.pipelines.work import head_study_operations, training_operations
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import circuitstat.pipelines.audit.common as audit  # the faithfulness stage calls faithfulness_table there
+import circuitstat.pipelines.runs.audit.common as audit  # the faithfulness stage calls faithfulness_table there
 from circuitstat.pipelines.cli import app
 
 MODEL = "random:gpt2?n_layer=2&n_head=2&n_embd=16&vocab_size=128&n_positions=64&seed=1"

@@ -32,7 +32,7 @@ def _tiny_model(seed: int):
 
 
 def _tokens_estimator():
-    from circuitstat.pipelines.contributions import TokenContributions
+    from circuitstat.pipelines.runs.tokens.run import TokenContributions
 
     return TokenContributions(n=12, task_options={"seq_len": 5}, ks=(1, 2), n_random=3, n_resamples=999,
                               seed=3)

@@ -156,7 +156,7 @@ def test_an_audit_writes_exactly_the_registered_columns(tmp_path: Path) -> None:
     """Every registered table an audit writes has the schema's columns in order (validated on write)."""
     import pyarrow.parquet as pq
 
-    from circuitstat.pipelines.audit.run import run_audit
+    from circuitstat.pipelines.runs.audit.run import run_audit
     from circuitstat.pipelines.spec import parse_spec
 
     spec = parse_spec({"model": "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=3",

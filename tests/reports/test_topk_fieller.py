@@ -24,7 +24,7 @@ WHOLE_LINE = fieller_note("unbounded")
 @pytest.mark.parametrize("clustered", [False, True])
 def test_the_audit_columns_are_fieller_of_the_evaluated_metrics(clustered):
     from circuitstat.circuits import load_model
-    from circuitstat.pipelines.audit.tables import fixed_faithfulness_columns
+    from circuitstat.pipelines.runs.audit.tables import fixed_faithfulness_columns
     from circuitstat.pipelines.build import build_task
     from circuitstat.pipelines.spec import parse_spec
     from circuitstat.stats import ResamplingPlan

@@ -207,7 +207,7 @@ def test_the_submit_command_runs_an_attribute_job_with_an_uploaded_task_file(env
 
 def test_a_variance_study_spec_runs_as_the_cli_runs_it(env, variance_cli, tmp_path):
     from circuitstat.pipelines.service.progress import planned_stages
-    from circuitstat.pipelines.variance_study import parse_variance_spec
+    from circuitstat.pipelines.runs.variance import parse_variance_spec
 
     c = env["c"]["bob"]
     r = submit(c, VARIANCE, kind="variance")

@@ -325,8 +325,8 @@ def test_every_stage_is_priced_head_stability_included():
     """max_work_flops prices the head-stability stage too: two models add exactly heads_flops, which grows with the
     probe set and the pairs compared."""
     from circuitstat.circuits.engine.config import ModelConfig
-    from circuitstat.pipelines.audit.pricing import heads_flops
-    from circuitstat.pipelines.audit.stages import audit_flops
+    from circuitstat.pipelines.runs.audit.pricing import heads_flops
+    from circuitstat.pipelines.runs.audit.stages import audit_flops
     from circuitstat.pipelines.spec import parse_spec
     from support import AUDIT, TINY
 

@@ -89,8 +89,8 @@ def mask_tables(model, task, spec: AuditSpec, names: list[str], plan) -> dict:
     spec.seed for refit i; None: no refits, the refit columns NaN). ``spec``: an AuditSpec, or any object with its
     methods, ablation, input_node, seed, batch_size and options sections (the ``attribute`` command passes so)."""
     from circuitstat.circuits.mask_methods import fit_mask, mask_gates
-    from circuitstat.pipelines.audit.tables import concat_parts
-    from circuitstat.pipelines.groundtruth_masks import refit_mask
+    from circuitstat.pipelines.runs.audit.tables import concat_parts
+    from circuitstat.pipelines.runs.groundtruth.masks import refit_mask
 
     masks, fits, notes = [], [], []
     N = int(task.clean.shape[0])
@@ -147,7 +147,7 @@ def read_refits(table, method: str) -> tuple[np.ndarray, np.ndarray]:
 
 def mask_stability_tables(V: np.ndarray, names: list[str], method: str, plan, ks: list[int]) -> tuple[dict, dict]:
     """(stability_vs_k, inclusion) columns of a mask-learned method from its refits ``V`` [R, E] on ``plan``."""
-    from circuitstat.pipelines.audit.tables import stability_columns
+    from circuitstat.pipelines.runs.audit.tables import stability_columns
     from circuitstat.stats.stability import refit_stability
 
     res = refit_stability(V, plan, ks, ranking="signed", edge_names=names)
@@ -159,8 +159,8 @@ def mask_faithfulness_table(model, task, log_alpha: np.ndarray, method: str, ks:
     """faithfulness_vs_k columns of a mask-learned method: its fit's top-k circuits (fixed-circuit interval) and the
     selection-aware interval of the circuit a refit selects (circuitstat.stats.faithfulness_refit; one refit per
     cross-fitting fold, one repeat, a fresh seed per refit)."""
-    from circuitstat.pipelines.audit.tables import circuit_notes, circuit_evaluator, crossfit_folds, fixed_faithfulness_columns
-    from circuitstat.pipelines.groundtruth_masks import fold_refit
+    from circuitstat.pipelines.runs.audit.tables import circuit_notes, circuit_evaluator, crossfit_folds, fixed_faithfulness_columns
+    from circuitstat.pipelines.runs.groundtruth.masks import fold_refit
     from circuitstat.stats.faithfulness import ESTIMAND_SELECTED
     from circuitstat.stats.faithfulness_refit import refit_selection_faithfulness
 
@@ -200,8 +200,8 @@ def conditional_mask_columns(model, task, method: str, ks: list[int], spec: Audi
     circuits (the reported circuits of these columns) and their Fieller interval on the other half
     (circuitstat.stats.faithfulness_refit.conditional_faithfulness); NaN with why when the prompts cannot be halved."""
     from circuitstat.core.seeds import as_seed_sequence, spawn_seeds
-    from circuitstat.pipelines.audit.tables import circuit_evaluator, conditional_columns
-    from circuitstat.pipelines.groundtruth_masks import fold_refit
+    from circuitstat.pipelines.runs.audit.tables import circuit_evaluator, conditional_columns
+    from circuitstat.pipelines.runs.groundtruth.masks import fold_refit
     from circuitstat.stats.faithfulness_refit import conditional_faithfulness
     from circuitstat.stats.folds import MIN_PER_FOLD, fillable_folds
 

@@ -1,7 +1,7 @@
 """The study's factor stages: each factor's Jaccard to the reference circuit (``variance_stability``)
 and selection at fixed faithfulness (``faithfulness_vs_k``, ``selection``).
 
-A mixin of the study (:class:`circuitstat.pipelines.variance_study.study._Study`): the methods read its
+A mixin of the study (:class:`circuitstat.pipelines.runs.variance.study._Study`): the methods read its
 score matrices (``S``), resampling plan, run directory and spec.
 """
 
@@ -13,8 +13,8 @@ import numpy as np
 
 from circuitstat.core.topk import TIE_RULE
 
-from .scorer import Key
-from .spec import spec_view
+from circuitstat.pipelines.runs.variance.scorer import Key
+from circuitstat.pipelines.runs.variance.spec import spec_view
 
 class FactorStages:
     """Per-factor Jaccard to the reference circuit and selection at fixed faithfulness."""
@@ -126,7 +126,7 @@ class FactorStages:
         return sorted(set(ks) | set(self.ks) | {self.E})
 
     def selection_stage(self) -> dict:
-        from ..audit.tables import concat_parts, faithfulness_table
+        from circuitstat.pipelines.runs.audit.tables import concat_parts, faithfulness_table
 
         sp = self.spec
         model, task = self.sc.model(0), self.sc.task(0)

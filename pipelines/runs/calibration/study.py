@@ -63,8 +63,8 @@ from circuitstat.core.errors import InputError
 if TYPE_CHECKING:  # the result type; imported when the study returns
     from circuitstat.core.run_tables import RunTables
 
-from circuitstat.pipelines.calibration.population import prepare_population
-from circuitstat.pipelines.calibration.spec import (CalibrationSpec, check_calibration_spec, load_calibration_spec,
+from circuitstat.pipelines.runs.calibration.population import prepare_population
+from circuitstat.pipelines.runs.calibration.spec import (CalibrationSpec, check_calibration_spec, load_calibration_spec,
                                                     parse_calibration_spec)
 from circuitstat.pipelines.kinds import RunKind
 from circuitstat.pipelines.sources import LOCAL, RunInputs

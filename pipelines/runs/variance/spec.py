@@ -11,7 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from circuitstat.core.params import N_RESAMPLES
 
-from ..spec import SCORE_METHOD, BootstrapSpec, KGrid, TaskSpec, RunOptions, StrictSpec, load_yaml, validate_spec
+from circuitstat.pipelines.spec import SCORE_METHOD, BootstrapSpec, KGrid, TaskSpec, RunOptions, StrictSpec, load_yaml, validate_spec
 
 KIND_NAME = "study variance"
 """The study's run kind (circuitstat.pipelines.kinds), by which core.params names its own defaults and minimums."""
@@ -147,13 +147,13 @@ def parse_variance_spec(data: Any, source: str = "<spec>") -> VarianceSpec:
 
 def load_variance_spec(path: str | Path, *, allow_outside: bool = False) -> VarianceSpec:
     """The validated variance-study spec in a YAML file, local paths resolved relative to it."""
-    from ..spec import confine_paths
+    from circuitstat.pipelines.spec import confine_paths
 
     return confine_paths(parse_variance_spec(load_yaml(path), str(path)), path, allow_outside=allow_outside)
 
 
 def spec_view(spec: VarianceSpec, **over) -> SimpleNamespace:
-    """The fields circuitstat.pipelines.audit.run's helpers read from an audit spec."""
+    """The fields circuitstat.pipelines.runs.audit.run's helpers read from an audit spec."""
     base = dict(level=spec.level, ablation="counterfactual", batch_size=spec.batch_size, ig_steps=1,
                 seed=spec.seed, bootstrap=spec.bootstrap, ranking=spec.ranking)
     base.update(over)

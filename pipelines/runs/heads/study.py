@@ -2,7 +2,7 @@
 
 A grid of {2, 4, 8} layers × {Adam, AdamW with weight decay 0.1} × 5 seeds of small GPT-style
 models is trained on the standard-library corpus with :mod:`circuitstat.pipelines.training` (cached: a rerun
-trains nothing), :class:`circuitstat.pipelines.heads.stability.HeadStability` is fitted per condition with the paper's
+trains nothing), :class:`circuitstat.pipelines.runs.heads.stability.HeadStability` is fitted per condition with the paper's
 metric (max matching, anchor refit), and ``summary.parquet`` tests each claim from intervals
 and p-values, never from point estimates:
 
@@ -247,7 +247,7 @@ def train_grid(plan: StudyPlan, n_jobs: int = N_JOBS.default_for(KIND_NAME), cac
 # Analysis
 # =============================================================================================
 def _estimator(plan: StudyPlan, corpus) -> Any:
-    from circuitstat.pipelines.heads.stability import HeadStability
+    from circuitstat.pipelines.runs.heads.stability import HeadStability
 
     return HeadStability(match="max", pairs="anchor", anchor=0, null="prompts", n_null=plan.n_null,
                          n_resamples=plan.n_resamples, n_resamples_cka=plan.n_resamples_cka, ci_over="both",

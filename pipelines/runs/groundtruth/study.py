@@ -43,7 +43,7 @@ from circuitstat.core.errors import InputError
 from circuitstat.core.params import BATCH_SIZE, IG_STEPS, N_RESAMPLES, resamples_for_level
 from circuitstat.pipelines.spec import METHOD, KGrid, RunOptions, load_yaml, validate_spec
 from circuitstat.pipelines.kinds import RunKind
-from circuitstat.pipelines.groundtruth_masks import MASK_METHODS, EdgePruningOptions
+from circuitstat.pipelines.runs.groundtruth.masks import MASK_METHODS, EdgePruningOptions
 from circuitstat.pipelines.spec import UGSOptions
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ DEFAULT_MODELS = ["tracr:frac_prevs", "tracr:reverse", "tracr:hist", "tracr:sort
 TABLES = ("groundtruth_models", "groundtruth_datasets", "groundtruth_summary", "groundtruth_fdr", "groundtruth_roc")
 ROC_GRID = np.linspace(0.0, 1.0, 21)
 KEYS = ("model", "method", "n")
-# attribution methods, and methods without per-example scores (circuitstat.pipelines.groundtruth_masks)
+# attribution methods, and methods without per-example scores (circuitstat.pipelines.runs.groundtruth.masks)
 GT_METHOD = Literal[METHOD, "edge-pruning"]
 
 
@@ -275,8 +275,8 @@ def run_groundtruth_study(spec: GroundTruthSpec, out: str | Path, *, n_jobs: int
     from circuitstat.core.tables import table_to_matrix
     from circuitstat.stats.groundtruth_scoring import fdr_rows, summarise
 
-    from circuitstat.pipelines.audit.run import attribution_scores
-    from circuitstat.pipelines.groundtruth_masks import pruning_rows, refit_stability_rows
+    from circuitstat.pipelines.runs.audit.run import attribution_scores
+    from circuitstat.pipelines.runs.groundtruth.masks import pruning_rows, refit_stability_rows
     from circuitstat.pipelines.training import use_deterministic
 
     use_deterministic()

@@ -1,6 +1,6 @@
 """The calibration study's spec: what it runs (a population, interval families, sizes), validated before any work.
 
-See circuitstat.pipelines.calibration.study for what the study does with it.
+See circuitstat.pipelines.runs.calibration.study for what the study does with it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The audit's shared steps: attribution scores in fixed chunks, the resampling plans, the faithfulness curve with
-the circuit choice's search, and how a stage is run and timed. The stages (circuitstat.pipelines.audit.stages)
+the circuit choice's search, and how a stage is run and timed. The stages (circuitstat.pipelines.runs.audit.stages)
 and the other runs (variance study, calibration, ground truth, sample size) call them; run.py re-exports them."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from circuitstat.pipelines.audit.tables import concat_parts, faithfulness_table
+from circuitstat.pipelines.runs.audit.tables import concat_parts, faithfulness_table
 from circuitstat.pipelines.spec import AuditSpec
 from circuitstat.pipelines.sources import LOCAL, RunInputs
 

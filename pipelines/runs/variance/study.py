@@ -12,10 +12,10 @@ from circuitstat.core.errors import InputError
 from circuitstat.pipelines.kinds import RunKind
 from circuitstat.pipelines.sources import LOCAL, RunInputs
 
-from .factors import FactorStages
-from .scorer import Key, ModelScorer, Scorer
-from .spec import KIND_NAME, VarianceSpec, spec_view
-from .summary import SummaryStages
+from circuitstat.pipelines.runs.variance.factors import FactorStages
+from circuitstat.pipelines.runs.variance.scorer import Key, ModelScorer, Scorer
+from circuitstat.pipelines.runs.variance.spec import KIND_NAME, VarianceSpec, spec_view
+from circuitstat.pipelines.runs.variance.summary import SummaryStages
 
 if TYPE_CHECKING:  # the result type; imported when the study returns
     from circuitstat.core.run_tables import RunTables
@@ -40,9 +40,9 @@ def run_variance_study(spec: VarianceSpec, out: str | Path, n_jobs: int | None =
     """
     from circuitstat.core.rundir import RunDir
 
-    from ..training import use_deterministic
+    from circuitstat.pipelines.training import use_deterministic
 
-    from ..build import check_device, check_n_jobs
+    from circuitstat.pipelines.build import check_device, check_n_jobs
 
     out = Path(out)
     n_jobs = check_n_jobs(spec.n_jobs if n_jobs is None else n_jobs, "--n-jobs" if n_jobs is not None else "n_jobs")
@@ -76,7 +76,7 @@ def check_study(spec: VarianceSpec, scorer) -> None:
     task without groups, or when the study's score matrices would exceed the memory limit."""
     from circuitstat.circuits.limits import check_bytes
 
-    from ..audit.run import check_scheme
+    from circuitstat.pipelines.runs.audit.run import check_scheme
 
     E = len(scorer.names)
     if spec.k[-1] >= E:
@@ -115,13 +115,13 @@ class _Study(FactorStages, SummaryStages):
         return self._cache[key.name]
 
     def plan(self, dataset: int):
-        from ..audit.run import resampling_plan
+        from circuitstat.pipelines.runs.audit.run import resampling_plan
 
         return resampling_plan(spec_view(self.spec), self.sc.n_obs(dataset), self.sc.groups(dataset),
                                self.run.stage_seed(f"resampling_d{dataset}"), for_intervals=True)
 
     def stage(self, name, fn, outputs, params, deps):
-        from ..audit.run import run_stage
+        from circuitstat.pipelines.runs.audit.run import run_stage
 
         return run_stage(self.run, name, fn, outputs, params=params, depends_on=deps, force=self.force)
 
@@ -167,7 +167,7 @@ class _Study(FactorStages, SummaryStages):
         return topk(mean, min(n, self.E), ranking=self.spec.ranking, seed=self.run.stage_seed("top_edges")).indices
 
     def intrinsic_stage(self) -> dict:
-        from ..audit.tables import concat_parts, edge_stats_table
+        from circuitstat.pipelines.runs.audit.tables import concat_parts, edge_stats_table
 
         S = self.S(self.ref)
         stats_parts = [edge_stats_table(self.S(Key(0, 0, 0, lab)), self.names, lab, self.plan0, spec_view(self.spec),
@@ -181,7 +181,7 @@ class _Study(FactorStages, SummaryStages):
 
     # -- dataset sampling: bootstrap stability of each estimator's circuits --
     def stability_stage(self) -> dict:
-        from ..audit.tables import concat_parts, stability_tables
+        from circuitstat.pipelines.runs.audit.tables import concat_parts, stability_tables
 
         parts = [stability_tables(self.S(Key(0, 0, 0, lab)), self.names, lab, self.plan0, self.ks, spec_view(self.spec),
                                   self.n_jobs) for lab in self.levels]
@@ -189,7 +189,7 @@ class _Study(FactorStages, SummaryStages):
 
     # -- estimator: approximation error against exact --
     def approximation_stage(self) -> dict:
-        from ..audit.tables import concat_parts, approximation_tables
+        from circuitstat.pipelines.runs.audit.tables import concat_parts, approximation_tables
 
         ex = self.S(self.ref)
         parts = [approximation_tables(ex, self.S(Key(0, 0, 0, lab)), self.names, lab, self.spec.k_summary,
@@ -236,7 +236,7 @@ class _Study(FactorStages, SummaryStages):
                                "interval": [PER_EDGE_COMPONENT_INTERVAL] * len(main["edge"])})
             anova_parts.append({"edge": anova["edge"] + s, "term": list(anova["term"]), "df": anova["df"],
                                 "mean_square": anova["mean_square"]})
-        from ..audit.tables import concat_parts
+        from circuitstat.pipelines.runs.audit.tables import concat_parts
 
         top = self.top_edges(self.spec.n_top)
         Yt, _ = self.design(top)
@@ -276,7 +276,7 @@ def variance_flops(spec: VarianceSpec, cfg) -> float:
 
 
 def _parse(data, source: str) -> VarianceSpec:
-    from .spec import parse_variance_spec
+    from circuitstat.pipelines.runs.variance.spec import parse_variance_spec
 
     return parse_variance_spec(data, source)
 

@@ -3,7 +3,7 @@
 The statistics are circuitstat.stats.sample_size (widths, expected data-level Jaccard, simulated datasets). Here:
 reading the pilot (an ``attribute`` or ``audit`` run), the chance that a claims file passes at N -- the claims'
 own evaluators (circuitstat.pipelines.claims) run on the tables the audit would write (its own table builders,
-circuitstat.pipelines.audit.tables) for each simulated dataset -- and the cost of each N (``--plan``: the cost
+circuitstat.pipelines.runs.audit.tables) for each simulated dataset -- and the cost of each N (``--plan``: the cost
 model of circuitstat.circuits.plan, priced at the machine's matmul rate).
 """
 
@@ -113,8 +113,8 @@ def _claims_pass(cf, D: np.ndarray, names: list[str], method: str, ks: list[int]
     cluster scheme), through the audit's table builders and the claims' own evaluators (tables in a temporary
     directory, removed after)."""
     from circuitstat.core.tables import write_table
-    from circuitstat.pipelines.audit.run import resampling_plan
-    from circuitstat.pipelines.audit.tables import edge_stats_table, stability_tables
+    from circuitstat.pipelines.runs.audit.run import resampling_plan
+    from circuitstat.pipelines.runs.audit.tables import edge_stats_table, stability_tables
     from circuitstat.pipelines.claims.evaluation import evaluate_claims
 
     plan = resampling_plan(spec, D.shape[0], groups, seed, for_intervals=True)

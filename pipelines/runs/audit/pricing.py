@@ -1,5 +1,5 @@
 """What an audit costs before it runs: each stage's forwards and FLOPs, priced as ``attribute --plan`` prices a
-forward (upper bounds where a stage's work depends on its data), summed by circuitstat.pipelines.audit.stages.audit_flops for the run-kind
+forward (upper bounds where a stage's work depends on its data), summed by circuitstat.pipelines.runs.audit.stages.audit_flops for the run-kind
 registry and the service's ``max_work_flops``."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def heads_flops(spec: AuditSpec, cfg) -> float:
     """The head-stability stage's FLOPs on the spec's models (each of config ``cfg``); 0 with one model. Each model's
     forward over the probe set (2 FLOPs per weight per token, plus QK and AV), then every compared pair's attention
     patterns matched head by head (H x H similarities over n_probe x T x T values per layer), for the refits and
-    again for each permutation of the prompts null (circuitstat.pipelines.heads.stability)."""
+    again for each permutation of the prompts null (circuitstat.pipelines.runs.heads.stability)."""
     K = len(spec.sources)
     if K < 2:
         return 0.0

@@ -15,12 +15,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from circuitstat.pipelines.audit import common as R
-from circuitstat.pipelines.audit.masks import MASK_OUTPUTS, mask_faithfulness_table, mask_methods, mask_stability_tables, \
+from circuitstat.pipelines.runs.audit import common as R
+from circuitstat.pipelines.runs.audit.masks import MASK_OUTPUTS, mask_faithfulness_table, mask_methods, mask_stability_tables, \
     pruning_audit_flops, read_refits, score_methods
-from circuitstat.pipelines.audit.pricing import faithfulness_flops, heads_flops, tests_flops
-from circuitstat.pipelines.audit.scores import RunScores
-from circuitstat.pipelines.audit.tables import approximation_tables, concat_parts, edge_stats_table, stability_tables
+from circuitstat.pipelines.runs.audit.pricing import faithfulness_flops, heads_flops, tests_flops
+from circuitstat.pipelines.runs.audit.scores import RunScores
+from circuitstat.pipelines.runs.audit.tables import approximation_tables, concat_parts, edge_stats_table, stability_tables
 from circuitstat.pipelines.spec import AuditSpec
 from circuitstat.pipelines.sources import LOCAL, RunInputs
 
@@ -109,7 +109,7 @@ class AuditContext:
         return {m: read_refits(self.run.table("mask_fits"), m) for m in mask_methods(self.spec)}
 
     def plan(self, for_intervals: bool, stage: str = "resampling"):
-        """The run's resampling plan (circuitstat.pipelines.audit.run.resampling_plan)."""
+        """The run's resampling plan (circuitstat.pipelines.runs.audit.run.resampling_plan)."""
         return R.resampling_plan(self.spec, self.n, self.groups, self.run.stage_seed(stage), for_intervals=for_intervals)
 
     def resampling_params(self) -> dict:
@@ -161,7 +161,7 @@ def _index_outputs(spec: AuditSpec) -> list[str]:
 
 def _scores_provenance(task) -> dict:
     """The scores tables' provenance: the task, and its templates (one label per prompt) where it has them, so a
-    cluster-scheme run is a sample-size pilot (circuitstat.pipelines.sample_size)."""
+    cluster-scheme run is a sample-size pilot (circuitstat.pipelines.runs.sample_size.simulate)."""
     out = {"task": task.describe()}
     if task.group is not None:
         out["groups"] = [int(g) for g in task.group.tolist()]
@@ -187,7 +187,7 @@ def _scores_flops(spec: AuditSpec, cfg) -> float:
 
 
 def _masks(ctx: AuditContext) -> None:
-    from circuitstat.pipelines.audit.masks import mask_tables
+    from circuitstat.pipelines.runs.audit.masks import mask_tables
 
     spec = ctx.spec
     params = {**ctx.base, "methods": mask_methods(spec), "edge_pruning": spec.edge_pruning.model_dump(),
@@ -356,7 +356,7 @@ def _published(ctx: AuditContext) -> None:
 def _circuit_tests(ctx: AuditContext) -> None:
     """Hypothesis tests of one circuit, chosen on a selection half of the prompts and tested on the other
     (circuitstat.pipelines.circuit_tests)."""
-    from circuitstat.pipelines.audit.tables import ablation_of
+    from circuitstat.pipelines.runs.audit.tables import ablation_of
     from circuitstat.pipelines.circuit_tests import circuit_tests_stage
 
     spec = ctx.spec
@@ -369,9 +369,9 @@ def _circuit_tests(ctx: AuditContext) -> None:
 
 
 def _heads(ctx: AuditContext) -> None:
-    """Head stability across the spec's models (circuitstat.pipelines.heads.stability). Model 0 is the loaded one;
+    """Head stability across the spec's models (circuitstat.pipelines.runs.heads.stability). Model 0 is the loaded one;
     the other refits load the same way (the spec's dtype, on model 0's device), only when the stage runs."""
-    from circuitstat.pipelines.heads import stability as heads_mod
+    from circuitstat.pipelines.runs.heads import stability as heads_mod
 
     spec, model, task = ctx.spec, ctx.model, ctx.task
     # min_excess is the verdict's threshold, not the stage's: changing it recomputes nothing
@@ -428,5 +428,5 @@ def stage_names(spec: AuditSpec) -> list[str]:
 def audit_flops(spec: AuditSpec, cfg) -> float:
     """The FLOPs of every stage of ``spec`` that runs, on models of config ``cfg``, summed over :data:`STAGES`: its
     methods' attribution, mask fits, the verification's second phase, faithfulness and the circuit tests (upper
-    bounds) and head stability (circuitstat.pipelines.audit.pricing prices each)."""
+    bounds) and head stability (circuitstat.pipelines.runs.audit.pricing prices each)."""
     return float(sum(st.flops(spec, cfg) for st in STAGES if st.when(spec)))

@@ -18,7 +18,7 @@ from circuitstat.core.errors import InputError
 from circuitstat.pipelines.sources import LOCAL, RunInputs
 
 if TYPE_CHECKING:
-    from circuitstat.pipelines.calibration.spec import CalibrationSpec
+    from circuitstat.pipelines.runs.calibration.spec import CalibrationSpec
 
 __all__ = ["PopulationSource", "prepare_population"]
 
@@ -61,7 +61,7 @@ def _build_task(model, spec: "CalibrationSpec"):
 def _attributed(spec: "CalibrationSpec", *, n_jobs: int | None, allow_pickle: bool,
                 allow_large: bool, inputs: RunInputs) -> PopulationSource:
     """Scores computed by the study itself: spec.method on spec.task.n prompts of spec.model."""
-    from circuitstat.pipelines.audit.run import attribution_scores
+    from circuitstat.pipelines.runs.audit.run import attribution_scores
 
     from circuitstat.pipelines.build import check_work as check_memory, task_positions
     from circuitstat.pipelines.work import check_calibration
@@ -140,7 +140,7 @@ def _from_scores_run(spec: "CalibrationSpec", *, allow_pickle: bool, allow_large
 
 def _checked_model_and_task(spec: "CalibrationSpec", sm, allow_pickle: bool, allow_large: bool, inputs: RunInputs):
     """(model, task) named in the spec, each checked against the scores run's hashes; None where not given."""
-    from circuitstat.pipelines.calibration.spec import PER_EXAMPLE_ABLATIONS
+    from circuitstat.pipelines.runs.calibration.spec import PER_EXAMPLE_ABLATIONS
 
     where = f"the attribution run {spec.scores}"
     faithful = "faithfulness" in spec.intervals

@@ -1,6 +1,6 @@
 """The audit's table builders: the columns of edge_stats, stability_vs_k and inclusion, faithfulness_vs_k,
 approximation and approximation_summary, built from score matrices by the estimators of stats/ and
-circuits/ (circuitstat.pipelines.audit.run runs them as resumable stages; the variance study reuses them).
+circuits/ (circuitstat.pipelines.runs.audit.run runs them as resumable stages; the variance study reuses them).
 
 Each builder returns ``{column: values}`` in the order core/schema.py registers; :func:`concat_parts`
 stacks the per-method parts of one table.
@@ -147,7 +147,7 @@ NOT_REFITTED = ("a mask-learned method's column: this circuit is the top-k of th
 
 
 def conditional_columns(C: int, why: str) -> dict:
-    """The f_conditional columns of faithfulness_vs_k, NaN with ``why`` (circuitstat.pipelines.audit.masks fills them)."""
+    """The f_conditional columns of faithfulness_vs_k, NaN with ``why`` (circuitstat.pipelines.runs.audit.masks fills them)."""
     from circuitstat.stats.faithfulness_refit import ESTIMAND_CONDITIONAL
 
     return {"f_conditional": np.full(C, np.nan), "f_conditional_ci_low": np.full(C, np.nan),

@@ -76,11 +76,11 @@ Modules: :mod:`.spec` (the spec), :mod:`.scorer` (score matrices: Key, ModelScor
 
 from circuitstat.circuits.counterfactuals import counterfactual_corruptions, with_counterfactual
 
-from .scorer import Key, ModelScorer, Scorer
-from .spec import (AGGREGATIONS, CounterfactualSpec, DatasetSpec, EstimatorsSpec, SelectionSpec, VarianceSpec,
+from circuitstat.pipelines.runs.variance.scorer import Key, ModelScorer, Scorer
+from circuitstat.pipelines.runs.variance.spec import (AGGREGATIONS, CounterfactualSpec, DatasetSpec, EstimatorsSpec, SelectionSpec, VarianceSpec,
                    load_variance_spec, parse_variance_spec)
-from .study import PER_EDGE_COMPONENT_INTERVAL, check_study, run_variance_study
-from .summary import MULTIPLICITY, summary_lines
+from circuitstat.pipelines.runs.variance.study import PER_EDGE_COMPONENT_INTERVAL, check_study, run_variance_study
+from circuitstat.pipelines.runs.variance.summary import MULTIPLICITY, summary_lines
 
 __all__ = [
     "AGGREGATIONS", "with_counterfactual", "VarianceSpec", "ModelScorer", "counterfactual_corruptions",

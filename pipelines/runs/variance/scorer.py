@@ -13,8 +13,8 @@ from circuitstat.circuits.counterfactuals import counterfactual_corruptions, wit
 from circuitstat.core.errors import InputError
 from circuitstat.core.seeds import spawn_seeds
 
-from ..sources import LOCAL, RunInputs
-from .spec import VarianceSpec, spec_view
+from circuitstat.pipelines.sources import LOCAL, RunInputs
+from circuitstat.pipelines.runs.variance.spec import VarianceSpec, spec_view
 
 __all__ = ["Key", "Scorer", "ModelScorer"]
 
@@ -54,7 +54,7 @@ class ModelScorer:
                  inputs: RunInputs = LOCAL) -> None:
         from circuitstat.circuits.scores import ScoreMatrix
 
-        from ..build import build_task
+        from circuitstat.pipelines.build import build_task
 
         self.spec, self._seed_of = spec, seed_of
         self._load = dict(device=spec.device, dtype=spec.dtype, allow_pickle=allow_pickle, allow_large=allow_large)
@@ -125,7 +125,7 @@ class ModelScorer:
         return p
 
     def score_table(self, key: Key, n_jobs: int):
-        from ..audit.run import attribution_scores
+        from circuitstat.pipelines.runs.audit.run import attribution_scores
 
         spec = self.spec
         label, method, steps = next(x for x in spec.estimator_levels() if x[0] == key.estimator)

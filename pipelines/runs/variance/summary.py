@@ -1,6 +1,6 @@
 """The study's summary stage (``variance_summary``, ``summary``) and its text lines for the command line.
 
-``SummaryStages`` is a mixin of the study (:class:`circuitstat.pipelines.variance_study.study._Study`).
+``SummaryStages`` is a mixin of the study (:class:`circuitstat.pipelines.runs.variance.study._Study`).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .scorer import Key
+from circuitstat.pipelines.runs.variance.scorer import Key
 
 __all__ = ["MULTIPLICITY", "summary_lines"]
 

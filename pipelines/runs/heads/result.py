@@ -1,4 +1,4 @@
-"""The result of :class:`circuitstat.pipelines.heads.stability.HeadStability` and the tables it is assembled into.
+"""The result of :class:`circuitstat.pipelines.runs.heads.stability.HeadStability` and the tables it is assembled into.
 
 :class:`HeadStabilityResult` holds the column dicts of every table (heads, layers, residual,
 head_details, correlation, summary, refits) with their intervals, each labelled with its

@@ -5,7 +5,7 @@ Given K refits of one architecture (models that differ only by their training se
 ``fit(models)`` returns the estimator with the result in ``result_``) measures how reproducible
 each attention head is. This module loads models, builds the probe set (``circuitstat.circuits.probes``),
 reads the models out (``circuitstat.circuits.readouts``) and hands the stages' outputs to
-:mod:`circuitstat.pipelines.heads.result`, which assembles the tables; every statistic is computed in
+:mod:`circuitstat.pipelines.runs.heads.result`, which assembles the tables; every statistic is computed in
 ``circuitstat.stats.head_stability``, ``circuitstat.stats.head_pairs``, ``circuitstat.stats.head_nulls`` and ``circuitstat.stats.similarity``:
 
 * a head's representation on a probe prompt is the lower triangle (with diagonal) of its
@@ -62,7 +62,7 @@ from circuitstat.stats.resampling import ResamplingPlan
 from circuitstat.stats.similarity import match_heads
 
 from circuitstat.pipelines.sources import LOCAL
-from circuitstat.pipelines.heads.result import (FitContext, ESTIMANDS, HeadStabilityResult, refit_replicates, refits_table, result_params,
+from circuitstat.pipelines.runs.heads.result import (FitContext, ESTIMANDS, HeadStabilityResult, refit_replicates, refits_table, result_params,
                           result_tables, summary_rows)
 from circuitstat.pipelines.kinds import RunKind
 from circuitstat.core.params import BATCH_SIZE, N_JOBS, N_RESAMPLES, SEED

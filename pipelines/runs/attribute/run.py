@@ -162,14 +162,14 @@ def masks_into(m, t, out: Path, *, model_arg: str, task_arg: str, task_options: 
     """The edge_masks table of a mask-learned method's run written into ``out``: stage ``masks`` fits it on the n
     prompts (seed ``seed``) and, with ``n_refits``, refits it on as many bootstrap resamples (the run's resampling
     seed; child i of ``seed`` for refit i): tables edge_masks, mask_fits, method_notes
-    (circuitstat.pipelines.audit.masks; docs/edge-pruning.md)."""
+    (circuitstat.pipelines.runs.audit.masks; docs/edge-pruning.md)."""
     from types import SimpleNamespace
 
     import numpy as np
 
     from circuitstat.circuits.scores import ScoreMatrix
     from circuitstat.core.rundir import RunDir
-    from circuitstat.pipelines.audit.masks import MASK_OUTPUTS, mask_tables
+    from circuitstat.pipelines.runs.audit.masks import MASK_OUTPUTS, mask_tables
     from circuitstat.stats import ResamplingPlan
 
     spec = {"model": model_arg, "task": task_arg, "method": method, "level": "edge", "ablation": ablation,
@@ -309,7 +309,7 @@ def _verify_stage(run, m, t, verify, *, method: str, force: bool, **exact_option
 
     from circuitstat.core.tables import table_to_matrix
     from circuitstat.pipelines import verify as V
-    from circuitstat.pipelines.audit.run import verify_outputs
+    from circuitstat.pipelines.runs.audit.run import verify_outputs
 
     seed = V.draw_seed(verify.seed, run.stage_seed("verified"))
 

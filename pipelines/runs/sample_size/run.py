@@ -1,6 +1,6 @@
 """``sample-size`` as a run kind: its spec, what runs it into a run directory, and its :class:`RunKind` record.
 
-The statistics are circuitstat.pipelines.sample_size (and circuitstat.stats.sample_size under it); here the kind's
+The statistics are circuitstat.pipelines.runs.sample_size.simulate (and circuitstat.stats.sample_size under it); here the kind's
 spec (the command's options, as a spec the manifest records and ``parse`` reads back), its run (read the pilot,
 predict, write the tables and the figure through RunDir, recording the kind) and its declaration, which the
 registry (circuitstat.pipelines.kinds) reads. The command line builds a spec and calls ``KIND.run``.
@@ -62,7 +62,7 @@ def check_sample_out(out: Path, force: bool) -> None:
 
 def _pilot_inputs(spec: SampleSizeSpec, trust_unrecorded: bool):
     """(pilot ScoreMatrix, the AuditSpec the full run will use or None, ClaimsFile or None), checked."""
-    from circuitstat.pipelines.sample_size import read_pilot
+    from circuitstat.pipelines.runs.sample_size.simulate import read_pilot
 
     sm, audit = read_pilot(spec.pilot, spec.method, trust_unrecorded=trust_unrecorded)
     if sm.level != "edge":
@@ -88,7 +88,7 @@ def run_sample_size(spec: SampleSizeSpec, out: Path | None = None, *, n_jobs: in
     """Return the SampleSizeResult of ``spec``, written (with ``out``) into run directory ``out`` with
     sample_size.svg, its manifest recording the kind and the spec; ``say`` receives what the run tells its user.
     ``allow_pickle`` is unused (a pilot is Parquet tables); taken as every run kind's ``run`` takes it."""
-    from circuitstat.pipelines.sample_size import pilot_groups, sample_size
+    from circuitstat.pipelines.runs.sample_size.simulate import pilot_groups, sample_size
 
     if out is not None:
         check_sample_out(Path(out), force)
@@ -124,7 +124,7 @@ def _cost(sm, ns: list[int], source: str | None, say: Callable[[str], None] | No
     import torch
 
     from circuitstat.pipelines.plan import flop_rate
-    from circuitstat.pipelines.sample_size import cost_rows
+    from circuitstat.pipelines.runs.sample_size.simulate import cost_rows
     from circuitstat.pipelines.sources import LOCAL
 
     source = source or (sm.provenance.get("model") or {}).get("source")

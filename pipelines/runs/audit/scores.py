@@ -97,7 +97,7 @@ WHOLE_FIX = {"faithfulness": "set faithfulness: false", "approximation": "audit 
 def whole_stages(spec, n: int, n_cols: int) -> dict[str, int]:
     """{stage: bytes of score matrices it holds whole at once} for the stages of ``spec`` that need whole
     matrices, with ``n`` examples and ``n_cols`` edges (or nodes)."""
-    from circuitstat.pipelines.audit.masks import score_methods
+    from circuitstat.pipelines.runs.audit.masks import score_methods
 
     one = 4 * n * n_cols
     scored = score_methods(spec)  # a mask-learned method has no score matrix

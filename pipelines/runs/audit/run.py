@@ -4,7 +4,7 @@ Each step is a resumable stage of a run directory (circuitstat.core.rundir.RunDi
 with the same command and recomputes only unfinished stages; every stage's randomness comes
 from the run's root seed and the stage name, so resumed, parallel and serial runs write
 identical tables. This module only orchestrates: the tables' columns are built by
-circuitstat.pipelines.audit.tables, from the estimators of stats/ and circuits/.
+circuitstat.pipelines.runs.audit.tables, from the estimators of stats/ and circuits/.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from circuitstat.pipelines.audit.common import (attribution_scores, audit_spec_doc, faithfulness_with_search,  # noqa: F401
+from circuitstat.pipelines.runs.audit.common import (attribution_scores, audit_spec_doc, faithfulness_with_search,  # noqa: F401
                                                 load_audit_model, refit_plan, resampling_plan, run_stage,
                                                 verify_outputs)
-from circuitstat.pipelines.audit.tables import crossfit_folds
-from circuitstat.pipelines.audit.masks import score_methods
-from circuitstat.pipelines.audit.stages import STAGES, AuditContext, audit_flops, stage_names
-from circuitstat.pipelines.audit.scores import check_whole_scores
+from circuitstat.pipelines.runs.audit.tables import crossfit_folds
+from circuitstat.pipelines.runs.audit.masks import score_methods
+from circuitstat.pipelines.runs.audit.stages import STAGES, AuditContext, audit_flops, stage_names
+from circuitstat.pipelines.runs.audit.scores import check_whole_scores
 from circuitstat.pipelines.spec import AuditSpec
 from circuitstat.pipelines.kinds import RunKind
 from circuitstat.pipelines.sources import LOCAL, RunInputs
@@ -148,7 +148,7 @@ def is_audit_stage(name: str) -> bool:
 
 
 def audit_stages(spec: AuditSpec) -> list[str]:
-    """The RunDir stages :func:`run_audit` writes for ``spec``, in order (circuitstat.pipelines.audit.stages.STAGES)."""
+    """The RunDir stages :func:`run_audit` writes for ``spec``, in order (circuitstat.pipelines.runs.audit.stages.STAGES)."""
     return stage_names(spec)
 
 
