@@ -1,4 +1,4 @@
-"""MIB-style CPR and CMD of the mask methods beside EAP, EAP-IG and exact patching, on the ground-truth models.
+"""MIB-style CPR and CMD of the mask methods beside EAP, EAP-IG and exact patching, on the ground-truth models and a zoo model.
 
 For each model and dataset d: every method ranks the edges on the dataset's N prompts (attribution methods by
 |mean score|, mask methods by their learned log α, signed: a larger logit is a more open gate), and the circuits
@@ -25,7 +25,8 @@ from circuitstat.circuits.groundtruth import load_groundtruth
 from circuitstat.circuits.mask_methods import fit_mask
 from circuitstat.pipelines.parallel import single_threaded
 
-MODELS = ["planted:induction?background=1", "planted:induction?background=3", "tracr:reverse", "tracr:frac_prevs"]
+MODELS = ["planted:induction?background=1", "planted:induction?background=3", "tracr:reverse", "tracr:frac_prevs",
+          "zoo:attn-only-2l/seed-0"]  # a trained model (no known circuit): induction with the demo's options
 METHODS = {  # label -> (method, options); mask methods in both ablation configurations
     "exact": ("exact", {}),
     "EAP": ("eap", {}),
@@ -36,6 +37,26 @@ METHODS = {  # label -> (method, options); mask methods in both ablation configu
     "UGS (optimal ablation)": ("ugs", {"ablation": "optimal"}),
 }
 EVAL_OFFSET = 10_000  # the evaluation prompts' dataset seed: d + this, disjoint from the ranking prompts' d
+
+
+class _Zoo:
+    """A zoo model with the demo's induction task, shaped as a ground-truth model for this bench (no truth)."""
+
+    def __init__(self, source: str) -> None:
+        from circuitstat.pipelines.sources import LOCAL
+
+        self.model = LOCAL.load(source)
+
+    def task(self, n: int, seed: int):
+        """The demo's induction prompts (seq_len 10, the tokens the model saw often), n of them, drawn by seed."""
+        from circuitstat.pipelines.build import build_task
+
+        return build_task(self.model, "induction", n=n, seed=seed, seq_len=10)
+
+
+def _load(source: str):
+    """The model and its task: a ground-truth model's, or a zoo model's induction."""
+    return _Zoo(source) if source.startswith("zoo:") else load_groundtruth(source)
 
 
 def _ranking_scores(gt, task, method: str, opts: dict, steps: int, d: int) -> tuple[np.ndarray, str, float]:
@@ -68,7 +89,7 @@ def main() -> None:
     print("|---|---|---|---|---|")
     with single_threaded():
         for source in args.models.split(","):
-            gt = load_groundtruth(source)
+            gt = _load(source)
             for label, (method, opts) in METHODS.items():
                 cpr, cmd, secs = [], [], []
                 for d in range(args.datasets):
