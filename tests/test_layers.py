@@ -329,3 +329,42 @@ def test_the_kind_rule_finds_a_planted_declaration_outside_runs(tmp_path: Path) 
     (tmp_path / "plan.py").write_text("from x import RunKind\nKIND: RunKind = RunKind('plan')\n")
     (tmp_path / "spec.py").write_text("def f():\n    KIND = 1\n    return KIND\n")  # not module level
     assert kind_declarations(tmp_path) == ["plan.py", "runs/audit/run.py"]
+
+
+# Alembic's script folders are loaded by path (env.py and the revisions), never imported as packages
+NOT_PACKAGES = ("pipelines/service/migrations", "pipelines/service/migrations/versions")
+
+
+def folders_without_init(root: Path, folders) -> list[str]:
+    """The folders under ``folders`` (relative to ``root``) that hold modules but no ``__init__.py``."""
+    held = {p.parent for f in folders for p in (root / f).rglob("*.py") if "__pycache__" not in p.parts}
+    return sorted(d.relative_to(root).as_posix() for d in held if not (d / "__init__.py").is_file())
+
+
+def test_every_folder_of_modules_is_a_regular_package() -> None:
+    """A folder of modules without ``__init__.py`` imports as an implicit namespace package here but is not one the
+    rules above walk (pkgutil skips it), and a file ignored by git would be missing from a clean clone: each folder
+    of modules is a package, Alembic's script folders excepted."""
+    assert folders_without_init(ROOT, [*FOLDERS.values(), ROOTPKG]) == list(NOT_PACKAGES)
+
+
+def test_the_package_rule_finds_a_planted_folder_without_init(tmp_path: Path) -> None:
+    (tmp_path / "pipelines" / "runs" / "x").mkdir(parents=True)
+    (tmp_path / "pipelines" / "__init__.py").write_text("")
+    (tmp_path / "pipelines" / "runs" / "x" / "run.py").write_text("KIND = 1\n")
+    assert folders_without_init(tmp_path, ["pipelines"]) == ["pipelines/runs/x"]
+
+
+def test_no_module_of_a_layer_is_ignored_by_git() -> None:
+    """A module that .gitignore hides (e.g. under a folder named like the runs users write, ``runs/``) exists here
+    and is missing from every clone: no .py file of a layer is ignored."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    files = [str(p.relative_to(ROOT)) for f in [*FOLDERS.values(), ROOTPKG] for p in (ROOT / f).rglob("*.py")
+             if "__pycache__" not in p.parts]
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", *files], cwd=ROOT, capture_output=True,
+                             text=True).stdout.split()
+    assert ignored == []

@@ -1,0 +1,1 @@
+"""The `tokens` run kind: token contribution weights and attention sinks."""
