@@ -6,10 +6,14 @@ import math
 from typing import Any
 
 from circuitstat.core.interval_words import interval_text
+from circuitstat.core.schema_core import DATA_JACCARD, HALF_JACCARD
 
 RunComparison = Any  # circuitstat.reports.compare.RunComparison (not imported: it imports this module)
 
-__all__ = ["summary_text", "biggest", "edge_rows_text", "all_equal_text", "stability_lead"]
+__all__ = ["summary_text", "biggest", "edge_rows_text", "all_equal_text", "stability_lead", "STABILITY_ESTIMANDS"]
+
+#: what each stability column a comparison can lead with estimates (its heading quotes it whole)
+STABILITY_ESTIMANDS = {"jaccard_half": HALF_JACCARD, "jaccard_data": DATA_JACCARD}
 
 
 def stability_lead(comp: RunComparison) -> str:
@@ -122,8 +126,7 @@ def summary_text(comp: RunComparison, top: int = 20) -> str:
     lines += _edge_lines(flagged[:top]) if flagged else ["(none)"]
     lines += _difference_lines(comp, top)
     lead = stability_lead(comp)
-    lines += ["", f"Circuit stability against k: {lead} [interval] (" + comp.estimands["stability"].split(";")[0]
-              .removeprefix(f"{lead}: ") + "):"]
+    lines += ["", f"Circuit stability against k: {lead} [interval] ({STABILITY_ESTIMANDS[lead]}):"]
     lines += _k_lines(comp.stability, lead, f"{lead}_ci_low", f"{lead}_ci_high") \
         if comp.stability else ["(neither run has stability_vs_k)"]
     lines += ["", "Faithfulness against k: f_selected [interval] (selection included):"]

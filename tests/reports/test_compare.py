@@ -158,6 +158,10 @@ def test_stability_falls_back_to_j_n_with_a_note_when_a_run_lacks_j_half(runs, t
     assert "Circuit stability against k: jaccard_data [interval]" in text
     assert "Circuit stability against k (jaccard_data, data level)" in comparison_section(comp)
     lead = compare_runs(a, b)
-    assert "Circuit stability against k: jaccard_half [interval]" in lead.summary()
+    from circuitstat.core.schema_core import DATA_JACCARD, HALF_JACCARD
+
+    # the heading quotes the compared column's estimand whole (it holds a ';' of its own)
+    assert f"Circuit stability against k: jaccard_half [interval] ({HALF_JACCARD}):" in lead.summary()
+    assert f"Circuit stability against k: jaccard_data [interval] ({DATA_JACCARD}):" in text
     assert "Circuit stability against k (jaccard_half, data level)" in comparison_section(lead)
     assert not any("compared on J_N" in n for n in lead.notes)
