@@ -104,9 +104,15 @@ def test_submit_poll_fetch_equals_the_cli_audit(env, reference, tmp_path):
     assert doc["command"][:3] == ["circuitstat", "serve", "job"] and "postgres" not in json.dumps(doc["command"])
 
 
+# a model whose exact patching takes seconds (not the tiny audit's milliseconds): jobs that must be seen running
+LONG_MODEL = "random:gpt2?n_layer=4&n_head=4&n_embd=64&vocab_size=64&n_positions=64&seed=1"
+
+
 def test_status_progress_and_log_while_running(env):
     c = env["c"]["carol"]
-    job = submit(c, {**AUDIT, "bootstrap": {"n_resamples": 1000}}).json()
+    # several seconds of exact patching (4 layers, 200 prompts), so that polls see it mid-way on an idle machine too
+    job = submit(c, {**AUDIT, "model": LONG_MODEL, "task": {"name": "induction", "n": 200, "options": {"seq_len": 16}},
+                     "bootstrap": {"n_resamples": 1000}}).json()
     seen = wait_job(c, job["id"], states=("running",))
     polls = []
     while seen["state"] == "running":
@@ -231,8 +237,10 @@ def test_a_rerun_runs_the_same_spec_into_the_same_tables(env, reference, tmp_pat
 
 def test_list_filter_cancel_and_conflicts(env):
     c = env["c"]["carol"]
-    big = submit(c, {**AUDIT, "task": {"name": "induction", "n": 200, "options": {"seq_len": 8}},
-                     "bootstrap": {"n_resamples": 2000}}, name="long one").json()
+    # long enough that the cancel always lands while it runs: exact patching of 2,000 prompts on a 4-layer model is
+    # about a minute of one core (its first stage), where the tiny audit finished within a heartbeat on an idle machine
+    big = submit(c, {**AUDIT, "model": LONG_MODEL, "task": {"name": "induction", "n": 2000, "options": {"seq_len": 16}}},
+                 name="long one").json()
     wait_job(c, big["id"], states=("running",))
     assert c.get(f"/api/v1/jobs/{big['id']}/tables").status_code == 409  # not finished yet
     assert c.post(f"/api/v1/jobs/{big['id']}/cancel").status_code == 200
