@@ -399,13 +399,12 @@ class AttributeSpec(BaseModel):
         words = (info.context or {}).get("words", "spec")
         check_verify(self.verify, methods=[self.method], n_prompts=self.n, level=self.level, words=words)
         ep = self.edge_pruning
-        for key in ("node_sparsity", "node_target"):  # options of the node gates, which need node masks
-            if ep is not None and key in ep.model_fields_set and getattr(ep, key) is not None and not ep.node_masks:
-                from circuitstat.core.errors import InputError
+        # (node_target without node masks is refused by the options class itself, for audits too)
+        if ep is not None and ep.node_sparsity is not None and not ep.node_masks:
+            from circuitstat.core.errors import InputError
 
-                flag = "--" + key.replace("_", "-")
-                raise InputError(f"{flag} sets the node gates: give --node-masks too" if words == "flags" else
-                                 f"edge_pruning.{key} sets the node gates: give edge_pruning.node_masks: true too")
+            raise InputError("--node-sparsity weighs the node gates: give --node-masks too" if words == "flags" else
+                             "edge_pruning.node_sparsity weighs the node gates: give edge_pruning.node_masks: true too")
         return self
 
     @property
