@@ -23,7 +23,7 @@ def main(N: int = 512, D: int = 1000) -> None:
     pops = {"zoo induction": load_zoo_pair()[:2], "planted bg 3": load_planted_pair()[:2],
             "synthetic (seed 7)": (S, T), "synthetic (seed 11)": (U, V)}
     fx = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
-    for m in ("mlp3l", "mlp4l"):  # the held-out next-token pairs (tests/fixtures/make_verified_nexttoken.py)
+    for m in ("mlp3l", "mlp4l", "mlp3ls"):  # the held-out next-token pairs (tests/fixtures/make_verified_nexttoken.py)
         pops[f"{m} next-token"] = load_planted_pair(fx / f"verified-{m}-nexttoken.parquet")[:2]
     if sys.argv[1:]:  # measure only the populations named on the command line
         pops = {k: v for k, v in pops.items() if k in sys.argv[1:]}
