@@ -91,4 +91,6 @@ def active_means(approx: np.ndarray, exact: np.ndarray, sampled: np.ndarray, pro
     cells = S.sum(0)
     with np.errstate(invalid="ignore"):
         q = np.where(cells > 2, special.stdtrit(np.maximum(cells - 2, 1), 0.5 + confidence_level / 2), np.inf)
-    return {"estimate": est, "low": est - q * se, "high": est + q * se, "se": se, "lam": lam, "cells": cells}
+    with np.errstate(invalid="ignore"):  # 2 cells or fewer: unbounded, even where se is 0 (inf * 0 would be NaN)
+        half = np.where(cells > 2, q * se, np.inf)
+    return {"estimate": est, "low": est - half, "high": est + half, "se": se, "lam": lam, "cells": cells}

@@ -86,3 +86,36 @@ def test_cells_errors():
         exact_cells(model, task, np.zeros((3, E), np.int64))
     with pytest.raises(InputError, match="no .* cell"):
         exact_cells(model, task, np.zeros((3, E), bool))
+
+
+def test_cells_cost_counts_the_rows_it_runs(monkeypatch):
+    """circuits.plan.exact_cells_cost against a count of what exact_cells ran (zero ablation: no cell is skipped as
+    unreachable); on a rectangle of cells it prices what exact_subset_cost prices."""
+    from circuitstat.circuits.plan import exact_cells_cost, exact_subset_cost
+
+    model = load_model(GPT2)
+    task = make_task("induction", vocab_size=97, n=10, seed=0, seq_len=5)
+    P, E = task.clean.shape[1], model.graph.n_edges
+    C = _cells(10, E, 0.05, 4)
+    C[0:4] = False
+    counted = {"rows": 0}
+    score = type(task).score
+
+    def counting_score(self, logits, *a, **k):
+        if logits.shape[0] and torch.is_grad_enabled() is False and k.get("clean_logits") is not None:
+            counted["rows"] += int(logits.shape[0])
+        return score(self, logits, *a, **k)
+
+    monkeypatch.setattr(type(task), "score", counting_score)
+    got = exact_cells(model, task, C, batch_size=4, ablation="zero")
+    cost = exact_cells_cost(model.cfg, C.sum(0), positions=P, batch_examples=got.batch_examples, batch_size=4)
+    assert cost.suffix_rows == counted["rows"] - got.batch_examples == int(C.sum())
+    assert cost.forwards == 2 * got.batch_examples == 2 * (4 + 2)
+    rect = np.zeros(E, np.int64)
+    rect[[0, 7, 30]] = 3
+    sub = exact_subset_cost(model.cfg, [0, 7, 30], n=3, positions=P, batch_examples=6, batch_size=4)
+    same = exact_cells_cost(model.cfg, rect, positions=P, batch_examples=6, batch_size=4)
+    assert (same.flops, same.suffix_rows, same.forwards, same.layer_passes, same.memory_peak) == (
+        sub.flops, sub.suffix_rows, sub.forwards, sub.layer_passes, sub.memory_peak)
+    # negative control: a different count per edge prices differently
+    assert exact_cells_cost(model.cfg, np.roll(rect, 40), positions=P, batch_examples=6, batch_size=4).flops != same.flops
