@@ -159,3 +159,36 @@ def test_bad_attribute_flags_exit_2(flags, words, tmp_path):
     assert r.exit_code == 2, r.output
     assert words in r.output, r.output
     assert not (tmp_path / "r").exists()
+
+
+def test_verdict_page_and_claims_read_the_active_table(runs, tmp_path):
+    """The verdict line names the design and says the tail flag is not assessed, the page's flag column says "not
+    assessed" (never "yes"), and a verified_edge claim on ci_low holds at the cell, fails a hair past it, and says the
+    flag was not assessed."""
+    import html
+    import re
+
+    import yaml
+
+    from circuitstat.pipelines.cli import app
+    from circuitstat.reports.html.page import render_report
+    from circuitstat.reports.verdicts import verdict
+
+    _, act = runs
+    (line,) = [ln for ln in verdict(act).lines if ln.label == "verified" and ln.verdict.startswith("eap:")]
+    text = line.text()
+    assert "(active sampling)" in text and "tail flag not assessed" in text and "no tail seen" not in text
+    page = html.unescape(re.sub(r"<[^>]+>", " ", render_report(act).read_text()))
+    assert "not assessed" in page
+    v = pq.read_table(act / "verified.parquet").to_pandas()
+    v = v[(v["method"] == "eap") & np.isfinite(v["ci_low"])]
+    row = v.iloc[int(np.argmax(np.abs(v["estimate"])))]
+    codes = []
+    for i, bound in enumerate((float(row.ci_low), float(row.ci_low) + 1e-6 * max(abs(row.ci_low), 1.0))):
+        f = tmp_path / f"c{i}.yaml"
+        f.write_text(yaml.safe_dump({"claims": [{"kind": "verified_edge", "edge": row.edge_name, "method": "eap",
+                                                 "statistic": "ci_low", "min": bound}]}))
+        r = CliRunner().invoke(app, ["check", str(f), "--run", str(act), "--allow-outside"])
+        codes.append(r.exit_code)
+        assert "no_tail_seen not assessed" in r.output, r.output
+    assert codes == [0, 1], codes
