@@ -199,6 +199,8 @@ def check_verify(verify: VerifySpec | None, *, methods, n_prompts: int, level: s
     if verify is None:
         return
     w = VERIFY_WORDS[words]
+    if verify.design == "active" and words == "flags":  # the flag the user gave (no --verify N with this design)
+        w = {**w, "verify": "--verify-design active"}
     if level != "edge":
         raise InputError(f"{w['verify']} needs {w['level']} (verified intervals are per edge)")
     if not any(m != "exact" and m not in MASK_METHODS for m in methods):

@@ -151,6 +151,8 @@ def test_verified_circuits_claim_refused_with_the_active_design():
     (["--verify-design", "active", "--verify-budget", "6", "--verify", "8"], "remove them"),
     (["--verify-design", "active", "--verify-budget", "30"], "--verify-budget <= 24"),
     (["--verify-design", "uniform"], "needs --verify N"),
+    (["--verify-design", "active", "--verify-budget", "6", "--level", "node"], "--verify-design active needs --level edge"),
+    (["--verify-design", "active", "--verify-budget", "6", "--method", "exact"], "add eap"),
 ])
 def test_bad_attribute_flags_exit_2(flags, words, tmp_path):
     from circuitstat.pipelines.cli import app
