@@ -20,7 +20,8 @@ proportional to the size of the residual |Y_i − λ Ŷ_i|, which phase 1 can on
   fitted), the paper's normal quantile being too narrow at tens of cells per edge.
 
 This module computes the design and the estimate; which cells phase 2 computes is the caller's
-(circuitstat.circuits' exact_subset computes chosen cells). Measured in docs/verified.md ("Active verification").
+(circuitstat.circuits.verify.exact_cells computes chosen cells; circuitstat.pipelines.verify.active_tables runs the
+design in an audit). Measured in docs/verified.md ("Active verification").
 """
 
 from __future__ import annotations
