@@ -48,7 +48,7 @@ models, which the time estimate prices separately from FLOPs.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -455,22 +455,68 @@ def exact_subset_cost(cfg: ModelConfig, edges, *, n: int, positions: int, batch_
     """The Cost of exact patching on ``n`` examples and the edge indices ``edges`` (circuitstat.circuits.verify): one
     suffix row per (example, edge) from the edge's receiver layer on, and the clean and counterfactual
     forwards of ``batch_examples`` examples (the whole batches that hold them; default ``n``)."""
-    g, P, L = graph_of(cfg), positions, cfg.n_layers
+    g = graph_of(cfg)
     idx = np.unique(np.asarray(edges, dtype=np.int64))
     if idx.size == 0 or idx.min() < 0 or idx.max() >= g.n_edges:
         raise InputError(f"edges must be indices in [0, {g.n_edges})")
-    fwd_n = n if batch_examples is None else int(batch_examples)
-    fwd = forward_flops(cfg, P)
-    receivers, per_receiver = np.unique(g.edge_receiver[idx], return_counts=True)
-    suffix = sum(int(c) * suffix_flops(cfg, g, int(r), P) for r, c in zip(receivers, per_receiver))
-    flops = fwd_n * (2 * fwd - unembed_flops(cfg)) + n * suffix
-    rows = n * int(idx.size)
-    B = min(batch_size, max(fwd_n, 1))
+    cells = np.zeros(g.n_edges, dtype=np.int64)
+    cells[idx] = n
+    cost = exact_cells_cost(cfg, cells, positions=positions, batch_examples=n if batch_examples is None else
+                            int(batch_examples), batch_size=batch_size, max_rows=max_rows, itemsize=itemsize)
+    return replace(cost, method="exact-subset", columns=int(idx.size))
+
+
+def exact_cells_cost(cfg: ModelConfig, cells_per_edge, *, positions: int, batch_examples: int,
+                     batch_size: int = BATCH_SIZE.default, max_rows: int = 256, itemsize: int = 4) -> Cost:
+    """The Cost of exact patching on chosen (example, edge) cells (circuitstat.circuits.verify.exact_cells):
+    ``cells_per_edge`` [E] suffix rows per edge, each from the edge's receiver layer on, and the clean and
+    counterfactual forwards of ``batch_examples`` examples (the whole batches holding a cell)."""
+    g, P, L = graph_of(cfg), positions, cfg.n_layers
+    c = np.asarray(cells_per_edge)
+    if c.shape != (g.n_edges,) or (c < 0).any():
+        raise InputError(f"cells_per_edge must be [{g.n_edges}] non-negative counts (one per edge)")
+    per_receiver = np.bincount(g.edge_receiver, weights=c, minlength=g.n_receivers)
+    if np.issubdtype(c.dtype, np.integer):  # whole counts: whole FLOPs (Python ints), as a rectangle's
+        per_receiver = per_receiver.round().astype(np.int64)
+    live = np.flatnonzero(per_receiver)
+    suffix = sum(per_receiver[r].item() * suffix_flops(cfg, g, int(r), P) for r in live)
+    fwd_n = batch_examples
+    flops = fwd_n * (2 * forward_flops(cfg, P) - unembed_flops(cfg)) + suffix
+    rows = int(round(float(c.sum())))
+    B = min(batch_size, max(math.ceil(fwd_n), 1))
     passes = 2 * L * math.ceil(fwd_n / batch_size) + sum(
-        math.ceil(n * int(c) / max_rows) * (L - int(g.receiver_layer[r]) + 1) for r, c in zip(receivers, per_receiver))
+        math.ceil(per_receiver[r] / max_rows) * (L - int(g.receiver_layer[r]) + 1) for r in live)
     memory = (weight_bytes(cfg, itemsize) + B * exact_example_bytes(cfg, g, P, itemsize)
               + min(max_rows, rows) * exact_row_bytes(cfg, P, itemsize))
-    return Cost("exact-subset", int(idx.size), 2 * fwd_n, 0, rows, float(flops), passes, memory, batch_size, max_rows)
+    return Cost("exact-cells", int((c > 0).sum()), int(round(2 * fwd_n)), 0, rows, float(flops), int(passes), memory,
+                batch_size, max_rows)
+
+
+def active_batch_examples(N: int, escape: float, batch_size: int, cells: float) -> tuple[float, float]:
+    """Return (a lower, an upper bound) on the expected examples in the whole batches (of ``batch_size``, in order)
+    that hold a sampled cell, from shapes only: ``escape`` bounds from above each prompt's chance of holding no cell
+    (cells drawn independently), so a batch of s prompts holds one with probability at least 1 - escape^s; and a
+    batch holding a cell holds at least one of the ``cells`` expected, so at most batch_size * cells examples."""
+    low = sum(min(batch_size, N - s) * (1.0 - escape ** min(batch_size, N - s)) for s in range(0, N, batch_size))
+    return low, float(min(N, batch_size * cells))
+
+
+def active_verify_cost(cfg: ModelConfig, *, budget: float, N: int, positions: int, mix: float, streams: int = 1,
+                       batch_size: int = BATCH_SIZE.default, max_rows: int = 256, itemsize: int = 4
+                       ) -> tuple[Cost, tuple[float, float]]:
+    """Return (the expected Cost of the active design's phase 2, priced at the upper bound of its forwards; the
+    (lower, upper) bounds on the examples forwarded): ``budget`` expected cells per edge and approximate method
+    (``streams`` methods, each its own draw; their union costs at most the sum), and the forwards of the whole
+    batches holding a sampled prompt. Every cell's probability is at least (1 - ``mix``) budget / N (the
+    defensive mixture, circuitstat.stats.verified.active), so a prompt escapes every draw with probability at most
+    (1 - that)^(E streams)."""
+    g = graph_of(cfg)
+    E = g.n_edges
+    escape = (1.0 - (1.0 - mix) * budget / N) ** (E * streams)
+    low, high = active_batch_examples(N, escape, batch_size, streams * E * budget)
+    cost = exact_cells_cost(cfg, np.full(E, streams * float(budget)), positions=positions, batch_examples=high,
+                            batch_size=batch_size, max_rows=max_rows, itemsize=itemsize)
+    return replace(cost, method="exact-verify"), (low, high)
 
 
 def expected_batch_examples(N: int, n: int, batch_size: int) -> float:

@@ -1,7 +1,9 @@
 """Exact patching on a subset, for verifying an approximate run: some examples, some edges (or receivers).
 
 A verified run (issue 33) computes an approximation (EAP, EAP-IG, AtP*) on all N examples and exact
-patching on a subset: a random n of the examples and/or the edges of some receivers.  Exact patching
+patching on a subset: a random n of the examples and/or the edges of some receivers (``exact_subset``: a
+rectangle, whole prompts x chosen edges), or chosen (example, edge) cells (``exact_cells``: the active design,
+circuitstat.stats.verified.active, where each prompt has its own edges).  Exact patching
 is priced per suffix row, one row per (example, edge) (circuitstat.circuits.attribution._exact_edges): an edge
 u → v costs one suffix forward from v's layer, so only the selected edges' rows are recomputed.
 
@@ -69,22 +71,33 @@ def subset_edges(model: CircuitModel, edges=None, receivers=None) -> np.ndarray:
     return np.unique(np.concatenate(out))
 
 
+def whole_batches(picked: np.ndarray, N: int, batch_size: int) -> np.ndarray:
+    """Return the examples of the full run's batches (batch k: kB..kB+B-1) that hold one of ``picked``, in order:
+    their clean and counterfactual forwards run on the whole batch, as in the full run (the bits depend on it)."""
+    batches = np.unique(np.asarray(picked, np.int64) // batch_size)
+    return np.concatenate([np.arange(b * batch_size, min(N, (b + 1) * batch_size)) for b in batches])
+
+
+def _check_sizes(data, batch_size) -> int:
+    """Return N, the examples of ``data``; InputError for an empty dataset or a bad batch size."""
+    N = int(data.clean.shape[0])
+    if N == 0:
+        raise InputError("the dataset is empty; give at least one example")
+    if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
+        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    return N
+
+
 def exact_subset(model: CircuitModel, data, *, rows=None, edges=None, receivers=None,
                  batch_size: int = BATCH_SIZE.default, max_rows: int = 256, progress: bool = False,
                  **options) -> SubsetExact:
     """Exact per-example edge effects on ``rows`` (example indices; None: all) and the selected edges
     (``edges`` indices and/or all edges into ``receivers``; None: all), equal bit for bit to the full
     exact run (same ``batch_size``) restricted to them.  ``options`` go to attribute (ablation, seed, ...)."""
-    N = int(data.clean.shape[0])
-    if N == 0:
-        raise InputError("the dataset is empty; give at least one example")
-    if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
-        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    N = _check_sizes(data, batch_size)
     picked = np.arange(N) if rows is None else _indices(rows, N, "rows")
     cols = subset_edges(model, edges, receivers)
-    # the full run's batches that hold a selected example, whole (their forwards as in the full run)
-    batches = np.unique(picked // batch_size)
-    todo = np.concatenate([np.arange(b * batch_size, min(N, (b + 1) * batch_size)) for b in batches])
+    todo = whole_batches(picked, N, batch_size)
     keep = np.zeros((len(todo), model.graph.n_edges), dtype=bool)
     selected = np.isin(todo, picked)
     keep[np.ix_(selected, cols)] = True
@@ -94,3 +107,36 @@ def exact_subset(model: CircuitModel, data, *, rows=None, edges=None, receivers=
     recv = np.unique(model.graph.edge_receiver[cols])
     return SubsetExact(scores=scores, rows=picked, edges=cols, receivers=recv, batch_examples=len(todo),
                        suffix_rows=len(picked) * len(cols))
+
+
+@dataclass(frozen=True)
+class CellsExact:
+    """Exact per-example effects on chosen (example, edge) cells: ``scores`` [N, E] float32, NaN outside ``cells``."""
+
+    scores: np.ndarray
+    cells: np.ndarray  # [N, E] bool, as given
+    batch_examples: int  # examples whose clean and counterfactual forwards ran (the whole batches holding a cell)
+    suffix_rows: int  # (example, edge) rows priced: one per chosen cell (a cell whose Δz cannot reach the
+    # read-out scores its exact 0.0 without a row, as in the full run)
+
+
+def exact_cells(model: CircuitModel, data, cells, *, batch_size: int = BATCH_SIZE.default, max_rows: int = 256,
+                progress: bool = False, **options) -> CellsExact:
+    """Return the exact per-example edge effects on the chosen cells (``cells`` [N, E] bool: True = patch this
+    example's edge), equal bit for bit to the full exact run (same ``batch_size``) on those cells, with suffix rows
+    for the chosen cells only (attribute's per-row edge mask).  ``options`` go to attribute (ablation, seed, ...)."""
+    N = _check_sizes(data, batch_size)
+    E = model.graph.n_edges
+    C = np.asarray(cells)
+    if C.dtype != bool or C.shape != (N, E):
+        raise InputError(f"cells must be a [{N} examples, {E} edges] bool mask (True: patch that cell exactly), "
+                         f"got {C.dtype} {C.shape}")
+    picked = np.flatnonzero(C.any(1))
+    if not picked.size:
+        raise InputError("cells chooses no (example, edge) cell; set at least one True")
+    todo = whole_batches(picked, N, batch_size)
+    sm = attribute(model, data, "exact", rows=todo, edges=C[todo], batch_size=batch_size, max_rows=max_rows,
+                   progress=progress, **options)
+    scores = np.full((N, E), np.nan, dtype=np.float32)
+    scores[todo] = sm.scores  # attribute leaves the cells it did not compute NaN
+    return CellsExact(scores=scores, cells=C.copy(), batch_examples=len(todo), suffix_rows=int(C.sum()))

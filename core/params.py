@@ -25,7 +25,7 @@ from circuitstat.core.errors import InputError
 __all__ = ["Param", "N_RESAMPLES", "SEED", "N_JOBS", "BATCH_SIZE", "IG_STEPS", "PRUNING_STEPS", "PRUNING_LR",
            "PRUNING_SPARSITY", "PRUNING_INIT", "N_REFITS", "PRUNING_PARAMS", "PRUNING_TARGET", "PRUNING_WARMUP",
            "NODE_TARGET", "PRUNING_LR_LAMBDA", "LR_CONSTANTS", "UGS_SAMPLES", "INIT_STD", "REPEAT_FRACTION",
-           "WARMUP_STEPS", "D_MLP", "MIN_LR_RATIO", "PARAMS", "tail_resamples", "resamples_for_level"]
+           "WARMUP_STEPS", "D_MLP", "MIN_LR_RATIO", "VERIFY_BUDGET", "PARAMS", "tail_resamples", "resamples_for_level"]
 
 
 @dataclass(frozen=True)
@@ -125,10 +125,16 @@ D_MLP = Param("d_mlp", 1, 1_048_576, None, "MLP hidden width (default 4 d_model)
 MIN_LR_RATIO = Param("min_lr_ratio", 0.0, 1.0, 0.1,
                      "final learning rate of the cosine schedule as a share of the peak (1: constant after warmup)")
 
+VERIFY_BUDGET = Param("verify_budget", 4.0, 100_000.0, None,
+                      "the active design's expected exact cells per edge (its t interval has cells - 2 degrees of "
+                      "freedom); at most the task's prompts")
+"""A verified run's active design (circuitstat.stats.verified.active): the expected exact (prompt, edge) cells per
+edge; the same bounds as the uniform design's n prompts."""
+
 
 PARAMS = {p.name: p for p in (N_RESAMPLES, SEED, N_JOBS, BATCH_SIZE, IG_STEPS, N_REFITS, *PRUNING_PARAMS.values(),
                               PRUNING_TARGET, NODE_TARGET, PRUNING_WARMUP, PRUNING_LR_LAMBDA, LR_CONSTANTS, UGS_SAMPLES,
-                              INIT_STD, REPEAT_FRACTION, WARMUP_STEPS, D_MLP, MIN_LR_RATIO)}
+                              INIT_STD, REPEAT_FRACTION, WARMUP_STEPS, D_MLP, MIN_LR_RATIO, VERIFY_BUDGET)}
 """Every Param by its name: a command's option or an estimator's parameter of that name takes its default and bounds
 (tests/pipelines/test_param_defaults.py)."""
 

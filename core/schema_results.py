@@ -70,6 +70,15 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("row", I, "example index (row of the scores)"),
            ("seed", I, "the seed the rows were drawn from: numpy.random.default_rng(seed), without replacement"),
            ("n_prompts", I, "prompts the approximation was computed on (N)")),
+    table_schema("verified_cells", "the (prompt, edge) cells an active-design verified run patched exactly "
+                 "(circuitstat.stats.verified.active): one row per method and sampled cell, with its probability",
+           _VERIFIED_METHOD, ("row", I, "example index (row of the scores)"), _EDGE,
+           ("probability", F, "the cell's probability pi of exact patching (active_probabilities of the method's "
+                              "scores and the budget); its Horvitz-Thompson weight is 1/pi"),
+           ("seed", I, "the method's cells are active_sample(pi, numpy.random.SeedSequence([seed, stream]))"),
+           ("stream", I, "the method's place among the run's approximate methods (0, 1, ...)"),
+           ("budget", F, "expected exact cells per edge (verify.budget)"),
+           ("n_prompts", I, "prompts the approximation was computed on (N)")),
     table_schema("verified", "circuitstat.stats.verified.VerifiedResult: per-edge PPI++ estimate of the mean exact effect",
            _VERIFIED_METHOD, _EDGE, _EDGE_NAME, ("estimate", F, "PPI++ estimate of the mean exact effect", True),
            ("standard_error", F, "its standard error"), *ci_columns("ci", "the estimate", VERIFIED_COVERS, True),
@@ -88,8 +97,9 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("no_tail_seen", B, "true when no few prompts carry the estimate in this sample (rectifier_share, "
                                "approx_tail_share), the interval is at most 2x exact on the labelled prompts "
                                "(width_vs_exact_on_labelled) and >= 16 were patched; not that the interval covers: an unseen "
-                               "spike is invisible. Older runs call it interval_reliable (read as no_tail_seen)"),
-           ("n_labelled", I, "prompts patched exactly (n)"), ("n_prompts", I, "prompts with the approximation (N)"),
+                               "spike is invisible. Older runs call it interval_reliable (read as no_tail_seen). "
+                               "Null: not assessed (the active design, whose cells no rule has been measured on)"),
+           ("n_labelled", I, "prompts patched exactly (n); the active design: this edge's sampled cells"), ("n_prompts", I, "prompts with the approximation (N)"),
            ("estimand", S, "what the interval covers, with n and N")),
     table_schema("verified_pseudo", "pseudo-scores of a verified run (circuitstat.stats.verified.pseudo): column means are "
            "the PPI++ estimates; not per-prompt effects. One row per method and prompt",

@@ -10,7 +10,7 @@ from typing import Literal
 
 from circuitstat.circuits.methods import ABLATIONS, LEVELS, MASK_METHODS, METHODS
 
-__all__ = ["METHOD", "SCORE_METHOD", "MASK_METHOD", "MASK_METHODS", "OBJECTIVE", "ABLATION", "LEVEL", "METRIC",
+__all__ = ["METHOD", "SCORE_METHOD", "MASK_METHOD", "MASK_METHODS", "OBJECTIVE", "ABLATION", "LEVEL", "METRIC", "VERIFY_DESIGN",
            "INPUT_NODE", "MOE_NODES", "DTYPES", "SAMPLE_SIZE_MEANS", "SAMPLE_SIZE_NS", "SAMPLE_SIZE_N_RANGE",
            "SAMPLE_SIZE_KS", "SAMPLE_SIZE_TARGET", "SAMPLE_SIZE_DATASETS", "SAMPLE_SIZE_DATASETS_RANGE",
            "SAMPLE_SIZE_LEVEL", "SAMPLE_SIZE_LEVEL_RANGE"]
@@ -28,6 +28,7 @@ LEVEL = Literal[LEVELS]
 INPUT_NODE = Literal["embeddings", "tokens"]  # circuitstat.circuits.ablation: what a zero/mean-ablated input sender is
 # circuitstat.circuits.moe_nodes: a mixture-of-experts layer's MLP as one sender (block) or one per expert (experts)
 MOE_NODES = Literal["block", "experts"]
+VERIFY_DESIGN = Literal["uniform", "active"]  # a verified run's phase 2 (docs/verified.md; pipelines.verify)
 METRIC = Literal["logit_diff", "prob_diff", "kl", "kl_mean", "cross_entropy"]
 # --dtype names and the torch dtype each means (the short names are aliases)
 DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",

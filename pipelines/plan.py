@@ -512,10 +512,12 @@ def verify_lines(model, costs: dict, verify, method: str, *, n: int, P: int, bat
     and the sum against exact patching on all n (circuits.plan.verify_cost; ``seconds(cost)`` prices a Cost)."""
     from circuitstat.circuits.plan import verify_cost
 
-    k = None if verify.edges is None else verify.edges.top + verify.edges.random
     p1, exact = costs.get(method), costs.get("exact")
     if p1 is None or exact is None:
         return [f"verified run: not priced ({method} or exact is not in the plan)"]
+    if verify.design == "active":
+        return active_verify_lines(model, p1, exact, verify, method, n=n, P=P, seconds=seconds)
+    k = None if verify.edges is None else verify.edges.top + verify.edges.random
     p2 = verify_cost(model.cfg, n=verify.n, N=n, positions=P, n_edges=k, batch_size=exact.batch_size,
                      max_rows=exact.max_rows, itemsize=model.dtype.itemsize)
     (t1, pre), (t2, _), (te, _) = seconds(p1), seconds(p2), seconds(exact)
@@ -526,6 +528,29 @@ def verify_lines(model, costs: dict, verify, method: str, *, n: int, P: int, bat
             f"  both     {'':<17} FLOPs {p1.flops + p2.flops:>9.3g}  est. time {pre + _duration(t1 + t2):>10}  "
             f"= {(p1.flops + p2.flops) / exact.flops:.1%} of exact on all {n} by FLOPs "
             f"({exact.flops:.3g}), {(t1 + t2) / te:.1%} by time ({pre + _duration(te)})"]
+
+
+def active_verify_lines(model, p1, exact, verify, method: str, *, n: int, P: int, seconds) -> list[str]:
+    """The active design's verified-run lines: phase 1 (``p1``, ``method`` on all n), phase 2 (budget x edges expected
+    cells, priced at the upper bound of the batches holding one: pipelines.verify.active_phase2_cost) and their share
+    of exact patching on all n (``exact``) for this model."""
+    from circuitstat.pipelines.verify import active_phase2_cost
+
+    p2, (low, high) = active_phase2_cost(model.cfg, verify.budget, N=n, positions=P, n_methods=1,
+                                         batch_size=exact.batch_size, max_rows=exact.max_rows,
+                                         itemsize=model.dtype.itemsize)
+    (t1, pre), (t2, _), (te, _) = seconds(p1), seconds(p2), seconds(exact)
+    E = model.graph.n_edges
+    return [f"verified run (active design): {method} on all {n} prompts, then exact on {verify.budget:g} expected "
+            f"(prompt, edge) cells per edge ({p2.suffix_rows:,} suffix rows of exact's {exact.suffix_rows:,})",
+            f"  phase 1  {method:<17} FLOPs {p1.flops:>9.3g}  est. time {pre + _duration(t1):>10}",
+            f"  phase 2  {'exact on cells':<17} FLOPs {p2.flops:>9.3g}  est. time {pre + _duration(t2):>10}  "
+            f"(forwards of the batches holding a sampled prompt: {low:.4g} to {high:.4g} of {n} prompts expected, "
+            "priced at the upper)",
+            f"  both     {'':<17} FLOPs {p1.flops + p2.flops:>9.3g}  est. time {pre + _duration(t1 + t2):>10}  "
+            f"= {(p1.flops + p2.flops) / exact.flops:.1%} of exact on all {n} by FLOPs "
+            f"({exact.flops:.3g}; phase 2 alone {p2.flops / exact.flops:.1%}, its cells {verify.budget / n:.1%} of "
+            f"exact's {E:,} x {n}), {(t1 + t2) / te:.1%} by time ({pre + _duration(te)})"]
 
 
 def _cost_table(model, costs: dict, n: int, P: int, level: str, ig_steps: int, budget, n_jobs: int, dtype: str,

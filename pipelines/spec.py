@@ -17,13 +17,14 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from circuitstat.core.errors import InputError
 from circuitstat.reports.thresholds import MIN_EXCESS, MIN_EXCESS_BOUNDS
 
 from .options import ABLATION, INPUT_NODE, LEVEL, MASK_METHODS, METHOD, METRIC, MOE_NODES, OBJECTIVE, SCORE_METHOD  # noqa: F401 - defined there once; re-exported
-from circuitstat.core.params import BATCH_SIZE, IG_STEPS, N_JOBS, N_RESAMPLES, SEED, tail_resamples
+from .options import VERIFY_DESIGN
+from circuitstat.core.params import BATCH_SIZE, IG_STEPS, N_JOBS, N_RESAMPLES, SEED, VERIFY_BUDGET, tail_resamples
 from .yamlio import read_yaml_strict
 from .strict import StrictSpec  # noqa: F401 - the base of every spec section, defined there; re-exported
 # the mask-learned methods' options, defined with the guard of which method takes which; re-exported
@@ -131,7 +132,9 @@ class VerifyEdgesSpec(StrictSpec):
 class VerifySpec(StrictSpec):
     """A verified run (docs/verified.md): exact patching on ``n`` uniformly random prompts (drawn from ``seed``,
     or from the run's seed and the stage's name) checks each approximate method; PPI++ intervals for the mean
-    exact effect. ``edges``: verify only some edges, and bound the unverified ones above ``tau``."""
+    exact effect. ``edges``: verify only some edges, and bound the unverified ones above ``tau``. ``design``:
+    ``uniform`` (the above) or ``active``: exact on a Poisson sample of (prompt, edge) cells, ``budget`` expected
+    per edge, with probabilities from the approximation (circuitstat.stats.verified.active; docs/verified.md)."""
 
     _section = "verify."
 
@@ -139,6 +142,37 @@ class VerifySpec(StrictSpec):
     seed: int | None = SEED.pydantic(default=None)  # numpy's SeedSequence and torch: non-negative 63-bit
     edges: VerifyEdgesSpec | None = None
     tau: float | None = Field(None, gt=0.0, allow_inf_nan=False)
+    design: VERIFY_DESIGN = "uniform"
+    budget: float | None = VERIFY_BUDGET.pydantic(default=None)
+
+    @model_validator(mode="after")
+    def _active_design(self) -> "VerifySpec":
+        if self.design == "uniform":
+            if self.budget is not None:
+                raise ValueError("verify.budget is the active design's expected exact cells per edge; add "
+                                 "design: active or remove budget")
+            return self
+        if self.budget is None:
+            raise ValueError("verify.design: active needs verify.budget, the expected exact (prompt, edge) cells per "
+                             "edge (e.g. budget: 51 for a tenth of 512 prompts)")
+        if "n" in self.model_fields_set:
+            raise ValueError("verify.n is the uniform design's prompt count; the active design spends verify.budget "
+                             "cells per edge instead: remove n")
+        if self.edges is not None:
+            raise ValueError("verify.edges (and its missed-edges bound) needs the uniform design: the active design "
+                             "samples cells on every edge; remove edges and tau, or use design: uniform")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _uniform_as_before(self, handler):
+        """The record of a uniform design without design and budget (runs recorded before the active design existed
+        keep their recorded spec and stage parameters, so they resume); of an active one without the uniform
+        design's n, edges and tau (the record reads back as the same spec)."""
+        out = handler(self)
+        if isinstance(out, dict):
+            for key in (("design", "budget") if self.design == "uniform" else ("n", "edges", "tau")):
+                out.pop(key, None)
+        return out
 
     @model_validator(mode="after")
     def _tau_with_edges(self) -> "VerifySpec":
@@ -153,9 +187,9 @@ class VerifySpec(StrictSpec):
 
 #: how check_verify names what the user set: a spec's keys, or the command line's flags (attribute)
 VERIFY_WORDS = {"spec": {"verify": "verify", "n": "verify.n", "level": "level: edge", "methods": "to the methods",
-                         "prompts": "task.n", "edges": "verify.edges"},
+                         "prompts": "task.n", "edges": "verify.edges", "budget": "verify.budget"},
                 "flags": {"verify": "--verify", "n": "--verify", "level": "--level edge", "methods": "as --method",
-                          "prompts": "--n", "edges": "--verify-edges"}}
+                          "prompts": "--n", "edges": "--verify-edges", "budget": "--verify-budget"}}
 
 
 def check_verify(verify: VerifySpec | None, *, methods, n_prompts: int, level: str, n_edges: int | None = None,
@@ -165,18 +199,30 @@ def check_verify(verify: VerifySpec | None, *, methods, n_prompts: int, level: s
     if verify is None:
         return
     w = VERIFY_WORDS[words]
+    if verify.design == "active" and words == "flags":  # the flag the user gave (no --verify N with this design)
+        w = {**w, "verify": "--verify-design active"}
     if level != "edge":
         raise InputError(f"{w['verify']} needs {w['level']} (verified intervals are per edge)")
     if not any(m != "exact" and m not in MASK_METHODS for m in methods):
         raise InputError(f"{w['verify']} checks an approximate method's per-example scores: add eap, eap-ig-inputs, "
                          f"atpstar, ... {w['methods']} (a mask-learned method such as edge-pruning has none)")
-    if verify.n > n_prompts - 2:
+    if verify.design == "active":
+        check_active(verify, n_prompts, w)
+    elif verify.n > n_prompts - 2:
         set_to = f"{w['n']} {verify.n}" if words == "flags" else f"{w['n']}={verify.n}"
         raise InputError(f"{set_to} leaves fewer than 2 of the task's {n_prompts} prompts unverified; "
                          f"use {w['n']} <= {n_prompts - 2} or more prompts ({w['prompts']})")
     if n_edges is not None and verify.edges is not None and verify.edges.top + verify.edges.random > n_edges:
         raise InputError(f"{w['edges']} asks for {verify.edges.top} + {verify.edges.random} edges of the "
                          f"model's {n_edges}; lower top or random")
+
+
+def check_active(verify: VerifySpec, n_prompts: int, w: dict) -> None:
+    """None; InputError when the active design's budget does not fit the task's prompts (``w``: VERIFY_WORDS')."""
+    if verify.budget > n_prompts:
+        budget = f"{w['budget']} {verify.budget:g}" if w["n"] == "--verify" else f"{w['budget']}={verify.budget:g}"
+        raise InputError(f"{budget} asks for more exact cells per edge than the task's {n_prompts} prompts; use "
+                         f"{w['budget']} <= {n_prompts} or more prompts ({w['prompts']})")
 
 
 class CircuitFileSpec(StrictSpec):

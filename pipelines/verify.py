@@ -5,6 +5,11 @@ phase 2 is exact patching (circuitstat.circuits.verify.exact_subset) on ``n`` pr
 replacement from a recorded seed, on every edge or on the top-m candidates by |approximate mean| plus a
 uniformly random r of the other edges. The statistics (PPI++ intervals, the missed-edges bound) are
 circuitstat.stats.verified's; this module only draws the subsets, runs exact on them and writes the tables.
+
+The active design (``verify: {design: active, budget: B}``; :func:`active_tables`) draws (prompt, edge) cells
+instead: per approximate method, probabilities from its scores (circuitstat.stats.verified.active) and a Poisson
+sample from the recorded seed; exact runs on the union of the methods' cells only
+(circuitstat.circuits.verify.exact_cells), and each method's verified table is active_verified_means on its cells.
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["VerifyPlan", "draw_seed", "draw_rows", "choose_edges", "verify_plan", "verified_tables",
-           "MISSED_SPLIT", "pseudo_table", "verified_method", "read_pseudo"]
+           "MISSED_SPLIT", "pseudo_table", "verified_method", "read_pseudo", "active_draw", "active_tables",
+           "exact_on_cells"]
 
 MISSED_SPLIT = 0.5
 """Share of the missed-edges bound's error rate spent on the hypergeometric bound; the rest goes to classifying
@@ -174,6 +180,52 @@ def run_exact(model, task, plan: VerifyPlan, **options):
     return np.asarray(sub.scores, np.float64), sub.edges
 
 
+def active_draw(approx: dict[str, np.ndarray], budget: float, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Return {method: (π [N, E], sampled cells [N, E] bool)}: the i-th method's cells drawn from
+    numpy.random.SeedSequence([seed, i]) (one stream per method: adding a method changes no other's cells)."""
+    from circuitstat.stats.verified.active import active_probabilities, active_sample
+
+    out = {}
+    for i, (m, S) in enumerate(approx.items()):
+        p = active_probabilities(S, budget)
+        out[m] = (p, active_sample(p, np.random.SeedSequence([seed, i])))
+    return out
+
+
+def exact_on_cells(model, task, cells: np.ndarray, **options) -> np.ndarray:
+    """Return exact [N, E] float64 on ``cells`` (NaN elsewhere): circuits.verify.exact_cells, suffix rows for them only."""
+    from circuitstat.circuits.verify import exact_cells
+
+    return np.asarray(exact_cells(model, task, cells, **options).scores, np.float64)
+
+
+def active_tables(approx: dict[str, np.ndarray], exact, budget: float, seed: int, names, *,
+                  confidence_level: float) -> dict:
+    """Return {verified, verified_cells} of the active design: cells drawn per method (:func:`active_draw`), exact on
+    their union from ``exact(cells [N, E] bool) -> [N, E]`` (NaN outside the cells is fine), and per method
+    circuitstat.stats.verified.active_verified_means on its own cells."""
+    import pyarrow as pa
+
+    from circuitstat.stats.verified.active_result import active_verified_means
+
+    draws = active_draw(approx, budget, seed)
+    union = np.logical_or.reduce([c for _, c in draws.values()])
+    Y = exact(union)
+    verified, cells = [], []
+    for i, (m, (p, c)) in enumerate(draws.items()):
+        res = active_verified_means(approx[m], np.where(c, Y, np.nan), c, p, budget=budget,
+                                    confidence_level=confidence_level, edge_names=list(names))
+        verified.append(_with_method(res.to_table("verified"), m))
+        row, edge = np.nonzero(c)
+        k = row.size
+        cells.append(pa.table({"method": pa.array([m] * k, pa.string()), "row": pa.array(row, pa.int64()),
+                               "edge": pa.array(edge, pa.int64()), "probability": pa.array(p[row, edge], pa.float64()),
+                               "seed": pa.array([seed] * k, pa.int64()), "stream": pa.array([i] * k, pa.int64()),
+                               "budget": pa.array([float(budget)] * k, pa.float64()),
+                               "n_prompts": pa.array([p.shape[0]] * k, pa.int64())}))
+    return {"verified": pa.concat_tables(verified), "verified_cells": pa.concat_tables(cells)}
+
+
 def phase2_flops(cfg, spec, verify, *, n_methods: int) -> float:
     """The expected FLOPs of ``verify``'s phase 2 on a model of config ``cfg`` (circuits.plan.verify_cost): the
     methods share the prompts; with an edge subset each method adds its own top and random edges (at most)."""
@@ -184,17 +236,35 @@ def phase2_flops(cfg, spec, verify, *, n_methods: int) -> float:
     name, options = (task.name, task.options) if task is not None else (spec.task, getattr(spec, "task_options", {}))
     positions = task_positions(name, options or {}) or min(int(cfg.n_ctx), 64)
     N = task.n if task is not None else spec.n
+    if verify.design == "active":
+        return active_phase2_cost(cfg, verify.budget, N=N, positions=positions, n_methods=n_methods,
+                                  batch_size=spec.batch_size)[0].flops
     k = None if verify.edges is None else n_methods * (verify.edges.top + verify.edges.random)
     return verify_cost(cfg, n=verify.n, N=N, positions=positions, n_edges=k, batch_size=spec.batch_size).flops
 
 
-def verify_from_options(n: int | None, edges: str | None, tau: float | None, seed: int | None):
-    """Return the VerifySpec of ``attribute``'s --verify N, --verify-edges TOP,RANDOM, --verify-tau and
-    --verify-seed (None without --verify); InputError naming the flag otherwise."""
+def active_phase2_cost(cfg, budget: float, *, N: int, positions: int, n_methods: int, **sizes):
+    """Return (the expected Cost of the active design's phase 2, (lower, upper) bounds on its forwarded examples):
+    circuits.plan.active_verify_cost with the design's defensive mixture (stats.verified.active.ACTIVE_MIX)."""
+    from circuitstat.circuits.plan import active_verify_cost
+    from circuitstat.stats.verified.active import ACTIVE_MIX
+
+    return active_verify_cost(cfg, budget=budget, N=N, positions=positions, mix=ACTIVE_MIX, streams=n_methods, **sizes)
+
+
+def verify_from_options(n: int | None, edges: str | None, tau: float | None, seed: int | None,
+                        design: str | None = None, budget: float | None = None):
+    """Return the VerifySpec of ``attribute``'s --verify N, --verify-edges TOP,RANDOM, --verify-tau, --verify-seed,
+    --verify-design and --verify-budget (None without --verify or --verify-design active); InputError naming the
+    flag otherwise."""
     from circuitstat.core.errors import InputError
     from circuitstat.pipelines.spec import VerifySpec, validate_spec
 
+    if design == "active" or budget is not None:
+        return active_from_options(n, edges, tau, seed, design, budget)
     if n is None:
+        if design is not None:
+            raise InputError("--verify-design uniform needs --verify N (the prompts to patch exactly)")
         if edges is not None or tau is not None or seed is not None:
             raise InputError("--verify-edges, --verify-tau and --verify-seed need --verify N (the prompts to patch "
                              "exactly)")
@@ -207,3 +277,22 @@ def verify_from_options(n: int | None, edges: str | None, tau: float | None, see
         doc["edges"] = {"top": int(parts[0]), "random": int(parts[1])}
     spec = validate_spec(VerifySpec, {k: v for k, v in doc.items() if v is not None}, "--verify", kind="option")
     return spec
+
+
+def active_from_options(n: int | None, edges: str | None, tau: float | None, seed: int | None, design: str | None,
+                        budget: float | None):
+    """Return the active design's VerifySpec of attribute's flags; InputError naming the flag that does not fit."""
+    from circuitstat.core.errors import InputError
+    from circuitstat.pipelines.spec import VerifySpec, validate_spec
+
+    if design != "active":
+        raise InputError("--verify-budget is the active design's expected exact cells per edge; add "
+                         "--verify-design active or remove --verify-budget")
+    if budget is None:
+        raise InputError("--verify-design active needs --verify-budget B: the expected exact (prompt, edge) cells per "
+                         "edge (e.g. 51 for a tenth of 512 prompts)")
+    if n is not None or edges is not None or tau is not None:
+        raise InputError("--verify N, --verify-edges and --verify-tau are the uniform design's; --verify-design active "
+                         "spends --verify-budget cells on every edge instead: remove them")
+    doc = {"design": "active", "budget": budget, **({"seed": seed} if seed is not None else {})}
+    return validate_spec(VerifySpec, doc, "--verify", kind="option")

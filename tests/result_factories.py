@@ -241,6 +241,16 @@ def verified() -> Any:
     return verified_means(approx, exact_all[rows], rows, edge_names=[f"e{i}" for i in range(E)])
 
 
+def active_verified() -> Any:
+    from circuitstat.stats.verified import active_probabilities, active_sample, active_verified_means
+
+    exact_all = _scores().astype(np.float64)
+    approx = 0.8 * exact_all + 0.3 * RNG.standard_normal(exact_all.shape)
+    p = active_probabilities(approx, 8)
+    return active_verified_means(approx, exact_all, active_sample(p, 0), p, budget=8,
+                                 edge_names=[f"e{i}" for i in range(E)])
+
+
 def missed_edges() -> Any:
     from circuitstat.stats.verified import missed_edges_bound
 
@@ -265,7 +275,7 @@ def sample_size() -> Any:
 
 FACTORIES: dict[str, Callable[..., Any]] = {
     "SampleSizeResult": sample_size,
-    "VerifiedResult": verified, "MissedEdgesResult": missed_edges,
+    "VerifiedResult": verified, "ActiveVerifiedResult": active_verified, "MissedEdgesResult": missed_edges,
     "BootstrapResult": bootstrap, "EdgeTestResult": edge_tests, "StabilityResult": stability,
     "ApproximationResult": approximation, "VarianceComponentsResult": variance, "ICCResult": icc,
     "CalibrationResult": calibration, "FaithfulnessInterval": fixed_faithfulness, "SimilarityResult": similarity,

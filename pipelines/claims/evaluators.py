@@ -202,7 +202,7 @@ def evaluate_verified_edge(c: VerifiedEdgeClaim, run: RunReader) -> tuple[bool, 
     """Return (holds, observed, reason) of a verified_edge claim: an edge's verified statistic against its bounds."""
     need(run, c.table, "method", c.method, _FIX_VERIFY)
     edge_known(run, c.edge)
-    cols = ["estimate", "ci_low", "ci_high", "qvalue", "estimand"]
+    cols = ["estimate", "ci_low", "ci_high", "qvalue", "estimand", "no_tail_seen"]
     rows = run.rows(c.table, cols, method=c.method, edge_name=c.edge)
     if not rows:
         raise ClaimError(f"edge {c.edge!r} was not verified for {c.method} (verify.edges verifies the top candidates "
@@ -215,6 +215,8 @@ def evaluate_verified_edge(c: VerifiedEdgeClaim, run: RunReader) -> tuple[bool, 
     r = rows[0]
     ok, reason = bounded(v, c, f"{c.statistic} of {c.edge} ({c.method})")
     detail = f"{r['estimand']}: {fmt(r['estimate'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}], q = {fmt(r['qvalue'])}"
+    if r["no_tail_seen"] is None:  # the active design: no rule measured for its flag (stats/verified/active_result.py)
+        detail += "; no_tail_seen not assessed"
     return ok, {c.statistic: v}, f"{reason} ({detail})"
 
 

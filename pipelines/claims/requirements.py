@@ -46,6 +46,9 @@ def method_and_k(claim: Any, spec: Any) -> str | None:
         if verify is None or verify.edges is not None:
             return (f"{method} circuits need a verified run on every edge; add verify: {{n: 16}} without 'edges' to "
                     "the spec (docs/verified.md)")
+        if verify.design == "active":
+            return (f"{method} circuits are selected from the uniform design's pseudo-scores; the active design "
+                    "writes none: use verify: {n: 16} (design: uniform) for them")
     elif method is not None and method not in methods:
         return f"method {method!r} is not in the spec's methods {methods}; add it"
     k = getattr(claim, "k", None)

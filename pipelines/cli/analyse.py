@@ -10,10 +10,10 @@ from typing import Any
 
 import typer
 
-from circuitstat.pipelines.options import MASK_METHODS, MOE_NODES, OBJECTIVE
+from circuitstat.pipelines.options import MASK_METHODS, MOE_NODES, OBJECTIVE, VERIFY_DESIGN
 from circuitstat.core.params import (BATCH_SIZE, IG_STEPS, LR_CONSTANTS, N_JOBS, N_REFITS, PRUNING_LR,
                                            PRUNING_SPARSITY, PRUNING_TARGET, PRUNING_WARMUP, NODE_TARGET,
-                                          PRUNING_STEPS, SEED, UGS_SAMPLES)
+                                          PRUNING_STEPS, SEED, UGS_SAMPLES, VERIFY_BUDGET)
 
 from .app import (trust_option, verified, ALLOW_LARGE_HELP, ALLOW_PICKLE_HELP, TASK_HELP, TASK_OPTION_HELP, Ablation, DType, Level,
                Method, MetricName, app, check_out, choices, echo, fail)
@@ -168,6 +168,13 @@ VERIFY_TAU_OPTION = typer.Option(None, "--verify-tau", min=0.0,
                                  help="threshold on |mean exact effect| the missed-edges bound counts")
 VERIFY_SEED_OPTION = typer.Option(None, "--verify-seed", **SEED.option,
                                   help="seed of the verified prompts (default: from --seed)")
+VerifyDesign = choices("VerifyDesign", *typing.get_args(VERIFY_DESIGN))
+VERIFY_DESIGN_OPTION = typer.Option(
+    None, "--verify-design", help="uniform (default with --verify N: exact on N random prompts, every edge) or active: "
+                                  "exact on (prompt, edge) cells sampled with probabilities from the method's scores, "
+                                  "--verify-budget per edge (verified_cells.parquet; docs/verified.md)")
+VERIFY_BUDGET_OPTION = typer.Option(None, "--verify-budget", **VERIFY_BUDGET.option,
+                                    help="--verify-design active: expected exact cells per edge (e.g. 51 of 512 prompts)")
 
 # ... the mask-learned methods, edge-pruning and ugs (which takes which: circuitstat.pipelines.mask_options;
 # docs/edge-pruning.md)
@@ -248,6 +255,8 @@ def attribute_command(
     verify_edges: str | None = VERIFY_EDGES_OPTION,
     verify_tau: float | None = VERIFY_TAU_OPTION,
     verify_seed: int | None = VERIFY_SEED_OPTION,
+    verify_design: VerifyDesign | None = VERIFY_DESIGN_OPTION,
+    verify_budget: float | None = VERIFY_BUDGET_OPTION,
     steps: int | None = STEPS_OPTION,
     lr: float | None = LR_OPTION,
     sparsity: float | None = SPARSITY_OPTION,
@@ -327,7 +336,8 @@ def _attribute_spec(o: Any) -> Any:
             "metric": o.metric, "moe_nodes": o.moe_nodes, "n": o.n, "batch_size": o.batch_size,
             "ig_steps": o.ig_steps, "seed": o.seed, "dtype": DTYPES[o.dtype], "checkpoint_every": o.checkpoint_every,
             "max_memory": o.max_memory, "n_refits": o.n_refits,
-            "verify": verify_from_options(o.verify, o.verify_edges, o.verify_tau, o.verify_seed),
+            "verify": verify_from_options(o.verify, o.verify_edges, o.verify_tau, o.verify_seed, o.verify_design,
+                                          o.verify_budget),
             **place_mask_options(o.method, mask)}
     # a plan prices any size (the rows over this machine's limits are marked, not refused): only a run is limited
     spec = attribute_spec(data, "the command line", words="flags", allow_large=o.allow_large or o.plan)

@@ -16,6 +16,11 @@ __all__ = ["verified_section"]
 SHOWN = 20  # verified edges listed per method (by |estimate|)
 
 
+def _flag_words(flag) -> str:
+    """Return the flag cell: yes, no, or not assessed (null: the active design's intervals have no measured rule)."""
+    return "not assessed" if flag is None else ("yes" if flag else "no")
+
+
 def _method_table(T: Tables, method: str) -> str:
     t = where(T.get("verified"), method=method)
     order = np.argsort(-np.nan_to_num(np.abs(num(t, "estimate")), nan=-1.0), kind="stable")[:SHOWN]
@@ -24,7 +29,7 @@ def _method_table(T: Tables, method: str) -> str:
         r = t.slice(int(i), 1).to_pylist()[0]
         body.append((str(r.get("edge_name") or r["edge"]),
                      ci_html(Ci.of("verified", r, ("method", "edge"), est="estimate")), r["qvalue"], r["approx_mean"],
-                     r["lam"], "yes" if r["no_tail_seen"] else "no"))
+                     r["lam"], _flag_words(r["no_tail_seen"])))
     cols = (("edge", "text"), ("mean exact effect [CI]", "html"), ("q (BH)", "num"), (f"{method} mean", "num"),
             ("λ", "num"), ("no tail seen, informative (≤ 2× exact on the verified prompts)", "text"))
     est = str(t.column("estimand")[0]) if t.num_rows else ""
@@ -36,7 +41,8 @@ def verified_section(T: Tables) -> str:
     """Return the section's HTML: the verdict's verified lines, then each method's table and missed-edges bound."""
     lines = "".join(f"<li>{esc(ln.text())}</li>" for ln in verified_edge_lines(T))
     parts = [note("Intervals for the mean exact (activation-patching) effect: the approximation on every prompt, "
-                  "exact patching on a uniformly random subset, combined per edge by PPI++ (docs/verified.md). "
+                  "exact patching on a uniformly random subset (or, with the active design, on (prompt, edge) cells "
+                  "sampled with probabilities from the approximation), combined per edge by PPI++ (docs/verified.md). "
                   "The approximation's own mean is a different estimand, shown beside it."),
              f"<ul>{lines}</ul>"]
     for m in methods_in(T.get("verified")):

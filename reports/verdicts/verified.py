@@ -53,11 +53,14 @@ def _method_line(T: Tables, method: str) -> Line | None:
     vrows = t.to_pylist()
     first = vrows[0]
     n, N = int(first["n_labelled"]), int(first["n_prompts"])
+    assessed = any(r.get("no_tail_seen") is not None for r in vrows)  # all null: the active design (not assessed)
     k, shaky = significant_verified(T, method)
     est = num(t, "estimate")
     best = vrows[int(np.nanargmax(np.where(np.isfinite(est), np.abs(est), -math.inf)))]
-    parts: list[Part] = [f"{method} verified on {n} of {N} prompts: {k} of {len(vrows)} edges' mean exact effect "
-                         f"excludes 0 (BH q ≤ {SIGNIFICANT_Q}, no tail seen"
+    head = f"{method} verified on {n} of {N} prompts" if assessed else f"{method} {first['estimand']}"
+    parts: list[Part] = [f"{head}: {k} of {len(vrows)} edges' mean exact effect "
+                         f"excludes 0 (BH q ≤ {SIGNIFICANT_Q}, "
+                         + ("no tail seen" if assessed else "tail flag not assessed")
                          + (f"; {shaky} more a few prompts carry" if shaky else "") + "); largest ", Name(str(best.get("edge_name") or best["edge"])),
                          " ", Ci.of("verified", best, ("method", "edge"), est="estimate"),
                          f" q = {fmt(best.get('qvalue'), 2)}", *_missed_parts(T, method)]

@@ -10,7 +10,7 @@
   faithfulness of circuits selected from them (stratified resampling);
 * circuitstat.stats.verified.coverage: simulated coverage on paired populations (exact and approximation per prompt);
 * circuitstat.stats.verified.active: active verification (exact cells sampled with probabilities from the approximation,
-  Horvitz–Thompson weighted; Zrnic & Candès 2024).
+  Horvitz–Thompson weighted; Zrnic & Candès 2024); circuitstat.stats.verified.active_result: its verified table.
 """
 
 from __future__ import annotations
@@ -26,5 +26,6 @@ _MODULES = {
     ".coverage": ["paired_population", "simulate_verified"],
     ".pseudo": ["VerifiedPseudoScores", "verified_pseudo_scores", "verified_strata"],
     ".active": ["active_probabilities", "active_sample", "active_means"],
+    ".active_result": ["ActiveVerifiedResult", "active_verified_means", "active_estimand", "ACTIVE_LABEL"],
 }
 __all__, __getattr__ = lazy_names(__name__, _MODULES)

@@ -20,7 +20,8 @@ proportional to the size of the residual |Y_i − λ Ŷ_i|, which phase 1 can on
   fitted), the paper's normal quantile being too narrow at tens of cells per edge.
 
 This module computes the design and the estimate; which cells phase 2 computes is the caller's
-(circuitstat.circuits' exact_subset computes chosen cells). Measured in docs/verified.md ("Active verification").
+(circuitstat.circuits.verify.exact_cells computes chosen cells; circuitstat.pipelines.verify.active_tables runs the
+design in an audit). Measured in docs/verified.md ("Active verification").
 """
 
 from __future__ import annotations
@@ -91,4 +92,6 @@ def active_means(approx: np.ndarray, exact: np.ndarray, sampled: np.ndarray, pro
     cells = S.sum(0)
     with np.errstate(invalid="ignore"):
         q = np.where(cells > 2, special.stdtrit(np.maximum(cells - 2, 1), 0.5 + confidence_level / 2), np.inf)
-    return {"estimate": est, "low": est - q * se, "high": est + q * se, "se": se, "lam": lam, "cells": cells}
+    with np.errstate(invalid="ignore"):  # 2 cells or fewer: unbounded, even where se is 0 (inf * 0 would be NaN)
+        half = np.where(cells > 2, q * se, np.inf)
+    return {"estimate": est, "low": est - half, "high": est + half, "se": se, "lam": lam, "cells": cells}

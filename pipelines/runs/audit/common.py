@@ -109,7 +109,11 @@ def faithfulness_with_search(model, task, S: np.ndarray, method: str, ks: list[i
 
 def verify_outputs(verify) -> list[str]:
     """The tables a verified stage writes: missed_edges when some edges go unverified, else verified_pseudo (the
-    pseudo-scores circuits are selected from: circuitstat.stats.verified.pseudo)."""
+    pseudo-scores circuits are selected from: circuitstat.stats.verified.pseudo); the active design writes
+    verified_cells instead (which cells, with their probabilities) and no pseudo-scores (circuits selected from
+    verified estimates need the uniform design)."""
+    if verify.design == "active":
+        return ["verified", "verified_cells"]
     return ["verified", "verified_prompts"] + (["missed_edges"] if verify.edges is not None else ["verified_pseudo"])
 
 

@@ -52,6 +52,7 @@ def faithfulness_flops(spec: AuditSpec, cfg) -> float:
 
     positions = task_positions(spec.task.name, spec.task.options or {}) or min(int(cfg.n_ctx), 64)
     methods = len(spec.methods) + (0 if spec.verify is None or spec.verify.edges is not None
+                                   or spec.verify.design == "active"  # no +verified circuits: no pseudo-scores
                                    else sum(m != "exact" for m in spec.methods))
     return float(methods * faithfulness_forwards(spec) * forward_flops(cfg, positions))
 

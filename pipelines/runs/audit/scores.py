@@ -103,7 +103,10 @@ def whole_stages(spec, n: int, n_cols: int) -> dict[str, int]:
     scored = score_methods(spec)  # a mask-learned method has no score matrix
     approx = [m for m in scored if m != "exact"]
     out: dict[str, int] = {}
-    if spec.verify is not None:
+    if spec.verify is not None and spec.verify.design == "active":
+        # per method its scores and π in float64 (2 + 2), and the union's exact cells dense in float64 (2)
+        out["verified"] = one * (4 * len(approx) + 2 + ("exact" in scored))
+    elif spec.verify is not None:
         out["verified"] = one * (len(approx) + ("exact" in scored))
         if spec.verify.edges is None:  # the pseudo-scores of every approximate method, float64, beside each stage
             out["stability"] = 2 * one * len(approx)

@@ -128,11 +128,12 @@ class AuditContext:
 
 def verified_circuit_methods(run, spec: AuditSpec) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{"<approx>+verified": (pseudo-scores [N, E], strata [N])} of a verified run on every edge, else {} (with
-    ``verify.edges`` only a sample of edges has estimates, so no circuit over the graph is selected from them)."""
+    ``verify.edges`` only a sample of edges has estimates, so no circuit over the graph is selected from them; nor
+    with the active design, whose estimates have no pseudo-scores)."""
     from circuitstat.pipelines import verify as V
 
-    if spec.verify is None or spec.verify.edges is not None:
-        return {}
+    if spec.verify is None or spec.verify.edges is not None or spec.verify.design == "active":
+        return {}  # the active design writes no pseudo-scores (its cells are no stratum of prompts)
     table = run.table("verified_pseudo")
     return {V.verified_method(m): V.read_pseudo(table, m) for m in score_methods(spec) if m != "exact"}
 
@@ -217,6 +218,8 @@ def _verified(ctx: AuditContext) -> None:
 
     def compute():
         approx = {m: scores.whole(m, "verified", held) for m in score_methods(spec) if m != "exact"}
+        if spec.verify.design == "active":
+            return _active_verified(ctx, approx, seed)
         plan = V.verify_plan(approx, spec.verify, seed)
         if "exact" in scores.methods:  # exact on every prompt already: its cells are the subset's, bit for bit
             cols = np.arange(len(names)) if plan.all_edges else plan.edges()
@@ -228,6 +231,23 @@ def _verified(ctx: AuditContext) -> None:
                                  tau=spec.verify.tau)
 
     ctx.write(compute, params=params, depends_on=ctx.score_deps())
+
+
+def _active_verified(ctx: AuditContext, approx: dict, seed: int) -> dict:
+    """The verified stage's tables with the active design (pipelines.verify.active_tables): exact on the sampled
+    cells, read from exact on every prompt when the audit computed it (its cells are the same bits)."""
+    from circuitstat.pipelines import verify as V
+
+    spec, held = ctx.spec, len(score_methods(ctx.spec))
+    if "exact" in ctx.scores.methods:
+        full = ctx.scores.whole("exact", "verified", held).astype(np.float64)
+        exact = lambda cells: np.where(cells, full, np.nan)  # noqa: E731
+    else:
+        exact = lambda cells: V.exact_on_cells(ctx.model, ctx.task, cells, ablation=spec.ablation,  # noqa: E731
+                                               seed=spec.seed, batch_size=spec.batch_size,
+                                               input_node=spec.input_node)
+    return V.active_tables(approx, exact, spec.verify.budget, seed, ctx.names,
+                           confidence_level=spec.bootstrap.confidence_level)
 
 
 def _verified_flops(spec: AuditSpec, cfg) -> float:
