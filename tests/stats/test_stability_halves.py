@@ -137,7 +137,7 @@ def test_no_zero_width_interval_where_every_split_agrees_and_the_gap_bound_is_wh
     assert out["jaccard_half_ci_low"][0] == out["jaccard_half_floor"][0]
     # negative control: the jackknife alone has zero spread here
     tops = np.tile(np.arange(3), ((16 + 1) * 2 * 64, 1))
-    r = halves_from_tops(tops, 64, 16, 8, 1.96)
+    r = halves_from_tops(tops, 64, 16, 8)
     assert r["se"] == 0.0 and r["events"] == 0
 
 
