@@ -37,13 +37,14 @@ below; the arcsine interval: 1 above, none below).
 Where T is 0 or 1 and se > 0 the delta method has no slope and the interval is T -+ q se, clipped to [0, 1].
 
 The critical value q is the normal quantile where at least MIN_EVENTS splits have a Jaccard other than its most
-frequent value, and Student's t with (events - 1) degrees of freedom below that: the spread rests on the splits
-that disagree, and with few of them the jackknife SE is itself noisy and small (the design populations'
+frequent value, and Student's t with max(events - 1, 1) degrees of freedom below that: the spread rests on the
+splits that disagree, and with few of them the jackknife SE is itself noisy and small (the design populations'
 studentised errors had a 95% quantile of 2.2-2.9 with 3-15 such splits against 1.5-1.6 with 20 or more). Where
-se is exactly 0 (every split and every leave-block-out split alike) no spread is visible at all: the lower end
-is the sampling-aware gap bound circuitstat.stats.flip_bound.jaccard_gap_floor at m = N/2 (computed only there)
-and the upper end is 1, the range's end. The gap bound is below 1 by at least machine epsilon, so no interval has
-zero width. (Before, the gap bound also lowered the interval wherever fewer than 10 splits disagreed; it was 0 in
+no split disagrees (events = 0) whatever spread there is comes from the leave-block-out splits alone, and the
+lower end is also bounded by the sampling-aware gap bound circuitstat.stats.flip_bound.jaccard_gap_floor at
+m = N/2 (computed only there); where moreover se is exactly 0 (every leave-block-out split alike too) the
+interval is [min(T, gap bound), 1], 1 the range's end. The gap bound is below 1 by at least machine epsilon, so
+no interval has zero width. (Before, the gap bound also lowered the interval wherever fewer than 10 splits disagreed; it was 0 in
 all 334 such (dataset, k) of the design populations, which made cells with many of them 2-5.6 x too wide.)
 
 The rule (16 blocks, the arcsine scale, t below 20 disagreeing splits) was chosen on the four design populations
@@ -161,16 +162,19 @@ def half_interval(est: float, se: float, events: int, floor: float, confidence_l
     """Return (low, high): the interval for J_{N/2} on the arcsine-square-root scale (module docstring).
 
     est T in [0, 1], se its standard error, events the splits whose Jaccard differs from the most frequent
-    value, floor the gap bound (read only where se is 0). Always low < high.
+    value, floor the gap bound (read only where events is 0). Always low < high.
     """
     if se == 0:  # no spread visible: the gap bound below, the range's end above
         return float(min(est, floor)), 1.0
     tail = 0.5 + confidence_level / 2
     q = float(ndtri(tail)) if events >= MIN_EVENTS else float(student_t.ppf(tail, max(events - 1, 1)))
     if not 0 < est < 1:  # the arcsine's slope is infinite at the bounds
-        return max(est - q * se, 0.0), min(est + q * se, 1.0)
-    y, s = np.arcsin(np.sqrt(est)), se / (2 * np.sqrt(est * (1 - est)))  # delta method
-    lo, hi = (np.sin(np.clip(y + d, 0.0, np.pi / 2)) ** 2 for d in (-q * s, q * s))
+        lo, hi = max(est - q * se, 0.0), min(est + q * se, 1.0)
+    else:
+        y, s = np.arcsin(np.sqrt(est)), se / (2 * np.sqrt(est * (1 - est)))  # delta method
+        lo, hi = (float(np.sin(np.clip(y + d, 0.0, np.pi / 2)) ** 2) for d in (-q * s, q * s))
+    if events == 0:  # no split of the data disagrees: the spread is the leave-block-out splits' only
+        lo = min(lo, floor)
     return float(lo), float(hi)
 
 
@@ -217,8 +221,8 @@ def halves_stability(S: np.ndarray, ks: Sequence[int], *, ranking: str, seed: An
                               plan.n_resamples), chunk_size=chunk_size, n_jobs=n_jobs, max_bytes=max_bytes)
     cols = {c: np.empty(ks_arr.size) for c in HALF_COLUMNS}
     res = [halves_from_tops(state.idx[:, :k], n_perms, g, int(n_batches)) for k in ks_arr]
-    # no spread at all: only the gaps can bound the lower end (computed only there: K x E pairs)
-    flat = np.array([r["se"] == 0 for r in res])
+    # no split disagrees: the gaps also bound the lower end (computed only there: K x E pairs)
+    flat = np.array([r["events"] == 0 for r in res])
     floors = np.full(ks_arr.size, np.nan)
     if flat.any():
         _, order = unit_means_order(S, ranking, None if groups is None else unit)
