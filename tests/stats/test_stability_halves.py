@@ -167,8 +167,10 @@ def test_the_interval_is_symmetric_on_the_arcsine_scale_with_the_stated_critical
     g = lambda j: np.arcsin(np.sqrt(j))  # noqa: E731
     est, se = 0.3, 0.04
     slope = 1 / (2 * np.sqrt(est * (1 - est)))  # d asin(sqrt(J)) / dJ: the delta method's factor
-    for events, q in ((MIN_EVENTS, norm.ppf(0.975)), (64, norm.ppf(0.975)), (MIN_EVENTS - 1, student_t.ppf(0.975, MIN_EVENTS - 2)),
-                      (4, student_t.ppf(0.975, 3)), (1, student_t.ppf(0.975, 1))):
+    cases = ((MIN_EVENTS, norm.ppf(0.975)), (64, norm.ppf(0.975)),
+             (MIN_EVENTS - 1, student_t.ppf(0.975, MIN_EVENTS - 2)), (4, student_t.ppf(0.975, 3)),
+             (1, student_t.ppf(0.975, 1)))
+    for events, q in cases:
         lo, hi = half_interval(est, se, events, 0.0, 0.95)
         if events > 1:  # unclipped: the two arms are equal on the arcsine scale, each q se slope
             assert g(hi) - g(est) == pytest.approx(g(est) - g(lo), rel=1e-10)
