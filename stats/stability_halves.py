@@ -171,6 +171,9 @@ def half_interval(est: float, se: float, events: int, floor: float, confidence_l
     est T in [0, 1], se its standard error, events the splits whose Jaccard differs from the most frequent
     value, floor the gap bound (read only where events is 0). Always low < high.
     """
+    if events == 0 and not floor <= 1:  # NaN: the caller skipped the bound where it is needed
+        raise ValueError("half_interval needs the gap bound (jaccard_gap_floor) where no split disagrees, got "
+                         f"{floor}; compute it for this k")
     if se == 0:  # no spread visible: the gap bound below, the range's end above
         return float(min(est, floor)), 1.0
     tail = 0.5 + confidence_level / 2

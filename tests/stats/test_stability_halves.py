@@ -163,6 +163,13 @@ def test_no_interval_has_zero_width_and_each_contains_its_estimate(events):
                 assert lo <= est <= hi, (est, se, events, floor, lo, hi)
 
 
+def test_an_interval_without_the_gap_bound_where_no_split_disagrees_is_refused():
+    with pytest.raises(ValueError, match="gap bound"):
+        half_interval(1.0, 0.0, 0, float("nan"), 0.95)  # would be [1, 1]
+    lo, hi = half_interval(0.5, 0.1, 5, float("nan"), 0.95)  # the bound is not read where splits disagree
+    assert lo < 0.5 < hi
+
+
 def test_the_interval_is_symmetric_on_the_arcsine_scale_with_the_stated_critical_value():
     g = lambda j: np.arcsin(np.sqrt(j))  # noqa: E731
     est, se = 0.3, 0.04
