@@ -128,8 +128,8 @@ ESTIMANDS = {
     "jaccard_ci": "Monte Carlo error of jaccard_mean over these resamples of one dataset "
                   "(jackknife over resamples); NOT an interval for a data-level quantity",
     "jaccard_half_ci": "J_{N/2} = E[Jaccard(top-k of D1, top-k of D2)] for two independent datasets of N/2 "
-                       "prompts: disjoint halves, exactly estimable; grouped jackknife (the primary data-level "
-                       "interval, circuitstat.stats.stability_halves)",
+                       "prompts: disjoint halves, exactly estimable; grouped jackknife, arcsine-scale interval "
+                       "(the primary data-level interval, circuitstat.stats.stability_halves)",
     "jaccard_data_ci": "J_N (extrapolated, bracketed double bootstrap): E[Jaccard(top-k of D1, top-k of D2)] "
                        "for two independent datasets of N prompts from the prompt distribution",
     "jaccard_pop_ci": "E[Jaccard(top-k of a dataset of N prompts, top-k of the population "

