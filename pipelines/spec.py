@@ -144,6 +144,9 @@ class VerifySpec(StrictSpec):
     tau: float | None = Field(None, gt=0.0, allow_inf_nan=False)
     design: VERIFY_DESIGN = "uniform"
     budget: float | None = VERIFY_BUDGET.pydantic(default=None)
+    # the q-values' multiple-testing correction over the edges: bh (Benjamini-Hochberg: FDR under independence or
+    # positive dependence; the usual one) or by (Benjamini-Yekutieli: FDR under any dependence; the guaranteed one)
+    correction: Literal["bh", "by"] = "bh"
 
     @model_validator(mode="after")
     def _active_design(self) -> "VerifySpec":
@@ -172,6 +175,8 @@ class VerifySpec(StrictSpec):
         if isinstance(out, dict):
             for key in (("design", "budget") if self.design == "uniform" else ("n", "edges", "tau")):
                 out.pop(key, None)
+            if self.correction == "bh":  # the default, as recorded before the key existed
+                out.pop("correction", None)
         return out
 
     @model_validator(mode="after")

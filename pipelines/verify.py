@@ -88,7 +88,7 @@ def _with_method(table, method: str):
 
 
 def _method_tables(S: np.ndarray, exact: np.ndarray, cols: np.ndarray, plan: VerifyPlan, method: str, names,
-                   level: float, tau: float | None):
+                   level: float, tau: float | None, correction: str = "bh"):
     """Return (the verified table, the missed_edges table or None) of one method from its scores ``S`` [N, E]
     and exact on ``plan.rows`` for the edges ``cols`` (``exact`` [n, len(cols)])."""
     import pyarrow as pa
@@ -99,7 +99,7 @@ def _method_tables(S: np.ndarray, exact: np.ndarray, cols: np.ndarray, plan: Ver
 
     mine = np.arange(S.shape[1]) if plan.all_edges else np.union1d(plan.top[method], plan.random[method])
     at = np.searchsorted(cols, mine)
-    res = verified_means(S[:, mine], exact[:, at], plan.rows, confidence_level=level,
+    res = verified_means(S[:, mine], exact[:, at], plan.rows, confidence_level=level, correction=correction,
                          edge_names=[names[e] for e in mine])
     table = _with_method(res.to_table("verified"), method)
     table = table.set_column(table.schema.get_field_index("edge"), "edge", pa.array(mine, pa.int64()))
@@ -125,11 +125,12 @@ def _method_tables(S: np.ndarray, exact: np.ndarray, cols: np.ndarray, plan: Ver
 
 
 def verified_tables(approx: dict[str, np.ndarray], exact: np.ndarray, cols: np.ndarray, plan: VerifyPlan, names,
-                    *, confidence_level: float, tau: float | None) -> dict:
+                    *, confidence_level: float, tau: float | None, correction: str = "bh") -> dict:
     """Return {verified, verified_prompts[, missed_edges]} tables over every approximate method in ``approx``."""
     import pyarrow as pa
 
-    parts = [_method_tables(S, exact, cols, plan, m, names, confidence_level, tau) for m, S in approx.items()]
+    parts = [_method_tables(S, exact, cols, plan, m, names, confidence_level, tau, correction)
+             for m, S in approx.items()]
     N = next(iter(approx.values())).shape[0]
     out = {"verified": pa.concat_tables([p[0] for p in parts]),
            "verified_prompts": pa.table({"row": pa.array(plan.rows, pa.int64()),
@@ -200,7 +201,7 @@ def exact_on_cells(model, task, cells: np.ndarray, **options) -> np.ndarray:
 
 
 def active_tables(approx: dict[str, np.ndarray], exact, budget: float, seed: int, names, *,
-                  confidence_level: float) -> dict:
+                  confidence_level: float, correction: str = "bh") -> dict:
     """Return {verified, verified_cells} of the active design: cells drawn per method (:func:`active_draw`), exact on
     their union from ``exact(cells [N, E] bool) -> [N, E]`` (NaN outside the cells is fine), and per method
     circuitstat.stats.verified.active_verified_means on its own cells."""
@@ -214,7 +215,8 @@ def active_tables(approx: dict[str, np.ndarray], exact, budget: float, seed: int
     verified, cells = [], []
     for i, (m, (p, c)) in enumerate(draws.items()):
         res = active_verified_means(approx[m], np.where(c, Y, np.nan), c, p, budget=budget,
-                                    confidence_level=confidence_level, edge_names=list(names))
+                                    confidence_level=confidence_level, correction=correction,
+                                    edge_names=list(names))
         verified.append(_with_method(res.to_table("verified"), m))
         row, edge = np.nonzero(c)
         k = row.size
@@ -253,23 +255,23 @@ def active_phase2_cost(cfg, budget: float, *, N: int, positions: int, n_methods:
 
 
 def verify_from_options(n: int | None, edges: str | None, tau: float | None, seed: int | None,
-                        design: str | None = None, budget: float | None = None):
+                        design: str | None = None, budget: float | None = None, correction: str | None = None):
     """Return the VerifySpec of ``attribute``'s --verify N, --verify-edges TOP,RANDOM, --verify-tau, --verify-seed,
-    --verify-design and --verify-budget (None without --verify or --verify-design active); InputError naming the
-    flag otherwise."""
+    --verify-design, --verify-budget and --verify-correction (None without --verify or --verify-design active);
+    InputError naming the flag otherwise."""
     from circuitstat.core.errors import InputError
     from circuitstat.pipelines.spec import VerifySpec, validate_spec
 
     if design == "active" or budget is not None:
-        return active_from_options(n, edges, tau, seed, design, budget)
+        return active_from_options(n, edges, tau, seed, design, budget, correction)
     if n is None:
         if design is not None:
             raise InputError("--verify-design uniform needs --verify N (the prompts to patch exactly)")
-        if edges is not None or tau is not None or seed is not None:
-            raise InputError("--verify-edges, --verify-tau and --verify-seed need --verify N (the prompts to patch "
-                             "exactly)")
+        if edges is not None or tau is not None or seed is not None or correction is not None:
+            raise InputError("--verify-edges, --verify-tau, --verify-seed and --verify-correction need --verify N (the "
+                             "prompts to patch exactly)")
         return None
-    doc: dict = {"n": n, "seed": seed, "tau": tau}
+    doc: dict = {"n": n, "seed": seed, "tau": tau, "correction": correction}
     if edges is not None:
         parts = edges.split(",")
         if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
@@ -280,7 +282,7 @@ def verify_from_options(n: int | None, edges: str | None, tau: float | None, see
 
 
 def active_from_options(n: int | None, edges: str | None, tau: float | None, seed: int | None, design: str | None,
-                        budget: float | None):
+                        budget: float | None, correction: str | None = None):
     """Return the active design's VerifySpec of attribute's flags; InputError naming the flag that does not fit."""
     from circuitstat.core.errors import InputError
     from circuitstat.pipelines.spec import VerifySpec, validate_spec
@@ -294,5 +296,6 @@ def active_from_options(n: int | None, edges: str | None, tau: float | None, see
     if n is not None or edges is not None or tau is not None:
         raise InputError("--verify N, --verify-edges and --verify-tau are the uniform design's; --verify-design active "
                          "spends --verify-budget cells on every edge instead: remove them")
-    doc = {"design": "active", "budget": budget, **({"seed": seed} if seed is not None else {})}
+    doc = {"design": "active", "budget": budget, **({"seed": seed} if seed is not None else {}),
+           **({"correction": correction} if correction is not None else {})}
     return validate_spec(VerifySpec, doc, "--verify", kind="option")

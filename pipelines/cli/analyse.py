@@ -173,6 +173,11 @@ VERIFY_DESIGN_OPTION = typer.Option(
     None, "--verify-design", help="uniform (default with --verify N: exact on N random prompts, every edge) or active: "
                                   "exact on (prompt, edge) cells sampled with probabilities from the method's scores, "
                                   "--verify-budget per edge (verified_cells.parquet; docs/verified.md)")
+VerifyCorrection = choices("VerifyCorrection", "bh", "by")
+VERIFY_CORRECTION_OPTION = typer.Option(
+    None, "--verify-correction", help="the verified q-values' correction over edges: bh (Benjamini-Hochberg, the "
+                                      "default: FDR under independence or positive dependence) or by "
+                                      "(Benjamini-Yekutieli: FDR under any dependence, more conservative)")
 VERIFY_BUDGET_OPTION = typer.Option(None, "--verify-budget", **VERIFY_BUDGET.option,
                                     help="--verify-design active: expected exact cells per edge (e.g. 51 of 512 prompts)")
 
@@ -257,6 +262,7 @@ def attribute_command(
     verify_seed: int | None = VERIFY_SEED_OPTION,
     verify_design: VerifyDesign | None = VERIFY_DESIGN_OPTION,
     verify_budget: float | None = VERIFY_BUDGET_OPTION,
+    verify_correction: VerifyCorrection | None = VERIFY_CORRECTION_OPTION,
     steps: int | None = STEPS_OPTION,
     lr: float | None = LR_OPTION,
     sparsity: float | None = SPARSITY_OPTION,
@@ -337,7 +343,7 @@ def _attribute_spec(o: Any) -> Any:
             "ig_steps": o.ig_steps, "seed": o.seed, "dtype": DTYPES[o.dtype], "checkpoint_every": o.checkpoint_every,
             "max_memory": o.max_memory, "n_refits": o.n_refits,
             "verify": verify_from_options(o.verify, o.verify_edges, o.verify_tau, o.verify_seed, o.verify_design,
-                                          o.verify_budget),
+                                          o.verify_budget, o.verify_correction),
             **place_mask_options(o.method, mask)}
     # a plan prices any size (the rows over this machine's limits are marked, not refused): only a run is limited
     spec = attribute_spec(data, "the command line", words="flags", allow_large=o.allow_large or o.plan)

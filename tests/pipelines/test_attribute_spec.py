@@ -22,7 +22,7 @@ MACHINE = {"n_jobs", "scheduler", "device", "out", "force", "resume", "plan", "r
            "allow_large"}
 # options the spec groups under one key (as the audit spec does)
 GROUPED = {"verify": "verify", "verify_edges": "verify", "verify_tau": "verify", "verify_seed": "verify",
-           "verify_design": "verify", "verify_budget": "verify",
+           "verify_design": "verify", "verify_budget": "verify", "verify_correction": "verify",
            "steps": "edge_pruning", "lr": "edge_pruning", "sparsity": "edge_pruning", "objective": "edge_pruning",
            "n_samples": "ugs", "mask_ablation": "edge_pruning", "lr_constants": "edge_pruning", "target": "edge_pruning",
            "warmup": "edge_pruning", "node_masks": "edge_pruning", "node_sparsity": "edge_pruning",

@@ -183,3 +183,32 @@ def test_too_many_edges_refused_before_the_run_directory(tmp_path):
     with pytest.raises(InputError, match="lower top or random"):
         run_audit(spec, tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_by_correction_is_a_spec_key_and_the_default_record_is_unchanged(runs, tmp_path):
+    """verify.correction: by gives Benjamini-Yekutieli q-values (statsmodels as the oracle) over the same p-values
+    as the BH run; the default (bh) leaves the recorded spec as before the key existed."""
+    from statsmodels.stats.multitest import multipletests
+
+    from circuitstat.pipelines.spec import VerifySpec
+
+    by = tmp_path / "by"
+    run_audit(parse_spec({**BASE, "methods": ["eap", "eap-ig-inputs"],
+                          "verify": {"n": 8, "seed": 11, "correction": "by"}}), by)
+    _, ver, _ = runs
+    a, b = _read(ver, "verified"), _read(by, "verified")
+    assert np.array_equal(a["pvalue"], b["pvalue"]) and np.array_equal(a["estimate"], b["estimate"])
+    for m in ("eap", "eap-ig-inputs"):
+        g = b[b["method"] == m]
+        want = multipletests(g["pvalue"].to_numpy(), method="fdr_by")[1]
+        np.testing.assert_allclose(g["qvalue"].to_numpy(), want, rtol=1e-12, atol=0)
+        bh = multipletests(a[a["method"] == m]["pvalue"].to_numpy(), method="fdr_bh")[1]
+        np.testing.assert_allclose(a[a["method"] == m]["qvalue"].to_numpy(), bh, rtol=1e-12, atol=0)
+    # negative control: BY's q-values are BH's times the harmonic sum, so they differ wherever a q is below 1
+    # (BY's q is BH's times the harmonic sum, capped at 1): larger wherever BH's is below 1 / that sum
+    qa, qb = a["qvalue"].to_numpy(), b["qvalue"].to_numpy()
+    assert (qb >= qa).all() and (qb > qa).sum() >= 3, (qa.min(), qb.min())
+    assert "correction" not in VerifySpec(n=8).model_dump()
+    assert VerifySpec(n=8, correction="by").model_dump()["correction"] == "by"
+    with pytest.raises(InputError, match="correction"):
+        parse_spec({**BASE, "methods": ["eap"], "verify": {"n": 8, "correction": "holm"}})

@@ -88,6 +88,8 @@ def test_attribute_plan_prices_both_phases():
     (["--verify", 8, "--verify-edges", "3,4"], "needs verify.tau"),
     (["--verify", 63], "--verify <= 62"),
     (["--verify", 8, "--method", "exact"], "add eap"),
+    (["--verify-correction", "by"], "need --verify N"),
+    (["--verify", 8, "--verify-correction", "holm"], "--verify-correction"),
 ])
 def test_attribute_verify_options_refused_before_work(tmp_path, args, words):
     out = tmp_path / "run"

@@ -317,10 +317,12 @@ def _verify_stage(run, m, t, verify, *, method: str, force: bool, **exact_option
         approx = {method: np.asarray(table_to_matrix(run.table("scores")), np.float64)}
         if verify.design == "active":  # exact on the sampled cells only (pipelines.verify.active_tables)
             return V.active_tables(approx, lambda cells: V.exact_on_cells(m, t, cells, **exact_options),
-                                   verify.budget, seed, m.graph.edge_names, confidence_level=0.95)
+                                   verify.budget, seed, m.graph.edge_names, confidence_level=0.95,
+                                   correction=verify.correction)
         plan = V.verify_plan(approx, verify, seed)
         exact, cols = V.run_exact(m, t, plan, **exact_options)
-        return V.verified_tables(approx, exact, cols, plan, m.graph.edge_names, confidence_level=0.95, tau=verify.tau)
+        return V.verified_tables(approx, exact, cols, plan, m.graph.edge_names, confidence_level=0.95, tau=verify.tau,
+                                 correction=verify.correction)
 
     run.stage("verified", compute, verify_outputs(verify), params={"verify": verify.model_dump(), "seed": seed,
                                                                    "confidence_level": 0.95},

@@ -228,7 +228,7 @@ def _verified(ctx: AuditContext) -> None:
             exact, cols = V.run_exact(ctx.model, ctx.task, plan, ablation=spec.ablation, seed=spec.seed,
                                       batch_size=spec.batch_size, input_node=spec.input_node)
         return V.verified_tables(approx, exact, cols, plan, names, confidence_level=spec.bootstrap.confidence_level,
-                                 tau=spec.verify.tau)
+                                 tau=spec.verify.tau, correction=spec.verify.correction)
 
     ctx.write(compute, params=params, depends_on=ctx.score_deps())
 
@@ -247,7 +247,7 @@ def _active_verified(ctx: AuditContext, approx: dict, seed: int) -> dict:
                                                seed=spec.seed, batch_size=spec.batch_size,
                                                input_node=spec.input_node)
     return V.active_tables(approx, exact, spec.verify.budget, seed, ctx.names,
-                           confidence_level=spec.bootstrap.confidence_level)
+                           confidence_level=spec.bootstrap.confidence_level, correction=spec.verify.correction)
 
 
 def _verified_flops(spec: AuditSpec, cfg) -> float:
