@@ -13,7 +13,7 @@ predicted and true J_N, and the stated error beside the realised RMS error. Outp
 docs/sample-size.md.
 
     OMP_NUM_THREADS=1 nice python bench/sample_size.py [--pilots 100] [--n0 32] [--quick] [--widths-only]
-        [--held-out]
+        [--held-out] [--only NAME]
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def study(P: np.ndarray, *, n0: int, ns: list[int], ks: list[int], pilots: int, 
                                                ]).reshape(len(ns), 2, len(ks))
     inside_w = np.zeros((len(ns), P.shape[1]))
     under_up = np.zeros((len(ns), P.shape[1]))
-    ratio, up_ratio = [[] for _ in ns], [[] for _ in ns]
+    ratio, up_ratio, up_pilot = [[] for _ in ns], [[] for _ in ns], [[] for _ in ns]
     j_pred = np.zeros((pilots, len(ns), 2, len(ks)))  # [.., 0, ..]: J_{N/2}, [.., 1, ..]: J_N
     j_se = np.zeros_like(j_pred)
     j_in = np.zeros_like(j_pred, dtype=bool)
@@ -91,6 +91,7 @@ def study(P: np.ndarray, *, n0: int, ns: list[int], ks: list[int], pilots: int, 
             ok = w["width"][sel] > 0
             ratio[i].append(np.median(real[ok] / w["width"][sel][ok]))
             under_up[i] += real <= w["width_upper"][sel]
+            up_pilot[i].append(np.mean(real <= w["width_upper"][sel]))
             up_ratio[i].append(np.median(real[ok] / w["width_upper"][sel][ok]))
         if widths_only:
             continue
@@ -102,6 +103,8 @@ def study(P: np.ndarray, *, n0: int, ns: list[int], ks: list[int], pilots: int, 
             j_in[r, :, h] = (truth[:, h] >= lo) & (truth[:, h] <= hi)
     return {"truth": truth, "width_cover": inside_w / pilots, "width_ratio": [np.median(x) for x in ratio],
             "upper_cover": under_up / pilots, "upper_ratio": [np.median(x) for x in up_ratio],
+            # the pooled share's MC SE with the pilot as the unit (its edges are not independent)
+            "upper_se": [np.std(x, ddof=1) / np.sqrt(len(x)) for x in up_pilot],
             "j_pred": j_pred, "j_se": j_se, "j_in": j_in, "j_width": j_width}
 
 
@@ -109,13 +112,13 @@ def report(name: str, out: dict, ns: list[int], ks: list[int], pilots: int, leve
     """Print the population's rows."""
     mc = np.sqrt(level * (1 - level) / pilots)
     print(f"\n{name}: {pilots} pilots, nominal {level:.2f} (binomial MC SE {mc:.3f})")
-    print("  width  N     pooled  worst-edge  edges<0.80  median realised/predicted  upper bound holds  "
-          "median realised/upper")
+    print("  width  N     pooled  worst-edge  edges<0.80  median realised/predicted  upper bound holds (SE)  "
+          "worst edge  median realised/upper")
     for i, n in enumerate(ns):
-        c = out["width_cover"][i]
+        c, u = out["width_cover"][i], out["upper_cover"][i]
         print(f"         {n:<5} {c.mean():.3f}   {c.min():.3f}       {np.mean(c < 0.80):.2f}        "
-              f"{out['width_ratio'][i]:.3f}                      {out['upper_cover'][i].mean():.3f}              "
-              f"{out['upper_ratio'][i]:.3f}")
+              f"{out['width_ratio'][i]:.3f}                      {u.mean():.3f} ({out['upper_se'][i]:.3f})       "
+              f"    {u.min():.3f}       {out['upper_ratio'][i]:.3f}")
     if out["truth"] is None:
         return
     for h, what in enumerate(("J_N/2", "J_N  ")):
@@ -138,9 +141,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="20 pilots, two populations")
     ap.add_argument("--widths-only", action="store_true", help="the width predictions only (no J_N)")
     ap.add_argument("--held-out", action="store_true", help="the held-out populations only")
+    ap.add_argument("--only", default="", help="the populations whose name contains this text")
     a = ap.parse_args()
     ns, ks, level = [64, 128, 256, 512], [5, 10], 0.9
-    pops = held_out() if a.held_out else populations()
+    pops = {k: v for k, v in (held_out() if a.held_out else populations()).items() if a.only in k}
     if a.quick:
         a.pilots, pops = 20, dict(list(pops.items())[:2])
     print(f"n0 = {a.n0}, N = {ns}, k = {ks}, means = {a.means}, ranking absolute, prediction level {level}")
