@@ -2,9 +2,10 @@
 
 For each population (a finite score matrix whose every estimand is known) and each of R pilots of n0 rows
 drawn from it: predict at each N the per-edge interval width (with its prediction interval) and the expected
-data-level Jaccard J_N of the top-k circuit (with its stated error); then realise at N by simulation from the
-population: one dataset of N per pilot run through the default per-edge interval (bootstrap_edges), and the
-true J_N from n_truth datasets of N. Prints, per population and N, how often the realised width fell inside
+data-level Jaccards of the top-k circuit, J_{N/2} (the primary: what an audit of N prompts reports as
+jaccard_half) and J_N, each with its stated error; then realise at N by simulation from the population: one
+dataset of N per pilot run through the default per-edge interval (bootstrap_edges), and the true J_{N/2} and J_N
+from n_truth datasets of N // 2 and of N. Prints, per population and N, how often the realised width fell inside
 its prediction interval (pooled over edges and pilots, and the worst edge over pilots), how often it fell at or
 under the upper bound width_upper and the median realised / upper, and, per (N, k), how
 often the true J_N fell inside the prediction's interval and how wide that interval was on average, the mean
@@ -12,7 +13,7 @@ predicted and true J_N, and the stated error beside the realised RMS error. Outp
 docs/sample-size.md.
 
     OMP_NUM_THREADS=1 nice python bench/sample_size.py [--pilots 100] [--n0 32] [--quick] [--widths-only]
-        [--held-out]
+        [--held-out] [--only NAME]
 """
 
 from __future__ import annotations
@@ -44,12 +45,16 @@ def populations() -> dict[str, np.ndarray]:
 
 
 def held_out() -> dict[str, np.ndarray]:
-    """Populations the upper width bound was not tuned on: the tails and verified next-token models' exact scores."""
+    """Populations the upper width bound was not chosen on: another spiky seed, the tails and verified next-token
+    models' exact scores."""
     from fixture_populations import ZOO_FIXTURE, load_planted_pair, load_zoo_fixture
 
     tails, _ = load_zoo_fixture(ZOO_FIXTURE.with_name("tails-mlp3l-induction-exact.parquet"))
+    rot, _ = load_zoo_fixture(ZOO_FIXTURE.with_name("tails-mlp4l-rotary-induction-exact.parquet"))
     nt, _, _ = load_planted_pair(ZOO_FIXTURE.with_name("verified-mlp4l-nexttoken.parquet"))
-    return {"tails-mlp3l-exact (held out)": tails, "verified-mlp4l-nexttoken (held out)": nt}
+    return {"spiky(2000, 80, seed 21) (held out)": spiky_population(2000, 80, seed=21),
+            "tails-mlp3l-exact (held out)": tails, "tails-mlp4l-rotary-exact (held out)": rot,
+            "verified-mlp4l-nexttoken (held out)": nt}
 
 
 def study(P: np.ndarray, *, n0: int, ns: list[int], ks: list[int], pilots: int, ranking: str, seed: int,
@@ -58,12 +63,14 @@ def study(P: np.ndarray, *, n0: int, ns: list[int], ks: list[int], pilots: int, 
     """Return the per-pilot predictions and realisations of one population."""
     ss = np.random.SeedSequence(seed)
     c_truth, c_pilots = ss.spawn(2)
-    truth = None if widths_only else np.array([expected_jaccard(P, n, ks, ranking=ranking, n_datasets=n_truth,
-                                                                seed=c)[0] for n, c in zip(ns, c_truth.spawn(len(ns)))])
+    sizes = [m for n in ns for m in (n // 2, n)]  # J_{N/2} and J_N of each N
+    truth = None if widths_only else np.array([expected_jaccard(P, m, ks, ranking=ranking, n_datasets=n_truth,
+                                                                seed=c)[0] for m, c in zip(sizes, c_truth.spawn(len(sizes)))
+                                               ]).reshape(len(ns), 2, len(ks))
     inside_w = np.zeros((len(ns), P.shape[1]))
     under_up = np.zeros((len(ns), P.shape[1]))
-    ratio, up_ratio = [[] for _ in ns], [[] for _ in ns]
-    j_pred = np.zeros((pilots, len(ns), len(ks)))
+    ratio, up_ratio, up_pilot = [[] for _ in ns], [[] for _ in ns], [[] for _ in ns]
+    j_pred = np.zeros((pilots, len(ns), 2, len(ks)))  # [.., 0, ..]: J_{N/2}, [.., 1, ..]: J_N
     j_se = np.zeros_like(j_pred)
     j_in = np.zeros_like(j_pred, dtype=bool)
     j_width = np.zeros_like(j_pred)
@@ -84,16 +91,20 @@ def study(P: np.ndarray, *, n0: int, ns: list[int], ks: list[int], pilots: int, 
             ok = w["width"][sel] > 0
             ratio[i].append(np.median(real[ok] / w["width"][sel][ok]))
             under_up[i] += real <= w["width_upper"][sel]
+            up_pilot[i].append(np.mean(real <= w["width_upper"][sel]))
             up_ratio[i].append(np.median(real[ok] / w["width_upper"][sel][ok]))
         if widths_only:
             continue
-        J = st["jaccard"].reshape(len(ns), len(ks))
-        se = st["jaccard_se"].reshape(len(ns), len(ks))
-        j_pred[r], j_se[r] = J, se
-        j_width[r] = (st["jaccard_pi_high"] - st["jaccard_pi_low"]).reshape(J.shape)
-        j_in[r] = (truth >= st["jaccard_pi_low"].reshape(J.shape)) & (truth <= st["jaccard_pi_high"].reshape(J.shape))
+        for h, col in enumerate(("jaccard_half", "jaccard")):
+            shape = (len(ns), len(ks))
+            lo, hi = st[f"{col}_pi_low"].reshape(shape), st[f"{col}_pi_high"].reshape(shape)
+            j_pred[r, :, h], j_se[r, :, h] = st[col].reshape(shape), st[f"{col}_se"].reshape(shape)
+            j_width[r, :, h] = hi - lo
+            j_in[r, :, h] = (truth[:, h] >= lo) & (truth[:, h] <= hi)
     return {"truth": truth, "width_cover": inside_w / pilots, "width_ratio": [np.median(x) for x in ratio],
             "upper_cover": under_up / pilots, "upper_ratio": [np.median(x) for x in up_ratio],
+            # the pooled share's MC SE with the pilot as the unit (its edges are not independent)
+            "upper_se": [np.std(x, ddof=1) / np.sqrt(len(x)) for x in up_pilot],
             "j_pred": j_pred, "j_se": j_se, "j_in": j_in, "j_width": j_width}
 
 
@@ -101,22 +112,24 @@ def report(name: str, out: dict, ns: list[int], ks: list[int], pilots: int, leve
     """Print the population's rows."""
     mc = np.sqrt(level * (1 - level) / pilots)
     print(f"\n{name}: {pilots} pilots, nominal {level:.2f} (binomial MC SE {mc:.3f})")
-    print("  width  N     pooled  worst-edge  edges<0.80  median realised/predicted  upper bound holds  "
-          "median realised/upper")
+    print("  width  N     pooled  worst-edge  edges<0.80  median realised/predicted  upper bound holds (SE)  "
+          "worst edge  median realised/upper")
     for i, n in enumerate(ns):
-        c = out["width_cover"][i]
+        c, u = out["width_cover"][i], out["upper_cover"][i]
         print(f"         {n:<5} {c.mean():.3f}   {c.min():.3f}       {np.mean(c < 0.80):.2f}        "
-              f"{out['width_ratio'][i]:.3f}                      {out['upper_cover'][i].mean():.3f}              "
-              f"{out['upper_ratio'][i]:.3f}")
+              f"{out['width_ratio'][i]:.3f}                      {u.mean():.3f} ({out['upper_se'][i]:.3f})       "
+              f"    {u.min():.3f}       {out['upper_ratio'][i]:.3f}")
     if out["truth"] is None:
         return
-    print("  J_N    N     k    true    mean pred  stated SE  RMS error  PI covers  mean PI width")
-    for i, n in enumerate(ns):
-        for j, k in enumerate(ks):
-            err = out["j_pred"][:, i, j] - out["truth"][i, j]
-            print(f"         {n:<5} {k:<4} {out['truth'][i, j]:.3f}   {out['j_pred'][:, i, j].mean():.3f}      "
-                  f"{np.sqrt(np.mean(out['j_se'][:, i, j] ** 2)):.3f}      {np.sqrt(np.mean(err ** 2)):.3f}      "
-                  f"{out['j_in'][:, i, j].mean():.3f}      {out['j_width'][:, i, j].mean():.3f}")
+    for h, what in enumerate(("J_N/2", "J_N  ")):
+        print(f"  {what}  N     k    true    mean pred  bias     stated SE  RMS error  PI covers  mean PI width")
+        for i, n in enumerate(ns):
+            for j, k in enumerate(ks):
+                pred, true = out["j_pred"][:, i, h, j], out["truth"][i, h, j]
+                print(f"         {n:<5} {k:<4} {true:.3f}   {pred.mean():.3f}      {pred.mean() - true:+.3f}   "
+                      f"{np.sqrt(np.mean(out['j_se'][:, i, h, j] ** 2)):.3f}      "
+                      f"{np.sqrt(np.mean((pred - true) ** 2)):.3f}      {out['j_in'][:, i, h, j].mean():.3f}      "
+                      f"{out['j_width'][:, i, h, j].mean():.3f}")
 
 
 def main() -> None:
@@ -128,9 +141,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="20 pilots, two populations")
     ap.add_argument("--widths-only", action="store_true", help="the width predictions only (no J_N)")
     ap.add_argument("--held-out", action="store_true", help="the held-out populations only")
+    ap.add_argument("--only", default="", help="the populations whose name contains this text")
     a = ap.parse_args()
     ns, ks, level = [64, 128, 256, 512], [5, 10], 0.9
-    pops = held_out() if a.held_out else populations()
+    pops = {k: v for k, v in (held_out() if a.held_out else populations()).items() if a.only in k}
     if a.quick:
         a.pilots, pops = 20, dict(list(pops.items())[:2])
     print(f"n0 = {a.n0}, N = {ns}, k = {ks}, means = {a.means}, ranking absolute, prediction level {level}")

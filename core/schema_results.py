@@ -58,6 +58,9 @@ SAMPLE_WIDTH = ("the width of the per-edge interval one dataset of n prompts wil
                 "at the level in params, from the pilot)")
 SAMPLE_JACCARD = ("the expected Jaccard between the top-k circuits of two independent datasets of n prompts "
                   "(a prediction interval from the pilot)")
+SAMPLE_JACCARD_HALF = ("the expected Jaccard between the top-k circuits of two independent datasets of floor(n/2) "
+                       "prompts: the expectation of the jaccard_half an audit of n prompts reports (a prediction "
+                       "interval from the pilot)")
 MISSED_COVERS = "the number of unverified edges whose mean exact effect exceeds tau (a one-sided bound; 'level' column)"
 MASS_COVERS = ("the sum of |mean exact effect| over the unverified edges (a one-sided bound; 'mass_level' column; "
                "absent before issue 48 item 5)")
@@ -258,21 +261,34 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("width", F, "predicted width of the default per-edge interval at n"),
            ("width_upper", F, "upper prediction bound for the width at n at the prediction level (plan with this)"),
            ("kurtosis", F, "the edge's kurtosis, shrunk halfway to the pooled (floor 3), times the pilot's growth factor"),
-           ("calibration", F, "log-scale inflation of the bound measured inside the pilot, half to half (>= 1)"),
+           ("calibration", F, "log-scale inflation of the bound measured inside the pilot, halves to the pilot, at the tail "
+                              "level 1 - (1 - level) / log2(n / n0) (>= 1)"),
            *ci_columns("width_pi", "the width at n", SAMPLE_WIDTH, False),
            ("q", F, "predicted |t*| quantile of the symmetric studentized bootstrap at n"),
            ("sd", F, "expected SD of the scores at n (pilot SD, bootstrap bias-corrected)"),
            ("pilot_width", F, "the pilot's own interval width"),
            ("rel_error", F, "SD of the log width prediction (jackknife of the pilot's log SD, and at n)")),
-    table_schema("sample_size_stability", "circuitstat.stats.sample_size.predict_stability: expected data-level Jaccard at n",
+    table_schema("sample_size_stability", "circuitstat.stats.sample_size.predict_stability: expected data-level Jaccard "
+           "at n: J_{n/2} (primary, the audit's jaccard_half) and J_n (extrapolated, the audit's jaccard_data)",
            ("n", I, "prompts of the full run predicted for"), _K,
-           ("jaccard", F, "predicted J_n from the model fitted to the pilot (deconvolved means, pilot rows)"),
+           ("half_units", I, "units in each of the audit's two disjoint halves, floor(units / 2): prompts, or templates "
+                             "under the cluster scheme (params unit; the audit's jaccard_half_units)"),
+           ("jaccard_half", F, "primary: predicted J_{n/2}, the expected jaccard_half of an audit of n prompts"),
+           ("jaccard_half_se", F, "its spread over bootstrap refits of the pilot (Monte Carlo part removed)"),
+           ("jaccard_half_plugin", F, "the same prediction from the pilot's plain means (upper end of the bracket)"),
+           *ci_columns("jaccard_half_pi", "J_{n/2}", SAMPLE_JACCARD_HALF, False),
+           ("jaccard", F, "predicted J_n (extrapolated) from the model fitted to the pilot (deconvolved means, pilot rows)"),
            ("jaccard_se", F, "its spread over bootstrap refits of the pilot (Monte Carlo part removed)"),
            ("jaccard_plugin", F, "the same prediction from the pilot's plain means (upper end of the bracket)"),
-           ("jaccard_half", F, "J between disjoint halves of the pilot (unbiased for J at n0/2; lower end)"),
            *ci_columns("jaccard_pi", "J_n", SAMPLE_JACCARD, False),
+           ("jaccard_pilot_halves", F, "J between disjoint halves of the pilot (unbiased for J at n0/2; lower end of "
+                                       "both brackets)"),
            ("jaccard_chance", F, "expected Jaccard of two random k-sets"),
-           ("p_clear", F, "chance the data-level interval's lower end at n is >= target (simulated; NaN: n < 32)"),
+           ("p_clear_half", F, "primary: chance the audit's J_{n/2} interval (jaccard_half_ci_low) at n is >= target "
+                               "(simulated; NaN: n < 32)"),
+           ("p_clear_half_se", F, "binomial Monte Carlo error of p_clear_half"),
+           ("p_clear", F, "chance the J_n interval's lower end (jaccard_data_ci_low) at n is >= target (simulated; "
+                          "NaN: n < 32)"),
            ("p_clear_se", F, "binomial Monte Carlo error of p_clear"), ("target", F, "the Jaccard target")),
     table_schema("sample_size_claims", "circuitstat.pipelines.runs.sample_size.simulate: the chance each claim passes on n prompts",
            ("claim", I, "claim index in the file"), ("label", S, "claim label"), ("kind", S, "claim kind"),

@@ -255,7 +255,7 @@ WORK_RATE = 1e10
 def sample_size_operations(n0: int, n_edges: int, ns: Any, *, n_datasets: int, n_resamples: int, n_ks: int,
                            edge_claims: bool = False) -> tuple[float, float]:
     """(operations, peak bytes) of ``sample-size`` on a pilot of ``n0`` prompts x ``n_edges`` edges at each N of
-    ``ns``: per N the stability prediction's simulated datasets (index draws of N rows and their W.P means over the
+    ``ns``: per N and N // 2 the stability prediction's simulated datasets (index draws of N rows and their W.P means over the
     pilot, circuitstat.stats.sample_size.predict_stability), then, from N = MIN_OBS on, ``n_datasets`` simulated
     datasets [N, E] each with the audit's bootstrap of ``n_resamples`` resamples (edge intervals too with
     ``edge_claims``) and their top-k at ``n_ks`` sizes; the peak holds one index draw, one dataset and its plan."""
@@ -268,9 +268,11 @@ def sample_size_operations(n0: int, n_edges: int, ns: Any, *, n_datasets: int, n
     n_sim, n_outer = int(defaults["n_sim"].default), int(defaults["n_outer"].default)
     draws = 4 * n_sim + n_outer * n_sim  # point and plug-in (2 n_sim each), and every refit's n_sim
     B, E, total, peak = int(n_resamples), int(n_edges), 0.0, 0.0
-    for N in (int(v) for v in ns):
-        total += draws * (N + 2 * n0 * E) + n_outer * n0 * E
-        peak = max(peak, 2 * n_sim * N * 8.0)
+    ns = [int(v) for v in ns]
+    for m in sorted(set(ns) | {N // 2 for N in ns}):  # J_N and the primary J_{N/2} are each predicted by simulation
+        total += draws * (m + 2 * n0 * E) + n_outer * n0 * E
+        peak = max(peak, 2 * n_sim * m * 8.0)
+    for N in ns:
         if N < MIN_OBS:
             continue
         per = 4 * N * E + 2 * B * N + 2 * B * N * E * (5 if edge_claims else 1) + n_ks * B * E + PER_CALL

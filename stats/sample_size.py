@@ -21,10 +21,14 @@ Three predictions, each with a stated error (docs/sample-size.md has the measure
   one dataset of N prompts will show (its own sampling variation included).
   The planning number is the one-sided upper bound width_upper: s_0 times the level quantile of s_N / s_0
   under F(d_N, d_0), Satterthwaite df from the edge's kurtosis (edge_kurtosis, kurtosis_growth), inflated
-  on the log scale by self_calibration (the pilot's rows as the population, its halves as pilots).
-* **Expected data-level Jaccard** J_N of the top-k circuit (the estimand of
-  circuitstat.stats.stability_data: E[Jaccard(top-k of D1, top-k of D2)] for two independent datasets of
-  N prompts). A parametric bootstrap from a model fitted to the pilot: a dataset of N is N of the
+  on the log scale by self_calibration (the pilot's rows as the population, its halves as pilots), read at
+  tail_level: the quantile 1 - (1 - level) / log2(N / n0), a union bound over the doublings from n0 to N in
+  each of which tail events the pilot has not seen can appear (issue 49: without it the bound held 0.84-0.87
+  on the spiky population at N >= 128, whose rare-spike edges look normal in a pilot of 32).
+* **Expected data-level Jaccard** J_m of the top-k circuit, E[Jaccard(top-k of D1, top-k of D2)] for two
+  independent datasets of m prompts, at m = floor(N/2) (the primary: the expectation of the jaccard_half an
+  audit of N prompts reports from its disjoint halves, circuitstat.stats.stability_halves) and at m = N (the
+  extrapolated J_N, the estimand of circuitstat.stats.stability_data). A parametric bootstrap from a model fitted to the pilot: a dataset of N is N of the
   pilot's centred rows drawn with replacement, plus model means. Rows, not a Gaussian with the pilot's
   covariance: both give the same covariance of the means at N, but per-example scores are skewed and
   heavy-tailed, and resampling rows keeps the tail shape the pilot saw and the correlation across edges
@@ -73,7 +77,7 @@ from .topk_stream import streaming_topk
 
 __all__ = ["MIN_PILOT", "MEANS", "PilotFit", "fit_pilot", "deconvolved_means", "simulated_datasets",
            "predict_widths", "jackknife_log_sd", "edge_kurtosis", "satterthwaite_df", "log_sd_ratio_upper",
-           "self_calibration", "kurtosis_growth", "predict_stability", "half_jaccard", "clear_probability",
+           "self_calibration", "tail_level", "kurtosis_growth", "predict_stability", "half_jaccard", "clear_probability",
            "check_pilot", "expected_jaccard", "template_means", "template_counts", "simulated_template_datasets"]
 
 #: fewest pilot examples: the SD's bootstrap and the studentized interval need some spread to work on
@@ -219,17 +223,32 @@ def log_sd_ratio_upper(n_from: int, n_to: int, kurtosis: np.ndarray, level: floa
     return 0.5 * np.log(sps_f.ppf(level, d_to, d_from))
 
 
-def self_calibration(S: np.ndarray, level: float, *, n_draws: int = 40, seed: Any = None) -> float:
+def tail_level(level: float, n0: int, n: int) -> float:
+    """Return the quantile 1 - (1 - level) / D at which the pilot's halves calibrate the bound at n, D = log2(n / n0).
+
+    D (at least 1) counts the doublings from the pilot to n. Each doubling can show tail events the pilot has not
+    seen (an edge whose spikes are rarer than 1 / n0), and under self-similarity (as kurtosis_growth assumes) each
+    shows as many as the pilot's last doubling, which its halves measure; a union bound over the D doublings gives
+    each (1 - level) / D of the miss chance. D = 1 (n <= 2 n0) is the plain level.
+    """
+    return 1.0 - (1.0 - level) / max(1.0, float(np.log2(float(n) / n0)))
+
+
+def self_calibration(S: np.ndarray, level: float, *, quantile: float | None = None, n_draws: int = 40,
+                     seed: Any = None) -> float:
     """Return the factor c >= 1 on the log scale that makes the SD bound hold inside the pilot, the pilot as truth.
 
     The pilot's rows stand for the population (its SD, ddof=0, is then sigma exactly). For n_draws random
     halves (n0 // 2 rows drawn with replacement: an i.i.d. sample of that population) the bound on
-    log(sigma / s_half) predicted from the half alone (its own kurtosis; the F bound as the full run's df
-    grow, 0.5 log(d / chi2_{d, 1 - level})) standardises the realised log ratio; c is the level quantile of
-    those standardised errors pooled over edges and draws (1 where the model holds). The spikes a half misses
+    log(sigma / s_half) predicted from the half alone at the quantile q (default: level; its own kurtosis; the
+    F bound as the full run's df grow, 0.5 log(d / chi2_{d, 1 - q})) standardises the realised log ratio; c is
+    the q quantile of those standardised errors pooled over edges and draws (1 where the model holds, at any
+    q: the excess of the halves' error tail over the model's own, read at q; predict_widths reads it at
+    tail_level). The spikes a half misses
     are the pilot's, as those the pilot misses are the population's. A half constant where the pilot is not
     counts with its SD floored at 1e-3 of the pilot's (a large error).
     """
+    q = level if quantile is None else float(quantile)
     S = np.asarray(S, dtype=np.float64)
     n0 = S.shape[0]
     h = n0 // 2
@@ -243,8 +262,9 @@ def self_calibration(S: np.ndarray, level: float, *, n_draws: int = 40, seed: An
         A = S[rng.integers(0, n0, h)][:, keep]
         s_a = np.maximum(A.std(axis=0, ddof=1), 1e-3 * sigma[keep])
         d = satterthwaite_df(h, edge_kurtosis(A)[0])
-        errs.append(np.log(sigma[keep] / s_a) / (0.5 * np.log(d / sps_chi2.ppf(1.0 - level, d))))
-    return max(1.0, float(np.quantile(np.concatenate(errs), level)))
+        errs.append(np.log(sigma[keep] / s_a) / (0.5 * np.log(d / sps_chi2.ppf(1.0 - q, d))))
+    return max(1.0, float(np.quantile(np.concatenate(errs), q)))
+
 
 def kurtosis_growth(S: np.ndarray, *, n_draws: int = 20, seed: Any = None) -> float:
     """Return the pilot's pooled kurtosis over the mean pooled kurtosis of its halves (>= 1).
@@ -304,8 +324,8 @@ def predict_widths(S: np.ndarray, ns: Sequence[int], *, confidence_level: float 
 
     Columns: n, edge, width (predicted), width_upper (the planning number: a one-sided upper prediction
     bound at prediction_level for the width one dataset of n will show, from the skewed F law of s_n / s_0
-    with Satterthwaite df at the edge's kurtosis, inflated by the pilot's self_calibration), kurtosis (the
-    edge's, shrunk to the pooled, times kurtosis_growth), calibration (that factor), width_pi_low /
+    with Satterthwaite df at the edge's kurtosis, inflated by the pilot's self_calibration at tail_level of n),
+    kurtosis (the edge's, shrunk to the pooled, times kurtosis_growth), calibration (that factor), width_pi_low /
     width_pi_high (prediction interval at prediction_level, log-normal), q (predicted |t*| quantile), sd (expected
     SD at n), pilot_width, rel_error (the log-scale SD of the prediction). See the module docstring.
     """
@@ -331,7 +351,6 @@ def predict_widths(S: np.ndarray, ns: Sequence[int], *, confidence_level: float 
     t0 = float(sps_t.ppf(0.5 + confidence_level / 2, n0 - 1))
     c_cal, c_growth = spawn_seeds(spawn_seeds(seed, 2)[1], 2)
     kappa = edge_kurtosis(S)[0] * kurtosis_growth(S, seed=c_growth)
-    calib = self_calibration(S, prediction_level, seed=c_cal)
     z1 = float(ndtri(prediction_level))
     for n in ns_arr:
         shrink = n0 / float(n)
@@ -341,7 +360,9 @@ def predict_widths(S: np.ndarray, ns: Sequence[int], *, confidence_level: float 
         width = 2 * q * sd_n / np.sqrt(n)
         rel = np.sqrt(log_width_variance(c0, n0, int(n), n_resamples=n_resamples,
                                          confidence_level=confidence_level))
-        # the planning number: s_0 times the F bound on s_n / s_0, self-calibrated, and the quantiles' MC error
+        # the planning number: s_0 times the F bound on s_n / s_0, self-calibrated (at the tail level of the
+        # doublings to n: the same halves, seed c_cal, for every n), and the quantiles' MC error
+        calib = self_calibration(S, prediction_level, quantile=tail_level(prediction_level, n0, int(n)), seed=c_cal)
         log_up = calib * log_sd_ratio_upper(n0, int(n), kappa, prediction_level) + z1 * np.sqrt(
             quantile_mc_variance(n0, int(n), n_resamples=n_resamples, confidence_level=confidence_level))
         upper = 2 * q * s0 / np.sqrt(n) * np.exp(log_up)
@@ -426,44 +447,67 @@ def half_jaccard(S: np.ndarray, ks: Sequence[int], *, ranking: str, n_splits: in
     return np.array([o[0] for o in out]), np.array([o[1] for o in out])
 
 
+def _predict_jaccard(S: np.ndarray, sizes: np.ndarray, ks: np.ndarray, *, ranking: str, means: str, n_outer: int,
+                     n_sim: int, zp: float, seed: Any) -> dict[str, np.ndarray]:
+    """Return [size, k] arrays J, se, plugin, pilot halves' J, low, high: the J_m prediction and its bracket."""
+    n0 = S.shape[0]
+    c_point, c_outer, c_half = spawn_seeds(as_seed_sequence(seed), 3)
+    rng = np.random.default_rng(c_point)
+    fit = fit_pilot(S, ranking=ranking, means=means)
+    point = np.array([_dataset_jaccard(fit, m, 2 * n_sim, ks, ranking, rng) for m in sizes])  # [m, 2, k]
+    plain = fit_pilot(S, ranking=ranking, means="pilot")
+    plugin = np.array([_dataset_jaccard(plain, m, 2 * n_sim, ks, ranking, rng)[0] for m in sizes])
+    half, half_se = half_jaccard(S, ks, ranking=ranking, seed=c_half)
+    se = np.sqrt(_refit_se(S, sizes, ks, ranking, means, n_outer, n_sim, c_outer) + point[:, 1] ** 2)
+    J = point[:, 0]
+    # J_m >= J_{n0/2} for m >= n0/2: the halves bound J_m from below without extrapolating the pilot's noise
+    above = (sizes >= n0 / 2)[:, None]
+    below = np.where(above, np.minimum(J, half[None, :]), J)
+    low = below - zp * np.where(above & (half[None, :] < J), np.hypot(se, half_se), se)
+    high = np.maximum(J, plugin) + zp * se
+    return {"J": J, "se": se, "plugin": plugin, "half": np.broadcast_to(half, J.shape),
+            "low": np.clip(low, 0, 1), "high": np.clip(high, 0, 1)}
+
+
 def predict_stability(S: np.ndarray, ns: Sequence[int], ks: Sequence[int], *, ranking: str, seed: Any = None,
                       means: str = "deconvolved", n_outer: int = 40, n_sim: int = 50,
                       prediction_level: float = 0.9) -> dict[str, np.ndarray]:
-    """Return per (n, k) the predicted expected data-level Jaccard J_n of the top-k circuit, with its error.
+    """Return per (n, k) the predicted data-level Jaccards J_{n/2} (primary) and J_n of the top-k circuit, with errors.
 
-    Columns: n, k, jaccard (the model fitted to the pilot, 2 n_sim simulated datasets per n),
-    jaccard_se (its spread over n_outer bootstrap refits of the pilot, Monte Carlo part removed),
-    jaccard_plugin (the same from the pilot's plain means), jaccard_half (J between disjoint halves of
-    the pilot: unbiased for J at n0/2, a lower bound for J_n where n >= n0/2 as J grows with n),
-    jaccard_pi_low / jaccard_pi_high = [min(jaccard, half) - z se, max(jaccard, plugin) + z se] at
-    prediction_level (clipped to [0, 1]), jaccard_chance (two random k-sets). See the module docstring.
+    J_m is E[Jaccard(top-k of D1, top-k of D2)] for two independent datasets of m prompts. The primary,
+    jaccard_half, is J_{floor(n/2)}: what an audit of n prompts reports as jaccard_half (the mean over random
+    splits of its n prompts into two disjoint halves of floor(n/2), which are two independent datasets of that
+    size, so its expectation is J_{floor(n/2)} exactly; circuitstat.stats.stability_halves). Columns: n, k,
+    half_units (floor(n/2), the units in each half: prompts, or templates where n counts templates, as the
+    audit's jaccard_half_units), jaccard_half with jaccard_half_se, jaccard_half_plugin, jaccard_half_pi_low /
+    jaccard_half_pi_high; the same for J_n (an extrapolation, as the audit's jaccard_data is): jaccard,
+    jaccard_se, jaccard_plugin, jaccard_pi_low / jaccard_pi_high; jaccard_pilot_halves (J between disjoint
+    halves of the pilot: unbiased for J at n0/2, the bracket's lower end for every m >= n0/2) and
+    jaccard_chance (two random k-sets). Each J_m is the model fitted to the pilot (2 n_sim simulated datasets
+    of m), its se the spread over n_outer bootstrap refits of the pilot (Monte Carlo part removed), its
+    plugin the same from the pilot's plain means, and its interval [min(J, pilot halves) - z se,
+    max(J, plugin) + z se] at prediction_level (clipped to [0, 1]). See the module docstring.
     """
     S, ns_arr = check_pilot(S, ns, prediction_level=prediction_level)
-    n0, E = S.shape
+    E = S.shape[1]
     ks_arr = _check_ks(ks, E)
     if int(n_outer) < 10 or int(n_sim) < 10:
         raise InputError(f"n_outer = {n_outer} and n_sim = {n_sim} must both be at least 10 (the prediction's "
                          "error is their spread)")
-    c_point, c_outer, c_half = spawn_seeds(as_seed_sequence(seed), 3)
-    rng = np.random.default_rng(c_point)
-    fit = fit_pilot(S, ranking=ranking, means=means)
-    point = np.array([_dataset_jaccard(fit, n, 2 * n_sim, ks_arr, ranking, rng) for n in ns_arr])  # [n, 2, k]
-    plain = fit_pilot(S, ranking=ranking, means="pilot")
-    plugin = np.array([_dataset_jaccard(plain, n, 2 * n_sim, ks_arr, ranking, rng)[0] for n in ns_arr])
-    half, half_se = half_jaccard(S, ks_arr, ranking=ranking, seed=c_half)
-    se = np.sqrt(_refit_se(S, ns_arr, ks_arr, ranking, means, n_outer, n_sim, c_outer) + point[:, 1] ** 2)
-    zp = float(ndtri(0.5 + prediction_level / 2))
-    J = point[:, 0]
-    # J_n >= J_{n0/2} for n >= n0/2: the halves bound J_n from below without extrapolating the pilot's noise
-    below = np.where((ns_arr >= n0 / 2)[:, None], np.minimum(J, half[None, :]), J)
-    low = below - zp * np.where((ns_arr >= n0 / 2)[:, None] & (half[None, :] < J), np.hypot(se, half_se), se)
-    high = np.maximum(J, plugin) + zp * se
+    halves = ns_arr // 2
+    sizes = np.unique(np.concatenate([ns_arr, halves]))  # J_n and J_{n/2} share sizes where one n is another's half
+    pred = _predict_jaccard(S, sizes, ks_arr, ranking=ranking, means=means, n_outer=n_outer, n_sim=n_sim,
+                            zp=float(ndtri(0.5 + prediction_level / 2)), seed=seed)
+    at_n, at_half = np.searchsorted(sizes, ns_arr), np.searchsorted(sizes, halves)
     nn, kk = np.meshgrid(ns_arr, ks_arr, indexing="ij")
-    chance = np.broadcast_to(np.asarray(chance_jaccard(E, ks_arr), dtype=np.float64), J.shape)
-    return {"n": nn.ravel(), "k": kk.ravel(), "jaccard": J.ravel(), "jaccard_se": se.ravel(),
-            "jaccard_plugin": plugin.ravel(), "jaccard_half": np.broadcast_to(half, J.shape).ravel(),
-            "jaccard_pi_low": np.clip(low, 0, 1).ravel(), "jaccard_pi_high": np.clip(high, 0, 1).ravel(),
-            "jaccard_chance": chance.ravel()}
+    chance = np.broadcast_to(np.asarray(chance_jaccard(E, ks_arr), dtype=np.float64), nn.shape)
+    out = {"n": nn.ravel(), "k": kk.ravel(), "half_units": (nn // 2).ravel()}
+    for prefix, rows in (("jaccard_half", at_half), ("jaccard", at_n)):
+        out.update({prefix: pred["J"][rows].ravel(), f"{prefix}_se": pred["se"][rows].ravel(),
+                    f"{prefix}_plugin": pred["plugin"][rows].ravel(), f"{prefix}_pi_low": pred["low"][rows].ravel(),
+                    f"{prefix}_pi_high": pred["high"][rows].ravel()})
+    out.update(jaccard_pilot_halves=pred["half"][at_n].ravel(), jaccard_chance=chance.ravel())
+    return out
 
 
 def simulated_datasets(S: np.ndarray, n: int, n_datasets: int, *, ranking: str, seed: Any = None,

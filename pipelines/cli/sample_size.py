@@ -77,7 +77,7 @@ def sample_size_command(
 
 
 def _print(res, target: float) -> None:
-    """Print the per-N table: widths (median over edges), J_N per k with its interval and chance, claims."""
+    """Print the per-N table: widths (median over edges), J_N/2 (primary) and J_N per k with intervals, chance, claims."""
     import numpy as np
 
     w, s = res.widths, res.stability
@@ -88,11 +88,16 @@ def _print(res, target: float) -> None:
         sel = w["n"] == n
         echo(f"{n:>7}  {np.median(w['width'][sel]):>12.4g}  [{np.median(w['width_pi_low'][sel]):.4g}, "
              f"{np.median(w['width_pi_high'][sel]):.4g}]  {np.median(w['width_upper'][sel]):>18.4g}")
-    echo(f"{'N':>7}  {'k':>4}  {'J_N':>6}  {'[prediction interval]':>16}  P(lower end >= {target:g})")
+    echo("stability: J_N/2 (primary) is what the audit of N prompts reports as jaccard_half (two disjoint halves of "
+         "N/2); J_N (extrapolated) is two independent sets of N, as its jaccard_data")
+    echo(f"{'N':>7}  {'k':>4}  {'J_N/2':>6}  {'[prediction interval]':>16}  {'J_N':>6}  {'[prediction interval]':>16}  "
+         f"P(lower end >= {target:g}): J_N/2, J_N")
     for i in range(len(s["n"])):
-        p = s["p_clear"][i]
-        chance = "n/a (N < 32)" if p != p else f"{p:.2f} +- {s['p_clear_se'][i]:.2f}"
-        echo(f"{s['n'][i]:>7}  {s['k'][i]:>4}  {s['jaccard'][i]:>6.3f}  [{s['jaccard_pi_low'][i]:.3f}, "
+        p, ph = s["p_clear"][i], s["p_clear_half"][i]
+        chance = ("n/a (N < 32)" if p != p else
+                  f"{ph:.2f} +- {s['p_clear_half_se'][i]:.2f}, {p:.2f} +- {s['p_clear_se'][i]:.2f}")
+        echo(f"{s['n'][i]:>7}  {s['k'][i]:>4}  {s['jaccard_half'][i]:>6.3f}  [{s['jaccard_half_pi_low'][i]:.3f}, "
+             f"{s['jaccard_half_pi_high'][i]:.3f}]    {s['jaccard'][i]:>6.3f}  [{s['jaccard_pi_low'][i]:.3f}, "
              f"{s['jaccard_pi_high'][i]:.3f}]    {chance}")
     if res.claims is not None:
         c = res.claims

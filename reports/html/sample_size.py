@@ -12,7 +12,8 @@ __all__ = ["sample_size_svg"]
 
 
 def _jaccard_plot(stab: Mapping[str, np.ndarray], target: float, level: float) -> Plot:
-    """J_N against N per k, with the prediction interval as a band and the target as a line."""
+    """J_{N/2} (the primary: what an audit of N prompts reports as jaccard_half) against N per k, with its
+    prediction interval as a band and the target as a line."""
     n = np.asarray(stab["n"], dtype=float)
     p = Plot(460, 330, (n.min(), n.max()) if n.max() > n.min() else (n.min() / 2, n.max() * 2), (0.0, 1.0),
              xlog=True, label="predicted data-level Jaccard vs N")
@@ -20,13 +21,13 @@ def _jaccard_plot(stab: Mapping[str, np.ndarray], target: float, level: float) -
         sel = np.asarray(stab["k"]) == k
         x = n[sel]
         col = PALETTE[i % len(PALETTE)]
-        p.band(x, np.asarray(stab["jaccard_pi_low"])[sel], np.asarray(stab["jaccard_pi_high"])[sel], col)
-        p.line(x, np.asarray(stab["jaccard"])[sel], col, title=f"k={int(k)}")
-        p.points(x, np.asarray(stab["jaccard"])[sel], col)
-        p.legend(f"k={int(k)}: predicted J_N, {level:.0%} prediction interval", col)
+        p.band(x, np.asarray(stab["jaccard_half_pi_low"])[sel], np.asarray(stab["jaccard_half_pi_high"])[sel], col)
+        p.line(x, np.asarray(stab["jaccard_half"])[sel], col, title=f"k={int(k)}")
+        p.points(x, np.asarray(stab["jaccard_half"])[sel], col)
+        p.legend(f"k={int(k)}: predicted J_N/2 (two disjoint halves of N), {level:.0%} prediction interval", col)
     p.hline(float(target), "#b00", dash="6,4")
     p.legend(f"target {target:g}", "#b00", "dash")
-    p.axes("prompts N (log scale)", "expected Jaccard of two datasets' top-k", xticks=sorted(set(n)))
+    p.axes("prompts N (log scale)", "expected Jaccard of two halves' top-k", xticks=sorted(set(n)))
     return p
 
 

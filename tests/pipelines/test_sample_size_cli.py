@@ -45,6 +45,9 @@ def test_sample_size_predicts_widths_stability_and_claims(tmp_path):
     stab = read_table(out / "sample_size_stability.parquet").to_pydict()
     at40 = stab["n"].index(40)
     assert stab["jaccard"][at40] == 1.0 and stab["p_clear"][at40] == 1.0  # the three edges never change
+    # the primary, J_{N/2}: two disjoint halves of 20 prompts each, the audit's jaccard_half and its interval
+    assert stab["half_units"][at40] == 20 and stab["jaccard_half"][at40] == 1.0 and stab["p_clear_half"][at40] == 1.0
+    assert "J_N/2 (primary)" in r.output and "jaccard_half" in r.output and "J_N (extrapolated)" in r.output
     assert math.isnan(stab["p_clear"][stab["n"].index(16)])
     widths = read_table(out / "sample_size_widths.parquet").to_pydict()
     assert len(widths["n"]) == 2 * len(names) and widths["name"][:3] == names[:3]

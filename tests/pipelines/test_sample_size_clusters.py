@@ -61,6 +61,11 @@ def test_a_cluster_audit_is_a_sample_size_pilot(pilot, tmp_path):
     w64 = np.array(w["width"])[np.array(w["n"]) == 64]
     live = w32 > 0  # edges whose scores vary (the others are 0 on every prompt)
     assert live.sum() >= 5 and np.all(w64[live] < w32[live]) and np.all(w64[~live] == 0)  # twice the templates
+    st = read_table(out / "sample_size_stability.parquet").to_pydict()
+    # J_{N/2} is planned in whole templates: N = 64 prompts hold 32 templates, each half 16 (jaccard_half_units)
+    assert dict(zip(st["n"], st["half_units"])) == {32: 8, 64: 16}
+    assert all(0 <= lo <= j <= hi <= 1 for lo, j, hi in zip(st["jaccard_half_pi_low"], st["jaccard_half"],
+                                                            st["jaccard_half_pi_high"]))
     c = read_table(out / "sample_size_claims.parquet").to_pydict()
     p = dict(zip(c["n"], c["p_pass"]))
     assert 0.0 <= p[32] <= 1.0 and 0.0 <= p[64] <= 1.0  # simulated, not skipped

@@ -109,7 +109,7 @@ class SampleSizeResult(Result):
 
 def _claims_pass(cf, D: np.ndarray, names: list[str], method: str, ks: list[int], spec, seed, n_jobs: int,
                  need_edges: bool, groups: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
-    """(jaccard_data_ci_low per k, status per claim) of one simulated dataset D (its templates ``groups`` under the
+    """([2, k] lower ends of J_{N/2}'s and J_N's data-level intervals, status per claim) of one simulated dataset D (its templates ``groups`` under the
     cluster scheme), through the audit's table builders and the claims' own evaluators (tables in a temporary
     directory, removed after)."""
     from circuitstat.core.tables import write_table
@@ -119,20 +119,21 @@ def _claims_pass(cf, D: np.ndarray, names: list[str], method: str, ks: list[int]
 
     plan = resampling_plan(spec, D.shape[0], groups, seed, for_intervals=True)
     stab, inc = stability_tables(D, names, method, plan, ks, spec, n_jobs)
+    lows = np.array([stab["jaccard_half_ci_low"], stab["jaccard_data_ci_low"]], dtype=np.float64)
     if cf is None:
-        return np.asarray(stab["jaccard_data_ci_low"]), []
+        return lows, []
     with tempfile.TemporaryDirectory(prefix="circuitstat-sample-size-") as tmp:
         write_table(stab, Path(tmp) / "stability_vs_k.parquet")
         write_table(inc, Path(tmp) / "inclusion.parquet")
         if need_edges:
             write_table(edge_stats_table(D, names, method, plan, spec, n_jobs), Path(tmp) / "edge_stats.parquet")
         results = evaluate_claims(cf, tmp, trust_unrecorded=True)  # tables made just now, in a private directory
-    return np.asarray(stab["jaccard_data_ci_low"]), [r.status for r in results]
+    return lows, [r.status for r in results]
 
 
 def _simulate(S: np.ndarray, names: list[str], method: str, n: int, ks: list[int], cf, spec, *, n_datasets: int,
               seed: Any, means: str, n_jobs: int, groups: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """([n_datasets, k] data-level lower ends, [n_datasets, claims] passes) over simulated datasets of n (with the
+    """([n_datasets, 2, k] lower ends of J_{N/2}'s and J_N's intervals, [n_datasets, claims] passes) over simulated datasets of n (with the
     pilot's templates ``groups``: of whole templates, as many as n prompts hold at the pilot's prompts per template)."""
     from circuitstat.core.seeds import spawn_seeds
     from circuitstat.stats.sample_size import simulated_datasets, simulated_template_datasets, template_counts
@@ -234,7 +235,7 @@ def sample_size(S: np.ndarray, names: Sequence[str], method: str, ns: Sequence[i
     for table in (widths, stab):  # rows by units (templates under the cluster scheme) back to prompts
         table["n"] = ns_arr[np.searchsorted(unit_ns, table["n"])]
     widths["name"] = np.asarray(names, dtype=object)[widths["edge"]]
-    p_clear = np.full(stab["n"].size, np.nan)
+    p_clear, p_half = np.full(stab["n"].size, np.nan), np.full(stab["n"].size, np.nan)
     passes = {}
     for n, c in zip(ns_arr, spawn_seeds(c_sim, ns_arr.size)):
         if n < MIN_OBS:
@@ -242,8 +243,11 @@ def sample_size(S: np.ndarray, names: Sequence[str], method: str, ns: Sequence[i
         lows, passes[int(n)] = _simulate(S, list(names), method, int(n), ks_sim, cf, spec, n_datasets=n_datasets,
                                          seed=c, means=means, n_jobs=n_jobs, groups=groups)
         for j, k in enumerate(ks_sim):
-            p_clear[(stab["n"] == n) & (stab["k"] == k)] = (lows[:, j] >= target).mean()
-    stab.update(p_clear=p_clear, p_clear_se=np.sqrt(p_clear * (1 - p_clear) / n_datasets),
+            at = (stab["n"] == n) & (stab["k"] == k)
+            p_half[at], p_clear[at] = (lows[:, 0, j] >= target).mean(), (lows[:, 1, j] >= target).mean()
+    # p_clear_half: the primary (J_{N/2}, jaccard_half_ci_low); p_clear: J_N's (jaccard_data_ci_low), as before
+    stab.update(p_clear_half=p_half, p_clear_half_se=np.sqrt(p_half * (1 - p_half) / n_datasets),
+                p_clear=p_clear, p_clear_se=np.sqrt(p_clear * (1 - p_clear) / n_datasets),
                 target=np.full(p_clear.size, float(target)))
     params = {"estimator": "sample_size", "n_pilot": int(S.shape[0]), "method": method, "ns": ns_arr,
               "ks": list(ks), "target": float(target), "n_datasets": int(n_datasets), "means": means,
