@@ -10,7 +10,9 @@
   faithfulness of circuits selected from them (stratified resampling);
 * circuitstat.stats.verified.coverage: simulated coverage on paired populations (exact and approximation per prompt);
 * circuitstat.stats.verified.active: active verification (exact cells sampled with probabilities from the approximation,
-  Horvitz–Thompson weighted; Zrnic & Candès 2024).
+  Horvitz–Thompson weighted; Zrnic & Candès 2024);
+* circuitstat.stats.verified.multi: several approximations at once as control variates, coefficients cross-fitted
+  and shrunk across edges (``verified_means_multi``, the same VerifiedResult).
 """
 
 from __future__ import annotations
@@ -26,5 +28,6 @@ _MODULES = {
     ".coverage": ["paired_population", "simulate_verified"],
     ".pseudo": ["VerifiedPseudoScores", "verified_pseudo_scores", "verified_strata"],
     ".active": ["active_probabilities", "active_sample", "active_means"],
+    ".multi": ["verified_means_multi", "multi_fit"],
 }
 __all__, __getattr__ = lazy_names(__name__, _MODULES)

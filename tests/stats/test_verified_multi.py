@@ -195,3 +195,19 @@ def test_bad_inputs_are_refused_by_name() -> None:
         multi_fit(Y, H, Hu)
     with pytest.raises(InputError, match="one shape"):
         verified_means_multi({"a": np.zeros((50, 3)), "b": np.zeros((50, 4))}, Y, np.arange(16))
+
+
+def test_multiple_correlation_is_the_fitted_values_correlation_and_bounds_the_floor() -> None:
+    from circuitstat.stats.verified.floor import multiple_correlation, per_prompt_correlation, width_floor
+
+    X, H = multi_population(2000, 6, seed=5)
+    R = multiple_correlation(X, H)
+    for e in range(6):
+        design = np.c_[np.ones(2000), H[:, e, :]]
+        fitted = design @ np.linalg.lstsq(design, X[:, e], rcond=None)[0]
+        assert R[e] == pytest.approx(np.corrcoef(fitted, X[:, e])[0, 1], abs=1e-10)
+    np.testing.assert_allclose(multiple_correlation(X, H[:, :, :1]), np.abs(per_prompt_correlation(X, H[:, :, 0])),
+                               atol=1e-12)
+    # two predictors never raise the floor, and with independent errors they lower it
+    one = np.maximum(np.abs(per_prompt_correlation(X, H[:, :, 0])), np.abs(per_prompt_correlation(X, H[:, :, 1])))
+    assert (R >= one - 1e-12).all() and np.median(width_floor(R, 16, 512)) < np.median(width_floor(one, 16, 512))
