@@ -175,11 +175,11 @@ def main(cache: Path, D: int) -> None:
     K, m = choose(*stacked["planted bg 3"], D)
     print(f"chosen: K = {'n (leave-one-out)' if K is None else K}, m = {m:g}; module defaults: K = {MULTI_FOLDS}, "
           f"m = {MULTI_SHRINK:g}\n", flush=True)
-    designs = {"eap (PPI++, in-sample λ: the default)": single_design(0), "atp-qkfix (the same)": single_design(1),
-               "atp-qkfix, cross-fitted λ (K = n)": multi_design([1], None, 0.0),
-               "eap + atp-qkfix, in-sample β (biased)": multi_design([0, 1], 1, 0.0),
-               f"**eap + atp-qkfix, cross-fitted (K = {'n' if K is None else K}), shrunk (m = {m:g})**":
-                   multi_design([0, 1], K, m)}
+    designs = {"eap alone (PPI++, in-sample λ: the default)": single_design(0),
+               "atp-qkfix alone (the same)": single_design(1),
+               "atp-qkfix alone, cross-fitted (K = n, unclipped)": multi_design([1], None, 0.0),
+               "both, in-sample β (biased)": multi_design([0, 1], 1, 0.0),
+               f"**both, cross-fitted (K = {'n' if K is None else K}), shrunk (m = {m:g})**": multi_design([0, 1], K, m)}
     print("| population | design | n | pooled coverage ± MC SE | worst edge | median width / exact on all N | "
           "edges ≤ 1.5× |\n|---|---|---|---|---|---|---|")
     for pop, (X, H) in stacked.items():
