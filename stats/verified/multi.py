@@ -56,7 +56,8 @@ from circuitstat.core.errors import InputError
 from circuitstat.core.results import ConfidenceInterval
 from circuitstat.stats.reliability import tail_share
 
-from .ppi import DEFAULT_INTERVAL, INTERVALS, PPIFit, column_excess_kurtosis, ppi_fit, ppi_intervals, sd_without_extreme
+from .ppi import (DEFAULT_INTERVAL, INTERVALS, PPIFit, column_excess_kurtosis, ppi_fit, ppi_intervals,
+                  sd_without_extreme)
 from .reliability import verified_reliability
 from .result import VerifiedResult, labelled_rows, verified_estimand
 
@@ -100,14 +101,14 @@ def _moments(Y: np.ndarray, H: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 def pooled_slope(S: np.ndarray, c: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Return β_pool [p]: the slope of the edges' normal equations summed, each scaled by 1 / Var(Y_e) (0-variance edges out)."""
+    """Return β_pool [p]: the slope of the edges' normal equations summed, each over Var(Y_e) (constant edges out)."""
     scale = np.max(v) if v.size else 0.0
     w = np.where(v > 1e-12 * scale, 1.0 / np.where(v > 0, v, 1.0), 0.0) if scale > 0 else np.zeros_like(v)
     return np.linalg.pinv(np.einsum("e,epq->pq", w, S)) @ np.einsum("e,ep->p", w, c)
 
 
 def shrunk_slopes(Y: np.ndarray, H: np.ndarray, shrink: float) -> np.ndarray:
-    """Return β [E, p]: each edge's slope of Y on Ŷ over the rows, shrunk toward the pooled slope with weight ``shrink``."""
+    """Return β [E, p]: each edge's slope of Y on Ŷ over the rows, shrunk toward the pooled slope by ``shrink`` (m)."""
     S, c, v = _moments(Y, H)
     p = H.shape[2]
     if np.isinf(shrink):
@@ -235,7 +236,8 @@ def verified_means_multi(approx: dict[str, np.ndarray], exact: np.ndarray, label
     params = {"estimator": "verified_means_multi", "method": mf.label, "predictors": list(names),
               "folds": mf.folds, "shrink": mf.shrink, "interval": interval, "tuning": "labelled",
               "confidence_level": confidence_level, "correction": correction,
-              "pvalues": "the interval's cross-fitted fit" if cf is mf else "leave-one-out fit (the interval's is in-sample)",
+              "pvalues": ("the interval's cross-fitted fit" if cf is mf
+                          else "leave-one-out fit (the interval's is in-sample)"),
               "lam": "sum of the predictors' coefficients (each: coefficients)",
               "approx_mean": f"{names[0]}'s own mean over all N", "n_labelled": n, "n_prompts": N,
               "estimand": verified_estimand(n, N)}
