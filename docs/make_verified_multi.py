@@ -1,7 +1,10 @@
 """Print docs/verified.md's "Several predictors" table: PPI++ with EAP and atp-qkfix as control variates together.
 
-Run from the repository root (attribution a few minutes per population on one core, then the simulation):
-    OMP_NUM_THREADS=1 PYTHONPATH=. python docs/make_verified_multi.py [CACHE_DIR] [DATASETS]
+Run from the repository root (attribution and retraining a few minutes per population on one core, then the
+simulation, about 15 minutes on a loaded core at 500 datasets):
+    OMP_NUM_THREADS=1 PYTHONPATH=. python docs/make_verified_multi.py [CACHE_DIR] [DATASETS]   # floors, choice, table
+    OMP_NUM_THREADS=1 PYTHONPATH=. python docs/make_verified_multi.py --flags CACHE_DIR DATASETS  # the tail flag
+    OMP_NUM_THREADS=1 PYTHONPATH=. python docs/make_verified_multi.py --scores-only CACHE_DIR [mlp3l] [mlp4l]
 Populations: the planted induction models with background 3 and 5 (tests/fixtures/groundtruth-verified-planted<b>
 .parquet: exact and EAP on 1024 prompts); atp-qkfix is attributed here on the same prompts (the fixtures' task: n =
 1024, seed 20261203; `attribute(..., batch_size=64, seed=0)` as docs/make_verified_predictors.py) and cached in
