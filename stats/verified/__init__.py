@@ -10,7 +10,9 @@
   faithfulness of circuits selected from them (stratified resampling);
 * circuitstat.stats.verified.coverage: simulated coverage on paired populations (exact and approximation per prompt);
 * circuitstat.stats.verified.active: active verification (exact cells sampled with probabilities from the approximation,
-  Horvitz–Thompson weighted; Zrnic & Candès 2024); circuitstat.stats.verified.active_result: its verified table.
+  Horvitz–Thompson weighted; Zrnic & Candès 2024); circuitstat.stats.verified.active_result: its verified table;
+* circuitstat.stats.verified.multi: several approximations at once as control variates, coefficients cross-fitted
+  and shrunk across edges (``verified_means_multi``, the same VerifiedResult).
 """
 
 from __future__ import annotations
@@ -27,5 +29,6 @@ _MODULES = {
     ".pseudo": ["VerifiedPseudoScores", "verified_pseudo_scores", "verified_strata"],
     ".active": ["active_probabilities", "active_sample", "active_means"],
     ".active_result": ["ActiveVerifiedResult", "active_verified_means", "active_estimand", "ACTIVE_LABEL"],
+    ".multi": ["verified_means_multi", "multi_fit"],
 }
 __all__, __getattr__ = lazy_names(__name__, _MODULES)

@@ -18,7 +18,7 @@ failing approximation) for checking the interval forms beside the real fixtures.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from scipy import special
@@ -27,10 +27,11 @@ from circuitstat.core.seeds import as_seed_sequence, spawn_seeds
 from circuitstat.stats.populations import spiky_population
 
 from .crossfit import crossfit_fit
-from .ppi import DEFAULT_INTERVAL, DEFAULT_TUNING, ppi_fit, ppi_intervals
+from .ppi import DEFAULT_INTERVAL, DEFAULT_TUNING, PPIFit, ppi_fit, ppi_intervals
 from .reliability import verified_reliability
 
-__all__ = ["paired_population", "simulate_verified", "REFERENCES"]
+__all__ = ["paired_population", "synthetic_approximation", "multi_population", "simulate_verified", "simulate_designs",
+           "REFERENCES"]
 
 #: the reference intervals simulated beside the verified ones
 REFERENCES = ("exact_all", "exact_n")
@@ -47,7 +48,14 @@ def paired_population(n_pop: int, n_edges: int, *, seed: int | np.random.SeedSeq
     """
     s_pop, s_app = spawn_seeds(as_seed_sequence(seed), 2)
     X = spiky_population(n_pop, n_edges, seed=s_pop)
-    rng = np.random.default_rng(s_app)
+    return X, synthetic_approximation(X, seed=s_app, fail_share=fail_share)
+
+
+def synthetic_approximation(X: np.ndarray, *, seed: int | np.random.SeedSequence, fail_share: float = 0.3
+                            ) -> np.ndarray:
+    """Return a biased, sometimes failing approximation [P, E] of exact X (``paired_population``'s error model)."""
+    n_pop, n_edges = X.shape
+    rng = np.random.default_rng(seed)
     sd = X.std(0) + 1e-12
     b, c = rng.uniform(0.3, 1.2, n_edges), rng.normal(0.0, 0.3, n_edges) * sd
     s = np.exp(rng.uniform(np.log(0.05), 0.0, n_edges)) * sd
@@ -56,7 +64,20 @@ def paired_population(n_pop: int, n_edges: int, *, seed: int | np.random.SeedSeq
     A = b * X + c + s * noise
     fails = rng.random(n_edges) < fail_share
     q = rng.uniform(0.01, 0.10, n_edges)
-    return X, np.where(fails & (rng.random((n_pop, n_edges)) < q), 0.0, A)
+    return np.where(fails & (rng.random((n_pop, n_edges)) < q), 0.0, A)
+
+
+def multi_population(n_pop: int, n_edges: int, *, seed: int | np.random.SeedSequence, p: int = 2,
+                     fail_share: float = 0.3) -> tuple[np.ndarray, np.ndarray]:
+    """Return (exact X [n_pop, n_edges], approximations [n_pop, n_edges, p]) whose errors are independent draws.
+
+    X and the first approximation are ``paired_population``'s with the same seed; each further approximation
+    follows the same error model (its own slope, offset, noise and failing prompts), drawn independently, so
+    the approximations' errors differ and a combination of them tracks X better than either.
+    """
+    s_pop, *s_apps = spawn_seeds(as_seed_sequence(seed), 1 + p)
+    X = spiky_population(n_pop, n_edges, seed=s_pop)
+    return X, np.stack([synthetic_approximation(X, seed=s, fail_share=fail_share) for s in s_apps], axis=2)
 
 
 def _t_covered(S: np.ndarray, truth: np.ndarray, level: float, d: int, E: int) -> tuple[np.ndarray, np.ndarray]:
@@ -105,3 +126,39 @@ def simulate_verified(X: np.ndarray, A: np.ndarray, N: int, n: int, n_datasets: 
             out[ref]["covered"].append(cov)
             out[ref]["width"].append(wid)
     return {m: {k: np.concatenate(v) for k, v in cols.items()} for m, cols in out.items()}
+
+
+def simulate_designs(X: np.ndarray, H: np.ndarray, N: int, n: int, n_datasets: int, *,
+                     seed: int | np.random.SeedSequence, designs: dict[str, Callable[..., PPIFit]],
+                     method: str = DEFAULT_INTERVAL, confidence_level: float = 0.95
+                     ) -> dict[str, dict[str, np.ndarray]]:
+    """Return {design: {covered, width, reliable, estimate}} ([n_datasets, E] each) and {"exact_all": {covered, width}}.
+
+    ``H`` [P, E, p]: several approximations of the same prompts as X. Each design maps (Y [n, E], H [n, E, p],
+    H_u [N − n, E, p]) of one dataset to a PPIFit (e.g. ``ppi_fit`` on one column, or a multi.py fit's ``.fit``).
+    Datasets are fitted one at a time: a design that pools over edges must see one dataset's edges only.
+    """
+    X, H = np.asarray(X, np.float64), np.asarray(H, np.float64)
+    if H.ndim != 3 or H.shape[:2] != X.shape:
+        raise ValueError(f"approximations must be [P, E, p] over exact's [P, E] = {X.shape}, got {H.shape}")
+    if not 4 <= int(n) < int(N):
+        raise ValueError(f"need 4 <= n < N, got n={n}, N={N}")
+    P, E = X.shape
+    truth = X.mean(0)
+    idx = np.random.default_rng(as_seed_sequence(seed)).integers(0, P, (int(n_datasets), int(N)))
+    keys = ("covered", "width", "reliable", "estimate")
+    out: dict[str, dict[str, list]] = {m: {k: [] for k in keys} for m in designs}
+    out["exact_all"] = {"covered": [], "width": []}
+    for rows in idx:
+        Xs, Hs = X[rows], H[rows]
+        for name, design in designs.items():
+            fit = design(Xs[:n], Hs[:n], Hs[n:])
+            r = ppi_intervals(fit, method, confidence_level)
+            rel = verified_reliability(fit, r["high"] - r["low"], confidence_level)["reliable"]
+            for k, v in zip(keys, ((r["low"] <= truth) & (truth <= r["high"]), r["high"] - r["low"], rel,
+                                   fit.estimate)):
+                out[name][k].append(v)
+        cov, wid = _t_covered(Xs, truth, confidence_level, 1, E)
+        out["exact_all"]["covered"].append(cov[0])
+        out["exact_all"]["width"].append(wid[0])
+    return {m: {k: np.asarray(v) for k, v in cols.items()} for m, cols in out.items()}

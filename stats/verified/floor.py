@@ -21,7 +21,7 @@ import numpy as np
 
 from circuitstat.core.errors import InputError
 
-__all__ = ["per_prompt_correlation", "width_floor"]
+__all__ = ["per_prompt_correlation", "multiple_correlation", "width_floor"]
 
 
 def per_prompt_correlation(exact: np.ndarray, approx: np.ndarray) -> np.ndarray:
@@ -33,6 +33,23 @@ def per_prompt_correlation(exact: np.ndarray, approx: np.ndarray) -> np.ndarray:
     den = np.sqrt((dx**2).sum(0) * (da**2).sum(0))
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(den > 0, (dx * da).sum(0) / np.where(den > 0, den, 1.0), 0.0)
+
+
+def multiple_correlation(exact: np.ndarray, approx: np.ndarray) -> np.ndarray:
+    """Return per edge R, the correlation of exact [P, E] with its best linear combination of approx [P, E, p].
+
+    With several predictors the floor above holds with ρ² replaced by R² (the variance of Y − βᵀŶ at the best β
+    is σ_Y² (1 − R²)), so ``width_floor(multiple_correlation(X, H), n, N)`` is the floor of multi.py's estimator.
+    """
+    X, H = np.asarray(exact, np.float64), np.asarray(approx, np.float64)
+    if H.ndim != 3 or H.shape[:2] != X.shape or X.ndim != 2:
+        raise InputError(f"exact must be [prompts, edges] and approx [prompts, edges, p]; got {X.shape}, {H.shape}")
+    dx, dh = X - X.mean(0), H - H.mean(0)
+    S, c = np.einsum("iep,ieq->epq", dh, dh), np.einsum("iep,ie->ep", dh, dx)
+    explained = np.einsum("ep,ep->e", c, np.einsum("epq,eq->ep", np.linalg.pinv(S), c))
+    total = (dx**2).sum(0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.sqrt(np.clip(np.where(total > 0, explained / np.where(total > 0, total, 1.0), 0.0), 0.0, 1.0))
 
 
 def width_floor(rho: np.ndarray, n: int, N: int) -> np.ndarray:

@@ -79,6 +79,7 @@ class PPIFit:
     tuned: bool                   # λ estimated from the data (False: given)
     tuning: str
     exact_ref_sd: np.ndarray | None = None  # SD of Y on the labelled prompts less the most extreme one (the flag's yardstick)
+    n_coefficients: int = 1       # coefficients a tuned fit estimated per edge (one df each; stats/verified/multi.py: p)
 
 
 def _pooled_var(Yhat: np.ndarray, Yhat_u: np.ndarray) -> np.ndarray:
@@ -185,7 +186,7 @@ def _se_df(fit: PPIFit, method: str) -> tuple[np.ndarray, np.ndarray]:
     if method == "z":  # ppi_py: variances with divisors N_u and n
         se = np.sqrt(fit.lam**2 * fit.imputed_var * (N - 1) / N / N + m2 / n / n)
         return se, np.full(se.shape, np.inf)
-    k = 2 if (method != "t" and fit.tuned) else 1
+    k = 1 + fit.n_coefficients if (method != "t" and fit.tuned) else 1
     a, b = fit.lam**2 * fit.imputed_var / N, m2 / (n - k) / n
     df_r = np.full(b.shape, float(n - k))
     if method in ("tk", "tka", "tkb"):

@@ -59,6 +59,9 @@ class VerifiedResult(Result):
     correction: str
     edge_names: Sequence[str] | None = None
     params: dict = field(default_factory=dict)
+    #: several predictors (circuitstat.stats.verified.multi): their names and coefficients [E, p]; ``lam`` is their sum
+    predictors: tuple[str, ...] | None = None
+    coefficients: np.ndarray | None = None
     main_table = "verified"
 
     @property
@@ -85,8 +88,13 @@ class VerifiedResult(Result):
         level = self.confidence_level
         with np.errstate(invalid="ignore"):
             rejected = int(np.sum(self.qvalue <= 1 - level))
+        if self.predictors is not None and self.coefficients is not None:
+            lam = [("design", self.params.get("method", "")), *((f"median λ ({name})", float(np.median(c)))
+                                                                for name, c in zip(self.predictors, self.coefficients.T))]
+        else:
+            lam = [("median λ", float(np.median(self.lam)))]
         return [("estimand", self.estimand), ("interval", f"{self.interval} ({level:.0%}), λ tuning {self.tuning}"),
-                ("edges", self.estimate.size), ("median λ", float(np.median(self.lam))),
+                ("edges", self.estimate.size), *lam,
                 ("no tail seen (not: covers)", f"{int(self.reliable.sum())} of {self.reliable.size}"),
                 (f"q <= {1 - level:g} ({self.correction.upper()})", rejected)]
 
