@@ -428,7 +428,8 @@ def plan_lines(model, data, *, level: str = "edge", batch_size: int = BATCH_SIZE
                timing_model=None, untimed: str = "",
                device: str = "cpu", rate: tuple[float, str] | None = None, verify=None,
                verify_method: str = "eap", pruning: tuple[int, ...] | None = None,
-               limits: Limits | None = None, header: tuple[str, ...] = ()) -> list[str]:
+               limits: Limits | None = None, header: tuple[str, ...] = (),
+               verify_share: float | None = None) -> list[str]:
     """The plan as printed lines: a header, the calibration, one row per method, a legend (and, with ``verify``
     (a VerifySpec), the verified run's two phases: ``verify_method`` on all N, exact on n of them).
 
@@ -439,7 +440,8 @@ def plan_lines(model, data, *, level: str = "edge", batch_size: int = BATCH_SIZE
     adds the mask method's row (``verify_method``: edge-pruning or ugs): that many fits of that many steps, ``draws``
     masks per prompt and step for UGS (circuitstat.circuits.plan.pruning_cost), timed by a calibrated masked step. ``limits``
     (default: :func:`run_limits` of ``budget``) marks each row that does not fit (:func:`fit_mark`); ``header``:
-    lines printed after the first (the model's parameters).
+    lines printed after the first (the model's parameters); ``verify_share``: add the largest verified run of each
+    design within that share of exact (:func:`verify_share_lines`).
     """
     limits = limits or run_limits(budget, allow_large=False, device=device)
     n, P = int(data.clean.shape[0]), int(data.clean.shape[1])
@@ -482,6 +484,8 @@ def plan_lines(model, data, *, level: str = "edge", batch_size: int = BATCH_SIZE
             "; on a busy machine a run's wall time is longer" if cal.clock == "CPU time" else ""))
     if verify is not None:
         lines += verify_lines(model, costs, verify, verify_method, n=n, P=P, batch_size=batch_size, seconds=seconds)
+    if verify_share is not None:  # --verify-share: the largest verified run of each design within that share
+        lines += verify_share_lines(model, costs, verify_method, verify_share, n=n, P=P)
     return lines + [limits_line(limits), "forwards: full forwards (counterfactual, clean, gradient runs); suffix rows: exact patching's "
                     f"(example, sender) suffix forwards; memory: estimated peak per worker and device, incl. a whole copy of "
                     f"the weights (a model is never split across devices); time: {time_is}"]
@@ -528,6 +532,53 @@ def verify_lines(model, costs: dict, verify, method: str, *, n: int, P: int, bat
             f"  both     {'':<17} FLOPs {p1.flops + p2.flops:>9.3g}  est. time {pre + _duration(t1 + t2):>10}  "
             f"= {(p1.flops + p2.flops) / exact.flops:.1%} of exact on all {n} by FLOPs "
             f"({exact.flops:.3g}), {(t1 + t2) / te:.1%} by time ({pre + _duration(te)})"]
+
+
+def _largest_within(fits, low: int, high: int) -> int | None:
+    """Return the largest integer x in [low, high] with fits(x) true (fits is monotone: true up to some x), or None."""
+    if high < low or not fits(low):
+        return None
+    while low < high:  # invariant: fits(low)
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid - 1)
+    return low
+
+
+def verify_share_lines(model, costs: dict, method: str, share: float, *, n: int, P: int) -> list[str]:
+    """The largest verified run of each design whose two phases cost at most ``share`` of exact patching on all n
+    prompts by FLOPs: uniform n prompts (circuits.plan.verify_cost) and active budget B cells per edge
+    (pipelines.verify.active_phase2_cost, at the upper bound of its forwards); a line saying none fits otherwise."""
+    from circuitstat.circuits.plan import verify_cost
+    from circuitstat.pipelines.verify import active_phase2_cost
+
+    p1, exact = costs.get(method), costs.get("exact")
+    if p1 is None or exact is None:
+        return [f"verified runs within {share:.1%} of exact: not priced ({method} or exact is not in the plan)"]
+    kw = dict(max_rows=exact.max_rows, itemsize=model.dtype.itemsize)
+    uniform = lambda k: p1.flops + verify_cost(model.cfg, n=k, N=n, positions=P, batch_size=exact.batch_size,  # noqa: E731
+                                               **kw).flops
+    active = lambda b: p1.flops + active_phase2_cost(model.cfg, b, N=n, positions=P, n_methods=1,  # noqa: E731
+                                                     batch_size=exact.batch_size, **kw)[0].flops
+    cap = share * exact.flops
+    k = _largest_within(lambda x: uniform(x) <= cap, 4, n - 2)  # the bounds check_verify enforces on --verify
+    b = _largest_within(lambda x: active(x) <= cap, 4, n)
+    head = f"verified runs within {share:.1%} of exact on all {n} by FLOPs ({method} on all {n} alone: " \
+           f"{100 * p1.flops / exact.flops:.3g}%)"
+    if k is None and b is None:
+        return [f"{head}: none fits; the smallest (--verify 4) costs {uniform(4) / exact.flops:.1%}"]
+    out = [head + ":"]
+    if k is not None:
+        out.append(f"  uniform  --verify {k:<6}  {uniform(k) / exact.flops:.1%} of exact  (exact on {k} of {n} "
+                   "prompts, every edge)")
+    if b is not None:
+        out.append(f"  active   --verify-design active --verify-budget {b}  {active(b) / exact.flops:.1%} of exact  "
+                   f"({b} expected exact cells per edge)")
+    else:  # its cells spread over nearly every prompt, so nearly every batch runs its forwards
+        out.append(f"  active   none fits: the smallest (--verify-budget 4) costs {active(4) / exact.flops:.1%} (the "
+                   "forwards of nearly every batch)")
+    return out + ["  which design is narrower depends on how well the method predicts exact per prompt, known only "
+                  "after phase 1 (docs/verified.md: active 1.45x-1.49x against uniform 1.53x-1.64x exact on all N "
+                  "at 10% of the cells on the zoo and planted pairs)"]
 
 
 def active_verify_lines(model, p1, exact, verify, method: str, *, n: int, P: int, seconds) -> list[str]:

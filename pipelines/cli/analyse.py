@@ -173,6 +173,10 @@ VERIFY_DESIGN_OPTION = typer.Option(
     None, "--verify-design", help="uniform (default with --verify N: exact on N random prompts, every edge) or active: "
                                   "exact on (prompt, edge) cells sampled with probabilities from the method's scores, "
                                   "--verify-budget per edge (verified_cells.parquet; docs/verified.md)")
+VERIFY_SHARE_OPTION = typer.Option(
+    None, "--verify-share", min=0.0, max=1.0, clamp=False,
+    help="with --plan: the largest verified run of each design (uniform --verify N, active --verify-budget B) whose "
+         "two phases cost at most this share of exact patching on all prompts (e.g. 0.1)")
 VerifyCorrection = choices("VerifyCorrection", "bh", "by")
 VERIFY_CORRECTION_OPTION = typer.Option(
     None, "--verify-correction", help="the verified q-values' correction over edges: bh (Benjamini-Hochberg, the "
@@ -263,6 +267,7 @@ def attribute_command(
     verify_design: VerifyDesign | None = VERIFY_DESIGN_OPTION,
     verify_budget: float | None = VERIFY_BUDGET_OPTION,
     verify_correction: VerifyCorrection | None = VERIFY_CORRECTION_OPTION,
+    verify_share: float | None = VERIFY_SHARE_OPTION,
     steps: int | None = STEPS_OPTION,
     lr: float | None = LR_OPTION,
     sparsity: float | None = SPARSITY_OPTION,
@@ -349,6 +354,9 @@ def _attribute_spec(o: Any) -> Any:
     spec = attribute_spec(data, "the command line", words="flags", allow_large=o.allow_large or o.plan)
     if o.out is None and not o.plan:
         raise InputError("--out is required: give the run directory to write (or pass --plan to only plan the run)")
+    if o.verify_share is not None and not o.plan:
+        raise InputError("--verify-share prices verified runs in a plan: add --plan (or choose --verify N or "
+                         "--verify-budget B and run)")
     return spec
 
 
@@ -369,7 +377,8 @@ def _plan_attribute(o: Any, spec: Any) -> None:
     _plan(spec.model, spec.task, spec.task_options, n=spec.n, seed=spec.seed, metric=spec.metric, level=spec.level,
           batch_size=spec.batch_size, ig_steps=spec.ig_steps, budget=budget, n_jobs=check_n_jobs(o.n_jobs, "--n-jobs"),
           device=check_device(o.device), dtype=spec.dtype, allow_pickle=o.allow_pickle, allow_large=o.allow_large,
-          verify=spec.verify, method=spec.method, pruning=pruning, moe_nodes=spec.moe_nodes)
+          verify=spec.verify, method=spec.method, pruning=pruning, moe_nodes=spec.moe_nodes,
+          verify_share=o.verify_share)
 
 
 def _print_masks(masks, method: str, out: Path, top: int = 10) -> None:
@@ -406,7 +415,8 @@ def _print_top(sm, method: str, level: str, out: Path, top: int = 10, ranking: s
 
 def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, level: str, batch_size: int, ig_steps: int,
           budget, n_jobs: int, device: str, dtype: str, allow_pickle: bool, allow_large: bool, verify=None,
-          method: str = "eap", pruning: tuple[int, ...] | None = None, moe_nodes: str = "block") -> None:
+          method: str = "eap", pruning: tuple[int, ...] | None = None, moe_nodes: str = "block",
+          verify_share: float | None = None) -> None:
     """Print the plan of an attribute run: counts from the model's skeleton on the meta device (no weight
     is read or allocated, whatever the config's size); timings from the loaded model only when its
     weights fit the memory limit (circuitstat.circuits.limits.MAX_BYTES, which --allow-large does not lift here) and
@@ -450,7 +460,7 @@ def _plan(source: str, task: str, options: dict, *, n: int, seed: int, metric, l
                            n_jobs=n_jobs, timing_model=timing, untimed=why, device=str(device), verify=verify,
                            verify_method=method, pruning=pruning,
                            limits=run_limits(budget, allow_large=allow_large, device=str(device)),
-                           header=(parameters_line(skeleton),)):
+                           header=(parameters_line(skeleton),), verify_share=verify_share):
         echo(line)
     if refused:
         echo(refused)

@@ -19,7 +19,7 @@ from circuitstat.pipelines.kinds import kind
 MODEL = "random:gpt2?n_layer=1&n_head=2&n_embd=16&n_positions=64&vocab_size=97"
 # the command's options that belong to the machine running it (the server's, not the request's)
 MACHINE = {"n_jobs", "scheduler", "device", "out", "force", "resume", "plan", "ranking", "allow_pickle",
-           "allow_large"}
+           "allow_large", "verify_share"}
 # options the spec groups under one key (as the audit spec does)
 GROUPED = {"verify": "verify", "verify_edges": "verify", "verify_tau": "verify", "verify_seed": "verify",
            "verify_design": "verify", "verify_budget": "verify", "verify_correction": "verify",

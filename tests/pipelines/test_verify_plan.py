@@ -154,3 +154,36 @@ def test_service_accepts_and_prices_the_verify_spec():
         parse_kind("audit", {**base, "verify": {"n": 63}})
     with pytest.raises(InputError, match="add eap"):
         parse_kind("attribute", {"model": MODEL, "method": "exact", "verify": {"n": 8}})
+
+
+def test_verify_share_prints_the_largest_run_of_each_design_within_it(tmp_path):
+    """--plan --verify-share S: the uniform n and active B printed are the largest whose two phases cost at most S of
+    exact on all N by FLOPs, checked against circuits.plan's prices of n, n + 1, B and B + 1; refused without --plan."""
+    from circuitstat.circuits.plan import verify_cost
+    from circuitstat.pipelines.build import build_task
+    from circuitstat.pipelines.plan import plan_costs
+    from circuitstat.pipelines.sources import LOCAL
+    from circuitstat.pipelines.verify import active_phase2_cost
+
+    r = _invoke("attribute", "--model", MODEL, "--task-option", "seq_len=5", "--n", 64, "--batch-size", 4,
+                "--plan", "--verify-share", 0.8)
+    assert r.exit_code == 0, r.output
+    k = int(re.search(r"uniform  --verify (\d+)", r.output).group(1))
+    b = int(re.search(r"active   --verify-design active --verify-budget (\d+)", r.output).group(1))
+    m = LOCAL.load(MODEL)
+    t = build_task(m, "induction", n=64, seed=0, seq_len=5)
+    costs = plan_costs(m, t, batch_size=4)
+    p1, ex = costs["eap"], costs["exact"]
+    P = int(t.clean.shape[1])
+    kw = dict(max_rows=ex.max_rows, itemsize=4)
+    uni = lambda x: (p1.flops + verify_cost(m.cfg, n=x, N=64, positions=P, batch_size=4, **kw).flops) / ex.flops  # noqa: E731
+    act = lambda x: (p1.flops + active_phase2_cost(m.cfg, x, N=64, positions=P, n_methods=1, batch_size=4,  # noqa: E731
+                                                   **kw)[0].flops) / ex.flops
+    assert uni(k) <= 0.8 < uni(k + 1) and act(b) <= 0.8 < act(b + 1)
+    assert 4 <= k < 62 and 4 <= b < 64  # an interior answer: the bound binds on both designs
+    r = _invoke("attribute", "--model", MODEL, "--task-option", "seq_len=5", "--n", 64, "--plan", "--verify-share",
+                0.01)
+    assert r.exit_code == 0 and "none fits" in r.output, r.output
+    r = _invoke("attribute", "--model", MODEL, "--task-option", "seq_len=5", "--n", 64, "--out", tmp_path / "x",
+                "--verify-share", 0.1)
+    assert r.exit_code == 2 and "add --plan" in r.output and not (tmp_path / "x").exists()
