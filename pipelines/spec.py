@@ -256,8 +256,9 @@ def check_combine(combine: list[str], methods) -> None:
     """None; InputError when a method of ``verify.combine`` is not one of the run's approximate methods."""
     for m in combine:
         if m not in methods:
-            raise InputError(f"verify.combine lists {m!r}, which is not in the spec's methods {list(methods)}: add it "
-                             "to methods or remove it from combine")
+            raise InputError(f"verify.combine lists {m!r}, which is not among the run's methods {list(methods)}: add "
+                             "it to the audit's methods or remove it from combine (attribute computes one method, so "
+                             "it has nothing to combine)")
         if m == "exact" or m in MASK_METHODS:
             what = ("exact is what the approximations are checked against" if m == "exact" else
                     f"{m} learns a mask and has no per-example scores")

@@ -133,7 +133,7 @@ def test_single_method_rows_and_records_are_unchanged_by_combine(runs):
 @pytest.mark.parametrize("verify, methods, words", [
     ({"combine": ["eap"]}, PAIR, "combines at least 2"),
     ({"combine": ["eap", "eap"]}, PAIR, "more than once"),
-    ({"combine": ["eap", "eap-ig-inputs"]}, PAIR, "not in the spec's methods"),
+    ({"combine": ["eap", "eap-ig-inputs"]}, PAIR, "not among the run's methods"),
     ({"combine": ["eap", "exact"]}, ["eap", "exact"], "combine approximate methods only"),
     ({"combine": ["eap", "edge-pruning"]}, ["eap", "edge-pruning"], "combine approximate methods only"),
     ({"combine": PAIR, "edges": {"top": 2, "random": 3}, "tau": 0.1}, PAIR, "remove edges and tau, or combine"),
@@ -228,3 +228,12 @@ def test_plan_prices_the_same_phase_2_with_combine():
     assert audit_flops(_spec(True), cfg) == audit_flops(_spec(False), cfg) > 0
     # negative control: the comparison sees phase 2's size (more verified prompts cost more)
     assert audit_flops(_spec(True, n=12), cfg) > audit_flops(_spec(True), cfg)
+
+
+def test_an_attribute_spec_cannot_combine():
+    """attribute computes one method: a service spec asking it to combine is refused, naming the audit as the fix."""
+    from circuitstat.pipelines.runs.attribute.run import attribute_spec
+
+    with pytest.raises(InputError, match="attribute computes one method"):
+        attribute_spec({"model": MODEL, "method": "eap", "n": 24, "verify": {"n": 8, "combine": PAIR}}, "<job>")
+    assert attribute_spec({"model": MODEL, "method": "eap", "n": 24, "verify": {"n": 8}}, "<job>").verify.n == 8
