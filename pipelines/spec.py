@@ -165,9 +165,9 @@ class VerifySpec(StrictSpec):
             raise ValueError("verify.combine needs the uniform design: the active design verifies one predictor per "
                              "method (its cells are drawn from that method's scores); remove combine or design: active")
         if self.edges is not None:
-            raise ValueError("verify.combine verifies every edge: with verify.edges (the missed-edges mode) each method "
-                             "draws its own edges, so no one set of edges has every predictor's exact cells; remove "
-                             "edges and tau, or combine")
+            raise ValueError("verify.combine verifies every edge: with verify.edges (the missed-edges mode) each "
+                             "method draws its own edges, so no one set of edges has every predictor's exact cells; "
+                             "remove edges and tau, or combine")
         # leave-one-out folds fit one coefficient per method and a mean on the other n - 1 prompts (multi.py)
         if self.n < len(c) + 3:
             raise ValueError(f"verify.combine of {len(c)} methods fits {len(c)} coefficients per edge on n - 1 "

@@ -136,8 +136,8 @@ def verified_tables(approx: dict[str, np.ndarray], exact: np.ndarray, cols: np.n
              for m, S in approx.items()]
     extra = {}
     if combine is not None:
-        table, extra["verified_coefficients"] = combined_tables(approx, exact, cols, plan, combine, names,
-                                                                confidence_level=confidence_level, correction=correction)
+        table, extra["verified_coefficients"] = combined_tables(
+            approx, exact, cols, plan, combine, names, confidence_level=confidence_level, correction=correction)
         parts.append((table, None))
     N = next(iter(approx.values())).shape[0]
     out = {"verified": pa.concat_tables([p[0] for p in parts]), **extra,

@@ -48,7 +48,7 @@ def _design_words(coef, preds: list[str]) -> str:
     """Return the note on a combination: its design (the library's name) and each method's median coefficient."""
     c, p = num(coef, "coefficient"), coef.column("predictor").to_pylist()
     medians = ", ".join(f"{m} {fmt(float(np.median(c[[q == m for q in p]])))}" for m in preds)
-    return (f"{' and '.join(preds)} together as control variates: {coef.column('design')[0]} "
+    return (f"{' and '.join(preds)} together as control variates: {coef.column('design')[0].as_py()} "
             f"(verified_coefficients; median coefficient: {medians}).")
 
 
