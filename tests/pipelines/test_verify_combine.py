@@ -237,3 +237,35 @@ def test_an_attribute_spec_cannot_combine():
     with pytest.raises(InputError, match="attribute computes one method"):
         attribute_spec({"model": MODEL, "method": "eap", "n": 24, "verify": {"n": 8, "combine": PAIR}}, "<job>")
     assert attribute_spec({"model": MODEL, "method": "eap", "n": 24, "verify": {"n": 8}}, "<job>").verify.n == 8
+
+
+def test_claims_on_the_combination_read_its_rows(runs, tmp_path):
+    """A verified_edge claim may name the combination: it reads the combination's row, and a spec without that
+    combine is told what to add (before any work)."""
+    from typer.testing import CliRunner
+
+    from circuitstat.pipelines.claims.parsing import parse_claims
+    from circuitstat.pipelines.claims.requirements import verified_edge
+    from circuitstat.pipelines.cli import app
+
+    _, comb, plain = runs
+    v = _read(comb, "verified")
+    mine = v[v["method"] == COMBINED]
+    r0 = mine.iloc[int(np.argmax(np.abs(mine["estimate"].to_numpy())))]
+    single = float(v[(v["method"] == "eap") & (v["edge"] == r0["edge"])]["estimate"].iloc[0])
+    assert abs(single - r0["estimate"]) > 1e-3 * abs(r0["estimate"])  # a bound between the two tells them apart
+    codes = []
+    for bound in (r0["estimate"] - 1e-9, r0["estimate"] + 1e-3):
+        f = tmp_path / "claims.yaml"
+        doc = {"claims": [{"kind": "verified_edge", "edge": str(r0["edge_name"]), "method": COMBINED,
+                           "statistic": "estimate", "min": float(bound)}]}
+        f.write_text(yaml.safe_dump(doc))
+        res = CliRunner().invoke(app, ["check", str(f), "--run", str(comb), "--allow-outside"])
+        assert f"({COMBINED}) is" in res.output, res.output
+        codes.append(res.exit_code)
+    assert codes[0] == 0 and codes[1] not in (0, 2), codes
+    (claim,) = parse_claims(doc).claims
+    assert verified_edge(claim, _spec(True)) is None
+    assert "combine: [eap, atp-qkfix]" in verified_edge(claim, _spec(False))
+    with pytest.raises(InputError, match="neither an approximate method"):
+        parse_claims({"claims": [{**doc["claims"][0], "method": "eap+verified"}]})
