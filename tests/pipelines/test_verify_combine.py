@@ -269,3 +269,18 @@ def test_claims_on_the_combination_read_its_rows(runs, tmp_path):
     assert "combine: [eap, atp-qkfix]" in verified_edge(claim, _spec(False))
     with pytest.raises(InputError, match="neither an approximate method"):
         parse_claims({"claims": [{**doc["claims"][0], "method": "eap+verified"}]})
+
+
+def test_a_combined_run_resumes_and_refuses_a_changed_combine(runs, tmp_path):
+    import shutil
+
+    from circuitstat.core.rundir import StageSpecChangedError
+
+    _, comb, _ = runs
+    before = {t: (comb / f"{t}.parquet").read_bytes() for t in ("verified", "verified_coefficients")}
+    run_audit(_spec(True), comb)  # resumed: nothing recomputed, the same bytes
+    assert all((comb / f"{t}.parquet").read_bytes() == b for t, b in before.items())
+    other = tmp_path / "other"
+    shutil.copytree(comb, other)
+    with pytest.raises(StageSpecChangedError, match="verify.combine"):  # the record tells the runs apart
+        run_audit(_spec(False), other)
