@@ -157,8 +157,9 @@ class VerifySpec(StrictSpec):
         if c is None:
             return self
         if len(c) < 2:
-            raise ValueError(f"verify.combine lists {len(c)} method{'s' if len(c) != 1 else ''}; it combines at least 2 approximate methods as "
-                             "control variates (e.g. combine: [eap, atp-qkfix]): add one or remove combine")
+            raise ValueError(f"verify.combine lists {len(c)} method{'s' if len(c) != 1 else ''}; it combines at "
+                             "least 2 approximate methods as control variates (e.g. combine: [eap, atp-qkfix]): add "
+                             "one or remove combine")
         if len(set(c)) != len(c):
             raise ValueError(f"verify.combine lists a method more than once ({c}); list each once")
         if self.design != "uniform":
