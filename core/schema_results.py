@@ -89,8 +89,10 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("pvalue", F, "two-sided p-value of mean exact effect 0: the interval form applied to the cross-fitted "
                          "estimate (estimate_crossfit; params: pvalues), or inverting the interval in older runs"),
            ("qvalue", F, "FDR-adjusted p-value over edges (params: correction)", True),
-           ("lam", F, "power-tuning weight (0: exact only, 1: plain PPI)"),
-           ("approx_mean", F, "the approximation's own mean over all N prompts (not the verified estimand)"),
+           ("lam", F, "power-tuning weight (0: exact only, 1: plain PPI); a combination's rows (method "
+                      "'<m1>+<m2>'): the sum of its coefficients (each in verified_coefficients)"),
+           ("approx_mean", F, "the approximation's own mean over all N prompts (not the verified estimand); a "
+                              "combination's rows: its first method's"),
            ("rectifier_share", F, "share of the labelled rectifier's spread carried by its most extreme prompt"),
            ("approx_tail_share", F, "tail share of the approximation over the unlabelled prompts"),
            ("width_vs_exact_on_labelled", F, "interval width over the t interval of exact on the n labelled prompts "
@@ -104,6 +106,14 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
                                "Null: not assessed (the active design, whose cells no rule has been measured on)"),
            ("n_labelled", I, "prompts patched exactly (n); the active design: this edge's sampled cells"), ("n_prompts", I, "prompts with the approximation (N)"),
            ("estimand", S, "what the interval covers, with n and N")),
+    table_schema("verified_coefficients", "several predictors as control variates (circuitstat.stats.verified.multi): "
+                 "each predictor's coefficient per edge (lam in verified is their sum); one row per edge and predictor",
+           _VERIFIED_METHOD, _EDGE, _EDGE_NAME,
+           ("predictor", S, "the approximate method this coefficient weighs (a member of the combination)"),
+           ("coefficient", F, "its coefficient, averaged over the cross-fitting folds (the mean of the held-out "
+                              "coefficients over the labelled prompts)"),
+           ("design", S, "the design's name, e.g. 'PPI++, 2 predictors, cross-fitted β (K = 16, leave-one-out), "
+                         "shrunk across edges (m = 4)'")),
     table_schema("verified_pseudo", "pseudo-scores of a verified run (circuitstat.stats.verified.pseudo): column means are "
            "the PPI++ estimates; not per-prompt effects. One row per method and prompt",
            _VERIFIED_METHOD, ("example", I, "example index (row of the scores)"),

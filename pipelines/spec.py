@@ -147,6 +147,33 @@ class VerifySpec(StrictSpec):
     # the q-values' multiple-testing correction over the edges: bh (Benjamini-Hochberg: FDR under independence or
     # positive dependence; the usual one) or by (Benjamini-Yekutieli: FDR under any dependence; the guaranteed one)
     correction: Literal["bh", "by"] = "bh"
+    # several of the audit's approximate methods as control variates together (circuitstat.stats.verified.multi):
+    # extra verified rows named "<m1>+<m2>" (pipelines.verify.combined_method); uniform design, every edge
+    combine: list[Annotated[str, Field(min_length=1)]] | None = None
+
+    @model_validator(mode="after")
+    def _combine_fits(self) -> "VerifySpec":
+        c = self.combine
+        if c is None:
+            return self
+        if len(c) < 2:
+            raise ValueError(f"verify.combine lists {len(c)} method{'s' if len(c) != 1 else ''}; it combines at "
+                             "least 2 approximate methods as control variates (e.g. combine: [eap, atp-qkfix]): add "
+                             "one or remove combine")
+        if len(set(c)) != len(c):
+            raise ValueError(f"verify.combine lists a method more than once ({c}); list each once")
+        if self.design != "uniform":
+            raise ValueError("verify.combine needs the uniform design: the active design verifies one predictor per "
+                             "method (its cells are drawn from that method's scores); remove combine or design: active")
+        if self.edges is not None:
+            raise ValueError("verify.combine verifies every edge: with verify.edges (the missed-edges mode) each "
+                             "method draws its own edges, so no one set of edges has every predictor's exact cells; "
+                             "remove edges and tau, or combine")
+        # leave-one-out folds fit one coefficient per method and a mean on the other n - 1 prompts (multi.py)
+        if self.n < len(c) + 3:
+            raise ValueError(f"verify.combine of {len(c)} methods fits {len(c)} coefficients per edge on n - 1 "
+                             f"verified prompts: use verify.n >= {len(c) + 3} or combine fewer methods")
+        return self
 
     @model_validator(mode="after")
     def _active_design(self) -> "VerifySpec":
@@ -177,6 +204,8 @@ class VerifySpec(StrictSpec):
                 out.pop(key, None)
             if self.correction == "bh":  # the default, as recorded before the key existed
                 out.pop("correction", None)
+            if self.combine is None:  # recorded only when set: runs without it keep their records
+                out.pop("combine", None)
         return out
 
     @model_validator(mode="after")
@@ -211,6 +240,8 @@ def check_verify(verify: VerifySpec | None, *, methods, n_prompts: int, level: s
     if not any(m != "exact" and m not in MASK_METHODS for m in methods):
         raise InputError(f"{w['verify']} checks an approximate method's per-example scores: add eap, eap-ig-inputs, "
                          f"atpstar, ... {w['methods']} (a mask-learned method such as edge-pruning has none)")
+    if verify.combine is not None:
+        check_combine(verify.combine, methods)
     if verify.design == "active":
         check_active(verify, n_prompts, w)
     elif verify.n > n_prompts - 2:
@@ -220,6 +251,20 @@ def check_verify(verify: VerifySpec | None, *, methods, n_prompts: int, level: s
     if n_edges is not None and verify.edges is not None and verify.edges.top + verify.edges.random > n_edges:
         raise InputError(f"{w['edges']} asks for {verify.edges.top} + {verify.edges.random} edges of the "
                          f"model's {n_edges}; lower top or random")
+
+
+def check_combine(combine: list[str], methods) -> None:
+    """None; InputError when a method of ``verify.combine`` is not one of the run's approximate methods."""
+    for m in combine:
+        if m not in methods:
+            raise InputError(f"verify.combine lists {m!r}, which is not among the run's methods {list(methods)}: add "
+                             "it to the audit's methods or remove it from combine (attribute computes one method, so "
+                             "it has nothing to combine)")
+        if m == "exact" or m in MASK_METHODS:
+            what = ("exact is what the approximations are checked against" if m == "exact" else
+                    f"{m} learns a mask and has no per-example scores")
+            raise InputError(f"verify.combine lists {m!r}: {what}; combine approximate methods only (eap, "
+                             "atp-qkfix, eap-ig-inputs, ...)")
 
 
 def check_active(verify: VerifySpec, n_prompts: int, w: dict) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 
 __all__ = ["VerifyPlan", "draw_seed", "draw_rows", "choose_edges", "verify_plan", "verified_tables",
            "MISSED_SPLIT", "pseudo_table", "verified_method", "read_pseudo", "active_draw", "active_tables",
-           "exact_on_cells"]
+           "exact_on_cells", "combined_method", "combined_tables"]
 
 MISSED_SPLIT = 0.5
 """Share of the missed-edges bound's error rate spent on the hypergeometric bound; the rest goes to classifying
@@ -125,14 +125,22 @@ def _method_tables(S: np.ndarray, exact: np.ndarray, cols: np.ndarray, plan: Ver
 
 
 def verified_tables(approx: dict[str, np.ndarray], exact: np.ndarray, cols: np.ndarray, plan: VerifyPlan, names,
-                    *, confidence_level: float, tau: float | None, correction: str = "bh") -> dict:
-    """Return {verified, verified_prompts[, missed_edges]} tables over every approximate method in ``approx``."""
+                    *, confidence_level: float, tau: float | None, correction: str = "bh",
+                    combine: list[str] | None = None) -> dict:
+    """Return {verified, verified_prompts[, missed_edges | verified_pseudo][, verified_coefficients]} tables over
+    every approximate method in ``approx``; with ``combine``, also the rows of those methods together as control
+    variates (:func:`combined_tables`), after the single methods' rows."""
     import pyarrow as pa
 
     parts = [_method_tables(S, exact, cols, plan, m, names, confidence_level, tau, correction)
              for m, S in approx.items()]
+    extra = {}
+    if combine is not None:
+        table, extra["verified_coefficients"] = combined_tables(
+            approx, exact, cols, plan, combine, names, confidence_level=confidence_level, correction=correction)
+        parts.append((table, None))
     N = next(iter(approx.values())).shape[0]
-    out = {"verified": pa.concat_tables([p[0] for p in parts]),
+    out = {"verified": pa.concat_tables([p[0] for p in parts]), **extra,
            "verified_prompts": pa.table({"row": pa.array(plan.rows, pa.int64()),
                                          "seed": pa.array([plan.seed] * plan.rows.size, pa.int64()),
                                          "n_prompts": pa.array([N] * plan.rows.size, pa.int64())})}
@@ -141,6 +149,32 @@ def verified_tables(approx: dict[str, np.ndarray], exact: np.ndarray, cols: np.n
     else:  # every edge verified: circuits can be selected from the estimates (pseudo_scores)
         out["verified_pseudo"] = pa.concat_tables([pseudo_table(S, exact, plan.rows, m) for m, S in approx.items()])
     return out
+
+
+def combined_method(methods: list[str]) -> str:
+    """Return the method name of ``methods`` verified together as control variates, e.g. "eap+atp-qkfix".
+
+    No method name holds a "+", and a combination's members are methods, never "verified", so the name can be
+    neither a method's nor a circuit name of :func:`verified_method` ("<method>+verified")."""
+    return "+".join(methods)
+
+
+def combined_tables(approx: dict[str, np.ndarray], exact: np.ndarray, cols: np.ndarray, plan: VerifyPlan,
+                    combine: list[str], names, *, confidence_level: float, correction: str = "bh"):
+    """Return (the verified rows, the verified_coefficients rows) of the methods ``combine`` together: the scores
+    ``approx[m]`` [N, E] as control variates (circuitstat.stats.verified.verified_means_multi, its defaults) on the
+    same verified prompts and exact cells as the single methods; method column :func:`combined_method`."""
+    from circuitstat.core.errors import InputError
+    from circuitstat.stats.verified import verified_means_multi
+
+    if not plan.all_edges:  # VerifySpec refuses it first; a library caller gets the same words
+        raise InputError("verify.combine verifies every edge; remove verify.edges (and tau) or combine")
+    E = next(iter(approx.values())).shape[1]
+    res = verified_means_multi({m: approx[m] for m in combine}, exact[:, np.searchsorted(cols, np.arange(E))],
+                               plan.rows, confidence_level=confidence_level, correction=correction,
+                               edge_names=list(names))
+    name = combined_method(combine)  # every edge, in order: the result's edge column is the graph's edge index
+    return _with_method(res.to_table("verified"), name), _with_method(res.to_table("verified_coefficients"), name)
 
 
 def pseudo_table(S: np.ndarray, exact: np.ndarray, rows: np.ndarray, method: str):

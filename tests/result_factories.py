@@ -241,6 +241,16 @@ def verified() -> Any:
     return verified_means(approx, exact_all[rows], rows, edge_names=[f"e{i}" for i in range(E)])
 
 
+def verified_multi() -> Any:
+    from circuitstat.stats.verified import verified_means_multi
+
+    exact_all = _scores().astype(np.float64)
+    approx = {"eap": 0.8 * exact_all + 0.3 * RNG.standard_normal(exact_all.shape),
+              "atp-qkfix": 0.9 * exact_all + 0.2 * RNG.standard_normal(exact_all.shape)}
+    rows = RNG.choice(N, 8, replace=False)
+    return verified_means_multi(approx, exact_all[rows], rows, edge_names=[f"e{i}" for i in range(E)])
+
+
 def active_verified() -> Any:
     from circuitstat.stats.verified import active_probabilities, active_sample, active_verified_means
 
@@ -275,7 +285,8 @@ def sample_size() -> Any:
 
 FACTORIES: dict[str, Callable[..., Any]] = {
     "SampleSizeResult": sample_size,
-    "VerifiedResult": verified, "ActiveVerifiedResult": active_verified, "MissedEdgesResult": missed_edges,
+    "VerifiedResult": verified, "VerifiedResult/several predictors": verified_multi,
+    "ActiveVerifiedResult": active_verified, "MissedEdgesResult": missed_edges,
     "BootstrapResult": bootstrap, "EdgeTestResult": edge_tests, "StabilityResult": stability,
     "ApproximationResult": approximation, "VarianceComponentsResult": variance, "ICCResult": icc,
     "CalibrationResult": calibration, "FaithfulnessInterval": fixed_faithfulness, "SimilarityResult": similarity,

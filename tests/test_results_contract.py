@@ -49,6 +49,8 @@ def _discover(base: type) -> dict[str, type]:
 
 RESULTS = _discover(Result)
 ESTIMATORS = _discover(Estimator)
+#: every class, and a class's other shapes ("Class/variant" factories: tables only some of its results write)
+CASES = sorted(RESULTS) + sorted(k for k in FACTORIES if "/" in k)
 
 
 def test_every_result_class_has_a_factory() -> None:
@@ -71,10 +73,10 @@ def built(tmp_path_factory) -> dict:
     return get
 
 
-@pytest.mark.parametrize("name", sorted(RESULTS))
+@pytest.mark.parametrize("name", CASES)
 def test_tables_are_registered_and_valid(name: str, built) -> None:
     res = built(name)
-    assert isinstance(res, RESULTS[name]) and isinstance(res.summary(), str) and res.summary()
+    assert isinstance(res, RESULTS[name.split("/")[0]]) and isinstance(res.summary(), str) and res.summary()
     names = res.table_names()
     assert names and res.main_table in names
     for table in names:
@@ -86,7 +88,7 @@ def test_tables_are_registered_and_valid(name: str, built) -> None:
     assert res.to_table().column_names == res.to_table(res.main_table).column_names
 
 
-@pytest.mark.parametrize("name", sorted(RESULTS))
+@pytest.mark.parametrize("name", CASES)
 def test_write_goes_through_rundir(name: str, built, tmp_path: Path) -> None:
     res = built(name)
     paths = res.write(tmp_path / "run")
@@ -110,7 +112,7 @@ def test_write_goes_through_rundir(name: str, built, tmp_path: Path) -> None:
     assert all(p.parent.name == "part" and p.exists() for p in nested.values())
 
 
-@pytest.mark.parametrize("name", sorted(RESULTS))
+@pytest.mark.parametrize("name", CASES)
 def test_conf_int_has_one_shape(name: str, built) -> None:
     res = built(name)
     names = res.interval_names()
@@ -201,3 +203,16 @@ def test_init_stores_verbatim_and_set_params_validates_names() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecatedNameWarning)
         HeadStability(n_null=2)  # the current names never warn
+
+
+def test_several_predictors_write_each_coefficient(built) -> None:
+    # the variant's extra table holds every coefficient (lam is only their sum); a single predictor writes none
+    res, single = built("VerifiedResult/several predictors"), built("VerifiedResult")
+    assert "verified_coefficients" in res.table_names() and "verified_coefficients" not in single.table_names()
+    t = res.to_table("verified_coefficients").to_pydict()
+    E, p = res.coefficients.shape
+    assert p == 2 and len(t["coefficient"]) == E * p
+    np.testing.assert_array_equal(np.reshape(t["coefficient"], (E, p)), res.coefficients)
+    assert t["predictor"][:p] == ["eap", "atp-qkfix"] and t["edge"] == list(np.repeat(np.arange(E), p))
+    np.testing.assert_allclose(np.reshape(t["coefficient"], (E, p)).sum(1), res.lam, rtol=0, atol=1e-12)
+    assert set(t["design"]) == {res.params["method"]} and "2 predictors" in t["design"][0]

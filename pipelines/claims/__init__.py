@@ -41,8 +41,9 @@ the registry is :mod:`circuitstat.pipelines.claims.kinds`):
   excess[_ci_low/_ci_high], refit_ci_low/high), bounds.
 * ``approximation``: ``method`` (an approximation of exact), ``statistic`` (spearman, kendall,
   r2, slope, top_k_overlap, bias_mean), bounds; optional ``k`` (the top-k of top_k_overlap).
-* ``verified_edge`` (a verified run, spec key ``verify``): ``edge``, ``method`` (the approximation verified),
-  ``statistic`` (estimate, ci_low, ci_high of the mean exact effect, or qvalue), bounds.
+* ``verified_edge`` (a verified run, spec key ``verify``): ``edge``, ``method`` (the approximation verified, or
+  several verified together by ``verify.combine``, joined by "+": ``eap+atp-qkfix``), ``statistic`` (estimate,
+  ci_low, ci_high of the mean exact effect, or qvalue), bounds.
 * ``missed_edges`` (a verified run with ``verify.edges``): ``method``, ``statistic`` (default
   ``missed_high``: the bound on unverified edges whose mean exact effect exceeds ``verify.tau``; or ``mass_high``,
   the approximate bound on their summed |mean exact effect|), bounds.

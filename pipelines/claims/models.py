@@ -28,6 +28,21 @@ __all__ = ["ClaimBase", "BoundedClaim", "EdgeInCircuitClaim", "CircuitStabilityC
 APPROX_METHOD = Literal[tuple(m for m in get_args(METHOD) if m != "exact")]
 #: circuits: a method's own, or those selected from an approximation's verified estimates ("eap+verified")
 CIRCUIT_METHOD = Literal[get_args(METHOD) + tuple(f"{m}+verified" for m in get_args(APPROX_METHOD))]
+
+
+def _verified_method(v: str) -> str:
+    """The name of a verified method: an approximate method, or several joined by "+" (verify.combine's rows,
+    circuitstat.pipelines.verify.combined_method); ValueError naming both forms otherwise."""
+    approx = get_args(APPROX_METHOD)
+    parts = v.split("+")
+    if v in approx or (len(parts) >= 2 and len(set(parts)) == len(parts) and all(p in approx for p in parts)):
+        return v
+    raise ValueError(f"method {v!r} is neither an approximate method ({', '.join(approx)}) nor a verify.combine of "
+                     "several joined by '+' (e.g. eap+atp-qkfix)")
+
+
+#: a verified_edge claim's method: an approximation verified on its own, or several together (verify.combine)
+VERIFIED_METHOD = Annotated[str, AfterValidator(_verified_method)]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 
@@ -242,12 +257,12 @@ class ApproximationClaim(BoundedClaim):
 
 class VerifiedEdgeClaim(BoundedClaim):
     """A bound on an edge's verified statistic: its mean exact effect (estimate, ci_low, ci_high) or its q-value,
-    from a verified run of ``method`` (spec key ``verify``)."""
+    from a verified run of ``method`` (spec key ``verify``; "eap+atp-qkfix": the rows of verify.combine)."""
 
     kind: Literal["verified_edge"]
     TABLES: ClassVar[tuple[str, ...]] = ("verified",)
     edge: EdgeName
-    method: APPROX_METHOD
+    method: VERIFIED_METHOD
     statistic: Literal[claimable_in(TABLES)]
 
     def _auto_label(self) -> str:

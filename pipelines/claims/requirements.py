@@ -49,6 +49,13 @@ def method_and_k(claim: Any, spec: Any) -> str | None:
         if verify.design == "active":
             return (f"{method} circuits are selected from the uniform design's pseudo-scores; the active design "
                     "writes none: use verify: {n: 16} (design: uniform) for them")
+    elif method is not None and "+" in method:  # several approximations verified together (verify.combine)
+        from circuitstat.pipelines.verify import combined_method
+
+        combine = getattr(verify, "combine", None)
+        if combine is None or combined_method(combine) != method:
+            return (f"method {method!r} is the rows of several methods verified together; add verify: {{n: 16, "
+                    f"combine: [{', '.join(method.split('+'))}]}} (each in the spec's methods) to the spec")
     elif method is not None and method not in methods:
         return f"method {method!r} is not in the spec's methods {methods}; add it"
     k = getattr(claim, "k", None)

@@ -35,9 +35,9 @@ TABLES = (
     "edges", "edge_stats", "inclusion", "stability_vs_k", "faithfulness_vs_k", "approximation",
     "approximation_summary", "heads", "layers", "residual", "variance_components", "variance_summary", "summary",
     "coverage", "token_importance", "token_importance_diffs", "sink_heads", "sink_fit", "token_weights",
-    "token_stability", "sink_stability", "sink_matching", "verified", "missed_edges", "published_circuit",
-    "published_circuit_edges", "circuit_tests", "circuit_minimality", "claims", "edge_masks", "mask_fits",
-    "method_notes",
+    "token_stability", "sink_stability", "sink_matching", "verified", "verified_coefficients", "missed_edges",
+    "published_circuit", "published_circuit_edges", "circuit_tests", "circuit_minimality", "claims", "edge_masks",
+    "mask_fits", "method_notes",
 )
 
 

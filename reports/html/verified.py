@@ -30,11 +30,26 @@ def _method_table(T: Tables, method: str) -> str:
         body.append((str(r.get("edge_name") or r["edge"]),
                      ci_html(Ci.of("verified", r, ("method", "edge"), est="estimate")), r["qvalue"], r["approx_mean"],
                      r["lam"], _flag_words(r["no_tail_seen"])))
-    cols = (("edge", "text"), ("mean exact effect [CI]", "html"), ("q (BH)", "num"), (f"{method} mean", "num"),
-            ("λ", "num"), ("no tail seen, informative (≤ 2× exact on the verified prompts)", "text"))
+    coef = where(T.get("verified_coefficients"), method=method)
+    combined = coef is not None and coef.num_rows > 0  # several methods as control variates (verify.combine)
+    preds = list(dict.fromkeys(coef.column("predictor").to_pylist())) if combined else [method]
+    cols = (("edge", "text"), ("mean exact effect [CI]", "html"), ("q (BH)", "num"), (f"{preds[0]} mean", "num"),
+            ("Σ coefficients" if combined else "λ", "num"),
+            ("no tail seen, informative (≤ 2× exact on the verified prompts)", "text"))
     est = str(t.column("estimand")[0]) if t.num_rows else ""
-    return (f"<h3>{esc(method)}: {esc(est)}</h3>" + html_table(cols, body, shown_note=f"{len(body)} of {t.num_rows} verified "
-                                                     "edges, largest |estimate| first"))
+    head = f"<h3>{esc(method)}: {esc(est)}</h3>"
+    if combined:
+        head += note(_design_words(coef, preds))
+    return head + html_table(cols, body, shown_note=f"{len(body)} of {t.num_rows} verified edges, largest |estimate| "
+                                                    "first")
+
+
+def _design_words(coef, preds: list[str]) -> str:
+    """Return the note on a combination: its design (the library's name) and each method's median coefficient."""
+    c, p = num(coef, "coefficient"), coef.column("predictor").to_pylist()
+    medians = ", ".join(f"{m} {fmt(float(np.median(c[[q == m for q in p]])))}" for m in preds)
+    return (f"{' and '.join(preds)} together as control variates: {coef.column('design')[0].as_py()} "
+            f"(verified_coefficients; median coefficient: {medians}).")
 
 
 def verified_section(T: Tables) -> str:

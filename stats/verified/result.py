@@ -82,7 +82,20 @@ class VerifiedResult(Result):
                     no_tail_seen=self.reliable, n_labelled=np.full(E, self.n_labelled, dtype=np.int64),
                     n_prompts=np.full(E, self.n_prompts, dtype=np.int64),
                     estimand=np.full(E, self.estimand, dtype=object))
-        return {"verified": cols}
+        if self.coefficients is None or self.predictors is None:
+            return {"verified": cols}
+        return {"verified": cols, "verified_coefficients": self._coefficient_columns()}
+
+    def _coefficient_columns(self) -> dict[str, Any]:
+        """The verified_coefficients columns: one row per edge and predictor (edge-major), with the design's name."""
+        E, p = self.coefficients.shape
+        out: dict[str, Any] = {"edge": np.repeat(np.arange(E, dtype=np.int64), p)}
+        if self.edge_names is not None:
+            out["edge_name"] = np.repeat(np.asarray(self.edge_names, dtype=str), p)
+        out.update(predictor=np.tile(np.asarray(self.predictors, dtype=object), E),
+                   coefficient=np.asarray(self.coefficients, np.float64).reshape(-1),
+                   design=np.full(E * p, str(self.params.get("method", "")), dtype=object))
+        return out
 
     def _summary_items(self) -> list[tuple[str, Any]]:
         level = self.confidence_level

@@ -111,10 +111,12 @@ def verify_outputs(verify) -> list[str]:
     """The tables a verified stage writes: missed_edges when some edges go unverified, else verified_pseudo (the
     pseudo-scores circuits are selected from: circuitstat.stats.verified.pseudo); the active design writes
     verified_cells instead (which cells, with their probabilities) and no pseudo-scores (circuits selected from
-    verified estimates need the uniform design)."""
+    verified estimates need the uniform design); verify.combine adds verified_coefficients (each method's
+    coefficient per edge in the combination)."""
     if verify.design == "active":
         return ["verified", "verified_cells"]
-    return ["verified", "verified_prompts"] + (["missed_edges"] if verify.edges is not None else ["verified_pseudo"])
+    return (["verified", "verified_prompts"] + (["missed_edges"] if verify.edges is not None else ["verified_pseudo"])
+            + (["verified_coefficients"] if verify.combine is not None else []))
 
 
 def load_audit_model(spec: AuditSpec, source: str, device: str, *, allow_pickle: bool = False,

@@ -215,6 +215,8 @@ def _verified(ctx: AuditContext) -> None:
     held = len(score_methods(spec))
     seed = V.draw_seed(spec.verify.seed, ctx.run.stage_seed("verified"))
     params = {"verify": spec.verify.model_dump(), "seed": seed, "confidence_level": spec.bootstrap.confidence_level}
+    if spec.verify.combine is not None:  # recorded only then: other runs' stage parameters stay as before
+        params["combined"] = {V.combined_method(spec.verify.combine): _combined_design(spec)}
 
     def compute():
         approx = {m: scores.whole(m, "verified", held) for m in score_methods(spec) if m != "exact"}
@@ -228,9 +230,17 @@ def _verified(ctx: AuditContext) -> None:
             exact, cols = V.run_exact(ctx.model, ctx.task, plan, ablation=spec.ablation, seed=spec.seed,
                                       batch_size=spec.batch_size, input_node=spec.input_node)
         return V.verified_tables(approx, exact, cols, plan, names, confidence_level=spec.bootstrap.confidence_level,
-                                 tau=spec.verify.tau, correction=spec.verify.correction)
+                                 tau=spec.verify.tau, correction=spec.verify.correction, combine=spec.verify.combine)
 
     ctx.write(compute, params=params, depends_on=ctx.score_deps())
+
+
+def _combined_design(spec: AuditSpec) -> str:
+    """The library's name of the combination's design (circuitstat.stats.verified.multi's defaults, n verified)."""
+    from circuitstat.stats.verified.multi import MULTI_FOLDS, MULTI_SHRINK, multi_label
+
+    n = spec.verify.n
+    return multi_label(len(spec.verify.combine), n if MULTI_FOLDS is None else MULTI_FOLDS, n, MULTI_SHRINK)
 
 
 def _active_verified(ctx: AuditContext, approx: dict, seed: int) -> dict:
