@@ -1,6 +1,7 @@
 """What a plan marks (``attribute --plan``): the limits a run meets on this machine, whether each priced method
 fits them, the model's parameters and why its time is not calibrated. A plan never refuses a size: it prices what
-does not fit here, for the machine a user would rent, and marks it (--allow-large is for running)."""
+does not fit here, for the machine a user would rent, and marks it (--allow-large is for running); and how a plan
+writes a duration."""
 
 from __future__ import annotations
 
@@ -100,3 +101,12 @@ def untimed_reason(model: "CircuitModel", source_directory: "Path | None" = None
     if need > TIMING_BYTES:  # loading and timing a multi-GB model would take minutes: a plan takes seconds
         return f"the weights ({format_bytes(need)}) are over the {format_bytes(TIMING_BYTES)} a timing calibration loads"
     return ""
+
+
+def duration(seconds: float) -> str:
+    """Return ``seconds`` as a short duration in s, min or h (three significant digits)."""
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.3g} min"
+    return f"{seconds / 3600:.3g} h"
