@@ -101,7 +101,10 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
                                "approx_tail_share), the interval is at most 2x exact on the labelled prompts "
                                "(width_vs_exact_on_labelled) and >= 16 were patched; not that the interval covers: an unseen "
                                "spike is invisible. Older runs call it interval_reliable (read as no_tail_seen). "
-                               "Null: not assessed (the active design, whose cells no rule has been measured on)"),
+                               "The active design: >= 16 cells, Horvitz-Thompson residual share (rectifier_share) <= 0.5, "
+                               "the approximation's tail over the unsampled cells <= 0.6, width <= 2x exact on as many "
+                               "prompts as the edge's cells (stats/verified/active_flag.py). "
+                               "Null: not assessed (active-design runs made before that flag)"),
            ("n_labelled", I, "prompts patched exactly (n); the active design: this edge's sampled cells"), ("n_prompts", I, "prompts with the approximation (N)"),
            ("estimand", S, "what the interval covers, with n and N")),
     table_schema("verified_pseudo", "pseudo-scores of a verified run (circuitstat.stats.verified.pseudo): column means are "

@@ -9,7 +9,7 @@ from circuitstat.reports.ci import Ci
 from circuitstat.reports.html.common import Tables, ci_html, html_table, note
 from circuitstat.reports.html.svg import esc, fmt
 from circuitstat.reports.tableset import methods_in, num, rows, where
-from circuitstat.reports.verdicts.verified import verified_edge_lines
+from circuitstat.reports.verdicts.verified import flag_yardstick, is_active_design, verified_edge_lines
 
 __all__ = ["verified_section"]
 
@@ -17,7 +17,7 @@ SHOWN = 20  # verified edges listed per method (by |estimate|)
 
 
 def _flag_words(flag) -> str:
-    """Return the flag cell: yes, no, or not assessed (null: the active design's intervals have no measured rule)."""
+    """Return the flag cell: yes, no, or not assessed (null: an active-design run made before its flag was built)."""
     return "not assessed" if flag is None else ("yes" if flag else "no")
 
 
@@ -30,9 +30,9 @@ def _method_table(T: Tables, method: str) -> str:
         body.append((str(r.get("edge_name") or r["edge"]),
                      ci_html(Ci.of("verified", r, ("method", "edge"), est="estimate")), r["qvalue"], r["approx_mean"],
                      r["lam"], _flag_words(r["no_tail_seen"])))
-    cols = (("edge", "text"), ("mean exact effect [CI]", "html"), ("q (BH)", "num"), (f"{method} mean", "num"),
-            ("λ", "num"), ("no tail seen, informative (≤ 2× exact on the verified prompts)", "text"))
     est = str(t.column("estimand")[0]) if t.num_rows else ""
+    cols = (("edge", "text"), ("mean exact effect [CI]", "html"), ("q (BH)", "num"), (f"{method} mean", "num"),
+            ("λ", "num"), (f"no tail seen, informative (≤ 2× {flag_yardstick(is_active_design(est))})", "text"))
     return (f"<h3>{esc(method)}: {esc(est)}</h3>" + html_table(cols, body, shown_note=f"{len(body)} of {t.num_rows} verified "
                                                      "edges, largest |estimate| first"))
 
