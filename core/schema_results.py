@@ -91,12 +91,16 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("qvalue", F, "FDR-adjusted p-value over edges (params: correction)", True),
            ("lam", F, "power-tuning weight (0: exact only, 1: plain PPI)"),
            ("approx_mean", F, "the approximation's own mean over all N prompts (not the verified estimand)"),
-           ("rectifier_share", F, "share of the labelled rectifier's spread carried by its most extreme prompt"),
-           ("approx_tail_share", F, "tail share of the approximation over the unlabelled prompts"),
+           ("rectifier_share", F, "share of the labelled rectifier's spread carried by its most extreme prompt (the active "
+                                  "design: of the Horvitz-Thompson residual terms (Y - lam Yhat)/pi over the sampled cells)"),
+           ("approx_tail_share", F, "tail share of the approximation over the unlabelled prompts (the active design: the "
+                                    "edge's unsampled cells)"),
            ("width_vs_exact_on_labelled", F, "interval width over the t interval of exact on the n labelled prompts "
-                                             "(SD without the most extreme one); absent before issue 48", False, True),
-           ("estimate_crossfit", F, "PPI++ estimate with λ left out per labelled prompt (unbiased; the p-value's); "
-                                    "absent before issue 48", False, True),
+                                             "(SD without the most extreme one; the active design: on as many prompts as "
+                                             "the edge's cells, pi-weighted SD); absent before issue 48", False, True),
+           ("estimate_crossfit", F, "PPI++ estimate with λ left out per labelled prompt (the active design: λ from the "
+                                    "other of 2 folds of prompts; unbiased; the p-value's); absent before issue 48",
+            False, True),
            ("no_tail_seen", B, "true when no few prompts carry the estimate in this sample (rectifier_share, "
                                "approx_tail_share), the interval is at most 2x exact on the labelled prompts "
                                "(width_vs_exact_on_labelled) and >= 16 were patched; not that the interval covers: an unseen "

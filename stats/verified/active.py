@@ -15,7 +15,8 @@ proportional to the size of the residual |Y_i − λ Ŷ_i|, which phase 1 can on
   redistributed over the others (B = the expected number of exact cells per edge); the uniform half is the
   paper's defensive mixture, so no prompt's weight 1/π exceeds N / ((1 − mix) B);
 * λ is the Horvitz–Thompson-weighted regression slope of Y on Ŷ over the sampled cells, clipped to [0, 1] (the
-  paper's plug-in tuning; fitted on the sampled cells, so θ̂ is not exactly unbiased, as in ppi.py);
+  paper's plug-in tuning; fitted on the sampled cells, so θ̂ is not exactly unbiased, as in ppi.py;
+  ``active_crossfit`` fits each fold's λ on the other fold's cells, exactly unbiased: the p-values' estimate);
 * the interval uses Student-t quantiles with (sampled cells − 2) degrees of freedom (as ppi.py's n − 2: λ is
   fitted), the paper's normal quantile being too narrow at tens of cells per edge.
 

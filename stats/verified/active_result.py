@@ -62,7 +62,8 @@ class ActiveVerifiedResult(VerifiedResult):
 
 
 def active_pvalues(estimate: np.ndarray, se: np.ndarray, cells: np.ndarray) -> np.ndarray:
-    """Return two-sided p-values of mean 0 inverting active_means' interval (t, cells − 2 df; 1 with ≤ 2 cells)."""
+    """Return two-sided p-values of mean 0 for ``estimate`` and ``se`` in active_means' interval form (t, cells − 2 df;
+    1 with ≤ 2 cells): the cross-fitted estimate's in active_verified_means."""
     df = np.maximum(cells - 2, 1).astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         t = np.abs(estimate) / se
