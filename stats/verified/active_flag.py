@@ -19,7 +19,7 @@ rectifier enters through the sampled cells only, each weighted 1/π. What carrie
   unsampled cells are the uniform design's unlabelled prompts.
 * **an interval that says nothing**: wider than ``RELIABLE_MAX_WIDTH_RATIO`` times the t interval of exact on as
   many uniformly drawn prompts as the edge has cells. Its SD is the π-weighted (Hájek) SD of Y over the sampled
-  cells, an estimate of the population SD whatever the design, without the cell farthest from the weighted
+  cells, an estimate of the population SD whatever the design, without the cell farthest from the sampled cells'
   median (as reliability.py's yardstick, so one large cell cannot widen the yardstick with the interval). With at
   least 16 cells that yardstick is about sqrt(N / cells) ≤ sqrt(N / 16) times exact on all N, so a flagged interval
   is at most about 2 sqrt(N / 16) (11× at N = 512) times exact on all N.
@@ -68,11 +68,13 @@ def masked_tail_share(X: np.ndarray, mask: np.ndarray, k: np.ndarray | None = No
 
 
 def _weighted_sd_without_extreme(Y: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Per column the w-weighted (Hájek) SD of Y over the cells with w > 0, without the one farthest from their mean."""
+    """Per column the w-weighted (Hájek) SD of Y over the cells with w > 0, without the one farthest from their median."""
     S = w > 0
-    W = np.maximum(w.sum(0), 1e-300)
-    m = (w * Y).sum(0) / W
-    far = np.where(S, np.abs(Y - m), -np.inf).argmax(0)
+    with warnings.catch_warnings():  # a column with no sampled cell: its SD is 0 and its width ratio inf below
+        warnings.simplefilter("ignore", RuntimeWarning)
+        med = np.nanmedian(np.where(S, Y, np.nan), 0)
+    # the plain median of the sampled cells, as reliability.py's yardstick: with equal weights the same cell is dropped
+    far = np.where(S, np.abs(Y - med), -np.inf).argmax(0)
     w2 = w.copy()
     w2[far, np.arange(Y.shape[1])] = 0.0
     W2 = np.maximum(w2.sum(0), 1e-300)
