@@ -93,17 +93,24 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
                       "'<m1>+<m2>'): the sum of its coefficients (each in verified_coefficients)"),
            ("approx_mean", F, "the approximation's own mean over all N prompts (not the verified estimand); a "
                               "combination's rows: its first method's"),
-           ("rectifier_share", F, "share of the labelled rectifier's spread carried by its most extreme prompt"),
-           ("approx_tail_share", F, "tail share of the approximation over the unlabelled prompts"),
+           ("rectifier_share", F, "share of the labelled rectifier's spread carried by its most extreme prompt (the active "
+                                  "design: of the Horvitz-Thompson residual terms (Y - lam Yhat)/pi over the sampled cells)"),
+           ("approx_tail_share", F, "tail share of the approximation over the unlabelled prompts (the active design: the "
+                                    "edge's unsampled cells)"),
            ("width_vs_exact_on_labelled", F, "interval width over the t interval of exact on the n labelled prompts "
-                                             "(SD without the most extreme one); absent before issue 48", False, True),
-           ("estimate_crossfit", F, "PPI++ estimate with λ left out per labelled prompt (unbiased; the p-value's); "
-                                    "absent before issue 48", False, True),
+                                             "(SD without the most extreme one; the active design: on as many prompts as "
+                                             "the edge's cells, pi-weighted SD); absent before issue 48", False, True),
+           ("estimate_crossfit", F, "PPI++ estimate with λ left out per labelled prompt (the active design: λ from the "
+                                    "other of 2 folds of prompts; unbiased; the p-value's); absent before issue 48",
+            False, True),
            ("no_tail_seen", B, "true when no few prompts carry the estimate in this sample (rectifier_share, "
                                "approx_tail_share), the interval is at most 2x exact on the labelled prompts "
                                "(width_vs_exact_on_labelled) and >= 16 were patched; not that the interval covers: an unseen "
                                "spike is invisible. Older runs call it interval_reliable (read as no_tail_seen). "
-                               "Null: not assessed (the active design, whose cells no rule has been measured on)"),
+                               "The active design: >= 16 cells, Horvitz-Thompson residual share (rectifier_share) <= 0.5, "
+                               "the approximation's tail over the unsampled cells <= 0.6, width <= 2x exact on as many "
+                               "prompts as the edge's cells (stats/verified/active_flag.py). "
+                               "Null: not assessed (active-design runs made before that flag)"),
            ("n_labelled", I, "prompts patched exactly (n); the active design: this edge's sampled cells"), ("n_prompts", I, "prompts with the approximation (N)"),
            ("estimand", S, "what the interval covers, with n and N")),
     table_schema("verified_coefficients", "several predictors as control variates (circuitstat.stats.verified.multi): "

@@ -215,7 +215,7 @@ def evaluate_verified_edge(c: VerifiedEdgeClaim, run: RunReader) -> tuple[bool, 
     r = rows[0]
     ok, reason = bounded(v, c, f"{c.statistic} of {c.edge} ({c.method})")
     detail = f"{r['estimand']}: {fmt(r['estimate'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}], q = {fmt(r['qvalue'])}"
-    if r["no_tail_seen"] is None:  # the active design: no rule measured for its flag (stats/verified/active_result.py)
+    if r["no_tail_seen"] is None:  # an active-design run made before its flag was built (stats/verified/active_flag.py)
         detail += "; no_tail_seen not assessed"
     return ok, {c.statistic: v}, f"{reason} ({detail})"
 

@@ -217,8 +217,10 @@ def require_no_tail_seen(run: RunReader, table: str, stat: str, what: str, **eq:
         return
     if any(r[flag] is False for r in run.rows(table, [flag], **eq)):
         if flag == "no_tail_seen":
+            more = ("; in a verified run, more verified prompts (verify.n) or, with the active design, a larger "
+                    "verify.budget (16 or more exact cells per edge)" if table == "verified" else "")
             raise ClaimError(f"a few prompts carry the estimate of {what} in {table} (no_tail_seen = false), so its "
-                             "interval cannot back this claim; rerun with more prompts (--n)")
+                             f"interval cannot back this claim; rerun with more prompts (--n){more}")
         raise ClaimError(f"the interval of {what} is flagged unreliable in {table} (interval_reliable = false: a few "
                          "prompts carry the estimate), so it cannot back this claim; rerun with more prompts (--n)")
 

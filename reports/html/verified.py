@@ -9,7 +9,7 @@ from circuitstat.reports.ci import Ci
 from circuitstat.reports.html.common import Tables, ci_html, html_table, note
 from circuitstat.reports.html.svg import esc, fmt
 from circuitstat.reports.tableset import methods_in, num, rows, where
-from circuitstat.reports.verdicts.verified import verified_edge_lines
+from circuitstat.reports.verdicts.verified import flag_yardstick, is_active_design, verified_edge_lines
 
 __all__ = ["verified_section"]
 
@@ -17,7 +17,7 @@ SHOWN = 20  # verified edges listed per method (by |estimate|)
 
 
 def _flag_words(flag) -> str:
-    """Return the flag cell: yes, no, or not assessed (null: the active design's intervals have no measured rule)."""
+    """Return the flag cell: yes, no, or not assessed (null: an active-design run made before its flag was built)."""
     return "not assessed" if flag is None else ("yes" if flag else "no")
 
 
@@ -33,10 +33,10 @@ def _method_table(T: Tables, method: str) -> str:
     coef = where(T.get("verified_coefficients"), method=method)
     combined = coef is not None and coef.num_rows > 0  # several methods as control variates (verify.combine)
     preds = list(dict.fromkeys(coef.column("predictor").to_pylist())) if combined else [method]
+    est = str(t.column("estimand")[0]) if t.num_rows else ""
     cols = (("edge", "text"), ("mean exact effect [CI]", "html"), ("q (BH)", "num"), (f"{preds[0]} mean", "num"),
             ("Σ coefficients" if combined else "λ", "num"),
-            ("no tail seen, informative (≤ 2× exact on the verified prompts)", "text"))
-    est = str(t.column("estimand")[0]) if t.num_rows else ""
+            (f"no tail seen, informative (≤ 2× {flag_yardstick(is_active_design(est))})", "text"))
     head = f"<h3>{esc(method)}: {esc(est)}</h3>"
     if combined:
         head += note(_design_words(coef, preds))

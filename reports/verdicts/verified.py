@@ -46,6 +46,20 @@ def _missed_parts(T: Tables, method: str) -> tuple[Part, ...]:
             f"random edges verified){mass}",)
 
 
+#: how the active design's estimand ends (circuitstat.stats.verified.active_result.active_estimand writes it)
+ACTIVE_ESTIMAND_SUFFIX = "(active sampling)"
+
+
+def is_active_design(estimand: object) -> bool:
+    """Return True when a verified row's estimand is the active design's (cells sampled per edge, not n prompts)."""
+    return str(estimand or "").endswith(ACTIVE_ESTIMAND_SUFFIX)
+
+
+def flag_yardstick(active: bool) -> str:
+    """Return what the tail flag's width rule compares an interval with, in words, for the design."""
+    return "exact on as many prompts as the edge's exact cells" if active else "exact on the verified prompts"
+
+
 def _method_line(T: Tables, method: str) -> Line | None:
     t = where(T.get("verified"), method=method)
     if t is None or not t.num_rows:
@@ -53,11 +67,13 @@ def _method_line(T: Tables, method: str) -> Line | None:
     vrows = t.to_pylist()
     first = vrows[0]
     n, N = int(first["n_labelled"]), int(first["n_prompts"])
-    assessed = any(r.get("no_tail_seen") is not None for r in vrows)  # all null: the active design (not assessed)
+    # all null: an active-design run made before its flag was built (not assessed)
+    assessed = any(r.get("no_tail_seen") is not None for r in vrows)
+    active = is_active_design(first.get("estimand"))
     k, shaky = significant_verified(T, method)
     est = num(t, "estimate")
     best = vrows[int(np.nanargmax(np.where(np.isfinite(est), np.abs(est), -math.inf)))]
-    head = f"{method} verified on {n} of {N} prompts" if assessed else f"{method} {first['estimand']}"
+    head = f"{method} {first['estimand']}" if active else f"{method} verified on {n} of {N} prompts"
     parts: list[Part] = [f"{head}: {k} of {len(vrows)} edges' mean exact effect "
                          f"excludes 0 (BH q ≤ {SIGNIFICANT_Q}, "
                          + ("no tail seen" if assessed else "tail flag not assessed")
@@ -66,7 +82,7 @@ def _method_line(T: Tables, method: str) -> Line | None:
                          f" q = {fmt(best.get('qvalue'), 2)}", *_missed_parts(T, method)]
     tails = sum(1 for r in vrows if r.get("no_tail_seen") is False)
     if tails:
-        parts.append(f"; {tails} intervals rest on a few prompts or are wider than 2× exact on the verified prompts (!)")
+        parts.append(f"; {tails} intervals rest on a few prompts or are wider than 2× {flag_yardstick(active)} (!)")
     from circuitstat.core.words import counted
 
     return Line("verified", f"{method}: {counted(k, 'edge')} ≠ 0", "info", tuple(parts), "verified")

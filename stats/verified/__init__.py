@@ -10,7 +10,9 @@
   faithfulness of circuits selected from them (stratified resampling);
 * circuitstat.stats.verified.coverage: simulated coverage on paired populations (exact and approximation per prompt);
 * circuitstat.stats.verified.active: active verification (exact cells sampled with probabilities from the approximation,
-  Horvitz–Thompson weighted; Zrnic & Candès 2024); circuitstat.stats.verified.active_result: its verified table;
+  Horvitz–Thompson weighted; Zrnic & Candès 2024; 2-fold cross-fitted λ for its p-values);
+  circuitstat.stats.verified.active_flag: its per-edge tail flag; circuitstat.stats.verified.active_result: its
+  verified table;
 * circuitstat.stats.verified.multi: several approximations at once as control variates, coefficients cross-fitted
   and shrunk across edges (``verified_means_multi``, the same VerifiedResult).
 """
@@ -25,9 +27,10 @@ _MODULES = {
              "DEFAULT_TUNING"],
     ".missed": ["MissedEdgesResult", "missed_edges_bound", "hypergeometric_upper"],
     ".missed_mass": ["MissedMass", "missed_mass_bound"],
-    ".coverage": ["paired_population", "simulate_verified"],
+    ".coverage": ["paired_population", "simulate_verified", "simulate_active"],
     ".pseudo": ["VerifiedPseudoScores", "verified_pseudo_scores", "verified_strata"],
-    ".active": ["active_probabilities", "active_sample", "active_means"],
+    ".active": ["active_probabilities", "active_sample", "active_means", "active_crossfit"],
+    ".active_flag": ["active_reliability"],
     ".active_result": ["ActiveVerifiedResult", "active_verified_means", "active_estimand", "ACTIVE_LABEL"],
     ".multi": ["verified_means_multi", "multi_fit"],
 }

@@ -26,12 +26,14 @@ from scipy import special
 from circuitstat.core.seeds import as_seed_sequence, spawn_seeds
 from circuitstat.stats.populations import spiky_population
 
+from .active import active_crossfit, active_means, active_probabilities, active_sample
+from .active_flag import ACTIVE_FLAG_RULES, active_reliability
 from .crossfit import crossfit_fit
 from .ppi import DEFAULT_INTERVAL, DEFAULT_TUNING, PPIFit, ppi_fit, ppi_intervals
 from .reliability import verified_reliability
 
 __all__ = ["paired_population", "synthetic_approximation", "multi_population", "simulate_verified", "simulate_designs",
-           "REFERENCES"]
+           "simulate_active", "REFERENCES"]
 
 #: the reference intervals simulated beside the verified ones
 REFERENCES = ("exact_all", "exact_n")
@@ -162,3 +164,45 @@ def simulate_designs(X: np.ndarray, H: np.ndarray, N: int, n: int, n_datasets: i
         out["exact_all"]["covered"].append(cov[0])
         out["exact_all"]["width"].append(wid[0])
     return {m: {k: np.asarray(v) for k, v in cols.items()} for m, cols in out.items()}
+
+
+def simulate_active(X: np.ndarray, A: np.ndarray, N: int, budget: float, n_datasets: int, *,
+                    seed: int | np.random.SeedSequence, confidence_level: float = 0.95, chunk: int = 100,
+                    rules: tuple[str, ...] = ACTIVE_FLAG_RULES) -> dict[str, dict[str, np.ndarray]]:
+    """Return {"active": {...}, "exact_all": {covered, width}} ([n_datasets, E] each) of simulated active runs.
+
+    Per dataset: N prompts drawn with replacement from the paired population (the estimand is X's column mean),
+    the approximation on all of them, exact on a Poisson sample of cells drawn with active_probabilities (``budget``
+    expected cells per edge), active_means' interval and active_reliability's flag (with ``rules``). "active" holds
+    covered, width, reliable, estimate, se, estimate_crossfit, se_crossfit (active_crossfit), cells and the flag's
+    inputs (residual_share, approx_tail_share, width_ratio); "exact_all" the t interval of exact on all N of the same
+    dataset. Datasets are columns side by side, as in ``simulate_verified`` (every step is per column).
+    """
+    X, A = np.asarray(X, np.float64), np.asarray(A, np.float64)
+    if X.shape != A.shape or X.ndim != 2:
+        raise ValueError(f"exact and approximation must be [P, E] of one shape, got {X.shape} and {A.shape}")
+    P, E = X.shape
+    truth = X.mean(0)
+    s_idx, s_draw = spawn_seeds(as_seed_sequence(seed), 2)
+    idx = np.random.default_rng(s_idx).integers(0, P, (int(n_datasets), int(N)))
+    keys = ("covered", "width", "reliable", "estimate", "se", "estimate_crossfit", "se_crossfit", "cells",
+            "residual_share", "approx_tail_share", "width_ratio")
+    out: dict[str, dict[str, list]] = {"active": {k: [] for k in keys}, "exact_all": {"covered": [], "width": []}}
+    for d0, s in zip(range(0, int(n_datasets), chunk), spawn_seeds(s_draw, -(-int(n_datasets) // chunk))):
+        rows = idx[d0:d0 + chunk].T  # [N, d]
+        d = rows.shape[1]
+        Xs, As = X[rows].reshape(N, d * E), A[rows].reshape(N, d * E)
+        p = active_probabilities(As, budget)
+        S = active_sample(p, s)
+        r = active_means(As, Xs, S, p, confidence_level)
+        cf = active_crossfit(As, Xs, S, p)
+        flag = active_reliability(As, Xs, S, p, r["lam"], r["high"] - r["low"], confidence_level, rules)
+        got = {"covered": (r["low"] <= np.tile(truth, d)) & (np.tile(truth, d) <= r["high"]),
+               "width": r["high"] - r["low"], "estimate": r["estimate"], "se": r["se"],
+               "estimate_crossfit": cf["estimate"], "se_crossfit": cf["se"], **flag}
+        for k in keys:
+            out["active"][k].append(np.asarray(got[k]).reshape(d, E))
+        cov, wid = _t_covered(Xs, truth, confidence_level, d, E)
+        out["exact_all"]["covered"].append(cov)
+        out["exact_all"]["width"].append(wid)
+    return {m: {k: np.concatenate(v) for k, v in cols.items()} for m, cols in out.items()}

@@ -72,18 +72,25 @@ def test_verified_table_equals_the_library_on_the_recorded_cells(runs):
                          ("lam", "lam"), ("n_labelled", "cells")):
             assert np.array_equal(g[col].to_numpy(), want[key]), col
         res = active_verified_means(approx, exact, cells, probs, budget=6)
-        for col, ref in (("pvalue", res.pvalue), ("qvalue", res.qvalue), ("approx_mean", approx.mean(0))):
+        for col, ref in (("pvalue", res.pvalue), ("qvalue", res.qvalue), ("approx_mean", approx.mean(0)),
+                         ("estimate_crossfit", res.estimate_crossfit), ("rectifier_share", res.rectifier_share)):
             assert np.array_equal(g[col].to_numpy(), ref), col
+        # the tail flag is assessed (true or false, never null) and is the library's on the same cells
+        assert g["no_tail_seen"].notna().all()
+        assert np.array_equal(g["no_tail_seen"].to_numpy(bool), res.reliable)
+        # the p-values are the cross-fitted estimate's, not the interval's inverse: they differ somewhere
+        assert not np.array_equal(res.estimate_crossfit, want["estimate"])
         few = want["cells"] <= 2  # an edge with 2 cells or fewer has no spread to read: unbounded, p = 1
         assert np.isfinite(g["ci_low"][~few]).all() and (g["ci_high"] > g["ci_low"]).sum() > E // 2
         assert np.isinf(g["ci_low"][few]).all() and (g["pvalue"][few] == 1).all()
         # negative control: the same estimator on the next seed's cells gives other numbers
         other = active_sample(p, np.random.SeedSequence([6, stream]))
         assert not np.array_equal(active_means(approx, exact, other, p)["estimate"], want["estimate"])
-    # the design is named: the estimand, the params, and the flag is null (not assessed), never true
+    # the design is named: the estimand, the params; with at most ~6 cells per edge (below the flag's 16) no edge
+    # is flagged, so no interval here is called reliable
     assert set(table["estimand"]) == {"mean exact effect, verified on 6 expected exact cells per edge of 24 prompts "
                                       "(active sampling)"}
-    assert table["no_tail_seen"].isna().all()
+    assert table["no_tail_seen"].notna().all() and not table["no_tail_seen"].astype(bool).any()
     assert json.loads(got.schema.metadata[b"circuitstat.params"])["method"] == ACTIVE_LABEL
 
 
@@ -164,9 +171,10 @@ def test_bad_attribute_flags_exit_2(flags, words, tmp_path):
 
 
 def test_verdict_page_and_claims_read_the_active_table(runs, tmp_path):
-    """The verdict line names the design and says the tail flag is not assessed, the page's flag column says "not
-    assessed" (never "yes"), and a verified_edge claim on ci_low holds at the cell, fails a hair past it, and says the
-    flag was not assessed."""
+    """The verdict line names the design and its flag ("no tail seen", the intervals not flagged counted with the
+    active design's yardstick), the page's flag column says "no" (never "not assessed" or "yes": under 16 cells per
+    edge), a verified_edge claim on ci_low is refused (exit 2) naming the budget as the fix, and one on the estimate
+    holds at the cell and fails a hair past it."""
     import html
     import re
 
@@ -179,18 +187,22 @@ def test_verdict_page_and_claims_read_the_active_table(runs, tmp_path):
     _, act = runs
     (line,) = [ln for ln in verdict(act).lines if ln.label == "verified" and ln.verdict.startswith("eap:")]
     text = line.text()
-    assert "(active sampling)" in text and "tail flag not assessed" in text and "no tail seen" not in text
+    assert "(active sampling)" in text and "no tail seen" in text and "not assessed" not in text
+    assert "wider than 2× exact on as many prompts as the edge's exact cells (!)" in text
     page = html.unescape(re.sub(r"<[^>]+>", " ", render_report(act).read_text()))
-    assert "not assessed" in page
+    assert "not assessed" not in page and "≤ 2× exact on as many prompts as the edge's exact cells" in page
     v = pq.read_table(act / "verified.parquet").to_pandas()
     v = v[(v["method"] == "eap") & np.isfinite(v["ci_low"])]
     row = v.iloc[int(np.argmax(np.abs(v["estimate"])))]
-    codes = []
-    for i, bound in enumerate((float(row.ci_low), float(row.ci_low) + 1e-6 * max(abs(row.ci_low), 1.0))):
+
+    def check(statistic: str, bound: float, i: int):
         f = tmp_path / f"c{i}.yaml"
         f.write_text(yaml.safe_dump({"claims": [{"kind": "verified_edge", "edge": row.edge_name, "method": "eap",
-                                                 "statistic": "ci_low", "min": bound}]}))
-        r = CliRunner().invoke(app, ["check", str(f), "--run", str(act), "--allow-outside"])
-        codes.append(r.exit_code)
-        assert "no_tail_seen not assessed" in r.output, r.output
+                                                 "statistic": statistic, "min": bound}]}))
+        return CliRunner().invoke(app, ["check", str(f), "--run", str(act), "--allow-outside"])
+
+    r = check("ci_low", float(row.ci_low), 0)
+    assert r.exit_code == 2 and "no_tail_seen = false" in r.output and "verify.budget" in r.output, r.output
+    est = float(row.estimate)
+    codes = [check("estimate", b, i + 1).exit_code for i, b in enumerate((est, est + 1e-6 * max(abs(est), 1.0)))]
     assert codes == [0, 1], codes

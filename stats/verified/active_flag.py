@@ -1,0 +1,117 @@
+"""The active design's per-edge tail flag: the uniform design's rules (circuitstat.stats.verified.reliability) carried
+over to a Horvitz–Thompson sample of (prompt, edge) cells.
+
+Under the uniform design every edge's rectifier Y − λŶ is read on n uniformly drawn prompts, each weighted N/n.
+Under the active design (circuitstat.stats.verified.active) an edge's estimate is (1/N) Σ [λŶ + ξ/π (Y − λŶ)]: the
+rectifier enters through the sampled cells only, each weighted 1/π. What carries over, rule by rule:
+
+* **enough cells**: the sampled cells on the edge play the labelled prompts; below
+  ``RELIABLE_MIN_LABELLED`` (16) no edge is flagged, as in the uniform design (measured there: fewer cells seldom
+  contain a rare, large error, so no rule can see it).
+* **the weighted residual share**: the HT residual terms t = (Y − λŶ)/π over the sampled cells are what the SE
+  reads beyond the approximation; when the most extreme one carries more than ``RELIABLE_MAX_RECTIFIER_SHARE`` of
+  Σ |t − median t|, the SE and the t quantile rest on one cell. With π = B/N this is the uniform design's rectifier
+  share exactly (a constant weight cancels). A small π on a large residual, the failure HT weighting invites, is
+  what it sees.
+* **the approximation's tail on the unsampled prompts**: λŶ is imputed on the cells nobody patched; when the
+  ceil(sqrt(N_u)) unsampled cells farthest from their median carry more than circuitstat.stats.reliability's 0.6 of
+  Σ |Ŷ − median|, the imputed mean rests on a few cells whose exact effect nobody computed. With uniform π the
+  unsampled cells are the uniform design's unlabelled prompts.
+* **an interval that says nothing**: wider than ``RELIABLE_MAX_WIDTH_RATIO`` times the t interval of exact on as
+  many uniformly drawn prompts as the edge has cells. Its SD is the π-weighted (Hájek) SD of Y over the sampled
+  cells, an estimate of the population SD whatever the design, without the cell farthest from the sampled cells'
+  median (as reliability.py's yardstick, so one large cell cannot widen the yardstick with the interval). With at
+  least 16 cells that yardstick is about sqrt(N / cells) ≤ sqrt(N / 16) times exact on all N, so a flagged interval
+  is at most about 2 sqrt(N / 16) (11× at N = 512) times exact on all N.
+
+The constants are the uniform design's; docs/verified.md ("Active verification") measures the rule on the
+populations it was chosen on and on held-out ones (docs/make_verified_active_flag.py).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from scipy import special
+
+from circuitstat.core.errors import InputError
+from circuitstat.stats.reliability import RELIABLE_MAX_TAIL_SHARE
+
+from .active import check_active_inputs, ht_weights
+from .reliability import RELIABLE_MAX_RECTIFIER_SHARE, RELIABLE_MAX_WIDTH_RATIO, RELIABLE_MIN_LABELLED
+
+__all__ = ["masked_tail_share", "active_reliability", "active_flag", "ACTIVE_FLAG_RULES"]
+
+#: the flag's rules, by name (a rule left out of ``rules`` is not applied: the negative controls)
+ACTIVE_FLAG_RULES = ("cells", "residual", "approx_tail", "width")
+
+
+def masked_tail_share(X: np.ndarray, mask: np.ndarray, k: np.ndarray | None = None) -> np.ndarray:
+    """Return per column the share of Σ |x − median| over the cells in ``mask`` carried by its k farthest (0 if none).
+
+    k defaults per column to ceil(sqrt(cells in mask)): circuitstat.stats.reliability.tail_share on each column's
+    masked cells (the columns hold different numbers of cells).
+    """
+    M = np.asarray(mask, bool)
+    cnt = M.sum(0)
+    kk = np.maximum(1, np.ceil(np.sqrt(cnt))).astype(np.int64) if k is None else np.broadcast_to(k, cnt.shape)
+    Xm = np.where(M, np.asarray(X, np.float64), np.nan)
+    with warnings.catch_warnings():  # a column with no cell in the mask: median NaN, share 0 below
+        warnings.simplefilter("ignore", RuntimeWarning)
+        med = np.nanmedian(Xm, 0)
+    u = np.where(M, np.abs(Xm - med), 0.0)  # off-mask cells sort to the bottom and add nothing
+    top = np.cumsum(-np.sort(-u, axis=0), axis=0)
+    total = u.sum(0)
+    pick = top[np.minimum(kk, u.shape[0]) - 1, np.arange(u.shape[1])]
+    return np.where(total > 0, pick / np.where(total > 0, total, 1.0), 0.0)
+
+
+def _weighted_sd_without_extreme(Y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Per column the w-weighted (Hájek) SD of Y over the cells with w > 0, without the one farthest from their median."""
+    S = w > 0
+    with warnings.catch_warnings():  # a column with no sampled cell: its SD is 0 and its width ratio inf below
+        warnings.simplefilter("ignore", RuntimeWarning)
+        med = np.nanmedian(np.where(S, Y, np.nan), 0)
+    # the plain median of the sampled cells, as reliability.py's yardstick: with equal weights the same cell is dropped
+    far = np.where(S, np.abs(Y - med), -np.inf).argmax(0)
+    w2 = w.copy()
+    w2[far, np.arange(Y.shape[1])] = 0.0
+    W2 = np.maximum(w2.sum(0), 1e-300)
+    m2 = (w2 * Y).sum(0) / W2
+    c = np.maximum((w2 > 0).sum(0), 2)
+    # the usual c/(c−1) small-sample factor, c the cells kept
+    return np.sqrt((w2 * (Y - m2) ** 2).sum(0) / W2 * c / (c - 1))
+
+
+def active_reliability(approx: np.ndarray, exact: np.ndarray, sampled: np.ndarray, probs: np.ndarray,
+                       lam: np.ndarray, width: np.ndarray, confidence_level: float = 0.95,
+                       rules: tuple[str, ...] = ACTIVE_FLAG_RULES) -> dict[str, np.ndarray]:
+    """Return {residual_share, approx_tail_share, width_ratio, cells, reliable} per edge of an active-design interval."""
+    A, Y, S, P = check_active_inputs(approx, exact, sampled, probs)
+    w = ht_weights(S, P)
+    cells = S.sum(0)
+    r_share = masked_tail_share(w * (Y - np.asarray(lam) * A), S, k=np.ones_like(cells))
+    a_share = masked_tail_share(A, ~S)
+    q = special.stdtrit(np.maximum(cells - 1, 1), 0.5 + confidence_level / 2)
+    ref = 2.0 * q * _weighted_sd_without_extreme(Y, w) / np.sqrt(np.maximum(cells, 1))
+    width = np.asarray(width, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(ref > 0, width / np.where(ref > 0, ref, 1.0), np.where(width > 0, np.inf, 0.0))
+    out = {"residual_share": r_share, "approx_tail_share": a_share, "width_ratio": ratio, "cells": cells}
+    return {**out, "reliable": active_flag(out, rules)}
+
+
+def active_flag(inputs: dict[str, np.ndarray], rules: tuple[str, ...] = ACTIVE_FLAG_RULES) -> np.ndarray:
+    """Return the flag (bool per edge) from active_reliability's inputs, applying only the named ``rules``."""
+    unknown = set(rules) - set(ACTIVE_FLAG_RULES)
+    if unknown:
+        raise InputError(f"unknown flag rules {sorted(unknown)}; use some of {ACTIVE_FLAG_RULES}")
+    checks = {"cells": lambda: inputs["cells"] >= RELIABLE_MIN_LABELLED,
+              "residual": lambda: inputs["residual_share"] <= RELIABLE_MAX_RECTIFIER_SHARE,
+              "approx_tail": lambda: inputs["approx_tail_share"] <= RELIABLE_MAX_TAIL_SHARE,
+              "width": lambda: inputs["width_ratio"] <= RELIABLE_MAX_WIDTH_RATIO}
+    reliable = np.ones(np.shape(inputs["cells"]), bool)
+    for name in rules:
+        reliable &= checks[name]()
+    return reliable
