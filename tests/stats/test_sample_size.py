@@ -11,12 +11,14 @@ import pytest
 from scipy import stats as sps
 
 from circuitstat.core.errors import InputError
+from circuitstat.stats import sample_size
 from circuitstat.stats.intervals import bootstrap_edges
 from circuitstat.stats.sample_size import (clear_probability, deconvolved_means, edge_kurtosis, expected_jaccard,
                                            fit_pilot, half_jaccard, jackknife_log_sd, kurtosis_growth,
-                                           log_sd_ratio_upper, predict_stability, predict_widths, satterthwaite_df,
+                                           log_sd_ratio_upper, median_sd_growth, predict_stability, predict_widths, satterthwaite_df,
                                            self_calibration, tail_level)
 from circuitstat.stats.populations import spiky_population
+from circuitstat.stats.stability import chance_jaccard
 from circuitstat.stats.stability_halves import halves_stability
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -335,3 +337,59 @@ def test_predicted_j_half_is_the_audits_jaccard_half_by_brute_force():
     assert abs(s["jaccard_half"][0] - brute.mean()) < 0.05  # 3 x the brute force's SE (0.010) plus the MC's
     assert s["jaccard"][0] - brute.mean() > 0.08
     assert s["jaccard_half_pi_low"][0] <= brute.mean() <= s["jaccard_half_pi_high"][0]
+
+
+def _median_sd_ratio(P: np.ndarray, n: int, pilots: int, seed: int) -> float:
+    """Median over pilots of 32 of the median over edges of (realised SD of one dataset of n) / (predicted `sd`)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for r in range(pilots):
+        w = predict_widths(P[rng.integers(0, P.shape[0], 32)], [n], n_resamples=199, seed=r)
+        s = P[rng.integers(0, P.shape[0], n)].std(axis=0, ddof=1)
+        ok = w["sd"] > 0
+        out.append(np.median(s[ok] / w["sd"][ok]))
+    return float(np.median(out))
+
+
+def test_point_width_follows_the_median_sd_growth_of_heavy_tails_and_the_bootstrap_alone_does_not(monkeypatch):
+    # a spiky population (seed 5: not the bench's 9 or 21, on which the rule was chosen and reported): a dataset of
+    # 512 holds rare spikes a pilot of 32 rarely does, so the median edge's SD grows beyond the ratio bootstrap's
+    # O(1/n) bias. Measured median realised / predicted SD 1.06 (20 pilots); the negative control, the same
+    # prediction without median_sd_growth (the rule before), 1.11
+    P = spiky_population(2000, 60, seed=5)
+    assert 0.9 <= _median_sd_ratio(P, 512, 20, 5) <= 1.1
+    monkeypatch.setattr(sample_size, "median_sd_growth", lambda n0, n, kurtosis: 1.0)
+    assert _median_sd_ratio(P, 512, 20, 5) > 1.1
+
+
+def test_median_sd_growth_is_one_on_normal_tails_and_grows_with_n_under_heavy_ones():
+    # oracle: at kappa = 3 the law is the exact F(n - 1, n0 - 1), divided by itself
+    assert median_sd_growth(32, 512, 3.0) == pytest.approx(1.0)
+    assert median_sd_growth(32, 512, 2.0) == pytest.approx(1.0)  # floored at the normal's
+    g = [median_sd_growth(32, n, 12.0) for n in (64, 128, 256, 512)]
+    assert 1.0 < g[0] < g[1] < g[2] < g[3] < 1.5
+    # brute force: the median of s_n / s_0 of independent samples of a kurtosis-9 law (Student t, 5 df) over the
+    # normal's, against the Satterthwaite F law's (an approximation: within 3%)
+    rng = np.random.default_rng(6)
+    def med(draw):
+        return np.median(draw((4000, 256)).std(axis=1, ddof=1) / draw((4000, 32)).std(axis=1, ddof=1))
+    brute = med(lambda s: rng.standard_t(5, s)) / med(lambda s: rng.normal(size=s))
+    assert median_sd_growth(32, 256, 9.0) == pytest.approx(brute, rel=0.03)
+
+
+def test_posterior_means_meet_the_near_tie_bias_line_for_j_half_where_deconvolution_does_not():
+    # the normal population (every mean 0): the true J_{N/2} at N = 128, k = 5 is J at 64 prompts, the chance level
+    # 0.074 (bench/sample_size.py, 400 datasets). Issue 49's line: bias below 0.15. Measured over 40 pilots (the
+    # bench): posterior draws +0.068, the deconvolved default +0.207 (these 8 pilots: +0.108 / +0.228); not the
+    # default because posterior draws are worse where a real gap is below the pilot's noise (zoo, tails-mlp3l:
+    # docs/sample-size.md)
+    P = np.random.default_rng(4).normal(0.0, 1.0, (4000, 40))
+    truth = float(chance_jaccard(40, [5])[0])  # two independent random 5-sets of 40 (the hypergeometric expectation)
+    assert truth == pytest.approx(0.074, abs=0.005)
+    rng = np.random.default_rng(21)
+    pilots = [P[rng.integers(0, P.shape[0], 32)] for _ in range(8)]
+    bias = {means: np.mean([predict_stability(S, [128], [5], ranking="absolute", seed=r, means=means, n_outer=10,
+                                              n_sim=20)["jaccard_half"][0] for r, S in enumerate(pilots)]) - truth
+            for means in ("posterior", "deconvolved")}
+    assert -0.03 <= bias["posterior"] < 0.15
+    assert bias["deconvolved"] > 0.15  # the negative control: the default keeps the pilot's order of the ties

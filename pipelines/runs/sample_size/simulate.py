@@ -136,7 +136,8 @@ def _simulate(S: np.ndarray, names: list[str], method: str, n: int, ks: list[int
     """([n_datasets, 2, k] lower ends of J_{N/2}'s and J_N's intervals, [n_datasets, claims] passes) over simulated datasets of n (with the
     pilot's templates ``groups``: of whole templates, as many as n prompts hold at the pilot's prompts per template)."""
     from circuitstat.core.seeds import spawn_seeds
-    from circuitstat.stats.sample_size import simulated_datasets, simulated_template_datasets, template_counts
+    from circuitstat.stats.sample_size import simulated_datasets
+    from circuitstat.stats.sample_size_templates import simulated_template_datasets, template_counts
 
     c_data, c_plans = spawn_seeds(seed, 2)
     need_edges = cf is not None and any(c.kind == "edge_effect" for c in cf.claims)
@@ -254,7 +255,7 @@ def sample_size(S: np.ndarray, names: Sequence[str], method: str, ns: Sequence[i
               "prediction_level": prediction_level, "ranking": spec.ranking, "seed": seed_record(root),
               "bootstrap": spec.bootstrap.model_dump(), "confidence_level": prediction_level}
     if groups is not None:
-        from circuitstat.stats.sample_size import template_counts
+        from circuitstat.stats.sample_size_templates import template_counts
 
         params.update(unit="templates", n_templates_pilot=int(np.unique(groups).size),
                       n_templates=template_counts(ns_arr, S.shape[0], np.unique(groups).size))
@@ -279,7 +280,8 @@ def _pilot_groups(spec, groups, n0: int) -> np.ndarray | None:
 
 def _template_units(S: np.ndarray, groups: np.ndarray, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(template means [G0, E], the template count of each n): the cluster scheme's units, at the pilot's size."""
-    from circuitstat.stats.sample_size import MIN_PILOT, template_counts, template_means
+    from circuitstat.stats.sample_size import MIN_PILOT
+    from circuitstat.stats.sample_size_templates import template_counts, template_means
 
     M = template_means(S, groups)
     if M.shape[0] < MIN_PILOT:
