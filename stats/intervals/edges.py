@@ -17,9 +17,10 @@ from ..testing import bh_adjust
 from .bounds import frac_below, intervals_sorted
 from .jackknife import acceleration_from_jackknife, mean_acceleration
 from .methods import (CLUSTER_DEFAULT_METHOD, DEFAULT_METHOD, EDGE_METHODS, ESTIMAND, IID_METHODS, STUDENTIZED,
-                      check_methods, check_plan_for_methods, plan_for, tail_levels)
+                      WILD_METHODS, check_methods, check_plan_for_methods, plan_for, tail_levels)
 from .pvalues import pvalues_sorted
 from .result import BootstrapResult
+from .wcr import wcr_interval
 from .wild import CLUSTER_METHODS, ClusterSums, cluster_intervals, cluster_pvalues, cr2_se, weight_family, wild_t
 
 
@@ -72,6 +73,9 @@ def bootstrap_edges(S: np.ndarray, plan: ResamplingPlan | None = None, *,
         # t*, |t*| and the centred and squared resampled sums: about three times the
         # per-edge workspace default_chunk_size budgets for
         chunk_size = default_chunk_size(n_obs, b, resolve_jobs(n_jobs), max_bytes // 3)
+    elif reduce.wild is not None and chunk_size is None:
+        # t* and its sorted copy have one column per wild weight row (up to 7,776 when G <= 5 are enumerated)
+        chunk_size = default_chunk_size(n_obs, max(b, reduce.wild.shape[0]), resolve_jobs(n_jobs), max_bytes)
     parts = list(map_edge_chunks(S, plan, reduce, chunk_size=chunk_size, n_jobs=n_jobs,
                                  max_bytes=max_bytes, check=False))
     params = {"estimator": "bootstrap_edges", "statistic": "mean", "estimand": ESTIMAND,
@@ -138,7 +142,7 @@ class _EdgeChunk:
             cluster_info = (order, starts, sizes)
         weights = plan_weights(plan) if set(todo) & set(STUDENTIZED) else None
         clusters = ClusterSums(plan.groups) if set(todo) & set(CLUSTER_METHODS) else None
-        wild = plan.wild if "wild_cluster_t" in todo else None
+        wild = plan.wild if set(todo) & set(WILD_METHODS) else None
         return cls(todo, alpha, alternative, keep_distribution, n_obs, plan.totals, cluster_info, weights,
                    clusters, wild)
 
@@ -186,10 +190,13 @@ class _EdgeChunk:
         cs = self.clusters
         U = cs.residual_sums(sc)
         se = cr2_se(U, cs)
-        abs_wild = np.sort(np.abs(wild_t(U, cs, self.wild)), axis=1) if self.wild is not None else None
-        todo = [m for m in self.todo if m in CLUSTER_METHODS]
+        abs_wild = (np.sort(np.abs(wild_t(U, cs, self.wild)), axis=1) if "wild_cluster_t" in self.todo
+                    else None)
+        todo = [m for m in self.todo if m in CLUSTER_METHODS and m != "wcr"]
         out["ci"].update(cluster_intervals(theta, se, abs_wild, cs.n_groups, todo, self.alpha, self.alternative))
         out["p"].update({m: cluster_pvalues(m, theta, se, abs_wild, cs.n_groups, self.alternative) for m in todo})
+        if "wcr" in self.todo:
+            out["ci"]["wcr"], out["p"]["wcr"] = wcr_interval(U, cs, self.wild, theta, self.alpha, self.alternative)
         if self.todo[0] in CLUSTER_METHODS:
             out["se"] = se
 

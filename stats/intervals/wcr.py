@@ -35,7 +35,7 @@ import numpy as np
 
 from .wild import ClusterSums, cr2_se
 
-__all__ = ["wcr_quartics", "wcr_steps", "wcr_bounds_and_pvalues", "constant_rows"]
+__all__ = ["wcr_quartics", "wcr_steps", "wcr_bounds_and_pvalues", "wcr_interval", "constant_rows"]
 
 #: edges per block of the root finding (the [c, B, 3] root arrays stay near 100 MB at B = 3,888)
 _BLOCK_ELEMENTS = 1_500_000
@@ -157,7 +157,8 @@ def _status_near_zero(coef: np.ndarray) -> np.ndarray:
 
 
 def wcr_steps(coef: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Return (roots [c, 3B], steps [c, 3B], count just right of 0 [c]) of the extreme-resample count on tau > 0."""
+    """Return (roots [c, M], steps [c, M], count just right of 0 [c]) of the extreme-resample count on tau > 0
+    (M between B and 3B; inf roots with step 0 pad the rows)."""
     c, b = coef.shape[:2]
     flat = coef.reshape(c * b, 5)
     roots = np.full((c * b, 3), np.inf)
@@ -170,7 +171,16 @@ def wcr_steps(coef: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     steps[single, 0] = -1.0
     rest = ~single & (flat[:, 0] < 0)  # all-equal weights (f = 0) have no roots: extreme throughout
     roots[rest], steps[rest] = _positive_roots_general(flat[rest])
-    return roots.reshape(c, 3 * b), steps.reshape(c, 3 * b), _status_near_zero(coef).sum(axis=1)
+    roots, steps = roots.reshape(c, b, 3), steps.reshape(c, b, 3)
+    # second and third roots exist only for the few quartics solved by eigenvalues: keep as many columns of
+    # them as the edge with most needs (the rest are inf with step 0), so the sort runs over about B events
+    extra_r, extra_s = roots[:, :, 1:].reshape(c, 2 * b), steps[:, :, 1:].reshape(c, 2 * b)
+    k = int(np.isfinite(extra_r).sum(axis=1).max()) if c else 0
+    if k < 2 * b:
+        part = np.argpartition(extra_r, k, axis=1)[:, :k]
+        extra_r, extra_s = np.take_along_axis(extra_r, part, 1), np.take_along_axis(extra_s, part, 1)
+    return (np.concatenate([roots[:, :, 0], extra_r], axis=1), np.concatenate([steps[:, :, 0], extra_s], axis=1),
+            _status_near_zero(coef).sum(axis=1))
 
 
 def _side(coef: np.ndarray, need: float, tau0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -235,3 +245,23 @@ def _closed_under_negation(w: np.ndarray) -> bool:
         return False
     keys = {r.tobytes() for r in w}
     return len(keys) == w.shape[0] and all((-r + 0.0).tobytes() in keys for r in w)
+
+
+def wcr_interval(U: np.ndarray, cs: ClusterSums, w: np.ndarray, theta: np.ndarray, alpha: float,
+                 alternative: str) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """Return ((low, high), p-value at 0) of the inverted WCR test with tail level alpha and `alternative`.
+
+    The weights are symmetric (w and -w equally likely), so t*'s distribution is too and a one-sided bound at
+    tail level alpha is the two-sided set's bound at 2 alpha: both use p(mu0) >= 2 alpha, and the one-sided
+    p-value is half the symmetric one on the alternative's side."""
+    low, high, p = wcr_bounds_and_pvalues(U, cs, w, alpha, theta)
+    p = np.maximum(p, 1.0 / (w.shape[0] + 1.0))  # never below the resampling floor 1/(B+1)
+    if alternative == "two-sided":
+        return (low, high), p
+    right = theta > 0 if alternative == "greater" else theta < 0
+    p1 = np.where(right, p / 2.0, 1.0 - p / 2.0)
+    if alternative == "less":
+        low = np.full_like(low, -np.inf)
+    else:
+        high = np.full_like(high, np.inf)
+    return (low, high), p1
