@@ -139,10 +139,11 @@ def _positive_roots_general(coef: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _discriminant(coef: np.ndarray) -> np.ndarray:
     """Return the discriminant of quartics [M, 5] (negative: exactly two real roots)."""
     a, b, c, d, e = (coef[:, k] for k in range(5))
-    return (256 * a**3 * e**3 - 192 * a**2 * b * d * e**2 - 128 * a**2 * c**2 * e**2 + 144 * a**2 * c * d**2 * e
-            - 27 * a**2 * d**4 + 144 * a * b**2 * c * e**2 - 6 * a * b**2 * d**2 * e - 80 * a * b * c**2 * d * e
-            + 18 * a * b * c * d**3 + 16 * a * c**4 * e - 4 * a * c**3 * d**2 - 27 * b**4 * e**2
-            + 18 * b**3 * c * d * e - 4 * b**3 * d**3 - 4 * b**2 * c**3 * e + b**2 * c**2 * d**2)
+    a2, b2, c2, d2, e2 = a * a, b * b, c * c, d * d, e * e  # products, not float powers (several times faster)
+    return (256 * a2 * a * e2 * e - 192 * a2 * b * d * e2 - 128 * a2 * c2 * e2 + 144 * a2 * c * d2 * e
+            - 27 * a2 * d2 * d2 + 144 * a * b2 * c * e2 - 6 * a * b2 * d2 * e - 80 * a * b * c2 * d * e
+            + 18 * a * b * c * d2 * d + 16 * a * c2 * c2 * e - 4 * a * c2 * c * d2 - 27 * b2 * b2 * e2
+            + 18 * b2 * b * c * d * e - 4 * b2 * b * d2 * d - 4 * b2 * c2 * c * e + b2 * c2 * d2)
 
 
 def _status_near_zero(coef: np.ndarray) -> np.ndarray:
