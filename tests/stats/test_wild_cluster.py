@@ -132,8 +132,9 @@ def test_cluster_default_is_wild_and_its_pvalue_inverts_its_interval():
 
 def test_cluster_methods_need_a_cluster_plan():
     x = np.random.default_rng(0).normal(size=(20, 3))
-    with pytest.raises(InputError, match="need a cluster plan"):
-        bootstrap_edges(x, n_resamples=200, seed=0, method="wild_cluster_t")
+    for m in ("wild_cluster_t", "wcr"):
+        with pytest.raises(InputError, match="need a cluster plan"):
+            bootstrap_edges(x, n_resamples=200, seed=0, method=m)
     bare = ResamplingPlan.from_counts(ResamplingPlan.cluster(np.arange(20) // 4, 200, seed=0).counts, kind="cluster")
     with pytest.raises(InputError, match="need a cluster plan"):  # counts alone: no groups, no wild weights
         bootstrap_edges(x, bare)
@@ -338,3 +339,21 @@ def test_wcr_with_two_templates_rejects_nothing():
     res = bootstrap_edges(x, ResamplingPlan.cluster(groups, 999, seed=0), method="wcr")
     assert np.all(np.isneginf(res.confidence_interval.low)) and np.all(np.isposinf(res.confidence_interval.high))
     assert np.all(res.pvalue >= 1 / 6)
+
+
+def test_wcr_does_not_depend_on_the_edge_chunks_and_uses_the_cr2_se():
+    rng = np.random.default_rng(14)
+    groups = np.repeat(np.arange(6), 4)
+    x = rng.lognormal(size=(24, 9)) + rng.normal(0, 1, (6, 9))[groups]
+    plan = ResamplingPlan.cluster(groups, 999, seed=1)
+    whole = bootstrap_edges(x, plan, method="wcr", methods=["cr2_t"])
+    parts = bootstrap_edges(x, plan, method="wcr", chunk_size=2)
+    np.testing.assert_array_equal(whole.confidence_interval.low, parts.confidence_interval.low)
+    np.testing.assert_array_equal(whole.pvalue, parts.pvalue)
+    cs = ClusterSums(groups)
+    np.testing.assert_allclose(whole.standard_error, cr2_se(cs.residual_sums(x.T), cs), rtol=1e-12)
+    # the restricted set is not symmetric about the mean (the null's residuals carry the skew), unlike cr2_t
+    lo, hi, est = whole.confidence_interval.low, whole.confidence_interval.high, whole.estimate
+    assert np.abs((hi - est) - (est - lo)).max() > 0.01 * (hi - lo).max()
+    cr = whole.intervals["cr2_t"]
+    np.testing.assert_allclose(cr.high - est, est - cr.low, rtol=1e-10)
