@@ -148,14 +148,15 @@ def zoo():
     return pop[:, pop.std(axis=0) > 0]
 
 
-def _coverage(zoo, n_groups, icc, n_datasets, seed):
+def _coverage(zoo, n_groups, icc, n_datasets, seed, extra=()):
     """{method: (coverage, MC SE)} pooled over edges, datasets the unit, and the datasets' intervals."""
     x, groups = templated_datasets(zoo, n_groups, 8, icc, n_datasets, seed=seed)
     e = zoo.shape[1]
     mu = np.tile(zoo.mean(axis=0), n_datasets)
-    cl = bootstrap_edges(x, ResamplingPlan.cluster(groups, 999, seed + 1), methods=["bca"])
+    cl = bootstrap_edges(x, ResamplingPlan.cluster(groups, 999, seed + 1), methods=["bca", *extra])
     ex = bootstrap_edges(x, ResamplingPlan.bootstrap(x.shape[0], 999, seed + 2))
-    ivs = {"wild": cl.confidence_interval, "bca": cl.intervals["bca"], "example": ex.confidence_interval}
+    ivs = {"wild": cl.confidence_interval, "bca": cl.intervals["bca"], "example": ex.confidence_interval,
+           **{m: cl.intervals[m] for m in extra}}
     out = {}
     for m, iv in ivs.items():
         cov = ((iv.low <= mu) & (mu <= iv.high)).reshape(n_datasets, e)
@@ -166,14 +167,18 @@ def _coverage(zoo, n_groups, icc, n_datasets, seed):
 @pytest.mark.parametrize("n_groups,icc", [(5, 0.3), (8, 0.7)])
 def test_wild_default_covers_on_templated_zoo_scores_from_both_sides(zoo, n_groups, icc):
     """Measured (bench/cluster_coverage.py, 100 datasets): 0.948 at G = 5 (icc 0.3) and 0.935 at G = 8 (icc 0.7);
-    BCa 0.783 and 0.809, the example bootstrap 0.752 and 0.576 in the same cells."""
-    cov, ivs = _coverage(zoo, n_groups, icc, 60, seed=10 * n_groups)
+    BCa 0.783 and 0.809, the example bootstrap 0.752 and 0.576 in the same cells; at G = 8 the restricted wild
+    bootstrap inverted (wcr) 0.906, which is why it is not the default."""
+    extra = ("wcr",) if n_groups == 8 else ()
+    cov, ivs = _coverage(zoo, n_groups, icc, 60, seed=10 * n_groups, extra=extra)
     rate, se = cov["wild"]
     assert se < 0.012  # the bounds below are about 3 MC SE wide on each side at most
     assert 0.915 <= rate <= 0.985, cov
     # negative controls: the former default and the example bootstrap miss on the same datasets
     assert cov["bca"][0] < 0.9 and cov["example"][0] < 0.9, cov
     assert cov["bca"][0] + 3 * cov["bca"][1] < rate
+    if extra:  # the literature's answer for few clusters misses on these heavy-tailed scores
+        assert cov["wcr"][0] < 0.925 and cov["wcr"][0] < rate - 0.01, cov
 
 
 def test_five_correlated_templates_no_longer_give_a_narrower_interval_than_examples(zoo):
