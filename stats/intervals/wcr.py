@@ -56,7 +56,8 @@ def wcr_quartics(Us: np.ndarray, cs: ClusterSums, w: np.ndarray) -> np.ndarray:
     wn2c = w @ (n * n * c)  # sum c n^2 w
     P = (Us * Us * c) @ (w * w).T - 2.0 * (A / N) * Unc + (A / N) ** 2 * K
     Q = (Us * n * c) @ (w * w).T - (C / N) * Unc - (A / N) * wn2c + A * C / N ** 2 * K
-    R = (w * w) @ (n * n * c) - 2.0 * (C / N) * wn2c + (C / N) ** 2 * K
+    beta = n * (w - (C / N)[:, None])  # [B, G], the same for every edge: summed directly, no cancellation
+    R = (beta * beta * c).sum(axis=1)
     Cb = np.broadcast_to(C, A.shape)
     return np.stack([-np.broadcast_to(R, A.shape), -2.0 * Q, Cb * Cb - P, 2.0 * A * Cb, A * A], axis=-1)
 
