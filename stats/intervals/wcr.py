@@ -37,7 +37,7 @@ from .wild import ClusterSums, cr2_se
 
 __all__ = ["wcr_quartics", "wcr_steps", "wcr_bounds_and_pvalues", "wcr_interval", "constant_rows"]
 
-#: edges per block of the root finding (the [c, B, 3] root arrays stay near 100 MB at B = 3,888)
+#: edge x weight-vector elements per block of the root finding (its [c, B, 3] and [c, B, 5] arrays stay near 100 MB)
 _BLOCK_ELEMENTS = 1_500_000
 
 
