@@ -52,7 +52,7 @@ AUDIT_TABLES: tuple[TableSchema, ...] = (
            METHOD_COLUMN, ("edge", I, "edge index"), ("name", S, "edge name"),
            ("estimate", F, "mean per-example effect"),
            ("se", F, "standard error of the mean: the bootstrap SE, or under the cluster scheme's wild_cluster_t / "
-                     "cr2_t the CR2 cluster-robust SE the interval uses"),
+                     "cr2_t / wcr the CR2 cluster-robust SE the interval uses"),
            *ci_columns("ci", "the edge's mean effect", EDGE_ESTIMAND),
            ("p", F, "two-sided p-value of zero effect, inverting the reported interval"),
            ("q", F, "Benjamini-Hochberg q-value over edges", True), ("n", I, "number of prompts"),

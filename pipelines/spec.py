@@ -101,7 +101,7 @@ class BootstrapSpec(StrictSpec):
     # scheme, whose templates are not i.i.d. examples, the wild cluster bootstrap-t with CR2 SEs and G - 1 df,
     # which 'wild_cluster_t' and 'cr2_t' need). See circuitstat.stats.intervals.
     ci_method: Literal["percentile", "basic", "bca", "t", "studentized", "studentized_symmetric", "wild_cluster_t",
-                       "cr2_t"] | None = None
+                       "cr2_t", "wcr"] | None = None
 
 
 class HeadsSpec(StrictSpec):

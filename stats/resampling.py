@@ -38,6 +38,7 @@ __all__ = [
     "studentized_resamples",
     "wild_weights",
     "WEBB_BELOW",
+    "ENUMERATE_UP_TO",
 ]
 
 #: default working-memory budget for one pass over edge chunks (all workers together)
@@ -265,6 +266,10 @@ def nested_bootstrap(n_obs: int, n_outer: int, n_inner: int,
 #: below this many groups the wild cluster bootstrap uses Webb's 6-point weights, else Rademacher
 #: (MacKinnon & Webb 2017)
 WEBB_BELOW = 12
+#: weight sets with at most this many patterns are always enumerated, whatever n_resamples asks (6^5: Webb at
+#: G <= 5). With so few templates the restricted wild bootstrap's bounds sit in the tail that near-constant
+#: weight patterns make, where a random draw of 999 patterns moves them by tens of percent
+ENUMERATE_UP_TO = 6 ** 5
 _WEBB = np.array([-np.sqrt(1.5), -1.0, -np.sqrt(0.5), np.sqrt(0.5), 1.0, np.sqrt(1.5)])
 
 
@@ -273,16 +278,16 @@ def wild_weights(n_groups: int, n_resamples: int,
     """Return wild cluster bootstrap weights [B_w, G]: Webb's 6 points for G < 12, else Rademacher +-1.
 
     Every weight has mean 0 and variance 1 (Webb 2013; Cameron, Gelbach & Miller 2008). When the
-    distinct weight vectors (6^G or 2^G) are no more than `n_resamples`, all of them are returned
-    once each (B_w = 6^G or 2^G: the exact wild bootstrap distribution, no Monte Carlo error);
-    otherwise n_resamples rows are drawn at random.
+    distinct weight vectors (6^G or 2^G) are no more than `n_resamples` or ENUMERATE_UP_TO (7,776: Webb
+    at G <= 5), all of them are returned once each (B_w = 6^G or 2^G: the exact wild bootstrap
+    distribution, no Monte Carlo error); otherwise n_resamples rows are drawn at random.
     """
     g = int(n_groups)
     if g < 1:
         raise ValueError("the wild cluster bootstrap needs at least one group")
     _check_sizes(g, n_resamples)
     vals = _WEBB if g < WEBB_BELOW else np.array([-1.0, 1.0])
-    if g * np.log(vals.size) <= np.log(int(n_resamples)) + 1e-12:
+    if g * np.log(vals.size) <= np.log(max(int(n_resamples), ENUMERATE_UP_TO)) + 1e-12:
         codes = np.arange(vals.size ** g)[:, None] // vals.size ** np.arange(g)[None, :] % vals.size
         return vals[codes]
     return vals[np.random.default_rng(as_seed_sequence(seed)).integers(0, vals.size, (int(n_resamples), g))]

@@ -316,7 +316,7 @@ def resampling_notes(es: pa.Table | None) -> tuple[str, ...]:
     method = str(es.column("ci_method")[0].as_py()) if "ci_method" in cols else "?"
     note = str(es.column("ci_method_note")[0].as_py() or "") if "ci_method_note" in cols else ""
     clustered = bool(n and units and 0 < units < n)
-    wild = method in ("wild_cluster_t", "cr2_t")  # CR2-studentized: the note says what G allows (stats.intervals.wild)
+    wild = method in ("wild_cluster_t", "cr2_t", "wcr")  # CR2-studentized: the note says what G allows (stats.intervals.wild)
     distinct = math.comb(2 * units - 1, units) if clustered and not wild else 0
     if clustered and wild:
         out.append(f"Edges: the {units} templates, not the {n} prompts, are the independent units (n = {n}, {units} "

@@ -23,7 +23,8 @@ a = sum(U^3) / (6 (sum U^2)^1.5), U = x - mean(x): no N leave-one-out passes are
 Modules: methods (method names, estimand, request checks), bounds (quantiles, every method's
 bounds, percentile intervals of replicate sets), verdicts (the one verdict an interval gives, and the
 one way an interval is printed, saying why when there is none), pvalues (the p-values that
-invert them), wild (the CR2 and wild cluster bootstrap-t methods of cluster plans), jackknife
+invert them), wild (the CR2 and wild cluster bootstrap-t methods of cluster plans), wcr (the restricted
+wild cluster bootstrap-t inverted exactly into a confidence set, method 'wcr'), jackknife
 (leave-one-out values, BCa acceleration), result (BootstrapResult), edges
 (bootstrap_edges), statistic (bootstrap_statistic, intervals_from_distribution).
 """

@@ -11,8 +11,11 @@ from ..resampling import ResamplingPlan
 from ..testing import check_alternative
 
 METHODS = ("percentile", "basic", "bca", "t", "studentized", "studentized_symmetric")
-#: methods that need a cluster plan's groups: studentized by the CR2 cluster-robust SE (circuitstat.stats.intervals.wild)
-CLUSTER_METHODS = ("wild_cluster_t", "cr2_t")
+#: methods that need a cluster plan's groups: studentized by the CR2 cluster-robust SE (circuitstat.stats.intervals.wild;
+#: 'wcr' is the restricted wild cluster bootstrap-t inverted into a confidence set, circuitstat.stats.intervals.wcr)
+CLUSTER_METHODS = ("wild_cluster_t", "cr2_t", "wcr")
+#: cluster methods that need the plan's wild weights
+WILD_METHODS = ("wild_cluster_t", "wcr")
 #: every per-edge method bootstrap_edges offers
 EDGE_METHODS = METHODS + CLUSTER_METHODS
 #: methods whose interval rests on the resampled means (need enough resamples)
@@ -74,14 +77,15 @@ def check_plan_for_methods(plan: ResamplingPlan, todo: Sequence[str],
     if plan.kind == "cluster" and bad:
         raise InputError(f"interval method(s) {bad} use the independent-example standard error, "
                          "which is wrong under the cluster bootstrap; use method 'wild_cluster_t' (the "
-                         "default), 'cr2_t', 'percentile', 'basic' or 'bca' with a cluster plan")
+                         "default), 'cr2_t', 'wcr', 'percentile', 'basic' or 'bca' with a cluster plan")
     clustered = [m for m in todo if m in CLUSTER_METHODS]
     if clustered and (plan.kind != "cluster" or plan.groups is None):
         raise InputError(f"interval method(s) {clustered} studentize with the cluster-robust (CR2) standard error "
                          f"and need a cluster plan (the templates); this plan is {plan.kind!r}: use "
                          "ResamplingPlan.cluster(groups, ...) (bootstrap scheme 'clusters') or another method")
-    if "wild_cluster_t" in todo and plan.wild is None:
-        raise InputError("method 'wild_cluster_t' needs the plan's wild weights; build the plan with "
+    wild = [m for m in todo if m in WILD_METHODS]
+    if wild and plan.wild is None:
+        raise InputError(f"method(s) {wild} need the plan's wild weights; build the plan with "
                          "ResamplingPlan.cluster(groups, ...)")
     if any(m in RESAMPLING_METHODS for m in todo):
         # the smallest p-value, 1/(B+1), must lie below 1 - level (a margin absorbs the

@@ -63,8 +63,8 @@ def test_edge_stats_records_the_clusters_the_method_and_the_p_value_floor(audit)
     es = _edges(run)
     assert (es["n"] == 16).all() and (es["n_clusters"] == 4).all()
     assert (es["ci_method"] == "wild_cluster_t").all() and es["ci_method_note"].str.contains("cluster bootstrap").all()
-    # 4 templates: Webb's 6^4 = 1296 weight patterns exceed B = 200, so B of them are drawn
-    assert np.allclose(es["p_floor"], 1 / (B + 1)) and (es["p"] >= es["p_floor"] - 1e-15).all()
+    # 4 templates: Webb's 6^4 = 1296 weight patterns, all enumerated whatever B asks (G <= 5), so the floor is 1/1297
+    assert np.allclose(es["p_floor"], 1 / (6 ** 4 + 1)) and (es["p"] >= es["p_floor"] - 1e-15).all()
 
 
 def test_the_verdict_says_why_stability_has_no_interval_and_what_was_resampled(audit):
@@ -75,16 +75,18 @@ def test_the_verdict_says_why_stability_has_no_interval_and_what_was_resampled(a
     assert "data-level intervals need at least 32 examples, got N = 16" in text
     assert "the 4 templates, not the 16 prompts, are the independent units" in text
     assert "interval wild_cluster_t: the default for a cluster bootstrap" in text
-    assert "With G = 4 templates only 1,296 distinct weight patterns exist" in text
+    assert "With G = 4 templates only 1,296 distinct weight patterns exist (all enumerated" in text
     assert "cannot be narrower than +-t(3 df) x SE" in text
     es = _edges(run)
     at_floor = int((es["p"] <= es["p_floor"] * (1 + 1e-9)).sum())  # counted from the table, independently
     assert at_floor > 0, "the fixture should have edges at the floor"
-    assert f"{at_floor} of {len(es)} edges sit at the resampling floor 1/(B+1) = 1/{B + 1}" in text
-    lone = min(1.0, len(es) / (B + 1))
+    bw = 6 ** 4  # the wild weight patterns, every one used
+    assert f"{at_floor} of {len(es)} edges sit at the resampling floor 1/(B+1) = 1/{bw + 1:,}" in text
+    lone = min(1.0, len(es) / (bw + 1))
     assert f"an edge alone at the floor would get q = {lone:.2g}" in text or f"q = {lone:.3g}" in text
-    # 200 of the 1296 weight patterns were drawn: more resamples lower the floor
-    assert "More resamples (bootstrap.n_resamples) resolve them." in text
+    # every weight pattern 4 templates allow was used: more resamples cannot lower the floor
+    assert "More resamples cannot resolve them: 4 templates allow no more weight patterns" in text
+    assert "More resamples (bootstrap.n_resamples) resolve them." not in text
 
 
 def test_the_stability_table_and_claims_check_say_the_same_reason(audit, tmp_path):
@@ -109,7 +111,7 @@ def test_the_stability_table_and_claims_check_say_the_same_reason(audit, tmp_pat
     out = " ".join(r.output.split())
     assert r.exit_code == 2, r.output  # a claim that cannot be evaluated
     assert " ".join(note.split()) in out and "too few resamples or a degenerate statistic" not in out
-    assert f"resampling floor 1/(B+1) = 1/{B + 1}" in out
+    assert "resampling floor 1/(B+1) = 1/1,297" in out  # the 6^4 wild weight patterns, all enumerated
 
 
 def test_terminal_page_and_claims_agree_on_the_intervals(audit, tmp_path):
@@ -165,7 +167,7 @@ def test_the_rendered_page_shows_the_reasons(audit):
     assert "No data-level interval: data-level intervals need at least 32 examples" in flat(stability)
     for where in (flat(verdict), flat(forest)):
         assert "the 4 templates, not the 16 prompts, are the independent units" in where
-        assert f"sit at the resampling floor 1/(B+1) = 1/{B + 1}" in where
+        assert "sit at the resampling floor 1/(B+1) = 1/1,297" in where
     assert "units resampled" in forest and "undefined in stability_vs_k" not in flat(verdict)
 
 
