@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from fixture_populations import load_planted_pair, load_zoo_pair  # noqa: E402
-from circuitstat.stats.verified.coverage import paired_population, simulate_verified  # noqa: E402
+from fixture_populations import verified_populations  # noqa: E402
+from circuitstat.stats.verified.coverage import simulate_verified  # noqa: E402
 
 N, D, NS = 512, 500, (8, 16, 32)
 FAILS: list[str] = []
@@ -28,18 +28,9 @@ FORMS = ("tka", "tkb")
 
 
 def _pops() -> dict:
-    """{name: (exact, approx, edge names, held out?)} of every population measured."""
-    fx = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
-    S, T = paired_population(2000, 60, seed=7)
-    U, V = paired_population(2000, 60, seed=11, fail_share=0.6)
-    pops = {"zoo induction": (*load_zoo_pair(), False), "planted bg 3": (*load_planted_pair(), False),
-            "synthetic (seed 7)": (S, T, [f"e{i}" for i in range(60)], False),
-            "planted bg 5": (*load_planted_pair(fx / "groundtruth-verified-planted5.parquet"), True),
-            "synthetic (seed 11)": (U, V, [f"e{i}" for i in range(60)], True),
-            "mlp3l next-token": (*load_planted_pair(fx / "verified-mlp3l-nexttoken.parquet"), True),
-            "mlp4l next-token": (*load_planted_pair(fx / "verified-mlp4l-nexttoken.parquet"), True),
-            "mlp3ls next-token": (*load_planted_pair(fx / "verified-mlp3ls-nexttoken.parquet"), True)}
-    return {k: v for k, v in pops.items() if k in sys.argv[1:]} if sys.argv[1:] else pops
+    """{name: (exact, approx, edge names, held out?)} of every population measured (the one list in
+    tests/fixture_populations.py), or those named on the command line."""
+    return verified_populations(sys.argv[1:])
 
 
 def _row(pop: str, held: bool, n: int, form: str, r: dict, names: list[str]) -> str:

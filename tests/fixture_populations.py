@@ -55,3 +55,28 @@ def load_planted_pair(path: Path = PLANTED_VERIFIED_FIXTURE) -> tuple[np.ndarray
     exact = np.column_stack([table[f"exact:{n}"].to_numpy() for n in names]).astype(np.float64)
     eap = np.column_stack([table[f"eap:{n}"].to_numpy() for n in names]).astype(np.float64)
     return exact, eap, names
+
+
+def verified_populations(only: list[str] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray, list[str], bool]]:
+    """Return {name: (exact, approximation, edge names, held out?)} of every paired population the verified-run
+    studies measure (docs/verified.md): the zoo induction pair, planted background 3 and synthetic seed 7 chose the
+    rules; planted background 5, synthetic seed 11 (fail share 0.6) and the three next-token pairs are held out.
+    ``only``: keep just those names (an unknown name is an error, not an empty study)."""
+    from circuitstat.stats.verified.coverage import paired_population
+
+    fx = Path(__file__).parent / "fixtures"
+    S, T = paired_population(2000, 60, seed=7)
+    U, V = paired_population(2000, 60, seed=11, fail_share=0.6)
+    edges = [f"e{i}" for i in range(60)]
+    pops = {"zoo induction": (*load_zoo_pair(), False), "planted bg 3": (*load_planted_pair(), False),
+            "synthetic (seed 7)": (S, T, edges, False),
+            "planted bg 5": (*load_planted_pair(fx / "groundtruth-verified-planted5.parquet"), True),
+            "synthetic (seed 11)": (U, V, edges, True)}
+    for m in ("mlp3l", "mlp4l", "mlp3ls"):  # tests/fixtures/make_verified_nexttoken.py
+        pops[f"{m} next-token"] = (*load_planted_pair(fx / f"verified-{m}-nexttoken.parquet"), True)
+    if only:
+        unknown = sorted(set(only) - set(pops))
+        if unknown:
+            raise SystemExit(f"unknown population(s) {unknown}; choose from {sorted(pops)}")
+        pops = {k: v for k, v in pops.items() if k in only}
+    return pops

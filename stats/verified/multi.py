@@ -59,7 +59,7 @@ from circuitstat.stats.reliability import tail_share
 from .ppi import (DEFAULT_INTERVAL, INTERVALS, PPIFit, column_excess_kurtosis, ppi_fit, ppi_intervals,
                   sd_without_extreme)
 from .reliability import verified_reliability
-from .result import VerifiedResult, labelled_rows, verified_estimand
+from .result import VerifiedResult, labelled_split, verified_estimand
 
 __all__ = ["MULTI_SHRINK", "MULTI_FOLDS", "MultiFit", "multi_label", "pooled_slope", "shrunk_slopes", "multi_fit",
            "stack_predictors", "single_design", "multi_design", "verified_means_multi"]
@@ -217,15 +217,7 @@ def verified_means_multi(approx: dict[str, np.ndarray], exact: np.ndarray, label
     N, E, p = H.shape
     if interval not in INTERVALS:
         raise InputError(f"interval must be one of {INTERVALS}, got {interval!r}")
-    rows = labelled_rows(labelled, N)
-    Y = np.asarray(exact, dtype=np.float64)
-    if Y.shape != (rows.size, E):
-        raise InputError(f"exact must be [n labelled = {rows.size}, E = {E}] (one row per labelled prompt, in "
-                         f"the order of `labelled`), got {Y.shape}")
-    if edge_names is not None and len(edge_names) != E:
-        raise InputError(f"{len(edge_names)} edge names for {E} edges")
-    unlabelled = np.ones(N, dtype=bool)
-    unlabelled[rows] = False
+    rows, Y, unlabelled = labelled_split(exact, labelled, N, E, edge_names)
     mf = multi_fit(Y, H[rows], H[unlabelled], folds=folds, shrink=shrink)
     ci = ppi_intervals(mf.fit, interval, confidence_level)
     cf = mf if mf.folds > 1 else multi_fit(Y, H[rows], H[unlabelled], folds=None, shrink=shrink)

@@ -26,7 +26,7 @@ from circuitstat.core.results import ConfidenceInterval, Result
 from .ppi import DEFAULT_INTERVAL, DEFAULT_TUNING, INTERVALS, TUNINGS, ppi_fit, ppi_intervals
 from .reliability import verified_reliability
 
-__all__ = ["VerifiedResult", "verified_means", "verified_estimand"]
+__all__ = ["VerifiedResult", "verified_means", "verified_estimand", "labelled_rows", "labelled_split"]
 
 
 def verified_estimand(n: int, N: int) -> str:
@@ -131,6 +131,22 @@ def labelled_rows(labelled: Any, N: int) -> np.ndarray:
     return rows.astype(np.int64)
 
 
+def labelled_split(exact: Any, labelled: Any, N: int, E: int, edge_names: Sequence[str] | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return (labelled rows, exact [n, E] float64, the unlabelled mask [N]) of a verified fit's inputs; InputError
+    for a shape that does not match the N prompts and E edges of the approximation, or edge names of another length."""
+    rows = labelled_rows(labelled, N)
+    Y = np.asarray(exact, dtype=np.float64)
+    if Y.shape != (rows.size, E):
+        raise InputError(f"exact must be [n labelled = {rows.size}, E = {E}] (one row per labelled prompt, in "
+                         f"the order of `labelled`), got {Y.shape}")
+    if edge_names is not None and len(edge_names) != E:
+        raise InputError(f"{len(edge_names)} edge names for {E} edges")
+    unlabelled = np.ones(N, dtype=bool)
+    unlabelled[rows] = False
+    return rows, Y, unlabelled
+
+
 def verified_means(approx: np.ndarray, exact: np.ndarray, labelled: Any, *, confidence_level: float = 0.95,
                    interval: str = DEFAULT_INTERVAL, tuning: str = DEFAULT_TUNING, correction: str = "bh",
                    edge_names: Sequence[str] | None = None, crossfit_pvalues: bool = True) -> VerifiedResult:
@@ -154,15 +170,7 @@ def verified_means(approx: np.ndarray, exact: np.ndarray, labelled: Any, *, conf
         raise InputError(f"interval must be one of {INTERVALS} and tuning one of {TUNINGS}; got {interval!r}, "
                          f"{tuning!r}")
     N, E = A.shape
-    rows = labelled_rows(labelled, N)
-    Y = np.asarray(exact, dtype=np.float64)
-    if Y.shape != (rows.size, E):
-        raise InputError(f"exact must be [n labelled = {rows.size}, E = {E}] (one row per labelled prompt, in "
-                         f"the order of `labelled`), got {Y.shape}")
-    if edge_names is not None and len(edge_names) != E:
-        raise InputError(f"{len(edge_names)} edge names for {E} edges")
-    unlabelled = np.ones(N, dtype=bool)
-    unlabelled[rows] = False
+    rows, Y, unlabelled = labelled_split(exact, labelled, N, E, edge_names)
     fit = ppi_fit(Y, A[rows], A[unlabelled], tuning=tuning)
     ci = ppi_intervals(fit, interval, confidence_level)
     cf = crossfit_fit(Y, A[rows], A[unlabelled], tuning=tuning)
