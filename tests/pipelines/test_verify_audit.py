@@ -12,6 +12,7 @@ import pytest
 from circuitstat.core.errors import InputError
 from circuitstat.pipelines.runs.audit.run import audit_stages, run_audit
 from circuitstat.pipelines.spec import parse_spec
+from verified_oracles import brute_upper, tost_holm_above
 
 MODEL = "random:gpt2?n_layer=2&n_head=2&n_embd=32&vocab_size=128&n_positions=64&seed=3"
 BASE = {"model": MODEL, "task": {"name": "induction", "n": 24, "options": {"seq_len": 5}}, "batch_size": 4,
@@ -95,6 +96,49 @@ def test_edge_subset_verifies_the_top_and_a_random_sample_and_bounds_the_rest(ru
                              np.searchsorted(rest, sample), eap[:, rest].mean(0), confidence_level=0.95)
     assert m["mass_high"][0] == pytest.approx(mass.high, rel=1e-12) and m["mass_strata"][0] == 1
     assert 0 <= m["mass_estimate"][0] <= m["mass_high"][0] and m["mass_level"][0] == pytest.approx(0.95)
+
+
+def test_missed_edges_row_per_method_from_its_own_scores(runs, tmp_path):
+    """An audit with methods [eap, atp-qkfix] and an edge subset: each method's missed_edges row equals the bound
+    recomputed from that method's scores and exact effects on its own sample (the full exact run as the oracle; the
+    bound by brute force over scipy's hypergeometric CDF, the classification by scipy's t and statsmodels' Holm), so a
+    user who wants atp-qkfix's verified intervals behind the bound runs atp-qkfix (docs/verified.md)."""
+    from circuitstat.core.tables import table_to_matrix
+    from circuitstat.stats.verified import verified_means
+    from circuitstat.stats.verified.missed_mass import missed_mass_bound, sampled_effects
+
+    full = runs[0]
+    sub = tmp_path / "sub"
+    tau = 1e-3  # about the largest |mean| here: the classification is not all one way
+    run_audit(parse_spec({**BASE, "methods": ["eap", "atp-qkfix"],
+                          "verify": {"n": 8, "seed": 11, "edges": {"top": 6, "random": 12}, "tau": tau}}), sub)
+    read = lambda path: np.asarray(table_to_matrix(pq.read_table(path)), np.float64)  # noqa: E731
+    exact = read(full / "scores_exact.parquet")
+    rows = pq.read_table(sub / "verified_prompts.parquet").column("row").to_numpy()
+    got = pq.read_table(sub / "missed_edges.parquet").to_pandas()
+    assert list(got["method"]) == ["eap", "atp-qkfix"]
+    highs = {}
+    for method in ("eap", "atp-qkfix"):
+        S = read(sub / f"scores_{method}.parquet")
+        top = np.sort(np.argsort(-np.abs(S.mean(0)), kind="stable")[:6])
+        ver = pq.read_table(sub / "verified.parquet").to_pandas()
+        sample = np.setdiff1d(ver[ver["method"] == method]["edge"].to_numpy(), top)
+        fit = verified_means(S[:, sample], exact[np.ix_(rows, sample)], rows)
+        x = int(tost_holm_above(fit, tau, 0.025).sum())  # α/2 on the classification (MISSED_SPLIT)
+        rest = np.setdiff1d(np.arange(S.shape[1]), top)
+        row = got[got["method"] == method].iloc[0]
+        assert sample.size == 12 and row["sampled_above"] == x
+        assert row["remaining_above_high"] == brute_upper(x, rest.size, 12, 0.975)
+        mass = missed_mass_bound(*sampled_effects(S[:, sample], exact[np.ix_(rows, sample)], rows),
+                                 np.searchsorted(rest, sample), S[:, rest].mean(0), confidence_level=0.95)
+        assert row["mass_high"] == pytest.approx(mass.high, rel=1e-12)
+        highs[method] = (mass.high, sample, rest)
+    # not interchangeable: EAP's scores on atp-qkfix's sample give another missed-mass bound than atp-qkfix's row
+    _, sample, rest = highs["atp-qkfix"]
+    eap = read(sub / "scores_eap.parquet")
+    wrong = missed_mass_bound(*sampled_effects(eap[:, sample], exact[np.ix_(rows, sample)], rows),
+                              np.searchsorted(rest, sample), eap[:, rest].mean(0), confidence_level=0.95).high
+    assert wrong != pytest.approx(highs["atp-qkfix"][0], rel=1e-9)
 
 
 def test_verified_stage_is_listed_resumes_and_records_its_seed(runs, tmp_path):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from fixture_populations import load_planted_pair
+from circuitstat.core.errors import InputError
 from circuitstat.stats.verified.missed import hypergeometric_upper
 from circuitstat.stats.verified.missed_study import failure_probability, missed_edges_study
 
@@ -65,3 +66,44 @@ def test_missed_mass_cannot_see_the_edges_eap_reads_as_zero(planted):
     X, A = planted
     out = missed_edges_study(X, A, tau=0.1, n_top=5, n_random=15, n_datasets=D, seed=1, known=True).summary()
     assert out["mass_hold_rate"] < 0.95 - 2 * out["mass_mc_se"], out
+
+
+def test_several_predictors_see_the_same_datasets_and_the_first_ranks(planted):
+    """The prompts, labelled rows and edge-sample stream do not depend on the predictor: ranked by EAP, EAP alone and
+    EAP with a second predictor leave the same edges unverified in every dataset (the same truth and top mass), and
+    [P, E], [P, E, 1] and {name: [P, E]} are one study; ranked by the second predictor, the top edges change. A
+    predictor that tracks exact (exact plus small noise) classifies more sampled edges below τ than EAP does, so
+    the predictors enter the classification, and the bound still holds in every dataset."""
+    X, A = planted
+    Q = X + 0.05 * X.std(0) * np.random.default_rng(0).standard_normal(X.shape)
+    kw = dict(tau=0.5, n_top=5, n_random=15, n_labelled=16, n_datasets=40, seed=3, known=False)
+    eap = missed_edges_study(X, A, **kw)
+    for same in (A[:, :, None], {"eap": A}):
+        s = missed_edges_study(X, same, **kw)
+        assert np.array_equal(s.bound, eap.bound) and np.array_equal(s.mass_high, eap.mass_high)
+    both = missed_edges_study(X, {"eap": A, "close": Q}, **kw)
+    assert np.array_equal(both.truth, eap.truth) and np.array_equal(both.top_mass, eap.top_mass)
+    close_first = missed_edges_study(X, {"close": Q, "eap": A}, **kw)
+    assert not np.array_equal(close_first.top_mass, eap.top_mass)  # the close predictor finds the EAP-0 edges
+    assert both.summary()["share_bound_below_unverified"] > eap.summary()["share_bound_below_unverified"] + 0.2
+    assert both.holds.all() and close_first.holds.all() and (both.misclassified == 0).all()
+    with pytest.raises(InputError, match="shape"):
+        missed_edges_study(X, A[:, :-1], **kw)
+
+
+def test_classification_error_is_counted_and_bounded_at_the_least_favourable_null():
+    """One sampled-edge candidate sits just above τ (|μ| = 1.001 τ, the TOST's least favourable null), the others far
+    below or far above: TOST-Holm wrongly calls it below τ at most at its family-wise level α_e (here 0.1: level 0.8,
+    split 0.5), and does so in a clear share of the datasets where it is sampled (the count is not trivially 0)."""
+    rng = np.random.default_rng(5)
+    P, E, tau = 4000, 30, 0.5
+    mu = np.zeros(E)
+    mu[:5] = 6.0                      # the top edges
+    mu[5] = 1.001 * tau               # the least favourable null, sampled in 15 of 25 draws
+    X = mu + rng.standard_normal((P, E))
+    A = X + 0.02 * rng.standard_normal((P, E))  # PPI++ nearly exact: the TOST is close to its nominal size
+    s = missed_edges_study(X, A, tau=tau, n_top=5, n_random=15, n_labelled=16, n_datasets=300, seed=9, known=False,
+                           confidence_level=0.8)
+    out = s.summary()
+    assert 0.02 < out["classification_error"] <= 0.1 + 2 * out["classification_mc_se"], out
+    assert out["hold_rate"] >= 0.8 - 2 * out["mc_se"], out
