@@ -1,4 +1,4 @@
-"""Print docs/verified.md's missed-edges table by predictor: the bound's hold rate and informativeness per approximation.
+"""Print docs/verified.md's missed-edges table by predictor: the bound's hold rate and informativeness per method.
 
 Run from the repository root (attribution a minute per population, then the studies, about 10 minutes on a loaded core):
     OMP_NUM_THREADS=1 PYTHONPATH=. python docs/make_missed_predictors.py [CACHE_DIR] [DATASETS]
@@ -13,8 +13,8 @@ with replacement, exact on a uniformly random n = 16 of them, the top 5 edges by
 uniformly random 15 of the others; sampled edges classified by TOST with Holm at α/2, the hypergeometric bound at α/2,
 level 0.95. One seed per population, so every predictor sees the same prompts, labelled rows and edge-sample stream.
 τ = 0.5 on the planted models (the acceptance's), the 95th percentile of |μ| on the zoo. "informative": the bound is
-below the unverified count (R − r); MC SE with the dataset as the unit; "vs eap": the paired difference in that share
-on the same datasets, ± its MC SE.
+below the unverified count (R − r); MC SE with the dataset as the unit (at a share of 0 or 1 shown as 1 / D, as
+MissedStudy.summary does); "vs eap": the paired difference in that share on the same datasets, ± its MC SE.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ PREDICTORS = (("eap",), ("atp-qkfix",), ("eap", "atp-qkfix"), ("atp-qkfix", "eap
 
 
 def zoo_predictors(cache: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Return (exact, {"eap", "atp-qkfix"}) [1024, 81] of this machine's zoo attention-only seed-0 model, attributed once."""
+    """Return (exact, {"eap", "atp-qkfix"}) [1024, 81] of this machine's zoo attention-only seed-0 model (cached)."""
     path = cache / "zoo-attn-only-seed0-scores.npz"
     if not path.exists():
         import torch
@@ -81,7 +81,7 @@ def main(pops: dict, D: int) -> None:
             paired = "—" if names == ("eap",) else f"{d.mean():+.3f} ± {d.std(ddof=1) / np.sqrt(D):.3f}"
             p = info.mean()
             print(f"| {pop} | {tau:.3g} | {'+'.join(names)} | {D} | {out['hold_rate']:.3f} ± {out['mc_se']:.3f} | "
-                  f"{p:.3f} ± {np.sqrt(p * (1 - p) / D):.3f} | {paired} | {out['median_bound']:.0f} of "
+                  f"{p:.3f} ± {np.sqrt(max(p * (1 - p), 1.0 / D) / D):.3f} | {paired} | {out['median_bound']:.0f} of "
                   f"{out['median_unverified']:.0f} | {out['median_truth']:.0f} |", flush=True)
 
 

@@ -6,7 +6,7 @@ effect per edge μ_e is the truth, so the edges above the threshold (|μ_e| > τ
 dataset draws N prompts with replacement, verifies n of them uniformly at random, takes the top m edges by
 |approximation mean| plus a uniformly random r of the other R, and computes the bound of
 circuitstat.stats.verified.missed as a verified run does (circuitstat.pipelines.verify: half the error rate on
-the hypergeometric bound, half on the sampled edges' intervals, Bonferroni over them). The bound holds when
+the hypergeometric bound, half on classifying the sampled edges: TOST with Holm over them, or Bonferroni intervals). The bound holds when
 the unverified edges (R − r) hold at most ``missed_high`` edges with |μ_e| > τ.
 
 With the sampled edges' effects known (``known=True``) the only randomness is the sample, and the failure
@@ -141,8 +141,8 @@ def _one(X: np.ndarray, H: np.ndarray, mu: np.ndarray, rng: np.random.Generator,
 
 
 def missed_edges_study(exact: np.ndarray, approx: np.ndarray | dict[str, np.ndarray], *, tau: float, n_top: int,
-                       n_random: int, n_prompts: int = 512, n_labelled: int = 16, n_datasets: int = 200, seed: int = SEED.default,
-                       confidence_level: float = 0.95, split: float = 0.5, known: bool = True,
+                       n_random: int, n_prompts: int = 512, n_labelled: int = 16, n_datasets: int = 200,
+                       seed: int = SEED.default, confidence_level: float = 0.95, split: float = 0.5, known: bool = True,
                        classify: str = "tost-holm") -> MissedStudy:
     """Return a MissedStudy of the missed-edges bound over ``n_datasets`` datasets drawn from the population
     (``exact``, ``approx`` [P, E], the same prompts; or several approximations, [P, E, p] or {name: [P, E]}: the
