@@ -46,15 +46,19 @@ def populations() -> dict[str, np.ndarray]:
 
 def held_out() -> dict[str, np.ndarray]:
     """Populations the upper width bound was not chosen on: another spiky seed, the tails and verified next-token
-    models' exact scores."""
+    models' exact scores, and a spike-free heavy-tailed family (lognormal and Student-t(2.5) edges, added for
+    issue 49 item 3 and used for no choice)."""
     from fixture_populations import ZOO_FIXTURE, load_planted_pair, load_zoo_fixture
+
+    from circuitstat.stats.populations import smooth_tail_population
 
     tails, _ = load_zoo_fixture(ZOO_FIXTURE.with_name("tails-mlp3l-induction-exact.parquet"))
     rot, _ = load_zoo_fixture(ZOO_FIXTURE.with_name("tails-mlp4l-rotary-induction-exact.parquet"))
     nt, _, _ = load_planted_pair(ZOO_FIXTURE.with_name("verified-mlp4l-nexttoken.parquet"))
     return {"spiky(2000, 80, seed 21) (held out)": spiky_population(2000, 80, seed=21),
             "tails-mlp3l-exact (held out)": tails, "tails-mlp4l-rotary-exact (held out)": rot,
-            "verified-mlp4l-nexttoken (held out)": nt}
+            "verified-mlp4l-nexttoken (held out)": nt,
+            "smooth-tail(2000, 80, seed 49) (held out)": smooth_tail_population(2000, 80, seed=49)}
 
 
 def study(P: np.ndarray, *, n0: int, ns: list[int], ks: list[int], pilots: int, ranking: str, seed: int,
