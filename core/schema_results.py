@@ -103,13 +103,17 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("estimate_crossfit", F, "PPI++ estimate with λ left out per labelled prompt (the active design: λ from the "
                                     "other of 2 folds of prompts; unbiased; the p-value's); absent before issue 48",
             False, True),
+           ("width_vs_exact_on_all", F, "interval width over the estimated z interval of exact on all N prompts, "
+                                        "2 z SD / sqrt(N) with the yardstick's SD (width_vs_exact_on_labelled's); "
+                                        "absent before issue 48 item 1's cap", False, True),
            ("no_tail_seen", B, "true when no few prompts carry the estimate in this sample (rectifier_share, "
                                "approx_tail_share), the interval is at most 2x exact on the labelled prompts "
-                               "(width_vs_exact_on_labelled) and >= 16 were patched; not that the interval covers: an unseen "
+                               "(width_vs_exact_on_labelled) and 20x exact on all N's estimated width "
+                               "(width_vs_exact_on_all), and >= 16 were patched; not that the interval covers: an unseen "
                                "spike is invisible. Older runs call it interval_reliable (read as no_tail_seen). "
                                "The active design: >= 16 cells, Horvitz-Thompson residual share (rectifier_share) <= 0.5, "
                                "the approximation's tail over the unsampled cells <= 0.6, width <= 2x exact on as many "
-                               "prompts as the edge's cells (stats/verified/active_flag.py). "
+                               "prompts as the edge's cells and <= 20x exact on all N (stats/verified/active_flag.py). "
                                "Null: not assessed (active-design runs made before that flag)"),
            ("n_labelled", I, "prompts patched exactly (n); the active design: this edge's sampled cells"), ("n_prompts", I, "prompts with the approximation (N)"),
            ("estimand", S, "what the interval covers, with n and N")),

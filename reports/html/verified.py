@@ -9,7 +9,8 @@ from circuitstat.reports.ci import Ci
 from circuitstat.reports.html.common import Tables, ci_html, html_table, note
 from circuitstat.reports.html.svg import esc, fmt
 from circuitstat.reports.tableset import methods_in, num, rows, where
-from circuitstat.reports.verdicts.verified import flag_yardstick, is_active_design, verified_edge_lines
+from circuitstat.reports.verdicts.verified import (FLAG_CAP_WORDS, flag_capped, flag_yardstick, is_active_design,
+                                                   verified_edge_lines)
 
 __all__ = ["verified_section"]
 
@@ -36,7 +37,8 @@ def _method_table(T: Tables, method: str) -> str:
     est = str(t.column("estimand")[0]) if t.num_rows else ""
     cols = (("edge", "text"), ("mean exact effect [CI]", "html"), ("q (BH)", "num"), (f"{preds[0]} mean", "num"),
             ("Σ coefficients" if combined else "λ", "num"),
-            (f"no tail seen, informative (≤ 2× {flag_yardstick(is_active_design(est))})", "text"))
+            (f"no tail seen, informative (≤ 2× {flag_yardstick(is_active_design(est))}"
+             + (f", ≤ {FLAG_CAP_WORDS})" if flag_capped(t) else ")"), "text"))
     head = f"<h3>{esc(method)}: {esc(est)}</h3>"
     if combined:
         head += note(_design_words(coef, preds))

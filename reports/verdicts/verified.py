@@ -60,6 +60,16 @@ def flag_yardstick(active: bool) -> str:
     return "exact on as many prompts as the edge's exact cells" if active else "exact on the verified prompts"
 
 
+#: the flag's second width rule in words (circuitstat.stats.verified.reliability.RELIABLE_MAX_EXACT_ALL_RATIO; reports
+#: reads tables only, so the number is repeated here); runs made before it lack the column width_vs_exact_on_all
+FLAG_CAP_WORDS = "20× exact on all N prompts (estimated)"
+
+
+def flag_capped(t) -> bool:
+    """Return whether a verified table's flag also applied the cap (it has the column width_vs_exact_on_all)."""
+    return t is not None and "width_vs_exact_on_all" in t.column_names
+
+
 def _method_line(T: Tables, method: str) -> Line | None:
     t = where(T.get("verified"), method=method)
     if t is None or not t.num_rows:
@@ -82,7 +92,8 @@ def _method_line(T: Tables, method: str) -> Line | None:
                          f" q = {fmt(best.get('qvalue'), 2)}", *_missed_parts(T, method)]
     tails = sum(1 for r in vrows if r.get("no_tail_seen") is False)
     if tails:
-        parts.append(f"; {tails} intervals rest on a few prompts or are wider than 2× {flag_yardstick(active)} (!)")
+        cap = f" or {FLAG_CAP_WORDS}" if flag_capped(t) else ""
+        parts.append(f"; {tails} intervals rest on a few prompts or are wider than 2× {flag_yardstick(active)}{cap} (!)")
     from circuitstat.core.words import counted
 
     return Line("verified", f"{method}: {counted(k, 'edge')} ≠ 0", "info", tuple(parts), "verified")

@@ -18,11 +18,13 @@ rectifier enters through the sampled cells only, each weighted 1/π. What carrie
   Σ |Ŷ − median|, the imputed mean rests on a few cells whose exact effect nobody computed. With uniform π the
   unsampled cells are the uniform design's unlabelled prompts.
 * **an interval that says nothing**: wider than ``RELIABLE_MAX_WIDTH_RATIO`` times the t interval of exact on as
-  many uniformly drawn prompts as the edge has cells. Its SD is the π-weighted (Hájek) SD of Y over the sampled
-  cells, an estimate of the population SD whatever the design, without the cell farthest from the sampled cells'
-  median (as reliability.py's yardstick, so one large cell cannot widen the yardstick with the interval). With at
-  least 16 cells that yardstick is about sqrt(N / cells) ≤ sqrt(N / 16) times exact on all N, so a flagged interval
-  is at most about 2 sqrt(N / 16) (11× at N = 512) times exact on all N.
+  many uniformly drawn prompts as the edge has cells, or than ``RELIABLE_MAX_EXACT_ALL_RATIO`` times the estimated
+  z interval of exact on all N prompts (2 z SD / sqrt(N)): reliability.py's two width rules. The SD is
+  reliability.py's yardstick with π-weighted (Hájek) moments over the sampled cells, estimates of population moments
+  whatever the design: the smaller of the weighted SD without the cell farthest from the sampled cells' median (so
+  one large cell cannot widen the yardstick with the interval) and the weighted two-phase regression SD (slope of Y
+  on Ŷ over the same cells, Ŷ's variance over all N prompts). With uniform π both are reliability.py's exactly. With
+  at least 16 cells the first rule implies the second up to N ≈ 85 × cells (12× at N = 512).
 
 The constants are the uniform design's; docs/verified.md ("Active verification") measures the rule on the
 populations it was chosen on and on held-out ones (docs/make_verified_active_flag.py).
@@ -39,7 +41,8 @@ from circuitstat.core.errors import InputError
 from circuitstat.stats.reliability import RELIABLE_MAX_TAIL_SHARE
 
 from .active import check_active_inputs, ht_weights
-from .reliability import RELIABLE_MAX_RECTIFIER_SHARE, RELIABLE_MAX_WIDTH_RATIO, RELIABLE_MIN_LABELLED
+from .reliability import (RELIABLE_MAX_EXACT_ALL_RATIO, RELIABLE_MAX_RECTIFIER_SHARE, RELIABLE_MAX_WIDTH_RATIO,
+                          RELIABLE_MIN_LABELLED, exact_on_all_width, width_over)
 
 __all__ = ["masked_tail_share", "active_reliability", "active_flag", "ACTIVE_FLAG_RULES"]
 
@@ -67,8 +70,10 @@ def masked_tail_share(X: np.ndarray, mask: np.ndarray, k: np.ndarray | None = No
     return np.where(total > 0, pick / np.where(total > 0, total, 1.0), 0.0)
 
 
-def _weighted_sd_without_extreme(Y: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Per column the w-weighted (Hájek) SD of Y over the cells with w > 0, without the one farthest from their median."""
+def _weighted_yardstick_sd(Y: np.ndarray, A: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Per column the yardstick SD of reliability.py (ppi.yardstick_sd) over the cells with w > 0, π-weighted (Hájek):
+    min(weighted SD without the cell farthest from their median, the weighted two-phase regression SD with A's
+    variance over all N prompts). With equal weights both are ppi.py's (the same cell is dropped, the same slope)."""
     S = w > 0
     with warnings.catch_warnings():  # a column with no sampled cell: its SD is 0 and its width ratio inf below
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -78,27 +83,32 @@ def _weighted_sd_without_extreme(Y: np.ndarray, w: np.ndarray) -> np.ndarray:
     w2 = w.copy()
     w2[far, np.arange(Y.shape[1])] = 0.0
     W2 = np.maximum(w2.sum(0), 1e-300)
-    m2 = (w2 * Y).sum(0) / W2
+    yc, ac = Y - (w2 * Y).sum(0) / W2, A - (w2 * A).sum(0) / W2
+    vy, va, cya = ((w2 * yc * yc).sum(0) / W2, (w2 * ac * ac).sum(0) / W2, (w2 * yc * ac).sum(0) / W2)
     c = np.maximum((w2 > 0).sum(0), 2)
-    # the usual c/(c−1) small-sample factor, c the cells kept
-    return np.sqrt((w2 * (Y - m2) ** 2).sum(0) / W2 * c / (c - 1))
+    beta = np.where(va > 0, cya / np.where(va > 0, va, 1.0), 0.0)
+    resid = np.maximum(vy - beta * cya, 0.0)  # the weighted OLS residual variance
+    # the usual c/(c−1) small-sample factor, c the cells kept (ppi.py's divisor c − 1 with equal weights)
+    sd_trim, resid = np.sqrt(vy * c / (c - 1)), resid * c / (c - 1)
+    return np.minimum(sd_trim, np.sqrt(resid + beta**2 * A.var(0, ddof=1)))
 
 
 def active_reliability(approx: np.ndarray, exact: np.ndarray, sampled: np.ndarray, probs: np.ndarray,
                        lam: np.ndarray, width: np.ndarray, confidence_level: float = 0.95,
                        rules: tuple[str, ...] = ACTIVE_FLAG_RULES) -> dict[str, np.ndarray]:
-    """Return {residual_share, approx_tail_share, width_ratio, cells, reliable} per edge of an active-design interval."""
+    """Return {residual_share, approx_tail_share, width_ratio, width_vs_exact_all, cells, reliable} per edge of an
+    active-design interval."""
     A, Y, S, P = check_active_inputs(approx, exact, sampled, probs)
     w = ht_weights(S, P)
     cells = S.sum(0)
     r_share = masked_tail_share(w * (Y - np.asarray(lam) * A), S, k=np.ones_like(cells))
     a_share = masked_tail_share(A, ~S)
     q = special.stdtrit(np.maximum(cells - 1, 1), 0.5 + confidence_level / 2)
-    ref = 2.0 * q * _weighted_sd_without_extreme(Y, w) / np.sqrt(np.maximum(cells, 1))
-    width = np.asarray(width, np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(ref > 0, width / np.where(ref > 0, ref, 1.0), np.where(width > 0, np.inf, 0.0))
-    out = {"residual_share": r_share, "approx_tail_share": a_share, "width_ratio": ratio, "cells": cells}
+    sd = _weighted_yardstick_sd(Y, A, w)
+    ratio = width_over(width, 2.0 * q * sd / np.sqrt(np.maximum(cells, 1)))
+    vs_all = width_over(width, exact_on_all_width(sd, A.shape[0], confidence_level))
+    out = {"residual_share": r_share, "approx_tail_share": a_share, "width_ratio": ratio,
+           "width_vs_exact_all": vs_all, "cells": cells}
     return {**out, "reliable": active_flag(out, rules)}
 
 
@@ -110,7 +120,8 @@ def active_flag(inputs: dict[str, np.ndarray], rules: tuple[str, ...] = ACTIVE_F
     checks = {"cells": lambda: inputs["cells"] >= RELIABLE_MIN_LABELLED,
               "residual": lambda: inputs["residual_share"] <= RELIABLE_MAX_RECTIFIER_SHARE,
               "approx_tail": lambda: inputs["approx_tail_share"] <= RELIABLE_MAX_TAIL_SHARE,
-              "width": lambda: inputs["width_ratio"] <= RELIABLE_MAX_WIDTH_RATIO}
+              "width": lambda: ((inputs["width_ratio"] <= RELIABLE_MAX_WIDTH_RATIO)
+                                & (inputs["width_vs_exact_all"] <= RELIABLE_MAX_EXACT_ALL_RATIO))}
     reliable = np.ones(np.shape(inputs["cells"]), bool)
     for name in rules:
         reliable &= checks[name]()

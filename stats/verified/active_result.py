@@ -11,7 +11,7 @@ statistical inference", arXiv 2403.03208); this module adds what the verified ta
 * ``no_tail_seen`` true/false: circuitstat.stats.verified.active_flag's flag (enough cells, the Horvitz–Thompson
   residual share as ``rectifier_share``, the approximation's tail over the unsampled cells as
   ``approx_tail_share``, the width over exact on as many prompts as the edge has cells as
-  ``width_vs_exact_on_labelled``), measured in docs/verified.md ("Active verification");
+  ``width_vs_exact_on_labelled`` and over exact on all N's estimated width as ``width_vs_exact_on_all``), measured in docs/verified.md ("Active verification");
 * ``n_labelled`` is per edge: the cells sampled on that edge (the uniform design's n prompts).
 """
 
@@ -90,11 +90,13 @@ def active_verified_means(approx: np.ndarray, exact: np.ndarray, sampled: np.nda
               "pvalues": "cross-fitted λ (2 folds of prompts; the interval keeps λ fitted on all sampled cells)",
               "budget": float(budget),
               "no_tail_seen": "active design: >= 16 cells, HT residual share <= 0.5, approximation tail share over "
-                              "the unsampled cells <= 0.6, width <= 2x exact on as many prompts as cells",
+                              "the unsampled cells <= 0.6, width <= 2x exact on as many prompts as cells and <= 20x "
+                              "exact on all N (estimated)",
               "n_prompts": N, "estimand": active_estimand(budget, N)}
     return ActiveVerifiedResult(r["estimate"], r["se"], ConfidenceInterval(r["low"], r["high"]),
                                 np.maximum(r["cells"] - 2, 0).astype(np.float64), r["lam"], p, q, A.mean(0),
                                 rel["residual_share"], rel["approx_tail_share"], rel["width_ratio"], cf["estimate"],
                                 rel["reliable"], int(np.median(r["cells"])), N, float(confidence_level),
                                 params["interval"], params["tuning"], correction, edge_names, params,
-                                cells=np.asarray(r["cells"], np.int64), budget=float(budget))
+                                width_vs_exact_all=rel["width_vs_exact_all"], cells=np.asarray(r["cells"], np.int64),
+                                budget=float(budget))

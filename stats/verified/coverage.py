@@ -175,7 +175,7 @@ def simulate_active(X: np.ndarray, A: np.ndarray, N: int, budget: float, n_datas
     the approximation on all of them, exact on a Poisson sample of cells drawn with active_probabilities (``budget``
     expected cells per edge), active_means' interval and active_reliability's flag (with ``rules``). "active" holds
     covered, width, reliable, estimate, se, estimate_crossfit, se_crossfit (active_crossfit), cells and the flag's
-    inputs (residual_share, approx_tail_share, width_ratio); "exact_all" the t interval of exact on all N of the same
+    inputs (residual_share, approx_tail_share, width_ratio, width_vs_exact_all); "exact_all" the t interval of exact on all N of the same
     dataset. Datasets are columns side by side, as in ``simulate_verified`` (every step is per column).
     """
     X, A = np.asarray(X, np.float64), np.asarray(A, np.float64)
@@ -186,7 +186,7 @@ def simulate_active(X: np.ndarray, A: np.ndarray, N: int, budget: float, n_datas
     s_idx, s_draw = spawn_seeds(as_seed_sequence(seed), 2)
     idx = np.random.default_rng(s_idx).integers(0, P, (int(n_datasets), int(N)))
     keys = ("covered", "width", "reliable", "estimate", "se", "estimate_crossfit", "se_crossfit", "cells",
-            "residual_share", "approx_tail_share", "width_ratio")
+            "residual_share", "approx_tail_share", "width_ratio", "width_vs_exact_all")
     out: dict[str, dict[str, list]] = {"active": {k: [] for k in keys}, "exact_all": {"covered": [], "width": []}}
     for d0, s in zip(range(0, int(n_datasets), chunk), spawn_seeds(s_draw, -(-int(n_datasets) // chunk))):
         rows = idx[d0:d0 + chunk].T  # [N, d]

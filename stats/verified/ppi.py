@@ -34,6 +34,7 @@ from circuitstat.core.errors import InputError
 from circuitstat.stats.reliability import tail_share
 
 __all__ = ["PPIFit", "max_sample_kurtosis", "kurtosis_floor_cap", "column_excess_kurtosis", "sd_without_extreme",
+           "regression_sd", "yardstick_sd",
            "TUNINGS", "DEFAULT_TUNING", "INTERVALS", "DEFAULT_INTERVAL", "power_tuning", "ppi_fit", "ppi_intervals",
            "check_ppi_inputs"]
 
@@ -78,7 +79,7 @@ class PPIFit:
     n_unlabelled: int
     tuned: bool                   # λ estimated from the data (False: given)
     tuning: str
-    exact_ref_sd: np.ndarray | None = None  # SD of Y on the labelled prompts less the most extreme one (the flag's yardstick)
+    exact_ref_sd: np.ndarray | None = None  # the flag's yardstick SD of Y (``yardstick_sd``)
     n_coefficients: int = 1       # coefficients a tuned fit estimated per edge (one df each; stats/verified/multi.py: p)
 
 
@@ -137,6 +138,57 @@ def sd_without_extreme(Y: np.ndarray) -> np.ndarray:
     return Y.T[keep.T].reshape(Y.shape[1], Y.shape[0] - 1).std(1, ddof=1)
 
 
+def _drop_extreme(Y: np.ndarray, H: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Y [n, E] and H [n, E, p] without, per column, the row whose Y is farthest from the column median."""
+    n, E = Y.shape
+    far = np.abs(Y - np.median(Y, 0)).argmax(0)  # the prompt sd_without_extreme drops
+    keep = np.ones(Y.shape, dtype=bool)
+    keep[far, np.arange(E)] = False
+    Yt = Y.T[keep.T].reshape(E, n - 1)
+    Ht = H.transpose(1, 0, 2)[keep.T].reshape(E, n - 1, H.shape[2])
+    return Yt, Ht
+
+
+def regression_sd(Y: np.ndarray, H: np.ndarray, H_all: np.ndarray) -> np.ndarray:
+    """Return per column the two-phase regression estimate of SD(Y) on the labelled rows less the most extreme Y.
+
+    Y [n, E] exact on the labelled prompts, H [n, E] (or [n, E, p] for p predictors) the approximation on them,
+    H_all [N, E] (or [N, E, p]) on all N prompts. On the n − 1 rows ``sd_without_extreme`` keeps, with β the OLS
+    slope of Y on H (intercept included) and variances of divisor (rows − 1):
+
+        s²_reg = [Var(Y) − βᵀ Cov(H) β] + βᵀ Cov_N(H) β
+
+    the double-sampling regression estimator of a variance (Cochran 1977, Sampling Techniques, §12.6; in PPI terms,
+    Angelopoulos et al. 2023, "Prediction-powered inference", Science 382, the rectified second moment with
+    βᵀ(H − mean H) as the prediction). The bracket is the OLS residual variance, so s²_reg ≥ 0; where the labelled
+    rows are over-spread and the approximation tracks exact, βᵀ(Cov_N(H) − Cov(H))β < 0 corrects it. A predictor
+    constant on the rows gets slope 0 (pseudo-inverse). Measured as the flag's yardstick in docs/verified.md.
+    """
+    Y = np.asarray(Y, np.float64)
+    H, H_all = (np.asarray(a, np.float64) for a in (H, H_all))
+    H, H_all = (a[:, :, None] if a.ndim == 2 else a for a in (H, H_all))
+    Yt, Ht = _drop_extreme(Y, H)                       # [E, m], [E, m, p]
+    m = Yt.shape[1]
+    yc, hc = Yt - Yt.mean(1, keepdims=True), Ht - Ht.mean(1, keepdims=True)
+    beta = np.einsum("epq,eq->ep", np.linalg.pinv(np.einsum("emp,emq->epq", hc, hc)),
+                     np.einsum("emp,em->ep", hc, yc))
+    resid = ((yc - np.einsum("emp,ep->em", hc, beta)) ** 2).sum(1) / (m - 1)
+    ha = H_all - H_all.mean(0)
+    cov_all = np.einsum("nep,neq->epq", ha, ha) / (H_all.shape[0] - 1)
+    return np.sqrt(resid + np.maximum(np.einsum("ep,epq,eq->e", beta, cov_all, beta), 0.0))
+
+
+def yardstick_sd(Y: np.ndarray, H: np.ndarray, H_all: np.ndarray) -> np.ndarray:
+    """Return per column the tail flag's yardstick SD: min(``sd_without_extreme``, ``regression_sd``).
+
+    The smaller of two estimates of SD(Y): the labelled prompts' own (without the most extreme one, so that one
+    large prompt cannot widen the yardstick with the interval) and the one that also reads the approximation on all
+    N prompts, which shows a labelled sample that is over-spread by chance where the approximation tracks exact
+    (docs/verified.md, "A prediction-powered yardstick for the width rule").
+    """
+    return np.minimum(sd_without_extreme(Y), regression_sd(Y, H, H_all))
+
+
 def ppi_fit(Y: np.ndarray, Yhat: np.ndarray, Yhat_u: np.ndarray, lam: float | np.ndarray | None = None,
             tuning: str = DEFAULT_TUNING) -> PPIFit:
     """Return the per-edge PPI++ fit (λ̂ per edge unless ``lam`` is given: 1 is plain PPI, 0 exact only)."""
@@ -147,7 +199,8 @@ def ppi_fit(Y: np.ndarray, Yhat: np.ndarray, Yhat_u: np.ndarray, lam: float | np
     rect = Y - lam * Yhat
     mu = Yhat_u.mean(0)
     return PPIFit(lam * mu + rect.mean(0), lam, mu, Yhat_u.var(0, ddof=1), column_excess_kurtosis(Yhat_u),
-                  tail_share(Yhat_u), rect, Y.shape[0], Yhat_u.shape[0], tuned, tuning, sd_without_extreme(Y))
+                  tail_share(Yhat_u), rect, Y.shape[0], Yhat_u.shape[0], tuned, tuning,
+                  yardstick_sd(Y, Yhat, np.concatenate([Yhat, Yhat_u])))
 
 
 def max_sample_kurtosis(n: int) -> float:

@@ -62,6 +62,8 @@ class VerifiedResult(Result):
     #: several predictors (circuitstat.stats.verified.multi): their names and coefficients [E, p]; ``lam`` is their sum
     predictors: tuple[str, ...] | None = None
     coefficients: np.ndarray | None = None
+    #: interval width over the estimated width of exact on all N prompts (the flag's second width rule)
+    width_vs_exact_all: np.ndarray | None = None
     main_table = "verified"
 
     @property
@@ -78,8 +80,10 @@ class VerifiedResult(Result):
                     ci_low=self.confidence_interval.low, ci_high=self.confidence_interval.high, df=self.df,
                     pvalue=self.pvalue, qvalue=self.qvalue, lam=self.lam, approx_mean=self.approx_mean,
                     rectifier_share=self.rectifier_share, approx_tail_share=self.approx_tail_share,
-                    width_vs_exact_on_labelled=self.width_ratio, estimate_crossfit=self.estimate_crossfit,
-                    no_tail_seen=self.reliable, n_labelled=np.full(E, self.n_labelled, dtype=np.int64),
+                    width_vs_exact_on_labelled=self.width_ratio, estimate_crossfit=self.estimate_crossfit)
+        if self.width_vs_exact_all is not None:
+            cols["width_vs_exact_on_all"] = self.width_vs_exact_all
+        cols.update(no_tail_seen=self.reliable, n_labelled=np.full(E, self.n_labelled, dtype=np.int64),
                     n_prompts=np.full(E, self.n_prompts, dtype=np.int64),
                     estimand=np.full(E, self.estimand, dtype=object))
         if self.coefficients is None or self.predictors is None:
@@ -183,5 +187,6 @@ def verified_means(approx: np.ndarray, exact: np.ndarray, labelled: Any, *, conf
               "n_labelled": int(rows.size), "n_prompts": N, "estimand": verified_estimand(int(rows.size), N)}
     return VerifiedResult(fit.estimate, ci["standard_error"], ConfidenceInterval(ci["low"], ci["high"]), ci["df"],
                           fit.lam, p, q, A.mean(0), rel["rectifier_share"], rel["approx_tail_share"],
-                          rel["width_ratio"], cf.estimate, rel["reliable"], int(rows.size), N, float(confidence_level), interval, tuning, correction,
-                          edge_names, params)
+                          rel["width_ratio"], cf.estimate, rel["reliable"], int(rows.size), N, float(confidence_level),
+                          interval, tuning, correction, edge_names, params,
+                          width_vs_exact_all=rel["width_vs_exact_all"])

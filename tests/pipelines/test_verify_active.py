@@ -188,7 +188,8 @@ def test_verdict_page_and_claims_read_the_active_table(runs, tmp_path):
     (line,) = [ln for ln in verdict(act).lines if ln.label == "verified" and ln.verdict.startswith("eap:")]
     text = line.text()
     assert "(active sampling)" in text and "no tail seen" in text and "not assessed" not in text
-    assert "wider than 2× exact on as many prompts as the edge's exact cells (!)" in text
+    assert ("wider than 2× exact on as many prompts as the edge's exact cells or 20× exact on all N prompts "
+            "(estimated) (!)") in text
     page = html.unescape(re.sub(r"<[^>]+>", " ", render_report(act).read_text()))
     assert "not assessed" not in page and "≤ 2× exact on as many prompts as the edge's exact cells" in page
     v = pq.read_table(act / "verified.parquet").to_pandas()
@@ -206,3 +207,29 @@ def test_verdict_page_and_claims_read_the_active_table(runs, tmp_path):
     est = float(row.estimate)
     codes = [check("estimate", b, i + 1).exit_code for i, b in enumerate((est, est + 1e-6 * max(abs(est), 1.0)))]
     assert codes == [0, 1], codes
+
+
+def test_a_run_made_before_the_cap_is_not_described_as_capped(runs, tmp_path):
+    """A verified table without width_vs_exact_on_all (a run made before issue 48 item 1's cap) is read, and its
+    verdict and page name only the factor-2 rule; the same run with the column names the cap (the control)."""
+    import html
+    import re
+    import shutil
+
+    from circuitstat.core.run_check import record_tables
+    from circuitstat.reports.html.page import render_report
+    from circuitstat.reports.verdicts import verdict
+
+    _, act = runs
+    old = tmp_path / "old"
+    shutil.copytree(act, old)
+    path = old / "verified.parquet"
+    t = pq.read_table(path)
+    pq.write_table(t.drop_columns(["width_vs_exact_on_all"]).replace_schema_metadata(t.schema.metadata), path)
+    record_tables(old, [path])  # written by that old run: recorded in its manifest
+    for run, capped in ((act, True), (old, False)):
+        (line,) = [ln for ln in verdict(run).lines if ln.label == "verified" and ln.verdict.startswith("eap:")]
+        page = html.unescape(re.sub(r"<[^>]+>", " ", render_report(run).read_text()))
+        assert ("20× exact on all N prompts (estimated)" in line.text()) is capped
+        assert ("≤ 20× exact on all N prompts (estimated)" in page) is capped
+        assert "wider than 2× exact on as many prompts as the edge's exact cells" in line.text()

@@ -121,7 +121,7 @@ def test_width_rule_refuses_an_interval_that_says_nothing():
 def test_flag_inputs_equal_the_uniform_design_under_uniform_probabilities():
     """With π = n/N on a fixed set of n prompts for every edge, the weighted residual share is the uniform design's
     rectifier share and the approximation's tail share is its unlabelled tail share (reliability.py), computed
-    independently; the width yardstick is exact's t interval on n prompts (SD without the extreme one)."""
+    independently; the width yardstick is reliability.py's (ppi.yardstick_sd), and so are both width rules."""
     rng = np.random.default_rng(0)
     n, E = 40, 5
     Y = rng.standard_t(3, (N, E))
@@ -136,8 +136,11 @@ def test_flag_inputs_equal_the_uniform_design_under_uniform_probabilities():
     want = verified_reliability(fit, width)
     np.testing.assert_allclose(got["residual_share"], tail_share(Y[lab] - fit.lam * A[lab], k=1), rtol=1e-12)
     np.testing.assert_allclose(got["approx_tail_share"], want["approx_tail_share"], rtol=1e-12)
-    # the Hájek SD with equal weights is the plain SD: the yardstick is reliability.py's
+    # Hájek moments with equal weights are the plain ones: the yardstick (trimmed SD and two-phase regression SD) and
+    # both width rules are reliability.py's
     np.testing.assert_allclose(got["width_ratio"], want["width_ratio"], rtol=1e-9)
+    np.testing.assert_allclose(got["width_vs_exact_all"], want["width_vs_exact_all"], rtol=1e-9)
+    np.testing.assert_array_equal(got["reliable"], want["reliable"])
     assert (got["cells"] == n).all()
 
 

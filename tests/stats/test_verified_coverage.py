@@ -65,12 +65,14 @@ def test_verified_interval_covers_the_mean_exact_effect(populations, pop: str, n
     print(f"  width / exact on all N: > 10x {np.mean(ratio > 10):.4f}, > 100x {np.mean(ratio > 100):.4f}, "
           f"max {ratio.max():.1f}; flagged max {ratio[rel[ok]].max() if rel.any() else 0:.1f}")
     assert np.mean(ratio > 100) <= 0.005
-    # the flag's width rule (<= 2x exact on the labelled prompts) cannot see exact on all N's width, so a flagged
-    # interval can exceed 20x it where the labelled prompts are unusually spread; measured: at most 1 cell in
-    # 3000 and never 25x on the populations that chose the rule, but 29.7x on the held-out mlp4l (n = 16, 2 of
-    # 44,000 cells: issue 48's "never > 20x" is not met there; docs/verified.md). Without the rule the flag
-    # passed tka's 2.6e14x (issue 48)
-    cap = 25 if pop in ("zoo", "planted3") else 40
+    # the flag's width rules (<= 2x exact on the labelled prompts with the two-phase yardstick, <= 20x exact on all
+    # N's estimated width) cannot see exact on all N's own width, so a flagged interval can exceed 20x it where the
+    # labelled prompts are over-spread in a way the approximation does not show; measured (docs/verified.md, "A
+    # prediction-powered yardstick"): 5 of 286,500 cells at n = 16 on the populations that chose the rule (up to
+    # 26.8x over three seed sets), 4 held out (up to 25.4x); on these datasets the flagged maximum is 19.0x
+    # (planted3) and 24.3x (mlp3ls). Under the labelled yardstick alone the held-out mlp4l reached 29.7x; without
+    # the width rule the flag passed tka's 2.6e14x (issue 48)
+    cap = 25 if pop in ("zoo", "planted3") else 30
     assert np.mean(rel[ok] & (ratio > 20)) <= 5e-4 and not (rel[ok] & (ratio > cap)).any()
     if n < 16:  # too few labelled prompts for the flag to pass any edge (where measured, it failed at n = 8)
         assert not rel.any()
