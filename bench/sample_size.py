@@ -7,7 +7,9 @@ jaccard_half) and J_N, each with its stated error; then realise at N by simulati
 dataset of N per pilot run through the default per-edge interval (bootstrap_edges), and the true J_{N/2} and J_N
 from n_truth datasets of N // 2 and of N. Prints, per population and N, how often the realised width fell inside
 its prediction interval (pooled over edges and pilots, and the worst edge over pilots), how often it fell at or
-under the upper bound width_upper and the median realised / upper, and, per (N, k), how
+under the upper bound width_upper and the median realised / upper, the share of (pilot, edge) whose bound is
+uninformative (width_upper_informative false: not below the pilot's own width) and the bound's coverage on the
+informative cells against all (SEs over pilots), and, per (N, k), how
 often the true J_N fell inside the prediction's interval and how wide that interval was on average, the mean
 predicted and true J_N, and the stated error beside the realised RMS error. Output recorded in
 docs/sample-size.md.

@@ -285,7 +285,10 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
                                           "shows, so the pilot can promise that n prompts narrow the interval; false: "
                                           "the bound plans nothing (tails the pilot cannot bound, n not far enough "
                                           "above the pilot's size, or an edge constant in the pilot): take a larger "
-                                          "pilot. Absent in runs made before it (not assessed)", False, True),
+                                          "pilot. Not that the bound holds: informative edges are mostly those whose "
+                                          "pilot drew no spike, and on spiky populations their bounds held less often "
+                                          "(docs/sample-size.md). Absent in runs made before it (not assessed)",
+            False, True),
            ("kurtosis", F, "the edge's kurtosis, shrunk halfway to the pooled (floor 3), times the pilot's growth factor"),
            ("calibration", F, "log-scale inflation of the bound measured inside the pilot, halves to the pilot, at the tail "
                               "level 1 - (1 - level) / (D + 1), D = max(1, log2(n / n0)) (>= 1)"),
