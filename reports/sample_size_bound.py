@@ -34,7 +34,7 @@ def bound_rows(widths: Mapping[str, Any]) -> list[dict]:
 
 
 def bound_notes(rows: list[dict], n_pilot: int) -> list[str]:
-    """Return the lines that name what the uninformative bounds mean and the fix ([] when every bound is informative)."""
+    """Return the lines naming what the uninformative bounds mean and the fix ([] when every bound is informative)."""
     if any(r["uninformative"] is None for r in rows):
         return ["whether each upper bound is below the pilot's own width was not assessed (a run made before "
                 "width_upper_informative): compare width_upper with pilot_width per edge, or rerun sample-size"]

@@ -357,7 +357,9 @@ def predict_widths(S: np.ndarray, ns: Sequence[int], *, confidence_level: float 
     bound at prediction_level for the width one dataset of n will show, from the skewed F law of s_n / s_0
     with Satterthwaite df at the edge's kurtosis, inflated by the pilot's self_calibration at tail_level of n),
     width_upper_informative (width_upper < pilot_width: only then can the pilot promise that n prompts narrow the
-    interval; a bound above the width the pilot already shows plans nothing), kurtosis (the edge's, shrunk to the pooled, times kurtosis_growth), calibration (that factor), width_pi_low /
+    interval; a bound above the width the pilot already shows plans nothing; not that the bound holds, which on spiky
+    populations it did less often on informative edges: docs/sample-size.md), kurtosis (the edge's, shrunk to the
+    pooled, times kurtosis_growth), calibration (that factor), width_pi_low /
     width_pi_high (prediction interval at prediction_level, log-normal), q (predicted |t*| quantile), sd (expected
     SD at n, with the heavy-tail factor median_sd_growth), pilot_width, rel_error (the log-scale SD of the
     prediction). See the module docstring.

@@ -177,10 +177,9 @@ def test_the_terminal_and_the_figure_count_the_bounds_that_plan_nothing(tmp_path
     bound informative at N = 128 and 512, no fix printed, no flag in the figure."""
     from circuitstat.core.tables import read_table
 
-    rng = np.random.default_rng(1)
-    S = rng.standard_normal((32, 40))
+    S = np.random.default_rng(1).standard_normal((32, 13))  # the graph's 13 edges
     if spiky:
-        S[np.arange(32).repeat(2)[:40] % 32, np.arange(40)] += 30.0  # one spike per edge
+        S[np.arange(13), np.arange(13)] += 30.0  # one 30-SD spike per edge, each on its own prompt
     _pilot_of(tmp_path / "pilot", S)
     out = tmp_path / "out"
     r = CliRunner().invoke(app, ["sample-size", str(tmp_path / "pilot"), "--n", "128", "--n", "512", "--k", "3",
