@@ -8,7 +8,7 @@ dataset of N per pilot run through the default per-edge interval (bootstrap_edge
 from n_truth datasets of N // 2 and of N. Prints, per population and N, how often the realised width fell inside
 its prediction interval (pooled over edges and pilots, and the worst edge over pilots), how often it fell at or
 under the upper bound width_upper and the median realised / upper, the share of (pilot, edge) whose bound is
-uninformative (width_upper_informative false: not below the pilot's own width) and the bound's coverage on the
+uninformative (width_upper_below_pilot false: not below the pilot's own width) and the bound's coverage on the
 informative cells against all (SEs over pilots), and, per (N, k), how
 often the true J_N fell inside the prediction's interval and how wide that interval was on average, the mean
 predicted and true J_N, and the stated error beside the realised RMS error. Output recorded in
@@ -102,7 +102,7 @@ def study(P: np.ndarray, *, n0: int, ns: list[int], ks: list[int], pilots: int, 
             under_up[i] += real <= w["width_upper"][sel]
             up_pilot[i].append(np.mean(real <= w["width_upper"][sel]))
             up_ratio[i].append(np.median(real[ok] / w["width_upper"][sel][ok]))
-            inf = w["width_upper_informative"][sel]
+            inf = w["width_upper_below_pilot"][sel]
             held = real <= w["width_upper"][sel]
             inf_n[r, i], inf_held[r, i], all_held[r, i] = inf.sum(), (held & inf).sum(), held.sum()
         if widths_only:

@@ -281,7 +281,7 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("n", I, "prompts of the full run predicted for"), _EDGE, ("name", S, "edge name"),
            ("width", F, "predicted width of the default per-edge interval at n"),
            ("width_upper", F, "upper prediction bound for the width at n at the prediction level (plan with this)"),
-           ("width_upper_informative", B, "width_upper < pilot_width: the bound is below the width the pilot itself "
+           ("width_upper_below_pilot", B, "width_upper < pilot_width: the bound is below the width the pilot itself "
                                           "shows, so the pilot can promise that n prompts narrow the interval; false: "
                                           "the bound plans nothing (tails the pilot cannot bound, n not far enough "
                                           "above the pilot's size, or an edge constant in the pilot): take a larger "

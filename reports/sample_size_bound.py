@@ -1,7 +1,7 @@
 """The planning bound per N as a reader sees it: the terminal of ``circuitstat sample-size`` and its figure both read
 these rows from the widths table's columns, so they cannot disagree.
 
-A bound above the width the pilot already shows (``width_upper_informative`` false,
+A bound above the width the pilot already shows (``width_upper_below_pilot`` false,
 circuitstat.stats.sample_size.predict_widths) is still an upper bound, but it cannot plan N: a median over edges
 that mixes such bounds in silently would read as a plan. So each N states how many edges' bounds are informative
 beside the all-edge median, and a line names the fix. The median is not restricted to the informative edges:
@@ -22,7 +22,7 @@ def bound_rows(widths: Mapping[str, Any]) -> list[dict]:
     """Return per N (ascending) a dict: n, edges, median_upper (over all edges), median_pilot_width and
     uninformative (edges whose bound is not below the pilot's own width; None where the table predates the column)."""
     n = np.asarray(widths["n"])
-    flag = widths.get("width_upper_informative")
+    flag = widths.get("width_upper_below_pilot")
     rows = []
     for v in np.unique(n):
         sel = n == v
@@ -37,7 +37,7 @@ def bound_notes(rows: list[dict], n_pilot: int) -> list[str]:
     """Return the lines naming what the uninformative bounds mean and the fix ([] when every bound is informative)."""
     if any(r["uninformative"] is None for r in rows):
         return ["whether each upper bound is below the pilot's own width was not assessed (a run made before "
-                "width_upper_informative): compare width_upper with pilot_width per edge, or rerun sample-size"]
+                "width_upper_below_pilot): compare width_upper with pilot_width per edge, or rerun sample-size"]
     out = []
     above = [r for r in rows if r["uninformative"] and r["n"] > n_pilot]
     if above:

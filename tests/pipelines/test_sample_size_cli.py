@@ -187,7 +187,7 @@ def test_the_terminal_and_the_figure_count_the_bounds_that_plan_nothing(tmp_path
     assert r.exit_code == 0, r.output
     w = read_table(out / "sample_size_widths.parquet").to_pydict()
     E = len(w["n"]) // 2
-    flags = np.asarray(w["width_upper_informative"])
+    flags = np.asarray(w["width_upper_below_pilot"])
     assert (not flags.any()) if spiky else flags.all()
     svg = (out / "sample_size.svg").read_text()
     shown = [f"{0 if spiky else E} of {E} edges" in line for line in r.output.splitlines()
@@ -202,7 +202,7 @@ def test_the_terminal_and_the_figure_count_the_bounds_that_plan_nothing(tmp_path
 
 
 def test_a_sample_size_run_made_before_the_flag_still_reads(tmp_path):
-    """An old run's widths table without width_upper_informative passes its integrity check, validates against the
+    """An old run's widths table without width_upper_below_pilot passes its integrity check, validates against the
     schema (the column is optional) and its bound rows say 'not assessed'."""
     import pyarrow.parquet as pq
 
@@ -218,7 +218,7 @@ def test_a_sample_size_run_made_before_the_flag_still_reads(tmp_path):
     assert r.exit_code == 0, r.output
     path = out / "sample_size_widths.parquet"
     t = pq.read_table(path)
-    pq.write_table(t.drop_columns(["width_upper_informative"]).replace_schema_metadata(t.schema.metadata), path)
+    pq.write_table(t.drop_columns(["width_upper_below_pilot"]).replace_schema_metadata(t.schema.metadata), path)
     record_tables(out, [path])  # written by that old run: recorded in its manifest
     verify_outputs(out)
     old = RESULT_TABLES["sample_size_widths"].validate(read_table(path))

@@ -1,6 +1,6 @@
 """circuitstat.reports.sample_size_bound: the per-N summary of the planning bound that the terminal and the figure
 both read, on a spiky pilot (bounds that plan nothing, flagged with the fix), a normal one (none flagged) and a
-table written before width_upper_informative existed (said to be not assessed, never recomputed)."""
+table written before width_upper_below_pilot existed (said to be not assessed, never recomputed)."""
 
 from __future__ import annotations
 
@@ -59,13 +59,13 @@ def test_the_figure_shows_the_same_counts_as_the_rows():
 def test_a_table_written_before_the_column_reads_and_is_said_to_be_not_assessed():
     schema = RESULT_TABLES["sample_size_widths"]
     w = _widths(spiky_pilot(), [64])
-    old = {k: v for k, v in w.items() if k != "width_upper_informative"}
+    old = {k: v for k, v in w.items() if k != "width_upper_below_pilot"}
     table = schema.validate(to_arrow(old))  # optional: an old run's table still matches the schema
-    assert "width_upper_informative" not in table.column_names
+    assert "width_upper_below_pilot" not in table.column_names
     rows = bound_rows(table.to_pydict())
     assert rows[0]["uninformative"] is None
     (note,) = bound_notes(rows, 32)
     assert "not assessed" in note and "take a larger pilot" not in note  # never recomputed behind the reader's back
-    assert schema.validate(to_arrow(w)).column("width_upper_informative").to_pylist() == [False] * 6
+    assert schema.validate(to_arrow(w)).column("width_upper_below_pilot").to_pylist() == [False] * 6
     with pytest.raises(SchemaError, match="width_upper"):  # the control: a required column is still required
         schema.validate(to_arrow({k: v for k, v in old.items() if k != "width_upper"}))

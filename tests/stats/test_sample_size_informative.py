@@ -1,4 +1,4 @@
-"""width_upper_informative (issue 49 item 3 follow-up): a planning bound above the width the pilot already shows
+"""width_upper_below_pilot (issue 49 item 3 follow-up): a planning bound above the width the pilot already shows
 plans nothing, and predict_widths says so per (edge, N)."""
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ def test_a_spiky_pilots_bounds_are_flagged_uninformative_at_every_n():
     """One 30-SD spike per edge in 32 rows: the bound is still an upper bound, but at least 1000 times the pilot's
     own width at every N (the halves with and without the spike disagree wildly), so no edge's bound is informative."""
     w = predict_widths(spiky_pilot(), [64, 128, 512], n_resamples=199, seed=0)
-    assert w["width_upper_informative"].dtype == bool
-    assert not w["width_upper_informative"].any()
+    assert w["width_upper_below_pilot"].dtype == bool
+    assert not w["width_upper_below_pilot"].any()
     assert np.all(w["width_upper"] > 1e3 * w["pilot_width"])
 
 
@@ -34,10 +34,10 @@ def test_a_normal_pilots_bounds_are_informative_well_above_the_pilots_size():
     0.35 of it), so every edge's is informative; at N = 16 < n0 no bound is (a smaller run does not narrow)."""
     w = predict_widths(normal_pilot(), [16, 128, 512], n_resamples=199, seed=0)
     big = w["n"] >= 128
-    assert w["width_upper_informative"][big].all()
-    assert not w["width_upper_informative"][~big].any()
+    assert w["width_upper_below_pilot"][big].all()
+    assert not w["width_upper_below_pilot"][~big].any()
     # the flag is the strict comparison with the pilot's own width, nothing else (an inverted rule fails here)
-    np.testing.assert_array_equal(w["width_upper_informative"], w["width_upper"] < w["pilot_width"])
+    np.testing.assert_array_equal(w["width_upper_below_pilot"], w["width_upper"] < w["pilot_width"])
     assert np.all(w["width_upper"][big] < 0.8 * w["pilot_width"][big])
 
 
@@ -47,4 +47,4 @@ def test_an_edge_constant_in_the_pilot_is_not_informative():
     S[:, 2] = 1.5
     w = predict_widths(S, [512], n_resamples=199, seed=0)
     assert w["pilot_width"][2] == 0.0 and w["width_upper"][2] == 0.0
-    assert not w["width_upper_informative"][2] and w["width_upper_informative"][[0, 1, 3, 4, 5]].all()
+    assert not w["width_upper_below_pilot"][2] and w["width_upper_below_pilot"][[0, 1, 3, 4, 5]].all()
