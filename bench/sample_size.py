@@ -7,7 +7,9 @@ jaccard_half) and J_N, each with its stated error; then realise at N by simulati
 dataset of N per pilot run through the default per-edge interval (bootstrap_edges), and the true J_{N/2} and J_N
 from n_truth datasets of N // 2 and of N. Prints, per population and N, how often the realised width fell inside
 its prediction interval (pooled over edges and pilots, and the worst edge over pilots), how often it fell at or
-under the upper bound width_upper and the median realised / upper, and, per (N, k), how
+under the upper bound width_upper and the median realised / upper, the share of (pilot, edge) whose bound is
+uninformative (width_upper_below_pilot false: not below the pilot's own width) and the bound's coverage on the
+informative cells against all (SEs over pilots), and, per (N, k), how
 often the true J_N fell inside the prediction's interval and how wide that interval was on average, the mean
 predicted and true J_N, and the stated error beside the realised RMS error. Output recorded in
 docs/sample-size.md.
@@ -74,6 +76,9 @@ def study(P: np.ndarray, *, n0: int, ns: list[int], ks: list[int], pilots: int, 
     inside_w = np.zeros((len(ns), P.shape[1]))
     under_up = np.zeros((len(ns), P.shape[1]))
     ratio, up_ratio, up_pilot = [[] for _ in ns], [[] for _ in ns], [[] for _ in ns]
+    # per pilot and N: edges whose bound is informative (below the pilot's own width), and of those and of all,
+    # how many held; the pilot is the unit of the shares' SEs
+    inf_n, inf_held, all_held = (np.zeros((pilots, len(ns))) for _ in range(3))
     j_pred = np.zeros((pilots, len(ns), 2, len(ks)))  # [.., 0, ..]: J_{N/2}, [.., 1, ..]: J_N
     j_se = np.zeros_like(j_pred)
     j_in = np.zeros_like(j_pred, dtype=bool)
@@ -97,6 +102,9 @@ def study(P: np.ndarray, *, n0: int, ns: list[int], ks: list[int], pilots: int, 
             under_up[i] += real <= w["width_upper"][sel]
             up_pilot[i].append(np.mean(real <= w["width_upper"][sel]))
             up_ratio[i].append(np.median(real[ok] / w["width_upper"][sel][ok]))
+            inf = w["width_upper_below_pilot"][sel]
+            held = real <= w["width_upper"][sel]
+            inf_n[r, i], inf_held[r, i], all_held[r, i] = inf.sum(), (held & inf).sum(), held.sum()
         if widths_only:
             continue
         for h, col in enumerate(("jaccard_half", "jaccard")):
@@ -109,7 +117,29 @@ def study(P: np.ndarray, *, n0: int, ns: list[int], ks: list[int], pilots: int, 
             "upper_cover": under_up / pilots, "upper_ratio": [np.median(x) for x in up_ratio],
             # the pooled share's MC SE with the pilot as the unit (its edges are not independent)
             "upper_se": [np.std(x, ddof=1) / np.sqrt(len(x)) for x in up_pilot],
+            "inf_n": inf_n, "inf_held": inf_held, "all_held": all_held, "n_edges": P.shape[1],
             "j_pred": j_pred, "j_se": j_se, "j_in": j_in, "j_width": j_width}
+
+
+def ratio_se(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """Return (sum a / sum b, its SE with the pilot as the unit): the ratio estimator's linearised SE over pilots."""
+    r = a.sum() / b.sum()
+    m = a.size
+    return float(r), float(np.sqrt(np.sum((a - r * b) ** 2) / (m * (m - 1))) / b.mean())
+
+
+def informative_rows(out: dict, ns: list[int]) -> None:
+    """Print, per N, the share of (pilot, edge) whose bound is uninformative (width_upper >= pilot_width), and the
+    bound's coverage on the informative cells against all, each with its SE over pilots."""
+    E = out["n_edges"]
+    print("  bound  N     uninformative (SE)  pilots with any  holds on informative (SE)  holds on all (SE)")
+    for i, n in enumerate(ns):
+        unin = 1.0 - out["inf_n"][:, i] / E
+        b = out["inf_n"][:, i]
+        hi, hi_se = ratio_se(out["inf_held"][:, i], b) if b.sum() > 0 else (float("nan"), float("nan"))
+        ha, ha_se = ratio_se(out["all_held"][:, i], np.full(b.size, float(E)))
+        print(f"         {n:<5} {unin.mean():.3f} ({unin.std(ddof=1) / np.sqrt(unin.size):.3f})       "
+              f"{np.mean(unin > 0):.2f}             {hi:.3f} ({hi_se:.3f})              {ha:.3f} ({ha_se:.3f})")
 
 
 def report(name: str, out: dict, ns: list[int], ks: list[int], pilots: int, level: float) -> None:
@@ -123,6 +153,7 @@ def report(name: str, out: dict, ns: list[int], ks: list[int], pilots: int, leve
         print(f"         {n:<5} {c.mean():.3f}   {c.min():.3f}       {np.mean(c < 0.80):.2f}        "
               f"{out['width_ratio'][i]:.3f}                      {u.mean():.3f} ({out['upper_se'][i]:.3f})       "
               f"    {u.min():.3f}       {out['upper_ratio'][i]:.3f}")
+    informative_rows(out, ns)
     if out["truth"] is None:
         return
     for h, what in enumerate(("J_N/2", "J_N  ")):

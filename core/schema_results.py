@@ -281,9 +281,17 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("n", I, "prompts of the full run predicted for"), _EDGE, ("name", S, "edge name"),
            ("width", F, "predicted width of the default per-edge interval at n"),
            ("width_upper", F, "upper prediction bound for the width at n at the prediction level (plan with this)"),
+           ("width_upper_below_pilot", B, "width_upper < pilot_width: the bound is below the width the pilot itself "
+                                          "shows, so the pilot can promise that n prompts narrow the interval; false: "
+                                          "the bound plans nothing (tails the pilot cannot bound, n not far enough "
+                                          "above the pilot's size, or an edge constant in the pilot): take a larger "
+                                          "pilot. Not that the bound holds: informative edges are mostly those whose "
+                                          "pilot drew no spike, and on spiky populations their bounds held less often "
+                                          "(docs/sample-size.md). Absent in runs made before it (not assessed)",
+            False, True),
            ("kurtosis", F, "the edge's kurtosis, shrunk halfway to the pooled (floor 3), times the pilot's growth factor"),
            ("calibration", F, "log-scale inflation of the bound measured inside the pilot, halves to the pilot, at the tail "
-                              "level 1 - (1 - level) / log2(n / n0) (>= 1)"),
+                              "level 1 - (1 - level) / (D + 1), D = max(1, log2(n / n0)) (>= 1)"),
            *ci_columns("width_pi", "the width at n", SAMPLE_WIDTH, False),
            ("q", F, "predicted |t*| quantile of the symmetric studentized bootstrap at n"),
            ("sd", F, "expected SD of the scores at n (pilot SD, bootstrap bias-corrected)"),

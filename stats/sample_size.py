@@ -29,7 +29,10 @@ Three predictions, each with a stated error (docs/sample-size.md has the measure
   tail_level: the quantile 1 - (1 - level) / (D + 1), D = log2(N / n0), a union bound over the D doublings from
   n0 to N in each of which tail events the pilot has not seen can appear, plus the calibration's own error
   (issue 49: with the plain level the bound held 0.84-0.87 on the spiky population at N >= 128, whose rare-spike
-  edges look normal in a pilot of 32; with the D doublings alone 0.895 at N = 64).
+  edges look normal in a pilot of 32; with the D doublings alone 0.895 at N = 64). width_upper_below_pilot says
+  whether the bound is below the pilot's own width (pilot_width), i.e. whether the pilot can promise that N
+  prompts narrow the interval at all: under tails a pilot cannot bound (one 30-SD spike per edge in 32 rows) the
+  bound is still an upper bound, but 10^6 times the pilot's width, and plans nothing.
 * **Expected data-level Jaccard** J_m of the top-k circuit, E[Jaccard(top-k of D1, top-k of D2)] for two
   independent datasets of m prompts, at m = floor(N/2) (the primary: the expectation of the jaccard_half an
   audit of N prompts reports from its disjoint halves, circuitstat.stats.stability_halves) and at m = N (the
@@ -353,7 +356,10 @@ def predict_widths(S: np.ndarray, ns: Sequence[int], *, confidence_level: float 
     Columns: n, edge, width (predicted), width_upper (the planning number: a one-sided upper prediction
     bound at prediction_level for the width one dataset of n will show, from the skewed F law of s_n / s_0
     with Satterthwaite df at the edge's kurtosis, inflated by the pilot's self_calibration at tail_level of n),
-    kurtosis (the edge's, shrunk to the pooled, times kurtosis_growth), calibration (that factor), width_pi_low /
+    width_upper_below_pilot (width_upper < pilot_width: only then can the pilot promise that n prompts narrow the
+    interval; a bound above the width the pilot already shows plans nothing; not that the bound holds, which on spiky
+    populations it did less often on informative edges: docs/sample-size.md), kurtosis (the edge's, shrunk to the
+    pooled, times kurtosis_growth), calibration (that factor), width_pi_low /
     width_pi_high (prediction interval at prediction_level, log-normal), q (predicted |t*| quantile), sd (expected
     SD at n, with the heavy-tail factor median_sd_growth), pilot_width, rel_error (the log-scale SD of the
     prediction). See the module docstring.
@@ -374,9 +380,9 @@ def predict_widths(S: np.ndarray, ns: Sequence[int], *, confidence_level: float 
         # ratio bias correction; a bootstrap mean SD below half the sample's is not trusted to correct by more
         ratio = np.where(ok, np.clip(m_star / s0, 0.5, None), 1.0)
     sigma = s0 / ratio
-    cols: dict[str, list] = {k: [] for k in ("n", "edge", "width", "width_upper", "kurtosis", "calibration",
-                                             "width_pi_low", "width_pi_high", "q", "sd", "pilot_width",
-                                             "rel_error")}
+    cols: dict[str, list] = {k: [] for k in ("n", "edge", "width", "width_upper", "width_upper_below_pilot",
+                                             "kurtosis", "calibration", "width_pi_low", "width_pi_high", "q", "sd",
+                                             "pilot_width", "rel_error")}
     t0 = float(sps_t.ppf(0.5 + confidence_level / 2, n0 - 1))
     c_cal, c_growth = spawn_seeds(spawn_seeds(seed, 2)[1], 2)
     kurt_edge, kurt_pooled = edge_kurtosis(S)
@@ -397,8 +403,11 @@ def predict_widths(S: np.ndarray, ns: Sequence[int], *, confidence_level: float 
         log_up = calib * log_sd_ratio_upper(n0, int(n), kappa, prediction_level) + z1 * np.sqrt(
             quantile_mc_variance(n0, int(n), n_resamples=n_resamples, confidence_level=confidence_level))
         upper = 2 * q * s0 / np.sqrt(n) * np.exp(log_up)
+        # a bound above what the pilot already shows cannot plan N (strict: an edge constant in the pilot, 0 and 0,
+        # has no spread to bound from, so its 0 is no promise either)
         for key, v in (("n", np.full(E, n)), ("edge", np.arange(E)), ("width", width), ("width_upper", upper),
-                       ("kurtosis", kappa), ("calibration", np.full(E, calib)),
+                       ("width_upper_below_pilot", upper < hi - lo), ("kurtosis", kappa),
+                       ("calibration", np.full(E, calib)),
                        ("width_pi_low", width * np.exp(-zp * rel)), ("width_pi_high", width * np.exp(zp * rel)),
                        ("q", q), ("sd", sd_n), ("pilot_width", hi - lo), ("rel_error", rel)):
             cols[key].append(v)

@@ -77,17 +77,26 @@ def sample_size_command(
 
 
 def _print(res, target: float) -> None:
-    """Print the per-N table: widths (median over edges), J_N/2 (primary) and J_N per k with intervals, chance, claims."""
+    """Print the per-N table: widths (median over edges; the upper bound with how many edges' bounds are below the
+    pilot's own width, and the fix when some are not), J_N/2 (primary) and J_N per k with intervals, chance, claims."""
     import numpy as np
 
+    from circuitstat.reports.sample_size_bound import bound_notes, bound_rows
+
     w, s = res.widths, res.stability
-    level = res.params["prediction_level"]
-    echo(f"pilot: {res.params['n_pilot']} prompts ({res.params['method']}); prediction intervals at {level:.0%}")
-    echo(f"{'N':>7}  {'median width':>12}  {'[prediction interval]':>22}  {'upper bound (plan)':>18}")
-    for n in np.unique(w["n"]):
+    level, n0 = res.params["prediction_level"], res.params["n_pilot"]
+    rows = bound_rows(w)
+    echo(f"pilot: {n0} prompts ({res.params['method']}); its own interval width {rows[0]['median_pilot_width']:.4g} "
+         f"(median over edges); prediction intervals at {level:.0%}")
+    echo(f"{'N':>7}  {'median width':>12}  {'[prediction interval]':>22}  {'upper bound (plan)':>18}  "
+         "bound below the pilot's width")
+    for n, row in zip(np.unique(w["n"]), rows):
         sel = w["n"] == n
         echo(f"{n:>7}  {np.median(w['width'][sel]):>12.4g}  [{np.median(w['width_pi_low'][sel]):.4g}, "
-             f"{np.median(w['width_pi_high'][sel]):.4g}]  {np.median(w['width_upper'][sel]):>18.4g}")
+             f"{np.median(w['width_pi_high'][sel]):.4g}]  {row['median_upper']:>18.4g}  "
+             f"{row['edges'] - row['uninformative']} of {row['edges']} edges")
+    for line in bound_notes(rows, n0):
+        echo(line)
     echo("stability: J_N/2 (primary) is what the audit of N prompts reports as jaccard_half (two disjoint halves of "
          "N/2); J_N (extrapolated) is two independent sets of N, as its jaccard_data")
     echo(f"{'N':>7}  {'k':>4}  {'J_N/2':>6}  {'[prediction interval]':>16}  {'J_N':>6}  {'[prediction interval]':>16}  "

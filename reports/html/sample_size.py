@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Mapping
 
 import numpy as np
 
+from ..sample_size_bound import bound_rows
 from .svg import PALETTE, Plot, data_range, esc, nice_domain, padded
 
 __all__ = ["sample_size_svg"]
@@ -32,7 +34,8 @@ def _jaccard_plot(stab: Mapping[str, np.ndarray], target: float, level: float) -
 
 
 def _width_plot(widths: Mapping[str, np.ndarray], level: float) -> Plot:
-    """The median over edges of the predicted width (and of its prediction interval's ends) against N."""
+    """The median over edges of the predicted width (and of its prediction interval's ends) against N, and per N
+    the edges whose upper bound is not below the pilot's own width (bound_rows: the terminal's numbers)."""
     n_all = np.asarray(widths["n"])
     ns = np.unique(n_all)
     med = {c: np.array([np.median(np.asarray(widths[c])[n_all == n]) for n in ns])
@@ -46,6 +49,12 @@ def _width_plot(widths: Mapping[str, np.ndarray], level: float) -> Plot:
     p.line(x, med["width"], PALETTE[0])
     p.points(x, med["width"], PALETTE[0])
     p.legend(f"median over edges: predicted width, {level:.0%} prediction interval", PALETTE[0])
+    for row in bound_rows(widths):
+        if row["uninformative"] is None:
+            p.legend(f"N = {row['n']}: upper bound vs the pilot's width not assessed (older run)", "#b00", "x")
+        elif row["uninformative"]:
+            p.legend(f"N = {row['n']}: upper bound above the pilot's width for {row['uninformative']} of "
+                     f"{row['edges']} edges", "#b00", "x")
     p.axes("prompts N (log scale)", "per-edge interval width", xticks=list(x))
     return p
 
@@ -54,6 +63,8 @@ def sample_size_svg(stab: Mapping[str, np.ndarray], widths: Mapping[str, np.ndar
                     level: float) -> str:
     """Return one SVG document: the predicted Jaccard panel beside the predicted width panel."""
     a, b = _jaccard_plot(stab, target, level).svg(), _width_plot(widths, level).svg()
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="940" height="420" role="img" '
+    # each panel's height includes its legend's rows (the width panel's grows with the N whose bounds plan nothing)
+    height = max([420] + [int(re.search(r'height="(\d+)"', x).group(1)) + 10 for x in (a, b)])
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="940" height="{height}" role="img" '
             f'aria-label="{esc("sample size: predicted Jaccard and width against N")}">'
             f'<g>{a}</g><g transform="translate(470,0)">{b}</g></svg>')

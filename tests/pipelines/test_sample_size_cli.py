@@ -158,3 +158,69 @@ def test_the_sample_size_kind_refuses_a_bad_spec_and_another_kinds_out(tmp_path)
         k.run(spec, tmp_path / "attr", force=True)
     assert (tmp_path / "attr" / "manifest.json").read_bytes() == before
     assert not list((tmp_path / "attr").glob("sample_size*"))
+
+
+def _pilot_of(path: Path, S: np.ndarray) -> None:
+    """Write a pilot scores run of S (32 prompts x the edges of a one-layer, two-head graph)."""
+    from circuitstat.circuits.graph import ComponentGraph
+    from circuitstat.circuits.scores import ScoreMatrix
+
+    g = ComponentGraph(1, 2)
+    ScoreMatrix(S[:, :g.n_edges].astype(np.float32), g, "edge", "eap", "counterfactual", "logit_diff").write(path)
+
+
+@pytest.mark.parametrize("spiky", [True, False])
+def test_the_terminal_and_the_figure_count_the_bounds_that_plan_nothing(tmp_path, spiky):
+    """Issue 49 item 3 follow-up: a pilot of 32 normal rows with one 30-SD spike per edge has bounds about 10^6
+    times its own width; the terminal says per N how many edges' bounds are below the pilot's width (none) and
+    names the fix, the table flags each, and the figure shows the same counts. A normal pilot (the control): every
+    bound informative at N = 128 and 512, no fix printed, no flag in the figure."""
+    from circuitstat.core.tables import read_table
+
+    S = np.random.default_rng(1).standard_normal((32, 13))  # the graph's 13 edges
+    if spiky:
+        S[np.arange(13), np.arange(13)] += 30.0  # one 30-SD spike per edge, each on its own prompt
+    _pilot_of(tmp_path / "pilot", S)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["sample-size", str(tmp_path / "pilot"), "--n", "128", "--n", "512", "--k", "3",
+                                 "--datasets", "2", "--resamples", "200", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    w = read_table(out / "sample_size_widths.parquet").to_pydict()
+    E = len(w["n"]) // 2
+    flags = np.asarray(w["width_upper_below_pilot"])
+    assert (not flags.any()) if spiky else flags.all()
+    svg = (out / "sample_size.svg").read_text()
+    shown = [f"{0 if spiky else E} of {E} edges" in line for line in r.output.splitlines()
+             if line.strip().startswith(("128 ", "512 ")) and line.endswith(" edges")]
+    assert shown == [True, True], r.output
+    assert ("take a larger pilot" in r.output) is spiky, r.output
+    if spiky:
+        assert f"{E} of {E} at N = 128, {E} of {E} at N = 512" in r.output
+        assert all(f"N = {n}: upper bound above the pilot&#x27;s width for {E} of {E} edges" in svg for n in (128, 512))
+    else:
+        assert "upper bound above" not in svg
+
+
+def test_a_sample_size_run_made_before_the_flag_still_reads(tmp_path):
+    """An old run's widths table without width_upper_below_pilot passes its integrity check, validates against the
+    schema (the column is optional) and its bound rows say 'not assessed'."""
+    import pyarrow.parquet as pq
+
+    from circuitstat.core.run_check import record_tables, verify_outputs
+    from circuitstat.core.schema_results import RESULT_TABLES
+    from circuitstat.core.tables import read_table
+    from circuitstat.reports.sample_size_bound import bound_notes, bound_rows
+
+    _pilot(tmp_path / "pilot")
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["sample-size", str(tmp_path / "pilot"), "--n", "128", "--k", "3", "--datasets", "2",
+                                 "--resamples", "200", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    path = out / "sample_size_widths.parquet"
+    t = pq.read_table(path)
+    pq.write_table(t.drop_columns(["width_upper_below_pilot"]).replace_schema_metadata(t.schema.metadata), path)
+    record_tables(out, [path])  # written by that old run: recorded in its manifest
+    verify_outputs(out)
+    old = RESULT_TABLES["sample_size_widths"].validate(read_table(path))
+    (note,) = bound_notes(bound_rows(old.to_pydict()), 32)
+    assert "not assessed" in note
