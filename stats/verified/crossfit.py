@@ -20,9 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from circuitstat.core.errors import InputError
-from .reliability import approx_tail_share
 
 from .ppi import DEFAULT_TUNING, TUNINGS, PPIFit, column_excess_kurtosis, check_ppi_inputs, yardstick_sd
+from .reliability import approx_tail_share
 
 __all__ = ["loo_power_tuning", "crossfit_fit"]
 

@@ -31,6 +31,7 @@ import numpy as np
 from scipy import special
 
 from circuitstat.core.errors import InputError
+
 from .reliability import approx_tail_share
 
 __all__ = ["PPIFit", "max_sample_kurtosis", "kurtosis_floor_cap", "column_excess_kurtosis", "sd_without_extreme",

@@ -77,7 +77,7 @@ APPROX_TAIL_MIN_FRACTION = Fraction(9, 200)
 
 def approx_tail_count(n_unlabelled: int | np.ndarray) -> int | np.ndarray:
     """Return k = max(ceil(sqrt(N_u)), ceil(4.5% of N_u)) per entry (int or int array): the prompts the
-    approximation's tail share looks at (module docstring: why a fraction beyond N_u = 494)."""
+    approximation's tail share looks at (module docstring: why a fraction; it binds from N_u = 512 on)."""
     c = np.asarray(n_unlabelled, dtype=np.int64)
     num, den = APPROX_TAIL_MIN_FRACTION.numerator, APPROX_TAIL_MIN_FRACTION.denominator
     root = np.ceil(np.sqrt(c)).astype(np.int64)
