@@ -96,7 +96,9 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("rectifier_share", F, "share of the labelled rectifier's spread carried by its most extreme prompt (the active "
                                   "design: of the Horvitz-Thompson residual terms (Y - lam Yhat)/pi over the sampled cells)"),
            ("approx_tail_share", F, "tail share of the approximation over the unlabelled prompts (the active design: the "
-                                    "edge's unsampled cells)"),
+                                    "edge's unsampled cells): the share of sum |x - median| its max(ceil sqrt N_u, "
+                                    "ceil 4.5% of N_u) most extreme prompts carry (ceil sqrt N_u before issue 48 "
+                                    "item 2; the same up to N_u = 511)"),
            ("width_vs_exact_on_labelled", F, "interval width over the t interval of exact on the n labelled prompts "
                                              "(SD without the most extreme one; the active design: on as many prompts as "
                                              "the edge's cells, pi-weighted SD); absent before issue 48", False, True),

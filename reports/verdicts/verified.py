@@ -17,7 +17,8 @@ from circuitstat.reports.ci import Ci, fmt
 from circuitstat.reports.tableset import Tables, methods_in, num, rows, where
 from circuitstat.reports.verdicts.model import SIGNIFICANT_Q, Line, Name, Part
 
-__all__ = ["verified_edge_lines", "verified_lines", "significant_verified"]
+__all__ = ["verified_edge_lines", "verified_lines", "significant_verified", "flag_range_note",
+           "FLAG_MEASURED_MAX_PROMPTS_PER_LABELLED"]
 
 
 def significant_verified(T: Tables, method: str, max_q: float = SIGNIFICANT_Q) -> tuple[int, int]:
@@ -65,6 +66,23 @@ def flag_yardstick(active: bool) -> str:
 FLAG_CAP_WORDS = "20× exact on all N prompts (estimated)"
 
 
+#: the largest N / n at which the uniform design's tail flag was measured per edge (N = 512 and 2048 with n = 16 and
+#: 32, docs/verified.md "The tail rule at N = 2048"): beyond it the verdict says so (reports reads tables only, so the
+#: range is stated here, beside the docs that measured it)
+FLAG_MEASURED_MAX_PROMPTS_PER_LABELLED = 128
+
+
+def flag_range_note(n_labelled: int, n_prompts: int) -> str:
+    """Return the verdict's note when a uniform-design run's N / n lies beyond the range the tail flag was measured
+    at per edge, else ''."""
+    ratio = n_prompts / max(n_labelled, 1)
+    if ratio <= FLAG_MEASURED_MAX_PROMPTS_PER_LABELLED:
+        return ""
+    return (f"; the tail flag's per-edge coverage was measured only up to N/n = "
+            f"{FLAG_MEASURED_MAX_PROMPTS_PER_LABELLED} (N = 512 and 2048, n = 16 and 32); this run's N/n = {ratio:.0f} "
+            "is beyond it: verify more prompts to stay inside it")
+
+
 def flag_capped(t) -> bool:
     """Return whether a verified table's flag also applied the cap (it has the column width_vs_exact_on_all)."""
     return t is not None and "width_vs_exact_on_all" in t.column_names
@@ -90,6 +108,10 @@ def _method_line(T: Tables, method: str) -> Line | None:
                          + (f"; {shaky} more a few prompts carry" if shaky else "") + "); largest ", Name(str(best.get("edge_name") or best["edge"])),
                          " ", Ci.of("verified", best, ("method", "edge"), est="estimate"),
                          f" q = {fmt(best.get('qvalue'), 2)}", *_missed_parts(T, method)]
+    # the active design's flag was measured at N = 512 only (docs/verified.md): no range is claimed for it here
+    note = flag_range_note(n, N) if assessed and not active else ""
+    if note:
+        parts.append(note)
     tails = sum(1 for r in vrows if r.get("no_tail_seen") is False)
     if tails:
         cap = f" or {FLAG_CAP_WORDS}" if flag_capped(t) else ""

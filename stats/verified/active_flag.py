@@ -14,9 +14,10 @@ rectifier enters through the sampled cells only, each weighted 1/π. What carrie
   share exactly (a constant weight cancels). A small π on a large residual, the failure HT weighting invites, is
   what it sees.
 * **the approximation's tail on the unsampled prompts**: λŶ is imputed on the cells nobody patched; when the
-  ceil(sqrt(N_u)) unsampled cells farthest from their median carry more than circuitstat.stats.reliability's 0.6 of
-  Σ |Ŷ − median|, the imputed mean rests on a few cells whose exact effect nobody computed. With uniform π the
-  unsampled cells are the uniform design's unlabelled prompts.
+  approx_tail_count(N_u) unsampled cells farthest from their median (reliability.py: ceil(sqrt(N_u)), never fewer
+  than 4.5% of them) carry more than circuitstat.stats.reliability's 0.6 of Σ |Ŷ − median|, the imputed mean rests on
+  a few cells whose exact effect nobody computed. With uniform π the unsampled cells are the uniform design's
+  unlabelled prompts, and with N_u <= 511 the count is ceil(sqrt(N_u)) exactly, so nothing changed at N = 512.
 * **an interval that says nothing**: wider than ``RELIABLE_MAX_WIDTH_RATIO`` times the t interval of exact on as
   many uniformly drawn prompts as the edge has cells, or than ``RELIABLE_MAX_EXACT_ALL_RATIO`` times the estimated
   z interval of exact on all N prompts (2 z SD / sqrt(N)): reliability.py's two width rules. The SD is
@@ -42,7 +43,7 @@ from circuitstat.stats.reliability import RELIABLE_MAX_TAIL_SHARE
 
 from .active import check_active_inputs, ht_weights
 from .reliability import (RELIABLE_MAX_EXACT_ALL_RATIO, RELIABLE_MAX_RECTIFIER_SHARE, RELIABLE_MAX_WIDTH_RATIO,
-                          RELIABLE_MIN_LABELLED, exact_on_all_width, width_over)
+                          RELIABLE_MIN_LABELLED, approx_tail_count, exact_on_all_width, width_over)
 
 __all__ = ["masked_tail_share", "active_reliability", "active_flag", "ACTIVE_FLAG_RULES"]
 
@@ -102,7 +103,7 @@ def active_reliability(approx: np.ndarray, exact: np.ndarray, sampled: np.ndarra
     w = ht_weights(S, P)
     cells = S.sum(0)
     r_share = masked_tail_share(w * (Y - np.asarray(lam) * A), S, k=np.ones_like(cells))
-    a_share = masked_tail_share(A, ~S)
+    a_share = masked_tail_share(A, ~S, k=approx_tail_count((~S).sum(0)))  # the uniform design's count
     q = special.stdtrit(np.maximum(cells - 1, 1), 0.5 + confidence_level / 2)
     sd = _weighted_yardstick_sd(Y, A, w)
     ratio = width_over(width, 2.0 * q * sd / np.sqrt(np.maximum(cells, 1)))

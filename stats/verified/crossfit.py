@@ -20,9 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from circuitstat.core.errors import InputError
-from circuitstat.stats.reliability import tail_share
 
 from .ppi import DEFAULT_TUNING, TUNINGS, PPIFit, column_excess_kurtosis, check_ppi_inputs, yardstick_sd
+from .reliability import approx_tail_share
 
 __all__ = ["loo_power_tuning", "crossfit_fit"]
 
@@ -56,5 +56,5 @@ def crossfit_fit(Y: np.ndarray, Yhat: np.ndarray, Yhat_u: np.ndarray, tuning: st
     rect = Y - lam_i * Yhat
     mu, lam = Yhat_u.mean(0), lam_i.mean(0)
     return PPIFit(lam * mu + rect.mean(0), lam, mu, Yhat_u.var(0, ddof=1), column_excess_kurtosis(Yhat_u),
-                  tail_share(Yhat_u), rect, Y.shape[0], Yhat_u.shape[0], True, tuning,
+                  approx_tail_share(Yhat_u), rect, Y.shape[0], Yhat_u.shape[0], True, tuning,
                   yardstick_sd(Y, Yhat, np.concatenate([Yhat, Yhat_u])))

@@ -54,11 +54,10 @@ import numpy as np
 
 from circuitstat.core.errors import InputError
 from circuitstat.core.results import ConfidenceInterval
-from circuitstat.stats.reliability import tail_share
 
 from .ppi import (DEFAULT_INTERVAL, INTERVALS, PPIFit, column_excess_kurtosis, ppi_fit, ppi_intervals,
                   yardstick_sd)
-from .reliability import verified_reliability
+from .reliability import approx_tail_share, verified_reliability
 from .result import VerifiedResult, labelled_split, verified_estimand
 
 __all__ = ["MULTI_SHRINK", "MULTI_FOLDS", "MultiFit", "multi_label", "pooled_slope", "shrunk_slopes", "multi_fit",
@@ -181,8 +180,8 @@ def multi_fit(Y: np.ndarray, H: np.ndarray, Hu: np.ndarray, *, folds: int | None
     lam = lam_i.mean(0)
     Z = np.einsum("iep,ep->ie", Hu, lam)                      # the combined predictor on the unlabelled prompts
     mu = Z.mean(0)
-    fit = PPIFit(mu + rect.mean(0), np.ones(E), mu, Z.var(0, ddof=1), column_excess_kurtosis(Z), tail_share(Z), rect,
-                 n, N_u, True, "labelled", yardstick_sd(Y, H, np.concatenate([H, Hu])), n_coefficients=p)
+    fit = PPIFit(mu + rect.mean(0), np.ones(E), mu, Z.var(0, ddof=1), column_excess_kurtosis(Z), approx_tail_share(Z),
+                 rect, n, N_u, True, "labelled", yardstick_sd(Y, H, np.concatenate([H, Hu])), n_coefficients=p)
     return MultiFit(fit, lam, lam_folds, K, float(shrink), multi_label(p, K, n, float(shrink)))
 
 

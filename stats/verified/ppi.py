@@ -31,7 +31,8 @@ import numpy as np
 from scipy import special
 
 from circuitstat.core.errors import InputError
-from circuitstat.stats.reliability import tail_share
+
+from .reliability import approx_tail_share
 
 __all__ = ["PPIFit", "max_sample_kurtosis", "kurtosis_floor_cap", "column_excess_kurtosis", "sd_without_extreme",
            "regression_sd", "yardstick_sd",
@@ -73,7 +74,7 @@ class PPIFit:
     imputed_mean: np.ndarray      # mean(Yhat_u)
     imputed_var: np.ndarray       # Var(Yhat_u), divisor N_u − 1
     imputed_kurtosis: np.ndarray  # excess kurtosis of Yhat_u
-    approx_tail_share: np.ndarray  # circuitstat.stats.reliability's tail share of Yhat_u (for the reliability flag)
+    approx_tail_share: np.ndarray  # reliability.approx_tail_share of Yhat_u (for the reliability flag)
     rectifier: np.ndarray         # Y − λ Yhat on the labelled prompts [n, E]
     n: int
     n_unlabelled: int
@@ -199,7 +200,7 @@ def ppi_fit(Y: np.ndarray, Yhat: np.ndarray, Yhat_u: np.ndarray, lam: float | np
     rect = Y - lam * Yhat
     mu = Yhat_u.mean(0)
     return PPIFit(lam * mu + rect.mean(0), lam, mu, Yhat_u.var(0, ddof=1), column_excess_kurtosis(Yhat_u),
-                  tail_share(Yhat_u), rect, Y.shape[0], Yhat_u.shape[0], tuned, tuning,
+                  approx_tail_share(Yhat_u), rect, Y.shape[0], Yhat_u.shape[0], tuned, tuning,
                   yardstick_sd(Y, Yhat, np.concatenate([Yhat, Yhat_u])))
 
 
