@@ -9,6 +9,7 @@ table's ``missed_high``, ``tau`` and ``level`` (claim kind ``missed_edges``, sta
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +18,8 @@ from circuitstat.reports.ci import Ci, fmt
 from circuitstat.reports.tableset import Tables, methods_in, num, rows, where
 from circuitstat.reports.verdicts.model import SIGNIFICANT_Q, Line, Name, Part
 
-__all__ = ["verified_edge_lines", "verified_lines", "significant_verified", "flag_range_note",
-           "FLAG_MEASURED_MAX_PROMPTS_PER_LABELLED"]
+__all__ = ["verified_edge_lines", "verified_lines", "significant_verified", "flag_range_note", "active_budget",
+           "FLAG_MEASURED_MAX_PROMPTS_PER_LABELLED", "FLAG_MEASURED_MAX_PROMPTS_PER_CELL"]
 
 
 def significant_verified(T: Tables, method: str, max_q: float = SIGNIFICANT_Q) -> tuple[int, int]:
@@ -71,16 +72,37 @@ FLAG_CAP_WORDS = "20× exact on all N prompts (estimated)"
 #: range is stated here, beside the docs that measured it)
 FLAG_MEASURED_MAX_PROMPTS_PER_LABELLED = 128
 
+#: the largest N / B at which the active design's tail flag was measured per edge, B the expected exact cells per edge
+#: (N = 512 with B = 16, 32 and 51, N = 2048 with B = 16 and 32: docs/verified.md "The active design's flag at
+#: N = 2048"); the ratio is N over the budget, not over an edge's realised cells (the run's n_labelled)
+FLAG_MEASURED_MAX_PROMPTS_PER_CELL = 128
 
-def flag_range_note(n_labelled: int, n_prompts: int) -> str:
-    """Return the verdict's note when a uniform-design run's N / n lies beyond the range the tail flag was measured
-    at per edge, else ''."""
-    ratio = n_prompts / max(n_labelled, 1)
-    if ratio <= FLAG_MEASURED_MAX_PROMPTS_PER_LABELLED:
+#: per design (active?): (the largest ratio measured, the ratio's name, where it was measured, what to raise)
+_FLAG_RANGE = {False: (FLAG_MEASURED_MAX_PROMPTS_PER_LABELLED, "N/n", "N = 512 and 2048, n = 16 and 32",
+                       "verify more prompts"),
+               True: (FLAG_MEASURED_MAX_PROMPTS_PER_CELL, "N/B", "N = 512 with B = 16, 32 and 51 and N = 2048 with "
+                      "B = 16 and 32, B the expected exact cells per edge", "raise the budget")}
+
+
+def flag_range_note(per_edge: float, n_prompts: int, active: bool = False) -> str:
+    """Return the verdict's note when a run's N / n (uniform design: n verified prompts) or N / B (active design: B
+    expected exact cells per edge) lies beyond the range the tail flag was measured at per edge, else ''."""
+    top, name, where_, fix = _FLAG_RANGE[bool(active)]
+    ratio = n_prompts / max(per_edge, 1)
+    if ratio <= top:
         return ""
-    return (f"; the tail flag's per-edge coverage was measured only up to N/n = "
-            f"{FLAG_MEASURED_MAX_PROMPTS_PER_LABELLED} (N = 512 and 2048, n = 16 and 32); this run's N/n = {ratio:.0f} "
-            "is beyond it: verify more prompts to stay inside it")
+    return (f"; the tail flag's per-edge coverage was measured only up to {name} = {top} ({where_}); this run's "
+            f"{name} = {ratio:.0f} is beyond it: {fix} to stay inside it")
+
+
+_BUDGET_WORDS = re.compile(r"verified on (\S+) expected exact cells per edge")
+
+
+def active_budget(estimand: object, n_labelled: list[int]) -> float:
+    """Return an active-design row's budget B, read from its estimand (active_result.active_estimand writes it there);
+    for an estimand without it, the mean of the edges' sampled cells (n_labelled), whose expectation B is."""
+    found = _BUDGET_WORDS.search(str(estimand or ""))
+    return float(found.group(1)) if found else float(np.mean(n_labelled))
 
 
 def flag_capped(t) -> bool:
@@ -108,8 +130,8 @@ def _method_line(T: Tables, method: str) -> Line | None:
                          + (f"; {shaky} more a few prompts carry" if shaky else "") + "); largest ", Name(str(best.get("edge_name") or best["edge"])),
                          " ", Ci.of("verified", best, ("method", "edge"), est="estimate"),
                          f" q = {fmt(best.get('qvalue'), 2)}", *_missed_parts(T, method)]
-    # the active design's flag was measured at N = 512 only (docs/verified.md): no range is claimed for it here
-    note = flag_range_note(n, N) if assessed and not active else ""
+    per_edge = active_budget(first.get("estimand"), [int(r["n_labelled"]) for r in vrows]) if active else n
+    note = flag_range_note(per_edge, N, active) if assessed else ""
     if note:
         parts.append(note)
     tails = sum(1 for r in vrows if r.get("no_tail_seen") is False)

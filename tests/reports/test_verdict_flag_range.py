@@ -1,5 +1,6 @@
-"""The verified verdict states the N/n range the tail flag was measured to hold per edge at (issue 48 item 2,
-docs/verified.md "The tail rule at N = 2048") when a uniform-design run lies beyond it, and says nothing inside it.
+"""The verified verdict states the range the tail flag was measured at per edge when a run lies beyond it, and says
+nothing inside it: N/n for the uniform design (issue 48 item 2, docs/verified.md "The tail rule at N = 2048"), N/B
+for the active design, B its expected exact cells per edge (docs/verified.md "The active design's flag at N = 2048").
 
 A minimal ``verified`` table is written as Parquet and read back through the verdict's own code (Tables), so the
 line is the one ``circuitstat attribute --verify`` prints.
@@ -11,19 +12,26 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from circuitstat.reports.verdicts.verified import FLAG_MEASURED_MAX_PROMPTS_PER_LABELLED, verified_lines
+from circuitstat.reports.verdicts.verified import (FLAG_MEASURED_MAX_PROMPTS_PER_CELL,
+                                                   FLAG_MEASURED_MAX_PROMPTS_PER_LABELLED, active_budget,
+                                                   verified_lines)
+from circuitstat.stats.verified.active_result import active_estimand
 
 NOTE = "the tail flag's per-edge coverage was measured only up to N/n = 128"
+ACTIVE_NOTE = "the tail flag's per-edge coverage was measured only up to N/B = 128"
 
 
-def _run(tmp_path, n: int, N: int, flag, estimand: str = "mean exact effect (verified)"):
-    d = tmp_path / f"run-{n}-{N}-{estimand[-8:].strip('()')}"
-    d.mkdir()
+def _run(tmp_path, n, N: int, flag, estimand: str = "mean exact effect (verified)"):
+    """The verdict line of a 3-edge verified table; ``n``: n_labelled, one int or one per edge (the active design's
+    realised cells differ by edge)."""
     rows = 3
+    cells = list(n) if isinstance(n, (list, tuple)) else [n] * rows
+    d = tmp_path / f"run-{'-'.join(map(str, cells))}-{N}-{abs(hash(estimand))}"
+    d.mkdir()
     pq.write_table(pa.table({
         "method": ["eap"] * rows, "edge": list(range(rows)), "edge_name": [f"e{i}" for i in range(rows)],
         "estimate": [0.5, -0.1, 0.02], "ci_low": [0.3, -0.2, -0.1], "ci_high": [0.7, 0.0, 0.1],
-        "qvalue": [0.001, 0.2, 0.9], "n_labelled": [n] * rows, "n_prompts": [N] * rows, "estimand": [estimand] * rows,
+        "qvalue": [0.001, 0.2, 0.9], "n_labelled": cells, "n_prompts": [N] * rows, "estimand": [estimand] * rows,
         "no_tail_seen": pa.array([flag] * rows, pa.bool_()), "width_vs_exact_on_all": [1.0] * rows,
     }), d / "verified.parquet")
     return verified_lines(d)
@@ -43,8 +51,31 @@ def test_the_note_names_the_range_and_the_run_beyond_it(tmp_path):
     assert FLAG_MEASURED_MAX_PROMPTS_PER_LABELLED == 128  # N = 2048, n = 16: the largest ratio measured
 
 
-def test_no_note_where_the_flag_was_not_assessed_or_the_design_is_active(tmp_path):
+def test_no_note_where_the_flag_was_not_assessed(tmp_path):
     (line,) = _run(tmp_path, 16, 8192, None)  # an active-design run from before its flag: nothing assessed
     assert NOTE not in line
-    (line,) = _run(tmp_path, 16, 8192, True, estimand="mean exact effect (active sampling)")
-    assert NOTE not in line  # the active design's flag was measured at N = 512 only; no range is claimed
+    (line,) = _run(tmp_path, 16, 8192, None, estimand=active_estimand(16, 8192))
+    assert ACTIVE_NOTE not in line and NOTE not in line
+
+
+@pytest.mark.parametrize("B, N", [(16, 512), (51, 512), (16, 2048), (32, 2048)])
+def test_active_no_note_inside_the_measured_range(tmp_path, B, N):
+    # realised cells per edge scatter around B: the first edge's 12 would put N / cells past 128 at N = 2048
+    (line,) = _run(tmp_path, [12, B, B + 5], N, True, estimand=active_estimand(B, N))
+    assert active_estimand(B, N) in line and ACTIVE_NOTE not in line and NOTE not in line
+
+
+def test_active_note_reads_n_over_the_budget_not_an_edges_cells(tmp_path):
+    (line,) = _run(tmp_path, [20, 16, 14], 2064, True, estimand=active_estimand(16, 2064))  # N/B = 129
+    # the first edge's 20 cells give N / cells = 103, inside: a note keyed on n_labelled would stay silent here
+    assert ACTIVE_NOTE in line and "N/B = 129 is beyond it" in line and "raise the budget" in line
+    assert NOTE not in line  # the uniform design's N/n is not what an active run is measured by
+    (line,) = _run(tmp_path, [300, 256, 280], 65536, False, estimand=active_estimand(256, 65536))  # N/B = 256
+    assert "N/B = 256 is beyond it" in line
+    assert FLAG_MEASURED_MAX_PROMPTS_PER_CELL == 128  # N = 2048, B = 16: the largest ratio measured
+
+
+def test_active_budget_from_the_estimand_or_the_cells():
+    assert active_budget(active_estimand(51.2, 512), [60, 40]) == 51.2
+    # an estimand without the budget's words (none is written so; a hand-made table): the mean realised cells
+    assert active_budget("mean exact effect (active sampling)", [20, 12, 16]) == 16.0
