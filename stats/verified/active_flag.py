@@ -28,7 +28,11 @@ rectifier enters through the sampled cells only, each weighted 1/π. What carrie
   at least 16 cells the first rule implies the second up to N ≈ 85 × cells (12× at N = 512).
 
 The constants are the uniform design's; docs/verified.md ("Active verification") measures the rule on the
-populations it was chosen on and on held-out ones (docs/make_verified_active_flag.py).
+populations it was chosen on and on held-out ones (docs/make_verified_active_flag.py), at N = 512 and at N = 2048
+with B = 16 and 32 ("The active design's flag at N = 2048": pooled coverage holds; flagged cells up to 36× exact on
+all N, since the width rule no longer implies the cap; per edge it fails on the zoo's `input->a0.h2<q>` and synthetic
+seed 11's `e48`, as at N = 512). Beyond N / B = 128 nothing was measured (the verified verdict says so:
+circuitstat.reports.verdicts.verified.flag_range_note).
 """
 
 from __future__ import annotations
