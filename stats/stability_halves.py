@@ -47,31 +47,35 @@ as v_B and v is conservative by up to 2x; on the design populations the median v
 
 The interval (half_interval) is built on the arcsine-square-root scale, g(J) = asin(sqrt(J)), the variance-
 stabilising transform of a quantity bounded in [0, 1] (Anscombe 1948, Biometrika 35), with the SE carried
-over by the delta method, g'(T) se = se / (2 sqrt(T (1 - T))), and mapped back with sin^2: asymmetric,
-longer on the side away from the nearer bound. At small J, T is right-skewed (skewness +0.2 to +0.9 across
-datasets where J_{N/2} < 0.3 on the design populations: most datasets land below J_{N/2}, a few far above). With
-the former jackknife SE, small where T is small, the symmetric T -+ z se missed one-sidedly with the truth above
-(spiky-1, N = 32, k = 5: 16 of 200 above, none below; the arcsine interval: 1 above, none below); even with the
-correct width a symmetric interval misses one-sidedly there, below (tests/stats/test_stability_halves.py).
-Where T is 0 or 1 and se > 0 the delta method has no slope and the interval is T -+ q se, clipped to [0, 1].
+over by the delta method, g'(T) se = se / (2 sqrt(T (1 - T))), and mapped back with sin^2. At small J, T is
+right-skewed (skewness +0.2 to +0.9 across datasets where J_{N/2} < 0.3 on the design populations: most datasets
+land below J_{N/2}, a few far above), and the arcsine interval's longer arm points up there (spiky-1, N = 32,
+k = 5: a symmetric T -+ z se with the former jackknife SE missed 16 of 200 above, none below; the arcsine
+interval 1 and 0). Near 1 the skew turns: most datasets sit at or near 1 and a few far below, and the arcsine
+arm toward 1 is the shorter one, so on the second round's near-1 design populations the misses had the truth
+above the interval (smooth-gap-4201, N = 64, k = 10: 17 above, none below). So the upper end is never below
+the raw-scale T + q se (clipped to 1): above T = 1/2 the upper arm is q se, below it the arcsine arm, which
+is the longer there. Where T is 0 or 1 and se > 0 the delta method has no slope and the interval is T -+ q se,
+clipped to [0, 1].
 
 The critical value q is the normal quantile where at least MIN_EVENTS splits have a Jaccard other than its most
-frequent value, and Student's t with max(events - 1, 1) degrees of freedom below that: the spread rests on the
-splits that disagree, and with few of them the SE is itself noisy and small (chosen with the jackknife: its
-studentised errors had a 95% quantile of 2.2-2.9 with 3-15 such splits against 1.5-1.6 with 20 or more; kept
-unchanged with the bootstrap SE, so that one thing changed). Where no split disagrees (events = 0) the lower
-end is also bounded by the sampling-aware gap bound circuitstat.stats.flip_bound.jaccard_gap_floor at m = N/2
-(computed only there); where moreover se is exactly 0 the interval is [min(T, gap bound), 1], 1 the range's
-end. The gap bound is below 1 by at least machine epsilon, so no interval has zero width.
+frequent value, and Student's t with max(events - 1, MIN_DF) degrees of freedom below that: the spread of T
+rests on the splits that disagree, and with few of them the SE is itself noisy. The floor of MIN_DF = 3 degrees
+of freedom (q <= 3.18 at 95%) is the bootstrap's: its resamples disagree where the data's splits do not, so
+its SE is not near 0 there the way the jackknife's was, and t with 1 df (12.7) made near-1 intervals 2.4-8.1 x
+a correct normal width. Where se is exactly 0 (no split of the data and no resample disagrees) the interval is
+[min(T, gap bound), 1], with the sampling-aware gap bound circuitstat.stats.flip_bound.jaccard_gap_floor at
+m = N/2 (computed where no split of the data disagrees; read only where se is 0) and 1 the range's end. The gap
+bound is below 1 by at least machine epsilon, so no interval has zero width.
 
-The interval's shape (the arcsine scale, t below 20 disagreeing splits, the gap bound where no split disagrees)
-was chosen with the jackknife SE on the four design populations of bench/halves_coverage.py, then measured on
-six held-out populations, with one change after that run (docs/calibration.md). The bootstrap SE replaced the
-jackknife afterwards, chosen on the four design populations only against a delete-two-block (second-order
-Efron-Stein) correction, half-sampling (delete-N/2) and the plain and double-bootstrap-corrected (2 v_B -
-E*[v_B*]) bootstrap variances, and against smaller numbers of resamples; then measured once on the held-out
-populations (docs/calibration.md, "Primary: J_N/2 from disjoint halves", has the per-cell table and the
-before/after numbers).
+How it was chosen (issue 49 item 2, second round; docs/calibration.md, "Primary: J_N/2 from disjoint halves"):
+the bootstrap SE was measured once before with the jackknife's rule (t with max(events - 1, 1) df below 20
+disagreeing splits, the gap bound wherever no split disagreed) and missed the bar on a held-out cell (0.920)
+and in the near-1 regime, which the four first-round design populations never reached. The SE and this rule
+were then chosen afresh on seven design populations (those four and three gapped spiky/smooth ones that reach
+J_{N/2} = 0.99; bench/halves_coverage.py --set design2) against z throughout, the former rule, t with other df
+floors (1-14), the gap bound wherever no split disagrees and the bootstrap's own disagreeing resamples as df;
+then measured once on three new gapped held-out populations and the six old held-out ones (seen once before).
 
 J_N itself is reported beside it as an extrapolation (jaccard_data*, circuitstat.stats.stability_data: the
 bracketed double bootstrap, its method named in jaccard_data_method). J_{N/2} <= J_N where more data gives
@@ -95,7 +99,7 @@ from .flip_bound import jaccard_gap_floor, unit_means_order
 from .resampling import DEFAULT_MAX_BYTES, ResamplingPlan
 from .topk_stream import streaming_topk
 
-__all__ = ["HALF_COLUMNS", "HalvesLayout", "MIN_EVENTS", "N_BOOT", "N_SPLITS", "bootstrap_positions",
+__all__ = ["HALF_COLUMNS", "HalvesLayout", "MIN_DF", "MIN_EVENTS", "N_BOOT", "N_SPLITS", "bootstrap_positions",
            "corrected_bootstrap_variance", "half_split_rows", "halves_from_tops", "half_interval", "halves_plan_rows",
            "pair_jaccard", "halves_stability"]
 
@@ -112,6 +116,8 @@ INNER_SPLITS = 4
 #: splits with a Jaccard other than its most frequent value, below which the critical value is Student's t
 #: with (events - 1) df instead of the normal quantile
 MIN_EVENTS = 20
+#: the fewest degrees of freedom of that t quantile (module docstring: the bootstrap SE is not near 0 there)
+MIN_DF = 3
 #: the columns halves_stability returns (one value per k)
 HALF_COLUMNS = ("jaccard_half", "jaccard_half_se", "jaccard_half_mc_se", "jaccard_half_ci_low",
                 "jaccard_half_ci_high", "jaccard_half_floor", "jaccard_half_units")
@@ -236,26 +242,24 @@ def halves_from_tops(tops: np.ndarray, layout: HalvesLayout) -> dict[str, float]
 
 
 def half_interval(est: float, se: float, events: int, floor: float, confidence_level: float) -> tuple[float, float]:
-    """Return (low, high): the interval for J_{N/2} on the arcsine-square-root scale (module docstring).
+    """Return (low, high): the interval for J_{N/2} (arcsine scale, the upper arm at least q se; module docstring).
 
     est T in [0, 1], se its standard error, events the splits whose Jaccard differs from the most frequent
-    value, floor the gap bound (read only where events is 0). Always low < high.
+    value, floor the gap bound (read only where se is 0). Always low < high.
     """
-    if events == 0 and not floor <= 1:  # NaN: the caller skipped the bound where it is needed
-        raise ValueError("half_interval needs the gap bound (jaccard_gap_floor) where no split disagrees, got "
-                         f"{floor}; compute it for this k")
     if se == 0:  # no spread visible: the gap bound below, the range's end above
+        if not floor <= 1:  # NaN: the caller skipped the bound where it is needed
+            raise ValueError("half_interval needs the gap bound (jaccard_gap_floor) where the SE is 0, got "
+                             f"{floor}; compute it for this k")
         return float(min(est, floor)), 1.0
     tail = 0.5 + confidence_level / 2
-    q = float(ndtri(tail)) if events >= MIN_EVENTS else float(student_t.ppf(tail, max(events - 1, 1)))
+    q = float(ndtri(tail)) if events >= MIN_EVENTS else float(student_t.ppf(tail, max(events - 1, MIN_DF)))
+    hi = min(est + q * se, 1.0)  # the raw-scale upper end: the arcsine never shortens the arm toward 1
     if not 0 < est < 1:  # the arcsine's slope is infinite at the bounds
-        lo, hi = max(est - q * se, 0.0), min(est + q * se, 1.0)
-    else:
-        y, s = np.arcsin(np.sqrt(est)), se / (2 * np.sqrt(est * (1 - est)))  # delta method
-        lo, hi = (float(np.sin(np.clip(y + d, 0.0, np.pi / 2)) ** 2) for d in (-q * s, q * s))
-    if events == 0:  # no split of the data disagrees: the spread is the resamples' only
-        lo = min(lo, floor)
-    return float(lo), float(hi)
+        return float(max(est - q * se, 0.0)), float(hi)
+    y, s = np.arcsin(np.sqrt(est)), se / (2 * np.sqrt(est * (1 - est)))  # delta method
+    lo, hi_g = (float(np.sin(np.clip(y + d, 0.0, np.pi / 2)) ** 2) for d in (-q * s, q * s))
+    return lo, float(max(hi, hi_g))
 
 
 def _units(n_obs: int, strata: np.ndarray | None, groups: np.ndarray | None) -> tuple:

@@ -18,7 +18,7 @@ from scipy.stats import t as student_t
 
 from circuitstat.stats.flip_bound import flip_pair_sums, jaccard_gap_floor
 from circuitstat.stats.populations import spiky_population
-from circuitstat.stats.stability_halves import (MIN_EVENTS, HalvesLayout, bootstrap_positions,
+from circuitstat.stats.stability_halves import (MIN_DF, MIN_EVENTS, HalvesLayout, bootstrap_positions,
                                                 corrected_bootstrap_variance, half_interval, halves_from_tops,
                                                 halves_plan_rows, halves_stability, half_split_rows, pair_jaccard)
 
@@ -236,29 +236,48 @@ def test_no_interval_has_zero_width_and_each_contains_its_estimate(events):
                 assert lo <= est <= hi, (est, se, events, floor, lo, hi)
 
 
-def test_an_interval_without_the_gap_bound_where_no_split_disagrees_is_refused():
+def test_an_interval_without_the_gap_bound_where_the_se_is_zero_is_refused():
     with pytest.raises(ValueError, match="gap bound"):
         half_interval(1.0, 0.0, 0, float("nan"), 0.95)  # would be [1, 1]
-    lo, hi = half_interval(0.5, 0.1, 5, float("nan"), 0.95)  # the bound is not read where splits disagree
-    assert lo < 0.5 < hi
+    # the bound is not read where there is spread, even where no split of the data disagrees
+    for events in (0, 5):
+        lo, hi = half_interval(0.9, 0.05, events, float("nan"), 0.95)
+        assert lo < 0.9 < hi
 
 
-def test_the_interval_is_symmetric_on_the_arcsine_scale_with_the_stated_critical_value():
+def test_the_interval_is_symmetric_on_the_arcsine_scale_below_one_half_with_the_stated_critical_value():
     g = lambda j: np.arcsin(np.sqrt(j))  # noqa: E731
     est, se = 0.3, 0.04
     slope = 1 / (2 * np.sqrt(est * (1 - est)))  # d asin(sqrt(J)) / dJ: the delta method's factor
     cases = ((MIN_EVENTS, norm.ppf(0.975)), (64, norm.ppf(0.975)),
-             (MIN_EVENTS - 1, student_t.ppf(0.975, MIN_EVENTS - 2)), (4, student_t.ppf(0.975, 3)),
-             (1, student_t.ppf(0.975, 1)))
+             (MIN_EVENTS - 1, student_t.ppf(0.975, MIN_EVENTS - 2)), (5, student_t.ppf(0.975, 4)),
+             (4, student_t.ppf(0.975, MIN_DF)), (1, student_t.ppf(0.975, MIN_DF)), (0, student_t.ppf(0.975, MIN_DF)))
     for events, q in cases:
         lo, hi = half_interval(est, se, events, 0.0, 0.95)
-        if events > 1:  # unclipped: the two arms are equal on the arcsine scale, each q se slope
-            assert g(hi) - g(est) == pytest.approx(g(est) - g(lo), rel=1e-10)
-            assert (g(hi) - g(lo)) / 2 == pytest.approx(q * se * slope, rel=1e-10)
-        assert hi - est > est - lo  # below 1/2 the arm toward 1/2 is the longer one
-    # fewer disagreeing splits, a wider interval for the same se
-    widths = [np.subtract(*half_interval(est, se, e, 0.0, 0.95)[::-1]) for e in (2, 5, 10, MIN_EVENTS)]
-    assert all(a > b for a, b in zip(widths, widths[1:]))
+        # unclipped: the two arms are equal on the arcsine scale, each q se slope
+        assert g(hi) - g(est) == pytest.approx(g(est) - g(lo), rel=1e-10)
+        assert (g(hi) - g(lo)) / 2 == pytest.approx(q * se * slope, rel=1e-10)
+        assert hi - est > q * se > est - lo  # below 1/2 the arcsine arm toward 1/2 is the longer one
+    # fewer disagreeing splits, a wider interval for the same se, down to the df floor and no further
+    widths = [np.subtract(*half_interval(est, se, e, 0.0, 0.95)[::-1]) for e in (0, 1, 2, 4, 5, 10, MIN_EVENTS)]
+    assert widths[0] == widths[1] == widths[2] == widths[3]
+    assert all(a > b for a, b in zip(widths[3:], widths[4:]))
+    # negative control: the former floor of 1 df would be 12.7 / 3.18 = 4 x as wide on the arcsine scale
+    assert student_t.ppf(0.975, 1) > 3.9 * student_t.ppf(0.975, MIN_DF)
+
+
+def test_above_one_half_the_upper_arm_is_the_raw_scale_q_se_and_the_lower_the_arcsine_arm():
+    g = lambda j: np.arcsin(np.sqrt(j))  # noqa: E731
+    q = norm.ppf(0.975)
+    for est, se in ((0.7, 0.05), (0.9, 0.03), (0.97, 0.01)):
+        lo, hi = half_interval(est, se, 64, 0.0, 0.95)
+        assert hi == pytest.approx(est + q * se, rel=1e-12)
+        slope = 1 / (2 * np.sqrt(est * (1 - est)))
+        assert g(est) - g(lo) == pytest.approx(q * se * slope, rel=1e-10)
+        # negative control: the pure arcsine interval's upper arm is shorter than q se there, the lower longer
+        hi_g = np.sin(g(est) + q * se * slope) ** 2
+        assert hi_g < hi and est - lo > q * se
+    assert half_interval(0.99, 0.05, 64, 0.0, 0.95)[1] == 1.0  # clipped to the range
 
 
 def test_on_a_right_skewed_case_the_interval_leans_up_and_a_symmetric_one_misses_one_sidedly():
