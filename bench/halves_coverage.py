@@ -12,8 +12,8 @@ dataset and k), the median interval width over the width of a correct normal int
 above, zero-width intervals, and the naive interval (T -+ 1.96 x SD over splits / sqrt(splits), the negative
 control). Populations: "design" (the first round's rule was chosen on these) and "heldout" (reported, never
 tuned on in the first round; seen once with the bootstrap SE). Second round (issue 49 item 2, the bootstrap SE's
-critical value): "design2" adds to "design" three gapped populations that reach J_{N/2} > 0.9; "heldout2" is three
-new gapped populations (seeds fixed before any was measured); "round2" is "heldout2" plus "heldout".
+critical value): "design2" adds to "design" three gapped populations (two of them reach J_{N/2} > 0.9);
+"heldout2" is three new gapped populations (seeds fixed before any was measured); "round2" is "heldout2" plus "heldout".
 """
 
 from __future__ import annotations
