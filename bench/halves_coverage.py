@@ -1,6 +1,7 @@
 """Coverage of the J_{N/2} interval from disjoint halves (circuitstat.stats.stability_halves), per population, N, k.
 
-    python bench/halves_coverage.py [--datasets 200] [--pairs 20000] [--set design|heldout|all] [--out FILE.json]
+    python bench/halves_coverage.py [--datasets 200] [--pairs 20000] [--set design|heldout|all|design2|heldout2|round2]
+                                    [--out FILE.json]
 
 For each population (a finite matrix of per-example scores, rows drawn with replacement) and dataset size N:
 the truth J_{N/2} is the mean Jaccard of the top-k circuits of --pairs independent pairs of datasets of N/2
@@ -9,7 +10,10 @@ per (population, N, k): coverage with its binomial Monte Carlo SE (the dataset i
 dataset and k), the median interval width over the width of a correct normal interval for the same estimator
 (2 x 1.96 x its SD across datasets; the ratio's MC SE from a bootstrap over datasets), the misses below and
 above, zero-width intervals, and the naive interval (T -+ 1.96 x SD over splits / sqrt(splits), the negative
-control). Populations: "design" (the rule was chosen on these) and "heldout" (reported, never tuned on).
+control). Populations: "design" (the first round's rule was chosen on these) and "heldout" (reported, never
+tuned on in the first round; seen once with the bootstrap SE). Second round (issue 49 item 2, the bootstrap SE's
+critical value): "design2" adds to "design" three gapped populations (two of them reach J_{N/2} > 0.9);
+"heldout2" is three new gapped populations (seeds fixed before any was measured); "round2" is "heldout2" plus "heldout".
 """
 
 from __future__ import annotations
@@ -26,8 +30,20 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 
 
+def gapped(pop: np.ndarray, strength: float = 3.0) -> np.ndarray:
+    """Return pop with its top edges pulled from the cut-off: ranks 1-5 by |mean| + 2 g, 6-10 + g (g = strength SD / sqrt 32)."""
+    out = pop.copy()
+    mean = pop.mean(axis=0)
+    order = np.argsort(-np.abs(mean), kind="stable")
+    g = strength * pop.std(axis=0) / np.sqrt(32.0)
+    sign = np.where(mean < 0, -1.0, 1.0)
+    for ranks, mult in ((order[:5], 2.0), (order[5:10], 1.0)):
+        out[:, ranks] += mult * sign[ranks] * g[ranks]
+    return out
+
+
 def populations(which: str) -> dict[str, np.ndarray]:
-    """Return the named populations of a set ("design", "heldout" or "all")."""
+    """Return the named populations of a set ("design", "heldout", "all", "design2", "heldout2" or "round2")."""
     from circuitstat.stats.populations import smooth_tail_population, spiky_population
 
     def fixture(name: str) -> np.ndarray:
@@ -44,7 +60,15 @@ def populations(which: str) -> dict[str, np.ndarray]:
                "smooth-77": lambda: smooth_tail_population(2000, 90, seed=77),
                "tails-mlp3l": lambda: fixture("tails-mlp3l-induction-exact"),
                "tails-mlp4l-rotary": lambda: fixture("tails-mlp4l-rotary-induction-exact")}
-    chosen = {"design": design, "heldout": heldout, "all": {**design, **heldout}}[which]
+    design_new = {"spiky-gap-4101": lambda: gapped(spiky_population(2000, 100, seed=4101)),
+                  "smooth-gap-4201": lambda: gapped(smooth_tail_population(2000, 80, seed=4201)),
+                  "spiky-gap8-4102": lambda: gapped(spiky_population(2000, 100, seed=4102), 8.0)}
+    heldout_new = {"spiky-gap-5101": lambda: gapped(spiky_population(2000, 90, seed=5101)),
+                   "smooth-gap-5201": lambda: gapped(smooth_tail_population(2000, 90, seed=5201)),
+                   "spiky-gap8-5102": lambda: gapped(spiky_population(2000, 90, seed=5102), 8.0)}
+    chosen = {"design": design, "heldout": heldout, "all": {**design, **heldout},
+              "design2": {**design, **design_new}, "heldout2": heldout_new,
+              "round2": {**heldout_new, **heldout}}[which]
     return {name: make() for name, make in chosen.items()}
 
 
@@ -107,16 +131,21 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--datasets", type=int, default=200)
     ap.add_argument("--pairs", type=int, default=20000)
-    ap.add_argument("--set", default="design", choices=("design", "heldout", "all"))
+    ap.add_argument("--set", default="design", choices=("design", "heldout", "all", "design2", "heldout2", "round2"))
     ap.add_argument("--ns", default="32,64,128")
     ap.add_argument("--ks", default="5,10,20")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--only", default=None, help="comma-separated population names of the set to run")
     a = ap.parse_args(argv)
     ks = [int(x) for x in a.ks.split(",")]
     results = []
     print(f"{'population':20s} {'N':>4s} {'k':>3s} {'truth':>6s} {'cover':>6s} {'±MC':>5s} {'low':>5s} {'high':>5s} "
           f"{'width/x':>7s} {'±MC':>5s} {'zero':>4s} {'naive':>6s}")
-    for name, pop in populations(a.set).items():
+    pops = populations(a.set)
+    only = None if a.only is None else a.only.split(",")
+    for name, pop in pops.items():
+        if only is not None and name not in only:
+            continue
         for n in (int(x) for x in a.ns.split(",")):
             for r in cell(pop, n, ks, a.datasets, a.pairs, seed=1000 + n):
                 r["population"] = name
