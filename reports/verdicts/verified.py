@@ -9,7 +9,6 @@ table's ``missed_high``, ``tau`` and ``level`` (claim kind ``missed_edges``, sta
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 import numpy as np
@@ -95,14 +94,13 @@ def flag_range_note(per_edge: float, n_prompts: int, active: bool = False) -> st
             f"{name} = {ratio:.0f} is beyond it: {fix} to stay inside it")
 
 
-_BUDGET_WORDS = re.compile(r"verified on (\S+) expected exact cells per edge")
-
-
-def active_budget(estimand: object, n_labelled: list[int]) -> float:
-    """Return an active-design row's budget B, read from its estimand (active_result.active_estimand writes it there);
-    for an estimand without it, the mean of the edges' sampled cells (n_labelled), whose expectation B is."""
-    found = _BUDGET_WORDS.search(str(estimand or ""))
-    return float(found.group(1)) if found else float(np.mean(n_labelled))
+def active_budget(T: Tables, method: str, n_labelled: list[int]) -> float:
+    """Return an active-design method's budget B: the ``budget`` its verified_cells rows record (the one record of
+    it); for a run without that table, the mean of the edges' sampled cells (n_labelled), whose expectation B is."""
+    cells = where(T.get("verified_cells"), method=method)
+    if cells is not None and cells.num_rows and "budget" in cells.column_names:
+        return float(cells.column("budget")[0].as_py())
+    return float(np.mean(n_labelled))
 
 
 def flag_capped(t) -> bool:
@@ -130,7 +128,7 @@ def _method_line(T: Tables, method: str) -> Line | None:
                          + (f"; {shaky} more a few prompts carry" if shaky else "") + "); largest ", Name(str(best.get("edge_name") or best["edge"])),
                          " ", Ci.of("verified", best, ("method", "edge"), est="estimate"),
                          f" q = {fmt(best.get('qvalue'), 2)}", *_missed_parts(T, method)]
-    per_edge = active_budget(first.get("estimand"), [int(r["n_labelled"]) for r in vrows]) if active else n
+    per_edge = active_budget(T, method, [int(r["n_labelled"]) for r in vrows]) if active else n
     note = flag_range_note(per_edge, N, active) if assessed else ""
     if note:
         parts.append(note)

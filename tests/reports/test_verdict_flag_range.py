@@ -21,9 +21,9 @@ NOTE = "the tail flag's per-edge coverage was measured only up to N/n = 128"
 ACTIVE_NOTE = "the tail flag's per-edge coverage was measured only up to N/B = 128"
 
 
-def _run(tmp_path, n, N: int, flag, estimand: str = "mean exact effect (verified)"):
+def _run(tmp_path, n, N: int, flag, estimand: str = "mean exact effect (verified)", budget: float | None = None):
     """The verdict line of a 3-edge verified table; ``n``: n_labelled, one int or one per edge (the active design's
-    realised cells differ by edge)."""
+    realised cells differ by edge); ``budget``: also write the active design's verified_cells with that B."""
     rows = 3
     cells = list(n) if isinstance(n, (list, tuple)) else [n] * rows
     d = tmp_path / f"run-{'-'.join(map(str, cells))}-{N}-{abs(hash(estimand))}"
@@ -34,6 +34,11 @@ def _run(tmp_path, n, N: int, flag, estimand: str = "mean exact effect (verified
         "qvalue": [0.001, 0.2, 0.9], "n_labelled": cells, "n_prompts": [N] * rows, "estimand": [estimand] * rows,
         "no_tail_seen": pa.array([flag] * rows, pa.bool_()), "width_vs_exact_on_all": [1.0] * rows,
     }), d / "verified.parquet")
+    if budget is not None:  # one sampled cell per edge is enough: B is what the verdict reads from it
+        pq.write_table(pa.table({"method": ["eap"] * rows, "row": [0] * rows, "edge": list(range(rows)),
+                                 "probability": [0.5] * rows, "seed": [0] * rows, "stream": [0] * rows,
+                                 "budget": [float(budget)] * rows, "n_prompts": [N] * rows}),
+                       d / "verified_cells.parquet")
     return verified_lines(d)
 
 
@@ -61,21 +66,29 @@ def test_no_note_where_the_flag_was_not_assessed(tmp_path):
 @pytest.mark.parametrize("B, N", [(16, 512), (51, 512), (16, 2048), (32, 2048)])
 def test_active_no_note_inside_the_measured_range(tmp_path, B, N):
     # realised cells per edge scatter around B: the first edge's 12 would put N / cells past 128 at N = 2048
-    (line,) = _run(tmp_path, [12, B, B + 5], N, True, estimand=active_estimand(B, N))
+    (line,) = _run(tmp_path, [12, B, B + 5], N, True, estimand=active_estimand(B, N), budget=B)
     assert active_estimand(B, N) in line and ACTIVE_NOTE not in line and NOTE not in line
 
 
 def test_active_note_reads_n_over_the_budget_not_an_edges_cells(tmp_path):
-    (line,) = _run(tmp_path, [20, 16, 14], 2064, True, estimand=active_estimand(16, 2064))  # N/B = 129
+    (line,) = _run(tmp_path, [20, 16, 14], 2064, True, estimand=active_estimand(16, 2064), budget=16)  # N/B = 129
     # the first edge's 20 cells give N / cells = 103, inside: a note keyed on n_labelled would stay silent here
     assert ACTIVE_NOTE in line and "N/B = 129 is beyond it" in line and "raise the budget" in line
     assert NOTE not in line  # the uniform design's N/n is not what an active run is measured by
-    (line,) = _run(tmp_path, [300, 256, 280], 65536, False, estimand=active_estimand(256, 65536))  # N/B = 256
+    (line,) = _run(tmp_path, [300, 256, 280], 65536, False, estimand=active_estimand(256, 65536),
+                   budget=256)  # N/B = 256
     assert "N/B = 256 is beyond it" in line
     assert FLAG_MEASURED_MAX_PROMPTS_PER_CELL == 128  # N = 2048, B = 16: the largest ratio measured
 
 
-def test_active_budget_from_the_estimand_or_the_cells():
-    assert active_budget(active_estimand(51.2, 512), [60, 40]) == 51.2
-    # an estimand without the budget's words (none is written so; a hand-made table): the mean realised cells
-    assert active_budget("mean exact effect (active sampling)", [20, 12, 16]) == 16.0
+def test_active_budget_from_the_cells_table_or_the_realised_cells(tmp_path):
+    from circuitstat.reports.tableset import Tables
+
+    # the run's verified_cells records B (the one record of it); the realised cells per edge scatter around it
+    (line,) = _run(tmp_path, [20, 16, 14], 2064, True, estimand=active_estimand(16, 2064), budget=16)
+    d = next(p for p in tmp_path.iterdir() if (p / "verified_cells.parquet").exists())
+    assert active_budget(Tables(d), "eap", [20, 16, 14]) == 16.0
+    assert active_budget(Tables(d), "atp", [20, 16, 14]) == pytest.approx(50 / 3)  # no cells of that method
+    # a run without verified_cells (a hand-made table): the mean realised cells, 16.67 here, so N/B = 124, no note
+    (line,) = _run(tmp_path, [20, 16, 14], 2064, True, estimand=active_estimand(16, 2064) + " ")
+    assert ACTIVE_NOTE not in line
