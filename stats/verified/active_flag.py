@@ -40,14 +40,14 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from scipy import special
 
 from circuitstat.core.errors import InputError
 from circuitstat.stats.reliability import RELIABLE_MAX_TAIL_SHARE
 
 from .active import check_active_inputs, ht_weights
 from .reliability import (RELIABLE_MAX_EXACT_ALL_RATIO, RELIABLE_MAX_RECTIFIER_SHARE, RELIABLE_MAX_WIDTH_RATIO,
-                          RELIABLE_MIN_LABELLED, approx_tail_count, exact_on_all_width, width_over)
+                          RELIABLE_MIN_LABELLED, approx_tail_count, exact_on_all_width,
+                          exact_on_labelled_width, width_over)
 
 __all__ = ["masked_tail_share", "active_reliability", "active_flag", "ACTIVE_FLAG_RULES"]
 
@@ -108,9 +108,8 @@ def active_reliability(approx: np.ndarray, exact: np.ndarray, sampled: np.ndarra
     cells = S.sum(0)
     r_share = masked_tail_share(w * (Y - np.asarray(lam) * A), S, k=np.ones_like(cells))
     a_share = masked_tail_share(A, ~S, k=approx_tail_count((~S).sum(0)))  # the uniform design's count
-    q = special.stdtrit(np.maximum(cells - 1, 1), 0.5 + confidence_level / 2)
     sd = _weighted_yardstick_sd(Y, A, w)
-    ratio = width_over(width, 2.0 * q * sd / np.sqrt(np.maximum(cells, 1)))
+    ratio = width_over(width, exact_on_labelled_width(sd, cells, confidence_level))
     vs_all = width_over(width, exact_on_all_width(sd, A.shape[0], confidence_level))
     out = {"residual_share": r_share, "approx_tail_share": a_share, "width_ratio": ratio,
            "width_vs_exact_all": vs_all, "cells": cells}

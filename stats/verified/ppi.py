@@ -133,20 +133,18 @@ def column_excess_kurtosis(x: np.ndarray) -> np.ndarray:
 
 def sd_without_extreme(Y: np.ndarray) -> np.ndarray:
     """Return per column the SD (ddof 1) of Y [n, E] without its value farthest from the column median."""
-    far = np.abs(Y - np.median(Y, 0)).argmax(0)
-    keep = np.ones(Y.shape, dtype=bool)
-    keep[far, np.arange(Y.shape[1])] = False
-    return Y.T[keep.T].reshape(Y.shape[1], Y.shape[0] - 1).std(1, ddof=1)
+    return _drop_extreme(Y)[0].std(1, ddof=1)
 
 
-def _drop_extreme(Y: np.ndarray, H: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Y [n, E] and H [n, E, p] without, per column, the row whose Y is farthest from the column median."""
+def _drop_extreme(Y: np.ndarray, H: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Y [n, E] as [E, n − 1] and H [n, E, p] as [E, n − 1, p], without, per column, the row whose Y is farthest
+    from the column median (one rule for the yardstick's two SDs, so both drop the same prompt)."""
     n, E = Y.shape
-    far = np.abs(Y - np.median(Y, 0)).argmax(0)  # the prompt sd_without_extreme drops
+    far = np.abs(Y - np.median(Y, 0)).argmax(0)
     keep = np.ones(Y.shape, dtype=bool)
     keep[far, np.arange(E)] = False
     Yt = Y.T[keep.T].reshape(E, n - 1)
-    Ht = H.transpose(1, 0, 2)[keep.T].reshape(E, n - 1, H.shape[2])
+    Ht = None if H is None else H.transpose(1, 0, 2)[keep.T].reshape(E, n - 1, H.shape[2])
     return Yt, Ht
 
 

@@ -92,10 +92,12 @@ def approx_tail_share(Yhat_u: np.ndarray) -> np.ndarray:
     return tail_share(Yhat_u, k=approx_tail_count(np.shape(Yhat_u)[0]))
 
 
-def exact_on_labelled_width(fit, confidence_level: float = 0.95) -> np.ndarray:
-    """Return per edge the t interval width of exact on the n labelled prompts, with the yardstick's SD."""
-    q = special.stdtrit(fit.n - 1, 0.5 + confidence_level / 2)
-    return 2.0 * q * fit.exact_ref_sd / np.sqrt(fit.n)
+def exact_on_labelled_width(sd: np.ndarray, n: int | np.ndarray, confidence_level: float = 0.95) -> np.ndarray:
+    """Return per edge the t interval width of exact on its n labelled prompts (or cells), 2 t_{n-1} sd / sqrt(n),
+    sd the yardstick's SD (ppi.yardstick_sd; the active design's π-weighted one)."""
+    n = np.asarray(n)
+    q = special.stdtrit(np.maximum(n - 1, 1), 0.5 + confidence_level / 2)
+    return 2.0 * q * np.asarray(sd, np.float64) / np.sqrt(np.maximum(n, 1))
 
 
 def exact_on_all_width(sd: np.ndarray, N: int, confidence_level: float = 0.95) -> np.ndarray:
@@ -120,7 +122,7 @@ def verified_reliability(fit, width: np.ndarray | None = None, confidence_level:
     reliable = (r_share <= RELIABLE_MAX_RECTIFIER_SHARE) & (a_share <= RELIABLE_MAX_TAIL_SHARE) & enough
     out = {"rectifier_share": r_share, "approx_tail_share": a_share}
     if width is not None:
-        out["width_ratio"] = width_over(width, exact_on_labelled_width(fit, confidence_level))
+        out["width_ratio"] = width_over(width, exact_on_labelled_width(fit.exact_ref_sd, fit.n, confidence_level))
         out["width_vs_exact_all"] = width_over(width, exact_on_all_width(fit.exact_ref_sd, fit.n + fit.n_unlabelled,
                                                                          confidence_level))
         reliable = (reliable & (out["width_ratio"] <= RELIABLE_MAX_WIDTH_RATIO)

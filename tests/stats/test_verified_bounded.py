@@ -80,7 +80,7 @@ def test_the_flag_refuses_an_interval_wider_than_exact_on_the_labelled_prompts()
     n, E = 16, 3
     Y = rng.normal(size=(n, E))
     fit = ppi_fit(Y, Y + 0.1 * rng.normal(size=(n, E)), rng.normal(size=(400, E)))
-    ref = exact_on_labelled_width(fit)
+    ref = exact_on_labelled_width(fit.exact_ref_sd, fit.n)
     width = ref * np.array([0.5, RELIABLE_MAX_WIDTH_RATIO * 0.99, RELIABLE_MAX_WIDTH_RATIO * 1.01])
     out = verified_reliability(fit, width)
     np.testing.assert_array_equal(out["reliable"], [True, True, False])

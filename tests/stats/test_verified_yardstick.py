@@ -131,7 +131,7 @@ def test_at_large_n_only_the_cap_refuses_an_interval_as_wide_as_exact_on_the_lab
                                    (ci["high"] - ci["low"]) / exact_on_all_width(fit.exact_ref_sd, M), rtol=1e-12)
         # the two ratios differ by the widths' ratio, (t / z) sqrt(M / n)
         np.testing.assert_allclose(out["width_vs_exact_all"] / out["width_ratio"],
-                                   exact_on_labelled_width(fit) / exact_on_all_width(fit.exact_ref_sd, M), rtol=1e-12)
+                                   exact_on_labelled_width(fit.exact_ref_sd, fit.n) / exact_on_all_width(fit.exact_ref_sd, M), rtol=1e-12)
         if capped:
             assert (out["width_vs_exact_all"] > RELIABLE_MAX_EXACT_ALL_RATIO).all() and not out["reliable"].any()
         else:
