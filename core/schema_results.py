@@ -108,6 +108,11 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("width_vs_exact_on_all", F, "interval width over the estimated z interval of exact on all N prompts, "
                                         "2 z SD / sqrt(N) with the yardstick's SD (width_vs_exact_on_labelled's); "
                                         "absent before issue 48 item 1's cap", False, True),
+           ("width_vs_exact_on_all_max", F, "a certain upper bound on the interval width over the t interval of exact on "
+                                            "all N prompts: the labelled prompts (the active design: the edge's "
+                                            "cells) are among the N, so SD_N^2 >= (n - 1) SD_n^2 / (N - 1); "
+                                            "needs no assumption about the other prompts; absent before issue 48's "
+                                            "certain bound", False, True),
            ("no_tail_seen", B, "true when no few prompts carry the estimate in this sample (rectifier_share, "
                                "approx_tail_share), the interval is at most 2x exact on the labelled prompts "
                                "(width_vs_exact_on_labelled) and 20x exact on all N's estimated width "

@@ -108,6 +108,22 @@ def flag_capped(t) -> bool:
     return t is not None and "width_vs_exact_on_all" in t.column_names
 
 
+#: the multiple of exact on all N prompts the certain bound is read against (the flag's cap, FLAG_CAP_WORDS)
+CERTAIN_CAP = 20.0
+
+
+def certain_note(vrows: list[dict]) -> str:
+    """Return the verdict's count of flagged intervals certainly within 20× exact on all N (the column
+    width_vs_exact_on_all_max, a bound that assumes nothing of the unverified prompts), or '' without the column."""
+    flagged = [r for r in vrows if r.get("no_tail_seen") is True]
+    bounds = [r.get("width_vs_exact_on_all_max") for r in flagged]
+    if not flagged or any(b is None for b in bounds):
+        return ""
+    ok = sum(1 for b in bounds if b <= CERTAIN_CAP)
+    return (f"; {ok} of {len(flagged)} with no tail seen are certainly within {CERTAIN_CAP:g}× exact on all N "
+            f"prompts, the rest only by estimate")
+
+
 def _method_line(T: Tables, method: str) -> Line | None:
     t = where(T.get("verified"), method=method)
     if t is None or not t.num_rows:
@@ -132,6 +148,9 @@ def _method_line(T: Tables, method: str) -> Line | None:
     note = flag_range_note(per_edge, N, active) if assessed else ""
     if note:
         parts.append(note)
+    certain = certain_note(vrows)
+    if certain:
+        parts.append(certain)
     tails = sum(1 for r in vrows if r.get("no_tail_seen") is False)
     if tails:
         cap = f" or {FLAG_CAP_WORDS}" if flag_capped(t) else ""

@@ -47,7 +47,7 @@ from circuitstat.stats.reliability import RELIABLE_MAX_TAIL_SHARE
 from .active import check_active_inputs, ht_weights
 from .reliability import (RELIABLE_MAX_EXACT_ALL_RATIO, RELIABLE_MAX_RECTIFIER_SHARE, RELIABLE_MAX_WIDTH_RATIO,
                           RELIABLE_MIN_LABELLED, approx_tail_count, exact_on_all_width,
-                          exact_on_labelled_width, width_over)
+                          exact_on_all_width_floor, exact_on_labelled_width, width_over)
 
 __all__ = ["masked_tail_share", "active_reliability", "active_flag", "ACTIVE_FLAG_RULES"]
 
@@ -101,8 +101,8 @@ def _weighted_yardstick_sd(Y: np.ndarray, A: np.ndarray, w: np.ndarray) -> np.nd
 def active_reliability(approx: np.ndarray, exact: np.ndarray, sampled: np.ndarray, probs: np.ndarray,
                        lam: np.ndarray, width: np.ndarray, confidence_level: float = 0.95,
                        rules: tuple[str, ...] = ACTIVE_FLAG_RULES) -> dict[str, np.ndarray]:
-    """Return {residual_share, approx_tail_share, width_ratio, width_vs_exact_all, cells, reliable} per edge of an
-    active-design interval."""
+    """Return {residual_share, approx_tail_share, width_ratio, width_vs_exact_all, width_vs_exact_all_max, cells,
+    reliable} per edge of an active-design interval."""
     A, Y, S, P = check_active_inputs(approx, exact, sampled, probs)
     w = ht_weights(S, P)
     cells = S.sum(0)
@@ -111,8 +111,13 @@ def active_reliability(approx: np.ndarray, exact: np.ndarray, sampled: np.ndarra
     sd = _weighted_yardstick_sd(Y, A, w)
     ratio = width_over(width, exact_on_labelled_width(sd, cells, confidence_level))
     vs_all = width_over(width, exact_on_all_width(sd, A.shape[0], confidence_level))
+    # the certain bound reads the plain SD of the edge's sampled cells: distinct prompts among the N (reliability.py)
+    Ys = np.where(S, Y, 0.0)
+    dev = np.where(S, Ys - Ys.sum(0) / np.maximum(cells, 1), 0.0)
+    sd_cells = np.sqrt((dev * dev).sum(0) / np.maximum(cells - 1, 1))
+    vs_all_max = width_over(width, exact_on_all_width_floor(sd_cells, cells, A.shape[0], confidence_level))
     out = {"residual_share": r_share, "approx_tail_share": a_share, "width_ratio": ratio,
-           "width_vs_exact_all": vs_all, "cells": cells}
+           "width_vs_exact_all": vs_all, "width_vs_exact_all_max": vs_all_max, "cells": cells}
     return {**out, "reliable": active_flag(out, rules)}
 
 

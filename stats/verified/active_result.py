@@ -98,5 +98,6 @@ def active_verified_means(approx: np.ndarray, exact: np.ndarray, sampled: np.nda
                                 rel["residual_share"], rel["approx_tail_share"], rel["width_ratio"], cf["estimate"],
                                 rel["reliable"], int(np.median(r["cells"])), N, float(confidence_level),
                                 params["interval"], params["tuning"], correction, edge_names, params,
-                                width_vs_exact_all=rel["width_vs_exact_all"], cells=np.asarray(r["cells"], np.int64),
+                                width_vs_exact_all=rel["width_vs_exact_all"],
+                                width_vs_exact_all_max=rel["width_vs_exact_all_max"], cells=np.asarray(r["cells"], np.int64),
                                 budget=float(budget))

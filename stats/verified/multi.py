@@ -181,7 +181,8 @@ def multi_fit(Y: np.ndarray, H: np.ndarray, Hu: np.ndarray, *, folds: int | None
     Z = np.einsum("iep,ep->ie", Hu, lam)                      # the combined predictor on the unlabelled prompts
     mu = Z.mean(0)
     fit = PPIFit(mu + rect.mean(0), np.ones(E), mu, Z.var(0, ddof=1), column_excess_kurtosis(Z), approx_tail_share(Z),
-                 rect, n, N_u, True, "labelled", yardstick_sd(Y, H, np.concatenate([H, Hu])), n_coefficients=p)
+                 rect, n, N_u, True, "labelled", yardstick_sd(Y, H, np.concatenate([H, Hu])), n_coefficients=p,
+                 exact_sd=Y.std(0, ddof=1))
     return MultiFit(fit, lam, lam_folds, K, float(shrink), multi_label(p, K, n, float(shrink)))
 
 
@@ -236,4 +237,5 @@ def verified_means_multi(approx: dict[str, np.ndarray], exact: np.ndarray, label
                           mf.lam.sum(1), pvalue, q, H[:, :, 0].mean(0), rel["rectifier_share"],
                           rel["approx_tail_share"], rel["width_ratio"], cf.fit.estimate, rel["reliable"], n, N,
                           float(confidence_level), interval, "labelled", correction, edge_names, params, names, mf.lam,
-                          width_vs_exact_all=rel["width_vs_exact_all"])
+                          width_vs_exact_all=rel["width_vs_exact_all"],
+                          width_vs_exact_all_max=rel.get("width_vs_exact_all_max"))

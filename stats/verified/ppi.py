@@ -82,6 +82,7 @@ class PPIFit:
     tuning: str
     exact_ref_sd: np.ndarray | None = None  # the flag's yardstick SD of Y (``yardstick_sd``)
     n_coefficients: int = 1       # coefficients a tuned fit estimated per edge (one df each; stats/verified/multi.py: p)
+    exact_sd: np.ndarray | None = None  # plain SD of Y on the labelled prompts (the certain exact-on-all-N bound's)
 
 
 def _pooled_var(Yhat: np.ndarray, Yhat_u: np.ndarray) -> np.ndarray:
@@ -199,7 +200,7 @@ def ppi_fit(Y: np.ndarray, Yhat: np.ndarray, Yhat_u: np.ndarray, lam: float | np
     mu = Yhat_u.mean(0)
     return PPIFit(lam * mu + rect.mean(0), lam, mu, Yhat_u.var(0, ddof=1), column_excess_kurtosis(Yhat_u),
                   approx_tail_share(Yhat_u), rect, Y.shape[0], Yhat_u.shape[0], tuned, tuning,
-                  yardstick_sd(Y, Yhat, np.concatenate([Yhat, Yhat_u])))
+                  yardstick_sd(Y, Yhat, np.concatenate([Yhat, Yhat_u])), exact_sd=Y.std(0, ddof=1))
 
 
 def max_sample_kurtosis(n: int) -> float:

@@ -60,7 +60,7 @@ from circuitstat.stats.reliability import RELIABLE_MAX_TAIL_SHARE, tail_share
 
 __all__ = ["RELIABLE_MAX_RECTIFIER_SHARE", "RELIABLE_MIN_LABELLED", "RELIABLE_MAX_WIDTH_RATIO",
            "RELIABLE_MAX_EXACT_ALL_RATIO", "APPROX_TAIL_MIN_FRACTION", "approx_tail_count", "approx_tail_share",
-           "exact_on_labelled_width", "exact_on_all_width", "width_over",
+           "exact_on_labelled_width", "exact_on_all_width", "exact_on_all_width_floor", "width_over",
            "verified_reliability"]
 
 #: largest share of sum |r − median(r)| the most extreme labelled prompt may carry for "reliable"
@@ -105,6 +105,20 @@ def exact_on_all_width(sd: np.ndarray, N: int, confidence_level: float = 0.95) -
     return 2.0 * special.ndtri(0.5 + confidence_level / 2) * np.asarray(sd, np.float64) / np.sqrt(N)
 
 
+def exact_on_all_width_floor(sd: np.ndarray, n: int | np.ndarray, N: int, confidence_level: float = 0.95
+                             ) -> np.ndarray:
+    """Return per edge a certain lower bound on the t interval width of exact on all N prompts, 2 t_{N-1} sd
+    sqrt((n - 1) / (N - 1)) / sqrt(N), sd the plain SD (divisor n - 1) of exact on the edge's n labelled prompts."""
+    # The n labelled prompts are among the N, so the N prompts' sum of squares about their own mean is at least the
+    # labelled prompts' about the N-mean, which is at least theirs about their own mean: (N - 1) SD_N² >= (n - 1) sd².
+    # Equality when every unlabelled prompt's exact effect equals the labelled mean, so no bound from the labelled
+    # prompts alone is larger; it needs no assumption about the unlabelled prompts (the estimated width does).
+    n = np.asarray(n, np.float64)
+    q = special.stdtrit(max(N - 1, 1), 0.5 + confidence_level / 2)
+    floor_sd = np.asarray(sd, np.float64) * np.sqrt(np.maximum(n - 1, 0.0) / max(N - 1, 1))
+    return 2.0 * q * floor_sd / np.sqrt(N)
+
+
 def width_over(width: np.ndarray, ref: np.ndarray) -> np.ndarray:
     """Return width / ref per edge (a zero reference: inf for a positive width, 0 for a zero one)."""
     width, ref = np.asarray(width, np.float64), np.asarray(ref, np.float64)
@@ -114,8 +128,9 @@ def width_over(width: np.ndarray, ref: np.ndarray) -> np.ndarray:
 
 def verified_reliability(fit, width: np.ndarray | None = None, confidence_level: float = 0.95
                          ) -> dict[str, np.ndarray]:
-    """Return {rectifier_share, approx_tail_share, width_ratio, width_vs_exact_all, reliable} per edge of a PPIFit
-    and its interval width (the two width entries only when ``width`` is given)."""
+    """Return {rectifier_share, approx_tail_share, width_ratio, width_vs_exact_all, width_vs_exact_all_max, reliable}
+    per edge of a PPIFit and its interval width (the width entries only when ``width`` is given; the last one also
+    needs the fit's ``exact_sd``)."""
     r_share = tail_share(fit.rectifier, k=1)
     a_share = fit.approx_tail_share
     enough = fit.n >= RELIABLE_MIN_LABELLED
@@ -125,6 +140,9 @@ def verified_reliability(fit, width: np.ndarray | None = None, confidence_level:
         out["width_ratio"] = width_over(width, exact_on_labelled_width(fit.exact_ref_sd, fit.n, confidence_level))
         out["width_vs_exact_all"] = width_over(width, exact_on_all_width(fit.exact_ref_sd, fit.n + fit.n_unlabelled,
                                                                          confidence_level))
+        if fit.exact_sd is not None:
+            out["width_vs_exact_all_max"] = width_over(width, exact_on_all_width_floor(
+                fit.exact_sd, fit.n, fit.n + fit.n_unlabelled, confidence_level))
         reliable = (reliable & (out["width_ratio"] <= RELIABLE_MAX_WIDTH_RATIO)
                     & (out["width_vs_exact_all"] <= RELIABLE_MAX_EXACT_ALL_RATIO))
     out["reliable"] = reliable

@@ -64,6 +64,8 @@ class VerifiedResult(Result):
     coefficients: np.ndarray | None = None
     #: interval width over the estimated width of exact on all N prompts (the flag's second width rule)
     width_vs_exact_all: np.ndarray | None = None
+    #: a certain upper bound on the interval's width over exact on all N prompts' t interval (reliability.py)
+    width_vs_exact_all_max: np.ndarray | None = None
     main_table = "verified"
 
     @property
@@ -83,6 +85,8 @@ class VerifiedResult(Result):
                     width_vs_exact_on_labelled=self.width_ratio, estimate_crossfit=self.estimate_crossfit)
         if self.width_vs_exact_all is not None:
             cols["width_vs_exact_on_all"] = self.width_vs_exact_all
+        if self.width_vs_exact_all_max is not None:
+            cols["width_vs_exact_on_all_max"] = self.width_vs_exact_all_max
         cols.update(no_tail_seen=self.reliable, n_labelled=np.full(E, self.n_labelled, dtype=np.int64),
                     n_prompts=np.full(E, self.n_prompts, dtype=np.int64),
                     estimand=np.full(E, self.estimand, dtype=object))
@@ -189,4 +193,5 @@ def verified_means(approx: np.ndarray, exact: np.ndarray, labelled: Any, *, conf
                           fit.lam, p, q, A.mean(0), rel["rectifier_share"], rel["approx_tail_share"],
                           rel["width_ratio"], cf.estimate, rel["reliable"], int(rows.size), N, float(confidence_level),
                           interval, tuning, correction, edge_names, params,
-                          width_vs_exact_all=rel["width_vs_exact_all"])
+                          width_vs_exact_all=rel["width_vs_exact_all"],
+                          width_vs_exact_all_max=rel.get("width_vs_exact_all_max"))

@@ -92,3 +92,27 @@ def test_active_budget_from_the_cells_table_or_the_realised_cells(tmp_path):
     # a run without verified_cells (a hand-made table): the mean realised cells, 16.67 here, so N/B = 124, no note
     (line,) = _run(tmp_path, [20, 16, 14], 2064, True, estimand=active_estimand(16, 2064) + " ")
     assert ACTIVE_NOTE not in line
+
+
+def _certain_run(tmp_path, bounds, flags):
+    """The verdict line of a 3-edge uniform verified table with width_vs_exact_on_all_max = ``bounds``."""
+    d = tmp_path / f"certain-{abs(hash((tuple(bounds), tuple(flags))))}"
+    d.mkdir()
+    pq.write_table(pa.table({
+        "method": ["eap"] * 3, "edge": [0, 1, 2], "edge_name": ["e0", "e1", "e2"], "estimate": [0.5, -0.1, 0.02],
+        "ci_low": [0.3, -0.2, -0.1], "ci_high": [0.7, 0.0, 0.1], "qvalue": [0.001, 0.2, 0.9], "n_labelled": [16] * 3,
+        "n_prompts": [512] * 3, "estimand": ["mean exact effect (verified)"] * 3,
+        "no_tail_seen": pa.array(flags, pa.bool_()), "width_vs_exact_on_all": [1.0] * 3,
+        "width_vs_exact_on_all_max": bounds}), d / "verified.parquet")
+    return verified_lines(d)
+
+
+def test_the_verdict_counts_flagged_intervals_certainly_within_20x(tmp_path):
+    """Of the flagged intervals, those whose certain bound is at most 20 are counted; an unflagged one is not, and a
+    run without the column (before the bound) says nothing rather than recomputing it."""
+    (line,) = _certain_run(tmp_path, [19.9, 20.0, 5.0], [True, True, False])
+    assert "2 of 2 with no tail seen are certainly within 20× exact on all N prompts" in line
+    (line,) = _certain_run(tmp_path, [25.0, 20.5, 5.0], [True, True, False])
+    assert "0 of 2 with no tail seen are certainly within 20×" in line
+    (line,) = _run(tmp_path, 16, 512, True)  # no width_vs_exact_on_all_max column
+    assert "certainly" not in line
