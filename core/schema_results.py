@@ -112,7 +112,7 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
                                             "all N prompts: the labelled prompts (the active design: the edge's "
                                             "cells) are among the N, so SD_N^2 >= (n - 1) SD_n^2 / (N - 1); "
                                             "needs no assumption about the other prompts; absent before issue 48's "
-                                            "certain bound", False, True),
+                                            "certain bound", True, True),
            ("no_tail_seen", B, "true when no few prompts carry the estimate in this sample (rectifier_share, "
                                "approx_tail_share), the interval is at most 2x exact on the labelled prompts "
                                "(width_vs_exact_on_labelled) and 20x exact on all N's estimated width "

@@ -88,6 +88,16 @@ def test_terminal_page_and_claims_agree(zoo_run, tmp_path):
     ok = _claims(zoo_run, [{"kind": "missed_edges", "method": "eap", "max": bound}], tmp_path)
     bad = _claims(zoo_run, [{"kind": "missed_edges", "method": "eap", "max": bound - 1}], tmp_path)
     assert ok.exit_code == 0 and bad.exit_code == 1, (ok.output, bad.output)
+    # the count of flagged intervals certainly within 20x exact on all N, against the table and a claim on the bound
+    c, f = map(int, re.search(r"; (\d+) of (\d+) with no tail seen are certainly within 20×", text).groups())
+    flagged = v[v.no_tail_seen]
+    assert (c, f) == (int((flagged.width_vs_exact_on_all_max <= 20).sum()), len(flagged)) and 0 < c < f
+    e_in = flagged.edge_name[flagged.width_vs_exact_on_all_max <= 20].iloc[0]
+    e_out = flagged.edge_name[flagged.width_vs_exact_on_all_max > 20].iloc[0]
+    width = [{"kind": "verified_edge", "edge": e, "method": "eap", "statistic": "width_vs_exact_on_all_max",
+              "max": 20} for e in (e_in, e_out)]
+    r = _claims(zoo_run, width, tmp_path)
+    assert r.exit_code == 1 and "2 claims: 1 hold," in r.output, r.output
     # the terminal and the page carry the same sentence
     assert " ".join(text.split()) in " ".join(verdict_text(verdict(zoo_run), width=10_000).split())
     page = html.unescape(re.sub(r"<[^>]+>", "", render_report(zoo_run).read_text()))

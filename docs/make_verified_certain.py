@@ -1,0 +1,80 @@
+"""Measure the certain bound on a verified interval's width over exact on all N prompts (docs/verified.md, "A certain
+bound, beside the estimated cap").
+
+Per population and n: the flagged share (no_tail_seen), the share of flagged cells whose certain bound
+(``width_vs_exact_on_all_max``, circuitstat.stats.verified.reliability.exact_on_all_width_floor, read from the
+product) is at most 20, flagged cells whose realised ratio (interval width over the dataset's own exact-on-all-N t
+interval, brute force) is above 20 (all flagged, then those certainly within 20, which must be 0), and the medians of
+the bound and of the realised ratio over flagged cells. Every cell also asserts realised <= bound.
+
+Run from the repository root (a few minutes per population on one core at N = 2048):
+    OMP_NUM_THREADS=1 PYTHONPATH=. python docs/make_verified_certain.py [--prompts N] [--datasets D] [--labelled n]...
+Datasets are simulate_verified's draws (seed 2026 + n: the same datasets as make_verified_tables.py and
+make_verified_yardstick.py). The bound has no parameter: nothing was chosen on any population.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy import special
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from fixture_populations import verified_populations  # noqa: E402
+from circuitstat.core.seeds import as_seed_sequence  # noqa: E402
+from circuitstat.stats.verified.ppi import ppi_fit, ppi_intervals  # noqa: E402
+from circuitstat.stats.verified.reliability import RELIABLE_MAX_EXACT_ALL_RATIO, verified_reliability  # noqa: E402
+
+CAP = RELIABLE_MAX_EXACT_ALL_RATIO
+
+
+def _cells(X: np.ndarray, A: np.ndarray, n: int, N: int, D: int, seed: int) -> tuple[np.ndarray, ...]:
+    """Per (dataset, edge): the flag, the certain bound and the realised ratio (brute force)."""
+    P, E = X.shape
+    idx = np.random.default_rng(as_seed_sequence(seed)).integers(0, P, (D, N))
+    q_all = special.stdtrit(N - 1, 0.975)
+    flag, bound, real = [], [], []
+    chunk = max(1, 100 * 512 // N)
+    for d0 in range(0, D, chunk):
+        rows = idx[d0:d0 + chunk].T
+        d = rows.shape[1]
+        Xs, As = X[rows].reshape(N, d * E), A[rows].reshape(N, d * E)
+        fit = ppi_fit(Xs[:n], As[:n], As[n:])
+        r = ppi_intervals(fit, "tkb")
+        width = r["high"] - r["low"]
+        rel = verified_reliability(fit, width)
+        wall = 2 * q_all * Xs.std(0, ddof=1) / np.sqrt(N)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            real.append(np.where(wall > 0, width / wall, 0.0).reshape(d, E))
+        flag.append(rel["reliable"].reshape(d, E))
+        bound.append(rel["width_vs_exact_all_max"].reshape(d, E))
+    flag, bound, real = map(np.concatenate, (flag, bound, real))
+    assert (real <= bound * (1 + 1e-9)).all(), "the certain bound was exceeded"
+    return flag, bound, real
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="the certain bound on width over exact on all N, per population")
+    ap.add_argument("--prompts", type=int, default=512, help="N, prompts per dataset")
+    ap.add_argument("--datasets", type=int, default=500, help="datasets per row")
+    ap.add_argument("--labelled", type=int, action="append", help="n (repeatable; default 16 and 32)")
+    a = ap.parse_args()
+    print(f"| population | n | flagged | flagged certainly ≤ {CAP:g}× | flagged > {CAP:g}× (cells) | of them certainly "
+          f"≤ {CAP:g}× | median bound (flagged) | median realised (flagged) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for pop, (X, A, _, held) in verified_populations().items():
+        for n in a.labelled or (16, 32):
+            f, b, r = _cells(np.asarray(X, np.float64), np.asarray(A, np.float64), n, a.prompts, a.datasets, 2026 + n)
+            sure = f & (b <= CAP)
+            print(f"| {pop}{' (held out)' if held else ''} | {n} | {f.mean():.3f} | {sure.sum() / max(f.sum(), 1):.3f}"
+                  f" | {int((r[f] > CAP).sum())} | {int((r[sure] > CAP).sum())} | {np.median(b[f]):.1f} | "
+                  f"{np.median(r[f]):.1f} |", flush=True)
+    print(f"\n{a.datasets} datasets of N = {a.prompts} per row (seed 2026 + n); ratios over the dataset's own t interval "
+          "of exact on all N prompts.")
+
+
+if __name__ == "__main__":
+    main()
