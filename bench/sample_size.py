@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from circuitstat.stats.intervals import bootstrap_edges  # noqa: E402
 from circuitstat.stats.populations import spiky_population  # noqa: E402
+from circuitstat.stats.pilot_model import MEANS  # noqa: E402
 from circuitstat.stats.sample_size import expected_jaccard, predict_stability, predict_widths  # noqa: E402
 
 
@@ -172,7 +173,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pilots", type=int, default=100)
     ap.add_argument("--n0", type=int, default=32)
-    ap.add_argument("--means", default="deconvolved")
+    ap.add_argument("--means", default=MEANS[0], choices=MEANS)
     ap.add_argument("--quick", action="store_true", help="20 pilots, two populations")
     ap.add_argument("--widths-only", action="store_true", help="the width predictions only (no J_N)")
     ap.add_argument("--held-out", action="store_true", help="the held-out populations only")

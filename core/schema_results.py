@@ -313,13 +313,20 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("jaccard_half_se", F, "its spread over bootstrap refits of the pilot (Monte Carlo part removed)"),
            ("jaccard_half_plugin", F, "the same prediction from the pilot's plain means (upper end of the bracket)"),
            *ci_columns("jaccard_half_pi", "J_{n/2}", SAMPLE_JACCARD_HALF, False),
-           ("jaccard", F, "predicted J_n (extrapolated) from the model fitted to the pilot (deconvolved means, pilot rows)"),
+           ("jaccard", F, "predicted J_n (extrapolated) from the model fitted to the pilot (pilot rows; means per params "
+                            "means: deconvolved, or tied where means_tied)"),
            ("jaccard_se", F, "its spread over bootstrap refits of the pilot (Monte Carlo part removed)"),
            ("jaccard_plugin", F, "the same prediction from the pilot's plain means (upper end of the bracket)"),
            *ci_columns("jaccard_pi", "J_n", SAMPLE_JACCARD, False),
            ("jaccard_pilot_halves", F, "J between disjoint halves of the pilot (unbiased for J at n0/2; lower end of "
                                        "both brackets)"),
            ("jaccard_chance", F, "expected Jaccard of two random k-sets"),
+           ("pilot_homogeneity_p", F, "p-value of 'every edge's mean is c' on the pilot (0 for absolute ranking, the "
+                                      "mean over edges for signed; circuitstat.stats.pilot_model.homogeneity_pvalue); "
+                                      "absent before the test", False, True),
+           ("means_tied", B, "true when means = tested found no edge told apart (pilot_homogeneity_p > 0.05), so the "
+                             "simulated population's means are all c: J is predicted from noise alone; absent before "
+                             "the test", False, True),
            ("p_clear_half", F, "primary: chance the audit's J_{n/2} interval (jaccard_half_ci_low) at n is >= target "
                                "(simulated; NaN: n < 32)"),
            ("p_clear_half_se", F, "binomial Monte Carlo error of p_clear_half"),

@@ -35,7 +35,7 @@ DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16
           "float16": "float16", "fp16": "float16"}
 
 # sample-size (circuitstat.pipelines.runs.sample_size.run): the defaults and bounds its spec and its command's options share
-SAMPLE_SIZE_MEANS = ("deconvolved", "pilot", "posterior")  # the simulated population's means (docs/sample-size.md)
+SAMPLE_SIZE_MEANS = ("tested", "deconvolved", "pilot", "posterior")  # the simulated population's means (docs/sample-size.md)
 SAMPLE_SIZE_NS = (64, 128, 256, 512)  # prompts N predicted at
 SAMPLE_SIZE_N_RANGE = (2, 10_000_000)
 SAMPLE_SIZE_KS = (5, 10, 20)  # circuit sizes

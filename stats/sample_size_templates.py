@@ -10,7 +10,7 @@ import numpy as np
 
 from circuitstat.core.seeds import as_seed_sequence, spawn_seeds
 
-from .sample_size import fit_pilot
+from .pilot_model import fit_pilot
 
 __all__ = ["template_means", "template_counts", "simulated_template_datasets"]
 
@@ -31,7 +31,7 @@ def template_counts(ns: np.ndarray, n0: int, n_templates: int) -> np.ndarray:
 
 
 def simulated_template_datasets(S: np.ndarray, groups: np.ndarray, n_templates: int, n_datasets: int, *,
-                                ranking: str, seed: Any = None, means: str = "deconvolved"
+                                ranking: str, seed: Any = None, means: str = "tested"
                                 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield n_datasets (dataset [n, E], its templates [n]) of `n_templates` whole pilot templates each.
 

@@ -34,9 +34,10 @@ def sample_size_command(
     datasets: int = typer.Option(SAMPLE_SIZE_DATASETS, "--datasets", min=SAMPLE_SIZE_DATASETS_RANGE[0],
                                  max=SAMPLE_SIZE_DATASETS_RANGE[1],
                                  help="simulated datasets per N for the chances (their Monte Carlo error is printed)"),
-    means: Means = typer.Option(SAMPLE_SIZE_MEANS[0], "--means", help="model means of the simulated population: the "
-                                "pilot's means deconvolved of their noise, as they are, or posterior draws from "
-                                "an NPMLE g-model (docs/sample-size.md)"),
+    means: Means = typer.Option(SAMPLE_SIZE_MEANS[0], "--means", help="model means of the simulated population: tested "
+                                "(deconvolved, or all tied when a chi-square test on the pilot tells no edge's mean "
+                                "from 0 at 5%), the pilot's means deconvolved of their noise, as they are, or "
+                                "posterior draws from an NPMLE g-model (docs/sample-size.md)"),
     resamples: int | None = typer.Option(None, "--resamples", **N_RESAMPLES.option,
                                          help="bootstrap resamples of the full run's intervals, as its audit will "
                                               "use them (default: the pilot audit's, else the audit default "
@@ -108,6 +109,10 @@ def _print(res, target: float) -> None:
         echo(f"{s['n'][i]:>7}  {s['k'][i]:>4}  {s['jaccard_half'][i]:>6.3f}  [{s['jaccard_half_pi_low'][i]:.3f}, "
              f"{s['jaccard_half_pi_high'][i]:.3f}]    {s['jaccard'][i]:>6.3f}  [{s['jaccard_pi_low'][i]:.3f}, "
              f"{s['jaccard_pi_high'][i]:.3f}]    {chance}")
+    from circuitstat.reports.sample_size_means import tied_note
+
+    if note := tied_note(s):
+        echo(note)
     if res.claims is not None:
         c = res.claims
         echo("claims: chance of passing")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import math
 from pathlib import Path
 
@@ -117,7 +118,7 @@ def test_sample_size_is_a_run_kind_whose_run_records_its_kind_and_spec(tmp_path)
     assert k.parse(spec.model_dump(mode="json"), "its dump") == spec
     assert k.parse({"pilot": spec.pilot}, "defaults").model_dump() == {  # the command's defaults
         "pilot": spec.pilot, "n": [64, 128, 256, 512], "k": [5, 10, 20], "target": 0.5, "claims": None, "method": None,
-        "datasets": 20, "means": "deconvolved", "resamples": None, "level": 0.9, "plan": False, "model": None,
+        "datasets": 20, "means": "tested", "resamples": None, "level": 0.9, "plan": False, "model": None,
         "seed": 0}
     assert k.stages(spec) == [] and k.sources(spec) == []
     res = k.run(spec, tmp_path / "kind")
@@ -224,3 +225,32 @@ def test_a_sample_size_run_made_before_the_flag_still_reads(tmp_path):
     old = RESULT_TABLES["sample_size_widths"].validate(read_table(path))
     (note,) = bound_notes(bound_rows(old.to_pydict()), 32)
     assert "not assessed" in note
+
+
+def test_the_terminal_and_the_figure_say_when_the_means_were_tied(tmp_path):
+    """A pilot of pure noise (every edge's mean 0): the default ties the simulated means, the table records the
+    homogeneity p-value (recomputed here from scipy's one-sample t tests) and the terminal and the figure carry the
+    same sentence. The control, a pilot whose edges 0-2 carry 6-SD effects, ties nothing and says nothing."""
+    from scipy import stats as st
+
+    from circuitstat.core.tables import read_table
+
+    S = np.random.default_rng(1).standard_normal((32, 13))
+    _pilot_of(tmp_path / "noise", S)
+    _pilot(tmp_path / "effects")
+    for name, tied in (("noise", True), ("effects", False)):
+        out = tmp_path / f"out-{name}"
+        r = CliRunner().invoke(app, ["sample-size", str(tmp_path / name), "--n", "128", "--k", "3", "--datasets", "2",
+                                     "--resamples", "200", "--out", str(out)])
+        assert r.exit_code == 0, r.output
+        s = read_table(out / "sample_size_stability.parquet").to_pydict()
+        assert set(s["means_tied"]) == {tied}
+        svg = (out / "sample_size.svg").read_text()
+        assert ("the pilot tells no edge" in r.output) is tied and ("the pilot tells no edge" in svg) is tied
+        if tied:
+            p_e = st.ttest_1samp(S.astype(np.float32).astype(np.float64), 0.0).pvalue
+            E = S.shape[1]
+            want = min(1.0, 2 * min(st.chi2.sf(np.sum(st.norm.isf(p_e / 2) ** 2), E), E * p_e.min()))
+            assert s["pilot_homogeneity_p"][0] == pytest.approx(want, rel=1e-6) and want > 0.05
+            line = next(ln for ln in r.output.splitlines() if "the pilot tells no edge" in ln)
+            assert f"homogeneity p = {want:.2g} > 0.05" in line and html.escape(line) in svg
