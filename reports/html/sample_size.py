@@ -8,7 +8,7 @@ from typing import Mapping
 import numpy as np
 
 from ..sample_size_bound import bound_rows
-from ..sample_size_means import tied_note
+from ..sample_size_means import tied_label
 from .svg import PALETTE, Plot, data_range, esc, nice_domain, padded
 
 __all__ = ["sample_size_svg"]
@@ -28,8 +28,8 @@ def _jaccard_plot(stab: Mapping[str, np.ndarray], target: float, level: float) -
         p.line(x, np.asarray(stab["jaccard_half"])[sel], col, title=f"k={int(k)}")
         p.points(x, np.asarray(stab["jaccard_half"])[sel], col)
         p.legend(f"k={int(k)}: predicted J_N/2 (two disjoint halves of N), {level:.0%} prediction interval", col)
-    if note := tied_note(stab):
-        p.legend(note, "#b00", "x")
+    if label := tied_label(stab):  # the terminal's line begins with it (circuitstat.reports.sample_size_means)
+        p.legend(label, "#b00", "x")
     p.hline(float(target), "#b00", dash="6,4")
     p.legend(f"target {target:g}", "#b00", "dash")
     p.axes("prompts N (log scale)", "expected Jaccard of two halves' top-k", xticks=sorted(set(n)))

@@ -246,11 +246,12 @@ def test_the_terminal_and_the_figure_say_when_the_means_were_tied(tmp_path):
         s = read_table(out / "sample_size_stability.parquet").to_pydict()
         assert set(s["means_tied"]) == {tied}
         svg = (out / "sample_size.svg").read_text()
-        assert ("the pilot tells no edge" in r.output) is tied and ("the pilot tells no edge" in svg) is tied
+        assert ("means tied: " in r.output) is tied and ("means tied: " in svg) is tied
         if tied:
             p_e = st.ttest_1samp(S.astype(np.float32).astype(np.float64), 0.0).pvalue
             E = S.shape[1]
             want = min(1.0, 2 * min(st.chi2.sf(np.sum(st.norm.isf(p_e / 2) ** 2), E), E * p_e.min()))
             assert s["pilot_homogeneity_p"][0] == pytest.approx(want, rel=1e-6) and want > 0.05
-            line = next(ln for ln in r.output.splitlines() if "the pilot tells no edge" in ln)
-            assert f"homogeneity p = {want:.2g} > 0.05" in line and html.escape(line) in svg
+            line = next(ln for ln in r.output.splitlines() if ln.startswith("means tied: "))
+            label = f"means tied: no edge&#x27;s mean told apart (homogeneity p = {want:.2g})"
+            assert line.startswith(html.unescape(label) + "; every simulated mean is tied") and label in svg
