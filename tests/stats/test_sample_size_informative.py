@@ -48,3 +48,37 @@ def test_an_edge_constant_in_the_pilot_is_not_informative():
     w = predict_widths(S, [512], n_resamples=199, seed=0)
     assert w["pilot_width"][2] == 0.0 and w["width_upper"][2] == 0.0
     assert not w["width_upper_below_pilot"][2] and w["width_upper_below_pilot"][[0, 1, 3, 4, 5]].all()
+
+
+def test_the_point_width_raises_the_heavy_tail_factor_to_the_median_self_calibration_and_never_tops_the_bound(
+        monkeypatch):
+    """The point width's heavy-tail factor is median_sd_growth ** c, c the pilot's self-calibration at the median
+    (its halves as truth): c = 1 on normal rows, so the width is the factor's own; c > 1 on Student-t(2) rows, and
+    the width is exactly the c = 1 width times growth ** (c - 1) (recomputed here); on the spiky pilot the point is
+    capped at the one-sided bound, which it never exceeds anywhere."""
+    from circuitstat.core.seeds import spawn_seeds
+    from circuitstat.stats import sample_size
+    from circuitstat.stats.sample_size import edge_kurtosis, kurtosis_growth, median_sd_growth, self_calibration
+
+    orig = sample_size.self_calibration
+
+    def at_one(S, level, quantile=None, **kw):
+        return 1.0 if quantile == 0.5 else orig(S, level, quantile=quantile, **kw)
+
+    heavy = np.random.default_rng(3).standard_t(2, (32, 6))
+    for S, heavy_tailed in ((normal_pilot(), False), (heavy, True)):
+        w = predict_widths(S, [128, 512], n_resamples=199, seed=4)
+        c_cal, c_growth = spawn_seeds(spawn_seeds(4, 2)[1], 2)
+        c = self_calibration(S, 0.9, quantile=0.5, seed=c_cal)
+        assert (c > 1.0) is heavy_tailed and c >= 1.0
+        with monkeypatch.context() as m:
+            m.setattr(sample_size, "self_calibration", at_one)
+            w1 = predict_widths(S, [128, 512], n_resamples=199, seed=4)
+        kappa = edge_kurtosis(S)[1] * kurtosis_growth(S, seed=c_growth)
+        for n in (128, 512):
+            sel = w["n"] == n
+            want = np.minimum(w1["width"][sel] * median_sd_growth(32, n, kappa) ** (c - 1.0), w["width_upper"][sel])
+            np.testing.assert_allclose(w["width"][sel], want, rtol=1e-12)
+        assert np.all(w["width"] <= w["width_upper"])
+    w = predict_widths(spiky_pilot(), [64, 512], n_resamples=199, seed=0)
+    assert np.all(w["width"] <= w["width_upper"]) and np.any(w["width"] == w["width_upper"])
