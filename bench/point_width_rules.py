@@ -22,21 +22,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "bench")]
 import sample_size as bench  # noqa: E402
-from fixture_populations import ZOO_FIXTURE, load_planted_pair  # noqa: E402
 from circuitstat.stats import sample_size as ss  # noqa: E402
 from circuitstat.stats.intervals import bootstrap_edges  # noqa: E402
-from circuitstat.stats.populations import smooth_tail_population, spiky_population  # noqa: E402
 
 NS, N0, LEVEL = [64, 128, 256, 512], 32, 0.9
-
-
-def fresh() -> dict[str, np.ndarray]:
-    """The populations built for the third round: two next-token models' exact scores and two synthetic seeds."""
-    m3, _, _ = load_planted_pair(ZOO_FIXTURE.with_name("verified-mlp3l-nexttoken.parquet"))
-    m3s, _, _ = load_planted_pair(ZOO_FIXTURE.with_name("verified-mlp3ls-nexttoken.parquet"))
-    return {"mlp3l-nexttoken (fresh)": m3, "mlp3ls-nexttoken (fresh)": m3s,
-            "smooth-tail seed 50 (fresh)": smooth_tail_population(2000, 80, seed=50),
-            "spiky seed 33 (fresh)": spiky_population(2000, 80, seed=33)}
 
 
 def _before(S: np.ndarray, seed) -> dict[str, np.ndarray]:
@@ -72,7 +61,7 @@ def ratios(P: np.ndarray, pilots: int, seed: int) -> tuple[list[float], list[flo
 
 def main() -> None:
     which, pilots = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 60
-    pops = {"design": bench.populations, "held": bench.held_out, "fresh": fresh}[which]()
+    pops = {"design": bench.populations, "held": bench.held_out, "fresh": bench.fresh}[which]()
     print(f"| population | before: N = {' / '.join(map(str, NS))} | worst abs log | adopted | worst abs log |")
     print("|---|---|---|---|---|")
     for i, (name, P) in enumerate(pops.items()):

@@ -64,6 +64,20 @@ def held_out() -> dict[str, np.ndarray]:
             "smooth-tail(2000, 80, seed 49) (held out)": smooth_tail_population(2000, 80, seed=49)}
 
 
+def fresh() -> dict[str, np.ndarray]:
+    """Populations built for issue 49's third round and used for no choice: the mlp3l and mlp3ls next-token models'
+    exact scores (never read by this bench before), smooth tails seed 50 and spiky seed 33."""
+    from fixture_populations import ZOO_FIXTURE, load_planted_pair
+
+    from circuitstat.stats.populations import smooth_tail_population
+
+    m3, _, _ = load_planted_pair(ZOO_FIXTURE.with_name("verified-mlp3l-nexttoken.parquet"))
+    m3s, _, _ = load_planted_pair(ZOO_FIXTURE.with_name("verified-mlp3ls-nexttoken.parquet"))
+    return {"mlp3l-nexttoken (fresh)": m3, "mlp3ls-nexttoken (fresh)": m3s,
+            "smooth-tail seed 50 (fresh)": smooth_tail_population(2000, 80, seed=50),
+            "spiky seed 33 (fresh)": spiky_population(2000, 80, seed=33)}
+
+
 def study(P: np.ndarray, *, n0: int, ns: list[int], ks: list[int], pilots: int, ranking: str, seed: int,
           means: str = "deconvolved", n_truth: int = 400, n_outer: int = 40, n_sim: int = 50,
           level: float = 0.9, n_resamples: int = 999, widths_only: bool = False) -> dict:
@@ -177,10 +191,12 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="20 pilots, two populations")
     ap.add_argument("--widths-only", action="store_true", help="the width predictions only (no J_N)")
     ap.add_argument("--held-out", action="store_true", help="the held-out populations only")
+    ap.add_argument("--fresh", action="store_true", help="the populations built for issue 49's third round only")
     ap.add_argument("--only", default="", help="the populations whose name contains this text")
     a = ap.parse_args()
     ns, ks, level = [64, 128, 256, 512], [5, 10], 0.9
-    pops = {k: v for k, v in (held_out() if a.held_out else populations()).items() if a.only in k}
+    chosen = fresh() if a.fresh else held_out() if a.held_out else populations()
+    pops = {k: v for k, v in chosen.items() if a.only in k}
     if a.quick:
         a.pilots, pops = 20, dict(list(pops.items())[:2])
     print(f"n0 = {a.n0}, N = {ns}, k = {ks}, means = {a.means}, ranking absolute, prediction level {level}")
