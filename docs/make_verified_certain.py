@@ -20,40 +20,23 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from scipy import special
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from fixture_populations import verified_populations  # noqa: E402
-from circuitstat.core.seeds import as_seed_sequence  # noqa: E402
-from circuitstat.stats.verified.ppi import ppi_fit, ppi_intervals  # noqa: E402
-from circuitstat.stats.verified.reliability import RELIABLE_MAX_EXACT_ALL_RATIO, verified_reliability  # noqa: E402
+from make_verified_yardstick import _simulate  # noqa: E402  (this folder: the script's own)
+from circuitstat.stats.verified.reliability import RELIABLE_MAX_EXACT_ALL_RATIO  # noqa: E402
 
 CAP = RELIABLE_MAX_EXACT_ALL_RATIO
 
 
 def _cells(X: np.ndarray, A: np.ndarray, n: int, N: int, D: int, seed: int) -> tuple[np.ndarray, ...]:
-    """Per (dataset, edge): the flag, the certain bound and the realised ratio (brute force)."""
-    P, E = X.shape
-    idx = np.random.default_rng(as_seed_sequence(seed)).integers(0, P, (D, N))
-    q_all = special.stdtrit(N - 1, 0.975)
-    flag, bound, real = [], [], []
-    chunk = max(1, 100 * 512 // N)
-    for d0 in range(0, D, chunk):
-        rows = idx[d0:d0 + chunk].T
-        d = rows.shape[1]
-        Xs, As = X[rows].reshape(N, d * E), A[rows].reshape(N, d * E)
-        fit = ppi_fit(Xs[:n], As[:n], As[n:])
-        r = ppi_intervals(fit, "tkb")
-        width = r["high"] - r["low"]
-        rel = verified_reliability(fit, width)
-        wall = 2 * q_all * Xs.std(0, ddof=1) / np.sqrt(N)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            real.append(np.where(wall > 0, width / wall, 0.0).reshape(d, E))
-        flag.append(rel["reliable"].reshape(d, E))
-        bound.append(rel["width_vs_exact_all_max"].reshape(d, E))
-    flag, bound, real = map(np.concatenate, (flag, bound, real))
-    assert (real <= bound * (1 + 1e-9)).all(), "the certain bound was exceeded"
-    return flag, bound, real
+    """Per (dataset, edge): the flag, the certain bound and the realised ratio (brute force), from
+    make_verified_yardstick's simulation (the same datasets)."""
+    s = _simulate(X, A, n, seed, prompts=N, datasets=D)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        real = np.where(s["wall"] > 0, s["width"] / s["wall"], 0.0)
+    assert (real <= s["bound"] * (1 + 1e-9)).all(), "the certain bound was exceeded"
+    return s["adopted"], s["bound"], real
 
 
 def main() -> None:

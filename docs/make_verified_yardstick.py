@@ -37,12 +37,16 @@ N, D, NS, CHUNK = 512, 500, (8, 16, 32), 100
 RULES = ("previous", "adopted")
 
 
-def _simulate(X: np.ndarray, A: np.ndarray, n: int, seed: int) -> dict[str, np.ndarray]:
-    """Per (dataset, edge) cell: covered, width, exact-on-all-N width and coverage, the flag's other rules, ratios."""
+def _simulate(X: np.ndarray, A: np.ndarray, n: int, seed: int, prompts: int | None = None,
+              datasets: int | None = None) -> dict[str, np.ndarray]:
+    """Per (dataset, edge) cell: covered, width, exact-on-all-N width and coverage, the flag under the previous and
+    the adopted rule, and the certain bound on width over exact on all N (N, D: the module's unless given)."""
+    N, D = prompts or globals()["N"], datasets or globals()["D"]
     P, E = X.shape
     truth = X.mean(0)
     idx = np.random.default_rng(as_seed_sequence(seed)).integers(0, P, (D, N))  # simulate_verified's draws
-    q_all, keys = special.stdtrit(N - 1, 0.975), ("covered", "width", "wall", "call", "previous", "adopted")
+    q_all = special.stdtrit(N - 1, 0.975)
+    keys = ("covered", "width", "wall", "call", "previous", "adopted", "bound")
     out: dict[str, list] = {k: [] for k in keys}
     chunk = max(1, CHUNK * 512 // N)  # memory ~ N · chunk · E; results do not depend on it (every step is per column)
     for d0 in range(0, D, chunk):
@@ -56,11 +60,11 @@ def _simulate(X: np.ndarray, A: np.ndarray, n: int, seed: int) -> dict[str, np.n
         q_n = special.stdtrit(n - 1, 0.975)
         previous = base & (width_over(width, 2 * q_n * sd_without_extreme(Xs[:n]) / np.sqrt(n))
                            <= RELIABLE_MAX_WIDTH_RATIO)
-        adopted = verified_reliability(fit, width)["reliable"]
+        rel = verified_reliability(fit, width)
         m, se = Xs.mean(0), Xs.std(0, ddof=1) / np.sqrt(N)
         t = np.tile(truth, d)
         got = (((r["low"] <= t) & (t <= r["high"])), width, 2 * q_all * se, np.abs(m - t) <= q_all * se, previous,
-               adopted)
+               rel["reliable"], rel["width_vs_exact_all_max"])
         for k, v in zip(keys, got):
             out[k].append(np.asarray(v).reshape(d, E))
     return {k: np.concatenate(v) for k, v in out.items()}

@@ -52,9 +52,9 @@ def homogeneity_pvalue(mean: np.ndarray, sd: np.ndarray, n0: int, ranking: str) 
     if np.any((sd == 0) & (d != 0)):
         return 0.0
     ok = sd > 0
-    t = d[ok] * np.sqrt(n0) / sd[ok]
     if not ok.any():
         return 1.0
+    t = d[ok] * np.sqrt(n0) / sd[ok]
     p_edge = 2.0 * st.t.sf(np.abs(t), n0 - 1)
     z = st.norm.isf(p_edge / 2)  # each |t| as the |z| with the same two-sided p
     df = int(ok.sum()) - (0 if ranking == "absolute" else 1)  # signed: c is estimated from the same means
@@ -86,7 +86,9 @@ class PilotFit:
 
 
 def fit_pilot(S: np.ndarray, *, ranking: str, means: str = "tested") -> PilotFit:
-    """Return the PilotFit of S [n0, E]: its rows centred, and model means deconvolved (or the pilot's own)."""
+    """Return the PilotFit of S [n0, E]: its rows centred, and model means per ``means`` (tested: deconvolved, or
+    all tied at c where ``homogeneity_pvalue`` exceeds HOMOGENEITY_LEVEL; deconvolved; the pilot's own; or a
+    g-model whose posterior draws replace them)."""
     if means not in MEANS:
         raise InputError(f"unknown means {means!r}; use one of {MEANS}")
     S = np.asarray(S, dtype=np.float64)

@@ -35,8 +35,8 @@ def sample_size_command(
                                  max=SAMPLE_SIZE_DATASETS_RANGE[1],
                                  help="simulated datasets per N for the chances (their Monte Carlo error is printed)"),
     means: Means = typer.Option(SAMPLE_SIZE_MEANS[0], "--means", help="model means of the simulated population: tested "
-                                "(deconvolved, or all tied when a chi-square test on the pilot tells no edge's mean "
-                                "from 0 at 5%), the pilot's means deconvolved of their noise, as they are, or "
+                                "(deconvolved, or all tied when the pilot tells no edge's mean apart: chi-square and "
+                                "max-|t| tests at 5%), the pilot's means deconvolved of their noise, as they are, or "
                                 "posterior draws from an NPMLE g-model (docs/sample-size.md)"),
     resamples: int | None = typer.Option(None, "--resamples", **N_RESAMPLES.option,
                                          help="bootstrap resamples of the full run's intervals, as its audit will "

@@ -61,9 +61,12 @@ def flag_yardstick(active: bool) -> str:
     return "exact on as many prompts as the edge's exact cells" if active else "exact on the verified prompts"
 
 
-#: the flag's second width rule in words (circuitstat.stats.verified.reliability.RELIABLE_MAX_EXACT_ALL_RATIO; reports
-#: reads tables only, so the number is repeated here); runs made before it lack the column width_vs_exact_on_all
-FLAG_CAP_WORDS = "20× exact on all N prompts (estimated)"
+#: the multiple of exact on all N prompts the flag's second width rule caps an interval at
+#: (circuitstat.stats.verified.reliability.RELIABLE_MAX_EXACT_ALL_RATIO; reports reads tables only, so the number is
+#: repeated here), and the certain bound (width_vs_exact_on_all_max) is read against
+EXACT_ALL_CAP = 20.0
+#: that rule in words; runs made before it lack the column width_vs_exact_on_all
+FLAG_CAP_WORDS = f"{EXACT_ALL_CAP:g}× exact on all N prompts (estimated)"
 
 
 #: the largest N / n at which the uniform design's tail flag was measured per edge (N = 512 and 2048 with n = 16 and
@@ -108,10 +111,6 @@ def flag_capped(t) -> bool:
     return t is not None and "width_vs_exact_on_all" in t.column_names
 
 
-#: the multiple of exact on all N prompts the certain bound is read against (the flag's cap, FLAG_CAP_WORDS)
-CERTAIN_CAP = 20.0
-
-
 def certain_note(vrows: list[dict]) -> str:
     """Return the verdict's count of flagged intervals certainly within 20× exact on all N (the column
     width_vs_exact_on_all_max, a bound that assumes nothing of the unverified prompts), or '' without the column."""
@@ -119,8 +118,8 @@ def certain_note(vrows: list[dict]) -> str:
     bounds = [r.get("width_vs_exact_on_all_max") for r in flagged]
     if not flagged or any(b is None for b in bounds):
         return ""
-    ok = sum(1 for b in bounds if b <= CERTAIN_CAP)
-    return (f"; {ok} of {len(flagged)} with no tail seen are certainly within {CERTAIN_CAP:g}× exact on all N "
+    ok = sum(1 for b in bounds if b <= EXACT_ALL_CAP)
+    return (f"; {ok} of {len(flagged)} with no tail seen are certainly within {EXACT_ALL_CAP:g}× exact on all N "
             f"prompts, the rest only by estimate")
 
 

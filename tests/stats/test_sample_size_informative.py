@@ -82,3 +82,12 @@ def test_the_point_width_raises_the_heavy_tail_factor_to_the_median_self_calibra
         assert np.all(w["width"] <= w["width_upper"])
     w = predict_widths(spiky_pilot(), [64, 512], n_resamples=199, seed=0)
     assert np.all(w["width"] <= w["width_upper"]) and np.any(w["width"] == w["width_upper"])
+    # the negative control: without the cap the spiky pilot's point would top its bound (the factor is huge there)
+    c_cal, c_growth = spawn_seeds(spawn_seeds(0, 2)[1], 2)
+    c = self_calibration(spiky_pilot(), 0.9, quantile=0.5, seed=c_cal)
+    kappa = edge_kurtosis(spiky_pilot())[1] * kurtosis_growth(spiky_pilot(), seed=c_growth)
+    with monkeypatch.context() as m:
+        m.setattr(sample_size, "self_calibration", at_one)
+        w1 = predict_widths(spiky_pilot(), [64, 512], n_resamples=199, seed=0)
+    sel = w1["n"] == 512
+    assert np.any(w1["width"][sel] * median_sd_growth(32, 512, kappa) ** (c - 1.0) > w["width_upper"][sel])
