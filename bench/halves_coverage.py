@@ -1,6 +1,6 @@
 """Coverage of the J_{N/2} interval from disjoint halves (circuitstat.stats.stability_halves), per population, N, k.
 
-    python bench/halves_coverage.py [--datasets 200] [--pairs 20000] [--set design|heldout|all|design2|heldout2|round2]
+    python bench/halves_coverage.py [--datasets 200] [--pairs 20000] [--set design|heldout|all|design2|heldout2|round2|round3]
                                     [--out FILE.json]
 
 For each population (a finite matrix of per-example scores, rows drawn with replacement) and dataset size N:
@@ -14,6 +14,10 @@ control). Populations: "design" (the first round's rule was chosen on these) and
 tuned on in the first round; seen once with the bootstrap SE). Second round (issue 49 item 2, the bootstrap SE's
 critical value): "design2" adds to "design" three gapped populations (two of them reach J_{N/2} > 0.9);
 "heldout2" is three new gapped populations (seeds fixed before any was measured); "round2" is "heldout2" plus "heldout".
+Third measurement of the kept rule (the grouped jackknife, unchanged; issue 49 item 2, 2026-12-07): "round3" is
+"heldout2" (never run with the jackknife) and four populations this bench never read (bench/sample_size.py's
+fresh(): the mlp3l and mlp3ls next-token models' exact scores, smooth tails seed 50, spiky seed 33) plus the mlp4l
+next-token model's exact scores; fixed, with its protocol (--datasets 400), before it was run.
 """
 
 from __future__ import annotations
@@ -68,8 +72,24 @@ def populations(which: str) -> dict[str, np.ndarray]:
                    "spiky-gap8-5102": lambda: gapped(spiky_population(2000, 90, seed=5102), 8.0)}
     chosen = {"design": design, "heldout": heldout, "all": {**design, **heldout},
               "design2": {**design, **design_new}, "heldout2": heldout_new,
-              "round2": {**heldout_new, **heldout}}[which]
-    return {name: make() for name, make in chosen.items()}
+              "round2": {**heldout_new, **heldout}, "round3": heldout_new}[which]
+    pops = {name: make() for name, make in chosen.items()}
+    if which == "round3":
+        pops.update(_unread_populations())
+    return pops
+
+
+def _unread_populations() -> dict[str, np.ndarray]:
+    """Return the populations this bench had never read before round 3 (sample_size.fresh() and mlp4l next-token)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    sys.path.insert(0, str(ROOT / "tests"))
+    import sample_size
+    from fixture_populations import load_planted_pair
+
+    pops = {name.split(" (")[0].replace(" seed ", "-").replace(" ", "-"): pop
+            for name, pop in sample_size.fresh().items()}
+    pops["mlp4l-nexttoken"] = load_planted_pair(FIXTURES / "verified-mlp4l-nexttoken.parquet")[0]
+    return pops
 
 
 def truth(pop: np.ndarray, m: int, ks: list[int], n_pairs: int, seed: int) -> np.ndarray:
@@ -131,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--datasets", type=int, default=200)
     ap.add_argument("--pairs", type=int, default=20000)
-    ap.add_argument("--set", default="design", choices=("design", "heldout", "all", "design2", "heldout2", "round2"))
+    ap.add_argument("--set", default="design", choices=("design", "heldout", "all", "design2", "heldout2", "round2", "round3"))
     ap.add_argument("--ns", default="32,64,128")
     ap.add_argument("--ks", default="5,10,20")
     ap.add_argument("--out", default=None)
