@@ -156,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ks", default="5,10,20")
     ap.add_argument("--out", default=None)
     ap.add_argument("--only", default=None, help="comma-separated population names of the set to run")
+    ap.add_argument("--seed-base", type=int, default=1000, help="cell seeds are seed-base + N (other datasets)")
     a = ap.parse_args(argv)
     ks = [int(x) for x in a.ks.split(",")]
     results = []
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         if only is not None and name not in only:
             continue
         for n in (int(x) for x in a.ns.split(",")):
-            for r in cell(pop, n, ks, a.datasets, a.pairs, seed=1000 + n):
+            for r in cell(pop, n, ks, a.datasets, a.pairs, seed=a.seed_base + n):
                 r["population"] = name
                 results.append(r)
                 print(f"{name:20s} {n:4d} {r['k']:3d} {r['truth']:6.3f} {r['coverage']:6.3f} {r['coverage_mc_se']:5.3f} "

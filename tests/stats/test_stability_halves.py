@@ -236,30 +236,36 @@ def test_no_interval_has_zero_width_and_each_contains_its_estimate(events):
                 assert lo <= est <= hi, (est, se, events, floor, lo, hi)
 
 
-def test_an_interval_without_the_gap_bound_where_the_se_is_zero_is_refused():
-    with pytest.raises(ValueError, match="gap bound"):
-        half_interval(1.0, 0.0, 0, float("nan"), 0.95)  # would be [1, 1]
-    # the bound is not read where there is spread, even where no split of the data disagrees
-    for events in (0, 5):
-        lo, hi = half_interval(0.9, 0.05, events, float("nan"), 0.95)
-        assert lo < 0.9 < hi
+def test_the_gap_bound_is_required_and_read_wherever_no_split_of_the_data_disagrees():
+    for est, se in ((1.0, 0.0), (1.0, 0.01), (0.97, 0.01)):  # se 0 or not: events 0 needs the bound
+        with pytest.raises(ValueError, match="gap bound"):
+            half_interval(est, se, 0, float("nan"), 0.95)
+    # where splits disagree it is not read (NaN accepted); events 0 and 1 share the df floor, so the same q
+    lo1, hi1 = half_interval(0.97, 0.01, 1, float("nan"), 0.95)
+    assert lo1 < 0.97 < hi1
+    lo, hi = half_interval(0.97, 0.01, 0, 0.5, 0.95)
+    assert lo == 0.5 and hi == hi1  # a bound below the resamples' end lowers it; the upper end is untouched
+    assert half_interval(0.97, 0.01, 0, 0.999, 0.95) == (lo1, hi1)  # a bound above it changes nothing
+    lo, hi = half_interval(1.0, 0.002, 0, 0.9, 0.95)
+    assert (lo, hi) == (0.9, 1.0)  # T = 1 with a little resample spread: [1 - q se, 1] would be far shorter
 
 
 def test_the_interval_is_symmetric_on_the_arcsine_scale_below_one_half_with_the_stated_critical_value():
     g = lambda j: np.arcsin(np.sqrt(j))  # noqa: E731
     est, se = 0.3, 0.04
+    no_bind = 1 - np.finfo(float).eps  # a gap bound above the lower end (read at events 0, never binding here)
     slope = 1 / (2 * np.sqrt(est * (1 - est)))  # d asin(sqrt(J)) / dJ: the delta method's factor
     cases = ((MIN_EVENTS, norm.ppf(0.975)), (64, norm.ppf(0.975)),
              (MIN_EVENTS - 1, student_t.ppf(0.975, MIN_EVENTS - 2)), (5, student_t.ppf(0.975, 4)),
              (4, student_t.ppf(0.975, MIN_DF)), (1, student_t.ppf(0.975, MIN_DF)), (0, student_t.ppf(0.975, MIN_DF)))
     for events, q in cases:
-        lo, hi = half_interval(est, se, events, 0.0, 0.95)
+        lo, hi = half_interval(est, se, events, no_bind, 0.95)
         # unclipped: the two arms are equal on the arcsine scale, each q se slope
         assert g(hi) - g(est) == pytest.approx(g(est) - g(lo), rel=1e-10)
         assert (g(hi) - g(lo)) / 2 == pytest.approx(q * se * slope, rel=1e-10)
         assert hi - est > q * se > est - lo  # below 1/2 the arcsine arm toward 1/2 is the longer one
     # fewer disagreeing splits, a wider interval for the same se, down to the df floor and no further
-    widths = [np.subtract(*half_interval(est, se, e, 0.0, 0.95)[::-1]) for e in (0, 1, 2, 4, 5, 10, MIN_EVENTS)]
+    widths = [np.subtract(*half_interval(est, se, e, no_bind, 0.95)[::-1]) for e in (0, 1, 2, 4, 5, 10, MIN_EVENTS)]
     assert widths[0] == widths[1] == widths[2] == widths[3]
     assert all(a > b for a, b in zip(widths[3:], widths[4:]))
     # negative control: the former floor of 1 df would be 12.7 / 3.18 = 4 x as wide on the arcsine scale
