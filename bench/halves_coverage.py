@@ -14,10 +14,11 @@ control). Populations: "design" (the first round's rule was chosen on these) and
 tuned on in the first round; seen once with the bootstrap SE). Second round (issue 49 item 2, the bootstrap SE's
 critical value): "design2" adds to "design" three gapped populations (two of them reach J_{N/2} > 0.9);
 "heldout2" is three new gapped populations (seeds fixed before any was measured); "round2" is "heldout2" plus "heldout".
-Third measurement of the kept rule (the grouped jackknife, unchanged; issue 49 item 2, 2026-12-07): "round3" is
-"heldout2" (never run with the jackknife) and four populations this bench never read (bench/sample_size.py's
-fresh(): the mlp3l and mlp3ls next-token models' exact scores, smooth tails seed 50, spiky seed 33) plus the mlp4l
-next-token model's exact scores; fixed, with its protocol (--datasets 400), before it was run.
+Third round (issue 49 item 2, 2026-12-07): "round3" is "heldout2" and five populations this bench had never read
+(bench/sample_size.py's fresh(): the mlp3l and mlp3ls next-token models' exact scores, smooth tails seed 50, spiky
+seed 33; and the mlp4l next-token model's exact scores), fixed with its protocol (--datasets 400) before it was
+run; it measured the grouped jackknife (then the product's rule) and the bootstrap SE under the rule fixed for the
+round, which its result adopted (docs/calibration.md, "Third round").
 """
 
 from __future__ import annotations
