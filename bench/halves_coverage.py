@@ -14,10 +14,11 @@ control). Populations: "design" (the first round's rule was chosen on these) and
 tuned on in the first round; seen once with the bootstrap SE). Second round (issue 49 item 2, the bootstrap SE's
 critical value): "design2" adds to "design" three gapped populations (two of them reach J_{N/2} > 0.9);
 "heldout2" is three new gapped populations (seeds fixed before any was measured); "round2" is "heldout2" plus "heldout".
-Third measurement of the kept rule (the grouped jackknife, unchanged; issue 49 item 2, 2026-12-07): "round3" is
-"heldout2" (never run with the jackknife) and four populations this bench never read (bench/sample_size.py's
-fresh(): the mlp3l and mlp3ls next-token models' exact scores, smooth tails seed 50, spiky seed 33) plus the mlp4l
-next-token model's exact scores; fixed, with its protocol (--datasets 400), before it was run.
+Third round (issue 49 item 2, 2026-12-07): "round3" is "heldout2" and five populations this bench had never read
+(bench/sample_size.py's fresh(): the mlp3l and mlp3ls next-token models' exact scores, smooth tails seed 50, spiky
+seed 33; and the mlp4l next-token model's exact scores), fixed with its protocol (--datasets 400) before it was
+run; it measured the grouped jackknife (then the product's rule) and the bootstrap SE under the rule fixed for the
+round, which its result adopted (docs/calibration.md, "Third round").
 """
 
 from __future__ import annotations
@@ -156,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ks", default="5,10,20")
     ap.add_argument("--out", default=None)
     ap.add_argument("--only", default=None, help="comma-separated population names of the set to run")
+    ap.add_argument("--seed-base", type=int, default=1000, help="cell seeds are seed-base + N (other datasets)")
     a = ap.parse_args(argv)
     ks = [int(x) for x in a.ks.split(",")]
     results = []
@@ -167,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         if only is not None and name not in only:
             continue
         for n in (int(x) for x in a.ns.split(",")):
-            for r in cell(pop, n, ks, a.datasets, a.pairs, seed=1000 + n):
+            for r in cell(pop, n, ks, a.datasets, a.pairs, seed=a.seed_base + n):
                 r["population"] = name
                 results.append(r)
                 print(f"{name:20s} {n:4d} {r['k']:3d} {r['truth']:6.3f} {r['coverage']:6.3f} {r['coverage_mc_se']:5.3f} "

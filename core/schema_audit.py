@@ -82,7 +82,7 @@ AUDIT_TABLES: tuple[TableSchema, ...] = (
            ("rbo_mean", F, "mean rank-biased overlap of resample rankings"),
            ("jaccard_half", F, f"estimate of {HALF_JACCARD}: the primary data-level stability (mean Jaccard of "
                                "the top-k circuits of disjoint halves over random splits)", True),
-           ("jaccard_half_se", F, "standard error of jaccard_half (grouped jackknife over examples or templates, "
+           ("jaccard_half_se", F, "standard error of jaccard_half (bootstrap of the examples or templates with its bias term, "
                                   "plus its Monte Carlo error)"),
            *ci_columns("jaccard_half_ci", "jaccard_half", HALF_JACCARD),
            ("jaccard_half_mc_se", F, "Monte Carlo error of jaccard_half over its random splits (part of its se; "

@@ -30,7 +30,7 @@ TRIMMED_ESTIMAND = "the 20%-trimmed mean effect over the task's prompt distribut
 MC_JACCARD = "Monte Carlo spread of resample circuits of this dataset, not a data-level interval"
 DATA_JACCARD = "the expected Jaccard between the top-k circuits of two independent size-N datasets"
 HALF_JACCARD = ("J_{N/2}: the expected Jaccard between the top-k circuits of two independent datasets of N/2 "
-                "prompts (disjoint halves, exactly estimable; grouped jackknife, arcsine-scale interval)")
+                "prompts (disjoint halves, exactly estimable; bias-corrected bootstrap SE, arcsine-scale interval)")
 POP_JACCARD = "the Jaccard between this dataset's top-k circuit and the population's"
 DATA_PHI = "the expected Phi between the top-k circuits of two independent size-N datasets"
 FIXED_F = "faithfulness of this fixed circuit on the prompt distribution (selection not included)"

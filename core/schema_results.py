@@ -188,7 +188,7 @@ RESULT_TABLES: dict[str, TableSchema] = {t.name: t for t in (
            ("cutoff_ties_excluded_max", I, "most tied edges left out in one resample"),
            ("tie_rule", S, "how ties at the top-k cut-off were broken (circuitstat.core.topk)"),
            ("jaccard_half", F, f"estimate of {HALF_JACCARD} (the primary data-level stability)"),
-           ("jaccard_half_se", F, "standard error of jaccard_half (grouped jackknife plus Monte Carlo error)"),
+           ("jaccard_half_se", F, "standard error of jaccard_half (bias-corrected bootstrap plus Monte Carlo error)"),
            *ci_columns("jaccard_half_ci", "jaccard_half", HALF_JACCARD, claimable=False),
            ("jaccard_half_mc_se", F, "Monte Carlo error of jaccard_half over its random splits"),
            ("jaccard_half_floor", F, "lower bound on J_{N/2} from the score gaps at the cut-off (NaN where not needed)"),
