@@ -124,8 +124,13 @@ def cell(pop: np.ndarray, n: int, ks: list[int], n_datasets: int, n_pairs: int, 
     tr = truth(pop, n // 2, ks, n_pairs, seed)
     rows = draw_datasets(pop, n, n_datasets, seed=seed + 1)
     res = [halves_stability(pop[r], ks, ranking="absolute", seed=seed + 2 + d) for d, r in enumerate(rows)]
+    return [{"n": n, **row} for row in summarise(res, tr, ks, np.random.default_rng(seed))]
+
+
+def summarise(res: list[dict], tr: np.ndarray, ks: list[int], rng: np.random.Generator) -> list[dict]:
+    """Return one row per k: coverage of the truth tr [k, (value, MC SE)] by the halves results res (one per dataset)."""
+    n_datasets = len(res)
     out = []
-    rng = np.random.default_rng(seed)
     for i, k in enumerate(ks):
         est = np.array([r["jaccard_half"][i] for r in res])
         lo = np.array([r["jaccard_half_ci_low"][i] for r in res])
@@ -137,7 +142,7 @@ def cell(pop: np.ndarray, n: int, ks: list[int], n_datasets: int, n_pairs: int, 
         boot = rng.integers(0, n_datasets, (500, n_datasets))
         ratio_b = [np.median((hi - lo)[b]) / (2 * 1.96 * est[b].std(ddof=1)) for b in boot]
         naive = (est - 1.96 * mc <= t) & (t <= est + 1.96 * mc)
-        out.append({"n": n, "k": k, "truth": t, "truth_mc_se": tr[i, 1], "bias": float(est.mean() - t),
+        out.append({"k": k, "truth": t, "truth_mc_se": tr[i, 1], "bias": float(est.mean() - t),
                     "coverage": float(cover.mean()), "coverage_mc_se": float(np.sqrt(cover.mean() * (1 - cover.mean()) / n_datasets)),
                     "miss_low": float(np.mean(t < lo)), "miss_high": float(np.mean(t > hi)),
                     "width_ratio": float(ratio), "width_ratio_mc_se": float(np.std(ratio_b, ddof=1)),
