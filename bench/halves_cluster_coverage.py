@@ -24,7 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cluster_coverage import load  # noqa: E402
-from halves_coverage import summarise  # noqa: E402
+from halves_coverage import HEADER, row_text, summarise  # noqa: E402
 
 from circuitstat.core.topk import topk  # noqa: E402
 from circuitstat.stats.populations import templated_datasets  # noqa: E402
@@ -75,17 +75,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     pop, ks = load(a.population), [int(k) for k in a.ks.split(",")]
-    print(f"{'population':10s} {'G':>3s} {'icc':>4s} {'k':>3s} {'truth':>6s} {'cover':>6s} {'±MC':>5s} {'low':>5s} "
-          f"{'high':>5s} {'width/x':>7s} {'±MC':>5s} {'zero':>4s} {'naive':>6s}")
+    print(f"{'population':10s} {'G':>3s} {'icc':>4s} {HEADER}")
     results = []
     for g in (int(x) for x in a.templates.split(",")):
         for icc in (float(x) for x in a.icc.split(",")):
             for r in cell(pop, g, a.per, icc, ks, a.datasets, a.pairs, seed=3000 + g + int(100 * icc)):
                 r["population"] = a.population
                 results.append(r)
-                print(f"{a.population:10s} {g:3d} {icc:4.2f} {r['k']:3d} {r['truth']:6.3f} {r['coverage']:6.3f} "
-                      f"{r['coverage_mc_se']:5.3f} {r['miss_low']:5.3f} {r['miss_high']:5.3f} {r['width_ratio']:7.2f} "
-                      f"{r['width_ratio_mc_se']:5.2f} {r['zero_width']:4d} {r['naive_coverage']:6.3f}", flush=True)
+                print(f"{a.population:10s} {g:3d} {icc:4.2f} {row_text(r)}", flush=True)
     if a.out:
         Path(a.out).write_text(json.dumps(results, indent=1))
     return 0

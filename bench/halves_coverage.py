@@ -152,6 +152,18 @@ def summarise(res: list[dict], tr: np.ndarray, ks: list[int], rng: np.random.Gen
     return out
 
 
+#: the printed columns after a cell's own labels (population, N or G and icc), and one row's values for them
+HEADER = (f"{'k':>3s} {'truth':>6s} {'cover':>6s} {'±MC':>5s} {'low':>5s} {'high':>5s} {'width/x':>7s} {'±MC':>5s} "
+          f"{'zero':>4s} {'naive':>6s}")
+
+
+def row_text(r: dict) -> str:
+    """Return one summarise() row printed under HEADER."""
+    return (f"{r['k']:3d} {r['truth']:6.3f} {r['coverage']:6.3f} {r['coverage_mc_se']:5.3f} {r['miss_low']:5.3f} "
+            f"{r['miss_high']:5.3f} {r['width_ratio']:7.2f} {r['width_ratio_mc_se']:5.2f} {r['zero_width']:4d} "
+            f"{r['naive_coverage']:6.3f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the grid and print one line per cell; return the exit code."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -166,8 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     ks = [int(x) for x in a.ks.split(",")]
     results = []
-    print(f"{'population':20s} {'N':>4s} {'k':>3s} {'truth':>6s} {'cover':>6s} {'±MC':>5s} {'low':>5s} {'high':>5s} "
-          f"{'width/x':>7s} {'±MC':>5s} {'zero':>4s} {'naive':>6s}")
+    print(f"{'population':20s} {'N':>4s} {HEADER}")
     pops = populations(a.set)
     only = None if a.only is None else a.only.split(",")
     for name, pop in pops.items():
@@ -177,9 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             for r in cell(pop, n, ks, a.datasets, a.pairs, seed=a.seed_base + n):
                 r["population"] = name
                 results.append(r)
-                print(f"{name:20s} {n:4d} {r['k']:3d} {r['truth']:6.3f} {r['coverage']:6.3f} {r['coverage_mc_se']:5.3f} "
-                      f"{r['miss_low']:5.3f} {r['miss_high']:5.3f} {r['width_ratio']:7.2f} {r['width_ratio_mc_se']:5.2f} "
-                      f"{r['zero_width']:4d} {r['naive_coverage']:6.3f}", flush=True)
+                print(f"{name:20s} {n:4d} {row_text(r)}", flush=True)
     if a.out:
         Path(a.out).write_text(json.dumps(results, indent=1))
     return 0

@@ -121,7 +121,7 @@ N_INNER = 4
 #: random splits of each second-level resample
 INNER_SPLITS = 4
 #: splits with a Jaccard other than its most frequent value, below which the critical value is Student's t
-#: with (events - 1) df instead of the normal quantile
+#: with max(events - 1, MIN_DF) df instead of the normal quantile
 MIN_EVENTS = 20
 #: the fewest degrees of freedom of that t quantile (module docstring: the bootstrap SE is not near 0 there)
 MIN_DF = 3
